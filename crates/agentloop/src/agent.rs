@@ -1,0 +1,821 @@
+//! The agent and its local tokio driver: the I/O around the [`RunMachine`].
+//!
+//! The driver calls the model (streaming deltas out as events), runs admitted batches in parallel
+//! up to the concurrency cap (one at a time when any tool is sequential), races every step against
+//! cancellation and the deadline, and folds outcomes back in decision order.
+
+use std::any::Any;
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use futures::{FutureExt, Stream, StreamExt};
+use serde_json::Value;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::error::RunError;
+use crate::event::{Event, EventKind, EventSink, Sinks};
+use crate::ids::{IdSource, UuidIds};
+use crate::limits::{Limits, Pricing};
+use crate::machine::{Action, AgentConfig, Batch, CallOutcome, CallResult, DecisionPolicy, RunMachine};
+use crate::message::Message;
+use crate::model::{Model, ModelError, ModelEvent, ModelResponse, ModelSettings, ResponseAccumulator};
+use crate::outcome::RunOutcome;
+use crate::tool::{ProgressSender, Tool, ToolContext, ToolError, ToolSet, compile_schema};
+
+/// Decides, per call, whether a batch may run. Sees the whole admitted batch once per turn, before
+/// any tool of it starts.
+pub trait BatchGate: Send + Sync {
+    /// One answer per call of `batch`, in order: `None` allows it, `Some(reason)` denies it.
+    fn check<'a>(
+        &'a self,
+        run_id: &'a str,
+        batch: &'a Batch,
+    ) -> futures::future::BoxFuture<'a, Result<Vec<Option<String>>, RunError>>;
+}
+
+/// A conversation carried from run to run.
+#[derive(Debug, Clone, Default)]
+pub struct Session {
+    /// The transcript.
+    pub messages: Vec<Message>,
+}
+
+impl Session {
+    /// An empty session.
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+/// Options for one run.
+#[derive(Default)]
+pub struct RunOptions {
+    /// Cancels the run: nothing new is dispatched, running handlers are drained.
+    pub cancel: Option<CancellationToken>,
+    /// The parent run, for a subagent.
+    pub parent_run_id: Option<String>,
+    /// Extra event sinks for this run only.
+    pub sinks: Vec<Arc<dyn EventSink>>,
+    /// Skip every tool (reported as skipped): a dry run.
+    pub skip_tools: bool,
+    /// Limits for this run instead of the agent's (a subagent's share of its parent's budget).
+    pub limits: Option<Limits>,
+}
+
+struct Inner {
+    cfg: Arc<AgentConfig>,
+    model: Arc<dyn Model>,
+    sinks: Sinks,
+    pricing: Option<Arc<dyn Pricing>>,
+    ids: Arc<dyn IdSource>,
+    gate: Option<Arc<dyn BatchGate>>,
+}
+
+/// An agent: a model, instructions, tools and limits. Cheap to clone; runs share nothing mutable.
+#[derive(Clone)]
+pub struct Agent {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Agent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Agent").field("config", &self.inner.cfg).field("model", &self.inner.model.id()).finish()
+    }
+}
+
+/// Builds an [`Agent`]. Setters record the first error; [`AgentBuilder::build`] returns it.
+#[must_use]
+pub struct AgentBuilder {
+    name: String,
+    model: Option<Arc<dyn Model>>,
+    instructions: Option<String>,
+    tools: ToolSet,
+    limits: Limits,
+    policy: DecisionPolicy,
+    output_schema: Option<Value>,
+    settings: ModelSettings,
+    sinks: Vec<Arc<dyn EventSink>>,
+    pricing: Option<Arc<dyn Pricing>>,
+    ids: Arc<dyn IdSource>,
+    gate: Option<Arc<dyn BatchGate>>,
+    error: Option<RunError>,
+}
+
+impl std::fmt::Debug for AgentBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AgentBuilder").field("name", &self.name).field("tools", &self.tools).finish_non_exhaustive()
+    }
+}
+
+impl Agent {
+    /// Starts a builder.
+    pub fn builder() -> AgentBuilder {
+        AgentBuilder {
+            name: "agent".into(),
+            model: None,
+            instructions: None,
+            tools: ToolSet::new(),
+            limits: Limits::default(),
+            policy: DecisionPolicy::default(),
+            output_schema: None,
+            settings: ModelSettings::default(),
+            sinks: Vec::new(),
+            pricing: None,
+            ids: Arc::new(UuidIds),
+            gate: None,
+            error: None,
+        }
+    }
+
+    /// The agent's configuration.
+    pub fn config(&self) -> &AgentConfig {
+        &self.inner.cfg
+    }
+
+    /// The model.
+    pub fn model(&self) -> &Arc<dyn Model> {
+        &self.inner.model
+    }
+
+    /// Runs the agent on one input.
+    pub async fn run(&self, input: impl Into<String>) -> RunOutcome {
+        self.run_with(Vec::new(), Some(Message::user(input)), RunOptions::default()).await
+    }
+
+    /// Runs the agent on one input, continuing a session; the session holds the new transcript
+    /// afterwards.
+    pub async fn run_in(&self, session: &mut Session, input: impl Into<String>) -> RunOutcome {
+        let transcript = std::mem::take(&mut session.messages);
+        let outcome = self.run_with(transcript, Some(Message::user(input)), RunOptions::default()).await;
+        session.messages = outcome.transcript.clone();
+        outcome
+    }
+
+    /// Runs the agent over a transcript with an optional new message, with options.
+    pub async fn run_with(&self, transcript: Vec<Message>, input: Option<Message>, options: RunOptions) -> RunOutcome {
+        let run_id: Arc<str> = Arc::from(self.inner.ids.run_id());
+        let cfg = match &options.limits {
+            Some(limits) => Arc::new(AgentConfig {
+                name: self.inner.cfg.name.clone(),
+                instructions: self.inner.cfg.instructions.clone(),
+                tools: self.inner.cfg.tools.clone(),
+                limits: limits.clone(),
+                policy: self.inner.cfg.policy,
+                output_schema: self.inner.cfg.output_schema.clone(),
+                settings: self.inner.cfg.settings.clone(),
+            }),
+            None => self.inner.cfg.clone(),
+        };
+        let input_text = match &input {
+            Some(Message::User { content }) => content
+                .iter()
+                .filter_map(|p| match p {
+                    crate::message::ContentPart::Text { text } => Some(text.as_str()),
+                    _ => None,
+                })
+                .collect::<Vec<_>>()
+                .join("\n"),
+            _ => String::new(),
+        };
+        let machine = RunMachine::new(cfg, self.inner.ids.clone(), run_id, transcript, input);
+        let mut sinks = self.inner.sinks.clone();
+        sinks.0.extend(options.sinks.iter().cloned());
+        let driver = Driver {
+            inner: &self.inner,
+            sinks,
+            cancel: options.cancel.clone().unwrap_or_default(),
+            skip_tools: options.skip_tools,
+            start: Instant::now(),
+        };
+        driver.drive(machine, input_text, options.parent_run_id).await
+    }
+
+    /// Runs the agent and yields its events as they happen, then the outcome.
+    pub fn stream(&self, input: impl Into<String>) -> RunStream {
+        self.stream_with(Vec::new(), Some(Message::user(input)), RunOptions::default())
+    }
+
+    /// [`Agent::stream`] over a transcript, with options.
+    pub fn stream_with(&self, transcript: Vec<Message>, input: Option<Message>, mut options: RunOptions) -> RunStream {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<Event>();
+        let sink = move |e: &Event| {
+            let _ = tx.send(e.clone());
+        };
+        options.sinks.push(Arc::new(sink));
+        let agent = self.clone();
+        let handle = tokio::spawn(async move { agent.run_with(transcript, input, options).await });
+        RunStream { events: rx, handle: Some(handle) }
+    }
+}
+
+/// What [`Agent::stream`] yields.
+#[derive(Debug)]
+#[allow(clippy::large_enum_variant)]
+pub enum StreamItem {
+    /// An event of the run.
+    Event(Event),
+    /// The run's outcome: always the last item.
+    Outcome(RunOutcome),
+}
+
+/// The stream of a running agent's events, ending with its outcome.
+#[derive(Debug)]
+pub struct RunStream {
+    events: tokio::sync::mpsc::UnboundedReceiver<Event>,
+    handle: Option<tokio::task::JoinHandle<RunOutcome>>,
+}
+
+impl Stream for RunStream {
+    type Item = StreamItem;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<StreamItem>> {
+        match self.events.poll_recv(cx) {
+            Poll::Ready(Some(e)) => return Poll::Ready(Some(StreamItem::Event(e))),
+            Poll::Ready(None) => {}
+            Poll::Pending => return Poll::Pending,
+        }
+        let Some(handle) = self.handle.as_mut() else { return Poll::Ready(None) };
+        match handle.poll_unpin(cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(result) => {
+                self.handle = None;
+                match result {
+                    Ok(outcome) => Poll::Ready(Some(StreamItem::Outcome(outcome))),
+                    // The run task itself never panics (handlers are isolated); a join error here
+                    // means the runtime is shutting down.
+                    Err(_) => Poll::Ready(None),
+                }
+            }
+        }
+    }
+}
+
+impl AgentBuilder {
+    /// Sets the agent's name.
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = name.into();
+        self
+    }
+
+    /// Sets the model.
+    pub fn model(mut self, model: impl Model + 'static) -> Self {
+        self.model = Some(Arc::new(model));
+        self
+    }
+
+    /// Sets a shared model.
+    pub fn model_arc(mut self, model: Arc<dyn Model>) -> Self {
+        self.model = Some(model);
+        self
+    }
+
+    /// Sets the system instructions.
+    pub fn instructions(mut self, instructions: impl Into<String>) -> Self {
+        self.instructions = Some(instructions.into());
+        self
+    }
+
+    /// Registers a tool (errors surface at `build`).
+    pub fn tool(mut self, tool: Tool) -> Self {
+        if self.error.is_none()
+            && let Err(e) = self.tools.register(tool)
+        {
+            self.error = Some(e.into());
+        }
+        self
+    }
+
+    /// Registers several tools.
+    pub fn tools(mut self, tools: impl IntoIterator<Item = Tool>) -> Self {
+        for t in tools {
+            self = self.tool(t);
+        }
+        self
+    }
+
+    /// Sets the limits.
+    pub fn limits(mut self, limits: Limits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// Sets how invalid calls are treated.
+    pub fn policy(mut self, policy: DecisionPolicy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// Requires the final answer to be JSON matching this schema.
+    pub fn output_schema(mut self, schema: Value) -> Self {
+        self.output_schema = Some(schema);
+        self
+    }
+
+    /// Requires the final answer to be JSON matching `T`'s schema.
+    pub fn output_type<T: schemars::JsonSchema>(self) -> Self {
+        self.output_schema(crate::tool::schema_for::<T>())
+    }
+
+    /// Sets the model settings.
+    pub fn settings(mut self, settings: ModelSettings) -> Self {
+        self.settings = settings;
+        self
+    }
+
+    /// Adds an event sink.
+    pub fn sink(mut self, sink: impl EventSink + 'static) -> Self {
+        self.sinks.push(Arc::new(sink));
+        self
+    }
+
+    /// Adds a shared event sink.
+    pub fn sink_arc(mut self, sink: Arc<dyn EventSink>) -> Self {
+        self.sinks.push(sink);
+        self
+    }
+
+    /// Sets the pricing (a [`crate::PriceTable`] or a cost function).
+    pub fn pricing(mut self, pricing: impl Pricing + 'static) -> Self {
+        self.pricing = Some(Arc::new(pricing));
+        self
+    }
+
+    /// Sets a shared pricing.
+    pub fn pricing_arc(mut self, pricing: Arc<dyn Pricing>) -> Self {
+        self.pricing = Some(pricing);
+        self
+    }
+
+    /// Sets where run and call ids come from.
+    pub fn ids(mut self, ids: impl IdSource + 'static) -> Self {
+        self.ids = Arc::new(ids);
+        self
+    }
+
+    /// Sets the gate every admitted batch passes before it runs.
+    pub fn gate(mut self, gate: Arc<dyn BatchGate>) -> Self {
+        self.gate = Some(gate);
+        self
+    }
+
+    /// Builds the agent.
+    pub fn build(self) -> Result<Agent, RunError> {
+        if let Some(e) = self.error {
+            return Err(e);
+        }
+        let Some(model) = self.model else {
+            return Err(RunError::Other { message: "the agent has no model".into() });
+        };
+        let output_schema = match self.output_schema {
+            Some(schema) => {
+                let validator = compile_schema(&schema)
+                    .map_err(|e| RunError::Other { message: format!("invalid output schema: {e}") })?;
+                Some((schema, Arc::new(validator)))
+            }
+            None => None,
+        };
+        let cfg = AgentConfig {
+            name: self.name,
+            instructions: self.instructions,
+            tools: self.tools,
+            limits: self.limits,
+            policy: self.policy,
+            output_schema,
+            settings: self.settings,
+        };
+        Ok(Agent {
+            inner: Arc::new(Inner {
+                cfg: Arc::new(cfg),
+                model,
+                sinks: Sinks(self.sinks),
+                pricing: self.pricing,
+                ids: self.ids,
+                gate: self.gate,
+            }),
+        })
+    }
+}
+
+enum Interrupt {
+    Cancelled,
+    Deadline,
+}
+
+struct Driver<'a> {
+    inner: &'a Inner,
+    sinks: Sinks,
+    cancel: CancellationToken,
+    skip_tools: bool,
+    start: Instant,
+}
+
+impl Driver<'_> {
+    fn emit(&self, run_id: &Arc<str>, turn: u32, kind: EventKind) {
+        self.sinks.emit(&Event { run_id: run_id.clone(), turn, kind });
+    }
+
+    fn flush(&self, m: &mut RunMachine) {
+        if self.sinks.is_empty() {
+            return;
+        }
+        let run_id = m.run_id().clone();
+        let turn = m.turn();
+        let events: Vec<EventKind> = m.drain_events().collect();
+        for kind in events {
+            self.emit(&run_id, turn, kind);
+        }
+    }
+
+    fn deadline(&self, limits: &Limits) -> Option<Instant> {
+        limits.timeout.map(|t| self.start + t)
+    }
+
+    async fn interrupted(&self, deadline: Option<Instant>) -> Interrupt {
+        let sleep = async {
+            match deadline {
+                Some(d) => tokio::time::sleep_until(d).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            biased;
+            _ = self.cancel.cancelled() => Interrupt::Cancelled,
+            _ = sleep => Interrupt::Deadline,
+        }
+    }
+
+    async fn drive(&self, mut m: RunMachine, input: String, parent_run_id: Option<String>) -> RunOutcome {
+        let observed = !self.sinks.is_empty();
+        m.record_events(observed);
+        let run_id = m.run_id().clone();
+        let deadline = self.deadline(&m.config().limits);
+        if observed {
+            self.emit(
+                &run_id,
+                0,
+                EventKind::RunStarted {
+                    agent: m.config().name.clone(),
+                    model: self.inner.model.id().to_owned(),
+                    parent_run_id,
+                    input,
+                },
+            );
+        }
+        loop {
+            let action = if self.cancel.is_cancelled() && !m.is_done() {
+                m.on_cancelled();
+                Action::Finish
+            } else {
+                m.next_action(self.start.elapsed())
+            };
+            self.flush(&mut m);
+            match action {
+                Action::Finish => break,
+                Action::CallModel => {
+                    let called = Instant::now();
+                    let result = tokio::select! {
+                        biased;
+                        i = self.interrupted(deadline) => Err(i),
+                        r = self.call_model(&m) => Ok(r),
+                    };
+                    match result {
+                        Ok(Ok(response)) => {
+                            let cost = self.inner.pricing.as_ref().and_then(|p| {
+                                p.cost(
+                                    self.inner.model.provider(),
+                                    response.model.as_deref().unwrap_or(self.inner.model.id()),
+                                    &response.usage,
+                                )
+                            });
+                            if observed {
+                                self.emit(
+                                    &run_id,
+                                    m.turn(),
+                                    EventKind::ModelResponse {
+                                        usage: response.usage,
+                                        cost_usd: cost,
+                                        finish_reason: response.finish_reason,
+                                        tool_calls: response.message.tool_calls.len(),
+                                        text: response.message.text.clone(),
+                                        duration: called.elapsed(),
+                                    },
+                                );
+                            }
+                            m.on_model_response(response, cost);
+                        }
+                        Ok(Err(e)) => m.on_model_error(e),
+                        Err(Interrupt::Cancelled) => m.on_cancelled(),
+                        Err(Interrupt::Deadline) => m.on_deadline(self.start.elapsed()),
+                    }
+                }
+                Action::RunTools(batch) => {
+                    let (outcomes, interrupt) = self.run_batch(&m, batch, deadline).await;
+                    m.on_tool_outcomes(outcomes);
+                    match interrupt {
+                        Some(Interrupt::Cancelled) if !m.is_done() => m.on_cancelled(),
+                        Some(Interrupt::Deadline) if !m.is_done() => m.on_deadline(self.start.elapsed()),
+                        _ => {}
+                    }
+                }
+            }
+        }
+        self.flush(&mut m);
+        let outcome = m.into_outcome(self.start.elapsed());
+        if observed {
+            self.emit(
+                &run_id,
+                outcome.turns,
+                EventKind::RunFinished {
+                    stop_reason: outcome.stop_reason.clone(),
+                    usage: outcome.usage,
+                    cost_usd: outcome.cost_usd,
+                    turns: outcome.turns,
+                    error: outcome.error.as_ref().map(|e| format!("{}: {e}", e.code())),
+                },
+            );
+        }
+        outcome
+    }
+
+    async fn call_model(&self, m: &RunMachine) -> Result<ModelResponse, ModelError> {
+        let observed = !self.sinks.is_empty();
+        let run_id = m.run_id();
+        let turn = m.turn();
+        let model = &self.inner.model;
+        if observed {
+            self.emit(
+                run_id,
+                turn,
+                EventKind::ModelRequestStarted {
+                    model: model.id().to_owned(),
+                    provider: model.provider().to_owned(),
+                    messages: m.transcript().len(),
+                },
+            );
+        }
+        let mut stream = model.stream(m.request());
+        let mut acc = ResponseAccumulator::new();
+        let mut names: Vec<(u32, String, String)> = Vec::new();
+        while let Some(event) = stream.next().await {
+            let event = event?;
+            if observed {
+                match &event {
+                    ModelEvent::TextDelta(t) => self.emit(run_id, turn, EventKind::TextDelta { text: t.clone() }),
+                    ModelEvent::ReasoningDelta(t) => {
+                        self.emit(run_id, turn, EventKind::ReasoningDelta { text: t.clone() })
+                    }
+                    ModelEvent::ToolCallStart { index, id, name } => names.push((*index, id.clone(), name.clone())),
+                    ModelEvent::ToolCallDelta { index, arguments } => {
+                        let known = names.iter().find(|(i, _, _)| i == index);
+                        self.emit(
+                            run_id,
+                            turn,
+                            EventKind::ToolCallDelta {
+                                index: *index,
+                                call_id: known.map(|k| k.1.clone()).filter(|s| !s.is_empty()),
+                                name: known.map(|k| k.2.clone()),
+                                arguments: arguments.clone(),
+                            },
+                        );
+                    }
+                    _ => {}
+                }
+            }
+            acc.push(event)?;
+        }
+        acc.finish()
+    }
+
+    /// Runs a batch; returns one outcome per call, in the batch's order, and what interrupted it.
+    async fn run_batch(
+        &self,
+        m: &RunMachine,
+        batch: Batch,
+        deadline: Option<Instant>,
+    ) -> (Vec<CallOutcome>, Option<Interrupt>) {
+        let n = batch.calls.len();
+        let mut outcomes: Vec<Option<CallOutcome>> = vec![None; n];
+        let run_id = m.run_id().clone();
+        let turn = batch.turn;
+
+        // The gate sees the whole batch once, before any tool starts.
+        if let Some(gate) = &self.inner.gate {
+            match gate.check(&run_id, &batch).await {
+                Ok(answers) => {
+                    for (slot, answer) in outcomes.iter_mut().zip(answers) {
+                        if let Some(reason) = answer {
+                            *slot = Some(CallOutcome::instant(CallResult::Denied { reason }));
+                        }
+                    }
+                }
+                Err(e) => {
+                    let message = e.to_string();
+                    for slot in outcomes.iter_mut() {
+                        *slot = Some(CallOutcome::instant(CallResult::Denied { reason: message.clone() }));
+                    }
+                }
+            }
+        }
+        if self.skip_tools {
+            for slot in outcomes.iter_mut().filter(|s| s.is_none()) {
+                *slot = Some(CallOutcome::instant(CallResult::Skipped));
+            }
+        }
+
+        let cfg = m.config();
+        let cap = if batch.sequential { 1 } else { cfg.limits.max_concurrency.max(1) };
+        let observed = !self.sinks.is_empty();
+        let progress_sink: Arc<dyn EventSink> = Arc::new(self.sinks.clone());
+        let calls_cancel = self.cancel.child_token();
+        let mut set: JoinSet<(usize, Result<crate::tool::ToolOutput, ToolError>, Duration, Option<String>)> =
+            JoinSet::new();
+        let mut next = 0usize;
+        let mut stop_dispatch = false;
+        let mut interrupt: Option<Interrupt> = None;
+
+        loop {
+            while !stop_dispatch && set.len() < cap && next < n {
+                let i = next;
+                next += 1;
+                if outcomes[i].is_some() {
+                    continue;
+                }
+                let call = &batch.calls[i];
+                let Some(entry) = cfg.tools.entry(call.tool) else {
+                    outcomes[i] = Some(CallOutcome::instant(CallResult::Error {
+                        code: "unknown_tool".into(),
+                        message: format!("unknown tool {}", call.name),
+                    }));
+                    continue;
+                };
+                let timeout = cfg.tools.spec(call.tool).and_then(|s| s.timeout);
+                let ctx = ToolContext {
+                    call_id: call.call_id.clone(),
+                    tool: call.name.clone(),
+                    run_id: run_id.clone(),
+                    turn,
+                    cancel: calls_cancel.child_token(),
+                    progress: if observed {
+                        ProgressSender::new(progress_sink.clone(), run_id.clone(), turn, call.call_id.clone(), call.name.clone())
+                    } else {
+                        ProgressSender::default()
+                    },
+                };
+                if observed {
+                    self.emit(
+                        &run_id,
+                        turn,
+                        EventKind::ToolStarted {
+                            call_id: call.call_id.to_string(),
+                            tool: call.name.to_string(),
+                            arguments: call.args.clone(),
+                        },
+                    );
+                }
+                let fut = entry.handler.call(call.args.clone(), ctx);
+                set.spawn(async move {
+                    let started = Instant::now();
+                    let guarded = AssertUnwindSafe(async move {
+                        match timeout {
+                            Some(t) => match tokio::time::timeout(t, fut).await {
+                                Ok(r) => r,
+                                Err(_) => Err(ToolError::new(
+                                    "timeout",
+                                    format!("the tool did not finish within {:.1} s", t.as_secs_f64()),
+                                )),
+                            },
+                            None => fut.await,
+                        }
+                    })
+                    .catch_unwind()
+                    .await;
+                    match guarded {
+                        Ok(r) => (i, r, started.elapsed(), None),
+                        Err(panic) => (i, Err(ToolError::fatal("panicked")), started.elapsed(), Some(panic_message(&panic))),
+                    }
+                });
+            }
+            if set.is_empty() {
+                break;
+            }
+            let joined = tokio::select! {
+                biased;
+                i = self.interrupted(deadline), if interrupt.is_none() => Err(i),
+                j = set.join_next() => Ok(j),
+            };
+            match joined {
+                Err(i) => {
+                    interrupt = Some(i);
+                    calls_cancel.cancel();
+                    break;
+                }
+                Ok(None) => break,
+                Ok(Some(Err(join_error))) => {
+                    // Only reachable if a task was aborted; the calls' slots stay empty and are
+                    // reported as cancelled below.
+                    let _ = join_error;
+                }
+                Ok(Some(Ok((i, result, duration, panic)))) => {
+                    let outcome = match (result, panic) {
+                        (_, Some(message)) => CallResult::Panicked { message },
+                        (Ok(out), None) => CallResult::Ok(out),
+                        (Err(ToolError::Recoverable { code, message }), None) => CallResult::Error { code, message },
+                        (Err(ToolError::Fatal { message }), None) => CallResult::Fatal { message },
+                    };
+                    if matches!(outcome, CallResult::Fatal { .. } | CallResult::Panicked { .. }) {
+                        // A fatal failure drains the batch without cancelling the siblings.
+                        stop_dispatch = true;
+                    }
+                    self.finished(&run_id, turn, &batch, i, &outcome, duration);
+                    outcomes[i] = Some(CallOutcome { result: outcome, duration });
+                }
+            }
+        }
+
+        if interrupt.is_some() && !set.is_empty() {
+            // Running handlers saw the cancellation; give them the grace period to finish.
+            let grace = tokio::time::sleep(cfg.limits.grace_period);
+            tokio::pin!(grace);
+            loop {
+                tokio::select! {
+                    biased;
+                    j = set.join_next() => match j {
+                        None => break,
+                        Some(Ok((i, result, duration, panic))) => {
+                            let outcome = match (result, panic) {
+                                (_, Some(message)) => CallResult::Panicked { message },
+                                (Ok(out), None) => CallResult::Ok(out),
+                                (Err(ToolError::Recoverable { code, message }), None) => CallResult::Error { code, message },
+                                (Err(ToolError::Fatal { message }), None) => CallResult::Fatal { message },
+                            };
+                            self.finished(&run_id, turn, &batch, i, &outcome, duration);
+                            outcomes[i] = Some(CallOutcome { result: outcome, duration });
+                        }
+                        Some(Err(_)) => {}
+                    },
+                    _ = &mut grace => break,
+                }
+            }
+            set.abort_all();
+        }
+        let started_upto = next;
+        let results = outcomes
+            .into_iter()
+            .enumerate()
+            .map(|(i, o)| match o {
+                Some(o) => o,
+                None if i < started_upto => {
+                    // Started, never completed: a synthetic "cancelled" result keeps the transcript valid.
+                    let outcome = CallOutcome::instant(CallResult::Cancelled);
+                    self.finished(&run_id, turn, &batch, i, &outcome.result, Duration::ZERO);
+                    outcome
+                }
+                None => CallOutcome::instant(CallResult::NotRun),
+            })
+            .collect();
+        (results, interrupt)
+    }
+
+    fn finished(&self, run_id: &Arc<str>, turn: u32, batch: &Batch, i: usize, result: &CallResult, duration: Duration) {
+        if self.sinks.is_empty() {
+            return;
+        }
+        let Some(call) = batch.calls.get(i) else { return };
+        let (ok, output, error, details) = match result {
+            CallResult::Ok(out) => (true, Some(out.content.clone()), None, out.details.clone()),
+            CallResult::Error { code, message } => (false, None, Some(format!("{code}: {message}")), None),
+            CallResult::Fatal { message } => (false, None, Some(format!("fatal: {message}")), None),
+            CallResult::Panicked { message } => (false, None, Some(format!("panicked: {message}")), None),
+            CallResult::Cancelled => (false, None, Some("cancelled".into()), None),
+            CallResult::NotRun | CallResult::Denied { .. } | CallResult::Skipped => return,
+        };
+        self.emit(
+            run_id,
+            turn,
+            EventKind::ToolFinished {
+                call_id: call.call_id.to_string(),
+                tool: call.name.to_string(),
+                ok,
+                output,
+                error,
+                details,
+                duration,
+            },
+        );
+    }
+}
+
+fn panic_message(panic: &Box<dyn Any + Send>) -> String {
+    if let Some(s) = panic.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = panic.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "a tool handler panicked".to_owned()
+    }
+}

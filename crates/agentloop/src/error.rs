@@ -1,0 +1,161 @@
+//! The errors of a run, each with a stable code.
+//!
+//! | code | meaning |
+//! |---|---|
+//! | `decision.invalid` | the model's decision broke a rule that cannot be fed back (blank, overlong or duplicate call id), or policy made an unknown tool or invalid arguments fatal |
+//! | `tool.invalid_name`, `tool.duplicate`, `tool.invalid_schema` | a tool could not be registered |
+//! | `limit.reached` | a limit stopped the run (which limit, bound, consumed, requested) |
+//! | `model.*` | a model call failed: see [`crate::ModelErrorKind::code`] |
+//! | `tool.fatal` | a tool failed fatally |
+//! | `tool.panicked` | a tool handler panicked |
+//! | `run.cancelled` | the run was cancelled |
+//! | `run.deadline` | the run's deadline passed |
+//! | `output.invalid` | the final answer did not match the output schema after the retries |
+//! | `hook.failed` | a hook failed |
+//! | `guardrail.tripped` | a guardrail tripped |
+//! | `run.other` | anything else |
+
+use serde::Serialize;
+
+use crate::limits::LimitHit;
+use crate::model::ModelError;
+use crate::tool::ToolDefinitionError;
+
+/// Why a run failed, or what stopped it, as an error.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RunError {
+    /// The decision broke a rule that cannot be fed back to the model.
+    #[error("invalid decision: {reason}")]
+    InvalidDecision {
+        /// What was wrong.
+        reason: String,
+    },
+    /// A tool could not be registered.
+    #[error(transparent)]
+    InvalidToolDefinition(#[from] ToolDefinitionError),
+    /// A limit stopped the run.
+    #[error("limit reached: {0}")]
+    LimitReached(LimitHit),
+    /// A model call failed.
+    #[error("model error: {0}")]
+    Model(#[from] ModelError),
+    /// A tool failed fatally.
+    #[error("tool {tool} (call {call_id}) failed fatally: {message}")]
+    ToolFatal {
+        /// The tool.
+        tool: String,
+        /// The call id.
+        call_id: String,
+        /// The diagnostic.
+        message: String,
+    },
+    /// A tool handler panicked.
+    #[error("tool {tool} (call {call_id}) panicked: {message}")]
+    ToolPanicked {
+        /// The tool.
+        tool: String,
+        /// The call id.
+        call_id: String,
+        /// The panic message.
+        message: String,
+    },
+    /// The run was cancelled.
+    #[error("the run was cancelled")]
+    Cancelled,
+    /// The deadline passed.
+    #[error("the run's deadline passed after {elapsed_ms} ms")]
+    Deadline {
+        /// Elapsed time when it stopped.
+        elapsed_ms: u64,
+    },
+    /// The final answer failed its schema after the retries.
+    #[error("the final answer does not match the output schema: {message}")]
+    OutputInvalid {
+        /// The violations.
+        message: String,
+    },
+    /// A hook failed.
+    #[error("hook {hook} failed: {message}")]
+    Hook {
+        /// The hook's name.
+        hook: String,
+        /// Its message.
+        message: String,
+    },
+    /// A guardrail tripped.
+    #[error("guardrail {name} tripped: {message}")]
+    Guardrail {
+        /// The guardrail's name.
+        name: String,
+        /// Its message.
+        message: String,
+    },
+    /// Anything else.
+    #[error("{message}")]
+    Other {
+        /// The message.
+        message: String,
+    },
+}
+
+impl RunError {
+    /// The stable code (see the module's table).
+    pub fn code(&self) -> &'static str {
+        match self {
+            RunError::InvalidDecision { .. } => "decision.invalid",
+            RunError::InvalidToolDefinition(e) => e.code(),
+            RunError::LimitReached(_) => "limit.reached",
+            RunError::Model(e) => e.code(),
+            RunError::ToolFatal { .. } => "tool.fatal",
+            RunError::ToolPanicked { .. } => "tool.panicked",
+            RunError::Cancelled => "run.cancelled",
+            RunError::Deadline { .. } => "run.deadline",
+            RunError::OutputInvalid { .. } => "output.invalid",
+            RunError::Hook { .. } => "hook.failed",
+            RunError::Guardrail { .. } => "guardrail.tripped",
+            RunError::Other { .. } => "run.other",
+        }
+    }
+
+    /// The broad kind, for callers (and the CLI's exit codes) to match on.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            RunError::InvalidDecision { .. } | RunError::OutputInvalid { .. } => ErrorKind::Decision,
+            RunError::InvalidToolDefinition(_) => ErrorKind::Definition,
+            RunError::LimitReached(_) | RunError::Deadline { .. } => ErrorKind::Limit,
+            RunError::Model(_) => ErrorKind::Model,
+            RunError::ToolFatal { .. } | RunError::ToolPanicked { .. } => ErrorKind::Tool,
+            RunError::Cancelled => ErrorKind::Cancelled,
+            RunError::Hook { .. } | RunError::Guardrail { .. } | RunError::Other { .. } => ErrorKind::Other,
+        }
+    }
+
+    /// The model error, if a model call failed.
+    pub fn as_model_error(&self) -> Option<&ModelError> {
+        match self {
+            RunError::Model(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+/// The broad kind of a [`RunError`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorKind {
+    /// The model's decision or answer was invalid.
+    Decision,
+    /// A tool definition was invalid.
+    Definition,
+    /// A limit or the deadline.
+    Limit,
+    /// The model or its provider.
+    Model,
+    /// A tool failed fatally.
+    Tool,
+    /// Cancelled.
+    Cancelled,
+    /// Anything else.
+    Other,
+}

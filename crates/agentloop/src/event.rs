@@ -1,0 +1,209 @@
+//! Everything observable in a run is an [`Event`]. Sinks subscribe: a closure, a channel for a UI,
+//! trace writers. Events carry payloads (arguments, outputs); a sink that records them decides
+//! whether to keep them.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::limits::LimitHit;
+use crate::message::ToolContent;
+use crate::model::{FinishReason, Usage};
+use crate::outcome::StopReason;
+
+/// One thing that happened in a run.
+#[derive(Debug, Clone, Serialize)]
+pub struct Event {
+    /// The run it belongs to.
+    pub run_id: Arc<str>,
+    /// The turn (1-based; 0 before the first turn).
+    pub turn: u32,
+    /// What happened.
+    #[serde(flatten)]
+    pub kind: EventKind,
+}
+
+impl Event {
+    /// The call id, for events about one tool call.
+    pub fn call_id(&self) -> Option<&str> {
+        match &self.kind {
+            EventKind::ToolCallDelta { call_id, .. } => call_id.as_deref(),
+            EventKind::ToolStarted { call_id, .. }
+            | EventKind::ToolProgress { call_id, .. }
+            | EventKind::ToolFinished { call_id, .. }
+            | EventKind::ToolRejected { call_id, .. } => Some(call_id),
+            _ => None,
+        }
+    }
+}
+
+/// What happened.
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum EventKind {
+    /// The run began.
+    RunStarted {
+        /// The agent's name.
+        agent: String,
+        /// The model's id.
+        model: String,
+        /// The parent run, for a subagent.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        parent_run_id: Option<String>,
+        /// The input text.
+        input: String,
+    },
+    /// A turn began.
+    TurnStarted,
+    /// A model call began.
+    ModelRequestStarted {
+        /// The model's id.
+        model: String,
+        /// The provider's name.
+        provider: String,
+        /// How many messages the transcript holds.
+        messages: usize,
+    },
+    /// A piece of visible text streamed in.
+    TextDelta {
+        /// The piece.
+        text: String,
+    },
+    /// A piece of reasoning streamed in.
+    ReasoningDelta {
+        /// The piece.
+        text: String,
+    },
+    /// A piece of a tool call's arguments streamed in.
+    ToolCallDelta {
+        /// The provider's index of the call.
+        index: u32,
+        /// The call id, once known.
+        call_id: Option<String>,
+        /// The tool name, once known.
+        name: Option<String>,
+        /// The piece of raw JSON.
+        arguments: String,
+    },
+    /// The model's response is complete.
+    ModelResponse {
+        /// Tokens used by the call.
+        usage: Usage,
+        /// Its cost in USD, when priced.
+        cost_usd: Option<f64>,
+        /// Why the model stopped.
+        finish_reason: FinishReason,
+        /// How many tool calls it made.
+        tool_calls: usize,
+        /// The response's text.
+        text: String,
+        /// How long the call took.
+        #[serde(with = "crate::serde_duration")]
+        duration: Duration,
+    },
+    /// A model call failed.
+    ModelError {
+        /// The stable code.
+        code: String,
+        /// The message.
+        message: String,
+    },
+    /// A tool call passed validation and its handler started.
+    ToolStarted {
+        /// The call id.
+        call_id: String,
+        /// The tool.
+        tool: String,
+        /// The validated arguments.
+        arguments: Value,
+    },
+    /// A running call reported progress.
+    ToolProgress {
+        /// The call id.
+        call_id: String,
+        /// The tool.
+        tool: String,
+        /// What it reported.
+        progress: Value,
+    },
+    /// A started call finished (exactly once per start).
+    ToolFinished {
+        /// The call id.
+        call_id: String,
+        /// The tool.
+        tool: String,
+        /// Whether it succeeded.
+        ok: bool,
+        /// What the model reads.
+        output: Option<ToolContent>,
+        /// The error's code and message, when it failed.
+        error: Option<String>,
+        /// The handler's details (never sent to the model).
+        details: Option<Value>,
+        /// How long it ran.
+        #[serde(with = "crate::serde_duration")]
+        duration: Duration,
+    },
+    /// A call never started: unknown tool, invalid arguments, denied, or refused by a limit.
+    ToolRejected {
+        /// The call id.
+        call_id: String,
+        /// The tool the model named.
+        tool: String,
+        /// The error code.
+        code: String,
+        /// Why (as the model reads it).
+        reason: String,
+    },
+    /// A limit stopped the run.
+    LimitReached {
+        /// Which limit, its bound, what was consumed and what was requested.
+        limit: LimitHit,
+    },
+    /// The run ended.
+    RunFinished {
+        /// Why.
+        stop_reason: StopReason,
+        /// Total tokens.
+        usage: Usage,
+        /// Total cost in USD.
+        cost_usd: f64,
+        /// Turns taken.
+        turns: u32,
+        /// The error's code and message, when it failed.
+        error: Option<String>,
+    },
+}
+
+/// Receives events. Implementations must be quick: they run on the loop's task.
+pub trait EventSink: Send + Sync {
+    /// Handles one event.
+    fn emit(&self, event: &Event);
+}
+
+impl<F: Fn(&Event) + Send + Sync> EventSink for F {
+    fn emit(&self, event: &Event) {
+        self(event)
+    }
+}
+
+/// Fans events out to several sinks.
+#[derive(Clone, Default)]
+pub(crate) struct Sinks(pub(crate) Vec<Arc<dyn EventSink>>);
+
+impl Sinks {
+    pub(crate) fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl EventSink for Sinks {
+    fn emit(&self, event: &Event) {
+        for s in &self.0 {
+            s.emit(event);
+        }
+    }
+}

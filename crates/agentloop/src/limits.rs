@@ -1,0 +1,242 @@
+//! Limits and prices. Every limit is optional and a hard stop, checked before the work it would
+//! admit; when one stops a run, the outcome says which, with its bound, what was consumed and what
+//! was requested.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::Usage;
+
+/// The default cap on tool calls running at once: high enough that a model's parallel calls really
+/// run in parallel, low enough that a runaway batch cannot exhaust the process.
+pub const DEFAULT_MAX_CONCURRENCY: usize = 16;
+/// The default number of identical consecutive calls that counts as a stuck loop.
+pub const DEFAULT_STUCK_LOOP_THRESHOLD: u32 = 3;
+/// How long cancelled or timed-out handlers get to finish before they are abandoned.
+pub const DEFAULT_GRACE_PERIOD: Duration = Duration::from_secs(2);
+/// How often an invalid structured answer goes back to the model before the run fails.
+pub const DEFAULT_OUTPUT_RETRIES: u32 = 2;
+
+/// The limits of one run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Limits {
+    /// The most turns (model calls with their tool batches).
+    pub max_turns: Option<u32>,
+    /// The most tool calls that may run.
+    pub max_tool_calls: Option<u32>,
+    /// The most model calls (including those that re-ask for a valid structured answer).
+    pub max_model_calls: Option<u32>,
+    /// The most tokens (input plus output) over the run.
+    pub max_tokens: Option<u64>,
+    /// The most USD the run may spend.
+    pub max_cost_usd: Option<f64>,
+    /// Wall-clock deadline from the start of the run.
+    #[serde(default, with = "crate::serde_duration::option")]
+    pub timeout: Option<Duration>,
+    /// Identical consecutive calls (same tool, same arguments) that stop the run before the last
+    /// runs; 0 disables the rule.
+    pub stuck_loop_threshold: u32,
+    /// The most tool calls running at once.
+    pub max_concurrency: usize,
+    /// How long cancelled handlers get to finish.
+    #[serde(with = "crate::serde_duration")]
+    pub grace_period: Duration,
+    /// How often an invalid structured answer is sent back before the run fails.
+    pub output_retries: u32,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_turns: None,
+            max_tool_calls: None,
+            max_model_calls: None,
+            max_tokens: None,
+            max_cost_usd: None,
+            timeout: None,
+            stuck_loop_threshold: DEFAULT_STUCK_LOOP_THRESHOLD,
+            max_concurrency: DEFAULT_MAX_CONCURRENCY,
+            grace_period: DEFAULT_GRACE_PERIOD,
+            output_retries: DEFAULT_OUTPUT_RETRIES,
+        }
+    }
+}
+
+/// Which limit stopped a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LimitKind {
+    /// `max_turns`.
+    Turns,
+    /// `max_tool_calls`.
+    ToolCalls,
+    /// `max_model_calls`.
+    ModelCalls,
+    /// `max_tokens`.
+    Tokens,
+    /// `max_cost_usd`.
+    Cost,
+    /// The deadline.
+    Deadline,
+    /// The stuck-loop rule.
+    StuckLoop,
+}
+
+impl LimitKind {
+    /// The stable word.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LimitKind::Turns => "max_turns",
+            LimitKind::ToolCalls => "max_tool_calls",
+            LimitKind::ModelCalls => "max_model_calls",
+            LimitKind::Tokens => "max_tokens",
+            LimitKind::Cost => "max_cost_usd",
+            LimitKind::Deadline => "deadline",
+            LimitKind::StuckLoop => "stuck_loop",
+        }
+    }
+}
+
+impl fmt::Display for LimitKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A limit that stopped a run: its bound, what was consumed, and what the refused work asked for.
+/// Costs are in USD, the deadline in milliseconds, the others in their own units.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct LimitHit {
+    /// Which limit.
+    pub limit: LimitKind,
+    /// Its bound.
+    pub bound: f64,
+    /// What was consumed when it stopped the run.
+    pub consumed: f64,
+    /// What the refused work asked for.
+    pub requested: f64,
+}
+
+impl fmt::Display for LimitHit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} reached (bound {}, consumed {}, requested {})", self.limit, self.bound, self.consumed, self.requested)
+    }
+}
+
+/// USD per million tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Price {
+    /// Per million input tokens.
+    pub input: f64,
+    /// Per million output tokens.
+    pub output: f64,
+    /// Per million cached input tokens (defaults to the input price).
+    #[serde(default)]
+    pub cached_input: Option<f64>,
+    /// Per million tokens written to the cache (defaults to the input price).
+    #[serde(default)]
+    pub cache_write: Option<f64>,
+}
+
+impl Price {
+    /// A price: input and output per million tokens.
+    pub const fn new(input: f64, output: f64) -> Self {
+        Price { input, output, cached_input: None, cache_write: None }
+    }
+
+    /// With a cached-input price.
+    #[must_use]
+    pub const fn with_cached_input(mut self, cached: f64) -> Self {
+        self.cached_input = Some(cached);
+        self
+    }
+
+    /// The cost of a usage. `inclusive_cache` says whether the provider's input count includes
+    /// cached tokens (OpenAI) or not (Anthropic).
+    pub fn cost(&self, usage: &Usage, inclusive_cache: bool) -> f64 {
+        let cached = usage.cached_input_tokens as f64;
+        let uncached = if inclusive_cache {
+            (usage.input_tokens as f64 - cached).max(0.0)
+        } else {
+            usage.input_tokens as f64
+        };
+        let write = usage.cache_write_tokens as f64;
+        (uncached * self.input
+            + cached * self.cached_input.unwrap_or(self.input)
+            + write * self.cache_write.unwrap_or(self.input)
+            + usage.output_tokens as f64 * self.output)
+            / 1_000_000.0
+    }
+}
+
+/// Prices the tokens of a model call.
+pub trait Pricing: Send + Sync {
+    /// The cost in USD, or `None` when the model is not priced.
+    fn cost(&self, provider: &str, model: &str, usage: &Usage) -> Option<f64>;
+}
+
+impl<F> Pricing for F
+where
+    F: Fn(&str, &str, &Usage) -> Option<f64> + Send + Sync,
+{
+    fn cost(&self, provider: &str, model: &str, usage: &Usage) -> Option<f64> {
+        self(provider, model, usage)
+    }
+}
+
+/// A table of prices by model name. A model matches its exact name first, then the longest
+/// entry that its name starts with (so `gpt-4.1-mini-2025-04-14` finds `gpt-4.1-mini`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PriceTable {
+    prices: HashMap<String, Price>,
+}
+
+impl PriceTable {
+    /// An empty table.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds or replaces a model's price.
+    pub fn insert(&mut self, model: impl Into<String>, price: Price) -> &mut Self {
+        self.prices.insert(model.into(), price);
+        self
+    }
+
+    /// Adds or replaces a model's price (builder style).
+    #[must_use]
+    pub fn with(mut self, model: impl Into<String>, price: Price) -> Self {
+        self.insert(model, price);
+        self
+    }
+
+    /// Extends with another table, whose entries win.
+    pub fn extend(&mut self, other: PriceTable) {
+        self.prices.extend(other.prices);
+    }
+
+    /// The price of a model.
+    pub fn get(&self, model: &str) -> Option<&Price> {
+        if let Some(p) = self.prices.get(model) {
+            return Some(p);
+        }
+        self.prices
+            .iter()
+            .filter(|(name, _)| model.starts_with(name.as_str()))
+            .max_by_key(|(name, _)| name.len())
+            .map(|(_, p)| p)
+    }
+}
+
+impl Pricing for PriceTable {
+    fn cost(&self, provider: &str, model: &str, usage: &Usage) -> Option<f64> {
+        self.get(model).map(|p| p.cost(usage, provider != "anthropic"))
+    }
+}
+
+/// A shared pricing, as an agent holds it.
+pub type SharedPricing = Arc<dyn Pricing>;

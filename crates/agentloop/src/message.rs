@@ -1,0 +1,172 @@
+//! The transcript: what the user said, what the model answered, and what each tool returned.
+//!
+//! These types are provider-neutral. Each provider adapter renders them into its own wire format
+//! (and back), so a session recorded with one provider can be continued with another.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// One entry of a conversation transcript.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "role", rename_all = "snake_case")]
+pub enum Message {
+    /// Input from the user (or the application speaking for them).
+    User {
+        /// The content parts, in order.
+        content: Vec<ContentPart>,
+    },
+    /// A response of the model.
+    Assistant(AssistantMessage),
+    /// The result of one tool call, answering the call with the same id.
+    Tool(ToolResult),
+}
+
+impl Message {
+    /// A user message with one text part.
+    pub fn user(text: impl Into<String>) -> Self {
+        Message::User { content: vec![ContentPart::Text { text: text.into() }] }
+    }
+
+    /// The assistant message, if this is one.
+    pub fn as_assistant(&self) -> Option<&AssistantMessage> {
+        match self {
+            Message::Assistant(a) => Some(a),
+            _ => None,
+        }
+    }
+
+    /// The tool result, if this is one.
+    pub fn as_tool_result(&self) -> Option<&ToolResult> {
+        match self {
+            Message::Tool(t) => Some(t),
+            _ => None,
+        }
+    }
+}
+
+/// One part of a user message or of a tool result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ContentPart {
+    /// Plain text.
+    Text {
+        /// The text.
+        text: String,
+    },
+    /// An image, by URL (which may be a `data:` URL).
+    Image {
+        /// The image's URL.
+        url: String,
+        /// Its media type, when known (`image/png`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        media_type: Option<String>,
+    },
+}
+
+/// What the model said in one response: its reasoning, its text and the tool calls it made.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct AssistantMessage {
+    /// Reasoning blocks, in the order the model produced them. Providers that require them back
+    /// (Anthropic thinking signatures, OpenAI Responses reasoning items) carry what they need in
+    /// [`Reasoning::signature`] and [`Reasoning::provider_data`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reasoning: Vec<Reasoning>,
+    /// The visible text of the response (empty when the model only called tools).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub text: String,
+    /// The tool calls, in decision order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ToolCall>,
+}
+
+/// A reasoning ("thinking") block.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Reasoning {
+    /// The readable reasoning text (may be a summary, or empty when the provider hides it).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub text: String,
+    /// An opaque signature that must be sent back unchanged (Anthropic thinking blocks).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signature: Option<String>,
+    /// Provider-specific data needed to send the block back (for example an OpenAI Responses
+    /// reasoning item with its id and encrypted content, or Anthropic's redacted thinking).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider_data: Option<Value>,
+}
+
+/// One tool call as the model made it: the arguments are the raw string the provider sent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolCall {
+    /// The call id, unique within the response; the result answers it.
+    pub id: String,
+    /// The name of the tool the model asked for.
+    pub name: String,
+    /// The raw JSON argument string (possibly empty, which means `{}`).
+    pub arguments: String,
+}
+
+/// The result of one tool call, as the model will read it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolResult {
+    /// The id of the call this answers.
+    pub call_id: String,
+    /// The tool's name (some providers want it back).
+    pub name: String,
+    /// What the model reads.
+    pub content: ToolContent,
+    /// True when this is an error the model should read as such.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub is_error: bool,
+}
+
+/// Content a tool hands back to the model.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", content = "value", rename_all = "snake_case")]
+pub enum ToolContent {
+    /// Plain text.
+    Text(String),
+    /// A JSON value, rendered as JSON text for providers that take strings.
+    Json(Value),
+    /// Several parts (text and images).
+    Parts(Vec<ContentPart>),
+}
+
+impl ToolContent {
+    /// The content as the text a string-only provider sends: JSON is serialized, parts joined.
+    pub fn to_text(&self) -> String {
+        match self {
+            ToolContent::Text(t) => t.clone(),
+            ToolContent::Json(v) => v.to_string(),
+            ToolContent::Parts(parts) => {
+                let mut out = String::new();
+                for p in parts {
+                    if let ContentPart::Text { text } = p {
+                        if !out.is_empty() {
+                            out.push('\n');
+                        }
+                        out.push_str(text);
+                    }
+                }
+                out
+            }
+        }
+    }
+}
+
+impl From<String> for ToolContent {
+    fn from(s: String) -> Self {
+        ToolContent::Text(s)
+    }
+}
+
+impl From<&str> for ToolContent {
+    fn from(s: &str) -> Self {
+        ToolContent::Text(s.to_owned())
+    }
+}
+
+impl From<Value> for ToolContent {
+    fn from(v: Value) -> Self {
+        ToolContent::Json(v)
+    }
+}

@@ -1,0 +1,316 @@
+//! Models for demos and tests: [`ScriptedModel`] answers with a fixed sequence of responses (from
+//! code or a JSON file), [`FunctionModel`] calls a closure that sees each request.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use futures::stream;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::message::{AssistantMessage, Reasoning, ToolCall};
+use crate::model::{
+    FinishReason, Model, ModelError, ModelErrorKind, ModelEvent, ModelRequest, ModelResponse, ModelStream, Usage,
+};
+
+/// One step of a script: a response, or an error the model call fails with.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ScriptStep {
+    /// Answer with this response.
+    Respond(ModelResponse),
+    /// Fail with this error.
+    Fail(ModelError),
+}
+
+/// One step as written in a script file.
+///
+/// ```json
+/// [
+///   {"tool_calls": [{"id": "c1", "name": "get_weather", "arguments": {"city": "Paris"}}]},
+///   {"text": "It is 18 °C in Paris.", "usage": {"input_tokens": 50, "output_tokens": 9}}
+/// ]
+/// ```
+/// `arguments` is an object (serialized as the provider would) or a raw string sent as it is.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScriptFileStep {
+    /// Visible text.
+    #[serde(default)]
+    pub text: Option<String>,
+    /// Reasoning text.
+    #[serde(default)]
+    pub reasoning: Option<String>,
+    /// Tool calls.
+    #[serde(default)]
+    pub tool_calls: Vec<ScriptFileCall>,
+    /// Usage of this call.
+    #[serde(default)]
+    pub usage: Option<Usage>,
+    /// The finish reason (default: `tool_calls` when there are calls, else `stop`).
+    #[serde(default)]
+    pub finish_reason: Option<FinishReason>,
+    /// Fail the call with this error instead of answering.
+    #[serde(default)]
+    pub error: Option<ScriptFileError>,
+    /// Wait this long before answering (simulated latency).
+    #[serde(default)]
+    pub delay_ms: Option<u64>,
+}
+
+/// A tool call in a script file.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScriptFileCall {
+    /// The call id (generated when empty or missing).
+    #[serde(default)]
+    pub id: String,
+    /// The tool.
+    pub name: String,
+    /// The arguments: an object, or a raw JSON string.
+    #[serde(default)]
+    pub arguments: Value,
+}
+
+/// An error in a script file.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScriptFileError {
+    /// The kind (`rate_limited`, `server`, ...).
+    pub kind: ModelErrorKind,
+    /// The message.
+    pub message: String,
+}
+
+impl ScriptFileStep {
+    fn into_step(self) -> (ScriptStep, Option<Duration>) {
+        let delay = self.delay_ms.map(Duration::from_millis);
+        if let Some(e) = self.error {
+            return (ScriptStep::Fail(ModelError::new(e.kind, e.message).with_provider("scripted")), delay);
+        }
+        let tool_calls: Vec<ToolCall> = self
+            .tool_calls
+            .into_iter()
+            .map(|c| ToolCall {
+                id: c.id,
+                name: c.name,
+                arguments: match c.arguments {
+                    Value::String(raw) => raw,
+                    Value::Null => String::new(),
+                    other => other.to_string(),
+                },
+            })
+            .collect();
+        let finish_reason = self
+            .finish_reason
+            .unwrap_or(if tool_calls.is_empty() { FinishReason::Stop } else { FinishReason::ToolCalls });
+        let reasoning = self.reasoning.map(|text| vec![Reasoning { text, ..Default::default() }]).unwrap_or_default();
+        let response = ModelResponse {
+            message: AssistantMessage { reasoning, text: self.text.unwrap_or_default(), tool_calls },
+            usage: self.usage.unwrap_or_default(),
+            finish_reason,
+            raw_finish_reason: None,
+            id: None,
+            model: Some("scripted".into()),
+            truncated: false,
+            warnings: Vec::new(),
+        };
+        (ScriptStep::Respond(response), delay)
+    }
+}
+
+/// A model that answers with a fixed sequence of responses, then fails with
+/// [`ModelErrorKind::Exhausted`]. Cheap to clone; clones share the position in the script.
+#[derive(Debug, Clone)]
+pub struct ScriptedModel {
+    inner: Arc<ScriptInner>,
+}
+
+#[derive(Debug)]
+struct ScriptInner {
+    id: String,
+    steps: Vec<(ScriptStep, Option<Duration>)>,
+    next: AtomicUsize,
+    stream_deltas: bool,
+}
+
+impl ScriptedModel {
+    /// A script of responses.
+    pub fn new(responses: impl IntoIterator<Item = ModelResponse>) -> Self {
+        Self::from_steps(responses.into_iter().map(ScriptStep::Respond))
+    }
+
+    /// A script of responses and failures.
+    pub fn from_steps(steps: impl IntoIterator<Item = ScriptStep>) -> Self {
+        Self::build(steps.into_iter().map(|s| (s, None)).collect(), false)
+    }
+
+    /// A script from JSON text (an array of [`ScriptFileStep`]).
+    pub fn from_json(json: &str) -> Result<Self, serde_json::Error> {
+        let steps: Vec<ScriptFileStep> = serde_json::from_str(json)?;
+        Ok(Self::build(steps.into_iter().map(ScriptFileStep::into_step).collect(), false))
+    }
+
+    /// A script from a JSON file.
+    pub fn from_file(path: impl AsRef<Path>) -> Result<Self, ScriptLoadError> {
+        let path = path.as_ref();
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ScriptLoadError { path: path.display().to_string(), message: e.to_string() })?;
+        Self::from_json(&text).map_err(|e| ScriptLoadError { path: path.display().to_string(), message: e.to_string() })
+    }
+
+    fn build(steps: Vec<(ScriptStep, Option<Duration>)>, stream_deltas: bool) -> Self {
+        ScriptedModel {
+            inner: Arc::new(ScriptInner { id: "scripted".into(), steps, next: AtomicUsize::new(0), stream_deltas }),
+        }
+    }
+
+    /// Streams each response as deltas (text in pieces, tool calls as start and argument
+    /// pieces), as a provider would, instead of one whole response.
+    #[must_use]
+    pub fn streaming(self, yes: bool) -> Self {
+        let inner = Arc::try_unwrap(self.inner).unwrap_or_else(|arc| ScriptInner {
+            id: arc.id.clone(),
+            steps: arc.steps.clone(),
+            next: AtomicUsize::new(arc.next.load(Ordering::Relaxed)),
+            stream_deltas: arc.stream_deltas,
+        });
+        ScriptedModel { inner: Arc::new(ScriptInner { stream_deltas: yes, ..inner }) }
+    }
+
+    /// How many calls were made so far.
+    pub fn calls(&self) -> usize {
+        self.inner.next.load(Ordering::Relaxed)
+    }
+
+    /// How many steps the script holds.
+    pub fn len(&self) -> usize {
+        self.inner.steps.len()
+    }
+
+    /// True for an empty script.
+    pub fn is_empty(&self) -> bool {
+        self.inner.steps.is_empty()
+    }
+}
+
+/// A script file could not be read or parsed.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("cannot load script {path}: {message}")]
+pub struct ScriptLoadError {
+    /// The file.
+    pub path: String,
+    /// What went wrong.
+    pub message: String,
+}
+
+fn deltas(response: &ModelResponse) -> Vec<Result<ModelEvent, ModelError>> {
+    let mut events = vec![Ok(ModelEvent::Start { id: response.id.clone(), model: response.model.clone() })];
+    for r in &response.message.reasoning {
+        events.push(Ok(ModelEvent::ReasoningDelta(r.text.clone())));
+        events.push(Ok(ModelEvent::Reasoning(r.clone())));
+    }
+    let mut rest = response.message.text.as_str();
+    while !rest.is_empty() {
+        let cut = rest.char_indices().find(|(i, c)| *i > 0 && c.is_whitespace()).map_or(rest.len(), |(i, _)| i);
+        let (piece, tail) = rest.split_at(cut);
+        events.push(Ok(ModelEvent::TextDelta(piece.to_owned())));
+        rest = tail;
+    }
+    for (i, call) in response.message.tool_calls.iter().enumerate() {
+        let index = u32::try_from(i).unwrap_or(u32::MAX);
+        events.push(Ok(ModelEvent::ToolCallStart { index, id: call.id.clone(), name: call.name.clone() }));
+        events.push(Ok(ModelEvent::ToolCallDelta { index, arguments: call.arguments.clone() }));
+    }
+    events.push(Ok(ModelEvent::Usage(response.usage)));
+    events.push(Ok(ModelEvent::Finish {
+        reason: response.finish_reason,
+        raw: response.raw_finish_reason.clone(),
+    }));
+    events
+}
+
+impl Model for ScriptedModel {
+    fn id(&self) -> &str {
+        &self.inner.id
+    }
+
+    fn provider(&self) -> &str {
+        "scripted"
+    }
+
+    fn stream<'a>(&'a self, _request: ModelRequest<'a>) -> ModelStream<'a> {
+        let at = self.inner.next.fetch_add(1, Ordering::Relaxed);
+        let Some((step, delay)) = self.inner.steps.get(at) else {
+            let err = ModelError::new(
+                ModelErrorKind::Exhausted,
+                format!("the script has {} responses and all were used", self.inner.steps.len()),
+            )
+            .with_provider("scripted");
+            return Box::pin(stream::iter([Err(err)]));
+        };
+        let events: Vec<Result<ModelEvent, ModelError>> = match step {
+            ScriptStep::Fail(e) => vec![Err(e.clone())],
+            ScriptStep::Respond(r) if self.inner.stream_deltas => deltas(r),
+            ScriptStep::Respond(r) => vec![Ok(ModelEvent::Response(r.clone()))],
+        };
+        match delay {
+            Some(d) => {
+                let d = *d;
+                Box::pin(futures::StreamExt::flatten(stream::once(async move {
+                    tokio::time::sleep(d).await;
+                    stream::iter(events)
+                })))
+            }
+            None => Box::pin(stream::iter(events)),
+        }
+    }
+}
+
+type ResponderFn = dyn Fn(&ModelRequest<'_>) -> Result<ModelResponse, ModelError> + Send + Sync;
+
+/// A model whose answers come from a closure that sees each request.
+#[derive(Clone)]
+pub struct FunctionModel {
+    id: String,
+    f: Arc<ResponderFn>,
+}
+
+impl std::fmt::Debug for FunctionModel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FunctionModel").field("id", &self.id).finish_non_exhaustive()
+    }
+}
+
+impl FunctionModel {
+    /// A model answering with `f(request)`.
+    pub fn new<F>(f: F) -> Self
+    where
+        F: Fn(&ModelRequest<'_>) -> Result<ModelResponse, ModelError> + Send + Sync + 'static,
+    {
+        FunctionModel { id: "function".into(), f: Arc::new(f) }
+    }
+
+    /// Sets the model id (for pricing and events).
+    #[must_use]
+    pub fn with_id(mut self, id: impl Into<String>) -> Self {
+        self.id = id.into();
+        self
+    }
+}
+
+impl Model for FunctionModel {
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    fn provider(&self) -> &str {
+        "function"
+    }
+
+    fn stream<'a>(&'a self, request: ModelRequest<'a>) -> ModelStream<'a> {
+        let result = (self.f)(&request).map(ModelEvent::Response);
+        Box::pin(stream::iter([result]))
+    }
+}
