@@ -1,0 +1,415 @@
+//! Command tools: a program run once per call. The call's arguments go to its stdin as one JSON
+//! document; its stdout is what the model reads; a non-zero exit is a recoverable tool error whose
+//! message is its stderr, trimmed and bounded.
+//!
+//! The rules, each pinned by a test:
+//! - The child starts in the tool's working directory (for agent files: the file's directory). A
+//!   program path with a `/` in it is taken relative to that directory.
+//! - Its environment is this process's (or the one given with [`CommandTool::base_env`]) minus
+//!   every provider secret: any variable named `API_KEY` or ending in `_API_KEY` (which covers
+//!   `OPENAI_API_KEY` and `ANTHROPIC_API_KEY`), and every name given with [`CommandTool::hide_env`]
+//!   (the CLI passes the agent's `api_key_env`).
+//! - Stdout beyond [`DEFAULT_MAX_OUTPUT_BYTES`] and stderr beyond [`DEFAULT_MAX_ERROR_BYTES`] are
+//!   cut, and the text says so.
+//! - The child leads its own process group. When the call is cancelled (its
+//!   [`agentloop::ToolContext`] token), times out, or its future is dropped, the whole group is
+//!   killed; when the program exits, whatever it left running in its group is killed too.
+//! - A program that cannot be started (missing, not executable) is a clear tool error, never a
+//!   panic.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use agentloop::{ExecutionMode, Tool, ToolContext, ToolError, ToolOutput};
+use serde_json::{Value, json};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::process::Command;
+
+/// The most stdout bytes the model reads from one call (64 KiB).
+pub const DEFAULT_MAX_OUTPUT_BYTES: usize = 64 * 1024;
+/// The most stderr bytes an error message holds (4 KiB).
+pub const DEFAULT_MAX_ERROR_BYTES: usize = 4 * 1024;
+
+/// True for a variable a command tool never sees: `API_KEY` or any name ending in `_API_KEY`
+/// (case-insensitive).
+pub fn is_secret_env(name: &str) -> bool {
+    let upper = name.to_ascii_uppercase();
+    upper == "API_KEY" || upper.ends_with("_API_KEY")
+}
+
+/// Why a command tool could not be built.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CommandToolError {
+    /// The command has no program.
+    #[error("the command of tool {tool:?} is empty: give at least the program to run")]
+    EmptyCommand {
+        /// The tool.
+        tool: String,
+    },
+}
+
+impl CommandToolError {
+    /// The stable code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            CommandToolError::EmptyCommand { .. } => "command.empty",
+        }
+    }
+}
+
+/// A command tool's definition. Build it, then turn it into a [`Tool`] with
+/// [`CommandTool::into_tool`].
+#[must_use]
+#[derive(Debug, Clone)]
+pub struct CommandTool {
+    name: String,
+    description: String,
+    command: Vec<String>,
+    input_schema: Value,
+    mode: ExecutionMode,
+    timeout: Option<Duration>,
+    working_dir: PathBuf,
+    hidden_env: Vec<String>,
+    base_env: Option<Vec<(OsString, OsString)>>,
+    max_output_bytes: usize,
+    max_error_bytes: usize,
+}
+
+impl CommandTool {
+    /// A tool named `name` that runs `command` (the program, then its arguments).
+    pub fn new(
+        name: impl Into<String>,
+        command: impl IntoIterator<Item = impl Into<String>>,
+    ) -> Self {
+        CommandTool {
+            name: name.into(),
+            description: String::new(),
+            command: command.into_iter().map(Into::into).collect(),
+            input_schema: json!({"type": "object", "properties": {}}),
+            mode: ExecutionMode::Parallel,
+            timeout: None,
+            working_dir: PathBuf::from("."),
+            hidden_env: Vec::new(),
+            base_env: None,
+            max_output_bytes: DEFAULT_MAX_OUTPUT_BYTES,
+            max_error_bytes: DEFAULT_MAX_ERROR_BYTES,
+        }
+    }
+
+    /// What the tool does, for the model.
+    pub fn description(mut self, description: impl Into<String>) -> Self {
+        self.description = description.into();
+        self
+    }
+
+    /// The JSON Schema of the arguments.
+    pub fn input_schema(mut self, schema: Value) -> Self {
+        self.input_schema = schema;
+        self
+    }
+
+    /// Parallel (the default) or sequential.
+    pub fn mode(mut self, mode: ExecutionMode) -> Self {
+        self.mode = mode;
+        self
+    }
+
+    /// Kills the command and answers a `timeout` tool error after this long.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+
+    /// The directory the command runs in, and that a relative program path starts from.
+    pub fn working_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.working_dir = dir.into();
+        self
+    }
+
+    /// Also removes this variable from the child's environment (besides every `*_API_KEY`).
+    pub fn hide_env(mut self, name: impl Into<String>) -> Self {
+        self.hidden_env.push(name.into());
+        self
+    }
+
+    /// The environment the child starts from, instead of this process's. Secrets are still
+    /// removed from it.
+    pub fn base_env(
+        mut self,
+        vars: impl IntoIterator<Item = (impl Into<OsString>, impl Into<OsString>)>,
+    ) -> Self {
+        self.base_env = Some(
+            vars.into_iter()
+                .map(|(k, v)| (k.into(), v.into()))
+                .collect(),
+        );
+        self
+    }
+
+    /// The most stdout bytes the model reads.
+    pub fn max_output_bytes(mut self, bytes: usize) -> Self {
+        self.max_output_bytes = bytes;
+        self
+    }
+
+    /// The most stderr bytes an error message holds.
+    pub fn max_error_bytes(mut self, bytes: usize) -> Self {
+        self.max_error_bytes = bytes;
+        self
+    }
+
+    /// The tool. The name and schema are checked when the tool is registered with an agent.
+    pub fn into_tool(self) -> Result<Tool, CommandToolError> {
+        if self.command.first().is_none_or(|p| p.is_empty()) {
+            return Err(CommandToolError::EmptyCommand { tool: self.name });
+        }
+        let mut builder = Tool::builder(self.name.clone())
+            .description(self.description.clone())
+            .mode(self.mode);
+        if let Some(t) = self.timeout {
+            builder = builder.timeout(t);
+        }
+        let schema = self.input_schema.clone();
+        let runner = Arc::new(Runner::from(self));
+        Ok(
+            builder.dynamic(schema, move |args: Value, ctx: ToolContext| {
+                let runner = runner.clone();
+                async move { runner.run(args, ctx).await }
+            }),
+        )
+    }
+}
+
+/// What a call needs, resolved once.
+struct Runner {
+    program: PathBuf,
+    args: Vec<String>,
+    working_dir: PathBuf,
+    env: Vec<(OsString, OsString)>,
+    timeout: Option<Duration>,
+    max_output_bytes: usize,
+    max_error_bytes: usize,
+}
+
+impl From<CommandTool> for Runner {
+    fn from(t: CommandTool) -> Self {
+        let mut argv = t.command.into_iter();
+        let program = argv.next().unwrap_or_default();
+        let program = if program.contains('/') && Path::new(&program).is_relative() {
+            t.working_dir.join(&program)
+        } else {
+            PathBuf::from(program)
+        };
+        let hidden = t.hidden_env;
+        let base: Vec<(OsString, OsString)> =
+            t.base_env.unwrap_or_else(|| std::env::vars_os().collect());
+        let env = base
+            .into_iter()
+            .filter(|(k, _)| {
+                let name = k.to_string_lossy();
+                !is_secret_env(&name) && !hidden.iter().any(|h| h == name.as_ref())
+            })
+            .collect();
+        Runner {
+            program,
+            args: argv.collect(),
+            working_dir: t.working_dir,
+            env,
+            timeout: t.timeout,
+            max_output_bytes: t.max_output_bytes,
+            max_error_bytes: t.max_error_bytes,
+        }
+    }
+}
+
+/// Kills a process group when dropped (the call ended, was cancelled or timed out).
+struct GroupKill(Option<i32>);
+
+impl GroupKill {
+    fn kill(&self) {
+        if let Some(pgid) = self.0 {
+            // ESRCH (the group is gone) is the usual answer and is fine.
+            let _ = nix::sys::signal::killpg(
+                nix::unistd::Pid::from_raw(pgid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+    }
+}
+
+impl Drop for GroupKill {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Bytes read from a pipe, at most a bound, and how many there were in all.
+struct Captured {
+    bytes: Vec<u8>,
+    total: usize,
+}
+
+async fn read_bounded(pipe: Option<impl AsyncRead + Unpin>, bound: usize) -> Captured {
+    let mut captured = Captured {
+        bytes: Vec::new(),
+        total: 0,
+    };
+    let Some(mut pipe) = pipe else {
+        return captured;
+    };
+    let mut chunk = [0u8; 8192];
+    loop {
+        match pipe.read(&mut chunk).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                let room = bound.saturating_sub(captured.bytes.len());
+                captured
+                    .bytes
+                    .extend_from_slice(chunk.get(..n.min(room)).unwrap_or_default());
+                captured.total += n;
+            }
+        }
+    }
+    captured
+}
+
+/// The text of captured bytes, cut at a character boundary, saying so when it was cut.
+fn bounded_text(c: &Captured, what: &str, trim: bool) -> String {
+    let text = String::from_utf8_lossy(&c.bytes);
+    let text = if trim { text.trim() } else { text.as_ref() };
+    if c.total > c.bytes.len() {
+        format!(
+            "{text}\n[{what} cut: showing the first {} of {} bytes]",
+            c.bytes.len(),
+            c.total
+        )
+    } else {
+        text.to_owned()
+    }
+}
+
+fn describe_status(status: &ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => format!("exit status {code}"),
+        (None, Some(sig)) => format!("killed by signal {sig}"),
+        (None, None) => "an unknown exit status".to_owned(),
+    }
+}
+
+impl Runner {
+    fn display_program(&self) -> String {
+        self.program.display().to_string()
+    }
+
+    async fn run(&self, args: Value, ctx: ToolContext) -> Result<ToolOutput, ToolError> {
+        let mut cmd = Command::new(&self.program);
+        cmd.args(&self.args)
+            .current_dir(&self.working_dir)
+            .env_clear()
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .process_group(0);
+        let mut child = match cmd.spawn() {
+            Ok(c) => c,
+            Err(e) => return Err(self.spawn_error(&e)),
+        };
+        let group = GroupKill(child.id().and_then(|id| i32::try_from(id).ok()));
+        let stdin = child.stdin.take();
+        let stdout = child.stdout.take();
+        let stderr = child.stderr.take();
+        let input = serde_json::to_vec(&args).unwrap_or_default();
+        let feed = async move {
+            if let Some(mut stdin) = stdin {
+                // A program that does not read its stdin closes the pipe: that is its business.
+                let _ = stdin.write_all(&input).await;
+                let _ = stdin.shutdown().await;
+            }
+        };
+        let work = async {
+            let wait = async {
+                let status = child.wait().await;
+                // Whatever the program left running in its group goes with it, so the pipes close.
+                group.kill();
+                status
+            };
+            let ((), out, err, status) = tokio::join!(
+                feed,
+                read_bounded(stdout, self.max_output_bytes),
+                read_bounded(stderr, self.max_error_bytes),
+                wait
+            );
+            (out, err, status)
+        };
+        let timeout = async {
+            match self.timeout {
+                Some(t) => tokio::time::sleep(t).await,
+                None => std::future::pending().await,
+            }
+        };
+        let (out, err, status) = tokio::select! {
+            biased;
+            () = ctx.cancel.cancelled() => {
+                return Err(ToolError::new("cancelled", format!("the call was cancelled and `{}` was killed", self.display_program())));
+            }
+            () = timeout => {
+                let secs = self.timeout.map_or(0.0, |t| t.as_secs_f64());
+                return Err(ToolError::new("timeout", format!("`{}` did not finish within {secs:.1} s and was killed", self.display_program())));
+            }
+            r = work => r,
+        };
+        drop(group);
+        let status = status.map_err(|e| {
+            ToolError::new(
+                "command_failed",
+                format!("waiting for `{}` failed: {e}", self.display_program()),
+            )
+        })?;
+        if status.success() {
+            let details = json!({"exit_code": 0, "stdout_bytes": out.total, "stderr": bounded_text(&err, "stderr", true)});
+            return Ok(ToolOutput::text(bounded_text(&out, "output", false)).with_details(details));
+        }
+        let stderr = bounded_text(&err, "stderr", true);
+        let message = if stderr.is_empty() {
+            format!(
+                "`{}` failed with {} and wrote nothing to stderr",
+                self.display_program(),
+                describe_status(&status)
+            )
+        } else {
+            stderr
+        };
+        Err(ToolError::new("command_failed", message))
+    }
+
+    fn spawn_error(&self, e: &std::io::Error) -> ToolError {
+        let program = self.display_program();
+        let dir = self.working_dir.display();
+        match e.kind() {
+            std::io::ErrorKind::NotFound if !self.working_dir.is_dir() => ToolError::new(
+                "command_not_found",
+                format!("cannot start `{program}`: the working directory {dir} does not exist"),
+            ),
+            std::io::ErrorKind::NotFound => ToolError::new(
+                "command_not_found",
+                format!(
+                    "cannot start `{program}`: no such program (looked on PATH, and relative to {dir} for a path)"
+                ),
+            ),
+            std::io::ErrorKind::PermissionDenied => ToolError::new(
+                "command_not_executable",
+                format!("cannot start `{program}`: permission denied (is it executable?)"),
+            ),
+            _ => ToolError::new(
+                "command_not_started",
+                format!("cannot start `{program}`: {e}"),
+            ),
+        }
+    }
+}

@@ -1,0 +1,273 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! The rules of command tools, each against a real child process.
+
+use std::path::Path;
+use std::time::Duration;
+
+use agentloop::{ToolContext, ToolError, ToolOutput};
+use agentloop_tools::{CommandTool, is_secret_env};
+use serde_json::{Value, json};
+
+fn ctx() -> ToolContext {
+    ToolContext::detached("call_1", "t")
+}
+
+async fn call(tool: CommandTool, args: Value) -> Result<ToolOutput, ToolError> {
+    tool.into_tool().unwrap().call(args, ctx()).await
+}
+
+fn text(out: &ToolOutput) -> String {
+    out.content.to_text()
+}
+
+fn recoverable(e: &ToolError) -> (&str, &str) {
+    match e {
+        ToolError::Recoverable { code, message } => (code, message),
+        other => panic!("expected a recoverable error, got {other:?}"),
+    }
+}
+
+/// True once no live (non-zombie) process has this pid.
+fn process_gone(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rsplit(')')
+            .next()
+            .is_some_and(|rest| rest.trim_start().starts_with('Z')),
+    }
+}
+
+async fn wait_gone(pid: u32) -> bool {
+    for _ in 0..100 {
+        if process_gone(pid) {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    false
+}
+
+async fn read_pid(path: &Path) -> u32 {
+    for _ in 0..250 {
+        if let Ok(s) = std::fs::read_to_string(path)
+            && let Ok(pid) = s.trim().parse()
+        {
+            return pid;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("the command never wrote its pid to {}", path.display());
+}
+
+#[tokio::test]
+async fn arguments_arrive_as_one_json_document_on_stdin() {
+    let tool = CommandTool::new(
+        "echo",
+        [
+            "python3",
+            "-c",
+            "import sys, json; d = json.load(sys.stdin); print(d['city'].upper(), d['n'] + 1)",
+        ],
+    );
+    let out = call(tool, json!({"city": "Paris", "n": 41})).await.unwrap();
+    assert_eq!(text(&out).trim(), "PARIS 42");
+}
+
+#[tokio::test]
+async fn stdout_is_the_result_untrimmed() {
+    let tool = CommandTool::new("t", ["printf", "  a\nb  "]);
+    let out = call(tool, json!({})).await.unwrap();
+    assert_eq!(text(&out), "  a\nb  ");
+}
+
+#[tokio::test]
+async fn non_zero_exit_is_a_recoverable_error_with_trimmed_stderr() {
+    let tool = CommandTool::new(
+        "t",
+        [
+            "sh",
+            "-c",
+            "echo partial; echo '  no such city: Atlantis  ' >&2; exit 3",
+        ],
+    );
+    let err = call(tool, json!({})).await.unwrap_err();
+    let (code, message) = recoverable(&err);
+    assert_eq!(code, "command_failed");
+    assert_eq!(message, "no such city: Atlantis");
+}
+
+#[tokio::test]
+async fn non_zero_exit_with_empty_stderr_names_the_exit_status() {
+    let tool = CommandTool::new("t", ["sh", "-c", "exit 7"]);
+    let err = call(tool, json!({})).await.unwrap_err();
+    let (_, message) = recoverable(&err);
+    assert!(message.contains("exit status 7"), "{message}");
+}
+
+#[tokio::test]
+async fn long_stderr_is_cut_and_says_so() {
+    let tool = CommandTool::new(
+        "t",
+        [
+            "sh",
+            "-c",
+            "head -c 10000 /dev/zero | tr '\\0' x >&2; exit 1",
+        ],
+    );
+    let err = call(tool, json!({})).await.unwrap_err();
+    let (_, message) = recoverable(&err);
+    assert!(
+        message.starts_with(&"x".repeat(4096)),
+        "kept the first 4 KiB"
+    );
+    assert!(
+        !message.starts_with(&"x".repeat(4097)),
+        "kept no more than 4 KiB"
+    );
+    assert!(
+        message.ends_with("[stderr cut: showing the first 4096 of 10000 bytes]"),
+        "{}",
+        &message[4090..]
+    );
+}
+
+#[tokio::test]
+async fn long_stdout_is_cut_and_says_so() {
+    let tool = CommandTool::new("t", ["sh", "-c", "head -c 5000 /dev/zero | tr '\\0' y"])
+        .max_output_bytes(1000);
+    let out = call(tool, json!({})).await.unwrap();
+    let t = text(&out);
+    assert!(t.starts_with(&"y".repeat(1000)));
+    assert!(
+        t.ends_with("[output cut: showing the first 1000 of 5000 bytes]"),
+        "{t}"
+    );
+}
+
+#[tokio::test]
+async fn provider_api_keys_never_reach_the_child() {
+    let tool = CommandTool::new("t", ["sh", "-c", "env | sort"])
+        .base_env([
+            ("PATH", std::env::var("PATH").unwrap()),
+            ("OPENAI_API_KEY", "sk-openai-secret".into()),
+            ("ANTHROPIC_API_KEY", "sk-ant-secret".into()),
+            ("GROQ_API_KEY", "gsk-secret".into()),
+            ("MY_PROVIDER_TOKEN", "named-secret".into()),
+            ("KEEP_ME", "visible".into()),
+        ])
+        .hide_env("MY_PROVIDER_TOKEN");
+    let out = text(&call(tool, json!({})).await.unwrap());
+    assert!(out.contains("KEEP_ME=visible"), "{out}");
+    for secret in [
+        "sk-openai-secret",
+        "sk-ant-secret",
+        "gsk-secret",
+        "named-secret",
+    ] {
+        assert!(!out.contains(secret), "{secret} leaked: {out}");
+    }
+}
+
+#[test]
+fn secret_rule_covers_every_api_key_name() {
+    assert!(is_secret_env("OPENAI_API_KEY"));
+    assert!(is_secret_env("anthropic_api_key"));
+    assert!(is_secret_env("API_KEY"));
+    assert!(!is_secret_env("API_KEYS_DIR"));
+    assert!(!is_secret_env("HOME"));
+}
+
+#[tokio::test]
+async fn missing_executable_is_a_clear_tool_error() {
+    let tool = CommandTool::new("t", ["definitely-not-a-program-4711"]);
+    let err = call(tool, json!({})).await.unwrap_err();
+    let (code, message) = recoverable(&err);
+    assert_eq!(code, "command_not_found");
+    assert!(
+        message.contains("definitely-not-a-program-4711"),
+        "{message}"
+    );
+}
+
+#[tokio::test]
+async fn runs_in_its_working_dir_and_resolves_relative_programs_there() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("tools")).unwrap();
+    let script = dir.path().join("tools/where.sh");
+    std::fs::write(&script, "#!/bin/sh\npwd\n").unwrap();
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let tool = CommandTool::new("t", ["tools/where.sh"]).working_dir(dir.path());
+    let out = call(tool, json!({})).await.unwrap();
+    let expected = dir.path().canonicalize().unwrap();
+    assert_eq!(
+        Path::new(text(&out).trim()).canonicalize().unwrap(),
+        expected
+    );
+}
+
+#[tokio::test]
+async fn cancellation_kills_the_command_and_its_children() {
+    let dir = tempfile::tempdir().unwrap();
+    let pidfile = dir.path().join("pid");
+    let tool = CommandTool::new("t", ["sh", "-c", "sleep 30 & echo $! > pid; wait"])
+        .working_dir(dir.path());
+    let tool = tool.into_tool().unwrap();
+    let context = ctx();
+    let cancel = context.cancel.clone();
+    let running = tokio::spawn(tool.call(json!({}), context));
+    let grandchild = read_pid(&pidfile).await;
+    cancel.cancel();
+    let err = tokio::time::timeout(Duration::from_secs(5), running)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(recoverable(&err).0, "cancelled");
+    assert!(
+        wait_gone(grandchild).await,
+        "the background child {grandchild} survived cancellation"
+    );
+}
+
+#[tokio::test]
+async fn timeout_kills_the_command_and_answers_a_timeout_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let tool = CommandTool::new("t", ["sh", "-c", "echo $$ > pid; sleep 30"])
+        .working_dir(dir.path())
+        .timeout(Duration::from_millis(400));
+    let started = std::time::Instant::now();
+    let err = call(tool, json!({})).await.unwrap_err();
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert_eq!(recoverable(&err).0, "timeout");
+    let pid = read_pid(&dir.path().join("pid")).await;
+    assert!(wait_gone(pid).await, "the timed-out command {pid} survived");
+}
+
+#[tokio::test]
+async fn dropping_the_call_kills_the_command() {
+    let dir = tempfile::tempdir().unwrap();
+    let tool =
+        CommandTool::new("t", ["sh", "-c", "echo $$ > pid; sleep 30"]).working_dir(dir.path());
+    let tool = tool.into_tool().unwrap();
+    let fut = tool.call(json!({}), ctx());
+    let _ = tokio::time::timeout(Duration::from_millis(300), fut).await;
+    let pid = read_pid(&dir.path().join("pid")).await;
+    assert!(wait_gone(pid).await, "the dropped command {pid} survived");
+}
+
+#[tokio::test]
+async fn a_program_ignoring_stdin_still_answers() {
+    let big = json!({"blob": "z".repeat(200_000)});
+    let tool = CommandTool::new("t", ["echo", "done"]);
+    let out = call(tool, big).await.unwrap();
+    assert_eq!(text(&out).trim(), "done");
+}
+
+#[test]
+fn an_empty_command_is_refused() {
+    let err = CommandTool::new("t", Vec::<String>::new())
+        .into_tool()
+        .unwrap_err();
+    assert_eq!(err.code(), "command.empty");
+}
