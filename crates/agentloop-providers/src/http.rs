@@ -1,0 +1,683 @@
+//! The HTTP plumbing every provider shares: client settings ([`HttpConfig`]), a JSON POST that
+//! enforces the request byte budget and classifies failures into [`ModelError`]s, and a
+//! server-sent-events reader with an idle timeout.
+//!
+//! Secrets stay here: the API key lives in a redacting wrapper, its header is marked sensitive, and
+//! no error built in this module carries a header or the raw response body, only the provider's
+//! own error type, code, message and parameter, the status and the request id.
+
+use std::fmt;
+use std::future::Future as _;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use agentloop::{ModelError, ModelErrorKind};
+use bytes::Bytes;
+use eventsource_stream::{EventStreamError, Eventsource};
+use futures::{Stream, StreamExt};
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+use serde::Deserialize;
+use serde_json::Value;
+
+/// How a provider sends its API key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AuthStyle {
+    /// `Authorization: Bearer <key>` (OpenAI and the servers that speak its API).
+    Bearer,
+    /// The key as the value of this header (`x-api-key` for Anthropic).
+    Header(String),
+}
+
+/// An API key. Its `Debug` never shows the value.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ApiKey(String);
+
+impl ApiKey {
+    /// Wraps a key.
+    pub fn new(key: impl Into<String>) -> Self {
+        ApiKey(key.into())
+    }
+
+    /// The key itself, for building the auth header.
+    fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for ApiKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ApiKey(<redacted>)")
+    }
+}
+
+/// Where the API key comes from.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum KeySource {
+    /// No key (local servers such as Ollama or llama.cpp).
+    #[default]
+    None,
+    /// This key.
+    Value(ApiKey),
+    /// The environment variable of this name, read at each request.
+    Env(String),
+}
+
+/// Client settings shared by every provider.
+#[derive(Debug, Clone)]
+pub struct HttpConfig {
+    /// The API's base URL, without a trailing slash (`https://api.openai.com/v1`).
+    pub base_url: String,
+    /// Where the key comes from.
+    pub key: KeySource,
+    /// How the key is sent.
+    pub auth: AuthStyle,
+    /// Headers added to every request (organization, project, version headers...).
+    pub extra_headers: Vec<(String, String)>,
+    /// Time allowed to open the connection.
+    pub connect_timeout: Duration,
+    /// Time allowed for the whole request, body included (`None`: no limit).
+    pub request_timeout: Option<Duration>,
+    /// Longest silence allowed between two chunks of a streamed body.
+    pub idle_timeout: Duration,
+    /// The largest encoded request body sent; a larger one fails before it is sent.
+    pub max_request_bytes: usize,
+    /// The largest error body read to classify a failed request.
+    pub max_error_body_bytes: usize,
+    /// The largest single server-sent event (a line longer than this fails the stream).
+    pub max_event_bytes: usize,
+}
+
+/// Defaults: 10 s to connect, 10 min per request, 60 s of stream silence, 8 MiB bodies.
+impl Default for HttpConfig {
+    fn default() -> Self {
+        HttpConfig {
+            base_url: String::new(),
+            key: KeySource::None,
+            auth: AuthStyle::Bearer,
+            extra_headers: Vec::new(),
+            connect_timeout: Duration::from_secs(10),
+            request_timeout: Some(Duration::from_secs(600)),
+            idle_timeout: Duration::from_secs(60),
+            max_request_bytes: 8 * 1024 * 1024,
+            max_error_body_bytes: 64 * 1024,
+            max_event_bytes: 16 * 1024 * 1024,
+        }
+    }
+}
+
+impl HttpConfig {
+    /// Settings for this base URL, with the defaults above.
+    pub fn new(base_url: impl Into<String>) -> Self {
+        let mut base_url = base_url.into();
+        while base_url.ends_with('/') {
+            base_url.pop();
+        }
+        HttpConfig { base_url, ..Default::default() }
+    }
+}
+
+/// A built HTTP client for one provider: cheap to clone.
+#[derive(Debug, Clone)]
+pub struct HttpClient {
+    client: reqwest::Client,
+    config: HttpConfig,
+    provider: String,
+}
+
+impl HttpClient {
+    /// Builds the client. `provider` names the provider in errors (`openai`, `anthropic`).
+    pub fn new(config: HttpConfig, provider: impl Into<String>) -> Result<Self, ModelError> {
+        let provider = provider.into();
+        let mut builder = reqwest::Client::builder().connect_timeout(config.connect_timeout);
+        if let Some(t) = config.request_timeout {
+            builder = builder.timeout(t);
+        }
+        let client = builder.build().map_err(|e| {
+            ModelError::new(ModelErrorKind::Other, format!("cannot build the HTTP client: {}", e.without_url()))
+                .with_provider(provider.clone())
+        })?;
+        Ok(HttpClient { client, config, provider })
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &HttpConfig {
+        &self.config
+    }
+
+    /// The provider name used in errors.
+    pub fn provider(&self) -> &str {
+        &self.provider
+    }
+
+    /// Sets the provider name used in errors.
+    pub fn set_provider(&mut self, provider: impl Into<String>) {
+        self.provider = provider.into();
+    }
+
+    fn error(&self, kind: ModelErrorKind, message: impl Into<String>) -> ModelError {
+        ModelError::new(kind, message).with_provider(self.provider.clone())
+    }
+
+    fn auth_header(&self) -> Result<Option<(HeaderName, HeaderValue)>, ModelError> {
+        let key = match &self.config.key {
+            KeySource::None => return Ok(None),
+            KeySource::Value(k) => k.expose().to_owned(),
+            KeySource::Env(var) => match std::env::var(var) {
+                Ok(k) if !k.trim().is_empty() => k,
+                _ => {
+                    return Err(self.error(
+                        ModelErrorKind::Authentication,
+                        format!("no API key: the environment variable {var} is not set"),
+                    ));
+                }
+            },
+        };
+        let (name, value) = match &self.config.auth {
+            AuthStyle::Bearer => (reqwest::header::AUTHORIZATION, format!("Bearer {}", key.trim())),
+            AuthStyle::Header(h) => {
+                let name = HeaderName::from_bytes(h.as_bytes())
+                    .map_err(|_| self.error(ModelErrorKind::Other, format!("invalid auth header name {h:?}")))?;
+                (name, key.trim().to_owned())
+            }
+        };
+        let mut value = HeaderValue::from_str(&value)
+            .map_err(|_| self.error(ModelErrorKind::Authentication, "the API key holds characters a header cannot carry"))?;
+        value.set_sensitive(true);
+        Ok(Some((name, value)))
+    }
+
+    /// POSTs an encoded JSON body to `base_url + path`. The body must fit the byte budget (checked
+    /// before anything is sent). A non-2xx answer becomes a classified error; a 2xx answer is
+    /// returned for the caller to read.
+    pub async fn post_json(&self, path: &str, body: Vec<u8>) -> Result<reqwest::Response, ModelError> {
+        check_budget(&self.provider, body.len(), self.config.max_request_bytes)?;
+        let mut headers = HeaderMap::new();
+        headers.insert(reqwest::header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        for (name, value) in &self.config.extra_headers {
+            let name = HeaderName::from_bytes(name.as_bytes())
+                .map_err(|_| self.error(ModelErrorKind::Other, format!("invalid header name {name:?}")))?;
+            let value = HeaderValue::from_str(value)
+                .map_err(|_| self.error(ModelErrorKind::Other, format!("invalid value for header {name}")))?;
+            headers.insert(name, value);
+        }
+        if let Some((name, value)) = self.auth_header()? {
+            headers.insert(name, value);
+        }
+        let url = format!("{}{}", self.config.base_url, path);
+        let response = self
+            .client
+            .post(url)
+            .headers(headers)
+            .body(body)
+            .send()
+            .await
+            .map_err(|e| transport_error(&self.provider, &e))?;
+        let status = response.status();
+        if status.is_success() {
+            return Ok(response);
+        }
+        let headers = response.headers().clone();
+        let body = read_limited(response, self.config.max_error_body_bytes).await.unwrap_or_default();
+        Err(classify_http_error(&self.provider, status.as_u16(), &headers, &body))
+    }
+
+    /// Reads a whole (non-streamed) response body.
+    pub async fn read_body(&self, response: reqwest::Response) -> Result<Bytes, ModelError> {
+        response.bytes().await.map_err(|e| transport_error(&self.provider, &e))
+    }
+
+    /// Reads a streamed response as server-sent events, with this client's idle timeout.
+    pub fn sse(&self, response: reqwest::Response) -> SseStream {
+        let provider = self.provider.clone();
+        let bytes = response.bytes_stream().map(move |r| r.map_err(|e| transport_error(&provider, &e)));
+        SseStream::new(bytes, &self.provider, Some(self.config.idle_timeout), self.config.max_event_bytes)
+    }
+}
+
+/// Fails with [`ModelErrorKind::RequestTooLarge`] when `len` exceeds `max`.
+pub fn check_budget(provider: &str, len: usize, max: usize) -> Result<(), ModelError> {
+    if len > max {
+        return Err(ModelError::new(
+            ModelErrorKind::RequestTooLarge,
+            format!("the encoded request is {len} bytes, over the budget of {max} bytes; it was not sent"),
+        )
+        .with_provider(provider));
+    }
+    Ok(())
+}
+
+async fn read_limited(mut response: reqwest::Response, max: usize) -> Result<Vec<u8>, reqwest::Error> {
+    let mut out = Vec::new();
+    while let Some(chunk) = response.chunk().await? {
+        let room = max.saturating_sub(out.len());
+        out.extend_from_slice(chunk.get(..room.min(chunk.len())).unwrap_or_default());
+        if out.len() >= max {
+            break;
+        }
+    }
+    Ok(out)
+}
+
+/// Turns a transport failure into a [`ModelError`] (timeout or connection), without the URL.
+pub fn transport_error(provider: &str, e: &reqwest::Error) -> ModelError {
+    let kind = if e.is_timeout() {
+        ModelErrorKind::Timeout
+    } else if e.is_decode() {
+        ModelErrorKind::Decode
+    } else if e.is_builder() {
+        ModelErrorKind::Other
+    } else {
+        ModelErrorKind::Connection
+    };
+    let mut message = match kind {
+        ModelErrorKind::Timeout => "the request timed out".to_owned(),
+        ModelErrorKind::Connection if e.is_connect() => "could not connect".to_owned(),
+        ModelErrorKind::Connection => "the connection failed or was dropped".to_owned(),
+        _ => "the request failed".to_owned(),
+    };
+    // The source chain names the cause (reset, closed before complete...) and holds no secret.
+    let mut source = std::error::Error::source(e);
+    if let Some(s) = source.take() {
+        message.push_str(": ");
+        message.push_str(&s.to_string());
+    }
+    ModelError::new(kind, message).with_provider(provider)
+}
+
+/// A provider's error object, as the OpenAI and Anthropic envelopes carry it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ProviderError {
+    /// The error type (`invalid_request_error`, `overloaded_error`).
+    pub error_type: Option<String>,
+    /// The error code (`model_not_found`); numeric codes are kept as their decimal text.
+    pub code: Option<String>,
+    /// The human-readable message.
+    pub message: Option<String>,
+    /// The parameter the provider blamed.
+    pub param: Option<String>,
+    /// A request id carried in the body (Anthropic).
+    pub request_id: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct RawErrorObject {
+    #[serde(default, rename = "type")]
+    error_type: Option<Value>,
+    #[serde(default)]
+    code: Option<Value>,
+    #[serde(default)]
+    message: Option<Value>,
+    #[serde(default)]
+    param: Option<Value>,
+}
+
+#[derive(Deserialize)]
+struct RawErrorEnvelope {
+    #[serde(default)]
+    error: Option<Value>,
+    #[serde(default, rename = "type")]
+    error_type: Option<Value>,
+    #[serde(default)]
+    code: Option<Value>,
+    #[serde(default)]
+    message: Option<Value>,
+    #[serde(default)]
+    param: Option<Value>,
+    #[serde(default)]
+    request_id: Option<Value>,
+}
+
+fn value_text(v: Option<Value>) -> Option<String> {
+    match v? {
+        Value::String(s) if !s.is_empty() => Some(s),
+        Value::Number(n) => Some(n.to_string()),
+        Value::Bool(b) => Some(b.to_string()),
+        _ => None,
+    }
+}
+
+impl ProviderError {
+    /// Reads an error envelope: `{"error": {...}}` (OpenAI and compatible servers),
+    /// `{"type": "error", "error": {...}}` (Anthropic), `{"error": "text"}` (Ollama and others) or a
+    /// bare `{"type", "code", "message"}` object (the Responses `error` event). `None` when the
+    /// bytes hold none of these.
+    pub fn parse(body: &[u8]) -> Option<ProviderError> {
+        let envelope: RawErrorEnvelope = serde_json::from_slice(body).ok()?;
+        Self::from_envelope(envelope)
+    }
+
+    /// Like [`ProviderError::parse`], from a parsed JSON value.
+    pub fn from_value(value: &Value) -> Option<ProviderError> {
+        let envelope = RawErrorEnvelope::deserialize(value).ok()?;
+        Self::from_envelope(envelope)
+    }
+
+    fn from_envelope(envelope: RawErrorEnvelope) -> Option<ProviderError> {
+        let request_id = value_text(envelope.request_id);
+        match envelope.error {
+            Some(Value::Object(map)) => {
+                let inner = RawErrorObject::deserialize(Value::Object(map)).ok()?;
+                Some(ProviderError {
+                    error_type: value_text(inner.error_type),
+                    code: value_text(inner.code),
+                    message: value_text(inner.message),
+                    param: value_text(inner.param),
+                    request_id,
+                })
+            }
+            Some(Value::String(message)) => Some(ProviderError { message: Some(message), request_id, ..Default::default() }),
+            _ => {
+                let error_type = value_text(envelope.error_type).filter(|t| t != "error");
+                let code = value_text(envelope.code);
+                let message = value_text(envelope.message);
+                if error_type.is_none() && code.is_none() && message.is_none() {
+                    return None;
+                }
+                Some(ProviderError { error_type, code, message, param: value_text(envelope.param), request_id })
+            }
+        }
+    }
+
+    fn is(&self, word: &str) -> bool {
+        self.code.as_deref() == Some(word) || self.error_type.as_deref() == Some(word)
+    }
+
+    fn mentions_context_length(&self) -> bool {
+        if self.is("context_length_exceeded") || self.is("string_above_max_length") {
+            return true;
+        }
+        let Some(message) = &self.message else { return false };
+        let m = message.to_ascii_lowercase();
+        m.contains("context length")
+            || m.contains("context_length")
+            || m.contains("context window")
+            || m.contains("maximum context")
+            || m.contains("prompt is too long")
+    }
+
+    /// The kind of failure this error (with this HTTP status, if any) is.
+    pub fn kind(&self, status: Option<u16>) -> ModelErrorKind {
+        if self.is("insufficient_quota") {
+            return ModelErrorKind::QuotaExceeded;
+        }
+        if self.mentions_context_length() {
+            return ModelErrorKind::ContextLength;
+        }
+        if self.is("model_not_found") || (status == Some(404) && self.is("not_found_error")) {
+            return ModelErrorKind::ModelNotFound;
+        }
+        if matches!(status, Some(401 | 403)) || self.is("authentication_error") || self.is("permission_error") {
+            return ModelErrorKind::Authentication;
+        }
+        if status == Some(529) || self.is("overloaded_error") {
+            return ModelErrorKind::Overloaded;
+        }
+        if status == Some(429) || self.is("rate_limit_error") || self.is("rate_limit_exceeded") {
+            return ModelErrorKind::RateLimited;
+        }
+        match status {
+            Some(408) => ModelErrorKind::Timeout,
+            Some(s) if s >= 500 => ModelErrorKind::Server,
+            Some(s) if s >= 400 => ModelErrorKind::InvalidRequest,
+            Some(_) => ModelErrorKind::Other,
+            None if self.is("server_error") || self.is("api_error") => ModelErrorKind::Server,
+            None if self.is("invalid_request_error") => ModelErrorKind::InvalidRequest,
+            None => ModelErrorKind::Other,
+        }
+    }
+
+    /// The [`ModelError`] this provider error means. `status` is the HTTP status, `None` for an
+    /// error reported inside a successful stream.
+    pub fn into_model_error(self, provider: &str, status: Option<u16>) -> ModelError {
+        let kind = self.kind(status);
+        let message = self.message.clone().unwrap_or_else(|| match status {
+            Some(s) => format!("HTTP {s}{}", reason_suffix(s)),
+            None => "the provider reported an error".to_owned(),
+        });
+        let mut error = ModelError::new(kind, message).with_provider(provider);
+        error.status = status;
+        error.error_type = self.error_type;
+        error.provider_code = self.code;
+        error.param = self.param;
+        error.request_id = self.request_id;
+        error
+    }
+}
+
+fn reason_suffix(status: u16) -> String {
+    reqwest::StatusCode::from_u16(status)
+        .ok()
+        .and_then(|s| s.canonical_reason())
+        .map(|r| format!(" {r}"))
+        .unwrap_or_default()
+}
+
+/// Classifies a failed HTTP answer: status, headers and (at most the provider's message from) the
+/// body. Never reads a credential: only the request id and retry headers are looked at.
+pub fn classify_http_error(provider: &str, status: u16, headers: &HeaderMap, body: &[u8]) -> ModelError {
+    let parsed = ProviderError::parse(body).unwrap_or_default();
+    let mut error = parsed.into_model_error(provider, Some(status));
+    if let Some(id) = request_id(headers) {
+        error.request_id = Some(id);
+    }
+    error.retry_after = retry_after(headers);
+    error
+}
+
+/// The provider's request id header (`x-request-id`, `request-id`).
+pub fn request_id(headers: &HeaderMap) -> Option<String> {
+    ["x-request-id", "request-id"]
+        .iter()
+        .find_map(|name| headers.get(*name).and_then(|v| v.to_str().ok()).map(str::to_owned))
+}
+
+/// How long the server asks us to wait: `retry-after-ms` (milliseconds) first, then
+/// `retry-after` in seconds (an HTTP date is not honoured).
+pub fn retry_after(headers: &HeaderMap) -> Option<Duration> {
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim);
+    let positive = |v: f64| v.is_finite() && v >= 0.0;
+    if let Some(ms) = header("retry-after-ms").and_then(|v| v.parse::<f64>().ok()).filter(|v| positive(*v)) {
+        return Some(Duration::from_secs_f64(ms.min(1e12) / 1000.0));
+    }
+    header("retry-after")
+        .and_then(|v| v.parse::<f64>().ok())
+        .filter(|v| positive(*v))
+        .map(|s| Duration::from_secs_f64(s.min(1e9)))
+}
+
+/// One server-sent event: its `event:` name (empty when absent) and its joined `data:` lines.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SseEvent {
+    /// The event name.
+    pub event: String,
+    /// The data.
+    pub data: String,
+}
+
+type ByteStream = Pin<Box<dyn Stream<Item = Result<Bytes, ModelError>> + Send>>;
+type EventInner = Pin<Box<dyn Stream<Item = Result<eventsource_stream::Event, EventStreamError<ModelError>>> + Send>>;
+
+/// Server-sent events read from a byte stream. A silence longer than the idle timeout fails with
+/// [`ModelErrorKind::Timeout`]; a transport failure with its own kind; a malformed stream (bad
+/// UTF-8, an over-long line) with [`ModelErrorKind::Stream`]. After an error the stream ends.
+pub struct SseStream {
+    inner: EventInner,
+    idle: Option<Duration>,
+    sleep: Option<Pin<Box<tokio::time::Sleep>>>,
+    provider: String,
+    done: bool,
+}
+
+impl fmt::Debug for SseStream {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SseStream").field("provider", &self.provider).field("done", &self.done).finish()
+    }
+}
+
+impl SseStream {
+    /// Reads events from `bytes`. `idle` needs a tokio runtime with time enabled; pass `None`
+    /// to parse without one (fuzzing, benchmarks).
+    pub fn new<S>(bytes: S, provider: &str, idle: Option<Duration>, max_event_bytes: usize) -> Self
+    where
+        S: Stream<Item = Result<Bytes, ModelError>> + Send + 'static,
+    {
+        let checked: ByteStream = Box::pin(GuardedBytes {
+            inner: Box::pin(bytes),
+            provider: provider.to_owned(),
+            max_line: max_event_bytes,
+            line_len: 0,
+            utf8_carry: Vec::new(),
+            failed: false,
+        });
+        SseStream { inner: Box::pin(checked.eventsource()), idle, sleep: None, provider: provider.to_owned(), done: false }
+    }
+
+    /// Reads events from bytes already in memory, without a runtime: the parsing path that
+    /// streamed responses take, for fuzzing and benchmarks.
+    pub fn from_bytes(bytes: Bytes, provider: &str) -> Self {
+        Self::new(futures::stream::iter([Ok(bytes)]), provider, None, usize::MAX)
+    }
+}
+
+impl Stream for SseStream {
+    type Item = Result<SseEvent, ModelError>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        if self.done {
+            return Poll::Ready(None);
+        }
+        match self.inner.as_mut().poll_next(cx) {
+            Poll::Ready(item) => {
+                self.sleep = None;
+                match item {
+                    None => {
+                        self.done = true;
+                        Poll::Ready(None)
+                    }
+                    Some(Ok(e)) => Poll::Ready(Some(Ok(SseEvent { event: e.event, data: e.data }))),
+                    Some(Err(e)) => {
+                        self.done = true;
+                        let error = match e {
+                            EventStreamError::Transport(e) => e,
+                            EventStreamError::Utf8(_) => {
+                                ModelError::new(ModelErrorKind::Stream, "the event stream is not valid UTF-8")
+                                    .with_provider(self.provider.clone())
+                            }
+                            EventStreamError::Parser(_) => {
+                                ModelError::new(ModelErrorKind::Stream, "the event stream is malformed")
+                                    .with_provider(self.provider.clone())
+                            }
+                        };
+                        Poll::Ready(Some(Err(error)))
+                    }
+                }
+            }
+            Poll::Pending => {
+                let Some(idle) = self.idle else { return Poll::Pending };
+                let sleep = self.sleep.get_or_insert_with(|| Box::pin(tokio::time::sleep(idle)));
+                match sleep.as_mut().poll(cx) {
+                    Poll::Ready(()) => {
+                        self.done = true;
+                        self.sleep = None;
+                        Poll::Ready(Some(Err(ModelError::new(
+                            ModelErrorKind::Timeout,
+                            format!("the stream was idle for {} s", idle.as_secs_f64()),
+                        )
+                        .with_provider(self.provider.clone()))))
+                    }
+                    Poll::Pending => Poll::Pending,
+                }
+            }
+        }
+    }
+}
+
+/// A byte stream that fails on invalid UTF-8 at once (rather than buffering the rest of the
+/// stream) and on a line longer than the event budget (rather than growing without bound).
+struct GuardedBytes {
+    inner: ByteStream,
+    provider: String,
+    max_line: usize,
+    line_len: usize,
+    utf8_carry: Vec<u8>,
+    failed: bool,
+}
+
+impl GuardedBytes {
+    fn fail(&mut self, message: &str) -> Poll<Option<Result<Bytes, ModelError>>> {
+        self.failed = true;
+        Poll::Ready(Some(Err(ModelError::new(ModelErrorKind::Stream, message).with_provider(self.provider.clone()))))
+    }
+
+    /// Checks a chunk: UTF-8 (carrying an incomplete trailing sequence to the next chunk) and
+    /// line length. Returns an error message when the chunk is bad.
+    fn check(&mut self, chunk: &[u8]) -> Result<(), &'static str> {
+        let head_len = if self.utf8_carry.is_empty() {
+            0
+        } else {
+            // Complete the carried sequence with at most 3 bytes of this chunk.
+            let need = 4usize.saturating_sub(self.utf8_carry.len()).min(chunk.len());
+            let mut joined = std::mem::take(&mut self.utf8_carry);
+            joined.extend_from_slice(chunk.get(..need).unwrap_or_default());
+            match std::str::from_utf8(&joined) {
+                Ok(_) => need,
+                Err(e) if e.error_len().is_none() && e.valid_up_to() == 0 => {
+                    if need == chunk.len() {
+                        self.utf8_carry = joined;
+                        return Ok(());
+                    }
+                    return Err("the event stream is not valid UTF-8");
+                }
+                Err(e) if e.error_len().is_some() && e.valid_up_to() == 0 => {
+                    return Err("the event stream is not valid UTF-8");
+                }
+                Err(e) => e.valid_up_to().saturating_sub(joined.len() - need),
+            }
+        };
+        let rest = chunk.get(head_len..).unwrap_or_default();
+        match std::str::from_utf8(rest) {
+            Ok(_) => {}
+            Err(e) if e.error_len().is_none() => {
+                self.utf8_carry = rest.get(e.valid_up_to()..).unwrap_or_default().to_vec();
+            }
+            Err(_) => return Err("the event stream is not valid UTF-8"),
+        }
+        match chunk.iter().rposition(|b| *b == b'\n' || *b == b'\r') {
+            Some(p) => self.line_len = chunk.len() - p - 1,
+            None => self.line_len = self.line_len.saturating_add(chunk.len()),
+        }
+        if self.line_len > self.max_line {
+            return Err("an event of the stream is larger than the event budget");
+        }
+        Ok(())
+    }
+}
+
+impl Stream for GuardedBytes {
+    type Item = Result<Bytes, ModelError>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        if self.failed {
+            return Poll::Ready(None);
+        }
+        match self.inner.as_mut().poll_next(cx) {
+            Poll::Ready(Some(Ok(chunk))) => match self.check(&chunk) {
+                Ok(()) => Poll::Ready(Some(Ok(chunk))),
+                Err(message) => self.fail(message),
+            },
+            Poll::Ready(Some(Err(e))) => {
+                self.failed = true;
+                Poll::Ready(Some(Err(e)))
+            }
+            Poll::Ready(None) => {
+                if !self.utf8_carry.is_empty() {
+                    self.utf8_carry.clear();
+                    return self.fail("the event stream ends inside a UTF-8 character");
+                }
+                Poll::Ready(None)
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
