@@ -21,9 +21,13 @@ use crate::error::RunError;
 use crate::event::{Event, EventKind, EventSink, Sinks};
 use crate::ids::{IdSource, UuidIds};
 use crate::limits::{Limits, Pricing};
-use crate::machine::{Action, AgentConfig, Batch, CallOutcome, CallResult, DecisionPolicy, RunMachine};
+use crate::machine::{
+    Action, AgentConfig, Batch, CallOutcome, CallResult, DecisionPolicy, RunMachine,
+};
 use crate::message::Message;
-use crate::model::{Model, ModelError, ModelEvent, ModelResponse, ModelSettings, ResponseAccumulator};
+use crate::model::{
+    Model, ModelError, ModelEvent, ModelResponse, ModelSettings, ResponseAccumulator,
+};
 use crate::outcome::RunOutcome;
 use crate::tool::{ProgressSender, Tool, ToolContext, ToolError, ToolSet, compile_schema};
 
@@ -84,7 +88,10 @@ pub struct Agent {
 
 impl std::fmt::Debug for Agent {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Agent").field("config", &self.inner.cfg).field("model", &self.inner.model.id()).finish()
+        f.debug_struct("Agent")
+            .field("config", &self.inner.cfg)
+            .field("model", &self.inner.model.id())
+            .finish()
     }
 }
 
@@ -108,7 +115,10 @@ pub struct AgentBuilder {
 
 impl std::fmt::Debug for AgentBuilder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AgentBuilder").field("name", &self.name).field("tools", &self.tools).finish_non_exhaustive()
+        f.debug_struct("AgentBuilder")
+            .field("name", &self.name)
+            .field("tools", &self.tools)
+            .finish_non_exhaustive()
     }
 }
 
@@ -144,20 +154,36 @@ impl Agent {
 
     /// Runs the agent on one input.
     pub async fn run(&self, input: impl Into<String>) -> RunOutcome {
-        self.run_with(Vec::new(), Some(Message::user(input)), RunOptions::default()).await
+        self.run_with(
+            Vec::new(),
+            Some(Message::user(input)),
+            RunOptions::default(),
+        )
+        .await
     }
 
     /// Runs the agent on one input, continuing a session; the session holds the new transcript
     /// afterwards.
     pub async fn run_in(&self, session: &mut Session, input: impl Into<String>) -> RunOutcome {
         let transcript = std::mem::take(&mut session.messages);
-        let outcome = self.run_with(transcript, Some(Message::user(input)), RunOptions::default()).await;
+        let outcome = self
+            .run_with(
+                transcript,
+                Some(Message::user(input)),
+                RunOptions::default(),
+            )
+            .await;
         session.messages = outcome.transcript.clone();
         outcome
     }
 
     /// Runs the agent over a transcript with an optional new message, with options.
-    pub async fn run_with(&self, transcript: Vec<Message>, input: Option<Message>, options: RunOptions) -> RunOutcome {
+    pub async fn run_with(
+        &self,
+        transcript: Vec<Message>,
+        input: Option<Message>,
+        options: RunOptions,
+    ) -> RunOutcome {
         let run_id: Arc<str> = Arc::from(self.inner.ids.run_id());
         let cfg = match &options.limits {
             Some(limits) => Arc::new(AgentConfig {
@@ -192,16 +218,27 @@ impl Agent {
             skip_tools: options.skip_tools,
             start: Instant::now(),
         };
-        driver.drive(machine, input_text, options.parent_run_id).await
+        driver
+            .drive(machine, input_text, options.parent_run_id)
+            .await
     }
 
     /// Runs the agent and yields its events as they happen, then the outcome.
     pub fn stream(&self, input: impl Into<String>) -> RunStream {
-        self.stream_with(Vec::new(), Some(Message::user(input)), RunOptions::default())
+        self.stream_with(
+            Vec::new(),
+            Some(Message::user(input)),
+            RunOptions::default(),
+        )
     }
 
     /// [`Agent::stream`] over a transcript, with options.
-    pub fn stream_with(&self, transcript: Vec<Message>, input: Option<Message>, mut options: RunOptions) -> RunStream {
+    pub fn stream_with(
+        &self,
+        transcript: Vec<Message>,
+        input: Option<Message>,
+        mut options: RunOptions,
+    ) -> RunStream {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<Event>();
         let sink = move |e: &Event| {
             let _ = tx.send(e.clone());
@@ -209,7 +246,10 @@ impl Agent {
         options.sinks.push(Arc::new(sink));
         let agent = self.clone();
         let handle = tokio::spawn(async move { agent.run_with(transcript, input, options).await });
-        RunStream { events: rx, handle: Some(handle) }
+        RunStream {
+            events: rx,
+            handle: Some(handle),
+        }
     }
 }
 
@@ -239,7 +279,9 @@ impl Stream for RunStream {
             Poll::Ready(None) => {}
             Poll::Pending => return Poll::Pending,
         }
-        let Some(handle) = self.handle.as_mut() else { return Poll::Ready(None) };
+        let Some(handle) = self.handle.as_mut() else {
+            return Poll::Ready(None);
+        };
         match handle.poll_unpin(cx) {
             Poll::Pending => Poll::Pending,
             Poll::Ready(result) => {
@@ -369,12 +411,15 @@ impl AgentBuilder {
             return Err(e);
         }
         let Some(model) = self.model else {
-            return Err(RunError::Other { message: "the agent has no model".into() });
+            return Err(RunError::Other {
+                message: "the agent has no model".into(),
+            });
         };
         let output_schema = match self.output_schema {
             Some(schema) => {
-                let validator = compile_schema(&schema)
-                    .map_err(|e| RunError::Other { message: format!("invalid output schema: {e}") })?;
+                let validator = compile_schema(&schema).map_err(|e| RunError::Other {
+                    message: format!("invalid output schema: {e}"),
+                })?;
                 Some((schema, Arc::new(validator)))
             }
             None => None,
@@ -416,7 +461,11 @@ struct Driver<'a> {
 
 impl Driver<'_> {
     fn emit(&self, run_id: &Arc<str>, turn: u32, kind: EventKind) {
-        self.sinks.emit(&Event { run_id: run_id.clone(), turn, kind });
+        self.sinks.emit(&Event {
+            run_id: run_id.clone(),
+            turn,
+            kind,
+        });
     }
 
     fn flush(&self, m: &mut RunMachine) {
@@ -449,7 +498,12 @@ impl Driver<'_> {
         }
     }
 
-    async fn drive(&self, mut m: RunMachine, input: String, parent_run_id: Option<String>) -> RunOutcome {
+    async fn drive(
+        &self,
+        mut m: RunMachine,
+        input: String,
+        parent_run_id: Option<String>,
+    ) -> RunOutcome {
         let observed = !self.sinks.is_empty();
         m.record_events(observed);
         let run_id = m.run_id().clone();
@@ -518,7 +572,9 @@ impl Driver<'_> {
                     m.on_tool_outcomes(outcomes);
                     match interrupt {
                         Some(Interrupt::Cancelled) if !m.is_done() => m.on_cancelled(),
-                        Some(Interrupt::Deadline) if !m.is_done() => m.on_deadline(self.start.elapsed()),
+                        Some(Interrupt::Deadline) if !m.is_done() => {
+                            m.on_deadline(self.start.elapsed())
+                        }
                         _ => {}
                     }
                 }
@@ -565,11 +621,15 @@ impl Driver<'_> {
             let event = event?;
             if observed {
                 match &event {
-                    ModelEvent::TextDelta(t) => self.emit(run_id, turn, EventKind::TextDelta { text: t.clone() }),
+                    ModelEvent::TextDelta(t) => {
+                        self.emit(run_id, turn, EventKind::TextDelta { text: t.clone() })
+                    }
                     ModelEvent::ReasoningDelta(t) => {
                         self.emit(run_id, turn, EventKind::ReasoningDelta { text: t.clone() })
                     }
-                    ModelEvent::ToolCallStart { index, id, name } => names.push((*index, id.clone(), name.clone())),
+                    ModelEvent::ToolCallStart { index, id, name } => {
+                        names.push((*index, id.clone(), name.clone()))
+                    }
                     ModelEvent::ToolCallDelta { index, arguments } => {
                         let known = names.iter().find(|(i, _, _)| i == index);
                         self.emit(
@@ -616,7 +676,9 @@ impl Driver<'_> {
                 Err(e) => {
                     let message = e.to_string();
                     for slot in outcomes.iter_mut() {
-                        *slot = Some(CallOutcome::instant(CallResult::Denied { reason: message.clone() }));
+                        *slot = Some(CallOutcome::instant(CallResult::Denied {
+                            reason: message.clone(),
+                        }));
                     }
                 }
             }
@@ -628,12 +690,20 @@ impl Driver<'_> {
         }
 
         let cfg = m.config();
-        let cap = if batch.sequential { 1 } else { cfg.limits.max_concurrency.max(1) };
+        let cap = if batch.sequential {
+            1
+        } else {
+            cfg.limits.max_concurrency.max(1)
+        };
         let observed = !self.sinks.is_empty();
         let progress_sink: Arc<dyn EventSink> = Arc::new(self.sinks.clone());
         let calls_cancel = self.cancel.child_token();
-        let mut set: JoinSet<(usize, Result<crate::tool::ToolOutput, ToolError>, Duration, Option<String>)> =
-            JoinSet::new();
+        let mut set: JoinSet<(
+            usize,
+            Result<crate::tool::ToolOutput, ToolError>,
+            Duration,
+            Option<String>,
+        )> = JoinSet::new();
         let mut next = 0usize;
         let mut stop_dispatch = false;
         let mut interrupt: Option<Interrupt> = None;
@@ -661,7 +731,13 @@ impl Driver<'_> {
                     turn,
                     cancel: calls_cancel.child_token(),
                     progress: if observed {
-                        ProgressSender::new(progress_sink.clone(), run_id.clone(), turn, call.call_id.clone(), call.name.clone())
+                        ProgressSender::new(
+                            progress_sink.clone(),
+                            run_id.clone(),
+                            turn,
+                            call.call_id.clone(),
+                            call.name.clone(),
+                        )
                     } else {
                         ProgressSender::default()
                     },
@@ -686,7 +762,10 @@ impl Driver<'_> {
                                 Ok(r) => r,
                                 Err(_) => Err(ToolError::new(
                                     "timeout",
-                                    format!("the tool did not finish within {:.1} s", t.as_secs_f64()),
+                                    format!(
+                                        "the tool did not finish within {:.1} s",
+                                        t.as_secs_f64()
+                                    ),
                                 )),
                             },
                             None => fut.await,
@@ -696,7 +775,12 @@ impl Driver<'_> {
                     .await;
                     match guarded {
                         Ok(r) => (i, r, started.elapsed(), None),
-                        Err(panic) => (i, Err(ToolError::fatal("panicked")), started.elapsed(), Some(panic_message(&panic))),
+                        Err(panic) => (
+                            i,
+                            Err(ToolError::fatal("panicked")),
+                            started.elapsed(),
+                            Some(panic_message(&panic)),
+                        ),
                     }
                 });
             }
@@ -724,15 +808,23 @@ impl Driver<'_> {
                     let outcome = match (result, panic) {
                         (_, Some(message)) => CallResult::Panicked { message },
                         (Ok(out), None) => CallResult::Ok(out),
-                        (Err(ToolError::Recoverable { code, message }), None) => CallResult::Error { code, message },
+                        (Err(ToolError::Recoverable { code, message }), None) => {
+                            CallResult::Error { code, message }
+                        }
                         (Err(ToolError::Fatal { message }), None) => CallResult::Fatal { message },
                     };
-                    if matches!(outcome, CallResult::Fatal { .. } | CallResult::Panicked { .. }) {
+                    if matches!(
+                        outcome,
+                        CallResult::Fatal { .. } | CallResult::Panicked { .. }
+                    ) {
                         // A fatal failure drains the batch without cancelling the siblings.
                         stop_dispatch = true;
                     }
                     self.finished(&run_id, turn, &batch, i, &outcome, duration);
-                    outcomes[i] = Some(CallOutcome { result: outcome, duration });
+                    outcomes[i] = Some(CallOutcome {
+                        result: outcome,
+                        duration,
+                    });
                 }
             }
         }
@@ -781,16 +873,30 @@ impl Driver<'_> {
         (results, interrupt)
     }
 
-    fn finished(&self, run_id: &Arc<str>, turn: u32, batch: &Batch, i: usize, result: &CallResult, duration: Duration) {
+    fn finished(
+        &self,
+        run_id: &Arc<str>,
+        turn: u32,
+        batch: &Batch,
+        i: usize,
+        result: &CallResult,
+        duration: Duration,
+    ) {
         if self.sinks.is_empty() {
             return;
         }
-        let Some(call) = batch.calls.get(i) else { return };
+        let Some(call) = batch.calls.get(i) else {
+            return;
+        };
         let (ok, output, error, details) = match result {
             CallResult::Ok(out) => (true, Some(out.content.clone()), None, out.details.clone()),
-            CallResult::Error { code, message } => (false, None, Some(format!("{code}: {message}")), None),
+            CallResult::Error { code, message } => {
+                (false, None, Some(format!("{code}: {message}")), None)
+            }
             CallResult::Fatal { message } => (false, None, Some(format!("fatal: {message}")), None),
-            CallResult::Panicked { message } => (false, None, Some(format!("panicked: {message}")), None),
+            CallResult::Panicked { message } => {
+                (false, None, Some(format!("panicked: {message}")), None)
+            }
             CallResult::Cancelled => (false, None, Some("cancelled".into()), None),
             CallResult::NotRun | CallResult::Denied { .. } | CallResult::Skipped => return,
         };

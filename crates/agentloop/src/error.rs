@@ -121,13 +121,17 @@ impl RunError {
     /// The broad kind, for callers (and the CLI's exit codes) to match on.
     pub fn kind(&self) -> ErrorKind {
         match self {
-            RunError::InvalidDecision { .. } | RunError::OutputInvalid { .. } => ErrorKind::Decision,
+            RunError::InvalidDecision { .. } | RunError::OutputInvalid { .. } => {
+                ErrorKind::Decision
+            }
             RunError::InvalidToolDefinition(_) => ErrorKind::Definition,
             RunError::LimitReached(_) | RunError::Deadline { .. } => ErrorKind::Limit,
             RunError::Model(_) => ErrorKind::Model,
             RunError::ToolFatal { .. } | RunError::ToolPanicked { .. } => ErrorKind::Tool,
             RunError::Cancelled => ErrorKind::Cancelled,
-            RunError::Hook { .. } | RunError::Guardrail { .. } | RunError::Other { .. } => ErrorKind::Other,
+            RunError::Hook { .. } | RunError::Guardrail { .. } | RunError::Other { .. } => {
+                ErrorKind::Other
+            }
         }
     }
 

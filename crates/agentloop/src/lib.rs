@@ -19,19 +19,24 @@ pub use error::{ErrorKind, RunError};
 pub use event::{Event, EventKind, EventSink};
 pub use ids::{IdSource, SequentialIds, UuidIds};
 pub use limits::{LimitHit, LimitKind, Limits, Price, PriceTable, Pricing};
-pub use machine::{Action, AdmittedCall, AgentConfig, Batch, CallOutcome, CallResult, DecisionPolicy, OnInvalidCall, RunMachine};
-pub use message::{AssistantMessage, ContentPart, Message, Reasoning, ToolCall, ToolContent, ToolResult};
+pub use machine::{
+    Action, AdmittedCall, AgentConfig, Batch, CallOutcome, CallResult, DecisionPolicy,
+    OnInvalidCall, RunMachine,
+};
+pub use message::{
+    AssistantMessage, ContentPart, Message, Reasoning, ToolCall, ToolContent, ToolResult,
+};
 pub use model::{
-    FinishReason, Model, ModelError, ModelErrorKind, ModelEvent, ModelRequest, ModelResponse, ModelSettings,
-    ModelStream, ResponseAccumulator, ToolChoice, Usage,
+    FinishReason, Model, ModelError, ModelErrorKind, ModelEvent, ModelRequest, ModelResponse,
+    ModelSettings, ModelStream, ResponseAccumulator, ToolChoice, Usage,
 };
 pub use outcome::{CallStatus, RunOutcome, StopReason, ToolCallRecord};
 pub use scripted::{FunctionModel, ScriptStep, ScriptedModel};
-pub use tool::{
-    ExecutionMode, IntoToolOutput, ProgressSender, SchemaViolation, Tool, ToolBuilder, ToolContext, ToolDefinitionError,
-    ToolError, ToolHandler, ToolOutput, ToolSet, ToolSpec, schema_for,
-};
 pub use tokio_util::sync::CancellationToken;
+pub use tool::{
+    ExecutionMode, IntoToolOutput, ProgressSender, SchemaViolation, Tool, ToolBuilder, ToolContext,
+    ToolDefinitionError, ToolError, ToolHandler, ToolOutput, ToolSet, ToolSpec, schema_for,
+};
 
 #[cfg(feature = "macros")]
 pub use agentloop_macros::tool;

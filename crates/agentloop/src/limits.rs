@@ -123,7 +123,11 @@ pub struct LimitHit {
 
 impl fmt::Display for LimitHit {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} reached (bound {}, consumed {}, requested {})", self.limit, self.bound, self.consumed, self.requested)
+        write!(
+            f,
+            "{} reached (bound {}, consumed {}, requested {})",
+            self.limit, self.bound, self.consumed, self.requested
+        )
     }
 }
 
@@ -145,7 +149,12 @@ pub struct Price {
 impl Price {
     /// A price: input and output per million tokens.
     pub const fn new(input: f64, output: f64) -> Self {
-        Price { input, output, cached_input: None, cache_write: None }
+        Price {
+            input,
+            output,
+            cached_input: None,
+            cache_write: None,
+        }
     }
 
     /// With a cached-input price.
@@ -234,7 +243,8 @@ impl PriceTable {
 
 impl Pricing for PriceTable {
     fn cost(&self, provider: &str, model: &str, usage: &Usage) -> Option<f64> {
-        self.get(model).map(|p| p.cost(usage, provider != "anthropic"))
+        self.get(model)
+            .map(|p| p.cost(usage, provider != "anthropic"))
     }
 }
 

@@ -21,7 +21,7 @@ use crate::limits::{LimitHit, LimitKind, Limits};
 use crate::message::{ContentPart, Message, ToolContent, ToolResult};
 use crate::model::{ModelError, ModelErrorKind, ModelRequest, ModelResponse, ModelSettings, Usage};
 use crate::outcome::{CallStatus, RunOutcome, StopReason, ToolCallRecord};
-use crate::tool::{ExecutionMode, SchemaViolation, ToolSet, ToolOutput, validate_with};
+use crate::tool::{ExecutionMode, SchemaViolation, ToolOutput, ToolSet, validate_with};
 
 /// The longest call id accepted.
 pub const MAX_CALL_ID_LEN: usize = 256;
@@ -149,7 +149,10 @@ pub struct CallOutcome {
 impl CallOutcome {
     /// An outcome that took no time.
     pub fn instant(result: CallResult) -> Self {
-        CallOutcome { result, duration: Duration::ZERO }
+        CallOutcome {
+            result,
+            duration: Duration::ZERO,
+        }
     }
 }
 
@@ -169,7 +172,12 @@ enum Slot {
     /// Waiting for the driver's outcome.
     Admitted { tool: usize, input: Value },
     /// Decided before running.
-    Decided { status: CallStatus, code: String, message: String, input: Value },
+    Decided {
+        status: CallStatus,
+        code: String,
+        message: String,
+        input: Value,
+    },
 }
 
 struct Pending {
@@ -200,7 +208,7 @@ pub struct RunMachine {
     usage: Usage,
     cost: f64,
     records: Vec<ToolCallRecord>,
-    streak: Option<(u64, u32)>,
+    streaks: Vec<(u64, u32)>,
     output_retries_used: u32,
     retrying_output: bool,
     stop: Option<StopReason>,
@@ -251,7 +259,7 @@ impl RunMachine {
             usage: Usage::default(),
             cost: 0.0,
             records: Vec::new(),
-            streak: None,
+            streaks: Vec::new(),
             output_retries_used: 0,
             retrying_output: false,
             stop: None,
@@ -351,7 +359,9 @@ impl RunMachine {
             Phase::AwaitModel | Phase::AwaitTools(_) => {
                 // A driver asked again without reporting: the step is lost, which is a bug in the
                 // driver; fail the run instead of repeating work.
-                self.fail(RunError::Other { message: "the driver skipped a step's report".into() });
+                self.fail(RunError::Other {
+                    message: "the driver skipped a step's report".into(),
+                });
                 Action::Finish
             }
             Phase::NeedModel => {
@@ -375,7 +385,12 @@ impl RunMachine {
         if let Some(t) = l.timeout
             && now >= t
         {
-            return Some(hit(LimitKind::Deadline, t.as_millis() as f64, now.as_millis() as f64, 0.0));
+            return Some(hit(
+                LimitKind::Deadline,
+                t.as_millis() as f64,
+                now.as_millis() as f64,
+                0.0,
+            ));
         }
         if !self.retrying_output
             && let Some(max) = l.max_turns
@@ -386,12 +401,22 @@ impl RunMachine {
         if let Some(max) = l.max_model_calls
             && self.model_calls >= max
         {
-            return Some(hit(LimitKind::ModelCalls, max.into(), self.model_calls.into(), 1.0));
+            return Some(hit(
+                LimitKind::ModelCalls,
+                max.into(),
+                self.model_calls.into(),
+                1.0,
+            ));
         }
         if let Some(max) = l.max_tokens
             && self.usage.total_tokens() >= max
         {
-            return Some(hit(LimitKind::Tokens, max as f64, self.usage.total_tokens() as f64, 0.0));
+            return Some(hit(
+                LimitKind::Tokens,
+                max as f64,
+                self.usage.total_tokens() as f64,
+                0.0,
+            ));
         }
         if let Some(max) = l.max_cost_usd
             && self.cost >= max
@@ -412,7 +437,9 @@ impl RunMachine {
         };
         self.limit = Some(hit);
         self.error = Some(match hit.limit {
-            LimitKind::Deadline => RunError::Deadline { elapsed_ms: self.now.as_millis() as u64 },
+            LimitKind::Deadline => RunError::Deadline {
+                elapsed_ms: self.now.as_millis() as u64,
+            },
             _ => RunError::LimitReached(hit),
         });
         self.emit(|| EventKind::LimitReached { limit: hit });
@@ -441,7 +468,10 @@ impl RunMachine {
 
     /// Reports a failed model call.
     pub fn on_model_error(&mut self, error: ModelError) {
-        self.emit(|| EventKind::ModelError { code: error.code().to_owned(), message: error.message.clone() });
+        self.emit(|| EventKind::ModelError {
+            code: error.code().to_owned(),
+            message: error.message.clone(),
+        });
         self.fail(RunError::Model(error));
     }
 
@@ -455,13 +485,20 @@ impl RunMachine {
     pub fn on_deadline(&mut self, now: Duration) {
         self.now = now;
         let bound = self.cfg.limits.timeout.unwrap_or(now);
-        self.stop_on_limit(hit(LimitKind::Deadline, bound.as_millis() as f64, now.as_millis() as f64, 0.0));
+        self.stop_on_limit(hit(
+            LimitKind::Deadline,
+            bound.as_millis() as f64,
+            now.as_millis() as f64,
+            0.0,
+        ));
     }
 
     /// Reports the model's response (`cost`: its price in USD, when known).
     pub fn on_model_response(&mut self, mut response: ModelResponse, cost: Option<f64>) {
         if !matches!(self.phase, Phase::AwaitModel) {
-            self.fail(RunError::Other { message: "a model response arrived when none was asked for".into() });
+            self.fail(RunError::Other {
+                message: "a model response arrived when none was asked for".into(),
+            });
             return;
         }
         self.retrying_output = false;
@@ -536,7 +573,11 @@ impl RunMachine {
         let mut id_problem = None;
         for call in &response.message.tool_calls {
             if call.id.len() > MAX_CALL_ID_LEN {
-                id_problem = Some(format!("call id of {} bytes for tool {} (at most {MAX_CALL_ID_LEN})", call.id.len(), call.name));
+                id_problem = Some(format!(
+                    "call id of {} bytes for tool {} (at most {MAX_CALL_ID_LEN})",
+                    call.id.len(),
+                    call.name
+                ));
                 break;
             }
             if !seen.insert(call.id.as_str()) {
@@ -547,7 +588,11 @@ impl RunMachine {
         drop(seen);
         let turn = self.turn;
         if let Some(reason) = id_problem {
-            self.refuse_all(response, "decision.invalid", &format!("not executed: invalid decision ({reason})"));
+            self.refuse_all(
+                response,
+                "decision.invalid",
+                &format!("not executed: invalid decision ({reason})"),
+            );
             self.fail(RunError::InvalidDecision { reason });
             return;
         }
@@ -564,7 +609,11 @@ impl RunMachine {
                 let message = if names.is_empty() {
                     format!("unknown tool {:?}: no tools are available", call.name)
                 } else {
-                    format!("unknown tool {:?}; valid tools: {}", call.name, names.join(", "))
+                    format!(
+                        "unknown tool {:?}; valid tools: {}",
+                        call.name,
+                        names.join(", ")
+                    )
                 };
                 if policy.unknown_tool == OnInvalidCall::Fail && fatal.is_none() {
                     fatal = Some(message.clone());
@@ -583,16 +632,29 @@ impl RunMachine {
                 serde_json::from_str::<Value>(&call.arguments)
             };
             let checked = match args {
-                Err(e) => Err((format!("invalid arguments for {}: not valid JSON ({e})", call.name), raw_input(&call.arguments))),
+                Err(e) => Err((
+                    format!("invalid arguments for {}: not valid JSON ({e})", call.name),
+                    raw_input(&call.arguments),
+                )),
                 Ok(value) => match tools.validate(tool, &value) {
                     Ok(()) => Ok(value),
-                    Err(v) => Err((format!("invalid arguments for {}: {}", call.name, join_violations(&v)), value)),
+                    Err(v) => Err((
+                        format!(
+                            "invalid arguments for {}: {}",
+                            call.name,
+                            join_violations(&v)
+                        ),
+                        value,
+                    )),
                 },
             };
             match checked {
                 Ok(value) => {
                     admitted += 1;
-                    if tools.spec(tool).is_some_and(|s| s.mode == ExecutionMode::Sequential) {
+                    if tools
+                        .spec(tool)
+                        .is_some_and(|s| s.mode == ExecutionMode::Sequential)
+                    {
                         sequential = true;
                     }
                     slots.push(Slot::Admitted { tool, input: value });
@@ -601,52 +663,83 @@ impl RunMachine {
                     if policy.invalid_arguments == OnInvalidCall::Fail && fatal.is_none() {
                         fatal = Some(message.clone());
                     }
-                    slots.push(Slot::Decided { status: CallStatus::Rejected, code: "invalid_arguments".into(), message, input });
+                    slots.push(Slot::Decided {
+                        status: CallStatus::Rejected,
+                        code: "invalid_arguments".into(),
+                        message,
+                        input,
+                    });
                 }
             }
         }
 
         if let Some(reason) = fatal {
-            self.refuse_all(response, "decision.invalid", &format!("not executed: invalid decision ({reason})"));
+            self.refuse_all(
+                response,
+                "decision.invalid",
+                &format!("not executed: invalid decision ({reason})"),
+            );
             self.fail(RunError::InvalidDecision { reason });
             return;
         }
 
-        // The stuck-loop rule: the same call N times in a row, counted across turns.
+        // The stuck-loop rule: the same call (tool and arguments, key order aside) in N turns in
+        // a row stops the run before the Nth runs. Identical calls within one batch count once.
         let threshold = self.cfg.limits.stuck_loop_threshold;
         if threshold > 0 {
-            let mut streak = self.streak;
+            let mut streaks: Vec<(u64, u32)> = Vec::with_capacity(slots.len());
+            let mut stuck: Option<(String, u32)> = None;
             for (call, slot) in response.message.tool_calls.iter().zip(&slots) {
                 let input = match slot {
                     Slot::Admitted { input, .. } | Slot::Decided { input, .. } => input,
                 };
                 let sig = signature(&call.name, input);
-                let count = match streak {
-                    Some((s, n)) if s == sig => n + 1,
-                    _ => 1,
-                };
-                streak = Some((sig, count));
-                if count >= threshold {
-                    let tool = call.name.clone();
-                    let h = hit(LimitKind::StuckLoop, threshold.into(), (count - 1).into(), 1.0);
-                    self.refuse_all(
-                        response,
-                        "limit.stuck_loop",
-                        &format!("not executed: {tool} was called {count} times in a row with the same arguments"),
-                    );
-                    self.stop_on_limit(h);
-                    return;
+                if streaks.iter().any(|(s, _)| *s == sig) {
+                    continue;
+                }
+                let count = self
+                    .streaks
+                    .iter()
+                    .find(|(s, _)| *s == sig)
+                    .map_or(1, |(_, n)| n + 1);
+                streaks.push((sig, count));
+                if count >= threshold && stuck.is_none() {
+                    stuck = Some((call.name.clone(), count));
                 }
             }
-            self.streak = streak;
+            if let Some((tool, count)) = stuck {
+                let h = hit(
+                    LimitKind::StuckLoop,
+                    threshold.into(),
+                    (count - 1).into(),
+                    1.0,
+                );
+                self.refuse_all(
+                    response,
+                    "limit.stuck_loop",
+                    &format!("not executed: {tool} was called with the same arguments in {count} turns in a row"),
+                );
+                self.stop_on_limit(h);
+                return;
+            }
+            self.streaks = streaks;
         }
 
         // The tool-call budget: a batch larger than what remains is refused whole.
         if let Some(max) = self.cfg.limits.max_tool_calls
             && self.tool_calls_used + admitted > max
         {
-            let h = hit(LimitKind::ToolCalls, max.into(), self.tool_calls_used.into(), admitted.into());
-            self.refuse_all(response, "limit.max_tool_calls", "not executed: the run's tool call limit was reached");
+            let h = hit(
+                LimitKind::ToolCalls,
+                max.into(),
+                self.tool_calls_used.into(),
+                admitted.into(),
+            );
+            self.refuse_all(
+                response,
+                "limit.max_tool_calls",
+                "not executed: the run's tool call limit was reached",
+            );
             self.stop_on_limit(h);
             return;
         }
@@ -684,7 +777,11 @@ impl RunMachine {
             .collect();
         let message_index = self.transcript.len();
         self.transcript.push(Message::Assistant(response.message));
-        let pending = Pending { turn, message_index, slots };
+        let pending = Pending {
+            turn,
+            message_index,
+            slots,
+        };
         if calls.is_empty() {
             self.fold(pending, Vec::new());
             if !matches!(self.phase, Phase::Done) {
@@ -693,7 +790,11 @@ impl RunMachine {
             return;
         }
         self.phase = Phase::AwaitTools(pending);
-        self.pending_batch = Some(Batch { turn, calls, sequential });
+        self.pending_batch = Some(Batch {
+            turn,
+            calls,
+            sequential,
+        });
     }
 
     /// Pushes the assistant message and a refusal result for each of its calls, so the transcript
@@ -747,26 +848,41 @@ impl RunMachine {
         let phase = std::mem::replace(&mut self.phase, Phase::NeedModel);
         let Phase::AwaitTools(pending) = phase else {
             self.phase = phase;
-            self.fail(RunError::Other { message: "tool outcomes arrived when none were asked for".into() });
+            self.fail(RunError::Other {
+                message: "tool outcomes arrived when none were asked for".into(),
+            });
             return;
         };
         self.fold(pending, outcomes);
     }
 
     fn fold(&mut self, pending: Pending, outcomes: Vec<CallOutcome>) {
-        let Pending { turn, message_index, slots } = pending;
+        let Pending {
+            turn,
+            message_index,
+            slots,
+        } = pending;
         let mut outcomes = outcomes.into_iter();
         let mut all_terminate = true;
         let mut terminate_output: Option<String> = None;
         let mut fatal: Option<RunError> = None;
         let mut results = Vec::with_capacity(slots.len());
-        let calls = match self.transcript.get(message_index).and_then(Message::as_assistant) {
+        let calls = match self
+            .transcript
+            .get(message_index)
+            .and_then(Message::as_assistant)
+        {
             Some(a) => a.tool_calls.clone(),
             None => Vec::new(),
         };
         for (call, slot) in calls.iter().zip(slots) {
             let (record, result) = match slot {
-                Slot::Decided { status, code, message, input } => {
+                Slot::Decided {
+                    status,
+                    code,
+                    message,
+                    input,
+                } => {
                     all_terminate = false;
                     (
                         ToolCallRecord {
@@ -781,11 +897,18 @@ impl RunMachine {
                             details: None,
                             duration: Duration::ZERO,
                         },
-                        ToolResult { call_id: call.id.clone(), name: call.name.clone(), content: ToolContent::Text(message), is_error: true },
+                        ToolResult {
+                            call_id: call.id.clone(),
+                            name: call.name.clone(),
+                            content: ToolContent::Text(message),
+                            is_error: true,
+                        },
                     )
                 }
                 Slot::Admitted { input, .. } => {
-                    let outcome = outcomes.next().unwrap_or(CallOutcome::instant(CallResult::NotRun));
+                    let outcome = outcomes
+                        .next()
+                        .unwrap_or(CallOutcome::instant(CallResult::NotRun));
                     let (status, content, code, is_error, details) = match outcome.result {
                         CallResult::Ok(out) => {
                             self.tool_calls_run += 1;
@@ -799,45 +922,101 @@ impl RunMachine {
                         CallResult::Error { code, message } => {
                             self.tool_calls_run += 1;
                             all_terminate = false;
-                            (CallStatus::Error, ToolContent::Text(message), Some(code), true, None)
+                            (
+                                CallStatus::Error,
+                                ToolContent::Text(message),
+                                Some(code),
+                                true,
+                                None,
+                            )
                         }
                         CallResult::Fatal { message } => {
                             self.tool_calls_run += 1;
                             all_terminate = false;
                             if fatal.is_none() {
-                                fatal = Some(RunError::ToolFatal { tool: call.name.clone(), call_id: call.id.clone(), message });
+                                fatal = Some(RunError::ToolFatal {
+                                    tool: call.name.clone(),
+                                    call_id: call.id.clone(),
+                                    message,
+                                });
                             }
-                            (CallStatus::Fatal, ToolContent::Text("the tool failed".into()), Some("tool.fatal".into()), true, None)
+                            (
+                                CallStatus::Fatal,
+                                ToolContent::Text("the tool failed".into()),
+                                Some("tool.fatal".into()),
+                                true,
+                                None,
+                            )
                         }
                         CallResult::Panicked { message } => {
                             self.tool_calls_run += 1;
                             all_terminate = false;
                             if fatal.is_none() {
-                                fatal = Some(RunError::ToolPanicked { tool: call.name.clone(), call_id: call.id.clone(), message });
+                                fatal = Some(RunError::ToolPanicked {
+                                    tool: call.name.clone(),
+                                    call_id: call.id.clone(),
+                                    message,
+                                });
                             }
-                            (CallStatus::Fatal, ToolContent::Text("the tool failed".into()), Some("tool.panicked".into()), true, None)
+                            (
+                                CallStatus::Fatal,
+                                ToolContent::Text("the tool failed".into()),
+                                Some("tool.panicked".into()),
+                                true,
+                                None,
+                            )
                         }
                         CallResult::Cancelled => {
                             self.tool_calls_run += 1;
                             all_terminate = false;
-                            (CallStatus::Cancelled, ToolContent::Text("cancelled: the call did not complete".into()), Some("cancelled".into()), true, None)
+                            (
+                                CallStatus::Cancelled,
+                                ToolContent::Text("cancelled: the call did not complete".into()),
+                                Some("cancelled".into()),
+                                true,
+                                None,
+                            )
                         }
                         CallResult::NotRun => {
                             self.tool_calls_used = self.tool_calls_used.saturating_sub(1);
                             all_terminate = false;
-                            (CallStatus::Cancelled, ToolContent::Text("not run: the run stopped before this call started".into()), Some("not_run".into()), true, None)
+                            (
+                                CallStatus::Cancelled,
+                                ToolContent::Text(
+                                    "not run: the run stopped before this call started".into(),
+                                ),
+                                Some("not_run".into()),
+                                true,
+                                None,
+                            )
                         }
                         CallResult::Denied { reason } => {
                             self.tool_calls_used = self.tool_calls_used.saturating_sub(1);
                             all_terminate = false;
-                            (CallStatus::Denied, ToolContent::Text(format!("denied: {reason}")), Some("denied".into()), true, None)
+                            (
+                                CallStatus::Denied,
+                                ToolContent::Text(format!("denied: {reason}")),
+                                Some("denied".into()),
+                                true,
+                                None,
+                            )
                         }
                         CallResult::Skipped => {
                             all_terminate = false;
-                            (CallStatus::Skipped, ToolContent::Text("skipped: dry run, the tool was not run".into()), None, false, None)
+                            (
+                                CallStatus::Skipped,
+                                ToolContent::Text("skipped: dry run, the tool was not run".into()),
+                                None,
+                                false,
+                                None,
+                            )
                         }
                     };
-                    let (output, error) = if is_error { (None, Some(content.to_text())) } else { (Some(content.clone()), None) };
+                    let (output, error) = if is_error {
+                        (None, Some(content.to_text()))
+                    } else {
+                        (Some(content.clone()), None)
+                    };
                     (
                         ToolCallRecord {
                             id: call.id.clone(),
@@ -851,7 +1030,12 @@ impl RunMachine {
                             details,
                             duration: outcome.duration,
                         },
-                        ToolResult { call_id: call.id.clone(), name: call.name.clone(), content, is_error },
+                        ToolResult {
+                            call_id: call.id.clone(),
+                            name: call.name.clone(),
+                            content,
+                            is_error,
+                        },
                     )
                 }
             };
@@ -871,7 +1055,10 @@ impl RunMachine {
 
     /// Validates arguments for a tool again (after a hook rewrote them).
     pub fn revalidate(&self, tool: usize, args: &Value) -> Result<(), String> {
-        self.cfg.tools.validate(tool, args).map_err(|v| join_violations(&v))
+        self.cfg
+            .tools
+            .validate(tool, args)
+            .map_err(|v| join_violations(&v))
     }
 
     /// The outcome. Call after [`Action::Finish`]; `elapsed` is the run's duration.
@@ -908,7 +1095,12 @@ impl RunMachine {
 
     /// Counts so far: turns, model calls, tool calls admitted, tool calls run.
     pub fn counts(&self) -> (u32, u32, u32, u32) {
-        (self.turn, self.model_calls, self.tool_calls_used, self.tool_calls_run)
+        (
+            self.turn,
+            self.model_calls,
+            self.tool_calls_used,
+            self.tool_calls_run,
+        )
     }
 
     /// The records so far.
@@ -918,7 +1110,12 @@ impl RunMachine {
 }
 
 fn hit(limit: LimitKind, bound: f64, consumed: f64, requested: f64) -> LimitHit {
-    LimitHit { limit, bound, consumed, requested }
+    LimitHit {
+        limit,
+        bound,
+        consumed,
+        requested,
+    }
 }
 
 fn raw_input(raw: &str) -> Value {
@@ -929,7 +1126,10 @@ fn raw_input(raw: &str) -> Value {
 }
 
 fn join_violations(v: &[SchemaViolation]) -> String {
-    v.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")
+    v.iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// Parses a final answer as JSON, allowing a fenced code block around it.

@@ -24,7 +24,9 @@ pub enum Message {
 impl Message {
     /// A user message with one text part.
     pub fn user(text: impl Into<String>) -> Self {
-        Message::User { content: vec![ContentPart::Text { text: text.into() }] }
+        Message::User {
+            content: vec![ContentPart::Text { text: text.into() }],
+        }
     }
 
     /// The assistant message, if this is one.

@@ -62,7 +62,10 @@ impl<M: Model + ?Sized> Model for Box<M> {
 }
 
 /// Calls a model and collects its stream into one response, without emitting deltas anywhere.
-pub async fn complete(model: &dyn Model, request: ModelRequest<'_>) -> Result<ModelResponse, ModelError> {
+pub async fn complete(
+    model: &dyn Model,
+    request: ModelRequest<'_>,
+) -> Result<ModelResponse, ModelError> {
     let mut stream = model.stream(request);
     let mut acc = ResponseAccumulator::new();
     while let Some(event) = stream.next().await {
@@ -281,7 +284,10 @@ impl ModelResponse {
     /// A final text answer.
     pub fn text(text: impl Into<String>) -> Self {
         ModelResponse {
-            message: AssistantMessage { text: text.into(), ..Default::default() },
+            message: AssistantMessage {
+                text: text.into(),
+                ..Default::default()
+            },
             usage: Usage::default(),
             finish_reason: FinishReason::Stop,
             raw_finish_reason: None,
@@ -302,10 +308,17 @@ impl ModelResponse {
     {
         let tool_calls = calls
             .into_iter()
-            .map(|(id, name, arguments)| ToolCall { id: id.into(), name: name.into(), arguments: arguments.into() })
+            .map(|(id, name, arguments)| ToolCall {
+                id: id.into(),
+                name: name.into(),
+                arguments: arguments.into(),
+            })
             .collect();
         ModelResponse {
-            message: AssistantMessage { tool_calls, ..Default::default() },
+            message: AssistantMessage {
+                tool_calls,
+                ..Default::default()
+            },
             finish_reason: FinishReason::ToolCalls,
             ..ModelResponse::text("")
         }
@@ -389,21 +402,35 @@ impl ResponseAccumulator {
                 }
                 self.reasoning.push(r);
             }
-            ModelEvent::ToolCallStart { index, id, name } => match self.calls.iter_mut().find(|c| c.index == index) {
-                Some(call) => {
-                    if !id.is_empty() {
-                        call.id = id;
+            ModelEvent::ToolCallStart { index, id, name } => {
+                match self.calls.iter_mut().find(|c| c.index == index) {
+                    Some(call) => {
+                        if !id.is_empty() {
+                            call.id = id;
+                        }
+                        if !name.is_empty() {
+                            call.name = name;
+                        }
                     }
-                    if !name.is_empty() {
-                        call.name = name;
-                    }
+                    None => self.calls.push(PartialCall {
+                        index,
+                        id,
+                        name,
+                        arguments: String::new(),
+                    }),
                 }
-                None => self.calls.push(PartialCall { index, id, name, arguments: String::new() }),
-            },
-            ModelEvent::ToolCallDelta { index, arguments } => match self.calls.iter_mut().find(|c| c.index == index) {
-                Some(call) => call.arguments.push_str(&arguments),
-                None => self.calls.push(PartialCall { index, id: String::new(), name: String::new(), arguments }),
-            },
+            }
+            ModelEvent::ToolCallDelta { index, arguments } => {
+                match self.calls.iter_mut().find(|c| c.index == index) {
+                    Some(call) => call.arguments.push_str(&arguments),
+                    None => self.calls.push(PartialCall {
+                        index,
+                        id: String::new(),
+                        name: String::new(),
+                        arguments,
+                    }),
+                }
+            }
             ModelEvent::ToolCall(call) => {
                 let position = self.calls.len() + self.whole_calls.len();
                 self.whole_calls.push((position, call));
@@ -430,10 +457,14 @@ impl ResponseAccumulator {
             ));
         };
         if !self.pending_reasoning.is_empty() {
-            self.reasoning.push(Reasoning { text: std::mem::take(&mut self.pending_reasoning), ..Default::default() });
+            self.reasoning.push(Reasoning {
+                text: std::mem::take(&mut self.pending_reasoning),
+                ..Default::default()
+            });
         }
         self.calls.sort_by_key(|c| c.index);
-        let mut tool_calls: Vec<ToolCall> = Vec::with_capacity(self.calls.len() + self.whole_calls.len());
+        let mut tool_calls: Vec<ToolCall> =
+            Vec::with_capacity(self.calls.len() + self.whole_calls.len());
         let mut truncated = false;
         for call in self.calls {
             if call.name.is_empty() {
@@ -446,10 +477,17 @@ impl ResponseAccumulator {
                 || serde_json::from_str::<serde::de::IgnoredAny>(&call.arguments).is_ok();
             if !complete && finish_reason == FinishReason::Length {
                 truncated = true;
-                self.warnings.push(format!("tool call {} ({}) was cut off and dropped", call.id, call.name));
+                self.warnings.push(format!(
+                    "tool call {} ({}) was cut off and dropped",
+                    call.id, call.name
+                ));
                 continue;
             }
-            tool_calls.push(ToolCall { id: call.id, name: call.name, arguments: call.arguments });
+            tool_calls.push(ToolCall {
+                id: call.id,
+                name: call.name,
+                arguments: call.arguments,
+            });
         }
         for (position, call) in self.whole_calls {
             let at = position.min(tool_calls.len());
@@ -457,7 +495,11 @@ impl ResponseAccumulator {
         }
         fill_missing_ids(&mut tool_calls);
         Ok(ModelResponse {
-            message: AssistantMessage { reasoning: self.reasoning, text: self.text, tool_calls },
+            message: AssistantMessage {
+                reasoning: self.reasoning,
+                text: self.text,
+                tool_calls,
+            },
             usage: self.usage,
             finish_reason,
             raw_finish_reason,
@@ -662,5 +704,133 @@ impl ModelError {
     pub fn with_retry_after(mut self, after: Duration) -> Self {
         self.retry_after = Some(after);
         self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn finish(reason: FinishReason) -> ModelEvent {
+        ModelEvent::Finish { reason, raw: None }
+    }
+
+    #[test]
+    fn deltas_keyed_by_index_assemble_calls_in_index_order() {
+        let mut acc = ResponseAccumulator::new();
+        for e in [
+            ModelEvent::ToolCallStart {
+                index: 2,
+                id: "b".into(),
+                name: "two".into(),
+            },
+            ModelEvent::ToolCallStart {
+                index: 1,
+                id: "a".into(),
+                name: "one".into(),
+            },
+            ModelEvent::ToolCallDelta {
+                index: 1,
+                arguments: "{\"x\":".into(),
+            },
+            ModelEvent::ToolCallDelta {
+                index: 2,
+                arguments: "{}".into(),
+            },
+            ModelEvent::ToolCallDelta {
+                index: 1,
+                arguments: "1}".into(),
+            },
+            ModelEvent::TextDelta("hi".into()),
+            ModelEvent::Usage(Usage {
+                input_tokens: 3,
+                output_tokens: 4,
+                ..Usage::default()
+            }),
+            finish(FinishReason::ToolCalls),
+        ] {
+            acc.push(e).unwrap();
+        }
+        let r = acc.finish().unwrap();
+        assert_eq!(r.message.tool_calls[0].name, "one");
+        assert_eq!(r.message.tool_calls[0].arguments, "{\"x\":1}");
+        assert_eq!(r.message.tool_calls[1].id, "b");
+        assert_eq!(r.message.text, "hi");
+        assert_eq!(r.usage.output_tokens, 4);
+    }
+
+    #[test]
+    fn a_stream_without_a_finish_is_an_error_not_a_half_response() {
+        let mut acc = ResponseAccumulator::new();
+        acc.push(ModelEvent::TextDelta("partial".into())).unwrap();
+        assert_eq!(acc.finish().unwrap_err().kind, ModelErrorKind::Stream);
+    }
+
+    #[test]
+    fn a_call_cut_off_by_the_token_limit_is_dropped_and_flagged() {
+        let mut acc = ResponseAccumulator::new();
+        acc.push(ModelEvent::ToolCallStart {
+            index: 0,
+            id: "ok".into(),
+            name: "a".into(),
+        })
+        .unwrap();
+        acc.push(ModelEvent::ToolCallDelta {
+            index: 0,
+            arguments: "{}".into(),
+        })
+        .unwrap();
+        acc.push(ModelEvent::ToolCallStart {
+            index: 1,
+            id: "cut".into(),
+            name: "b".into(),
+        })
+        .unwrap();
+        acc.push(ModelEvent::ToolCallDelta {
+            index: 1,
+            arguments: "{\"text\": \"abc".into(),
+        })
+        .unwrap();
+        acc.push(finish(FinishReason::Length)).unwrap();
+        let r = acc.finish().unwrap();
+        assert!(r.truncated);
+        assert_eq!(r.message.tool_calls.len(), 1);
+        assert!(!r.warnings.is_empty());
+    }
+
+    #[test]
+    fn empty_ids_are_generated_and_reasoning_blocks_keep_streamed_text() {
+        let mut acc = ResponseAccumulator::new();
+        acc.push(ModelEvent::ReasoningDelta("think".into()))
+            .unwrap();
+        acc.push(ModelEvent::Reasoning(Reasoning {
+            signature: Some("sig".into()),
+            ..Default::default()
+        }))
+        .unwrap();
+        acc.push(ModelEvent::ToolCallStart {
+            index: 0,
+            id: String::new(),
+            name: "a".into(),
+        })
+        .unwrap();
+        acc.push(finish(FinishReason::ToolCalls)).unwrap();
+        let r = acc.finish().unwrap();
+        assert!(r.message.tool_calls[0].id.starts_with("call_"));
+        assert_eq!(r.message.reasoning[0].text, "think");
+        assert_eq!(r.message.reasoning[0].signature.as_deref(), Some("sig"));
+    }
+
+    #[test]
+    fn a_call_without_a_name_is_an_error() {
+        let mut acc = ResponseAccumulator::new();
+        acc.push(ModelEvent::ToolCallDelta {
+            index: 0,
+            arguments: "{}".into(),
+        })
+        .unwrap();
+        acc.push(finish(FinishReason::ToolCalls)).unwrap();
+        assert!(acc.finish().is_err());
     }
 }

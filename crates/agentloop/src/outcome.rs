@@ -197,7 +197,9 @@ pub struct RunOutcome {
 impl RunOutcome {
     /// The messages this run added.
     pub fn new_messages(&self) -> &[Message] {
-        self.transcript.get(self.new_messages_from..).unwrap_or_default()
+        self.transcript
+            .get(self.new_messages_from..)
+            .unwrap_or_default()
     }
 
     /// True when the run finished or was terminated by a tool.
@@ -214,10 +216,13 @@ impl RunOutcome {
             (Some(e), _, _) => e.clone(),
             (None, Some(hit), _) => RunError::LimitReached(*hit),
             (None, None, StopReason::Cancelled) => RunError::Cancelled,
-            (None, None, StopReason::Guardrail { name, message }) => {
-                RunError::Guardrail { name: name.clone(), message: message.clone() }
-            }
-            (None, None, other) => RunError::Other { message: format!("the run stopped: {other}") },
+            (None, None, StopReason::Guardrail { name, message }) => RunError::Guardrail {
+                name: name.clone(),
+                message: message.clone(),
+            },
+            (None, None, other) => RunError::Other {
+                message: format!("the run stopped: {other}"),
+            },
         })
     }
 }

@@ -12,7 +12,8 @@ use serde_json::Value;
 
 use crate::message::{AssistantMessage, Reasoning, ToolCall};
 use crate::model::{
-    FinishReason, Model, ModelError, ModelErrorKind, ModelEvent, ModelRequest, ModelResponse, ModelStream, Usage,
+    FinishReason, Model, ModelError, ModelErrorKind, ModelEvent, ModelRequest, ModelResponse,
+    ModelStream, Usage,
 };
 
 /// One step of a script: a response, or an error the model call fails with.
@@ -87,7 +88,10 @@ impl ScriptFileStep {
     fn into_step(self) -> (ScriptStep, Option<Duration>) {
         let delay = self.delay_ms.map(Duration::from_millis);
         if let Some(e) = self.error {
-            return (ScriptStep::Fail(ModelError::new(e.kind, e.message).with_provider("scripted")), delay);
+            return (
+                ScriptStep::Fail(ModelError::new(e.kind, e.message).with_provider("scripted")),
+                delay,
+            );
         }
         let tool_calls: Vec<ToolCall> = self
             .tool_calls
@@ -102,12 +106,26 @@ impl ScriptFileStep {
                 },
             })
             .collect();
-        let finish_reason = self
-            .finish_reason
-            .unwrap_or(if tool_calls.is_empty() { FinishReason::Stop } else { FinishReason::ToolCalls });
-        let reasoning = self.reasoning.map(|text| vec![Reasoning { text, ..Default::default() }]).unwrap_or_default();
+        let finish_reason = self.finish_reason.unwrap_or(if tool_calls.is_empty() {
+            FinishReason::Stop
+        } else {
+            FinishReason::ToolCalls
+        });
+        let reasoning = self
+            .reasoning
+            .map(|text| {
+                vec![Reasoning {
+                    text,
+                    ..Default::default()
+                }]
+            })
+            .unwrap_or_default();
         let response = ModelResponse {
-            message: AssistantMessage { reasoning, text: self.text.unwrap_or_default(), tool_calls },
+            message: AssistantMessage {
+                reasoning,
+                text: self.text.unwrap_or_default(),
+                tool_calls,
+            },
             usage: self.usage.unwrap_or_default(),
             finish_reason,
             raw_finish_reason: None,
@@ -149,20 +167,33 @@ impl ScriptedModel {
     /// A script from JSON text (an array of [`ScriptFileStep`]).
     pub fn from_json(json: &str) -> Result<Self, serde_json::Error> {
         let steps: Vec<ScriptFileStep> = serde_json::from_str(json)?;
-        Ok(Self::build(steps.into_iter().map(ScriptFileStep::into_step).collect(), false))
+        Ok(Self::build(
+            steps.into_iter().map(ScriptFileStep::into_step).collect(),
+            false,
+        ))
     }
 
     /// A script from a JSON file.
     pub fn from_file(path: impl AsRef<Path>) -> Result<Self, ScriptLoadError> {
         let path = path.as_ref();
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| ScriptLoadError { path: path.display().to_string(), message: e.to_string() })?;
-        Self::from_json(&text).map_err(|e| ScriptLoadError { path: path.display().to_string(), message: e.to_string() })
+        let text = std::fs::read_to_string(path).map_err(|e| ScriptLoadError {
+            path: path.display().to_string(),
+            message: e.to_string(),
+        })?;
+        Self::from_json(&text).map_err(|e| ScriptLoadError {
+            path: path.display().to_string(),
+            message: e.to_string(),
+        })
     }
 
     fn build(steps: Vec<(ScriptStep, Option<Duration>)>, stream_deltas: bool) -> Self {
         ScriptedModel {
-            inner: Arc::new(ScriptInner { id: "scripted".into(), steps, next: AtomicUsize::new(0), stream_deltas }),
+            inner: Arc::new(ScriptInner {
+                id: "scripted".into(),
+                steps,
+                next: AtomicUsize::new(0),
+                stream_deltas,
+            }),
         }
     }
 
@@ -176,7 +207,12 @@ impl ScriptedModel {
             next: AtomicUsize::new(arc.next.load(Ordering::Relaxed)),
             stream_deltas: arc.stream_deltas,
         });
-        ScriptedModel { inner: Arc::new(ScriptInner { stream_deltas: yes, ..inner }) }
+        ScriptedModel {
+            inner: Arc::new(ScriptInner {
+                stream_deltas: yes,
+                ..inner
+            }),
+        }
     }
 
     /// How many calls were made so far.
@@ -206,22 +242,35 @@ pub struct ScriptLoadError {
 }
 
 fn deltas(response: &ModelResponse) -> Vec<Result<ModelEvent, ModelError>> {
-    let mut events = vec![Ok(ModelEvent::Start { id: response.id.clone(), model: response.model.clone() })];
+    let mut events = vec![Ok(ModelEvent::Start {
+        id: response.id.clone(),
+        model: response.model.clone(),
+    })];
     for r in &response.message.reasoning {
         events.push(Ok(ModelEvent::ReasoningDelta(r.text.clone())));
         events.push(Ok(ModelEvent::Reasoning(r.clone())));
     }
     let mut rest = response.message.text.as_str();
     while !rest.is_empty() {
-        let cut = rest.char_indices().find(|(i, c)| *i > 0 && c.is_whitespace()).map_or(rest.len(), |(i, _)| i);
+        let cut = rest
+            .char_indices()
+            .find(|(i, c)| *i > 0 && c.is_whitespace())
+            .map_or(rest.len(), |(i, _)| i);
         let (piece, tail) = rest.split_at(cut);
         events.push(Ok(ModelEvent::TextDelta(piece.to_owned())));
         rest = tail;
     }
     for (i, call) in response.message.tool_calls.iter().enumerate() {
         let index = u32::try_from(i).unwrap_or(u32::MAX);
-        events.push(Ok(ModelEvent::ToolCallStart { index, id: call.id.clone(), name: call.name.clone() }));
-        events.push(Ok(ModelEvent::ToolCallDelta { index, arguments: call.arguments.clone() }));
+        events.push(Ok(ModelEvent::ToolCallStart {
+            index,
+            id: call.id.clone(),
+            name: call.name.clone(),
+        }));
+        events.push(Ok(ModelEvent::ToolCallDelta {
+            index,
+            arguments: call.arguments.clone(),
+        }));
     }
     events.push(Ok(ModelEvent::Usage(response.usage)));
     events.push(Ok(ModelEvent::Finish {
@@ -245,7 +294,10 @@ impl Model for ScriptedModel {
         let Some((step, delay)) = self.inner.steps.get(at) else {
             let err = ModelError::new(
                 ModelErrorKind::Exhausted,
-                format!("the script has {} responses and all were used", self.inner.steps.len()),
+                format!(
+                    "the script has {} responses and all were used",
+                    self.inner.steps.len()
+                ),
             )
             .with_provider("scripted");
             return Box::pin(stream::iter([Err(err)]));
@@ -279,7 +331,9 @@ pub struct FunctionModel {
 
 impl std::fmt::Debug for FunctionModel {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("FunctionModel").field("id", &self.id).finish_non_exhaustive()
+        f.debug_struct("FunctionModel")
+            .field("id", &self.id)
+            .finish_non_exhaustive()
     }
 }
 
@@ -289,7 +343,10 @@ impl FunctionModel {
     where
         F: Fn(&ModelRequest<'_>) -> Result<ModelResponse, ModelError> + Send + Sync + 'static,
     {
-        FunctionModel { id: "function".into(), f: Arc::new(f) }
+        FunctionModel {
+            id: "function".into(),
+            f: Arc::new(f),
+        }
     }
 
     /// Sets the model id (for pricing and events).

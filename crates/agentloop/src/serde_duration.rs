@@ -30,7 +30,9 @@ pub mod option {
     /// Deserializes.
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
         match Option::<f64>::deserialize(d)? {
-            Some(secs) => Duration::try_from_secs_f64(secs).map(Some).map_err(serde::de::Error::custom),
+            Some(secs) => Duration::try_from_secs_f64(secs)
+                .map(Some)
+                .map_err(serde::de::Error::custom),
             None => Ok(None),
         }
     }

@@ -52,7 +52,11 @@ pub struct ToolSpec {
     #[serde(default)]
     pub idempotent: bool,
     /// Per-call timeout: a slower call becomes a tool error the model reads.
-    #[serde(default, skip_serializing_if = "Option::is_none", with = "crate::serde_duration::option")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "crate::serde_duration::option"
+    )]
     pub timeout: Option<Duration>,
 }
 
@@ -72,12 +76,20 @@ pub struct ToolOutput {
 impl ToolOutput {
     /// A text result.
     pub fn text(text: impl Into<String>) -> Self {
-        ToolOutput { content: ToolContent::Text(text.into()), details: None, terminate: false }
+        ToolOutput {
+            content: ToolContent::Text(text.into()),
+            details: None,
+            terminate: false,
+        }
     }
 
     /// A JSON result.
     pub fn json(value: Value) -> Self {
-        ToolOutput { content: ToolContent::Json(value), details: None, terminate: false }
+        ToolOutput {
+            content: ToolContent::Json(value),
+            details: None,
+            terminate: false,
+        }
     }
 
     /// Attaches details for the caller (never the model).
@@ -123,7 +135,11 @@ impl IntoToolOutput for Value {
 }
 impl IntoToolOutput for ToolContent {
     fn into_tool_output(self) -> ToolOutput {
-        ToolOutput { content: self, details: None, terminate: false }
+        ToolOutput {
+            content: self,
+            details: None,
+            terminate: false,
+        }
     }
 }
 impl IntoToolOutput for () {
@@ -138,7 +154,9 @@ macro_rules! display_output {
         }
     )*};
 }
-display_output!(i8, i16, i32, i64, i128, isize, u8, u16, u32, u64, u128, usize, f32, f64, bool);
+display_output!(
+    i8, i16, i32, i64, i128, isize, u8, u16, u32, u64, u128, usize, f32, f64, bool
+);
 
 /// How a tool call failed.
 #[derive(Debug, Clone, PartialEq, thiserror::Error, Serialize, Deserialize)]
@@ -163,12 +181,17 @@ pub enum ToolError {
 impl ToolError {
     /// A recoverable error the model reads.
     pub fn new(code: impl Into<String>, message: impl Into<String>) -> Self {
-        ToolError::Recoverable { code: code.into(), message: message.into() }
+        ToolError::Recoverable {
+            code: code.into(),
+            message: message.into(),
+        }
     }
 
     /// A fatal failure that ends the run.
     pub fn fatal(message: impl Into<String>) -> Self {
-        ToolError::Fatal { message: message.into() }
+        ToolError::Fatal {
+            message: message.into(),
+        }
     }
 
     /// True for a fatal failure.
@@ -217,7 +240,9 @@ struct ProgressTarget {
 
 impl fmt::Debug for ProgressSender {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ProgressSender").field("connected", &self.target.is_some()).finish()
+        f.debug_struct("ProgressSender")
+            .field("connected", &self.target.is_some())
+            .finish()
     }
 }
 
@@ -229,7 +254,15 @@ impl ProgressSender {
         call_id: Arc<str>,
         tool: Arc<str>,
     ) -> Self {
-        ProgressSender { target: Some(Arc::new(ProgressTarget { sink, run_id, turn, call_id, tool })) }
+        ProgressSender {
+            target: Some(Arc::new(ProgressTarget {
+                sink,
+                run_id,
+                turn,
+                call_id,
+                tool,
+            })),
+        }
     }
 
     /// Reports progress (a message, a fraction, any JSON). A no-op when nobody listens.
@@ -307,24 +340,36 @@ pub struct Tool {
 
 impl fmt::Debug for Tool {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Tool").field("spec", &self.spec).finish_non_exhaustive()
+        f.debug_struct("Tool")
+            .field("spec", &self.spec)
+            .finish_non_exhaustive()
     }
 }
 
 impl Tool {
     /// A tool from a spec and a handler over JSON values.
     pub fn new(spec: ToolSpec, handler: impl ToolHandler) -> Self {
-        Tool { spec, handler: Arc::new(handler) }
+        Tool {
+            spec,
+            handler: Arc::new(handler),
+        }
     }
 
     /// A dynamic tool from a JSON Schema value and a closure over the JSON arguments. Command and
     /// MCP tools are built this way. The schema is checked when the tool is registered.
-    pub fn dynamic<F, Fut>(name: impl Into<String>, description: impl Into<String>, input_schema: Value, f: F) -> Self
+    pub fn dynamic<F, Fut>(
+        name: impl Into<String>,
+        description: impl Into<String>,
+        input_schema: Value,
+        f: F,
+    ) -> Self
     where
         F: Fn(Value, ToolContext) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<ToolOutput, ToolError>> + Send + 'static,
     {
-        Tool::builder(name).description(description).dynamic(input_schema, f)
+        Tool::builder(name)
+            .description(description)
+            .dynamic(input_schema, f)
     }
 
     /// Starts a builder.
@@ -427,11 +472,18 @@ impl ToolBuilder {
         let handler = move |args: Value, ctx: ToolContext| {
             let f = f.clone();
             async move {
-                let typed: A = serde_json::from_value(args).map_err(|e| ToolError::new("invalid_arguments", e.to_string()))?;
-                f(typed, ctx).await.map(IntoToolOutput::into_tool_output).map_err(Into::into)
+                let typed: A = serde_json::from_value(args)
+                    .map_err(|e| ToolError::new("invalid_arguments", e.to_string()))?;
+                f(typed, ctx)
+                    .await
+                    .map(IntoToolOutput::into_tool_output)
+                    .map_err(Into::into)
             }
         };
-        Tool { spec: self.spec, handler: Arc::new(handler) }
+        Tool {
+            spec: self.spec,
+            handler: Arc::new(handler),
+        }
     }
 
     /// Finishes with a JSON Schema value and a handler over JSON arguments.
@@ -441,7 +493,10 @@ impl ToolBuilder {
         Fut: Future<Output = Result<ToolOutput, ToolError>> + Send + 'static,
     {
         self.spec.input_schema = input_schema;
-        Tool { spec: self.spec, handler: Arc::new(f) }
+        Tool {
+            spec: self.spec,
+            handler: Arc::new(f),
+        }
     }
 }
 
@@ -453,7 +508,9 @@ pub fn schema_for<T: schemars::JsonSchema>() -> Value {
     if let Value::Object(map) = &mut value {
         map.remove("$schema");
         map.remove("title");
-        if !map.contains_key("properties") && map.get("type").and_then(Value::as_str) == Some("object") {
+        if !map.contains_key("properties")
+            && map.get("type").and_then(Value::as_str) == Some("object")
+        {
             map.insert("properties".into(), Value::Object(Default::default()));
         }
     }
@@ -466,7 +523,10 @@ pub fn schema_for<T: schemars::JsonSchema>() -> Value {
 #[non_exhaustive]
 pub enum ToolDefinitionError {
     /// The name breaks the naming rule.
-    #[error("invalid tool name {name:?}: {reason} (registered: {})", list(registered))]
+    #[error(
+        "invalid tool name {name:?}: {reason} (registered: {})",
+        list(registered)
+    )]
     InvalidName {
         /// The name.
         name: String,
@@ -484,7 +544,10 @@ pub enum ToolDefinitionError {
         registered: Vec<String>,
     },
     /// The input or output schema is not a valid JSON Schema for a tool.
-    #[error("invalid schema for tool {name:?}: {reason} (registered: {})", list(registered))]
+    #[error(
+        "invalid schema for tool {name:?}: {reason} (registered: {})",
+        list(registered)
+    )]
     InvalidSchema {
         /// The tool.
         name: String,
@@ -507,7 +570,11 @@ impl ToolDefinitionError {
 }
 
 fn list(names: &[String]) -> String {
-    if names.is_empty() { "none".to_owned() } else { names.join(", ") }
+    if names.is_empty() {
+        "none".to_owned()
+    } else {
+        names.join(", ")
+    }
 }
 
 /// Checks the naming rule: a letter first, then letters, digits, `_` or `-`; 1 to 128 characters.
@@ -516,14 +583,22 @@ pub fn check_tool_name(name: &str) -> Result<(), String> {
         return Err("the name is empty".into());
     }
     if name.len() > 128 {
-        return Err(format!("the name is {} characters long; at most 128 are allowed", name.chars().count()));
+        return Err(format!(
+            "the name is {} characters long; at most 128 are allowed",
+            name.chars().count()
+        ));
     }
     let mut chars = name.chars();
     if !chars.next().is_some_and(|c| c.is_ascii_alphabetic()) {
         return Err("the name must start with a letter".into());
     }
-    if let Some(bad) = name.chars().find(|c| !(c.is_ascii_alphanumeric() || *c == '_' || *c == '-')) {
-        return Err(format!("the name holds {bad:?}; only letters, digits, '_' and '-' are allowed"));
+    if let Some(bad) = name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || *c == '_' || *c == '-'))
+    {
+        return Err(format!(
+            "the name holds {bad:?}; only letters, digits, '_' and '-' are allowed"
+        ));
     }
     Ok(())
 }
@@ -545,7 +620,9 @@ pub struct ToolSet {
 
 impl fmt::Debug for ToolSet {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_list().entries(self.specs.iter().map(|s| &s.name)).finish()
+        f.debug_list()
+            .entries(self.specs.iter().map(|s| &s.name))
+            .finish()
     }
 }
 
@@ -561,10 +638,17 @@ impl ToolSet {
         let Tool { mut spec, handler } = tool;
         let registered = || -> Vec<String> { self.specs.iter().map(|s| s.name.clone()).collect() };
         if let Err(reason) = check_tool_name(&spec.name) {
-            return Err(ToolDefinitionError::InvalidName { name: spec.name, reason, registered: registered() });
+            return Err(ToolDefinitionError::InvalidName {
+                name: spec.name,
+                reason,
+                registered: registered(),
+            });
         }
         if self.by_name.contains_key(&spec.name) {
-            return Err(ToolDefinitionError::Duplicate { name: spec.name, registered: registered() });
+            return Err(ToolDefinitionError::Duplicate {
+                name: spec.name,
+                registered: registered(),
+            });
         }
         let schema_err = |spec: &ToolSpec, reason: String| ToolDefinitionError::InvalidSchema {
             name: spec.name.clone(),
@@ -579,11 +663,17 @@ impl ToolSet {
                 None => {}
                 Some(Value::String(t)) if t == "object" => {}
                 Some(other) => {
-                    return Err(schema_err(&spec, format!("the input schema must describe an object, not {other}")));
+                    return Err(schema_err(
+                        &spec,
+                        format!("the input schema must describe an object, not {other}"),
+                    ));
                 }
             },
             other => {
-                return Err(schema_err(&spec, format!("the input schema must be a JSON object, not {other}")));
+                return Err(schema_err(
+                    &spec,
+                    format!("the input schema must be a JSON object, not {other}"),
+                ));
             }
         }
         let validator = compile_schema(&spec.input_schema).map_err(|e| schema_err(&spec, e))?;
@@ -592,7 +682,10 @@ impl ToolSet {
         }
         self.by_name.insert(spec.name.clone(), self.specs.len());
         self.specs.push(spec);
-        self.entries.push(RegisteredTool { handler, validator: Arc::new(validator) });
+        self.entries.push(RegisteredTool {
+            handler,
+            validator: Arc::new(validator),
+        });
         Ok(())
     }
 
@@ -633,7 +726,10 @@ impl ToolSet {
     /// Validates arguments against a tool's compiled schema: every failing path with its reason.
     pub fn validate(&self, index: usize, args: &Value) -> Result<(), Vec<SchemaViolation>> {
         let Some(entry) = self.entries.get(index) else {
-            return Err(vec![SchemaViolation { path: String::new(), reason: "no such tool".into() }]);
+            return Err(vec![SchemaViolation {
+                path: String::new(),
+                reason: "no such tool".into(),
+            }]);
         };
         validate_with(&entry.validator, args)
     }
@@ -650,7 +746,11 @@ pub struct SchemaViolation {
 
 impl fmt::Display for SchemaViolation {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let path = if self.path.is_empty() { "/" } else { &self.path };
+        let path = if self.path.is_empty() {
+            "/"
+        } else {
+            &self.path
+        };
         write!(f, "{path}: {}", self.reason)
     }
 }
@@ -664,16 +764,25 @@ pub fn compile_schema(schema: &Value) -> Result<jsonschema::Validator, String> {
         .map_err(|e| e.to_string())
 }
 
-pub(crate) fn validate_with(validator: &jsonschema::Validator, value: &Value) -> Result<(), Vec<SchemaViolation>> {
+pub(crate) fn validate_with(
+    validator: &jsonschema::Validator,
+    value: &Value,
+) -> Result<(), Vec<SchemaViolation>> {
     if validator.is_valid(value) {
         return Ok(());
     }
     let violations: Vec<SchemaViolation> = validator
         .iter_errors(value)
-        .map(|e| SchemaViolation { path: e.instance_path().to_string(), reason: e.to_string() })
+        .map(|e| SchemaViolation {
+            path: e.instance_path().to_string(),
+            reason: e.to_string(),
+        })
         .collect();
     if violations.is_empty() {
-        return Err(vec![SchemaViolation { path: String::new(), reason: "does not match the schema".into() }]);
+        return Err(vec![SchemaViolation {
+            path: String::new(),
+            reason: "does not match the schema".into(),
+        }]);
     }
     Err(violations)
 }

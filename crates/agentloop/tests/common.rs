@@ -1,0 +1,74 @@
+//! Helpers shared by the core's integration tests.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use agentloop::{Event, ModelResponse, Tool, ToolError, ToolOutput};
+use serde_json::{Value, json};
+use tokio::time::Instant;
+
+/// A log of what handlers did: (tool, call id, start, end).
+#[derive(Clone, Default)]
+pub struct CallLog(pub Arc<Mutex<Vec<(String, String, Instant, Instant)>>>);
+
+impl CallLog {
+    pub fn names(&self) -> Vec<String> {
+        self.0.lock().unwrap().iter().map(|e| e.0.clone()).collect()
+    }
+    pub fn len(&self) -> usize {
+        self.0.lock().unwrap().len()
+    }
+}
+
+/// A tool that sleeps `ms` from its arguments (default 0) and echoes them, logging its times.
+pub fn sleeper(name: &str, log: &CallLog) -> Tool {
+    let log = log.clone();
+    let tool_name = name.to_owned();
+    Tool::dynamic(
+        name,
+        "Sleeps for ms milliseconds and echoes its arguments.",
+        json!({"type": "object", "properties": {"ms": {"type": "integer", "minimum": 0}, "tag": {"type": "string"}}}),
+        move |args: Value, ctx| {
+            let log = log.clone();
+            let tool_name = tool_name.clone();
+            async move {
+                let start = Instant::now();
+                let ms = args.get("ms").and_then(Value::as_u64).unwrap_or(0);
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_millis(ms)) => {}
+                    _ = ctx.cancel.cancelled() => return Err(ToolError::new("cancelled", "cancelled")),
+                }
+                log.0.lock().unwrap().push((
+                    tool_name,
+                    ctx.call_id.to_string(),
+                    start,
+                    Instant::now(),
+                ));
+                Ok(ToolOutput::json(args))
+            }
+        },
+    )
+}
+
+/// A scripted tool-call response: (id, name, raw args) each.
+pub fn calls(list: &[(&str, &str, &str)]) -> ModelResponse {
+    ModelResponse::tool_calls(
+        list.iter()
+            .map(|(a, b, c)| (a.to_string(), b.to_string(), c.to_string())),
+    )
+}
+
+/// Collects events.
+#[derive(Clone, Default)]
+pub struct Events(pub Arc<Mutex<Vec<Event>>>);
+
+impl Events {
+    pub fn sink(&self) -> impl Fn(&Event) + Send + Sync + 'static {
+        let inner = self.0.clone();
+        move |e: &Event| inner.lock().unwrap().push(e.clone())
+    }
+    pub fn all(&self) -> Vec<Event> {
+        self.0.lock().unwrap().clone()
+    }
+}

@@ -1,0 +1,1143 @@
+//! The loop's rules, pinned through the public API with scripted models.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use agentloop::{
+    Agent, CallStatus, CancellationToken, DecisionPolicy, EventKind, FunctionModel, LimitKind,
+    Limits, Message, ModelError, ModelErrorKind, ModelResponse, OnInvalidCall, Price, PriceTable,
+    RunOptions, ScriptStep, ScriptedModel, Session, StopReason, StreamItem, Tool, ToolError,
+    ToolOutput, Usage,
+};
+use common::{CallLog, Events, calls, sleeper};
+use futures::StreamExt;
+use serde_json::{Value, json};
+
+fn counting_tool(name: &str, counter: &Arc<AtomicUsize>) -> Tool {
+    let counter = counter.clone();
+    Tool::dynamic(
+        name,
+        "Counts its calls.",
+        json!({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}),
+        move |args: Value, _ctx| {
+            let counter = counter.clone();
+            async move {
+                counter.fetch_add(1, Ordering::SeqCst);
+                Ok(ToolOutput::json(args))
+            }
+        },
+    )
+}
+
+fn agent(model: ScriptedModel, tools: Vec<Tool>, limits: Limits) -> Agent {
+    Agent::builder()
+        .model(model)
+        .tools(tools)
+        .limits(limits)
+        .build()
+        .unwrap()
+}
+
+/// Every assistant tool call is answered exactly once, right after its message, ids matching.
+fn assert_tool_cycle(transcript: &[Message]) {
+    let mut i = 0;
+    while i < transcript.len() {
+        if let Message::Assistant(a) = &transcript[i] {
+            for (k, call) in a.tool_calls.iter().enumerate() {
+                let r = transcript.get(i + 1 + k).and_then(Message::as_tool_result);
+                let r = r.unwrap_or_else(|| {
+                    panic!("call {} has no result right after its message", call.id)
+                });
+                assert_eq!(r.call_id, call.id, "results follow decision order");
+            }
+            i += 1 + a.tool_calls.len();
+        } else {
+            assert!(
+                transcript[i].as_tool_result().is_none(),
+                "a tool result without its call at {i}"
+            );
+            i += 1;
+        }
+    }
+}
+
+#[tokio::test]
+async fn invalid_args_in_batch_start_no_handler() {
+    let n = Arc::new(AtomicUsize::new(0));
+    let model = ScriptedModel::new([
+        calls(&[
+            ("a", "count", r#"{"n": 1}"#),
+            ("b", "count", r#"{"n": "one"}"#),
+            ("c", "count", "{not json"),
+        ]),
+        ModelResponse::text("done"),
+    ]);
+    let out = agent(model, vec![counting_tool("count", &n)], Limits::default())
+        .run("go")
+        .await;
+    assert_eq!(out.stop_reason, StopReason::Finished);
+    // The valid call ran; the invalid ones never reached a handler.
+    assert_eq!(n.load(Ordering::SeqCst), 1);
+    let statuses: Vec<CallStatus> = out.tool_calls.iter().map(|r| r.status).collect();
+    assert_eq!(
+        statuses,
+        vec![CallStatus::Ok, CallStatus::Rejected, CallStatus::Rejected]
+    );
+    let msg_b = out.tool_calls[1].error.clone().unwrap();
+    assert!(msg_b.contains("/n"), "names the failing path: {msg_b}");
+    let msg_c = out.tool_calls[2].error.clone().unwrap();
+    assert!(msg_c.contains("not valid JSON"), "{msg_c}");
+    assert_tool_cycle(&out.transcript);
+}
+
+#[tokio::test]
+async fn every_argument_is_validated_before_any_handler_starts() {
+    // The invalid call comes last: if validation were per call as it runs, the first would start.
+    let n = Arc::new(AtomicUsize::new(0));
+    let model = ScriptedModel::new([
+        calls(&[("a", "count", r#"{"n": 1}"#), ("b", "count", r#"{}"#)]),
+        ModelResponse::text("ok"),
+    ]);
+    let policy = DecisionPolicy {
+        invalid_arguments: OnInvalidCall::Fail,
+        ..Default::default()
+    };
+    let a = Agent::builder()
+        .model(model)
+        .tool(counting_tool("count", &n))
+        .policy(policy)
+        .build()
+        .unwrap();
+    let out = a.run("go").await;
+    assert_eq!(out.stop_reason, StopReason::Failed);
+    assert_eq!(out.error.as_ref().unwrap().code(), "decision.invalid");
+    assert_eq!(
+        n.load(Ordering::SeqCst),
+        0,
+        "no handler of the batch started"
+    );
+    assert_tool_cycle(&out.transcript);
+}
+
+#[tokio::test]
+async fn invalid_arguments_message_lists_each_failing_path() {
+    let schema = json!({"type": "object", "properties": {
+        "city": {"type": "string"}, "days": {"type": "integer", "maximum": 7}}, "required": ["city", "days"]});
+    let tool = Tool::dynamic("forecast", "Forecast.", schema, |_a: Value, _c| async {
+        Ok(ToolOutput::text("x"))
+    });
+    let model = ScriptedModel::new([
+        calls(&[("a", "forecast", r#"{"city": 3, "days": 9}"#)]),
+        ModelResponse::text("k"),
+    ]);
+    let out = agent(model, vec![tool], Limits::default()).run("go").await;
+    let err = out.tool_calls[0].error.clone().unwrap();
+    assert!(err.contains("/city") && err.contains("/days"), "{err}");
+}
+
+#[tokio::test]
+async fn unknown_tool_is_fed_back_naming_the_valid_tools() {
+    let log = CallLog::default();
+    let model = ScriptedModel::new([calls(&[("a", "nope", "{}")]), ModelResponse::text("sorry")]);
+    let out = agent(
+        model,
+        vec![sleeper("alpha", &log), sleeper("beta", &log)],
+        Limits::default(),
+    )
+    .run("go")
+    .await;
+    assert_eq!(out.stop_reason, StopReason::Finished);
+    let err = out.tool_calls[0].error.clone().unwrap();
+    assert!(
+        err.contains("alpha") && err.contains("beta") && err.contains("nope"),
+        "{err}"
+    );
+    let result = out
+        .transcript
+        .iter()
+        .find_map(Message::as_tool_result)
+        .unwrap();
+    assert!(result.is_error);
+}
+
+#[tokio::test]
+async fn policy_can_make_an_unknown_tool_fatal() {
+    let model = ScriptedModel::new([calls(&[("a", "nope", "{}")]), ModelResponse::text("sorry")]);
+    let policy = DecisionPolicy {
+        unknown_tool: OnInvalidCall::Fail,
+        ..Default::default()
+    };
+    let out = Agent::builder()
+        .model(model)
+        .policy(policy)
+        .build()
+        .unwrap()
+        .run("go")
+        .await;
+    assert_eq!(out.stop_reason, StopReason::Failed);
+    assert_eq!(out.error.unwrap().code(), "decision.invalid");
+}
+
+#[tokio::test]
+async fn empty_arguments_mean_an_empty_object() {
+    let log = CallLog::default();
+    let model = ScriptedModel::new([
+        calls(&[("a", "alpha", ""), ("b", "alpha", "  ")]),
+        ModelResponse::text("ok"),
+    ]);
+    let out = agent(model, vec![sleeper("alpha", &log)], Limits::default())
+        .run("go")
+        .await;
+    assert_eq!(out.tool_calls.iter().filter(|r| r.ok()).count(), 2);
+    assert_eq!(out.tool_calls[0].input, json!({}));
+}
+
+#[tokio::test(start_paused = true)]
+async fn outcomes_are_folded_in_decision_order_when_calls_finish_out_of_order() {
+    let log = CallLog::default();
+    let model = ScriptedModel::new([
+        calls(&[
+            ("slow", "alpha", r#"{"ms": 30, "tag": "slow"}"#),
+            ("fast", "alpha", r#"{"ms": 1, "tag": "fast"}"#),
+        ]),
+        ModelResponse::text("ok"),
+    ]);
+    let out = agent(model, vec![sleeper("alpha", &log)], Limits::default())
+        .run("go")
+        .await;
+    let finished: Vec<String> = log.0.lock().unwrap().iter().map(|e| e.1.clone()).collect();
+    assert_eq!(
+        finished,
+        vec!["fast", "slow"],
+        "the fast call finished first"
+    );
+    let ids: Vec<&str> = out.tool_calls.iter().map(|r| r.id.as_str()).collect();
+    assert_eq!(ids, vec!["slow", "fast"]);
+    assert_tool_cycle(&out.transcript);
+}
+
+#[tokio::test(start_paused = true)]
+async fn parallel_calls_really_overlap() {
+    let log = CallLog::default();
+    let model = ScriptedModel::new([
+        calls(&[
+            ("a", "alpha", r#"{"ms": 50}"#),
+            ("b", "alpha", r#"{"ms": 50}"#),
+            ("c", "alpha", r#"{"ms": 50}"#),
+        ]),
+        ModelResponse::text("ok"),
+    ]);
+    let out = agent(model, vec![sleeper("alpha", &log)], Limits::default())
+        .run("go")
+        .await;
+    assert_eq!(out.stop_reason, StopReason::Finished);
+    let entries = log.0.lock().unwrap().clone();
+    assert_eq!(entries.len(), 3);
+    let latest_start = entries.iter().map(|e| e.2).max().unwrap();
+    let earliest_end = entries.iter().map(|e| e.3).min().unwrap();
+    assert!(
+        latest_start < earliest_end,
+        "every call started before any ended"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_sequential_tool_makes_the_batch_sequential() {
+    let log = CallLog::default();
+    let seq = {
+        let log = log.clone();
+        Tool::builder("seq")
+            .description("Sequential.")
+            .sequential()
+            .dynamic(json!({"type": "object"}), move |_a: Value, ctx| {
+                let log = log.clone();
+                async move {
+                    let start = tokio::time::Instant::now();
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    log.0.lock().unwrap().push((
+                        "seq".into(),
+                        ctx.call_id.to_string(),
+                        start,
+                        tokio::time::Instant::now(),
+                    ));
+                    Ok(ToolOutput::text("s"))
+                }
+            })
+    };
+    let model = ScriptedModel::new([
+        calls(&[
+            ("a", "alpha", r#"{"ms": 20}"#),
+            ("b", "seq", "{}"),
+            ("c", "alpha", r#"{"ms": 20}"#),
+        ]),
+        ModelResponse::text("ok"),
+    ]);
+    let out = agent(model, vec![sleeper("alpha", &log), seq], Limits::default())
+        .run("go")
+        .await;
+    assert_eq!(out.stop_reason, StopReason::Finished);
+    let mut entries = log.0.lock().unwrap().clone();
+    entries.sort_by_key(|e| e.2);
+    for w in entries.windows(2) {
+        assert!(w[0].3 <= w[1].2, "{} overlapped {}", w[0].1, w[1].1);
+    }
+    let order: Vec<String> = entries.iter().map(|e| e.1.clone()).collect();
+    assert_eq!(
+        order,
+        vec!["a", "b", "c"],
+        "one at a time, in decision order"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_concurrency_cap_bounds_running_calls() {
+    let log = CallLog::default();
+    let model = ScriptedModel::new([
+        calls(&[
+            ("a", "alpha", r#"{"ms": 10}"#),
+            ("b", "alpha", r#"{"ms": 10}"#),
+            ("c", "alpha", r#"{"ms": 10}"#),
+            ("d", "alpha", r#"{"ms": 10}"#),
+        ]),
+        ModelResponse::text("ok"),
+    ]);
+    let limits = Limits {
+        max_concurrency: 2,
+        ..Limits::default()
+    };
+    agent(model, vec![sleeper("alpha", &log)], limits)
+        .run("go")
+        .await;
+    let entries = log.0.lock().unwrap().clone();
+    for e in &entries {
+        let running = entries.iter().filter(|o| o.2 <= e.2 && o.3 > e.2).count();
+        assert!(running <= 2, "{running} calls ran at once");
+    }
+}
+
+#[tokio::test]
+async fn a_batch_over_the_remaining_call_budget_is_refused_whole() {
+    let n = Arc::new(AtomicUsize::new(0));
+    let model = ScriptedModel::new([
+        calls(&[("a", "count", r#"{"n": 1}"#), ("b", "count", r#"{"n": 2}"#)]),
+        calls(&[("c", "count", r#"{"n": 3}"#), ("d", "count", r#"{"n": 4}"#)]),
+        ModelResponse::text("never"),
+    ]);
+    let limits = Limits {
+        max_tool_calls: Some(3),
+        ..Limits::default()
+    };
+    let out = agent(model, vec![counting_tool("count", &n)], limits)
+        .run("go")
+        .await;
+    assert_eq!(out.stop_reason, StopReason::MaxToolCalls);
+    assert_eq!(
+        n.load(Ordering::SeqCst),
+        2,
+        "the second batch (2 > 1 remaining) started no handler"
+    );
+    let hit = out.limit.unwrap();
+    assert_eq!(
+        (hit.limit, hit.bound, hit.consumed, hit.requested),
+        (LimitKind::ToolCalls, 3.0, 2.0, 2.0)
+    );
+    assert_eq!(
+        out.tool_calls
+            .iter()
+            .filter(|r| r.status == CallStatus::Refused)
+            .count(),
+        2
+    );
+    assert_tool_cycle(&out.transcript);
+    assert_eq!(
+        out.clone().into_result().unwrap_err().code(),
+        "limit.reached"
+    );
+}
+
+#[tokio::test]
+async fn finishing_on_the_last_allowed_turn_succeeds() {
+    let log = CallLog::default();
+    let model = ScriptedModel::new([
+        calls(&[("a", "alpha", "{}")]),
+        calls(&[("b", "alpha", r#"{"tag": "2"}"#)]),
+        ModelResponse::text("final"),
+    ]);
+    let limits = Limits {
+        max_turns: Some(3),
+        ..Limits::default()
+    };
+    let out = agent(model, vec![sleeper("alpha", &log)], limits)
+        .run("go")
+        .await;
+    assert_eq!(out.stop_reason, StopReason::Finished);
+    assert_eq!(out.turns, 3);
+    assert_eq!(out.output.as_deref(), Some("final"));
+}
+
+#[tokio::test]
+async fn max_turns_stops_before_the_next_model_call_keeping_work_done() {
+    let log = CallLog::default();
+    let model = ScriptedModel::new([
+        calls(&[("a", "alpha", "{}")]),
+        calls(&[("b", "alpha", r#"{"tag": "2"}"#)]),
+        ModelResponse::text("final"),
+    ]);
+    let limits = Limits {
+        max_turns: Some(2),
+        ..Limits::default()
+    };
+    let out = agent(model.clone(), vec![sleeper("alpha", &log)], limits)
+        .run("go")
+        .await;
+    assert_eq!(out.stop_reason, StopReason::MaxTurns);
+    assert_eq!(model.calls(), 2);
+    assert_eq!(log.len(), 2, "the last turn's batch ran");
+    assert_eq!(out.tool_calls.len(), 2);
+    assert_tool_cycle(&out.transcript);
+}
+
+#[tokio::test]
+async fn max_model_calls_stops_the_run() {
+    let log = CallLog::default();
+    let model = ScriptedModel::new([
+        calls(&[("a", "alpha", "{}")]),
+        calls(&[("b", "alpha", "{}")]),
+        ModelResponse::text("x"),
+    ]);
+    let limits = Limits {
+        max_model_calls: Some(1),
+        ..Limits::default()
+    };
+    let out = agent(model, vec![sleeper("alpha", &log)], limits)
+        .run("go")
+        .await;
+    assert_eq!(out.stop_reason, StopReason::MaxModelCalls);
+    assert_eq!(out.model_calls, 1);
+}
+
+#[tokio::test]
+async fn a_stuck_loop_stops_before_the_repeated_call_runs() {
+    let n = Arc::new(AtomicUsize::new(0));
+    let same = || calls(&[("x", "count", r#"{"n": 7}"#)]);
+    // Key order differs on the third call: still the same arguments.
+    let model = ScriptedModel::new([
+        same(),
+        calls(&[("y", "count", r#"{"n":7}"#)]),
+        calls(&[("z", "count", r#"{ "n" : 7 }"#)]),
+        ModelResponse::text("never"),
+    ]);
+    let out = agent(model, vec![counting_tool("count", &n)], Limits::default())
+        .run("go")
+        .await;
+    assert_eq!(out.stop_reason, StopReason::StuckLoop);
+    assert_eq!(
+        n.load(Ordering::SeqCst),
+        2,
+        "the third identical call never ran"
+    );
+    assert_eq!(out.limit.unwrap().limit, LimitKind::StuckLoop);
+    assert_tool_cycle(&out.transcript);
+}
+
+#[tokio::test]
+async fn different_arguments_break_the_streak_and_zero_disables_the_rule() {
+    let n = Arc::new(AtomicUsize::new(0));
+    let script = || {
+        ScriptedModel::new([
+            calls(&[("a", "count", r#"{"n": 1}"#)]),
+            calls(&[("b", "count", r#"{"n": 1}"#)]),
+            calls(&[("c", "count", r#"{"n": 2}"#)]),
+            calls(&[("d", "count", r#"{"n": 2}"#)]),
+            ModelResponse::text("done"),
+        ])
+    };
+    let out = agent(
+        script(),
+        vec![counting_tool("count", &n)],
+        Limits::default(),
+    )
+    .run("go")
+    .await;
+    assert_eq!(out.stop_reason, StopReason::Finished);
+    let repeat = ScriptedModel::new(
+        std::iter::repeat_n(calls(&[("a", "count", r#"{"n": 1}"#)]), 5)
+            .chain([ModelResponse::text("ok")]),
+    );
+    let limits = Limits {
+        stuck_loop_threshold: 0,
+        ..Limits::default()
+    };
+    let out = agent(repeat, vec![counting_tool("count", &n)], limits)
+        .run("go")
+        .await;
+    assert_eq!(out.stop_reason, StopReason::Finished);
+}
+
+#[tokio::test(start_paused = true)]
+async fn cancelling_mid_batch_leaves_a_valid_transcript() {
+    let log = CallLog::default();
+    let model = ScriptedModel::new([
+        calls(&[
+            ("a", "alpha", r#"{"ms": 10}"#),
+            ("b", "alpha", r#"{"ms": 100000}"#),
+        ]),
+        ModelResponse::text("never"),
+    ]);
+    let cancel = CancellationToken::new();
+    let a = agent(model, vec![sleeper("alpha", &log)], Limits::default());
+    let c2 = cancel.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        c2.cancel();
+    });
+    let options = RunOptions {
+        cancel: Some(cancel),
+        ..Default::default()
+    };
+    let out = a
+        .run_with(Vec::new(), Some(Message::user("go")), options)
+        .await;
+    assert_eq!(out.stop_reason, StopReason::Cancelled);
+    assert_eq!(
+        out.tool_calls[0].status,
+        CallStatus::Ok,
+        "the finished call keeps its result"
+    );
+    assert_ne!(out.tool_calls[1].status, CallStatus::Ok);
+    assert_tool_cycle(&out.transcript);
+    assert_eq!(out.error.unwrap().code(), "run.cancelled");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_handler_that_ignores_cancellation_is_abandoned_after_the_grace_period() {
+    let stubborn = Tool::dynamic(
+        "stubborn",
+        "Ignores cancellation.",
+        json!({"type": "object"}),
+        |_a: Value, _c| async {
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+            Ok(ToolOutput::text("late"))
+        },
+    );
+    let model = ScriptedModel::new([
+        calls(&[("a", "stubborn", "{}")]),
+        ModelResponse::text("never"),
+    ]);
+    let limits = Limits {
+        timeout: Some(Duration::from_secs(1)),
+        grace_period: Duration::from_millis(200),
+        ..Limits::default()
+    };
+    let a = agent(model, vec![stubborn], limits);
+    let start = tokio::time::Instant::now();
+    let out = a.run("go").await;
+    assert_eq!(out.stop_reason, StopReason::Deadline);
+    assert!(
+        start.elapsed() <= Duration::from_millis(1250),
+        "outlived the deadline by {:?}",
+        start.elapsed()
+    );
+    assert_eq!(out.tool_calls[0].status, CallStatus::Cancelled);
+    assert_tool_cycle(&out.transcript);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_deadline_cuts_a_slow_model_call_short() {
+    let model = ScriptedModel::from_json(r#"[{"text": "late", "delay_ms": 60000}]"#).unwrap();
+    let limits = Limits {
+        timeout: Some(Duration::from_secs(2)),
+        ..Limits::default()
+    };
+    let out = agent(model, vec![], limits).run("go").await;
+    assert_eq!(out.stop_reason, StopReason::Deadline);
+    assert_eq!(out.error.unwrap().code(), "run.deadline");
+}
+
+#[tokio::test]
+async fn a_panicking_tool_fails_the_run_while_the_process_goes_on() {
+    let boom = Tool::dynamic(
+        "boom",
+        "Panics.",
+        json!({"type": "object"}),
+        |_a: Value, _c| async {
+            if true {
+                panic!("kaboom");
+            }
+            Ok(ToolOutput::text("unreachable"))
+        },
+    );
+    let model = ScriptedModel::new([calls(&[("a", "boom", "{}")]), ModelResponse::text("never")]);
+    let out = agent(model, vec![boom], Limits::default()).run("go").await;
+    assert_eq!(out.stop_reason, StopReason::Failed);
+    let err = out.error.unwrap();
+    assert_eq!(err.code(), "tool.panicked");
+    assert!(err.to_string().contains("kaboom"));
+    assert_tool_cycle(&out.transcript);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_fatal_tool_error_drains_running_siblings_without_cancelling_them() {
+    let log = CallLog::default();
+    let fatal = Tool::dynamic(
+        "fatal",
+        "Fails fatally.",
+        json!({"type": "object"}),
+        |_a: Value, _c| async { Err::<ToolOutput, _>(ToolError::fatal("disk on fire")) },
+    );
+    let model = ScriptedModel::new([
+        calls(&[("a", "alpha", r#"{"ms": 40}"#), ("b", "fatal", "{}")]),
+        ModelResponse::text("never"),
+    ]);
+    let out = agent(
+        model.clone(),
+        vec![sleeper("alpha", &log), fatal],
+        Limits::default(),
+    )
+    .run("go")
+    .await;
+    assert_eq!(out.stop_reason, StopReason::Failed);
+    assert_eq!(out.error.unwrap().code(), "tool.fatal");
+    assert_eq!(
+        out.tool_calls[0].status,
+        CallStatus::Ok,
+        "the sibling finished, not cancelled"
+    );
+    assert_eq!(model.calls(), 1, "nothing more was dispatched");
+    assert_tool_cycle(&out.transcript);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_per_tool_timeout_becomes_an_error_the_model_reads() {
+    let slow = Tool::builder("slow")
+        .description("Slow.")
+        .timeout(Duration::from_millis(100))
+        .dynamic(json!({"type": "object"}), |_a: Value, _c| async {
+            tokio::time::sleep(Duration::from_secs(10)).await;
+            Ok(ToolOutput::text("late"))
+        });
+    let model = ScriptedModel::new([
+        calls(&[("a", "slow", "{}")]),
+        ModelResponse::text("recovered"),
+    ]);
+    let out = agent(model, vec![slow], Limits::default()).run("go").await;
+    assert_eq!(out.stop_reason, StopReason::Finished);
+    assert_eq!(out.tool_calls[0].status, CallStatus::Error);
+    assert_eq!(out.tool_calls[0].error_code.as_deref(), Some("timeout"));
+}
+
+#[tokio::test]
+async fn a_recoverable_tool_error_reaches_the_model() {
+    let flaky = Tool::dynamic(
+        "flaky",
+        "Fails.",
+        json!({"type": "object"}),
+        |_a: Value, _c| async { Err::<ToolOutput, _>(ToolError::new("not_found", "no such city")) },
+    );
+    let seen = Arc::new(std::sync::Mutex::new(String::new()));
+    let seen2 = seen.clone();
+    let model = FunctionModel::new(move |req| {
+        if let Some(r) = req.messages.iter().rev().find_map(Message::as_tool_result) {
+            *seen2.lock().unwrap() = r.content.to_text();
+            return Ok(ModelResponse::text("handled"));
+        }
+        Ok(calls(&[("a", "flaky", "{}")]))
+    });
+    let out = Agent::builder()
+        .model(model)
+        .tool(flaky)
+        .build()
+        .unwrap()
+        .run("go")
+        .await;
+    assert_eq!(out.stop_reason, StopReason::Finished);
+    assert_eq!(*seen.lock().unwrap(), "no such city");
+}
+
+#[tokio::test]
+async fn duplicate_call_ids_make_the_decision_invalid_and_run_nothing() {
+    let n = Arc::new(AtomicUsize::new(0));
+    let model = ScriptedModel::new([
+        calls(&[
+            ("same", "count", r#"{"n": 1}"#),
+            ("same", "count", r#"{"n": 2}"#),
+        ]),
+        ModelResponse::text("never"),
+    ]);
+    let out = agent(model, vec![counting_tool("count", &n)], Limits::default())
+        .run("go")
+        .await;
+    assert_eq!(out.stop_reason, StopReason::Failed);
+    assert_eq!(out.error.unwrap().code(), "decision.invalid");
+    assert_eq!(n.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn overlong_call_ids_are_refused() {
+    let n = Arc::new(AtomicUsize::new(0));
+    let long = "x".repeat(257);
+    let model = ScriptedModel::new([
+        calls(&[(&long, "count", r#"{"n": 1}"#)]),
+        ModelResponse::text("never"),
+    ]);
+    let out = agent(model, vec![counting_tool("count", &n)], Limits::default())
+        .run("go")
+        .await;
+    assert_eq!(out.error.unwrap().code(), "decision.invalid");
+    assert_eq!(n.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn blank_call_ids_get_generated_unique_ids() {
+    let n = Arc::new(AtomicUsize::new(0));
+    let model = ScriptedModel::new([
+        calls(&[("", "count", r#"{"n": 1}"#), ("  ", "count", r#"{"n": 2}"#)]),
+        ModelResponse::text("ok"),
+    ]);
+    let out = agent(model, vec![counting_tool("count", &n)], Limits::default())
+        .run("go")
+        .await;
+    assert_eq!(out.stop_reason, StopReason::Finished);
+    let ids: Vec<&str> = out.tool_calls.iter().map(|r| r.id.as_str()).collect();
+    assert!(ids.iter().all(|i| !i.trim().is_empty()));
+    assert_ne!(ids[0], ids[1]);
+    assert_tool_cycle(&out.transcript);
+}
+
+#[tokio::test]
+async fn a_batch_whose_calls_all_ask_to_terminate_ends_the_run() {
+    let stop = Tool::dynamic(
+        "stop",
+        "Stops.",
+        json!({"type": "object"}),
+        |_a: Value, _c| async { Ok(ToolOutput::text("stopped here").terminate()) },
+    );
+    let model = ScriptedModel::new([
+        calls(&[("a", "stop", "{}"), ("b", "stop", "{}")]),
+        ModelResponse::text("never"),
+    ]);
+    let out = agent(model.clone(), vec![stop], Limits::default())
+        .run("go")
+        .await;
+    assert_eq!(out.stop_reason, StopReason::Terminated);
+    assert_eq!(out.output.as_deref(), Some("stopped here"));
+    assert_eq!(model.calls(), 1);
+    assert!(out.is_success());
+}
+
+#[tokio::test]
+async fn one_call_asking_to_terminate_is_not_enough() {
+    let log = CallLog::default();
+    let stop = Tool::dynamic(
+        "stop",
+        "Stops.",
+        json!({"type": "object"}),
+        |_a: Value, _c| async { Ok(ToolOutput::text("stop").terminate()) },
+    );
+    let model = ScriptedModel::new([
+        calls(&[("a", "stop", "{}"), ("b", "alpha", "{}")]),
+        ModelResponse::text("done"),
+    ]);
+    let out = agent(model, vec![stop, sleeper("alpha", &log)], Limits::default())
+        .run("go")
+        .await;
+    assert_eq!(out.stop_reason, StopReason::Finished);
+}
+
+#[tokio::test]
+async fn details_reach_the_caller_but_never_the_model() {
+    let t = Tool::dynamic(
+        "d",
+        "Details.",
+        json!({"type": "object"}),
+        |_a: Value, _c| async {
+            Ok(ToolOutput::text("visible").with_details(json!({"secret_internal": 42})))
+        },
+    );
+    let model = ScriptedModel::new([calls(&[("a", "d", "{}")]), ModelResponse::text("ok")]);
+    let out = agent(model, vec![t], Limits::default()).run("go").await;
+    assert_eq!(
+        out.tool_calls[0].details,
+        Some(json!({"secret_internal": 42}))
+    );
+    let transcript = serde_json::to_string(&out.transcript).unwrap();
+    assert!(!transcript.contains("secret_internal"));
+}
+
+#[tokio::test]
+async fn the_output_schema_sends_an_invalid_answer_back_then_accepts_a_valid_one() {
+    let model = ScriptedModel::new([
+        ModelResponse::text(r#"{"answer": "x"}"#),
+        ModelResponse::text("```json\n{\"answer\": 42}\n```"),
+    ]);
+    let a = Agent::builder()
+        .model(model)
+        .output_schema(json!({"type": "object", "properties": {"answer": {"type": "integer"}}, "required": ["answer"]}))
+        .build()
+        .unwrap();
+    let out = a.run("go").await;
+    assert_eq!(out.stop_reason, StopReason::Finished);
+    assert_eq!(out.structured_output, Some(json!({"answer": 42})));
+    assert_eq!(out.model_calls, 2);
+    assert_eq!(out.turns, 1, "a re-ask is a model call, not a new turn");
+}
+
+#[tokio::test]
+async fn the_output_schema_fails_the_run_after_the_retries() {
+    let model = ScriptedModel::new(std::iter::repeat_n(ModelResponse::text("not json"), 5));
+    let a = Agent::builder()
+        .model(model.clone())
+        .output_schema(json!({"type": "object"}))
+        .limits(Limits {
+            output_retries: 1,
+            ..Limits::default()
+        })
+        .build()
+        .unwrap();
+    let out = a.run("go").await;
+    assert_eq!(out.stop_reason, StopReason::Failed);
+    assert_eq!(out.error.unwrap().code(), "output.invalid");
+    assert_eq!(model.calls(), 2);
+}
+
+#[tokio::test]
+async fn the_token_budget_stops_before_the_next_model_call() {
+    let log = CallLog::default();
+    let u = Usage {
+        input_tokens: 60,
+        output_tokens: 50,
+        ..Usage::default()
+    };
+    let model = ScriptedModel::new([
+        calls(&[("a", "alpha", "{}")]).with_usage(u),
+        calls(&[("b", "alpha", r#"{"tag":"b"}"#)]).with_usage(u),
+        ModelResponse::text("x"),
+    ]);
+    let limits = Limits {
+        max_tokens: Some(100),
+        ..Limits::default()
+    };
+    let out = agent(model, vec![sleeper("alpha", &log)], limits)
+        .run("go")
+        .await;
+    assert_eq!(out.stop_reason, StopReason::Budget);
+    assert_eq!(out.usage.total_tokens(), 110);
+    assert_eq!(out.limit.unwrap().limit, LimitKind::Tokens);
+}
+
+#[tokio::test]
+async fn the_cost_budget_uses_the_price_table() {
+    let log = CallLog::default();
+    let u = Usage {
+        input_tokens: 1_000_000,
+        output_tokens: 0,
+        ..Usage::default()
+    };
+    let model = ScriptedModel::new([
+        calls(&[("a", "alpha", "{}")]).with_usage(u),
+        ModelResponse::text("x").with_usage(u),
+    ]);
+    let prices = PriceTable::new().with("scripted", Price::new(0.5, 2.0));
+    let a = Agent::builder()
+        .model(model)
+        .tool(sleeper("alpha", &log))
+        .pricing(prices)
+        .limits(Limits {
+            max_cost_usd: Some(0.4),
+            ..Limits::default()
+        })
+        .build()
+        .unwrap();
+    let out = a.run("go").await;
+    assert_eq!(out.stop_reason, StopReason::Budget);
+    assert!((out.cost_usd - 0.5).abs() < 1e-9, "{}", out.cost_usd);
+}
+
+#[tokio::test]
+async fn a_model_error_fails_the_run_and_keeps_the_transcript() {
+    let log = CallLog::default();
+    let model = ScriptedModel::from_steps([
+        ScriptStep::Respond(calls(&[("a", "alpha", "{}")])),
+        ScriptStep::Fail(ModelError::new(ModelErrorKind::Server, "boom").with_status(500)),
+    ]);
+    let out = agent(model, vec![sleeper("alpha", &log)], Limits::default())
+        .run("go")
+        .await;
+    assert_eq!(out.stop_reason, StopReason::Failed);
+    assert_eq!(out.error.as_ref().unwrap().code(), "model.server_error");
+    assert_eq!(out.tool_calls.len(), 1);
+    assert_eq!(out.transcript.len(), 3);
+}
+
+#[tokio::test]
+async fn a_truncated_tool_call_is_never_executed() {
+    let n = Arc::new(AtomicUsize::new(0));
+    let mut cut = calls(&[("a", "count", r#"{"n": 1}"#)]);
+    cut.message.tool_calls.clear();
+    cut.truncated = true;
+    let model = ScriptedModel::new([cut, ModelResponse::text("x")]);
+    let out = agent(model, vec![counting_tool("count", &n)], Limits::default())
+        .run("go")
+        .await;
+    assert_eq!(out.stop_reason, StopReason::Failed);
+    assert_eq!(out.error.unwrap().code(), "model.truncated");
+    assert_eq!(n.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn every_tool_start_is_followed_by_exactly_one_finish() {
+    let log = CallLog::default();
+    let events = Events::default();
+    let model = ScriptedModel::new([
+        calls(&[
+            ("a", "alpha", "{}"),
+            ("b", "nope", "{}"),
+            ("c", "alpha", r#"{"ms": "x"}"#),
+        ]),
+        ModelResponse::text("done"),
+    ])
+    .streaming(true);
+    let a = Agent::builder()
+        .model(model)
+        .tool(sleeper("alpha", &log))
+        .sink(events.sink())
+        .build()
+        .unwrap();
+    let out = a.run("go").await;
+    let all = events.all();
+    assert!(all.iter().all(|e| &*e.run_id == out.run_id.as_str()));
+    let started: Vec<&str> = all
+        .iter()
+        .filter(|e| matches!(e.kind, EventKind::ToolStarted { .. }))
+        .filter_map(|e| e.call_id())
+        .collect();
+    let finished: Vec<&str> = all
+        .iter()
+        .filter(|e| matches!(e.kind, EventKind::ToolFinished { .. }))
+        .filter_map(|e| e.call_id())
+        .collect();
+    assert_eq!(started, vec!["a"]);
+    assert_eq!(finished, vec!["a"]);
+    let rejected = all
+        .iter()
+        .filter(|e| matches!(e.kind, EventKind::ToolRejected { .. }))
+        .count();
+    assert_eq!(rejected, 2);
+    assert!(matches!(
+        all.first().unwrap().kind,
+        EventKind::RunStarted { .. }
+    ));
+    assert!(matches!(
+        all.last().unwrap().kind,
+        EventKind::RunFinished { .. }
+    ));
+    assert!(
+        all.iter()
+            .any(|e| matches!(&e.kind, EventKind::TextDelta { text } if text == "done"))
+    );
+    assert!(
+        all.iter().any(
+            |e| matches!(&e.kind, EventKind::ToolCallDelta { call_id: Some(c), .. } if c == "a")
+        )
+    );
+    let turns: Vec<u32> = all
+        .iter()
+        .filter(|e| matches!(e.kind, EventKind::TurnStarted))
+        .map(|e| e.turn)
+        .collect();
+    assert_eq!(turns, vec![1, 2]);
+}
+
+#[tokio::test]
+async fn tool_progress_becomes_an_event() {
+    let events = Events::default();
+    let t = Tool::dynamic(
+        "p",
+        "Progress.",
+        json!({"type": "object"}),
+        |_a: Value, ctx: agentloop::ToolContext| async move {
+            ctx.progress.send(json!({"done": 0.5}));
+            Ok(ToolOutput::text("ok"))
+        },
+    );
+    let model = ScriptedModel::new([calls(&[("a", "p", "{}")]), ModelResponse::text("k")]);
+    Agent::builder()
+        .model(model)
+        .tool(t)
+        .sink(events.sink())
+        .build()
+        .unwrap()
+        .run("go")
+        .await;
+    assert!(events.all().iter().any(
+        |e| matches!(&e.kind, EventKind::ToolProgress { call_id, .. } if call_id == "a")
+            && e.turn == 1
+    ));
+}
+
+#[tokio::test]
+async fn stream_yields_events_then_the_outcome() {
+    let log = CallLog::default();
+    let model = ScriptedModel::new([calls(&[("a", "alpha", "{}")]), ModelResponse::text("done")]);
+    let a = agent(model, vec![sleeper("alpha", &log)], Limits::default());
+    let items: Vec<StreamItem> = a.stream("go").collect().await;
+    assert!(items.len() > 3);
+    let last = items.last().unwrap();
+    let StreamItem::Outcome(out) = last else {
+        panic!("the last item is the outcome")
+    };
+    assert_eq!(out.stop_reason, StopReason::Finished);
+    assert_eq!(
+        items
+            .iter()
+            .filter(|i| matches!(i, StreamItem::Outcome(_)))
+            .count(),
+        1
+    );
+}
+
+#[tokio::test]
+async fn a_session_carries_the_transcript_into_the_next_run() {
+    let model = FunctionModel::new(|req| {
+        let users = req
+            .messages
+            .iter()
+            .filter(|m| matches!(m, Message::User { .. }))
+            .count();
+        Ok(ModelResponse::text(format!(
+            "I have seen {users} user messages"
+        )))
+    });
+    let a = Agent::builder().model(model).build().unwrap();
+    let mut session = Session::new();
+    a.run_in(&mut session, "one").await;
+    let out = a.run_in(&mut session, "two").await;
+    assert_eq!(out.output.as_deref(), Some("I have seen 2 user messages"));
+    assert_eq!(session.messages.len(), 4);
+    assert_eq!(out.new_messages().len(), 2);
+}
+
+#[tokio::test]
+async fn registration_refuses_bad_names_duplicates_and_invalid_schemas() {
+    let ok = |n: &str| {
+        Tool::dynamic(n, "d", json!({"type": "object"}), |_a: Value, _c| async {
+            Ok(ToolOutput::text(""))
+        })
+    };
+    let model = || ScriptedModel::new([]);
+    for bad in ["", "1abc", "has space", "dot.name", &"a".repeat(129)] {
+        let err = Agent::builder()
+            .model(model())
+            .tool(ok("first"))
+            .tool(ok(bad))
+            .build()
+            .unwrap_err();
+        assert_eq!(err.code(), "tool.invalid_name", "{bad:?}");
+        assert!(
+            err.to_string().contains("first"),
+            "lists what is registered: {err}"
+        );
+    }
+    assert!(
+        Agent::builder()
+            .model(model())
+            .tool(ok(&"a".repeat(128)))
+            .tool(ok("x-y_z9"))
+            .build()
+            .is_ok()
+    );
+    let err = Agent::builder()
+        .model(model())
+        .tool(ok("same"))
+        .tool(ok("same"))
+        .build()
+        .unwrap_err();
+    assert_eq!(err.code(), "tool.duplicate");
+    let bad_schema = Tool::dynamic(
+        "s",
+        "d",
+        json!({"type": "object", "properties": {"a": {"type": 12}}}),
+        |_a: Value, _c| async { Ok(ToolOutput::text("")) },
+    );
+    let err = Agent::builder()
+        .model(model())
+        .tool(bad_schema)
+        .build()
+        .unwrap_err();
+    assert_eq!(err.code(), "tool.invalid_schema");
+    let not_object = Tool::dynamic("s", "d", json!({"type": "string"}), |_a: Value, _c| async {
+        Ok(ToolOutput::text(""))
+    });
+    assert_eq!(
+        Agent::builder()
+            .model(model())
+            .tool(not_object)
+            .build()
+            .unwrap_err()
+            .code(),
+        "tool.invalid_schema"
+    );
+}
+
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct WeatherArgs {
+    /// The city to look up.
+    city: String,
+    /// Units: celsius or fahrenheit.
+    #[serde(default = "celsius")]
+    unit: String,
+}
+
+fn celsius() -> String {
+    "celsius".into()
+}
+
+#[tokio::test]
+async fn a_typed_tool_gets_its_schema_from_its_argument_type() {
+    let t =
+        Tool::builder("weather").description("Weather.").handler(
+            |a: WeatherArgs, _ctx| async move {
+                Ok::<_, ToolError>(format!("{}: 18 {}", a.city, a.unit))
+            },
+        );
+    let schema = &t.spec().input_schema;
+    assert_eq!(
+        schema["properties"]["city"]["description"],
+        "The city to look up."
+    );
+    assert_eq!(schema["required"], json!(["city"]));
+    assert!(schema.get("$schema").is_none());
+    let model = ScriptedModel::new([
+        calls(&[("a", "weather", r#"{"city": "Paris"}"#)]),
+        ModelResponse::text("ok"),
+    ]);
+    let out = agent(model, vec![t], Limits::default()).run("go").await;
+    assert_eq!(
+        out.tool_calls[0].output,
+        Some(agentloop::ToolContent::Text("Paris: 18 celsius".into()))
+    );
+}
+
+#[tokio::test]
+async fn a_script_file_runs_with_raw_argument_strings() {
+    let log = CallLog::default();
+    let model = ScriptedModel::from_json(
+        r#"[{"tool_calls": [{"id": "a", "name": "alpha", "arguments": "{\"tag\": \"raw\"}"}, {"name": "alpha", "arguments": {"tag": "obj"}}]},
+            {"text": "done", "usage": {"input_tokens": 3, "output_tokens": 2}}]"#,
+    )
+    .unwrap();
+    let out = agent(model, vec![sleeper("alpha", &log)], Limits::default())
+        .run("go")
+        .await;
+    assert_eq!(out.stop_reason, StopReason::Finished);
+    assert_eq!(out.tool_calls[1].input, json!({"tag": "obj"}));
+    assert_eq!(out.usage.output_tokens, 2);
+    let exhausted = agent(ScriptedModel::new([]), vec![], Limits::default())
+        .run("go")
+        .await;
+    assert_eq!(exhausted.error.unwrap().code(), "model.exhausted");
+}
