@@ -6,15 +6,24 @@
 //! fallback over several retried models).
 #![forbid(unsafe_code)]
 
+pub mod fallback;
 pub mod http;
-#[cfg(any(feature = "anthropic", feature = "openai-responses"))]
+#[cfg(any(feature = "openai", feature = "anthropic", feature = "openai-responses"))]
 mod stream;
 pub mod pricing;
+pub mod retry;
 
 #[cfg(feature = "anthropic")]
 pub mod anthropic;
+#[cfg(feature = "openai")]
+pub mod openai_chat;
 #[cfg(feature = "openai-responses")]
 pub mod openai_responses;
 
+pub use fallback::Fallback;
 pub use http::HttpConfig;
 pub use pricing::default_prices;
+pub use retry::{Retry, RetryPolicy};
+
+#[cfg(feature = "openai")]
+pub use openai_chat::OpenAiChat;

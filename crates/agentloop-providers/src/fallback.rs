@@ -1,0 +1,74 @@
+//! Fallback over an ordered list of models: when one fails with a retryable or context-length
+//! error before any event of its response reached the caller, the next one is tried.
+//!
+//! Put each model's own [`Retry`](crate::Retry) inside the fallback (`Fallback::new(vec![
+//! Box::new(Retry::new(primary)), Box::new(Retry::new(backup))])`), so a model is abandoned only
+//! after its retries. The fallback itself never waits and never retries a model.
+
+use agentloop::{Model, ModelError, ModelRequest, ModelStream};
+
+use crate::retry::with_attempts;
+
+/// Tries models in order until one answers.
+pub struct Fallback {
+    models: Vec<Box<dyn Model>>,
+}
+
+impl std::fmt::Debug for Fallback {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.models.iter().map(|m| m.id())).finish()
+    }
+}
+
+impl Fallback {
+    /// A fallback over `models`, the first being the primary. An empty list is allowed; its
+    /// calls fail with [`agentloop::ModelErrorKind::Exhausted`].
+    pub fn new(models: Vec<Box<dyn Model>>) -> Self {
+        Fallback { models }
+    }
+
+    /// Adds a model at the end of the list.
+    #[must_use]
+    pub fn then(mut self, model: impl Model + 'static) -> Self {
+        self.models.push(Box::new(model));
+        self
+    }
+
+    /// The models, in order.
+    pub fn models(&self) -> &[Box<dyn Model>] {
+        &self.models
+    }
+
+    /// True when an error of one model should send the call to the next.
+    pub fn falls_through(error: &ModelError) -> bool {
+        !error.partial && (error.is_retryable() || error.is_context_length())
+    }
+}
+
+impl Model for Fallback {
+    /// The primary model's id (a response names the model that actually answered).
+    fn id(&self) -> &str {
+        self.models.first().map_or("fallback", |m| m.id())
+    }
+
+    fn provider(&self) -> &str {
+        self.models.first().map_or("fallback", |m| m.provider())
+    }
+
+    fn stream<'a>(&'a self, request: ModelRequest<'a>) -> ModelStream<'a> {
+        let Some(first) = self.models.first() else {
+            let error = ModelError::new(agentloop::ModelErrorKind::Exhausted, "the fallback list holds no model");
+            return Box::pin(futures::stream::iter([Err(error)]));
+        };
+        let mut index = 0usize;
+        with_attempts(first.stream(request), move |error| {
+            if !Self::falls_through(error) {
+                return None;
+            }
+            let next = self.models.get(index + 1)?;
+            tracing::warn!(from = self.models.get(index).map(|m| m.id()), to = next.id(), code = error.code(), "model failed; falling back");
+            index += 1;
+            Some((std::time::Duration::ZERO, next.stream(request)))
+        })
+    }
+}

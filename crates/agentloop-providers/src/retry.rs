@@ -1,0 +1,265 @@
+//! Retry with exponential backoff and jitter, as a model that wraps a model.
+//!
+//! This is the one retry layer: providers never retry internally, so wrapping a provider in one
+//! [`Retry`] gives exactly `max_attempts` calls at most. A call is retried only when its error
+//! [`is_retryable`](agentloop::ModelError::is_retryable) and nothing of its response has reached
+//! the caller yet; once an event has been yielded, a later error is passed through with
+//! `partial = true`.
+//!
+//! Metadata events (the response's start, usage, warnings) are held back until the first event
+//! with content, so that a stream which fails right after announcing itself (Anthropic's
+//! mid-stream `overloaded_error` after `message_start`) can still be retried.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use agentloop::{Model, ModelError, ModelEvent, ModelRequest, ModelStream};
+use futures::StreamExt;
+use rand::Rng;
+
+/// When and how long to wait between attempts.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RetryPolicy {
+    /// The most calls made in all, the first included (at least 1).
+    pub max_attempts: u32,
+    /// The wait before the first retry; it doubles with each retry.
+    pub base_delay: Duration,
+    /// The longest computed wait.
+    pub max_delay: Duration,
+    /// The fraction of each computed wait that is randomized (0: none, 1: "full jitter").
+    pub jitter: f64,
+    /// The longest `Retry-After` honoured. A server that asks for longer gets the computed
+    /// backoff instead (as the official OpenAI clients do).
+    pub max_retry_after: Duration,
+}
+
+/// Defaults: 3 attempts, 0.5 s doubling up to 30 s, 25 % jitter, `Retry-After` honoured up to 60 s.
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            max_attempts: 3,
+            base_delay: Duration::from_millis(500),
+            max_delay: Duration::from_secs(30),
+            jitter: 0.25,
+            max_retry_after: Duration::from_secs(60),
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// A policy of `max_attempts` calls with the other defaults.
+    pub fn attempts(max_attempts: u32) -> Self {
+        RetryPolicy { max_attempts, ..Default::default() }
+    }
+
+    /// Sets the base delay.
+    #[must_use]
+    pub fn with_base_delay(mut self, delay: Duration) -> Self {
+        self.base_delay = delay;
+        self
+    }
+
+    /// Sets the longest computed delay.
+    #[must_use]
+    pub fn with_max_delay(mut self, delay: Duration) -> Self {
+        self.max_delay = delay;
+        self
+    }
+
+    /// Sets the jitter fraction (clamped to 0..=1).
+    #[must_use]
+    pub fn with_jitter(mut self, jitter: f64) -> Self {
+        self.jitter = if jitter.is_finite() { jitter.clamp(0.0, 1.0) } else { 0.0 };
+        self
+    }
+
+    /// Sets the longest honoured `Retry-After`.
+    #[must_use]
+    pub fn with_max_retry_after(mut self, cap: Duration) -> Self {
+        self.max_retry_after = cap;
+        self
+    }
+
+    /// The computed backoff before retry number `retry` (1 for the first retry), before jitter.
+    pub fn backoff(&self, retry: u32) -> Duration {
+        let factor = 2u32.saturating_pow(retry.saturating_sub(1));
+        self.base_delay.saturating_mul(factor).min(self.max_delay)
+    }
+
+    /// The wait before retry number `retry` after `error`: the server's `Retry-After` when it is
+    /// within the cap, else the jittered backoff.
+    pub fn delay(&self, retry: u32, error: &ModelError) -> Duration {
+        if let Some(after) = error.retry_after
+            && after <= self.max_retry_after
+        {
+            return after;
+        }
+        let backoff = self.backoff(retry);
+        let jitter = self.jitter.clamp(0.0, 1.0);
+        if jitter == 0.0 {
+            return backoff;
+        }
+        let cut: f64 = rand::rng().random_range(0.0..=jitter);
+        backoff.mul_f64(1.0 - cut)
+    }
+}
+
+/// A model that retries another model's failed calls by a [`RetryPolicy`].
+#[derive(Debug, Clone)]
+pub struct Retry<M> {
+    inner: M,
+    policy: RetryPolicy,
+}
+
+impl<M: Model> Retry<M> {
+    /// Wraps `inner` with the default policy.
+    pub fn new(inner: M) -> Self {
+        Retry { inner, policy: RetryPolicy::default() }
+    }
+
+    /// Wraps `inner` with `policy`.
+    pub fn with_policy(inner: M, policy: RetryPolicy) -> Self {
+        Retry { inner, policy }
+    }
+
+    /// The wrapped model.
+    pub fn inner(&self) -> &M {
+        &self.inner
+    }
+
+    /// The policy.
+    pub fn policy(&self) -> &RetryPolicy {
+        &self.policy
+    }
+}
+
+/// Events that say nothing of the answer itself: held back until content arrives.
+fn is_metadata(event: &ModelEvent) -> bool {
+    matches!(event, ModelEvent::Start { .. } | ModelEvent::Usage(_) | ModelEvent::Warning(_))
+}
+
+/// What to do after a failed attempt: wait, then read this stream instead; `None` gives up.
+pub(crate) type NextAttempt<'a> = Option<(Duration, ModelStream<'a>)>;
+
+struct AttemptState<'a, F> {
+    current: ModelStream<'a>,
+    on_error: F,
+    held: Vec<ModelEvent>,
+    out: VecDeque<ModelEvent>,
+    delivered: bool,
+    done: bool,
+}
+
+/// Reads `first`, and on an error before any event reached the caller asks `on_error` for the
+/// next attempt. Metadata events are held back until content arrives; an error after content is
+/// passed through with `partial = true`. Retry and fallback share this one loop.
+pub(crate) fn with_attempts<'a, F>(first: ModelStream<'a>, on_error: F) -> ModelStream<'a>
+where
+    F: FnMut(&ModelError) -> NextAttempt<'a> + Send + 'a,
+{
+    let state = AttemptState { current: first, on_error, held: Vec::new(), out: VecDeque::new(), delivered: false, done: false };
+    Box::pin(futures::stream::unfold(state, |mut st| async move {
+        loop {
+            if let Some(event) = st.out.pop_front() {
+                return Some((Ok(event), st));
+            }
+            if st.done {
+                return None;
+            }
+            match st.current.next().await {
+                Some(Ok(event)) => {
+                    if !st.delivered && is_metadata(&event) {
+                        st.held.push(event);
+                    } else {
+                        st.delivered = true;
+                        st.out.extend(st.held.drain(..));
+                        st.out.push_back(event);
+                    }
+                }
+                None => {
+                    st.done = true;
+                    st.out.extend(st.held.drain(..));
+                }
+                Some(Err(mut error)) => {
+                    if st.delivered {
+                        error.partial = true;
+                        st.done = true;
+                        return Some((Err(error), st));
+                    }
+                    let Some((wait, next)) = (st.on_error)(&error) else {
+                        st.done = true;
+                        return Some((Err(error), st));
+                    };
+                    st.held.clear();
+                    st.current = next;
+                    if !wait.is_zero() {
+                        tokio::time::sleep(wait).await;
+                    }
+                }
+            }
+        }
+    }))
+}
+
+impl<M: Model> Model for Retry<M> {
+    fn id(&self) -> &str {
+        self.inner.id()
+    }
+
+    fn provider(&self) -> &str {
+        self.inner.provider()
+    }
+
+    fn stream<'a>(&'a self, request: ModelRequest<'a>) -> ModelStream<'a> {
+        let mut attempt = 1u32;
+        with_attempts(self.inner.stream(request), move |error| {
+            if !error.is_retryable() || attempt >= self.policy.max_attempts.max(1) {
+                return None;
+            }
+            let wait = self.policy.delay(attempt, error);
+            tracing::warn!(
+                model = self.inner.id(),
+                attempt,
+                code = error.code(),
+                status = error.status,
+                wait_ms = wait.as_millis() as u64,
+                "model call failed; retrying"
+            );
+            attempt += 1;
+            Some((wait, self.inner.stream(request)))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use agentloop::ModelErrorKind;
+
+    #[test]
+    fn backoff_doubles_and_stops_at_the_cap() {
+        let p = RetryPolicy::default().with_base_delay(Duration::from_millis(100)).with_max_delay(Duration::from_millis(350));
+        assert_eq!(p.backoff(1), Duration::from_millis(100));
+        assert_eq!(p.backoff(2), Duration::from_millis(200));
+        assert_eq!(p.backoff(3), Duration::from_millis(350));
+        assert_eq!(p.backoff(200), Duration::from_millis(350));
+    }
+
+    #[test]
+    fn retry_after_within_the_cap_is_honoured_and_beyond_it_ignored() {
+        let p = RetryPolicy::default().with_jitter(0.0).with_max_retry_after(Duration::from_secs(5));
+        let asked = ModelError::new(ModelErrorKind::RateLimited, "slow down").with_retry_after(Duration::from_secs(2));
+        assert_eq!(p.delay(1, &asked), Duration::from_secs(2));
+        let too_long = ModelError::new(ModelErrorKind::RateLimited, "slow down").with_retry_after(Duration::from_secs(600));
+        assert_eq!(p.delay(1, &too_long), p.base_delay);
+    }
+
+    #[test]
+    fn jitter_only_shortens_the_backoff() {
+        let p = RetryPolicy::default().with_jitter(1.0);
+        let e = ModelError::new(ModelErrorKind::Server, "boom");
+        for _ in 0..100 {
+            assert!(p.delay(2, &e) <= p.backoff(2));
+        }
+    }
+}
