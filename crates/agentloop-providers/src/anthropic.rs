@@ -1,0 +1,945 @@
+//! The Anthropic Messages API (`POST /v1/messages`): request encoding from the provider-neutral
+//! transcript, a pure stream parser that turns server-sent events into [`ModelEvent`]s, and the
+//! [`Anthropic`] model that sends requests through the shared HTTP client.
+//!
+//! Thinking blocks come back with their signatures and are sent back unchanged on tool turns; all
+//! tool results of a turn travel in one user message. A `tool_use` whose JSON was cut off is never
+//! executed: the stream maps to [`FinishReason::Length`] and the accumulator drops the call.
+
+use std::borrow::Cow;
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use agentloop::{
+    AssistantMessage, ContentPart, FinishReason, Message, Model, ModelError, ModelErrorKind, ModelEvent, ModelRequest,
+    ModelResponse, ModelStream, Reasoning, ToolCall, ToolChoice, ToolContent, ToolResult, Usage,
+};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::http::{ApiKey, AuthStyle, HttpClient, HttpConfig, KeySource, ProviderError};
+use crate::stream::{StreamDecoder, decoded_events};
+
+const PROVIDER: &str = "anthropic";
+/// The API version header value this adapter speaks.
+pub const ANTHROPIC_VERSION: &str = "2023-06-01";
+/// The default base URL.
+pub const DEFAULT_BASE_URL: &str = "https://api.anthropic.com";
+/// The `max_tokens` sent when the settings give none (the API requires one).
+pub const DEFAULT_MAX_TOKENS: u32 = 4096;
+
+/// Extended thinking settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ThinkingConfig {
+    /// Tokens the model may spend thinking; must be below `max_tokens`.
+    pub budget_tokens: u32,
+}
+
+/// A model served by the Anthropic Messages API.
+#[derive(Debug, Clone)]
+pub struct Anthropic {
+    model: String,
+    client: HttpClient,
+    stream: bool,
+    max_tokens: u32,
+    thinking: Option<ThinkingConfig>,
+}
+
+/// Builds an [`Anthropic`] model. Setters never fail; [`AnthropicBuilder::build`] reports problems.
+#[derive(Debug, Clone)]
+#[must_use]
+pub struct AnthropicBuilder {
+    model: String,
+    config: HttpConfig,
+    stream: bool,
+    max_tokens: u32,
+    thinking: Option<ThinkingConfig>,
+}
+
+impl Anthropic {
+    /// A builder for this model id (`claude-sonnet-4-5`), with the key read from `ANTHROPIC_API_KEY`.
+    pub fn builder(model: impl Into<String>) -> AnthropicBuilder {
+        let mut config = HttpConfig::new(DEFAULT_BASE_URL);
+        config.key = KeySource::Env("ANTHROPIC_API_KEY".to_owned());
+        config.auth = AuthStyle::Header("x-api-key".to_owned());
+        AnthropicBuilder { model: model.into(), config, stream: true, max_tokens: DEFAULT_MAX_TOKENS, thinking: None }
+    }
+
+    /// Encodes the request body this model sends for `request` (exposed for inspection and tests).
+    pub fn encode_request(&self, request: &ModelRequest<'_>) -> Result<Vec<u8>, ModelError> {
+        let body = build_request(&self.model, request, self.stream, self.max_tokens, self.thinking);
+        serde_json::to_vec(&body).map_err(|e| {
+            ModelError::new(ModelErrorKind::Other, format!("cannot encode the request: {e}")).with_provider(PROVIDER)
+        })
+    }
+}
+
+impl AnthropicBuilder {
+    /// The API's base URL (default `https://api.anthropic.com`); `/v1/messages` is appended.
+    pub fn base_url(mut self, url: impl Into<String>) -> Self {
+        self.config.base_url = url.into().trim_end_matches('/').to_owned();
+        self
+    }
+
+    /// Uses this API key.
+    pub fn api_key(mut self, key: impl Into<String>) -> Self {
+        self.config.key = KeySource::Value(ApiKey::new(key));
+        self
+    }
+
+    /// Reads the API key from this environment variable at each request.
+    pub fn api_key_env(mut self, var: impl Into<String>) -> Self {
+        self.config.key = KeySource::Env(var.into());
+        self
+    }
+
+    /// Adds a header to every request (`anthropic-beta`, for example).
+    pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.config.extra_headers.push((name.into(), value.into()));
+        self
+    }
+
+    /// Streams responses (the default) or asks for whole ones.
+    pub fn stream(mut self, stream: bool) -> Self {
+        self.stream = stream;
+        self
+    }
+
+    /// The `max_tokens` sent when the request's settings give none (default 4096).
+    pub fn max_tokens(mut self, max_tokens: u32) -> Self {
+        self.max_tokens = max_tokens;
+        self
+    }
+
+    /// Enables extended thinking with this token budget.
+    pub fn thinking(mut self, budget_tokens: u32) -> Self {
+        self.thinking = Some(ThinkingConfig { budget_tokens });
+        self
+    }
+
+    /// Time allowed to open the connection.
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.config.connect_timeout = timeout;
+        self
+    }
+
+    /// Time allowed for the whole request (`None`: no limit).
+    pub fn request_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.config.request_timeout = timeout;
+        self
+    }
+
+    /// Longest silence allowed inside a streamed response.
+    pub fn idle_timeout(mut self, timeout: Duration) -> Self {
+        self.config.idle_timeout = timeout;
+        self
+    }
+
+    /// The largest encoded request body sent; a larger one fails before it is sent.
+    pub fn max_request_bytes(mut self, bytes: usize) -> Self {
+        self.config.max_request_bytes = bytes;
+        self
+    }
+
+    /// Builds the model.
+    pub fn build(mut self) -> Result<Anthropic, ModelError> {
+        if !self.config.extra_headers.iter().any(|(n, _)| n.eq_ignore_ascii_case("anthropic-version")) {
+            self.config.extra_headers.push(("anthropic-version".to_owned(), ANTHROPIC_VERSION.to_owned()));
+        }
+        let client = HttpClient::new(self.config, PROVIDER)?;
+        Ok(Anthropic {
+            model: self.model,
+            client,
+            stream: self.stream,
+            max_tokens: self.max_tokens,
+            thinking: self.thinking,
+        })
+    }
+}
+
+impl Model for Anthropic {
+    fn id(&self) -> &str {
+        &self.model
+    }
+
+    fn provider(&self) -> &str {
+        PROVIDER
+    }
+
+    fn stream<'a>(&'a self, request: ModelRequest<'a>) -> ModelStream<'a> {
+        let body = self.encode_request(&request);
+        let open = async move {
+            let response = self.client.post_json("/v1/messages", body?).await?;
+            if self.stream {
+                Ok(decoded_events(self.client.sse(response), AnthropicStreamParser::new()))
+            } else {
+                let bytes = self.client.read_body(response).await?;
+                let response = parse_message(&bytes)?;
+                Ok(crate::stream::one_event(ModelEvent::Response(response)))
+            }
+        };
+        crate::stream::opened(open)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Request encoding
+
+#[derive(Serialize)]
+struct WireRequest<'a> {
+    model: &'a str,
+    max_tokens: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    system: Option<Cow<'a, str>>,
+    messages: Vec<WireMessage<'a>>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tools: Vec<WireTool<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_choice: Option<WireToolChoice<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    temperature: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    top_p: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    thinking: Option<WireThinking>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    stream: bool,
+}
+
+#[derive(Serialize)]
+struct WireThinking {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    budget_tokens: u32,
+}
+
+#[derive(Serialize)]
+struct WireTool<'a> {
+    name: &'a str,
+    #[serde(skip_serializing_if = "str::is_empty")]
+    description: &'a str,
+    input_schema: &'a Value,
+}
+
+#[derive(Serialize)]
+struct WireToolChoice<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    name: Option<&'a str>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    disable_parallel_tool_use: bool,
+}
+
+#[derive(Serialize, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+enum Role {
+    User,
+    Assistant,
+}
+
+#[derive(Serialize)]
+struct WireMessage<'a> {
+    role: Role,
+    content: Vec<OutBlock<'a>>,
+}
+
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum OutBlock<'a> {
+    Text {
+        text: &'a str,
+    },
+    Image {
+        source: ImageSource<'a>,
+    },
+    ToolUse {
+        id: &'a str,
+        name: &'a str,
+        input: Value,
+    },
+    ToolResult {
+        tool_use_id: &'a str,
+        content: ResultContent<'a>,
+        #[serde(skip_serializing_if = "std::ops::Not::not")]
+        is_error: bool,
+    },
+    Thinking {
+        thinking: &'a str,
+        signature: &'a str,
+    },
+    RedactedThinking {
+        data: &'a str,
+    },
+}
+
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum ImageSource<'a> {
+    Base64 { media_type: &'a str, data: &'a str },
+    Url { url: &'a str },
+}
+
+#[derive(Serialize)]
+#[serde(untagged)]
+enum ResultContent<'a> {
+    Text(Cow<'a, str>),
+    Blocks(Vec<OutBlock<'a>>),
+}
+
+fn image_source<'a>(url: &'a str, media_type: Option<&'a str>) -> ImageSource<'a> {
+    if let Some(rest) = url.strip_prefix("data:")
+        && let Some((meta, data)) = rest.split_once(',')
+        && let Some(mime) = meta.strip_suffix(";base64")
+    {
+        return ImageSource::Base64 { media_type: media_type.unwrap_or(mime), data };
+    }
+    ImageSource::Url { url }
+}
+
+fn part_block(part: &ContentPart) -> OutBlock<'_> {
+    match part {
+        ContentPart::Text { text } => OutBlock::Text { text },
+        ContentPart::Image { url, media_type } => OutBlock::Image { source: image_source(url, media_type.as_deref()) },
+    }
+}
+
+fn result_block(result: &ToolResult) -> OutBlock<'_> {
+    let content = match &result.content {
+        ToolContent::Text(t) => ResultContent::Text(Cow::Borrowed(t)),
+        ToolContent::Json(v) => ResultContent::Text(Cow::Owned(v.to_string())),
+        ToolContent::Parts(parts) => ResultContent::Blocks(parts.iter().map(part_block).collect()),
+    };
+    OutBlock::ToolResult { tool_use_id: &result.call_id, content, is_error: result.is_error }
+}
+
+/// The input object of a tool call: its raw arguments parsed, `{}` when empty. Anthropic accepts
+/// only objects, so arguments that are not one (a call the run already rejected) become `{}`.
+fn tool_input(arguments: &str) -> Value {
+    match serde_json::from_str::<Value>(arguments) {
+        Ok(v @ Value::Object(_)) => v,
+        _ => Value::Object(serde_json::Map::new()),
+    }
+}
+
+fn assistant_blocks(message: &AssistantMessage) -> Vec<OutBlock<'_>> {
+    let mut blocks = Vec::with_capacity(message.reasoning.len() + 1 + message.tool_calls.len());
+    for r in &message.reasoning {
+        let redacted = r
+            .provider_data
+            .as_ref()
+            .filter(|d| d.get("type").and_then(Value::as_str) == Some("redacted_thinking"))
+            .and_then(|d| d.get("data"))
+            .and_then(Value::as_str);
+        if let Some(data) = redacted {
+            blocks.push(OutBlock::RedactedThinking { data });
+        } else if let Some(signature) = r.signature.as_deref() {
+            blocks.push(OutBlock::Thinking { thinking: &r.text, signature });
+        }
+        // Reasoning without a signature (from another provider) cannot be sent back: Anthropic
+        // rejects unsigned thinking blocks.
+    }
+    if !message.text.is_empty() {
+        blocks.push(OutBlock::Text { text: &message.text });
+    }
+    for call in &message.tool_calls {
+        blocks.push(OutBlock::ToolUse { id: &call.id, name: &call.name, input: tool_input(&call.arguments) });
+    }
+    blocks
+}
+
+fn push_user_blocks<'a>(messages: &mut Vec<WireMessage<'a>>, blocks: impl IntoIterator<Item = OutBlock<'a>>) {
+    match messages.last_mut() {
+        Some(last) if last.role == Role::User => last.content.extend(blocks),
+        _ => messages.push(WireMessage { role: Role::User, content: blocks.into_iter().collect() }),
+    }
+}
+
+fn build_request<'a>(
+    model: &'a str,
+    request: &ModelRequest<'a>,
+    stream: bool,
+    default_max_tokens: u32,
+    thinking: Option<ThinkingConfig>,
+) -> WireRequest<'a> {
+    let mut messages: Vec<WireMessage<'a>> = Vec::with_capacity(request.messages.len());
+    for message in request.messages {
+        match message {
+            Message::User { content } => push_user_blocks(&mut messages, content.iter().map(part_block)),
+            // Consecutive tool results join one user message of tool_result blocks.
+            Message::Tool(result) => push_user_blocks(&mut messages, [result_block(result)]),
+            Message::Assistant(a) => {
+                let content = assistant_blocks(a);
+                if !content.is_empty() {
+                    messages.push(WireMessage { role: Role::Assistant, content });
+                }
+            }
+        }
+    }
+    let system = match (request.instructions, request.output_schema) {
+        (instructions, Some(schema)) => {
+            let mut s = instructions.map(str::to_owned).unwrap_or_default();
+            if !s.is_empty() {
+                s.push_str("\n\n");
+            }
+            s.push_str("Give your final answer as a single JSON value (no prose, no code fence) matching this JSON Schema:\n");
+            s.push_str(&schema.to_string());
+            Some(Cow::Owned(s))
+        }
+        (Some(i), None) if !i.is_empty() => Some(Cow::Borrowed(i)),
+        _ => None,
+    };
+    let settings = request.settings;
+    let disable_parallel = settings.parallel_tool_calls == Some(false);
+    let tool_choice = match (&settings.tool_choice, disable_parallel) {
+        (Some(ToolChoice::Auto), d) | (None, d @ true) => Some(WireToolChoice { kind: "auto", name: None, disable_parallel_tool_use: d }),
+        (Some(ToolChoice::Required), d) => Some(WireToolChoice { kind: "any", name: None, disable_parallel_tool_use: d }),
+        (Some(ToolChoice::None), _) => Some(WireToolChoice { kind: "none", name: None, disable_parallel_tool_use: false }),
+        (Some(ToolChoice::Tool(name)), d) => {
+            Some(WireToolChoice { kind: "tool", name: Some(name), disable_parallel_tool_use: d })
+        }
+        (None, false) => None,
+    };
+    let tools: Vec<WireTool<'a>> = request
+        .tools
+        .iter()
+        .map(|t| WireTool { name: &t.name, description: &t.description, input_schema: &t.input_schema })
+        .collect();
+    WireRequest {
+        model,
+        max_tokens: settings.max_tokens.unwrap_or(default_max_tokens),
+        system,
+        messages,
+        tool_choice: if tools.is_empty() { None } else { tool_choice },
+        tools,
+        temperature: settings.temperature,
+        top_p: settings.top_p,
+        thinking: thinking.map(|t| WireThinking { kind: "enabled", budget_tokens: t.budget_tokens }),
+        stream,
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Response decoding
+
+#[derive(Deserialize, Default, Clone, Copy)]
+struct WireUsage {
+    #[serde(default)]
+    input_tokens: Option<u64>,
+    #[serde(default)]
+    output_tokens: Option<u64>,
+    #[serde(default)]
+    cache_read_input_tokens: Option<u64>,
+    #[serde(default)]
+    cache_creation_input_tokens: Option<u64>,
+}
+
+impl WireUsage {
+    /// Updates `usage` with the counts this object carries (absent ones are kept).
+    fn apply(self, usage: &mut Usage) {
+        if let Some(n) = self.input_tokens {
+            usage.input_tokens = n;
+        }
+        if let Some(n) = self.output_tokens {
+            usage.output_tokens = n;
+        }
+        if let Some(n) = self.cache_read_input_tokens {
+            usage.cached_input_tokens = n;
+        }
+        if let Some(n) = self.cache_creation_input_tokens {
+            usage.cache_write_tokens = n;
+        }
+    }
+}
+
+/// A content block, as `content_block_start` and whole responses carry it.
+#[derive(Deserialize)]
+struct InBlock<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: Cow<'a, str>,
+    #[serde(default, borrow)]
+    text: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    id: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    name: Option<Cow<'a, str>>,
+    #[serde(default)]
+    input: Option<Value>,
+    #[serde(default, borrow)]
+    thinking: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    signature: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    data: Option<Cow<'a, str>>,
+}
+
+#[derive(Deserialize)]
+struct MessageHead<'a> {
+    #[serde(default, borrow)]
+    id: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    model: Option<Cow<'a, str>>,
+    #[serde(default)]
+    usage: Option<WireUsage>,
+}
+
+/// The `delta` of `content_block_delta` and of `message_delta`, in one shape.
+#[derive(Deserialize)]
+struct InDelta<'a> {
+    #[serde(default, rename = "type", borrow)]
+    kind: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    text: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    partial_json: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    thinking: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    signature: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    stop_reason: Option<Cow<'a, str>>,
+}
+
+/// One stream event, every kind in one borrowed shape (a single pass, no intermediate tree).
+#[derive(Deserialize)]
+struct InEvent<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: Cow<'a, str>,
+    #[serde(default)]
+    index: Option<u32>,
+    #[serde(default, borrow)]
+    message: Option<MessageHead<'a>>,
+    #[serde(default, borrow)]
+    content_block: Option<InBlock<'a>>,
+    #[serde(default, borrow)]
+    delta: Option<InDelta<'a>>,
+    #[serde(default)]
+    usage: Option<WireUsage>,
+}
+
+/// Maps Anthropic's `stop_reason` to the common enum.
+pub fn map_stop_reason(raw: &str) -> FinishReason {
+    match raw {
+        "end_turn" | "stop_sequence" => FinishReason::Stop,
+        "tool_use" => FinishReason::ToolCalls,
+        "max_tokens" | "model_context_window_exceeded" => FinishReason::Length,
+        "refusal" => FinishReason::Refusal,
+        _ => FinishReason::Other,
+    }
+}
+
+fn stream_error(message: impl Into<String>) -> ModelError {
+    ModelError::new(ModelErrorKind::Stream, message).with_provider(PROVIDER)
+}
+
+fn decode_error(what: &str, e: &serde_json::Error) -> ModelError {
+    ModelError::new(ModelErrorKind::Decode, format!("malformed {what}: {e}")).with_provider(PROVIDER)
+}
+
+enum BlockState {
+    Text,
+    ToolUse { id: String, got_args: bool, initial_input: Option<String>, stopped: bool },
+    Thinking { signature: Option<String> },
+    RedactedThinking { data: String },
+    Ignored,
+}
+
+/// Turns Anthropic's stream events into [`ModelEvent`]s. Pure: no I/O, no clock. Feed it each
+/// event's `data` in order, then call [`AnthropicStreamParser::end`] when the stream ends.
+#[derive(Default)]
+pub struct AnthropicStreamParser {
+    blocks: Vec<(u32, BlockState)>,
+    usage: Usage,
+    stop_reason: Option<String>,
+    stopped: bool,
+    failed: bool,
+}
+
+impl std::fmt::Debug for AnthropicStreamParser {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AnthropicStreamParser").field("blocks", &self.blocks.len()).field("stopped", &self.stopped).finish()
+    }
+}
+
+impl AnthropicStreamParser {
+    /// A parser at the start of a stream.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn block_mut(&mut self, index: u32) -> Result<&mut BlockState, ModelError> {
+        self.blocks
+            .iter_mut()
+            .find(|(i, _)| *i == index)
+            .map(|(_, b)| b)
+            .ok_or_else(|| stream_error(format!("an event refers to content block {index}, which never started")))
+    }
+
+    fn start_block(&mut self, index: u32, block: InBlock<'_>, out: &mut VecDeque<ModelEvent>) -> Result<(), ModelError> {
+        if self.blocks.iter().any(|(i, _)| *i == index) {
+            return Err(stream_error(format!("content block {index} started twice")));
+        }
+        let state = match &*block.kind {
+            "text" => {
+                if let Some(text) = block.text.filter(|t| !t.is_empty()) {
+                    out.push_back(ModelEvent::TextDelta(text.into_owned()));
+                }
+                BlockState::Text
+            }
+            "tool_use" => {
+                let id = block.id.map(Cow::into_owned).unwrap_or_default();
+                let name = block.name.map(Cow::into_owned).unwrap_or_default();
+                out.push_back(ModelEvent::ToolCallStart { index, id: id.clone(), name });
+                let initial_input = block
+                    .input
+                    .filter(|v| !matches!(v, Value::Object(m) if m.is_empty()) && !v.is_null())
+                    .map(|v| v.to_string());
+                BlockState::ToolUse { id, got_args: false, initial_input, stopped: false }
+            }
+            "thinking" => {
+                if let Some(t) = block.thinking.filter(|t| !t.is_empty()) {
+                    out.push_back(ModelEvent::ReasoningDelta(t.into_owned()));
+                }
+                BlockState::Thinking { signature: block.signature.map(Cow::into_owned) }
+            }
+            "redacted_thinking" => BlockState::RedactedThinking { data: block.data.map(Cow::into_owned).unwrap_or_default() },
+            other => {
+                out.push_back(ModelEvent::Warning(format!("ignored a content block of unsupported type {other:?}")));
+                BlockState::Ignored
+            }
+        };
+        self.blocks.push((index, state));
+        Ok(())
+    }
+
+    fn delta(&mut self, index: u32, delta: InDelta<'_>, out: &mut VecDeque<ModelEvent>) -> Result<(), ModelError> {
+        let block = self.block_mut(index)?;
+        match delta.kind.as_deref() {
+            Some("text_delta") => {
+                if let Some(t) = delta.text.filter(|t| !t.is_empty()) {
+                    out.push_back(ModelEvent::TextDelta(t.into_owned()));
+                }
+            }
+            Some("input_json_delta") => {
+                let BlockState::ToolUse { got_args, .. } = block else {
+                    return Err(stream_error(format!("input_json_delta for content block {index}, which is not a tool_use")));
+                };
+                if let Some(json) = delta.partial_json.filter(|j| !j.is_empty()) {
+                    *got_args = true;
+                    out.push_back(ModelEvent::ToolCallDelta { index, arguments: json.into_owned() });
+                }
+            }
+            Some("thinking_delta") => {
+                if let Some(t) = delta.thinking.filter(|t| !t.is_empty()) {
+                    out.push_back(ModelEvent::ReasoningDelta(t.into_owned()));
+                }
+            }
+            Some("signature_delta") => {
+                if let (BlockState::Thinking { signature }, Some(s)) = (block, delta.signature) {
+                    signature.get_or_insert_with(String::new).push_str(&s);
+                }
+            }
+            _ => {} // citations and future delta kinds carry nothing we keep
+        }
+        Ok(())
+    }
+
+    fn stop_block(&mut self, index: u32, out: &mut VecDeque<ModelEvent>) -> Result<(), ModelError> {
+        match self.block_mut(index)? {
+            BlockState::ToolUse { got_args, initial_input, stopped, .. } => {
+                *stopped = true;
+                if !*got_args && let Some(input) = initial_input.take() {
+                    out.push_back(ModelEvent::ToolCallDelta { index, arguments: input });
+                }
+            }
+            BlockState::Thinking { signature } => {
+                // Empty text: the accumulator takes the thinking streamed since the last block.
+                out.push_back(ModelEvent::Reasoning(Reasoning {
+                    text: String::new(),
+                    signature: signature.take(),
+                    provider_data: None,
+                }));
+            }
+            BlockState::RedactedThinking { data } => {
+                let data = std::mem::take(data);
+                out.push_back(ModelEvent::Reasoning(redacted(data)));
+            }
+            BlockState::Text | BlockState::Ignored => {}
+        }
+        Ok(())
+    }
+
+    fn message_stop(&mut self, out: &mut VecDeque<ModelEvent>) {
+        self.stopped = true;
+        let mut cut_off = false;
+        let mut has_tools = false;
+        for (_, block) in &self.blocks {
+            if let BlockState::ToolUse { id, stopped, .. } = block {
+                has_tools = true;
+                if !stopped {
+                    cut_off = true;
+                    out.push_back(ModelEvent::Warning(format!("tool_use {id} has no content_block_stop")));
+                }
+            }
+        }
+        let raw = self.stop_reason.take();
+        let mut reason = match raw.as_deref() {
+            Some(r) => map_stop_reason(r),
+            None => {
+                out.push_back(ModelEvent::Warning("the stream carried no stop_reason".to_owned()));
+                if has_tools { FinishReason::ToolCalls } else { FinishReason::Stop }
+            }
+        };
+        // A tool_use never closed was cut off: report it as a length stop so that a call whose
+        // JSON is incomplete is dropped, never executed.
+        if cut_off {
+            reason = FinishReason::Length;
+        }
+        out.push_back(ModelEvent::Finish { reason, raw });
+    }
+
+    /// Applies one event's `data`, pushing what it means onto `out`.
+    pub fn push(&mut self, data: &str, out: &mut VecDeque<ModelEvent>) -> Result<(), ModelError> {
+        if self.stopped || self.failed {
+            return Ok(()); // nothing after message_stop or an error counts
+        }
+        let event: InEvent<'_> = serde_json::from_str(data).map_err(|e| {
+            self.failed = true;
+            decode_error("stream event", &e)
+        })?;
+        let result = self.apply(event, data, out);
+        if result.is_err() {
+            self.failed = true;
+        }
+        result
+    }
+
+    fn apply(&mut self, event: InEvent<'_>, data: &str, out: &mut VecDeque<ModelEvent>) -> Result<(), ModelError> {
+        let index = event.index.unwrap_or(0);
+        match &*event.kind {
+            "message_start" => {
+                let head = event.message.ok_or_else(|| stream_error("message_start without a message"))?;
+                out.push_back(ModelEvent::Start { id: head.id.map(Cow::into_owned), model: head.model.map(Cow::into_owned) });
+                if let Some(u) = head.usage {
+                    u.apply(&mut self.usage);
+                    out.push_back(ModelEvent::Usage(self.usage));
+                }
+            }
+            "content_block_start" => {
+                let block = event.content_block.ok_or_else(|| stream_error("content_block_start without a block"))?;
+                self.start_block(index, block, out)?;
+            }
+            "content_block_delta" => {
+                let delta = event.delta.ok_or_else(|| stream_error("content_block_delta without a delta"))?;
+                self.delta(index, delta, out)?;
+            }
+            "content_block_stop" => self.stop_block(index, out)?,
+            "message_delta" => {
+                if let Some(reason) = event.delta.and_then(|d| d.stop_reason) {
+                    self.stop_reason = Some(reason.into_owned());
+                }
+                if let Some(u) = event.usage {
+                    u.apply(&mut self.usage);
+                    out.push_back(ModelEvent::Usage(self.usage));
+                }
+            }
+            "message_stop" => self.message_stop(out),
+            "error" => {
+                let error = ProviderError::parse(data.as_bytes())
+                    .unwrap_or_default()
+                    .into_model_error(PROVIDER, None);
+                return Err(error);
+            }
+            _ => {} // ping and future event kinds
+        }
+        Ok(())
+    }
+
+    /// The stream ended: fine after `message_stop` or an error, otherwise the response is
+    /// incomplete and must not be used.
+    pub fn end(&mut self, _out: &mut VecDeque<ModelEvent>) -> Result<(), ModelError> {
+        if self.stopped || self.failed {
+            return Ok(());
+        }
+        self.failed = true;
+        Err(stream_error("the stream ended before message_stop"))
+    }
+}
+
+impl StreamDecoder for AnthropicStreamParser {
+    fn event(&mut self, data: &str, out: &mut VecDeque<ModelEvent>) -> Result<(), ModelError> {
+        self.push(data, out)
+    }
+
+    fn end(&mut self, out: &mut VecDeque<ModelEvent>) -> Result<(), ModelError> {
+        AnthropicStreamParser::end(self, out)
+    }
+}
+
+fn redacted(data: String) -> Reasoning {
+    let mut map = serde_json::Map::with_capacity(2);
+    map.insert("type".to_owned(), Value::String("redacted_thinking".to_owned()));
+    map.insert("data".to_owned(), Value::String(data));
+    Reasoning { text: String::new(), signature: None, provider_data: Some(Value::Object(map)) }
+}
+
+#[derive(Deserialize)]
+struct WholeMessage<'a> {
+    #[serde(default, rename = "type", borrow)]
+    kind: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    id: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    model: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    content: Vec<InBlock<'a>>,
+    #[serde(default, borrow)]
+    stop_reason: Option<Cow<'a, str>>,
+    #[serde(default)]
+    usage: Option<WireUsage>,
+}
+
+/// Parses a whole (non-streamed) Messages response body.
+pub fn parse_message(body: &[u8]) -> Result<ModelResponse, ModelError> {
+    let message: WholeMessage<'_> = serde_json::from_slice(body).map_err(|e| decode_error("response", &e))?;
+    if message.kind.as_deref() == Some("error") {
+        return Err(ProviderError::parse(body).unwrap_or_default().into_model_error(PROVIDER, None));
+    }
+    let mut text = String::new();
+    let mut reasoning = Vec::new();
+    let mut tool_calls = Vec::new();
+    let mut warnings = Vec::new();
+    for block in message.content {
+        match &*block.kind {
+            "text" => text.push_str(block.text.as_deref().unwrap_or_default()),
+            "tool_use" => tool_calls.push(ToolCall {
+                id: block.id.map(Cow::into_owned).unwrap_or_default(),
+                name: block.name.map(Cow::into_owned).unwrap_or_default(),
+                arguments: match block.input {
+                    None | Some(Value::Null) => String::new(),
+                    Some(v) => v.to_string(),
+                },
+            }),
+            "thinking" => reasoning.push(Reasoning {
+                text: block.thinking.map(Cow::into_owned).unwrap_or_default(),
+                signature: block.signature.map(Cow::into_owned),
+                provider_data: None,
+            }),
+            "redacted_thinking" => reasoning.push(redacted(block.data.map(Cow::into_owned).unwrap_or_default())),
+            other => warnings.push(format!("ignored a content block of unsupported type {other:?}")),
+        }
+    }
+    let raw = message.stop_reason.map(Cow::into_owned);
+    let finish_reason = match raw.as_deref() {
+        Some(r) => map_stop_reason(r),
+        None if tool_calls.is_empty() => FinishReason::Stop,
+        None => FinishReason::ToolCalls,
+    };
+    let mut usage = Usage::default();
+    if let Some(u) = message.usage {
+        u.apply(&mut usage);
+    }
+    Ok(ModelResponse {
+        message: AssistantMessage { reasoning, text, tool_calls },
+        usage,
+        finish_reason,
+        raw_finish_reason: raw,
+        id: message.id.map(Cow::into_owned),
+        model: message.model.map(Cow::into_owned),
+        truncated: false,
+        warnings,
+    })
+}
+
+/// Parses a whole streamed body held in memory (server-sent events) into a response, the way a
+/// streamed call does: for fuzzing, benchmarks and replaying recorded streams.
+pub fn parse_stream_bytes(bytes: &[u8]) -> Result<ModelResponse, ModelError> {
+    crate::stream::accumulate_sse(bytes, PROVIDER, AnthropicStreamParser::new())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    fn events(lines: &[&str]) -> Result<Vec<ModelEvent>, ModelError> {
+        let mut p = AnthropicStreamParser::new();
+        let mut out = VecDeque::new();
+        for l in lines {
+            p.push(l, &mut out)?;
+        }
+        p.end(&mut out)?;
+        Ok(out.into_iter().collect())
+    }
+
+    #[test]
+    fn tool_use_without_deltas_takes_the_start_input() {
+        let ev = events(&[
+            r#"{"type":"message_start","message":{"id":"m","model":"c","usage":{"input_tokens":3,"output_tokens":1}}}"#,
+            r#"{"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"t1","name":"f","input":{"a":1}}}"#,
+            r#"{"type":"content_block_stop","index":0}"#,
+            r#"{"type":"message_delta","delta":{"stop_reason":"tool_use"},"usage":{"output_tokens":9}}"#,
+            r#"{"type":"message_stop"}"#,
+        ])
+        .unwrap();
+        assert!(ev.contains(&ModelEvent::ToolCallDelta { index: 0, arguments: r#"{"a":1}"#.into() }));
+        assert!(ev.contains(&ModelEvent::Usage(Usage { input_tokens: 3, output_tokens: 9, ..Default::default() })));
+        assert_eq!(ev.last(), Some(&ModelEvent::Finish { reason: FinishReason::ToolCalls, raw: Some("tool_use".into()) }));
+    }
+
+    #[test]
+    fn thinking_block_keeps_its_signature() {
+        let ev = events(&[
+            r#"{"type":"content_block_start","index":0,"content_block":{"type":"thinking","thinking":""}}"#,
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":"hmm"}}"#,
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"signature_delta","signature":"SIG"}}"#,
+            r#"{"type":"content_block_stop","index":0}"#,
+            r#"{"type":"message_delta","delta":{"stop_reason":"end_turn"}}"#,
+            r#"{"type":"message_stop"}"#,
+        ])
+        .unwrap();
+        assert!(ev.contains(&ModelEvent::ReasoningDelta("hmm".into())));
+        assert!(ev.contains(&ModelEvent::Reasoning(Reasoning { signature: Some("SIG".into()), ..Default::default() })));
+    }
+
+    #[test]
+    fn unclosed_tool_use_turns_the_finish_into_length() {
+        let ev = events(&[
+            r#"{"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"t1","name":"f","input":{}}}"#,
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"{\"a\": "}}"#,
+            r#"{"type":"message_delta","delta":{"stop_reason":"tool_use"}}"#,
+            r#"{"type":"message_stop"}"#,
+        ])
+        .unwrap();
+        assert!(ev.contains(&ModelEvent::Warning("tool_use t1 has no content_block_stop".into())));
+        assert_eq!(ev.last(), Some(&ModelEvent::Finish { reason: FinishReason::Length, raw: Some("tool_use".into()) }));
+    }
+
+    #[test]
+    fn delta_for_unknown_block_is_a_stream_error() {
+        let err = events(&[r#"{"type":"content_block_delta","index":4,"delta":{"type":"text_delta","text":"x"}}"#]).unwrap_err();
+        assert_eq!(err.kind, ModelErrorKind::Stream);
+    }
+
+    #[test]
+    fn stream_without_message_stop_fails() {
+        let err = events(&[r#"{"type":"message_start","message":{"id":"m"}}"#]).unwrap_err();
+        assert_eq!(err.kind, ModelErrorKind::Stream);
+    }
+
+    #[test]
+    fn in_stream_error_event_is_classified() {
+        let err = events(&[r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#]).unwrap_err();
+        assert_eq!(err.kind, ModelErrorKind::Overloaded);
+        assert_eq!(err.error_type.as_deref(), Some("overloaded_error"));
+        assert_eq!(err.message, "Overloaded");
+    }
+
+    #[test]
+    fn data_url_images_become_base64_sources() {
+        let v = serde_json::to_value(image_source("data:image/png;base64,AAAA", None)).unwrap();
+        assert_eq!(v, serde_json::json!({"type": "base64", "media_type": "image/png", "data": "AAAA"}));
+        let v = serde_json::to_value(image_source("https://x/y.png", None)).unwrap();
+        assert_eq!(v, serde_json::json!({"type": "url", "url": "https://x/y.png"}));
+    }
+}

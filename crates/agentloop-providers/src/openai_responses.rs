@@ -1,0 +1,1026 @@
+//! The OpenAI Responses API (`POST /responses`): request encoding from the provider-neutral
+//! transcript, a pure stream parser that turns its server-sent events into [`ModelEvent`]s, and the
+//! [`OpenAiResponses`] model that sends requests through the shared HTTP client.
+//!
+//! Nothing is stored server-side by default (`store: false`), so each request carries the whole
+//! conversation: `function_call` items and their `function_call_output`s by `call_id`, and the
+//! reasoning items of earlier turns, kept whole (id and encrypted content) in
+//! [`Reasoning::provider_data`].
+
+use std::borrow::Cow;
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use agentloop::{
+    AssistantMessage, ContentPart, FinishReason, Message, Model, ModelError, ModelErrorKind, ModelEvent, ModelRequest,
+    ModelResponse, ModelStream, Reasoning, ToolCall, ToolChoice, ToolContent, Usage,
+};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::http::{ApiKey, AuthStyle, HttpClient, HttpConfig, KeySource, ProviderError};
+use crate::stream::{StreamDecoder, decoded_events};
+
+const PROVIDER: &str = "openai";
+/// The default base URL.
+pub const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
+
+/// A model served by the OpenAI Responses API.
+#[derive(Debug, Clone)]
+pub struct OpenAiResponses {
+    model: String,
+    client: HttpClient,
+    options: Options,
+}
+
+#[derive(Debug, Clone)]
+struct Options {
+    stream: bool,
+    store: bool,
+    reasoning_effort: Option<String>,
+    reasoning_summary: Option<String>,
+    encrypted_reasoning: Option<bool>,
+}
+
+/// Builds an [`OpenAiResponses`] model. Setters never fail; [`OpenAiResponsesBuilder::build`]
+/// reports problems.
+#[derive(Debug, Clone)]
+#[must_use]
+pub struct OpenAiResponsesBuilder {
+    model: String,
+    config: HttpConfig,
+    options: Options,
+}
+
+impl OpenAiResponses {
+    /// A builder for this model id (`gpt-5-mini`), with the key read from `OPENAI_API_KEY`.
+    pub fn builder(model: impl Into<String>) -> OpenAiResponsesBuilder {
+        let mut config = HttpConfig::new(DEFAULT_BASE_URL);
+        config.key = KeySource::Env("OPENAI_API_KEY".to_owned());
+        config.auth = AuthStyle::Bearer;
+        OpenAiResponsesBuilder {
+            model: model.into(),
+            config,
+            options: Options {
+                stream: true,
+                store: false,
+                reasoning_effort: None,
+                reasoning_summary: None,
+                encrypted_reasoning: None,
+            },
+        }
+    }
+
+    /// True when requests ask for reasoning items' encrypted content (needed to carry reasoning
+    /// across turns without server-side storage).
+    fn wants_encrypted_reasoning(&self) -> bool {
+        if self.options.store {
+            return false;
+        }
+        self.options.encrypted_reasoning.unwrap_or_else(|| {
+            // Models without reasoning reject the include; ask only where reasoning is in play.
+            let m = self.model.as_str();
+            self.options.reasoning_effort.is_some()
+                || ["o1", "o3", "o4", "gpt-5", "codex"].iter().any(|p| m.starts_with(p))
+        })
+    }
+
+    /// Encodes the request body this model sends for `request` (exposed for inspection and tests).
+    pub fn encode_request(&self, request: &ModelRequest<'_>) -> Result<Vec<u8>, ModelError> {
+        let body = build_request(&self.model, request, &self.options, self.wants_encrypted_reasoning());
+        serde_json::to_vec(&body).map_err(|e| {
+            ModelError::new(ModelErrorKind::Other, format!("cannot encode the request: {e}")).with_provider(PROVIDER)
+        })
+    }
+}
+
+impl OpenAiResponsesBuilder {
+    /// The API's base URL (default `https://api.openai.com/v1`); `/responses` is appended.
+    pub fn base_url(mut self, url: impl Into<String>) -> Self {
+        self.config.base_url = url.into().trim_end_matches('/').to_owned();
+        self
+    }
+
+    /// Uses this API key.
+    pub fn api_key(mut self, key: impl Into<String>) -> Self {
+        self.config.key = KeySource::Value(ApiKey::new(key));
+        self
+    }
+
+    /// Reads the API key from this environment variable at each request.
+    pub fn api_key_env(mut self, var: impl Into<String>) -> Self {
+        self.config.key = KeySource::Env(var.into());
+        self
+    }
+
+    /// Sends no key (a local server).
+    pub fn no_api_key(mut self) -> Self {
+        self.config.key = KeySource::None;
+        self
+    }
+
+    /// Adds a header to every request (`OpenAI-Organization`, for example).
+    pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.config.extra_headers.push((name.into(), value.into()));
+        self
+    }
+
+    /// Streams responses (the default) or asks for whole ones.
+    pub fn stream(mut self, stream: bool) -> Self {
+        self.options.stream = stream;
+        self
+    }
+
+    /// Lets OpenAI store responses (default `false`).
+    pub fn store(mut self, store: bool) -> Self {
+        self.options.store = store;
+        self
+    }
+
+    /// The reasoning effort (`minimal`, `low`, `medium`, `high`).
+    pub fn reasoning_effort(mut self, effort: impl Into<String>) -> Self {
+        self.options.reasoning_effort = Some(effort.into());
+        self
+    }
+
+    /// Asks for reasoning summaries (`auto`, `concise`, `detailed`).
+    pub fn reasoning_summary(mut self, summary: impl Into<String>) -> Self {
+        self.options.reasoning_summary = Some(summary.into());
+        self
+    }
+
+    /// Whether to request `reasoning.encrypted_content` when `store` is false. By default it is
+    /// requested for reasoning models (a reasoning effort set, or an `o*`/`gpt-5*`/`codex*` id);
+    /// models without reasoning reject it.
+    pub fn encrypted_reasoning(mut self, include: bool) -> Self {
+        self.options.encrypted_reasoning = Some(include);
+        self
+    }
+
+    /// Time allowed to open the connection.
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.config.connect_timeout = timeout;
+        self
+    }
+
+    /// Time allowed for the whole request (`None`: no limit).
+    pub fn request_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.config.request_timeout = timeout;
+        self
+    }
+
+    /// Longest silence allowed inside a streamed response.
+    pub fn idle_timeout(mut self, timeout: Duration) -> Self {
+        self.config.idle_timeout = timeout;
+        self
+    }
+
+    /// The largest encoded request body sent; a larger one fails before it is sent.
+    pub fn max_request_bytes(mut self, bytes: usize) -> Self {
+        self.config.max_request_bytes = bytes;
+        self
+    }
+
+    /// Builds the model.
+    pub fn build(self) -> Result<OpenAiResponses, ModelError> {
+        let client = HttpClient::new(self.config, PROVIDER)?;
+        Ok(OpenAiResponses { model: self.model, client, options: self.options })
+    }
+}
+
+impl Model for OpenAiResponses {
+    fn id(&self) -> &str {
+        &self.model
+    }
+
+    fn provider(&self) -> &str {
+        PROVIDER
+    }
+
+    fn stream<'a>(&'a self, request: ModelRequest<'a>) -> ModelStream<'a> {
+        let body = self.encode_request(&request);
+        let open = async move {
+            let response = self.client.post_json("/responses", body?).await?;
+            if self.options.stream {
+                Ok(decoded_events(self.client.sse(response), ResponsesStreamParser::new()))
+            } else {
+                let bytes = self.client.read_body(response).await?;
+                let response = parse_response(&bytes)?;
+                Ok(crate::stream::one_event(ModelEvent::Response(response)))
+            }
+        };
+        crate::stream::opened(open)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Request encoding
+
+#[derive(Serialize)]
+struct WireRequest<'a> {
+    model: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    instructions: Option<&'a str>,
+    input: Vec<InputItem<'a>>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tools: Vec<WireTool<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_choice: Option<WireToolChoice<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    parallel_tool_calls: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    temperature: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    top_p: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_output_tokens: Option<u32>,
+    store: bool,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    stream: bool,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    include: Vec<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reasoning: Option<WireReasoning<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    text: Option<WireText<'a>>,
+}
+
+#[derive(Serialize)]
+struct WireReasoning<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    effort: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    summary: Option<&'a str>,
+}
+
+#[derive(Serialize)]
+struct WireText<'a> {
+    format: WireFormat<'a>,
+}
+
+#[derive(Serialize)]
+struct WireFormat<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    name: &'static str,
+    schema: &'a Value,
+    strict: bool,
+}
+
+#[derive(Serialize)]
+struct WireTool<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    name: &'a str,
+    #[serde(skip_serializing_if = "str::is_empty")]
+    description: &'a str,
+    parameters: &'a Value,
+    strict: bool,
+}
+
+#[derive(Serialize)]
+#[serde(untagged)]
+enum WireToolChoice<'a> {
+    Mode(&'static str),
+    Function {
+        #[serde(rename = "type")]
+        kind: &'static str,
+        name: &'a str,
+    },
+}
+
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum InputItem<'a> {
+    Message {
+        role: &'static str,
+        content: Vec<InputContent<'a>>,
+    },
+    FunctionCall {
+        call_id: &'a str,
+        name: &'a str,
+        arguments: &'a str,
+    },
+    FunctionCallOutput {
+        call_id: &'a str,
+        output: Cow<'a, str>,
+    },
+    /// A reasoning item sent back exactly as it came.
+    #[serde(untagged)]
+    Verbatim(&'a Value),
+}
+
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum InputContent<'a> {
+    InputText { text: &'a str },
+    InputImage { image_url: &'a str },
+    OutputText { text: &'a str, annotations: [(); 0] },
+}
+
+fn user_content(part: &ContentPart) -> InputContent<'_> {
+    match part {
+        ContentPart::Text { text } => InputContent::InputText { text },
+        ContentPart::Image { url, .. } => InputContent::InputImage { image_url: url },
+    }
+}
+
+fn tool_output(content: &ToolContent) -> Cow<'_, str> {
+    match content {
+        ToolContent::Text(t) => Cow::Borrowed(t),
+        other => Cow::Owned(other.to_text()),
+    }
+}
+
+fn build_request<'a>(
+    model: &'a str,
+    request: &ModelRequest<'a>,
+    options: &'a Options,
+    encrypted_reasoning: bool,
+) -> WireRequest<'a> {
+    let mut input = Vec::with_capacity(request.messages.len() + 4);
+    for message in request.messages {
+        match message {
+            Message::User { content } => {
+                input.push(InputItem::Message { role: "user", content: content.iter().map(user_content).collect() });
+            }
+            Message::Assistant(a) => {
+                // Reasoning items precede the items they led to; only whole items (with their id
+                // and encrypted content) can be sent back.
+                for r in &a.reasoning {
+                    if let Some(item) = r.provider_data.as_ref().filter(|d| d.get("type").and_then(Value::as_str) == Some("reasoning")) {
+                        input.push(InputItem::Verbatim(item));
+                    }
+                }
+                if !a.text.is_empty() {
+                    input.push(InputItem::Message {
+                        role: "assistant",
+                        content: vec![InputContent::OutputText { text: &a.text, annotations: [] }],
+                    });
+                }
+                for call in &a.tool_calls {
+                    input.push(InputItem::FunctionCall { call_id: &call.id, name: &call.name, arguments: &call.arguments });
+                }
+            }
+            Message::Tool(result) => {
+                input.push(InputItem::FunctionCallOutput { call_id: &result.call_id, output: tool_output(&result.content) });
+            }
+        }
+    }
+    let settings = request.settings;
+    let tools: Vec<WireTool<'a>> = request
+        .tools
+        .iter()
+        .map(|t| WireTool {
+            kind: "function",
+            name: &t.name,
+            description: &t.description,
+            parameters: &t.input_schema,
+            // Strict mode would reject ordinary schemas (optional properties); validation is ours.
+            strict: false,
+        })
+        .collect();
+    let tool_choice = settings.tool_choice.as_ref().map(|c| match c {
+        ToolChoice::Auto => WireToolChoice::Mode("auto"),
+        ToolChoice::Required => WireToolChoice::Mode("required"),
+        ToolChoice::None => WireToolChoice::Mode("none"),
+        ToolChoice::Tool(name) => WireToolChoice::Function { kind: "function", name },
+    });
+    let reasoning = (options.reasoning_effort.is_some() || options.reasoning_summary.is_some()).then(|| WireReasoning {
+        effort: options.reasoning_effort.as_deref(),
+        summary: options.reasoning_summary.as_deref(),
+    });
+    WireRequest {
+        model,
+        instructions: request.instructions.filter(|i| !i.is_empty()),
+        input,
+        tool_choice: if tools.is_empty() { None } else { tool_choice },
+        parallel_tool_calls: if tools.is_empty() { None } else { settings.parallel_tool_calls },
+        tools,
+        temperature: settings.temperature,
+        top_p: settings.top_p,
+        max_output_tokens: settings.max_tokens,
+        store: options.store,
+        stream: options.stream,
+        include: if encrypted_reasoning { vec!["reasoning.encrypted_content"] } else { Vec::new() },
+        reasoning,
+        text: request.output_schema.map(|schema| WireText {
+            format: WireFormat { kind: "json_schema", name: "final_answer", schema, strict: false },
+        }),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Response decoding
+
+#[derive(Deserialize, Default, Clone, Copy)]
+struct TokenDetails {
+    #[serde(default)]
+    cached_tokens: Option<u64>,
+    #[serde(default)]
+    reasoning_tokens: Option<u64>,
+}
+
+#[derive(Deserialize, Default, Clone, Copy)]
+struct WireUsage {
+    #[serde(default)]
+    input_tokens: Option<u64>,
+    #[serde(default)]
+    output_tokens: Option<u64>,
+    #[serde(default)]
+    input_tokens_details: Option<TokenDetails>,
+    #[serde(default)]
+    output_tokens_details: Option<TokenDetails>,
+}
+
+impl From<WireUsage> for Usage {
+    fn from(u: WireUsage) -> Usage {
+        Usage {
+            input_tokens: u.input_tokens.unwrap_or(0),
+            output_tokens: u.output_tokens.unwrap_or(0),
+            cached_input_tokens: u.input_tokens_details.and_then(|d| d.cached_tokens).unwrap_or(0),
+            cache_write_tokens: 0,
+            reasoning_tokens: u.output_tokens_details.and_then(|d| d.reasoning_tokens).unwrap_or(0),
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct SummaryPart<'a> {
+    #[serde(default, borrow)]
+    text: Cow<'a, str>,
+}
+
+#[derive(Deserialize)]
+struct OutputContent<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: Cow<'a, str>,
+    #[serde(default, borrow)]
+    text: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    refusal: Option<Cow<'a, str>>,
+}
+
+/// One output item (message, function_call, reasoning...), borrowed.
+#[derive(Deserialize)]
+struct InItem<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: Cow<'a, str>,
+    #[serde(default, borrow)]
+    id: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    call_id: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    name: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    arguments: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    summary: Option<Vec<SummaryPart<'a>>>,
+    #[serde(default, borrow)]
+    encrypted_content: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    content: Option<Vec<OutputContent<'a>>>,
+}
+
+impl InItem<'_> {
+    fn summary_text(&self) -> String {
+        let mut text = String::new();
+        for part in self.summary.iter().flatten() {
+            if !text.is_empty() {
+                text.push_str("\n\n");
+            }
+            text.push_str(&part.text);
+        }
+        text
+    }
+
+    /// The item as the API takes it back: type, id, summary and encrypted content.
+    fn reasoning_item(&self) -> Value {
+        let mut map = serde_json::Map::with_capacity(4);
+        map.insert("type".to_owned(), Value::String("reasoning".to_owned()));
+        if let Some(id) = &self.id {
+            map.insert("id".to_owned(), Value::String(id.to_string()));
+        }
+        let summary = self
+            .summary
+            .iter()
+            .flatten()
+            .map(|p| {
+                let mut part = serde_json::Map::with_capacity(2);
+                part.insert("type".to_owned(), Value::String("summary_text".to_owned()));
+                part.insert("text".to_owned(), Value::String(p.text.to_string()));
+                Value::Object(part)
+            })
+            .collect();
+        map.insert("summary".to_owned(), Value::Array(summary));
+        if let Some(enc) = &self.encrypted_content {
+            map.insert("encrypted_content".to_owned(), Value::String(enc.to_string()));
+        }
+        Value::Object(map)
+    }
+
+    /// The visible text of a message item (refusals included) and whether it was a refusal.
+    fn message_text(&self) -> (String, bool) {
+        let mut text = String::new();
+        let mut refused = false;
+        for c in self.content.iter().flatten() {
+            match &*c.kind {
+                "output_text" => text.push_str(c.text.as_deref().unwrap_or_default()),
+                "refusal" => {
+                    refused = true;
+                    text.push_str(c.refusal.as_deref().unwrap_or_default());
+                }
+                _ => {}
+            }
+        }
+        (text, refused)
+    }
+
+    fn reasoning(&self, text: String) -> Reasoning {
+        Reasoning { text, signature: None, provider_data: Some(self.reasoning_item()) }
+    }
+}
+
+#[derive(Deserialize)]
+struct IncompleteDetails<'a> {
+    #[serde(default, borrow)]
+    reason: Option<Cow<'a, str>>,
+}
+
+/// The `response` object of lifecycle events, without its output (the stream already carried it).
+#[derive(Deserialize)]
+struct ResponseHead<'a> {
+    #[serde(default, borrow)]
+    id: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    model: Option<Cow<'a, str>>,
+    #[serde(default)]
+    usage: Option<WireUsage>,
+    #[serde(default, borrow)]
+    incomplete_details: Option<IncompleteDetails<'a>>,
+    #[serde(default)]
+    error: Option<Value>,
+}
+
+/// One stream event, every kind in one borrowed shape.
+#[derive(Deserialize)]
+struct InEvent<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: Cow<'a, str>,
+    #[serde(default)]
+    output_index: Option<u32>,
+    #[serde(default)]
+    summary_index: Option<u32>,
+    #[serde(default, borrow)]
+    delta: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    arguments: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    item: Option<InItem<'a>>,
+    #[serde(default, borrow)]
+    response: Option<ResponseHead<'a>>,
+}
+
+#[derive(Deserialize)]
+struct KindOnly<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: Cow<'a, str>,
+}
+
+/// The events this parser reads; any other kind is skipped even when its shape is unfamiliar.
+const HANDLED: &[&str] = &[
+    "response.created",
+    "response.in_progress",
+    "response.output_item.added",
+    "response.output_item.done",
+    "response.output_text.delta",
+    "response.refusal.delta",
+    "response.function_call_arguments.delta",
+    "response.function_call_arguments.done",
+    "response.reasoning_summary_text.delta",
+    "response.reasoning_summary_part.added",
+    "response.reasoning_text.delta",
+    "response.completed",
+    "response.incomplete",
+    "response.failed",
+    "error",
+];
+
+fn stream_error(message: impl Into<String>) -> ModelError {
+    ModelError::new(ModelErrorKind::Stream, message).with_provider(PROVIDER)
+}
+
+fn decode_error(what: &str, e: &serde_json::Error) -> ModelError {
+    ModelError::new(ModelErrorKind::Decode, format!("malformed {what}: {e}")).with_provider(PROVIDER)
+}
+
+/// Maps a response's `status` (and the reason it is incomplete) to the common enum and the raw
+/// word we keep (`completed`, `incomplete:max_output_tokens`).
+fn finish_of(status: &str, incomplete_reason: Option<&str>, has_calls: bool) -> (FinishReason, String) {
+    match status {
+        "completed" if has_calls => (FinishReason::ToolCalls, "completed".to_owned()),
+        "completed" => (FinishReason::Stop, "completed".to_owned()),
+        "incomplete" => match incomplete_reason {
+            Some(r @ "content_filter") => (FinishReason::ContentFilter, format!("incomplete:{r}")),
+            Some(r) => (FinishReason::Length, format!("incomplete:{r}")),
+            None => (FinishReason::Length, "incomplete".to_owned()),
+        },
+        "failed" => (FinishReason::Error, "failed".to_owned()),
+        other => (FinishReason::Other, other.to_owned()),
+    }
+}
+
+fn failure(error: Option<Value>) -> ModelError {
+    let envelope = error.map(|e| {
+        let mut map = serde_json::Map::with_capacity(1);
+        map.insert("error".to_owned(), e);
+        Value::Object(map)
+    });
+    let provider_error = envelope.as_ref().and_then(ProviderError::from_value).unwrap_or_default();
+    let mut error = provider_error.into_model_error(PROVIDER, None);
+    if error.message == "the provider reported an error" {
+        error.message = "the response failed".to_owned();
+    }
+    error
+}
+
+struct CallState {
+    output_index: u32,
+    got_arguments: bool,
+}
+
+/// Turns the Responses API's stream events into [`ModelEvent`]s. Pure: no I/O, no clock. Feed it
+/// each event's `data` in order, then call [`ResponsesStreamParser::end`] when the stream ends.
+#[derive(Default)]
+pub struct ResponsesStreamParser {
+    calls: Vec<CallState>,
+    /// Output indexes of message items whose text was streamed as deltas.
+    streamed_text: Vec<u32>,
+    reasoning_streamed: bool,
+    refused: bool,
+    started: bool,
+    finished: bool,
+    failed: bool,
+}
+
+impl std::fmt::Debug for ResponsesStreamParser {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ResponsesStreamParser").field("calls", &self.calls.len()).field("finished", &self.finished).finish()
+    }
+}
+
+impl ResponsesStreamParser {
+    /// A parser at the start of a stream.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Applies one event's `data`, pushing what it means onto `out`.
+    pub fn push(&mut self, data: &str, out: &mut VecDeque<ModelEvent>) -> Result<(), ModelError> {
+        if self.finished || self.failed {
+            return Ok(());
+        }
+        let result = match serde_json::from_str::<InEvent<'_>>(data) {
+            Ok(event) => self.apply(event, data, out),
+            Err(e) => match serde_json::from_str::<KindOnly<'_>>(data) {
+                // An event we do not read may have any shape.
+                Ok(k) if !HANDLED.contains(&&*k.kind) => Ok(()),
+                _ => Err(decode_error("stream event", &e)),
+            },
+        };
+        if result.is_err() {
+            self.failed = true;
+        }
+        result
+    }
+
+    fn call_mut(&mut self, output_index: u32) -> Option<&mut CallState> {
+        self.calls.iter_mut().find(|c| c.output_index == output_index)
+    }
+
+    fn start_call(&mut self, index: u32, item: &InItem<'_>, out: &mut VecDeque<ModelEvent>) {
+        out.push_back(ModelEvent::ToolCallStart {
+            index,
+            id: item.call_id.as_deref().unwrap_or_default().to_owned(),
+            name: item.name.as_deref().unwrap_or_default().to_owned(),
+        });
+        self.calls.push(CallState { output_index: index, got_arguments: false });
+    }
+
+    fn apply(&mut self, event: InEvent<'_>, data: &str, out: &mut VecDeque<ModelEvent>) -> Result<(), ModelError> {
+        let index = event.output_index.unwrap_or(0);
+        match &*event.kind {
+            "response.created" | "response.in_progress" => {
+                if !self.started {
+                    self.started = true;
+                    let head = event.response;
+                    out.push_back(ModelEvent::Start {
+                        id: head.as_ref().and_then(|h| h.id.as_deref()).map(str::to_owned),
+                        model: head.as_ref().and_then(|h| h.model.as_deref()).map(str::to_owned),
+                    });
+                }
+            }
+            "response.output_item.added" => {
+                let item = event.item.ok_or_else(|| stream_error("output_item.added without an item"))?;
+                if item.kind == "function_call" {
+                    if self.call_mut(index).is_some() {
+                        return Err(stream_error(format!("output item {index} was added twice")));
+                    }
+                    self.start_call(index, &item, out);
+                    if let Some(args) = item.arguments.filter(|a| !a.is_empty()) {
+                        self.arguments(index, args.into_owned(), out)?;
+                    }
+                }
+            }
+            "response.output_text.delta" | "response.refusal.delta" => {
+                if event.kind == "response.refusal.delta" {
+                    self.refused = true;
+                }
+                if !self.streamed_text.contains(&index) {
+                    self.streamed_text.push(index);
+                }
+                if let Some(d) = event.delta.filter(|d| !d.is_empty()) {
+                    out.push_back(ModelEvent::TextDelta(d.into_owned()));
+                }
+            }
+            "response.function_call_arguments.delta" => {
+                if let Some(d) = event.delta.filter(|d| !d.is_empty()) {
+                    self.arguments(index, d.into_owned(), out)?;
+                }
+            }
+            "response.function_call_arguments.done" => {
+                let call = self.call_mut(index).ok_or_else(|| unknown_call(index))?;
+                if !call.got_arguments
+                    && let Some(args) = event.arguments.filter(|a| !a.is_empty())
+                {
+                    self.arguments(index, args.into_owned(), out)?;
+                }
+            }
+            "response.reasoning_summary_part.added" => {
+                if event.summary_index.unwrap_or(0) > 0 {
+                    out.push_back(ModelEvent::ReasoningDelta("\n\n".to_owned()));
+                }
+            }
+            "response.reasoning_summary_text.delta" | "response.reasoning_text.delta" => {
+                self.reasoning_streamed = true;
+                if let Some(d) = event.delta.filter(|d| !d.is_empty()) {
+                    out.push_back(ModelEvent::ReasoningDelta(d.into_owned()));
+                }
+            }
+            "response.output_item.done" => {
+                let item = event.item.ok_or_else(|| stream_error("output_item.done without an item"))?;
+                self.item_done(index, &item, out)?;
+            }
+            "response.completed" | "response.incomplete" => {
+                let head = event.response.ok_or_else(|| stream_error("a final event without its response"))?;
+                if let Some(u) = head.usage {
+                    out.push_back(ModelEvent::Usage(u.into()));
+                }
+                let status = if event.kind == "response.completed" { "completed" } else { "incomplete" };
+                let reason = head.incomplete_details.as_ref().and_then(|d| d.reason.as_deref());
+                let (mut finish, raw) = finish_of(status, reason, !self.calls.is_empty());
+                if self.refused && finish == FinishReason::Stop {
+                    finish = FinishReason::Refusal;
+                }
+                out.push_back(ModelEvent::Finish { reason: finish, raw: Some(raw) });
+                self.finished = true;
+            }
+            "response.failed" => {
+                return Err(failure(event.response.and_then(|r| r.error)));
+            }
+            "error" => {
+                return Err(ProviderError::parse(data.as_bytes()).unwrap_or_default().into_model_error(PROVIDER, None));
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn arguments(&mut self, index: u32, args: String, out: &mut VecDeque<ModelEvent>) -> Result<(), ModelError> {
+        let call = self.call_mut(index).ok_or_else(|| unknown_call(index))?;
+        call.got_arguments = true;
+        out.push_back(ModelEvent::ToolCallDelta { index, arguments: args });
+        Ok(())
+    }
+
+    fn item_done(&mut self, index: u32, item: &InItem<'_>, out: &mut VecDeque<ModelEvent>) -> Result<(), ModelError> {
+        match &*item.kind {
+            "function_call" => {
+                if self.call_mut(index).is_none() {
+                    self.start_call(index, item, out);
+                }
+                let got = self.call_mut(index).is_some_and(|c| c.got_arguments);
+                if !got && let Some(args) = item.arguments.as_deref().filter(|a| !a.is_empty()) {
+                    self.arguments(index, args.to_owned(), out)?;
+                }
+            }
+            "reasoning" => {
+                // Streamed summary text is taken by the accumulator when the block's text is empty.
+                let text = if self.reasoning_streamed { String::new() } else { item.summary_text() };
+                self.reasoning_streamed = false;
+                out.push_back(ModelEvent::Reasoning(item.reasoning(text)));
+            }
+            "message" if !self.streamed_text.contains(&index) => {
+                let (text, refused) = item.message_text();
+                self.refused |= refused;
+                if !text.is_empty() {
+                    out.push_back(ModelEvent::TextDelta(text));
+                }
+            }
+            "message" => {}
+            other => out.push_back(ModelEvent::Warning(format!("ignored an output item of unsupported type {other:?}"))),
+        }
+        Ok(())
+    }
+
+    /// The stream ended: fine after `response.completed`/`.incomplete` or an error, otherwise the
+    /// response is incomplete and must not be used.
+    pub fn end(&mut self, _out: &mut VecDeque<ModelEvent>) -> Result<(), ModelError> {
+        if self.finished || self.failed {
+            return Ok(());
+        }
+        self.failed = true;
+        Err(stream_error("the stream ended before response.completed"))
+    }
+}
+
+fn unknown_call(index: u32) -> ModelError {
+    stream_error(format!("function call arguments for output item {index}, which never started"))
+}
+
+impl StreamDecoder for ResponsesStreamParser {
+    fn event(&mut self, data: &str, out: &mut VecDeque<ModelEvent>) -> Result<(), ModelError> {
+        self.push(data, out)
+    }
+
+    fn end(&mut self, out: &mut VecDeque<ModelEvent>) -> Result<(), ModelError> {
+        ResponsesStreamParser::end(self, out)
+    }
+}
+
+#[derive(Deserialize)]
+struct WholeResponse<'a> {
+    #[serde(default, borrow)]
+    id: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    model: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    status: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    output: Vec<InItem<'a>>,
+    #[serde(default)]
+    usage: Option<WireUsage>,
+    #[serde(default, borrow)]
+    incomplete_details: Option<IncompleteDetails<'a>>,
+    #[serde(default)]
+    error: Option<Value>,
+}
+
+/// Parses a whole (non-streamed) Responses body. A response cut off inside a function call's
+/// arguments drops that call and is marked truncated.
+pub fn parse_response(body: &[u8]) -> Result<ModelResponse, ModelError> {
+    let response: WholeResponse<'_> = serde_json::from_slice(body).map_err(|e| decode_error("response", &e))?;
+    let status = response.status.as_deref().unwrap_or("completed");
+    if status == "failed" {
+        return Err(failure(response.error));
+    }
+    let mut text = String::new();
+    let mut reasoning = Vec::new();
+    let mut tool_calls = Vec::new();
+    let mut warnings = Vec::new();
+    let mut refused = false;
+    for item in &response.output {
+        match &*item.kind {
+            "message" => {
+                let (t, r) = item.message_text();
+                refused |= r;
+                text.push_str(&t);
+            }
+            "function_call" => tool_calls.push(ToolCall {
+                id: item.call_id.as_deref().unwrap_or_default().to_owned(),
+                name: item.name.as_deref().unwrap_or_default().to_owned(),
+                arguments: item.arguments.as_deref().unwrap_or_default().to_owned(),
+            }),
+            "reasoning" => reasoning.push(item.reasoning(item.summary_text())),
+            other => warnings.push(format!("ignored an output item of unsupported type {other:?}")),
+        }
+    }
+    let reason = response.incomplete_details.as_ref().and_then(|d| d.reason.as_deref());
+    let (mut finish_reason, raw) = finish_of(status, reason, !tool_calls.is_empty());
+    if refused && finish_reason == FinishReason::Stop {
+        finish_reason = FinishReason::Refusal;
+    }
+    let mut truncated = false;
+    if finish_reason == FinishReason::Length {
+        tool_calls.retain(|c: &ToolCall| {
+            let complete = c.arguments.trim().is_empty() || serde_json::from_str::<serde::de::IgnoredAny>(&c.arguments).is_ok();
+            if !complete {
+                truncated = true;
+                warnings.push(format!("tool call {} ({}) was cut off and dropped", c.id, c.name));
+            }
+            complete
+        });
+    }
+    Ok(ModelResponse {
+        message: AssistantMessage { reasoning, text, tool_calls },
+        usage: response.usage.map(Usage::from).unwrap_or_default(),
+        finish_reason,
+        raw_finish_reason: Some(raw),
+        id: response.id.map(Cow::into_owned),
+        model: response.model.map(Cow::into_owned),
+        truncated,
+        warnings,
+    })
+}
+
+/// Parses a whole streamed body held in memory (server-sent events) into a response, the way a
+/// streamed call does: for fuzzing, benchmarks and replaying recorded streams.
+pub fn parse_stream_bytes(bytes: &[u8]) -> Result<ModelResponse, ModelError> {
+    crate::stream::accumulate_sse(bytes, PROVIDER, ResponsesStreamParser::new())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    fn events(lines: &[&str]) -> Result<Vec<ModelEvent>, ModelError> {
+        let mut p = ResponsesStreamParser::new();
+        let mut out = VecDeque::new();
+        for l in lines {
+            p.push(l, &mut out)?;
+        }
+        p.end(&mut out)?;
+        Ok(out.into_iter().collect())
+    }
+
+    #[test]
+    fn arguments_done_without_deltas_supplies_the_arguments() {
+        let ev = events(&[
+            r#"{"type":"response.output_item.added","output_index":0,"item":{"type":"function_call","call_id":"c1","name":"f","arguments":""}}"#,
+            r#"{"type":"response.function_call_arguments.done","output_index":0,"arguments":"{\"a\":1}"}"#,
+            r#"{"type":"response.completed","response":{"status":"completed","usage":{"input_tokens":5,"output_tokens":2,"input_tokens_details":{"cached_tokens":3},"output_tokens_details":{"reasoning_tokens":1}}}}"#,
+        ])
+        .unwrap();
+        assert!(ev.contains(&ModelEvent::ToolCallDelta { index: 0, arguments: r#"{"a":1}"#.into() }));
+        let usage = Usage { input_tokens: 5, output_tokens: 2, cached_input_tokens: 3, reasoning_tokens: 1, ..Default::default() };
+        assert!(ev.contains(&ModelEvent::Usage(usage)));
+        assert_eq!(ev.last(), Some(&ModelEvent::Finish { reason: FinishReason::ToolCalls, raw: Some("completed".into()) }));
+    }
+
+    #[test]
+    fn incomplete_response_is_a_length_stop_with_its_reason() {
+        let ev = events(&[
+            r#"{"type":"response.output_text.delta","output_index":0,"delta":"Hi"}"#,
+            r#"{"type":"response.incomplete","response":{"status":"incomplete","incomplete_details":{"reason":"max_output_tokens"}}}"#,
+        ])
+        .unwrap();
+        assert_eq!(
+            ev.last(),
+            Some(&ModelEvent::Finish { reason: FinishReason::Length, raw: Some("incomplete:max_output_tokens".into()) })
+        );
+    }
+
+    #[test]
+    fn failed_response_carries_the_provider_code() {
+        let err = events(&[
+            r#"{"type":"response.failed","response":{"status":"failed","error":{"code":"server_error","message":"boom"}}}"#,
+        ])
+        .unwrap_err();
+        assert_eq!(err.kind, ModelErrorKind::Server);
+        assert_eq!(err.provider_code.as_deref(), Some("server_error"));
+        assert_eq!(err.message, "boom");
+    }
+
+    #[test]
+    fn unknown_events_of_any_shape_are_skipped() {
+        let ev = events(&[
+            r#"{"type":"response.audio.delta","delta":{"odd":true}}"#,
+            r#"{"type":"response.completed","response":{"status":"completed"}}"#,
+        ])
+        .unwrap();
+        assert_eq!(ev.len(), 1);
+    }
+
+    #[test]
+    fn arguments_for_unknown_call_fail_the_stream() {
+        let err = events(&[r#"{"type":"response.function_call_arguments.delta","output_index":3,"delta":"{"}"#]).unwrap_err();
+        assert_eq!(err.kind, ModelErrorKind::Stream);
+    }
+
+    #[test]
+    fn stream_without_completion_fails() {
+        let err = events(&[r#"{"type":"response.created","response":{"id":"r"}}"#]).unwrap_err();
+        assert_eq!(err.kind, ModelErrorKind::Stream);
+    }
+
+    #[test]
+    fn truncated_whole_response_drops_the_cut_call() {
+        let body = br#"{"status":"incomplete","incomplete_details":{"reason":"max_output_tokens"},
+            "output":[{"type":"function_call","call_id":"c1","name":"f","arguments":"{\"a\":"}]}"#;
+        let r = parse_response(body).unwrap();
+        assert!(r.truncated);
+        assert!(r.message.tool_calls.is_empty());
+        assert_eq!(r.finish_reason, FinishReason::Length);
+    }
+}
