@@ -1,0 +1,131 @@
+//! The command's errors and exit codes. Every way the command ends maps to one documented code.
+
+use agentloop::{ErrorKind, RunOutcome, StopReason};
+
+use crate::agent_file::Problems;
+
+/// Exit codes, as documented in `--help` and the README.
+pub mod code {
+    /// The run finished, or a tool ended it; `plan`, `trace` and a live `--dry-run` succeeded.
+    pub const OK: i32 = 0;
+    /// Anything else went wrong (an unreadable input or trace, an internal error).
+    pub const OTHER: i32 = 1;
+    /// The command line was wrong (clap's code).
+    pub const USAGE: i32 = 2;
+    /// The agent file is invalid or unreadable.
+    pub const INVALID_AGENT_FILE: i32 = 3;
+    /// The model or its provider failed (including a missing API key).
+    pub const MODEL: i32 = 4;
+    /// A limit or budget stopped the run (turns, tool calls, model calls, tokens, cost, deadline,
+    /// stuck loop).
+    pub const LIMIT: i32 = 5;
+    /// A tool failed fatally (or panicked).
+    pub const TOOL: i32 = 6;
+    /// The run failed for another reason (an invalid decision or final answer).
+    pub const RUN_FAILED: i32 = 7;
+    /// The run was cancelled (Ctrl-C).
+    pub const CANCELLED: i32 = 130;
+}
+
+/// The text `--help` shows about exit codes.
+pub const EXIT_CODES_HELP: &str = "\
+Exit codes:
+  0    the run finished (or a tool ended it); plan, trace and a live --dry-run succeeded
+  1    another error (unreadable input or trace file, internal error)
+  2    usage error (bad command line)
+  3    invalid agent file (every problem is listed with its key path and line)
+  4    model or provider error (including a missing API key)
+  5    a limit or budget stopped the run (max_turns, max_tool_calls, max_model_calls,
+       max_tokens, max_cost_usd, timeout_secs, stuck loop)
+  6    a tool failed fatally
+  7    the run failed for another reason (invalid decision or final answer)
+  130  cancelled (Ctrl-C)";
+
+/// Why the command failed before or outside a run.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    /// The command line was wrong beyond what clap checks.
+    #[error("{message}")]
+    Usage {
+        /// What is wrong.
+        message: String,
+    },
+    /// The agent file could not be read.
+    #[error("{message}")]
+    AgentFileUnreadable {
+        /// What is wrong.
+        message: String,
+    },
+    /// The agent file has problems.
+    #[error("{0}")]
+    AgentFile(Problems),
+    /// The agent could not be set up (a tool or model could not be built).
+    #[error("{message}")]
+    Setup {
+        /// What is wrong.
+        message: String,
+    },
+    /// The API key variable is not set.
+    #[error("the {provider} provider needs an API key: set the environment variable {var}")]
+    MissingApiKey {
+        /// The provider.
+        provider: String,
+        /// The variable.
+        var: String,
+    },
+    /// The provider could not be set up.
+    #[error("{message}")]
+    Provider {
+        /// What is wrong.
+        message: String,
+    },
+    /// Reading input or writing output failed.
+    #[error("{message}")]
+    Io {
+        /// What is wrong.
+        message: String,
+    },
+}
+
+impl CliError {
+    /// The stable code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            CliError::Usage { .. } => "cli.usage",
+            CliError::AgentFileUnreadable { .. } => "agent_file.unreadable",
+            CliError::AgentFile(_) => "agent_file.invalid",
+            CliError::Setup { .. } => "agent.setup",
+            CliError::MissingApiKey { .. } => "model.missing_api_key",
+            CliError::Provider { .. } => "model.provider_setup",
+            CliError::Io { .. } => "cli.io",
+        }
+    }
+
+    /// The exit code.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            CliError::Usage { .. } => code::USAGE,
+            CliError::AgentFileUnreadable { .. }
+            | CliError::AgentFile(_)
+            | CliError::Setup { .. } => code::INVALID_AGENT_FILE,
+            CliError::MissingApiKey { .. } | CliError::Provider { .. } => code::MODEL,
+            CliError::Io { .. } => code::OTHER,
+        }
+    }
+}
+
+/// The exit code of a run's outcome.
+pub fn outcome_exit_code(outcome: &RunOutcome) -> i32 {
+    match &outcome.stop_reason {
+        StopReason::Finished | StopReason::Terminated => code::OK,
+        StopReason::Cancelled => code::CANCELLED,
+        r if r.is_limit() => code::LIMIT,
+        _ => match outcome.error.as_ref().map(agentloop::RunError::kind) {
+            Some(ErrorKind::Model) => code::MODEL,
+            Some(ErrorKind::Tool) => code::TOOL,
+            Some(ErrorKind::Limit) => code::LIMIT,
+            Some(ErrorKind::Cancelled) => code::CANCELLED,
+            _ => code::RUN_FAILED,
+        },
+    }
+}

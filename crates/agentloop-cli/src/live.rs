@@ -1,0 +1,206 @@
+//! Live providers: OpenAI Chat Completions (and compatible servers), the OpenAI Responses API and
+//! Anthropic Messages, from `agentloop-providers`. A live model is wrapped in the providers'
+//! [`Retry`] layer and priced with their default table.
+//!
+//! The API key: when the file names `api_key_env`, that variable must be set. When it names none,
+//! the provider's usual variable (`OPENAI_API_KEY`, `ANTHROPIC_API_KEY`) must be set, except for
+//! an OpenAI-compatible `base_url` (a local server): then the key is sent only when the variable
+//! is set. A missing key is an error naming the variable; a key is never printed.
+
+use std::sync::Arc;
+
+use agentloop::{Model, ModelRequest, Pricing};
+use agentloop_providers::anthropic::Anthropic;
+use agentloop_providers::openai_responses::OpenAiResponses;
+use agentloop_providers::{OpenAiChat, Retry, default_prices};
+use serde_json::{Value, json};
+
+use crate::agent_file::{AgentFile, Provider};
+use crate::error::CliError;
+
+/// A live provider's model, before the retry layer.
+enum Live {
+    Chat(OpenAiChat),
+    Responses(OpenAiResponses),
+    Anthropic(Anthropic),
+}
+
+/// Whether building needs the key to be present.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Key {
+    /// A run: the key must be set.
+    Required,
+    /// `plan` and `--dry-run`: nothing is sent, so no key is read.
+    NotNeeded,
+}
+
+fn provider_error(e: &agentloop::ModelError) -> CliError {
+    CliError::Provider {
+        message: format!("{}: {}", e.code(), e.message),
+    }
+}
+
+fn key_var(file: &AgentFile, provider: Provider) -> Option<String> {
+    file.api_key_env()
+        .or_else(|| provider.default_key_env().map(str::to_owned))
+}
+
+fn key_is_set(var: &str) -> bool {
+    std::env::var_os(var).is_some_and(|v| !v.is_empty())
+}
+
+/// True when the key may be left out: an OpenAI-compatible server at the file's own base URL,
+/// with no `api_key_env` named.
+fn key_optional(file: &AgentFile, provider: Provider) -> bool {
+    let m = file.model();
+    provider == Provider::OpenAi && m.base_url.is_some() && m.api_key_env.is_none()
+}
+
+fn build(file: &AgentFile, provider: Provider, key: Key) -> Result<Live, CliError> {
+    let m = file.model();
+    let name = m
+        .name
+        .as_ref()
+        .map(|n| n.get_ref().clone())
+        .unwrap_or_default();
+    let base_url = m.base_url.as_ref().map(|u| u.get_ref().clone());
+    let stream = m.stream.unwrap_or(true);
+    let var = key_var(file, provider);
+    let send_key = match (&var, key) {
+        (Some(v), Key::Required) if !key_is_set(v) => {
+            if key_optional(file, provider) {
+                false
+            } else {
+                return Err(CliError::MissingApiKey {
+                    provider: provider.as_str().to_owned(),
+                    var: v.clone(),
+                });
+            }
+        }
+        (Some(v), Key::NotNeeded) => key_is_set(v) || !key_optional(file, provider),
+        (Some(_), Key::Required) => true,
+        (None, _) => false,
+    };
+    match provider {
+        Provider::OpenAi => {
+            let mut b = OpenAiChat::builder(name).stream(stream);
+            if let Some(url) = base_url {
+                b = b.base_url(url);
+            }
+            b = match (&var, send_key) {
+                (Some(v), true) => b.api_key_env(v.clone()),
+                _ => b.no_api_key(),
+            };
+            b.build().map(Live::Chat).map_err(|e| provider_error(&e))
+        }
+        Provider::OpenAiResponses => {
+            let mut b = OpenAiResponses::builder(name).stream(stream);
+            if let Some(url) = base_url {
+                b = b.base_url(url);
+            }
+            b = match (&var, send_key) {
+                (Some(v), true) => b.api_key_env(v.clone()),
+                _ => b.no_api_key(),
+            };
+            b.build()
+                .map(Live::Responses)
+                .map_err(|e| provider_error(&e))
+        }
+        Provider::Anthropic => {
+            let mut b = Anthropic::builder(name).stream(stream);
+            if let Some(url) = base_url {
+                b = b.base_url(url);
+            }
+            if let Some(v) = &var {
+                b = b.api_key_env(v.clone());
+            }
+            b.build()
+                .map(Live::Anthropic)
+                .map_err(|e| provider_error(&e))
+        }
+        Provider::Scripted => Err(CliError::Setup {
+            message: "the scripted provider is not a live provider".into(),
+        }),
+    }
+}
+
+/// The live model the file names, wrapped in retries.
+pub fn model(file: &AgentFile, provider: Provider) -> Result<Arc<dyn Model>, CliError> {
+    Ok(match build(file, provider, Key::Required)? {
+        Live::Chat(m) => Arc::new(Retry::new(m)),
+        Live::Responses(m) => Arc::new(Retry::new(m)),
+        Live::Anthropic(m) => Arc::new(Retry::new(m)),
+    })
+}
+
+/// Prices for a provider's models (none for the scripted provider).
+pub fn pricing(provider: Provider) -> Option<Arc<dyn Pricing>> {
+    match provider {
+        Provider::Scripted => None,
+        _ => Some(Arc::new(default_prices())),
+    }
+}
+
+/// The first request a live agent would send: method, URL, headers (the key redacted) and the
+/// provider's own encoded body. Reads no key and sends nothing.
+pub fn first_request(
+    file: &AgentFile,
+    provider: Provider,
+    request: &ModelRequest<'_>,
+) -> Result<Value, CliError> {
+    let m = file.model();
+    let live = build(file, provider, Key::NotNeeded)?;
+    let (body, base, path, auth_header) = match &live {
+        Live::Chat(model) => (
+            model.encode_request(request),
+            "https://api.openai.com/v1",
+            "/chat/completions",
+            "authorization",
+        ),
+        Live::Responses(model) => (
+            model.encode_request(request),
+            "https://api.openai.com/v1",
+            "/responses",
+            "authorization",
+        ),
+        Live::Anthropic(model) => (
+            model.encode_request(request),
+            "https://api.anthropic.com",
+            "/v1/messages",
+            "x-api-key",
+        ),
+    };
+    let body = body.map_err(|e| provider_error(&e))?;
+    let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let base = m
+        .base_url
+        .as_ref()
+        .map_or(base, |u| u.get_ref().as_str())
+        .trim_end_matches('/');
+    let var = key_var(file, provider);
+    let mut headers = serde_json::Map::new();
+    headers.insert("content-type".into(), json!("application/json"));
+    match &var {
+        Some(v) if key_is_set(v) || !key_optional(file, provider) => {
+            let shown = if auth_header == "authorization" {
+                "Bearer [redacted]"
+            } else {
+                "[redacted]"
+            };
+            headers.insert(auth_header.into(), json!(format!("{shown} (from ${v})")));
+        }
+        _ => {}
+    }
+    if provider == Provider::Anthropic {
+        headers.insert(
+            "anthropic-version".into(),
+            json!(agentloop_providers::anthropic::ANTHROPIC_VERSION),
+        );
+    }
+    Ok(json!({
+        "method": "POST",
+        "url": format!("{base}{path}"),
+        "headers": headers,
+        "body": body,
+    }))
+}

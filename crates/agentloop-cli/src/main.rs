@@ -1,0 +1,445 @@
+//! `agentloop`: run, chat with, plan and trace agents written as TOML agent files.
+#![forbid(unsafe_code)]
+
+mod agent_file;
+mod assemble;
+mod error;
+mod live;
+mod plan;
+mod render;
+
+use std::io::{IsTerminal, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use agentloop::{CancellationToken, EventSink, Message, RunOptions, RunOutcome};
+use agentloop_store::{TraceOptions, TraceSink};
+use clap::{Args, Parser, Subcommand};
+
+use crate::agent_file::{AgentFile, LoadError, Provider};
+use crate::error::{CliError, EXIT_CODES_HELP, code, outcome_exit_code};
+use crate::render::Progress;
+
+/// Runs bounded, tool-using LLM agents described in TOML agent files.
+#[derive(Debug, Parser)]
+#[command(name = "agentloop", version, about, after_help = EXIT_CODES_HELP)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Runs an agent on one input.
+    #[command(after_help = EXIT_CODES_HELP)]
+    Run(RunArgs),
+    /// A conversation in the terminal: each line is one input, the session kept across inputs.
+    #[command(after_help = EXIT_CODES_HELP)]
+    Chat(ChatArgs),
+    /// Shows what the agent is (model, tools with schemas, limits) and what would be sent; never
+    /// needs credentials, makes no request and runs no tool.
+    #[command(visible_alias = "inspect", after_help = EXIT_CODES_HELP)]
+    Plan(PlanArgs),
+    /// Reads trace files written with `run --trace`.
+    #[command(subcommand)]
+    Trace(TraceCommand),
+}
+
+#[derive(Debug, Args)]
+struct RunArgs {
+    /// The agent file.
+    file: PathBuf,
+    /// The input text.
+    #[arg(long, conflicts_with = "input_file")]
+    input: Option<String>,
+    /// Reads the input from this file (stdin is read when neither --input nor --input-file is given).
+    #[arg(long)]
+    input_file: Option<PathBuf>,
+    /// Prints exactly one JSON object on stdout when the run ends, and nothing else there.
+    #[arg(long, conflicts_with = "quiet")]
+    json: bool,
+    /// Prints only the final output.
+    #[arg(long, short)]
+    quiet: bool,
+    /// Runs nothing with side effects: a scripted agent runs its script with every tool skipped;
+    /// a live agent prints the first request it would send (secrets redacted) and exits.
+    #[arg(long)]
+    dry_run: bool,
+    /// Records the run to this trace file (.ndjson, or .sqlite/.db), appending.
+    #[arg(long, value_name = "PATH")]
+    trace: Option<PathBuf>,
+    /// Also records prompts, arguments and outputs in the trace (never secrets).
+    #[arg(long, requires = "trace")]
+    trace_payloads: bool,
+    /// Approves every permission prompt (reserved for the permission gate; accepted now).
+    #[arg(long, short = 'y')]
+    yes: bool,
+}
+
+#[derive(Debug, Args)]
+struct ChatArgs {
+    /// The agent file.
+    file: PathBuf,
+    /// Records the conversation's runs to this trace file (.ndjson, or .sqlite/.db).
+    #[arg(long, value_name = "PATH")]
+    trace: Option<PathBuf>,
+    /// Also records prompts, arguments and outputs in the trace (never secrets).
+    #[arg(long, requires = "trace")]
+    trace_payloads: bool,
+    /// Approves every permission prompt (reserved for the permission gate; accepted now).
+    #[arg(long, short = 'y')]
+    yes: bool,
+}
+
+#[derive(Debug, Args)]
+struct PlanArgs {
+    /// The agent file.
+    file: PathBuf,
+    /// Prints the plan as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Subcommand)]
+enum TraceCommand {
+    /// Lists the runs in a trace.
+    List {
+        /// The trace file (.ndjson, .sqlite or .db).
+        path: PathBuf,
+        /// Prints JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Shows one run as a tree of turns and calls (the last run when no id is given).
+    Show {
+        /// The trace file (.ndjson, .sqlite or .db).
+        path: PathBuf,
+        /// The run's id (or a unique prefix of it).
+        #[arg(long)]
+        run: Option<String>,
+        /// Prints JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("agentloop: cannot start the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let code = runtime.block_on(dispatch(cli));
+    ExitCode::from(u8::try_from(code).unwrap_or(1))
+}
+
+async fn dispatch(cli: Cli) -> i32 {
+    let json = match &cli.command {
+        Command::Run(a) => a.json,
+        Command::Plan(a) => a.json,
+        _ => false,
+    };
+    let result = match cli.command {
+        Command::Run(args) => run(args).await,
+        Command::Chat(args) => chat(args).await,
+        Command::Plan(args) => plan_command(&args),
+        Command::Trace(t) => trace_command(t),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            report_error(&e, json);
+            e.exit_code()
+        }
+    }
+}
+
+fn report_error(e: &CliError, json: bool) {
+    if json {
+        let problems = match e {
+            CliError::AgentFile(p) => serde_json::to_value(p.list()).ok(),
+            _ => None,
+        };
+        println!("{}", render::error_json(e.code(), &e.to_string(), problems));
+    } else {
+        let text = e.to_string();
+        eprintln!("agentloop: {}", text.trim_end());
+    }
+}
+
+fn load(path: &Path) -> Result<AgentFile, CliError> {
+    AgentFile::load(path).map_err(|e| match e {
+        LoadError::Read { .. } => CliError::AgentFileUnreadable {
+            message: e.to_string(),
+        },
+        LoadError::Invalid(p) => CliError::AgentFile(p),
+    })
+}
+
+fn read_input(args: &RunArgs) -> Result<String, CliError> {
+    if let Some(text) = &args.input {
+        return Ok(text.clone());
+    }
+    if let Some(path) = &args.input_file {
+        return std::fs::read_to_string(path).map_err(|e| CliError::Io {
+            message: format!("cannot read the input file {}: {e}", path.display()),
+        });
+    }
+    let stdin = std::io::stdin();
+    if stdin.is_terminal() {
+        return Err(CliError::Usage {
+            message: "no input: give --input TEXT or --input-file FILE, or pipe the input on stdin"
+                .into(),
+        });
+    }
+    let mut text = String::new();
+    stdin
+        .lock()
+        .read_to_string(&mut text)
+        .map_err(|e| CliError::Io {
+            message: format!("cannot read stdin: {e}"),
+        })?;
+    Ok(text)
+}
+
+fn open_trace(path: &Option<PathBuf>, payloads: bool) -> Result<Option<Arc<TraceSink>>, CliError> {
+    let Some(path) = path else { return Ok(None) };
+    TraceSink::open(path, TraceOptions { payloads })
+        .map(|s| Some(Arc::new(s)))
+        .map_err(|e| CliError::Io {
+            message: format!("cannot open the trace {}: {e}", path.display()),
+        })
+}
+
+fn finish_trace(trace: Option<&Arc<TraceSink>>) -> Result<(), CliError> {
+    match trace {
+        Some(t) => t.finish().map_err(|e| CliError::Io {
+            message: format!("the trace could not be written: {e}"),
+        }),
+        None => Ok(()),
+    }
+}
+
+/// Cancels `token` on Ctrl-C; a second Ctrl-C exits at once with the cancellation code.
+fn cancel_on_ctrl_c(token: CancellationToken) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            eprintln!("\nagentloop: cancelling (Ctrl-C again to quit at once)");
+            token.cancel();
+            if tokio::signal::ctrl_c().await.is_ok() {
+                std::process::exit(code::CANCELLED);
+            }
+        }
+    })
+}
+
+async fn run(args: RunArgs) -> Result<i32, CliError> {
+    let file = load(&args.file)?;
+    let provider = *file.model().provider.get_ref();
+    let input = read_input(&args)?;
+    if args.dry_run && provider != Provider::Scripted {
+        let view = plan::first_request_view(&file, &input)?;
+        if args.json {
+            println!("{}", serde_json::json!({"dry_run": true, "request": view}));
+        } else {
+            let text = serde_json::to_string_pretty(&view).unwrap_or_default();
+            println!("{text}");
+            if !args.quiet {
+                eprintln!("■ dry run: nothing was sent");
+            }
+        }
+        return Ok(code::OK);
+    }
+    let model = assemble::model(&file)?;
+    let agent = assemble::agent(&file, model)?;
+    let trace = open_trace(&args.trace, args.trace_payloads)?;
+    let progress = Arc::new(Progress::new());
+    let cancel = CancellationToken::new();
+    let signals = cancel_on_ctrl_c(cancel.clone());
+    let mut sinks: Vec<Arc<dyn EventSink>> = Vec::new();
+    if !args.json && !args.quiet {
+        sinks.push(progress.clone());
+    }
+    if let Some(t) = &trace {
+        sinks.push(t.clone());
+    }
+    let options = RunOptions {
+        cancel: Some(cancel),
+        sinks,
+        skip_tools: args.dry_run,
+        ..RunOptions::default()
+    };
+    let outcome = agent
+        .run_with(Vec::new(), Some(Message::user(input)), options)
+        .await;
+    signals.abort();
+    let traced = finish_trace(trace.as_ref());
+    print_outcome(&outcome, &args, &progress);
+    traced?;
+    Ok(outcome_exit_code(&outcome))
+}
+
+fn print_outcome(outcome: &RunOutcome, args: &RunArgs, progress: &Progress) {
+    if args.json {
+        println!("{}", render::outcome_json(outcome, args.dry_run));
+        return;
+    }
+    if !args.quiet {
+        progress.end_line();
+        for line in render::skipped_lines(outcome) {
+            eprintln!("{line}");
+        }
+    }
+    let output = outcome.output.clone().unwrap_or_default();
+    let mut stdout = std::io::stdout().lock();
+    // In a terminal the answer already streamed on stderr: do not show it twice.
+    let streamed_here = !args.quiet
+        && std::io::stdout().is_terminal()
+        && std::io::stderr().is_terminal()
+        && !output.is_empty()
+        && progress.last_streamed().trim() == output.trim();
+    if !streamed_here && !output.is_empty() {
+        let _ = writeln!(stdout, "{}", output.trim_end_matches('\n'));
+    }
+    let _ = stdout.flush();
+    if !args.quiet {
+        eprintln!("{}", render::closing_line(outcome));
+    }
+}
+
+async fn chat(args: ChatArgs) -> Result<i32, CliError> {
+    let file = load(&args.file)?;
+    let model = assemble::model(&file)?;
+    let agent = assemble::agent(&file, model)?;
+    let trace = open_trace(&args.trace, args.trace_payloads)?;
+    let progress = Arc::new(Progress::new());
+    let mut transcript: Vec<Message> = Vec::new();
+    let interactive = std::io::stdin().is_terminal();
+    eprintln!(
+        "{} ({}) — one input per line; /exit or end of input quits",
+        file.spec.name.get_ref(),
+        file.model().provider.get_ref().as_str()
+    );
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+    std::thread::spawn(move || {
+        let stdin = std::io::stdin();
+        let mut line = String::new();
+        loop {
+            line.clear();
+            match stdin.read_line(&mut line) {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {
+                    if tx.send(line.clone()).is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+    });
+    let mut last = code::OK;
+    loop {
+        if interactive {
+            eprint!("> ");
+            let _ = std::io::stderr().flush();
+        }
+        let Some(line) = rx.recv().await else { break };
+        let input = line.trim();
+        if input.is_empty() {
+            continue;
+        }
+        if input == "/exit" || input == "/quit" {
+            break;
+        }
+        let cancel = CancellationToken::new();
+        let signals = cancel_on_ctrl_c(cancel.clone());
+        let mut sinks: Vec<Arc<dyn EventSink>> = vec![progress.clone()];
+        if let Some(t) = &trace {
+            sinks.push(t.clone());
+        }
+        let options = RunOptions {
+            cancel: Some(cancel),
+            sinks,
+            ..RunOptions::default()
+        };
+        let outcome = agent
+            .run_with(
+                std::mem::take(&mut transcript),
+                Some(Message::user(input)),
+                options,
+            )
+            .await;
+        signals.abort();
+        progress.end_line();
+        let output = outcome.output.clone().unwrap_or_default();
+        if !(std::io::stdout().is_terminal()
+            && std::io::stderr().is_terminal()
+            && progress.last_streamed().trim() == output.trim())
+            && !output.is_empty()
+        {
+            println!("{}", output.trim_end_matches('\n'));
+        }
+        eprintln!("{}", render::closing_line(&outcome));
+        last = outcome_exit_code(&outcome);
+        transcript = outcome.transcript;
+    }
+    finish_trace(trace.as_ref())?;
+    Ok(last)
+}
+
+fn plan_command(args: &PlanArgs) -> Result<i32, CliError> {
+    let file = load(&args.file)?;
+    let plan = plan::plan(&file)?;
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&plan).unwrap_or_default()
+        );
+    } else {
+        print!("{}", plan::render_plan(&plan));
+    }
+    Ok(code::OK)
+}
+
+fn trace_command(cmd: TraceCommand) -> Result<i32, CliError> {
+    let trace_error = |path: &Path, e: agentloop_store::TraceError| CliError::Io {
+        message: format!("cannot read the trace {}: {e}", path.display()),
+    };
+    match cmd {
+        TraceCommand::List { path, json } => {
+            let trace = agentloop_store::read_trace(&path).map_err(|e| trace_error(&path, e))?;
+            warn_trace(&trace.warnings);
+            let text = if json {
+                agentloop_store::render_list_json(&trace.records)
+                    .map_err(|e| trace_error(&path, e))?
+            } else {
+                agentloop_store::render_list(&trace.records)
+            };
+            println!("{}", text.trim_end());
+        }
+        TraceCommand::Show { path, run, json } => {
+            let trace = agentloop_store::read_trace(&path).map_err(|e| trace_error(&path, e))?;
+            warn_trace(&trace.warnings);
+            let text = if json {
+                agentloop_store::render_run_json(&trace.records, run.as_deref())
+            } else {
+                agentloop_store::render_run(&trace.records, run.as_deref())
+            }
+            .map_err(|e| trace_error(&path, e))?;
+            println!("{}", text.trim_end());
+        }
+    }
+    Ok(code::OK)
+}
+
+fn warn_trace(warnings: &[String]) {
+    for w in warnings {
+        eprintln!("agentloop: warning: {w}");
+    }
+}

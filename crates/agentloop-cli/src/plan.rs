@@ -1,0 +1,218 @@
+//! `agentloop plan`: what an agent is and what it would send, without credentials, requests or
+//! tool runs. The first request of a live agent is the provider's own encoded body, its key
+//! redacted; a scripted agent shows the provider-neutral request and its script.
+
+use std::fmt::Write as _;
+
+use agentloop::{Message, ModelRequest, ToolSet};
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use crate::agent_file::{AgentFile, Provider};
+use crate::assemble;
+use crate::error::CliError;
+
+/// The placeholder input `plan` shows in the first request.
+pub const INPUT_PLACEHOLDER: &str = "<input>";
+
+/// What `plan` shows.
+#[derive(Debug, Serialize)]
+pub struct Plan {
+    /// The agent's name.
+    pub agent: String,
+    /// Its description.
+    pub description: Option<String>,
+    /// The agent file.
+    pub file: String,
+    /// The model and how it is reached.
+    pub model: Value,
+    /// The system instructions.
+    pub instructions: Option<String>,
+    /// The tools, with their schemas.
+    pub tools: Vec<Value>,
+    /// The limits in force (the file's, over the defaults).
+    pub limits: Value,
+    /// The schema of the final answer.
+    pub output_schema: Option<Value>,
+    /// The first request it would send, for the input `<input>`.
+    pub first_request: Value,
+}
+
+fn tool_set(file: &AgentFile) -> Result<ToolSet, CliError> {
+    let mut set = ToolSet::new();
+    for tool in assemble::tools(file)? {
+        set.register(tool).map_err(|e| CliError::Setup {
+            message: e.to_string(),
+        })?;
+    }
+    Ok(set)
+}
+
+/// The first request the agent would send for `input`: a live provider's real body (key
+/// redacted), or the neutral request of a scripted agent.
+pub fn first_request_view(file: &AgentFile, input: &str) -> Result<Value, CliError> {
+    let tools = tool_set(file)?;
+    let settings = assemble::settings(file);
+    let messages = [Message::user(input)];
+    let output_schema = file
+        .spec
+        .output_schema
+        .as_ref()
+        .map(|s| s.get_ref().clone());
+    let request = ModelRequest {
+        instructions: file.instructions.as_deref(),
+        messages: &messages,
+        tools: tools.specs(),
+        output_schema: output_schema.as_ref(),
+        settings: &settings,
+    };
+    match *file.model().provider.get_ref() {
+        Provider::Scripted => Ok(json!({
+            "provider": "scripted",
+            "note": "a scripted model sends nothing; this is the request it receives",
+            "instructions": request.instructions,
+            "messages": messages,
+            "tools": request.tools,
+            "output_schema": request.output_schema,
+            "settings": settings,
+        })),
+        live => crate::live::first_request(file, live, &request),
+    }
+}
+
+/// The plan of an agent file.
+pub fn plan(file: &AgentFile) -> Result<Plan, CliError> {
+    let m = file.model();
+    let provider = *m.provider.get_ref();
+    let tools = tool_set(file)?;
+    let tools_view = tools
+        .specs()
+        .iter()
+        .zip(file.tools())
+        .map(|(spec, t)| {
+            json!({
+                "name": spec.name,
+                "description": spec.description,
+                "command": t.command.get_ref(),
+                "working_dir": file.dir.display().to_string(),
+                "mode": spec.mode,
+                "timeout_secs": spec.timeout.map(|d| d.as_secs_f64()),
+                "input_schema": spec.input_schema,
+            })
+        })
+        .collect();
+    let key_env = if provider == Provider::Scripted {
+        None
+    } else {
+        file.api_key_env()
+    };
+    let script_steps = match provider {
+        Provider::Scripted => assemble::scripted_model(file).ok().map(|s| s.len()),
+        _ => None,
+    };
+    let model = json!({
+        "provider": provider.as_str(),
+        "name": m.name.as_ref().map(|n| n.get_ref()),
+        "base_url": m.base_url.as_ref().map(|u| u.get_ref().clone()),
+        "api_key_env": key_env,
+        "api_key_set": key_env.as_deref().map(|v| std::env::var_os(v).is_some_and(|x| !x.is_empty())),
+        "stream": m.stream.unwrap_or(true),
+        "script": m.script.as_ref().map(|s| file.resolve(s.get_ref()).display().to_string()),
+        "script_steps": script_steps,
+        "settings": assemble::settings(file),
+        "retry": if provider == Provider::Scripted { Value::Null } else { json!("providers' default retry policy") },
+    });
+    let limits = serde_json::to_value(assemble::limits(file)).unwrap_or(Value::Null);
+    Ok(Plan {
+        agent: file.spec.name.get_ref().clone(),
+        description: file.spec.description.clone(),
+        file: file.path.display().to_string(),
+        model,
+        instructions: file.instructions.clone(),
+        tools: tools_view,
+        limits,
+        output_schema: file
+            .spec
+            .output_schema
+            .as_ref()
+            .map(|s| s.get_ref().clone()),
+        first_request: first_request_view(file, INPUT_PLACEHOLDER)?,
+    })
+}
+
+fn show(v: &Value) -> String {
+    match v {
+        Value::Null => "—".into(),
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// The plan for a terminal.
+pub fn render_plan(plan: &Plan) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "agent   {}  ({})", plan.agent, plan.file);
+    if let Some(d) = &plan.description {
+        let _ = writeln!(out, "        {d}");
+    }
+    let m = &plan.model;
+    let _ = writeln!(out, "model   {} {}", show(&m["provider"]), show(&m["name"]));
+    for key in [
+        "base_url",
+        "api_key_env",
+        "api_key_set",
+        "stream",
+        "script",
+        "script_steps",
+        "retry",
+    ] {
+        if !m[key].is_null() {
+            let _ = writeln!(out, "        {key}: {}", show(&m[key]));
+        }
+    }
+    if m["settings"].as_object().is_some_and(|s| !s.is_empty()) {
+        let _ = writeln!(out, "        settings: {}", m["settings"]);
+    }
+    if let Some(i) = &plan.instructions {
+        let _ = writeln!(out, "instructions");
+        for line in i.lines() {
+            let _ = writeln!(out, "        {line}");
+        }
+    }
+    let _ = writeln!(out, "tools   {}", plan.tools.len());
+    for t in &plan.tools {
+        let _ = writeln!(
+            out,
+            "  {} ({}{})",
+            show(&t["name"]),
+            show(&t["mode"]),
+            match &t["timeout_secs"] {
+                Value::Null => String::new(),
+                secs => format!(", timeout {} s", show(secs)),
+            }
+        );
+        if t["description"].as_str().is_some_and(|d| !d.is_empty()) {
+            let _ = writeln!(out, "        {}", show(&t["description"]));
+        }
+        let _ = writeln!(out, "        command: {}", show(&t["command"]));
+        let _ = writeln!(out, "        input:   {}", t["input_schema"]);
+    }
+    let _ = writeln!(out, "limits");
+    if let Some(l) = plan.limits.as_object() {
+        for (k, v) in l {
+            let _ = writeln!(out, "        {k}: {}", show(v));
+        }
+    }
+    if let Some(s) = &plan.output_schema {
+        let _ = writeln!(out, "output  {s}");
+    }
+    let _ = writeln!(
+        out,
+        "first request (for the input {INPUT_PLACEHOLDER:?}; nothing is sent)"
+    );
+    let pretty = serde_json::to_string_pretty(&plan.first_request).unwrap_or_default();
+    for line in pretty.lines() {
+        let _ = writeln!(out, "  {line}");
+    }
+    out
+}

@@ -1,0 +1,319 @@
+//! What a run shows. Progress goes to stderr: the model's text as it streams, each tool call when
+//! it starts and ends, a spinner while waiting on the model (only when stderr is a terminal), and
+//! a closing line. The final output goes to stdout. `--json` prints one object instead.
+
+use std::io::{IsTerminal, Write};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use agentloop::{CallStatus, Event, EventKind, EventSink, RunOutcome, ToolCallRecord, ToolContent};
+use indicatif::{ProgressBar, ProgressStyle};
+use serde_json::{Value, json};
+
+/// Shows a run's progress on stderr.
+pub struct Progress {
+    state: Mutex<ProgressState>,
+    spinner_enabled: bool,
+}
+
+#[derive(Default)]
+struct ProgressState {
+    spinner: Option<ProgressBar>,
+    /// The text streamed since the last model call started.
+    streamed: String,
+    /// True while the cursor sits after streamed text, not at a line start.
+    mid_line: bool,
+}
+
+impl Default for Progress {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Progress {
+    /// Progress on stderr; a spinner only when stderr is a terminal.
+    pub fn new() -> Self {
+        Progress {
+            state: Mutex::new(ProgressState::default()),
+            spinner_enabled: std::io::stderr().is_terminal(),
+        }
+    }
+
+    /// The text the last model call streamed (to avoid printing the final answer twice).
+    pub fn last_streamed(&self) -> String {
+        self.state
+            .lock()
+            .map(|s| s.streamed.clone())
+            .unwrap_or_default()
+    }
+
+    /// Ends the line of streamed text, if one is open.
+    pub fn end_line(&self) {
+        if let Ok(mut s) = self.state.lock() {
+            stop_spinner(&mut s);
+            if s.mid_line {
+                eprintln!();
+                s.mid_line = false;
+            }
+        }
+    }
+}
+
+fn stop_spinner(s: &mut ProgressState) {
+    if let Some(sp) = s.spinner.take() {
+        sp.finish_and_clear();
+    }
+}
+
+fn line(s: &mut ProgressState, text: &str) {
+    stop_spinner(s);
+    let mut err = std::io::stderr().lock();
+    if s.mid_line {
+        let _ = writeln!(err);
+        s.mid_line = false;
+    }
+    let _ = writeln!(err, "{text}");
+}
+
+/// A compact one-line view of JSON arguments, cut to `max` characters.
+pub fn compact(value: &Value, max: usize) -> String {
+    let text = value.to_string();
+    if text.chars().count() <= max {
+        return text;
+    }
+    let cut: String = text.chars().take(max).collect();
+    format!("{cut}…")
+}
+
+/// A duration in the unit a person reads fastest.
+pub fn human_duration(d: Duration) -> String {
+    let ms = d.as_secs_f64() * 1000.0;
+    if ms < 1000.0 {
+        format!("{ms:.0} ms")
+    } else {
+        format!("{:.1} s", ms / 1000.0)
+    }
+}
+
+impl EventSink for Progress {
+    fn emit(&self, event: &Event) {
+        let Ok(mut s) = self.state.lock() else { return };
+        match &event.kind {
+            EventKind::ModelRequestStarted { model, .. } => {
+                s.streamed.clear();
+                if self.spinner_enabled {
+                    stop_spinner(&mut s);
+                    let sp = ProgressBar::new_spinner();
+                    if let Ok(style) = ProgressStyle::with_template("{spinner} {msg} {elapsed}") {
+                        sp.set_style(style);
+                    }
+                    sp.set_message(format!("waiting on {model}"));
+                    sp.enable_steady_tick(Duration::from_millis(100));
+                    s.spinner = Some(sp);
+                }
+            }
+            EventKind::TextDelta { text } => {
+                stop_spinner(&mut s);
+                s.streamed.push_str(text);
+                let mut err = std::io::stderr().lock();
+                let _ = write!(err, "{text}");
+                let _ = err.flush();
+                s.mid_line = !text.ends_with('\n');
+            }
+            EventKind::ToolCallDelta { .. } => stop_spinner(&mut s),
+            EventKind::ModelResponse { text, .. } => {
+                stop_spinner(&mut s);
+                // A model that did not stream its text shows it whole.
+                if s.streamed.is_empty() && !text.is_empty() {
+                    s.streamed = text.clone();
+                    line(&mut s, text);
+                }
+            }
+            EventKind::ModelError { code, message } => {
+                line(&mut s, &format!("✗ model error {code}: {message}"))
+            }
+            EventKind::ToolStarted {
+                tool,
+                arguments,
+                call_id,
+            } => {
+                line(
+                    &mut s,
+                    &format!("→ {tool} {} [{call_id}]", compact(arguments, 120)),
+                );
+            }
+            EventKind::ToolFinished {
+                tool,
+                ok,
+                error,
+                duration,
+                call_id,
+                ..
+            } => {
+                let d = human_duration(*duration);
+                let text = match (ok, error) {
+                    (true, _) => format!("✓ {tool} ok in {d} [{call_id}]"),
+                    (false, Some(e)) => {
+                        format!("✗ {tool} error in {d} [{call_id}]: {}", first_line(e))
+                    }
+                    (false, None) => format!("✗ {tool} error in {d} [{call_id}]"),
+                };
+                line(&mut s, &text);
+            }
+            EventKind::ToolRejected {
+                tool,
+                code,
+                reason,
+                call_id,
+            } => {
+                line(
+                    &mut s,
+                    &format!(
+                        "✗ {tool} rejected [{call_id}] {code}: {}",
+                        first_line(reason)
+                    ),
+                );
+            }
+            EventKind::LimitReached { limit } => line(&mut s, &format!("■ {limit}")),
+            _ => {}
+        }
+    }
+}
+
+fn first_line(s: &str) -> &str {
+    s.lines().next().unwrap_or_default()
+}
+
+/// The closing line: stop reason, turns, tool calls, tokens and cost.
+pub fn closing_line(outcome: &RunOutcome) -> String {
+    let skipped = outcome
+        .tool_calls
+        .iter()
+        .filter(|c| c.status == CallStatus::Skipped)
+        .count();
+    let calls = outcome.tool_calls.len();
+    let mut text = format!(
+        "■ {} · {} turn{} · {} tool call{}{} · {} in / {} out tokens · ${:.4} · {}",
+        outcome.stop_reason,
+        outcome.turns,
+        plural(outcome.turns as usize),
+        calls,
+        plural(calls),
+        if skipped > 0 {
+            format!(" ({skipped} skipped: dry run)")
+        } else {
+            String::new()
+        },
+        outcome.usage.input_tokens,
+        outcome.usage.output_tokens,
+        outcome.cost_usd,
+        human_duration(outcome.duration),
+    );
+    if let Some(e) = &outcome.error {
+        text.push_str(&format!("\n  error {}: {e}", e.code()));
+    }
+    text
+}
+
+fn plural(n: usize) -> &'static str {
+    if n == 1 { "" } else { "s" }
+}
+
+/// Lines for calls a dry run skipped.
+pub fn skipped_lines(outcome: &RunOutcome) -> Vec<String> {
+    outcome
+        .tool_calls
+        .iter()
+        .filter(|c| c.status == CallStatus::Skipped)
+        .map(|c| {
+            format!(
+                "○ {} skipped (dry run) {} [{}]",
+                c.tool,
+                compact(&c.input, 120),
+                c.id
+            )
+        })
+        .collect()
+}
+
+fn content_value(c: &ToolContent) -> Value {
+    match c {
+        ToolContent::Text(t) => Value::String(t.clone()),
+        ToolContent::Json(v) => v.clone(),
+        other => Value::String(other.to_text()),
+    }
+}
+
+fn status_word(s: CallStatus) -> Value {
+    serde_json::to_value(s).unwrap_or(Value::Null)
+}
+
+fn call_json(c: &ToolCallRecord) -> Value {
+    let mut v = json!({
+        "id": c.id,
+        "tool": c.tool,
+        "input": c.input,
+        "ok": c.ok(),
+        "status": status_word(c.status),
+        "turn": c.turn,
+        "duration_ms": c.duration.as_millis() as u64,
+    });
+    if let Some(map) = v.as_object_mut() {
+        match (&c.output, &c.error) {
+            (Some(out), _) => {
+                map.insert("output".into(), content_value(out));
+            }
+            (None, Some(e)) => {
+                map.insert(
+                    "error".into(),
+                    json!({"code": c.error_code.clone().unwrap_or_default(), "message": e}),
+                );
+            }
+            (None, None) => {}
+        }
+    }
+    v
+}
+
+/// The `--json` object of a run.
+pub fn outcome_json(outcome: &RunOutcome, dry_run: bool) -> Value {
+    json!({
+        "run_id": outcome.run_id,
+        "stop_reason": outcome.stop_reason.as_str(),
+        "output": outcome.output,
+        "structured_output": outcome.structured_output,
+        "turns": outcome.turns,
+        "model_calls": outcome.model_calls,
+        "usage": {
+            "input_tokens": outcome.usage.input_tokens,
+            "output_tokens": outcome.usage.output_tokens,
+            "cached_input_tokens": outcome.usage.cached_input_tokens,
+            "reasoning_tokens": outcome.usage.reasoning_tokens,
+        },
+        "cost_usd": outcome.cost_usd,
+        "tool_calls": outcome.tool_calls.iter().map(call_json).collect::<Vec<_>>(),
+        "limit": outcome.limit.map(|l| json!({"limit": l.limit.as_str(), "bound": l.bound, "consumed": l.consumed, "requested": l.requested})),
+        "error": outcome.error.as_ref().map(|e| json!({"code": e.code(), "message": e.to_string()})),
+        "duration_ms": outcome.duration.as_millis() as u64,
+        "dry_run": dry_run,
+    })
+}
+
+/// The `--json` object when the command failed before a run.
+pub fn error_json(code: &str, message: &str, problems: Option<Value>) -> Value {
+    let mut error = json!({"code": code, "message": message});
+    if let (Some(p), Some(map)) = (problems, error.as_object_mut()) {
+        map.insert("problems".into(), p);
+    }
+    json!({
+        "run_id": null,
+        "stop_reason": null,
+        "output": null,
+        "turns": 0,
+        "usage": {"input_tokens": 0, "output_tokens": 0},
+        "cost_usd": 0.0,
+        "tool_calls": [],
+        "error": error,
+    })
+}
