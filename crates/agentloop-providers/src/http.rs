@@ -113,7 +113,10 @@ impl HttpConfig {
         while base_url.ends_with('/') {
             base_url.pop();
         }
-        HttpConfig { base_url, ..Default::default() }
+        HttpConfig {
+            base_url,
+            ..Default::default()
+        }
     }
 }
 
@@ -134,10 +137,17 @@ impl HttpClient {
             builder = builder.timeout(t);
         }
         let client = builder.build().map_err(|e| {
-            ModelError::new(ModelErrorKind::Other, format!("cannot build the HTTP client: {}", e.without_url()))
-                .with_provider(provider.clone())
+            ModelError::new(
+                ModelErrorKind::Other,
+                format!("cannot build the HTTP client: {}", e.without_url()),
+            )
+            .with_provider(provider.clone())
         })?;
-        Ok(HttpClient { client, config, provider })
+        Ok(HttpClient {
+            client,
+            config,
+            provider,
+        })
     }
 
     /// The settings.
@@ -174,15 +184,26 @@ impl HttpClient {
             },
         };
         let (name, value) = match &self.config.auth {
-            AuthStyle::Bearer => (reqwest::header::AUTHORIZATION, format!("Bearer {}", key.trim())),
+            AuthStyle::Bearer => (
+                reqwest::header::AUTHORIZATION,
+                format!("Bearer {}", key.trim()),
+            ),
             AuthStyle::Header(h) => {
-                let name = HeaderName::from_bytes(h.as_bytes())
-                    .map_err(|_| self.error(ModelErrorKind::Other, format!("invalid auth header name {h:?}")))?;
+                let name = HeaderName::from_bytes(h.as_bytes()).map_err(|_| {
+                    self.error(
+                        ModelErrorKind::Other,
+                        format!("invalid auth header name {h:?}"),
+                    )
+                })?;
                 (name, key.trim().to_owned())
             }
         };
-        let mut value = HeaderValue::from_str(&value)
-            .map_err(|_| self.error(ModelErrorKind::Authentication, "the API key holds characters a header cannot carry"))?;
+        let mut value = HeaderValue::from_str(&value).map_err(|_| {
+            self.error(
+                ModelErrorKind::Authentication,
+                "the API key holds characters a header cannot carry",
+            )
+        })?;
         value.set_sensitive(true);
         Ok(Some((name, value)))
     }
@@ -190,15 +211,30 @@ impl HttpClient {
     /// POSTs an encoded JSON body to `base_url + path`. The body must fit the byte budget (checked
     /// before anything is sent). A non-2xx answer becomes a classified error; a 2xx answer is
     /// returned for the caller to read.
-    pub async fn post_json(&self, path: &str, body: Vec<u8>) -> Result<reqwest::Response, ModelError> {
+    pub async fn post_json(
+        &self,
+        path: &str,
+        body: Vec<u8>,
+    ) -> Result<reqwest::Response, ModelError> {
         check_budget(&self.provider, body.len(), self.config.max_request_bytes)?;
         let mut headers = HeaderMap::new();
-        headers.insert(reqwest::header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        headers.insert(
+            reqwest::header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
         for (name, value) in &self.config.extra_headers {
-            let name = HeaderName::from_bytes(name.as_bytes())
-                .map_err(|_| self.error(ModelErrorKind::Other, format!("invalid header name {name:?}")))?;
-            let value = HeaderValue::from_str(value)
-                .map_err(|_| self.error(ModelErrorKind::Other, format!("invalid value for header {name}")))?;
+            let name = HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
+                self.error(
+                    ModelErrorKind::Other,
+                    format!("invalid header name {name:?}"),
+                )
+            })?;
+            let value = HeaderValue::from_str(value).map_err(|_| {
+                self.error(
+                    ModelErrorKind::Other,
+                    format!("invalid value for header {name}"),
+                )
+            })?;
             headers.insert(name, value);
         }
         if let Some((name, value)) = self.auth_header()? {
@@ -218,20 +254,62 @@ impl HttpClient {
             return Ok(response);
         }
         let headers = response.headers().clone();
-        let body = read_limited(response, self.config.max_error_body_bytes).await.unwrap_or_default();
-        Err(classify_http_error(&self.provider, status.as_u16(), &headers, &body))
+        let body = read_limited(response, self.config.max_error_body_bytes)
+            .await
+            .unwrap_or_default();
+        let mut error = classify_http_error(&self.provider, status.as_u16(), &headers, &body);
+        self.scrub(&mut error);
+        Err(error)
+    }
+
+    /// Removes the API key from an error's text fields, should a server echo it back.
+    fn scrub(&self, error: &mut ModelError) {
+        let key = match &self.config.key {
+            KeySource::None => return,
+            KeySource::Value(k) => k.expose().trim().to_owned(),
+            KeySource::Env(var) => std::env::var(var).unwrap_or_default().trim().to_owned(),
+        };
+        if key.len() < 4 {
+            return;
+        }
+        let clean = |s: &mut String| {
+            if s.contains(key.as_str()) {
+                *s = s.replace(key.as_str(), "[redacted]");
+            }
+        };
+        clean(&mut error.message);
+        for field in [
+            &mut error.error_type,
+            &mut error.provider_code,
+            &mut error.param,
+            &mut error.request_id,
+        ] {
+            if let Some(s) = field.as_mut() {
+                clean(s);
+            }
+        }
     }
 
     /// Reads a whole (non-streamed) response body.
     pub async fn read_body(&self, response: reqwest::Response) -> Result<Bytes, ModelError> {
-        response.bytes().await.map_err(|e| transport_error(&self.provider, &e))
+        response
+            .bytes()
+            .await
+            .map_err(|e| transport_error(&self.provider, &e))
     }
 
     /// Reads a streamed response as server-sent events, with this client's idle timeout.
     pub fn sse(&self, response: reqwest::Response) -> SseStream {
         let provider = self.provider.clone();
-        let bytes = response.bytes_stream().map(move |r| r.map_err(|e| transport_error(&provider, &e)));
-        SseStream::new(bytes, &self.provider, Some(self.config.idle_timeout), self.config.max_event_bytes)
+        let bytes = response
+            .bytes_stream()
+            .map(move |r| r.map_err(|e| transport_error(&provider, &e)));
+        SseStream::new(
+            bytes,
+            &self.provider,
+            Some(self.config.idle_timeout),
+            self.config.max_event_bytes,
+        )
     }
 }
 
@@ -247,7 +325,10 @@ pub fn check_budget(provider: &str, len: usize, max: usize) -> Result<(), ModelE
     Ok(())
 }
 
-async fn read_limited(mut response: reqwest::Response, max: usize) -> Result<Vec<u8>, reqwest::Error> {
+async fn read_limited(
+    mut response: reqwest::Response,
+    max: usize,
+) -> Result<Vec<u8>, reqwest::Error> {
     let mut out = Vec::new();
     while let Some(chunk) = response.chunk().await? {
         let room = max.saturating_sub(out.len());
@@ -260,28 +341,45 @@ async fn read_limited(mut response: reqwest::Response, max: usize) -> Result<Vec
 }
 
 /// Turns a transport failure into a [`ModelError`] (timeout or connection), without the URL.
+/// A body that broke off mid-way (reqwest reports it as a body or decode error) is a connection
+/// failure; only a body that arrived whole but could not be decoded is [`ModelErrorKind::Decode`].
 pub fn transport_error(provider: &str, e: &reqwest::Error) -> ModelError {
-    let kind = if e.is_timeout() {
-        ModelErrorKind::Timeout
-    } else if e.is_decode() {
-        ModelErrorKind::Decode
-    } else if e.is_builder() {
-        ModelErrorKind::Other
-    } else {
-        ModelErrorKind::Connection
-    };
-    let mut message = match kind {
-        ModelErrorKind::Timeout => "the request timed out".to_owned(),
-        ModelErrorKind::Connection if e.is_connect() => "could not connect".to_owned(),
-        ModelErrorKind::Connection => "the connection failed or was dropped".to_owned(),
-        _ => "the request failed".to_owned(),
-    };
     // The source chain names the cause (reset, closed before complete...) and holds no secret.
+    let mut causes = Vec::new();
     let mut source = std::error::Error::source(e);
-    if let Some(s) = source.take() {
-        message.push_str(": ");
-        message.push_str(&s.to_string());
+    while let Some(s) = source {
+        causes.push(s.to_string());
+        source = s.source();
     }
+    let cause = causes.join(": ");
+    let lower = cause.to_ascii_lowercase();
+    let broken = lower.contains("connection")
+        || lower.contains("closed")
+        || lower.contains("reset")
+        || lower.contains("incomplete")
+        || lower.contains("eof");
+    let (kind, what) = if e.is_timeout() || lower.contains("timed out") {
+        (ModelErrorKind::Timeout, "the request timed out")
+    } else if e.is_connect() {
+        (ModelErrorKind::Connection, "could not connect")
+    } else if (e.is_decode() || e.is_body()) && !broken {
+        (
+            ModelErrorKind::Decode,
+            "the response body could not be decoded",
+        )
+    } else if e.is_builder() {
+        (ModelErrorKind::Other, "the request could not be built")
+    } else {
+        (
+            ModelErrorKind::Connection,
+            "the connection failed or was dropped",
+        )
+    };
+    let message = if cause.is_empty() {
+        what.to_owned()
+    } else {
+        format!("{what}: {cause}")
+    };
     ModelError::new(kind, message).with_provider(provider)
 }
 
@@ -366,7 +464,11 @@ impl ProviderError {
                     request_id,
                 })
             }
-            Some(Value::String(message)) => Some(ProviderError { message: Some(message), request_id, ..Default::default() }),
+            Some(Value::String(message)) => Some(ProviderError {
+                message: Some(message),
+                request_id,
+                ..Default::default()
+            }),
             _ => {
                 let error_type = value_text(envelope.error_type).filter(|t| t != "error");
                 let code = value_text(envelope.code);
@@ -374,7 +476,13 @@ impl ProviderError {
                 if error_type.is_none() && code.is_none() && message.is_none() {
                     return None;
                 }
-                Some(ProviderError { error_type, code, message, param: value_text(envelope.param), request_id })
+                Some(ProviderError {
+                    error_type,
+                    code,
+                    message,
+                    param: value_text(envelope.param),
+                    request_id,
+                })
             }
         }
     }
@@ -387,7 +495,9 @@ impl ProviderError {
         if self.is("context_length_exceeded") || self.is("string_above_max_length") {
             return true;
         }
-        let Some(message) = &self.message else { return false };
+        let Some(message) = &self.message else {
+            return false;
+        };
         let m = message.to_ascii_lowercase();
         m.contains("context length")
             || m.contains("context_length")
@@ -407,7 +517,10 @@ impl ProviderError {
         if self.is("model_not_found") || (status == Some(404) && self.is("not_found_error")) {
             return ModelErrorKind::ModelNotFound;
         }
-        if matches!(status, Some(401 | 403)) || self.is("authentication_error") || self.is("permission_error") {
+        if matches!(status, Some(401 | 403))
+            || self.is("authentication_error")
+            || self.is("permission_error")
+        {
             return ModelErrorKind::Authentication;
         }
         if status == Some(529) || self.is("overloaded_error") {
@@ -455,7 +568,12 @@ fn reason_suffix(status: u16) -> String {
 
 /// Classifies a failed HTTP answer: status, headers and (at most the provider's message from) the
 /// body. Never reads a credential: only the request id and retry headers are looked at.
-pub fn classify_http_error(provider: &str, status: u16, headers: &HeaderMap, body: &[u8]) -> ModelError {
+pub fn classify_http_error(
+    provider: &str,
+    status: u16,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> ModelError {
     let parsed = ProviderError::parse(body).unwrap_or_default();
     let mut error = parsed.into_model_error(provider, Some(status));
     if let Some(id) = request_id(headers) {
@@ -467,17 +585,28 @@ pub fn classify_http_error(provider: &str, status: u16, headers: &HeaderMap, bod
 
 /// The provider's request id header (`x-request-id`, `request-id`).
 pub fn request_id(headers: &HeaderMap) -> Option<String> {
-    ["x-request-id", "request-id"]
-        .iter()
-        .find_map(|name| headers.get(*name).and_then(|v| v.to_str().ok()).map(str::to_owned))
+    ["x-request-id", "request-id"].iter().find_map(|name| {
+        headers
+            .get(*name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+    })
 }
 
 /// How long the server asks us to wait: `retry-after-ms` (milliseconds) first, then
 /// `retry-after` in seconds (an HTTP date is not honoured).
 pub fn retry_after(headers: &HeaderMap) -> Option<Duration> {
-    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim);
+    let header = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim)
+    };
     let positive = |v: f64| v.is_finite() && v >= 0.0;
-    if let Some(ms) = header("retry-after-ms").and_then(|v| v.parse::<f64>().ok()).filter(|v| positive(*v)) {
+    if let Some(ms) = header("retry-after-ms")
+        .and_then(|v| v.parse::<f64>().ok())
+        .filter(|v| positive(*v))
+    {
         return Some(Duration::from_secs_f64(ms.min(1e12) / 1000.0));
     }
     header("retry-after")
@@ -496,7 +625,9 @@ pub struct SseEvent {
 }
 
 type ByteStream = Pin<Box<dyn Stream<Item = Result<Bytes, ModelError>> + Send>>;
-type EventInner = Pin<Box<dyn Stream<Item = Result<eventsource_stream::Event, EventStreamError<ModelError>>> + Send>>;
+type EventInner = Pin<
+    Box<dyn Stream<Item = Result<eventsource_stream::Event, EventStreamError<ModelError>>> + Send>,
+>;
 
 /// Server-sent events read from a byte stream. A silence longer than the idle timeout fails with
 /// [`ModelErrorKind::Timeout`]; a transport failure with its own kind; a malformed stream (bad
@@ -511,7 +642,10 @@ pub struct SseStream {
 
 impl fmt::Debug for SseStream {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("SseStream").field("provider", &self.provider).field("done", &self.done).finish()
+        f.debug_struct("SseStream")
+            .field("provider", &self.provider)
+            .field("done", &self.done)
+            .finish()
     }
 }
 
@@ -530,13 +664,24 @@ impl SseStream {
             utf8_carry: Vec::new(),
             failed: false,
         });
-        SseStream { inner: Box::pin(checked.eventsource()), idle, sleep: None, provider: provider.to_owned(), done: false }
+        SseStream {
+            inner: Box::pin(checked.eventsource()),
+            idle,
+            sleep: None,
+            provider: provider.to_owned(),
+            done: false,
+        }
     }
 
     /// Reads events from bytes already in memory, without a runtime: the parsing path that
     /// streamed responses take, for fuzzing and benchmarks.
     pub fn from_bytes(bytes: Bytes, provider: &str) -> Self {
-        Self::new(futures::stream::iter([Ok(bytes)]), provider, None, usize::MAX)
+        Self::new(
+            futures::stream::iter([Ok(bytes)]),
+            provider,
+            None,
+            usize::MAX,
+        )
     }
 }
 
@@ -555,27 +700,36 @@ impl Stream for SseStream {
                         self.done = true;
                         Poll::Ready(None)
                     }
-                    Some(Ok(e)) => Poll::Ready(Some(Ok(SseEvent { event: e.event, data: e.data }))),
+                    Some(Ok(e)) => Poll::Ready(Some(Ok(SseEvent {
+                        event: e.event,
+                        data: e.data,
+                    }))),
                     Some(Err(e)) => {
                         self.done = true;
                         let error = match e {
                             EventStreamError::Transport(e) => e,
-                            EventStreamError::Utf8(_) => {
-                                ModelError::new(ModelErrorKind::Stream, "the event stream is not valid UTF-8")
-                                    .with_provider(self.provider.clone())
-                            }
-                            EventStreamError::Parser(_) => {
-                                ModelError::new(ModelErrorKind::Stream, "the event stream is malformed")
-                                    .with_provider(self.provider.clone())
-                            }
+                            EventStreamError::Utf8(_) => ModelError::new(
+                                ModelErrorKind::Stream,
+                                "the event stream is not valid UTF-8",
+                            )
+                            .with_provider(self.provider.clone()),
+                            EventStreamError::Parser(_) => ModelError::new(
+                                ModelErrorKind::Stream,
+                                "the event stream is malformed",
+                            )
+                            .with_provider(self.provider.clone()),
                         };
                         Poll::Ready(Some(Err(error)))
                     }
                 }
             }
             Poll::Pending => {
-                let Some(idle) = self.idle else { return Poll::Pending };
-                let sleep = self.sleep.get_or_insert_with(|| Box::pin(tokio::time::sleep(idle)));
+                let Some(idle) = self.idle else {
+                    return Poll::Pending;
+                };
+                let sleep = self
+                    .sleep
+                    .get_or_insert_with(|| Box::pin(tokio::time::sleep(idle)));
                 match sleep.as_mut().poll(cx) {
                     Poll::Ready(()) => {
                         self.done = true;
@@ -607,7 +761,9 @@ struct GuardedBytes {
 impl GuardedBytes {
     fn fail(&mut self, message: &str) -> Poll<Option<Result<Bytes, ModelError>>> {
         self.failed = true;
-        Poll::Ready(Some(Err(ModelError::new(ModelErrorKind::Stream, message).with_provider(self.provider.clone()))))
+        Poll::Ready(Some(Err(
+            ModelError::new(ModelErrorKind::Stream, message).with_provider(self.provider.clone())
+        )))
     }
 
     /// Checks a chunk: UTF-8 (carrying an incomplete trailing sequence to the next chunk) and
@@ -617,7 +773,9 @@ impl GuardedBytes {
             0
         } else {
             // Complete the carried sequence with at most 3 bytes of this chunk.
-            let need = 4usize.saturating_sub(self.utf8_carry.len()).min(chunk.len());
+            let need = 4usize
+                .saturating_sub(self.utf8_carry.len())
+                .min(chunk.len());
             let mut joined = std::mem::take(&mut self.utf8_carry);
             joined.extend_from_slice(chunk.get(..need).unwrap_or_default());
             match std::str::from_utf8(&joined) {

@@ -1,0 +1,672 @@
+//! The Chat Completions adapter over loopback HTTP: the request sent after tool results, retries
+//! and fallback, timeouts and dropped connections, the request byte budget, and secrets kept out of
+//! errors. Stalls and drops use a raw `TcpListener` on 127.0.0.1.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use agentloop::model::complete;
+use agentloop::{
+    AssistantMessage, Message, Model, ModelError, ModelErrorKind, ModelRequest, ModelResponse,
+    ModelSettings, Reasoning, ToolCall, ToolChoice, ToolContent, ToolResult, ToolSpec,
+};
+use agentloop_providers::{Fallback, OpenAiChat, Retry, RetryPolicy};
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+use wiremock::matchers::{method, path};
+use wiremock::{Mock, MockServer, ResponseTemplate};
+
+const API_KEY: &str = "sk-test-secret-abcdefghijklmnop";
+
+fn fixture(rel: &str) -> Vec<u8> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures/providers");
+    std::fs::read(dir.join(rel)).unwrap()
+}
+
+fn model(uri: &str) -> OpenAiChat {
+    OpenAiChat::builder("gpt-4.1-mini")
+        .base_url(uri)
+        .api_key(API_KEY)
+        .build()
+        .unwrap()
+}
+
+fn fast_retry(attempts: u32) -> RetryPolicy {
+    RetryPolicy::attempts(attempts)
+        .with_base_delay(Duration::from_millis(5))
+        .with_jitter(0.0)
+}
+
+async fn ask(model: &dyn Model) -> Result<ModelResponse, ModelError> {
+    let messages = [Message::user("hello")];
+    let settings = ModelSettings::default();
+    let request = ModelRequest {
+        instructions: None,
+        messages: &messages,
+        tools: &[],
+        output_schema: None,
+        settings: &settings,
+    };
+    complete(model, request).await
+}
+
+fn text_sse() -> ResponseTemplate {
+    ResponseTemplate::new(200).set_body_raw(
+        fixture("openai_chat/oai_chat_s_text.sse"),
+        "text/event-stream",
+    )
+}
+
+fn error_json(status: u16, rel: &str) -> ResponseTemplate {
+    ResponseTemplate::new(status).set_body_raw(fixture(rel), "application/json")
+}
+
+fn tool_spec(name: &str, schema: Value) -> ToolSpec {
+    serde_json::from_value(
+        json!({"name": name, "description": format!("{name} things"), "input_schema": schema}),
+    )
+    .unwrap()
+}
+
+#[tokio::test]
+async fn request_after_tool_results_carries_the_calls_and_one_tool_message_per_result() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/chat/completions"))
+        .respond_with(ResponseTemplate::new(200).set_body_raw(
+            fixture("openai_chat/oai_chat_ns_final_text.json"),
+            "application/json",
+        ))
+        .mount(&server)
+        .await;
+    let model = OpenAiChat::builder("gpt-4.1-mini")
+        .base_url(server.uri())
+        .api_key(API_KEY)
+        .stream(false)
+        .build()
+        .unwrap();
+
+    let schema =
+        json!({"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]});
+    let tools = [
+        tool_spec("delete_file", schema.clone()),
+        tool_spec("create_file", schema),
+    ];
+    let transcript = vec![
+        Message::user("tidy up"),
+        Message::Assistant(AssistantMessage {
+            reasoning: vec![Reasoning {
+                text: "thinking".into(),
+                ..Default::default()
+            }],
+            text: String::new(),
+            tool_calls: vec![
+                ToolCall {
+                    id: "call_a".into(),
+                    name: "delete_file".into(),
+                    arguments: r#"{"path": ".env"}"#.into(),
+                },
+                ToolCall {
+                    id: "call_b".into(),
+                    name: "create_file".into(),
+                    arguments: String::new(),
+                },
+            ],
+        }),
+        Message::Tool(ToolResult {
+            call_id: "call_a".into(),
+            name: "delete_file".into(),
+            content: ToolContent::Text("deleted".into()),
+            is_error: false,
+        }),
+        Message::Tool(ToolResult {
+            call_id: "call_b".into(),
+            name: "create_file".into(),
+            content: ToolContent::Json(json!({"ok": true})),
+            is_error: false,
+        }),
+        Message::Assistant(AssistantMessage {
+            text: "Done.".into(),
+            ..Default::default()
+        }),
+    ];
+    let settings = ModelSettings {
+        temperature: Some(0.5),
+        top_p: Some(0.9),
+        seed: Some(7),
+        max_tokens: Some(256),
+        parallel_tool_calls: Some(true),
+        tool_choice: Some(ToolChoice::Tool("create_file".into())),
+    };
+    let request = ModelRequest {
+        instructions: Some("You tidy files."),
+        messages: &transcript,
+        tools: &tools,
+        output_schema: None,
+        settings: &settings,
+    };
+    let response = complete(&model, request).await.unwrap();
+    assert_eq!(response.message.text, "The capital of England is London.");
+
+    let requests = server.received_requests().await.unwrap();
+    let sent: Value = serde_json::from_slice(&requests[0].body).unwrap();
+    assert_eq!(sent["model"], "gpt-4.1-mini");
+    let msgs = sent["messages"].as_array().unwrap();
+    assert_eq!(msgs.len(), 6);
+    assert_eq!(
+        msgs[0],
+        json!({"role": "system", "content": "You tidy files."})
+    );
+    assert_eq!(msgs[1], json!({"role": "user", "content": "tidy up"}));
+    // The assistant turn that only called tools: content null, both calls, ids kept, no reasoning.
+    assert_eq!(msgs[2]["role"], "assistant");
+    assert!(msgs[2].as_object().unwrap().contains_key("content"));
+    assert_eq!(msgs[2]["content"], Value::Null);
+    assert!(msgs[2].get("reasoning_content").is_none());
+    assert_eq!(
+        msgs[2]["tool_calls"],
+        json!([
+            {"id": "call_a", "type": "function", "function": {"name": "delete_file", "arguments": "{\"path\": \".env\"}"}},
+            {"id": "call_b", "type": "function", "function": {"name": "create_file", "arguments": "{}"}}
+        ])
+    );
+    // One tool message per result, answering its call by id.
+    assert_eq!(
+        msgs[3],
+        json!({"role": "tool", "tool_call_id": "call_a", "content": "deleted"})
+    );
+    assert_eq!(
+        msgs[4],
+        json!({"role": "tool", "tool_call_id": "call_b", "content": "{\"ok\":true}"})
+    );
+    assert_eq!(msgs[5], json!({"role": "assistant", "content": "Done."}));
+    // Tools and settings.
+    assert_eq!(sent["tools"][0]["type"], "function");
+    assert_eq!(sent["tools"][0]["function"]["name"], "delete_file");
+    assert_eq!(
+        sent["tools"][0]["function"]["description"],
+        "delete_file things"
+    );
+    assert_eq!(
+        sent["tools"][0]["function"]["parameters"]["required"],
+        json!(["path"])
+    );
+    assert!(sent["tools"][0]["function"].get("strict").is_none());
+    assert_eq!(
+        sent["tool_choice"],
+        json!({"type": "function", "function": {"name": "create_file"}})
+    );
+    assert_eq!(sent["parallel_tool_calls"], true);
+    assert_eq!(sent["temperature"], 0.5);
+    assert_eq!(sent["top_p"], 0.9);
+    assert_eq!(sent["seed"], 7);
+    assert_eq!(sent["max_completion_tokens"], 256);
+    assert!(sent.get("max_tokens").is_none());
+    assert!(sent.get("stream").is_none());
+    assert!(sent.get("stream_options").is_none());
+    assert_eq!(
+        requests[0]
+            .headers
+            .get("authorization")
+            .unwrap()
+            .to_str()
+            .unwrap(),
+        format!("Bearer {API_KEY}")
+    );
+}
+
+#[tokio::test]
+async fn streaming_request_asks_for_usage_and_compatible_servers_get_max_tokens() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/chat/completions"))
+        .respond_with(text_sse())
+        .mount(&server)
+        .await;
+    let model = OpenAiChat::compatible("local", server.uri(), "llama3")
+        .strict(true)
+        .header("x-extra", "yes")
+        .build()
+        .unwrap();
+    let messages = [Message::user("hi")];
+    let tools = [tool_spec(
+        "look",
+        json!({"type": "object", "properties": {"q": {"type": "string"}}}),
+    )];
+    let schema = json!({"type": "object", "properties": {"answer": {"type": "string"}}});
+    let settings = ModelSettings {
+        max_tokens: Some(99),
+        ..Default::default()
+    };
+    let request = ModelRequest {
+        instructions: None,
+        messages: &messages,
+        tools: &tools,
+        output_schema: Some(&schema),
+        settings: &settings,
+    };
+    let response = complete(&model, request).await.unwrap();
+    assert!(response.message.text.starts_with("I'm unable"));
+    assert_eq!(model.provider(), "local");
+
+    let requests = server.received_requests().await.unwrap();
+    let sent: Value = serde_json::from_slice(&requests[0].body).unwrap();
+    assert_eq!(sent["stream"], true);
+    assert_eq!(sent["stream_options"], json!({"include_usage": true}));
+    assert_eq!(sent["max_tokens"], 99);
+    assert!(sent.get("max_completion_tokens").is_none());
+    assert!(sent.get("parallel_tool_calls").is_none());
+    let function = &sent["tools"][0]["function"];
+    assert_eq!(function["strict"], true);
+    assert_eq!(function["parameters"]["required"], json!(["q"]));
+    assert_eq!(function["parameters"]["additionalProperties"], false);
+    assert_eq!(
+        function["parameters"]["properties"]["q"]["type"],
+        json!(["string", "null"])
+    );
+    let format = &sent["response_format"];
+    assert_eq!(format["type"], "json_schema");
+    assert_eq!(format["json_schema"]["strict"], true);
+    assert_eq!(
+        format["json_schema"]["schema"]["additionalProperties"],
+        false
+    );
+    // No key configured for a local server: no auth header at all.
+    assert!(requests[0].headers.get("authorization").is_none());
+    assert_eq!(requests[0].headers.get("x-extra").unwrap(), "yes");
+}
+
+#[tokio::test]
+async fn rate_limited_call_waits_for_retry_after_then_succeeds() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(
+            error_json(429, "synthetic/oai_chat_err_429_rate_limit.json")
+                .insert_header("retry-after", "1"),
+        )
+        .up_to_n_times(1)
+        .mount(&server)
+        .await;
+    Mock::given(method("POST"))
+        .respond_with(text_sse())
+        .mount(&server)
+        .await;
+    let retry = Retry::with_policy(model(&server.uri()), fast_retry(3));
+    let started = Instant::now();
+    let response = ask(&retry).await.unwrap();
+    assert!(
+        started.elapsed() >= Duration::from_secs(1),
+        "Retry-After was not honoured: {:?}",
+        started.elapsed()
+    );
+    assert_eq!(response.raw_finish_reason.as_deref(), Some("stop"));
+    assert_eq!(server.received_requests().await.unwrap().len(), 2);
+}
+
+#[tokio::test]
+async fn retry_after_ms_is_read_and_classified_on_the_error() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(
+            error_json(429, "synthetic/oai_chat_err_429_rate_limit.json")
+                .insert_header("retry-after-ms", "1500"),
+        )
+        .mount(&server)
+        .await;
+    let err = ask(&model(&server.uri())).await.unwrap_err();
+    assert!(err.is_rate_limited() && err.is_retryable());
+    assert_eq!(err.retry_after, Some(Duration::from_millis(1500)));
+    assert_eq!(err.provider_code.as_deref(), Some("rate_limit_exceeded"));
+}
+
+#[tokio::test]
+async fn server_error_twice_then_success() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(error_json(
+            500,
+            "synthetic/oai_chat_err_500_server_error.json",
+        ))
+        .up_to_n_times(2)
+        .mount(&server)
+        .await;
+    Mock::given(method("POST"))
+        .respond_with(text_sse())
+        .mount(&server)
+        .await;
+    let retry = Retry::with_policy(model(&server.uri()), fast_retry(3));
+    let response = ask(&retry).await.unwrap();
+    assert!(response.message.text.contains("San Francisco"));
+    assert_eq!(server.received_requests().await.unwrap().len(), 3);
+}
+
+#[tokio::test]
+async fn retries_stop_after_max_attempts_with_the_last_error() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(error_json(
+            500,
+            "synthetic/oai_chat_err_500_server_error.json",
+        ))
+        .mount(&server)
+        .await;
+    let retry = Retry::with_policy(model(&server.uri()), fast_retry(2));
+    let err = ask(&retry).await.unwrap_err();
+    assert_eq!(err.kind, ModelErrorKind::Server);
+    assert_eq!(server.received_requests().await.unwrap().len(), 2);
+}
+
+#[tokio::test]
+async fn bad_request_fails_at_once_without_retry() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(error_json(400, "openai_chat/oai_chat_err_400.json"))
+        .mount(&server)
+        .await;
+    let retry = Retry::with_policy(model(&server.uri()), fast_retry(5));
+    let err = ask(&retry).await.unwrap_err();
+    assert_eq!(err.kind, ModelErrorKind::InvalidRequest);
+    assert_eq!(err.param.as_deref(), Some("web_search_options"));
+    assert!(!err.is_retryable());
+    assert_eq!(server.received_requests().await.unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn overloaded_primary_falls_back_to_the_next_model_after_its_retries() {
+    let primary = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(529).set_body_raw(
+            fixture("synthetic/anth_err_529_overloaded.json"),
+            "application/json",
+        ))
+        .mount(&primary)
+        .await;
+    let backup = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(text_sse())
+        .mount(&backup)
+        .await;
+    let fallback = Fallback::new(vec![
+        Box::new(Retry::with_policy(model(&primary.uri()), fast_retry(2))),
+        Box::new(Retry::with_policy(
+            OpenAiChat::builder("gpt-4o")
+                .base_url(backup.uri())
+                .api_key(API_KEY)
+                .build()
+                .unwrap(),
+            fast_retry(2),
+        )),
+    ]);
+    let response = ask(&fallback).await.unwrap();
+    assert!(response.message.text.contains("San Francisco"));
+    // The backup answered: the response names its model, so pricing follows it.
+    assert_eq!(response.model.as_deref(), Some("gpt-4o-2024-08-06"));
+    assert_eq!(primary.received_requests().await.unwrap().len(), 2);
+    assert_eq!(backup.received_requests().await.unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn fallback_does_not_move_on_for_a_bad_request() {
+    let primary = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(error_json(400, "openai_chat/oai_chat_err_400.json"))
+        .mount(&primary)
+        .await;
+    let backup = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(text_sse())
+        .mount(&backup)
+        .await;
+    let fallback = Fallback::new(vec![
+        Box::new(model(&primary.uri())),
+        Box::new(model(&backup.uri())),
+    ]);
+    assert_eq!(
+        ask(&fallback).await.unwrap_err().kind,
+        ModelErrorKind::InvalidRequest
+    );
+    assert!(backup.received_requests().await.unwrap().is_empty());
+}
+
+/// Reads one HTTP request (headers and a content-length body) from a raw socket.
+async fn read_request(socket: &mut tokio::net::TcpStream) -> Vec<u8> {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        let n = socket.read(&mut chunk).await.unwrap();
+        if n == 0 {
+            return buf;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+            let len: usize = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .map(|v| v.trim().parse().unwrap())
+                .unwrap_or(0);
+            while buf.len() < end + 4 + len {
+                let n = socket.read(&mut chunk).await.unwrap();
+                if n == 0 {
+                    break;
+                }
+                buf.extend_from_slice(&chunk[..n]);
+            }
+            return buf;
+        }
+    }
+}
+
+const SSE_HEAD: &[u8] =
+    b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n";
+
+fn http_chunk(data: &[u8]) -> Vec<u8> {
+    let mut out = format!("{:x}\r\n", data.len()).into_bytes();
+    out.extend_from_slice(data);
+    out.extend_from_slice(b"\r\n");
+    out
+}
+
+const FIRST_EVENT: &[u8] =
+    b"data: {\"id\":\"c1\",\"model\":\"gpt-4.1-mini\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"Hel\"}}]}\n\n";
+
+/// A server that answers one request with the stream head and one event, then does `then`.
+async fn one_event_server(then: &'static str) -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let (mut socket, _) = listener.accept().await.unwrap();
+        read_request(&mut socket).await;
+        socket.write_all(SSE_HEAD).await.unwrap();
+        socket.write_all(&http_chunk(FIRST_EVENT)).await.unwrap();
+        socket.flush().await.unwrap();
+        match then {
+            "stall" => tokio::time::sleep(Duration::from_secs(30)).await,
+            "drop" => drop(socket),
+            "end" => {
+                socket.write_all(b"0\r\n\r\n").await.unwrap();
+                tokio::time::sleep(Duration::from_secs(30)).await;
+            }
+            _ => unreachable!(),
+        }
+    });
+    format!("http://{addr}")
+}
+
+#[tokio::test]
+async fn a_stalled_stream_fails_with_a_timeout_after_the_idle_limit() {
+    let uri = one_event_server("stall").await;
+    let model = OpenAiChat::builder("gpt-4.1-mini")
+        .base_url(uri)
+        .api_key(API_KEY)
+        .idle_timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    let started = Instant::now();
+    let err = tokio::time::timeout(Duration::from_secs(10), ask(&model))
+        .await
+        .expect("the call hung")
+        .unwrap_err();
+    assert_eq!(err.kind, ModelErrorKind::Timeout, "{err}");
+    assert!(err.message.contains("idle"), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(5));
+}
+
+#[tokio::test]
+async fn a_stall_after_content_is_not_retried_and_is_marked_partial() {
+    let uri = one_event_server("stall").await;
+    let model = OpenAiChat::builder("gpt-4.1-mini")
+        .base_url(uri)
+        .api_key(API_KEY)
+        .idle_timeout(Duration::from_millis(200))
+        .build()
+        .unwrap();
+    let retry = Retry::with_policy(model, fast_retry(3));
+    let err = tokio::time::timeout(Duration::from_secs(10), ask(&retry))
+        .await
+        .expect("the call hung")
+        .unwrap_err();
+    assert_eq!(err.kind, ModelErrorKind::Timeout);
+    assert!(
+        err.partial,
+        "text had reached the caller: the error must say so"
+    );
+    assert!(!err.is_retryable());
+}
+
+#[tokio::test]
+async fn a_connection_dropped_mid_stream_is_a_clear_error() {
+    let uri = one_event_server("drop").await;
+    let err = tokio::time::timeout(Duration::from_secs(10), ask(&model(&uri)))
+        .await
+        .expect("the call hung")
+        .unwrap_err();
+    assert_eq!(err.kind, ModelErrorKind::Connection, "{err}");
+    assert!(err.message.contains("connection"), "{err}");
+}
+
+#[tokio::test]
+async fn a_stream_that_ends_cleanly_without_finish_is_an_error_not_a_half_response() {
+    let uri = one_event_server("end").await;
+    let err = tokio::time::timeout(Duration::from_secs(10), ask(&model(&uri)))
+        .await
+        .expect("the call hung")
+        .unwrap_err();
+    assert_eq!(err.kind, ModelErrorKind::Stream, "{err}");
+}
+
+#[tokio::test]
+async fn a_fixture_delivered_in_tiny_pieces_parses_like_one_piece() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let (mut socket, _) = listener.accept().await.unwrap();
+        read_request(&mut socket).await;
+        socket.write_all(SSE_HEAD).await.unwrap();
+        let body = fixture("openai_compatible/compat_deepseek_s_tool.sse");
+        for piece in body.chunks(7) {
+            socket.write_all(&http_chunk(piece)).await.unwrap();
+            socket.flush().await.unwrap();
+        }
+        socket.write_all(b"0\r\n\r\n").await.unwrap();
+    });
+    let response = ask(&model(&format!("http://{addr}"))).await.unwrap();
+    let whole = agentloop_providers::openai_chat::parse_stream_bytes(&fixture(
+        "openai_compatible/compat_deepseek_s_tool.sse",
+    ))
+    .unwrap();
+    assert_eq!(response.message.tool_calls, whole.message.tool_calls);
+    assert_eq!(response.message.reasoning, whole.message.reasoning);
+    assert_eq!(response.usage, whole.usage);
+    assert_eq!(response.usage.cached_input_tokens, 320);
+    assert_eq!(response.usage.reasoning_tokens, 39);
+}
+
+#[tokio::test]
+async fn an_oversized_request_fails_before_anything_is_sent() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(text_sse())
+        .mount(&server)
+        .await;
+    let model = OpenAiChat::builder("gpt-4.1-mini")
+        .base_url(server.uri())
+        .api_key(API_KEY)
+        .max_request_bytes(1024)
+        .build()
+        .unwrap();
+    let messages = [Message::user("x".repeat(2000))];
+    let settings = ModelSettings::default();
+    let request = ModelRequest {
+        instructions: None,
+        messages: &messages,
+        tools: &[],
+        output_schema: None,
+        settings: &settings,
+    };
+    let retry = Retry::with_policy(model, fast_retry(3));
+    let err = complete(&retry, request).await.unwrap_err();
+    assert_eq!(err.kind, ModelErrorKind::RequestTooLarge);
+    assert!(
+        server.received_requests().await.unwrap().is_empty(),
+        "the server saw a request"
+    );
+}
+
+#[tokio::test]
+async fn the_api_key_never_appears_in_an_error() {
+    // A server that echoes the key back in its message.
+    let server = MockServer::start().await;
+    let body = json!({"error": {"message": format!("Incorrect API key provided: {API_KEY}"), "type": "invalid_request_error", "code": "invalid_api_key"}});
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(401).set_body_json(body))
+        .mount(&server)
+        .await;
+    let err = ask(&model(&server.uri())).await.unwrap_err();
+    assert!(err.is_authentication());
+    assert_eq!(err.provider_code.as_deref(), Some("invalid_api_key"));
+
+    // A connection refused, a timeout, and a missing environment variable.
+    let refused = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        drop(listener);
+        ask(&model(&format!("http://{addr}"))).await.unwrap_err()
+    };
+    assert_eq!(refused.kind, ModelErrorKind::Connection);
+    let stalled = one_event_server("stall").await;
+    let timed_out = ask(&OpenAiChat::builder("m")
+        .base_url(stalled)
+        .api_key(API_KEY)
+        .idle_timeout(Duration::from_millis(100))
+        .build()
+        .unwrap())
+    .await
+    .unwrap_err();
+    let missing_env = ask(&OpenAiChat::builder("m")
+        .base_url(server.uri())
+        .api_key_env("AGENTLOOP_TEST_UNSET_KEY_VAR")
+        .build()
+        .unwrap())
+    .await
+    .unwrap_err();
+    assert!(missing_env.is_authentication());
+    assert!(missing_env.message.contains("AGENTLOOP_TEST_UNSET_KEY_VAR"));
+
+    let model_debug = format!("{:?}", model(&server.uri()));
+    for shown in [
+        format!("{err}"),
+        format!("{err:?}"),
+        format!("{refused} {refused:?}"),
+        format!("{timed_out} {timed_out:?}"),
+        model_debug,
+    ] {
+        assert!(!shown.contains(API_KEY), "the key leaked: {shown}");
+        assert!(
+            !shown.contains("abcdefghijklmnop"),
+            "part of the key leaked: {shown}"
+        );
+    }
+}
