@@ -16,7 +16,9 @@ pub struct Fallback {
 
 impl std::fmt::Debug for Fallback {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_list().entries(self.models.iter().map(|m| m.id())).finish()
+        f.debug_list()
+            .entries(self.models.iter().map(|m| m.id()))
+            .finish()
     }
 }
 
@@ -57,7 +59,10 @@ impl Model for Fallback {
 
     fn stream<'a>(&'a self, request: ModelRequest<'a>) -> ModelStream<'a> {
         let Some(first) = self.models.first() else {
-            let error = ModelError::new(agentloop::ModelErrorKind::Exhausted, "the fallback list holds no model");
+            let error = ModelError::new(
+                agentloop::ModelErrorKind::Exhausted,
+                "the fallback list holds no model",
+            );
             return Box::pin(futures::stream::iter([Err(error)]));
         };
         let mut index = 0usize;
@@ -66,7 +71,12 @@ impl Model for Fallback {
                 return None;
             }
             let next = self.models.get(index + 1)?;
-            tracing::warn!(from = self.models.get(index).map(|m| m.id()), to = next.id(), code = error.code(), "model failed; falling back");
+            tracing::warn!(
+                from = self.models.get(index).map(|m| m.id()),
+                to = next.id(),
+                code = error.code(),
+                "model failed; falling back"
+            );
             index += 1;
             Some((std::time::Duration::ZERO, next.stream(request)))
         })

@@ -8,10 +8,14 @@
 
 pub mod fallback;
 pub mod http;
-#[cfg(any(feature = "openai", feature = "anthropic", feature = "openai-responses"))]
-mod stream;
 pub mod pricing;
 pub mod retry;
+#[cfg(any(
+    feature = "openai",
+    feature = "anthropic",
+    feature = "openai-responses"
+))]
+mod stream;
 
 #[cfg(feature = "anthropic")]
 pub mod anthropic;

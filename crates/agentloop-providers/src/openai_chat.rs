@@ -20,8 +20,8 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use agentloop::{
-    ContentPart, FinishReason, Message, Model, ModelError, ModelErrorKind, ModelEvent, ModelRequest, ModelResponse,
-    ModelStream, ResponseAccumulator, ToolChoice, Usage,
+    ContentPart, FinishReason, Message, Model, ModelError, ModelErrorKind, ModelEvent,
+    ModelRequest, ModelResponse, ModelStream, ResponseAccumulator, ToolChoice, Usage,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -89,15 +89,26 @@ impl OpenAiChat {
 
     /// A builder for a compatible server: its provider name (`deepseek`, `groq`, `local`), base URL
     /// and model. No key is sent until one is set.
-    pub fn compatible(provider: impl Into<String>, base_url: impl Into<String>, model: impl Into<String>) -> OpenAiChatBuilder {
-        OpenAiChat::builder(model).provider_name(provider).base_url(base_url).no_api_key()
+    pub fn compatible(
+        provider: impl Into<String>,
+        base_url: impl Into<String>,
+        model: impl Into<String>,
+    ) -> OpenAiChatBuilder {
+        OpenAiChat::builder(model)
+            .provider_name(provider)
+            .base_url(base_url)
+            .no_api_key()
     }
 
     /// The JSON body this model would send for `request`.
     pub fn encode_request(&self, request: &ModelRequest<'_>) -> Result<Vec<u8>, ModelError> {
         let wire = self.wire_request(request);
         serde_json::to_vec(&wire).map_err(|e| {
-            ModelError::new(ModelErrorKind::Other, format!("cannot encode the request: {e}")).with_provider(self.provider.clone())
+            ModelError::new(
+                ModelErrorKind::Other,
+                format!("cannot encode the request: {e}"),
+            )
+            .with_provider(self.provider.clone())
         })
     }
 
@@ -110,9 +121,17 @@ impl OpenAiChat {
         WireRequest {
             model: &self.model,
             messages: wire_messages(request, self.reasoning_in_history),
-            tools: request.tools.iter().map(|t| wire_tool(t, self.strict)).collect(),
+            tools: request
+                .tools
+                .iter()
+                .map(|t| wire_tool(t, self.strict))
+                .collect(),
             tool_choice: settings.tool_choice.as_ref().map(wire_tool_choice),
-            parallel_tool_calls: if request.tools.is_empty() { None } else { settings.parallel_tool_calls },
+            parallel_tool_calls: if request.tools.is_empty() {
+                None
+            } else {
+                settings.parallel_tool_calls
+            },
             temperature: settings.temperature,
             top_p: settings.top_p,
             seed: settings.seed,
@@ -122,12 +141,18 @@ impl OpenAiChat {
                 kind: "json_schema",
                 json_schema: JsonSchemaFormat {
                     name: "output",
-                    schema: if self.strict { Cow::Owned(strict_schema(schema)) } else { Cow::Borrowed(schema) },
+                    schema: if self.strict {
+                        Cow::Owned(strict_schema(schema))
+                    } else {
+                        Cow::Borrowed(schema)
+                    },
                     strict: self.strict.then_some(true),
                 },
             }),
             stream: self.stream,
-            stream_options: (self.stream && self.stream_usage).then_some(StreamOptions { include_usage: true }),
+            stream_options: (self.stream && self.stream_usage).then_some(StreamOptions {
+                include_usage: true,
+            }),
         }
     }
 }
@@ -236,11 +261,13 @@ impl OpenAiChatBuilder {
     /// Builds the model.
     pub fn build(self) -> Result<OpenAiChat, ModelError> {
         let client = HttpClient::new(self.config, self.provider.clone())?;
-        let max_tokens_field = self.max_tokens_field.unwrap_or(if self.provider == "openai" {
-            MaxTokensField::MaxCompletionTokens
-        } else {
-            MaxTokensField::MaxTokens
-        });
+        let max_tokens_field = self
+            .max_tokens_field
+            .unwrap_or(if self.provider == "openai" {
+                MaxTokensField::MaxCompletionTokens
+            } else {
+                MaxTokensField::MaxTokens
+            });
         Ok(OpenAiChat {
             model: self.model,
             provider: self.provider,
@@ -268,7 +295,10 @@ impl Model for OpenAiChat {
         opened(async move {
             let response = self.client.post_json("/chat/completions", body?).await?;
             if self.stream {
-                Ok(decoded_events(self.client.sse(response), ChatStreamParser::new(&self.provider)))
+                Ok(decoded_events(
+                    self.client.sse(response),
+                    ChatStreamParser::new(&self.provider),
+                ))
             } else {
                 let bytes = self.client.read_body(response).await?;
                 let response = parse_completion_for(&bytes, &self.provider)?;
@@ -402,17 +432,30 @@ struct WireFunction<'a> {
     strict: Option<bool>,
 }
 
-fn wire_messages<'a>(request: &ModelRequest<'a>, reasoning_in_history: bool) -> Vec<WireMessage<'a>> {
+fn wire_messages<'a>(
+    request: &ModelRequest<'a>,
+    reasoning_in_history: bool,
+) -> Vec<WireMessage<'a>> {
     let mut out = Vec::with_capacity(request.messages.len() + 1);
     if let Some(instructions) = request.instructions {
-        out.push(WireMessage::System { content: instructions });
+        out.push(WireMessage::System {
+            content: instructions,
+        });
     }
     for message in request.messages {
         match message {
-            Message::User { content } => out.push(WireMessage::User { content: user_content(content) }),
+            Message::User { content } => out.push(WireMessage::User {
+                content: user_content(content),
+            }),
             Message::Assistant(a) => {
                 let reasoning_content = if reasoning_in_history && !a.reasoning.is_empty() {
-                    Some(a.reasoning.iter().map(|r| r.text.as_str()).collect::<Vec<_>>().join("\n"))
+                    Some(
+                        a.reasoning
+                            .iter()
+                            .map(|r| r.text.as_str())
+                            .collect::<Vec<_>>()
+                            .join("\n"),
+                    )
                 } else {
                     None
                 };
@@ -427,14 +470,21 @@ fn wire_messages<'a>(request: &ModelRequest<'a>, reasoning_in_history: bool) -> 
                             kind: "function",
                             function: WireFunctionCall {
                                 name: &c.name,
-                                arguments: if c.arguments.trim().is_empty() { "{}" } else { &c.arguments },
+                                arguments: if c.arguments.trim().is_empty() {
+                                    "{}"
+                                } else {
+                                    &c.arguments
+                                },
                             },
                         })
                         .collect(),
                 });
             }
             Message::Tool(result) => {
-                out.push(WireMessage::Tool { tool_call_id: &result.call_id, content: result.content.to_text() });
+                out.push(WireMessage::Tool {
+                    tool_call_id: &result.call_id,
+                    content: result.content.to_text(),
+                });
             }
         }
     }
@@ -450,7 +500,9 @@ fn user_content(parts: &[ContentPart]) -> UserContent<'_> {
             .iter()
             .map(|p| match p {
                 ContentPart::Text { text } => WirePart::Text { text },
-                ContentPart::Image { url, .. } => WirePart::ImageUrl { image_url: ImageUrl { url } },
+                ContentPart::Image { url, .. } => WirePart::ImageUrl {
+                    image_url: ImageUrl { url },
+                },
             })
             .collect(),
     )
@@ -462,7 +514,11 @@ fn wire_tool(spec: &agentloop::ToolSpec, strict: bool) -> WireTool<'_> {
         function: WireFunction {
             name: &spec.name,
             description: &spec.description,
-            parameters: if strict { Cow::Owned(strict_schema(&spec.input_schema)) } else { Cow::Borrowed(&spec.input_schema) },
+            parameters: if strict {
+                Cow::Owned(strict_schema(&spec.input_schema))
+            } else {
+                Cow::Borrowed(&spec.input_schema)
+            },
             strict: strict.then_some(true),
         },
     }
@@ -473,12 +529,24 @@ fn wire_tool_choice(choice: &ToolChoice) -> Value {
         ToolChoice::Auto => Value::from("auto"),
         ToolChoice::Required => Value::from("required"),
         ToolChoice::None => Value::from("none"),
-        ToolChoice::Tool(name) => serde_json::json!({"type": "function", "function": {"name": name}}),
+        ToolChoice::Tool(name) => {
+            serde_json::json!({"type": "function", "function": {"name": name}})
+        }
     }
 }
 
 /// The `format` values strict mode accepts; others are dropped from strict schemas.
-const STRICT_FORMATS: &[&str] = &["date-time", "time", "date", "duration", "email", "hostname", "ipv4", "ipv6", "uuid"];
+const STRICT_FORMATS: &[&str] = &[
+    "date-time",
+    "time",
+    "date",
+    "duration",
+    "email",
+    "hostname",
+    "ipv4",
+    "ipv6",
+    "uuid",
+];
 
 /// Adapts a JSON Schema to what OpenAI's strict mode accepts: every object lists all its
 /// properties as required, the ones that were optional become nullable, `additionalProperties`
@@ -505,7 +573,10 @@ fn make_strict(schema: &mut Value) {
         };
     if is_object {
         let required: Vec<String> = match map.get("required") {
-            Some(Value::Array(r)) => r.iter().filter_map(|v| v.as_str().map(str::to_owned)).collect(),
+            Some(Value::Array(r)) => r
+                .iter()
+                .filter_map(|v| v.as_str().map(str::to_owned))
+                .collect(),
             _ => Vec::new(),
         };
         let mut all = Vec::new();
@@ -545,7 +616,10 @@ fn make_nullable(schema: &mut Value) {
         Some(Value::String(t)) => {
             if t != "null" {
                 let t = std::mem::take(t);
-                map.insert("type".to_owned(), Value::Array(vec![Value::String(t), null.clone()]));
+                map.insert(
+                    "type".to_owned(),
+                    Value::Array(vec![Value::String(t), null.clone()]),
+                );
             }
         }
         Some(Value::Array(types)) => {
@@ -555,7 +629,13 @@ fn make_nullable(schema: &mut Value) {
         }
         _ => {
             let inner = std::mem::replace(map, Map::new());
-            map.insert("anyOf".to_owned(), Value::Array(vec![Value::Object(inner), serde_json::json!({"type": "null"})]));
+            map.insert(
+                "anyOf".to_owned(),
+                Value::Array(vec![
+                    Value::Object(inner),
+                    serde_json::json!({"type": "null"}),
+                ]),
+            );
             return;
         }
     }
@@ -665,7 +745,11 @@ impl WireUsage {
                 .or(self.prompt_cache_hit_tokens)
                 .unwrap_or(0),
             cache_write_tokens: 0,
-            reasoning_tokens: self.completion_tokens_details.as_ref().and_then(|d| d.reasoning_tokens).unwrap_or(0),
+            reasoning_tokens: self
+                .completion_tokens_details
+                .as_ref()
+                .and_then(|d| d.reasoning_tokens)
+                .unwrap_or(0),
         }
     }
 }
@@ -692,7 +776,11 @@ fn stream_error(provider: &str, message: impl Into<String>) -> ModelError {
 fn in_body_error(provider: &str, error: &Value) -> ModelError {
     let wrapped = serde_json::json!({ "error": error });
     let parsed = ProviderError::from_value(&wrapped).unwrap_or_default();
-    let status = parsed.code.as_deref().and_then(|c| c.parse::<u16>().ok()).filter(|s| (400..600).contains(s));
+    let status = parsed
+        .code
+        .as_deref()
+        .and_then(|c| c.parse::<u16>().ok())
+        .filter(|s| (400..600).contains(s));
     let kind = parsed.kind(status);
     let mut e = parsed.into_model_error(provider, None);
     e.kind = kind;
@@ -769,7 +857,10 @@ impl ChatStreamParser {
     }
 
     fn delta(&mut self, delta: Delta<'_>, out: &mut VecDeque<ModelEvent>) {
-        for reasoning in [delta.reasoning_content, delta.reasoning].into_iter().flatten() {
+        for reasoning in [delta.reasoning_content, delta.reasoning]
+            .into_iter()
+            .flatten()
+        {
             if !reasoning.is_empty() {
                 out.push_back(ModelEvent::ReasoningDelta(reasoning.into_owned()));
             }
@@ -802,17 +893,29 @@ impl ChatStreamParser {
             if let Some(arguments) = arguments
                 && !arguments.is_empty()
             {
-                out.push_back(ModelEvent::ToolCallDelta { index, arguments: arguments.into_owned() });
+                out.push_back(ModelEvent::ToolCallDelta {
+                    index,
+                    arguments: arguments.into_owned(),
+                });
             }
         }
     }
 
     fn emit_finish(&mut self, out: &mut VecDeque<ModelEvent>) -> Result<(), ModelError> {
         match self.finish.take() {
-            Some((reason, raw)) => out.push_back(ModelEvent::Finish { reason, raw: Some(raw) }),
+            Some((reason, raw)) => out.push_back(ModelEvent::Finish {
+                reason,
+                raw: Some(raw),
+            }),
             None => {
-                out.push_back(ModelEvent::Warning("the stream ended with [DONE] but no finish_reason".to_owned()));
-                let reason = if self.saw_tool_call { FinishReason::ToolCalls } else { FinishReason::Stop };
+                out.push_back(ModelEvent::Warning(
+                    "the stream ended with [DONE] but no finish_reason".to_owned(),
+                ));
+                let reason = if self.saw_tool_call {
+                    FinishReason::ToolCalls
+                } else {
+                    FinishReason::Stop
+                };
                 out.push_back(ModelEvent::Finish { reason, raw: None });
             }
         }
@@ -828,10 +931,16 @@ impl ChatStreamParser {
         self.done = true;
         match self.finish.take() {
             Some((reason, raw)) => {
-                out.push_back(ModelEvent::Finish { reason, raw: Some(raw) });
+                out.push_back(ModelEvent::Finish {
+                    reason,
+                    raw: Some(raw),
+                });
                 Ok(())
             }
-            None => Err(stream_error(&self.provider, "the stream ended before a finish_reason or [DONE]")),
+            None => Err(stream_error(
+                &self.provider,
+                "the stream ended before a finish_reason or [DONE]",
+            )),
         }
     }
 }
@@ -915,7 +1024,11 @@ pub fn parse_completion(body: &[u8]) -> Result<ModelResponse, ModelError> {
 
 fn parse_completion_for(body: &[u8], provider: &str) -> Result<ModelResponse, ModelError> {
     let completion: Completion<'_> = serde_json::from_slice(body).map_err(|e| {
-        ModelError::new(ModelErrorKind::Decode, format!("malformed response body: {e}")).with_provider(provider)
+        ModelError::new(
+            ModelErrorKind::Decode,
+            format!("malformed response body: {e}"),
+        )
+        .with_provider(provider)
     })?;
     if let Some(error) = &completion.error {
         return Err(in_body_error(provider, error));
@@ -925,12 +1038,21 @@ fn parse_completion_for(body: &[u8], provider: &str) -> Result<ModelResponse, Mo
         .into_iter()
         .flatten()
         .find(|c| c.index.unwrap_or(0) == 0)
-        .ok_or_else(|| ModelError::new(ModelErrorKind::Decode, "the response holds no choice").with_provider(provider))?;
+        .ok_or_else(|| {
+            ModelError::new(ModelErrorKind::Decode, "the response holds no choice")
+                .with_provider(provider)
+        })?;
     let mut acc = ResponseAccumulator::new();
-    acc.push(ModelEvent::Start { id: completion.id.map(Cow::into_owned), model: completion.model.map(Cow::into_owned) })?;
+    acc.push(ModelEvent::Start {
+        id: completion.id.map(Cow::into_owned),
+        model: completion.model.map(Cow::into_owned),
+    })?;
     let mut saw_tool_call = false;
     if let Some(message) = choice.message {
-        for reasoning in [message.reasoning_content, message.reasoning].into_iter().flatten() {
+        for reasoning in [message.reasoning_content, message.reasoning]
+            .into_iter()
+            .flatten()
+        {
             if !reasoning.is_empty() {
                 acc.push(ModelEvent::ReasoningDelta(reasoning.into_owned()))?;
             }
@@ -991,18 +1113,45 @@ mod tests {
             "$defs": {"Thing": {"type": "object", "properties": {"y": {"type": "boolean"}}}}
         });
         let strict = strict_schema(&schema);
-        assert_eq!(strict["required"], json!(["any", "limit", "mode", "nested", "path", "tags"]));
+        assert_eq!(
+            strict["required"],
+            json!(["any", "limit", "mode", "nested", "path", "tags"])
+        );
         assert_eq!(strict["additionalProperties"], json!(false));
         assert_eq!(strict["properties"]["path"]["type"], json!("string"));
-        assert_eq!(strict["properties"]["limit"], json!({"type": ["integer", "null"]}));
-        assert_eq!(strict["properties"]["mode"]["enum"], json!(["a", "b", null]));
-        assert_eq!(strict["properties"]["nested"]["type"], json!(["object", "null"]));
+        assert_eq!(
+            strict["properties"]["limit"],
+            json!({"type": ["integer", "null"]})
+        );
+        assert_eq!(
+            strict["properties"]["mode"]["enum"],
+            json!(["a", "b", null])
+        );
+        assert_eq!(
+            strict["properties"]["nested"]["type"],
+            json!(["object", "null"])
+        );
         assert_eq!(strict["properties"]["nested"]["required"], json!(["x"]));
-        assert_eq!(strict["properties"]["nested"]["properties"]["x"]["type"], json!(["number", "null"]));
-        assert_eq!(strict["properties"]["tags"]["items"]["additionalProperties"], json!(false));
-        assert_eq!(strict["properties"]["tags"]["items"]["properties"]["k"]["type"], json!("string"));
-        assert_eq!(strict["properties"]["any"], json!({"anyOf": [{"$ref": "#/$defs/Thing"}, {"type": "null"}]}));
-        assert_eq!(strict["$defs"]["Thing"]["additionalProperties"], json!(false));
+        assert_eq!(
+            strict["properties"]["nested"]["properties"]["x"]["type"],
+            json!(["number", "null"])
+        );
+        assert_eq!(
+            strict["properties"]["tags"]["items"]["additionalProperties"],
+            json!(false)
+        );
+        assert_eq!(
+            strict["properties"]["tags"]["items"]["properties"]["k"]["type"],
+            json!("string")
+        );
+        assert_eq!(
+            strict["properties"]["any"],
+            json!({"anyOf": [{"$ref": "#/$defs/Thing"}, {"type": "null"}]})
+        );
+        assert_eq!(
+            strict["$defs"]["Thing"]["additionalProperties"],
+            json!(false)
+        );
         assert_eq!(strict["$defs"]["Thing"]["required"], json!(["y"]));
     }
 
@@ -1012,7 +1161,10 @@ mod tests {
         assert_eq!(map_finish_reason("tool_calls"), FinishReason::ToolCalls);
         assert_eq!(map_finish_reason("function_call"), FinishReason::ToolCalls);
         assert_eq!(map_finish_reason("length"), FinishReason::Length);
-        assert_eq!(map_finish_reason("content_filter"), FinishReason::ContentFilter);
+        assert_eq!(
+            map_finish_reason("content_filter"),
+            FinishReason::ContentFilter
+        );
         assert_eq!(map_finish_reason("weird"), FinishReason::Other);
     }
 
@@ -1035,23 +1187,37 @@ mod tests {
         ])
         .unwrap();
         let kinds: Vec<_> = events.iter().map(std::mem::discriminant).collect();
-        assert!(matches!(events.last(), Some(ModelEvent::Finish { reason: FinishReason::Stop, .. })));
-        let usage_at = events.iter().position(|e| matches!(e, ModelEvent::Usage(_))).unwrap();
+        assert!(matches!(
+            events.last(),
+            Some(ModelEvent::Finish {
+                reason: FinishReason::Stop,
+                ..
+            })
+        ));
+        let usage_at = events
+            .iter()
+            .position(|e| matches!(e, ModelEvent::Usage(_)))
+            .unwrap();
         assert_eq!(usage_at, kinds.len() - 2);
     }
 
     #[test]
     fn a_stream_without_finish_or_done_is_an_error() {
-        let err = run(&[r#"{"id":"c1","choices":[{"index":0,"delta":{"content":"hi"}}]}"#]).unwrap_err();
+        let err =
+            run(&[r#"{"id":"c1","choices":[{"index":0,"delta":{"content":"hi"}}]}"#]).unwrap_err();
         assert_eq!(err.kind, ModelErrorKind::Stream);
     }
 
     #[test]
     fn an_error_object_in_a_chunk_becomes_a_classified_error() {
-        let err = run(&[r#"{"error":{"message":"The server had an error","type":"server_error","code":null}}"#]).unwrap_err();
+        let err = run(&[
+            r#"{"error":{"message":"The server had an error","type":"server_error","code":null}}"#,
+        ])
+        .unwrap_err();
         assert_eq!(err.kind, ModelErrorKind::Server);
         assert_eq!(err.message, "The server had an error");
-        let err = run(&[r#"{"error":{"message":"Provider returned error","code":429}}"#]).unwrap_err();
+        let err =
+            run(&[r#"{"error":{"message":"Provider returned error","code":429}}"#]).unwrap_err();
         assert_eq!(err.kind, ModelErrorKind::RateLimited);
         assert_eq!(err.status, None);
     }

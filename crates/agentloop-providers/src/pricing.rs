@@ -66,7 +66,12 @@ mod tests {
 
     #[test]
     fn openai_cost_counts_cached_tokens_inside_input_at_the_cached_price() {
-        let usage = Usage { input_tokens: 1_000_000, output_tokens: 1_000_000, cached_input_tokens: 500_000, ..Default::default() };
+        let usage = Usage {
+            input_tokens: 1_000_000,
+            output_tokens: 1_000_000,
+            cached_input_tokens: 500_000,
+            ..Default::default()
+        };
         let cost = default_prices().cost("openai", "gpt-4.1", &usage).unwrap();
         // 0.5M uncached * 2 + 0.5M cached * 0.5 + 1M out * 8
         assert!((cost - (1.0 + 0.25 + 8.0)).abs() < 1e-9, "{cost}");
@@ -81,7 +86,9 @@ mod tests {
             cache_write_tokens: 1_000_000,
             ..Default::default()
         };
-        let cost = default_prices().cost("anthropic", "claude-haiku-4-5", &usage).unwrap();
+        let cost = default_prices()
+            .cost("anthropic", "claude-haiku-4-5", &usage)
+            .unwrap();
         assert!((cost - (1.0 + 0.10 + 1.25)).abs() < 1e-9, "{cost}");
     }
 

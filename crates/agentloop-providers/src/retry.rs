@@ -49,7 +49,10 @@ impl Default for RetryPolicy {
 impl RetryPolicy {
     /// A policy of `max_attempts` calls with the other defaults.
     pub fn attempts(max_attempts: u32) -> Self {
-        RetryPolicy { max_attempts, ..Default::default() }
+        RetryPolicy {
+            max_attempts,
+            ..Default::default()
+        }
     }
 
     /// Sets the base delay.
@@ -69,7 +72,11 @@ impl RetryPolicy {
     /// Sets the jitter fraction (clamped to 0..=1).
     #[must_use]
     pub fn with_jitter(mut self, jitter: f64) -> Self {
-        self.jitter = if jitter.is_finite() { jitter.clamp(0.0, 1.0) } else { 0.0 };
+        self.jitter = if jitter.is_finite() {
+            jitter.clamp(0.0, 1.0)
+        } else {
+            0.0
+        };
         self
     }
 
@@ -114,7 +121,10 @@ pub struct Retry<M> {
 impl<M: Model> Retry<M> {
     /// Wraps `inner` with the default policy.
     pub fn new(inner: M) -> Self {
-        Retry { inner, policy: RetryPolicy::default() }
+        Retry {
+            inner,
+            policy: RetryPolicy::default(),
+        }
     }
 
     /// Wraps `inner` with `policy`.
@@ -135,7 +145,10 @@ impl<M: Model> Retry<M> {
 
 /// Events that say nothing of the answer itself: held back until content arrives.
 fn is_metadata(event: &ModelEvent) -> bool {
-    matches!(event, ModelEvent::Start { .. } | ModelEvent::Usage(_) | ModelEvent::Warning(_))
+    matches!(
+        event,
+        ModelEvent::Start { .. } | ModelEvent::Usage(_) | ModelEvent::Warning(_)
+    )
 }
 
 /// What to do after a failed attempt: wait, then read this stream instead; `None` gives up.
@@ -157,7 +170,14 @@ pub(crate) fn with_attempts<'a, F>(first: ModelStream<'a>, on_error: F) -> Model
 where
     F: FnMut(&ModelError) -> NextAttempt<'a> + Send + 'a,
 {
-    let state = AttemptState { current: first, on_error, held: Vec::new(), out: VecDeque::new(), delivered: false, done: false };
+    let state = AttemptState {
+        current: first,
+        on_error,
+        held: Vec::new(),
+        out: VecDeque::new(),
+        delivered: false,
+        done: false,
+    };
     Box::pin(futures::stream::unfold(state, |mut st| async move {
         loop {
             if let Some(event) = st.out.pop_front() {
@@ -238,7 +258,9 @@ mod tests {
 
     #[test]
     fn backoff_doubles_and_stops_at_the_cap() {
-        let p = RetryPolicy::default().with_base_delay(Duration::from_millis(100)).with_max_delay(Duration::from_millis(350));
+        let p = RetryPolicy::default()
+            .with_base_delay(Duration::from_millis(100))
+            .with_max_delay(Duration::from_millis(350));
         assert_eq!(p.backoff(1), Duration::from_millis(100));
         assert_eq!(p.backoff(2), Duration::from_millis(200));
         assert_eq!(p.backoff(3), Duration::from_millis(350));
@@ -247,10 +269,14 @@ mod tests {
 
     #[test]
     fn retry_after_within_the_cap_is_honoured_and_beyond_it_ignored() {
-        let p = RetryPolicy::default().with_jitter(0.0).with_max_retry_after(Duration::from_secs(5));
-        let asked = ModelError::new(ModelErrorKind::RateLimited, "slow down").with_retry_after(Duration::from_secs(2));
+        let p = RetryPolicy::default()
+            .with_jitter(0.0)
+            .with_max_retry_after(Duration::from_secs(5));
+        let asked = ModelError::new(ModelErrorKind::RateLimited, "slow down")
+            .with_retry_after(Duration::from_secs(2));
         assert_eq!(p.delay(1, &asked), Duration::from_secs(2));
-        let too_long = ModelError::new(ModelErrorKind::RateLimited, "slow down").with_retry_after(Duration::from_secs(600));
+        let too_long = ModelError::new(ModelErrorKind::RateLimited, "slow down")
+            .with_retry_after(Duration::from_secs(600));
         assert_eq!(p.delay(1, &too_long), p.base_delay);
     }
 
