@@ -11,8 +11,9 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use agentloop::{
-    AssistantMessage, ContentPart, FinishReason, Message, Model, ModelError, ModelErrorKind, ModelEvent, ModelRequest,
-    ModelResponse, ModelStream, Reasoning, ToolCall, ToolChoice, ToolContent, ToolResult, Usage,
+    AssistantMessage, ContentPart, FinishReason, Message, Model, ModelError, ModelErrorKind,
+    ModelEvent, ModelRequest, ModelResponse, ModelStream, Reasoning, ToolCall, ToolChoice,
+    ToolContent, ToolResult, Usage,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -62,14 +63,30 @@ impl Anthropic {
         let mut config = HttpConfig::new(DEFAULT_BASE_URL);
         config.key = KeySource::Env("ANTHROPIC_API_KEY".to_owned());
         config.auth = AuthStyle::Header("x-api-key".to_owned());
-        AnthropicBuilder { model: model.into(), config, stream: true, max_tokens: DEFAULT_MAX_TOKENS, thinking: None }
+        AnthropicBuilder {
+            model: model.into(),
+            config,
+            stream: true,
+            max_tokens: DEFAULT_MAX_TOKENS,
+            thinking: None,
+        }
     }
 
     /// Encodes the request body this model sends for `request` (exposed for inspection and tests).
     pub fn encode_request(&self, request: &ModelRequest<'_>) -> Result<Vec<u8>, ModelError> {
-        let body = build_request(&self.model, request, self.stream, self.max_tokens, self.thinking);
+        let body = build_request(
+            &self.model,
+            request,
+            self.stream,
+            self.max_tokens,
+            self.thinking,
+        );
         serde_json::to_vec(&body).map_err(|e| {
-            ModelError::new(ModelErrorKind::Other, format!("cannot encode the request: {e}")).with_provider(PROVIDER)
+            ModelError::new(
+                ModelErrorKind::Other,
+                format!("cannot encode the request: {e}"),
+            )
+            .with_provider(PROVIDER)
         })
     }
 }
@@ -143,8 +160,15 @@ impl AnthropicBuilder {
 
     /// Builds the model.
     pub fn build(mut self) -> Result<Anthropic, ModelError> {
-        if !self.config.extra_headers.iter().any(|(n, _)| n.eq_ignore_ascii_case("anthropic-version")) {
-            self.config.extra_headers.push(("anthropic-version".to_owned(), ANTHROPIC_VERSION.to_owned()));
+        if !self
+            .config
+            .extra_headers
+            .iter()
+            .any(|(n, _)| n.eq_ignore_ascii_case("anthropic-version"))
+        {
+            self.config
+                .extra_headers
+                .push(("anthropic-version".to_owned(), ANTHROPIC_VERSION.to_owned()));
         }
         let client = HttpClient::new(self.config, PROVIDER)?;
         Ok(Anthropic {
@@ -171,7 +195,10 @@ impl Model for Anthropic {
         let open = async move {
             let response = self.client.post_json("/v1/messages", body?).await?;
             if self.stream {
-                Ok(decoded_events(self.client.sse(response), AnthropicStreamParser::new()))
+                Ok(decoded_events(
+                    crate::stream::sse(&self.client, response),
+                    AnthropicStreamParser::new(),
+                ))
             } else {
                 let bytes = self.client.read_body(response).await?;
                 let response = parse_message(&bytes)?;
@@ -292,7 +319,10 @@ fn image_source<'a>(url: &'a str, media_type: Option<&'a str>) -> ImageSource<'a
         && let Some((meta, data)) = rest.split_once(',')
         && let Some(mime) = meta.strip_suffix(";base64")
     {
-        return ImageSource::Base64 { media_type: media_type.unwrap_or(mime), data };
+        return ImageSource::Base64 {
+            media_type: media_type.unwrap_or(mime),
+            data,
+        };
     }
     ImageSource::Url { url }
 }
@@ -300,7 +330,9 @@ fn image_source<'a>(url: &'a str, media_type: Option<&'a str>) -> ImageSource<'a
 fn part_block(part: &ContentPart) -> OutBlock<'_> {
     match part {
         ContentPart::Text { text } => OutBlock::Text { text },
-        ContentPart::Image { url, media_type } => OutBlock::Image { source: image_source(url, media_type.as_deref()) },
+        ContentPart::Image { url, media_type } => OutBlock::Image {
+            source: image_source(url, media_type.as_deref()),
+        },
     }
 }
 
@@ -310,7 +342,11 @@ fn result_block(result: &ToolResult) -> OutBlock<'_> {
         ToolContent::Json(v) => ResultContent::Text(Cow::Owned(v.to_string())),
         ToolContent::Parts(parts) => ResultContent::Blocks(parts.iter().map(part_block).collect()),
     };
-    OutBlock::ToolResult { tool_use_id: &result.call_id, content, is_error: result.is_error }
+    OutBlock::ToolResult {
+        tool_use_id: &result.call_id,
+        content,
+        is_error: result.is_error,
+    }
 }
 
 /// The input object of a tool call: its raw arguments parsed, `{}` when empty. Anthropic accepts
@@ -334,24 +370,39 @@ fn assistant_blocks(message: &AssistantMessage) -> Vec<OutBlock<'_>> {
         if let Some(data) = redacted {
             blocks.push(OutBlock::RedactedThinking { data });
         } else if let Some(signature) = r.signature.as_deref() {
-            blocks.push(OutBlock::Thinking { thinking: &r.text, signature });
+            blocks.push(OutBlock::Thinking {
+                thinking: &r.text,
+                signature,
+            });
         }
         // Reasoning without a signature (from another provider) cannot be sent back: Anthropic
         // rejects unsigned thinking blocks.
     }
     if !message.text.is_empty() {
-        blocks.push(OutBlock::Text { text: &message.text });
+        blocks.push(OutBlock::Text {
+            text: &message.text,
+        });
     }
     for call in &message.tool_calls {
-        blocks.push(OutBlock::ToolUse { id: &call.id, name: &call.name, input: tool_input(&call.arguments) });
+        blocks.push(OutBlock::ToolUse {
+            id: &call.id,
+            name: &call.name,
+            input: tool_input(&call.arguments),
+        });
     }
     blocks
 }
 
-fn push_user_blocks<'a>(messages: &mut Vec<WireMessage<'a>>, blocks: impl IntoIterator<Item = OutBlock<'a>>) {
+fn push_user_blocks<'a>(
+    messages: &mut Vec<WireMessage<'a>>,
+    blocks: impl IntoIterator<Item = OutBlock<'a>>,
+) {
     match messages.last_mut() {
         Some(last) if last.role == Role::User => last.content.extend(blocks),
-        _ => messages.push(WireMessage { role: Role::User, content: blocks.into_iter().collect() }),
+        _ => messages.push(WireMessage {
+            role: Role::User,
+            content: blocks.into_iter().collect(),
+        }),
     }
 }
 
@@ -365,13 +416,18 @@ fn build_request<'a>(
     let mut messages: Vec<WireMessage<'a>> = Vec::with_capacity(request.messages.len());
     for message in request.messages {
         match message {
-            Message::User { content } => push_user_blocks(&mut messages, content.iter().map(part_block)),
+            Message::User { content } => {
+                push_user_blocks(&mut messages, content.iter().map(part_block))
+            }
             // Consecutive tool results join one user message of tool_result blocks.
             Message::Tool(result) => push_user_blocks(&mut messages, [result_block(result)]),
             Message::Assistant(a) => {
                 let content = assistant_blocks(a);
                 if !content.is_empty() {
-                    messages.push(WireMessage { role: Role::Assistant, content });
+                    messages.push(WireMessage {
+                        role: Role::Assistant,
+                        content,
+                    });
                 }
             }
         }
@@ -392,18 +448,36 @@ fn build_request<'a>(
     let settings = request.settings;
     let disable_parallel = settings.parallel_tool_calls == Some(false);
     let tool_choice = match (&settings.tool_choice, disable_parallel) {
-        (Some(ToolChoice::Auto), d) | (None, d @ true) => Some(WireToolChoice { kind: "auto", name: None, disable_parallel_tool_use: d }),
-        (Some(ToolChoice::Required), d) => Some(WireToolChoice { kind: "any", name: None, disable_parallel_tool_use: d }),
-        (Some(ToolChoice::None), _) => Some(WireToolChoice { kind: "none", name: None, disable_parallel_tool_use: false }),
-        (Some(ToolChoice::Tool(name)), d) => {
-            Some(WireToolChoice { kind: "tool", name: Some(name), disable_parallel_tool_use: d })
-        }
+        (Some(ToolChoice::Auto), d) | (None, d @ true) => Some(WireToolChoice {
+            kind: "auto",
+            name: None,
+            disable_parallel_tool_use: d,
+        }),
+        (Some(ToolChoice::Required), d) => Some(WireToolChoice {
+            kind: "any",
+            name: None,
+            disable_parallel_tool_use: d,
+        }),
+        (Some(ToolChoice::None), _) => Some(WireToolChoice {
+            kind: "none",
+            name: None,
+            disable_parallel_tool_use: false,
+        }),
+        (Some(ToolChoice::Tool(name)), d) => Some(WireToolChoice {
+            kind: "tool",
+            name: Some(name),
+            disable_parallel_tool_use: d,
+        }),
         (None, false) => None,
     };
     let tools: Vec<WireTool<'a>> = request
         .tools
         .iter()
-        .map(|t| WireTool { name: &t.name, description: &t.description, input_schema: &t.input_schema })
+        .map(|t| WireTool {
+            name: &t.name,
+            description: &t.description,
+            input_schema: &t.input_schema,
+        })
         .collect();
     WireRequest {
         model,
@@ -414,7 +488,10 @@ fn build_request<'a>(
         tools,
         temperature: settings.temperature,
         top_p: settings.top_p,
-        thinking: thinking.map(|t| WireThinking { kind: "enabled", budget_tokens: t.budget_tokens }),
+        thinking: thinking.map(|t| WireThinking {
+            kind: "enabled",
+            budget_tokens: t.budget_tokens,
+        }),
         stream,
     }
 }
@@ -533,14 +610,24 @@ fn stream_error(message: impl Into<String>) -> ModelError {
 }
 
 fn decode_error(what: &str, e: &serde_json::Error) -> ModelError {
-    ModelError::new(ModelErrorKind::Decode, format!("malformed {what}: {e}")).with_provider(PROVIDER)
+    ModelError::new(ModelErrorKind::Decode, format!("malformed {what}: {e}"))
+        .with_provider(PROVIDER)
 }
 
 enum BlockState {
     Text,
-    ToolUse { id: String, got_args: bool, initial_input: Option<String>, stopped: bool },
-    Thinking { signature: Option<String> },
-    RedactedThinking { data: String },
+    ToolUse {
+        id: String,
+        got_args: bool,
+        initial_input: Option<String>,
+        stopped: bool,
+    },
+    Thinking {
+        signature: Option<String>,
+    },
+    RedactedThinking {
+        data: String,
+    },
     Ignored,
 }
 
@@ -557,7 +644,10 @@ pub struct AnthropicStreamParser {
 
 impl std::fmt::Debug for AnthropicStreamParser {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AnthropicStreamParser").field("blocks", &self.blocks.len()).field("stopped", &self.stopped).finish()
+        f.debug_struct("AnthropicStreamParser")
+            .field("blocks", &self.blocks.len())
+            .field("stopped", &self.stopped)
+            .finish()
     }
 }
 
@@ -572,10 +662,19 @@ impl AnthropicStreamParser {
             .iter_mut()
             .find(|(i, _)| *i == index)
             .map(|(_, b)| b)
-            .ok_or_else(|| stream_error(format!("an event refers to content block {index}, which never started")))
+            .ok_or_else(|| {
+                stream_error(format!(
+                    "an event refers to content block {index}, which never started"
+                ))
+            })
     }
 
-    fn start_block(&mut self, index: u32, block: InBlock<'_>, out: &mut VecDeque<ModelEvent>) -> Result<(), ModelError> {
+    fn start_block(
+        &mut self,
+        index: u32,
+        block: InBlock<'_>,
+        out: &mut VecDeque<ModelEvent>,
+    ) -> Result<(), ModelError> {
         if self.blocks.iter().any(|(i, _)| *i == index) {
             return Err(stream_error(format!("content block {index} started twice")));
         }
@@ -589,22 +688,37 @@ impl AnthropicStreamParser {
             "tool_use" => {
                 let id = block.id.map(Cow::into_owned).unwrap_or_default();
                 let name = block.name.map(Cow::into_owned).unwrap_or_default();
-                out.push_back(ModelEvent::ToolCallStart { index, id: id.clone(), name });
+                out.push_back(ModelEvent::ToolCallStart {
+                    index,
+                    id: id.clone(),
+                    name,
+                });
                 let initial_input = block
                     .input
                     .filter(|v| !matches!(v, Value::Object(m) if m.is_empty()) && !v.is_null())
                     .map(|v| v.to_string());
-                BlockState::ToolUse { id, got_args: false, initial_input, stopped: false }
+                BlockState::ToolUse {
+                    id,
+                    got_args: false,
+                    initial_input,
+                    stopped: false,
+                }
             }
             "thinking" => {
                 if let Some(t) = block.thinking.filter(|t| !t.is_empty()) {
                     out.push_back(ModelEvent::ReasoningDelta(t.into_owned()));
                 }
-                BlockState::Thinking { signature: block.signature.map(Cow::into_owned) }
+                BlockState::Thinking {
+                    signature: block.signature.map(Cow::into_owned),
+                }
             }
-            "redacted_thinking" => BlockState::RedactedThinking { data: block.data.map(Cow::into_owned).unwrap_or_default() },
+            "redacted_thinking" => BlockState::RedactedThinking {
+                data: block.data.map(Cow::into_owned).unwrap_or_default(),
+            },
             other => {
-                out.push_back(ModelEvent::Warning(format!("ignored a content block of unsupported type {other:?}")));
+                out.push_back(ModelEvent::Warning(format!(
+                    "ignored a content block of unsupported type {other:?}"
+                )));
                 BlockState::Ignored
             }
         };
@@ -612,7 +726,12 @@ impl AnthropicStreamParser {
         Ok(())
     }
 
-    fn delta(&mut self, index: u32, delta: InDelta<'_>, out: &mut VecDeque<ModelEvent>) -> Result<(), ModelError> {
+    fn delta(
+        &mut self,
+        index: u32,
+        delta: InDelta<'_>,
+        out: &mut VecDeque<ModelEvent>,
+    ) -> Result<(), ModelError> {
         let block = self.block_mut(index)?;
         match delta.kind.as_deref() {
             Some("text_delta") => {
@@ -622,11 +741,16 @@ impl AnthropicStreamParser {
             }
             Some("input_json_delta") => {
                 let BlockState::ToolUse { got_args, .. } = block else {
-                    return Err(stream_error(format!("input_json_delta for content block {index}, which is not a tool_use")));
+                    return Err(stream_error(format!(
+                        "input_json_delta for content block {index}, which is not a tool_use"
+                    )));
                 };
                 if let Some(json) = delta.partial_json.filter(|j| !j.is_empty()) {
                     *got_args = true;
-                    out.push_back(ModelEvent::ToolCallDelta { index, arguments: json.into_owned() });
+                    out.push_back(ModelEvent::ToolCallDelta {
+                        index,
+                        arguments: json.into_owned(),
+                    });
                 }
             }
             Some("thinking_delta") => {
@@ -646,10 +770,18 @@ impl AnthropicStreamParser {
 
     fn stop_block(&mut self, index: u32, out: &mut VecDeque<ModelEvent>) -> Result<(), ModelError> {
         match self.block_mut(index)? {
-            BlockState::ToolUse { got_args, initial_input, stopped, .. } => {
+            BlockState::ToolUse {
+                got_args,
+                initial_input,
+                stopped,
+                ..
+            } => {
                 *stopped = true;
                 if !*got_args && let Some(input) = initial_input.take() {
-                    out.push_back(ModelEvent::ToolCallDelta { index, arguments: input });
+                    out.push_back(ModelEvent::ToolCallDelta {
+                        index,
+                        arguments: input,
+                    });
                 }
             }
             BlockState::Thinking { signature } => {
@@ -678,7 +810,9 @@ impl AnthropicStreamParser {
                 has_tools = true;
                 if !stopped {
                     cut_off = true;
-                    out.push_back(ModelEvent::Warning(format!("tool_use {id} has no content_block_stop")));
+                    out.push_back(ModelEvent::Warning(format!(
+                        "tool_use {id} has no content_block_stop"
+                    )));
                 }
             }
         }
@@ -686,8 +820,14 @@ impl AnthropicStreamParser {
         let mut reason = match raw.as_deref() {
             Some(r) => map_stop_reason(r),
             None => {
-                out.push_back(ModelEvent::Warning("the stream carried no stop_reason".to_owned()));
-                if has_tools { FinishReason::ToolCalls } else { FinishReason::Stop }
+                out.push_back(ModelEvent::Warning(
+                    "the stream carried no stop_reason".to_owned(),
+                ));
+                if has_tools {
+                    FinishReason::ToolCalls
+                } else {
+                    FinishReason::Stop
+                }
             }
         };
         // A tool_use never closed was cut off: report it as a length stop so that a call whose
@@ -714,23 +854,37 @@ impl AnthropicStreamParser {
         result
     }
 
-    fn apply(&mut self, event: InEvent<'_>, data: &str, out: &mut VecDeque<ModelEvent>) -> Result<(), ModelError> {
+    fn apply(
+        &mut self,
+        event: InEvent<'_>,
+        data: &str,
+        out: &mut VecDeque<ModelEvent>,
+    ) -> Result<(), ModelError> {
         let index = event.index.unwrap_or(0);
         match &*event.kind {
             "message_start" => {
-                let head = event.message.ok_or_else(|| stream_error("message_start without a message"))?;
-                out.push_back(ModelEvent::Start { id: head.id.map(Cow::into_owned), model: head.model.map(Cow::into_owned) });
+                let head = event
+                    .message
+                    .ok_or_else(|| stream_error("message_start without a message"))?;
+                out.push_back(ModelEvent::Start {
+                    id: head.id.map(Cow::into_owned),
+                    model: head.model.map(Cow::into_owned),
+                });
                 if let Some(u) = head.usage {
                     u.apply(&mut self.usage);
                     out.push_back(ModelEvent::Usage(self.usage));
                 }
             }
             "content_block_start" => {
-                let block = event.content_block.ok_or_else(|| stream_error("content_block_start without a block"))?;
+                let block = event
+                    .content_block
+                    .ok_or_else(|| stream_error("content_block_start without a block"))?;
                 self.start_block(index, block, out)?;
             }
             "content_block_delta" => {
-                let delta = event.delta.ok_or_else(|| stream_error("content_block_delta without a delta"))?;
+                let delta = event
+                    .delta
+                    .ok_or_else(|| stream_error("content_block_delta without a delta"))?;
                 self.delta(index, delta, out)?;
             }
             "content_block_stop" => self.stop_block(index, out)?,
@@ -778,9 +932,16 @@ impl StreamDecoder for AnthropicStreamParser {
 
 fn redacted(data: String) -> Reasoning {
     let mut map = serde_json::Map::with_capacity(2);
-    map.insert("type".to_owned(), Value::String("redacted_thinking".to_owned()));
+    map.insert(
+        "type".to_owned(),
+        Value::String("redacted_thinking".to_owned()),
+    );
     map.insert("data".to_owned(), Value::String(data));
-    Reasoning { text: String::new(), signature: None, provider_data: Some(Value::Object(map)) }
+    Reasoning {
+        text: String::new(),
+        signature: None,
+        provider_data: Some(Value::Object(map)),
+    }
 }
 
 #[derive(Deserialize)]
@@ -801,9 +962,12 @@ struct WholeMessage<'a> {
 
 /// Parses a whole (non-streamed) Messages response body.
 pub fn parse_message(body: &[u8]) -> Result<ModelResponse, ModelError> {
-    let message: WholeMessage<'_> = serde_json::from_slice(body).map_err(|e| decode_error("response", &e))?;
+    let message: WholeMessage<'_> =
+        serde_json::from_slice(body).map_err(|e| decode_error("response", &e))?;
     if message.kind.as_deref() == Some("error") {
-        return Err(ProviderError::parse(body).unwrap_or_default().into_model_error(PROVIDER, None));
+        return Err(ProviderError::parse(body)
+            .unwrap_or_default()
+            .into_model_error(PROVIDER, None));
     }
     let mut text = String::new();
     let mut reasoning = Vec::new();
@@ -825,8 +989,12 @@ pub fn parse_message(body: &[u8]) -> Result<ModelResponse, ModelError> {
                 signature: block.signature.map(Cow::into_owned),
                 provider_data: None,
             }),
-            "redacted_thinking" => reasoning.push(redacted(block.data.map(Cow::into_owned).unwrap_or_default())),
-            other => warnings.push(format!("ignored a content block of unsupported type {other:?}")),
+            "redacted_thinking" => reasoning.push(redacted(
+                block.data.map(Cow::into_owned).unwrap_or_default(),
+            )),
+            other => warnings.push(format!(
+                "ignored a content block of unsupported type {other:?}"
+            )),
         }
     }
     let raw = message.stop_reason.map(Cow::into_owned);
@@ -840,7 +1008,11 @@ pub fn parse_message(body: &[u8]) -> Result<ModelResponse, ModelError> {
         u.apply(&mut usage);
     }
     Ok(ModelResponse {
-        message: AssistantMessage { reasoning, text, tool_calls },
+        message: AssistantMessage {
+            reasoning,
+            text,
+            tool_calls,
+        },
         usage,
         finish_reason,
         raw_finish_reason: raw,
@@ -882,9 +1054,22 @@ mod tests {
             r#"{"type":"message_stop"}"#,
         ])
         .unwrap();
-        assert!(ev.contains(&ModelEvent::ToolCallDelta { index: 0, arguments: r#"{"a":1}"#.into() }));
-        assert!(ev.contains(&ModelEvent::Usage(Usage { input_tokens: 3, output_tokens: 9, ..Default::default() })));
-        assert_eq!(ev.last(), Some(&ModelEvent::Finish { reason: FinishReason::ToolCalls, raw: Some("tool_use".into()) }));
+        assert!(ev.contains(&ModelEvent::ToolCallDelta {
+            index: 0,
+            arguments: r#"{"a":1}"#.into()
+        }));
+        assert!(ev.contains(&ModelEvent::Usage(Usage {
+            input_tokens: 3,
+            output_tokens: 9,
+            ..Default::default()
+        })));
+        assert_eq!(
+            ev.last(),
+            Some(&ModelEvent::Finish {
+                reason: FinishReason::ToolCalls,
+                raw: Some("tool_use".into())
+            })
+        );
     }
 
     #[test]
@@ -899,7 +1084,10 @@ mod tests {
         ])
         .unwrap();
         assert!(ev.contains(&ModelEvent::ReasoningDelta("hmm".into())));
-        assert!(ev.contains(&ModelEvent::Reasoning(Reasoning { signature: Some("SIG".into()), ..Default::default() })));
+        assert!(ev.contains(&ModelEvent::Reasoning(Reasoning {
+            signature: Some("SIG".into()),
+            ..Default::default()
+        })));
     }
 
     #[test]
@@ -911,13 +1099,24 @@ mod tests {
             r#"{"type":"message_stop"}"#,
         ])
         .unwrap();
-        assert!(ev.contains(&ModelEvent::Warning("tool_use t1 has no content_block_stop".into())));
-        assert_eq!(ev.last(), Some(&ModelEvent::Finish { reason: FinishReason::Length, raw: Some("tool_use".into()) }));
+        assert!(ev.contains(&ModelEvent::Warning(
+            "tool_use t1 has no content_block_stop".into()
+        )));
+        assert_eq!(
+            ev.last(),
+            Some(&ModelEvent::Finish {
+                reason: FinishReason::Length,
+                raw: Some("tool_use".into())
+            })
+        );
     }
 
     #[test]
     fn delta_for_unknown_block_is_a_stream_error() {
-        let err = events(&[r#"{"type":"content_block_delta","index":4,"delta":{"type":"text_delta","text":"x"}}"#]).unwrap_err();
+        let err = events(&[
+            r#"{"type":"content_block_delta","index":4,"delta":{"type":"text_delta","text":"x"}}"#,
+        ])
+        .unwrap_err();
         assert_eq!(err.kind, ModelErrorKind::Stream);
     }
 
@@ -929,7 +1128,10 @@ mod tests {
 
     #[test]
     fn in_stream_error_event_is_classified() {
-        let err = events(&[r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#]).unwrap_err();
+        let err = events(&[
+            r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#,
+        ])
+        .unwrap_err();
         assert_eq!(err.kind, ModelErrorKind::Overloaded);
         assert_eq!(err.error_type.as_deref(), Some("overloaded_error"));
         assert_eq!(err.message, "Overloaded");
@@ -938,8 +1140,14 @@ mod tests {
     #[test]
     fn data_url_images_become_base64_sources() {
         let v = serde_json::to_value(image_source("data:image/png;base64,AAAA", None)).unwrap();
-        assert_eq!(v, serde_json::json!({"type": "base64", "media_type": "image/png", "data": "AAAA"}));
+        assert_eq!(
+            v,
+            serde_json::json!({"type": "base64", "media_type": "image/png", "data": "AAAA"})
+        );
         let v = serde_json::to_value(image_source("https://x/y.png", None)).unwrap();
-        assert_eq!(v, serde_json::json!({"type": "url", "url": "https://x/y.png"}));
+        assert_eq!(
+            v,
+            serde_json::json!({"type": "url", "url": "https://x/y.png"})
+        );
     }
 }

@@ -12,8 +12,9 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use agentloop::{
-    AssistantMessage, ContentPart, FinishReason, Message, Model, ModelError, ModelErrorKind, ModelEvent, ModelRequest,
-    ModelResponse, ModelStream, Reasoning, ToolCall, ToolChoice, ToolContent, Usage,
+    AssistantMessage, ContentPart, FinishReason, Message, Model, ModelError, ModelErrorKind,
+    ModelEvent, ModelRequest, ModelResponse, ModelStream, Reasoning, ToolCall, ToolChoice,
+    ToolContent, Usage,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -81,15 +82,26 @@ impl OpenAiResponses {
             // Models without reasoning reject the include; ask only where reasoning is in play.
             let m = self.model.as_str();
             self.options.reasoning_effort.is_some()
-                || ["o1", "o3", "o4", "gpt-5", "codex"].iter().any(|p| m.starts_with(p))
+                || ["o1", "o3", "o4", "gpt-5", "codex"]
+                    .iter()
+                    .any(|p| m.starts_with(p))
         })
     }
 
     /// Encodes the request body this model sends for `request` (exposed for inspection and tests).
     pub fn encode_request(&self, request: &ModelRequest<'_>) -> Result<Vec<u8>, ModelError> {
-        let body = build_request(&self.model, request, &self.options, self.wants_encrypted_reasoning());
+        let body = build_request(
+            &self.model,
+            request,
+            &self.options,
+            self.wants_encrypted_reasoning(),
+        );
         serde_json::to_vec(&body).map_err(|e| {
-            ModelError::new(ModelErrorKind::Other, format!("cannot encode the request: {e}")).with_provider(PROVIDER)
+            ModelError::new(
+                ModelErrorKind::Other,
+                format!("cannot encode the request: {e}"),
+            )
+            .with_provider(PROVIDER)
         })
     }
 }
@@ -184,7 +196,11 @@ impl OpenAiResponsesBuilder {
     /// Builds the model.
     pub fn build(self) -> Result<OpenAiResponses, ModelError> {
         let client = HttpClient::new(self.config, PROVIDER)?;
-        Ok(OpenAiResponses { model: self.model, client, options: self.options })
+        Ok(OpenAiResponses {
+            model: self.model,
+            client,
+            options: self.options,
+        })
     }
 }
 
@@ -202,7 +218,10 @@ impl Model for OpenAiResponses {
         let open = async move {
             let response = self.client.post_json("/responses", body?).await?;
             if self.options.stream {
-                Ok(decoded_events(self.client.sse(response), ResponsesStreamParser::new()))
+                Ok(decoded_events(
+                    crate::stream::sse(&self.client, response),
+                    ResponsesStreamParser::new(),
+                ))
             } else {
                 let bytes = self.client.read_body(response).await?;
                 let response = parse_response(&bytes)?;
@@ -342,28 +361,45 @@ fn build_request<'a>(
     for message in request.messages {
         match message {
             Message::User { content } => {
-                input.push(InputItem::Message { role: "user", content: content.iter().map(user_content).collect() });
+                input.push(InputItem::Message {
+                    role: "user",
+                    content: content.iter().map(user_content).collect(),
+                });
             }
             Message::Assistant(a) => {
                 // Reasoning items precede the items they led to; only whole items (with their id
                 // and encrypted content) can be sent back.
                 for r in &a.reasoning {
-                    if let Some(item) = r.provider_data.as_ref().filter(|d| d.get("type").and_then(Value::as_str) == Some("reasoning")) {
+                    if let Some(item) = r
+                        .provider_data
+                        .as_ref()
+                        .filter(|d| d.get("type").and_then(Value::as_str) == Some("reasoning"))
+                    {
                         input.push(InputItem::Verbatim(item));
                     }
                 }
                 if !a.text.is_empty() {
                     input.push(InputItem::Message {
                         role: "assistant",
-                        content: vec![InputContent::OutputText { text: &a.text, annotations: [] }],
+                        content: vec![InputContent::OutputText {
+                            text: &a.text,
+                            annotations: [],
+                        }],
                     });
                 }
                 for call in &a.tool_calls {
-                    input.push(InputItem::FunctionCall { call_id: &call.id, name: &call.name, arguments: &call.arguments });
+                    input.push(InputItem::FunctionCall {
+                        call_id: &call.id,
+                        name: &call.name,
+                        arguments: &call.arguments,
+                    });
                 }
             }
             Message::Tool(result) => {
-                input.push(InputItem::FunctionCallOutput { call_id: &result.call_id, output: tool_output(&result.content) });
+                input.push(InputItem::FunctionCallOutput {
+                    call_id: &result.call_id,
+                    output: tool_output(&result.content),
+                });
             }
         }
     }
@@ -384,28 +420,45 @@ fn build_request<'a>(
         ToolChoice::Auto => WireToolChoice::Mode("auto"),
         ToolChoice::Required => WireToolChoice::Mode("required"),
         ToolChoice::None => WireToolChoice::Mode("none"),
-        ToolChoice::Tool(name) => WireToolChoice::Function { kind: "function", name },
+        ToolChoice::Tool(name) => WireToolChoice::Function {
+            kind: "function",
+            name,
+        },
     });
-    let reasoning = (options.reasoning_effort.is_some() || options.reasoning_summary.is_some()).then(|| WireReasoning {
-        effort: options.reasoning_effort.as_deref(),
-        summary: options.reasoning_summary.as_deref(),
-    });
+    let reasoning = (options.reasoning_effort.is_some() || options.reasoning_summary.is_some())
+        .then(|| WireReasoning {
+            effort: options.reasoning_effort.as_deref(),
+            summary: options.reasoning_summary.as_deref(),
+        });
     WireRequest {
         model,
         instructions: request.instructions.filter(|i| !i.is_empty()),
         input,
         tool_choice: if tools.is_empty() { None } else { tool_choice },
-        parallel_tool_calls: if tools.is_empty() { None } else { settings.parallel_tool_calls },
+        parallel_tool_calls: if tools.is_empty() {
+            None
+        } else {
+            settings.parallel_tool_calls
+        },
         tools,
         temperature: settings.temperature,
         top_p: settings.top_p,
         max_output_tokens: settings.max_tokens,
         store: options.store,
         stream: options.stream,
-        include: if encrypted_reasoning { vec!["reasoning.encrypted_content"] } else { Vec::new() },
+        include: if encrypted_reasoning {
+            vec!["reasoning.encrypted_content"]
+        } else {
+            Vec::new()
+        },
         reasoning,
         text: request.output_schema.map(|schema| WireText {
-            format: WireFormat { kind: "json_schema", name: "final_answer", schema, strict: false },
+            format: WireFormat {
+                kind: "json_schema",
+                name: "final_answer",
+                schema,
+                strict: false,
+            },
         }),
     }
 }
@@ -438,9 +491,15 @@ impl From<WireUsage> for Usage {
         Usage {
             input_tokens: u.input_tokens.unwrap_or(0),
             output_tokens: u.output_tokens.unwrap_or(0),
-            cached_input_tokens: u.input_tokens_details.and_then(|d| d.cached_tokens).unwrap_or(0),
+            cached_input_tokens: u
+                .input_tokens_details
+                .and_then(|d| d.cached_tokens)
+                .unwrap_or(0),
             cache_write_tokens: 0,
-            reasoning_tokens: u.output_tokens_details.and_then(|d| d.reasoning_tokens).unwrap_or(0),
+            reasoning_tokens: u
+                .output_tokens_details
+                .and_then(|d| d.reasoning_tokens)
+                .unwrap_or(0),
         }
     }
 }
@@ -514,7 +573,10 @@ impl InItem<'_> {
             .collect();
         map.insert("summary".to_owned(), Value::Array(summary));
         if let Some(enc) = &self.encrypted_content {
-            map.insert("encrypted_content".to_owned(), Value::String(enc.to_string()));
+            map.insert(
+                "encrypted_content".to_owned(),
+                Value::String(enc.to_string()),
+            );
         }
         Value::Object(map)
     }
@@ -537,7 +599,11 @@ impl InItem<'_> {
     }
 
     fn reasoning(&self, text: String) -> Reasoning {
-        Reasoning { text, signature: None, provider_data: Some(self.reasoning_item()) }
+        Reasoning {
+            text,
+            signature: None,
+            provider_data: Some(self.reasoning_item()),
+        }
     }
 }
 
@@ -611,12 +677,17 @@ fn stream_error(message: impl Into<String>) -> ModelError {
 }
 
 fn decode_error(what: &str, e: &serde_json::Error) -> ModelError {
-    ModelError::new(ModelErrorKind::Decode, format!("malformed {what}: {e}")).with_provider(PROVIDER)
+    ModelError::new(ModelErrorKind::Decode, format!("malformed {what}: {e}"))
+        .with_provider(PROVIDER)
 }
 
 /// Maps a response's `status` (and the reason it is incomplete) to the common enum and the raw
 /// word we keep (`completed`, `incomplete:max_output_tokens`).
-fn finish_of(status: &str, incomplete_reason: Option<&str>, has_calls: bool) -> (FinishReason, String) {
+fn finish_of(
+    status: &str,
+    incomplete_reason: Option<&str>,
+    has_calls: bool,
+) -> (FinishReason, String) {
     match status {
         "completed" if has_calls => (FinishReason::ToolCalls, "completed".to_owned()),
         "completed" => (FinishReason::Stop, "completed".to_owned()),
@@ -636,7 +707,10 @@ fn failure(error: Option<Value>) -> ModelError {
         map.insert("error".to_owned(), e);
         Value::Object(map)
     });
-    let provider_error = envelope.as_ref().and_then(ProviderError::from_value).unwrap_or_default();
+    let provider_error = envelope
+        .as_ref()
+        .and_then(ProviderError::from_value)
+        .unwrap_or_default();
     let mut error = provider_error.into_model_error(PROVIDER, None);
     if error.message == "the provider reported an error" {
         error.message = "the response failed".to_owned();
@@ -665,7 +739,10 @@ pub struct ResponsesStreamParser {
 
 impl std::fmt::Debug for ResponsesStreamParser {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ResponsesStreamParser").field("calls", &self.calls.len()).field("finished", &self.finished).finish()
+        f.debug_struct("ResponsesStreamParser")
+            .field("calls", &self.calls.len())
+            .field("finished", &self.finished)
+            .finish()
     }
 }
 
@@ -695,7 +772,9 @@ impl ResponsesStreamParser {
     }
 
     fn call_mut(&mut self, output_index: u32) -> Option<&mut CallState> {
-        self.calls.iter_mut().find(|c| c.output_index == output_index)
+        self.calls
+            .iter_mut()
+            .find(|c| c.output_index == output_index)
     }
 
     fn start_call(&mut self, index: u32, item: &InItem<'_>, out: &mut VecDeque<ModelEvent>) {
@@ -704,10 +783,18 @@ impl ResponsesStreamParser {
             id: item.call_id.as_deref().unwrap_or_default().to_owned(),
             name: item.name.as_deref().unwrap_or_default().to_owned(),
         });
-        self.calls.push(CallState { output_index: index, got_arguments: false });
+        self.calls.push(CallState {
+            output_index: index,
+            got_arguments: false,
+        });
     }
 
-    fn apply(&mut self, event: InEvent<'_>, data: &str, out: &mut VecDeque<ModelEvent>) -> Result<(), ModelError> {
+    fn apply(
+        &mut self,
+        event: InEvent<'_>,
+        data: &str,
+        out: &mut VecDeque<ModelEvent>,
+    ) -> Result<(), ModelError> {
         let index = event.output_index.unwrap_or(0);
         match &*event.kind {
             "response.created" | "response.in_progress" => {
@@ -715,13 +802,21 @@ impl ResponsesStreamParser {
                     self.started = true;
                     let head = event.response;
                     out.push_back(ModelEvent::Start {
-                        id: head.as_ref().and_then(|h| h.id.as_deref()).map(str::to_owned),
-                        model: head.as_ref().and_then(|h| h.model.as_deref()).map(str::to_owned),
+                        id: head
+                            .as_ref()
+                            .and_then(|h| h.id.as_deref())
+                            .map(str::to_owned),
+                        model: head
+                            .as_ref()
+                            .and_then(|h| h.model.as_deref())
+                            .map(str::to_owned),
                     });
                 }
             }
             "response.output_item.added" => {
-                let item = event.item.ok_or_else(|| stream_error("output_item.added without an item"))?;
+                let item = event
+                    .item
+                    .ok_or_else(|| stream_error("output_item.added without an item"))?;
                 if item.kind == "function_call" {
                     if self.call_mut(index).is_some() {
                         return Err(stream_error(format!("output item {index} was added twice")));
@@ -768,42 +863,71 @@ impl ResponsesStreamParser {
                 }
             }
             "response.output_item.done" => {
-                let item = event.item.ok_or_else(|| stream_error("output_item.done without an item"))?;
+                let item = event
+                    .item
+                    .ok_or_else(|| stream_error("output_item.done without an item"))?;
                 self.item_done(index, &item, out)?;
             }
             "response.completed" | "response.incomplete" => {
-                let head = event.response.ok_or_else(|| stream_error("a final event without its response"))?;
+                let head = event
+                    .response
+                    .ok_or_else(|| stream_error("a final event without its response"))?;
                 if let Some(u) = head.usage {
                     out.push_back(ModelEvent::Usage(u.into()));
                 }
-                let status = if event.kind == "response.completed" { "completed" } else { "incomplete" };
-                let reason = head.incomplete_details.as_ref().and_then(|d| d.reason.as_deref());
+                let status = if event.kind == "response.completed" {
+                    "completed"
+                } else {
+                    "incomplete"
+                };
+                let reason = head
+                    .incomplete_details
+                    .as_ref()
+                    .and_then(|d| d.reason.as_deref());
                 let (mut finish, raw) = finish_of(status, reason, !self.calls.is_empty());
                 if self.refused && finish == FinishReason::Stop {
                     finish = FinishReason::Refusal;
                 }
-                out.push_back(ModelEvent::Finish { reason: finish, raw: Some(raw) });
+                out.push_back(ModelEvent::Finish {
+                    reason: finish,
+                    raw: Some(raw),
+                });
                 self.finished = true;
             }
             "response.failed" => {
                 return Err(failure(event.response.and_then(|r| r.error)));
             }
             "error" => {
-                return Err(ProviderError::parse(data.as_bytes()).unwrap_or_default().into_model_error(PROVIDER, None));
+                return Err(ProviderError::parse(data.as_bytes())
+                    .unwrap_or_default()
+                    .into_model_error(PROVIDER, None));
             }
             _ => {}
         }
         Ok(())
     }
 
-    fn arguments(&mut self, index: u32, args: String, out: &mut VecDeque<ModelEvent>) -> Result<(), ModelError> {
+    fn arguments(
+        &mut self,
+        index: u32,
+        args: String,
+        out: &mut VecDeque<ModelEvent>,
+    ) -> Result<(), ModelError> {
         let call = self.call_mut(index).ok_or_else(|| unknown_call(index))?;
         call.got_arguments = true;
-        out.push_back(ModelEvent::ToolCallDelta { index, arguments: args });
+        out.push_back(ModelEvent::ToolCallDelta {
+            index,
+            arguments: args,
+        });
         Ok(())
     }
 
-    fn item_done(&mut self, index: u32, item: &InItem<'_>, out: &mut VecDeque<ModelEvent>) -> Result<(), ModelError> {
+    fn item_done(
+        &mut self,
+        index: u32,
+        item: &InItem<'_>,
+        out: &mut VecDeque<ModelEvent>,
+    ) -> Result<(), ModelError> {
         match &*item.kind {
             "function_call" => {
                 if self.call_mut(index).is_none() {
@@ -816,7 +940,11 @@ impl ResponsesStreamParser {
             }
             "reasoning" => {
                 // Streamed summary text is taken by the accumulator when the block's text is empty.
-                let text = if self.reasoning_streamed { String::new() } else { item.summary_text() };
+                let text = if self.reasoning_streamed {
+                    String::new()
+                } else {
+                    item.summary_text()
+                };
                 self.reasoning_streamed = false;
                 out.push_back(ModelEvent::Reasoning(item.reasoning(text)));
             }
@@ -828,7 +956,9 @@ impl ResponsesStreamParser {
                 }
             }
             "message" => {}
-            other => out.push_back(ModelEvent::Warning(format!("ignored an output item of unsupported type {other:?}"))),
+            other => out.push_back(ModelEvent::Warning(format!(
+                "ignored an output item of unsupported type {other:?}"
+            ))),
         }
         Ok(())
     }
@@ -845,7 +975,9 @@ impl ResponsesStreamParser {
 }
 
 fn unknown_call(index: u32) -> ModelError {
-    stream_error(format!("function call arguments for output item {index}, which never started"))
+    stream_error(format!(
+        "function call arguments for output item {index}, which never started"
+    ))
 }
 
 impl StreamDecoder for ResponsesStreamParser {
@@ -879,7 +1011,8 @@ struct WholeResponse<'a> {
 /// Parses a whole (non-streamed) Responses body. A response cut off inside a function call's
 /// arguments drops that call and is marked truncated.
 pub fn parse_response(body: &[u8]) -> Result<ModelResponse, ModelError> {
-    let response: WholeResponse<'_> = serde_json::from_slice(body).map_err(|e| decode_error("response", &e))?;
+    let response: WholeResponse<'_> =
+        serde_json::from_slice(body).map_err(|e| decode_error("response", &e))?;
     let status = response.status.as_deref().unwrap_or("completed");
     if status == "failed" {
         return Err(failure(response.error));
@@ -902,10 +1035,15 @@ pub fn parse_response(body: &[u8]) -> Result<ModelResponse, ModelError> {
                 arguments: item.arguments.as_deref().unwrap_or_default().to_owned(),
             }),
             "reasoning" => reasoning.push(item.reasoning(item.summary_text())),
-            other => warnings.push(format!("ignored an output item of unsupported type {other:?}")),
+            other => warnings.push(format!(
+                "ignored an output item of unsupported type {other:?}"
+            )),
         }
     }
-    let reason = response.incomplete_details.as_ref().and_then(|d| d.reason.as_deref());
+    let reason = response
+        .incomplete_details
+        .as_ref()
+        .and_then(|d| d.reason.as_deref());
     let (mut finish_reason, raw) = finish_of(status, reason, !tool_calls.is_empty());
     if refused && finish_reason == FinishReason::Stop {
         finish_reason = FinishReason::Refusal;
@@ -913,16 +1051,24 @@ pub fn parse_response(body: &[u8]) -> Result<ModelResponse, ModelError> {
     let mut truncated = false;
     if finish_reason == FinishReason::Length {
         tool_calls.retain(|c: &ToolCall| {
-            let complete = c.arguments.trim().is_empty() || serde_json::from_str::<serde::de::IgnoredAny>(&c.arguments).is_ok();
+            let complete = c.arguments.trim().is_empty()
+                || serde_json::from_str::<serde::de::IgnoredAny>(&c.arguments).is_ok();
             if !complete {
                 truncated = true;
-                warnings.push(format!("tool call {} ({}) was cut off and dropped", c.id, c.name));
+                warnings.push(format!(
+                    "tool call {} ({}) was cut off and dropped",
+                    c.id, c.name
+                ));
             }
             complete
         });
     }
     Ok(ModelResponse {
-        message: AssistantMessage { reasoning, text, tool_calls },
+        message: AssistantMessage {
+            reasoning,
+            text,
+            tool_calls,
+        },
         usage: response.usage.map(Usage::from).unwrap_or_default(),
         finish_reason,
         raw_finish_reason: Some(raw),
@@ -962,10 +1108,25 @@ mod tests {
             r#"{"type":"response.completed","response":{"status":"completed","usage":{"input_tokens":5,"output_tokens":2,"input_tokens_details":{"cached_tokens":3},"output_tokens_details":{"reasoning_tokens":1}}}}"#,
         ])
         .unwrap();
-        assert!(ev.contains(&ModelEvent::ToolCallDelta { index: 0, arguments: r#"{"a":1}"#.into() }));
-        let usage = Usage { input_tokens: 5, output_tokens: 2, cached_input_tokens: 3, reasoning_tokens: 1, ..Default::default() };
+        assert!(ev.contains(&ModelEvent::ToolCallDelta {
+            index: 0,
+            arguments: r#"{"a":1}"#.into()
+        }));
+        let usage = Usage {
+            input_tokens: 5,
+            output_tokens: 2,
+            cached_input_tokens: 3,
+            reasoning_tokens: 1,
+            ..Default::default()
+        };
         assert!(ev.contains(&ModelEvent::Usage(usage)));
-        assert_eq!(ev.last(), Some(&ModelEvent::Finish { reason: FinishReason::ToolCalls, raw: Some("completed".into()) }));
+        assert_eq!(
+            ev.last(),
+            Some(&ModelEvent::Finish {
+                reason: FinishReason::ToolCalls,
+                raw: Some("completed".into())
+            })
+        );
     }
 
     #[test]
@@ -977,7 +1138,10 @@ mod tests {
         .unwrap();
         assert_eq!(
             ev.last(),
-            Some(&ModelEvent::Finish { reason: FinishReason::Length, raw: Some("incomplete:max_output_tokens".into()) })
+            Some(&ModelEvent::Finish {
+                reason: FinishReason::Length,
+                raw: Some("incomplete:max_output_tokens".into())
+            })
         );
     }
 
@@ -1004,7 +1168,10 @@ mod tests {
 
     #[test]
     fn arguments_for_unknown_call_fail_the_stream() {
-        let err = events(&[r#"{"type":"response.function_call_arguments.delta","output_index":3,"delta":"{"}"#]).unwrap_err();
+        let err = events(&[
+            r#"{"type":"response.function_call_arguments.delta","output_index":3,"delta":"{"}"#,
+        ])
+        .unwrap_err();
         assert_eq!(err.kind, ModelErrorKind::Stream);
     }
 

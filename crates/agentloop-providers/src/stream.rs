@@ -12,7 +12,25 @@ use agentloop::{ModelError, ModelEvent, ModelResponse, ModelStream, ResponseAccu
 use bytes::Bytes;
 use futures::{StreamExt, stream};
 
-use crate::http::SseStream;
+use crate::http::{HttpClient, SseStream, transport_error};
+
+/// A blank line appended to every event stream: a body whose last event lacks the closing blank
+/// line (a server that closes right after its final `data:` line, or a recording trimmed of its
+/// trailing newline) still dispatches that event. The data is complete JSON or it fails to parse,
+/// so nothing half-received is ever applied.
+const FINAL_BLANK_LINE: &[u8] = b"\n\n";
+
+/// Reads a streamed response as server-sent events with the client's idle timeout and event
+/// budget, dispatching a final event that lacks its closing blank line.
+pub(crate) fn sse(client: &HttpClient, response: reqwest::Response) -> SseStream {
+    let provider = client.provider().to_owned();
+    let bytes = response
+        .bytes_stream()
+        .map(move |r| r.map_err(|e| transport_error(&provider, &e)))
+        .chain(stream::once(async { Ok(Bytes::from_static(FINAL_BLANK_LINE)) }));
+    let config = client.config();
+    SseStream::new(bytes, client.provider(), Some(config.idle_timeout), config.max_event_bytes)
+}
 
 /// A pure parser of one provider's event stream.
 pub(crate) trait StreamDecoder: Send {
@@ -30,8 +48,16 @@ struct Decoding<D> {
 }
 
 /// The model events a decoder makes of a live event stream.
-pub(crate) fn decoded_events<'a, D: StreamDecoder + 'a>(sse: SseStream, decoder: D) -> ModelStream<'a> {
-    let state = Decoding { sse, decoder, queue: VecDeque::new(), done: false };
+pub(crate) fn decoded_events<'a, D: StreamDecoder + 'a>(
+    sse: SseStream,
+    decoder: D,
+) -> ModelStream<'a> {
+    let state = Decoding {
+        sse,
+        decoder,
+        queue: VecDeque::new(),
+        done: false,
+    };
     Box::pin(stream::unfold(state, |mut st| async move {
         loop {
             if let Some(event) = st.queue.pop_front() {
@@ -80,8 +106,15 @@ where
 
 /// Runs a decoder over a whole event-stream body in memory and accumulates the response, without
 /// a runtime: the path a streamed response takes, minus the socket.
-pub(crate) fn accumulate_sse<D: StreamDecoder>(bytes: &[u8], provider: &str, mut decoder: D) -> Result<ModelResponse, ModelError> {
-    let mut sse = SseStream::from_bytes(Bytes::copy_from_slice(bytes), provider);
+pub(crate) fn accumulate_sse<D: StreamDecoder>(
+    bytes: &[u8],
+    provider: &str,
+    mut decoder: D,
+) -> Result<ModelResponse, ModelError> {
+    let mut body = Vec::with_capacity(bytes.len() + FINAL_BLANK_LINE.len());
+    body.extend_from_slice(bytes);
+    body.extend_from_slice(FINAL_BLANK_LINE);
+    let mut sse = SseStream::from_bytes(Bytes::from(body), provider);
     let mut acc = ResponseAccumulator::new();
     let mut queue = VecDeque::new();
     futures::executor::block_on(async {

@@ -1,0 +1,71 @@
+//! Every Anthropic Messages case of the shared fixture corpus, served over loopback HTTP to the
+//! real [`Anthropic`] adapter (streamed and whole), compared with the case's `expected`.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod anthropic_responses_common;
+
+use agentloop::ModelErrorKind;
+use agentloop_providers::anthropic::Anthropic;
+use anthropic_responses_common::{call, cases, check, serve};
+
+#[tokio::test]
+async fn every_anthropic_fixture_case_matches_expected() {
+    let cases = cases("anthropic_messages");
+    assert_eq!(cases.len(), 14, "the corpus holds 14 Anthropic cases");
+    for case in &cases {
+        let server = serve(case, "/v1/messages").await;
+        let model = Anthropic::builder("claude-test")
+            .base_url(server.uri())
+            .api_key("test-key")
+            .stream(case["stream"].as_bool().unwrap())
+            .build()
+            .unwrap();
+        let outcome = call(&model).await;
+        check(case, &outcome);
+    }
+}
+
+#[tokio::test]
+async fn fixture_errors_are_classified_by_kind() {
+    let expect = [
+        ("anth_err_400", ModelErrorKind::InvalidRequest),
+        ("anth_err_404_model", ModelErrorKind::ModelNotFound),
+        ("anth_err_529_overloaded", ModelErrorKind::Overloaded),
+        ("anth_s_midstream_overloaded", ModelErrorKind::Overloaded),
+    ];
+    let cases = cases("anthropic_messages");
+    for (id, kind) in expect {
+        let case = cases.iter().find(|c| c["id"] == id).unwrap();
+        let server = serve(case, "/v1/messages").await;
+        let model = Anthropic::builder("claude-test")
+            .base_url(server.uri())
+            .api_key("test-key")
+            .stream(case["stream"].as_bool().unwrap())
+            .build()
+            .unwrap();
+        let err = call(&model).await.result.unwrap_err();
+        assert_eq!(err.kind, kind, "{id}");
+        assert_eq!(err.provider.as_deref(), Some("anthropic"), "{id}");
+        assert!(!err.message.contains("test-key"), "{id}: the key leaked");
+    }
+}
+
+#[tokio::test]
+async fn fixture_streams_parse_the_same_in_memory() {
+    // The in-memory path (fuzzing, benchmarks) must agree with the HTTP path.
+    for case in cases("anthropic_messages")
+        .iter()
+        .filter(|c| c["stream"] == true && c["http_status"] == 200)
+    {
+        let bytes = anthropic_responses_common::body(case);
+        let outcome = anthropic_responses_common::Outcome {
+            result: agentloop_providers::anthropic::parse_stream_bytes(&bytes),
+            last_usage: None,
+        };
+        if case["expected"]["error"].is_null() {
+            check(case, &outcome);
+        } else {
+            assert!(outcome.result.is_err(), "{}", case["id"]);
+        }
+    }
+}

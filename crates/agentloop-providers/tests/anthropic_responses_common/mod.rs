@@ -1,0 +1,230 @@
+//! Shared by the Anthropic and Responses fixture tests: reads `cases.json` from the shared fixture
+//! corpus at run time, serves a case's recorded body over loopback HTTP, drives the real adapter,
+//! and compares what it extracted with the case's `expected`.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use agentloop::{
+    Model, ModelError, ModelEvent, ModelRequest, ModelResponse, ModelSettings, ResponseAccumulator,
+    Usage,
+};
+use futures::StreamExt;
+use serde_json::Value;
+use wiremock::matchers::{method, path};
+use wiremock::{Mock, MockServer, ResponseTemplate};
+
+/// The shared fixture corpus.
+pub const FIXTURES: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../../shared/fixtures/providers"
+);
+
+/// The cases of `cases.json` whose `api` is this one.
+pub fn cases(api: &str) -> Vec<Value> {
+    let text =
+        std::fs::read_to_string(format!("{FIXTURES}/cases.json")).expect("cases.json is readable");
+    let all: Vec<Value> = serde_json::from_str(&text).expect("cases.json is JSON");
+    all.into_iter().filter(|c| c["api"] == api).collect()
+}
+
+/// The recorded body of a case.
+pub fn body(case: &Value) -> Vec<u8> {
+    let file = case["file"].as_str().expect("case has a file");
+    std::fs::read(format!("{FIXTURES}/{file}")).expect("fixture file is readable")
+}
+
+/// A loopback server answering POST `route` with the case's status and body.
+pub async fn serve(case: &Value, route: &str) -> MockServer {
+    let server = MockServer::start().await;
+    let status = u16::try_from(case["http_status"].as_u64().expect("status")).expect("status fits");
+    let content_type = if case["stream"].as_bool() == Some(true) {
+        "text/event-stream"
+    } else {
+        "application/json"
+    };
+    Mock::given(method("POST"))
+        .and(path(route))
+        .respond_with(ResponseTemplate::new(status).set_body_raw(body(case), content_type))
+        .mount(&server)
+        .await;
+    server
+}
+
+/// What one call produced: the response (or error) and the last usage event seen on the way.
+pub struct Outcome {
+    pub result: Result<ModelResponse, ModelError>,
+    pub last_usage: Option<Usage>,
+}
+
+/// Calls the model once with a one-message transcript and collects its stream.
+pub async fn call(model: &dyn Model) -> Outcome {
+    let messages = vec![agentloop::Message::user("hello")];
+    let settings = ModelSettings::default();
+    let request = ModelRequest {
+        instructions: None,
+        messages: &messages,
+        tools: &[],
+        output_schema: None,
+        settings: &settings,
+    };
+    let mut stream = model.stream(request);
+    let mut acc = ResponseAccumulator::new();
+    let mut last_usage = None;
+    while let Some(item) = stream.next().await {
+        match item {
+            Ok(event) => {
+                if let ModelEvent::Usage(u) = &event {
+                    last_usage = Some(*u);
+                }
+                if let ModelEvent::Response(r) = &event {
+                    last_usage = Some(r.usage);
+                }
+                acc.push(event).unwrap();
+            }
+            Err(e) => {
+                return Outcome {
+                    result: Err(e),
+                    last_usage,
+                };
+            }
+        }
+    }
+    Outcome {
+        result: acc.finish(),
+        last_usage,
+    }
+}
+
+fn parsed_args(raw: &str) -> Value {
+    if raw.trim().is_empty() {
+        Value::Object(Default::default())
+    } else {
+        serde_json::from_str(raw).unwrap()
+    }
+}
+
+/// Compares an outcome with the case's `expected`; panics with the case id on a difference.
+/// `stop_reason` is compared with our raw finish word.
+pub fn check(case: &Value, outcome: &Outcome) {
+    let id = case["id"].as_str().unwrap();
+    let expected = &case["expected"];
+    if let Some(usage) = expected["usage"].as_object() {
+        let seen = match &outcome.result {
+            Ok(r) => Some(r.usage),
+            Err(_) => outcome.last_usage,
+        };
+        let seen = seen.unwrap_or_else(|| panic!("{id}: no usage seen"));
+        assert_eq!(
+            Some(seen.input_tokens),
+            usage["input_tokens"].as_u64(),
+            "{id}: input tokens"
+        );
+        assert_eq!(
+            Some(seen.output_tokens),
+            usage["output_tokens"].as_u64(),
+            "{id}: output tokens"
+        );
+    }
+    if !expected["error"].is_null() {
+        let err = outcome
+            .result
+            .as_ref()
+            .err()
+            .unwrap_or_else(|| panic!("{id}: expected an error, got a response"));
+        let e = &expected["error"];
+        assert_eq!(
+            err.error_type.as_deref(),
+            e["type"].as_str(),
+            "{id}: error type"
+        );
+        assert_eq!(
+            err.provider_code.as_deref(),
+            e["code"].as_str(),
+            "{id}: error code"
+        );
+        assert_eq!(
+            Some(err.message.as_str()),
+            e["message"].as_str(),
+            "{id}: error message"
+        );
+        assert_eq!(
+            err.param.as_deref(),
+            e["param"].as_str(),
+            "{id}: error param"
+        );
+        // `stop_reason: "failed"` is the Responses status of a failed stream: our error is that.
+        assert!(
+            matches!(expected["stop_reason"].as_str(), None | Some("failed")),
+            "{id}: stop reason with an error"
+        );
+        return;
+    }
+    let response = match &outcome.result {
+        Ok(r) => r,
+        Err(e) => panic!("{id}: unexpected error {e:?}"),
+    };
+    assert_eq!(
+        response.raw_finish_reason.as_deref(),
+        expected["stop_reason"].as_str(),
+        "{id}: stop reason"
+    );
+    assert_eq!(
+        response.message.text,
+        expected["text"].as_str().unwrap_or_default(),
+        "{id}: text"
+    );
+    // Calls whose expected arguments are null were cut off: they must be absent (never executed),
+    // the response marked truncated, and a warning must name them.
+    let expected_calls = expected["tool_calls"].as_array().unwrap();
+    let (complete, cut): (Vec<&Value>, Vec<&Value>) = expected_calls
+        .iter()
+        .partition(|c| !c["arguments"].is_null());
+    assert_eq!(
+        response.message.tool_calls.len(),
+        complete.len(),
+        "{id}: number of calls"
+    );
+    for (got, want) in response.message.tool_calls.iter().zip(&complete) {
+        assert_eq!(got.id, want["id"].as_str().unwrap(), "{id}: call id");
+        assert_eq!(got.name, want["name"].as_str().unwrap(), "{id}: call name");
+        if let Some(raw) = want["arguments_raw"].as_str() {
+            assert_eq!(got.arguments, raw, "{id}: raw arguments");
+        }
+        assert_eq!(
+            parsed_args(&got.arguments),
+            want["arguments"],
+            "{id}: parsed arguments"
+        );
+    }
+    assert_eq!(response.truncated, !cut.is_empty(), "{id}: truncated");
+    for c in &cut {
+        let call_id = c["id"].as_str().unwrap();
+        assert!(
+            response.warnings.iter().any(|w| w.contains(call_id)),
+            "{id}: no warning names the cut call {call_id}"
+        );
+    }
+    let expected_warnings = expected["warnings"].as_array().map_or(0, Vec::len);
+    assert!(
+        response.warnings.len() >= expected_warnings,
+        "{id}: warnings {:?}",
+        response.warnings
+    );
+    if let Some(n) = expected["thinking_blocks"].as_u64() {
+        let signed = response
+            .message
+            .reasoning
+            .iter()
+            .filter(|r| r.signature.is_some())
+            .count();
+        assert_eq!(signed as u64, n, "{id}: thinking blocks");
+    }
+    if let Some(n) = expected["reasoning_items"].as_u64() {
+        let items = response
+            .message
+            .reasoning
+            .iter()
+            .filter(|r| r.provider_data.is_some())
+            .count();
+        assert_eq!(items as u64, n, "{id}: reasoning items");
+    }
+}
