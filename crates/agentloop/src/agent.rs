@@ -19,6 +19,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::RunError;
 use crate::event::{Event, EventKind, EventSink, Sinks};
+use crate::guardrail::Guardrail;
+use crate::hooks::{
+    Hook, HookContext, HookError, HookRole, RequestChanges, ToolCallDecision, ToolCallView,
+};
 use crate::ids::{IdSource, UuidIds};
 use crate::limits::{Limits, Pricing};
 use crate::machine::{
@@ -26,9 +30,10 @@ use crate::machine::{
 };
 use crate::message::Message;
 use crate::model::{
-    Model, ModelError, ModelEvent, ModelResponse, ModelSettings, ResponseAccumulator,
+    Model, ModelError, ModelEvent, ModelRequest, ModelResponse, ModelSettings, ResponseAccumulator,
 };
-use crate::outcome::RunOutcome;
+use crate::outcome::{RunOutcome, StopReason};
+use crate::steering::Steering;
 use crate::tool::{ProgressSender, Tool, ToolContext, ToolError, ToolSet, compile_schema};
 
 /// Decides, per call, whether a batch may run. Sees the whole admitted batch once per turn, before
@@ -69,6 +74,8 @@ pub struct RunOptions {
     pub skip_tools: bool,
     /// Limits for this run instead of the agent's (a subagent's share of its parent's budget).
     pub limits: Option<Limits>,
+    /// A handle through which the application sends steering messages and follow-ups.
+    pub steering: Option<Steering>,
 }
 
 struct Inner {
@@ -78,6 +85,9 @@ struct Inner {
     pricing: Option<Arc<dyn Pricing>>,
     ids: Arc<dyn IdSource>,
     gate: Option<Arc<dyn BatchGate>>,
+    hooks: Vec<(Arc<dyn Hook>, HookRole)>,
+    input_guardrails: Vec<Arc<dyn Guardrail>>,
+    output_guardrails: Vec<Arc<dyn Guardrail>>,
 }
 
 /// An agent: a model, instructions, tools and limits. Cheap to clone; runs share nothing mutable.
@@ -110,6 +120,9 @@ pub struct AgentBuilder {
     pricing: Option<Arc<dyn Pricing>>,
     ids: Arc<dyn IdSource>,
     gate: Option<Arc<dyn BatchGate>>,
+    hooks: Vec<(Arc<dyn Hook>, HookRole)>,
+    input_guardrails: Vec<Arc<dyn Guardrail>>,
+    output_guardrails: Vec<Arc<dyn Guardrail>>,
     error: Option<RunError>,
 }
 
@@ -138,6 +151,9 @@ impl Agent {
             pricing: None,
             ids: Arc::new(UuidIds),
             gate: None,
+            hooks: Vec::new(),
+            input_guardrails: Vec::new(),
+            output_guardrails: Vec::new(),
             error: None,
         }
     }
@@ -216,6 +232,7 @@ impl Agent {
             sinks,
             cancel: options.cancel.clone().unwrap_or_default(),
             skip_tools: options.skip_tools,
+            steering: options.steering.clone(),
             start: Instant::now(),
         };
         driver
@@ -405,6 +422,30 @@ impl AgentBuilder {
         self
     }
 
+    /// Adds a hook whose failure fails the run.
+    pub fn hook(mut self, hook: impl Hook + 'static) -> Self {
+        self.hooks.push((Arc::new(hook), HookRole::Required));
+        self
+    }
+
+    /// Adds an observer hook: its failures are reported as events and the run goes on.
+    pub fn observer(mut self, hook: impl Hook + 'static) -> Self {
+        self.hooks.push((Arc::new(hook), HookRole::Observer));
+        self
+    }
+
+    /// Adds a guardrail on the input, checked before the first model call.
+    pub fn input_guardrail(mut self, g: impl Guardrail + 'static) -> Self {
+        self.input_guardrails.push(Arc::new(g));
+        self
+    }
+
+    /// Adds a guardrail on the final output.
+    pub fn output_guardrail(mut self, g: impl Guardrail + 'static) -> Self {
+        self.output_guardrails.push(Arc::new(g));
+        self
+    }
+
     /// Builds the agent.
     pub fn build(self) -> Result<Agent, RunError> {
         if let Some(e) = self.error {
@@ -441,6 +482,9 @@ impl AgentBuilder {
                 pricing: self.pricing,
                 ids: self.ids,
                 gate: self.gate,
+                hooks: self.hooks,
+                input_guardrails: self.input_guardrails,
+                output_guardrails: self.output_guardrails,
             }),
         })
     }
@@ -456,6 +500,7 @@ struct Driver<'a> {
     sinks: Sinks,
     cancel: CancellationToken,
     skip_tools: bool,
+    steering: Option<Steering>,
     start: Instant,
 }
 
@@ -520,7 +565,25 @@ impl Driver<'_> {
                 },
             );
         }
+        for g in &self.inner.input_guardrails {
+            if let Err(message) = g.check(&input_text_of(&m)).await {
+                let name = g.name().to_owned();
+                m.stop_with(
+                    StopReason::Guardrail {
+                        name: name.clone(),
+                        message: message.clone(),
+                    },
+                    Some(RunError::Guardrail { name, message }),
+                );
+                break;
+            }
+        }
         loop {
+            if let Some(s) = &self.steering
+                && m.at_safe_point()
+            {
+                self.deliver(&mut m, s.take_steering(), false);
+            }
             let action = if self.cancel.is_cancelled() && !m.is_done() {
                 m.on_cancelled();
                 Action::Finish
@@ -529,13 +592,36 @@ impl Driver<'_> {
             };
             self.flush(&mut m);
             match action {
-                Action::Finish => break,
+                Action::Finish => {
+                    if m.stop_reason() == Some(&StopReason::Finished) {
+                        if let Some(s) = &self.steering {
+                            // Waiting steering messages and follow-ups continue a run that would
+                            // otherwise finish; the limits still apply to what follows.
+                            let mut messages = s.take_steering();
+                            let follow_up = messages.is_empty();
+                            if follow_up {
+                                messages = s.take_follow_ups();
+                            }
+                            if !messages.is_empty() {
+                                self.deliver(&mut m, messages, follow_up);
+                                continue;
+                            }
+                        }
+                        self.check_output(&mut m).await;
+                    }
+                    break;
+                }
                 Action::CallModel => {
                     let called = Instant::now();
+                    let mut changes = RequestChanges::default();
+                    if let Err(e) = self.before_model_call(&m, &mut changes).await {
+                        m.stop_with(StopReason::Failed, Some(e));
+                        continue;
+                    }
                     let result = tokio::select! {
                         biased;
                         i = self.interrupted(deadline) => Err(i),
-                        r = self.call_model(&m) => Ok(r),
+                        r = self.call_model(&m, &changes) => Ok(r),
                     };
                     match result {
                         Ok(Ok(response)) => {
@@ -560,6 +646,11 @@ impl Driver<'_> {
                                     },
                                 );
                             }
+                            if let Err(e) = self.after_model_call(&m, &response).await {
+                                m.on_model_response(response, cost);
+                                m.stop_with(StopReason::Failed, Some(e));
+                                continue;
+                            }
                             m.on_model_response(response, cost);
                         }
                         Ok(Err(e)) => m.on_model_error(e),
@@ -568,8 +659,11 @@ impl Driver<'_> {
                     }
                 }
                 Action::RunTools(batch) => {
-                    let (outcomes, interrupt) = self.run_batch(&m, batch, deadline).await;
+                    let (outcomes, interrupt, failure) = self.run_batch(&m, batch, deadline).await;
                     m.on_tool_outcomes(outcomes);
+                    if let Some(e) = failure {
+                        m.stop_with(StopReason::Failed, Some(e));
+                    }
                     match interrupt {
                         Some(Interrupt::Cancelled) if !m.is_done() => m.on_cancelled(),
                         Some(Interrupt::Deadline) if !m.is_done() => {
@@ -581,7 +675,8 @@ impl Driver<'_> {
             }
         }
         self.flush(&mut m);
-        let outcome = m.into_outcome(self.start.elapsed());
+        let mut outcome = m.into_outcome(self.start.elapsed());
+        self.finish_hooks(&mut outcome).await;
         if observed {
             self.emit(
                 &run_id,
@@ -598,7 +693,11 @@ impl Driver<'_> {
         outcome
     }
 
-    async fn call_model(&self, m: &RunMachine) -> Result<ModelResponse, ModelError> {
+    async fn call_model(
+        &self,
+        m: &RunMachine,
+        changes: &RequestChanges,
+    ) -> Result<ModelResponse, ModelError> {
         let observed = !self.sinks.is_empty();
         let run_id = m.run_id();
         let turn = m.turn();
@@ -614,7 +713,32 @@ impl Driver<'_> {
                 },
             );
         }
-        let mut stream = model.stream(m.request());
+        let base = m.request();
+        // Only a hook that adds messages costs a copy of the transcript, and only for this call.
+        let extended: Vec<Message>;
+        let request = if changes.is_empty() {
+            base
+        } else {
+            let messages = if changes.extra_messages.is_empty() {
+                base.messages
+            } else {
+                extended = base
+                    .messages
+                    .iter()
+                    .chain(changes.extra_messages.iter())
+                    .cloned()
+                    .collect();
+                &extended
+            };
+            ModelRequest {
+                instructions: changes.instructions.as_deref().or(base.instructions),
+                messages,
+                tools: base.tools,
+                output_schema: base.output_schema,
+                settings: changes.settings.as_ref().unwrap_or(base.settings),
+            }
+        };
+        let mut stream = model.stream(request);
         let mut acc = ResponseAccumulator::new();
         let mut names: Vec<(u32, String, String)> = Vec::new();
         while let Some(event) = stream.next().await {
@@ -657,32 +781,43 @@ impl Driver<'_> {
         m: &RunMachine,
         batch: Batch,
         deadline: Option<Instant>,
-    ) -> (Vec<CallOutcome>, Option<Interrupt>) {
+    ) -> (Vec<CallOutcome>, Option<Interrupt>, Option<RunError>) {
+        let mut batch = batch;
         let n = batch.calls.len();
         let mut outcomes: Vec<Option<CallOutcome>> = vec![None; n];
         let run_id = m.run_id().clone();
         let turn = batch.turn;
 
-        // The gate sees the whole batch once, before any tool starts.
+        // Hooks see each call first (they may veto it or rewrite its arguments, which are
+        // validated again); then the gate sees the whole batch once, before any tool starts.
+        let not_run = || {
+            (0..n)
+                .map(|_| CallOutcome::instant(CallResult::NotRun))
+                .collect::<Vec<_>>()
+        };
+        if let Err(e) = self.before_tool_calls(m, &mut batch, &mut outcomes).await {
+            return (not_run(), None, Some(e));
+        }
         if let Some(gate) = &self.inner.gate {
             match gate.check(&run_id, &batch).await {
                 Ok(answers) => {
                     for (slot, answer) in outcomes.iter_mut().zip(answers) {
-                        if let Some(reason) = answer {
+                        if let Some(reason) = answer
+                            && slot.is_none()
+                        {
                             *slot = Some(CallOutcome::instant(CallResult::Denied { reason }));
                         }
                     }
                 }
-                Err(e) => {
-                    let message = e.to_string();
-                    for slot in outcomes.iter_mut() {
-                        *slot = Some(CallOutcome::instant(CallResult::Denied {
-                            reason: message.clone(),
-                        }));
-                    }
-                }
+                Err(e) => return (not_run(), None, Some(e)),
             }
         }
+        for (i, slot) in outcomes.iter().enumerate() {
+            if let Some(o) = slot {
+                self.finished(&run_id, turn, &batch, i, &o.result, Duration::ZERO);
+            }
+        }
+        let mut failure: Option<RunError> = None;
         if self.skip_tools {
             for slot in outcomes.iter_mut().filter(|s| s.is_none()) {
                 *slot = Some(CallOutcome::instant(CallResult::Skipped));
@@ -813,6 +948,14 @@ impl Driver<'_> {
                         }
                         (Err(ToolError::Fatal { message }), None) => CallResult::Fatal { message },
                     };
+                    let outcome = match self.after_tool_call(m, &batch, i, outcome).await {
+                        Ok(o) => o,
+                        Err((o, e)) => {
+                            failure.get_or_insert(e);
+                            stop_dispatch = true;
+                            o
+                        }
+                    };
                     if matches!(
                         outcome,
                         CallResult::Fatal { .. } | CallResult::Panicked { .. }
@@ -870,7 +1013,7 @@ impl Driver<'_> {
                 None => CallOutcome::instant(CallResult::NotRun),
             })
             .collect();
-        (results, interrupt)
+        (results, interrupt, failure)
     }
 
     fn finished(
@@ -898,7 +1041,33 @@ impl Driver<'_> {
                 (false, None, Some(format!("panicked: {message}")), None)
             }
             CallResult::Cancelled => (false, None, Some("cancelled".into()), None),
-            CallResult::NotRun | CallResult::Denied { .. } | CallResult::Skipped => return,
+            CallResult::Denied { reason } => {
+                self.emit(
+                    run_id,
+                    turn,
+                    EventKind::ToolRejected {
+                        call_id: call.call_id.to_string(),
+                        tool: call.name.to_string(),
+                        code: "denied".into(),
+                        reason: reason.clone(),
+                    },
+                );
+                return;
+            }
+            CallResult::Skipped => {
+                self.emit(
+                    run_id,
+                    turn,
+                    EventKind::ToolRejected {
+                        call_id: call.call_id.to_string(),
+                        tool: call.name.to_string(),
+                        code: "skipped".into(),
+                        reason: "dry run: the tool was not run".into(),
+                    },
+                );
+                return;
+            }
+            CallResult::NotRun => return,
         };
         self.emit(
             run_id,
@@ -914,6 +1083,268 @@ impl Driver<'_> {
             },
         );
     }
+}
+
+impl Driver<'_> {
+    fn ctx<'a>(&self, m: &'a RunMachine) -> HookContext<'a> {
+        HookContext {
+            run_id: m.run_id(),
+            agent: &m.config().name,
+            turn: m.turn(),
+        }
+    }
+
+    /// A hook failed: a required hook's failure becomes the run's error; an observer's is
+    /// reported and the run goes on.
+    fn hook_failed(
+        &self,
+        m: &RunMachine,
+        hook: &dyn Hook,
+        role: HookRole,
+        stage: &str,
+        e: HookError,
+    ) -> Option<RunError> {
+        match role {
+            HookRole::Required => Some(RunError::Hook {
+                hook: hook.name().to_owned(),
+                message: format!("{stage}: {e}"),
+            }),
+            HookRole::Observer => {
+                if !self.sinks.is_empty() {
+                    self.emit(
+                        m.run_id(),
+                        m.turn(),
+                        EventKind::HookFailed {
+                            hook: hook.name().to_owned(),
+                            stage: stage.to_owned(),
+                            message: e.0,
+                        },
+                    );
+                }
+                None
+            }
+        }
+    }
+
+    async fn before_model_call(
+        &self,
+        m: &RunMachine,
+        changes: &mut RequestChanges,
+    ) -> Result<(), RunError> {
+        for (hook, role) in &self.inner.hooks {
+            if let Err(e) = hook.before_model_call(self.ctx(m), changes).await
+                && let Some(err) = self.hook_failed(m, hook.as_ref(), *role, "before_model_call", e)
+            {
+                return Err(err);
+            }
+        }
+        Ok(())
+    }
+
+    async fn after_model_call(
+        &self,
+        m: &RunMachine,
+        response: &ModelResponse,
+    ) -> Result<(), RunError> {
+        for (hook, role) in self.inner.hooks.iter().rev() {
+            if let Err(e) = hook.after_model_call(self.ctx(m), response).await
+                && let Some(err) = self.hook_failed(m, hook.as_ref(), *role, "after_model_call", e)
+            {
+                return Err(err);
+            }
+        }
+        Ok(())
+    }
+
+    async fn before_tool_calls(
+        &self,
+        m: &RunMachine,
+        batch: &mut Batch,
+        outcomes: &mut [Option<CallOutcome>],
+    ) -> Result<(), RunError> {
+        if self.inner.hooks.is_empty() {
+            return Ok(());
+        }
+        for (i, call) in batch.calls.iter_mut().enumerate() {
+            for (hook, role) in &self.inner.hooks {
+                let view = ToolCallView {
+                    call_id: &call.call_id,
+                    tool: &call.name,
+                    arguments: &call.args,
+                };
+                match hook.before_tool_call(self.ctx(m), view).await {
+                    Ok(ToolCallDecision::Continue) => {}
+                    Ok(ToolCallDecision::Veto(reason)) => {
+                        outcomes[i] = Some(CallOutcome::instant(CallResult::Denied { reason }));
+                        break;
+                    }
+                    Ok(ToolCallDecision::Rewrite(args)) => match m.revalidate(call.tool, &args) {
+                        Ok(()) => call.args = args,
+                        Err(v) => {
+                            let e = HookError(format!(
+                                "rewrote the arguments of {} into ones that fail its schema: {v}",
+                                call.name
+                            ));
+                            if let Some(err) =
+                                self.hook_failed(m, hook.as_ref(), *role, "before_tool_call", e)
+                            {
+                                return Err(err);
+                            }
+                        }
+                    },
+                    Err(e) => {
+                        if let Some(err) =
+                            self.hook_failed(m, hook.as_ref(), *role, "before_tool_call", e)
+                        {
+                            return Err(err);
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs the after-tool hooks (reverse order); a replacement result wins.
+    async fn after_tool_call(
+        &self,
+        m: &RunMachine,
+        batch: &Batch,
+        i: usize,
+        mut result: CallResult,
+    ) -> Result<CallResult, (CallResult, RunError)> {
+        if self.inner.hooks.is_empty() {
+            return Ok(result);
+        }
+        let Some(call) = batch.calls.get(i) else {
+            return Ok(result);
+        };
+        for (hook, role) in self.inner.hooks.iter().rev() {
+            let view = ToolCallView {
+                call_id: &call.call_id,
+                tool: &call.name,
+                arguments: &call.args,
+            };
+            match hook.after_tool_call(self.ctx(m), view, &result).await {
+                Ok(Some(replacement)) => result = replacement,
+                Ok(None) => {}
+                Err(e) => {
+                    if let Some(err) =
+                        self.hook_failed(m, hook.as_ref(), *role, "after_tool_call", e)
+                    {
+                        return Err((result, err));
+                    }
+                }
+            }
+        }
+        Ok(result)
+    }
+
+    fn deliver(&self, m: &mut RunMachine, messages: Vec<Message>, follow_up: bool) {
+        if messages.is_empty() {
+            return;
+        }
+        let count = messages.len();
+        for msg in messages {
+            m.push_user_message(msg);
+        }
+        if !self.sinks.is_empty() {
+            self.emit(
+                m.run_id(),
+                m.turn(),
+                EventKind::MessagesDelivered { count, follow_up },
+            );
+        }
+    }
+
+    async fn check_output(&self, m: &mut RunMachine) {
+        if self.inner.output_guardrails.is_empty() {
+            return;
+        }
+        let output = m.output().unwrap_or_default().to_owned();
+        for g in &self.inner.output_guardrails {
+            if let Err(message) = g.check(&output).await {
+                let name = g.name().to_owned();
+                m.stop_with(
+                    StopReason::Guardrail {
+                        name: name.clone(),
+                        message: message.clone(),
+                    },
+                    Some(RunError::Guardrail { name, message }),
+                );
+                return;
+            }
+        }
+    }
+
+    async fn finish_hooks(&self, outcome: &mut RunOutcome) {
+        if self.inner.hooks.is_empty() {
+            return;
+        }
+        let run_id = outcome.run_id.clone();
+        let agent = self.inner.cfg.name.clone();
+        let ctx = HookContext {
+            run_id: &run_id,
+            agent: &agent,
+            turn: outcome.turns,
+        };
+        let mut failure = None;
+        if let Some(error) = outcome.error.clone() {
+            for (hook, role) in &self.inner.hooks {
+                if let Err(e) = hook.on_error(ctx, &error).await
+                    && *role == HookRole::Required
+                {
+                    failure.get_or_insert(RunError::Hook {
+                        hook: hook.name().to_owned(),
+                        message: format!("on_error: {e}"),
+                    });
+                }
+            }
+        }
+        for (hook, role) in &self.inner.hooks {
+            if let Err(e) = hook.on_finish(ctx, outcome).await {
+                match role {
+                    HookRole::Required => {
+                        failure.get_or_insert(RunError::Hook {
+                            hook: hook.name().to_owned(),
+                            message: format!("on_finish: {e}"),
+                        });
+                    }
+                    HookRole::Observer => {
+                        if !self.sinks.is_empty() {
+                            self.emit(
+                                &Arc::from(run_id.as_str()),
+                                outcome.turns,
+                                EventKind::HookFailed {
+                                    hook: hook.name().to_owned(),
+                                    stage: "on_finish".into(),
+                                    message: e.0,
+                                },
+                            );
+                        }
+                    }
+                }
+            }
+        }
+        if let Some(e) = failure {
+            outcome.stop_reason = StopReason::Failed;
+            outcome.error = Some(e);
+        }
+    }
+}
+
+fn input_text_of(m: &RunMachine) -> String {
+    let Some(Message::User { content }) = m.transcript().last() else {
+        return String::new();
+    };
+    content
+        .iter()
+        .filter_map(|p| match p {
+            crate::message::ContentPart::Text { text } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 fn panic_message(panic: &Box<dyn Any + Send>) -> String {

@@ -158,6 +158,22 @@ pub enum EventKind {
         /// Why (as the model reads it).
         reason: String,
     },
+    /// An observer hook failed; the run went on.
+    HookFailed {
+        /// The hook's name.
+        hook: String,
+        /// Where it failed (`before_model_call`, `after_tool_call`, ...).
+        stage: String,
+        /// Its message.
+        message: String,
+    },
+    /// Messages from the application were added to the transcript (steering or follow-ups).
+    MessagesDelivered {
+        /// How many.
+        count: usize,
+        /// True for follow-ups (delivered when the run would have finished).
+        follow_up: bool,
+    },
     /// A limit stopped the run.
     LimitReached {
         /// Which limit, its bound, what was consumed and what was requested.

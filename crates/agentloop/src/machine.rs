@@ -320,6 +320,12 @@ impl RunMachine {
         self.cost
     }
 
+    /// True when the next step is a model call: messages may be added now without splitting a
+    /// tool call from its result.
+    pub fn at_safe_point(&self) -> bool {
+        matches!(self.phase, Phase::NeedModel)
+    }
+
     /// True once the run has stopped.
     pub fn is_done(&self) -> bool {
         matches!(self.phase, Phase::Done)
@@ -1081,6 +1087,11 @@ impl RunMachine {
             error: self.error,
             duration: elapsed,
         }
+    }
+
+    /// The final output so far.
+    pub fn output(&self) -> Option<&str> {
+        self.output.as_deref()
     }
 
     /// The stop reason, once stopped.

@@ -1,0 +1,159 @@
+//! Hooks around a run: before and after each model call and each tool call, on error and on
+//! finish. They let an application observe and steer a run without touching the loop's rules.
+//!
+//! Order: `before_*` hooks run in registration order, `after_*` hooks in reverse registration
+//! order (like layers around a service), `on_error` and `on_finish` in registration order. A hook
+//! registered with [`crate::AgentBuilder::hook`] that fails fails the run with an error naming it;
+//! one registered with [`crate::AgentBuilder::observer`] that fails is reported as a
+//! [`crate::EventKind::HookFailed`] event and the run goes on.
+
+use futures::future::BoxFuture;
+use serde_json::Value;
+
+use crate::error::RunError;
+use crate::machine::CallResult;
+use crate::message::Message;
+use crate::model::{ModelResponse, ModelSettings};
+use crate::outcome::RunOutcome;
+
+/// What a hook knows of the run.
+#[derive(Debug, Clone, Copy)]
+pub struct HookContext<'a> {
+    /// The run's id.
+    pub run_id: &'a str,
+    /// The agent's name.
+    pub agent: &'a str,
+    /// The current turn.
+    pub turn: u32,
+}
+
+/// Changes a hook may make to the next model request. They apply to that call only; the
+/// transcript is not changed.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RequestChanges {
+    /// Replaces the instructions.
+    pub instructions: Option<String>,
+    /// Messages appended after the transcript for this call.
+    pub extra_messages: Vec<Message>,
+    /// Replaces the model settings.
+    pub settings: Option<ModelSettings>,
+}
+
+impl RequestChanges {
+    /// True when nothing changes.
+    pub fn is_empty(&self) -> bool {
+        self.instructions.is_none() && self.extra_messages.is_empty() && self.settings.is_none()
+    }
+}
+
+/// A tool call as a hook sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct ToolCallView<'a> {
+    /// The call id.
+    pub call_id: &'a str,
+    /// The tool.
+    pub tool: &'a str,
+    /// The validated arguments.
+    pub arguments: &'a Value,
+}
+
+/// What a `before_tool_call` hook decides.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ToolCallDecision {
+    /// Go on unchanged.
+    Continue,
+    /// Do not run the call; the model reads the reason.
+    Veto(String),
+    /// Run it with these arguments instead (validated again against the tool's schema).
+    Rewrite(Value),
+}
+
+/// A hook failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct HookError(pub String);
+
+impl From<String> for HookError {
+    fn from(s: String) -> Self {
+        HookError(s)
+    }
+}
+
+impl From<&str> for HookError {
+    fn from(s: &str) -> Self {
+        HookError(s.to_owned())
+    }
+}
+
+/// The result of a hook.
+pub type HookResult<T> = Result<T, HookError>;
+
+/// A hook. Every method has a default that does nothing, so a hook implements only what it needs.
+pub trait Hook: Send + Sync {
+    /// The hook's name, used in errors and events.
+    fn name(&self) -> &str;
+
+    /// Before each model call: observe, or change the request.
+    fn before_model_call<'a>(
+        &'a self,
+        _ctx: HookContext<'a>,
+        _changes: &'a mut RequestChanges,
+    ) -> BoxFuture<'a, HookResult<()>> {
+        Box::pin(async { Ok(()) })
+    }
+
+    /// After each model response.
+    fn after_model_call<'a>(
+        &'a self,
+        _ctx: HookContext<'a>,
+        _response: &'a ModelResponse,
+    ) -> BoxFuture<'a, HookResult<()>> {
+        Box::pin(async { Ok(()) })
+    }
+
+    /// Before each admitted tool call: go on, veto, or rewrite the arguments.
+    fn before_tool_call<'a>(
+        &'a self,
+        _ctx: HookContext<'a>,
+        _call: ToolCallView<'a>,
+    ) -> BoxFuture<'a, HookResult<ToolCallDecision>> {
+        Box::pin(async { Ok(ToolCallDecision::Continue) })
+    }
+
+    /// After each tool call: observe, or return a replacement result.
+    fn after_tool_call<'a>(
+        &'a self,
+        _ctx: HookContext<'a>,
+        _call: ToolCallView<'a>,
+        _result: &'a CallResult,
+    ) -> BoxFuture<'a, HookResult<Option<CallResult>>> {
+        Box::pin(async { Ok(None) })
+    }
+
+    /// When the run fails.
+    fn on_error<'a>(
+        &'a self,
+        _ctx: HookContext<'a>,
+        _error: &'a RunError,
+    ) -> BoxFuture<'a, HookResult<()>> {
+        Box::pin(async { Ok(()) })
+    }
+
+    /// When the run ends, whatever the reason.
+    fn on_finish<'a>(
+        &'a self,
+        _ctx: HookContext<'a>,
+        _outcome: &'a RunOutcome,
+    ) -> BoxFuture<'a, HookResult<()>> {
+        Box::pin(async { Ok(()) })
+    }
+}
+
+/// How a hook's failures are treated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HookRole {
+    /// A failure fails the run.
+    Required,
+    /// A failure is reported as an event; the run goes on.
+    Observer,
+}

@@ -1,0 +1,648 @@
+//! Control over a running agent: hooks, the permission gate, steering and follow-ups, guardrails.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use agentloop::{
+    Agent, Answer, ApprovalPrompter, ApprovalRequest, ArgumentMatch, Batch, BatchGate, CallResult,
+    CallStatus, EventKind, FixedAnswer, FunctionModel, Hook, HookContext, HookError, HookResult,
+    Message, ModelResponse, Permission, PermissionGate, PermissionRule, PermissionStore,
+    RequestChanges, RunError, RunOptions, ScriptedModel, Steering, StopReason, ToolCallDecision,
+    ToolCallView, ToolOutput, guardrail_fn,
+};
+use common::{CallLog, Events, calls, sleeper};
+use futures::future::BoxFuture;
+use serde_json::{Value, json};
+
+/// A gate that records the batches it saw and when, relative to the tool log.
+struct RecordingGate {
+    seen: Mutex<Vec<(usize, usize)>>,
+    log: CallLog,
+}
+
+impl BatchGate for RecordingGate {
+    fn check<'a>(
+        &'a self,
+        _run_id: &'a str,
+        batch: &'a Batch,
+    ) -> BoxFuture<'a, Result<Vec<Option<String>>, RunError>> {
+        self.seen
+            .lock()
+            .unwrap()
+            .push((batch.calls.len(), self.log.len()));
+        Box::pin(async move { Ok(vec![None; batch.calls.len()]) })
+    }
+}
+
+#[tokio::test]
+async fn the_gate_runs_once_per_turn_before_any_tool_starts() {
+    let log = CallLog::default();
+    let gate = Arc::new(RecordingGate {
+        seen: Mutex::new(Vec::new()),
+        log: log.clone(),
+    });
+    let model = ScriptedModel::new([
+        calls(&[("a", "alpha", "{}"), ("b", "alpha", r#"{"tag": "b"}"#)]),
+        calls(&[("c", "alpha", r#"{"tag": "c"}"#)]),
+        ModelResponse::text("done"),
+    ]);
+    let out = Agent::builder()
+        .model(model)
+        .tool(sleeper("alpha", &log))
+        .gate(gate.clone())
+        .build()
+        .unwrap()
+        .run("go")
+        .await;
+    assert_eq!(out.stop_reason, StopReason::Finished);
+    // (calls in the batch, tools that had run when the gate saw it)
+    assert_eq!(*gate.seen.lock().unwrap(), vec![(2, 0), (1, 2)]);
+}
+
+#[tokio::test]
+async fn a_denied_call_never_runs_and_the_model_sees_why() {
+    let log = CallLog::default();
+    let mut store = PermissionStore::new(Permission::Allow);
+    store.set("danger", Permission::Deny);
+    let seen = Arc::new(Mutex::new(String::new()));
+    let seen2 = seen.clone();
+    let model = FunctionModel::new(move |req| {
+        if let Some(r) = req.messages.iter().rev().find_map(Message::as_tool_result) {
+            *seen2.lock().unwrap() = r.content.to_text();
+            return Ok(ModelResponse::text("ok"));
+        }
+        Ok(calls(&[("a", "danger", "{}")]))
+    });
+    let out = Agent::builder()
+        .model(model)
+        .tool(sleeper("danger", &log))
+        .gate(Arc::new(PermissionGate::new(store)))
+        .build()
+        .unwrap()
+        .run("go")
+        .await;
+    assert_eq!(out.stop_reason, StopReason::Finished);
+    assert_eq!(log.len(), 0, "the denied call never ran");
+    assert_eq!(out.tool_calls[0].status, CallStatus::Denied);
+    assert!(
+        seen.lock().unwrap().contains("denied"),
+        "{}",
+        seen.lock().unwrap()
+    );
+    assert_eq!(out.tool_calls_run, 0);
+}
+
+struct ScriptedPrompter {
+    answers: Mutex<Vec<Answer>>,
+    asked: Mutex<Vec<Vec<String>>>,
+}
+
+impl ApprovalPrompter for ScriptedPrompter {
+    fn ask<'a>(
+        &'a self,
+        requests: &'a [ApprovalRequest],
+    ) -> BoxFuture<'a, Result<Vec<Answer>, String>> {
+        self.asked
+            .lock()
+            .unwrap()
+            .push(requests.iter().map(|r| r.call_id.clone()).collect());
+        let mut a = self.answers.lock().unwrap();
+        let take = requests.len().min(a.len());
+        let out: Vec<Answer> = a.drain(..take).collect();
+        Box::pin(async move { Ok(out) })
+    }
+}
+
+#[tokio::test]
+async fn always_answers_persist_across_two_runs_with_a_file_store() {
+    let dir = std::env::temp_dir().join(format!("agentloop-perm-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let path = dir.join("permissions.json");
+    let log = CallLog::default();
+    let script = || {
+        ScriptedModel::new([
+            calls(&[("a", "alpha", "{}"), ("b", "beta", "{}")]),
+            ModelResponse::text("done"),
+        ])
+    };
+    let prompter = Arc::new(ScriptedPrompter {
+        answers: Mutex::new(vec![Answer::AllowAlways, Answer::DenyAlways]),
+        asked: Mutex::new(Vec::new()),
+    });
+    let gate = PermissionGate::new(PermissionStore::open(&path, Permission::Ask).unwrap())
+        .with_prompter(prompter.clone());
+    let agent = |gate: PermissionGate| {
+        Agent::builder()
+            .model(script())
+            .tool(sleeper("alpha", &log))
+            .tool(sleeper("beta", &log))
+            .gate(Arc::new(gate))
+            .build()
+            .unwrap()
+    };
+    let first = agent(gate).run("go").await;
+    assert_eq!(
+        prompter.asked.lock().unwrap().clone(),
+        vec![vec!["a".to_owned(), "b".to_owned()]],
+        "one prompt for the batch"
+    );
+    assert_eq!(first.tool_calls[0].status, CallStatus::Ok);
+    assert_eq!(first.tool_calls[1].status, CallStatus::Denied);
+
+    // A second run with a fresh store from the same file asks nobody.
+    let nobody = Arc::new(ScriptedPrompter {
+        answers: Mutex::new(Vec::new()),
+        asked: Mutex::new(Vec::new()),
+    });
+    let gate = PermissionGate::new(PermissionStore::open(&path, Permission::Ask).unwrap())
+        .with_prompter(nobody.clone());
+    let second = agent(gate).run("go").await;
+    assert!(nobody.asked.lock().unwrap().is_empty());
+    assert_eq!(second.tool_calls[0].status, CallStatus::Ok);
+    assert_eq!(second.tool_calls[1].status, CallStatus::Denied);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn an_ask_with_nobody_to_ask_is_a_denial_with_that_reason() {
+    let log = CallLog::default();
+    let gate = PermissionGate::new(PermissionStore::new(Permission::Ask))
+        .unattended_reason("no terminal; use --yes");
+    let model = ScriptedModel::new([calls(&[("a", "alpha", "{}")]), ModelResponse::text("done")]);
+    let out = Agent::builder()
+        .model(model)
+        .tool(sleeper("alpha", &log))
+        .gate(Arc::new(gate))
+        .build()
+        .unwrap()
+        .run("go")
+        .await;
+    assert_eq!(out.tool_calls[0].status, CallStatus::Denied);
+    assert!(
+        out.tool_calls[0]
+            .error
+            .as_deref()
+            .unwrap()
+            .contains("no terminal; use --yes")
+    );
+    let yes = PermissionGate::new(PermissionStore::new(Permission::Ask))
+        .with_prompter(Arc::new(FixedAnswer(Answer::AllowOnce)));
+    let model = ScriptedModel::new([calls(&[("a", "alpha", "{}")]), ModelResponse::text("done")]);
+    let out = Agent::builder()
+        .model(model)
+        .tool(sleeper("alpha", &log))
+        .gate(Arc::new(yes))
+        .build()
+        .unwrap()
+        .run("go")
+        .await;
+    assert_eq!(out.tool_calls[0].status, CallStatus::Ok);
+}
+
+#[test]
+fn rules_match_command_prefixes_and_path_globs_with_deny_first() {
+    let mut store = PermissionStore::new(Permission::Ask);
+    store
+        .add(PermissionRule {
+            tool: "shell".into(),
+            arguments: Some(ArgumentMatch::CommandPrefix {
+                field: "command".into(),
+                prefix: "git status".into(),
+            }),
+            permission: Permission::Allow,
+        })
+        .add(PermissionRule {
+            tool: "write".into(),
+            arguments: Some(ArgumentMatch::PathGlob {
+                field: "path".into(),
+                glob: "src/**/*.rs".into(),
+            }),
+            permission: Permission::Allow,
+        })
+        .add(PermissionRule {
+            tool: "*".into(),
+            arguments: Some(ArgumentMatch::PathGlob {
+                field: "path".into(),
+                glob: "**/.env".into(),
+            }),
+            permission: Permission::Deny,
+        });
+    assert_eq!(
+        store.decide("shell", &json!({"command": "git status --short"})),
+        Permission::Allow
+    );
+    assert_eq!(
+        store.decide("shell", &json!({"command": ["git", "status"]})),
+        Permission::Allow
+    );
+    assert_eq!(
+        store.decide("shell", &json!({"command": "git statusx"})),
+        Permission::Ask
+    );
+    assert_eq!(
+        store.decide("shell", &json!({"command": "rm -rf /"})),
+        Permission::Ask
+    );
+    assert_eq!(
+        store.decide("write", &json!({"path": "src/a/b.rs"})),
+        Permission::Allow
+    );
+    assert_eq!(
+        store.decide("write", &json!({"path": "docs/a.md"})),
+        Permission::Ask
+    );
+    assert_eq!(
+        store.decide("write", &json!({"path": "src/.env"})),
+        Permission::Deny
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn steering_arrives_between_turns_and_not_mid_batch() {
+    let log = CallLog::default();
+    let steering = Steering::new();
+    let seen: Arc<Mutex<Vec<Vec<String>>>> = Arc::default();
+    let seen2 = seen.clone();
+    let model = FunctionModel::new(move |req| {
+        let roles: Vec<String> = req
+            .messages
+            .iter()
+            .map(|m| match m {
+                Message::User { content } => format!(
+                    "user:{}",
+                    serde_json::to_value(content).unwrap()[0]["text"]
+                        .as_str()
+                        .unwrap()
+                ),
+                Message::Assistant(_) => "assistant".into(),
+                Message::Tool(_) => "tool".into(),
+            })
+            .collect();
+        let n = seen2.lock().unwrap().len();
+        seen2.lock().unwrap().push(roles);
+        Ok(match n {
+            0 => calls(&[
+                ("a", "alpha", r#"{"ms": 100}"#),
+                ("b", "alpha", r#"{"ms": 100, "tag": "b"}"#),
+            ]),
+            _ => ModelResponse::text("done"),
+        })
+    });
+    let agent = Agent::builder()
+        .model(model)
+        .tool(sleeper("alpha", &log))
+        .build()
+        .unwrap();
+    let s2 = steering.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        s2.steer("use metric units");
+    });
+    let options = RunOptions {
+        steering: Some(steering.clone()),
+        ..Default::default()
+    };
+    let out = agent
+        .run_with(Vec::new(), Some(Message::user("go")), options)
+        .await;
+    assert_eq!(out.stop_reason, StopReason::Finished);
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(
+        seen[1],
+        vec![
+            "user:go",
+            "assistant",
+            "tool",
+            "tool",
+            "user:use metric units"
+        ],
+        "after the batch, before the next call"
+    );
+}
+
+#[tokio::test]
+async fn a_follow_up_continues_a_finished_run() {
+    let steering = Steering::new();
+    steering.follow_up("and in Fahrenheit?");
+    let model = ScriptedModel::new([ModelResponse::text("18 C"), ModelResponse::text("64 F")]);
+    let agent = Agent::builder().model(model).build().unwrap();
+    let options = RunOptions {
+        steering: Some(steering.clone()),
+        ..Default::default()
+    };
+    let out = agent
+        .run_with(Vec::new(), Some(Message::user("weather?")), options)
+        .await;
+    assert_eq!(out.stop_reason, StopReason::Finished);
+    assert_eq!(out.output.as_deref(), Some("64 F"));
+    assert_eq!(out.turns, 2);
+    assert_eq!(steering.pending(), (0, 0));
+}
+
+#[tokio::test]
+async fn follow_ups_do_not_bypass_a_limit() {
+    let steering = Steering::new();
+    steering.follow_up("more");
+    let model = ScriptedModel::new([ModelResponse::text("a"), ModelResponse::text("b")]);
+    let agent = Agent::builder()
+        .model(model)
+        .limits(agentloop::Limits {
+            max_turns: Some(1),
+            ..Default::default()
+        })
+        .build()
+        .unwrap();
+    let options = RunOptions {
+        steering: Some(steering),
+        ..Default::default()
+    };
+    let out = agent
+        .run_with(Vec::new(), Some(Message::user("go")), options)
+        .await;
+    assert_eq!(out.stop_reason, StopReason::MaxTurns);
+}
+
+#[tokio::test]
+async fn a_tripped_input_guardrail_stops_the_run_before_the_model_is_called() {
+    let model = ScriptedModel::new([ModelResponse::text("never")]);
+    let agent = Agent::builder()
+        .model(model.clone())
+        .input_guardrail(guardrail_fn("no-secrets", |t| {
+            if t.contains("password") {
+                Err("the input holds a password".into())
+            } else {
+                Ok(())
+            }
+        }))
+        .build()
+        .unwrap();
+    let out = agent.run("my password is hunter2").await;
+    assert_eq!(
+        out.stop_reason,
+        StopReason::Guardrail {
+            name: "no-secrets".into(),
+            message: "the input holds a password".into()
+        }
+    );
+    assert_eq!(out.stop_reason.as_str(), "guardrail");
+    assert_eq!(model.calls(), 0);
+    assert_eq!(out.error.unwrap().code(), "guardrail.tripped");
+}
+
+#[tokio::test]
+async fn a_tripped_output_guardrail_stops_the_run_with_its_reason() {
+    let model = ScriptedModel::new([ModelResponse::text("I think it's 451")]);
+    let agent = Agent::builder()
+        .model(model)
+        .output_guardrail(guardrail_fn("no-numbers", |t| {
+            if t.chars().any(|c| c.is_ascii_digit()) {
+                Err("digits".into())
+            } else {
+                Ok(())
+            }
+        }))
+        .build()
+        .unwrap();
+    let out = agent.run("go").await;
+    assert!(
+        matches!(out.stop_reason, StopReason::Guardrail { ref name, .. } if name == "no-numbers")
+    );
+    assert_eq!(
+        out.output.as_deref(),
+        Some("I think it's 451"),
+        "the output is kept"
+    );
+}
+
+struct Recorder {
+    name: &'static str,
+    log: Arc<Mutex<Vec<String>>>,
+    fail_at: Option<&'static str>,
+}
+
+impl Hook for Recorder {
+    fn name(&self) -> &str {
+        self.name
+    }
+    fn before_model_call<'a>(
+        &'a self,
+        _ctx: HookContext<'a>,
+        changes: &'a mut RequestChanges,
+    ) -> BoxFuture<'a, HookResult<()>> {
+        self.log
+            .lock()
+            .unwrap()
+            .push(format!("{}:before_model", self.name));
+        changes.instructions = Some(format!("from {}", self.name));
+        let fail = self.fail_at == Some("before_model");
+        Box::pin(async move {
+            if fail {
+                Err(HookError("nope".into()))
+            } else {
+                Ok(())
+            }
+        })
+    }
+    fn after_model_call<'a>(
+        &'a self,
+        _ctx: HookContext<'a>,
+        _r: &'a ModelResponse,
+    ) -> BoxFuture<'a, HookResult<()>> {
+        self.log
+            .lock()
+            .unwrap()
+            .push(format!("{}:after_model", self.name));
+        Box::pin(async { Ok(()) })
+    }
+    fn on_finish<'a>(
+        &'a self,
+        _ctx: HookContext<'a>,
+        _o: &'a agentloop::RunOutcome,
+    ) -> BoxFuture<'a, HookResult<()>> {
+        self.log
+            .lock()
+            .unwrap()
+            .push(format!("{}:finish", self.name));
+        Box::pin(async { Ok(()) })
+    }
+}
+
+#[tokio::test]
+async fn hooks_compose_in_the_documented_order_and_can_change_the_request() {
+    let log: Arc<Mutex<Vec<String>>> = Arc::default();
+    let instructions = Arc::new(Mutex::new(String::new()));
+    let i2 = instructions.clone();
+    let model = FunctionModel::new(move |req| {
+        *i2.lock().unwrap() = req.instructions.unwrap_or_default().to_owned();
+        Ok(ModelResponse::text("ok"))
+    });
+    let out = Agent::builder()
+        .model(model)
+        .instructions("original")
+        .hook(Recorder {
+            name: "one",
+            log: log.clone(),
+            fail_at: None,
+        })
+        .observer(Recorder {
+            name: "two",
+            log: log.clone(),
+            fail_at: None,
+        })
+        .build()
+        .unwrap()
+        .run("go")
+        .await;
+    assert_eq!(out.stop_reason, StopReason::Finished);
+    assert_eq!(
+        *instructions.lock().unwrap(),
+        "from two",
+        "the later hook's change wins"
+    );
+    assert_eq!(
+        *log.lock().unwrap(),
+        vec![
+            "one:before_model",
+            "two:before_model",
+            "two:after_model",
+            "one:after_model",
+            "one:finish",
+            "two:finish"
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_failing_hook_fails_the_run_or_is_reported_as_registered() {
+    let log: Arc<Mutex<Vec<String>>> = Arc::default();
+    let model = ScriptedModel::new([ModelResponse::text("ok")]);
+    let out = Agent::builder()
+        .model(model.clone())
+        .hook(Recorder {
+            name: "strict",
+            log: log.clone(),
+            fail_at: Some("before_model"),
+        })
+        .build()
+        .unwrap()
+        .run("go")
+        .await;
+    assert_eq!(out.stop_reason, StopReason::Failed);
+    let err = out.error.unwrap();
+    assert_eq!(err.code(), "hook.failed");
+    assert!(err.to_string().contains("strict"));
+    assert_eq!(model.calls(), 0);
+
+    let events = Events::default();
+    let model = ScriptedModel::new([ModelResponse::text("ok")]);
+    let out = Agent::builder()
+        .model(model)
+        .observer(Recorder {
+            name: "lenient",
+            log,
+            fail_at: Some("before_model"),
+        })
+        .sink(events.sink())
+        .build()
+        .unwrap()
+        .run("go")
+        .await;
+    assert_eq!(out.stop_reason, StopReason::Finished);
+    assert!(
+        events
+            .all()
+            .iter()
+            .any(|e| matches!(&e.kind, EventKind::HookFailed { hook, .. } if hook == "lenient"))
+    );
+}
+
+struct ToolPolicy;
+
+impl Hook for ToolPolicy {
+    fn name(&self) -> &str {
+        "tool-policy"
+    }
+    fn before_tool_call<'a>(
+        &'a self,
+        _ctx: HookContext<'a>,
+        call: ToolCallView<'a>,
+    ) -> BoxFuture<'a, HookResult<ToolCallDecision>> {
+        let d = match call.arguments.get("tag").and_then(Value::as_str) {
+            Some("veto") => ToolCallDecision::Veto("tag veto is not allowed".into()),
+            Some("rewrite") => ToolCallDecision::Rewrite(json!({"tag": "rewritten"})),
+            Some("bad") => ToolCallDecision::Rewrite(json!({"ms": "not a number"})),
+            _ => ToolCallDecision::Continue,
+        };
+        Box::pin(async move { Ok(d) })
+    }
+    fn after_tool_call<'a>(
+        &'a self,
+        _ctx: HookContext<'a>,
+        call: ToolCallView<'a>,
+        _r: &'a CallResult,
+    ) -> BoxFuture<'a, HookResult<Option<CallResult>>> {
+        let replace = call.arguments.get("tag").and_then(Value::as_str) == Some("replace");
+        Box::pin(async move { Ok(replace.then(|| CallResult::Ok(ToolOutput::text("replaced")))) })
+    }
+}
+
+#[tokio::test]
+async fn tool_hooks_veto_rewrite_and_replace() {
+    let log = CallLog::default();
+    let model = ScriptedModel::new([
+        calls(&[
+            ("v", "alpha", r#"{"tag": "veto"}"#),
+            ("r", "alpha", r#"{"tag": "rewrite"}"#),
+            ("p", "alpha", r#"{"tag": "replace"}"#),
+        ]),
+        ModelResponse::text("done"),
+    ]);
+    let out = Agent::builder()
+        .model(model)
+        .tool(sleeper("alpha", &log))
+        .hook(ToolPolicy)
+        .build()
+        .unwrap()
+        .run("go")
+        .await;
+    assert_eq!(out.stop_reason, StopReason::Finished);
+    assert_eq!(out.tool_calls[0].status, CallStatus::Denied);
+    assert!(
+        out.tool_calls[0]
+            .error
+            .as_deref()
+            .unwrap()
+            .contains("tag veto")
+    );
+    assert_eq!(
+        out.tool_calls[1].output,
+        Some(agentloop::ToolContent::Json(json!({"tag": "rewritten"})))
+    );
+    assert_eq!(
+        out.tool_calls[2].output,
+        Some(agentloop::ToolContent::Text("replaced".into()))
+    );
+    assert_eq!(log.len(), 2);
+
+    let model = ScriptedModel::new([
+        calls(&[("b", "alpha", r#"{"tag": "bad"}"#)]),
+        ModelResponse::text("never"),
+    ]);
+    let out = Agent::builder()
+        .model(model)
+        .tool(sleeper("alpha", &log))
+        .hook(ToolPolicy)
+        .build()
+        .unwrap()
+        .run("go")
+        .await;
+    assert_eq!(out.stop_reason, StopReason::Failed);
+    assert_eq!(
+        out.error.unwrap().code(),
+        "hook.failed",
+        "a rewrite is validated again"
+    );
+}
