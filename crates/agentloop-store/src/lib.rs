@@ -1,0 +1,52 @@
+//! Traces of agentloop runs: record what runs did, read it back, and show it.
+//!
+//! - [`TraceSink`] is an [`agentloop::EventSink`] that turns a run's events into span records
+//!   ([`TraceRecord`]: runs, turns, model calls, tool calls, linked by ids and parent ids) and
+//!   writes them as they happen. [`TraceSink::open`] picks the format from the extension:
+//!   `.ndjson` (one JSON record per line, appended) or `.sqlite`/`.db` (SQLite, schema created and
+//!   migrated on open). Payloads are recorded only with [`TraceOptions::payloads`]; JSON payloads
+//!   have credential-like keys redacted.
+//! - [`read_trace`] reads either format into the same records; [`convert`] writes one format into
+//!   the other.
+//! - [`render_list`] and [`render_run`] (and their JSON variants) are the `trace list` and
+//!   `trace show` views.
+//!
+//! ```no_run
+//! # async fn demo(agent: agentloop::Agent) -> Result<(), agentloop_store::TraceError> {
+//! use std::sync::Arc;
+//! use agentloop_store::{TraceOptions, TraceSink, read_trace, render_list};
+//!
+//! let sink = Arc::new(TraceSink::open("runs.ndjson", TraceOptions { payloads: false })?);
+//! let options = agentloop::RunOptions { sinks: vec![sink.clone()], ..Default::default() };
+//! let _outcome = agent.run_with(Vec::new(), Some(agentloop::Message::user("hi")), options).await;
+//! sink.finish()?;
+//! print!("{}", render_list(&read_trace("runs.ndjson")?.records));
+//! # Ok(()) }
+//! ```
+#![forbid(unsafe_code)]
+
+pub mod error;
+pub mod format;
+pub mod ndjson;
+pub mod record;
+pub mod redact;
+pub mod sink;
+pub mod sqlite;
+pub mod trace;
+pub mod view;
+
+pub use error::TraceError;
+pub use format::{TraceFormat, TraceWriter, open_writer};
+pub use ndjson::NdjsonWriter;
+pub use record::{
+    ErrorInfo, ModelCallSpan, RunSpan, Span, Status, ToolCallSpan, TraceRecord, TurnSpan,
+    format_rfc3339,
+};
+pub use redact::redact;
+pub use sink::{Clock, TraceOptions, TraceSink};
+pub use sqlite::{SCHEMA_VERSION, SqliteWriter};
+pub use trace::{Trace, convert, latest_versions, read_trace};
+pub use view::{
+    RunSummary, RunTree, TurnNode, find_run, render_list, render_list_json, render_run,
+    render_run_json, run_tree, summarize_runs,
+};

@@ -1,0 +1,319 @@
+//! The trace record model: one record per span (a run, a turn, a model call, a tool call), linked
+//! by ids and parent ids. A turn's parent is its run, a call's parent is its turn, and a run's
+//! parent is the run that started it (a subagent) or none.
+//!
+//! Times are unix milliseconds, UTC (`started_at_ms`, `ended_at_ms`); durations are fractional
+//! milliseconds (`duration_ms`). A writer records a span twice: once when it starts (status
+//! `running`, no end) and once when it ends; readers keep the last version of each span, so a trace
+//! cut short by a crash still shows what was running. Payloads (`input`, `output`, `text`,
+//! `reasoning`, `arguments`, `details`) are present only when the trace was written with payloads
+//! on.
+
+use agentloop::{FinishReason, LimitHit, Usage};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// One span of a trace.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum TraceRecord {
+    /// A run of an agent.
+    Run(RunSpan),
+    /// A turn: one model call (or several, when a structured answer was re-asked) and its tool batch.
+    Turn(TurnSpan),
+    /// One model call.
+    ModelCall(ModelCallSpan),
+    /// One tool call.
+    ToolCall(ToolCallSpan),
+}
+
+impl TraceRecord {
+    /// The fields every span has.
+    pub fn span(&self) -> &Span {
+        match self {
+            TraceRecord::Run(r) => &r.span,
+            TraceRecord::Turn(t) => &t.span,
+            TraceRecord::ModelCall(m) => &m.span,
+            TraceRecord::ToolCall(t) => &t.span,
+        }
+    }
+
+    /// The span's kind: `run`, `turn`, `model_call` or `tool_call`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            TraceRecord::Run(_) => "run",
+            TraceRecord::Turn(_) => "turn",
+            TraceRecord::ModelCall(_) => "model_call",
+            TraceRecord::ToolCall(_) => "tool_call",
+        }
+    }
+}
+
+/// The fields every span has.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Span {
+    /// Unique within a trace: the run id for a run, `RUN:tN` for turn N, `RUN:tN:mK` for the K-th
+    /// model call of turn N, `RUN:tN:CALL_ID` for a tool call.
+    pub id: String,
+    /// The enclosing span: the turn for a call, the run for a turn, the parent run for a subagent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_id: Option<String>,
+    /// The run the span belongs to.
+    pub run_id: String,
+    /// When it started, unix milliseconds UTC.
+    pub started_at_ms: i64,
+    /// When it ended, unix milliseconds UTC; absent while running.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended_at_ms: Option<i64>,
+    /// How long it took, in milliseconds; absent while running.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration_ms: Option<f64>,
+    /// Where it stands.
+    pub status: Status,
+    /// What went wrong, when something did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<ErrorInfo>,
+}
+
+/// Where a span stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    /// Started, not ended (yet, or ever: the writer stopped).
+    Running,
+    /// Ended well (a run: finished, or terminated by a tool).
+    Ok,
+    /// Failed: a model error, a recoverable tool error, or a run stopped by a limit or a failure.
+    Error,
+    /// A tool call that never started: unknown tool or invalid arguments.
+    Rejected,
+    /// A tool call a limit refused before it started.
+    Refused,
+    /// A tool handler failed fatally or panicked.
+    Fatal,
+    /// Cancelled before it ended.
+    Cancelled,
+    /// The run stopped (deadline, failure) before this span ended.
+    Interrupted,
+}
+
+impl Status {
+    /// The stable word (`running`, `ok`, `error`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Running => "running",
+            Status::Ok => "ok",
+            Status::Error => "error",
+            Status::Rejected => "rejected",
+            Status::Refused => "refused",
+            Status::Fatal => "fatal",
+            Status::Cancelled => "cancelled",
+            Status::Interrupted => "interrupted",
+        }
+    }
+
+    /// Parses the stable word.
+    pub fn parse(word: &str) -> Option<Status> {
+        [
+            Status::Running,
+            Status::Ok,
+            Status::Error,
+            Status::Rejected,
+            Status::Refused,
+            Status::Fatal,
+            Status::Cancelled,
+            Status::Interrupted,
+        ]
+        .into_iter()
+        .find(|s| s.as_str() == word)
+    }
+}
+
+/// An error's stable code and message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorInfo {
+    /// The stable code (`model.rate_limited`, `unavailable`, `limit.max_tool_calls`).
+    pub code: String,
+    /// The message.
+    pub message: String,
+}
+
+impl ErrorInfo {
+    /// Splits the core's `"code: message"` form; without a `": "` the whole text is the message
+    /// and `fallback` the code.
+    pub fn from_core(text: &str, fallback: &str) -> Self {
+        match text.split_once(": ") {
+            Some((code, message)) if !code.is_empty() && !code.contains(' ') => ErrorInfo {
+                code: code.to_owned(),
+                message: message.to_owned(),
+            },
+            _ => ErrorInfo {
+                code: fallback.to_owned(),
+                message: text.to_owned(),
+            },
+        }
+    }
+}
+
+/// A run of an agent.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunSpan {
+    /// The common fields; `parent_id` is the parent run of a subagent.
+    #[serde(flatten)]
+    pub span: Span,
+    /// The agent's name.
+    pub agent: String,
+    /// The model's id.
+    pub model: String,
+    /// Why it stopped (`finished`, `max_turns`, ...), once ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_reason: Option<String>,
+    /// Turns taken, once ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turns: Option<u32>,
+    /// Model calls made, once ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_calls: Option<u32>,
+    /// Tool calls made (started or rejected), once ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<u32>,
+    /// Tokens over the run, once ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Usage>,
+    /// USD over the run, once ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_usd: Option<f64>,
+    /// The limit that stopped the run, if one did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<LimitHit>,
+    /// The input text (payload).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input: Option<String>,
+    /// The final answer of a finished run (payload).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<String>,
+}
+
+/// A turn.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TurnSpan {
+    /// The common fields; `parent_id` is the run.
+    #[serde(flatten)]
+    pub span: Span,
+    /// The turn's number, from 1.
+    pub turn: u32,
+}
+
+/// A model call.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModelCallSpan {
+    /// The common fields; `parent_id` is the turn.
+    #[serde(flatten)]
+    pub span: Span,
+    /// The model's id.
+    pub model: String,
+    /// The provider's name.
+    pub provider: String,
+    /// How many messages the transcript held when the call was made.
+    pub messages: u64,
+    /// Tokens the call used, once it answered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Usage>,
+    /// Its cost in USD, when priced.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_usd: Option<f64>,
+    /// Why the model stopped, once it answered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finish_reason: Option<FinishReason>,
+    /// How many tool calls the response made.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<u64>,
+    /// The response's visible text (payload).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+    /// The reasoning text streamed (payload).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning: Option<String>,
+}
+
+/// A tool call.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolCallSpan {
+    /// The common fields; `parent_id` is the turn.
+    #[serde(flatten)]
+    pub span: Span,
+    /// The call id the model gave.
+    pub call_id: String,
+    /// The tool the model named.
+    pub tool: String,
+    /// The validated arguments (payload, secrets redacted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arguments: Option<Value>,
+    /// What the model read on success: a string for text, else JSON (payload, secrets redacted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<Value>,
+    /// The handler's details, never sent to the model (payload, secrets redacted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub details: Option<Value>,
+}
+
+/// Formats unix milliseconds as RFC 3339 UTC with milliseconds: `2026-11-29T14:15:58.123Z`.
+pub fn format_rfc3339(ms: i64) -> String {
+    let secs = ms.div_euclid(1000);
+    let millis = ms.rem_euclid(1000);
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    let (year, month, day) = civil_from_days(days);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{millis:03}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+/// The proleptic Gregorian date of a day count since 1970-01-01 (H. Hinnant's algorithm).
+fn civil_from_days(days: i64) -> (i64, i64, i64) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    (year, month, day)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rfc3339_formats_known_instants() {
+        assert_eq!(format_rfc3339(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(format_rfc3339(951_782_400_000), "2000-02-29T00:00:00.000Z");
+        assert_eq!(
+            format_rfc3339(1_795_961_758_123),
+            "2026-11-29T14:15:58.123Z"
+        );
+        assert_eq!(format_rfc3339(-1), "1969-12-31T23:59:59.999Z");
+    }
+
+    #[test]
+    fn core_error_text_splits_into_code_and_message() {
+        let e = ErrorInfo::from_core("unavailable: the service is down", "tool.error");
+        assert_eq!(
+            (e.code.as_str(), e.message.as_str()),
+            ("unavailable", "the service is down")
+        );
+        let plain = ErrorInfo::from_core("cancelled", "tool.cancelled");
+        assert_eq!(
+            (plain.code.as_str(), plain.message.as_str()),
+            ("tool.cancelled", "cancelled")
+        );
+        let sentence = ErrorInfo::from_core("it broke: badly", "x");
+        assert_eq!(sentence.code, "x");
+    }
+}

@@ -1,0 +1,647 @@
+//! Real runs of an agent (a scripted model, a tool that works and one that fails recoverably),
+//! traced to NDJSON and SQLite, then read back.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use agentloop::{
+    Agent, Message, ModelError, ModelErrorKind, ModelResponse, Price, PriceTable, RunOptions,
+    RunOutcome, ScriptStep, ScriptedModel, SequentialIds, Tool, ToolError, ToolOutput, Usage,
+};
+use agentloop_store::{
+    Status, Trace, TraceError, TraceOptions, TraceRecord, TraceSink, convert, read_trace,
+    render_list, render_list_json, render_run, render_run_json, summarize_runs,
+};
+use serde_json::{Value, json};
+
+/// A fresh directory for one test.
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("agentloop-store-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn usage(input: u64, output: u64) -> Usage {
+    Usage {
+        input_tokens: input,
+        output_tokens: output,
+        ..Usage::default()
+    }
+}
+
+/// Turn 1 calls a working tool (with a secret among its arguments), a failing one and an unknown
+/// one; turn 2 answers.
+fn weather_script() -> ScriptedModel {
+    ScriptedModel::new([
+        ModelResponse::tool_calls([
+            (
+                "c1",
+                "get_weather",
+                r#"{"city":"Paris","api_key":"sk-secret-1"}"#,
+            ),
+            ("c2", "flaky", r#"{"city":"Oslo"}"#),
+            ("c3", "nope", "{}"),
+        ])
+        .with_usage(usage(50, 10)),
+        ModelResponse::text("It is 18 °C in Paris.").with_usage(Usage {
+            cached_input_tokens: 20,
+            ..usage(80, 12)
+        }),
+    ])
+}
+
+fn tools() -> Vec<Tool> {
+    let schema = json!({"type": "object", "properties": {"city": {"type": "string"}, "api_key": {"type": "string"}}, "required": ["city"]});
+    vec![
+        Tool::dynamic(
+            "get_weather",
+            "Current weather.",
+            schema.clone(),
+            |args: Value, _ctx| async move {
+                Ok(ToolOutput::json(
+                    json!({"city": args["city"], "temp_c": 18, "token": "tok-secret-2"}),
+                )
+                .with_details(json!({"source": "test", "authorization": "Bearer abc"})))
+            },
+        ),
+        Tool::dynamic(
+            "flaky",
+            "Always down.",
+            schema,
+            |_args: Value, _ctx| async move {
+                Err::<ToolOutput, _>(ToolError::new("unavailable", "the service is down"))
+            },
+        ),
+    ]
+}
+
+fn agent(model: ScriptedModel, sequential_ids: bool) -> Agent {
+    let builder = Agent::builder()
+        .name("weather")
+        .model(model)
+        .instructions("Answer weather questions.")
+        .tools(tools())
+        .pricing(PriceTable::new().with("scripted", Price::new(1.0, 2.0)));
+    let builder = if sequential_ids {
+        builder.ids(SequentialIds::default())
+    } else {
+        builder
+    };
+    builder.build().unwrap()
+}
+
+async fn run_traced(agent: &Agent, sink: &Arc<TraceSink>, options: RunOptions) -> RunOutcome {
+    let options = RunOptions {
+        sinks: vec![sink.clone()],
+        ..options
+    };
+    agent
+        .run_with(
+            Vec::new(),
+            Some(Message::user("Weather in Paris? My key is sk-secret-1")),
+            options,
+        )
+        .await
+}
+
+/// Runs the weather agent once into `path` and reads the trace back.
+async fn traced_run(path: &Path, payloads: bool) -> (RunOutcome, Trace) {
+    let sink = Arc::new(TraceSink::open(path, TraceOptions { payloads }).unwrap());
+    let outcome = run_traced(&agent(weather_script(), true), &sink, RunOptions::default()).await;
+    sink.finish().unwrap();
+    (outcome, read_trace(path).unwrap())
+}
+
+fn runs(t: &Trace) -> Vec<&agentloop_store::RunSpan> {
+    t.records
+        .iter()
+        .filter_map(|r| {
+            if let TraceRecord::Run(x) = r {
+                Some(x)
+            } else {
+                None
+            }
+        })
+        .collect()
+}
+fn turns(t: &Trace) -> Vec<&agentloop_store::TurnSpan> {
+    t.records
+        .iter()
+        .filter_map(|r| {
+            if let TraceRecord::Turn(x) = r {
+                Some(x)
+            } else {
+                None
+            }
+        })
+        .collect()
+}
+fn model_calls(t: &Trace) -> Vec<&agentloop_store::ModelCallSpan> {
+    t.records
+        .iter()
+        .filter_map(|r| {
+            if let TraceRecord::ModelCall(x) = r {
+                Some(x)
+            } else {
+                None
+            }
+        })
+        .collect()
+}
+fn tool_calls(t: &Trace) -> Vec<&agentloop_store::ToolCallSpan> {
+    t.records
+        .iter()
+        .filter_map(|r| {
+            if let TraceRecord::ToolCall(x) = r {
+                Some(x)
+            } else {
+                None
+            }
+        })
+        .collect()
+}
+
+fn assert_trace_matches_outcome(trace: &Trace, outcome: &RunOutcome) {
+    assert!(trace.warnings.is_empty(), "{:?}", trace.warnings);
+    let runs = runs(trace);
+    assert_eq!(runs.len(), 1);
+    let run = runs[0];
+    assert_eq!(run.span.id, outcome.run_id);
+    assert_eq!(run.span.parent_id, None);
+    assert_eq!(run.span.status, Status::Ok);
+    assert_eq!(run.stop_reason.as_deref(), Some("finished"));
+    assert_eq!(
+        (run.agent.as_str(), run.model.as_str()),
+        ("weather", "scripted")
+    );
+    assert_eq!(run.turns, Some(outcome.turns));
+    assert_eq!(run.tool_calls, Some(3));
+    assert_eq!(run.model_calls, Some(2));
+    assert_eq!(run.usage, Some(outcome.usage));
+    assert_eq!(run.cost_usd, Some(outcome.cost_usd));
+    assert!(run.span.ended_at_ms.unwrap() >= run.span.started_at_ms);
+
+    let turns = turns(trace);
+    assert_eq!(turns.iter().map(|t| t.turn).collect::<Vec<_>>(), vec![1, 2]);
+    for t in &turns {
+        assert_eq!(t.span.parent_id.as_deref(), Some(run.span.id.as_str()));
+        assert_eq!(t.span.run_id, run.span.id);
+        assert_eq!(t.span.status, Status::Ok);
+        assert!(t.span.ended_at_ms.is_some() && t.span.duration_ms.is_some());
+    }
+    let turn_ids: Vec<&str> = turns.iter().map(|t| t.span.id.as_str()).collect();
+
+    let calls = model_calls(trace);
+    assert_eq!(calls.len(), 2);
+    let mut summed = Usage::default();
+    let mut cost = 0.0;
+    for (m, turn_id) in calls.iter().zip(&turn_ids) {
+        assert_eq!(m.span.parent_id.as_deref(), Some(*turn_id));
+        assert_eq!(m.span.status, Status::Ok);
+        assert!(m.span.duration_ms.is_some());
+        summed.add(&m.usage.unwrap());
+        cost += m.cost_usd.unwrap();
+    }
+    assert_eq!(summed, outcome.usage);
+    assert_eq!(summed.cached_input_tokens, 20);
+    assert!((cost - outcome.cost_usd).abs() < 1e-12);
+    assert_eq!(calls[0].tool_calls, Some(3));
+
+    let tools = tool_calls(trace);
+    assert_eq!(tools.len(), 3);
+    for t in &tools {
+        assert_eq!(t.span.parent_id.as_deref(), Some(turn_ids[0]));
+        assert!(t.span.ended_at_ms.is_some(), "{} has no end", t.call_id);
+        assert!(
+            t.span.duration_ms.is_some(),
+            "{} has no duration",
+            t.call_id
+        );
+        assert!(t.span.ended_at_ms.unwrap() >= t.span.started_at_ms);
+    }
+    let by_id = |id: &str| tools.iter().find(|t| t.call_id == id).copied().unwrap();
+    assert_eq!(
+        (by_id("c1").tool.as_str(), by_id("c1").span.status),
+        ("get_weather", Status::Ok)
+    );
+    let c2 = by_id("c2");
+    assert_eq!(c2.span.status, Status::Error);
+    let e = c2.span.error.as_ref().unwrap();
+    assert_eq!(
+        (e.code.as_str(), e.message.as_str()),
+        ("unavailable", "the service is down")
+    );
+    let c3 = by_id("c3");
+    assert_eq!(c3.span.status, Status::Rejected);
+    assert_eq!(c3.tool, "nope");
+    // Ids are unique across the trace.
+    let mut ids: Vec<&str> = trace.records.iter().map(|r| r.span().id.as_str()).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(ids.len(), trace.records.len());
+}
+
+fn assert_no_payloads(trace: &Trace, raw: &[u8]) {
+    let run = runs(trace)[0];
+    assert_eq!((run.input.as_ref(), run.output.as_ref()), (None, None));
+    for m in model_calls(trace) {
+        assert_eq!((m.text.as_ref(), m.reasoning.as_ref()), (None, None));
+    }
+    for t in tool_calls(trace) {
+        assert_eq!(
+            (t.arguments.as_ref(), t.output.as_ref(), t.details.as_ref()),
+            (None, None, None)
+        );
+    }
+    let raw = String::from_utf8_lossy(raw);
+    for secret_or_payload in ["Paris", "Oslo", "sk-secret-1", "tok-secret-2", "18 °C"] {
+        assert!(
+            !raw.contains(secret_or_payload),
+            "the trace holds {secret_or_payload}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn ndjson_trace_of_a_real_run_links_ids_and_matches_the_outcome() {
+    let path = scratch("ndjson-run").join("trace.ndjson");
+    let (outcome, trace) = traced_run(&path, false).await;
+    assert_eq!(outcome.stop_reason.as_str(), "finished");
+    assert_trace_matches_outcome(&trace, &outcome);
+    let raw = std::fs::read(&path).unwrap();
+    assert_no_payloads(&trace, &raw);
+    // Every span is written when it starts and again when it ends (a rejected call only once).
+    let lines = raw.split(|b| *b == b'\n').filter(|l| !l.is_empty()).count();
+    assert_eq!(lines, 2 * trace.records.len() - 1);
+}
+
+#[tokio::test]
+async fn sqlite_trace_of_a_real_run_links_ids_and_matches_the_outcome() {
+    let path = scratch("sqlite-run").join("trace.sqlite");
+    let (outcome, trace) = traced_run(&path, false).await;
+    assert_trace_matches_outcome(&trace, &outcome);
+    let raw = std::fs::read(&path).unwrap();
+    assert_no_payloads(&trace, &raw);
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let failed: String = conn
+        .query_row(
+            "SELECT error_code FROM tool_calls WHERE status = 'error'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(failed, "unavailable");
+}
+
+#[tokio::test]
+async fn payloads_are_recorded_with_the_option_and_secrets_are_redacted() {
+    for name in ["payloads.ndjson", "payloads.db"] {
+        let path = scratch("payloads").join(name);
+        let (outcome, trace) = traced_run(&path, true).await;
+        assert_trace_matches_outcome(&trace, &outcome);
+        let run = runs(&trace)[0];
+        assert_eq!(
+            run.input.as_deref(),
+            Some("Weather in Paris? My key is sk-secret-1")
+        );
+        assert_eq!(run.output.as_deref(), Some("It is 18 °C in Paris."));
+        assert_eq!(
+            model_calls(&trace)[1].text.as_deref(),
+            Some("It is 18 °C in Paris.")
+        );
+        let tools = tool_calls(&trace);
+        let c1 = tools.iter().find(|t| t.call_id == "c1").unwrap();
+        assert_eq!(
+            c1.arguments,
+            Some(json!({"city": "Paris", "api_key": "[redacted]"}))
+        );
+        assert_eq!(
+            c1.output,
+            Some(json!({"city": "Paris", "temp_c": 18, "token": "[redacted]"}))
+        );
+        assert_eq!(
+            c1.details,
+            Some(json!({"source": "test", "authorization": "[redacted]"}))
+        );
+        let c2 = tools.iter().find(|t| t.call_id == "c2").unwrap();
+        assert_eq!(c2.arguments, Some(json!({"city": "Oslo"})));
+        let raw = String::from_utf8_lossy(&std::fs::read(&path).unwrap()).into_owned();
+        assert!(
+            !raw.contains("tok-secret-2") && !raw.contains("Bearer abc"),
+            "{name} holds a secret"
+        );
+        // Secrets in the user's own words are the user's payload, kept only when asked for.
+        assert!(raw.contains("Oslo"));
+    }
+}
+
+#[tokio::test]
+async fn two_runs_append_to_one_file_and_both_are_listed() {
+    for name in ["two.ndjson", "two.sqlite"] {
+        let path = scratch("append").join(name);
+        let mut ids = Vec::new();
+        for _ in 0..2 {
+            let sink = Arc::new(TraceSink::open(&path, TraceOptions::default()).unwrap());
+            let outcome = run_traced(
+                &agent(weather_script(), false),
+                &sink,
+                RunOptions::default(),
+            )
+            .await;
+            sink.finish().unwrap();
+            ids.push(outcome.run_id);
+        }
+        let trace = read_trace(&path).unwrap();
+        let summaries = summarize_runs(&trace.records);
+        assert_eq!(
+            summaries.iter().map(|s| s.id.clone()).collect::<Vec<_>>(),
+            ids,
+            "{name}"
+        );
+        for s in &summaries {
+            assert_eq!(
+                (s.turns, s.tool_calls, s.stop_reason.as_deref()),
+                (2, 3, Some("finished"))
+            );
+            assert_eq!((s.usage.input_tokens, s.usage.output_tokens), (130, 22));
+        }
+        let list = render_list(&trace.records);
+        let lines: Vec<&str> = list.lines().collect();
+        assert_eq!(lines.len(), 3, "{list}");
+        assert!(lines[0].starts_with("RUN") && lines[0].contains("COST"));
+        for (line, id) in lines[1..].iter().zip(&ids) {
+            assert!(
+                line.starts_with(id.as_str())
+                    && line.contains("weather")
+                    && line.contains("finished"),
+                "{line}"
+            );
+            assert!(line.contains("130/22"), "{line}");
+        }
+        let json: Value = serde_json::from_str(&render_list_json(&trace.records).unwrap()).unwrap();
+        assert_eq!(json.as_array().unwrap().len(), 2);
+        assert_eq!(json[1]["id"], ids[1].as_str());
+    }
+}
+
+#[tokio::test]
+async fn ndjson_converts_to_sqlite_and_back_with_equal_records() {
+    let dir = scratch("roundtrip");
+    let first = dir.join("run.ndjson");
+    let (_, original) = traced_run(&first, true).await;
+    let db = dir.join("run.sqlite");
+    let back = dir.join("back.ndjson");
+    convert(&first, &db).unwrap();
+    convert(&db, &back).unwrap();
+    let via_sqlite = read_trace(&db).unwrap();
+    let round_trip = read_trace(&back).unwrap();
+    assert!(original.records.len() >= 7);
+    assert_eq!(via_sqlite.records, original.records);
+    assert_eq!(round_trip.records, original.records);
+    // A conversion never overwrites.
+    let again = convert(&first, &db).unwrap_err();
+    assert_eq!(again.code(), "trace.destination_exists");
+}
+
+#[tokio::test]
+async fn a_trace_cut_off_mid_line_reads_with_a_warning_and_takes_more_runs() {
+    let path = scratch("truncated").join("trace.ndjson");
+    let (_, whole) = traced_run(&path, false).await;
+    let mut raw = std::fs::read(&path).unwrap();
+    raw.extend_from_slice(br#"{"kind":"tool_call","id":"run_1:t3:c9","run_"#);
+    std::fs::write(&path, &raw).unwrap();
+
+    let cut = read_trace(&path).unwrap();
+    assert_eq!(cut.records, whole.records);
+    assert_eq!(cut.warnings.len(), 1);
+    assert!(cut.warnings[0].contains("cut off"), "{}", cut.warnings[0]);
+
+    // The next writer starts on a fresh line, so its records survive.
+    let sink = Arc::new(TraceSink::open(&path, TraceOptions::default()).unwrap());
+    let second = run_traced(
+        &agent(weather_script(), false),
+        &sink,
+        RunOptions::default(),
+    )
+    .await;
+    sink.finish().unwrap();
+    let after = read_trace(&path).unwrap();
+    assert_eq!(after.warnings.len(), 1);
+    let ids: Vec<String> = summarize_runs(&after.records)
+        .into_iter()
+        .map(|s| s.id)
+        .collect();
+    assert_eq!(ids, vec!["run_1".to_owned(), second.run_id]);
+}
+
+#[tokio::test]
+async fn a_run_whose_end_was_never_written_shows_as_running() {
+    let path = scratch("crashed").join("trace.ndjson");
+    traced_run(&path, false).await;
+    let text = std::fs::read_to_string(&path).unwrap();
+    // Keep what was written up to the second model call's start: the crash came after it.
+    let kept: Vec<&str> = text
+        .lines()
+        .take_while(|l| !l.contains(r#""id":"run_1:t2:m1","#))
+        .collect();
+    std::fs::write(&path, kept.join("\n") + "\n").unwrap();
+    let trace = read_trace(&path).unwrap();
+    let summary = &summarize_runs(&trace.records)[0];
+    assert_eq!(
+        (summary.status, summary.stop_reason.as_ref()),
+        (Status::Running, None)
+    );
+    assert_eq!((summary.turns, summary.tool_calls), (2, 3));
+    assert_eq!(summary.usage, usage(50, 10));
+    assert!(
+        render_list(&trace.records)
+            .lines()
+            .nth(1)
+            .unwrap()
+            .contains("running")
+    );
+    let shown = render_run(&trace.records, Some("run_1")).unwrap();
+    assert!(shown.contains("└─ turn 2  running"), "{shown}");
+}
+
+#[tokio::test]
+async fn show_draws_the_run_as_a_tree_with_errors_and_payloads() {
+    let path = scratch("show").join("trace.ndjson");
+    traced_run(&path, true).await;
+    let trace = read_trace(&path).unwrap();
+    let shown = render_run(&trace.records, None).unwrap();
+    let lines: Vec<&str> = shown.lines().collect();
+    assert!(
+        lines[0].starts_with("run run_1  agent weather  model scripted  finished  ok"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("tokens 130 in / 22 out (cached 20, reasoning 0)"),
+        "{shown}"
+    );
+    assert!(shown.contains("├─ turn 1  ok"), "{shown}");
+    assert!(
+        shown.contains("│  ├─ model scripted (scripted)  ok"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("tool_calls  50 in / 10 out  $0.00007"),
+        "{shown}"
+    );
+    // Rejected calls are known before the batch runs, so they come first.
+    assert!(shown.contains("│  ├─ tool nope [c3]  rejected"), "{shown}");
+    assert!(
+        shown.contains(r#"unknown_tool: unknown tool "nope""#),
+        "{shown}"
+    );
+    assert!(shown.contains("│  ├─ tool get_weather [c1]  ok"), "{shown}");
+    assert!(
+        shown.contains(r#"arguments: {"api_key":"[redacted]","city":"Paris"}"#),
+        "{shown}"
+    );
+    assert!(shown.contains("│  └─ tool flaky [c2]  error"), "{shown}");
+    assert!(
+        shown.contains("unavailable: the service is down"),
+        "{shown}"
+    );
+    assert!(shown.contains("└─ turn 2  ok"), "{shown}");
+    assert!(
+        shown.contains(r#"text: "It is 18 °C in Paris.""#),
+        "{shown}"
+    );
+
+    let tree: Value =
+        serde_json::from_str(&render_run_json(&trace.records, Some("run_")).unwrap()).unwrap();
+    assert_eq!(tree["run"]["id"], "run_1");
+    assert_eq!(tree["turns"].as_array().unwrap().len(), 2);
+    assert_eq!(tree["turns"][0]["tool_calls"].as_array().unwrap().len(), 3);
+    assert_eq!(tree["summary"]["tool_calls"], 3);
+
+    let missing = render_run(&trace.records, Some("run_9")).unwrap_err();
+    assert_eq!(missing.code(), "trace.run_not_found");
+}
+
+#[tokio::test]
+async fn a_failed_model_call_is_recorded_with_its_code() {
+    let path = scratch("model-error").join("trace.sqlite");
+    let model = ScriptedModel::from_steps([ScriptStep::Fail(ModelError::new(
+        ModelErrorKind::RateLimited,
+        "slow down",
+    ))]);
+    let sink = Arc::new(TraceSink::open(&path, TraceOptions::default()).unwrap());
+    let outcome = run_traced(&agent(model, true), &sink, RunOptions::default()).await;
+    sink.finish().unwrap();
+    assert_eq!(outcome.stop_reason.as_str(), "failed");
+    let trace = read_trace(&path).unwrap();
+    let call = model_calls(&trace)[0];
+    assert_eq!(call.span.status, Status::Error);
+    let e = call.span.error.as_ref().unwrap();
+    assert_eq!(
+        e.code,
+        ModelError::new(ModelErrorKind::RateLimited, "").code()
+    );
+    assert_eq!(e.message, "slow down");
+    assert_eq!(turns(&trace)[0].span.status, Status::Error);
+    let run = runs(&trace)[0];
+    assert_eq!(
+        (run.span.status, run.stop_reason.as_deref()),
+        (Status::Error, Some("failed"))
+    );
+    assert!(
+        run.span
+            .error
+            .as_ref()
+            .unwrap()
+            .message
+            .contains("slow down")
+    );
+}
+
+#[tokio::test]
+async fn a_subagent_run_links_to_its_parent() {
+    let path = scratch("subagent").join("trace.ndjson");
+    let sink = Arc::new(TraceSink::open(&path, TraceOptions::default()).unwrap());
+    let child = run_traced(
+        &agent(weather_script(), true),
+        &sink,
+        RunOptions {
+            parent_run_id: Some("parent_run".into()),
+            ..RunOptions::default()
+        },
+    )
+    .await;
+    sink.finish().unwrap();
+    let trace = read_trace(&path).unwrap();
+    assert_eq!(
+        runs(&trace)[0].span.parent_id.as_deref(),
+        Some("parent_run")
+    );
+    assert!(
+        render_run(&trace.records, Some(&child.run_id))
+            .unwrap()
+            .contains("parent run parent_run")
+    );
+}
+
+#[test]
+fn an_unknown_extension_is_refused_with_a_clear_message() {
+    let path = scratch("unknown").join("trace.json");
+    let err = TraceSink::open(&path, TraceOptions::default()).unwrap_err();
+    assert!(matches!(err, TraceError::UnknownFormat { .. }));
+    assert_eq!(err.code(), "trace.unknown_format");
+    let message = err.to_string();
+    assert!(
+        message.contains("trace.json")
+            && message.contains(".ndjson")
+            && message.contains(".sqlite"),
+        "{message}"
+    );
+    assert!(!path.exists());
+    assert_eq!(
+        read_trace(&path).unwrap_err().code(),
+        "trace.unknown_format"
+    );
+}
+
+#[test]
+fn the_sqlite_schema_is_created_once_and_a_newer_one_is_refused() {
+    let path = scratch("schema").join("trace.db");
+    for _ in 0..2 {
+        let sink = TraceSink::open(&path, TraceOptions::default()).unwrap();
+        sink.finish().unwrap();
+    }
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let version: i64 = conn
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(version, agentloop_store::SCHEMA_VERSION);
+    let tables: i64 = conn
+        .query_row(
+            "SELECT count(*) FROM sqlite_master WHERE type = 'table'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(tables, 4);
+    assert!(read_trace(&path).unwrap().records.is_empty());
+    conn.execute_batch("PRAGMA user_version = 99").unwrap();
+    drop(conn);
+    let err = TraceSink::open(&path, TraceOptions::default()).unwrap_err();
+    assert_eq!(err.code(), "trace.newer_schema");
+    assert_eq!(read_trace(&path).unwrap_err().code(), "trace.newer_schema");
+}
+
+#[test]
+fn a_file_that_is_not_a_database_is_an_error_not_a_crash() {
+    let path = scratch("notdb").join("trace.sqlite");
+    std::fs::write(
+        &path,
+        "hello, this is not SQLite, and it is long enough to have a header",
+    )
+    .unwrap();
+    assert_eq!(read_trace(&path).unwrap_err().code(), "trace.sqlite");
+    let missing = read_trace(scratch("missing").join("nothing.ndjson")).unwrap_err();
+    assert_eq!(missing.code(), "trace.io");
+}
