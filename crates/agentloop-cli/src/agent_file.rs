@@ -855,10 +855,11 @@ input_schema = { type = "string" }
     #[test]
     fn missing_required_keys_are_named() {
         let got = problems("[[tools]]\ndescription = \"d\"\n");
-        let paths: Vec<&str> = got.iter().map(|p| p.path.as_str()).collect();
+        let mut paths: Vec<&str> = got.iter().map(|p| p.path.as_str()).collect();
+        paths.sort_unstable();
         assert_eq!(
             paths,
-            ["name", "model", "tools[0].name", "tools[0].command"]
+            ["model", "name", "tools[0].command", "tools[0].name"]
         );
     }
 

@@ -1,0 +1,742 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! `agentloop` runs of real agent files against a fake provider on loopback that serves recorded
+//! responses turn by turn and records each request.
+
+mod support;
+
+use serde_json::{Value, json};
+use support::*;
+
+fn openai_agent(uri: &str, extra: &str) -> String {
+    format!(
+        r#"name = "weather"
+instructions = "You answer weather questions."
+
+[model]
+provider = "openai"
+name = "gpt-4o"
+base_url = "{uri}/v1"
+api_key_env = "AGENTLOOP_TEST_KEY"
+temperature = 0
+seed = 7
+{extra}
+[[tools]]
+name = "get_weather"
+description = "The weather of a city."
+command = ["python3", "tool.py"]
+input_schema = {{ type = "object", properties = {{ city = {{ type = "string" }}, fail = {{ type = "string" }} }} }}
+"#
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn json_run_against_openai_prints_one_object_with_the_documented_fields() {
+    let fake = FakeProvider::start(
+        "/v1/chat/completions",
+        vec![
+            ok("openai_chat/oai_chat_s_single_tool_usage.sse"),
+            ok("openai_chat/oai_chat_s_text.sse"),
+        ],
+    )
+    .await;
+    let dir = AgentDir::new(&openai_agent(&fake.uri(), ""));
+    let out = agentloop(args(&[
+        "run",
+        dir.agent().to_str().unwrap(),
+        "--input",
+        "Weather in Mexico City?",
+        "--json",
+    ]))
+    .await;
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    let v = stdout_json(&out);
+    for key in [
+        "run_id",
+        "stop_reason",
+        "output",
+        "turns",
+        "usage",
+        "cost_usd",
+        "tool_calls",
+        "error",
+    ] {
+        assert!(v.get(key).is_some(), "missing {key}: {v}");
+    }
+    assert_eq!(v["stop_reason"], "finished");
+    assert!(
+        v["output"]
+            .as_str()
+            .unwrap()
+            .starts_with("I'm unable to provide real-time weather")
+    );
+    assert_eq!(v["turns"], 2);
+    assert_eq!(v["usage"]["input_tokens"], 423 + 14);
+    assert_eq!(v["usage"]["output_tokens"], 15 + 30);
+    assert!(v["cost_usd"].as_f64().unwrap() > 0.0, "gpt-4o is priced");
+    assert_eq!(v["error"], Value::Null);
+    let call = &v["tool_calls"][0];
+    assert_eq!(call["id"], "call_LwxJUB9KppVyogRRLQsamRJv");
+    assert_eq!(call["tool"], "get_weather");
+    assert_eq!(call["input"], json!({"city": "Mexico City"}));
+    assert_eq!(call["ok"], true);
+    assert_eq!(call["output"], "18 degrees and sunny\n");
+    assert_eq!(v["tool_calls"].as_array().unwrap().len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_request_after_a_tool_call_carries_its_result_and_the_settings() {
+    let fake = FakeProvider::start(
+        "/v1/chat/completions",
+        vec![
+            ok("openai_chat/oai_chat_s_single_tool_usage.sse"),
+            ok("openai_chat/oai_chat_s_text.sse"),
+        ],
+    )
+    .await;
+    let dir = AgentDir::new(&openai_agent(&fake.uri(), ""));
+    let out = agentloop(args(&[
+        "run",
+        dir.agent().to_str().unwrap(),
+        "--input",
+        "Weather in Mexico City?",
+        "--quiet",
+    ]))
+    .await;
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    let requests = fake.requests().await;
+    assert_eq!(requests.len(), 2);
+    for r in &requests {
+        let auth = r.headers.get("authorization").unwrap().to_str().unwrap();
+        assert_eq!(auth, format!("Bearer {TEST_KEY}"));
+    }
+    let bodies = fake.bodies().await;
+    assert_eq!(bodies[0]["model"], "gpt-4o");
+    assert_eq!(bodies[0]["temperature"], 0.0);
+    assert_eq!(bodies[0]["seed"], 7);
+    assert_eq!(bodies[0]["tools"][0]["function"]["name"], "get_weather");
+    let messages = bodies[1]["messages"].as_array().unwrap();
+    let assistant = messages.iter().find(|m| m["role"] == "assistant").unwrap();
+    assert_eq!(
+        assistant["tool_calls"][0]["id"],
+        "call_LwxJUB9KppVyogRRLQsamRJv"
+    );
+    let tool = messages.iter().find(|m| m["role"] == "tool").unwrap();
+    assert_eq!(tool["tool_call_id"], "call_LwxJUB9KppVyogRRLQsamRJv");
+    assert_eq!(tool["content"], "18 degrees and sunny\n");
+    assert!(
+        stdout(&out).starts_with("I'm unable to provide real-time weather"),
+        "{}",
+        stdout(&out)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_command_tool_gets_its_arguments_on_stdin_and_no_api_key() {
+    let fake = FakeProvider::start(
+        "/v1/chat/completions",
+        vec![
+            ok("openai_chat/oai_chat_s_single_tool_usage.sse"),
+            ok("openai_chat/oai_chat_s_text.sse"),
+        ],
+    )
+    .await;
+    let dir = AgentDir::new(&openai_agent(&fake.uri(), ""));
+    let out = agentloop_env(
+        args(&[
+            "run",
+            dir.agent().to_str().unwrap(),
+            "--input",
+            "hi",
+            "--quiet",
+        ]),
+        vec![
+            ("AGENTLOOP_TEST_KEY", TEST_KEY),
+            ("OPENAI_API_KEY", "sk-openai-other"),
+            ("VISIBLE_VAR", "yes"),
+        ],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    assert_eq!(dir.tool_inputs(), vec![json!({"city": "Mexico City"})]);
+    let env = dir.tool_env();
+    assert!(env.contains("VISIBLE_VAR=yes"), "{env}");
+    assert!(
+        !env.contains(TEST_KEY),
+        "the agent's key reached the tool: {env}"
+    );
+    assert!(!env.contains("AGENTLOOP_TEST_KEY"), "{env}");
+    assert!(!env.contains("sk-openai-other"), "{env}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failing_command_tool_sends_its_stderr_back_to_the_model() {
+    let fake = FakeProvider::start(
+        "/v1/chat/completions",
+        vec![
+            ok("openai_chat/oai_chat_s_single_tool_usage.sse"),
+            ok("openai_chat/oai_chat_s_text.sse"),
+        ],
+    )
+    .await;
+    // The tool fails when its input has `fail`: make it fail by schema-free arguments from a script
+    // is not possible with a recording, so point the tool at a failing program instead.
+    let toml = openai_agent(&fake.uri(), "").replace(
+        r#"command = ["python3", "tool.py"]"#,
+        r#"command = ["sh", "-c", "cat > stdin.log; echo '  no weather for you  ' >&2; exit 4"]"#,
+    );
+    let dir = AgentDir::new(&toml);
+    let out = agentloop(args(&[
+        "run",
+        dir.agent().to_str().unwrap(),
+        "--input",
+        "hi",
+        "--json",
+    ]))
+    .await;
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "the model recovers: stderr {}",
+        stderr(&out)
+    );
+    let v = stdout_json(&out);
+    let call = &v["tool_calls"][0];
+    assert_eq!(call["ok"], false);
+    assert_eq!(call["error"]["code"], "command_failed");
+    assert_eq!(call["error"]["message"], "no weather for you");
+    let bodies = fake.bodies().await;
+    let tool = bodies[1]["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["role"] == "tool")
+        .cloned()
+        .unwrap();
+    assert!(
+        tool["content"]
+            .as_str()
+            .unwrap()
+            .contains("no weather for you"),
+        "{tool}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.path("stdin.log")).unwrap(),
+        r#"{"city":"Mexico City"}"#
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn anthropic_run_sends_tool_results_back_as_tool_result_blocks() {
+    let fake = FakeProvider::start(
+        "/v1/messages",
+        vec![
+            ok("anthropic/anth_s_tool_use.sse"),
+            ok("anthropic/anth_s_text.sse"),
+        ],
+    )
+    .await;
+    let toml = format!(
+        r#"name = "a"
+[model]
+provider = "anthropic"
+name = "claude-sonnet-4-5"
+base_url = "{}"
+api_key_env = "AGENTLOOP_TEST_KEY"
+max_tokens = 512
+[[tools]]
+name = "get_weather"
+command = ["python3", "tool.py"]
+"#,
+        fake.uri()
+    );
+    let dir = AgentDir::new(&toml);
+    let out = agentloop(args(&[
+        "run",
+        dir.agent().to_str().unwrap(),
+        "--input",
+        "Paris?",
+        "--json",
+    ]))
+    .await;
+    assert_eq!(out.status.code(), Some(0), "stdout: {}", stdout(&out));
+    let v = stdout_json(&out);
+    assert_eq!(v["output"], "Hello there!");
+    assert_eq!(v["tool_calls"][0]["input"], json!({"location": "Paris"}));
+    let requests = fake.requests().await;
+    assert_eq!(
+        requests[0]
+            .headers
+            .get("x-api-key")
+            .unwrap()
+            .to_str()
+            .unwrap(),
+        TEST_KEY
+    );
+    let bodies = fake.bodies().await;
+    assert_eq!(bodies[0]["max_tokens"], 512);
+    let last = bodies[1]["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .cloned()
+        .unwrap();
+    assert_eq!(last["role"], "user");
+    let block = &last["content"][0];
+    assert_eq!(block["type"], "tool_result");
+    assert_eq!(block["tool_use_id"], "toolu_01NRLabsLyVHZPKxbKvkfSMn");
+    assert_eq!(dir.tool_inputs(), vec![json!({"location": "Paris"})]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn openai_responses_run_sends_function_call_output() {
+    let fake = FakeProvider::start(
+        "/v1/responses",
+        vec![
+            ok("openai_responses/resp_s_function_call.sse"),
+            ok("openai_responses/resp_s_text.sse"),
+        ],
+    )
+    .await;
+    let toml = format!(
+        r#"name = "r"
+[model]
+provider = "openai-responses"
+name = "gpt-4o"
+base_url = "{}/v1"
+api_key_env = "AGENTLOOP_TEST_KEY"
+[[tools]]
+name = "get_capital"
+command = ["python3", "tool.py"]
+"#,
+        fake.uri()
+    );
+    let dir = AgentDir::new(&toml);
+    let out = agentloop(args(&[
+        "run",
+        dir.agent().to_str().unwrap(),
+        "--input",
+        "Capital of France?",
+        "--json",
+    ]))
+    .await;
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    let v = stdout_json(&out);
+    assert_eq!(v["output"], "The capital of France is Paris.");
+    let bodies = fake.bodies().await;
+    let items = bodies[1]["input"].as_array().unwrap();
+    let output = items
+        .iter()
+        .find(|i| i["type"] == "function_call_output")
+        .unwrap();
+    assert_eq!(output["call_id"], "call_kL0PCQV7M2WMoVX8V8OtYSAL");
+    assert_eq!(dir.tool_inputs(), vec![json!({"country": "France"})]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_provider_error_exits_with_the_model_code() {
+    let fake = FakeProvider::start(
+        "/v1/chat/completions",
+        vec![status(400, "openai_chat/oai_chat_err_400.json")],
+    )
+    .await;
+    let dir = AgentDir::new(&openai_agent(&fake.uri(), ""));
+    let out = agentloop(args(&[
+        "run",
+        dir.agent().to_str().unwrap(),
+        "--input",
+        "hi",
+        "--json",
+    ]))
+    .await;
+    assert_eq!(out.status.code(), Some(4), "stderr: {}", stderr(&out));
+    let v = stdout_json(&out);
+    assert_eq!(v["stop_reason"], "failed");
+    assert_eq!(v["error"]["code"], "model.invalid_request");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("Web search options not supported")
+    );
+    assert!(!stdout(&out).contains(TEST_KEY));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_missing_api_key_names_the_variable_and_sends_nothing() {
+    let fake = FakeProvider::start(
+        "/v1/chat/completions",
+        vec![ok("openai_chat/oai_chat_s_text.sse")],
+    )
+    .await;
+    let dir = AgentDir::new(&openai_agent(&fake.uri(), ""));
+    let out = agentloop_env(
+        args(&["run", dir.agent().to_str().unwrap(), "--input", "hi"]),
+        vec![],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(4));
+    assert!(
+        stderr(&out).contains("AGENTLOOP_TEST_KEY"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(fake.requests().await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_turn_limit_stops_the_run_with_the_limit_code() {
+    let fake = FakeProvider::start(
+        "/v1/chat/completions",
+        vec![
+            ok("openai_chat/oai_chat_s_single_tool_usage.sse"),
+            ok("openai_chat/oai_chat_s_text.sse"),
+        ],
+    )
+    .await;
+    let dir = AgentDir::new(&openai_agent(&fake.uri(), "[limits]\nmax_turns = 1\n"));
+    let out = agentloop(args(&[
+        "run",
+        dir.agent().to_str().unwrap(),
+        "--input",
+        "hi",
+        "--json",
+    ]))
+    .await;
+    assert_eq!(out.status.code(), Some(5), "stderr: {}", stderr(&out));
+    let v = stdout_json(&out);
+    assert_eq!(v["stop_reason"], "max_turns");
+    assert_eq!(fake.requests().await.len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn plan_makes_no_request_and_redacts_the_key() {
+    let fake = FakeProvider::start(
+        "/v1/chat/completions",
+        vec![ok("openai_chat/oai_chat_s_text.sse")],
+    )
+    .await;
+    let dir = AgentDir::new(&openai_agent(&fake.uri(), "[limits]\nmax_turns = 4\n"));
+    let out = agentloop(args(&["plan", dir.agent().to_str().unwrap(), "--json"])).await;
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    let v = stdout_json(&out);
+    assert_eq!(v["model"]["provider"], "openai");
+    assert_eq!(v["model"]["api_key_env"], "AGENTLOOP_TEST_KEY");
+    assert_eq!(v["tools"][0]["name"], "get_weather");
+    assert_eq!(
+        v["tools"][0]["input_schema"]["properties"]["city"]["type"],
+        "string"
+    );
+    assert_eq!(v["limits"]["max_turns"], 4);
+    assert_eq!(v["first_request"]["body"]["model"], "gpt-4o");
+    assert_eq!(
+        v["first_request"]["url"],
+        format!("{}/v1/chat/completions", fake.uri())
+    );
+    assert!(
+        v["first_request"]["headers"]["authorization"]
+            .as_str()
+            .unwrap()
+            .contains("[redacted]")
+    );
+    assert!(!stdout(&out).contains(TEST_KEY));
+    let text = agentloop(args(&["inspect", dir.agent().to_str().unwrap()])).await;
+    assert_eq!(text.status.code(), Some(0));
+    assert!(stdout(&text).contains("get_weather"));
+    assert!(fake.requests().await.is_empty(), "plan sent a request");
+    assert!(!dir.path("stdin.log").exists(), "plan ran a tool");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn plan_needs_no_credentials() {
+    let fake = FakeProvider::start("/v1/chat/completions", vec![]).await;
+    let dir = AgentDir::new(&openai_agent(&fake.uri(), ""));
+    let out = agentloop_env(args(&["plan", dir.agent().to_str().unwrap()]), vec![]).await;
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    assert!(fake.requests().await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn live_dry_run_prints_the_first_request_and_sends_nothing() {
+    let fake = FakeProvider::start(
+        "/v1/chat/completions",
+        vec![ok("openai_chat/oai_chat_s_text.sse")],
+    )
+    .await;
+    let dir = AgentDir::new(&openai_agent(&fake.uri(), ""));
+    let out = agentloop(args(&[
+        "run",
+        dir.agent().to_str().unwrap(),
+        "--input",
+        "Weather in Oslo?",
+        "--dry-run",
+    ]))
+    .await;
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    let v: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(v["method"], "POST");
+    let messages = v["body"]["messages"].as_array().unwrap();
+    assert_eq!(messages.last().unwrap()["content"], "Weather in Oslo?");
+    assert!(!stdout(&out).contains(TEST_KEY));
+    assert!(fake.requests().await.is_empty(), "a dry run sent a request");
+    assert!(!dir.path("stdin.log").exists(), "a dry run ran a tool");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn scripted_dry_run_skips_every_tool() {
+    let dir = AgentDir::new(
+        r#"name = "s"
+[model]
+provider = "scripted"
+script = "script.json"
+[[tools]]
+name = "get_weather"
+command = ["python3", "tool.py"]
+"#,
+    );
+    dir.write(
+        "script.json",
+        r#"[{"tool_calls": [{"id": "c1", "name": "get_weather", "arguments": {"city": "Oslo"}}, {"id": "c2", "name": "get_weather", "arguments": {"city": "Rome"}}]}, {"text": "done"}]"#,
+    );
+    let out = agentloop(args(&[
+        "run",
+        dir.agent().to_str().unwrap(),
+        "--input",
+        "x",
+        "--dry-run",
+        "--json",
+    ]))
+    .await;
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    let v = stdout_json(&out);
+    assert_eq!(v["dry_run"], true);
+    assert_eq!(v["output"], "done");
+    let calls = v["tool_calls"].as_array().unwrap();
+    assert_eq!(calls.len(), 2);
+    assert!(
+        calls
+            .iter()
+            .all(|c| c["status"] == "skipped" && c["ok"] == false),
+        "{calls:?}"
+    );
+    assert!(!dir.path("stdin.log").exists(), "a dry run ran a tool");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_invalid_file_is_reported_with_key_paths_and_lines() {
+    let dir = AgentDir::new(
+        r#"name = "bad"
+[model]
+provider = "openai"
+script = "s.json"
+
+[[tools]]
+name = "ok"
+command = ["echo"]
+
+[[tools]]
+name = "t"
+comand = ["echo"]
+"#,
+    );
+    let out = agentloop(args(&[
+        "run",
+        dir.agent().to_str().unwrap(),
+        "--input",
+        "x",
+    ]))
+    .await;
+    assert_eq!(out.status.code(), Some(3));
+    let err = stderr(&out);
+    assert!(
+        err.contains("agent.toml:12:1: tools[1].comand: unknown key `comand`"),
+        "{err}"
+    );
+    assert!(
+        err.contains("tools[1].command: missing required key `command`"),
+        "{err}"
+    );
+    let json = agentloop(args(&[
+        "run",
+        dir.agent().to_str().unwrap(),
+        "--input",
+        "x",
+        "--json",
+    ]))
+    .await;
+    assert_eq!(json.status.code(), Some(3));
+    let v = stdout_json(&json);
+    assert_eq!(v["error"]["code"], "agent_file.invalid");
+    let problems = v["error"]["problems"].as_array().unwrap();
+    assert!(
+        problems
+            .iter()
+            .any(|p| p["path"] == "tools[1].comand" && p["line"] == 12),
+        "{problems:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn rule_problems_come_all_at_once() {
+    let dir = AgentDir::new(
+        r#"name = "bad"
+[model]
+provider = "openai"
+script = "s.json"
+[[tools]]
+name = "no spaces"
+command = ["./missing.sh"]
+input_schema = { type = "array" }
+"#,
+    );
+    let out = agentloop(args(&["plan", dir.agent().to_str().unwrap()])).await;
+    assert_eq!(out.status.code(), Some(3));
+    let err = stderr(&out);
+    for needle in [
+        "4:10: model.script",
+        "3:12: model.name",
+        "6:8: tools[0].name",
+        "7:11: tools[0].command",
+        "8:16: tools[0].input_schema",
+    ] {
+        assert!(err.contains(needle), "missing {needle:?} in {err}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn input_can_come_from_stdin_or_a_file() {
+    let fake = FakeProvider::start(
+        "/v1/chat/completions",
+        vec![
+            ok("openai_chat/oai_chat_s_text.sse"),
+            ok("openai_chat/oai_chat_s_text.sse"),
+        ],
+    )
+    .await;
+    let dir = AgentDir::new(&openai_agent(&fake.uri(), ""));
+    dir.write("input.txt", "from a file");
+    let agent = dir.agent();
+    let out = tokio::task::spawn_blocking(move || {
+        assert_cmd::Command::new(env!("CARGO_BIN_EXE_agentloop"))
+            .args(["run", agent.to_str().unwrap(), "--quiet"])
+            .env("AGENTLOOP_TEST_KEY", TEST_KEY)
+            .write_stdin("from stdin")
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    let from_file = agentloop(args(&[
+        "run",
+        dir.agent().to_str().unwrap(),
+        "--input-file",
+        dir.path("input.txt").to_str().unwrap(),
+        "--quiet",
+    ]))
+    .await;
+    assert_eq!(from_file.status.code(), Some(0));
+    let bodies = fake.bodies().await;
+    let last_user = |b: &Value| {
+        b["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .rev()
+            .find(|m| m["role"] == "user")
+            .unwrap()["content"]
+            .clone()
+    };
+    assert_eq!(last_user(&bodies[0]), "from stdin");
+    assert_eq!(last_user(&bodies[1]), "from a file");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn quickstart_example_runs_without_credentials() {
+    let example = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/quickstart/agent.toml"
+    );
+    let out = agentloop_env(
+        args(&[
+            "run",
+            example,
+            "--input",
+            "Compare the weather in Paris and Lisbon, in Fahrenheit.",
+            "--json",
+        ]),
+        vec![],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    let v = stdout_json(&out);
+    assert_eq!(v["stop_reason"], "finished");
+    assert_eq!(v["turns"], 4);
+    let calls = v["tool_calls"].as_array().unwrap();
+    assert_eq!(calls.len(), 5);
+    assert_eq!(
+        calls[0]["output"],
+        "{\"city\": \"Paris\", \"celsius\": 18, \"sky\": \"light rain\"}\n"
+    );
+    assert_eq!(
+        calls[1]["output"],
+        "{\"city\": \"Lisbon\", \"celsius\": 23, \"sky\": \"sunny\"}\n"
+    );
+    assert_eq!(calls[2]["ok"], false);
+    assert!(
+        calls[2]["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("unknown unit 'farenheit'")
+    );
+    assert_eq!(calls[3]["output"], "64.4\n");
+    assert_eq!(calls[4]["output"], "73.4\n");
+    assert!(v["output"].as_str().unwrap().contains("73.4 °F"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn terminal_output_shows_tool_calls_and_a_closing_line() {
+    let example = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/quickstart/agent.toml"
+    );
+    let out = agentloop_env(args(&["run", example, "--input", "x"]), vec![]).await;
+    assert_eq!(out.status.code(), Some(0));
+    let err = stderr(&out);
+    assert!(
+        err.contains("→ get_weather {\"city\":\"Paris\"} [call_paris]"),
+        "{err}"
+    );
+    assert!(err.contains("✗ convert_temperature error in"), "{err}");
+    assert!(
+        err.contains("■ finished · 4 turns · 5 tool calls · 1183 in / 136 out tokens"),
+        "{err}"
+    );
+    assert_eq!(
+        stdout(&out).trim(),
+        "Lisbon is warmer: 73.4 °F and sunny, against 64.4 °F and light rain in Paris."
+    );
+    let quiet = agentloop_env(args(&["run", example, "--input", "x", "--quiet"]), vec![]).await;
+    assert!(stderr(&quiet).is_empty(), "{}", stderr(&quiet));
+    assert_eq!(
+        stdout(&quiet).trim(),
+        "Lisbon is warmer: 73.4 °F and sunny, against 64.4 °F and light rain in Paris."
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn help_documents_the_exit_codes() {
+    let out = agentloop(args(&["run", "--help"])).await;
+    let text = stdout(&out);
+    for line in [
+        "0    the run finished",
+        "3    invalid agent file",
+        "4    model or provider error",
+        "5    a limit",
+        "6    a tool failed fatally",
+        "130  cancelled",
+    ] {
+        assert!(text.contains(line), "missing {line:?}");
+    }
+    let bad = agentloop(args(&["run"])).await;
+    assert_eq!(bad.status.code(), Some(2));
+}

@@ -1,0 +1,629 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+//! `agentloop run` end to end against a real model on this machine: llama.cpp's `llama-server`
+//! serving Qwen2.5-Coder-0.5B-Instruct (started with `../shared/local-model/serve.sh`), with the
+//! agent and command tools of `examples/local/`. No API key, loopback only.
+//!
+//! The questions were picked because the model answers them the same way on every run at
+//! temperature 0 with a fixed seed; the assertions hold whatever the wording: which tools ran with
+//! which arguments, the facts reaching the answer, the stop reason, the exit code, the usage.
+//! Each test starts its own server (fresh prompt cache, so no test depends on another's) and the
+//! tests take turns, as one server already uses the CPU. The server is pinned to one thread:
+//! on a CPU backend the thread count changes the arithmetic, and with it the words a temperature-0
+//! model picks, so a pinned count makes the runs the same on any machine.
+//!
+//! Two behaviours of a small model cannot come from the real server reliably, so they are served
+//! over loopback in llama.cpp's exact response shapes (recorded from this server): a tool the
+//! model was not given (llama-server itself rejects an unknown tool name with HTTP 500 before the
+//! client sees it), and the streamed form of the server's parse error, to count the retries.
+//!
+//! If the server cannot be built or started here the tests fail; they never skip.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// One real server at a time: each uses every core it is given.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> MutexGuard<'static, ()> {
+    SERIAL
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .unwrap()
+}
+
+/// `serve.sh`: `$AGENTLOOP_LOCAL_MODEL_DIR/serve.sh`, else the shared scripts beside the repo.
+fn serve_script() -> PathBuf {
+    let dir = std::env::var_os("AGENTLOOP_LOCAL_MODEL_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join("../shared/local-model"));
+    let script = dir.join("serve.sh");
+    assert!(
+        script.is_file(),
+        "{} is missing: the local-model scripts are needed (set AGENTLOOP_LOCAL_MODEL_DIR)",
+        script.display()
+    );
+    script
+}
+
+fn cache_dir() -> PathBuf {
+    std::env::var_os("AGENTLOOP_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache/agentloop")
+        })
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A running `llama-server`, killed when dropped, whatever the test did.
+struct LlamaServer {
+    pid: u32,
+    port: u16,
+}
+
+impl LlamaServer {
+    fn start() -> LlamaServer {
+        let port = free_port();
+        // The first run on a machine builds the server (about 12 minutes on 2 cores).
+        let out = Command::new(serve_script())
+            .arg(port.to_string())
+            .args(["-t", "1"])
+            .output()
+            .expect("run serve.sh");
+        assert!(
+            out.status.success(),
+            "serve.sh {port} failed ({}): {}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr),
+            String::from_utf8_lossy(&out.stdout)
+        );
+        let pid = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .last()
+            .unwrap_or("")
+            .trim()
+            .parse::<u32>();
+        let pid = pid.unwrap_or_else(|_| {
+            panic!(
+                "serve.sh printed no PID: {}",
+                String::from_utf8_lossy(&out.stdout)
+            )
+        });
+        LlamaServer { pid, port }
+    }
+
+    fn base_url(&self) -> String {
+        format!("http://127.0.0.1:{}/v1", self.port)
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(cache_dir().join(format!("llama-server-{}.log", self.port)))
+            .unwrap_or_default()
+    }
+
+    fn alive(&self) -> bool {
+        Command::new("kill")
+            .args(["-0", &self.pid.to_string()])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    }
+}
+
+impl Drop for LlamaServer {
+    fn drop(&mut self) {
+        let _ = Command::new("kill").arg(self.pid.to_string()).output();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while self.alive() && Instant::now() < deadline {
+            thread::sleep(Duration::from_millis(100));
+        }
+        if self.alive() {
+            let _ = Command::new("kill")
+                .args(["-9", &self.pid.to_string()])
+                .output();
+        }
+    }
+}
+
+/// A copy of `examples/local/agent.toml` in a temporary directory, pointed at `base_url`, with
+/// its tool scripts named by absolute path. The tools keep their state (notes, fail-once
+/// markers) in that directory.
+struct LocalAgent {
+    dir: tempfile::TempDir,
+}
+
+impl LocalAgent {
+    fn new(base_url: &str) -> LocalAgent {
+        let example = repo_root().join("examples/local");
+        let text = std::fs::read_to_string(example.join("agent.toml")).unwrap();
+        let default_url = "base_url = \"http://127.0.0.1:8080/v1\"";
+        assert!(
+            text.contains(default_url),
+            "examples/local/agent.toml no longer has {default_url}"
+        );
+        assert!(
+            text.contains("\"tools/"),
+            "examples/local/agent.toml no longer runs tools/*.py"
+        );
+        let tools = format!("\"{}/tools/", example.display());
+        let text = text
+            .replace(default_url, &format!("base_url = \"{base_url}\""))
+            .replace("\"tools/", &tools);
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("agent.toml"), text).unwrap();
+        LocalAgent { dir }
+    }
+
+    /// `agentloop run agent.toml --input QUESTION --json`, with `env` for the tools.
+    fn run(&self, question: &str, env: &[(&str, &str)]) -> Run {
+        let began = Instant::now();
+        let mut cmd = assert_cmd::Command::cargo_bin("agentloop").unwrap();
+        cmd.arg("run")
+            .arg(self.dir.path().join("agent.toml"))
+            .args(["--input", question, "--json"])
+            .env("AGENT_STATE_DIR", self.dir.path())
+            .env_remove("OPENAI_API_KEY")
+            .timeout(Duration::from_secs(900));
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let out = cmd.output().unwrap();
+        Run::new(out, began.elapsed())
+    }
+}
+
+/// One `agentloop run --json`: its exit code and its one JSON object.
+struct Run {
+    code: Option<i32>,
+    json: Value,
+    stderr: String,
+    wall: Duration,
+}
+
+impl Run {
+    fn new(out: Output, wall: Duration) -> Run {
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        let json = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
+            panic!("stdout is not one JSON object ({e}):\n{stdout}\nstderr:\n{stderr}")
+        });
+        Run {
+            code: out.status.code(),
+            json,
+            stderr,
+            wall,
+        }
+    }
+
+    fn calls(&self) -> &[Value] {
+        self.json["tool_calls"]
+            .as_array()
+            .map(Vec::as_slice)
+            .unwrap_or_default()
+    }
+
+    fn output(&self) -> &str {
+        self.json["output"].as_str().unwrap_or_default()
+    }
+
+    fn stop_reason(&self) -> &str {
+        self.json["stop_reason"].as_str().unwrap_or_default()
+    }
+
+    /// Both token counts are positive: the server's usage reached the outcome.
+    fn assert_usage(&self) {
+        let usage = &self.json["usage"];
+        assert!(
+            usage["input_tokens"].as_u64().unwrap_or(0) > 0,
+            "no input tokens: {}",
+            self.json
+        );
+        assert!(
+            usage["output_tokens"].as_u64().unwrap_or(0) > 0,
+            "no output tokens: {}",
+            self.json
+        );
+    }
+
+    /// The whole run, for failure messages.
+    fn dump(&self) -> String {
+        format!(
+            "exit {:?} in {:?}\n{:#}\nstderr:\n{}",
+            self.code, self.wall, self.json, self.stderr
+        )
+    }
+}
+
+/// A successful call's output, parsed (command tools answer with one JSON document).
+fn call_output(call: &Value) -> Value {
+    serde_json::from_str(call["output"].as_str().unwrap_or_default().trim()).unwrap_or(Value::Null)
+}
+
+fn is_city(value: &Value, city: &str) -> bool {
+    value
+        .as_str()
+        .is_some_and(|c| c.trim().eq_ignore_ascii_case(city))
+}
+
+#[test]
+fn weather_question_runs_get_weather_for_the_city_and_its_temperature_reaches_the_answer() {
+    let _turn = serial();
+    let server = LlamaServer::start();
+    let run = LocalAgent::new(&server.base_url()).run("What is the weather in Paris?", &[]);
+    let d = run.dump();
+    assert_eq!(run.code, Some(0), "{d}");
+    assert_eq!(run.stop_reason(), "finished", "{d}");
+    let calls = run.calls();
+    assert_eq!(calls.len(), 1, "{d}");
+    assert_eq!(calls[0]["tool"], "get_weather", "{d}");
+    assert!(is_city(&calls[0]["input"]["city"], "Paris"), "{d}");
+    assert_eq!(calls[0]["status"], "ok", "{d}");
+    assert_eq!(call_output(&calls[0])["temperature"], 18, "{d}");
+    assert!(
+        run.output().contains("18"),
+        "the tool's temperature is not in the answer: {d}"
+    );
+    assert_eq!(run.json["turns"], 2, "{d}");
+    assert_eq!(run.json["error"], Value::Null, "{d}");
+    run.assert_usage();
+}
+
+#[test]
+fn sum_question_runs_add_with_both_numbers_and_the_sum_reaches_the_answer() {
+    let _turn = serial();
+    let server = LlamaServer::start();
+    let run = LocalAgent::new(&server.base_url()).run("What is 1234 plus 4321?", &[]);
+    let d = run.dump();
+    assert_eq!(run.code, Some(0), "{d}");
+    assert_eq!(run.stop_reason(), "finished", "{d}");
+    let calls = run.calls();
+    assert_eq!(calls.len(), 1, "{d}");
+    assert_eq!(calls[0]["tool"], "add", "{d}");
+    let (a, b) = (
+        calls[0]["input"]["a"].as_f64(),
+        calls[0]["input"]["b"].as_f64(),
+    );
+    let mut operands = [a.unwrap_or(f64::NAN), b.unwrap_or(f64::NAN)];
+    operands.sort_by(f64::total_cmp);
+    assert_eq!(operands, [1234.0, 4321.0], "{d}");
+    assert_eq!(call_output(&calls[0])["result"], 5555, "{d}");
+    assert!(
+        run.output().contains("5555"),
+        "the sum is not in the answer: {d}"
+    );
+    run.assert_usage();
+}
+
+/// The weather tool fails on its first call for Oslo. The model reads the error and calls again
+/// (two calls, in sequence); the second succeeds. Then the 0.5B model calls it a third time
+/// with the same arguments instead of answering, every time: the stuck-loop rule refuses that
+/// call and stops the run, keeping both real outcomes.
+#[test]
+fn tool_that_fails_once_is_called_again_and_the_repeat_after_success_is_stopped_as_a_stuck_loop() {
+    let _turn = serial();
+    let server = LlamaServer::start();
+    let agent = LocalAgent::new(&server.base_url());
+    let run = agent.run(
+        "What is the weather in Oslo?",
+        &[("WEATHER_FAIL_ONCE", "oslo")],
+    );
+    let d = run.dump();
+    let calls = run.calls();
+    assert!(calls.len() >= 2, "{d}");
+    for call in calls {
+        assert_eq!(call["tool"], "get_weather", "{d}");
+        assert!(is_city(&call["input"]["city"], "Oslo"), "{d}");
+    }
+    assert_eq!(calls[0]["status"], "error", "{d}");
+    assert_eq!(calls[0]["error"]["code"], "command_failed", "{d}");
+    assert!(
+        calls[0]["error"]["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("temporarily unavailable"),
+        "{d}"
+    );
+    assert_eq!(calls[1]["status"], "ok", "{d}");
+    assert_eq!(call_output(&calls[1])["temperature"], 7, "{d}");
+    assert!(
+        agent.dir.path().join("weather-failed-oslo").exists(),
+        "the tool never failed: {d}"
+    );
+
+    assert_eq!(run.stop_reason(), "stuck_loop", "{d}");
+    assert_eq!(run.code, Some(5), "a limit stop exits 5: {d}");
+    assert_eq!(run.json["limit"]["limit"], "stuck_loop", "{d}");
+    let last = calls.last().unwrap();
+    assert_eq!(last["status"], "refused", "{d}");
+    assert_eq!(last["error"]["code"], "limit.stuck_loop", "{d}");
+    assert_eq!(last["input"], calls[calls.len() - 2]["input"], "{d}");
+    run.assert_usage();
+}
+
+/// Asked for a joke, the model invents a `joke` tool; llama-server cannot parse that as a call to
+/// a tool it was given and fails the request (in the stream, after a 200). The provider error is
+/// retried per the default policy (3 attempts, all the same at temperature 0), then the run fails
+/// cleanly with the server's message and the model exit code.
+#[test]
+fn unparseable_model_output_is_a_provider_error_retried_then_a_clean_failure_with_the_servers_message()
+ {
+    let _turn = serial();
+    let server = LlamaServer::start();
+    let run = LocalAgent::new(&server.base_url()).run("Tell me a joke.", &[]);
+    let d = run.dump();
+    assert_eq!(run.code, Some(4), "a provider error exits 4: {d}");
+    assert_eq!(run.stop_reason(), "failed", "{d}");
+    assert_eq!(run.json["error"]["code"], "model.server_error", "{d}");
+    let message = run.json["error"]["message"].as_str().unwrap_or("");
+    assert!(
+        message.contains("does not match the expected"),
+        "the server's message is lost: {d}"
+    );
+    assert!(run.calls().is_empty(), "{d}");
+    assert!(run.output().is_empty(), "{d}");
+    let attempts = server.log().matches("unparsed peg-native output").count();
+    assert_eq!(
+        attempts, 3,
+        "the server saw {attempts} unparseable answers, the retry policy allows 3: {d}"
+    );
+}
+
+// ---- llama.cpp's shapes, served over loopback ----
+
+/// A streamed chunk as llama-server writes it.
+fn chunk(delta: &str, finish: Option<&str>) -> String {
+    let finish = finish.map_or("null".to_owned(), |f| format!("\"{f}\""));
+    format!(
+        "data: {{\"choices\":[{{\"finish_reason\":{finish},\"index\":0,\"delta\":{delta}}}],\"created\":1795962666,\"id\":\"chatcmpl-gWYIUIccT3jWFA3o8S6xnMEKPFtPqk61\",\"model\":\"local\",\"system_fingerprint\":\"b0-unknown\",\"object\":\"chat.completion.chunk\"}}\n\n"
+    )
+}
+
+fn usage_chunk(prompt: u32, completion: u32) -> String {
+    format!(
+        "data: {{\"choices\":[],\"created\":1795962668,\"id\":\"chatcmpl-gWYIUIccT3jWFA3o8S6xnMEKPFtPqk61\",\"model\":\"local\",\"system_fingerprint\":\"b0-unknown\",\"object\":\"chat.completion.chunk\",\"usage\":{{\"completion_tokens\":{completion},\"prompt_tokens\":{prompt},\"total_tokens\":{}}}}}\n\n",
+        prompt + completion
+    )
+}
+
+const ROLE: &str = r#"{"role":"assistant","content":null}"#;
+
+/// llama-server's stream for one tool call (recorded shape: the call id and name first, then
+/// the arguments in pieces, `finish_reason: tool_calls`, the usage chunk, `[DONE]`).
+fn tool_call_stream(name: &str, args: &[&str]) -> String {
+    let mut s = chunk(ROLE, None);
+    for (i, piece) in args.iter().enumerate() {
+        let piece = serde_json::to_string(piece).unwrap();
+        let delta = if i == 0 {
+            format!(
+                r#"{{"tool_calls":[{{"index":0,"id":"0mhnWdSjnw0SGI44UldoPyrEhDA5WDwI","type":"function","function":{{"name":"{name}","arguments":{piece}}}}}]}}"#
+            )
+        } else {
+            format!(r#"{{"tool_calls":[{{"index":0,"function":{{"arguments":{piece}}}}}]}}"#)
+        };
+        s.push_str(&chunk(&delta, None));
+    }
+    s.push_str(&chunk("{}", Some("tool_calls")));
+    s.push_str(&usage_chunk(493, 24));
+    s.push_str("data: [DONE]\n\n");
+    s
+}
+
+/// llama-server's stream for a plain text answer.
+fn text_stream(words: &[&str]) -> String {
+    let mut s = chunk(ROLE, None);
+    for w in words {
+        s.push_str(&chunk(
+            &format!(r#"{{"content":{}}}"#, serde_json::to_string(w).unwrap()),
+            None,
+        ));
+    }
+    s.push_str(&chunk("{}", Some("stop")));
+    s.push_str(&usage_chunk(571, 19));
+    s.push_str("data: [DONE]\n\n");
+    s
+}
+
+/// llama-server's stream when the model's output does not parse: a 200, the role chunk, then the
+/// error object as an event, and the end of the stream (recorded verbatim).
+fn parse_error_stream() -> String {
+    let mut s = chunk(ROLE, None);
+    s.push_str("data: {\"error\":{\"code\":500,\"message\":\"The model produced output that does not match the expected peg-native format\",\"type\":\"server_error\"}}\n\n");
+    s
+}
+
+/// A loopback HTTP server that answers each request with the next SSE body and records the
+/// request bodies.
+struct LoopbackLlama {
+    port: u16,
+    requests: Arc<Mutex<Vec<Value>>>,
+}
+
+impl LoopbackLlama {
+    fn start(bodies: Vec<String>) -> LoopbackLlama {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let requests = Arc::new(Mutex::new(Vec::new()));
+        let seen = Arc::clone(&requests);
+        thread::spawn(move || {
+            let mut bodies = bodies.into_iter();
+            for stream in listener.incoming() {
+                let Ok(stream) = stream else { continue };
+                let Some(request) = read_request(&stream) else {
+                    continue;
+                };
+                seen.lock().unwrap().push(request);
+                let body = bodies.next().unwrap_or_else(|| {
+                    "data: {\"error\":{\"code\":500,\"message\":\"loopback: no more responses\",\"type\":\"server_error\"}}\n\n".to_owned()
+                });
+                let _ = respond_sse(stream, &body);
+            }
+        });
+        LoopbackLlama { port, requests }
+    }
+
+    fn base_url(&self) -> String {
+        format!("http://127.0.0.1:{}/v1", self.port)
+    }
+
+    fn requests(&self) -> Vec<Value> {
+        self.requests.lock().unwrap().clone()
+    }
+}
+
+fn read_request(stream: &TcpStream) -> Option<Value> {
+    let mut reader = BufReader::new(stream);
+    let mut length = 0usize;
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line).ok()? == 0 {
+            return None;
+        }
+        let line = line.trim_end();
+        if line.is_empty() {
+            break;
+        }
+        if let Some((name, value)) = line.split_once(':')
+            && name.eq_ignore_ascii_case("content-length")
+        {
+            length = value.trim().parse().ok()?;
+        }
+    }
+    let mut body = vec![0; length];
+    reader.read_exact(&mut body).ok()?;
+    serde_json::from_slice(&body).ok()
+}
+
+fn respond_sse(mut stream: TcpStream, body: &str) -> std::io::Result<()> {
+    write!(
+        stream,
+        "HTTP/1.1 200 OK\r\nServer: llama.cpp\r\nContent-Type: text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )?;
+    stream.flush()
+}
+
+/// The tool messages of a recorded request.
+fn tool_messages(request: &Value) -> Vec<String> {
+    request["messages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["content"].as_str().unwrap_or_default().to_owned())
+        .collect()
+}
+
+#[test]
+fn tool_the_model_was_not_given_is_fed_back_naming_the_valid_tools_and_the_run_goes_on() {
+    let fake = LoopbackLlama::start(vec![
+        tool_call_stream("get_forecast", &["{\"", "city", "\": \"", "Paris", "\"}"]),
+        tool_call_stream(
+            "get_weather",
+            &[
+                "{\"",
+                "city",
+                "\": \"",
+                "Paris",
+                "\", \"unit\": \"celsius\"}",
+            ],
+        ),
+        text_stream(&["It is ", "18 degrees ", "in Paris."]),
+    ]);
+    let agent = LocalAgent::new(&fake.base_url());
+    let run = agent.run("What is the weather in Paris?", &[]);
+    let d = run.dump();
+    assert_eq!(run.code, Some(0), "{d}");
+    assert_eq!(run.stop_reason(), "finished", "{d}");
+    let calls = run.calls();
+    assert_eq!(calls.len(), 2, "{d}");
+    assert_eq!(calls[0]["tool"], "get_forecast", "{d}");
+    assert_eq!(calls[0]["status"], "rejected", "{d}");
+    assert_eq!(calls[0]["error"]["code"], "unknown_tool", "{d}");
+    assert_eq!(calls[1]["tool"], "get_weather", "{d}");
+    assert_eq!(calls[1]["status"], "ok", "{d}");
+
+    let requests = fake.requests();
+    assert_eq!(requests.len(), 3, "{d}");
+    let fed_back = tool_messages(&requests[1]);
+    assert_eq!(fed_back.len(), 1, "{:#}", requests[1]);
+    for name in [
+        "get_forecast",
+        "get_weather",
+        "add",
+        "multiply",
+        "save_note",
+        "list_notes",
+    ] {
+        assert!(
+            fed_back[0].contains(name),
+            "the model was not told about {name}: {}",
+            fed_back[0]
+        );
+    }
+    let settings = &requests[0];
+    assert_eq!(settings["temperature"], 0.0, "{settings:#}");
+    assert_eq!(settings["seed"], 42, "{settings:#}");
+    // OpenAI's newer name; llama-server honours both.
+    let max = settings
+        .get("max_completion_tokens")
+        .or_else(|| settings.get("max_tokens"));
+    assert_eq!(max, Some(&Value::from(256)), "{settings:#}");
+    assert_eq!(run.json["usage"]["input_tokens"], 493 + 493 + 571, "{d}");
+}
+
+#[test]
+fn streamed_parse_error_is_retried_three_times_then_fails_with_the_servers_message() {
+    let fake = LoopbackLlama::start(vec![
+        parse_error_stream(),
+        parse_error_stream(),
+        parse_error_stream(),
+        parse_error_stream(),
+    ]);
+    let run = LocalAgent::new(&fake.base_url()).run("Tell me a joke.", &[]);
+    let d = run.dump();
+    assert_eq!(fake.requests().len(), 3, "{d}");
+    assert_eq!(run.code, Some(4), "{d}");
+    assert_eq!(run.stop_reason(), "failed", "{d}");
+    assert_eq!(run.json["error"]["code"], "model.server_error", "{d}");
+    assert!(
+        run.json["error"]["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("does not match the expected peg-native format"),
+        "{d}"
+    );
+}
+
+#[test]
+fn parse_error_once_is_retried_and_the_run_finishes() {
+    let fake = LoopbackLlama::start(vec![
+        parse_error_stream(),
+        tool_call_stream("add", &["{\"a\": 1234, ", "\"b\": 4321}"]),
+        text_stream(&["The sum is ", "5555."]),
+    ]);
+    let run = LocalAgent::new(&fake.base_url()).run("What is 1234 plus 4321?", &[]);
+    let d = run.dump();
+    assert_eq!(fake.requests().len(), 3, "{d}");
+    assert_eq!(run.code, Some(0), "{d}");
+    assert_eq!(run.stop_reason(), "finished", "{d}");
+    assert_eq!(call_output(&run.calls()[0])["result"], 5555, "{d}");
+    assert!(run.output().contains("5555"), "{d}");
+}

@@ -1,0 +1,216 @@
+//! A fake provider on loopback that serves recorded responses turn by turn and records every
+//! request, and helpers to write agent files and run the `agentloop` binary.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use serde_json::Value;
+use wiremock::matchers::{method, path};
+use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
+
+/// The recorded provider responses.
+pub const FIXTURES: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../../shared/fixtures/providers"
+);
+
+/// The API key the tests put in the environment.
+pub const TEST_KEY: &str = "sk-test-secret-4711";
+
+/// One recorded response: its HTTP status and fixture file.
+pub struct Turn {
+    pub status: u16,
+    pub file: &'static str,
+}
+
+pub fn ok(file: &'static str) -> Turn {
+    Turn { status: 200, file }
+}
+
+pub fn status(status: u16, file: &'static str) -> Turn {
+    Turn { status, file }
+}
+
+/// Serves the turns in order; a request past the last gets a 500 naming the overrun.
+struct Sequence {
+    turns: Vec<(u16, String, Vec<u8>)>,
+    next: Arc<AtomicUsize>,
+}
+
+impl Respond for Sequence {
+    fn respond(&self, _request: &Request) -> ResponseTemplate {
+        let at = self.next.fetch_add(1, Ordering::SeqCst);
+        match self.turns.get(at) {
+            Some((status, content_type, body)) => {
+                ResponseTemplate::new(*status).insert_header("content-type", content_type.as_str()).set_body_bytes(body.clone())
+            }
+            None => ResponseTemplate::new(500)
+                .insert_header("content-type", "application/json")
+                .set_body_string(r#"{"error":{"message":"the fake provider has no more recorded turns","type":"server_error"}}"#),
+        }
+    }
+}
+
+/// A fake provider at `uri()`.
+pub struct FakeProvider {
+    pub server: MockServer,
+}
+
+impl FakeProvider {
+    /// Serves `turns` at `route` (`/v1/chat/completions`, `/v1/messages`, `/v1/responses`).
+    pub async fn start(route: &str, turns: Vec<Turn>) -> FakeProvider {
+        let server = MockServer::start().await;
+        let turns = turns
+            .into_iter()
+            .map(|t| {
+                let body = std::fs::read(Path::new(FIXTURES).join(t.file))
+                    .unwrap_or_else(|e| panic!("fixture {}: {e}", t.file));
+                let content_type = if t.file.ends_with(".sse") {
+                    "text/event-stream"
+                } else {
+                    "application/json"
+                };
+                (t.status, content_type.to_owned(), body)
+            })
+            .collect();
+        Mock::given(method("POST"))
+            .and(path(route))
+            .respond_with(Sequence {
+                turns,
+                next: Arc::new(AtomicUsize::new(0)),
+            })
+            .mount(&server)
+            .await;
+        FakeProvider { server }
+    }
+
+    pub fn uri(&self) -> String {
+        self.server.uri()
+    }
+
+    /// Every request received, in order.
+    pub async fn requests(&self) -> Vec<Request> {
+        self.server.received_requests().await.unwrap_or_default()
+    }
+
+    /// The JSON bodies received, in order.
+    pub async fn bodies(&self) -> Vec<Value> {
+        self.requests()
+            .await
+            .iter()
+            .map(|r| serde_json::from_slice(&r.body).unwrap())
+            .collect()
+    }
+}
+
+/// A directory holding an agent file and its tools.
+pub struct AgentDir {
+    pub dir: tempfile::TempDir,
+}
+
+/// A python tool that logs its stdin (one JSON document per line) and its environment's variable
+/// names, then prints a fixed answer or fails with a message on stderr.
+pub const LOGGING_TOOL: &str = r#"
+import json, os, sys
+data = sys.stdin.read()
+with open("stdin.log", "a") as f:
+    f.write(data + "\n")
+with open("env.log", "w") as f:
+    f.write("\n".join(f"{k}={v}" for k, v in sorted(os.environ.items())))
+args = json.loads(data)
+if args.get("fail"):
+    print("  the tool failed: " + str(args["fail"]) + "  ", file=sys.stderr)
+    sys.exit(3)
+print("18 degrees and sunny")
+"#;
+
+impl AgentDir {
+    pub fn new(agent_toml: &str) -> AgentDir {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("agent.toml"), agent_toml).unwrap();
+        std::fs::write(dir.path().join("tool.py"), LOGGING_TOOL).unwrap();
+        AgentDir { dir }
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    pub fn write(&self, name: &str, text: &str) {
+        std::fs::write(self.path(name), text).unwrap();
+    }
+
+    pub fn agent(&self) -> PathBuf {
+        self.path("agent.toml")
+    }
+
+    /// The JSON documents the tool read on stdin, in order.
+    pub fn tool_inputs(&self) -> Vec<Value> {
+        std::fs::read_to_string(self.path("stdin.log"))
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
+    pub fn tool_env(&self) -> String {
+        std::fs::read_to_string(self.path("env.log")).unwrap_or_default()
+    }
+}
+
+/// Runs `agentloop` with args, the test key set in `AGENTLOOP_TEST_KEY` and `OPENAI_API_KEY`,
+/// off the async runtime.
+pub async fn agentloop(args: Vec<String>) -> Output {
+    agentloop_env(
+        args,
+        vec![
+            ("AGENTLOOP_TEST_KEY", TEST_KEY),
+            ("OPENAI_API_KEY", TEST_KEY),
+        ],
+    )
+    .await
+}
+
+/// Runs `agentloop` with args and these environment variables.
+pub async fn agentloop_env(args: Vec<String>, env: Vec<(&'static str, &'static str)>) -> Output {
+    tokio::task::spawn_blocking(move || {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_agentloop"));
+        cmd.args(&args)
+            .env_remove("OPENAI_API_KEY")
+            .env_remove("ANTHROPIC_API_KEY")
+            .env_remove("AGENTLOOP_TEST_KEY");
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        cmd.stdin(std::process::Stdio::null());
+        cmd.output().unwrap()
+    })
+    .await
+    .unwrap()
+}
+
+pub fn args(items: &[&str]) -> Vec<String> {
+    items.iter().map(|s| (*s).to_owned()).collect()
+}
+
+pub fn stdout_json(out: &Output) -> Value {
+    let text = String::from_utf8_lossy(&out.stdout);
+    serde_json::from_str(text.trim()).unwrap_or_else(|e| {
+        panic!(
+            "stdout is not one JSON object ({e}): {text}\nstderr: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+pub fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+pub fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
