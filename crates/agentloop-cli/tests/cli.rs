@@ -740,3 +740,198 @@ async fn help_documents_the_exit_codes() {
     let bad = agentloop(args(&["run"])).await;
     assert_eq!(bad.status.code(), Some(2));
 }
+
+fn scripted_weather_agent() -> AgentDir {
+    let dir = AgentDir::new(
+        r#"name = "traced"
+[model]
+provider = "scripted"
+script = "script.json"
+[[tools]]
+name = "get_weather"
+command = ["python3", "tool.py"]
+"#,
+    );
+    dir.write(
+        "script.json",
+        r#"[{"tool_calls": [{"id": "c1", "name": "get_weather", "arguments": {"city": "Oslo-payload"}}], "usage": {"input_tokens": 10, "output_tokens": 5}}, {"text": "Answer-payload", "usage": {"input_tokens": 20, "output_tokens": 6}}]"#,
+    );
+    dir
+}
+
+async fn traced_run(dir: &AgentDir, trace: &str, payloads: bool) -> String {
+    let agent = dir.agent();
+    let trace_path = dir.path(trace);
+    let mut a = vec![
+        "run",
+        agent.to_str().unwrap(),
+        "--input",
+        "x",
+        "--json",
+        "--trace",
+        trace_path.to_str().unwrap(),
+    ];
+    if payloads {
+        a.push("--trace-payloads");
+    }
+    let out = agentloop(args(&a)).await;
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    stdout_json(&out)["run_id"].as_str().unwrap().to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn traces_append_runs_and_trace_list_and_show_read_them() {
+    for trace in ["t.ndjson", "t.sqlite"] {
+        let dir = scripted_weather_agent();
+        let first = traced_run(&dir, trace, false).await;
+        let second = traced_run(&dir, trace, false).await;
+        let path = dir.path(trace);
+        let list = agentloop(args(&["trace", "list", path.to_str().unwrap()])).await;
+        assert_eq!(list.status.code(), Some(0), "stderr: {}", stderr(&list));
+        let text = stdout(&list);
+        assert!(
+            text.contains(&first) && text.contains(&second),
+            "{trace}: {text}"
+        );
+        let show = agentloop(args(&[
+            "trace",
+            "show",
+            path.to_str().unwrap(),
+            "--run",
+            &first,
+        ]))
+        .await;
+        assert_eq!(show.status.code(), Some(0), "stderr: {}", stderr(&show));
+        let tree = stdout(&show);
+        assert!(
+            tree.contains(&first) && tree.contains("get_weather"),
+            "{trace}: {tree}"
+        );
+        let json = agentloop(args(&[
+            "trace",
+            "show",
+            path.to_str().unwrap(),
+            "--run",
+            &second,
+            "--json",
+        ]))
+        .await;
+        let v: Value = serde_json::from_str(&stdout(&json)).unwrap();
+        assert!(v.to_string().contains(&second));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn traces_hold_payloads_only_when_asked() {
+    let dir = scripted_weather_agent();
+    traced_run(&dir, "plain.ndjson", false).await;
+    traced_run(&dir, "full.ndjson", true).await;
+    let plain = std::fs::read_to_string(dir.path("plain.ndjson")).unwrap();
+    let full = std::fs::read_to_string(dir.path("full.ndjson")).unwrap();
+    assert!(
+        !plain.contains("Oslo-payload") && !plain.contains("Answer-payload"),
+        "{plain}"
+    );
+    assert!(
+        full.contains("Oslo-payload") && full.contains("Answer-payload"),
+        "{full}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_live_trace_never_holds_the_api_key() {
+    let fake = FakeProvider::start(
+        "/v1/chat/completions",
+        vec![
+            ok("openai_chat/oai_chat_s_single_tool_usage.sse"),
+            ok("openai_chat/oai_chat_s_text.sse"),
+        ],
+    )
+    .await;
+    let dir = AgentDir::new(&openai_agent(&fake.uri(), ""));
+    let trace = dir.path("live.ndjson");
+    let out = agentloop(args(&[
+        "run",
+        dir.agent().to_str().unwrap(),
+        "--input",
+        "hi",
+        "--quiet",
+        "--trace",
+        trace.to_str().unwrap(),
+        "--trace-payloads",
+    ]))
+    .await;
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    let text = std::fs::read_to_string(&trace).unwrap();
+    assert!(
+        text.contains("Mexico City"),
+        "payloads were asked for: {text}"
+    );
+    assert!(!text.contains(TEST_KEY));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn ctrl_c_cancels_the_run_drains_the_tool_and_exits_130() {
+    let dir = AgentDir::new(
+        r#"name = "slow"
+[model]
+provider = "scripted"
+script = "script.json"
+[[tools]]
+name = "slow"
+command = ["sh", "-c", "echo $$ > started; sleep 30"]
+"#,
+    );
+    dir.write(
+        "script.json",
+        r#"[{"tool_calls": [{"id": "c1", "name": "slow", "arguments": {}}]}, {"text": "never"}]"#,
+    );
+    let agent = dir.agent();
+    let started = dir.path("started");
+    let out = tokio::task::spawn_blocking(move || {
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_agentloop"))
+            .args(["run", agent.to_str().unwrap(), "--input", "x", "--json"])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        for _ in 0..500 {
+            if std::fs::read_to_string(&started).is_ok_and(|s| !s.trim().is_empty()) {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let status = std::process::Command::new("kill")
+            .args(["-INT", &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let began = std::time::Instant::now();
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            began.elapsed() < std::time::Duration::from_secs(10),
+            "cancellation took too long"
+        );
+        out
+    })
+    .await
+    .unwrap();
+    assert_eq!(out.status.code(), Some(130), "stderr: {}", stderr(&out));
+    let v = stdout_json(&out);
+    assert_eq!(v["stop_reason"], "cancelled");
+    assert_eq!(v["tool_calls"][0]["ok"], false);
+    let pid: u32 = std::fs::read_to_string(dir.path("started"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let alive = std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        !s.rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim_start()
+            .starts_with('Z')
+    });
+    assert!(!alive, "the tool process {pid} outlived the cancelled run");
+}
