@@ -935,3 +935,14 @@ command = ["sh", "-c", "echo $$ > started; sleep 30"]
     });
     assert!(!alive, "the tool process {pid} outlived the cancelled run");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_example_agent_file_is_valid_and_plans_without_a_key() {
+    for example in ["quickstart", "openai", "anthropic", "openai-responses"] {
+        let path = format!("{}/../../examples/{example}/agent.toml", env!("CARGO_MANIFEST_DIR"));
+        let out = agentloop_env(args(&["plan", &path, "--json"]), vec![]).await;
+        assert_eq!(out.status.code(), Some(0), "{example}: {}", stderr(&out));
+        let v = stdout_json(&out);
+        assert_eq!(v["tools"].as_array().unwrap().len(), 2, "{example}");
+    }
+}
