@@ -490,6 +490,14 @@ impl AgentBuilder {
     }
 }
 
+/// What a spawned call hands back: its index, its result, how long it ran, and a panic message.
+type Finished = (
+    usize,
+    Result<crate::tool::ToolOutput, ToolError>,
+    Duration,
+    Option<String>,
+);
+
 enum Interrupt {
     Cancelled,
     Deadline,
@@ -812,17 +820,18 @@ impl Driver<'_> {
                 Err(e) => return (not_run(), None, Some(e)),
             }
         }
+        if self.skip_tools {
+            for slot in outcomes.iter_mut().filter(|s| s.is_none()) {
+                *slot = Some(CallOutcome::instant(CallResult::Skipped));
+            }
+        }
+        // Calls decided before any runs (denied, skipped) are reported now.
         for (i, slot) in outcomes.iter().enumerate() {
             if let Some(o) = slot {
                 self.finished(&run_id, turn, &batch, i, &o.result, Duration::ZERO);
             }
         }
         let mut failure: Option<RunError> = None;
-        if self.skip_tools {
-            for slot in outcomes.iter_mut().filter(|s| s.is_none()) {
-                *slot = Some(CallOutcome::instant(CallResult::Skipped));
-            }
-        }
 
         let cfg = m.config();
         let cap = if batch.sequential {
@@ -833,12 +842,7 @@ impl Driver<'_> {
         let observed = !self.sinks.is_empty();
         let progress_sink: Arc<dyn EventSink> = Arc::new(self.sinks.clone());
         let calls_cancel = self.cancel.child_token();
-        let mut set: JoinSet<(
-            usize,
-            Result<crate::tool::ToolOutput, ToolError>,
-            Duration,
-            Option<String>,
-        )> = JoinSet::new();
+        let mut set: JoinSet<Finished> = JoinSet::new();
         let mut next = 0usize;
         let mut stop_dispatch = false;
         let mut interrupt: Option<Interrupt> = None;

@@ -14,10 +14,12 @@ pub trait Guardrail: Send + Sync {
     fn check<'a>(&'a self, text: &'a str) -> BoxFuture<'a, Result<(), String>>;
 }
 
+type CheckFn = dyn Fn(&str) -> Result<(), String> + Send + Sync;
+
 /// A guardrail from a plain function.
 pub struct FnGuardrail {
     name: String,
-    f: Arc<dyn Fn(&str) -> Result<(), String> + Send + Sync>,
+    f: Arc<CheckFn>,
 }
 
 impl std::fmt::Debug for FnGuardrail {

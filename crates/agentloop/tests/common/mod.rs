@@ -1,5 +1,10 @@
 //! Helpers shared by the core's integration tests.
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+#![allow(
+    dead_code,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::type_complexity
+)]
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
