@@ -426,7 +426,7 @@ fn build_request<'a>(
         },
     });
     let reasoning = (options.reasoning_effort.is_some() || options.reasoning_summary.is_some())
-        .then(|| WireReasoning {
+        .then_some(WireReasoning {
             effort: options.reasoning_effort.as_deref(),
             summary: options.reasoning_summary.as_deref(),
         });
@@ -797,21 +797,19 @@ impl ResponsesStreamParser {
     ) -> Result<(), ModelError> {
         let index = event.output_index.unwrap_or(0);
         match &*event.kind {
-            "response.created" | "response.in_progress" => {
-                if !self.started {
-                    self.started = true;
-                    let head = event.response;
-                    out.push_back(ModelEvent::Start {
-                        id: head
-                            .as_ref()
-                            .and_then(|h| h.id.as_deref())
-                            .map(str::to_owned),
-                        model: head
-                            .as_ref()
-                            .and_then(|h| h.model.as_deref())
-                            .map(str::to_owned),
-                    });
-                }
+            "response.created" | "response.in_progress" if !self.started => {
+                self.started = true;
+                let head = event.response;
+                out.push_back(ModelEvent::Start {
+                    id: head
+                        .as_ref()
+                        .and_then(|h| h.id.as_deref())
+                        .map(str::to_owned),
+                    model: head
+                        .as_ref()
+                        .and_then(|h| h.model.as_deref())
+                        .map(str::to_owned),
+                });
             }
             "response.output_item.added" => {
                 let item = event
@@ -851,10 +849,8 @@ impl ResponsesStreamParser {
                     self.arguments(index, args.into_owned(), out)?;
                 }
             }
-            "response.reasoning_summary_part.added" => {
-                if event.summary_index.unwrap_or(0) > 0 {
-                    out.push_back(ModelEvent::ReasoningDelta("\n\n".to_owned()));
-                }
+            "response.reasoning_summary_part.added" if event.summary_index.unwrap_or(0) > 0 => {
+                out.push_back(ModelEvent::ReasoningDelta("\n\n".to_owned()));
             }
             "response.reasoning_summary_text.delta" | "response.reasoning_text.delta" => {
                 self.reasoning_streamed = true;

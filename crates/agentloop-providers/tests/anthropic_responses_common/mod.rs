@@ -228,3 +228,55 @@ pub fn check(case: &Value, outcome: &Outcome) {
         assert_eq!(items as u64, n, "{id}: reasoning items");
     }
 }
+
+/// A fixture file's bytes, by its path under the corpus.
+pub fn fixture(file: &str) -> Vec<u8> {
+    std::fs::read(format!("{FIXTURES}/{file}")).expect("fixture file is readable")
+}
+
+/// A loopback server answering successive POSTs to `route` with these `(body, content type)`
+/// replies, in order, each once.
+pub async fn serve_in_order(route: &str, replies: Vec<(Vec<u8>, &str)>) -> MockServer {
+    let server = MockServer::start().await;
+    let n = replies.len();
+    for (i, (body, content_type)) in replies.into_iter().enumerate() {
+        Mock::given(method("POST"))
+            .and(path(route))
+            .respond_with(ResponseTemplate::new(200).set_body_raw(body, content_type))
+            .up_to_n_times(1)
+            .with_priority(u8::try_from(i + 1).unwrap())
+            .expect(1)
+            .named(format!("reply {} of {n}", i + 1))
+            .mount(&server)
+            .await;
+    }
+    server
+}
+
+/// The JSON bodies the server received, in order.
+pub async fn request_bodies(server: &MockServer) -> Vec<Value> {
+    server
+        .received_requests()
+        .await
+        .expect("recording is on")
+        .iter()
+        .map(|r| serde_json::from_slice(&r.body).expect("request body is JSON"))
+        .collect()
+}
+
+/// A tool over JSON arguments that answers with `answer(args)`, or with a recoverable error
+/// when `answer` gives `Err`.
+pub fn json_tool(
+    name: &str,
+    schema: Value,
+    answer: fn(&Value) -> Result<String, String>,
+) -> agentloop::Tool {
+    agentloop::Tool::dynamic(name, format!("The {name} tool."), schema, move |args, _ctx| {
+        let result = answer(&args);
+        async move {
+            result
+                .map(agentloop::ToolOutput::text)
+                .map_err(|m| agentloop::ToolError::new("failed", m))
+        }
+    })
+}
