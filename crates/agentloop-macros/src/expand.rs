@@ -144,8 +144,8 @@ fn read_signature(func: &mut ItemFn, errors: &mut Errors) -> Signature {
         ));
     }
     if !sig.generics.params.is_empty() || sig.generics.where_clause.is_some() {
-        errors.push(syn::Error::new(
-            sig.generics.span(),
+        errors.push(syn::Error::new_spanned(
+            &sig.generics,
             "#[tool] functions cannot be generic: the input schema is made from concrete parameter types",
         ));
     }
@@ -159,8 +159,8 @@ fn read_signature(func: &mut ItemFn, errors: &mut Errors) -> Signature {
     let mut context_seen = false;
     for input in &mut sig.inputs {
         match input {
-            FnArg::Receiver(receiver) => errors.push(syn::Error::new(
-                receiver.self_token.span,
+            FnArg::Receiver(receiver) => errors.push(syn::Error::new_spanned(
+                &*receiver,
                 "#[tool] goes on a free function: a `self` parameter is not allowed",
             )),
             FnArg::Typed(pat_type) => {
@@ -188,14 +188,14 @@ fn read_param(
     let mut docs = Vec::new();
     let mut passthrough = Vec::new();
     let mut options = ParamOptions::default();
-    let mut tool_attr_span = None;
+    let mut context_attr = None;
     let mut kept = Vec::new();
     for attr in std::mem::take(&mut pat_type.attrs) {
         let path = attr.path();
         if path.is_ident("doc") {
             docs.push(attr);
         } else if path.is_ident("tool") {
-            tool_attr_span = Some(attr.span());
+            context_attr = Some(attr.to_token_stream());
             if let Err(e) = attr.parse_nested_meta(|meta| options.parse_meta(meta)) {
                 errors.push(e);
             }
@@ -210,8 +210,8 @@ fn read_param(
     let ident = match &*pat_type.pat {
         Pat::Ident(pat) if pat.by_ref.is_none() && pat.subpat.is_none() => Some(pat.ident.clone()),
         other => {
-            errors.push(syn::Error::new(
-                other.span(),
+            errors.push(syn::Error::new_spanned(
+                other,
                 "#[tool] parameters must be plain names (`city: String`): the name becomes the argument's name",
             ));
             None
@@ -220,15 +220,17 @@ fn read_param(
 
     if let Some(kind) = context_kind(&pat_type.ty) {
         if *context_seen {
-            errors.push(syn::Error::new(
-                pat_type.ty.span(),
+            errors.push(syn::Error::new_spanned(
+                &pat_type.ty,
                 "#[tool] functions take at most one `ToolContext`",
             ));
         }
         *context_seen = true;
-        if let Some(span) = tool_attr_span.or_else(|| passthrough.first().map(Spanned::span)) {
-            errors.push(syn::Error::new(
-                span,
+        if let Some(tokens) =
+            context_attr.or_else(|| passthrough.first().map(ToTokens::to_token_stream))
+        {
+            errors.push(syn::Error::new_spanned(
+                tokens,
                 "the `ToolContext` parameter is injected: it takes no attributes",
             ));
         }
@@ -236,12 +238,12 @@ fn read_param(
     }
 
     match &*pat_type.ty {
-        Type::Reference(r) => errors.push(syn::Error::new(
-            r.and_token.span,
+        Type::Reference(r) => errors.push(syn::Error::new_spanned(
+            r,
             "#[tool] parameters are deserialized from JSON and must be owned types (`String`, not `&str`)",
         )),
-        Type::ImplTrait(t) => errors.push(syn::Error::new(
-            t.impl_token.span,
+        Type::ImplTrait(t) => errors.push(syn::Error::new_spanned(
+            t,
             "#[tool] parameters need concrete types: the input schema is made from them",
         )),
         _ => {}
@@ -452,6 +454,12 @@ fn constructor(
     }
 
     let call = quote!(#fn_ident(#(#call_args),*).await);
+    // Spanned at the return type, so that an output or error type that does not convert points
+    // there rather than at the attribute.
+    let handler = match &func.sig.output {
+        ReturnType::Type(_, ty) => Ident::new("handler", ty.span()),
+        ReturnType::Default => Ident::new("handler", fn_ident.span()),
+    };
     let body = if signature.returns_result {
         call
     } else {
@@ -498,7 +506,7 @@ fn constructor(
                 #timeout
                 #idempotent
                 #mutating
-                .handler(|#args_var: #args_struct, #ctx_mut #ctx_var: #krate::ToolContext| async move {
+                .#handler(|#args_var: #args_struct, #ctx_mut #ctx_var: #krate::ToolContext| async move {
                     let #args_struct { #(#bindings),* } = #args_var;
                     #body
                 })

@@ -1,0 +1,9 @@
+use agentloop_macros::tool;
+
+/// A struct.
+#[tool]
+struct Weather {
+    city: String,
+}
+
+fn main() {}
