@@ -52,7 +52,8 @@ impl TraceRecord {
 /// The fields every span has.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Span {
-    /// Unique within a trace: the run id for a run, `RUN:tN` for turn N, `RUN:tN:mK` for the K-th
+    /// Unique within a trace (so run ids must be: the core's default UUIDv7 ids are; sequential
+    /// test ids are not across processes): the run id for a run, `RUN:tN` for turn N, `RUN:tN:mK` for the K-th
     /// model call of turn N, `RUN:tN:CALL_ID` for a tool call.
     pub id: String,
     /// The enclosing span: the turn for a call, the run for a turn, the parent run for a subagent.
@@ -89,6 +90,10 @@ pub enum Status {
     Rejected,
     /// A tool call a limit refused before it started.
     Refused,
+    /// A tool call a permission gate or hook denied.
+    Denied,
+    /// A tool call not run because the run was a dry run.
+    Skipped,
     /// A tool handler failed fatally or panicked.
     Fatal,
     /// Cancelled before it ended.
@@ -106,6 +111,8 @@ impl Status {
             Status::Error => "error",
             Status::Rejected => "rejected",
             Status::Refused => "refused",
+            Status::Denied => "denied",
+            Status::Skipped => "skipped",
             Status::Fatal => "fatal",
             Status::Cancelled => "cancelled",
             Status::Interrupted => "interrupted",
@@ -120,6 +127,8 @@ impl Status {
             Status::Error,
             Status::Rejected,
             Status::Refused,
+            Status::Denied,
+            Status::Skipped,
             Status::Fatal,
             Status::Cancelled,
             Status::Interrupted,

@@ -303,10 +303,11 @@ impl TraceSink {
             } => {
                 out.extend(run.ensure_turn(event.turn, now));
                 run.tool_calls += 1;
-                let status = if code.starts_with("limit.") {
-                    Status::Refused
-                } else {
-                    Status::Rejected
+                let status = match code.as_str() {
+                    "denied" => Status::Denied,
+                    "skipped" => Status::Skipped,
+                    c if c.starts_with("limit.") => Status::Refused,
+                    _ => Status::Rejected,
                 };
                 let mut span = run.tool_span(event.turn, call_id, tool, now);
                 let error = ErrorInfo {

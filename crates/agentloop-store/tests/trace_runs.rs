@@ -645,3 +645,182 @@ fn a_file_that_is_not_a_database_is_an_error_not_a_crash() {
     let missing = read_trace(scratch("missing").join("nothing.ndjson")).unwrap_err();
     assert_eq!(missing.code(), "trace.io");
 }
+
+#[tokio::test]
+async fn a_dry_run_records_its_calls_as_skipped() {
+    let path = scratch("dry-run").join("trace.ndjson");
+    let sink = Arc::new(TraceSink::open(&path, TraceOptions::default()).unwrap());
+    let options = RunOptions {
+        skip_tools: true,
+        ..RunOptions::default()
+    };
+    run_traced(&agent(weather_script(), true), &sink, options).await;
+    sink.finish().unwrap();
+    let trace = read_trace(&path).unwrap();
+    let mut statuses: Vec<(String, Status)> = tool_calls(&trace)
+        .iter()
+        .map(|t| (t.call_id.clone(), t.span.status))
+        .collect();
+    statuses.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(
+        statuses,
+        vec![
+            ("c1".into(), Status::Skipped),
+            ("c2".into(), Status::Skipped),
+            ("c3".into(), Status::Rejected)
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_cancelled_run_records_its_running_call_as_cancelled() {
+    let path = scratch("cancelled").join("trace.sqlite");
+    let slow = Tool::dynamic(
+        "slow",
+        "Takes long.",
+        json!({"type": "object"}),
+        |_args: Value, _ctx| async move {
+            tokio::time::sleep(std::time::Duration::from_secs(10)).await;
+            Ok(ToolOutput::text("done"))
+        },
+    );
+    let model = ScriptedModel::new([
+        ModelResponse::tool_calls([("s1", "slow", "{}")]),
+        ModelResponse::text("never"),
+    ]);
+    let limits = agentloop::Limits {
+        grace_period: std::time::Duration::from_millis(20),
+        ..Default::default()
+    };
+    let agent = Agent::builder()
+        .name("slowpoke")
+        .model(model)
+        .tool(slow)
+        .limits(limits)
+        .build()
+        .unwrap();
+    let cancel = agentloop::CancellationToken::new();
+    let trigger = cancel.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        trigger.cancel();
+    });
+    let sink = Arc::new(TraceSink::open(&path, TraceOptions::default()).unwrap());
+    let outcome = run_traced(
+        &agent,
+        &sink,
+        RunOptions {
+            cancel: Some(cancel),
+            ..RunOptions::default()
+        },
+    )
+    .await;
+    sink.finish().unwrap();
+    assert_eq!(outcome.stop_reason.as_str(), "cancelled");
+    let trace = read_trace(&path).unwrap();
+    let call = tool_calls(&trace)[0];
+    assert_eq!(call.span.status, Status::Cancelled);
+    assert!(call.span.ended_at_ms.is_some());
+    assert_eq!(turns(&trace)[0].span.status, Status::Cancelled);
+    let run = runs(&trace)[0];
+    assert_eq!(
+        (run.span.status, run.stop_reason.as_deref()),
+        (Status::Cancelled, Some("cancelled"))
+    );
+}
+
+#[tokio::test]
+async fn a_deadline_during_a_model_call_ends_the_call_as_interrupted() {
+    let path = scratch("deadline").join("trace.ndjson");
+    let model = ScriptedModel::from_json(r#"[{"text": "too late", "delay_ms": 5000}]"#).unwrap();
+    let limits = agentloop::Limits {
+        timeout: Some(std::time::Duration::from_millis(100)),
+        ..Default::default()
+    };
+    let agent = Agent::builder()
+        .name("late")
+        .model(model)
+        .limits(limits)
+        .build()
+        .unwrap();
+    let sink = Arc::new(TraceSink::open(&path, TraceOptions::default()).unwrap());
+    let outcome = run_traced(&agent, &sink, RunOptions::default()).await;
+    sink.finish().unwrap();
+    assert_eq!(outcome.stop_reason.as_str(), "deadline");
+    let trace = read_trace(&path).unwrap();
+    let call = model_calls(&trace)[0];
+    assert_eq!(call.span.status, Status::Interrupted);
+    assert_eq!(call.span.error.as_ref().unwrap().code, "run.deadline");
+    let run = runs(&trace)[0];
+    assert_eq!(
+        (run.span.status, run.stop_reason.as_deref()),
+        (Status::Error, Some("deadline"))
+    );
+    assert_eq!(run.limit.unwrap().limit, agentloop::LimitKind::Deadline);
+    assert!(
+        render_run(&trace.records, None)
+            .unwrap()
+            .contains("limit deadline reached")
+    );
+}
+
+/// A writer whose disk is full.
+struct FullDisk;
+
+impl agentloop_store::TraceWriter for FullDisk {
+    fn write(&mut self, _record: &TraceRecord) -> Result<(), TraceError> {
+        Err(TraceError::Io {
+            path: "full.ndjson".into(),
+            source: std::io::Error::other("no space left on device"),
+        })
+    }
+    fn flush(&mut self) -> Result<(), TraceError> {
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_write_error_leaves_the_run_alone_and_is_returned_by_finish() {
+    let sink = Arc::new(TraceSink::new(Box::new(FullDisk), TraceOptions::default()));
+    let outcome = run_traced(&agent(weather_script(), true), &sink, RunOptions::default()).await;
+    assert_eq!(outcome.stop_reason.as_str(), "finished");
+    let err = sink.finish().unwrap_err();
+    assert_eq!(err.code(), "trace.io");
+    assert!(err.to_string().contains("no space left"));
+    // The error is reported once.
+    sink.finish().unwrap();
+}
+
+#[test]
+fn finishing_a_trace_with_a_run_still_open_records_it_as_interrupted() {
+    let path = scratch("unfinished").join("trace.ndjson");
+    let sink = TraceSink::open(&path, TraceOptions::default())
+        .unwrap()
+        .with_clock(Arc::new(|| 1_795_961_758_000));
+    use agentloop::{Event, EventKind, EventSink};
+    let started = EventKind::RunStarted {
+        agent: "a".into(),
+        model: "m".into(),
+        parent_run_id: None,
+        input: "secret input".into(),
+    };
+    sink.emit(&Event {
+        run_id: "r1".into(),
+        turn: 0,
+        kind: started,
+    });
+    sink.emit(&Event {
+        run_id: "r1".into(),
+        turn: 1,
+        kind: EventKind::TurnStarted,
+    });
+    sink.finish().unwrap();
+    let trace = read_trace(&path).unwrap();
+    let run = runs(&trace)[0];
+    assert_eq!(run.span.status, Status::Interrupted);
+    assert_eq!(run.span.error.as_ref().unwrap().code, "trace.unfinished");
+    assert_eq!(run.span.started_at_ms, 1_795_961_758_000);
+    assert_eq!(run.input, None);
+    assert_eq!(turns(&trace)[0].span.status, Status::Ok);
+    assert!(render_list(&trace.records).contains("2026-11-29T14:15:58.000Z"));
+}
