@@ -1,0 +1,179 @@
+//! agentloop's side of the side-by-side benchmark (`bench/run.sh` drives it). Each subcommand
+//! measures one thing in a fresh process and prints one JSON object per line, which the runner
+//! checks (every run did its N×T×K tool calls) and tabulates:
+//!
+//! - `loop`: N runs, one after another, of T tool turns × K parallel no-op calls, then a final text
+//!   turn; wall and CPU time per model call, peak RSS.
+//! - `scale`: N runs at once, each T turns of a model that takes `model-ms` and K tools that take
+//!   `tool-ms` (tokio timers); wall time against the ideal, RSS per concurrent run.
+//! - `streams`: each provider's SSE parser and the shared accumulator over the fixture streams,
+//!   MB/s, beside `serde_json` over the same bytes.
+
+mod streams;
+mod sys;
+mod workload;
+
+use std::collections::HashMap;
+use std::process::ExitCode;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use crate::workload::Workload;
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let Some((command, rest)) = args.split_first() else {
+        eprintln!("usage: agentloop-bench loop|scale|streams [--name value]...");
+        return ExitCode::from(2);
+    };
+    let opts = match parse_opts(rest) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(2);
+        }
+    };
+    let result = match command.as_str() {
+        "loop" => bench_loop(&opts),
+        "scale" => bench_scale(&opts),
+        "streams" => streams::bench_streams(&opts),
+        other => Err(format!("unknown command {other}")),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("agentloop-bench: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `--name value` pairs.
+pub(crate) struct Opts(HashMap<String, String>);
+
+impl Opts {
+    pub(crate) fn num(&self, name: &str, default: u64) -> Result<u64, String> {
+        match self.0.get(name) {
+            None => Ok(default),
+            Some(v) => v.parse().map_err(|_| format!("--{name} wants a number, got {v}")),
+        }
+    }
+
+    pub(crate) fn text(&self, name: &str, default: &str) -> String {
+        self.0.get(name).cloned().unwrap_or_else(|| default.to_owned())
+    }
+}
+
+fn parse_opts(rest: &[String]) -> Result<Opts, String> {
+    let mut map = HashMap::new();
+    let mut it = rest.iter();
+    while let Some(key) = it.next() {
+        let Some(name) = key.strip_prefix("--") else { return Err(format!("unexpected argument {key}")) };
+        let Some(value) = it.next() else { return Err(format!("--{name} needs a value")) };
+        map.insert(name.to_owned(), value.clone());
+    }
+    Ok(Opts(map))
+}
+
+fn u32_opt(opts: &Opts, name: &str, default: u32) -> Result<u32, String> {
+    u32::try_from(opts.num(name, u64::from(default))?).map_err(|_| format!("--{name} is too large"))
+}
+
+fn bench_loop(opts: &Opts) -> Result<(), String> {
+    let runs = u32_opt(opts, "runs", 200)?;
+    let turns = u32_opt(opts, "turns", 10)?;
+    let calls = u32_opt(opts, "calls", 3)?;
+    let warmup = u32_opt(opts, "warmup", 20)?;
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
+    let work = Workload::new(turns, calls, None, None)?;
+    rt.block_on(async {
+        for _ in 0..warmup {
+            work.run_once(turns, calls).await?;
+        }
+        Ok::<_, String>(())
+    })?;
+    work.reset();
+    let cpu0 = sys::cpu_time();
+    let t0 = Instant::now();
+    rt.block_on(async {
+        for _ in 0..runs {
+            work.run_once(turns, calls).await?;
+        }
+        Ok::<_, String>(())
+    })?;
+    let wall = t0.elapsed();
+    let cpu = sys::cpu_time().saturating_sub(cpu0);
+    let line = json!({
+        "system": "agentloop",
+        "bench": "loop",
+        "runs": runs, "turns": turns, "calls": calls,
+        "model_calls": work.model_calls.load(Ordering::Relaxed),
+        "tool_executions": work.tool_executions.load(Ordering::Relaxed),
+        "wall_s": wall.as_secs_f64(),
+        "cpu_s": cpu.as_secs_f64(),
+        "peak_rss_kb": sys::peak_rss_kb(),
+    });
+    println!("{line}");
+    Ok(())
+}
+
+fn bench_scale(opts: &Opts) -> Result<(), String> {
+    let runs = u32_opt(opts, "runs", 10_000)?;
+    let turns = u32_opt(opts, "turns", 5)?;
+    let calls = u32_opt(opts, "calls", 3)?;
+    let model_ms = opts.num("model-ms", 20)?;
+    let tool_ms = opts.num("tool-ms", 5)?;
+    let threads = usize::try_from(opts.num("threads", 0)?).map_err(|e| e.to_string())?;
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if threads > 0 {
+        builder.worker_threads(threads);
+    }
+    let rt = builder.enable_all().build().map_err(|e| e.to_string())?;
+    // The final text answer is immediate: the ideal is `turns` × (model + tool latency).
+    let work = Workload::new(turns, calls, Some(Duration::from_millis(model_ms)), Some(Duration::from_millis(tool_ms)))?;
+    let model_delay = Duration::from_millis(model_ms);
+    let baseline_kb = sys::current_rss_kb();
+    let cpu0 = sys::cpu_time();
+    let t0 = Instant::now();
+    let failures = rt.block_on(async {
+        let mut set = tokio::task::JoinSet::new();
+        for _ in 0..runs {
+            let work = work.clone();
+            set.spawn(async move { work.run_once(turns, calls).await.map(|_| ()) });
+        }
+        let mut failures = Vec::new();
+        while let Some(joined) = set.join_next().await {
+            match joined {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => failures.push(e),
+                Err(e) => failures.push(e.to_string()),
+            }
+        }
+        failures
+    });
+    let wall = t0.elapsed();
+    let cpu = sys::cpu_time().saturating_sub(cpu0);
+    if let Some(first) = failures.first() {
+        return Err(format!("{} runs failed; the first: {first}", failures.len()));
+    }
+    let peak_kb = sys::peak_rss_kb();
+    let ideal = (model_delay + Duration::from_millis(tool_ms)) * turns;
+    let line = json!({
+        "system": "agentloop",
+        "bench": "scale",
+        "runs": runs, "turns": turns, "calls": calls,
+        "model_ms": model_ms, "tool_ms": tool_ms,
+        "model_calls": work.model_calls.load(Ordering::Relaxed),
+        "tool_executions": work.tool_executions.load(Ordering::Relaxed),
+        "wall_s": wall.as_secs_f64(),
+        "cpu_s": cpu.as_secs_f64(),
+        "ideal_s": ideal.as_secs_f64(),
+        "baseline_rss_kb": baseline_kb,
+        "peak_rss_kb": peak_kb,
+        "rss_per_run_kb": peak_kb.saturating_sub(baseline_kb) as f64 / f64::from(runs.max(1)),
+    });
+    println!("{line}");
+    Ok(())
+}

@@ -1,0 +1,159 @@
+#!/usr/bin/env python3
+"""Checks and tabulates the JSON lines that bench/run.sh's harnesses print.
+
+Every loop line must show that its runs really did their work: runs × turns × calls tool
+executions and runs × (turns + 1) model calls. A line that does not fails the whole report.
+Repeated lines of one system and shape are reduced to their median. Writes results.json and
+prints a markdown table. Standard library only."""
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+from collections import defaultdict
+from datetime import datetime, timezone
+
+
+def cpu_model():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def check(line):
+    runs, turns, calls = line["runs"], line["turns"], line["calls"]
+    want_tools = runs * turns * calls
+    want_models = runs * (turns + 1)
+    if line["tool_executions"] != want_tools or line["model_calls"] != want_models:
+        raise SystemExit(
+            f"{line['system']} N={runs} T={turns} K={calls}: executed {line['tool_executions']} tool calls "
+            f"and {line['model_calls']} model calls; expected {want_tools} and {want_models}")
+
+
+def fmt_us(x):
+    return f"{x:,.1f}" if x < 100 else f"{x:,.0f}"
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("raw")
+    p.add_argument("--out", required=True)
+    p.add_argument("--agentloop-version", default="agentloop")
+    p.add_argument("--command", default="bench/run.sh")
+    a = p.parse_args()
+
+    lines = []
+    with open(a.raw) as f:
+        for text in f:
+            text = text.strip()
+            if text:
+                lines.append(json.loads(text))
+
+    loops = defaultdict(list)
+    scale, streams = [], []
+    for line in lines:
+        if line["bench"] == "loop":
+            check(line)
+            if line["system"] == "agentloop":
+                line["version"] = a.agentloop_version
+            loops[(line["system"], line["runs"], line["turns"], line["calls"])].append(line)
+        elif line["bench"] == "scale":
+            if line["tool_executions"] != line["runs"] * line["turns"] * line["calls"]:
+                raise SystemExit(f"scale: executed {line['tool_executions']} tool calls")
+            scale.append(line)
+        elif line["bench"] == "streams":
+            streams.append(line)
+
+    rows = []
+    for (system, runs, turns, calls), reps in loops.items():
+        model_calls = runs * (turns + 1)
+        wall = statistics.median(r["wall_s"] for r in reps)
+        cpu = statistics.median(r["cpu_s"] for r in reps)
+        rows.append({
+            "system": system,
+            "version": reps[0].get("version", ""),
+            "shape": {"runs": runs, "turns": turns, "calls": calls},
+            "repetitions": len(reps),
+            "tool_executions": reps[0]["tool_executions"],
+            "wall_us_per_turn": wall / model_calls * 1e6,
+            "cpu_us_per_turn": cpu / model_calls * 1e6,
+            "ms_per_run": wall / runs * 1e3,
+            "peak_rss_kb": int(statistics.median(r["peak_rss_kb"] for r in reps)),
+        })
+    shape_key = lambda r: (r["shape"]["turns"], -r["shape"]["calls"], r["shape"]["runs"])
+    rows.sort(key=lambda r: (shape_key(r), r["system"] != "agentloop", r["wall_us_per_turn"]))
+    base = {shape_key(r): r for r in rows if r["system"] == "agentloop"}
+    for r in rows:
+        b = base.get(shape_key(r))
+        if b and r is not b:
+            r["agentloop_speedup_wall"] = r["wall_us_per_turn"] / b["wall_us_per_turn"]
+            r["agentloop_speedup_cpu"] = r["cpu_us_per_turn"] / b["cpu_us_per_turn"]
+            r["agentloop_rss_ratio"] = r["peak_rss_kb"] / b["peak_rss_kb"]
+
+    machine = {
+        "nproc": os.cpu_count(),
+        "cpu_model": cpu_model(),
+        "kernel": platform.release(),
+        "load_average_at_report": os.getloadavg(),
+    }
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                                cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip()
+    except OSError:
+        commit = ""
+    result = {
+        "generated_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "command": a.command,
+        "commit": commit,
+        "machine": machine,
+        "loop": rows,
+        "scale": scale,
+        "streams": streams,
+    }
+    with open(a.out, "w") as f:
+        json.dump(result, f, indent=2)
+        f.write("\n")
+
+    out = []
+    out.append(f"machine: {machine['nproc']} cores, {machine['cpu_model']}; load average "
+               f"{', '.join(f'{x:.1f}' for x in machine['load_average_at_report'])}")
+    out.append("")
+    out.append("| system | version | N×T×K | wall µs/turn | CPU µs/turn | ms/run | peak RSS | agentloop faster (wall / CPU) | RSS ratio |")
+    out.append("|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        s = r["shape"]
+        speed = (f"{r['agentloop_speedup_wall']:,.1f}× / {r['agentloop_speedup_cpu']:,.1f}×"
+                 if "agentloop_speedup_wall" in r else "—")
+        rss = f"{r['agentloop_rss_ratio']:,.1f}×" if "agentloop_rss_ratio" in r else "—"
+        out.append(f"| {r['system']} | {r['version']} | {s['runs']}×{s['turns']}×{s['calls']} | "
+                   f"{fmt_us(r['wall_us_per_turn'])} | {fmt_us(r['cpu_us_per_turn'])} | {r['ms_per_run']:,.2f} | "
+                   f"{r['peak_rss_kb'] / 1024:,.1f} MiB | {speed} | {rss} |")
+    for s in scale:
+        out.append("")
+        out.append(f"scale: {s['runs']:,} concurrent runs × {s['turns']} turns (model {s['model_ms']} ms, "
+                   f"{s['calls']} tools × {s['tool_ms']} ms): wall {s['wall_s'] * 1e3:,.0f} ms against an ideal of "
+                   f"{s['ideal_s'] * 1e3:,.0f} ms ({s['wall_s'] / s['ideal_s']:.2f}×), CPU {s['cpu_s'] * 1e3:,.0f} ms, "
+                   f"peak RSS {s['peak_rss_kb'] / 1024:,.1f} MiB, {s['rss_per_run_kb']:,.1f} KiB per run "
+                   f"above the {s['baseline_rss_kb'] / 1024:,.1f} MiB baseline")
+    if streams:
+        out.append("")
+        out.append("| stream fixtures | parser | files | bytes | accumulator MB/s | serde_json MB/s | ratio |")
+        out.append("|---|---|---|---|---|---|---|")
+        for s in streams:
+            out.append(f"| {s['fixtures']} | `{s['parser']}` | {s['files']} ({s['parsed_ok']} ok) | {s['bytes']:,} | "
+                       f"{s['accumulator_mb_s']:,.0f} | {s['serde_json_mb_s']:,.0f} | {s['ratio']:.2f} |")
+    out.append("")
+    out.append(f"written: {a.out}")
+    print("\n".join(out))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

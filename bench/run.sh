@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# The side-by-side benchmark: agentloop against rig, pydantic-ai, the OpenAI Agents SDK and
+# LangGraph on the same workload, on this machine, in one run. See BENCHMARKS.md.
+#
+#   bench/run.sh            install the peers (a venv under bench/.venv, a cargo project under
+#                           bench/peers/rig), run everything, print the table, write results.json
+#   bench/run.sh --quick    agentloop only, small N: a smoke test (under a minute once built)
+#   options: --reps N (default 3; the median is reported), --no-peers, --no-scale, --no-streams
+set -euo pipefail
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+ROOT="$(cd "$HERE/.." && pwd)"
+ORIG_ARGS="$*"
+QUICK=0 REPS=3 PEERS=1 SCALE=1 STREAMS=1
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --quick) QUICK=1; PEERS=0; REPS=1 ;;
+    --reps) REPS="$2"; shift ;;
+    --no-peers) PEERS=0 ;;
+    --no-scale) SCALE=0 ;;
+    --no-streams) STREAMS=0 ;;
+    -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
+    *) echo "unknown option $1" >&2; exit 2 ;;
+  esac
+  shift
+done
+
+log() { printf '>> %s\n' "$*" >&2; }
+
+# --- build and install -------------------------------------------------------------------------
+log "building agentloop-bench (release)"
+CARGO_TARGET_DIR="$HERE/agentloop-bench/target" nice -n 5 \
+  cargo build --quiet --release --manifest-path "$HERE/agentloop-bench/Cargo.toml"
+AL="$HERE/agentloop-bench/target/release/agentloop-bench"
+
+if [ "$PEERS" = 1 ]; then
+  if [ ! -x "$HERE/.venv/bin/python" ]; then
+    log "creating bench/.venv"
+    python3 -m venv "$HERE/.venv"
+  fi
+  log "installing the Python peers (bench/requirements.txt)"
+  nice -n 5 "$HERE/.venv/bin/pip" install --quiet --disable-pip-version-check -r "$HERE/requirements.txt"
+  log "building the rig harness (release; about 7.5 minutes the first time)"
+  CARGO_TARGET_DIR="$HERE/peers/rig/target" nice -n 5 \
+    cargo build --quiet --release --manifest-path "$HERE/peers/rig/Cargo.toml"
+  PY="$HERE/.venv/bin/python"
+  RIG="$HERE/peers/rig/target/release/rig-peer-bench"
+fi
+
+# --- run ---------------------------------------------------------------------------------------
+RAW="$(mktemp "${TMPDIR:-/tmp}/agentloop-bench.XXXXXX.jsonl")"
+trap 'rm -f "$RAW"' EXIT
+
+if [ "$QUICK" = 1 ]; then
+  SHAPES=("20 10 3" "20 10 1" "8 50 3"); PEER_SHAPES=(); WARMUP=2
+  SCALE_ARGS=(--runs 1000); STREAM_ARGS=(--ms 200)
+else
+  SHAPES=("200 10 3" "200 10 1" "40 50 3"); PEER_SHAPES=("200 10 3" "200 10 1"); WARMUP=20
+  SCALE_ARGS=(--runs 10000); STREAM_ARGS=(--ms 1000)
+fi
+
+is_peer_shape() {
+  local s
+  for s in "${PEER_SHAPES[@]}"; do [ "$s" = "$1" ] && return 0; done
+  return 1
+}
+
+for rep in $(seq 1 "$REPS"); do
+  for shape in "${SHAPES[@]}"; do
+    read -r n t k <<<"$shape"
+    args=(--runs "$n" --turns "$t" --calls "$k" --warmup "$WARMUP")
+    log "rep $rep/$REPS, shape N=$n T=$t K=$k: agentloop"
+    "$AL" loop "${args[@]}" >>"$RAW"
+    if [ "$PEERS" = 1 ] && is_peer_shape "$shape"; then
+      log "rep $rep/$REPS, shape N=$n T=$t K=$k: rig"
+      "$RIG" "${args[@]}" >>"$RAW"
+      for peer in pydantic_ai openai_agents langgraph; do
+        log "rep $rep/$REPS, shape N=$n T=$t K=$k: $peer"
+        (cd "$HERE/peers/python" && "$PY" "${peer}_bench.py" "${args[@]}") >>"$RAW"
+      done
+    fi
+  done
+done
+
+if [ "$SCALE" = 1 ]; then
+  log "scale: ${SCALE_ARGS[*]} concurrent runs, 5 turns, model 20 ms, 3 tools of 5 ms"
+  "$AL" scale "${SCALE_ARGS[@]}" --turns 5 --calls 3 --model-ms 20 --tool-ms 5 >>"$RAW"
+fi
+if [ "$STREAMS" = 1 ]; then
+  log "stream parsing over the provider fixtures"
+  "$AL" streams "${STREAM_ARGS[@]}" >>"$RAW"
+fi
+
+# --- report ------------------------------------------------------------------------------------
+OUT="$HERE/results.json"
+[ "$QUICK" = 1 ] && OUT="$HERE/results.quick.json"
+AGENTLOOP_VERSION="$(sed -n 's/^version = "\(.*\)"/\1/p' "$ROOT/Cargo.toml" | head -1)"
+COMMIT="$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+python3 "$HERE/report.py" "$RAW" --out "$OUT" \
+  --agentloop-version "agentloop $AGENTLOOP_VERSION ($COMMIT)" --command "bench/run.sh $ORIG_ARGS"
