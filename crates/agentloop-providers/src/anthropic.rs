@@ -8,7 +8,6 @@
 
 use std::borrow::Cow;
 use std::collections::VecDeque;
-use std::time::Duration;
 
 use agentloop::{
     AssistantMessage, ContentPart, FinishReason, Message, Model, ModelError, ModelErrorKind,
@@ -18,7 +17,7 @@ use agentloop::{
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::http::{ApiKey, AuthStyle, HttpClient, HttpConfig, KeySource, ProviderError};
+use crate::http::{AuthStyle, HttpClient, HttpConfig, KeySource, ProviderError};
 use crate::stream::{StreamDecoder, decoded_events};
 
 const PROVIDER: &str = "anthropic";
@@ -92,29 +91,7 @@ impl Anthropic {
 }
 
 impl AnthropicBuilder {
-    /// The API's base URL (default `https://api.anthropic.com`); `/v1/messages` is appended.
-    pub fn base_url(mut self, url: impl Into<String>) -> Self {
-        self.config.base_url = url.into().trim_end_matches('/').to_owned();
-        self
-    }
-
-    /// Uses this API key.
-    pub fn api_key(mut self, key: impl Into<String>) -> Self {
-        self.config.key = KeySource::Value(ApiKey::new(key));
-        self
-    }
-
-    /// Reads the API key from this environment variable at each request.
-    pub fn api_key_env(mut self, var: impl Into<String>) -> Self {
-        self.config.key = KeySource::Env(var.into());
-        self
-    }
-
-    /// Adds a header to every request (`anthropic-beta`, for example).
-    pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
-        self.config.extra_headers.push((name.into(), value.into()));
-        self
-    }
+    crate::http::http_builder_methods!();
 
     /// Streams responses (the default) or asks for whole ones.
     pub fn stream(mut self, stream: bool) -> Self {
@@ -131,30 +108,6 @@ impl AnthropicBuilder {
     /// Enables extended thinking with this token budget.
     pub fn thinking(mut self, budget_tokens: u32) -> Self {
         self.thinking = Some(ThinkingConfig { budget_tokens });
-        self
-    }
-
-    /// Time allowed to open the connection.
-    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.config.connect_timeout = timeout;
-        self
-    }
-
-    /// Time allowed for the whole request (`None`: no limit).
-    pub fn request_timeout(mut self, timeout: Option<Duration>) -> Self {
-        self.config.request_timeout = timeout;
-        self
-    }
-
-    /// Longest silence allowed inside a streamed response.
-    pub fn idle_timeout(mut self, timeout: Duration) -> Self {
-        self.config.idle_timeout = timeout;
-        self
-    }
-
-    /// The largest encoded request body sent; a larger one fails before it is sent.
-    pub fn max_request_bytes(mut self, bytes: usize) -> Self {
-        self.config.max_request_bytes = bytes;
         self
     }
 

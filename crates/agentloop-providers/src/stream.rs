@@ -27,9 +27,16 @@ pub(crate) fn sse(client: &HttpClient, response: reqwest::Response) -> SseStream
     let bytes = response
         .bytes_stream()
         .map(move |r| r.map_err(|e| transport_error(&provider, &e)))
-        .chain(stream::once(async { Ok(Bytes::from_static(FINAL_BLANK_LINE)) }));
+        .chain(stream::once(async {
+            Ok(Bytes::from_static(FINAL_BLANK_LINE))
+        }));
     let config = client.config();
-    SseStream::new(bytes, client.provider(), Some(config.idle_timeout), config.max_event_bytes)
+    SseStream::new(
+        bytes,
+        client.provider(),
+        Some(config.idle_timeout),
+        config.max_event_bytes,
+    )
 }
 
 /// A pure parser of one provider's event stream.
