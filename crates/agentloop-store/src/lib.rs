@@ -42,7 +42,7 @@ pub use record::{
     ErrorInfo, ModelCallSpan, RunSpan, Span, Status, ToolCallSpan, TraceRecord, TurnSpan,
     format_rfc3339,
 };
-pub use redact::redact;
+pub use redact::{redact, redact_text};
 pub use sink::{Clock, TraceOptions, TraceSink};
 pub use sqlite::{SCHEMA_VERSION, SqliteWriter};
 pub use trace::{Trace, convert, latest_versions, read_trace};

@@ -1,6 +1,8 @@
-//! Defensive redaction of recorded JSON payloads. Events carry no secrets by design; still, a tool
-//! may echo a header or a key in its arguments or output, so every object key that looks like a
-//! credential has its value replaced, and so has any string that is a bearer credential.
+//! Defensive redaction of recorded payloads. Events carry no secrets by design; still, a tool may
+//! echo a header or a key in its arguments or output, so every object key that looks like a
+//! credential has its value replaced, and so has any string that is a bearer credential. Text
+//! (a tool's text output, strings inside JSON) has header-like lines (`Authorization: ...`,
+//! `OPENAI_API_KEY=...`) cut after the key, and text that is itself JSON is redacted as JSON.
 
 use serde_json::Value;
 
@@ -50,8 +52,50 @@ fn is_secret_string(s: &str) -> bool {
             .is_some_and(|p| p.eq_ignore_ascii_case("bearer "))
 }
 
+/// Redacts text: JSON text as JSON; otherwise every line that reads `KEY: value` or `KEY=value`
+/// with a credential-like key keeps only its key, and bearer strings go whole.
+pub fn redact_text(text: &str) -> String {
+    let trimmed = text.trim_start();
+    if (trimmed.starts_with('{') || trimmed.starts_with('['))
+        && let Ok(v) = serde_json::from_str::<Value>(trimmed)
+    {
+        let r = redact(&v);
+        return if r == v {
+            text.to_owned()
+        } else {
+            r.to_string()
+        };
+    }
+    if is_secret_string(text) {
+        return REDACTED.into();
+    }
+    let mut changed = false;
+    let lines: Vec<String> = text
+        .split('\n')
+        .map(|line| match line.find([':', '=']) {
+            Some(at)
+                if is_secret_key(
+                    line[..at]
+                        .trim()
+                        .trim_matches(['"', '\''])
+                        .trim_start_matches("export "),
+                ) =>
+            {
+                changed = true;
+                format!("{}{} {REDACTED}", &line[..at], &line[at..=at])
+            }
+            _ => line.to_owned(),
+        })
+        .collect();
+    if changed {
+        lines.join("\n")
+    } else {
+        text.to_owned()
+    }
+}
+
 /// Returns the value with every secret-looking key's value, and every bearer string, replaced by
-/// [`REDACTED`], at any depth.
+/// [`REDACTED`], at any depth; strings are redacted as text (see [`redact_text`]).
 pub fn redact(value: &Value) -> Value {
     match value {
         Value::Object(map) => Value::Object(
@@ -67,7 +111,7 @@ pub fn redact(value: &Value) -> Value {
                 .collect(),
         ),
         Value::Array(items) => Value::Array(items.iter().map(redact).collect()),
-        Value::String(s) if is_secret_string(s) => Value::String(REDACTED.into()),
+        Value::String(s) => Value::String(redact_text(s)),
         other => other.clone(),
     }
 }
@@ -99,6 +143,27 @@ mod tests {
         assert_eq!(r["db-password"], REDACTED);
         assert!(!r.to_string().contains("sk-"));
         assert!(!r.to_string().contains("hunter2"));
+    }
+
+    #[test]
+    fn header_like_lines_in_text_keep_only_their_key() {
+        let text = "HTTP/1.1 200 OK\nAuthorization: Bearer sk-1\nContent-Type: text/plain\nexport OPENAI_API_KEY=sk-2\nratio: 3=4";
+        let r = redact_text(text);
+        assert_eq!(
+            r,
+            "HTTP/1.1 200 OK\nAuthorization: [redacted]\nContent-Type: text/plain\nexport OPENAI_API_KEY= [redacted]\nratio: 3=4"
+        );
+        assert_eq!(
+            redact_text("all fine: nothing to hide"),
+            "all fine: nothing to hide"
+        );
+        assert_eq!(
+            redact_text(r#"{"api_key": "sk-3", "n": 1}"#),
+            r#"{"api_key":"[redacted]","n":1}"#
+        );
+        assert_eq!(redact_text(r#"{"n": 1}"#), r#"{"n": 1}"#);
+        let nested = redact(&serde_json::json!({"stdout": "x-api-key: k\nok"}));
+        assert_eq!(nested["stdout"], "x-api-key: [redacted]\nok");
     }
 
     #[test]

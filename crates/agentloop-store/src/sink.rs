@@ -19,7 +19,7 @@ use crate::format::{TraceWriter, open_writer};
 use crate::record::{
     ErrorInfo, ModelCallSpan, RunSpan, Span, Status, ToolCallSpan, TraceRecord, TurnSpan,
 };
-use crate::redact::redact;
+use crate::redact::{redact, redact_text};
 
 /// What a trace records beyond the lifecycle of spans.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -427,7 +427,7 @@ fn tool_status(ok: bool, error: Option<&str>) -> (Status, Option<ErrorInfo>) {
 /// A tool output as a JSON payload: text as a string, JSON redacted, parts as they serialize.
 fn output_value(content: &ToolContent) -> Value {
     match content {
-        ToolContent::Text(t) => Value::String(t.clone()),
+        ToolContent::Text(t) => Value::String(redact_text(t)),
         ToolContent::Json(v) => redact(v),
         ToolContent::Parts(parts) => redact(&serde_json::to_value(parts).unwrap_or(Value::Null)),
     }
