@@ -120,6 +120,74 @@ impl HttpConfig {
     }
 }
 
+/// The HTTP setters every provider builder shares. The builder needs a `config: HttpConfig` field;
+/// invoke `crate::http::http_builder_methods!();` inside its `impl` block.
+macro_rules! http_builder_methods {
+    () => {
+        /// Sets the base URL (`http://localhost:11434/v1`); a trailing `/` is dropped.
+        pub fn base_url(mut self, url: impl Into<String>) -> Self {
+            self.config.base_url = $crate::http::HttpConfig::new(url).base_url;
+            self
+        }
+
+        /// Uses this API key.
+        pub fn api_key(mut self, key: impl Into<String>) -> Self {
+            self.config.key = $crate::http::KeySource::Value($crate::http::ApiKey::new(key));
+            self
+        }
+
+        /// Reads the API key from this environment variable at each request.
+        pub fn api_key_env(mut self, var: impl Into<String>) -> Self {
+            self.config.key = $crate::http::KeySource::Env(var.into());
+            self
+        }
+
+        /// Sends no API key (local servers).
+        pub fn no_api_key(mut self) -> Self {
+            self.config.key = $crate::http::KeySource::None;
+            self
+        }
+
+        /// Adds a header to every request.
+        pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+            self.config.extra_headers.push((name.into(), value.into()));
+            self
+        }
+
+        /// Replaces the HTTP settings (base URL, key, headers, timeouts, byte budget) at once.
+        pub fn http_config(mut self, config: $crate::http::HttpConfig) -> Self {
+            self.config = config;
+            self
+        }
+
+        /// Sets the connect timeout.
+        pub fn connect_timeout(mut self, timeout: std::time::Duration) -> Self {
+            self.config.connect_timeout = timeout;
+            self
+        }
+
+        /// Sets the whole-request timeout (`None`: none).
+        pub fn request_timeout(mut self, timeout: Option<std::time::Duration>) -> Self {
+            self.config.request_timeout = timeout;
+            self
+        }
+
+        /// Sets the longest silence allowed inside a stream.
+        pub fn idle_timeout(mut self, timeout: std::time::Duration) -> Self {
+            self.config.idle_timeout = timeout;
+            self
+        }
+
+        /// Sets the request byte budget: a larger encoded request fails before it is sent.
+        pub fn max_request_bytes(mut self, bytes: usize) -> Self {
+            self.config.max_request_bytes = bytes;
+            self
+        }
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use http_builder_methods;
+
 /// A built HTTP client for one provider: cheap to clone.
 #[derive(Debug, Clone)]
 pub struct HttpClient {
@@ -398,18 +466,7 @@ pub struct ProviderError {
     pub request_id: Option<String>,
 }
 
-#[derive(Deserialize)]
-struct RawErrorObject {
-    #[serde(default, rename = "type")]
-    error_type: Option<Value>,
-    #[serde(default)]
-    code: Option<Value>,
-    #[serde(default)]
-    message: Option<Value>,
-    #[serde(default)]
-    param: Option<Value>,
-}
-
+/// An error envelope, or (for the inner `error` object) the error itself: the same fields.
 #[derive(Deserialize)]
 struct RawErrorEnvelope {
     #[serde(default)]
@@ -455,7 +512,7 @@ impl ProviderError {
         let request_id = value_text(envelope.request_id);
         match envelope.error {
             Some(Value::Object(map)) => {
-                let inner = RawErrorObject::deserialize(Value::Object(map)).ok()?;
+                let inner = RawErrorEnvelope::deserialize(Value::Object(map)).ok()?;
                 Some(ProviderError {
                     error_type: value_text(inner.error_type),
                     code: value_text(inner.code),

@@ -17,7 +17,6 @@
 
 use std::borrow::Cow;
 use std::collections::VecDeque;
-use std::time::Duration;
 
 use agentloop::{
     ContentPart, FinishReason, Message, Model, ModelError, ModelErrorKind, ModelEvent,
@@ -26,7 +25,7 @@ use agentloop::{
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::http::{ApiKey, HttpClient, HttpConfig, KeySource, ProviderError};
+use crate::http::{HttpClient, HttpConfig, KeySource, ProviderError};
 use crate::stream::{StreamDecoder, accumulate_sse, decoded_events, one_event, opened};
 
 /// The default base URL.
@@ -158,35 +157,7 @@ impl OpenAiChat {
 }
 
 impl OpenAiChatBuilder {
-    /// Sets the base URL (`http://localhost:11434/v1`).
-    pub fn base_url(mut self, url: impl Into<String>) -> Self {
-        self.config.base_url = HttpConfig::new(url).base_url;
-        self
-    }
-
-    /// Uses this API key.
-    pub fn api_key(mut self, key: impl Into<String>) -> Self {
-        self.config.key = KeySource::Value(ApiKey::new(key));
-        self
-    }
-
-    /// Reads the API key from this environment variable at each request.
-    pub fn api_key_env(mut self, var: impl Into<String>) -> Self {
-        self.config.key = KeySource::Env(var.into());
-        self
-    }
-
-    /// Sends no API key (local servers).
-    pub fn no_api_key(mut self) -> Self {
-        self.config.key = KeySource::None;
-        self
-    }
-
-    /// Adds a header to every request.
-    pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
-        self.config.extra_headers.push((name.into(), value.into()));
-        self
-    }
+    crate::http::http_builder_methods!();
 
     /// Streams responses (the default) or asks for whole ones.
     pub fn stream(mut self, stream: bool) -> Self {
@@ -225,36 +196,6 @@ impl OpenAiChatBuilder {
     /// thinking mode with tools asks for it; OpenAI does not accept it). Off by default.
     pub fn reasoning_in_history(mut self, send: bool) -> Self {
         self.reasoning_in_history = send;
-        self
-    }
-
-    /// Replaces the HTTP settings (base URL, key, headers, timeouts, byte budget) at once.
-    pub fn http_config(mut self, config: HttpConfig) -> Self {
-        self.config = config;
-        self
-    }
-
-    /// Sets the connect timeout.
-    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.config.connect_timeout = timeout;
-        self
-    }
-
-    /// Sets the whole-request timeout (`None`: none).
-    pub fn request_timeout(mut self, timeout: Option<Duration>) -> Self {
-        self.config.request_timeout = timeout;
-        self
-    }
-
-    /// Sets the longest silence allowed inside a stream.
-    pub fn idle_timeout(mut self, timeout: Duration) -> Self {
-        self.config.idle_timeout = timeout;
-        self
-    }
-
-    /// Sets the request byte budget.
-    pub fn max_request_bytes(mut self, bytes: usize) -> Self {
-        self.config.max_request_bytes = bytes;
         self
     }
 
@@ -649,14 +590,15 @@ fn make_nullable(schema: &mut Value) {
 // ---------------------------------------------------------------------------------------------
 // Response parsing
 
+/// A whole response or one stream chunk: the same shape, with `message` or `delta` in each choice.
 #[derive(Deserialize)]
-struct Chunk<'a> {
+struct WireCompletion<'a> {
     #[serde(default, borrow)]
     id: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
     model: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
-    choices: Option<Vec<ChunkChoice<'a>>>,
+    choices: Option<Vec<WireChoice<'a>>>,
     #[serde(default)]
     usage: Option<WireUsage>,
     #[serde(default)]
@@ -664,17 +606,19 @@ struct Chunk<'a> {
 }
 
 #[derive(Deserialize)]
-struct ChunkChoice<'a> {
+struct WireChoice<'a> {
     #[serde(default)]
     index: Option<u32>,
     #[serde(default, borrow)]
-    delta: Option<Delta<'a>>,
+    delta: Option<WireDelta<'a>>,
+    #[serde(default, borrow)]
+    message: Option<WireDelta<'a>>,
     #[serde(default, borrow)]
     finish_reason: Option<Cow<'a, str>>,
 }
 
 #[derive(Deserialize)]
-struct Delta<'a> {
+struct WireDelta<'a> {
     #[serde(default, borrow)]
     content: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
@@ -685,25 +629,61 @@ struct Delta<'a> {
     #[serde(default, borrow)]
     refusal: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
-    tool_calls: Option<Vec<DeltaToolCall<'a>>>,
+    tool_calls: Option<Vec<WireToolCallIn<'a>>>,
 }
 
 #[derive(Deserialize)]
-struct DeltaToolCall<'a> {
+struct WireToolCallIn<'a> {
     #[serde(default)]
     index: Option<u32>,
     #[serde(default, borrow)]
     id: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
-    function: Option<DeltaFunction<'a>>,
+    function: Option<WireFunctionIn<'a>>,
 }
 
 #[derive(Deserialize)]
-struct DeltaFunction<'a> {
+struct WireFunctionIn<'a> {
     #[serde(default, borrow)]
     name: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
-    arguments: Option<Cow<'a, str>>,
+    arguments: Option<Arguments<'a>>,
+}
+
+/// A tool call's arguments: a JSON string on OpenAI (borrowed when it has no escapes); some
+/// servers send an object, which is kept as its JSON text.
+struct Arguments<'a>(Cow<'a, str>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for Arguments<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = Arguments<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON string or object")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(Arguments(Cow::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(Arguments(Cow::Owned(v.to_owned())))
+            }
+            fn visit_string<E>(self, v: String) -> Result<Self::Value, E> {
+                Ok(Arguments(Cow::Owned(v)))
+            }
+            fn visit_unit<E>(self) -> Result<Self::Value, E> {
+                Ok(Arguments(Cow::Borrowed("")))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                map: A,
+            ) -> Result<Self::Value, A::Error> {
+                let value = Value::deserialize(serde::de::value::MapAccessDeserializer::new(map))?;
+                Ok(Arguments(Cow::Owned(value.to_string())))
+            }
+        }
+        deserializer.deserialize_any(Visit)
+    }
 }
 
 #[derive(Deserialize, Default)]
@@ -825,8 +805,17 @@ impl ChatStreamParser {
             self.done = true;
             return self.emit_finish(out);
         }
-        let chunk: Chunk<'_> = serde_json::from_str(data)
+        let chunk: WireCompletion<'_> = serde_json::from_str(data)
             .map_err(|e| stream_error(&self.provider, format!("malformed stream chunk: {e}")))?;
+        self.apply(chunk, out)
+    }
+
+    /// Applies a parsed chunk (or a whole response, whose choices carry `message`).
+    fn apply(
+        &mut self,
+        chunk: WireCompletion<'_>,
+        out: &mut VecDeque<ModelEvent>,
+    ) -> Result<(), ModelError> {
         if let Some(error) = &chunk.error {
             return Err(in_body_error(&self.provider, error));
         }
@@ -841,7 +830,7 @@ impl ChatStreamParser {
             if choice.index.unwrap_or(0) != 0 {
                 continue;
             }
-            if let Some(delta) = choice.delta {
+            if let Some(delta) = choice.delta.or(choice.message) {
                 self.delta(delta, out);
             }
             if let Some(reason) = choice.finish_reason
@@ -856,7 +845,7 @@ impl ChatStreamParser {
         Ok(())
     }
 
-    fn delta(&mut self, delta: Delta<'_>, out: &mut VecDeque<ModelEvent>) {
+    fn delta(&mut self, delta: WireDelta<'_>, out: &mut VecDeque<ModelEvent>) {
         for reasoning in [delta.reasoning_content, delta.reasoning]
             .into_iter()
             .flatten()
@@ -874,7 +863,7 @@ impl ChatStreamParser {
             self.saw_tool_call = true;
             let index = call.index.unwrap_or(position as u32);
             let (name, arguments) = match call.function {
-                Some(f) => (f.name, f.arguments),
+                Some(f) => (f.name, f.arguments.map(|a| a.0)),
                 None => (None, None),
             };
             let id = call.id.filter(|s| !s.is_empty());
@@ -962,132 +951,44 @@ pub fn parse_stream_bytes(bytes: &[u8]) -> Result<ModelResponse, ModelError> {
     accumulate_sse(bytes, "openai", ChatStreamParser::new("openai"))
 }
 
-#[derive(Deserialize)]
-struct Completion<'a> {
-    #[serde(default, borrow)]
-    id: Option<Cow<'a, str>>,
-    #[serde(default, borrow)]
-    model: Option<Cow<'a, str>>,
-    #[serde(default, borrow)]
-    choices: Option<Vec<CompletionChoice<'a>>>,
-    #[serde(default)]
-    usage: Option<WireUsage>,
-    #[serde(default)]
-    error: Option<Value>,
-}
-
-#[derive(Deserialize)]
-struct CompletionChoice<'a> {
-    #[serde(default)]
-    index: Option<u32>,
-    #[serde(default, borrow)]
-    message: Option<CompletionMessage<'a>>,
-    #[serde(default, borrow)]
-    finish_reason: Option<Cow<'a, str>>,
-}
-
-#[derive(Deserialize)]
-struct CompletionMessage<'a> {
-    #[serde(default, borrow)]
-    content: Option<Cow<'a, str>>,
-    #[serde(default, borrow)]
-    reasoning_content: Option<Cow<'a, str>>,
-    #[serde(default, borrow)]
-    reasoning: Option<Cow<'a, str>>,
-    #[serde(default, borrow)]
-    refusal: Option<Cow<'a, str>>,
-    #[serde(default, borrow)]
-    tool_calls: Option<Vec<CompletionToolCall<'a>>>,
-}
-
-#[derive(Deserialize)]
-struct CompletionToolCall<'a> {
-    #[serde(default, borrow)]
-    id: Option<Cow<'a, str>>,
-    #[serde(default, borrow)]
-    function: Option<CompletionFunction<'a>>,
-}
-
-#[derive(Deserialize)]
-struct CompletionFunction<'a> {
-    #[serde(default, borrow)]
-    name: Option<Cow<'a, str>>,
-    /// A JSON string on OpenAI; some servers send an object.
-    #[serde(default)]
-    arguments: Option<Value>,
-}
-
 /// Parses a whole (non-streamed) Chat Completions response body.
 pub fn parse_completion(body: &[u8]) -> Result<ModelResponse, ModelError> {
     parse_completion_for(body, "openai")
 }
 
+/// A whole response goes through the stream parser as one chunk, then the accumulator: the same
+/// rules (an empty id gets a generated one, a call cut off by the length limit is dropped).
 fn parse_completion_for(body: &[u8], provider: &str) -> Result<ModelResponse, ModelError> {
-    let completion: Completion<'_> = serde_json::from_slice(body).map_err(|e| {
+    let completion: WireCompletion<'_> = serde_json::from_slice(body).map_err(|e| {
         ModelError::new(
             ModelErrorKind::Decode,
             format!("malformed response body: {e}"),
         )
         .with_provider(provider)
     })?;
-    if let Some(error) = &completion.error {
-        return Err(in_body_error(provider, error));
-    }
-    let choice = completion
+    let has_choice = completion
         .choices
-        .into_iter()
-        .flatten()
-        .find(|c| c.index.unwrap_or(0) == 0)
-        .ok_or_else(|| {
+        .as_ref()
+        .is_some_and(|c| c.iter().any(|c| c.index.unwrap_or(0) == 0));
+    if completion.error.is_none() && !has_choice {
+        return Err(
             ModelError::new(ModelErrorKind::Decode, "the response holds no choice")
-                .with_provider(provider)
-        })?;
-    let mut acc = ResponseAccumulator::new();
-    acc.push(ModelEvent::Start {
-        id: completion.id.map(Cow::into_owned),
-        model: completion.model.map(Cow::into_owned),
-    })?;
-    let mut saw_tool_call = false;
-    if let Some(message) = choice.message {
-        for reasoning in [message.reasoning_content, message.reasoning]
-            .into_iter()
-            .flatten()
-        {
-            if !reasoning.is_empty() {
-                acc.push(ModelEvent::ReasoningDelta(reasoning.into_owned()))?;
-            }
-        }
-        for text in [message.content, message.refusal].into_iter().flatten() {
-            if !text.is_empty() {
-                acc.push(ModelEvent::TextDelta(text.into_owned()))?;
-            }
-        }
-        for (index, call) in message.tool_calls.into_iter().flatten().enumerate() {
-            saw_tool_call = true;
-            let index = index as u32;
-            let (name, arguments) = match call.function {
-                Some(f) => (f.name.map(Cow::into_owned).unwrap_or_default(), f.arguments),
-                None => (String::new(), None),
-            };
-            let id = call.id.map(Cow::into_owned).unwrap_or_default();
-            acc.push(ModelEvent::ToolCallStart { index, id, name })?;
-            let arguments = match arguments {
-                None | Some(Value::Null) => String::new(),
-                Some(Value::String(s)) => s,
-                Some(other) => other.to_string(),
-            };
-            acc.push(ModelEvent::ToolCallDelta { index, arguments })?;
-        }
+                .with_provider(provider),
+        );
     }
-    if let Some(usage) = completion.usage {
-        acc.push(ModelEvent::Usage(usage.to_usage()))?;
-    }
-    let (reason, raw) = match choice.finish_reason.filter(|r| !r.is_empty()) {
-        Some(raw) => (map_finish_reason(&raw), Some(raw.into_owned())),
-        None if saw_tool_call => (FinishReason::ToolCalls, None),
+    let mut parser = ChatStreamParser::new(provider);
+    let mut events = VecDeque::new();
+    parser.apply(completion, &mut events)?;
+    let (reason, raw) = match parser.finish.take() {
+        Some((reason, raw)) => (reason, Some(raw)),
+        None if parser.saw_tool_call => (FinishReason::ToolCalls, None),
         None => (FinishReason::Stop, None),
     };
-    acc.push(ModelEvent::Finish { reason, raw })?;
+    events.push_back(ModelEvent::Finish { reason, raw });
+    let mut acc = ResponseAccumulator::new();
+    for event in events {
+        acc.push(event)?;
+    }
     acc.finish()
 }
 
@@ -1225,5 +1126,50 @@ mod tests {
     #[test]
     fn data_after_done_is_an_error() {
         assert!(run(&["[DONE]", r#"{"choices":[]}"#]).is_err());
+    }
+
+    #[test]
+    fn whole_response_with_object_arguments_keeps_their_json_text_and_gets_an_id() {
+        let body = br#"{"id":"r","model":"llama3","choices":[{"index":0,"message":{"role":"assistant","content":null,
+            "tool_calls":[{"function":{"name":"f","arguments":{"a":1}}}]},"finish_reason":"tool_calls"}]}"#;
+        let response = parse_completion(body).unwrap();
+        let call = &response.message.tool_calls[0];
+        assert_eq!(call.arguments, r#"{"a":1}"#);
+        assert!(call.id.starts_with("call_"));
+        assert_eq!(response.model.as_deref(), Some("llama3"));
+    }
+
+    #[test]
+    fn whole_response_cut_off_inside_a_call_drops_it_and_says_truncated() {
+        let body = br#"{"choices":[{"index":0,"message":{"content":"x","tool_calls":[{"id":"c1","function":{"name":"f","arguments":"{\"a\": [1,"}}]},"finish_reason":"length"}],
+            "usage":{"prompt_tokens":5,"completion_tokens":7,"prompt_tokens_details":{"cached_tokens":2},"completion_tokens_details":{"reasoning_tokens":3}}}"#;
+        let response = parse_completion(body).unwrap();
+        assert!(response.truncated);
+        assert!(response.message.tool_calls.is_empty());
+        assert_eq!(response.finish_reason, FinishReason::Length);
+        assert_eq!(
+            response.usage,
+            Usage {
+                input_tokens: 5,
+                output_tokens: 7,
+                cached_input_tokens: 2,
+                cache_write_tokens: 0,
+                reasoning_tokens: 3
+            }
+        );
+    }
+
+    #[test]
+    fn whole_response_without_choices_is_a_decode_error() {
+        assert_eq!(
+            parse_completion(br#"{"id":"x","choices":[]}"#)
+                .unwrap_err()
+                .kind,
+            ModelErrorKind::Decode
+        );
+        assert_eq!(
+            parse_completion(b"<html>").unwrap_err().kind,
+            ModelErrorKind::Decode
+        );
     }
 }

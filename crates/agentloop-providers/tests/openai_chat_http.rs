@@ -670,3 +670,65 @@ async fn the_api_key_never_appears_in_an_error() {
         );
     }
 }
+
+/// Gets the weather for a city.
+#[agentloop::tool]
+async fn get_weather(
+    /// The city.
+    city: String,
+) -> String {
+    format!("sunny in {city}")
+}
+
+#[tokio::test]
+async fn an_agent_runs_a_streamed_tool_call_and_answers_with_the_result() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(200).set_body_raw(
+            fixture("openai_chat/oai_chat_s_single_tool_usage.sse"),
+            "text/event-stream",
+        ))
+        .up_to_n_times(1)
+        .mount(&server)
+        .await;
+    Mock::given(method("POST"))
+        .respond_with(text_sse())
+        .mount(&server)
+        .await;
+    let agent = agentloop::Agent::builder()
+        .model(model(&server.uri()))
+        .instructions("Use tools.")
+        .tool(get_weather_tool())
+        .pricing(agentloop_providers::default_prices())
+        .build()
+        .unwrap();
+    let outcome = agent.run("Weather in Mexico City?").await;
+    assert!(outcome.error.is_none(), "{:?}", outcome.error);
+    assert_eq!(outcome.tool_calls_run, 1);
+    assert!(outcome.output.unwrap().starts_with("I'm unable"));
+    assert_eq!(outcome.usage.input_tokens, 423 + 14);
+    assert!(
+        outcome.cost_usd > 0.0,
+        "gpt-4o responses are priced by the default table"
+    );
+
+    let requests = server.received_requests().await.unwrap();
+    assert_eq!(requests.len(), 2);
+    let second: Value = serde_json::from_slice(&requests[1].body).unwrap();
+    let msgs = second["messages"].as_array().unwrap();
+    let roles: Vec<&str> = msgs.iter().map(|m| m["role"].as_str().unwrap()).collect();
+    assert_eq!(roles, ["system", "user", "assistant", "tool"]);
+    assert_eq!(msgs[2]["content"], Value::Null);
+    assert_eq!(
+        msgs[2]["tool_calls"][0]["id"],
+        "call_LwxJUB9KppVyogRRLQsamRJv"
+    );
+    assert_eq!(msgs[2]["tool_calls"][0]["function"]["name"], "get_weather");
+    assert_eq!(
+        msgs[2]["tool_calls"][0]["function"]["arguments"],
+        "{\"city\":\"Mexico City\"}"
+    );
+    assert_eq!(msgs[3]["tool_call_id"], "call_LwxJUB9KppVyogRRLQsamRJv");
+    assert_eq!(msgs[3]["content"], "sunny in Mexico City");
+    assert_eq!(second["tools"][0]["function"]["name"], "get_weather");
+}
