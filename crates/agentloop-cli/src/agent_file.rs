@@ -70,8 +70,7 @@ impl Problems {
     }
 
     fn sorted(mut self) -> Self {
-        self.list
-            .sort_by(|a, b| (a.line, a.column).cmp(&(b.line, b.column)));
+        self.list.sort_by_key(|p| (p.line, p.column));
         self.list.dedup();
         self
     }

@@ -286,6 +286,23 @@ async fn run(args: RunArgs) -> Result<i32, CliError> {
     Ok(outcome_exit_code(&outcome))
 }
 
+/// Prints the final output on stdout, unless it already streamed to the same terminal.
+fn print_final(outcome: &RunOutcome, progress: &Progress, quiet: bool) {
+    let output = outcome.output.clone().unwrap_or_default();
+    if output.is_empty() {
+        return;
+    }
+    let streamed_here = !quiet
+        && std::io::stdout().is_terminal()
+        && std::io::stderr().is_terminal()
+        && progress.last_streamed().trim() == output.trim();
+    if !streamed_here {
+        let mut stdout = std::io::stdout().lock();
+        let _ = writeln!(stdout, "{}", output.trim_end_matches('\n'));
+        let _ = stdout.flush();
+    }
+}
+
 fn print_outcome(outcome: &RunOutcome, args: &RunArgs, progress: &Progress) {
     if args.json {
         println!("{}", render::outcome_json(outcome, args.dry_run));
@@ -297,18 +314,7 @@ fn print_outcome(outcome: &RunOutcome, args: &RunArgs, progress: &Progress) {
             eprintln!("{line}");
         }
     }
-    let output = outcome.output.clone().unwrap_or_default();
-    let mut stdout = std::io::stdout().lock();
-    // In a terminal the answer already streamed on stderr: do not show it twice.
-    let streamed_here = !args.quiet
-        && std::io::stdout().is_terminal()
-        && std::io::stderr().is_terminal()
-        && !output.is_empty()
-        && progress.last_streamed().trim() == output.trim();
-    if !streamed_here && !output.is_empty() {
-        let _ = writeln!(stdout, "{}", output.trim_end_matches('\n'));
-    }
-    let _ = stdout.flush();
+    print_final(outcome, progress, args.quiet);
     if !args.quiet {
         eprintln!("{}", render::closing_line(outcome));
     }
@@ -377,14 +383,7 @@ async fn chat(args: ChatArgs) -> Result<i32, CliError> {
             .await;
         signals.abort();
         progress.end_line();
-        let output = outcome.output.clone().unwrap_or_default();
-        if !(std::io::stdout().is_terminal()
-            && std::io::stderr().is_terminal()
-            && progress.last_streamed().trim() == output.trim())
-            && !output.is_empty()
-        {
-            println!("{}", output.trim_end_matches('\n'));
-        }
+        print_final(&outcome, &progress, false);
         eprintln!("{}", render::closing_line(&outcome));
         last = outcome_exit_code(&outcome);
         transcript = outcome.transcript;

@@ -1,4 +1,4 @@
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 //! `agentloop` runs of real agent files against a fake provider on loopback that serves recorded
 //! responses turn by turn and records each request.
 
@@ -939,10 +939,61 @@ command = ["sh", "-c", "echo $$ > started; sleep 30"]
 #[tokio::test(flavor = "multi_thread")]
 async fn every_example_agent_file_is_valid_and_plans_without_a_key() {
     for example in ["quickstart", "openai", "anthropic", "openai-responses"] {
-        let path = format!("{}/../../examples/{example}/agent.toml", env!("CARGO_MANIFEST_DIR"));
+        let path = format!(
+            "{}/../../examples/{example}/agent.toml",
+            env!("CARGO_MANIFEST_DIR")
+        );
         let out = agentloop_env(args(&["plan", &path, "--json"]), vec![]).await;
         assert_eq!(out.status.code(), Some(0), "{example}: {}", stderr(&out));
         let v = stdout_json(&out);
         assert_eq!(v["tools"].as_array().unwrap().len(), 2, "{example}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn chat_keeps_the_session_across_inputs() {
+    let fake = FakeProvider::start(
+        "/v1/chat/completions",
+        vec![
+            ok("openai_chat/oai_chat_s_text.sse"),
+            ok("openai_chat/oai_chat_s_text.sse"),
+        ],
+    )
+    .await;
+    let dir = AgentDir::new(&openai_agent(&fake.uri(), ""));
+    let agent = dir.agent();
+    let out = tokio::task::spawn_blocking(move || {
+        assert_cmd::Command::new(env!("CARGO_BIN_EXE_agentloop"))
+            .args(["chat", agent.to_str().unwrap()])
+            .env("AGENTLOOP_TEST_KEY", TEST_KEY)
+            .write_stdin("first question\n\nsecond question\n/exit\nnever sent\n")
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    let bodies = fake.bodies().await;
+    assert_eq!(bodies.len(), 2, "one request per input, none after /exit");
+    let users: Vec<String> = bodies[1]["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "user")
+        .map(|m| m["content"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(users, ["first question", "second question"]);
+    assert!(
+        bodies[1]["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m["role"] == "assistant")
+    );
+    assert_eq!(
+        stdout(&out)
+            .matches("I'm unable to provide real-time weather")
+            .count(),
+        2
+    );
 }

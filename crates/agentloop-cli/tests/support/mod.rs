@@ -1,6 +1,6 @@
 //! A fake provider on loopback that serves recorded responses turn by turn and records every
 //! request, and helpers to write agent files and run the `agentloop` binary.
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::path::{Path, PathBuf};
 use std::process::Output;
