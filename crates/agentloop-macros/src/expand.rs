@@ -320,7 +320,7 @@ fn description(func: &ItemFn, options: &FnOptions) -> TokenStream {
         Some(lines) => {
             let text = lines
                 .iter()
-                .map(|l| l.strip_prefix(' ').unwrap_or(l).trim_end())
+                .map(|l| doc_line(l))
                 .collect::<Vec<_>>()
                 .join("\n");
             let text = text.trim();
@@ -334,11 +334,25 @@ fn description(func: &ItemFn, options: &FnOptions) -> TokenStream {
                 if i > 0 {
                     parts.push(quote!("\n"));
                 }
-                parts.push(line.to_token_stream());
+                match line {
+                    Expr::Lit(ExprLit {
+                        lit: Lit::Str(s), ..
+                    }) => {
+                        let text = s.value();
+                        let text = doc_line(&text);
+                        parts.push(quote!(#text));
+                    }
+                    other => parts.push(other.to_token_stream()),
+                }
             }
             quote!(::core::concat!(#(#parts),*).trim())
         }
     }
+}
+
+/// One line of a doc comment: without the space after `///`, nor trailing spaces.
+fn doc_line(line: &str) -> &str {
+    line.strip_prefix(' ').unwrap_or(line).trim_end()
 }
 
 /// The naming rule of `agentloop::tool::check_tool_name`, checked at compile time.

@@ -518,3 +518,41 @@ async fn an_agent_run_calls_macro_tools_with_defaults_errors_and_progress() {
         [("c1".to_owned(), json!({"looking_up": "Paris"}))]
     );
 }
+
+mod weather {
+    use agentloop::tool;
+
+    /// A path under which agentloop is re-exported, as a facade crate would.
+    pub mod facade {
+        pub use agentloop::*;
+    }
+
+    #[doc = concat!("Converts ", "degrees.")]
+    #[doc = "  Celsius to Fahrenheit.  "]
+    #[tool(crate = crate::weather::facade)]
+    pub async fn to_fahrenheit(celsius: f64) -> f64 {
+        celsius * 9.0 / 5.0 + 32.0
+    }
+}
+
+#[tokio::test]
+async fn the_constructor_keeps_the_visibility_and_a_crate_path_override_works() {
+    let tool = weather::to_fahrenheit_tool();
+    assert_eq!(
+        tool.spec().input_schema["properties"]["celsius"]["type"],
+        "number"
+    );
+    assert_eq!(
+        text(&call(&tool, json!({"celsius": 100.0})).await.unwrap()),
+        "212"
+    );
+    assert_eq!(weather::to_fahrenheit(0.0).await, 32.0);
+}
+
+#[test]
+fn a_doc_built_by_macros_becomes_the_description() {
+    assert_eq!(
+        weather::to_fahrenheit_tool().spec().description,
+        "Converts degrees.\n Celsius to Fahrenheit."
+    );
+}
