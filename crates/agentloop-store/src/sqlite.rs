@@ -440,6 +440,7 @@ pub(crate) fn read(path: &Path) -> Result<(Vec<TraceRecord>, Vec<String>), Trace
         ));
     }
     let mut rows: Vec<(i64, TraceRecord)> = Vec::new();
+    let mut warnings = Vec::new();
     for table in TABLES {
         let mut stmt = conn
             .prepare(&format!("SELECT * FROM {table} ORDER BY seq"))
@@ -449,10 +450,18 @@ pub(crate) fn read(path: &Path) -> Result<(Vec<TraceRecord>, Vec<String>), Trace
                 Ok((row.get::<_, i64>("seq")?, decode(table, row)?))
             })
             .map_err(err)?;
-        for r in mapped {
-            rows.push(r.map_err(err)?);
+        for (i, r) in mapped.enumerate() {
+            match r {
+                Ok(row) => rows.push(row),
+                // One damaged row costs that row, not the trace.
+                Err(e) => warnings.push(format!(
+                    "{}: row {} of {table} is not a trace record and was skipped: {e}",
+                    path.display(),
+                    i + 1
+                )),
+            }
         }
     }
     rows.sort_by_key(|(seq, _)| *seq);
-    Ok((rows.into_iter().map(|(_, r)| r).collect(), Vec::new()))
+    Ok((rows.into_iter().map(|(_, r)| r).collect(), warnings))
 }

@@ -633,6 +633,27 @@ fn the_sqlite_schema_is_created_once_and_a_newer_one_is_refused() {
     assert_eq!(read_trace(&path).unwrap_err().code(), "trace.newer_schema");
 }
 
+#[tokio::test]
+async fn a_damaged_sqlite_row_is_skipped_with_a_warning() {
+    let path = scratch("damaged-row").join("trace.sqlite");
+    let (_, whole) = traced_run(&path, false).await;
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    conn.execute(
+        "UPDATE tool_calls SET status = 'exploded' WHERE call_id = 'c2'",
+        [],
+    )
+    .unwrap();
+    drop(conn);
+    let trace = read_trace(&path).unwrap();
+    assert_eq!(trace.records.len(), whole.records.len() - 1);
+    assert_eq!(trace.warnings.len(), 1);
+    assert!(
+        trace.warnings[0].contains("tool_calls") && trace.warnings[0].contains("exploded"),
+        "{:?}",
+        trace.warnings
+    );
+}
+
 #[test]
 fn a_file_that_is_not_a_database_is_an_error_not_a_crash() {
     let path = scratch("notdb").join("trace.sqlite");
