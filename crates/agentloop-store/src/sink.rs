@@ -29,13 +29,19 @@ pub struct TraceOptions {
     pub payloads: bool,
 }
 
-/// A source of the current time in unix milliseconds (injectable for deterministic traces).
+/// A source of the current time in unix **microseconds** (injectable for deterministic traces).
+/// Records keep milliseconds; the finer clock keeps short turns' durations exact.
 pub type Clock = Arc<dyn Fn() -> i64 + Send + Sync>;
 
 fn system_clock() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
+}
+
+/// Unix milliseconds of a unix microsecond instant.
+fn ms(us: i64) -> i64 {
+    us.div_euclid(1000)
 }
 
 /// Records runs into a trace. Attach it to an agent (`AgentBuilder::sink_arc`) or to one run
@@ -72,6 +78,8 @@ struct RunState {
     tool_calls: u32,
     limit: Option<LimitHit>,
     last_text: Option<String>,
+    /// When each open span started, in unix microseconds.
+    starts: HashMap<String, i64>,
 }
 
 impl TraceSink {
@@ -94,7 +102,7 @@ impl TraceSink {
         }
     }
 
-    /// Uses this clock (unix milliseconds) instead of the system's.
+    /// Uses this clock (unix microseconds) instead of the system's.
     #[must_use]
     pub fn with_clock(mut self, clock: Clock) -> TraceSink {
         self.clock = clock;
@@ -229,7 +237,7 @@ impl TraceSink {
                 duration,
             } => {
                 let mut call = run.take_model_call(event.turn, now, *duration);
-                end(&mut call.span, now, Some(*duration), Status::Ok, None);
+                run.end_span(&mut call.span, now, Some(*duration), Status::Ok, None);
                 call.usage = Some(*usage);
                 call.cost_usd = *cost_usd;
                 call.finish_reason = Some(*finish_reason);
@@ -248,7 +256,7 @@ impl TraceSink {
                     code: code.clone(),
                     message: message.clone(),
                 };
-                end(&mut call.span, now, None, Status::Error, Some(error));
+                run.end_span(&mut call.span, now, None, Status::Error, Some(error));
                 run.escalate_turn(Status::Error);
                 out.push(TraceRecord::ModelCall(call));
             }
@@ -279,7 +287,7 @@ impl TraceSink {
                     Some(span) => span,
                     None => {
                         run.tool_calls += 1;
-                        let started = now - i64::try_from(duration.as_millis()).unwrap_or(0);
+                        let started = now - i64::try_from(duration.as_micros()).unwrap_or(0);
                         run.tool_span(event.turn, call_id, tool, started)
                     }
                 };
@@ -288,7 +296,7 @@ impl TraceSink {
                 if status != Status::Error {
                     run.escalate_turn(status);
                 }
-                end(&mut span.span, now, Some(*duration), status, error);
+                run.end_span(&mut span.span, now, Some(*duration), status, error);
                 if payloads {
                     span.output = output.as_ref().map(output_value);
                     span.details = details.as_ref().map(redact);
@@ -314,7 +322,7 @@ impl TraceSink {
                     code: code.clone(),
                     message: reason.clone(),
                 };
-                end(
+                run.end_span(
                     &mut span.span,
                     now,
                     Some(Duration::ZERO),
@@ -370,17 +378,10 @@ fn millis(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
 
-/// Ends a span at `now`: its duration is the one measured, or the time since it started.
-fn end(
-    span: &mut Span,
-    now: i64,
-    measured: Option<Duration>,
-    status: Status,
-    error: Option<ErrorInfo>,
-) {
-    span.ended_at_ms = Some(now);
-    span.duration_ms =
-        Some(measured.map_or_else(|| (now - span.started_at_ms).max(0) as f64, millis));
+/// Ends a span at `now` (unix microseconds) after `duration_ms`.
+fn end(span: &mut Span, now: i64, duration_ms: f64, status: Status, error: Option<ErrorInfo>) {
+    span.ended_at_ms = Some(ms(now));
+    span.duration_ms = Some(duration_ms);
     span.status = status;
     span.error = error;
 }
@@ -448,7 +449,7 @@ impl RunState {
                     id: run_id.to_owned(),
                     parent_id: parent_run_id,
                     run_id: run_id.to_owned(),
-                    started_at_ms: now,
+                    started_at_ms: ms(now),
                     ended_at_ms: None,
                     duration_ms: None,
                     status: Status::Running,
@@ -475,11 +476,12 @@ impl RunState {
             tool_calls: 0,
             limit: None,
             last_text: None,
+            starts: HashMap::from([(run_id.to_owned(), now)]),
         }
     }
 
     /// A new running tool call span under turn `turn`, without payloads.
-    fn tool_span(&self, turn: u32, call_id: &str, tool: &str, started: i64) -> ToolCallSpan {
+    fn tool_span(&mut self, turn: u32, call_id: &str, tool: &str, started: i64) -> ToolCallSpan {
         ToolCallSpan {
             span: self.child(
                 format!("{}:{call_id}", turn_id(&self.run.span.id, turn)),
@@ -494,13 +496,31 @@ impl RunState {
         }
     }
 
+    /// Ends a span at `now`: its duration is the one measured, or the time since it started.
+    fn end_span(
+        &mut self,
+        span: &mut Span,
+        now: i64,
+        measured: Option<Duration>,
+        status: Status,
+        error: Option<ErrorInfo>,
+    ) {
+        let started = self
+            .starts
+            .remove(&span.id)
+            .unwrap_or(span.started_at_ms * 1000);
+        let elapsed = (now - started).max(0) as f64 / 1000.0;
+        end(span, now, measured.map_or(elapsed, millis), status, error);
+    }
+
     /// A new running span under turn `turn` of this run.
-    fn child(&self, id: String, turn: u32, now: i64) -> Span {
+    fn child(&mut self, id: String, turn: u32, now: i64) -> Span {
+        self.starts.insert(id.clone(), now);
         Span {
             id,
             parent_id: Some(turn_id(&self.run.span.id, turn)),
             run_id: self.run.span.id.clone(),
-            started_at_ms: now,
+            started_at_ms: ms(now),
             ended_at_ms: None,
             duration_ms: None,
             status: Status::Running,
@@ -535,7 +555,7 @@ impl RunState {
             t.span.status
         };
         let error = t.span.error.take();
-        end(&mut t.span, now, None, status, error);
+        self.end_span(&mut t.span, now, None, status, error);
         Some(TraceRecord::Turn(t))
     }
 
@@ -555,7 +575,7 @@ impl RunState {
         if let Some(call) = self.model_call.take() {
             return call;
         }
-        let started = now - i64::try_from(duration.as_millis()).unwrap_or(0);
+        let started = now - i64::try_from(duration.as_micros()).unwrap_or(0);
         let model = self.run.model.clone();
         self.new_model_call(turn, &model, started)
     }
@@ -606,19 +626,19 @@ impl RunState {
             message: format!("the run stopped ({stop}) before this ended"),
         };
         if let Some(mut call) = self.model_call.take() {
-            end(&mut call.span, now, None, open_status, Some(open_error()));
+            self.end_span(&mut call.span, now, None, open_status, Some(open_error()));
             out.push(TraceRecord::ModelCall(call));
         }
         let mut tools: Vec<ToolCallSpan> = self.tools.drain().map(|(_, t)| t).collect();
         tools.sort_by(|a, b| a.span.id.cmp(&b.span.id));
         for mut tool in tools {
-            end(&mut tool.span, now, None, open_status, Some(open_error()));
+            self.end_span(&mut tool.span, now, None, open_status, Some(open_error()));
             self.escalate_turn(open_status);
             out.push(TraceRecord::ToolCall(tool));
         }
         out.extend(self.close_turn(now));
-        let mut run = self.run;
-        end(&mut run.span, now, None, status, error);
+        let mut run = self.run.clone();
+        self.end_span(&mut run.span, now, None, status, error);
         run.model_calls = Some(self.model_calls);
         run.tool_calls = Some(self.tool_calls);
         run.limit = self.limit;

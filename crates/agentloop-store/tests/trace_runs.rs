@@ -815,9 +815,13 @@ async fn a_write_error_leaves_the_run_alone_and_is_returned_by_finish() {
 #[test]
 fn finishing_a_trace_with_a_run_still_open_records_it_as_interrupted() {
     let path = scratch("unfinished").join("trace.ndjson");
+    // A clock that advances 1.5 ms at each reading.
+    let ticks = Arc::new(std::sync::atomic::AtomicI64::new(0));
     let sink = TraceSink::open(&path, TraceOptions::default())
         .unwrap()
-        .with_clock(Arc::new(|| 1_795_961_758_000));
+        .with_clock(Arc::new(move || {
+            1_795_961_758_000_000 + 1500 * ticks.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        }));
     use agentloop::{Event, EventKind, EventSink};
     let started = EventKind::RunStarted {
         agent: "a".into(),
@@ -841,7 +845,14 @@ fn finishing_a_trace_with_a_run_still_open_records_it_as_interrupted() {
     assert_eq!(run.span.status, Status::Interrupted);
     assert_eq!(run.span.error.as_ref().unwrap().code, "trace.unfinished");
     assert_eq!(run.span.started_at_ms, 1_795_961_758_000);
+    assert_eq!(run.span.ended_at_ms, Some(1_795_961_758_003));
+    assert_eq!(run.span.duration_ms, Some(3.0));
     assert_eq!(run.input, None);
-    assert_eq!(turns(&trace)[0].span.status, Status::Ok);
+    let turn = turns(&trace)[0];
+    assert_eq!(turn.span.status, Status::Ok);
+    assert_eq!(
+        (turn.span.started_at_ms, turn.span.duration_ms),
+        (1_795_961_758_001, Some(1.5))
+    );
     assert!(render_list(&trace.records).contains("2026-11-29T14:15:58.000Z"));
 }
