@@ -856,3 +856,49 @@ fn finishing_a_trace_with_a_run_still_open_records_it_as_interrupted() {
     );
     assert!(render_list(&trace.records).contains("2026-11-29T14:15:58.000Z"));
 }
+
+#[tokio::test]
+async fn a_trace_cut_at_any_byte_reads_without_error() {
+    let dir = scratch("every-cut");
+    let path = dir.join("whole.ndjson");
+    let (_, whole) = traced_run(&path, true).await;
+    let raw = std::fs::read(&path).unwrap();
+    let cut_path = dir.join("cut.ndjson");
+    // Every 11th byte, and each line end with the bytes around it.
+    let ends = raw
+        .iter()
+        .enumerate()
+        .filter(|(_, b)| **b == b'\n')
+        .map(|(i, _)| i + 1);
+    let mut cuts: Vec<usize> = (0..=raw.len())
+        .step_by(11)
+        .chain(ends.flat_map(|e| [e - 1, e, e + 1]))
+        .collect();
+    cuts.retain(|at| *at <= raw.len());
+    for at in cuts {
+        let prefix = raw.get(..at).unwrap();
+        std::fs::write(&cut_path, prefix).unwrap();
+        let trace = read_trace(&cut_path).unwrap();
+        let on_boundary = at == 0 || prefix.ends_with(b"\n");
+        assert!(
+            trace.warnings.len() <= 1,
+            "cut at {at}: {:?}",
+            trace.warnings
+        );
+        if on_boundary {
+            assert!(
+                trace.warnings.is_empty(),
+                "cut at {at}: {:?}",
+                trace.warnings
+            );
+        }
+        assert!(trace.records.len() <= whole.records.len());
+        // Every span read is one the whole trace holds (possibly an earlier version of it).
+        for r in &trace.records {
+            assert!(
+                whole.records.iter().any(|w| w.span().id == r.span().id),
+                "cut at {at}"
+            );
+        }
+    }
+}
