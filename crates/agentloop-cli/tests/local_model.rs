@@ -16,7 +16,10 @@
 //! model was not given (llama-server itself rejects an unknown tool name with HTTP 500 before the
 //! client sees it), and the streamed form of the server's parse error, to count the retries.
 //!
-//! If the server cannot be built or started here the tests fail; they never skip.
+//! The tests that start the real server are `#[ignore]`d so that `cargo test -p agentloop-cli`
+//! stays quick on a shared machine; `.ci/run` runs them with
+//! `cargo test -p agentloop-cli --test local_model -- --include-ignored`, and there a server that
+//! cannot be built or started fails them: they never skip.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -264,6 +267,7 @@ fn is_city(value: &Value, city: &str) -> bool {
 }
 
 #[test]
+#[ignore = "starts the local llama-server (minutes of CPU); .ci/run runs it with --include-ignored"]
 fn weather_question_runs_get_weather_for_the_city_and_its_temperature_reaches_the_answer() {
     let _turn = serial();
     let server = LlamaServer::start();
@@ -287,6 +291,7 @@ fn weather_question_runs_get_weather_for_the_city_and_its_temperature_reaches_th
 }
 
 #[test]
+#[ignore = "starts the local llama-server (minutes of CPU); .ci/run runs it with --include-ignored"]
 fn sum_question_runs_add_with_both_numbers_and_the_sum_reaches_the_answer() {
     let _turn = serial();
     let server = LlamaServer::start();
@@ -317,6 +322,7 @@ fn sum_question_runs_add_with_both_numbers_and_the_sum_reaches_the_answer() {
 /// with the same arguments instead of answering, every time: the stuck-loop rule refuses that
 /// call and stops the run, keeping both real outcomes.
 #[test]
+#[ignore = "starts the local llama-server (minutes of CPU); .ci/run runs it with --include-ignored"]
 fn tool_that_fails_once_is_called_again_and_the_repeat_after_success_is_stopped_as_a_stuck_loop() {
     let _turn = serial();
     let server = LlamaServer::start();
@@ -363,6 +369,7 @@ fn tool_that_fails_once_is_called_again_and_the_repeat_after_success_is_stopped_
 /// retried per the default policy (3 attempts, all the same at temperature 0), then the run fails
 /// cleanly with the server's message and the model exit code.
 #[test]
+#[ignore = "starts the local llama-server (minutes of CPU); .ci/run runs it with --include-ignored"]
 fn unparseable_model_output_is_a_provider_error_retried_then_a_clean_failure_with_the_servers_message()
  {
     let _turn = serial();
@@ -405,25 +412,33 @@ fn usage_chunk(prompt: u32, completion: u32) -> String {
 
 const ROLE: &str = r#"{"role":"assistant","content":null}"#;
 
-/// llama-server's stream for one tool call (recorded shape: the call id and name first, then
-/// the arguments in pieces, `finish_reason: tool_calls`, the usage chunk, `[DONE]`).
-fn tool_call_stream(name: &str, args: &[&str]) -> String {
+/// llama-server's stream for tool calls (recorded shape: per call its index, id and name first,
+/// then the arguments in pieces; `finish_reason: tool_calls`, the usage chunk, `[DONE]`).
+fn tool_calls_stream(calls: &[(&str, &[&str])]) -> String {
     let mut s = chunk(ROLE, None);
-    for (i, piece) in args.iter().enumerate() {
-        let piece = serde_json::to_string(piece).unwrap();
-        let delta = if i == 0 {
-            format!(
-                r#"{{"tool_calls":[{{"index":0,"id":"0mhnWdSjnw0SGI44UldoPyrEhDA5WDwI","type":"function","function":{{"name":"{name}","arguments":{piece}}}}}]}}"#
-            )
-        } else {
-            format!(r#"{{"tool_calls":[{{"index":0,"function":{{"arguments":{piece}}}}}]}}"#)
-        };
-        s.push_str(&chunk(&delta, None));
+    for (index, (name, args)) in calls.iter().enumerate() {
+        for (i, piece) in args.iter().enumerate() {
+            let piece = serde_json::to_string(piece).unwrap();
+            let delta = if i == 0 {
+                format!(
+                    r#"{{"tool_calls":[{{"index":{index},"id":"0mhnWdSjnw0SGI44UldoPyrEhDA5WDw{index}","type":"function","function":{{"name":"{name}","arguments":{piece}}}}}]}}"#
+                )
+            } else {
+                format!(
+                    r#"{{"tool_calls":[{{"index":{index},"function":{{"arguments":{piece}}}}}]}}"#
+                )
+            };
+            s.push_str(&chunk(&delta, None));
+        }
     }
     s.push_str(&chunk("{}", Some("tool_calls")));
     s.push_str(&usage_chunk(493, 24));
     s.push_str("data: [DONE]\n\n");
     s
+}
+
+fn tool_call_stream(name: &str, args: &[&str]) -> String {
+    tool_calls_stream(&[(name, args)])
 }
 
 /// llama-server's stream for a plain text answer.
@@ -626,4 +641,51 @@ fn parse_error_once_is_retried_and_the_run_finishes() {
     assert_eq!(run.stop_reason(), "finished", "{d}");
     assert_eq!(call_output(&run.calls()[0])["result"], 5555, "{d}");
     assert!(run.output().contains("5555"), "{d}");
+}
+
+/// The small model cannot emit two calls in one answer that llama-server parses (it writes one
+/// object with two argument sets), so a batch comes from loopback, in llama.cpp's shape: both
+/// calls run, and both results go back in the calls' order with their ids.
+#[test]
+fn two_calls_in_one_llama_batch_both_run_and_both_results_go_back_in_order() {
+    let fake = LoopbackLlama::start(vec![
+        tool_calls_stream(&[
+            ("get_weather", &["{\"city\": ", "\"Paris\"}"]),
+            ("get_weather", &["{\"city\": ", "\"Tokyo\"}"]),
+        ]),
+        text_stream(&["Paris 18 degrees, ", "Tokyo 24 degrees."]),
+    ]);
+    let run =
+        LocalAgent::new(&fake.base_url()).run("What is the weather in Paris and in Tokyo?", &[]);
+    let d = run.dump();
+    assert_eq!(run.code, Some(0), "{d}");
+    assert_eq!(run.stop_reason(), "finished", "{d}");
+    let temperatures: Vec<Value> = run
+        .calls()
+        .iter()
+        .map(|c| call_output(c)["temperature"].clone())
+        .collect();
+    assert_eq!(temperatures, [18, 24], "{d}");
+    let requests = fake.requests();
+    assert_eq!(requests.len(), 2, "{d}");
+    let ids: Vec<&str> = requests[1]["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["tool_call_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        ids,
+        [
+            "0mhnWdSjnw0SGI44UldoPyrEhDA5WDw0",
+            "0mhnWdSjnw0SGI44UldoPyrEhDA5WDw1"
+        ],
+        "{d}"
+    );
+    let results = tool_messages(&requests[1]);
+    assert!(
+        results[0].contains("Paris") && results[1].contains("Tokyo"),
+        "{results:?}"
+    );
 }
