@@ -206,6 +206,11 @@ fn read_input(args: &RunArgs) -> Result<String, CliError> {
         .map_err(|e| CliError::Io {
             message: format!("cannot read stdin: {e}"),
         })?;
+    if text.trim().is_empty() {
+        return Err(CliError::Usage {
+            message: "no input: stdin was empty; give --input TEXT or --input-file FILE".into(),
+        });
+    }
     Ok(text)
 }
 
@@ -235,6 +240,31 @@ fn cancel_on_ctrl_c(token: CancellationToken) -> tokio::task::JoinHandle<()> {
             token.cancel();
             if tokio::signal::ctrl_c().await.is_ok() {
                 std::process::exit(code::CANCELLED);
+            }
+        }
+    })
+}
+
+/// In a chat, Ctrl-C cancels the run in progress; between runs it quits with the cancellation
+/// code.
+fn ctrl_c_in_chat(
+    current: Arc<std::sync::Mutex<Option<CancellationToken>>>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        while tokio::signal::ctrl_c().await.is_ok() {
+            let running = current
+                .lock()
+                .ok()
+                .and_then(|slot| slot.clone())
+                .filter(|t| !t.is_cancelled());
+            match running {
+                Some(token) => {
+                    eprintln!(
+                        "\nagentloop: cancelling this turn (Ctrl-C again between turns quits)"
+                    );
+                    token.cancel();
+                }
+                None => std::process::exit(code::CANCELLED),
             }
         }
     })
@@ -349,6 +379,8 @@ async fn chat(args: ChatArgs) -> Result<i32, CliError> {
             }
         }
     });
+    let current: Arc<std::sync::Mutex<Option<CancellationToken>>> = Arc::default();
+    let signals = ctrl_c_in_chat(current.clone());
     let mut last = code::OK;
     loop {
         if interactive {
@@ -364,7 +396,9 @@ async fn chat(args: ChatArgs) -> Result<i32, CliError> {
             break;
         }
         let cancel = CancellationToken::new();
-        let signals = cancel_on_ctrl_c(cancel.clone());
+        if let Ok(mut slot) = current.lock() {
+            *slot = Some(cancel.clone());
+        }
         let mut sinks: Vec<Arc<dyn EventSink>> = vec![progress.clone()];
         if let Some(t) = &trace {
             sinks.push(t.clone());
@@ -381,13 +415,16 @@ async fn chat(args: ChatArgs) -> Result<i32, CliError> {
                 options,
             )
             .await;
-        signals.abort();
+        if let Ok(mut slot) = current.lock() {
+            *slot = None;
+        }
         progress.end_line();
         print_final(&outcome, &progress, false);
         eprintln!("{}", render::closing_line(&outcome));
         last = outcome_exit_code(&outcome);
         transcript = outcome.transcript;
     }
+    signals.abort();
     finish_trace(trace.as_ref())?;
     Ok(last)
 }

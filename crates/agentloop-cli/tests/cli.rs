@@ -997,3 +997,37 @@ async fn chat_keeps_the_session_across_inputs() {
         2
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn no_input_is_a_usage_error_and_instructions_can_come_from_a_file() {
+    let fake = FakeProvider::start(
+        "/v1/chat/completions",
+        vec![ok("openai_chat/oai_chat_s_text.sse")],
+    )
+    .await;
+    let toml = openai_agent(&fake.uri(), "").replace(
+        r#"instructions = "You answer weather questions.""#,
+        r#"instructions_file = "prompt.md""#,
+    );
+    let dir = AgentDir::new(&toml);
+    dir.write("prompt.md", "Instructions from a file.");
+    let empty = agentloop(args(&["run", dir.agent().to_str().unwrap()])).await;
+    assert_eq!(empty.status.code(), Some(2), "stderr: {}", stderr(&empty));
+    assert!(stderr(&empty).contains("no input"));
+    assert!(fake.requests().await.is_empty());
+    let out = agentloop(args(&[
+        "run",
+        dir.agent().to_str().unwrap(),
+        "--input",
+        "hi",
+        "--quiet",
+    ]))
+    .await;
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    let bodies = fake.bodies().await;
+    assert_eq!(bodies[0]["messages"][0]["role"], "system");
+    assert_eq!(
+        bodies[0]["messages"][0]["content"],
+        "Instructions from a file."
+    );
+}
