@@ -126,8 +126,13 @@ fn bench_scale(opts: &Opts) -> Result<(), String> {
     let model_ms = opts.num("model-ms", 20)?;
     let tool_ms = opts.num("tool-ms", 5)?;
     let threads = usize::try_from(opts.num("threads", 0)?).map_err(|e| e.to_string())?;
-    let mut builder = tokio::runtime::Builder::new_multi_thread();
-    if threads > 0 {
+    let runtime = opts.text("runtime", "multi");
+    let mut builder = match runtime.as_str() {
+        "multi" => tokio::runtime::Builder::new_multi_thread(),
+        "current" => tokio::runtime::Builder::new_current_thread(),
+        other => return Err(format!("--runtime is multi or current, not {other}")),
+    };
+    if threads > 0 && runtime == "multi" {
         builder.worker_threads(threads);
     }
     let rt = builder.enable_all().build().map_err(|e| e.to_string())?;
@@ -164,7 +169,7 @@ fn bench_scale(opts: &Opts) -> Result<(), String> {
         "system": "agentloop",
         "bench": "scale",
         "runs": runs, "turns": turns, "calls": calls,
-        "model_ms": model_ms, "tool_ms": tool_ms,
+        "model_ms": model_ms, "tool_ms": tool_ms, "runtime": runtime,
         "model_calls": work.model_calls.load(Ordering::Relaxed),
         "tool_executions": work.tool_executions.load(Ordering::Relaxed),
         "wall_s": wall.as_secs_f64(),
