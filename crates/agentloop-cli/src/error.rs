@@ -129,3 +129,69 @@ pub fn outcome_exit_code(outcome: &RunOutcome) -> i32 {
         },
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use agentloop::{ModelError, ModelErrorKind, RunError, RunOutcome, StopReason, Usage};
+
+    use super::{code, outcome_exit_code};
+
+    fn outcome(stop_reason: StopReason, error: Option<RunError>) -> RunOutcome {
+        RunOutcome {
+            run_id: "r".into(),
+            stop_reason,
+            output: None,
+            structured_output: None,
+            transcript: Vec::new(),
+            new_messages_from: 0,
+            usage: Usage::default(),
+            cost_usd: 0.0,
+            turns: 1,
+            model_calls: 1,
+            tool_calls_run: 0,
+            tool_calls: Vec::new(),
+            limit: None,
+            error,
+            duration: Duration::ZERO,
+        }
+    }
+
+    #[test]
+    fn each_way_a_run_ends_has_its_documented_exit_code() {
+        let fatal = RunError::ToolFatal {
+            tool: "t".into(),
+            call_id: "c".into(),
+            message: "m".into(),
+        };
+        let model = RunError::Model(ModelError::new(ModelErrorKind::Server, "down"));
+        let cases = [
+            (outcome(StopReason::Finished, None), code::OK),
+            (outcome(StopReason::Terminated, None), code::OK),
+            (
+                outcome(StopReason::Cancelled, Some(RunError::Cancelled)),
+                code::CANCELLED,
+            ),
+            (outcome(StopReason::MaxTurns, None), code::LIMIT),
+            (outcome(StopReason::MaxToolCalls, None), code::LIMIT),
+            (outcome(StopReason::Budget, None), code::LIMIT),
+            (outcome(StopReason::Deadline, None), code::LIMIT),
+            (outcome(StopReason::StuckLoop, None), code::LIMIT),
+            (outcome(StopReason::Failed, Some(model)), code::MODEL),
+            (outcome(StopReason::Failed, Some(fatal)), code::TOOL),
+            (
+                outcome(
+                    StopReason::Failed,
+                    Some(RunError::OutputInvalid {
+                        message: "m".into(),
+                    }),
+                ),
+                code::RUN_FAILED,
+            ),
+        ];
+        for (o, want) in cases {
+            assert_eq!(outcome_exit_code(&o), want, "{:?}", o.stop_reason);
+        }
+    }
+}
