@@ -6,7 +6,8 @@
 //! parsed document with spans, key by key, against those same structs (the [`Check`] trait), so an
 //! unknown key, a wrong type or a missing key anywhere is one problem each instead of the first
 //! error only. Rules that no type can say (a tool name, a schema, a script file, what belongs to
-//! which provider) are checked afterwards on the typed file, still with spans.
+//! which provider) are checked afterwards on the typed file, still with spans; when some sections
+//! have shape problems, the rules still run on every section whose shape is right.
 
 use std::fmt;
 use std::ops::Range;
@@ -441,7 +442,13 @@ impl AgentFile {
             return Err(problems.sorted());
         }
         check_keys::<AgentFileSpec>(root.get_ref(), root.span(), "", &mut problems);
+        let dir = path
+            .parent()
+            .map(Path::to_path_buf)
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or_else(|| PathBuf::from("."));
         if !problems.is_empty() {
+            check_clean_sections(root.get_ref(), &dir, &mut problems);
             return Err(problems.sorted());
         }
         let spec: AgentFileSpec = match toml::from_str(text) {
@@ -451,11 +458,6 @@ impl AgentFile {
                 return Err(problems.sorted());
             }
         };
-        let dir = path
-            .parent()
-            .map(Path::to_path_buf)
-            .filter(|p| !p.as_os_str().is_empty())
-            .unwrap_or_else(|| PathBuf::from("."));
         let instructions = check_rules(&spec, &dir, &mut problems);
         if !problems.is_empty() {
             return Err(problems.sorted());
@@ -555,27 +557,85 @@ fn check_rules(spec: &AgentFileSpec, dir: &Path, problems: &mut Problems) -> Opt
     if let Some(limits) = &spec.limits {
         check_limits(limits, problems);
     }
+    let tools: Vec<(String, &ToolFileSpec)> = spec
+        .tools
+        .as_deref()
+        .unwrap_or_default()
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (format!("tools[{i}]"), t))
+        .collect();
+    check_tools(&tools, dir, problems);
+    instructions
+}
+
+/// Tool names (valid, unique) and each tool's own rules; `tools` pairs each with its key path.
+fn check_tools(tools: &[(String, &ToolFileSpec)], dir: &Path, problems: &mut Problems) {
     let mut seen: Vec<&str> = Vec::new();
-    for (i, tool) in spec.tools.as_deref().unwrap_or_default().iter().enumerate() {
-        let path = format!("tools[{i}]");
+    for (path, tool) in tools {
         let name = tool.name.get_ref().as_str();
         if let Err(reason) = agentloop::tool::check_tool_name(name) {
             problems.at(
-                &join(&path, "name"),
+                &join(path, "name"),
                 span_of(&tool.name),
                 format!("invalid tool name {name:?}: {reason}"),
             );
         } else if seen.contains(&name) {
             problems.at(
-                &join(&path, "name"),
+                &join(path, "name"),
                 span_of(&tool.name),
                 format!("the tool name {name:?} is used twice"),
             );
         }
         seen.push(name);
-        check_tool(tool, &path, dir, problems);
+        check_tool(tool, path, dir, problems);
     }
-    instructions
+}
+
+/// When the file's shape has problems, the rules still run on every section whose shape is
+/// right, so that one pass reports all it can.
+fn check_clean_sections(root: &DeTable<'_>, dir: &Path, problems: &mut Problems) {
+    let dirty = |problems: &Problems, prefix: &str| {
+        problems.list.iter().any(|p| {
+            p.path == prefix
+                || p.path.starts_with(&format!("{prefix}."))
+                || p.path.starts_with(&format!("{prefix}["))
+        })
+    };
+    let get = |key: &str| {
+        root.iter()
+            .find(|(k, _)| k.get_ref().as_ref() == key)
+            .map(|(_, v)| v.clone())
+    };
+    if let Some(v) = get("model")
+        && !dirty(problems, "model")
+        && let Ok(model) = ModelSpec::deserialize(ValueDeserializer::from(v))
+    {
+        check_model(&model, dir, problems);
+    }
+    if let Some(v) = get("limits")
+        && !dirty(problems, "limits")
+        && let Ok(limits) = LimitsSpec::deserialize(ValueDeserializer::from(v))
+    {
+        check_limits(&limits, problems);
+    }
+    let Some(items) = get("tools") else { return };
+    let Some(items) = items.get_ref().as_array() else {
+        return;
+    };
+    let parsed: Vec<(String, ToolFileSpec)> = items
+        .iter()
+        .enumerate()
+        .map(|(i, item)| (format!("tools[{i}]"), item))
+        .filter(|(path, _)| !dirty(problems, path))
+        .filter_map(|(path, item)| {
+            ToolFileSpec::deserialize(ValueDeserializer::from(item.clone()))
+                .ok()
+                .map(|t| (path, t))
+        })
+        .collect();
+    let tools: Vec<(String, &ToolFileSpec)> = parsed.iter().map(|(p, t)| (p.clone(), t)).collect();
+    check_tools(&tools, dir, problems);
 }
 
 fn check_model(model: &ModelSpec, dir: &Path, problems: &mut Problems) {
@@ -848,6 +908,34 @@ input_schema = { type = "string" }
         assert!(
             got.contains(&("tools[1].input_schema".into(), 13)),
             "{got:?}"
+        );
+    }
+
+    #[test]
+    fn rules_run_on_sections_whose_shape_is_right_even_when_others_are_wrong() {
+        let text = r#"name = "x"
+colour = "blue"
+[model]
+provider = "openai"
+[[tools]]
+name = "bad name"
+command = ["echo"]
+[[tools]]
+name = "t"
+command = 5
+"#;
+        let got: Vec<(String, usize)> = problems(text)
+            .into_iter()
+            .map(|p| (p.path, p.line))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("colour".to_owned(), 2),
+                ("model.name".to_owned(), 4),
+                ("tools[0].name".to_owned(), 6),
+                ("tools[1].command".to_owned(), 10)
+            ]
         );
     }
 
