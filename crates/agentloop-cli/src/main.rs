@@ -310,9 +310,12 @@ async fn run(args: RunArgs) -> Result<i32, CliError> {
         .run_with(Vec::new(), Some(Message::user(input)), options)
         .await;
     signals.abort();
-    let traced = finish_trace(trace.as_ref());
+    // A trace that could not be written is reported on stderr; the run's outcome still decides the
+    // exit code, and stdout still holds only the outcome.
+    if let Err(e) = finish_trace(trace.as_ref()) {
+        eprintln!("agentloop: warning: {e}");
+    }
     print_outcome(&outcome, &args, &progress);
-    traced?;
     Ok(outcome_exit_code(&outcome))
 }
 
