@@ -21,6 +21,7 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::Duration;
 
 use agentloop::{ExecutionMode, Tool, ToolContext, ToolError, ToolOutput};
@@ -225,12 +226,21 @@ impl From<CommandTool> for Runner {
     }
 }
 
-/// Kills a process group when dropped (the call ended, was cancelled or timed out).
-struct GroupKill(Option<i32>);
+/// Kills a process group once: when the program exits (its leftovers), or when dropped (the call
+/// was cancelled or timed out). After one kill it is disarmed, so a recycled group id is never
+/// signalled.
+struct GroupKill(AtomicI32);
 
 impl GroupKill {
+    fn new(pid: Option<u32>) -> Self {
+        GroupKill(AtomicI32::new(
+            pid.and_then(|p| i32::try_from(p).ok()).unwrap_or(0),
+        ))
+    }
+
     fn kill(&self) {
-        if let Some(pgid) = self.0 {
+        let pgid = self.0.swap(0, Ordering::SeqCst);
+        if pgid > 0 {
             // ESRCH (the group is gone) is the usual answer and is fine.
             let _ = nix::sys::signal::killpg(
                 nix::unistd::Pid::from_raw(pgid),
@@ -320,7 +330,7 @@ impl Runner {
             Ok(c) => c,
             Err(e) => return Err(self.spawn_error(&e)),
         };
-        let group = GroupKill(child.id().and_then(|id| i32::try_from(id).ok()));
+        let group = GroupKill::new(child.id());
         let stdin = child.stdin.take();
         let stdout = child.stdout.take();
         let stderr = child.stderr.take();

@@ -271,3 +271,20 @@ fn an_empty_command_is_refused() {
         .unwrap_err();
     assert_eq!(err.code(), "command.empty");
 }
+
+#[tokio::test]
+async fn children_left_running_are_killed_when_the_program_exits() {
+    let dir = tempfile::tempdir().unwrap();
+    // The background sleep holds stdout open: without the group kill the call would hang 30 s.
+    let tool = CommandTool::new("t", ["sh", "-c", "sleep 30 & echo $! > pid; echo done"])
+        .working_dir(dir.path());
+    let started = std::time::Instant::now();
+    let out = call(tool, json!({})).await.unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "the call waited for the leftover child"
+    );
+    assert_eq!(text(&out).trim(), "done");
+    let pid = read_pid(&dir.path().join("pid")).await;
+    assert!(wait_gone(pid).await, "the leftover child {pid} survived");
+}
