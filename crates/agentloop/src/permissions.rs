@@ -119,6 +119,8 @@ struct SavedRules {
 #[derive(Debug, Clone)]
 pub struct PermissionStore {
     rules: Vec<PermissionRule>,
+    /// Rules from configuration: decided on like the others, never written to the file.
+    configured: Vec<PermissionRule>,
     fallback: Permission,
     file: Option<PathBuf>,
 }
@@ -138,6 +140,7 @@ impl PermissionStore {
     pub fn new(fallback: Permission) -> Self {
         PermissionStore {
             rules: Vec::new(),
+            configured: Vec::new(),
             fallback,
             file: None,
         }
@@ -165,6 +168,7 @@ impl PermissionStore {
         };
         Ok(PermissionStore {
             rules,
+            configured: Vec::new(),
             fallback,
             file: Some(path),
         })
@@ -185,9 +189,22 @@ impl PermissionStore {
         })
     }
 
-    /// The rules.
+    /// Adds a rule from configuration (an application's settings, an agent file): it is decided
+    /// on like any other rule but never written to the store's file, which keeps only the rules
+    /// added with [`add`](Self::add) or [`set`](Self::set) and the answers remembered there.
+    pub fn configure(&mut self, rule: PermissionRule) -> &mut Self {
+        self.configured.push(rule);
+        self
+    }
+
+    /// The rules (those a file-backed store saves; configured rules are apart).
     pub fn rules(&self) -> &[PermissionRule] {
         &self.rules
+    }
+
+    /// The rules from configuration.
+    pub fn configured(&self) -> &[PermissionRule] {
+        &self.configured
     }
 
     /// The fallback.
@@ -201,6 +218,7 @@ impl PermissionStore {
             if self
                 .rules
                 .iter()
+                .chain(&self.configured)
                 .any(|r| r.permission == wanted && r.applies(tool, args))
             {
                 return wanted;
@@ -210,14 +228,15 @@ impl PermissionStore {
     }
 
     /// Records an "always" answer for a tool and saves the store when it has a file. An older
-    /// rule for the whole tool is replaced.
+    /// rule for the whole tool, saved or configured, is replaced.
     pub fn remember(
         &mut self,
         tool: &str,
         permission: Permission,
     ) -> Result<(), PermissionStoreError> {
-        self.rules
-            .retain(|r| !(r.tool == tool && r.arguments.is_none()));
+        let other = |r: &PermissionRule| !(r.tool == tool && r.arguments.is_none());
+        self.rules.retain(other);
+        self.configured.retain(other);
         self.rules.push(PermissionRule {
             tool: tool.to_owned(),
             arguments: None,

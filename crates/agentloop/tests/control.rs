@@ -646,3 +646,28 @@ async fn tool_hooks_veto_rewrite_and_replace() {
         "a rewrite is validated again"
     );
 }
+
+#[test]
+fn configured_rules_count_but_only_saved_answers_reach_the_store_file() {
+    let dir = std::env::temp_dir().join(format!("agentloop-perm-cfg-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let path = dir.join("permissions.json");
+    let mut store = PermissionStore::open(&path, Permission::Allow).unwrap();
+    let rule = |tool: &str, permission| PermissionRule {
+        tool: tool.into(),
+        arguments: None,
+        permission,
+    };
+    store
+        .configure(rule("alpha", Permission::Ask))
+        .configure(rule("beta", Permission::Deny));
+    assert_eq!(store.decide("alpha", &json!({})), Permission::Ask);
+    assert_eq!(store.decide("beta", &json!({})), Permission::Deny);
+    // An "always" answer replaces the configured rule for its tool at once, and only it is saved.
+    store.remember("alpha", Permission::Allow).unwrap();
+    assert_eq!(store.decide("alpha", &json!({})), Permission::Allow);
+    assert_eq!(store.configured(), &[rule("beta", Permission::Deny)]);
+    let reopened = PermissionStore::open(&path, Permission::Allow).unwrap();
+    assert_eq!(reopened.rules(), &[rule("alpha", Permission::Allow)]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
