@@ -25,7 +25,7 @@ use crate::redact::{redact, redact_text};
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct TraceOptions {
     /// Record payloads: the input, the model's text and reasoning, tool arguments, outputs and
-    /// details (JSON payloads with credential-like keys redacted). Off by default.
+    /// details, redacted defensively (see [`crate::redact`]). Off by default.
     pub payloads: bool,
 }
 
@@ -160,7 +160,7 @@ impl TraceSink {
                 agent,
                 model,
                 parent_run_id.clone(),
-                payloads.then(|| input.clone()),
+                payloads.then(|| redact_text(input)),
                 now,
             );
             let record = TraceRecord::Run(run.run.clone());
@@ -192,7 +192,7 @@ impl TraceSink {
                     .as_deref()
                     .map(|e| ErrorInfo::from_core(e, "run.other"));
                 let output = (payloads && *stop_reason == StopReason::Finished)
-                    .then(|| run.last_text.clone());
+                    .then(|| run.last_text.as_deref().map(redact_text));
                 let end = RunEnd {
                     stop_reason: stop_reason.as_str().to_owned(),
                     usage: *usage,
@@ -243,9 +243,9 @@ impl TraceSink {
                 call.finish_reason = Some(*finish_reason);
                 call.tool_calls = Some(u64::try_from(*tool_calls).unwrap_or(u64::MAX));
                 if payloads {
-                    call.text = Some(text.clone());
-                    call.reasoning =
-                        (!run.reasoning.is_empty()).then(|| std::mem::take(&mut run.reasoning));
+                    call.text = Some(redact_text(text));
+                    call.reasoning = (!run.reasoning.is_empty())
+                        .then(|| redact_text(&std::mem::take(&mut run.reasoning)));
                 }
                 run.last_text = Some(text.clone());
                 out.push(TraceRecord::ModelCall(call));

@@ -902,3 +902,43 @@ async fn a_trace_cut_at_any_byte_reads_without_error() {
         }
     }
 }
+
+#[tokio::test]
+async fn header_like_lines_in_recorded_text_are_redacted() {
+    let path = scratch("text-redaction").join("trace.ndjson");
+    let model = ScriptedModel::new([ModelResponse::text(
+        "Set it like this:\nOPENAI_API_KEY=sk-zzz\nthen run again.",
+    )]);
+    let agent = Agent::builder()
+        .name("helper")
+        .model(model)
+        .build()
+        .unwrap();
+    let sink = Arc::new(TraceSink::open(&path, TraceOptions { payloads: true }).unwrap());
+    let options = RunOptions {
+        sinks: vec![sink.clone()],
+        ..RunOptions::default()
+    };
+    agent
+        .run_with(
+            Vec::new(),
+            Some(Message::user(
+                "My request failed with\nAuthorization: Bearer qqq",
+            )),
+            options,
+        )
+        .await;
+    sink.finish().unwrap();
+    let raw = std::fs::read_to_string(&path).unwrap();
+    assert!(!raw.contains("sk-zzz") && !raw.contains("qqq"), "{raw}");
+    let trace = read_trace(&path).unwrap();
+    let run = runs(&trace)[0];
+    assert_eq!(
+        run.input.as_deref(),
+        Some("My request failed with\nAuthorization: [redacted]")
+    );
+    assert_eq!(
+        run.output.as_deref(),
+        Some("Set it like this:\nOPENAI_API_KEY= [redacted]\nthen run again.")
+    );
+}
