@@ -16,10 +16,9 @@
 //! model was not given (llama-server itself rejects an unknown tool name with HTTP 500 before the
 //! client sees it), and the streamed form of the server's parse error, to count the retries.
 //!
-//! The tests that start the real server are `#[ignore]`d so that `cargo test -p agentloop-cli`
-//! stays quick on a shared machine; `.ci/run` runs them with
-//! `cargo test -p agentloop-cli --test local_model -- --include-ignored`, and there a server that
-//! cannot be built or started fails them: they never skip.
+//! If the server cannot be built or started here the tests fail; they never skip. The first run on
+//! a machine builds the server (about 12 minutes on 2 cores, then cached in `$AGENTLOOP_CACHE`);
+//! after that the real-server tests take about half a minute each.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -267,7 +266,6 @@ fn is_city(value: &Value, city: &str) -> bool {
 }
 
 #[test]
-#[ignore = "starts the local llama-server (minutes of CPU); .ci/run runs it with --include-ignored"]
 fn weather_question_runs_get_weather_for_the_city_and_its_temperature_reaches_the_answer() {
     let _turn = serial();
     let server = LlamaServer::start();
@@ -291,7 +289,6 @@ fn weather_question_runs_get_weather_for_the_city_and_its_temperature_reaches_th
 }
 
 #[test]
-#[ignore = "starts the local llama-server (minutes of CPU); .ci/run runs it with --include-ignored"]
 fn sum_question_runs_add_with_both_numbers_and_the_sum_reaches_the_answer() {
     let _turn = serial();
     let server = LlamaServer::start();
@@ -322,7 +319,6 @@ fn sum_question_runs_add_with_both_numbers_and_the_sum_reaches_the_answer() {
 /// with the same arguments instead of answering, every time: the stuck-loop rule refuses that
 /// call and stops the run, keeping both real outcomes.
 #[test]
-#[ignore = "starts the local llama-server (minutes of CPU); .ci/run runs it with --include-ignored"]
 fn tool_that_fails_once_is_called_again_and_the_repeat_after_success_is_stopped_as_a_stuck_loop() {
     let _turn = serial();
     let server = LlamaServer::start();
@@ -369,7 +365,6 @@ fn tool_that_fails_once_is_called_again_and_the_repeat_after_success_is_stopped_
 /// retried per the default policy (3 attempts, all the same at temperature 0), then the run fails
 /// cleanly with the server's message and the model exit code.
 #[test]
-#[ignore = "starts the local llama-server (minutes of CPU); .ci/run runs it with --include-ignored"]
 fn unparseable_model_output_is_a_provider_error_retried_then_a_clean_failure_with_the_servers_message()
  {
     let _turn = serial();
