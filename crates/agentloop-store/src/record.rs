@@ -195,6 +195,9 @@ pub struct RunSpan {
     /// The limit that stopped the run, if one did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limit: Option<LimitHit>,
+    /// What went wrong without stopping the run (an observer hook that failed), once ended.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
     /// The input text (payload).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub input: Option<String>,

@@ -78,6 +78,8 @@ struct RunState {
     tool_calls: u32,
     limit: Option<LimitHit>,
     last_text: Option<String>,
+    /// Hook failures, kept for the run's end record.
+    warnings: Vec<String>,
     /// When each open span started, in unix microseconds.
     starts: HashMap<String, i64>,
 }
@@ -332,6 +334,13 @@ impl TraceSink {
                 out.push(TraceRecord::ToolCall(span));
             }
             EventKind::LimitReached { limit } => run.limit = Some(*limit),
+            EventKind::HookFailed {
+                hook,
+                stage,
+                message,
+            } => run
+                .warnings
+                .push(format!("hook {hook} failed at {stage}: {message}")),
             _ => {}
         }
         out
@@ -464,6 +473,7 @@ impl RunState {
                 usage: None,
                 cost_usd: None,
                 limit: None,
+                warnings: Vec::new(),
                 input,
                 output: None,
             },
@@ -476,6 +486,7 @@ impl RunState {
             tool_calls: 0,
             limit: None,
             last_text: None,
+            warnings: Vec::new(),
             starts: HashMap::from([(run_id.to_owned(), now)]),
         }
     }
@@ -642,6 +653,7 @@ impl RunState {
         run.model_calls = Some(self.model_calls);
         run.tool_calls = Some(self.tool_calls);
         run.limit = self.limit;
+        run.warnings = std::mem::take(&mut self.warnings);
         if let Some(e) = end_info {
             run.stop_reason = Some(e.stop_reason);
             run.usage = Some(e.usage);

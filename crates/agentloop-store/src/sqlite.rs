@@ -20,10 +20,11 @@ use crate::record::{
 };
 
 /// The schema version this crate writes and reads.
-pub const SCHEMA_VERSION: i64 = 1;
+pub const SCHEMA_VERSION: i64 = 2;
 
 /// Migration `i` brings a file from version `i` to `i + 1`.
-const MIGRATIONS: &[&str] = &[r#"
+const MIGRATIONS: &[&str] = &[
+    r#"
 CREATE TABLE IF NOT EXISTS runs (
     seq INTEGER NOT NULL, id TEXT PRIMARY KEY, parent_id TEXT, run_id TEXT NOT NULL,
     started_at_ms INTEGER NOT NULL, ended_at_ms INTEGER, duration_ms REAL, status TEXT NOT NULL,
@@ -58,7 +59,11 @@ CREATE TABLE IF NOT EXISTS tool_calls (
 CREATE INDEX IF NOT EXISTS turns_run ON turns (run_id);
 CREATE INDEX IF NOT EXISTS model_calls_run ON model_calls (run_id);
 CREATE INDEX IF NOT EXISTS tool_calls_run ON tool_calls (run_id);
-"#];
+"#,
+    r#"
+ALTER TABLE runs ADD COLUMN warnings TEXT;
+"#,
+];
 
 const TABLES: [&str; 4] = ["runs", "turns", "model_calls", "tool_calls"];
 
@@ -190,6 +195,13 @@ fn opt_json(v: Option<&Value>) -> Sql {
     v.map_or(Sql::Null, |v| Sql::Text(v.to_string()))
 }
 
+fn warnings_json(warnings: &[String]) -> Sql {
+    if warnings.is_empty() {
+        return Sql::Null;
+    }
+    opt_json(Some(&Value::from(warnings.to_vec())))
+}
+
 fn common(span: &Span) -> Vec<(&'static str, Sql)> {
     vec![
         ("id", text(&span.id)),
@@ -250,6 +262,7 @@ fn encode(record: &TraceRecord) -> (&'static str, Vec<(&'static str, Sql)>) {
             cols.extend([
                 ("cost_usd", opt_real(r.cost_usd)),
                 ("limit_hit", opt_json(limit.as_ref())),
+                ("warnings", warnings_json(&r.warnings)),
                 ("input", opt_text(r.input.as_deref())),
                 ("output", opt_text(r.output.as_deref())),
             ]);
@@ -318,6 +331,14 @@ fn opt_json_col(row: &Row<'_>, col: &str) -> rusqlite::Result<Option<Value>> {
         .transpose()
 }
 
+/// A column a later schema version added reads as absent in an older file (readers never migrate).
+fn added_column<T>(value: rusqlite::Result<Option<T>>) -> rusqlite::Result<Option<T>> {
+    match value {
+        Err(rusqlite::Error::InvalidColumnName(_)) => Ok(None),
+        other => other,
+    }
+}
+
 fn usage_of(row: &Row<'_>) -> rusqlite::Result<Option<Usage>> {
     let Some(input_tokens) = opt_u64(row, "input_tokens")? else {
         return Ok(None);
@@ -373,6 +394,11 @@ fn decode(table: &str, row: &Row<'_>) -> rusqlite::Result<TraceRecord> {
                 .map(serde_json::from_value)
                 .transpose()
                 .map_err(conversion)?,
+            warnings: added_column(opt_json_col(row, "warnings"))?
+                .map(serde_json::from_value)
+                .transpose()
+                .map_err(conversion)?
+                .unwrap_or_default(),
             input: row.get("input")?,
             output: row.get("output")?,
         }),

@@ -381,6 +381,9 @@ pub fn render_run(records: &[TraceRecord], id: Option<&str>) -> Result<String, T
     if let Some(limit) = &run.limit {
         let _ = writeln!(out, "  limit {limit}");
     }
+    for w in &run.warnings {
+        let _ = writeln!(out, "  warning: {}", one_line(w, PAYLOAD_WIDTH));
+    }
     if let Some(input) = &run.input {
         let _ = writeln!(out, "  input: {}", payload(&Value::String(input.clone())));
     }

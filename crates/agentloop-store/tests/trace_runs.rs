@@ -942,3 +942,95 @@ async fn header_like_lines_in_recorded_text_are_redacted() {
         Some("Set it like this:\nOPENAI_API_KEY= [redacted]\nthen run again.")
     );
 }
+
+/// An observer whose `after_model_call` always fails.
+struct BrokenObserver;
+
+impl agentloop::Hook for BrokenObserver {
+    fn name(&self) -> &str {
+        "audit"
+    }
+    fn after_model_call<'a>(
+        &'a self,
+        _ctx: agentloop::HookContext<'a>,
+        _response: &'a ModelResponse,
+    ) -> futures::future::BoxFuture<'a, agentloop::HookResult<()>> {
+        Box::pin(async { Err(agentloop::HookError("the audit log is full".into())) })
+    }
+}
+
+#[tokio::test]
+async fn a_failing_observer_hook_is_kept_as_a_run_warning_in_both_formats() {
+    for name in ["hooks.ndjson", "hooks.sqlite"] {
+        let path = scratch("hooks").join(name);
+        let model = ScriptedModel::new([ModelResponse::text("done")]);
+        let agent = Agent::builder()
+            .name("audited")
+            .model(model)
+            .observer(BrokenObserver)
+            .build()
+            .unwrap();
+        let sink = Arc::new(TraceSink::open(&path, TraceOptions::default()).unwrap());
+        let outcome = run_traced(&agent, &sink, RunOptions::default()).await;
+        sink.finish().unwrap();
+        assert_eq!(outcome.stop_reason.as_str(), "finished");
+        let trace = read_trace(&path).unwrap();
+        let run = runs(&trace)[0];
+        assert_eq!(run.warnings.len(), 1, "{name}");
+        assert!(
+            run.warnings[0].contains("audit") && run.warnings[0].contains("the audit log is full"),
+            "{name}"
+        );
+        assert!(
+            render_run(&trace.records, None)
+                .unwrap()
+                .contains("warning: hook audit failed")
+        );
+    }
+}
+
+#[test]
+fn a_version_1_sqlite_trace_is_migrated_and_keeps_its_runs() {
+    let path = scratch("migrate").join("trace.sqlite");
+    let sink = TraceSink::open(&path, TraceOptions::default()).unwrap();
+    use agentloop::{Event, EventKind, EventSink};
+    let started = EventKind::RunStarted {
+        agent: "old".into(),
+        model: "m".into(),
+        parent_run_id: None,
+        input: String::new(),
+    };
+    sink.emit(&Event {
+        run_id: "r_old".into(),
+        turn: 0,
+        kind: started,
+    });
+    sink.finish().unwrap();
+    drop(sink);
+    // Make it the file version 1 wrote.
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    conn.execute_batch("ALTER TABLE runs DROP COLUMN warnings; PRAGMA user_version = 1;")
+        .unwrap();
+    drop(conn);
+    // Readers read it as it is, without migrating it.
+    let before = read_trace(&path).unwrap();
+    assert!(before.warnings.is_empty(), "{:?}", before.warnings);
+    assert_eq!(runs(&before)[0].agent, "old");
+
+    let sink = TraceSink::open(&path, TraceOptions::default()).unwrap();
+    sink.finish().unwrap();
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let version: i64 = conn
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(version, agentloop_store::SCHEMA_VERSION);
+    let columns: i64 = conn
+        .query_row(
+            "SELECT count(*) FROM pragma_table_info('runs') WHERE name = 'warnings'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(columns, 1);
+    assert_eq!(read_trace(&path).unwrap().records, before.records);
+}
