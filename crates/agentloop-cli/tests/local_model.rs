@@ -154,6 +154,11 @@ struct LocalAgent {
 
 impl LocalAgent {
     fn new(base_url: &str) -> LocalAgent {
+        LocalAgent::with_stream(base_url, true)
+    }
+
+    /// The same agent, streaming or not (`[model] stream`).
+    fn with_stream(base_url: &str, stream: bool) -> LocalAgent {
         let example = repo_root().join("examples/local");
         let text = std::fs::read_to_string(example.join("agent.toml")).unwrap();
         let default_url = "base_url = \"http://127.0.0.1:8080/v1\"";
@@ -168,7 +173,8 @@ impl LocalAgent {
         let tools = format!("\"{}/tools/", example.display());
         let text = text
             .replace(default_url, &format!("base_url = \"{base_url}\""))
-            .replace("\"tools/", &tools);
+            .replace("\"tools/", &tools)
+            .replace("stream = true", &format!("stream = {stream}"));
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("agent.toml"), text).unwrap();
         LocalAgent { dir }
@@ -409,7 +415,7 @@ const ROLE: &str = r#"{"role":"assistant","content":null}"#;
 
 /// llama-server's stream for tool calls (recorded shape: per call its index, id and name first,
 /// then the arguments in pieces; `finish_reason: tool_calls`, the usage chunk, `[DONE]`).
-fn tool_calls_stream(calls: &[(&str, &[&str])]) -> String {
+fn tool_calls_stream(calls: &[(&str, &[&str])]) -> Reply {
     let mut s = chunk(ROLE, None);
     for (index, (name, args)) in calls.iter().enumerate() {
         for (i, piece) in args.iter().enumerate() {
@@ -429,15 +435,15 @@ fn tool_calls_stream(calls: &[(&str, &[&str])]) -> String {
     s.push_str(&chunk("{}", Some("tool_calls")));
     s.push_str(&usage_chunk(493, 24));
     s.push_str("data: [DONE]\n\n");
-    s
+    Reply::sse(s)
 }
 
-fn tool_call_stream(name: &str, args: &[&str]) -> String {
+fn tool_call_stream(name: &str, args: &[&str]) -> Reply {
     tool_calls_stream(&[(name, args)])
 }
 
 /// llama-server's stream for a plain text answer.
-fn text_stream(words: &[&str]) -> String {
+fn text_stream(words: &[&str]) -> Reply {
     let mut s = chunk(ROLE, None);
     for w in words {
         s.push_str(&chunk(
@@ -448,18 +454,46 @@ fn text_stream(words: &[&str]) -> String {
     s.push_str(&chunk("{}", Some("stop")));
     s.push_str(&usage_chunk(571, 19));
     s.push_str("data: [DONE]\n\n");
-    s
+    Reply::sse(s)
 }
 
 /// llama-server's stream when the model's output does not parse: a 200, the role chunk, then the
 /// error object as an event, and the end of the stream (recorded verbatim).
-fn parse_error_stream() -> String {
+fn parse_error_stream() -> Reply {
     let mut s = chunk(ROLE, None);
     s.push_str("data: {\"error\":{\"code\":500,\"message\":\"The model produced output that does not match the expected peg-native format\",\"type\":\"server_error\"}}\n\n");
-    s
+    Reply::sse(s)
 }
 
-/// A loopback HTTP server that answers each request with the next SSE body and records the
+/// One HTTP answer of the loopback server.
+struct Reply {
+    status: &'static str,
+    content_type: &'static str,
+    body: String,
+}
+
+impl Reply {
+    /// A 200 event stream.
+    fn sse(body: String) -> Reply {
+        Reply {
+            status: "200 OK",
+            content_type: "text/event-stream",
+            body,
+        }
+    }
+
+    /// llama-server's answer to a non-streamed request whose output does not parse (recorded
+    /// verbatim).
+    fn parse_error_500() -> Reply {
+        Reply {
+            status: "500 Internal Server Error",
+            content_type: "application/json; charset=utf-8",
+            body: r#"{"error":{"code":500,"message":"The model produced output that does not match the expected peg-native format","type":"server_error"}}"#.to_owned(),
+        }
+    }
+}
+
+/// A loopback HTTP server that answers each request with the next reply and records the
 /// request bodies.
 struct LoopbackLlama {
     port: u16,
@@ -467,23 +501,23 @@ struct LoopbackLlama {
 }
 
 impl LoopbackLlama {
-    fn start(bodies: Vec<String>) -> LoopbackLlama {
+    fn start(replies: Vec<Reply>) -> LoopbackLlama {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
         let requests = Arc::new(Mutex::new(Vec::new()));
         let seen = Arc::clone(&requests);
         thread::spawn(move || {
-            let mut bodies = bodies.into_iter();
+            let mut replies = replies.into_iter();
             for stream in listener.incoming() {
                 let Ok(stream) = stream else { continue };
                 let Some(request) = read_request(&stream) else {
                     continue;
                 };
                 seen.lock().unwrap().push(request);
-                let body = bodies.next().unwrap_or_else(|| {
-                    "data: {\"error\":{\"code\":500,\"message\":\"loopback: no more responses\",\"type\":\"server_error\"}}\n\n".to_owned()
+                let reply = replies.next().unwrap_or_else(|| {
+                    Reply::sse("data: {\"error\":{\"code\":500,\"message\":\"loopback: no more responses\",\"type\":\"server_error\"}}\n\n".to_owned())
                 });
-                let _ = respond_sse(stream, &body);
+                let _ = respond(stream, &reply);
             }
         });
         LoopbackLlama { port, requests }
@@ -521,10 +555,15 @@ fn read_request(stream: &TcpStream) -> Option<Value> {
     serde_json::from_slice(&body).ok()
 }
 
-fn respond_sse(mut stream: TcpStream, body: &str) -> std::io::Result<()> {
+fn respond(mut stream: TcpStream, reply: &Reply) -> std::io::Result<()> {
+    let Reply {
+        status,
+        content_type,
+        body,
+    } = reply;
     write!(
         stream,
-        "HTTP/1.1 200 OK\r\nServer: llama.cpp\r\nContent-Type: text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        "HTTP/1.1 {status}\r\nServer: llama.cpp\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     )?;
     stream.flush()
@@ -618,6 +657,34 @@ fn streamed_parse_error_is_retried_three_times_then_fails_with_the_servers_messa
             .as_str()
             .unwrap_or("")
             .contains("does not match the expected peg-native format"),
+        "{d}"
+    );
+}
+
+#[test]
+fn non_streamed_http_500_is_retried_three_times_then_fails_with_the_servers_message() {
+    let fake = LoopbackLlama::start(vec![
+        Reply::parse_error_500(),
+        Reply::parse_error_500(),
+        Reply::parse_error_500(),
+        Reply::parse_error_500(),
+    ]);
+    let run = LocalAgent::with_stream(&fake.base_url(), false).run("Tell me a joke.", &[]);
+    let d = run.dump();
+    let requests = fake.requests();
+    assert_eq!(requests.len(), 3, "{d}");
+    assert!(
+        requests
+            .iter()
+            .all(|r| r.get("stream") != Some(&Value::Bool(true))),
+        "{requests:?}"
+    );
+    assert_eq!(run.code, Some(4), "{d}");
+    assert_eq!(run.stop_reason(), "failed", "{d}");
+    assert_eq!(run.json["error"]["code"], "model.server_error", "{d}");
+    let message = run.json["error"]["message"].as_str().unwrap_or("");
+    assert!(
+        message.contains("does not match the expected peg-native format"),
         "{d}"
     );
 }
