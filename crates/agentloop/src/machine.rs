@@ -1166,7 +1166,11 @@ fn hash_value(v: &Value, h: &mut impl Hasher) {
     match v {
         Value::Null => 0u8.hash(h),
         Value::Bool(b) => (1u8, b).hash(h),
-        Value::Number(n) => (2u8, n.to_string()).hash(h),
+        Value::Number(n) => match (n.as_i64(), n.as_u64()) {
+            (Some(i), _) => (2u8, 0u8, i).hash(h),
+            (None, Some(u)) => (2u8, 1u8, u).hash(h),
+            (None, None) => (2u8, 2u8, n.as_f64().map(f64::to_bits)).hash(h),
+        },
         Value::String(s) => (3u8, s).hash(h),
         Value::Array(a) => {
             (4u8, a.len()).hash(h);
@@ -1176,11 +1180,17 @@ fn hash_value(v: &Value, h: &mut impl Hasher) {
         }
         Value::Object(m) => {
             (5u8, m.len()).hash(h);
-            let mut keys: Vec<&String> = m.keys().collect();
-            keys.sort_unstable();
-            for k in keys {
-                k.hash(h);
-                if let Some(x) = m.get(k) {
+            // serde_json's map iterates in key order unless `preserve_order` is on: sort only then.
+            if m.keys().is_sorted() {
+                for (k, x) in m {
+                    k.hash(h);
+                    hash_value(x, h);
+                }
+            } else {
+                let mut entries: Vec<(&String, &Value)> = m.iter().collect();
+                entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
+                for (k, x) in entries {
+                    k.hash(h);
                     hash_value(x, h);
                 }
             }
