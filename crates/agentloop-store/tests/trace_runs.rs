@@ -23,6 +23,11 @@ fn scratch(name: &str) -> PathBuf {
     dir
 }
 
+/// The one integer a query answers.
+fn query_i64(conn: &rusqlite::Connection, sql: &str) -> i64 {
+    conn.query_row(sql, [], |r| r.get(0)).unwrap()
+}
+
 fn usage(input: u64, output: u64) -> Usage {
     Usage {
         input_tokens: input,
@@ -613,17 +618,12 @@ fn the_sqlite_schema_is_created_once_and_a_newer_one_is_refused() {
         sink.finish().unwrap();
     }
     let conn = rusqlite::Connection::open(&path).unwrap();
-    let version: i64 = conn
-        .query_row("PRAGMA user_version", [], |r| r.get(0))
-        .unwrap();
+    let version: i64 = query_i64(&conn, "PRAGMA user_version");
     assert_eq!(version, agentloop_store::SCHEMA_VERSION);
-    let tables: i64 = conn
-        .query_row(
-            "SELECT count(*) FROM sqlite_master WHERE type = 'table'",
-            [],
-            |r| r.get(0),
-        )
-        .unwrap();
+    let tables: i64 = query_i64(
+        &conn,
+        "SELECT count(*) FROM sqlite_master WHERE type = 'table'",
+    );
     assert_eq!(tables, 4);
     assert!(read_trace(&path).unwrap().records.is_empty());
     conn.execute_batch("PRAGMA user_version = 99").unwrap();
@@ -1020,17 +1020,12 @@ fn a_version_1_sqlite_trace_is_migrated_and_keeps_its_runs() {
     let sink = TraceSink::open(&path, TraceOptions::default()).unwrap();
     sink.finish().unwrap();
     let conn = rusqlite::Connection::open(&path).unwrap();
-    let version: i64 = conn
-        .query_row("PRAGMA user_version", [], |r| r.get(0))
-        .unwrap();
+    let version: i64 = query_i64(&conn, "PRAGMA user_version");
     assert_eq!(version, agentloop_store::SCHEMA_VERSION);
-    let columns: i64 = conn
-        .query_row(
-            "SELECT count(*) FROM pragma_table_info('runs') WHERE name = 'warnings'",
-            [],
-            |r| r.get(0),
-        )
-        .unwrap();
+    let columns: i64 = query_i64(
+        &conn,
+        "SELECT count(*) FROM pragma_table_info('runs') WHERE name = 'warnings'",
+    );
     assert_eq!(columns, 1);
     assert_eq!(read_trace(&path).unwrap().records, before.records);
 }
