@@ -228,15 +228,18 @@ impl PermissionStore {
     }
 
     /// Records an "always" answer for a tool and saves the store when it has a file. An older
-    /// rule for the whole tool, saved or configured, is replaced.
+    /// rule for the whole tool, saved or configured, is replaced, and so is every configured
+    /// `ask` rule of the tool (the answer settles what they would ask); deny rules on arguments
+    /// stay.
     pub fn remember(
         &mut self,
         tool: &str,
         permission: Permission,
     ) -> Result<(), PermissionStoreError> {
-        let other = |r: &PermissionRule| !(r.tool == tool && r.arguments.is_none());
-        self.rules.retain(other);
-        self.configured.retain(other);
+        let whole = |r: &PermissionRule| r.tool == tool && r.arguments.is_none();
+        self.rules.retain(|r| !whole(r));
+        self.configured
+            .retain(|r| !(whole(r) || (r.tool == tool && r.permission == Permission::Ask)));
         self.rules.push(PermissionRule {
             tool: tool.to_owned(),
             arguments: None,

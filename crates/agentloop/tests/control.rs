@@ -658,14 +658,31 @@ fn configured_rules_count_but_only_saved_answers_reach_the_store_file() {
         arguments: None,
         permission,
     };
+    let ask_on_args = PermissionRule {
+        tool: "alpha".into(),
+        arguments: Some(ArgumentMatch::CommandPrefix {
+            field: "command".into(),
+            prefix: "rm".into(),
+        }),
+        permission: Permission::Ask,
+    };
     store
         .configure(rule("alpha", Permission::Ask))
+        .configure(ask_on_args)
         .configure(rule("beta", Permission::Deny));
     assert_eq!(store.decide("alpha", &json!({})), Permission::Ask);
+    assert_eq!(
+        store.decide("alpha", &json!({"command": "rm x"})),
+        Permission::Ask
+    );
     assert_eq!(store.decide("beta", &json!({})), Permission::Deny);
     // An "always" answer replaces the configured rule for its tool at once, and only it is saved.
     store.remember("alpha", Permission::Allow).unwrap();
     assert_eq!(store.decide("alpha", &json!({})), Permission::Allow);
+    assert_eq!(
+        store.decide("alpha", &json!({"command": "rm x"})),
+        Permission::Allow
+    );
     assert_eq!(store.configured(), &[rule("beta", Permission::Deny)]);
     let reopened = PermissionStore::open(&path, Permission::Allow).unwrap();
     assert_eq!(reopened.rules(), &[rule("alpha", Permission::Allow)]);
