@@ -672,7 +672,8 @@ pub fn retry_after(headers: &HeaderMap) -> Option<Duration> {
         .map(|s| Duration::from_secs_f64(s.min(1e9)))
 }
 
-/// One server-sent event: its `event:` name (empty when absent) and its joined `data:` lines.
+/// One server-sent event: its `event:` name (`message` when absent, as the SSE standard says) and
+/// its joined `data:` lines.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SseEvent {
     /// The event name.
@@ -719,6 +720,7 @@ impl SseStream {
             max_line: max_event_bytes,
             line_len: 0,
             utf8_carry: Vec::new(),
+            rest: Bytes::new(),
             failed: false,
         });
         SseStream {
@@ -812,10 +814,42 @@ struct GuardedBytes {
     max_line: usize,
     line_len: usize,
     utf8_carry: Vec<u8>,
+    /// The rest of a checked chunk, handed on one event at a time.
+    rest: Bytes,
     failed: bool,
 }
 
+/// Where the first event of `bytes` ends (after its blank line), if it ends before the last byte.
+fn first_event_end(bytes: &[u8]) -> Option<usize> {
+    let mut i = 0;
+    while let Some(p) = bytes.get(i..)?.iter().position(|b| *b == b'\n') {
+        let at = i + p + 1;
+        match bytes.get(at) {
+            Some(b'\n') => return Some(at + 1).filter(|end| *end < bytes.len()),
+            Some(b'\r') if bytes.get(at + 1) == Some(&b'\n') => {
+                return Some(at + 2).filter(|end| *end < bytes.len());
+            }
+            None => return None,
+            _ => i = at,
+        }
+    }
+    None
+}
+
 impl GuardedBytes {
+    /// The next piece of the current chunk: up to the end of its first event. The SSE parser
+    /// re-buffers what follows each line it reads, so handing it one event at a time keeps a
+    /// large chunk linear rather than quadratic.
+    fn next_piece(&mut self) -> Option<Bytes> {
+        if self.rest.is_empty() {
+            return None;
+        }
+        Some(match first_event_end(&self.rest) {
+            Some(end) => self.rest.split_to(end),
+            None => std::mem::take(&mut self.rest),
+        })
+    }
+
     fn fail(&mut self, message: &str) -> Poll<Option<Result<Bytes, ModelError>>> {
         self.failed = true;
         Poll::Ready(Some(Err(
@@ -876,9 +910,18 @@ impl Stream for GuardedBytes {
         if self.failed {
             return Poll::Ready(None);
         }
+        if let Some(piece) = self.next_piece() {
+            return Poll::Ready(Some(Ok(piece)));
+        }
         match self.inner.as_mut().poll_next(cx) {
             Poll::Ready(Some(Ok(chunk))) => match self.check(&chunk) {
-                Ok(()) => Poll::Ready(Some(Ok(chunk))),
+                Ok(()) => {
+                    self.rest = chunk;
+                    match self.next_piece() {
+                        Some(piece) => Poll::Ready(Some(Ok(piece))),
+                        None => Poll::Ready(Some(Ok(Bytes::new()))),
+                    }
+                }
                 Err(message) => self.fail(message),
             },
             Poll::Ready(Some(Err(e))) => {
@@ -894,5 +937,181 @@ impl Stream for GuardedBytes {
             }
             Poll::Pending => Poll::Pending,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.insert(*k, HeaderValue::from_static(v));
+        }
+        h
+    }
+
+    fn classify(status: u16, body: &str) -> ModelError {
+        classify_http_error("p", status, &HeaderMap::new(), body.as_bytes())
+    }
+
+    #[test]
+    fn errors_are_classified_by_status_type_code_and_message() {
+        let quota = r#"{"error":{"message":"You exceeded your current quota","type":"insufficient_quota","code":"insufficient_quota"}}"#;
+        assert_eq!(classify(429, quota).kind, ModelErrorKind::QuotaExceeded);
+        assert!(!classify(429, quota).is_retryable());
+        let ctx = r#"{"error":{"message":"This model's maximum context length is 128000 tokens.","type":"invalid_request_error","code":"context_length_exceeded"}}"#;
+        assert_eq!(classify(400, ctx).kind, ModelErrorKind::ContextLength);
+        let anth_ctx = r#"{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 210000 tokens > 200000 maximum"}}"#;
+        assert_eq!(classify(400, anth_ctx).kind, ModelErrorKind::ContextLength);
+        let anth_404 = r#"{"type":"error","error":{"type":"not_found_error","message":"model: claude-x"},"request_id":"req_1"}"#;
+        let e = classify(404, anth_404);
+        assert_eq!(e.kind, ModelErrorKind::ModelNotFound);
+        assert_eq!(e.request_id.as_deref(), Some("req_1"));
+        assert_eq!(
+            classify(
+                529,
+                r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#
+            )
+            .kind,
+            ModelErrorKind::Overloaded
+        );
+        assert_eq!(classify(401, r#"{"error":{"message":"bad key","type":"invalid_request_error","code":"invalid_api_key"}}"#).kind, ModelErrorKind::Authentication);
+        assert_eq!(classify(403, "").kind, ModelErrorKind::Authentication);
+        assert_eq!(
+            classify(503, "<html>busy</html>").kind,
+            ModelErrorKind::Server
+        );
+        assert_eq!(
+            classify(422, r#"{"error":"model 'llama9' not found"}"#).kind,
+            ModelErrorKind::InvalidRequest
+        );
+        assert_eq!(
+            classify(422, r#"{"error":"model 'llama9' not found"}"#).message,
+            "model 'llama9' not found"
+        );
+    }
+
+    #[test]
+    fn a_body_that_is_not_an_error_envelope_never_reaches_the_message() {
+        let e = classify(502, "<html><body>secret proxy page</body></html>");
+        assert_eq!(e.message, "HTTP 502 Bad Gateway");
+        assert_eq!(e.status, Some(502));
+    }
+
+    #[test]
+    fn retry_after_headers_are_read_in_milliseconds_first_then_seconds() {
+        assert_eq!(
+            retry_after(&headers(&[("retry-after", "3")])),
+            Some(Duration::from_secs(3))
+        );
+        assert_eq!(
+            retry_after(&headers(&[("retry-after", "2"), ("retry-after-ms", "250")])),
+            Some(Duration::from_millis(250))
+        );
+        assert_eq!(
+            retry_after(&headers(&[(
+                "retry-after",
+                "Wed, 21 Oct 2015 07:28:00 GMT"
+            )])),
+            None
+        );
+        assert_eq!(retry_after(&headers(&[("retry-after", "-1")])), None);
+        let e = classify_http_error(
+            "p",
+            429,
+            &headers(&[("x-request-id", "abc"), ("retry-after", "1.5")]),
+            b"{}",
+        );
+        assert_eq!(e.retry_after, Some(Duration::from_millis(1500)));
+        assert_eq!(e.request_id.as_deref(), Some("abc"));
+    }
+
+    #[test]
+    fn the_budget_rejects_only_larger_bodies() {
+        assert!(check_budget("p", 10, 10).is_ok());
+        assert_eq!(
+            check_budget("p", 11, 10).unwrap_err().kind,
+            ModelErrorKind::RequestTooLarge
+        );
+    }
+
+    #[test]
+    fn api_keys_are_redacted_in_debug() {
+        let mut config = HttpConfig::new("http://x/");
+        config.key = KeySource::Value(ApiKey::new("sk-very-secret"));
+        assert_eq!(config.base_url, "http://x");
+        assert!(!format!("{config:?}").contains("sk-very-secret"));
+    }
+
+    #[test]
+    fn event_ends_are_found_after_blank_lines() {
+        assert_eq!(first_event_end(b"data: a\n\ndata: b\n\n"), Some(9));
+        assert_eq!(first_event_end(b"data: a\r\n\r\ndata: b"), Some(11));
+        assert_eq!(first_event_end(b"data: a\n\n"), None);
+        assert_eq!(first_event_end(b"data: a\ndata: b"), None);
+        assert_eq!(first_event_end(b""), None);
+    }
+
+    fn events(chunks: Vec<&'static [u8]>, max_event: usize) -> Vec<Result<SseEvent, ModelError>> {
+        let stream = futures::stream::iter(chunks.into_iter().map(|c| Ok(Bytes::from_static(c))));
+        futures::executor::block_on(SseStream::new(stream, "p", None, max_event).collect())
+    }
+
+    #[test]
+    fn a_character_split_across_chunks_is_read_whole() {
+        let got = events(
+            vec![b"event: x\ndata: caf\xc3", b"\xa9\n\ndata: 2\n\n"],
+            1024,
+        );
+        let got: Vec<SseEvent> = got.into_iter().map(Result::unwrap).collect();
+        assert_eq!(
+            got,
+            [
+                SseEvent {
+                    event: "x".into(),
+                    data: "café".into()
+                },
+                SseEvent {
+                    event: "message".into(),
+                    data: "2".into()
+                }
+            ]
+        );
+    }
+
+    #[test]
+    fn invalid_utf8_fails_the_stream_at_once() {
+        let got = events(
+            vec![b"data: 1\n\n", b"data: \xff\xfe\n\n", b"data: 3\n\n"],
+            1024,
+        );
+        assert_eq!(got.len(), 2);
+        assert_eq!(got[1].as_ref().unwrap_err().kind, ModelErrorKind::Stream);
+    }
+
+    #[test]
+    fn a_line_longer_than_the_event_budget_fails_the_stream() {
+        let got = events(
+            vec![b"data: 0123456789", b"0123456789", b"0123456789\n\n"],
+            20,
+        );
+        assert_eq!(
+            got.last().unwrap().as_ref().unwrap_err().kind,
+            ModelErrorKind::Stream
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn silence_longer_than_the_idle_timeout_is_a_timeout_error() {
+        let stream = futures::stream::iter([Ok(Bytes::from_static(b"data: 1\n\n"))])
+            .chain(futures::stream::pending());
+        let mut sse = SseStream::new(stream, "p", Some(Duration::from_secs(5)), 1024);
+        assert_eq!(sse.next().await.unwrap().unwrap().data, "1");
+        let err = sse.next().await.unwrap().unwrap_err();
+        assert_eq!(err.kind, ModelErrorKind::Timeout);
+        assert!(sse.next().await.is_none());
     }
 }
