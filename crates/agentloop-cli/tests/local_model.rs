@@ -251,6 +251,22 @@ impl Run {
         );
     }
 
+    /// The run failed cleanly on llama-server's parse error: the model exit code, `failed`, the
+    /// server's message kept, no tool run, no answer.
+    fn assert_failed_on_the_servers_parse_error(&self) {
+        let d = self.dump();
+        assert_eq!(self.code, Some(4), "a provider error exits 4: {d}");
+        assert_eq!(self.stop_reason(), "failed", "{d}");
+        assert_eq!(self.json["error"]["code"], "model.server_error", "{d}");
+        let message = self.json["error"]["message"].as_str().unwrap_or("");
+        assert!(
+            message.contains("does not match the expected peg-native format"),
+            "the server's message is lost: {d}"
+        );
+        assert!(self.calls().is_empty(), "{d}");
+        assert!(self.output().is_empty(), "{d}");
+    }
+
     /// The whole run, for failure messages.
     fn dump(&self) -> String {
         format!(
@@ -376,17 +392,8 @@ fn unparseable_model_output_is_a_provider_error_retried_then_a_clean_failure_wit
     let _turn = serial();
     let server = LlamaServer::start();
     let run = LocalAgent::new(&server.base_url()).run("Tell me a joke.", &[]);
+    run.assert_failed_on_the_servers_parse_error();
     let d = run.dump();
-    assert_eq!(run.code, Some(4), "a provider error exits 4: {d}");
-    assert_eq!(run.stop_reason(), "failed", "{d}");
-    assert_eq!(run.json["error"]["code"], "model.server_error", "{d}");
-    let message = run.json["error"]["message"].as_str().unwrap_or("");
-    assert!(
-        message.contains("does not match the expected"),
-        "the server's message is lost: {d}"
-    );
-    assert!(run.calls().is_empty(), "{d}");
-    assert!(run.output().is_empty(), "{d}");
     let attempts = server.log().matches("unparsed peg-native output").count();
     assert_eq!(
         attempts, 3,
@@ -649,16 +656,7 @@ fn streamed_parse_error_is_retried_three_times_then_fails_with_the_servers_messa
     let run = LocalAgent::new(&fake.base_url()).run("Tell me a joke.", &[]);
     let d = run.dump();
     assert_eq!(fake.requests().len(), 3, "{d}");
-    assert_eq!(run.code, Some(4), "{d}");
-    assert_eq!(run.stop_reason(), "failed", "{d}");
-    assert_eq!(run.json["error"]["code"], "model.server_error", "{d}");
-    assert!(
-        run.json["error"]["message"]
-            .as_str()
-            .unwrap_or("")
-            .contains("does not match the expected peg-native format"),
-        "{d}"
-    );
+    run.assert_failed_on_the_servers_parse_error();
 }
 
 #[test]
@@ -679,14 +677,7 @@ fn non_streamed_http_500_is_retried_three_times_then_fails_with_the_servers_mess
             .all(|r| r.get("stream") != Some(&Value::Bool(true))),
         "{requests:?}"
     );
-    assert_eq!(run.code, Some(4), "{d}");
-    assert_eq!(run.stop_reason(), "failed", "{d}");
-    assert_eq!(run.json["error"]["code"], "model.server_error", "{d}");
-    let message = run.json["error"]["message"].as_str().unwrap_or("");
-    assert!(
-        message.contains("does not match the expected peg-native format"),
-        "{d}"
-    );
+    run.assert_failed_on_the_servers_parse_error();
 }
 
 #[test]
