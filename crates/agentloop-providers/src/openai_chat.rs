@@ -125,12 +125,15 @@ impl OpenAiChat {
                 .iter()
                 .map(|t| wire_tool(t, self.strict))
                 .collect(),
-            tool_choice: settings.tool_choice.as_ref().map(wire_tool_choice),
-            parallel_tool_calls: if request.tools.is_empty() {
-                None
-            } else {
-                settings.parallel_tool_calls
-            },
+            // Both are rejected by OpenAI when no tool is offered.
+            tool_choice: settings
+                .tool_choice
+                .as_ref()
+                .filter(|_| !request.tools.is_empty())
+                .map(wire_tool_choice),
+            parallel_tool_calls: settings
+                .parallel_tool_calls
+                .filter(|_| !request.tools.is_empty()),
             temperature: settings.temperature,
             top_p: settings.top_p,
             seed: settings.seed,
@@ -1171,5 +1174,28 @@ mod tests {
             parse_completion(b"<html>").unwrap_err().kind,
             ModelErrorKind::Decode
         );
+    }
+
+    #[test]
+    fn tool_choice_and_parallel_calls_are_left_out_when_no_tool_is_offered() {
+        let model = OpenAiChat::builder("gpt-4.1").api_key("k").build().unwrap();
+        let messages = [Message::user("hi")];
+        let settings = agentloop::ModelSettings {
+            parallel_tool_calls: Some(true),
+            tool_choice: Some(ToolChoice::Required),
+            ..Default::default()
+        };
+        let request = ModelRequest {
+            instructions: None,
+            messages: &messages,
+            tools: &[],
+            output_schema: None,
+            settings: &settings,
+        };
+        let body: Value = serde_json::from_slice(&model.encode_request(&request).unwrap()).unwrap();
+        assert!(body.get("tool_choice").is_none());
+        assert!(body.get("parallel_tool_calls").is_none());
+        assert!(body.get("tools").is_none());
+        assert_eq!(body["stream_options"], json!({"include_usage": true}));
     }
 }

@@ -238,6 +238,8 @@ async fn streaming_request_asks_for_usage_and_compatible_servers_get_max_tokens(
     let schema = json!({"type": "object", "properties": {"answer": {"type": "string"}}});
     let settings = ModelSettings {
         max_tokens: Some(99),
+        parallel_tool_calls: Some(false),
+        tool_choice: Some(ToolChoice::Required),
         ..Default::default()
     };
     let request = ModelRequest {
@@ -257,7 +259,8 @@ async fn streaming_request_asks_for_usage_and_compatible_servers_get_max_tokens(
     assert_eq!(sent["stream_options"], json!({"include_usage": true}));
     assert_eq!(sent["max_tokens"], 99);
     assert!(sent.get("max_completion_tokens").is_none());
-    assert!(sent.get("parallel_tool_calls").is_none());
+    assert_eq!(sent["parallel_tool_calls"], false);
+    assert_eq!(sent["tool_choice"], "required");
     let function = &sent["tools"][0]["function"];
     assert_eq!(function["strict"], true);
     assert_eq!(function["parameters"]["required"], json!(["q"]));
