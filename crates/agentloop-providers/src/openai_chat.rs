@@ -1198,4 +1198,48 @@ mod tests {
         assert!(body.get("tools").is_none());
         assert_eq!(body["stream_options"], json!({"include_usage": true}));
     }
+
+    #[test]
+    fn reasoning_goes_back_as_reasoning_content_only_when_asked() {
+        let transcript = [
+            Message::user("hi"),
+            Message::Assistant(agentloop::AssistantMessage {
+                reasoning: vec![agentloop::Reasoning {
+                    text: "think".into(),
+                    ..Default::default()
+                }],
+                text: String::new(),
+                tool_calls: vec![agentloop::ToolCall {
+                    id: "c1".into(),
+                    name: "f".into(),
+                    arguments: "{}".into(),
+                }],
+            }),
+        ];
+        let settings = agentloop::ModelSettings::default();
+        let request = ModelRequest {
+            instructions: None,
+            messages: &transcript,
+            tools: &[],
+            output_schema: None,
+            settings: &settings,
+        };
+        let encode = |model: OpenAiChat| -> Value {
+            serde_json::from_slice(&model.encode_request(&request).unwrap()).unwrap()
+        };
+        let plain = encode(
+            OpenAiChat::compatible("deepseek", "http://x", "deepseek-reasoner")
+                .build()
+                .unwrap(),
+        );
+        assert!(plain["messages"][1].get("reasoning_content").is_none());
+        let with = encode(
+            OpenAiChat::compatible("deepseek", "http://x", "deepseek-reasoner")
+                .reasoning_in_history(true)
+                .build()
+                .unwrap(),
+        );
+        assert_eq!(with["messages"][1]["reasoning_content"], "think");
+        assert_eq!(with["messages"][1]["content"], Value::Null);
+    }
 }
