@@ -336,6 +336,35 @@ fn sum_question_runs_add_with_both_numbers_and_the_sum_reaches_the_answer() {
     run.assert_usage();
 }
 
+#[test]
+fn note_request_runs_save_note_and_the_note_lands_in_the_state_directory() {
+    let _turn = serial();
+    let server = LlamaServer::start();
+    let agent = LocalAgent::new(&server.base_url());
+    let run = agent.run("Save a note that says: buy milk.", &[]);
+    let d = run.dump();
+    assert_eq!(run.code, Some(0), "{d}");
+    assert_eq!(run.stop_reason(), "finished", "{d}");
+    let calls = run.calls();
+    assert_eq!(calls.len(), 1, "{d}");
+    assert_eq!(calls[0]["tool"], "save_note", "{d}");
+    let text = calls[0]["input"]["text"]
+        .as_str()
+        .unwrap_or("")
+        .to_lowercase();
+    assert!(text.contains("buy milk"), "{d}");
+    assert_eq!(call_output(&calls[0])["saved"], 1, "{d}");
+    let notes = std::fs::read_to_string(agent.dir.path().join("notes.jsonl")).unwrap();
+    let saved: Vec<Value> = notes
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(saved.len(), 1, "{notes}");
+    let stored = saved[0]["text"].as_str().map(str::to_lowercase);
+    assert_eq!(stored.as_deref(), Some(text.trim()), "{notes}");
+    run.assert_usage();
+}
+
 /// The weather tool fails on its first call for Oslo. The model reads the error and calls again
 /// (two calls, in sequence); the second succeeds. Then the 0.5B model calls it a third time
 /// with the same arguments instead of answering, every time: the stuck-loop rule refuses that
