@@ -10,7 +10,12 @@ use anthropic_responses_common::{fixture, json_tool, request_bodies, serve_in_or
 use serde_json::{Value, json};
 
 fn model(name: &str, uri: String, stream: bool) -> OpenAiResponses {
-    OpenAiResponses::builder(name).base_url(uri).api_key("sk-test-key").stream(stream).build().unwrap()
+    OpenAiResponses::builder(name)
+        .base_url(uri)
+        .api_key("sk-test-key")
+        .stream(stream)
+        .build()
+        .unwrap()
 }
 
 /// The reasoning item of the recorded stream, as its `response.output_item.done` event carries it.
@@ -30,26 +35,43 @@ async fn reasoning_item_and_function_call_output_go_back_by_call_id_without_stor
     let reasoning = recorded_reasoning_item(&first_reply);
     let server = serve_in_order(
         "/responses",
-        vec![(first_reply, "text/event-stream"), (fixture("openai_responses/resp_s_text.sse"), "text/event-stream")],
+        vec![
+            (first_reply, "text/event-stream"),
+            (
+                fixture("openai_responses/resp_s_text.sse"),
+                "text/event-stream",
+            ),
+        ],
     )
     .await;
     let schema = json!({"type": "object", "properties": {"result": {"type": "integer"}}, "required": ["result"]});
     let agent = Agent::builder()
         .model(model("gpt-5-test", server.uri(), true))
         .instructions("Answer with the tool.")
-        .tool(json_tool("final_result", schema.clone(), |a| Ok(format!("noted {}", a["result"]))))
+        .tool(json_tool("final_result", schema.clone(), |a| {
+            Ok(format!("noted {}", a["result"]))
+        }))
         .build()
         .unwrap();
     let outcome = agent.run("What is 6666?").await;
     assert!(outcome.error.is_none(), "{:?}", outcome.error);
     assert_eq!(outcome.stop_reason, StopReason::Finished);
-    assert_eq!(outcome.output.as_deref(), Some("The capital of France is Paris."));
-    assert_eq!((outcome.usage.input_tokens, outcome.usage.output_tokens), (53 + 278, 469 + 9));
+    assert_eq!(
+        outcome.output.as_deref(),
+        Some("The capital of France is Paris.")
+    );
+    assert_eq!(
+        (outcome.usage.input_tokens, outcome.usage.output_tokens),
+        (53 + 278, 469 + 9)
+    );
 
     let requests = server.received_requests().await.unwrap();
     for r in &requests {
         assert_eq!(r.url.path(), "/responses");
-        assert_eq!(r.headers.get("authorization").unwrap(), "Bearer sk-test-key");
+        assert_eq!(
+            r.headers.get("authorization").unwrap(),
+            "Bearer sk-test-key"
+        );
     }
     let bodies = request_bodies(&server).await;
     let first = &bodies[0];
@@ -62,17 +84,27 @@ async fn reasoning_item_and_function_call_output_go_back_by_call_id_without_stor
         first["tools"],
         json!([{"type": "function", "name": "final_result", "description": "The final_result tool.", "parameters": schema, "strict": false}])
     );
-    assert_eq!(first["input"], json!([{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "What is 6666?"}]}]));
+    assert_eq!(
+        first["input"],
+        json!([{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "What is 6666?"}]}])
+    );
 
     let second = &bodies[1];
     assert_eq!(second["store"], false);
     let input = second["input"].as_array().unwrap();
-    assert_eq!(input.len(), 4, "user, reasoning, function_call, function_call_output: {input:#?}");
+    assert_eq!(
+        input.len(),
+        4,
+        "user, reasoning, function_call, function_call_output: {input:#?}"
+    );
     assert_eq!(input[0]["role"], "user");
     // The reasoning item goes back whole: same id, same encrypted content, its summary.
     assert_eq!(input[1]["type"], "reasoning");
     assert_eq!(input[1]["id"], reasoning["id"]);
-    assert_eq!(input[1]["encrypted_content"], reasoning["encrypted_content"]);
+    assert_eq!(
+        input[1]["encrypted_content"],
+        reasoning["encrypted_content"]
+    );
     assert_eq!(input[1]["summary"], reasoning["summary"]);
     assert_eq!(
         input[2],
@@ -89,42 +121,77 @@ async fn parallel_calls_each_get_their_output_by_call_id() {
     let server = serve_in_order(
         "/responses",
         vec![
-            (fixture("openai_responses/resp_ns_parallel2.json"), "application/json"),
-            (fixture("openai_responses/resp_ns_final_text.json"), "application/json"),
+            (
+                fixture("openai_responses/resp_ns_parallel2.json"),
+                "application/json",
+            ),
+            (
+                fixture("openai_responses/resp_ns_final_text.json"),
+                "application/json",
+            ),
         ],
     )
     .await;
     let schema = json!({"type": "object", "properties": {"loc_name": {"type": "string"}}, "required": ["loc_name"]});
     let agent = Agent::builder()
         .model(model("gpt-4.1-test", server.uri(), false))
-        .tool(json_tool("get_location", schema, |a| match a["loc_name"].as_str() {
-            Some("London") => Ok("51.5, -0.1".to_owned()),
-            _ => Err("unknown place".to_owned()),
+        .tool(json_tool("get_location", schema, |a| {
+            match a["loc_name"].as_str() {
+                Some("London") => Ok("51.5, -0.1".to_owned()),
+                _ => Err("unknown place".to_owned()),
+            }
         }))
         .build()
         .unwrap();
     let outcome = agent.run("Where is London?").await;
     assert!(outcome.error.is_none(), "{:?}", outcome.error);
-    assert_eq!(outcome.output.as_deref(), Some("The capital of PotatoLand is Potato City."));
+    assert_eq!(
+        outcome.output.as_deref(),
+        Some("The capital of PotatoLand is Potato City.")
+    );
 
     let bodies = request_bodies(&server).await;
     assert_eq!(bodies[0].get("stream"), None);
-    assert_eq!(bodies[0].get("include"), None, "a model without reasoning is not asked for encrypted reasoning");
+    assert_eq!(
+        bodies[0].get("include"),
+        None,
+        "a model without reasoning is not asked for encrypted reasoning"
+    );
     let input = bodies[1]["input"].as_array().unwrap();
     let kinds: Vec<&str> = input.iter().map(|i| i["type"].as_str().unwrap()).collect();
-    assert_eq!(kinds, ["message", "function_call", "function_call", "function_call_output", "function_call_output"]);
+    assert_eq!(
+        kinds,
+        [
+            "message",
+            "function_call",
+            "function_call",
+            "function_call_output",
+            "function_call_output"
+        ]
+    );
     assert_eq!(input[1]["call_id"], "call_LWVp74L5HaH2KNvgVz9PJsrj");
     assert_eq!(input[2]["call_id"], "call_YnRAWeTyxI91m5uNa5bxXwVO");
     assert_eq!(input[3]["call_id"], "call_LWVp74L5HaH2KNvgVz9PJsrj");
-    assert!(input[3]["output"].as_str().unwrap().contains("unknown place"));
-    assert_eq!(input[4], json!({"type": "function_call_output", "call_id": "call_YnRAWeTyxI91m5uNa5bxXwVO", "output": "51.5, -0.1"}));
+    assert!(
+        input[3]["output"]
+            .as_str()
+            .unwrap()
+            .contains("unknown place")
+    );
+    assert_eq!(
+        input[4],
+        json!({"type": "function_call_output", "call_id": "call_YnRAWeTyxI91m5uNa5bxXwVO", "output": "51.5, -0.1"})
+    );
 }
 
 #[tokio::test]
 async fn assistant_text_goes_back_as_an_output_text_message() {
     let server = serve_in_order(
         "/responses",
-        vec![(fixture("openai_responses/resp_ns_final_text.json"), "application/json")],
+        vec![(
+            fixture("openai_responses/resp_ns_final_text.json"),
+            "application/json",
+        )],
     )
     .await;
     let model = OpenAiResponses::builder("o4-mini")
@@ -137,7 +204,10 @@ async fn assistant_text_goes_back_as_an_output_text_message() {
         .unwrap();
     let messages = [
         agentloop::Message::user("hi"),
-        agentloop::Message::Assistant(agentloop::AssistantMessage { text: "Hello!".into(), ..Default::default() }),
+        agentloop::Message::Assistant(agentloop::AssistantMessage {
+            text: "Hello!".into(),
+            ..Default::default()
+        }),
         agentloop::Message::user("and now?"),
     ];
     let settings = agentloop::ModelSettings {
@@ -145,7 +215,11 @@ async fn assistant_text_goes_back_as_an_output_text_message() {
         tool_choice: Some(agentloop::ToolChoice::Required),
         ..Default::default()
     };
-    let tools = [json_tool("t", json!({"type": "object"}), |_| Ok(String::new())).spec().clone()];
+    let tools = [
+        json_tool("t", json!({"type": "object"}), |_| Ok(String::new()))
+            .spec()
+            .clone(),
+    ];
     let schema = json!({"type": "object"});
     let request = agentloop::ModelRequest {
         instructions: None,
@@ -157,7 +231,11 @@ async fn assistant_text_goes_back_as_an_output_text_message() {
     agentloop::model::complete(&model, request).await.unwrap();
     let body = &request_bodies(&server).await[0];
     assert_eq!(body["store"], true);
-    assert_eq!(body.get("include"), None, "stored responses need no encrypted reasoning");
+    assert_eq!(
+        body.get("include"),
+        None,
+        "stored responses need no encrypted reasoning"
+    );
     assert_eq!(body["reasoning"], json!({"effort": "low"}));
     assert_eq!(body["max_output_tokens"], 300);
     assert_eq!(body["tool_choice"], "required");

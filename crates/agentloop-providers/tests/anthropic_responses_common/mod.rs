@@ -271,12 +271,17 @@ pub fn json_tool(
     schema: Value,
     answer: fn(&Value) -> Result<String, String>,
 ) -> agentloop::Tool {
-    agentloop::Tool::dynamic(name, format!("The {name} tool."), schema, move |args, _ctx| {
-        let result = answer(&args);
-        async move {
-            result
-                .map(agentloop::ToolOutput::text)
-                .map_err(|m| agentloop::ToolError::new("failed", m))
-        }
-    })
+    agentloop::Tool::dynamic(
+        name,
+        format!("The {name} tool."),
+        schema,
+        move |args, _ctx| {
+            let result = answer(&args);
+            async move {
+                result
+                    .map(agentloop::ToolOutput::text)
+                    .map_err(|m| agentloop::ToolError::new("failed", m))
+            }
+        },
+    )
 }
