@@ -57,12 +57,17 @@ impl Opts {
     pub(crate) fn num(&self, name: &str, default: u64) -> Result<u64, String> {
         match self.0.get(name) {
             None => Ok(default),
-            Some(v) => v.parse().map_err(|_| format!("--{name} wants a number, got {v}")),
+            Some(v) => v
+                .parse()
+                .map_err(|_| format!("--{name} wants a number, got {v}")),
         }
     }
 
     pub(crate) fn text(&self, name: &str, default: &str) -> String {
-        self.0.get(name).cloned().unwrap_or_else(|| default.to_owned())
+        self.0
+            .get(name)
+            .cloned()
+            .unwrap_or_else(|| default.to_owned())
     }
 }
 
@@ -70,8 +75,12 @@ fn parse_opts(rest: &[String]) -> Result<Opts, String> {
     let mut map = HashMap::new();
     let mut it = rest.iter();
     while let Some(key) = it.next() {
-        let Some(name) = key.strip_prefix("--") else { return Err(format!("unexpected argument {key}")) };
-        let Some(value) = it.next() else { return Err(format!("--{name} needs a value")) };
+        let Some(name) = key.strip_prefix("--") else {
+            return Err(format!("unexpected argument {key}"));
+        };
+        let Some(value) = it.next() else {
+            return Err(format!("--{name} needs a value"));
+        };
         map.insert(name.to_owned(), value.clone());
     }
     Ok(Opts(map))
@@ -86,7 +95,10 @@ fn bench_loop(opts: &Opts) -> Result<(), String> {
     let turns = u32_opt(opts, "turns", 10)?;
     let calls = u32_opt(opts, "calls", 3)?;
     let warmup = u32_opt(opts, "warmup", 20)?;
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
     let work = Workload::new(turns, calls, None, None)?;
     rt.block_on(async {
         for _ in 0..warmup {
@@ -137,7 +149,12 @@ fn bench_scale(opts: &Opts) -> Result<(), String> {
     }
     let rt = builder.enable_all().build().map_err(|e| e.to_string())?;
     // The final text answer is immediate: the ideal is `turns` × (model + tool latency).
-    let work = Workload::new(turns, calls, Some(Duration::from_millis(model_ms)), Some(Duration::from_millis(tool_ms)))?;
+    let work = Workload::new(
+        turns,
+        calls,
+        Some(Duration::from_millis(model_ms)),
+        Some(Duration::from_millis(tool_ms)),
+    )?;
     let model_delay = Duration::from_millis(model_ms);
     let baseline_kb = sys::current_rss_kb();
     let cpu0 = sys::cpu_time();
@@ -161,7 +178,10 @@ fn bench_scale(opts: &Opts) -> Result<(), String> {
     let wall = t0.elapsed();
     let cpu = sys::cpu_time().saturating_sub(cpu0);
     if let Some(first) = failures.first() {
-        return Err(format!("{} runs failed; the first: {first}", failures.len()));
+        return Err(format!(
+            "{} runs failed; the first: {first}",
+            failures.len()
+        ));
     }
     let peak_kb = sys::peak_rss_kb();
     let ideal = (model_delay + Duration::from_millis(tool_ms)) * turns;

@@ -16,9 +16,21 @@ type Parser = fn(&[u8]) -> Result<ModelResponse, ModelError>;
 
 /// Which parser reads the streams of each fixture folder.
 const PROVIDERS: &[(&str, &str, Parser)] = &[
-    ("openai_chat", "openai_chat", openai_chat::parse_stream_bytes),
-    ("openai_compatible", "openai_chat", openai_chat::parse_stream_bytes),
-    ("openai_responses", "openai_responses", openai_responses::parse_stream_bytes),
+    (
+        "openai_chat",
+        "openai_chat",
+        openai_chat::parse_stream_bytes,
+    ),
+    (
+        "openai_compatible",
+        "openai_chat",
+        openai_chat::parse_stream_bytes,
+    ),
+    (
+        "openai_responses",
+        "openai_responses",
+        openai_responses::parse_stream_bytes,
+    ),
     ("anthropic", "anthropic", anthropic::parse_stream_bytes),
 ];
 
@@ -26,7 +38,9 @@ const PROVIDERS: &[(&str, &str, Parser)] = &[
 fn serde_json_baseline(bytes: &[u8]) -> usize {
     let mut values = 0;
     for line in bytes.split(|b| *b == b'\n') {
-        let Some(data) = line.strip_prefix(b"data:") else { continue };
+        let Some(data) = line.strip_prefix(b"data:") else {
+            continue;
+        };
         let data = data.strip_prefix(b" ").unwrap_or(data);
         let data = data.strip_suffix(b"\r").unwrap_or(data);
         if data == b"[DONE]" {
@@ -90,7 +104,9 @@ pub fn bench_streams(opts: &Opts) -> Result<(), String> {
                 Ok(_) => parsed_ok += 1,
                 Err(e) => failed.push(format!(
                     "{}: {}",
-                    path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
+                    path.file_name()
+                        .map(|n| n.to_string_lossy().into_owned())
+                        .unwrap_or_default(),
                     e.code()
                 )),
             }

@@ -55,26 +55,37 @@ impl ScriptTransport {
             for k in 0..self.calls {
                 // The raw argument string a provider sends, parsed as rig's decoders parse it.
                 let raw = format!(r#"{{"turn":{turn},"k":{k},"note":"no-op call"}}"#);
-                let arguments: serde_json::Value =
-                    serde_json::from_str(&raw).map_err(|e| ProviderError::Provider(e.to_string()))?;
-                choice.push(AssistantContent::tool_call(format!("t{turn}_{k}"), name.clone(), arguments));
+                let arguments: serde_json::Value = serde_json::from_str(&raw)
+                    .map_err(|e| ProviderError::Provider(e.to_string()))?;
+                choice.push(AssistantContent::tool_call(
+                    format!("t{turn}_{k}"),
+                    name.clone(),
+                    arguments,
+                ));
             }
             choice
         };
         let origin = Origin::new(MOCK_API, "mock", "mock-model");
-        Ok(CompletionResponse::new(choice, Usage::default(), origin, serde_json::Value::Null))
+        Ok(CompletionResponse::new(
+            choice,
+            Usage::default(),
+            origin,
+            serde_json::Value::Null,
+        ))
     }
 }
 
 impl Transport<MockScript> for ScriptTransport {
     fn send(&self, request: CompletionRequest, exchange: Exchange) -> Opening<MockFrame> {
         if !matches!(exchange.mode, Mode::Unary) {
-            return Opening::failed(ProviderError::Provider("the benchmark does not stream".into()));
+            return Opening::failed(ProviderError::Provider(
+                "the benchmark does not stream".into(),
+            ));
         }
         match self.answer(&request) {
-            Ok(response) => Opening::ready(Opened::new(futures::stream::iter([Ok(MockFrame::Response(Box::new(
-                response,
-            )))]))),
+            Ok(response) => Opening::ready(Opened::new(futures::stream::iter([Ok(
+                MockFrame::Response(Box::new(response)),
+            )]))),
             Err(e) => Opening::failed(e),
         }
     }
@@ -126,15 +137,27 @@ fn opts() -> Result<HashMap<String, u32>, String> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut map = HashMap::new();
     for pair in args.chunks(2) {
-        let [key, value] = pair else { return Err(format!("{} needs a value", pair[0])) };
-        let name = key.strip_prefix("--").ok_or_else(|| format!("unexpected argument {key}"))?;
-        map.insert(name.to_owned(), value.parse().map_err(|_| format!("--{name} wants a number"))?);
+        let [key, value] = pair else {
+            return Err(format!("{} needs a value", pair[0]));
+        };
+        let name = key
+            .strip_prefix("--")
+            .ok_or_else(|| format!("unexpected argument {key}"))?;
+        map.insert(
+            name.to_owned(),
+            value
+                .parse()
+                .map_err(|_| format!("--{name} wants a number"))?,
+        );
     }
     Ok(map)
 }
 
 fn cpu_seconds() -> f64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: `ts` is a valid, writable timespec.
     unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
     ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
@@ -155,8 +178,14 @@ fn main() -> Result<(), String> {
     let calls = o.get("calls").copied().unwrap_or(3);
     let warmup = o.get("warmup").copied().unwrap_or(20);
     let model = rig_core::Model::new(MockScript::default(), ScriptTransport { turns, calls });
-    let agent = AgentBuilder::new(model).preamble("You are a benchmark.").tool(Noop).build();
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
+    let agent = AgentBuilder::new(model)
+        .preamble("You are a benchmark.")
+        .tool(Noop)
+        .build();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
     let run_once = || async {
         let response = agent
             .prompt("Call the no-op tool as told.")
