@@ -111,23 +111,6 @@ where
     )
 }
 
-/// Splits a body into one chunk per line (zero-copy), the way a server that flushes each event
-/// delivers it. The SSE reader re-buffers what is left of a chunk after every line it reads, so
-/// one chunk holding a whole long stream would cost time quadratic in its length.
-fn line_chunks(body: Bytes) -> impl Iterator<Item = Result<Bytes, ModelError>> + Send {
-    let mut rest = body;
-    std::iter::from_fn(move || {
-        if rest.is_empty() {
-            return None;
-        }
-        let end = rest
-            .iter()
-            .position(|b| *b == b'\n')
-            .map_or(rest.len(), |p| p + 1);
-        Some(Ok(rest.split_to(end)))
-    })
-}
-
 /// Runs a decoder over a whole event-stream body in memory and accumulates the response, without
 /// a runtime: the path a streamed response takes, minus the socket.
 pub(crate) fn accumulate_sse<D: StreamDecoder>(
@@ -138,12 +121,7 @@ pub(crate) fn accumulate_sse<D: StreamDecoder>(
     let mut body = Vec::with_capacity(bytes.len() + FINAL_BLANK_LINE.len());
     body.extend_from_slice(bytes);
     body.extend_from_slice(FINAL_BLANK_LINE);
-    let mut sse = SseStream::new(
-        stream::iter(line_chunks(Bytes::from(body))),
-        provider,
-        None,
-        usize::MAX,
-    );
+    let mut sse = SseStream::from_bytes(Bytes::from(body), provider);
     let mut acc = ResponseAccumulator::new();
     let mut queue = VecDeque::new();
     futures::executor::block_on(async {
