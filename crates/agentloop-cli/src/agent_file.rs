@@ -13,7 +13,7 @@ use std::fmt;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 
-use agentloop::ExecutionMode;
+use agentloop::{ExecutionMode, Permission};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -157,7 +157,9 @@ leaf!(
     Value,
     ExecutionMode,
     Provider,
-    Vec<String>
+    Permission,
+    Vec<String>,
+    Vec<Spanned<String>>
 );
 
 impl<T: Check> Check for Option<T> {
@@ -340,6 +342,8 @@ section! {
         limits: Option<LimitsSpec>,
         /// Command tools.
         tools: Option<Vec<ToolFileSpec>>,
+        /// Which tool calls run, which need approval, which never run.
+        permissions: Option<PermissionsSpec>,
     }
 }
 
@@ -408,6 +412,60 @@ section! {
     }
 }
 
+section! {
+    /// `[permissions]`: which tool calls run, which need a human's approval, which never run.
+    PermissionsSpec {
+        /// What happens to a call no list or rule covers: `allow` (the default), `ask` or `deny`.
+        default: Option<Permission>,
+        /// Tools whose calls run without asking.
+        allow: Option<Vec<Spanned<String>>>,
+        /// Tools whose calls need approval.
+        ask: Option<Vec<Spanned<String>>>,
+        /// Tools whose calls never run.
+        deny: Option<Vec<Spanned<String>>>,
+        /// A JSON file (relative to the agent file) where "always" answers are kept across runs.
+        store: Option<Spanned<String>>,
+        /// Rules on the arguments of a call.
+        rules: Option<Vec<PermissionRuleSpec>>,
+    }
+}
+
+section! {
+    /// One `[[permissions.rules]]` entry: a tool (or `*`), an optional match on its arguments, and
+    /// what to do.
+    PermissionRuleSpec {
+        /// A declared tool, or `*` for any.
+        tool: Spanned<String>,
+        /// `allow`, `ask` or `deny`.
+        permission: Permission,
+        /// Matches when an argument (a string, or an array of strings joined by spaces) starts
+        /// with a prefix, on a word boundary.
+        command_prefix: Option<CommandPrefixSpec>,
+        /// Matches when an argument (a path) matches a glob.
+        path_glob: Option<Spanned<PathGlobSpec>>,
+    }
+}
+
+section! {
+    /// `command_prefix = { field = "command", prefix = "git status" }`.
+    CommandPrefixSpec {
+        /// The argument holding the command.
+        field: String,
+        /// The prefix.
+        prefix: Spanned<String>,
+    }
+}
+
+section! {
+    /// `path_glob = { field = "path", glob = "src/**" }`.
+    PathGlobSpec {
+        /// The argument holding the path.
+        field: String,
+        /// The glob: `*` within a path segment, `**` across segments.
+        glob: Spanned<String>,
+    }
+}
+
 /// A checked agent file, with the directory its paths are relative to.
 #[derive(Debug, Clone)]
 pub struct AgentFile {
@@ -473,6 +531,11 @@ impl AgentFile {
     /// The tools, or none.
     pub fn tools(&self) -> &[ToolFileSpec] {
         self.spec.tools.as_deref().unwrap_or_default()
+    }
+
+    /// The `[permissions]` table, when the file has one.
+    pub fn permissions(&self) -> Option<&PermissionsSpec> {
+        self.spec.permissions.as_ref()
     }
 
     /// The model section.
@@ -566,7 +629,129 @@ fn check_rules(spec: &AgentFileSpec, dir: &Path, problems: &mut Problems) -> Opt
         .map(|(i, t)| (format!("tools[{i}]"), t))
         .collect();
     check_tools(&tools, dir, problems);
+    if let Some(permissions) = &spec.permissions {
+        let names: Vec<&str> = tools
+            .iter()
+            .map(|(_, t)| t.name.get_ref().as_str())
+            .collect();
+        check_permissions(permissions, &names, dir, problems);
+    }
     instructions
+}
+
+/// The tool names of a file whose shape may be wrong: every `[[tools]]` entry's `name` that is a
+/// string.
+fn raw_tool_names(root: &DeTable<'_>) -> Vec<String> {
+    fn named<'t, 'i>(table: &'t DeTable<'i>, key: &str) -> Option<&'t DeValue<'i>> {
+        table
+            .iter()
+            .find(|(k, _)| k.get_ref().as_ref() == key)
+            .map(|(_, v)| v.get_ref())
+    }
+    let Some(DeValue::Array(items)) = named(root, "tools") else {
+        return Vec::new();
+    };
+    items
+        .iter()
+        .filter_map(|item| item.get_ref().as_table())
+        .filter_map(|t| named(t, "name"))
+        .filter_map(|name| name.as_str().map(str::to_owned))
+        .collect()
+}
+
+/// `[permissions]`: every listed tool is declared and listed once, rules name declared tools (or
+/// `*`) with at most one argument match each, globs compile, and the store file, when it exists,
+/// reads.
+fn check_permissions(
+    permissions: &PermissionsSpec,
+    tools: &[&str],
+    dir: &Path,
+    problems: &mut Problems,
+) {
+    let declared = if tools.is_empty() {
+        "the file declares no tools".to_owned()
+    } else {
+        format!("declared: {}", tools.join(", "))
+    };
+    let mut listed: Vec<(&str, &str)> = Vec::new();
+    for (list, names) in [
+        ("allow", &permissions.allow),
+        ("ask", &permissions.ask),
+        ("deny", &permissions.deny),
+    ] {
+        for (i, name) in names.as_deref().unwrap_or_default().iter().enumerate() {
+            let path = format!("permissions.{list}[{i}]");
+            let n = name.get_ref().as_str();
+            if !tools.contains(&n) {
+                problems.at(
+                    &path,
+                    span_of(name),
+                    format!("no tool named {n:?} ({declared})"),
+                );
+            } else if let Some((_, first)) = listed.iter().find(|(t, _)| *t == n) {
+                problems.at(
+                    &path,
+                    span_of(name),
+                    format!("the tool {n:?} is already listed in `{first}`"),
+                );
+            }
+            listed.push((n, list));
+        }
+    }
+    let rules = permissions.rules.as_deref().unwrap_or_default();
+    for (i, rule) in rules.iter().enumerate() {
+        let path = format!("permissions.rules[{i}]");
+        let n = rule.tool.get_ref().as_str();
+        if n != "*" && !tools.contains(&n) {
+            problems.at(
+                &join(&path, "tool"),
+                span_of(&rule.tool),
+                format!("no tool named {n:?} ({declared}; `*` means any tool)"),
+            );
+        }
+        if let Some(prefix) = &rule.command_prefix
+            && prefix.prefix.get_ref().trim().is_empty()
+        {
+            problems.at(
+                &join(&path, "command_prefix.prefix"),
+                span_of(&prefix.prefix),
+                "the prefix is empty",
+            );
+        }
+        if let Some(glob) = &rule.path_glob {
+            if rule.command_prefix.is_some() {
+                problems.at(
+                    &join(&path, "path_glob"),
+                    span_of(glob),
+                    "give `command_prefix` or `path_glob`, not both",
+                );
+            }
+            let g = &glob.get_ref().glob;
+            if let Err(e) = globset::GlobBuilder::new(g.get_ref())
+                .literal_separator(true)
+                .build()
+            {
+                problems.at(
+                    &join(&path, "path_glob.glob"),
+                    span_of(g),
+                    format!("not a valid glob: {}", e.kind()),
+                );
+            }
+        }
+    }
+    if let Some(store) = &permissions.store {
+        if store.get_ref().trim().is_empty() {
+            problems.at(
+                "permissions.store",
+                span_of(store),
+                "the store path is empty",
+            );
+        } else if let Err(e) =
+            agentloop::PermissionStore::open(dir.join(store.get_ref()), Permission::Allow)
+        {
+            problems.at("permissions.store", span_of(store), e.to_string());
+        }
+    }
 }
 
 /// Tool names (valid, unique) and each tool's own rules; `tools` pairs each with its key path.
@@ -618,6 +803,14 @@ fn check_clean_sections(root: &DeTable<'_>, dir: &Path, problems: &mut Problems)
         && let Ok(limits) = LimitsSpec::deserialize(ValueDeserializer::from(v))
     {
         check_limits(&limits, problems);
+    }
+    if let Some(v) = get("permissions")
+        && !dirty(problems, "permissions")
+        && let Ok(permissions) = PermissionsSpec::deserialize(ValueDeserializer::from(v))
+    {
+        let names = raw_tool_names(root);
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        check_permissions(&permissions, &names, dir, problems);
     }
     let Some(items) = get("tools") else { return };
     let Some(items) = items.get_ref().as_array() else {
@@ -829,7 +1022,7 @@ fn check_tool(tool: &ToolFileSpec, path: &str, dir: &Path, problems: &mut Proble
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
 
@@ -838,6 +1031,14 @@ mod tests {
             .unwrap_err()
             .list()
             .to_vec()
+    }
+
+    /// Each problem's key path and line.
+    fn located(text: &str) -> Vec<(String, usize)> {
+        problems(text)
+            .into_iter()
+            .map(|p| (p.path, p.line))
+            .collect()
     }
 
     #[test]
@@ -863,10 +1064,7 @@ name = "bad name"
 command = []
 mode = "sideways"
 "#;
-        let got: Vec<(String, usize)> = problems(text)
-            .into_iter()
-            .map(|p| (p.path, p.line))
-            .collect();
+        let got = located(text);
         let want: Vec<(String, usize)> = [
             ("colour", 2),
             ("model.name", 6),
@@ -897,10 +1095,7 @@ name = "t2"
 command = ["echo"]
 input_schema = { type = "string" }
 "#;
-        let got: Vec<(String, usize)> = problems(text)
-            .into_iter()
-            .map(|p| (p.path, p.line))
-            .collect();
+        let got = located(text);
         assert!(got.contains(&("model.name".into(), 3)), "{got:?}");
         assert!(got.contains(&("model.script".into(), 4)), "{got:?}");
         assert!(got.contains(&("tools[0].name".into(), 7)), "{got:?}");
@@ -924,10 +1119,7 @@ command = ["echo"]
 name = "t"
 command = 5
 "#;
-        let got: Vec<(String, usize)> = problems(text)
-            .into_iter()
-            .map(|p| (p.path, p.line))
-            .collect();
+        let got = located(text);
         assert_eq!(
             got,
             [
@@ -963,6 +1155,115 @@ command = 5
         );
         let paths: Vec<&str> = got.iter().map(|p| p.path.as_str()).collect();
         assert_eq!(paths, ["model.script", "model.base_url"]);
+    }
+
+    /// An agent file with two tools, `shell` and `write`, and no permissions.
+    pub(crate) const TWO_TOOLS: &str = r#"name = "x"
+[model]
+provider = "openai"
+name = "m"
+[[tools]]
+name = "shell"
+command = ["sh"]
+[[tools]]
+name = "write"
+command = ["sh"]
+"#;
+
+    #[test]
+    fn permission_lists_and_rules_name_declared_tools_once() {
+        let text = format!(
+            r#"{TWO_TOOLS}
+[permissions]
+default = "ask"
+allow = ["shell", "nope"]
+deny = ["write", "shell"]
+store = ""
+
+[[permissions.rules]]
+tool = "*"
+permission = "deny"
+path_glob = {{ field = "path", glob = "**/.env" }}
+
+[[permissions.rules]]
+tool = "wirte"
+permission = "allow"
+command_prefix = {{ field = "command", prefix = " " }}
+path_glob = {{ field = "path", glob = "src/[" }}
+"#
+        );
+        let got: Vec<(String, usize, String)> = problems(&text)
+            .into_iter()
+            .map(|p| (p.path, p.line, p.message))
+            .collect();
+        let paths: Vec<(&str, usize)> = got.iter().map(|(p, l, _)| (p.as_str(), *l)).collect();
+        assert_eq!(
+            paths,
+            [
+                ("permissions.allow[1]", 14),
+                ("permissions.deny[1]", 15),
+                ("permissions.store", 16),
+                ("permissions.rules[1].tool", 24),
+                ("permissions.rules[1].command_prefix.prefix", 26),
+                ("permissions.rules[1].path_glob", 27),
+                ("permissions.rules[1].path_glob.glob", 27),
+            ]
+        );
+        assert!(
+            got[0]
+                .2
+                .contains("no tool named \"nope\" (declared: shell, write)"),
+            "{got:?}"
+        );
+        assert!(got[1].2.contains("already listed in `allow`"), "{got:?}");
+    }
+
+    #[test]
+    fn permission_shapes_are_checked_key_by_key() {
+        let text = format!(
+            "{TWO_TOOLS}\n[permissions]\ndefault = \"maybe\"\nask = \"shell\"\nsave = true\n[[permissions.rules]]\npermission = \"allow\"\ncommand_prefix = {{ field = \"command\" }}\n"
+        );
+        let got = located(&text);
+        assert_eq!(
+            got,
+            [
+                ("permissions.default".to_owned(), 13),
+                ("permissions.ask".to_owned(), 14),
+                ("permissions.save".to_owned(), 15),
+                ("permissions.rules[0].tool".to_owned(), 16),
+                ("permissions.rules[0].command_prefix.prefix".to_owned(), 18),
+            ]
+        );
+    }
+
+    #[test]
+    fn an_unknown_tool_in_a_list_is_reported_even_when_other_sections_are_wrong() {
+        let text = format!("colour = 1\n{TWO_TOOLS}\n[permissions]\ndeny = [\"shel\"]\n");
+        let got = located(&text);
+        assert_eq!(
+            got,
+            [
+                ("colour".to_owned(), 1),
+                ("permissions.deny[0]".to_owned(), 14)
+            ]
+        );
+    }
+
+    #[test]
+    fn an_unreadable_permission_store_is_a_problem_at_its_key() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("p.json"), "{ not json").unwrap();
+        let text = format!("{TWO_TOOLS}\n[permissions]\nstore = \"p.json\"\n");
+        let got = AgentFile::parse(&dir.path().join("agent.toml"), &text)
+            .unwrap_err()
+            .list()
+            .to_vec();
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert_eq!(
+            (got[0].path.as_str(), got[0].line),
+            ("permissions.store", 13)
+        );
+        assert!(got[0].message.contains("permission store"), "{got:?}");
     }
 
     #[test]

@@ -1,14 +1,19 @@
 //! From a checked agent file to a runnable [`Agent`]: the model (scripted or a live provider
-//! wrapped in retries), the command tools, the limits and the model settings.
+//! wrapped in retries), the command tools, the limits, the model settings and the permission gate.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use agentloop::{Agent, Limits, Model, ModelSettings, ScriptedModel, Tool};
+use agentloop::{
+    Agent, Answer, ApprovalPrompter, ArgumentMatch, BatchGate, FixedAnswer, Limits, Model,
+    ModelSettings, Permission, PermissionGate, PermissionRule, PermissionStore, ScriptedModel,
+    Tool,
+};
 use agentloop_tools::CommandTool;
 use serde_json::json;
 
 use crate::agent_file::{AgentFile, Provider};
+use crate::approval::{CancelSlot, CancellableGate};
 use crate::error::CliError;
 
 /// The limits the file asks for, over the core's defaults.
@@ -98,8 +103,118 @@ pub fn model(file: &AgentFile) -> Result<Arc<dyn Model>, CliError> {
     }
 }
 
-/// The agent, over a given model.
-pub fn agent(file: &AgentFile, model: Arc<dyn Model>) -> Result<Agent, CliError> {
+/// The rules of the `[permissions]` table: the `deny`, `ask` and `allow` lists (each a rule for
+/// every call of a tool), then the `[[permissions.rules]]`.
+pub fn permission_rules(file: &AgentFile) -> Vec<PermissionRule> {
+    let Some(p) = file.permissions() else {
+        return Vec::new();
+    };
+    let lists = [
+        (Permission::Deny, &p.deny),
+        (Permission::Ask, &p.ask),
+        (Permission::Allow, &p.allow),
+    ];
+    let listed = lists.into_iter().flat_map(|(permission, names)| {
+        names
+            .as_deref()
+            .unwrap_or_default()
+            .iter()
+            .map(move |name| PermissionRule {
+                tool: name.get_ref().clone(),
+                arguments: None,
+                permission,
+            })
+    });
+    let rules = p.rules.as_deref().unwrap_or_default().iter().map(|r| {
+        let arguments = match (&r.command_prefix, &r.path_glob) {
+            (Some(c), _) => Some(ArgumentMatch::CommandPrefix {
+                field: c.field.clone(),
+                prefix: c.prefix.get_ref().clone(),
+            }),
+            (None, Some(g)) => Some(ArgumentMatch::PathGlob {
+                field: g.get_ref().field.clone(),
+                glob: g.get_ref().glob.get_ref().clone(),
+            }),
+            (None, None) => None,
+        };
+        PermissionRule {
+            tool: r.tool.get_ref().clone(),
+            arguments,
+            permission: r.permission,
+        }
+    });
+    listed.chain(rules).collect()
+}
+
+/// The permission store the file describes: its `default` (allow when absent) as the fallback,
+/// the answers saved in its `store` file, and its lists and rules as configured rules (never
+/// written back to the file). An answer saved for a tool replaces the file's `ask` list entry and
+/// `ask` rules for that tool, as it did in the run that saved it; a `deny` in the file still wins.
+pub fn permission_store(file: &AgentFile) -> Result<PermissionStore, CliError> {
+    let Some(p) = file.permissions() else {
+        return Ok(PermissionStore::new(Permission::Allow));
+    };
+    let fallback = p.default.unwrap_or(Permission::Allow);
+    let mut store = match &p.store {
+        Some(path) => {
+            PermissionStore::open(file.resolve(path.get_ref()), fallback).map_err(|e| {
+                CliError::Setup {
+                    message: e.to_string(),
+                }
+            })?
+        }
+        None => PermissionStore::new(fallback),
+    };
+    let saved: Vec<String> = store
+        .rules()
+        .iter()
+        .filter(|r| r.arguments.is_none())
+        .map(|r| r.tool.clone())
+        .collect();
+    for rule in permission_rules(file) {
+        let answered = rule.permission == Permission::Ask && saved.contains(&rule.tool);
+        if !answered {
+            store.configure(rule);
+        }
+    }
+    Ok(store)
+}
+
+/// Who answers a call that needs approval.
+pub enum Approval {
+    /// `--yes`: every asked call runs, this once.
+    Yes,
+    /// A person, through this prompter.
+    Prompter(Arc<dyn ApprovalPrompter>),
+    /// Nobody: an asked call is denied with this reason.
+    Nobody(&'static str),
+}
+
+/// The permission gate of a file with a `[permissions]` table (none without one: every call
+/// runs). When the run in `cancel` is cancelled while the gate decides, the batch is denied.
+pub fn gate(
+    file: &AgentFile,
+    approval: Approval,
+    cancel: CancelSlot,
+) -> Result<Option<Arc<dyn BatchGate>>, CliError> {
+    if file.permissions().is_none() {
+        return Ok(None);
+    }
+    let gate = PermissionGate::new(permission_store(file)?);
+    let gate = match approval {
+        Approval::Yes => gate.with_prompter(Arc::new(FixedAnswer(Answer::AllowOnce))),
+        Approval::Prompter(p) => gate.with_prompter(p),
+        Approval::Nobody(reason) => gate.unattended_reason(reason),
+    };
+    Ok(Some(Arc::new(CancellableGate::new(gate, cancel))))
+}
+
+/// The agent, over a given model, with a permission gate when the file has one.
+pub fn agent(
+    file: &AgentFile,
+    model: Arc<dyn Model>,
+    gate: Option<Arc<dyn BatchGate>>,
+) -> Result<Agent, CliError> {
     let mut builder = Agent::builder()
         .name(file.spec.name.get_ref().clone())
         .model_arc(model)
@@ -115,7 +230,110 @@ pub fn agent(file: &AgentFile, model: Arc<dyn Model>) -> Result<Agent, CliError>
     if let Some(pricing) = crate::live::pricing(*file.model().provider.get_ref()) {
         builder = builder.pricing_arc(pricing);
     }
+    if let Some(gate) = gate {
+        builder = builder.gate(gate);
+    }
     builder.build().map_err(|e| CliError::Setup {
         message: format!("{}: {e}", e.code()),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::agent_file::tests::TWO_TOOLS;
+
+    fn file_in(dir: &std::path::Path, permissions: &str) -> AgentFile {
+        let text = format!("{TWO_TOOLS}{permissions}");
+        AgentFile::parse(&dir.join("agent.toml"), &text).unwrap()
+    }
+
+    #[test]
+    fn a_saved_answer_replaces_ask_in_the_file_but_never_a_deny() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut saved = PermissionStore::open(dir.path().join("p.json"), Permission::Ask).unwrap();
+        saved.remember("shell", Permission::Allow).unwrap();
+        saved.remember("write", Permission::Allow).unwrap();
+        let file = file_in(
+            dir.path(),
+            r#"[permissions]
+default = "deny"
+ask = ["shell"]
+deny = ["write"]
+store = "p.json"
+[[permissions.rules]]
+tool = "shell"
+permission = "ask"
+command_prefix = { field = "command", prefix = "rm" }
+"#,
+        );
+        let store = permission_store(&file).unwrap();
+        assert_eq!(
+            store.decide("shell", &json!({"command": "rm -rf x"})),
+            Permission::Allow
+        );
+        assert_eq!(store.decide("write", &json!({})), Permission::Deny);
+        assert_eq!(
+            store.decide("other", &json!({})),
+            Permission::Deny,
+            "the default"
+        );
+        assert!(
+            store.configured().iter().all(|r| r.tool != "shell"),
+            "{:?}",
+            store.configured()
+        );
+    }
+
+    #[test]
+    fn lists_and_argument_rules_become_rules_and_no_table_means_no_gate() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = file_in(
+            dir.path(),
+            r#"[permissions]
+default = "ask"
+allow = ["write"]
+[[permissions.rules]]
+tool = "shell"
+permission = "allow"
+command_prefix = { field = "command", prefix = "git status" }
+[[permissions.rules]]
+tool = "write"
+permission = "deny"
+path_glob = { field = "path", glob = "**/.env" }
+"#,
+        );
+        let store = permission_store(&file).unwrap();
+        assert_eq!(
+            store.decide("shell", &json!({"command": "git status -s"})),
+            Permission::Allow
+        );
+        assert_eq!(
+            store.decide("shell", &json!({"command": "git push"})),
+            Permission::Ask
+        );
+        assert_eq!(
+            store.decide("write", &json!({"path": "src/main.rs"})),
+            Permission::Allow
+        );
+        assert_eq!(
+            store.decide("write", &json!({"path": "app/.env"})),
+            Permission::Deny
+        );
+        let bare = file_in(dir.path(), "");
+        assert!(
+            gate(&bare, Approval::Yes, CancelSlot::default())
+                .unwrap()
+                .is_none()
+        );
+        assert!(
+            gate(&file, Approval::Yes, CancelSlot::default())
+                .unwrap()
+                .is_some()
+        );
+    }
 }

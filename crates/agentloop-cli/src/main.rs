@@ -2,6 +2,7 @@
 #![forbid(unsafe_code)]
 
 mod agent_file;
+mod approval;
 mod assemble;
 mod error;
 mod live;
@@ -18,6 +19,11 @@ use agentloop_store::{TraceOptions, TraceSink};
 use clap::{Args, Parser, Subcommand};
 
 use crate::agent_file::{AgentFile, LoadError, Provider};
+use crate::approval::{
+    CancelSlot, ChannelLines, Console, DRY_RUN_REASON, NO_TERMINAL_REASON, StdinLines,
+    TerminalPrompter,
+};
+use crate::assemble::Approval;
 use crate::error::{CliError, EXIT_CODES_HELP, code, outcome_exit_code};
 use crate::render::Progress;
 
@@ -72,7 +78,9 @@ struct RunArgs {
     /// Also records prompts, arguments and outputs in the trace (never secrets).
     #[arg(long, requires = "trace")]
     trace_payloads: bool,
-    /// Approves every permission prompt (reserved for the permission gate; accepted now).
+    /// Approves every tool call the agent file's [permissions] would ask about, this once (a
+    /// `deny` still denies). Without it, an asked call is put to you in a terminal, and denied
+    /// with --json or without a terminal.
     #[arg(long, short = 'y')]
     yes: bool,
 }
@@ -87,7 +95,9 @@ struct ChatArgs {
     /// Also records prompts, arguments and outputs in the trace (never secrets).
     #[arg(long, requires = "trace")]
     trace_payloads: bool,
-    /// Approves every permission prompt (reserved for the permission gate; accepted now).
+    /// Approves every tool call the agent file's [permissions] would ask about, this once (a
+    /// `deny` still denies). Without it, an asked call is put to you in a terminal, and denied
+    /// without one.
     #[arg(long, short = 'y')]
     yes: bool,
 }
@@ -137,6 +147,8 @@ fn main() -> ExitCode {
         }
     };
     let code = runtime.block_on(dispatch(cli));
+    // A prompt given up on (Ctrl-C) may leave a blocking read of stdin behind: do not wait for it.
+    runtime.shutdown_timeout(std::time::Duration::from_millis(250));
     ExitCode::from(u8::try_from(code).unwrap_or(1))
 }
 
@@ -247,9 +259,7 @@ fn cancel_on_ctrl_c(token: CancellationToken) -> tokio::task::JoinHandle<()> {
 
 /// In a chat, Ctrl-C cancels the run in progress; between runs it quits with the cancellation
 /// code.
-fn ctrl_c_in_chat(
-    current: Arc<std::sync::Mutex<Option<CancellationToken>>>,
-) -> tokio::task::JoinHandle<()> {
+fn ctrl_c_in_chat(current: CancelSlot) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         while tokio::signal::ctrl_c().await.is_ok() {
             let running = current
@@ -288,10 +298,28 @@ async fn run(args: RunArgs) -> Result<i32, CliError> {
         return Ok(code::OK);
     }
     let model = assemble::model(&file)?;
-    let agent = assemble::agent(&file, model)?;
-    let trace = open_trace(&args.trace, args.trace_payloads)?;
     let progress = Arc::new(Progress::new());
     let cancel = CancellationToken::new();
+    let slot: CancelSlot = Arc::new(std::sync::Mutex::new(Some(cancel.clone())));
+    let approval = if args.yes {
+        Approval::Yes
+    } else if args.dry_run {
+        Approval::Nobody(DRY_RUN_REASON)
+    } else if !args.json && can_prompt() {
+        Approval::Prompter(Arc::new(TerminalPrompter::new(
+            Console {
+                lines: Box::new(StdinLines),
+                out: Box::new(std::io::stderr()),
+            },
+            Some(progress.clone()),
+            slot.clone(),
+        )))
+    } else {
+        Approval::Nobody(NO_TERMINAL_REASON)
+    };
+    let gate = assemble::gate(&file, approval, slot)?;
+    let agent = assemble::agent(&file, model, gate)?;
+    let trace = open_trace(&args.trace, args.trace_payloads)?;
     let signals = cancel_on_ctrl_c(cancel.clone());
     let mut sinks: Vec<Arc<dyn EventSink>> = Vec::new();
     if !args.json && !args.quiet {
@@ -319,17 +347,48 @@ async fn run(args: RunArgs) -> Result<i32, CliError> {
     Ok(outcome_exit_code(&outcome))
 }
 
+/// True when a person can be asked: stdin and stderr are terminals.
+fn can_prompt() -> bool {
+    std::io::stdin().is_terminal() && std::io::stderr().is_terminal()
+}
+
+/// True when stdout and stderr are the same terminal, so what streamed on stderr was seen where
+/// stdout prints.
+fn same_terminal() -> bool {
+    let (out, err) = (std::io::stdout(), std::io::stderr());
+    if !(out.is_terminal() && err.is_terminal()) {
+        return false;
+    }
+    #[cfg(unix)]
+    {
+        use std::os::fd::AsFd;
+        use std::os::unix::fs::MetadataExt;
+        let id = |fd: std::os::fd::BorrowedFd<'_>| {
+            let file = std::fs::File::from(fd.try_clone_to_owned().ok()?);
+            file.metadata().ok().map(|m| (m.dev(), m.ino(), m.rdev()))
+        };
+        let (a, b) = (id(out.as_fd()), id(err.as_fd()));
+        a.is_some() && a == b
+    }
+    #[cfg(not(unix))]
+    {
+        true
+    }
+}
+
+/// True when the final output was already shown: it streamed (progress on, not `--quiet`) to the
+/// terminal that stdout prints to.
+fn already_shown(quiet: bool, same_terminal: bool, streamed: &str, output: &str) -> bool {
+    !quiet && same_terminal && !streamed.trim().is_empty() && streamed.trim() == output.trim()
+}
+
 /// Prints the final output on stdout, unless it already streamed to the same terminal.
 fn print_final(outcome: &RunOutcome, progress: &Progress, quiet: bool) {
     let output = outcome.output.clone().unwrap_or_default();
     if output.is_empty() {
         return;
     }
-    let streamed_here = !quiet
-        && std::io::stdout().is_terminal()
-        && std::io::stderr().is_terminal()
-        && progress.last_streamed().trim() == output.trim();
-    if !streamed_here {
+    if !already_shown(quiet, same_terminal(), &progress.last_streamed(), &output) {
         let mut stdout = std::io::stdout().lock();
         let _ = writeln!(stdout, "{}", output.trim_end_matches('\n'));
         let _ = stdout.flush();
@@ -356,17 +415,35 @@ fn print_outcome(outcome: &RunOutcome, args: &RunArgs, progress: &Progress) {
 async fn chat(args: ChatArgs) -> Result<i32, CliError> {
     let file = load(&args.file)?;
     let model = assemble::model(&file)?;
-    let agent = assemble::agent(&file, model)?;
-    let trace = open_trace(&args.trace, args.trace_payloads)?;
     let progress = Arc::new(Progress::new());
-    let mut transcript: Vec<Message> = Vec::new();
     let interactive = std::io::stdin().is_terminal();
+    // Inputs and approval answers are both lines of stdin, read by one thread.
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let lines = Arc::new(tokio::sync::Mutex::new(rx));
+    let current: CancelSlot = Arc::default();
+    let approval = if args.yes {
+        Approval::Yes
+    } else if can_prompt() {
+        Approval::Prompter(Arc::new(TerminalPrompter::new(
+            Console {
+                lines: Box::new(ChannelLines(lines.clone())),
+                out: Box::new(std::io::stderr()),
+            },
+            Some(progress.clone()),
+            current.clone(),
+        )))
+    } else {
+        Approval::Nobody(NO_TERMINAL_REASON)
+    };
+    let gate = assemble::gate(&file, approval, current.clone())?;
+    let agent = assemble::agent(&file, model, gate)?;
+    let trace = open_trace(&args.trace, args.trace_payloads)?;
+    let mut transcript: Vec<Message> = Vec::new();
     eprintln!(
         "{} ({}) — one input per line; /exit or end of input quits",
         file.spec.name.get_ref(),
         file.model().provider.get_ref().as_str()
     );
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
     std::thread::spawn(move || {
         let stdin = std::io::stdin();
         let mut line = String::new();
@@ -382,7 +459,6 @@ async fn chat(args: ChatArgs) -> Result<i32, CliError> {
             }
         }
     });
-    let current: Arc<std::sync::Mutex<Option<CancellationToken>>> = Arc::default();
     let signals = ctrl_c_in_chat(current.clone());
     let mut last = code::OK;
     loop {
@@ -390,7 +466,9 @@ async fn chat(args: ChatArgs) -> Result<i32, CliError> {
             eprint!("> ");
             let _ = std::io::stderr().flush();
         }
-        let Some(line) = rx.recv().await else { break };
+        let Some(line) = lines.lock().await.recv().await else {
+            break;
+        };
         let input = line.trim();
         if input.is_empty() {
             continue;
@@ -480,5 +558,26 @@ fn trace_command(cmd: TraceCommand) -> Result<i32, CliError> {
 fn warn_trace(warnings: &[String]) {
     for w in warnings {
         eprintln!("agentloop: warning: {w}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::already_shown;
+
+    #[test]
+    fn the_final_output_is_printed_again_only_where_it_was_not_seen() {
+        let text = "Lisbon is warmer.";
+        assert!(already_shown(false, true, "Lisbon is warmer.\n", text));
+        assert!(!already_shown(false, false, text, text), "stdout elsewhere");
+        assert!(
+            !already_shown(true, true, text, text),
+            "--quiet shows no progress"
+        );
+        assert!(
+            !already_shown(false, true, "Let me look.", text),
+            "other text streamed"
+        );
+        assert!(!already_shown(false, true, "", ""), "nothing streamed");
     }
 }

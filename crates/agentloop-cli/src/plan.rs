@@ -32,6 +32,8 @@ pub struct Plan {
     pub tools: Vec<Value>,
     /// The limits in force (the file's, over the defaults).
     pub limits: Value,
+    /// The permissions: the default, the lists, the rules, the store file and what it holds.
+    pub permissions: Value,
     /// The schema of the final answer.
     pub output_schema: Option<Value>,
     /// The first request it would send, for the input `<input>`.
@@ -123,6 +125,7 @@ pub fn plan(file: &AgentFile) -> Result<Plan, CliError> {
         "retry": if provider == Provider::Scripted { Value::Null } else { json!("providers' default retry policy") },
     });
     let limits = serde_json::to_value(assemble::limits(file)).unwrap_or(Value::Null);
+    let permissions = permissions_view(file)?;
     Ok(Plan {
         agent: file.spec.name.get_ref().clone(),
         description: file.spec.description.clone(),
@@ -131,6 +134,7 @@ pub fn plan(file: &AgentFile) -> Result<Plan, CliError> {
         instructions: file.instructions.clone(),
         tools: tools_view,
         limits,
+        permissions,
         output_schema: file
             .spec
             .output_schema
@@ -140,11 +144,94 @@ pub fn plan(file: &AgentFile) -> Result<Plan, CliError> {
     })
 }
 
+/// The permissions in force: the default, the file's lists and argument rules, the store file
+/// and the answers saved in it.
+fn permissions_view(file: &AgentFile) -> Result<Value, CliError> {
+    let p = file.permissions();
+    let names = |list: Option<&Vec<toml::Spanned<String>>>| -> Vec<String> {
+        list.map(|l| l.iter().map(|n| n.get_ref().clone()).collect())
+            .unwrap_or_default()
+    };
+    let store = assemble::permission_store(file)?;
+    let store_file = p
+        .and_then(|p| p.store.as_ref())
+        .map(|s| file.resolve(s.get_ref()));
+    let argument_rules: Vec<_> = assemble::permission_rules(file)
+        .into_iter()
+        .filter(|r| r.arguments.is_some())
+        .collect();
+    Ok(json!({
+        "gate": p.is_some(),
+        "default": store.fallback(),
+        "allow": names(p.and_then(|p| p.allow.as_ref())),
+        "ask": names(p.and_then(|p| p.ask.as_ref())),
+        "deny": names(p.and_then(|p| p.deny.as_ref())),
+        "rules": argument_rules,
+        "store": store_file.as_ref().map(|f| f.display().to_string()),
+        "store_exists": store_file.as_ref().map(|f| f.exists()),
+        "saved": store.rules(),
+    }))
+}
+
 fn show(v: &Value) -> String {
     match v {
         Value::Null => "—".into(),
         Value::String(s) => s.clone(),
         other => other.to_string(),
+    }
+}
+
+fn words(v: &Value) -> String {
+    v.as_array()
+        .map(|items| items.iter().map(show).collect::<Vec<_>>().join(", "))
+        .unwrap_or_default()
+}
+
+/// One rule in words: `shell allow when command starts with "git status"`.
+fn rule_words(r: &Value) -> String {
+    let a = &r["arguments"];
+    let when = match a["kind"].as_str() {
+        Some("command_prefix") => {
+            format!(" when {} starts with {}", show(&a["field"]), a["prefix"])
+        }
+        Some("path_glob") => format!(" when {} matches {}", show(&a["field"]), a["glob"]),
+        _ => String::new(),
+    };
+    format!("{} {}{when}", show(&r["tool"]), show(&r["permission"]))
+}
+
+fn render_permissions(out: &mut String, p: &Value) {
+    let _ = writeln!(
+        out,
+        "permissions  default {}{}",
+        show(&p["default"]),
+        if p["gate"] == true {
+            ""
+        } else {
+            " (no [permissions] table: every call runs)"
+        }
+    );
+    for list in ["allow", "ask", "deny"] {
+        if p[list].as_array().is_some_and(|l| !l.is_empty()) {
+            let _ = writeln!(out, "        {list}: {}", words(&p[list]));
+        }
+    }
+    for r in p["rules"].as_array().into_iter().flatten() {
+        let _ = writeln!(out, "        rule: {}", rule_words(r));
+    }
+    if !p["store"].is_null() {
+        let saved: Vec<String> = p["saved"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(rule_words)
+            .collect();
+        let held = match (p["store_exists"] == true, saved.is_empty()) {
+            (false, _) => "not written yet".to_owned(),
+            (true, true) => "no saved answers".to_owned(),
+            (true, false) => format!("saved: {}", saved.join(", ")),
+        };
+        let _ = writeln!(out, "        store: {} ({held})", show(&p["store"]));
     }
 }
 
@@ -203,6 +290,7 @@ pub fn render_plan(plan: &Plan) -> String {
             let _ = writeln!(out, "        {k}: {}", show(v));
         }
     }
+    render_permissions(&mut out, &plan.permissions);
     if let Some(s) = &plan.output_schema {
         let _ = writeln!(out, "output  {s}");
     }

@@ -7,28 +7,6 @@ mod support;
 use serde_json::{Value, json};
 use support::*;
 
-fn openai_agent(uri: &str, extra: &str) -> String {
-    format!(
-        r#"name = "weather"
-instructions = "You answer weather questions."
-
-[model]
-provider = "openai"
-name = "gpt-4o"
-base_url = "{uri}/v1"
-api_key_env = "AGENTLOOP_TEST_KEY"
-temperature = 0
-seed = 7
-{extra}
-[[tools]]
-name = "get_weather"
-description = "The weather of a city."
-command = ["python3", "tool.py"]
-input_schema = {{ type = "object", properties = {{ city = {{ type = "string" }}, fail = {{ type = "string" }} }} }}
-"#
-    )
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn json_run_against_openai_prints_one_object_with_the_documented_fields() {
     let fake = FakeProvider::start(
@@ -961,17 +939,11 @@ async fn chat_keeps_the_session_across_inputs() {
     )
     .await;
     let dir = AgentDir::new(&openai_agent(&fake.uri(), ""));
-    let agent = dir.agent();
-    let out = tokio::task::spawn_blocking(move || {
-        assert_cmd::Command::new(env!("CARGO_BIN_EXE_agentloop"))
-            .args(["chat", agent.to_str().unwrap()])
-            .env("AGENTLOOP_TEST_KEY", TEST_KEY)
-            .write_stdin("first question\n\nsecond question\n/exit\nnever sent\n")
-            .output()
-            .unwrap()
-    })
-    .await
-    .unwrap();
+    let out = chat(
+        dir.agent(),
+        "first question\n\nsecond question\n/exit\nnever sent\n",
+    )
+    .await;
     assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
     let bodies = fake.bodies().await;
     assert_eq!(bodies.len(), 2, "one request per input, none after /exit");

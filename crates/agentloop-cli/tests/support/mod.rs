@@ -214,3 +214,41 @@ pub fn stderr(out: &Output) -> String {
 pub fn stdout(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
+
+/// An OpenAI agent at the fake provider with one logging tool, `get_weather`; `extra` goes at the
+/// end of `[model]` (and may open tables of its own).
+pub fn openai_agent(uri: &str, extra: &str) -> String {
+    format!(
+        r#"name = "weather"
+instructions = "You answer weather questions."
+
+[model]
+provider = "openai"
+name = "gpt-4o"
+base_url = "{uri}/v1"
+api_key_env = "AGENTLOOP_TEST_KEY"
+temperature = 0
+seed = 7
+{extra}
+[[tools]]
+name = "get_weather"
+description = "The weather of a city."
+command = ["python3", "tool.py"]
+input_schema = {{ type = "object", properties = {{ city = {{ type = "string" }}, fail = {{ type = "string" }} }} }}
+"#
+    )
+}
+
+/// Runs `agentloop chat AGENT` with `input` on stdin and the test key set, off the async runtime.
+pub async fn chat(agent: PathBuf, input: &'static str) -> Output {
+    tokio::task::spawn_blocking(move || {
+        assert_cmd::Command::new(env!("CARGO_BIN_EXE_agentloop"))
+            .args(["chat", agent.to_str().unwrap()])
+            .env("AGENTLOOP_TEST_KEY", TEST_KEY)
+            .write_stdin(input)
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap()
+}

@@ -1,0 +1,500 @@
+//! Asking a person at the terminal about tool calls that need approval. All the asked calls of a
+//! batch are shown at once, before any tool of the batch runs: for each, the tool, its call id and
+//! its arguments (pretty JSON, cut to a screenful), and one answer read per call:
+//! `y` yes (this call), `a` yes always (every call of this tool), `n` no (this call), `d` no
+//! always (no call of this tool). Anything else asks again; the end of input answers no.
+//!
+//! The questions are written to any [`Write`] and the answers read from any [`AnswerLines`]: stdin
+//! read in a blocking task for `run`, the session's line channel for `chat`, and plain
+//! [`BufRead`] text in tests.
+
+use std::io::{BufRead, Write};
+use std::sync::{Arc, Mutex};
+
+use agentloop::{
+    Answer, ApprovalPrompter, ApprovalRequest, Batch, BatchGate, CancellationToken, RunError,
+};
+use futures::future::BoxFuture;
+use serde_json::Value;
+use tokio::sync::mpsc::UnboundedReceiver;
+
+use crate::render::Progress;
+
+/// The reason an asked call is denied when nobody can be asked.
+pub const NO_TERMINAL_REASON: &str = "approval required but no terminal to ask (use --yes)";
+
+/// The reason an asked call is denied in a dry run (nothing is asked there, nothing saved).
+pub const DRY_RUN_REASON: &str = "approval required (dry run: nobody is asked)";
+
+/// The reason the calls of a batch are denied when the run is cancelled before they start.
+pub const CANCELLED_REASON: &str = "the run was cancelled before this call started";
+
+/// The most lines of arguments a question shows.
+const MAX_ARGUMENT_LINES: usize = 24;
+/// The most characters of one line of arguments a question shows.
+const MAX_LINE_CHARS: usize = 160;
+
+/// The cancellation token of the run in progress, if any (a chat has one per input).
+pub type CancelSlot = Arc<Mutex<Option<CancellationToken>>>;
+
+/// Where answers come from, one line at a time.
+pub trait AnswerLines: Send {
+    /// The next line; `None` at the end of input.
+    fn next_line(&mut self) -> BoxFuture<'_, Option<String>>;
+}
+
+/// Lines read from any [`BufRead`]. As [`AnswerLines`] it reads on the calling task, which suits
+/// text in memory; the process's stdin is read through [`StdinLines`].
+pub struct ReaderLines<R>(pub R);
+
+impl<R: BufRead> ReaderLines<R> {
+    /// The next line, blocking until it comes; `None` at the end of input (or a read error).
+    pub fn read(&mut self) -> Option<String> {
+        let mut line = String::new();
+        match self.0.read_line(&mut line) {
+            Ok(0) | Err(_) => None,
+            Ok(_) => Some(line),
+        }
+    }
+}
+
+impl<R: BufRead + Send> AnswerLines for ReaderLines<R> {
+    fn next_line(&mut self) -> BoxFuture<'_, Option<String>> {
+        let line = self.read();
+        Box::pin(async move { line })
+    }
+}
+
+/// Lines of the process's stdin, each read in a blocking task so the runtime is never blocked.
+pub struct StdinLines;
+
+impl AnswerLines for StdinLines {
+    fn next_line(&mut self) -> BoxFuture<'_, Option<String>> {
+        Box::pin(async {
+            tokio::task::spawn_blocking(|| ReaderLines(std::io::stdin().lock()).read())
+                .await
+                .ok()
+                .flatten()
+        })
+    }
+}
+
+/// Lines from a channel that a chat session also reads its inputs from. Waiting on it is
+/// cancel-safe: a prompt given up on never takes the next input.
+pub struct ChannelLines(pub Arc<tokio::sync::Mutex<UnboundedReceiver<String>>>);
+
+impl AnswerLines for ChannelLines {
+    fn next_line(&mut self) -> BoxFuture<'_, Option<String>> {
+        Box::pin(async move { self.0.lock().await.recv().await })
+    }
+}
+
+/// An answer typed at the prompt, or `None` for anything else.
+pub fn parse_answer(line: &str) -> Option<Answer> {
+    match line.trim().to_ascii_lowercase().as_str() {
+        "y" | "yes" => Some(Answer::AllowOnce),
+        "a" | "always" => Some(Answer::AllowAlways),
+        "n" | "no" => Some(Answer::DenyOnce),
+        "d" | "never" => Some(Answer::DenyAlways),
+        _ => None,
+    }
+}
+
+/// Text safe to print on a terminal: control characters (escape sequences a model could send in a
+/// call id) become `?`.
+fn printable(text: &str) -> String {
+    text.chars()
+        .map(|c| if c.is_control() { '?' } else { c })
+        .collect()
+}
+
+/// Arguments as indented pretty JSON, at most [`MAX_ARGUMENT_LINES`] lines of at most
+/// [`MAX_LINE_CHARS`] characters, saying what was cut. JSON escapes every control character.
+pub fn show_arguments(arguments: &Value) -> String {
+    let pretty = serde_json::to_string_pretty(arguments).unwrap_or_else(|_| arguments.to_string());
+    let lines: Vec<&str> = pretty.lines().collect();
+    let mut out = String::new();
+    for line in lines.iter().take(MAX_ARGUMENT_LINES) {
+        out.push_str("    ");
+        if line.chars().count() > MAX_LINE_CHARS {
+            out.extend(line.chars().take(MAX_LINE_CHARS));
+            out.push('…');
+        } else {
+            out.push_str(line);
+        }
+        out.push('\n');
+    }
+    if lines.len() > MAX_ARGUMENT_LINES {
+        out.push_str(&format!(
+            "    … {} more lines\n",
+            lines.len() - MAX_ARGUMENT_LINES
+        ));
+    }
+    out
+}
+
+/// Asks about every request, in order, and returns one answer each. A line that is not an answer
+/// asks again; the end of input answers no to this request and the rest.
+pub async fn ask_batch(
+    lines: &mut dyn AnswerLines,
+    out: &mut (dyn Write + Send),
+    requests: &[ApprovalRequest],
+) -> Vec<Answer> {
+    let n = requests.len();
+    let _ = writeln!(
+        out,
+        "? {n} tool call{} need{} your approval (nothing runs until all are answered)",
+        if n == 1 { "" } else { "s" },
+        if n == 1 { "s" } else { "" },
+    );
+    let mut answers = Vec::with_capacity(n);
+    let mut ended = false;
+    for (i, request) in requests.iter().enumerate() {
+        let tool = printable(&request.tool);
+        let _ = write!(
+            out,
+            "[{}/{n}] {tool} [{}]\n{}",
+            i + 1,
+            printable(&request.call_id),
+            show_arguments(&request.arguments)
+        );
+        let answer = loop {
+            if ended {
+                break Answer::DenyOnce;
+            }
+            let _ = write!(
+                out,
+                "  run it? y = yes · a = yes, always for {tool} · n = no · d = no, never {tool} > "
+            );
+            let _ = out.flush();
+            match lines.next_line().await {
+                None => {
+                    let _ = writeln!(out, "\n  (end of input: no)");
+                    ended = true;
+                }
+                Some(line) => match parse_answer(&line) {
+                    Some(a) => break a,
+                    None => {
+                        let _ = writeln!(out, "  please answer y, a, n or d");
+                    }
+                },
+            }
+        };
+        answers.push(answer);
+    }
+    let _ = out.flush();
+    answers
+}
+
+/// The question side of a terminal: where answers are read and questions written.
+pub struct Console {
+    /// The answers.
+    pub lines: Box<dyn AnswerLines>,
+    /// The questions.
+    pub out: Box<dyn Write + Send>,
+}
+
+/// Asks a person at the terminal. The spinner stops while it asks; cancelling the run (Ctrl-C)
+/// gives up the prompt and denies the asked calls.
+pub struct TerminalPrompter {
+    console: tokio::sync::Mutex<Console>,
+    progress: Option<Arc<Progress>>,
+    cancel: CancelSlot,
+}
+
+impl TerminalPrompter {
+    /// A prompter over a console; `progress` is paused while it asks; `cancel` holds the running
+    /// run's token.
+    pub fn new(console: Console, progress: Option<Arc<Progress>>, cancel: CancelSlot) -> Self {
+        TerminalPrompter {
+            console: tokio::sync::Mutex::new(console),
+            progress,
+            cancel,
+        }
+    }
+}
+
+fn current_token(slot: &CancelSlot) -> Option<CancellationToken> {
+    slot.lock().ok().and_then(|s| s.clone())
+}
+
+impl ApprovalPrompter for TerminalPrompter {
+    fn ask<'a>(
+        &'a self,
+        requests: &'a [ApprovalRequest],
+    ) -> BoxFuture<'a, Result<Vec<Answer>, String>> {
+        Box::pin(async move {
+            if let Some(p) = &self.progress {
+                p.end_line();
+            }
+            let token = current_token(&self.cancel).unwrap_or_default();
+            let mut console = self.console.lock().await;
+            let Console { lines, out } = &mut *console;
+            tokio::select! {
+                _ = token.cancelled() => {
+                    let _ = writeln!(out);
+                    Err(CANCELLED_REASON.to_owned())
+                }
+                answers = ask_batch(lines.as_mut(), out.as_mut(), requests) => Ok(answers),
+            }
+        })
+    }
+}
+
+/// A gate around another that denies every call of a batch when the run was cancelled while the
+/// inner gate decided (a person pressed Ctrl-C at the prompt): no tool starts after a cancel.
+pub struct CancellableGate<G> {
+    inner: G,
+    cancel: CancelSlot,
+}
+
+impl<G> CancellableGate<G> {
+    /// Wraps `inner`; `cancel` holds the running run's token.
+    pub fn new(inner: G, cancel: CancelSlot) -> Self {
+        CancellableGate { inner, cancel }
+    }
+}
+
+impl<G: BatchGate> BatchGate for CancellableGate<G> {
+    fn check<'a>(
+        &'a self,
+        run_id: &'a str,
+        batch: &'a Batch,
+    ) -> BoxFuture<'a, Result<Vec<Option<String>>, RunError>> {
+        Box::pin(async move {
+            let answers = self.inner.check(run_id, batch).await?;
+            if current_token(&self.cancel).is_some_and(|t| t.is_cancelled()) {
+                return Ok(vec![Some(CANCELLED_REASON.to_owned()); batch.calls.len()]);
+            }
+            Ok(answers)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use std::io::Cursor;
+    use std::sync::Arc;
+
+    use agentloop::{AdmittedCall, Permission, PermissionGate, PermissionRule, PermissionStore};
+    use serde_json::json;
+
+    use super::*;
+
+    /// A writer the test can read back.
+    #[derive(Clone, Default)]
+    struct Screen(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Screen {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl Screen {
+        fn text(&self) -> String {
+            String::from_utf8(self.0.lock().unwrap().clone()).unwrap()
+        }
+    }
+
+    fn request(id: &str, tool: &str, arguments: Value) -> ApprovalRequest {
+        ApprovalRequest {
+            call_id: id.into(),
+            tool: tool.into(),
+            arguments,
+        }
+    }
+
+    async fn answers(input: &str, requests: &[ApprovalRequest]) -> (Vec<Answer>, String) {
+        let mut lines = ReaderLines(Cursor::new(input.to_owned()));
+        let mut screen = Screen::default();
+        let got = ask_batch(&mut lines, &mut screen, requests).await;
+        (got, screen.text())
+    }
+
+    #[tokio::test]
+    async fn each_key_gives_its_answer_and_anything_else_asks_again() {
+        let requests: Vec<ApprovalRequest> = (0..4)
+            .map(|i| request(&format!("c{i}"), "shell", json!({"command": "ls"})))
+            .collect();
+        let (got, screen) = answers("y\nmaybe\n\nA\nn\nd\n", &requests).await;
+        assert_eq!(
+            got,
+            [
+                Answer::AllowOnce,
+                Answer::AllowAlways,
+                Answer::DenyOnce,
+                Answer::DenyAlways
+            ]
+        );
+        assert_eq!(screen.matches("please answer y, a, n or d").count(), 2);
+        assert!(
+            screen.starts_with("? 4 tool calls need your approval"),
+            "{screen}"
+        );
+        assert!(screen.contains("[1/4] shell [c0]"), "{screen}");
+        assert!(screen.contains("\"command\": \"ls\""), "{screen}");
+    }
+
+    #[tokio::test]
+    async fn the_end_of_input_answers_no_to_the_rest() {
+        let requests = [
+            request("c1", "shell", json!({})),
+            request("c2", "shell", json!({})),
+            request("c3", "shell", json!({})),
+        ];
+        let (got, screen) = answers("y\n", &requests).await;
+        assert_eq!(got, [Answer::AllowOnce, Answer::DenyOnce, Answer::DenyOnce]);
+        assert!(screen.contains("end of input"), "{screen}");
+        assert!(
+            screen.contains("[3/3] shell [c3]"),
+            "every call is still shown"
+        );
+    }
+
+    #[test]
+    fn long_arguments_are_cut_and_escapes_never_reach_the_terminal() {
+        let many: serde_json::Map<String, Value> = (0..100)
+            .map(|i| (format!("k{i:03}"), json!("x".repeat(300))))
+            .collect();
+        let shown = show_arguments(&Value::Object(many));
+        assert_eq!(shown.lines().count(), MAX_ARGUMENT_LINES + 1);
+        assert!(shown.ends_with("… 78 more lines\n"), "{shown}");
+        assert!(
+            shown
+                .lines()
+                .all(|l| l.chars().count() <= MAX_LINE_CHARS + 5)
+        );
+        let shown = show_arguments(&json!({"text": "\u{1b}[2Jcleared"}));
+        assert!(!shown.contains('\u{1b}'), "{shown}");
+        assert_eq!(printable("id\u{1b}[31m"), "id?[31m");
+    }
+
+    fn batch(calls: &[(&str, &str)]) -> Batch {
+        Batch {
+            turn: 1,
+            calls: calls
+                .iter()
+                .enumerate()
+                .map(|(i, (id, tool))| AdmittedCall {
+                    position: i,
+                    call_id: Arc::from(*id),
+                    tool: i,
+                    name: Arc::from(*tool),
+                    args: json!({"city": "Paris"}),
+                })
+                .collect(),
+            sequential: false,
+        }
+    }
+
+    fn prompter(input: &str, screen: &Screen, cancel: CancelSlot) -> Arc<TerminalPrompter> {
+        Arc::new(TerminalPrompter::new(
+            Console {
+                lines: Box::new(ReaderLines(Cursor::new(input.to_owned()))),
+                out: Box::new(screen.clone()),
+            },
+            None,
+            cancel,
+        ))
+    }
+
+    #[tokio::test]
+    async fn yes_always_at_the_prompt_is_saved_to_the_store_file_and_asks_nobody_next_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("permissions.json");
+        let ask = |store: &mut PermissionStore| {
+            store.configure(PermissionRule {
+                tool: "get_weather".into(),
+                arguments: None,
+                permission: Permission::Ask,
+            });
+        };
+        let mut store = PermissionStore::open(&path, Permission::Allow).unwrap();
+        ask(&mut store);
+        let screen = Screen::default();
+        let gate = PermissionGate::new(store).with_prompter(prompter(
+            "a\n",
+            &screen,
+            CancelSlot::default(),
+        ));
+        let got = gate
+            .check("run", &batch(&[("c1", "get_weather"), ("c2", "other")]))
+            .await
+            .unwrap();
+        assert_eq!(got, [None, None]);
+        assert!(screen.text().contains("[1/1] get_weather [c1]"));
+        let saved: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        assert_eq!(
+            saved,
+            json!({"rules": [{"tool": "get_weather", "permission": "allow"}]}),
+            "only the answer is saved, not the configured rule"
+        );
+
+        // The next run reads the answer back: with nothing to read from, nobody is asked.
+        let store = PermissionStore::open(&path, Permission::Ask).unwrap();
+        let screen = Screen::default();
+        let gate =
+            PermissionGate::new(store).with_prompter(prompter("", &screen, CancelSlot::default()));
+        let got = gate
+            .check("run", &batch(&[("c3", "get_weather")]))
+            .await
+            .unwrap();
+        assert_eq!(got, [None]);
+        assert_eq!(screen.text(), "", "nobody was asked");
+    }
+
+    #[tokio::test]
+    async fn a_cancel_during_the_prompt_denies_the_whole_batch() {
+        let token = CancellationToken::new();
+        let slot: CancelSlot = Arc::new(Mutex::new(Some(token.clone())));
+        /// Lines that never come, as from a person who does not answer.
+        struct Silent;
+        impl AnswerLines for Silent {
+            fn next_line(&mut self) -> BoxFuture<'_, Option<String>> {
+                Box::pin(futures::future::pending())
+            }
+        }
+        let prompter = Arc::new(TerminalPrompter::new(
+            Console {
+                lines: Box::new(Silent),
+                out: Box::new(Screen::default()),
+            },
+            None,
+            slot.clone(),
+        ));
+        let mut store = PermissionStore::new(Permission::Allow);
+        store.configure(PermissionRule {
+            tool: "asked".into(),
+            arguments: None,
+            permission: Permission::Ask,
+        });
+        let gate = CancellableGate::new(PermissionGate::new(store).with_prompter(prompter), slot);
+        let canceller = tokio::spawn(async move {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            token.cancel();
+        });
+        let got = gate
+            .check("run", &batch(&[("c1", "allowed"), ("c2", "asked")]))
+            .await
+            .unwrap();
+        canceller.await.unwrap();
+        assert_eq!(got, vec![Some(CANCELLED_REASON.to_owned()); 2]);
+    }
+
+    #[test]
+    fn answers_parse_with_their_keys_and_words() {
+        assert_eq!(parse_answer(" Y \n"), Some(Answer::AllowOnce));
+        assert_eq!(parse_answer("always"), Some(Answer::AllowAlways));
+        assert_eq!(parse_answer("no"), Some(Answer::DenyOnce));
+        assert_eq!(parse_answer("d"), Some(Answer::DenyAlways));
+        assert_eq!(parse_answer(""), None);
+        assert_eq!(parse_answer("yep"), None);
+    }
+}
