@@ -344,3 +344,52 @@ async fn help_documents_yes() {
     assert!(help.contains("a `deny` still denies"), "{help}");
     assert!(!help.contains("reserved"), "{help}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_dry_run_asks_nobody_and_saves_nothing() {
+    let dir = AgentDir::new(
+        r#"name = "dry"
+[model]
+provider = "scripted"
+script = "script.json"
+[[tools]]
+name = "get_weather"
+command = ["python3", "tool.py"]
+[[tools]]
+name = "get_time"
+command = ["python3", "tool.py"]
+[[tools]]
+name = "delete_city"
+command = ["python3", "tool.py"]
+[permissions]
+ask = ["get_weather"]
+deny = ["delete_city"]
+store = "permissions.json"
+"#,
+    );
+    dir.write(
+        "script.json",
+        r#"[{"tool_calls": [
+              {"id": "c1", "name": "get_weather", "arguments": {"city": "Oslo"}},
+              {"id": "c2", "name": "get_time", "arguments": {}},
+              {"id": "c3", "name": "delete_city", "arguments": {}}]},
+            {"text": "done"}]"#,
+    );
+    let (_, v) = run_json(&dir, &["--dry-run"]).await;
+    let statuses: Vec<&str> = v["tool_calls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["status"].as_str().unwrap())
+        .collect();
+    assert_eq!(statuses, ["denied", "skipped", "denied"], "{v}");
+    assert!(
+        v["tool_calls"][0]["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("approval required (dry run: nobody is asked)"),
+        "{v}"
+    );
+    assert!(!dir.path("stdin.log").exists());
+    assert!(!dir.path("permissions.json").exists());
+}
