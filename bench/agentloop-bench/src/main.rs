@@ -148,7 +148,8 @@ fn bench_scale(opts: &Opts) -> Result<(), String> {
         builder.worker_threads(threads);
     }
     let rt = builder.enable_all().build().map_err(|e| e.to_string())?;
-    // The final text answer is immediate: the ideal is `turns` × (model + tool latency).
+    // Every model call waits `model-ms`, the final text answer's too: the ideal is
+    // `turns` × (model + tool latency) + one more model latency.
     let work = Workload::new(
         turns,
         calls,
@@ -184,7 +185,7 @@ fn bench_scale(opts: &Opts) -> Result<(), String> {
         ));
     }
     let peak_kb = sys::peak_rss_kb();
-    let ideal = (model_delay + Duration::from_millis(tool_ms)) * turns;
+    let ideal = (model_delay + Duration::from_millis(tool_ms)) * turns + model_delay;
     let line = json!({
         "system": "agentloop",
         "bench": "scale",
