@@ -20,7 +20,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::agent_file::{AgentFile, LoadError, Provider};
 use crate::approval::{
-    CancelSlot, ChannelLines, Console, DRY_RUN_REASON, NO_TERMINAL_REASON, StdinLines,
+    AnswerLines, CancelSlot, ChannelLines, Console, DRY_RUN_REASON, NO_TERMINAL_REASON, StdinLines,
     TerminalPrompter,
 };
 use crate::assemble::Approval;
@@ -306,14 +306,7 @@ async fn run(args: RunArgs) -> Result<i32, CliError> {
     } else if args.dry_run {
         Approval::Nobody(DRY_RUN_REASON)
     } else if !args.json && can_prompt() {
-        Approval::Prompter(Arc::new(TerminalPrompter::new(
-            Console {
-                lines: Box::new(StdinLines),
-                out: Box::new(std::io::stderr()),
-            },
-            Some(progress.clone()),
-            slot.clone(),
-        )))
+        ask_at_the_terminal(Box::new(StdinLines), &progress, &slot)
     } else {
         Approval::Nobody(NO_TERMINAL_REASON)
     };
@@ -345,6 +338,22 @@ async fn run(args: RunArgs) -> Result<i32, CliError> {
     }
     print_outcome(&outcome, &args, &progress);
     Ok(outcome_exit_code(&outcome))
+}
+
+/// Approval asked of the person at the terminal: questions on stderr, answers from `lines`.
+fn ask_at_the_terminal(
+    lines: Box<dyn AnswerLines>,
+    progress: &Arc<Progress>,
+    cancel: &CancelSlot,
+) -> Approval {
+    Approval::Prompter(Arc::new(TerminalPrompter::new(
+        Console {
+            lines,
+            out: Box::new(std::io::stderr()),
+        },
+        Some(progress.clone()),
+        cancel.clone(),
+    )))
 }
 
 /// True when a person can be asked: stdin and stderr are terminals.
@@ -424,14 +433,7 @@ async fn chat(args: ChatArgs) -> Result<i32, CliError> {
     let approval = if args.yes {
         Approval::Yes
     } else if can_prompt() {
-        Approval::Prompter(Arc::new(TerminalPrompter::new(
-            Console {
-                lines: Box::new(ChannelLines(lines.clone())),
-                out: Box::new(std::io::stderr()),
-            },
-            Some(progress.clone()),
-            current.clone(),
-        )))
+        ask_at_the_terminal(Box::new(ChannelLines(lines.clone())), &progress, &current)
     } else {
         Approval::Nobody(NO_TERMINAL_REASON)
     };
