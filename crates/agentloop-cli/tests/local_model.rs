@@ -367,8 +367,11 @@ fn note_request_runs_save_note_and_the_note_lands_in_the_state_directory() {
 
 /// The weather tool fails on its first call for Oslo. The model reads the error and calls again
 /// (two calls, in sequence); the second succeeds. Then the 0.5B model calls it a third time
-/// with the same arguments instead of answering, every time: the stuck-loop rule refuses that
-/// call and stops the run, keeping both real outcomes.
+/// with the same arguments instead of answering, on every run from a fresh server: the
+/// stuck-loop rule refuses that call and stops the run, keeping both real outcomes. (With the
+/// prompt cache warmed by other questions the model may instead answer with the error text,
+/// which is why every test starts its own server.) It never recovers into a plain answer: this
+/// model did not, with any of the three error wordings tried.
 #[test]
 fn tool_that_fails_once_is_called_again_and_the_repeat_after_success_is_stopped_as_a_stuck_loop() {
     let _turn = serial();
