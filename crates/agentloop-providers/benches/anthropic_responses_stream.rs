@@ -4,6 +4,7 @@
 //! Run: `cargo bench -p agentloop-providers --bench anthropic_responses_stream`.
 #![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
 
+use std::collections::VecDeque;
 use std::path::PathBuf;
 
 use agentloop::{ModelError, ModelResponse};
@@ -28,19 +29,47 @@ fn streams(sub: &str, parse: Parse) -> Vec<Vec<u8>> {
         .collect()
 }
 
+/// The `data:` payloads of a stream, split naively (the fixtures have one data line per event).
+fn payloads(s: &[u8]) -> impl Iterator<Item = &str> {
+    std::str::from_utf8(s)
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+}
+
 fn serde_json_values(streams: &[Vec<u8>]) {
     for s in streams {
-        let text = std::str::from_utf8(std::hint::black_box(s)).unwrap();
-        for line in text.lines() {
-            if let Some(data) = line.strip_prefix("data: ") {
-                let v: serde_json::Value = serde_json::from_str(data).unwrap();
-                std::hint::black_box(v);
-            }
+        for data in payloads(std::hint::black_box(s)) {
+            let v: serde_json::Value = serde_json::from_str(data).unwrap();
+            std::hint::black_box(v);
         }
     }
 }
 
-fn bench_api(c: &mut Criterion, name: &str, sub: &str, parse: Parse) {
+/// The event parser alone, fed the payloads: no SSE reader, no accumulator.
+fn anthropic_events(streams: &[Vec<u8>]) {
+    for s in streams {
+        let mut parser = agentloop_providers::anthropic::AnthropicStreamParser::new();
+        let mut out = VecDeque::new();
+        for data in payloads(std::hint::black_box(s)) {
+            parser.push(data, &mut out).unwrap();
+            std::hint::black_box(out.drain(..).count());
+        }
+    }
+}
+
+fn responses_events(streams: &[Vec<u8>]) {
+    for s in streams {
+        let mut parser = agentloop_providers::openai_responses::ResponsesStreamParser::new();
+        let mut out = VecDeque::new();
+        for data in payloads(std::hint::black_box(s)) {
+            parser.push(data, &mut out).unwrap();
+            std::hint::black_box(out.drain(..).count());
+        }
+    }
+}
+
+fn bench_api(c: &mut Criterion, name: &str, sub: &str, parse: Parse, events_only: fn(&[Vec<u8>])) {
     let streams = streams(sub, parse);
     assert!(!streams.is_empty(), "no {sub} streams to measure");
     let total: usize = streams.iter().map(Vec::len).sum();
@@ -56,6 +85,7 @@ fn bench_api(c: &mut Criterion, name: &str, sub: &str, parse: Parse) {
     group.bench_function("serde_json_value", |b| {
         b.iter(|| serde_json_values(&streams))
     });
+    group.bench_function("event_parser_only", |b| b.iter(|| events_only(&streams)));
     group.bench_function("sse_reader_only", |b| {
         b.iter(|| {
             for s in &streams {
@@ -80,12 +110,14 @@ fn bench(c: &mut Criterion) {
         "anthropic_stream",
         "anthropic",
         agentloop_providers::anthropic::parse_stream_bytes,
+        anthropic_events,
     );
     bench_api(
         c,
         "responses_stream",
         "openai_responses",
         agentloop_providers::openai_responses::parse_stream_bytes,
+        responses_events,
     );
 }
 
