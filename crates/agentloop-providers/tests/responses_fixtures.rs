@@ -109,3 +109,26 @@ async fn fixture_streams_parse_the_same_in_memory() {
         }
     }
 }
+
+#[test]
+fn every_cut_of_a_recorded_stream_before_completion_is_an_error() {
+    for case in cases("openai_responses")
+        .iter()
+        .filter(|c| c["stream"] == true && c["expected"]["error"].is_null())
+    {
+        let bytes = anthropic_responses_common::body(case);
+        let done = bytes
+            .windows(18)
+            .position(|w| w == b"response.completed")
+            .unwrap();
+        for cut in 0..done {
+            let result = agentloop_providers::openai_responses::parse_stream_bytes(&bytes[..cut]);
+            assert!(
+                result.is_err(),
+                "{} cut at {cut} gave a response",
+                case["id"]
+            );
+        }
+        assert!(agentloop_providers::openai_responses::parse_stream_bytes(&bytes).is_ok());
+    }
+}
