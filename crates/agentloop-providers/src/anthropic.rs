@@ -988,13 +988,7 @@ mod tests {
     use super::*;
 
     fn events(lines: &[&str]) -> Result<Vec<ModelEvent>, ModelError> {
-        let mut p = AnthropicStreamParser::new();
-        let mut out = VecDeque::new();
-        for l in lines {
-            p.push(l, &mut out)?;
-        }
-        p.end(&mut out)?;
-        Ok(out.into_iter().collect())
+        crate::stream::decode_all(AnthropicStreamParser::new(), lines)
     }
 
     #[test]

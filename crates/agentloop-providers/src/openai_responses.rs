@@ -1034,13 +1034,7 @@ mod tests {
     use super::*;
 
     fn events(lines: &[&str]) -> Result<Vec<ModelEvent>, ModelError> {
-        let mut p = ResponsesStreamParser::new();
-        let mut out = VecDeque::new();
-        for l in lines {
-            p.push(l, &mut out)?;
-        }
-        p.end(&mut out)?;
-        Ok(out.into_iter().collect())
+        crate::stream::decode_all(ResponsesStreamParser::new(), lines)
     }
 
     #[test]

@@ -139,3 +139,17 @@ pub(crate) fn accumulate_sse<D: StreamDecoder>(
     })?;
     acc.finish()
 }
+
+/// Runs a decoder over event payloads and the end of the stream, collecting what it emits.
+#[cfg(test)]
+pub(crate) fn decode_all<D: StreamDecoder>(
+    mut decoder: D,
+    payloads: &[&str],
+) -> Result<Vec<ModelEvent>, ModelError> {
+    let mut out = VecDeque::new();
+    for data in payloads {
+        decoder.event(data, &mut out)?;
+    }
+    decoder.end(&mut out)?;
+    Ok(out.into_iter().collect())
+}

@@ -50,46 +50,19 @@ async fn fixture_errors_are_classified_by_kind() {
     }
 }
 
-#[tokio::test]
-async fn fixture_streams_parse_the_same_in_memory() {
-    // The in-memory path (fuzzing, benchmarks) must agree with the HTTP path.
-    for case in cases("anthropic_messages")
-        .iter()
-        .filter(|c| c["stream"] == true && c["http_status"] == 200)
-    {
-        let bytes = anthropic_responses_common::body(case);
-        let outcome = anthropic_responses_common::Outcome {
-            result: agentloop_providers::anthropic::parse_stream_bytes(&bytes),
-            last_usage: None,
-        };
-        if case["expected"]["error"].is_null() {
-            check(case, &outcome);
-        } else {
-            assert!(outcome.result.is_err(), "{}", case["id"]);
-        }
-    }
+#[test]
+fn fixture_streams_parse_the_same_in_memory() {
+    anthropic_responses_common::check_in_memory(
+        "anthropic_messages",
+        agentloop_providers::anthropic::parse_stream_bytes,
+    );
 }
 
 #[test]
 fn every_cut_of_a_recorded_stream_before_message_stop_is_an_error() {
-    for case in cases("anthropic_messages")
-        .iter()
-        .filter(|c| c["stream"] == true && c["expected"]["error"].is_null())
-    {
-        let bytes = anthropic_responses_common::body(case);
-        let stop = bytes
-            .windows(12)
-            .position(|w| w == b"message_stop")
-            .unwrap();
-        // Cut at every byte before the message_stop event: never a half response.
-        for cut in 0..stop {
-            let result = agentloop_providers::anthropic::parse_stream_bytes(&bytes[..cut]);
-            assert!(
-                result.is_err(),
-                "{} cut at {cut} gave a response",
-                case["id"]
-            );
-        }
-        assert!(agentloop_providers::anthropic::parse_stream_bytes(&bytes).is_ok());
-    }
+    anthropic_responses_common::check_every_cut(
+        "anthropic_messages",
+        agentloop_providers::anthropic::parse_stream_bytes,
+        b"message_stop",
+    );
 }

@@ -91,44 +91,19 @@ async fn reasoning_items_are_kept_whole_for_the_next_request() {
     }
 }
 
-#[tokio::test]
-async fn fixture_streams_parse_the_same_in_memory() {
-    for case in cases("openai_responses")
-        .iter()
-        .filter(|c| c["stream"] == true)
-    {
-        let bytes = anthropic_responses_common::body(case);
-        let outcome = anthropic_responses_common::Outcome {
-            result: agentloop_providers::openai_responses::parse_stream_bytes(&bytes),
-            last_usage: None,
-        };
-        if case["expected"]["error"].is_null() {
-            check(case, &outcome);
-        } else {
-            assert!(outcome.result.is_err(), "{}", case["id"]);
-        }
-    }
+#[test]
+fn fixture_streams_parse_the_same_in_memory() {
+    anthropic_responses_common::check_in_memory(
+        "openai_responses",
+        agentloop_providers::openai_responses::parse_stream_bytes,
+    );
 }
 
 #[test]
 fn every_cut_of_a_recorded_stream_before_completion_is_an_error() {
-    for case in cases("openai_responses")
-        .iter()
-        .filter(|c| c["stream"] == true && c["expected"]["error"].is_null())
-    {
-        let bytes = anthropic_responses_common::body(case);
-        let done = bytes
-            .windows(18)
-            .position(|w| w == b"response.completed")
-            .unwrap();
-        for cut in 0..done {
-            let result = agentloop_providers::openai_responses::parse_stream_bytes(&bytes[..cut]);
-            assert!(
-                result.is_err(),
-                "{} cut at {cut} gave a response",
-                case["id"]
-            );
-        }
-        assert!(agentloop_providers::openai_responses::parse_stream_bytes(&bytes).is_ok());
-    }
+    anthropic_responses_common::check_every_cut(
+        "openai_responses",
+        agentloop_providers::openai_responses::parse_stream_bytes,
+        b"response.completed",
+    );
 }

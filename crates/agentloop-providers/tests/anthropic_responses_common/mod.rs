@@ -285,3 +285,44 @@ pub fn json_tool(
         },
     )
 }
+
+/// A stream parser's in-memory entry point (`parse_stream_bytes`).
+pub type ParseStream = fn(&[u8]) -> Result<ModelResponse, ModelError>;
+
+/// The in-memory path (fuzzing, benchmarks) must agree with the HTTP path on every streamed case.
+pub fn check_in_memory(api: &str, parse: ParseStream) {
+    for case in cases(api).iter().filter(|c| c["stream"] == true) {
+        let outcome = Outcome {
+            result: parse(&body(case)),
+            last_usage: None,
+        };
+        if case["expected"]["error"].is_null() {
+            check(case, &outcome);
+        } else {
+            assert!(outcome.result.is_err(), "{}", case["id"]);
+        }
+    }
+}
+
+/// Every cut of a successful recorded stream before the first mention of `end_marker` (the event
+/// that completes it) is an error, never a half response; the whole stream is a response.
+pub fn check_every_cut(api: &str, parse: ParseStream, end_marker: &[u8]) {
+    for case in cases(api)
+        .iter()
+        .filter(|c| c["stream"] == true && c["expected"]["error"].is_null())
+    {
+        let bytes = body(case);
+        let end = bytes
+            .windows(end_marker.len())
+            .position(|w| w == end_marker)
+            .unwrap();
+        for cut in 0..end {
+            assert!(
+                parse(&bytes[..cut]).is_err(),
+                "{} cut at {cut} gave a response",
+                case["id"]
+            );
+        }
+        assert!(parse(&bytes).is_ok(), "{}", case["id"]);
+    }
+}
