@@ -892,7 +892,13 @@ impl Driver<'_> {
                         },
                     );
                 }
-                let fut = entry.handler.call(call.args.clone(), ctx);
+                // Hooks read the arguments after the call; without them the batch's copy is not needed.
+                let args = if self.inner.hooks.is_empty() {
+                    std::mem::take(&mut batch.calls[i].args)
+                } else {
+                    batch.calls[i].args.clone()
+                };
+                let fut = entry.handler.call(args, ctx);
                 set.spawn(async move {
                     let started = Instant::now();
                     let guarded = AssertUnwindSafe(async move {

@@ -18,7 +18,7 @@ use crate::error::RunError;
 use crate::event::EventKind;
 use crate::ids::IdSource;
 use crate::limits::{LimitHit, LimitKind, Limits};
-use crate::message::{ContentPart, Message, ToolContent, ToolResult};
+use crate::message::{ContentPart, Message, ToolCall, ToolContent, ToolResult};
 use crate::model::{ModelError, ModelErrorKind, ModelRequest, ModelResponse, ModelSettings, Usage};
 use crate::outcome::{CallStatus, RunOutcome, StopReason, ToolCallRecord};
 use crate::tool::{ExecutionMode, SchemaViolation, ToolOutput, ToolSet, validate_with};
@@ -873,14 +873,16 @@ impl RunMachine {
         let mut terminate_output: Option<String> = None;
         let mut fatal: Option<RunError> = None;
         let mut results = Vec::with_capacity(slots.len());
-        let calls = match self
+        // Borrowed, not cloned: only other fields of the machine change while folding.
+        let calls: &[ToolCall] = match self
             .transcript
             .get(message_index)
             .and_then(Message::as_assistant)
         {
-            Some(a) => a.tool_calls.clone(),
-            None => Vec::new(),
+            Some(a) => &a.tool_calls,
+            None => &[],
         };
+        let any_calls = !calls.is_empty();
         for (call, slot) in calls.iter().zip(slots) {
             let (record, result) = match slot {
                 Slot::Decided {
@@ -1053,7 +1055,7 @@ impl RunMachine {
             self.fail(e);
             return;
         }
-        if all_terminate && !calls.is_empty() {
+        if all_terminate && any_calls {
             self.output = terminate_output;
             self.finish(StopReason::Terminated);
         }
