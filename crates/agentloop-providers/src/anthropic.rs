@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::http::{AuthStyle, HttpClient, HttpConfig, KeySource, ProviderError};
-use crate::stream::{StreamDecoder, decoded_events};
+use crate::stream::StreamDecoder;
 
 const PROVIDER: &str = "anthropic";
 /// The API version header value this adapter speaks.
@@ -145,20 +145,8 @@ impl Model for Anthropic {
 
     fn stream<'a>(&'a self, request: ModelRequest<'a>) -> ModelStream<'a> {
         let body = self.encode_request(&request);
-        let open = async move {
-            let response = self.client.post_json("/v1/messages", body?).await?;
-            if self.stream {
-                Ok(decoded_events(
-                    crate::stream::sse(&self.client, response),
-                    AnthropicStreamParser::new(),
-                ))
-            } else {
-                let bytes = self.client.read_body(response).await?;
-                let response = parse_message(&bytes)?;
-                Ok(crate::stream::one_event(ModelEvent::Response(response)))
-            }
-        };
-        crate::stream::opened(open)
+        let decoder = self.stream.then(AnthropicStreamParser::new);
+        crate::stream::post_and_decode(&self.client, "/v1/messages", body, decoder, parse_message)
     }
 }
 

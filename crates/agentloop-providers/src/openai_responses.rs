@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::http::{AuthStyle, HttpClient, HttpConfig, KeySource, ProviderError};
-use crate::stream::{StreamDecoder, decoded_events};
+use crate::stream::StreamDecoder;
 
 const PROVIDER: &str = "openai";
 /// The default base URL.
@@ -162,20 +162,8 @@ impl Model for OpenAiResponses {
 
     fn stream<'a>(&'a self, request: ModelRequest<'a>) -> ModelStream<'a> {
         let body = self.encode_request(&request);
-        let open = async move {
-            let response = self.client.post_json("/responses", body?).await?;
-            if self.options.stream {
-                Ok(decoded_events(
-                    crate::stream::sse(&self.client, response),
-                    ResponsesStreamParser::new(),
-                ))
-            } else {
-                let bytes = self.client.read_body(response).await?;
-                let response = parse_response(&bytes)?;
-                Ok(crate::stream::one_event(ModelEvent::Response(response)))
-            }
-        };
-        crate::stream::opened(open)
+        let decoder = self.options.stream.then(ResponsesStreamParser::new);
+        crate::stream::post_and_decode(&self.client, "/responses", body, decoder, parse_response)
     }
 }
 

@@ -90,6 +90,31 @@ pub(crate) fn decoded_events<'a, D: StreamDecoder + 'a>(
     }))
 }
 
+/// One model call: POSTs `body` to `path`, then reads the answer as events with `decoder` when
+/// streaming, or as one whole response with `whole` when `decoder` is `None`.
+pub(crate) fn post_and_decode<'a, D, W>(
+    client: &'a HttpClient,
+    path: &'a str,
+    body: Result<Vec<u8>, ModelError>,
+    decoder: Option<D>,
+    whole: W,
+) -> ModelStream<'a>
+where
+    D: StreamDecoder + 'a,
+    W: FnOnce(&[u8]) -> Result<ModelResponse, ModelError> + Send + 'a,
+{
+    opened(async move {
+        let response = client.post_json(path, body?).await?;
+        match decoder {
+            Some(decoder) => Ok(decoded_events(sse(client, response), decoder)),
+            None => {
+                let bytes = client.read_body(response).await?;
+                Ok(one_event(ModelEvent::Response(whole(&bytes)?)))
+            }
+        }
+    })
+}
+
 /// A stream of exactly one event.
 pub(crate) fn one_event<'a>(event: ModelEvent) -> ModelStream<'a> {
     Box::pin(stream::once(async move { Ok(event) }))
