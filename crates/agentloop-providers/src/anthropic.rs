@@ -914,7 +914,9 @@ pub fn parse_message(body: &[u8]) -> Result<ModelResponse, ModelError> {
     let mut reasoning = Vec::new();
     let mut tool_calls = Vec::new();
     let mut warnings = Vec::new();
+    let mut ends_in_tool_use = false;
     for block in message.content {
+        ends_in_tool_use = block.kind == "tool_use";
         match &*block.kind {
             "text" => text.push_str(block.text.as_deref().unwrap_or_default()),
             "tool_use" => tool_calls.push(ToolCall {
@@ -944,6 +946,15 @@ pub fn parse_message(body: &[u8]) -> Result<ModelResponse, ModelError> {
         None if tool_calls.is_empty() => FinishReason::Stop,
         None => FinishReason::ToolCalls,
     };
+    // The limit hit while the last block was being written: a final tool_use holds whatever part
+    // of its input was generated, so it is dropped, never executed.
+    let truncated = finish_reason == FinishReason::Length && ends_in_tool_use;
+    if truncated && let Some(call) = tool_calls.pop() {
+        warnings.push(format!(
+            "tool call {} ({}) was cut off and dropped",
+            call.id, call.name
+        ));
+    }
     let mut usage = Usage::default();
     if let Some(u) = message.usage {
         u.apply(&mut usage);
@@ -959,7 +970,7 @@ pub fn parse_message(body: &[u8]) -> Result<ModelResponse, ModelError> {
         raw_finish_reason: raw,
         id: message.id.map(Cow::into_owned),
         model: message.model.map(Cow::into_owned),
-        truncated: false,
+        truncated,
         warnings,
     })
 }
@@ -1070,6 +1081,21 @@ mod tests {
         assert_eq!(err.kind, ModelErrorKind::Overloaded);
         assert_eq!(err.error_type.as_deref(), Some("overloaded_error"));
         assert_eq!(err.message, "Overloaded");
+    }
+
+    #[test]
+    fn whole_response_cut_inside_its_last_tool_use_drops_that_call() {
+        let body = br#"{"type":"message","id":"m","content":[
+            {"type":"tool_use","id":"t1","name":"f","input":{"a":1}},
+            {"type":"tool_use","id":"t2","name":"g","input":{"lines":["x"]}}],
+            "stop_reason":"max_tokens","usage":{"input_tokens":1,"output_tokens":2}}"#;
+        let r = parse_message(body).unwrap();
+        assert!(r.truncated);
+        assert_eq!(r.message.tool_calls.len(), 1);
+        assert_eq!(r.message.tool_calls[0].id, "t1");
+        assert!(r.warnings.iter().any(|w| w.contains("t2")));
+        let done = br#"{"content":[{"type":"tool_use","id":"t1","name":"f","input":{}}],"stop_reason":"tool_use"}"#;
+        assert!(!parse_message(done).unwrap().truncated);
     }
 
     #[test]
