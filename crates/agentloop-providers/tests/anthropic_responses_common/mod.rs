@@ -235,14 +235,24 @@ pub fn fixture(file: &str) -> Vec<u8> {
 }
 
 /// A loopback server answering successive POSTs to `route` with these `(body, content type)`
-/// replies, in order, each once.
+/// replies, in order, each once, all with status 200.
 pub async fn serve_in_order(route: &str, replies: Vec<(Vec<u8>, &str)>) -> MockServer {
+    serve_replies(
+        route,
+        replies.into_iter().map(|(b, t)| (200, b, t)).collect(),
+    )
+    .await
+}
+
+/// A loopback server answering successive POSTs to `route` with these `(status, body, content
+/// type)` replies, in order, each exactly once.
+pub async fn serve_replies(route: &str, replies: Vec<(u16, Vec<u8>, &str)>) -> MockServer {
     let server = MockServer::start().await;
     let n = replies.len();
-    for (i, (body, content_type)) in replies.into_iter().enumerate() {
+    for (i, (status, body, content_type)) in replies.into_iter().enumerate() {
         Mock::given(method("POST"))
             .and(path(route))
-            .respond_with(ResponseTemplate::new(200).set_body_raw(body, content_type))
+            .respond_with(ResponseTemplate::new(status).set_body_raw(body, content_type))
             .up_to_n_times(1)
             .with_priority(u8::try_from(i + 1).unwrap())
             .expect(1)
@@ -251,6 +261,42 @@ pub async fn serve_in_order(route: &str, replies: Vec<(Vec<u8>, &str)>) -> MockS
             .await;
     }
     server
+}
+
+/// A raw loopback server that answers one request with a 200 event-stream head and `first`
+/// (one HTTP chunk), then stalls (`drop_after: false`) or drops the connection.
+pub async fn stalling_server(first: &'static [u8], drop_after: bool) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let (mut socket, _) = listener.accept().await.unwrap();
+        // Read the request head and body (small: one read loop until the body is in).
+        let mut buf = Vec::new();
+        let mut chunk = [0u8; 8192];
+        loop {
+            let n = socket.read(&mut chunk).await.unwrap();
+            buf.extend_from_slice(&chunk[..n]);
+            if n == 0 || buf.ends_with(b"}") {
+                break;
+            }
+        }
+        let head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n";
+        socket.write_all(head).await.unwrap();
+        socket
+            .write_all(format!("{:x}\r\n", first.len()).as_bytes())
+            .await
+            .unwrap();
+        socket.write_all(first).await.unwrap();
+        socket.write_all(b"\r\n").await.unwrap();
+        socket.flush().await.unwrap();
+        if drop_after {
+            drop(socket);
+        } else {
+            tokio::time::sleep(std::time::Duration::from_secs(30)).await;
+        }
+    });
+    format!("http://{addr}")
 }
 
 /// The JSON bodies the server received, in order.

@@ -1,0 +1,135 @@
+//! The Anthropic adapter's failure paths over real loopback HTTP: an idle stream, a dropped
+//! connection, overload answered by one retry layer (as an HTTP 529 and as an in-stream `error`
+//! event before any content), and an in-stream error after content that is never retried.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod anthropic_responses_common;
+
+use std::time::Duration;
+
+use agentloop::{Message, Model, ModelErrorKind, ModelRequest, ModelSettings};
+use agentloop_providers::anthropic::Anthropic;
+use agentloop_providers::{Retry, RetryPolicy};
+use anthropic_responses_common::{fixture, serve_replies, stalling_server};
+
+const STARTED: &[u8] = b"event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"m\",\"model\":\"c\",\"usage\":{\"input_tokens\":3,\"output_tokens\":1}}}\n\nevent: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\nevent: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"Hel\"}}\n\n";
+
+fn model(uri: String) -> Anthropic {
+    Anthropic::builder("claude-test")
+        .base_url(uri)
+        .api_key("sk-ant-secret")
+        .idle_timeout(Duration::from_millis(300))
+        .build()
+        .unwrap()
+}
+
+fn fast_retry() -> RetryPolicy {
+    RetryPolicy::attempts(3)
+        .with_base_delay(Duration::from_millis(5))
+        .with_jitter(0.0)
+}
+
+async fn ask(model: &dyn Model) -> Result<agentloop::ModelResponse, agentloop::ModelError> {
+    let messages = [Message::user("hello")];
+    let settings = ModelSettings::default();
+    let request = ModelRequest {
+        instructions: None,
+        messages: &messages,
+        tools: &[],
+        output_schema: None,
+        settings: &settings,
+    };
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        agentloop::model::complete(model, request),
+    )
+    .await
+    .expect("the call hung")
+}
+
+#[tokio::test]
+async fn a_stalled_stream_fails_with_a_timeout() {
+    let err = ask(&model(stalling_server(STARTED, false).await))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind, ModelErrorKind::Timeout, "{err}");
+}
+
+#[tokio::test]
+async fn a_connection_dropped_mid_stream_is_an_error_not_a_half_response() {
+    let err = ask(&model(stalling_server(STARTED, true).await))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err.kind,
+            ModelErrorKind::Connection | ModelErrorKind::Stream
+        ),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn overloaded_529_is_retried_and_the_retry_succeeds() {
+    let server = serve_replies(
+        "/v1/messages",
+        vec![
+            (
+                529,
+                fixture("synthetic/anth_err_529_overloaded.json"),
+                "application/json",
+            ),
+            (
+                200,
+                fixture("anthropic/anth_s_text.sse"),
+                "text/event-stream",
+            ),
+        ],
+    )
+    .await;
+    let response = ask(&Retry::with_policy(model(server.uri()), fast_retry()))
+        .await
+        .unwrap();
+    assert_eq!(response.message.text, "Hello there!");
+}
+
+#[tokio::test]
+async fn overloaded_event_before_any_content_is_retried() {
+    let server = serve_replies(
+        "/v1/messages",
+        vec![
+            (
+                200,
+                fixture("synthetic/anth_s_midstream_overloaded.sse"),
+                "text/event-stream",
+            ),
+            (
+                200,
+                fixture("anthropic/anth_s_text.sse"),
+                "text/event-stream",
+            ),
+        ],
+    )
+    .await;
+    let response = ask(&Retry::with_policy(model(server.uri()), fast_retry()))
+        .await
+        .unwrap();
+    assert_eq!(response.message.text, "Hello there!");
+    assert_eq!(
+        response.usage.input_tokens, 11,
+        "the usage of the answer that succeeded"
+    );
+}
+
+#[tokio::test]
+async fn overloaded_event_after_content_is_not_retried() {
+    let mut body = STARTED.to_vec();
+    body.extend_from_slice(b"event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n");
+    let server = serve_replies("/v1/messages", vec![(200, body, "text/event-stream")]).await;
+    let err = ask(&Retry::with_policy(model(server.uri()), fast_retry()))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind, ModelErrorKind::Overloaded);
+    assert!(err.partial, "text had reached the caller");
+    assert!(!err.message.contains("sk-ant-secret"));
+}
