@@ -4,13 +4,16 @@
 //!
 //! The API key: when the file names `api_key_env`, that variable must be set. When it names none,
 //! the provider's usual variable (`OPENAI_API_KEY`, `ANTHROPIC_API_KEY`) must be set, except for
-//! an OpenAI-compatible `base_url` (a local server): then the key is sent only when the variable
-//! is set. A missing key is an error naming the variable; a key is never printed.
+//! an OpenAI-compatible `base_url` (a local or third-party server): then no key is sent at all, so
+//! an OpenAI key in the environment never reaches another server; a server that wants a key gets
+//! the one `api_key_env` names. A missing key is an error naming the variable; a key is never
+//! printed. Such a server also gets `max_tokens` rather than OpenAI's `max_completion_tokens`.
 
 use std::sync::Arc;
 
 use agentloop::{Model, ModelRequest, Pricing};
 use agentloop_providers::anthropic::Anthropic;
+use agentloop_providers::openai_chat::MaxTokensField;
 use agentloop_providers::openai_responses::OpenAiResponses;
 use agentloop_providers::{OpenAiChat, Retry, default_prices};
 use serde_json::{Value, json};
@@ -41,6 +44,9 @@ fn provider_error(e: &agentloop::ModelError) -> CliError {
 }
 
 fn key_var(file: &AgentFile, provider: Provider) -> Option<String> {
+    if key_optional(file, provider) {
+        return None;
+    }
     file.api_key_env()
         .or_else(|| provider.default_key_env().map(str::to_owned))
 }
@@ -49,11 +55,22 @@ fn key_is_set(var: &str) -> bool {
     std::env::var_os(var).is_some_and(|v| !v.is_empty())
 }
 
+/// True for OpenAI's own API (which wants `max_completion_tokens`).
+fn is_openai_host(url: &str) -> bool {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let host = rest.split(['/', ':']).next().unwrap_or_default();
+    host == "api.openai.com" || host.ends_with(".openai.azure.com")
+}
+
 /// True when the key may be left out: an OpenAI-compatible server at the file's own base URL,
 /// with no `api_key_env` named.
 fn key_optional(file: &AgentFile, provider: Provider) -> bool {
     let m = file.model();
-    provider == Provider::OpenAi && m.base_url.is_some() && m.api_key_env.is_none()
+    provider == Provider::OpenAi
+        && m.api_key_env.is_none()
+        && m.base_url
+            .as_ref()
+            .is_some_and(|u| !is_openai_host(u.get_ref()))
 }
 
 fn build(file: &AgentFile, provider: Provider, key: Key) -> Result<Live, CliError> {
@@ -85,6 +102,9 @@ fn build(file: &AgentFile, provider: Provider, key: Key) -> Result<Live, CliErro
         Provider::OpenAi => {
             let mut b = OpenAiChat::builder(name).stream(stream);
             if let Some(url) = base_url {
+                if !is_openai_host(&url) {
+                    b = b.max_tokens_field(MaxTokensField::MaxTokens);
+                }
                 b = b.base_url(url);
             }
             b = match (&var, send_key) {
@@ -203,4 +223,18 @@ pub fn first_request(
         "headers": headers,
         "body": body,
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_openai_host;
+
+    #[test]
+    fn only_openai_hosts_count_as_openai() {
+        assert!(is_openai_host("https://api.openai.com/v1"));
+        assert!(is_openai_host("https://me.openai.azure.com/openai"));
+        assert!(!is_openai_host("http://127.0.0.1:8080/v1"));
+        assert!(!is_openai_host("https://api.openai.com.evil.example/v1"));
+        assert!(!is_openai_host("https://openrouter.ai/api/v1"));
+    }
 }

@@ -1003,3 +1003,37 @@ async fn no_input_is_a_usage_error_and_instructions_can_come_from_a_file() {
         "Instructions from a file."
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_openai_key_in_the_environment_never_reaches_another_server() {
+    let fake = FakeProvider::start(
+        "/v1/chat/completions",
+        vec![ok("openai_chat/oai_chat_s_text.sse")],
+    )
+    .await;
+    // A compatible server at its own base URL, no api_key_env: nothing is sent as a key, and the
+    // output limit goes as `max_tokens`, which such servers read.
+    let toml = openai_agent(&fake.uri(), "max_tokens = 64")
+        .replace("api_key_env = \"AGENTLOOP_TEST_KEY\"\n", "");
+    let dir = AgentDir::new(&toml);
+    let out = agentloop_env(
+        args(&[
+            "run",
+            dir.agent().to_str().unwrap(),
+            "--input",
+            "hi",
+            "--quiet",
+        ]),
+        vec![("OPENAI_API_KEY", "sk-openai-secret")],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    let requests = fake.requests().await;
+    assert_eq!(requests.len(), 1);
+    assert!(requests[0].headers.get("authorization").is_none());
+    let body = String::from_utf8_lossy(&requests[0].body).to_string();
+    assert!(!body.contains("sk-openai-secret"));
+    let bodies = fake.bodies().await;
+    assert_eq!(bodies[0]["max_tokens"], 64);
+    assert!(bodies[0].get("max_completion_tokens").is_none());
+}
