@@ -774,3 +774,77 @@ fn two_calls_in_one_llama_batch_both_run_and_both_results_go_back_in_order() {
         "{results:?}"
     );
 }
+
+/// Two questions in one `agentloop chat` session: two different tools in sequence, each answer
+/// reaching the user, and the conversation carried from the first run into the second. (This
+/// 0.5B model calls one tool per question with the shared chat template; a session is how it
+/// uses two in sequence.)
+#[test]
+fn a_chat_session_uses_two_tools_in_sequence_and_carries_the_conversation() {
+    let _turn = serial();
+    let server = LlamaServer::start();
+    let agent = LocalAgent::new(&server.base_url());
+    let trace = agent.dir.path().join("chat.ndjson");
+    let out = assert_cmd::Command::cargo_bin("agentloop")
+        .unwrap()
+        .arg("chat")
+        .arg(agent.dir.path().join("agent.toml"))
+        .arg("--trace")
+        .arg(&trace)
+        .arg("--trace-payloads")
+        .env("AGENT_STATE_DIR", agent.dir.path())
+        .env_remove("OPENAI_API_KEY")
+        .write_stdin("What is the weather in Paris?\nWhat is 1234 plus 4321?\n")
+        .timeout(Duration::from_secs(900))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let d = format!("stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert_eq!(out.status.code(), Some(0), "{d}");
+    assert!(
+        stdout.contains("18"),
+        "the temperature is not in the first answer: {d}"
+    );
+    assert!(
+        stdout.contains("5555"),
+        "the sum is not in the second answer: {d}"
+    );
+
+    // The trace holds each span twice (started, ended): keep the last version of each.
+    let text = std::fs::read_to_string(&trace).unwrap();
+    let mut spans: Vec<Value> = Vec::new();
+    for line in text.lines() {
+        let v: Value = serde_json::from_str(line).unwrap();
+        match spans.iter_mut().find(|s| s["id"] == v["id"]) {
+            Some(s) => *s = v,
+            None => spans.push(v),
+        }
+    }
+    let runs: Vec<&Value> = spans.iter().filter(|s| s["kind"] == "run").collect();
+    assert_eq!(runs.len(), 2, "{d}\n{text}");
+    assert!(
+        runs.iter().all(|r| r["stop_reason"] == "finished"),
+        "{text}"
+    );
+    let calls: Vec<&Value> = spans.iter().filter(|s| s["kind"] == "tool_call").collect();
+    assert_eq!(calls.len(), 2, "{text}");
+    assert_eq!(calls[0]["tool"], "get_weather", "{text}");
+    assert!(is_city(&calls[0]["arguments"]["city"], "paris"), "{text}");
+    assert_eq!(calls[1]["tool"], "add", "{text}");
+    assert_ne!(calls[0]["run_id"], calls[1]["run_id"]);
+    assert!(calls.iter().all(|c| c["status"] == "ok"), "{text}");
+    // The second run's first request carries the first conversation (session kept).
+    let first_requests: Vec<u64> = spans
+        .iter()
+        .filter(|s| {
+            s["kind"] == "model_call" && s["id"].as_str().is_some_and(|i| i.ends_with(":t1:m1"))
+        })
+        .filter_map(|s| s["messages"].as_u64())
+        .collect();
+    assert_eq!(first_requests.len(), 2, "{text}");
+    assert!(
+        first_requests[1] > first_requests[0] + 2,
+        "{first_requests:?}"
+    );
+}
