@@ -213,17 +213,7 @@ impl Agent {
             }),
             None => self.inner.cfg.clone(),
         };
-        let input_text = match &input {
-            Some(Message::User { content }) => content
-                .iter()
-                .filter_map(|p| match p {
-                    crate::message::ContentPart::Text { text } => Some(text.as_str()),
-                    _ => None,
-                })
-                .collect::<Vec<_>>()
-                .join("\n"),
-            _ => String::new(),
-        };
+        let input_text = input.as_ref().map(Message::text).unwrap_or_default();
         let machine = RunMachine::new(cfg, self.inner.ids.clone(), run_id, transcript, input);
         let mut sinks = self.inner.sinks.clone();
         sinks.0.extend(options.sinks.iter().cloned());
@@ -569,12 +559,12 @@ impl Driver<'_> {
                     agent: m.config().name.clone(),
                     model: self.inner.model.id().to_owned(),
                     parent_run_id,
-                    input,
+                    input: input.clone(),
                 },
             );
         }
         for g in &self.inner.input_guardrails {
-            if let Err(message) = g.check(&input_text_of(&m)).await {
+            if let Err(message) = g.check(&input).await {
                 let name = g.name().to_owned();
                 m.stop_with(
                     StopReason::Guardrail {
@@ -1341,20 +1331,6 @@ impl Driver<'_> {
             outcome.error = Some(e);
         }
     }
-}
-
-fn input_text_of(m: &RunMachine) -> String {
-    let Some(Message::User { content }) = m.transcript().last() else {
-        return String::new();
-    };
-    content
-        .iter()
-        .filter_map(|p| match p {
-            crate::message::ContentPart::Text { text } => Some(text.as_str()),
-            _ => None,
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
 }
 
 fn panic_message(panic: &Box<dyn Any + Send>) -> String {

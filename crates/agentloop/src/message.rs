@@ -29,6 +29,23 @@ impl Message {
         }
     }
 
+    /// The text parts of a user message (or a tool result's text), joined by newlines; empty for
+    /// an assistant message without text.
+    pub fn text(&self) -> String {
+        match self {
+            Message::User { content } => content
+                .iter()
+                .filter_map(|p| match p {
+                    ContentPart::Text { text } => Some(text.as_str()),
+                    ContentPart::Image { .. } => None,
+                })
+                .collect::<Vec<_>>()
+                .join("\n"),
+            Message::Assistant(a) => a.text.clone(),
+            Message::Tool(t) => t.content.to_text(),
+        }
+    }
+
     /// The assistant message, if this is one.
     pub fn as_assistant(&self) -> Option<&AssistantMessage> {
         match self {
