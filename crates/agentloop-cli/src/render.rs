@@ -294,7 +294,7 @@ pub fn outcome_json(outcome: &RunOutcome, dry_run: bool) -> Value {
         "cost_usd": outcome.cost_usd,
         "tool_calls": outcome.tool_calls.iter().map(call_json).collect::<Vec<_>>(),
         "limit": outcome.limit.map(|l| json!({"limit": l.limit.as_str(), "bound": l.bound, "consumed": l.consumed, "requested": l.requested})),
-        "error": outcome.error.as_ref().map(|e| json!({"code": e.code(), "message": e.to_string()})),
+        "error": outcome.error.as_ref().map(|e| json!({"code": e.code(), "message": e.message()})),
         "duration_ms": outcome.duration.as_millis() as u64,
         "dry_run": dry_run,
     })

@@ -135,6 +135,14 @@ impl RunError {
         }
     }
 
+    /// The message without the code in front (for displays that show the code beside it).
+    pub fn message(&self) -> String {
+        match self {
+            RunError::Model(e) => e.message.clone(),
+            other => other.to_string(),
+        }
+    }
+
     /// The model error, if a model call failed.
     pub fn as_model_error(&self) -> Option<&ModelError> {
         match self {
