@@ -7,10 +7,10 @@ mod anthropic_responses_common;
 
 use std::time::Duration;
 
-use agentloop::{Message, Model, ModelErrorKind, ModelRequest, ModelSettings};
+use agentloop::ModelErrorKind;
+use agentloop_providers::Retry;
 use agentloop_providers::anthropic::Anthropic;
-use agentloop_providers::{Retry, RetryPolicy};
-use anthropic_responses_common::{fixture, serve_replies, stalling_server};
+use anthropic_responses_common::{ask, fast_retry, fixture, serve_replies, stalling_server};
 
 const STARTED: &[u8] = b"event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"m\",\"model\":\"c\",\"usage\":{\"input_tokens\":3,\"output_tokens\":1}}}\n\nevent: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\nevent: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"Hel\"}}\n\n";
 
@@ -21,30 +21,6 @@ fn model(uri: String) -> Anthropic {
         .idle_timeout(Duration::from_millis(300))
         .build()
         .unwrap()
-}
-
-fn fast_retry() -> RetryPolicy {
-    RetryPolicy::attempts(3)
-        .with_base_delay(Duration::from_millis(5))
-        .with_jitter(0.0)
-}
-
-async fn ask(model: &dyn Model) -> Result<agentloop::ModelResponse, agentloop::ModelError> {
-    let messages = [Message::user("hello")];
-    let settings = ModelSettings::default();
-    let request = ModelRequest {
-        instructions: None,
-        messages: &messages,
-        tools: &[],
-        output_schema: None,
-        settings: &settings,
-    };
-    tokio::time::timeout(
-        Duration::from_secs(10),
-        agentloop::model::complete(model, request),
-    )
-    .await
-    .expect("the call hung")
 }
 
 #[tokio::test]

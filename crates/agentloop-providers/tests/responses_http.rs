@@ -7,10 +7,10 @@ mod anthropic_responses_common;
 
 use std::time::Duration;
 
-use agentloop::{Message, Model, ModelErrorKind, ModelRequest, ModelSettings};
+use agentloop::ModelErrorKind;
+use agentloop_providers::Retry;
 use agentloop_providers::openai_responses::OpenAiResponses;
-use agentloop_providers::{Retry, RetryPolicy};
-use anthropic_responses_common::{fixture, serve_replies, stalling_server};
+use anthropic_responses_common::{ask, fast_retry, fixture, serve_replies, stalling_server};
 
 const STARTED: &[u8] = b"data: {\"type\":\"response.created\",\"response\":{\"id\":\"r\",\"model\":\"m\",\"status\":\"in_progress\"}}\n\ndata: {\"type\":\"response.output_text.delta\",\"output_index\":0,\"delta\":\"Hel\"}\n\n";
 
@@ -21,30 +21,6 @@ fn model(uri: String) -> OpenAiResponses {
         .idle_timeout(Duration::from_millis(300))
         .build()
         .unwrap()
-}
-
-fn fast_retry() -> RetryPolicy {
-    RetryPolicy::attempts(3)
-        .with_base_delay(Duration::from_millis(5))
-        .with_jitter(0.0)
-}
-
-async fn ask(model: &dyn Model) -> Result<agentloop::ModelResponse, agentloop::ModelError> {
-    let messages = [Message::user("hello")];
-    let settings = ModelSettings::default();
-    let request = ModelRequest {
-        instructions: None,
-        messages: &messages,
-        tools: &[],
-        output_schema: None,
-        settings: &settings,
-    };
-    tokio::time::timeout(
-        Duration::from_secs(10),
-        agentloop::model::complete(model, request),
-    )
-    .await
-    .expect("the call hung")
 }
 
 #[tokio::test]

@@ -372,3 +372,29 @@ pub fn check_every_cut(api: &str, parse: ParseStream, end_marker: &[u8]) {
         assert!(parse(&bytes).is_ok(), "{}", case["id"]);
     }
 }
+
+/// A retry policy without real waiting, for failure-path tests.
+pub fn fast_retry() -> agentloop_providers::RetryPolicy {
+    agentloop_providers::RetryPolicy::attempts(3)
+        .with_base_delay(std::time::Duration::from_millis(5))
+        .with_jitter(0.0)
+}
+
+/// One "hello" call collected into a response; a hang fails the test after 10 s.
+pub async fn ask(model: &dyn Model) -> Result<agentloop::ModelResponse, agentloop::ModelError> {
+    let messages = [agentloop::Message::user("hello")];
+    let settings = agentloop::ModelSettings::default();
+    let request = agentloop::ModelRequest {
+        instructions: None,
+        messages: &messages,
+        tools: &[],
+        output_schema: None,
+        settings: &settings,
+    };
+    tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        agentloop::model::complete(model, request),
+    )
+    .await
+    .expect("the call hung")
+}
