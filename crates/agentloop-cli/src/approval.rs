@@ -387,7 +387,7 @@ mod tests {
                     call_id: Arc::from(*id),
                     tool: i,
                     name: Arc::from(*tool),
-                    args: json!({"city": "Paris"}),
+                    args: Arc::new(json!({"city": "Paris"})),
                 })
                 .collect(),
             sequential: false,

@@ -11,9 +11,9 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use futures::stream::FuturesUnordered;
 use futures::{FutureExt, Stream, StreamExt};
 use serde_json::Value;
-use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -480,14 +480,6 @@ impl AgentBuilder {
     }
 }
 
-/// What a spawned call hands back: its index, its result, how long it ran, and a panic message.
-type Finished = (
-    usize,
-    Result<crate::tool::ToolOutput, ToolError>,
-    Duration,
-    Option<String>,
-);
-
 enum Interrupt {
     Cancelled,
     Deadline,
@@ -830,9 +822,16 @@ impl Driver<'_> {
             cfg.limits.max_concurrency.max(1)
         };
         let observed = !self.sinks.is_empty();
-        let progress_sink: Arc<dyn EventSink> = Arc::new(self.sinks.clone());
+        let progress_sink: Option<Arc<dyn EventSink>> = if observed {
+            Some(Arc::new(self.sinks.clone()))
+        } else {
+            None
+        };
         let calls_cancel = self.cancel.child_token();
-        let mut set: JoinSet<Finished> = JoinSet::new();
+        // The calls run concurrently inside the run's own task: no task per call to spawn,
+        // schedule and free on another thread. A tool with blocking or CPU-heavy work hands it to
+        // `tokio::task::spawn_blocking` (as any async code must).
+        let mut set = FuturesUnordered::new();
         let mut next = 0usize;
         let mut stop_dispatch = false;
         let mut interrupt: Option<Interrupt> = None;
@@ -859,9 +858,9 @@ impl Driver<'_> {
                     run_id: run_id.clone(),
                     turn,
                     cancel: calls_cancel.child_token(),
-                    progress: if observed {
+                    progress: if let Some(sink) = &progress_sink {
                         ProgressSender::new(
-                            progress_sink.clone(),
+                            sink.clone(),
                             run_id.clone(),
                             turn,
                             call.call_id.clone(),
@@ -878,19 +877,28 @@ impl Driver<'_> {
                         EventKind::ToolStarted {
                             call_id: call.call_id.to_string(),
                             tool: call.name.to_string(),
-                            arguments: call.args.clone(),
+                            arguments: Value::clone(&call.args),
                         },
                     );
                 }
-                // Hooks read the arguments after the call; without them the batch's copy is not needed.
-                let args = if self.inner.hooks.is_empty() {
-                    std::mem::take(&mut batch.calls[i].args)
-                } else {
-                    batch.calls[i].args.clone()
-                };
-                let fut = entry.handler.call(args, ctx);
-                set.spawn(async move {
+                // A handler that panics before it returns its future fails its call, not the run.
+                let fut = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                    entry.handler.call(&call.args, ctx)
+                }));
+                set.push(async move {
                     let started = Instant::now();
+                    let fut = match fut {
+                        Ok(fut) => fut,
+                        Err(panic) => {
+                            let message = panic_message(&panic);
+                            return (
+                                i,
+                                Err(ToolError::fatal("panicked")),
+                                started.elapsed(),
+                                Some(message),
+                            );
+                        }
+                    };
                     let guarded = AssertUnwindSafe(async move {
                         match timeout {
                             Some(t) => match tokio::time::timeout(t, fut).await {
@@ -925,7 +933,7 @@ impl Driver<'_> {
             let joined = tokio::select! {
                 biased;
                 i = self.interrupted(deadline), if interrupt.is_none() => Err(i),
-                j = set.join_next() => Ok(j),
+                j = set.next() => Ok(j),
             };
             match joined {
                 Err(i) => {
@@ -934,12 +942,7 @@ impl Driver<'_> {
                     break;
                 }
                 Ok(None) => break,
-                Ok(Some(Err(join_error))) => {
-                    // Only reachable if a task was aborted; the calls' slots stay empty and are
-                    // reported as cancelled below.
-                    let _ = join_error;
-                }
-                Ok(Some(Ok((i, result, duration, panic)))) => {
+                Ok(Some((i, result, duration, panic))) => {
                     let outcome = match (result, panic) {
                         (_, Some(message)) => CallResult::Panicked { message },
                         (Ok(out), None) => CallResult::Ok(out),
@@ -979,9 +982,9 @@ impl Driver<'_> {
             loop {
                 tokio::select! {
                     biased;
-                    j = set.join_next() => match j {
+                    j = set.next() => match j {
                         None => break,
-                        Some(Ok((i, result, duration, panic))) => {
+                        Some((i, result, duration, panic)) => {
                             let outcome = match (result, panic) {
                                 (_, Some(message)) => CallResult::Panicked { message },
                                 (Ok(out), None) => CallResult::Ok(out),
@@ -991,12 +994,12 @@ impl Driver<'_> {
                             self.finished(&run_id, turn, &batch, i, &outcome, duration);
                             outcomes[i] = Some(CallOutcome { result: outcome, duration });
                         }
-                        Some(Err(_)) => {}
                     },
                     _ = &mut grace => break,
                 }
             }
-            set.abort_all();
+            // Dropping the calls still running cancels them.
+            set.clear();
         }
         let started_upto = next;
         let results = outcomes
@@ -1179,7 +1182,7 @@ impl Driver<'_> {
                         break;
                     }
                     Ok(ToolCallDecision::Rewrite(args)) => match m.revalidate(call.tool, &args) {
-                        Ok(()) => call.args = args,
+                        Ok(()) => call.args = Arc::new(args),
                         Err(v) => {
                             let e = HookError(format!(
                                 "rewrote the arguments of {} into ones that fail its schema: {v}",

@@ -85,8 +85,9 @@ pub struct AdmittedCall {
     pub tool: usize,
     /// The tool's name.
     pub name: Arc<str>,
-    /// The validated arguments.
-    pub args: Value,
+    /// The validated arguments, shared with the run's record of the call (a hook that rewrites
+    /// them replaces the value, and the record keeps what the model sent).
+    pub args: Arc<Value>,
 }
 
 /// A batch of admitted calls. Every call's arguments were validated before the batch was formed.
@@ -170,7 +171,7 @@ pub enum Action {
 
 enum Slot {
     /// Waiting for the driver's outcome.
-    Admitted { tool: usize, input: Value },
+    Admitted { tool: usize, input: Arc<Value> },
     /// Decided before running.
     Decided {
         status: CallStatus,
@@ -663,7 +664,10 @@ impl RunMachine {
                     {
                         sequential = true;
                     }
-                    slots.push(Slot::Admitted { tool, input: value });
+                    slots.push(Slot::Admitted {
+                        tool,
+                        input: Arc::new(value),
+                    });
                 }
                 Err((message, input)) => {
                     if policy.invalid_arguments == OnInvalidCall::Fail && fatal.is_none() {
@@ -696,8 +700,9 @@ impl RunMachine {
             let mut streaks: Vec<(u64, u32)> = Vec::with_capacity(slots.len());
             let mut stuck: Option<(String, u32)> = None;
             for (call, slot) in response.message.tool_calls.iter().zip(&slots) {
-                let input = match slot {
-                    Slot::Admitted { input, .. } | Slot::Decided { input, .. } => input,
+                let input: &Value = match slot {
+                    Slot::Admitted { input, .. } => input,
+                    Slot::Decided { input, .. } => input,
                 };
                 let sig = signature(&call.name, input);
                 if streaks.iter().any(|(s, _)| *s == sig) {
@@ -766,7 +771,7 @@ impl RunMachine {
             .message
             .tool_calls
             .iter()
-            .zip(slots.iter_mut())
+            .zip(slots.iter())
             .enumerate()
             .filter_map(|(position, (call, slot))| match slot {
                 Slot::Admitted { tool, input } => Some(AdmittedCall {
@@ -774,9 +779,9 @@ impl RunMachine {
                     call_id: Arc::from(call.id.as_str()),
                     tool: *tool,
                     name: Arc::from(call.name.as_str()),
-                    // The batch owns the arguments for the handlers; the slot keeps what the
-                    // records need once the outcomes are folded.
-                    args: input.clone(),
+                    // Shared: the batch lends them to the handlers, the slot keeps them for the
+                    // record, which takes them over once the batch is gone.
+                    args: Arc::clone(input),
                 }),
                 Slot::Decided { .. } => None,
             })
@@ -1029,7 +1034,7 @@ impl RunMachine {
                         ToolCallRecord {
                             id: call.id.clone(),
                             tool: call.name.clone(),
-                            input,
+                            input: Arc::unwrap_or_clone(input),
                             turn,
                             status,
                             output,

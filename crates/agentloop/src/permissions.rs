@@ -402,7 +402,7 @@ impl BatchGate for PermissionGate {
                 .map(|&i| ApprovalRequest {
                     call_id: batch.calls[i].call_id.to_string(),
                     tool: batch.calls[i].name.to_string(),
-                    arguments: batch.calls[i].args.clone(),
+                    arguments: Value::clone(&batch.calls[i].args),
                 })
                 .collect();
             let replies = match prompter.ask(&requests).await {

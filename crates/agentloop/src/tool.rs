@@ -6,6 +6,7 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
+use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -316,9 +317,12 @@ impl ToolContext {
 pub type ToolFuture = BoxFuture<'static, Result<ToolOutput, ToolError>>;
 
 /// A tool's handler, over validated JSON arguments.
+///
+/// The arguments are borrowed: the run keeps them for its records and hooks, and a typed handler
+/// reads what it needs from them without a copy of the whole value.
 pub trait ToolHandler: Send + Sync + 'static {
     /// Runs one call. `args` already matched the input schema.
-    fn call(&self, args: Value, ctx: ToolContext) -> ToolFuture;
+    fn call(&self, args: &Value, ctx: ToolContext) -> ToolFuture;
 }
 
 impl<F, Fut> ToolHandler for F
@@ -326,8 +330,43 @@ where
     F: Fn(Value, ToolContext) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Result<ToolOutput, ToolError>> + Send + 'static,
 {
-    fn call(&self, args: Value, ctx: ToolContext) -> ToolFuture {
-        Box::pin((self)(args, ctx))
+    fn call(&self, args: &Value, ctx: ToolContext) -> ToolFuture {
+        Box::pin((self)(args.clone(), ctx))
+    }
+}
+
+/// A handler over a typed argument `A`, deserialized from the borrowed JSON.
+struct TypedHandler<A, F> {
+    f: Arc<F>,
+    args: PhantomData<fn() -> A>,
+}
+
+impl<A, F, Fut, R, E> ToolHandler for TypedHandler<A, F>
+where
+    A: DeserializeOwned + Send + 'static,
+    F: Fn(A, ToolContext) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<R, E>> + Send + 'static,
+    R: IntoToolOutput,
+    E: Into<ToolError>,
+{
+    fn call(&self, args: &Value, ctx: ToolContext) -> ToolFuture {
+        match A::deserialize(args) {
+            Ok(typed) => {
+                // Called inside the future, so that a handler that panics before its first await
+                // panics in the call's own task.
+                let f = self.f.clone();
+                Box::pin(async move {
+                    f(typed, ctx)
+                        .await
+                        .map(IntoToolOutput::into_tool_output)
+                        .map_err(Into::into)
+                })
+            }
+            Err(e) => {
+                let error = ToolError::new("invalid_arguments", e.to_string());
+                Box::pin(std::future::ready(Err(error)))
+            }
+        }
     }
 }
 
@@ -405,7 +444,7 @@ impl Tool {
 
     /// Runs the handler directly (no validation): for tests.
     pub fn call(&self, args: Value, ctx: ToolContext) -> ToolFuture {
-        self.handler.call(args, ctx)
+        self.handler.call(&args, ctx)
     }
 }
 
@@ -468,21 +507,12 @@ impl ToolBuilder {
         E: Into<ToolError>,
     {
         self.spec.input_schema = schema_for::<A>();
-        let f = Arc::new(f);
-        let handler = move |args: Value, ctx: ToolContext| {
-            let f = f.clone();
-            async move {
-                let typed: A = serde_json::from_value(args)
-                    .map_err(|e| ToolError::new("invalid_arguments", e.to_string()))?;
-                f(typed, ctx)
-                    .await
-                    .map(IntoToolOutput::into_tool_output)
-                    .map_err(Into::into)
-            }
-        };
         Tool {
             spec: self.spec,
-            handler: Arc::new(handler),
+            handler: Arc::new(TypedHandler {
+                f: Arc::new(f),
+                args: PhantomData,
+            }),
         }
     }
 

@@ -580,6 +580,26 @@ async fn a_panicking_tool_fails_the_run_while_the_process_goes_on() {
     assert_tool_cycle(&out.transcript);
 }
 
+#[tokio::test]
+async fn a_handler_that_panics_before_returning_its_future_fails_the_call_not_the_process() {
+    let early = Tool::dynamic(
+        "early",
+        "Panics while it builds its future.",
+        json!({"type": "object"}),
+        |_a: Value, _c| -> std::future::Ready<Result<ToolOutput, ToolError>> {
+            panic!("early kaboom")
+        },
+    );
+    let model = ScriptedModel::new([calls(&[("a", "early", "{}")]), ModelResponse::text("never")]);
+    let out = agent(model, vec![early], Limits::default()).run("go").await;
+    assert_eq!(out.stop_reason, StopReason::Failed);
+    let err = out.error.unwrap();
+    assert_eq!(err.code(), "tool.panicked");
+    assert!(err.to_string().contains("early kaboom"), "{err}");
+    assert_eq!(out.tool_calls[0].status, CallStatus::Fatal);
+    assert_tool_cycle(&out.transcript);
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_fatal_tool_error_drains_running_siblings_without_cancelling_them() {
     let log = CallLog::default();

@@ -61,7 +61,7 @@ fn the_machine_asks_for_the_model_then_the_batch_then_finishes() {
         &*batch.calls[0].call_id, "call_1",
         "blank ids come from the injected id source"
     );
-    assert_eq!(batch.calls[0].args, json!({"a": 1}));
+    assert_eq!(*batch.calls[0].args, json!({"a": 1}));
     m.on_tool_outcomes(vec![CallOutcome::instant(CallResult::Ok(
         ToolOutput::text("done"),
     ))]);
