@@ -171,7 +171,12 @@ pub enum Action {
 
 enum Slot {
     /// Waiting for the driver's outcome.
-    Admitted { tool: usize, input: Arc<Value> },
+    Admitted {
+        tool: usize,
+        input: Arc<Value>,
+        call_id: Arc<str>,
+        name: Arc<str>,
+    },
     /// Decided before running.
     Decided {
         status: CallStatus,
@@ -667,6 +672,11 @@ impl RunMachine {
                     slots.push(Slot::Admitted {
                         tool,
                         input: Arc::new(value),
+                        call_id: Arc::from(call.id.as_str()),
+                        name: match tools.shared_name(tool) {
+                            Some(name) => Arc::clone(name),
+                            None => Arc::from(call.name.as_str()),
+                        },
                     });
                 }
                 Err((message, input)) => {
@@ -767,18 +777,20 @@ impl RunMachine {
             }
         }
 
-        let calls: Vec<AdmittedCall> = response
-            .message
-            .tool_calls
+        let calls: Vec<AdmittedCall> = slots
             .iter()
-            .zip(slots.iter())
             .enumerate()
-            .filter_map(|(position, (call, slot))| match slot {
-                Slot::Admitted { tool, input } => Some(AdmittedCall {
+            .filter_map(|(position, slot)| match slot {
+                Slot::Admitted {
+                    tool,
+                    input,
+                    call_id,
+                    name,
+                } => Some(AdmittedCall {
                     position,
-                    call_id: Arc::from(call.id.as_str()),
+                    call_id: Arc::clone(call_id),
                     tool: *tool,
-                    name: Arc::from(call.name.as_str()),
+                    name: Arc::clone(name),
                     // Shared: the batch lends them to the handlers, the slot keeps them for the
                     // record, which takes them over once the batch is gone.
                     args: Arc::clone(input),
@@ -812,10 +824,16 @@ impl RunMachine {
     /// stays valid to continue later.
     fn refuse_all(&mut self, response: ModelResponse, code: &str, message: &str) {
         let turn = self.turn;
-        for call in &response.message.tool_calls {
+        let shared: Vec<(Arc<str>, Arc<str>)> = response
+            .message
+            .tool_calls
+            .iter()
+            .map(|call| (Arc::from(call.id.as_str()), Arc::from(call.name.as_str())))
+            .collect();
+        for (call, (id, name)) in response.message.tool_calls.iter().zip(&shared) {
             self.records.push(ToolCallRecord {
-                id: call.id.clone(),
-                tool: call.name.clone(),
+                id: Arc::clone(id),
+                tool: Arc::clone(name),
                 input: raw_input(&call.arguments),
                 turn,
                 status: CallStatus::Refused,
@@ -832,14 +850,12 @@ impl RunMachine {
                 reason: message.to_owned(),
             });
         }
-        let results: Vec<Message> = response
-            .message
-            .tool_calls
-            .iter()
-            .map(|call| {
+        let results: Vec<Message> = shared
+            .into_iter()
+            .map(|(call_id, name)| {
                 Message::Tool(ToolResult {
-                    call_id: call.id.clone(),
-                    name: call.name.clone(),
+                    call_id,
+                    name,
                     content: ToolContent::Text(message.to_owned()),
                     is_error: true,
                 })
@@ -897,10 +913,12 @@ impl RunMachine {
                     input,
                 } => {
                     all_terminate = false;
+                    let call_id: Arc<str> = Arc::from(call.id.as_str());
+                    let name: Arc<str> = Arc::from(call.name.as_str());
                     (
                         ToolCallRecord {
-                            id: call.id.clone(),
-                            tool: call.name.clone(),
+                            id: Arc::clone(&call_id),
+                            tool: Arc::clone(&name),
                             input,
                             turn,
                             status,
@@ -911,14 +929,19 @@ impl RunMachine {
                             duration: Duration::ZERO,
                         },
                         ToolResult {
-                            call_id: call.id.clone(),
-                            name: call.name.clone(),
+                            call_id,
+                            name,
                             content: ToolContent::Text(message),
                             is_error: true,
                         },
                     )
                 }
-                Slot::Admitted { input, .. } => {
+                Slot::Admitted {
+                    input,
+                    call_id,
+                    name,
+                    ..
+                } => {
                     let outcome = outcomes
                         .next()
                         .unwrap_or(CallOutcome::instant(CallResult::NotRun));
@@ -1032,8 +1055,8 @@ impl RunMachine {
                     };
                     (
                         ToolCallRecord {
-                            id: call.id.clone(),
-                            tool: call.name.clone(),
+                            id: Arc::clone(&call_id),
+                            tool: Arc::clone(&name),
                             input: Arc::unwrap_or_clone(input),
                             turn,
                             status,
@@ -1044,8 +1067,8 @@ impl RunMachine {
                             duration: outcome.duration,
                         },
                         ToolResult {
-                            call_id: call.id.clone(),
-                            name: call.name.clone(),
+                            call_id,
+                            name,
                             content,
                             is_error,
                         },

@@ -3,6 +3,8 @@
 //! These types are provider-neutral. Each provider adapter renders them into its own wire format
 //! (and back), so a session recorded with one provider can be continued with another.
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -127,10 +129,10 @@ pub struct ToolCall {
 /// The result of one tool call, as the model will read it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ToolResult {
-    /// The id of the call this answers.
-    pub call_id: String,
+    /// The id of the call this answers (shared with the run's record of the call).
+    pub call_id: Arc<str>,
     /// The tool's name (some providers want it back).
-    pub name: String,
+    pub name: Arc<str>,
     /// What the model reads.
     pub content: ToolContent,
     /// True when this is an error the model should read as such.

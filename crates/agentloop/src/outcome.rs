@@ -3,6 +3,7 @@
 //! outcome into an error for callers who want that.
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize, Serializer};
@@ -126,9 +127,9 @@ pub enum CallStatus {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ToolCallRecord {
     /// The call id.
-    pub id: String,
+    pub id: Arc<str>,
     /// The tool the model named.
-    pub tool: String,
+    pub tool: Arc<str>,
     /// The arguments (the parsed value, or the raw string when it was not JSON).
     pub input: Value,
     /// The turn.

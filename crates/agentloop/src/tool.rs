@@ -635,6 +635,8 @@ pub fn check_tool_name(name: &str) -> Result<(), String> {
 
 #[derive(Clone)]
 pub(crate) struct RegisteredTool {
+    /// The name, shared by every call of the tool, its results and its records.
+    pub(crate) name: Arc<str>,
     pub(crate) handler: Arc<dyn ToolHandler>,
     pub(crate) validator: Arc<jsonschema::Validator>,
 }
@@ -711,8 +713,10 @@ impl ToolSet {
             compile_schema(output).map_err(|e| schema_err(&spec, format!("output schema: {e}")))?;
         }
         self.by_name.insert(spec.name.clone(), self.specs.len());
+        let name: Arc<str> = Arc::from(spec.name.as_str());
         self.specs.push(spec);
         self.entries.push(RegisteredTool {
+            name,
             handler,
             validator: Arc::new(validator),
         });
@@ -732,6 +736,11 @@ impl ToolSet {
     /// The spec at an index.
     pub fn spec(&self, index: usize) -> Option<&ToolSpec> {
         self.specs.get(index)
+    }
+
+    /// The shared name of the tool at an index.
+    pub(crate) fn shared_name(&self, index: usize) -> Option<&Arc<str>> {
+        self.entries.get(index).map(|e| &e.name)
     }
 
     pub(crate) fn entry(&self, index: usize) -> Option<&RegisteredTool> {

@@ -52,7 +52,11 @@ fn assert_tool_cycle(transcript: &[Message]) {
                 let r = r.unwrap_or_else(|| {
                     panic!("call {} has no result right after its message", call.id)
                 });
-                assert_eq!(r.call_id, call.id, "results follow decision order");
+                assert_eq!(
+                    &*r.call_id,
+                    call.id.as_str(),
+                    "results follow decision order"
+                );
             }
             i += 1 + a.tool_calls.len();
         } else {
@@ -215,7 +219,7 @@ async fn outcomes_are_folded_in_decision_order_when_calls_finish_out_of_order() 
         vec!["fast", "slow"],
         "the fast call finished first"
     );
-    let ids: Vec<&str> = out.tool_calls.iter().map(|r| r.id.as_str()).collect();
+    let ids: Vec<&str> = out.tool_calls.iter().map(|r| &*r.id).collect();
     assert_eq!(ids, vec!["slow", "fast"]);
     assert_tool_cycle(&out.transcript);
 }
@@ -722,7 +726,7 @@ async fn blank_call_ids_get_generated_unique_ids() {
         .run("go")
         .await;
     assert_eq!(out.stop_reason, StopReason::Finished);
-    let ids: Vec<&str> = out.tool_calls.iter().map(|r| r.id.as_str()).collect();
+    let ids: Vec<&str> = out.tool_calls.iter().map(|r| &*r.id).collect();
     assert!(ids.iter().all(|i| !i.trim().is_empty()));
     assert_ne!(ids[0], ids[1]);
     assert_tool_cycle(&out.transcript);

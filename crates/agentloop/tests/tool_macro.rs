@@ -463,7 +463,7 @@ async fn an_agent_run_calls_macro_tools_with_defaults_errors_and_progress() {
     let statuses: Vec<(&str, CallStatus)> = outcome
         .tool_calls
         .iter()
-        .map(|r| (r.id.as_str(), r.status))
+        .map(|r| (&*r.id, r.status))
         .collect();
     assert_eq!(
         statuses,
@@ -479,7 +479,7 @@ async fn an_agent_run_calls_macro_tools_with_defaults_errors_and_progress() {
         .transcript
         .iter()
         .filter_map(Message::as_tool_result)
-        .map(|r| (r.call_id.clone(), r.content.to_text(), r.is_error))
+        .map(|r| (r.call_id.to_string(), r.content.to_text(), r.is_error))
         .collect();
     assert_eq!(
         results[0],
