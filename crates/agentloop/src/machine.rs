@@ -7,7 +7,6 @@
 //! injected, so the same inputs always give the same run.
 
 use std::collections::HashSet;
-use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -186,6 +185,15 @@ enum Slot {
     },
 }
 
+impl Slot {
+    fn input(&self) -> &Value {
+        match self {
+            Slot::Admitted { input, .. } => input,
+            Slot::Decided { input, .. } => input,
+        }
+    }
+}
+
 struct Pending {
     turn: u32,
     message_index: usize,
@@ -214,7 +222,9 @@ pub struct RunMachine {
     usage: Usage,
     cost: f64,
     records: Vec<ToolCallRecord>,
-    streaks: Vec<(u64, u32)>,
+    /// The distinct calls of the last tool turn: the index of each one's record, and in how many
+    /// turns in a row it was made.
+    streaks: Vec<(usize, u32)>,
     output_retries_used: u32,
     retrying_output: bool,
     stop: Option<StopReason>,
@@ -707,23 +717,38 @@ impl RunMachine {
         // a row stops the run before the Nth runs. Identical calls within one batch count once.
         let threshold = self.cfg.limits.stuck_loop_threshold;
         if threshold > 0 {
-            let mut streaks: Vec<(u64, u32)> = Vec::with_capacity(slots.len());
+            // Calls are compared by value (serde_json's map equality ignores key order); each
+            // streak points at the record its call will have once this batch is folded, so the
+            // next turn compares against the records without keeping a copy of the arguments.
+            let first_record = self.records.len();
+            let mut streaks: Vec<(usize, u32)> = Vec::with_capacity(slots.len());
             let mut stuck: Option<(String, u32)> = None;
-            for (call, slot) in response.message.tool_calls.iter().zip(&slots) {
-                let input: &Value = match slot {
-                    Slot::Admitted { input, .. } => input,
-                    Slot::Decided { input, .. } => input,
-                };
-                let sig = signature(&call.name, input);
-                if streaks.iter().any(|(s, _)| *s == sig) {
+            for (position, (call, slot)) in
+                response.message.tool_calls.iter().zip(&slots).enumerate()
+            {
+                let input = slot.input();
+                let repeated_in_batch = streaks.iter().any(|(record, _)| {
+                    let p = record - first_record;
+                    let same_tool = response
+                        .message
+                        .tool_calls
+                        .get(p)
+                        .is_some_and(|c| c.name == call.name);
+                    same_tool && slots.get(p).is_some_and(|s| s.input() == input)
+                });
+                if repeated_in_batch {
                     continue;
                 }
                 let count = self
                     .streaks
                     .iter()
-                    .find(|(s, _)| *s == sig)
+                    .find(|(record, _)| {
+                        self.records
+                            .get(*record)
+                            .is_some_and(|r| *r.tool == *call.name && r.input == *input)
+                    })
                     .map_or(1, |(_, n)| n + 1);
-                streaks.push((sig, count));
+                streaks.push((first_record + position, count));
                 if count >= threshold && stuck.is_none() {
                     stuck = Some((call.name.clone(), count));
                 }
@@ -1182,48 +1207,4 @@ fn parse_json_answer(text: &str) -> Result<Value, serde_json::Error> {
         .and_then(|s| s.strip_suffix("```"))
         .unwrap_or(t);
     serde_json::from_str(inner.trim())
-}
-
-/// A hash of a call's tool and arguments that ignores key order.
-fn signature(name: &str, args: &Value) -> u64 {
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    name.hash(&mut h);
-    hash_value(args, &mut h);
-    h.finish()
-}
-
-fn hash_value(v: &Value, h: &mut impl Hasher) {
-    match v {
-        Value::Null => 0u8.hash(h),
-        Value::Bool(b) => (1u8, b).hash(h),
-        Value::Number(n) => match (n.as_i64(), n.as_u64()) {
-            (Some(i), _) => (2u8, 0u8, i).hash(h),
-            (None, Some(u)) => (2u8, 1u8, u).hash(h),
-            (None, None) => (2u8, 2u8, n.as_f64().map(f64::to_bits)).hash(h),
-        },
-        Value::String(s) => (3u8, s).hash(h),
-        Value::Array(a) => {
-            (4u8, a.len()).hash(h);
-            for x in a {
-                hash_value(x, h);
-            }
-        }
-        Value::Object(m) => {
-            (5u8, m.len()).hash(h);
-            // serde_json's map iterates in key order unless `preserve_order` is on: sort only then.
-            if m.keys().is_sorted() {
-                for (k, x) in m {
-                    k.hash(h);
-                    hash_value(x, h);
-                }
-            } else {
-                let mut entries: Vec<(&String, &Value)> = m.iter().collect();
-                entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
-                for (k, x) in entries {
-                    k.hash(h);
-                    hash_value(x, h);
-                }
-            }
-        }
-    }
 }

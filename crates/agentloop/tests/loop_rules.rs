@@ -449,6 +449,54 @@ async fn a_stuck_loop_stops_before_the_repeated_call_runs() {
 }
 
 #[tokio::test]
+async fn the_stuck_loop_rule_ignores_key_order_and_counts_identical_calls_in_one_batch_once() {
+    let n = Arc::new(AtomicUsize::new(0));
+    let model = ScriptedModel::new([
+        // The same call twice in one batch is one turn of the streak, not two.
+        calls(&[
+            ("a1", "count", r#"{"n": 1, "m": 2}"#),
+            ("a2", "count", r#"{"m": 2, "n": 1}"#),
+        ]),
+        calls(&[
+            ("b1", "count", r#"{"n": 3}"#),
+            ("b2", "count", r#"{"m":2,"n":1}"#),
+        ]),
+        // Third turn in a row for {n: 1, m: 2}, in yet another key order and position.
+        calls(&[
+            ("c1", "count", r#"{"n": 3}"#),
+            ("c2", "count", r#"{ "m" : 2, "n" : 1 }"#),
+        ]),
+        ModelResponse::text("never"),
+    ]);
+    let out = agent(model, vec![counting_tool("count", &n)], Limits::default())
+        .run("go")
+        .await;
+    assert_eq!(out.stop_reason, StopReason::StuckLoop);
+    assert_eq!(n.load(Ordering::SeqCst), 4, "the third turn never ran");
+    let refused: Vec<&str> = out
+        .tool_calls
+        .iter()
+        .filter(|r| r.status == CallStatus::Refused)
+        .map(|r| &*r.id)
+        .collect();
+    assert_eq!(refused, ["c1", "c2"]);
+    assert_tool_cycle(&out.transcript);
+
+    // Two turns of the same call stay under the default threshold of three.
+    let n = Arc::new(AtomicUsize::new(0));
+    let model = ScriptedModel::new([
+        calls(&[("a", "count", r#"{"n": 1, "m": 2}"#)]),
+        calls(&[("b", "count", r#"{"m": 2, "n": 1}"#)]),
+        ModelResponse::text("done"),
+    ]);
+    let out = agent(model, vec![counting_tool("count", &n)], Limits::default())
+        .run("go")
+        .await;
+    assert_eq!(out.stop_reason, StopReason::Finished);
+    assert_eq!(n.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
 async fn different_arguments_break_the_streak_and_zero_disables_the_rule() {
     let n = Arc::new(AtomicUsize::new(0));
     let script = || {
