@@ -14,7 +14,6 @@ use std::time::Duration;
 
 use agentloop::{ModelError, ModelErrorKind};
 use bytes::Bytes;
-use eventsource_stream::{EventStreamError, Eventsource};
 use futures::{Stream, StreamExt};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use serde::Deserialize;
@@ -683,15 +682,13 @@ pub struct SseEvent {
 }
 
 type ByteStream = Pin<Box<dyn Stream<Item = Result<Bytes, ModelError>> + Send>>;
-type EventInner = Pin<
-    Box<dyn Stream<Item = Result<eventsource_stream::Event, EventStreamError<ModelError>>> + Send>,
->;
 
 /// Server-sent events read from a byte stream. A silence longer than the idle timeout fails with
 /// [`ModelErrorKind::Timeout`]; a transport failure with its own kind; a malformed stream (bad
 /// UTF-8, an over-long line) with [`ModelErrorKind::Stream`]. After an error the stream ends.
 pub struct SseStream {
-    inner: EventInner,
+    bytes: ByteStream,
+    framer: SseFramer,
     idle: Option<Duration>,
     sleep: Option<Pin<Box<tokio::time::Sleep>>>,
     provider: String,
@@ -714,17 +711,9 @@ impl SseStream {
     where
         S: Stream<Item = Result<Bytes, ModelError>> + Send + 'static,
     {
-        let checked: ByteStream = Box::pin(GuardedBytes {
-            inner: Box::pin(bytes),
-            provider: provider.to_owned(),
-            max_line: max_event_bytes,
-            line_len: 0,
-            utf8_carry: Vec::new(),
-            rest: Bytes::new(),
-            failed: false,
-        });
         SseStream {
-            inner: Box::pin(checked.eventsource()),
+            bytes: Box::pin(bytes),
+            framer: SseFramer::new(max_event_bytes),
             idle,
             sleep: None,
             provider: provider.to_owned(),
@@ -742,6 +731,13 @@ impl SseStream {
             usize::MAX,
         )
     }
+
+    fn fail(&mut self, message: &str) -> Poll<Option<Result<SseEvent, ModelError>>> {
+        self.done = true;
+        Poll::Ready(Some(Err(
+            ModelError::new(ModelErrorKind::Stream, message).with_provider(self.provider.clone())
+        )))
+    }
 }
 
 impl Stream for SseStream {
@@ -751,148 +747,138 @@ impl Stream for SseStream {
         if self.done {
             return Poll::Ready(None);
         }
-        match self.inner.as_mut().poll_next(cx) {
-            Poll::Ready(item) => {
-                self.sleep = None;
-                match item {
-                    None => {
-                        self.done = true;
-                        Poll::Ready(None)
-                    }
-                    Some(Ok(e)) => Poll::Ready(Some(Ok(SseEvent {
-                        event: e.event,
-                        data: e.data,
-                    }))),
-                    Some(Err(e)) => {
-                        self.done = true;
-                        let error = match e {
-                            EventStreamError::Transport(e) => e,
-                            EventStreamError::Utf8(_) => ModelError::new(
-                                ModelErrorKind::Stream,
-                                "the event stream is not valid UTF-8",
-                            )
-                            .with_provider(self.provider.clone()),
-                            EventStreamError::Parser(_) => ModelError::new(
-                                ModelErrorKind::Stream,
-                                "the event stream is malformed",
-                            )
-                            .with_provider(self.provider.clone()),
-                        };
-                        Poll::Ready(Some(Err(error)))
+        loop {
+            // Events already received go out before the next chunk is read.
+            if let Some(event) = self.framer.next_event() {
+                return Poll::Ready(Some(Ok(event)));
+            }
+            match self.bytes.as_mut().poll_next(cx) {
+                Poll::Ready(Some(Ok(chunk))) => {
+                    self.sleep = None;
+                    if let Err(message) = self.framer.feed(&chunk) {
+                        return self.fail(message);
                     }
                 }
-            }
-            Poll::Pending => {
-                let Some(idle) = self.idle else {
-                    return Poll::Pending;
-                };
-                let sleep = self
-                    .sleep
-                    .get_or_insert_with(|| Box::pin(tokio::time::sleep(idle)));
-                match sleep.as_mut().poll(cx) {
-                    Poll::Ready(()) => {
-                        self.done = true;
-                        self.sleep = None;
-                        Poll::Ready(Some(Err(ModelError::new(
-                            ModelErrorKind::Timeout,
-                            format!("the stream was idle for {} s", idle.as_secs_f64()),
-                        )
-                        .with_provider(self.provider.clone()))))
+                Poll::Ready(Some(Err(e))) => {
+                    self.done = true;
+                    return Poll::Ready(Some(Err(e)));
+                }
+                Poll::Ready(None) => {
+                    if self.framer.inside_character() {
+                        return self.fail("the event stream ends inside a UTF-8 character");
                     }
-                    Poll::Pending => Poll::Pending,
+                    // An event without its closing blank line is never dispatched.
+                    self.done = true;
+                    return Poll::Ready(None);
+                }
+                Poll::Pending => {
+                    let Some(idle) = self.idle else {
+                        return Poll::Pending;
+                    };
+                    let sleep = self
+                        .sleep
+                        .get_or_insert_with(|| Box::pin(tokio::time::sleep(idle)));
+                    return match sleep.as_mut().poll(cx) {
+                        Poll::Ready(()) => {
+                            self.done = true;
+                            self.sleep = None;
+                            Poll::Ready(Some(Err(ModelError::new(
+                                ModelErrorKind::Timeout,
+                                format!("the stream was idle for {} s", idle.as_secs_f64()),
+                            )
+                            .with_provider(self.provider.clone()))))
+                        }
+                        Poll::Pending => Poll::Pending,
+                    };
                 }
             }
         }
     }
 }
 
-/// A byte stream that fails on invalid UTF-8 at once (rather than buffering the rest of the
-/// stream) and on a line longer than the event budget (rather than growing without bound).
-struct GuardedBytes {
-    inner: ByteStream,
-    provider: String,
+/// The event-stream format (WHATWG HTML, "interpreting an event stream") read from byte chunks,
+/// without I/O: lines end in CR, LF or CRLF (also split across chunks), a leading byte-order mark
+/// is dropped, `:` lines are comments, `data` lines join with LF, `event` names the event and a
+/// blank line dispatches it (unless its data is empty). `id` and `retry` are not used here.
+///
+/// It also guards the stream: invalid UTF-8 fails as soon as its chunk arrives (rather than once
+/// its line ends), and so does a line that grows past the event budget (rather than without
+/// bound). Each chunk is checked once, as it is appended to the text still to read.
+struct SseFramer {
+    /// Checked text not yet read to its end: from `read` on, the start of the line being read.
+    text: String,
+    read: usize,
+    /// `text[read..scanned]` holds no line end (a long line is not scanned again per chunk).
+    scanned: usize,
+    /// The last line ended with a CR that closed the text: an LF opening the next chunk belongs
+    /// to that line end.
+    after_cr: bool,
+    fields: EventFields,
     max_line: usize,
+    /// The length of the last, unfinished line of the chunks checked so far.
     line_len: usize,
+    /// The start of a UTF-8 character that the last chunk cut.
     utf8_carry: Vec<u8>,
-    /// The rest of a checked chunk, handed on one event at a time.
-    rest: Bytes,
-    failed: bool,
 }
 
-/// Where the first event of `bytes` ends (after its blank line), if it ends before the last byte.
-fn first_event_end(bytes: &[u8]) -> Option<usize> {
-    let mut i = 0;
-    while let Some(p) = bytes.get(i..)?.iter().position(|b| *b == b'\n') {
-        let at = i + p + 1;
-        match bytes.get(at) {
-            Some(b'\n') => return Some(at + 1).filter(|end| *end < bytes.len()),
-            Some(b'\r') if bytes.get(at + 1) == Some(&b'\n') => {
-                return Some(at + 2).filter(|end| *end < bytes.len());
-            }
-            None => return None,
-            _ => i = at,
-        }
-    }
-    None
+/// The buffers of the event being read.
+#[derive(Default)]
+struct EventFields {
+    /// No line has been read yet (a byte-order mark opening the first line is dropped).
+    started: bool,
+    event: String,
+    data: String,
 }
 
-impl GuardedBytes {
-    /// The next piece of the current chunk: up to the end of its first event. The SSE parser
-    /// re-buffers what follows each line it reads, so handing it one event at a time keeps a
-    /// large chunk linear rather than quadratic.
-    fn next_piece(&mut self) -> Option<Bytes> {
-        if self.rest.is_empty() {
-            return None;
+const NOT_UTF8: &str = "the event stream is not valid UTF-8";
+
+impl SseFramer {
+    fn new(max_line: usize) -> Self {
+        SseFramer {
+            text: String::new(),
+            read: 0,
+            scanned: 0,
+            after_cr: false,
+            fields: EventFields::default(),
+            max_line,
+            line_len: 0,
+            utf8_carry: Vec::new(),
         }
-        Some(match first_event_end(&self.rest) {
-            Some(end) => self.rest.split_to(end),
-            None => std::mem::take(&mut self.rest),
-        })
     }
 
-    fn fail(&mut self, message: &str) -> Poll<Option<Result<Bytes, ModelError>>> {
-        self.failed = true;
-        Poll::Ready(Some(Err(
-            ModelError::new(ModelErrorKind::Stream, message).with_provider(self.provider.clone())
-        )))
-    }
-
-    /// Checks a chunk: UTF-8 (carrying an incomplete trailing sequence to the next chunk) and
-    /// line length. Returns an error message when the chunk is bad.
-    fn check(&mut self, chunk: &[u8]) -> Result<(), &'static str> {
-        let head_len = if self.utf8_carry.is_empty() {
-            0
+    /// Takes the next chunk, failing on invalid UTF-8 (an incomplete character at its end waits
+    /// for the next chunk) and on a line longer than the event budget.
+    fn feed(&mut self, chunk: &[u8]) -> Result<(), &'static str> {
+        // What was read goes; the start of an unfinished line stays.
+        self.text.drain(..self.read);
+        self.scanned = self.scanned.saturating_sub(self.read);
+        self.read = 0;
+        let carried = !self.utf8_carry.is_empty();
+        let joined;
+        let bytes = if carried {
+            let mut j = std::mem::take(&mut self.utf8_carry);
+            j.extend_from_slice(chunk);
+            joined = j;
+            joined.as_slice()
         } else {
-            // Complete the carried sequence with at most 3 bytes of this chunk.
-            let need = 4usize
-                .saturating_sub(self.utf8_carry.len())
-                .min(chunk.len());
-            let mut joined = std::mem::take(&mut self.utf8_carry);
-            joined.extend_from_slice(chunk.get(..need).unwrap_or_default());
-            match std::str::from_utf8(&joined) {
-                Ok(_) => need,
-                Err(e) if e.error_len().is_none() && e.valid_up_to() == 0 => {
-                    if need == chunk.len() {
-                        self.utf8_carry = joined;
-                        return Ok(());
-                    }
-                    return Err("the event stream is not valid UTF-8");
-                }
-                Err(e) if e.error_len().is_some() && e.valid_up_to() == 0 => {
-                    return Err("the event stream is not valid UTF-8");
-                }
-                Err(e) => e.valid_up_to().saturating_sub(joined.len() - need),
-            }
+            chunk
         };
-        let rest = chunk.get(head_len..).unwrap_or_default();
-        match std::str::from_utf8(rest) {
-            Ok(_) => {}
+        match std::str::from_utf8(bytes) {
+            Ok(text) => self.text.push_str(text),
             Err(e) if e.error_len().is_none() => {
-                self.utf8_carry = rest.get(e.valid_up_to()..).unwrap_or_default().to_vec();
+                if carried && e.valid_up_to() == 0 {
+                    // Still inside the carried character.
+                    self.utf8_carry = bytes.to_vec();
+                    return Ok(());
+                }
+                let (valid, cut) = bytes.split_at(e.valid_up_to());
+                self.text
+                    .push_str(std::str::from_utf8(valid).map_err(|_| NOT_UTF8)?);
+                self.utf8_carry = cut.to_vec();
             }
-            Err(_) => return Err("the event stream is not valid UTF-8"),
+            Err(_) => return Err(NOT_UTF8),
         }
-        match chunk.iter().rposition(|b| *b == b'\n' || *b == b'\r') {
+        match memchr::memrchr2(b'\n', b'\r', chunk) {
             Some(p) => self.line_len = chunk.len() - p - 1,
             None => self.line_len = self.line_len.saturating_add(chunk.len()),
         }
@@ -901,42 +887,97 @@ impl GuardedBytes {
         }
         Ok(())
     }
+
+    /// Whether the bytes so far end inside a UTF-8 character.
+    fn inside_character(&self) -> bool {
+        !self.utf8_carry.is_empty()
+    }
+
+    /// The next event that the chunks fed so far complete, if any.
+    fn next_event(&mut self) -> Option<SseEvent> {
+        loop {
+            let rest = self.text.as_bytes().get(self.read..).unwrap_or_default();
+            if self.after_cr && !rest.is_empty() {
+                self.after_cr = false;
+                if rest.first() == Some(&b'\n') {
+                    self.read += 1;
+                    continue;
+                }
+            }
+            let from = self.scanned.max(self.read);
+            let unscanned = self.text.as_bytes().get(from..).unwrap_or_default();
+            let Some(p) = memchr::memchr2(b'\n', b'\r', unscanned) else {
+                self.scanned = self.text.len();
+                return None;
+            };
+            let end = from + p;
+            // A line ends at an ASCII byte, so both ends are character boundaries.
+            let line = self.text.get(self.read..end).unwrap_or_default();
+            self.read = end + 1;
+            if unscanned.get(p) == Some(&b'\r') {
+                match unscanned.get(p + 1) {
+                    Some(b'\n') => self.read += 1,
+                    Some(_) => {}
+                    None => self.after_cr = true,
+                }
+            }
+            if let Some(event) = self.fields.line(line) {
+                return Some(event);
+            }
+        }
+    }
 }
 
-impl Stream for GuardedBytes {
-    type Item = Result<Bytes, ModelError>;
+impl EventFields {
+    /// Applies one line (without its line end); a blank line dispatches the event.
+    fn line(&mut self, mut line: &str) -> Option<SseEvent> {
+        if !self.started {
+            self.started = true;
+            line = line.strip_prefix('\u{feff}').unwrap_or(line);
+        }
+        if line.is_empty() {
+            return self.dispatch();
+        }
+        if line.starts_with(':') {
+            return None; // a comment
+        }
+        let (name, value) = match line.split_once(':') {
+            Some((name, value)) => (name, value.strip_prefix(' ').unwrap_or(value)),
+            None => (line, ""),
+        };
+        match name {
+            "data" => {
+                self.data.reserve(value.len() + 1);
+                self.data.push_str(value);
+                self.data.push('\n');
+            }
+            "event" => {
+                self.event.clear();
+                self.event.push_str(value);
+            }
+            _ => {} // id, retry and unknown fields
+        }
+        None
+    }
 
-    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        if self.failed {
-            return Poll::Ready(None);
+    /// The event read so far, unless its data is empty; the buffers start over either way.
+    fn dispatch(&mut self) -> Option<SseEvent> {
+        let event = std::mem::take(&mut self.event);
+        if self.data.is_empty() {
+            return None;
         }
-        if let Some(piece) = self.next_piece() {
-            return Poll::Ready(Some(Ok(piece)));
+        let mut data = std::mem::take(&mut self.data);
+        if data.ends_with('\n') {
+            data.pop();
         }
-        match self.inner.as_mut().poll_next(cx) {
-            Poll::Ready(Some(Ok(chunk))) => match self.check(&chunk) {
-                Ok(()) => {
-                    self.rest = chunk;
-                    match self.next_piece() {
-                        Some(piece) => Poll::Ready(Some(Ok(piece))),
-                        None => Poll::Ready(Some(Ok(Bytes::new()))),
-                    }
-                }
-                Err(message) => self.fail(message),
+        Some(SseEvent {
+            event: if event.is_empty() {
+                "message".to_owned()
+            } else {
+                event
             },
-            Poll::Ready(Some(Err(e))) => {
-                self.failed = true;
-                Poll::Ready(Some(Err(e)))
-            }
-            Poll::Ready(None) => {
-                if !self.utf8_carry.is_empty() {
-                    self.utf8_carry.clear();
-                    return self.fail("the event stream ends inside a UTF-8 character");
-                }
-                Poll::Ready(None)
-            }
-            Poll::Pending => Poll::Pending,
-        }
+            data,
+        })
     }
 }
 
@@ -1046,17 +1087,15 @@ mod tests {
         assert!(!format!("{config:?}").contains("sk-very-secret"));
     }
 
-    #[test]
-    fn event_ends_are_found_after_blank_lines() {
-        assert_eq!(first_event_end(b"data: a\n\ndata: b\n\n"), Some(9));
-        assert_eq!(first_event_end(b"data: a\r\n\r\ndata: b"), Some(11));
-        assert_eq!(first_event_end(b"data: a\n\n"), None);
-        assert_eq!(first_event_end(b"data: a\ndata: b"), None);
-        assert_eq!(first_event_end(b""), None);
+    fn events(chunks: Vec<&'static [u8]>, max_event: usize) -> Vec<Result<SseEvent, ModelError>> {
+        events_of(
+            chunks.into_iter().map(Bytes::from_static).collect(),
+            max_event,
+        )
     }
 
-    fn events(chunks: Vec<&'static [u8]>, max_event: usize) -> Vec<Result<SseEvent, ModelError>> {
-        let stream = futures::stream::iter(chunks.into_iter().map(|c| Ok(Bytes::from_static(c))));
+    fn events_of(chunks: Vec<Bytes>, max_event: usize) -> Vec<Result<SseEvent, ModelError>> {
+        let stream = futures::stream::iter(chunks.into_iter().map(Ok));
         futures::executor::block_on(SseStream::new(stream, "p", None, max_event).collect())
     }
 
@@ -1102,6 +1141,23 @@ mod tests {
             got.last().unwrap().as_ref().unwrap_err().kind,
             ModelErrorKind::Stream
         );
+    }
+
+    #[test]
+    fn a_stream_opening_with_a_byte_order_mark_is_read_without_it() {
+        // The mark cut across chunks too; eventsource-stream, the reader before, panicked here.
+        let got = events(vec![b"\xef\xbb", b"\xbfdata: 1\n\n"], 1024);
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].as_ref().unwrap().data, "1");
+    }
+
+    #[test]
+    fn a_line_spanning_many_chunks_is_read_whole() {
+        let line = format!("data: {}\n\r\n", "x".repeat(64 * 1024));
+        let chunks = line.as_bytes().chunks(100).map(Bytes::copy_from_slice);
+        let got = events_of(chunks.collect(), 128 * 1024);
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].as_ref().unwrap().data.len(), 64 * 1024);
     }
 
     #[tokio::test(start_paused = true)]
