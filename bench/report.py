@@ -138,7 +138,7 @@ def main():
                    f"{r['peak_rss_kb'] / 1024:,.1f} MiB | {speed} | {rss} |")
     for s in scale:
         out.append("")
-        out.append(f"scale: {s['runs']:,} concurrent runs × {s['turns']} tool turns and a final answer (model {s['model_ms']} ms, "
+        out.append(f"scale, {s['system']}: {s['runs']:,} concurrent runs × {s['turns']} tool turns and a final answer (model {s['model_ms']} ms, "
                    f"{s['calls']} tools × {s['tool_ms']} ms): wall {s['wall_s'] * 1e3:,.0f} ms against an ideal of "
                    f"{s['ideal_s'] * 1e3:,.0f} ms ({s['wall_s'] / s['ideal_s']:.2f}×), CPU {s['cpu_s'] * 1e3:,.0f} ms, "
                    f"peak RSS {s['peak_rss_kb'] / 1024:,.1f} MiB, {s['rss_per_run_kb']:,.1f} KiB per run "

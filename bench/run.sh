@@ -85,6 +85,8 @@ done
 if [ "$SCALE" = 1 ]; then
   log "scale: ${SCALE_ARGS[*]} concurrent runs, 5 turns, model 20 ms, 3 tools of 5 ms"
   "$AL" scale "${SCALE_ARGS[@]}" --turns 5 --calls 3 --model-ms 20 --tool-ms 5 >>"$RAW"
+  # The floor: the same timers in the same shape with no agent loop around them.
+  "$AL" scale "${SCALE_ARGS[@]}" --turns 5 --calls 3 --model-ms 20 --tool-ms 5 --bare true >>"$RAW"
 fi
 if [ "$STREAMS" = 1 ]; then
   log "stream parsing over the provider fixtures"

@@ -160,11 +160,20 @@ fn bench_scale(opts: &Opts) -> Result<(), String> {
     let baseline_kb = sys::current_rss_kb();
     let cpu0 = sys::cpu_time();
     let t0 = Instant::now();
+    let bare = opts.text("bare", "false") == "true";
+    let tool_delay = Duration::from_millis(tool_ms);
     let failures = rt.block_on(async {
         let mut set = tokio::task::JoinSet::new();
         for _ in 0..runs {
             let work = work.clone();
-            set.spawn(async move { work.run_once(turns, calls).await.map(|_| ()) });
+            if bare {
+                set.spawn(async move {
+                    bare_run(&work, turns, calls, model_delay, tool_delay).await;
+                    Ok(())
+                });
+            } else {
+                set.spawn(async move { work.run_once(turns, calls).await.map(|_| ()) });
+            }
         }
         let mut failures = Vec::new();
         while let Some(joined) = set.join_next().await {
@@ -187,7 +196,7 @@ fn bench_scale(opts: &Opts) -> Result<(), String> {
     let peak_kb = sys::peak_rss_kb();
     let ideal = (model_delay + Duration::from_millis(tool_ms)) * turns + model_delay;
     let line = json!({
-        "system": "agentloop",
+        "system": if bare { "tokio alone (no agent loop)" } else { "agentloop" },
         "bench": "scale",
         "runs": runs, "turns": turns, "calls": calls,
         "model_ms": model_ms, "tool_ms": tool_ms, "runtime": runtime,
@@ -202,4 +211,27 @@ fn bench_scale(opts: &Opts) -> Result<(), String> {
     });
     println!("{line}");
     Ok(())
+}
+
+/// The scale test's floor: the same timers in the same shape (a model wait, then the calls' waits
+/// joined, per turn, then the final answer's wait), with no agent loop around them. What a run
+/// costs above this is the loop's own.
+async fn bare_run(
+    work: &Workload,
+    turns: u32,
+    calls: u32,
+    model_delay: Duration,
+    tool_delay: Duration,
+) {
+    for _ in 0..turns {
+        tokio::time::sleep(model_delay).await;
+        work.model_calls.fetch_add(1, Ordering::Relaxed);
+        futures::future::join_all((0..calls).map(|_| async {
+            tokio::time::sleep(tool_delay).await;
+            work.tool_executions.fetch_add(1, Ordering::Relaxed);
+        }))
+        .await;
+    }
+    tokio::time::sleep(model_delay).await;
+    work.model_calls.fetch_add(1, Ordering::Relaxed);
 }
