@@ -180,6 +180,18 @@ impl LocalAgent {
         LocalAgent { dir }
     }
 
+    /// The notes in the agent's store (`notes.jsonl`), lowercased, in order.
+    fn saved_notes(&self) -> Vec<String> {
+        let notes = std::fs::read_to_string(self.dir.path().join("notes.jsonl")).unwrap();
+        notes
+            .lines()
+            .map(|l| {
+                let note: Value = serde_json::from_str(l).unwrap();
+                note["text"].as_str().unwrap_or_default().to_lowercase()
+            })
+            .collect()
+    }
+
     /// `agentloop run agent.toml --input QUESTION --json`, with `env` for the tools.
     fn run(&self, question: &str, env: &[(&str, &str)]) -> Run {
         let began = Instant::now();
@@ -354,14 +366,57 @@ fn note_request_runs_save_note_and_the_note_lands_in_the_state_directory() {
         .to_lowercase();
     assert!(text.contains("buy milk"), "{d}");
     assert_eq!(call_output(&calls[0])["saved"], 1, "{d}");
-    let notes = std::fs::read_to_string(agent.dir.path().join("notes.jsonl")).unwrap();
-    let saved: Vec<Value> = notes
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
-    assert_eq!(saved.len(), 1, "{notes}");
-    let stored = saved[0]["text"].as_str().map(str::to_lowercase);
-    assert_eq!(stored.as_deref(), Some(text.trim()), "{notes}");
+    assert_eq!(agent.saved_notes(), [text.trim()], "{d}");
+    run.assert_usage();
+}
+
+/// One question that needs two tools. The model asks for both in one answer (two calls in one
+/// batch, which llama-server parses because the model separates them with a comma, as its
+/// template shows past calls); both run in the first turn, the temperature reaches the answer
+/// and the note lands in the store. One batch is how this model uses two tools in one run: with
+/// the results of one call in front of it, it answers, and after two rounds of calls it calls
+/// again instead of answering (see the fail-once test), so two tools in sequence come from a
+/// `chat` session. The question is worded so that the comma between the calls wins clearly at
+/// temperature 0; without "Do two things", or with another note, it can tip to a newline, which
+/// the server cannot parse.
+#[test]
+fn two_tool_question_runs_get_weather_and_save_note_in_one_batch_and_the_temperature_reaches_the_answer()
+ {
+    let _turn = serial();
+    let server = LlamaServer::start();
+    let agent = LocalAgent::new(&server.base_url());
+    let run = agent.run(
+        "Do two things: get the weather in Paris, and save a note that says: pack an umbrella.",
+        &[],
+    );
+    let d = run.dump();
+    assert_eq!(run.code, Some(0), "{d}");
+    assert_eq!(run.stop_reason(), "finished", "{d}");
+    let calls = run.calls();
+    assert_eq!(calls.len(), 2, "{d}");
+    assert!(
+        calls.iter().all(|c| c["turn"] == 1 && c["status"] == "ok"),
+        "both calls run, in the first turn: {d}"
+    );
+    let call = |tool: &str| {
+        calls
+            .iter()
+            .find(|c| c["tool"] == tool)
+            .unwrap_or_else(|| panic!("no {tool} call: {d}"))
+    };
+    let weather = call("get_weather");
+    assert!(is_city(&weather["input"]["city"], "Paris"), "{d}");
+    assert_eq!(call_output(weather)["temperature"], 18, "{d}");
+    let note = call("save_note");
+    let text = note["input"]["text"].as_str().unwrap_or("").to_lowercase();
+    assert!(text.contains("pack an umbrella"), "{d}");
+    assert_eq!(call_output(note)["saved"], 1, "{d}");
+    assert_eq!(agent.saved_notes(), [text.trim()], "{d}");
+    assert!(
+        run.output().contains("18"),
+        "the tool's temperature is not in the answer: {d}"
+    );
+    assert_eq!(run.json["turns"], 2, "{d}");
     run.assert_usage();
 }
 
@@ -370,8 +425,16 @@ fn note_request_runs_save_note_and_the_note_lands_in_the_state_directory() {
 /// with the same arguments instead of answering, on every run from a fresh server: the
 /// stuck-loop rule refuses that call and stops the run, keeping both real outcomes. (With the
 /// prompt cache warmed by other questions the model may instead answer with the error text,
-/// which is why every test starts its own server.) It never recovers into a plain answer: this
-/// model did not, with any of the three error wordings tried.
+/// which is why every test starts its own server.)
+///
+/// It never recovers into a plain answer, and no wording of ours changes that: once its
+/// transcript holds two rounds of calls and results, this model makes a third call (the first
+/// token of a call has P 0.96 to 0.999, measured over about 60 variants of the error text, the
+/// result's shape, the instructions, a worked example in them, the tool descriptions, the
+/// question, the failing tool and the retry's arguments), while after one round it answers
+/// (P 0.05 for a call).
+/// What would make this run finish is a runtime that retries a transient tool failure itself,
+/// so the model sees one round; see docs/local-model.md.
 #[test]
 fn tool_that_fails_once_is_called_again_and_the_repeat_after_success_is_stopped_as_a_stuck_loop() {
     let _turn = serial();
@@ -728,8 +791,8 @@ fn parse_error_once_is_retried_and_the_run_finishes() {
     assert!(run.output().contains("5555"), "{d}");
 }
 
-/// The small model cannot emit two calls in one answer that llama-server parses (it writes one
-/// object with two argument sets), so a batch comes from loopback, in llama.cpp's shape: both
+/// The real model batches two different tools (see the two-tool test) but asks for one city at a
+/// time, so a batch of two calls to one tool comes from loopback, in llama.cpp's shape: both
 /// calls run, and both results go back in the calls' order with their ids.
 #[test]
 fn two_calls_in_one_llama_batch_both_run_and_both_results_go_back_in_order() {
@@ -776,9 +839,9 @@ fn two_calls_in_one_llama_batch_both_run_and_both_results_go_back_in_order() {
 }
 
 /// Two questions in one `agentloop chat` session: two different tools in sequence, each answer
-/// reaching the user, and the conversation carried from the first run into the second. (This
-/// 0.5B model calls one tool per question with the shared chat template; a session is how it
-/// uses two in sequence.)
+/// reaching the user, and the conversation carried from the first run into the second. (In one
+/// run this 0.5B model uses two tools only in one batch: after two rounds of calls it keeps
+/// calling; a session is how it uses two in sequence.)
 #[test]
 fn a_chat_session_uses_two_tools_in_sequence_and_carries_the_conversation() {
     let _turn = serial();
