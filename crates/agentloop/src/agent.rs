@@ -568,6 +568,9 @@ impl Driver<'_> {
                 break;
             }
         }
+        // The tools' cancellation: a child of the run's token, made once with the first batch.
+        // Only an interrupt cancels it, and an interrupt ends the run.
+        let mut calls_cancel: Option<CancellationToken> = None;
         loop {
             if let Some(s) = &self.steering
                 && m.at_safe_point()
@@ -649,7 +652,10 @@ impl Driver<'_> {
                     }
                 }
                 Action::RunTools(batch) => {
-                    let (outcomes, interrupt, failure) = self.run_batch(&m, batch, deadline).await;
+                    let calls_cancel =
+                        calls_cancel.get_or_insert_with(|| self.cancel.child_token());
+                    let (outcomes, interrupt, failure) =
+                        self.run_batch(&m, batch, deadline, calls_cancel).await;
                     m.on_tool_outcomes(outcomes);
                     if let Some(e) = failure {
                         m.stop_with(StopReason::Failed, Some(e));
@@ -771,6 +777,7 @@ impl Driver<'_> {
         m: &RunMachine,
         batch: Batch,
         deadline: Option<Instant>,
+        calls_cancel: &CancellationToken,
     ) -> (Vec<CallOutcome>, Option<Interrupt>, Option<RunError>) {
         let mut batch = batch;
         let n = batch.calls.len();
@@ -827,7 +834,6 @@ impl Driver<'_> {
         } else {
             None
         };
-        let calls_cancel = self.cancel.child_token();
         // The calls run concurrently inside the run's own task: no task per call to spawn,
         // schedule and free on another thread. A tool with blocking or CPU-heavy work hands it to
         // `tokio::task::spawn_blocking` (as any async code must).
