@@ -409,6 +409,9 @@ section! {
         mode: Option<ExecutionMode>,
         /// Per-call timeout in seconds.
         timeout_secs: Option<Spanned<f64>>,
+        /// How many times a failed call (non-zero exit, timeout) runs again before the model
+        /// sees the failure (default 0).
+        retries: Option<u32>,
     }
 }
 

@@ -65,6 +65,7 @@ pub fn tools(file: &AgentFile) -> Result<Vec<Tool>, CliError> {
                     |s| s.get_ref().clone(),
                 ))
                 .mode(t.mode.unwrap_or_default())
+                .retries(t.retries.unwrap_or(0))
                 .working_dir(&file.dir);
             if let Some(secs) = &t.timeout_secs {
                 tool = tool.timeout(Duration::from_secs_f64(*secs.get_ref()));

@@ -99,6 +99,7 @@ pub fn plan(file: &AgentFile) -> Result<Plan, CliError> {
                 "working_dir": file.dir.display().to_string(),
                 "mode": spec.mode,
                 "timeout_secs": spec.timeout.map(|d| d.as_secs_f64()),
+                "retries": spec.retries,
                 "input_schema": spec.input_schema,
             })
         })
@@ -270,12 +271,16 @@ pub fn render_plan(plan: &Plan) -> String {
     for t in &plan.tools {
         let _ = writeln!(
             out,
-            "  {} ({}{})",
+            "  {} ({}{}{})",
             show(&t["name"]),
             show(&t["mode"]),
             match &t["timeout_secs"] {
                 Value::Null => String::new(),
                 secs => format!(", timeout {} s", show(secs)),
+            },
+            match t["retries"].as_u64() {
+                None | Some(0) => String::new(),
+                Some(n) => format!(", {n} retr{}", if n == 1 { "y" } else { "ies" }),
             }
         );
         if t["description"].as_str().is_some_and(|d| !d.is_empty()) {

@@ -161,6 +161,23 @@ impl EventSink for Progress {
                 };
                 line(&mut s, &text);
             }
+            EventKind::ToolRetrying {
+                tool,
+                call_id,
+                retry,
+                code,
+                message,
+                delay,
+            } => {
+                line(
+                    &mut s,
+                    &format!(
+                        "↻ {tool} failed [{call_id}] {code}: {}; retry {retry} in {}",
+                        first_line(message),
+                        human_duration(*delay)
+                    ),
+                );
+            }
             EventKind::ToolRejected {
                 tool,
                 code,
@@ -258,6 +275,7 @@ fn call_json(c: &ToolCallRecord) -> Value {
         "status": status_word(c.status),
         "turn": c.turn,
         "duration_ms": c.duration.as_millis() as u64,
+        "retries": c.retries,
     });
     if let Some(map) = v.as_object_mut() {
         match (&c.output, &c.error) {

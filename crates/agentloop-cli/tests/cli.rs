@@ -1037,3 +1037,59 @@ async fn an_openai_key_in_the_environment_never_reaches_another_server() {
     assert_eq!(bodies[0]["max_tokens"], 64);
     assert!(bodies[0].get("max_completion_tokens").is_none());
 }
+
+/// A command tool with `retries = 1` that fails on its first run: the run retries it, the model
+/// reads only the success, and `--json`, `plan` and both trace formats show the failed attempt.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_command_tool_with_retries_is_run_again_and_the_model_reads_only_the_success() {
+    for trace in ["t.ndjson", "t.sqlite"] {
+        let dir = AgentDir::new(
+            r#"name = "retrying"
+[model]
+provider = "scripted"
+script = "script.json"
+[[tools]]
+name = "get_weather"
+command = ["sh", "-c", "if [ -e failed-once ]; then printf '7 degrees'; else touch failed-once; echo 'station busy' >&2; exit 1; fi"]
+retries = 1
+"#,
+        );
+        dir.write(
+            "script.json",
+            r#"[{"tool_calls": [{"id": "c1", "name": "get_weather", "arguments": {"city": "Oslo"}}]}, {"text": "It is 7 degrees."}]"#,
+        );
+        let agent = dir.agent();
+        let plan = agentloop(args(&["plan", agent.to_str().unwrap(), "--json"])).await;
+        assert_eq!(plan.status.code(), Some(0), "stderr: {}", stderr(&plan));
+        assert_eq!(stdout_json(&plan)["tools"][0]["retries"], 1);
+
+        let trace_path = dir.path(trace);
+        let out = agentloop(args(&[
+            "run",
+            agent.to_str().unwrap(),
+            "--input",
+            "Weather in Oslo?",
+            "--json",
+            "--trace",
+            trace_path.to_str().unwrap(),
+            "--trace-payloads",
+        ]))
+        .await;
+        assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+        let v = stdout_json(&out);
+        assert_eq!(v["stop_reason"], "finished");
+        let call = &v["tool_calls"][0];
+        assert_eq!(call["ok"], true, "{v}");
+        assert_eq!(call["retries"], 1, "{v}");
+        assert_eq!(call["output"], "7 degrees", "{v}");
+        assert!(dir.path("failed-once").exists());
+
+        let show = agentloop(args(&["trace", "show", trace_path.to_str().unwrap()])).await;
+        assert_eq!(show.status.code(), Some(0), "stderr: {}", stderr(&show));
+        let tree = stdout(&show);
+        assert!(
+            tree.contains("attempt 1 failed, retried") && tree.contains("station busy"),
+            "{trace}: {tree}"
+        );
+    }
+}

@@ -267,6 +267,10 @@ pub struct ToolCallSpan {
     /// The handler's details, never sent to the model (payload, secrets redacted).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub details: Option<Value>,
+    /// The failed attempts run again under the tool's `retries`, in order, as `code: message`
+    /// (the model read only the last attempt).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub retries: Vec<String>,
 }
 
 /// Formats unix milliseconds as RFC 3339 UTC with milliseconds: `2026-11-29T14:15:58.123Z`.

@@ -276,6 +276,16 @@ impl TraceSink {
                 out.push(TraceRecord::ToolCall(span.clone()));
                 run.tools.insert(call_id.clone(), span);
             }
+            EventKind::ToolRetrying {
+                call_id,
+                code,
+                message,
+                ..
+            } => {
+                if let Some(span) = run.tools.get_mut(call_id) {
+                    span.retries.push(format!("{code}: {message}"));
+                }
+            }
             EventKind::ToolFinished {
                 call_id,
                 tool,
@@ -504,6 +514,7 @@ impl RunState {
             arguments: None,
             output: None,
             details: None,
+            retries: Vec::new(),
         }
     }
 

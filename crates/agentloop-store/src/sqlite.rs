@@ -20,7 +20,10 @@ use crate::record::{
 };
 
 /// The schema version this crate writes and reads.
-pub const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 3;
+
+// One migration per version step, or a file would be stamped with a version it does not have.
+const _: () = assert!(MIGRATIONS.len() as i64 == SCHEMA_VERSION);
 
 /// Migration `i` brings a file from version `i` to `i + 1`.
 const MIGRATIONS: &[&str] = &[
@@ -62,6 +65,9 @@ CREATE INDEX IF NOT EXISTS tool_calls_run ON tool_calls (run_id);
 "#,
     r#"
 ALTER TABLE runs ADD COLUMN warnings TEXT;
+"#,
+    r#"
+ALTER TABLE tool_calls ADD COLUMN retries TEXT;
 "#,
 ];
 
@@ -195,7 +201,8 @@ fn opt_json(v: Option<&Value>) -> Sql {
     v.map_or(Sql::Null, |v| Sql::Text(v.to_string()))
 }
 
-fn warnings_json(warnings: &[String]) -> Sql {
+/// A list of strings as a JSON array, or NULL when empty (run warnings, a call's retries).
+fn string_list(warnings: &[String]) -> Sql {
     if warnings.is_empty() {
         return Sql::Null;
     }
@@ -262,7 +269,7 @@ fn encode(record: &TraceRecord) -> (&'static str, Vec<(&'static str, Sql)>) {
             cols.extend([
                 ("cost_usd", opt_real(r.cost_usd)),
                 ("limit_hit", opt_json(limit.as_ref())),
-                ("warnings", warnings_json(&r.warnings)),
+                ("warnings", string_list(&r.warnings)),
                 ("input", opt_text(r.input.as_deref())),
                 ("output", opt_text(r.output.as_deref())),
             ]);
@@ -298,6 +305,7 @@ fn encode(record: &TraceRecord) -> (&'static str, Vec<(&'static str, Sql)>) {
                 ("arguments", opt_json(t.arguments.as_ref())),
                 ("output", opt_json(t.output.as_ref())),
                 ("details", opt_json(t.details.as_ref())),
+                ("retries", string_list(&t.retries)),
             ]);
             "tool_calls"
         }
@@ -429,6 +437,11 @@ fn decode(table: &str, row: &Row<'_>) -> rusqlite::Result<TraceRecord> {
             arguments: opt_json_col(row, "arguments")?,
             output: opt_json_col(row, "output")?,
             details: opt_json_col(row, "details")?,
+            retries: added_column(opt_json_col(row, "retries"))?
+                .map(serde_json::from_value)
+                .transpose()
+                .map_err(conversion)?
+                .unwrap_or_default(),
         }),
     })
 }

@@ -430,6 +430,13 @@ pub fn render_run(records: &[TraceRecord], id: Option<&str>) -> Result<String, T
             if let Some(a) = &t.arguments {
                 details.push(format!("arguments: {}", payload(a)));
             }
+            for (n, failed) in t.retries.iter().enumerate() {
+                details.push(format!(
+                    "attempt {} failed, retried: {}",
+                    n + 1,
+                    payload(&Value::String(failed.clone()))
+                ));
+            }
             if let Some(o) = &t.output {
                 details.push(format!("output: {}", payload(o)));
             }

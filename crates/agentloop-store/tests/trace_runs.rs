@@ -1009,8 +1009,11 @@ fn a_version_1_sqlite_trace_is_migrated_and_keeps_its_runs() {
     drop(sink);
     // Make it the file version 1 wrote.
     let conn = rusqlite::Connection::open(&path).unwrap();
-    conn.execute_batch("ALTER TABLE runs DROP COLUMN warnings; PRAGMA user_version = 1;")
-        .unwrap();
+    conn.execute_batch(
+        "ALTER TABLE runs DROP COLUMN warnings; ALTER TABLE tool_calls DROP COLUMN retries; \
+         PRAGMA user_version = 1;",
+    )
+    .unwrap();
     drop(conn);
     // Readers read it as it is, without migrating it.
     let before = read_trace(&path).unwrap();
@@ -1027,5 +1030,10 @@ fn a_version_1_sqlite_trace_is_migrated_and_keeps_its_runs() {
         "SELECT count(*) FROM pragma_table_info('runs') WHERE name = 'warnings'",
     );
     assert_eq!(columns, 1);
+    let columns: i64 = query_i64(
+        &conn,
+        "SELECT count(*) FROM pragma_table_info('tool_calls') WHERE name = 'retries'",
+    );
+    assert_eq!(columns, 1, "version 3 added the calls' retries");
     assert_eq!(read_trace(&path).unwrap().records, before.records);
 }

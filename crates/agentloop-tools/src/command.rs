@@ -72,6 +72,7 @@ pub struct CommandTool {
     input_schema: Value,
     mode: ExecutionMode,
     timeout: Option<Duration>,
+    retries: u32,
     working_dir: PathBuf,
     hidden_env: Vec<String>,
     base_env: Option<Vec<(OsString, OsString)>>,
@@ -92,6 +93,7 @@ impl CommandTool {
             input_schema: json!({"type": "object", "properties": {}}),
             mode: ExecutionMode::Parallel,
             timeout: None,
+            retries: 0,
             working_dir: PathBuf::from("."),
             hidden_env: Vec::new(),
             base_env: None,
@@ -121,6 +123,13 @@ impl CommandTool {
     /// Kills the command and answers a `timeout` tool error after this long.
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = Some(timeout);
+        self
+    }
+
+    /// Runs a failed call (a non-zero exit, a timeout) up to `retries` more times before the model
+    /// sees the failure: for commands whose failures are transient and that are safe to repeat.
+    pub fn retries(mut self, retries: u32) -> Self {
+        self.retries = retries;
         self
     }
 
@@ -169,7 +178,8 @@ impl CommandTool {
         }
         let mut builder = Tool::builder(self.name.clone())
             .description(self.description.clone())
-            .mode(self.mode);
+            .mode(self.mode)
+            .retries(self.retries);
         if let Some(t) = self.timeout {
             builder = builder.timeout(t);
         }

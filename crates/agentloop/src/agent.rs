@@ -34,7 +34,10 @@ use crate::model::{
 };
 use crate::outcome::{RunOutcome, StopReason};
 use crate::steering::Steering;
-use crate::tool::{ProgressSender, Tool, ToolContext, ToolError, ToolSet, compile_schema};
+use crate::tool::{
+    ProgressSender, Tool, ToolContext, ToolError, ToolFuture, ToolHandler, ToolOutput, ToolSet,
+    compile_schema, tool_retry_delay,
+};
 
 /// Decides, per call, whether a batch may run. Sees the whole admitted batch once per turn, before
 /// any tool of it starts.
@@ -857,7 +860,8 @@ impl Driver<'_> {
                     }));
                     continue;
                 };
-                let timeout = cfg.tools.spec(call.tool).and_then(|s| s.timeout);
+                let spec = cfg.tools.spec(call.tool);
+                let timeout = spec.and_then(|s| s.timeout);
                 let ctx = ToolContext {
                     call_id: call.call_id.clone(),
                     tool: call.name.clone(),
@@ -887,50 +891,45 @@ impl Driver<'_> {
                         },
                     );
                 }
-                // A handler that panics before it returns its future fails its call, not the run.
-                let fut = std::panic::catch_unwind(AssertUnwindSafe(|| {
-                    entry.handler.call(&call.args, ctx)
-                }));
+                let retry = spec.filter(|s| s.retries > 0).map(|s| Retry {
+                    left: s.retries,
+                    handler: Arc::clone(&entry.handler),
+                    args: Arc::clone(&call.args),
+                    ctx: ctx.clone(),
+                    sink: progress_sink.clone(),
+                });
+                let first = start_call(&entry.handler, &call.args, ctx);
                 set.push(async move {
                     let started = Instant::now();
-                    let fut = match fut {
-                        Ok(fut) => fut,
-                        Err(panic) => {
-                            let message = panic_message(&panic);
-                            return (
-                                i,
-                                Err(ToolError::fatal("panicked")),
-                                started.elapsed(),
-                                Some(message),
-                            );
+                    let (mut result, mut panic) = attempt(first, timeout).await;
+                    let mut retried = 0u32;
+                    if let Some(r) = retry {
+                        while retried < r.left && panic.is_none() {
+                            let Some((code, message)) = retryable(&result) else {
+                                break;
+                            };
+                            retried += 1;
+                            let delay = tool_retry_delay(retried);
+                            if let Some(sink) = &r.sink {
+                                sink.emit(&Event {
+                                    run_id: r.ctx.run_id.clone(),
+                                    turn: r.ctx.turn,
+                                    kind: EventKind::ToolRetrying {
+                                        call_id: r.ctx.call_id.to_string(),
+                                        tool: r.ctx.tool.to_string(),
+                                        retry: retried,
+                                        code: code.to_owned(),
+                                        message: message.to_owned(),
+                                        delay,
+                                    },
+                                });
+                            }
+                            tokio::time::sleep(delay).await;
+                            let next = start_call(&r.handler, &r.args, r.ctx.clone());
+                            (result, panic) = attempt(next, timeout).await;
                         }
-                    };
-                    let guarded = AssertUnwindSafe(async move {
-                        match timeout {
-                            Some(t) => match tokio::time::timeout(t, fut).await {
-                                Ok(r) => r,
-                                Err(_) => Err(ToolError::new(
-                                    "timeout",
-                                    format!(
-                                        "the tool did not finish within {:.1} s",
-                                        t.as_secs_f64()
-                                    ),
-                                )),
-                            },
-                            None => fut.await,
-                        }
-                    })
-                    .catch_unwind()
-                    .await;
-                    match guarded {
-                        Ok(r) => (i, r, started.elapsed(), None),
-                        Err(panic) => (
-                            i,
-                            Err(ToolError::fatal("panicked")),
-                            started.elapsed(),
-                            Some(panic_message(&panic)),
-                        ),
                     }
+                    (i, result, started.elapsed(), panic, retried)
                 });
             }
             if set.is_empty() {
@@ -948,7 +947,7 @@ impl Driver<'_> {
                     break;
                 }
                 Ok(None) => break,
-                Ok(Some((i, result, duration, panic))) => {
+                Ok(Some((i, result, duration, panic, retries))) => {
                     let outcome = match (result, panic) {
                         (_, Some(message)) => CallResult::Panicked { message },
                         (Ok(out), None) => CallResult::Ok(out),
@@ -976,6 +975,7 @@ impl Driver<'_> {
                     outcomes[i] = Some(CallOutcome {
                         result: outcome,
                         duration,
+                        retries,
                     });
                 }
             }
@@ -990,7 +990,7 @@ impl Driver<'_> {
                     biased;
                     j = set.next() => match j {
                         None => break,
-                        Some((i, result, duration, panic)) => {
+                        Some((i, result, duration, panic, retries)) => {
                             let outcome = match (result, panic) {
                                 (_, Some(message)) => CallResult::Panicked { message },
                                 (Ok(out), None) => CallResult::Ok(out),
@@ -998,7 +998,7 @@ impl Driver<'_> {
                                 (Err(ToolError::Fatal { message }), None) => CallResult::Fatal { message },
                             };
                             self.finished(&run_id, turn, &batch, i, &outcome, duration);
-                            outcomes[i] = Some(CallOutcome { result: outcome, duration });
+                            outcomes[i] = Some(CallOutcome { result: outcome, duration, retries });
                         }
                     },
                     _ = &mut grace => break,
@@ -1339,6 +1339,71 @@ impl Driver<'_> {
             outcome.stop_reason = StopReason::Failed;
             outcome.error = Some(e);
         }
+    }
+}
+
+/// A handler's future, or the panic raised while it was being made.
+type StartedCall = std::thread::Result<ToolFuture>;
+
+/// Calls a handler; a handler that panics before it returns its future fails its call, not the run.
+fn start_call(handler: &Arc<dyn ToolHandler>, args: &Value, ctx: ToolContext) -> StartedCall {
+    std::panic::catch_unwind(AssertUnwindSafe(|| handler.call(args, ctx)))
+}
+
+/// Runs one attempt of a call under its timeout: the result, and the panic message if it panicked.
+async fn attempt(
+    started: StartedCall,
+    timeout: Option<Duration>,
+) -> (Result<ToolOutput, ToolError>, Option<String>) {
+    let fut = match started {
+        Ok(fut) => fut,
+        Err(panic) => {
+            return (
+                Err(ToolError::fatal("panicked")),
+                Some(panic_message(&panic)),
+            );
+        }
+    };
+    let guarded = AssertUnwindSafe(async move {
+        match timeout {
+            Some(t) => match tokio::time::timeout(t, fut).await {
+                Ok(r) => r,
+                Err(_) => Err(ToolError::new(
+                    "timeout",
+                    format!("the tool did not finish within {:.1} s", t.as_secs_f64()),
+                )),
+            },
+            None => fut.await,
+        }
+    })
+    .catch_unwind()
+    .await;
+    match guarded {
+        Ok(r) => (r, None),
+        Err(panic) => (
+            Err(ToolError::fatal("panicked")),
+            Some(panic_message(&panic)),
+        ),
+    }
+}
+
+/// What a call whose tool has `retries` needs to run again.
+struct Retry {
+    left: u32,
+    handler: Arc<dyn ToolHandler>,
+    args: Arc<Value>,
+    ctx: ToolContext,
+    sink: Option<Arc<dyn EventSink>>,
+}
+
+/// The code and message of a failure worth another attempt: a recoverable error or a timeout, not
+/// arguments the handler could not read (they would fail the same way again).
+fn retryable(result: &Result<ToolOutput, ToolError>) -> Option<(&str, &str)> {
+    match result {
+        Err(ToolError::Recoverable { code, message }) if code != "invalid_arguments" => {
+            Some((code, message))
+        }
+        _ => None,
     }
 }
 

@@ -32,6 +32,7 @@ impl Event {
             EventKind::ToolCallDelta { call_id, .. } => call_id.as_deref(),
             EventKind::ToolStarted { call_id, .. }
             | EventKind::ToolProgress { call_id, .. }
+            | EventKind::ToolRetrying { call_id, .. }
             | EventKind::ToolFinished { call_id, .. }
             | EventKind::ToolRejected { call_id, .. } => Some(call_id),
             _ => None,
@@ -128,6 +129,22 @@ pub enum EventKind {
         tool: String,
         /// What it reported.
         progress: Value,
+    },
+    /// A call failed and runs again (its tool's `retries`); the model does not see this attempt.
+    ToolRetrying {
+        /// The call id.
+        call_id: String,
+        /// The tool.
+        tool: String,
+        /// The retry about to run (1 for the first).
+        retry: u32,
+        /// The failed attempt's error code.
+        code: String,
+        /// The failed attempt's message.
+        message: String,
+        /// The wait before the retry.
+        #[serde(with = "crate::serde_duration")]
+        delay: Duration,
     },
     /// A started call finished (exactly once per start).
     ToolFinished {

@@ -50,6 +50,7 @@ pub use tokio_util::sync::CancellationToken;
 pub use tool::{
     ExecutionMode, IntoToolOutput, ProgressSender, SchemaViolation, Tool, ToolBuilder, ToolContext,
     ToolDefinitionError, ToolError, ToolHandler, ToolOutput, ToolSet, ToolSpec, schema_for,
+    tool_retry_delay,
 };
 
 #[cfg(feature = "macros")]

@@ -141,15 +141,19 @@ pub enum CallResult {
 pub struct CallOutcome {
     /// How it ended.
     pub result: CallResult,
-    /// How long it ran.
+    /// How long it ran, retries included.
     #[serde(with = "crate::serde_duration")]
     pub duration: Duration,
+    /// How many times it was run again after a failure ([`crate::ToolSpec::retries`]).
+    #[serde(default)]
+    pub retries: u32,
 }
 
 impl CallOutcome {
     /// An outcome that took no time.
     pub fn instant(result: CallResult) -> Self {
         CallOutcome {
+            retries: 0,
             result,
             duration: Duration::ZERO,
         }
@@ -867,6 +871,7 @@ impl RunMachine {
                 error: Some(message.to_owned()),
                 details: None,
                 duration: Duration::ZERO,
+                retries: 0,
             });
             self.emit(|| EventKind::ToolRejected {
                 call_id: call.id.clone(),
@@ -952,6 +957,7 @@ impl RunMachine {
                             error: Some(message.clone()),
                             details: None,
                             duration: Duration::ZERO,
+                            retries: 0,
                         },
                         ToolResult {
                             call_id,
@@ -1090,6 +1096,7 @@ impl RunMachine {
                             error,
                             details,
                             duration: outcome.duration,
+                            retries: outcome.retries,
                         },
                         ToolResult {
                             call_id,

@@ -148,9 +148,17 @@ pub struct ToolCallRecord {
     /// The handler's details.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub details: Option<Value>,
-    /// How long it ran.
+    /// How long it ran, retries included.
     #[serde(default, with = "crate::serde_duration")]
     pub duration: Duration,
+    /// How many times it was run again after a failure before this result (the tool's
+    /// `retries`); the model read only the last attempt.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub retries: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 impl ToolCallRecord {

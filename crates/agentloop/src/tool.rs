@@ -59,6 +59,25 @@ pub struct ToolSpec {
         with = "crate::serde_duration::option"
     )]
     pub timeout: Option<Duration>,
+    /// How many times a failed call is run again before the model sees the failure: a recoverable
+    /// error or a timeout (not invalid arguments, not a fatal error or a panic). The model reads
+    /// only the last attempt's result. For tools whose failures are transient and which are safe
+    /// to run again with the same arguments.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub retries: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+/// The wait before retry number `retry` (1-based) of a failed tool call: 100 ms, doubling, at most
+/// 2 s.
+pub fn tool_retry_delay(retry: u32) -> Duration {
+    let factor = 1u32 << retry.saturating_sub(1).min(5);
+    Duration::from_millis(100)
+        .saturating_mul(factor)
+        .min(Duration::from_secs(2))
 }
 
 /// What a successful tool call hands back.
@@ -423,6 +442,7 @@ impl Tool {
                 mutating: false,
                 idempotent: false,
                 timeout: None,
+                retries: 0,
             },
         }
     }
@@ -494,6 +514,13 @@ impl ToolBuilder {
     /// Sets a per-call timeout.
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.spec.timeout = Some(timeout);
+        self
+    }
+
+    /// Runs a call that fails recoverably (or times out) up to `retries` more times, waiting
+    /// [`tool_retry_delay`] between attempts, before the model sees the failure.
+    pub fn retries(mut self, retries: u32) -> Self {
+        self.spec.retries = retries;
         self
     }
 

@@ -1213,3 +1213,183 @@ async fn a_script_file_runs_with_raw_argument_strings() {
         .await;
     assert_eq!(exhausted.error.unwrap().code(), "model.exhausted");
 }
+
+/// A tool that fails recoverably (code `busy`) on its first `failures` calls, then succeeds;
+/// `fatal` makes the failures fatal instead.
+fn flaky(name: &str, failures: usize, fatal: bool, runs: &Arc<AtomicUsize>) -> Tool {
+    let runs = runs.clone();
+    Tool::builder(name)
+        .description("Fails a few times, then works.")
+        .retries(2)
+        .dynamic(json!({"type": "object"}), move |_a: Value, _c| {
+            let n = runs.fetch_add(1, Ordering::SeqCst);
+            async move {
+                if n < failures {
+                    if fatal {
+                        return Err(ToolError::fatal("the disk is gone"));
+                    }
+                    return Err(ToolError::new("busy", format!("attempt {} failed", n + 1)));
+                }
+                Ok(ToolOutput::text("it worked"))
+            }
+        })
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_tool_with_retries_runs_again_and_the_model_reads_only_the_last_attempt() {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let events = Events::default();
+    let model = ScriptedModel::new([calls(&[("a", "flaky", "{}")]), ModelResponse::text("done")]);
+    let a = Agent::builder()
+        .model(model)
+        .tool(flaky("flaky", 2, false, &runs))
+        .sink(events.sink())
+        .build()
+        .unwrap();
+    let started = tokio::time::Instant::now();
+    let out = a.run("go").await;
+    assert_eq!(out.stop_reason, StopReason::Finished);
+    assert_eq!(runs.load(Ordering::SeqCst), 3);
+    let record = &out.tool_calls[0];
+    assert_eq!(record.status, CallStatus::Ok);
+    assert_eq!(record.retries, 2);
+    assert_eq!(out.tool_calls_run, 1, "one call, however many attempts");
+    // 100 ms, then 200 ms between the attempts.
+    assert!(started.elapsed() >= Duration::from_millis(300));
+    let result = out
+        .transcript
+        .iter()
+        .find_map(|m| m.as_tool_result())
+        .unwrap();
+    assert!(!result.is_error);
+    assert_eq!(result.content.to_text(), "it worked");
+    // The transcript the model continued from holds one call and its one (successful) result.
+    assert_eq!(
+        out.transcript
+            .iter()
+            .filter(|m| m.as_tool_result().is_some())
+            .count(),
+        1
+    );
+    let retrying: Vec<(u32, String)> = events
+        .all()
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::ToolRetrying {
+                retry,
+                message,
+                code,
+                ..
+            } => {
+                assert_eq!(code, "busy");
+                Some((*retry, message.clone()))
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        retrying,
+        [
+            (1, "attempt 1 failed".to_owned()),
+            (2, "attempt 2 failed".to_owned())
+        ]
+    );
+    assert_tool_cycle(&out.transcript);
+}
+
+#[tokio::test(start_paused = true)]
+async fn when_retries_run_out_the_model_reads_the_last_failure_and_fatal_errors_are_never_retried()
+{
+    let runs = Arc::new(AtomicUsize::new(0));
+    let model = ScriptedModel::new([calls(&[("a", "flaky", "{}")]), ModelResponse::text("done")]);
+    let out = agent(
+        model,
+        vec![flaky("flaky", 5, false, &runs)],
+        Limits::default(),
+    )
+    .run("go")
+    .await;
+    assert_eq!(out.stop_reason, StopReason::Finished);
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        3,
+        "one attempt and two retries"
+    );
+    assert_eq!(out.tool_calls[0].status, CallStatus::Error);
+    assert_eq!(out.tool_calls[0].retries, 2);
+    assert_eq!(out.tool_calls[0].error.as_deref(), Some("attempt 3 failed"));
+
+    let runs = Arc::new(AtomicUsize::new(0));
+    let model = ScriptedModel::new([calls(&[("a", "flaky", "{}")]), ModelResponse::text("never")]);
+    let out = agent(
+        model,
+        vec![flaky("flaky", 5, true, &runs)],
+        Limits::default(),
+    )
+    .run("go")
+    .await;
+    assert_eq!(out.stop_reason, StopReason::Failed);
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        1,
+        "a fatal error is not retried"
+    );
+    assert_eq!(out.tool_calls[0].retries, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_timed_out_attempt_is_retried_and_arguments_the_handler_cannot_read_are_not() {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let slow_once = {
+        let runs = runs.clone();
+        Tool::builder("slow_once")
+            .description("Hangs the first time.")
+            .timeout(Duration::from_secs(1))
+            .retries(1)
+            .dynamic(json!({"type": "object"}), move |_a: Value, _c| {
+                let n = runs.fetch_add(1, Ordering::SeqCst);
+                async move {
+                    if n == 0 {
+                        tokio::time::sleep(Duration::from_secs(60)).await;
+                    }
+                    Ok(ToolOutput::text("fast now"))
+                }
+            })
+    };
+    let model = ScriptedModel::new([
+        calls(&[("a", "slow_once", "{}")]),
+        ModelResponse::text("done"),
+    ]);
+    let out = agent(model, vec![slow_once], Limits::default())
+        .run("go")
+        .await;
+    assert_eq!(out.tool_calls[0].status, CallStatus::Ok);
+    assert_eq!(out.tool_calls[0].retries, 1);
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+
+    // A typed handler whose arguments do not deserialize fails the same way every time.
+    #[derive(serde::Deserialize, schemars::JsonSchema)]
+    struct Exact {
+        // The schema says any integer; the handler's type takes 0-255.
+        #[allow(dead_code)]
+        #[schemars(with = "i64")]
+        n: u8,
+    }
+    let typed_runs = Arc::new(AtomicUsize::new(0));
+    let counter = typed_runs.clone();
+    let typed = Tool::builder("typed")
+        .retries(3)
+        .handler(move |_args: Exact, _c| {
+            counter.fetch_add(1, Ordering::SeqCst);
+            async { Ok::<_, ToolError>("ran") }
+        });
+    // 300 passes the schema's integer type but not u8: the handler cannot read it.
+    let model = ScriptedModel::new([
+        calls(&[("a", "typed", r#"{"n": 300}"#)]),
+        ModelResponse::text("done"),
+    ]);
+    let out = agent(model, vec![typed], Limits::default()).run("go").await;
+    assert_eq!(out.tool_calls[0].status, CallStatus::Error);
+    assert_eq!(out.tool_calls[0].retries, 0);
+    assert_eq!(typed_runs.load(Ordering::SeqCst), 0);
+}
