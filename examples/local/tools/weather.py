@@ -3,7 +3,8 @@
 Arguments: {"city": str, "unit": "celsius" | "fahrenheit" (default celsius)}.
 Set WEATHER_FAIL_ONCE to a comma-separated list of cities whose first lookup fails with a
 "station temporarily unavailable" error (a marker file in $AGENT_STATE_DIR records that it
-failed): a way to watch the agent recover from a tool error.
+failed): a way to watch the agent recover from a tool error. The example agent file runs a failed
+lookup once more (`retries = 1`) before the model sees the failure.
 """
 
 import os
