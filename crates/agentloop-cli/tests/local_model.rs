@@ -281,6 +281,28 @@ impl Run {
         self.json["stop_reason"].as_str().unwrap_or_default()
     }
 
+    /// The run finished in two turns after one successful `get_weather` call for `city`, whose
+    /// `temperature` reached the answer; returns the call's record.
+    fn assert_one_weather_call_answered(&self, city: &str, temperature: i64) -> &Value {
+        let d = self.dump();
+        assert_eq!(self.code, Some(0), "{d}");
+        assert_eq!(self.stop_reason(), "finished", "{d}");
+        assert_eq!(self.json["error"], Value::Null, "{d}");
+        let calls = self.calls();
+        assert_eq!(calls.len(), 1, "{d}");
+        assert_eq!(calls[0]["tool"], "get_weather", "{d}");
+        assert!(is_city(&calls[0]["input"]["city"], city), "{d}");
+        assert_eq!(calls[0]["status"], "ok", "{d}");
+        assert_eq!(call_output(&calls[0])["temperature"], temperature, "{d}");
+        assert!(
+            has_number(self.output(), &temperature.to_string()),
+            "the tool's temperature is not in the answer: {d}"
+        );
+        assert_eq!(self.json["turns"], 2, "{d}");
+        self.assert_usage();
+        &calls[0]
+    }
+
     /// Both token counts are positive: the server's usage reached the outcome.
     fn assert_usage(&self) {
         let usage = &self.json["usage"];
@@ -358,22 +380,8 @@ fn weather_question_runs_get_weather_for_the_city_and_its_temperature_reaches_th
     let _turn = serial();
     let server = LlamaServer::start();
     let run = LocalAgent::new(&server.base_url()).run("What is the weather in Paris?", &[]);
-    let d = run.dump();
-    assert_eq!(run.code, Some(0), "{d}");
-    assert_eq!(run.stop_reason(), "finished", "{d}");
-    let calls = run.calls();
-    assert_eq!(calls.len(), 1, "{d}");
-    assert_eq!(calls[0]["tool"], "get_weather", "{d}");
-    assert!(is_city(&calls[0]["input"]["city"], "Paris"), "{d}");
-    assert_eq!(calls[0]["status"], "ok", "{d}");
-    assert_eq!(call_output(&calls[0])["temperature"], 18, "{d}");
-    assert!(
-        run.output().contains("18"),
-        "the tool's temperature is not in the answer: {d}"
-    );
-    assert_eq!(run.json["turns"], 2, "{d}");
-    assert_eq!(run.json["error"], Value::Null, "{d}");
-    run.assert_usage();
+    let call = run.assert_one_weather_call_answered("Paris", 18);
+    assert_eq!(call["retries"], 0, "{}", run.dump());
 }
 
 #[test]
@@ -488,26 +496,12 @@ fn tool_that_fails_once_is_retried_by_the_run_and_its_result_reaches_the_answer(
         &[("WEATHER_FAIL_ONCE", "oslo")],
     );
     let d = run.dump();
-    assert_eq!(run.code, Some(0), "{d}");
-    assert_eq!(run.stop_reason(), "finished", "{d}");
-    let calls = run.calls();
-    assert_eq!(calls.len(), 1, "{d}");
-    assert_eq!(calls[0]["tool"], "get_weather", "{d}");
-    assert!(is_city(&calls[0]["input"]["city"], "Oslo"), "{d}");
-    assert_eq!(calls[0]["status"], "ok", "{d}");
-    assert_eq!(calls[0]["retries"], 1, "{d}");
-    assert_eq!(call_output(&calls[0])["temperature"], 7, "{d}");
+    let call = run.assert_one_weather_call_answered("Oslo", 7);
+    assert_eq!(call["retries"], 1, "{d}");
     assert!(
         agent.dir.path().join("weather-failed-oslo").exists(),
         "the tool never failed: {d}"
     );
-    assert!(
-        has_number(run.output(), "7"),
-        "the tool's temperature is not in the answer: {d}"
-    );
-    assert_eq!(run.json["turns"], 2, "{d}");
-    assert_eq!(run.json["error"], Value::Null, "{d}");
-    run.assert_usage();
 
     let call_spans: Vec<&Value> = spans.iter().filter(|s| s["kind"] == "tool_call").collect();
     assert_eq!(call_spans.len(), 1, "{spans:#?}");
