@@ -904,7 +904,9 @@ impl Driver<'_> {
                     let (mut result, mut panic) = attempt(first, timeout).await;
                     let mut retried = 0u32;
                     if let Some(r) = retry {
-                        while retried < r.left && panic.is_none() {
+                        // No new attempt once the run is cancelled or past its deadline: the
+                        // grace period is for attempts already running.
+                        while retried < r.left && panic.is_none() && !r.ctx.cancel.is_cancelled() {
                             let Some((code, message)) = retryable(&result) else {
                                 break;
                             };

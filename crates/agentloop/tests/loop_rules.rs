@@ -1393,3 +1393,39 @@ async fn a_timed_out_attempt_is_retried_and_arguments_the_handler_cannot_read_ar
     assert_eq!(out.tool_calls[0].retries, 0);
     assert_eq!(typed_runs.load(Ordering::SeqCst), 0);
 }
+
+#[tokio::test(start_paused = true)]
+async fn no_retry_starts_after_the_deadline() {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let counter = runs.clone();
+    let watcher = Tool::builder("watcher")
+        .description("Waits, and fails recoverably when the run is cancelled.")
+        .retries(3)
+        .dynamic(json!({"type": "object"}), move |_a: Value, ctx| {
+            counter.fetch_add(1, Ordering::SeqCst);
+            async move {
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_secs(60)) => Ok(ToolOutput::text("late")),
+                    _ = ctx.cancel.cancelled() => Err(ToolError::new("interrupted", "the run stopped")),
+                }
+            }
+        });
+    let model = ScriptedModel::new([
+        calls(&[("a", "watcher", "{}")]),
+        ModelResponse::text("never"),
+    ]);
+    let limits = Limits {
+        timeout: Some(Duration::from_millis(50)),
+        grace_period: Duration::from_secs(5),
+        ..Limits::default()
+    };
+    let out = agent(model, vec![watcher], limits).run("go").await;
+    assert_eq!(out.stop_reason, StopReason::Deadline);
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        1,
+        "the failed attempt was not retried"
+    );
+    assert_eq!(out.tool_calls[0].retries, 0);
+    assert_tool_cycle(&out.transcript);
+}
