@@ -1,8 +1,9 @@
 //! The agent and its local tokio driver: the I/O around the [`RunMachine`].
 //!
-//! The driver calls the model (streaming deltas out as events), runs admitted batches in parallel
-//! up to the concurrency cap (one at a time when any tool is sequential), races every step against
-//! cancellation and the deadline, and folds outcomes back in decision order.
+//! The driver calls the model (streaming deltas out as events), runs admitted batches
+//! concurrently up to the concurrency cap (one at a time when any tool is sequential) inside the
+//! run's own task, races every step against cancellation and the deadline, and folds outcomes back
+//! in decision order.
 
 use std::any::Any;
 use std::panic::AssertUnwindSafe;

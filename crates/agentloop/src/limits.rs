@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use crate::model::Usage;
 
 /// The default cap on tool calls running at once: high enough that a model's parallel calls really
-/// run in parallel, low enough that a runaway batch cannot exhaust the process.
+/// run concurrently, low enough that a runaway batch cannot exhaust the process.
 pub const DEFAULT_MAX_CONCURRENCY: usize = 16;
 /// The default number of identical consecutive calls that counts as a stuck loop.
 pub const DEFAULT_STUCK_LOOP_THRESHOLD: u32 = 3;

@@ -372,7 +372,7 @@ where
         match A::deserialize(args) {
             Ok(typed) => {
                 // Called inside the future, so that a handler that panics before its first await
-                // panics in the call's own task.
+                // panics where the driver catches a call's panics.
                 let f = self.f.clone();
                 Box::pin(async move {
                     f(typed, ctx)
