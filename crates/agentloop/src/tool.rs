@@ -339,6 +339,9 @@ pub type ToolFuture = BoxFuture<'static, Result<ToolOutput, ToolError>>;
 ///
 /// The arguments are borrowed: the run keeps them for its records and hooks, and a typed handler
 /// reads what it needs from them without a copy of the whole value.
+///
+/// The calls of one batch run concurrently on the run's own task, so a handler must not block the
+/// thread: blocking or CPU-heavy work belongs in `tokio::task::spawn_blocking`.
 pub trait ToolHandler: Send + Sync + 'static {
     /// Runs one call. `args` already matched the input schema.
     fn call(&self, args: &Value, ctx: ToolContext) -> ToolFuture;
