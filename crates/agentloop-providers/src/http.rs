@@ -650,8 +650,12 @@ pub fn request_id(headers: &HeaderMap) -> Option<String> {
 }
 
 /// How long the server asks us to wait: `retry-after-ms` (milliseconds) first, then
-/// `retry-after` in seconds (an HTTP date is not honoured).
+/// `retry-after` in seconds or as an HTTP date (a date in the past means now).
 pub fn retry_after(headers: &HeaderMap) -> Option<Duration> {
+    retry_after_at(headers, std::time::SystemTime::now())
+}
+
+fn retry_after_at(headers: &HeaderMap, now: std::time::SystemTime) -> Option<Duration> {
     let header = |name: &str| {
         headers
             .get(name)
@@ -665,10 +669,16 @@ pub fn retry_after(headers: &HeaderMap) -> Option<Duration> {
     {
         return Some(Duration::from_secs_f64(ms.min(1e12) / 1000.0));
     }
-    header("retry-after")
-        .and_then(|v| v.parse::<f64>().ok())
-        .filter(|v| positive(*v))
-        .map(|s| Duration::from_secs_f64(s.min(1e9)))
+    let value = header("retry-after")?;
+    if let Ok(secs) = value.parse::<f64>() {
+        return positive(secs).then(|| Duration::from_secs_f64(secs.min(1e9)));
+    }
+    let at = httpdate::parse_http_date(value).ok()?;
+    Some(
+        at.duration_since(now)
+            .unwrap_or(Duration::ZERO)
+            .min(Duration::from_secs(1_000_000_000)),
+    )
 }
 
 /// One server-sent event: its `event:` name (`message` when absent, as the SSE standard says) and
@@ -1043,7 +1053,7 @@ mod tests {
     }
 
     #[test]
-    fn retry_after_headers_are_read_in_milliseconds_first_then_seconds() {
+    fn retry_after_headers_are_read_in_milliseconds_first_then_seconds_or_an_http_date() {
         assert_eq!(
             retry_after(&headers(&[("retry-after", "3")])),
             Some(Duration::from_secs(3))
@@ -1052,11 +1062,24 @@ mod tests {
             retry_after(&headers(&[("retry-after", "2"), ("retry-after-ms", "250")])),
             Some(Duration::from_millis(250))
         );
+        // An HTTP date: the time left until then, or nothing to wait for when it has passed.
+        let now = std::time::UNIX_EPOCH + Duration::from_secs(1_445_412_000);
+        assert_eq!(
+            retry_after_at(
+                &headers(&[("retry-after", "Wed, 21 Oct 2015 07:28:00 GMT")]),
+                now
+            ),
+            Some(Duration::from_secs(480))
+        );
         assert_eq!(
             retry_after(&headers(&[(
                 "retry-after",
                 "Wed, 21 Oct 2015 07:28:00 GMT"
             )])),
+            Some(Duration::ZERO)
+        );
+        assert_eq!(
+            retry_after(&headers(&[("retry-after", "soon, maybe")])),
             None
         );
         assert_eq!(retry_after(&headers(&[("retry-after", "-1")])), None);
