@@ -6,6 +6,7 @@
 //! in decision order.
 
 use std::any::Any;
+use std::collections::VecDeque;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -842,8 +843,13 @@ impl Driver<'_> {
         // schedule and free on another thread. A tool with blocking or CPU-heavy work hands it to
         // `tokio::task::spawn_blocking` (as any async code must).
         let mut set = FuturesUnordered::new();
+        // Calls that finished while an after-tool hook ran, waiting to be folded.
+        let mut ready: VecDeque<CallDone> = VecDeque::new();
         let mut next = 0usize;
         let mut stop_dispatch = false;
+        // Cancelled when the batch stops dispatching (a fatal sibling, a failed hook) or the run
+        // is interrupted: no retry starts after that. Made with the first call that may retry.
+        let mut no_more_attempts: Option<CancellationToken> = None;
         let mut interrupt: Option<Interrupt> = None;
 
         loop {
@@ -898,21 +904,29 @@ impl Driver<'_> {
                     args: Arc::clone(&call.args),
                     ctx: ctx.clone(),
                     sink: progress_sink.clone(),
+                    stop: no_more_attempts
+                        .get_or_insert_with(|| calls_cancel.child_token())
+                        .clone(),
                 });
+                let started = Instant::now();
                 let first = start_call(&entry.handler, &call.args, ctx);
                 set.push(async move {
-                    let started = Instant::now();
                     let (mut result, mut panic) = attempt(first, timeout).await;
                     let mut retried = 0u32;
                     if let Some(r) = retry {
-                        // No new attempt once the run is cancelled or past its deadline: the
-                        // grace period is for attempts already running.
-                        while retried < r.left && panic.is_none() && !r.ctx.cancel.is_cancelled() {
+                        while retried < r.left && panic.is_none() {
                             let Some((code, message)) = retryable(&result) else {
                                 break;
                             };
+                            let delay = tool_retry_delay(retried + 1);
+                            // The grace period of an interrupted run, and the drain of a batch
+                            // that stopped dispatching, are for attempts already running.
+                            tokio::select! {
+                                biased;
+                                _ = r.stop.cancelled() => break,
+                                _ = tokio::time::sleep(delay) => {}
+                            }
                             retried += 1;
-                            let delay = tool_retry_delay(retried);
                             if let Some(sink) = &r.sink {
                                 sink.emit(&Event {
                                     run_id: r.ctx.run_id.clone(),
@@ -927,7 +941,6 @@ impl Driver<'_> {
                                     },
                                 });
                             }
-                            tokio::time::sleep(delay).await;
                             let next = start_call(&r.handler, &r.args, r.ctx.clone());
                             (result, panic) = attempt(next, timeout).await;
                         }
@@ -935,13 +948,16 @@ impl Driver<'_> {
                     (i, result, started.elapsed(), panic, retried)
                 });
             }
-            if set.is_empty() {
+            if set.is_empty() && ready.is_empty() {
                 break;
             }
-            let joined = tokio::select! {
-                biased;
-                i = self.interrupted(deadline), if interrupt.is_none() => Err(i),
-                j = set.next() => Ok(j),
+            let joined = match ready.pop_front() {
+                Some(done) => Ok(Some(done)),
+                None => tokio::select! {
+                    biased;
+                    i = self.interrupted(deadline), if interrupt.is_none() => Err(i),
+                    j = set.next() => Ok(j),
+                },
             };
             match joined {
                 Err(i) => {
@@ -959,7 +975,18 @@ impl Driver<'_> {
                         }
                         (Err(ToolError::Fatal { message }), None) => CallResult::Fatal { message },
                     };
-                    let outcome = match self.after_tool_call(m, &batch, i, outcome).await {
+                    // The hooks run one call at a time; the other calls keep running meanwhile,
+                    // and those that finish wait in `ready`.
+                    let hooked = self.after_tool_call(m, &batch, i, outcome);
+                    tokio::pin!(hooked);
+                    let hooked = loop {
+                        tokio::select! {
+                            biased;
+                            r = &mut hooked => break r,
+                            Some(done) = set.next(), if !set.is_empty() => ready.push_back(done),
+                        }
+                    };
+                    let outcome = match hooked {
                         Ok(o) => o,
                         Err((o, e)) => {
                             failure.get_or_insert(e);
@@ -973,6 +1000,9 @@ impl Driver<'_> {
                     ) {
                         // A fatal failure drains the batch without cancelling the siblings.
                         stop_dispatch = true;
+                    }
+                    if stop_dispatch && let Some(t) = &no_more_attempts {
+                        t.cancel();
                     }
                     self.finished(&run_id, turn, &batch, i, &outcome, duration);
                     outcomes[i] = Some(CallOutcome {
@@ -1007,8 +1037,9 @@ impl Driver<'_> {
                     _ = &mut grace => break,
                 }
             }
-            // Dropping the calls still running cancels them.
-            set.clear();
+            // Dropping the calls still running cancels them; a handler whose drop panics must not
+            // take the run down with it.
+            let _ = std::panic::catch_unwind(AssertUnwindSafe(|| set.clear()));
         }
         let started_upto = next;
         let results = outcomes
@@ -1397,7 +1428,19 @@ struct Retry {
     args: Arc<Value>,
     ctx: ToolContext,
     sink: Option<Arc<dyn EventSink>>,
+    /// Cancelled when no new attempt may start.
+    stop: CancellationToken,
 }
+
+/// A call that finished: its index, its last attempt's result, how long it took, the panic
+/// message if it panicked, and how many times it was retried.
+type CallDone = (
+    usize,
+    Result<ToolOutput, ToolError>,
+    Duration,
+    Option<String>,
+    u32,
+);
 
 /// The code and message of a failure worth another attempt: a recoverable error or a timeout, not
 /// arguments the handler could not read (they would fail the same way again).

@@ -688,3 +688,216 @@ fn configured_rules_count_but_only_saved_answers_reach_the_store_file() {
     assert_eq!(reopened.rules(), &[rule("alpha", Permission::Allow)]);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// An after-tool hook that takes its time over the calls whose `tag` is `slow`, and records every
+/// result it sees.
+struct SlowAfter {
+    seen: Mutex<Vec<(String, bool)>>,
+}
+
+impl Hook for SlowAfter {
+    fn name(&self) -> &str {
+        "slow-after"
+    }
+    fn after_tool_call<'a>(
+        &'a self,
+        _ctx: HookContext<'a>,
+        call: ToolCallView<'a>,
+        r: &'a CallResult,
+    ) -> BoxFuture<'a, HookResult<Option<CallResult>>> {
+        self.seen
+            .lock()
+            .unwrap()
+            .push((call.call_id.to_owned(), matches!(r, CallResult::Ok(_))));
+        let slow = call.arguments.get("tag").and_then(Value::as_str) == Some("slow");
+        Box::pin(async move {
+            if slow {
+                tokio::time::sleep(Duration::from_secs(2)).await;
+            }
+            Ok(None)
+        })
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_slow_after_tool_hook_does_not_hold_up_the_other_calls_of_the_batch() {
+    let log = CallLog::default();
+    let timed = {
+        let log = log.clone();
+        let inner = sleeper("timed", &log);
+        let spec = inner.spec().clone();
+        agentloop::Tool::builder("timed")
+            .description(spec.description)
+            .timeout(Duration::from_secs(1))
+            .dynamic(spec.input_schema, move |args: Value, ctx| {
+                inner.call(args, ctx)
+            })
+    };
+    let model = ScriptedModel::new([
+        calls(&[
+            ("a", "alpha", r#"{"tag": "slow"}"#),
+            ("b", "timed", r#"{"ms": 600}"#),
+        ]),
+        ModelResponse::text("done"),
+    ]);
+    let hook = Arc::new(SlowAfter {
+        seen: Mutex::new(Vec::new()),
+    });
+    let a = Agent::builder()
+        .model(model)
+        .tool(sleeper("alpha", &log))
+        .tool(timed)
+        .hook(HookRef(hook.clone()))
+        .build()
+        .unwrap();
+    let started = tokio::time::Instant::now();
+    let out = a.run("go").await;
+    assert_eq!(out.stop_reason, StopReason::Finished, "{:?}", out.error);
+    // The 600 ms call ran while the hook spent 2 s on its sibling: no false timeout.
+    assert_eq!(
+        out.tool_calls[1].status,
+        CallStatus::Ok,
+        "{:?}",
+        out.tool_calls[1]
+    );
+    assert!(
+        started.elapsed() < Duration::from_millis(2100),
+        "{:?}",
+        started.elapsed()
+    );
+    let seen = hook.seen.lock().unwrap().clone();
+    assert_eq!(seen, [("a".to_owned(), true), ("b".to_owned(), true)]);
+}
+
+/// A hook shared with the test.
+struct HookRef(Arc<SlowAfter>);
+
+impl Hook for HookRef {
+    fn name(&self) -> &str {
+        self.0.name()
+    }
+    fn after_tool_call<'a>(
+        &'a self,
+        ctx: HookContext<'a>,
+        call: ToolCallView<'a>,
+        r: &'a CallResult,
+    ) -> BoxFuture<'a, HookResult<Option<CallResult>>> {
+        self.0.after_tool_call(ctx, call, r)
+    }
+}
+
+/// A tool that always fails recoverably, counting its runs.
+fn always_busy(runs: &Arc<std::sync::atomic::AtomicUsize>, retries: u32) -> agentloop::Tool {
+    let runs = runs.clone();
+    agentloop::Tool::builder("busy")
+        .description("Always busy.")
+        .retries(retries)
+        .dynamic(json!({"type": "object"}), move |_a: Value, _c| {
+            runs.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            async { Err::<ToolOutput, _>(agentloop::ToolError::new("busy", "try later")) }
+        })
+}
+
+#[tokio::test(start_paused = true)]
+async fn no_retry_starts_when_the_deadline_passes_during_the_backoff() {
+    let runs = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let model = ScriptedModel::new([calls(&[("a", "busy", "{}")]), ModelResponse::text("never")]);
+    let a = Agent::builder()
+        .model(model)
+        .tool(always_busy(&runs, 3))
+        .limits(agentloop::Limits {
+            timeout: Some(Duration::from_millis(50)),
+            grace_period: Duration::from_secs(5),
+            ..agentloop::Limits::default()
+        })
+        .build()
+        .unwrap();
+    let out = a.run("go").await;
+    assert_eq!(out.stop_reason, StopReason::Deadline);
+    assert_eq!(runs.load(std::sync::atomic::Ordering::SeqCst), 1);
+    assert_eq!(out.tool_calls[0].retries, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_fatal_sibling_stops_the_retries_of_the_batch_but_lets_running_attempts_finish() {
+    let runs = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let fatal = agentloop::Tool::dynamic(
+        "fatal",
+        "Fails fatally after a moment.",
+        json!({"type": "object"}),
+        |_a: Value, _c| async {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            Err::<ToolOutput, _>(agentloop::ToolError::fatal("disk on fire"))
+        },
+    );
+    let model = ScriptedModel::new([
+        calls(&[("a", "busy", "{}"), ("b", "fatal", "{}")]),
+        ModelResponse::text("never"),
+    ]);
+    let a = Agent::builder()
+        .model(model)
+        .tool(always_busy(&runs, 5))
+        .tool(fatal)
+        .build()
+        .unwrap();
+    let started = tokio::time::Instant::now();
+    let out = a.run("go").await;
+    assert_eq!(out.stop_reason, StopReason::Failed);
+    assert_eq!(
+        runs.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "no retry after the fatal call"
+    );
+    assert!(
+        started.elapsed() < Duration::from_millis(100),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_retries_events_go_started_retrying_finished_and_the_after_hook_sees_the_last_result_once()
+ {
+    let runs = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = runs.clone();
+    let flaky = agentloop::Tool::builder("flaky")
+        .description("Fails once.")
+        .retries(2)
+        .dynamic(json!({"type": "object"}), move |_a: Value, _c| {
+            let n = counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            async move {
+                if n == 0 {
+                    Err(agentloop::ToolError::new("busy", "first attempt failed"))
+                } else {
+                    Ok(ToolOutput::text("fine"))
+                }
+            }
+        });
+    let events = Events::default();
+    let hook = Arc::new(SlowAfter {
+        seen: Mutex::new(Vec::new()),
+    });
+    let model = ScriptedModel::new([calls(&[("a", "flaky", "{}")]), ModelResponse::text("done")]);
+    let a = Agent::builder()
+        .model(model)
+        .tool(flaky)
+        .hook(HookRef(hook.clone()))
+        .sink(events.sink())
+        .build()
+        .unwrap();
+    let out = a.run("go").await;
+    assert_eq!(out.stop_reason, StopReason::Finished);
+    let kinds: Vec<&str> = events
+        .all()
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::ToolStarted { .. } => Some("started"),
+            EventKind::ToolRetrying { .. } => Some("retrying"),
+            EventKind::ToolFinished { .. } => Some("finished"),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(kinds, ["started", "retrying", "finished"]);
+    assert_eq!(*hook.seen.lock().unwrap(), [("a".to_owned(), true)]);
+    assert_eq!(out.tool_calls[0].retries, 1);
+}
