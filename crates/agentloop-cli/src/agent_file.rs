@@ -410,8 +410,8 @@ section! {
         /// Per-call timeout in seconds.
         timeout_secs: Option<Spanned<f64>>,
         /// How many times a failed call (non-zero exit, timeout) runs again before the model
-        /// sees the failure (default 0).
-        retries: Option<u32>,
+        /// sees the failure (default 0, at most [`MAX_TOOL_RETRIES`]).
+        retries: Option<Spanned<u32>>,
     }
 }
 
@@ -1022,7 +1022,20 @@ fn check_tool(tool: &ToolFileSpec, path: &str, dir: &Path, problems: &mut Proble
             "timeout_secs must be a positive number of seconds",
         );
     }
+    if let Some(r) = &tool.retries
+        && *r.get_ref() > MAX_TOOL_RETRIES
+    {
+        problems.at(
+            &join(path, "retries"),
+            span_of(r),
+            format!("retries is at most {MAX_TOOL_RETRIES}"),
+        );
+    }
 }
+
+/// The most retries an agent file may give a tool: beyond that a failing tool would only keep a
+/// run waiting.
+pub const MAX_TOOL_RETRIES: u32 = 10;
 
 #[cfg(test)]
 pub(crate) mod tests {
@@ -1034,6 +1047,36 @@ pub(crate) mod tests {
             .unwrap_err()
             .list()
             .to_vec()
+    }
+
+    #[test]
+    fn a_tool_may_have_up_to_ten_retries() {
+        let file = |n: u32| {
+            format!(
+                "[model]\nprovider = \"scripted\"\nscript = \"s.json\"\n\n[[tools]]\nname = \"t\"\ncommand = [\"true\"]\nretries = {n}\n"
+            )
+        };
+        let found = located(&file(11));
+        assert!(
+            found.contains(&("tools[0].retries".to_owned(), 8)),
+            "{found:?}"
+        );
+        let too_many = problems(&file(11));
+        let retries = too_many
+            .iter()
+            .find(|p| p.path == "tools[0].retries")
+            .unwrap();
+        assert!(
+            retries.message.contains("at most 10"),
+            "{}",
+            retries.message
+        );
+        // Ten is fine (the file's other problems aside).
+        assert!(
+            problems(&file(10))
+                .iter()
+                .all(|p| !p.path.ends_with("retries"))
+        );
     }
 
     /// Each problem's key path and line.

@@ -65,7 +65,7 @@ pub fn tools(file: &AgentFile) -> Result<Vec<Tool>, CliError> {
                     |s| s.get_ref().clone(),
                 ))
                 .mode(t.mode.unwrap_or_default())
-                .retries(t.retries.unwrap_or(0))
+                .retries(t.retries.as_ref().map_or(0, |r| *r.get_ref()))
                 .working_dir(&file.dir);
             if let Some(secs) = &t.timeout_secs {
                 tool = tool.timeout(Duration::from_secs_f64(*secs.get_ref()));

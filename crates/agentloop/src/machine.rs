@@ -145,7 +145,7 @@ pub struct CallOutcome {
     #[serde(with = "crate::serde_duration")]
     pub duration: Duration,
     /// How many times it was run again after a failure ([`crate::ToolSpec::retries`]).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "crate::tool::is_zero")]
     pub retries: u32,
 }
 

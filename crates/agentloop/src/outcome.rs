@@ -153,13 +153,10 @@ pub struct ToolCallRecord {
     pub duration: Duration,
     /// How many times it was run again after a failure before this result (the tool's
     /// `retries`); the model read only the last attempt.
-    #[serde(default, skip_serializing_if = "is_zero")]
+    #[serde(default, skip_serializing_if = "crate::tool::is_zero")]
     pub retries: u32,
 }
 
-fn is_zero(n: &u32) -> bool {
-    *n == 0
-}
 
 impl ToolCallRecord {
     /// True when the handler succeeded.

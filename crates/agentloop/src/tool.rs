@@ -52,7 +52,8 @@ pub struct ToolSpec {
     /// crash may be re-run on resume.
     #[serde(default)]
     pub idempotent: bool,
-    /// Per-call timeout: a slower call becomes a tool error the model reads.
+    /// Per-attempt timeout: a slower attempt becomes a tool error (code `timeout`), retried under
+    /// `retries`, then read by the model.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
@@ -62,12 +63,16 @@ pub struct ToolSpec {
     /// How many times a failed call is run again before the model sees the failure: a recoverable
     /// error or a timeout (not invalid arguments, not a fatal error or a panic). The model reads
     /// only the last attempt's result. For tools whose failures are transient and which are safe
-    /// to run again with the same arguments.
+    /// to run again with the same arguments: a timed-out attempt may have done part of its work.
+    /// Hooks and the permission gate see one call, whatever its attempts; the attempts count as
+    /// one call for `max_tool_calls`. No retry starts once the run is interrupted or its batch
+    /// stops on a fatal failure.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub retries: u32,
 }
 
-fn is_zero(n: &u32) -> bool {
+/// For serde: a zero count is left out.
+pub(crate) fn is_zero(n: &u32) -> bool {
     *n == 0
 }
 
