@@ -172,3 +172,68 @@ fn a_follow_up_message_continues_a_finished_run() {
     assert_eq!(out.output.as_deref(), Some("second"));
     assert_eq!(out.turns, 2);
 }
+
+/// One tool turn: the model's calls, then an ok outcome for each admitted call.
+fn tool_turn(m: &mut RunMachine, now: u64, calls: &[(&str, &str, &str)]) -> Option<usize> {
+    assert!(matches!(
+        m.next_action(Duration::from_millis(now)),
+        Action::CallModel
+    ));
+    m.on_model_response(ModelResponse::tool_calls(calls.iter().copied()), None);
+    match m.next_action(Duration::from_millis(now + 1)) {
+        Action::RunTools(batch) => {
+            let n = batch.calls.len();
+            m.on_tool_outcomes(
+                (0..n)
+                    .map(|_| CallOutcome::instant(CallResult::Ok(ToolOutput::text("ok"))))
+                    .collect(),
+            );
+            Some(n)
+        }
+        _ => None,
+    }
+}
+
+#[test]
+fn the_stuck_loop_rule_counts_rejected_and_admitted_calls_by_their_turn_records() {
+    // Each turn: a call to an unknown tool (rejected, fed back), the same echo call, and an echo
+    // call whose arguments change. The repeated pair reaches the threshold on the third turn,
+    // the changing call never does.
+    let mut m = machine(Limits::default());
+    let turn = |n: u32| {
+        [
+            ("", "nope", r#"{"x": 1}"#.to_owned()),
+            ("", "echo", r#"{"b": 2, "a": 1}"#.to_owned()),
+            ("", "echo", format!(r#"{{"n": {n}}}"#)),
+        ]
+    };
+    for (i, n) in [1u32, 2].into_iter().enumerate() {
+        let calls = turn(n);
+        let calls: Vec<(&str, &str, &str)> =
+            calls.iter().map(|(a, b, c)| (*a, *b, c.as_str())).collect();
+        assert_eq!(
+            tool_turn(&mut m, i as u64 * 10, &calls),
+            Some(2),
+            "turn {n}"
+        );
+    }
+    let calls = turn(3);
+    let calls: Vec<(&str, &str, &str)> =
+        calls.iter().map(|(a, b, c)| (*a, *b, c.as_str())).collect();
+    assert_eq!(
+        tool_turn(&mut m, 30, &calls),
+        None,
+        "the third turn is refused"
+    );
+    let out = m.into_outcome(Duration::from_millis(40));
+    assert_eq!(out.stop_reason, StopReason::StuckLoop);
+    assert_eq!(out.tool_calls_run, 4);
+    // The records of the refused turn keep what the model sent.
+    let refused: Vec<&str> = out
+        .tool_calls
+        .iter()
+        .filter(|r| r.error_code.as_deref() == Some("limit.stuck_loop"))
+        .map(|r| &*r.tool)
+        .collect();
+    assert_eq!(refused, ["nope", "echo", "echo"]);
+}
