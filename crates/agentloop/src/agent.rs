@@ -977,13 +977,17 @@ impl Driver<'_> {
                     };
                     // The hooks run one call at a time; the other calls keep running meanwhile,
                     // and those that finish wait in `ready`.
-                    let hooked = self.after_tool_call(m, &batch, i, outcome);
-                    tokio::pin!(hooked);
-                    let hooked = loop {
-                        tokio::select! {
-                            biased;
-                            r = &mut hooked => break r,
-                            Some(done) = set.next(), if !set.is_empty() => ready.push_back(done),
+                    let hooked = if self.inner.hooks.is_empty() {
+                        Ok(outcome)
+                    } else {
+                        let hooked = self.after_tool_call(m, &batch, i, outcome);
+                        tokio::pin!(hooked);
+                        loop {
+                            tokio::select! {
+                                biased;
+                                r = &mut hooked => break r,
+                                Some(done) = set.next(), if !set.is_empty() => ready.push_back(done),
+                            }
                         }
                     };
                     let outcome = match hooked {

@@ -157,7 +157,6 @@ pub struct ToolCallRecord {
     pub retries: u32,
 }
 
-
 impl ToolCallRecord {
     /// True when the handler succeeded.
     pub fn ok(&self) -> bool {
