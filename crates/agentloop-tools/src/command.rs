@@ -411,7 +411,8 @@ impl Runner {
     fn spawn_error(&self, e: &std::io::Error) -> ToolError {
         let program = self.display_program();
         let dir = self.working_dir.display();
-        match e.kind() {
+        // A program that is missing or not executable stays so: retrying cannot help.
+        let error = match e.kind() {
             std::io::ErrorKind::NotFound if !self.working_dir.is_dir() => ToolError::new(
                 "command_not_found",
                 format!("cannot start `{program}`: the working directory {dir} does not exist"),
@@ -426,10 +427,13 @@ impl Runner {
                 "command_not_executable",
                 format!("cannot start `{program}`: permission denied (is it executable?)"),
             ),
-            _ => ToolError::new(
-                "command_not_started",
-                format!("cannot start `{program}`: {e}"),
-            ),
-        }
+            _ => {
+                return ToolError::new(
+                    "command_not_started",
+                    format!("cannot start `{program}`: {e}"),
+                );
+            }
+        };
+        error.permanent()
     }
 }

@@ -22,7 +22,7 @@ fn text(out: &ToolOutput) -> String {
 
 fn recoverable(e: &ToolError) -> (&str, &str) {
     match e {
-        ToolError::Recoverable { code, message } => (code, message),
+        ToolError::Recoverable { code, message, .. } => (code, message),
         other => panic!("expected a recoverable error, got {other:?}"),
     }
 }
@@ -187,6 +187,16 @@ async fn missing_executable_is_a_clear_tool_error() {
     assert!(
         message.contains("definitely-not-a-program-4711"),
         "{message}"
+    );
+    assert!(
+        matches!(
+            err,
+            ToolError::Recoverable {
+                permanent: true,
+                ..
+            }
+        ),
+        "a missing program is not worth a retry: {err:?}"
     );
 }
 

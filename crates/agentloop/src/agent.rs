@@ -970,7 +970,7 @@ impl Driver<'_> {
                     let outcome = match (result, panic) {
                         (_, Some(message)) => CallResult::Panicked { message },
                         (Ok(out), None) => CallResult::Ok(out),
-                        (Err(ToolError::Recoverable { code, message }), None) => {
+                        (Err(ToolError::Recoverable { code, message, .. }), None) => {
                             CallResult::Error { code, message }
                         }
                         (Err(ToolError::Fatal { message }), None) => CallResult::Fatal { message },
@@ -1031,7 +1031,7 @@ impl Driver<'_> {
                             let outcome = match (result, panic) {
                                 (_, Some(message)) => CallResult::Panicked { message },
                                 (Ok(out), None) => CallResult::Ok(out),
-                                (Err(ToolError::Recoverable { code, message }), None) => CallResult::Error { code, message },
+                                (Err(ToolError::Recoverable { code, message, .. }), None) => CallResult::Error { code, message },
                                 (Err(ToolError::Fatal { message }), None) => CallResult::Fatal { message },
                             };
                             self.finished(&run_id, turn, &batch, i, &outcome, duration);
@@ -1446,13 +1446,15 @@ type CallDone = (
     u32,
 );
 
-/// The code and message of a failure worth another attempt: a recoverable error or a timeout, not
-/// arguments the handler could not read (they would fail the same way again).
+/// The code and message of a failure worth another attempt: a recoverable error or a timeout that
+/// is not marked permanent (as arguments the handler could not read are).
 fn retryable(result: &Result<ToolOutput, ToolError>) -> Option<(&str, &str)> {
     match result {
-        Err(ToolError::Recoverable { code, message }) if code != "invalid_arguments" => {
-            Some((code, message))
-        }
+        Err(ToolError::Recoverable {
+            code,
+            message,
+            permanent: false,
+        }) => Some((code, message)),
         _ => None,
     }
 }

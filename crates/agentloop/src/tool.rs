@@ -61,7 +61,8 @@ pub struct ToolSpec {
     )]
     pub timeout: Option<Duration>,
     /// How many times a failed call is run again before the model sees the failure: a recoverable
-    /// error or a timeout (not invalid arguments, not a fatal error or a panic). The model reads
+    /// error or a timeout (not one marked [`ToolError::permanent`], as unreadable arguments are;
+    /// not a fatal error or a panic). The model reads
     /// only the last attempt's result. For tools whose failures are transient and which are safe
     /// to run again with the same arguments: a timed-out attempt may have done part of its work.
     /// Hooks and the permission gate see one call, whatever its attempts; the attempts count as
@@ -194,6 +195,10 @@ pub enum ToolError {
         code: String,
         /// What the model reads.
         message: String,
+        /// Another attempt with the same arguments would fail the same way: the tool's `retries`
+        /// do not apply ([`ToolError::permanent`]).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        permanent: bool,
     },
     /// The run cannot go on: it fails, running siblings drain, nothing more is dispatched.
     #[error("fatal: {message}")]
@@ -209,7 +214,19 @@ impl ToolError {
         ToolError::Recoverable {
             code: code.into(),
             message: message.into(),
+            permanent: false,
         }
+    }
+
+    /// Marks a recoverable error as one that another attempt with the same arguments cannot
+    /// cure (a city that does not exist, a program that is not installed): the tool's `retries`
+    /// are not spent on it. A fatal error is left as it is.
+    #[must_use]
+    pub fn permanent(mut self) -> Self {
+        if let ToolError::Recoverable { permanent, .. } = &mut self {
+            *permanent = true;
+        }
+        self
     }
 
     /// A fatal failure that ends the run.
@@ -245,7 +262,7 @@ impl From<std::io::Error> for ToolError {
 
 impl From<serde_json::Error> for ToolError {
     fn from(e: serde_json::Error) -> Self {
-        ToolError::new("invalid_arguments", e.to_string())
+        ToolError::new("invalid_arguments", e.to_string()).permanent()
     }
 }
 
@@ -390,7 +407,7 @@ where
                 })
             }
             Err(e) => {
-                let error = ToolError::new("invalid_arguments", e.to_string());
+                let error = ToolError::new("invalid_arguments", e.to_string()).permanent();
                 Box::pin(std::future::ready(Err(error)))
             }
         }

@@ -1429,3 +1429,26 @@ async fn no_retry_starts_after_the_deadline() {
     assert_eq!(out.tool_calls[0].retries, 0);
     assert_tool_cycle(&out.transcript);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_permanent_tool_error_is_not_retried() {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let counter = runs.clone();
+    let lookup = Tool::builder("lookup")
+        .description("Knows no city.")
+        .retries(3)
+        .dynamic(json!({"type": "object"}), move |_a: Value, _c| {
+            counter.fetch_add(1, Ordering::SeqCst);
+            async { Err::<ToolOutput, _>(ToolError::new("not_found", "no such city").permanent()) }
+        });
+    let model = ScriptedModel::new([calls(&[("a", "lookup", "{}")]), ModelResponse::text("done")]);
+    let out = agent(model, vec![lookup], Limits::default())
+        .run("go")
+        .await;
+    assert_eq!(out.stop_reason, StopReason::Finished);
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    assert_eq!(out.tool_calls[0].retries, 0);
+    assert_eq!(out.tool_calls[0].error.as_deref(), Some("no such city"));
+    // Permanence is about retries only: the model still reads the error, and a fatal one stays fatal.
+    assert!(ToolError::fatal("x").permanent().is_fatal());
+}
