@@ -18,6 +18,7 @@ use futures::{FutureExt, Stream, StreamExt};
 use serde_json::Value;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::AbortOnDropHandle;
 
 use crate::error::RunError;
 use crate::event::{Event, EventKind, EventSink, Sinks};
@@ -909,9 +910,10 @@ impl Driver<'_> {
                         .clone(),
                 });
                 let started = Instant::now();
-                let first = start_call(&entry.handler, &call.args, ctx);
+                let own_task = spec.is_some_and(|s| s.own_task);
+                let first = Attempt::start(&entry.handler, &call.args, ctx, timeout, own_task);
                 set.push(async move {
-                    let (mut result, mut panic) = attempt(first, timeout).await;
+                    let (mut result, mut panic) = first.run().await;
                     let mut retried = 0u32;
                     if let Some(r) = retry {
                         while retried < r.left && panic.is_none() {
@@ -941,8 +943,14 @@ impl Driver<'_> {
                                     },
                                 });
                             }
-                            let next = start_call(&r.handler, &r.args, r.ctx.clone());
-                            (result, panic) = attempt(next, timeout).await;
+                            let next = Attempt::start(
+                                &r.handler,
+                                &r.args,
+                                r.ctx.clone(),
+                                timeout,
+                                own_task,
+                            );
+                            (result, panic) = next.run().await;
                         }
                     }
                     (i, result, started.elapsed(), panic, retried)
@@ -1422,6 +1430,48 @@ async fn attempt(
             Err(ToolError::fatal("panicked")),
             Some(panic_message(&panic)),
         ),
+    }
+}
+
+/// One attempt of a call: its handler's future, run in the run's task, or the task it runs in (a
+/// tool with `own_task`), aborted if the attempt is dropped (cancellation, the end of the grace
+/// period).
+enum Attempt {
+    Here(StartedCall, Option<Duration>),
+    Task(AbortOnDropHandle<(Result<ToolOutput, ToolError>, Option<String>)>),
+}
+
+impl Attempt {
+    fn start(
+        handler: &Arc<dyn ToolHandler>,
+        args: &Arc<Value>,
+        ctx: ToolContext,
+        timeout: Option<Duration>,
+        own_task: bool,
+    ) -> Attempt {
+        if !own_task {
+            return Attempt::Here(start_call(handler, args, ctx), timeout);
+        }
+        let handler = Arc::clone(handler);
+        let args = Arc::clone(args);
+        // The handler is called in the task as well, so that its synchronous work runs there.
+        Attempt::Task(AbortOnDropHandle::new(tokio::spawn(async move {
+            attempt(start_call(&handler, &args, ctx), timeout).await
+        })))
+    }
+
+    async fn run(self) -> (Result<ToolOutput, ToolError>, Option<String>) {
+        match self {
+            Attempt::Here(started, timeout) => attempt(started, timeout).await,
+            // `attempt` catches the handler's panics; the task can only end otherwise when the
+            // runtime shuts down.
+            Attempt::Task(task) => task.await.unwrap_or_else(|_| {
+                (
+                    Err(ToolError::new("cancelled", "the call's task was cancelled")),
+                    None,
+                )
+            }),
+        }
     }
 }
 

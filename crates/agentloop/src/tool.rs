@@ -70,6 +70,11 @@ pub struct ToolSpec {
     /// stops on a fatal failure.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub retries: u32,
+    /// Each call runs as a tokio task of its own instead of inside the run's task: on a
+    /// multi-thread runtime it gets a worker of its own, so a CPU-heavy or blocking handler runs in
+    /// parallel with its siblings and does not hold up the run's deadline. Costs one task per call.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub own_task: bool,
 }
 
 /// For serde: a zero count is left out.
@@ -363,7 +368,8 @@ pub type ToolFuture = BoxFuture<'static, Result<ToolOutput, ToolError>>;
 /// reads what it needs from them without a copy of the whole value.
 ///
 /// The calls of one batch run concurrently on the run's own task, so a handler must not block the
-/// thread: blocking or CPU-heavy work belongs in `tokio::task::spawn_blocking`.
+/// thread: blocking or CPU-heavy work belongs in `tokio::task::spawn_blocking`, or the tool is
+/// marked [`ToolBuilder::own_task`].
 pub trait ToolHandler: Send + Sync + 'static {
     /// Runs one call. `args` already matched the input schema.
     fn call(&self, args: &Value, ctx: ToolContext) -> ToolFuture;
@@ -468,6 +474,7 @@ impl Tool {
                 idempotent: false,
                 timeout: None,
                 retries: 0,
+                own_task: false,
             },
         }
     }
@@ -546,6 +553,13 @@ impl ToolBuilder {
     /// [`tool_retry_delay`] between attempts, before the model sees the failure.
     pub fn retries(mut self, retries: u32) -> Self {
         self.spec.retries = retries;
+        self
+    }
+
+    /// Runs each call as a tokio task of its own ([`ToolSpec::own_task`]): for CPU-heavy or
+    /// blocking handlers.
+    pub fn own_task(mut self, yes: bool) -> Self {
+        self.spec.own_task = yes;
         self
     }
 

@@ -1452,3 +1452,34 @@ async fn a_permanent_tool_error_is_not_retried() {
     // Permanence is about retries only: the model still reads the error, and a fatal one stays fatal.
     assert!(ToolError::fatal("x").permanent().is_fatal());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blocking_tool_on_its_own_task_does_not_hold_up_the_deadline() {
+    let blocking = Tool::builder("blocking")
+        .description("Blocks its thread.")
+        .own_task(true)
+        .dynamic(json!({"type": "object"}), |_a: Value, _c| async {
+            std::thread::sleep(Duration::from_millis(1500));
+            Ok(ToolOutput::text("late"))
+        });
+    let model = ScriptedModel::new([
+        calls(&[("a", "blocking", "{}")]),
+        ModelResponse::text("never"),
+    ]);
+    let limits = Limits {
+        timeout: Some(Duration::from_millis(100)),
+        grace_period: Duration::from_millis(100),
+        ..Limits::default()
+    };
+    let started = std::time::Instant::now();
+    let out = agent(model, vec![blocking], limits).run("go").await;
+    assert_eq!(out.stop_reason, StopReason::Deadline);
+    assert_eq!(out.tool_calls[0].status, CallStatus::Cancelled);
+    // The deadline and the grace period, not the 1.5 s the handler blocks for.
+    assert!(
+        started.elapsed() < Duration::from_millis(1200),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_tool_cycle(&out.transcript);
+}
