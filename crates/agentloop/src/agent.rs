@@ -841,8 +841,8 @@ impl Driver<'_> {
             None
         };
         // The calls run concurrently inside the run's own task: no task per call to spawn,
-        // schedule and free on another thread. A tool with blocking or CPU-heavy work hands it to
-        // `tokio::task::spawn_blocking` (as any async code must).
+        // schedule and free on another thread. A tool with blocking or CPU-heavy work is marked
+        // `own_task` and gets a task of its own.
         let mut set = FuturesUnordered::new();
         // Calls that finished while an after-tool hook ran, waiting to be folded.
         let mut ready: VecDeque<CallDone> = VecDeque::new();

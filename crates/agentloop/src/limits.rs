@@ -35,8 +35,9 @@ pub struct Limits {
     /// The most USD the run may spend.
     pub max_cost_usd: Option<f64>,
     /// Wall-clock deadline from the start of the run. It interrupts a model call or running tools
-    /// at their next await: a tool handler that blocks its thread (instead of handing blocking work
-    /// to `tokio::task::spawn_blocking`) delays it until it returns.
+    /// at their next await: a tool handler that blocks its thread delays it until it returns,
+    /// unless its tool runs on a task of its own (`ToolBuilder::own_task`) or it hands the
+    /// blocking work to `tokio::task::spawn_blocking`.
     #[serde(default, with = "crate::serde_duration::option")]
     pub timeout: Option<Duration>,
     /// Identical consecutive calls (same tool, same arguments) that stop the run before the last
