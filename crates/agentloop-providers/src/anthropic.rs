@@ -970,6 +970,7 @@ pub fn parse_message(body: &[u8]) -> Result<ModelResponse, ModelError> {
         raw_finish_reason: raw,
         id: message.id.map(Cow::into_owned),
         model: message.model.map(Cow::into_owned),
+        provider: None,
         truncated,
         warnings,
     })

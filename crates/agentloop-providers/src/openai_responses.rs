@@ -1005,6 +1005,7 @@ pub fn parse_response(body: &[u8]) -> Result<ModelResponse, ModelError> {
         raw_finish_reason: Some(raw),
         id: response.id.map(Cow::into_owned),
         model: response.model.map(Cow::into_owned),
+        provider: None,
         truncated,
         warnings,
     })

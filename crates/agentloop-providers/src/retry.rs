@@ -147,7 +147,10 @@ impl<M: Model> Retry<M> {
 fn is_metadata(event: &ModelEvent) -> bool {
     matches!(
         event,
-        ModelEvent::Start { .. } | ModelEvent::Usage(_) | ModelEvent::Warning(_)
+        ModelEvent::Start { .. }
+            | ModelEvent::Provider(_)
+            | ModelEvent::Usage(_)
+            | ModelEvent::Warning(_)
     )
 }
 

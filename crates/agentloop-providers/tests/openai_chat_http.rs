@@ -411,6 +411,72 @@ async fn overloaded_primary_falls_back_to_the_next_model_after_its_retries() {
 }
 
 #[tokio::test]
+async fn a_fallback_to_another_provider_names_it_so_the_answer_is_priced_its_way() {
+    let primary = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(error_json(
+            500,
+            "synthetic/oai_chat_err_500_server_error.json",
+        ))
+        .mount(&primary)
+        .await;
+    let backup = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/v1/messages"))
+        .respond_with(
+            ResponseTemplate::new(200)
+                .set_body_raw(fixture("anthropic/anth_s_text.sse"), "text/event-stream"),
+        )
+        .mount(&backup)
+        .await;
+    let fallback = || {
+        Fallback::new(vec![
+            Box::new(model(&primary.uri())),
+            Box::new(
+                agentloop_providers::anthropic::Anthropic::builder("claude-sonnet-4-5")
+                    .base_url(backup.uri())
+                    .api_key(API_KEY)
+                    .build()
+                    .unwrap(),
+            ),
+        ])
+    };
+    let response = ask(&fallback()).await.unwrap();
+    assert!(!response.message.text.is_empty());
+    assert_eq!(response.provider.as_deref(), Some("anthropic"));
+
+    // The run prices the answer as the provider that gave it.
+    let priced = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let seen = priced.clone();
+    let agent = agentloop::Agent::builder()
+        .model(fallback())
+        .pricing(
+            move |provider: &str, _model: &str, _usage: &agentloop::Usage| {
+                seen.lock().unwrap().push(provider.to_owned());
+                Some(0.0)
+            },
+        )
+        .build()
+        .unwrap();
+    let out = agent.run("hello").await;
+    assert_eq!(
+        out.stop_reason,
+        agentloop::StopReason::Finished,
+        "{:?}",
+        out.error
+    );
+    assert_eq!(*priced.lock().unwrap(), ["anthropic"]);
+
+    // Without a fallback, a response names no provider of its own.
+    let direct = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(text_sse())
+        .mount(&direct)
+        .await;
+    assert_eq!(ask(&model(&direct.uri())).await.unwrap().provider, None);
+}
+
+#[tokio::test]
 async fn fallback_does_not_move_on_for_a_bad_request() {
     let primary = MockServer::start().await;
     Mock::given(method("POST"))

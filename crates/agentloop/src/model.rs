@@ -137,6 +137,10 @@ pub enum ModelEvent {
         /// The model that answered.
         model: Option<String>,
     },
+    /// The provider answering (`openai`, `anthropic`), when it is not the model's own
+    /// [`Model::provider`]: a fallback names the model it moved on to, so that the answer is priced
+    /// as that provider counts its tokens.
+    Provider(String),
     /// A piece of visible text.
     TextDelta(String),
     /// A piece of reasoning text.
@@ -271,6 +275,10 @@ pub struct ModelResponse {
     /// The model that answered.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
+    /// The provider that answered, when it is not the model's own [`Model::provider`] (a
+    /// fallback's later model).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider: Option<String>,
     /// True when a tool call was cut off (its JSON incomplete): such calls were dropped and must
     /// never run.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -293,6 +301,7 @@ impl ModelResponse {
             raw_finish_reason: None,
             id: None,
             model: None,
+            provider: None,
             truncated: false,
             warnings: Vec::new(),
         }
@@ -344,6 +353,7 @@ struct PartialCall {
 pub struct ResponseAccumulator {
     id: Option<String>,
     model: Option<String>,
+    provider: Option<String>,
     text: String,
     reasoning: Vec<Reasoning>,
     pending_reasoning: String,
@@ -392,6 +402,7 @@ impl ResponseAccumulator {
                     self.model = model;
                 }
             }
+            ModelEvent::Provider(p) => self.provider = Some(p),
             ModelEvent::TextDelta(t) => self.text.push_str(&t),
             ModelEvent::ReasoningDelta(t) => self.pending_reasoning.push_str(&t),
             ModelEvent::Reasoning(mut r) => {
@@ -448,6 +459,9 @@ impl ResponseAccumulator {
     pub fn finish(mut self) -> Result<ModelResponse, ModelError> {
         if let Some(mut whole) = self.whole.take() {
             fill_missing_ids(&mut whole.message.tool_calls);
+            if whole.provider.is_none() {
+                whole.provider = self.provider;
+            }
             return Ok(whole);
         }
         let Some((finish_reason, raw_finish_reason)) = self.finish.take() else {
@@ -505,6 +519,7 @@ impl ResponseAccumulator {
             raw_finish_reason,
             id: self.id,
             model: self.model,
+            provider: self.provider,
             truncated,
             warnings: self.warnings,
         })
