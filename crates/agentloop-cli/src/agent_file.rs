@@ -946,12 +946,12 @@ fn check_limits(limits: &LimitsSpec, problems: &mut Problems) {
         );
     }
     if let Some(t) = &limits.timeout_secs
-        && !(t.get_ref().is_finite() && *t.get_ref() > 0.0)
+        && !valid_seconds(*t.get_ref())
     {
         problems.at(
             "limits.timeout_secs",
             span_of(t),
-            "timeout_secs must be a positive number of seconds",
+            "timeout_secs must be a positive number of seconds, at most a year",
         );
     }
     if let Some(c) = &limits.max_cost_usd
@@ -1014,12 +1014,12 @@ fn check_tool(tool: &ToolFileSpec, path: &str, dir: &Path, problems: &mut Proble
         }
     }
     if let Some(t) = &tool.timeout_secs
-        && !(t.get_ref().is_finite() && *t.get_ref() > 0.0)
+        && !valid_seconds(*t.get_ref())
     {
         problems.at(
             &join(path, "timeout_secs"),
             span_of(t),
-            "timeout_secs must be a positive number of seconds",
+            "timeout_secs must be a positive number of seconds, at most a year",
         );
     }
     if let Some(r) = &tool.retries
@@ -1031,6 +1031,14 @@ fn check_tool(tool: &ToolFileSpec, path: &str, dir: &Path, problems: &mut Proble
             format!("retries is at most {MAX_TOOL_RETRIES}"),
         );
     }
+}
+
+/// The longest timeout an agent file may set: a year, in seconds.
+pub const MAX_TIMEOUT_SECS: f64 = 365.0 * 24.0 * 3600.0;
+
+/// A timeout an agent file may set: positive and at most [`MAX_TIMEOUT_SECS`].
+fn valid_seconds(secs: f64) -> bool {
+    secs.is_finite() && secs > 0.0 && secs <= MAX_TIMEOUT_SECS
 }
 
 /// The most retries an agent file may give a tool: beyond that a failing tool would only keep a
@@ -1047,6 +1055,24 @@ pub(crate) mod tests {
             .unwrap_err()
             .list()
             .to_vec()
+    }
+
+    #[test]
+    fn a_timeout_too_large_for_a_duration_is_a_problem_not_a_panic() {
+        for (key, line) in [("limits", 5), ("tools", 8)] {
+            let text = if key == "limits" {
+                "[model]\nprovider = \"scripted\"\nscript = \"s.json\"\n[limits]\ntimeout_secs = 1e300\n".to_owned()
+            } else {
+                "[model]\nprovider = \"scripted\"\nscript = \"s.json\"\n\n[[tools]]\nname = \"t\"\ncommand = [\"true\"]\ntimeout_secs = 1e300\n".to_owned()
+            };
+            let found = problems(&text);
+            let p = found
+                .iter()
+                .find(|p| p.path.ends_with("timeout_secs"))
+                .expect("a timeout_secs problem");
+            assert_eq!(p.line, line, "{key}");
+            assert!(p.message.contains("at most a year"), "{}", p.message);
+        }
     }
 
     #[test]

@@ -30,7 +30,7 @@ pub fn limits(file: &AgentFile) -> Limits {
     limits.timeout = l
         .timeout_secs
         .as_ref()
-        .map(|v| Duration::from_secs_f64(*v.get_ref()));
+        .and_then(|v| Duration::try_from_secs_f64(*v.get_ref()).ok());
     if let Some(c) = &l.max_concurrency {
         limits.max_concurrency = *c.get_ref();
     }
@@ -67,8 +67,12 @@ pub fn tools(file: &AgentFile) -> Result<Vec<Tool>, CliError> {
                 .mode(t.mode.unwrap_or_default())
                 .retries(t.retries.as_ref().map_or(0, |r| *r.get_ref()))
                 .working_dir(&file.dir);
-            if let Some(secs) = &t.timeout_secs {
-                tool = tool.timeout(Duration::from_secs_f64(*secs.get_ref()));
+            if let Some(timeout) = t
+                .timeout_secs
+                .as_ref()
+                .and_then(|secs| Duration::try_from_secs_f64(*secs.get_ref()).ok())
+            {
+                tool = tool.timeout(timeout);
             }
             if let Some(var) = &hidden {
                 tool = tool.hide_env(var.clone());

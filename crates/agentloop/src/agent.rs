@@ -522,7 +522,19 @@ impl Driver<'_> {
     }
 
     fn deadline(&self, limits: &Limits) -> Option<Instant> {
-        limits.timeout.map(|t| self.start + t)
+        // A timeout too large to add to a clock reading is no deadline at all.
+        limits.timeout.and_then(|t| self.start.checked_add(t))
+    }
+
+    /// The interrupt that has already happened, if any, without waiting.
+    fn interrupted_now(&self, deadline: Option<Instant>) -> Option<Interrupt> {
+        if self.cancel.is_cancelled() {
+            Some(Interrupt::Cancelled)
+        } else if deadline.is_some_and(|d| Instant::now() >= d) {
+            Some(Interrupt::Deadline)
+        } else {
+            None
+        }
     }
 
     async fn interrupted(&self, deadline: Option<Instant>) -> Interrupt {
@@ -924,14 +936,6 @@ impl Driver<'_> {
                                 break;
                             };
                             let delay = tool_retry_delay(retried + 1);
-                            // The grace period of an interrupted run, and the drain of a batch
-                            // that stopped dispatching, are for attempts already running.
-                            tokio::select! {
-                                biased;
-                                _ = r.stop.cancelled() => break,
-                                _ = tokio::time::sleep(delay) => {}
-                            }
-                            retried += 1;
                             if let Some(sink) = &r.sink {
                                 sink.emit(&Event {
                                     run_id: r.ctx.run_id.clone(),
@@ -939,13 +943,22 @@ impl Driver<'_> {
                                     kind: EventKind::ToolRetrying {
                                         call_id: r.ctx.call_id.to_string(),
                                         tool: r.ctx.tool.to_string(),
-                                        retry: retried,
+                                        retry: retried + 1,
                                         code: code.to_owned(),
                                         message: message.to_owned(),
                                         delay,
                                     },
                                 });
                             }
+                            // The grace period of an interrupted run, and the drain of a batch
+                            // that stopped dispatching, are for attempts already running: an
+                            // announced retry that they stop does not run (nor count).
+                            tokio::select! {
+                                biased;
+                                _ = r.stop.cancelled() => break,
+                                _ = tokio::time::sleep(delay) => {}
+                            }
+                            retried += 1;
                             let next = Attempt::start(
                                 &r.handler,
                                 &r.args,
@@ -960,6 +973,16 @@ impl Driver<'_> {
                 });
             }
             if set.is_empty() && ready.is_empty() {
+                break;
+            }
+            // Calls waiting after a hook: a deadline or cancellation that came meanwhile ends the
+            // batch first (the waiting calls are folded without hooks, below).
+            if !ready.is_empty()
+                && interrupt.is_none()
+                && let Some(i) = self.interrupted_now(deadline)
+            {
+                interrupt = Some(i);
+                calls_cancel.cancel();
                 break;
             }
             let joined = match ready.pop_front() {
@@ -978,14 +1001,7 @@ impl Driver<'_> {
                 }
                 Ok(None) => break,
                 Ok(Some((i, result, duration, panic, retries))) => {
-                    let outcome = match (result, panic) {
-                        (_, Some(message)) => CallResult::Panicked { message },
-                        (Ok(out), None) => CallResult::Ok(out),
-                        (Err(ToolError::Recoverable { code, message, .. }), None) => {
-                            CallResult::Error { code, message }
-                        }
-                        (Err(ToolError::Fatal { message }), None) => CallResult::Fatal { message },
-                    };
+                    let outcome = call_result(result, panic);
                     // The hooks run one call at a time; the other calls keep running meanwhile,
                     // and those that finish wait in `ready`.
                     let hooked = if self.inner.hooks.is_empty() {
@@ -997,6 +1013,12 @@ impl Driver<'_> {
                             tokio::select! {
                                 biased;
                                 r = &mut hooked => break r,
+                                // The deadline still holds while a hook runs: the running calls
+                                // are told at once, the hook is let finish.
+                                i = self.interrupted(deadline), if interrupt.is_none() => {
+                                    interrupt = Some(i);
+                                    calls_cancel.cancel();
+                                }
                                 Some(done) = set.next(), if !set.is_empty() => ready.push_back(done),
                             }
                         }
@@ -1025,10 +1047,25 @@ impl Driver<'_> {
                         duration,
                         retries,
                     });
+                    if interrupt.is_some() {
+                        break;
+                    }
                 }
             }
         }
 
+        if interrupt.is_some() {
+            // Calls that finished while a hook ran are folded as they are: the run is stopping.
+            for (i, result, duration, panic, retries) in ready.drain(..) {
+                let outcome = call_result(result, panic);
+                self.finished(&run_id, turn, &batch, i, &outcome, duration);
+                outcomes[i] = Some(CallOutcome {
+                    result: outcome,
+                    duration,
+                    retries,
+                });
+            }
+        }
         if interrupt.is_some() && !set.is_empty() {
             // Running handlers saw the cancellation; give them the grace period to finish.
             let grace = tokio::time::sleep(cfg.limits.grace_period);
@@ -1039,12 +1076,7 @@ impl Driver<'_> {
                     j = set.next() => match j {
                         None => break,
                         Some((i, result, duration, panic, retries)) => {
-                            let outcome = match (result, panic) {
-                                (_, Some(message)) => CallResult::Panicked { message },
-                                (Ok(out), None) => CallResult::Ok(out),
-                                (Err(ToolError::Recoverable { code, message, .. }), None) => CallResult::Error { code, message },
-                                (Err(ToolError::Fatal { message }), None) => CallResult::Fatal { message },
-                            };
+                            let outcome = call_result(result, panic);
                             self.finished(&run_id, turn, &batch, i, &outcome, duration);
                             outcomes[i] = Some(CallOutcome { result: outcome, duration, retries });
                         }
@@ -1417,10 +1449,7 @@ async fn attempt(
         match timeout {
             Some(t) => match tokio::time::timeout(t, fut).await {
                 Ok(r) => r,
-                Err(_) => Err(ToolError::new(
-                    "timeout",
-                    format!("the tool did not finish within {:.1} s", t.as_secs_f64()),
-                )),
+                Err(_) => Err(timeout_error(t)),
             },
             None => fut.await,
         }
@@ -1441,7 +1470,10 @@ async fn attempt(
 /// period).
 enum Attempt {
     Here(StartedCall, Option<Duration>),
-    Task(AbortOnDropHandle<(Result<ToolOutput, ToolError>, Option<String>)>),
+    Task(
+        AbortOnDropHandle<(Result<ToolOutput, ToolError>, Option<String>)>,
+        Option<Duration>,
+    ),
 }
 
 impl Attempt {
@@ -1458,22 +1490,37 @@ impl Attempt {
         let handler = Arc::clone(handler);
         let args = Arc::clone(args);
         // The handler is called in the task as well, so that its synchronous work runs there.
-        Attempt::Task(AbortOnDropHandle::new(tokio::spawn(async move {
-            attempt(start_call(&handler, &args, ctx), timeout).await
-        })))
+        // The timeout is kept on the run's side, where a handler blocking its thread cannot stop
+        // it firing.
+        let task = AbortOnDropHandle::new(tokio::spawn(async move {
+            attempt(start_call(&handler, &args, ctx), None).await
+        }));
+        Attempt::Task(task, timeout)
     }
 
     async fn run(self) -> (Result<ToolOutput, ToolError>, Option<String>) {
         match self {
             Attempt::Here(started, timeout) => attempt(started, timeout).await,
-            // `attempt` catches the handler's panics; the task can only end otherwise when the
-            // runtime shuts down.
-            Attempt::Task(task) => task.await.unwrap_or_else(|_| {
-                (
-                    Err(ToolError::new("cancelled", "the call's task was cancelled")),
-                    None,
-                )
-            }),
+            Attempt::Task(task, timeout) => {
+                let joined = match timeout {
+                    Some(t) => match tokio::time::timeout(t, task).await {
+                        Ok(joined) => joined,
+                        // Dropping the handle aborts the task.
+                        Err(_) => return (Err(timeout_error(t)), None),
+                    },
+                    None => task.await,
+                };
+                joined.unwrap_or_else(|e| {
+                    if e.is_panic() {
+                        let message = panic_message(&e.into_panic());
+                        (Err(ToolError::fatal("panicked")), Some(message))
+                    } else {
+                        // Only a runtime shutting down cancels the task: nothing to retry.
+                        let error = ToolError::new("cancelled", "the call's task was cancelled");
+                        (Err(error.permanent()), None)
+                    }
+                })
+            }
         }
     }
 }
@@ -1500,15 +1547,36 @@ type CallDone = (
 );
 
 /// The code and message of a failure worth another attempt: a recoverable error or a timeout that
-/// is not marked permanent (as arguments the handler could not read are).
+/// is not marked permanent, nor about arguments the handler could not read (they would fail the
+/// same way again, however the handler said so).
 fn retryable(result: &Result<ToolOutput, ToolError>) -> Option<(&str, &str)> {
     match result {
         Err(ToolError::Recoverable {
             code,
             message,
             permanent: false,
-        }) => Some((code, message)),
+        }) if code != "invalid_arguments" => Some((code, message)),
         _ => None,
+    }
+}
+
+/// The error a call that ran past its tool's timeout ends with.
+fn timeout_error(t: Duration) -> ToolError {
+    ToolError::new(
+        "timeout",
+        format!("the tool did not finish within {:.1} s", t.as_secs_f64()),
+    )
+}
+
+/// How a finished call ended, from its last attempt's result and panic.
+fn call_result(result: Result<ToolOutput, ToolError>, panic: Option<String>) -> CallResult {
+    match (result, panic) {
+        (_, Some(message)) => CallResult::Panicked { message },
+        (Ok(out), None) => CallResult::Ok(out),
+        (Err(ToolError::Recoverable { code, message, .. }), None) => {
+            CallResult::Error { code, message }
+        }
+        (Err(ToolError::Fatal { message }), None) => CallResult::Fatal { message },
     }
 }
 

@@ -71,8 +71,10 @@ pub struct ToolSpec {
     #[serde(default, skip_serializing_if = "is_zero")]
     pub retries: u32,
     /// Each call runs as a tokio task of its own instead of inside the run's task: on a
-    /// multi-thread runtime it gets a worker of its own, so a CPU-heavy or blocking handler runs in
-    /// parallel with its siblings and does not hold up the run's deadline. Costs one task per call.
+    /// multi-thread runtime another worker can run it, so a CPU-heavy or blocking handler runs in
+    /// parallel with the run (its deadline, its timeouts) and its siblings, as far as there are
+    /// workers; on a current-thread runtime it changes nothing. A blocking handler cannot be
+    /// stopped: when its call is abandoned it runs on until it returns. Costs one task per call.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub own_task: bool,
 }

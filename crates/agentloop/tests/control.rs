@@ -901,3 +901,115 @@ async fn with_retries_events_go_started_retrying_finished_and_the_after_hook_see
     assert_eq!(*hook.seen.lock().unwrap(), [("a".to_owned(), true)]);
     assert_eq!(out.tool_calls[0].retries, 1);
 }
+
+#[tokio::test(start_paused = true)]
+async fn the_deadline_holds_while_an_after_tool_hook_runs() {
+    let log = CallLog::default();
+    let runs = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let hook = Arc::new(SlowAfter {
+        seen: Mutex::new(Vec::new()),
+    });
+    let model = ScriptedModel::new([
+        calls(&[
+            ("a", "alpha", r#"{"tag": "slow"}"#),
+            ("b", "alpha", r#"{"tag": "slow"}"#),
+            ("c", "alpha", r#"{"tag": "slow"}"#),
+            ("d", "busy", "{}"),
+        ]),
+        ModelResponse::text("never"),
+    ]);
+    let a = Agent::builder()
+        .model(model)
+        .tool(sleeper("alpha", &log))
+        .tool(always_busy(&runs, 5))
+        .hook(HookRef(hook.clone()))
+        .limits(agentloop::Limits {
+            timeout: Some(Duration::from_millis(100)),
+            grace_period: Duration::from_secs(5),
+            ..agentloop::Limits::default()
+        })
+        .build()
+        .unwrap();
+    let started = tokio::time::Instant::now();
+    let out = a.run("go").await;
+    assert_eq!(out.stop_reason, StopReason::Deadline);
+    // One 2 s hook ran; the deadline passed during it, so the calls that finished meanwhile are
+    // folded without their hooks and the busy tool's retries stop.
+    assert_eq!(hook.seen.lock().unwrap().len(), 1, "{:?}", hook.seen);
+    assert!(
+        started.elapsed() < Duration::from_millis(2500),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(runs.load(std::sync::atomic::Ordering::SeqCst) <= 1);
+    assert_eq!(out.tool_calls.len(), 4);
+    for id in ["a", "b", "c"] {
+        let r = out.tool_calls.iter().find(|r| &*r.id == id).unwrap();
+        assert_eq!(r.status, CallStatus::Ok, "{id}: {r:?}");
+    }
+}
+
+/// Records when each retry was announced.
+struct RetryClock(Mutex<Vec<(u32, tokio::time::Instant)>>);
+
+impl agentloop::EventSink for RetryClock {
+    fn emit(&self, event: &agentloop::Event) {
+        if let EventKind::ToolRetrying { retry, .. } = &event.kind {
+            self.0
+                .lock()
+                .unwrap()
+                .push((*retry, tokio::time::Instant::now()));
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_retry_is_announced_before_its_backoff_and_a_hand_made_invalid_arguments_error_is_not_retried()
+ {
+    let runs = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let clock = Arc::new(RetryClock(Mutex::new(Vec::new())));
+    let model = ScriptedModel::new([calls(&[("a", "busy", "{}")]), ModelResponse::text("done")]);
+    let a = Agent::builder()
+        .model(model)
+        .tool(always_busy(&runs, 2))
+        .sink_arc(clock.clone())
+        .build()
+        .unwrap();
+    let started = tokio::time::Instant::now();
+    let out = a.run("go").await;
+    assert_eq!(out.tool_calls[0].retries, 2);
+    let at: Vec<(u32, Duration)> = clock
+        .0
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(n, t)| (*n, t.duration_since(started)))
+        .collect();
+    // Retry 1 is announced when the first attempt fails, retry 2 after the first backoff.
+    assert_eq!(at, [(1, Duration::ZERO), (2, Duration::from_millis(100))]);
+
+    let runs = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = runs.clone();
+    let strict = agentloop::Tool::builder("strict")
+        .description("Checks more than its schema says.")
+        .retries(3)
+        .dynamic(json!({"type": "object"}), move |_a: Value, _c| {
+            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            async {
+                Err::<ToolOutput, _>(agentloop::ToolError::new(
+                    "invalid_arguments",
+                    "n must be even",
+                ))
+            }
+        });
+    let model = ScriptedModel::new([calls(&[("a", "strict", "{}")]), ModelResponse::text("done")]);
+    let out = Agent::builder()
+        .model(model)
+        .tool(strict)
+        .build()
+        .unwrap()
+        .run("go")
+        .await;
+    assert_eq!(runs.load(std::sync::atomic::Ordering::SeqCst), 1);
+    assert_eq!(out.tool_calls[0].retries, 0);
+}

@@ -1483,3 +1483,31 @@ async fn a_blocking_tool_on_its_own_task_does_not_hold_up_the_deadline() {
     );
     assert_tool_cycle(&out.transcript);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_timeout_of_a_blocking_tool_on_its_own_task_fires() {
+    let blocking = Tool::builder("blocking")
+        .description("Blocks its thread.")
+        .own_task(true)
+        .timeout(Duration::from_millis(100))
+        .dynamic(json!({"type": "object"}), |_a: Value, _c| async {
+            std::thread::sleep(Duration::from_millis(600));
+            Ok(ToolOutput::text("late"))
+        });
+    let model = ScriptedModel::new([
+        calls(&[("a", "blocking", "{}")]),
+        ModelResponse::text("done"),
+    ]);
+    let started = std::time::Instant::now();
+    let out = agent(model, vec![blocking], Limits::default())
+        .run("go")
+        .await;
+    assert_eq!(out.stop_reason, StopReason::Finished);
+    assert_eq!(out.tool_calls[0].status, CallStatus::Error);
+    assert_eq!(out.tool_calls[0].error_code.as_deref(), Some("timeout"));
+    assert!(
+        started.elapsed() < Duration::from_millis(500),
+        "{:?}",
+        started.elapsed()
+    );
+}
