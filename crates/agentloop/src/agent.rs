@@ -858,6 +858,12 @@ impl Driver<'_> {
         // The calls run concurrently inside the run's own task: no task per call to spawn,
         // schedule and free on another thread. A tool with blocking or CPU-heavy work is marked
         // `own_task` and gets a task of its own.
+        // The calls' progress senders (observed runs only), closed as each call is folded.
+        let mut senders: Vec<ProgressSender> = if observed {
+            vec![ProgressSender::default(); n]
+        } else {
+            Vec::new()
+        };
         let mut set = FuturesUnordered::new();
         // Calls that finished while an after-tool hook ran, waiting to be folded.
         let mut ready: VecDeque<CallDone> = VecDeque::new();
@@ -885,23 +891,29 @@ impl Driver<'_> {
                 };
                 let spec = cfg.tools.spec(call.tool);
                 let timeout = spec.and_then(|s| s.timeout);
+                let progress = match &progress_sink {
+                    Some(sink) => {
+                        let sender = ProgressSender::new(
+                            sink.clone(),
+                            run_id.clone(),
+                            turn,
+                            call.call_id.clone(),
+                            call.name.clone(),
+                        );
+                        if let Some(slot) = senders.get_mut(i) {
+                            *slot = sender.clone();
+                        }
+                        sender
+                    }
+                    None => ProgressSender::default(),
+                };
                 let ctx = ToolContext {
                     call_id: call.call_id.clone(),
                     tool: call.name.clone(),
                     run_id: run_id.clone(),
                     turn,
                     cancel: calls_cancel.child_token(),
-                    progress: if let Some(sink) = &progress_sink {
-                        ProgressSender::new(
-                            sink.clone(),
-                            run_id.clone(),
-                            turn,
-                            call.call_id.clone(),
-                            call.name.clone(),
-                        )
-                    } else {
-                        ProgressSender::default()
-                    },
+                    progress,
                 };
                 if observed {
                     self.emit(
@@ -1042,6 +1054,7 @@ impl Driver<'_> {
                         t.cancel();
                     }
                     self.finished(&run_id, turn, &batch, i, &outcome, duration);
+                    close_progress(&senders, i);
                     outcomes[i] = Some(CallOutcome {
                         result: outcome,
                         duration,
@@ -1059,6 +1072,7 @@ impl Driver<'_> {
             for (i, result, duration, panic, retries) in ready.drain(..) {
                 let outcome = call_result(result, panic);
                 self.finished(&run_id, turn, &batch, i, &outcome, duration);
+                close_progress(&senders, i);
                 outcomes[i] = Some(CallOutcome {
                     result: outcome,
                     duration,
@@ -1078,6 +1092,7 @@ impl Driver<'_> {
                         Some((i, result, duration, panic, retries)) => {
                             let outcome = call_result(result, panic);
                             self.finished(&run_id, turn, &batch, i, &outcome, duration);
+                            close_progress(&senders, i);
                             outcomes[i] = Some(CallOutcome { result: outcome, duration, retries });
                         }
                     },
@@ -1098,6 +1113,7 @@ impl Driver<'_> {
                     // Started, never completed: a synthetic "cancelled" result keeps the transcript valid.
                     let outcome = CallOutcome::instant(CallResult::Cancelled);
                     self.finished(&run_id, turn, &batch, i, &outcome.result, Duration::ZERO);
+                    close_progress(&senders, i);
                     outcome
                 }
                 None => CallOutcome::instant(CallResult::NotRun),
@@ -1557,6 +1573,13 @@ fn retryable(result: &Result<ToolOutput, ToolError>) -> Option<(&str, &str)> {
             permanent: false,
         }) if code != "invalid_arguments" => Some((code, message)),
         _ => None,
+    }
+}
+
+/// Closes a folded call's progress sender, if it has one.
+fn close_progress(senders: &[ProgressSender], i: usize) {
+    if let Some(sender) = senders.get(i) {
+        sender.close();
     }
 }
 

@@ -280,6 +280,8 @@ pub struct ProgressSender {
 }
 
 struct ProgressTarget {
+    /// Set once the call is over: progress after its `ToolFinished` is dropped.
+    closed: std::sync::atomic::AtomicBool,
     sink: Arc<dyn EventSink>,
     run_id: Arc<str>,
     turn: u32,
@@ -305,6 +307,7 @@ impl ProgressSender {
     ) -> Self {
         ProgressSender {
             target: Some(Arc::new(ProgressTarget {
+                closed: std::sync::atomic::AtomicBool::new(false),
                 sink,
                 run_id,
                 turn,
@@ -314,9 +317,20 @@ impl ProgressSender {
         }
     }
 
-    /// Reports progress (a message, a fraction, any JSON). A no-op when nobody listens.
-    pub fn send(&self, progress: impl Into<Value>) {
+    /// Ends the call's progress: later sends are dropped (a handler still running after its call
+    /// was abandoned, or work it left behind, cannot report on a finished call).
+    pub(crate) fn close(&self) {
         if let Some(t) = &self.target {
+            t.closed.store(true, std::sync::atomic::Ordering::Release);
+        }
+    }
+
+    /// Reports progress (a message, a fraction, any JSON). A no-op when nobody listens or once
+    /// the call is over.
+    pub fn send(&self, progress: impl Into<Value>) {
+        if let Some(t) = &self.target
+            && !t.closed.load(std::sync::atomic::Ordering::Acquire)
+        {
             t.sink.emit(&Event {
                 run_id: t.run_id.clone(),
                 turn: t.turn,

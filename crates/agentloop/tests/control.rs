@@ -1013,3 +1013,41 @@ async fn a_retry_is_announced_before_its_backoff_and_a_hand_made_invalid_argumen
     assert_eq!(runs.load(std::sync::atomic::Ordering::SeqCst), 1);
     assert_eq!(out.tool_calls[0].retries, 0);
 }
+
+#[tokio::test(start_paused = true)]
+async fn progress_sent_after_a_call_is_over_is_dropped() {
+    let events = Events::default();
+    let leaky = agentloop::Tool::dynamic(
+        "leaky",
+        "Reports progress, and leaves work behind that reports later.",
+        json!({"type": "object"}),
+        |_a: Value, ctx: agentloop::ToolContext| async move {
+            ctx.progress.send("working");
+            let late = ctx.progress.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                late.send("too late");
+            });
+            Ok(ToolOutput::text("done"))
+        },
+    );
+    let model = ScriptedModel::new([calls(&[("a", "leaky", "{}")]), ModelResponse::text("ok")]);
+    let a = Agent::builder()
+        .model(model)
+        .tool(leaky)
+        .sink(events.sink())
+        .build()
+        .unwrap();
+    let out = a.run("go").await;
+    assert_eq!(out.stop_reason, StopReason::Finished);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let progress: Vec<Value> = events
+        .all()
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::ToolProgress { progress, .. } => Some(progress.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(progress, [json!("working")]);
+}
