@@ -855,15 +855,44 @@ impl Driver<'_> {
         } else {
             None
         };
+        // The calls' progress senders (observed runs only), closed as each call is folded.
+        let senders: Vec<ProgressSender> = match &progress_sink {
+            Some(sink) => batch
+                .calls
+                .iter()
+                .map(|call| {
+                    ProgressSender::new(
+                        sink.clone(),
+                        run_id.clone(),
+                        turn,
+                        call.call_id.clone(),
+                        call.name.clone(),
+                    )
+                })
+                .collect(),
+            None => Vec::new(),
+        };
+        // Folds a finished call: its event, the end of its progress, its outcome.
+        let fold = |outcomes: &mut [Option<CallOutcome>],
+                    i: usize,
+                    result: CallResult,
+                    duration: Duration,
+                    retries: u32| {
+            self.finished(&run_id, turn, &batch, i, &result, duration);
+            if let Some(sender) = senders.get(i) {
+                sender.close();
+            }
+            if let Some(slot) = outcomes.get_mut(i) {
+                *slot = Some(CallOutcome {
+                    result,
+                    duration,
+                    retries,
+                });
+            }
+        };
         // The calls run concurrently inside the run's own task: no task per call to spawn,
         // schedule and free on another thread. A tool with blocking or CPU-heavy work is marked
         // `own_task` and gets a task of its own.
-        // The calls' progress senders (observed runs only), closed as each call is folded.
-        let mut senders: Vec<ProgressSender> = if observed {
-            vec![ProgressSender::default(); n]
-        } else {
-            Vec::new()
-        };
         let mut set = FuturesUnordered::new();
         // Calls that finished while an after-tool hook ran, waiting to be folded.
         let mut ready: VecDeque<CallDone> = VecDeque::new();
@@ -891,29 +920,13 @@ impl Driver<'_> {
                 };
                 let spec = cfg.tools.spec(call.tool);
                 let timeout = spec.and_then(|s| s.timeout);
-                let progress = match &progress_sink {
-                    Some(sink) => {
-                        let sender = ProgressSender::new(
-                            sink.clone(),
-                            run_id.clone(),
-                            turn,
-                            call.call_id.clone(),
-                            call.name.clone(),
-                        );
-                        if let Some(slot) = senders.get_mut(i) {
-                            *slot = sender.clone();
-                        }
-                        sender
-                    }
-                    None => ProgressSender::default(),
-                };
                 let ctx = ToolContext {
                     call_id: call.call_id.clone(),
                     tool: call.name.clone(),
                     run_id: run_id.clone(),
                     turn,
                     cancel: calls_cancel.child_token(),
-                    progress,
+                    progress: senders.get(i).cloned().unwrap_or_default(),
                 };
                 if observed {
                     self.emit(
@@ -1053,13 +1066,7 @@ impl Driver<'_> {
                     if stop_dispatch && let Some(t) = &no_more_attempts {
                         t.cancel();
                     }
-                    self.finished(&run_id, turn, &batch, i, &outcome, duration);
-                    close_progress(&senders, i);
-                    outcomes[i] = Some(CallOutcome {
-                        result: outcome,
-                        duration,
-                        retries,
-                    });
+                    fold(&mut outcomes, i, outcome, duration, retries);
                     if interrupt.is_some() {
                         break;
                     }
@@ -1070,14 +1077,13 @@ impl Driver<'_> {
         if interrupt.is_some() {
             // Calls that finished while a hook ran are folded as they are: the run is stopping.
             for (i, result, duration, panic, retries) in ready.drain(..) {
-                let outcome = call_result(result, panic);
-                self.finished(&run_id, turn, &batch, i, &outcome, duration);
-                close_progress(&senders, i);
-                outcomes[i] = Some(CallOutcome {
-                    result: outcome,
+                fold(
+                    &mut outcomes,
+                    i,
+                    call_result(result, panic),
                     duration,
                     retries,
-                });
+                );
             }
         }
         if interrupt.is_some() && !set.is_empty() {
@@ -1090,10 +1096,7 @@ impl Driver<'_> {
                     j = set.next() => match j {
                         None => break,
                         Some((i, result, duration, panic, retries)) => {
-                            let outcome = call_result(result, panic);
-                            self.finished(&run_id, turn, &batch, i, &outcome, duration);
-                            close_progress(&senders, i);
-                            outcomes[i] = Some(CallOutcome { result: outcome, duration, retries });
+                            fold(&mut outcomes, i, call_result(result, panic), duration, retries);
                         }
                     },
                     _ = &mut grace => break,
@@ -1103,21 +1106,15 @@ impl Driver<'_> {
             // take the run down with it.
             let _ = std::panic::catch_unwind(AssertUnwindSafe(|| set.clear()));
         }
-        let started_upto = next;
+        // Started, never completed: a synthetic "cancelled" result keeps the transcript valid.
+        for i in 0..next {
+            if outcomes.get(i).is_some_and(Option::is_none) {
+                fold(&mut outcomes, i, CallResult::Cancelled, Duration::ZERO, 0);
+            }
+        }
         let results = outcomes
             .into_iter()
-            .enumerate()
-            .map(|(i, o)| match o {
-                Some(o) => o,
-                None if i < started_upto => {
-                    // Started, never completed: a synthetic "cancelled" result keeps the transcript valid.
-                    let outcome = CallOutcome::instant(CallResult::Cancelled);
-                    self.finished(&run_id, turn, &batch, i, &outcome.result, Duration::ZERO);
-                    close_progress(&senders, i);
-                    outcome
-                }
-                None => CallOutcome::instant(CallResult::NotRun),
-            })
+            .map(|o| o.unwrap_or_else(|| CallOutcome::instant(CallResult::NotRun)))
             .collect();
         (results, interrupt, failure)
     }
@@ -1573,13 +1570,6 @@ fn retryable(result: &Result<ToolOutput, ToolError>) -> Option<(&str, &str)> {
             permanent: false,
         }) if code != "invalid_arguments" => Some((code, message)),
         _ => None,
-    }
-}
-
-/// Closes a folded call's progress sender, if it has one.
-fn close_progress(senders: &[ProgressSender], i: usize) {
-    if let Some(sender) = senders.get(i) {
-        sender.close();
     }
 }
 
