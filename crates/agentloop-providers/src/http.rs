@@ -759,8 +759,10 @@ impl Stream for SseStream {
         }
         loop {
             // Events already received go out before the next chunk is read.
-            if let Some(event) = self.framer.next_event() {
-                return Poll::Ready(Some(Ok(event)));
+            match self.framer.next_event() {
+                Ok(Some(event)) => return Poll::Ready(Some(Ok(event))),
+                Ok(None) => {}
+                Err(message) => return self.fail(message),
             }
             match self.bytes.as_mut().poll_next(cx) {
                 Poll::Ready(Some(Ok(chunk))) => {
@@ -841,6 +843,7 @@ struct EventFields {
 }
 
 const NOT_UTF8: &str = "the event stream is not valid UTF-8";
+const EVENT_TOO_LARGE: &str = "an event of the stream is larger than the event budget";
 
 impl SseFramer {
     fn new(max_line: usize) -> Self {
@@ -893,7 +896,7 @@ impl SseFramer {
             None => self.line_len = self.line_len.saturating_add(chunk.len()),
         }
         if self.line_len > self.max_line {
-            return Err("an event of the stream is larger than the event budget");
+            return Err(EVENT_TOO_LARGE);
         }
         Ok(())
     }
@@ -903,8 +906,9 @@ impl SseFramer {
         !self.utf8_carry.is_empty()
     }
 
-    /// The next event that the chunks fed so far complete, if any.
-    fn next_event(&mut self) -> Option<SseEvent> {
+    /// The next event that the chunks fed so far complete, if any; an error when the event being
+    /// read grows past the budget (many lines, each under it, add up).
+    fn next_event(&mut self) -> Result<Option<SseEvent>, &'static str> {
         loop {
             let rest = self.text.as_bytes().get(self.read..).unwrap_or_default();
             if self.after_cr && !rest.is_empty() {
@@ -918,7 +922,7 @@ impl SseFramer {
             let unscanned = self.text.as_bytes().get(from..).unwrap_or_default();
             let Some(p) = memchr::memchr2(b'\n', b'\r', unscanned) else {
                 self.scanned = self.text.len();
-                return None;
+                return Ok(None);
             };
             let end = from + p;
             // A line ends at an ASCII byte, so both ends are character boundaries.
@@ -932,7 +936,10 @@ impl SseFramer {
                 }
             }
             if let Some(event) = self.fields.line(line) {
-                return Some(event);
+                return Ok(Some(event));
+            }
+            if self.fields.data.len() + self.fields.event.len() > self.max_line {
+                return Err(EVENT_TOO_LARGE);
             }
         }
     }
@@ -1164,6 +1171,24 @@ mod tests {
             got.last().unwrap().as_ref().unwrap_err().kind,
             ModelErrorKind::Stream
         );
+    }
+
+    #[test]
+    fn an_event_of_many_short_lines_past_the_budget_fails_the_stream() {
+        // Every line is under the 64-byte budget; together the event is not, and it never ends:
+        // a hostile server must not grow one event without bound.
+        let line: &[u8] = b"data: 0123456789\n";
+        let mut chunks: Vec<&[u8]> = vec![b"data: ok\n\n"];
+        chunks.extend(std::iter::repeat_n(line, 1000));
+        let got = events(chunks, 64);
+        assert_eq!(got.len(), 2, "{got:?}");
+        assert_eq!(got[0].as_ref().unwrap().data, "ok");
+        let err = got[1].as_ref().unwrap_err();
+        assert_eq!(err.kind, ModelErrorKind::Stream);
+        assert!(err.message.contains("event budget"), "{err}");
+        // An event just under the budget is read whole.
+        let got = events(vec![b"data: 0123456789\ndata: 0123456789\n\n"], 64);
+        assert_eq!(got[0].as_ref().unwrap().data, "0123456789\n0123456789");
     }
 
     #[test]
