@@ -283,7 +283,9 @@ impl TraceSink {
                 ..
             } => {
                 if let Some(span) = run.tools.get_mut(call_id) {
-                    span.retries.push(format!("{code}: {message}"));
+                    // Error text can quote what a tool read (its stderr): redacted like payloads.
+                    span.retries
+                        .push(format!("{code}: {}", redact_text(message)));
                 }
             }
             EventKind::ToolFinished {
@@ -416,7 +418,7 @@ fn tool_status(ok: bool, error: Option<&str>) -> (Status, Option<ErrorInfo>) {
             Status::Fatal,
             Some(ErrorInfo {
                 code: "tool.fatal".into(),
-                message: message.into(),
+                message: redact_text(message),
             }),
         );
     }
@@ -425,7 +427,7 @@ fn tool_status(ok: bool, error: Option<&str>) -> (Status, Option<ErrorInfo>) {
             Status::Fatal,
             Some(ErrorInfo {
                 code: "tool.panicked".into(),
-                message: message.into(),
+                message: redact_text(message),
             }),
         );
     }
@@ -438,10 +440,9 @@ fn tool_status(ok: bool, error: Option<&str>) -> (Status, Option<ErrorInfo>) {
             }),
         );
     }
-    (
-        Status::Error,
-        Some(ErrorInfo::from_core(text, "tool.error")),
-    )
+    let mut info = ErrorInfo::from_core(text, "tool.error");
+    info.message = redact_text(&info.message);
+    (Status::Error, Some(info))
 }
 
 /// A tool output as a JSON payload: text as a string, JSON redacted, parts as they serialize.

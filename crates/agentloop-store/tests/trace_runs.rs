@@ -1037,3 +1037,80 @@ fn a_version_1_sqlite_trace_is_migrated_and_keeps_its_runs() {
     assert_eq!(columns, 1, "version 3 added the calls' retries");
     assert_eq!(read_trace(&path).unwrap().records, before.records);
 }
+
+#[test]
+fn a_tool_error_quoting_a_secret_is_redacted_in_the_trace_and_its_retries() {
+    use agentloop::{Event, EventKind, EventSink};
+    use std::time::Duration;
+    for name in ["secret.ndjson", "secret.sqlite"] {
+        let path = scratch("secret-error").join(name);
+        let sink = TraceSink::open(&path, TraceOptions::default()).unwrap();
+        let emit = |turn: u32, kind: EventKind| {
+            sink.emit(&Event {
+                run_id: "r1".into(),
+                turn,
+                kind,
+            })
+        };
+        emit(
+            0,
+            EventKind::RunStarted {
+                agent: "a".into(),
+                model: "m".into(),
+                parent_run_id: None,
+                input: String::new(),
+            },
+        );
+        emit(
+            1,
+            EventKind::ToolStarted {
+                call_id: "c1".into(),
+                tool: "t".into(),
+                arguments: json!({}),
+            },
+        );
+        emit(
+            1,
+            EventKind::ToolRetrying {
+                call_id: "c1".into(),
+                tool: "t".into(),
+                retry: 1,
+                code: "command_failed".into(),
+                message: "OPENAI_API_KEY=sk-first-4711".into(),
+                delay: Duration::from_millis(100),
+            },
+        );
+        emit(
+            1,
+            EventKind::ToolFinished {
+                call_id: "c1".into(),
+                tool: "t".into(),
+                ok: false,
+                output: None,
+                error: Some("command_failed: OPENAI_API_KEY=sk-second-4711".into()),
+                details: None,
+                duration: Duration::from_millis(300),
+            },
+        );
+        sink.finish().unwrap();
+        drop(sink);
+        let trace = read_trace(&path).unwrap();
+        let call = tool_calls(&trace)[0].clone();
+        let text = serde_json::to_string(&call).unwrap();
+        assert!(
+            !text.contains("sk-first") && !text.contains("sk-second"),
+            "{name}: {text}"
+        );
+        assert_eq!(call.retries.len(), 1, "{name}");
+        assert!(
+            call.retries[0].starts_with("command_failed: OPENAI_API_KEY"),
+            "{name}: {text}"
+        );
+        let raw = std::fs::read(&path).unwrap();
+        assert!(
+            !raw.windows(9)
+                .any(|w| w == b"sk-first-" || w == b"sk-second"),
+            "{name}: a secret reached the file"
+        );
+    }
+}
