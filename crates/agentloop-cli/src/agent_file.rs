@@ -750,7 +750,7 @@ fn check_permissions(
                 "the store path is empty",
             );
         } else if let Err(e) =
-            agentloop::PermissionStore::open(dir.join(store.get_ref()), Permission::Allow)
+            crate::permission_file::open(dir.join(store.get_ref()), Permission::Allow)
         {
             problems.at("permissions.store", span_of(store), e.to_string());
         }
@@ -852,7 +852,7 @@ fn check_model(model: &ModelSpec, dir: &Path, problems: &mut Problems) {
             ),
             Some(script) => {
                 let path = dir.join(script.get_ref());
-                if let Err(e) = agentloop::ScriptedModel::from_file(&path) {
+                if let Err(e) = crate::assemble::read_script(&path) {
                     problems.at("model.script", span_of(script), e.to_string());
                 }
             }

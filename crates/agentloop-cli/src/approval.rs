@@ -11,9 +11,7 @@
 use std::io::{BufRead, Write};
 use std::sync::{Arc, Mutex};
 
-use agentloop::{
-    Answer, ApprovalPrompter, ApprovalRequest, Batch, BatchGate, CancellationToken, RunError,
-};
+use agentloop::{Answer, ApprovalPrompter, ApprovalRequest, CancellationToken};
 use futures::future::BoxFuture;
 use serde_json::Value;
 use tokio::sync::mpsc::UnboundedReceiver;
@@ -241,36 +239,6 @@ impl ApprovalPrompter for TerminalPrompter {
     }
 }
 
-/// A gate around another that denies every call of a batch when the run was cancelled while the
-/// inner gate decided (a person pressed Ctrl-C at the prompt): no tool starts after a cancel.
-pub struct CancellableGate<G> {
-    inner: G,
-    cancel: CancelSlot,
-}
-
-impl<G> CancellableGate<G> {
-    /// Wraps `inner`; `cancel` holds the running run's token.
-    pub fn new(inner: G, cancel: CancelSlot) -> Self {
-        CancellableGate { inner, cancel }
-    }
-}
-
-impl<G: BatchGate> BatchGate for CancellableGate<G> {
-    fn check<'a>(
-        &'a self,
-        run_id: &'a str,
-        batch: &'a Batch,
-    ) -> BoxFuture<'a, Result<Vec<Option<String>>, RunError>> {
-        Box::pin(async move {
-            let answers = self.inner.check(run_id, batch).await?;
-            if current_token(&self.cancel).is_some_and(|t| t.is_cancelled()) {
-                return Ok(vec![Some(CANCELLED_REASON.to_owned()); batch.calls.len()]);
-            }
-            Ok(answers)
-        })
-    }
-}
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -278,7 +246,10 @@ mod tests {
     use std::io::Cursor;
     use std::sync::Arc;
 
-    use agentloop::{AdmittedCall, Permission, PermissionGate, PermissionRule, PermissionStore};
+    use agentloop::machine::AdmittedCall;
+    use agentloop::{
+        Gate, GateContext, Permission, PermissionGate, PermissionRule, PermissionStore, Verdict,
+    };
     use serde_json::json;
 
     use super::*;
@@ -376,22 +347,23 @@ mod tests {
         assert_eq!(printable("id\u{1b}[31m"), "id?[31m");
     }
 
-    fn batch(calls: &[(&str, &str)]) -> Batch {
-        Batch {
+    fn batch(calls: &[(&str, &str)]) -> Vec<AdmittedCall> {
+        calls
+            .iter()
+            .enumerate()
+            .map(|(i, (id, tool))| AdmittedCall::new(i, *id, *tool, json!({"city": "Paris"})))
+            .collect()
+    }
+
+    async fn check(gate: &PermissionGate, calls: &[AdmittedCall]) -> Vec<Verdict> {
+        let cancel = CancellationToken::new();
+        let cx = GateContext {
+            run_id: "run",
+            agent: "agent",
             turn: 1,
-            calls: calls
-                .iter()
-                .enumerate()
-                .map(|(i, (id, tool))| AdmittedCall {
-                    position: i,
-                    call_id: Arc::from(*id),
-                    tool: i,
-                    name: Arc::from(*tool),
-                    args: Arc::new(json!({"city": "Paris"})),
-                })
-                .collect(),
-            sequential: false,
-        }
+            cancel: &cancel,
+        };
+        gate.check(cx, calls).await.unwrap()
     }
 
     fn prompter(input: &str, screen: &Screen, cancel: CancelSlot) -> Arc<TerminalPrompter> {
@@ -416,7 +388,7 @@ mod tests {
                 permission: Permission::Ask,
             });
         };
-        let mut store = PermissionStore::open(&path, Permission::Allow).unwrap();
+        let mut store = crate::permission_file::open(&path, Permission::Allow).unwrap();
         ask(&mut store);
         let screen = Screen::default();
         let gate = PermissionGate::new(store).with_prompter(prompter(
@@ -424,11 +396,8 @@ mod tests {
             &screen,
             CancelSlot::default(),
         ));
-        let got = gate
-            .check("run", &batch(&[("c1", "get_weather"), ("c2", "other")]))
-            .await
-            .unwrap();
-        assert_eq!(got, [None, None]);
+        let got = check(&gate, &batch(&[("c1", "get_weather"), ("c2", "other")])).await;
+        assert_eq!(got, [Verdict::Allow, Verdict::Allow]);
         assert!(screen.text().contains("[1/1] get_weather [c1]"));
         let saved: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
         assert_eq!(
@@ -438,20 +407,17 @@ mod tests {
         );
 
         // The next run reads the answer back: with nothing to read from, nobody is asked.
-        let store = PermissionStore::open(&path, Permission::Ask).unwrap();
+        let store = crate::permission_file::open(&path, Permission::Ask).unwrap();
         let screen = Screen::default();
         let gate =
             PermissionGate::new(store).with_prompter(prompter("", &screen, CancelSlot::default()));
-        let got = gate
-            .check("run", &batch(&[("c3", "get_weather")]))
-            .await
-            .unwrap();
-        assert_eq!(got, [None]);
+        let got = check(&gate, &batch(&[("c3", "get_weather")])).await;
+        assert_eq!(got, [Verdict::Allow]);
         assert_eq!(screen.text(), "", "nobody was asked");
     }
 
     #[tokio::test]
-    async fn a_cancel_during_the_prompt_denies_the_whole_batch() {
+    async fn a_cancel_during_the_prompt_ends_it_and_denies_the_asked_calls() {
         let token = CancellationToken::new();
         let slot: CancelSlot = Arc::new(Mutex::new(Some(token.clone())));
         /// Lines that never come, as from a person who does not answer.
@@ -475,17 +441,19 @@ mod tests {
             arguments: None,
             permission: Permission::Ask,
         });
-        let gate = CancellableGate::new(PermissionGate::new(store).with_prompter(prompter), slot);
+        let gate = PermissionGate::new(store).with_prompter(prompter);
         let canceller = tokio::spawn(async move {
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
             token.cancel();
         });
-        let got = gate
-            .check("run", &batch(&[("c1", "allowed"), ("c2", "asked")]))
-            .await
-            .unwrap();
+        let got = check(&gate, &batch(&[("c1", "allowed"), ("c2", "asked")])).await;
         canceller.await.unwrap();
-        assert_eq!(got, vec![Some(CANCELLED_REASON.to_owned()); 2]);
+        // The run's driver races the gate against the cancel too, so no call of the batch
+        // starts; the prompt itself ends at once, its question denied.
+        assert_eq!(
+            got,
+            vec![Verdict::Allow, Verdict::Deny(CANCELLED_REASON.to_owned())]
+        );
     }
 
     #[test]

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agentloop::{
-    Agent, Answer, ApprovalPrompter, ArgumentMatch, BatchGate, FixedAnswer, Limits, Model,
+    Agent, Answer, ApprovalPrompter, ArgumentMatch, FixedAnswer, Gate, Limits, Model,
     ModelSettings, Permission, PermissionGate, PermissionRule, PermissionStore, ScriptedModel,
     Tool,
 };
@@ -13,7 +13,7 @@ use agentloop_tools::CommandTool;
 use serde_json::json;
 
 use crate::agent_file::{AgentFile, Provider};
-use crate::approval::{CancelSlot, CancellableGate};
+
 use crate::error::CliError;
 
 /// The limits the file asks for, over the core's defaults.
@@ -94,10 +94,15 @@ pub fn scripted_model(file: &AgentFile) -> Result<ScriptedModel, CliError> {
         .ok_or_else(|| CliError::Setup {
             message: "the scripted provider needs `script`".into(),
         })?;
-    let model = ScriptedModel::from_file(&script).map_err(|e| CliError::Setup {
-        message: e.to_string(),
-    })?;
+    let model = read_script(&script).map_err(|message| CliError::Setup { message })?;
     Ok(model.streaming(m.stream.unwrap_or(true)))
+}
+
+/// A scripted model's script file: the core reads JSON, the CLI reads the file.
+pub fn read_script(path: &std::path::Path) -> Result<ScriptedModel, String> {
+    let text =
+        std::fs::read_to_string(path).map_err(|e| format!("script {}: {e}", path.display()))?;
+    ScriptedModel::from_json(&text).map_err(|e| format!("script {}: {e}", path.display()))
 }
 
 /// The model the file names. Live providers need their API key; their calls are retried.
@@ -161,13 +166,10 @@ pub fn permission_store(file: &AgentFile) -> Result<PermissionStore, CliError> {
     };
     let fallback = p.default.unwrap_or(Permission::Allow);
     let mut store = match &p.store {
-        Some(path) => {
-            PermissionStore::open(file.resolve(path.get_ref()), fallback).map_err(|e| {
-                CliError::Setup {
-                    message: e.to_string(),
-                }
-            })?
-        }
+        Some(path) => crate::permission_file::open(file.resolve(path.get_ref()), fallback)
+            .map_err(|e| CliError::Setup {
+                message: e.to_string(),
+            })?,
         None => PermissionStore::new(fallback),
     };
     let saved: Vec<String> = store
@@ -196,12 +198,9 @@ pub enum Approval {
 }
 
 /// The permission gate of a file with a `[permissions]` table (none without one: every call
-/// runs). When the run in `cancel` is cancelled while the gate decides, the batch is denied.
-pub fn gate(
-    file: &AgentFile,
-    approval: Approval,
-    cancel: CancelSlot,
-) -> Result<Option<Arc<dyn BatchGate>>, CliError> {
+/// runs). The run races the gate against its cancellation, so no call starts after a Ctrl-C at
+/// the prompt.
+pub fn gate(file: &AgentFile, approval: Approval) -> Result<Option<Arc<dyn Gate>>, CliError> {
     if file.permissions().is_none() {
         return Ok(None);
     }
@@ -211,18 +210,18 @@ pub fn gate(
         Approval::Prompter(p) => gate.with_prompter(p),
         Approval::Nobody(reason) => gate.unattended_reason(reason),
     };
-    Ok(Some(Arc::new(CancellableGate::new(gate, cancel))))
+    Ok(Some(Arc::new(gate)))
 }
 
 /// The agent, over a given model, with a permission gate when the file has one.
 pub fn agent(
     file: &AgentFile,
     model: Arc<dyn Model>,
-    gate: Option<Arc<dyn BatchGate>>,
+    gate: Option<Arc<dyn Gate>>,
 ) -> Result<Agent, CliError> {
     let mut builder = Agent::builder()
         .name(file.spec.name.get_ref().clone())
-        .model_arc(model)
+        .model(model)
         .tools(tools(file)?)
         .limits(limits(file))
         .settings(settings(file));
@@ -233,7 +232,11 @@ pub fn agent(
         builder = builder.output_schema(schema.get_ref().clone());
     }
     if let Some(pricing) = crate::live::pricing(*file.model().provider.get_ref()) {
-        builder = builder.pricing_arc(pricing);
+        builder = builder.pricing(
+            move |provider: &str, model: &str, usage: &agentloop::Usage| {
+                pricing.cost(provider, model, usage)
+            },
+        );
     }
     if let Some(gate) = gate {
         builder = builder.gate(gate);
@@ -260,7 +263,8 @@ mod tests {
     #[test]
     fn a_saved_answer_replaces_ask_in_the_file_but_never_a_deny() {
         let dir = tempfile::tempdir().unwrap();
-        let mut saved = PermissionStore::open(dir.path().join("p.json"), Permission::Ask).unwrap();
+        let mut saved =
+            crate::permission_file::open(dir.path().join("p.json"), Permission::Ask).unwrap();
         saved.remember("shell", Permission::Allow).unwrap();
         saved.remember("write", Permission::Allow).unwrap();
         let file = file_in(
@@ -330,15 +334,7 @@ path_glob = { field = "path", glob = "**/.env" }
             Permission::Deny
         );
         let bare = file_in(dir.path(), "");
-        assert!(
-            gate(&bare, Approval::Yes, CancelSlot::default())
-                .unwrap()
-                .is_none()
-        );
-        assert!(
-            gate(&file, Approval::Yes, CancelSlot::default())
-                .unwrap()
-                .is_some()
-        );
+        assert!(gate(&bare, Approval::Yes).unwrap().is_none());
+        assert!(gate(&file, Approval::Yes).unwrap().is_some());
     }
 }

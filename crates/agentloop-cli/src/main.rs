@@ -6,6 +6,7 @@ mod approval;
 mod assemble;
 mod error;
 mod live;
+mod permission_file;
 mod plan;
 mod render;
 
@@ -310,7 +311,7 @@ async fn run(args: RunArgs) -> Result<i32, CliError> {
     } else {
         Approval::Nobody(NO_TERMINAL_REASON)
     };
-    let gate = assemble::gate(&file, approval, slot)?;
+    let gate = assemble::gate(&file, approval)?;
     let agent = assemble::agent(&file, model, gate)?;
     let trace = open_trace(&args.trace, args.trace_payloads)?;
     let signals = cancel_on_ctrl_c(cancel.clone());
@@ -437,7 +438,7 @@ async fn chat(args: ChatArgs) -> Result<i32, CliError> {
     } else {
         Approval::Nobody(NO_TERMINAL_REASON)
     };
-    let gate = assemble::gate(&file, approval, current.clone())?;
+    let gate = assemble::gate(&file, approval)?;
     let agent = assemble::agent(&file, model, gate)?;
     let trace = open_trace(&args.trace, args.trace_payloads)?;
     let mut transcript: Vec<Message> = Vec::new();

@@ -6,7 +6,10 @@ use std::io::{IsTerminal, Write};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use agentloop::{CallStatus, Event, EventKind, EventSink, RunOutcome, ToolCallRecord, ToolContent};
+use agentloop::{
+    CallOutcome, CallStatus, Event, EventKind, EventSink, RunOutcome, ToolCallRecord, ToolContent,
+    codes,
+};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{Value, json};
 
@@ -145,19 +148,13 @@ impl EventSink for Progress {
             }
             EventKind::ToolFinished {
                 tool,
-                ok,
-                error,
-                duration,
                 call_id,
-                ..
+                outcome,
             } => {
-                let d = human_duration(*duration);
-                let text = match (ok, error) {
-                    (true, _) => format!("✓ {tool} ok in {d} [{call_id}]"),
-                    (false, Some(e)) => {
-                        format!("✗ {tool} error in {d} [{call_id}]: {}", first_line(e))
-                    }
-                    (false, None) => format!("✗ {tool} error in {d} [{call_id}]"),
+                let d = human_duration(outcome.duration);
+                let text = match failure_line(outcome) {
+                    None => format!("✓ {tool} ok in {d} [{call_id}]"),
+                    Some(e) => format!("✗ {tool} error in {d} [{call_id}]: {}", first_line(&e)),
                 };
                 line(&mut s, &text);
             }
@@ -207,7 +204,7 @@ pub fn closing_line(outcome: &RunOutcome) -> String {
     let skipped = outcome
         .tool_calls
         .iter()
-        .filter(|c| c.status == CallStatus::Skipped)
+        .filter(|c| c.outcome.status == CallStatus::Skipped)
         .count();
     let calls = outcome.tool_calls.len();
     let mut text = format!(
@@ -237,18 +234,33 @@ fn plural(n: usize) -> &'static str {
     if n == 1 { "" } else { "s" }
 }
 
+/// How a failed call reads in the live view: the code and the model's text, or for a fatal
+/// failure the operator's diagnostic.
+fn failure_line(outcome: &CallOutcome) -> Option<String> {
+    if !outcome.is_error() {
+        return None;
+    }
+    let code = outcome.code.as_deref().unwrap_or("error");
+    Some(match (outcome.status, &outcome.diagnostic) {
+        (CallStatus::Fatal, Some(d)) if code == codes::TOOL_PANICKED => format!("panicked: {d}"),
+        (CallStatus::Fatal, Some(d)) => format!("fatal: {d}"),
+        (CallStatus::Cancelled, _) => code.to_owned(),
+        _ => format!("{code}: {}", outcome.content.to_text()),
+    })
+}
+
 /// Lines for calls a dry run skipped.
 pub fn skipped_lines(outcome: &RunOutcome) -> Vec<String> {
     outcome
         .tool_calls
         .iter()
-        .filter(|c| c.status == CallStatus::Skipped)
+        .filter(|c| c.outcome.status == CallStatus::Skipped)
         .map(|c| {
             format!(
                 "○ {} skipped (dry run) {} [{}]",
                 c.tool,
-                compact(&c.input, 120),
-                c.id
+                compact(&c.arguments, 120),
+                c.call_id
             )
         })
         .collect()
@@ -267,28 +279,28 @@ fn status_word(s: CallStatus) -> Value {
 }
 
 fn call_json(c: &ToolCallRecord) -> Value {
+    let o = &c.outcome;
     let mut v = json!({
-        "id": c.id,
+        "id": c.call_id,
         "tool": c.tool,
-        "input": c.input,
+        "input": c.arguments,
         "ok": c.ok(),
-        "status": status_word(c.status),
+        "status": status_word(o.status),
         "turn": c.turn,
-        "duration_ms": c.duration.as_millis() as u64,
-        "retries": c.retries,
+        "duration_ms": o.duration.as_millis() as u64,
+        "retries": o.retries,
     });
     if let Some(map) = v.as_object_mut() {
-        match (&c.output, &c.error) {
-            (Some(out), _) => {
+        match o.output() {
+            Some(out) => {
                 map.insert("output".into(), content_value(out));
             }
-            (None, Some(e)) => {
+            None => {
                 map.insert(
                     "error".into(),
-                    json!({"code": c.error_code.clone().unwrap_or_default(), "message": e}),
+                    json!({"code": o.code.clone().unwrap_or_default(), "message": o.content.to_text()}),
                 );
             }
-            (None, None) => {}
         }
     }
     v

@@ -6,7 +6,7 @@
 
 mod support;
 
-use agentloop::{Permission, PermissionStore};
+use agentloop::Permission;
 use serde_json::{Value, json};
 use support::*;
 
@@ -199,9 +199,14 @@ ask = ["get_product_name"]
     assert!(!dir.path("product.ran").exists());
 }
 
+/// A store file as an earlier run leaves it after an "always" answer for `get_weather`.
 fn saved_store(dir: &AgentDir, permission: Permission) {
-    let mut store = PermissionStore::open(dir.path("permissions.json"), Permission::Ask).unwrap();
-    store.remember("get_weather", permission).unwrap();
+    let saved = json!({"rules": [{"tool": "get_weather", "permission": permission}]});
+    std::fs::write(
+        dir.path("permissions.json"),
+        serde_json::to_string_pretty(&saved).unwrap(),
+    )
+    .unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread")]

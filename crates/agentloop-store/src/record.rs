@@ -147,23 +147,6 @@ pub struct ErrorInfo {
     pub message: String,
 }
 
-impl ErrorInfo {
-    /// Splits the core's `"code: message"` form; without a `": "` the whole text is the message
-    /// and `fallback` the code.
-    pub fn from_core(text: &str, fallback: &str) -> Self {
-        match text.split_once(": ") {
-            Some((code, message)) if !code.is_empty() && !code.contains(' ') => ErrorInfo {
-                code: code.to_owned(),
-                message: message.to_owned(),
-            },
-            _ => ErrorInfo {
-                code: fallback.to_owned(),
-                message: text.to_owned(),
-            },
-        }
-    }
-}
-
 /// A run of an agent.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunSpan {
@@ -315,21 +298,5 @@ mod tests {
             "2026-11-29T14:15:58.123Z"
         );
         assert_eq!(format_rfc3339(-1), "1969-12-31T23:59:59.999Z");
-    }
-
-    #[test]
-    fn core_error_text_splits_into_code_and_message() {
-        let e = ErrorInfo::from_core("unavailable: the service is down", "tool.error");
-        assert_eq!(
-            (e.code.as_str(), e.message.as_str()),
-            ("unavailable", "the service is down")
-        );
-        let plain = ErrorInfo::from_core("cancelled", "tool.cancelled");
-        assert_eq!(
-            (plain.code.as_str(), plain.message.as_str()),
-            ("tool.cancelled", "cancelled")
-        );
-        let sentence = ErrorInfo::from_core("it broke: badly", "x");
-        assert_eq!(sentence.code, "x");
     }
 }

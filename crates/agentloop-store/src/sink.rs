@@ -11,7 +11,9 @@ use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use agentloop::{Event, EventKind, EventSink, LimitHit, StopReason, ToolContent};
+use agentloop::{
+    CallOutcome, CallStatus, Event, EventKind, EventSink, LimitHit, StopReason, ToolContent,
+};
 use serde_json::Value;
 
 use crate::error::TraceError;
@@ -190,9 +192,10 @@ impl TraceSink {
                     StopReason::Cancelled => Status::Cancelled,
                     _ => Status::Error,
                 };
-                let error = error
-                    .as_deref()
-                    .map(|e| ErrorInfo::from_core(e, "run.other"));
+                let error = error.as_ref().map(|e| ErrorInfo {
+                    code: e.code.clone(),
+                    message: e.message.clone(),
+                });
                 let output = (payloads && *stop_reason == StopReason::Finished)
                     .then(|| run.last_text.as_deref().map(redact_text));
                 let end = RunEnd {
@@ -291,12 +294,9 @@ impl TraceSink {
             EventKind::ToolFinished {
                 call_id,
                 tool,
-                ok,
-                output,
-                error,
-                details,
-                duration,
+                outcome,
             } => {
+                let duration = &outcome.duration;
                 let mut span = match run.tools.remove(call_id) {
                     Some(span) => span,
                     None => {
@@ -305,15 +305,15 @@ impl TraceSink {
                         run.tool_span(event.turn, call_id, tool, started)
                     }
                 };
-                let (status, error) = tool_status(*ok, error.as_deref());
+                let (status, error) = tool_status(outcome);
                 // A recoverable error is the model's to handle; the turn itself went fine.
                 if status != Status::Error {
                     run.escalate_turn(status);
                 }
                 run.end_span(&mut span.span, now, Some(*duration), status, error);
                 if payloads {
-                    span.output = output.as_ref().map(output_value);
-                    span.details = details.as_ref().map(redact);
+                    span.output = outcome.output().map(output_value);
+                    span.details = outcome.details.as_ref().map(redact);
                 }
                 out.push(TraceRecord::ToolCall(span));
             }
@@ -407,42 +407,29 @@ fn end(span: &mut Span, now: i64, duration_ms: f64, status: Status, error: Optio
     span.error = error;
 }
 
-/// A tool call's status and error from the core's `ok` flag and `"code: message"` text.
-fn tool_status(ok: bool, error: Option<&str>) -> (Status, Option<ErrorInfo>) {
-    if ok {
-        return (Status::Ok, None);
-    }
-    let text = error.unwrap_or("the call failed");
-    if let Some(message) = text.strip_prefix("fatal: ") {
-        return (
-            Status::Fatal,
-            Some(ErrorInfo {
-                code: "tool.fatal".into(),
-                message: redact_text(message),
-            }),
-        );
-    }
-    if let Some(message) = text.strip_prefix("panicked: ") {
-        return (
-            Status::Fatal,
-            Some(ErrorInfo {
-                code: "tool.panicked".into(),
-                message: redact_text(message),
-            }),
-        );
-    }
-    if text == "cancelled" {
-        return (
-            Status::Cancelled,
-            Some(ErrorInfo {
-                code: "tool.cancelled".into(),
-                message: text.into(),
-            }),
-        );
-    }
-    let mut info = ErrorInfo::from_core(text, "tool.error");
-    info.message = redact_text(&info.message);
-    (Status::Error, Some(info))
+/// A tool call's status and error, from the core's typed outcome. The operator's diagnostic (a
+/// fatal error's or a panic's message) is what a trace keeps; error text can quote what a tool
+/// read (its stderr), so it is redacted like payloads.
+fn tool_status(outcome: &CallOutcome) -> (Status, Option<ErrorInfo>) {
+    let status = match outcome.status {
+        CallStatus::Ok => return (Status::Ok, None),
+        CallStatus::Skipped => Status::Skipped,
+        CallStatus::Error => Status::Error,
+        CallStatus::Rejected => Status::Rejected,
+        CallStatus::Denied => Status::Denied,
+        CallStatus::Refused => Status::Refused,
+        CallStatus::Cancelled => Status::Cancelled,
+        CallStatus::Fatal => Status::Fatal,
+    };
+    let message = match &outcome.diagnostic {
+        Some(d) => d.clone(),
+        None => outcome.content.to_text(),
+    };
+    let error = ErrorInfo {
+        code: outcome.code.clone().unwrap_or_else(|| "tool.error".into()),
+        message: redact_text(&message),
+    };
+    (status, Some(error))
 }
 
 /// A tool output as a JSON payload: text as a string, JSON redacted, parts as they serialize.

@@ -1085,11 +1085,11 @@ fn a_tool_error_quoting_a_secret_is_redacted_in_the_trace_and_its_retries() {
             EventKind::ToolFinished {
                 call_id: "c1".into(),
                 tool: "t".into(),
-                ok: false,
-                output: None,
-                error: Some("command_failed: OPENAI_API_KEY=sk-second-4711".into()),
-                details: None,
-                duration: Duration::from_millis(300),
+                outcome: agentloop::CallOutcome::error(
+                    "command_failed",
+                    "OPENAI_API_KEY=sk-second-4711",
+                )
+                .took(Duration::from_millis(300)),
             },
         );
         sink.finish().unwrap();

@@ -9,8 +9,8 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::limits::LimitHit;
-use crate::message::ToolContent;
 use crate::model::{FinishReason, Usage};
+use crate::outcome::CallOutcome;
 use crate::outcome::StopReason;
 
 /// One thing that happened in a run.
@@ -154,17 +154,8 @@ pub enum EventKind {
         call_id: String,
         /// The tool.
         tool: String,
-        /// Whether it succeeded.
-        ok: bool,
-        /// What the model reads.
-        output: Option<ToolContent>,
-        /// The error's code and message, when it failed.
-        error: Option<String>,
-        /// The handler's details (never sent to the model).
-        details: Option<Value>,
-        /// How long it ran.
-        #[serde(with = "crate::serde_duration")]
-        duration: Duration,
+        /// How it ended: status, code, what the model read, the operator's diagnostic, timing.
+        outcome: CallOutcome,
     },
     /// A call never started: unknown tool, invalid arguments, denied, or refused by a limit.
     ToolRejected {
@@ -208,9 +199,27 @@ pub enum EventKind {
         cost_usd: f64,
         /// Turns taken.
         turns: u32,
-        /// The error's code and message, when it failed.
-        error: Option<String>,
+        /// The error, when the run did not succeed.
+        error: Option<ErrorSummary>,
     },
+}
+
+/// An error as events carry it: its stable code and what it says.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ErrorSummary {
+    /// The stable code ([`crate::RunError::code`]).
+    pub code: String,
+    /// The error's text.
+    pub message: String,
+}
+
+impl From<&crate::RunError> for ErrorSummary {
+    fn from(e: &crate::RunError) -> Self {
+        ErrorSummary {
+            code: e.code().to_owned(),
+            message: e.to_string(),
+        }
+    }
 }
 
 /// Receives events. Implementations must be quick: they run on the loop's task.
@@ -236,9 +245,30 @@ impl Sinks {
 }
 
 impl EventSink for Sinks {
+    /// Emits to every sink; a sink that panics is isolated, and the others hear of it.
     fn emit(&self, event: &Event) {
+        let mut panicked: Option<String> = None;
         for s in &self.0 {
-            s.emit(event);
+            let emitted = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| s.emit(event)));
+            if let Err(p) = emitted {
+                panicked.get_or_insert_with(|| crate::tool::panic_message(&p));
+            }
+        }
+        if let Some(message) = panicked {
+            // Reported once, and never about a report (a sink that panics on every event must
+            // not recurse).
+            if matches!(event.kind, EventKind::HookFailed { .. }) {
+                return;
+            }
+            self.emit(&Event {
+                run_id: event.run_id.clone(),
+                turn: event.turn,
+                kind: EventKind::HookFailed {
+                    hook: "sink".into(),
+                    stage: "emit".into(),
+                    message: format!("panicked: {message}"),
+                },
+            });
         }
     }
 }

@@ -11,9 +11,9 @@ use futures::future::BoxFuture;
 use serde_json::Value;
 
 use crate::error::RunError;
-use crate::machine::CallResult;
 use crate::message::Message;
 use crate::model::{ModelResponse, ModelSettings};
+use crate::outcome::CallOutcome;
 use crate::outcome::RunOutcome;
 
 /// What a hook knows of the run.
@@ -29,7 +29,7 @@ pub struct HookContext<'a> {
 
 /// Changes a hook may make to the next model request. They apply to that call only; the
 /// transcript is not changed.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct RequestChanges {
     /// Replaces the instructions.
     pub instructions: Option<String>,
@@ -125,8 +125,8 @@ pub trait Hook: Send + Sync {
         &'a self,
         _ctx: HookContext<'a>,
         _call: ToolCallView<'a>,
-        _result: &'a CallResult,
-    ) -> BoxFuture<'a, HookResult<Option<CallResult>>> {
+        _result: &'a CallOutcome,
+    ) -> BoxFuture<'a, HookResult<Option<CallOutcome>>> {
         Box::pin(async { Ok(None) })
     }
 
@@ -150,7 +150,8 @@ pub trait Hook: Send + Sync {
 }
 
 /// How a hook's failures are treated.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum HookRole {
     /// A failure fails the run.
     Required,

@@ -1,26 +1,31 @@
 #![doc = include_str!("../README.md")]
 #![forbid(unsafe_code)]
 
-pub mod agent;
-pub mod error;
-pub mod event;
-pub mod guardrail;
-pub mod hooks;
-pub mod ids;
-pub mod limits;
+mod agent;
+mod config;
+pub mod driver;
+mod error;
+mod event;
+mod gate;
+mod guardrail;
+mod hooks;
+mod ids;
+mod limits;
 pub mod machine;
-pub mod message;
+mod message;
 pub mod model;
-pub mod outcome;
-pub mod permissions;
-pub mod scripted;
+mod outcome;
+mod permissions;
 mod serde_duration;
-pub mod steering;
+mod steering;
+pub mod testing;
 pub mod tool;
 
-pub use agent::{Agent, AgentBuilder, BatchGate, RunOptions, RunStream, Session, StreamItem};
+pub use agent::{Agent, AgentBuilder, RunOptions, RunStream, Session, StreamItem};
+pub use config::{AgentConfig, DecisionPolicy, OnInvalidCall};
 pub use error::{ErrorKind, RunError};
-pub use event::{Event, EventKind, EventSink};
+pub use event::{ErrorSummary, Event, EventKind, EventSink};
+pub use gate::{Gate, GateContext};
 pub use guardrail::{Guardrail, guardrail_fn};
 pub use hooks::{
     Hook, HookContext, HookError, HookResult, HookRole, RequestChanges, ToolCallDecision,
@@ -28,10 +33,7 @@ pub use hooks::{
 };
 pub use ids::{IdSource, SequentialIds, UuidIds};
 pub use limits::{LimitHit, LimitKind, Limits, Price, PriceTable, Pricing};
-pub use machine::{
-    Action, AdmittedCall, AgentConfig, Batch, CallOutcome, CallResult, DecisionPolicy,
-    OnInvalidCall, RunMachine,
-};
+pub use machine::Verdict;
 pub use message::{
     AssistantMessage, ContentPart, Message, Reasoning, ToolCall, ToolContent, ToolResult,
 };
@@ -39,18 +41,17 @@ pub use model::{
     FinishReason, Model, ModelError, ModelErrorKind, ModelEvent, ModelRequest, ModelResponse,
     ModelSettings, ModelStream, ResponseAccumulator, ToolChoice, Usage,
 };
-pub use outcome::{CallStatus, RunOutcome, StopReason, ToolCallRecord};
+pub use outcome::{CallOutcome, CallStatus, RunOutcome, StopReason, ToolCallRecord, codes};
 pub use permissions::{
     Answer, ApprovalPrompter, ApprovalRequest, ArgumentMatch, FixedAnswer, Permission,
-    PermissionGate, PermissionRule, PermissionStore,
+    PermissionGate, PermissionRule, PermissionStore, PermissionStoreError, SaveRules,
 };
-pub use scripted::{FunctionModel, ScriptStep, ScriptedModel};
 pub use steering::{Delivery, Steering};
+pub use testing::{FunctionModel, ScriptStep, ScriptedModel};
 pub use tokio_util::sync::CancellationToken;
 pub use tool::{
-    ExecutionMode, IntoToolOutput, ProgressSender, SchemaViolation, Tool, ToolBuilder, ToolContext,
-    ToolDefinitionError, ToolError, ToolHandler, ToolOutput, ToolSet, ToolSpec, schema_for,
-    tool_retry_delay,
+    ExecutionMode, IntoToolOutput, ProgressSender, Tool, ToolBuilder, ToolContext, ToolError,
+    ToolHandler, ToolOutput, ToolSet, ToolSpec,
 };
 
 #[cfg(feature = "macros")]

@@ -4,7 +4,6 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -250,6 +249,3 @@ impl Pricing for PriceTable {
             .map(|p| p.cost(usage, provider != "anthropic"))
     }
 }
-
-/// A shared pricing, as an agent holds it.
-pub type SharedPricing = Arc<dyn Pricing>;

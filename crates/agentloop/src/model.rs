@@ -458,7 +458,6 @@ impl ResponseAccumulator {
     /// half-applied response.
     pub fn finish(mut self) -> Result<ModelResponse, ModelError> {
         if let Some(mut whole) = self.whole.take() {
-            fill_missing_ids(&mut whole.message.tool_calls);
             if whole.provider.is_none() {
                 whole.provider = self.provider;
             }
@@ -507,7 +506,6 @@ impl ResponseAccumulator {
             let at = position.min(tool_calls.len());
             tool_calls.insert(at, call);
         }
-        fill_missing_ids(&mut tool_calls);
         Ok(ModelResponse {
             message: AssistantMessage {
                 reasoning: self.reasoning,
@@ -523,14 +521,6 @@ impl ResponseAccumulator {
             truncated,
             warnings: self.warnings,
         })
-    }
-}
-
-fn fill_missing_ids(calls: &mut [ToolCall]) {
-    for call in calls.iter_mut() {
-        if call.id.trim().is_empty() {
-            call.id = crate::ids::call_id();
-        }
     }
 }
 
@@ -815,7 +805,7 @@ mod tests {
     }
 
     #[test]
-    fn empty_ids_are_generated_and_reasoning_blocks_keep_streamed_text() {
+    fn empty_ids_stay_empty_for_the_run_to_fill_and_reasoning_blocks_keep_streamed_text() {
         let mut acc = ResponseAccumulator::new();
         acc.push(ModelEvent::ReasoningDelta("think".into()))
             .unwrap();
@@ -832,7 +822,8 @@ mod tests {
         .unwrap();
         acc.push(finish(FinishReason::ToolCalls)).unwrap();
         let r = acc.finish().unwrap();
-        assert!(r.message.tool_calls[0].id.starts_with("call_"));
+        // The run fills blank ids from its injected id source, so that a replay is exact.
+        assert_eq!(r.message.tool_calls[0].id, "");
         assert_eq!(r.message.reasoning[0].text, "think");
         assert_eq!(r.message.reasoning[0].signature.as_deref(), Some("sig"));
     }

@@ -13,6 +13,7 @@ use crate::error::RunError;
 use crate::limits::LimitHit;
 use crate::message::{Message, ToolContent};
 use crate::model::Usage;
+use crate::tool::{ToolError, ToolOutput};
 
 /// Why a run stopped. The words of [`StopReason::as_str`] are a stable contract.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Deserialize)]
@@ -123,49 +124,268 @@ pub enum CallStatus {
     Skipped,
 }
 
+/// How one tool call ended: the one vocabulary the transcript, the run's records, the events and
+/// the stores share. It is built in one place ([`CallOutcome::from_result`] for a handler's result,
+/// and the constructors below for calls decided without running), so that what the model reads
+/// and what the operator reads never travel as formatted text to be parsed back.
+///
+/// The codes are listed in [`codes`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CallOutcome {
+    /// How it ended.
+    pub status: CallStatus,
+    /// The error code, for anything but a success or a skipped call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<String>,
+    /// What the model reads: the tool's output, or the error text.
+    pub content: ToolContent,
+    /// For the operator only (a fatal error's message, a panic's message); never sent to the model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub diagnostic: Option<String>,
+    /// Structured details for the application; never sent to the model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub details: Option<Value>,
+    /// True when the tool asked to end the run with this output.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub terminate: bool,
+    /// How long it ran, retries included.
+    #[serde(default, with = "crate::serde_duration")]
+    pub duration: Duration,
+    /// How many times it was run again after a failure.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub retries: u32,
+    /// True when another attempt cannot cure the failure ([`crate::ToolError::permanent`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub permanent: bool,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+/// Every code a call outcome or a rejected call carries, in one namespace. A tool's own codes
+/// ([`crate::ToolError::new`]) are passed through as the tool gave them.
+///
+/// | code | status | what the model reads | what the caller sees |
+/// |---|---|---|---|
+/// | `unknown_tool` | rejected | the name and the valid tools | the same |
+/// | `invalid_arguments` | rejected (or error, from a handler) | each failing path | the same |
+/// | `decision.invalid` | refused | why the whole decision was invalid | `RunError::InvalidDecision` |
+/// | `limit.stuck_loop` | refused | the repeated call | the limit hit |
+/// | `limit.max_tool_calls` | refused | the limit was reached | the limit hit |
+/// | `denied` | denied | `denied: <reason>` | the gate's or hook's reason |
+/// | `skipped` | skipped | `skipped: dry run, the tool was not run` | a dry run |
+/// | `not_run` | cancelled | `not run: the run stopped before this call started` | never dispatched |
+/// | `cancelled` | cancelled | `cancelled: the call did not complete` | cut short by cancel or deadline |
+/// | `timeout` | error | the tool did not finish within its timeout | the same |
+/// | `tool.fatal` | fatal | `the tool failed` | the tool's message (diagnostic) |
+/// | `tool.panicked` | fatal | `the tool failed` | the panic message (diagnostic) |
+pub mod codes {
+    /// A call to a tool that is not registered.
+    pub const UNKNOWN_TOOL: &str = "unknown_tool";
+    /// Arguments that are not JSON or fail the tool's schema.
+    pub const INVALID_ARGUMENTS: &str = "invalid_arguments";
+    /// A decision that cannot be fed back (a bad call id, or a policy that makes a bad call fatal).
+    pub const DECISION_INVALID: &str = "decision.invalid";
+    /// A call refused by the stuck-loop rule.
+    pub const STUCK_LOOP: &str = "limit.stuck_loop";
+    /// A call refused by the tool-call limit.
+    pub const MAX_TOOL_CALLS: &str = "limit.max_tool_calls";
+    /// A call denied by a gate or a hook.
+    pub const DENIED: &str = "denied";
+    /// A call skipped by a dry run.
+    pub const SKIPPED: &str = "skipped";
+    /// A call the run stopped before it started.
+    pub const NOT_RUN: &str = "not_run";
+    /// A call cut short by cancellation or the deadline.
+    pub const CANCELLED: &str = "cancelled";
+    /// A call that ran past its tool's timeout.
+    pub const TIMEOUT: &str = "timeout";
+    /// A handler that failed fatally.
+    pub const TOOL_FATAL: &str = "tool.fatal";
+    /// A handler that panicked.
+    pub const TOOL_PANICKED: &str = "tool.panicked";
+}
+
+impl CallOutcome {
+    fn decided(status: CallStatus, code: &str, text: String) -> Self {
+        CallOutcome {
+            status,
+            code: Some(code.to_owned()),
+            content: ToolContent::Text(text),
+            diagnostic: None,
+            details: None,
+            terminate: false,
+            duration: Duration::ZERO,
+            retries: 0,
+            permanent: false,
+        }
+    }
+
+    /// A handler's result.
+    pub fn from_result(result: Result<ToolOutput, ToolError>) -> Self {
+        match result {
+            Ok(out) => CallOutcome::ok(out),
+            Err(ToolError::Recoverable {
+                code,
+                message,
+                permanent,
+            }) => CallOutcome {
+                permanent,
+                ..CallOutcome::decided(CallStatus::Error, &code, message)
+            },
+            Err(ToolError::Fatal { message }) => CallOutcome::fatal(message),
+        }
+    }
+
+    /// A success.
+    pub fn ok(output: ToolOutput) -> Self {
+        CallOutcome {
+            status: CallStatus::Ok,
+            code: None,
+            content: output.content,
+            diagnostic: None,
+            details: output.details,
+            terminate: output.terminate,
+            duration: Duration::ZERO,
+            retries: 0,
+            permanent: false,
+        }
+    }
+
+    /// A recoverable error the model reads.
+    pub fn error(code: impl AsRef<str>, message: impl Into<String>) -> Self {
+        CallOutcome::decided(CallStatus::Error, code.as_ref(), message.into())
+    }
+
+    /// A fatal failure: the model reads that the tool failed, the operator reads `message`.
+    pub fn fatal(message: impl Into<String>) -> Self {
+        CallOutcome {
+            diagnostic: Some(message.into()),
+            ..CallOutcome::decided(
+                CallStatus::Fatal,
+                codes::TOOL_FATAL,
+                "the tool failed".into(),
+            )
+        }
+    }
+
+    /// A handler that panicked: fatal, with the panic message for the operator.
+    pub fn panicked(message: impl Into<String>) -> Self {
+        CallOutcome {
+            code: Some(codes::TOOL_PANICKED.into()),
+            ..CallOutcome::fatal(message)
+        }
+    }
+
+    /// A call that ran past its timeout.
+    pub fn timed_out(after: Duration) -> Self {
+        CallOutcome::error(
+            codes::TIMEOUT,
+            format!(
+                "the tool did not finish within {:.1} s",
+                after.as_secs_f64()
+            ),
+        )
+    }
+
+    /// A call denied by a gate or hook.
+    pub fn denied(reason: impl AsRef<str>) -> Self {
+        CallOutcome::decided(
+            CallStatus::Denied,
+            codes::DENIED,
+            format!("denied: {}", reason.as_ref()),
+        )
+    }
+
+    /// A call the model got wrong (unknown tool, invalid arguments), fed back.
+    pub fn rejected(code: &str, message: impl Into<String>) -> Self {
+        CallOutcome::decided(CallStatus::Rejected, code, message.into())
+    }
+
+    /// A call refused with its whole decision (a bad id, a limit, the stuck-loop rule).
+    pub fn refused(code: &str, message: impl Into<String>) -> Self {
+        CallOutcome::decided(CallStatus::Refused, code, message.into())
+    }
+
+    /// A call the run stopped before it started.
+    pub fn not_run() -> Self {
+        CallOutcome::decided(
+            CallStatus::Cancelled,
+            codes::NOT_RUN,
+            "not run: the run stopped before this call started".into(),
+        )
+    }
+
+    /// A call cut short by cancellation or the deadline.
+    pub fn cancelled() -> Self {
+        CallOutcome::decided(
+            CallStatus::Cancelled,
+            codes::CANCELLED,
+            "cancelled: the call did not complete".into(),
+        )
+    }
+
+    /// A call skipped by a dry run: not an error, the model reads that it did not run.
+    pub fn skipped() -> Self {
+        CallOutcome {
+            code: None,
+            ..CallOutcome::decided(
+                CallStatus::Skipped,
+                codes::SKIPPED,
+                "skipped: dry run, the tool was not run".into(),
+            )
+        }
+    }
+
+    /// With its duration.
+    #[must_use]
+    pub fn took(mut self, duration: Duration) -> Self {
+        self.duration = duration;
+        self
+    }
+
+    /// True when the model reads it as an error.
+    pub fn is_error(&self) -> bool {
+        !matches!(self.status, CallStatus::Ok | CallStatus::Skipped)
+    }
+
+    /// The output, when the call did not fail.
+    pub fn output(&self) -> Option<&ToolContent> {
+        (!self.is_error()).then_some(&self.content)
+    }
+
+    /// The error text the model read, when the call failed.
+    pub fn error_text(&self) -> Option<String> {
+        self.is_error().then(|| self.content.to_text())
+    }
+}
+
 /// The record of one tool call, kept in the outcome.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ToolCallRecord {
     /// The call id.
-    pub id: Arc<str>,
+    pub call_id: Arc<str>,
     /// The tool the model named.
     pub tool: Arc<str>,
-    /// The arguments (the parsed value, or the raw string when it was not JSON).
-    pub input: Value,
-    /// The turn.
+    /// The arguments the model sent (parsed when they were JSON).
+    pub arguments: Value,
+    /// The turn it belongs to.
     pub turn: u32,
     /// How it ended.
-    pub status: CallStatus,
-    /// What the model read on success.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub output: Option<ToolContent>,
-    /// The error code on failure.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error_code: Option<String>,
-    /// The error message on failure (what the model read).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
-    /// The handler's details.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub details: Option<Value>,
-    /// How long it ran, retries included.
-    #[serde(default, with = "crate::serde_duration")]
-    pub duration: Duration,
-    /// How many times it was run again after a failure before this result (the tool's
-    /// `retries`); the model read only the last attempt.
-    #[serde(default, skip_serializing_if = "crate::tool::is_zero")]
-    pub retries: u32,
+    #[serde(flatten)]
+    pub outcome: CallOutcome,
 }
 
 impl ToolCallRecord {
     /// True when the handler succeeded.
     pub fn ok(&self) -> bool {
-        self.status == CallStatus::Ok
+        self.outcome.status == CallStatus::Ok
     }
 }
 
 /// The end of a run.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct RunOutcome {
     /// The run's id.
     pub run_id: String,

@@ -3,20 +3,19 @@
 //!
 //! Rules live in a [`PermissionStore`], by tool name and, where it helps, by the shape of the
 //! arguments (a command prefix, a path glob), with a fallback. Deny rules win over ask rules, which
-//! win over allow rules. "Always" answers are saved to the store; a file-backed store keeps them
-//! across runs. An [`ApprovalPrompter`] is asked about all the calls of a batch that need asking at
+//! win over allow rules. "Always" answers are saved to the store, and through its [`SaveRules`] (a
+//! file, in the CLI) across runs; the core does no file I/O. An [`ApprovalPrompter`] is asked about all the calls of a batch that need asking at
 //! once, so a prompt never races a running tool.
 
-use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::agent::BatchGate;
 use crate::error::RunError;
-use crate::machine::Batch;
+use crate::gate::{Gate, GateContext};
+use crate::machine::{AdmittedCall, Verdict};
 
 /// What the rules say about a call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -110,11 +109,6 @@ impl PermissionRule {
     }
 }
 
-#[derive(Debug, Default, Serialize, Deserialize)]
-struct SavedRules {
-    rules: Vec<PermissionRule>,
-}
-
 /// Permission rules with a fallback, optionally backed by a file where "always" answers are kept.
 #[derive(Debug, Clone)]
 pub struct PermissionStore {
@@ -122,7 +116,7 @@ pub struct PermissionStore {
     /// Rules from configuration: decided on like the others, never written to the file.
     configured: Vec<PermissionRule>,
     fallback: Permission,
-    file: Option<PathBuf>,
+    saver: Option<Arc<dyn SaveRules>>,
 }
 
 /// A permission store could not be read or written.
@@ -135,6 +129,13 @@ pub struct PermissionStoreError {
     pub message: String,
 }
 
+/// Where a [`PermissionStore`] keeps what it learns, so that an "always" answer outlives the
+/// run (the CLI saves to a file, atomically and safe under concurrent writers).
+pub trait SaveRules: Send + Sync + std::fmt::Debug {
+    /// Saves the store's learned rules whole.
+    fn save(&self, rules: &[PermissionRule]) -> Result<(), PermissionStoreError>;
+}
+
 impl PermissionStore {
     /// An in-memory store with a fallback for calls no rule covers.
     pub fn new(fallback: Permission) -> Self {
@@ -142,36 +143,23 @@ impl PermissionStore {
             rules: Vec::new(),
             configured: Vec::new(),
             fallback,
-            file: None,
+            saver: None,
         }
     }
 
-    /// A store backed by a JSON file: its saved rules are loaded now (a missing file is an empty
-    /// store), and "always" answers are written back to it.
-    pub fn open(
-        path: impl AsRef<Path>,
+    /// A store holding rules saved by an earlier run, which saves what it learns through
+    /// `saver` (the CLI keeps a JSON file).
+    pub fn with_saved(
+        rules: Vec<PermissionRule>,
         fallback: Permission,
-    ) -> Result<Self, PermissionStoreError> {
-        let path = path.as_ref().to_path_buf();
-        let err = |message: String| PermissionStoreError {
-            path: path.display().to_string(),
-            message,
-        };
-        let rules = match std::fs::read_to_string(&path) {
-            Ok(text) => {
-                serde_json::from_str::<SavedRules>(&text)
-                    .map_err(|e| err(e.to_string()))?
-                    .rules
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
-            Err(e) => return Err(err(e.to_string())),
-        };
-        Ok(PermissionStore {
+        saver: Arc<dyn SaveRules>,
+    ) -> Self {
+        PermissionStore {
             rules,
             configured: Vec::new(),
             fallback,
-            file: Some(path),
-        })
+            saver: Some(saver),
+        }
     }
 
     /// Adds a rule.
@@ -249,24 +237,10 @@ impl PermissionStore {
     }
 
     fn save(&self) -> Result<(), PermissionStoreError> {
-        let Some(path) = &self.file else {
-            return Ok(());
-        };
-        let err = |message: String| PermissionStoreError {
-            path: path.display().to_string(),
-            message,
-        };
-        let text = serde_json::to_string_pretty(&SavedRules {
-            rules: self.rules.clone(),
-        })
-        .map_err(|e| err(e.to_string()))?;
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(|e| err(e.to_string()))?;
+        match &self.saver {
+            Some(saver) => saver.save(&self.rules),
+            None => Ok(()),
         }
-        // Write then rename, so a crash never leaves a half-written store.
-        let tmp = path.with_extension("tmp");
-        std::fs::write(&tmp, text).map_err(|e| err(e.to_string()))?;
-        std::fs::rename(&tmp, path).map_err(|e| err(e.to_string()))
     }
 }
 
@@ -363,46 +337,55 @@ impl PermissionGate {
     }
 }
 
-impl BatchGate for PermissionGate {
+impl Gate for PermissionGate {
+    fn name(&self) -> &str {
+        "permissions"
+    }
+
     fn check<'a>(
         &'a self,
-        _run_id: &'a str,
-        batch: &'a Batch,
-    ) -> BoxFuture<'a, Result<Vec<Option<String>>, RunError>> {
+        _cx: GateContext<'a>,
+        calls: &'a [AdmittedCall],
+    ) -> BoxFuture<'a, Result<Vec<Verdict>, RunError>> {
         Box::pin(async move {
             let decisions: Vec<Permission> = {
                 let store = self.store.lock().unwrap_or_else(|p| p.into_inner());
-                batch
-                    .calls
+                calls
                     .iter()
-                    .map(|c| store.decide(&c.name, &c.args))
+                    .map(|c| store.decide(&c.tool, &c.arguments))
                     .collect()
             };
-            let mut answers: Vec<Option<String>> = decisions
+            let mut answers: Vec<Verdict> = decisions
                 .iter()
                 .map(|d| match d {
-                    Permission::Deny => Some("a permission rule denies this tool".to_owned()),
-                    _ => None,
+                    Permission::Deny => Verdict::Deny("a permission rule denies this tool".into()),
+                    _ => Verdict::Allow,
                 })
                 .collect();
-            let asked: Vec<usize> = (0..decisions.len())
-                .filter(|&i| decisions[i] == Permission::Ask)
+            let asked: Vec<usize> = decisions
+                .iter()
+                .enumerate()
+                .filter(|(_, d)| **d == Permission::Ask)
+                .map(|(i, _)| i)
                 .collect();
             if asked.is_empty() {
                 return Ok(answers);
             }
             let Some(prompter) = &self.prompter else {
                 for &i in &asked {
-                    answers[i] = Some(self.unattended_reason.clone());
+                    if let Some(a) = answers.get_mut(i) {
+                        *a = Verdict::Deny(self.unattended_reason.clone());
+                    }
                 }
                 return Ok(answers);
             };
             let requests: Vec<ApprovalRequest> = asked
                 .iter()
-                .map(|&i| ApprovalRequest {
-                    call_id: batch.calls[i].call_id.to_string(),
-                    tool: batch.calls[i].name.to_string(),
-                    arguments: Value::clone(&batch.calls[i].args),
+                .filter_map(|&i| calls.get(i))
+                .map(|c| ApprovalRequest {
+                    call_id: c.call_id.to_string(),
+                    tool: c.tool.to_string(),
+                    arguments: Value::clone(&c.arguments),
                 })
                 .collect();
             let replies = match prompter.ask(&requests).await {
@@ -418,14 +401,19 @@ impl BatchGate for PermissionGate {
                 }
                 Err(reason) => {
                     for &i in &asked {
-                        answers[i] = Some(reason.clone());
+                        if let Some(a) = answers.get_mut(i) {
+                            *a = Verdict::Deny(reason.clone());
+                        }
                     }
                     return Ok(answers);
                 }
             };
             let mut store = self.store.lock().unwrap_or_else(|p| p.into_inner());
             for (&i, answer) in asked.iter().zip(replies) {
-                let tool = &batch.calls[i].name;
+                let (Some(call), Some(verdict)) = (calls.get(i), answers.get_mut(i)) else {
+                    continue;
+                };
+                let tool = &call.tool;
                 match answer {
                     Answer::AllowOnce => {}
                     Answer::AllowAlways => {
@@ -435,9 +423,11 @@ impl BatchGate for PermissionGate {
                                 message: e.to_string(),
                             })?
                     }
-                    Answer::DenyOnce => answers[i] = Some("the user denied this call".into()),
+                    Answer::DenyOnce => {
+                        *verdict = Verdict::Deny("the user denied this call".into())
+                    }
                     Answer::DenyAlways => {
-                        answers[i] = Some("the user denied this tool".into());
+                        *verdict = Verdict::Deny("the user denied this tool".into());
                         store
                             .remember(tool, Permission::Deny)
                             .map_err(|e| RunError::Other {

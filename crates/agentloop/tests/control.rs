@@ -7,11 +7,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use agentloop::{
-    Agent, Answer, ApprovalPrompter, ApprovalRequest, ArgumentMatch, Batch, BatchGate, CallResult,
-    CallStatus, EventKind, FixedAnswer, FunctionModel, Hook, HookContext, HookError, HookResult,
-    Message, ModelResponse, Permission, PermissionGate, PermissionRule, PermissionStore,
-    RequestChanges, RunError, RunOptions, ScriptedModel, Steering, StopReason, ToolCallDecision,
-    ToolCallView, ToolOutput, guardrail_fn,
+    Agent, Answer, ApprovalPrompter, ApprovalRequest, ArgumentMatch, CallOutcome, CallStatus,
+    EventKind, FixedAnswer, FunctionModel, Gate, GateContext, Hook, HookContext, HookError,
+    HookResult, Message, ModelResponse, Permission, PermissionGate, PermissionRule,
+    PermissionStore, PermissionStoreError, RequestChanges, RunError, RunOptions, SaveRules,
+    ScriptedModel, Steering, StopReason, ToolCallDecision, ToolCallView, ToolOutput, Verdict,
+    guardrail_fn,
 };
 use common::{CallLog, Events, calls, sleeper};
 use futures::future::BoxFuture;
@@ -23,18 +24,34 @@ struct RecordingGate {
     log: CallLog,
 }
 
-impl BatchGate for RecordingGate {
+impl Gate for RecordingGate {
     fn check<'a>(
         &'a self,
-        _run_id: &'a str,
-        batch: &'a Batch,
-    ) -> BoxFuture<'a, Result<Vec<Option<String>>, RunError>> {
+        _cx: GateContext<'a>,
+        calls: &'a [agentloop::machine::AdmittedCall],
+    ) -> BoxFuture<'a, Result<Vec<Verdict>, RunError>> {
         self.seen
             .lock()
             .unwrap()
-            .push((batch.calls.len(), self.log.len()));
-        Box::pin(async move { Ok(vec![None; batch.calls.len()]) })
+            .push((calls.len(), self.log.len()));
+        Box::pin(async move { Ok(vec![Verdict::Allow; calls.len()]) })
     }
+}
+
+/// Keeps saved rules in memory, as a file would across runs.
+#[derive(Debug, Default)]
+struct MemorySaver(Mutex<Vec<PermissionRule>>);
+
+impl SaveRules for MemorySaver {
+    fn save(&self, rules: &[PermissionRule]) -> Result<(), PermissionStoreError> {
+        *self.0.lock().unwrap() = rules.to_vec();
+        Ok(())
+    }
+}
+
+fn reopen(saver: &Arc<MemorySaver>, fallback: Permission) -> PermissionStore {
+    let saved = saver.0.lock().unwrap().clone();
+    PermissionStore::with_saved(saved, fallback, saver.clone())
 }
 
 #[tokio::test]
@@ -86,7 +103,7 @@ async fn a_denied_call_never_runs_and_the_model_sees_why() {
         .await;
     assert_eq!(out.stop_reason, StopReason::Finished);
     assert_eq!(log.len(), 0, "the denied call never ran");
-    assert_eq!(out.tool_calls[0].status, CallStatus::Denied);
+    assert_eq!(out.tool_calls[0].outcome.status, CallStatus::Denied);
     assert!(
         seen.lock().unwrap().contains("denied"),
         "{}",
@@ -118,9 +135,7 @@ impl ApprovalPrompter for ScriptedPrompter {
 
 #[tokio::test]
 async fn always_answers_persist_across_two_runs_with_a_file_store() {
-    let dir = std::env::temp_dir().join(format!("agentloop-perm-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let path = dir.join("permissions.json");
+    let saver = Arc::new(MemorySaver::default());
     let log = CallLog::default();
     let script = || {
         ScriptedModel::new([
@@ -132,8 +147,7 @@ async fn always_answers_persist_across_two_runs_with_a_file_store() {
         answers: Mutex::new(vec![Answer::AllowAlways, Answer::DenyAlways]),
         asked: Mutex::new(Vec::new()),
     });
-    let gate = PermissionGate::new(PermissionStore::open(&path, Permission::Ask).unwrap())
-        .with_prompter(prompter.clone());
+    let gate = PermissionGate::new(reopen(&saver, Permission::Ask)).with_prompter(prompter.clone());
     let agent = |gate: PermissionGate| {
         Agent::builder()
             .model(script())
@@ -149,21 +163,19 @@ async fn always_answers_persist_across_two_runs_with_a_file_store() {
         vec![vec!["a".to_owned(), "b".to_owned()]],
         "one prompt for the batch"
     );
-    assert_eq!(first.tool_calls[0].status, CallStatus::Ok);
-    assert_eq!(first.tool_calls[1].status, CallStatus::Denied);
+    assert_eq!(first.tool_calls[0].outcome.status, CallStatus::Ok);
+    assert_eq!(first.tool_calls[1].outcome.status, CallStatus::Denied);
 
     // A second run with a fresh store from the same file asks nobody.
     let nobody = Arc::new(ScriptedPrompter {
         answers: Mutex::new(Vec::new()),
         asked: Mutex::new(Vec::new()),
     });
-    let gate = PermissionGate::new(PermissionStore::open(&path, Permission::Ask).unwrap())
-        .with_prompter(nobody.clone());
+    let gate = PermissionGate::new(reopen(&saver, Permission::Ask)).with_prompter(nobody.clone());
     let second = agent(gate).run("go").await;
     assert!(nobody.asked.lock().unwrap().is_empty());
-    assert_eq!(second.tool_calls[0].status, CallStatus::Ok);
-    assert_eq!(second.tool_calls[1].status, CallStatus::Denied);
-    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(second.tool_calls[0].outcome.status, CallStatus::Ok);
+    assert_eq!(second.tool_calls[1].outcome.status, CallStatus::Denied);
 }
 
 #[tokio::test]
@@ -180,10 +192,11 @@ async fn an_ask_with_nobody_to_ask_is_a_denial_with_that_reason() {
         .unwrap()
         .run("go")
         .await;
-    assert_eq!(out.tool_calls[0].status, CallStatus::Denied);
+    assert_eq!(out.tool_calls[0].outcome.status, CallStatus::Denied);
     assert!(
         out.tool_calls[0]
-            .error
+            .outcome
+            .error_text()
             .as_deref()
             .unwrap()
             .contains("no terminal; use --yes")
@@ -199,7 +212,7 @@ async fn an_ask_with_nobody_to_ask_is_a_denial_with_that_reason() {
         .unwrap()
         .run("go")
         .await;
-    assert_eq!(out.tool_calls[0].status, CallStatus::Ok);
+    assert_eq!(out.tool_calls[0].outcome.status, CallStatus::Ok);
 }
 
 #[test]
@@ -582,10 +595,10 @@ impl Hook for ToolPolicy {
         &'a self,
         _ctx: HookContext<'a>,
         call: ToolCallView<'a>,
-        _r: &'a CallResult,
-    ) -> BoxFuture<'a, HookResult<Option<CallResult>>> {
+        _r: &'a CallOutcome,
+    ) -> BoxFuture<'a, HookResult<Option<CallOutcome>>> {
         let replace = call.arguments.get("tag").and_then(Value::as_str) == Some("replace");
-        Box::pin(async move { Ok(replace.then(|| CallResult::Ok(ToolOutput::text("replaced")))) })
+        Box::pin(async move { Ok(replace.then(|| CallOutcome::ok(ToolOutput::text("replaced")))) })
     }
 }
 
@@ -609,20 +622,21 @@ async fn tool_hooks_veto_rewrite_and_replace() {
         .run("go")
         .await;
     assert_eq!(out.stop_reason, StopReason::Finished);
-    assert_eq!(out.tool_calls[0].status, CallStatus::Denied);
+    assert_eq!(out.tool_calls[0].outcome.status, CallStatus::Denied);
     assert!(
         out.tool_calls[0]
-            .error
+            .outcome
+            .error_text()
             .as_deref()
             .unwrap()
             .contains("tag veto")
     );
     assert_eq!(
-        out.tool_calls[1].output,
+        out.tool_calls[1].outcome.output().cloned(),
         Some(agentloop::ToolContent::Json(json!({"tag": "rewritten"})))
     );
     assert_eq!(
-        out.tool_calls[2].output,
+        out.tool_calls[2].outcome.output().cloned(),
         Some(agentloop::ToolContent::Text("replaced".into()))
     );
     assert_eq!(log.len(), 2);
@@ -649,10 +663,8 @@ async fn tool_hooks_veto_rewrite_and_replace() {
 
 #[test]
 fn configured_rules_count_but_only_saved_answers_reach_the_store_file() {
-    let dir = std::env::temp_dir().join(format!("agentloop-perm-cfg-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let path = dir.join("permissions.json");
-    let mut store = PermissionStore::open(&path, Permission::Allow).unwrap();
+    let saver = Arc::new(MemorySaver::default());
+    let mut store = reopen(&saver, Permission::Allow);
     let rule = |tool: &str, permission| PermissionRule {
         tool: tool.into(),
         arguments: None,
@@ -684,9 +696,8 @@ fn configured_rules_count_but_only_saved_answers_reach_the_store_file() {
         Permission::Allow
     );
     assert_eq!(store.configured(), &[rule("beta", Permission::Deny)]);
-    let reopened = PermissionStore::open(&path, Permission::Allow).unwrap();
+    let reopened = reopen(&saver, Permission::Allow);
     assert_eq!(reopened.rules(), &[rule("alpha", Permission::Allow)]);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// An after-tool hook that takes its time over the calls whose `tag` is `slow`, and records every
@@ -703,12 +714,12 @@ impl Hook for SlowAfter {
         &'a self,
         _ctx: HookContext<'a>,
         call: ToolCallView<'a>,
-        r: &'a CallResult,
-    ) -> BoxFuture<'a, HookResult<Option<CallResult>>> {
+        r: &'a CallOutcome,
+    ) -> BoxFuture<'a, HookResult<Option<CallOutcome>>> {
         self.seen
             .lock()
             .unwrap()
-            .push((call.call_id.to_owned(), matches!(r, CallResult::Ok(_))));
+            .push((call.call_id.to_owned(), r.status == CallStatus::Ok));
         let slow = call.arguments.get("tag").and_then(Value::as_str) == Some("slow");
         Box::pin(async move {
             if slow {
@@ -755,7 +766,7 @@ async fn a_slow_after_tool_hook_does_not_hold_up_the_other_calls_of_the_batch() 
     assert_eq!(out.stop_reason, StopReason::Finished, "{:?}", out.error);
     // The 600 ms call ran while the hook spent 2 s on its sibling: no false timeout.
     assert_eq!(
-        out.tool_calls[1].status,
+        out.tool_calls[1].outcome.status,
         CallStatus::Ok,
         "{:?}",
         out.tool_calls[1]
@@ -780,8 +791,8 @@ impl Hook for HookRef {
         &'a self,
         ctx: HookContext<'a>,
         call: ToolCallView<'a>,
-        r: &'a CallResult,
-    ) -> BoxFuture<'a, HookResult<Option<CallResult>>> {
+        r: &'a CallOutcome,
+    ) -> BoxFuture<'a, HookResult<Option<CallOutcome>>> {
         self.0.after_tool_call(ctx, call, r)
     }
 }
@@ -815,7 +826,7 @@ async fn no_retry_starts_when_the_deadline_passes_during_the_backoff() {
     let out = a.run("go").await;
     assert_eq!(out.stop_reason, StopReason::Deadline);
     assert_eq!(runs.load(std::sync::atomic::Ordering::SeqCst), 1);
-    assert_eq!(out.tool_calls[0].retries, 0);
+    assert_eq!(out.tool_calls[0].outcome.retries, 0);
 }
 
 #[tokio::test(start_paused = true)]
@@ -899,7 +910,7 @@ async fn with_retries_events_go_started_retrying_finished_and_the_after_hook_see
         .collect();
     assert_eq!(kinds, ["started", "retrying", "finished"]);
     assert_eq!(*hook.seen.lock().unwrap(), [("a".to_owned(), true)]);
-    assert_eq!(out.tool_calls[0].retries, 1);
+    assert_eq!(out.tool_calls[0].outcome.retries, 1);
 }
 
 #[tokio::test(start_paused = true)]
@@ -933,9 +944,10 @@ async fn the_deadline_holds_while_an_after_tool_hook_runs() {
     let started = tokio::time::Instant::now();
     let out = a.run("go").await;
     assert_eq!(out.stop_reason, StopReason::Deadline);
-    // One 2 s hook ran; the deadline passed during it, so the calls that finished meanwhile are
-    // folded without their hooks and the busy tool's retries stop.
-    assert_eq!(hook.seen.lock().unwrap().len(), 1, "{:?}", hook.seen);
+    // Each call's after-tool hook runs inside the call's own future, so the three 2 s hooks run
+    // side by side (and the busy tool's, once its retries stop at the deadline); the run ends
+    // when the hooks do, inside the grace period.
+    assert_eq!(hook.seen.lock().unwrap().len(), 4, "{:?}", hook.seen);
     assert!(
         started.elapsed() < Duration::from_millis(2500),
         "{:?}",
@@ -944,8 +956,8 @@ async fn the_deadline_holds_while_an_after_tool_hook_runs() {
     assert!(runs.load(std::sync::atomic::Ordering::SeqCst) <= 1);
     assert_eq!(out.tool_calls.len(), 4);
     for id in ["a", "b", "c"] {
-        let r = out.tool_calls.iter().find(|r| &*r.id == id).unwrap();
-        assert_eq!(r.status, CallStatus::Ok, "{id}: {r:?}");
+        let r = out.tool_calls.iter().find(|r| &*r.call_id == id).unwrap();
+        assert_eq!(r.outcome.status, CallStatus::Ok, "{id}: {r:?}");
     }
 }
 
@@ -972,12 +984,15 @@ async fn a_retry_is_announced_before_its_backoff_and_a_hand_made_invalid_argumen
     let a = Agent::builder()
         .model(model)
         .tool(always_busy(&runs, 2))
-        .sink_arc(clock.clone())
+        .sink({
+            let clock = clock.clone();
+            move |e: &agentloop::Event| agentloop::EventSink::emit(&*clock, e)
+        })
         .build()
         .unwrap();
     let started = tokio::time::Instant::now();
     let out = a.run("go").await;
-    assert_eq!(out.tool_calls[0].retries, 2);
+    assert_eq!(out.tool_calls[0].outcome.retries, 2);
     let at: Vec<(u32, Duration)> = clock
         .0
         .lock()
@@ -1011,7 +1026,7 @@ async fn a_retry_is_announced_before_its_backoff_and_a_hand_made_invalid_argumen
         .run("go")
         .await;
     assert_eq!(runs.load(std::sync::atomic::Ordering::SeqCst), 1);
-    assert_eq!(out.tool_calls[0].retries, 0);
+    assert_eq!(out.tool_calls[0].outcome.retries, 0);
 }
 
 #[tokio::test(start_paused = true)]

@@ -86,14 +86,14 @@ async fn invalid_args_in_batch_start_no_handler() {
     assert_eq!(out.stop_reason, StopReason::Finished);
     // The valid call ran; the invalid ones never reached a handler.
     assert_eq!(n.load(Ordering::SeqCst), 1);
-    let statuses: Vec<CallStatus> = out.tool_calls.iter().map(|r| r.status).collect();
+    let statuses: Vec<CallStatus> = out.tool_calls.iter().map(|r| r.outcome.status).collect();
     assert_eq!(
         statuses,
         vec![CallStatus::Ok, CallStatus::Rejected, CallStatus::Rejected]
     );
-    let msg_b = out.tool_calls[1].error.clone().unwrap();
+    let msg_b = out.tool_calls[1].outcome.error_text().unwrap();
     assert!(msg_b.contains("/n"), "names the failing path: {msg_b}");
-    let msg_c = out.tool_calls[2].error.clone().unwrap();
+    let msg_c = out.tool_calls[2].outcome.error_text().unwrap();
     assert!(msg_c.contains("not valid JSON"), "{msg_c}");
     assert_tool_cycle(&out.transcript);
 }
@@ -139,7 +139,7 @@ async fn invalid_arguments_message_lists_each_failing_path() {
         ModelResponse::text("k"),
     ]);
     let out = agent(model, vec![tool], Limits::default()).run("go").await;
-    let err = out.tool_calls[0].error.clone().unwrap();
+    let err = out.tool_calls[0].outcome.error_text().unwrap();
     assert!(err.contains("/city") && err.contains("/days"), "{err}");
 }
 
@@ -155,7 +155,7 @@ async fn unknown_tool_is_fed_back_naming_the_valid_tools() {
     .run("go")
     .await;
     assert_eq!(out.stop_reason, StopReason::Finished);
-    let err = out.tool_calls[0].error.clone().unwrap();
+    let err = out.tool_calls[0].outcome.error_text().unwrap();
     assert!(
         err.contains("alpha") && err.contains("beta") && err.contains("nope"),
         "{err}"
@@ -197,7 +197,7 @@ async fn empty_arguments_mean_an_empty_object() {
         .run("go")
         .await;
     assert_eq!(out.tool_calls.iter().filter(|r| r.ok()).count(), 2);
-    assert_eq!(out.tool_calls[0].input, json!({}));
+    assert_eq!(out.tool_calls[0].arguments, json!({}));
 }
 
 #[tokio::test(start_paused = true)]
@@ -219,7 +219,7 @@ async fn outcomes_are_folded_in_decision_order_when_calls_finish_out_of_order() 
         vec!["fast", "slow"],
         "the fast call finished first"
     );
-    let ids: Vec<&str> = out.tool_calls.iter().map(|r| &*r.id).collect();
+    let ids: Vec<&str> = out.tool_calls.iter().map(|r| &*r.call_id).collect();
     assert_eq!(ids, vec!["slow", "fast"]);
     assert_tool_cycle(&out.transcript);
 }
@@ -352,7 +352,7 @@ async fn a_batch_over_the_remaining_call_budget_is_refused_whole() {
     assert_eq!(
         out.tool_calls
             .iter()
-            .filter(|r| r.status == CallStatus::Refused)
+            .filter(|r| r.outcome.status == CallStatus::Refused)
             .count(),
         2
     );
@@ -476,8 +476,8 @@ async fn the_stuck_loop_rule_ignores_key_order_and_counts_identical_calls_in_one
     let refused: Vec<&str> = out
         .tool_calls
         .iter()
-        .filter(|r| r.status == CallStatus::Refused)
-        .map(|r| &*r.id)
+        .filter(|r| r.outcome.status == CallStatus::Refused)
+        .map(|r| &*r.call_id)
         .collect();
     assert_eq!(refused, ["c1", "c2"]);
     assert_tool_cycle(&out.transcript);
@@ -556,11 +556,11 @@ async fn cancelling_mid_batch_leaves_a_valid_transcript() {
         .await;
     assert_eq!(out.stop_reason, StopReason::Cancelled);
     assert_eq!(
-        out.tool_calls[0].status,
+        out.tool_calls[0].outcome.status,
         CallStatus::Ok,
         "the finished call keeps its result"
     );
-    assert_ne!(out.tool_calls[1].status, CallStatus::Ok);
+    assert_ne!(out.tool_calls[1].outcome.status, CallStatus::Ok);
     assert_tool_cycle(&out.transcript);
     assert_eq!(out.error.unwrap().code(), "run.cancelled");
 }
@@ -594,7 +594,7 @@ async fn a_handler_that_ignores_cancellation_is_abandoned_after_the_grace_period
         "outlived the deadline by {:?}",
         start.elapsed()
     );
-    assert_eq!(out.tool_calls[0].status, CallStatus::Cancelled);
+    assert_eq!(out.tool_calls[0].outcome.status, CallStatus::Cancelled);
     assert_tool_cycle(&out.transcript);
 }
 
@@ -648,7 +648,7 @@ async fn a_handler_that_panics_before_returning_its_future_fails_the_call_not_th
     let err = out.error.unwrap();
     assert_eq!(err.code(), "tool.panicked");
     assert!(err.to_string().contains("early kaboom"), "{err}");
-    assert_eq!(out.tool_calls[0].status, CallStatus::Fatal);
+    assert_eq!(out.tool_calls[0].outcome.status, CallStatus::Fatal);
     assert_tool_cycle(&out.transcript);
 }
 
@@ -675,7 +675,7 @@ async fn a_fatal_tool_error_drains_running_siblings_without_cancelling_them() {
     assert_eq!(out.stop_reason, StopReason::Failed);
     assert_eq!(out.error.unwrap().code(), "tool.fatal");
     assert_eq!(
-        out.tool_calls[0].status,
+        out.tool_calls[0].outcome.status,
         CallStatus::Ok,
         "the sibling finished, not cancelled"
     );
@@ -698,8 +698,8 @@ async fn a_per_tool_timeout_becomes_an_error_the_model_reads() {
     ]);
     let out = agent(model, vec![slow], Limits::default()).run("go").await;
     assert_eq!(out.stop_reason, StopReason::Finished);
-    assert_eq!(out.tool_calls[0].status, CallStatus::Error);
-    assert_eq!(out.tool_calls[0].error_code.as_deref(), Some("timeout"));
+    assert_eq!(out.tool_calls[0].outcome.status, CallStatus::Error);
+    assert_eq!(out.tool_calls[0].outcome.code.as_deref(), Some("timeout"));
 }
 
 #[tokio::test]
@@ -774,7 +774,7 @@ async fn blank_call_ids_get_generated_unique_ids() {
         .run("go")
         .await;
     assert_eq!(out.stop_reason, StopReason::Finished);
-    let ids: Vec<&str> = out.tool_calls.iter().map(|r| &*r.id).collect();
+    let ids: Vec<&str> = out.tool_calls.iter().map(|r| &*r.call_id).collect();
     assert!(ids.iter().all(|i| !i.trim().is_empty()));
     assert_ne!(ids[0], ids[1]);
     assert_tool_cycle(&out.transcript);
@@ -833,7 +833,7 @@ async fn details_reach_the_caller_but_never_the_model() {
     let model = ScriptedModel::new([calls(&[("a", "d", "{}")]), ModelResponse::text("ok")]);
     let out = agent(model, vec![t], Limits::default()).run("go").await;
     assert_eq!(
-        out.tool_calls[0].details,
+        out.tool_calls[0].outcome.details,
         Some(json!({"secret_internal": 42}))
     );
     let transcript = serde_json::to_string(&out.transcript).unwrap();
@@ -1189,7 +1189,7 @@ async fn a_typed_tool_gets_its_schema_from_its_argument_type() {
     ]);
     let out = agent(model, vec![t], Limits::default()).run("go").await;
     assert_eq!(
-        out.tool_calls[0].output,
+        out.tool_calls[0].outcome.output().cloned(),
         Some(agentloop::ToolContent::Text("Paris: 18 celsius".into()))
     );
 }
@@ -1206,7 +1206,7 @@ async fn a_script_file_runs_with_raw_argument_strings() {
         .run("go")
         .await;
     assert_eq!(out.stop_reason, StopReason::Finished);
-    assert_eq!(out.tool_calls[1].input, json!({"tag": "obj"}));
+    assert_eq!(out.tool_calls[1].arguments, json!({"tag": "obj"}));
     assert_eq!(out.usage.output_tokens, 2);
     let exhausted = agent(ScriptedModel::new([]), vec![], Limits::default())
         .run("go")
@@ -1251,8 +1251,8 @@ async fn a_tool_with_retries_runs_again_and_the_model_reads_only_the_last_attemp
     assert_eq!(out.stop_reason, StopReason::Finished);
     assert_eq!(runs.load(Ordering::SeqCst), 3);
     let record = &out.tool_calls[0];
-    assert_eq!(record.status, CallStatus::Ok);
-    assert_eq!(record.retries, 2);
+    assert_eq!(record.outcome.status, CallStatus::Ok);
+    assert_eq!(record.outcome.retries, 2);
     assert_eq!(out.tool_calls_run, 1, "one call, however many attempts");
     // 100 ms, then 200 ms between the attempts.
     assert!(started.elapsed() >= Duration::from_millis(300));
@@ -1315,9 +1315,12 @@ async fn when_retries_run_out_the_model_reads_the_last_failure_and_fatal_errors_
         3,
         "one attempt and two retries"
     );
-    assert_eq!(out.tool_calls[0].status, CallStatus::Error);
-    assert_eq!(out.tool_calls[0].retries, 2);
-    assert_eq!(out.tool_calls[0].error.as_deref(), Some("attempt 3 failed"));
+    assert_eq!(out.tool_calls[0].outcome.status, CallStatus::Error);
+    assert_eq!(out.tool_calls[0].outcome.retries, 2);
+    assert_eq!(
+        out.tool_calls[0].outcome.error_text().as_deref(),
+        Some("attempt 3 failed")
+    );
 
     let runs = Arc::new(AtomicUsize::new(0));
     let model = ScriptedModel::new([calls(&[("a", "flaky", "{}")]), ModelResponse::text("never")]);
@@ -1334,7 +1337,7 @@ async fn when_retries_run_out_the_model_reads_the_last_failure_and_fatal_errors_
         1,
         "a fatal error is not retried"
     );
-    assert_eq!(out.tool_calls[0].retries, 0);
+    assert_eq!(out.tool_calls[0].outcome.retries, 0);
 }
 
 #[tokio::test(start_paused = true)]
@@ -1363,8 +1366,8 @@ async fn a_timed_out_attempt_is_retried_and_arguments_the_handler_cannot_read_ar
     let out = agent(model, vec![slow_once], Limits::default())
         .run("go")
         .await;
-    assert_eq!(out.tool_calls[0].status, CallStatus::Ok);
-    assert_eq!(out.tool_calls[0].retries, 1);
+    assert_eq!(out.tool_calls[0].outcome.status, CallStatus::Ok);
+    assert_eq!(out.tool_calls[0].outcome.retries, 1);
     assert_eq!(runs.load(Ordering::SeqCst), 2);
 
     // A typed handler whose arguments do not deserialize fails the same way every time.
@@ -1389,8 +1392,8 @@ async fn a_timed_out_attempt_is_retried_and_arguments_the_handler_cannot_read_ar
         ModelResponse::text("done"),
     ]);
     let out = agent(model, vec![typed], Limits::default()).run("go").await;
-    assert_eq!(out.tool_calls[0].status, CallStatus::Error);
-    assert_eq!(out.tool_calls[0].retries, 0);
+    assert_eq!(out.tool_calls[0].outcome.status, CallStatus::Error);
+    assert_eq!(out.tool_calls[0].outcome.retries, 0);
     assert_eq!(typed_runs.load(Ordering::SeqCst), 0);
 }
 
@@ -1426,7 +1429,7 @@ async fn no_retry_starts_after_the_deadline() {
         1,
         "the failed attempt was not retried"
     );
-    assert_eq!(out.tool_calls[0].retries, 0);
+    assert_eq!(out.tool_calls[0].outcome.retries, 0);
     assert_tool_cycle(&out.transcript);
 }
 
@@ -1447,8 +1450,11 @@ async fn a_permanent_tool_error_is_not_retried() {
         .await;
     assert_eq!(out.stop_reason, StopReason::Finished);
     assert_eq!(runs.load(Ordering::SeqCst), 1);
-    assert_eq!(out.tool_calls[0].retries, 0);
-    assert_eq!(out.tool_calls[0].error.as_deref(), Some("no such city"));
+    assert_eq!(out.tool_calls[0].outcome.retries, 0);
+    assert_eq!(
+        out.tool_calls[0].outcome.error_text().as_deref(),
+        Some("no such city")
+    );
     // Permanence is about retries only: the model still reads the error, and a fatal one stays fatal.
     assert!(ToolError::fatal("x").permanent().is_fatal());
 }
@@ -1474,7 +1480,7 @@ async fn a_blocking_tool_on_its_own_task_does_not_hold_up_the_deadline() {
     let started = std::time::Instant::now();
     let out = agent(model, vec![blocking], limits).run("go").await;
     assert_eq!(out.stop_reason, StopReason::Deadline);
-    assert_eq!(out.tool_calls[0].status, CallStatus::Cancelled);
+    assert_eq!(out.tool_calls[0].outcome.status, CallStatus::Cancelled);
     // The deadline and the grace period, not the 1.5 s the handler blocks for.
     assert!(
         started.elapsed() < Duration::from_millis(1200),
@@ -1503,8 +1509,8 @@ async fn the_timeout_of_a_blocking_tool_on_its_own_task_fires() {
         .run("go")
         .await;
     assert_eq!(out.stop_reason, StopReason::Finished);
-    assert_eq!(out.tool_calls[0].status, CallStatus::Error);
-    assert_eq!(out.tool_calls[0].error_code.as_deref(), Some("timeout"));
+    assert_eq!(out.tool_calls[0].outcome.status, CallStatus::Error);
+    assert_eq!(out.tool_calls[0].outcome.code.as_deref(), Some("timeout"));
     assert!(
         started.elapsed() < Duration::from_millis(500),
         "{:?}",

@@ -1,79 +1,135 @@
-//! The state machine on its own: no async, no clock, no I/O.
+//! The state machine on its own: no async, no clock, no I/O. Each test plays the driver by hand:
+//! it asks for the action, answers with an input, and checks what the machine decides.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use agentloop::machine::{
+    Action, HookFailure, Input, Interrupt, RunMachine, RunStart, Seams, Step,
+};
 use agentloop::{
-    Action, AgentConfig, CallOutcome, CallResult, DecisionPolicy, Limits, Message, ModelResponse,
-    ModelSettings, RunMachine, SequentialIds, StopReason, Tool, ToolOutput, ToolSet,
+    Agent, CallOutcome, CallStatus, HookRole, Limits, Message, ModelResponse, ScriptedModel,
+    SequentialIds, StopReason, Tool, ToolOutput, Verdict,
 };
 use serde_json::{Value, json};
 
-fn config(limits: Limits) -> Arc<AgentConfig> {
-    let mut tools = ToolSet::new();
-    tools
-        .register(Tool::dynamic(
+fn agent(limits: Limits) -> Agent {
+    Agent::builder()
+        .model(ScriptedModel::new([]))
+        .instructions("be brief")
+        .tool(Tool::dynamic(
             "echo",
             "Echo.",
             json!({"type": "object"}),
             |a: Value, _c| async { Ok(ToolOutput::json(a)) },
         ))
-        .unwrap();
-    Arc::new(AgentConfig {
-        name: "t".into(),
-        instructions: Some("be brief".into()),
-        tools,
-        limits,
-        policy: DecisionPolicy::default(),
-        output_schema: None,
-        settings: ModelSettings::default(),
-    })
+        .limits(limits)
+        .build()
+        .unwrap()
 }
 
-fn machine(limits: Limits) -> RunMachine {
+fn machine_with(limits: Limits, seams: Seams) -> RunMachine {
     RunMachine::new(
-        config(limits),
-        Arc::new(SequentialIds::default()),
-        Arc::from("r"),
-        Vec::new(),
-        Some(Message::user("hi")),
+        Arc::clone(agent(limits).config()),
+        RunStart {
+            run_id: Arc::from("r"),
+            ids: Arc::new(SequentialIds::default()),
+            seams,
+            limits: None,
+            transcript: Vec::new(),
+            input: Some(Message::user("hi")),
+            observed: false,
+        },
     )
 }
 
+fn machine(limits: Limits) -> RunMachine {
+    machine_with(limits, Seams::default())
+}
+
+fn feed(m: &mut RunMachine, ms: u64, input: Input) {
+    m.feed(Step {
+        at: Duration::from_millis(ms),
+        input,
+    });
+}
+
+fn respond(m: &mut RunMachine, ms: u64, response: ModelResponse) {
+    assert!(matches!(m.action(), Action::CallModel(_)), "{m:?}");
+    feed(
+        m,
+        ms,
+        Input::ModelResponded {
+            response,
+            cost: None,
+            failures: Vec::new(),
+        },
+    );
+}
+
+/// Plays a whole batch: starts every call the machine hands out and finishes each with `ok`.
+/// Returns how many calls ran, or `None` when the machine asked for no batch.
+fn run_batch(m: &mut RunMachine, ms: u64) -> Option<usize> {
+    let mut ran = 0;
+    let mut started = Vec::new();
+    loop {
+        match m.action() {
+            Action::StartCall(call) => {
+                let position = call.position;
+                started.push(position);
+                feed(m, ms, Input::CallStarted { position });
+            }
+            Action::AwaitCalls { .. } => {
+                let position = started.remove(0);
+                ran += 1;
+                feed(
+                    m,
+                    ms,
+                    Input::CallFinished {
+                        position,
+                        outcome: CallOutcome::ok(ToolOutput::text("ok")),
+                        failures: Vec::new(),
+                    },
+                );
+            }
+            _ => return (ran > 0).then_some(ran),
+        }
+    }
+}
+
 #[test]
-fn the_machine_asks_for_the_model_then_the_batch_then_finishes() {
+fn the_machine_asks_for_the_model_then_the_calls_then_finishes() {
     let mut m = machine(Limits::default());
-    assert!(matches!(m.next_action(Duration::ZERO), Action::CallModel));
-    let req = m.request();
+    let Action::CallModel(req) = m.action() else {
+        panic!("expected a model call")
+    };
     assert_eq!(req.instructions, Some("be brief"));
     assert_eq!(req.messages.len(), 1);
     assert_eq!(req.tools.len(), 1);
-    m.on_model_response(
+    respond(
+        &mut m,
+        1,
         ModelResponse::tool_calls([("", "echo", r#"{"a":1}"#)]),
-        None,
     );
-    let Action::RunTools(batch) = m.next_action(Duration::from_millis(1)) else {
-        panic!("expected a batch")
+    let Action::StartCall(call) = m.action() else {
+        panic!("expected a call to start")
     };
-    assert_eq!(batch.calls.len(), 1);
     assert_eq!(
-        &*batch.calls[0].call_id, "call_1",
+        &*call.call_id, "call_1",
         "blank ids come from the injected id source"
     );
-    assert_eq!(*batch.calls[0].args, json!({"a": 1}));
-    m.on_tool_outcomes(vec![CallOutcome::instant(CallResult::Ok(
-        ToolOutput::text("done"),
-    ))]);
-    assert!(matches!(
-        m.next_action(Duration::from_millis(2)),
-        Action::CallModel
-    ));
-    m.on_model_response(ModelResponse::text("bye"), Some(0.25));
-    assert!(matches!(
-        m.next_action(Duration::from_millis(3)),
-        Action::Finish
-    ));
+    assert_eq!(*call.arguments, json!({"a": 1}));
+    assert_eq!(run_batch(&mut m, 2), Some(1));
+    m.feed(Step {
+        at: Duration::from_millis(3),
+        input: Input::ModelResponded {
+            response: ModelResponse::text("bye"),
+            cost: Some(0.25),
+            failures: Vec::new(),
+        },
+    });
+    assert!(matches!(m.action(), Action::Finish));
     let out = m.into_outcome(Duration::from_millis(3));
     assert_eq!(out.stop_reason, StopReason::Finished);
     assert_eq!(out.output.as_deref(), Some("bye"));
@@ -85,23 +141,13 @@ fn the_machine_asks_for_the_model_then_the_batch_then_finishes() {
 fn the_same_inputs_give_the_same_run() {
     let drive = || {
         let mut m = machine(Limits::default());
-        m.next_action(Duration::ZERO);
-        m.on_model_response(
+        respond(
+            &mut m,
+            0,
             ModelResponse::tool_calls([("", "echo", "{}"), ("", "echo", r#"{"x":2}"#)]),
-            None,
         );
-        let Action::RunTools(b) = m.next_action(Duration::ZERO) else {
-            panic!()
-        };
-        m.on_tool_outcomes(
-            b.calls
-                .iter()
-                .map(|_| CallOutcome::instant(CallResult::Ok(ToolOutput::text("k"))))
-                .collect(),
-        );
-        m.next_action(Duration::ZERO);
-        m.on_model_response(ModelResponse::text("end"), None);
-        m.next_action(Duration::ZERO);
+        run_batch(&mut m, 1);
+        respond(&mut m, 2, ModelResponse::text("end"));
         serde_json::to_string(&m.into_outcome(Duration::ZERO).transcript).unwrap()
     };
     assert_eq!(drive(), drive());
@@ -113,21 +159,13 @@ fn the_deadline_is_checked_before_each_model_call_with_the_injected_time() {
         timeout: Some(Duration::from_secs(5)),
         ..Limits::default()
     });
-    assert!(matches!(
-        m.next_action(Duration::from_secs(1)),
-        Action::CallModel
-    ));
-    m.on_model_response(ModelResponse::tool_calls([("a", "echo", "{}")]), None);
-    let Action::RunTools(_) = m.next_action(Duration::from_secs(2)) else {
-        panic!()
-    };
-    m.on_tool_outcomes(vec![CallOutcome::instant(CallResult::Ok(
-        ToolOutput::text("k"),
-    ))]);
-    assert!(matches!(
-        m.next_action(Duration::from_secs(6)),
-        Action::Finish
-    ));
+    respond(
+        &mut m,
+        1000,
+        ModelResponse::tool_calls([("a", "echo", "{}")]),
+    );
+    assert_eq!(run_batch(&mut m, 6000), Some(1));
+    assert!(matches!(m.action(), Action::Finish));
     let out = m.into_outcome(Duration::from_secs(6));
     assert_eq!(out.stop_reason, StopReason::Deadline);
     assert_eq!(out.limit.unwrap().consumed, 6000.0);
@@ -135,39 +173,69 @@ fn the_deadline_is_checked_before_each_model_call_with_the_injected_time() {
 
 #[test]
 fn a_denied_call_gives_its_slot_in_the_budget_back() {
-    let mut m = machine(Limits {
-        max_tool_calls: Some(1),
-        ..Limits::default()
-    });
-    m.next_action(Duration::ZERO);
-    m.on_model_response(ModelResponse::tool_calls([("a", "echo", "{}")]), None);
-    let Action::RunTools(_) = m.next_action(Duration::ZERO) else {
-        panic!()
+    let seams = Seams {
+        gates: 1,
+        ..Seams::default()
     };
-    m.on_tool_outcomes(vec![CallOutcome::instant(CallResult::Denied {
-        reason: "no".into(),
-    })]);
-    m.next_action(Duration::ZERO);
-    m.on_model_response(
+    let mut m = machine_with(
+        Limits {
+            max_tool_calls: Some(1),
+            ..Limits::default()
+        },
+        seams,
+    );
+    respond(&mut m, 0, ModelResponse::tool_calls([("a", "echo", "{}")]));
+    assert!(matches!(m.action(), Action::Admit { gate: 0, .. }));
+    feed(
+        &mut m,
+        0,
+        Input::Admitted {
+            verdicts: vec![Verdict::Deny("no".into())],
+            failures: Vec::new(),
+        },
+    );
+    respond(
+        &mut m,
+        0,
         ModelResponse::tool_calls([("b", "echo", r#"{"k":1}"#)]),
-        None,
     );
     assert!(
-        matches!(m.next_action(Duration::ZERO), Action::RunTools(_)),
+        matches!(m.action(), Action::Admit { .. }),
         "the denied call did not use the budget"
     );
 }
 
 #[test]
 fn a_follow_up_message_continues_a_finished_run() {
-    let mut m = machine(Limits::default());
-    m.next_action(Duration::ZERO);
-    m.on_model_response(ModelResponse::text("first"), None);
-    assert!(matches!(m.next_action(Duration::ZERO), Action::Finish));
-    m.push_user_message(Message::user("and then?"));
-    assert!(matches!(m.next_action(Duration::ZERO), Action::CallModel));
-    m.on_model_response(ModelResponse::text("second"), None);
-    m.next_action(Duration::ZERO);
+    let seams = Seams {
+        steering: true,
+        ..Seams::default()
+    };
+    let mut m = machine_with(Limits::default(), seams);
+    let messages = |messages: Vec<Message>, follow_up| Input::Messages {
+        messages,
+        follow_up,
+    };
+    assert!(matches!(
+        m.action(),
+        Action::TakeMessages { follow_up: false }
+    ));
+    feed(&mut m, 0, messages(Vec::new(), false));
+    respond(&mut m, 0, ModelResponse::text("first"));
+    assert!(matches!(
+        m.action(),
+        Action::TakeMessages { follow_up: false }
+    ));
+    feed(&mut m, 0, messages(Vec::new(), false));
+    assert!(matches!(
+        m.action(),
+        Action::TakeMessages { follow_up: true }
+    ));
+    feed(&mut m, 0, messages(vec![Message::user("and then?")], true));
+    respond(&mut m, 0, ModelResponse::text("second"));
+    feed(&mut m, 0, messages(Vec::new(), false));
+    feed(&mut m, 0, messages(Vec::new(), true));
+    assert!(matches!(m.action(), Action::Finish));
     let out = m.into_outcome(Duration::ZERO);
     assert_eq!(out.output.as_deref(), Some("second"));
     assert_eq!(out.turns, 2);
@@ -175,23 +243,8 @@ fn a_follow_up_message_continues_a_finished_run() {
 
 /// One tool turn: the model's calls, then an ok outcome for each admitted call.
 fn tool_turn(m: &mut RunMachine, now: u64, calls: &[(&str, &str, &str)]) -> Option<usize> {
-    assert!(matches!(
-        m.next_action(Duration::from_millis(now)),
-        Action::CallModel
-    ));
-    m.on_model_response(ModelResponse::tool_calls(calls.iter().copied()), None);
-    match m.next_action(Duration::from_millis(now + 1)) {
-        Action::RunTools(batch) => {
-            let n = batch.calls.len();
-            m.on_tool_outcomes(
-                (0..n)
-                    .map(|_| CallOutcome::instant(CallResult::Ok(ToolOutput::text("ok"))))
-                    .collect(),
-            );
-            Some(n)
-        }
-        _ => None,
-    }
+    respond(m, now, ModelResponse::tool_calls(calls.iter().copied()));
+    run_batch(m, now + 1)
 }
 
 #[test]
@@ -232,8 +285,201 @@ fn the_stuck_loop_rule_counts_rejected_and_admitted_calls_by_their_turn_records(
     let refused: Vec<&str> = out
         .tool_calls
         .iter()
-        .filter(|r| r.error_code.as_deref() == Some("limit.stuck_loop"))
+        .filter(|r| r.outcome.code.as_deref() == Some("limit.stuck_loop"))
         .map(|r| &*r.tool)
         .collect();
     assert_eq!(refused, ["nope", "echo", "echo"]);
+}
+
+/// Every tool call of the transcript is followed, before the next non-tool message, by exactly
+/// one result with its id.
+fn assert_every_call_answered(transcript: &[Message]) {
+    let mut i = 0;
+    while let Some(msg) = transcript.get(i) {
+        i += 1;
+        let Some(a) = msg.as_assistant() else {
+            continue;
+        };
+        for call in &a.tool_calls {
+            let r = transcript
+                .get(i)
+                .and_then(Message::as_tool_result)
+                .unwrap_or_else(|| panic!("call {} has no result: {transcript:?}", call.id));
+            assert_eq!(&*r.call_id, call.id.as_str());
+            i += 1;
+        }
+    }
+}
+
+#[test]
+fn a_cancel_between_the_response_and_the_dispatch_answers_every_call() {
+    // B1: the cancel lands while the batch waits for its gate.
+    let mut m = machine_with(
+        Limits::default(),
+        Seams {
+            gates: 1,
+            ..Seams::default()
+        },
+    );
+    respond(
+        &mut m,
+        0,
+        ModelResponse::tool_calls([("a", "echo", "{}"), ("b", "echo", r#"{"x":1}"#)]),
+    );
+    assert!(matches!(m.action(), Action::Admit { .. }));
+    feed(
+        &mut m,
+        1,
+        Input::Interrupted {
+            by: Interrupt::Cancelled,
+        },
+    );
+    assert!(matches!(m.action(), Action::Finish));
+    let out = m.into_outcome(Duration::ZERO);
+    assert_eq!(out.stop_reason, StopReason::Cancelled);
+    assert_every_call_answered(&out.transcript);
+    assert!(
+        out.tool_calls
+            .iter()
+            .all(|r| r.outcome.code.as_deref() == Some("not_run"))
+    );
+}
+
+#[test]
+fn a_failing_after_model_hook_answers_every_call_of_the_response() {
+    // B2: a required after-model hook fails on a response that calls tools.
+    let mut m = machine_with(
+        Limits::default(),
+        Seams {
+            hooks: true,
+            ..Seams::default()
+        },
+    );
+    assert!(matches!(m.action(), Action::PrepareRequest));
+    feed(
+        &mut m,
+        0,
+        Input::Prepared {
+            changes: Default::default(),
+            failures: Vec::new(),
+        },
+    );
+    respond(&mut m, 0, ModelResponse::tool_calls([("a", "echo", "{}")]));
+    assert!(matches!(m.action(), Action::Review(_)));
+    feed(
+        &mut m,
+        0,
+        Input::Reviewed {
+            failures: vec![HookFailure {
+                hook: "policy".into(),
+                role: HookRole::Required,
+                stage: "after_model_call".into(),
+                message: "no".into(),
+            }],
+        },
+    );
+    assert!(matches!(m.action(), Action::Finalize));
+    feed(
+        &mut m,
+        0,
+        Input::Finalized {
+            failures: Vec::new(),
+        },
+    );
+    let out = m.into_outcome(Duration::ZERO);
+    assert_eq!(out.stop_reason, StopReason::Failed);
+    assert_eq!(out.error.unwrap().code(), "hook.failed");
+    assert_every_call_answered(&out.transcript);
+    assert_eq!(out.tool_calls[0].outcome.status, CallStatus::Cancelled);
+}
+
+#[test]
+fn a_fatal_call_stops_dispatch_and_the_siblings_still_running_are_drained() {
+    let mut m = machine(Limits {
+        max_concurrency: 1,
+        ..Limits::default()
+    });
+    respond(
+        &mut m,
+        0,
+        ModelResponse::tool_calls([("a", "echo", "{}"), ("b", "echo", r#"{"x":1}"#)]),
+    );
+    let Action::StartCall(call) = m.action() else {
+        panic!()
+    };
+    let position = call.position;
+    feed(&mut m, 0, Input::CallStarted { position });
+    assert!(matches!(m.action(), Action::AwaitCalls { retries: true }));
+    feed(
+        &mut m,
+        1,
+        Input::CallFinished {
+            position,
+            outcome: CallOutcome::fatal("disk on fire"),
+            failures: Vec::new(),
+        },
+    );
+    let out = m.into_outcome(Duration::ZERO);
+    assert_eq!(out.stop_reason, StopReason::Failed);
+    assert_eq!(out.error.unwrap().code(), "tool.fatal");
+    assert_eq!(out.tool_calls[1].outcome.code.as_deref(), Some("not_run"));
+    assert_every_call_answered(&out.transcript);
+}
+
+#[test]
+fn an_interrupted_batch_drains_then_cancels_what_still_runs() {
+    let mut m = machine(Limits {
+        timeout: Some(Duration::from_secs(1)),
+        grace_period: Duration::from_millis(500),
+        ..Limits::default()
+    });
+    respond(
+        &mut m,
+        0,
+        ModelResponse::tool_calls([("a", "echo", "{}"), ("b", "echo", r#"{"x":1}"#)]),
+    );
+    for position in [0, 1] {
+        feed(&mut m, 0, Input::CallStarted { position });
+    }
+    feed(
+        &mut m,
+        1000,
+        Input::Interrupted {
+            by: Interrupt::Deadline,
+        },
+    );
+    let Action::Drain { until } = m.action() else {
+        panic!("expected a drain: {m:?}")
+    };
+    assert_eq!(until, Duration::from_millis(1500));
+    feed(
+        &mut m,
+        1200,
+        Input::CallFinished {
+            position: 1,
+            outcome: CallOutcome::ok(ToolOutput::text("made it")),
+            failures: Vec::new(),
+        },
+    );
+    assert!(matches!(m.action(), Action::Drain { .. }));
+    feed(&mut m, 1500, Input::GraceOver);
+    let out = m.into_outcome(Duration::from_millis(1500));
+    assert_eq!(out.stop_reason, StopReason::Deadline);
+    assert_eq!(out.tool_calls[0].outcome.code.as_deref(), Some("cancelled"));
+    assert_eq!(out.tool_calls[1].outcome.status, CallStatus::Ok);
+    assert_every_call_answered(&out.transcript);
+}
+
+#[test]
+fn an_input_that_answers_another_step_fails_the_run_instead_of_guessing() {
+    let mut m = machine(Limits::default());
+    feed(&mut m, 0, Input::GraceOver);
+    let out = m.into_outcome(Duration::ZERO);
+    assert_eq!(out.stop_reason, StopReason::Failed);
+    assert!(
+        out.error
+            .unwrap()
+            .to_string()
+            .contains("asked for a model call")
+    );
 }

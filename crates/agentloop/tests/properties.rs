@@ -110,7 +110,7 @@ proptest! {
             }
         }
         prop_assert_eq!(out.tool_calls.len(), calls_in_transcript);
-        let started = out.tool_calls.iter().filter(|r| matches!(r.status, CallStatus::Ok | CallStatus::Error)).count() as u32;
+        let started = out.tool_calls.iter().filter(|r| matches!(r.outcome.status, CallStatus::Ok | CallStatus::Error)).count() as u32;
         prop_assert_eq!(started, runs.load(Ordering::SeqCst));
         prop_assert_eq!(out.tool_calls_run, runs.load(Ordering::SeqCst));
         if let Some(max) = max_tool_calls { prop_assert!(out.tool_calls_run <= max); }

@@ -463,7 +463,7 @@ async fn an_agent_run_calls_macro_tools_with_defaults_errors_and_progress() {
     let statuses: Vec<(&str, CallStatus)> = outcome
         .tool_calls
         .iter()
-        .map(|r| (&*r.id, r.status))
+        .map(|r| (&*r.call_id, r.outcome.status))
         .collect();
     assert_eq!(
         statuses,

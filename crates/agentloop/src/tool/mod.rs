@@ -16,6 +16,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
+mod layer;
+
+pub(crate) use layer::{CallService, panic_message};
+
 use crate::event::{Event, EventKind, EventSink};
 use crate::message::ToolContent;
 
@@ -325,6 +329,26 @@ impl ProgressSender {
         }
     }
 
+    /// Announces that a failed attempt will be run again after `delay`.
+    pub(crate) fn retrying(&self, retry: u32, code: &str, message: &str, delay: Duration) {
+        if let Some(t) = &self.target
+            && !t.closed.load(std::sync::atomic::Ordering::Acquire)
+        {
+            t.sink.emit(&Event {
+                run_id: t.run_id.clone(),
+                turn: t.turn,
+                kind: EventKind::ToolRetrying {
+                    call_id: t.call_id.to_string(),
+                    tool: t.tool.to_string(),
+                    retry,
+                    code: code.to_owned(),
+                    message: message.to_owned(),
+                    delay,
+                },
+            });
+        }
+    }
+
     /// Reports progress (a message, a fraction, any JSON). A no-op when nobody listens or once
     /// the call is over.
     pub fn send(&self, progress: impl Into<Value>) {
@@ -359,6 +383,9 @@ pub struct ToolContext {
     pub cancel: CancellationToken,
     /// Progress updates.
     pub progress: ProgressSender,
+    /// Fires when no new attempt may start (a sibling failed fatally, the run was interrupted):
+    /// the retry layer stops there.
+    pub(crate) stop_retries: CancellationToken,
 }
 
 impl ToolContext {
@@ -371,6 +398,7 @@ impl ToolContext {
             turn: 0,
             cancel: CancellationToken::new(),
             progress: ProgressSender::default(),
+            stop_retries: CancellationToken::new(),
         }
     }
 }
@@ -719,7 +747,9 @@ pub fn check_tool_name(name: &str) -> Result<(), String> {
 pub(crate) struct RegisteredTool {
     /// The name, shared by every call of the tool, its results and its records.
     pub(crate) name: Arc<str>,
-    pub(crate) handler: Arc<dyn ToolHandler>,
+    /// The handler under its layers (panic isolation, its own task, timeout, retries), composed
+    /// once here.
+    pub(crate) call: Arc<dyn CallService>,
     pub(crate) validator: Arc<jsonschema::Validator>,
 }
 
@@ -796,10 +826,11 @@ impl ToolSet {
         }
         self.by_name.insert(spec.name.clone(), self.specs.len());
         let name: Arc<str> = Arc::from(spec.name.as_str());
+        let call = layer::compose(handler, &spec);
         self.specs.push(spec);
         self.entries.push(RegisteredTool {
             name,
-            handler,
+            call,
             validator: Arc::new(validator),
         });
         Ok(())
@@ -883,6 +914,14 @@ pub fn compile_schema(schema: &Value) -> Result<jsonschema::Validator, String> {
         .with_draft(jsonschema::Draft::Draft202012)
         .build(schema)
         .map_err(|e| e.to_string())
+}
+
+/// Violations joined for the model to read.
+pub(crate) fn join_violations(v: &[SchemaViolation]) -> String {
+    v.iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 pub(crate) fn validate_with(

@@ -1,7 +1,6 @@
 //! Models for demos and tests: [`ScriptedModel`] answers with a fixed sequence of responses (from
-//! code or a JSON file), [`FunctionModel`] calls a closure that sees each request.
+//! code or JSON text; the CLI reads script files), [`FunctionModel`] calls a closure that sees each request.
 
-use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -174,19 +173,6 @@ impl ScriptedModel {
         ))
     }
 
-    /// A script from a JSON file.
-    pub fn from_file(path: impl AsRef<Path>) -> Result<Self, ScriptLoadError> {
-        let path = path.as_ref();
-        let text = std::fs::read_to_string(path).map_err(|e| ScriptLoadError {
-            path: path.display().to_string(),
-            message: e.to_string(),
-        })?;
-        Self::from_json(&text).map_err(|e| ScriptLoadError {
-            path: path.display().to_string(),
-            message: e.to_string(),
-        })
-    }
-
     fn build(steps: Vec<(ScriptStep, Option<Duration>)>, stream_deltas: bool) -> Self {
         ScriptedModel {
             inner: Arc::new(ScriptInner {
@@ -230,16 +216,6 @@ impl ScriptedModel {
     pub fn is_empty(&self) -> bool {
         self.inner.steps.is_empty()
     }
-}
-
-/// A script file could not be read or parsed.
-#[derive(Debug, Clone, thiserror::Error)]
-#[error("cannot load script {path}: {message}")]
-pub struct ScriptLoadError {
-    /// The file.
-    pub path: String,
-    /// What went wrong.
-    pub message: String,
 }
 
 fn deltas(response: &ModelResponse) -> Vec<Result<ModelEvent, ModelError>> {

@@ -1,0 +1,415 @@
+//! The local tokio driver: the I/O around a [`RunMachine`], and no rule of its own.
+//!
+//! It asks the machine for the next [`Action`], performs it (calls the model, streaming deltas out
+//! as events; runs hooks, guardrails and gates with their panics isolated; starts and awaits tool
+//! calls inside the run's own task), races every step against cancellation and the deadline, and
+//! hands the result back as an [`Input`]. Whatever it learns, the machine decides what follows.
+//!
+//! - `mod.rs`: the loop, the model call, interrupts.
+//! - `seams.rs`: hooks, guardrails, gates and pricing, each panic-isolated.
+//! - `replay.rs`: the replay driver, which feeds a recorded step log to a fresh machine.
+
+pub mod replay;
+mod seams;
+
+use std::sync::Arc;
+
+use futures::stream::FuturesUnordered;
+use futures::{Future, StreamExt};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::agent::Inner;
+use crate::event::{Event, EventKind, EventSink, Sinks};
+use crate::machine::{Action, AdmittedCall, Input, Interrupt, RunMachine, Step};
+use crate::model::{ModelEvent, ModelRequest, ResponseAccumulator};
+use crate::outcome::{CallOutcome, RunOutcome};
+use crate::steering::Steering;
+use crate::tool::{ProgressSender, ToolContext};
+
+pub use replay::{RunLog, StepLog, replay};
+
+/// A running call: its position, its outcome, and its after-tool hooks' failures.
+type CallDone = (usize, CallOutcome, Vec<crate::machine::HookFailure>);
+
+pub(crate) struct Driver<'a> {
+    pub(crate) inner: &'a Inner,
+    pub(crate) sinks: Sinks,
+    pub(crate) cancel: CancellationToken,
+    pub(crate) steering: Option<Steering>,
+    pub(crate) start: Instant,
+    /// The run's step log, kept when the caller asked for it (or to check the replay).
+    pub(crate) log: Option<RunLog>,
+    pub(crate) log_out: Option<StepLog>,
+}
+
+impl<'a> Driver<'a> {
+    fn emit(&self, m: &RunMachine, kind: EventKind) {
+        self.sinks.emit(&Event {
+            run_id: m.run_id().clone(),
+            turn: m.turn(),
+            kind,
+        });
+    }
+
+    fn flush(&self, m: &mut RunMachine) {
+        if self.sinks.is_empty() {
+            return;
+        }
+        let run_id = m.run_id().clone();
+        let events: Vec<(u32, EventKind)> = m.drain_events().collect();
+        for (turn, kind) in events {
+            self.sinks.emit(&Event {
+                run_id: run_id.clone(),
+                turn,
+                kind,
+            });
+        }
+    }
+
+    /// The interrupt that has already happened, if any, without waiting.
+    fn interrupted_now(&self, deadline: Option<Instant>) -> Option<Interrupt> {
+        if self.cancel.is_cancelled() {
+            Some(Interrupt::Cancelled)
+        } else if deadline.is_some_and(|d| Instant::now() >= d) {
+            Some(Interrupt::Deadline)
+        } else {
+            None
+        }
+    }
+
+    async fn interrupted(&self, deadline: Option<Instant>) -> Interrupt {
+        let sleep = async {
+            match deadline {
+                Some(d) => tokio::time::sleep_until(d).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            biased;
+            _ = self.cancel.cancelled() => Interrupt::Cancelled,
+            _ = sleep => Interrupt::Deadline,
+        }
+    }
+
+    /// Performs a step unless an interrupt came first; one that already happened wins, so nothing
+    /// new starts after a cancel or a passed deadline. `stop` is told when the step loses.
+    async fn raced(
+        &self,
+        deadline: Option<Instant>,
+        stop: Option<&CancellationToken>,
+        step: impl Future<Output = Input>,
+    ) -> Input {
+        let by = tokio::select! {
+            biased;
+            by = self.interrupted(deadline) => by,
+            input = step => return input,
+        };
+        if let Some(t) = stop {
+            t.cancel();
+        }
+        Input::Interrupted { by }
+    }
+
+    pub(crate) async fn drive(
+        mut self,
+        mut m: RunMachine,
+        parent_run_id: Option<String>,
+    ) -> RunOutcome {
+        let observed = !self.sinks.is_empty();
+        if observed {
+            self.emit(
+                &m,
+                EventKind::RunStarted {
+                    agent: m.config().name().to_owned(),
+                    model: self.inner.model.id().to_owned(),
+                    parent_run_id,
+                    input: m.input_text().to_owned(),
+                },
+            );
+        }
+        let deadline = m.deadline().and_then(|d| self.start.checked_add(d));
+        // The tools' cancellation, and the end of their retries: children of the run's token.
+        let calls_cancel = self.cancel.child_token();
+        let stop_retries = calls_cancel.child_token();
+        // The calls run concurrently inside the run's own task: no task per call to spawn,
+        // schedule and free on another thread (a tool marked `own_task` gets one).
+        let mut running: FuturesUnordered<futures::future::BoxFuture<'_, CallDone>> =
+            FuturesUnordered::new();
+        let mut senders: Vec<(usize, ProgressSender)> = Vec::new();
+        loop {
+            self.flush(&mut m);
+            let input = match m.action() {
+                Action::Finish => break,
+                Action::CheckInput(text) => {
+                    let check = self.check_guardrails(&self.inner.input_guardrails, text);
+                    self.raced(deadline, None, check).await
+                }
+                Action::CheckOutput(text) => {
+                    let check = self.check_guardrails(&self.inner.output_guardrails, text);
+                    self.raced(deadline, None, check).await
+                }
+                Action::TakeMessages { follow_up } => {
+                    let messages = match &self.steering {
+                        Some(s) if follow_up => s.take_follow_ups(),
+                        Some(s) => s.take_steering(),
+                        None => Vec::new(),
+                    };
+                    Input::Messages {
+                        messages,
+                        follow_up,
+                    }
+                }
+                Action::PrepareRequest => {
+                    let prepare = self.before_model_call(&m);
+                    self.raced(deadline, None, prepare).await
+                }
+                Action::CallModel(request) => {
+                    let call = self.call_model(&m, request);
+                    self.raced(deadline, None, call).await
+                }
+                Action::Review(response) => {
+                    let review = self.after_model_call(&m, response);
+                    self.raced(deadline, None, review).await
+                }
+                Action::Admit { gate, batch } => {
+                    let stop = self.cancel.child_token();
+                    let admit = self.admit(&m, gate, &batch.calls, &stop);
+                    self.raced(deadline, Some(&stop), admit).await
+                }
+                Action::StartCall(call) => match self.interrupted_now(deadline) {
+                    Some(by) => Input::Interrupted { by },
+                    None => {
+                        let progress = self.progress(&m, call);
+                        if let Some(p) = &progress {
+                            senders.push((call.position, p.clone()));
+                        }
+                        let ctx = ToolContext {
+                            call_id: Arc::clone(&call.call_id),
+                            tool: Arc::clone(&call.tool),
+                            run_id: Arc::clone(m.run_id()),
+                            turn: m.turn(),
+                            cancel: calls_cancel.child_token(),
+                            progress: progress.unwrap_or_default(),
+                            stop_retries: stop_retries.clone(),
+                        };
+                        running.push(Box::pin(self.run_call(&m, call, ctx)));
+                        Input::CallStarted {
+                            position: call.position,
+                        }
+                    }
+                },
+                Action::AwaitCalls { retries } => {
+                    if !retries {
+                        stop_retries.cancel();
+                    }
+                    tokio::select! {
+                        biased;
+                        by = self.interrupted(deadline) => Input::Interrupted { by },
+                        done = running.next() => finished(done, &mut senders),
+                    }
+                }
+                Action::Drain { until } => {
+                    // Running handlers are told, and given the grace period to finish.
+                    calls_cancel.cancel();
+                    stop_retries.cancel();
+                    let grace = self.start.checked_add(until);
+                    let sleep = async {
+                        match grace {
+                            Some(g) => tokio::time::sleep_until(g).await,
+                            None => std::future::pending().await,
+                        }
+                    };
+                    tokio::select! {
+                        biased;
+                        done = running.next() => finished(done, &mut senders),
+                        _ = sleep => {
+                            // Dropping the calls still running cancels them; a handler whose drop
+                            // panics must not take the run down with it.
+                            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                                running.clear()
+                            }));
+                            for (_, s) in senders.drain(..) {
+                                s.close();
+                            }
+                            Input::GraceOver
+                        }
+                    }
+                }
+                Action::Finalize => {
+                    let outcome = m.outcome(self.start.elapsed());
+                    Input::Finalized {
+                        failures: self.finish_hooks(&outcome).await,
+                    }
+                }
+            };
+            let step = Step {
+                at: self.start.elapsed(),
+                input,
+            };
+            match &mut self.log {
+                Some(log) => m.feed_logged(step, &mut log.steps),
+                None => m.feed(step),
+            }
+        }
+        self.flush(&mut m);
+        drop(running);
+        for (_, s) in senders.drain(..) {
+            s.close();
+        }
+        let cfg = Arc::clone(m.config());
+        let outcome = m.into_outcome(self.start.elapsed());
+        if observed {
+            self.sinks.emit(&Event {
+                run_id: Arc::from(outcome.run_id.as_str()),
+                turn: outcome.turns,
+                kind: EventKind::RunFinished {
+                    stop_reason: outcome.stop_reason.clone(),
+                    usage: outcome.usage,
+                    cost_usd: outcome.cost_usd,
+                    turns: outcome.turns,
+                    error: outcome.error.as_ref().map(Into::into),
+                },
+            });
+        }
+        if let Some(log) = self.log.take() {
+            #[cfg(feature = "verify-replay")]
+            replay::verify(&cfg, &log, &outcome);
+            if let Some(out) = &self.log_out {
+                out.put(log);
+            }
+        }
+        drop(cfg);
+        outcome
+    }
+
+    /// A progress sender for a call, when anyone listens.
+    fn progress(&self, m: &RunMachine, call: &AdmittedCall) -> Option<ProgressSender> {
+        if self.sinks.is_empty() {
+            return None;
+        }
+        Some(ProgressSender::new(
+            Arc::new(self.sinks.clone()),
+            Arc::clone(m.run_id()),
+            m.turn(),
+            Arc::clone(&call.call_id),
+            Arc::clone(&call.tool),
+        ))
+    }
+
+    /// One call: the tool under its layers, then the after-tool hooks, timed.
+    fn run_call(
+        &self,
+        m: &RunMachine,
+        call: &AdmittedCall,
+        ctx: ToolContext,
+    ) -> impl Future<Output = CallDone> + Send + 'a {
+        let service = m
+            .config()
+            .tools
+            .entry(call.index)
+            .map(|e| Arc::clone(&e.call));
+        let arguments = Arc::clone(&call.arguments);
+        let position = call.position;
+        let hooks = seams::AfterTool::new(self.inner, m, call);
+        async move {
+            let started = Instant::now();
+            let outcome = match service {
+                Some(s) => s.call(&arguments, ctx).await,
+                None => CallOutcome::error(crate::outcome::codes::UNKNOWN_TOOL, "unknown tool"),
+            };
+            let outcome = outcome.took(started.elapsed());
+            let (outcome, failures) = hooks.run(outcome).await;
+            (position, outcome, failures)
+        }
+    }
+
+    async fn call_model(&self, m: &RunMachine, request: ModelRequest<'_>) -> Input {
+        let observed = !self.sinks.is_empty();
+        let model = &self.inner.model;
+        if observed {
+            self.emit(
+                m,
+                EventKind::ModelRequestStarted {
+                    model: model.id().to_owned(),
+                    provider: model.provider().to_owned(),
+                    messages: request.messages.len(),
+                },
+            );
+        }
+        let mut stream = model.stream(request);
+        let mut acc = ResponseAccumulator::new();
+        let mut names: Vec<(u32, String, String)> = Vec::new();
+        while let Some(event) = stream.next().await {
+            let event = match event {
+                Ok(e) => e,
+                Err(error) => return Input::ModelFailed { error },
+            };
+            if observed {
+                self.stream_event(m, &event, &mut names);
+            }
+            if let Err(error) = acc.push(event) {
+                return Input::ModelFailed { error };
+            }
+        }
+        match acc.finish() {
+            Ok(response) => {
+                let (cost, failures) = self.price(&response);
+                Input::ModelResponded {
+                    response,
+                    cost,
+                    failures,
+                }
+            }
+            Err(error) => Input::ModelFailed { error },
+        }
+    }
+
+    fn stream_event(
+        &self,
+        m: &RunMachine,
+        event: &ModelEvent,
+        names: &mut Vec<(u32, String, String)>,
+    ) {
+        match event {
+            ModelEvent::TextDelta(t) => self.emit(m, EventKind::TextDelta { text: t.clone() }),
+            ModelEvent::ReasoningDelta(t) => {
+                self.emit(m, EventKind::ReasoningDelta { text: t.clone() })
+            }
+            ModelEvent::ToolCallStart { index, id, name } => {
+                names.push((*index, id.clone(), name.clone()))
+            }
+            ModelEvent::ToolCallDelta { index, arguments } => {
+                let known = names.iter().find(|(i, _, _)| i == index);
+                self.emit(
+                    m,
+                    EventKind::ToolCallDelta {
+                        index: *index,
+                        call_id: known.map(|k| k.1.clone()).filter(|s| !s.is_empty()),
+                        name: known.map(|k| k.2.clone()),
+                        arguments: arguments.clone(),
+                    },
+                );
+            }
+            _ => {}
+        }
+    }
+}
+
+/// A call that finished, or the end of a set that ran dry (the machine folds what it has).
+fn finished(done: Option<CallDone>, senders: &mut Vec<(usize, ProgressSender)>) -> Input {
+    match done {
+        Some((position, outcome, failures)) => {
+            // The call's progress ends with it.
+            if let Some(i) = senders.iter().position(|(p, _)| *p == position) {
+                senders.swap_remove(i).1.close();
+            }
+            Input::CallFinished {
+                position,
+                outcome,
+                failures,
+            }
+        }
+        None => Input::GraceOver,
+    }
+}

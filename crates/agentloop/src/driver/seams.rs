@@ -1,0 +1,319 @@
+//! The driver's seams: hooks, guardrails, admission gates and pricing, each run with its panics
+//! isolated. What they answer goes back to the machine as an input; a panic is reported like a
+//! failure of the hook (or gate, or guardrail), never unwinding through the run.
+
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+
+use futures::FutureExt;
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use super::Driver;
+use crate::agent::Inner;
+use crate::config::AgentConfig;
+use crate::gate::GateContext;
+use crate::guardrail::Guardrail;
+use crate::hooks::{Hook, HookContext, HookRole, RequestChanges, ToolCallDecision, ToolCallView};
+use crate::machine::{AdmittedCall, HookFailure, Input, RunMachine, Trip, Verdict};
+use crate::model::ModelResponse;
+use crate::outcome::{CallOutcome, RunOutcome};
+use crate::tool::panic_message;
+
+/// Awaits a seam's future, made by `make`; a panic while making or polling it is an error.
+async fn guarded<T, F: Future<Output = T>>(make: impl FnOnce() -> F) -> Result<T, String> {
+    match std::panic::catch_unwind(AssertUnwindSafe(make)) {
+        Ok(fut) => AssertUnwindSafe(fut)
+            .catch_unwind()
+            .await
+            .map_err(|p| format!("panicked: {}", panic_message(&p))),
+        Err(p) => Err(format!("panicked: {}", panic_message(&p))),
+    }
+}
+
+fn failure(hook: &dyn Hook, role: HookRole, stage: &str, message: String) -> HookFailure {
+    HookFailure {
+        hook: hook.name().to_owned(),
+        role,
+        stage: stage.to_owned(),
+        message,
+    }
+}
+
+fn hook_context(m: &RunMachine) -> HookContext<'_> {
+    HookContext {
+        run_id: m.run_id(),
+        agent: m.config().name(),
+        turn: m.turn(),
+    }
+}
+
+impl Driver<'_> {
+    pub(super) async fn check_guardrails(
+        &self,
+        guardrails: &[Arc<dyn Guardrail>],
+        text: &str,
+    ) -> Input {
+        for g in guardrails {
+            // A guardrail that panics fails closed: it trips.
+            let verdict = guarded(|| g.check(text)).await.and_then(|r| r);
+            if let Err(message) = verdict {
+                return Input::Checked {
+                    tripped: Some(Trip {
+                        name: g.name().to_owned(),
+                        message,
+                    }),
+                };
+            }
+        }
+        Input::Checked { tripped: None }
+    }
+
+    pub(super) async fn before_model_call(&self, m: &RunMachine) -> Input {
+        let mut changes = RequestChanges::default();
+        let mut failures = Vec::new();
+        for (hook, role) in &self.inner.hooks {
+            let r = guarded(|| hook.before_model_call(hook_context(m), &mut changes)).await;
+            let message = match r {
+                Ok(Ok(())) => continue,
+                Ok(Err(e)) => e.0,
+                Err(panic) => panic,
+            };
+            failures.push(failure(hook.as_ref(), *role, "before_model_call", message));
+            if *role == HookRole::Required {
+                break;
+            }
+        }
+        Input::Prepared { changes, failures }
+    }
+
+    pub(super) async fn after_model_call(&self, m: &RunMachine, response: &ModelResponse) -> Input {
+        let mut failures = Vec::new();
+        for (hook, role) in self.inner.hooks.iter().rev() {
+            let r = guarded(|| hook.after_model_call(hook_context(m), response)).await;
+            let message = match r {
+                Ok(Ok(())) => continue,
+                Ok(Err(e)) => e.0,
+                Err(panic) => panic,
+            };
+            failures.push(failure(hook.as_ref(), *role, "after_model_call", message));
+            if *role == HookRole::Required {
+                break;
+            }
+        }
+        Input::Reviewed { failures }
+    }
+
+    /// Asks admission gate `gate`: the hooks' `before_tool_call` first, when the agent has hooks.
+    pub(super) async fn admit(
+        &self,
+        m: &RunMachine,
+        gate: usize,
+        calls: &[AdmittedCall],
+        cancel: &CancellationToken,
+    ) -> Input {
+        let hooks = usize::from(!self.inner.hooks.is_empty());
+        if gate < hooks {
+            return self.before_tool_calls(m, calls).await;
+        }
+        let Some(g) = self.inner.gates.get(gate - hooks) else {
+            return Input::Admitted {
+                verdicts: Vec::new(),
+                failures: vec![HookFailure {
+                    hook: "gate".into(),
+                    role: HookRole::Required,
+                    stage: "gate".into(),
+                    message: format!("the machine asked for gate {gate}, which does not exist"),
+                }],
+            };
+        };
+        let cx = GateContext {
+            run_id: m.run_id(),
+            agent: m.config().name(),
+            turn: m.turn(),
+            cancel,
+        };
+        let message = match guarded(|| g.check(cx, calls)).await {
+            Ok(Ok(verdicts)) => {
+                return Input::Admitted {
+                    verdicts,
+                    failures: Vec::new(),
+                };
+            }
+            Ok(Err(e)) => e.to_string(),
+            Err(panic) => format!("the gate {} {panic}", g.name()),
+        };
+        Input::Admitted {
+            verdicts: Vec::new(),
+            failures: vec![HookFailure {
+                hook: g.name().to_owned(),
+                role: HookRole::Required,
+                stage: "gate".into(),
+                message,
+            }],
+        }
+    }
+
+    async fn before_tool_calls(&self, m: &RunMachine, calls: &[AdmittedCall]) -> Input {
+        let mut verdicts = Vec::with_capacity(calls.len());
+        let mut failures = Vec::new();
+        for call in calls {
+            let mut rewritten: Option<Value> = None;
+            let mut verdict = Verdict::Allow;
+            for (hook, role) in &self.inner.hooks {
+                let view = ToolCallView {
+                    call_id: &call.call_id,
+                    tool: &call.tool,
+                    arguments: rewritten.as_ref().unwrap_or(&call.arguments),
+                };
+                let r = guarded(|| hook.before_tool_call(hook_context(m), view)).await;
+                let message = match r {
+                    Ok(Ok(ToolCallDecision::Continue)) => continue,
+                    Ok(Ok(ToolCallDecision::Veto(reason))) => {
+                        verdict = Verdict::Deny(reason);
+                        break;
+                    }
+                    Ok(Ok(ToolCallDecision::Rewrite(args))) => {
+                        rewritten = Some(args);
+                        continue;
+                    }
+                    Ok(Err(e)) => e.0,
+                    Err(panic) => panic,
+                };
+                failures.push(failure(hook.as_ref(), *role, "before_tool_call", message));
+                if *role == HookRole::Required {
+                    return Input::Admitted { verdicts, failures };
+                }
+            }
+            if let (Verdict::Allow, Some(args)) = (&verdict, rewritten) {
+                verdict = Verdict::Rewrite(args);
+            }
+            verdicts.push(verdict);
+        }
+        Input::Admitted { verdicts, failures }
+    }
+
+    /// The price of a response; a pricing function that panics is reported and prices nothing.
+    pub(super) fn price(&self, response: &ModelResponse) -> (Option<f64>, Vec<HookFailure>) {
+        let Some(pricing) = &self.inner.pricing else {
+            return (None, Vec::new());
+        };
+        let model = &self.inner.model;
+        let priced = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            pricing.cost(
+                response.provider.as_deref().unwrap_or(model.provider()),
+                response.model.as_deref().unwrap_or(model.id()),
+                &response.usage,
+            )
+        }));
+        match priced {
+            Ok(cost) => (cost, Vec::new()),
+            Err(p) => (
+                None,
+                vec![HookFailure {
+                    hook: "pricing".into(),
+                    role: HookRole::Observer,
+                    stage: "price".into(),
+                    message: format!("panicked: {}", panic_message(&p)),
+                }],
+            ),
+        }
+    }
+
+    /// The hooks' `on_error` and `on_finish`, on the run's outcome.
+    pub(super) async fn finish_hooks(&self, outcome: &RunOutcome) -> Vec<HookFailure> {
+        let mut failures = Vec::new();
+        let ctx = HookContext {
+            run_id: &outcome.run_id,
+            agent: &self.inner.cfg.name,
+            turn: outcome.turns,
+        };
+        if let Some(error) = &outcome.error {
+            for (hook, role) in &self.inner.hooks {
+                let message = match guarded(|| hook.on_error(ctx, error)).await {
+                    Ok(Ok(())) => continue,
+                    Ok(Err(e)) => e.0,
+                    Err(panic) => panic,
+                };
+                // An observer's failure here is dropped, as before: only a required one counts.
+                if *role == HookRole::Required {
+                    failures.push(failure(hook.as_ref(), *role, "on_error", message));
+                }
+            }
+        }
+        for (hook, role) in &self.inner.hooks {
+            let message = match guarded(|| hook.on_finish(ctx, outcome)).await {
+                Ok(Ok(())) => continue,
+                Ok(Err(e)) => e.0,
+                Err(panic) => panic,
+            };
+            failures.push(failure(hook.as_ref(), *role, "on_finish", message));
+        }
+        failures
+    }
+}
+
+/// A call's after-tool hooks, ready to run on its outcome inside the call's own future, so that
+/// a slow hook holds up no other call.
+pub(super) struct AfterTool {
+    hooks: Vec<(Arc<dyn Hook>, HookRole)>,
+    cfg: Arc<AgentConfig>,
+    run_id: Arc<str>,
+    turn: u32,
+    call_id: Arc<str>,
+    tool: Arc<str>,
+    arguments: Arc<Value>,
+}
+
+impl AfterTool {
+    pub(super) fn new(inner: &Inner, m: &RunMachine, call: &AdmittedCall) -> Self {
+        AfterTool {
+            hooks: inner.hooks.clone(),
+            cfg: Arc::clone(m.config()),
+            run_id: Arc::clone(m.run_id()),
+            turn: m.turn(),
+            call_id: Arc::clone(&call.call_id),
+            tool: Arc::clone(&call.tool),
+            arguments: Arc::clone(&call.arguments),
+        }
+    }
+
+    /// Runs the hooks in reverse order; a replacement outcome wins (keeping the call's timing).
+    pub(super) async fn run(self, mut outcome: CallOutcome) -> (CallOutcome, Vec<HookFailure>) {
+        let mut failures = Vec::new();
+        if self.hooks.is_empty() {
+            return (outcome, failures);
+        }
+        let ctx = HookContext {
+            run_id: &self.run_id,
+            agent: self.cfg.name(),
+            turn: self.turn,
+        };
+        for (hook, role) in self.hooks.iter().rev() {
+            let view = ToolCallView {
+                call_id: &self.call_id,
+                tool: &self.tool,
+                arguments: &self.arguments,
+            };
+            let message = match guarded(|| hook.after_tool_call(ctx, view, &outcome)).await {
+                Ok(Ok(Some(replacement))) => {
+                    outcome = CallOutcome {
+                        duration: outcome.duration,
+                        retries: outcome.retries,
+                        ..replacement
+                    };
+                    continue;
+                }
+                Ok(Ok(None)) => continue,
+                Ok(Err(e)) => e.0,
+                Err(panic) => panic,
+            };
+            failures.push(failure(hook.as_ref(), *role, "after_tool_call", message));
+            if *role == HookRole::Required {
+                break;
+            }
+        }
+        (outcome, failures)
+    }
+}

@@ -1,0 +1,79 @@
+//! A batch's outcomes folded into the run: one result per call in the transcript, in decision
+//! order and with matching ids, one record per call, the counts, and what the outcomes decide (a
+//! fatal failure fails the run; a batch whose every call asked to terminate ends it).
+
+use std::sync::Arc;
+
+use super::{Pending, RunMachine};
+use crate::error::RunError;
+use crate::message::{Message, ToolResult};
+use crate::outcome::{CallOutcome, CallStatus, StopReason, ToolCallRecord, codes};
+
+impl RunMachine {
+    pub(super) fn fold(&mut self, pending: Pending) {
+        let Pending { turn, slots, .. } = pending;
+        let mut all_terminate = !slots.is_empty();
+        let mut terminate_output: Option<String> = None;
+        let mut fatal: Option<RunError> = None;
+        let mut results = Vec::with_capacity(slots.len());
+        for slot in slots {
+            let outcome = match slot.outcome {
+                Some(o) => o,
+                // Started, never completed: a synthetic "cancelled" keeps the transcript valid.
+                None if slot.started => CallOutcome::cancelled(),
+                None => {
+                    // Admitted and never started: the call gives its slot back.
+                    self.tool_calls_used = self.tool_calls_used.saturating_sub(1);
+                    CallOutcome::not_run()
+                }
+            };
+            if slot.started {
+                self.tool_calls_run += 1;
+            }
+            if outcome.status == CallStatus::Ok && outcome.terminate && slot.started {
+                terminate_output = Some(outcome.content.to_text());
+            } else {
+                all_terminate = false;
+            }
+            if outcome.status == CallStatus::Fatal && fatal.is_none() {
+                let message = outcome.diagnostic.clone().unwrap_or_default();
+                let (tool, call_id) = (slot.tool.to_string(), slot.call_id.to_string());
+                fatal = Some(if outcome.code.as_deref() == Some(codes::TOOL_PANICKED) {
+                    RunError::ToolPanicked {
+                        tool,
+                        call_id,
+                        message,
+                    }
+                } else {
+                    RunError::ToolFatal {
+                        tool,
+                        call_id,
+                        message,
+                    }
+                });
+            }
+            results.push(Message::Tool(ToolResult {
+                call_id: Arc::clone(&slot.call_id),
+                name: Arc::clone(&slot.tool),
+                content: outcome.content.clone(),
+                is_error: outcome.is_error(),
+            }));
+            self.records.push(ToolCallRecord {
+                call_id: slot.call_id,
+                tool: slot.tool,
+                arguments: Arc::unwrap_or_clone(slot.arguments),
+                turn,
+                outcome,
+            });
+        }
+        self.transcript.extend(results);
+        if let Some(e) = fatal {
+            self.fail(e);
+            return;
+        }
+        if all_terminate {
+            self.output = terminate_output;
+            self.finish(StopReason::Terminated);
+        }
+    }
+}

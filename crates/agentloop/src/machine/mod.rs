@@ -1,0 +1,890 @@
+//! The rules of the loop, as a state machine that does no I/O and has no clock of its own.
+//!
+//! A driver asks [`RunMachine::action`] what to do, does it, and reports the result with
+//! [`RunMachine::feed`]; the machine decides everything that follows. Validation, limits, budgets,
+//! stuck-loop detection, admission verdicts, hook and guardrail verdicts, steering, dispatch,
+//! draining, and stop reasons all live here; a driver holds no rule. Time and ids are injected, so
+//! feeding the same [`Step`]s to a fresh machine reproduces a run exactly (see
+//! [`crate::driver::replay`]).
+//!
+//! - `mod.rs`: the state, the turn's flow, limits and stops.
+//! - `admit.rs`: a model's decision: ids, known tools, arguments, the stuck-loop rule, the budget.
+//! - `fold.rs`: outcomes into the transcript and the records.
+//! - `step.rs`: the actions and inputs.
+
+mod admit;
+mod fold;
+mod step;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+
+pub use step::{
+    Action, AdmittedCall, Batch, HookFailure, Input, Interrupt, Seams, Step, Trip, Verdict,
+};
+
+use crate::config::AgentConfig;
+use crate::error::RunError;
+use crate::event::EventKind;
+use crate::hooks::{HookRole, RequestChanges};
+use crate::ids::IdSource;
+use crate::limits::{LimitHit, LimitKind, Limits};
+use crate::message::Message;
+use crate::model::{ModelRequest, ModelResponse, Usage};
+use crate::outcome::{CallOutcome, RunOutcome, StopReason, ToolCallRecord};
+
+/// The longest call id accepted.
+pub const MAX_CALL_ID_LEN: usize = 256;
+
+/// A model decision that calls tools, waiting for its calls' outcomes.
+#[derive(Debug)]
+struct Pending {
+    turn: u32,
+    slots: Vec<Slot>,
+    /// The calls still admitted.
+    batch: Batch,
+    /// Admission: the next gate to ask.
+    gate: usize,
+    /// Dispatch: the next call of `batch` to start.
+    next: usize,
+    running: usize,
+    /// False once nothing new may start (a fatal sibling, a failed hook, an interrupt).
+    open: bool,
+    /// The failure of a required after-tool hook, which fails the run once the batch is drained.
+    failure: Option<RunError>,
+    /// What interrupted the batch, and the end of its grace period.
+    interrupted: Option<(Interrupt, Duration)>,
+}
+
+#[derive(Debug)]
+struct Slot {
+    call_id: Arc<str>,
+    tool: Arc<str>,
+    /// The arguments as the model sent them (parsed when they were JSON), for the record.
+    arguments: Arc<Value>,
+    /// How the call ended, once known.
+    outcome: Option<CallOutcome>,
+    /// True once the call was dispatched.
+    started: bool,
+}
+
+#[derive(Debug)]
+enum Closing {
+    /// A finished run takes waiting steering messages, which continue it.
+    Steering,
+    /// Then waiting follow-ups, which continue it too.
+    FollowUps,
+    /// Then the output guardrails.
+    CheckOutput,
+    /// Then the finish hooks.
+    Finalize,
+}
+
+#[derive(Debug)]
+enum Phase {
+    CheckInput,
+    Steering,
+    Prepare,
+    CallModel,
+    Review(Box<(ModelResponse, Option<f64>)>),
+    Admit(Box<Pending>),
+    Run(Box<Pending>),
+    Closing(Closing),
+    Done,
+}
+
+/// The state of one run.
+pub struct RunMachine {
+    cfg: Arc<AgentConfig>,
+    limits: Limits,
+    seams: Seams,
+    ids: Arc<dyn IdSource>,
+    run_id: Arc<str>,
+    input_text: String,
+    transcript: Vec<Message>,
+    new_from: usize,
+    phase: Phase,
+    turn: u32,
+    model_calls: u32,
+    tool_calls_used: u32,
+    tool_calls_run: u32,
+    usage: Usage,
+    cost: f64,
+    records: Vec<ToolCallRecord>,
+    /// The distinct calls of the last tool turn: the index of each one's record, and in how many
+    /// turns in a row it was made.
+    streaks: Vec<(usize, u32)>,
+    output_retries_used: u32,
+    retrying_output: bool,
+    stop: Option<StopReason>,
+    error: Option<RunError>,
+    limit: Option<LimitHit>,
+    output: Option<String>,
+    structured: Option<Value>,
+    record_events: bool,
+    /// Buffered events, each with the turn it happened in.
+    events: Vec<(u32, EventKind)>,
+    /// When the last step ended.
+    now: Duration,
+    /// When the current model call started.
+    called_at: Duration,
+    /// The before-model hooks' changes to the current call, and how many messages they added to
+    /// the end of the transcript for this call only.
+    changes: RequestChanges,
+    extra_messages: usize,
+}
+
+impl std::fmt::Debug for RunMachine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunMachine")
+            .field("run_id", &self.run_id)
+            .field("turn", &self.turn)
+            .field("phase", &self.phase)
+            .field("stop", &self.stop)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Everything a run is started with besides its agent.
+pub struct RunStart {
+    /// The run's id.
+    pub run_id: Arc<str>,
+    /// Where call ids come from when the model leaves one blank.
+    pub ids: Arc<dyn IdSource>,
+    /// The steps the agent has around its machine.
+    pub seams: Seams,
+    /// Limits for this run instead of the agent's.
+    pub limits: Option<Limits>,
+    /// The transcript the run continues.
+    pub transcript: Vec<Message>,
+    /// The new message, if any.
+    pub input: Option<Message>,
+    /// Buffer events for the driver to drain with [`RunMachine::drain_events`].
+    pub observed: bool,
+}
+
+impl std::fmt::Debug for RunStart {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunStart")
+            .field("run_id", &self.run_id)
+            .field("seams", &self.seams)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RunMachine {
+    /// A run of `cfg`.
+    pub fn new(cfg: Arc<AgentConfig>, start: RunStart) -> Self {
+        let RunStart {
+            run_id,
+            ids,
+            seams,
+            limits,
+            mut transcript,
+            input,
+            observed,
+        } = start;
+        let new_from = transcript.len();
+        let input_text = input.as_ref().map(Message::text).unwrap_or_default();
+        if let Some(m) = input {
+            transcript.push(m);
+        }
+        let limits = limits.unwrap_or_else(|| cfg.limits.clone());
+        let mut m = RunMachine {
+            cfg,
+            limits,
+            seams,
+            ids,
+            run_id,
+            input_text,
+            transcript,
+            new_from,
+            phase: Phase::Done,
+            turn: 0,
+            model_calls: 0,
+            tool_calls_used: 0,
+            tool_calls_run: 0,
+            usage: Usage::default(),
+            cost: 0.0,
+            records: Vec::new(),
+            streaks: Vec::new(),
+            output_retries_used: 0,
+            retrying_output: false,
+            stop: None,
+            error: None,
+            limit: None,
+            output: None,
+            structured: None,
+            record_events: observed,
+            events: Vec::new(),
+            now: Duration::ZERO,
+            called_at: Duration::ZERO,
+            changes: RequestChanges::default(),
+            extra_messages: 0,
+        };
+        if m.seams.input_guardrails {
+            m.phase = Phase::CheckInput;
+        } else {
+            m.need_model();
+        }
+        m
+    }
+
+    /// Takes the buffered events, each with the turn it happened in.
+    pub fn drain_events(&mut self) -> std::vec::Drain<'_, (u32, EventKind)> {
+        self.events.drain(..)
+    }
+
+    fn emit(&mut self, kind: impl FnOnce() -> EventKind) {
+        if self.record_events {
+            self.events.push((self.turn, kind()));
+        }
+    }
+
+    /// The run's id.
+    pub fn run_id(&self) -> &Arc<str> {
+        &self.run_id
+    }
+
+    /// The current turn (1-based; 0 before the first).
+    pub fn turn(&self) -> u32 {
+        self.turn
+    }
+
+    /// The agent.
+    pub fn config(&self) -> &Arc<AgentConfig> {
+        &self.cfg
+    }
+
+    /// The run's limits.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// The run's deadline (time since its start), if it has one.
+    pub fn deadline(&self) -> Option<Duration> {
+        self.limits.timeout
+    }
+
+    /// The transcript so far.
+    pub fn transcript(&self) -> &[Message] {
+        &self.transcript
+    }
+
+    /// Tokens so far.
+    pub fn usage(&self) -> Usage {
+        self.usage
+    }
+
+    /// USD so far.
+    pub fn cost_usd(&self) -> f64 {
+        self.cost
+    }
+
+    /// True once the run has stopped.
+    pub fn is_done(&self) -> bool {
+        matches!(self.phase, Phase::Done)
+    }
+
+    /// The final output so far.
+    pub fn output(&self) -> Option<&str> {
+        self.output.as_deref()
+    }
+
+    /// The stop reason, once stopped.
+    pub fn stop_reason(&self) -> Option<&StopReason> {
+        self.stop.as_ref()
+    }
+
+    /// The error so far.
+    pub fn error(&self) -> Option<&RunError> {
+        self.error.as_ref()
+    }
+
+    /// The records so far.
+    pub fn records(&self) -> &[ToolCallRecord] {
+        &self.records
+    }
+
+    /// The run's input, as the input guardrails see it.
+    pub fn input_text(&self) -> &str {
+        &self.input_text
+    }
+
+    /// [`RunMachine::feed`], keeping the step in `log` first. A response's blank call ids are
+    /// filled from the run's id source before it is kept, so that a replay of the log needs no
+    /// id source of its own.
+    pub fn feed_logged(&mut self, mut step: Step, log: &mut Vec<Step>) {
+        if let Input::ModelResponded { response, .. } = &mut step.input {
+            self.assign_call_ids(&mut response.message);
+        }
+        log.push(step.clone());
+        self.feed(step);
+    }
+
+    /// Gives every call the model left without an id one from the run's id source.
+    pub(crate) fn assign_call_ids(&self, message: &mut crate::message::AssistantMessage) {
+        for call in message.tool_calls.iter_mut() {
+            if call.id.trim().is_empty() {
+                call.id = self.ids.call_id();
+            }
+        }
+    }
+
+    /// The step to take now.
+    pub fn action(&self) -> Action<'_> {
+        match &self.phase {
+            Phase::CheckInput => Action::CheckInput(&self.input_text),
+            Phase::Steering => Action::TakeMessages { follow_up: false },
+            Phase::Prepare => Action::PrepareRequest,
+            Phase::CallModel => Action::CallModel(self.request()),
+            Phase::Review(r) => Action::Review(&r.0),
+            Phase::Admit(p) => Action::Admit {
+                gate: p.gate,
+                batch: &p.batch,
+            },
+            Phase::Run(p) => self.run_action(p),
+            Phase::Closing(Closing::Steering) => Action::TakeMessages { follow_up: false },
+            Phase::Closing(Closing::FollowUps) => Action::TakeMessages { follow_up: true },
+            Phase::Closing(Closing::CheckOutput) => {
+                Action::CheckOutput(self.output.as_deref().unwrap_or_default())
+            }
+            Phase::Closing(Closing::Finalize) => Action::Finalize,
+            Phase::Done => Action::Finish,
+        }
+    }
+
+    fn run_action<'a>(&'a self, p: &'a Pending) -> Action<'a> {
+        if let Some((_, until)) = p.interrupted {
+            return Action::Drain { until };
+        }
+        let cap = if p.batch.sequential {
+            1
+        } else {
+            self.limits.max_concurrency.max(1)
+        };
+        if p.open
+            && p.running < cap
+            && let Some(call) = p.batch.calls.get(p.next)
+        {
+            return Action::StartCall(call);
+        }
+        Action::AwaitCalls { retries: p.open }
+    }
+
+    /// The request of the model call the machine asks for. It borrows the transcript.
+    fn request(&self) -> ModelRequest<'_> {
+        ModelRequest {
+            instructions: self
+                .changes
+                .instructions
+                .as_deref()
+                .or(self.cfg.instructions.as_deref()),
+            messages: &self.transcript,
+            tools: self.cfg.tools.specs(),
+            output_schema: self.cfg.output_schema.as_ref().map(|s| s.value()),
+            settings: self.changes.settings.as_ref().unwrap_or(&self.cfg.settings),
+        }
+    }
+
+    /// Reports the result of the step [`RunMachine::action`] asked for. An input that does not
+    /// answer the step asked for is a bug in the driver: the run fails instead of guessing.
+    pub fn feed(&mut self, step: Step) {
+        self.now = self.now.max(step.at);
+        let phase = std::mem::replace(&mut self.phase, Phase::Done);
+        match step.input {
+            Input::Interrupted { by } => self.on_interrupt(phase, by),
+            input => self.apply(phase, input),
+        }
+    }
+
+    fn apply(&mut self, phase: Phase, input: Input) {
+        match (phase, input) {
+            (Phase::CheckInput, Input::Checked { tripped }) => match tripped {
+                Some(trip) => self.trip(trip),
+                None => self.need_model(),
+            },
+            (Phase::Steering, Input::Messages { messages, .. }) => {
+                self.deliver(messages, false);
+                self.begin_model_call();
+            }
+            (Phase::Prepare, Input::Prepared { changes, failures }) => {
+                if let Some(e) = self.hook_failures(failures) {
+                    self.fail(e);
+                    return;
+                }
+                if !changes.extra_messages.is_empty() {
+                    self.extra_messages = changes.extra_messages.len();
+                    self.transcript
+                        .extend(changes.extra_messages.iter().cloned());
+                }
+                self.changes = changes;
+                self.called_at = self.now;
+                self.phase = Phase::CallModel;
+            }
+            (
+                Phase::CallModel,
+                Input::ModelResponded {
+                    response,
+                    cost,
+                    failures,
+                },
+            ) => {
+                self.end_model_call();
+                // A pricing function that failed is reported; the call counts as unpriced.
+                let _ = self.hook_failures(
+                    failures
+                        .into_iter()
+                        .map(|f| HookFailure {
+                            role: HookRole::Observer,
+                            ..f
+                        })
+                        .collect(),
+                );
+                self.on_model_response(response, cost);
+            }
+            (Phase::CallModel, Input::ModelFailed { error }) => {
+                self.end_model_call();
+                self.emit(|| EventKind::ModelError {
+                    code: error.code().to_owned(),
+                    message: error.message.clone(),
+                });
+                self.fail(RunError::Model(error));
+            }
+            (Phase::Review(r), Input::Reviewed { failures }) => {
+                let (response, _) = *r;
+                if let Some(e) = self.hook_failures(failures) {
+                    // The response stays in the transcript, each of its calls answered, so the
+                    // conversation can be continued.
+                    self.answer_all(response.message, &CallOutcome::not_run());
+                    self.fail(e);
+                    return;
+                }
+                self.decide(response);
+            }
+            (Phase::Admit(p), Input::Admitted { verdicts, failures }) => {
+                self.on_admitted(p, verdicts, failures)
+            }
+            (Phase::Run(p), Input::CallStarted { position }) => self.on_started(p, position),
+            (
+                Phase::Run(p),
+                Input::CallFinished {
+                    position,
+                    outcome,
+                    failures,
+                },
+            ) => self.on_finished(p, position, outcome, failures),
+            (Phase::Run(mut p), Input::GraceOver) => {
+                for slot in p.slots.iter_mut() {
+                    if slot.started && slot.outcome.is_none() {
+                        slot.outcome = Some(CallOutcome::cancelled());
+                    }
+                }
+                p.running = 0;
+                self.end_batch(p);
+            }
+            (Phase::Closing(Closing::Steering), Input::Messages { messages, .. }) => {
+                if messages.is_empty() {
+                    self.phase = Phase::Closing(Closing::FollowUps);
+                } else {
+                    self.reopen(messages, false);
+                }
+            }
+            (Phase::Closing(Closing::FollowUps), Input::Messages { messages, .. }) => {
+                if messages.is_empty() {
+                    self.after_follow_ups();
+                } else {
+                    self.reopen(messages, true);
+                }
+            }
+            (Phase::Closing(Closing::CheckOutput), Input::Checked { tripped }) => match tripped {
+                Some(trip) => self.trip(trip),
+                None => self.conclude_hooks(),
+            },
+            (Phase::Closing(Closing::Finalize), Input::Finalized { failures }) => {
+                let mut first = None;
+                for f in failures {
+                    if f.role == HookRole::Required {
+                        first.get_or_insert(RunError::Hook {
+                            hook: f.hook,
+                            message: format!("{}: {}", f.stage, f.message),
+                        });
+                    } else {
+                        self.emit(|| EventKind::HookFailed {
+                            hook: f.hook,
+                            stage: f.stage,
+                            message: f.message,
+                        });
+                    }
+                }
+                if let Some(e) = first {
+                    self.stop = Some(StopReason::Failed);
+                    self.error = Some(e);
+                }
+                self.phase = Phase::Done;
+            }
+            (phase, input) => {
+                let message = format!(
+                    "the driver reported {} when the machine asked for {}",
+                    input_name(&input),
+                    phase_name(&phase)
+                );
+                self.phase = phase;
+                self.fail(RunError::Other { message });
+            }
+        }
+    }
+
+    /// Hook failures: observers' are reported; the first required one's is returned, for the
+    /// caller to fail the run with.
+    fn hook_failures(&mut self, failures: Vec<HookFailure>) -> Option<RunError> {
+        let mut first = None;
+        for f in failures {
+            match f.role {
+                HookRole::Required => {
+                    first.get_or_insert(if f.stage == "gate" {
+                        RunError::Other { message: f.message }
+                    } else {
+                        RunError::Hook {
+                            hook: f.hook,
+                            message: format!("{}: {}", f.stage, f.message),
+                        }
+                    });
+                }
+                HookRole::Observer => self.emit(|| EventKind::HookFailed {
+                    hook: f.hook,
+                    stage: f.stage,
+                    message: f.message,
+                }),
+            }
+        }
+        first
+    }
+
+    fn deliver(&mut self, messages: Vec<Message>, follow_up: bool) {
+        if messages.is_empty() {
+            return;
+        }
+        let count = messages.len();
+        self.transcript.extend(messages);
+        self.emit(|| EventKind::MessagesDelivered { count, follow_up });
+    }
+
+    /// Waiting messages continue a run that would otherwise finish; the limits still apply.
+    fn reopen(&mut self, messages: Vec<Message>, follow_up: bool) {
+        self.deliver(messages, follow_up);
+        self.stop = None;
+        self.output = None;
+        self.structured = None;
+        self.begin_model_call();
+    }
+
+    fn after_follow_ups(&mut self) {
+        if self.seams.output_guardrails {
+            self.phase = Phase::Closing(Closing::CheckOutput);
+        } else {
+            self.conclude_hooks();
+        }
+    }
+
+    fn conclude_hooks(&mut self) {
+        self.phase = if self.seams.hooks {
+            Phase::Closing(Closing::Finalize)
+        } else {
+            Phase::Done
+        };
+    }
+
+    fn trip(&mut self, trip: Trip) {
+        let Trip { name, message } = trip;
+        self.error = Some(RunError::Guardrail {
+            name: name.clone(),
+            message: message.clone(),
+        });
+        self.finish(StopReason::Guardrail { name, message });
+    }
+
+    /// The next step needs the model: steering first, where the run takes it.
+    fn need_model(&mut self) {
+        if self.seams.steering {
+            self.phase = Phase::Steering;
+        } else {
+            self.begin_model_call();
+        }
+    }
+
+    fn begin_model_call(&mut self) {
+        if let Some(hit) = self.check_before_model_call() {
+            self.stop_on_limit(hit);
+            return;
+        }
+        if !self.retrying_output {
+            self.turn += 1;
+            self.emit(|| EventKind::TurnStarted);
+        }
+        self.model_calls += 1;
+        self.called_at = self.now;
+        self.phase = if self.seams.hooks {
+            Phase::Prepare
+        } else {
+            Phase::CallModel
+        };
+    }
+
+    /// Takes back what the before-model hooks added for this call only.
+    fn end_model_call(&mut self) {
+        if self.extra_messages > 0 {
+            let keep = self.transcript.len().saturating_sub(self.extra_messages);
+            self.transcript.truncate(keep);
+            self.extra_messages = 0;
+        }
+        self.changes = RequestChanges::default();
+    }
+
+    fn check_before_model_call(&self) -> Option<LimitHit> {
+        let l = &self.limits;
+        let now = self.now;
+        if let Some(t) = l.timeout
+            && now >= t
+        {
+            return Some(hit(
+                LimitKind::Deadline,
+                t.as_millis() as f64,
+                now.as_millis() as f64,
+                0.0,
+            ));
+        }
+        if !self.retrying_output
+            && let Some(max) = l.max_turns
+            && self.turn >= max
+        {
+            return Some(hit(LimitKind::Turns, max.into(), self.turn.into(), 1.0));
+        }
+        if let Some(max) = l.max_model_calls
+            && self.model_calls >= max
+        {
+            return Some(hit(
+                LimitKind::ModelCalls,
+                max.into(),
+                self.model_calls.into(),
+                1.0,
+            ));
+        }
+        if let Some(max) = l.max_tokens
+            && self.usage.total_tokens() >= max
+        {
+            return Some(hit(
+                LimitKind::Tokens,
+                max as f64,
+                self.usage.total_tokens() as f64,
+                0.0,
+            ));
+        }
+        if let Some(max) = l.max_cost_usd
+            && self.cost >= max
+        {
+            return Some(hit(LimitKind::Cost, max, self.cost, 0.0));
+        }
+        None
+    }
+
+    fn stop_on_limit(&mut self, hit: LimitHit) {
+        let reason = match hit.limit {
+            LimitKind::Turns => StopReason::MaxTurns,
+            LimitKind::ToolCalls => StopReason::MaxToolCalls,
+            LimitKind::ModelCalls => StopReason::MaxModelCalls,
+            LimitKind::Tokens | LimitKind::Cost => StopReason::Budget,
+            LimitKind::Deadline => StopReason::Deadline,
+            LimitKind::StuckLoop => StopReason::StuckLoop,
+        };
+        self.limit = Some(hit);
+        self.error = Some(match hit.limit {
+            LimitKind::Deadline => RunError::Deadline {
+                elapsed_ms: self.now.as_millis() as u64,
+            },
+            _ => RunError::LimitReached(hit),
+        });
+        self.emit(|| EventKind::LimitReached { limit: hit });
+        self.finish(reason);
+    }
+
+    /// Stops the run. Whatever step it stops in, every tool call in the transcript keeps exactly
+    /// one result: a batch still waiting is folded first, its calls answered "not run".
+    fn finish(&mut self, reason: StopReason) {
+        match std::mem::replace(&mut self.phase, Phase::Done) {
+            Phase::Admit(p) | Phase::Run(p) => {
+                self.fold(*p);
+                if self.stop.is_some() {
+                    // The batch decided the stop itself (a fatal failure).
+                    return;
+                }
+            }
+            Phase::Review(r) => self.answer_all(r.0.message, &CallOutcome::not_run()),
+            Phase::CallModel | Phase::Prepare => self.end_model_call(),
+            _ => {}
+        }
+        let finished = reason == StopReason::Finished;
+        self.stop = Some(reason);
+        if finished && self.seams.steering {
+            self.phase = Phase::Closing(Closing::Steering);
+        } else if finished {
+            self.after_follow_ups();
+        } else {
+            self.conclude_hooks();
+        }
+    }
+
+    fn fail(&mut self, error: RunError) {
+        self.error = Some(error);
+        self.finish(StopReason::Failed);
+    }
+
+    fn on_interrupt(&mut self, phase: Phase, by: Interrupt) {
+        match phase {
+            Phase::Run(mut p) => {
+                if p.interrupted.is_none() {
+                    p.interrupted = Some((by, self.now.saturating_add(self.limits.grace_period)));
+                }
+                p.open = false;
+                if p.running == 0 {
+                    self.end_batch(p);
+                } else {
+                    self.phase = Phase::Run(p);
+                }
+            }
+            Phase::Done | Phase::Closing(Closing::Finalize) => {
+                // Nothing is left to interrupt.
+                self.phase = phase;
+                if matches!(self.phase, Phase::Closing(_)) {
+                    self.phase = Phase::Done;
+                }
+            }
+            phase => {
+                self.phase = phase;
+                self.stop_interrupted(by);
+            }
+        }
+    }
+
+    fn stop_interrupted(&mut self, by: Interrupt) {
+        match by {
+            Interrupt::Cancelled => {
+                self.error = Some(RunError::Cancelled);
+                self.finish(StopReason::Cancelled);
+            }
+            Interrupt::Deadline => {
+                let bound = self.limits.timeout.unwrap_or(self.now);
+                self.stop_on_limit(hit(
+                    LimitKind::Deadline,
+                    bound.as_millis() as f64,
+                    self.now.as_millis() as f64,
+                    0.0,
+                ));
+            }
+        }
+    }
+
+    /// A batch is over (every started call answered): fold it and decide what follows.
+    fn end_batch(&mut self, p: Box<Pending>) {
+        let failure = p.failure.clone();
+        let interrupted = p.interrupted.map(|(by, _)| by);
+        self.fold(*p);
+        if let Some(e) = failure {
+            self.fail(e);
+            return;
+        }
+        if self.stop.is_some() {
+            return;
+        }
+        match interrupted {
+            Some(by) => self.stop_interrupted(by),
+            None => self.need_model(),
+        }
+    }
+
+    /// The outcome so far, as the finish hooks see it.
+    pub fn outcome(&self, elapsed: Duration) -> RunOutcome {
+        RunOutcome {
+            run_id: self.run_id.to_string(),
+            stop_reason: self.stop.clone().unwrap_or(StopReason::Failed),
+            output: self.output.clone(),
+            structured_output: self.structured.clone(),
+            transcript: self.transcript.clone(),
+            new_messages_from: self.new_from,
+            usage: self.usage,
+            cost_usd: self.cost,
+            turns: self.turn,
+            model_calls: self.model_calls,
+            tool_calls_run: self.tool_calls_run,
+            tool_calls: self.records.clone(),
+            limit: self.limit,
+            error: self.error.clone(),
+            duration: elapsed,
+        }
+    }
+
+    /// The outcome. Call after [`Action::Finish`]; `elapsed` is the run's duration.
+    pub fn into_outcome(self, elapsed: Duration) -> RunOutcome {
+        RunOutcome {
+            run_id: self.run_id.to_string(),
+            stop_reason: self.stop.unwrap_or(StopReason::Failed),
+            output: self.output,
+            structured_output: self.structured,
+            transcript: self.transcript,
+            new_messages_from: self.new_from,
+            usage: self.usage,
+            cost_usd: self.cost,
+            turns: self.turn,
+            model_calls: self.model_calls,
+            tool_calls_run: self.tool_calls_run,
+            tool_calls: self.records,
+            limit: self.limit,
+            error: self.error,
+            duration: elapsed,
+        }
+    }
+}
+
+fn hit(limit: LimitKind, bound: f64, consumed: f64, requested: f64) -> LimitHit {
+    LimitHit {
+        limit,
+        bound,
+        consumed,
+        requested,
+    }
+}
+
+fn phase_name(phase: &Phase) -> &'static str {
+    match phase {
+        Phase::CheckInput => "an input check",
+        Phase::Steering => "steering messages",
+        Phase::Prepare => "the before-model hooks",
+        Phase::CallModel => "a model call",
+        Phase::Review(_) => "the after-model hooks",
+        Phase::Admit(_) => "an admission verdict",
+        Phase::Run(_) => "a batch's calls",
+        Phase::Closing(Closing::Steering | Closing::FollowUps) => "waiting messages",
+        Phase::Closing(Closing::CheckOutput) => "an output check",
+        Phase::Closing(Closing::Finalize) => "the finish hooks",
+        Phase::Done => "nothing (the run is over)",
+    }
+}
+
+fn input_name(input: &Input) -> &'static str {
+    match input {
+        Input::Checked { .. } => "a guardrail verdict",
+        Input::Messages { .. } => "messages",
+        Input::Prepared { .. } => "request changes",
+        Input::ModelResponded { .. } => "a model response",
+        Input::ModelFailed { .. } => "a model failure",
+        Input::Reviewed { .. } => "a review",
+        Input::Admitted { .. } => "admission verdicts",
+        Input::CallStarted { .. } => "a call start",
+        Input::CallFinished { .. } => "a call's outcome",
+        Input::GraceOver => "the end of a grace period",
+        Input::Interrupted { .. } => "an interrupt",
+        Input::Finalized { .. } => "the finish hooks' result",
+    }
+}

@@ -1,0 +1,259 @@
+//! What passes between the machine and a driver: the [`Action`] the machine asks for, and the
+//! [`Input`] that answers it. An input is plain data (serializable), so a log of inputs is a
+//! run's whole history: fed to a fresh machine, it reproduces the run exactly.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::hooks::{HookRole, RequestChanges};
+use crate::message::Message;
+use crate::model::{ModelError, ModelRequest, ModelResponse};
+use crate::outcome::CallOutcome;
+
+/// One admitted call, ready to run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AdmittedCall {
+    /// Its position among the calls of the model's response.
+    pub position: usize,
+    /// The call id.
+    pub call_id: Arc<str>,
+    /// The tool's name.
+    pub tool: Arc<str>,
+    /// The validated arguments.
+    pub arguments: Arc<Value>,
+    /// The tool's index in the agent's [`crate::ToolSet`].
+    pub(crate) index: usize,
+}
+
+impl AdmittedCall {
+    /// A call as a gate would see it, for testing a [`crate::Gate`] on its own: it stands for no
+    /// tool of any agent.
+    pub fn new(
+        position: usize,
+        call_id: impl Into<Arc<str>>,
+        tool: impl Into<Arc<str>>,
+        arguments: Value,
+    ) -> Self {
+        AdmittedCall {
+            position,
+            call_id: call_id.into(),
+            tool: tool.into(),
+            arguments: Arc::new(arguments),
+            index: usize::MAX,
+        }
+    }
+}
+
+/// A batch of admitted calls. Every call's arguments were validated before the batch was formed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Batch {
+    /// The turn it belongs to.
+    pub turn: u32,
+    /// The calls still admitted, in decision order.
+    pub calls: Vec<AdmittedCall>,
+    /// True when any tool of the batch is sequential: the calls run one at a time.
+    pub sequential: bool,
+}
+
+/// The next step a driver must take. It borrows the machine: the driver performs it, then
+/// reports with [`crate::machine::RunMachine::feed`].
+#[derive(Debug)]
+pub enum Action<'m> {
+    /// Check the run's input with the input guardrails; answer [`Input::Checked`].
+    CheckInput(&'m str),
+    /// Take the application's waiting messages (steering, or follow-ups when `follow_up`);
+    /// answer [`Input::Messages`], empty when none wait.
+    TakeMessages {
+        /// Follow-ups rather than steering messages.
+        follow_up: bool,
+    },
+    /// Run the before-model hooks; answer [`Input::Prepared`].
+    PrepareRequest,
+    /// Call the model with this request; answer [`Input::ModelResponded`] or
+    /// [`Input::ModelFailed`].
+    CallModel(ModelRequest<'m>),
+    /// Run the after-model hooks on this response; answer [`Input::Reviewed`].
+    Review(&'m ModelResponse),
+    /// Put these calls to admission gate `gate` (0 is the hooks' `before_tool_call` when the
+    /// agent has hooks, then the gates in order); answer [`Input::Admitted`] with one verdict per
+    /// call. A call denied by one gate is never put to the next.
+    Admit {
+        /// Which gate.
+        gate: usize,
+        /// The batch, holding only the calls still admitted.
+        batch: &'m Batch,
+    },
+    /// Start this call; answer [`Input::CallStarted`] once it runs.
+    StartCall(&'m AdmittedCall),
+    /// Wait for a running call to finish; answer [`Input::CallFinished`].
+    AwaitCalls {
+        /// False once no new attempt may start (a sibling failed fatally): retries stop.
+        retries: bool,
+    },
+    /// The run was interrupted: tell the running calls to stop, and wait for them until `until`
+    /// (time since the run started); answer [`Input::CallFinished`], or [`Input::GraceOver`].
+    Drain {
+        /// The end of the grace period.
+        until: Duration,
+    },
+    /// Check the final output with the output guardrails; answer [`Input::Checked`].
+    CheckOutput(&'m str),
+    /// Run the hooks' `on_error` and `on_finish` on [`crate::machine::RunMachine::outcome`];
+    /// answer [`Input::Finalized`].
+    Finalize,
+    /// The run is over: take [`crate::machine::RunMachine::into_outcome`].
+    Finish,
+}
+
+/// What interrupted a step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Interrupt {
+    /// The run was cancelled.
+    Cancelled,
+    /// The run's deadline passed.
+    Deadline,
+}
+
+/// A hook (or a gate, a guardrail, a pricing function) that failed or panicked.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HookFailure {
+    /// The hook's name.
+    pub hook: String,
+    /// Whether its failure fails the run.
+    pub role: HookRole,
+    /// Where it failed (`before_model_call`, ...).
+    pub stage: String,
+    /// What went wrong.
+    pub message: String,
+}
+
+/// A guardrail that tripped.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Trip {
+    /// The guardrail's name.
+    pub name: String,
+    /// Why.
+    pub message: String,
+}
+
+/// A gate's answer for one call.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "verdict", content = "value", rename_all = "snake_case")]
+pub enum Verdict {
+    /// The call may run.
+    Allow,
+    /// The call is denied; the model reads why.
+    Deny(String),
+    /// The call runs with these arguments instead (validated again against the tool's schema).
+    Rewrite(Value),
+}
+
+/// The result of a step, as the driver reports it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "input", rename_all = "snake_case")]
+pub enum Input {
+    /// The guardrails' verdict: the first that tripped, if any.
+    Checked {
+        /// The guardrail that tripped.
+        tripped: Option<Trip>,
+    },
+    /// Messages from the application (empty when none waited).
+    Messages {
+        /// The messages, in order.
+        messages: Vec<Message>,
+        /// Follow-ups rather than steering.
+        follow_up: bool,
+    },
+    /// The before-model hooks ran.
+    Prepared {
+        /// The changes to this call's request.
+        changes: RequestChanges,
+        /// Hooks that failed.
+        failures: Vec<HookFailure>,
+    },
+    /// The model answered.
+    ModelResponded {
+        /// The response.
+        response: ModelResponse,
+        /// Its price in USD, when known.
+        cost: Option<f64>,
+        /// A pricing function that failed (it panicked): the call counts as unpriced.
+        failures: Vec<HookFailure>,
+    },
+    /// The model call failed.
+    ModelFailed {
+        /// Why.
+        error: ModelError,
+    },
+    /// The after-model hooks ran.
+    Reviewed {
+        /// Hooks that failed.
+        failures: Vec<HookFailure>,
+    },
+    /// A gate answered, one verdict per call it was shown, or failed.
+    Admitted {
+        /// The verdicts, in the order of the calls shown.
+        verdicts: Vec<Verdict>,
+        /// The gate (or hook) that failed.
+        failures: Vec<HookFailure>,
+    },
+    /// A call started.
+    CallStarted {
+        /// Its position in the model's response.
+        position: usize,
+    },
+    /// A call finished (its after-tool hooks included).
+    CallFinished {
+        /// Its position in the model's response.
+        position: usize,
+        /// How it ended.
+        outcome: CallOutcome,
+        /// After-tool hooks that failed.
+        failures: Vec<HookFailure>,
+    },
+    /// The grace period of an interrupted batch ended with calls still running.
+    GraceOver,
+    /// The step was interrupted before it completed.
+    Interrupted {
+        /// By what.
+        by: Interrupt,
+    },
+    /// The finish hooks ran.
+    Finalized {
+        /// Hooks that failed.
+        failures: Vec<HookFailure>,
+    },
+}
+
+/// What an agent has around its machine: which steps the machine asks for. A replay must use
+/// the same seams as the run it replays.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Seams {
+    /// The agent has input guardrails.
+    pub input_guardrails: bool,
+    /// The agent has output guardrails.
+    pub output_guardrails: bool,
+    /// The agent has hooks.
+    pub hooks: bool,
+    /// How many admission gates the agent has (besides the hooks).
+    pub gates: usize,
+    /// The run takes steering messages and follow-ups.
+    pub steering: bool,
+    /// A dry run: every admitted call is skipped.
+    pub skip_tools: bool,
+}
+
+/// One entry of a run's step log: when a step ended (time since the run started) and its result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Step {
+    /// When the step ended.
+    #[serde(with = "crate::serde_duration")]
+    pub at: Duration,
+    /// Its result.
+    #[serde(flatten)]
+    pub input: Input,
+}
