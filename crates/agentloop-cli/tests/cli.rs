@@ -1,4 +1,9 @@
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![allow(
+    clippy::indexing_slicing,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic
+)]
 //! `agentloop` runs of real agent files against a fake provider on loopback that serves recorded
 //! responses turn by turn and records each request.
 

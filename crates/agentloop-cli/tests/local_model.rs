@@ -1,4 +1,9 @@
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![allow(
+    clippy::indexing_slicing,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic
+)]
 //! `agentloop run` end to end against a real model on this machine: llama.cpp's `llama-server`
 //! serving Qwen2.5-Coder-0.5B-Instruct (started with `../shared/local-model/serve.sh`), with the
 //! agent and command tools of `examples/local/`. No API key, loopback only.

@@ -1,4 +1,9 @@
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![allow(
+    clippy::indexing_slicing,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic
+)]
 //! The `[permissions]` table of an agent file, end to end: the agent runs against a fake provider
 //! on loopback, and a tool that runs leaves a marker file (its logged stdin), so a denied call is
 //! seen never to run. The tests run without a terminal: an asked call is denied unless `--yes` or

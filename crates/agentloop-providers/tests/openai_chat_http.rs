@@ -1,7 +1,12 @@
 //! The Chat Completions adapter over loopback HTTP: the request sent after tool results, retries
 //! and fallback, timeouts and dropped connections, the request byte budget, and secrets kept out of
 //! errors. Stalls and drops use a raw `TcpListener` on 127.0.0.1.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![allow(
+    clippy::indexing_slicing,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic
+)]
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};

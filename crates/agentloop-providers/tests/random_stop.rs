@@ -3,7 +3,12 @@
 //! fatal tool, a limit) and wherever, its transcript answers every tool call; and that transcript,
 //! sent by each of the three adapters over real loopback HTTP to a server that checks the API's
 //! tool-pairing rule (as OpenAI and Anthropic do, answering 400 otherwise), continues a session.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![allow(
+    clippy::indexing_slicing,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic
+)]
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};

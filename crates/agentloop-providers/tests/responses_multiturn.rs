@@ -1,6 +1,6 @@
 //! Multi-turn runs of a real agent against the OpenAI Responses adapter over loopback HTTP: the
 //! request sent after the tool results is checked field by field against the Responses protocol.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::indexing_slicing, clippy::unwrap_used, clippy::expect_used)]
 
 mod anthropic_responses_common;
 

@@ -4,7 +4,7 @@
 //! errors of ours, pinned by the unit tests in `src/http.rs`. One difference is on purpose: the
 //! crate panics on a stream that opens with a byte-order mark (it slices the 3-byte mark at byte
 //! 1); ours drops the mark, as the format says, so the reference is only given streams without one.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::indexing_slicing, clippy::unwrap_used, clippy::expect_used)]
 
 use agentloop::ModelError;
 use agentloop_providers::http::{SseEvent, SseStream};

@@ -35,7 +35,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         schema.clone(),
         |args: Value, _ctx| async move {
             Ok(ToolOutput::json(
-                json!({"city": args["city"], "temp_c": 18}),
+                json!({"city": args.get("city"), "temp_c": 18}),
             ))
         },
     );

@@ -1,6 +1,6 @@
 //! Real runs of an agent (a scripted model, a tool that works and one that fails recoverably),
 //! traced to NDJSON and SQLite, then read back.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::indexing_slicing, clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

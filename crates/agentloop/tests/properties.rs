@@ -1,6 +1,6 @@
 //! Property tests over random scripted runs: whatever the model does, the tool-cycle invariant and
 //! the counts hold in every outcome.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::indexing_slicing, clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};

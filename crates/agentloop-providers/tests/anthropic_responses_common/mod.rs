@@ -1,7 +1,13 @@
 //! Shared by the Anthropic and Responses fixture tests: reads `cases.json` from the shared fixture
 //! corpus at run time, serves a case's recorded body over loopback HTTP, drives the real adapter,
 //! and compares what it extracted with the case's `expected`.
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![allow(
+    clippy::indexing_slicing,
+    dead_code,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic
+)]
 
 use agentloop::{
     Model, ModelError, ModelEvent, ModelRequest, ModelResponse, ModelSettings, ResponseAccumulator,
