@@ -17,8 +17,9 @@ use agentloop::{
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::http::{AuthStyle, HttpClient, HttpConfig, KeySource, ProviderError};
-use crate::stream::StreamDecoder;
+use crate::decode::StreamDecoder;
+use crate::error::ProviderError;
+use crate::http::{AuthStyle, HttpClient, HttpConfig, KeySource};
 
 const PROVIDER: &str = "anthropic";
 /// The API version header value this adapter speaks.
@@ -146,7 +147,7 @@ impl Model for Anthropic {
     fn stream<'a>(&'a self, request: ModelRequest<'a>) -> ModelStream<'a> {
         let body = self.encode_request(&request);
         let decoder = self.stream.then(AnthropicStreamParser::new);
-        crate::stream::post_and_decode(&self.client, "/v1/messages", body, decoder, parse_message)
+        crate::decode::post_and_decode(&self.client, "/v1/messages", body, decoder, parse_message)
     }
 }
 
@@ -979,7 +980,7 @@ pub fn parse_message(body: &[u8]) -> Result<ModelResponse, ModelError> {
 /// Parses a whole streamed body held in memory (server-sent events) into a response, the way a
 /// streamed call does: for fuzzing, benchmarks and replaying recorded streams.
 pub fn parse_stream_bytes(bytes: &[u8]) -> Result<ModelResponse, ModelError> {
-    crate::stream::accumulate_sse(bytes, PROVIDER, AnthropicStreamParser::new())
+    crate::decode::accumulate_sse(bytes, PROVIDER, AnthropicStreamParser::new())
 }
 
 #[cfg(test)]
@@ -988,7 +989,7 @@ mod tests {
     use super::*;
 
     fn events(lines: &[&str]) -> Result<Vec<ModelEvent>, ModelError> {
-        crate::stream::decode_all(AnthropicStreamParser::new(), lines)
+        crate::decode::decode_all(AnthropicStreamParser::new(), lines)
     }
 
     #[test]

@@ -9,16 +9,18 @@
 // boxing it is the core's decision, not ours.
 #![allow(clippy::result_large_err)]
 
-pub mod fallback;
-pub mod http;
-pub mod pricing;
-pub mod retry;
 #[cfg(any(
     feature = "openai",
     feature = "anthropic",
     feature = "openai-responses"
 ))]
-mod stream;
+mod decode;
+pub mod error;
+pub mod fallback;
+pub mod http;
+pub mod pricing;
+pub mod retry;
+pub mod sse;
 
 #[cfg(feature = "anthropic")]
 pub mod anthropic;

@@ -25,8 +25,9 @@ use agentloop::{
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::http::{HttpClient, HttpConfig, KeySource, ProviderError};
-use crate::stream::{StreamDecoder, accumulate_sse, decoded_events, one_event, opened};
+use crate::decode::{StreamDecoder, accumulate_sse, decoded_events, one_event, opened};
+use crate::error::ProviderError;
+use crate::http::{HttpClient, HttpConfig, KeySource};
 
 /// The default base URL.
 pub const OPENAI_BASE_URL: &str = "https://api.openai.com/v1";

@@ -18,8 +18,9 @@ use agentloop::{
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::http::{AuthStyle, HttpClient, HttpConfig, KeySource, ProviderError};
-use crate::stream::StreamDecoder;
+use crate::decode::StreamDecoder;
+use crate::error::ProviderError;
+use crate::http::{AuthStyle, HttpClient, HttpConfig, KeySource};
 
 const PROVIDER: &str = "openai";
 /// The default base URL.
@@ -163,7 +164,7 @@ impl Model for OpenAiResponses {
     fn stream<'a>(&'a self, request: ModelRequest<'a>) -> ModelStream<'a> {
         let body = self.encode_request(&request);
         let decoder = self.options.stream.then(ResponsesStreamParser::new);
-        crate::stream::post_and_decode(&self.client, "/responses", body, decoder, parse_response)
+        crate::decode::post_and_decode(&self.client, "/responses", body, decoder, parse_response)
     }
 }
 
@@ -1014,7 +1015,7 @@ pub fn parse_response(body: &[u8]) -> Result<ModelResponse, ModelError> {
 /// Parses a whole streamed body held in memory (server-sent events) into a response, the way a
 /// streamed call does: for fuzzing, benchmarks and replaying recorded streams.
 pub fn parse_stream_bytes(bytes: &[u8]) -> Result<ModelResponse, ModelError> {
-    crate::stream::accumulate_sse(bytes, PROVIDER, ResponsesStreamParser::new())
+    crate::decode::accumulate_sse(bytes, PROVIDER, ResponsesStreamParser::new())
 }
 
 #[cfg(test)]
@@ -1023,7 +1024,7 @@ mod tests {
     use super::*;
 
     fn events(lines: &[&str]) -> Result<Vec<ModelEvent>, ModelError> {
-        crate::stream::decode_all(ResponsesStreamParser::new(), lines)
+        crate::decode::decode_all(ResponsesStreamParser::new(), lines)
     }
 
     #[test]

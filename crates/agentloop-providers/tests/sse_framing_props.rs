@@ -7,7 +7,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use agentloop::ModelError;
-use agentloop_providers::http::{SseEvent, SseStream};
+use agentloop_providers::sse::{SseEvent, SseStream};
 use bytes::Bytes;
 use eventsource_stream::Eventsource;
 use futures::StreamExt;

@@ -12,32 +12,8 @@ use agentloop::{ModelError, ModelEvent, ModelResponse, ModelStream, ResponseAccu
 use bytes::Bytes;
 use futures::{StreamExt, stream};
 
-use crate::http::{HttpClient, SseStream, transport_error};
-
-/// A blank line appended to every event stream: a body whose last event lacks the closing blank
-/// line (a server that closes right after its final `data:` line, or a recording trimmed of its
-/// trailing newline) still dispatches that event. The data is complete JSON or it fails to parse,
-/// so nothing half-received is ever applied.
-const FINAL_BLANK_LINE: &[u8] = b"\n\n";
-
-/// Reads a streamed response as server-sent events with the client's idle timeout and event
-/// budget, dispatching a final event that lacks its closing blank line.
-pub(crate) fn sse(client: &HttpClient, response: reqwest::Response) -> SseStream {
-    let provider = client.provider().to_owned();
-    let bytes = response
-        .bytes_stream()
-        .map(move |r| r.map_err(|e| transport_error(&provider, &e)))
-        .chain(stream::once(async {
-            Ok(Bytes::from_static(FINAL_BLANK_LINE))
-        }));
-    let config = client.config();
-    SseStream::new(
-        bytes,
-        client.provider(),
-        Some(config.idle_timeout),
-        config.max_event_bytes,
-    )
-}
+use crate::http::HttpClient;
+use crate::sse::{FINAL_BLANK_LINE, SseStream, sse};
 
 /// A pure parser of one provider's event stream.
 pub(crate) trait StreamDecoder: Send {
