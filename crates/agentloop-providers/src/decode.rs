@@ -92,13 +92,13 @@ where
 }
 
 /// A stream of exactly one event.
-pub(crate) fn one_event<'a>(event: ModelEvent) -> ModelStream<'a> {
+fn one_event<'a>(event: ModelEvent) -> ModelStream<'a> {
     Box::pin(stream::once(async move { Ok(event) }))
 }
 
 /// A stream that first awaits `open` (the HTTP request), then yields the stream it opened, or
 /// its error as the only item.
-pub(crate) fn opened<'a, F>(open: F) -> ModelStream<'a>
+fn opened<'a, F>(open: F) -> ModelStream<'a>
 where
     F: Future<Output = Result<ModelStream<'a>, ModelError>> + Send + 'a,
 {

@@ -360,20 +360,6 @@ impl HttpClient {
             .await
             .map_err(|e| transport_error(&self.provider, &e))
     }
-
-    /// Reads a streamed response as server-sent events, with this client's idle timeout.
-    pub fn sse(&self, response: reqwest::Response) -> crate::sse::SseStream {
-        let provider = self.provider.clone();
-        let bytes = futures::StreamExt::map(response.bytes_stream(), move |r| {
-            r.map_err(|e| transport_error(&provider, &e))
-        });
-        crate::sse::SseStream::new(
-            bytes,
-            &self.provider,
-            Some(self.config.idle_timeout),
-            self.config.max_event_bytes,
-        )
-    }
 }
 
 /// Fails with [`ModelErrorKind::RequestTooLarge`] when `len` exceeds `max`.

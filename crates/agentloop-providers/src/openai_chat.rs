@@ -25,7 +25,7 @@ use agentloop::{
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::decode::{StreamDecoder, accumulate_sse, decoded_events, one_event, opened};
+use crate::decode::{StreamDecoder, accumulate_sse, post_and_decode};
 use crate::error::ProviderError;
 use crate::http::{HttpClient, HttpConfig, KeySource};
 
@@ -237,18 +237,9 @@ impl Model for OpenAiChat {
 
     fn stream<'a>(&'a self, request: ModelRequest<'a>) -> ModelStream<'a> {
         let body = self.encode_request(&request);
-        opened(async move {
-            let response = self.client.post_json("/chat/completions", body?).await?;
-            if self.stream {
-                Ok(decoded_events(
-                    self.client.sse(response),
-                    ChatStreamParser::new(&self.provider),
-                ))
-            } else {
-                let bytes = self.client.read_body(response).await?;
-                let response = parse_completion_for(&bytes, &self.provider)?;
-                Ok(one_event(ModelEvent::Response(response)))
-            }
+        let decoder = self.stream.then(|| ChatStreamParser::new(&self.provider));
+        post_and_decode(&self.client, "/chat/completions", body, decoder, |bytes| {
+            parse_completion_for(bytes, &self.provider)
         })
     }
 }
