@@ -11,14 +11,14 @@ use std::collections::VecDeque;
 
 use agentloop::{
     AssistantMessage, ContentPart, FinishReason, Message, Model, ModelError, ModelErrorKind,
-    ModelEvent, ModelRequest, ModelResponse, ModelStream, Reasoning, ToolCall, ToolChoice,
-    ToolContent, ToolResult, Usage,
+    ModelEvent, ModelRequest, ModelResponse, ModelStream, Reasoning, ToolChoice, ToolContent,
+    ToolResult, Usage,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::decode::StreamDecoder;
-use crate::error::ProviderError;
+use crate::decode::{StreamDecoder, accumulate_sse, accumulate_whole, post_and_decode};
+use crate::error::{decode_error, reported_error, stream_error};
 use crate::http::{AuthStyle, HttpClient, HttpConfig, KeySource};
 
 const PROVIDER: &str = "anthropic";
@@ -146,8 +146,8 @@ impl Model for Anthropic {
 
     fn stream<'a>(&'a self, request: ModelRequest<'a>) -> ModelStream<'a> {
         let body = self.encode_request(&request);
-        let decoder = self.stream.then(AnthropicStreamParser::new);
-        crate::decode::post_and_decode(&self.client, "/v1/messages", body, decoder, parse_message)
+        let decoder = AnthropicStreamParser::new();
+        post_and_decode(&self.client, "/v1/messages", body, decoder, self.stream)
     }
 }
 
@@ -547,15 +547,7 @@ pub fn map_stop_reason(raw: &str) -> FinishReason {
     }
 }
 
-fn stream_error(message: impl Into<String>) -> ModelError {
-    ModelError::new(ModelErrorKind::Stream, message).with_provider(PROVIDER)
-}
-
-fn decode_error(what: &str, e: &serde_json::Error) -> ModelError {
-    ModelError::new(ModelErrorKind::Decode, format!("malformed {what}: {e}"))
-        .with_provider(PROVIDER)
-}
-
+#[derive(Debug)]
 enum BlockState {
     Text,
     ToolUse {
@@ -575,22 +567,13 @@ enum BlockState {
 
 /// Turns Anthropic's stream events into [`ModelEvent`]s. Pure: no I/O, no clock. Feed it each
 /// event's `data` in order, then call [`AnthropicStreamParser::end`] when the stream ends.
-#[derive(Default)]
+#[derive(Debug, Default)]
 pub struct AnthropicStreamParser {
     blocks: Vec<(u32, BlockState)>,
     usage: Usage,
     stop_reason: Option<String>,
     stopped: bool,
     failed: bool,
-}
-
-impl std::fmt::Debug for AnthropicStreamParser {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AnthropicStreamParser")
-            .field("blocks", &self.blocks.len())
-            .field("stopped", &self.stopped)
-            .finish()
-    }
 }
 
 impl AnthropicStreamParser {
@@ -605,9 +588,10 @@ impl AnthropicStreamParser {
             .find(|(i, _)| *i == index)
             .map(|(_, b)| b)
             .ok_or_else(|| {
-                stream_error(format!(
-                    "an event refers to content block {index}, which never started"
-                ))
+                stream_error(
+                    PROVIDER,
+                    format!("an event refers to content block {index}, which never started"),
+                )
             })
     }
 
@@ -618,7 +602,10 @@ impl AnthropicStreamParser {
         out: &mut VecDeque<ModelEvent>,
     ) -> Result<(), ModelError> {
         if self.blocks.iter().any(|(i, _)| *i == index) {
-            return Err(stream_error(format!("content block {index} started twice")));
+            return Err(stream_error(
+                PROVIDER,
+                format!("content block {index} started twice"),
+            ));
         }
         let state = match &*block.kind {
             "text" => {
@@ -683,9 +670,12 @@ impl AnthropicStreamParser {
             }
             Some("input_json_delta") => {
                 let BlockState::ToolUse { got_args, .. } = block else {
-                    return Err(stream_error(format!(
-                        "input_json_delta for content block {index}, which is not a tool_use"
-                    )));
+                    return Err(stream_error(
+                        PROVIDER,
+                        format!(
+                            "input_json_delta for content block {index}, which is not a tool_use"
+                        ),
+                    ));
                 };
                 if let Some(json) = delta.partial_json.filter(|j| !j.is_empty()) {
                     *got_args = true;
@@ -743,6 +733,17 @@ impl AnthropicStreamParser {
         Ok(())
     }
 
+    fn message_start(&mut self, head: MessageHead<'_>, out: &mut VecDeque<ModelEvent>) {
+        out.push_back(ModelEvent::Start {
+            id: head.id.map(Cow::into_owned),
+            model: head.model.map(Cow::into_owned),
+        });
+        if let Some(u) = head.usage {
+            u.apply(&mut self.usage);
+            out.push_back(ModelEvent::Usage(self.usage));
+        }
+    }
+
     fn message_stop(&mut self, out: &mut VecDeque<ModelEvent>) {
         self.stopped = true;
         let mut cut_off = false;
@@ -763,7 +764,7 @@ impl AnthropicStreamParser {
             Some(r) => map_stop_reason(r),
             None => {
                 out.push_back(ModelEvent::Warning(
-                    "the stream carried no stop_reason".to_owned(),
+                    "the response carried no stop_reason".to_owned(),
                 ));
                 if has_tools {
                     FinishReason::ToolCalls
@@ -787,7 +788,7 @@ impl AnthropicStreamParser {
         }
         let event: InEvent<'_> = serde_json::from_str(data).map_err(|e| {
             self.failed = true;
-            decode_error("stream event", &e)
+            decode_error(PROVIDER, "stream event", &e)
         })?;
         let result = self.apply(event, data, out);
         if result.is_err() {
@@ -807,26 +808,19 @@ impl AnthropicStreamParser {
             "message_start" => {
                 let head = event
                     .message
-                    .ok_or_else(|| stream_error("message_start without a message"))?;
-                out.push_back(ModelEvent::Start {
-                    id: head.id.map(Cow::into_owned),
-                    model: head.model.map(Cow::into_owned),
-                });
-                if let Some(u) = head.usage {
-                    u.apply(&mut self.usage);
-                    out.push_back(ModelEvent::Usage(self.usage));
-                }
+                    .ok_or_else(|| stream_error(PROVIDER, "message_start without a message"))?;
+                self.message_start(head, out);
             }
             "content_block_start" => {
                 let block = event
                     .content_block
-                    .ok_or_else(|| stream_error("content_block_start without a block"))?;
+                    .ok_or_else(|| stream_error(PROVIDER, "content_block_start without a block"))?;
                 self.start_block(index, block, out)?;
             }
             "content_block_delta" => {
                 let delta = event
                     .delta
-                    .ok_or_else(|| stream_error("content_block_delta without a delta"))?;
+                    .ok_or_else(|| stream_error(PROVIDER, "content_block_delta without a delta"))?;
                 self.delta(index, delta, out)?;
             }
             "content_block_stop" => self.stop_block(index, out)?,
@@ -840,12 +834,7 @@ impl AnthropicStreamParser {
                 }
             }
             "message_stop" => self.message_stop(out),
-            "error" => {
-                let error = ProviderError::parse(data.as_bytes())
-                    .unwrap_or_default()
-                    .into_model_error(PROVIDER, None);
-                return Err(error);
-            }
+            "error" => return Err(reported_error(PROVIDER, data.as_bytes())),
             _ => {} // ping and future event kinds
         }
         Ok(())
@@ -858,7 +847,10 @@ impl AnthropicStreamParser {
             return Ok(());
         }
         self.failed = true;
-        Err(stream_error("the stream ended before message_stop"))
+        Err(stream_error(
+            PROVIDER,
+            "the stream ended before message_stop",
+        ))
     }
 }
 
@@ -869,6 +861,51 @@ impl StreamDecoder for AnthropicStreamParser {
 
     fn end(&mut self, out: &mut VecDeque<ModelEvent>) -> Result<(), ModelError> {
         AnthropicStreamParser::end(self, out)
+    }
+
+    /// A whole message is read as the stream of it: `message_start`, each block started and
+    /// stopped, the stop reason, `message_stop`.
+    fn whole(&mut self, body: &[u8], out: &mut VecDeque<ModelEvent>) -> Result<(), ModelError> {
+        let message: WholeMessage<'_> = serde_json::from_slice(body)
+            .map_err(|e| decode_error(PROVIDER, "response body", &e))?;
+        if message.kind.as_deref() == Some("error") {
+            return Err(reported_error(PROVIDER, body));
+        }
+        self.message_start(message.head, out);
+        let stop_reason = message.stop_reason.map(Cow::into_owned);
+        let length = stop_reason.as_deref().map(map_stop_reason) == Some(FinishReason::Length);
+        let last = message.content.len().saturating_sub(1);
+        for (position, (index, mut block)) in (0u32..).zip(message.content).enumerate() {
+            // The limit hit while the last block was being written: a final tool_use holds only
+            // part of its input, so it is cut off.
+            let cut = length && position == last && block.kind == "tool_use";
+            let input = block.input.take();
+            self.start_block(index, block, out)?;
+            if let Some(arguments) = whole_arguments(input, cut) {
+                out.push_back(ModelEvent::ToolCallDelta { index, arguments });
+            }
+            self.stop_block(index, out)?;
+        }
+        self.stop_reason = stop_reason;
+        self.message_stop(out);
+        Ok(())
+    }
+}
+
+/// The arguments a whole response's `tool_use` input stands for. A cut-off input arrives parsed
+/// into an object, so its JSON no longer shows the cut: its closing brace is withheld, which the
+/// accumulator's one rule (incomplete JSON at a length stop is dropped, with a warning) then
+/// applies to, exactly as to a stream cut inside the same call.
+fn whole_arguments(input: Option<Value>, cut: bool) -> Option<String> {
+    match input {
+        Some(v @ Value::Object(_)) if cut => {
+            let mut text = v.to_string();
+            text.pop();
+            Some(text)
+        }
+        _ if cut => Some("{".to_owned()),
+        None | Some(Value::Null) => None,
+        Some(v) => Some(v.to_string()),
     }
 }
 
@@ -886,101 +923,30 @@ fn redacted(data: String) -> Reasoning {
     }
 }
 
+/// A whole message: the head that `message_start` carries, with its content and stop reason.
 #[derive(Deserialize)]
 struct WholeMessage<'a> {
     #[serde(default, rename = "type", borrow)]
     kind: Option<Cow<'a, str>>,
-    #[serde(default, borrow)]
-    id: Option<Cow<'a, str>>,
-    #[serde(default, borrow)]
-    model: Option<Cow<'a, str>>,
+    #[serde(flatten, borrow)]
+    head: MessageHead<'a>,
     #[serde(default, borrow)]
     content: Vec<InBlock<'a>>,
     #[serde(default, borrow)]
     stop_reason: Option<Cow<'a, str>>,
-    #[serde(default)]
-    usage: Option<WireUsage>,
 }
 
-/// Parses a whole (non-streamed) Messages response body.
+/// Parses a whole (non-streamed) Messages response body, through the stream parser and the
+/// accumulator: a response cut off inside its last `tool_use` drops that call and is marked
+/// truncated.
 pub fn parse_message(body: &[u8]) -> Result<ModelResponse, ModelError> {
-    let message: WholeMessage<'_> =
-        serde_json::from_slice(body).map_err(|e| decode_error("response", &e))?;
-    if message.kind.as_deref() == Some("error") {
-        return Err(ProviderError::parse(body)
-            .unwrap_or_default()
-            .into_model_error(PROVIDER, None));
-    }
-    let mut text = String::new();
-    let mut reasoning = Vec::new();
-    let mut tool_calls = Vec::new();
-    let mut warnings = Vec::new();
-    let mut ends_in_tool_use = false;
-    for block in message.content {
-        ends_in_tool_use = block.kind == "tool_use";
-        match &*block.kind {
-            "text" => text.push_str(block.text.as_deref().unwrap_or_default()),
-            "tool_use" => tool_calls.push(ToolCall {
-                id: block.id.map(Cow::into_owned).unwrap_or_default(),
-                name: block.name.map(Cow::into_owned).unwrap_or_default(),
-                arguments: match block.input {
-                    None | Some(Value::Null) => String::new(),
-                    Some(v) => v.to_string(),
-                },
-            }),
-            "thinking" => reasoning.push(Reasoning {
-                text: block.thinking.map(Cow::into_owned).unwrap_or_default(),
-                signature: block.signature.map(Cow::into_owned),
-                provider_data: None,
-            }),
-            "redacted_thinking" => reasoning.push(redacted(
-                block.data.map(Cow::into_owned).unwrap_or_default(),
-            )),
-            other => warnings.push(format!(
-                "ignored a content block of unsupported type {other:?}"
-            )),
-        }
-    }
-    let raw = message.stop_reason.map(Cow::into_owned);
-    let finish_reason = match raw.as_deref() {
-        Some(r) => map_stop_reason(r),
-        None if tool_calls.is_empty() => FinishReason::Stop,
-        None => FinishReason::ToolCalls,
-    };
-    // The limit hit while the last block was being written: a final tool_use holds whatever part
-    // of its input was generated, so it is dropped, never executed.
-    let truncated = finish_reason == FinishReason::Length && ends_in_tool_use;
-    if truncated && let Some(call) = tool_calls.pop() {
-        warnings.push(format!(
-            "tool call {} ({}) was cut off and dropped",
-            call.id, call.name
-        ));
-    }
-    let mut usage = Usage::default();
-    if let Some(u) = message.usage {
-        u.apply(&mut usage);
-    }
-    Ok(ModelResponse {
-        message: AssistantMessage {
-            reasoning,
-            text,
-            tool_calls,
-        },
-        usage,
-        finish_reason,
-        raw_finish_reason: raw,
-        id: message.id.map(Cow::into_owned),
-        model: message.model.map(Cow::into_owned),
-        provider: None,
-        truncated,
-        warnings,
-    })
+    accumulate_whole(body, AnthropicStreamParser::new())
 }
 
 /// Parses a whole streamed body held in memory (server-sent events) into a response, the way a
 /// streamed call does: for fuzzing, benchmarks and replaying recorded streams.
 pub fn parse_stream_bytes(bytes: &[u8]) -> Result<ModelResponse, ModelError> {
-    crate::decode::accumulate_sse(bytes, PROVIDER, AnthropicStreamParser::new())
+    accumulate_sse(bytes, PROVIDER, AnthropicStreamParser::new())
 }
 
 #[cfg(test)]
@@ -1095,9 +1061,19 @@ mod tests {
         assert!(r.truncated);
         assert_eq!(r.message.tool_calls.len(), 1);
         assert_eq!(r.message.tool_calls[0].id, "t1");
-        assert!(r.warnings.iter().any(|w| w.contains("t2")));
+        assert_eq!(r.message.tool_calls[0].arguments, r#"{"a":1}"#);
+        assert_eq!(r.warnings, ["tool call t2 (g) was cut off and dropped"]);
+        assert_eq!(r.finish_reason, FinishReason::Length);
         let done = br#"{"content":[{"type":"tool_use","id":"t1","name":"f","input":{}}],"stop_reason":"tool_use"}"#;
-        assert!(!parse_message(done).unwrap().truncated);
+        let r = parse_message(done).unwrap();
+        assert!(!r.truncated);
+        assert_eq!(r.message.tool_calls[0].arguments, "{}");
+        assert!(r.warnings.is_empty());
+        // Cut inside a call whose input is no object (or none): still dropped.
+        let odd = br#"{"content":[{"type":"text","text":"x"},{"type":"tool_use","id":"t3","name":"h"}],"stop_reason":"max_tokens"}"#;
+        let r = parse_message(odd).unwrap();
+        assert!(r.truncated && r.message.tool_calls.is_empty());
+        assert_eq!(r.message.text, "x");
     }
 
     #[test]

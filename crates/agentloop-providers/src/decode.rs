@@ -2,6 +2,10 @@
 //! [`StreamDecoder`] turns each server-sent event's data into [`ModelEvent`]s, and the helpers here
 //! drive it over an [`SseStream`] (live) or over bytes in memory (fuzzing, benchmarks, replay).
 //!
+//! A whole (non-streamed) body takes the same path: the decoder turns it into the events a stream
+//! of it would have carried, and the core's accumulator builds the response, so each provider has
+//! one set of rules (truncated calls, finish reasons, usage) whichever way it answers.
+//!
 //! After the first error the stream ends: a malformed event or an early end is never followed by
 //! more events, so a half-applied response cannot reach the caller.
 
@@ -21,6 +25,9 @@ pub(crate) trait StreamDecoder: Send {
     fn event(&mut self, data: &str, out: &mut VecDeque<ModelEvent>) -> Result<(), ModelError>;
     /// The byte stream ended: an error unless the response was complete (or already failed).
     fn end(&mut self, out: &mut VecDeque<ModelEvent>) -> Result<(), ModelError>;
+    /// Applies a whole (non-streamed) response body: the events its stream would have carried,
+    /// through its `Finish`.
+    fn whole(&mut self, body: &[u8], out: &mut VecDeque<ModelEvent>) -> Result<(), ModelError>;
 }
 
 struct Decoding<D> {
@@ -66,28 +73,23 @@ pub(crate) fn decoded_events<'a, D: StreamDecoder + 'a>(
     }))
 }
 
-/// One model call: POSTs `body` to `path`, then reads the answer as events with `decoder` when
-/// streaming, or as one whole response with `whole` when `decoder` is `None`.
-pub(crate) fn post_and_decode<'a, D, W>(
+/// One model call: POSTs `body` to `path`, then reads the answer with `decoder`: as events when
+/// `stream` is set, else as one whole body turned into one [`ModelEvent::Response`].
+pub(crate) fn post_and_decode<'a, D: StreamDecoder + 'a>(
     client: &'a HttpClient,
     path: &'a str,
     body: Result<Vec<u8>, ModelError>,
-    decoder: Option<D>,
-    whole: W,
-) -> ModelStream<'a>
-where
-    D: StreamDecoder + 'a,
-    W: FnOnce(&[u8]) -> Result<ModelResponse, ModelError> + Send + 'a,
-{
+    decoder: D,
+    stream: bool,
+) -> ModelStream<'a> {
     opened(async move {
         let response = client.post_json(path, body?).await?;
-        match decoder {
-            Some(decoder) => Ok(decoded_events(sse(client, response), decoder)),
-            None => {
-                let bytes = client.read_body(response).await?;
-                Ok(one_event(ModelEvent::Response(whole(&bytes)?)))
-            }
+        if stream {
+            return Ok(decoded_events(sse(client, response), decoder));
         }
+        let bytes = client.read_body(response).await?;
+        let response = accumulate_whole(&bytes, decoder)?;
+        Ok(one_event(ModelEvent::Response(response)))
     })
 }
 
@@ -128,17 +130,35 @@ pub(crate) fn accumulate_sse<D: StreamDecoder>(
     futures::executor::block_on(async {
         while let Some(event) = sse.next().await {
             decoder.event(&event?.data, &mut queue)?;
-            for e in queue.drain(..) {
-                acc.push(e)?;
-            }
+            push_all(&mut acc, &mut queue)?;
         }
         decoder.end(&mut queue)?;
-        for e in queue.drain(..) {
-            acc.push(e)?;
-        }
-        Ok::<(), ModelError>(())
+        push_all(&mut acc, &mut queue)
     })?;
     acc.finish()
+}
+
+/// Decodes a whole (non-streamed) body and accumulates the response: the rules of a stream, read
+/// from one body.
+pub(crate) fn accumulate_whole<D: StreamDecoder>(
+    body: &[u8],
+    mut decoder: D,
+) -> Result<ModelResponse, ModelError> {
+    let mut acc = ResponseAccumulator::new();
+    let mut queue = VecDeque::new();
+    decoder.whole(body, &mut queue)?;
+    push_all(&mut acc, &mut queue)?;
+    acc.finish()
+}
+
+fn push_all(
+    acc: &mut ResponseAccumulator,
+    queue: &mut VecDeque<ModelEvent>,
+) -> Result<(), ModelError> {
+    for event in queue.drain(..) {
+        acc.push(event)?;
+    }
+    Ok(())
 }
 
 /// Runs a decoder over event payloads and the end of the stream, collecting what it emits.

@@ -55,6 +55,26 @@ pub fn transport_error(provider: &str, e: &reqwest::Error) -> ModelError {
     ModelError::new(kind, message).with_provider(provider)
 }
 
+/// A malformed or incomplete event stream ([`ModelErrorKind::Stream`]).
+pub(crate) fn stream_error(provider: &str, message: impl Into<String>) -> ModelError {
+    ModelError::new(ModelErrorKind::Stream, message).with_provider(provider)
+}
+
+/// A body or event that is not the JSON the API documents ([`ModelErrorKind::Decode`]); `what`
+/// names it (`response body`, `stream event`).
+pub(crate) fn decode_error(provider: &str, what: &str, e: &serde_json::Error) -> ModelError {
+    ModelError::new(ModelErrorKind::Decode, format!("malformed {what}: {e}"))
+        .with_provider(provider)
+}
+
+/// The error a provider reported inside a successful answer (an `error` event, an error body
+/// with status 200), classified without an HTTP status.
+pub(crate) fn reported_error(provider: &str, body: &[u8]) -> ModelError {
+    ProviderError::parse(body)
+        .unwrap_or_default()
+        .into_model_error(provider, None)
+}
+
 /// A provider's error object, as the OpenAI and Anthropic envelopes carry it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ProviderError {

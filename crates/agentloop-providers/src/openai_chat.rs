@@ -20,13 +20,13 @@ use std::collections::VecDeque;
 
 use agentloop::{
     ContentPart, FinishReason, Message, Model, ModelError, ModelErrorKind, ModelEvent,
-    ModelRequest, ModelResponse, ModelStream, ResponseAccumulator, ToolChoice, Usage,
+    ModelRequest, ModelResponse, ModelStream, ToolChoice, Usage,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::decode::{StreamDecoder, accumulate_sse, post_and_decode};
-use crate::error::ProviderError;
+use crate::decode::{StreamDecoder, accumulate_sse, accumulate_whole, post_and_decode};
+use crate::error::{ProviderError, decode_error, stream_error};
 use crate::http::{HttpClient, HttpConfig, KeySource};
 
 /// The default base URL.
@@ -237,10 +237,14 @@ impl Model for OpenAiChat {
 
     fn stream<'a>(&'a self, request: ModelRequest<'a>) -> ModelStream<'a> {
         let body = self.encode_request(&request);
-        let decoder = self.stream.then(|| ChatStreamParser::new(&self.provider));
-        post_and_decode(&self.client, "/chat/completions", body, decoder, |bytes| {
-            parse_completion_for(bytes, &self.provider)
-        })
+        let decoder = ChatStreamParser::new(&self.provider);
+        post_and_decode(
+            &self.client,
+            "/chat/completions",
+            body,
+            decoder,
+            self.stream,
+        )
     }
 }
 
@@ -742,10 +746,6 @@ pub fn map_finish_reason(raw: &str) -> FinishReason {
     }
 }
 
-fn stream_error(provider: &str, message: impl Into<String>) -> ModelError {
-    ModelError::new(ModelErrorKind::Stream, message).with_provider(provider)
-}
-
 /// An error object inside a successful response (`{"error": {...}}` in a 200 stream chunk).
 /// A numeric code that looks like an HTTP status (OpenRouter) classifies it as that status would.
 fn in_body_error(provider: &str, error: &Value) -> ModelError {
@@ -937,6 +937,32 @@ impl StreamDecoder for ChatStreamParser {
     fn end(&mut self, out: &mut VecDeque<ModelEvent>) -> Result<(), ModelError> {
         ChatStreamParser::end(self, out)
     }
+
+    /// A whole response is one chunk whose choices carry `message`; without a `finish_reason` it
+    /// ends as the calls it made say.
+    fn whole(&mut self, body: &[u8], out: &mut VecDeque<ModelEvent>) -> Result<(), ModelError> {
+        let completion: WireCompletion<'_> = serde_json::from_slice(body)
+            .map_err(|e| decode_error(&self.provider, "response body", &e))?;
+        let has_choice = completion
+            .choices
+            .as_ref()
+            .is_some_and(|c| c.iter().any(|c| c.index.unwrap_or(0) == 0));
+        if completion.error.is_none() && !has_choice {
+            return Err(
+                ModelError::new(ModelErrorKind::Decode, "the response holds no choice")
+                    .with_provider(self.provider.as_str()),
+            );
+        }
+        self.apply(completion, out)?;
+        self.done = true;
+        let (reason, raw) = match self.finish.take() {
+            Some((reason, raw)) => (reason, Some(raw)),
+            None if self.saw_tool_call => (FinishReason::ToolCalls, None),
+            None => (FinishReason::Stop, None),
+        };
+        out.push_back(ModelEvent::Finish { reason, raw });
+        Ok(())
+    }
 }
 
 /// Parses a whole Chat Completions event-stream body (the raw `text/event-stream` bytes) into a
@@ -946,45 +972,11 @@ pub fn parse_stream_bytes(bytes: &[u8]) -> Result<ModelResponse, ModelError> {
     accumulate_sse(bytes, "openai", ChatStreamParser::new("openai"))
 }
 
-/// Parses a whole (non-streamed) Chat Completions response body.
+/// Parses a whole (non-streamed) Chat Completions response body, through the stream parser and
+/// the accumulator: the same rules (an empty id gets a generated one, a call cut off by the
+/// length limit is dropped).
 pub fn parse_completion(body: &[u8]) -> Result<ModelResponse, ModelError> {
-    parse_completion_for(body, "openai")
-}
-
-/// A whole response goes through the stream parser as one chunk, then the accumulator: the same
-/// rules (an empty id gets a generated one, a call cut off by the length limit is dropped).
-fn parse_completion_for(body: &[u8], provider: &str) -> Result<ModelResponse, ModelError> {
-    let completion: WireCompletion<'_> = serde_json::from_slice(body).map_err(|e| {
-        ModelError::new(
-            ModelErrorKind::Decode,
-            format!("malformed response body: {e}"),
-        )
-        .with_provider(provider)
-    })?;
-    let has_choice = completion
-        .choices
-        .as_ref()
-        .is_some_and(|c| c.iter().any(|c| c.index.unwrap_or(0) == 0));
-    if completion.error.is_none() && !has_choice {
-        return Err(
-            ModelError::new(ModelErrorKind::Decode, "the response holds no choice")
-                .with_provider(provider),
-        );
-    }
-    let mut parser = ChatStreamParser::new(provider);
-    let mut events = VecDeque::new();
-    parser.apply(completion, &mut events)?;
-    let (reason, raw) = match parser.finish.take() {
-        Some((reason, raw)) => (reason, Some(raw)),
-        None if parser.saw_tool_call => (FinishReason::ToolCalls, None),
-        None => (FinishReason::Stop, None),
-    };
-    events.push_back(ModelEvent::Finish { reason, raw });
-    let mut acc = ResponseAccumulator::new();
-    for event in events {
-        acc.push(event)?;
-    }
-    acc.finish()
+    accumulate_whole(body, ChatStreamParser::new("openai"))
 }
 
 #[cfg(test)]

@@ -11,15 +11,14 @@ use std::borrow::Cow;
 use std::collections::VecDeque;
 
 use agentloop::{
-    AssistantMessage, ContentPart, FinishReason, Message, Model, ModelError, ModelErrorKind,
-    ModelEvent, ModelRequest, ModelResponse, ModelStream, Reasoning, ToolCall, ToolChoice,
-    ToolContent, Usage,
+    ContentPart, FinishReason, Message, Model, ModelError, ModelErrorKind, ModelEvent,
+    ModelRequest, ModelResponse, ModelStream, Reasoning, ToolChoice, ToolContent, Usage,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::decode::StreamDecoder;
-use crate::error::ProviderError;
+use crate::decode::{StreamDecoder, accumulate_sse, accumulate_whole, post_and_decode};
+use crate::error::{ProviderError, decode_error, reported_error, stream_error};
 use crate::http::{AuthStyle, HttpClient, HttpConfig, KeySource};
 
 const PROVIDER: &str = "openai";
@@ -163,8 +162,14 @@ impl Model for OpenAiResponses {
 
     fn stream<'a>(&'a self, request: ModelRequest<'a>) -> ModelStream<'a> {
         let body = self.encode_request(&request);
-        let decoder = self.options.stream.then(ResponsesStreamParser::new);
-        crate::decode::post_and_decode(&self.client, "/responses", body, decoder, parse_response)
+        let decoder = ResponsesStreamParser::new();
+        post_and_decode(
+            &self.client,
+            "/responses",
+            body,
+            decoder,
+            self.options.stream,
+        )
     }
 }
 
@@ -608,15 +613,6 @@ const HANDLED: &[&str] = &[
     "error",
 ];
 
-fn stream_error(message: impl Into<String>) -> ModelError {
-    ModelError::new(ModelErrorKind::Stream, message).with_provider(PROVIDER)
-}
-
-fn decode_error(what: &str, e: &serde_json::Error) -> ModelError {
-    ModelError::new(ModelErrorKind::Decode, format!("malformed {what}: {e}"))
-        .with_provider(PROVIDER)
-}
-
 /// Maps a response's `status` (and the reason it is incomplete) to the common enum and the raw
 /// word we keep (`completed`, `incomplete:max_output_tokens`).
 fn finish_of(
@@ -654,6 +650,7 @@ fn failure(error: Option<Value>) -> ModelError {
     error
 }
 
+#[derive(Debug)]
 struct CallState {
     output_index: u32,
     got_arguments: bool,
@@ -661,7 +658,7 @@ struct CallState {
 
 /// Turns the Responses API's stream events into [`ModelEvent`]s. Pure: no I/O, no clock. Feed it
 /// each event's `data` in order, then call [`ResponsesStreamParser::end`] when the stream ends.
-#[derive(Default)]
+#[derive(Debug, Default)]
 pub struct ResponsesStreamParser {
     calls: Vec<CallState>,
     /// Output indexes of message items whose text was streamed as deltas.
@@ -671,15 +668,6 @@ pub struct ResponsesStreamParser {
     started: bool,
     finished: bool,
     failed: bool,
-}
-
-impl std::fmt::Debug for ResponsesStreamParser {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ResponsesStreamParser")
-            .field("calls", &self.calls.len())
-            .field("finished", &self.finished)
-            .finish()
-    }
 }
 
 impl ResponsesStreamParser {
@@ -698,7 +686,7 @@ impl ResponsesStreamParser {
             Err(e) => match serde_json::from_str::<KindOnly<'_>>(data) {
                 // An event we do not read may have any shape.
                 Ok(k) if !HANDLED.contains(&&*k.kind) => Ok(()),
-                _ => Err(decode_error("stream event", &e)),
+                _ => Err(decode_error(PROVIDER, "stream event", &e)),
             },
         };
         if result.is_err() {
@@ -750,10 +738,13 @@ impl ResponsesStreamParser {
             "response.output_item.added" => {
                 let item = event
                     .item
-                    .ok_or_else(|| stream_error("output_item.added without an item"))?;
+                    .ok_or_else(|| stream_error(PROVIDER, "output_item.added without an item"))?;
                 if item.kind == "function_call" {
                     if self.call_mut(index).is_some() {
-                        return Err(stream_error(format!("output item {index} was added twice")));
+                        return Err(stream_error(
+                            PROVIDER,
+                            format!("output item {index} was added twice"),
+                        ));
                     }
                     self.start_call(index, &item, out);
                     if let Some(args) = item.arguments.filter(|a| !a.is_empty()) {
@@ -797,46 +788,47 @@ impl ResponsesStreamParser {
             "response.output_item.done" => {
                 let item = event
                     .item
-                    .ok_or_else(|| stream_error("output_item.done without an item"))?;
+                    .ok_or_else(|| stream_error(PROVIDER, "output_item.done without an item"))?;
                 self.item_done(index, &item, out)?;
             }
             "response.completed" | "response.incomplete" => {
                 let head = event
                     .response
-                    .ok_or_else(|| stream_error("a final event without its response"))?;
-                if let Some(u) = head.usage {
-                    out.push_back(ModelEvent::Usage(u.into()));
-                }
+                    .ok_or_else(|| stream_error(PROVIDER, "a final event without its response"))?;
                 let status = if event.kind == "response.completed" {
                     "completed"
                 } else {
                     "incomplete"
                 };
-                let reason = head
-                    .incomplete_details
-                    .as_ref()
-                    .and_then(|d| d.reason.as_deref());
-                let (mut finish, raw) = finish_of(status, reason, !self.calls.is_empty());
-                if self.refused && finish == FinishReason::Stop {
-                    finish = FinishReason::Refusal;
-                }
-                out.push_back(ModelEvent::Finish {
-                    reason: finish,
-                    raw: Some(raw),
-                });
-                self.finished = true;
+                self.finish(status, &head, out);
             }
             "response.failed" => {
                 return Err(failure(event.response.and_then(|r| r.error)));
             }
-            "error" => {
-                return Err(ProviderError::parse(data.as_bytes())
-                    .unwrap_or_default()
-                    .into_model_error(PROVIDER, None));
-            }
+            "error" => return Err(reported_error(PROVIDER, data.as_bytes())),
             _ => {}
         }
         Ok(())
+    }
+
+    /// The response ended with this status: its usage, then its finish.
+    fn finish(&mut self, status: &str, head: &ResponseHead<'_>, out: &mut VecDeque<ModelEvent>) {
+        if let Some(u) = head.usage {
+            out.push_back(ModelEvent::Usage(u.into()));
+        }
+        let reason = head
+            .incomplete_details
+            .as_ref()
+            .and_then(|d| d.reason.as_deref());
+        let (mut finish, raw) = finish_of(status, reason, !self.calls.is_empty());
+        if self.refused && finish == FinishReason::Stop {
+            finish = FinishReason::Refusal;
+        }
+        out.push_back(ModelEvent::Finish {
+            reason: finish,
+            raw: Some(raw),
+        });
+        self.finished = true;
     }
 
     fn arguments(
@@ -902,14 +894,18 @@ impl ResponsesStreamParser {
             return Ok(());
         }
         self.failed = true;
-        Err(stream_error("the stream ended before response.completed"))
+        Err(stream_error(
+            PROVIDER,
+            "the stream ended before response.completed",
+        ))
     }
 }
 
 fn unknown_call(index: u32) -> ModelError {
-    stream_error(format!(
-        "function call arguments for output item {index}, which never started"
-    ))
+    stream_error(
+        PROVIDER,
+        format!("function call arguments for output item {index}, which never started"),
+    )
 }
 
 impl StreamDecoder for ResponsesStreamParser {
@@ -920,102 +916,50 @@ impl StreamDecoder for ResponsesStreamParser {
     fn end(&mut self, out: &mut VecDeque<ModelEvent>) -> Result<(), ModelError> {
         ResponsesStreamParser::end(self, out)
     }
+
+    /// A whole response is read as the stream of it: its head, each output item done, then its
+    /// final status.
+    fn whole(&mut self, body: &[u8], out: &mut VecDeque<ModelEvent>) -> Result<(), ModelError> {
+        let response: WholeResponse<'_> = serde_json::from_slice(body)
+            .map_err(|e| decode_error(PROVIDER, "response body", &e))?;
+        let status = response.status.as_deref().unwrap_or("completed");
+        if status == "failed" {
+            return Err(failure(response.head.error));
+        }
+        self.started = true;
+        out.push_back(ModelEvent::Start {
+            id: response.head.id.as_deref().map(str::to_owned),
+            model: response.head.model.as_deref().map(str::to_owned),
+        });
+        for (index, item) in (0u32..).zip(&response.output) {
+            self.item_done(index, item, out)?;
+        }
+        self.finish(status, &response.head, out);
+        Ok(())
+    }
 }
 
+/// A whole response: the head that lifecycle events carry, with its status and output.
 #[derive(Deserialize)]
 struct WholeResponse<'a> {
-    #[serde(default, borrow)]
-    id: Option<Cow<'a, str>>,
-    #[serde(default, borrow)]
-    model: Option<Cow<'a, str>>,
+    #[serde(flatten, borrow)]
+    head: ResponseHead<'a>,
     #[serde(default, borrow)]
     status: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
     output: Vec<InItem<'a>>,
-    #[serde(default)]
-    usage: Option<WireUsage>,
-    #[serde(default, borrow)]
-    incomplete_details: Option<IncompleteDetails<'a>>,
-    #[serde(default)]
-    error: Option<Value>,
 }
 
-/// Parses a whole (non-streamed) Responses body. A response cut off inside a function call's
-/// arguments drops that call and is marked truncated.
+/// Parses a whole (non-streamed) Responses body, through the stream parser and the accumulator:
+/// a response cut off inside a function call's arguments drops that call and is marked truncated.
 pub fn parse_response(body: &[u8]) -> Result<ModelResponse, ModelError> {
-    let response: WholeResponse<'_> =
-        serde_json::from_slice(body).map_err(|e| decode_error("response", &e))?;
-    let status = response.status.as_deref().unwrap_or("completed");
-    if status == "failed" {
-        return Err(failure(response.error));
-    }
-    let mut text = String::new();
-    let mut reasoning = Vec::new();
-    let mut tool_calls = Vec::new();
-    let mut warnings = Vec::new();
-    let mut refused = false;
-    for item in &response.output {
-        match &*item.kind {
-            "message" => {
-                let (t, r) = item.message_text();
-                refused |= r;
-                text.push_str(&t);
-            }
-            "function_call" => tool_calls.push(ToolCall {
-                id: item.call_id.as_deref().unwrap_or_default().to_owned(),
-                name: item.name.as_deref().unwrap_or_default().to_owned(),
-                arguments: item.arguments.as_deref().unwrap_or_default().to_owned(),
-            }),
-            "reasoning" => reasoning.push(item.reasoning(item.summary_text())),
-            other => warnings.push(format!(
-                "ignored an output item of unsupported type {other:?}"
-            )),
-        }
-    }
-    let reason = response
-        .incomplete_details
-        .as_ref()
-        .and_then(|d| d.reason.as_deref());
-    let (mut finish_reason, raw) = finish_of(status, reason, !tool_calls.is_empty());
-    if refused && finish_reason == FinishReason::Stop {
-        finish_reason = FinishReason::Refusal;
-    }
-    let mut truncated = false;
-    if finish_reason == FinishReason::Length {
-        tool_calls.retain(|c: &ToolCall| {
-            let complete = c.arguments.trim().is_empty()
-                || serde_json::from_str::<serde::de::IgnoredAny>(&c.arguments).is_ok();
-            if !complete {
-                truncated = true;
-                warnings.push(format!(
-                    "tool call {} ({}) was cut off and dropped",
-                    c.id, c.name
-                ));
-            }
-            complete
-        });
-    }
-    Ok(ModelResponse {
-        message: AssistantMessage {
-            reasoning,
-            text,
-            tool_calls,
-        },
-        usage: response.usage.map(Usage::from).unwrap_or_default(),
-        finish_reason,
-        raw_finish_reason: Some(raw),
-        id: response.id.map(Cow::into_owned),
-        model: response.model.map(Cow::into_owned),
-        provider: None,
-        truncated,
-        warnings,
-    })
+    accumulate_whole(body, ResponsesStreamParser::new())
 }
 
 /// Parses a whole streamed body held in memory (server-sent events) into a response, the way a
 /// streamed call does: for fuzzing, benchmarks and replaying recorded streams.
 pub fn parse_stream_bytes(bytes: &[u8]) -> Result<ModelResponse, ModelError> {
-    crate::decode::accumulate_sse(bytes, PROVIDER, ResponsesStreamParser::new())
+    accumulate_sse(bytes, PROVIDER, ResponsesStreamParser::new())
 }
 
 #[cfg(test)]
@@ -1116,5 +1060,15 @@ mod tests {
         assert!(r.truncated);
         assert!(r.message.tool_calls.is_empty());
         assert_eq!(r.finish_reason, FinishReason::Length);
+        assert_eq!(r.warnings, ["tool call c1 (f) was cut off and dropped"]);
+        assert_eq!(
+            r.raw_finish_reason.as_deref(),
+            Some("incomplete:max_output_tokens")
+        );
+        let failed = br#"{"status":"failed","error":{"code":"server_error","message":"boom"}}"#;
+        assert_eq!(
+            parse_response(failed).unwrap_err().kind,
+            ModelErrorKind::Server
+        );
     }
 }
