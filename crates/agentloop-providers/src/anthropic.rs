@@ -441,7 +441,9 @@ fn build_request<'a>(
 // ---------------------------------------------------------------------------------------------
 // Response decoding
 
-#[derive(Deserialize, Default, Clone, Copy)]
+/// Anthropic's usage object. Its `input_tokens` leaves out cache reads and writes; later events
+/// repeat or add counts, so the parser keeps the latest of each and converts at the wire.
+#[derive(Debug, Deserialize, Default, Clone, Copy)]
 struct WireUsage {
     #[serde(default)]
     input_tokens: Option<u64>,
@@ -454,19 +456,33 @@ struct WireUsage {
 }
 
 impl WireUsage {
-    /// Updates `usage` with the counts this object carries (absent ones are kept).
-    fn apply(self, usage: &mut Usage) {
-        if let Some(n) = self.input_tokens {
-            usage.input_tokens = n;
-        }
-        if let Some(n) = self.output_tokens {
-            usage.output_tokens = n;
-        }
-        if let Some(n) = self.cache_read_input_tokens {
-            usage.cached_input_tokens = n;
-        }
-        if let Some(n) = self.cache_creation_input_tokens {
-            usage.cache_write_tokens = n;
+    /// Takes the counts `newer` carries (absent ones are kept).
+    fn update(&mut self, newer: WireUsage) {
+        self.input_tokens = newer.input_tokens.or(self.input_tokens);
+        self.output_tokens = newer.output_tokens.or(self.output_tokens);
+        self.cache_read_input_tokens = newer
+            .cache_read_input_tokens
+            .or(self.cache_read_input_tokens);
+        self.cache_creation_input_tokens = newer
+            .cache_creation_input_tokens
+            .or(self.cache_creation_input_tokens);
+    }
+
+    /// The counts as [`Usage`] means them on every provider: cache reads and writes are part of
+    /// the input.
+    fn to_usage(self) -> Usage {
+        let read = self.cache_read_input_tokens.unwrap_or(0);
+        let write = self.cache_creation_input_tokens.unwrap_or(0);
+        Usage {
+            input_tokens: self
+                .input_tokens
+                .unwrap_or(0)
+                .saturating_add(read)
+                .saturating_add(write),
+            output_tokens: self.output_tokens.unwrap_or(0),
+            cached_input_tokens: read,
+            cache_write_tokens: write,
+            reasoning_tokens: 0,
         }
     }
 }
@@ -570,7 +586,8 @@ enum BlockState {
 #[derive(Debug, Default)]
 pub struct AnthropicStreamParser {
     blocks: Vec<(u32, BlockState)>,
-    usage: Usage,
+    /// The latest count of each kind, as Anthropic reports them.
+    usage: WireUsage,
     stop_reason: Option<String>,
     stopped: bool,
     failed: bool,
@@ -733,14 +750,18 @@ impl AnthropicStreamParser {
         Ok(())
     }
 
+    fn usage(&mut self, newer: WireUsage, out: &mut VecDeque<ModelEvent>) {
+        self.usage.update(newer);
+        out.push_back(ModelEvent::Usage(self.usage.to_usage()));
+    }
+
     fn message_start(&mut self, head: MessageHead<'_>, out: &mut VecDeque<ModelEvent>) {
         out.push_back(ModelEvent::Start {
             id: head.id.map(Cow::into_owned),
             model: head.model.map(Cow::into_owned),
         });
         if let Some(u) = head.usage {
-            u.apply(&mut self.usage);
-            out.push_back(ModelEvent::Usage(self.usage));
+            self.usage(u, out);
         }
     }
 
@@ -829,8 +850,7 @@ impl AnthropicStreamParser {
                     self.stop_reason = Some(reason.into_owned());
                 }
                 if let Some(u) = event.usage {
-                    u.apply(&mut self.usage);
-                    out.push_back(ModelEvent::Usage(self.usage));
+                    self.usage(u, out);
                 }
             }
             "message_stop" => self.message_stop(out),
@@ -984,6 +1004,33 @@ mod tests {
                 raw: Some("tool_use".into())
             })
         );
+    }
+
+    #[test]
+    fn cache_reads_and_writes_are_counted_inside_the_input() {
+        let ev = events(&[
+            r#"{"type":"message_start","message":{"id":"m","usage":{"input_tokens":10,"cache_read_input_tokens":100,"cache_creation_input_tokens":20,"output_tokens":1}}}"#,
+            r#"{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":5}}"#,
+            r#"{"type":"message_stop"}"#,
+        ])
+        .unwrap();
+        let usage = Usage {
+            input_tokens: 130,
+            output_tokens: 5,
+            cached_input_tokens: 100,
+            cache_write_tokens: 20,
+            reasoning_tokens: 0,
+        };
+        assert_eq!(
+            ev.last_chunk::<2>().map(|e| &e[0]),
+            Some(&ModelEvent::Usage(usage))
+        );
+        assert_eq!(usage.total_tokens(), 135);
+        // A hostile count saturates instead of wrapping.
+        let body = br#"{"content":[],"stop_reason":"end_turn","usage":{"input_tokens":18446744073709551615,"cache_read_input_tokens":7,"output_tokens":1}}"#;
+        let r = parse_message(body).unwrap();
+        assert_eq!(r.usage.input_tokens, u64::MAX);
+        assert_eq!(r.usage.total_tokens(), u64::MAX);
     }
 
     #[test]

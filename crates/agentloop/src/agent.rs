@@ -638,10 +638,7 @@ impl Driver<'_> {
                         Ok(Ok(response)) => {
                             let cost = self.inner.pricing.as_ref().and_then(|p| {
                                 p.cost(
-                                    response
-                                        .provider
-                                        .as_deref()
-                                        .unwrap_or(self.inner.model.provider()),
+                                    self.inner.model.provider(),
                                     response.model.as_deref().unwrap_or(self.inner.model.id()),
                                     &response.usage,
                                 )
