@@ -19,7 +19,7 @@ use serde_json::Value;
 
 use crate::decode::{StreamDecoder, accumulate_sse, accumulate_whole, post_and_decode};
 use crate::error::{decode_error, reported_error, stream_error};
-use crate::http::{AuthStyle, HttpClient, HttpConfig, KeySource};
+use crate::http::{ANTHROPIC_API_KEY_ENV, AuthStyle, HttpClient, HttpConfig, KeySource};
 
 const PROVIDER: &str = "anthropic";
 /// The API version header value this adapter speaks.
@@ -61,7 +61,7 @@ impl Anthropic {
     /// A builder for this model id (`claude-sonnet-4-5`), with the key read from `ANTHROPIC_API_KEY`.
     pub fn builder(model: impl Into<String>) -> AnthropicBuilder {
         let mut config = HttpConfig::new(DEFAULT_BASE_URL);
-        config.key = KeySource::Env("ANTHROPIC_API_KEY".to_owned());
+        config.key = KeySource::Env(ANTHROPIC_API_KEY_ENV.to_owned());
         config.auth = AuthStyle::Header("x-api-key".to_owned());
         AnthropicBuilder {
             model: model.into(),

@@ -15,6 +15,11 @@ use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 
 use crate::error::{classify_http_error, transport_error};
 
+/// The environment variable OpenAI's key is read from by default (Chat Completions and Responses).
+pub const OPENAI_API_KEY_ENV: &str = "OPENAI_API_KEY";
+/// The environment variable Anthropic's key is read from by default.
+pub const ANTHROPIC_API_KEY_ENV: &str = "ANTHROPIC_API_KEY";
+
 /// How a provider sends its API key.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AuthStyle {

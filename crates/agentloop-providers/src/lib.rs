@@ -30,7 +30,7 @@ pub mod openai_chat;
 pub mod openai_responses;
 
 pub use fallback::Fallback;
-pub use http::HttpConfig;
+pub use http::{ANTHROPIC_API_KEY_ENV, HttpConfig, OPENAI_API_KEY_ENV};
 pub use pricing::default_prices;
 pub use retry::{Retry, RetryPolicy};
 

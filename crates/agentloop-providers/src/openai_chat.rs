@@ -31,8 +31,7 @@ use crate::http::{HttpClient, HttpConfig, KeySource};
 
 /// The default base URL.
 pub const OPENAI_BASE_URL: &str = "https://api.openai.com/v1";
-/// The environment variable the key is read from by default.
-pub const OPENAI_API_KEY_ENV: &str = "OPENAI_API_KEY";
+pub use crate::http::OPENAI_API_KEY_ENV;
 
 /// Which request field carries the output token limit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

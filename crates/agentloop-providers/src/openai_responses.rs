@@ -19,7 +19,7 @@ use serde_json::Value;
 
 use crate::decode::{StreamDecoder, accumulate_sse, accumulate_whole, post_and_decode};
 use crate::error::{ProviderError, decode_error, reported_error, stream_error};
-use crate::http::{AuthStyle, HttpClient, HttpConfig, KeySource};
+use crate::http::{AuthStyle, HttpClient, HttpConfig, KeySource, OPENAI_API_KEY_ENV};
 
 const PROVIDER: &str = "openai";
 /// The default base URL.
@@ -56,7 +56,7 @@ impl OpenAiResponses {
     /// A builder for this model id (`gpt-5-mini`), with the key read from `OPENAI_API_KEY`.
     pub fn builder(model: impl Into<String>) -> OpenAiResponsesBuilder {
         let mut config = HttpConfig::new(DEFAULT_BASE_URL);
-        config.key = KeySource::Env("OPENAI_API_KEY".to_owned());
+        config.key = KeySource::Env(OPENAI_API_KEY_ENV.to_owned());
         config.auth = AuthStyle::Bearer;
         OpenAiResponsesBuilder {
             model: model.into(),
