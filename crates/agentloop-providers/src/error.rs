@@ -69,6 +69,7 @@ pub(crate) fn decode_error(provider: &str, what: &str, e: &serde_json::Error) ->
 
 /// The error a provider reported inside a successful answer (an `error` event, an error body
 /// with status 200), classified without an HTTP status.
+#[cfg(any(feature = "anthropic", feature = "openai-responses"))]
 pub(crate) fn reported_error(provider: &str, body: &[u8]) -> ModelError {
     ProviderError::parse(body)
         .unwrap_or_default()

@@ -367,6 +367,21 @@ impl HttpClient {
     }
 }
 
+/// Encodes a request body as JSON. A failure (a map key that is not a string, say) is reported
+/// before anything is sent.
+pub(crate) fn json_body<T: serde::Serialize>(
+    provider: &str,
+    body: &T,
+) -> Result<Vec<u8>, ModelError> {
+    serde_json::to_vec(body).map_err(|e| {
+        ModelError::new(
+            ModelErrorKind::Other,
+            format!("cannot encode the request: {e}"),
+        )
+        .with_provider(provider)
+    })
+}
+
 /// Fails with [`ModelErrorKind::RequestTooLarge`] when `len` exceeds `max`.
 pub fn check_budget(provider: &str, len: usize, max: usize) -> Result<(), ModelError> {
     if len > max {

@@ -1,6 +1,6 @@
 //! Server-sent events: the framer that reads the event-stream format from byte chunks (without
 //! I/O), the [`SseStream`] that applies the idle timeout and event budget to a live body, and
-//! [`sse`], the one entry point every provider's streamed call goes through.
+//! `sse()`, the one entry point every provider's streamed call goes through.
 //!
 //! A body whose last event lacks its closing blank line still dispatches that event, on every
 //! provider: `sse` appends the blank line, and so does the in-memory path.

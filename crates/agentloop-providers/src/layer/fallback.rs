@@ -7,7 +7,7 @@
 
 use agentloop::{Model, ModelError, ModelRequest, ModelStream};
 
-use crate::retry::with_attempts;
+use super::retry::with_attempts;
 
 /// Tries models in order until one answers.
 pub struct Fallback {
