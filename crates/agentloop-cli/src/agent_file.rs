@@ -316,8 +316,10 @@ impl Provider {
     /// The environment variable that holds the key when the file names none.
     pub fn default_key_env(self) -> Option<&'static str> {
         match self {
-            Provider::OpenAi | Provider::OpenAiResponses => Some("OPENAI_API_KEY"),
-            Provider::Anthropic => Some("ANTHROPIC_API_KEY"),
+            Provider::OpenAi | Provider::OpenAiResponses => {
+                Some(agentloop_providers::OPENAI_API_KEY_ENV)
+            }
+            Provider::Anthropic => Some(agentloop_providers::ANTHROPIC_API_KEY_ENV),
             Provider::Scripted => None,
         }
     }

@@ -89,7 +89,7 @@ fn bench_api(c: &mut Criterion, name: &str, sub: &str, parse: Parse, events_only
     group.bench_function("sse_reader_only", |b| {
         b.iter(|| {
             for s in &streams {
-                let mut sse = agentloop_providers::http::SseStream::from_bytes(
+                let mut sse = agentloop_providers::sse::SseStream::from_bytes(
                     bytes::Bytes::copy_from_slice(s),
                     "bench",
                 );

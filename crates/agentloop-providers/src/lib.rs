@@ -4,21 +4,40 @@
 //!
 //! Providers never retry internally: wrap a provider in one retry layer (and, if you like, a
 //! fallback over several retried models).
+//!
+//! Where things are:
+//! - `http.rs`: client settings, the API key, the JSON POST with its byte budget;
+//!   `error.rs`: how a failed call becomes a classified [`agentloop::ModelError`];
+//!   `sse.rs`: the event-stream reader and the one `sse()` every streamed call goes through.
+//! - `decode.rs`: the `StreamDecoder` each provider implements, and the one path from an HTTP
+//!   answer (streamed or whole) through the decoder and the core's accumulator.
+//! - `openai_chat/`, `openai_responses/`, `anthropic/`: per provider, `mod.rs` (the model and its
+//!   builder), `request.rs` (the request body) and `stream.rs` (its answers, streamed or whole,
+//!   with usage converted to what [`agentloop::Usage`] means on every provider).
+//! - `layer/`: [`Retry`] and [`Fallback`]; `pricing.rs`: [`default_prices`].
 #![forbid(unsafe_code)]
-// `agentloop::ModelError` (the core's type) is 168 bytes; every provider function returns it, and
-// boxing it is the core's decision, not ours.
-#![allow(clippy::result_large_err)]
+// Built without any provider feature, the shared plumbing (decoding helpers, the builder macro)
+// has no user; that build is for the layers and pricing alone.
+#![cfg_attr(
+    not(any(
+        feature = "openai",
+        feature = "anthropic",
+        feature = "openai-responses"
+    )),
+    allow(dead_code, unused_macros)
+)]
 
-pub mod fallback;
-pub mod http;
-pub mod pricing;
-pub mod retry;
 #[cfg(any(
     feature = "openai",
     feature = "anthropic",
     feature = "openai-responses"
 ))]
-mod stream;
+mod decode;
+pub mod error;
+pub mod http;
+mod layer;
+pub mod pricing;
+pub mod sse;
 
 #[cfg(feature = "anthropic")]
 pub mod anthropic;
@@ -27,10 +46,10 @@ pub mod openai_chat;
 #[cfg(feature = "openai-responses")]
 pub mod openai_responses;
 
-pub use fallback::Fallback;
-pub use http::HttpConfig;
+pub use http::{ANTHROPIC_API_KEY_ENV, HttpConfig, OPENAI_API_KEY_ENV};
+pub use layer::fallback::Fallback;
+pub use layer::retry::{Retry, RetryPolicy};
 pub use pricing::default_prices;
-pub use retry::{Retry, RetryPolicy};
 
 #[cfg(feature = "openai")]
 pub use openai_chat::OpenAiChat;

@@ -78,18 +78,32 @@ mod tests {
     }
 
     #[test]
-    fn anthropic_cost_adds_cache_reads_and_writes_to_input() {
+    fn anthropic_cost_prices_cache_reads_and_writes_inside_the_input() {
+        // Usage as the adapter reports it: 1M uncached + 1M read + 1M written = 3M input.
         let usage = Usage {
-            input_tokens: 1_000_000,
+            input_tokens: 3_000_000,
             output_tokens: 0,
             cached_input_tokens: 1_000_000,
             cache_write_tokens: 1_000_000,
             ..Default::default()
         };
-        let cost = default_prices()
-            .cost("anthropic", "claude-haiku-4-5", &usage)
-            .unwrap();
+        let table = default_prices();
+        let cost = table.cost("anthropic", "claude-haiku-4-5", &usage).unwrap();
         assert!((cost - (1.0 + 0.10 + 1.25)).abs() < 1e-9, "{cost}");
+        // The provider name no longer changes what the counts mean.
+        assert_eq!(table.cost("openai", "claude-haiku-4-5", &usage), Some(cost));
+    }
+
+    #[test]
+    fn counts_that_do_not_add_up_never_price_below_zero() {
+        let usage = Usage {
+            input_tokens: 10,
+            cached_input_tokens: u64::MAX,
+            cache_write_tokens: 5,
+            ..Default::default()
+        };
+        let cost = default_prices().cost("openai", "gpt-4.1", &usage).unwrap();
+        assert!(cost.is_finite() && cost > 0.0, "{cost}");
     }
 
     #[test]

@@ -10,7 +10,7 @@ use std::time::Duration;
 use agentloop::ModelErrorKind;
 use agentloop_providers::Retry;
 use agentloop_providers::anthropic::Anthropic;
-use anthropic_responses_common::{ask, fast_retry, fixture, serve_replies, stalling_server};
+use anthropic_responses_common::{ask, check_stall_and_drop, fast_retry, fixture, serve_replies};
 
 const STARTED: &[u8] = b"event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"m\",\"model\":\"c\",\"usage\":{\"input_tokens\":3,\"output_tokens\":1}}}\n\nevent: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\nevent: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"Hel\"}}\n\n";
 
@@ -24,25 +24,8 @@ fn model(uri: String) -> Anthropic {
 }
 
 #[tokio::test]
-async fn a_stalled_stream_fails_with_a_timeout() {
-    let err = ask(&model(stalling_server(STARTED, false).await))
-        .await
-        .unwrap_err();
-    assert_eq!(err.kind, ModelErrorKind::Timeout, "{err}");
-}
-
-#[tokio::test]
-async fn a_connection_dropped_mid_stream_is_an_error_not_a_half_response() {
-    let err = ask(&model(stalling_server(STARTED, true).await))
-        .await
-        .unwrap_err();
-    assert!(
-        matches!(
-            err.kind,
-            ModelErrorKind::Connection | ModelErrorKind::Stream
-        ),
-        "{err}"
-    );
+async fn a_stalled_or_dropped_stream_is_an_error_not_a_half_response() {
+    check_stall_and_drop(STARTED, model).await;
 }
 
 #[tokio::test]

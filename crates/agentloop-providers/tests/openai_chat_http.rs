@@ -416,7 +416,7 @@ async fn overloaded_primary_falls_back_to_the_next_model_after_its_retries() {
 }
 
 #[tokio::test]
-async fn a_fallback_to_another_provider_names_it_so_the_answer_is_priced_its_way() {
+async fn a_fallback_to_another_provider_is_priced_by_the_model_that_answered() {
     let primary = MockServer::start().await;
     Mock::given(method("POST"))
         .respond_with(error_json(
@@ -448,19 +448,13 @@ async fn a_fallback_to_another_provider_names_it_so_the_answer_is_priced_its_way
     };
     let response = ask(&fallback()).await.unwrap();
     assert!(!response.message.text.is_empty());
-    assert_eq!(response.provider.as_deref(), Some("anthropic"));
+    assert_eq!(response.model.as_deref(), Some("claude-3-opus-latest"));
 
-    // The run prices the answer as the provider that gave it.
-    let priced = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
-    let seen = priced.clone();
+    // Usage means the same on every provider, so the answer is priced by the model that gave it,
+    // whichever provider name the run reports.
     let agent = agentloop::Agent::builder()
         .model(fallback())
-        .pricing(
-            move |provider: &str, _model: &str, _usage: &agentloop::Usage| {
-                seen.lock().unwrap().push(provider.to_owned());
-                Some(0.0)
-            },
-        )
+        .pricing(agentloop_providers::default_prices())
         .build()
         .unwrap();
     let out = agent.run("hello").await;
@@ -470,15 +464,10 @@ async fn a_fallback_to_another_provider_names_it_so_the_answer_is_priced_its_way
         "{:?}",
         out.error
     );
-    assert_eq!(*priced.lock().unwrap(), ["anthropic"]);
-
-    // Without a fallback, a response names no provider of its own.
-    let direct = MockServer::start().await;
-    Mock::given(method("POST"))
-        .respond_with(text_sse())
-        .mount(&direct)
-        .await;
-    assert_eq!(ask(&model(&direct.uri())).await.unwrap().provider, None);
+    assert_eq!((out.usage.input_tokens, out.usage.output_tokens), (11, 6));
+    // claude-3-opus: $15 in, $75 out per million.
+    let expected = (11.0 * 15.0 + 6.0 * 75.0) / 1e6;
+    assert!((out.cost_usd - expected).abs() < 1e-12, "{}", out.cost_usd);
 }
 
 #[tokio::test]
@@ -754,14 +743,11 @@ async fn get_weather(
     format!("sunny in {city}")
 }
 
-#[tokio::test]
-async fn an_agent_runs_a_streamed_tool_call_and_answers_with_the_result() {
+/// A server whose first answer is `first` (a streamed tool call) and every later one a text answer.
+async fn tool_turn_then_text(first: Vec<u8>) -> MockServer {
     let server = MockServer::start().await;
     Mock::given(method("POST"))
-        .respond_with(ResponseTemplate::new(200).set_body_raw(
-            fixture("openai_chat/oai_chat_s_single_tool_usage.sse"),
-            "text/event-stream",
-        ))
+        .respond_with(ResponseTemplate::new(200).set_body_raw(first, "text/event-stream"))
         .up_to_n_times(1)
         .mount(&server)
         .await;
@@ -769,6 +755,12 @@ async fn an_agent_runs_a_streamed_tool_call_and_answers_with_the_result() {
         .respond_with(text_sse())
         .mount(&server)
         .await;
+    server
+}
+
+#[tokio::test]
+async fn an_agent_runs_a_streamed_tool_call_and_answers_with_the_result() {
+    let server = tool_turn_then_text(fixture("openai_chat/oai_chat_s_single_tool_usage.sse")).await;
     let agent = agentloop::Agent::builder()
         .model(model(&server.uri()))
         .instructions("Use tools.")
@@ -805,4 +797,30 @@ async fn an_agent_runs_a_streamed_tool_call_and_answers_with_the_result() {
     assert_eq!(msgs[3]["tool_call_id"], "call_LwxJUB9KppVyogRRLQsamRJv");
     assert_eq!(msgs[3]["content"], "sunny in Mexico City");
     assert_eq!(second["tools"][0]["function"]["name"], "get_weather");
+}
+
+#[tokio::test]
+async fn a_hostile_token_count_saturates_and_trips_the_token_budget_without_a_panic() {
+    // A compatible server that reports `"prompt_tokens": u64::MAX` on a tool-calling turn.
+    let hostile = String::from_utf8(fixture("openai_chat/oai_chat_s_single_tool_usage.sse"))
+        .unwrap()
+        .replace(
+            "\"prompt_tokens\":423",
+            "\"prompt_tokens\":18446744073709551615",
+        );
+    assert!(hostile.contains("18446744073709551615"));
+    let server = tool_turn_then_text(hostile.into_bytes()).await;
+    let agent = agentloop::Agent::builder()
+        .model(model(&server.uri()))
+        .tool(get_weather_tool())
+        .limits(agentloop::Limits {
+            max_tokens: Some(1_000_000),
+            ..Default::default()
+        })
+        .build()
+        .unwrap();
+    let outcome = agent.run("Weather in Mexico City?").await;
+    assert_eq!(outcome.stop_reason, agentloop::StopReason::Budget);
+    assert_eq!(outcome.usage.input_tokens, u64::MAX);
+    assert_eq!(outcome.usage.total_tokens(), u64::MAX);
 }

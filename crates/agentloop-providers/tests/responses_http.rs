@@ -10,7 +10,7 @@ use std::time::Duration;
 use agentloop::ModelErrorKind;
 use agentloop_providers::Retry;
 use agentloop_providers::openai_responses::OpenAiResponses;
-use anthropic_responses_common::{ask, fast_retry, fixture, serve_replies, stalling_server};
+use anthropic_responses_common::{ask, check_stall_and_drop, fast_retry, fixture, serve_replies};
 
 const STARTED: &[u8] = b"data: {\"type\":\"response.created\",\"response\":{\"id\":\"r\",\"model\":\"m\",\"status\":\"in_progress\"}}\n\ndata: {\"type\":\"response.output_text.delta\",\"output_index\":0,\"delta\":\"Hel\"}\n\n";
 
@@ -24,25 +24,8 @@ fn model(uri: String) -> OpenAiResponses {
 }
 
 #[tokio::test]
-async fn a_stalled_stream_fails_with_a_timeout() {
-    let err = ask(&model(stalling_server(STARTED, false).await))
-        .await
-        .unwrap_err();
-    assert_eq!(err.kind, ModelErrorKind::Timeout, "{err}");
-}
-
-#[tokio::test]
-async fn a_connection_dropped_mid_stream_is_an_error_not_a_half_response() {
-    let err = ask(&model(stalling_server(STARTED, true).await))
-        .await
-        .unwrap_err();
-    assert!(
-        matches!(
-            err.kind,
-            ModelErrorKind::Connection | ModelErrorKind::Stream
-        ),
-        "{err}"
-    );
+async fn a_stalled_or_dropped_stream_is_an_error_not_a_half_response() {
+    check_stall_and_drop(STARTED, model).await;
 }
 
 #[tokio::test]

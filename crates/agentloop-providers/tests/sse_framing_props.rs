@@ -1,13 +1,13 @@
 //! The server-sent-events reader frames events exactly as the `eventsource-stream` crate does
 //! (the reader it replaced, kept here as the reference): for any valid UTF-8 text cut into any
 //! chunks, both give the same events in the same order. Invalid UTF-8 and the event budget are
-//! errors of ours, pinned by the unit tests in `src/http.rs`. One difference is on purpose: the
+//! errors of ours, pinned by the unit tests in `src/sse.rs`. One difference is on purpose: the
 //! crate panics on a stream that opens with a byte-order mark (it slices the 3-byte mark at byte
 //! 1); ours drops the mark, as the format says, so the reference is only given streams without one.
 #![allow(clippy::indexing_slicing, clippy::unwrap_used, clippy::expect_used)]
 
 use agentloop::ModelError;
-use agentloop_providers::http::{SseEvent, SseStream};
+use agentloop_providers::sse::{SseEvent, SseStream};
 use bytes::Bytes;
 use eventsource_stream::Eventsource;
 use futures::StreamExt;

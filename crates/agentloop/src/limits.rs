@@ -166,19 +166,16 @@ impl Price {
         self
     }
 
-    /// The cost of a usage. `inclusive_cache` says whether the provider's input count includes
-    /// cached tokens (OpenAI) or not (Anthropic).
-    pub fn cost(&self, usage: &Usage, inclusive_cache: bool) -> f64 {
-        let cached = usage.cached_input_tokens as f64;
-        let uncached = if inclusive_cache {
-            (usage.input_tokens as f64 - cached).max(0.0)
-        } else {
-            usage.input_tokens as f64
-        };
-        let write = usage.cache_write_tokens as f64;
-        (uncached * self.input
-            + cached * self.cached_input.unwrap_or(self.input)
-            + write * self.cache_write.unwrap_or(self.input)
+    /// The cost of a usage, counted as [`Usage`] says on every provider: the input tokens not
+    /// read from or written to the cache at the input price, cache reads and writes at theirs.
+    pub fn cost(&self, usage: &Usage) -> f64 {
+        let uncached = usage
+            .input_tokens
+            .saturating_sub(usage.cached_input_tokens)
+            .saturating_sub(usage.cache_write_tokens);
+        (uncached as f64 * self.input
+            + usage.cached_input_tokens as f64 * self.cached_input.unwrap_or(self.input)
+            + usage.cache_write_tokens as f64 * self.cache_write.unwrap_or(self.input)
             + usage.output_tokens as f64 * self.output)
             / 1_000_000.0
     }
@@ -244,8 +241,8 @@ impl PriceTable {
 }
 
 impl Pricing for PriceTable {
-    fn cost(&self, provider: &str, model: &str, usage: &Usage) -> Option<f64> {
-        self.get(model)
-            .map(|p| p.cost(usage, provider != "anthropic"))
+    /// Prices by model name alone: usage counts the same way on every provider.
+    fn cost(&self, _provider: &str, model: &str, usage: &Usage) -> Option<f64> {
+        self.get(model).map(|p| p.cost(usage))
     }
 }

@@ -137,10 +137,6 @@ pub enum ModelEvent {
         /// The model that answered.
         model: Option<String>,
     },
-    /// The provider answering (`openai`, `anthropic`), when it is not the model's own
-    /// [`Model::provider`]: a fallback names the model it moved on to, so that the answer is priced
-    /// as that provider counts its tokens.
-    Provider(String),
     /// A piece of visible text.
     TextDelta(String),
     /// A piece of reasoning text.
@@ -216,38 +212,53 @@ impl FinishReason {
     }
 }
 
-/// Token usage of one call, or summed over a run. Counts are the provider's own: OpenAI's input
-/// includes cached tokens, Anthropic's excludes cache reads and writes.
+/// Token usage of one call, or summed over a run, counted the same way on every provider (each
+/// provider adapter converts its own counts at the wire):
+///
+/// - `input_tokens` is every prompt token, cache reads and cache writes included (OpenAI's
+///   convention; an Anthropic adapter adds `cache_read_input_tokens` and
+///   `cache_creation_input_tokens` to its `input_tokens`).
+/// - `cached_input_tokens` and `cache_write_tokens` are the parts of `input_tokens` read from and
+///   written to the provider's cache; `reasoning_tokens` is the part of `output_tokens` spent on
+///   reasoning.
+/// - [`Usage::total_tokens`] is `input_tokens + output_tokens`, so a token budget means the same
+///   on every provider.
+///
+/// Sums saturate at `u64::MAX`: a count from a buggy or hostile server never wraps or panics.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Usage {
-    /// Prompt tokens.
+    /// Every prompt token, cache reads and writes included.
     pub input_tokens: u64,
-    /// Completion tokens.
+    /// Completion tokens, reasoning included.
     pub output_tokens: u64,
-    /// Prompt tokens read from the provider's cache.
+    /// The part of `input_tokens` read from the provider's cache.
     #[serde(default)]
     pub cached_input_tokens: u64,
-    /// Prompt tokens written to the provider's cache.
+    /// The part of `input_tokens` written to the provider's cache.
     #[serde(default)]
     pub cache_write_tokens: u64,
-    /// Output tokens spent on reasoning.
+    /// The part of `output_tokens` spent on reasoning.
     #[serde(default)]
     pub reasoning_tokens: u64,
 }
 
 impl Usage {
-    /// Input plus output tokens (plus cache reads and writes where the provider counts them apart).
+    /// Input plus output tokens (saturating).
     pub fn total_tokens(&self) -> u64 {
-        self.input_tokens + self.output_tokens
+        self.input_tokens.saturating_add(self.output_tokens)
     }
 
-    /// Adds another usage to this one.
+    /// Adds another usage to this one (each count saturating).
     pub fn add(&mut self, other: &Usage) {
-        self.input_tokens += other.input_tokens;
-        self.output_tokens += other.output_tokens;
-        self.cached_input_tokens += other.cached_input_tokens;
-        self.cache_write_tokens += other.cache_write_tokens;
-        self.reasoning_tokens += other.reasoning_tokens;
+        self.input_tokens = self.input_tokens.saturating_add(other.input_tokens);
+        self.output_tokens = self.output_tokens.saturating_add(other.output_tokens);
+        self.cached_input_tokens = self
+            .cached_input_tokens
+            .saturating_add(other.cached_input_tokens);
+        self.cache_write_tokens = self
+            .cache_write_tokens
+            .saturating_add(other.cache_write_tokens);
+        self.reasoning_tokens = self.reasoning_tokens.saturating_add(other.reasoning_tokens);
     }
 
     /// True when nothing was counted.
@@ -275,10 +286,6 @@ pub struct ModelResponse {
     /// The model that answered.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
-    /// The provider that answered, when it is not the model's own [`Model::provider`] (a
-    /// fallback's later model).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub provider: Option<String>,
     /// True when a tool call was cut off (its JSON incomplete): such calls were dropped and must
     /// never run.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -301,7 +308,6 @@ impl ModelResponse {
             raw_finish_reason: None,
             id: None,
             model: None,
-            provider: None,
             truncated: false,
             warnings: Vec::new(),
         }
@@ -353,7 +359,6 @@ struct PartialCall {
 pub struct ResponseAccumulator {
     id: Option<String>,
     model: Option<String>,
-    provider: Option<String>,
     text: String,
     reasoning: Vec<Reasoning>,
     pending_reasoning: String,
@@ -402,7 +407,6 @@ impl ResponseAccumulator {
                     self.model = model;
                 }
             }
-            ModelEvent::Provider(p) => self.provider = Some(p),
             ModelEvent::TextDelta(t) => self.text.push_str(&t),
             ModelEvent::ReasoningDelta(t) => self.pending_reasoning.push_str(&t),
             ModelEvent::Reasoning(mut r) => {
@@ -457,10 +461,7 @@ impl ResponseAccumulator {
     /// Finishes the response. A stream that never said it was complete is an error, never a
     /// half-applied response.
     pub fn finish(mut self) -> Result<ModelResponse, ModelError> {
-        if let Some(mut whole) = self.whole.take() {
-            if whole.provider.is_none() {
-                whole.provider = self.provider;
-            }
+        if let Some(whole) = self.whole.take() {
             return Ok(whole);
         }
         let Some((finish_reason, raw_finish_reason)) = self.finish.take() else {
@@ -517,7 +518,6 @@ impl ResponseAccumulator {
             raw_finish_reason,
             id: self.id,
             model: self.model,
-            provider: self.provider,
             truncated,
             warnings: self.warnings,
         })
@@ -719,6 +719,29 @@ mod tests {
 
     fn finish(reason: FinishReason) -> ModelEvent {
         ModelEvent::Finish { reason, raw: None }
+    }
+
+    #[test]
+    fn usage_sums_saturate_instead_of_wrapping_or_panicking() {
+        // A hostile server's `"prompt_tokens": 18446744073709551615`.
+        let hostile = Usage {
+            input_tokens: u64::MAX,
+            output_tokens: 5,
+            cached_input_tokens: u64::MAX,
+            ..Default::default()
+        };
+        assert_eq!(hostile.total_tokens(), u64::MAX);
+        let mut run = Usage {
+            input_tokens: 10,
+            cached_input_tokens: 1,
+            ..Default::default()
+        };
+        run.add(&hostile);
+        run.add(&hostile);
+        assert_eq!(run.input_tokens, u64::MAX);
+        assert_eq!(run.cached_input_tokens, u64::MAX);
+        assert_eq!(run.output_tokens, 10);
+        assert_eq!(run.total_tokens(), u64::MAX);
     }
 
     #[test]

@@ -130,7 +130,6 @@ impl ScriptFileStep {
             raw_finish_reason: None,
             id: None,
             model: Some("scripted".into()),
-            provider: None,
             truncated: false,
             warnings: Vec::new(),
         };

@@ -202,7 +202,7 @@ impl Driver<'_> {
         let model = &self.inner.model;
         let priced = std::panic::catch_unwind(AssertUnwindSafe(|| {
             pricing.cost(
-                response.provider.as_deref().unwrap_or(model.provider()),
+                model.provider(),
                 response.model.as_deref().unwrap_or(model.id()),
                 &response.usage,
             )

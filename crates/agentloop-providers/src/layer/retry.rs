@@ -147,10 +147,7 @@ impl<M: Model> Retry<M> {
 fn is_metadata(event: &ModelEvent) -> bool {
     matches!(
         event,
-        ModelEvent::Start { .. }
-            | ModelEvent::Provider(_)
-            | ModelEvent::Usage(_)
-            | ModelEvent::Warning(_)
+        ModelEvent::Start { .. } | ModelEvent::Usage(_) | ModelEvent::Warning(_)
     )
 }
 

@@ -1,405 +1,17 @@
-//! The OpenAI Responses API (`POST /responses`): request encoding from the provider-neutral
-//! transcript, a pure stream parser that turns its server-sent events into [`ModelEvent`]s, and the
-//! [`OpenAiResponses`] model that sends requests through the shared HTTP client.
-//!
-//! Nothing is stored server-side by default (`store: false`), so each request carries the whole
-//! conversation: `function_call` items and their `function_call_output`s by `call_id`, and the
-//! reasoning items of earlier turns, kept whole (id and encrypted content) in
-//! [`Reasoning::provider_data`].
+//! Reading Responses answers: the borrowing wire types of stream events and whole responses, and
+//! the pure [`ResponsesStreamParser`] that turns them into [`ModelEvent`]s for the live stream,
+//! the in-memory path and whole bodies alike.
 
 use std::borrow::Cow;
 use std::collections::VecDeque;
 
-use agentloop::{
-    AssistantMessage, ContentPart, FinishReason, Message, Model, ModelError, ModelErrorKind,
-    ModelEvent, ModelRequest, ModelResponse, ModelStream, Reasoning, ToolCall, ToolChoice,
-    ToolContent, Usage,
-};
-use serde::{Deserialize, Serialize};
+use agentloop::{FinishReason, ModelError, ModelEvent, ModelResponse, Reasoning, Usage};
+use serde::Deserialize;
 use serde_json::Value;
 
-use crate::http::{AuthStyle, HttpClient, HttpConfig, KeySource, ProviderError};
-use crate::stream::StreamDecoder;
-
-const PROVIDER: &str = "openai";
-/// The default base URL.
-pub const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
-
-/// A model served by the OpenAI Responses API.
-#[derive(Debug, Clone)]
-pub struct OpenAiResponses {
-    model: String,
-    client: HttpClient,
-    options: Options,
-}
-
-#[derive(Debug, Clone)]
-struct Options {
-    stream: bool,
-    store: bool,
-    reasoning_effort: Option<String>,
-    reasoning_summary: Option<String>,
-    encrypted_reasoning: Option<bool>,
-}
-
-/// Builds an [`OpenAiResponses`] model. Setters never fail; [`OpenAiResponsesBuilder::build`]
-/// reports problems.
-#[derive(Debug, Clone)]
-#[must_use]
-pub struct OpenAiResponsesBuilder {
-    model: String,
-    config: HttpConfig,
-    options: Options,
-}
-
-impl OpenAiResponses {
-    /// A builder for this model id (`gpt-5-mini`), with the key read from `OPENAI_API_KEY`.
-    pub fn builder(model: impl Into<String>) -> OpenAiResponsesBuilder {
-        let mut config = HttpConfig::new(DEFAULT_BASE_URL);
-        config.key = KeySource::Env("OPENAI_API_KEY".to_owned());
-        config.auth = AuthStyle::Bearer;
-        OpenAiResponsesBuilder {
-            model: model.into(),
-            config,
-            options: Options {
-                stream: true,
-                store: false,
-                reasoning_effort: None,
-                reasoning_summary: None,
-                encrypted_reasoning: None,
-            },
-        }
-    }
-
-    /// True when requests ask for reasoning items' encrypted content (needed to carry reasoning
-    /// across turns without server-side storage).
-    fn wants_encrypted_reasoning(&self) -> bool {
-        if self.options.store {
-            return false;
-        }
-        self.options.encrypted_reasoning.unwrap_or_else(|| {
-            // Models without reasoning reject the include; ask only where reasoning is in play.
-            let m = self.model.as_str();
-            self.options.reasoning_effort.is_some()
-                || ["o1", "o3", "o4", "gpt-5", "codex"]
-                    .iter()
-                    .any(|p| m.starts_with(p))
-        })
-    }
-
-    /// Encodes the request body this model sends for `request` (exposed for inspection and tests).
-    pub fn encode_request(&self, request: &ModelRequest<'_>) -> Result<Vec<u8>, ModelError> {
-        let body = build_request(
-            &self.model,
-            request,
-            &self.options,
-            self.wants_encrypted_reasoning(),
-        );
-        serde_json::to_vec(&body).map_err(|e| {
-            ModelError::new(
-                ModelErrorKind::Other,
-                format!("cannot encode the request: {e}"),
-            )
-            .with_provider(PROVIDER)
-        })
-    }
-}
-
-impl OpenAiResponsesBuilder {
-    crate::http::http_builder_methods!();
-
-    /// Streams responses (the default) or asks for whole ones.
-    pub fn stream(mut self, stream: bool) -> Self {
-        self.options.stream = stream;
-        self
-    }
-
-    /// Lets OpenAI store responses (default `false`).
-    pub fn store(mut self, store: bool) -> Self {
-        self.options.store = store;
-        self
-    }
-
-    /// The reasoning effort (`minimal`, `low`, `medium`, `high`).
-    pub fn reasoning_effort(mut self, effort: impl Into<String>) -> Self {
-        self.options.reasoning_effort = Some(effort.into());
-        self
-    }
-
-    /// Asks for reasoning summaries (`auto`, `concise`, `detailed`).
-    pub fn reasoning_summary(mut self, summary: impl Into<String>) -> Self {
-        self.options.reasoning_summary = Some(summary.into());
-        self
-    }
-
-    /// Whether to request `reasoning.encrypted_content` when `store` is false. By default it is
-    /// requested for reasoning models (a reasoning effort set, or an `o*`/`gpt-5*`/`codex*` id);
-    /// models without reasoning reject it.
-    pub fn encrypted_reasoning(mut self, include: bool) -> Self {
-        self.options.encrypted_reasoning = Some(include);
-        self
-    }
-
-    /// Builds the model.
-    pub fn build(self) -> Result<OpenAiResponses, ModelError> {
-        let client = HttpClient::new(self.config, PROVIDER)?;
-        Ok(OpenAiResponses {
-            model: self.model,
-            client,
-            options: self.options,
-        })
-    }
-}
-
-impl Model for OpenAiResponses {
-    fn id(&self) -> &str {
-        &self.model
-    }
-
-    fn provider(&self) -> &str {
-        PROVIDER
-    }
-
-    fn stream<'a>(&'a self, request: ModelRequest<'a>) -> ModelStream<'a> {
-        let body = self.encode_request(&request);
-        let decoder = self.options.stream.then(ResponsesStreamParser::new);
-        crate::stream::post_and_decode(&self.client, "/responses", body, decoder, parse_response)
-    }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Request encoding
-
-#[derive(Serialize)]
-struct WireRequest<'a> {
-    model: &'a str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    instructions: Option<&'a str>,
-    input: Vec<InputItem<'a>>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    tools: Vec<WireTool<'a>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    tool_choice: Option<WireToolChoice<'a>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    parallel_tool_calls: Option<bool>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    temperature: Option<f64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    top_p: Option<f64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    max_output_tokens: Option<u32>,
-    store: bool,
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    stream: bool,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    include: Vec<&'static str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    reasoning: Option<WireReasoning<'a>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    text: Option<WireText<'a>>,
-}
-
-#[derive(Serialize)]
-struct WireReasoning<'a> {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    effort: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    summary: Option<&'a str>,
-}
-
-#[derive(Serialize)]
-struct WireText<'a> {
-    format: WireFormat<'a>,
-}
-
-#[derive(Serialize)]
-struct WireFormat<'a> {
-    #[serde(rename = "type")]
-    kind: &'static str,
-    name: &'static str,
-    schema: &'a Value,
-    strict: bool,
-}
-
-#[derive(Serialize)]
-struct WireTool<'a> {
-    #[serde(rename = "type")]
-    kind: &'static str,
-    name: &'a str,
-    #[serde(skip_serializing_if = "str::is_empty")]
-    description: &'a str,
-    parameters: &'a Value,
-    strict: bool,
-}
-
-#[derive(Serialize)]
-#[serde(untagged)]
-enum WireToolChoice<'a> {
-    Mode(&'static str),
-    Function {
-        #[serde(rename = "type")]
-        kind: &'static str,
-        name: &'a str,
-    },
-}
-
-#[derive(Serialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-enum InputItem<'a> {
-    Message {
-        role: &'static str,
-        content: Vec<InputContent<'a>>,
-    },
-    FunctionCall {
-        call_id: &'a str,
-        name: &'a str,
-        arguments: &'a str,
-    },
-    FunctionCallOutput {
-        call_id: &'a str,
-        output: Cow<'a, str>,
-    },
-    /// A reasoning item sent back exactly as it came.
-    #[serde(untagged)]
-    Verbatim(&'a Value),
-}
-
-#[derive(Serialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-enum InputContent<'a> {
-    InputText { text: &'a str },
-    InputImage { image_url: &'a str },
-    OutputText { text: &'a str, annotations: [(); 0] },
-}
-
-fn user_content(part: &ContentPart) -> InputContent<'_> {
-    match part {
-        ContentPart::Text { text } => InputContent::InputText { text },
-        ContentPart::Image { url, .. } => InputContent::InputImage { image_url: url },
-    }
-}
-
-fn tool_output(content: &ToolContent) -> Cow<'_, str> {
-    match content {
-        ToolContent::Text(t) => Cow::Borrowed(t),
-        other => Cow::Owned(other.to_text()),
-    }
-}
-
-fn build_request<'a>(
-    model: &'a str,
-    request: &ModelRequest<'a>,
-    options: &'a Options,
-    encrypted_reasoning: bool,
-) -> WireRequest<'a> {
-    let mut input = Vec::with_capacity(request.messages.len() + 4);
-    for message in request.messages {
-        match message {
-            Message::User { content } => {
-                input.push(InputItem::Message {
-                    role: "user",
-                    content: content.iter().map(user_content).collect(),
-                });
-            }
-            Message::Assistant(a) => {
-                // Reasoning items precede the items they led to; only whole items (with their id
-                // and encrypted content) can be sent back.
-                for r in &a.reasoning {
-                    if let Some(item) = r
-                        .provider_data
-                        .as_ref()
-                        .filter(|d| d.get("type").and_then(Value::as_str) == Some("reasoning"))
-                    {
-                        input.push(InputItem::Verbatim(item));
-                    }
-                }
-                if !a.text.is_empty() {
-                    input.push(InputItem::Message {
-                        role: "assistant",
-                        content: vec![InputContent::OutputText {
-                            text: &a.text,
-                            annotations: [],
-                        }],
-                    });
-                }
-                for call in &a.tool_calls {
-                    input.push(InputItem::FunctionCall {
-                        call_id: &call.id,
-                        name: &call.name,
-                        arguments: &call.arguments,
-                    });
-                }
-            }
-            Message::Tool(result) => {
-                input.push(InputItem::FunctionCallOutput {
-                    call_id: &result.call_id,
-                    output: tool_output(&result.content),
-                });
-            }
-        }
-    }
-    let settings = request.settings;
-    let tools: Vec<WireTool<'a>> = request
-        .tools
-        .iter()
-        .map(|t| WireTool {
-            kind: "function",
-            name: &t.name,
-            description: &t.description,
-            parameters: &t.input_schema,
-            // Strict mode would reject ordinary schemas (optional properties); validation is ours.
-            strict: false,
-        })
-        .collect();
-    let tool_choice = settings.tool_choice.as_ref().map(|c| match c {
-        ToolChoice::Auto => WireToolChoice::Mode("auto"),
-        ToolChoice::Required => WireToolChoice::Mode("required"),
-        ToolChoice::None => WireToolChoice::Mode("none"),
-        ToolChoice::Tool(name) => WireToolChoice::Function {
-            kind: "function",
-            name,
-        },
-    });
-    let reasoning = (options.reasoning_effort.is_some() || options.reasoning_summary.is_some())
-        .then_some(WireReasoning {
-            effort: options.reasoning_effort.as_deref(),
-            summary: options.reasoning_summary.as_deref(),
-        });
-    WireRequest {
-        model,
-        instructions: request.instructions.filter(|i| !i.is_empty()),
-        input,
-        tool_choice: if tools.is_empty() { None } else { tool_choice },
-        parallel_tool_calls: if tools.is_empty() {
-            None
-        } else {
-            settings.parallel_tool_calls
-        },
-        tools,
-        temperature: settings.temperature,
-        top_p: settings.top_p,
-        max_output_tokens: settings.max_tokens,
-        store: options.store,
-        stream: options.stream,
-        include: if encrypted_reasoning {
-            vec!["reasoning.encrypted_content"]
-        } else {
-            Vec::new()
-        },
-        reasoning,
-        text: request.output_schema.map(|schema| WireText {
-            format: WireFormat {
-                kind: "json_schema",
-                name: "final_answer",
-                schema,
-                strict: false,
-            },
-        }),
-    }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Response decoding
+use super::PROVIDER;
+use crate::decode::{StreamDecoder, accumulate_sse, accumulate_whole};
+use crate::error::{ProviderError, decode_error, reported_error, stream_error};
 
 #[derive(Deserialize, Default, Clone, Copy)]
 struct TokenDetails {
@@ -607,15 +219,6 @@ const HANDLED: &[&str] = &[
     "error",
 ];
 
-fn stream_error(message: impl Into<String>) -> ModelError {
-    ModelError::new(ModelErrorKind::Stream, message).with_provider(PROVIDER)
-}
-
-fn decode_error(what: &str, e: &serde_json::Error) -> ModelError {
-    ModelError::new(ModelErrorKind::Decode, format!("malformed {what}: {e}"))
-        .with_provider(PROVIDER)
-}
-
 /// Maps a response's `status` (and the reason it is incomplete) to the common enum and the raw
 /// word we keep (`completed`, `incomplete:max_output_tokens`).
 fn finish_of(
@@ -653,6 +256,7 @@ fn failure(error: Option<Value>) -> ModelError {
     error
 }
 
+#[derive(Debug)]
 struct CallState {
     output_index: u32,
     got_arguments: bool,
@@ -660,7 +264,7 @@ struct CallState {
 
 /// Turns the Responses API's stream events into [`ModelEvent`]s. Pure: no I/O, no clock. Feed it
 /// each event's `data` in order, then call [`ResponsesStreamParser::end`] when the stream ends.
-#[derive(Default)]
+#[derive(Debug, Default)]
 pub struct ResponsesStreamParser {
     calls: Vec<CallState>,
     /// Output indexes of message items whose text was streamed as deltas.
@@ -670,15 +274,6 @@ pub struct ResponsesStreamParser {
     started: bool,
     finished: bool,
     failed: bool,
-}
-
-impl std::fmt::Debug for ResponsesStreamParser {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ResponsesStreamParser")
-            .field("calls", &self.calls.len())
-            .field("finished", &self.finished)
-            .finish()
-    }
 }
 
 impl ResponsesStreamParser {
@@ -697,7 +292,7 @@ impl ResponsesStreamParser {
             Err(e) => match serde_json::from_str::<KindOnly<'_>>(data) {
                 // An event we do not read may have any shape.
                 Ok(k) if !HANDLED.contains(&&*k.kind) => Ok(()),
-                _ => Err(decode_error("stream event", &e)),
+                _ => Err(decode_error(PROVIDER, "stream event", &e)),
             },
         };
         if result.is_err() {
@@ -749,10 +344,13 @@ impl ResponsesStreamParser {
             "response.output_item.added" => {
                 let item = event
                     .item
-                    .ok_or_else(|| stream_error("output_item.added without an item"))?;
+                    .ok_or_else(|| stream_error(PROVIDER, "output_item.added without an item"))?;
                 if item.kind == "function_call" {
                     if self.call_mut(index).is_some() {
-                        return Err(stream_error(format!("output item {index} was added twice")));
+                        return Err(stream_error(
+                            PROVIDER,
+                            format!("output item {index} was added twice"),
+                        ));
                     }
                     self.start_call(index, &item, out);
                     if let Some(args) = item.arguments.filter(|a| !a.is_empty()) {
@@ -796,46 +394,47 @@ impl ResponsesStreamParser {
             "response.output_item.done" => {
                 let item = event
                     .item
-                    .ok_or_else(|| stream_error("output_item.done without an item"))?;
+                    .ok_or_else(|| stream_error(PROVIDER, "output_item.done without an item"))?;
                 self.item_done(index, &item, out)?;
             }
             "response.completed" | "response.incomplete" => {
                 let head = event
                     .response
-                    .ok_or_else(|| stream_error("a final event without its response"))?;
-                if let Some(u) = head.usage {
-                    out.push_back(ModelEvent::Usage(u.into()));
-                }
+                    .ok_or_else(|| stream_error(PROVIDER, "a final event without its response"))?;
                 let status = if event.kind == "response.completed" {
                     "completed"
                 } else {
                     "incomplete"
                 };
-                let reason = head
-                    .incomplete_details
-                    .as_ref()
-                    .and_then(|d| d.reason.as_deref());
-                let (mut finish, raw) = finish_of(status, reason, !self.calls.is_empty());
-                if self.refused && finish == FinishReason::Stop {
-                    finish = FinishReason::Refusal;
-                }
-                out.push_back(ModelEvent::Finish {
-                    reason: finish,
-                    raw: Some(raw),
-                });
-                self.finished = true;
+                self.finish(status, &head, out);
             }
             "response.failed" => {
                 return Err(failure(event.response.and_then(|r| r.error)));
             }
-            "error" => {
-                return Err(ProviderError::parse(data.as_bytes())
-                    .unwrap_or_default()
-                    .into_model_error(PROVIDER, None));
-            }
+            "error" => return Err(reported_error(PROVIDER, data.as_bytes())),
             _ => {}
         }
         Ok(())
+    }
+
+    /// The response ended with this status: its usage, then its finish.
+    fn finish(&mut self, status: &str, head: &ResponseHead<'_>, out: &mut VecDeque<ModelEvent>) {
+        if let Some(u) = head.usage {
+            out.push_back(ModelEvent::Usage(u.into()));
+        }
+        let reason = head
+            .incomplete_details
+            .as_ref()
+            .and_then(|d| d.reason.as_deref());
+        let (mut finish, raw) = finish_of(status, reason, !self.calls.is_empty());
+        if self.refused && finish == FinishReason::Stop {
+            finish = FinishReason::Refusal;
+        }
+        out.push_back(ModelEvent::Finish {
+            reason: finish,
+            raw: Some(raw),
+        });
+        self.finished = true;
     }
 
     fn arguments(
@@ -901,14 +500,18 @@ impl ResponsesStreamParser {
             return Ok(());
         }
         self.failed = true;
-        Err(stream_error("the stream ended before response.completed"))
+        Err(stream_error(
+            PROVIDER,
+            "the stream ended before response.completed",
+        ))
     }
 }
 
 fn unknown_call(index: u32) -> ModelError {
-    stream_error(format!(
-        "function call arguments for output item {index}, which never started"
-    ))
+    stream_error(
+        PROVIDER,
+        format!("function call arguments for output item {index}, which never started"),
+    )
 }
 
 impl StreamDecoder for ResponsesStreamParser {
@@ -919,111 +522,60 @@ impl StreamDecoder for ResponsesStreamParser {
     fn end(&mut self, out: &mut VecDeque<ModelEvent>) -> Result<(), ModelError> {
         ResponsesStreamParser::end(self, out)
     }
+
+    /// A whole response is read as the stream of it: its head, each output item done, then its
+    /// final status.
+    fn whole(&mut self, body: &[u8], out: &mut VecDeque<ModelEvent>) -> Result<(), ModelError> {
+        let response: WholeResponse<'_> = serde_json::from_slice(body)
+            .map_err(|e| decode_error(PROVIDER, "response body", &e))?;
+        let status = response.status.as_deref().unwrap_or("completed");
+        if status == "failed" {
+            return Err(failure(response.head.error));
+        }
+        self.started = true;
+        out.push_back(ModelEvent::Start {
+            id: response.head.id.as_deref().map(str::to_owned),
+            model: response.head.model.as_deref().map(str::to_owned),
+        });
+        for (index, item) in (0u32..).zip(&response.output) {
+            self.item_done(index, item, out)?;
+        }
+        self.finish(status, &response.head, out);
+        Ok(())
+    }
 }
 
+/// A whole response: the head that lifecycle events carry, with its status and output.
 #[derive(Deserialize)]
 struct WholeResponse<'a> {
-    #[serde(default, borrow)]
-    id: Option<Cow<'a, str>>,
-    #[serde(default, borrow)]
-    model: Option<Cow<'a, str>>,
+    #[serde(flatten, borrow)]
+    head: ResponseHead<'a>,
     #[serde(default, borrow)]
     status: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
     output: Vec<InItem<'a>>,
-    #[serde(default)]
-    usage: Option<WireUsage>,
-    #[serde(default, borrow)]
-    incomplete_details: Option<IncompleteDetails<'a>>,
-    #[serde(default)]
-    error: Option<Value>,
 }
 
-/// Parses a whole (non-streamed) Responses body. A response cut off inside a function call's
-/// arguments drops that call and is marked truncated.
+/// Parses a whole (non-streamed) Responses body, through the stream parser and the accumulator:
+/// a response cut off inside a function call's arguments drops that call and is marked truncated.
 pub fn parse_response(body: &[u8]) -> Result<ModelResponse, ModelError> {
-    let response: WholeResponse<'_> =
-        serde_json::from_slice(body).map_err(|e| decode_error("response", &e))?;
-    let status = response.status.as_deref().unwrap_or("completed");
-    if status == "failed" {
-        return Err(failure(response.error));
-    }
-    let mut text = String::new();
-    let mut reasoning = Vec::new();
-    let mut tool_calls = Vec::new();
-    let mut warnings = Vec::new();
-    let mut refused = false;
-    for item in &response.output {
-        match &*item.kind {
-            "message" => {
-                let (t, r) = item.message_text();
-                refused |= r;
-                text.push_str(&t);
-            }
-            "function_call" => tool_calls.push(ToolCall {
-                id: item.call_id.as_deref().unwrap_or_default().to_owned(),
-                name: item.name.as_deref().unwrap_or_default().to_owned(),
-                arguments: item.arguments.as_deref().unwrap_or_default().to_owned(),
-            }),
-            "reasoning" => reasoning.push(item.reasoning(item.summary_text())),
-            other => warnings.push(format!(
-                "ignored an output item of unsupported type {other:?}"
-            )),
-        }
-    }
-    let reason = response
-        .incomplete_details
-        .as_ref()
-        .and_then(|d| d.reason.as_deref());
-    let (mut finish_reason, raw) = finish_of(status, reason, !tool_calls.is_empty());
-    if refused && finish_reason == FinishReason::Stop {
-        finish_reason = FinishReason::Refusal;
-    }
-    let mut truncated = false;
-    if finish_reason == FinishReason::Length {
-        tool_calls.retain(|c: &ToolCall| {
-            let complete = c.arguments.trim().is_empty()
-                || serde_json::from_str::<serde::de::IgnoredAny>(&c.arguments).is_ok();
-            if !complete {
-                truncated = true;
-                warnings.push(format!(
-                    "tool call {} ({}) was cut off and dropped",
-                    c.id, c.name
-                ));
-            }
-            complete
-        });
-    }
-    Ok(ModelResponse {
-        message: AssistantMessage {
-            reasoning,
-            text,
-            tool_calls,
-        },
-        usage: response.usage.map(Usage::from).unwrap_or_default(),
-        finish_reason,
-        raw_finish_reason: Some(raw),
-        id: response.id.map(Cow::into_owned),
-        model: response.model.map(Cow::into_owned),
-        provider: None,
-        truncated,
-        warnings,
-    })
+    accumulate_whole(body, ResponsesStreamParser::new())
 }
 
 /// Parses a whole streamed body held in memory (server-sent events) into a response, the way a
 /// streamed call does: for fuzzing, benchmarks and replaying recorded streams.
 pub fn parse_stream_bytes(bytes: &[u8]) -> Result<ModelResponse, ModelError> {
-    crate::stream::accumulate_sse(bytes, PROVIDER, ResponsesStreamParser::new())
+    accumulate_sse(bytes, PROVIDER, ResponsesStreamParser::new())
 }
 
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
+    use agentloop::ModelErrorKind;
 
     fn events(lines: &[&str]) -> Result<Vec<ModelEvent>, ModelError> {
-        crate::stream::decode_all(ResponsesStreamParser::new(), lines)
+        crate::decode::decode_all(ResponsesStreamParser::new(), lines)
     }
 
     #[test]
@@ -1115,5 +667,15 @@ mod tests {
         assert!(r.truncated);
         assert!(r.message.tool_calls.is_empty());
         assert_eq!(r.finish_reason, FinishReason::Length);
+        assert_eq!(r.warnings, ["tool call c1 (f) was cut off and dropped"]);
+        assert_eq!(
+            r.raw_finish_reason.as_deref(),
+            Some("incomplete:max_output_tokens")
+        );
+        let failed = br#"{"status":"failed","error":{"code":"server_error","message":"boom"}}"#;
+        assert_eq!(
+            parse_response(failed).unwrap_err().kind,
+            ModelErrorKind::Server
+        );
     }
 }

@@ -5,10 +5,9 @@
 //! Box::new(Retry::new(primary)), Box::new(Retry::new(backup))])`), so a model is abandoned only
 //! after its retries. The fallback itself never waits and never retries a model.
 
-use agentloop::{Model, ModelError, ModelEvent, ModelRequest, ModelStream};
-use futures::StreamExt;
+use agentloop::{Model, ModelError, ModelRequest, ModelStream};
 
-use crate::retry::with_attempts;
+use super::retry::with_attempts;
 
 /// Tries models in order until one answers.
 pub struct Fallback {
@@ -79,13 +78,7 @@ impl Model for Fallback {
                 "model failed; falling back"
             );
             index += 1;
-            // The answer now comes from this model's provider, which prices its tokens its own way
-            // (whether cached input is part of the input count): say so before its events.
-            let provider = ModelEvent::Provider(next.provider().to_owned());
-            let stream: ModelStream<'a> = Box::pin(
-                futures::stream::once(std::future::ready(Ok(provider))).chain(next.stream(request)),
-            );
-            Some((std::time::Duration::ZERO, stream))
+            Some((std::time::Duration::ZERO, next.stream(request)))
         })
     }
 }

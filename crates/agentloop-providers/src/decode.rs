@@ -2,6 +2,10 @@
 //! [`StreamDecoder`] turns each server-sent event's data into [`ModelEvent`]s, and the helpers here
 //! drive it over an [`SseStream`] (live) or over bytes in memory (fuzzing, benchmarks, replay).
 //!
+//! A whole (non-streamed) body takes the same path: the decoder turns it into the events a stream
+//! of it would have carried, and the core's accumulator builds the response, so each provider has
+//! one set of rules (truncated calls, finish reasons, usage) whichever way it answers.
+//!
 //! After the first error the stream ends: a malformed event or an early end is never followed by
 //! more events, so a half-applied response cannot reach the caller.
 
@@ -12,32 +16,8 @@ use agentloop::{ModelError, ModelEvent, ModelResponse, ModelStream, ResponseAccu
 use bytes::Bytes;
 use futures::{StreamExt, stream};
 
-use crate::http::{HttpClient, SseStream, transport_error};
-
-/// A blank line appended to every event stream: a body whose last event lacks the closing blank
-/// line (a server that closes right after its final `data:` line, or a recording trimmed of its
-/// trailing newline) still dispatches that event. The data is complete JSON or it fails to parse,
-/// so nothing half-received is ever applied.
-const FINAL_BLANK_LINE: &[u8] = b"\n\n";
-
-/// Reads a streamed response as server-sent events with the client's idle timeout and event
-/// budget, dispatching a final event that lacks its closing blank line.
-pub(crate) fn sse(client: &HttpClient, response: reqwest::Response) -> SseStream {
-    let provider = client.provider().to_owned();
-    let bytes = response
-        .bytes_stream()
-        .map(move |r| r.map_err(|e| transport_error(&provider, &e)))
-        .chain(stream::once(async {
-            Ok(Bytes::from_static(FINAL_BLANK_LINE))
-        }));
-    let config = client.config();
-    SseStream::new(
-        bytes,
-        client.provider(),
-        Some(config.idle_timeout),
-        config.max_event_bytes,
-    )
-}
+use crate::http::HttpClient;
+use crate::sse::{FINAL_BLANK_LINE, SseStream, sse};
 
 /// A pure parser of one provider's event stream.
 pub(crate) trait StreamDecoder: Send {
@@ -45,6 +25,9 @@ pub(crate) trait StreamDecoder: Send {
     fn event(&mut self, data: &str, out: &mut VecDeque<ModelEvent>) -> Result<(), ModelError>;
     /// The byte stream ended: an error unless the response was complete (or already failed).
     fn end(&mut self, out: &mut VecDeque<ModelEvent>) -> Result<(), ModelError>;
+    /// Applies a whole (non-streamed) response body: the events its stream would have carried,
+    /// through its `Finish`.
+    fn whole(&mut self, body: &[u8], out: &mut VecDeque<ModelEvent>) -> Result<(), ModelError>;
 }
 
 struct Decoding<D> {
@@ -90,39 +73,34 @@ pub(crate) fn decoded_events<'a, D: StreamDecoder + 'a>(
     }))
 }
 
-/// One model call: POSTs `body` to `path`, then reads the answer as events with `decoder` when
-/// streaming, or as one whole response with `whole` when `decoder` is `None`.
-pub(crate) fn post_and_decode<'a, D, W>(
+/// One model call: POSTs `body` to `path`, then reads the answer with `decoder`: as events when
+/// `stream` is set, else as one whole body turned into one [`ModelEvent::Response`].
+pub(crate) fn post_and_decode<'a, D: StreamDecoder + 'a>(
     client: &'a HttpClient,
     path: &'a str,
     body: Result<Vec<u8>, ModelError>,
-    decoder: Option<D>,
-    whole: W,
-) -> ModelStream<'a>
-where
-    D: StreamDecoder + 'a,
-    W: FnOnce(&[u8]) -> Result<ModelResponse, ModelError> + Send + 'a,
-{
+    decoder: D,
+    stream: bool,
+) -> ModelStream<'a> {
     opened(async move {
         let response = client.post_json(path, body?).await?;
-        match decoder {
-            Some(decoder) => Ok(decoded_events(sse(client, response), decoder)),
-            None => {
-                let bytes = client.read_body(response).await?;
-                Ok(one_event(ModelEvent::Response(whole(&bytes)?)))
-            }
+        if stream {
+            return Ok(decoded_events(sse(client, response), decoder));
         }
+        let bytes = client.read_body(response).await?;
+        let response = accumulate_whole(&bytes, decoder)?;
+        Ok(one_event(ModelEvent::Response(response)))
     })
 }
 
 /// A stream of exactly one event.
-pub(crate) fn one_event<'a>(event: ModelEvent) -> ModelStream<'a> {
+fn one_event<'a>(event: ModelEvent) -> ModelStream<'a> {
     Box::pin(stream::once(async move { Ok(event) }))
 }
 
 /// A stream that first awaits `open` (the HTTP request), then yields the stream it opened, or
 /// its error as the only item.
-pub(crate) fn opened<'a, F>(open: F) -> ModelStream<'a>
+fn opened<'a, F>(open: F) -> ModelStream<'a>
 where
     F: Future<Output = Result<ModelStream<'a>, ModelError>> + Send + 'a,
 {
@@ -152,17 +130,35 @@ pub(crate) fn accumulate_sse<D: StreamDecoder>(
     futures::executor::block_on(async {
         while let Some(event) = sse.next().await {
             decoder.event(&event?.data, &mut queue)?;
-            for e in queue.drain(..) {
-                acc.push(e)?;
-            }
+            push_all(&mut acc, &mut queue)?;
         }
         decoder.end(&mut queue)?;
-        for e in queue.drain(..) {
-            acc.push(e)?;
-        }
-        Ok::<(), ModelError>(())
+        push_all(&mut acc, &mut queue)
     })?;
     acc.finish()
+}
+
+/// Decodes a whole (non-streamed) body and accumulates the response: the rules of a stream, read
+/// from one body.
+pub(crate) fn accumulate_whole<D: StreamDecoder>(
+    body: &[u8],
+    mut decoder: D,
+) -> Result<ModelResponse, ModelError> {
+    let mut acc = ResponseAccumulator::new();
+    let mut queue = VecDeque::new();
+    decoder.whole(body, &mut queue)?;
+    push_all(&mut acc, &mut queue)?;
+    acc.finish()
+}
+
+fn push_all(
+    acc: &mut ResponseAccumulator,
+    queue: &mut VecDeque<ModelEvent>,
+) -> Result<(), ModelError> {
+    for event in queue.drain(..) {
+        acc.push(event)?;
+    }
+    Ok(())
 }
 
 /// Runs a decoder over event payloads and the end of the stream, collecting what it emits.

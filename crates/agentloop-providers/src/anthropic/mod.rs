@@ -1,0 +1,134 @@
+//! The Anthropic Messages API (`POST /v1/messages`): request encoding from the provider-neutral
+//! transcript, a pure stream parser that turns server-sent events into
+//! [`ModelEvent`](agentloop::ModelEvent)s, and the [`Anthropic`] model that sends requests through
+//! the shared HTTP client.
+//!
+//! Thinking blocks come back with their signatures and are sent back unchanged on tool turns; all
+//! tool results of a turn travel in one user message. A `tool_use` whose JSON was cut off is never
+//! executed: the stream maps to [`FinishReason::Length`](agentloop::FinishReason::Length) and the
+//! accumulator drops the call.
+//!
+//! The module's files: `request.rs` encodes the request, `stream.rs` reads answers (streamed or
+//! whole) into events.
+
+mod request;
+mod stream;
+
+use agentloop::{Model, ModelError, ModelRequest, ModelStream};
+
+use crate::decode::post_and_decode;
+use crate::http::{ANTHROPIC_API_KEY_ENV, AuthStyle, HttpClient, HttpConfig, KeySource};
+
+pub use stream::{AnthropicStreamParser, map_stop_reason, parse_message, parse_stream_bytes};
+
+const PROVIDER: &str = "anthropic";
+/// The API version header value this adapter speaks.
+pub const ANTHROPIC_VERSION: &str = "2023-06-01";
+/// The default base URL.
+pub const DEFAULT_BASE_URL: &str = "https://api.anthropic.com";
+/// The `max_tokens` sent when the settings give none (the API requires one).
+pub const DEFAULT_MAX_TOKENS: u32 = 4096;
+
+/// Extended thinking settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ThinkingConfig {
+    /// Tokens the model may spend thinking; must be below `max_tokens`.
+    pub budget_tokens: u32,
+}
+
+/// A model served by the Anthropic Messages API.
+#[derive(Debug, Clone)]
+pub struct Anthropic {
+    model: String,
+    client: HttpClient,
+    stream: bool,
+    max_tokens: u32,
+    thinking: Option<ThinkingConfig>,
+}
+
+/// Builds an [`Anthropic`] model. Setters never fail; [`AnthropicBuilder::build`] reports problems.
+#[derive(Debug, Clone)]
+#[must_use]
+pub struct AnthropicBuilder {
+    model: String,
+    config: HttpConfig,
+    stream: bool,
+    max_tokens: u32,
+    thinking: Option<ThinkingConfig>,
+}
+
+impl Anthropic {
+    /// A builder for this model id (`claude-sonnet-4-5`), with the key read from `ANTHROPIC_API_KEY`.
+    pub fn builder(model: impl Into<String>) -> AnthropicBuilder {
+        let mut config = HttpConfig::new(DEFAULT_BASE_URL);
+        config.key = KeySource::Env(ANTHROPIC_API_KEY_ENV.to_owned());
+        config.auth = AuthStyle::Header("x-api-key".to_owned());
+        AnthropicBuilder {
+            model: model.into(),
+            config,
+            stream: true,
+            max_tokens: DEFAULT_MAX_TOKENS,
+            thinking: None,
+        }
+    }
+}
+
+impl AnthropicBuilder {
+    crate::http::http_builder_methods!();
+
+    /// Streams responses (the default) or asks for whole ones.
+    pub fn stream(mut self, stream: bool) -> Self {
+        self.stream = stream;
+        self
+    }
+
+    /// The `max_tokens` sent when the request's settings give none (default 4096).
+    pub fn max_tokens(mut self, max_tokens: u32) -> Self {
+        self.max_tokens = max_tokens;
+        self
+    }
+
+    /// Enables extended thinking with this token budget.
+    pub fn thinking(mut self, budget_tokens: u32) -> Self {
+        self.thinking = Some(ThinkingConfig { budget_tokens });
+        self
+    }
+
+    /// Builds the model.
+    pub fn build(mut self) -> Result<Anthropic, ModelError> {
+        if !self
+            .config
+            .extra_headers
+            .iter()
+            .any(|(n, _)| n.eq_ignore_ascii_case("anthropic-version"))
+        {
+            self.config
+                .extra_headers
+                .push(("anthropic-version".to_owned(), ANTHROPIC_VERSION.to_owned()));
+        }
+        let client = HttpClient::new(self.config, PROVIDER)?;
+        Ok(Anthropic {
+            model: self.model,
+            client,
+            stream: self.stream,
+            max_tokens: self.max_tokens,
+            thinking: self.thinking,
+        })
+    }
+}
+
+impl Model for Anthropic {
+    fn id(&self) -> &str {
+        &self.model
+    }
+
+    fn provider(&self) -> &str {
+        PROVIDER
+    }
+
+    fn stream<'a>(&'a self, request: ModelRequest<'a>) -> ModelStream<'a> {
+        let body = self.encode_request(&request);
+        let decoder = AnthropicStreamParser::new();
+        post_and_decode(&self.client, "/v1/messages", body, decoder, self.stream)
+    }
+}

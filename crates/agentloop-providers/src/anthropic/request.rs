@@ -1,0 +1,333 @@
+//! The Messages request body, encoded from the provider-neutral transcript: thinking blocks go
+//! back with their signatures, tool inputs as parsed objects, and all tool results of a turn in
+//! one user message.
+
+use std::borrow::Cow;
+
+use agentloop::{
+    AssistantMessage, ContentPart, Message, ModelError, ModelRequest, ToolChoice, ToolContent,
+    ToolResult,
+};
+use serde::Serialize;
+use serde_json::Value;
+
+use super::{Anthropic, PROVIDER, ThinkingConfig};
+use crate::http::json_body;
+
+impl Anthropic {
+    /// Encodes the request body this model sends for `request` (exposed for inspection and tests).
+    pub fn encode_request(&self, request: &ModelRequest<'_>) -> Result<Vec<u8>, ModelError> {
+        let body = build_request(
+            &self.model,
+            request,
+            self.stream,
+            self.max_tokens,
+            self.thinking,
+        );
+        json_body(PROVIDER, &body)
+    }
+}
+
+#[derive(Serialize)]
+struct WireRequest<'a> {
+    model: &'a str,
+    max_tokens: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    system: Option<Cow<'a, str>>,
+    messages: Vec<WireMessage<'a>>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tools: Vec<WireTool<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_choice: Option<WireToolChoice<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    temperature: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    top_p: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    thinking: Option<WireThinking>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    stream: bool,
+}
+
+#[derive(Serialize)]
+struct WireThinking {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    budget_tokens: u32,
+}
+
+#[derive(Serialize)]
+struct WireTool<'a> {
+    name: &'a str,
+    #[serde(skip_serializing_if = "str::is_empty")]
+    description: &'a str,
+    input_schema: &'a Value,
+}
+
+#[derive(Serialize)]
+struct WireToolChoice<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    name: Option<&'a str>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    disable_parallel_tool_use: bool,
+}
+
+#[derive(Serialize, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+enum Role {
+    User,
+    Assistant,
+}
+
+#[derive(Serialize)]
+struct WireMessage<'a> {
+    role: Role,
+    content: Vec<OutBlock<'a>>,
+}
+
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum OutBlock<'a> {
+    Text {
+        text: &'a str,
+    },
+    Image {
+        source: ImageSource<'a>,
+    },
+    ToolUse {
+        id: &'a str,
+        name: &'a str,
+        input: Value,
+    },
+    ToolResult {
+        tool_use_id: &'a str,
+        content: ResultContent<'a>,
+        #[serde(skip_serializing_if = "std::ops::Not::not")]
+        is_error: bool,
+    },
+    Thinking {
+        thinking: &'a str,
+        signature: &'a str,
+    },
+    RedactedThinking {
+        data: &'a str,
+    },
+}
+
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum ImageSource<'a> {
+    Base64 { media_type: &'a str, data: &'a str },
+    Url { url: &'a str },
+}
+
+#[derive(Serialize)]
+#[serde(untagged)]
+enum ResultContent<'a> {
+    Text(Cow<'a, str>),
+    Blocks(Vec<OutBlock<'a>>),
+}
+
+fn image_source<'a>(url: &'a str, media_type: Option<&'a str>) -> ImageSource<'a> {
+    if let Some(rest) = url.strip_prefix("data:")
+        && let Some((meta, data)) = rest.split_once(',')
+        && let Some(mime) = meta.strip_suffix(";base64")
+    {
+        return ImageSource::Base64 {
+            media_type: media_type.unwrap_or(mime),
+            data,
+        };
+    }
+    ImageSource::Url { url }
+}
+
+fn part_block(part: &ContentPart) -> OutBlock<'_> {
+    match part {
+        ContentPart::Text { text } => OutBlock::Text { text },
+        ContentPart::Image { url, media_type } => OutBlock::Image {
+            source: image_source(url, media_type.as_deref()),
+        },
+    }
+}
+
+fn result_block(result: &ToolResult) -> OutBlock<'_> {
+    let content = match &result.content {
+        ToolContent::Text(t) => ResultContent::Text(Cow::Borrowed(t)),
+        ToolContent::Json(v) => ResultContent::Text(Cow::Owned(v.to_string())),
+        ToolContent::Parts(parts) => ResultContent::Blocks(parts.iter().map(part_block).collect()),
+    };
+    OutBlock::ToolResult {
+        tool_use_id: &result.call_id,
+        content,
+        is_error: result.is_error,
+    }
+}
+
+/// The input object of a tool call: its raw arguments parsed, `{}` when empty. Anthropic accepts
+/// only objects, so arguments that are not one (a call the run already rejected) become `{}`.
+fn tool_input(arguments: &str) -> Value {
+    match serde_json::from_str::<Value>(arguments) {
+        Ok(v @ Value::Object(_)) => v,
+        _ => Value::Object(serde_json::Map::new()),
+    }
+}
+
+fn assistant_blocks(message: &AssistantMessage) -> Vec<OutBlock<'_>> {
+    let mut blocks = Vec::with_capacity(message.reasoning.len() + 1 + message.tool_calls.len());
+    for r in &message.reasoning {
+        let redacted = r
+            .provider_data
+            .as_ref()
+            .filter(|d| d.get("type").and_then(Value::as_str) == Some("redacted_thinking"))
+            .and_then(|d| d.get("data"))
+            .and_then(Value::as_str);
+        if let Some(data) = redacted {
+            blocks.push(OutBlock::RedactedThinking { data });
+        } else if let Some(signature) = r.signature.as_deref() {
+            blocks.push(OutBlock::Thinking {
+                thinking: &r.text,
+                signature,
+            });
+        }
+        // Reasoning without a signature (from another provider) cannot be sent back: Anthropic
+        // rejects unsigned thinking blocks.
+    }
+    if !message.text.is_empty() {
+        blocks.push(OutBlock::Text {
+            text: &message.text,
+        });
+    }
+    for call in &message.tool_calls {
+        blocks.push(OutBlock::ToolUse {
+            id: &call.id,
+            name: &call.name,
+            input: tool_input(&call.arguments),
+        });
+    }
+    blocks
+}
+
+fn push_user_blocks<'a>(
+    messages: &mut Vec<WireMessage<'a>>,
+    blocks: impl IntoIterator<Item = OutBlock<'a>>,
+) {
+    match messages.last_mut() {
+        Some(last) if last.role == Role::User => last.content.extend(blocks),
+        _ => messages.push(WireMessage {
+            role: Role::User,
+            content: blocks.into_iter().collect(),
+        }),
+    }
+}
+
+fn build_request<'a>(
+    model: &'a str,
+    request: &ModelRequest<'a>,
+    stream: bool,
+    default_max_tokens: u32,
+    thinking: Option<ThinkingConfig>,
+) -> WireRequest<'a> {
+    let mut messages: Vec<WireMessage<'a>> = Vec::with_capacity(request.messages.len());
+    for message in request.messages {
+        match message {
+            Message::User { content } => {
+                push_user_blocks(&mut messages, content.iter().map(part_block))
+            }
+            // Consecutive tool results join one user message of tool_result blocks.
+            Message::Tool(result) => push_user_blocks(&mut messages, [result_block(result)]),
+            Message::Assistant(a) => {
+                let content = assistant_blocks(a);
+                if !content.is_empty() {
+                    messages.push(WireMessage {
+                        role: Role::Assistant,
+                        content,
+                    });
+                }
+            }
+        }
+    }
+    let system = match (request.instructions, request.output_schema) {
+        (instructions, Some(schema)) => {
+            let mut s = instructions.map(str::to_owned).unwrap_or_default();
+            if !s.is_empty() {
+                s.push_str("\n\n");
+            }
+            s.push_str("Give your final answer as a single JSON value (no prose, no code fence) matching this JSON Schema:\n");
+            s.push_str(&schema.to_string());
+            Some(Cow::Owned(s))
+        }
+        (Some(i), None) if !i.is_empty() => Some(Cow::Borrowed(i)),
+        _ => None,
+    };
+    let settings = request.settings;
+    let disable_parallel = settings.parallel_tool_calls == Some(false);
+    let tool_choice = match (&settings.tool_choice, disable_parallel) {
+        (Some(ToolChoice::Auto), d) | (None, d @ true) => Some(WireToolChoice {
+            kind: "auto",
+            name: None,
+            disable_parallel_tool_use: d,
+        }),
+        (Some(ToolChoice::Required), d) => Some(WireToolChoice {
+            kind: "any",
+            name: None,
+            disable_parallel_tool_use: d,
+        }),
+        (Some(ToolChoice::None), _) => Some(WireToolChoice {
+            kind: "none",
+            name: None,
+            disable_parallel_tool_use: false,
+        }),
+        (Some(ToolChoice::Tool(name)), d) => Some(WireToolChoice {
+            kind: "tool",
+            name: Some(name),
+            disable_parallel_tool_use: d,
+        }),
+        (None, false) => None,
+    };
+    let tools: Vec<WireTool<'a>> = request
+        .tools
+        .iter()
+        .map(|t| WireTool {
+            name: &t.name,
+            description: &t.description,
+            input_schema: &t.input_schema,
+        })
+        .collect();
+    WireRequest {
+        model,
+        max_tokens: settings.max_tokens.unwrap_or(default_max_tokens),
+        system,
+        messages,
+        tool_choice: if tools.is_empty() { None } else { tool_choice },
+        tools,
+        temperature: settings.temperature,
+        top_p: settings.top_p,
+        thinking: thinking.map(|t| WireThinking {
+            kind: "enabled",
+            budget_tokens: t.budget_tokens,
+        }),
+        stream,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    #[test]
+    fn data_url_images_become_base64_sources() {
+        let v = serde_json::to_value(image_source("data:image/png;base64,AAAA", None)).unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({"type": "base64", "media_type": "image/png", "data": "AAAA"})
+        );
+        let v = serde_json::to_value(image_source("https://x/y.png", None)).unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({"type": "url", "url": "https://x/y.png"})
+        );
+    }
+}

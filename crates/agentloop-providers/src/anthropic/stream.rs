@@ -1,0 +1,699 @@
+//! Reading Messages answers: the borrowing wire types of stream events and whole messages, and
+//! the pure [`AnthropicStreamParser`] that turns them into [`ModelEvent`]s for the live stream,
+//! the in-memory path and whole bodies alike. Usage is converted here to the meaning
+//! [`agentloop::Usage`] has on every provider.
+
+use std::borrow::Cow;
+use std::collections::VecDeque;
+
+use agentloop::{FinishReason, ModelError, ModelEvent, ModelResponse, Reasoning, Usage};
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::PROVIDER;
+use crate::decode::{StreamDecoder, accumulate_sse, accumulate_whole};
+use crate::error::{decode_error, reported_error, stream_error};
+
+/// Anthropic's usage object. Its `input_tokens` leaves out cache reads and writes; later events
+/// repeat or add counts, so the parser keeps the latest of each and converts at the wire.
+#[derive(Debug, Deserialize, Default, Clone, Copy)]
+struct WireUsage {
+    #[serde(default)]
+    input_tokens: Option<u64>,
+    #[serde(default)]
+    output_tokens: Option<u64>,
+    #[serde(default)]
+    cache_read_input_tokens: Option<u64>,
+    #[serde(default)]
+    cache_creation_input_tokens: Option<u64>,
+}
+
+impl WireUsage {
+    /// Takes the counts `newer` carries (absent ones are kept).
+    fn update(&mut self, newer: WireUsage) {
+        self.input_tokens = newer.input_tokens.or(self.input_tokens);
+        self.output_tokens = newer.output_tokens.or(self.output_tokens);
+        self.cache_read_input_tokens = newer
+            .cache_read_input_tokens
+            .or(self.cache_read_input_tokens);
+        self.cache_creation_input_tokens = newer
+            .cache_creation_input_tokens
+            .or(self.cache_creation_input_tokens);
+    }
+
+    /// The counts as [`Usage`] means them on every provider: cache reads and writes are part of
+    /// the input.
+    fn to_usage(self) -> Usage {
+        let read = self.cache_read_input_tokens.unwrap_or(0);
+        let write = self.cache_creation_input_tokens.unwrap_or(0);
+        Usage {
+            input_tokens: self
+                .input_tokens
+                .unwrap_or(0)
+                .saturating_add(read)
+                .saturating_add(write),
+            output_tokens: self.output_tokens.unwrap_or(0),
+            cached_input_tokens: read,
+            cache_write_tokens: write,
+            reasoning_tokens: 0,
+        }
+    }
+}
+
+/// A content block, as `content_block_start` and whole responses carry it.
+#[derive(Deserialize)]
+struct InBlock<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: Cow<'a, str>,
+    #[serde(default, borrow)]
+    text: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    id: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    name: Option<Cow<'a, str>>,
+    #[serde(default)]
+    input: Option<Value>,
+    #[serde(default, borrow)]
+    thinking: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    signature: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    data: Option<Cow<'a, str>>,
+}
+
+#[derive(Deserialize)]
+struct MessageHead<'a> {
+    #[serde(default, borrow)]
+    id: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    model: Option<Cow<'a, str>>,
+    #[serde(default)]
+    usage: Option<WireUsage>,
+}
+
+/// The `delta` of `content_block_delta` and of `message_delta`, in one shape.
+#[derive(Deserialize)]
+struct InDelta<'a> {
+    #[serde(default, rename = "type", borrow)]
+    kind: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    text: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    partial_json: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    thinking: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    signature: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    stop_reason: Option<Cow<'a, str>>,
+}
+
+/// One stream event, every kind in one borrowed shape (a single pass, no intermediate tree).
+#[derive(Deserialize)]
+struct InEvent<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: Cow<'a, str>,
+    #[serde(default)]
+    index: Option<u32>,
+    #[serde(default, borrow)]
+    message: Option<MessageHead<'a>>,
+    #[serde(default, borrow)]
+    content_block: Option<InBlock<'a>>,
+    #[serde(default, borrow)]
+    delta: Option<InDelta<'a>>,
+    #[serde(default)]
+    usage: Option<WireUsage>,
+}
+
+/// Maps Anthropic's `stop_reason` to the common enum.
+pub fn map_stop_reason(raw: &str) -> FinishReason {
+    match raw {
+        "end_turn" | "stop_sequence" => FinishReason::Stop,
+        "tool_use" => FinishReason::ToolCalls,
+        "max_tokens" | "model_context_window_exceeded" => FinishReason::Length,
+        "refusal" => FinishReason::Refusal,
+        _ => FinishReason::Other,
+    }
+}
+
+#[derive(Debug)]
+enum BlockState {
+    Text,
+    ToolUse {
+        id: String,
+        got_args: bool,
+        initial_input: Option<String>,
+        stopped: bool,
+    },
+    Thinking {
+        signature: Option<String>,
+    },
+    RedactedThinking {
+        data: String,
+    },
+    Ignored,
+}
+
+/// Turns Anthropic's stream events into [`ModelEvent`]s. Pure: no I/O, no clock. Feed it each
+/// event's `data` in order, then call [`AnthropicStreamParser::end`] when the stream ends.
+#[derive(Debug, Default)]
+pub struct AnthropicStreamParser {
+    blocks: Vec<(u32, BlockState)>,
+    /// The latest count of each kind, as Anthropic reports them.
+    usage: WireUsage,
+    stop_reason: Option<String>,
+    stopped: bool,
+    failed: bool,
+}
+
+impl AnthropicStreamParser {
+    /// A parser at the start of a stream.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn block_mut(&mut self, index: u32) -> Result<&mut BlockState, ModelError> {
+        self.blocks
+            .iter_mut()
+            .find(|(i, _)| *i == index)
+            .map(|(_, b)| b)
+            .ok_or_else(|| {
+                stream_error(
+                    PROVIDER,
+                    format!("an event refers to content block {index}, which never started"),
+                )
+            })
+    }
+
+    fn start_block(
+        &mut self,
+        index: u32,
+        block: InBlock<'_>,
+        out: &mut VecDeque<ModelEvent>,
+    ) -> Result<(), ModelError> {
+        if self.blocks.iter().any(|(i, _)| *i == index) {
+            return Err(stream_error(
+                PROVIDER,
+                format!("content block {index} started twice"),
+            ));
+        }
+        let state = match &*block.kind {
+            "text" => {
+                if let Some(text) = block.text.filter(|t| !t.is_empty()) {
+                    out.push_back(ModelEvent::TextDelta(text.into_owned()));
+                }
+                BlockState::Text
+            }
+            "tool_use" => {
+                let id = block.id.map(Cow::into_owned).unwrap_or_default();
+                let name = block.name.map(Cow::into_owned).unwrap_or_default();
+                out.push_back(ModelEvent::ToolCallStart {
+                    index,
+                    id: id.clone(),
+                    name,
+                });
+                let initial_input = block
+                    .input
+                    .filter(|v| !matches!(v, Value::Object(m) if m.is_empty()) && !v.is_null())
+                    .map(|v| v.to_string());
+                BlockState::ToolUse {
+                    id,
+                    got_args: false,
+                    initial_input,
+                    stopped: false,
+                }
+            }
+            "thinking" => {
+                if let Some(t) = block.thinking.filter(|t| !t.is_empty()) {
+                    out.push_back(ModelEvent::ReasoningDelta(t.into_owned()));
+                }
+                BlockState::Thinking {
+                    signature: block.signature.map(Cow::into_owned),
+                }
+            }
+            "redacted_thinking" => BlockState::RedactedThinking {
+                data: block.data.map(Cow::into_owned).unwrap_or_default(),
+            },
+            other => {
+                out.push_back(ModelEvent::Warning(format!(
+                    "ignored a content block of unsupported type {other:?}"
+                )));
+                BlockState::Ignored
+            }
+        };
+        self.blocks.push((index, state));
+        Ok(())
+    }
+
+    fn delta(
+        &mut self,
+        index: u32,
+        delta: InDelta<'_>,
+        out: &mut VecDeque<ModelEvent>,
+    ) -> Result<(), ModelError> {
+        let block = self.block_mut(index)?;
+        match delta.kind.as_deref() {
+            Some("text_delta") => {
+                if let Some(t) = delta.text.filter(|t| !t.is_empty()) {
+                    out.push_back(ModelEvent::TextDelta(t.into_owned()));
+                }
+            }
+            Some("input_json_delta") => {
+                let BlockState::ToolUse { got_args, .. } = block else {
+                    return Err(stream_error(
+                        PROVIDER,
+                        format!(
+                            "input_json_delta for content block {index}, which is not a tool_use"
+                        ),
+                    ));
+                };
+                if let Some(json) = delta.partial_json.filter(|j| !j.is_empty()) {
+                    *got_args = true;
+                    out.push_back(ModelEvent::ToolCallDelta {
+                        index,
+                        arguments: json.into_owned(),
+                    });
+                }
+            }
+            Some("thinking_delta") => {
+                if let Some(t) = delta.thinking.filter(|t| !t.is_empty()) {
+                    out.push_back(ModelEvent::ReasoningDelta(t.into_owned()));
+                }
+            }
+            Some("signature_delta") => {
+                if let (BlockState::Thinking { signature }, Some(s)) = (block, delta.signature) {
+                    signature.get_or_insert_with(String::new).push_str(&s);
+                }
+            }
+            _ => {} // citations and future delta kinds carry nothing we keep
+        }
+        Ok(())
+    }
+
+    fn stop_block(&mut self, index: u32, out: &mut VecDeque<ModelEvent>) -> Result<(), ModelError> {
+        match self.block_mut(index)? {
+            BlockState::ToolUse {
+                got_args,
+                initial_input,
+                stopped,
+                ..
+            } => {
+                *stopped = true;
+                if !*got_args && let Some(input) = initial_input.take() {
+                    out.push_back(ModelEvent::ToolCallDelta {
+                        index,
+                        arguments: input,
+                    });
+                }
+            }
+            BlockState::Thinking { signature } => {
+                // Empty text: the accumulator takes the thinking streamed since the last block.
+                out.push_back(ModelEvent::Reasoning(Reasoning {
+                    text: String::new(),
+                    signature: signature.take(),
+                    provider_data: None,
+                }));
+            }
+            BlockState::RedactedThinking { data } => {
+                let data = std::mem::take(data);
+                out.push_back(ModelEvent::Reasoning(redacted(data)));
+            }
+            BlockState::Text | BlockState::Ignored => {}
+        }
+        Ok(())
+    }
+
+    fn usage(&mut self, newer: WireUsage, out: &mut VecDeque<ModelEvent>) {
+        self.usage.update(newer);
+        out.push_back(ModelEvent::Usage(self.usage.to_usage()));
+    }
+
+    fn message_start(&mut self, head: MessageHead<'_>, out: &mut VecDeque<ModelEvent>) {
+        out.push_back(ModelEvent::Start {
+            id: head.id.map(Cow::into_owned),
+            model: head.model.map(Cow::into_owned),
+        });
+        if let Some(u) = head.usage {
+            self.usage(u, out);
+        }
+    }
+
+    fn message_stop(&mut self, out: &mut VecDeque<ModelEvent>) {
+        self.stopped = true;
+        let mut cut_off = false;
+        let mut has_tools = false;
+        for (_, block) in &self.blocks {
+            if let BlockState::ToolUse { id, stopped, .. } = block {
+                has_tools = true;
+                if !stopped {
+                    cut_off = true;
+                    out.push_back(ModelEvent::Warning(format!(
+                        "tool_use {id} has no content_block_stop"
+                    )));
+                }
+            }
+        }
+        let raw = self.stop_reason.take();
+        let mut reason = match raw.as_deref() {
+            Some(r) => map_stop_reason(r),
+            None => {
+                out.push_back(ModelEvent::Warning(
+                    "the response carried no stop_reason".to_owned(),
+                ));
+                if has_tools {
+                    FinishReason::ToolCalls
+                } else {
+                    FinishReason::Stop
+                }
+            }
+        };
+        // A tool_use never closed was cut off: report it as a length stop so that a call whose
+        // JSON is incomplete is dropped, never executed.
+        if cut_off {
+            reason = FinishReason::Length;
+        }
+        out.push_back(ModelEvent::Finish { reason, raw });
+    }
+
+    /// Applies one event's `data`, pushing what it means onto `out`.
+    pub fn push(&mut self, data: &str, out: &mut VecDeque<ModelEvent>) -> Result<(), ModelError> {
+        if self.stopped || self.failed {
+            return Ok(()); // nothing after message_stop or an error counts
+        }
+        let event: InEvent<'_> = serde_json::from_str(data).map_err(|e| {
+            self.failed = true;
+            decode_error(PROVIDER, "stream event", &e)
+        })?;
+        let result = self.apply(event, data, out);
+        if result.is_err() {
+            self.failed = true;
+        }
+        result
+    }
+
+    fn apply(
+        &mut self,
+        event: InEvent<'_>,
+        data: &str,
+        out: &mut VecDeque<ModelEvent>,
+    ) -> Result<(), ModelError> {
+        let index = event.index.unwrap_or(0);
+        match &*event.kind {
+            "message_start" => {
+                let head = event
+                    .message
+                    .ok_or_else(|| stream_error(PROVIDER, "message_start without a message"))?;
+                self.message_start(head, out);
+            }
+            "content_block_start" => {
+                let block = event
+                    .content_block
+                    .ok_or_else(|| stream_error(PROVIDER, "content_block_start without a block"))?;
+                self.start_block(index, block, out)?;
+            }
+            "content_block_delta" => {
+                let delta = event
+                    .delta
+                    .ok_or_else(|| stream_error(PROVIDER, "content_block_delta without a delta"))?;
+                self.delta(index, delta, out)?;
+            }
+            "content_block_stop" => self.stop_block(index, out)?,
+            "message_delta" => {
+                if let Some(reason) = event.delta.and_then(|d| d.stop_reason) {
+                    self.stop_reason = Some(reason.into_owned());
+                }
+                if let Some(u) = event.usage {
+                    self.usage(u, out);
+                }
+            }
+            "message_stop" => self.message_stop(out),
+            "error" => return Err(reported_error(PROVIDER, data.as_bytes())),
+            _ => {} // ping and future event kinds
+        }
+        Ok(())
+    }
+
+    /// The stream ended: fine after `message_stop` or an error, otherwise the response is
+    /// incomplete and must not be used.
+    pub fn end(&mut self, _out: &mut VecDeque<ModelEvent>) -> Result<(), ModelError> {
+        if self.stopped || self.failed {
+            return Ok(());
+        }
+        self.failed = true;
+        Err(stream_error(
+            PROVIDER,
+            "the stream ended before message_stop",
+        ))
+    }
+}
+
+impl StreamDecoder for AnthropicStreamParser {
+    fn event(&mut self, data: &str, out: &mut VecDeque<ModelEvent>) -> Result<(), ModelError> {
+        self.push(data, out)
+    }
+
+    fn end(&mut self, out: &mut VecDeque<ModelEvent>) -> Result<(), ModelError> {
+        AnthropicStreamParser::end(self, out)
+    }
+
+    /// A whole message is read as the stream of it: `message_start`, each block started and
+    /// stopped, the stop reason, `message_stop`.
+    fn whole(&mut self, body: &[u8], out: &mut VecDeque<ModelEvent>) -> Result<(), ModelError> {
+        let message: WholeMessage<'_> = serde_json::from_slice(body)
+            .map_err(|e| decode_error(PROVIDER, "response body", &e))?;
+        if message.kind.as_deref() == Some("error") {
+            return Err(reported_error(PROVIDER, body));
+        }
+        self.message_start(message.head, out);
+        let stop_reason = message.stop_reason.map(Cow::into_owned);
+        let length = stop_reason.as_deref().map(map_stop_reason) == Some(FinishReason::Length);
+        let last = message.content.len().saturating_sub(1);
+        for (position, (index, mut block)) in (0u32..).zip(message.content).enumerate() {
+            // The limit hit while the last block was being written: a final tool_use holds only
+            // part of its input, so it is cut off.
+            let cut = length && position == last && block.kind == "tool_use";
+            let input = block.input.take();
+            self.start_block(index, block, out)?;
+            if let Some(arguments) = whole_arguments(input, cut) {
+                out.push_back(ModelEvent::ToolCallDelta { index, arguments });
+            }
+            self.stop_block(index, out)?;
+        }
+        self.stop_reason = stop_reason;
+        self.message_stop(out);
+        Ok(())
+    }
+}
+
+/// The arguments a whole response's `tool_use` input stands for. A cut-off input arrives parsed
+/// into an object, so its JSON no longer shows the cut: its closing brace is withheld, which the
+/// accumulator's one rule (incomplete JSON at a length stop is dropped, with a warning) then
+/// applies to, exactly as to a stream cut inside the same call.
+fn whole_arguments(input: Option<Value>, cut: bool) -> Option<String> {
+    match input {
+        Some(v @ Value::Object(_)) if cut => {
+            let mut text = v.to_string();
+            text.pop();
+            Some(text)
+        }
+        _ if cut => Some("{".to_owned()),
+        None | Some(Value::Null) => None,
+        Some(v) => Some(v.to_string()),
+    }
+}
+
+fn redacted(data: String) -> Reasoning {
+    let mut map = serde_json::Map::with_capacity(2);
+    map.insert(
+        "type".to_owned(),
+        Value::String("redacted_thinking".to_owned()),
+    );
+    map.insert("data".to_owned(), Value::String(data));
+    Reasoning {
+        text: String::new(),
+        signature: None,
+        provider_data: Some(Value::Object(map)),
+    }
+}
+
+/// A whole message: the head that `message_start` carries, with its content and stop reason.
+#[derive(Deserialize)]
+struct WholeMessage<'a> {
+    #[serde(default, rename = "type", borrow)]
+    kind: Option<Cow<'a, str>>,
+    #[serde(flatten, borrow)]
+    head: MessageHead<'a>,
+    #[serde(default, borrow)]
+    content: Vec<InBlock<'a>>,
+    #[serde(default, borrow)]
+    stop_reason: Option<Cow<'a, str>>,
+}
+
+/// Parses a whole (non-streamed) Messages response body, through the stream parser and the
+/// accumulator: a response cut off inside its last `tool_use` drops that call and is marked
+/// truncated.
+pub fn parse_message(body: &[u8]) -> Result<ModelResponse, ModelError> {
+    accumulate_whole(body, AnthropicStreamParser::new())
+}
+
+/// Parses a whole streamed body held in memory (server-sent events) into a response, the way a
+/// streamed call does: for fuzzing, benchmarks and replaying recorded streams.
+pub fn parse_stream_bytes(bytes: &[u8]) -> Result<ModelResponse, ModelError> {
+    accumulate_sse(bytes, PROVIDER, AnthropicStreamParser::new())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use agentloop::ModelErrorKind;
+
+    fn events(lines: &[&str]) -> Result<Vec<ModelEvent>, ModelError> {
+        crate::decode::decode_all(AnthropicStreamParser::new(), lines)
+    }
+
+    #[test]
+    fn tool_use_without_deltas_takes_the_start_input() {
+        let ev = events(&[
+            r#"{"type":"message_start","message":{"id":"m","model":"c","usage":{"input_tokens":3,"output_tokens":1}}}"#,
+            r#"{"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"t1","name":"f","input":{"a":1}}}"#,
+            r#"{"type":"content_block_stop","index":0}"#,
+            r#"{"type":"message_delta","delta":{"stop_reason":"tool_use"},"usage":{"output_tokens":9}}"#,
+            r#"{"type":"message_stop"}"#,
+        ])
+        .unwrap();
+        assert!(ev.contains(&ModelEvent::ToolCallDelta {
+            index: 0,
+            arguments: r#"{"a":1}"#.into()
+        }));
+        assert!(ev.contains(&ModelEvent::Usage(Usage {
+            input_tokens: 3,
+            output_tokens: 9,
+            ..Default::default()
+        })));
+        assert_eq!(
+            ev.last(),
+            Some(&ModelEvent::Finish {
+                reason: FinishReason::ToolCalls,
+                raw: Some("tool_use".into())
+            })
+        );
+    }
+
+    #[test]
+    fn cache_reads_and_writes_are_counted_inside_the_input() {
+        let ev = events(&[
+            r#"{"type":"message_start","message":{"id":"m","usage":{"input_tokens":10,"cache_read_input_tokens":100,"cache_creation_input_tokens":20,"output_tokens":1}}}"#,
+            r#"{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":5}}"#,
+            r#"{"type":"message_stop"}"#,
+        ])
+        .unwrap();
+        let usage = Usage {
+            input_tokens: 130,
+            output_tokens: 5,
+            cached_input_tokens: 100,
+            cache_write_tokens: 20,
+            reasoning_tokens: 0,
+        };
+        assert_eq!(
+            ev.last_chunk::<2>().map(|e| &e[0]),
+            Some(&ModelEvent::Usage(usage))
+        );
+        assert_eq!(usage.total_tokens(), 135);
+        // A hostile count saturates instead of wrapping.
+        let body = br#"{"content":[],"stop_reason":"end_turn","usage":{"input_tokens":18446744073709551615,"cache_read_input_tokens":7,"output_tokens":1}}"#;
+        let r = parse_message(body).unwrap();
+        assert_eq!(r.usage.input_tokens, u64::MAX);
+        assert_eq!(r.usage.total_tokens(), u64::MAX);
+    }
+
+    #[test]
+    fn thinking_block_keeps_its_signature() {
+        let ev = events(&[
+            r#"{"type":"content_block_start","index":0,"content_block":{"type":"thinking","thinking":""}}"#,
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":"hmm"}}"#,
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"signature_delta","signature":"SIG"}}"#,
+            r#"{"type":"content_block_stop","index":0}"#,
+            r#"{"type":"message_delta","delta":{"stop_reason":"end_turn"}}"#,
+            r#"{"type":"message_stop"}"#,
+        ])
+        .unwrap();
+        assert!(ev.contains(&ModelEvent::ReasoningDelta("hmm".into())));
+        assert!(ev.contains(&ModelEvent::Reasoning(Reasoning {
+            signature: Some("SIG".into()),
+            ..Default::default()
+        })));
+    }
+
+    #[test]
+    fn unclosed_tool_use_turns_the_finish_into_length() {
+        let ev = events(&[
+            r#"{"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"t1","name":"f","input":{}}}"#,
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"{\"a\": "}}"#,
+            r#"{"type":"message_delta","delta":{"stop_reason":"tool_use"}}"#,
+            r#"{"type":"message_stop"}"#,
+        ])
+        .unwrap();
+        assert!(ev.contains(&ModelEvent::Warning(
+            "tool_use t1 has no content_block_stop".into()
+        )));
+        assert_eq!(
+            ev.last(),
+            Some(&ModelEvent::Finish {
+                reason: FinishReason::Length,
+                raw: Some("tool_use".into())
+            })
+        );
+    }
+
+    #[test]
+    fn delta_for_unknown_block_is_a_stream_error() {
+        let err = events(&[
+            r#"{"type":"content_block_delta","index":4,"delta":{"type":"text_delta","text":"x"}}"#,
+        ])
+        .unwrap_err();
+        assert_eq!(err.kind, ModelErrorKind::Stream);
+    }
+
+    #[test]
+    fn stream_without_message_stop_fails() {
+        let err = events(&[r#"{"type":"message_start","message":{"id":"m"}}"#]).unwrap_err();
+        assert_eq!(err.kind, ModelErrorKind::Stream);
+    }
+
+    #[test]
+    fn in_stream_error_event_is_classified() {
+        let err = events(&[
+            r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#,
+        ])
+        .unwrap_err();
+        assert_eq!(err.kind, ModelErrorKind::Overloaded);
+        assert_eq!(err.error_type.as_deref(), Some("overloaded_error"));
+        assert_eq!(err.message, "Overloaded");
+    }
+
+    #[test]
+    fn whole_response_cut_inside_its_last_tool_use_drops_that_call() {
+        let body = br#"{"type":"message","id":"m","content":[
+            {"type":"tool_use","id":"t1","name":"f","input":{"a":1}},
+            {"type":"tool_use","id":"t2","name":"g","input":{"lines":["x"]}}],
+            "stop_reason":"max_tokens","usage":{"input_tokens":1,"output_tokens":2}}"#;
+        let r = parse_message(body).unwrap();
+        assert!(r.truncated);
+        assert_eq!(r.message.tool_calls.len(), 1);
+        assert_eq!(r.message.tool_calls[0].id, "t1");
+        assert_eq!(r.message.tool_calls[0].arguments, r#"{"a":1}"#);
+        assert_eq!(r.warnings, ["tool call t2 (g) was cut off and dropped"]);
+        assert_eq!(r.finish_reason, FinishReason::Length);
+        let done = br#"{"content":[{"type":"tool_use","id":"t1","name":"f","input":{}}],"stop_reason":"tool_use"}"#;
+        let r = parse_message(done).unwrap();
+        assert!(!r.truncated);
+        assert_eq!(r.message.tool_calls[0].arguments, "{}");
+        assert!(r.warnings.is_empty());
+        // Cut inside a call whose input is no object (or none): still dropped.
+        let odd = br#"{"content":[{"type":"text","text":"x"},{"type":"tool_use","id":"t3","name":"h"}],"stop_reason":"max_tokens"}"#;
+        let r = parse_message(odd).unwrap();
+        assert!(r.truncated && r.message.tool_calls.is_empty());
+        assert_eq!(r.message.text, "x");
+    }
+}

@@ -1,0 +1,412 @@
+//! How a failed call becomes a [`ModelError`]: an HTTP status with the provider's error envelope
+//! ([`classify_http_error`], [`ProviderError`]), a transport failure ([`transport_error`]) and the
+//! server's `Retry-After` advice ([`retry_after`]).
+//!
+//! Nothing here reads a credential or keeps a raw body: only the provider's own error type, code,
+//! message and parameter, the status, the request id and the retry headers.
+
+use std::time::Duration;
+
+use agentloop::{ModelError, ModelErrorKind};
+use reqwest::header::HeaderMap;
+use serde::Deserialize;
+use serde_json::Value;
+
+/// Turns a transport failure into a [`ModelError`] (timeout or connection), without the URL.
+/// A body that broke off mid-way (reqwest reports it as a body or decode error) is a connection
+/// failure; only a body that arrived whole but could not be decoded is [`ModelErrorKind::Decode`].
+pub fn transport_error(provider: &str, e: &reqwest::Error) -> ModelError {
+    // The source chain names the cause (reset, closed before complete...) and holds no secret.
+    let mut causes = Vec::new();
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        causes.push(s.to_string());
+        source = s.source();
+    }
+    let cause = causes.join(": ");
+    let lower = cause.to_ascii_lowercase();
+    let broken = lower.contains("connection")
+        || lower.contains("closed")
+        || lower.contains("reset")
+        || lower.contains("incomplete")
+        || lower.contains("eof");
+    let (kind, what) = if e.is_timeout() || lower.contains("timed out") {
+        (ModelErrorKind::Timeout, "the request timed out")
+    } else if e.is_connect() {
+        (ModelErrorKind::Connection, "could not connect")
+    } else if (e.is_decode() || e.is_body()) && !broken {
+        (
+            ModelErrorKind::Decode,
+            "the response body could not be decoded",
+        )
+    } else if e.is_builder() {
+        (ModelErrorKind::Other, "the request could not be built")
+    } else {
+        (
+            ModelErrorKind::Connection,
+            "the connection failed or was dropped",
+        )
+    };
+    let message = if cause.is_empty() {
+        what.to_owned()
+    } else {
+        format!("{what}: {cause}")
+    };
+    ModelError::new(kind, message).with_provider(provider)
+}
+
+/// A malformed or incomplete event stream ([`ModelErrorKind::Stream`]).
+pub(crate) fn stream_error(provider: &str, message: impl Into<String>) -> ModelError {
+    ModelError::new(ModelErrorKind::Stream, message).with_provider(provider)
+}
+
+/// A body or event that is not the JSON the API documents ([`ModelErrorKind::Decode`]); `what`
+/// names it (`response body`, `stream event`).
+pub(crate) fn decode_error(provider: &str, what: &str, e: &serde_json::Error) -> ModelError {
+    ModelError::new(ModelErrorKind::Decode, format!("malformed {what}: {e}"))
+        .with_provider(provider)
+}
+
+/// The error a provider reported inside a successful answer (an `error` event, an error body
+/// with status 200), classified without an HTTP status.
+#[cfg(any(feature = "anthropic", feature = "openai-responses"))]
+pub(crate) fn reported_error(provider: &str, body: &[u8]) -> ModelError {
+    ProviderError::parse(body)
+        .unwrap_or_default()
+        .into_model_error(provider, None)
+}
+
+/// A provider's error object, as the OpenAI and Anthropic envelopes carry it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ProviderError {
+    /// The error type (`invalid_request_error`, `overloaded_error`).
+    pub error_type: Option<String>,
+    /// The error code (`model_not_found`); numeric codes are kept as their decimal text.
+    pub code: Option<String>,
+    /// The human-readable message.
+    pub message: Option<String>,
+    /// The parameter the provider blamed.
+    pub param: Option<String>,
+    /// A request id carried in the body (Anthropic).
+    pub request_id: Option<String>,
+}
+
+/// An error envelope, or (for the inner `error` object) the error itself: the same fields.
+#[derive(Deserialize)]
+struct RawErrorEnvelope {
+    #[serde(default)]
+    error: Option<Value>,
+    #[serde(default, rename = "type")]
+    error_type: Option<Value>,
+    #[serde(default)]
+    code: Option<Value>,
+    #[serde(default)]
+    message: Option<Value>,
+    #[serde(default)]
+    param: Option<Value>,
+    #[serde(default)]
+    request_id: Option<Value>,
+}
+
+fn value_text(v: Option<Value>) -> Option<String> {
+    match v? {
+        Value::String(s) if !s.is_empty() => Some(s),
+        Value::Number(n) => Some(n.to_string()),
+        Value::Bool(b) => Some(b.to_string()),
+        _ => None,
+    }
+}
+
+impl ProviderError {
+    /// Reads an error envelope: `{"error": {...}}` (OpenAI and compatible servers),
+    /// `{"type": "error", "error": {...}}` (Anthropic), `{"error": "text"}` (Ollama and others) or a
+    /// bare `{"type", "code", "message"}` object (the Responses `error` event). `None` when the
+    /// bytes hold none of these.
+    pub fn parse(body: &[u8]) -> Option<ProviderError> {
+        let envelope: RawErrorEnvelope = serde_json::from_slice(body).ok()?;
+        Self::from_envelope(envelope)
+    }
+
+    /// Like [`ProviderError::parse`], from a parsed JSON value.
+    pub fn from_value(value: &Value) -> Option<ProviderError> {
+        let envelope = RawErrorEnvelope::deserialize(value).ok()?;
+        Self::from_envelope(envelope)
+    }
+
+    fn from_envelope(envelope: RawErrorEnvelope) -> Option<ProviderError> {
+        let request_id = value_text(envelope.request_id);
+        match envelope.error {
+            Some(Value::Object(map)) => {
+                let inner = RawErrorEnvelope::deserialize(Value::Object(map)).ok()?;
+                Some(ProviderError {
+                    error_type: value_text(inner.error_type),
+                    code: value_text(inner.code),
+                    message: value_text(inner.message),
+                    param: value_text(inner.param),
+                    request_id,
+                })
+            }
+            Some(Value::String(message)) => Some(ProviderError {
+                message: Some(message),
+                request_id,
+                ..Default::default()
+            }),
+            _ => {
+                let error_type = value_text(envelope.error_type).filter(|t| t != "error");
+                let code = value_text(envelope.code);
+                let message = value_text(envelope.message);
+                if error_type.is_none() && code.is_none() && message.is_none() {
+                    return None;
+                }
+                Some(ProviderError {
+                    error_type,
+                    code,
+                    message,
+                    param: value_text(envelope.param),
+                    request_id,
+                })
+            }
+        }
+    }
+
+    fn is(&self, word: &str) -> bool {
+        self.code.as_deref() == Some(word) || self.error_type.as_deref() == Some(word)
+    }
+
+    fn mentions_context_length(&self) -> bool {
+        if self.is("context_length_exceeded") || self.is("string_above_max_length") {
+            return true;
+        }
+        let Some(message) = &self.message else {
+            return false;
+        };
+        let m = message.to_ascii_lowercase();
+        m.contains("context length")
+            || m.contains("context_length")
+            || m.contains("context window")
+            || m.contains("maximum context")
+            || m.contains("prompt is too long")
+    }
+
+    /// The kind of failure this error (with this HTTP status, if any) is.
+    pub fn kind(&self, status: Option<u16>) -> ModelErrorKind {
+        if self.is("insufficient_quota") {
+            return ModelErrorKind::QuotaExceeded;
+        }
+        if self.mentions_context_length() {
+            return ModelErrorKind::ContextLength;
+        }
+        if self.is("model_not_found") || (status == Some(404) && self.is("not_found_error")) {
+            return ModelErrorKind::ModelNotFound;
+        }
+        if matches!(status, Some(401 | 403))
+            || self.is("authentication_error")
+            || self.is("permission_error")
+        {
+            return ModelErrorKind::Authentication;
+        }
+        if status == Some(529) || self.is("overloaded_error") {
+            return ModelErrorKind::Overloaded;
+        }
+        if status == Some(429) || self.is("rate_limit_error") || self.is("rate_limit_exceeded") {
+            return ModelErrorKind::RateLimited;
+        }
+        match status {
+            Some(408) => ModelErrorKind::Timeout,
+            Some(s) if s >= 500 => ModelErrorKind::Server,
+            Some(s) if s >= 400 => ModelErrorKind::InvalidRequest,
+            Some(_) => ModelErrorKind::Other,
+            None if self.is("server_error") || self.is("api_error") => ModelErrorKind::Server,
+            None if self.is("invalid_request_error") => ModelErrorKind::InvalidRequest,
+            None => ModelErrorKind::Other,
+        }
+    }
+
+    /// The [`ModelError`] this provider error means. `status` is the HTTP status, `None` for an
+    /// error reported inside a successful stream.
+    pub fn into_model_error(self, provider: &str, status: Option<u16>) -> ModelError {
+        let kind = self.kind(status);
+        let message = self.message.clone().unwrap_or_else(|| match status {
+            Some(s) => format!("HTTP {s}{}", reason_suffix(s)),
+            None => "the provider reported an error".to_owned(),
+        });
+        let mut error = ModelError::new(kind, message).with_provider(provider);
+        error.status = status;
+        error.error_type = self.error_type;
+        error.provider_code = self.code;
+        error.param = self.param;
+        error.request_id = self.request_id;
+        error
+    }
+}
+
+fn reason_suffix(status: u16) -> String {
+    reqwest::StatusCode::from_u16(status)
+        .ok()
+        .and_then(|s| s.canonical_reason())
+        .map(|r| format!(" {r}"))
+        .unwrap_or_default()
+}
+
+/// Classifies a failed HTTP answer: status, headers and (at most the provider's message from) the
+/// body. Never reads a credential: only the request id and retry headers are looked at.
+pub fn classify_http_error(
+    provider: &str,
+    status: u16,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> ModelError {
+    let parsed = ProviderError::parse(body).unwrap_or_default();
+    let mut error = parsed.into_model_error(provider, Some(status));
+    if let Some(id) = request_id(headers) {
+        error.request_id = Some(id);
+    }
+    error.retry_after = retry_after(headers);
+    error
+}
+
+/// The provider's request id header (`x-request-id`, `request-id`).
+pub fn request_id(headers: &HeaderMap) -> Option<String> {
+    ["x-request-id", "request-id"].iter().find_map(|name| {
+        headers
+            .get(*name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+    })
+}
+
+/// How long the server asks us to wait: `retry-after-ms` (milliseconds) first, then
+/// `retry-after` in seconds or as an HTTP date (a date in the past means now).
+pub fn retry_after(headers: &HeaderMap) -> Option<Duration> {
+    retry_after_at(headers, std::time::SystemTime::now())
+}
+
+fn retry_after_at(headers: &HeaderMap, now: std::time::SystemTime) -> Option<Duration> {
+    let header = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim)
+    };
+    let positive = |v: f64| v.is_finite() && v >= 0.0;
+    if let Some(ms) = header("retry-after-ms")
+        .and_then(|v| v.parse::<f64>().ok())
+        .filter(|v| positive(*v))
+    {
+        return Some(Duration::from_secs_f64(ms.min(1e12) / 1000.0));
+    }
+    let value = header("retry-after")?;
+    if let Ok(secs) = value.parse::<f64>() {
+        return positive(secs).then(|| Duration::from_secs_f64(secs.min(1e9)));
+    }
+    let at = httpdate::parse_http_date(value).ok()?;
+    Some(
+        at.duration_since(now)
+            .unwrap_or(Duration::ZERO)
+            .min(Duration::from_secs(1_000_000_000)),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use reqwest::header::HeaderValue;
+
+    fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.insert(*k, HeaderValue::from_static(v));
+        }
+        h
+    }
+
+    fn classify(status: u16, body: &str) -> ModelError {
+        classify_http_error("p", status, &HeaderMap::new(), body.as_bytes())
+    }
+
+    #[test]
+    fn errors_are_classified_by_status_type_code_and_message() {
+        let quota = r#"{"error":{"message":"You exceeded your current quota","type":"insufficient_quota","code":"insufficient_quota"}}"#;
+        assert_eq!(classify(429, quota).kind, ModelErrorKind::QuotaExceeded);
+        assert!(!classify(429, quota).is_retryable());
+        let ctx = r#"{"error":{"message":"This model's maximum context length is 128000 tokens.","type":"invalid_request_error","code":"context_length_exceeded"}}"#;
+        assert_eq!(classify(400, ctx).kind, ModelErrorKind::ContextLength);
+        let anth_ctx = r#"{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 210000 tokens > 200000 maximum"}}"#;
+        assert_eq!(classify(400, anth_ctx).kind, ModelErrorKind::ContextLength);
+        let anth_404 = r#"{"type":"error","error":{"type":"not_found_error","message":"model: claude-x"},"request_id":"req_1"}"#;
+        let e = classify(404, anth_404);
+        assert_eq!(e.kind, ModelErrorKind::ModelNotFound);
+        assert_eq!(e.request_id.as_deref(), Some("req_1"));
+        assert_eq!(
+            classify(
+                529,
+                r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#
+            )
+            .kind,
+            ModelErrorKind::Overloaded
+        );
+        assert_eq!(classify(401, r#"{"error":{"message":"bad key","type":"invalid_request_error","code":"invalid_api_key"}}"#).kind, ModelErrorKind::Authentication);
+        assert_eq!(classify(403, "").kind, ModelErrorKind::Authentication);
+        assert_eq!(
+            classify(503, "<html>busy</html>").kind,
+            ModelErrorKind::Server
+        );
+        assert_eq!(
+            classify(422, r#"{"error":"model 'llama9' not found"}"#).kind,
+            ModelErrorKind::InvalidRequest
+        );
+        assert_eq!(
+            classify(422, r#"{"error":"model 'llama9' not found"}"#).message,
+            "model 'llama9' not found"
+        );
+    }
+
+    #[test]
+    fn a_body_that_is_not_an_error_envelope_never_reaches_the_message() {
+        let e = classify(502, "<html><body>secret proxy page</body></html>");
+        assert_eq!(e.message, "HTTP 502 Bad Gateway");
+        assert_eq!(e.status, Some(502));
+    }
+
+    #[test]
+    fn retry_after_headers_are_read_in_milliseconds_first_then_seconds_or_an_http_date() {
+        assert_eq!(
+            retry_after(&headers(&[("retry-after", "3")])),
+            Some(Duration::from_secs(3))
+        );
+        assert_eq!(
+            retry_after(&headers(&[("retry-after", "2"), ("retry-after-ms", "250")])),
+            Some(Duration::from_millis(250))
+        );
+        // An HTTP date: the time left until then, or nothing to wait for when it has passed.
+        let now = std::time::UNIX_EPOCH + Duration::from_secs(1_445_412_000);
+        assert_eq!(
+            retry_after_at(
+                &headers(&[("retry-after", "Wed, 21 Oct 2015 07:28:00 GMT")]),
+                now
+            ),
+            Some(Duration::from_secs(480))
+        );
+        assert_eq!(
+            retry_after(&headers(&[(
+                "retry-after",
+                "Wed, 21 Oct 2015 07:28:00 GMT"
+            )])),
+            Some(Duration::ZERO)
+        );
+        assert_eq!(
+            retry_after(&headers(&[("retry-after", "soon, maybe")])),
+            None
+        );
+        assert_eq!(retry_after(&headers(&[("retry-after", "-1")])), None);
+        let e = classify_http_error(
+            "p",
+            429,
+            &headers(&[("x-request-id", "abc"), ("retry-after", "1.5")]),
+            b"{}",
+        );
+        assert_eq!(e.retry_after, Some(Duration::from_millis(1500)));
+        assert_eq!(e.request_id.as_deref(), Some("abc"));
+    }
+}

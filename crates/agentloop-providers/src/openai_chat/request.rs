@@ -1,0 +1,366 @@
+//! The Chat Completions request body, encoded from the provider-neutral transcript: wire types
+//! that borrow from the run's messages, and the rules for the fields compatible servers differ
+//! on (`max_tokens`, `tool_choice`, reasoning sent back).
+
+use std::borrow::Cow;
+
+use agentloop::{ContentPart, Message, ModelError, ModelRequest, ToolChoice};
+use serde::Serialize;
+use serde_json::Value;
+
+use super::strict::strict_schema;
+use super::{MaxTokensField, OpenAiChat};
+use crate::http::json_body;
+
+impl OpenAiChat {
+    /// The JSON body this model would send for `request`.
+    pub fn encode_request(&self, request: &ModelRequest<'_>) -> Result<Vec<u8>, ModelError> {
+        let wire = self.wire_request(request);
+        json_body(&self.provider, &wire)
+    }
+
+    fn wire_request<'a>(&'a self, request: &ModelRequest<'a>) -> WireRequest<'a> {
+        let settings = request.settings;
+        let (max_completion_tokens, max_tokens) = match self.max_tokens_field {
+            MaxTokensField::MaxCompletionTokens => (settings.max_tokens, None),
+            MaxTokensField::MaxTokens => (None, settings.max_tokens),
+        };
+        WireRequest {
+            model: &self.model,
+            messages: wire_messages(request, self.reasoning_in_history),
+            tools: request
+                .tools
+                .iter()
+                .map(|t| wire_tool(t, self.strict))
+                .collect(),
+            // Both are rejected by OpenAI when no tool is offered.
+            tool_choice: settings
+                .tool_choice
+                .as_ref()
+                .filter(|_| !request.tools.is_empty())
+                .map(wire_tool_choice),
+            parallel_tool_calls: settings
+                .parallel_tool_calls
+                .filter(|_| !request.tools.is_empty()),
+            temperature: settings.temperature,
+            top_p: settings.top_p,
+            seed: settings.seed,
+            max_completion_tokens,
+            max_tokens,
+            response_format: request.output_schema.map(|schema| ResponseFormat {
+                kind: "json_schema",
+                json_schema: JsonSchemaFormat {
+                    name: "output",
+                    schema: if self.strict {
+                        Cow::Owned(strict_schema(schema))
+                    } else {
+                        Cow::Borrowed(schema)
+                    },
+                    strict: self.strict.then_some(true),
+                },
+            }),
+            stream: self.stream,
+            stream_options: (self.stream && self.stream_usage).then_some(StreamOptions {
+                include_usage: true,
+            }),
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct WireRequest<'a> {
+    model: &'a str,
+    messages: Vec<WireMessage<'a>>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tools: Vec<WireTool<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_choice: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    parallel_tool_calls: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    temperature: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    top_p: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    seed: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_completion_tokens: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_tokens: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    response_format: Option<ResponseFormat<'a>>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    stream: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stream_options: Option<StreamOptions>,
+}
+
+#[derive(Serialize)]
+struct StreamOptions {
+    include_usage: bool,
+}
+
+#[derive(Serialize)]
+struct ResponseFormat<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    json_schema: JsonSchemaFormat<'a>,
+}
+
+#[derive(Serialize)]
+struct JsonSchemaFormat<'a> {
+    name: &'static str,
+    schema: Cow<'a, Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    strict: Option<bool>,
+}
+
+#[derive(Serialize)]
+#[serde(tag = "role", rename_all = "lowercase")]
+enum WireMessage<'a> {
+    System {
+        content: &'a str,
+    },
+    User {
+        content: UserContent<'a>,
+    },
+    Assistant {
+        /// `null` when the message has no text (it only called tools).
+        content: Option<&'a str>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        reasoning_content: Option<String>,
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        tool_calls: Vec<WireToolCall<'a>>,
+    },
+    Tool {
+        tool_call_id: &'a str,
+        content: String,
+    },
+}
+
+#[derive(Serialize)]
+#[serde(untagged)]
+enum UserContent<'a> {
+    Text(&'a str),
+    Parts(Vec<WirePart<'a>>),
+}
+
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum WirePart<'a> {
+    Text { text: &'a str },
+    ImageUrl { image_url: ImageUrl<'a> },
+}
+
+#[derive(Serialize)]
+struct ImageUrl<'a> {
+    url: &'a str,
+}
+
+#[derive(Serialize)]
+struct WireToolCall<'a> {
+    id: &'a str,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    function: WireFunctionCall<'a>,
+}
+
+#[derive(Serialize)]
+struct WireFunctionCall<'a> {
+    name: &'a str,
+    arguments: &'a str,
+}
+
+#[derive(Serialize)]
+struct WireTool<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    function: WireFunction<'a>,
+}
+
+#[derive(Serialize)]
+struct WireFunction<'a> {
+    name: &'a str,
+    #[serde(skip_serializing_if = "str::is_empty")]
+    description: &'a str,
+    parameters: Cow<'a, Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    strict: Option<bool>,
+}
+
+fn wire_messages<'a>(
+    request: &ModelRequest<'a>,
+    reasoning_in_history: bool,
+) -> Vec<WireMessage<'a>> {
+    let mut out = Vec::with_capacity(request.messages.len() + 1);
+    if let Some(instructions) = request.instructions {
+        out.push(WireMessage::System {
+            content: instructions,
+        });
+    }
+    for message in request.messages {
+        match message {
+            Message::User { content } => out.push(WireMessage::User {
+                content: user_content(content),
+            }),
+            Message::Assistant(a) => {
+                let reasoning_content = if reasoning_in_history && !a.reasoning.is_empty() {
+                    Some(
+                        a.reasoning
+                            .iter()
+                            .map(|r| r.text.as_str())
+                            .collect::<Vec<_>>()
+                            .join("\n"),
+                    )
+                } else {
+                    None
+                };
+                out.push(WireMessage::Assistant {
+                    content: (!a.text.is_empty()).then_some(a.text.as_str()),
+                    reasoning_content,
+                    tool_calls: a
+                        .tool_calls
+                        .iter()
+                        .map(|c| WireToolCall {
+                            id: &c.id,
+                            kind: "function",
+                            function: WireFunctionCall {
+                                name: &c.name,
+                                arguments: if c.arguments.trim().is_empty() {
+                                    "{}"
+                                } else {
+                                    &c.arguments
+                                },
+                            },
+                        })
+                        .collect(),
+                });
+            }
+            Message::Tool(result) => {
+                out.push(WireMessage::Tool {
+                    tool_call_id: &result.call_id,
+                    content: result.content.to_text(),
+                });
+            }
+        }
+    }
+    out
+}
+
+fn user_content(parts: &[ContentPart]) -> UserContent<'_> {
+    if let [ContentPart::Text { text }] = parts {
+        return UserContent::Text(text);
+    }
+    UserContent::Parts(
+        parts
+            .iter()
+            .map(|p| match p {
+                ContentPart::Text { text } => WirePart::Text { text },
+                ContentPart::Image { url, .. } => WirePart::ImageUrl {
+                    image_url: ImageUrl { url },
+                },
+            })
+            .collect(),
+    )
+}
+
+fn wire_tool(spec: &agentloop::ToolSpec, strict: bool) -> WireTool<'_> {
+    WireTool {
+        kind: "function",
+        function: WireFunction {
+            name: &spec.name,
+            description: &spec.description,
+            parameters: if strict {
+                Cow::Owned(strict_schema(&spec.input_schema))
+            } else {
+                Cow::Borrowed(&spec.input_schema)
+            },
+            strict: strict.then_some(true),
+        },
+    }
+}
+
+fn wire_tool_choice(choice: &ToolChoice) -> Value {
+    match choice {
+        ToolChoice::Auto => Value::from("auto"),
+        ToolChoice::Required => Value::from("required"),
+        ToolChoice::None => Value::from("none"),
+        ToolChoice::Tool(name) => {
+            serde_json::json!({"type": "function", "function": {"name": name}})
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn tool_choice_and_parallel_calls_are_left_out_when_no_tool_is_offered() {
+        let model = OpenAiChat::builder("gpt-4.1").api_key("k").build().unwrap();
+        let messages = [Message::user("hi")];
+        let settings = agentloop::ModelSettings {
+            parallel_tool_calls: Some(true),
+            tool_choice: Some(ToolChoice::Required),
+            ..Default::default()
+        };
+        let request = ModelRequest {
+            instructions: None,
+            messages: &messages,
+            tools: &[],
+            output_schema: None,
+            settings: &settings,
+        };
+        let body: Value = serde_json::from_slice(&model.encode_request(&request).unwrap()).unwrap();
+        assert!(body.get("tool_choice").is_none());
+        assert!(body.get("parallel_tool_calls").is_none());
+        assert!(body.get("tools").is_none());
+        assert_eq!(body["stream_options"], json!({"include_usage": true}));
+    }
+
+    #[test]
+    fn reasoning_goes_back_as_reasoning_content_only_when_asked() {
+        let transcript = [
+            Message::user("hi"),
+            Message::Assistant(agentloop::AssistantMessage {
+                reasoning: vec![agentloop::Reasoning {
+                    text: "think".into(),
+                    ..Default::default()
+                }],
+                text: String::new(),
+                tool_calls: vec![agentloop::ToolCall {
+                    id: "c1".into(),
+                    name: "f".into(),
+                    arguments: "{}".into(),
+                }],
+            }),
+        ];
+        let settings = agentloop::ModelSettings::default();
+        let request = ModelRequest {
+            instructions: None,
+            messages: &transcript,
+            tools: &[],
+            output_schema: None,
+            settings: &settings,
+        };
+        let encode = |model: OpenAiChat| -> Value {
+            serde_json::from_slice(&model.encode_request(&request).unwrap()).unwrap()
+        };
+        let plain = encode(
+            OpenAiChat::compatible("deepseek", "http://x", "deepseek-reasoner")
+                .build()
+                .unwrap(),
+        );
+        assert!(plain["messages"][1].get("reasoning_content").is_none());
+        let with = encode(
+            OpenAiChat::compatible("deepseek", "http://x", "deepseek-reasoner")
+                .reasoning_in_history(true)
+                .build()
+                .unwrap(),
+        );
+        assert_eq!(with["messages"][1]["reasoning_content"], "think");
+        assert_eq!(with["messages"][1]["content"], Value::Null);
+    }
+}

@@ -1,0 +1,527 @@
+//! Reading Chat Completions answers: the borrowing wire types of a chunk (or a whole response,
+//! the same shape with `message` for `delta`), and the pure [`ChatStreamParser`] that turns them
+//! into [`ModelEvent`]s for the live stream, the in-memory path and whole bodies alike.
+
+use std::borrow::Cow;
+use std::collections::VecDeque;
+
+use agentloop::{FinishReason, ModelError, ModelErrorKind, ModelEvent, ModelResponse, Usage};
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::decode::{StreamDecoder, accumulate_sse, accumulate_whole};
+use crate::error::{ProviderError, decode_error, stream_error};
+
+/// A whole response or one stream chunk: the same shape, with `message` or `delta` in each choice.
+#[derive(Deserialize)]
+struct WireCompletion<'a> {
+    #[serde(default, borrow)]
+    id: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    model: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    choices: Option<Vec<WireChoice<'a>>>,
+    #[serde(default)]
+    usage: Option<WireUsage>,
+    #[serde(default)]
+    error: Option<Value>,
+}
+
+#[derive(Deserialize)]
+struct WireChoice<'a> {
+    #[serde(default)]
+    index: Option<u32>,
+    #[serde(default, borrow)]
+    delta: Option<WireDelta<'a>>,
+    #[serde(default, borrow)]
+    message: Option<WireDelta<'a>>,
+    #[serde(default, borrow)]
+    finish_reason: Option<Cow<'a, str>>,
+}
+
+#[derive(Deserialize)]
+struct WireDelta<'a> {
+    #[serde(default, borrow)]
+    content: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    reasoning_content: Option<Cow<'a, str>>,
+    /// OpenRouter and some servers name it `reasoning`.
+    #[serde(default, borrow)]
+    reasoning: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    refusal: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    tool_calls: Option<Vec<WireToolCallIn<'a>>>,
+}
+
+#[derive(Deserialize)]
+struct WireToolCallIn<'a> {
+    #[serde(default)]
+    index: Option<u32>,
+    #[serde(default, borrow)]
+    id: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    function: Option<WireFunctionIn<'a>>,
+}
+
+#[derive(Deserialize)]
+struct WireFunctionIn<'a> {
+    #[serde(default, borrow)]
+    name: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    arguments: Option<Arguments<'a>>,
+}
+
+/// A tool call's arguments: a JSON string on OpenAI (borrowed when it has no escapes); some
+/// servers send an object, which is kept as its JSON text.
+struct Arguments<'a>(Cow<'a, str>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for Arguments<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = Arguments<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON string or object")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(Arguments(Cow::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(Arguments(Cow::Owned(v.to_owned())))
+            }
+            fn visit_string<E>(self, v: String) -> Result<Self::Value, E> {
+                Ok(Arguments(Cow::Owned(v)))
+            }
+            fn visit_unit<E>(self) -> Result<Self::Value, E> {
+                Ok(Arguments(Cow::Borrowed("")))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                map: A,
+            ) -> Result<Self::Value, A::Error> {
+                let value = Value::deserialize(serde::de::value::MapAccessDeserializer::new(map))?;
+                Ok(Arguments(Cow::Owned(value.to_string())))
+            }
+        }
+        deserializer.deserialize_any(Visit)
+    }
+}
+
+#[derive(Deserialize, Default)]
+struct WireUsage {
+    #[serde(default)]
+    prompt_tokens: Option<u64>,
+    #[serde(default)]
+    completion_tokens: Option<u64>,
+    #[serde(default)]
+    prompt_tokens_details: Option<PromptDetails>,
+    #[serde(default)]
+    completion_tokens_details: Option<CompletionDetails>,
+    /// DeepSeek's own count of cached prompt tokens.
+    #[serde(default)]
+    prompt_cache_hit_tokens: Option<u64>,
+}
+
+#[derive(Deserialize, Default)]
+struct PromptDetails {
+    #[serde(default)]
+    cached_tokens: Option<u64>,
+}
+
+#[derive(Deserialize, Default)]
+struct CompletionDetails {
+    #[serde(default)]
+    reasoning_tokens: Option<u64>,
+}
+
+impl WireUsage {
+    fn to_usage(&self) -> Usage {
+        Usage {
+            input_tokens: self.prompt_tokens.unwrap_or(0),
+            output_tokens: self.completion_tokens.unwrap_or(0),
+            cached_input_tokens: self
+                .prompt_tokens_details
+                .as_ref()
+                .and_then(|d| d.cached_tokens)
+                .or(self.prompt_cache_hit_tokens)
+                .unwrap_or(0),
+            cache_write_tokens: 0,
+            reasoning_tokens: self
+                .completion_tokens_details
+                .as_ref()
+                .and_then(|d| d.reasoning_tokens)
+                .unwrap_or(0),
+        }
+    }
+}
+
+/// Maps a Chat Completions `finish_reason` to a [`FinishReason`].
+pub fn map_finish_reason(raw: &str) -> FinishReason {
+    match raw {
+        "stop" | "end_turn" | "stop_sequence" | "eos" => FinishReason::Stop,
+        "tool_calls" | "function_call" | "tool_use" => FinishReason::ToolCalls,
+        "length" | "max_tokens" | "model_length" => FinishReason::Length,
+        "content_filter" | "safety" => FinishReason::ContentFilter,
+        "refusal" => FinishReason::Refusal,
+        "error" => FinishReason::Error,
+        _ => FinishReason::Other,
+    }
+}
+
+/// An error object inside a successful response (`{"error": {...}}` in a 200 stream chunk).
+/// A numeric code that looks like an HTTP status (OpenRouter) classifies it as that status would.
+fn in_body_error(provider: &str, error: &Value) -> ModelError {
+    let wrapped = serde_json::json!({ "error": error });
+    let parsed = ProviderError::from_value(&wrapped).unwrap_or_default();
+    let status = parsed
+        .code
+        .as_deref()
+        .and_then(|c| c.parse::<u16>().ok())
+        .filter(|s| (400..600).contains(s));
+    let kind = parsed.kind(status);
+    let mut e = parsed.into_model_error(provider, None);
+    e.kind = kind;
+    e
+}
+
+/// The pure parser of a Chat Completions event stream: it turns each event's data into
+/// [`ModelEvent`]s. The live adapter, [`parse_stream_bytes`] and the tests share it.
+#[derive(Debug)]
+pub struct ChatStreamParser {
+    provider: String,
+    started: bool,
+    tool_started: Vec<u32>,
+    saw_tool_call: bool,
+    finish: Option<(FinishReason, String)>,
+    done: bool,
+}
+
+impl ChatStreamParser {
+    /// A parser for a stream from `provider` (named in errors).
+    pub fn new(provider: &str) -> Self {
+        ChatStreamParser {
+            provider: provider.to_owned(),
+            started: false,
+            tool_started: Vec::new(),
+            saw_tool_call: false,
+            finish: None,
+            done: false,
+        }
+    }
+
+    /// Applies one event's data.
+    pub fn push(&mut self, data: &str, out: &mut VecDeque<ModelEvent>) -> Result<(), ModelError> {
+        let data = data.trim();
+        if data.is_empty() {
+            return Ok(());
+        }
+        if self.done {
+            return Err(stream_error(&self.provider, "data after [DONE]"));
+        }
+        if data == "[DONE]" {
+            self.done = true;
+            return self.emit_finish(out);
+        }
+        let chunk: WireCompletion<'_> = serde_json::from_str(data)
+            .map_err(|e| stream_error(&self.provider, format!("malformed stream chunk: {e}")))?;
+        self.apply(chunk, out)
+    }
+
+    /// Applies a parsed chunk (or a whole response, whose choices carry `message`).
+    fn apply(
+        &mut self,
+        chunk: WireCompletion<'_>,
+        out: &mut VecDeque<ModelEvent>,
+    ) -> Result<(), ModelError> {
+        if let Some(error) = &chunk.error {
+            return Err(in_body_error(&self.provider, error));
+        }
+        if !self.started && (chunk.id.is_some() || chunk.model.is_some()) {
+            self.started = true;
+            out.push_back(ModelEvent::Start {
+                id: chunk.id.map(Cow::into_owned),
+                model: chunk.model.map(Cow::into_owned),
+            });
+        }
+        for choice in chunk.choices.into_iter().flatten() {
+            if choice.index.unwrap_or(0) != 0 {
+                continue;
+            }
+            if let Some(delta) = choice.delta.or(choice.message) {
+                self.delta(delta, out);
+            }
+            if let Some(reason) = choice.finish_reason
+                && !reason.is_empty()
+            {
+                self.finish = Some((map_finish_reason(&reason), reason.into_owned()));
+            }
+        }
+        if let Some(usage) = chunk.usage {
+            out.push_back(ModelEvent::Usage(usage.to_usage()));
+        }
+        Ok(())
+    }
+
+    fn delta(&mut self, delta: WireDelta<'_>, out: &mut VecDeque<ModelEvent>) {
+        for reasoning in [delta.reasoning_content, delta.reasoning]
+            .into_iter()
+            .flatten()
+        {
+            if !reasoning.is_empty() {
+                out.push_back(ModelEvent::ReasoningDelta(reasoning.into_owned()));
+            }
+        }
+        for text in [delta.content, delta.refusal].into_iter().flatten() {
+            if !text.is_empty() {
+                out.push_back(ModelEvent::TextDelta(text.into_owned()));
+            }
+        }
+        for (position, call) in delta.tool_calls.into_iter().flatten().enumerate() {
+            self.saw_tool_call = true;
+            let index = call.index.unwrap_or(position as u32);
+            let (name, arguments) = match call.function {
+                Some(f) => (f.name, f.arguments.map(|a| a.0)),
+                None => (None, None),
+            };
+            let id = call.id.filter(|s| !s.is_empty());
+            let name = name.filter(|s| !s.is_empty());
+            let first = !self.tool_started.contains(&index);
+            if first {
+                self.tool_started.push(index);
+            }
+            if first || id.is_some() || name.is_some() {
+                out.push_back(ModelEvent::ToolCallStart {
+                    index,
+                    id: id.map(Cow::into_owned).unwrap_or_default(),
+                    name: name.map(Cow::into_owned).unwrap_or_default(),
+                });
+            }
+            if let Some(arguments) = arguments
+                && !arguments.is_empty()
+            {
+                out.push_back(ModelEvent::ToolCallDelta {
+                    index,
+                    arguments: arguments.into_owned(),
+                });
+            }
+        }
+    }
+
+    fn emit_finish(&mut self, out: &mut VecDeque<ModelEvent>) -> Result<(), ModelError> {
+        match self.finish.take() {
+            Some((reason, raw)) => out.push_back(ModelEvent::Finish {
+                reason,
+                raw: Some(raw),
+            }),
+            None => {
+                out.push_back(ModelEvent::Warning(
+                    "the stream ended with [DONE] but no finish_reason".to_owned(),
+                ));
+                let reason = if self.saw_tool_call {
+                    FinishReason::ToolCalls
+                } else {
+                    FinishReason::Stop
+                };
+                out.push_back(ModelEvent::Finish { reason, raw: None });
+            }
+        }
+        Ok(())
+    }
+
+    /// The byte stream ended: finishes the response if the stream said it was complete, else
+    /// fails.
+    pub fn end(&mut self, out: &mut VecDeque<ModelEvent>) -> Result<(), ModelError> {
+        if self.done {
+            return Ok(());
+        }
+        self.done = true;
+        match self.finish.take() {
+            Some((reason, raw)) => {
+                out.push_back(ModelEvent::Finish {
+                    reason,
+                    raw: Some(raw),
+                });
+                Ok(())
+            }
+            None => Err(stream_error(
+                &self.provider,
+                "the stream ended before a finish_reason or [DONE]",
+            )),
+        }
+    }
+}
+
+impl StreamDecoder for ChatStreamParser {
+    fn event(&mut self, data: &str, out: &mut VecDeque<ModelEvent>) -> Result<(), ModelError> {
+        self.push(data, out)
+    }
+
+    fn end(&mut self, out: &mut VecDeque<ModelEvent>) -> Result<(), ModelError> {
+        ChatStreamParser::end(self, out)
+    }
+
+    /// A whole response is one chunk whose choices carry `message`; without a `finish_reason` it
+    /// ends as the calls it made say.
+    fn whole(&mut self, body: &[u8], out: &mut VecDeque<ModelEvent>) -> Result<(), ModelError> {
+        let completion: WireCompletion<'_> = serde_json::from_slice(body)
+            .map_err(|e| decode_error(&self.provider, "response body", &e))?;
+        let has_choice = completion
+            .choices
+            .as_ref()
+            .is_some_and(|c| c.iter().any(|c| c.index.unwrap_or(0) == 0));
+        if completion.error.is_none() && !has_choice {
+            return Err(
+                ModelError::new(ModelErrorKind::Decode, "the response holds no choice")
+                    .with_provider(self.provider.as_str()),
+            );
+        }
+        self.apply(completion, out)?;
+        self.done = true;
+        let (reason, raw) = match self.finish.take() {
+            Some((reason, raw)) => (reason, Some(raw)),
+            None if self.saw_tool_call => (FinishReason::ToolCalls, None),
+            None => (FinishReason::Stop, None),
+        };
+        out.push_back(ModelEvent::Finish { reason, raw });
+        Ok(())
+    }
+}
+
+/// Parses a whole Chat Completions event-stream body (the raw `text/event-stream` bytes) into a
+/// response, through the same SSE reader, parser and accumulator as a live stream, without a
+/// runtime. Arbitrary bytes give a response or an error, never a panic.
+pub fn parse_stream_bytes(bytes: &[u8]) -> Result<ModelResponse, ModelError> {
+    accumulate_sse(bytes, "openai", ChatStreamParser::new("openai"))
+}
+
+/// Parses a whole (non-streamed) Chat Completions response body, through the stream parser and
+/// the accumulator: the same rules (an empty id gets a generated one, a call cut off by the
+/// length limit is dropped).
+pub fn parse_completion(body: &[u8]) -> Result<ModelResponse, ModelError> {
+    accumulate_whole(body, ChatStreamParser::new("openai"))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    #[test]
+    fn finish_reasons_map_to_the_shared_enum() {
+        assert_eq!(map_finish_reason("stop"), FinishReason::Stop);
+        assert_eq!(map_finish_reason("tool_calls"), FinishReason::ToolCalls);
+        assert_eq!(map_finish_reason("function_call"), FinishReason::ToolCalls);
+        assert_eq!(map_finish_reason("length"), FinishReason::Length);
+        assert_eq!(
+            map_finish_reason("content_filter"),
+            FinishReason::ContentFilter
+        );
+        assert_eq!(map_finish_reason("weird"), FinishReason::Other);
+    }
+
+    fn run(chunks: &[&str]) -> Result<Vec<ModelEvent>, ModelError> {
+        let mut p = ChatStreamParser::new("openai");
+        let mut out = VecDeque::new();
+        for c in chunks {
+            p.push(c, &mut out)?;
+        }
+        p.end(&mut out)?;
+        Ok(out.into_iter().collect())
+    }
+
+    #[test]
+    fn finish_is_held_until_the_trailing_usage_chunk_is_read() {
+        let events = run(&[
+            r#"{"id":"c1","model":"m","choices":[{"index":0,"delta":{"content":"hi"},"finish_reason":"stop"}]}"#,
+            r#"{"id":"c1","choices":[],"usage":{"prompt_tokens":3,"completion_tokens":1}}"#,
+            "[DONE]",
+        ])
+        .unwrap();
+        let kinds: Vec<_> = events.iter().map(std::mem::discriminant).collect();
+        assert!(matches!(
+            events.last(),
+            Some(ModelEvent::Finish {
+                reason: FinishReason::Stop,
+                ..
+            })
+        ));
+        let usage_at = events
+            .iter()
+            .position(|e| matches!(e, ModelEvent::Usage(_)))
+            .unwrap();
+        assert_eq!(usage_at, kinds.len() - 2);
+    }
+
+    #[test]
+    fn a_stream_without_finish_or_done_is_an_error() {
+        let err =
+            run(&[r#"{"id":"c1","choices":[{"index":0,"delta":{"content":"hi"}}]}"#]).unwrap_err();
+        assert_eq!(err.kind, ModelErrorKind::Stream);
+    }
+
+    #[test]
+    fn an_error_object_in_a_chunk_becomes_a_classified_error() {
+        let err = run(&[
+            r#"{"error":{"message":"The server had an error","type":"server_error","code":null}}"#,
+        ])
+        .unwrap_err();
+        assert_eq!(err.kind, ModelErrorKind::Server);
+        assert_eq!(err.message, "The server had an error");
+        let err =
+            run(&[r#"{"error":{"message":"Provider returned error","code":429}}"#]).unwrap_err();
+        assert_eq!(err.kind, ModelErrorKind::RateLimited);
+        assert_eq!(err.status, None);
+    }
+
+    #[test]
+    fn data_after_done_is_an_error() {
+        assert!(run(&["[DONE]", r#"{"choices":[]}"#]).is_err());
+    }
+
+    #[test]
+    fn whole_response_with_object_arguments_keeps_their_json_text_and_leaves_the_id_to_the_run() {
+        let body = br#"{"id":"r","model":"llama3","choices":[{"index":0,"message":{"role":"assistant","content":null,
+            "tool_calls":[{"function":{"name":"f","arguments":{"a":1}}}]},"finish_reason":"tool_calls"}]}"#;
+        let response = parse_completion(body).unwrap();
+        let call = &response.message.tool_calls[0];
+        assert_eq!(call.arguments, r#"{"a":1}"#);
+        // A missing id is filled by the run from its injected id source (replays stay exact).
+        assert_eq!(call.id, "");
+        assert_eq!(response.model.as_deref(), Some("llama3"));
+    }
+
+    #[test]
+    fn whole_response_cut_off_inside_a_call_drops_it_and_says_truncated() {
+        let body = br#"{"choices":[{"index":0,"message":{"content":"x","tool_calls":[{"id":"c1","function":{"name":"f","arguments":"{\"a\": [1,"}}]},"finish_reason":"length"}],
+            "usage":{"prompt_tokens":5,"completion_tokens":7,"prompt_tokens_details":{"cached_tokens":2},"completion_tokens_details":{"reasoning_tokens":3}}}"#;
+        let response = parse_completion(body).unwrap();
+        assert!(response.truncated);
+        assert!(response.message.tool_calls.is_empty());
+        assert_eq!(response.finish_reason, FinishReason::Length);
+        assert_eq!(
+            response.usage,
+            Usage {
+                input_tokens: 5,
+                output_tokens: 7,
+                cached_input_tokens: 2,
+                cache_write_tokens: 0,
+                reasoning_tokens: 3
+            }
+        );
+    }
+
+    #[test]
+    fn whole_response_without_choices_is_a_decode_error() {
+        assert_eq!(
+            parse_completion(br#"{"id":"x","choices":[]}"#)
+                .unwrap_err()
+                .kind,
+            ModelErrorKind::Decode
+        );
+        assert_eq!(
+            parse_completion(b"<html>").unwrap_err().kind,
+            ModelErrorKind::Decode
+        );
+    }
+}

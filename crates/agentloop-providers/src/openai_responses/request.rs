@@ -1,0 +1,268 @@
+//! The Responses request body, encoded from the provider-neutral transcript: messages, function
+//! calls and their outputs by `call_id`, and earlier reasoning items sent back whole.
+
+use std::borrow::Cow;
+
+use agentloop::{ContentPart, Message, ModelError, ModelRequest, ToolChoice, ToolContent};
+use serde::Serialize;
+use serde_json::Value;
+
+use super::{OpenAiResponses, Options, PROVIDER};
+use crate::http::json_body;
+
+impl OpenAiResponses {
+    /// True when requests ask for reasoning items' encrypted content (needed to carry reasoning
+    /// across turns without server-side storage).
+    fn wants_encrypted_reasoning(&self) -> bool {
+        if self.options.store {
+            return false;
+        }
+        self.options.encrypted_reasoning.unwrap_or_else(|| {
+            // Models without reasoning reject the include; ask only where reasoning is in play.
+            let m = self.model.as_str();
+            self.options.reasoning_effort.is_some()
+                || ["o1", "o3", "o4", "gpt-5", "codex"]
+                    .iter()
+                    .any(|p| m.starts_with(p))
+        })
+    }
+
+    /// Encodes the request body this model sends for `request` (exposed for inspection and tests).
+    pub fn encode_request(&self, request: &ModelRequest<'_>) -> Result<Vec<u8>, ModelError> {
+        let body = build_request(
+            &self.model,
+            request,
+            &self.options,
+            self.wants_encrypted_reasoning(),
+        );
+        json_body(PROVIDER, &body)
+    }
+}
+
+#[derive(Serialize)]
+struct WireRequest<'a> {
+    model: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    instructions: Option<&'a str>,
+    input: Vec<InputItem<'a>>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tools: Vec<WireTool<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_choice: Option<WireToolChoice<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    parallel_tool_calls: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    temperature: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    top_p: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_output_tokens: Option<u32>,
+    store: bool,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    stream: bool,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    include: Vec<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reasoning: Option<WireReasoning<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    text: Option<WireText<'a>>,
+}
+
+#[derive(Serialize)]
+struct WireReasoning<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    effort: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    summary: Option<&'a str>,
+}
+
+#[derive(Serialize)]
+struct WireText<'a> {
+    format: WireFormat<'a>,
+}
+
+#[derive(Serialize)]
+struct WireFormat<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    name: &'static str,
+    schema: &'a Value,
+    strict: bool,
+}
+
+#[derive(Serialize)]
+struct WireTool<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    name: &'a str,
+    #[serde(skip_serializing_if = "str::is_empty")]
+    description: &'a str,
+    parameters: &'a Value,
+    strict: bool,
+}
+
+#[derive(Serialize)]
+#[serde(untagged)]
+enum WireToolChoice<'a> {
+    Mode(&'static str),
+    Function {
+        #[serde(rename = "type")]
+        kind: &'static str,
+        name: &'a str,
+    },
+}
+
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum InputItem<'a> {
+    Message {
+        role: &'static str,
+        content: Vec<InputContent<'a>>,
+    },
+    FunctionCall {
+        call_id: &'a str,
+        name: &'a str,
+        arguments: &'a str,
+    },
+    FunctionCallOutput {
+        call_id: &'a str,
+        output: Cow<'a, str>,
+    },
+    /// A reasoning item sent back exactly as it came.
+    #[serde(untagged)]
+    Verbatim(&'a Value),
+}
+
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum InputContent<'a> {
+    InputText { text: &'a str },
+    InputImage { image_url: &'a str },
+    OutputText { text: &'a str, annotations: [(); 0] },
+}
+
+fn user_content(part: &ContentPart) -> InputContent<'_> {
+    match part {
+        ContentPart::Text { text } => InputContent::InputText { text },
+        ContentPart::Image { url, .. } => InputContent::InputImage { image_url: url },
+    }
+}
+
+fn tool_output(content: &ToolContent) -> Cow<'_, str> {
+    match content {
+        ToolContent::Text(t) => Cow::Borrowed(t),
+        other => Cow::Owned(other.to_text()),
+    }
+}
+
+fn build_request<'a>(
+    model: &'a str,
+    request: &ModelRequest<'a>,
+    options: &'a Options,
+    encrypted_reasoning: bool,
+) -> WireRequest<'a> {
+    let mut input = Vec::with_capacity(request.messages.len() + 4);
+    for message in request.messages {
+        match message {
+            Message::User { content } => {
+                input.push(InputItem::Message {
+                    role: "user",
+                    content: content.iter().map(user_content).collect(),
+                });
+            }
+            Message::Assistant(a) => {
+                // Reasoning items precede the items they led to; only whole items (with their id
+                // and encrypted content) can be sent back.
+                for r in &a.reasoning {
+                    if let Some(item) = r
+                        .provider_data
+                        .as_ref()
+                        .filter(|d| d.get("type").and_then(Value::as_str) == Some("reasoning"))
+                    {
+                        input.push(InputItem::Verbatim(item));
+                    }
+                }
+                if !a.text.is_empty() {
+                    input.push(InputItem::Message {
+                        role: "assistant",
+                        content: vec![InputContent::OutputText {
+                            text: &a.text,
+                            annotations: [],
+                        }],
+                    });
+                }
+                for call in &a.tool_calls {
+                    input.push(InputItem::FunctionCall {
+                        call_id: &call.id,
+                        name: &call.name,
+                        arguments: &call.arguments,
+                    });
+                }
+            }
+            Message::Tool(result) => {
+                input.push(InputItem::FunctionCallOutput {
+                    call_id: &result.call_id,
+                    output: tool_output(&result.content),
+                });
+            }
+        }
+    }
+    let settings = request.settings;
+    let tools: Vec<WireTool<'a>> = request
+        .tools
+        .iter()
+        .map(|t| WireTool {
+            kind: "function",
+            name: &t.name,
+            description: &t.description,
+            parameters: &t.input_schema,
+            // Strict mode would reject ordinary schemas (optional properties); validation is ours.
+            strict: false,
+        })
+        .collect();
+    let tool_choice = settings.tool_choice.as_ref().map(|c| match c {
+        ToolChoice::Auto => WireToolChoice::Mode("auto"),
+        ToolChoice::Required => WireToolChoice::Mode("required"),
+        ToolChoice::None => WireToolChoice::Mode("none"),
+        ToolChoice::Tool(name) => WireToolChoice::Function {
+            kind: "function",
+            name,
+        },
+    });
+    let reasoning = (options.reasoning_effort.is_some() || options.reasoning_summary.is_some())
+        .then_some(WireReasoning {
+            effort: options.reasoning_effort.as_deref(),
+            summary: options.reasoning_summary.as_deref(),
+        });
+    WireRequest {
+        model,
+        instructions: request.instructions.filter(|i| !i.is_empty()),
+        input,
+        tool_choice: if tools.is_empty() { None } else { tool_choice },
+        parallel_tool_calls: if tools.is_empty() {
+            None
+        } else {
+            settings.parallel_tool_calls
+        },
+        tools,
+        temperature: settings.temperature,
+        top_p: settings.top_p,
+        max_output_tokens: settings.max_tokens,
+        store: options.store,
+        stream: options.stream,
+        include: if encrypted_reasoning {
+            vec!["reasoning.encrypted_content"]
+        } else {
+            Vec::new()
+        },
+        reasoning,
+        text: request.output_schema.map(|schema| WireText {
+            format: WireFormat {
+                kind: "json_schema",
+                name: "final_answer",
+                schema,
+                strict: false,
+            },
+        }),
+    }
+}
