@@ -1,6 +1,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 //! `agentloop run` end to end against a real model on this machine: llama.cpp's `llama-server`
-//! serving Qwen2.5-Coder-0.5B-Instruct (started with `../shared/local-model/serve.sh`), with the
+//! serving Qwen2.5-Coder-0.5B-Instruct (started with `scripts/local-model/serve.sh`), with the
 //! agent and command tools of `examples/local/`. No API key, loopback only.
 //!
 //! The questions were picked because the model answers them the same way on every run at
@@ -46,11 +46,11 @@ fn repo_root() -> PathBuf {
         .unwrap()
 }
 
-/// `serve.sh`: `$AGENTLOOP_LOCAL_MODEL_DIR/serve.sh`, else the shared scripts beside the repo.
+/// `serve.sh`: `$AGENTLOOP_LOCAL_MODEL_DIR/serve.sh`, else the repository's `scripts/local-model/`.
 fn serve_script() -> PathBuf {
     let dir = std::env::var_os("AGENTLOOP_LOCAL_MODEL_DIR")
         .map(PathBuf::from)
-        .unwrap_or_else(|| repo_root().join("../shared/local-model"));
+        .unwrap_or_else(|| repo_root().join("scripts/local-model"));
     let script = dir.join("serve.sh");
     assert!(
         script.is_file(),
