@@ -4,7 +4,9 @@
 mod agent_file;
 mod approval;
 mod assemble;
+mod completions;
 mod error;
+mod init;
 mod live;
 mod plan;
 mod render;
@@ -16,7 +18,7 @@ use std::sync::Arc;
 
 use agentloop::{CancellationToken, EventSink, Message, RunOptions, RunOutcome};
 use agentloop_store::{TraceOptions, TraceSink};
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, Parser, Subcommand};
 
 use crate::agent_file::{AgentFile, LoadError, Provider};
 use crate::approval::{
@@ -50,6 +52,11 @@ enum Command {
     /// Reads trace files written with `run --trace`.
     #[command(subcommand)]
     Trace(TraceCommand),
+    /// Writes a starter agent (agent file, a command tool, a scripted model) that runs at once,
+    /// and prints the command that runs it.
+    Init(init::InitArgs),
+    /// Prints the shell completion script for bash, zsh, fish, elvish or powershell.
+    Completions(completions::CompletionsArgs),
 }
 
 #[derive(Debug, Args)]
@@ -163,6 +170,8 @@ async fn dispatch(cli: Cli) -> i32 {
         Command::Chat(args) => chat(args).await,
         Command::Plan(args) => plan_command(&args),
         Command::Trace(t) => trace_command(t),
+        Command::Init(args) => init::init(&args),
+        Command::Completions(args) => completions::completions(&args, Cli::command()),
     };
     match result {
         Ok(code) => code,
