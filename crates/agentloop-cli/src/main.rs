@@ -85,7 +85,7 @@ struct RunArgs {
     /// Also records prompts, arguments and outputs in the trace (never secrets).
     #[arg(long, requires = "trace")]
     trace_payloads: bool,
-    /// Approves every tool call the agent file's [permissions] would ask about, this once (a
+    /// Approves every tool call the agent file's `[permissions]` would ask about, this once (a
     /// `deny` still denies). Without it, an asked call is put to you in a terminal, and denied
     /// with --json or without a terminal.
     #[arg(long, short = 'y')]
@@ -102,7 +102,7 @@ struct ChatArgs {
     /// Also records prompts, arguments and outputs in the trace (never secrets).
     #[arg(long, requires = "trace")]
     trace_payloads: bool,
-    /// Approves every tool call the agent file's [permissions] would ask about, this once (a
+    /// Approves every tool call the agent file's `[permissions]` would ask about, this once (a
     /// `deny` still denies). Without it, an asked call is put to you in a terminal, and denied
     /// without one.
     #[arg(long, short = 'y')]
