@@ -10,10 +10,12 @@ use crate::error::{CliError, code};
 
 /// Which shell to write completions for.
 #[derive(Debug, Args)]
-#[command(after_help = "To load them in every new shell, add to its startup file:
+#[command(
+    after_help = "To load them in every new shell, add to its startup file:
   bash (.bashrc):        source <(agentloop completions bash)
   zsh (.zshrc):          source <(agentloop completions zsh)
-  fish (config.fish):    agentloop completions fish | source")]
+  fish (config.fish):    agentloop completions fish | source"
+)]
 pub struct CompletionsArgs {
     /// The shell.
     shell: Shell,
