@@ -22,7 +22,7 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SERVE = os.path.join(os.environ.get("AGENTLOOP_LOCAL_MODEL_DIR", os.path.join(ROOT, "..", "shared", "local-model")), "serve.sh")
+SERVE = os.path.join(os.environ.get("AGENTLOOP_LOCAL_MODEL_DIR", os.path.join(ROOT, "scripts", "local-model")), "serve.sh")
 CACHE = os.environ.get("AGENTLOOP_CACHE", os.path.expanduser("~/.cache/agentloop"))
 QUESTIONS = ["What is the weather in Paris?", "What is 1234 plus 4321?"]
 TOTAL = re.compile(r"total time =\s+([0-9.]+) ms")

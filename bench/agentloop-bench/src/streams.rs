@@ -12,6 +12,13 @@ use serde_json::{Value, json};
 
 use crate::Opts;
 
+/// The providers crate's recorded corpus, found from this crate's own folder so that the default
+/// works wherever the repository is cloned (`--fixtures DIR` reads another one).
+const FIXTURES: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../crates/agentloop-providers/tests/fixtures"
+);
+
 type Parser = fn(&[u8]) -> Result<ModelResponse, ModelError>;
 
 /// Which parser reads the streams of each fixture folder.
@@ -89,7 +96,7 @@ fn throughput(files: &[(PathBuf, Vec<u8>)], budget: Duration, mut f: impl FnMut(
 
 /// Measures every provider's parser and the baseline; prints one JSON line per fixture folder.
 pub fn bench_streams(opts: &Opts) -> Result<(), String> {
-    let root = PathBuf::from(opts.text("fixtures", "/work/shared/fixtures/providers"));
+    let root = PathBuf::from(opts.text("fixtures", FIXTURES));
     let budget = Duration::from_millis(opts.num("ms", 1000)?);
     for (folder, parser_name, parser) in PROVIDERS {
         let files = sse_files(&root.join(folder))?;

@@ -4,7 +4,9 @@
 mod agent_file;
 mod approval;
 mod assemble;
+mod completions;
 mod error;
+mod init;
 mod live;
 mod permission_file;
 mod plan;
@@ -17,7 +19,7 @@ use std::sync::Arc;
 
 use agentloop::{CancellationToken, EventSink, Message, RunOptions, RunOutcome};
 use agentloop_store::{TraceOptions, TraceSink};
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, Parser, Subcommand};
 
 use crate::agent_file::{AgentFile, LoadError, Provider};
 use crate::approval::{
@@ -51,6 +53,11 @@ enum Command {
     /// Reads trace files written with `run --trace`.
     #[command(subcommand)]
     Trace(TraceCommand),
+    /// Writes a starter agent (agent file, a command tool, a scripted model) that runs at once,
+    /// and prints the command that runs it.
+    Init(init::InitArgs),
+    /// Prints the shell completion script for bash, zsh, fish, elvish or powershell.
+    Completions(completions::CompletionsArgs),
 }
 
 #[derive(Debug, Args)]
@@ -79,7 +86,7 @@ struct RunArgs {
     /// Also records prompts, arguments and outputs in the trace (never secrets).
     #[arg(long, requires = "trace")]
     trace_payloads: bool,
-    /// Approves every tool call the agent file's [permissions] would ask about, this once (a
+    /// Approves every tool call the agent file's `[permissions]` would ask about, this once (a
     /// `deny` still denies). Without it, an asked call is put to you in a terminal, and denied
     /// with --json or without a terminal.
     #[arg(long, short = 'y')]
@@ -96,7 +103,7 @@ struct ChatArgs {
     /// Also records prompts, arguments and outputs in the trace (never secrets).
     #[arg(long, requires = "trace")]
     trace_payloads: bool,
-    /// Approves every tool call the agent file's [permissions] would ask about, this once (a
+    /// Approves every tool call the agent file's `[permissions]` would ask about, this once (a
     /// `deny` still denies). Without it, an asked call is put to you in a terminal, and denied
     /// without one.
     #[arg(long, short = 'y')]
@@ -164,6 +171,8 @@ async fn dispatch(cli: Cli) -> i32 {
         Command::Chat(args) => chat(args).await,
         Command::Plan(args) => plan_command(&args),
         Command::Trace(t) => trace_command(t),
+        Command::Init(args) => init::init(&args),
+        Command::Completions(args) => completions::completions(&args, Cli::command()),
     };
     match result {
         Ok(code) => code,

@@ -14,7 +14,7 @@ type Parse = fn(&[u8]) -> Result<ModelResponse, ModelError>;
 
 fn streams(sub: &str, parse: Parse) -> Vec<Vec<u8>> {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/fixtures/providers")
+        .join("tests/fixtures")
         .join(sub);
     let mut files: Vec<_> = std::fs::read_dir(dir)
         .unwrap()

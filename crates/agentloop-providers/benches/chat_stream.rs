@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 
 fn streams() -> Vec<Vec<u8>> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures/providers");
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
     let mut out = Vec::new();
     for sub in ["openai_chat", "openai_compatible"] {
         let mut files: Vec<_> = std::fs::read_dir(dir.join(sub))

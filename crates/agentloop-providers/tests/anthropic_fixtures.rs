@@ -1,4 +1,4 @@
-//! Every Anthropic Messages case of the shared fixture corpus, served over loopback HTTP to the
+//! Every Anthropic Messages case of the recorded fixture corpus, served over loopback HTTP to the
 //! real [`Anthropic`] adapter (streamed and whole), compared with the case's `expected`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

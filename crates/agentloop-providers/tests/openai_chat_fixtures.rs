@@ -1,5 +1,4 @@
-//! Every recorded Chat Completions case of the shared corpus (`shared/fixtures/providers`, next to
-//! the repository), served over loopback HTTP by wiremock to the real adapter, streamed or whole,
+//! Every recorded Chat Completions case of the recorded corpus (`tests/fixtures/`), served over loopback HTTP by wiremock to the real adapter, streamed or whole,
 //! and compared with the case's `expected`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -15,13 +14,12 @@ use wiremock::{Mock, MockServer, ResponseTemplate};
 const API_KEY: &str = "sk-test-fixture-key-0123456789";
 
 fn corpus_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures/providers")
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
 }
 
 fn chat_cases() -> Vec<Value> {
-    let text = std::fs::read_to_string(corpus_dir().join("cases.json")).expect(
-        "the shared fixture corpus lies beside the repository: ../shared/fixtures/providers",
-    );
+    let text = std::fs::read_to_string(corpus_dir().join("cases.json"))
+        .expect("the recorded fixture corpus is in tests/fixtures");
     let cases: Vec<Value> = serde_json::from_str(&text).unwrap();
     cases
         .into_iter()

@@ -26,7 +26,7 @@ use wiremock::{Mock, MockServer, ResponseTemplate};
 const API_KEY: &str = "sk-test-secret-abcdefghijklmnop";
 
 fn fixture(rel: &str) -> Vec<u8> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures/providers");
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
     std::fs::read(dir.join(rel)).unwrap()
 }
 

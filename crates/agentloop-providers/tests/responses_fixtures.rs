@@ -1,4 +1,4 @@
-//! Every OpenAI Responses case of the shared fixture corpus, served over loopback HTTP to the real
+//! Every OpenAI Responses case of the recorded fixture corpus, served over loopback HTTP to the real
 //! [`OpenAiResponses`] adapter (streamed and whole), compared with the case's `expected`.
 //!
 //! `expected.tool_calls[].item_id` (the `fc_...` output item id) is not compared: the transcript's

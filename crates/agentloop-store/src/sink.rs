@@ -27,7 +27,7 @@ use crate::redact::{redact, redact_text};
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct TraceOptions {
     /// Record payloads: the input, the model's text and reasoning, tool arguments, outputs and
-    /// details, redacted defensively (see [`crate::redact`]). Off by default.
+    /// details, redacted defensively (see [`mod@crate::redact`]). Off by default.
     pub payloads: bool,
 }
 

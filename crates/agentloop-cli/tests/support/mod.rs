@@ -11,10 +11,10 @@ use serde_json::Value;
 use wiremock::matchers::{method, path};
 use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
 
-/// The recorded provider responses.
+/// The recorded provider responses (the providers crate's fixture corpus).
 pub const FIXTURES: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
-    "/../../../shared/fixtures/providers"
+    "/../agentloop-providers/tests/fixtures"
 );
 
 /// The API key the tests put in the environment.

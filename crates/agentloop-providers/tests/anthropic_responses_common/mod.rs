@@ -1,4 +1,4 @@
-//! Shared by the providers' tests: reads `cases.json` from the shared fixture corpus at run time,
+//! Shared by the providers' tests: reads `cases.json` from the recorded fixture corpus (`tests/fixtures/`) at run time,
 //! serves a case's recorded body over loopback HTTP, drives the real adapter, and compares what it
 //! extracted with the case's `expected`; the failure paths every streamed adapter must meet; and
 //! (in `props`) the property harness of the in-memory stream paths.
@@ -21,11 +21,8 @@ use serde_json::Value;
 use wiremock::matchers::{method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
 
-/// The shared fixture corpus.
-pub const FIXTURES: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../../../shared/fixtures/providers"
-);
+/// The recorded fixture corpus.
+pub const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
 
 /// The cases of `cases.json` whose `api` is this one.
 pub fn cases(api: &str) -> Vec<Value> {
