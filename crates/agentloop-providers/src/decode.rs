@@ -13,11 +13,10 @@ use std::collections::VecDeque;
 use std::future::Future;
 
 use agentloop::{ModelError, ModelEvent, ModelResponse, ModelStream, ResponseAccumulator};
-use bytes::Bytes;
 use futures::{StreamExt, stream};
 
 use crate::http::HttpClient;
-use crate::sse::{FINAL_BLANK_LINE, SseStream, sse};
+use crate::sse::{SseStream, sse, sse_of_body};
 
 /// A pure parser of one provider's event stream.
 pub(crate) trait StreamDecoder: Send {
@@ -121,10 +120,7 @@ pub(crate) fn accumulate_sse<D: StreamDecoder>(
     provider: &str,
     mut decoder: D,
 ) -> Result<ModelResponse, ModelError> {
-    let mut body = Vec::with_capacity(bytes.len() + FINAL_BLANK_LINE.len());
-    body.extend_from_slice(bytes);
-    body.extend_from_slice(FINAL_BLANK_LINE);
-    let mut sse = SseStream::from_bytes(Bytes::from(body), provider);
+    let mut sse = sse_of_body(bytes, provider);
     let mut acc = ResponseAccumulator::new();
     let mut queue = VecDeque::new();
     futures::executor::block_on(async {

@@ -22,7 +22,7 @@ use crate::http::HttpClient;
 /// line (a server that closes right after its final `data:` line, or a recording trimmed of its
 /// trailing newline) still dispatches that event. The data is complete JSON or it fails to parse,
 /// so nothing half-received is ever applied.
-pub(crate) const FINAL_BLANK_LINE: &[u8] = b"\n\n";
+const FINAL_BLANK_LINE: &[u8] = b"\n\n";
 
 /// Reads a streamed response as server-sent events with the client's idle timeout and event
 /// budget, dispatching a final event that lacks its closing blank line.
@@ -41,6 +41,16 @@ pub(crate) fn sse(client: &HttpClient, response: reqwest::Response) -> SseStream
         Some(config.idle_timeout),
         config.max_event_bytes,
     )
+}
+
+/// Reads a whole event-stream body held in memory, without a runtime, with the same final blank
+/// line as [`sse`]: the parsing path of a streamed response, for fuzzing, benchmarks and replay.
+pub(crate) fn sse_of_body(body: &[u8], provider: &str) -> SseStream {
+    let chunks = [
+        Ok(Bytes::copy_from_slice(body)),
+        Ok(Bytes::from_static(FINAL_BLANK_LINE)),
+    ];
+    SseStream::new(stream::iter(chunks), provider, None, usize::MAX)
 }
 
 /// One server-sent event: its `event:` name (`message` when absent, as the SSE standard says) and
