@@ -5,7 +5,7 @@
 //! stuck-loop detection, admission verdicts, hook and guardrail verdicts, steering, dispatch,
 //! draining, and stop reasons all live here; a driver holds no rule. Time and ids are injected, so
 //! feeding the same [`Step`]s to a fresh machine reproduces a run exactly (see
-//! [`crate::driver::replay`]).
+//! [`crate::driver::replay()`]).
 //!
 //! - `mod.rs`: the state, the turn's flow, limits and stops.
 //! - `admit.rs`: a model's decision: ids, known tools, arguments, the stuck-loop rule, the budget.
