@@ -134,8 +134,7 @@ impl<'a> Driver<'a> {
         let stop_retries = calls_cancel.child_token();
         // The calls run concurrently inside the run's own task: no task per call to spawn,
         // schedule and free on another thread (a tool marked `own_task` gets one).
-        let mut running: FuturesUnordered<futures::future::BoxFuture<'_, CallDone>> =
-            FuturesUnordered::new();
+        let mut running = FuturesUnordered::new();
         let mut senders: Vec<(usize, ProgressSender)> = Vec::new();
         loop {
             self.flush(&mut m);
@@ -193,7 +192,7 @@ impl<'a> Driver<'a> {
                             progress: progress.unwrap_or_default(),
                             stop_retries: stop_retries.clone(),
                         };
-                        running.push(Box::pin(self.run_call(&m, call, ctx)));
+                        running.push(self.run_call(&m, call, ctx));
                         Input::CallStarted {
                             position: call.position,
                         }
@@ -308,18 +307,22 @@ impl<'a> Driver<'a> {
             .config()
             .tools
             .entry(call.index)
-            .map(|e| Arc::clone(&e.call));
+            .map(|e| e.call.clone());
         let arguments = Arc::clone(&call.arguments);
         let position = call.position;
-        let hooks = seams::AfterTool::new(self.inner, m, call);
+        let hooks =
+            (!self.inner.hooks.is_empty()).then(|| seams::AfterTool::new(self.inner, m, call));
         async move {
             let started = Instant::now();
             let outcome = match service {
-                Some(s) => s.call(&arguments, ctx).await,
+                Some(s) => s.call(arguments, ctx).await,
                 None => CallOutcome::error(crate::outcome::codes::UNKNOWN_TOOL, "unknown tool"),
             };
             let outcome = outcome.took(started.elapsed());
-            let (outcome, failures) = hooks.run(outcome).await;
+            let (outcome, failures) = match hooks {
+                Some(h) => h.run(outcome).await,
+                None => (outcome, Vec::new()),
+            };
             (position, outcome, failures)
         }
     }

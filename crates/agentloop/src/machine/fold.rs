@@ -11,7 +11,12 @@ use crate::outcome::{CallOutcome, CallStatus, StopReason, ToolCallRecord, codes}
 
 impl RunMachine {
     pub(super) fn fold(&mut self, pending: Pending) {
-        let Pending { turn, slots, .. } = pending;
+        let Pending {
+            turn, slots, batch, ..
+        } = pending;
+        // The batch lent the arguments to the handlers; dropped first, so that each record takes
+        // them over instead of copying them.
+        drop(batch);
         let mut all_terminate = !slots.is_empty();
         let mut terminate_output: Option<String> = None;
         let mut fatal: Option<RunError> = None;

@@ -38,8 +38,42 @@ pub(crate) trait CallService: Send + Sync {
 
 const _: Option<&dyn CallService> = None;
 
+/// A tool's handler under its layers. A tool that asks for no layer but panic isolation is called
+/// straight, its panics caught inline: no allocation of the layers' own on the hot path.
+#[derive(Clone)]
+pub(crate) enum Layered {
+    /// The handler alone.
+    Bare(Arc<dyn ToolHandler>),
+    /// The handler under one or more layers.
+    Wrapped(Arc<dyn CallService>),
+}
+
+impl Layered {
+    /// Runs one call through the layers.
+    pub(crate) async fn call(self, args: Arc<Value>, ctx: ToolContext) -> CallOutcome {
+        match self {
+            Layered::Bare(handler) => catch_panic(&handler, &args, ctx).await,
+            Layered::Wrapped(service) => service.call(&args, ctx).await,
+        }
+    }
+}
+
+/// Calls a handler; a panic while it makes its future, or while the future runs, fails the call.
+async fn catch_panic(handler: &Arc<dyn ToolHandler>, args: &Value, ctx: ToolContext) -> CallOutcome {
+    match std::panic::catch_unwind(AssertUnwindSafe(|| handler.call(args, ctx))) {
+        Ok(fut) => match AssertUnwindSafe(fut).catch_unwind().await {
+            Ok(result) => CallOutcome::from_result(result),
+            Err(panic) => CallOutcome::panicked(panic_message(&panic)),
+        },
+        Err(panic) => CallOutcome::panicked(panic_message(&panic)),
+    }
+}
+
 /// The layers a spec asks for, around `handler`.
-pub(crate) fn compose(handler: Arc<dyn ToolHandler>, spec: &ToolSpec) -> Arc<dyn CallService> {
+pub(crate) fn compose(handler: Arc<dyn ToolHandler>, spec: &ToolSpec) -> Layered {
+    if !spec.own_task && spec.timeout.is_none() && spec.retries == 0 {
+        return Layered::Bare(handler);
+    }
     let mut call: Arc<dyn CallService> = Arc::new(CatchPanic(handler));
     if spec.own_task {
         call = Arc::new(OwnTask(call));
@@ -53,7 +87,7 @@ pub(crate) fn compose(handler: Arc<dyn ToolHandler>, spec: &ToolSpec) -> Arc<dyn
             retries: spec.retries,
         });
     }
-    call
+    Layered::Wrapped(call)
 }
 
 /// Turns a handler's panic into a failed call.
@@ -61,17 +95,9 @@ pub(crate) struct CatchPanic(Arc<dyn ToolHandler>);
 
 impl CallService for CatchPanic {
     fn call(&self, args: &Arc<Value>, ctx: ToolContext) -> CallFuture {
-        // A handler may panic before it returns its future, or while the future runs.
-        match std::panic::catch_unwind(AssertUnwindSafe(|| self.0.call(args, ctx))) {
-            Ok(fut) => Box::pin(AssertUnwindSafe(fut).catch_unwind().map(|r| match r {
-                Ok(result) => CallOutcome::from_result(result),
-                Err(panic) => CallOutcome::panicked(panic_message(&panic)),
-            })),
-            Err(panic) => {
-                let outcome = CallOutcome::panicked(panic_message(&panic));
-                Box::pin(std::future::ready(outcome))
-            }
-        }
+        let handler = Arc::clone(&self.0);
+        let args = Arc::clone(args);
+        Box::pin(async move { catch_panic(&handler, &args, ctx).await })
     }
 }
 

@@ -18,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 
 mod layer;
 
-pub(crate) use layer::{CallService, panic_message};
+pub(crate) use layer::{Layered, panic_message};
 
 use crate::event::{Event, EventKind, EventSink};
 use crate::message::ToolContent;
@@ -749,7 +749,7 @@ pub(crate) struct RegisteredTool {
     pub(crate) name: Arc<str>,
     /// The handler under its layers (panic isolation, its own task, timeout, retries), composed
     /// once here.
-    pub(crate) call: Arc<dyn CallService>,
+    pub(crate) call: Layered,
     pub(crate) validator: Arc<jsonschema::Validator>,
 }
 
