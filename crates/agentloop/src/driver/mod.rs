@@ -303,11 +303,7 @@ impl<'a> Driver<'a> {
         call: &AdmittedCall,
         ctx: ToolContext,
     ) -> impl Future<Output = CallDone> + Send + 'a {
-        let service = m
-            .config()
-            .tools
-            .entry(call.index)
-            .map(|e| e.call.clone());
+        let service = m.config().tools.entry(call.index).map(|e| e.call.clone());
         let arguments = Arc::clone(&call.arguments);
         let position = call.position;
         let hooks =

@@ -59,7 +59,11 @@ impl Layered {
 }
 
 /// Calls a handler; a panic while it makes its future, or while the future runs, fails the call.
-async fn catch_panic(handler: &Arc<dyn ToolHandler>, args: &Value, ctx: ToolContext) -> CallOutcome {
+async fn catch_panic(
+    handler: &Arc<dyn ToolHandler>,
+    args: &Value,
+    ctx: ToolContext,
+) -> CallOutcome {
     match std::panic::catch_unwind(AssertUnwindSafe(|| handler.call(args, ctx))) {
         Ok(fut) => match AssertUnwindSafe(fut).catch_unwind().await {
             Ok(result) => CallOutcome::from_result(result),
