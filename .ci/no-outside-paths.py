@@ -5,15 +5,15 @@ A clone must carry everything it needs: a test, bench, script or doc that reads 
 beside the repository, or an absolute path of one machine, works only on that machine. Checked:
 every file git tracks or would track (not ignored), except lock files and this script. Flagged:
 
-- absolute paths under a home or work folder (`/home/`, `/root/`, `/Users/`, `/work/`) that are
-  not part of a URL;
+- absolute paths under a home or work folder (home, root, Users or work at the top of the file
+  system; see ABSOLUTE below) that are not part of a URL;
 - `$HOME/`, `${HOME}/` and `~/` paths, except the project's own cache (`.cache/agentloop`, the
   default of `$AGENTLOOP_CACHE`);
 - relative paths whose `../` steps climb above the repository root, counted from the file's own
   folder, and for Rust files beside `CARGO_MANIFEST_DIR` from the crate's folder;
 - `../NAME` paths that name nothing in the repository, from the file's folder, its crate's
-  folder or the root (commands in docs run from the root): `../shared/x` in a README is a folder
-  beside the clone.
+  folder or the root (commands in docs run from the root): a README's `../NAME/x` that names no
+  folder of the repository points beside the clone.
 
 Usage: .ci/no-outside-paths.py [ROOT]   Prints each hit as FILE:LINE: TEXT; exit status 1 if any.
 """
