@@ -158,6 +158,9 @@ leaf!(
     ExecutionMode,
     Provider,
     Permission,
+    Bound<u32>,
+    Bound<u64>,
+    agentloop::OnLimit,
     Vec<String>,
     Vec<Spanned<String>>
 );
@@ -373,15 +376,52 @@ section! {
     }
 }
 
+/// A bound in `[limits]`: a number, or `"unlimited"` (as is 0).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bound<T> {
+    /// At most this many (0: no bound).
+    At(T),
+    /// No bound.
+    Unlimited,
+}
+
+impl<T: Copy + PartialEq + Default> Bound<T> {
+    /// The bound in force: `None` for `"unlimited"` and 0.
+    pub fn get(self) -> Option<T> {
+        match self {
+            Bound::At(n) if n != T::default() => Some(n),
+            _ => None,
+        }
+    }
+}
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Bound<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw<T> {
+            At(T),
+            Word(String),
+        }
+        match Raw::<T>::deserialize(d) {
+            Ok(Raw::At(n)) => Ok(Bound::At(n)),
+            Ok(Raw::Word(w)) if w == "unlimited" => Ok(Bound::Unlimited),
+            _ => Err(serde::de::Error::custom(
+                "expected a whole number of at least 0, or \"unlimited\"",
+            )),
+        }
+    }
+}
+
 section! {
     /// `[limits]`: all optional.
     LimitsSpec {
-        /// The most turns.
-        max_turns: Option<Spanned<u32>>,
+        /// The most turns (`"unlimited"` or 0: no bound).
+        max_turns: Option<Spanned<Bound<u32>>>,
         /// The most tool calls.
-        max_tool_calls: Option<u32>,
+        max_tool_calls: Option<Bound<u32>>,
         /// The most model calls.
-        max_model_calls: Option<u32>,
+        max_model_calls: Option<Bound<u32>>,
         /// The most tool calls running at once.
         max_concurrency: Option<Spanned<usize>>,
         /// Wall-clock deadline in seconds.
@@ -389,9 +429,13 @@ section! {
         /// The most USD the run may spend.
         max_cost_usd: Option<Spanned<f64>>,
         /// The most tokens (input plus output) over the run.
-        max_tokens: Option<u64>,
-        /// Identical consecutive calls that count as a stuck loop (0 disables the rule).
-        stuck_loop_threshold: Option<u32>,
+        max_tokens: Option<Bound<u64>>,
+        /// How many times a turn may come back the same before the run stops as stuck (0
+        /// disables the rule; 1 is refused).
+        stuck_loop_threshold: Option<Spanned<u32>>,
+        /// What a limit does: `stop` (the default) or `answer` (one last model call without
+        /// tools, for a final answer from the partial work).
+        on_limit: Option<agentloop::OnLimit>,
     }
 }
 
@@ -414,6 +458,9 @@ section! {
         /// How many times a failed call (non-zero exit, timeout) runs again before the model
         /// sees the failure (default 0, at most [`MAX_TOOL_RETRIES`]).
         retries: Option<Spanned<u32>>,
+        /// The tool polls something that changes on its own: the stuck-loop rule judges its
+        /// repeated calls by their results alone.
+        poller: Option<bool>,
     }
 }
 
@@ -938,13 +985,13 @@ fn check_limits(limits: &LimitsSpec, problems: &mut Problems) {
             "max_concurrency must be at least 1",
         );
     }
-    if let Some(t) = &limits.max_turns
-        && *t.get_ref() == 0
+    if let Some(t) = &limits.stuck_loop_threshold
+        && *t.get_ref() == 1
     {
         problems.at(
-            "limits.max_turns",
+            "limits.stuck_loop_threshold",
             span_of(t),
-            "max_turns must be at least 1",
+            "stuck_loop_threshold must be at least 2 (or 0 to turn the rule off): at 1 every call would be a loop",
         );
     }
     if let Some(t) = &limits.timeout_secs

@@ -12,7 +12,7 @@ use agentloop::{
 use agentloop_tools::CommandTool;
 use serde_json::json;
 
-use crate::agent_file::{AgentFile, Provider};
+use crate::agent_file::{AgentFile, Bound, Provider};
 
 use crate::error::CliError;
 
@@ -22,10 +22,20 @@ pub fn limits(file: &AgentFile) -> Limits {
     let Some(l) = &file.spec.limits else {
         return limits;
     };
-    limits.max_turns = l.max_turns.as_ref().map(|v| *v.get_ref());
-    limits.max_tool_calls = l.max_tool_calls;
-    limits.max_model_calls = l.max_model_calls;
-    limits.max_tokens = l.max_tokens;
+    // A bound the file leaves out keeps the core's default; 0 and "unlimited" lift it.
+    if let Some(b) = &l.max_turns {
+        limits.max_turns = b.get_ref().get();
+    }
+    if let Some(b) = l.max_tool_calls {
+        limits.max_tool_calls = b.get();
+    }
+    if let Some(b) = l.max_model_calls {
+        limits.max_model_calls = b.get();
+    }
+    limits.max_tokens = l.max_tokens.and_then(Bound::get);
+    if let Some(on) = l.on_limit {
+        limits.on_limit = on;
+    }
     limits.max_cost_usd = l.max_cost_usd.as_ref().map(|v| *v.get_ref());
     limits.timeout = l
         .timeout_secs
@@ -34,8 +44,8 @@ pub fn limits(file: &AgentFile) -> Limits {
     if let Some(c) = &l.max_concurrency {
         limits.max_concurrency = *c.get_ref();
     }
-    if let Some(s) = l.stuck_loop_threshold {
-        limits.stuck_loop_threshold = s;
+    if let Some(s) = &l.stuck_loop_threshold {
+        limits.stuck_loop_threshold = *s.get_ref();
     }
     limits
 }
@@ -65,6 +75,7 @@ pub fn tools(file: &AgentFile) -> Result<Vec<Tool>, CliError> {
                     |s| s.get_ref().clone(),
                 ))
                 .mode(t.mode.unwrap_or_default())
+                .poller(t.poller.unwrap_or(false))
                 .retries(t.retries.as_ref().map_or(0, |r| *r.get_ref()))
                 .working_dir(&file.dir);
             if let Some(timeout) = t

@@ -292,7 +292,13 @@ pub fn render_plan(plan: &Plan) -> String {
     let _ = writeln!(out, "limits");
     if let Some(l) = plan.limits.as_object() {
         for (k, v) in l {
-            let _ = writeln!(out, "        {k}: {}", show(v));
+            // A bound left out, or lifted with 0 or "unlimited", is no bound.
+            let shown = match v {
+                Value::Null if k.starts_with("max_") => "unlimited".to_owned(),
+                Value::Null if k == "timeout" => "none".to_owned(),
+                v => show(v),
+            };
+            let _ = writeln!(out, "        {k}: {shown}");
         }
     }
     render_permissions(&mut out, &plan.permissions);

@@ -218,21 +218,7 @@ async fn anthropic_run_sends_tool_results_back_as_tool_result_blocks() {
         ],
     )
     .await;
-    let toml = format!(
-        r#"name = "a"
-[model]
-provider = "anthropic"
-name = "claude-sonnet-4-5"
-base_url = "{}"
-api_key_env = "AGENTLOOP_TEST_KEY"
-max_tokens = 512
-[[tools]]
-name = "get_weather"
-command = ["python3", "tool.py"]
-"#,
-        fake.uri()
-    );
-    let dir = AgentDir::new(&toml);
+    let dir = AgentDir::new(&anthropic_agent(&fake.uri(), "get_weather"));
     let out = agentloop(args(&[
         "run",
         dir.agent().to_str().unwrap(),

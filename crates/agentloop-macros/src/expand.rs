@@ -491,6 +491,7 @@ fn constructor(
     });
     let idempotent = options.idempotent.map(|yes| quote!(.idempotent(#yes)));
     let mutating = options.mutating.map(|yes| quote!(.mutating(#yes)));
+    let poller = options.poller.map(|yes| quote!(.poller(#yes)));
 
     let vis = &func.vis;
     let ctor = Ident::new(&format!("{}_tool", fn_ident.unraw()), fn_ident.span());
@@ -525,6 +526,7 @@ fn constructor(
                 #timeout
                 #idempotent
                 #mutating
+                #poller
                 .#handler(|#args_var: #args_struct, #ctx_mut #ctx_var: #krate::ToolContext| async move {
                     let #args_struct { #(#bindings),* } = #args_var;
                     #body

@@ -31,7 +31,7 @@ mod options;
 ///   which is always `Ok`.
 /// - **Options** on the function: `name = "..."`, `description = "..."`, `sequential` (or
 ///   `mode = "sequential"`; `parallel` / `mode = "parallel"` is the default), `timeout_secs = N`
-///   or `timeout_ms = N`, `idempotent`, `mutating` (each also `= true`/`= false`), and
+///   or `timeout_ms = N`, `idempotent`, `mutating`, `poller` (each also `= true`/`= false`), and
 ///   `crate = path` when `agentloop` is reachable only under another path.
 ///
 /// Mistakes are compile errors that point at the offending token: a fn that is not `async`, a

@@ -33,12 +33,14 @@ pub(crate) struct FnOptions {
     pub(crate) idempotent: Option<bool>,
     /// `mutating` or `mutating = bool`.
     pub(crate) mutating: Option<bool>,
+    /// `poller` or `poller = bool`.
+    pub(crate) poller: Option<bool>,
     /// `crate = path`: where `agentloop` lives, for crates that rename or re-export it.
     pub(crate) krate: Option<Path>,
 }
 
 /// The keys `#[tool(...)]` takes on a function, for error messages.
-const FN_KEYS: &str = "name, description, sequential, parallel, mode, timeout_secs, timeout_ms, idempotent, mutating, crate";
+const FN_KEYS: &str = "name, description, sequential, parallel, mode, timeout_secs, timeout_ms, idempotent, mutating, poller, crate";
 
 /// The keys `#[tool(...)]` takes on a parameter, for error messages.
 const PARAM_KEYS: &str = "default";
@@ -110,6 +112,10 @@ impl FnOptions {
             "mutating" => {
                 let yes = flag_value(&meta)?;
                 set_once(&mut self.mutating, yes, span, "mutating")
+            }
+            "poller" => {
+                let yes = flag_value(&meta)?;
+                set_once(&mut self.poller, yes, span, "poller")
             }
             "crate" => {
                 let value = meta.value()?;

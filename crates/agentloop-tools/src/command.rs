@@ -71,6 +71,7 @@ pub struct CommandTool {
     command: Vec<String>,
     input_schema: Value,
     mode: ExecutionMode,
+    poller: bool,
     timeout: Option<Duration>,
     retries: u32,
     working_dir: PathBuf,
@@ -92,6 +93,7 @@ impl CommandTool {
             command: command.into_iter().map(Into::into).collect(),
             input_schema: json!({"type": "object", "properties": {}}),
             mode: ExecutionMode::Parallel,
+            poller: false,
             timeout: None,
             retries: 0,
             working_dir: PathBuf::from("."),
@@ -117,6 +119,13 @@ impl CommandTool {
     /// Parallel (the default) or sequential.
     pub fn mode(mut self, mode: ExecutionMode) -> Self {
         self.mode = mode;
+        self
+    }
+
+    /// Marks the tool a poller: the stuck-loop rule judges its repeated calls by their results
+    /// alone (see `ToolSpec::poller`).
+    pub fn poller(mut self, yes: bool) -> Self {
+        self.poller = yes;
         self
     }
 
@@ -179,6 +188,7 @@ impl CommandTool {
         let mut builder = Tool::builder(self.name.clone())
             .description(self.description.clone())
             .mode(self.mode)
+            .poller(self.poller)
             .retries(self.retries);
         if let Some(t) = self.timeout {
             builder = builder.timeout(t);

@@ -412,6 +412,16 @@ impl AgentBuilder {
         self
     }
 
+    /// Adds a stop condition: after each tool turn, `predicate` sees the run's state, and `true`
+    /// ends the run with the stop reason `terminated` (the output is the last assistant text).
+    /// A [`Hook`] can do the same with [`Hook::should_stop`].
+    pub fn stop_when<F>(self, name: impl Into<String>, predicate: F) -> Self
+    where
+        F: Fn(&crate::hooks::RunState<'_>) -> bool + Send + Sync + 'static,
+    {
+        self.hook(crate::hooks::StopWhen::new(name, predicate))
+    }
+
     /// Adds an observer hook: its failures are reported as events and the run goes on.
     pub fn observer(mut self, hook: impl Hook + 'static) -> Self {
         self.hooks.push((Arc::new(hook), HookRole::Observer));
@@ -440,6 +450,9 @@ impl AgentBuilder {
                 message: "the agent has no model".into(),
             });
         };
+        self.limits.check().map_err(|message| RunError::Other {
+            message: format!("invalid limits: {message}"),
+        })?;
         let output_schema = match self.output_schema {
             Some(schema) => Some(OutputSchema::new(schema).map_err(|e| RunError::Other {
                 message: format!("invalid output schema: {e}"),

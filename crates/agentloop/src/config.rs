@@ -21,13 +21,28 @@ pub enum OnInvalidCall {
     Fail,
 }
 
-/// How invalid decisions are treated.
+/// What a tool handler's panic does to the run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnToolPanic {
+    /// The model reads an error result (code `tool.panicked`) and may route around it; the panic
+    /// message goes to the operator only (the default).
+    #[default]
+    Recover,
+    /// The run fails (`tool.panicked`) once the batch is drained.
+    Fail,
+}
+
+/// How invalid decisions, and tools that panic, are treated.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DecisionPolicy {
     /// A call to a tool that is not registered.
     pub unknown_tool: OnInvalidCall,
     /// Arguments that are not JSON or fail the schema.
     pub invalid_arguments: OnInvalidCall,
+    /// A tool handler that panics.
+    #[serde(default)]
+    pub tool_panic: OnToolPanic,
 }
 
 /// The JSON Schema a final answer must match, compiled once.

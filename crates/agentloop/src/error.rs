@@ -5,7 +5,7 @@
 //! | `decision.invalid` | the model's decision broke a rule that cannot be fed back (blank, overlong or duplicate call id), or policy made an unknown tool or invalid arguments fatal |
 //! | `tool.invalid_name`, `tool.duplicate`, `tool.invalid_schema` | a tool could not be registered |
 //! | `limit.reached` | a limit stopped the run (which limit, bound, consumed, requested) |
-//! | `model.*` | a model call failed: see [`crate::ModelErrorKind::code`] |
+//! | `model.*` | a model call failed: see [`crate::ModelErrorKind::code`]; also an answer cut off (`model.truncated`), refused (`model.refused`) or filtered (`model.content_filter`) |
 //! | `tool.fatal` | a tool failed fatally |
 //! | `tool.panicked` | a tool handler panicked |
 //! | `run.cancelled` | the run was cancelled |

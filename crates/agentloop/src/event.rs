@@ -184,6 +184,17 @@ pub enum EventKind {
         /// True for follow-ups (delivered when the run would have finished).
         follow_up: bool,
     },
+    /// A final answer was sent back to the model to answer again: it was cut off by the output
+    /// limit, failed its schema, or a hook rejected it.
+    AnswerRetried {
+        /// Why.
+        reason: String,
+    },
+    /// A stop condition ended the run after a turn (stop reason `terminated`).
+    StopConditionMet {
+        /// The hook (or stop condition) that ended it.
+        by: String,
+    },
     /// A limit stopped the run.
     LimitReached {
         /// Which limit, its bound, what was consumed and what was requested.

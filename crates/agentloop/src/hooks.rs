@@ -12,9 +12,8 @@ use serde_json::Value;
 
 use crate::error::RunError;
 use crate::message::Message;
-use crate::model::{ModelResponse, ModelSettings};
-use crate::outcome::CallOutcome;
-use crate::outcome::RunOutcome;
+use crate::model::{ModelResponse, ModelSettings, Usage};
+use crate::outcome::{CallOutcome, RunOutcome, ToolCallRecord};
 
 /// What a hook knows of the run.
 #[derive(Debug, Clone, Copy)]
@@ -44,6 +43,25 @@ impl RequestChanges {
     pub fn is_empty(&self) -> bool {
         self.instructions.is_none() && self.extra_messages.is_empty() && self.settings.is_none()
     }
+}
+
+/// The run as a stop condition sees it, after a turn.
+#[derive(Debug, Clone, Copy)]
+pub struct RunState<'a> {
+    /// The turn that just ended.
+    pub turn: u32,
+    /// Model calls so far.
+    pub model_calls: u32,
+    /// Tool calls that ran so far.
+    pub tool_calls_run: u32,
+    /// Tokens so far.
+    pub usage: Usage,
+    /// USD so far.
+    pub cost_usd: f64,
+    /// The transcript so far (what came before the run included).
+    pub transcript: &'a [Message],
+    /// Every tool call of the run so far, in decision order.
+    pub tool_calls: &'a [ToolCallRecord],
 }
 
 /// A tool call as a hook sees it.
@@ -111,6 +129,27 @@ pub trait Hook: Send + Sync {
         Box::pin(async { Ok(()) })
     }
 
+    /// After a final answer (a response without tool calls), before the run accepts it: `Some`
+    /// rejects it and sends the model back with that message (say, "cite a source"). The re-asks
+    /// share the agent's `output_retries`; once they are spent, a rejected answer fails the run
+    /// (`output.invalid`).
+    fn review_answer<'a>(
+        &'a self,
+        _ctx: HookContext<'a>,
+        _answer: &'a ModelResponse,
+    ) -> BoxFuture<'a, HookResult<Option<String>>> {
+        Box::pin(async { Ok(None) })
+    }
+
+    /// After each tool turn: `true` ends the run here, with the stop reason `terminated`.
+    fn should_stop<'a>(
+        &'a self,
+        _ctx: HookContext<'a>,
+        _state: RunState<'a>,
+    ) -> BoxFuture<'a, HookResult<bool>> {
+        Box::pin(async { Ok(false) })
+    }
+
     /// Before each admitted tool call: go on, veto, or rewrite the arguments.
     fn before_tool_call<'a>(
         &'a self,
@@ -157,4 +196,42 @@ pub enum HookRole {
     Required,
     /// A failure is reported as an event; the run goes on.
     Observer,
+}
+
+/// A stop condition: a predicate on the run's state after each tool turn, as a hook
+/// ([`crate::AgentBuilder::stop_when`] registers one).
+pub struct StopWhen<F> {
+    name: String,
+    predicate: F,
+}
+
+impl<F> StopWhen<F>
+where
+    F: Fn(&RunState<'_>) -> bool + Send + Sync,
+{
+    /// A stop condition named `name`.
+    pub fn new(name: impl Into<String>, predicate: F) -> Self {
+        StopWhen {
+            name: name.into(),
+            predicate,
+        }
+    }
+}
+
+impl<F> Hook for StopWhen<F>
+where
+    F: Fn(&RunState<'_>) -> bool + Send + Sync,
+{
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn should_stop<'a>(
+        &'a self,
+        _ctx: HookContext<'a>,
+        state: RunState<'a>,
+    ) -> BoxFuture<'a, HookResult<bool>> {
+        let stop = (self.predicate)(&state);
+        Box::pin(async move { Ok(stop) })
+    }
 }

@@ -22,17 +22,17 @@ pub mod testing;
 pub mod tool;
 
 pub use agent::{Agent, AgentBuilder, RunOptions, RunStream, Session, StreamItem};
-pub use config::{AgentConfig, DecisionPolicy, OnInvalidCall};
+pub use config::{AgentConfig, DecisionPolicy, OnInvalidCall, OnToolPanic};
 pub use error::{ErrorKind, RunError};
 pub use event::{ErrorSummary, Event, EventKind, EventSink};
 pub use gate::{Gate, GateContext};
 pub use guardrail::{Guardrail, guardrail_fn};
 pub use hooks::{
-    Hook, HookContext, HookError, HookResult, HookRole, RequestChanges, ToolCallDecision,
-    ToolCallView,
+    Hook, HookContext, HookError, HookResult, HookRole, RequestChanges, RunState, StopWhen,
+    ToolCallDecision, ToolCallView,
 };
 pub use ids::{IdSource, SequentialIds, UuidIds};
-pub use limits::{LimitHit, LimitKind, Limits, Price, PriceTable, Pricing};
+pub use limits::{LimitHit, LimitKind, Limits, OnLimit, Price, PriceTable, Pricing};
 pub use machine::Verdict;
 pub use message::{
     AssistantMessage, ContentPart, Message, Reasoning, ToolCall, ToolContent, ToolResult,

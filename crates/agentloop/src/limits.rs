@@ -13,23 +13,42 @@ use crate::model::Usage;
 /// The default cap on tool calls running at once: high enough that a model's parallel calls really
 /// run concurrently, low enough that a runaway batch cannot exhaust the process.
 pub const DEFAULT_MAX_CONCURRENCY: usize = 16;
-/// The default number of identical consecutive calls that counts as a stuck loop.
+/// The default number of times a turn may repeat (the same calls, the same results) before the
+/// run is stopped as stuck.
 pub const DEFAULT_STUCK_LOOP_THRESHOLD: u32 = 3;
+/// The default bound on turns. The loops we compare with use 10 to 25; a coding or research agent
+/// that reads, edits and checks needs the upper end, and the stuck-loop rule stops a loop long
+/// before it.
+pub const DEFAULT_MAX_TURNS: u32 = 25;
+/// The default bound on tool calls: four parallel calls a turn over the default turns, the
+/// upper end of the 50 to 100 that the loops we compare with use.
+pub const DEFAULT_MAX_TOOL_CALLS: u32 = 100;
+/// The default bound on model calls: the default turns twice over, leaving room for re-asked
+/// answers (a structured answer that failed its schema, a cut answer asked again, a rejected one).
+pub const DEFAULT_MAX_MODEL_CALLS: u32 = 50;
 /// How long cancelled or timed-out handlers get to finish before they are abandoned.
 pub const DEFAULT_GRACE_PERIOD: Duration = Duration::from_secs(2);
 /// How often an invalid structured answer goes back to the model before the run fails.
 pub const DEFAULT_OUTPUT_RETRIES: u32 = 2;
 
 /// The limits of one run.
+///
+/// Every run is bounded even when nothing is set: [`Limits::default`] allows
+/// [`DEFAULT_MAX_TURNS`] turns, [`DEFAULT_MAX_TOOL_CALLS`] tool calls and
+/// [`DEFAULT_MAX_MODEL_CALLS`] model calls. `None` (or `Some(0)`) lifts a bound; [`Limits::unlimited`]
+/// lifts them all.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Limits {
-    /// The most turns (model calls with their tool batches).
+    /// The most turns (model calls with their tool batches). A response on the last turn does not
+    /// start tools whose results no model call would read.
     pub max_turns: Option<u32>,
     /// The most tool calls that may run.
     pub max_tool_calls: Option<u32>,
     /// The most model calls (including those that re-ask for a valid structured answer).
     pub max_model_calls: Option<u32>,
-    /// The most tokens (input plus output) over the run.
+    /// The most tokens over the run: input plus output, counted the same on every provider (input
+    /// includes cached input and cache writes; see [`Usage`]). The response that crosses it does
+    /// not run its tools.
     pub max_tokens: Option<u64>,
     /// The most USD the run may spend.
     pub max_cost_usd: Option<f64>,
@@ -39,24 +58,81 @@ pub struct Limits {
     /// blocking work to `tokio::task::spawn_blocking`.
     #[serde(default, with = "crate::serde_duration::option")]
     pub timeout: Option<Duration>,
-    /// Identical consecutive calls (same tool, same arguments) that stop the run before the last
-    /// runs; 0 disables the rule.
+    /// How many times in a row a turn may come back the same before the run stops as stuck: the
+    /// same calls (tool and arguments; a poller's arguments aside) with the same results, or a
+    /// cycle of two or three such turns repeated. A turn without tool calls, a new user message
+    /// or a different result starts the count again. 0 disables the rule; 1 is refused.
     pub stuck_loop_threshold: u32,
     /// The most tool calls running at once.
     pub max_concurrency: usize,
     /// How long cancelled handlers get to finish.
     #[serde(with = "crate::serde_duration")]
     pub grace_period: Duration,
-    /// How often an invalid structured answer is sent back before the run fails.
+    /// How often an invalid structured answer (or one a hook rejected) is sent back before the
+    /// run fails.
     pub output_retries: u32,
+    /// What a limit does to the run: stop at once (the default), or ask the model for a last
+    /// answer from the partial work.
+    #[serde(default)]
+    pub on_limit: OnLimit,
+}
+
+/// What happens when a limit stops a run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnLimit {
+    /// Stop at once; calls not yet run are answered "not run".
+    #[default]
+    Stop,
+    /// When the turn, tool-call, token, cost or stuck-loop limit stops the run, answer its
+    /// pending calls "stopped" and make one last model call with tools disabled, so that the
+    /// caller gets a final answer from the partial work. The stop reason still names the limit.
+    /// The model-call limit and the deadline stop at once.
+    Answer,
+}
+
+impl Limits {
+    /// No bound on turns, tool calls, model calls, tokens, cost or time; the stuck-loop rule and
+    /// the execution settings keep their defaults.
+    pub fn unlimited() -> Self {
+        Limits {
+            max_turns: None,
+            max_tool_calls: None,
+            max_model_calls: None,
+            ..Limits::default()
+        }
+    }
+
+    /// Checks the limits for values that cannot work: a stuck-loop threshold of 1 (every call
+    /// would be a loop), a negative or NaN cost bound.
+    pub fn check(&self) -> Result<(), String> {
+        if self.stuck_loop_threshold == 1 {
+            return Err(
+                "stuck_loop_threshold must be at least 2 (or 0 to turn the rule off)".into(),
+            );
+        }
+        if let Some(c) = self.max_cost_usd
+            && (c.is_nan() || c < 0.0)
+        {
+            return Err(format!(
+                "max_cost_usd must be a number of at least 0, not {c}"
+            ));
+        }
+        Ok(())
+    }
+
+    /// A bound in force: `None` and `Some(0)` both mean none.
+    pub(crate) fn bound(v: Option<u32>) -> Option<u32> {
+        v.filter(|&n| n > 0)
+    }
 }
 
 impl Default for Limits {
     fn default() -> Self {
         Limits {
-            max_turns: None,
-            max_tool_calls: None,
-            max_model_calls: None,
+            max_turns: Some(DEFAULT_MAX_TURNS),
+            max_tool_calls: Some(DEFAULT_MAX_TOOL_CALLS),
+            max_model_calls: Some(DEFAULT_MAX_MODEL_CALLS),
             max_tokens: None,
             max_cost_usd: None,
             timeout: None,
@@ -64,6 +140,7 @@ impl Default for Limits {
             max_concurrency: DEFAULT_MAX_CONCURRENCY,
             grace_period: DEFAULT_GRACE_PERIOD,
             output_retries: DEFAULT_OUTPUT_RETRIES,
+            on_limit: OnLimit::Stop,
         }
     }
 }

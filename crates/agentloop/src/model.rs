@@ -290,6 +290,10 @@ pub struct ModelResponse {
     /// never run.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub truncated: bool,
+    /// The calls that were cut off, with their arguments as far as they came. They never run:
+    /// the model reads that they were cut and may make them again.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cut_calls: Vec<ToolCall>,
     /// Recoverable oddities noticed while reading the response.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
@@ -309,6 +313,7 @@ impl ModelResponse {
             id: None,
             model: None,
             truncated: false,
+            cut_calls: Vec::new(),
             warnings: Vec::new(),
         }
     }
@@ -480,6 +485,7 @@ impl ResponseAccumulator {
         let mut tool_calls: Vec<ToolCall> =
             Vec::with_capacity(self.calls.len() + self.whole_calls.len());
         let mut truncated = false;
+        let mut cut_calls = Vec::new();
         for call in self.calls {
             if call.name.is_empty() {
                 return Err(ModelError::new(
@@ -495,6 +501,11 @@ impl ResponseAccumulator {
                     "tool call {} ({}) was cut off and dropped",
                     call.id, call.name
                 ));
+                cut_calls.push(ToolCall {
+                    id: call.id,
+                    name: call.name,
+                    arguments: call.arguments,
+                });
                 continue;
             }
             tool_calls.push(ToolCall {
@@ -519,6 +530,7 @@ impl ResponseAccumulator {
             id: self.id,
             model: self.model,
             truncated,
+            cut_calls,
             warnings: self.warnings,
         })
     }
@@ -555,8 +567,12 @@ pub enum ModelErrorKind {
     Stream,
     /// The response could not be decoded.
     Decode,
-    /// The response was cut off inside a tool call.
+    /// The response was cut off by the output token limit.
     Truncated,
+    /// The model refused to answer.
+    Refused,
+    /// A content filter stopped the answer.
+    ContentFiltered,
     /// The model (or a test model) has nothing more to say: a script ran out.
     Exhausted,
     /// Anything else.
@@ -581,6 +597,8 @@ impl ModelErrorKind {
             ModelErrorKind::Stream => "model.stream",
             ModelErrorKind::Decode => "model.decode",
             ModelErrorKind::Truncated => "model.truncated",
+            ModelErrorKind::Refused => "model.refused",
+            ModelErrorKind::ContentFiltered => "model.content_filter",
             ModelErrorKind::Exhausted => "model.exhausted",
             ModelErrorKind::Other => "model.other",
         }

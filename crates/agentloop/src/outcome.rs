@@ -40,6 +40,13 @@ pub enum StopReason {
     Cancelled,
     /// The run failed (see the outcome's error).
     Failed,
+    /// The final answer was cut off by the output token limit (after one retry with a larger
+    /// limit, where the agent sets one); the partial text is kept as the output.
+    Truncated,
+    /// The model refused to answer; its words are kept as the output.
+    Refused,
+    /// A content filter stopped the answer.
+    ContentFilter,
     /// A guardrail tripped.
     Guardrail {
         /// The guardrail's name.
@@ -51,7 +58,8 @@ pub enum StopReason {
 
 impl StopReason {
     /// The stable word: `finished`, `terminated`, `max_turns`, `max_tool_calls`, `max_model_calls`,
-    /// `deadline`, `budget`, `stuck_loop`, `cancelled`, `failed`, `guardrail`.
+    /// `deadline`, `budget`, `stuck_loop`, `cancelled`, `failed`, `truncated`, `refused`,
+    /// `content_filter`, `guardrail`.
     pub fn as_str(&self) -> &'static str {
         match self {
             StopReason::Finished => "finished",
@@ -64,6 +72,9 @@ impl StopReason {
             StopReason::StuckLoop => "stuck_loop",
             StopReason::Cancelled => "cancelled",
             StopReason::Failed => "failed",
+            StopReason::Truncated => "truncated",
+            StopReason::Refused => "refused",
+            StopReason::ContentFilter => "content_filter",
             StopReason::Guardrail { .. } => "guardrail",
         }
     }
@@ -173,13 +184,19 @@ fn is_zero(n: &u32) -> bool {
 /// | `decision.invalid` | refused | why the whole decision was invalid | `RunError::InvalidDecision` |
 /// | `limit.stuck_loop` | refused | the repeated call | the limit hit |
 /// | `limit.max_tool_calls` | refused | the limit was reached | the limit hit |
+/// | `limit.max_turns`, `limit.max_model_calls`, `limit.max_tokens`, `limit.max_cost_usd` | refused | `not run:` (or, with `on_limit = "answer"`, `stopped:`) and the limit | the limit hit |
+/// | `truncated` | rejected | the call was cut off by the output limit and may be made again | the partial arguments in the record |
+/// | `invalid_output` | error | the tool's output failed its declared output schema | the same |
 /// | `denied` | denied | `denied: <reason>` | the gate's or hook's reason |
 /// | `skipped` | skipped | `skipped: dry run, the tool was not run` | a dry run |
 /// | `not_run` | cancelled | `not run: the run stopped before this call started` | never dispatched |
 /// | `cancelled` | cancelled | `cancelled: the call did not complete` | cut short by cancel or deadline |
 /// | `timeout` | error | the tool did not finish within its timeout | the same |
 /// | `tool.fatal` | fatal | `the tool failed` | the tool's message (diagnostic) |
-/// | `tool.panicked` | fatal | `the tool failed` | the panic message (diagnostic) |
+/// | `tool.panicked` | error (fatal under [`crate::OnToolPanic::Fail`]) | the tool failed unexpectedly | the panic message (diagnostic) |
+///
+/// What the model reads of an error is at most [`codes::MAX_ERROR_TEXT`] bytes, and a code at most
+/// [`codes::MAX_CODE_LEN`] characters: longer ones are cut, saying so.
 pub mod codes {
     /// A call to a tool that is not registered.
     pub const UNKNOWN_TOOL: &str = "unknown_tool";
@@ -205,14 +222,53 @@ pub mod codes {
     pub const TOOL_FATAL: &str = "tool.fatal";
     /// A handler that panicked.
     pub const TOOL_PANICKED: &str = "tool.panicked";
+    /// A call cut off by the output token limit: never run.
+    pub const TRUNCATED: &str = "truncated";
+    /// An output that failed the tool's declared output schema.
+    pub const INVALID_OUTPUT: &str = "invalid_output";
+
+    /// The most bytes of error text a model reads from one call.
+    pub const MAX_ERROR_TEXT: usize = 4096;
+    /// The most characters of an error code.
+    pub const MAX_CODE_LEN: usize = 256;
+
+    /// The code of a call a limit kept from running: `limit.` and the limit's word.
+    pub fn limit(kind: crate::LimitKind) -> String {
+        format!("limit.{}", kind.as_str())
+    }
+}
+
+/// Cuts `text` to at most `max` bytes at a character boundary, saying so.
+fn bounded_text(mut text: String, max: usize) -> String {
+    if text.len() <= max {
+        return text;
+    }
+    let total = text.len();
+    let note = format!(" [... cut: {total} bytes in all]");
+    let mut end = max.saturating_sub(note.len());
+    while end > 0 && !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text.truncate(end);
+    text.push_str(&note);
+    text
+}
+
+fn bounded_code(code: &str) -> String {
+    match code.char_indices().nth(codes::MAX_CODE_LEN) {
+        Some((end, _)) => code.get(..end).unwrap_or_default().to_owned(),
+        None => code.to_owned(),
+    }
 }
 
 impl CallOutcome {
+    /// Every outcome decided without a handler's output, and every error, is built here: the
+    /// text and code the model reads are bounded.
     fn decided(status: CallStatus, code: &str, text: String) -> Self {
         CallOutcome {
             status,
-            code: Some(code.to_owned()),
-            content: ToolContent::Text(text),
+            code: Some(bounded_code(code)),
+            content: ToolContent::Text(bounded_text(text, codes::MAX_ERROR_TEXT)),
             diagnostic: None,
             details: None,
             terminate: false,
@@ -270,11 +326,17 @@ impl CallOutcome {
         }
     }
 
-    /// A handler that panicked: fatal, with the panic message for the operator.
+    /// A handler that panicked: an error the model reads and can route around (the machine makes
+    /// it fatal under [`crate::OnToolPanic::Fail`]), with the panic message for the operator only.
     pub fn panicked(message: impl Into<String>) -> Self {
         CallOutcome {
-            code: Some(codes::TOOL_PANICKED.into()),
-            ..CallOutcome::fatal(message)
+            diagnostic: Some(message.into()),
+            ..CallOutcome::decided(
+                CallStatus::Error,
+                codes::TOOL_PANICKED,
+                "the tool failed unexpectedly (an internal error in the tool); try another way"
+                    .into(),
+            )
         }
     }
 
@@ -306,6 +368,21 @@ impl CallOutcome {
     /// A call refused with its whole decision (a bad id, a limit, the stuck-loop rule).
     pub fn refused(code: &str, message: impl Into<String>) -> Self {
         CallOutcome::decided(CallStatus::Refused, code, message.into())
+    }
+
+    /// A call a limit kept from running: `not run:` when the run stops at once, `stopped:` when
+    /// the model is asked for a last answer.
+    pub fn limited(kind: crate::LimitKind, answer: bool) -> Self {
+        let text = if answer {
+            format!(
+                "stopped: the run reached its {kind} limit, so this call was not run; no more tools can run"
+            )
+        } else {
+            format!(
+                "not run: the run reached its {kind} limit, so no model call would read this result"
+            )
+        };
+        CallOutcome::decided(CallStatus::Refused, &codes::limit(kind), text)
     }
 
     /// A call the run stopped before it started.

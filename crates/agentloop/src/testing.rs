@@ -119,6 +119,14 @@ impl ScriptFileStep {
                 }]
             })
             .unwrap_or_default();
+        // A response cut by the output limit (`finish_reason: "length"`) drops the calls whose
+        // arguments are not complete JSON, as a provider's stream would.
+        let (tool_calls, cut_calls): (Vec<ToolCall>, Vec<ToolCall>) =
+            tool_calls.into_iter().partition(|c| {
+                finish_reason != FinishReason::Length
+                    || c.arguments.trim().is_empty()
+                    || serde_json::from_str::<serde::de::IgnoredAny>(&c.arguments).is_ok()
+            });
         let response = ModelResponse {
             message: AssistantMessage {
                 reasoning,
@@ -130,7 +138,8 @@ impl ScriptFileStep {
             raw_finish_reason: None,
             id: None,
             model: Some("scripted".into()),
-            truncated: false,
+            truncated: !cut_calls.is_empty(),
+            cut_calls,
             warnings: Vec::new(),
         };
         (ScriptStep::Respond(response), delay)

@@ -14,65 +14,13 @@ use std::time::Duration;
 
 use agentloop::{
     Agent, CallStatus, CancellationToken, DecisionPolicy, EventKind, FunctionModel, LimitKind,
-    Limits, Message, ModelError, ModelErrorKind, ModelResponse, OnInvalidCall, Price, PriceTable,
-    RunOptions, ScriptStep, ScriptedModel, Session, StopReason, StreamItem, Tool, ToolError,
-    ToolOutput, Usage,
+    Limits, Message, ModelError, ModelErrorKind, ModelResponse, OnInvalidCall, OnToolPanic, Price,
+    PriceTable, RunOptions, ScriptStep, ScriptedModel, Session, StopReason, StreamItem, Tool,
+    ToolError, ToolOutput, Usage,
 };
-use common::{CallLog, Events, calls, sleeper};
+use common::{CallLog, Events, agent, assert_tool_cycle, calls, counting_tool, sleeper};
 use futures::StreamExt;
 use serde_json::{Value, json};
-
-fn counting_tool(name: &str, counter: &Arc<AtomicUsize>) -> Tool {
-    let counter = counter.clone();
-    Tool::dynamic(
-        name,
-        "Counts its calls.",
-        json!({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}),
-        move |args: Value, _ctx| {
-            let counter = counter.clone();
-            async move {
-                counter.fetch_add(1, Ordering::SeqCst);
-                Ok(ToolOutput::json(args))
-            }
-        },
-    )
-}
-
-fn agent(model: ScriptedModel, tools: Vec<Tool>, limits: Limits) -> Agent {
-    Agent::builder()
-        .model(model)
-        .tools(tools)
-        .limits(limits)
-        .build()
-        .unwrap()
-}
-
-/// Every assistant tool call is answered exactly once, right after its message, ids matching.
-fn assert_tool_cycle(transcript: &[Message]) {
-    let mut i = 0;
-    while i < transcript.len() {
-        if let Message::Assistant(a) = &transcript[i] {
-            for (k, call) in a.tool_calls.iter().enumerate() {
-                let r = transcript.get(i + 1 + k).and_then(Message::as_tool_result);
-                let r = r.unwrap_or_else(|| {
-                    panic!("call {} has no result right after its message", call.id)
-                });
-                assert_eq!(
-                    &*r.call_id,
-                    call.id.as_str(),
-                    "results follow decision order"
-                );
-            }
-            i += 1 + a.tool_calls.len();
-        } else {
-            assert!(
-                transcript[i].as_tool_result().is_none(),
-                "a tool result without its call at {i}"
-            );
-            i += 1;
-        }
-    }
-}
 
 #[tokio::test]
 async fn invalid_args_in_batch_start_no_handler() {
@@ -389,7 +337,7 @@ async fn finishing_on_the_last_allowed_turn_succeeds() {
 }
 
 #[tokio::test]
-async fn max_turns_stops_before_the_next_model_call_keeping_work_done() {
+async fn the_last_allowed_turn_starts_no_tool_whose_result_nobody_would_read() {
     let log = CallLog::default();
     let model = ScriptedModel::new([
         calls(&[("a", "alpha", "{}")]),
@@ -405,8 +353,12 @@ async fn max_turns_stops_before_the_next_model_call_keeping_work_done() {
         .await;
     assert_eq!(out.stop_reason, StopReason::MaxTurns);
     assert_eq!(model.calls(), 2);
-    assert_eq!(log.len(), 2, "the last turn's batch ran");
+    assert_eq!(log.len(), 1, "the last turn's call never started");
     assert_eq!(out.tool_calls.len(), 2);
+    let last = &out.tool_calls[1].outcome;
+    assert_eq!(last.status, CallStatus::Refused);
+    assert_eq!(last.code.as_deref(), Some("limit.max_turns"));
+    assert!(last.content.to_text().starts_with("not run:"), "{last:?}");
     assert_tool_cycle(&out.transcript);
 }
 
@@ -429,76 +381,221 @@ async fn max_model_calls_stops_the_run() {
     assert_eq!(out.model_calls, 1);
 }
 
+/// A tool whose result never changes.
+fn constant_tool(name: &str, counter: &Arc<AtomicUsize>) -> Tool {
+    let counter = counter.clone();
+    Tool::dynamic(
+        name,
+        "Always says the same.",
+        json!({"type": "object", "properties": {"n": {"type": "integer"}}}),
+        move |_args: Value, _ctx| {
+            let counter = counter.clone();
+            async move {
+                counter.fetch_add(1, Ordering::SeqCst);
+                Ok(ToolOutput::text("pending"))
+            }
+        },
+    )
+}
+
 #[tokio::test]
-async fn a_stuck_loop_stops_before_the_repeated_call_runs() {
+async fn a_stuck_loop_stops_once_the_same_call_came_back_the_same_threshold_times() {
     let n = Arc::new(AtomicUsize::new(0));
-    let same = || calls(&[("x", "count", r#"{"n": 7}"#)]);
-    // Key order differs on the third call: still the same arguments.
+    // Key order differs: still the same arguments.
     let model = ScriptedModel::new([
-        same(),
-        calls(&[("y", "count", r#"{"n":7}"#)]),
-        calls(&[("z", "count", r#"{ "n" : 7 }"#)]),
+        calls(&[("x", "same", r#"{"n": 7}"#)]),
+        calls(&[("y", "same", r#"{"n":7}"#)]),
+        calls(&[("z", "same", r#"{ "n" : 7 }"#)]),
         ModelResponse::text("never"),
     ]);
-    let out = agent(model, vec![counting_tool("count", &n)], Limits::default())
-        .run("go")
-        .await;
+    let out = agent(
+        model.clone(),
+        vec![constant_tool("same", &n)],
+        Limits::default(),
+    )
+    .run("go")
+    .await;
     assert_eq!(out.stop_reason, StopReason::StuckLoop);
     assert_eq!(
         n.load(Ordering::SeqCst),
-        2,
-        "the third identical call never ran"
+        3,
+        "each call ran and came back the same"
     );
-    assert_eq!(out.limit.unwrap().limit, LimitKind::StuckLoop);
+    assert_eq!(model.calls(), 3, "no model call after the loop was seen");
+    let hit = out.limit.unwrap();
+    assert_eq!(hit.limit, LimitKind::StuckLoop);
+    assert_eq!(hit.bound, 3.0);
+    assert!(
+        out.tool_calls
+            .iter()
+            .all(|r| r.outcome.status == CallStatus::Ok)
+    );
     assert_tool_cycle(&out.transcript);
 }
 
 #[tokio::test]
-async fn the_stuck_loop_rule_ignores_key_order_and_counts_identical_calls_in_one_batch_once() {
+async fn the_same_call_with_new_results_is_progress_not_a_loop() {
+    // The counting tool echoes its arguments, and the arguments are the same: but a tool whose
+    // result changes (a job's progress) is not stuck.
+    let n = Arc::new(AtomicUsize::new(0));
+    let progress = {
+        let n = n.clone();
+        Tool::dynamic(
+            "status",
+            "A job's progress.",
+            json!({"type": "object"}),
+            move |_a: Value, _c| {
+                let k = n.fetch_add(1, Ordering::SeqCst);
+                async move { Ok(ToolOutput::text(format!("{}% done", k * 20))) }
+            },
+        )
+    };
+    let model = ScriptedModel::new(
+        std::iter::repeat_n(calls(&[("a", "status", "{}")]), 5).chain([ModelResponse::text("ok")]),
+    );
+    let out = agent(model, vec![progress], Limits::default())
+        .run("go")
+        .await;
+    assert_eq!(out.stop_reason, StopReason::Finished);
+    assert_eq!(n.load(Ordering::SeqCst), 5);
+}
+
+#[tokio::test]
+async fn a_turn_with_progress_elsewhere_is_not_a_loop_and_identical_calls_in_a_batch_count_once() {
     let n = Arc::new(AtomicUsize::new(0));
     let model = ScriptedModel::new([
-        // The same call twice in one batch is one turn of the streak, not two.
+        // `same` repeats with the same result, but the batch's other call makes progress.
+        calls(&[("a1", "same", "{}"), ("a2", "count", r#"{"n": 1}"#)]),
+        calls(&[("b1", "same", "{}"), ("b2", "count", r#"{"n": 2}"#)]),
+        calls(&[("c1", "same", "{}"), ("c2", "count", r#"{"n": 3}"#)]),
+        ModelResponse::text("done"),
+    ]);
+    let tools = vec![constant_tool("same", &n), counting_tool("count", &n)];
+    let out = agent(model, tools, Limits::default()).run("go").await;
+    assert_eq!(out.stop_reason, StopReason::Finished);
+
+    // The same call twice in one batch, in another key order, is the same turn each time.
+    let n = Arc::new(AtomicUsize::new(0));
+    let twice = |i: &str| {
         calls(&[
-            ("a1", "count", r#"{"n": 1, "m": 2}"#),
-            ("a2", "count", r#"{"m": 2, "n": 1}"#),
-        ]),
-        calls(&[
-            ("b1", "count", r#"{"n": 3}"#),
-            ("b2", "count", r#"{"m":2,"n":1}"#),
-        ]),
-        // Third turn in a row for {n: 1, m: 2}, in yet another key order and position.
-        calls(&[
-            ("c1", "count", r#"{"n": 3}"#),
-            ("c2", "count", r#"{ "m" : 2, "n" : 1 }"#),
-        ]),
+            (&*format!("{i}1"), "count", r#"{"n": 1, "m": 2}"#),
+            (&*format!("{i}2"), "count", r#"{"m": 2, "n": 1}"#),
+        ])
+    };
+    let model = ScriptedModel::new([
+        twice("a"),
+        twice("b"),
+        twice("c"),
         ModelResponse::text("never"),
     ]);
     let out = agent(model, vec![counting_tool("count", &n)], Limits::default())
         .run("go")
         .await;
     assert_eq!(out.stop_reason, StopReason::StuckLoop);
-    assert_eq!(n.load(Ordering::SeqCst), 4, "the third turn never ran");
-    let refused: Vec<&str> = out
-        .tool_calls
-        .iter()
-        .filter(|r| r.outcome.status == CallStatus::Refused)
-        .map(|r| &*r.call_id)
-        .collect();
-    assert_eq!(refused, ["c1", "c2"]);
+    assert_eq!(n.load(Ordering::SeqCst), 6);
     assert_tool_cycle(&out.transcript);
+}
 
-    // Two turns of the same call stay under the default threshold of three.
+#[tokio::test]
+async fn a_cycle_of_two_calls_whose_results_never_change_is_a_loop() {
     let n = Arc::new(AtomicUsize::new(0));
-    let model = ScriptedModel::new([
-        calls(&[("a", "count", r#"{"n": 1, "m": 2}"#)]),
-        calls(&[("b", "count", r#"{"m": 2, "n": 1}"#)]),
-        ModelResponse::text("done"),
-    ]);
+    let a = calls(&[("a", "count", r#"{"n": 1}"#)]);
+    let b = calls(&[("b", "count", r#"{"n": 2}"#)]);
+    let model = ScriptedModel::new(
+        [a.clone(), b.clone(), a.clone(), b.clone(), a, b]
+            .into_iter()
+            .chain(std::iter::repeat_n(ModelResponse::text("never"), 3)),
+    );
+    let out = agent(
+        model.clone(),
+        vec![counting_tool("count", &n)],
+        Limits::default(),
+    )
+    .run("go")
+    .await;
+    assert_eq!(out.stop_reason, StopReason::StuckLoop);
+    assert_eq!(
+        n.load(Ordering::SeqCst),
+        6,
+        "three rounds of the two-call cycle"
+    );
+    assert_eq!(model.calls(), 6);
+
+    // A cycle of three.
+    let n = Arc::new(AtomicUsize::new(0));
+    let turn = |k: i64| calls(&[("c", "count", &*format!(r#"{{"n": {k}}}"#))]);
+    let model = ScriptedModel::new(
+        (0..9)
+            .map(|i| turn(i % 3))
+            .chain([ModelResponse::text("never")]),
+    );
     let out = agent(model, vec![counting_tool("count", &n)], Limits::default())
         .run("go")
         .await;
+    assert_eq!(out.stop_reason, StopReason::StuckLoop);
+    assert_eq!(n.load(Ordering::SeqCst), 9);
+}
+
+#[tokio::test]
+async fn a_final_answer_or_a_new_message_starts_the_count_again_and_a_poller_is_judged_by_results()
+{
+    // A poller's arguments change (a cursor), its result does not: a loop by its results.
+    let n = Arc::new(AtomicUsize::new(0));
+    let poll = Tool::builder("poll")
+        .description("Polls a job.")
+        .poller(true)
+        .dynamic(json!({"type": "object"}), |_a: Value, _c| async {
+            Ok(ToolOutput::text("running"))
+        });
+    let model = ScriptedModel::new(
+        (0..3)
+            .map(|i| calls(&[("p", "poll", &*format!(r#"{{"cursor": {i}}}"#))]))
+            .chain([ModelResponse::text("never")]),
+    );
+    let out = agent(model, vec![poll.clone()], Limits::default())
+        .run("go")
+        .await;
+    assert_eq!(out.stop_reason, StopReason::StuckLoop);
+
+    // The same (non-poller) call with changing arguments is not a loop.
+    let model = ScriptedModel::new(
+        (0..3)
+            .map(|i| calls(&[("s", "same", &*format!(r#"{{"n": {i}}}"#))]))
+            .chain([ModelResponse::text("done")]),
+    );
+    let out = agent(model, vec![constant_tool("same", &n)], Limits::default())
+        .run("go")
+        .await;
     assert_eq!(out.stop_reason, StopReason::Finished);
-    assert_eq!(n.load(Ordering::SeqCst), 2);
+
+    // A session: each run's answer ends the turn streak, so three runs of two repeats never trip.
+    let model = ScriptedModel::new((0..3).flat_map(|_| {
+        [
+            calls(&[("a", "same", "{}")]),
+            calls(&[("b", "same", "{}")]),
+            ModelResponse::text("again?"),
+        ]
+    }));
+    let a = agent(model, vec![constant_tool("same", &n)], Limits::default());
+    let mut session = Session::new();
+    for _ in 0..3 {
+        let out = a.run_in(&mut session, "check again").await;
+        assert_eq!(out.stop_reason, StopReason::Finished);
+    }
+}
+
+#[test]
+fn a_stuck_loop_threshold_of_one_is_refused() {
+    let limits = Limits {
+        stuck_loop_threshold: 1,
+        ..Limits::default()
+    };
+    let err = Agent::builder()
+        .model(ScriptedModel::new([ModelResponse::text("x")]))
+        .limits(limits)
+        .build()
+        .unwrap_err();
+    assert!(err.to_string().contains("stuck_loop_threshold"), "{err}");
 }
 
 #[tokio::test]
@@ -616,20 +713,50 @@ async fn the_deadline_cuts_a_slow_model_call_short() {
 }
 
 #[tokio::test]
-async fn a_panicking_tool_fails_the_run_while_the_process_goes_on() {
-    let boom = Tool::dynamic(
-        "boom",
-        "Panics.",
-        json!({"type": "object"}),
-        |_a: Value, _c| async {
-            if true {
-                panic!("kaboom");
-            }
-            Ok(ToolOutput::text("unreachable"))
-        },
+async fn a_panicking_tool_gives_the_model_an_error_and_a_policy_makes_it_fatal() {
+    let boom = || {
+        Tool::dynamic(
+            "boom",
+            "Panics.",
+            json!({"type": "object"}),
+            |_a: Value, _c| async {
+                if true {
+                    panic!("kaboom");
+                }
+                Ok(ToolOutput::text("unreachable"))
+            },
+        )
+    };
+    let script = || {
+        ScriptedModel::new([
+            calls(&[("a", "boom", "{}")]),
+            ModelResponse::text("routed around"),
+        ])
+    };
+    let out = agent(script(), vec![boom()], Limits::default())
+        .run("go")
+        .await;
+    assert_eq!(out.stop_reason, StopReason::Finished);
+    assert_eq!(out.output.as_deref(), Some("routed around"));
+    let o = &out.tool_calls[0].outcome;
+    assert_eq!(o.status, CallStatus::Error);
+    assert_eq!(o.code.as_deref(), Some("tool.panicked"));
+    assert!(o.diagnostic.as_deref().unwrap().contains("kaboom"));
+    assert!(
+        !o.content.to_text().contains("kaboom"),
+        "the panic is for the operator only"
     );
-    let model = ScriptedModel::new([calls(&[("a", "boom", "{}")]), ModelResponse::text("never")]);
-    let out = agent(model, vec![boom], Limits::default()).run("go").await;
+
+    let fatal = Agent::builder()
+        .model(script())
+        .tool(boom())
+        .policy(DecisionPolicy {
+            tool_panic: OnToolPanic::Fail,
+            ..Default::default()
+        })
+        .build()
+        .unwrap();
+    let out = fatal.run("go").await;
     assert_eq!(out.stop_reason, StopReason::Failed);
     let err = out.error.unwrap();
     assert_eq!(err.code(), "tool.panicked");
@@ -647,13 +774,16 @@ async fn a_handler_that_panics_before_returning_its_future_fails_the_call_not_th
             panic!("early kaboom")
         },
     );
-    let model = ScriptedModel::new([calls(&[("a", "early", "{}")]), ModelResponse::text("never")]);
+    let model = ScriptedModel::new([calls(&[("a", "early", "{}")]), ModelResponse::text("after")]);
     let out = agent(model, vec![early], Limits::default()).run("go").await;
-    assert_eq!(out.stop_reason, StopReason::Failed);
-    let err = out.error.unwrap();
-    assert_eq!(err.code(), "tool.panicked");
-    assert!(err.to_string().contains("early kaboom"), "{err}");
-    assert_eq!(out.tool_calls[0].outcome.status, CallStatus::Fatal);
+    assert_eq!(out.stop_reason, StopReason::Finished);
+    let o = &out.tool_calls[0].outcome;
+    assert_eq!(o.status, CallStatus::Error);
+    assert_eq!(o.code.as_deref(), Some("tool.panicked"));
+    assert!(
+        o.diagnostic.as_deref().unwrap().contains("early kaboom"),
+        "{o:?}"
+    );
     assert_tool_cycle(&out.transcript);
 }
 
@@ -951,18 +1081,43 @@ async fn a_model_error_fails_the_run_and_keeps_the_transcript() {
 }
 
 #[tokio::test]
-async fn a_truncated_tool_call_is_never_executed() {
+async fn a_cut_tool_call_never_runs_its_siblings_do_and_the_model_reads_it_was_cut() {
     let n = Arc::new(AtomicUsize::new(0));
-    let mut cut = calls(&[("a", "count", r#"{"n": 1}"#)]);
-    cut.message.tool_calls.clear();
-    cut.truncated = true;
-    let model = ScriptedModel::new([cut, ModelResponse::text("x")]);
-    let out = agent(model, vec![counting_tool("count", &n)], Limits::default())
+    let cut = ScriptedModel::from_json(
+        r#"[{"tool_calls": [{"id": "a", "name": "count", "arguments": "{\"n\": 1}"},
+                            {"id": "b", "name": "count", "arguments": "{\"n\": 2, \"pad"}],
+             "finish_reason": "length"},
+            {"tool_calls": [{"id": "c", "name": "count", "arguments": {"n": 2}}]},
+            {"text": "done"}]"#,
+    )
+    .unwrap();
+    let out = agent(cut, vec![counting_tool("count", &n)], Limits::default())
         .run("go")
         .await;
-    assert_eq!(out.stop_reason, StopReason::Failed);
-    assert_eq!(out.error.unwrap().code(), "model.truncated");
-    assert_eq!(n.load(Ordering::SeqCst), 0);
+    assert_eq!(out.stop_reason, StopReason::Finished);
+    assert_eq!(
+        n.load(Ordering::SeqCst),
+        2,
+        "the complete call and the one made again ran"
+    );
+    let cut = &out.tool_calls[1];
+    assert_eq!(&*cut.call_id, "b");
+    assert_eq!(cut.outcome.code.as_deref(), Some("truncated"));
+    assert!(cut.outcome.content.to_text().contains("cut off"));
+    assert_tool_cycle(&out.transcript);
+
+    // A response flagged cut with no call left is not an answer either.
+    let mut flagged = calls(&[("a", "count", r#"{"n": 1}"#)]);
+    flagged.message.tool_calls.clear();
+    flagged.truncated = true;
+    let out = agent(
+        ScriptedModel::new([flagged]),
+        vec![counting_tool("count", &n)],
+        Limits::default(),
+    )
+    .run("go")
+    .await;
+    assert_eq!(out.stop_reason, StopReason::Truncated);
 }
 
 #[tokio::test]
@@ -1521,4 +1676,103 @@ async fn the_timeout_of_a_blocking_tool_on_its_own_task_fires() {
         "{:?}",
         started.elapsed()
     );
+}
+
+#[tokio::test]
+async fn a_result_that_breaks_the_tools_output_schema_is_an_error_the_model_reads() {
+    let typed = Tool::builder("typed")
+        .description("Declares its output.")
+        .output_schema(json!({"type": "object", "required": ["ok"]}))
+        .dynamic(json!({"type": "object"}), |a: Value, _c| async move {
+            Ok(ToolOutput::json(a))
+        });
+    let model = ScriptedModel::new([
+        calls(&[
+            ("a", "typed", r#"{"ok": true}"#),
+            ("b", "typed", r#"{"no": 1}"#),
+        ]),
+        ModelResponse::text("done"),
+    ]);
+    let out = agent(model, vec![typed], Limits::default()).run("go").await;
+    assert_eq!(out.stop_reason, StopReason::Finished);
+    assert_eq!(out.tool_calls[0].outcome.status, CallStatus::Ok);
+    let bad = &out.tool_calls[1].outcome;
+    assert_eq!(bad.status, CallStatus::Error);
+    assert_eq!(bad.code.as_deref(), Some("invalid_output"));
+    assert!(bad.content.to_text().contains("ok"), "{bad:?}");
+}
+
+#[tokio::test]
+async fn what_the_model_reads_of_an_error_is_bounded() {
+    let loud = Tool::dynamic(
+        "loud",
+        "Fails loudly.",
+        json!({"type": "object"}),
+        |_a: Value, _c| async {
+            Err::<ToolOutput, _>(ToolError::new("x".repeat(1000), "é".repeat(100_000)))
+        },
+    );
+    let model = ScriptedModel::new([calls(&[("a", "loud", "{}")]), ModelResponse::text("done")]);
+    let out = agent(model, vec![loud], Limits::default()).run("go").await;
+    let o = &out.tool_calls[0].outcome;
+    assert!(o.code.as_ref().unwrap().chars().count() <= agentloop::codes::MAX_CODE_LEN);
+    let text = o.content.to_text();
+    assert!(
+        text.len() <= agentloop::codes::MAX_ERROR_TEXT,
+        "{}",
+        text.len()
+    );
+    assert!(text.contains("cut"), "says it was cut");
+}
+
+#[tokio::test]
+async fn a_stop_condition_and_a_review_hook_steer_a_real_run() {
+    struct CiteASource;
+    impl agentloop::Hook for CiteASource {
+        fn name(&self) -> &str {
+            "cite"
+        }
+        fn review_answer<'a>(
+            &'a self,
+            _ctx: agentloop::HookContext<'a>,
+            answer: &'a ModelResponse,
+        ) -> futures::future::BoxFuture<'a, agentloop::HookResult<Option<String>>> {
+            let missing = !answer.message.text.contains("[source]");
+            Box::pin(async move { Ok(missing.then(|| "you did not cite a source".to_owned())) })
+        }
+    }
+    let model = ScriptedModel::new([
+        ModelResponse::text("it is so"),
+        ModelResponse::text("it is so [source]"),
+    ]);
+    let a = Agent::builder()
+        .model(model)
+        .hook(CiteASource)
+        .build()
+        .unwrap();
+    let out = a.run("go").await;
+    assert_eq!(out.stop_reason, StopReason::Finished);
+    assert_eq!(out.output.as_deref(), Some("it is so [source]"));
+    assert!(
+        out.transcript
+            .iter()
+            .any(|m| m.text() == "you did not cite a source")
+    );
+
+    let n = Arc::new(AtomicUsize::new(0));
+    let model = ScriptedModel::new(
+        (0..5)
+            .map(|i| calls(&[("c", "count", &*format!(r#"{{"n": {i}}}"#))]))
+            .chain([ModelResponse::text("never")]),
+    );
+    let a = Agent::builder()
+        .model(model)
+        .tool(counting_tool("count", &n))
+        .stop_when("two_calls", |s| s.tool_calls_run >= 2)
+        .build()
+        .unwrap();
+    let out = a.run("go").await;
+    assert_eq!(out.stop_reason, StopReason::Terminated);
+    assert_eq!(n.load(Ordering::SeqCst), 2);
+    assert_tool_cycle(&out.transcript);
 }

@@ -247,48 +247,241 @@ fn tool_turn(m: &mut RunMachine, now: u64, calls: &[(&str, &str, &str)]) -> Opti
     run_batch(m, now + 1)
 }
 
+fn owned(calls: &[(String, String, String)]) -> Vec<(&str, &str, &str)> {
+    calls
+        .iter()
+        .map(|(a, b, c)| (a.as_str(), b.as_str(), c.as_str()))
+        .collect()
+}
+
 #[test]
-fn the_stuck_loop_rule_counts_rejected_and_admitted_calls_by_their_turn_records() {
-    // Each turn: a call to an unknown tool (rejected, fed back), the same echo call, and an echo
-    // call whose arguments change. The repeated pair reaches the threshold on the third turn,
-    // the changing call never does.
-    let mut m = machine(Limits::default());
-    let turn = |n: u32| {
-        [
-            ("", "nope", r#"{"x": 1}"#.to_owned()),
-            ("", "echo", r#"{"b": 2, "a": 1}"#.to_owned()),
-            ("", "echo", format!(r#"{{"n": {n}}}"#)),
-        ]
+fn the_stuck_loop_rule_judges_whole_turns_by_their_calls_and_results() {
+    // Each turn: a call to an unknown tool (rejected, fed back the same each time) and the same
+    // echo call (the same "ok" each time), plus, in the first run, an echo call whose arguments
+    // change: progress, so never a loop.
+    let turn = |n: Option<u32>| {
+        let mut calls = vec![
+            (String::new(), "nope".to_owned(), r#"{"x": 1}"#.to_owned()),
+            (
+                String::new(),
+                "echo".to_owned(),
+                r#"{"b": 2, "a": 1}"#.to_owned(),
+            ),
+        ];
+        if let Some(n) = n {
+            calls.push((String::new(), "echo".to_owned(), format!(r#"{{"n": {n}}}"#)));
+        }
+        calls
     };
-    for (i, n) in [1u32, 2].into_iter().enumerate() {
-        let calls = turn(n);
-        let calls: Vec<(&str, &str, &str)> =
-            calls.iter().map(|(a, b, c)| (*a, *b, c.as_str())).collect();
+    let mut m = machine(Limits::default());
+    for n in 1..=5u32 {
+        let calls = turn(Some(n));
         assert_eq!(
-            tool_turn(&mut m, i as u64 * 10, &calls),
-            Some(2),
-            "turn {n}"
+            tool_turn(&mut m, u64::from(n) * 10, &owned(&calls)),
+            Some(2)
         );
     }
-    let calls = turn(3);
-    let calls: Vec<(&str, &str, &str)> =
-        calls.iter().map(|(a, b, c)| (*a, *b, c.as_str())).collect();
-    assert_eq!(
-        tool_turn(&mut m, 30, &calls),
-        None,
-        "the third turn is refused"
+    assert!(
+        matches!(m.action(), Action::CallModel(_)),
+        "progress goes on"
     );
+
+    let mut m = machine(Limits::default());
+    for n in 1..=3u64 {
+        assert_eq!(tool_turn(&mut m, n * 10, &owned(&turn(None))), Some(1));
+    }
+    assert!(matches!(m.action(), Action::Finish), "three same turns");
     let out = m.into_outcome(Duration::from_millis(40));
     assert_eq!(out.stop_reason, StopReason::StuckLoop);
-    assert_eq!(out.tool_calls_run, 4);
-    // The records of the refused turn keep what the model sent.
-    let refused: Vec<&str> = out
-        .tool_calls
-        .iter()
-        .filter(|r| r.outcome.code.as_deref() == Some("limit.stuck_loop"))
-        .map(|r| &*r.tool)
-        .collect();
-    assert_eq!(refused, ["nope", "echo", "echo"]);
+    assert_eq!(out.tool_calls_run, 3);
+    assert_every_call_answered(&out.transcript);
+}
+
+#[test]
+fn the_response_that_crosses_the_token_budget_runs_no_tool() {
+    let mut m = machine(Limits {
+        max_tokens: Some(100),
+        ..Limits::default()
+    });
+    let mut r = ModelResponse::tool_calls([("a", "echo", "{}")]);
+    r.usage.input_tokens = 90;
+    r.usage.output_tokens = 20;
+    respond(&mut m, 1, r);
+    assert!(matches!(m.action(), Action::Finish), "no call is started");
+    let out = m.into_outcome(Duration::ZERO);
+    assert_eq!(out.stop_reason, StopReason::Budget);
+    assert_eq!(out.tool_calls_run, 0);
+    assert_eq!(
+        out.tool_calls[0].outcome.code.as_deref(),
+        Some("limit.max_tokens")
+    );
+    assert_every_call_answered(&out.transcript);
+}
+
+#[test]
+fn a_cut_answer_is_asked_again_once_with_a_larger_limit_then_stops_truncated() {
+    let cfg = Agent::builder()
+        .model(ScriptedModel::new([]))
+        .settings(agentloop::ModelSettings {
+            max_tokens: Some(100),
+            ..Default::default()
+        })
+        .build()
+        .unwrap();
+    let mut m = RunMachine::new(
+        Arc::clone(cfg.config()),
+        RunStart {
+            run_id: Arc::from("r"),
+            ids: Arc::new(SequentialIds::default()),
+            seams: Seams::default(),
+            limits: None,
+            transcript: Vec::new(),
+            input: Some(Message::user("hi")),
+            observed: false,
+        },
+    );
+    let cut = || {
+        let mut r = ModelResponse::text("the answer is lo");
+        r.finish_reason = agentloop::FinishReason::Length;
+        r
+    };
+    respond(&mut m, 1, cut());
+    let Action::CallModel(req) = m.action() else {
+        panic!("asked again")
+    };
+    assert_eq!(req.settings.max_tokens, Some(200));
+    assert_eq!(
+        req.messages.len(),
+        1,
+        "the cut answer is not kept for the retry"
+    );
+    respond(&mut m, 2, cut());
+    assert!(matches!(m.action(), Action::Finish));
+    let out = m.into_outcome(Duration::ZERO);
+    assert_eq!(out.stop_reason, StopReason::Truncated);
+    assert_eq!(out.output.as_deref(), Some("the answer is lo"));
+    assert_eq!(out.error.unwrap().code(), "model.truncated");
+    assert_eq!(out.turns, 1);
+    assert_eq!(out.model_calls, 2);
+}
+
+#[test]
+fn a_refused_response_runs_none_of_its_calls_and_is_not_finished() {
+    let mut m = machine(Limits::default());
+    let mut r = ModelResponse::tool_calls([("a", "echo", "{}")]);
+    r.message.text = "I can't help with that.".into();
+    r.finish_reason = agentloop::FinishReason::Refusal;
+    respond(&mut m, 1, r);
+    assert!(matches!(m.action(), Action::Finish));
+    let out = m.into_outcome(Duration::ZERO);
+    assert_eq!(out.stop_reason, StopReason::Refused);
+    assert_eq!(out.tool_calls_run, 0);
+    let err = out.error.unwrap();
+    assert_eq!(err.code(), "model.refused");
+    assert!(err.to_string().contains("can't help"), "{err}");
+    assert_every_call_answered(&out.transcript);
+
+    let mut m = machine(Limits::default());
+    let mut r = ModelResponse::text("");
+    r.finish_reason = agentloop::FinishReason::ContentFilter;
+    respond(&mut m, 1, r);
+    let out = m.into_outcome(Duration::ZERO);
+    assert_eq!(out.stop_reason, StopReason::ContentFilter);
+    assert_eq!(out.error.unwrap().code(), "model.content_filter");
+}
+
+#[test]
+fn on_limit_answer_makes_one_last_call_without_tools_and_keeps_the_limit_as_the_stop() {
+    let mut m = machine(Limits {
+        max_turns: Some(1),
+        on_limit: agentloop::OnLimit::Answer,
+        ..Limits::default()
+    });
+    respond(&mut m, 1, ModelResponse::tool_calls([("a", "echo", "{}")]));
+    let Action::CallModel(req) = m.action() else {
+        panic!("a last model call")
+    };
+    assert_eq!(req.settings.tool_choice, Some(agentloop::ToolChoice::None));
+    respond(&mut m, 2, ModelResponse::text("partial answer"));
+    assert!(matches!(m.action(), Action::Finish));
+    let out = m.into_outcome(Duration::ZERO);
+    assert_eq!(out.stop_reason, StopReason::MaxTurns);
+    assert_eq!(out.output.as_deref(), Some("partial answer"));
+    assert_eq!(out.tool_calls_run, 0);
+    let pending = &out.tool_calls[0].outcome;
+    assert!(
+        pending.content.to_text().starts_with("stopped:"),
+        "{pending:?}"
+    );
+    assert_eq!(out.model_calls, 2);
+    assert_every_call_answered(&out.transcript);
+}
+
+#[test]
+fn a_stop_condition_ends_the_run_as_terminated_and_a_review_sends_the_model_back() {
+    let seams = Seams {
+        hooks: true,
+        ..Seams::default()
+    };
+    let mut m = machine_with(Limits::default(), seams);
+    let prepare = |m: &mut RunMachine| {
+        assert!(matches!(m.action(), Action::PrepareRequest), "{m:?}");
+        feed(
+            m,
+            0,
+            Input::Prepared {
+                changes: Default::default(),
+                failures: Vec::new(),
+            },
+        );
+    };
+    prepare(&mut m);
+    respond(&mut m, 1, ModelResponse::text("no source"));
+    feed(
+        &mut m,
+        2,
+        Input::Reviewed {
+            failures: Vec::new(),
+            reask: Some("cite a source".into()),
+        },
+    );
+    prepare(&mut m);
+    let Action::CallModel(req) = m.action() else {
+        panic!("asked again")
+    };
+    assert_eq!(req.messages.last().unwrap().text(), "cite a source");
+    respond(&mut m, 3, ModelResponse::tool_calls([("a", "echo", "{}")]));
+    feed(
+        &mut m,
+        4,
+        Input::Reviewed {
+            failures: Vec::new(),
+            reask: None,
+        },
+    );
+    assert!(matches!(m.action(), Action::Admit { .. }));
+    feed(
+        &mut m,
+        5,
+        Input::Admitted {
+            verdicts: vec![Verdict::Allow],
+            failures: Vec::new(),
+        },
+    );
+    assert_eq!(run_batch(&mut m, 6), Some(1));
+    assert!(matches!(m.action(), Action::CheckStop));
+    assert_eq!(m.state().tool_calls.len(), 1);
+    feed(
+        &mut m,
+        7,
+        Input::StopChecked {
+            stop: Some("done_when_echoed".into()),
+            failures: Vec::new(),
+        },
+    );
+    assert!(matches!(m.action(), Action::Finalize));
+    let out = m.into_outcome(Duration::ZERO);
+    assert_eq!(out.stop_reason, StopReason::Terminated);
 }
 
 /// Every tool call of the transcript is followed, before the next non-tool message, by exactly
@@ -370,6 +563,7 @@ fn a_failing_after_model_hook_answers_every_call_of_the_response() {
         &mut m,
         0,
         Input::Reviewed {
+            reask: None,
             failures: vec![HookFailure {
                 hook: "policy".into(),
                 role: HookRole::Required,

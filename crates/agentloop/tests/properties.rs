@@ -75,8 +75,8 @@ proptest! {
     fn random_runs_keep_the_tool_cycle_and_the_counts(
         steps in prop::collection::vec(step(), 0..8),
         max_turns in prop::option::of(1u32..6),
-        max_tool_calls in prop::option::of(0u32..8),
-        stuck in 0u32..4,
+        max_tool_calls in prop::option::of(1u32..8),
+        stuck in prop_oneof![Just(0u32), 2u32..5],
     ) {
         let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
         let runs = Arc::new(AtomicU32::new(0));

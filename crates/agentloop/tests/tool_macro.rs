@@ -123,7 +123,7 @@ async fn lookup_impl(key: String) -> String {
     format!("value of {key}")
 }
 
-#[tool(mode = "sequential", timeout_secs = 5, idempotent, mutating)]
+#[tool(mode = "sequential", timeout_secs = 5, idempotent, mutating, poller)]
 async fn write_file(path: String) {
     let _ = path;
 }
@@ -153,8 +153,10 @@ fn mode_string_timeout_and_flags_reach_the_spec() {
     assert_eq!(spec.timeout, Some(Duration::from_secs(5)));
     assert!(spec.idempotent);
     assert!(spec.mutating);
+    assert!(spec.poller);
 
     let spec = delete_file_tool().spec().clone();
+    assert!(!spec.poller);
     assert_eq!(spec.mode, ExecutionMode::Parallel);
     assert_eq!(spec.timeout, Some(Duration::from_millis(250)));
     assert!(!spec.idempotent);

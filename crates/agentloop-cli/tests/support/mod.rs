@@ -239,6 +239,23 @@ input_schema = {{ type = "object", properties = {{ city = {{ type = "string" }},
     )
 }
 
+/// An Anthropic agent at the fake provider with one logging tool named `tool`.
+pub fn anthropic_agent(uri: &str, tool: &str) -> String {
+    format!(
+        r#"name = "a"
+[model]
+provider = "anthropic"
+name = "claude-sonnet-4-5"
+base_url = "{uri}"
+api_key_env = "AGENTLOOP_TEST_KEY"
+max_tokens = 512
+[[tools]]
+name = "{tool}"
+command = ["python3", "tool.py"]
+"#
+    )
+}
+
 /// Runs `agentloop chat AGENT` with `input` on stdin and the test key set, off the async runtime.
 pub async fn chat(agent: PathBuf, input: &'static str) -> Output {
     tokio::task::spawn_blocking(move || {

@@ -193,6 +193,9 @@ pub struct ChatStreamParser {
     started: bool,
     tool_started: Vec<u32>,
     saw_tool_call: bool,
+    /// A `refusal` came instead of content: the response ends as a refusal, though the wire
+    /// says `stop`.
+    saw_refusal: bool,
     finish: Option<(FinishReason, String)>,
     done: bool,
 }
@@ -205,6 +208,7 @@ impl ChatStreamParser {
             started: false,
             tool_started: Vec::new(),
             saw_tool_call: false,
+            saw_refusal: false,
             finish: None,
             done: false,
         }
@@ -254,7 +258,11 @@ impl ChatStreamParser {
             if let Some(reason) = choice.finish_reason
                 && !reason.is_empty()
             {
-                self.finish = Some((map_finish_reason(&reason), reason.into_owned()));
+                let mapped = match map_finish_reason(&reason) {
+                    FinishReason::Stop if self.saw_refusal => FinishReason::Refusal,
+                    other => other,
+                };
+                self.finish = Some((mapped, reason.into_owned()));
             }
         }
         if let Some(usage) = chunk.usage {
@@ -271,6 +279,9 @@ impl ChatStreamParser {
             if !reasoning.is_empty() {
                 out.push_back(ModelEvent::ReasoningDelta(reasoning.into_owned()));
             }
+        }
+        if delta.refusal.as_ref().is_some_and(|r| !r.is_empty()) {
+            self.saw_refusal = true;
         }
         for text in [delta.content, delta.refusal].into_iter().flatten() {
             if !text.is_empty() {
@@ -320,6 +331,8 @@ impl ChatStreamParser {
                 ));
                 let reason = if self.saw_tool_call {
                     FinishReason::ToolCalls
+                } else if self.saw_refusal {
+                    FinishReason::Refusal
                 } else {
                     FinishReason::Stop
                 };
@@ -381,6 +394,7 @@ impl StreamDecoder for ChatStreamParser {
         let (reason, raw) = match self.finish.take() {
             Some((reason, raw)) => (reason, Some(raw)),
             None if self.saw_tool_call => (FinishReason::ToolCalls, None),
+            None if self.saw_refusal => (FinishReason::Refusal, None),
             None => (FinishReason::Stop, None),
         };
         out.push_back(ModelEvent::Finish { reason, raw });

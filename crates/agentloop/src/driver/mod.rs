@@ -171,6 +171,10 @@ impl<'a> Driver<'a> {
                     let review = self.after_model_call(&m, response);
                     self.raced(deadline, None, review).await
                 }
+                Action::CheckStop => {
+                    let check = self.check_stop(&m);
+                    self.raced(deadline, None, check).await
+                }
                 Action::Admit { gate, batch } => {
                     let stop = self.cancel.child_token();
                     let admit = self.admit(&m, gate, &batch.calls, &stop);

@@ -99,10 +99,59 @@ impl Driver<'_> {
             };
             failures.push(failure(hook.as_ref(), *role, "after_model_call", message));
             if *role == HookRole::Required {
+                return Input::Reviewed {
+                    failures,
+                    reask: None,
+                };
+            }
+        }
+        // A final answer is put to the hooks' review; the first rejection sends the model back.
+        let mut reask = None;
+        if response.message.tool_calls.is_empty() && response.cut_calls.is_empty() {
+            for (hook, role) in self.inner.hooks.iter().rev() {
+                let message = match guarded(|| hook.review_answer(hook_context(m), response)).await
+                {
+                    Ok(Ok(None)) => continue,
+                    Ok(Ok(Some(again))) => {
+                        reask = Some(again);
+                        break;
+                    }
+                    Ok(Err(e)) => e.0,
+                    Err(panic) => panic,
+                };
+                failures.push(failure(hook.as_ref(), *role, "review_answer", message));
+                if *role == HookRole::Required {
+                    break;
+                }
+            }
+        }
+        Input::Reviewed { failures, reask }
+    }
+
+    /// Asks the stop conditions whether the run ends after this turn.
+    pub(super) async fn check_stop(&self, m: &RunMachine) -> Input {
+        let mut failures = Vec::new();
+        for (hook, role) in &self.inner.hooks {
+            let message = match guarded(|| hook.should_stop(hook_context(m), m.state())).await {
+                Ok(Ok(false)) => continue,
+                Ok(Ok(true)) => {
+                    return Input::StopChecked {
+                        stop: Some(hook.name().to_owned()),
+                        failures,
+                    };
+                }
+                Ok(Err(e)) => e.0,
+                Err(panic) => panic,
+            };
+            failures.push(failure(hook.as_ref(), *role, "should_stop", message));
+            if *role == HookRole::Required {
                 break;
             }
         }
-        Input::Reviewed { failures }
+        Input::StopChecked {
+            stop: None,
+            failures,
+        }
     }
 
     /// Asks admission gate `gate`: the hooks' `before_tool_call` first, when the agent has hooks.

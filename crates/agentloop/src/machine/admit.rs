@@ -9,15 +9,18 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use super::{Batch, HookFailure, Pending, Phase, RunMachine, Slot, Verdict, hit};
-use crate::config::OnInvalidCall;
+use crate::config::{OnInvalidCall, OnToolPanic};
 use crate::error::RunError;
 use crate::event::EventKind;
-use crate::limits::LimitKind;
+use crate::limits::{LimitKind, Limits};
 use crate::machine::{AdmittedCall, MAX_CALL_ID_LEN};
-use crate::message::{AssistantMessage, ContentPart, Message, ToolResult};
-use crate::model::{ModelError, ModelErrorKind, ModelResponse};
+use crate::message::{AssistantMessage, ContentPart, Message, ToolCall, ToolResult};
+use crate::model::{FinishReason, ModelError, ModelErrorKind, ModelResponse};
 use crate::outcome::{CallOutcome, CallStatus, StopReason, ToolCallRecord, codes};
 use crate::tool::{ExecutionMode, join_violations};
+
+/// The largest output limit a cut answer is asked again with.
+pub const MAX_RAISED_OUTPUT_TOKENS: u32 = 32_768;
 
 impl RunMachine {
     /// The model answered: count its usage and cost, then judge it (after the hooks' review).
@@ -36,72 +39,223 @@ impl RunMachine {
         if self.seams.hooks {
             self.phase = Phase::Review(Box::new((response, cost)));
         } else {
-            self.decide(response);
+            self.decide(response, None);
         }
     }
 
-    pub(super) fn decide(&mut self, mut response: ModelResponse) {
+    /// Judges a response: a last answer after a limit, an answer that is not one (refused,
+    /// filtered, cut), a final answer, or a decision to call tools.
+    pub(super) fn decide(&mut self, mut response: ModelResponse, reask: Option<String>) {
         self.retrying_output = false;
-        if response.truncated {
-            response.message.tool_calls.clear();
-            self.transcript.push(Message::Assistant(response.message));
-            self.fail(RunError::Model(ModelError::new(
-                ModelErrorKind::Truncated,
-                "the response was cut off inside a tool call (output token limit); the call was not run",
-            )));
+        self.assign_call_ids(&mut response.message);
+        for call in response.cut_calls.iter_mut() {
+            if call.id.trim().is_empty() {
+                call.id = self.ids.call_id();
+            }
+        }
+        if let Some(hit) = self.wrap_up {
+            self.last_answer(response, hit);
             return;
         }
-        if response.message.tool_calls.is_empty() {
-            self.on_final_answer(response.message);
-        } else {
-            self.on_tool_decision(response.message);
+        match response.finish_reason {
+            FinishReason::Refusal | FinishReason::ContentFilter => {
+                self.not_an_answer(response);
+                return;
+            }
+            _ => {}
         }
+        let has_calls = !response.message.tool_calls.is_empty() || !response.cut_calls.is_empty();
+        if !has_calls {
+            // Cut by the output limit: a response that says so, or one whose only calls were
+            // cut and dropped without a trace.
+            if response.finish_reason == FinishReason::Length || response.truncated {
+                self.on_cut_answer(response.message);
+            } else {
+                self.on_final_answer(response.message, reask);
+            }
+            return;
+        }
+        if !response.cut_calls.is_empty() {
+            self.raise_output_limit();
+        }
+        self.on_tool_decision(response.message, response.cut_calls);
     }
 
-    fn on_final_answer(&mut self, message: AssistantMessage) {
+    /// A refused or filtered response: never an answer, and its calls never run.
+    fn not_an_answer(&mut self, response: ModelResponse) {
+        let (kind, stop, what) = if response.finish_reason == FinishReason::Refusal {
+            (
+                ModelErrorKind::Refused,
+                StopReason::Refused,
+                "refused to answer",
+            )
+        } else {
+            (
+                ModelErrorKind::ContentFiltered,
+                StopReason::ContentFilter,
+                "was stopped by a content filter",
+            )
+        };
+        let words = response.message.text.trim().to_owned();
+        let message = match &response.raw_finish_reason {
+            Some(raw) if words.is_empty() => format!("the model {what} ({raw})"),
+            Some(raw) => format!("the model {what} ({raw}): {words}"),
+            None if words.is_empty() => format!("the model {what}"),
+            None => format!("the model {what}: {words}"),
+        };
+        let mut message_out = response.message;
+        let calls = std::mem::take(&mut message_out.tool_calls);
+        if calls.is_empty() {
+            self.transcript.push(Message::Assistant(message_out));
+        } else {
+            message_out.tool_calls = calls;
+            self.answer_all(
+                message_out,
+                &CallOutcome::refused(
+                    codes::NOT_RUN,
+                    format!("not run: the response that made this call {what}"),
+                ),
+            );
+        }
+        self.output = (!words.is_empty()).then_some(words);
+        self.error = Some(RunError::Model(ModelError::new(kind, message)));
+        self.finish(stop);
+    }
+
+    /// The output limit for the next call, raised once per run where the agent set one: doubled,
+    /// up to [`MAX_RAISED_OUTPUT_TOKENS`]. False when it cannot be raised.
+    fn raise_output_limit(&mut self) -> bool {
+        if self.output_raised {
+            return false;
+        }
+        let current = self
+            .changes
+            .settings
+            .as_ref()
+            .unwrap_or(&self.cfg.settings)
+            .max_tokens
+            .or(self.cfg.settings.max_tokens);
+        let Some(n) = current else {
+            return false;
+        };
+        let raised = n.saturating_mul(2).min(MAX_RAISED_OUTPUT_TOKENS);
+        if raised <= n {
+            return false;
+        }
+        self.output_raised = true;
+        self.raise_output = Some(raised);
+        true
+    }
+
+    /// A final answer cut off by the output limit: asked again once with a larger limit, then a
+    /// `truncated` stop with the partial text kept.
+    fn on_cut_answer(&mut self, message: AssistantMessage) {
+        if self.raise_output_limit() {
+            let limit = self.raise_output.unwrap_or_default();
+            self.emit(|| EventKind::AnswerRetried {
+                reason: format!("the answer was cut off by the output limit; asking again with max_tokens {limit}"),
+            });
+            self.retrying_output = true;
+            self.need_model();
+            return;
+        }
         let text = message.text.clone();
         self.transcript.push(Message::Assistant(message));
-        let Some(schema) = &self.cfg.output_schema else {
+        self.output = (!text.is_empty()).then_some(text);
+        self.error = Some(RunError::Model(ModelError::new(
+            ModelErrorKind::Truncated,
+            "the final answer was cut off by the output token limit; the partial text is kept",
+        )));
+        self.finish(StopReason::Truncated);
+    }
+
+    /// The answer after a limit (`on_limit = "answer"`): whatever it says, the run stops with
+    /// the limit; calls it makes anyway are answered and never run.
+    fn last_answer(&mut self, response: ModelResponse, hit: crate::limits::LimitHit) {
+        let mut message = response.message;
+        let text = message.text.trim().to_owned();
+        if !text.is_empty() {
+            self.output = Some(message.text.clone());
+            if let Some(schema) = &self.cfg.output_schema
+                && let Ok(value) = parse_json_answer(&text)
+                && schema.check(&value).is_ok()
+            {
+                self.structured = Some(value);
+            }
+        }
+        let calls = std::mem::take(&mut message.tool_calls);
+        if calls.is_empty() {
+            self.transcript.push(Message::Assistant(message));
+        } else {
+            message.tool_calls = calls;
+            self.answer_all(message, &CallOutcome::limited(hit.limit, true));
+        }
+        self.finish(super::limit_stop(hit.limit));
+    }
+
+    fn on_final_answer(&mut self, message: AssistantMessage, reask: Option<String>) {
+        // A turn without tool calls ends any loop.
+        self.recent_turns.clear();
+        let text = message.text.clone();
+        self.transcript.push(Message::Assistant(message));
+        let problems = match &self.cfg.output_schema {
+            None => None,
+            Some(schema) => match parse_json_answer(&text) {
+                Ok(value) => match schema.check(&value) {
+                    Ok(()) => {
+                        self.structured = Some(value);
+                        None
+                    }
+                    Err(p) => Some(format!(
+                        "Your final answer does not match the required JSON schema: {p}. Answer again with only a JSON value that matches the schema."
+                    )),
+                },
+                Err(e) => Some(format!(
+                    "Your final answer does not match the required JSON schema: the answer is not JSON: {e}. Answer again with only a JSON value that matches the schema."
+                )),
+            },
+        };
+        // The schema first, then the hooks' verdict: either sends the model back.
+        let Some(again) = problems.or(reask) else {
             self.output = Some(text);
             self.finish(StopReason::Finished);
             return;
         };
-        let parsed = parse_json_answer(&text);
-        let problems = match &parsed {
-            Ok(value) => schema.check(value).err(),
-            Err(e) => Some(format!("the answer is not JSON: {e}")),
-        };
-        match problems {
-            None => {
-                self.output = Some(text);
-                self.structured = parsed.ok();
-                self.finish(StopReason::Finished);
-            }
-            Some(p) if self.output_retries_used < self.limits.output_retries => {
-                self.output_retries_used += 1;
-                self.retrying_output = true;
-                self.transcript.push(Message::User {
-                    content: vec![ContentPart::Text {
-                        text: format!(
-                            "Your final answer does not match the required JSON schema: {p}. Answer again with only a JSON value that matches the schema."
-                        ),
-                    }],
-                });
-                self.need_model();
-            }
-            Some(p) => {
-                self.output = Some(text);
-                self.fail(RunError::OutputInvalid { message: p });
-            }
+        self.structured = None;
+        if self.output_retries_used < self.limits.output_retries {
+            self.output_retries_used += 1;
+            self.retrying_output = true;
+            self.transcript.push(Message::User {
+                content: vec![ContentPart::Text { text: again }],
+            });
+            self.need_model();
+        } else {
+            self.output = Some(text);
+            self.fail(RunError::OutputInvalid { message: again });
         }
     }
 
-    fn on_tool_decision(&mut self, mut message: AssistantMessage) {
-        // Ids first: blank ones come from the injected id source; overlong or duplicate ones make
-        // the whole decision invalid, because results could not be matched to calls.
-        self.assign_call_ids(&mut message);
+    fn on_tool_decision(&mut self, mut message: AssistantMessage, cut: Vec<ToolCall>) {
+        // Calls cut off by the output limit stay in the transcript (with empty arguments, which
+        // every provider accepts back) so the model reads that they were cut.
+        let complete = message.tool_calls.len();
+        let cut_arguments: Vec<String> = cut.iter().map(|c| c.arguments.clone()).collect();
+        message.tool_calls.extend(cut.into_iter().map(|c| ToolCall {
+            arguments: "{}".into(),
+            ..c
+        }));
+        // Overlong or duplicate ids make the whole decision invalid, because results could not
+        // be matched to calls.
         if let Some(reason) = id_problem(&message) {
             self.refuse_decision(message, reason);
+            return;
+        }
+        // The response that crosses a budget, or comes on the last turn or model call, starts
+        // no tool: no model call would read the results.
+        if let Some(h) = self.limit_before_tools() {
+            let outcome = CallOutcome::limited(h.limit, self.answers_on(h.limit));
+            self.answer_all(message, &outcome);
+            self.stop_on_limit(h);
             return;
         }
 
@@ -113,6 +267,25 @@ impl RunMachine {
         let mut sequential = false;
         for (position, call) in message.tool_calls.iter().enumerate() {
             let call_id: Arc<str> = Arc::from(call.id.as_str());
+            if position >= complete {
+                let partial = cut_arguments
+                    .get(position - complete)
+                    .map(String::as_str)
+                    .unwrap_or_default();
+                slots.push(Slot::decided(
+                    call_id,
+                    Arc::from(call.name.as_str()),
+                    Value::String(partial.to_owned()),
+                    CallOutcome::rejected(
+                        codes::TRUNCATED,
+                        format!(
+                            "not run: this call to {} was cut off by the output token limit before its arguments were complete; make it again (with shorter arguments, or fewer calls at once)",
+                            call.name
+                        ),
+                    ),
+                ));
+                continue;
+            }
             let Some(index) = tools.index_of(&call.name) else {
                 let text = unknown_tool_message(&call.name, tools.names());
                 if policy.unknown_tool == OnInvalidCall::Fail && fatal.is_none() {
@@ -174,24 +347,9 @@ impl RunMachine {
             self.refuse_decision(message, reason);
             return;
         }
-        if let Some((tool, count)) = self.stuck(&slots) {
-            let threshold = self.limits.stuck_loop_threshold;
-            let h = hit(
-                LimitKind::StuckLoop,
-                threshold.into(),
-                (count - 1).into(),
-                1.0,
-            );
-            let text = format!(
-                "not executed: {tool} was called with the same arguments in {count} turns in a row"
-            );
-            self.answer_all(message, &CallOutcome::refused(codes::STUCK_LOOP, text));
-            self.stop_on_limit(h);
-            return;
-        }
         // The tool-call budget: a batch larger than what remains is refused whole.
         let admitted = calls.len() as u32;
-        if let Some(max) = self.limits.max_tool_calls
+        if let Some(max) = Limits::bound(self.limits.max_tool_calls)
             && self.tool_calls_used.saturating_add(admitted) > max
         {
             let h = hit(
@@ -200,17 +358,20 @@ impl RunMachine {
                 self.tool_calls_used.into(),
                 admitted.into(),
             );
-            self.answer_all(
-                message,
-                &CallOutcome::refused(
+            let outcome = if self.answers_on(LimitKind::ToolCalls) {
+                CallOutcome::limited(LimitKind::ToolCalls, true)
+            } else {
+                CallOutcome::refused(
                     codes::MAX_TOOL_CALLS,
                     "not executed: the run's tool call limit was reached",
-                ),
-            );
+                )
+            };
+            self.answer_all(message, &outcome);
             self.stop_on_limit(h);
             return;
         }
         self.tool_calls_used += admitted;
+        let slot_count = slots.len();
         for slot in &slots {
             if let Some(o) = &slot.outcome {
                 self.emit(|| rejected_event(slot, o));
@@ -231,6 +392,7 @@ impl RunMachine {
             open: true,
             failure: None,
             interrupted: None,
+            cut: complete < slot_count,
         });
         if pending.batch.calls.is_empty() {
             self.end_batch(pending);
@@ -255,45 +417,85 @@ impl RunMachine {
         usize::from(self.seams.hooks) + self.seams.gates
     }
 
-    /// The stuck-loop rule: the same call (tool and arguments, key order aside) in N turns in a
-    /// row stops the run before the Nth runs. Identical calls within one batch count once. Each
-    /// streak points at the record its call will have once this batch is folded, so the next turn
-    /// compares against the records without keeping a copy of the arguments.
-    fn stuck(&mut self, slots: &[Slot]) -> Option<(String, u32)> {
+    /// What keeps a response's tools from starting although they are valid: a token or cost
+    /// budget the response crossed, or a turn or model-call limit that leaves no model call to
+    /// read their results.
+    fn limit_before_tools(&self) -> Option<crate::limits::LimitHit> {
+        self.spent_hit()
+            .or_else(|| self.turn_hit())
+            .or_else(|| self.model_call_hit())
+    }
+
+    /// The stuck-loop rule, after a tool turn whose records start at `first`: the run is stuck
+    /// when the turn came back the same (the same calls with the same results; a poller's
+    /// arguments aside) `threshold` times in a row, or a cycle of two or three turns did.
+    pub(super) fn stuck(&mut self, first: usize) -> Option<crate::limits::LimitHit> {
         let threshold = self.limits.stuck_loop_threshold;
-        if threshold == 0 {
+        if threshold < 2 || first >= self.records.len() {
             return None;
         }
-        let first_record = self.records.len();
-        let mut streaks: Vec<(usize, u32)> = Vec::with_capacity(slots.len());
-        let mut stuck = None;
-        for (position, slot) in slots.iter().enumerate() {
-            let repeated_in_batch = streaks.iter().any(|(record, _)| {
-                slots
-                    .get(record - first_record)
-                    .is_some_and(|s| s.tool == slot.tool && *s.arguments == *slot.arguments)
-            });
-            if repeated_in_batch {
+        self.recent_turns.push((first, self.records.len()));
+        let keep = 3 * threshold as usize;
+        if self.recent_turns.len() > keep {
+            let drop = self.recent_turns.len() - keep;
+            self.recent_turns.drain(..drop);
+        }
+        let n = self.recent_turns.len();
+        for period in 1..=3usize {
+            let needed = period * (threshold as usize - 1);
+            if n < needed + period {
                 continue;
             }
-            let count = self
-                .streaks
-                .iter()
-                .find(|(record, _)| {
-                    self.records
-                        .get(*record)
-                        .is_some_and(|r| r.tool == slot.tool && r.arguments == *slot.arguments)
-                })
-                .map_or(1, |(_, n)| n + 1);
-            streaks.push((first_record + position, count));
-            if count >= threshold && stuck.is_none() {
-                stuck = Some((slot.tool.to_string(), count));
+            let mut repeats = 0;
+            while repeats < needed {
+                let (a, b) = (n - 1 - repeats, n - 1 - repeats - period);
+                let same = match (self.recent_turns.get(a), self.recent_turns.get(b)) {
+                    (Some(&x), Some(&y)) => self.same_turn(x, y),
+                    _ => false,
+                };
+                if !same {
+                    break;
+                }
+                repeats += 1;
+            }
+            if repeats >= needed {
+                let times = (repeats / period + 1) as f64;
+                return Some(hit(LimitKind::StuckLoop, threshold.into(), times, 0.0));
             }
         }
-        if stuck.is_none() {
-            self.streaks = streaks;
+        None
+    }
+
+    /// Two tool turns, as ranges of records, are the same when their calls (as a set) match.
+    fn same_turn(&self, a: (usize, usize), b: (usize, usize)) -> bool {
+        let (Some(x), Some(y)) = (self.records.get(a.0..a.1), self.records.get(b.0..b.1)) else {
+            return false;
+        };
+        // A hostile response of thousands of calls is compared in order, not as a set.
+        const SET_COMPARE_MAX: usize = 64;
+        if x.len() > SET_COMPARE_MAX || y.len() > SET_COMPARE_MAX {
+            return x.len() == y.len() && x.iter().zip(y).all(|(p, q)| self.same_call(p, q));
         }
-        stuck
+        x.iter().all(|p| y.iter().any(|q| self.same_call(p, q)))
+            && y.iter().all(|q| x.iter().any(|p| self.same_call(p, q)))
+    }
+
+    /// The same call with the same result; a poller's arguments aside.
+    fn same_call(&self, p: &ToolCallRecord, q: &ToolCallRecord) -> bool {
+        if p.tool != q.tool
+            || p.outcome.status != q.outcome.status
+            || p.outcome.code != q.outcome.code
+            || p.outcome.content != q.outcome.content
+        {
+            return false;
+        }
+        let poller = self
+            .cfg
+            .tools
+            .index_of(&p.tool)
+            .and_then(|i| self.cfg.tools.spec(i))
+            .is_some_and(|s| s.poller);
+        poller || p.arguments == q.arguments
     }
 
     /// Pushes the assistant message and `outcome` for each of its calls, so the transcript stays
@@ -451,9 +653,12 @@ impl RunMachine {
         &mut self,
         mut p: Box<Pending>,
         position: usize,
-        outcome: CallOutcome,
+        mut outcome: CallOutcome,
         failures: Vec<HookFailure>,
     ) {
+        if let Some(call) = p.batch.calls.iter().find(|c| c.position == position) {
+            outcome = self.judge_outcome(call.index, outcome);
+        }
         let Some(slot) = p
             .slots
             .get_mut(position)
@@ -489,6 +694,41 @@ impl RunMachine {
         } else {
             self.phase = Phase::Run(p);
         }
+    }
+}
+
+impl RunMachine {
+    /// The machine's rules on a finished call's outcome: a declared output schema is checked (a
+    /// violation is an error the model reads), and a panic is fatal only under
+    /// [`OnToolPanic::Fail`].
+    fn judge_outcome(&self, index: usize, outcome: CallOutcome) -> CallOutcome {
+        if outcome.status == CallStatus::Ok
+            && let Err(problem) = self.cfg.tools.check_output(index, &outcome.content)
+        {
+            let name = self.cfg.tools.spec(index).map_or("", |s| s.name.as_str());
+            return CallOutcome {
+                diagnostic: Some(format!("output: {}", outcome.content.to_text())),
+                details: outcome.details,
+                duration: outcome.duration,
+                retries: outcome.retries,
+                ..CallOutcome::error(
+                    codes::INVALID_OUTPUT,
+                    format!(
+                        "the output of {name} does not match its declared output schema: {problem}"
+                    ),
+                )
+            };
+        }
+        if outcome.code.as_deref() == Some(codes::TOOL_PANICKED)
+            && outcome.status != CallStatus::Fatal
+            && self.cfg.policy.tool_panic == OnToolPanic::Fail
+        {
+            return CallOutcome {
+                status: CallStatus::Fatal,
+                ..outcome
+            };
+        }
+        outcome
     }
 }
 

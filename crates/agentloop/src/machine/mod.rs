@@ -7,8 +7,10 @@
 //! feeding the same [`Step`]s to a fresh machine reproduces a run exactly (see
 //! [`crate::driver::replay()`]).
 //!
-//! - `mod.rs`: the state, the turn's flow, limits and stops.
-//! - `admit.rs`: a model's decision: ids, known tools, arguments, the stuck-loop rule, the budget.
+//! - `mod.rs`: the state, the turn's flow, limits and stops (`on_limit`), the stop conditions.
+//! - `admit.rs`: a model's answer: refused, filtered or cut answers, cut calls, ids, known tools,
+//!   arguments, the budgets and the last turn, the stuck-loop rule (judged after each tool turn on
+//!   calls and results), output schemas and tool panics.
 //! - `fold.rs`: outcomes into the transcript and the records.
 //! - `step.rs`: the actions and inputs.
 
@@ -30,7 +32,7 @@ use crate::error::RunError;
 use crate::event::EventKind;
 use crate::hooks::{HookRole, RequestChanges};
 use crate::ids::IdSource;
-use crate::limits::{LimitHit, LimitKind, Limits};
+use crate::limits::{LimitHit, LimitKind, Limits, OnLimit};
 use crate::message::Message;
 use crate::model::{ModelRequest, ModelResponse, Usage};
 use crate::outcome::{CallOutcome, RunOutcome, StopReason, ToolCallRecord};
@@ -56,6 +58,9 @@ struct Pending {
     failure: Option<RunError>,
     /// What interrupted the batch, and the end of its grace period.
     interrupted: Option<(Interrupt, Duration)>,
+    /// True when the response had calls cut off by the output limit: the model is asked to make
+    /// them again, which is not a loop.
+    cut: bool,
 }
 
 #[derive(Debug)]
@@ -91,6 +96,8 @@ enum Phase {
     Review(Box<(ModelResponse, Option<f64>)>),
     Admit(Box<Pending>),
     Run(Box<Pending>),
+    /// After a tool turn: the stop conditions decide whether the run goes on.
+    CheckStop,
     Closing(Closing),
     Done,
 }
@@ -113,9 +120,16 @@ pub struct RunMachine {
     usage: Usage,
     cost: f64,
     records: Vec<ToolCallRecord>,
-    /// The distinct calls of the last tool turn: the index of each one's record, and in how many
-    /// turns in a row it was made.
-    streaks: Vec<(usize, u32)>,
+    /// The recent tool turns since the last reset, each as the range of its records, for the
+    /// stuck-loop rule.
+    recent_turns: Vec<(usize, usize)>,
+    /// The limit that stopped the run while the model is asked for a last answer
+    /// (`on_limit = "answer"`).
+    wrap_up: Option<LimitHit>,
+    /// The output limit of the next model call, raised once after a cut answer.
+    raise_output: Option<u32>,
+    /// True once the output limit was raised (it is raised once per run).
+    output_raised: bool,
     output_retries_used: u32,
     retrying_output: bool,
     stop: Option<StopReason>,
@@ -209,7 +223,10 @@ impl RunMachine {
             usage: Usage::default(),
             cost: 0.0,
             records: Vec::new(),
-            streaks: Vec::new(),
+            recent_turns: Vec::new(),
+            wrap_up: None,
+            raise_output: None,
+            output_raised: false,
             output_retries_used: 0,
             retrying_output: false,
             stop: None,
@@ -224,7 +241,11 @@ impl RunMachine {
             changes: RequestChanges::default(),
             extra_messages: 0,
         };
-        if m.seams.input_guardrails {
+        if let Err(message) = m.limits.check() {
+            m.fail(RunError::Other {
+                message: format!("invalid limits: {message}"),
+            });
+        } else if m.seams.input_guardrails {
             m.phase = Phase::CheckInput;
         } else {
             m.need_model();
@@ -308,6 +329,19 @@ impl RunMachine {
         &self.records
     }
 
+    /// The run as the stop conditions see it.
+    pub fn state(&self) -> crate::hooks::RunState<'_> {
+        crate::hooks::RunState {
+            turn: self.turn,
+            model_calls: self.model_calls,
+            tool_calls_run: self.tool_calls_run,
+            usage: self.usage,
+            cost_usd: self.cost,
+            transcript: &self.transcript,
+            tool_calls: &self.records,
+        }
+    }
+
     /// The run's input, as the input guardrails see it.
     pub fn input_text(&self) -> &str {
         &self.input_text
@@ -346,6 +380,7 @@ impl RunMachine {
                 batch: &p.batch,
             },
             Phase::Run(p) => self.run_action(p),
+            Phase::CheckStop => Action::CheckStop,
             Phase::Closing(Closing::Steering) => Action::TakeMessages { follow_up: false },
             Phase::Closing(Closing::FollowUps) => Action::TakeMessages { follow_up: true },
             Phase::Closing(Closing::CheckOutput) => {
@@ -422,7 +457,7 @@ impl RunMachine {
                 }
                 self.changes = changes;
                 self.called_at = self.now;
-                self.phase = Phase::CallModel;
+                self.enter_call_model();
             }
             (
                 Phase::CallModel,
@@ -451,9 +486,13 @@ impl RunMachine {
                     code: error.code().to_owned(),
                     message: error.message.clone(),
                 });
-                self.fail(RunError::Model(error));
+                match self.wrap_up {
+                    // The last answer failed: the limit still names the stop.
+                    Some(hit) => self.finish(limit_stop(hit.limit)),
+                    None => self.fail(RunError::Model(error)),
+                }
             }
-            (Phase::Review(r), Input::Reviewed { failures }) => {
+            (Phase::Review(r), Input::Reviewed { failures, reask }) => {
                 let (response, _) = *r;
                 if let Some(e) = self.hook_failures(failures) {
                     // The response stays in the transcript, each of its calls answered, so the
@@ -462,7 +501,21 @@ impl RunMachine {
                     self.fail(e);
                     return;
                 }
-                self.decide(response);
+                self.decide(response, reask);
+            }
+            (Phase::CheckStop, Input::StopChecked { stop, failures }) => {
+                if let Some(e) = self.hook_failures(failures) {
+                    self.fail(e);
+                    return;
+                }
+                match stop {
+                    Some(by) => {
+                        self.emit(|| EventKind::StopConditionMet { by });
+                        self.output = self.last_assistant_text();
+                        self.finish(StopReason::Terminated);
+                    }
+                    None => self.need_model(),
+                }
             }
             (Phase::Admit(p), Input::Admitted { verdicts, failures }) => {
                 self.on_admitted(p, verdicts, failures)
@@ -567,6 +620,8 @@ impl RunMachine {
         if messages.is_empty() {
             return;
         }
+        // A new user message starts the stuck-loop count again.
+        self.recent_turns.clear();
         let count = messages.len();
         self.transcript.extend(messages);
         self.emit(|| EventKind::MessagesDelivered { count, follow_up });
@@ -624,13 +679,48 @@ impl RunMachine {
             self.turn += 1;
             self.emit(|| EventKind::TurnStarted);
         }
+        self.count_model_call();
+    }
+
+    /// A model call is counted and asked for: the before-model hooks first, when there are any.
+    fn count_model_call(&mut self) {
         self.model_calls += 1;
         self.called_at = self.now;
-        self.phase = if self.seams.hooks {
-            Phase::Prepare
+        if self.seams.hooks {
+            self.phase = Phase::Prepare;
         } else {
-            Phase::CallModel
-        };
+            self.enter_call_model();
+        }
+    }
+
+    /// The model call itself: the machine's own changes to this call's settings go on top of the
+    /// hooks' (tools off for a last answer, a raised output limit after a cut answer).
+    fn enter_call_model(&mut self) {
+        let raise = self.raise_output.take();
+        if self.wrap_up.is_some() || raise.is_some() {
+            let mut settings = self
+                .changes
+                .settings
+                .take()
+                .unwrap_or_else(|| self.cfg.settings.clone());
+            if self.wrap_up.is_some() {
+                settings.tool_choice = Some(crate::model::ToolChoice::None);
+            }
+            if let Some(n) = raise {
+                settings.max_tokens = Some(n);
+            }
+            self.changes.settings = Some(settings);
+        }
+        self.phase = Phase::CallModel;
+    }
+
+    /// The text of the last assistant message, when it has any.
+    fn last_assistant_text(&self) -> Option<String> {
+        self.transcript.iter().rev().find_map(|m| match m {
+            Message::Assistant(a) if !a.text.trim().is_empty() => Some(a.text.clone()),
+            Message::Assistant(_) => None,
+            _ => None,
+        })
     }
 
     /// Takes back what the before-model hooks added for this call only.
@@ -656,49 +746,81 @@ impl RunMachine {
                 0.0,
             ));
         }
-        if !self.retrying_output
-            && let Some(max) = l.max_turns
-            && self.turn >= max
-        {
-            return Some(hit(LimitKind::Turns, max.into(), self.turn.into(), 1.0));
+        if self.wrap_up.is_some() {
+            // The last answer after a limit is the one call past it.
+            return None;
         }
-        if let Some(max) = l.max_model_calls
-            && self.model_calls >= max
+        if !self.retrying_output
+            && let Some(hit) = self.turn_hit()
         {
-            return Some(hit(
+            return Some(hit);
+        }
+        self.model_call_hit().or_else(|| self.spent_hit())
+    }
+
+    /// The turn limit, when this turn is the last allowed.
+    pub(super) fn turn_hit(&self) -> Option<LimitHit> {
+        let max = Limits::bound(self.limits.max_turns)?;
+        (self.turn >= max).then(|| hit(LimitKind::Turns, max.into(), self.turn.into(), 1.0))
+    }
+
+    /// The model-call limit, when no model call is left.
+    pub(super) fn model_call_hit(&self) -> Option<LimitHit> {
+        let max = Limits::bound(self.limits.max_model_calls)?;
+        (self.model_calls >= max).then(|| {
+            hit(
                 LimitKind::ModelCalls,
                 max.into(),
                 self.model_calls.into(),
                 1.0,
-            ));
-        }
-        if let Some(max) = l.max_tokens
-            && self.usage.total_tokens() >= max
-        {
-            return Some(hit(
-                LimitKind::Tokens,
-                max as f64,
-                self.usage.total_tokens() as f64,
-                0.0,
-            ));
-        }
-        if let Some(max) = l.max_cost_usd
-            && self.cost >= max
-        {
-            return Some(hit(LimitKind::Cost, max, self.cost, 0.0));
-        }
-        None
+            )
+        })
     }
 
+    /// The token or cost budget, when it is spent.
+    pub(super) fn spent_hit(&self) -> Option<LimitHit> {
+        let l = &self.limits;
+        if let Some(max) = l.max_tokens.filter(|&n| n > 0)
+            && self.usage.total_tokens() >= max
+        {
+            let used = self.usage.total_tokens() as f64;
+            return Some(hit(LimitKind::Tokens, max as f64, used, 0.0));
+        }
+        match l.max_cost_usd {
+            Some(max) if self.cost >= max => Some(hit(LimitKind::Cost, max, self.cost, 0.0)),
+            _ => None,
+        }
+    }
+
+    /// True when a limit of this kind asks the model for a last answer instead of stopping.
+    pub(super) fn answers_on(&self, kind: LimitKind) -> bool {
+        self.limits.on_limit == OnLimit::Answer
+            && self.wrap_up.is_none()
+            && !matches!(kind, LimitKind::ModelCalls | LimitKind::Deadline)
+    }
+
+    /// A limit stops the run: at once, or (`on_limit = "answer"`) after one last model call with
+    /// tools off. Every call in the transcript is answered before this is called.
     fn stop_on_limit(&mut self, hit: LimitHit) {
-        let reason = match hit.limit {
-            LimitKind::Turns => StopReason::MaxTurns,
-            LimitKind::ToolCalls => StopReason::MaxToolCalls,
-            LimitKind::ModelCalls => StopReason::MaxModelCalls,
-            LimitKind::Tokens | LimitKind::Cost => StopReason::Budget,
-            LimitKind::Deadline => StopReason::Deadline,
-            LimitKind::StuckLoop => StopReason::StuckLoop,
-        };
+        let reason = limit_stop(hit.limit);
+        if self.answers_on(hit.limit) {
+            self.limit = Some(hit);
+            self.error = Some(RunError::LimitReached(hit));
+            self.emit(|| EventKind::LimitReached { limit: hit });
+            self.wrap_up = Some(hit);
+            self.recent_turns.clear();
+            self.transcript.push(Message::user(format!(
+                "The run has reached its {} limit: no more tools can run. Give your final answer now, from what you have so far.",
+                hit.limit
+            )));
+            self.count_model_call();
+            return;
+        }
+        if let Some(first) = self.wrap_up {
+            // Something stopped the last answer: the first limit still names the stop.
+            self.finish(limit_stop(first.limit));
+            return;
+        }
         self.limit = Some(hit);
         self.error = Some(match hit.limit {
             LimitKind::Deadline => RunError::Deadline {
@@ -786,10 +908,13 @@ impl RunMachine {
         }
     }
 
-    /// A batch is over (every started call answered): fold it and decide what follows.
+    /// A batch is over (every started call answered): fold it and decide what follows: the
+    /// stuck-loop rule, then the stop conditions, then the next model call.
     fn end_batch(&mut self, p: Box<Pending>) {
         let failure = p.failure.clone();
         let interrupted = p.interrupted.map(|(by, _)| by);
+        let first = self.records.len();
+        let cut = p.cut;
         self.fold(*p);
         if let Some(e) = failure {
             self.fail(e);
@@ -798,9 +923,18 @@ impl RunMachine {
         if self.stop.is_some() {
             return;
         }
-        match interrupted {
-            Some(by) => self.stop_interrupted(by),
-            None => self.need_model(),
+        if let Some(by) = interrupted {
+            self.stop_interrupted(by);
+            return;
+        }
+        if !cut && let Some(h) = self.stuck(first) {
+            self.stop_on_limit(h);
+            return;
+        }
+        if self.seams.hooks {
+            self.phase = Phase::CheckStop;
+        } else {
+            self.need_model();
         }
     }
 
@@ -847,6 +981,18 @@ impl RunMachine {
     }
 }
 
+/// The stop reason of a limit.
+fn limit_stop(kind: LimitKind) -> StopReason {
+    match kind {
+        LimitKind::Turns => StopReason::MaxTurns,
+        LimitKind::ToolCalls => StopReason::MaxToolCalls,
+        LimitKind::ModelCalls => StopReason::MaxModelCalls,
+        LimitKind::Tokens | LimitKind::Cost => StopReason::Budget,
+        LimitKind::Deadline => StopReason::Deadline,
+        LimitKind::StuckLoop => StopReason::StuckLoop,
+    }
+}
+
 fn hit(limit: LimitKind, bound: f64, consumed: f64, requested: f64) -> LimitHit {
     LimitHit {
         limit,
@@ -865,6 +1011,7 @@ fn phase_name(phase: &Phase) -> &'static str {
         Phase::Review(_) => "the after-model hooks",
         Phase::Admit(_) => "an admission verdict",
         Phase::Run(_) => "a batch's calls",
+        Phase::CheckStop => "the stop conditions",
         Phase::Closing(Closing::Steering | Closing::FollowUps) => "waiting messages",
         Phase::Closing(Closing::CheckOutput) => "an output check",
         Phase::Closing(Closing::Finalize) => "the finish hooks",
@@ -884,6 +1031,7 @@ fn input_name(input: &Input) -> &'static str {
         Input::CallStarted { .. } => "a call start",
         Input::CallFinished { .. } => "a call's outcome",
         Input::GraceOver => "the end of a grace period",
+        Input::StopChecked { .. } => "the stop conditions' verdict",
         Input::Interrupted { .. } => "an interrupt",
         Input::Finalized { .. } => "the finish hooks' result",
     }

@@ -99,6 +99,9 @@ pub enum Action<'m> {
         /// The end of the grace period.
         until: Duration,
     },
+    /// After a tool turn, ask the stop conditions (the hooks' `should_stop`) whether the run ends
+    /// here, on [`crate::machine::RunMachine::state`]; answer [`Input::StopChecked`].
+    CheckStop,
     /// Check the final output with the output guardrails; answer [`Input::Checked`].
     CheckOutput(&'m str),
     /// Run the hooks' `on_error` and `on_finish` on [`crate::machine::RunMachine::outcome`];
@@ -192,6 +195,16 @@ pub enum Input {
     /// The after-model hooks ran.
     Reviewed {
         /// Hooks that failed.
+        failures: Vec<HookFailure>,
+        /// A hook rejected the final answer: the message the model reads before it answers again.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reask: Option<String>,
+    },
+    /// The stop conditions answered.
+    StopChecked {
+        /// The stop condition that ends the run here, if any.
+        stop: Option<String>,
+        /// Stop conditions that failed.
         failures: Vec<HookFailure>,
     },
     /// A gate answered, one verdict per call it was shown, or failed.

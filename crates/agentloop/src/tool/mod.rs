@@ -56,6 +56,10 @@ pub struct ToolSpec {
     /// crash may be re-run on resume.
     #[serde(default)]
     pub idempotent: bool,
+    /// It polls something that changes on its own (a job's status, a CI run): the stuck-loop
+    /// rule judges its repeated calls by their results alone, whatever their arguments.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub poller: bool,
     /// Per-attempt timeout: a slower attempt becomes a tool error (code `timeout`), retried under
     /// `retries`, then read by the model.
     #[serde(
@@ -516,6 +520,7 @@ impl Tool {
                 mode: ExecutionMode::Parallel,
                 mutating: false,
                 idempotent: false,
+                poller: false,
                 timeout: None,
                 retries: 0,
                 own_task: false,
@@ -584,6 +589,12 @@ impl ToolBuilder {
     /// Marks the tool safe to re-run with the same arguments.
     pub fn idempotent(mut self, yes: bool) -> Self {
         self.spec.idempotent = yes;
+        self
+    }
+
+    /// Marks the tool a poller ([`ToolSpec::poller`]).
+    pub fn poller(mut self, yes: bool) -> Self {
+        self.spec.poller = yes;
         self
     }
 
@@ -751,6 +762,8 @@ pub(crate) struct RegisteredTool {
     /// once here.
     pub(crate) call: Layered,
     pub(crate) validator: Arc<jsonschema::Validator>,
+    /// The declared output schema, compiled.
+    pub(crate) output: Option<Arc<jsonschema::Validator>>,
 }
 
 /// The tools of an agent, checked and compiled. Specs sit in one slice so a model request borrows
@@ -821,9 +834,14 @@ impl ToolSet {
             }
         }
         let validator = compile_schema(&spec.input_schema).map_err(|e| schema_err(&spec, e))?;
-        if let Some(output) = &spec.output_schema {
-            compile_schema(output).map_err(|e| schema_err(&spec, format!("output schema: {e}")))?;
-        }
+        let output = match &spec.output_schema {
+            Some(output) => {
+                Some(Arc::new(compile_schema(output).map_err(|e| {
+                    schema_err(&spec, format!("output schema: {e}"))
+                })?))
+            }
+            None => None,
+        };
         self.by_name.insert(spec.name.clone(), self.specs.len());
         let name: Arc<str> = Arc::from(spec.name.as_str());
         let call = layer::compose(handler, &spec);
@@ -832,6 +850,7 @@ impl ToolSet {
             name,
             call,
             validator: Arc::new(validator),
+            output,
         });
         Ok(())
     }
@@ -884,6 +903,27 @@ impl ToolSet {
             }]);
         };
         validate_with(&entry.validator, args)
+    }
+
+    /// Checks a successful output against the tool's declared output schema, if it has one: a
+    /// JSON output as it is, a text output parsed as JSON.
+    pub(crate) fn check_output(&self, index: usize, content: &ToolContent) -> Result<(), String> {
+        let Some(validator) = self.entries.get(index).and_then(|e| e.output.as_ref()) else {
+            return Ok(());
+        };
+        let parsed;
+        let value = match content {
+            ToolContent::Json(v) => v,
+            ToolContent::Text(t) => {
+                parsed = serde_json::from_str::<Value>(t)
+                    .map_err(|e| format!("the output is not JSON ({e})"))?;
+                &parsed
+            }
+            ToolContent::Parts(_) => {
+                return Err("the output is not JSON (it has several parts)".into());
+            }
+        };
+        validate_with(validator, value).map_err(|v| join_violations(&v))
     }
 }
 

@@ -3,13 +3,19 @@
     dead_code,
     clippy::unwrap_used,
     clippy::expect_used,
-    clippy::type_complexity
+    clippy::type_complexity,
+    clippy::panic,
+    clippy::indexing_slicing
 )]
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use agentloop::{Event, ModelResponse, Tool, ToolError, ToolOutput};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use agentloop::{
+    Agent, Event, Limits, Message, ModelResponse, ScriptedModel, Tool, ToolError, ToolOutput,
+};
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
@@ -75,5 +81,57 @@ impl Events {
     }
     pub fn all(&self) -> Vec<Event> {
         self.0.lock().unwrap().clone()
+    }
+}
+
+pub fn counting_tool(name: &str, counter: &Arc<AtomicUsize>) -> Tool {
+    let counter = counter.clone();
+    Tool::dynamic(
+        name,
+        "Counts its calls.",
+        json!({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}),
+        move |args: Value, _ctx| {
+            let counter = counter.clone();
+            async move {
+                counter.fetch_add(1, Ordering::SeqCst);
+                Ok(ToolOutput::json(args))
+            }
+        },
+    )
+}
+
+pub fn agent(model: ScriptedModel, tools: Vec<Tool>, limits: Limits) -> Agent {
+    Agent::builder()
+        .model(model)
+        .tools(tools)
+        .limits(limits)
+        .build()
+        .unwrap()
+}
+
+/// Every assistant tool call is answered exactly once, right after its message, ids matching.
+pub fn assert_tool_cycle(transcript: &[Message]) {
+    let mut i = 0;
+    while i < transcript.len() {
+        if let Message::Assistant(a) = &transcript[i] {
+            for (k, call) in a.tool_calls.iter().enumerate() {
+                let r = transcript.get(i + 1 + k).and_then(Message::as_tool_result);
+                let r = r.unwrap_or_else(|| {
+                    panic!("call {} has no result right after its message", call.id)
+                });
+                assert_eq!(
+                    &*r.call_id,
+                    call.id.as_str(),
+                    "results follow decision order"
+                );
+            }
+            i += 1 + a.tool_calls.len();
+        } else {
+            assert!(
+                transcript[i].as_tool_result().is_none(),
+                "a tool result without its call at {i}"
+            );
+            i += 1;
+        }
     }
 }

@@ -1,0 +1,258 @@
+#![allow(
+    clippy::indexing_slicing,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic
+)]
+//! Limits, stops and results through `agentloop run --json`: default bounds, the stuck-loop rule,
+//! answers that are not answers, cut tool calls, and `on_limit = "answer"`.
+
+mod support;
+
+use serde_json::Value;
+use support::*;
+
+/// A scripted agent with one command tool, `probe`: the support crate's logging tool, which logs
+/// its arguments and prints the same answer whatever they are.
+fn scripted(script: &str, extra: &str) -> AgentDir {
+    let dir = AgentDir::new(&format!(
+        r#"name = "limits"
+[model]
+provider = "scripted"
+script = "script.json"
+{extra}
+[[tools]]
+name = "probe"
+command = ["python3", "tool.py"]
+input_schema = {{ type = "object", properties = {{ n = {{ type = "integer" }} }} }}
+"#
+    ));
+    dir.write("script.json", script);
+    dir
+}
+
+async fn run_json(dir: &AgentDir) -> (Option<i32>, Value) {
+    let out = agentloop(args(&[
+        "run",
+        dir.agent().to_str().unwrap(),
+        "--input",
+        "go",
+        "--json",
+    ]))
+    .await;
+    (out.status.code(), stdout_json(&out))
+}
+
+fn probe_calls(n: usize, args: impl Fn(usize) -> String) -> String {
+    let turns: Vec<String> = (0..n)
+        .map(|i| {
+            format!(
+                r#"{{"tool_calls": [{{"id": "c{i}", "name": "probe", "arguments": {}}}]}}"#,
+                args(i)
+            )
+        })
+        .collect();
+    format!("[{}, {{\"text\": \"done\"}}]", turns.join(", "))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn plan_shows_the_default_bounds_and_unlimited_lifts_one() {
+    let dir = scripted(r#"[{"text": "hi"}]"#, "");
+    let out = agentloop(args(&["plan", dir.agent().to_str().unwrap(), "--json"])).await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let limits = &stdout_json(&out)["limits"];
+    assert_eq!(limits["max_turns"], 25);
+    assert_eq!(limits["max_tool_calls"], 100);
+    assert_eq!(limits["max_model_calls"], 50);
+    assert_eq!(limits["on_limit"], "stop");
+
+    let dir = scripted(
+        r#"[{"text": "hi"}]"#,
+        "[limits]\nmax_turns = \"unlimited\"\nmax_tool_calls = 0\non_limit = \"answer\"\n",
+    );
+    let out = agentloop(args(&["plan", dir.agent().to_str().unwrap()])).await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("max_turns: unlimited"), "{text}");
+    assert!(text.contains("max_tool_calls: unlimited"), "{text}");
+    assert!(text.contains("max_model_calls: 50"), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stuck_loop_threshold_of_one_and_a_bad_bound_are_refused() {
+    for (limits, key) in [
+        ("stuck_loop_threshold = 1", "limits.stuck_loop_threshold"),
+        ("max_turns = \"lots\"", "limits.max_turns"),
+        ("max_tokens = -5", "limits.max_tokens"),
+    ] {
+        let dir = scripted(r#"[{"text": "hi"}]"#, &format!("[limits]\n{limits}\n"));
+        let (code, v) = run_json(&dir).await;
+        assert_eq!(code, Some(3), "{limits}: {v}");
+        let message = v["error"]["message"].as_str().unwrap();
+        assert!(message.contains(key), "{message}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_same_call_with_the_same_result_is_stopped_but_a_changing_result_is_not() {
+    // The same arguments, the same output, three turns: a loop.
+    let dir = scripted(&probe_calls(5, |_| r#"{"n": 1}"#.into()), "");
+    let (code, v) = run_json(&dir).await;
+    assert_eq!(code, Some(5), "{v}");
+    assert_eq!(v["stop_reason"], "stuck_loop");
+    assert_eq!(v["limit"]["limit"], "stuck_loop");
+    assert_eq!(v["tool_calls"].as_array().unwrap().len(), 3);
+    assert!(
+        v["tool_calls"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|c| c["ok"] == true)
+    );
+    assert_eq!(dir.tool_inputs().len(), 3, "each call ran");
+
+    // Changing arguments with the same result: progress for an ordinary tool...
+    let dir = scripted(&probe_calls(4, |i| format!(r#"{{"n": {i}}}"#)), "");
+    let (code, v) = run_json(&dir).await;
+    assert_eq!(code, Some(0), "{v}");
+    assert_eq!(v["stop_reason"], "finished");
+
+    // ... but a poller is judged by its results alone.
+    let dir = AgentDir::new(
+        r#"name = "poll"
+[model]
+provider = "scripted"
+script = "script.json"
+[[tools]]
+name = "probe"
+command = ["python3", "tool.py"]
+poller = true
+"#,
+    );
+    dir.write(
+        "script.json",
+        &probe_calls(4, |i| format!(r#"{{"n": {i}}}"#)),
+    );
+    let (code, v) = run_json(&dir).await;
+    assert_eq!(code, Some(5), "{v}");
+    assert_eq!(v["stop_reason"], "stuck_loop");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_last_turn_runs_no_tool_and_on_limit_answer_asks_for_a_last_answer() {
+    let script = r#"[{"tool_calls": [{"id": "a", "name": "probe", "arguments": {"n": 1}}]},
+                     {"text": "what I have so far"}]"#;
+    let dir = scripted(script, "[limits]\nmax_turns = 1\n");
+    let (code, v) = run_json(&dir).await;
+    assert_eq!(code, Some(5), "{v}");
+    assert_eq!(v["stop_reason"], "max_turns");
+    assert!(dir.tool_inputs().is_empty(), "the tool never ran");
+    assert_eq!(v["tool_calls"][0]["error"]["code"], "limit.max_turns");
+    assert_eq!(v["output"], Value::Null);
+
+    let dir = scripted(script, "[limits]\nmax_turns = 1\non_limit = \"answer\"\n");
+    let (code, v) = run_json(&dir).await;
+    assert_eq!(code, Some(5), "the limit still names the stop: {v}");
+    assert_eq!(v["stop_reason"], "max_turns");
+    assert_eq!(v["output"], "what I have so far");
+    assert_eq!(v["model_calls"], 2);
+    let pending = v["tool_calls"][0]["error"]["message"].as_str().unwrap();
+    assert!(pending.starts_with("stopped:"), "{pending}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_refused_answer_is_not_finished_and_its_calls_never_run() {
+    let script = r#"[{"text": "I can't help with that.", "finish_reason": "refusal",
+                      "tool_calls": [{"id": "a", "name": "probe", "arguments": {}}]}]"#;
+    let dir = scripted(script, "");
+    let (code, v) = run_json(&dir).await;
+    assert_eq!(code, Some(4), "{v}");
+    assert_eq!(v["stop_reason"], "refused");
+    assert_eq!(v["error"]["code"], "model.refused");
+    assert_eq!(v["output"], "I can't help with that.");
+    assert!(dir.tool_inputs().is_empty());
+
+    let dir = scripted(r#"[{"text": "", "finish_reason": "content_filter"}]"#, "");
+    let (code, v) = run_json(&dir).await;
+    assert_eq!(code, Some(4), "{v}");
+    assert_eq!(v["stop_reason"], "content_filter");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cut_answer_over_http_is_asked_again_with_a_larger_limit_then_stops_truncated() {
+    let fake = FakeProvider::start(
+        "/v1/chat/completions",
+        vec![
+            ok("openai_chat/oai_chat_ns_length.json"),
+            ok("openai_chat/oai_chat_ns_length.json"),
+        ],
+    )
+    .await;
+    // The recorded response is a whole body, not a stream.
+    let dir = AgentDir::new(&openai_agent(
+        &fake.uri(),
+        "max_tokens = 50\nstream = false\n",
+    ));
+    let out = agentloop(args(&[
+        "run",
+        dir.agent().to_str().unwrap(),
+        "--input",
+        "hi",
+        "--json",
+    ]))
+    .await;
+    assert_eq!(out.status.code(), Some(4), "stderr: {}", stderr(&out));
+    let v = stdout_json(&out);
+    assert_eq!(v["stop_reason"], "truncated", "{v}");
+    assert_eq!(v["error"]["code"], "model.truncated");
+    assert_eq!(v["output"], "{\"", "the partial text is kept");
+    let bodies = fake.bodies().await;
+    assert_eq!(bodies.len(), 2);
+    let limit = |b: &Value| {
+        b.get("max_completion_tokens")
+            .or_else(|| b.get("max_tokens"))
+            .cloned()
+    };
+    assert_eq!(limit(&bodies[0]), Some(Value::from(50)));
+    assert_eq!(limit(&bodies[1]), Some(Value::from(100)));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tool_call_cut_over_http_is_fed_back_and_the_run_goes_on() {
+    let fake = FakeProvider::start(
+        "/v1/messages",
+        vec![
+            ok("anthropic/anth_s_incomplete_json_max_tokens.sse"),
+            ok("anthropic/anth_s_text.sse"),
+        ],
+    )
+    .await;
+    let dir = AgentDir::new(&anthropic_agent(&fake.uri(), "make_file"));
+    let out = agentloop(args(&[
+        "run",
+        dir.agent().to_str().unwrap(),
+        "--input",
+        "taxes",
+        "--json",
+    ]))
+    .await;
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    let v = stdout_json(&out);
+    assert_eq!(v["stop_reason"], "finished");
+    assert_eq!(v["tool_calls"][0]["error"]["code"], "truncated");
+    assert!(dir.tool_inputs().is_empty(), "the cut call never ran");
+    let bodies = fake.bodies().await;
+    let second = bodies[1].to_string();
+    assert!(
+        second.contains("cut off by the output token limit"),
+        "{second}"
+    );
+    assert!(
+        second.contains("toolu_01EKqbqmZrGRXy18eN7m9kvY"),
+        "{second}"
+    );
+    assert_eq!(
+        bodies[1]["max_tokens"], 1024,
+        "the limit is raised once after a cut"
+    );
+}
