@@ -444,7 +444,8 @@ section! {
         /// `allow`, `ask` or `deny`.
         permission: Permission,
         /// Matches when an argument (a string, or an array of strings joined by spaces) starts
-        /// with a prefix, on a word boundary.
+        /// with a prefix's words; an `allow` never admits a chained command unless the rule says
+        /// `allow_chaining = true`.
         command_prefix: Option<CommandPrefixSpec>,
         /// Matches when an argument (a path) matches a glob.
         path_glob: Option<Spanned<PathGlobSpec>>,
@@ -458,6 +459,9 @@ section! {
         field: String,
         /// The prefix.
         prefix: Spanned<String>,
+        /// An `allow` rule also admits the command chained with others (`;`, `&&`, `|`, ...);
+        /// default false.
+        allow_chaining: Option<bool>,
     }
 }
 

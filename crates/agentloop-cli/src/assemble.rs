@@ -140,6 +140,7 @@ pub fn permission_rules(file: &AgentFile) -> Vec<PermissionRule> {
             (Some(c), _) => Some(ArgumentMatch::CommandPrefix {
                 field: c.field.clone(),
                 prefix: c.prefix.get_ref().clone(),
+                allow_chaining: c.allow_chaining.unwrap_or(false),
             }),
             (None, Some(g)) => Some(ArgumentMatch::PathGlob {
                 field: g.get_ref().field.clone(),
@@ -158,8 +159,9 @@ pub fn permission_rules(file: &AgentFile) -> Vec<PermissionRule> {
 
 /// The permission store the file describes: its `default` (allow when absent) as the fallback,
 /// the answers saved in its `store` file, and its lists and rules as configured rules (never
-/// written back to the file). An answer saved for a tool replaces the file's `ask` list entry and
-/// `ask` rules for that tool, as it did in the run that saved it; a `deny` in the file still wins.
+/// written back to the file). Path rules resolve paths against the agent file's folder. The core
+/// store decides which wins: a saved answer settles the file's `ask` for its tool, never an `ask`
+/// or `deny` rule on the arguments, nor a `deny` for the tool.
 pub fn permission_store(file: &AgentFile) -> Result<PermissionStore, CliError> {
     let Some(p) = file.permissions() else {
         return Ok(PermissionStore::new(Permission::Allow));
@@ -172,17 +174,11 @@ pub fn permission_store(file: &AgentFile) -> Result<PermissionStore, CliError> {
             })?,
         None => PermissionStore::new(fallback),
     };
-    let saved: Vec<String> = store
-        .rules()
-        .iter()
-        .filter(|r| r.arguments.is_none())
-        .map(|r| r.tool.clone())
-        .collect();
+    // Lexically absolute, as the paths a tool is given are: no link is followed.
+    let root = std::path::absolute(&file.dir).unwrap_or_else(|_| file.dir.clone());
+    store.root(root);
     for rule in permission_rules(file) {
-        let answered = rule.permission == Permission::Ask && saved.contains(&rule.tool);
-        if !answered {
-            store.configure(rule);
-        }
+        store.configure(rule);
     }
     Ok(store)
 }
@@ -261,7 +257,7 @@ mod tests {
     }
 
     #[test]
-    fn a_saved_answer_replaces_ask_in_the_file_but_never_a_deny() {
+    fn a_saved_answer_settles_ask_for_the_tool_but_never_an_argument_rule_or_a_deny() {
         let dir = tempfile::tempdir().unwrap();
         let mut saved =
             crate::permission_file::open(dir.path().join("p.json"), Permission::Ask).unwrap();
@@ -282,19 +278,20 @@ command_prefix = { field = "command", prefix = "rm" }
         );
         let store = permission_store(&file).unwrap();
         assert_eq!(
+            store.decide("shell", &json!({"command": "ls"})),
+            Permission::Allow,
+            "the saved answer settles `ask`"
+        );
+        assert_eq!(
             store.decide("shell", &json!({"command": "rm -rf x"})),
-            Permission::Allow
+            Permission::Ask,
+            "never the ask rule on the arguments"
         );
         assert_eq!(store.decide("write", &json!({})), Permission::Deny);
         assert_eq!(
             store.decide("other", &json!({})),
             Permission::Deny,
             "the default"
-        );
-        assert!(
-            store.configured().iter().all(|r| r.tool != "shell"),
-            "{:?}",
-            store.configured()
         );
     }
 

@@ -192,9 +192,16 @@ fn words(v: &Value) -> String {
 fn rule_words(r: &Value) -> String {
     let a = &r["arguments"];
     let when = match a["kind"].as_str() {
-        Some("command_prefix") => {
-            format!(" when {} starts with {}", show(&a["field"]), a["prefix"])
-        }
+        Some("command_prefix") => format!(
+            " when {} starts with {}{}",
+            show(&a["field"]),
+            a["prefix"],
+            if a["allow_chaining"] == true {
+                " (chained commands too)"
+            } else {
+                ""
+            }
+        ),
         Some("path_glob") => format!(" when {} matches {}", show(&a["field"]), a["glob"]),
         _ => String::new(),
     };
