@@ -29,7 +29,8 @@ pub struct Limits {
     pub max_tool_calls: Option<u32>,
     /// The most model calls (including those that re-ask for a valid structured answer).
     pub max_model_calls: Option<u32>,
-    /// The most tokens (input plus output) over the run.
+    /// The most tokens (input plus output) over the run. Input counts the same on every
+    /// provider: cached input and tokens written to the cache are included (see [`Usage`]).
     pub max_tokens: Option<u64>,
     /// The most USD the run may spend.
     pub max_cost_usd: Option<f64>,
