@@ -6,13 +6,13 @@ use std::time::Duration;
 
 use agentloop::{
     Agent, Answer, ApprovalPrompter, ArgumentMatch, FixedAnswer, Gate, Limits, Model,
-    ModelSettings, Permission, PermissionGate, PermissionRule, PermissionStore, ScriptedModel,
-    Tool,
+    ModelSettings, Permission, PermissionGate, PermissionRule, PermissionStore, Price,
+    ScriptedModel, Tool,
 };
 use agentloop_tools::CommandTool;
 use serde_json::json;
 
-use crate::agent_file::{AgentFile, Provider};
+use crate::agent_file::{AgentFile, ModelSpec, Provider};
 
 use crate::error::CliError;
 
@@ -111,6 +111,32 @@ pub fn model(file: &AgentFile) -> Result<Arc<dyn Model>, CliError> {
         Provider::Scripted => Ok(Arc::new(scripted_model(file)?)),
         live => crate::live::model(file, live),
     }
+}
+
+/// Where the price of an agent's model comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PriceSource {
+    /// The agent file's `[model] price`.
+    AgentFile,
+    /// The providers' built-in table, for a live model it knows.
+    BuiltIn,
+}
+
+/// The price of the file's model: its `[model] price`, or the built-in table's entry for a live
+/// model; `None` when the model is unpriced (a scripted model without a price, a local server's
+/// model name).
+pub fn price(model: &ModelSpec) -> Option<(Price, PriceSource)> {
+    if let Some(p) = &model.price {
+        return Some((p.get_ref().price(), PriceSource::AgentFile));
+    }
+    if *model.provider.get_ref() == Provider::Scripted {
+        return None;
+    }
+    let name = model.name.as_ref()?;
+    agentloop_providers::default_prices()
+        .get(name.get_ref())
+        .map(|p| (*p, PriceSource::BuiltIn))
 }
 
 /// The rules of the `[permissions]` table: the `deny`, `ask` and `allow` lists (each a rule for
@@ -227,7 +253,11 @@ pub fn agent(
     if let Some(schema) = &file.spec.output_schema {
         builder = builder.output_schema(schema.get_ref().clone());
     }
-    if let Some(pricing) = crate::live::pricing(*file.model().provider.get_ref()) {
+    if let Some(price) = file.model().price.as_ref().map(|p| p.get_ref().price()) {
+        // The file prices its own model, whatever name the server answers with.
+        builder = builder
+            .pricing(move |_: &str, _: &str, usage: &agentloop::Usage| Some(price.cost(usage)));
+    } else if let Some(pricing) = crate::live::pricing(*file.model().provider.get_ref()) {
         builder = builder.pricing(
             move |provider: &str, model: &str, usage: &agentloop::Usage| {
                 pricing.cost(provider, model, usage)
