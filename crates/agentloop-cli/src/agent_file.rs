@@ -373,6 +373,35 @@ section! {
         seed: Option<i64>,
         /// The most tokens one response may hold.
         max_tokens: Option<Spanned<u32>>,
+        /// The model's price, USD per million tokens (the built-in table's otherwise).
+        price: Option<Spanned<PriceSpec>>,
+    }
+}
+
+section! {
+    /// `price = { input = 0.15, output = 0.60, cached_input = 0.075, cache_write = 0.1875 }`: USD
+    /// per million tokens; cached input and cache writes cost the input price when not given.
+    PriceSpec {
+        /// Per million input tokens.
+        input: Spanned<f64>,
+        /// Per million output tokens.
+        output: Spanned<f64>,
+        /// Per million input tokens read from the provider's cache.
+        cached_input: Option<Spanned<f64>>,
+        /// Per million input tokens written to the provider's cache.
+        cache_write: Option<Spanned<f64>>,
+    }
+}
+
+impl PriceSpec {
+    /// The price it gives.
+    pub fn price(&self) -> agentloop::Price {
+        agentloop::Price {
+            input: *self.input.get_ref(),
+            output: *self.output.get_ref(),
+            cached_input: self.cached_input.as_ref().map(|v| *v.get_ref()),
+            cache_write: self.cache_write.as_ref().map(|v| *v.get_ref()),
+        }
     }
 }
 
@@ -491,7 +520,8 @@ section! {
         /// `allow`, `ask` or `deny`.
         permission: Permission,
         /// Matches when an argument (a string, or an array of strings joined by spaces) starts
-        /// with a prefix, on a word boundary.
+        /// with a prefix's words; an `allow` never admits a chained command unless the rule says
+        /// `allow_chaining = true`.
         command_prefix: Option<CommandPrefixSpec>,
         /// Matches when an argument (a path) matches a glob.
         path_glob: Option<Spanned<PathGlobSpec>>,
@@ -505,6 +535,9 @@ section! {
         field: String,
         /// The prefix.
         prefix: Spanned<String>,
+        /// An `allow` rule also admits the command chained with others (`;`, `&&`, `|`, ...);
+        /// default false.
+        allow_chaining: Option<bool>,
     }
 }
 
@@ -671,6 +704,7 @@ fn check_rules(spec: &AgentFileSpec, dir: &Path, problems: &mut Problems) -> Opt
     check_model(spec.model.get_ref(), dir, problems);
     if let Some(limits) = &spec.limits {
         check_limits(limits, problems);
+        check_budget_priced(limits, spec.model.get_ref(), problems);
     }
     let tools: Vec<(String, &ToolFileSpec)> = spec
         .tools
@@ -964,6 +998,26 @@ fn check_model(model: &ModelSpec, dir: &Path, problems: &mut Problems) {
             "the temperature must be between 0 and 2",
         );
     }
+    if let Some(price) = &model.price {
+        let p = price.get_ref();
+        let parts = [
+            ("input", Some(&p.input)),
+            ("output", Some(&p.output)),
+            ("cached_input", p.cached_input.as_ref()),
+            ("cache_write", p.cache_write.as_ref()),
+        ];
+        for (key, value) in parts {
+            if let Some(v) = value
+                && !(v.get_ref().is_finite() && *v.get_ref() >= 0.0)
+            {
+                problems.at(
+                    &format!("model.price.{key}"),
+                    span_of(v),
+                    "a price must be a number of USD per million tokens, zero or more",
+                );
+            }
+        }
+    }
     if let Some(m) = &model.max_tokens
         && *m.get_ref() == 0
     {
@@ -1012,6 +1066,34 @@ fn check_limits(limits: &LimitsSpec, problems: &mut Problems) {
             "max_cost_usd must be zero or more",
         );
     }
+}
+
+/// A cost budget needs a price for the model, or it could never hold: the file's
+/// `[model] price`, or the built-in table's for a live model it knows.
+fn check_budget_priced(limits: &LimitsSpec, model: &ModelSpec, problems: &mut Problems) {
+    let Some(budget) = &limits.max_cost_usd else {
+        return;
+    };
+    if crate::assemble::price(model).is_some() {
+        return;
+    }
+    let which = match (model.provider.get_ref(), &model.name) {
+        (Provider::Scripted, _) => "the scripted model has no price".to_owned(),
+        (_, Some(name)) => format!(
+            "the model {:?} is not in the built-in price table",
+            name.get_ref()
+        ),
+        (_, None) => "the model has no price".to_owned(),
+    };
+    problems.at(
+        "limits.max_cost_usd",
+        span_of(budget),
+        format!(
+            "max_cost_usd needs a price for the model, and {which}: give it in [model] as \
+             `price = {{ input = 0.40, output = 1.60 }}` (USD per million tokens; optional \
+             `cached_input`, `cache_write`)"
+        ),
+    );
 }
 
 fn check_tool(tool: &ToolFileSpec, path: &str, dir: &Path, problems: &mut Problems) {

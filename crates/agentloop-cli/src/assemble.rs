@@ -6,13 +6,13 @@ use std::time::Duration;
 
 use agentloop::{
     Agent, Answer, ApprovalPrompter, ArgumentMatch, FixedAnswer, Gate, Limits, Model,
-    ModelSettings, Permission, PermissionGate, PermissionRule, PermissionStore, ScriptedModel,
-    Tool,
+    ModelSettings, Permission, PermissionGate, PermissionRule, PermissionStore, Price,
+    ScriptedModel, Tool,
 };
 use agentloop_tools::CommandTool;
 use serde_json::json;
 
-use crate::agent_file::{AgentFile, Bound, Provider};
+use crate::agent_file::{AgentFile, Bound, ModelSpec, Provider};
 
 use crate::error::CliError;
 
@@ -124,6 +124,32 @@ pub fn model(file: &AgentFile) -> Result<Arc<dyn Model>, CliError> {
     }
 }
 
+/// Where the price of an agent's model comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PriceSource {
+    /// The agent file's `[model] price`.
+    AgentFile,
+    /// The providers' built-in table, for a live model it knows.
+    BuiltIn,
+}
+
+/// The price of the file's model: its `[model] price`, or the built-in table's entry for a live
+/// model; `None` when the model is unpriced (a scripted model without a price, a local server's
+/// model name).
+pub fn price(model: &ModelSpec) -> Option<(Price, PriceSource)> {
+    if let Some(p) = &model.price {
+        return Some((p.get_ref().price(), PriceSource::AgentFile));
+    }
+    if *model.provider.get_ref() == Provider::Scripted {
+        return None;
+    }
+    let name = model.name.as_ref()?;
+    agentloop_providers::default_prices()
+        .get(name.get_ref())
+        .map(|p| (*p, PriceSource::BuiltIn))
+}
+
 /// The rules of the `[permissions]` table: the `deny`, `ask` and `allow` lists (each a rule for
 /// every call of a tool), then the `[[permissions.rules]]`.
 pub fn permission_rules(file: &AgentFile) -> Vec<PermissionRule> {
@@ -151,6 +177,7 @@ pub fn permission_rules(file: &AgentFile) -> Vec<PermissionRule> {
             (Some(c), _) => Some(ArgumentMatch::CommandPrefix {
                 field: c.field.clone(),
                 prefix: c.prefix.get_ref().clone(),
+                allow_chaining: c.allow_chaining.unwrap_or(false),
             }),
             (None, Some(g)) => Some(ArgumentMatch::PathGlob {
                 field: g.get_ref().field.clone(),
@@ -169,8 +196,9 @@ pub fn permission_rules(file: &AgentFile) -> Vec<PermissionRule> {
 
 /// The permission store the file describes: its `default` (allow when absent) as the fallback,
 /// the answers saved in its `store` file, and its lists and rules as configured rules (never
-/// written back to the file). An answer saved for a tool replaces the file's `ask` list entry and
-/// `ask` rules for that tool, as it did in the run that saved it; a `deny` in the file still wins.
+/// written back to the file). Path rules resolve paths against the agent file's folder. The core
+/// store decides which wins: a saved answer settles the file's `ask` for its tool, never an `ask`
+/// or `deny` rule on the arguments, nor a `deny` for the tool.
 pub fn permission_store(file: &AgentFile) -> Result<PermissionStore, CliError> {
     let Some(p) = file.permissions() else {
         return Ok(PermissionStore::new(Permission::Allow));
@@ -183,17 +211,11 @@ pub fn permission_store(file: &AgentFile) -> Result<PermissionStore, CliError> {
             })?,
         None => PermissionStore::new(fallback),
     };
-    let saved: Vec<String> = store
-        .rules()
-        .iter()
-        .filter(|r| r.arguments.is_none())
-        .map(|r| r.tool.clone())
-        .collect();
+    // Lexically absolute, as the paths a tool is given are: no link is followed.
+    let root = std::path::absolute(&file.dir).unwrap_or_else(|_| file.dir.clone());
+    store.root(root);
     for rule in permission_rules(file) {
-        let answered = rule.permission == Permission::Ask && saved.contains(&rule.tool);
-        if !answered {
-            store.configure(rule);
-        }
+        store.configure(rule);
     }
     Ok(store)
 }
@@ -242,7 +264,11 @@ pub fn agent(
     if let Some(schema) = &file.spec.output_schema {
         builder = builder.output_schema(schema.get_ref().clone());
     }
-    if let Some(pricing) = crate::live::pricing(*file.model().provider.get_ref()) {
+    if let Some(price) = file.model().price.as_ref().map(|p| p.get_ref().price()) {
+        // The file prices its own model, whatever name the server answers with.
+        builder = builder
+            .pricing(move |_: &str, _: &str, usage: &agentloop::Usage| Some(price.cost(usage)));
+    } else if let Some(pricing) = crate::live::pricing(*file.model().provider.get_ref()) {
         builder = builder.pricing(
             move |provider: &str, model: &str, usage: &agentloop::Usage| {
                 pricing.cost(provider, model, usage)
@@ -272,7 +298,7 @@ mod tests {
     }
 
     #[test]
-    fn a_saved_answer_replaces_ask_in_the_file_but_never_a_deny() {
+    fn a_saved_answer_settles_ask_for_the_tool_but_never_an_argument_rule_or_a_deny() {
         let dir = tempfile::tempdir().unwrap();
         let mut saved =
             crate::permission_file::open(dir.path().join("p.json"), Permission::Ask).unwrap();
@@ -293,19 +319,20 @@ command_prefix = { field = "command", prefix = "rm" }
         );
         let store = permission_store(&file).unwrap();
         assert_eq!(
+            store.decide("shell", &json!({"command": "ls"})),
+            Permission::Allow,
+            "the saved answer settles `ask`"
+        );
+        assert_eq!(
             store.decide("shell", &json!({"command": "rm -rf x"})),
-            Permission::Allow
+            Permission::Ask,
+            "never the ask rule on the arguments"
         );
         assert_eq!(store.decide("write", &json!({})), Permission::Deny);
         assert_eq!(
             store.decide("other", &json!({})),
             Permission::Deny,
             "the default"
-        );
-        assert!(
-            store.configured().iter().all(|r| r.tool != "shell"),
-            "{:?}",
-            store.configured()
         );
     }
 

@@ -1,11 +1,19 @@
 //! The permission store's file: the "always" answers a person gave, kept as JSON
 //! (`{"rules": [...]}`) so that later runs ask nobody again. The core's store decides; this file
-//! only remembers. A save writes a temporary file of its own and renames it over the store, so a
-//! crash never leaves a half-written file and two processes saving at once never mix their bytes.
+//! only remembers.
+//!
+//! Two processes (two `agentloop` runs of one agent) may answer at once. A save therefore takes an
+//! advisory lock on a file of its own beside the store (`<store>.lock`; the store itself is
+//! replaced on every save, so a lock on it would not hold), reads the store again under the lock,
+//! merges its answers into what it finds (an answer replaces the rule of the same tool and
+//! arguments; every other rule stays), writes a uniquely named temporary file in the same folder,
+//! syncs it to disk and renames it over the store. Neither process loses the other's answer, and a
+//! reader never sees a half-written file.
 
+use std::fs::File;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use agentloop::{Permission, PermissionRule, PermissionStore, PermissionStoreError, SaveRules};
 use serde::{Deserialize, Serialize};
@@ -27,15 +35,7 @@ pub fn open(
     fallback: Permission,
 ) -> Result<PermissionStore, PermissionStoreError> {
     let path = path.as_ref().to_path_buf();
-    let rules = match std::fs::read_to_string(&path) {
-        Ok(text) => {
-            serde_json::from_str::<SavedRules>(&text)
-                .map_err(|e| error(&path, e.to_string()))?
-                .rules
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
-        Err(e) => return Err(error(&path, e.to_string())),
-    };
+    let rules = read(&path)?;
     Ok(PermissionStore::with_saved(
         rules,
         fallback,
@@ -43,32 +43,174 @@ pub fn open(
     ))
 }
 
-fn error(path: &Path, message: String) -> PermissionStoreError {
+/// The rules kept in `path`; none when the file does not exist.
+fn read(path: &Path) -> Result<Vec<PermissionRule>, PermissionStoreError> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => serde_json::from_str::<SavedRules>(&text)
+            .map(|s| s.rules)
+            .map_err(|e| error(path, e.to_string())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+        Err(e) => Err(error(path, e.to_string())),
+    }
+}
+
+fn error(path: &Path, message: impl Into<String>) -> PermissionStoreError {
     PermissionStoreError {
         path: path.display().to_string(),
-        message,
+        message: message.into(),
     }
+}
+
+/// `kept` with each of `answers` in it: an answer replaces the kept rule of the same tool and
+/// arguments, in its place; a new one goes at the end.
+fn merge(mut kept: Vec<PermissionRule>, answers: &[PermissionRule]) -> Vec<PermissionRule> {
+    for answer in answers {
+        let same = |r: &PermissionRule| r.tool == answer.tool && r.arguments == answer.arguments;
+        match kept.iter_mut().find(|r| same(r)) {
+            Some(r) => *r = answer.clone(),
+            None => kept.push(answer.clone()),
+        }
+    }
+    kept
 }
 
 impl SaveRules for RulesFile {
     fn save(&self, rules: &[PermissionRule]) -> Result<(), PermissionStoreError> {
-        static SAVES: AtomicU64 = AtomicU64::new(0);
         let path = &self.path;
-        let text = serde_json::to_string_pretty(&SavedRules {
-            rules: rules.to_vec(),
-        })
-        .map_err(|e| error(path, e.to_string()))?;
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(|e| error(path, e.to_string()))?;
+        let io = |e: std::io::Error| error(path, e.to_string());
+        let dir = match path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            Some(dir) => dir.to_path_buf(),
+            None => PathBuf::from("."),
+        };
+        std::fs::create_dir_all(&dir).map_err(io)?;
+        let mut lock_name = path.as_os_str().to_owned();
+        lock_name.push(".lock");
+        let lock = File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(PathBuf::from(lock_name))
+            .map_err(io)?;
+        // Held until `lock` is dropped at the end of this function (closing the file releases it).
+        fs4::fs_std::FileExt::lock_exclusive(&lock).map_err(io)?;
+        let merged = merge(read(path)?, rules);
+        let text = serde_json::to_string_pretty(&SavedRules { rules: merged })
+            .map_err(|e| error(path, e.to_string()))?;
+        let mut tmp = tempfile::Builder::new()
+            .prefix(".permissions-")
+            .suffix(".tmp")
+            .tempfile_in(&dir)
+            .map_err(io)?;
+        tmp.write_all(text.as_bytes()).map_err(io)?;
+        tmp.as_file().sync_all().map_err(io)?;
+        // On failure the temporary file is removed when `tmp` is dropped.
+        tmp.persist(path).map_err(|e| io(e.error))?;
+        // The rename itself is made durable by syncing the folder that holds it.
+        if let Ok(d) = File::open(&dir) {
+            let _ = d.sync_all();
         }
-        // A temporary name of this process and this save only: concurrent savers never write
-        // into each other's file, and the rename replaces the store whole.
-        let n = SAVES.fetch_add(1, Ordering::Relaxed);
-        let tmp = path.with_extension(format!("tmp.{}.{n}", std::process::id()));
-        std::fs::write(&tmp, text).map_err(|e| error(path, e.to_string()))?;
-        std::fs::rename(&tmp, path).map_err(|e| {
-            let _ = std::fs::remove_file(&tmp);
-            error(path, e.to_string())
-        })
+        drop(lock);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+    use super::*;
+
+    fn answer(tool: &str, permission: Permission) -> PermissionRule {
+        PermissionRule {
+            tool: tool.into(),
+            arguments: None,
+            permission,
+        }
+    }
+
+    #[test]
+    fn a_save_merges_into_what_another_store_saved_meanwhile() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("permissions.json");
+        let mut first = open(&path, Permission::Ask).unwrap();
+        let mut second = open(&path, Permission::Ask).unwrap();
+        first.remember("a", Permission::Allow).unwrap();
+        second.remember("b", Permission::Deny).unwrap();
+        first.remember("a", Permission::Deny).unwrap();
+        assert_eq!(
+            open(&path, Permission::Ask).unwrap().rules(),
+            &[answer("a", Permission::Deny), answer("b", Permission::Deny)]
+        );
+        let names: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert!(
+            names.iter().all(|n| !n.ends_with(".tmp")),
+            "no temporary file is left: {names:?}"
+        );
+    }
+
+    #[test]
+    fn a_store_that_does_not_parse_is_never_overwritten() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("permissions.json");
+        let mut store = open(&path, Permission::Ask).unwrap();
+        std::fs::write(&path, "{ not json").unwrap();
+        let err = store.remember("a", Permission::Allow).unwrap_err();
+        assert!(err.message.contains("key must be a string"), "{err}");
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "{ not json");
+    }
+
+    /// Many writers at once, each its own store on the same file (as separate processes would
+    /// be: the lock is taken on a file each opens itself), while a reader keeps reading: every
+    /// answer is kept and the file always parses.
+    #[test]
+    fn concurrent_writers_lose_no_answer_and_the_file_always_parses() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("permissions.json");
+        let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let reader = {
+            let (path, done) = (path.clone(), done.clone());
+            std::thread::spawn(move || {
+                let mut reads = 0;
+                while !done.load(std::sync::atomic::Ordering::Acquire) {
+                    if let Ok(text) = std::fs::read_to_string(&path) {
+                        serde_json::from_str::<SavedRules>(&text)
+                            .unwrap_or_else(|e| panic!("a torn store file: {e}: {text}"));
+                        reads += 1;
+                    }
+                }
+                reads
+            })
+        };
+        let writers: Vec<_> = (0..8)
+            .map(|w| {
+                let path = path.clone();
+                std::thread::spawn(move || {
+                    let mut store = open(&path, Permission::Ask).unwrap();
+                    for i in 0..10 {
+                        store
+                            .remember(&format!("tool_{w}_{i}"), Permission::Allow)
+                            .unwrap();
+                    }
+                })
+            })
+            .collect();
+        for w in writers {
+            w.join().unwrap();
+        }
+        done.store(true, std::sync::atomic::Ordering::Release);
+        assert!(reader.join().unwrap() > 0, "the reader read the file");
+        let rules = open(&path, Permission::Ask).unwrap().rules().to_vec();
+        assert_eq!(rules.len(), 80, "{rules:?}");
+        for w in 0..8 {
+            for i in 0..10 {
+                assert!(
+                    rules.contains(&answer(&format!("tool_{w}_{i}"), Permission::Allow)),
+                    "tool_{w}_{i} was lost"
+                );
+            }
+        }
     }
 }

@@ -124,6 +124,13 @@ pub fn plan(file: &AgentFile) -> Result<Plan, CliError> {
         "script_steps": script_steps,
         "settings": assemble::settings(file),
         "retry": if provider == Provider::Scripted { Value::Null } else { json!("providers' default retry policy") },
+        "price": assemble::price(m).map(|(p, source)| json!({
+            "input": p.input,
+            "output": p.output,
+            "cached_input": p.cached_input,
+            "cache_write": p.cache_write,
+            "source": source,
+        })),
     });
     let limits = serde_json::to_value(assemble::limits(file)).unwrap_or(Value::Null);
     let permissions = permissions_view(file)?;
@@ -192,13 +199,48 @@ fn words(v: &Value) -> String {
 fn rule_words(r: &Value) -> String {
     let a = &r["arguments"];
     let when = match a["kind"].as_str() {
-        Some("command_prefix") => {
-            format!(" when {} starts with {}", show(&a["field"]), a["prefix"])
-        }
+        Some("command_prefix") => format!(
+            " when {} starts with {}{}",
+            show(&a["field"]),
+            a["prefix"],
+            if a["allow_chaining"] == true {
+                " (chained commands too)"
+            } else {
+                ""
+            }
+        ),
         Some("path_glob") => format!(" when {} matches {}", show(&a["field"]), a["glob"]),
         _ => String::new(),
     };
     format!("{} {}{when}", show(&r["tool"]), show(&r["permission"]))
+}
+
+/// A price in words: `$0.4 in, $1.6 out per million tokens (cached input $0.1; built-in table)`.
+fn price_words(p: &Value) -> String {
+    if p.is_null() {
+        return "none (the run's cost is not counted; max_cost_usd needs [model] price)".into();
+    }
+    let mut extra: Vec<String> = [
+        ("cached_input", "cached input"),
+        ("cache_write", "cache write"),
+    ]
+    .into_iter()
+    .filter(|(key, _)| !p[*key].is_null())
+    .map(|(key, words)| format!("{words} ${}", p[key]))
+    .collect();
+    extra.push(
+        match p["source"].as_str() {
+            Some("agent_file") => "[model] price",
+            _ => "built-in table",
+        }
+        .to_owned(),
+    );
+    format!(
+        "${} in, ${} out per million tokens ({})",
+        p["input"],
+        p["output"],
+        extra.join("; ")
+    )
 }
 
 fn render_permissions(out: &mut String, p: &Value) {
@@ -258,6 +300,7 @@ pub fn render_plan(plan: &Plan) -> String {
             let _ = writeln!(out, "        {key}: {}", show(&m[key]));
         }
     }
+    let _ = writeln!(out, "        price: {}", price_words(&m["price"]));
     if m["settings"].as_object().is_some_and(|s| !s.is_empty()) {
         let _ = writeln!(out, "        settings: {}", m["settings"]);
     }

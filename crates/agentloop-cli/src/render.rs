@@ -154,7 +154,7 @@ impl EventSink for Progress {
                 let d = human_duration(outcome.duration);
                 let text = match failure_line(outcome) {
                     None => format!("✓ {tool} ok in {d} [{call_id}]"),
-                    Some(e) => format!("✗ {tool} error in {d} [{call_id}]: {}", first_line(&e)),
+                    Some(e) => format!("✗ {tool} error in {d} [{call_id}]: {}", summary(&e)),
                 };
                 line(&mut s, &text);
             }
@@ -170,7 +170,7 @@ impl EventSink for Progress {
                     &mut s,
                     &format!(
                         "↻ {tool} failed [{call_id}] {code}: {}; retry {retry} in {}",
-                        first_line(message),
+                        summary(message),
                         human_duration(*delay)
                     ),
                 );
@@ -197,6 +197,31 @@ impl EventSink for Progress {
 
 fn first_line(s: &str) -> &str {
     s.lines().next().unwrap_or_default()
+}
+
+/// The most characters of a message's last line that [`summary`] shows.
+const MAX_LAST_LINE_CHARS: usize = 160;
+
+/// One line for a message of several: its first line and, when there are more, its last one (a
+/// failed command's message is its exit status, then its output, whose last line usually says
+/// what went wrong: `command_failed: exit status 2 … unknown unit 'farenheit'`).
+fn summary(s: &str) -> String {
+    let first = first_line(s);
+    let header = |l: &str| l.starts_with("--- ") && l.ends_with(" ---");
+    let last = s
+        .lines()
+        .skip(1)
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !header(l))
+        .last();
+    match last {
+        None => first.to_owned(),
+        Some(last) if last.chars().count() > MAX_LAST_LINE_CHARS => {
+            let cut: String = last.chars().take(MAX_LAST_LINE_CHARS).collect();
+            format!("{first} … {cut}…")
+        }
+        Some(last) => format!("{first} … {last}"),
+    }
 }
 
 /// The closing line: stop reason, turns, tool calls, tokens and cost.

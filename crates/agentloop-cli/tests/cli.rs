@@ -152,7 +152,7 @@ async fn a_command_tool_gets_its_arguments_on_stdin_and_no_api_key() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_failing_command_tool_sends_its_stderr_back_to_the_model() {
+async fn a_failing_command_tool_sends_its_status_stdout_and_stderr_back_to_the_model() {
     let fake = FakeProvider::start(
         "/v1/chat/completions",
         vec![
@@ -165,7 +165,7 @@ async fn a_failing_command_tool_sends_its_stderr_back_to_the_model() {
     // is not possible with a recording, so point the tool at a failing program instead.
     let toml = openai_agent(&fake.uri(), "").replace(
         r#"command = ["python3", "tool.py"]"#,
-        r#"command = ["sh", "-c", "cat > stdin.log; echo '  no weather for you  ' >&2; exit 4"]"#,
+        r#"command = ["sh", "-c", "cat > stdin.log; echo 'station: closed'; echo '  no weather for you  ' >&2; exit 4"]"#,
     );
     let dir = AgentDir::new(&toml);
     let out = agentloop(args(&[
@@ -186,7 +186,9 @@ async fn a_failing_command_tool_sends_its_stderr_back_to_the_model() {
     let call = &v["tool_calls"][0];
     assert_eq!(call["ok"], false);
     assert_eq!(call["error"]["code"], "command_failed");
-    assert_eq!(call["error"]["message"], "no weather for you");
+    let message =
+        "exit status 4\n--- stdout ---\nstation: closed\n--- stderr ---\nno weather for you";
+    assert_eq!(call["error"]["message"], message);
     let bodies = fake.bodies().await;
     let tool = bodies[1]["messages"]
         .as_array()
@@ -196,11 +198,8 @@ async fn a_failing_command_tool_sends_its_stderr_back_to_the_model() {
         .cloned()
         .unwrap();
     assert!(
-        tool["content"]
-            .as_str()
-            .unwrap()
-            .contains("no weather for you"),
-        "{tool}"
+        tool["content"].as_str().unwrap().contains(message),
+        "the model reads the status, stdout and stderr: {tool}"
     );
     assert_eq!(
         std::fs::read_to_string(dir.path("stdin.log")).unwrap(),
@@ -676,6 +675,12 @@ async fn terminal_output_shows_tool_calls_and_a_closing_line() {
         "{err}"
     );
     assert!(err.contains("✗ convert_temperature error in"), "{err}");
+    assert!(
+        err.contains(
+            "[call_conv1]: command_failed: exit status 2 … unknown unit 'farenheit': use 'fahrenheit' or 'kelvin'\n"
+        ),
+        "a failed command's line shows its status and its last line of output: {err}"
+    );
     assert!(
         err.contains("■ finished · 4 turns · 5 tool calls · 1183 in / 136 out tokens"),
         "{err}"

@@ -403,3 +403,191 @@ store = "permissions.json"
     assert!(!dir.path("stdin.log").exists());
     assert!(!dir.path("permissions.json").exists());
 }
+
+/// A scripted agent with one tool, `shell`, whose `[permissions]` are `permissions`; its model
+/// makes the calls of `args` (each `{"command"|"path": ...}`) in one batch, then answers.
+fn scripted_shell(permissions: &str, calls: &[Value]) -> AgentDir {
+    let dir = AgentDir::new(&format!(
+        r#"name = "shell"
+[model]
+provider = "scripted"
+script = "script.json"
+[[tools]]
+name = "shell"
+command = ["python3", "tool.py"]
+input_schema = {{ type = "object", properties = {{ command = {{ type = "string" }}, path = {{ type = "string" }} }} }}
+{permissions}"#
+    ));
+    let calls: Vec<Value> = calls
+        .iter()
+        .enumerate()
+        .map(|(i, a)| json!({"id": format!("c{i}"), "name": "shell", "arguments": a}))
+        .collect();
+    let script = json!([{ "tool_calls": calls }, { "text": "done" }]);
+    dir.write("script.json", &script.to_string());
+    dir
+}
+
+/// Each call's status, in order, and what the tool was given (the calls that ran).
+async fn statuses(dir: &AgentDir) -> (Vec<String>, Vec<Value>) {
+    let (_, v) = run_json(dir, &[]).await;
+    let statuses = v["tool_calls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["status"].as_str().unwrap().to_owned())
+        .collect();
+    (statuses, dir.tool_inputs())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_saved_always_never_settles_an_ask_rule_on_the_arguments() {
+    let dir = scripted_shell(
+        r#"[permissions]
+ask = ["shell"]
+store = "permissions.json"
+[[permissions.rules]]
+tool = "shell"
+permission = "ask"
+command_prefix = { field = "command", prefix = "rm" }
+"#,
+        &[json!({"command": "ls"}), json!({"command": "rm -rf notes"})],
+    );
+    dir.write(
+        "permissions.json",
+        r#"{"rules": [{"tool": "shell", "permission": "allow"}]}"#,
+    );
+    let (statuses, ran) = statuses(&dir).await;
+    assert_eq!(statuses, ["ok", "denied"]);
+    assert_eq!(ran, [json!({"command": "ls"})], "the rm never ran");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_saved_always_never_bypasses_a_deny_for_the_tool() {
+    let dir = scripted_shell(
+        "[permissions]\ndeny = [\"shell\"]\nstore = \"permissions.json\"\n",
+        &[json!({"command": "ls"})],
+    );
+    dir.write(
+        "permissions.json",
+        r#"{"rules": [{"tool": "shell", "permission": "allow"}]}"#,
+    );
+    let (statuses, ran) = statuses(&dir).await;
+    assert_eq!(statuses, ["denied"]);
+    assert!(ran.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_path_outside_the_agent_folder_is_never_allowed_by_a_path_rule() {
+    let dir = scripted_shell(
+        r#"[permissions]
+default = "deny"
+[[permissions.rules]]
+tool = "shell"
+permission = "allow"
+path_glob = { field = "path", glob = "**" }
+"#,
+        &[],
+    );
+    // An absolute path inside the agent's folder counts as inside; the script needs the folder.
+    let inside = dir.path("notes/x.txt").display().to_string();
+    let script = json!([
+        {"tool_calls": [
+            {"id": "c0", "name": "shell", "arguments": {"path": "notes/./today.txt"}},
+            {"id": "c1", "name": "shell", "arguments": {"path": "notes/../../secret.txt"}},
+            {"id": "c2", "name": "shell", "arguments": {"path": "/etc/passwd"}},
+            {"id": "c3", "name": "shell", "arguments": {"path": inside}}]},
+        {"text": "done"}
+    ]);
+    dir.write("script.json", &script.to_string());
+    let (statuses, ran) = statuses(&dir).await;
+    assert_eq!(statuses, ["ok", "denied", "denied", "ok"]);
+    assert_eq!(ran.len(), 2, "{ran:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_deny_path_rule_covers_a_path_that_climbs_out_and_wins() {
+    let dir = scripted_shell(
+        r#"[permissions]
+[[permissions.rules]]
+tool = "shell"
+permission = "allow"
+path_glob = { field = "path", glob = "notes/**" }
+[[permissions.rules]]
+tool = "*"
+permission = "deny"
+path_glob = { field = "path", glob = "**/.env" }
+"#,
+        &[
+            json!({"path": "notes//.env"}),
+            json!({"path": "notes/a/../.env"}),
+            json!({"path": "notes/a.txt"}),
+        ],
+    );
+    let (statuses, _) = statuses(&dir).await;
+    assert_eq!(statuses, ["denied", "denied", "ok"]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_chained_command_under_an_allow_prefix_falls_through_to_ask() {
+    let rules = |chaining: &str| {
+        format!(
+            r#"[permissions]
+default = "ask"
+[[permissions.rules]]
+tool = "shell"
+permission = "allow"
+command_prefix = {{ field = "command", prefix = "git status"{chaining} }}
+"#
+        )
+    };
+    let calls = [
+        json!({"command": "git status -s"}),
+        json!({"command": "git status; rm -rf ."}),
+        json!({"command": "git status && rm -rf ."}),
+        json!({"command": "git status | sh"}),
+        json!({"command": "git status $(rm -rf .)"}),
+        json!({"command": "git status\nrm -rf ."}),
+        json!({"command": "git statusx"}),
+    ];
+    let dir = scripted_shell(&rules(""), &calls);
+    let (_, v) = run_json(&dir, &[]).await;
+    let got: Vec<&str> = v["tool_calls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["status"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        got,
+        [
+            "ok", "denied", "denied", "denied", "denied", "denied", "denied"
+        ]
+    );
+    assert!(
+        v["tool_calls"][1]["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains(NO_TERMINAL),
+        "asked, not allowed: {v}"
+    );
+    assert_eq!(dir.tool_inputs(), [json!({"command": "git status -s"})]);
+
+    let dir = scripted_shell(&rules(", allow_chaining = true"), &calls[..3]);
+    let (statuses, _) = statuses(&dir).await;
+    assert_eq!(statuses, ["ok", "ok", "ok"], "the rule says so");
+    let agent = dir.agent();
+    let out = agentloop(args(&["plan", agent.to_str().unwrap(), "--json"])).await;
+    assert_eq!(
+        stdout_json(&out)["permissions"]["rules"][0]["arguments"]["allow_chaining"],
+        true
+    );
+    let out = agentloop(args(&["plan", agent.to_str().unwrap()])).await;
+    assert!(
+        stdout(&out).contains(
+            "rule: shell allow when command starts with \"git status\" (chained commands too)"
+        ),
+        "{}",
+        stdout(&out)
+    );
+}

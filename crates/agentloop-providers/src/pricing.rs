@@ -2,8 +2,10 @@
 //! by OpenAI and Anthropic when this table was written. Prices change: extend or override the
 //! table with [`PriceTable::insert`] or [`PriceTable::extend`].
 //!
-//! Names match by the longest prefix, so `gpt-4.1-mini-2025-04-14` finds `gpt-4.1-mini` and
-//! `claude-sonnet-4-5-20250929` finds `claude-sonnet-4-5`.
+//! Names match exactly, or as a dated snapshot of an entry (see [`PriceTable`]):
+//! `gpt-4.1-mini-2025-04-14` finds `gpt-4.1-mini` and `claude-sonnet-4-5-20250929` finds
+//! `claude-sonnet-4-5`, but `o1-pro` is its own entry, never `o1`. A model not in the table is
+//! unpriced: give it a price, or a budget in USD cannot hold (the agent refuses to start).
 
 use agentloop::{Price, PriceTable};
 
@@ -20,7 +22,11 @@ const PRICES: &[(&str, f64, f64, f64, Option<f64>)] = &[
     ("gpt-4o", 2.50, 10.0, 1.25, None),
     ("gpt-4o-mini", 0.15, 0.60, 0.075, None),
     ("o1", 15.0, 60.0, 7.50, None),
+    ("o1-mini", 1.10, 4.40, 0.55, None),
+    // No cached-input discount: cached tokens cost the input price.
+    ("o1-pro", 150.0, 600.0, 150.0, None),
     ("o3", 2.0, 8.0, 0.50, None),
+    ("o3-pro", 20.0, 80.0, 20.0, None),
     ("o3-mini", 1.10, 4.40, 0.55, None),
     ("o4-mini", 1.10, 4.40, 0.275, None),
     // Anthropic (cache write at the 5-minute rate: 1.25 times the input price)
@@ -55,13 +61,40 @@ mod tests {
     use agentloop::{Pricing, Usage};
 
     #[test]
-    fn dated_model_names_find_their_family_by_longest_prefix() {
+    fn dated_snapshots_find_their_base_entry() {
         let t = default_prices();
         assert_eq!(t.get("gpt-4.1-mini-2025-04-14").unwrap().input, 0.40);
         assert_eq!(t.get("gpt-4o-2024-08-06").unwrap().input, 2.50);
+        assert_eq!(t.get("gpt-4o-mini-2024-07-18").unwrap().input, 0.15);
+        assert_eq!(t.get("claude-3-5-sonnet-20241022").unwrap().input, 3.0);
         assert_eq!(t.get("claude-sonnet-4-5-20250929").unwrap().output, 15.0);
         assert_eq!(t.get("claude-opus-4-5-20251101").unwrap().input, 5.0);
-        assert!(t.get("llama3").is_none());
+        assert_eq!(t.get("claude-3-5-sonnet-latest").unwrap().input, 3.0);
+        assert_eq!(t.get("claude-3-5-sonnet@20240620").unwrap().input, 3.0);
+        assert_eq!(t.get("o1-pro-2025-03-19").unwrap().input, 150.0);
+    }
+
+    #[test]
+    fn a_name_that_only_starts_like_an_entry_is_another_model() {
+        let t = default_prices();
+        let o1_pro = t.get("o1-pro").unwrap();
+        assert_eq!((o1_pro.input, o1_pro.output), (150.0, 600.0));
+        assert_eq!(t.get("o1-mini").unwrap().input, 1.10);
+        assert_eq!(t.get("o3-pro").unwrap().output, 80.0);
+        for unpriced in [
+            "gpt-4o-audio-preview",
+            "gpt-4.1-mini-fast",
+            "o1-preview",
+            "gpt-4o-2024",
+            "gpt-4o-20241",
+            "claude-3-5-sonnet-v2",
+            "gpt-4o-2024-08-06-extra",
+            "llama3",
+            "-latest",
+            "@20240101",
+        ] {
+            assert!(t.get(unpriced).is_none(), "{unpriced} is priced");
+        }
     }
 
     #[test]

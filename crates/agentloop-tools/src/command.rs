@@ -1,6 +1,7 @@
 //! Command tools: a program run once per call. The call's arguments go to its stdin as one JSON
 //! document; its stdout is what the model reads; a non-zero exit is a recoverable tool error whose
-//! message is its stderr, trimmed and bounded.
+//! message holds the exit status, then what the program wrote to stdout and to stderr, each
+//! bounded: test runners, linters, `grep` and `diff` say what matters on stdout.
 //!
 //! The rules, each pinned by a test:
 //! - The child starts in the tool's working directory (for agent files: the file's directory). A
@@ -10,7 +11,7 @@
 //!   `OPENAI_API_KEY` and `ANTHROPIC_API_KEY`), and every name given with [`CommandTool::hide_env`]
 //!   (the CLI passes the agent's `api_key_env`).
 //! - Stdout beyond [`DEFAULT_MAX_OUTPUT_BYTES`] and stderr beyond [`DEFAULT_MAX_ERROR_BYTES`] are
-//!   cut, and the text says so.
+//!   cut, and the text says so, on success and on failure alike.
 //! - The child leads its own process group. When the call is cancelled (its
 //!   [`agentloop::ToolContext`] token), times out, or its future is dropped, the whole group is
 //!   killed; when the program exits, whatever it left running in its group is killed too.
@@ -31,7 +32,7 @@ use tokio::process::Command;
 
 /// The most stdout bytes the model reads from one call (64 KiB).
 pub const DEFAULT_MAX_OUTPUT_BYTES: usize = 64 * 1024;
-/// The most stderr bytes an error message holds (4 KiB).
+/// The most stderr bytes a result holds (4 KiB).
 pub const DEFAULT_MAX_ERROR_BYTES: usize = 4 * 1024;
 
 /// True for a variable a command tool never sees: `API_KEY` or any name ending in `_API_KEY`
@@ -174,7 +175,7 @@ impl CommandTool {
         self
     }
 
-    /// The most stderr bytes an error message holds.
+    /// The most stderr bytes a result holds.
     pub fn max_error_bytes(mut self, bytes: usize) -> Self {
         self.max_error_bytes = bytes;
         self
@@ -306,10 +307,10 @@ async fn read_bounded(pipe: Option<impl AsyncRead + Unpin>, bound: usize) -> Cap
     captured
 }
 
-/// The text of captured bytes, cut at a character boundary, saying so when it was cut.
-fn bounded_text(c: &Captured, what: &str, trim: bool) -> String {
+/// The text of captured bytes, trimmed with `trim`, saying so when it was cut at the bound.
+fn bounded_text(c: &Captured, what: &str, trim: fn(&str) -> &str) -> String {
     let text = String::from_utf8_lossy(&c.bytes);
-    let text = if trim { text.trim() } else { text.as_ref() };
+    let text = trim(text.as_ref());
     if c.total > c.bytes.len() {
         format!(
             "{text}\n[{what} cut: showing the first {} of {} bytes]",
@@ -319,6 +320,34 @@ fn bounded_text(c: &Captured, what: &str, trim: bool) -> String {
     } else {
         text.to_owned()
     }
+}
+
+/// What the model reads when a program exits non-zero: the status on the first line, then each
+/// stream that said something under a header of its own, stdout first:
+///
+/// ```text
+/// exit status 1
+/// --- stdout ---
+/// test parse ... FAILED
+/// --- stderr ---
+/// error: 1 test failed
+/// ```
+///
+/// Stdout is cut at its bound and stderr at its own, each saying so; trailing blank lines are
+/// dropped (stderr is trimmed at both ends). A program that wrote nothing says so.
+fn failure_text(status: &ExitStatus, out: &Captured, err: &Captured) -> String {
+    let mut text = describe_status(status);
+    let stdout = bounded_text(out, "stdout", str::trim_end);
+    let stderr = bounded_text(err, "stderr", str::trim);
+    if stdout.is_empty() && stderr.is_empty() {
+        text.push_str(" (nothing on stdout or stderr)");
+    }
+    for (name, body) in [("stdout", stdout), ("stderr", stderr)] {
+        if !body.is_empty() {
+            text.push_str(&format!("\n--- {name} ---\n{body}"));
+        }
+    }
+    text
 }
 
 fn describe_status(status: &ExitStatus) -> String {
@@ -402,20 +431,13 @@ impl Runner {
             )
         })?;
         if status.success() {
-            let details = json!({"exit_code": 0, "stdout_bytes": out.total, "stderr": bounded_text(&err, "stderr", true)});
-            return Ok(ToolOutput::text(bounded_text(&out, "output", false)).with_details(details));
+            let details = json!({"exit_code": 0, "stdout_bytes": out.total, "stderr": bounded_text(&err, "stderr", str::trim)});
+            return Ok(ToolOutput::text(bounded_text(&out, "output", |t| t)).with_details(details));
         }
-        let stderr = bounded_text(&err, "stderr", true);
-        let message = if stderr.is_empty() {
-            format!(
-                "`{}` failed with {} and wrote nothing to stderr",
-                self.display_program(),
-                describe_status(&status)
-            )
-        } else {
-            stderr
-        };
-        Err(ToolError::new("command_failed", message))
+        Err(ToolError::new(
+            "command_failed",
+            failure_text(&status, &out, &err),
+        ))
     }
 
     fn spawn_error(&self, e: &std::io::Error) -> ToolError {

@@ -82,27 +82,49 @@ async fn stdout_is_the_result_untrimmed() {
 }
 
 #[tokio::test]
-async fn non_zero_exit_is_a_recoverable_error_with_trimmed_stderr() {
+async fn non_zero_exit_keeps_stdout_and_stderr_with_the_exit_status() {
     let tool = CommandTool::new(
         "t",
         [
             "sh",
             "-c",
-            "echo partial; echo '  no such city: Atlantis  ' >&2; exit 3",
+            "echo 'test parse ... FAILED'; echo '  left: 1'; echo '  no such city: Atlantis  ' >&2; exit 3",
         ],
     );
     let err = call(tool, json!({})).await.unwrap_err();
     let (code, message) = recoverable(&err);
     assert_eq!(code, "command_failed");
-    assert_eq!(message, "no such city: Atlantis");
+    assert_eq!(
+        message,
+        "exit status 3\n--- stdout ---\ntest parse ... FAILED\n  left: 1\n--- stderr ---\nno such city: Atlantis"
+    );
 }
 
 #[tokio::test]
-async fn non_zero_exit_with_empty_stderr_names_the_exit_status() {
+async fn non_zero_exit_shows_only_the_streams_that_said_something() {
+    let only_stdout = CommandTool::new("t", ["sh", "-c", "printf '1c1\\n< a\\n> b\\n\\n'; exit 1"]);
+    let err = call(only_stdout, json!({})).await.unwrap_err();
+    assert_eq!(
+        recoverable(&err).1,
+        "exit status 1\n--- stdout ---\n1c1\n< a\n> b"
+    );
+    let only_stderr = CommandTool::new("t", ["sh", "-c", "echo nope >&2; exit 2"]);
+    let err = call(only_stderr, json!({})).await.unwrap_err();
+    assert_eq!(recoverable(&err).1, "exit status 2\n--- stderr ---\nnope");
+}
+
+#[tokio::test]
+async fn non_zero_exit_with_no_output_names_the_exit_status() {
     let tool = CommandTool::new("t", ["sh", "-c", "exit 7"]);
     let err = call(tool, json!({})).await.unwrap_err();
     let (_, message) = recoverable(&err);
-    assert!(message.contains("exit status 7"), "{message}");
+    assert_eq!(message, "exit status 7 (nothing on stdout or stderr)");
+    let killed = CommandTool::new("t", ["sh", "-c", "echo before; kill -9 $$"]);
+    let err = call(killed, json!({})).await.unwrap_err();
+    assert_eq!(
+        recoverable(&err).1,
+        "killed by signal 9\n--- stdout ---\nbefore"
+    );
 }
 
 #[tokio::test]
@@ -117,19 +139,48 @@ async fn long_stderr_is_cut_and_says_so() {
     );
     let err = call(tool, json!({})).await.unwrap_err();
     let (_, message) = recoverable(&err);
+    let stderr = message
+        .strip_prefix("exit status 1\n--- stderr ---\n")
+        .unwrap_or_else(|| panic!("{}", &message[..40]));
     assert!(
-        message.starts_with(&"x".repeat(4096)),
+        stderr.starts_with(&"x".repeat(4096)),
         "kept the first 4 KiB"
     );
     assert!(
-        !message.starts_with(&"x".repeat(4097)),
+        !stderr.starts_with(&"x".repeat(4097)),
         "kept no more than 4 KiB"
     );
     assert!(
-        message.ends_with("[stderr cut: showing the first 4096 of 10000 bytes]"),
+        stderr.ends_with("[stderr cut: showing the first 4096 of 10000 bytes]"),
         "{}",
-        &message[4090..]
+        &stderr[4090..]
     );
+}
+
+#[tokio::test]
+async fn a_failing_program_s_long_stdout_is_cut_at_its_bound_and_its_stderr_kept() {
+    let tool = CommandTool::new(
+        "t",
+        [
+            "sh",
+            "-c",
+            "head -c 100000 /dev/zero | tr '\\0' y; echo 'error: 3 tests failed' >&2; exit 101",
+        ],
+    );
+    let err = call(tool, json!({})).await.unwrap_err();
+    let (_, message) = recoverable(&err);
+    let stdout = message
+        .strip_prefix("exit status 101\n--- stdout ---\n")
+        .unwrap_or_else(|| panic!("{}", &message[..40]));
+    assert!(stdout.starts_with(&"y".repeat(64 * 1024)), "kept 64 KiB");
+    assert!(
+        stdout.ends_with(
+            "[stdout cut: showing the first 65536 of 100000 bytes]\n--- stderr ---\nerror: 3 tests failed"
+        ),
+        "{}",
+        &stdout[65530..]
+    );
+    assert!(message.len() < 64 * 1024 + 4 * 1024 + 200, "bounded");
 }
 
 #[tokio::test]

@@ -23,6 +23,7 @@ use crate::machine::{RunMachine, RunStart, Seams};
 use crate::message::Message;
 use crate::model::{Model, ModelSettings};
 use crate::outcome::RunOutcome;
+use crate::outcome::StopReason;
 use crate::steering::Steering;
 use crate::tool::{Tool, ToolSet};
 
@@ -194,6 +195,12 @@ impl Agent {
         options: RunOptions,
     ) -> RunOutcome {
         let run_id: Arc<str> = Arc::from(self.inner.ids.run_id());
+        // The agent's own limits passed at build; a run's own are checked before anything runs.
+        if let Some(limits) = &options.limits
+            && let Err(e) = check_priced(limits, self.inner.pricing.as_ref(), &self.inner.model)
+        {
+            return refused(&run_id, transcript, input, e);
+        }
         let seams = self.seams(&options);
         let keep_log = options.log.is_some() || cfg!(feature = "verify-replay");
         let log = keep_log.then(|| RunLog {
@@ -453,6 +460,7 @@ impl AgentBuilder {
         self.limits.check().map_err(|message| RunError::Other {
             message: format!("invalid limits: {message}"),
         })?;
+        check_priced(&self.limits, self.pricing.as_ref(), &model)?;
         let output_schema = match self.output_schema {
             Some(schema) => Some(OutputSchema::new(schema).map_err(|e| RunError::Other {
                 message: format!("invalid output schema: {e}"),
@@ -480,6 +488,68 @@ impl AgentBuilder {
                 input_guardrails: self.input_guardrails,
                 output_guardrails: self.output_guardrails,
             }),
+        })
+    }
+}
+
+/// The outcome of a run refused before it started: failed with `error`, the input kept in the
+/// transcript, nothing called.
+fn refused(
+    run_id: &str,
+    mut transcript: Vec<Message>,
+    input: Option<Message>,
+    error: RunError,
+) -> RunOutcome {
+    let new_messages_from = transcript.len();
+    transcript.extend(input);
+    RunOutcome {
+        run_id: run_id.to_owned(),
+        stop_reason: StopReason::Failed,
+        output: None,
+        structured_output: None,
+        transcript,
+        new_messages_from,
+        usage: crate::model::Usage::default(),
+        cost_usd: 0.0,
+        turns: 0,
+        model_calls: 0,
+        tool_calls_run: 0,
+        tool_calls: Vec::new(),
+        limit: None,
+        error: Some(error),
+        duration: std::time::Duration::ZERO,
+    }
+}
+
+/// Refuses a cost budget that could never hold: `max_cost_usd` with no pricing, or with a
+/// pricing that has no price for the model (asked with empty usage; one that panics prices
+/// nothing). The one check for the builder's limits and a run's own.
+fn check_priced(
+    limits: &Limits,
+    pricing: Option<&Arc<dyn Pricing>>,
+    model: &Arc<dyn Model>,
+) -> Result<(), RunError> {
+    if limits.max_cost_usd.is_none() {
+        return Ok(());
+    }
+    let priced = pricing.is_some_and(|p| {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            p.cost(
+                model.provider(),
+                model.id(),
+                &crate::model::Usage::default(),
+            )
+        }))
+        .ok()
+        .flatten()
+        .is_some()
+    });
+    if priced {
+        Ok(())
+    } else {
+        Err(RunError::UnpricedModel {
+            model: model.id().to_owned(),
+            provider: model.provider().to_owned(),
         })
     }
 }

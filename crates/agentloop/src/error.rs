@@ -4,6 +4,7 @@
 //! |---|---|
 //! | `decision.invalid` | the model's decision broke a rule that cannot be fed back (blank, overlong or duplicate call id), or policy made an unknown tool or invalid arguments fatal |
 //! | `tool.invalid_name`, `tool.duplicate`, `tool.invalid_schema` | a tool could not be registered |
+//! | `config.unpriced_model` | `max_cost_usd` is set for a model the pricing cannot price: refused before any model call |
 //! | `limit.reached` | a limit stopped the run (which limit, bound, consumed, requested) |
 //! | `model.*` | a model call failed: see [`crate::ModelErrorKind::code`]; also an answer cut off (`model.truncated`), refused (`model.refused`) or filtered (`model.content_filter`) |
 //! | `tool.fatal` | a tool failed fatally |
@@ -34,6 +35,20 @@ pub enum RunError {
     /// A tool could not be registered.
     #[error(transparent)]
     InvalidToolDefinition(#[from] ToolDefinitionError),
+    /// `max_cost_usd` is set, but the agent's pricing has no price for its model, so the budget
+    /// could never hold. Refused by [`crate::AgentBuilder::build`], or at the start of a run
+    /// whose own limits set the budget, before any model call.
+    #[error(
+        "max_cost_usd is set but the model {model:?} (provider {provider}) has no price: give the \
+         agent a pricing that prices it, e.g. a PriceTable with an entry for {model:?} \
+         (Price::new(input, output), USD per million tokens)"
+    )]
+    UnpricedModel {
+        /// The model's id.
+        model: String,
+        /// The provider's name.
+        provider: String,
+    },
     /// A limit stopped the run.
     #[error("limit reached: {0}")]
     LimitReached(LimitHit),
@@ -105,6 +120,7 @@ impl RunError {
         match self {
             RunError::InvalidDecision { .. } => "decision.invalid",
             RunError::InvalidToolDefinition(e) => e.code(),
+            RunError::UnpricedModel { .. } => "config.unpriced_model",
             RunError::LimitReached(_) => "limit.reached",
             RunError::Model(e) => e.code(),
             RunError::ToolFatal { .. } => "tool.fatal",
@@ -124,7 +140,9 @@ impl RunError {
             RunError::InvalidDecision { .. } | RunError::OutputInvalid { .. } => {
                 ErrorKind::Decision
             }
-            RunError::InvalidToolDefinition(_) => ErrorKind::Definition,
+            RunError::InvalidToolDefinition(_) | RunError::UnpricedModel { .. } => {
+                ErrorKind::Definition
+            }
             RunError::LimitReached(_) | RunError::Deadline { .. } => ErrorKind::Limit,
             RunError::Model(_) => ErrorKind::Model,
             RunError::ToolFatal { .. } | RunError::ToolPanicked { .. } => ErrorKind::Tool,
@@ -158,7 +176,7 @@ impl RunError {
 pub enum ErrorKind {
     /// The model's decision or answer was invalid.
     Decision,
-    /// A tool definition was invalid.
+    /// The agent's definition was invalid: a tool, or a cost budget for an unpriced model.
     Definition,
     /// A limit or the deadline.
     Limit,

@@ -273,8 +273,16 @@ where
     }
 }
 
-/// A table of prices by model name. A model matches its exact name first, then the longest
-/// entry that its name starts with (so `gpt-4.1-mini-2025-04-14` finds `gpt-4.1-mini`).
+/// A table of prices by model name. A model matches its exact name, or else the entry its name
+/// is a dated snapshot or alias of: the entry's name followed by one of
+///
+/// - `-YYYY-MM-DD` (OpenAI: `gpt-4.1-mini-2025-04-14` finds `gpt-4.1-mini`),
+/// - `-YYYYMMDD` (Anthropic: `claude-3-5-sonnet-20241022` finds `claude-3-5-sonnet`),
+/// - `@YYYYMMDD` or `@YYYY-MM-DD` (Vertex AI: `claude-3-5-sonnet@20240620`),
+/// - `-latest` (`claude-3-5-sonnet-latest`).
+///
+/// Nothing else: a name that only starts like an entry is another model, often at another price
+/// (`o1-pro` is not `o1`, `gpt-4o-mini` is not `gpt-4o`), so it is unpriced until it has an entry.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct PriceTable {
     prices: HashMap<String, Price>,
@@ -304,17 +312,42 @@ impl PriceTable {
         self.prices.extend(other.prices);
     }
 
-    /// The price of a model.
+    /// The price of a model: its exact name, or the base name of a dated snapshot (see
+    /// [`PriceTable`]).
     pub fn get(&self, model: &str) -> Option<&Price> {
-        if let Some(p) = self.prices.get(model) {
-            return Some(p);
-        }
         self.prices
-            .iter()
-            .filter(|(name, _)| model.starts_with(name.as_str()))
-            .max_by_key(|(name, _)| name.len())
-            .map(|(_, p)| p)
+            .get(model)
+            .or_else(|| snapshot_base(model).and_then(|base| self.prices.get(base)))
     }
+}
+
+/// The model a snapshot name stands for: the name without its `-YYYY-MM-DD`, `-YYYYMMDD`,
+/// `@YYYYMMDD`, `@YYYY-MM-DD` or `-latest` suffix; `None` for a name with no such suffix.
+fn snapshot_base(model: &str) -> Option<&str> {
+    if let Some(base) = model.strip_suffix("-latest") {
+        return Some(base);
+    }
+    let is_date = |d: &str| {
+        let digits = |s: &str, n: usize| s.len() == n && s.bytes().all(|b| b.is_ascii_digit());
+        digits(d, 8)
+            || matches!(d.split('-').collect::<Vec<_>>().as_slice(),
+                [y, m, day] if digits(y, 4) && digits(m, 2) && digits(day, 2))
+    };
+    let (base, date) = match model.rsplit_once('@') {
+        Some(split) => split,
+        None => {
+            // `-YYYYMMDD` is the last dash-separated part; `-YYYY-MM-DD` the last three.
+            let compact = model.rsplit_once('-')?;
+            if is_date(compact.1) {
+                compact
+            } else {
+                let dashed = model.len().checked_sub(11)?;
+                let (base, rest) = model.split_at_checked(dashed)?;
+                (base, rest.strip_prefix('-')?)
+            }
+        }
+    };
+    (!base.is_empty() && is_date(date)).then_some(base)
 }
 
 impl Pricing for PriceTable {

@@ -2,11 +2,17 @@
 //! it sees the whole batch and answers each call: allow, deny (with a reason), or ask a human.
 //!
 //! Rules live in a [`PermissionStore`], by tool name and, where it helps, by the shape of the
-//! arguments (a command prefix, a path glob), with a fallback. Deny rules win over ask rules, which
-//! win over allow rules. "Always" answers are saved to the store, and through its [`SaveRules`] (a
-//! file, in the CLI) across runs; the core does no file I/O. An [`ApprovalPrompter`] is asked about all the calls of a batch that need asking at
-//! once, so a prompt never races a running tool.
+//! arguments (a command prefix, a path glob), with a fallback. "Always" answers are saved to the
+//! store, and through its [`SaveRules`] (a file, in the CLI) across runs; the core does no file
+//! I/O. An [`ApprovalPrompter`] is asked about all the calls of a batch that need asking at once,
+//! so a prompt never races a running tool.
+//!
+//! A model chooses the arguments, so the rules are written not to be talked around: a deny rule
+//! always wins, an "always" answer never settles an argument rule that asks, paths are compared
+//! after resolving `..` against a root, and a command chained with `;`, `&&`, `|` and the like is
+//! never admitted by an allow prefix. [`PermissionStore::decide`] says the order.
 
+use std::path::{Component, Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use futures::future::BoxFuture;
@@ -29,19 +35,34 @@ pub enum Permission {
     Deny,
 }
 
+/// What in a command joins a second command to the first, or sends it somewhere else: `;`, `&`
+/// (and `&&`), `|` (and `||`), a backtick, `$(`, a redirection `>` or `<`, a newline. Checked
+/// anywhere in the command, quotes included: a quoted `;` makes a command look chained too,
+/// which at worst asks about a command that an allow rule would have run.
+const CHAINING: &[&str] = &[";", "&", "|", "`", "$(", ">", "<", "\n", "\r"];
+
 /// A match on the arguments of a call.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum ArgumentMatch {
-    /// The argument `field` (a string, or an array of strings joined by spaces) starts with
-    /// `prefix` (on a word boundary: `git` matches `git status`, not `gitk`).
+    /// The argument `field` (a string, or an array of strings joined by spaces) starts with the
+    /// words of `prefix`, whole words only: `git status` matches `git status -s`, not
+    /// `git statusx`. A command chained with another (see [`ArgumentMatch::is_chained`]) never
+    /// matches an allow rule unless `allow_chaining` is set; a deny or ask rule also matches when
+    /// any chained part of the command starts with its prefix.
     CommandPrefix {
         /// The argument holding the command.
         field: String,
         /// The prefix.
         prefix: String,
+        /// An allow rule also admits the command chained with others (`git status && rm -rf .`);
+        /// off by default.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        allow_chaining: bool,
     },
-    /// The argument `field` (a path) matches a glob (`*` within a segment, `**` across them).
+    /// The argument `field` (a path) matches a glob (`*` within a segment, `**` across them),
+    /// compared after resolving the path lexically against the store's root (see
+    /// [`PermissionStore::root`]). A path outside the root never matches an allow rule.
     PathGlob {
         /// The argument holding the path.
         field: String,
@@ -51,31 +72,152 @@ pub enum ArgumentMatch {
 }
 
 impl ArgumentMatch {
-    fn matches(&self, args: &Value) -> bool {
+    /// True when a command joins another command to itself or redirects: any of `;`, `&`, `|`, a
+    /// backtick, `$(`, `>`, `<` or a line break, anywhere in it.
+    pub fn is_chained(command: &str) -> bool {
+        CHAINING.iter().any(|c| command.contains(c))
+    }
+
+    fn matches(&self, args: &Value, permission: Permission, root: Option<&Path>) -> bool {
         match self {
-            ArgumentMatch::CommandPrefix { field, prefix } => {
+            ArgumentMatch::CommandPrefix {
+                field,
+                prefix,
+                allow_chaining,
+            } => {
                 let Some(command) = string_arg(args, field) else {
                     return false;
                 };
-                let command = command.trim_start();
-                command == prefix.as_str()
-                    || command
-                        .strip_prefix(prefix.as_str())
-                        .is_some_and(|rest| rest.starts_with(char::is_whitespace))
+                let mut parts = command.split(|c: char| ";&|`()<>\n\r".contains(c));
+                if permission == Permission::Allow {
+                    (*allow_chaining || !Self::is_chained(&command))
+                        && parts
+                            .next()
+                            .is_some_and(|first| starts_with_words(first, prefix))
+                } else {
+                    // Whatever an allow rule would refuse to look behind, a deny or ask rule
+                    // looks at: each part of the chain.
+                    parts.any(|part| starts_with_words(part, prefix))
+                }
             }
             ArgumentMatch::PathGlob { field, glob } => {
                 let Some(path) = string_arg(args, field) else {
                     return false;
                 };
-                match globset::GlobBuilder::new(glob)
+                let Ok(glob) = globset::GlobBuilder::new(glob)
                     .literal_separator(true)
                     .build()
-                {
-                    Ok(g) => g.compile_matcher().is_match(path.as_str()),
-                    Err(_) => false,
+                else {
+                    return false;
+                };
+                let glob = glob.compile_matcher();
+                let resolved = ResolvedPath::new(&path, root);
+                if resolved.outside && permission == Permission::Allow {
+                    return false;
                 }
+                resolved.forms.iter().any(|form| glob.is_match(form))
             }
         }
+    }
+}
+
+/// True when the command's first words are the prefix's words (whitespace between them does not
+/// count). An empty prefix matches nothing.
+fn starts_with_words(command: &str, prefix: &str) -> bool {
+    let mut words = command.split_whitespace();
+    let mut wanted = prefix.split_whitespace().peekable();
+    wanted.peek().is_some() && wanted.all(|w| words.next() == Some(w))
+}
+
+/// A path argument resolved lexically (no file is read, no link followed): `.` and repeated
+/// separators dropped, `..` taken back against the root.
+#[derive(Debug, PartialEq)]
+struct ResolvedPath {
+    /// The forms a glob is matched against, `/`-separated: the path relative to the root when it
+    /// is inside it, its `..`-relative form when a relative path climbs out, and the absolute
+    /// path when the root (or the path itself) is absolute.
+    forms: Vec<String>,
+    /// Outside the root: a relative path that climbs out by `..`, or an absolute path not under
+    /// the root (every absolute path when there is no root).
+    outside: bool,
+}
+
+impl ResolvedPath {
+    fn new(path: &str, root: Option<&Path>) -> Self {
+        let path = Path::new(path);
+        let mut forms = Vec::new();
+        if path.has_root() {
+            let absolute = normalize(path);
+            let inside = root.and_then(|r| absolute.strip_prefix(r).ok().map(slashed));
+            forms.push(slashed(&absolute));
+            let outside = inside.is_none();
+            forms.extend(inside);
+            return ResolvedPath { forms, outside };
+        }
+        // A relative path: its parts, with `..` taking back a part, or climbing out.
+        let mut parts: Vec<&std::ffi::OsStr> = Vec::new();
+        let mut climbed = 0usize;
+        for c in path.components() {
+            match c {
+                Component::Normal(part) => parts.push(part),
+                Component::ParentDir => {
+                    if parts.pop().is_none() {
+                        climbed += 1;
+                    }
+                }
+                Component::CurDir | Component::RootDir | Component::Prefix(_) => {}
+            }
+        }
+        let relative: PathBuf = std::iter::repeat_n(Component::ParentDir.as_os_str(), climbed)
+            .chain(parts)
+            .collect();
+        forms.push(slashed(&relative));
+        if let Some(root) = root {
+            forms.push(slashed(&normalize(&root.join(&relative))));
+        }
+        ResolvedPath {
+            forms,
+            outside: climbed > 0,
+        }
+    }
+}
+
+/// A path with `.` dropped and `..` resolved lexically; `..` at the top stays there (`/..` is `/`
+/// for an absolute path).
+fn normalize(path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for c in path.components() {
+        match c {
+            Component::CurDir => {}
+            Component::ParentDir => match out.components().next_back() {
+                Some(Component::Normal(_)) => {
+                    out.pop();
+                }
+                Some(Component::RootDir | Component::Prefix(_)) => {}
+                Some(Component::ParentDir | Component::CurDir) | None => {
+                    out.push(Component::ParentDir)
+                }
+            },
+            other => out.push(other),
+        }
+    }
+    out
+}
+
+/// A path's text with `/` between its parts, whatever the platform's separator.
+fn slashed(path: &Path) -> String {
+    let parts: Vec<String> = path
+        .components()
+        .filter_map(|c| match c {
+            Component::RootDir => None,
+            other => Some(other.as_os_str().to_string_lossy().into_owned()),
+        })
+        .collect();
+    let joined = parts.join("/");
+    if path.has_root() {
+        format!("/{joined}")
+    } else {
+        joined
     }
 }
 
@@ -103,19 +245,32 @@ pub struct PermissionRule {
 }
 
 impl PermissionRule {
-    fn applies(&self, tool: &str, args: &Value) -> bool {
+    fn applies(&self, tool: &str, args: &Value, root: Option<&Path>) -> bool {
         (self.tool == "*" || self.tool == tool)
-            && self.arguments.as_ref().is_none_or(|m| m.matches(args))
+            && self
+                .arguments
+                .as_ref()
+                .is_none_or(|m| m.matches(args, self.permission, root))
+    }
+
+    /// True when the rule is for every call of exactly `tool`: the shape of an "always" answer.
+    fn is_whole(&self, tool: &str) -> bool {
+        self.tool == tool && self.arguments.is_none()
     }
 }
 
 /// Permission rules with a fallback, optionally backed by a file where "always" answers are kept.
 #[derive(Debug, Clone)]
 pub struct PermissionStore {
+    /// The store's own rules: those it was opened with, added, or learned from answers.
     rules: Vec<PermissionRule>,
+    /// The own rules added or learned since the store was opened: what a save merges into the
+    /// file, so that a rule another process saved meanwhile is never overwritten by a stale one.
+    learned: Vec<PermissionRule>,
     /// Rules from configuration: decided on like the others, never written to the file.
     configured: Vec<PermissionRule>,
     fallback: Permission,
+    root: Option<PathBuf>,
     saver: Option<Arc<dyn SaveRules>>,
 }
 
@@ -130,9 +285,13 @@ pub struct PermissionStoreError {
 }
 
 /// Where a [`PermissionStore`] keeps what it learns, so that an "always" answer outlives the
-/// run (the CLI saves to a file, atomically and safe under concurrent writers).
+/// run (the CLI saves to a file, under a lock, atomically).
 pub trait SaveRules: Send + Sync + std::fmt::Debug {
-    /// Saves the store's learned rules whole.
+    /// Saves the rules the store learned since it was opened (its answers, and rules added with
+    /// [`PermissionStore::add`] or [`PermissionStore::set`]), not those it was opened with. An
+    /// implementation shared between processes merges them into what it keeps: each replaces a
+    /// kept rule of the same tool and arguments, and every other kept rule stays (another process
+    /// may have saved it meanwhile).
     fn save(&self, rules: &[PermissionRule]) -> Result<(), PermissionStoreError>;
 }
 
@@ -141,8 +300,10 @@ impl PermissionStore {
     pub fn new(fallback: Permission) -> Self {
         PermissionStore {
             rules: Vec::new(),
+            learned: Vec::new(),
             configured: Vec::new(),
             fallback,
+            root: None,
             saver: None,
         }
     }
@@ -156,15 +317,25 @@ impl PermissionStore {
     ) -> Self {
         PermissionStore {
             rules,
-            configured: Vec::new(),
-            fallback,
             saver: Some(saver),
+            ..PermissionStore::new(fallback)
         }
+    }
+
+    /// Sets the root that path rules resolve relative paths against (the CLI gives the agent
+    /// file's folder; give an absolute path). A path that climbs out of it by `..`, or an absolute
+    /// path not under it, never matches an allow rule; deny and ask rules still match it, by its
+    /// `..`-relative and its absolute form. Without a root, relative paths resolve against an
+    /// unnamed one and every absolute path counts as outside.
+    pub fn root(&mut self, root: impl AsRef<Path>) -> &mut Self {
+        self.root = Some(normalize(root.as_ref()));
+        self
     }
 
     /// Adds a rule.
     pub fn add(&mut self, rule: PermissionRule) -> &mut Self {
-        self.rules.push(rule);
+        self.rules.push(rule.clone());
+        self.learned.push(rule);
         self
     }
 
@@ -200,45 +371,64 @@ impl PermissionStore {
         self.fallback
     }
 
-    /// What the rules say about a call: deny rules first, then ask, then allow, then the fallback.
+    /// What the rules say about a call, in this order:
+    ///
+    /// 1. any deny rule that matches, configured or saved, on the tool or on its arguments: deny;
+    /// 2. any ask rule on the arguments that matches: ask (an "always" answer never settles it);
+    /// 3. the store's own rule for every call of exactly this tool (an "always" answer): what it
+    ///    says; it settles a configured ask for the whole tool;
+    /// 4. any other ask rule that matches: ask; then any allow rule: allow;
+    /// 5. the fallback.
     pub fn decide(&self, tool: &str, args: &Value) -> Permission {
-        for wanted in [Permission::Deny, Permission::Ask, Permission::Allow] {
-            if self
-                .rules
-                .iter()
-                .chain(&self.configured)
-                .any(|r| r.permission == wanted && r.applies(tool, args))
-            {
+        let root = self.root.as_deref();
+        let all = || self.rules.iter().chain(&self.configured);
+        let any = |wanted: Permission, on_arguments: bool| {
+            all().any(|r| {
+                r.permission == wanted
+                    && (!on_arguments || r.arguments.is_some())
+                    && r.applies(tool, args, root)
+            })
+        };
+        if any(Permission::Deny, false) {
+            return Permission::Deny;
+        }
+        if any(Permission::Ask, true) {
+            return Permission::Ask;
+        }
+        if let Some(answer) = self.rules.iter().rev().find(|r| r.is_whole(tool)) {
+            return answer.permission;
+        }
+        for wanted in [Permission::Ask, Permission::Allow] {
+            if any(wanted, false) {
                 return wanted;
             }
         }
         self.fallback
     }
 
-    /// Records an "always" answer for a tool and saves the store when it has a file. An older
-    /// rule for the whole tool, saved or configured, is replaced, and so is every configured
-    /// `ask` rule of the tool (the answer settles what they would ask); deny rules on arguments
-    /// stay.
+    /// Records an "always" answer for a tool and saves the store when it has a file. The store's
+    /// older rule for the whole tool is replaced; configured rules stay as they are, and
+    /// [`decide`](Self::decide) says which wins (a deny, and an ask on the arguments, still do).
     pub fn remember(
         &mut self,
         tool: &str,
         permission: Permission,
     ) -> Result<(), PermissionStoreError> {
-        let whole = |r: &PermissionRule| r.tool == tool && r.arguments.is_none();
-        self.rules.retain(|r| !whole(r));
-        self.configured
-            .retain(|r| !(whole(r) || (r.tool == tool && r.permission == Permission::Ask)));
-        self.rules.push(PermissionRule {
+        self.rules.retain(|r| !r.is_whole(tool));
+        self.learned.retain(|r| !r.is_whole(tool));
+        let answer = PermissionRule {
             tool: tool.to_owned(),
             arguments: None,
             permission,
-        });
+        };
+        self.rules.push(answer.clone());
+        self.learned.push(answer);
         self.save()
     }
 
     fn save(&self) -> Result<(), PermissionStoreError> {
         match &self.saver {
-            Some(saver) => saver.save(&self.rules),
+            Some(saver) => saver.save(&self.learned),
             None => Ok(()),
         }
     }
@@ -438,5 +628,322 @@ impl Gate for PermissionGate {
             }
             Ok(answers)
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
+
+    use serde_json::json;
+
+    use super::*;
+
+    fn rule(
+        tool: &str,
+        arguments: Option<ArgumentMatch>,
+        permission: Permission,
+    ) -> PermissionRule {
+        PermissionRule {
+            tool: tool.into(),
+            arguments,
+            permission,
+        }
+    }
+
+    fn prefix(prefix: &str) -> Option<ArgumentMatch> {
+        Some(ArgumentMatch::CommandPrefix {
+            field: "command".into(),
+            prefix: prefix.into(),
+            allow_chaining: false,
+        })
+    }
+
+    fn glob(glob: &str) -> Option<ArgumentMatch> {
+        Some(ArgumentMatch::PathGlob {
+            field: "path".into(),
+            glob: glob.into(),
+        })
+    }
+
+    fn command(c: &str) -> Value {
+        json!({ "command": c })
+    }
+
+    fn path(p: &str) -> Value {
+        json!({ "path": p })
+    }
+
+    #[test]
+    fn an_always_answer_never_settles_an_ask_or_deny_rule_on_arguments() {
+        let mut store = PermissionStore::new(Permission::Ask);
+        store
+            .configure(rule("shell", prefix("rm"), Permission::Ask))
+            .configure(rule("shell", prefix("curl"), Permission::Deny));
+        store.remember("shell", Permission::Allow).unwrap();
+        assert_eq!(store.decide("shell", &command("ls -l")), Permission::Allow);
+        assert_eq!(store.decide("shell", &command("rm -rf x")), Permission::Ask);
+        assert_eq!(store.decide("shell", &command("curl x")), Permission::Deny);
+        assert_eq!(store.configured().len(), 2, "configured rules stay");
+    }
+
+    #[test]
+    fn a_saved_allow_never_bypasses_a_configured_deny_for_the_tool() {
+        let mut store = PermissionStore::new(Permission::Allow);
+        store.set("write", Permission::Allow);
+        store.configure(rule("write", None, Permission::Deny));
+        assert_eq!(store.decide("write", &json!({})), Permission::Deny);
+        store.remember("write", Permission::Allow).unwrap();
+        assert_eq!(store.decide("write", &json!({})), Permission::Deny);
+        let mut wild = PermissionStore::new(Permission::Allow);
+        wild.set("write", Permission::Allow);
+        wild.configure(rule("*", glob("**/.env"), Permission::Deny));
+        assert_eq!(wild.decide("write", &path("a/.env")), Permission::Deny);
+    }
+
+    #[test]
+    fn an_always_answer_settles_a_configured_ask_for_the_whole_tool() {
+        let mut store = PermissionStore::new(Permission::Allow);
+        store
+            .configure(rule("shell", None, Permission::Ask))
+            .configure(rule("*", None, Permission::Ask));
+        assert_eq!(store.decide("shell", &command("ls")), Permission::Ask);
+        store.remember("shell", Permission::Allow).unwrap();
+        assert_eq!(store.decide("shell", &command("ls")), Permission::Allow);
+        assert_eq!(store.decide("other", &json!({})), Permission::Ask);
+        store.remember("shell", Permission::Deny).unwrap();
+        assert_eq!(store.decide("shell", &command("ls")), Permission::Deny);
+        assert_eq!(store.rules(), &[rule("shell", None, Permission::Deny)]);
+    }
+
+    #[test]
+    fn paths_resolve_lexically_against_the_root() {
+        let root = Some(Path::new("/project"));
+        let forms = |p: &str| ResolvedPath::new(p, root);
+        assert_eq!(
+            forms("./src//a/../main.rs"),
+            ResolvedPath {
+                forms: vec!["src/main.rs".into(), "/project/src/main.rs".into()],
+                outside: false,
+            }
+        );
+        assert_eq!(
+            forms("src/../../etc/passwd"),
+            ResolvedPath {
+                forms: vec!["../etc/passwd".into(), "/etc/passwd".into()],
+                outside: true,
+            }
+        );
+        assert_eq!(
+            forms("/project/./src/../lib.rs"),
+            ResolvedPath {
+                forms: vec!["/project/lib.rs".into(), "lib.rs".into()],
+                outside: false,
+            }
+        );
+        assert_eq!(
+            forms("/project/../etc/passwd"),
+            ResolvedPath {
+                forms: vec!["/etc/passwd".into()],
+                outside: true,
+            }
+        );
+        assert_eq!(
+            forms("/projectx/a"),
+            ResolvedPath {
+                forms: vec!["/projectx/a".into()],
+                outside: true,
+            },
+            "a sibling folder whose name starts like the root is outside"
+        );
+        assert!(ResolvedPath::new("/etc/passwd", None).outside);
+        assert!(!ResolvedPath::new("a/./b", None).outside);
+        assert_eq!(normalize(Path::new("../../a/..")), PathBuf::from("../.."));
+        assert_eq!(normalize(Path::new("/../a")), PathBuf::from("/a"));
+    }
+
+    #[test]
+    fn a_path_that_climbs_out_of_the_root_never_matches_an_allow_rule() {
+        let mut store = PermissionStore::new(Permission::Ask);
+        store.root("/project");
+        store.configure(rule("write", glob("**"), Permission::Allow));
+        store.configure(rule("write", glob("src/**"), Permission::Allow));
+        assert_eq!(store.decide("write", &path("src/a.rs")), Permission::Allow);
+        assert_eq!(
+            store.decide("write", &path("/project/src/a.rs")),
+            Permission::Allow,
+            "an absolute path inside the root matches as its relative form"
+        );
+        for escape in [
+            "src/../../etc/passwd",
+            "../x",
+            "./../../x",
+            "/etc/passwd",
+            "/project/../etc/passwd",
+        ] {
+            assert_eq!(
+                store.decide("write", &path(escape)),
+                Permission::Ask,
+                "{escape}"
+            );
+        }
+    }
+
+    #[test]
+    fn deny_rules_cover_a_path_that_climbs_out_and_deny_wins() {
+        let mut store = PermissionStore::new(Permission::Allow);
+        store.root("/project");
+        store
+            .configure(rule("*", glob("src/**"), Permission::Allow))
+            .configure(rule("*", glob("**/.env"), Permission::Deny))
+            .configure(rule("*", glob("/etc/**"), Permission::Deny))
+            .configure(rule("*", glob("../**"), Permission::Deny));
+        assert_eq!(store.decide("read", &path("src/.env")), Permission::Deny);
+        assert_eq!(
+            store.decide("read", &path("src/./x/..//.env")),
+            Permission::Deny
+        );
+        assert_eq!(
+            store.decide("read", &path("src/../../../etc/passwd")),
+            Permission::Deny,
+            "matched by its absolute form"
+        );
+        assert_eq!(
+            store.decide("read", &path("../other/file")),
+            Permission::Deny,
+            "matched by its ..-relative form"
+        );
+        assert_eq!(store.decide("read", &path("../.env")), Permission::Deny);
+    }
+
+    #[test]
+    fn command_prefixes_match_whole_words() {
+        let mut store = PermissionStore::new(Permission::Ask);
+        store.configure(rule("shell", prefix("git status"), Permission::Allow));
+        for yes in ["git status", "  git   status -s", "git\tstatus"] {
+            assert_eq!(
+                store.decide("shell", &command(yes)),
+                Permission::Allow,
+                "{yes}"
+            );
+        }
+        for no in ["git statusx", "gitstatus", "git", "git log", ""] {
+            assert_eq!(store.decide("shell", &command(no)), Permission::Ask, "{no}");
+        }
+        assert_eq!(
+            store.decide("shell", &json!({"command": ["git", "status"]})),
+            Permission::Allow
+        );
+    }
+
+    #[test]
+    fn a_chained_command_falls_through_an_allow_prefix() {
+        let mut store = PermissionStore::new(Permission::Deny);
+        store
+            .configure(rule("shell", prefix("git status"), Permission::Allow))
+            .configure(rule("shell", None, Permission::Ask));
+        for chained in [
+            "git status; rm -rf .",
+            "git status && rm -rf .",
+            "git status || rm -rf .",
+            "git status | sh",
+            "git status & rm -rf .",
+            "git status `rm -rf .`",
+            "git status $(rm -rf .)",
+            "git status\nrm -rf .",
+            "git status > ~/.bashrc",
+            "git status < /etc/passwd",
+        ] {
+            assert_eq!(
+                store.decide("shell", &command(chained)),
+                Permission::Ask,
+                "{chained:?} falls through to the next rule"
+            );
+        }
+        let mut bare = PermissionStore::new(Permission::Deny);
+        bare.configure(rule("shell", prefix("git status"), Permission::Allow));
+        assert_eq!(
+            bare.decide("shell", &command("git status; rm -rf .")),
+            Permission::Deny,
+            "to the fallback when no other rule covers it"
+        );
+        assert_eq!(
+            bare.decide("shell", &json!({"command": ["git", "status", ";", "rm"]})),
+            Permission::Deny
+        );
+    }
+
+    #[test]
+    fn allow_chaining_lets_an_allow_prefix_admit_a_chain() {
+        let mut store = PermissionStore::new(Permission::Ask);
+        store.configure(rule(
+            "shell",
+            Some(ArgumentMatch::CommandPrefix {
+                field: "command".into(),
+                prefix: "make".into(),
+                allow_chaining: true,
+            }),
+            Permission::Allow,
+        ));
+        for chain in ["make test && make lint", "make; rm x", "make|tee log"] {
+            assert_eq!(
+                store.decide("shell", &command(chain)),
+                Permission::Allow,
+                "{chain}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_deny_prefix_matches_any_part_of_a_chain() {
+        let mut store = PermissionStore::new(Permission::Allow);
+        store.configure(rule("shell", prefix("rm"), Permission::Deny));
+        for c in [
+            "ls; rm -rf .",
+            "ls && rm x",
+            "echo $(rm x)",
+            "ls | rm x",
+            "rm x",
+        ] {
+            assert_eq!(store.decide("shell", &command(c)), Permission::Deny, "{c}");
+        }
+        assert_eq!(
+            store.decide("shell", &command("ls; rmdir x")),
+            Permission::Allow
+        );
+    }
+
+    #[derive(Debug, Default)]
+    struct Saved(Mutex<Vec<Vec<PermissionRule>>>);
+
+    impl SaveRules for Saved {
+        fn save(&self, rules: &[PermissionRule]) -> Result<(), PermissionStoreError> {
+            self.0.lock().unwrap().push(rules.to_vec());
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_save_hands_over_only_what_the_store_learned() {
+        let saver = Arc::new(Saved::default());
+        let opened = vec![rule("old", None, Permission::Allow)];
+        let mut store = PermissionStore::with_saved(opened, Permission::Ask, saver.clone());
+        store.remember("a", Permission::Allow).unwrap();
+        store.remember("a", Permission::Deny).unwrap();
+        let saves = saver.0.lock().unwrap().clone();
+        assert_eq!(
+            saves,
+            vec![
+                vec![rule("a", None, Permission::Allow)],
+                vec![rule("a", None, Permission::Deny)]
+            ]
+        );
+        assert_eq!(
+            store.rules(),
+            &[
+                rule("old", None, Permission::Allow),
+                rule("a", None, Permission::Deny)
+            ]
+        );
     }
 }

@@ -224,6 +224,7 @@ fn rules_match_command_prefixes_and_path_globs_with_deny_first() {
             arguments: Some(ArgumentMatch::CommandPrefix {
                 field: "command".into(),
                 prefix: "git status".into(),
+                allow_chaining: false,
             }),
             permission: Permission::Allow,
         })
@@ -675,6 +676,7 @@ fn configured_rules_count_but_only_saved_answers_reach_the_store_file() {
         arguments: Some(ArgumentMatch::CommandPrefix {
             field: "command".into(),
             prefix: "rm".into(),
+            allow_chaining: false,
         }),
         permission: Permission::Ask,
     };
@@ -688,14 +690,15 @@ fn configured_rules_count_but_only_saved_answers_reach_the_store_file() {
         Permission::Ask
     );
     assert_eq!(store.decide("beta", &json!({})), Permission::Deny);
-    // An "always" answer replaces the configured rule for its tool at once, and only it is saved.
+    // An "always" answer settles the configured ask for its tool at once, never the ask rule on
+    // its arguments, and only the answer is saved.
     store.remember("alpha", Permission::Allow).unwrap();
     assert_eq!(store.decide("alpha", &json!({})), Permission::Allow);
     assert_eq!(
         store.decide("alpha", &json!({"command": "rm x"})),
-        Permission::Allow
+        Permission::Ask
     );
-    assert_eq!(store.configured(), &[rule("beta", Permission::Deny)]);
+    assert_eq!(store.configured().len(), 3, "configured rules stay");
     let reopened = reopen(&saver, Permission::Allow);
     assert_eq!(reopened.rules(), &[rule("alpha", Permission::Allow)]);
 }

@@ -1,0 +1,219 @@
+#![allow(
+    clippy::indexing_slicing,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic
+)]
+//! Budgets that hold: `max_cost_usd` needs a price for the model (the file's `[model] price`, or
+//! the built-in table's for a live model it knows), or the file is refused before anything runs;
+//! a price in the file prices the run; `plan` shows the price and where it comes from.
+
+mod support;
+
+use serde_json::{Value, json};
+use support::*;
+
+/// A scripted agent with `model_extra` in `[model]` and `limits` as its `[limits]`; its model
+/// calls `get_weather` once, reporting a million input tokens, then answers.
+fn scripted(model_extra: &str, limits: &str) -> AgentDir {
+    let dir = AgentDir::new(&format!(
+        r#"name = "priced"
+[model]
+provider = "scripted"
+script = "script.json"
+{model_extra}
+[limits]
+{limits}
+[[tools]]
+name = "get_weather"
+command = ["python3", "tool.py"]
+"#
+    ));
+    let million = json!({"input_tokens": 1_000_000, "output_tokens": 0});
+    let script = json!([
+        {"tool_calls": [{"id": "c1", "name": "get_weather", "arguments": {"city": "Oslo"}}],
+         "usage": million},
+        {"text": "done", "usage": million}
+    ]);
+    dir.write("script.json", &script.to_string());
+    dir
+}
+
+async fn run_json(dir: &AgentDir) -> (Option<i32>, Value) {
+    let agent = dir.agent();
+    let out = agentloop(args(&[
+        "run",
+        agent.to_str().unwrap(),
+        "--input",
+        "hi",
+        "--json",
+    ]))
+    .await;
+    (out.status.code(), stdout_json(&out))
+}
+
+fn line_of(dir: &AgentDir, start: &str) -> usize {
+    let text = std::fs::read_to_string(dir.agent()).unwrap();
+    text.lines().position(|l| l.starts_with(start)).unwrap() + 1
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cost_budget_for_an_unpriced_model_is_refused_naming_model_price() {
+    let dir = scripted("", "max_cost_usd = 0.5");
+    let line = line_of(&dir, "max_cost_usd");
+    let agent = dir.agent();
+    let out = agentloop(args(&["run", agent.to_str().unwrap(), "--input", "hi"])).await;
+    assert_eq!(out.status.code(), Some(3), "stderr: {}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains(&format!("agent.toml:{line}:16: limits.max_cost_usd: max_cost_usd needs a price for the model, and the scripted model has no price: give it in [model] as `price = {{ input = 0.40, output = 1.60 }}`")),
+        "{err}"
+    );
+    assert!(!dir.path("stdin.log").exists(), "nothing ran");
+
+    let (code, v) = run_json(&dir).await;
+    assert_eq!(code, Some(3));
+    let problems = &v["error"]["problems"];
+    assert_eq!(problems[0]["path"], "limits.max_cost_usd", "{v}");
+    assert_eq!(problems[0]["line"], line);
+
+    // A live model the built-in table does not know (a local server's name): refused the same
+    // way, before any request (nothing listens at the base URL; a request would exit 4).
+    let local = AgentDir::new(
+        r#"name = "local"
+[model]
+provider = "openai"
+name = "qwen2.5-0.5b-instruct"
+base_url = "http://127.0.0.1:9/v1"
+[limits]
+max_cost_usd = 1
+"#,
+    );
+    let out = agentloop(args(&[
+        "run",
+        local.agent().to_str().unwrap(),
+        "--input",
+        "hi",
+    ]))
+    .await;
+    assert_eq!(out.status.code(), Some(3), "stderr: {}", stderr(&out));
+    assert!(
+        stderr(&out).contains(
+            "the model \"qwen2.5-0.5b-instruct\" is not in the built-in price table: give it in [model] as `price = "
+        ),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_price_in_the_agent_file_prices_the_run_and_the_budget_holds() {
+    // $1 a million input tokens: the first answer costs $1, over the $0.5 budget, so the run
+    // stops before the second model call.
+    let dir = scripted(
+        "price = { input = 1.0, output = 2.0 }",
+        "max_cost_usd = 0.5",
+    );
+    let (code, v) = run_json(&dir).await;
+    assert_eq!(code, Some(5), "{v}");
+    assert_eq!(v["stop_reason"], "budget", "{v}");
+    assert_eq!(v["limit"]["limit"], "max_cost_usd", "{v}");
+    assert_eq!(v["cost_usd"], 1.0, "{v}");
+    assert_eq!(v["model_calls"], 1, "{v}");
+
+    // Without a budget the price still counts the cost: two answers, $2.
+    let dir = scripted(
+        "price = { input = 1.0, output = 2.0, cached_input = 0.5, cache_write = 1.25 }",
+        "max_turns = 4",
+    );
+    let (code, v) = run_json(&dir).await;
+    assert_eq!(code, Some(0), "{v}");
+    assert_eq!(v["cost_usd"], 2.0, "{v}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_price_that_is_not_a_price_is_refused_with_its_key_path_and_line() {
+    let dir = scripted(
+        "price = { input = -1, output = nan, cache_write = inf }",
+        "max_turns = 2",
+    );
+    let line = line_of(&dir, "price");
+    let (code, v) = run_json(&dir).await;
+    assert_eq!(code, Some(3), "{v}");
+    let paths: Vec<(&str, u64)> = v["error"]["problems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p["path"].as_str().unwrap(), p["line"].as_u64().unwrap()))
+        .collect();
+    let line = line as u64;
+    assert_eq!(
+        paths,
+        [
+            ("model.price.input", line),
+            ("model.price.output", line),
+            ("model.price.cache_write", line)
+        ],
+        "{v}"
+    );
+    assert!(
+        v["error"]["problems"][0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("USD per million tokens, zero or more"),
+        "{v}"
+    );
+
+    let dir = scripted("price = { input = 1, outptu = 2 }", "max_turns = 2");
+    let (code, v) = run_json(&dir).await;
+    assert_eq!(code, Some(3), "{v}");
+    let messages = v["error"]["problems"].to_string();
+    assert!(messages.contains("unknown key `outptu`"), "{messages}");
+    assert!(
+        messages.contains("missing required key `output`"),
+        "{messages}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn plan_shows_the_price_and_where_it_comes_from() {
+    let plan = |dir: &AgentDir, json: bool| {
+        let agent = dir.agent();
+        let mut a = vec!["plan", agent.to_str().unwrap()];
+        if json {
+            a.push("--json");
+        }
+        agentloop(args(&a))
+    };
+    let dir = scripted(
+        "price = { input = 1.0, output = 2.5, cached_input = 0.5 }",
+        "max_cost_usd = 1",
+    );
+    let out = plan(&dir, true).await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(
+        stdout_json(&out)["model"]["price"],
+        json!({"input": 1.0, "output": 2.5, "cached_input": 0.5, "cache_write": null, "source": "agent_file"})
+    );
+    let text = stdout(&plan(&dir, false).await);
+    assert!(
+        text.contains(
+            "        price: $1.0 in, $2.5 out per million tokens (cached input $0.5; [model] price)\n"
+        ),
+        "{text}"
+    );
+
+    let live = AgentDir::new(&openai_agent("http://127.0.0.1:9", ""));
+    let v = stdout_json(&plan(&live, true).await);
+    assert_eq!(v["model"]["price"]["input"], 2.5, "gpt-4o: {v}");
+    assert_eq!(v["model"]["price"]["source"], "built_in");
+
+    let unpriced = scripted("", "max_turns = 2");
+    let v = stdout_json(&plan(&unpriced, true).await);
+    assert_eq!(v["model"]["price"], Value::Null);
+    let text = stdout(&plan(&unpriced, false).await);
+    assert!(
+        text.contains("        price: none (the run's cost is not counted; max_cost_usd needs [model] price)\n"),
+        "{text}"
+    );
+}

@@ -1,0 +1,138 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+//! A cost budget holds only for a model that has a price: `max_cost_usd` with a model the
+//! agent's pricing cannot price is refused before any model call, at build or at the start of a
+//! run whose own limits set it.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use agentloop::{
+    Agent, FunctionModel, Limits, ModelResponse, Price, PriceTable, RunError, RunOptions,
+    StopReason, Usage,
+};
+
+fn budget() -> Limits {
+    Limits {
+        max_cost_usd: Some(1.0),
+        ..Limits::default()
+    }
+}
+
+/// A model named `local-model` that counts its calls.
+fn counted(calls: &Arc<AtomicUsize>) -> FunctionModel {
+    let calls = calls.clone();
+    FunctionModel::new(move |_| {
+        calls.fetch_add(1, Ordering::SeqCst);
+        Ok(ModelResponse::text("done"))
+    })
+    .with_id("local-model")
+}
+
+fn unpriced(result: Result<Agent, RunError>) -> RunError {
+    let err = result.expect_err("the agent was built");
+    assert_eq!(err.code(), "config.unpriced_model", "{err}");
+    assert_eq!(err.kind(), agentloop::ErrorKind::Definition);
+    err
+}
+
+#[test]
+fn a_cost_budget_for_an_unpriced_model_is_refused_at_build() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let build = |pricing: Option<PriceTable>| {
+        let mut b = Agent::builder().model(counted(&calls)).limits(budget());
+        if let Some(p) = pricing {
+            b = b.pricing(p);
+        }
+        b.build()
+    };
+    let err = unpriced(build(None));
+    assert!(err.to_string().contains("\"local-model\""), "{err}");
+    assert!(err.to_string().contains("PriceTable"), "{err}");
+    // A table that prices other models, or a name that only starts like the model.
+    unpriced(build(Some(
+        PriceTable::new().with("gpt-4o", Price::new(1.0, 1.0)),
+    )));
+    unpriced(build(Some(
+        PriceTable::new().with("local", Price::new(1.0, 1.0)),
+    )));
+    build(Some(
+        PriceTable::new().with("local-model", Price::new(1.0, 1.0)),
+    ))
+    .unwrap();
+    // A pricing function that prices nothing, or panics, prices nothing.
+    unpriced(
+        Agent::builder()
+            .model(counted(&calls))
+            .limits(budget())
+            .pricing(|_: &str, _: &str, _: &Usage| None)
+            .build(),
+    );
+    unpriced(
+        Agent::builder()
+            .model(counted(&calls))
+            .limits(budget())
+            .pricing(|_: &str, _: &str, _: &Usage| -> Option<f64> { panic!("no prices here") })
+            .build(),
+    );
+    // No budget, no price needed.
+    Agent::builder().model(counted(&calls)).build().unwrap();
+    assert_eq!(calls.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn a_run_s_own_cost_budget_for_an_unpriced_model_fails_before_any_model_call() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let agent = Agent::builder().model(counted(&calls)).build().unwrap();
+    let out = agent
+        .run_with(
+            Vec::new(),
+            Some(agentloop::Message::user("go")),
+            RunOptions {
+                limits: Some(budget()),
+                ..RunOptions::default()
+            },
+        )
+        .await;
+    assert_eq!(out.stop_reason, StopReason::Failed);
+    assert_eq!(
+        out.error.as_ref().map(RunError::code),
+        Some("config.unpriced_model")
+    );
+    assert_eq!(out.model_calls, 0);
+    assert_eq!(calls.load(Ordering::SeqCst), 0, "no model call was made");
+    assert_eq!(out.transcript.len(), 1, "the input is kept");
+
+    // The same run without the budget goes ahead.
+    let out = agent.run("go").await;
+    assert_eq!(out.stop_reason, StopReason::Finished);
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn a_dated_snapshot_in_the_response_is_priced_by_its_base_entry() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let usage = Usage {
+        input_tokens: 1_000_000,
+        ..Usage::default()
+    };
+    let model = {
+        let calls = calls.clone();
+        FunctionModel::new(move |_| {
+            calls.fetch_add(1, Ordering::SeqCst);
+            let mut r = ModelResponse::text("done").with_usage(usage);
+            r.model = Some("local-model-2025-01-31".into());
+            Ok(r)
+        })
+        .with_id("local-model")
+    };
+    let out = Agent::builder()
+        .model(model)
+        .pricing(PriceTable::new().with("local-model", Price::new(2.0, 0.0)))
+        .limits(budget())
+        .build()
+        .unwrap()
+        .run("go")
+        .await;
+    assert_eq!(out.stop_reason, StopReason::Finished);
+    assert!((out.cost_usd - 2.0).abs() < 1e-9, "{}", out.cost_usd);
+}
