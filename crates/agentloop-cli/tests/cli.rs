@@ -186,7 +186,8 @@ async fn a_failing_command_tool_sends_its_status_stdout_and_stderr_back_to_the_m
     let call = &v["tool_calls"][0];
     assert_eq!(call["ok"], false);
     assert_eq!(call["error"]["code"], "command_failed");
-    let message = "exit status 4: no weather for you\n--- stdout ---\nstation: closed";
+    let message =
+        "exit status 4\n--- stdout ---\nstation: closed\n--- stderr ---\nno weather for you";
     assert_eq!(call["error"]["message"], message);
     let bodies = fake.bodies().await;
     let tool = bodies[1]["messages"]
@@ -690,9 +691,9 @@ async fn terminal_output_shows_tool_calls_and_a_closing_line() {
     assert!(err.contains("✗ convert_temperature error in"), "{err}");
     assert!(
         err.contains(
-            "[call_conv1]: command_failed: exit status 2: unknown unit 'farenheit': use 'fahrenheit' or 'kelvin'\n"
+            "[call_conv1]: command_failed: exit status 2 … unknown unit 'farenheit': use 'fahrenheit' or 'kelvin'\n"
         ),
-        "a failed command's line shows its status and its error message: {err}"
+        "a failed command's line shows its status and its last line of output: {err}"
     );
     assert!(
         err.contains("■ finished · 4 turns · 5 tool calls · 1183 in / 136 out tokens"),

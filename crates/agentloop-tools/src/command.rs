@@ -1,7 +1,7 @@
 //! Command tools: a program run once per call. The call's arguments go to its stdin as one JSON
 //! document; its stdout is what the model reads; a non-zero exit is a recoverable tool error whose
-//! message holds the exit status, the program's stderr and its stdout, each bounded: test
-//! runners, linters, `grep` and `diff` say what matters on stdout.
+//! message holds the exit status, then what the program wrote to stdout and to stderr, each
+//! bounded: test runners, linters, `grep` and `diff` say what matters on stdout.
 //!
 //! The rules, each pinned by a test:
 //! - The child starts in the tool's working directory (for agent files: the file's directory). A
@@ -312,31 +312,30 @@ fn bounded_text(c: &Captured, what: &str, trim: fn(&str) -> &str) -> String {
     }
 }
 
-/// What the model reads when a program exits non-zero: the status, with the program's stderr (its
-/// error message) after it on the same line, then its stdout under a header of its own:
+/// What the model reads when a program exits non-zero: the status on the first line, then each
+/// stream that said something under a header of its own, stdout first:
 ///
 /// ```text
-/// exit status 101: error: 1 test failed
+/// exit status 1
 /// --- stdout ---
 /// test parse ... FAILED
+/// --- stderr ---
+/// error: 1 test failed
 /// ```
 ///
-/// A stream that said nothing is left out; a program that wrote nothing says so. The status and
-/// the error message lead because that is what a model acts on: a small model (Qwen2.5 0.5B)
-/// given `exit status 1: ...; try again` tries again, while given the status on a line of its
-/// own, or after the message, it passes the message on as its answer. Stderr is trimmed and cut
-/// at its bound, stdout loses its trailing blank lines and is cut at its own, each saying so.
+/// Stdout is cut at its bound and stderr at its own, each saying so; trailing blank lines are
+/// dropped (stderr is trimmed at both ends). A program that wrote nothing says so.
 fn failure_text(status: &ExitStatus, out: &Captured, err: &Captured) -> String {
+    let mut text = describe_status(status);
     let stdout = bounded_text(out, "stdout", str::trim_end);
     let stderr = bounded_text(err, "stderr", str::trim);
-    let mut text = describe_status(status);
-    match (stderr.is_empty(), stdout.is_empty()) {
-        (true, true) => text.push_str(" (nothing on stdout or stderr)"),
-        (false, _) => text.push_str(&format!(": {stderr}")),
-        (true, false) => {}
+    if stdout.is_empty() && stderr.is_empty() {
+        text.push_str(" (nothing on stdout or stderr)");
     }
-    if !stdout.is_empty() {
-        text.push_str(&format!("\n--- stdout ---\n{stdout}"));
+    for (name, body) in [("stdout", stdout), ("stderr", stderr)] {
+        if !body.is_empty() {
+            text.push_str(&format!("\n--- {name} ---\n{body}"));
+        }
     }
     text
 }

@@ -96,7 +96,7 @@ async fn non_zero_exit_keeps_stdout_and_stderr_with_the_exit_status() {
     assert_eq!(code, "command_failed");
     assert_eq!(
         message,
-        "exit status 3: no such city: Atlantis\n--- stdout ---\ntest parse ... FAILED\n  left: 1"
+        "exit status 3\n--- stdout ---\ntest parse ... FAILED\n  left: 1\n--- stderr ---\nno such city: Atlantis"
     );
 }
 
@@ -110,7 +110,7 @@ async fn non_zero_exit_shows_only_the_streams_that_said_something() {
     );
     let only_stderr = CommandTool::new("t", ["sh", "-c", "echo nope >&2; exit 2"]);
     let err = call(only_stderr, json!({})).await.unwrap_err();
-    assert_eq!(recoverable(&err).1, "exit status 2: nope");
+    assert_eq!(recoverable(&err).1, "exit status 2\n--- stderr ---\nnope");
 }
 
 #[tokio::test]
@@ -140,7 +140,7 @@ async fn long_stderr_is_cut_and_says_so() {
     let err = call(tool, json!({})).await.unwrap_err();
     let (_, message) = recoverable(&err);
     let stderr = message
-        .strip_prefix("exit status 1: ")
+        .strip_prefix("exit status 1\n--- stderr ---\n")
         .unwrap_or_else(|| panic!("{}", &message[..40]));
     assert!(
         stderr.starts_with(&"x".repeat(4096)),
@@ -170,11 +170,13 @@ async fn a_failing_program_s_long_stdout_is_cut_at_its_bound_and_its_stderr_kept
     let err = call(tool, json!({})).await.unwrap_err();
     let (_, message) = recoverable(&err);
     let stdout = message
-        .strip_prefix("exit status 101: error: 3 tests failed\n--- stdout ---\n")
-        .unwrap_or_else(|| panic!("{}", &message[..60]));
+        .strip_prefix("exit status 101\n--- stdout ---\n")
+        .unwrap_or_else(|| panic!("{}", &message[..40]));
     assert!(stdout.starts_with(&"y".repeat(64 * 1024)), "kept 64 KiB");
     assert!(
-        stdout.ends_with("[stdout cut: showing the first 65536 of 100000 bytes]"),
+        stdout.ends_with(
+            "[stdout cut: showing the first 65536 of 100000 bytes]\n--- stderr ---\nerror: 3 tests failed"
+        ),
         "{}",
         &stdout[65530..]
     );
