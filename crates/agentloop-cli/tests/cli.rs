@@ -691,9 +691,9 @@ async fn terminal_output_shows_tool_calls_and_a_closing_line() {
     assert!(err.contains("✗ convert_temperature error in"), "{err}");
     assert!(
         err.contains(
-            "[call_conv1]: command_failed: exit status 2 … unknown unit 'farenheit': use 'fahrenheit' or 'kelvin'\n"
+            "[call_conv1]: command_failed: unknown unit 'farenheit': use 'fahrenheit' or 'kelvin' … (exit status 2)\n"
         ),
-        "a failed command's line shows its status and its last line of output: {err}"
+        "a failed command's line shows its first and last lines: {err}"
     );
     assert!(
         err.contains("■ finished · 4 turns · 5 tool calls · 1183 in / 136 out tokens"),

@@ -323,12 +323,18 @@ fn bounded_text(c: &Captured, what: &str, trim: fn(&str) -> &str) -> String {
 /// error: 1 test failed
 /// ```
 ///
+/// A program that wrote only to stderr is read as its message, the status after it
+/// (`no such city\n(exit status 1)`): a model reads the words first and acts on them.
+///
 /// Stdout is cut at its bound and stderr at its own, each saying so; trailing blank lines are
 /// dropped (stderr is trimmed at both ends). A program that wrote nothing says so.
 fn failure_text(status: &ExitStatus, out: &Captured, err: &Captured) -> String {
     let mut text = describe_status(status);
     let stdout = bounded_text(out, "stdout", str::trim_end);
     let stderr = bounded_text(err, "stderr", str::trim);
+    if stdout.is_empty() && !stderr.is_empty() {
+        return format!("{stderr}\n({text})");
+    }
     if stdout.is_empty() && stderr.is_empty() {
         text.push_str(" (nothing on stdout or stderr)");
     }

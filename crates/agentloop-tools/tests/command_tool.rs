@@ -110,7 +110,7 @@ async fn non_zero_exit_shows_only_the_streams_that_said_something() {
     );
     let only_stderr = CommandTool::new("t", ["sh", "-c", "echo nope >&2; exit 2"]);
     let err = call(only_stderr, json!({})).await.unwrap_err();
-    assert_eq!(recoverable(&err).1, "exit status 2\n--- stderr ---\nnope");
+    assert_eq!(recoverable(&err).1, "nope\n(exit status 2)");
 }
 
 #[tokio::test]
@@ -140,7 +140,7 @@ async fn long_stderr_is_cut_and_says_so() {
     let err = call(tool, json!({})).await.unwrap_err();
     let (_, message) = recoverable(&err);
     let stderr = message
-        .strip_prefix("exit status 1\n--- stderr ---\n")
+        .strip_suffix("\n(exit status 1)")
         .unwrap_or_else(|| panic!("{}", &message[..40]));
     assert!(
         stderr.starts_with(&"x".repeat(4096)),
