@@ -477,6 +477,7 @@ async fn a_saved_always_never_bypasses_a_deny_for_the_tool() {
     assert!(ran.is_empty());
 }
 
+// outside-paths: off (the tests below try hostile paths on purpose)
 #[tokio::test(flavor = "multi_thread")]
 async fn a_path_outside_the_agent_folder_is_never_allowed_by_a_path_rule() {
     let dir = scripted_shell(

@@ -631,6 +631,7 @@ impl Gate for PermissionGate {
     }
 }
 
+// outside-paths: off (the tests below try hostile paths on purpose)
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
