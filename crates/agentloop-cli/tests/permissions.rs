@@ -507,26 +507,37 @@ path_glob = { field = "path", glob = "**" }
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_deny_path_rule_covers_a_path_that_climbs_out_and_wins() {
+async fn deny_path_rules_cover_paths_outside_the_folder_and_win() {
     let dir = scripted_shell(
         r#"[permissions]
 [[permissions.rules]]
 tool = "shell"
 permission = "allow"
-path_glob = { field = "path", glob = "notes/**" }
+path_glob = { field = "path", glob = "**" }
 [[permissions.rules]]
 tool = "*"
 permission = "deny"
 path_glob = { field = "path", glob = "**/.env" }
+[[permissions.rules]]
+tool = "*"
+permission = "deny"
+path_glob = { field = "path", glob = "/etc/**" }
+[[permissions.rules]]
+tool = "*"
+permission = "deny"
+path_glob = { field = "path", glob = "../**" }
 "#,
         &[
             json!({"path": "notes//.env"}),
             json!({"path": "notes/a/../.env"}),
+            json!({"path": "/tmp/../etc/passwd"}),
+            json!({"path": "notes/../../secret.txt"}),
             json!({"path": "notes/a.txt"}),
         ],
     );
-    let (statuses, _) = statuses(&dir).await;
-    assert_eq!(statuses, ["denied", "denied", "ok"]);
+    let (statuses, ran) = statuses(&dir).await;
+    assert_eq!(statuses, ["denied", "denied", "denied", "denied", "ok"]);
+    assert_eq!(ran, [json!({"path": "notes/a.txt"})]);
 }
 
 #[tokio::test(flavor = "multi_thread")]
