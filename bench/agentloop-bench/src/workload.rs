@@ -12,8 +12,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use agentloop::{
-    Agent, Message, Model, ModelError, ModelEvent, ModelRequest, ModelResponse, ModelStream,
-    RunOutcome, StopReason, Tool, ToolError,
+    Agent, Limits, Message, Model, ModelError, ModelEvent, ModelRequest, ModelResponse,
+    ModelStream, RunOutcome, StopReason, Tool, ToolError,
 };
 use futures::stream;
 use serde::Deserialize;
@@ -145,6 +145,8 @@ impl Workload {
             .instructions("You are a benchmark.")
             .model(model)
             .tool(noop_tool(tool_executions.clone(), tool_delay))
+            // The workload's shapes run past the default bounds (T=50 is 51 model calls).
+            .limits(Limits::unlimited())
             .build()
             .map_err(|e| e.to_string())?;
         Ok(Workload {

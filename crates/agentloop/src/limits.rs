@@ -33,9 +33,9 @@ pub const DEFAULT_OUTPUT_RETRIES: u32 = 2;
 
 /// The limits of one run.
 ///
-/// Every run is bounded even when nothing is set: [`Limits::default`] allows
-/// [`DEFAULT_MAX_TURNS`] turns, [`DEFAULT_MAX_TOOL_CALLS`] tool calls and
-/// [`DEFAULT_MAX_MODEL_CALLS`] model calls. `None` (or `Some(0)`) lifts a bound; [`Limits::unlimited`]
+/// Every run is bounded even when nothing is set: [`Limits::default`] allows 25 turns (the loops we
+/// compare with use 10 to 25; a coding agent that reads, edits and checks needs the upper end),
+/// 100 tool calls (four parallel calls a turn) and 50 model calls (room for re-asked answers). `None` (or `Some(0)`) lifts a bound; [`Limits::unlimited`]
 /// lifts them all.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Limits {
