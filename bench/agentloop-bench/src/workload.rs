@@ -12,8 +12,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use agentloop::{
-    Agent, Limits, Message, Model, ModelError, ModelEvent, ModelRequest, ModelResponse,
-    ModelStream, RunOutcome, StopReason, Tool, ToolError,
+    Agent, Limits, Message, Model, ModelError, ModelResponse, RunOutcome, StopReason, Tool,
+    ToolError,
+    model::{ModelEvent, ModelRequest, ModelStream},
 };
 use futures::stream;
 use serde::Deserialize;

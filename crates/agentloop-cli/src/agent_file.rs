@@ -13,7 +13,7 @@ use std::fmt;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 
-use agentloop::{ExecutionMode, Permission};
+use agentloop::{permissions::Permission, tool::ExecutionMode};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;

@@ -11,7 +11,10 @@
 use std::io::{BufRead, Write};
 use std::sync::{Arc, Mutex};
 
-use agentloop::{Answer, ApprovalPrompter, ApprovalRequest, CancellationToken};
+use agentloop::{
+    CancellationToken,
+    permissions::{Answer, ApprovalPrompter, ApprovalRequest},
+};
 use futures::future::BoxFuture;
 use serde_json::Value;
 use tokio::sync::mpsc::UnboundedReceiver;
@@ -248,7 +251,9 @@ mod tests {
 
     use agentloop::machine::AdmittedCall;
     use agentloop::{
-        Gate, GateContext, Permission, PermissionGate, PermissionRule, PermissionStore, Verdict,
+        Gate, Verdict,
+        gate::GateContext,
+        permissions::{Permission, PermissionGate, PermissionRule, PermissionStore},
     };
     use serde_json::json;
 

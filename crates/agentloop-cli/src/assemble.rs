@@ -5,9 +5,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agentloop::{
-    Agent, Answer, ApprovalPrompter, ArgumentMatch, FixedAnswer, Gate, Limits, Model,
-    ModelSettings, Permission, PermissionGate, PermissionRule, PermissionStore, Price,
-    ScriptedModel, Tool,
+    Agent, Gate, Limits, Model, Price, Tool,
+    model::ModelSettings,
+    permissions::{
+        Answer, ApprovalPrompter, ArgumentMatch, FixedAnswer, Permission, PermissionGate,
+        PermissionRule, PermissionStore,
+    },
+    testing::ScriptedModel,
 };
 use agentloop_tools::CommandTool;
 use serde_json::json;
@@ -266,11 +270,12 @@ pub fn agent(
     }
     if let Some(price) = file.model().price.as_ref().map(|p| p.get_ref().price()) {
         // The file prices its own model, whatever name the server answers with.
-        builder = builder
-            .pricing(move |_: &str, _: &str, usage: &agentloop::Usage| Some(price.cost(usage)));
+        builder = builder.pricing(move |_: &str, _: &str, usage: &agentloop::model::Usage| {
+            Some(price.cost(usage))
+        });
     } else if let Some(pricing) = crate::live::pricing(*file.model().provider.get_ref()) {
         builder = builder.pricing(
-            move |provider: &str, model: &str, usage: &agentloop::Usage| {
+            move |provider: &str, model: &str, usage: &agentloop::model::Usage| {
                 pricing.cost(provider, model, usage)
             },
         );

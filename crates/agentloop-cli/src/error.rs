@@ -134,7 +134,10 @@ pub fn outcome_exit_code(outcome: &RunOutcome) -> i32 {
 mod tests {
     use std::time::Duration;
 
-    use agentloop::{ModelError, ModelErrorKind, RunError, RunOutcome, StopReason, Usage};
+    use agentloop::{
+        ModelError, RunError, RunOutcome, StopReason,
+        model::{ModelErrorKind, Usage},
+    };
 
     use super::{code, outcome_exit_code};
 

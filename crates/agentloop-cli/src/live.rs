@@ -11,7 +11,7 @@
 
 use std::sync::Arc;
 
-use agentloop::{Model, ModelRequest, Pricing};
+use agentloop::{Model, limits::Pricing, model::ModelRequest};
 use agentloop_providers::anthropic::Anthropic;
 use agentloop_providers::openai_chat::MaxTokensField;
 use agentloop_providers::openai_responses::OpenAiResponses;

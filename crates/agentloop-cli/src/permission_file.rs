@@ -15,7 +15,9 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use agentloop::{Permission, PermissionRule, PermissionStore, PermissionStoreError, SaveRules};
+use agentloop::permissions::{
+    Permission, PermissionRule, PermissionStore, PermissionStoreError, SaveRules,
+};
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Default, Serialize, Deserialize)]

@@ -4,7 +4,7 @@
 
 use std::fmt::Write as _;
 
-use agentloop::{Message, ModelRequest, ToolSet};
+use agentloop::{Message, model::ModelRequest, tool::ToolSet};
 use serde::Serialize;
 use serde_json::{Value, json};
 

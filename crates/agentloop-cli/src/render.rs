@@ -7,8 +7,8 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use agentloop::{
-    CallOutcome, CallStatus, Event, EventKind, EventSink, RunOutcome, ToolCallRecord, ToolContent,
-    codes,
+    CallOutcome, CallStatus, Event, EventKind, EventSink, RunOutcome, ToolCallRecord,
+    message::ToolContent, outcome::codes,
 };
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{Value, json};

@@ -11,7 +11,7 @@
 
 mod support;
 
-use agentloop::Permission;
+use agentloop::permissions::Permission;
 use serde_json::{Value, json};
 use support::*;
 

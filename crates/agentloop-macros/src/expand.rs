@@ -482,8 +482,8 @@ fn constructor(
 
     let description = description(func, options);
     let mode = options.mode.map(|(mode, span)| match mode {
-        Mode::Sequential => quote_spanned!(span=> .mode(#krate::ExecutionMode::Sequential)),
-        Mode::Parallel => quote_spanned!(span=> .mode(#krate::ExecutionMode::Parallel)),
+        Mode::Sequential => quote_spanned!(span=> .mode(#krate::tool::ExecutionMode::Sequential)),
+        Mode::Parallel => quote_spanned!(span=> .mode(#krate::tool::ExecutionMode::Parallel)),
     });
     let timeout = options.timeout.as_ref().map(|t| match t {
         Timeout::Secs(n) => quote!(.timeout(::core::time::Duration::from_secs(#n))),

@@ -39,7 +39,7 @@ mod options;
 /// parameters, an unknown option, an invalid tool name.
 ///
 /// ```
-/// use agentloop::{ExecutionMode, ToolContext, ToolError, tool};
+/// use agentloop::{ToolContext, ToolError, tool, tool::ExecutionMode};
 ///
 /// /// Gets the current weather for a city.
 /// #[tool(timeout_secs = 10)]
@@ -79,11 +79,11 @@ mod options;
 ///     .call(serde_json::json!({"city": "Paris"}), ToolContext::detached("c1", "get_weather"))
 ///     .await
 ///     .unwrap();
-/// assert_eq!(out.content, agentloop::ToolContent::Text("18 degrees (metric) in Paris".into()));
+/// assert_eq!(out.content, agentloop::message::ToolContent::Text("18 degrees (metric) in Paris".into()));
 ///
 /// assert_eq!(append_log_tool().spec().mode, ExecutionMode::Sequential);
 /// let agent = agentloop::Agent::builder()
-///     .model(agentloop::ScriptedModel::new([agentloop::ModelResponse::text("done")]))
+///     .model(agentloop::testing::ScriptedModel::new([agentloop::ModelResponse::text("done")]))
 ///     .tool(get_weather_tool())
 ///     .tool(append_log_tool())
 ///     .build()

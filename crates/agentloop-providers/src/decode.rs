@@ -12,7 +12,10 @@
 use std::collections::VecDeque;
 use std::future::Future;
 
-use agentloop::{ModelError, ModelEvent, ModelResponse, ModelStream, ResponseAccumulator};
+use agentloop::{
+    ModelError, ModelResponse,
+    model::{ModelEvent, ModelStream, ResponseAccumulator},
+};
 use futures::{StreamExt, stream};
 
 use crate::http::HttpClient;

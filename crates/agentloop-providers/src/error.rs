@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use agentloop::{ModelError, ModelErrorKind};
+use agentloop::{ModelError, model::ModelErrorKind};
 use reqwest::header::HeaderMap;
 use serde::Deserialize;
 use serde_json::Value;

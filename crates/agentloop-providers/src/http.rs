@@ -9,7 +9,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use agentloop::{ModelError, ModelErrorKind};
+use agentloop::{ModelError, model::ModelErrorKind};
 use bytes::Bytes;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 

@@ -13,7 +13,7 @@
 //!   answer (streamed or whole) through the decoder and the core's accumulator.
 //! - `openai_chat/`, `openai_responses/`, `anthropic/`: per provider, `mod.rs` (the model and its
 //!   builder), `request.rs` (the request body) and `stream.rs` (its answers, streamed or whole,
-//!   with usage converted to what [`agentloop::Usage`] means on every provider).
+//!   with usage converted to what [`agentloop::model::Usage`] means on every provider).
 //! - `layer/`: [`Retry`] and [`Fallback`]; `pricing.rs`: [`default_prices`].
 #![forbid(unsafe_code)]
 // Built without any provider feature, the shared plumbing (decoding helpers, the builder macro)

@@ -58,7 +58,7 @@ pub fn default_prices() -> PriceTable {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
-    use agentloop::{Pricing, Usage};
+    use agentloop::{limits::Pricing, model::Usage};
 
     #[test]
     fn dated_snapshots_find_their_base_entry() {

@@ -11,7 +11,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use agentloop::{ModelError, ModelErrorKind};
+use agentloop::{ModelError, model::ModelErrorKind};
 use bytes::Bytes;
 use futures::{Stream, StreamExt, stream};
 

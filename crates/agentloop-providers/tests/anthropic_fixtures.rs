@@ -4,7 +4,7 @@
 
 mod anthropic_responses_common;
 
-use agentloop::ModelErrorKind;
+use agentloop::model::ModelErrorKind;
 use agentloop_providers::anthropic::Anthropic;
 use anthropic_responses_common::{call, cases, check, serve};
 

@@ -245,11 +245,11 @@ async fn settings_and_tool_choice_reach_the_request() {
         .header("anthropic-beta", "interleaved-thinking-2025-05-14")
         .build()
         .unwrap();
-    let settings = agentloop::ModelSettings {
+    let settings = agentloop::model::ModelSettings {
         max_tokens: Some(9000),
         temperature: Some(1.0),
         parallel_tool_calls: Some(false),
-        tool_choice: Some(agentloop::ToolChoice::Tool("plus".into())),
+        tool_choice: Some(agentloop::model::ToolChoice::Tool("plus".into())),
         ..Default::default()
     };
     let tools = [json_tool("plus", ab_schema(), |_| Ok(String::new()))
@@ -257,7 +257,7 @@ async fn settings_and_tool_choice_reach_the_request() {
         .clone()];
     let messages = [agentloop::Message::user("hi")];
     let schema = json!({"type": "object", "properties": {"n": {"type": "integer"}}});
-    let request = agentloop::ModelRequest {
+    let request = agentloop::model::ModelRequest {
         instructions: Some("Be brief."),
         messages: &messages,
         tools: &tools,

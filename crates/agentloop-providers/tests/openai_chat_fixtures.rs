@@ -5,7 +5,10 @@
 use std::path::PathBuf;
 
 use agentloop::model::complete;
-use agentloop::{Message, ModelErrorKind, ModelRequest, ModelResponse, ModelSettings};
+use agentloop::{
+    Message, ModelResponse,
+    model::{ModelErrorKind, ModelRequest, ModelSettings},
+};
 use agentloop_providers::OpenAiChat;
 use serde_json::Value;
 use wiremock::matchers::{header, method, path};

@@ -13,8 +13,10 @@ use std::time::{Duration, Instant};
 
 use agentloop::model::complete;
 use agentloop::{
-    AssistantMessage, Message, Model, ModelError, ModelErrorKind, ModelRequest, ModelResponse,
-    ModelSettings, Reasoning, ToolCall, ToolChoice, ToolContent, ToolResult, ToolSpec,
+    Message, Model, ModelError, ModelResponse,
+    message::{AssistantMessage, Reasoning, ToolCall, ToolContent, ToolResult},
+    model::{ModelErrorKind, ModelRequest, ModelSettings, ToolChoice},
+    tool::ToolSpec,
 };
 use agentloop_providers::{Fallback, OpenAiChat, Retry, RetryPolicy};
 use serde_json::{Value, json};

@@ -15,9 +15,10 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use agentloop::{
-    Agent, CancellationToken, Hook, HookContext, HookError, HookResult, Limits, Message, Model,
-    ModelResponse, RunOptions, ScriptedModel, Session, StopReason, Tool, ToolCallDecision,
-    ToolCallView, ToolError, ToolOutput,
+    Agent, CancellationToken, Hook, Limits, Message, Model, ModelResponse, RunOptions, Session,
+    StopReason, Tool, ToolError, ToolOutput,
+    hooks::{HookContext, HookError, HookResult, ToolCallDecision, ToolCallView},
+    testing::ScriptedModel,
 };
 use agentloop_providers::OpenAiChat;
 use agentloop_providers::anthropic::Anthropic;
@@ -422,8 +423,8 @@ fn a_transcript_with_an_unanswered_call_is_refused_by_every_checking_server() {
     let p = providers();
     let dangling = vec![
         Message::user("go"),
-        Message::Assistant(agentloop::AssistantMessage {
-            tool_calls: vec![agentloop::ToolCall {
+        Message::Assistant(agentloop::message::AssistantMessage {
+            tool_calls: vec![agentloop::message::ToolCall {
                 id: "call_1".into(),
                 name: "fast".into(),
                 arguments: "{}".into(),

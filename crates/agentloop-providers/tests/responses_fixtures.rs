@@ -2,13 +2,13 @@
 //! [`OpenAiResponses`] adapter (streamed and whole), compared with the case's `expected`.
 //!
 //! `expected.tool_calls[].item_id` (the `fc_...` output item id) is not compared: the transcript's
-//! [`agentloop::ToolCall`] keeps the `call_id` that results answer, and the item id is not needed
+//! [`agentloop::message::ToolCall`] keeps the `call_id` that results answer, and the item id is not needed
 //! to send the call back (`store: false`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod anthropic_responses_common;
 
-use agentloop::ModelErrorKind;
+use agentloop::model::ModelErrorKind;
 use agentloop_providers::openai_responses::OpenAiResponses;
 use anthropic_responses_common::{call, cases, check, serve};
 

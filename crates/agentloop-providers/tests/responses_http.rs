@@ -7,7 +7,7 @@ mod anthropic_responses_common;
 
 use std::time::Duration;
 
-use agentloop::ModelErrorKind;
+use agentloop::model::ModelErrorKind;
 use agentloop_providers::Retry;
 use agentloop_providers::openai_responses::OpenAiResponses;
 use anthropic_responses_common::{ask, check_stall_and_drop, fast_retry, fixture, serve_replies};

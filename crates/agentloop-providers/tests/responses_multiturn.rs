@@ -204,15 +204,15 @@ async fn assistant_text_goes_back_as_an_output_text_message() {
         .unwrap();
     let messages = [
         agentloop::Message::user("hi"),
-        agentloop::Message::Assistant(agentloop::AssistantMessage {
+        agentloop::Message::Assistant(agentloop::message::AssistantMessage {
             text: "Hello!".into(),
             ..Default::default()
         }),
         agentloop::Message::user("and now?"),
     ];
-    let settings = agentloop::ModelSettings {
+    let settings = agentloop::model::ModelSettings {
         max_tokens: Some(300),
-        tool_choice: Some(agentloop::ToolChoice::Required),
+        tool_choice: Some(agentloop::model::ToolChoice::Required),
         ..Default::default()
     };
     let tools = [
@@ -221,7 +221,7 @@ async fn assistant_text_goes_back_as_an_output_text_message() {
             .clone(),
     ];
     let schema = json!({"type": "object"});
-    let request = agentloop::ModelRequest {
+    let request = agentloop::model::ModelRequest {
         instructions: None,
         messages: &messages,
         tools: &tools,

@@ -6,8 +6,8 @@
 use std::sync::Arc;
 
 use agentloop::{
-    Agent, Message, ModelResponse, Price, PriceTable, RunOptions, ScriptedModel, Tool, ToolError,
-    ToolOutput, Usage,
+    Agent, Message, ModelResponse, Price, PriceTable, RunOptions, Tool, ToolError, ToolOutput,
+    model::Usage, testing::ScriptedModel,
 };
 use agentloop_store::{TraceOptions, TraceSink, convert, read_trace, render_list, render_run};
 use serde_json::{Value, json};

@@ -9,7 +9,10 @@
 //! `reasoning`, `arguments`, `details`) are present only when the trace was written with payloads
 //! on.
 
-use agentloop::{FinishReason, LimitHit, Usage};
+use agentloop::{
+    limits::LimitHit,
+    model::{FinishReason, Usage},
+};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 

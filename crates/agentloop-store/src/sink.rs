@@ -12,7 +12,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use agentloop::{
-    CallOutcome, CallStatus, Event, EventKind, EventSink, LimitHit, StopReason, ToolContent,
+    CallOutcome, CallStatus, Event, EventKind, EventSink, StopReason, limits::LimitHit,
+    message::ToolContent,
 };
 use serde_json::Value;
 
@@ -385,7 +386,7 @@ impl State {
 /// What a finished run reports.
 struct RunEnd {
     stop_reason: String,
-    usage: agentloop::Usage,
+    usage: agentloop::model::Usage,
     cost_usd: f64,
     turns: u32,
     output: Option<String>,

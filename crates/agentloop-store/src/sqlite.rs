@@ -8,7 +8,7 @@
 
 use std::path::{Path, PathBuf};
 
-use agentloop::Usage;
+use agentloop::model::Usage;
 use rusqlite::types::{Type, Value as Sql};
 use rusqlite::{Connection, OpenFlags, OptionalExtension, Row};
 use serde_json::Value;

@@ -4,7 +4,7 @@
 
 use std::fmt::Write as _;
 
-use agentloop::Usage;
+use agentloop::model::Usage;
 use serde::Serialize;
 use serde_json::Value;
 

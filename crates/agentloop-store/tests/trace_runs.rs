@@ -6,8 +6,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use agentloop::{
-    Agent, Message, ModelError, ModelErrorKind, ModelResponse, Price, PriceTable, RunOptions,
-    RunOutcome, ScriptStep, ScriptedModel, SequentialIds, Tool, ToolError, ToolOutput, Usage,
+    Agent, Message, ModelError, ModelResponse, Price, PriceTable, RunOptions, RunOutcome, Tool,
+    ToolError, ToolOutput,
+    ids::SequentialIds,
+    model::{ModelErrorKind, Usage},
+    testing::{ScriptStep, ScriptedModel},
 };
 use agentloop_store::{
     Status, Trace, TraceError, TraceOptions, TraceRecord, TraceSink, convert, read_trace,
@@ -777,7 +780,10 @@ async fn a_deadline_during_a_model_call_ends_the_call_as_interrupted() {
         (run.span.status, run.stop_reason.as_deref()),
         (Status::Error, Some("deadline"))
     );
-    assert_eq!(run.limit.unwrap().limit, agentloop::LimitKind::Deadline);
+    assert_eq!(
+        run.limit.unwrap().limit,
+        agentloop::limits::LimitKind::Deadline
+    );
     assert!(
         render_run(&trace.records, None)
             .unwrap()
@@ -952,10 +958,10 @@ impl agentloop::Hook for BrokenObserver {
     }
     fn after_model_call<'a>(
         &'a self,
-        _ctx: agentloop::HookContext<'a>,
+        _ctx: agentloop::hooks::HookContext<'a>,
         _response: &'a ModelResponse,
-    ) -> futures::future::BoxFuture<'a, agentloop::HookResult<()>> {
-        Box::pin(async { Err(agentloop::HookError("the audit log is full".into())) })
+    ) -> futures::future::BoxFuture<'a, agentloop::hooks::HookResult<()>> {
+        Box::pin(async { Err(agentloop::hooks::HookError("the audit log is full".into())) })
     }
 }
 

@@ -25,7 +25,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::Duration;
 
-use agentloop::{ExecutionMode, Tool, ToolContext, ToolError, ToolOutput};
+use agentloop::{Tool, ToolContext, ToolError, ToolOutput, tool::ExecutionMode};
 use serde_json::{Value, json};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::process::Command;

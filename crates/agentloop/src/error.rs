@@ -6,7 +6,7 @@
 //! | `tool.invalid_name`, `tool.duplicate`, `tool.invalid_schema` | a tool could not be registered |
 //! | `config.unpriced_model` | `max_cost_usd` is set for a model the pricing cannot price: refused before any model call |
 //! | `limit.reached` | a limit stopped the run (which limit, bound, consumed, requested) |
-//! | `model.*` | a model call failed: see [`crate::ModelErrorKind::code`]; also an answer cut off (`model.truncated`), refused (`model.refused`) or filtered (`model.content_filter`) |
+//! | `model.*` | a model call failed: see [`crate::model::ModelErrorKind::code`]; also an answer cut off (`model.truncated`), refused (`model.refused`) or filtered (`model.content_filter`) |
 //! | `tool.fatal` | a tool failed fatally |
 //! | `tool.panicked` | a tool handler panicked |
 //! | `run.cancelled` | the run was cancelled |

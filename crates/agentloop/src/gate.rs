@@ -2,7 +2,7 @@
 //! gate sees the calls still admitted and answers each: allow, deny (the model reads why), or run
 //! with rewritten arguments (validated again). Gates compose in the order they were added, after
 //! the hooks' `before_tool_call`; a call denied by one is never put to the next. Permission rules
-//! with human approval ([`crate::PermissionGate`]) are one gate; an application adds its own.
+//! with human approval ([`crate::permissions::PermissionGate`]) are one gate; an application adds its own.
 //!
 //! A gate sees the run's cancellation: a prompt waiting for a human should end when it fires. The
 //! driver also races every gate against cancellation and the deadline.

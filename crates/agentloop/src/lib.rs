@@ -2,57 +2,38 @@
 #![forbid(unsafe_code)]
 
 mod agent;
-mod config;
+pub mod config;
 pub mod driver;
 mod error;
-mod event;
-mod gate;
-mod guardrail;
-mod hooks;
-mod ids;
-mod limits;
+pub mod event;
+pub mod gate;
+pub mod guardrail;
+pub mod hooks;
+pub mod ids;
+pub mod limits;
 pub mod machine;
-mod message;
+pub mod message;
 pub mod model;
-mod outcome;
-mod permissions;
+pub mod outcome;
+pub mod permissions;
 mod serde_duration;
-mod steering;
+pub mod steering;
 pub mod testing;
 pub mod tool;
 
+// What an application uses; everything else is at its module's path.
 pub use agent::{Agent, AgentBuilder, RunOptions, RunStream, Session, StreamItem};
-pub use config::{AgentConfig, DecisionPolicy, OnInvalidCall, OnToolPanic};
 pub use error::{ErrorKind, RunError};
-pub use event::{ErrorSummary, Event, EventKind, EventSink};
-pub use gate::{Gate, GateContext};
-pub use guardrail::{Guardrail, guardrail_fn};
-pub use hooks::{
-    Hook, HookContext, HookError, HookResult, HookRole, RequestChanges, RunState, StopWhen,
-    ToolCallDecision, ToolCallView,
-};
-pub use ids::{IdSource, SequentialIds, UuidIds};
-pub use limits::{LimitHit, LimitKind, Limits, OnLimit, Price, PriceTable, Pricing};
+pub use event::{Event, EventKind, EventSink};
+pub use gate::Gate;
+pub use hooks::Hook;
+pub use limits::{Limits, OnLimit, Price, PriceTable};
 pub use machine::Verdict;
-pub use message::{
-    AssistantMessage, ContentPart, Message, Reasoning, ToolCall, ToolContent, ToolResult,
-};
-pub use model::{
-    FinishReason, Model, ModelError, ModelErrorKind, ModelEvent, ModelRequest, ModelResponse,
-    ModelSettings, ModelStream, ResponseAccumulator, ToolChoice, Usage,
-};
-pub use outcome::{CallOutcome, CallStatus, RunOutcome, StopReason, ToolCallRecord, codes};
-pub use permissions::{
-    Answer, ApprovalPrompter, ApprovalRequest, ArgumentMatch, FixedAnswer, Permission,
-    PermissionGate, PermissionRule, PermissionStore, PermissionStoreError, SaveRules,
-};
-pub use steering::{Delivery, Steering};
-pub use testing::{FunctionModel, ScriptStep, ScriptedModel};
+pub use message::Message;
+pub use model::{Model, ModelError, ModelResponse};
+pub use outcome::{CallOutcome, CallStatus, RunOutcome, StopReason, ToolCallRecord};
 pub use tokio_util::sync::CancellationToken;
-pub use tool::{
-    ExecutionMode, IntoToolOutput, ProgressSender, Tool, ToolBuilder, ToolContext, ToolError,
-    ToolHandler, ToolOutput, ToolSet, ToolSpec,
-};
+pub use tool::{Tool, ToolContext, ToolError, ToolOutput};
 
 #[cfg(feature = "macros")]
 pub use agentloop_macros::tool;

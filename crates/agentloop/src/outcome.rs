@@ -193,7 +193,7 @@ fn is_zero(n: &u32) -> bool {
 /// | `cancelled` | cancelled | `cancelled: the call did not complete` | cut short by cancel or deadline |
 /// | `timeout` | error | the tool did not finish within its timeout | the same |
 /// | `tool.fatal` | fatal | `the tool failed` | the tool's message (diagnostic) |
-/// | `tool.panicked` | error (fatal under [`crate::OnToolPanic::Fail`]) | the tool failed unexpectedly | the panic message (diagnostic) |
+/// | `tool.panicked` | error (fatal under [`crate::config::OnToolPanic::Fail`]) | the tool failed unexpectedly | the panic message (diagnostic) |
 ///
 /// What the model reads of an error is at most [`codes::MAX_ERROR_TEXT`] bytes, and a code at most
 /// [`codes::MAX_CODE_LEN`] characters: longer ones are cut, saying so.
@@ -233,7 +233,7 @@ pub mod codes {
     pub const MAX_CODE_LEN: usize = 256;
 
     /// The code of a call a limit kept from running: `limit.` and the limit's word.
-    pub fn limit(kind: crate::LimitKind) -> String {
+    pub fn limit(kind: crate::limits::LimitKind) -> String {
         format!("limit.{}", kind.as_str())
     }
 }
@@ -327,7 +327,7 @@ impl CallOutcome {
     }
 
     /// A handler that panicked: an error the model reads and can route around (the machine makes
-    /// it fatal under [`crate::OnToolPanic::Fail`]), with the panic message for the operator only.
+    /// it fatal under [`crate::config::OnToolPanic::Fail`]), with the panic message for the operator only.
     pub fn panicked(message: impl Into<String>) -> Self {
         CallOutcome {
             diagnostic: Some(message.into()),
@@ -372,7 +372,7 @@ impl CallOutcome {
 
     /// A call a limit kept from running: `not run:` when the run stops at once, `stopped:` when
     /// the model is asked for a last answer.
-    pub fn limited(kind: crate::LimitKind, answer: bool) -> Self {
+    pub fn limited(kind: crate::limits::LimitKind, answer: bool) -> Self {
         let text = if answer {
             format!(
                 "stopped: the run reached its {kind} limit, so this call was not run; no more tools can run"

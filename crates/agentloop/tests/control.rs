@@ -7,12 +7,17 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use agentloop::{
-    Agent, Answer, ApprovalPrompter, ApprovalRequest, ArgumentMatch, CallOutcome, CallStatus,
-    EventKind, FixedAnswer, FunctionModel, Gate, GateContext, Hook, HookContext, HookError,
-    HookResult, Message, ModelResponse, Permission, PermissionGate, PermissionRule,
-    PermissionStore, PermissionStoreError, RequestChanges, RunError, RunOptions, SaveRules,
-    ScriptedModel, Steering, StopReason, ToolCallDecision, ToolCallView, ToolOutput, Verdict,
-    guardrail_fn,
+    Agent, CallOutcome, CallStatus, EventKind, Gate, Hook, Message, ModelResponse, RunError,
+    RunOptions, StopReason, ToolOutput, Verdict,
+    gate::GateContext,
+    guardrail::guardrail_fn,
+    hooks::{HookContext, HookError, HookResult, RequestChanges, ToolCallDecision, ToolCallView},
+    permissions::{
+        Answer, ApprovalPrompter, ApprovalRequest, ArgumentMatch, FixedAnswer, Permission,
+        PermissionGate, PermissionRule, PermissionStore, PermissionStoreError, SaveRules,
+    },
+    steering::Steering,
+    testing::{FunctionModel, ScriptedModel},
 };
 use common::{CallLog, Events, calls, sleeper};
 use futures::future::BoxFuture;
@@ -634,11 +639,13 @@ async fn tool_hooks_veto_rewrite_and_replace() {
     );
     assert_eq!(
         out.tool_calls[1].outcome.output().cloned(),
-        Some(agentloop::ToolContent::Json(json!({"tag": "rewritten"})))
+        Some(agentloop::message::ToolContent::Json(
+            json!({"tag": "rewritten"})
+        ))
     );
     assert_eq!(
         out.tool_calls[2].outcome.output().cloned(),
-        Some(agentloop::ToolContent::Text("replaced".into()))
+        Some(agentloop::message::ToolContent::Text("replaced".into()))
     );
     assert_eq!(log.len(), 2);
 

@@ -13,10 +13,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use agentloop::{
-    Agent, CallStatus, CancellationToken, DecisionPolicy, EventKind, FunctionModel, LimitKind,
-    Limits, Message, ModelError, ModelErrorKind, ModelResponse, OnInvalidCall, OnToolPanic, Price,
-    PriceTable, RunOptions, ScriptStep, ScriptedModel, Session, StopReason, StreamItem, Tool,
-    ToolError, ToolOutput, Usage,
+    Agent, CallStatus, CancellationToken, EventKind, Limits, Message, ModelError, ModelResponse,
+    Price, PriceTable, RunOptions, Session, StopReason, StreamItem, Tool, ToolError, ToolOutput,
+    config::{DecisionPolicy, OnInvalidCall, OnToolPanic},
+    limits::LimitKind,
+    model::{ModelErrorKind, Usage},
+    testing::{FunctionModel, ScriptStep, ScriptedModel},
 };
 use common::{CallLog, Events, agent, assert_tool_cycle, calls, counting_tool, sleeper};
 use futures::StreamExt;
@@ -1350,7 +1352,9 @@ async fn a_typed_tool_gets_its_schema_from_its_argument_type() {
     let out = agent(model, vec![t], Limits::default()).run("go").await;
     assert_eq!(
         out.tool_calls[0].outcome.output().cloned(),
-        Some(agentloop::ToolContent::Text("Paris: 18 celsius".into()))
+        Some(agentloop::message::ToolContent::Text(
+            "Paris: 18 celsius".into()
+        ))
     );
 }
 
@@ -1715,10 +1719,10 @@ async fn what_the_model_reads_of_an_error_is_bounded() {
     let model = ScriptedModel::new([calls(&[("a", "loud", "{}")]), ModelResponse::text("done")]);
     let out = agent(model, vec![loud], Limits::default()).run("go").await;
     let o = &out.tool_calls[0].outcome;
-    assert!(o.code.as_ref().unwrap().chars().count() <= agentloop::codes::MAX_CODE_LEN);
+    assert!(o.code.as_ref().unwrap().chars().count() <= agentloop::outcome::codes::MAX_CODE_LEN);
     let text = o.content.to_text();
     assert!(
-        text.len() <= agentloop::codes::MAX_ERROR_TEXT,
+        text.len() <= agentloop::outcome::codes::MAX_ERROR_TEXT,
         "{}",
         text.len()
     );
@@ -1734,9 +1738,9 @@ async fn a_stop_condition_and_a_review_hook_steer_a_real_run() {
         }
         fn review_answer<'a>(
             &'a self,
-            _ctx: agentloop::HookContext<'a>,
+            _ctx: agentloop::hooks::HookContext<'a>,
             answer: &'a ModelResponse,
-        ) -> futures::future::BoxFuture<'a, agentloop::HookResult<Option<String>>> {
+        ) -> futures::future::BoxFuture<'a, agentloop::hooks::HookResult<Option<String>>> {
             let missing = !answer.message.text.contains("[source]");
             Box::pin(async move { Ok(missing.then(|| "you did not cite a source".to_owned())) })
         }

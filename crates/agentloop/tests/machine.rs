@@ -9,8 +9,8 @@ use agentloop::machine::{
     Action, HookFailure, Input, Interrupt, RunMachine, RunStart, Seams, Step,
 };
 use agentloop::{
-    Agent, CallOutcome, CallStatus, HookRole, Limits, Message, ModelResponse, ScriptedModel,
-    SequentialIds, StopReason, Tool, ToolOutput, Verdict,
+    Agent, CallOutcome, CallStatus, Limits, Message, ModelResponse, StopReason, Tool, ToolOutput,
+    Verdict, hooks::HookRole, ids::SequentialIds, testing::ScriptedModel,
 };
 use serde_json::{Value, json};
 
@@ -322,7 +322,7 @@ fn the_response_that_crosses_the_token_budget_runs_no_tool() {
 fn a_cut_answer_is_asked_again_once_with_a_larger_limit_then_stops_truncated() {
     let cfg = Agent::builder()
         .model(ScriptedModel::new([]))
-        .settings(agentloop::ModelSettings {
+        .settings(agentloop::model::ModelSettings {
             max_tokens: Some(100),
             ..Default::default()
         })
@@ -342,7 +342,7 @@ fn a_cut_answer_is_asked_again_once_with_a_larger_limit_then_stops_truncated() {
     );
     let cut = || {
         let mut r = ModelResponse::text("the answer is lo");
-        r.finish_reason = agentloop::FinishReason::Length;
+        r.finish_reason = agentloop::model::FinishReason::Length;
         r
     };
     respond(&mut m, 1, cut());
@@ -370,7 +370,7 @@ fn a_refused_response_runs_none_of_its_calls_and_is_not_finished() {
     let mut m = machine(Limits::default());
     let mut r = ModelResponse::tool_calls([("a", "echo", "{}")]);
     r.message.text = "I can't help with that.".into();
-    r.finish_reason = agentloop::FinishReason::Refusal;
+    r.finish_reason = agentloop::model::FinishReason::Refusal;
     respond(&mut m, 1, r);
     assert!(matches!(m.action(), Action::Finish));
     let out = m.into_outcome(Duration::ZERO);
@@ -383,7 +383,7 @@ fn a_refused_response_runs_none_of_its_calls_and_is_not_finished() {
 
     let mut m = machine(Limits::default());
     let mut r = ModelResponse::text("");
-    r.finish_reason = agentloop::FinishReason::ContentFilter;
+    r.finish_reason = agentloop::model::FinishReason::ContentFilter;
     respond(&mut m, 1, r);
     let out = m.into_outcome(Duration::ZERO);
     assert_eq!(out.stop_reason, StopReason::ContentFilter);
@@ -401,7 +401,10 @@ fn on_limit_answer_makes_one_last_call_without_tools_and_keeps_the_limit_as_the_
     let Action::CallModel(req) = m.action() else {
         panic!("a last model call")
     };
-    assert_eq!(req.settings.tool_choice, Some(agentloop::ToolChoice::None));
+    assert_eq!(
+        req.settings.tool_choice,
+        Some(agentloop::model::ToolChoice::None)
+    );
     respond(&mut m, 2, ModelResponse::text("partial answer"));
     assert!(matches!(m.action(), Action::Finish));
     let out = m.into_outcome(Duration::ZERO);

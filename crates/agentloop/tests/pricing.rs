@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use agentloop::{
-    Agent, FunctionModel, Limits, ModelResponse, Price, PriceTable, RunError, RunOptions,
-    StopReason, Usage,
+    Agent, Limits, ModelResponse, Price, PriceTable, RunError, RunOptions, StopReason,
+    model::Usage, testing::FunctionModel,
 };
 
 fn budget() -> Limits {

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use agentloop::{
-    Agent, CallStatus, Limits, Message, ModelResponse, ScriptedModel, StopReason, Tool, ToolError,
-    ToolOutput,
+    Agent, CallStatus, Limits, Message, ModelResponse, StopReason, Tool, ToolError, ToolOutput,
+    testing::ScriptedModel,
 };
 use proptest::prelude::*;
 use serde_json::{Value, json};

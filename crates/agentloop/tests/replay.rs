@@ -12,8 +12,8 @@ use std::time::Duration;
 use agentloop::driver::{RunLog, StepLog, replay};
 use agentloop::machine::Input;
 use agentloop::{
-    Agent, CallOutcome, Limits, Message, ModelResponse, RunOptions, RunOutcome, ScriptedModel,
-    Steering, StopReason, ToolOutput, UuidIds,
+    Agent, CallOutcome, Limits, Message, ModelResponse, RunOptions, RunOutcome, StopReason,
+    ToolOutput, ids::UuidIds, steering::Steering, testing::ScriptedModel,
 };
 use common::{CallLog, calls, sleeper};
 
@@ -158,6 +158,8 @@ async fn a_different_step_result_gives_a_different_run() {
     assert_ne!(out.transcript, replayed.transcript);
     assert_eq!(
         replayed.tool_calls[0].outcome.output(),
-        Some(&agentloop::ToolContent::Text("something else".into()))
+        Some(&agentloop::message::ToolContent::Text(
+            "something else".into()
+        ))
     );
 }

@@ -6,8 +6,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use agentloop::{
-    Agent, CallStatus, Event, EventKind, ExecutionMode, Message, ModelResponse, ScriptedModel,
-    StopReason, ToolContent, ToolContext, ToolError, ToolOutput, tool,
+    Agent, CallStatus, Event, EventKind, Message, ModelResponse, StopReason, ToolContext,
+    ToolError, ToolOutput, message::ToolContent, testing::ScriptedModel, tool, tool::ExecutionMode,
 };
 use serde_json::{Value, json};
 

@@ -1,11 +1,11 @@
 //! The Anthropic Messages API (`POST /v1/messages`): request encoding from the provider-neutral
 //! transcript, a pure stream parser that turns server-sent events into
-//! [`ModelEvent`](agentloop::ModelEvent)s, and the [`Anthropic`] model that sends requests through
+//! [`ModelEvent`](agentloop::model::ModelEvent)s, and the [`Anthropic`] model that sends requests through
 //! the shared HTTP client.
 //!
 //! Thinking blocks come back with their signatures and are sent back unchanged on tool turns; all
 //! tool results of a turn travel in one user message. A `tool_use` whose JSON was cut off is never
-//! executed: the stream maps to [`FinishReason::Length`](agentloop::FinishReason::Length) and the
+//! executed: the stream maps to [`FinishReason::Length`](agentloop::model::FinishReason::Length) and the
 //! accumulator drops the call.
 //!
 //! The module's files: `request.rs` encodes the request, `stream.rs` reads answers (streamed or
@@ -14,7 +14,10 @@
 mod request;
 mod stream;
 
-use agentloop::{Model, ModelError, ModelRequest, ModelStream};
+use agentloop::{
+    Model, ModelError,
+    model::{ModelRequest, ModelStream},
+};
 
 use crate::decode::post_and_decode;
 use crate::http::{ANTHROPIC_API_KEY_ENV, AuthStyle, HttpClient, HttpConfig, KeySource};

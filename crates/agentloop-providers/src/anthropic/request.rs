@@ -5,8 +5,9 @@
 use std::borrow::Cow;
 
 use agentloop::{
-    AssistantMessage, ContentPart, Message, ModelError, ModelRequest, ToolChoice, ToolContent,
-    ToolResult,
+    Message, ModelError,
+    message::{AssistantMessage, ContentPart, ToolContent, ToolResult},
+    model::{ModelRequest, ToolChoice},
 };
 use serde::Serialize;
 use serde_json::Value;

@@ -1,12 +1,16 @@
 //! Reading Messages answers: the borrowing wire types of stream events and whole messages, and
 //! the pure [`AnthropicStreamParser`] that turns them into [`ModelEvent`]s for the live stream,
 //! the in-memory path and whole bodies alike. Usage is converted here to the meaning
-//! [`agentloop::Usage`] has on every provider.
+//! [`agentloop::model::Usage`] has on every provider.
 
 use std::borrow::Cow;
 use std::collections::VecDeque;
 
-use agentloop::{FinishReason, ModelError, ModelEvent, ModelResponse, Reasoning, Usage};
+use agentloop::{
+    ModelError, ModelResponse,
+    message::Reasoning,
+    model::{FinishReason, ModelEvent, Usage},
+};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -546,7 +550,7 @@ pub fn parse_stream_bytes(bytes: &[u8]) -> Result<ModelResponse, ModelError> {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
-    use agentloop::ModelErrorKind;
+    use agentloop::model::ModelErrorKind;
 
     fn events(lines: &[&str]) -> Result<Vec<ModelEvent>, ModelError> {
         crate::decode::decode_all(AnthropicStreamParser::new(), lines)

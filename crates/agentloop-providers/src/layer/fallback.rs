@@ -5,7 +5,10 @@
 //! Box::new(Retry::new(primary)), Box::new(Retry::new(backup))])`), so a model is abandoned only
 //! after its retries. The fallback itself never waits and never retries a model.
 
-use agentloop::{Model, ModelError, ModelRequest, ModelStream};
+use agentloop::{
+    Model, ModelError,
+    model::{ModelRequest, ModelStream},
+};
 
 use super::retry::with_attempts;
 
@@ -24,7 +27,7 @@ impl std::fmt::Debug for Fallback {
 
 impl Fallback {
     /// A fallback over `models`, the first being the primary. An empty list is allowed; its
-    /// calls fail with [`agentloop::ModelErrorKind::Exhausted`].
+    /// calls fail with [`agentloop::model::ModelErrorKind::Exhausted`].
     pub fn new(models: Vec<Box<dyn Model>>) -> Self {
         Fallback { models }
     }
@@ -60,7 +63,7 @@ impl Model for Fallback {
     fn stream<'a>(&'a self, request: ModelRequest<'a>) -> ModelStream<'a> {
         let Some(first) = self.models.first() else {
             let error = ModelError::new(
-                agentloop::ModelErrorKind::Exhausted,
+                agentloop::model::ModelErrorKind::Exhausted,
                 "the fallback list holds no model",
             );
             return Box::pin(futures::stream::iter([Err(error)]));

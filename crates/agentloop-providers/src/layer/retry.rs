@@ -13,7 +13,10 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use agentloop::{Model, ModelError, ModelEvent, ModelRequest, ModelStream};
+use agentloop::{
+    Model, ModelError,
+    model::{ModelEvent, ModelRequest, ModelStream},
+};
 use futures::StreamExt;
 use rand::Rng;
 
@@ -254,7 +257,7 @@ impl<M: Model> Model for Retry<M> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use agentloop::ModelErrorKind;
+    use agentloop::model::ModelErrorKind;
 
     #[test]
     fn backoff_doubles_and_stops_at_the_cap() {

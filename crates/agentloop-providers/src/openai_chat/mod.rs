@@ -22,7 +22,10 @@ mod request;
 mod stream;
 mod strict;
 
-use agentloop::{Model, ModelError, ModelRequest, ModelStream};
+use agentloop::{
+    Model, ModelError,
+    model::{ModelRequest, ModelStream},
+};
 
 use crate::decode::post_and_decode;
 use crate::http::{HttpClient, HttpConfig, KeySource};

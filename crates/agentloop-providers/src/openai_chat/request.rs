@@ -4,7 +4,11 @@
 
 use std::borrow::Cow;
 
-use agentloop::{ContentPart, Message, ModelError, ModelRequest, ToolChoice};
+use agentloop::{
+    Message, ModelError,
+    message::ContentPart,
+    model::{ModelRequest, ToolChoice},
+};
 use serde::Serialize;
 use serde_json::Value;
 
@@ -264,7 +268,7 @@ fn user_content(parts: &[ContentPart]) -> UserContent<'_> {
     )
 }
 
-fn wire_tool(spec: &agentloop::ToolSpec, strict: bool) -> WireTool<'_> {
+fn wire_tool(spec: &agentloop::tool::ToolSpec, strict: bool) -> WireTool<'_> {
     WireTool {
         kind: "function",
         function: WireFunction {
@@ -301,7 +305,7 @@ mod tests {
     fn tool_choice_and_parallel_calls_are_left_out_when_no_tool_is_offered() {
         let model = OpenAiChat::builder("gpt-4.1").api_key("k").build().unwrap();
         let messages = [Message::user("hi")];
-        let settings = agentloop::ModelSettings {
+        let settings = agentloop::model::ModelSettings {
             parallel_tool_calls: Some(true),
             tool_choice: Some(ToolChoice::Required),
             ..Default::default()
@@ -324,20 +328,20 @@ mod tests {
     fn reasoning_goes_back_as_reasoning_content_only_when_asked() {
         let transcript = [
             Message::user("hi"),
-            Message::Assistant(agentloop::AssistantMessage {
-                reasoning: vec![agentloop::Reasoning {
+            Message::Assistant(agentloop::message::AssistantMessage {
+                reasoning: vec![agentloop::message::Reasoning {
                     text: "think".into(),
                     ..Default::default()
                 }],
                 text: String::new(),
-                tool_calls: vec![agentloop::ToolCall {
+                tool_calls: vec![agentloop::message::ToolCall {
                     id: "c1".into(),
                     name: "f".into(),
                     arguments: "{}".into(),
                 }],
             }),
         ];
-        let settings = agentloop::ModelSettings::default();
+        let settings = agentloop::model::ModelSettings::default();
         let request = ModelRequest {
             instructions: None,
             messages: &transcript,

@@ -5,7 +5,10 @@
 use std::borrow::Cow;
 use std::collections::VecDeque;
 
-use agentloop::{FinishReason, ModelError, ModelErrorKind, ModelEvent, ModelResponse, Usage};
+use agentloop::{
+    ModelError, ModelResponse,
+    model::{FinishReason, ModelErrorKind, ModelEvent, Usage},
+};
 use serde::Deserialize;
 use serde_json::Value;
 

@@ -1,12 +1,12 @@
 //! The OpenAI Responses API (`POST /responses`): request encoding from the provider-neutral
 //! transcript, a pure stream parser that turns its server-sent events into
-//! [`ModelEvent`](agentloop::ModelEvent)s, and the [`OpenAiResponses`] model that sends requests
+//! [`ModelEvent`](agentloop::model::ModelEvent)s, and the [`OpenAiResponses`] model that sends requests
 //! through the shared HTTP client.
 //!
 //! Nothing is stored server-side by default (`store: false`), so each request carries the whole
 //! conversation: `function_call` items and their `function_call_output`s by `call_id`, and the
 //! reasoning items of earlier turns, kept whole (id and encrypted content) in
-//! [`Reasoning::provider_data`](agentloop::Reasoning::provider_data).
+//! [`Reasoning::provider_data`](agentloop::message::Reasoning::provider_data).
 //!
 //! The module's files: `request.rs` encodes the request, `stream.rs` reads answers (streamed or
 //! whole) into events.
@@ -14,7 +14,10 @@
 mod request;
 mod stream;
 
-use agentloop::{Model, ModelError, ModelRequest, ModelStream};
+use agentloop::{
+    Model, ModelError,
+    model::{ModelRequest, ModelStream},
+};
 
 use crate::decode::post_and_decode;
 use crate::http::{AuthStyle, HttpClient, HttpConfig, KeySource, OPENAI_API_KEY_ENV};

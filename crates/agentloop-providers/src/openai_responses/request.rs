@@ -3,7 +3,11 @@
 
 use std::borrow::Cow;
 
-use agentloop::{ContentPart, Message, ModelError, ModelRequest, ToolChoice, ToolContent};
+use agentloop::{
+    Message, ModelError,
+    message::{ContentPart, ToolContent},
+    model::{ModelRequest, ToolChoice},
+};
 use serde::Serialize;
 use serde_json::Value;
 

@@ -5,7 +5,11 @@
 use std::borrow::Cow;
 use std::collections::VecDeque;
 
-use agentloop::{FinishReason, ModelError, ModelEvent, ModelResponse, Reasoning, Usage};
+use agentloop::{
+    ModelError, ModelResponse,
+    message::Reasoning,
+    model::{FinishReason, ModelEvent, Usage},
+};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -572,7 +576,7 @@ pub fn parse_stream_bytes(bytes: &[u8]) -> Result<ModelResponse, ModelError> {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
-    use agentloop::ModelErrorKind;
+    use agentloop::model::ModelErrorKind;
 
     fn events(lines: &[&str]) -> Result<Vec<ModelEvent>, ModelError> {
         crate::decode::decode_all(ResponsesStreamParser::new(), lines)

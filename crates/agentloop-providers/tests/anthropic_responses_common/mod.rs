@@ -13,8 +13,8 @@
 pub mod props;
 
 use agentloop::{
-    Model, ModelError, ModelEvent, ModelRequest, ModelResponse, ModelSettings, ResponseAccumulator,
-    Usage,
+    Model, ModelError, ModelResponse,
+    model::{ModelEvent, ModelRequest, ModelSettings, ResponseAccumulator, Usage},
 };
 use futures::StreamExt;
 use serde_json::Value;
@@ -322,14 +322,14 @@ pub async fn check_stall_and_drop<M: Model>(started: &'static [u8], build: impl 
     let err = ask(&build(stalling_server(started, false).await))
         .await
         .unwrap_err();
-    assert_eq!(err.kind, agentloop::ModelErrorKind::Timeout, "{err}");
+    assert_eq!(err.kind, agentloop::model::ModelErrorKind::Timeout, "{err}");
     let err = ask(&build(stalling_server(started, true).await))
         .await
         .unwrap_err();
     assert!(
         matches!(
             err.kind,
-            agentloop::ModelErrorKind::Connection | agentloop::ModelErrorKind::Stream
+            agentloop::model::ModelErrorKind::Connection | agentloop::model::ModelErrorKind::Stream
         ),
         "{err}"
     );
@@ -419,8 +419,8 @@ pub fn fast_retry() -> agentloop_providers::RetryPolicy {
 /// One "hello" call collected into a response; a hang fails the test after 10 s.
 pub async fn ask(model: &dyn Model) -> Result<agentloop::ModelResponse, agentloop::ModelError> {
     let messages = [agentloop::Message::user("hello")];
-    let settings = agentloop::ModelSettings::default();
-    let request = agentloop::ModelRequest {
+    let settings = agentloop::model::ModelSettings::default();
+    let request = agentloop::model::ModelRequest {
         instructions: None,
         messages: &messages,
         tools: &[],

@@ -2,7 +2,7 @@
 //! parser, accumulator): arbitrary bytes, and streams assembled from real event pieces, give a
 //! response or an error, never a panic, and a response keeps the accumulator's promises.
 
-use agentloop::{FinishReason, ModelResponse};
+use agentloop::{ModelResponse, model::FinishReason};
 use proptest::prelude::*;
 use proptest::strategy::Union;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};

@@ -24,7 +24,7 @@ pub struct AdmittedCall {
     pub tool: Arc<str>,
     /// The validated arguments.
     pub arguments: Arc<Value>,
-    /// The tool's index in the agent's [`crate::ToolSet`].
+    /// The tool's index in the agent's [`crate::tool::ToolSet`].
     pub(crate) index: usize,
 }
 

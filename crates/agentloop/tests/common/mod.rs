@@ -14,7 +14,8 @@ use std::time::Duration;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use agentloop::{
-    Agent, Event, Limits, Message, ModelResponse, ScriptedModel, Tool, ToolError, ToolOutput,
+    Agent, Event, Limits, Message, ModelResponse, Tool, ToolError, ToolOutput,
+    testing::ScriptedModel,
 };
 use serde_json::{Value, json};
 use tokio::time::Instant;

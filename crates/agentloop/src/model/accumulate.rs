@@ -1,0 +1,343 @@
+//! Events into one response: the accumulator every provider uses, so that a stream and a whole
+//! body end in the same [`ModelResponse`].
+
+use std::fmt;
+
+use super::{FinishReason, ModelError, ModelErrorKind, ModelEvent, ModelResponse, Usage};
+use crate::message::{AssistantMessage, Reasoning, ToolCall};
+
+struct PartialCall {
+    index: u32,
+    id: String,
+    name: String,
+    arguments: String,
+}
+
+/// Turns a model's events into one [`ModelResponse`]. Every provider uses this one accumulator.
+#[derive(Default)]
+pub struct ResponseAccumulator {
+    id: Option<String>,
+    model: Option<String>,
+    text: String,
+    reasoning: Vec<Reasoning>,
+    pending_reasoning: String,
+    calls: Vec<PartialCall>,
+    whole_calls: Vec<(usize, ToolCall)>,
+    usage: Usage,
+    finish: Option<(FinishReason, Option<String>)>,
+    warnings: Vec<String>,
+    whole: Option<ModelResponse>,
+}
+
+impl fmt::Debug for ResponseAccumulator {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ResponseAccumulator")
+            .field("text_len", &self.text.len())
+            .field("calls", &(self.calls.len() + self.whole_calls.len()))
+            .field("finished", &self.finish.is_some())
+            .finish()
+    }
+}
+
+impl ResponseAccumulator {
+    /// An empty accumulator.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The text received so far.
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+
+    /// True once the response is complete.
+    pub fn is_finished(&self) -> bool {
+        self.finish.is_some() || self.whole.is_some()
+    }
+
+    /// Applies one event.
+    pub fn push(&mut self, event: ModelEvent) -> Result<(), ModelError> {
+        match event {
+            ModelEvent::Start { id, model } => {
+                if id.is_some() {
+                    self.id = id;
+                }
+                if model.is_some() {
+                    self.model = model;
+                }
+            }
+            ModelEvent::TextDelta(t) => self.text.push_str(&t),
+            ModelEvent::ReasoningDelta(t) => self.pending_reasoning.push_str(&t),
+            ModelEvent::Reasoning(mut r) => {
+                if r.text.is_empty() {
+                    r.text = std::mem::take(&mut self.pending_reasoning);
+                } else {
+                    self.pending_reasoning.clear();
+                }
+                self.reasoning.push(r);
+            }
+            ModelEvent::ToolCallStart { index, id, name } => {
+                match self.calls.iter_mut().find(|c| c.index == index) {
+                    Some(call) => {
+                        if !id.is_empty() {
+                            call.id = id;
+                        }
+                        if !name.is_empty() {
+                            call.name = name;
+                        }
+                    }
+                    None => self.calls.push(PartialCall {
+                        index,
+                        id,
+                        name,
+                        arguments: String::new(),
+                    }),
+                }
+            }
+            ModelEvent::ToolCallDelta { index, arguments } => {
+                match self.calls.iter_mut().find(|c| c.index == index) {
+                    Some(call) => call.arguments.push_str(&arguments),
+                    None => self.calls.push(PartialCall {
+                        index,
+                        id: String::new(),
+                        name: String::new(),
+                        arguments,
+                    }),
+                }
+            }
+            ModelEvent::ToolCall(call) => {
+                let position = self.calls.len() + self.whole_calls.len();
+                self.whole_calls.push((position, call));
+            }
+            ModelEvent::Usage(u) => self.usage = u,
+            ModelEvent::Warning(w) => self.warnings.push(w),
+            ModelEvent::Finish { reason, raw } => self.finish = Some((reason, raw)),
+            ModelEvent::Response(r) => self.whole = Some(r),
+        }
+        Ok(())
+    }
+
+    /// Finishes the response. A stream that never said it was complete is an error, never a
+    /// half-applied response.
+    pub fn finish(mut self) -> Result<ModelResponse, ModelError> {
+        if let Some(whole) = self.whole.take() {
+            return Ok(whole);
+        }
+        let Some((finish_reason, raw_finish_reason)) = self.finish.take() else {
+            return Err(ModelError::new(
+                ModelErrorKind::Stream,
+                "the model's stream ended before the response was complete",
+            ));
+        };
+        if !self.pending_reasoning.is_empty() {
+            self.reasoning.push(Reasoning {
+                text: std::mem::take(&mut self.pending_reasoning),
+                ..Default::default()
+            });
+        }
+        self.calls.sort_by_key(|c| c.index);
+        let mut tool_calls: Vec<ToolCall> =
+            Vec::with_capacity(self.calls.len() + self.whole_calls.len());
+        let mut truncated = false;
+        let mut cut_calls = Vec::new();
+        for call in self.calls {
+            if call.name.is_empty() {
+                return Err(ModelError::new(
+                    ModelErrorKind::Stream,
+                    format!("tool call at index {} has no name", call.index),
+                ));
+            }
+            let complete = call.arguments.trim().is_empty()
+                || serde_json::from_str::<serde::de::IgnoredAny>(&call.arguments).is_ok();
+            if !complete && finish_reason == FinishReason::Length {
+                truncated = true;
+                self.warnings.push(format!(
+                    "tool call {} ({}) was cut off and dropped",
+                    call.id, call.name
+                ));
+                cut_calls.push(ToolCall {
+                    id: call.id,
+                    name: call.name,
+                    arguments: call.arguments,
+                });
+                continue;
+            }
+            tool_calls.push(ToolCall {
+                id: call.id,
+                name: call.name,
+                arguments: call.arguments,
+            });
+        }
+        for (position, call) in self.whole_calls {
+            let at = position.min(tool_calls.len());
+            tool_calls.insert(at, call);
+        }
+        Ok(ModelResponse {
+            message: AssistantMessage {
+                reasoning: self.reasoning,
+                text: self.text,
+                tool_calls,
+            },
+            usage: self.usage,
+            finish_reason,
+            raw_finish_reason,
+            id: self.id,
+            model: self.model,
+            truncated,
+            cut_calls,
+            warnings: self.warnings,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn finish(reason: FinishReason) -> ModelEvent {
+        ModelEvent::Finish { reason, raw: None }
+    }
+
+    #[test]
+    fn usage_sums_saturate_instead_of_wrapping_or_panicking() {
+        // A hostile server's `"prompt_tokens": 18446744073709551615`.
+        let hostile = Usage {
+            input_tokens: u64::MAX,
+            output_tokens: 5,
+            cached_input_tokens: u64::MAX,
+            ..Default::default()
+        };
+        assert_eq!(hostile.total_tokens(), u64::MAX);
+        let mut run = Usage {
+            input_tokens: 10,
+            cached_input_tokens: 1,
+            ..Default::default()
+        };
+        run.add(&hostile);
+        run.add(&hostile);
+        assert_eq!(run.input_tokens, u64::MAX);
+        assert_eq!(run.cached_input_tokens, u64::MAX);
+        assert_eq!(run.output_tokens, 10);
+        assert_eq!(run.total_tokens(), u64::MAX);
+    }
+
+    #[test]
+    fn deltas_keyed_by_index_assemble_calls_in_index_order() {
+        let mut acc = ResponseAccumulator::new();
+        for e in [
+            ModelEvent::ToolCallStart {
+                index: 2,
+                id: "b".into(),
+                name: "two".into(),
+            },
+            ModelEvent::ToolCallStart {
+                index: 1,
+                id: "a".into(),
+                name: "one".into(),
+            },
+            ModelEvent::ToolCallDelta {
+                index: 1,
+                arguments: "{\"x\":".into(),
+            },
+            ModelEvent::ToolCallDelta {
+                index: 2,
+                arguments: "{}".into(),
+            },
+            ModelEvent::ToolCallDelta {
+                index: 1,
+                arguments: "1}".into(),
+            },
+            ModelEvent::TextDelta("hi".into()),
+            ModelEvent::Usage(Usage {
+                input_tokens: 3,
+                output_tokens: 4,
+                ..Usage::default()
+            }),
+            finish(FinishReason::ToolCalls),
+        ] {
+            acc.push(e).unwrap();
+        }
+        let r = acc.finish().unwrap();
+        assert_eq!(r.message.tool_calls[0].name, "one");
+        assert_eq!(r.message.tool_calls[0].arguments, "{\"x\":1}");
+        assert_eq!(r.message.tool_calls[1].id, "b");
+        assert_eq!(r.message.text, "hi");
+        assert_eq!(r.usage.output_tokens, 4);
+    }
+
+    #[test]
+    fn a_stream_without_a_finish_is_an_error_not_a_half_response() {
+        let mut acc = ResponseAccumulator::new();
+        acc.push(ModelEvent::TextDelta("partial".into())).unwrap();
+        assert_eq!(acc.finish().unwrap_err().kind, ModelErrorKind::Stream);
+    }
+
+    #[test]
+    fn a_call_cut_off_by_the_token_limit_is_dropped_and_flagged() {
+        let mut acc = ResponseAccumulator::new();
+        acc.push(ModelEvent::ToolCallStart {
+            index: 0,
+            id: "ok".into(),
+            name: "a".into(),
+        })
+        .unwrap();
+        acc.push(ModelEvent::ToolCallDelta {
+            index: 0,
+            arguments: "{}".into(),
+        })
+        .unwrap();
+        acc.push(ModelEvent::ToolCallStart {
+            index: 1,
+            id: "cut".into(),
+            name: "b".into(),
+        })
+        .unwrap();
+        acc.push(ModelEvent::ToolCallDelta {
+            index: 1,
+            arguments: "{\"text\": \"abc".into(),
+        })
+        .unwrap();
+        acc.push(finish(FinishReason::Length)).unwrap();
+        let r = acc.finish().unwrap();
+        assert!(r.truncated);
+        assert_eq!(r.message.tool_calls.len(), 1);
+        assert!(!r.warnings.is_empty());
+    }
+
+    #[test]
+    fn empty_ids_stay_empty_for_the_run_to_fill_and_reasoning_blocks_keep_streamed_text() {
+        let mut acc = ResponseAccumulator::new();
+        acc.push(ModelEvent::ReasoningDelta("think".into()))
+            .unwrap();
+        acc.push(ModelEvent::Reasoning(Reasoning {
+            signature: Some("sig".into()),
+            ..Default::default()
+        }))
+        .unwrap();
+        acc.push(ModelEvent::ToolCallStart {
+            index: 0,
+            id: String::new(),
+            name: "a".into(),
+        })
+        .unwrap();
+        acc.push(finish(FinishReason::ToolCalls)).unwrap();
+        let r = acc.finish().unwrap();
+        // The run fills blank ids from its injected id source, so that a replay is exact.
+        assert_eq!(r.message.tool_calls[0].id, "");
+        assert_eq!(r.message.reasoning[0].text, "think");
+        assert_eq!(r.message.reasoning[0].signature.as_deref(), Some("sig"));
+    }
+
+    #[test]
+    fn a_call_without_a_name_is_an_error() {
+        let mut acc = ResponseAccumulator::new();
+        acc.push(ModelEvent::ToolCallDelta {
+            index: 0,
+            arguments: "{}".into(),
+        })
+        .unwrap();
+        acc.push(finish(FinishReason::ToolCalls)).unwrap();
+        assert!(acc.finish().is_err());
+    }
+}

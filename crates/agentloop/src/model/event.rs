@@ -1,0 +1,61 @@
+//! The events of a model's stream.
+
+use std::pin::Pin;
+
+use futures::Stream;
+
+use super::{FinishReason, ModelError, ModelResponse, Usage};
+use crate::message::{Reasoning, ToolCall};
+
+/// The stream a model call yields.
+pub type ModelStream<'a> = Pin<Box<dyn Stream<Item = Result<ModelEvent, ModelError>> + Send + 'a>>;
+
+/// One event of a model's stream.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ModelEvent {
+    /// The provider's response id and the model that answered, when known.
+    Start {
+        /// The provider's id for the response.
+        id: Option<String>,
+        /// The model that answered.
+        model: Option<String>,
+    },
+    /// A piece of visible text.
+    TextDelta(String),
+    /// A piece of reasoning text.
+    ReasoningDelta(String),
+    /// A complete reasoning block (with its signature or provider data). It replaces the
+    /// reasoning text streamed since the last complete block.
+    Reasoning(Reasoning),
+    /// A tool call begins at `index` (the provider's own position key).
+    ToolCallStart {
+        /// The provider's position key for the call.
+        index: u32,
+        /// The call id (may be empty; one is generated then).
+        id: String,
+        /// The tool's name.
+        name: String,
+    },
+    /// A piece of a tool call's raw argument string.
+    ToolCallDelta {
+        /// The provider's position key for the call.
+        index: u32,
+        /// The piece of the JSON argument string.
+        arguments: String,
+    },
+    /// A whole tool call in one event.
+    ToolCall(ToolCall),
+    /// The usage so far: it replaces what an earlier usage event said.
+    Usage(Usage),
+    /// Something odd but recoverable the provider noticed.
+    Warning(String),
+    /// The response is complete.
+    Finish {
+        /// Why the model stopped.
+        reason: FinishReason,
+        /// The provider's own word for it.
+        raw: Option<String>,
+    },
+    /// A whole response at once (the non-streaming path, and scripted models).
+    Response(ModelResponse),
+}

@@ -1,0 +1,139 @@
+//! The model side of the loop: one small streaming trait, the request it receives, the events it
+//! yields, and one accumulator that turns those events into a [`ModelResponse`].
+//!
+//! Every provider implements [`Model::stream`]; a non-streaming provider call is a stream of one
+//! [`ModelEvent::Response`]. Policies (retry, fallback, timeouts) are models that wrap a model.
+
+//!
+//! - `mod.rs`: the trait, the request and its settings.
+//! - `event.rs`: the events of a stream.
+//! - `response.rs`: a whole response, its usage and finish reason.
+//! - `accumulate.rs`: events into a response, the one accumulator.
+//! - `error.rs`: how a call failed.
+
+mod accumulate;
+mod error;
+mod event;
+mod response;
+
+use std::sync::Arc;
+
+use futures::StreamExt;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+pub use accumulate::ResponseAccumulator;
+pub use error::{ModelError, ModelErrorKind};
+pub use event::{ModelEvent, ModelStream};
+pub use response::{FinishReason, ModelResponse, Usage};
+
+use crate::message::Message;
+use crate::tool::ToolSpec;
+
+/// A language model that the loop can call. Keep it small: one streaming call.
+///
+/// The request borrows the run's transcript, so a call never copies the conversation; an
+/// implementation that needs owned data (an HTTP body) encodes it before its first `.await`.
+pub trait Model: Send + Sync {
+    /// The model's identifier, as used for pricing and in events (`gpt-4.1-mini`).
+    fn id(&self) -> &str;
+
+    /// The provider's name, for events and telemetry (`openai`, `anthropic`, `scripted`).
+    fn provider(&self) -> &str {
+        "unknown"
+    }
+
+    /// Starts one call. The stream ends after a [`ModelEvent::Finish`] or a
+    /// [`ModelEvent::Response`], or with an error.
+    fn stream<'a>(&'a self, request: ModelRequest<'a>) -> ModelStream<'a>;
+}
+
+impl<M: Model + ?Sized> Model for Arc<M> {
+    fn id(&self) -> &str {
+        (**self).id()
+    }
+    fn provider(&self) -> &str {
+        (**self).provider()
+    }
+    fn stream<'a>(&'a self, request: ModelRequest<'a>) -> ModelStream<'a> {
+        (**self).stream(request)
+    }
+}
+
+impl<M: Model + ?Sized> Model for Box<M> {
+    fn id(&self) -> &str {
+        (**self).id()
+    }
+    fn provider(&self) -> &str {
+        (**self).provider()
+    }
+    fn stream<'a>(&'a self, request: ModelRequest<'a>) -> ModelStream<'a> {
+        (**self).stream(request)
+    }
+}
+
+/// Calls a model and collects its stream into one response, without emitting deltas anywhere.
+pub async fn complete(
+    model: &dyn Model,
+    request: ModelRequest<'_>,
+) -> Result<ModelResponse, ModelError> {
+    let mut stream = model.stream(request);
+    let mut acc = ResponseAccumulator::new();
+    while let Some(event) = stream.next().await {
+        acc.push(event?)?;
+    }
+    acc.finish()
+}
+
+/// Everything a model call needs. It borrows from the run, so building one copies nothing.
+#[derive(Debug, Clone, Copy)]
+pub struct ModelRequest<'a> {
+    /// The system instructions, if any.
+    pub instructions: Option<&'a str>,
+    /// The transcript so far, oldest first.
+    pub messages: &'a [Message],
+    /// The tools the model may call.
+    pub tools: &'a [ToolSpec],
+    /// The JSON Schema the final answer must match, if any.
+    pub output_schema: Option<&'a Value>,
+    /// Sampling and output settings.
+    pub settings: &'a ModelSettings,
+}
+
+/// Settings sent with every model call. `None` leaves the provider's default.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelSettings {
+    /// Sampling temperature.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub temperature: Option<f64>,
+    /// Nucleus sampling.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub top_p: Option<f64>,
+    /// Seed for providers that support reproducible sampling.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seed: Option<i64>,
+    /// The most tokens one response may hold.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u32>,
+    /// Whether the model may call several tools in one response.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parallel_tool_calls: Option<bool>,
+    /// How the model must choose tools.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_choice: Option<ToolChoice>,
+}
+
+/// How the model must choose tools.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolChoice {
+    /// The model decides.
+    Auto,
+    /// The model must call some tool.
+    Required,
+    /// The model must not call tools.
+    None,
+    /// The model must call this tool.
+    Tool(String),
+}
