@@ -489,13 +489,17 @@ impl RunMachine {
         {
             return false;
         }
-        let poller = self
-            .cfg
-            .tools
-            .index_of(&p.tool)
-            .and_then(|i| self.cfg.tools.spec(i))
-            .is_some_and(|s| s.poller);
-        poller || p.arguments == q.arguments
+        if p.arguments == q.arguments {
+            return true;
+        }
+        // Only an agent with pollers pays for the lookup.
+        self.has_pollers
+            && self
+                .cfg
+                .tools
+                .index_of(&p.tool)
+                .and_then(|i| self.cfg.tools.spec(i))
+                .is_some_and(|s| s.poller)
     }
 
     /// Pushes the assistant message and `outcome` for each of its calls, so the transcript stays

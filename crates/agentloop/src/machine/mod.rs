@@ -126,6 +126,8 @@ pub struct RunMachine {
     /// The limit that stopped the run while the model is asked for a last answer
     /// (`on_limit = "answer"`).
     wrap_up: Option<LimitHit>,
+    /// True when a tool of the agent is a poller (the stuck-loop rule looks it up only then).
+    has_pollers: bool,
     /// The output limit of the next model call, raised once after a cut answer.
     raise_output: Option<u32>,
     /// True once the output limit was raised (it is raised once per run).
@@ -206,6 +208,7 @@ impl RunMachine {
             transcript.push(m);
         }
         let limits = limits.unwrap_or_else(|| cfg.limits.clone());
+        let has_pollers = cfg.tools.specs().iter().any(|s| s.poller);
         let mut m = RunMachine {
             cfg,
             limits,
@@ -224,6 +227,7 @@ impl RunMachine {
             cost: 0.0,
             records: Vec::new(),
             recent_turns: Vec::new(),
+            has_pollers,
             wrap_up: None,
             raise_output: None,
             output_raised: false,
