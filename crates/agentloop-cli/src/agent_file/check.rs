@@ -7,14 +7,11 @@ use std::fmt;
 use std::ops::Range;
 use std::path::Path;
 
-use agentloop::{ExecutionMode, Permission};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use toml::Spanned;
 use toml::de::{DeTable, DeValue, ValueDeserializer};
-
-use super::spec::{Bound, Provider};
 
 /// One problem in an agent file.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -34,7 +31,7 @@ pub struct Problem {
 pub struct Problems {
     file: String,
     text: String,
-    pub(super) list: Vec<Problem>,
+    list: Vec<Problem>,
 }
 
 impl Problems {
@@ -127,7 +124,7 @@ pub(super) trait Check {
 }
 
 /// A leaf: checked by deserializing it.
-fn check_leaf<T: DeserializeOwned>(
+pub(super) fn check_leaf<T: DeserializeOwned>(
     value: &Spanned<DeValue<'_>>,
     path: &str,
     problems: &mut Problems,
@@ -138,15 +135,22 @@ fn check_leaf<T: DeserializeOwned>(
     }
 }
 
+/// Declares types checked whole, by deserializing them.
 macro_rules! leaf {
     ($($t:ty),*) => {$(
-        impl Check for $t {
-            fn check(value: &Spanned<DeValue<'_>>, path: &str, problems: &mut Problems) {
-                check_leaf::<$t>(value, path, problems)
+        impl $crate::agent_file::check::Check for $t {
+            fn check(
+                value: &::toml::Spanned<::toml::de::DeValue<'_>>,
+                path: &str,
+                problems: &mut $crate::agent_file::check::Problems,
+            ) {
+                $crate::agent_file::check::check_leaf::<$t>(value, path, problems)
             }
         }
     )*};
 }
+pub(super) use leaf;
+
 leaf!(
     String,
     bool,
@@ -156,12 +160,6 @@ leaf!(
     i64,
     f64,
     Value,
-    ExecutionMode,
-    Provider,
-    Permission,
-    Bound<u32>,
-    Bound<u64>,
-    agentloop::OnLimit,
     Vec<String>,
     Vec<Spanned<String>>
 );
@@ -265,19 +263,26 @@ pub(super) fn check_keys<T: Section>(
 macro_rules! section {
     ($(#[$meta:meta])* $name:ident { $( $(#[$fmeta:meta])* $field:ident : $ty:ty ),* $(,)? }) => {
         $(#[$meta])*
-        #[derive(Debug, Clone, Deserialize)]
+        #[derive(Debug, Clone, ::serde::Deserialize)]
         #[serde(deny_unknown_fields)]
         pub struct $name { $( $(#[$fmeta])* pub $field: $ty, )* }
 
-        impl Section for $name {
+        impl $crate::agent_file::check::Section for $name {
             const KEYS: &'static [&'static str] = &[$(stringify!($field)),*];
-            fn check_key(key: &str, value: &Spanned<DeValue<'_>>, path: &str, problems: &mut Problems) {
+            fn check_key(
+                key: &str,
+                value: &::toml::Spanned<::toml::de::DeValue<'_>>,
+                path: &str,
+                problems: &mut $crate::agent_file::check::Problems,
+            ) {
+                use $crate::agent_file::check::Check;
                 match key {
                     $( stringify!($field) => <$ty as Check>::check(value, path, problems), )*
                     _ => {}
                 }
             }
             fn optional(key: &str) -> bool {
+                use $crate::agent_file::check::Check;
                 match key {
                     $( stringify!($field) => <$ty as Check>::OPTIONAL, )*
                     _ => true,
@@ -285,9 +290,13 @@ macro_rules! section {
             }
         }
 
-        impl Check for $name {
-            fn check(value: &Spanned<DeValue<'_>>, path: &str, problems: &mut Problems) {
-                check_table::<$name>(value, path, problems)
+        impl $crate::agent_file::check::Check for $name {
+            fn check(
+                value: &::toml::Spanned<::toml::de::DeValue<'_>>,
+                path: &str,
+                problems: &mut $crate::agent_file::check::Problems,
+            ) {
+                $crate::agent_file::check::check_table::<$name>(value, path, problems)
             }
         }
     };

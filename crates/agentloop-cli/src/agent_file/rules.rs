@@ -227,7 +227,7 @@ fn check_tools(tools: &[(String, &ToolFileSpec)], dir: &Path, problems: &mut Pro
 /// right, so that one pass reports all it can.
 pub(super) fn check_clean_sections(root: &DeTable<'_>, dir: &Path, problems: &mut Problems) {
     let dirty = |problems: &Problems, prefix: &str| {
-        problems.list.iter().any(|p| {
+        problems.list().iter().any(|p| {
             p.path == prefix
                 || p.path.starts_with(&format!("{prefix}."))
                 || p.path.starts_with(&format!("{prefix}["))

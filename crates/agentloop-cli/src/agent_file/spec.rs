@@ -2,13 +2,22 @@
 //! serde type the file is read into (`deny_unknown_fields` everywhere) and the key-by-key check of
 //! its keys, from the same list of fields.
 
-use agentloop::{ExecutionMode, Permission};
+use agentloop::{ExecutionMode, OnLimit, Permission};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use toml::Spanned;
-use toml::de::DeValue;
 
-use super::check::{Check, Problems, Section, check_table, section};
+use super::check::{leaf, section};
+
+// The file's own enums and bounds: each is checked whole, by deserializing it.
+leaf!(
+    ExecutionMode,
+    Provider,
+    Permission,
+    Bound<u32>,
+    Bound<u64>,
+    OnLimit
+);
 
 /// Which provider serves the model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
@@ -186,7 +195,7 @@ section! {
         stuck_loop_threshold: Option<Spanned<u32>>,
         /// What a limit does: `stop` (the default) or `answer` (one last model call without
         /// tools, for a final answer from the partial work).
-        on_limit: Option<agentloop::OnLimit>,
+        on_limit: Option<OnLimit>,
     }
 }
 
