@@ -13,7 +13,9 @@ use toml::Spanned;
 use toml::de::{DeTable, DeValue, ValueDeserializer};
 
 use super::check::{Problems, join};
-use super::spec::{AgentFileSpec, LimitsSpec, ModelSpec, PermissionsSpec, Provider, ToolFileSpec};
+use super::spec::{
+    AgentFileSpec, LimitsSpec, ModelSpec, PermissionsSpec, PriceSpec, Provider, ToolFileSpec,
+};
 
 fn span_of<T>(s: &Spanned<T>) -> Option<Range<usize>> {
     Some(s.span())
@@ -277,77 +279,12 @@ pub(super) fn check_clean_sections(root: &DeTable<'_>, dir: &Path, problems: &mu
     check_tools(&tools, dir, problems);
 }
 
+/// `[model]`: what its provider needs and allows, then the sampling settings and the price.
 fn check_model(model: &ModelSpec, dir: &Path, problems: &mut Problems) {
-    let provider = *model.provider.get_ref();
-    let live_only = |problems: &mut Problems, key: &str, span: Option<Range<usize>>| {
-        problems.at(
-            &join("model", key),
-            span,
-            format!("`{key}` does not apply to the scripted provider"),
-        );
-    };
-    if provider == Provider::Scripted {
-        match &model.script {
-            None => problems.at(
-                "model.script",
-                span_of(&model.provider),
-                "the scripted provider needs `script`: a JSON file of responses, in order",
-            ),
-            Some(script) => {
-                let path = dir.join(script.get_ref());
-                if let Err(e) = crate::assemble::read_script(&path) {
-                    problems.at("model.script", span_of(script), e.to_string());
-                }
-            }
-        }
-        if let Some(v) = &model.base_url {
-            live_only(problems, "base_url", span_of(v));
-        }
-        if let Some(v) = &model.api_key_env {
-            live_only(problems, "api_key_env", span_of(v));
-        }
+    if *model.provider.get_ref() == Provider::Scripted {
+        check_scripted_model(model, dir, problems);
     } else {
-        if let Some(script) = &model.script {
-            problems.at(
-                "model.script",
-                span_of(script),
-                format!(
-                    "`script` is for the scripted provider only, not {}",
-                    provider.as_str()
-                ),
-            );
-        }
-        match &model.name {
-            None => problems.at(
-                "model.name",
-                span_of(&model.provider),
-                format!("the {} provider needs a model `name`", provider.as_str()),
-            ),
-            Some(n) if n.get_ref().trim().is_empty() => {
-                problems.at("model.name", span_of(n), "the model name is empty")
-            }
-            Some(_) => {}
-        }
-        if let Some(url) = &model.base_url {
-            let u = url.get_ref();
-            if !(u.starts_with("http://") || u.starts_with("https://")) {
-                problems.at(
-                    "model.base_url",
-                    span_of(url),
-                    format!("{u:?} is not an http:// or https:// URL"),
-                );
-            }
-        }
-        if let Some(env) = &model.api_key_env {
-            let e = env.get_ref();
-            if e.is_empty() || !e.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
-                problems.at(
-                    "model.api_key_env",
-                    span_of(env),
-                    format!("{e:?} is not an environment variable name"),
-                );
-            }
-        }
+        check_live_model(model, problems);
     }
     if let Some(t) = &model.temperature
         && !(0.0..=2.0).contains(t.get_ref())
@@ -359,24 +296,7 @@ fn check_model(model: &ModelSpec, dir: &Path, problems: &mut Problems) {
         );
     }
     if let Some(price) = &model.price {
-        let p = price.get_ref();
-        let parts = [
-            ("input", Some(&p.input)),
-            ("output", Some(&p.output)),
-            ("cached_input", p.cached_input.as_ref()),
-            ("cache_write", p.cache_write.as_ref()),
-        ];
-        for (key, value) in parts {
-            if let Some(v) = value
-                && !(v.get_ref().is_finite() && *v.get_ref() >= 0.0)
-            {
-                problems.at(
-                    &format!("model.price.{key}"),
-                    span_of(v),
-                    "a price must be a number of USD per million tokens, zero or more",
-                );
-            }
-        }
+        check_price(price.get_ref(), problems);
     }
     if let Some(m) = &model.max_tokens
         && *m.get_ref() == 0
@@ -386,6 +306,103 @@ fn check_model(model: &ModelSpec, dir: &Path, problems: &mut Problems) {
             span_of(m),
             "max_tokens must be at least 1",
         );
+    }
+}
+
+/// A scripted model: a script that reads, and none of a live provider's keys.
+fn check_scripted_model(model: &ModelSpec, dir: &Path, problems: &mut Problems) {
+    let live_only = |problems: &mut Problems, key: &str, span: Option<Range<usize>>| {
+        problems.at(
+            &join("model", key),
+            span,
+            format!("`{key}` does not apply to the scripted provider"),
+        );
+    };
+    match &model.script {
+        None => problems.at(
+            "model.script",
+            span_of(&model.provider),
+            "the scripted provider needs `script`: a JSON file of responses, in order",
+        ),
+        Some(script) => {
+            let path = dir.join(script.get_ref());
+            if let Err(e) = crate::assemble::read_script(&path) {
+                problems.at("model.script", span_of(script), e.to_string());
+            }
+        }
+    }
+    if let Some(v) = &model.base_url {
+        live_only(problems, "base_url", span_of(v));
+    }
+    if let Some(v) = &model.api_key_env {
+        live_only(problems, "api_key_env", span_of(v));
+    }
+}
+
+/// A live model: a name, an http(s) URL, an environment variable name, and no script.
+fn check_live_model(model: &ModelSpec, problems: &mut Problems) {
+    let provider = *model.provider.get_ref();
+    if let Some(script) = &model.script {
+        problems.at(
+            "model.script",
+            span_of(script),
+            format!(
+                "`script` is for the scripted provider only, not {}",
+                provider.as_str()
+            ),
+        );
+    }
+    match &model.name {
+        None => problems.at(
+            "model.name",
+            span_of(&model.provider),
+            format!("the {} provider needs a model `name`", provider.as_str()),
+        ),
+        Some(n) if n.get_ref().trim().is_empty() => {
+            problems.at("model.name", span_of(n), "the model name is empty")
+        }
+        Some(_) => {}
+    }
+    if let Some(url) = &model.base_url {
+        let u = url.get_ref();
+        if !(u.starts_with("http://") || u.starts_with("https://")) {
+            problems.at(
+                "model.base_url",
+                span_of(url),
+                format!("{u:?} is not an http:// or https:// URL"),
+            );
+        }
+    }
+    if let Some(env) = &model.api_key_env {
+        let e = env.get_ref();
+        if e.is_empty() || !e.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+            problems.at(
+                "model.api_key_env",
+                span_of(env),
+                format!("{e:?} is not an environment variable name"),
+            );
+        }
+    }
+}
+
+/// `[model] price`: every part a number of USD per million tokens, zero or more.
+fn check_price(p: &PriceSpec, problems: &mut Problems) {
+    let parts = [
+        ("input", Some(&p.input)),
+        ("output", Some(&p.output)),
+        ("cached_input", p.cached_input.as_ref()),
+        ("cache_write", p.cache_write.as_ref()),
+    ];
+    for (key, value) in parts {
+        if let Some(v) = value
+            && !(v.get_ref().is_finite() && *v.get_ref() >= 0.0)
+        {
+            problems.at(
+                &format!("model.price.{key}"),
+                span_of(v),
+                "a price must be a number of USD per million tokens, zero or more",
+            );
+        }
     }
 }
 
