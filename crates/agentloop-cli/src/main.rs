@@ -499,21 +499,7 @@ async fn chat(args: ChatArgs) -> Result<i32, CliError> {
         file.spec.name.get_ref(),
         file.model().provider.get_ref().as_str()
     );
-    std::thread::spawn(move || {
-        let stdin = std::io::stdin();
-        let mut line = String::new();
-        loop {
-            line.clear();
-            match stdin.read_line(&mut line) {
-                Ok(0) | Err(_) => break,
-                Ok(_) => {
-                    if tx.send(line.clone()).is_err() {
-                        break;
-                    }
-                }
-            }
-        }
-    });
+    read_stdin_lines(tx);
     let signals = ctrl_c_in_chat(current.clone());
     let mut last = code::OK;
     loop {
@@ -563,6 +549,25 @@ async fn chat(args: ChatArgs) -> Result<i32, CliError> {
     signals.abort();
     finish_trace(trace.as_ref())?;
     Ok(last)
+}
+
+/// Sends each line of stdin to `tx`, from a thread of its own, until the end of input.
+fn read_stdin_lines(tx: tokio::sync::mpsc::UnboundedSender<String>) {
+    std::thread::spawn(move || {
+        let stdin = std::io::stdin();
+        let mut line = String::new();
+        loop {
+            line.clear();
+            match stdin.read_line(&mut line) {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {
+                    if tx.send(line.clone()).is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+    });
 }
 
 fn plan_command(args: &PlanArgs) -> Result<i32, CliError> {
