@@ -14,7 +14,8 @@ use toml::de::{DeTable, DeValue, ValueDeserializer};
 
 use super::check::{Problems, join};
 use super::spec::{
-    AgentFileSpec, LimitsSpec, ModelSpec, PermissionsSpec, PriceSpec, Provider, ToolFileSpec,
+    AgentFileSpec, LimitsSpec, ModelSpec, PermissionRuleSpec, PermissionsSpec, PriceSpec, Provider,
+    ToolFileSpec,
 };
 
 fn span_of<T>(s: &Spanned<T>) -> Option<Range<usize>> {
@@ -121,6 +122,34 @@ fn check_permissions(
     } else {
         format!("declared: {}", tools.join(", "))
     };
+    check_permission_lists(permissions, tools, &declared, problems);
+    let rules = permissions.rules.as_deref().unwrap_or_default();
+    for (i, rule) in rules.iter().enumerate() {
+        let path = format!("permissions.rules[{i}]");
+        check_permission_rule(rule, &path, tools, &declared, problems);
+    }
+    if let Some(store) = &permissions.store {
+        if store.get_ref().trim().is_empty() {
+            problems.at(
+                "permissions.store",
+                span_of(store),
+                "the store path is empty",
+            );
+        } else if let Err(e) =
+            crate::permission_file::open(dir.join(store.get_ref()), Permission::Allow)
+        {
+            problems.at("permissions.store", span_of(store), e.to_string());
+        }
+    }
+}
+
+/// `allow`, `ask` and `deny`: each name a declared tool, and no tool in two places.
+fn check_permission_lists(
+    permissions: &PermissionsSpec,
+    tools: &[&str],
+    declared: &str,
+    problems: &mut Problems,
+) {
     let mut listed: Vec<(&str, &str)> = Vec::new();
     for (list, names) in [
         ("allow", &permissions.allow),
@@ -146,58 +175,52 @@ fn check_permissions(
             listed.push((n, list));
         }
     }
-    let rules = permissions.rules.as_deref().unwrap_or_default();
-    for (i, rule) in rules.iter().enumerate() {
-        let path = format!("permissions.rules[{i}]");
-        let n = rule.tool.get_ref().as_str();
-        if n != "*" && !tools.contains(&n) {
-            problems.at(
-                &join(&path, "tool"),
-                span_of(&rule.tool),
-                format!("no tool named {n:?} ({declared}; `*` means any tool)"),
-            );
-        }
-        if let Some(prefix) = &rule.command_prefix
-            && prefix.prefix.get_ref().trim().is_empty()
-        {
-            problems.at(
-                &join(&path, "command_prefix.prefix"),
-                span_of(&prefix.prefix),
-                "the prefix is empty",
-            );
-        }
-        if let Some(glob) = &rule.path_glob {
-            if rule.command_prefix.is_some() {
-                problems.at(
-                    &join(&path, "path_glob"),
-                    span_of(glob),
-                    "give `command_prefix` or `path_glob`, not both",
-                );
-            }
-            let g = &glob.get_ref().glob;
-            if let Err(e) = globset::GlobBuilder::new(g.get_ref())
-                .literal_separator(true)
-                .build()
-            {
-                problems.at(
-                    &join(&path, "path_glob.glob"),
-                    span_of(g),
-                    format!("not a valid glob: {}", e.kind()),
-                );
-            }
-        }
+}
+
+/// One `[[permissions.rules]]` entry at `path`: a declared tool (or `*`), a prefix with words in
+/// it, not both argument matches, a glob that compiles.
+fn check_permission_rule(
+    rule: &PermissionRuleSpec,
+    path: &str,
+    tools: &[&str],
+    declared: &str,
+    problems: &mut Problems,
+) {
+    let n = rule.tool.get_ref().as_str();
+    if n != "*" && !tools.contains(&n) {
+        problems.at(
+            &join(path, "tool"),
+            span_of(&rule.tool),
+            format!("no tool named {n:?} ({declared}; `*` means any tool)"),
+        );
     }
-    if let Some(store) = &permissions.store {
-        if store.get_ref().trim().is_empty() {
+    if let Some(prefix) = &rule.command_prefix
+        && prefix.prefix.get_ref().trim().is_empty()
+    {
+        problems.at(
+            &join(path, "command_prefix.prefix"),
+            span_of(&prefix.prefix),
+            "the prefix is empty",
+        );
+    }
+    if let Some(glob) = &rule.path_glob {
+        if rule.command_prefix.is_some() {
             problems.at(
-                "permissions.store",
-                span_of(store),
-                "the store path is empty",
+                &join(path, "path_glob"),
+                span_of(glob),
+                "give `command_prefix` or `path_glob`, not both",
             );
-        } else if let Err(e) =
-            crate::permission_file::open(dir.join(store.get_ref()), Permission::Allow)
+        }
+        let g = &glob.get_ref().glob;
+        if let Err(e) = globset::GlobBuilder::new(g.get_ref())
+            .literal_separator(true)
+            .build()
         {
-            problems.at("permissions.store", span_of(store), e.to_string());
+            problems.at(
+                &join(path, "path_glob.glob"),
+                span_of(g),
+                format!("not a valid glob: {}", e.kind()),
+            );
         }
     }
 }
