@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use agentloop::{CancellationToken, EventSink, Message, RunOptions, RunOutcome};
 use agentloop_store::{TraceOptions, TraceSink};
-use clap::{Args, CommandFactory, Parser, Subcommand};
+use clap::{Arg, Args, CommandFactory, Parser, Subcommand};
 
 use crate::agent_file::{AgentFile, LoadError, Provider};
 use crate::approval::{
@@ -62,8 +62,8 @@ enum Command {
 
 #[derive(Debug, Args)]
 struct RunArgs {
-    /// The agent file.
-    file: PathBuf,
+    #[command(flatten)]
+    agent: AgentFileArg,
     /// The input text.
     #[arg(long, conflicts_with = "input_file")]
     input: Option<String>,
@@ -80,43 +80,104 @@ struct RunArgs {
     /// a live agent prints the first request it would send (secrets redacted) and exits.
     #[arg(long)]
     dry_run: bool,
+    #[command(flatten)]
+    trace: TraceArgs,
+    #[command(flatten)]
+    approval: ApprovalArgs,
+}
+
+#[derive(Debug, Args)]
+#[command(mut_args(chat_wording))]
+struct ChatArgs {
+    #[command(flatten)]
+    agent: AgentFileArg,
+    #[command(flatten)]
+    trace: TraceArgs,
+    #[command(flatten)]
+    approval: ApprovalArgs,
+}
+
+/// `chat`'s own help for two of the flags it shares with `run`: it traces every run of the
+/// conversation, and has no --json.
+fn chat_wording(arg: Arg) -> Arg {
+    match arg.get_id().as_str() {
+        "trace" => {
+            arg.help("Records the conversation's runs to this trace file (.ndjson, or .sqlite/.db)")
+        }
+        "yes" => arg.help(
+            "Approves every tool call the agent file's `[permissions]` would ask about, this once \
+             (a `deny` still denies). Without it, an asked call is put to you in a terminal, and \
+             denied without one",
+        ),
+        _ => arg,
+    }
+}
+
+#[derive(Debug, Args)]
+struct PlanArgs {
+    #[command(flatten)]
+    agent: AgentFileArg,
+    /// Prints the plan as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// The agent file, the argument of `run`, `chat` and `plan`.
+#[derive(Debug, Args)]
+struct AgentFileArg {
+    /// The agent file.
+    file: PathBuf,
+}
+
+impl AgentFileArg {
+    /// Reads and checks the agent file.
+    fn load(&self) -> Result<AgentFile, CliError> {
+        AgentFile::load(&self.file).map_err(|e| match e {
+            LoadError::Read { .. } => CliError::AgentFileUnreadable {
+                message: e.to_string(),
+            },
+            LoadError::Invalid(p) => CliError::AgentFile(p),
+        })
+    }
+}
+
+/// `--trace` and `--trace-payloads`, as `run` and `chat` take them (`chat` words `--trace` its
+/// own way: see [`chat_wording`]).
+#[derive(Debug, Args)]
+struct TraceArgs {
     /// Records the run to this trace file (.ndjson, or .sqlite/.db), appending.
     #[arg(long, value_name = "PATH")]
     trace: Option<PathBuf>,
     /// Also records prompts, arguments and outputs in the trace (never secrets).
     #[arg(long, requires = "trace")]
     trace_payloads: bool,
+}
+
+impl TraceArgs {
+    /// Opens the trace file, when one was asked for.
+    fn open(&self) -> Result<Option<Arc<TraceSink>>, CliError> {
+        let Some(path) = &self.trace else {
+            return Ok(None);
+        };
+        let options = TraceOptions {
+            payloads: self.trace_payloads,
+        };
+        TraceSink::open(path, options)
+            .map(|s| Some(Arc::new(s)))
+            .map_err(|e| CliError::Io {
+                message: format!("cannot open the trace {}: {e}", path.display()),
+            })
+    }
+}
+
+/// `--yes`, as `run` and `chat` take it (`chat` words it its own way: see [`chat_wording`]).
+#[derive(Debug, Args)]
+struct ApprovalArgs {
     /// Approves every tool call the agent file's `[permissions]` would ask about, this once (a
     /// `deny` still denies). Without it, an asked call is put to you in a terminal, and denied
     /// with --json or without a terminal.
     #[arg(long, short = 'y')]
     yes: bool,
-}
-
-#[derive(Debug, Args)]
-struct ChatArgs {
-    /// The agent file.
-    file: PathBuf,
-    /// Records the conversation's runs to this trace file (.ndjson, or .sqlite/.db).
-    #[arg(long, value_name = "PATH")]
-    trace: Option<PathBuf>,
-    /// Also records prompts, arguments and outputs in the trace (never secrets).
-    #[arg(long, requires = "trace")]
-    trace_payloads: bool,
-    /// Approves every tool call the agent file's `[permissions]` would ask about, this once (a
-    /// `deny` still denies). Without it, an asked call is put to you in a terminal, and denied
-    /// without one.
-    #[arg(long, short = 'y')]
-    yes: bool,
-}
-
-#[derive(Debug, Args)]
-struct PlanArgs {
-    /// The agent file.
-    file: PathBuf,
-    /// Prints the plan as JSON.
-    #[arg(long)]
-    json: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -196,15 +257,6 @@ fn report_error(e: &CliError, json: bool) {
     }
 }
 
-fn load(path: &Path) -> Result<AgentFile, CliError> {
-    AgentFile::load(path).map_err(|e| match e {
-        LoadError::Read { .. } => CliError::AgentFileUnreadable {
-            message: e.to_string(),
-        },
-        LoadError::Invalid(p) => CliError::AgentFile(p),
-    })
-}
-
 fn read_input(args: &RunArgs) -> Result<String, CliError> {
     if let Some(text) = &args.input {
         return Ok(text.clone());
@@ -234,15 +286,6 @@ fn read_input(args: &RunArgs) -> Result<String, CliError> {
         });
     }
     Ok(text)
-}
-
-fn open_trace(path: &Option<PathBuf>, payloads: bool) -> Result<Option<Arc<TraceSink>>, CliError> {
-    let Some(path) = path else { return Ok(None) };
-    TraceSink::open(path, TraceOptions { payloads })
-        .map(|s| Some(Arc::new(s)))
-        .map_err(|e| CliError::Io {
-            message: format!("cannot open the trace {}: {e}", path.display()),
-        })
 }
 
 fn finish_trace(trace: Option<&Arc<TraceSink>>) -> Result<(), CliError> {
@@ -291,7 +334,7 @@ fn ctrl_c_in_chat(current: CancelSlot) -> tokio::task::JoinHandle<()> {
 }
 
 async fn run(args: RunArgs) -> Result<i32, CliError> {
-    let file = load(&args.file)?;
+    let file = args.agent.load()?;
     let provider = *file.model().provider.get_ref();
     let input = read_input(&args)?;
     if args.dry_run && provider != Provider::Scripted {
@@ -311,7 +354,7 @@ async fn run(args: RunArgs) -> Result<i32, CliError> {
     let progress = Arc::new(Progress::new());
     let cancel = CancellationToken::new();
     let slot: CancelSlot = Arc::new(std::sync::Mutex::new(Some(cancel.clone())));
-    let approval = if args.yes {
+    let approval = if args.approval.yes {
         Approval::Yes
     } else if args.dry_run {
         Approval::Nobody(DRY_RUN_REASON)
@@ -322,7 +365,7 @@ async fn run(args: RunArgs) -> Result<i32, CliError> {
     };
     let gate = assemble::gate(&file, approval)?;
     let agent = assemble::agent(&file, model, gate)?;
-    let trace = open_trace(&args.trace, args.trace_payloads)?;
+    let trace = args.trace.open()?;
     let signals = cancel_on_ctrl_c(cancel.clone());
     let mut sinks: Vec<Arc<dyn EventSink>> = Vec::new();
     if !args.json && !args.quiet {
@@ -432,7 +475,7 @@ fn print_outcome(outcome: &RunOutcome, args: &RunArgs, progress: &Progress) {
 }
 
 async fn chat(args: ChatArgs) -> Result<i32, CliError> {
-    let file = load(&args.file)?;
+    let file = args.agent.load()?;
     let model = assemble::model(&file)?;
     let progress = Arc::new(Progress::new());
     let interactive = std::io::stdin().is_terminal();
@@ -440,7 +483,7 @@ async fn chat(args: ChatArgs) -> Result<i32, CliError> {
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<String>();
     let lines = Arc::new(tokio::sync::Mutex::new(rx));
     let current: CancelSlot = Arc::default();
-    let approval = if args.yes {
+    let approval = if args.approval.yes {
         Approval::Yes
     } else if can_prompt() {
         ask_at_the_terminal(Box::new(ChannelLines(lines.clone())), &progress, &current)
@@ -449,28 +492,14 @@ async fn chat(args: ChatArgs) -> Result<i32, CliError> {
     };
     let gate = assemble::gate(&file, approval)?;
     let agent = assemble::agent(&file, model, gate)?;
-    let trace = open_trace(&args.trace, args.trace_payloads)?;
+    let trace = args.trace.open()?;
     let mut transcript: Vec<Message> = Vec::new();
     eprintln!(
         "{} ({}) — one input per line; /exit or end of input quits",
         file.spec.name.get_ref(),
         file.model().provider.get_ref().as_str()
     );
-    std::thread::spawn(move || {
-        let stdin = std::io::stdin();
-        let mut line = String::new();
-        loop {
-            line.clear();
-            match stdin.read_line(&mut line) {
-                Ok(0) | Err(_) => break,
-                Ok(_) => {
-                    if tx.send(line.clone()).is_err() {
-                        break;
-                    }
-                }
-            }
-        }
-    });
+    read_stdin_lines(tx);
     let signals = ctrl_c_in_chat(current.clone());
     let mut last = code::OK;
     loop {
@@ -522,8 +551,27 @@ async fn chat(args: ChatArgs) -> Result<i32, CliError> {
     Ok(last)
 }
 
+/// Sends each line of stdin to `tx`, from a thread of its own, until the end of input.
+fn read_stdin_lines(tx: tokio::sync::mpsc::UnboundedSender<String>) {
+    std::thread::spawn(move || {
+        let stdin = std::io::stdin();
+        let mut line = String::new();
+        loop {
+            line.clear();
+            match stdin.read_line(&mut line) {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {
+                    if tx.send(line.clone()).is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+    });
+}
+
 fn plan_command(args: &PlanArgs) -> Result<i32, CliError> {
-    let file = load(&args.file)?;
+    let file = args.agent.load()?;
     let plan = plan::plan(&file)?;
     if args.json {
         println!(
@@ -575,7 +623,34 @@ fn warn_trace(warnings: &[String]) {
 
 #[cfg(test)]
 mod tests {
-    use super::already_shown;
+    use clap::CommandFactory;
+
+    use super::{Cli, already_shown};
+
+    #[test]
+    fn the_command_line_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn chat_words_the_trace_and_yes_flags_it_shares_with_run_its_own_way() {
+        let cli = Cli::command();
+        let help = |command: &str, flag: &str| {
+            cli.find_subcommand(command)
+                .and_then(|c| c.get_arguments().find(|a| a.get_id() == flag))
+                .and_then(|a| a.get_help())
+                .map(ToString::to_string)
+                .unwrap_or_default()
+        };
+        assert!(help("run", "trace").ends_with("appending"));
+        assert!(help("chat", "trace").contains("the conversation's runs"));
+        assert!(help("run", "yes").ends_with("with --json or without a terminal"));
+        assert!(help("chat", "yes").ends_with("denied without one"));
+        assert_eq!(
+            help("run", "trace_payloads"),
+            help("chat", "trace_payloads")
+        );
+    }
 
     #[test]
     fn the_final_output_is_printed_again_only_where_it_was_not_seen() {

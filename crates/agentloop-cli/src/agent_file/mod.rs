@@ -1,0 +1,198 @@
+//! The agent file: a TOML description of an agent (instructions, model, limits, command tools),
+//! and its validation. A file is checked whole before anything runs: every problem is collected
+//! with its key path (`tools[1].command`) and line, then all are reported at once.
+//!
+//! The shape is the serde structs of [`spec`]; [`check`] walks the parsed document against them
+//! with spans, so that every shape problem is found, not only the first; [`rules`] then checks
+//! what no type can say.
+
+mod check;
+mod rules;
+mod spec;
+
+use std::path::{Path, PathBuf};
+
+use toml::de::DeTable;
+
+use check::check_keys;
+use rules::{check_clean_sections, check_rules};
+
+pub use check::Problems;
+pub use spec::{AgentFileSpec, Bound, ModelSpec, PermissionsSpec, Provider, ToolFileSpec};
+
+/// A checked agent file, with the directory its paths are relative to.
+#[derive(Debug, Clone)]
+pub struct AgentFile {
+    /// The file's path.
+    pub path: PathBuf,
+    /// The directory relative paths start from.
+    pub dir: PathBuf,
+    /// What the file says.
+    pub spec: AgentFileSpec,
+    /// The instructions, read from `instructions` or `instructions_file`.
+    pub instructions: Option<String>,
+}
+
+impl AgentFile {
+    /// Reads and checks an agent file. Every problem is reported, or none.
+    pub fn load(path: &Path) -> Result<AgentFile, LoadError> {
+        let text = std::fs::read_to_string(path).map_err(|e| LoadError::Read {
+            path: path.display().to_string(),
+            message: e.to_string(),
+        })?;
+        Self::parse(path, &text).map_err(LoadError::Invalid)
+    }
+
+    /// Checks agent file text; `path` locates relative paths and names the file in messages.
+    pub fn parse(path: &Path, text: &str) -> Result<AgentFile, Problems> {
+        let mut problems = Problems::new(path, text);
+        let (root, syntax) = DeTable::parse_recoverable(text);
+        if !syntax.is_empty() {
+            for e in syntax {
+                problems.at("", e.span(), e.message().trim().to_owned());
+            }
+            return Err(problems.sorted());
+        }
+        check_keys::<AgentFileSpec>(root.get_ref(), root.span(), "", &mut problems);
+        let dir = path
+            .parent()
+            .map(Path::to_path_buf)
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or_else(|| PathBuf::from("."));
+        if !problems.is_empty() {
+            check_clean_sections(root.get_ref(), &dir, &mut problems);
+            return Err(problems.sorted());
+        }
+        let spec: AgentFileSpec = match toml::from_str(text) {
+            Ok(spec) => spec,
+            Err(e) => {
+                problems.at("", e.span(), e.message().trim().to_owned());
+                return Err(problems.sorted());
+            }
+        };
+        let instructions = check_rules(&spec, &dir, &mut problems);
+        if !problems.is_empty() {
+            return Err(problems.sorted());
+        }
+        Ok(AgentFile {
+            path: path.to_path_buf(),
+            dir,
+            spec,
+            instructions,
+        })
+    }
+
+    /// The tools, or none.
+    pub fn tools(&self) -> &[ToolFileSpec] {
+        self.spec.tools.as_deref().unwrap_or_default()
+    }
+
+    /// The `[permissions]` table, when the file has one.
+    pub fn permissions(&self) -> Option<&PermissionsSpec> {
+        self.spec.permissions.as_ref()
+    }
+
+    /// The model section.
+    pub fn model(&self) -> &ModelSpec {
+        self.spec.model.get_ref()
+    }
+
+    /// The environment variable holding the API key, for a live provider.
+    pub fn api_key_env(&self) -> Option<String> {
+        let m = self.model();
+        m.api_key_env
+            .as_ref()
+            .map(|s| s.get_ref().clone())
+            .or_else(|| m.provider.get_ref().default_key_env().map(str::to_owned))
+    }
+
+    /// A path named in the file, resolved against its directory.
+    pub fn resolve(&self, relative: &str) -> PathBuf {
+        self.dir.join(relative)
+    }
+}
+
+/// Why an agent file could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// The file could not be read.
+    #[error("cannot read agent file {path}: {message}")]
+    Read {
+        /// The file.
+        path: String,
+        /// Why.
+        message: String,
+    },
+    /// The file has problems.
+    #[error("{0}")]
+    Invalid(Problems),
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::check::Problem;
+    use super::*;
+
+    pub(super) fn problems(text: &str) -> Vec<Problem> {
+        AgentFile::parse(Path::new("agent.toml"), text)
+            .unwrap_err()
+            .list()
+            .to_vec()
+    }
+
+    /// Each problem's key path and line.
+    pub(super) fn located(text: &str) -> Vec<(String, usize)> {
+        problems(text)
+            .into_iter()
+            .map(|p| (p.path, p.line))
+            .collect()
+    }
+
+    /// An agent file with two tools, `shell` and `write`, and no permissions.
+    pub(crate) const TWO_TOOLS: &str = r#"name = "x"
+[model]
+provider = "openai"
+name = "m"
+[[tools]]
+name = "shell"
+command = ["sh"]
+[[tools]]
+name = "write"
+command = ["sh"]
+"#;
+
+    #[test]
+    fn a_syntax_error_has_a_line() {
+        let got = problems("name = \"x\"\n[model\nprovider = 1\n");
+        assert_eq!(got.first().map(|p| p.line), Some(2));
+    }
+
+    #[test]
+    fn a_good_file_loads() {
+        let text = r#"name = "weather"
+instructions = "Be brief."
+[model]
+provider = "openai"
+name = "gpt-4.1-mini"
+temperature = 0
+seed = 7
+[limits]
+max_turns = 6
+max_cost_usd = 1
+[[tools]]
+name = "get_weather"
+command = ["python3", "-c", "print(1)"]
+input_schema = { type = "object", properties = { city = { type = "string" } }, required = ["city"] }
+mode = "sequential"
+timeout_secs = 10
+"#;
+        let file = AgentFile::parse(Path::new("agent.toml"), text).unwrap();
+        assert_eq!(file.tools().len(), 1);
+        assert_eq!(
+            file.model().temperature.as_ref().map(|t| *t.get_ref()),
+            Some(0.0)
+        );
+        assert_eq!(file.api_key_env().as_deref(), Some("OPENAI_API_KEY"));
+    }
+}

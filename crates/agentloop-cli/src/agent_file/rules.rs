@@ -1,0 +1,771 @@
+//! The rules of the agent file that no type can say: a tool name, a schema, a script file, what
+//! belongs to which provider, which tools `[permissions]` may name. They run on the typed file,
+//! still with spans; when some sections have shape problems, the rules still run on every section
+//! whose shape is right.
+
+use std::ops::Range;
+use std::path::Path;
+
+use agentloop::permissions::Permission;
+use serde::Deserialize;
+use serde_json::Value;
+use toml::Spanned;
+use toml::de::{DeTable, DeValue, ValueDeserializer};
+
+use super::check::{Problems, join};
+use super::spec::{
+    AgentFileSpec, LimitsSpec, ModelSpec, PermissionRuleSpec, PermissionsSpec, PriceSpec, Provider,
+    ToolFileSpec,
+};
+
+fn span_of<T>(s: &Spanned<T>) -> Option<Range<usize>> {
+    Some(s.span())
+}
+
+/// The rules no type says. Returns the instructions text when it could be read.
+pub(super) fn check_rules(
+    spec: &AgentFileSpec,
+    dir: &Path,
+    problems: &mut Problems,
+) -> Option<String> {
+    let name = &spec.name;
+    if name.get_ref().trim().is_empty() {
+        problems.at("name", span_of(name), "the agent's name is empty");
+    }
+    let instructions = match (&spec.instructions, &spec.instructions_file) {
+        (Some(_), Some(file)) => {
+            problems.at(
+                "instructions_file",
+                span_of(file),
+                "give `instructions` or `instructions_file`, not both",
+            );
+            None
+        }
+        (Some(text), None) => Some(text.get_ref().clone()),
+        (None, Some(file)) => match std::fs::read_to_string(dir.join(file.get_ref())) {
+            Ok(text) => Some(text),
+            Err(e) => {
+                problems.at(
+                    "instructions_file",
+                    span_of(file),
+                    format!("cannot read {}: {e}", dir.join(file.get_ref()).display()),
+                );
+                None
+            }
+        },
+        (None, None) => None,
+    };
+    if let Some(schema) = &spec.output_schema
+        && let Err(e) = agentloop::tool::compile_schema(schema.get_ref())
+    {
+        problems.at(
+            "output_schema",
+            span_of(schema),
+            format!("not a valid JSON Schema: {e}"),
+        );
+    }
+    check_model(spec.model.get_ref(), dir, problems);
+    if let Some(limits) = &spec.limits {
+        check_limits(limits, problems);
+        check_budget_priced(limits, spec.model.get_ref(), problems);
+    }
+    let tools: Vec<(String, &ToolFileSpec)> = spec
+        .tools
+        .as_deref()
+        .unwrap_or_default()
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (format!("tools[{i}]"), t))
+        .collect();
+    check_tools(&tools, dir, problems);
+    if let Some(permissions) = &spec.permissions {
+        let names: Vec<&str> = tools
+            .iter()
+            .map(|(_, t)| t.name.get_ref().as_str())
+            .collect();
+        check_permissions(permissions, &names, dir, problems);
+    }
+    instructions
+}
+
+/// The tool names of a file whose shape may be wrong: every `[[tools]]` entry's `name` that is a
+/// string.
+fn raw_tool_names(root: &DeTable<'_>) -> Vec<String> {
+    fn named<'t, 'i>(table: &'t DeTable<'i>, key: &str) -> Option<&'t DeValue<'i>> {
+        table
+            .iter()
+            .find(|(k, _)| k.get_ref().as_ref() == key)
+            .map(|(_, v)| v.get_ref())
+    }
+    let Some(DeValue::Array(items)) = named(root, "tools") else {
+        return Vec::new();
+    };
+    items
+        .iter()
+        .filter_map(|item| item.get_ref().as_table())
+        .filter_map(|t| named(t, "name"))
+        .filter_map(|name| name.as_str().map(str::to_owned))
+        .collect()
+}
+
+/// `[permissions]`: every listed tool is declared and listed once, rules name declared tools (or
+/// `*`) with at most one argument match each, globs compile, and the store file, when it exists,
+/// reads.
+fn check_permissions(
+    permissions: &PermissionsSpec,
+    tools: &[&str],
+    dir: &Path,
+    problems: &mut Problems,
+) {
+    let declared = if tools.is_empty() {
+        "the file declares no tools".to_owned()
+    } else {
+        format!("declared: {}", tools.join(", "))
+    };
+    check_permission_lists(permissions, tools, &declared, problems);
+    let rules = permissions.rules.as_deref().unwrap_or_default();
+    for (i, rule) in rules.iter().enumerate() {
+        let path = format!("permissions.rules[{i}]");
+        check_permission_rule(rule, &path, tools, &declared, problems);
+    }
+    if let Some(store) = &permissions.store {
+        if store.get_ref().trim().is_empty() {
+            problems.at(
+                "permissions.store",
+                span_of(store),
+                "the store path is empty",
+            );
+        } else if let Err(e) =
+            crate::permission_file::open(dir.join(store.get_ref()), Permission::Allow)
+        {
+            problems.at("permissions.store", span_of(store), e.to_string());
+        }
+    }
+}
+
+/// `allow`, `ask` and `deny`: each name a declared tool, and no tool in two places.
+fn check_permission_lists(
+    permissions: &PermissionsSpec,
+    tools: &[&str],
+    declared: &str,
+    problems: &mut Problems,
+) {
+    let mut listed: Vec<(&str, &str)> = Vec::new();
+    for (list, names) in [
+        ("allow", &permissions.allow),
+        ("ask", &permissions.ask),
+        ("deny", &permissions.deny),
+    ] {
+        for (i, name) in names.as_deref().unwrap_or_default().iter().enumerate() {
+            let path = format!("permissions.{list}[{i}]");
+            let n = name.get_ref().as_str();
+            if !tools.contains(&n) {
+                problems.at(
+                    &path,
+                    span_of(name),
+                    format!("no tool named {n:?} ({declared})"),
+                );
+            } else if let Some((_, first)) = listed.iter().find(|(t, _)| *t == n) {
+                problems.at(
+                    &path,
+                    span_of(name),
+                    format!("the tool {n:?} is already listed in `{first}`"),
+                );
+            }
+            listed.push((n, list));
+        }
+    }
+}
+
+/// One `[[permissions.rules]]` entry at `path`: a declared tool (or `*`), a prefix with words in
+/// it, not both argument matches, a glob that compiles.
+fn check_permission_rule(
+    rule: &PermissionRuleSpec,
+    path: &str,
+    tools: &[&str],
+    declared: &str,
+    problems: &mut Problems,
+) {
+    let n = rule.tool.get_ref().as_str();
+    if n != "*" && !tools.contains(&n) {
+        problems.at(
+            &join(path, "tool"),
+            span_of(&rule.tool),
+            format!("no tool named {n:?} ({declared}; `*` means any tool)"),
+        );
+    }
+    if let Some(prefix) = &rule.command_prefix
+        && prefix.prefix.get_ref().trim().is_empty()
+    {
+        problems.at(
+            &join(path, "command_prefix.prefix"),
+            span_of(&prefix.prefix),
+            "the prefix is empty",
+        );
+    }
+    if let Some(glob) = &rule.path_glob {
+        if rule.command_prefix.is_some() {
+            problems.at(
+                &join(path, "path_glob"),
+                span_of(glob),
+                "give `command_prefix` or `path_glob`, not both",
+            );
+        }
+        let g = &glob.get_ref().glob;
+        if let Err(e) = globset::GlobBuilder::new(g.get_ref())
+            .literal_separator(true)
+            .build()
+        {
+            problems.at(
+                &join(path, "path_glob.glob"),
+                span_of(g),
+                format!("not a valid glob: {}", e.kind()),
+            );
+        }
+    }
+}
+
+/// Tool names (valid, unique) and each tool's own rules; `tools` pairs each with its key path.
+fn check_tools(tools: &[(String, &ToolFileSpec)], dir: &Path, problems: &mut Problems) {
+    let mut seen: Vec<&str> = Vec::new();
+    for (path, tool) in tools {
+        let name = tool.name.get_ref().as_str();
+        if let Err(reason) = agentloop::tool::check_tool_name(name) {
+            problems.at(
+                &join(path, "name"),
+                span_of(&tool.name),
+                format!("invalid tool name {name:?}: {reason}"),
+            );
+        } else if seen.contains(&name) {
+            problems.at(
+                &join(path, "name"),
+                span_of(&tool.name),
+                format!("the tool name {name:?} is used twice"),
+            );
+        }
+        seen.push(name);
+        check_tool(tool, path, dir, problems);
+    }
+}
+
+/// When the file's shape has problems, the rules still run on every section whose shape is
+/// right, so that one pass reports all it can.
+pub(super) fn check_clean_sections(root: &DeTable<'_>, dir: &Path, problems: &mut Problems) {
+    let dirty = |problems: &Problems, prefix: &str| {
+        problems.list().iter().any(|p| {
+            p.path == prefix
+                || p.path.starts_with(&format!("{prefix}."))
+                || p.path.starts_with(&format!("{prefix}["))
+        })
+    };
+    let get = |key: &str| {
+        root.iter()
+            .find(|(k, _)| k.get_ref().as_ref() == key)
+            .map(|(_, v)| v.clone())
+    };
+    if let Some(v) = get("model")
+        && !dirty(problems, "model")
+        && let Ok(model) = ModelSpec::deserialize(ValueDeserializer::from(v))
+    {
+        check_model(&model, dir, problems);
+    }
+    if let Some(v) = get("limits")
+        && !dirty(problems, "limits")
+        && let Ok(limits) = LimitsSpec::deserialize(ValueDeserializer::from(v))
+    {
+        check_limits(&limits, problems);
+    }
+    if let Some(v) = get("permissions")
+        && !dirty(problems, "permissions")
+        && let Ok(permissions) = PermissionsSpec::deserialize(ValueDeserializer::from(v))
+    {
+        let names = raw_tool_names(root);
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        check_permissions(&permissions, &names, dir, problems);
+    }
+    let Some(items) = get("tools") else { return };
+    let Some(items) = items.get_ref().as_array() else {
+        return;
+    };
+    let parsed: Vec<(String, ToolFileSpec)> = items
+        .iter()
+        .enumerate()
+        .map(|(i, item)| (format!("tools[{i}]"), item))
+        .filter(|(path, _)| !dirty(problems, path))
+        .filter_map(|(path, item)| {
+            ToolFileSpec::deserialize(ValueDeserializer::from(item.clone()))
+                .ok()
+                .map(|t| (path, t))
+        })
+        .collect();
+    let tools: Vec<(String, &ToolFileSpec)> = parsed.iter().map(|(p, t)| (p.clone(), t)).collect();
+    check_tools(&tools, dir, problems);
+}
+
+/// `[model]`: what its provider needs and allows, then the sampling settings and the price.
+fn check_model(model: &ModelSpec, dir: &Path, problems: &mut Problems) {
+    if *model.provider.get_ref() == Provider::Scripted {
+        check_scripted_model(model, dir, problems);
+    } else {
+        check_live_model(model, problems);
+    }
+    if let Some(t) = &model.temperature
+        && !(0.0..=2.0).contains(t.get_ref())
+    {
+        problems.at(
+            "model.temperature",
+            span_of(t),
+            "the temperature must be between 0 and 2",
+        );
+    }
+    if let Some(price) = &model.price {
+        check_price(price.get_ref(), problems);
+    }
+    if let Some(m) = &model.max_tokens
+        && *m.get_ref() == 0
+    {
+        problems.at(
+            "model.max_tokens",
+            span_of(m),
+            "max_tokens must be at least 1",
+        );
+    }
+}
+
+/// A scripted model: a script that reads, and none of a live provider's keys.
+fn check_scripted_model(model: &ModelSpec, dir: &Path, problems: &mut Problems) {
+    let live_only = |problems: &mut Problems, key: &str, span: Option<Range<usize>>| {
+        problems.at(
+            &join("model", key),
+            span,
+            format!("`{key}` does not apply to the scripted provider"),
+        );
+    };
+    match &model.script {
+        None => problems.at(
+            "model.script",
+            span_of(&model.provider),
+            "the scripted provider needs `script`: a JSON file of responses, in order",
+        ),
+        Some(script) => {
+            let path = dir.join(script.get_ref());
+            if let Err(e) = crate::assemble::read_script(&path) {
+                problems.at("model.script", span_of(script), e.to_string());
+            }
+        }
+    }
+    if let Some(v) = &model.base_url {
+        live_only(problems, "base_url", span_of(v));
+    }
+    if let Some(v) = &model.api_key_env {
+        live_only(problems, "api_key_env", span_of(v));
+    }
+}
+
+/// A live model: a name, an http(s) URL, an environment variable name, and no script.
+fn check_live_model(model: &ModelSpec, problems: &mut Problems) {
+    let provider = *model.provider.get_ref();
+    if let Some(script) = &model.script {
+        problems.at(
+            "model.script",
+            span_of(script),
+            format!(
+                "`script` is for the scripted provider only, not {}",
+                provider.as_str()
+            ),
+        );
+    }
+    match &model.name {
+        None => problems.at(
+            "model.name",
+            span_of(&model.provider),
+            format!("the {} provider needs a model `name`", provider.as_str()),
+        ),
+        Some(n) if n.get_ref().trim().is_empty() => {
+            problems.at("model.name", span_of(n), "the model name is empty")
+        }
+        Some(_) => {}
+    }
+    if let Some(url) = &model.base_url {
+        let u = url.get_ref();
+        if !(u.starts_with("http://") || u.starts_with("https://")) {
+            problems.at(
+                "model.base_url",
+                span_of(url),
+                format!("{u:?} is not an http:// or https:// URL"),
+            );
+        }
+    }
+    if let Some(env) = &model.api_key_env {
+        let e = env.get_ref();
+        if e.is_empty() || !e.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+            problems.at(
+                "model.api_key_env",
+                span_of(env),
+                format!("{e:?} is not an environment variable name"),
+            );
+        }
+    }
+}
+
+/// `[model] price`: every part a number of USD per million tokens, zero or more.
+fn check_price(p: &PriceSpec, problems: &mut Problems) {
+    let parts = [
+        ("input", Some(&p.input)),
+        ("output", Some(&p.output)),
+        ("cached_input", p.cached_input.as_ref()),
+        ("cache_write", p.cache_write.as_ref()),
+    ];
+    for (key, value) in parts {
+        if let Some(v) = value
+            && !(v.get_ref().is_finite() && *v.get_ref() >= 0.0)
+        {
+            problems.at(
+                &format!("model.price.{key}"),
+                span_of(v),
+                "a price must be a number of USD per million tokens, zero or more",
+            );
+        }
+    }
+}
+
+fn check_limits(limits: &LimitsSpec, problems: &mut Problems) {
+    if let Some(c) = &limits.max_concurrency
+        && *c.get_ref() == 0
+    {
+        problems.at(
+            "limits.max_concurrency",
+            span_of(c),
+            "max_concurrency must be at least 1",
+        );
+    }
+    if let Some(t) = &limits.stuck_loop_threshold
+        && *t.get_ref() == 1
+    {
+        problems.at(
+            "limits.stuck_loop_threshold",
+            span_of(t),
+            "stuck_loop_threshold must be at least 2 (or 0 to turn the rule off): at 1 every call would be a loop",
+        );
+    }
+    if let Some(t) = &limits.timeout_secs
+        && !valid_seconds(*t.get_ref())
+    {
+        problems.at(
+            "limits.timeout_secs",
+            span_of(t),
+            "timeout_secs must be a positive number of seconds, at most a year",
+        );
+    }
+    if let Some(c) = &limits.max_cost_usd
+        && !(c.get_ref().is_finite() && *c.get_ref() >= 0.0)
+    {
+        problems.at(
+            "limits.max_cost_usd",
+            span_of(c),
+            "max_cost_usd must be zero or more",
+        );
+    }
+}
+
+/// A cost budget needs a price for the model, or it could never hold: the file's
+/// `[model] price`, or the built-in table's for a live model it knows.
+fn check_budget_priced(limits: &LimitsSpec, model: &ModelSpec, problems: &mut Problems) {
+    let Some(budget) = &limits.max_cost_usd else {
+        return;
+    };
+    if crate::assemble::price(model).is_some() {
+        return;
+    }
+    let which = match (model.provider.get_ref(), &model.name) {
+        (Provider::Scripted, _) => "the scripted model has no price".to_owned(),
+        (_, Some(name)) => format!(
+            "the model {:?} is not in the built-in price table",
+            name.get_ref()
+        ),
+        (_, None) => "the model has no price".to_owned(),
+    };
+    problems.at(
+        "limits.max_cost_usd",
+        span_of(budget),
+        format!(
+            "max_cost_usd needs a price for the model, and {which}: give it in [model] as \
+             `price = {{ input = 0.40, output = 1.60 }}` (USD per million tokens; optional \
+             `cached_input`, `cache_write`)"
+        ),
+    );
+}
+
+fn check_tool(tool: &ToolFileSpec, path: &str, dir: &Path, problems: &mut Problems) {
+    let command = tool.command.get_ref();
+    match command.first() {
+        None => problems.at(
+            &join(path, "command"),
+            span_of(&tool.command),
+            "the command is empty: give the program, then its arguments",
+        ),
+        Some(program) if program.is_empty() => problems.at(
+            &join(path, "command"),
+            span_of(&tool.command),
+            "the program (the command's first item) is empty",
+        ),
+        Some(program) if program.contains('/') && !dir.join(program).exists() => problems.at(
+            &join(path, "command"),
+            span_of(&tool.command),
+            format!(
+                "the program {program} does not exist (looked at {})",
+                dir.join(program).display()
+            ),
+        ),
+        Some(_) => {}
+    }
+    if let Some(schema) = &tool.input_schema {
+        let key = join(path, "input_schema");
+        match schema.get_ref() {
+            Value::Object(map) => {
+                if map.get("type").is_some_and(|t| t != "object") {
+                    problems.at(
+                        &key,
+                        span_of(schema),
+                        "the input schema must describe an object (`type = \"object\"`)",
+                    );
+                } else if let Err(e) = agentloop::tool::compile_schema(schema.get_ref()) {
+                    problems.at(
+                        &key,
+                        span_of(schema),
+                        format!("not a valid JSON Schema: {e}"),
+                    );
+                }
+            }
+            other => problems.at(
+                &key,
+                span_of(schema),
+                format!("the input schema must be a table, not {other}"),
+            ),
+        }
+    }
+    if let Some(t) = &tool.timeout_secs
+        && !valid_seconds(*t.get_ref())
+    {
+        problems.at(
+            &join(path, "timeout_secs"),
+            span_of(t),
+            "timeout_secs must be a positive number of seconds, at most a year",
+        );
+    }
+    if let Some(r) = &tool.retries
+        && *r.get_ref() > MAX_TOOL_RETRIES
+    {
+        problems.at(
+            &join(path, "retries"),
+            span_of(r),
+            format!("retries is at most {MAX_TOOL_RETRIES}"),
+        );
+    }
+}
+
+/// The longest timeout an agent file may set: a year, in seconds.
+pub const MAX_TIMEOUT_SECS: f64 = 365.0 * 24.0 * 3600.0;
+
+/// A timeout an agent file may set: positive and at most [`MAX_TIMEOUT_SECS`].
+fn valid_seconds(secs: f64) -> bool {
+    secs.is_finite() && secs > 0.0 && secs <= MAX_TIMEOUT_SECS
+}
+
+/// The most retries an agent file may give a tool: beyond that a failing tool would only keep a
+/// run waiting.
+pub const MAX_TOOL_RETRIES: u32 = 10;
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::super::AgentFile;
+    use super::super::tests::{TWO_TOOLS, located, problems};
+
+    #[test]
+    fn a_timeout_too_large_for_a_duration_is_a_problem_not_a_panic() {
+        for (key, line) in [("limits", 5), ("tools", 8)] {
+            let text = if key == "limits" {
+                "[model]\nprovider = \"scripted\"\nscript = \"s.json\"\n[limits]\ntimeout_secs = 1e300\n".to_owned()
+            } else {
+                "[model]\nprovider = \"scripted\"\nscript = \"s.json\"\n\n[[tools]]\nname = \"t\"\ncommand = [\"true\"]\ntimeout_secs = 1e300\n".to_owned()
+            };
+            let found = problems(&text);
+            let p = found
+                .iter()
+                .find(|p| p.path.ends_with("timeout_secs"))
+                .expect("a timeout_secs problem");
+            assert_eq!(p.line, line, "{key}");
+            assert!(p.message.contains("at most a year"), "{}", p.message);
+        }
+    }
+
+    #[test]
+    fn a_tool_may_have_up_to_ten_retries() {
+        let file = |n: u32| {
+            format!(
+                "[model]\nprovider = \"scripted\"\nscript = \"s.json\"\n\n[[tools]]\nname = \"t\"\ncommand = [\"true\"]\nretries = {n}\n"
+            )
+        };
+        let found = located(&file(11));
+        assert!(
+            found.contains(&("tools[0].retries".to_owned(), 8)),
+            "{found:?}"
+        );
+        let too_many = problems(&file(11));
+        let retries = too_many
+            .iter()
+            .find(|p| p.path == "tools[0].retries")
+            .unwrap();
+        assert!(
+            retries.message.contains("at most 10"),
+            "{}",
+            retries.message
+        );
+        // Ten is fine (the file's other problems aside).
+        assert!(
+            problems(&file(10))
+                .iter()
+                .all(|p| !p.path.ends_with("retries"))
+        );
+    }
+
+    #[test]
+    fn rule_problems_are_all_reported_after_the_shape_is_right() {
+        let text = r#"name = "x"
+[model]
+provider = "openai"
+script = "s.json"
+
+[[tools]]
+name = "bad name"
+command = []
+
+[[tools]]
+name = "t2"
+command = ["echo"]
+input_schema = { type = "string" }
+"#;
+        let got = located(text);
+        assert!(got.contains(&("model.name".into(), 3)), "{got:?}");
+        assert!(got.contains(&("model.script".into(), 4)), "{got:?}");
+        assert!(got.contains(&("tools[0].name".into(), 7)), "{got:?}");
+        assert!(got.contains(&("tools[0].command".into(), 8)), "{got:?}");
+        assert!(
+            got.contains(&("tools[1].input_schema".into(), 13)),
+            "{got:?}"
+        );
+    }
+
+    #[test]
+    fn rules_run_on_sections_whose_shape_is_right_even_when_others_are_wrong() {
+        let text = r#"name = "x"
+colour = "blue"
+[model]
+provider = "openai"
+[[tools]]
+name = "bad name"
+command = ["echo"]
+[[tools]]
+name = "t"
+command = 5
+"#;
+        let got = located(text);
+        assert_eq!(
+            got,
+            [
+                ("colour".to_owned(), 2),
+                ("model.name".to_owned(), 4),
+                ("tools[0].name".to_owned(), 6),
+                ("tools[1].command".to_owned(), 10)
+            ]
+        );
+    }
+
+    #[test]
+    fn a_scripted_agent_needs_an_existing_script() {
+        let got = problems(
+            "name = \"x\"\n[model]\nprovider = \"scripted\"\nscript = \"nope.json\"\nbase_url = \"http://x\"\n",
+        );
+        let paths: Vec<&str> = got.iter().map(|p| p.path.as_str()).collect();
+        assert_eq!(paths, ["model.script", "model.base_url"]);
+    }
+
+    #[test]
+    fn permission_lists_and_rules_name_declared_tools_once() {
+        let text = format!(
+            r#"{TWO_TOOLS}
+[permissions]
+default = "ask"
+allow = ["shell", "nope"]
+deny = ["write", "shell"]
+store = ""
+
+[[permissions.rules]]
+tool = "*"
+permission = "deny"
+path_glob = {{ field = "path", glob = "**/.env" }}
+
+[[permissions.rules]]
+tool = "wirte"
+permission = "allow"
+command_prefix = {{ field = "command", prefix = " " }}
+path_glob = {{ field = "path", glob = "src/[" }}
+"#
+        );
+        let got: Vec<(String, usize, String)> = problems(&text)
+            .into_iter()
+            .map(|p| (p.path, p.line, p.message))
+            .collect();
+        let paths: Vec<(&str, usize)> = got.iter().map(|(p, l, _)| (p.as_str(), *l)).collect();
+        assert_eq!(
+            paths,
+            [
+                ("permissions.allow[1]", 14),
+                ("permissions.deny[1]", 15),
+                ("permissions.store", 16),
+                ("permissions.rules[1].tool", 24),
+                ("permissions.rules[1].command_prefix.prefix", 26),
+                ("permissions.rules[1].path_glob", 27),
+                ("permissions.rules[1].path_glob.glob", 27),
+            ]
+        );
+        assert!(
+            got[0]
+                .2
+                .contains("no tool named \"nope\" (declared: shell, write)"),
+            "{got:?}"
+        );
+        assert!(got[1].2.contains("already listed in `allow`"), "{got:?}");
+    }
+
+    #[test]
+    fn an_unknown_tool_in_a_list_is_reported_even_when_other_sections_are_wrong() {
+        let text = format!("colour = 1\n{TWO_TOOLS}\n[permissions]\ndeny = [\"shel\"]\n");
+        let got = located(&text);
+        assert_eq!(
+            got,
+            [
+                ("colour".to_owned(), 1),
+                ("permissions.deny[0]".to_owned(), 14)
+            ]
+        );
+    }
+
+    #[test]
+    fn an_unreadable_permission_store_is_a_problem_at_its_key() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("p.json"), "{ not json").unwrap();
+        let text = format!("{TWO_TOOLS}\n[permissions]\nstore = \"p.json\"\n");
+        let got = AgentFile::parse(&dir.path().join("agent.toml"), &text)
+            .unwrap_err()
+            .list()
+            .to_vec();
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert_eq!(
+            (got[0].path.as_str(), got[0].line),
+            ("permissions.store", 13)
+        );
+        assert!(got[0].message.contains("permission store"), "{got:?}");
+    }
+}

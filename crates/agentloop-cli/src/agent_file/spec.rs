@@ -1,0 +1,284 @@
+//! The agent file's shape: one struct a table, declared with [`section!`] so that each is both the
+//! serde type the file is read into (`deny_unknown_fields` everywhere) and the key-by-key check of
+//! its keys, from the same list of fields.
+
+use agentloop::{OnLimit, permissions::Permission, tool::ExecutionMode};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use toml::Spanned;
+
+use super::check::{leaf, section};
+
+// The file's own enums and bounds: each is checked whole, by deserializing it.
+leaf!(
+    ExecutionMode,
+    Provider,
+    Permission,
+    Bound<u32>,
+    Bound<u64>,
+    OnLimit
+);
+
+/// Which provider serves the model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+pub enum Provider {
+    /// OpenAI Chat Completions, and any server that speaks it.
+    #[serde(rename = "openai")]
+    OpenAi,
+    /// The OpenAI Responses API.
+    #[serde(rename = "openai-responses")]
+    OpenAiResponses,
+    /// Anthropic Messages.
+    #[serde(rename = "anthropic")]
+    Anthropic,
+    /// Responses from a script file, in order: no network, no credentials.
+    #[serde(rename = "scripted")]
+    Scripted,
+}
+
+impl Provider {
+    /// The word used in agent files.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Provider::OpenAi => "openai",
+            Provider::OpenAiResponses => "openai-responses",
+            Provider::Anthropic => "anthropic",
+            Provider::Scripted => "scripted",
+        }
+    }
+
+    /// The environment variable that holds the key when the file names none.
+    pub fn default_key_env(self) -> Option<&'static str> {
+        match self {
+            Provider::OpenAi | Provider::OpenAiResponses => {
+                Some(agentloop_providers::OPENAI_API_KEY_ENV)
+            }
+            Provider::Anthropic => Some(agentloop_providers::ANTHROPIC_API_KEY_ENV),
+            Provider::Scripted => None,
+        }
+    }
+}
+
+section! {
+    /// The whole agent file.
+    AgentFileSpec {
+        /// The agent's name.
+        name: Spanned<String>,
+        /// A one-line description, for `plan`.
+        description: Option<String>,
+        /// The system instructions.
+        instructions: Option<Spanned<String>>,
+        /// A file holding the instructions (relative to the agent file).
+        instructions_file: Option<Spanned<String>>,
+        /// The JSON Schema the final answer must match.
+        output_schema: Option<Spanned<Value>>,
+        /// The model.
+        model: Spanned<ModelSpec>,
+        /// The limits.
+        limits: Option<LimitsSpec>,
+        /// Command tools.
+        tools: Option<Vec<ToolFileSpec>>,
+        /// Which tool calls run, which need approval, which never run.
+        permissions: Option<PermissionsSpec>,
+    }
+}
+
+section! {
+    /// `[model]`.
+    ModelSpec {
+        /// `openai`, `openai-responses`, `anthropic` or `scripted`.
+        provider: Spanned<Provider>,
+        /// The model's name (required except for `scripted`).
+        name: Option<Spanned<String>>,
+        /// The provider's base URL (its default otherwise).
+        base_url: Option<Spanned<String>>,
+        /// The environment variable holding the API key (the provider's usual one otherwise).
+        api_key_env: Option<Spanned<String>>,
+        /// Stream responses (default true).
+        stream: Option<bool>,
+        /// `scripted` only: the JSON file of responses, in order.
+        script: Option<Spanned<String>>,
+        /// Sampling temperature.
+        temperature: Option<Spanned<f64>>,
+        /// Sampling seed, for providers that support it.
+        seed: Option<i64>,
+        /// The most tokens one response may hold.
+        max_tokens: Option<Spanned<u32>>,
+        /// The model's price, USD per million tokens (the built-in table's otherwise).
+        price: Option<Spanned<PriceSpec>>,
+    }
+}
+
+section! {
+    /// `price = { input = 0.15, output = 0.60, cached_input = 0.075, cache_write = 0.1875 }`: USD
+    /// per million tokens; cached input and cache writes cost the input price when not given.
+    PriceSpec {
+        /// Per million input tokens.
+        input: Spanned<f64>,
+        /// Per million output tokens.
+        output: Spanned<f64>,
+        /// Per million input tokens read from the provider's cache.
+        cached_input: Option<Spanned<f64>>,
+        /// Per million input tokens written to the provider's cache.
+        cache_write: Option<Spanned<f64>>,
+    }
+}
+
+impl PriceSpec {
+    /// The price it gives.
+    pub fn price(&self) -> agentloop::Price {
+        agentloop::Price {
+            input: *self.input.get_ref(),
+            output: *self.output.get_ref(),
+            cached_input: self.cached_input.as_ref().map(|v| *v.get_ref()),
+            cache_write: self.cache_write.as_ref().map(|v| *v.get_ref()),
+        }
+    }
+}
+
+/// A bound in `[limits]`: a number, or `"unlimited"` (as is 0).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bound<T> {
+    /// At most this many (0: no bound).
+    At(T),
+    /// No bound.
+    Unlimited,
+}
+
+impl<T: Copy + PartialEq + Default> Bound<T> {
+    /// The bound in force: `None` for `"unlimited"` and 0.
+    pub fn get(self) -> Option<T> {
+        match self {
+            Bound::At(n) if n != T::default() => Some(n),
+            _ => None,
+        }
+    }
+}
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Bound<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw<T> {
+            At(T),
+            Word(String),
+        }
+        match Raw::<T>::deserialize(d) {
+            Ok(Raw::At(n)) => Ok(Bound::At(n)),
+            Ok(Raw::Word(w)) if w == "unlimited" => Ok(Bound::Unlimited),
+            _ => Err(serde::de::Error::custom(
+                "expected a whole number of at least 0, or \"unlimited\"",
+            )),
+        }
+    }
+}
+
+section! {
+    /// `[limits]`: all optional.
+    LimitsSpec {
+        /// The most turns (`"unlimited"` or 0: no bound).
+        max_turns: Option<Spanned<Bound<u32>>>,
+        /// The most tool calls.
+        max_tool_calls: Option<Bound<u32>>,
+        /// The most model calls.
+        max_model_calls: Option<Bound<u32>>,
+        /// The most tool calls running at once.
+        max_concurrency: Option<Spanned<usize>>,
+        /// Wall-clock deadline in seconds.
+        timeout_secs: Option<Spanned<f64>>,
+        /// The most USD the run may spend.
+        max_cost_usd: Option<Spanned<f64>>,
+        /// The most tokens (input plus output) over the run.
+        max_tokens: Option<Bound<u64>>,
+        /// How many times a turn may come back the same before the run stops as stuck (0
+        /// disables the rule; 1 is refused).
+        stuck_loop_threshold: Option<Spanned<u32>>,
+        /// What a limit does: `stop` (the default) or `answer` (one last model call without
+        /// tools, for a final answer from the partial work).
+        on_limit: Option<OnLimit>,
+    }
+}
+
+section! {
+    /// One `[[tools]]` entry: a command tool.
+    ToolFileSpec {
+        /// The name the model calls it by.
+        name: Spanned<String>,
+        /// What it does, for the model.
+        description: Option<String>,
+        /// The program and its arguments; a relative program path starts at the agent file's
+        /// directory.
+        command: Spanned<Vec<String>>,
+        /// The JSON Schema of its arguments (default: an object with no properties).
+        input_schema: Option<Spanned<Value>>,
+        /// `parallel` (default) or `sequential`.
+        mode: Option<ExecutionMode>,
+        /// Per-call timeout in seconds.
+        timeout_secs: Option<Spanned<f64>>,
+        /// How many times a failed call (non-zero exit, timeout) runs again before the model
+        /// sees the failure (default 0, at most
+        /// [`MAX_TOOL_RETRIES`](super::rules::MAX_TOOL_RETRIES)).
+        retries: Option<Spanned<u32>>,
+        /// The tool polls something that changes on its own: the stuck-loop rule judges its
+        /// repeated calls by their results alone.
+        poller: Option<bool>,
+    }
+}
+
+section! {
+    /// `[permissions]`: which tool calls run, which need a human's approval, which never run.
+    PermissionsSpec {
+        /// What happens to a call no list or rule covers: `allow` (the default), `ask` or `deny`.
+        default: Option<Permission>,
+        /// Tools whose calls run without asking.
+        allow: Option<Vec<Spanned<String>>>,
+        /// Tools whose calls need approval.
+        ask: Option<Vec<Spanned<String>>>,
+        /// Tools whose calls never run.
+        deny: Option<Vec<Spanned<String>>>,
+        /// A JSON file (relative to the agent file) where "always" answers are kept across runs.
+        store: Option<Spanned<String>>,
+        /// Rules on the arguments of a call.
+        rules: Option<Vec<PermissionRuleSpec>>,
+    }
+}
+
+section! {
+    /// One `[[permissions.rules]]` entry: a tool (or `*`), an optional match on its arguments, and
+    /// what to do.
+    PermissionRuleSpec {
+        /// A declared tool, or `*` for any.
+        tool: Spanned<String>,
+        /// `allow`, `ask` or `deny`.
+        permission: Permission,
+        /// Matches when an argument (a string, or an array of strings joined by spaces) starts
+        /// with a prefix's words; an `allow` never admits a chained command unless the rule says
+        /// `allow_chaining = true`.
+        command_prefix: Option<CommandPrefixSpec>,
+        /// Matches when an argument (a path) matches a glob.
+        path_glob: Option<Spanned<PathGlobSpec>>,
+    }
+}
+
+section! {
+    /// `command_prefix = { field = "command", prefix = "git status" }`.
+    CommandPrefixSpec {
+        /// The argument holding the command.
+        field: String,
+        /// The prefix.
+        prefix: Spanned<String>,
+        /// An `allow` rule also admits the command chained with others (`;`, `&&`, `|`, ...);
+        /// default false.
+        allow_chaining: Option<bool>,
+    }
+}
+
+section! {
+    /// `path_glob = { field = "path", glob = "src/**" }`.
+    PathGlobSpec {
+        /// The argument holding the path.
+        field: String,
+        /// The glob: `*` within a path segment, `**` across segments.
+        glob: Spanned<String>,
+    }
+}
