@@ -61,7 +61,7 @@ fn respond(m: &mut RunMachine, ms: u64, response: ModelResponse) {
         m,
         ms,
         Input::ModelResponded {
-            response,
+            response: Box::new(response),
             cost: None,
             failures: Vec::new(),
         },
@@ -124,7 +124,7 @@ fn the_machine_asks_for_the_model_then_the_calls_then_finishes() {
     m.feed(Step {
         at: Duration::from_millis(3),
         input: Input::ModelResponded {
-            response: ModelResponse::text("bye"),
+            response: Box::new(ModelResponse::text("bye")),
             cost: Some(0.25),
             failures: Vec::new(),
         },

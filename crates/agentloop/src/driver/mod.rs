@@ -359,7 +359,7 @@ impl<'a> Driver<'a> {
             Ok(response) => {
                 let (cost, failures) = self.price(&response);
                 Input::ModelResponded {
-                    response,
+                    response: Box::new(response),
                     cost,
                     failures,
                 }

@@ -24,7 +24,7 @@ pub const MAX_RAISED_OUTPUT_TOKENS: u32 = 32_768;
 
 impl RunMachine {
     /// The model answered: count its usage and cost, then judge it (after the hooks' review).
-    pub(super) fn on_model_response(&mut self, response: ModelResponse, cost: Option<f64>) {
+    pub(super) fn on_model_response(&mut self, response: Box<ModelResponse>, cost: Option<f64>) {
         self.usage.add(&response.usage);
         self.cost += cost.unwrap_or(0.0);
         let duration = self.now.saturating_sub(self.called_at);
@@ -37,9 +37,9 @@ impl RunMachine {
             duration,
         });
         if self.seams.hooks {
-            self.phase = Phase::Review(Box::new((response, cost)));
+            self.phase = Phase::Review(response);
         } else {
-            self.decide(response, None);
+            self.decide(*response, None);
         }
     }
 

@@ -93,7 +93,7 @@ enum Phase {
     Steering,
     Prepare,
     CallModel,
-    Review(Box<(ModelResponse, Option<f64>)>),
+    Review(Box<ModelResponse>),
     Admit(Box<Pending>),
     Run(Box<Pending>),
     /// After a tool turn: the stop conditions decide whether the run goes on.
@@ -378,7 +378,7 @@ impl RunMachine {
             Phase::Steering => Action::TakeMessages { follow_up: false },
             Phase::Prepare => Action::PrepareRequest,
             Phase::CallModel => Action::CallModel(self.request()),
-            Phase::Review(r) => Action::Review(&r.0),
+            Phase::Review(r) => Action::Review(r),
             Phase::Admit(p) => Action::Admit {
                 gate: p.gate,
                 batch: &p.batch,
@@ -497,7 +497,7 @@ impl RunMachine {
                 }
             }
             (Phase::Review(r), Input::Reviewed { failures, reask }) => {
-                let (response, _) = *r;
+                let response = *r;
                 if let Some(e) = self.hook_failures(failures) {
                     // The response stays in the transcript, each of its calls answered, so the
                     // conversation can be continued.
@@ -847,7 +847,7 @@ impl RunMachine {
                     return;
                 }
             }
-            Phase::Review(r) => self.answer_all(r.0.message, &CallOutcome::not_run()),
+            Phase::Review(r) => self.answer_all(r.message, &CallOutcome::not_run()),
             Phase::CallModel | Phase::Prepare => self.end_model_call(),
             _ => {}
         }

@@ -180,8 +180,8 @@ pub enum Input {
     },
     /// The model answered.
     ModelResponded {
-        /// The response.
-        response: ModelResponse,
+        /// The response (boxed: it is the largest input by far, and every input is moved).
+        response: Box<ModelResponse>,
         /// Its price in USD, when known.
         cost: Option<f64>,
         /// A pricing function that failed (it panicked): the call counts as unpriced.
