@@ -150,6 +150,8 @@ impl TraceSink {
         self.flush()
     }
 
+    /// The records an event writes: a run's start and end are handled here, everything else by
+    /// its run's state.
     fn records_for(&self, state: &mut State, event: &Event, now: i64) -> Vec<TraceRecord> {
         let payloads = self.options.payloads;
         let run_id: &str = &event.run_id;
@@ -188,31 +190,52 @@ impl TraceSink {
         } = &event.kind
         {
             if let Some(run) = state.runs.remove(run_id) {
-                let status = match stop_reason {
-                    s if s.is_success() => Status::Ok,
-                    StopReason::Cancelled => Status::Cancelled,
-                    _ => Status::Error,
-                };
-                let error = error.as_ref().map(|e| ErrorInfo {
-                    code: e.code.clone(),
-                    message: e.message.clone(),
-                });
-                let output = (payloads && *stop_reason == StopReason::Finished)
-                    .then(|| run.last_text.as_deref().map(redact_text));
                 let end = RunEnd {
                     stop_reason: stop_reason.as_str().to_owned(),
                     usage: *usage,
                     cost_usd: *cost_usd,
                     turns: *turns,
-                    output: output.flatten(),
+                    output: None,
                 };
-                out.extend(run.close(now, status, error, Some(end)));
+                out.extend(run.finish(now, stop_reason, error.as_ref(), end, payloads));
             }
             return out;
         }
-        let Some(run) = state.runs.get_mut(run_id) else {
-            return out;
+        if let Some(run) = state.runs.get_mut(run_id) {
+            run.on_event(event, now, payloads, &mut out);
+        }
+        out
+    }
+}
+
+impl RunState {
+    /// The run's end: its status from the stop reason, its output when payloads are kept.
+    fn finish(
+        self,
+        now: i64,
+        stop_reason: &StopReason,
+        error: Option<&agentloop::event::ErrorSummary>,
+        mut end: RunEnd,
+        payloads: bool,
+    ) -> Vec<TraceRecord> {
+        let status = match stop_reason {
+            s if s.is_success() => Status::Ok,
+            StopReason::Cancelled => Status::Cancelled,
+            _ => Status::Error,
         };
+        let error = error.map(|e| ErrorInfo {
+            code: e.code.clone(),
+            message: e.message.clone(),
+        });
+        if payloads && *stop_reason == StopReason::Finished {
+            end.output = self.last_text.as_deref().map(redact_text);
+        }
+        self.close(now, status, error, Some(end))
+    }
+
+    /// The records of one event inside a run.
+    fn on_event(&mut self, event: &Event, now: i64, payloads: bool, out: &mut Vec<TraceRecord>) {
+        let run = self;
         match &event.kind {
             EventKind::TurnStarted => {
                 out.extend(run.close_turn(now));
@@ -296,28 +319,7 @@ impl TraceSink {
                 call_id,
                 tool,
                 outcome,
-            } => {
-                let duration = &outcome.duration;
-                let mut span = match run.tools.remove(call_id) {
-                    Some(span) => span,
-                    None => {
-                        run.tool_calls += 1;
-                        let started = now - i64::try_from(duration.as_micros()).unwrap_or(0);
-                        run.tool_span(event.turn, call_id, tool, started)
-                    }
-                };
-                let (status, error) = tool_status(outcome);
-                // A recoverable error is the model's to handle; the turn itself went fine.
-                if status != Status::Error {
-                    run.escalate_turn(status);
-                }
-                run.end_span(&mut span.span, now, Some(*duration), status, error);
-                if payloads {
-                    span.output = outcome.output().map(output_value);
-                    span.details = outcome.details.as_ref().map(redact);
-                }
-                out.push(TraceRecord::ToolCall(span));
-            }
+            } => out.push(run.tool_finished(event.turn, call_id, tool, outcome, now, payloads)),
             EventKind::ToolRejected {
                 call_id,
                 tool,
@@ -325,26 +327,7 @@ impl TraceSink {
                 reason,
             } => {
                 out.extend(run.ensure_turn(event.turn, now));
-                run.tool_calls += 1;
-                let status = match code.as_str() {
-                    "denied" => Status::Denied,
-                    "skipped" => Status::Skipped,
-                    c if c.starts_with("limit.") => Status::Refused,
-                    _ => Status::Rejected,
-                };
-                let mut span = run.tool_span(event.turn, call_id, tool, now);
-                let error = ErrorInfo {
-                    code: code.clone(),
-                    message: reason.clone(),
-                };
-                run.end_span(
-                    &mut span.span,
-                    now,
-                    Some(Duration::ZERO),
-                    status,
-                    Some(error),
-                );
-                out.push(TraceRecord::ToolCall(span));
+                out.push(run.tool_rejected(event.turn, call_id, tool, code, reason, now));
             }
             EventKind::LimitReached { limit } => run.limit = Some(*limit),
             EventKind::HookFailed {
@@ -354,9 +337,79 @@ impl TraceSink {
             } => run
                 .warnings
                 .push(format!("hook {hook} failed at {stage}: {message}")),
+            EventKind::AnswerRetried { reason } => {
+                run.warnings.push(format!("answer sent back: {reason}"));
+            }
+            EventKind::StopConditionMet { by } => {
+                run.warnings
+                    .push(format!("stop condition {by} ended the run"));
+            }
             _ => {}
         }
-        out
+    }
+
+    /// A started call's end.
+    fn tool_finished(
+        &mut self,
+        turn: u32,
+        call_id: &str,
+        tool: &str,
+        outcome: &CallOutcome,
+        now: i64,
+        payloads: bool,
+    ) -> TraceRecord {
+        let duration = &outcome.duration;
+        let mut span = match self.tools.remove(call_id) {
+            Some(span) => span,
+            None => {
+                self.tool_calls += 1;
+                let started = now - i64::try_from(duration.as_micros()).unwrap_or(0);
+                self.tool_span(turn, call_id, tool, started)
+            }
+        };
+        let (status, error) = tool_status(outcome);
+        // A recoverable error is the model's to handle; the turn itself went fine.
+        if status != Status::Error {
+            self.escalate_turn(status);
+        }
+        self.end_span(&mut span.span, now, Some(*duration), status, error);
+        if payloads {
+            span.output = outcome.output().map(output_value);
+            span.details = outcome.details.as_ref().map(redact);
+        }
+        TraceRecord::ToolCall(span)
+    }
+
+    /// A call that never started: its span opens and closes at once.
+    fn tool_rejected(
+        &mut self,
+        turn: u32,
+        call_id: &str,
+        tool: &str,
+        code: &str,
+        reason: &str,
+        now: i64,
+    ) -> TraceRecord {
+        self.tool_calls += 1;
+        let status = match code {
+            "denied" => Status::Denied,
+            "skipped" => Status::Skipped,
+            c if c.starts_with("limit.") => Status::Refused,
+            _ => Status::Rejected,
+        };
+        let mut span = self.tool_span(turn, call_id, tool, now);
+        let error = ErrorInfo {
+            code: code.to_owned(),
+            message: reason.to_owned(),
+        };
+        self.end_span(
+            &mut span.span,
+            now,
+            Some(Duration::ZERO),
+            status,
+            Some(error),
+        );
+        TraceRecord::ToolCall(span)
     }
 }
 
