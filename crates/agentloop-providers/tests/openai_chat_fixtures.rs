@@ -79,19 +79,22 @@ fn compare_response(id: &str, expected: &Value, got: &ModelResponse) -> Vec<Stri
         if want_id.is_empty() {
             // The server sent an empty id: the adapter keeps it empty, and the run fills it from
             // its injected id source, so that a replay of the run draws the same ids.
-            if !call.id.is_empty() {
+            if !call.call_id.is_empty() {
                 diff(format!(
                     "an empty tool call id became {:?} in the adapter",
-                    call.id
+                    call.call_id
                 ));
             }
-        } else if call.id != want_id {
-            diff(format!("tool call id {:?}, expected {want_id:?}", call.id));
+        } else if call.call_id != want_id {
+            diff(format!(
+                "tool call id {:?}, expected {want_id:?}",
+                call.call_id
+            ));
         }
-        if call.name != want["name"].as_str().unwrap_or_default() {
+        if call.tool != want["name"].as_str().unwrap_or_default() {
             diff(format!(
                 "tool name {:?}, expected {}",
-                call.name, want["name"]
+                call.tool, want["name"]
             ));
         }
         if call.arguments != want["arguments_raw"].as_str().unwrap_or_default() {

@@ -111,26 +111,26 @@ async fn request_after_tool_results_carries_the_calls_and_one_tool_message_per_r
             text: String::new(),
             tool_calls: vec![
                 ToolCall {
-                    id: "call_a".into(),
-                    name: "delete_file".into(),
+                    call_id: "call_a".into(),
+                    tool: "delete_file".into(),
                     arguments: r#"{"path": ".env"}"#.into(),
                 },
                 ToolCall {
-                    id: "call_b".into(),
-                    name: "create_file".into(),
+                    call_id: "call_b".into(),
+                    tool: "create_file".into(),
                     arguments: String::new(),
                 },
             ],
         }),
         Message::Tool(ToolResult {
             call_id: "call_a".into(),
-            name: "delete_file".into(),
+            tool: "delete_file".into(),
             content: ToolContent::Text("deleted".into()),
             is_error: false,
         }),
         Message::Tool(ToolResult {
             call_id: "call_b".into(),
-            name: "create_file".into(),
+            tool: "create_file".into(),
             content: ToolContent::Json(json!({"ok": true})),
             is_error: false,
         }),

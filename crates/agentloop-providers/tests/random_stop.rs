@@ -425,8 +425,8 @@ fn a_transcript_with_an_unanswered_call_is_refused_by_every_checking_server() {
         Message::user("go"),
         Message::Assistant(agentloop::message::AssistantMessage {
             tool_calls: vec![agentloop::message::ToolCall {
-                id: "call_1".into(),
-                name: "fast".into(),
+                call_id: "call_1".into(),
+                tool: "fast".into(),
                 arguments: "{}".into(),
             }],
             ..Default::default()

@@ -119,9 +119,11 @@ pub struct Reasoning {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ToolCall {
     /// The call id, unique within the response; the result answers it.
-    pub id: String,
+    #[serde(alias = "id")]
+    pub call_id: String,
     /// The name of the tool the model asked for.
-    pub name: String,
+    #[serde(alias = "name")]
+    pub tool: String,
     /// The raw JSON argument string (possibly empty, which means `{}`).
     pub arguments: String,
 }
@@ -132,7 +134,8 @@ pub struct ToolResult {
     /// The id of the call this answers (shared with the run's record of the call).
     pub call_id: Arc<str>,
     /// The tool's name (some providers want it back).
-    pub name: Arc<str>,
+    #[serde(alias = "name")]
+    pub tool: Arc<str>,
     /// What the model reads.
     pub content: ToolContent,
     /// True when this is an error the model should read as such.

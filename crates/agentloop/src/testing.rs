@@ -96,8 +96,8 @@ impl ScriptFileStep {
             .tool_calls
             .into_iter()
             .map(|c| ToolCall {
-                id: c.id,
-                name: c.name,
+                call_id: c.id,
+                tool: c.name,
                 arguments: match c.arguments {
                     Value::String(raw) => raw,
                     Value::Null => String::new(),
@@ -249,8 +249,8 @@ fn deltas(response: &ModelResponse) -> Vec<Result<ModelEvent, ModelError>> {
         let index = u32::try_from(i).unwrap_or(u32::MAX);
         events.push(Ok(ModelEvent::ToolCallStart {
             index,
-            id: call.id.clone(),
-            name: call.name.clone(),
+            id: call.call_id.clone(),
+            name: call.tool.clone(),
         }));
         events.push(Ok(ModelEvent::ToolCallDelta {
             index,

@@ -500,8 +500,8 @@ fn assert_every_call_answered(transcript: &[Message]) {
             let r = transcript
                 .get(i)
                 .and_then(Message::as_tool_result)
-                .unwrap_or_else(|| panic!("call {} has no result: {transcript:?}", call.id));
-            assert_eq!(&*r.call_id, call.id.as_str());
+                .unwrap_or_else(|| panic!("call {} has no result: {transcript:?}", call.call_id));
+            assert_eq!(&*r.call_id, call.call_id.as_str());
             i += 1;
         }
     }

@@ -202,8 +202,8 @@ fn assistant_blocks(message: &AssistantMessage) -> Vec<OutBlock<'_>> {
     }
     for call in &message.tool_calls {
         blocks.push(OutBlock::ToolUse {
-            id: &call.id,
-            name: &call.name,
+            id: &call.call_id,
+            name: &call.tool,
             input: tool_input(&call.arguments),
         });
     }

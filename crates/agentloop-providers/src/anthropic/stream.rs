@@ -685,7 +685,7 @@ mod tests {
         let r = parse_message(body).unwrap();
         assert!(r.truncated);
         assert_eq!(r.message.tool_calls.len(), 1);
-        assert_eq!(r.message.tool_calls[0].id, "t1");
+        assert_eq!(r.message.tool_calls[0].call_id, "t1");
         assert_eq!(r.message.tool_calls[0].arguments, r#"{"a":1}"#);
         assert_eq!(r.warnings, ["tool call t2 (g) was cut off and dropped"]);
         assert_eq!(r.finish_reason, FinishReason::Length);

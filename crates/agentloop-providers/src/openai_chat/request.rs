@@ -226,10 +226,10 @@ fn wire_messages<'a>(
                         .tool_calls
                         .iter()
                         .map(|c| WireToolCall {
-                            id: &c.id,
+                            id: &c.call_id,
                             kind: "function",
                             function: WireFunctionCall {
-                                name: &c.name,
+                                name: &c.tool,
                                 arguments: if c.arguments.trim().is_empty() {
                                     "{}"
                                 } else {
@@ -335,8 +335,8 @@ mod tests {
                 }],
                 text: String::new(),
                 tool_calls: vec![agentloop::message::ToolCall {
-                    id: "c1".into(),
-                    name: "f".into(),
+                    call_id: "c1".into(),
+                    tool: "f".into(),
                     arguments: "{}".into(),
                 }],
             }),

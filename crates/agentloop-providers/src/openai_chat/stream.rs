@@ -504,7 +504,7 @@ mod tests {
         let call = &response.message.tool_calls[0];
         assert_eq!(call.arguments, r#"{"a":1}"#);
         // A missing id is filled by the run from its injected id source (replays stay exact).
-        assert_eq!(call.id, "");
+        assert_eq!(call.call_id, "");
         assert_eq!(response.model.as_deref(), Some("llama3"));
     }
 

@@ -197,8 +197,8 @@ fn build_request<'a>(
                 }
                 for call in &a.tool_calls {
                     input.push(InputItem::FunctionCall {
-                        call_id: &call.id,
-                        name: &call.name,
+                        call_id: &call.call_id,
+                        name: &call.tool,
                         arguments: &call.arguments,
                     });
                 }

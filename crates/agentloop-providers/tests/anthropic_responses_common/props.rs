@@ -73,8 +73,9 @@ impl StreamProps {
             "{stream:?}"
         );
         for call in &response.message.tool_calls {
-            prop_assert!(!call.name.is_empty());
-            prop_assert!(!call.id.is_empty());
+            prop_assert!(!call.tool.is_empty());
+            // A blank call id is handed on blank: the run's id source fills it, so that a run
+            // with fixed ids replays exactly.
             // With a length stop, no call with incomplete JSON is ever handed on.
             if response.finish_reason == FinishReason::Length && !call.arguments.is_empty() {
                 prop_assert!(serde_json::from_str::<serde_json::Value>(&call.arguments).is_ok());

@@ -49,8 +49,8 @@ impl RunMachine {
         self.retrying_output = false;
         self.assign_call_ids(&mut response.message);
         for call in response.cut_calls.iter_mut() {
-            if call.id.trim().is_empty() {
-                call.id = self.ids.call_id();
+            if call.call_id.trim().is_empty() {
+                call.call_id = self.ids.call_id();
             }
         }
         if let Some(hit) = self.wrap_up {
@@ -266,7 +266,7 @@ impl RunMachine {
         let mut fatal: Option<String> = None;
         let mut sequential = false;
         for (position, call) in message.tool_calls.iter().enumerate() {
-            let call_id: Arc<str> = Arc::from(call.id.as_str());
+            let call_id: Arc<str> = Arc::from(call.call_id.as_str());
             if position >= complete {
                 let partial = cut_arguments
                     .get(position - complete)
@@ -274,26 +274,26 @@ impl RunMachine {
                     .unwrap_or_default();
                 slots.push(Slot::decided(
                     call_id,
-                    Arc::from(call.name.as_str()),
+                    Arc::from(call.tool.as_str()),
                     Value::String(partial.to_owned()),
                     CallOutcome::rejected(
                         codes::TRUNCATED,
                         format!(
                             "not run: this call to {} was cut off by the output token limit before its arguments were complete; make it again (with shorter arguments, or fewer calls at once)",
-                            call.name
+                            call.tool
                         ),
                     ),
                 ));
                 continue;
             }
-            let Some(index) = tools.index_of(&call.name) else {
-                let text = unknown_tool_message(&call.name, tools.names());
+            let Some(index) = tools.index_of(&call.tool) else {
+                let text = unknown_tool_message(&call.tool, tools.names());
                 if policy.unknown_tool == OnInvalidCall::Fail && fatal.is_none() {
                     fatal = Some(text.clone());
                 }
                 slots.push(Slot::decided(
                     call_id,
-                    Arc::from(call.name.as_str()),
+                    Arc::from(call.tool.as_str()),
                     raw_arguments(&call.arguments),
                     CallOutcome::rejected(codes::UNKNOWN_TOOL, text),
                 ));
@@ -301,9 +301,9 @@ impl RunMachine {
             };
             let tool: Arc<str> = match tools.shared_name(index) {
                 Some(name) => Arc::clone(name),
-                None => Arc::from(call.name.as_str()),
+                None => Arc::from(call.tool.as_str()),
             };
-            match check_arguments(tools, index, &call.name, &call.arguments) {
+            match check_arguments(tools, index, &call.tool, &call.arguments) {
                 Ok(value) => {
                     if tools
                         .spec(index)
@@ -508,8 +508,8 @@ impl RunMachine {
         let turn = self.turn;
         let mut results = Vec::with_capacity(message.tool_calls.len());
         for call in &message.tool_calls {
-            let call_id: Arc<str> = Arc::from(call.id.as_str());
-            let tool: Arc<str> = Arc::from(call.name.as_str());
+            let call_id: Arc<str> = Arc::from(call.call_id.as_str());
+            let tool: Arc<str> = Arc::from(call.tool.as_str());
             let record = ToolCallRecord {
                 call_id: Arc::clone(&call_id),
                 tool: Arc::clone(&tool),
@@ -519,8 +519,8 @@ impl RunMachine {
             };
             if outcome.status == CallStatus::Refused {
                 self.emit(|| EventKind::ToolRejected {
-                    call_id: call.id.clone(),
-                    tool: call.name.clone(),
+                    call_id: call.call_id.clone(),
+                    tool: call.tool.clone(),
                     code: outcome.code.clone().unwrap_or_default(),
                     reason: outcome.content.to_text(),
                 });
@@ -528,7 +528,7 @@ impl RunMachine {
             self.records.push(record);
             results.push(Message::Tool(ToolResult {
                 call_id,
-                name: tool,
+                tool,
                 content: outcome.content.clone(),
                 is_error: outcome.is_error(),
             }));
@@ -760,15 +760,18 @@ fn rejected_event(slot: &Slot, o: &CallOutcome) -> EventKind {
 fn id_problem(message: &AssistantMessage) -> Option<String> {
     let mut seen: HashSet<&str> = HashSet::new();
     for call in &message.tool_calls {
-        if call.id.len() > MAX_CALL_ID_LEN {
+        if call.call_id.len() > MAX_CALL_ID_LEN {
             return Some(format!(
                 "call id of {} bytes for tool {} (at most {MAX_CALL_ID_LEN})",
-                call.id.len(),
-                call.name
+                call.call_id.len(),
+                call.tool
             ));
         }
-        if !seen.insert(call.id.as_str()) {
-            return Some(format!("duplicate call id {:?} in one response", call.id));
+        if !seen.insert(call.call_id.as_str()) {
+            return Some(format!(
+                "duplicate call id {:?} in one response",
+                call.call_id
+            ));
         }
     }
     None

@@ -59,7 +59,7 @@ impl RunMachine {
             }
             results.push(Message::Tool(ToolResult {
                 call_id: Arc::clone(&slot.call_id),
-                name: Arc::clone(&slot.tool),
+                tool: Arc::clone(&slot.tool),
                 content: outcome.content.clone(),
                 is_error: outcome.is_error(),
             }));

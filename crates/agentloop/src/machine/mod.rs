@@ -365,8 +365,8 @@ impl RunMachine {
     /// Gives every call the model left without an id one from the run's id source.
     pub(crate) fn assign_call_ids(&self, message: &mut crate::message::AssistantMessage) {
         for call in message.tool_calls.iter_mut() {
-            if call.id.trim().is_empty() {
-                call.id = self.ids.call_id();
+            if call.call_id.trim().is_empty() {
+                call.call_id = self.ids.call_id();
             }
         }
     }

@@ -156,15 +156,15 @@ impl ResponseAccumulator {
                     call.id, call.name
                 ));
                 cut_calls.push(ToolCall {
-                    id: call.id,
-                    name: call.name,
+                    call_id: call.id,
+                    tool: call.name,
                     arguments: call.arguments,
                 });
                 continue;
             }
             tool_calls.push(ToolCall {
-                id: call.id,
-                name: call.name,
+                call_id: call.id,
+                tool: call.name,
                 arguments: call.arguments,
             });
         }
@@ -259,9 +259,9 @@ mod tests {
             acc.push(e).unwrap();
         }
         let r = acc.finish().unwrap();
-        assert_eq!(r.message.tool_calls[0].name, "one");
+        assert_eq!(r.message.tool_calls[0].tool, "one");
         assert_eq!(r.message.tool_calls[0].arguments, "{\"x\":1}");
-        assert_eq!(r.message.tool_calls[1].id, "b");
+        assert_eq!(r.message.tool_calls[1].call_id, "b");
         assert_eq!(r.message.text, "hi");
         assert_eq!(r.usage.output_tokens, 4);
     }
@@ -324,7 +324,7 @@ mod tests {
         acc.push(finish(FinishReason::ToolCalls)).unwrap();
         let r = acc.finish().unwrap();
         // The run fills blank ids from its injected id source, so that a replay is exact.
-        assert_eq!(r.message.tool_calls[0].id, "");
+        assert_eq!(r.message.tool_calls[0].call_id, "");
         assert_eq!(r.message.reasoning[0].text, "think");
         assert_eq!(r.message.reasoning[0].signature.as_deref(), Some("sig"));
     }

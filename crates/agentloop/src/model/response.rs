@@ -156,8 +156,8 @@ impl ModelResponse {
         let tool_calls = calls
             .into_iter()
             .map(|(id, name, arguments)| ToolCall {
-                id: id.into(),
-                name: name.into(),
+                call_id: id.into(),
+                tool: name.into(),
                 arguments: arguments.into(),
             })
             .collect();

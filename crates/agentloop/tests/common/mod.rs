@@ -118,11 +118,14 @@ pub fn assert_tool_cycle(transcript: &[Message]) {
             for (k, call) in a.tool_calls.iter().enumerate() {
                 let r = transcript.get(i + 1 + k).and_then(Message::as_tool_result);
                 let r = r.unwrap_or_else(|| {
-                    panic!("call {} has no result right after its message", call.id)
+                    panic!(
+                        "call {} has no result right after its message",
+                        call.call_id
+                    )
                 });
                 assert_eq!(
                     &*r.call_id,
-                    call.id.as_str(),
+                    call.call_id.as_str(),
                     "results follow decision order"
                 );
             }
