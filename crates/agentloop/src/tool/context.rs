@@ -1,0 +1,137 @@
+//! What a handler knows of the call it serves ([`ToolContext`]) and how it reports progress
+//! ([`ProgressSender`]).
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use crate::event::{Event, EventKind, EventSink};
+
+/// Sends progress updates of a running call; each becomes a `ToolProgress` event.
+#[derive(Clone, Default)]
+pub struct ProgressSender {
+    target: Option<Arc<ProgressTarget>>,
+}
+
+struct ProgressTarget {
+    /// Set once the call is over: progress after its `ToolFinished` is dropped.
+    closed: std::sync::atomic::AtomicBool,
+    sink: Arc<dyn EventSink>,
+    run_id: Arc<str>,
+    turn: u32,
+    call_id: Arc<str>,
+    tool: Arc<str>,
+}
+
+impl fmt::Debug for ProgressSender {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ProgressSender")
+            .field("connected", &self.target.is_some())
+            .finish()
+    }
+}
+
+impl ProgressSender {
+    pub(crate) fn new(
+        sink: Arc<dyn EventSink>,
+        run_id: Arc<str>,
+        turn: u32,
+        call_id: Arc<str>,
+        tool: Arc<str>,
+    ) -> Self {
+        ProgressSender {
+            target: Some(Arc::new(ProgressTarget {
+                closed: std::sync::atomic::AtomicBool::new(false),
+                sink,
+                run_id,
+                turn,
+                call_id,
+                tool,
+            })),
+        }
+    }
+
+    /// Ends the call's progress: later sends are dropped (a handler still running after its call
+    /// was abandoned, or work it left behind, cannot report on a finished call).
+    pub(crate) fn close(&self) {
+        if let Some(t) = &self.target {
+            t.closed.store(true, std::sync::atomic::Ordering::Release);
+        }
+    }
+
+    /// Announces that a failed attempt will be run again after `delay`.
+    pub(crate) fn retrying(&self, retry: u32, code: &str, message: &str, delay: Duration) {
+        if let Some(t) = &self.target
+            && !t.closed.load(std::sync::atomic::Ordering::Acquire)
+        {
+            t.sink.emit(&Event {
+                run_id: t.run_id.clone(),
+                turn: t.turn,
+                kind: EventKind::ToolRetrying {
+                    call_id: t.call_id.to_string(),
+                    tool: t.tool.to_string(),
+                    retry,
+                    code: code.to_owned(),
+                    message: message.to_owned(),
+                    delay,
+                },
+            });
+        }
+    }
+
+    /// Reports progress (a message, a fraction, any JSON). A no-op when nobody listens or once
+    /// the call is over.
+    pub fn send(&self, progress: impl Into<Value>) {
+        if let Some(t) = &self.target
+            && !t.closed.load(std::sync::atomic::Ordering::Acquire)
+        {
+            t.sink.emit(&Event {
+                run_id: t.run_id.clone(),
+                turn: t.turn,
+                kind: EventKind::ToolProgress {
+                    call_id: t.call_id.to_string(),
+                    tool: t.tool.to_string(),
+                    progress: progress.into(),
+                },
+            });
+        }
+    }
+}
+
+/// What a handler knows of the call it serves. Never part of a tool's input schema.
+#[derive(Debug, Clone)]
+pub struct ToolContext {
+    /// The call id.
+    pub call_id: Arc<str>,
+    /// The tool's name.
+    pub tool: Arc<str>,
+    /// The run's id.
+    pub run_id: Arc<str>,
+    /// The turn the call belongs to (1-based).
+    pub turn: u32,
+    /// Cancelled when the run is cancelled or its deadline passes: a long handler should watch it.
+    pub cancel: CancellationToken,
+    /// Progress updates.
+    pub progress: ProgressSender,
+    /// Fires when no new attempt may start (a sibling failed fatally, the run was interrupted):
+    /// the retry layer stops there.
+    pub(crate) stop_retries: CancellationToken,
+}
+
+impl ToolContext {
+    /// A context for calling a handler outside a run (tests, direct use).
+    pub fn detached(call_id: impl Into<Arc<str>>, tool: impl Into<Arc<str>>) -> Self {
+        ToolContext {
+            call_id: call_id.into(),
+            tool: tool.into(),
+            run_id: Arc::from("detached"),
+            turn: 0,
+            cancel: CancellationToken::new(),
+            progress: ProgressSender::default(),
+            stop_retries: CancellationToken::new(),
+        }
+    }
+}

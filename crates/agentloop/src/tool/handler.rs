@@ -1,0 +1,182 @@
+//! A tool's handler ([`ToolHandler`]): a closure over JSON arguments or a typed handler over a
+//! deserialized argument, and what it hands back ([`ToolOutput`], from any [`IntoToolOutput`]).
+
+use std::future::Future;
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::{ToolContext, ToolError};
+use crate::message::ToolContent;
+
+/// What a successful tool call hands back.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolOutput {
+    /// What the model reads.
+    pub content: ToolContent,
+    /// Data for the caller and events, never sent to the model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub details: Option<Value>,
+    /// Asks the run to end after this batch (it does when every call of the batch asks).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub terminate: bool,
+}
+
+impl ToolOutput {
+    /// A text result.
+    pub fn text(text: impl Into<String>) -> Self {
+        ToolOutput {
+            content: ToolContent::Text(text.into()),
+            details: None,
+            terminate: false,
+        }
+    }
+
+    /// A JSON result.
+    pub fn json(value: Value) -> Self {
+        ToolOutput {
+            content: ToolContent::Json(value),
+            details: None,
+            terminate: false,
+        }
+    }
+
+    /// Attaches details for the caller (never the model).
+    #[must_use]
+    pub fn with_details(mut self, details: Value) -> Self {
+        self.details = Some(details);
+        self
+    }
+
+    /// Asks the run to end after this batch.
+    #[must_use]
+    pub fn terminate(mut self) -> Self {
+        self.terminate = true;
+        self
+    }
+}
+
+/// Turns a handler's return value into a [`ToolOutput`].
+pub trait IntoToolOutput {
+    /// The conversion.
+    fn into_tool_output(self) -> ToolOutput;
+}
+
+impl IntoToolOutput for ToolOutput {
+    fn into_tool_output(self) -> ToolOutput {
+        self
+    }
+}
+impl IntoToolOutput for String {
+    fn into_tool_output(self) -> ToolOutput {
+        ToolOutput::text(self)
+    }
+}
+impl IntoToolOutput for &'static str {
+    fn into_tool_output(self) -> ToolOutput {
+        ToolOutput::text(self)
+    }
+}
+impl IntoToolOutput for Value {
+    fn into_tool_output(self) -> ToolOutput {
+        ToolOutput::json(self)
+    }
+}
+impl IntoToolOutput for ToolContent {
+    fn into_tool_output(self) -> ToolOutput {
+        ToolOutput {
+            content: self,
+            details: None,
+            terminate: false,
+        }
+    }
+}
+impl IntoToolOutput for () {
+    fn into_tool_output(self) -> ToolOutput {
+        ToolOutput::text("ok")
+    }
+}
+macro_rules! display_output {
+    ($($t:ty),*) => {$(
+        impl IntoToolOutput for $t {
+            fn into_tool_output(self) -> ToolOutput { ToolOutput::text(self.to_string()) }
+        }
+    )*};
+}
+display_output!(
+    i8, i16, i32, i64, i128, isize, u8, u16, u32, u64, u128, usize, f32, f64, bool
+);
+
+/// The future a handler returns.
+pub type ToolFuture = BoxFuture<'static, Result<ToolOutput, ToolError>>;
+
+/// A tool's handler, over validated JSON arguments.
+///
+/// The arguments are borrowed: the run keeps them for its records and hooks, and a typed handler
+/// reads what it needs from them without a copy of the whole value.
+///
+/// The calls of one batch run concurrently on the run's own task, so a handler must not block the
+/// thread: blocking or CPU-heavy work belongs in `tokio::task::spawn_blocking`, or the tool is
+/// marked [`ToolBuilder::own_task`](super::ToolBuilder::own_task).
+pub trait ToolHandler: Send + Sync + 'static {
+    /// Runs one call. `args` already matched the input schema.
+    fn call(&self, args: &Value, ctx: ToolContext) -> ToolFuture;
+}
+
+impl<F, Fut> ToolHandler for F
+where
+    F: Fn(Value, ToolContext) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<ToolOutput, ToolError>> + Send + 'static,
+{
+    fn call(&self, args: &Value, ctx: ToolContext) -> ToolFuture {
+        Box::pin((self)(args.clone(), ctx))
+    }
+}
+
+/// A handler over a typed argument `A`, deserialized from the borrowed JSON.
+pub(super) struct TypedHandler<A, F> {
+    f: Arc<F>,
+    args: PhantomData<fn() -> A>,
+}
+
+impl<A, F> TypedHandler<A, F> {
+    pub(super) fn new(f: F) -> Self {
+        TypedHandler {
+            f: Arc::new(f),
+            args: PhantomData,
+        }
+    }
+}
+
+impl<A, F, Fut, R, E> ToolHandler for TypedHandler<A, F>
+where
+    A: DeserializeOwned + Send + 'static,
+    F: Fn(A, ToolContext) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<R, E>> + Send + 'static,
+    R: IntoToolOutput,
+    E: Into<ToolError>,
+{
+    fn call(&self, args: &Value, ctx: ToolContext) -> ToolFuture {
+        match A::deserialize(args) {
+            Ok(typed) => {
+                // Called inside the future, so that a handler that panics before its first await
+                // panics where the driver catches a call's panics.
+                let f = self.f.clone();
+                Box::pin(async move {
+                    f(typed, ctx)
+                        .await
+                        .map(IntoToolOutput::into_tool_output)
+                        .map_err(Into::into)
+                })
+            }
+            Err(e) => {
+                let error = ToolError::new("invalid_arguments", e.to_string()).permanent();
+                Box::pin(std::future::ready(Err(error)))
+            }
+        }
+    }
+}

@@ -1,0 +1,273 @@
+//! The tools of an agent ([`ToolSet`]): names checked and schemas compiled once, at registration,
+//! so that validating a call is a lookup and a schema walk; a declared output schema checks what a
+//! call hands back.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::layer::{self, Layered};
+use super::{Tool, ToolDefinitionError, ToolSpec};
+use crate::message::ToolContent;
+
+/// Checks the naming rule: a letter first, then letters, digits, `_` or `-`; 1 to 128 characters.
+pub fn check_tool_name(name: &str) -> Result<(), String> {
+    if name.is_empty() {
+        return Err("the name is empty".into());
+    }
+    if name.len() > 128 {
+        return Err(format!(
+            "the name is {} characters long; at most 128 are allowed",
+            name.chars().count()
+        ));
+    }
+    let mut chars = name.chars();
+    if !chars.next().is_some_and(|c| c.is_ascii_alphabetic()) {
+        return Err("the name must start with a letter".into());
+    }
+    if let Some(bad) = name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || *c == '_' || *c == '-'))
+    {
+        return Err(format!(
+            "the name holds {bad:?}; only letters, digits, '_' and '-' are allowed"
+        ));
+    }
+    Ok(())
+}
+
+#[derive(Clone)]
+pub(crate) struct RegisteredTool {
+    /// The name, shared by every call of the tool, its results and its records.
+    pub(crate) name: Arc<str>,
+    /// The handler under its layers (panic isolation, its own task, timeout, retries), composed
+    /// once here.
+    pub(crate) call: Layered,
+    pub(crate) validator: Arc<jsonschema::Validator>,
+    /// The declared output schema, compiled.
+    pub(crate) output: Option<Arc<jsonschema::Validator>>,
+}
+
+/// The tools of an agent, checked and compiled. Specs sit in one slice so a model request borrows
+/// them without copying.
+#[derive(Default, Clone)]
+pub struct ToolSet {
+    specs: Vec<ToolSpec>,
+    entries: Vec<RegisteredTool>,
+    by_name: HashMap<String, usize>,
+}
+
+impl fmt::Debug for ToolSet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list()
+            .entries(self.specs.iter().map(|s| &s.name))
+            .finish()
+    }
+}
+
+impl ToolSet {
+    /// An empty set.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Registers a tool: checks its name, its uniqueness and its schemas, and compiles the input
+    /// schema.
+    pub fn register(&mut self, tool: Tool) -> Result<(), ToolDefinitionError> {
+        let Tool { mut spec, handler } = tool;
+        let registered = || -> Vec<String> { self.specs.iter().map(|s| s.name.clone()).collect() };
+        if let Err(reason) = check_tool_name(&spec.name) {
+            return Err(ToolDefinitionError::InvalidName {
+                name: spec.name,
+                reason,
+                registered: registered(),
+            });
+        }
+        if self.by_name.contains_key(&spec.name) {
+            return Err(ToolDefinitionError::Duplicate {
+                name: spec.name,
+                registered: registered(),
+            });
+        }
+        let schema_err = |spec: &ToolSpec, reason: String| ToolDefinitionError::InvalidSchema {
+            name: spec.name.clone(),
+            reason,
+            registered: registered(),
+        };
+        if spec.input_schema.is_null() {
+            spec.input_schema = serde_json::json!({"type": "object", "properties": {}});
+        }
+        match &spec.input_schema {
+            Value::Object(map) => match map.get("type") {
+                None => {}
+                Some(Value::String(t)) if t == "object" => {}
+                Some(other) => {
+                    return Err(schema_err(
+                        &spec,
+                        format!("the input schema must describe an object, not {other}"),
+                    ));
+                }
+            },
+            other => {
+                return Err(schema_err(
+                    &spec,
+                    format!("the input schema must be a JSON object, not {other}"),
+                ));
+            }
+        }
+        let validator = compile_schema(&spec.input_schema).map_err(|e| schema_err(&spec, e))?;
+        let output = match &spec.output_schema {
+            Some(output) => {
+                Some(Arc::new(compile_schema(output).map_err(|e| {
+                    schema_err(&spec, format!("output schema: {e}"))
+                })?))
+            }
+            None => None,
+        };
+        self.by_name.insert(spec.name.clone(), self.specs.len());
+        let name: Arc<str> = Arc::from(spec.name.as_str());
+        let call = layer::compose(handler, &spec);
+        self.specs.push(spec);
+        self.entries.push(RegisteredTool {
+            name,
+            call,
+            validator: Arc::new(validator),
+            output,
+        });
+        Ok(())
+    }
+
+    /// The specs, in registration order.
+    pub fn specs(&self) -> &[ToolSpec] {
+        &self.specs
+    }
+
+    /// The index of a tool by name.
+    pub fn index_of(&self, name: &str) -> Option<usize> {
+        self.by_name.get(name).copied()
+    }
+
+    /// The spec at an index.
+    pub fn spec(&self, index: usize) -> Option<&ToolSpec> {
+        self.specs.get(index)
+    }
+
+    /// The shared name of the tool at an index.
+    pub(crate) fn shared_name(&self, index: usize) -> Option<&Arc<str>> {
+        self.entries.get(index).map(|e| &e.name)
+    }
+
+    pub(crate) fn entry(&self, index: usize) -> Option<&RegisteredTool> {
+        self.entries.get(index)
+    }
+
+    /// The number of tools.
+    pub fn len(&self) -> usize {
+        self.specs.len()
+    }
+
+    /// True when there are no tools.
+    pub fn is_empty(&self) -> bool {
+        self.specs.is_empty()
+    }
+
+    /// The names, in registration order.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.specs.iter().map(|s| s.name.as_str())
+    }
+
+    /// Validates arguments against a tool's compiled schema: every failing path with its reason.
+    pub fn validate(&self, index: usize, args: &Value) -> Result<(), Vec<SchemaViolation>> {
+        let Some(entry) = self.entries.get(index) else {
+            return Err(vec![SchemaViolation {
+                path: String::new(),
+                reason: "no such tool".into(),
+            }]);
+        };
+        validate_with(&entry.validator, args)
+    }
+
+    /// Checks a successful output against the tool's declared output schema, if it has one: a
+    /// JSON output as it is, a text output parsed as JSON.
+    pub(crate) fn check_output(&self, index: usize, content: &ToolContent) -> Result<(), String> {
+        let Some(validator) = self.entries.get(index).and_then(|e| e.output.as_ref()) else {
+            return Ok(());
+        };
+        let parsed;
+        let value = match content {
+            ToolContent::Json(v) => v,
+            ToolContent::Text(t) => {
+                parsed = serde_json::from_str::<Value>(t)
+                    .map_err(|e| format!("the output is not JSON ({e})"))?;
+                &parsed
+            }
+            ToolContent::Parts(_) => {
+                return Err("the output is not JSON (it has several parts)".into());
+            }
+        };
+        validate_with(validator, value).map_err(|v| join_violations(&v))
+    }
+}
+
+/// One way a value failed its schema.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SchemaViolation {
+    /// The JSON Pointer of the failing value (empty for the root).
+    pub path: String,
+    /// Why it failed.
+    pub reason: String,
+}
+
+impl fmt::Display for SchemaViolation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let path = if self.path.is_empty() {
+            "/"
+        } else {
+            &self.path
+        };
+        write!(f, "{path}: {}", self.reason)
+    }
+}
+
+/// Compiles a JSON Schema (2020-12 unless it says otherwise). External references are refused:
+/// a schema never makes the program fetch anything.
+pub fn compile_schema(schema: &Value) -> Result<jsonschema::Validator, String> {
+    jsonschema::options()
+        .with_draft(jsonschema::Draft::Draft202012)
+        .build(schema)
+        .map_err(|e| e.to_string())
+}
+
+/// Violations joined for the model to read.
+pub(crate) fn join_violations(v: &[SchemaViolation]) -> String {
+    v.iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+pub(crate) fn validate_with(
+    validator: &jsonschema::Validator,
+    value: &Value,
+) -> Result<(), Vec<SchemaViolation>> {
+    if validator.is_valid(value) {
+        return Ok(());
+    }
+    let violations: Vec<SchemaViolation> = validator
+        .iter_errors(value)
+        .map(|e| SchemaViolation {
+            path: e.instance_path().to_string(),
+            reason: e.to_string(),
+        })
+        .collect();
+    if violations.is_empty() {
+        return Err(vec![SchemaViolation {
+            path: String::new(),
+            reason: "does not match the schema".into(),
+        }]);
+    }
+    Err(violations)
+}
