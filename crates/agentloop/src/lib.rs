@@ -16,6 +16,7 @@ pub mod message;
 pub mod model;
 pub mod outcome;
 pub mod permissions;
+mod retry;
 mod serde_duration;
 pub mod steering;
 pub mod testing;
@@ -32,6 +33,7 @@ pub use machine::Verdict;
 pub use message::Message;
 pub use model::{Model, ModelError, ModelResponse};
 pub use outcome::{CallOutcome, CallStatus, RunOutcome, StopReason, ToolCallRecord};
+pub use retry::RetryPolicy;
 pub use tokio_util::sync::CancellationToken;
 pub use tool::{Tool, ToolContext, ToolError, ToolOutput};
 

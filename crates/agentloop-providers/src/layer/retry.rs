@@ -20,98 +20,18 @@ use agentloop::{
 use futures::StreamExt;
 use rand::Rng;
 
-/// When and how long to wait between attempts.
-#[derive(Debug, Clone, PartialEq)]
-pub struct RetryPolicy {
-    /// The most calls made in all, the first included (at least 1).
-    pub max_attempts: u32,
-    /// The wait before the first retry; it doubles with each retry.
-    pub base_delay: Duration,
-    /// The longest computed wait.
-    pub max_delay: Duration,
-    /// The fraction of each computed wait that is randomized (0: none, 1: "full jitter").
-    pub jitter: f64,
-    /// The longest `Retry-After` honoured. A server that asks for longer gets the computed
-    /// backoff instead (as the official OpenAI clients do).
-    pub max_retry_after: Duration,
-}
+/// The policy: the core's, shared with tool retries; re-exported here for model users.
+pub use agentloop::RetryPolicy;
 
-/// Defaults: 3 attempts, 0.5 s doubling up to 30 s, 25 % jitter, `Retry-After` honoured up to 60 s.
-impl Default for RetryPolicy {
-    fn default() -> Self {
-        RetryPolicy {
-            max_attempts: 3,
-            base_delay: Duration::from_millis(500),
-            max_delay: Duration::from_secs(30),
-            jitter: 0.25,
-            max_retry_after: Duration::from_secs(60),
-        }
-    }
-}
-
-impl RetryPolicy {
-    /// A policy of `max_attempts` calls with the other defaults.
-    pub fn attempts(max_attempts: u32) -> Self {
-        RetryPolicy {
-            max_attempts,
-            ..Default::default()
-        }
-    }
-
-    /// Sets the base delay.
-    #[must_use]
-    pub fn with_base_delay(mut self, delay: Duration) -> Self {
-        self.base_delay = delay;
-        self
-    }
-
-    /// Sets the longest computed delay.
-    #[must_use]
-    pub fn with_max_delay(mut self, delay: Duration) -> Self {
-        self.max_delay = delay;
-        self
-    }
-
-    /// Sets the jitter fraction (clamped to 0..=1).
-    #[must_use]
-    pub fn with_jitter(mut self, jitter: f64) -> Self {
-        self.jitter = if jitter.is_finite() {
-            jitter.clamp(0.0, 1.0)
-        } else {
-            0.0
-        };
-        self
-    }
-
-    /// Sets the longest honoured `Retry-After`.
-    #[must_use]
-    pub fn with_max_retry_after(mut self, cap: Duration) -> Self {
-        self.max_retry_after = cap;
-        self
-    }
-
-    /// The computed backoff before retry number `retry` (1 for the first retry), before jitter.
-    pub fn backoff(&self, retry: u32) -> Duration {
-        let factor = 2u32.saturating_pow(retry.saturating_sub(1));
-        self.base_delay.saturating_mul(factor).min(self.max_delay)
-    }
-
-    /// The wait before retry number `retry` after `error`: the server's `Retry-After` when it is
-    /// within the cap, else the jittered backoff.
-    pub fn delay(&self, retry: u32, error: &ModelError) -> Duration {
-        if let Some(after) = error.retry_after
-            && after <= self.max_retry_after
-        {
-            return after;
-        }
-        let backoff = self.backoff(retry);
-        let jitter = self.jitter.clamp(0.0, 1.0);
-        if jitter == 0.0 {
-            return backoff;
-        }
-        let cut: f64 = rand::rng().random_range(0.0..=jitter);
-        backoff.mul_f64(1.0 - cut)
-    }
+/// The wait before retry number `retry` after `error`: the server's `Retry-After` within the
+/// policy's cap, else the backoff with its jitter drawn at random.
+fn wait(policy: &RetryPolicy, retry: u32, error: &ModelError) -> Duration {
+    let sample = if policy.jitter > 0.0 {
+        rand::rng().random_range(0.0..=1.0)
+    } else {
+        0.0
+    };
+    policy.delay(retry, error.retry_after, sample)
 }
 
 /// A model that retries another model's failed calls by a [`RetryPolicy`].
@@ -239,7 +159,7 @@ impl<M: Model> Model for Retry<M> {
             if !error.is_retryable() || attempt >= self.policy.max_attempts.max(1) {
                 return None;
             }
-            let wait = self.policy.delay(attempt, error);
+            let wait = wait(&self.policy, attempt, error);
             tracing::warn!(
                 model = self.inner.id(),
                 attempt,
@@ -260,35 +180,16 @@ mod tests {
     use agentloop::model::ModelErrorKind;
 
     #[test]
-    fn backoff_doubles_and_stops_at_the_cap() {
+    fn a_retry_after_within_the_cap_is_honoured_and_random_jitter_only_shortens_the_backoff() {
         let p = RetryPolicy::default()
-            .with_base_delay(Duration::from_millis(100))
-            .with_max_delay(Duration::from_millis(350));
-        assert_eq!(p.backoff(1), Duration::from_millis(100));
-        assert_eq!(p.backoff(2), Duration::from_millis(200));
-        assert_eq!(p.backoff(3), Duration::from_millis(350));
-        assert_eq!(p.backoff(200), Duration::from_millis(350));
-    }
-
-    #[test]
-    fn retry_after_within_the_cap_is_honoured_and_beyond_it_ignored() {
-        let p = RetryPolicy::default()
-            .with_jitter(0.0)
+            .with_jitter(1.0)
             .with_max_retry_after(Duration::from_secs(5));
         let asked = ModelError::new(ModelErrorKind::RateLimited, "slow down")
             .with_retry_after(Duration::from_secs(2));
-        assert_eq!(p.delay(1, &asked), Duration::from_secs(2));
-        let too_long = ModelError::new(ModelErrorKind::RateLimited, "slow down")
-            .with_retry_after(Duration::from_secs(600));
-        assert_eq!(p.delay(1, &too_long), p.base_delay);
-    }
-
-    #[test]
-    fn jitter_only_shortens_the_backoff() {
-        let p = RetryPolicy::default().with_jitter(1.0);
+        assert_eq!(wait(&p, 1, &asked), Duration::from_secs(2));
         let e = ModelError::new(ModelErrorKind::Server, "boom");
         for _ in 0..100 {
-            assert!(p.delay(2, &e) <= p.backoff(2));
+            assert!(wait(&p, 2, &e) <= p.backoff(2));
         }
     }
 }

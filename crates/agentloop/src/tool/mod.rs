@@ -23,7 +23,6 @@ pub use error::{ToolDefinitionError, ToolError};
 use handler::TypedHandler;
 pub use handler::{IntoToolOutput, ToolFuture, ToolHandler, ToolOutput};
 pub(crate) use layer::panic_message;
-pub use layer::tool_retry_delay;
 pub use set::{SchemaViolation, ToolSet, check_tool_name, compile_schema};
 pub(crate) use set::{join_violations, validate_with};
 pub use spec::{ExecutionMode, ToolSpec, schema_for};
@@ -165,7 +164,7 @@ impl ToolBuilder {
     }
 
     /// Runs a call that fails recoverably (or times out) up to `retries` more times, waiting
-    /// [`tool_retry_delay`] between attempts, before the model sees the failure.
+    /// 100 ms, doubling, at most 2 s between attempts, before the model sees the failure.
     pub fn retries(mut self, retries: u32) -> Self {
         self.spec.retries = retries;
         self

@@ -29,8 +29,7 @@ mod timeout;
 
 pub(crate) use catch_panic::panic_message;
 use catch_panic::{CatchPanic, catch_panic};
-use retry::Retry;
-pub use retry::tool_retry_delay;
+use retry::{Retry, tool_retries};
 use spawn::OwnTask;
 use timeout::Timeout;
 
@@ -80,7 +79,7 @@ pub(crate) fn compose(handler: Arc<dyn ToolHandler>, spec: &ToolSpec) -> Layered
     if spec.retries > 0 {
         call = Arc::new(Retry {
             inner: call,
-            retries: spec.retries,
+            policy: tool_retries(spec.retries),
         });
     }
     Layered::Wrapped(call)
