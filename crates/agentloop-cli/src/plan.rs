@@ -74,12 +74,37 @@ pub fn first_request_view(file: &AgentFile, input: &str) -> Result<Value, CliErr
             "note": "a scripted model sends nothing; this is the request it receives",
             "instructions": request.instructions,
             "messages": messages,
-            "tools": request.tools,
+            "tools": scripted_tools_view(&tools),
             "output_schema": request.output_schema,
             "settings": settings,
         })),
         live => crate::live::first_request(file, live, &request),
     }
+}
+
+/// The tools as a scripted model's request shows them: each spec, then its timeout, retries and
+/// own task as the spec once held them.
+fn scripted_tools_view(tools: &ToolSet) -> Vec<Value> {
+    tools
+        .specs()
+        .iter()
+        .enumerate()
+        .map(|(index, spec)| {
+            let mut view = serde_json::to_value(spec).unwrap_or(Value::Null);
+            if let (Value::Object(map), Some(policy)) = (&mut view, tools.policy(index)) {
+                if let Some(timeout) = policy.timeout {
+                    map.insert("timeout".into(), json!(timeout.as_secs_f64()));
+                }
+                if policy.retry.retries() > 0 {
+                    map.insert("retries".into(), json!(policy.retry.retries()));
+                }
+                if policy.own_task {
+                    map.insert("own_task".into(), json!(true));
+                }
+            }
+            view
+        })
+        .collect()
 }
 
 /// The plan of an agent file.
@@ -90,16 +115,18 @@ pub fn plan(file: &AgentFile) -> Result<Plan, CliError> {
     let tools_view = tools
         .specs()
         .iter()
+        .enumerate()
         .zip(file.tools())
-        .map(|(spec, t)| {
+        .map(|((index, spec), t)| {
+            let policy = tools.policy(index);
             json!({
                 "name": spec.name,
                 "description": spec.description,
                 "command": t.command.get_ref(),
                 "working_dir": file.dir.display().to_string(),
                 "mode": spec.mode,
-                "timeout_secs": spec.timeout.map(|d| d.as_secs_f64()),
-                "retries": spec.retries,
+                "timeout_secs": policy.and_then(|p| p.timeout).map(|d| d.as_secs_f64()),
+                "retries": policy.map_or(0, |p| p.retry.retries()),
                 "input_schema": spec.input_schema,
             })
         })

@@ -1057,7 +1057,9 @@ retries = 1
         let agent = dir.agent();
         let plan = agentloop(args(&["plan", agent.to_str().unwrap(), "--json"])).await;
         assert_eq!(plan.status.code(), Some(0), "stderr: {}", stderr(&plan));
-        assert_eq!(stdout_json(&plan)["tools"][0]["retries"], 1);
+        let plan = stdout_json(&plan);
+        assert_eq!(plan["tools"][0]["retries"], 1);
+        assert_eq!(plan["first_request"]["tools"][0]["retries"], 1);
 
         let trace_path = dir.path(trace);
         let out = agentloop(args(&[

@@ -136,8 +136,8 @@ impl CommandTool {
         self
     }
 
-    /// Runs a failed call (a non-zero exit, a timeout) up to `retries` more times before the model
-    /// sees the failure: for commands whose failures are transient and that are safe to repeat.
+    /// Runs a failed call (a non-zero exit, a timeout) up to `retries` more times
+    /// ([`ToolPolicy::retry`](agentloop::tool::ToolPolicy::retry)).
     pub fn retries(mut self, retries: u32) -> Self {
         self.retries = retries;
         self

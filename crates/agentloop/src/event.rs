@@ -130,9 +130,8 @@ pub enum EventKind {
         /// What it reported.
         progress: Value,
     },
-    /// A call failed and will run again after `delay` (its tool's `retries`); the model does not
-    /// see the failed attempt. Announced before the wait: if the run stops or the batch stops on a
-    /// fatal failure meanwhile, the retry does not run.
+    /// A call failed and will run again after `delay`, as its tool's
+    /// [`retry`](crate::tool::ToolPolicy::retry) policy says.
     ToolRetrying {
         /// The call id.
         call_id: String,

@@ -14,7 +14,8 @@ use std::time::Duration;
 
 use agentloop::{
     Agent, CallStatus, CancellationToken, EventKind, Limits, Message, ModelError, ModelResponse,
-    Price, PriceTable, RunOptions, Session, StopReason, StreamItem, Tool, ToolError, ToolOutput,
+    Price, PriceTable, RetryPolicy, RunOptions, Session, StopReason, StreamItem, Tool, ToolError,
+    ToolOutput,
     config::{DecisionPolicy, OnInvalidCall, OnToolPanic},
     limits::LimitKind,
     model::{ModelErrorKind, Usage},
@@ -1459,6 +1460,63 @@ async fn a_tool_with_retries_runs_again_and_the_model_reads_only_the_last_attemp
         ]
     );
     assert_tool_cycle(&out.transcript);
+}
+
+/// A tool given a whole retry policy waits its backoff; the jitter it asks for is drawn from the
+/// call id, so two runs with the same ids wait the same.
+#[tokio::test(start_paused = true)]
+async fn a_tools_retry_policy_sets_its_waits_and_its_jitter_replays_exactly() {
+    let policy = RetryPolicy::attempts(3)
+        .with_base_delay(Duration::from_secs(1))
+        .with_max_delay(Duration::from_secs(10))
+        .with_jitter(0.5);
+    let mut runs_delays = Vec::new();
+    for _ in 0..2 {
+        let runs = Arc::new(AtomicUsize::new(0));
+        let counter = runs.clone();
+        let tool = Tool::builder("flaky").retry(policy.clone()).dynamic(
+            json!({"type": "object"}),
+            move |_a: Value, _c| {
+                let n = counter.fetch_add(1, Ordering::SeqCst);
+                async move {
+                    if n < 2 {
+                        return Err(ToolError::new("busy", "not yet"));
+                    }
+                    Ok(ToolOutput::text("it worked"))
+                }
+            },
+        );
+        assert_eq!(tool.policy().retry, policy);
+        let events = Events::default();
+        let model =
+            ScriptedModel::new([calls(&[("a", "flaky", "{}")]), ModelResponse::text("done")]);
+        let a = Agent::builder()
+            .model(model)
+            .tool(tool)
+            .sink(events.sink())
+            .build()
+            .unwrap();
+        let started = tokio::time::Instant::now();
+        let out = a.run("go").await;
+        assert_eq!(out.tool_calls[0].outcome.retries, 2);
+        assert_eq!(runs.load(Ordering::SeqCst), 3);
+        let delays: Vec<Duration> = events
+            .all()
+            .iter()
+            .filter_map(|e| match &e.kind {
+                EventKind::ToolRetrying { delay, .. } => Some(*delay),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(delays.len(), 2);
+        for (retry, delay) in (1..).zip(&delays) {
+            let backoff = policy.backoff(retry);
+            assert!(*delay <= backoff && *delay >= backoff / 2, "{delay:?}");
+        }
+        assert!(started.elapsed() >= delays.iter().sum());
+        runs_delays.push(delays);
+    }
+    assert_eq!(runs_delays[0], runs_delays[1]);
 }
 
 #[tokio::test(start_paused = true)]

@@ -96,7 +96,7 @@ fn name_and_description_come_from_the_function_and_its_doc() {
     assert_eq!(tool.spec().mode, ExecutionMode::Parallel);
     assert!(!tool.spec().mutating);
     assert!(!tool.spec().idempotent);
-    assert_eq!(tool.spec().timeout, None);
+    assert_eq!(tool.policy().timeout, None);
 }
 
 ///   Counts words.
@@ -147,10 +147,13 @@ fn attribute_overrides_name_description_and_mode() {
 }
 
 #[test]
-fn mode_string_timeout_and_flags_reach_the_spec() {
+fn mode_string_and_flags_reach_the_spec_and_the_timeout_the_policy() {
     let spec = write_file_tool().spec().clone();
     assert_eq!(spec.mode, ExecutionMode::Sequential);
-    assert_eq!(spec.timeout, Some(Duration::from_secs(5)));
+    assert_eq!(
+        write_file_tool().policy().timeout,
+        Some(Duration::from_secs(5))
+    );
     assert!(spec.idempotent);
     assert!(spec.mutating);
     assert!(spec.poller);
@@ -158,7 +161,10 @@ fn mode_string_timeout_and_flags_reach_the_spec() {
     let spec = delete_file_tool().spec().clone();
     assert!(!spec.poller);
     assert_eq!(spec.mode, ExecutionMode::Parallel);
-    assert_eq!(spec.timeout, Some(Duration::from_millis(250)));
+    assert_eq!(
+        delete_file_tool().policy().timeout,
+        Some(Duration::from_millis(250))
+    );
     assert!(!spec.idempotent);
     assert!(spec.mutating);
 }

@@ -1,6 +1,7 @@
-//! Tools are values: a [`ToolSpec`] (name, description, input schema, mode, flags) and an async
-//! handler. They come from `#[tool]` functions, from [`Tool::builder`] over a typed argument, or from
-//! a JSON Schema value ([`Tool::dynamic`]). A [`ToolSet`] checks names and compiles schemas once, at
+//! Tools are values: a [`ToolSpec`] (name, description, input schema, mode, flags), an async
+//! handler and the [`ToolPolicy`] its layers apply (timeout, retries, a task of its own). They come
+//! from `#[tool]` functions, from [`Tool::builder`] over a typed argument, or from a JSON Schema
+//! value ([`Tool::dynamic`]). A [`ToolSet`] checks names and compiles schemas once, at
 //! registration, so that validating a call is a lookup and a schema walk.
 
 use std::fmt;
@@ -10,6 +11,8 @@ use std::time::Duration;
 
 use serde::de::DeserializeOwned;
 use serde_json::Value;
+
+use crate::retry::RetryPolicy;
 
 mod context;
 mod error;
@@ -22,33 +25,44 @@ pub use context::{ProgressSender, ToolContext};
 pub use error::{ToolDefinitionError, ToolError};
 use handler::TypedHandler;
 pub use handler::{IntoToolOutput, ToolFuture, ToolHandler, ToolOutput};
+pub use layer::ToolPolicy;
 pub(crate) use layer::panic_message;
 pub use set::{SchemaViolation, ToolSet, check_tool_name, compile_schema};
 pub(crate) use set::{join_violations, validate_with};
 pub use spec::{ExecutionMode, ToolSpec, schema_for};
 
-/// A tool: its spec and its handler. Cheap to clone.
+/// A tool: its spec, its handler and its policy. Cheap to clone.
 #[derive(Clone)]
 pub struct Tool {
     spec: ToolSpec,
     handler: Arc<dyn ToolHandler>,
+    policy: ToolPolicy,
 }
 
 impl fmt::Debug for Tool {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Tool")
             .field("spec", &self.spec)
+            .field("policy", &self.policy)
             .finish_non_exhaustive()
     }
 }
 
 impl Tool {
-    /// A tool from a spec and a handler over JSON values.
+    /// A tool from a spec and a handler over JSON values, with the default policy.
     pub fn new(spec: ToolSpec, handler: impl ToolHandler) -> Self {
         Tool {
             spec,
             handler: Arc::new(handler),
+            policy: ToolPolicy::default(),
         }
+    }
+
+    /// The same tool under another policy.
+    #[must_use]
+    pub fn with_policy(mut self, policy: ToolPolicy) -> Self {
+        self.policy = policy;
+        self
     }
 
     /// A dynamic tool from a JSON Schema value and a closure over the JSON arguments. Command and
@@ -80,10 +94,8 @@ impl Tool {
                 mutating: false,
                 idempotent: false,
                 poller: false,
-                timeout: None,
-                retries: 0,
-                own_task: false,
             },
+            policy: ToolPolicy::default(),
         }
     }
 
@@ -95,6 +107,11 @@ impl Tool {
     /// The name.
     pub fn name(&self) -> &str {
         &self.spec.name
+    }
+
+    /// The policy its layers apply.
+    pub fn policy(&self) -> &ToolPolicy {
+        &self.policy
     }
 
     /// The handler.
@@ -113,6 +130,7 @@ impl Tool {
 #[derive(Debug, Clone)]
 pub struct ToolBuilder {
     spec: ToolSpec,
+    policy: ToolPolicy,
 }
 
 impl ToolBuilder {
@@ -157,23 +175,28 @@ impl ToolBuilder {
         self
     }
 
-    /// Sets a per-call timeout.
+    /// Sets the timeout of each attempt ([`ToolPolicy::timeout`]).
     pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.spec.timeout = Some(timeout);
+        self.policy.timeout = Some(timeout);
         self
     }
 
-    /// Runs a call that fails recoverably (or times out) up to `retries` more times, waiting
-    /// 100 ms, doubling, at most 2 s between attempts, before the model sees the failure.
+    /// Runs a failed call up to `retries` more times ([`ToolPolicy::retry`]), with the waits the
+    /// retry policy already has.
     pub fn retries(mut self, retries: u32) -> Self {
-        self.spec.retries = retries;
+        self.policy.retry.max_attempts = retries.saturating_add(1);
         self
     }
 
-    /// Runs each call as a tokio task of its own ([`ToolSpec::own_task`]): for CPU-heavy or
-    /// blocking handlers.
+    /// Sets the whole retry policy: attempts and waits ([`ToolPolicy::retry`]).
+    pub fn retry(mut self, retry: RetryPolicy) -> Self {
+        self.policy.retry = retry;
+        self
+    }
+
+    /// Runs each attempt as a tokio task of its own ([`ToolPolicy::own_task`]).
     pub fn own_task(mut self, yes: bool) -> Self {
-        self.spec.own_task = yes;
+        self.policy.own_task = yes;
         self
     }
 
@@ -190,6 +213,7 @@ impl ToolBuilder {
         Tool {
             spec: self.spec,
             handler: Arc::new(TypedHandler::new(f)),
+            policy: self.policy,
         }
     }
 
@@ -203,6 +227,7 @@ impl ToolBuilder {
         Tool {
             spec: self.spec,
             handler: Arc::new(f),
+            policy: self.policy,
         }
     }
 }

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::layer::{self, Layered};
-use super::{Tool, ToolDefinitionError, ToolSpec};
+use super::{Tool, ToolDefinitionError, ToolPolicy, ToolSpec};
 use crate::message::ToolContent;
 
 /// Checks the naming rule: a letter first, then letters, digits, `_` or `-`; 1 to 128 characters.
@@ -43,9 +43,10 @@ pub fn check_tool_name(name: &str) -> Result<(), String> {
 pub(crate) struct RegisteredTool {
     /// The name, shared by every call of the tool, its results and its records.
     pub(crate) name: Arc<str>,
-    /// The handler under its layers (panic isolation, its own task, timeout, retries), composed
-    /// once here.
+    /// The handler under the layers its policy asks for, composed once here.
     pub(crate) call: Layered,
+    /// The policy the layers apply, for those who show it.
+    pub(crate) policy: ToolPolicy,
     pub(crate) validator: Arc<jsonschema::Validator>,
     /// The declared output schema, compiled.
     pub(crate) output: Option<Arc<jsonschema::Validator>>,
@@ -77,7 +78,11 @@ impl ToolSet {
     /// Registers a tool: checks its name, its uniqueness and its schemas, and compiles the input
     /// schema.
     pub fn register(&mut self, tool: Tool) -> Result<(), ToolDefinitionError> {
-        let Tool { mut spec, handler } = tool;
+        let Tool {
+            mut spec,
+            handler,
+            policy,
+        } = tool;
         let registered = || -> Vec<String> { self.specs.iter().map(|s| s.name.clone()).collect() };
         if let Err(reason) = check_tool_name(&spec.name) {
             return Err(ToolDefinitionError::InvalidName {
@@ -129,11 +134,12 @@ impl ToolSet {
         };
         self.by_name.insert(spec.name.clone(), self.specs.len());
         let name: Arc<str> = Arc::from(spec.name.as_str());
-        let call = layer::compose(handler, &spec);
+        let call = layer::compose(handler, &policy);
         self.specs.push(spec);
         self.entries.push(RegisteredTool {
             name,
             call,
+            policy,
             validator: Arc::new(validator),
             output,
         });
@@ -153,6 +159,11 @@ impl ToolSet {
     /// The spec at an index.
     pub fn spec(&self, index: usize) -> Option<&ToolSpec> {
         self.specs.get(index)
+    }
+
+    /// The policy of the tool at an index.
+    pub fn policy(&self, index: usize) -> Option<&ToolPolicy> {
+        self.entries.get(index).map(|e| &e.policy)
     }
 
     /// The shared name of the tool at an index.

@@ -1,7 +1,6 @@
-//! What a model and an operator know of a tool: its [`ToolSpec`] and [`ExecutionMode`], and the
-//! JSON Schema a typed argument gives it ([`schema_for`]).
-
-use std::time::Duration;
+//! What the model and the gate know of a tool: its [`ToolSpec`] and [`ExecutionMode`], and the
+//! JSON Schema a typed argument gives it ([`schema_for`]). How its calls run is its
+//! [`ToolPolicy`](super::ToolPolicy), which its layers own.
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -17,7 +16,7 @@ pub enum ExecutionMode {
     Sequential,
 }
 
-/// What a model and an operator know of a tool.
+/// What the model and the gate know of a tool.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ToolSpec {
     /// The name the model calls it by.
@@ -43,36 +42,6 @@ pub struct ToolSpec {
     /// rule judges its repeated calls by their results alone, whatever their arguments.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub poller: bool,
-    /// Per-attempt timeout: a slower attempt becomes a tool error (code `timeout`), retried under
-    /// `retries`, then read by the model.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        with = "crate::serde_duration::option"
-    )]
-    pub timeout: Option<Duration>,
-    /// How many times a failed call is run again before the model sees the failure: a recoverable
-    /// error or a timeout (not one marked [`ToolError::permanent`](super::ToolError::permanent), as unreadable arguments are;
-    /// not a fatal error or a panic). The model reads
-    /// only the last attempt's result. For tools whose failures are transient and which are safe
-    /// to run again with the same arguments: a timed-out attempt may have done part of its work.
-    /// Hooks and the permission gate see one call, whatever its attempts; the attempts count as
-    /// one call for `max_tool_calls`. No retry starts once the run is interrupted or its batch
-    /// stops on a fatal failure.
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub retries: u32,
-    /// Each call runs as a tokio task of its own instead of inside the run's task: on a
-    /// multi-thread runtime another worker can run it, so a CPU-heavy or blocking handler runs in
-    /// parallel with the run (its deadline, its timeouts) and its siblings, as far as there are
-    /// workers; on a current-thread runtime it changes nothing. A blocking handler cannot be
-    /// stopped: when its call is abandoned it runs on until it returns. Costs one task per call.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub own_task: bool,
-}
-
-/// For serde: a zero count is left out.
-fn is_zero(n: &u32) -> bool {
-    *n == 0
 }
 
 /// The JSON Schema (2020-12) of a type, as tools use it: no `$schema` or `title` at the top.

@@ -1,4 +1,4 @@
-//! Retries: a transiently failed call runs again after a backoff, announced first.
+//! Retries of a failed call ([`ToolPolicy::retry`](super::ToolPolicy::retry)).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,8 +10,8 @@ use crate::outcome::{CallOutcome, CallStatus, codes};
 use crate::retry::RetryPolicy;
 use crate::tool::ToolContext;
 
-/// A tool's retry policy when it asks for `retries` and nothing more: `retries + 1` attempts, the
-/// retries waiting 100 ms, doubling, at most 2 s, with no jitter.
+/// A tool's retry policy when it asks for `retries` and nothing more: `retries + 1` attempts, with
+/// the tool defaults of [`ToolPolicy::retry`](super::ToolPolicy::retry).
 pub(crate) fn tool_retries(retries: u32) -> RetryPolicy {
     RetryPolicy {
         max_attempts: retries.saturating_add(1),

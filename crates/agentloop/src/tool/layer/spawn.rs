@@ -1,4 +1,4 @@
-//! A task of its own: each attempt runs on a tokio task, for blocking or CPU-heavy handlers.
+//! A task of its own for each attempt ([`ToolPolicy::own_task`](super::ToolPolicy::own_task)).
 
 use std::sync::Arc;
 

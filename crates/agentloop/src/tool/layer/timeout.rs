@@ -1,4 +1,4 @@
-//! The per-attempt timeout: an attempt that runs past it ends with the `timeout` error.
+//! The per-attempt timeout ([`ToolPolicy::timeout`](super::ToolPolicy::timeout)).
 
 use std::sync::Arc;
 use std::time::Duration;
