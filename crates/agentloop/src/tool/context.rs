@@ -64,38 +64,36 @@ impl ProgressSender {
 
     /// Announces that a failed attempt will be run again after `delay`.
     pub(crate) fn retrying(&self, retry: u32, code: &str, message: &str, delay: Duration) {
-        if let Some(t) = &self.target
-            && !t.closed.load(std::sync::atomic::Ordering::Acquire)
-        {
-            t.sink.emit(&Event {
-                run_id: t.run_id.clone(),
-                turn: t.turn,
-                kind: EventKind::ToolRetrying {
-                    call_id: t.call_id.to_string(),
-                    tool: t.tool.to_string(),
-                    retry,
-                    code: code.to_owned(),
-                    message: message.to_owned(),
-                    delay,
-                },
-            });
-        }
+        self.emit(|t| EventKind::ToolRetrying {
+            call_id: t.call_id.to_string(),
+            tool: t.tool.to_string(),
+            retry,
+            code: code.to_owned(),
+            message: message.to_owned(),
+            delay,
+        });
     }
 
     /// Reports progress (a message, a fraction, any JSON). A no-op when nobody listens or once
     /// the call is over.
     pub fn send(&self, progress: impl Into<Value>) {
+        self.emit(|t| EventKind::ToolProgress {
+            call_id: t.call_id.to_string(),
+            tool: t.tool.to_string(),
+            progress: progress.into(),
+        });
+    }
+
+    /// Emits the event `kind` makes, unless nobody listens or the call is over (then `kind` is
+    /// not called).
+    fn emit(&self, kind: impl FnOnce(&ProgressTarget) -> EventKind) {
         if let Some(t) = &self.target
             && !t.closed.load(std::sync::atomic::Ordering::Acquire)
         {
             t.sink.emit(&Event {
                 run_id: t.run_id.clone(),
                 turn: t.turn,
-                kind: EventKind::ToolProgress {
-                    call_id: t.call_id.to_string(),
-                    tool: t.tool.to_string(),
-                    progress: progress.into(),
-                },
+                kind: kind(t),
             });
         }
     }
