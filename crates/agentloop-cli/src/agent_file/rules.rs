@@ -56,7 +56,7 @@ pub(super) fn check_rules(
         (None, None) => None,
     };
     if let Some(schema) = &spec.output_schema
-        && let Err(e) = agentloop::tool::compile_schema(schema.get_ref())
+        && let Err(e) = agentloop::tool::check_schema(schema.get_ref())
     {
         problems.at(
             "output_schema",
@@ -529,7 +529,7 @@ fn check_tool(tool: &ToolFileSpec, path: &str, dir: &Path, problems: &mut Proble
                         span_of(schema),
                         "the input schema must describe an object (`type = \"object\"`)",
                     );
-                } else if let Err(e) = agentloop::tool::compile_schema(schema.get_ref()) {
+                } else if let Err(e) = agentloop::tool::check_schema(schema.get_ref()) {
                     problems.at(
                         &key,
                         span_of(schema),

@@ -27,7 +27,8 @@ use handler::TypedHandler;
 pub use handler::{IntoToolOutput, ToolFuture, ToolHandler, ToolOutput};
 pub use layer::ToolPolicy;
 pub(crate) use layer::panic_message;
-pub use set::{SchemaViolation, ToolSet, check_tool_name, compile_schema};
+pub(crate) use set::compile_schema;
+pub use set::{SchemaViolation, ToolSet, check_schema, check_tool_name};
 pub(crate) use set::{join_violations, validate_with};
 pub use spec::{ExecutionMode, ToolSpec, schema_for};
 

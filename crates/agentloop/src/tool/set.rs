@@ -243,9 +243,16 @@ impl fmt::Display for SchemaViolation {
     }
 }
 
-/// Compiles a JSON Schema (2020-12 unless it says otherwise). External references are refused:
-/// a schema never makes the program fetch anything.
-pub fn compile_schema(schema: &Value) -> Result<jsonschema::Validator, String> {
+/// Checks that a JSON Schema compiles as a tool's or an answer's schema would (2020-12 unless it
+/// says otherwise; external references refused): for tools that check a schema before any agent
+/// is built, such as an agent-file checker.
+pub fn check_schema(schema: &Value) -> Result<(), String> {
+    compile_schema(schema).map(drop)
+}
+
+/// Compiles a JSON Schema. External references are refused: a schema never makes the program
+/// fetch anything. The validator is the crate's own business, never part of its public face.
+pub(crate) fn compile_schema(schema: &Value) -> Result<jsonschema::Validator, String> {
     jsonschema::options()
         .with_draft(jsonschema::Draft::Draft202012)
         .build(schema)
