@@ -367,6 +367,7 @@ mod tests {
             agent: "agent",
             turn: 1,
             cancel: &cancel,
+            approvals: &agentloop::gate::Approvals::none(),
         };
         gate.check(cx, calls).await.unwrap()
     }

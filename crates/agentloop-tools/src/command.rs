@@ -73,6 +73,7 @@ pub struct CommandTool {
     input_schema: Value,
     mode: ExecutionMode,
     poller: bool,
+    idempotent: bool,
     timeout: Option<Duration>,
     retries: u32,
     working_dir: PathBuf,
@@ -95,6 +96,7 @@ impl CommandTool {
             input_schema: json!({"type": "object", "properties": {}}),
             mode: ExecutionMode::Parallel,
             poller: false,
+            idempotent: false,
             timeout: None,
             retries: 0,
             working_dir: PathBuf::from("."),
@@ -127,6 +129,13 @@ impl CommandTool {
     /// alone (see `ToolSpec::poller`).
     pub fn poller(mut self, yes: bool) -> Self {
         self.poller = yes;
+        self
+    }
+
+    /// Marks the tool idempotent: a call of it that was running when a durable run's process
+    /// stopped runs again on resume (see `ToolSpec::idempotent`).
+    pub fn idempotent(mut self, yes: bool) -> Self {
+        self.idempotent = yes;
         self
     }
 
@@ -190,6 +199,7 @@ impl CommandTool {
             .description(self.description.clone())
             .mode(self.mode)
             .poller(self.poller)
+            .idempotent(self.idempotent)
             .retries(self.retries);
         if let Some(t) = self.timeout {
             builder = builder.timeout(t);

@@ -14,12 +14,14 @@ use crate::config::{AgentConfig, DecisionPolicy, OutputSchema};
 use crate::driver::{Driver, RunLog, StepLog};
 use crate::error::RunError;
 use crate::event::{Event, EventSink, Sinks};
+use crate::gate::Approvals;
 use crate::gate::Gate;
 use crate::guardrail::Guardrail;
 use crate::hooks::{Hook, HookRole};
 use crate::ids::{IdSource, UuidIds};
+use crate::journal::{Definition, Journal, JournalError, JournalHeader, JournaledRun, RunStatus};
 use crate::limits::{Limits, Pricing};
-use crate::machine::{RunMachine, RunStart, Seams};
+use crate::machine::{Input, RunMachine, RunStart, Seams};
 use crate::message::Message;
 use crate::model::{Model, ModelSettings};
 use crate::outcome::RunOutcome;
@@ -58,6 +60,13 @@ pub struct RunOptions {
     pub steering: Option<Steering>,
     /// Where the run leaves its step log (every step's result), for a journal or a replay.
     pub log: Option<StepLog>,
+    /// Makes the run durable: how it started and each step's result are written here before
+    /// the run moves on, so that [`Agent::resume`] can go on with it in another process, and a
+    /// gate that must ask a human suspends it instead of waiting (see [`crate::journal`]).
+    pub journal: Option<Arc<dyn Journal>>,
+    /// Where the application finds this agent again to resume the run; kept in the journal's
+    /// header (the CLI keeps the agent file's path).
+    pub origin: Option<String>,
 }
 
 pub(crate) struct Inner {
@@ -70,6 +79,7 @@ pub(crate) struct Inner {
     pub(crate) hooks: Vec<(Arc<dyn Hook>, HookRole)>,
     pub(crate) input_guardrails: Vec<Arc<dyn Guardrail>>,
     pub(crate) output_guardrails: Vec<Arc<dyn Guardrail>>,
+    pub(crate) definition: Definition,
 }
 
 /// An agent: a model, instructions, tools and limits. Cheap to clone; runs share nothing mutable.
@@ -105,6 +115,7 @@ pub struct AgentBuilder {
     hooks: Vec<(Arc<dyn Hook>, HookRole)>,
     input_guardrails: Vec<Arc<dyn Guardrail>>,
     output_guardrails: Vec<Arc<dyn Guardrail>>,
+    definition: Definition,
     error: Option<RunError>,
 }
 
@@ -136,6 +147,7 @@ impl Agent {
             hooks: Vec::new(),
             input_guardrails: Vec::new(),
             output_guardrails: Vec::new(),
+            definition: Definition::new(),
             error: None,
         }
     }
@@ -148,6 +160,14 @@ impl Agent {
     /// The model.
     pub fn model(&self) -> &Arc<dyn Model> {
         &self.inner.model
+    }
+
+    /// What a resumed run must find unchanged, and whose [`Definition::fingerprint`] its journal
+    /// keeps: the model, instructions, tools with their schemas, limits, decision policy, output
+    /// schema and settings, and the parts the application added
+    /// ([`AgentBuilder::version`], [`AgentBuilder::definition_part`]).
+    pub fn definition(&self) -> &Definition {
+        &self.inner.definition
     }
 
     /// Runs the agent on one input.
@@ -190,9 +210,9 @@ impl Agent {
     /// Runs the agent over a transcript with an optional new message, with options.
     pub async fn run_with(
         &self,
-        transcript: Vec<Message>,
-        input: Option<Message>,
-        options: RunOptions,
+        mut transcript: Vec<Message>,
+        mut input: Option<Message>,
+        mut options: RunOptions,
     ) -> RunOutcome {
         let run_id: Arc<str> = Arc::from(self.inner.ids.run_id());
         // The agent's own limits passed at build; a run's own are checked before anything runs.
@@ -211,30 +231,178 @@ impl Agent {
             input: input.clone(),
             steps: Vec::new(),
         });
+        if let Some(journal) = &options.journal {
+            let header = JournalHeader {
+                run_id: run_id.to_string(),
+                agent: self.inner.cfg.name().to_owned(),
+                definition: self.inner.definition.clone(),
+                fingerprint: self.inner.definition.fingerprint(),
+                seams,
+                limits: options.limits.clone(),
+                transcript,
+                input,
+                origin: options.origin.take(),
+            };
+            if let Err(e) = journal.begin(&header).await {
+                let error = RunError::Journal {
+                    message: e.to_string(),
+                };
+                return refused(&run_id, header.transcript, header.input, error);
+            }
+            (transcript, input) = (header.transcript, header.input);
+        }
         let machine = RunMachine::new(
             Arc::clone(&self.inner.cfg),
             RunStart {
                 run_id,
                 ids: Arc::clone(&self.inner.ids),
                 seams,
-                limits: options.limits,
+                limits: options.limits.take(),
                 transcript,
                 input,
                 observed: !self.inner.sinks.is_empty() || !options.sinks.is_empty(),
             },
         );
+        let start = Instant::now();
+        let approvals = match &options.journal {
+            Some(_) => Approvals::durable([]),
+            None => Approvals::none(),
+        };
+        self.driver(options, log, start, 0, approvals)
+            .drive(machine)
+            .await
+    }
+
+    fn driver(
+        &self,
+        options: RunOptions,
+        log: Option<RunLog>,
+        start: Instant,
+        seq: u64,
+        approvals: Approvals,
+    ) -> Driver<'_> {
         let mut sinks = self.inner.sinks.clone();
         sinks.0.extend(options.sinks.iter().cloned());
-        let driver = Driver {
+        Driver {
             inner: &self.inner,
             sinks,
             cancel: options.cancel.unwrap_or_default(),
             steering: options.steering,
-            start: Instant::now(),
+            start,
             log,
             log_out: options.log,
+            journaling: options.journal.is_some(),
+            journal: options.journal,
+            seq,
+            journal_error: None,
+            approvals,
+            parent_run_id: options.parent_run_id,
+        }
+    }
+
+    /// Goes on with a journaled run in this process: its steps are fed to a fresh machine (no
+    /// model is called and no tool runs for them), then the run continues, journaling into
+    /// `options.journal` (give the journal it came from). A tool call that finished is never
+    /// run again; one that was running when the old process stopped runs again if its tool is
+    /// idempotent, and is answered [`crate::CallOutcome::interrupted`] otherwise. Usage, cost,
+    /// counts and the deadline continue from the journal.
+    ///
+    /// Refused when the run is over, when a suspended run has unanswered approvals, and, unless
+    /// `force`, when the agent's [`Agent::definition`] changed since the run started (the error
+    /// lists what changed).
+    pub async fn resume(
+        &self,
+        run: JournaledRun,
+        options: RunOptions,
+        force: bool,
+    ) -> Result<RunOutcome, JournalError> {
+        let JournaledRun {
+            header,
+            steps,
+            status,
+            approvals,
+        } = run;
+        let not_resumable = |reason: String| JournalError::NotResumable {
+            run_id: header.run_id.clone(),
+            reason,
         };
-        driver.drive(machine, options.parent_run_id).await
+        if let RunStatus::Finished { stop_reason } = &status {
+            return Err(not_resumable(format!(
+                "it is over (stop reason {stop_reason})"
+            )));
+        }
+        let waiting: Vec<&str> = approvals
+            .iter()
+            .filter(|a| a.answer.is_none())
+            .map(|a| a.request.call_id.as_str())
+            .collect();
+        if !waiting.is_empty() {
+            return Err(not_resumable(format!(
+                "approvals are unanswered for call {}",
+                waiting.join(", ")
+            )));
+        }
+        if !force && header.definition != self.inner.definition {
+            return Err(JournalError::Changed {
+                run_id: header.run_id.clone(),
+                changes: self.inner.definition.changes(&header.definition, 20),
+            });
+        }
+        let seams = self.seams(&options);
+        if seams != header.seams {
+            return Err(not_resumable(format!(
+                "the agent's guardrails, hooks, gates or steering differ from the run's \
+                 (run: {:?}, now: {seams:?})",
+                header.seams
+            )));
+        }
+        let JournalHeader {
+            run_id,
+            limits,
+            transcript,
+            input,
+            ..
+        } = header;
+        let keep_log = options.log.is_some() || cfg!(feature = "verify-replay");
+        let mut log = keep_log.then(|| RunLog {
+            run_id: run_id.clone(),
+            seams,
+            limits: limits.clone(),
+            transcript: transcript.clone(),
+            input: input.clone(),
+            steps: Vec::new(),
+        });
+        let mut machine = RunMachine::new(
+            Arc::clone(&self.inner.cfg),
+            RunStart {
+                run_id: Arc::from(run_id.as_str()),
+                ids: Arc::clone(&self.inner.ids),
+                seams,
+                limits,
+                transcript,
+                input,
+                observed: !self.inner.sinks.is_empty() || !options.sinks.is_empty(),
+            },
+        );
+        let mut at = std::time::Duration::ZERO;
+        let seq = steps.len() as u64;
+        for step in steps {
+            at = step.at;
+            if let Some(log) = &mut log {
+                log.steps.push(step.clone());
+            }
+            machine.feed(step);
+        }
+        // What happened before this process was told then: its events are not sent again.
+        machine.drain_events().for_each(drop);
+        let now = Instant::now();
+        let start = now.checked_sub(at).unwrap_or(now);
+        let answers = approvals
+            .into_iter()
+            .filter_map(|a| Some((a.request.call_id, a.answer?)));
+        let mut driver = self.driver(options, log, start, seq, Approvals::durable(answers));
+        driver.record(&mut machine, Input::Restarted).await;
+        Ok(driver.drive(machine).await)
     }
 
     /// Runs the agent and yields its events as they happen, then the outcome.
@@ -447,11 +615,71 @@ impl AgentBuilder {
         self
     }
 
+    /// The agent's version, as the application numbers it: part of its [`Agent::definition`],
+    /// so that resuming a run started under another version is refused.
+    pub fn version(self, version: impl Into<String>) -> Self {
+        self.definition_part("version", Value::String(version.into()))
+    }
+
+    /// A part of the agent's [`Agent::definition`] that the agent cannot see for itself (its
+    /// permission rules, how its tools are implemented).
+    pub fn definition_part(mut self, key: impl Into<String>, value: Value) -> Self {
+        self.definition.set(key, value);
+        self
+    }
+
+    /// The definition the agent will have ([`Agent::definition`]): the parts the application
+    /// set, and the agent's own for the rest (a part the application set is kept, so the
+    /// application may say what the model is in its own terms).
+    pub fn definition(&self) -> Definition {
+        let mut definition = self.definition.clone();
+        let mut own = |key: &str, value: Value| {
+            if definition.get(key).is_none() {
+                definition.set(key, value);
+            }
+        };
+        own("agent", Value::String(self.name.clone()));
+        own(
+            "model",
+            serde_json::json!(
+                self.model
+                    .as_ref()
+                    .map(|m| { serde_json::json!({"provider": m.provider(), "id": m.id()}) })
+            ),
+        );
+        own("instructions", serde_json::json!(self.instructions));
+        own(
+            "tools",
+            Value::Object(
+                self.tools
+                    .specs()
+                    .iter()
+                    .map(|s| (s.name.clone(), serde_json::to_value(s).unwrap_or_default()))
+                    .collect(),
+            ),
+        );
+        own(
+            "limits",
+            serde_json::to_value(&self.limits).unwrap_or_default(),
+        );
+        own(
+            "policy",
+            serde_json::to_value(self.policy).unwrap_or_default(),
+        );
+        own("output_schema", serde_json::json!(self.output_schema));
+        own(
+            "settings",
+            serde_json::to_value(&self.settings).unwrap_or_default(),
+        );
+        definition
+    }
+
     /// Builds the agent.
     pub fn build(self) -> Result<Agent, RunError> {
         if let Some(e) = self.error {
             return Err(e);
         }
+        let definition = self.definition();
         let Some(model) = self.model else {
             return Err(RunError::Other {
                 message: "the agent has no model".into(),
@@ -487,6 +715,7 @@ impl AgentBuilder {
                 hooks: self.hooks,
                 input_guardrails: self.input_guardrails,
                 output_guardrails: self.output_guardrails,
+                definition,
             }),
         })
     }

@@ -14,6 +14,7 @@
 //! | `output.invalid` | the final answer did not match the output schema after the retries |
 //! | `hook.failed` | a hook failed |
 //! | `guardrail.tripped` | a guardrail tripped |
+//! | `journal.write` | a durable run's journal could not be written: the run stopped, and resumes from its last written step |
 //! | `run.other` | anything else |
 
 use serde::Serialize;
@@ -106,6 +107,12 @@ pub enum RunError {
         /// Its message.
         message: String,
     },
+    /// A durable run's journal could not be written; the run stopped at its last written step.
+    #[error("the run's journal could not be written: {message}")]
+    Journal {
+        /// What went wrong.
+        message: String,
+    },
     /// Anything else.
     #[error("{message}")]
     Other {
@@ -130,6 +137,7 @@ impl RunError {
             RunError::OutputInvalid { .. } => "output.invalid",
             RunError::Hook { .. } => "hook.failed",
             RunError::Guardrail { .. } => "guardrail.tripped",
+            RunError::Journal { .. } => "journal.write",
             RunError::Other { .. } => "run.other",
         }
     }
@@ -147,9 +155,10 @@ impl RunError {
             RunError::Model(_) => ErrorKind::Model,
             RunError::ToolFatal { .. } | RunError::ToolPanicked { .. } => ErrorKind::Tool,
             RunError::Cancelled => ErrorKind::Cancelled,
-            RunError::Hook { .. } | RunError::Guardrail { .. } | RunError::Other { .. } => {
-                ErrorKind::Other
-            }
+            RunError::Hook { .. }
+            | RunError::Guardrail { .. }
+            | RunError::Journal { .. }
+            | RunError::Other { .. } => ErrorKind::Other,
         }
     }
 

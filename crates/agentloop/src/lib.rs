@@ -10,6 +10,7 @@ pub mod gate;
 pub mod guardrail;
 pub mod hooks;
 pub mod ids;
+pub mod journal;
 pub mod limits;
 pub mod machine;
 pub mod message;

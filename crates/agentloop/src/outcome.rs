@@ -47,6 +47,9 @@ pub enum StopReason {
     Refused,
     /// A content filter stopped the answer.
     ContentFilter,
+    /// A durable run waits for a human's approval: its journal holds the pending calls, and
+    /// resuming it goes on once each is answered.
+    Suspended,
     /// A guardrail tripped.
     Guardrail {
         /// The guardrail's name.
@@ -59,7 +62,7 @@ pub enum StopReason {
 impl StopReason {
     /// The stable word: `finished`, `terminated`, `max_turns`, `max_tool_calls`, `max_model_calls`,
     /// `deadline`, `budget`, `stuck_loop`, `cancelled`, `failed`, `truncated`, `refused`,
-    /// `content_filter`, `guardrail`.
+    /// `content_filter`, `suspended`, `guardrail`.
     pub fn as_str(&self) -> &'static str {
         match self {
             StopReason::Finished => "finished",
@@ -75,6 +78,7 @@ impl StopReason {
             StopReason::Truncated => "truncated",
             StopReason::Refused => "refused",
             StopReason::ContentFilter => "content_filter",
+            StopReason::Suspended => "suspended",
             StopReason::Guardrail { .. } => "guardrail",
         }
     }
@@ -191,6 +195,7 @@ fn is_zero(n: &u32) -> bool {
 /// | `skipped` | skipped | `skipped: dry run, the tool was not run` | a dry run |
 /// | `not_run` | cancelled | `not run: the run stopped before this call started` | never dispatched |
 /// | `cancelled` | cancelled | `cancelled: the call did not complete` | cut short by cancel or deadline |
+/// | `interrupted` | error | `interrupted: the run stopped while this call was running, ...` | running at a crash, its tool not idempotent (a resumed durable run) |
 /// | `timeout` | error | the tool did not finish within its timeout | the same |
 /// | `tool.fatal` | fatal | `the tool failed` | the tool's message (diagnostic) |
 /// | `tool.panicked` | error (fatal under [`crate::config::OnToolPanic::Fail`]) | the tool failed unexpectedly | the panic message (diagnostic) |
@@ -216,6 +221,8 @@ pub mod codes {
     pub const NOT_RUN: &str = "not_run";
     /// A call cut short by cancellation or the deadline.
     pub const CANCELLED: &str = "cancelled";
+    /// A call that was running when its run's process stopped; resumed, its effect is unknown.
+    pub const INTERRUPTED: &str = "interrupted";
     /// A call that ran past its tool's timeout.
     pub const TIMEOUT: &str = "timeout";
     /// A handler that failed fatally.
@@ -391,6 +398,18 @@ impl CallOutcome {
             CallStatus::Cancelled,
             codes::NOT_RUN,
             "not run: the run stopped before this call started".into(),
+        )
+    }
+
+    /// A call that was running when its run's process stopped (a crash, a kill): on resume the
+    /// model reads that its effect is unknown, unless its tool is idempotent and runs again.
+    pub fn interrupted() -> Self {
+        CallOutcome::decided(
+            CallStatus::Error,
+            codes::INTERRUPTED,
+            "interrupted: the run stopped while this call was running, so whether it took effect \
+             is unknown; check before repeating it"
+                .into(),
         )
     }
 

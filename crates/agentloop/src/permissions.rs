@@ -449,7 +449,7 @@ pub enum Answer {
 }
 
 /// A call a human is asked about.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ApprovalRequest {
     /// The call id.
     pub call_id: String,
@@ -534,7 +534,7 @@ impl Gate for PermissionGate {
 
     fn check<'a>(
         &'a self,
-        _cx: GateContext<'a>,
+        cx: GateContext<'a>,
         calls: &'a [AdmittedCall],
     ) -> BoxFuture<'a, Result<Vec<Verdict>, RunError>> {
         Box::pin(async move {
@@ -561,46 +561,74 @@ impl Gate for PermissionGate {
             if asked.is_empty() {
                 return Ok(answers);
             }
-            let Some(prompter) = &self.prompter else {
-                for &i in &asked {
-                    if let Some(a) = answers.get_mut(i) {
-                        *a = Verdict::Deny(self.unattended_reason.clone());
-                    }
-                }
-                return Ok(answers);
-            };
-            let requests: Vec<ApprovalRequest> = asked
+            // A durable run may hold answers already (recorded while it was suspended).
+            let mut replies: Vec<Option<Answer>> = asked
                 .iter()
-                .filter_map(|&i| calls.get(i))
+                .map(|&i| calls.get(i).and_then(|c| cx.approvals.answer(&c.call_id)))
+                .collect();
+            let open: Vec<usize> = (0..asked.len())
+                .filter(|&k| replies.get(k).is_some_and(Option::is_none))
+                .collect();
+            let requests: Vec<ApprovalRequest> = open
+                .iter()
+                .filter_map(|&k| asked.get(k).and_then(|&i| calls.get(i)))
                 .map(|c| ApprovalRequest {
                     call_id: c.call_id.to_string(),
                     tool: c.tool.to_string(),
                     arguments: Value::clone(&c.arguments),
                 })
                 .collect();
-            let replies = match prompter.ask(&requests).await {
-                Ok(r) if r.len() == requests.len() => r,
-                Ok(r) => {
-                    return Err(RunError::Other {
-                        message: format!(
-                            "the approval prompter gave {} answers for {} requests",
-                            r.len(),
-                            requests.len()
-                        ),
-                    });
-                }
-                Err(reason) => {
+            if !requests.is_empty() {
+                let Some(prompter) = &self.prompter else {
+                    if cx.approvals.suspend(requests) {
+                        // The driver stops the run here; the journal keeps the batch.
+                        return std::future::pending().await;
+                    }
                     for &i in &asked {
                         if let Some(a) = answers.get_mut(i) {
-                            *a = Verdict::Deny(reason.clone());
+                            *a = Verdict::Deny(self.unattended_reason.clone());
                         }
                     }
                     return Ok(answers);
+                };
+                match prompter.ask(&requests).await {
+                    Ok(r) if r.len() == requests.len() => {
+                        for (&k, answer) in open.iter().zip(r) {
+                            if let Some(slot) = replies.get_mut(k) {
+                                *slot = Some(answer);
+                            }
+                        }
+                    }
+                    Ok(r) => {
+                        return Err(RunError::Other {
+                            message: format!(
+                                "the approval prompter gave {} answers for {} requests",
+                                r.len(),
+                                requests.len()
+                            ),
+                        });
+                    }
+                    Err(reason) => {
+                        for &k in &open {
+                            if let Some(a) = asked.get(k).and_then(|&i| answers.get_mut(i)) {
+                                *a = Verdict::Deny(reason.clone());
+                            }
+                        }
+                        // Calls answered before (a resumed run) keep their answers.
+                        for k in open {
+                            if let Some(slot) = replies.get_mut(k) {
+                                *slot = None;
+                            }
+                        }
+                    }
                 }
-            };
+            }
+            let replies = replies;
             let mut store = self.store.lock().unwrap_or_else(|p| p.into_inner());
             for (&i, answer) in asked.iter().zip(replies) {
-                let (Some(call), Some(verdict)) = (calls.get(i), answers.get_mut(i)) else {
+                let (Some(call), Some(verdict), Some(answer)) =
+                    (calls.get(i), answers.get_mut(i), answer)
+                else {
                     continue;
                 };
                 let tool = &call.tool;

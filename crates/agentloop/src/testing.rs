@@ -210,6 +210,14 @@ impl ScriptedModel {
         }
     }
 
+    /// Goes on from step `n` of the script, as if `n` calls were made: a resumed run's model
+    /// picks up where its journal left it.
+    #[must_use]
+    pub fn skip(self, n: usize) -> Self {
+        self.inner.next.store(n, Ordering::Relaxed);
+        self
+    }
+
     /// How many calls were made so far.
     pub fn calls(&self) -> usize {
         self.inner.next.load(Ordering::Relaxed)

@@ -8,6 +8,9 @@
 //! - `mod.rs`: the loop, the model call, interrupts.
 //! - `seams.rs`: hooks, guardrails, gates and pricing, each panic-isolated.
 //! - `replay.rs`: the replay driver, which feeds a recorded step log to a fresh machine.
+//!
+//! A durable run's driver writes each step to its journal before feeding it to the machine
+//! (`Driver::record`); resuming starts this same driver on a machine fed from the journal.
 
 pub mod replay;
 mod seams;
@@ -20,7 +23,10 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::agent::Inner;
+use crate::error::RunError;
 use crate::event::{Event, EventKind, EventSink, Sinks};
+use crate::gate::Approvals;
+use crate::journal::{Journal, JournalError};
 use crate::machine::{Action, AdmittedCall, Input, Interrupt, RunMachine, Step};
 use crate::model::{ModelEvent, ModelRequest, ResponseAccumulator};
 use crate::outcome::{CallOutcome, RunOutcome};
@@ -41,6 +47,17 @@ pub(crate) struct Driver<'a> {
     /// The run's step log, kept when the caller asked for it (or to check the replay).
     pub(crate) log: Option<RunLog>,
     pub(crate) log_out: Option<StepLog>,
+    /// A durable run's journal.
+    pub(crate) journal: Option<Arc<dyn Journal>>,
+    /// True while steps are journaled: a failed write, or a suspension, ends it.
+    pub(crate) journaling: bool,
+    /// The sequence number of the next step to journal.
+    pub(crate) seq: u64,
+    /// The first journal write that failed.
+    pub(crate) journal_error: Option<JournalError>,
+    /// Recorded answers and the way to suspend (a durable run's).
+    pub(crate) approvals: Approvals,
+    pub(crate) parent_run_id: Option<String>,
 }
 
 impl<'a> Driver<'a> {
@@ -88,6 +105,7 @@ impl<'a> Driver<'a> {
         tokio::select! {
             biased;
             _ = self.cancel.cancelled() => Interrupt::Cancelled,
+            _ = self.approvals.suspended() => Interrupt::Suspended,
             _ = sleep => Interrupt::Deadline,
         }
     }
@@ -111,11 +129,8 @@ impl<'a> Driver<'a> {
         Input::Interrupted { by }
     }
 
-    pub(crate) async fn drive(
-        mut self,
-        mut m: RunMachine,
-        parent_run_id: Option<String>,
-    ) -> RunOutcome {
+    pub(crate) async fn drive(mut self, mut m: RunMachine) -> RunOutcome {
+        let parent_run_id = self.parent_run_id.take();
         let observed = !self.sinks.is_empty();
         if observed {
             self.emit(
@@ -246,14 +261,7 @@ impl<'a> Driver<'a> {
                     }
                 }
             };
-            let step = Step {
-                at: self.start.elapsed(),
-                input,
-            };
-            match &mut self.log {
-                Some(log) => m.feed_logged(step, &mut log.steps),
-                None => m.feed(step),
-            }
+            self.record(&mut m, input).await;
         }
         self.flush(&mut m);
         drop(running);
@@ -283,7 +291,71 @@ impl<'a> Driver<'a> {
             }
         }
         drop(cfg);
+        let mut outcome = outcome;
+        self.close_journal(&mut outcome).await;
         outcome
+    }
+
+    /// Ends a step: its result is journaled (a durable run's), kept in the log, and fed to the
+    /// machine, in that order. A step that cannot be journaled is not fed: the machine is told
+    /// the journal failed instead, and the run stops at its last written step.
+    pub(crate) async fn record(&mut self, m: &mut RunMachine, mut input: Input) {
+        if let Input::ModelResponded { response, .. } = &mut input {
+            // Ids drawn now are kept, so that a replay or a resume needs no id source.
+            m.assign_call_ids(&mut response.message);
+        }
+        let suspends = matches!(
+            input,
+            Input::Interrupted {
+                by: Interrupt::Suspended
+            }
+        );
+        let mut step = Step {
+            at: self.start.elapsed(),
+            input,
+        };
+        if let Some(journal) = self.journal.as_ref().filter(|_| self.journaling) {
+            if suspends {
+                // The journal ends before the gate's step, so a resume asks the gate again.
+                self.journaling = false;
+            } else if let Err(e) = journal.append(m.run_id(), self.seq, &step).await {
+                self.journaling = false;
+                step.input = Input::JournalFailed {
+                    message: e.to_string(),
+                };
+            } else {
+                self.seq += 1;
+            }
+        }
+        if let Some(log) = &mut self.log {
+            log.steps.push(step.clone());
+        }
+        m.feed(step);
+    }
+
+    /// After the run: the journal learns how it ended (or what it waits on). A failed write
+    /// is reported in the outcome, unless the run already failed.
+    async fn close_journal(&mut self, outcome: &mut RunOutcome) {
+        let pending = self.approvals.take_pending();
+        if let Some(journal) = &self.journal {
+            let written = if outcome.stop_reason == crate::outcome::StopReason::Suspended {
+                journal.suspend(&outcome.run_id, &pending).await
+            } else if self.journaling {
+                journal.finish(&outcome.run_id, outcome).await
+            } else {
+                Ok(())
+            };
+            if let Err(e) = written {
+                self.journal_error.get_or_insert(e);
+            }
+        }
+        if let Some(e) = self.journal_error.take()
+            && outcome.error.is_none()
+        {
+            outcome.error = Some(RunError::Journal {
+                message: e.to_string(),
+            });
+        }
     }
 
     /// A progress sender for a call, when anyone listens.

@@ -182,6 +182,7 @@ impl Driver<'_> {
             agent: m.config().name(),
             turn: m.turn(),
             cancel,
+            approvals: &self.approvals,
         };
         let message = match guarded(|| g.check(cx, calls)).await {
             Ok(Ok(verdicts)) => {

@@ -393,6 +393,7 @@ impl RunMachine {
             failure: None,
             interrupted: None,
             cut: complete < slot_count,
+            restart: Vec::new(),
         });
         if pending.batch.calls.is_empty() {
             self.end_batch(pending);
@@ -633,7 +634,12 @@ impl RunMachine {
     }
 
     pub(super) fn on_started(&mut self, mut p: Box<Pending>, position: usize) {
-        let expected = p.batch.calls.get(p.next).filter(|_| p.open);
+        let restarting = p.restart.first().copied();
+        let expected = match restarting {
+            Some(i) => p.batch.calls.get(i),
+            None => p.batch.calls.get(p.next),
+        }
+        .filter(|_| p.open);
         let Some(call) = expected.filter(|c| c.position == position) else {
             let message = format!("the driver started call {position}, which was not asked for");
             self.phase = Phase::Run(p);
@@ -645,7 +651,11 @@ impl RunMachine {
             tool: call.tool.to_string(),
             arguments: Value::clone(&call.arguments),
         });
-        p.next += 1;
+        if restarting.is_some() {
+            p.restart.remove(0);
+        } else {
+            p.next += 1;
+        }
         p.running += 1;
         if let Some(slot) = p.slots.get_mut(position) {
             slot.started = true;
@@ -693,7 +703,7 @@ impl RunMachine {
             p.open = false;
             p.failure.get_or_insert(e);
         }
-        if p.running == 0 && (!p.open || p.next >= p.batch.calls.len()) {
+        if p.running == 0 && (!p.open || (p.next >= p.batch.calls.len() && p.restart.is_empty())) {
             self.end_batch(p);
         } else {
             self.phase = Phase::Run(p);

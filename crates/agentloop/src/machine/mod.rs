@@ -61,6 +61,9 @@ struct Pending {
     /// True when the response had calls cut off by the output limit: the model is asked to make
     /// them again, which is not a loop.
     cut: bool,
+    /// Calls to start again before any new one (indices into `batch.calls`): idempotent calls
+    /// that were running when a durable run's process stopped.
+    restart: Vec<usize>,
 }
 
 #[derive(Debug)]
@@ -150,6 +153,8 @@ pub struct RunMachine {
     /// the end of the transcript for this call only.
     changes: RequestChanges,
     extra_messages: usize,
+    /// Why the journal failed, once it did.
+    journal_failure: Option<String>,
 }
 
 impl std::fmt::Debug for RunMachine {
@@ -244,6 +249,7 @@ impl RunMachine {
             called_at: Duration::ZERO,
             changes: RequestChanges::default(),
             extra_messages: 0,
+            journal_failure: None,
         };
         if let Err(message) = m.limits.check() {
             m.fail(RunError::Other {
@@ -404,9 +410,10 @@ impl RunMachine {
         } else {
             self.limits.max_concurrency.max(1)
         };
+        let next = p.restart.first().copied().unwrap_or(p.next);
         if p.open
             && p.running < cap
-            && let Some(call) = p.batch.calls.get(p.next)
+            && let Some(call) = p.batch.calls.get(next)
         {
             return Action::StartCall(call);
         }
@@ -435,6 +442,11 @@ impl RunMachine {
         let phase = std::mem::replace(&mut self.phase, Phase::Done);
         match step.input {
             Input::Interrupted { by } => self.on_interrupt(phase, by),
+            Input::Restarted => self.on_restarted(phase),
+            Input::JournalFailed { message } => {
+                self.journal_failure = Some(message);
+                self.on_interrupt(phase, Interrupt::JournalFailed);
+            }
             input => self.apply(phase, input),
         }
     }
@@ -894,11 +906,61 @@ impl RunMachine {
         }
     }
 
+    /// A new process goes on with the run. Only a batch that was running holds anything of the
+    /// old process: its calls that were running are started again when their tool is
+    /// idempotent and the batch was still open, and answered as interrupted otherwise. Every
+    /// other step is simply asked for again.
+    fn on_restarted(&mut self, phase: Phase) {
+        let Phase::Run(mut p) = phase else {
+            self.phase = phase;
+            return;
+        };
+        for (i, call) in p.batch.calls.iter().enumerate() {
+            let Some(slot) = p
+                .slots
+                .get_mut(call.position)
+                .filter(|s| s.started && s.outcome.is_none())
+            else {
+                continue;
+            };
+            p.running = p.running.saturating_sub(1);
+            let idempotent = self
+                .cfg
+                .tools
+                .spec(call.index)
+                .is_some_and(|s| s.idempotent);
+            if idempotent && p.open {
+                slot.started = false;
+                p.restart.push(i);
+            } else {
+                self.emit(|| EventKind::ToolFinished {
+                    call_id: slot.call_id.to_string(),
+                    tool: slot.tool.to_string(),
+                    outcome: CallOutcome::interrupted(),
+                });
+                slot.outcome = Some(CallOutcome::interrupted());
+            }
+        }
+        if p.running == 0 && (!p.open || (p.next >= p.batch.calls.len() && p.restart.is_empty())) {
+            self.end_batch(p);
+        } else {
+            self.phase = Phase::Run(p);
+        }
+    }
+
     fn stop_interrupted(&mut self, by: Interrupt) {
         match by {
             Interrupt::Cancelled => {
                 self.error = Some(RunError::Cancelled);
                 self.finish(StopReason::Cancelled);
+            }
+            Interrupt::Suspended => self.finish(StopReason::Suspended),
+            Interrupt::JournalFailed => {
+                let message = self
+                    .journal_failure
+                    .take()
+                    .unwrap_or_else(|| "a step could not be written".into());
+                self.fail(RunError::Journal { message });
             }
             Interrupt::Deadline => {
                 let bound = self.limits.timeout.unwrap_or(self.now);
@@ -1037,6 +1099,8 @@ fn input_name(input: &Input) -> &'static str {
         Input::GraceOver => "the end of a grace period",
         Input::StopChecked { .. } => "the stop conditions' verdict",
         Input::Interrupted { .. } => "an interrupt",
+        Input::Restarted => "a restart",
+        Input::JournalFailed { .. } => "a journal failure",
         Input::Finalized { .. } => "the finish hooks' result",
     }
 }

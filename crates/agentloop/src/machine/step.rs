@@ -119,6 +119,11 @@ pub enum Interrupt {
     Cancelled,
     /// The run's deadline passed.
     Deadline,
+    /// A gate asked a human and the run is durable: it stops here, waiting for the answers, and
+    /// its journal ends before this step so that resuming asks the gate again.
+    Suspended,
+    /// A durable run's journal could not be written: the run stops at its last written step.
+    JournalFailed,
 }
 
 /// A hook (or a gate, a guardrail, a pricing function) that failed or panicked.
@@ -234,6 +239,16 @@ pub enum Input {
     Interrupted {
         /// By what.
         by: Interrupt,
+    },
+    /// The run goes on in a new process, from its journal: calls that were running when the old
+    /// one stopped are run again when their tool is idempotent, and answered
+    /// [`CallOutcome::interrupted`] otherwise.
+    Restarted,
+    /// A durable run's journal could not keep the last step's result: the run stops (as if
+    /// interrupted) at its last written step, failing with this message.
+    JournalFailed {
+        /// What went wrong.
+        message: String,
     },
     /// The finish hooks ran.
     Finalized {

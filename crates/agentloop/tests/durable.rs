@@ -1,0 +1,241 @@
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::indexing_slicing,
+    clippy::panic
+)]
+//! Durable runs in the library: a run journaled into memory, cut at every step as a crash would
+//! cut it, and resumed by a fresh agent (`Agent::resume`); a journal that fails; a changed agent.
+
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use agentloop::journal::{Journal, JournalError, JournalHeader, JournaledRun, RunStatus};
+use agentloop::machine::Step;
+use agentloop::message::ToolResult;
+use agentloop::permissions::ApprovalRequest;
+use agentloop::testing::ScriptedModel;
+use agentloop::{Agent, Limits, Message, RunOptions, RunOutcome, StopReason, Tool, ToolOutput};
+use common::calls;
+use futures::future::BoxFuture;
+use serde_json::{Value, json};
+
+/// Keeps everything in memory; fails every write from `fail_at` on.
+#[derive(Default)]
+struct Memory {
+    header: Mutex<Option<JournalHeader>>,
+    steps: Mutex<Vec<Step>>,
+    fail_at: Option<u64>,
+}
+
+impl Journal for Memory {
+    fn begin<'a>(&'a self, header: &'a JournalHeader) -> BoxFuture<'a, Result<(), JournalError>> {
+        *self.header.lock().unwrap() = Some(header.clone());
+        Box::pin(async { Ok(()) })
+    }
+    fn append<'a>(
+        &'a self,
+        _run_id: &'a str,
+        seq: u64,
+        step: &'a Step,
+    ) -> BoxFuture<'a, Result<(), JournalError>> {
+        let result = if self.fail_at.is_some_and(|f| seq >= f) {
+            Err(JournalError::Io {
+                message: "disk full".into(),
+            })
+        } else {
+            let mut steps = self.steps.lock().unwrap();
+            assert_eq!(steps.len() as u64, seq, "steps are written in order");
+            steps.push(step.clone());
+            Ok(())
+        };
+        Box::pin(async move { result })
+    }
+    fn suspend<'a>(
+        &'a self,
+        _run_id: &'a str,
+        _pending: &'a [ApprovalRequest],
+    ) -> BoxFuture<'a, Result<(), JournalError>> {
+        Box::pin(async { Ok(()) })
+    }
+    fn finish<'a>(
+        &'a self,
+        _run_id: &'a str,
+        _outcome: &'a RunOutcome,
+    ) -> BoxFuture<'a, Result<(), JournalError>> {
+        Box::pin(async { Ok(()) })
+    }
+}
+
+impl Memory {
+    /// The run as a crash after `n` written steps leaves it.
+    fn cut(&self, n: usize) -> JournaledRun {
+        JournaledRun {
+            header: self.header.lock().unwrap().clone().unwrap(),
+            steps: self.steps.lock().unwrap()[..n].to_vec(),
+            status: RunStatus::Running,
+            approvals: Vec::new(),
+        }
+    }
+}
+
+struct Counts {
+    idem: Arc<AtomicUsize>,
+    once: Arc<AtomicUsize>,
+}
+
+fn counter(name: &str, idempotent: bool, n: &Arc<AtomicUsize>) -> Tool {
+    let n = n.clone();
+    let name_owned = name.to_owned();
+    Tool::builder(name)
+        .description("Counts.")
+        .idempotent(idempotent)
+        .dynamic(json!({"type": "object"}), move |a: Value, _c| {
+            let n = n.clone();
+            let name = name_owned.clone();
+            async move {
+                n.fetch_add(1, Ordering::SeqCst);
+                Ok(ToolOutput::text(format!("{name} {a}")))
+            }
+        })
+}
+
+fn script() -> Vec<agentloop::ModelResponse> {
+    vec![
+        calls(&[("a", "idem", r#"{"k":1}"#), ("b", "once", r#"{"k":2}"#)]),
+        calls(&[("c", "once", r#"{"k":3}"#), ("d", "idem", r#"{"k":4}"#)]),
+        agentloop::ModelResponse::text("done"),
+    ]
+}
+
+fn agent(skip: usize, version: &str) -> (Agent, Counts) {
+    let counts = Counts {
+        idem: Arc::new(AtomicUsize::new(0)),
+        once: Arc::new(AtomicUsize::new(0)),
+    };
+    let agent = Agent::builder()
+        .model(ScriptedModel::new(script()).skip(skip))
+        .tool(counter("idem", true, &counts.idem))
+        .tool(counter("once", false, &counts.once))
+        .limits(Limits::default())
+        .version(version)
+        .build()
+        .unwrap();
+    (agent, counts)
+}
+
+fn results(transcript: &[Message]) -> Vec<&ToolResult> {
+    transcript
+        .iter()
+        .filter_map(Message::as_tool_result)
+        .collect()
+}
+
+#[tokio::test]
+async fn a_run_cut_at_any_step_resumes_without_running_a_finished_call_again() {
+    let journal = Arc::new(Memory::default());
+    let (whole, counts) = agent(0, "1");
+    let options = RunOptions {
+        journal: Some(journal.clone()),
+        ..RunOptions::default()
+    };
+    let base = whole
+        .run_with(Vec::new(), Some(Message::user("go")), options)
+        .await;
+    assert_eq!(base.stop_reason, StopReason::Finished);
+    assert_eq!(counts.idem.load(Ordering::SeqCst), 2);
+    assert_eq!(counts.once.load(Ordering::SeqCst), 2);
+    let total = journal.steps.lock().unwrap().len();
+    for n in 0..=total {
+        let run = journal.cut(n);
+        let model_calls = run.model_calls();
+        let (fresh, counts) = agent(model_calls, "1");
+        let again = Arc::new(Memory::default());
+        *again.header.lock().unwrap() = Some(run.header.clone());
+        *again.steps.lock().unwrap() = run.steps.clone();
+        let options = RunOptions {
+            journal: Some(again.clone()),
+            ..RunOptions::default()
+        };
+        let resumed = fresh.resume(run, options, false).await.unwrap();
+        assert_eq!(resumed.stop_reason, StopReason::Finished, "cut at {n}");
+        assert_eq!(resumed.run_id, base.run_id);
+        assert_eq!(resumed.usage, base.usage, "usage goes on from the journal");
+        assert_eq!(resumed.model_calls, base.model_calls);
+        assert_eq!(resumed.transcript.len(), base.transcript.len());
+        let mut interrupted = 0;
+        for (b, r) in results(&base.transcript)
+            .into_iter()
+            .zip(results(&resumed.transcript))
+        {
+            if r.content.to_text().starts_with("interrupted:") {
+                assert_eq!(&*r.tool, "once", "cut at {n}: only a non-idempotent call");
+                interrupted += 1;
+            } else {
+                assert_eq!(b, r, "cut at {n}");
+            }
+        }
+        // Each call ran once in all: in the first process (its result journaled), or in this one.
+        let once_now = counts.once.load(Ordering::SeqCst);
+        assert!(
+            once_now + interrupted <= 2,
+            "cut at {n}: a non-idempotent call ran twice"
+        );
+        assert!(counts.idem.load(Ordering::SeqCst) <= 2, "cut at {n}");
+    }
+}
+
+#[tokio::test]
+async fn a_journal_that_fails_stops_the_run_with_its_error() {
+    let journal = Arc::new(Memory {
+        fail_at: Some(2),
+        ..Memory::default()
+    });
+    let (agent, _) = agent(0, "1");
+    let options = RunOptions {
+        journal: Some(journal.clone()),
+        ..RunOptions::default()
+    };
+    let out = agent
+        .run_with(Vec::new(), Some(Message::user("go")), options)
+        .await;
+    assert_eq!(out.stop_reason, StopReason::Failed);
+    let error = out.error.unwrap();
+    assert_eq!(error.code(), "journal.write");
+    assert!(error.to_string().contains("disk full"), "{error}");
+    assert_eq!(
+        journal.steps.lock().unwrap().len(),
+        2,
+        "nothing after the failed write"
+    );
+}
+
+#[tokio::test]
+async fn a_changed_agent_is_refused_unless_forced() {
+    let journal = Arc::new(Memory::default());
+    let (first, _) = agent(0, "1");
+    let options = RunOptions {
+        journal: Some(journal.clone()),
+        ..RunOptions::default()
+    };
+    first
+        .run_with(Vec::new(), Some(Message::user("go")), options)
+        .await;
+    let (changed, _) = agent(1, "2");
+    let refused = changed
+        .resume(journal.cut(3), RunOptions::default(), false)
+        .await
+        .unwrap_err();
+    match &refused {
+        JournalError::Changed { changes, .. } => assert_eq!(changes, &["/version"]),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(refused.code(), "journal.changed");
+    let forced = changed
+        .resume(journal.cut(3), RunOptions::default(), true)
+        .await
+        .unwrap();
+    assert_eq!(forced.stop_reason, StopReason::Finished);
+}
