@@ -10,6 +10,9 @@
 //!   the other.
 //! - [`render_list`] and [`render_run`] (and their JSON variants) are the `trace list` and
 //!   `trace show` views.
+//! - [`SqliteJournal`] is the journal of durable runs (an [`agentloop::journal::Journal`]), and
+//!   [`JournalReader`] reads it back checked, lists runs and pending approvals, and records
+//!   answers (see [`journal`]).
 //!
 //! ```no_run
 //! # async fn demo(agent: agentloop::Agent) -> Result<(), agentloop_store::TraceError> {
@@ -27,6 +30,7 @@
 
 pub mod error;
 pub mod format;
+pub mod journal;
 pub mod ndjson;
 pub mod record;
 pub mod redact;
@@ -37,6 +41,7 @@ pub mod view;
 
 pub use error::TraceError;
 pub use format::{TraceFormat, TraceWriter, open_writer};
+pub use journal::{Fault, JournalReader, RunEntry, SqliteJournal, WaitingCall};
 pub use ndjson::NdjsonWriter;
 pub use record::{
     ErrorInfo, ModelCallSpan, RunSpan, Span, Status, ToolCallSpan, TraceRecord, TurnSpan,

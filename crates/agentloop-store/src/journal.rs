@@ -1,0 +1,760 @@
+//! The SQLite journal of durable runs: [`SqliteJournal`] writes (an [`agentloop::journal::Journal`]),
+//! [`JournalReader`] reads, lists and records approval answers.
+//!
+//! One SQLite transaction per step, in WAL mode with `synchronous = FULL`, so a step is on disk
+//! before the run moves on, and a write cut short by a crash is rolled back whole. Each step
+//! row carries a SHA-256 chained over the run's header and every step before it: a changed,
+//! missing or reordered row is reported with its run and step, and the steps before it stay
+//! readable ([`JournalReader::load_intact`]). A file that is not a journal is refused before
+//! anything is written to it.
+//!
+//! The writer owns its connection on a thread of its own: no SQLite work runs on the async
+//! workers.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::sync::mpsc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use agentloop::RunOutcome;
+use agentloop::journal::{
+    Journal, JournalError, JournalHeader, JournaledRun, PendingApproval, RunStatus,
+};
+use agentloop::machine::Step;
+use agentloop::permissions::{Answer, ApprovalRequest};
+use futures::future::BoxFuture;
+use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
+use sha2::{Digest, Sha256};
+
+/// The `format` a journal's meta table names.
+pub const JOURNAL_FORMAT: &str = "agentloop-journal";
+/// The journal format's version.
+pub const JOURNAL_VERSION: i64 = 1;
+
+const SCHEMA: &str = "
+CREATE TABLE journal_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE runs (
+    run_id TEXT PRIMARY KEY,
+    agent TEXT NOT NULL,
+    fingerprint TEXT NOT NULL,
+    header TEXT NOT NULL,
+    header_sum TEXT NOT NULL,
+    status TEXT NOT NULL,
+    stop_reason TEXT,
+    created_ms INTEGER NOT NULL,
+    updated_ms INTEGER NOT NULL
+);
+CREATE TABLE steps (
+    run_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    step TEXT NOT NULL,
+    sum TEXT NOT NULL,
+    PRIMARY KEY (run_id, seq)
+) WITHOUT ROWID;
+CREATE TABLE approvals (
+    run_id TEXT NOT NULL,
+    call_id TEXT NOT NULL,
+    request TEXT NOT NULL,
+    answer TEXT,
+    PRIMARY KEY (run_id, call_id)
+);
+";
+
+fn io(e: impl std::fmt::Display) -> JournalError {
+    JournalError::Io {
+        message: e.to_string(),
+    }
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        let _ = write!(out, "{b:02x}");
+    }
+    out
+}
+
+fn header_sum(header: &str) -> String {
+    hex(&Sha256::digest(header.as_bytes()))
+}
+
+/// The chained sum of a step: over the previous sum, the sequence number and the step's text.
+fn step_sum(previous: &str, seq: u64, step: &str) -> String {
+    let mut h = Sha256::new();
+    h.update(previous.as_bytes());
+    h.update(seq.to_le_bytes());
+    h.update(step.as_bytes());
+    hex(&h.finalize())
+}
+
+/// Opens a journal file, creating its schema when the file is new (or empty), and refusing a
+/// file that is something else.
+fn open_checked(path: &Path, create: bool) -> Result<Connection, JournalError> {
+    let shown = path.display().to_string();
+    let foreign = |reason: String| JournalError::Foreign {
+        path: shown.clone(),
+        reason,
+    };
+    let flags = if create {
+        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE
+    } else {
+        OpenFlags::SQLITE_OPEN_READ_WRITE
+    };
+    if !create && !path.exists() {
+        return Err(io(format!("no journal at {shown}")));
+    }
+    let conn = Connection::open_with_flags(path, flags)
+        .map_err(|e| io(format!("cannot open {shown}: {e}")))?;
+    conn.busy_timeout(std::time::Duration::from_secs(5))
+        .map_err(io)?;
+    // Reading the schema is the first thing that touches the file: a file that is not SQLite
+    // fails here.
+    let tables: Vec<String> = conn
+        .prepare("SELECT name FROM sqlite_master WHERE type = 'table'")
+        .and_then(|mut s| {
+            s.query_map([], |r| r.get::<_, String>(0))?
+                .collect::<Result<_, _>>()
+        })
+        .map_err(|e| foreign(format!("it cannot be read as SQLite ({e})")))?;
+    if tables.is_empty() {
+        conn.execute_batch(
+            "PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; BEGIN IMMEDIATE;",
+        )
+        .map_err(io)?;
+        conn.execute_batch(SCHEMA).map_err(io)?;
+        conn.execute(
+            "INSERT INTO journal_meta (key, value) VALUES ('format', ?1), ('version', ?2)",
+            params![JOURNAL_FORMAT, JOURNAL_VERSION.to_string()],
+        )
+        .map_err(io)?;
+        conn.execute_batch("COMMIT").map_err(io)?;
+        return Ok(conn);
+    }
+    if !tables.iter().any(|t| t == "journal_meta") {
+        return Err(foreign(format!(
+            "it is an SQLite database with other tables ({})",
+            tables.join(", ")
+        )));
+    }
+    let meta = |key: &str| -> Result<Option<String>, JournalError> {
+        conn.query_row(
+            "SELECT value FROM journal_meta WHERE key = ?1",
+            [key],
+            |r| r.get(0),
+        )
+        .optional()
+        .map_err(|e| foreign(format!("its meta table cannot be read ({e})")))
+    };
+    if meta("format")?.as_deref() != Some(JOURNAL_FORMAT) {
+        return Err(foreign("its format is not agentloop-journal".into()));
+    }
+    let version: i64 = meta("version")?
+        .and_then(|v| v.parse().ok())
+        .ok_or_else(|| foreign("its version is missing".into()))?;
+    if version > JOURNAL_VERSION {
+        return Err(foreign(format!(
+            "its format version {version} is newer than this program's ({JOURNAL_VERSION})"
+        )));
+    }
+    conn.execute_batch("PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL;")
+        .map_err(io)?;
+    Ok(conn)
+}
+
+/// Where a test makes the writer stop as if the process were killed there: it prints a line on
+/// stderr and waits forever, and the test kills the process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// After step `n` is committed.
+    AfterStep(u64),
+    /// Inside the transaction of step `n`, before its commit.
+    InStep(u64),
+}
+
+impl Fault {
+    /// Reads `after-step:N` or `in-step:N`.
+    pub fn parse(text: &str) -> Option<Fault> {
+        let (kind, n) = text.trim().split_once(':')?;
+        let n = n.trim().parse().ok()?;
+        match kind.trim() {
+            "after-step" => Some(Fault::AfterStep(n)),
+            "in-step" => Some(Fault::InStep(n)),
+            _ => None,
+        }
+    }
+}
+
+fn hang(what: &str) -> ! {
+    eprintln!("agentloop: fault: paused {what}");
+    loop {
+        std::thread::park();
+    }
+}
+
+enum Command {
+    Begin(String, String, String, String),
+    Append(String, u64, String),
+    Suspend(String, Vec<(String, String)>),
+    Finish(String, String),
+}
+
+type Reply = tokio::sync::oneshot::Sender<Result<(), JournalError>>;
+
+/// The writing side of a journal file, on a thread of its own.
+pub struct SqliteJournal {
+    path: PathBuf,
+    tx: Mutex<mpsc::Sender<(Command, Reply)>>,
+}
+
+impl std::fmt::Debug for SqliteJournal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqliteJournal")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SqliteJournal {
+    /// Opens (or creates) the journal at `path`.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, JournalError> {
+        Self::open_with(path, None)
+    }
+
+    /// [`SqliteJournal::open`], with a fault for crash tests.
+    pub fn open_with(path: impl AsRef<Path>, fault: Option<Fault>) -> Result<Self, JournalError> {
+        let path = path.as_ref().to_path_buf();
+        let conn = open_checked(&path, true)?;
+        let (tx, rx) = mpsc::channel::<(Command, Reply)>();
+        std::thread::Builder::new()
+            .name("agentloop-journal".into())
+            .spawn(move || {
+                let mut writer = Writer {
+                    conn,
+                    last: HashMap::new(),
+                    fault,
+                };
+                for (command, reply) in rx {
+                    let _ = reply.send(writer.apply(command));
+                }
+            })
+            .map_err(io)?;
+        Ok(SqliteJournal {
+            path,
+            tx: Mutex::new(tx),
+        })
+    }
+
+    /// The file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn send(&self, command: Command) -> BoxFuture<'_, Result<(), JournalError>> {
+        let (reply, done) = tokio::sync::oneshot::channel();
+        let sent = self
+            .tx
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .send((command, reply));
+        Box::pin(async move {
+            sent.map_err(|_| io("the journal's writer thread is gone"))?;
+            done.await
+                .map_err(|_| io("the journal's writer thread is gone"))?
+        })
+    }
+}
+
+fn to_json<T: serde::Serialize>(value: &T) -> Result<String, JournalError> {
+    serde_json::to_string(value).map_err(io)
+}
+
+impl Journal for SqliteJournal {
+    fn begin<'a>(&'a self, header: &'a JournalHeader) -> BoxFuture<'a, Result<(), JournalError>> {
+        match to_json(header) {
+            Ok(text) => self.send(Command::Begin(
+                header.run_id.clone(),
+                header.agent.clone(),
+                header.fingerprint.clone(),
+                text,
+            )),
+            Err(e) => Box::pin(async move { Err(e) }),
+        }
+    }
+
+    fn append<'a>(
+        &'a self,
+        run_id: &'a str,
+        seq: u64,
+        step: &'a Step,
+    ) -> BoxFuture<'a, Result<(), JournalError>> {
+        match to_json(step) {
+            Ok(text) => self.send(Command::Append(run_id.to_owned(), seq, text)),
+            Err(e) => Box::pin(async move { Err(e) }),
+        }
+    }
+
+    fn suspend<'a>(
+        &'a self,
+        run_id: &'a str,
+        pending: &'a [ApprovalRequest],
+    ) -> BoxFuture<'a, Result<(), JournalError>> {
+        let rows: Result<Vec<(String, String)>, JournalError> = pending
+            .iter()
+            .map(|r| Ok((r.call_id.clone(), to_json(r)?)))
+            .collect();
+        match rows {
+            Ok(rows) => self.send(Command::Suspend(run_id.to_owned(), rows)),
+            Err(e) => Box::pin(async move { Err(e) }),
+        }
+    }
+
+    fn finish<'a>(
+        &'a self,
+        run_id: &'a str,
+        outcome: &'a RunOutcome,
+    ) -> BoxFuture<'a, Result<(), JournalError>> {
+        self.send(Command::Finish(
+            run_id.to_owned(),
+            outcome.stop_reason.as_str().to_owned(),
+        ))
+    }
+}
+
+struct Writer {
+    conn: Connection,
+    /// Each run's last step: its sequence number and chained sum.
+    last: HashMap<String, (Option<u64>, String)>,
+    fault: Option<Fault>,
+}
+
+impl Writer {
+    fn apply(&mut self, command: Command) -> Result<(), JournalError> {
+        match command {
+            Command::Begin(run_id, agent, fingerprint, header) => {
+                let sum = header_sum(&header);
+                let at = now_ms();
+                self.conn
+                    .execute(
+                        "INSERT INTO runs (run_id, agent, fingerprint, header, header_sum, status, \
+                         created_ms, updated_ms) VALUES (?1, ?2, ?3, ?4, ?5, 'running', ?6, ?6)",
+                        params![run_id, agent, fingerprint, header, sum, at],
+                    )
+                    .map_err(|e| io(format!("cannot start run {run_id}: {e}")))?;
+                self.last.insert(run_id, (None, sum));
+                Ok(())
+            }
+            Command::Append(run_id, seq, step) => self.append(run_id, seq, &step),
+            Command::Suspend(run_id, rows) => {
+                let tx = self.conn.transaction().map_err(io)?;
+                for (call_id, request) in rows {
+                    tx.execute(
+                        "INSERT INTO approvals (run_id, call_id, request) VALUES (?1, ?2, ?3) \
+                         ON CONFLICT (run_id, call_id) DO UPDATE SET request = excluded.request",
+                        params![run_id, call_id, request],
+                    )
+                    .map_err(io)?;
+                }
+                tx.execute(
+                    "UPDATE runs SET status = 'suspended', updated_ms = ?2 WHERE run_id = ?1",
+                    params![run_id, now_ms()],
+                )
+                .map_err(io)?;
+                tx.commit().map_err(io)
+            }
+            Command::Finish(run_id, stop_reason) => self
+                .conn
+                .execute(
+                    "UPDATE runs SET status = 'finished', stop_reason = ?2, updated_ms = ?3 \
+                     WHERE run_id = ?1",
+                    params![run_id, stop_reason, now_ms()],
+                )
+                .map(drop)
+                .map_err(io),
+        }
+    }
+
+    fn append(&mut self, run_id: String, seq: u64, step: &str) -> Result<(), JournalError> {
+        let (last_seq, previous) = match self.last.get(&run_id) {
+            Some(last) => last.clone(),
+            None => tail(&self.conn, &run_id)?,
+        };
+        let expected = last_seq.map_or(0, |s| s + 1);
+        if seq != expected {
+            return Err(io(format!(
+                "run {run_id}: step {seq} written out of order (expected step {expected})"
+            )));
+        }
+        let sum = step_sum(&previous, seq, step);
+        let seq_i = i64::try_from(seq).map_err(io)?;
+        let tx = self.conn.transaction().map_err(io)?;
+        tx.execute(
+            "INSERT INTO steps (run_id, seq, step, sum) VALUES (?1, ?2, ?3, ?4)",
+            params![run_id, seq_i, step, sum],
+        )
+        .map_err(io)?;
+        tx.execute(
+            "UPDATE runs SET status = 'running', updated_ms = ?2 WHERE run_id = ?1",
+            params![run_id, now_ms()],
+        )
+        .map_err(io)?;
+        if self.fault == Some(Fault::InStep(seq)) {
+            hang(&format!("in the write of step {seq}"));
+        }
+        tx.commit().map_err(io)?;
+        if self.fault == Some(Fault::AfterStep(seq)) {
+            hang(&format!("after step {seq}"));
+        }
+        self.last.insert(run_id, (Some(seq), sum));
+        Ok(())
+    }
+}
+
+/// A run's last step in the file (its number and sum), or its header's sum when it has none.
+fn tail(conn: &Connection, run_id: &str) -> Result<(Option<u64>, String), JournalError> {
+    let last: Option<(i64, String)> = conn
+        .query_row(
+            "SELECT seq, sum FROM steps WHERE run_id = ?1 ORDER BY seq DESC LIMIT 1",
+            [run_id],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .optional()
+        .map_err(io)?;
+    if let Some((seq, sum)) = last {
+        return Ok((u64::try_from(seq).ok(), sum));
+    }
+    let header: Option<String> = conn
+        .query_row(
+            "SELECT header_sum FROM runs WHERE run_id = ?1",
+            [run_id],
+            |r| r.get(0),
+        )
+        .optional()
+        .map_err(io)?;
+    header
+        .map(|s| (None, s))
+        .ok_or_else(|| JournalError::UnknownRun {
+            run_id: run_id.to_owned(),
+        })
+}
+
+/// One run of a journal, as [`JournalReader::runs`] lists it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct RunEntry {
+    /// The run's id.
+    pub run_id: String,
+    /// Its agent.
+    pub agent: String,
+    /// `running`, `suspended` or `finished`.
+    pub status: String,
+    /// Its stop reason, once finished.
+    pub stop_reason: Option<String>,
+    /// How many steps are journaled.
+    pub steps: u64,
+    /// Its definition's fingerprint.
+    pub fingerprint: String,
+    /// When it started and was last written (ms since the Unix epoch).
+    pub created_ms: i64,
+    /// When it was last written.
+    pub updated_ms: i64,
+}
+
+/// A call a suspended run waits on, as [`JournalReader::pending`] lists it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct WaitingCall {
+    /// The run.
+    pub run_id: String,
+    /// Its agent.
+    pub agent: String,
+    /// The call.
+    #[serde(flatten)]
+    pub request: ApprovalRequest,
+    /// The answer, once recorded.
+    pub answer: Option<Answer>,
+}
+
+/// The reading side of a journal file: runs, their steps (checked), approvals, and answers.
+pub struct JournalReader {
+    conn: Connection,
+}
+
+impl std::fmt::Debug for JournalReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JournalReader").finish_non_exhaustive()
+    }
+}
+
+impl JournalReader {
+    /// Opens an existing journal.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, JournalError> {
+        Ok(JournalReader {
+            conn: open_checked(path.as_ref(), false)?,
+        })
+    }
+
+    /// Every run, oldest first.
+    pub fn runs(&self) -> Result<Vec<RunEntry>, JournalError> {
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT r.run_id, r.agent, r.status, r.stop_reason, r.fingerprint, r.created_ms, \
+                 r.updated_ms, (SELECT COUNT(*) FROM steps s WHERE s.run_id = r.run_id) \
+                 FROM runs r ORDER BY r.created_ms, r.run_id",
+            )
+            .map_err(io)?;
+        let rows = stmt
+            .query_map([], |r| {
+                Ok(RunEntry {
+                    run_id: r.get(0)?,
+                    agent: r.get(1)?,
+                    status: r.get(2)?,
+                    stop_reason: r.get(3)?,
+                    fingerprint: r.get(4)?,
+                    created_ms: r.get(5)?,
+                    updated_ms: r.get(6)?,
+                    steps: u64::try_from(r.get::<_, i64>(7)?).unwrap_or(0),
+                })
+            })
+            .map_err(io)?;
+        rows.collect::<Result<_, _>>().map_err(io)
+    }
+
+    /// The run whose id is `id`, or starts with it when only one does.
+    pub fn find(&self, id: &str) -> Result<String, JournalError> {
+        let unknown = || JournalError::UnknownRun {
+            run_id: id.to_owned(),
+        };
+        let ids: Vec<String> = self
+            .runs()?
+            .into_iter()
+            .map(|r| r.run_id)
+            .filter(|r| r.starts_with(id))
+            .collect();
+        if ids.iter().any(|r| r == id) {
+            return Ok(id.to_owned());
+        }
+        match ids.as_slice() {
+            [one] => Ok(one.clone()),
+            _ => Err(unknown()),
+        }
+    }
+
+    /// A run, whole and checked: any damage is an error naming the run and step.
+    pub fn load(&self, run_id: &str) -> Result<JournaledRun, JournalError> {
+        let (run, damage) = self.load_intact(run_id)?;
+        match damage {
+            Some(e) => Err(e),
+            None => Ok(run),
+        }
+    }
+
+    /// A run's intact part, and the damage that ends it, if any: the steps before a damaged row
+    /// are returned, none after it.
+    pub fn load_intact(
+        &self,
+        run_id: &str,
+    ) -> Result<(JournaledRun, Option<JournalError>), JournalError> {
+        let damaged = |step: Option<u64>, reason: String| JournalError::Damaged {
+            run_id: run_id.to_owned(),
+            step,
+            reason,
+        };
+        let row: Option<(String, String, String, Option<String>)> = self
+            .conn
+            .query_row(
+                "SELECT header, header_sum, status, stop_reason FROM runs WHERE run_id = ?1",
+                [run_id],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+            )
+            .optional()
+            .map_err(|e| damaged(None, format!("its row cannot be read ({e})")))?;
+        let Some((header_text, sum, status, stop_reason)) = row else {
+            return Err(JournalError::UnknownRun {
+                run_id: run_id.to_owned(),
+            });
+        };
+        if header_sum(&header_text) != sum {
+            return Err(damaged(None, "its checksum does not match".into()));
+        }
+        let header: JournalHeader = serde_json::from_str(&header_text)
+            .map_err(|e| damaged(None, format!("it cannot be parsed ({e})")))?;
+        let status = match status.as_str() {
+            "running" => RunStatus::Running,
+            "suspended" => RunStatus::Suspended,
+            "finished" => RunStatus::Finished {
+                stop_reason: stop_reason.unwrap_or_default(),
+            },
+            other => return Err(damaged(None, format!("unknown status {other:?}"))),
+        };
+        let approvals = self.approvals(run_id)?;
+        let mut run = JournaledRun {
+            header,
+            steps: Vec::new(),
+            status,
+            approvals,
+        };
+        let damage = self.read_steps(run_id, &sum, &mut run.steps, damaged)?;
+        Ok((run, damage))
+    }
+
+    fn read_steps(
+        &self,
+        run_id: &str,
+        header_sum: &str,
+        steps: &mut Vec<Step>,
+        damaged: impl Fn(Option<u64>, String) -> JournalError,
+    ) -> Result<Option<JournalError>, JournalError> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT seq, step, sum FROM steps WHERE run_id = ?1 ORDER BY seq")
+            .map_err(io)?;
+        let mut rows = stmt.query([run_id]).map_err(io)?;
+        let mut previous = header_sum.to_owned();
+        let mut expected: u64 = 0;
+        loop {
+            let row = match rows.next() {
+                Ok(Some(row)) => row,
+                Ok(None) => return Ok(None),
+                Err(e) => {
+                    return Ok(Some(damaged(
+                        Some(expected),
+                        format!("the row cannot be read ({e})"),
+                    )));
+                }
+            };
+            let read: Result<(i64, String, String), _> =
+                (|| Ok::<_, rusqlite::Error>((row.get(0)?, row.get(1)?, row.get(2)?)))();
+            let (seq, text, sum) = match read {
+                Ok(r) => r,
+                Err(e) => {
+                    return Ok(Some(damaged(
+                        Some(expected),
+                        format!("the row cannot be read ({e})"),
+                    )));
+                }
+            };
+            if u64::try_from(seq).ok() != Some(expected) {
+                return Ok(Some(damaged(
+                    Some(expected),
+                    format!("the step is missing (the next row is step {seq})"),
+                )));
+            }
+            if step_sum(&previous, expected, &text) != sum {
+                return Ok(Some(damaged(
+                    Some(expected),
+                    "its checksum does not match (the row was changed or torn)".into(),
+                )));
+            }
+            match serde_json::from_str::<Step>(&text) {
+                Ok(step) => steps.push(step),
+                Err(e) => {
+                    return Ok(Some(damaged(
+                        Some(expected),
+                        format!("it cannot be parsed ({e})"),
+                    )));
+                }
+            }
+            previous = sum;
+            expected += 1;
+        }
+    }
+
+    fn approvals(&self, run_id: &str) -> Result<Vec<PendingApproval>, JournalError> {
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT call_id, request, answer FROM approvals WHERE run_id = ?1 ORDER BY rowid",
+            )
+            .map_err(io)?;
+        let rows = stmt
+            .query_map([run_id], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, Option<String>>(2)?,
+                ))
+            })
+            .map_err(io)?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (call_id, request, answer) = row.map_err(io)?;
+            let damaged = |what: &str, e: serde_json::Error| JournalError::Damaged {
+                run_id: run_id.to_owned(),
+                step: None,
+                reason: format!(
+                    "the approval of call {call_id}: its {what} cannot be parsed ({e})"
+                ),
+            };
+            let request: ApprovalRequest =
+                serde_json::from_str(&request).map_err(|e| damaged("request", e))?;
+            let answer = match answer {
+                Some(a) => Some(serde_json::from_str(&a).map_err(|e| damaged("answer", e))?),
+                None => None,
+            };
+            out.push(PendingApproval { request, answer });
+        }
+        Ok(out)
+    }
+
+    /// The calls suspended runs wait on (answered or not), in run order.
+    pub fn pending(&self) -> Result<Vec<WaitingCall>, JournalError> {
+        let mut out = Vec::new();
+        for run in self.runs()? {
+            if run.status != "suspended" {
+                continue;
+            }
+            for a in self.approvals(&run.run_id)? {
+                out.push(WaitingCall {
+                    run_id: run.run_id.clone(),
+                    agent: run.agent.clone(),
+                    request: a.request,
+                    answer: a.answer,
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    /// Records a human's answer about a call a suspended run waits on.
+    pub fn answer(&self, run_id: &str, call_id: &str, answer: Answer) -> Result<(), JournalError> {
+        let status: Option<String> = self
+            .conn
+            .query_row("SELECT status FROM runs WHERE run_id = ?1", [run_id], |r| {
+                r.get(0)
+            })
+            .optional()
+            .map_err(io)?;
+        let not = |reason: String| JournalError::NotResumable {
+            run_id: run_id.to_owned(),
+            reason,
+        };
+        match status.as_deref() {
+            None => {
+                return Err(JournalError::UnknownRun {
+                    run_id: run_id.to_owned(),
+                });
+            }
+            Some("suspended") => {}
+            Some(other) => return Err(not(format!("it is {other}, not waiting for approval"))),
+        }
+        let text = serde_json::to_string(&answer).map_err(io)?;
+        let changed = self
+            .conn
+            .execute(
+                "UPDATE approvals SET answer = ?3 WHERE run_id = ?1 AND call_id = ?2",
+                params![run_id, call_id, text],
+            )
+            .map_err(io)?;
+        if changed == 0 {
+            return Err(not(format!("it does not wait on a call {call_id}")));
+        }
+        Ok(())
+    }
+}
