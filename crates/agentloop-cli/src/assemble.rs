@@ -80,6 +80,7 @@ pub fn tools(file: &AgentFile) -> Result<Vec<Tool>, CliError> {
                 ))
                 .mode(t.mode.unwrap_or_default())
                 .poller(t.poller.unwrap_or(false))
+                .idempotent(t.idempotent.unwrap_or(false))
                 .retries(t.retries.as_ref().map_or(0, |r| *r.get_ref()))
                 .working_dir(&file.dir);
             if let Some(timeout) = t
@@ -250,12 +251,62 @@ pub fn gate(file: &AgentFile, approval: Approval) -> Result<Option<Arc<dyn Gate>
     Ok(Some(Arc::new(gate)))
 }
 
+/// What the agent file adds to the agent's definition (its fingerprint): what the core cannot
+/// see for itself, the tools' commands, the permissions and the version.
+pub fn definition_parts(file: &AgentFile) -> Vec<(&'static str, serde_json::Value)> {
+    let commands: serde_json::Map<String, serde_json::Value> = file
+        .tools()
+        .iter()
+        .map(|t| (t.name.get_ref().clone(), json!(t.command.get_ref())))
+        .collect();
+    let permissions = file.permissions().map(|p| {
+        json!({
+            "default": p.default.unwrap_or(Permission::Allow),
+            "rules": permission_rules(file),
+        })
+    });
+    let m = file.model();
+    let model = json!({
+        "provider": m.provider.get_ref().as_str(),
+        "name": m.name.as_ref().map(|n| n.get_ref()),
+        "base_url": m.base_url.as_ref().map(|u| u.get_ref()),
+    });
+    let mut parts = vec![
+        ("model", model),
+        ("commands", serde_json::Value::Object(commands)),
+        ("permissions", json!(permissions)),
+    ];
+    if let Some(v) = &file.spec.version {
+        parts.push(("version", json!(v)));
+    }
+    parts
+}
+
 /// The agent, over a given model, with a permission gate when the file has one.
 pub fn agent(
     file: &AgentFile,
     model: Arc<dyn Model>,
     gate: Option<Arc<dyn Gate>>,
 ) -> Result<Agent, CliError> {
+    builder(file, model, gate)?
+        .build()
+        .map_err(|e| CliError::Setup {
+            message: format!("{}: {e}", e.code()),
+        })
+}
+
+/// The agent's definition fingerprint, as a journaled run of it records it; needs no
+/// credentials (the model's part of the definition is the file's `[model]`).
+pub fn fingerprint(file: &AgentFile) -> Result<String, CliError> {
+    let stand_in = Arc::new(ScriptedModel::new([]));
+    Ok(builder(file, stand_in, None)?.definition().fingerprint())
+}
+
+fn builder(
+    file: &AgentFile,
+    model: Arc<dyn Model>,
+    gate: Option<Arc<dyn Gate>>,
+) -> Result<agentloop::AgentBuilder, CliError> {
     let mut builder = Agent::builder()
         .name(file.spec.name.get_ref().clone())
         .model(model)
@@ -283,9 +334,10 @@ pub fn agent(
     if let Some(gate) = gate {
         builder = builder.gate(gate);
     }
-    builder.build().map_err(|e| CliError::Setup {
-        message: format!("{}: {e}", e.code()),
-    })
+    for (key, value) in definition_parts(file) {
+        builder = builder.definition_part(key, value);
+    }
+    Ok(builder)
 }
 
 #[cfg(test)]

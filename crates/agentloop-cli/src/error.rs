@@ -23,6 +23,11 @@ pub mod code {
     pub const TOOL: i32 = 6;
     /// The run failed for another reason (an invalid decision or final answer).
     pub const RUN_FAILED: i32 = 7;
+    /// A journaled run suspended: it waits for approvals (`agentloop approvals list`).
+    pub const SUSPENDED: i32 = 8;
+    /// The journal cannot be used: damaged, not a journal, no such run, a changed agent (without
+    /// `--force`), or a run that cannot go on.
+    pub const JOURNAL: i32 = 9;
     /// The run was cancelled (Ctrl-C).
     pub const CANCELLED: i32 = 130;
 }
@@ -39,6 +44,9 @@ Exit codes:
        max_tokens, max_cost_usd, timeout_secs, stuck loop)
   6    a tool failed fatally
   7    the run failed for another reason (invalid decision or final answer)
+  8    suspended: a journaled run waits for approvals (agentloop approvals list)
+  9    the journal cannot be used (damaged, not a journal, unknown run, changed agent
+       without --force, a run that is over or still waits for answers)
   130  cancelled (Ctrl-C)";
 
 /// Why the command failed before or outside a run.
@@ -85,6 +93,9 @@ pub enum CliError {
         /// What is wrong.
         message: String,
     },
+    /// The journal cannot be used.
+    #[error("{0}")]
+    Journal(#[from] agentloop::journal::JournalError),
 }
 
 impl CliError {
@@ -98,6 +109,7 @@ impl CliError {
             CliError::MissingApiKey { .. } => "model.missing_api_key",
             CliError::Provider { .. } => "model.provider_setup",
             CliError::Io { .. } => "cli.io",
+            CliError::Journal(e) => e.code(),
         }
     }
 
@@ -110,6 +122,7 @@ impl CliError {
             | CliError::Setup { .. } => code::INVALID_AGENT_FILE,
             CliError::MissingApiKey { .. } | CliError::Provider { .. } => code::MODEL,
             CliError::Io { .. } => code::OTHER,
+            CliError::Journal(_) => code::JOURNAL,
         }
     }
 }
@@ -119,6 +132,7 @@ pub fn outcome_exit_code(outcome: &RunOutcome) -> i32 {
     match &outcome.stop_reason {
         StopReason::Finished | StopReason::Terminated => code::OK,
         StopReason::Cancelled => code::CANCELLED,
+        StopReason::Suspended => code::SUSPENDED,
         r if r.is_limit() => code::LIMIT,
         _ => match outcome.error.as_ref().map(agentloop::RunError::kind) {
             Some(ErrorKind::Model) => code::MODEL,

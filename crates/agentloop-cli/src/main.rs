@@ -5,6 +5,7 @@ mod agent_file;
 mod approval;
 mod assemble;
 mod completions;
+mod durable;
 mod error;
 mod init;
 mod live;
@@ -53,6 +54,17 @@ enum Command {
     /// Reads trace files written with `run --trace`.
     #[command(subcommand)]
     Trace(TraceCommand),
+    /// Goes on with a journaled run (`run --journal`) after a crash, a kill or a suspension.
+    #[command(after_help = EXIT_CODES_HELP)]
+    Resume(durable::ResumeArgs),
+    /// Lists the tool calls that suspended runs wait on.
+    #[command(subcommand)]
+    Approvals(durable::ApprovalsCommand),
+    /// Answers a tool call a suspended run waits on.
+    Approve(durable::ApproveArgs),
+    /// Reads a journal: its runs, and one run's steps (checked).
+    #[command(subcommand)]
+    Journal(durable::JournalCommand),
     /// Writes a starter agent (agent file, a command tool, a scripted model) that runs at once,
     /// and prints the command that runs it.
     Init(init::InitArgs),
@@ -84,6 +96,11 @@ struct RunArgs {
     trace: TraceArgs,
     #[command(flatten)]
     approval: ApprovalArgs,
+    /// Makes the run durable: each step is written to this SQLite journal before the run moves
+    /// on (`agentloop resume` goes on after a crash), and a call that needs approval suspends
+    /// the run instead of being denied (`agentloop approvals list`).
+    #[arg(long, value_name = "PATH", conflicts_with = "dry_run")]
+    journal: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -225,6 +242,7 @@ async fn dispatch(cli: Cli) -> i32 {
     let json = match &cli.command {
         Command::Run(a) => a.json,
         Command::Plan(a) => a.json,
+        Command::Resume(a) => a.json,
         _ => false,
     };
     let result = match cli.command {
@@ -232,6 +250,10 @@ async fn dispatch(cli: Cli) -> i32 {
         Command::Chat(args) => chat(args).await,
         Command::Plan(args) => plan_command(&args),
         Command::Trace(t) => trace_command(t),
+        Command::Resume(args) => durable::resume(args).await,
+        Command::Approvals(c) => durable::approvals(c),
+        Command::Approve(args) => durable::approve(&args),
+        Command::Journal(c) => durable::journal(c),
         Command::Init(args) => init::init(&args),
         Command::Completions(args) => completions::completions(&args, Cli::command()),
     };
@@ -354,30 +376,26 @@ async fn run(args: RunArgs) -> Result<i32, CliError> {
     let progress = Arc::new(Progress::new());
     let cancel = CancellationToken::new();
     let slot: CancelSlot = Arc::new(std::sync::Mutex::new(Some(cancel.clone())));
-    let approval = if args.approval.yes {
-        Approval::Yes
-    } else if args.dry_run {
+    let journal = args
+        .journal
+        .as_deref()
+        .map(durable::open_journal)
+        .transpose()?;
+    let approval = if args.dry_run {
         Approval::Nobody(DRY_RUN_REASON)
-    } else if !args.json && can_prompt() {
-        ask_at_the_terminal(Box::new(StdinLines), &progress, &slot)
     } else {
-        Approval::Nobody(NO_TERMINAL_REASON)
+        approval_for(&args.approval, args.json, &progress, &slot)
     };
     let gate = assemble::gate(&file, approval)?;
     let agent = assemble::agent(&file, model, gate)?;
     let trace = args.trace.open()?;
     let signals = cancel_on_ctrl_c(cancel.clone());
-    let mut sinks: Vec<Arc<dyn EventSink>> = Vec::new();
-    if !args.json && !args.quiet {
-        sinks.push(progress.clone());
-    }
-    if let Some(t) = &trace {
-        sinks.push(t.clone());
-    }
     let options = RunOptions {
         cancel: Some(cancel),
-        sinks,
+        sinks: run_sinks(&progress, trace.as_ref(), !args.json && !args.quiet),
         skip_tools: args.dry_run,
+        journal: journal.map(|j| j as Arc<dyn agentloop::journal::Journal>),
+        origin: Some(durable::origin(&file.path)),
         ..RunOptions::default()
     };
     let outcome = agent
@@ -389,8 +407,56 @@ async fn run(args: RunArgs) -> Result<i32, CliError> {
     if let Err(e) = finish_trace(trace.as_ref()) {
         eprintln!("agentloop: warning: {e}");
     }
-    print_outcome(&outcome, &args, &progress);
+    let shown = Shown {
+        json: args.json,
+        quiet: args.quiet,
+        dry_run: args.dry_run,
+        journal: args.journal.as_deref(),
+    };
+    print_outcome(&outcome, &shown, &progress);
     Ok(outcome_exit_code(&outcome))
+}
+
+/// A run's sinks: the progress lines when `shown`, and the trace.
+fn run_sinks(
+    progress: &Arc<Progress>,
+    trace: Option<&Arc<TraceSink>>,
+    shown: bool,
+) -> Vec<Arc<dyn EventSink>> {
+    let mut sinks: Vec<Arc<dyn EventSink>> = Vec::new();
+    if shown {
+        sinks.push(progress.clone());
+    }
+    if let Some(t) = trace {
+        sinks.push(t.clone());
+    }
+    sinks
+}
+
+/// Who answers a call that needs approval: `--yes`, the person at the terminal, or nobody (the
+/// call is denied, or a journaled run suspends on it).
+fn approval_for(
+    args: &ApprovalArgs,
+    json: bool,
+    progress: &Arc<Progress>,
+    slot: &CancelSlot,
+) -> Approval {
+    if args.yes {
+        Approval::Yes
+    } else if !json && can_prompt() {
+        ask_at_the_terminal(Box::new(StdinLines), progress, slot)
+    } else {
+        Approval::Nobody(NO_TERMINAL_REASON)
+    }
+}
+
+/// How a run's outcome is shown.
+struct Shown<'a> {
+    json: bool,
+    quiet: bool,
+    dry_run: bool,
+    /// The journal of a durable run.
+    journal: Option<&'a Path>,
 }
 
 /// Approval asked of the person at the terminal: questions on stderr, answers from `lines`.
@@ -457,10 +523,27 @@ fn print_final(outcome: &RunOutcome, progress: &Progress, quiet: bool) {
     }
 }
 
-fn print_outcome(outcome: &RunOutcome, args: &RunArgs, progress: &Progress) {
+fn print_outcome(outcome: &RunOutcome, args: &Shown<'_>, progress: &Progress) {
+    let waiting = match args.journal {
+        Some(path) if outcome.stop_reason == agentloop::StopReason::Suspended => {
+            durable::waiting(path, &outcome.run_id)
+        }
+        _ => Vec::new(),
+    };
     if args.json {
-        println!("{}", render::outcome_json(outcome, args.dry_run));
+        let mut value = render::outcome_json(outcome, args.dry_run);
+        if let (Some(path), Some(map)) = (args.journal, value.as_object_mut()) {
+            map.insert("journal".into(), path.display().to_string().into());
+            map.insert(
+                "pending_approvals".into(),
+                serde_json::to_value(&waiting).unwrap_or_default(),
+            );
+        }
+        println!("{value}");
         return;
+    }
+    if let Some(path) = args.journal {
+        durable::how_to_go_on(outcome, path, &waiting, args.quiet);
     }
     if !args.quiet {
         progress.end_line();

@@ -38,6 +38,11 @@ pub struct Plan {
     pub output_schema: Option<Value>,
     /// The first request it would send, for the input `<input>`.
     pub first_request: Value,
+    /// The agent's version (the file's `version`).
+    pub version: Option<String>,
+    /// The definition's fingerprint, as a journaled run records it: resuming a run whose
+    /// fingerprint differs is refused unless `--force`.
+    pub fingerprint: String,
 }
 
 fn tool_set(file: &AgentFile) -> Result<ToolSet, CliError> {
@@ -176,6 +181,8 @@ pub fn plan(file: &AgentFile) -> Result<Plan, CliError> {
             .as_ref()
             .map(|s| s.get_ref().clone()),
         first_request: first_request_view(file, INPUT_PLACEHOLDER)?,
+        version: file.spec.version.clone(),
+        fingerprint: assemble::fingerprint(file)?,
     })
 }
 
@@ -312,6 +319,10 @@ pub fn render_plan(plan: &Plan) -> String {
     if let Some(d) = &plan.description {
         let _ = writeln!(out, "        {d}");
     }
+    if let Some(v) = &plan.version {
+        let _ = writeln!(out, "        version {v}");
+    }
+    let _ = writeln!(out, "        fingerprint {}", plan.fingerprint);
     let m = &plan.model;
     let _ = writeln!(out, "model   {} {}", show(&m["provider"]), show(&m["name"]));
     for key in [

@@ -352,6 +352,7 @@ pub fn outcome_json(outcome: &RunOutcome, dry_run: bool) -> Value {
         "error": outcome.error.as_ref().map(|e| json!({"code": e.code(), "message": e.message()})),
         "duration_ms": outcome.duration.as_millis() as u64,
         "dry_run": dry_run,
+        "transcript": outcome.transcript,
     })
 }
 

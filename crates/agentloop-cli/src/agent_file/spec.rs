@@ -66,6 +66,9 @@ section! {
         name: Spanned<String>,
         /// A one-line description, for `plan`.
         description: Option<String>,
+        /// The agent's version, as you number it: part of its definition's fingerprint, so a
+        /// journaled run started under another version is not resumed unawares.
+        version: Option<String>,
         /// The system instructions.
         instructions: Option<Spanned<String>>,
         /// A file holding the instructions (relative to the agent file).
@@ -222,6 +225,10 @@ section! {
         /// The tool polls something that changes on its own: the stuck-loop rule judges its
         /// repeated calls by their results alone.
         poller: Option<bool>,
+        /// Running it twice does no more harm than once: a call of it that was running when a
+        /// journaled run's process died runs again on `resume` (otherwise the model reads that
+        /// its effect is unknown).
+        idempotent: Option<bool>,
     }
 }
 

@@ -1,0 +1,346 @@
+//! Durable runs from the command line: `run --journal`, `resume`, `approvals list`, `approve`,
+//! and `journal list|show`. The journal is SQLite (`agentloop-store`); the core decides what a
+//! resumed run does.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use agentloop::journal::Journal;
+use agentloop::permissions::{Answer, ApprovalRequest};
+use agentloop::{Model, RunOptions, RunOutcome, StopReason};
+use agentloop_store::{Fault, JournalReader, SqliteJournal};
+use clap::{Args, Subcommand};
+
+use crate::agent_file::Provider;
+use crate::approval::CancelSlot;
+use crate::error::{CliError, outcome_exit_code};
+use crate::render::Progress;
+use crate::{AgentFileArg, ApprovalArgs, Shown, TraceArgs, assemble};
+
+/// For the crash tests only: `after-step:N` or `in-step:N` makes the journal's writer stop (as if
+/// the process were killed) after step N is written, or inside its write.
+pub const FAULT_ENV: &str = "AGENTLOOP_TEST_JOURNAL_FAULT";
+
+/// `agentloop resume`.
+#[derive(Debug, Args)]
+pub struct ResumeArgs {
+    /// The run's id (or a unique prefix of it).
+    run_id: String,
+    /// The journal the run was written to.
+    #[arg(long, value_name = "PATH")]
+    journal: PathBuf,
+    /// The agent file (the one the run was started with, by default).
+    #[arg(long, value_name = "FILE")]
+    agent: Option<PathBuf>,
+    /// Goes on even though the agent changed since the run started.
+    #[arg(long)]
+    force: bool,
+    /// Prints exactly one JSON object on stdout when the run ends, and nothing else there.
+    #[arg(long, conflicts_with = "quiet")]
+    pub json: bool,
+    /// Prints only the final output.
+    #[arg(long, short)]
+    quiet: bool,
+    #[command(flatten)]
+    trace: TraceArgs,
+    #[command(flatten)]
+    approval: ApprovalArgs,
+}
+
+/// `agentloop approvals`.
+#[derive(Debug, Subcommand)]
+pub enum ApprovalsCommand {
+    /// Lists the calls suspended runs wait on, with the answers recorded so far.
+    List {
+        /// The journal.
+        #[arg(long, value_name = "PATH")]
+        journal: PathBuf,
+        /// Prints JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// `agentloop approve`.
+#[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("verdict").required(true).args(["allow", "deny"])))]
+pub struct ApproveArgs {
+    /// The run's id (or a unique prefix of it).
+    run_id: String,
+    /// The call to answer.
+    #[arg(long = "call", value_name = "ID")]
+    call_id: String,
+    /// Lets the call run.
+    #[arg(long)]
+    allow: bool,
+    /// Denies the call (the model reads that it was denied).
+    #[arg(long)]
+    deny: bool,
+    /// Also for every later call of this tool (saved to the agent's permission store, when it
+    /// has one, as the run goes on).
+    #[arg(long)]
+    always: bool,
+    /// The journal.
+    #[arg(long, value_name = "PATH")]
+    journal: PathBuf,
+}
+
+/// `agentloop journal`.
+#[derive(Debug, Subcommand)]
+pub enum JournalCommand {
+    /// Lists the runs of a journal.
+    List {
+        /// The journal.
+        #[arg(long, value_name = "PATH")]
+        journal: PathBuf,
+        /// Prints JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Shows one run's steps, checked: a damaged row is reported with its step, and the steps
+    /// before it are shown.
+    Show {
+        /// The run's id (or a unique prefix of it).
+        run_id: String,
+        /// The journal.
+        #[arg(long, value_name = "PATH")]
+        journal: PathBuf,
+        /// Prints JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Opens (or creates) a journal for writing.
+pub fn open_journal(path: &Path) -> Result<Arc<SqliteJournal>, CliError> {
+    let fault = std::env::var(FAULT_ENV).ok().and_then(|f| Fault::parse(&f));
+    Ok(Arc::new(SqliteJournal::open_with(path, fault)?))
+}
+
+/// The agent file's path as the journal keeps it: absolute, so `resume` finds it from anywhere.
+pub fn origin(path: &Path) -> String {
+    std::path::absolute(path)
+        .unwrap_or_else(|_| path.to_path_buf())
+        .display()
+        .to_string()
+}
+
+/// The calls a suspended run still waits on (none when the journal cannot be read).
+pub fn waiting(journal: &Path, run_id: &str) -> Vec<ApprovalRequest> {
+    JournalReader::open(journal)
+        .and_then(|r| r.load(run_id))
+        .map(|run| run.unanswered().cloned().collect())
+        .unwrap_or_default()
+}
+
+/// After a journaled run, on stderr: its id, and how to go on when it waits for approvals.
+pub fn how_to_go_on(
+    outcome: &RunOutcome,
+    journal: &Path,
+    waiting: &[ApprovalRequest],
+    quiet: bool,
+) {
+    let path = journal.display();
+    let id = &outcome.run_id;
+    if !quiet {
+        eprintln!("■ journaled as run {id} in {path}");
+    }
+    if outcome.stop_reason != StopReason::Suspended {
+        return;
+    }
+    eprintln!(
+        "■ suspended: the run waits for approval of {} call(s):",
+        waiting.len()
+    );
+    for w in waiting {
+        eprintln!("    {}  {} {}", w.call_id, w.tool, w.arguments);
+    }
+    eprintln!(
+        "  answer each:  agentloop approve {id} --call CALL_ID --allow|--deny [--always] --journal {path}"
+    );
+    eprintln!("  then:         agentloop resume {id} --journal {path}");
+}
+
+/// `agentloop resume`.
+pub async fn resume(args: ResumeArgs) -> Result<i32, CliError> {
+    // Reading the journal is blocking work: off the async workers.
+    let (path, wanted) = (args.journal.clone(), args.run_id.clone());
+    let run = tokio::task::spawn_blocking(move || {
+        let reader = JournalReader::open(&path)?;
+        let run_id = reader.find(&wanted)?;
+        reader.load(&run_id)
+    })
+    .await
+    .map_err(|e| CliError::Io {
+        message: format!("reading the journal failed: {e}"),
+    })??;
+    let run_id = run.header.run_id.clone();
+    let path = match (&args.agent, &run.header.origin) {
+        (Some(p), _) => p.clone(),
+        (None, Some(origin)) => PathBuf::from(origin),
+        (None, None) => {
+            return Err(CliError::Usage {
+                message: format!(
+                    "the journal does not say which agent file run {run_id} was started with: \
+                     give --agent FILE"
+                ),
+            });
+        }
+    };
+    let file = AgentFileArg { file: path }.load()?;
+    let model: Arc<dyn Model> = if *file.model().provider.get_ref() == Provider::Scripted {
+        // A script goes on where the journal left it.
+        Arc::new(assemble::scripted_model(&file)?.skip(run.model_calls()))
+    } else {
+        assemble::model(&file)?
+    };
+    let progress = Arc::new(Progress::new());
+    let cancel = agentloop::CancellationToken::new();
+    let slot: CancelSlot = Arc::new(std::sync::Mutex::new(Some(cancel.clone())));
+    let approval = crate::approval_for(&args.approval, args.json, &progress, &slot);
+    let gate = assemble::gate(&file, approval)?;
+    let agent = assemble::agent(&file, model, gate)?;
+    let trace = args.trace.open()?;
+    let journal: Arc<dyn Journal> = open_journal(&args.journal)?;
+    let signals = crate::cancel_on_ctrl_c(cancel.clone());
+    let options = RunOptions {
+        cancel: Some(cancel),
+        sinks: crate::run_sinks(&progress, trace.as_ref(), !args.json && !args.quiet),
+        journal: Some(journal),
+        ..RunOptions::default()
+    };
+    let outcome = agent.resume(run, options, args.force).await;
+    signals.abort();
+    let outcome = outcome?;
+    if let Err(e) = crate::finish_trace(trace.as_ref()) {
+        eprintln!("agentloop: warning: {e}");
+    }
+    let shown = Shown {
+        json: args.json,
+        quiet: args.quiet,
+        dry_run: false,
+        journal: Some(&args.journal),
+    };
+    crate::print_outcome(&outcome, &shown, &progress);
+    Ok(outcome_exit_code(&outcome))
+}
+
+/// `agentloop approvals list`.
+pub fn approvals(cmd: ApprovalsCommand) -> Result<i32, CliError> {
+    let ApprovalsCommand::List { journal, json } = cmd;
+    let waiting = JournalReader::open(&journal)?.pending()?;
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&waiting).unwrap_or_default()
+        );
+        return Ok(crate::error::code::OK);
+    }
+    if waiting.is_empty() {
+        println!("no run waits for approval");
+    }
+    for w in &waiting {
+        let answer = match w.answer {
+            None => "waiting",
+            Some(Answer::AllowOnce) => "allowed",
+            Some(Answer::AllowAlways) => "allowed always",
+            Some(Answer::DenyOnce) => "denied",
+            Some(Answer::DenyAlways) => "denied always",
+        };
+        println!(
+            "{}  {}  {}  {} {}",
+            w.run_id, w.request.call_id, answer, w.request.tool, w.request.arguments
+        );
+    }
+    Ok(crate::error::code::OK)
+}
+
+/// `agentloop approve`.
+pub fn approve(args: &ApproveArgs) -> Result<i32, CliError> {
+    let reader = JournalReader::open(&args.journal)?;
+    let run_id = reader.find(&args.run_id)?;
+    let answer = match (args.allow, args.always) {
+        (true, false) => Answer::AllowOnce,
+        (true, true) => Answer::AllowAlways,
+        (false, false) => Answer::DenyOnce,
+        (false, true) => Answer::DenyAlways,
+    };
+    reader.answer(&run_id, &args.call_id, answer)?;
+    let run = reader.load(&run_id)?;
+    let left: Vec<&str> = run.unanswered().map(|r| r.call_id.as_str()).collect();
+    let path = args.journal.display();
+    if left.is_empty() {
+        eprintln!("■ every call is answered: agentloop resume {run_id} --journal {path}");
+    } else {
+        eprintln!("■ still waiting: {}", left.join(", "));
+    }
+    Ok(crate::error::code::OK)
+}
+
+/// `agentloop journal list|show`.
+pub fn journal(cmd: JournalCommand) -> Result<i32, CliError> {
+    match cmd {
+        JournalCommand::List { journal, json } => {
+            let runs = JournalReader::open(&journal)?.runs()?;
+            if json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&runs).unwrap_or_default()
+                );
+            } else {
+                for r in &runs {
+                    println!(
+                        "{}  {}  {}{}  {} steps",
+                        r.run_id,
+                        r.agent,
+                        r.status,
+                        r.stop_reason
+                            .as_ref()
+                            .map(|s| format!(" ({s})"))
+                            .unwrap_or_default(),
+                        r.steps
+                    );
+                }
+            }
+            Ok(crate::error::code::OK)
+        }
+        JournalCommand::Show {
+            run_id,
+            journal,
+            json,
+        } => {
+            let reader = JournalReader::open(&journal)?;
+            let run_id = reader.find(&run_id)?;
+            let (run, damage) = reader.load_intact(&run_id)?;
+            if json {
+                let value = serde_json::json!({
+                    "run_id": run.header.run_id,
+                    "agent": run.header.agent,
+                    "fingerprint": run.header.fingerprint,
+                    "status": run.status,
+                    "steps": run.steps,
+                    "approvals": run.approvals,
+                    "damage": damage.as_ref().map(|e| serde_json::json!({"code": e.code(), "message": e.to_string()})),
+                });
+                println!("{value}");
+            } else {
+                println!(
+                    "run {}  agent {}  {}  fingerprint {}",
+                    run.header.run_id,
+                    run.header.agent,
+                    run.status.as_str(),
+                    run.header.fingerprint
+                );
+                for (seq, step) in run.steps.iter().enumerate() {
+                    let text = serde_json::to_string(&step.input).unwrap_or_default();
+                    let short: String = text.chars().take(160).collect();
+                    println!("{seq:>5}  {:>9.3}s  {short}", step.at.as_secs_f64());
+                }
+            }
+            match damage {
+                Some(e) => Err(CliError::Journal(e)),
+                None => Ok(crate::error::code::OK),
+            }
+        }
+    }
+}

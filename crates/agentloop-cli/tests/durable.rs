@@ -1,0 +1,472 @@
+#![allow(
+    clippy::indexing_slicing,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic
+)]
+//! Durable runs through the command: the crash harness (a journaled run killed with SIGKILL
+//! after each step, and inside each step's write, then resumed, against an uninterrupted run),
+//! approvals that suspend a run in one process and are answered and resumed from others, a
+//! changed agent, and damaged or foreign journals.
+
+mod support;
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use serde_json::{Value, json};
+use support::*;
+
+/// Every tool appends `NAME ARGUMENTS` to `side.log`, then answers from its arguments; `broken`
+/// fails. `read` is idempotent; `write` and `commit` change the world (`commit` is sequential).
+const TOOL: &str = r#"name="$1"
+args="$(cat)"
+printf '%s %s\n' "$name" "$args" >> side.log
+if [ "$name" = broken ]; then echo "broken: it always fails" >&2; exit 3; fi
+printf '%s done: %s\n' "$name" "$args"
+"#;
+
+const AGENT: &str = r#"name = "crash"
+version = "1"
+[model]
+provider = "scripted"
+script = "script.json"
+[limits]
+max_concurrency = 2
+[[tools]]
+name = "read"
+command = ["sh", "tool.sh", "read"]
+input_schema = { type = "object", properties = { key = { type = "string" } }, required = ["key"] }
+idempotent = true
+[[tools]]
+name = "write"
+command = ["sh", "tool.sh", "write"]
+input_schema = { type = "object", properties = { key = { type = "string" } }, required = ["key"] }
+[[tools]]
+name = "commit"
+command = ["sh", "tool.sh", "commit"]
+input_schema = { type = "object", properties = { key = { type = "string" } }, required = ["key"] }
+mode = "sequential"
+[[tools]]
+name = "broken"
+command = ["sh", "tool.sh", "broken"]
+input_schema = { type = "object", properties = { key = { type = "string" } } }
+"#;
+
+fn call(id: &str, tool: &str, key: &str) -> Value {
+    json!({"id": id, "name": tool, "arguments": {"key": key}})
+}
+
+fn script() -> String {
+    json!([
+        {"text": "Reading and writing at once.", "tool_calls": [
+            call("c1", "read", "a"), call("c2", "read", "b"), call("c3", "write", "x")]},
+        {"tool_calls": [call("c4", "commit", "one"), call("c5", "read", "c")]},
+        {"tool_calls": [call("c6", "broken", "z"), call("c7", "write", "y"), call("c8", "read", "d")]},
+        {"text": "All done."}
+    ])
+    .to_string()
+}
+
+fn crash_dir(permissions: &str) -> AgentDir {
+    let dir = AgentDir::new(&format!("{AGENT}{permissions}"));
+    dir.write("tool.sh", TOOL);
+    dir.write("script.json", &script());
+    dir
+}
+
+fn run_cmd(dir: &AgentDir, journal: &Path, extra: &[&str]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_agentloop"));
+    cmd.args([
+        "run",
+        dir.agent().to_str().unwrap(),
+        "--input",
+        "go",
+        "--json",
+    ])
+    .args(["--journal", journal.to_str().unwrap()])
+    .args(extra)
+    .current_dir(dir.path("."))
+    .env_remove("OPENAI_API_KEY")
+    .stdin(Stdio::null());
+    cmd
+}
+
+fn cli(dir: &AgentDir, args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_agentloop"))
+        .args(args)
+        .current_dir(dir.path("."))
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+/// Asserts the command exited with `code`, showing its stderr otherwise.
+fn exited(out: &std::process::Output, code: i32, what: &str) {
+    assert_eq!(
+        out.status.code(),
+        Some(code),
+        "{what}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn json_of(out: &std::process::Output) -> Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "not JSON ({e}): {}\nstderr: {}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+/// Runs the agent with a journal fault, and kills the process with SIGKILL once it stops at the
+/// fault. Returns false when the run ended before reaching it.
+fn run_and_kill(dir: &AgentDir, journal: &Path, fault: &str) -> bool {
+    let mut child = run_cmd(dir, journal, &[])
+        .env("AGENTLOOP_TEST_JOURNAL_FAULT", fault)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let paused = BufReader::new(stderr)
+        .lines()
+        .map_while(Result::ok)
+        .any(|l| l.starts_with("agentloop: fault: paused"));
+    if paused {
+        child.kill().unwrap(); // SIGKILL on Unix
+    }
+    child.wait().unwrap();
+    paused
+}
+
+fn side_log(dir: &AgentDir) -> Vec<String> {
+    std::fs::read_to_string(dir.path("side.log"))
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+fn run_ids(dir: &AgentDir, journal: &Path) -> Vec<Value> {
+    let out = cli(
+        dir,
+        &[
+            "journal",
+            "list",
+            "--journal",
+            journal.to_str().unwrap(),
+            "--json",
+        ],
+    );
+    exited(&out, 0, "the command");
+    json_of(&out).as_array().unwrap().clone()
+}
+
+/// The tool of each call id in a transcript.
+fn tools_by_call(transcript: &[Value]) -> HashMap<String, String> {
+    transcript
+        .iter()
+        .filter(|m| m["role"] == "assistant")
+        .flat_map(|m| m["tool_calls"].as_array().cloned().unwrap_or_default())
+        .map(|c| {
+            (
+                c["call_id"].as_str().unwrap().to_owned(),
+                c["tool"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+fn is_interrupted(message: &Value) -> bool {
+    message["role"] == "tool"
+        && message["content"]["value"]
+            .as_str()
+            .is_some_and(|t| t.starts_with("interrupted:"))
+}
+
+/// The resumed run's transcript is the uninterrupted one's, but for results of non-idempotent
+/// calls that were running at the kill (their effect is unknown, and the model reads so); no
+/// non-idempotent call ran twice, and each call the transcript reports as done ran.
+fn check_against(base: &[Value], resumed: &[Value], side: &[String], what: &str) {
+    assert_eq!(
+        base.len(),
+        resumed.len(),
+        "{what}: transcript length\n{resumed:#?}"
+    );
+    let tools = tools_by_call(base);
+    for (b, r) in base.iter().zip(resumed) {
+        if is_interrupted(r) {
+            let tool = &tools[r["call_id"].as_str().unwrap()];
+            assert_ne!(
+                tool, "read",
+                "{what}: an idempotent call is run again, never interrupted"
+            );
+            assert_eq!(b["call_id"], r["call_id"], "{what}");
+            continue;
+        }
+        assert_eq!(b, r, "{what}: messages differ");
+    }
+    let mut counts: HashMap<&str, usize> = HashMap::new();
+    for line in side {
+        *counts.entry(line.as_str()).or_default() += 1;
+    }
+    for (line, n) in &counts {
+        if !line.starts_with("read ") {
+            assert_eq!(
+                *n, 1,
+                "{what}: a non-idempotent call ran {n} times: {line}\n{side:#?}"
+            );
+        }
+    }
+    // Every call whose result the model read as done did run.
+    for m in resumed
+        .iter()
+        .filter(|m| m["role"] == "tool" && !is_interrupted(m))
+    {
+        let tool = m["tool"].as_str().unwrap();
+        let value = m["content"]["value"].as_str().unwrap_or_default();
+        if let Some(args) = value.strip_prefix(&format!("{tool} done: ")) {
+            let line = format!("{tool} {}", args.trim_end());
+            assert!(
+                counts.contains_key(line.as_str()),
+                "{what}: {line} never ran\n{side:#?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_run_killed_after_any_step_or_inside_any_write_resumes_to_the_same_transcript() {
+    // The uninterrupted run.
+    let base_dir = crash_dir("");
+    let base_journal = base_dir.path("runs.db");
+    let out = run_cmd(&base_dir, &base_journal, &[]).output().unwrap();
+    exited(&out, 0, "the command");
+    let base = json_of(&out);
+    assert_eq!(base["stop_reason"], "finished");
+    assert_eq!(base["journal"], base_journal.to_str().unwrap());
+    let base_transcript = base["transcript"].as_array().unwrap().clone();
+    let runs = run_ids(&base_dir, &base_journal);
+    assert_eq!(
+        runs[0]["run_id"], base["run_id"],
+        "the run id is the journal's"
+    );
+    let steps = runs[0]["steps"].as_u64().unwrap();
+    assert!(steps >= 20, "a long enough run: {steps} steps");
+    check_against(
+        &base_transcript,
+        &base_transcript,
+        &side_log(&base_dir),
+        "uninterrupted",
+    );
+
+    let mut interrupted_seen = 0;
+    for n in 0..steps {
+        for fault in [format!("after-step:{n}"), format!("in-step:{n}")] {
+            let dir = crash_dir("");
+            let journal = dir.path("runs.db");
+            assert!(
+                run_and_kill(&dir, &journal, &fault),
+                "{fault}: the fault was reached"
+            );
+            let runs = run_ids(&dir, &journal);
+            assert_eq!(runs.len(), 1);
+            assert_eq!(runs[0]["status"], "running", "{fault}");
+            let written = runs[0]["steps"].as_u64().unwrap();
+            let expected = if fault.starts_with("after") { n + 1 } else { n };
+            assert_eq!(
+                written, expected,
+                "{fault}: a write cut short is rolled back whole"
+            );
+            let id = runs[0]["run_id"].as_str().unwrap().to_owned();
+            let out = cli(
+                &dir,
+                &[
+                    "resume",
+                    &id,
+                    "--journal",
+                    journal.to_str().unwrap(),
+                    "--json",
+                ],
+            );
+            exited(&out, 0, &fault);
+            let resumed = json_of(&out);
+            assert_eq!(resumed["run_id"], id.as_str());
+            assert_eq!(resumed["stop_reason"], "finished", "{fault}");
+            let transcript = resumed["transcript"].as_array().unwrap();
+            interrupted_seen += transcript.iter().filter(|m| is_interrupted(m)).count();
+            check_against(&base_transcript, transcript, &side_log(&dir), &fault);
+            // Usage and counts go on from the journal: the resumed run reports the whole run's.
+            assert_eq!(resumed["usage"], base["usage"], "{fault}");
+            assert_eq!(resumed["model_calls"], base["model_calls"], "{fault}");
+            assert_eq!(resumed["turns"], base["turns"], "{fault}");
+            // And it is over: resuming it again is refused.
+            let again = cli(
+                &dir,
+                &["resume", &id, "--journal", journal.to_str().unwrap()],
+            );
+            assert_eq!(again.status.code(), Some(9), "{fault}");
+        }
+    }
+    assert!(
+        interrupted_seen > 0,
+        "some kill landed while a non-idempotent call ran"
+    );
+}
+
+#[test]
+fn an_approval_suspends_the_run_and_other_processes_answer_and_resume_it() {
+    let dir = crash_dir(
+        r#"[permissions]
+ask = ["write"]
+store = "permissions.json"
+"#,
+    );
+    let journal = dir.path("runs.db");
+    let j = journal.to_str().unwrap();
+    let out = run_cmd(&dir, &journal, &[]).output().unwrap();
+    exited(&out, 8, "the command");
+    let suspended = json_of(&out);
+    assert_eq!(suspended["stop_reason"], "suspended");
+    let id = suspended["run_id"].as_str().unwrap().to_owned();
+    let pending = suspended["pending_approvals"].as_array().unwrap();
+    assert_eq!(pending.len(), 1);
+    assert_eq!(pending[0]["call_id"], "c3");
+    assert_eq!(pending[0]["tool"], "write");
+    assert_eq!(pending[0]["arguments"], json!({"key": "x"}));
+    assert!(
+        side_log(&dir).is_empty(),
+        "no tool of the batch ran while it waits"
+    );
+
+    let listed = cli(&dir, &["approvals", "list", "--journal", j, "--json"]);
+    let listed = json_of(&listed);
+    assert_eq!(listed[0]["run_id"], id.as_str());
+    assert_eq!(listed[0]["call_id"], "c3");
+    assert_eq!(listed[0]["answer"], Value::Null);
+
+    // Resuming before the answer is refused, and says why.
+    let early = cli(&dir, &["resume", &id, "--journal", j]);
+    assert_eq!(early.status.code(), Some(9));
+    assert!(String::from_utf8_lossy(&early.stderr).contains("c3"));
+
+    let ok = cli(
+        &dir,
+        &[
+            "approve",
+            &id,
+            "--call",
+            "c3",
+            "--allow",
+            "--always",
+            "--journal",
+            j,
+        ],
+    );
+    exited(&ok, 0, "the command");
+    let unknown = cli(
+        &dir,
+        &["approve", &id, "--call", "nope", "--deny", "--journal", j],
+    );
+    assert_eq!(unknown.status.code(), Some(9));
+
+    let out = cli(&dir, &["resume", &id, "--journal", j, "--json"]);
+    exited(&out, 0, "the command");
+    let resumed = json_of(&out);
+    assert_eq!(resumed["stop_reason"], "finished");
+    let calls = resumed["tool_calls"].as_array().unwrap();
+    let c7 = calls.iter().find(|c| c["id"] == "c7").unwrap();
+    assert_eq!(
+        c7["status"], "ok",
+        "the `always` answer was saved and settles the later write"
+    );
+    let side = side_log(&dir);
+    assert!(
+        side.contains(&r#"write {"key":"x"}"#.to_owned()),
+        "{side:?}"
+    );
+    let saved = std::fs::read_to_string(dir.path("permissions.json")).unwrap();
+    assert!(saved.contains("write"), "{saved}");
+}
+
+#[test]
+fn a_changed_agent_is_refused_unless_forced_and_damage_is_reported_with_its_step() {
+    let dir = crash_dir("");
+    let journal = dir.path("runs.db");
+    let j = journal.to_str().unwrap();
+    assert!(run_and_kill(&dir, &journal, "after-step:6"));
+    let id = run_ids(&dir, &journal)[0]["run_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    // The plan shows the fingerprint the journal holds.
+    let plan = cli(&dir, &["plan", dir.agent().to_str().unwrap(), "--json"]);
+    let fingerprint = json_of(&plan)["fingerprint"].as_str().unwrap().to_owned();
+    let show = json_of(&cli(
+        &dir,
+        &["journal", "show", &id, "--journal", j, "--json"],
+    ));
+    assert_eq!(show["fingerprint"], fingerprint.as_str());
+
+    dir.write(
+        "agent.toml",
+        &AGENT.replace("version = \"1\"", "version = \"2\""),
+    );
+    let refused = cli(&dir, &["resume", &id, "--journal", j]);
+    assert_eq!(refused.status.code(), Some(9));
+    let text = String::from_utf8_lossy(&refused.stderr);
+    assert!(text.contains("/version"), "what changed is named: {text}");
+
+    // A damaged row: reported with the run and the step, the steps before it still shown.
+    let conn = rusqlite::Connection::open(&journal).unwrap();
+    conn.execute(
+        "UPDATE steps SET step = step || ' ' WHERE run_id = ?1 AND seq = 3",
+        [&id],
+    )
+    .unwrap();
+    drop(conn);
+    let damaged = cli(&dir, &["resume", &id, "--journal", j, "--force"]);
+    assert_eq!(damaged.status.code(), Some(9));
+    let text = String::from_utf8_lossy(&damaged.stderr);
+    assert!(text.contains(&id) && text.contains("step 3"), "{text}");
+    let show = cli(&dir, &["journal", "show", &id, "--journal", j, "--json"]);
+    assert_eq!(show.status.code(), Some(9));
+    let shown = json_of(&show);
+    assert_eq!(
+        shown["steps"].as_array().unwrap().len(),
+        3,
+        "the intact steps stay readable"
+    );
+    assert_eq!(shown["damage"]["code"], "journal.damaged");
+
+    // A file that is not a journal is refused, and left as it was.
+    let foreign = dir.path("notes.db");
+    std::fs::write(&foreign, b"these are my notes, not a database").unwrap();
+    let out = cli(
+        &dir,
+        &["journal", "list", "--journal", foreign.to_str().unwrap()],
+    );
+    assert_eq!(out.status.code(), Some(9));
+    let out = run_cmd(&dir, &foreign, &[]).output().unwrap();
+    exited(&out, 9, "the command");
+    assert_eq!(json_of(&out)["error"]["code"], "journal.foreign");
+    assert_eq!(
+        std::fs::read(&foreign).unwrap(),
+        b"these are my notes, not a database"
+    );
+    // A truncated journal is reported, not crashed on.
+    let bytes = std::fs::read(&journal).unwrap();
+    let cut = dir.path("cut.db");
+    std::fs::write(&cut, &bytes[..bytes.len().min(100)]).unwrap();
+    let out = cli(
+        &dir,
+        &["journal", "list", "--journal", cut.to_str().unwrap()],
+    );
+    exited(&out, 9, "the command");
+}
