@@ -6,6 +6,8 @@
 //!   turn; wall and CPU time per model call, peak RSS.
 //! - `scale`: N runs at once, each T turns of a model that takes `model-ms` and K tools that take
 //!   `tool-ms` (tokio timers); wall time against the ideal, RSS per concurrent run.
+//! - `journal`: the `loop` workload run plain and journaled (SQLite, one fsync'd transaction per
+//!   step), alternating; the journal's cost per step.
 //! - `streams`: each provider's SSE parser and the shared accumulator over the fixture streams,
 //!   MB/s, beside `serde_json` over the same bytes.
 
@@ -39,6 +41,7 @@ fn main() -> ExitCode {
         "loop" => bench_loop(&opts),
         "scale" => bench_scale(&opts),
         "streams" => streams::bench_streams(&opts),
+        "journal" => bench_journal(&opts),
         other => Err(format!("unknown command {other}")),
     };
     match result {
@@ -126,6 +129,65 @@ fn bench_loop(opts: &Opts) -> Result<(), String> {
         "wall_s": wall.as_secs_f64(),
         "cpu_s": cpu.as_secs_f64(),
         "peak_rss_kb": sys::peak_rss_kb(),
+    });
+    println!("{line}");
+    Ok(())
+}
+
+fn bench_journal(opts: &Opts) -> Result<(), String> {
+    use std::sync::Arc;
+    let runs = u32_opt(opts, "runs", 20)?;
+    let turns = u32_opt(opts, "turns", 10)?;
+    let calls = u32_opt(opts, "calls", 3)?;
+    let dir = std::env::temp_dir().join(format!("agentloop-bench-journal-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let path = dir.join("runs.db");
+    let journal = Arc::new(
+        agentloop_store::SqliteJournal::open(&path).map_err(|e| e.to_string())?,
+    );
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    let work = Workload::new(turns, calls, None, None)?;
+    let (mut plain, mut journaled) = (Duration::ZERO, Duration::ZERO);
+    let (mut plain_cpu, mut journaled_cpu) = (Duration::ZERO, Duration::ZERO);
+    rt.block_on(async {
+        // Alternating, so that the machine's noise falls on both alike.
+        for _ in 0..runs {
+            let (c0, t0) = (sys::cpu_time(), Instant::now());
+            work.run_once(turns, calls).await?;
+            plain += t0.elapsed();
+            plain_cpu += sys::cpu_time().saturating_sub(c0);
+            let options = agentloop::RunOptions {
+                journal: Some(journal.clone()),
+                ..Default::default()
+            };
+            let (c0, t0) = (sys::cpu_time(), Instant::now());
+            work.run_once_with(turns, calls, options).await?;
+            journaled += t0.elapsed();
+            journaled_cpu += sys::cpu_time().saturating_sub(c0);
+        }
+        Ok::<_, String>(())
+    })?;
+    let entries = agentloop_store::JournalReader::open(&path)
+        .and_then(|r| r.runs())
+        .map_err(|e| e.to_string())?;
+    let steps: u64 = entries.iter().map(|r| r.steps).sum();
+    let _ = std::fs::remove_dir_all(&dir);
+    let per_step = |d: Duration| d.as_secs_f64() * 1e6 / steps.max(1) as f64;
+    let line = json!({
+        "system": "agentloop",
+        "bench": "journal",
+        "runs": runs, "turns": turns, "calls": calls,
+        "steps": steps,
+        "plain_wall_s": plain.as_secs_f64(),
+        "journaled_wall_s": journaled.as_secs_f64(),
+        "plain_cpu_s": plain_cpu.as_secs_f64(),
+        "journaled_cpu_s": journaled_cpu.as_secs_f64(),
+        "wall_us_per_step_plain": per_step(plain),
+        "wall_us_per_step_journaled": per_step(journaled),
+        "wall_ratio": journaled.as_secs_f64() / plain.as_secs_f64().max(1e-9),
     });
     println!("{line}");
     Ok(())

@@ -164,6 +164,19 @@ impl Workload {
         Ok(outcome)
     }
 
+    /// Runs once with these options (a journal) and checks that the run did all its work.
+    pub async fn run_once_with(
+        &self,
+        turns: u32,
+        calls: u32,
+        options: agentloop::RunOptions,
+    ) -> Result<RunOutcome, String> {
+        let input = agentloop::Message::user("Call the no-op tool as told.");
+        let outcome = self.agent.run_with(Vec::new(), Some(input), options).await;
+        check(&outcome, turns, calls)?;
+        Ok(outcome)
+    }
+
     /// Resets both counters.
     pub fn reset(&self) {
         self.model_calls.store(0, Ordering::Relaxed);

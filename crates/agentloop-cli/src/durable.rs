@@ -26,8 +26,13 @@ pub const FAULT_ENV: &str = "AGENTLOOP_TEST_JOURNAL_FAULT";
 pub struct ResumeArgs {
     /// The run's id (or a unique prefix of it).
     run_id: String,
-    /// The journal the run was written to.
-    #[arg(long, value_name = "PATH")]
+    /// The journal the run was written to (default: $AGENTLOOP_JOURNAL, else runs.db).
+    #[arg(
+        long,
+        value_name = "PATH",
+        env = "AGENTLOOP_JOURNAL",
+        default_value = "runs.db"
+    )]
     journal: PathBuf,
     /// The agent file (the one the run was started with, by default).
     #[arg(long, value_name = "FILE")]
@@ -52,8 +57,13 @@ pub struct ResumeArgs {
 pub enum ApprovalsCommand {
     /// Lists the calls suspended runs wait on, with the answers recorded so far.
     List {
-        /// The journal.
-        #[arg(long, value_name = "PATH")]
+        /// The journal (default: $AGENTLOOP_JOURNAL, else runs.db).
+        #[arg(
+            long,
+            value_name = "PATH",
+            env = "AGENTLOOP_JOURNAL",
+            default_value = "runs.db"
+        )]
         journal: PathBuf,
         /// Prints JSON.
         #[arg(long)]
@@ -80,8 +90,13 @@ pub struct ApproveArgs {
     /// has one, as the run goes on).
     #[arg(long)]
     always: bool,
-    /// The journal.
-    #[arg(long, value_name = "PATH")]
+    /// The journal (default: $AGENTLOOP_JOURNAL, else runs.db).
+    #[arg(
+        long,
+        value_name = "PATH",
+        env = "AGENTLOOP_JOURNAL",
+        default_value = "runs.db"
+    )]
     journal: PathBuf,
 }
 
@@ -90,8 +105,13 @@ pub struct ApproveArgs {
 pub enum JournalCommand {
     /// Lists the runs of a journal.
     List {
-        /// The journal.
-        #[arg(long, value_name = "PATH")]
+        /// The journal (default: $AGENTLOOP_JOURNAL, else runs.db).
+        #[arg(
+            long,
+            value_name = "PATH",
+            env = "AGENTLOOP_JOURNAL",
+            default_value = "runs.db"
+        )]
         journal: PathBuf,
         /// Prints JSON.
         #[arg(long)]
@@ -102,8 +122,13 @@ pub enum JournalCommand {
     Show {
         /// The run's id (or a unique prefix of it).
         run_id: String,
-        /// The journal.
-        #[arg(long, value_name = "PATH")]
+        /// The journal (default: $AGENTLOOP_JOURNAL, else runs.db).
+        #[arg(
+            long,
+            value_name = "PATH",
+            env = "AGENTLOOP_JOURNAL",
+            default_value = "runs.db"
+        )]
         journal: PathBuf,
         /// Prints JSON.
         #[arg(long)]

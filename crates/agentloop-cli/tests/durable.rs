@@ -355,18 +355,10 @@ store = "permissions.json"
     assert_eq!(early.status.code(), Some(9));
     assert!(String::from_utf8_lossy(&early.stderr).contains("c3"));
 
+    // The journal defaults to runs.db in the current folder.
     let ok = cli(
         &dir,
-        &[
-            "approve",
-            &id,
-            "--call",
-            "c3",
-            "--allow",
-            "--always",
-            "--journal",
-            j,
-        ],
+        &["approve", &id, "--call", "c3", "--allow", "--always"],
     );
     exited(&ok, 0, "the command");
     let unknown = cli(

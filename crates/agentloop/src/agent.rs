@@ -283,10 +283,14 @@ impl Agent {
     ) -> Driver<'_> {
         let mut sinks = self.inner.sinks.clone();
         sinks.0.extend(options.sinks.iter().cloned());
+        let cancel = options.cancel.unwrap_or_default();
+        let mut approvals = approvals;
+        let interrupt = approvals.link(&cancel);
         Driver {
             inner: &self.inner,
             sinks,
-            cancel: options.cancel.unwrap_or_default(),
+            interrupt,
+            cancel,
             steering: options.steering,
             start,
             log,

@@ -87,11 +87,15 @@ impl Approvals {
         true
     }
 
-    /// Fires once the run suspends; never without suspension.
-    pub(crate) async fn suspended(&self) {
-        match &self.suspend {
-            Some(s) => s.fired.cancelled().await,
-            None => std::future::pending().await,
+    /// The token a driver races its steps against: `cancel` itself without suspension, else a
+    /// child of it that a suspension also fires (so one wait covers both).
+    pub(crate) fn link(&mut self, cancel: &CancellationToken) -> CancellationToken {
+        match &mut self.suspend {
+            Some(s) => {
+                s.fired = cancel.child_token();
+                s.fired.clone()
+            }
+            None => cancel.clone(),
         }
     }
 

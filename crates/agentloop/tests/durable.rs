@@ -239,3 +239,41 @@ async fn a_changed_agent_is_refused_unless_forced() {
         .unwrap();
     assert_eq!(forced.stop_reason, StopReason::Finished);
 }
+
+#[tokio::test]
+async fn the_clock_goes_on_from_the_journal() {
+    let limits = Limits {
+        timeout: Some(std::time::Duration::from_secs(5)),
+        ..Limits::default()
+    };
+    let make = |skip: usize| {
+        Agent::builder()
+            .model(ScriptedModel::new(script()).skip(skip))
+            .tool(counter("idem", true, &Arc::default()))
+            .tool(counter("once", false, &Arc::default()))
+            .limits(limits.clone())
+            .build()
+            .unwrap()
+    };
+    let journal = Arc::new(Memory::default());
+    let options = RunOptions {
+        journal: Some(journal.clone()),
+        ..RunOptions::default()
+    };
+    let whole = make(0)
+        .run_with(Vec::new(), Some(Message::user("go")), options)
+        .await;
+    assert_eq!(whole.stop_reason, StopReason::Finished);
+    // As if the first process had worked for six seconds before it died.
+    let mut run = journal.cut(3);
+    for step in run.steps.iter_mut() {
+        step.at = std::time::Duration::from_secs(6);
+    }
+    let skip = run.model_calls();
+    let out = make(skip)
+        .resume(run, RunOptions::default(), false)
+        .await
+        .unwrap();
+    assert_eq!(out.stop_reason, StopReason::Deadline);
+    assert!(out.duration >= std::time::Duration::from_secs(6));
+}

@@ -57,6 +57,8 @@ pub(crate) struct Driver<'a> {
     pub(crate) journal_error: Option<JournalError>,
     /// Recorded answers and the way to suspend (a durable run's).
     pub(crate) approvals: Approvals,
+    /// Fires on cancellation, and on a suspension (see [`Approvals::link`]).
+    pub(crate) interrupt: CancellationToken,
     pub(crate) parent_run_id: Option<String>,
 }
 
@@ -104,8 +106,13 @@ impl<'a> Driver<'a> {
         };
         tokio::select! {
             biased;
-            _ = self.cancel.cancelled() => Interrupt::Cancelled,
-            _ = self.approvals.suspended() => Interrupt::Suspended,
+            // The interrupt token is the run's cancel token, or a child of it that a suspension
+            // also fires (a durable run's): one branch for both.
+            _ = self.interrupt.cancelled() => if self.cancel.is_cancelled() {
+                Interrupt::Cancelled
+            } else {
+                Interrupt::Suspended
+            },
             _ = sleep => Interrupt::Deadline,
         }
     }
@@ -261,7 +268,19 @@ impl<'a> Driver<'a> {
                     }
                 }
             };
-            self.record(&mut m, input).await;
+            if self.journaling {
+                self.record(&mut m, input).await;
+            } else {
+                // The plain path stays as lean as it was: no future, no extra move of the input.
+                let step = Step {
+                    at: self.start.elapsed(),
+                    input,
+                };
+                match &mut self.log {
+                    Some(log) => m.feed_logged(step, &mut log.steps),
+                    None => m.feed(step),
+                }
+            }
         }
         self.flush(&mut m);
         drop(running);
@@ -296,9 +315,10 @@ impl<'a> Driver<'a> {
         outcome
     }
 
-    /// Ends a step: its result is journaled (a durable run's), kept in the log, and fed to the
+    /// Ends a step of a journaling run: its result is journaled, kept in the log, and fed to the
     /// machine, in that order. A step that cannot be journaled is not fed: the machine is told
     /// the journal failed instead, and the run stops at its last written step.
+    #[inline(never)]
     pub(crate) async fn record(&mut self, m: &mut RunMachine, mut input: Input) {
         if let Input::ModelResponded { response, .. } = &mut input {
             // Ids drawn now are kept, so that a replay or a resume needs no id source.

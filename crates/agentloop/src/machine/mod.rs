@@ -442,17 +442,14 @@ impl RunMachine {
         let phase = std::mem::replace(&mut self.phase, Phase::Done);
         match step.input {
             Input::Interrupted { by } => self.on_interrupt(phase, by),
-            Input::Restarted => self.on_restarted(phase),
-            Input::JournalFailed { message } => {
-                self.journal_failure = Some(message);
-                self.on_interrupt(phase, Interrupt::JournalFailed);
-            }
             input => self.apply(phase, input),
         }
     }
 
     fn apply(&mut self, phase: Phase, input: Input) {
         match (phase, input) {
+            (phase, Input::Restarted) => self.on_restarted(phase),
+            (phase, Input::JournalFailed { message }) => self.on_journal_failed(phase, message),
             (Phase::CheckInput, Input::Checked { tripped }) => match tripped {
                 Some(trip) => self.trip(trip),
                 None => self.need_model(),
@@ -910,6 +907,16 @@ impl RunMachine {
     /// old process: its calls that were running are started again when their tool is
     /// idempotent and the batch was still open, and answered as interrupted otherwise. Every
     /// other step is simply asked for again.
+    // Rare steps, kept out of the hot path's code.
+    #[cold]
+    #[inline(never)]
+    fn on_journal_failed(&mut self, phase: Phase, message: String) {
+        self.journal_failure = Some(message);
+        self.on_interrupt(phase, Interrupt::JournalFailed);
+    }
+
+    #[cold]
+    #[inline(never)]
     fn on_restarted(&mut self, phase: Phase) {
         let Phase::Run(mut p) = phase else {
             self.phase = phase;
