@@ -152,9 +152,14 @@ pub async fn ask_batch(
     let mut ended = false;
     for (i, request) in requests.iter().enumerate() {
         let tool = printable(&request.tool);
+        let agent = if request.agent.is_empty() {
+            String::new()
+        } else {
+            format!(" (agent {})", printable(&request.agent))
+        };
         let _ = write!(
             out,
-            "[{}/{n}] {tool} [{}]\n{}",
+            "[{}/{n}] {tool} [{}]{agent}\n{}",
             i + 1,
             printable(&request.call_id),
             show_arguments(&request.arguments)
@@ -284,6 +289,7 @@ mod tests {
             call_id: id.into(),
             tool: tool.into(),
             arguments,
+            agent: String::new(),
         }
     }
 

@@ -11,6 +11,7 @@ use agentloop::{
         Answer, ApprovalPrompter, ArgumentMatch, FixedAnswer, Permission, PermissionGate,
         PermissionRule, PermissionStore,
     },
+    subagent::SubagentTool,
     testing::ScriptedModel,
 };
 use agentloop_tools::CommandTool;
@@ -51,6 +52,9 @@ pub fn limits(file: &AgentFile) -> Limits {
     if let Some(s) = &l.stuck_loop_threshold {
         limits.stuck_loop_threshold = *s.get_ref();
     }
+    if let Some(d) = &l.max_depth {
+        limits.max_depth = *d.get_ref();
+    }
     limits
 }
 
@@ -65,39 +69,53 @@ pub fn settings(file: &AgentFile) -> ModelSettings {
     }
 }
 
-/// The command tools. Their children never see the agent's API key variable, nor any
-/// `*_API_KEY`.
+/// The tools of a file, in its order, as `plan` shows them: its command tools, and its `agent`
+/// tools over stand-in subagents (no credentials needed).
 pub fn tools(file: &AgentFile) -> Result<Vec<Tool>, CliError> {
-    let hidden = file.api_key_env();
-    file.tools()
-        .iter()
-        .map(|t| {
-            let mut tool = CommandTool::new(t.name.get_ref().clone(), t.command.get_ref().clone())
-                .description(t.description.clone().unwrap_or_default())
-                .input_schema(t.input_schema.as_ref().map_or_else(
-                    || json!({"type": "object", "properties": {}}),
-                    |s| s.get_ref().clone(),
-                ))
-                .mode(t.mode.unwrap_or_default())
-                .poller(t.poller.unwrap_or(false))
-                .idempotent(t.idempotent.unwrap_or(false))
-                .retries(t.retries.as_ref().map_or(0, |r| *r.get_ref()))
-                .working_dir(&file.dir);
-            if let Some(timeout) = t
-                .timeout_secs
-                .as_ref()
-                .and_then(|secs| Duration::try_from_secs_f64(*secs.get_ref()).ok())
-            {
-                tool = tool.timeout(timeout);
-            }
-            if let Some(var) = &hidden {
-                tool = tool.hide_env(var.clone());
-            }
-            tool.into_tool().map_err(|e| CliError::Setup {
-                message: e.to_string(),
-            })
-        })
-        .collect()
+    all_tools(file, Kids::StandIn)
+}
+
+fn all_tools(file: &AgentFile, kids: Kids<'_>) -> Result<Vec<Tool>, CliError> {
+    let mut out = Vec::new();
+    for t in file.tools() {
+        out.push(match &t.command {
+            Some(command) => command_tool(file, t, command)?,
+            None => subagent_tool(file, t, kids)?,
+        });
+    }
+    Ok(out)
+}
+
+/// A command tool. Its children never see the agent's API key variable, nor any `*_API_KEY`.
+fn command_tool(
+    file: &AgentFile,
+    t: &crate::agent_file::ToolFileSpec,
+    command: &toml::Spanned<Vec<String>>,
+) -> Result<Tool, CliError> {
+    let mut tool = CommandTool::new(t.name.get_ref().clone(), command.get_ref().clone())
+        .description(t.description.clone().unwrap_or_default())
+        .input_schema(t.input_schema.as_ref().map_or_else(
+            || json!({"type": "object", "properties": {}}),
+            |s| s.get_ref().clone(),
+        ))
+        .mode(t.mode.unwrap_or_default())
+        .poller(t.poller.unwrap_or(false))
+        .idempotent(t.idempotent.unwrap_or(false))
+        .retries(t.retries.as_ref().map_or(0, |r| *r.get_ref()))
+        .working_dir(&file.dir);
+    if let Some(timeout) = t
+        .timeout_secs
+        .as_ref()
+        .and_then(|secs| Duration::try_from_secs_f64(*secs.get_ref()).ok())
+    {
+        tool = tool.timeout(timeout);
+    }
+    if let Some(var) = file.api_key_env() {
+        tool = tool.hide_env(var);
+    }
+    tool.into_tool().map_err(|e| CliError::Setup {
+        message: e.to_string(),
+    })
 }
 
 /// The scripted model of a scripted agent file.
@@ -225,7 +243,8 @@ pub fn permission_store(file: &AgentFile) -> Result<PermissionStore, CliError> {
     Ok(store)
 }
 
-/// Who answers a call that needs approval.
+/// Who answers a call that needs approval (the same for an agent and its subagents).
+#[derive(Clone)]
 pub enum Approval {
     /// `--yes`: every asked call runs, this once.
     Yes,
@@ -238,12 +257,12 @@ pub enum Approval {
 /// The permission gate of a file with a `[permissions]` table (none without one: every call
 /// runs). The run races the gate against its cancellation, so no call starts after a Ctrl-C at
 /// the prompt.
-pub fn gate(file: &AgentFile, approval: Approval) -> Result<Option<Arc<dyn Gate>>, CliError> {
+pub fn gate(file: &AgentFile, approval: &Approval) -> Result<Option<Arc<dyn Gate>>, CliError> {
     if file.permissions().is_none() {
         return Ok(None);
     }
     let gate = PermissionGate::new(permission_store(file)?);
-    let gate = match approval {
+    let gate = match approval.clone() {
         Approval::Yes => gate.with_prompter(Arc::new(FixedAnswer(Answer::AllowOnce))),
         Approval::Prompter(p) => gate.with_prompter(p),
         Approval::Nobody(reason) => gate.unattended_reason(reason),
@@ -257,7 +276,14 @@ pub fn definition_parts(file: &AgentFile) -> Vec<(&'static str, serde_json::Valu
     let commands: serde_json::Map<String, serde_json::Value> = file
         .tools()
         .iter()
-        .map(|t| (t.name.get_ref().clone(), json!(t.command.get_ref())))
+        .map(|t| {
+            let how = match (&t.command, &t.agent) {
+                (Some(c), _) => json!(c.get_ref()),
+                (None, Some(a)) => json!({"agent": a.get_ref()}),
+                (None, None) => serde_json::Value::Null,
+            };
+            (t.name.get_ref().clone(), how)
+        })
         .collect();
     let permissions = file.permissions().map(|p| {
         json!({
@@ -282,13 +308,23 @@ pub fn definition_parts(file: &AgentFile) -> Vec<(&'static str, serde_json::Valu
     parts
 }
 
-/// The agent, over a given model, with a permission gate when the file has one.
+/// How the agents of `agent` tools are built: for real (their own models and permission gates,
+/// asking through the same approval), or as stand-ins that need no credentials (for `plan`).
+#[derive(Clone, Copy)]
+enum Kids<'a> {
+    Real(&'a Approval),
+    StandIn,
+}
+
+/// The agent, over a given model, with a permission gate when the file has one; its `agent`
+/// tools run subagents built the same way from their own files.
 pub fn agent(
     file: &AgentFile,
     model: Arc<dyn Model>,
-    gate: Option<Arc<dyn Gate>>,
+    approval: &Approval,
 ) -> Result<Agent, CliError> {
-    builder(file, model, gate)?
+    let gate = gate(file, approval)?;
+    builder(file, model, gate, Kids::Real(approval))?
         .build()
         .map_err(|e| CliError::Setup {
             message: format!("{}: {e}", e.code()),
@@ -299,18 +335,72 @@ pub fn agent(
 /// credentials (the model's part of the definition is the file's `[model]`).
 pub fn fingerprint(file: &AgentFile) -> Result<String, CliError> {
     let stand_in = Arc::new(ScriptedModel::new([]));
-    Ok(builder(file, stand_in, None)?.definition().fingerprint())
+    Ok(builder(file, stand_in, None, Kids::StandIn)?
+        .definition()
+        .fingerprint())
+}
+
+/// An `agent` tool: it runs the agent its file describes.
+fn subagent_tool(
+    file: &AgentFile,
+    t: &crate::agent_file::ToolFileSpec,
+    kids: Kids<'_>,
+) -> Result<Tool, CliError> {
+    let name = t.name.get_ref();
+    let Some(child) = file.subagent(name) else {
+        return Err(CliError::Setup {
+            message: format!("the agent file of tool {name} was not loaded"),
+        });
+    };
+    let (model, gate): (Arc<dyn Model>, _) = match kids {
+        Kids::Real(approval) => (model(child)?, gate(child, approval)?),
+        Kids::StandIn => (Arc::new(ScriptedModel::new([])), None),
+    };
+    let mut sub = builder(child, model, gate, kids)?;
+    if matches!(kids, Kids::StandIn) {
+        // A stand-in runs nothing: its budget needs no price.
+        sub = sub.limits(Limits {
+            max_cost_usd: None,
+            ..limits(child)
+        });
+    }
+    let sub = sub.build().map_err(|e| CliError::Setup {
+        message: format!("{}: {}: {e}", child.path.display(), e.code()),
+    })?;
+    let description =
+        t.description.clone().unwrap_or_else(|| {
+            child.spec.description.clone().unwrap_or_else(|| {
+                format!("Hands a task to the agent {}.", child.spec.name.get_ref())
+            })
+        });
+    let cap = Limits {
+        max_turns: t.max_turns.as_ref().map(|v| *v.get_ref()),
+        max_tool_calls: t.max_tool_calls.as_ref().map(|v| *v.get_ref()),
+        max_model_calls: None,
+        max_tokens: t.max_tokens.as_ref().map(|v| *v.get_ref()),
+        max_cost_usd: t.max_cost_usd.as_ref().map(|v| *v.get_ref()),
+        timeout: t
+            .timeout_secs
+            .as_ref()
+            .and_then(|v| Duration::try_from_secs_f64(*v.get_ref()).ok()),
+        ..Limits::unlimited()
+    };
+    Ok(SubagentTool::new(sub, name.clone(), description)
+        .cap(cap)
+        .fatal(t.fatal.unwrap_or(false))
+        .into_tool())
 }
 
 fn builder(
     file: &AgentFile,
     model: Arc<dyn Model>,
     gate: Option<Arc<dyn Gate>>,
+    kids: Kids<'_>,
 ) -> Result<agentloop::AgentBuilder, CliError> {
     let mut builder = Agent::builder()
         .name(file.spec.name.get_ref().clone())
         .model(model)
-        .tools(tools(file)?)
+        .tools(all_tools(file, kids)?)
         .limits(limits(file))
         .settings(settings(file));
     if let Some(i) = &file.instructions {
@@ -429,7 +519,7 @@ path_glob = { field = "path", glob = "**/.env" }
             Permission::Deny
         );
         let bare = file_in(dir.path(), "");
-        assert!(gate(&bare, Approval::Yes).unwrap().is_none());
-        assert!(gate(&file, Approval::Yes).unwrap().is_some());
+        assert!(gate(&bare, &Approval::Yes).unwrap().is_none());
+        assert!(gate(&file, &Approval::Yes).unwrap().is_some());
     }
 }

@@ -223,8 +223,7 @@ pub async fn resume(args: ResumeArgs) -> Result<i32, CliError> {
     let cancel = agentloop::CancellationToken::new();
     let slot: CancelSlot = Arc::new(std::sync::Mutex::new(Some(cancel.clone())));
     let approval = crate::approval_for(&args.approval, args.json, &progress, &slot);
-    let gate = assemble::gate(&file, approval)?;
-    let agent = assemble::agent(&file, model, gate)?;
+    let agent = assemble::agent(&file, model, &approval)?;
     let trace = args.trace.open()?;
     let journal: Arc<dyn Journal> = open_journal(&args.journal)?;
     let signals = crate::cancel_on_ctrl_c(cancel.clone());

@@ -172,6 +172,7 @@ mod tests {
             limit: None,
             error,
             duration: Duration::ZERO,
+            subagents: Vec::new(),
         }
     }
 

@@ -386,8 +386,7 @@ async fn run(args: RunArgs) -> Result<i32, CliError> {
     } else {
         approval_for(&args.approval, args.json, &progress, &slot)
     };
-    let gate = assemble::gate(&file, approval)?;
-    let agent = assemble::agent(&file, model, gate)?;
+    let agent = assemble::agent(&file, model, &approval)?;
     let trace = args.trace.open()?;
     let signals = cancel_on_ctrl_c(cancel.clone());
     let options = RunOptions {
@@ -573,8 +572,7 @@ async fn chat(args: ChatArgs) -> Result<i32, CliError> {
     } else {
         Approval::Nobody(NO_TERMINAL_REASON)
     };
-    let gate = assemble::gate(&file, approval)?;
-    let agent = assemble::agent(&file, model, gate)?;
+    let agent = assemble::agent(&file, model, &approval)?;
     let trace = args.trace.open()?;
     let mut transcript: Vec<Message> = Vec::new();
     eprintln!(
@@ -689,7 +687,7 @@ fn trace_command(cmd: TraceCommand) -> Result<i32, CliError> {
             let text = if json {
                 agentloop_store::render_run_json(&trace.records, run.as_deref())
             } else {
-                agentloop_store::render_run(&trace.records, run.as_deref())
+                agentloop_store::render_run_tree(&trace.records, run.as_deref())
             }
             .map_err(|e| trace_error(&path, e))?;
             println!("{}", text.trim_end());

@@ -43,6 +43,62 @@ pub struct Plan {
     /// The definition's fingerprint, as a journaled run records it: resuming a run whose
     /// fingerprint differs is refused unless `--force`.
     pub fingerprint: String,
+    /// The tree of subagents its `agent` tools run: each with its file, model, tools and
+    /// limits, and its own subagents.
+    pub subagents: Vec<Value>,
+}
+
+/// The subagents of a file's `agent` tools, as a tree.
+fn subagent_tree(file: &AgentFile) -> Vec<Value> {
+    file.subagents
+        .iter()
+        .map(|(tool, child)| {
+            let m = child.model();
+            json!({
+                "tool": tool,
+                "agent": child.spec.name.get_ref(),
+                "file": child.path.display().to_string(),
+                "model": {
+                    "provider": m.provider.get_ref().as_str(),
+                    "name": m.name.as_ref().map(|n| n.get_ref()),
+                },
+                "tools": child.tools().iter().map(|t| t.name.get_ref().clone()).collect::<Vec<_>>(),
+                "limits": serde_json::to_value(assemble::limits(child)).unwrap_or(Value::Null),
+                "permissions": child.permissions().is_some(),
+                "subagents": subagent_tree(child),
+            })
+        })
+        .collect()
+}
+
+fn render_tree(out: &mut String, nodes: &[Value], depth: usize) {
+    let pad = "  ".repeat(depth + 1);
+    for n in nodes {
+        let field = |key: &str| {
+            n.get("model")
+                .and_then(|m| m.get(key))
+                .unwrap_or(&Value::Null)
+        };
+        let model = match field("name") {
+            Value::Null => show(field("provider")),
+            name => format!("{} {}", show(field("provider")), show(name)),
+        };
+        let _ = writeln!(
+            out,
+            "{pad}{} -> {} ({}), {model}",
+            show(&n["tool"]),
+            show(&n["agent"]),
+            show(&n["file"]),
+        );
+        let tools: Vec<String> = n["tools"]
+            .as_array()
+            .map(|a| a.iter().map(show).collect())
+            .unwrap_or_default();
+        let _ = writeln!(out, "{pad}  tools: {}", tools.join(", "));
+        if let Some(children) = n["subagents"].as_array() {
+            render_tree(out, children, depth + 1);
+        }
+    }
 }
 
 fn tool_set(file: &AgentFile) -> Result<ToolSet, CliError> {
@@ -127,7 +183,9 @@ pub fn plan(file: &AgentFile) -> Result<Plan, CliError> {
             json!({
                 "name": spec.name,
                 "description": spec.description,
-                "command": t.command.get_ref(),
+                "command": t.command.as_ref().map(|c| c.get_ref()),
+                "agent": t.agent.as_ref().map(|a| a.get_ref()),
+                "fatal": t.fatal.unwrap_or(false),
                 "working_dir": file.dir.display().to_string(),
                 "mode": spec.mode,
                 "timeout_secs": policy.and_then(|p| p.timeout).map(|d| d.as_secs_f64()),
@@ -183,6 +241,7 @@ pub fn plan(file: &AgentFile) -> Result<Plan, CliError> {
         first_request: first_request_view(file, INPUT_PLACEHOLDER)?,
         version: file.spec.version.clone(),
         fingerprint: assemble::fingerprint(file)?,
+        subagents: subagent_tree(file),
     })
 }
 
@@ -367,8 +426,16 @@ pub fn render_plan(plan: &Plan) -> String {
         if t["description"].as_str().is_some_and(|d| !d.is_empty()) {
             let _ = writeln!(out, "        {}", show(&t["description"]));
         }
-        let _ = writeln!(out, "        command: {}", show(&t["command"]));
+        if t["agent"].is_null() {
+            let _ = writeln!(out, "        command: {}", show(&t["command"]));
+        } else {
+            let _ = writeln!(out, "        agent:   {}", show(&t["agent"]));
+        }
         let _ = writeln!(out, "        input:   {}", t["input_schema"]);
+    }
+    if !plan.subagents.is_empty() {
+        let _ = writeln!(out, "subagents");
+        render_tree(&mut out, &plan.subagents, 0);
     }
     let _ = writeln!(out, "limits");
     if let Some(l) = plan.limits.as_object() {

@@ -26,6 +26,11 @@ struct ProgressState {
     streamed: String,
     /// True while the cursor sits after streamed text, not at a line start.
     mid_line: bool,
+    /// The depth and agent of each subagent run seen (a top-level run is not listed: depth 0).
+    depths: std::collections::HashMap<String, (usize, String)>,
+    /// The depth of the event being shown, and its agent when it is a subagent's.
+    depth: usize,
+    label: String,
 }
 
 impl Default for Progress {
@@ -76,7 +81,8 @@ fn line(s: &mut ProgressState, text: &str) {
         let _ = writeln!(err);
         s.mid_line = false;
     }
-    let _ = writeln!(err, "{text}");
+    let pad = "  ".repeat(s.depth);
+    let _ = writeln!(err, "{pad}{}{text}", s.label);
 }
 
 /// A compact one-line view of JSON arguments, cut to `max` characters.
@@ -102,6 +108,37 @@ pub fn human_duration(d: Duration) -> String {
 impl EventSink for Progress {
     fn emit(&self, event: &Event) {
         let Ok(mut s) = self.state.lock() else { return };
+        if let EventKind::RunStarted {
+            parent_run_id: Some(parent),
+            agent,
+            ..
+        } = &event.kind
+        {
+            let depth = s.depths.get(parent).map_or(0, |d| d.0) + 1;
+            s.depths
+                .insert(event.run_id.to_string(), (depth, agent.clone()));
+            (s.depth, s.label) = (depth, String::new());
+            line(&mut s, &format!("▸ subagent {agent} [{}]", event.run_id));
+        }
+        (s.depth, s.label) = match s.depths.get(&*event.run_id) {
+            Some((d, agent)) => (*d, format!("{agent}: ")),
+            None => (0, String::new()),
+        };
+        if s.depth > 0 {
+            // A subagent's steps show indented under the call that started it; its text is not
+            // streamed (the final output shown is the top run's).
+            match &event.kind {
+                EventKind::TextDelta { .. }
+                | EventKind::ModelResponse { .. }
+                | EventKind::ModelRequestStarted { .. } => return,
+                EventKind::RunFinished { stop_reason, .. } => {
+                    s.label.clear();
+                    line(&mut s, &format!("◂ subagent {stop_reason}"));
+                    return;
+                }
+                _ => {}
+            }
+        }
         match &event.kind {
             EventKind::ModelRequestStarted { model, .. } => {
                 s.streamed.clear();
@@ -353,6 +390,7 @@ pub fn outcome_json(outcome: &RunOutcome, dry_run: bool) -> Value {
         "duration_ms": outcome.duration.as_millis() as u64,
         "dry_run": dry_run,
         "transcript": outcome.transcript,
+        "subagents": outcome.subagents,
     })
 }
 

@@ -53,5 +53,5 @@ pub use sqlite::{SCHEMA_VERSION, SqliteWriter};
 pub use trace::{Trace, convert, latest_versions, read_trace};
 pub use view::{
     RunSummary, RunTree, TurnNode, find_run, render_list, render_list_json, render_run,
-    render_run_json, run_tree, summarize_runs,
+    render_run_json, render_run_tree, run_tree, summarize_runs,
 };

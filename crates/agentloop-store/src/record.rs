@@ -156,6 +156,9 @@ pub struct RunSpan {
     /// The common fields; `parent_id` is the parent run of a subagent.
     #[serde(flatten)]
     pub span: Span,
+    /// The parent's call that started it, for a subagent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_call_id: Option<String>,
     /// The agent's name.
     pub agent: String,
     /// The model's id.

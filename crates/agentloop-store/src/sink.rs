@@ -159,10 +159,11 @@ impl TraceSink {
             agent,
             model,
             parent_run_id,
+            parent_call_id,
             input,
         } = &event.kind
         {
-            let run = RunState::new(
+            let mut run = RunState::new(
                 run_id,
                 agent,
                 model,
@@ -170,6 +171,7 @@ impl TraceSink {
                 payloads.then(|| redact_text(input)),
                 now,
             );
+            run.run.parent_call_id = parent_call_id.clone();
             let record = TraceRecord::Run(run.run.clone());
             state.runs.insert(run_id.to_owned(), run);
             return vec![record];
@@ -516,6 +518,7 @@ impl RunState {
                     status: Status::Running,
                     error: None,
                 },
+                parent_call_id: None,
                 agent: agent.to_owned(),
                 model: model.to_owned(),
                 stop_reason: None,

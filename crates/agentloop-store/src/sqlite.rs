@@ -20,7 +20,7 @@ use crate::record::{
 };
 
 /// The schema version this crate writes and reads.
-pub const SCHEMA_VERSION: i64 = 3;
+pub const SCHEMA_VERSION: i64 = 4;
 
 // One migration per version step, or a file would be stamped with a version it does not have.
 const _: () = assert!(MIGRATIONS.len() as i64 == SCHEMA_VERSION);
@@ -68,6 +68,9 @@ ALTER TABLE runs ADD COLUMN warnings TEXT;
 "#,
     r#"
 ALTER TABLE tool_calls ADD COLUMN retries TEXT;
+"#,
+    r#"
+ALTER TABLE runs ADD COLUMN parent_call_id TEXT;
 "#,
 ];
 
@@ -257,6 +260,7 @@ fn encode(record: &TraceRecord) -> (&'static str, Vec<(&'static str, Sql)>) {
     let table = match record {
         TraceRecord::Run(r) => {
             cols.extend([
+                ("parent_call_id", opt_text(r.parent_call_id.as_deref())),
                 ("agent", text(&r.agent)),
                 ("model", text(&r.model)),
                 ("stop_reason", opt_text(r.stop_reason.as_deref())),
@@ -390,6 +394,7 @@ fn decode(table: &str, row: &Row<'_>) -> rusqlite::Result<TraceRecord> {
     Ok(match table {
         "runs" => TraceRecord::Run(RunSpan {
             span,
+            parent_call_id: added_column(row.get("parent_call_id"))?,
             agent: row.get("agent")?,
             model: row.get("model")?,
             stop_reason: row.get("stop_reason")?,

@@ -127,8 +127,11 @@ pub fn find_run<'a>(
     id: Option<&str>,
 ) -> Result<&'a RunSpan, TraceError> {
     let Some(id) = id else {
+        // The last top-level run: a subagent's run ends before its parent's.
         return runs(records)
+            .filter(|r| r.span.parent_id.is_none())
             .last()
+            .or_else(|| runs(records).last())
             .ok_or_else(|| TraceError::RunNotFound { id: "(any)".into() });
     };
     if let Some(run) = runs(records).find(|r| r.span.id == id) {
@@ -462,6 +465,39 @@ pub fn render_run(records: &[TraceRecord], id: Option<&str>) -> Result<String, T
         let _ = writeln!(out, "subagents: {}", tree.subagents.join(", "));
     }
     Ok(out)
+}
+
+/// [`render_run`], then each subagent's run drawn under it, indented by depth, all the way down
+/// (a trace whose runs name each other as parents is drawn to a bounded depth).
+pub fn render_run_tree(records: &[TraceRecord], id: Option<&str>) -> Result<String, TraceError> {
+    let tree = run_tree(records, id)?;
+    let mut out = String::new();
+    draw(records, &tree.run.span.id, 0, &mut out)?;
+    Ok(out)
+}
+
+const MAX_DRAWN_DEPTH: usize = 16;
+
+fn draw(
+    records: &[TraceRecord],
+    id: &str,
+    depth: usize,
+    out: &mut String,
+) -> Result<(), TraceError> {
+    let text = render_run(records, Some(id))?;
+    let pad = "    ".repeat(depth);
+    for line in text.lines() {
+        let _ = writeln!(out, "{pad}{line}");
+    }
+    if depth >= MAX_DRAWN_DEPTH {
+        return Ok(());
+    }
+    for child in runs(records).filter(|r| r.span.parent_id.as_deref() == Some(id)) {
+        let call = child.parent_call_id.as_deref().unwrap_or("?");
+        let _ = writeln!(out, "{pad}    ↳ subagent started by call {call}:");
+        draw(records, &child.span.id, depth + 1, out)?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

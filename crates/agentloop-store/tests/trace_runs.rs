@@ -833,6 +833,7 @@ fn finishing_a_trace_with_a_run_still_open_records_it_as_interrupted() {
         agent: "a".into(),
         model: "m".into(),
         parent_run_id: None,
+        parent_call_id: None,
         input: "secret input".into(),
     };
     sink.emit(&Event {
@@ -1004,6 +1005,7 @@ fn a_version_1_sqlite_trace_is_migrated_and_keeps_its_runs() {
         agent: "old".into(),
         model: "m".into(),
         parent_run_id: None,
+        parent_call_id: None,
         input: String::new(),
     };
     sink.emit(&Event {
@@ -1016,7 +1018,8 @@ fn a_version_1_sqlite_trace_is_migrated_and_keeps_its_runs() {
     // Make it the file version 1 wrote.
     let conn = rusqlite::Connection::open(&path).unwrap();
     conn.execute_batch(
-        "ALTER TABLE runs DROP COLUMN warnings; ALTER TABLE tool_calls DROP COLUMN retries; \
+        "ALTER TABLE runs DROP COLUMN warnings; ALTER TABLE runs DROP COLUMN parent_call_id; \
+         ALTER TABLE tool_calls DROP COLUMN retries; \
          PRAGMA user_version = 1;",
     )
     .unwrap();
@@ -1064,6 +1067,7 @@ fn a_tool_error_quoting_a_secret_is_redacted_in_the_trace_and_its_retries() {
                 agent: "a".into(),
                 model: "m".into(),
                 parent_run_id: None,
+                parent_call_id: None,
                 input: String::new(),
             },
         );

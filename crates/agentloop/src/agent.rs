@@ -50,6 +50,8 @@ pub struct RunOptions {
     pub cancel: Option<CancellationToken>,
     /// The parent run, for a subagent.
     pub parent_run_id: Option<String>,
+    /// The parent's call that started this run, for a subagent.
+    pub parent_call_id: Option<String>,
     /// Extra event sinks for this run only.
     pub sinks: Vec<Arc<dyn EventSink>>,
     /// Skip every tool (reported as skipped): a dry run.
@@ -67,6 +69,9 @@ pub struct RunOptions {
     /// Where the application finds this agent again to resume the run; kept in the journal's
     /// header (the CLI keeps the agent file's path).
     pub origin: Option<String>,
+    /// The run's depth in a tree of subagents: 0 for a run of its own; a subagent's tool sets
+    /// it for the runs it starts.
+    pub depth: u32,
 }
 
 pub(crate) struct Inner {
@@ -80,6 +85,8 @@ pub(crate) struct Inner {
     pub(crate) input_guardrails: Vec<Arc<dyn Guardrail>>,
     pub(crate) output_guardrails: Vec<Arc<dyn Guardrail>>,
     pub(crate) definition: Definition,
+    /// True when a tool of the agent is a subagent (the driver looks its calls up only then).
+    pub(crate) has_subagents: bool,
 }
 
 /// An agent: a model, instructions, tools and limits. Cheap to clone; runs share nothing mutable.
@@ -301,6 +308,9 @@ impl Agent {
             journal_error: None,
             approvals,
             parent_run_id: options.parent_run_id,
+            parent_call_id: options.parent_call_id,
+            depth: options.depth,
+            scope: None,
         }
     }
 
@@ -684,6 +694,7 @@ impl AgentBuilder {
             return Err(e);
         }
         let definition = self.definition();
+        let has_subagents = self.tools.specs().iter().any(|s| s.subagent);
         let Some(model) = self.model else {
             return Err(RunError::Other {
                 message: "the agent has no model".into(),
@@ -720,6 +731,7 @@ impl AgentBuilder {
                 input_guardrails: self.input_guardrails,
                 output_guardrails: self.output_guardrails,
                 definition,
+                has_subagents,
             }),
         })
     }
@@ -751,6 +763,7 @@ fn refused(
         limit: None,
         error: Some(error),
         duration: std::time::Duration::ZERO,
+        subagents: Vec::new(),
     }
 }
 

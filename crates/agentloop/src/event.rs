@@ -54,6 +54,9 @@ pub enum EventKind {
         /// The parent run, for a subagent.
         #[serde(skip_serializing_if = "Option::is_none")]
         parent_run_id: Option<String>,
+        /// The parent's call that started it, for a subagent.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        parent_call_id: Option<String>,
         /// The input text.
         input: String,
     },

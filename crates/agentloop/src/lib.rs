@@ -20,6 +20,7 @@ pub mod permissions;
 mod retry;
 mod serde_duration;
 pub mod steering;
+pub mod subagent;
 pub mod testing;
 pub mod tool;
 
@@ -33,7 +34,7 @@ pub use limits::{Limits, OnLimit, Price, PriceTable};
 pub use machine::Verdict;
 pub use message::Message;
 pub use model::{Model, ModelError, ModelResponse};
-pub use outcome::{CallOutcome, CallStatus, RunOutcome, StopReason, ToolCallRecord};
+pub use outcome::{CallOutcome, CallStatus, RunOutcome, StopReason, SubagentRun, ToolCallRecord};
 pub use retry::RetryPolicy;
 pub use tokio_util::sync::CancellationToken;
 pub use tool::{Tool, ToolContext, ToolError, ToolOutput};

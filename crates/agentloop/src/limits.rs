@@ -30,6 +30,14 @@ pub const DEFAULT_MAX_MODEL_CALLS: u32 = 50;
 pub const DEFAULT_GRACE_PERIOD: Duration = Duration::from_secs(2);
 /// How often an invalid structured answer goes back to the model before the run fails.
 pub const DEFAULT_OUTPUT_RETRIES: u32 = 2;
+/// How deep a tree of subagents may grow by default: a run's subagents are at depth 1, theirs at
+/// 2, and so on. Three levels cover a coordinator, its workers and their helpers; deeper trees are
+/// more often a model delegating in circles than a design.
+pub const DEFAULT_MAX_DEPTH: u32 = 3;
+
+fn default_max_depth() -> u32 {
+    DEFAULT_MAX_DEPTH
+}
 
 /// The limits of one run.
 ///
@@ -75,6 +83,11 @@ pub struct Limits {
     /// answer from the partial work.
     #[serde(default)]
     pub on_limit: OnLimit,
+    /// How deep its tree of subagents may grow ([`DEFAULT_MAX_DEPTH`]): a subagent call that would
+    /// start deeper is an error result the model reads. A subagent keeps the smaller of its own
+    /// and its parent's.
+    #[serde(default = "default_max_depth")]
+    pub max_depth: u32,
 }
 
 /// What happens when a limit stops a run.
@@ -141,6 +154,7 @@ impl Default for Limits {
             grace_period: DEFAULT_GRACE_PERIOD,
             output_retries: DEFAULT_OUTPUT_RETRIES,
             on_limit: OnLimit::Stop,
+            max_depth: DEFAULT_MAX_DEPTH,
         }
     }
 }

@@ -172,6 +172,52 @@ pub struct CallOutcome {
     /// True when another attempt cannot cure the failure ([`crate::ToolError::permanent`]).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub permanent: bool,
+    /// The run of a subagent this call was ([`crate::Agent::as_tool`]): what it spent, which the
+    /// parent's budget is charged, and how it ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subagent: Option<Box<SubagentRun>>,
+}
+
+/// A subagent's run as its parent sees it: a node of the run tree. What it spent counts its own
+/// subagents too.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SubagentRun {
+    /// Its run id.
+    pub run_id: String,
+    /// Its agent's name.
+    pub agent: String,
+    /// The parent's call that started it.
+    pub call_id: String,
+    /// The tool it was called as.
+    pub tool: String,
+    /// Its stop reason's word ([`StopReason::as_str`]).
+    pub stop_reason: String,
+    /// Its error, as `code: message`, when it failed or a limit stopped it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Tokens, its subtree's.
+    pub usage: Usage,
+    /// USD, its subtree's.
+    pub cost_usd: f64,
+    /// Turns, its subtree's.
+    pub turns: u32,
+    /// Model calls, its subtree's.
+    pub model_calls: u32,
+    /// Tool calls that ran, its subtree's (its subagent calls included).
+    pub tool_calls: u32,
+    /// When it did not finish, its failure fails the parent (the tool was marked `fatal`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub fatal: bool,
+    /// Its own subagents.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub subagents: Vec<SubagentRun>,
+}
+
+impl SubagentRun {
+    /// True when it finished or a tool ended it.
+    pub fn is_success(&self) -> bool {
+        matches!(self.stop_reason.as_str(), "finished" | "terminated")
+    }
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -282,6 +328,7 @@ impl CallOutcome {
             duration: Duration::ZERO,
             retries: 0,
             permanent: false,
+            subagent: None,
         }
     }
 
@@ -313,6 +360,7 @@ impl CallOutcome {
             duration: Duration::ZERO,
             retries: 0,
             permanent: false,
+            subagent: output.subagent,
         }
     }
 
@@ -513,6 +561,9 @@ pub struct RunOutcome {
     pub error: Option<RunError>,
     /// How long the run took.
     pub duration: Duration,
+    /// The subagents its tool calls ran, in the order they finished, each with its own tree.
+    /// `usage`, `cost_usd`, `model_calls` and `tool_calls_run` above count theirs too.
+    pub subagents: Vec<SubagentRun>,
 }
 
 impl RunOutcome {

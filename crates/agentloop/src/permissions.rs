@@ -457,6 +457,9 @@ pub struct ApprovalRequest {
     pub tool: String,
     /// Its arguments.
     pub arguments: Value,
+    /// The agent whose call it is (a subagent's calls reach the same prompt as its parent's).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub agent: String,
 }
 
 /// Asks a human about calls, all of a batch at once.
@@ -576,6 +579,7 @@ impl Gate for PermissionGate {
                     call_id: c.call_id.to_string(),
                     tool: c.tool.to_string(),
                     arguments: Value::clone(&c.arguments),
+                    agent: cx.agent.to_owned(),
                 })
                 .collect();
             if !requests.is_empty() {

@@ -243,8 +243,24 @@ pub(super) fn check_keys<T: Section>(
             );
         }
     }
+    let has = |key: &str| table.keys().any(|k| k.get_ref().as_ref() == key);
+    // A tool is a command or an agent: each key is optional, one of the two is required.
+    if T::KEYS.contains(&"command")
+        && T::KEYS.contains(&"agent")
+        && !has("command")
+        && !has("agent")
+    {
+        problems.at(
+            &join(path, "command"),
+            Some(span.clone()),
+            format!(
+                "missing required key `command` in [{path}] (or `agent`: another agent file, run \
+                 as a subagent)"
+            ),
+        );
+    }
     for key in T::KEYS {
-        if !T::optional(key) && !table.keys().any(|k| k.get_ref().as_ref() == *key) {
+        if !T::optional(key) && !has(key) {
             let at = if path.is_empty() {
                 "the file".to_owned()
             } else {
@@ -353,6 +369,15 @@ mode = "sideways"
         assert_eq!(
             paths,
             ["model", "name", "tools[0].command", "tools[0].name"]
+        );
+        // A tool is a command or an agent: one of the two keys, once the shape is right.
+        let got = problems(
+            "name = \"x\"\n[model]\nprovider = \"scripted\"\nscript = \"s.json\"\n[[tools]]\nname = \"t\"\n",
+        );
+        assert!(
+            got.iter()
+                .any(|p| p.path == "tools[0].command" && p.message.contains("`agent`")),
+            "{got:?}"
         );
     }
 

@@ -31,16 +31,67 @@ pub struct AgentFile {
     pub spec: AgentFileSpec,
     /// The instructions, read from `instructions` or `instructions_file`.
     pub instructions: Option<String>,
+    /// The agent files its `agent` tools run, by tool name (loaded by [`AgentFile::load`]).
+    pub subagents: Vec<(String, AgentFile)>,
 }
 
 impl AgentFile {
-    /// Reads and checks an agent file. Every problem is reported, or none.
+    /// Reads and checks an agent file, and the agent files its `agent` tools name, all the way
+    /// down; files that name each other in a cycle are refused. Every problem of a file is
+    /// reported, or none.
     pub fn load(path: &Path) -> Result<AgentFile, LoadError> {
+        Self::load_in(path, &mut Vec::new())
+    }
+
+    fn load_in(path: &Path, chain: &mut Vec<PathBuf>) -> Result<AgentFile, LoadError> {
         let text = std::fs::read_to_string(path).map_err(|e| LoadError::Read {
             path: path.display().to_string(),
             message: e.to_string(),
         })?;
-        Self::parse(path, &text).map_err(LoadError::Invalid)
+        let mut file = Self::parse(path, &text).map_err(LoadError::Invalid)?;
+        let key = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+        chain.push(key(path));
+        let agents: Vec<(usize, String, toml::Spanned<String>)> = file
+            .tools()
+            .iter()
+            .enumerate()
+            .filter_map(|(i, t)| Some((i, t.name.get_ref().clone(), t.agent.clone()?)))
+            .collect();
+        for (i, name, agent) in agents {
+            let child_path = file.resolve(agent.get_ref());
+            let child_key = key(&child_path);
+            if let Some(at) = chain.iter().position(|p| *p == child_key) {
+                let cycle: Vec<String> = chain
+                    .get(at..)
+                    .unwrap_or_default()
+                    .iter()
+                    .chain(std::iter::once(&child_key))
+                    .map(|p| p.display().to_string())
+                    .collect();
+                let mut problems = Problems::new(path, &text);
+                problems.at(
+                    &format!("tools[{i}].agent"),
+                    Some(agent.span()),
+                    format!(
+                        "agent files name each other in a cycle: {}",
+                        cycle.join(" -> ")
+                    ),
+                );
+                return Err(LoadError::Invalid(problems.sorted()));
+            }
+            let child = Self::load_in(&child_path, chain)?;
+            file.subagents.push((name, child));
+        }
+        chain.pop();
+        Ok(file)
+    }
+
+    /// The agent file a subagent tool runs.
+    pub fn subagent(&self, tool: &str) -> Option<&AgentFile> {
+        self.subagents
+            .iter()
+            .find(|(name, _)| name == tool)
+            .map(|(_, f)| f)
     }
 
     /// Checks agent file text; `path` locates relative paths and names the file in messages.
@@ -79,6 +130,7 @@ impl AgentFile {
             dir,
             spec,
             instructions,
+            subagents: Vec::new(),
         })
     }
 

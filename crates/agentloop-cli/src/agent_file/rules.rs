@@ -225,6 +225,88 @@ fn check_permission_rule(
     }
 }
 
+fn check_command(command: &Spanned<Vec<String>>, path: &str, dir: &Path, problems: &mut Problems) {
+    match command.get_ref().first() {
+        None => problems.at(
+            &join(path, "command"),
+            span_of(command),
+            "the command is empty: give the program, then its arguments",
+        ),
+        Some(program) if program.is_empty() => problems.at(
+            &join(path, "command"),
+            span_of(command),
+            "the program (the command's first item) is empty",
+        ),
+        Some(program) if program.contains('/') && !dir.join(program).exists() => problems.at(
+            &join(path, "command"),
+            span_of(command),
+            format!(
+                "the program {program} does not exist (looked at {})",
+                dir.join(program).display()
+            ),
+        ),
+        Some(_) => {}
+    }
+}
+
+/// Reports each key given that this kind of tool does not take.
+fn misplaced(
+    keys: &[(&str, bool)],
+    tool: &ToolFileSpec,
+    path: &str,
+    why: &str,
+    problems: &mut Problems,
+) {
+    for (key, _) in keys.iter().filter(|(_, given)| *given) {
+        problems.at(
+            &join(path, key),
+            span_of(&tool.name),
+            format!("`{key}` {why}"),
+        );
+    }
+}
+
+/// A subagent tool: its file exists, and the keys of command tools are not given.
+fn check_agent_tool(
+    tool: &ToolFileSpec,
+    agent: &Spanned<String>,
+    path: &str,
+    dir: &Path,
+    problems: &mut Problems,
+) {
+    let file = dir.join(agent.get_ref());
+    if agent.get_ref().trim().is_empty() || !file.is_file() {
+        problems.at(
+            &join(path, "agent"),
+            span_of(agent),
+            format!("the agent file {} does not exist", file.display()),
+        );
+    }
+    let command_only = [
+        ("input_schema", tool.input_schema.is_some()),
+        ("retries", tool.retries.is_some()),
+        ("poller", tool.poller.is_some()),
+        ("idempotent", tool.idempotent.is_some()),
+        ("mode", tool.mode.is_some()),
+    ];
+    misplaced(
+        &command_only,
+        tool,
+        path,
+        "is for command tools; a subagent's input is its `task`",
+        problems,
+    );
+    if let Some(c) = &tool.max_cost_usd
+        && !(c.get_ref().is_finite() && *c.get_ref() >= 0.0)
+    {
+        problems.at(
+            &join(path, "max_cost_usd"),
+            span_of(c),
+            "max_cost_usd must be a number of at least 0",
+        );
+    }
+}
+
 /// Tool names (valid, unique) and each tool's own rules; `tools` pairs each with its key path.
 fn check_tools(tools: &[(String, &ToolFileSpec)], dir: &Path, problems: &mut Problems) {
     let mut seen: Vec<&str> = Vec::new();
@@ -497,27 +579,16 @@ fn check_budget_priced(limits: &LimitsSpec, model: &ModelSpec, problems: &mut Pr
 }
 
 fn check_tool(tool: &ToolFileSpec, path: &str, dir: &Path, problems: &mut Problems) {
-    let command = tool.command.get_ref();
-    match command.first() {
-        None => problems.at(
-            &join(path, "command"),
-            span_of(&tool.command),
-            "the command is empty: give the program, then its arguments",
+    match (&tool.command, &tool.agent) {
+        (Some(command), None) => check_command(command, path, dir, problems),
+        (None, Some(agent)) => check_agent_tool(tool, agent, path, dir, problems),
+        (Some(_), Some(agent)) => problems.at(
+            &join(path, "agent"),
+            span_of(agent),
+            "give `command` (a command tool) or `agent` (another agent file), not both",
         ),
-        Some(program) if program.is_empty() => problems.at(
-            &join(path, "command"),
-            span_of(&tool.command),
-            "the program (the command's first item) is empty",
-        ),
-        Some(program) if program.contains('/') && !dir.join(program).exists() => problems.at(
-            &join(path, "command"),
-            span_of(&tool.command),
-            format!(
-                "the program {program} does not exist (looked at {})",
-                dir.join(program).display()
-            ),
-        ),
-        Some(_) => {}
+        // Reported with the file's shape (`check_keys`).
+        (None, None) => {}
     }
     if let Some(schema) = &tool.input_schema {
         let key = join(path, "input_schema");
@@ -551,6 +622,22 @@ fn check_tool(tool: &ToolFileSpec, path: &str, dir: &Path, problems: &mut Proble
             &join(path, "timeout_secs"),
             span_of(t),
             "timeout_secs must be a positive number of seconds, at most a year",
+        );
+    }
+    if tool.command.is_some() {
+        let agent_only = [
+            ("fatal", tool.fatal.is_some()),
+            ("max_turns", tool.max_turns.is_some()),
+            ("max_tool_calls", tool.max_tool_calls.is_some()),
+            ("max_tokens", tool.max_tokens.is_some()),
+            ("max_cost_usd", tool.max_cost_usd.is_some()),
+        ];
+        misplaced(
+            &agent_only,
+            tool,
+            path,
+            "is for `agent` tools (subagents)",
+            problems,
         );
     }
     if let Some(r) = &tool.retries

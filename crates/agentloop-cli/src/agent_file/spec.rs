@@ -199,11 +199,14 @@ section! {
         /// What a limit does: `stop` (the default) or `answer` (one last model call without
         /// tools, for a final answer from the partial work).
         on_limit: Option<OnLimit>,
+        /// How deep the tree of subagents (`agent` tools) may grow (default 3).
+        max_depth: Option<Spanned<u32>>,
     }
 }
 
 section! {
-    /// One `[[tools]]` entry: a command tool.
+    /// One `[[tools]]` entry: a command tool (`command`), or another agent as a subagent
+    /// (`agent`).
     ToolFileSpec {
         /// The name the model calls it by.
         name: Spanned<String>,
@@ -211,7 +214,22 @@ section! {
         description: Option<String>,
         /// The program and its arguments; a relative program path starts at the agent file's
         /// directory.
-        command: Spanned<Vec<String>>,
+        command: Option<Spanned<Vec<String>>>,
+        /// Another agent file (relative to this one): the tool runs that agent on the `task` the
+        /// model gives, with its own model, tools, limits and permissions, drawing on this
+        /// agent's budget.
+        agent: Option<Spanned<String>>,
+        /// `agent` tools: a subagent that does not finish fails this run (by default the model
+        /// reads an error result with its partial output).
+        fatal: Option<bool>,
+        /// `agent` tools: the most turns one call may take, whatever this agent has left.
+        max_turns: Option<Spanned<u32>>,
+        /// `agent` tools: the most tool calls one call may run.
+        max_tool_calls: Option<Spanned<u32>>,
+        /// `agent` tools: the most tokens one call may spend.
+        max_tokens: Option<Spanned<u64>>,
+        /// `agent` tools: the most USD one call may spend.
+        max_cost_usd: Option<Spanned<f64>>,
         /// The JSON Schema of its arguments (default: an object with no properties).
         input_schema: Option<Spanned<Value>>,
         /// `parallel` (default) or `sequential`.

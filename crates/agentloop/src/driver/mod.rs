@@ -60,6 +60,11 @@ pub(crate) struct Driver<'a> {
     /// Fires on cancellation, and on a suspension (see [`Approvals::link`]).
     pub(crate) interrupt: CancellationToken,
     pub(crate) parent_run_id: Option<String>,
+    pub(crate) parent_call_id: Option<String>,
+    /// The run's depth in a tree of subagents (0 at the top).
+    pub(crate) depth: u32,
+    /// The subagent scope of the current batch, by turn.
+    pub(crate) scope: Option<(u32, Arc<crate::subagent::Scope>)>,
 }
 
 impl<'a> Driver<'a> {
@@ -138,6 +143,7 @@ impl<'a> Driver<'a> {
 
     pub(crate) async fn drive(mut self, mut m: RunMachine) -> RunOutcome {
         let parent_run_id = self.parent_run_id.take();
+        let parent_call_id = self.parent_call_id.take();
         let observed = !self.sinks.is_empty();
         if observed {
             self.emit(
@@ -146,6 +152,7 @@ impl<'a> Driver<'a> {
                     agent: m.config().name().to_owned(),
                     model: self.inner.model.id().to_owned(),
                     parent_run_id,
+                    parent_call_id,
                     input: m.input_text().to_owned(),
                 },
             );
@@ -217,6 +224,7 @@ impl<'a> Driver<'a> {
                             cancel: calls_cancel.child_token(),
                             progress: progress.unwrap_or_default(),
                             stop_retries: stop_retries.clone(),
+                            scope: self.subagent_scope(&m, call, deadline),
                         };
                         running.push(self.run_call(&m, call, ctx));
                         Input::CallStarted {
@@ -376,6 +384,47 @@ impl<'a> Driver<'a> {
                 message: e.to_string(),
             });
         }
+    }
+
+    /// The scope of a subagent's call: the batch's share of the run's remaining budget (one per
+    /// batch, so that its subagents draw from it together), its depth and deadline. `None` for
+    /// any other tool.
+    fn subagent_scope(
+        &mut self,
+        m: &RunMachine,
+        call: &AdmittedCall,
+        deadline: Option<Instant>,
+    ) -> Option<Arc<crate::subagent::Scope>> {
+        if !self.inner.has_subagents
+            || !m
+                .config()
+                .tools
+                .spec(call.index)
+                .is_some_and(|s| s.subagent)
+        {
+            return None;
+        }
+        if let Some((turn, scope)) = &self.scope
+            && *turn == m.turn()
+        {
+            return Some(Arc::clone(scope));
+        }
+        let tools = &m.config().tools;
+        let waiting = m
+            .batch_calls()
+            .iter()
+            .filter(|c| tools.spec(c.index).is_some_and(|s| s.subagent))
+            .count();
+        let scope = crate::subagent::scope(
+            self.sinks.clone(),
+            self.depth,
+            m.limits().max_depth,
+            deadline,
+            m.remaining(),
+            u32::try_from(waiting).unwrap_or(u32::MAX),
+        );
+        self.scope = Some((m.turn(), Arc::clone(&scope)));
+        Some(scope)
     }
 
     /// A progress sender for a call, when anyone listens.

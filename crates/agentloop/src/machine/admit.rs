@@ -673,6 +673,9 @@ impl RunMachine {
         if let Some(call) = p.batch.calls.iter().find(|c| c.position == position) {
             outcome = self.judge_outcome(call.index, outcome);
         }
+        if outcome.subagent.is_some() {
+            outcome = self.roll_up(outcome);
+        }
         let Some(slot) = p
             .slots
             .get_mut(position)
@@ -712,6 +715,38 @@ impl RunMachine {
 }
 
 impl RunMachine {
+    /// A subagent's run is charged to this one (one budget for the tree: its tokens, cost, turns,
+    /// model calls and tool calls count against this run's limits from here on) and judged: one
+    /// that did not finish is an error the model reads, its partial output kept, or fatal when
+    /// its tool says so.
+    fn roll_up(&mut self, mut outcome: CallOutcome) -> CallOutcome {
+        let Some(sub) = outcome.subagent.as_deref() else {
+            return outcome;
+        };
+        self.usage.add(&sub.usage);
+        self.cost += sub.cost_usd;
+        self.sub_turns = self.sub_turns.saturating_add(sub.turns);
+        self.sub_model_calls = self.sub_model_calls.saturating_add(sub.model_calls);
+        self.tool_calls_run = self.tool_calls_run.saturating_add(sub.tool_calls);
+        self.tool_calls_used = self.tool_calls_used.saturating_add(sub.tool_calls);
+        self.subagents.push(sub.clone());
+        if outcome.status == CallStatus::Ok && !sub.is_success() {
+            let code = format!("subagent.{}", sub.stop_reason);
+            if sub.fatal {
+                outcome.status = CallStatus::Fatal;
+                outcome.diagnostic = Some(format!(
+                    "the subagent {} stopped: {}",
+                    sub.agent,
+                    sub.error.as_deref().unwrap_or(&sub.stop_reason)
+                ));
+            } else {
+                outcome.status = CallStatus::Error;
+            }
+            outcome.code = Some(code);
+        }
+        outcome
+    }
+
     /// The machine's rules on a finished call's outcome: a declared output schema is checked (a
     /// violation is an error the model reads), and a panic is fatal only under
     /// [`OnToolPanic::Fail`].

@@ -155,6 +155,11 @@ pub struct RunMachine {
     extra_messages: usize,
     /// Why the journal failed, once it did.
     journal_failure: Option<String>,
+    /// The subagents the run's calls ran, and the turns and model calls they took (which count
+    /// against this run's limits: one budget for the tree).
+    subagents: Vec<crate::outcome::SubagentRun>,
+    sub_turns: u32,
+    sub_model_calls: u32,
 }
 
 impl std::fmt::Debug for RunMachine {
@@ -250,6 +255,9 @@ impl RunMachine {
             changes: RequestChanges::default(),
             extra_messages: 0,
             journal_failure: None,
+            subagents: Vec::new(),
+            sub_turns: 0,
+            sub_model_calls: 0,
         };
         if let Err(message) = m.limits.check() {
             m.fail(RunError::Other {
@@ -771,23 +779,45 @@ impl RunMachine {
         self.model_call_hit().or_else(|| self.spent_hit())
     }
 
+    /// The calls of the batch running now (none outside one).
+    pub(crate) fn batch_calls(&self) -> &[AdmittedCall] {
+        match &self.phase {
+            Phase::Run(p) => &p.batch.calls,
+            _ => &[],
+        }
+    }
+
+    /// What is left of the run's budget: what its subagents may draw on.
+    pub(crate) fn remaining(&self) -> crate::subagent::Pool {
+        let l = &self.limits;
+        crate::subagent::Pool {
+            turns: Limits::bound(l.max_turns)
+                .map(|m| m.saturating_sub(self.turn.saturating_add(self.sub_turns))),
+            model_calls: Limits::bound(l.max_model_calls)
+                .map(|m| m.saturating_sub(self.model_calls.saturating_add(self.sub_model_calls))),
+            tool_calls: Limits::bound(l.max_tool_calls)
+                .map(|m| m.saturating_sub(self.tool_calls_used)),
+            tokens: l
+                .max_tokens
+                .filter(|&n| n > 0)
+                .map(|m| m.saturating_sub(self.usage.total_tokens())),
+            cost: l.max_cost_usd.map(|m| (m - self.cost).max(0.0)),
+            waiting: 0,
+        }
+    }
+
     /// The turn limit, when this turn is the last allowed.
     pub(super) fn turn_hit(&self) -> Option<LimitHit> {
         let max = Limits::bound(self.limits.max_turns)?;
-        (self.turn >= max).then(|| hit(LimitKind::Turns, max.into(), self.turn.into(), 1.0))
+        let turns = self.turn.saturating_add(self.sub_turns);
+        (turns >= max).then(|| hit(LimitKind::Turns, max.into(), turns.into(), 1.0))
     }
 
     /// The model-call limit, when no model call is left.
     pub(super) fn model_call_hit(&self) -> Option<LimitHit> {
         let max = Limits::bound(self.limits.max_model_calls)?;
-        (self.model_calls >= max).then(|| {
-            hit(
-                LimitKind::ModelCalls,
-                max.into(),
-                self.model_calls.into(),
-                1.0,
-            )
-        })
+        let calls = self.model_calls.saturating_add(self.sub_model_calls);
+        (calls >= max).then(|| hit(LimitKind::ModelCalls, max.into(), calls.into(), 1.0))
     }
 
     /// The token or cost budget, when it is spent.
@@ -1023,12 +1053,13 @@ impl RunMachine {
             usage: self.usage,
             cost_usd: self.cost,
             turns: self.turn,
-            model_calls: self.model_calls,
+            model_calls: self.model_calls.saturating_add(self.sub_model_calls),
             tool_calls_run: self.tool_calls_run,
             tool_calls: self.records.clone(),
             limit: self.limit,
             error: self.error.clone(),
             duration: elapsed,
+            subagents: self.subagents.clone(),
         }
     }
 
@@ -1044,12 +1075,13 @@ impl RunMachine {
             usage: self.usage,
             cost_usd: self.cost,
             turns: self.turn,
-            model_calls: self.model_calls,
+            model_calls: self.model_calls.saturating_add(self.sub_model_calls),
             tool_calls_run: self.tool_calls_run,
             tool_calls: self.records,
             limit: self.limit,
             error: self.error,
             duration: elapsed,
+            subagents: self.subagents,
         }
     }
 }

@@ -117,6 +117,8 @@ pub struct ToolContext {
     /// Fires when no new attempt may start (a sibling failed fatally, the run was interrupted):
     /// the retry layer stops there.
     pub(crate) stop_retries: CancellationToken,
+    /// For a subagent's call: the run's budget and place in the tree.
+    pub(crate) scope: Option<Arc<crate::subagent::Scope>>,
 }
 
 impl ToolContext {
@@ -130,6 +132,7 @@ impl ToolContext {
             cancel: CancellationToken::new(),
             progress: ProgressSender::default(),
             stop_retries: CancellationToken::new(),
+            scope: None,
         }
     }
 }

@@ -24,6 +24,10 @@ pub struct ToolOutput {
     /// Asks the run to end after this batch (it does when every call of the batch asks).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub terminate: bool,
+    /// The subagent run this call was: its spending is charged to the run, and the run's
+    /// machine judges how it ended (set by [`crate::Agent::as_tool`]'s tool).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subagent: Option<Box<crate::outcome::SubagentRun>>,
 }
 
 impl ToolOutput {
@@ -33,6 +37,7 @@ impl ToolOutput {
             content: ToolContent::Text(text.into()),
             details: None,
             terminate: false,
+            subagent: None,
         }
     }
 
@@ -42,6 +47,7 @@ impl ToolOutput {
             content: ToolContent::Json(value),
             details: None,
             terminate: false,
+            subagent: None,
         }
     }
 
@@ -92,6 +98,7 @@ impl IntoToolOutput for ToolContent {
             content: self,
             details: None,
             terminate: false,
+            subagent: None,
         }
     }
 }

@@ -95,6 +95,7 @@ impl Tool {
                 mutating: false,
                 idempotent: false,
                 poller: false,
+                subagent: false,
             },
             policy: ToolPolicy::default(),
         }
@@ -167,6 +168,12 @@ impl ToolBuilder {
     /// Marks the tool safe to re-run with the same arguments.
     pub fn idempotent(mut self, yes: bool) -> Self {
         self.spec.idempotent = yes;
+        self
+    }
+
+    /// Marks the tool a subagent's ([`ToolSpec::subagent`]).
+    pub(crate) fn subagent(mut self) -> Self {
+        self.spec.subagent = true;
         self
     }
 

@@ -42,6 +42,9 @@ pub struct ToolSpec {
     /// rule judges its repeated calls by their results alone, whatever their arguments.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub poller: bool,
+    /// It runs another agent ([`crate::Agent::as_tool`]): its calls draw on the run's budget.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub subagent: bool,
 }
 
 /// The JSON Schema (2020-12) of a type, as tools use it: no `$schema` or `title` at the top.

@@ -1,0 +1,510 @@
+//! Subagents: an agent as a tool of another ([`crate::Agent::as_tool`], [`SubagentTool`]), under
+//! one budget for the whole tree.
+//!
+//! A subagent's call draws its limits from what its parent has left when the call's batch
+//! starts: turns, model calls, tool calls, tokens, dollars and time, each capped further by the
+//! tool's own [`SubagentTool::cap`] and the subagent's own limits. The calls of one batch share
+//! that remainder and take from it atomically (a grant is held from the moment a subagent starts
+//! until it returns, then settled to what it spent), so subagents racing in parallel can never
+//! together spend more than their parent had: one that finds a resource exhausted does not start,
+//! and the model reads why. What a subagent spent is then charged to its parent's run (its
+//! machine counts it against every limit from there on, and so, up the tree, does every
+//! ancestor), and the parent's outcome carries the tree ([`crate::RunOutcome::subagents`]).
+//!
+//! Depth is bounded by [`crate::Limits::max_depth`]; cancellation and the deadline reach every
+//! level (a subagent runs under its call's cancellation, with the time its parent has left). A
+//! subagent that does not finish is an error result its parent's model reads, with its partial
+//! output, unless its tool is [`SubagentTool::fatal`].
+
+use std::sync::{Arc, Mutex};
+
+use serde_json::{Value, json};
+use tokio::time::Instant;
+
+use crate::agent::{Agent, RunOptions};
+use crate::event::Sinks;
+use crate::limits::Limits;
+use crate::message::{Message, ToolContent};
+use crate::outcome::{RunOutcome, SubagentRun};
+use crate::tool::{Tool, ToolContext, ToolError, ToolOutput};
+
+/// What is left of a run's budget, per resource; `None` is unbounded.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(crate) struct Pool {
+    pub(crate) turns: Option<u32>,
+    pub(crate) model_calls: Option<u32>,
+    pub(crate) tool_calls: Option<u32>,
+    pub(crate) tokens: Option<u64>,
+    pub(crate) cost: Option<f64>,
+    /// How many subagent calls of the batch have not drawn their grant yet: each takes at most
+    /// an even share of what is left, so that the first to start cannot starve its siblings.
+    pub(crate) waiting: u32,
+}
+
+/// Takes up to `want` (an even share of what is left when `None`) from `left`; refused when
+/// nothing is left.
+fn take(
+    left: &mut Option<u64>,
+    want: Option<u64>,
+    waiting: u32,
+    what: &str,
+) -> Result<Option<u64>, String> {
+    match left {
+        None => Ok(want),
+        Some(0) => Err(format!("no {what} left in the budget")),
+        Some(n) => {
+            let share = (*n / u64::from(waiting.max(1))).max(1);
+            let grant = want.map_or(share, |w| w.min(share));
+            *n -= grant;
+            Ok(Some(grant))
+        }
+    }
+}
+
+fn min_opt<T: PartialOrd + Copy>(a: Option<T>, b: Option<T>) -> Option<T> {
+    match (a, b) {
+        (Some(x), Some(y)) => Some(if y < x { y } else { x }),
+        (x, y) => x.or(y),
+    }
+}
+
+fn wide(v: Option<u32>) -> Option<u64> {
+    v.map(u64::from)
+}
+
+fn narrow(v: Option<u64>) -> Option<u32> {
+    v.map(|n| u32::try_from(n).unwrap_or(u32::MAX))
+}
+
+/// Gives back what a grant did not use.
+fn give_back(left: &mut Option<u64>, granted: Option<u64>, spent: u64) {
+    if let (Some(l), Some(g)) = (left.as_mut(), granted) {
+        *l = l.saturating_add(g.saturating_sub(spent));
+    }
+}
+
+impl Pool {
+    /// Reserves a grant for one subagent: up to `cap` of each resource, at most what is left.
+    /// All or nothing: a resource with nothing left refuses the whole grant.
+    fn reserve(&mut self, cap: &Pool) -> Result<Pool, String> {
+        let mut next = *self;
+        let w = next.waiting;
+        let mut turns = wide(next.turns);
+        let mut model_calls = wide(next.model_calls);
+        let mut tool_calls = wide(next.tool_calls);
+        let grant = Pool {
+            turns: narrow(take(&mut turns, wide(cap.turns), w, "turns")?),
+            model_calls: narrow(take(
+                &mut model_calls,
+                wide(cap.model_calls),
+                w,
+                "model calls",
+            )?),
+            tool_calls: narrow(take(
+                &mut tool_calls,
+                wide(cap.tool_calls),
+                w,
+                "tool calls",
+            )?),
+            tokens: take(&mut next.tokens, cap.tokens, w, "tokens")?,
+            cost: match next.cost.as_mut() {
+                None => cap.cost,
+                Some(left) if *left <= 0.0 => return Err("no dollars left in the budget".into()),
+                Some(left) => {
+                    let share = *left / f64::from(w.max(1));
+                    let g = cap.cost.map_or(share, |c| c.min(share));
+                    *left -= g;
+                    Some(g)
+                }
+            },
+            waiting: 0,
+        };
+        next.turns = narrow(turns);
+        next.model_calls = narrow(model_calls);
+        next.tool_calls = narrow(tool_calls);
+        next.waiting = w.saturating_sub(1);
+        *self = next;
+        Ok(grant)
+    }
+
+    /// Settles a grant: what the subagent did not spend is left for its siblings.
+    fn settle(&mut self, grant: &Pool, spent: &SubagentRun) {
+        let mut turns = wide(self.turns);
+        let mut model_calls = wide(self.model_calls);
+        let mut tool_calls = wide(self.tool_calls);
+        give_back(&mut turns, wide(grant.turns), spent.turns.into());
+        give_back(
+            &mut model_calls,
+            wide(grant.model_calls),
+            spent.model_calls.into(),
+        );
+        give_back(
+            &mut tool_calls,
+            wide(grant.tool_calls),
+            spent.tool_calls.into(),
+        );
+        give_back(&mut self.tokens, grant.tokens, spent.usage.total_tokens());
+        self.turns = narrow(turns);
+        self.model_calls = narrow(model_calls);
+        self.tool_calls = narrow(tool_calls);
+        if let (Some(l), Some(g)) = (self.cost.as_mut(), grant.cost) {
+            *l += (g - spent.cost_usd).max(0.0);
+        }
+    }
+
+    /// The caps a [`Limits`] puts on a subagent.
+    fn of(limits: &Limits) -> Pool {
+        Pool {
+            turns: Limits::bound(limits.max_turns),
+            model_calls: Limits::bound(limits.max_model_calls),
+            tool_calls: Limits::bound(limits.max_tool_calls),
+            tokens: limits.max_tokens.filter(|&n| n > 0),
+            cost: limits.max_cost_usd,
+            waiting: 0,
+        }
+    }
+
+    /// The smaller of two caps, resource by resource.
+    fn min(&self, other: &Pool) -> Pool {
+        Pool {
+            turns: min_opt(self.turns, other.turns),
+            model_calls: min_opt(self.model_calls, other.model_calls),
+            tool_calls: min_opt(self.tool_calls, other.tool_calls),
+            tokens: min_opt(self.tokens, other.tokens),
+            cost: min_opt(self.cost, other.cost),
+            waiting: 0,
+        }
+    }
+}
+
+/// What the subagent calls of one batch share: the run's remaining budget when the batch
+/// started, and the run's place in the tree.
+pub(crate) struct Scope {
+    pub(crate) sinks: Sinks,
+    /// The depth of the run making the calls (0 for a top-level run).
+    pub(crate) depth: u32,
+    pub(crate) max_depth: u32,
+    pub(crate) deadline: Option<Instant>,
+    pub(crate) pool: Mutex<Pool>,
+}
+
+impl std::fmt::Debug for Scope {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Scope")
+            .field("depth", &self.depth)
+            .field("max_depth", &self.max_depth)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Scope {
+    fn reserve(&self, cap: &Pool) -> Result<Pool, String> {
+        self.pool
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .reserve(cap)
+    }
+
+    fn settle(&self, grant: &Pool, spent: &SubagentRun) {
+        self.pool
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .settle(grant, spent);
+    }
+}
+
+/// An agent as a tool of another. The model calls it with a `task`; the subagent runs on it
+/// from a fresh transcript, and its final answer (its structured answer, when it has an output
+/// schema) is the call's result.
+#[derive(Debug, Clone)]
+#[must_use]
+pub struct SubagentTool {
+    agent: Agent,
+    name: String,
+    description: String,
+    cap: Option<Limits>,
+    fatal: bool,
+}
+
+impl SubagentTool {
+    /// `agent` as a tool named `name`.
+    pub fn new(agent: Agent, name: impl Into<String>, description: impl Into<String>) -> Self {
+        SubagentTool {
+            agent,
+            name: name.into(),
+            description: description.into(),
+            cap: None,
+            fatal: false,
+        }
+    }
+
+    /// Caps what one call may draw from its parent's budget, whatever is left: its turns, tool
+    /// calls, model calls, tokens, dollars and time (`timeout`).
+    pub fn cap(mut self, limits: Limits) -> Self {
+        self.cap = Some(limits);
+        self
+    }
+
+    /// A subagent that does not finish fails its parent's run (by default its parent's model
+    /// reads an error result with its partial output).
+    pub fn fatal(mut self, yes: bool) -> Self {
+        self.fatal = yes;
+        self
+    }
+
+    /// The tool.
+    pub fn into_tool(self) -> Tool {
+        let schema = json!({
+            "type": "object",
+            "properties": {
+                "task": {
+                    "type": "string",
+                    "description": "The task, with everything the subagent needs to know: it sees nothing of this conversation."
+                }
+            },
+            "required": ["task"],
+            "additionalProperties": false
+        });
+        let tool = Arc::new(self);
+        Tool::builder(tool.name.clone())
+            .description(tool.description.clone())
+            .subagent()
+            .dynamic(schema, move |args: Value, ctx: ToolContext| {
+                let tool = Arc::clone(&tool);
+                async move { tool.call(args, ctx).await }
+            })
+    }
+
+    async fn call(&self, args: Value, ctx: ToolContext) -> Result<ToolOutput, ToolError> {
+        let task = args
+            .get("task")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        let own = self.agent.config().limits().clone();
+        let scope = ctx.scope.clone();
+        let depth = scope.as_ref().map_or(0, |s| s.depth) + 1;
+        let max_depth = scope.as_ref().map_or(own.max_depth, |s| s.max_depth);
+        if depth > max_depth {
+            return Err(ToolError::new(
+                "subagent.depth",
+                format!(
+                    "the subagent {} cannot start: subagents may nest {max_depth} deep, and this \
+                     one would be at depth {depth}; do the task here instead",
+                    self.name
+                ),
+            )
+            .permanent());
+        }
+        // It never needs more than its own limits allow.
+        let mut cap = Pool::of(&own);
+        if let Some(c) = &self.cap {
+            cap = cap.min(&Pool::of(c));
+        }
+        let grant = match &scope {
+            Some(s) => s.reserve(&cap).map_err(|why| {
+                ToolError::new(
+                    "subagent.budget",
+                    format!("the subagent {} cannot start: {why}", self.name),
+                )
+                .permanent()
+            })?,
+            None => cap,
+        };
+        let mut limits = own.clone();
+        limits.max_turns = min_bound(own.max_turns, grant.turns);
+        limits.max_model_calls = min_bound(own.max_model_calls, grant.model_calls);
+        limits.max_tool_calls = min_bound(own.max_tool_calls, grant.tool_calls);
+        limits.max_tokens = min_bound(own.max_tokens.filter(|&n| n > 0), grant.tokens);
+        limits.max_cost_usd = match (own.max_cost_usd, grant.cost) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let left = scope
+            .as_ref()
+            .and_then(|s| s.deadline)
+            .map(|d| d.saturating_duration_since(Instant::now()));
+        let capped = self.cap.as_ref().and_then(|c| c.timeout);
+        limits.timeout = [own.timeout, left, capped].into_iter().flatten().min();
+        limits.max_depth = own.max_depth.min(max_depth);
+        let options = RunOptions {
+            cancel: Some(ctx.cancel.clone()),
+            parent_run_id: Some(ctx.run_id.to_string()),
+            parent_call_id: Some(ctx.call_id.to_string()),
+            sinks: scope
+                .as_ref()
+                .map(|s| s.sinks.0.clone())
+                .unwrap_or_default(),
+            limits: Some(limits),
+            depth,
+            ..RunOptions::default()
+        };
+        let outcome = self
+            .agent
+            .run_with(Vec::new(), Some(Message::user(task)), options)
+            .await;
+        let record = self.record(&outcome, &ctx);
+        if let Some(s) = &scope {
+            s.settle(&grant, &record);
+        }
+        let content = if outcome.is_success() {
+            match outcome.structured_output.clone() {
+                Some(v) => ToolContent::Json(v),
+                None => ToolContent::Text(outcome.output.clone().unwrap_or_default()),
+            }
+        } else {
+            ToolContent::Text(stopped_text(&self.name, &outcome, &record))
+        };
+        Ok(ToolOutput {
+            content,
+            details: None,
+            terminate: false,
+            subagent: Some(Box::new(record)),
+        })
+    }
+
+    fn record(&self, outcome: &RunOutcome, ctx: &ToolContext) -> SubagentRun {
+        SubagentRun {
+            run_id: outcome.run_id.clone(),
+            agent: self.agent.config().name().to_owned(),
+            call_id: ctx.call_id.to_string(),
+            tool: ctx.tool.to_string(),
+            stop_reason: outcome.stop_reason.as_str().to_owned(),
+            error: outcome
+                .error
+                .as_ref()
+                .map(|e| format!("{}: {}", e.code(), e.message())),
+            usage: outcome.usage,
+            cost_usd: outcome.cost_usd,
+            turns: outcome.turns + outcome.subagents.iter().map(|s| s.turns).sum::<u32>(),
+            model_calls: outcome.model_calls,
+            tool_calls: outcome.tool_calls_run,
+            fatal: self.fatal,
+            subagents: outcome.subagents.clone(),
+        }
+    }
+}
+
+/// What the parent's model reads of a subagent that did not finish.
+fn stopped_text(name: &str, outcome: &RunOutcome, record: &SubagentRun) -> String {
+    let why = record
+        .error
+        .as_deref()
+        .map(|e| format!(" ({e})"))
+        .unwrap_or_default();
+    let partial = outcome
+        .output
+        .as_deref()
+        .filter(|t| !t.trim().is_empty())
+        .map_or_else(
+            || "It had no answer yet.".to_owned(),
+            |t| format!("What it had so far:\n{t}"),
+        );
+    format!(
+        "The subagent {name} stopped before it finished: {}{why}. {partial}",
+        outcome.stop_reason.as_str()
+    )
+}
+
+fn min_bound<T: Ord + Copy + Default>(a: Option<T>, b: Option<T>) -> Option<T> {
+    let a = a.filter(|n| *n != T::default());
+    let b = b.filter(|n| *n != T::default());
+    match (a, b) {
+        (Some(x), Some(y)) => Some(x.min(y)),
+        (x, y) => x.or(y),
+    }
+}
+
+impl Agent {
+    /// This agent as a tool of another, called with a `task` (see [`SubagentTool`] for caps and
+    /// `fatal`).
+    pub fn as_tool(&self, name: impl Into<String>, description: impl Into<String>) -> Tool {
+        SubagentTool::new(self.clone(), name, description).into_tool()
+    }
+}
+
+/// The scope of a batch's subagent calls (`waiting` of them), from the run's remaining budget.
+pub(crate) fn scope(
+    sinks: Sinks,
+    depth: u32,
+    max_depth: u32,
+    deadline: Option<Instant>,
+    mut pool: Pool,
+    waiting: u32,
+) -> Arc<Scope> {
+    pool.waiting = waiting;
+    Arc::new(Scope {
+        sinks,
+        depth,
+        max_depth,
+        deadline,
+        pool: Mutex::new(pool),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn spent(turns: u32, tool_calls: u32) -> SubagentRun {
+        SubagentRun {
+            run_id: "r".into(),
+            agent: "a".into(),
+            call_id: "c".into(),
+            tool: "t".into(),
+            stop_reason: "finished".into(),
+            error: None,
+            usage: crate::model::Usage::default(),
+            cost_usd: 0.0,
+            turns,
+            model_calls: turns,
+            tool_calls,
+            fatal: false,
+            subagents: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn grants_never_exceed_what_is_left_and_unspent_parts_come_back() {
+        let mut pool = Pool {
+            turns: Some(10),
+            tool_calls: Some(5),
+            waiting: 1,
+            ..Pool::default()
+        };
+        let cap = Pool {
+            turns: Some(4),
+            ..Pool::default()
+        };
+        let a = pool.reserve(&cap).unwrap();
+        assert_eq!((a.turns, a.tool_calls), (Some(4), Some(5)));
+        assert_eq!(
+            pool.reserve(&cap).unwrap_err(),
+            "no tool calls left in the budget"
+        );
+        assert_eq!(pool.turns, Some(6), "a refused grant takes nothing");
+        pool.settle(&a, &spent(1, 2));
+        assert_eq!((pool.turns, pool.tool_calls), (Some(9), Some(3)));
+    }
+
+    #[test]
+    fn siblings_share_what_is_left_evenly() {
+        let mut pool = Pool {
+            model_calls: Some(49),
+            tool_calls: Some(1),
+            waiting: 2,
+            ..Pool::default()
+        };
+        let a = pool.reserve(&Pool::default()).unwrap();
+        assert_eq!(a.model_calls, Some(24));
+        assert_eq!(a.tool_calls, Some(1), "at least one of what is left");
+        assert!(
+            pool.reserve(&Pool::default()).is_err(),
+            "nothing left for the second"
+        );
+        pool.tool_calls = Some(3);
+        let b = pool.reserve(&Pool::default()).unwrap();
+        assert_eq!(b.model_calls, Some(25), "the last takes the rest");
+    }
+}

@@ -1,0 +1,349 @@
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::indexing_slicing,
+    clippy::panic
+)]
+//! Subagents: an agent as a tool of another, one budget for the whole tree, depth, cancellation
+//! through every level, and failures that reach the parent's model as readable results.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use agentloop::model::Usage;
+use agentloop::subagent::SubagentTool;
+use agentloop::testing::FunctionModel;
+use agentloop::{
+    Agent, CancellationToken, Limits, Message, ModelResponse, RunOptions, StopReason, Tool,
+    ToolOutput,
+};
+use common::{calls, counting_tool};
+use proptest::prelude::*;
+use serde_json::{Value, json};
+
+fn usage(input: u64, output: u64) -> Usage {
+    Usage {
+        input_tokens: input,
+        output_tokens: output,
+        ..Usage::default()
+    }
+}
+
+/// The text of the last tool result the model was shown, if any.
+fn last_result(messages: &[Message]) -> Option<String> {
+    messages
+        .iter()
+        .rev()
+        .find_map(Message::as_tool_result)
+        .map(|r| r.content.to_text())
+}
+
+/// A worker: makes `n` calls of `count` in one turn, then answers. Each model call uses 10 in
+/// and 5 out.
+fn worker(n: usize, counter: &Arc<AtomicUsize>, limits: Limits) -> Agent {
+    let model = FunctionModel::new(move |req| {
+        let response = if last_result(req.messages).is_some() {
+            ModelResponse::text("worked")
+        } else {
+            let list: Vec<(String, String, String)> = (0..n)
+                .map(|i| {
+                    (
+                        format!("w{i}"),
+                        "count".to_owned(),
+                        format!(r#"{{"n":{i}}}"#),
+                    )
+                })
+                .collect();
+            ModelResponse::tool_calls(list)
+        };
+        Ok(response.with_usage(usage(10, 5)))
+    });
+    Agent::builder()
+        .name("worker")
+        .model(model)
+        .tool(counting_tool("count", counter))
+        .limits(limits)
+        .build()
+        .unwrap()
+}
+
+/// A coordinator: calls `tool` `k` times at once in its first turn, then answers with what it
+/// last read. Each model call uses 100 in and 50 out.
+fn coordinator(k: usize, tools: Vec<Tool>, limits: Limits) -> Agent {
+    let model = FunctionModel::new(move |req| {
+        let response = match last_result(req.messages) {
+            Some(text) => ModelResponse::text(format!("read: {text}")),
+            None => {
+                let list: Vec<(String, String, String)> = (0..k)
+                    .map(|i| {
+                        (
+                            format!("s{i}"),
+                            "delegate".to_owned(),
+                            format!(r#"{{"task":"part {i}"}}"#),
+                        )
+                    })
+                    .collect();
+                ModelResponse::tool_calls(list)
+            }
+        };
+        Ok(response.with_usage(usage(100, 50)))
+    });
+    Agent::builder()
+        .name("coordinator")
+        .model(model)
+        .tools(tools)
+        .limits(limits)
+        .build()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn usage_and_counts_roll_up_and_the_outcome_carries_the_tree() {
+    let counter = Arc::new(AtomicUsize::new(0));
+    let sub = worker(2, &counter, Limits::default());
+    let parent = coordinator(
+        3,
+        vec![sub.as_tool("delegate", "Hands a part to a worker.")],
+        Limits::default(),
+    );
+    let out = parent.run("go").await;
+    assert_eq!(out.stop_reason, StopReason::Finished, "{:?}", out.error);
+    assert_eq!(counter.load(Ordering::SeqCst), 6);
+    assert_eq!(out.subagents.len(), 3);
+    for s in &out.subagents {
+        assert_eq!(s.agent, "worker");
+        assert_eq!(s.stop_reason, "finished");
+        assert_eq!(s.usage, usage(20, 10), "two model calls of the worker");
+        assert_eq!((s.turns, s.model_calls, s.tool_calls), (2, 2, 2));
+        assert!(s.call_id.starts_with('s'));
+    }
+    // The parent's own two model calls, plus the sum of the leaves.
+    let leaves: u64 = out.subagents.iter().map(|s| s.usage.total_tokens()).sum();
+    assert_eq!(out.usage.total_tokens(), 300 + leaves);
+    assert_eq!(out.model_calls, 2 + 6);
+    assert_eq!(out.tool_calls_run, 3 + 6);
+    assert_eq!(out.output.as_deref(), Some("read: worked"));
+    // The subagents' events reach the parent's sinks, with the parent's run id.
+}
+
+#[tokio::test]
+async fn subagent_events_carry_their_parent_run_id() {
+    let counter = Arc::new(AtomicUsize::new(0));
+    let sub = worker(1, &counter, Limits::default());
+    let parent = coordinator(
+        1,
+        vec![sub.as_tool("delegate", "Delegates.")],
+        Limits::default(),
+    );
+    let events = common::Events::default();
+    let options = RunOptions {
+        sinks: vec![Arc::new(events.sink())],
+        ..RunOptions::default()
+    };
+    let out = parent
+        .run_with(Vec::new(), Some(Message::user("go")), options)
+        .await;
+    let child = &out.subagents[0].run_id;
+    let started: Vec<(String, Option<String>)> = events
+        .all()
+        .iter()
+        .filter_map(|e| match &e.kind {
+            agentloop::EventKind::RunStarted { parent_run_id, .. } => {
+                Some((e.run_id.to_string(), parent_run_id.clone()))
+            }
+            _ => None,
+        })
+        .collect();
+    assert!(started.contains(&(out.run_id.clone(), None)));
+    assert!(started.contains(&(child.clone(), Some(out.run_id.clone()))));
+}
+
+#[tokio::test]
+async fn a_call_past_the_depth_limit_is_an_error_result_the_model_reads() {
+    let counter = Arc::new(AtomicUsize::new(0));
+    let seen = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    // Four levels: top -> a -> b -> leaf. With max_depth 2, b's call of the leaf is refused.
+    let leaf = worker(1, &counter, Limits::default());
+    let mut below = leaf.as_tool("delegate", "Delegates.");
+    for name in ["b", "a"] {
+        let seen = seen.clone();
+        let model = FunctionModel::new(move |req| {
+            if let Some(text) = last_result(req.messages) {
+                seen.lock().unwrap().push(text.clone());
+                return Ok(ModelResponse::text(text));
+            }
+            Ok(calls(&[("d", "delegate", r#"{"task":"deeper"}"#)]))
+        });
+        let agent = Agent::builder()
+            .name(name)
+            .model(model)
+            .tool(below)
+            .build()
+            .unwrap();
+        below = agent.as_tool("delegate", "Delegates.");
+    }
+    let top = coordinator(
+        1,
+        vec![below],
+        Limits {
+            max_depth: 2,
+            ..Limits::default()
+        },
+    );
+    let out = top.run("go").await;
+    assert_eq!(out.stop_reason, StopReason::Finished);
+    assert_eq!(counter.load(Ordering::SeqCst), 0, "the leaf never ran");
+    let a = &out.subagents[0];
+    assert_eq!(a.agent, "a");
+    assert_eq!(a.subagents[0].agent, "b");
+    assert!(a.subagents[0].subagents.is_empty());
+    let seen = seen.lock().unwrap();
+    assert!(
+        seen.iter().any(|t| t.contains("nest 2 deep")),
+        "b's model read why: {seen:?}"
+    );
+}
+
+/// A worker that needs two turns, capped at one: it stops with `max_turns`.
+fn cut_short() -> SubagentTool {
+    let counter = Arc::new(AtomicUsize::new(0));
+    SubagentTool::new(
+        worker(1, &counter, Limits::default()),
+        "delegate",
+        "Delegates.",
+    )
+    .cap(Limits {
+        max_turns: Some(1),
+        ..Limits::unlimited()
+    })
+}
+
+#[tokio::test]
+async fn a_subagent_stopped_by_a_limit_reaches_the_parent_as_a_readable_result() {
+    let sub = cut_short().into_tool();
+    let parent = coordinator(1, vec![sub], Limits::default());
+    let out = parent.run("go").await;
+    assert_eq!(out.stop_reason, StopReason::Finished);
+    assert_eq!(out.subagents[0].stop_reason, "max_turns");
+    let read = out.output.unwrap();
+    assert!(
+        read.contains("stopped before it finished: max_turns"),
+        "{read}"
+    );
+    let record = &out.tool_calls[0];
+    assert_eq!(record.outcome.code.as_deref(), Some("subagent.max_turns"));
+}
+
+#[tokio::test]
+async fn a_fatal_subagent_fails_its_parent() {
+    let sub = cut_short().fatal(true).into_tool();
+    let out = coordinator(1, vec![sub], Limits::default()).run("go").await;
+    assert_eq!(out.stop_reason, StopReason::Failed);
+    assert_eq!(out.error.unwrap().code(), "tool.fatal");
+}
+
+#[tokio::test]
+async fn cancelling_the_top_run_drains_every_level() {
+    let slow = Tool::dynamic(
+        "count",
+        "Waits until cancelled.",
+        json!({"type": "object"}),
+        |_a: Value, ctx: agentloop::ToolContext| async move {
+            ctx.cancel.cancelled().await;
+            Ok(ToolOutput::text("cancelled"))
+        },
+    );
+    let leaf_model = FunctionModel::new(|req| {
+        Ok(match last_result(req.messages) {
+            Some(_) => ModelResponse::text("late"),
+            None => calls(&[("x", "count", "{}")]),
+        })
+    });
+    let leaf = Agent::builder()
+        .name("leaf")
+        .model(leaf_model)
+        .tool(slow)
+        .build()
+        .unwrap();
+    let middle = coordinator(
+        1,
+        vec![leaf.as_tool("delegate", "Delegates.")],
+        Limits::default(),
+    );
+    let top = coordinator(
+        1,
+        vec![middle.as_tool("delegate", "Delegates.")],
+        Limits::default(),
+    );
+    let cancel = CancellationToken::new();
+    let options = RunOptions {
+        cancel: Some(cancel.clone()),
+        ..RunOptions::default()
+    };
+    let run = tokio::spawn(async move {
+        top.run_with(Vec::new(), Some(Message::user("go")), options)
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    cancel.cancel();
+    let out = tokio::time::timeout(Duration::from_secs(5), run)
+        .await
+        .expect("every level drained")
+        .unwrap();
+    assert_eq!(out.stop_reason, StopReason::Cancelled);
+    let middle = &out.subagents[0];
+    assert_eq!(middle.stop_reason, "cancelled");
+    assert_eq!(middle.subagents[0].stop_reason, "cancelled");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+
+    /// Subagents racing in parallel for the last units of a tool-call budget never overspend it;
+    /// the ones that find nothing left are refused with a result the model reads.
+    #[test]
+    fn parallel_subagents_never_overspend_the_tree_budget(
+        budget in 1u32..14,
+        k in 1usize..5,
+        per in 1usize..4,
+        cap in proptest::option::of(1u32..5),
+    ) {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let counter = Arc::new(AtomicUsize::new(0));
+            let mut tool = SubagentTool::new(
+                worker(per, &counter, Limits::default()),
+                "delegate",
+                "Delegates.",
+            );
+            if let Some(c) = cap {
+                tool = tool.cap(Limits { max_tool_calls: Some(c), ..Limits::unlimited() });
+            }
+            let parent = coordinator(
+                k,
+                vec![tool.into_tool()],
+                Limits { max_tool_calls: Some(budget), max_concurrency: 8, ..Limits::default() },
+            );
+            let out = parent.run("go").await;
+            let ran = counter.load(Ordering::SeqCst) as u32;
+            let subagent_calls = out.tool_calls.iter().filter(|r| r.outcome.status != agentloop::CallStatus::Refused).count() as u32;
+            assert!(
+                ran + subagent_calls <= budget,
+                "budget {budget}: {ran} worker calls and {subagent_calls} subagent calls"
+            );
+            assert!(out.tool_calls_run <= budget, "{} > {budget}", out.tool_calls_run);
+            for r in &out.tool_calls {
+                if r.outcome.code.as_deref() == Some("subagent.budget") {
+                    assert!(r.outcome.content.to_text().contains("left in the budget"));
+                }
+            }
+        });
+    }
+}
