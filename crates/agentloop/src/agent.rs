@@ -52,6 +52,9 @@ pub struct RunOptions {
     pub parent_run_id: Option<String>,
     /// The parent's call that started this run, for a subagent.
     pub parent_call_id: Option<String>,
+    /// A subagent's path from the top of its tree (`coordinator/worker`): what its gates show
+    /// a human who is asked. A subagent's tool sets it.
+    pub agent_path: Option<String>,
     /// Extra event sinks for this run only.
     pub sinks: Vec<Arc<dyn EventSink>>,
     /// Skip every tool (reported as skipped): a dry run.
@@ -309,6 +312,7 @@ impl Agent {
             approvals,
             parent_run_id: options.parent_run_id,
             parent_call_id: options.parent_call_id,
+            agent_path: options.agent_path,
             depth: options.depth,
             scope: None,
         }

@@ -22,7 +22,7 @@ use crate::permissions::{Answer, ApprovalRequest};
 pub struct GateContext<'a> {
     /// The run.
     pub run_id: &'a str,
-    /// The agent's name.
+    /// The agent's name; a subagent's path from the top of its tree (`coordinator/worker`).
     pub agent: &'a str,
     /// The turn of the batch.
     pub turn: u32,

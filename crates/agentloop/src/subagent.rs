@@ -180,6 +180,8 @@ impl Pool {
 /// What the subagent calls of one batch share: the run's remaining budget when the batch
 /// started, and the run's place in the tree.
 pub(crate) struct Scope {
+    /// The path of the run making the calls, from the top of its tree.
+    pub(crate) path: String,
     pub(crate) sinks: Sinks,
     /// The depth of the run making the calls (0 for a top-level run).
     pub(crate) depth: u32,
@@ -224,6 +226,7 @@ pub struct SubagentTool {
     description: String,
     cap: Option<Limits>,
     fatal: bool,
+    input_schema: Option<Value>,
 }
 
 impl SubagentTool {
@@ -235,7 +238,20 @@ impl SubagentTool {
             description: description.into(),
             cap: None,
             fatal: false,
+            input_schema: None,
         }
+    }
+
+    /// Takes structured input instead of a `task`: the model's arguments, checked against
+    /// `schema` like any tool's, are the subagent's first message, as JSON.
+    pub fn input_schema(mut self, schema: Value) -> Self {
+        self.input_schema = Some(schema);
+        self
+    }
+
+    /// [`SubagentTool::input_schema`] from a type's JSON Schema.
+    pub fn input<T: schemars::JsonSchema>(self) -> Self {
+        self.input_schema(crate::tool::schema_for::<T>())
     }
 
     /// Caps what one call may draw from its parent's budget, whatever is left: its turns, tool
@@ -254,7 +270,7 @@ impl SubagentTool {
 
     /// The tool.
     pub fn into_tool(self) -> Tool {
-        let schema = json!({
+        let task = json!({
             "type": "object",
             "properties": {
                 "task": {
@@ -265,6 +281,7 @@ impl SubagentTool {
             "required": ["task"],
             "additionalProperties": false
         });
+        let schema = self.input_schema.clone().unwrap_or(task);
         let tool = Arc::new(self);
         Tool::builder(tool.name.clone())
             .description(tool.description.clone())
@@ -276,11 +293,14 @@ impl SubagentTool {
     }
 
     async fn call(&self, args: Value, ctx: ToolContext) -> Result<ToolOutput, ToolError> {
-        let task = args
-            .get("task")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned();
+        let task = match &self.input_schema {
+            Some(_) => serde_json::to_string_pretty(&args).unwrap_or_default(),
+            None => args
+                .get("task")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned(),
+        };
         let own = self.agent.config().limits().clone();
         let scope = ctx.scope.clone();
         let depth = scope.as_ref().map_or(0, |s| s.depth) + 1;
@@ -331,6 +351,9 @@ impl SubagentTool {
             cancel: Some(ctx.cancel.clone()),
             parent_run_id: Some(ctx.run_id.to_string()),
             parent_call_id: Some(ctx.call_id.to_string()),
+            agent_path: scope
+                .as_ref()
+                .map(|s| format!("{}/{}", s.path, self.agent.config().name())),
             sinks: scope
                 .as_ref()
                 .map(|s| s.sinks.0.clone())
@@ -425,6 +448,7 @@ impl Agent {
 
 /// The scope of a batch's subagent calls (`waiting` of them), from the run's remaining budget.
 pub(crate) fn scope(
+    path: String,
     sinks: Sinks,
     depth: u32,
     max_depth: u32,
@@ -434,6 +458,7 @@ pub(crate) fn scope(
 ) -> Arc<Scope> {
     pool.waiting = waiting;
     Arc::new(Scope {
+        path,
         sinks,
         depth,
         max_depth,

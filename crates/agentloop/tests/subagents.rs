@@ -347,3 +347,79 @@ proptest! {
         });
     }
 }
+
+#[tokio::test]
+async fn a_subagent_can_take_typed_input() {
+    #[derive(schemars::JsonSchema, serde::Deserialize)]
+    #[allow(dead_code)]
+    struct Lookup {
+        /// The city.
+        city: String,
+    }
+    let echo = FunctionModel::new(|req| {
+        let first = req.messages.first().map(Message::text).unwrap_or_default();
+        Ok(ModelResponse::text(format!("got {first}")))
+    });
+    let sub = Agent::builder().name("echo").model(echo).build().unwrap();
+    let tool = SubagentTool::new(sub, "lookup", "Looks a city up.")
+        .input::<Lookup>()
+        .into_tool();
+    assert_eq!(tool.spec().input_schema["required"][0], "city");
+    let model = FunctionModel::new(|req| {
+        Ok(match last_result(req.messages) {
+            Some(text) => ModelResponse::text(text),
+            None => calls(&[("l", "lookup", r#"{"city":"Paris"}"#)]),
+        })
+    });
+    let parent = Agent::builder().model(model).tool(tool).build().unwrap();
+    let out = parent.run("go").await;
+    let text = out.output.unwrap();
+    assert!(text.contains("\"city\": \"Paris\""), "{text}");
+}
+
+#[tokio::test]
+async fn a_subagents_ask_is_labelled_with_its_path_in_the_tree() {
+    use agentloop::permissions::{
+        Answer, ApprovalPrompter, ApprovalRequest, Permission, PermissionGate, PermissionStore,
+    };
+    #[derive(Clone, Default)]
+    struct Recorder(Arc<std::sync::Mutex<Vec<ApprovalRequest>>>);
+    impl ApprovalPrompter for Recorder {
+        fn ask<'a>(
+            &'a self,
+            requests: &'a [ApprovalRequest],
+        ) -> futures::future::BoxFuture<'a, Result<Vec<Answer>, String>> {
+            self.0.lock().unwrap().extend(requests.iter().cloned());
+            Box::pin(async move { Ok(vec![Answer::AllowOnce; requests.len()]) })
+        }
+    }
+    let recorder = Recorder::default();
+    let mut store = PermissionStore::new(Permission::Allow);
+    store.set("count", Permission::Ask);
+    let gate = PermissionGate::new(store).with_prompter(Arc::new(recorder.clone()));
+    let counter = Arc::new(AtomicUsize::new(0));
+    let model = FunctionModel::new(|req| {
+        Ok(match last_result(req.messages) {
+            Some(_) => ModelResponse::text("done"),
+            None => calls(&[("w", "count", r#"{"n":1}"#)]),
+        })
+    });
+    let sub = Agent::builder()
+        .name("worker")
+        .model(model)
+        .tool(counting_tool("count", &counter))
+        .gate(gate)
+        .build()
+        .unwrap();
+    let parent = coordinator(
+        1,
+        vec![sub.as_tool("delegate", "Delegates.")],
+        Limits::default(),
+    );
+    let out = parent.run("go").await;
+    assert_eq!(out.stop_reason, StopReason::Finished);
+    assert_eq!(counter.load(Ordering::SeqCst), 1);
+    let asked = recorder.0.lock().unwrap();
+    assert_eq!(asked.len(), 1);
+    assert_eq!(asked[0].agent, "coordinator/worker");
+}

@@ -61,6 +61,8 @@ pub(crate) struct Driver<'a> {
     pub(crate) interrupt: CancellationToken,
     pub(crate) parent_run_id: Option<String>,
     pub(crate) parent_call_id: Option<String>,
+    /// A subagent's path from the top of its tree (`coordinator/worker`).
+    pub(crate) agent_path: Option<String>,
     /// The run's depth in a tree of subagents (0 at the top).
     pub(crate) depth: u32,
     /// The subagent scope of the current batch, by turn.
@@ -415,7 +417,12 @@ impl<'a> Driver<'a> {
             .iter()
             .filter(|c| tools.spec(c.index).is_some_and(|s| s.subagent))
             .count();
+        let path = self
+            .agent_path
+            .clone()
+            .unwrap_or_else(|| m.config().name().to_owned());
         let scope = crate::subagent::scope(
+            path,
             self.sinks.clone(),
             self.depth,
             m.limits().max_depth,

@@ -179,7 +179,7 @@ impl Driver<'_> {
         };
         let cx = GateContext {
             run_id: m.run_id(),
-            agent: m.config().name(),
+            agent: self.agent_path.as_deref().unwrap_or(m.config().name()),
             turn: m.turn(),
             cancel,
             approvals: &self.approvals,
