@@ -28,6 +28,9 @@ pub mod code {
     /// The journal cannot be used: damaged, not a journal, no such run, a changed agent (without
     /// `--force`), or a run that cannot go on.
     pub const JOURNAL: i32 = 9;
+    /// The session cannot be used: another process holds it, or its stored transcript is
+    /// damaged.
+    pub const SESSION: i32 = 10;
     /// The run was cancelled (Ctrl-C).
     pub const CANCELLED: i32 = 130;
 }
@@ -47,6 +50,8 @@ Exit codes:
   8    suspended: a journaled run waits for approvals (agentloop approvals list)
   9    the journal cannot be used (damaged, not a journal, unknown run, changed agent
        without --force, a run that is over or still waits for answers)
+  10   the session cannot be used (another process holds it; a damaged transcript;
+       no such session)
   130  cancelled (Ctrl-C)";
 
 /// Why the command failed before or outside a run.
@@ -96,6 +101,9 @@ pub enum CliError {
     /// The journal cannot be used.
     #[error("{0}")]
     Journal(#[from] agentloop::journal::JournalError),
+    /// The session cannot be used.
+    #[error("{0}")]
+    Session(#[from] agentloop::session::SessionError),
 }
 
 impl CliError {
@@ -110,6 +118,7 @@ impl CliError {
             CliError::Provider { .. } => "model.provider_setup",
             CliError::Io { .. } => "cli.io",
             CliError::Journal(e) => e.code(),
+            CliError::Session(e) => e.code(),
         }
     }
 
@@ -123,6 +132,7 @@ impl CliError {
             CliError::MissingApiKey { .. } | CliError::Provider { .. } => code::MODEL,
             CliError::Io { .. } => code::OTHER,
             CliError::Journal(_) => code::JOURNAL,
+            CliError::Session(_) => code::SESSION,
         }
     }
 }

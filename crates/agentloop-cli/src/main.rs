@@ -12,6 +12,7 @@ mod live;
 mod permission_file;
 mod plan;
 mod render;
+mod sessions;
 
 use std::io::{IsTerminal, Read, Write};
 use std::path::{Path, PathBuf};
@@ -65,6 +66,9 @@ enum Command {
     /// Reads a journal: its runs, and one run's steps (checked).
     #[command(subcommand)]
     Journal(durable::JournalCommand),
+    /// Stored conversations (`run`/`chat --session NAME`): list, show, delete, fork.
+    #[command(subcommand)]
+    Sessions(sessions::SessionsCommand),
     /// Writes a starter agent (agent file, a command tool, a scripted model) that runs at once,
     /// and prints the command that runs it.
     Init(init::InitArgs),
@@ -99,8 +103,10 @@ struct RunArgs {
     /// Makes the run durable: each step is written to this SQLite journal before the run moves
     /// on (`agentloop resume` goes on after a crash), and a call that needs approval suspends
     /// the run instead of being denied (`agentloop approvals list`).
-    #[arg(long, value_name = "PATH", conflicts_with = "dry_run")]
+    #[arg(long, value_name = "PATH", conflicts_with_all = ["dry_run", "session"])]
     journal: Option<PathBuf>,
+    #[command(flatten)]
+    session: sessions::SessionArgs,
 }
 
 #[derive(Debug, Args)]
@@ -112,6 +118,8 @@ struct ChatArgs {
     trace: TraceArgs,
     #[command(flatten)]
     approval: ApprovalArgs,
+    #[command(flatten)]
+    session: sessions::SessionArgs,
 }
 
 /// `chat`'s own help for two of the flags it shares with `run`: it traces every run of the
@@ -254,6 +262,7 @@ async fn dispatch(cli: Cli) -> i32 {
         Command::Approvals(c) => durable::approvals(c),
         Command::Approve(args) => durable::approve(&args),
         Command::Journal(c) => durable::journal(c),
+        Command::Sessions(c) => sessions::sessions(c),
         Command::Init(args) => init::init(&args),
         Command::Completions(args) => completions::completions(&args, Cli::command()),
     };
@@ -397,10 +406,14 @@ async fn run(args: RunArgs) -> Result<i32, CliError> {
         origin: Some(durable::origin(&file.path)),
         ..RunOptions::default()
     };
-    let outcome = agent
-        .run_with(Vec::new(), Some(Message::user(input)), options)
-        .await;
+    let outcome = match args.session.open()? {
+        Some((store, name)) => agent.run_session(&store, &name, input, options).await,
+        None => Ok(agent
+            .run_with(Vec::new(), Some(Message::user(input)), options)
+            .await),
+    };
     signals.abort();
+    let outcome = outcome?;
     // A trace that could not be written is reported on stderr; the run's outcome still decides the
     // exit code, and stdout still holds only the outcome.
     if let Err(e) = finish_trace(trace.as_ref()) {
@@ -580,6 +593,12 @@ async fn chat(args: ChatArgs) -> Result<i32, CliError> {
         file.spec.name.get_ref(),
         file.model().provider.get_ref().as_str()
     );
+    let session = args.session.open()?;
+    if let Some((store, name)) = &session {
+        use agentloop::session::SessionStore;
+        let held = store.load(name)?.map_or(0, |s| s.messages.len());
+        eprintln!("session {name}: {held} messages so far");
+    }
     read_stdin_lines(tx);
     let signals = ctrl_c_in_chat(current.clone());
     let mut last = code::OK;
@@ -611,13 +630,27 @@ async fn chat(args: ChatArgs) -> Result<i32, CliError> {
             sinks,
             ..RunOptions::default()
         };
-        let outcome = agent
-            .run_with(
-                std::mem::take(&mut transcript),
-                Some(Message::user(input)),
-                options,
-            )
-            .await;
+        let outcome = match &session {
+            // A stored conversation is read again at each turn: another process may have added
+            // to it since.
+            Some((store, name)) => match agent.run_session(store, name, input, options).await {
+                Ok(outcome) => outcome,
+                Err(e) => {
+                    eprintln!("agentloop: {e}");
+                    last = CliError::from(e).exit_code();
+                    continue;
+                }
+            },
+            None => {
+                agent
+                    .run_with(
+                        std::mem::take(&mut transcript),
+                        Some(Message::user(input)),
+                        options,
+                    )
+                    .await
+            }
+        };
         if let Ok(mut slot) = current.lock() {
             *slot = None;
         }

@@ -34,7 +34,7 @@ pub const JOURNAL_FORMAT: &str = "agentloop-journal";
 pub const JOURNAL_VERSION: i64 = 1;
 
 const SCHEMA: &str = "
-CREATE TABLE journal_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE agentloop_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE runs (
     run_id TEXT PRIMARY KEY,
     agent TEXT NOT NULL,
@@ -62,13 +62,13 @@ CREATE TABLE approvals (
 );
 ";
 
-fn io(e: impl std::fmt::Display) -> JournalError {
+pub(crate) fn io(e: impl std::fmt::Display) -> JournalError {
     JournalError::Io {
         message: e.to_string(),
     }
 }
 
-fn now_ms() -> i64 {
+pub(crate) fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
@@ -95,9 +95,33 @@ fn step_sum(previous: &str, seq: u64, step: &str) -> String {
     hex(&h.finalize())
 }
 
+/// A kind of SQLite file this crate keeps: the `format` and `version` its meta table names, and
+/// the schema a new file gets.
+pub(crate) struct FileKind {
+    pub(crate) format: &'static str,
+    pub(crate) version: i64,
+    pub(crate) schema: &'static str,
+}
+
+const JOURNAL: FileKind = FileKind {
+    format: JOURNAL_FORMAT,
+    version: JOURNAL_VERSION,
+    schema: SCHEMA,
+};
+
 /// Opens a journal file, creating its schema when the file is new (or empty), and refusing a
 /// file that is something else.
 fn open_checked(path: &Path, create: bool) -> Result<Connection, JournalError> {
+    open_kind(path, create, &JOURNAL)
+}
+
+/// Opens a file of `kind`, creating its schema when the file is new (or empty), and refusing a
+/// file that is something else (errors as a journal's: the sessions store maps them).
+pub(crate) fn open_kind(
+    path: &Path,
+    create: bool,
+    kind: &FileKind,
+) -> Result<Connection, JournalError> {
     let shown = path.display().to_string();
     let foreign = |reason: String| JournalError::Foreign {
         path: shown.clone(),
@@ -129,16 +153,16 @@ fn open_checked(path: &Path, create: bool) -> Result<Connection, JournalError> {
             "PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; BEGIN IMMEDIATE;",
         )
         .map_err(io)?;
-        conn.execute_batch(SCHEMA).map_err(io)?;
+        conn.execute_batch(kind.schema).map_err(io)?;
         conn.execute(
-            "INSERT INTO journal_meta (key, value) VALUES ('format', ?1), ('version', ?2)",
-            params![JOURNAL_FORMAT, JOURNAL_VERSION.to_string()],
+            "INSERT INTO agentloop_meta (key, value) VALUES ('format', ?1), ('version', ?2)",
+            params![kind.format, kind.version.to_string()],
         )
         .map_err(io)?;
         conn.execute_batch("COMMIT").map_err(io)?;
         return Ok(conn);
     }
-    if !tables.iter().any(|t| t == "journal_meta") {
+    if !tables.iter().any(|t| t == "agentloop_meta") {
         return Err(foreign(format!(
             "it is an SQLite database with other tables ({})",
             tables.join(", ")
@@ -146,22 +170,23 @@ fn open_checked(path: &Path, create: bool) -> Result<Connection, JournalError> {
     }
     let meta = |key: &str| -> Result<Option<String>, JournalError> {
         conn.query_row(
-            "SELECT value FROM journal_meta WHERE key = ?1",
+            "SELECT value FROM agentloop_meta WHERE key = ?1",
             [key],
             |r| r.get(0),
         )
         .optional()
         .map_err(|e| foreign(format!("its meta table cannot be read ({e})")))
     };
-    if meta("format")?.as_deref() != Some(JOURNAL_FORMAT) {
-        return Err(foreign("its format is not agentloop-journal".into()));
+    if meta("format")?.as_deref() != Some(kind.format) {
+        return Err(foreign(format!("its format is not {}", kind.format)));
     }
     let version: i64 = meta("version")?
         .and_then(|v| v.parse().ok())
         .ok_or_else(|| foreign("its version is missing".into()))?;
-    if version > JOURNAL_VERSION {
+    if version > kind.version {
         return Err(foreign(format!(
-            "its format version {version} is newer than this program's ({JOURNAL_VERSION})"
+            "its format version {version} is newer than this program's ({})",
+            kind.version
         )));
     }
     conn.execute_batch("PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL;")

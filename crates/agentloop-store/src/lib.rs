@@ -13,6 +13,8 @@
 //! - [`SqliteJournal`] is the journal of durable runs (an [`agentloop::journal::Journal`]), and
 //!   [`JournalReader`] reads it back checked, lists runs and pending approvals, and records
 //!   answers (see [`journal`]).
+//! - [`SqliteSessions`] keeps conversations by id across processes, one writer at a time (an
+//!   [`agentloop::session::SessionStore`]; see [`sessions`]).
 //!
 //! ```no_run
 //! # async fn demo(agent: agentloop::Agent) -> Result<(), agentloop_store::TraceError> {
@@ -34,6 +36,7 @@ pub mod journal;
 pub mod ndjson;
 pub mod record;
 pub mod redact;
+pub mod sessions;
 pub mod sink;
 pub mod sqlite;
 pub mod trace;
@@ -48,6 +51,7 @@ pub use record::{
     format_rfc3339,
 };
 pub use redact::{redact, redact_text};
+pub use sessions::SqliteSessions;
 pub use sink::{Clock, TraceOptions, TraceSink};
 pub use sqlite::{SCHEMA_VERSION, SqliteWriter};
 pub use trace::{Trace, convert, latest_versions, read_trace};

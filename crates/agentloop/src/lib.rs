@@ -19,6 +19,7 @@ pub mod outcome;
 pub mod permissions;
 mod retry;
 mod serde_duration;
+pub mod session;
 pub mod steering;
 pub mod subagent;
 pub mod testing;

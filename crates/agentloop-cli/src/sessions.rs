@@ -1,0 +1,177 @@
+//! Stored conversations from the command line: `run`/`chat --session NAME`, and
+//! `agentloop sessions list|show|delete|fork`. The store is SQLite (`agentloop-store`); one
+//! writer at a time per session.
+
+use std::path::PathBuf;
+
+use agentloop::session::{SessionError, SessionStore};
+use agentloop_store::SqliteSessions;
+use clap::{Args, Subcommand};
+
+use crate::error::{CliError, code};
+
+/// `--session` and `--sessions`, as `run` and `chat` take them.
+#[derive(Debug, Args)]
+pub struct SessionArgs {
+    /// Continues the stored conversation NAME (created on first use) and stores this turn in it.
+    #[arg(long, value_name = "NAME")]
+    pub session: Option<String>,
+    /// The session store (default: $AGENTLOOP_SESSIONS, else sessions.db).
+    #[arg(
+        long,
+        value_name = "PATH",
+        env = "AGENTLOOP_SESSIONS",
+        default_value = "sessions.db"
+    )]
+    pub sessions: PathBuf,
+}
+
+impl SessionArgs {
+    /// The store and the session's name, when a session was asked for.
+    pub fn open(&self) -> Result<Option<(SqliteSessions, String)>, CliError> {
+        let Some(name) = &self.session else {
+            return Ok(None);
+        };
+        if name.trim().is_empty() {
+            return Err(CliError::Usage {
+                message: "--session needs a name".into(),
+            });
+        }
+        Ok(Some((SqliteSessions::open(&self.sessions)?, name.clone())))
+    }
+}
+
+/// `agentloop sessions`.
+#[derive(Debug, Subcommand)]
+pub enum SessionsCommand {
+    /// Lists the stored conversations, most recent first.
+    List {
+        #[command(flatten)]
+        store: StoreArg,
+        /// Prints JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Shows one conversation: its messages, usage and cost.
+    Show {
+        /// The session.
+        name: String,
+        #[command(flatten)]
+        store: StoreArg,
+        /// Prints JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Deletes a conversation.
+    Delete {
+        /// The session.
+        name: String,
+        #[command(flatten)]
+        store: StoreArg,
+    },
+    /// Copies a conversation under a new name, which then goes its own way.
+    Fork {
+        /// The session to copy.
+        from: String,
+        /// The new session.
+        to: String,
+        #[command(flatten)]
+        store: StoreArg,
+    },
+}
+
+/// `--sessions`, for the `sessions` commands.
+#[derive(Debug, Args)]
+pub struct StoreArg {
+    /// The session store (default: $AGENTLOOP_SESSIONS, else sessions.db).
+    #[arg(
+        long,
+        value_name = "PATH",
+        env = "AGENTLOOP_SESSIONS",
+        default_value = "sessions.db"
+    )]
+    sessions: PathBuf,
+}
+
+impl StoreArg {
+    fn open(&self) -> Result<SqliteSessions, CliError> {
+        if !self.sessions.exists() {
+            return Err(CliError::Session(SessionError::Io {
+                message: format!("no session store at {}", self.sessions.display()),
+            }));
+        }
+        Ok(SqliteSessions::open(&self.sessions)?)
+    }
+}
+
+/// `agentloop sessions ...`.
+pub fn sessions(cmd: SessionsCommand) -> Result<i32, CliError> {
+    match cmd {
+        SessionsCommand::List { store, json } => {
+            let list = store.open()?.list()?;
+            if json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&list).unwrap_or_default()
+                );
+            } else if list.is_empty() {
+                println!("no sessions");
+            } else {
+                for s in &list {
+                    println!(
+                        "{}  {}  {} messages  {} runs  {} in / {} out tokens  ${:.4}",
+                        s.id,
+                        s.agent,
+                        s.messages,
+                        s.runs,
+                        s.usage.input_tokens,
+                        s.usage.output_tokens,
+                        s.cost_usd
+                    );
+                }
+            }
+        }
+        SessionsCommand::Show { name, store, json } => {
+            let Some(s) = store.open()?.load(&name)? else {
+                return Err(SessionError::NotFound { id: name }.into());
+            };
+            if json {
+                println!("{}", serde_json::to_string_pretty(&s).unwrap_or_default());
+            } else {
+                println!(
+                    "session {}  agent {}  {} runs  {} in / {} out tokens  ${:.4}",
+                    s.id, s.agent, s.runs, s.usage.input_tokens, s.usage.output_tokens, s.cost_usd
+                );
+                for m in &s.messages {
+                    let (role, text) = match m {
+                        agentloop::Message::User { .. } => ("user", m.text()),
+                        agentloop::Message::Assistant(a) => {
+                            let calls: Vec<String> = a
+                                .tool_calls
+                                .iter()
+                                .map(|c| format!("{}({})", c.tool, c.arguments))
+                                .collect();
+                            let text = if calls.is_empty() {
+                                a.text.clone()
+                            } else {
+                                format!("{} [calls {}]", a.text, calls.join(", "))
+                            };
+                            ("assistant", text)
+                        }
+                        agentloop::Message::Tool(r) => {
+                            ("tool", format!("{}: {}", r.tool, m.text()))
+                        }
+                    };
+                    println!("{role:>9}  {}", text.trim());
+                }
+            }
+        }
+        SessionsCommand::Delete { name, store } => {
+            if !store.open()?.delete(&name)? {
+                return Err(SessionError::NotFound { id: name }.into());
+            }
+        }
+        SessionsCommand::Fork { from, to, store } => store.open()?.fork(&from, &to)?,
+    }
+    Ok(code::OK)
+}

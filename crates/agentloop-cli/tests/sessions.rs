@@ -1,0 +1,235 @@
+#![allow(
+    clippy::indexing_slicing,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic
+)]
+//! Stored sessions through the command: a conversation continued in a second process (the
+//! provider reads the first turn again), two writers on one session, fork, and a damaged
+//! transcript that is reported and never sent.
+
+mod support;
+
+use std::process::{Command, Stdio};
+
+use serde_json::Value;
+use support::*;
+
+fn run_in(dir: &AgentDir, session: &str, input: &str) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_agentloop"))
+        .args([
+            "run",
+            dir.agent().to_str().unwrap(),
+            "--input",
+            input,
+            "--json",
+        ])
+        .args(["--session", session])
+        .current_dir(dir.path("."))
+        .env("AGENTLOOP_TEST_KEY", TEST_KEY)
+        .env_remove("AGENTLOOP_SESSIONS")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+fn sessions(dir: &AgentDir, rest: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_agentloop"))
+        .arg("sessions")
+        .args(rest)
+        .current_dir(dir.path("."))
+        .env_remove("AGENTLOOP_SESSIONS")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+fn user_texts(body: &Value) -> Vec<String> {
+    body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "user")
+        .map(|m| m["content"].to_string())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_conversation_goes_on_in_a_second_process_and_forks() {
+    let fake = FakeProvider::start(
+        "/v1/chat/completions",
+        vec![
+            ok("openai_chat/oai_chat_s_text.sse"),
+            ok("openai_chat/oai_chat_s_text.sse"),
+            ok("openai_chat/oai_chat_s_text.sse"),
+        ],
+    )
+    .await;
+    let dir = AgentDir::new(&openai_agent(&fake.uri(), ""));
+    let first = run_in(&dir, "trip", "Plan a trip to Lisbon.");
+    assert_eq!(
+        first.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    let second = run_in(&dir, "trip", "And the weather there?");
+    assert_eq!(
+        second.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&second.stderr)
+    );
+    let bodies = fake.bodies().await;
+    assert_eq!(bodies.len(), 2);
+    let users = user_texts(&bodies[1]);
+    assert_eq!(
+        users.len(),
+        2,
+        "the second process sends the first turn again: {users:?}"
+    );
+    assert!(users[0].contains("Plan a trip to Lisbon."));
+    assert!(
+        bodies[1]["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m["role"] == "assistant")
+    );
+
+    let listed: Value =
+        serde_json::from_slice(&sessions(&dir, &["list", "--json"]).stdout).unwrap();
+    assert_eq!(listed[0]["id"], "trip");
+    assert_eq!(listed[0]["runs"], 2);
+    assert_eq!(listed[0]["messages"], 4);
+
+    // A fork goes its own way; the original keeps its four messages.
+    assert_eq!(
+        sessions(&dir, &["fork", "trip", "trip2"]).status.code(),
+        Some(0)
+    );
+    let third = run_in(&dir, "trip2", "Only for the fork.");
+    assert_eq!(third.status.code(), Some(0));
+    let show = |name: &str| -> Value {
+        serde_json::from_slice(&sessions(&dir, &["show", name, "--json"]).stdout).unwrap()
+    };
+    assert_eq!(show("trip")["messages"].as_array().unwrap().len(), 4);
+    assert_eq!(show("trip2")["messages"].as_array().unwrap().len(), 6);
+    assert_eq!(show("trip2")["metadata"]["forked_from"], "trip");
+    assert_eq!(
+        sessions(&dir, &["fork", "trip", "trip2"]).status.code(),
+        Some(10),
+        "the new name is taken"
+    );
+    assert_eq!(sessions(&dir, &["delete", "trip2"]).status.code(), Some(0));
+    assert_eq!(sessions(&dir, &["show", "trip2"]).status.code(), Some(10));
+}
+
+#[tokio::test]
+async fn a_second_writer_is_refused_while_the_first_holds_the_session() {
+    // The tool sleeps, so the first run holds the session while the second tries.
+    let dir = AgentDir::new(
+        r#"name = "slow"
+[model]
+provider = "scripted"
+script = "s.json"
+[[tools]]
+name = "wait"
+command = ["sh", "-c", "sleep 3; echo done"]
+"#,
+    );
+    dir.write(
+        "s.json",
+        r#"[{"tool_calls": [{"id": "w", "name": "wait", "arguments": {}}]}, {"text": "ok"}]"#,
+    );
+    let mut first = Command::new(env!("CARGO_BIN_EXE_agentloop"))
+        .args([
+            "run",
+            dir.agent().to_str().unwrap(),
+            "--input",
+            "go",
+            "--quiet",
+        ])
+        .args(["--session", "shared"])
+        .current_dir(dir.path("."))
+        .env_remove("AGENTLOOP_SESSIONS")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Wait until the first run holds the session's lock.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let held = rusqlite::Connection::open(dir.path("sessions.db"))
+            .and_then(|c| {
+                c.query_row(
+                    "SELECT count(*) FROM session_locks WHERE id = 'shared'",
+                    [],
+                    |r| r.get::<_, i64>(0),
+                )
+            })
+            .unwrap_or(0);
+        if held == 1 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the first run never took the lock"
+        );
+    }
+    let second = run_in(&dir, "shared", "me too");
+    assert_eq!(
+        second.status.code(),
+        Some(10),
+        "{}",
+        String::from_utf8_lossy(&second.stderr)
+    );
+    let error: Value = serde_json::from_slice(&second.stdout).unwrap();
+    assert_eq!(error["error"]["code"], "session.busy");
+    assert!(first.wait().unwrap().success());
+    // Once the first is done, the session takes the next writer.
+    let after = run_in(&dir, "shared", "now");
+    assert_eq!(
+        after.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&after.stderr)
+    );
+}
+
+#[tokio::test]
+async fn a_damaged_transcript_is_reported_and_never_sent() {
+    let fake = FakeProvider::start(
+        "/v1/chat/completions",
+        vec![ok("openai_chat/oai_chat_s_text.sse")],
+    )
+    .await;
+    let dir = AgentDir::new(&openai_agent(&fake.uri(), ""));
+    let db = dir.path("sessions.db");
+    let store = agentloop_store::SqliteSessions::open(&db).unwrap();
+    use agentloop::session::SessionStore;
+    let mut s = agentloop::session::StoredSession::new("broken", "weather");
+    s.messages = vec![
+        agentloop::Message::user("hi"),
+        serde_json::from_value(serde_json::json!({
+            "role": "assistant", "text": "",
+            "tool_calls": [{"call_id": "c1", "tool": "get_weather", "arguments": "{}"}]
+        }))
+        .unwrap(),
+    ];
+    store.save(&s).unwrap();
+    drop(store);
+    let out = run_in(&dir, "broken", "go on");
+    assert_eq!(out.status.code(), Some(10));
+    let error: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(error["error"]["code"], "session.damaged");
+    assert!(
+        error["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("call c1 has no result")
+    );
+    assert!(fake.bodies().await.is_empty(), "nothing was sent");
+}

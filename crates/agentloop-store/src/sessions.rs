@@ -1,0 +1,341 @@
+//! The SQLite session store ([`SqliteSessions`], an [`agentloop::session::SessionStore`]):
+//! conversations kept by id across processes, one writer at a time.
+//!
+//! A session's lock is a row naming its holder (a unique owner, its process id, since when); a
+//! second writer is refused while the holder's process lives. A lock whose process has died (on
+//! systems with `/proc`) is taken over, so a crashed writer never leaves a session locked.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use agentloop::journal::JournalError;
+use agentloop::session::{
+    SessionError, SessionLock, SessionStore, SessionSummary, StoredSession, check_transcript,
+};
+use rusqlite::{Connection, OptionalExtension, params};
+
+use crate::journal::{FileKind, now_ms, open_kind};
+
+/// The `format` a session store's meta table names.
+pub const SESSIONS_FORMAT: &str = "agentloop-sessions";
+
+const SCHEMA: &str = "
+CREATE TABLE agentloop_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE sessions (
+    id TEXT PRIMARY KEY,
+    agent TEXT NOT NULL,
+    messages TEXT NOT NULL,
+    usage TEXT NOT NULL,
+    cost_usd REAL NOT NULL,
+    runs INTEGER NOT NULL,
+    metadata TEXT NOT NULL,
+    created_ms INTEGER NOT NULL,
+    updated_ms INTEGER NOT NULL
+);
+CREATE TABLE session_locks (
+    id TEXT PRIMARY KEY,
+    owner TEXT NOT NULL,
+    pid INTEGER NOT NULL,
+    acquired_ms INTEGER NOT NULL
+);
+";
+
+const KIND: FileKind = FileKind {
+    format: SESSIONS_FORMAT,
+    version: 1,
+    schema: SCHEMA,
+};
+
+fn io(e: impl std::fmt::Display) -> SessionError {
+    SessionError::Io {
+        message: e.to_string(),
+    }
+}
+
+fn from_journal(e: JournalError) -> SessionError {
+    let message = match e {
+        JournalError::Foreign { path, reason } => {
+            format!("{path} is not an agentloop session store: {reason}")
+        }
+        JournalError::Io { message } => message,
+        other => other.to_string(),
+    };
+    SessionError::Io { message }
+}
+
+/// Conversations in a SQLite file.
+#[derive(Clone)]
+pub struct SqliteSessions {
+    path: PathBuf,
+    conn: Arc<Mutex<Connection>>,
+}
+
+impl std::fmt::Debug for SqliteSessions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqliteSessions")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SqliteSessions {
+    /// Opens (or creates) the store at `path`; a file that is not a session store is refused.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, SessionError> {
+        let path = path.as_ref().to_path_buf();
+        let conn = open_kind(&path, true, &KIND).map_err(from_journal)?;
+        Ok(SqliteSessions {
+            path,
+            conn: Arc::new(Mutex::new(conn)),
+        })
+    }
+
+    /// The file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn with<T>(
+        &self,
+        f: impl FnOnce(&mut Connection) -> Result<T, SessionError>,
+    ) -> Result<T, SessionError> {
+        let mut conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        f(&mut conn)
+    }
+}
+
+fn damaged(id: &str, reason: String) -> SessionError {
+    SessionError::Damaged {
+        id: id.to_owned(),
+        reason,
+    }
+}
+
+impl SessionStore for SqliteSessions {
+    fn load(&self, id: &str) -> Result<Option<StoredSession>, SessionError> {
+        type Row = (String, String, String, f64, u32, String, i64, i64);
+        let row: Option<Row> = self.with(|c| {
+            c.query_row(
+                "SELECT agent, messages, usage, cost_usd, runs, metadata, created_ms, updated_ms \
+                 FROM sessions WHERE id = ?1",
+                [id],
+                |r| {
+                    Ok((
+                        r.get(0)?,
+                        r.get(1)?,
+                        r.get(2)?,
+                        r.get(3)?,
+                        r.get(4)?,
+                        r.get(5)?,
+                        r.get(6)?,
+                        r.get(7)?,
+                    ))
+                },
+            )
+            .optional()
+            .map_err(io)
+        })?;
+        let Some((agent, messages, usage, cost_usd, runs, metadata, created_ms, updated_ms)) = row
+        else {
+            return Ok(None);
+        };
+        let parse = |what: &str, e: serde_json::Error| {
+            damaged(id, format!("its {what} cannot be read ({e})"))
+        };
+        let messages: Vec<agentloop::Message> =
+            serde_json::from_str(&messages).map_err(|e| parse("transcript", e))?;
+        check_transcript(&messages).map_err(|reason| damaged(id, reason))?;
+        Ok(Some(StoredSession {
+            id: id.to_owned(),
+            agent,
+            messages,
+            usage: serde_json::from_str(&usage).map_err(|e| parse("usage", e))?,
+            cost_usd,
+            runs,
+            metadata: serde_json::from_str(&metadata).map_err(|e| parse("metadata", e))?,
+            created_ms,
+            updated_ms,
+        }))
+    }
+
+    fn save(&self, s: &StoredSession) -> Result<(), SessionError> {
+        let messages = serde_json::to_string(&s.messages).map_err(io)?;
+        let usage = serde_json::to_string(&s.usage).map_err(io)?;
+        let metadata = serde_json::to_string(&s.metadata).map_err(io)?;
+        self.with(|c| {
+            c.execute(
+                "INSERT INTO sessions (id, agent, messages, usage, cost_usd, runs, metadata, \
+                 created_ms, updated_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) \
+                 ON CONFLICT (id) DO UPDATE SET agent = excluded.agent, \
+                 messages = excluded.messages, usage = excluded.usage, \
+                 cost_usd = excluded.cost_usd, runs = excluded.runs, \
+                 metadata = excluded.metadata, updated_ms = excluded.updated_ms",
+                params![
+                    s.id,
+                    s.agent,
+                    messages,
+                    usage,
+                    s.cost_usd,
+                    s.runs,
+                    metadata,
+                    s.created_ms,
+                    s.updated_ms
+                ],
+            )
+            .map(drop)
+            .map_err(io)
+        })
+    }
+
+    fn list(&self) -> Result<Vec<SessionSummary>, SessionError> {
+        self.with(|c| {
+            let mut stmt = c
+                .prepare(
+                    "SELECT id, agent, json_array_length(messages), runs, usage, cost_usd, \
+                     updated_ms FROM sessions ORDER BY updated_ms DESC, id",
+                )
+                .map_err(io)?;
+            let rows = stmt
+                .query_map([], |r| {
+                    Ok((
+                        r.get::<_, String>(0)?,
+                        r.get::<_, String>(1)?,
+                        r.get::<_, Option<i64>>(2)?,
+                        r.get::<_, u32>(3)?,
+                        r.get::<_, String>(4)?,
+                        r.get::<_, f64>(5)?,
+                        r.get::<_, i64>(6)?,
+                    ))
+                })
+                .map_err(io)?;
+            let mut out = Vec::new();
+            for row in rows {
+                let (id, agent, messages, runs, usage, cost_usd, updated_ms) = row.map_err(io)?;
+                out.push(SessionSummary {
+                    usage: serde_json::from_str(&usage)
+                        .map_err(|e| damaged(&id, format!("its usage cannot be read ({e})")))?,
+                    id,
+                    agent,
+                    messages: messages.and_then(|n| usize::try_from(n).ok()).unwrap_or(0),
+                    runs,
+                    cost_usd,
+                    updated_ms,
+                });
+            }
+            Ok(out)
+        })
+    }
+
+    fn delete(&self, id: &str) -> Result<bool, SessionError> {
+        self.with(|c| {
+            c.execute("DELETE FROM sessions WHERE id = ?1", [id])
+                .map(|n| n > 0)
+                .map_err(io)
+        })
+    }
+
+    fn fork(&self, from: &str, to: &str) -> Result<(), SessionError> {
+        let Some(mut session) = self.load(from)? else {
+            return Err(SessionError::NotFound {
+                id: from.to_owned(),
+            });
+        };
+        if self.load(to)?.is_some() {
+            return Err(SessionError::Exists { id: to.to_owned() });
+        }
+        let now = now_ms();
+        session.id = to.to_owned();
+        session.created_ms = now;
+        session.updated_ms = now;
+        session.metadata.insert(
+            "forked_from".into(),
+            serde_json::Value::String(from.to_owned()),
+        );
+        self.save(&session)
+    }
+
+    fn lock(&self, id: &str) -> Result<Box<dyn SessionLock>, SessionError> {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let pid = std::process::id();
+        let owner = format!(
+            "{pid}-{}-{}",
+            now_ms(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        );
+        for _ in 0..2 {
+            let taken = self.with(|c| {
+                c.execute(
+                    "INSERT INTO session_locks (id, owner, pid, acquired_ms) VALUES (?1, ?2, ?3, ?4) \
+                     ON CONFLICT (id) DO NOTHING",
+                    params![id, owner, pid, now_ms()],
+                )
+                .map_err(io)
+            })?;
+            if taken == 1 {
+                return Ok(Box::new(Lock {
+                    conn: Arc::clone(&self.conn),
+                    id: id.to_owned(),
+                    owner,
+                }));
+            }
+            let holder: Option<(u32, i64)> = self.with(|c| {
+                c.query_row(
+                    "SELECT pid, acquired_ms FROM session_locks WHERE id = ?1",
+                    [id],
+                    |r| Ok((r.get(0)?, r.get(1)?)),
+                )
+                .optional()
+                .map_err(io)
+            })?;
+            let Some((holder_pid, since)) = holder else {
+                continue;
+            };
+            if holder_pid != pid && !alive(holder_pid) {
+                // Its writer died: the lock is stale.
+                self.with(|c| {
+                    c.execute(
+                        "DELETE FROM session_locks WHERE id = ?1 AND pid = ?2",
+                        params![id, holder_pid],
+                    )
+                    .map_err(io)
+                })?;
+                continue;
+            }
+            return Err(SessionError::Busy {
+                id: id.to_owned(),
+                holder: format!(
+                    "process {holder_pid} (for {} s)",
+                    (now_ms() - since).max(0) / 1000
+                ),
+            });
+        }
+        Err(SessionError::Busy {
+            id: id.to_owned(),
+            holder: "another writer".into(),
+        })
+    }
+}
+
+/// Whether a process lives; without `/proc`, every process is taken to live.
+fn alive(pid: u32) -> bool {
+    let proc = Path::new("/proc");
+    !proc.is_dir() || proc.join(pid.to_string()).exists()
+}
+
+struct Lock {
+    conn: Arc<Mutex<Connection>>,
+    id: String,
+    owner: String,
+}
+
+impl SessionLock for Lock {}
+
+impl Drop for Lock {
+    fn drop(&mut self) {
+        let conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        let _ = conn.execute(
+            "DELETE FROM session_locks WHERE id = ?1 AND owner = ?2",
+            params![self.id, self.owner],
+        );
+    }
+}
