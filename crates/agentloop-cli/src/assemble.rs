@@ -279,7 +279,13 @@ pub fn definition_parts(file: &AgentFile) -> Vec<(&'static str, serde_json::Valu
         .map(|t| {
             let how = match (&t.command, &t.agent) {
                 (Some(c), _) => json!(c.get_ref()),
-                (None, Some(a)) => json!({"agent": a.get_ref()}),
+                // A change in the subagent's file changes this agent's definition too.
+                (None, Some(a)) => json!({
+                    "agent": a.get_ref(),
+                    "fingerprint": file
+                        .subagent(t.name.get_ref())
+                        .and_then(|child| fingerprint(child).ok()),
+                }),
                 (None, None) => serde_json::Value::Null,
             };
             (t.name.get_ref().clone(), how)

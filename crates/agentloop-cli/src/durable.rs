@@ -254,14 +254,14 @@ pub fn approvals(cmd: ApprovalsCommand) -> Result<i32, CliError> {
     let ApprovalsCommand::List { journal, json } = cmd;
     let waiting = JournalReader::open(&journal)?.pending()?;
     if json {
-        println!(
+        out!(
             "{}",
             serde_json::to_string_pretty(&waiting).unwrap_or_default()
         );
         return Ok(crate::error::code::OK);
     }
     if waiting.is_empty() {
-        println!("no run waits for approval");
+        out!("no run waits for approval");
     }
     for w in &waiting {
         let answer = match w.answer {
@@ -271,9 +271,13 @@ pub fn approvals(cmd: ApprovalsCommand) -> Result<i32, CliError> {
             Some(Answer::DenyOnce) => "denied",
             Some(Answer::DenyAlways) => "denied always",
         };
-        println!(
+        out!(
             "{}  {}  {}  {} {}",
-            w.run_id, w.request.call_id, answer, w.request.tool, w.request.arguments
+            w.run_id,
+            w.request.call_id,
+            answer,
+            w.request.tool,
+            w.request.arguments
         );
     }
     Ok(crate::error::code::OK)
@@ -307,13 +311,13 @@ pub fn journal(cmd: JournalCommand) -> Result<i32, CliError> {
         JournalCommand::List { journal, json } => {
             let runs = JournalReader::open(&journal)?.runs()?;
             if json {
-                println!(
+                out!(
                     "{}",
                     serde_json::to_string_pretty(&runs).unwrap_or_default()
                 );
             } else {
                 for r in &runs {
-                    println!(
+                    out!(
                         "{}  {}  {}{}  {} steps",
                         r.run_id,
                         r.agent,
@@ -346,9 +350,9 @@ pub fn journal(cmd: JournalCommand) -> Result<i32, CliError> {
                     "approvals": run.approvals,
                     "damage": damage.as_ref().map(|e| serde_json::json!({"code": e.code(), "message": e.to_string()})),
                 });
-                println!("{value}");
+                out!("{value}");
             } else {
-                println!(
+                out!(
                     "run {}  agent {}  {}  fingerprint {}",
                     run.header.run_id,
                     run.header.agent,
@@ -358,7 +362,7 @@ pub fn journal(cmd: JournalCommand) -> Result<i32, CliError> {
                 for (seq, step) in run.steps.iter().enumerate() {
                     let text = serde_json::to_string(&step.input).unwrap_or_default();
                     let short: String = text.chars().take(160).collect();
-                    println!("{seq:>5}  {:>9.3}s  {short}", step.at.as_secs_f64());
+                    out!("{seq:>5}  {:>9.3}s  {short}", step.at.as_secs_f64());
                 }
             }
             match damage {

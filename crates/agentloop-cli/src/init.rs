@@ -130,7 +130,7 @@ pub fn init(args: &InitArgs) -> Result<i32, CliError> {
             .join(", ")
     );
     eprintln!("run it with:");
-    println!(
+    out!(
         "agentloop run {} --input {}",
         shell_quote(&agent.display().to_string()),
         shell_quote(INPUT)

@@ -1,6 +1,15 @@
 //! `agentloop`: run, chat with, plan and trace agents written as TOML agent files.
 #![forbid(unsafe_code)]
 
+/// Prints a line on stdout. A stdout closed early (`agentloop ... | head`) ends the output, not
+/// the process with a panic as `println!` would.
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout().lock(), $($arg)*);
+    }};
+}
+
 mod agent_file;
 mod approval;
 mod assemble;
@@ -281,7 +290,7 @@ fn report_error(e: &CliError, json: bool) {
             CliError::AgentFile(p) => serde_json::to_value(p.list()).ok(),
             _ => None,
         };
-        println!("{}", render::error_json(e.code(), &e.to_string(), problems));
+        out!("{}", render::error_json(e.code(), &e.to_string(), problems));
     } else {
         let text = e.to_string();
         eprintln!("agentloop: {}", text.trim_end());
@@ -371,10 +380,10 @@ async fn run(args: RunArgs) -> Result<i32, CliError> {
     if args.dry_run && provider != Provider::Scripted {
         let view = plan::first_request_view(&file, &input)?;
         if args.json {
-            println!("{}", serde_json::json!({"dry_run": true, "request": view}));
+            out!("{}", serde_json::json!({"dry_run": true, "request": view}));
         } else {
             let text = serde_json::to_string_pretty(&view).unwrap_or_default();
-            println!("{text}");
+            out!("{text}");
             if !args.quiet {
                 eprintln!("■ dry run: nothing was sent");
             }
@@ -551,7 +560,7 @@ fn print_outcome(outcome: &RunOutcome, args: &Shown<'_>, progress: &Progress) {
                 serde_json::to_value(&waiting).unwrap_or_default(),
             );
         }
-        println!("{value}");
+        out!("{value}");
         return;
     }
     if let Some(path) = args.journal {
@@ -688,7 +697,7 @@ fn plan_command(args: &PlanArgs) -> Result<i32, CliError> {
     let file = args.agent.load()?;
     let plan = plan::plan(&file)?;
     if args.json {
-        println!(
+        out!(
             "{}",
             serde_json::to_string_pretty(&plan).unwrap_or_default()
         );
@@ -712,7 +721,7 @@ fn trace_command(cmd: TraceCommand) -> Result<i32, CliError> {
             } else {
                 agentloop_store::render_list(&trace.records)
             };
-            println!("{}", text.trim_end());
+            out!("{}", text.trim_end());
         }
         TraceCommand::Show { path, run, json } => {
             let trace = agentloop_store::read_trace(&path).map_err(|e| trace_error(&path, e))?;
@@ -723,7 +732,7 @@ fn trace_command(cmd: TraceCommand) -> Result<i32, CliError> {
                 agentloop_store::render_run_tree(&trace.records, run.as_deref())
             }
             .map_err(|e| trace_error(&path, e))?;
-            println!("{}", text.trim_end());
+            out!("{}", text.trim_end());
         }
     }
     Ok(code::OK)

@@ -110,15 +110,15 @@ pub fn sessions(cmd: SessionsCommand) -> Result<i32, CliError> {
         SessionsCommand::List { store, json } => {
             let list = store.open()?.list()?;
             if json {
-                println!(
+                out!(
                     "{}",
                     serde_json::to_string_pretty(&list).unwrap_or_default()
                 );
             } else if list.is_empty() {
-                println!("no sessions");
+                out!("no sessions");
             } else {
                 for s in &list {
-                    println!(
+                    out!(
                         "{}  {}  {} messages  {} runs  {} in / {} out tokens  ${:.4}",
                         s.id,
                         s.agent,
@@ -136,11 +136,16 @@ pub fn sessions(cmd: SessionsCommand) -> Result<i32, CliError> {
                 return Err(SessionError::NotFound { id: name }.into());
             };
             if json {
-                println!("{}", serde_json::to_string_pretty(&s).unwrap_or_default());
+                out!("{}", serde_json::to_string_pretty(&s).unwrap_or_default());
             } else {
-                println!(
+                out!(
                     "session {}  agent {}  {} runs  {} in / {} out tokens  ${:.4}",
-                    s.id, s.agent, s.runs, s.usage.input_tokens, s.usage.output_tokens, s.cost_usd
+                    s.id,
+                    s.agent,
+                    s.runs,
+                    s.usage.input_tokens,
+                    s.usage.output_tokens,
+                    s.cost_usd
                 );
                 for m in &s.messages {
                     let (role, text) = match m {
@@ -162,7 +167,7 @@ pub fn sessions(cmd: SessionsCommand) -> Result<i32, CliError> {
                             ("tool", format!("{}: {}", r.tool, m.text()))
                         }
                     };
-                    println!("{role:>9}  {}", text.trim());
+                    out!("{role:>9}  {}", text.trim());
                 }
             }
         }
