@@ -141,10 +141,39 @@ pub fn read_script(path: &std::path::Path) -> Result<ScriptedModel, String> {
 
 /// The model the file names. Live providers need their API key; their calls are retried.
 pub fn model(file: &AgentFile) -> Result<Arc<dyn Model>, CliError> {
-    match *file.model().provider.get_ref() {
-        Provider::Scripted => Ok(Arc::new(scripted_model(file)?)),
-        live => crate::live::model(file, live),
+    let model: Arc<dyn Model> = match *file.model().provider.get_ref() {
+        Provider::Scripted => Arc::new(scripted_model(file)?),
+        live => crate::live::model(file, live)?,
+    };
+    cached(file, model)
+}
+
+/// The default time a cached answer is kept: a day.
+const DEFAULT_CACHE_TTL: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// The model behind a response cache, when the file asks for one (`[model] cache = true`).
+fn cached(file: &AgentFile, model: Arc<dyn Model>) -> Result<Arc<dyn Model>, CliError> {
+    let m = file.model();
+    if m.cache != Some(true) {
+        return Ok(model);
     }
+    let path = std::env::var_os("AGENTLOOP_RESPONSE_CACHE")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| file.resolve("responses.db"));
+    let store =
+        agentloop_store::SqliteResponseCache::open(&path).map_err(|message| CliError::Setup {
+            message: format!("the response cache: {message}"),
+        })?;
+    let ttl = m
+        .cache_ttl_secs
+        .as_ref()
+        .and_then(|s| Duration::try_from_secs_f64(*s.get_ref()).ok())
+        .unwrap_or(DEFAULT_CACHE_TTL);
+    Ok(Arc::new(agentloop::model::cache::CachedModel::new(
+        model,
+        Arc::new(store),
+        ttl,
+    )))
 }
 
 /// Where the price of an agent's model comes from.

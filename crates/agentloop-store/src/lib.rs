@@ -15,6 +15,7 @@
 //!   answers (see [`journal`]).
 //! - [`SqliteSessions`] keeps conversations by id across processes, one writer at a time (an
 //!   [`agentloop::session::SessionStore`]; see [`sessions`]).
+//! - [`SqliteResponseCache`] keeps model answers by request, with a time to live (see [`cache`]).
 //!
 //! ```no_run
 //! # async fn demo(agent: agentloop::Agent) -> Result<(), agentloop_store::TraceError> {
@@ -30,6 +31,7 @@
 //! ```
 #![forbid(unsafe_code)]
 
+pub mod cache;
 pub mod error;
 pub mod format;
 pub mod journal;
@@ -42,6 +44,7 @@ pub mod sqlite;
 pub mod trace;
 pub mod view;
 
+pub use cache::SqliteResponseCache;
 pub use error::TraceError;
 pub use format::{TraceFormat, TraceWriter, open_writer};
 pub use journal::{Fault, JournalReader, RunEntry, SqliteJournal, WaitingCall};

@@ -235,6 +235,9 @@ pub struct ModelCallSpan {
     /// The reasoning text streamed (payload).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reasoning: Option<String>,
+    /// The answer came from a response cache, not from the model this time.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cached: bool,
 }
 
 /// A tool call.

@@ -266,8 +266,10 @@ impl RunState {
                 tool_calls,
                 text,
                 duration,
+                cached,
             } => {
                 let mut call = run.take_model_call(event.turn, now, *duration);
+                call.cached = *cached;
                 run.end_span(&mut call.span, now, Some(*duration), Status::Ok, None);
                 call.usage = Some(*usage);
                 call.cost_usd = *cost_usd;
@@ -667,6 +669,7 @@ impl RunState {
             tool_calls: None,
             text: None,
             reasoning: None,
+            cached: false,
         }
     }
 

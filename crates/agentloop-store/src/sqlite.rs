@@ -20,7 +20,7 @@ use crate::record::{
 };
 
 /// The schema version this crate writes and reads.
-pub const SCHEMA_VERSION: i64 = 4;
+pub const SCHEMA_VERSION: i64 = 5;
 
 // One migration per version step, or a file would be stamped with a version it does not have.
 const _: () = assert!(MIGRATIONS.len() as i64 == SCHEMA_VERSION);
@@ -71,6 +71,9 @@ ALTER TABLE tool_calls ADD COLUMN retries TEXT;
 "#,
     r#"
 ALTER TABLE runs ADD COLUMN parent_call_id TEXT;
+"#,
+    r#"
+ALTER TABLE model_calls ADD COLUMN cached INTEGER;
 "#,
 ];
 
@@ -299,6 +302,7 @@ fn encode(record: &TraceRecord) -> (&'static str, Vec<(&'static str, Sql)>) {
                 ("tool_calls", opt_int(m.tool_calls)),
                 ("text", opt_text(m.text.as_deref())),
                 ("reasoning", opt_text(m.reasoning.as_deref())),
+                ("cached", opt_int(m.cached.then_some(1))),
             ]);
             "model_calls"
         }
@@ -434,6 +438,7 @@ fn decode(table: &str, row: &Row<'_>) -> rusqlite::Result<TraceRecord> {
             tool_calls: opt_u64(row, "tool_calls")?,
             text: row.get("text")?,
             reasoning: row.get("reasoning")?,
+            cached: added_column(opt_u64(row, "cached"))?.is_some_and(|n| n > 0),
         }),
         _ => TraceRecord::ToolCall(ToolCallSpan {
             span,

@@ -107,6 +107,9 @@ pub enum EventKind {
         /// How long the call took.
         #[serde(with = "crate::serde_duration")]
         duration: Duration,
+        /// The answer came from a response cache, not from the model this time.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        cached: bool,
     },
     /// A model call failed.
     ModelError {

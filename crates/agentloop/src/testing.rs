@@ -141,6 +141,7 @@ impl ScriptFileStep {
             truncated: !cut_calls.is_empty(),
             cut_calls,
             warnings: Vec::new(),
+            cached: false,
         };
         (ScriptStep::Respond(response), delay)
     }
@@ -234,45 +235,6 @@ impl ScriptedModel {
     }
 }
 
-fn deltas(response: &ModelResponse) -> Vec<Result<ModelEvent, ModelError>> {
-    let mut events = vec![Ok(ModelEvent::Start {
-        id: response.id.clone(),
-        model: response.model.clone(),
-    })];
-    for r in &response.message.reasoning {
-        events.push(Ok(ModelEvent::ReasoningDelta(r.text.clone())));
-        events.push(Ok(ModelEvent::Reasoning(r.clone())));
-    }
-    let mut rest = response.message.text.as_str();
-    while !rest.is_empty() {
-        let cut = rest
-            .char_indices()
-            .find(|(i, c)| *i > 0 && c.is_whitespace())
-            .map_or(rest.len(), |(i, _)| i);
-        let (piece, tail) = rest.split_at(cut);
-        events.push(Ok(ModelEvent::TextDelta(piece.to_owned())));
-        rest = tail;
-    }
-    for (i, call) in response.message.tool_calls.iter().enumerate() {
-        let index = u32::try_from(i).unwrap_or(u32::MAX);
-        events.push(Ok(ModelEvent::ToolCallStart {
-            index,
-            id: call.call_id.clone(),
-            name: call.tool.clone(),
-        }));
-        events.push(Ok(ModelEvent::ToolCallDelta {
-            index,
-            arguments: call.arguments.clone(),
-        }));
-    }
-    events.push(Ok(ModelEvent::Usage(response.usage)));
-    events.push(Ok(ModelEvent::Finish {
-        reason: response.finish_reason,
-        raw: response.raw_finish_reason.clone(),
-    }));
-    events
-}
-
 impl Model for ScriptedModel {
     fn id(&self) -> &str {
         &self.inner.id
@@ -297,7 +259,7 @@ impl Model for ScriptedModel {
         };
         let events: Vec<Result<ModelEvent, ModelError>> = match step {
             ScriptStep::Fail(e) => vec![Err(e.clone())],
-            ScriptStep::Respond(r) if self.inner.stream_deltas => deltas(r),
+            ScriptStep::Respond(r) if self.inner.stream_deltas => crate::model::replay_events(r),
             ScriptStep::Respond(r) => vec![Ok(ModelEvent::Response(r.clone()))],
         };
         match delay {

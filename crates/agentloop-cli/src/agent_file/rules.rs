@@ -386,6 +386,15 @@ pub(super) fn check_clean_sections(root: &DeTable<'_>, dir: &Path, problems: &mu
 
 /// `[model]`: what its provider needs and allows, then the sampling settings and the price.
 fn check_model(model: &ModelSpec, dir: &Path, problems: &mut Problems) {
+    if let Some(t) = &model.cache_ttl_secs
+        && !valid_seconds(*t.get_ref())
+    {
+        problems.at(
+            "model.cache_ttl_secs",
+            span_of(t),
+            "cache_ttl_secs must be a positive number of seconds, at most a year",
+        );
+    }
     if *model.provider.get_ref() == Provider::Scripted {
         check_scripted_model(model, dir, problems);
     } else {

@@ -109,6 +109,11 @@ section! {
         max_tokens: Option<Spanned<u32>>,
         /// The model's price, USD per million tokens (the built-in table's otherwise).
         price: Option<Spanned<PriceSpec>>,
+        /// Keeps the model's answers and answers an identical request from them (a response
+        /// cache, in `responses.db` beside the agent file, or `$AGENTLOOP_RESPONSE_CACHE`).
+        cache: Option<bool>,
+        /// How long a cached answer is kept, in seconds (default a day).
+        cache_ttl_secs: Option<Spanned<f64>>,
     }
 }
 

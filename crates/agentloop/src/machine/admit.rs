@@ -25,6 +25,8 @@ pub const MAX_RAISED_OUTPUT_TOKENS: u32 = 32_768;
 impl RunMachine {
     /// The model answered: count its usage and cost, then judge it (after the hooks' review).
     pub(super) fn on_model_response(&mut self, response: Box<ModelResponse>, cost: Option<f64>) {
+        // A cached answer cost nothing this time.
+        let cost = if response.cached { Some(0.0) } else { cost };
         self.usage.add(&response.usage);
         self.cost += cost.unwrap_or(0.0);
         let duration = self.now.saturating_sub(self.called_at);
@@ -35,6 +37,7 @@ impl RunMachine {
             tool_calls: response.message.tool_calls.len(),
             text: response.message.text.clone(),
             duration,
+            cached: response.cached,
         });
         if self.seams.hooks {
             self.phase = Phase::Review(response);

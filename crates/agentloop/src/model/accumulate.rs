@@ -27,6 +27,7 @@ pub struct ResponseAccumulator {
     finish: Option<(FinishReason, Option<String>)>,
     warnings: Vec<String>,
     whole: Option<ModelResponse>,
+    cached: bool,
 }
 
 impl fmt::Debug for ResponseAccumulator {
@@ -111,6 +112,7 @@ impl ResponseAccumulator {
             }
             ModelEvent::Usage(u) => self.usage = u,
             ModelEvent::Warning(w) => self.warnings.push(w),
+            ModelEvent::Cached => self.cached = true,
             ModelEvent::Finish { reason, raw } => self.finish = Some((reason, raw)),
             ModelEvent::Response(r) => self.whole = Some(r),
         }
@@ -120,7 +122,8 @@ impl ResponseAccumulator {
     /// Finishes the response. A stream that never said it was complete is an error, never a
     /// half-applied response.
     pub fn finish(mut self) -> Result<ModelResponse, ModelError> {
-        if let Some(whole) = self.whole.take() {
+        if let Some(mut whole) = self.whole.take() {
+            whole.cached |= self.cached;
             return Ok(whole);
         }
         let Some((finish_reason, raw_finish_reason)) = self.finish.take() else {
@@ -186,6 +189,7 @@ impl ResponseAccumulator {
             truncated,
             cut_calls,
             warnings: self.warnings,
+            cached: self.cached,
         })
     }
 }

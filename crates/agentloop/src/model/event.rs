@@ -49,6 +49,9 @@ pub enum ModelEvent {
     Usage(Usage),
     /// Something odd but recoverable the provider noticed.
     Warning(String),
+    /// The answer did not come from the model this time: it was kept by a response cache
+    /// ([`crate::model::cache`]).
+    Cached,
     /// The response is complete.
     Finish {
         /// Why the model stopped.

@@ -10,8 +10,10 @@
 //! - `response.rs`: a whole response, its usage and finish reason.
 //! - `accumulate.rs`: events into a response, the one accumulator.
 //! - `error.rs`: how a call failed.
+//! - `cache.rs`: the response cache, a model that wraps a model.
 
 mod accumulate;
+pub mod cache;
 mod error;
 mod event;
 mod response;
@@ -136,4 +138,46 @@ pub enum ToolChoice {
     None,
     /// The model must call this tool.
     Tool(String),
+}
+
+/// A whole response as the events a provider would stream: its text in pieces, its tool calls
+/// as starts and argument pieces, its usage, its finish (a scripted model's deltas, a cached
+/// answer's replay).
+pub(crate) fn replay_events(response: &ModelResponse) -> Vec<Result<ModelEvent, ModelError>> {
+    let mut events = vec![Ok(ModelEvent::Start {
+        id: response.id.clone(),
+        model: response.model.clone(),
+    })];
+    for r in &response.message.reasoning {
+        events.push(Ok(ModelEvent::ReasoningDelta(r.text.clone())));
+        events.push(Ok(ModelEvent::Reasoning(r.clone())));
+    }
+    let mut rest = response.message.text.as_str();
+    while !rest.is_empty() {
+        let cut = rest
+            .char_indices()
+            .find(|(i, c)| *i > 0 && c.is_whitespace())
+            .map_or(rest.len(), |(i, _)| i);
+        let (piece, tail) = rest.split_at(cut);
+        events.push(Ok(ModelEvent::TextDelta(piece.to_owned())));
+        rest = tail;
+    }
+    for (i, call) in response.message.tool_calls.iter().enumerate() {
+        let index = u32::try_from(i).unwrap_or(u32::MAX);
+        events.push(Ok(ModelEvent::ToolCallStart {
+            index,
+            id: call.call_id.clone(),
+            name: call.tool.clone(),
+        }));
+        events.push(Ok(ModelEvent::ToolCallDelta {
+            index,
+            arguments: call.arguments.clone(),
+        }));
+    }
+    events.push(Ok(ModelEvent::Usage(response.usage)));
+    events.push(Ok(ModelEvent::Finish {
+        reason: response.finish_reason,
+        raw: response.raw_finish_reason.clone(),
+    }));
+    events
 }

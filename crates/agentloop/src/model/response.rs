@@ -124,6 +124,10 @@ pub struct ModelResponse {
     /// Recoverable oddities noticed while reading the response.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
+    /// True when the answer came from a response cache, not from the model this time: it costs
+    /// nothing ([`crate::model::cache`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cached: bool,
 }
 
 impl ModelResponse {
@@ -142,6 +146,7 @@ impl ModelResponse {
             truncated: false,
             cut_calls: Vec::new(),
             warnings: Vec::new(),
+            cached: false,
         }
     }
 

@@ -1,0 +1,160 @@
+//! A response cache: [`CachedModel`] wraps a model and answers a request it has answered before
+//! from a [`ResponseCache`], keyed by the exact request (the provider and model, instructions,
+//! messages, tools, output schema and settings). Concurrent identical requests are sent once and
+//! share the answer (single flight). An answer that did not come from the model this time is
+//! marked: [`ModelResponse::cached`] (priced at zero, its input tokens reported as cached), and
+//! it streams as deltas like a fresh one. Failed, refused, filtered and cut-off answers are
+//! never kept.
+//!
+//! `agentloop-store` has a SQLite cache with a time to live.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use futures::stream;
+use tokio::sync::OnceCell;
+
+use super::{
+    FinishReason, Model, ModelError, ModelEvent, ModelRequest, ModelResponse, ModelStream,
+    ResponseAccumulator,
+};
+
+/// Where cached answers are kept. A failing store never fails a model call: the call goes to
+/// the model.
+pub trait ResponseCache: Send + Sync {
+    /// The answer kept under `key`, unless it expired.
+    fn get(&self, key: &str) -> Result<Option<ModelResponse>, String>;
+    /// Keeps `response` under `key` for `ttl`.
+    fn put(&self, key: &str, response: &ModelResponse, ttl: Duration) -> Result<(), String>;
+}
+
+type Flight = Arc<OnceCell<Result<ModelResponse, ModelError>>>;
+
+/// A model whose answers are cached (see the module's docs).
+pub struct CachedModel {
+    inner: Arc<dyn Model>,
+    cache: Arc<dyn ResponseCache>,
+    ttl: Duration,
+    flights: Mutex<HashMap<String, Flight>>,
+}
+
+impl std::fmt::Debug for CachedModel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CachedModel")
+            .field("model", &self.inner.id())
+            .field("ttl", &self.ttl)
+            .finish_non_exhaustive()
+    }
+}
+
+impl CachedModel {
+    /// `inner`, its answers kept in `cache` for `ttl`.
+    pub fn new(inner: Arc<dyn Model>, cache: Arc<dyn ResponseCache>, ttl: Duration) -> Self {
+        CachedModel {
+            inner,
+            cache,
+            ttl,
+            flights: Mutex::new(HashMap::new()),
+        }
+    }
+
+    async fn answer(&self, request: ModelRequest<'_>) -> Vec<Result<ModelEvent, ModelError>> {
+        let key = request_key(self.inner.provider(), self.inner.id(), &request);
+        if let Ok(Some(response)) = self.cache.get(&key) {
+            return replay(response, true);
+        }
+        let flight: Flight = {
+            let mut flights = self.flights.lock().unwrap_or_else(|p| p.into_inner());
+            Arc::clone(flights.entry(key.clone()).or_default())
+        };
+        let led = AtomicBool::new(false);
+        let result = flight
+            .get_or_init(|| {
+                led.store(true, Ordering::Relaxed);
+                self.ask(request)
+            })
+            .await
+            .clone();
+        let led = led.load(Ordering::Relaxed);
+        if led {
+            self.flights
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&key);
+            if let Ok(response) = &result
+                && keepable(response)
+            {
+                // A cache that cannot keep it costs a later call, never this one.
+                let _ = self.cache.put(&key, response, self.ttl);
+            }
+        }
+        match result {
+            Ok(response) => replay(response, !led),
+            Err(e) => vec![Err(e)],
+        }
+    }
+
+    async fn ask(&self, request: ModelRequest<'_>) -> Result<ModelResponse, ModelError> {
+        let mut stream = self.inner.stream(request);
+        let mut acc = ResponseAccumulator::new();
+        while let Some(event) = stream.next().await {
+            acc.push(event?)?;
+        }
+        acc.finish()
+    }
+}
+
+impl Model for CachedModel {
+    fn id(&self) -> &str {
+        self.inner.id()
+    }
+
+    fn provider(&self) -> &str {
+        self.inner.provider()
+    }
+
+    fn stream<'a>(&'a self, request: ModelRequest<'a>) -> ModelStream<'a> {
+        Box::pin(stream::once(self.answer(request)).flat_map(stream::iter))
+    }
+}
+
+/// Only a complete answer is kept.
+fn keepable(r: &ModelResponse) -> bool {
+    !r.truncated
+        && r.cut_calls.is_empty()
+        && matches!(
+            r.finish_reason,
+            FinishReason::Stop | FinishReason::ToolCalls
+        )
+}
+
+/// A kept answer as stream events, marked as not coming from the model this time.
+fn replay(mut response: ModelResponse, cached: bool) -> Vec<Result<ModelEvent, ModelError>> {
+    if cached {
+        response.usage.cached_input_tokens = response.usage.input_tokens;
+    }
+    let mut events = super::replay_events(&response);
+    if cached {
+        events.insert(0, Ok(ModelEvent::Cached));
+    }
+    events
+}
+
+/// The key of a request: `sha256:` and the digest of its canonical JSON.
+pub fn request_key(provider: &str, model: &str, request: &ModelRequest<'_>) -> String {
+    let value = serde_json::json!({
+        "provider": provider,
+        "model": model,
+        "instructions": request.instructions,
+        "messages": request.messages,
+        "tools": request.tools,
+        "output_schema": request.output_schema,
+        "settings": request.settings,
+    });
+    let mut d = crate::journal::Definition::new();
+    d.set("request", value);
+    d.fingerprint()
+}

@@ -1,0 +1,167 @@
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::indexing_slicing,
+    clippy::panic
+)]
+//! The response cache: a hit, a miss, expiry, ten concurrent identical requests reaching the
+//! model once, and a cached answer streaming as deltas, marked, and priced at zero.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use agentloop::model::cache::{CachedModel, ResponseCache};
+use agentloop::model::{ModelEvent, ModelRequest, ModelSettings, ModelStream, Usage};
+use agentloop::{Agent, Message, Model, ModelResponse, Price, PriceTable};
+use futures::StreamExt;
+
+/// Kept in memory, each answer until its time to live runs out.
+#[derive(Default)]
+struct Memory(Mutex<HashMap<String, (ModelResponse, Instant)>>);
+
+impl ResponseCache for Memory {
+    fn get(&self, key: &str) -> Result<Option<ModelResponse>, String> {
+        Ok(self
+            .0
+            .lock()
+            .unwrap()
+            .get(key)
+            .filter(|(_, until)| Instant::now() < *until)
+            .map(|(r, _)| r.clone()))
+    }
+    fn put(&self, key: &str, response: &ModelResponse, ttl: Duration) -> Result<(), String> {
+        self.0
+            .lock()
+            .unwrap()
+            .insert(key.to_owned(), (response.clone(), Instant::now() + ttl));
+        Ok(())
+    }
+}
+
+/// A slow model that counts its calls and answers with the last user message.
+struct Slow(Arc<AtomicUsize>);
+
+impl Model for Slow {
+    fn id(&self) -> &str {
+        "slow"
+    }
+    fn provider(&self) -> &str {
+        "test"
+    }
+    fn stream<'a>(&'a self, request: ModelRequest<'a>) -> ModelStream<'a> {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        let text = request
+            .messages
+            .last()
+            .map(Message::text)
+            .unwrap_or_default();
+        Box::pin(futures::stream::once(async move {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            Ok(ModelEvent::Response(
+                ModelResponse::text(format!("echo: {text}")).with_usage(Usage {
+                    input_tokens: 100,
+                    output_tokens: 10,
+                    ..Usage::default()
+                }),
+            ))
+        }))
+    }
+}
+
+fn cached(ttl: Duration) -> (Arc<CachedModel>, Arc<AtomicUsize>) {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let model = CachedModel::new(
+        Arc::new(Slow(calls.clone())),
+        Arc::new(Memory::default()),
+        ttl,
+    );
+    (Arc::new(model), calls)
+}
+
+async fn ask(model: &CachedModel, text: &str) -> Vec<ModelEvent> {
+    let messages = [Message::user(text)];
+    let settings = ModelSettings::default();
+    let request = ModelRequest {
+        instructions: None,
+        messages: &messages,
+        tools: &[],
+        output_schema: None,
+        settings: &settings,
+    };
+    model
+        .stream(request)
+        .map(|e| e.unwrap())
+        .collect::<Vec<_>>()
+        .await
+}
+
+#[tokio::test]
+async fn a_hit_is_served_from_the_cache_marked_and_priced_at_zero() {
+    let (model, calls) = cached(Duration::from_secs(60));
+    let agent = Agent::builder()
+        .model(Arc::clone(&model) as Arc<dyn Model>)
+        .pricing(PriceTable::new().with("slow", Price::new(1.0, 2.0)))
+        .build()
+        .unwrap();
+    let first = agent.run("hello").await;
+    assert_eq!(first.output.as_deref(), Some("echo: hello"));
+    assert!(first.cost_usd > 0.0);
+    let second = agent.run("hello").await;
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        1,
+        "the second run was served from the cache"
+    );
+    assert_eq!(second.output.as_deref(), Some("echo: hello"));
+    assert_eq!(second.cost_usd, 0.0);
+    assert_eq!(second.usage.cached_input_tokens, 100);
+    // A different request misses.
+    let other = agent.run("something else").await;
+    assert_eq!(other.output.as_deref(), Some("echo: something else"));
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn a_cached_answer_streams_as_deltas_and_expires() {
+    let (model, calls) = cached(Duration::from_millis(100));
+    let fresh = ask(&model, "one two three").await;
+    assert!(!fresh.contains(&ModelEvent::Cached));
+    let hit = ask(&model, "one two three").await;
+    assert_eq!(hit.first(), Some(&ModelEvent::Cached));
+    let deltas: Vec<&str> = hit
+        .iter()
+        .filter_map(|e| match e {
+            ModelEvent::TextDelta(t) => Some(t.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert!(deltas.len() > 1, "streamed in pieces: {deltas:?}");
+    assert_eq!(deltas.concat(), "echo: one two three");
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let expired = ask(&model, "one two three").await;
+    assert!(!expired.contains(&ModelEvent::Cached));
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        2,
+        "an expired answer is asked again"
+    );
+}
+
+#[tokio::test]
+async fn ten_concurrent_identical_requests_reach_the_model_once() {
+    let (model, calls) = cached(Duration::from_secs(60));
+    let asks = (0..10).map(|_| {
+        let model = Arc::clone(&model);
+        tokio::spawn(async move { ask(&model, "same").await })
+    });
+    let answers = futures::future::join_all(asks).await;
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    let shared = answers
+        .iter()
+        .filter(|a| a.as_ref().unwrap().contains(&ModelEvent::Cached))
+        .count();
+    assert_eq!(shared, 9, "one asked the model, nine shared its answer");
+}
