@@ -1019,7 +1019,7 @@ fn a_version_1_sqlite_trace_is_migrated_and_keeps_its_runs() {
     let conn = rusqlite::Connection::open(&path).unwrap();
     conn.execute_batch(
         "ALTER TABLE runs DROP COLUMN warnings; ALTER TABLE runs DROP COLUMN parent_call_id; \
-         ALTER TABLE tool_calls DROP COLUMN retries; \
+         ALTER TABLE tool_calls DROP COLUMN retries; ALTER TABLE model_calls DROP COLUMN cached; \
          PRAGMA user_version = 1;",
     )
     .unwrap();
