@@ -223,7 +223,7 @@ impl<'a> Driver<'a> {
                             tool: Arc::clone(&call.tool),
                             run_id: Arc::clone(m.run_id()),
                             turn: m.turn(),
-                            cancel: calls_cancel.child_token(),
+                            cancel: calls_cancel.clone(),
                             progress: progress.unwrap_or_default(),
                             stop_retries: stop_retries.clone(),
                             scope: self.subagent_scope(&m, call, deadline),
