@@ -26,14 +26,8 @@ pub const FAULT_ENV: &str = "AGENTLOOP_TEST_JOURNAL_FAULT";
 pub struct ResumeArgs {
     /// The run's id (or a unique prefix of it).
     run_id: String,
-    /// The journal the run was written to (default: $AGENTLOOP_JOURNAL, else runs.db).
-    #[arg(
-        long,
-        value_name = "PATH",
-        env = "AGENTLOOP_JOURNAL",
-        default_value = "runs.db"
-    )]
-    journal: PathBuf,
+    #[command(flatten)]
+    journal: JournalArg,
     /// The agent file (the one the run was started with, by default).
     #[arg(long, value_name = "FILE")]
     agent: Option<PathBuf>,
@@ -52,19 +46,32 @@ pub struct ResumeArgs {
     approval: ApprovalArgs,
 }
 
+/// `--journal`, as every durable command but `run` takes it.
+#[derive(Debug, Args)]
+pub struct JournalArg {
+    /// The journal (default: $AGENTLOOP_JOURNAL, else runs.db).
+    #[arg(
+        long = "journal",
+        value_name = "PATH",
+        env = "AGENTLOOP_JOURNAL",
+        default_value = "runs.db"
+    )]
+    path: PathBuf,
+}
+
+impl JournalArg {
+    fn reader(&self) -> Result<JournalReader, CliError> {
+        Ok(JournalReader::open(&self.path)?)
+    }
+}
+
 /// `agentloop approvals`.
 #[derive(Debug, Subcommand)]
 pub enum ApprovalsCommand {
     /// Lists the calls suspended runs wait on, with the answers recorded so far.
     List {
-        /// The journal (default: $AGENTLOOP_JOURNAL, else runs.db).
-        #[arg(
-            long,
-            value_name = "PATH",
-            env = "AGENTLOOP_JOURNAL",
-            default_value = "runs.db"
-        )]
-        journal: PathBuf,
+        #[command(flatten)]
+        journal: JournalArg,
         /// Prints JSON.
         #[arg(long)]
         json: bool,
@@ -90,14 +97,8 @@ pub struct ApproveArgs {
     /// has one, as the run goes on).
     #[arg(long)]
     always: bool,
-    /// The journal (default: $AGENTLOOP_JOURNAL, else runs.db).
-    #[arg(
-        long,
-        value_name = "PATH",
-        env = "AGENTLOOP_JOURNAL",
-        default_value = "runs.db"
-    )]
-    journal: PathBuf,
+    #[command(flatten)]
+    journal: JournalArg,
 }
 
 /// `agentloop journal`.
@@ -105,14 +106,8 @@ pub struct ApproveArgs {
 pub enum JournalCommand {
     /// Lists the runs of a journal.
     List {
-        /// The journal (default: $AGENTLOOP_JOURNAL, else runs.db).
-        #[arg(
-            long,
-            value_name = "PATH",
-            env = "AGENTLOOP_JOURNAL",
-            default_value = "runs.db"
-        )]
-        journal: PathBuf,
+        #[command(flatten)]
+        journal: JournalArg,
         /// Prints JSON.
         #[arg(long)]
         json: bool,
@@ -122,14 +117,8 @@ pub enum JournalCommand {
     Show {
         /// The run's id (or a unique prefix of it).
         run_id: String,
-        /// The journal (default: $AGENTLOOP_JOURNAL, else runs.db).
-        #[arg(
-            long,
-            value_name = "PATH",
-            env = "AGENTLOOP_JOURNAL",
-            default_value = "runs.db"
-        )]
-        journal: PathBuf,
+        #[command(flatten)]
+        journal: JournalArg,
         /// Prints JSON.
         #[arg(long)]
         json: bool,
@@ -189,7 +178,7 @@ pub fn how_to_go_on(
 /// `agentloop resume`.
 pub async fn resume(args: ResumeArgs) -> Result<i32, CliError> {
     // Reading the journal is blocking work: off the async workers.
-    let (path, wanted) = (args.journal.clone(), args.run_id.clone());
+    let (path, wanted) = (args.journal.path.clone(), args.run_id.clone());
     let run = tokio::task::spawn_blocking(move || {
         let reader = JournalReader::open(&path)?;
         let run_id = reader.find(&wanted)?;
@@ -225,7 +214,7 @@ pub async fn resume(args: ResumeArgs) -> Result<i32, CliError> {
     let approval = crate::approval_for(&args.approval, args.json, &progress, &slot);
     let agent = assemble::agent(&file, model, &approval)?;
     let trace = args.trace.open()?;
-    let journal: Arc<dyn Journal> = open_journal(&args.journal)?;
+    let journal: Arc<dyn Journal> = open_journal(&args.journal.path)?;
     let signals = crate::cancel_on_ctrl_c(cancel.clone());
     let options = RunOptions {
         cancel: Some(cancel),
@@ -243,7 +232,7 @@ pub async fn resume(args: ResumeArgs) -> Result<i32, CliError> {
         json: args.json,
         quiet: args.quiet,
         dry_run: false,
-        journal: Some(&args.journal),
+        journal: Some(&args.journal.path),
     };
     crate::print_outcome(&outcome, &shown, &progress);
     Ok(outcome_exit_code(&outcome))
@@ -252,7 +241,7 @@ pub async fn resume(args: ResumeArgs) -> Result<i32, CliError> {
 /// `agentloop approvals list`.
 pub fn approvals(cmd: ApprovalsCommand) -> Result<i32, CliError> {
     let ApprovalsCommand::List { journal, json } = cmd;
-    let waiting = JournalReader::open(&journal)?.pending()?;
+    let waiting = journal.reader()?.pending()?;
     if json {
         out!(
             "{}",
@@ -285,7 +274,7 @@ pub fn approvals(cmd: ApprovalsCommand) -> Result<i32, CliError> {
 
 /// `agentloop approve`.
 pub fn approve(args: &ApproveArgs) -> Result<i32, CliError> {
-    let reader = JournalReader::open(&args.journal)?;
+    let reader = args.journal.reader()?;
     let run_id = reader.find(&args.run_id)?;
     let answer = match (args.allow, args.always) {
         (true, false) => Answer::AllowOnce,
@@ -296,7 +285,7 @@ pub fn approve(args: &ApproveArgs) -> Result<i32, CliError> {
     reader.answer(&run_id, &args.call_id, answer)?;
     let run = reader.load(&run_id)?;
     let left: Vec<&str> = run.unanswered().map(|r| r.call_id.as_str()).collect();
-    let path = args.journal.display();
+    let path = args.journal.path.display();
     if left.is_empty() {
         eprintln!("■ every call is answered: agentloop resume {run_id} --journal {path}");
     } else {
@@ -309,7 +298,7 @@ pub fn approve(args: &ApproveArgs) -> Result<i32, CliError> {
 pub fn journal(cmd: JournalCommand) -> Result<i32, CliError> {
     match cmd {
         JournalCommand::List { journal, json } => {
-            let runs = JournalReader::open(&journal)?.runs()?;
+            let runs = journal.reader()?.runs()?;
             if json {
                 out!(
                     "{}",
@@ -337,7 +326,7 @@ pub fn journal(cmd: JournalCommand) -> Result<i32, CliError> {
             journal,
             json,
         } => {
-            let reader = JournalReader::open(&journal)?;
+            let reader = journal.reader()?;
             let run_id = reader.find(&run_id)?;
             let (run, damage) = reader.load_intact(&run_id)?;
             if json {

@@ -16,14 +16,8 @@ pub struct SessionArgs {
     /// Continues the stored conversation NAME (created on first use) and stores this turn in it.
     #[arg(long, value_name = "NAME")]
     pub session: Option<String>,
-    /// The session store (default: $AGENTLOOP_SESSIONS, else sessions.db).
-    #[arg(
-        long,
-        value_name = "PATH",
-        env = "AGENTLOOP_SESSIONS",
-        default_value = "sessions.db"
-    )]
-    pub sessions: PathBuf,
+    #[command(flatten)]
+    store: StoreArg,
 }
 
 impl SessionArgs {
@@ -37,7 +31,10 @@ impl SessionArgs {
                 message: "--session needs a name".into(),
             });
         }
-        Ok(Some((SqliteSessions::open(&self.sessions)?, name.clone())))
+        Ok(Some((
+            SqliteSessions::open(&self.store.sessions)?,
+            name.clone(),
+        )))
     }
 }
 
