@@ -11,6 +11,9 @@ PORT=${1:?usage: serve.sh PORT [extra llama-server args]}; shift
 BIN=$("$here/build-llama-server.sh")
 MODEL=$("$here/fetch-model.sh")
 LOG=$CACHE/llama-server-$PORT.log
+# Each test server takes a port of its own, so logs would pile up in the cache run after run: keep
+# a day of them for reading after a failure.
+find "$CACHE" -maxdepth 1 -name 'llama-server-*.log' -mmin +1440 -delete 2>/dev/null || true
 # --jinja turns on tool calling; the template is ours (see README.md): with the model's own, the
 # server hands its tool calls back as plain text. Later arguments (say `-t 1`) override these.
 "$BIN" -m "$MODEL" --host 127.0.0.1 --port "$PORT" -c 4096 -np 1 -t "$(nproc)" --jinja --alias local \
