@@ -69,6 +69,33 @@ pub fn settings(file: &AgentFile) -> ModelSettings {
     }
 }
 
+/// How the file's conversations are compacted: at `context_tokens`, else at its model's known
+/// window; `None` when `compaction = "off"` or the window is unknown.
+pub fn compaction(file: &AgentFile) -> Option<agentloop::compaction::Compaction> {
+    use crate::agent_file::CompactionSpec;
+    use agentloop::compaction::{Compaction, CompactionPolicy, known_context_tokens};
+    let m = file.model();
+    let policy = match m.compaction {
+        Some(CompactionSpec::Off) => return None,
+        Some(CompactionSpec::DropToolResults) => CompactionPolicy::DropToolResults,
+        Some(CompactionSpec::Summarize) | None => CompactionPolicy::Summarize,
+    };
+    let window = m
+        .context_tokens
+        .as_ref()
+        .map(|t| *t.get_ref())
+        .or_else(|| {
+            m.name
+                .as_ref()
+                .and_then(|n| known_context_tokens(n.get_ref()))
+        })?;
+    let mut c = Compaction::new(window).policy(policy);
+    if let Some(k) = &m.compaction_keep_turns {
+        c = c.keep_turns(*k.get_ref());
+    }
+    Some(c)
+}
+
 /// The tools of a file, in its order, as `plan` shows them: its command tools, and its `agent`
 /// tools over stand-in subagents (no credentials needed).
 pub fn tools(file: &AgentFile) -> Result<Vec<Tool>, CliError> {
@@ -438,6 +465,10 @@ fn builder(
         .tools(all_tools(file, kids)?)
         .limits(limits(file))
         .settings(settings(file));
+    builder = match compaction(file) {
+        Some(c) => builder.compaction(c),
+        None => builder.without_compaction(),
+    };
     if let Some(i) = &file.instructions {
         builder = builder.instructions(i.clone());
     }

@@ -183,6 +183,7 @@ mod tests {
             error,
             duration: Duration::ZERO,
             subagents: Vec::new(),
+            compactions: Vec::new(),
         }
     }
 

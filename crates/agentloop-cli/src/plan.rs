@@ -213,6 +213,12 @@ pub fn plan(file: &AgentFile) -> Result<Plan, CliError> {
         "script": m.script.as_ref().map(|s| file.resolve(s.get_ref()).display().to_string()),
         "script_steps": script_steps,
         "settings": assemble::settings(file),
+        "compaction": assemble::compaction(file).map(|c| json!({
+            "context_tokens": c.context_tokens,
+            "budget": c.budget(&assemble::settings(file)),
+            "policy": c.policy.as_str(),
+            "keep_turns": c.keep_turns,
+        })),
         "retry": if provider == Provider::Scripted { Value::Null } else { json!("providers' default retry policy") },
         "price": assemble::price(m).map(|(p, source)| json!({
             "input": p.input,
@@ -398,6 +404,22 @@ pub fn render_plan(plan: &Plan) -> String {
         }
     }
     let _ = writeln!(out, "        price: {}", price_words(&m["price"]));
+    let compaction = &m["compaction"];
+    if compaction.is_null() {
+        let _ = writeln!(
+            out,
+            "        compaction: off (set [model] context_tokens to compact long conversations)"
+        );
+    } else {
+        let _ = writeln!(
+            out,
+            "        compaction: {} past {} tokens of a {}-token window (the latest {} turns kept whole)",
+            compaction["policy"].as_str().unwrap_or_default(),
+            compaction["budget"],
+            compaction["context_tokens"],
+            compaction["keep_turns"]
+        );
+    }
     if m["settings"].as_object().is_some_and(|s| !s.is_empty()) {
         let _ = writeln!(out, "        settings: {}", m["settings"]);
     }

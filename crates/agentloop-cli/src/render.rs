@@ -227,6 +227,25 @@ impl EventSink for Progress {
                 );
             }
             EventKind::LimitReached { limit } => line(&mut s, &format!("■ {limit}")),
+            EventKind::Compacted {
+                policy,
+                messages_replaced,
+                tokens_before,
+                tokens_after,
+                fallback,
+                ..
+            } => {
+                let how = match fallback {
+                    Some(why) => format!("{policy} ({})", first_line(why)),
+                    None => policy.clone(),
+                };
+                line(
+                    &mut s,
+                    &format!(
+                        "⇣ compacted {messages_replaced} messages by {how}: ~{tokens_before} → ~{tokens_after} tokens"
+                    ),
+                );
+            }
             _ => {}
         }
     }
@@ -391,6 +410,18 @@ pub fn outcome_json(outcome: &RunOutcome, dry_run: bool) -> Value {
         "dry_run": dry_run,
         "transcript": outcome.transcript,
         "subagents": outcome.subagents,
+        // What was replaced stays out: it is in the trace (with payloads) and the session store.
+        "compactions": outcome.compactions.iter().map(|c| json!({
+            "turn": c.turn,
+            "policy": c.policy.as_str(),
+            "messages_replaced": c.replaced.len(),
+            "tokens_before": c.tokens_before,
+            "tokens_after": c.tokens_after,
+            "summary": c.summary,
+            "fallback": c.fallback,
+            "usage": {"input_tokens": c.usage.input_tokens, "output_tokens": c.usage.output_tokens},
+            "cost_usd": c.cost_usd,
+        })).collect::<Vec<_>>(),
     })
 }
 

@@ -144,7 +144,7 @@ pub fn sessions(cmd: SessionsCommand) -> Result<i32, CliError> {
                     s.usage.output_tokens,
                     s.cost_usd
                 );
-                for m in &s.messages {
+                for m in s.full_history() {
                     let (role, text) = match m {
                         agentloop::Message::User { .. } => ("user", m.text()),
                         agentloop::Message::Assistant(a) => {
@@ -165,6 +165,13 @@ pub fn sessions(cmd: SessionsCommand) -> Result<i32, CliError> {
                         }
                     };
                     out!("{role:>9}  {}", text.trim());
+                }
+                if !s.history.is_empty() {
+                    out!(
+                        "(compacted: the next turn sends {} messages, the first a summary of the \
+                         earlier ones)",
+                        s.messages.len()
+                    );
                 }
             }
         }

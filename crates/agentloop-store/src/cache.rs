@@ -27,6 +27,7 @@ const KIND: FileKind = FileKind {
     format: CACHE_FORMAT,
     version: 1,
     schema: SCHEMA,
+    migrations: &[],
 };
 
 /// Model answers in a SQLite file, each until its time to live runs out.

@@ -101,12 +101,16 @@ pub(crate) struct FileKind {
     pub(crate) format: &'static str,
     pub(crate) version: i64,
     pub(crate) schema: &'static str,
+    /// The SQL that takes a file of version `n` to `n + 1`, at index `n - 1`: a file older than
+    /// `version` is brought up to it when opened.
+    pub(crate) migrations: &'static [&'static str],
 }
 
 const JOURNAL: FileKind = FileKind {
     format: JOURNAL_FORMAT,
     version: JOURNAL_VERSION,
     schema: SCHEMA,
+    migrations: &[],
 };
 
 /// Opens a journal file, creating its schema when the file is new (or empty), and refusing a
@@ -191,7 +195,46 @@ pub(crate) fn open_kind(
     }
     conn.execute_batch("PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL;")
         .map_err(io)?;
+    if version < kind.version {
+        migrate(&conn, kind, version)?;
+    }
     Ok(conn)
+}
+
+/// Brings a file of an older version up to `kind`'s, in one transaction.
+fn migrate(conn: &Connection, kind: &FileKind, from: i64) -> Result<(), JournalError> {
+    conn.execute_batch("BEGIN IMMEDIATE;").map_err(io)?;
+    let result = (|| {
+        // Another process may have migrated it meanwhile.
+        let now: i64 = conn
+            .query_row(
+                "SELECT value FROM agentloop_meta WHERE key = 'version'",
+                [],
+                |r| r.get::<_, String>(0),
+            )
+            .map_err(io)?
+            .parse()
+            .unwrap_or(from);
+        for v in now..kind.version {
+            let sql = usize::try_from(v - 1)
+                .ok()
+                .and_then(|i| kind.migrations.get(i))
+                .ok_or_else(|| io(format!("no way from format version {v} to {}", v + 1)))?;
+            conn.execute_batch(sql).map_err(io)?;
+        }
+        conn.execute(
+            "UPDATE agentloop_meta SET value = ?1 WHERE key = 'version'",
+            [kind.version.to_string()],
+        )
+        .map_err(io)
+    })();
+    match result {
+        Ok(_) => conn.execute_batch("COMMIT;").map_err(io),
+        Err(e) => {
+            let _ = conn.execute_batch("ROLLBACK;");
+            Err(e)
+        }
+    }
 }
 
 /// Where a test makes the writer stop as if the process were killed there: it prints a line on

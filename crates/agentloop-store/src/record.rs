@@ -28,6 +28,8 @@ pub enum TraceRecord {
     ModelCall(ModelCallSpan),
     /// One tool call.
     ToolCall(ToolCallSpan),
+    /// A compaction of the conversation before a turn's model call.
+    Compaction(CompactionSpan),
 }
 
 impl TraceRecord {
@@ -38,16 +40,18 @@ impl TraceRecord {
             TraceRecord::Turn(t) => &t.span,
             TraceRecord::ModelCall(m) => &m.span,
             TraceRecord::ToolCall(t) => &t.span,
+            TraceRecord::Compaction(c) => &c.span,
         }
     }
 
-    /// The span's kind: `run`, `turn`, `model_call` or `tool_call`.
+    /// The span's kind: `run`, `turn`, `model_call`, `tool_call` or `compaction`.
     pub fn kind(&self) -> &'static str {
         match self {
             TraceRecord::Run(_) => "run",
             TraceRecord::Turn(_) => "turn",
             TraceRecord::ModelCall(_) => "model_call",
             TraceRecord::ToolCall(_) => "tool_call",
+            TraceRecord::Compaction(_) => "compaction",
         }
     }
 }
@@ -263,6 +267,37 @@ pub struct ToolCallSpan {
     /// (the model read only the last attempt).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub retries: Vec<String>,
+}
+
+/// A compaction: older messages replaced to keep the conversation inside its context budget.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CompactionSpan {
+    /// The common fields; `parent_id` is the turn whose model call it preceded.
+    #[serde(flatten)]
+    pub span: Span,
+    /// `summarize` or `drop_tool_results`.
+    pub policy: String,
+    /// How many messages were replaced.
+    pub messages_replaced: u64,
+    /// The request's estimated tokens before.
+    pub tokens_before: u64,
+    /// And after.
+    pub tokens_after: u64,
+    /// What the summary call spent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Usage>,
+    /// Its cost.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_usd: Option<f64>,
+    /// Why a summary was not used, when tool results were dropped instead.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fallback: Option<String>,
+    /// The summary (payload).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary: Option<String>,
+    /// The messages replaced (payload, secrets redacted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replaced: Option<Value>,
 }
 
 /// Formats unix milliseconds as RFC 3339 UTC with milliseconds: `2026-11-29T14:15:58.123Z`.

@@ -26,6 +26,7 @@ CREATE TABLE sessions (
     id TEXT PRIMARY KEY,
     agent TEXT NOT NULL,
     messages TEXT NOT NULL,
+    history TEXT,
     usage TEXT NOT NULL,
     cost_usd REAL NOT NULL,
     runs INTEGER NOT NULL,
@@ -43,8 +44,10 @@ CREATE TABLE session_locks (
 
 const KIND: FileKind = FileKind {
     format: SESSIONS_FORMAT,
-    version: 1,
+    version: 2,
     schema: SCHEMA,
+    // 2: the full history beside the (compacted) transcript; NULL when they are the same.
+    migrations: &["ALTER TABLE sessions ADD COLUMN history TEXT;"],
 };
 
 fn io(e: impl std::fmt::Display) -> SessionError {
@@ -113,11 +116,21 @@ fn damaged(id: &str, reason: String) -> SessionError {
 
 impl SessionStore for SqliteSessions {
     fn load(&self, id: &str) -> Result<Option<StoredSession>, SessionError> {
-        type Row = (String, String, String, f64, u32, String, i64, i64);
+        type Row = (
+            String,
+            String,
+            Option<String>,
+            String,
+            f64,
+            u32,
+            String,
+            i64,
+            i64,
+        );
         let row: Option<Row> = self.with(|c| {
             c.query_row(
-                "SELECT agent, messages, usage, cost_usd, runs, metadata, created_ms, updated_ms \
-                 FROM sessions WHERE id = ?1",
+                "SELECT agent, messages, history, usage, cost_usd, runs, metadata, created_ms, \
+                 updated_ms FROM sessions WHERE id = ?1",
                 [id],
                 |r| {
                     Ok((
@@ -129,13 +142,24 @@ impl SessionStore for SqliteSessions {
                         r.get(5)?,
                         r.get(6)?,
                         r.get(7)?,
+                        r.get(8)?,
                     ))
                 },
             )
             .optional()
             .map_err(io)
         })?;
-        let Some((agent, messages, usage, cost_usd, runs, metadata, created_ms, updated_ms)) = row
+        let Some((
+            agent,
+            messages,
+            history,
+            usage,
+            cost_usd,
+            runs,
+            metadata,
+            created_ms,
+            updated_ms,
+        )) = row
         else {
             return Ok(None);
         };
@@ -145,10 +169,15 @@ impl SessionStore for SqliteSessions {
         let messages: Vec<agentloop::Message> =
             serde_json::from_str(&messages).map_err(|e| parse("transcript", e))?;
         check_transcript(&messages).map_err(|reason| damaged(id, reason))?;
+        let history = match history {
+            Some(h) => serde_json::from_str(&h).map_err(|e| parse("history", e))?,
+            None => Vec::new(),
+        };
         Ok(Some(StoredSession {
             id: id.to_owned(),
             agent,
             messages,
+            history,
             usage: serde_json::from_str(&usage).map_err(|e| parse("usage", e))?,
             cost_usd,
             runs,
@@ -160,20 +189,27 @@ impl SessionStore for SqliteSessions {
 
     fn save(&self, s: &StoredSession) -> Result<(), SessionError> {
         let messages = serde_json::to_string(&s.messages).map_err(io)?;
+        // Stored only once a compaction made it differ from the transcript.
+        let history = if s.history.is_empty() {
+            None
+        } else {
+            Some(serde_json::to_string(&s.history).map_err(io)?)
+        };
         let usage = serde_json::to_string(&s.usage).map_err(io)?;
         let metadata = serde_json::to_string(&s.metadata).map_err(io)?;
         self.with(|c| {
             c.execute(
-                "INSERT INTO sessions (id, agent, messages, usage, cost_usd, runs, metadata, \
-                 created_ms, updated_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) \
+                "INSERT INTO sessions (id, agent, messages, history, usage, cost_usd, runs, \
+                 metadata, created_ms, updated_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) \
                  ON CONFLICT (id) DO UPDATE SET agent = excluded.agent, \
-                 messages = excluded.messages, usage = excluded.usage, \
+                 messages = excluded.messages, history = excluded.history, usage = excluded.usage, \
                  cost_usd = excluded.cost_usd, runs = excluded.runs, \
                  metadata = excluded.metadata, updated_ms = excluded.updated_ms",
                 params![
                     s.id,
                     s.agent,
                     messages,
+                    history,
                     usage,
                     s.cost_usd,
                     s.runs,

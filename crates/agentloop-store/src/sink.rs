@@ -20,7 +20,8 @@ use serde_json::Value;
 use crate::error::TraceError;
 use crate::format::{TraceWriter, open_writer};
 use crate::record::{
-    ErrorInfo, ModelCallSpan, RunSpan, Span, Status, ToolCallSpan, TraceRecord, TurnSpan,
+    CompactionSpan, ErrorInfo, ModelCallSpan, RunSpan, Span, Status, ToolCallSpan, TraceRecord,
+    TurnSpan,
 };
 use crate::redact::{redact, redact_text};
 
@@ -83,6 +84,8 @@ struct RunState {
     last_text: Option<String>,
     /// Hook failures, kept for the run's end record.
     warnings: Vec<String>,
+    /// How many compactions the run had.
+    compactions: u32,
     /// When each open span started, in unix microseconds.
     starts: HashMap<String, i64>,
 }
@@ -348,6 +351,45 @@ impl RunState {
                 run.warnings
                     .push(format!("stop condition {by} ended the run"));
             }
+            EventKind::Compacted {
+                policy,
+                messages_replaced,
+                tokens_before,
+                tokens_after,
+                summary,
+                replaced,
+                usage,
+                cost_usd,
+                fallback,
+                duration,
+            } => {
+                out.extend(run.ensure_turn(event.turn, now));
+                run.compactions += 1;
+                let id = format!(
+                    "{}:c{}",
+                    turn_id(&run.run.span.id, event.turn),
+                    run.compactions
+                );
+                let started = now - i64::try_from(duration.as_micros()).unwrap_or(0);
+                let mut span = run.child(id, event.turn, started);
+                run.end_span(&mut span, now, Some(*duration), Status::Ok, None);
+                let spent = !usage.is_zero();
+                out.push(TraceRecord::Compaction(CompactionSpan {
+                    span,
+                    policy: policy.clone(),
+                    messages_replaced: u64::try_from(*messages_replaced).unwrap_or(u64::MAX),
+                    tokens_before: *tokens_before,
+                    tokens_after: *tokens_after,
+                    usage: spent.then_some(*usage),
+                    cost_usd: spent.then_some(*cost_usd),
+                    fallback: fallback.clone(),
+                    summary: summary.as_deref().filter(|_| payloads).map(redact_text),
+                    replaced: payloads
+                        .then(|| serde_json::to_value(replaced).ok())
+                        .flatten()
+                        .map(|v| redact(&v)),
+                }));
+            }
             _ => {}
         }
     }
@@ -544,6 +586,7 @@ impl RunState {
             limit: None,
             last_text: None,
             warnings: Vec::new(),
+            compactions: 0,
             starts: HashMap::from([(run_id.to_owned(), now)]),
         }
     }

@@ -16,11 +16,12 @@ use serde_json::Value;
 use crate::error::TraceError;
 use crate::format::TraceWriter;
 use crate::record::{
-    ErrorInfo, ModelCallSpan, RunSpan, Span, Status, ToolCallSpan, TraceRecord, TurnSpan,
+    CompactionSpan, ErrorInfo, ModelCallSpan, RunSpan, Span, Status, ToolCallSpan, TraceRecord,
+    TurnSpan,
 };
 
 /// The schema version this crate writes and reads.
-pub const SCHEMA_VERSION: i64 = 5;
+pub const SCHEMA_VERSION: i64 = 6;
 
 // One migration per version step, or a file would be stamped with a version it does not have.
 const _: () = assert!(MIGRATIONS.len() as i64 == SCHEMA_VERSION);
@@ -75,9 +76,22 @@ ALTER TABLE runs ADD COLUMN parent_call_id TEXT;
     r#"
 ALTER TABLE model_calls ADD COLUMN cached INTEGER;
 "#,
+    r#"
+CREATE TABLE IF NOT EXISTS compactions (
+    seq INTEGER NOT NULL, id TEXT PRIMARY KEY, parent_id TEXT, run_id TEXT NOT NULL,
+    started_at_ms INTEGER NOT NULL, ended_at_ms INTEGER, duration_ms REAL, status TEXT NOT NULL,
+    error_code TEXT, error_message TEXT,
+    policy TEXT NOT NULL, messages_replaced INTEGER NOT NULL, tokens_before INTEGER NOT NULL,
+    tokens_after INTEGER NOT NULL,
+    input_tokens INTEGER, output_tokens INTEGER, cached_input_tokens INTEGER,
+    cache_write_tokens INTEGER, reasoning_tokens INTEGER, cost_usd REAL,
+    fallback TEXT, summary TEXT, replaced TEXT
+);
+CREATE INDEX IF NOT EXISTS compactions_run ON compactions (run_id);
+"#,
 ];
 
-const TABLES: [&str; 4] = ["runs", "turns", "model_calls", "tool_calls"];
+const TABLES: [&str; 5] = ["runs", "turns", "model_calls", "tool_calls", "compactions"];
 
 /// Writes records into a SQLite trace, appending to what it holds.
 #[derive(Debug)]
@@ -317,6 +331,22 @@ fn encode(record: &TraceRecord) -> (&'static str, Vec<(&'static str, Sql)>) {
             ]);
             "tool_calls"
         }
+        TraceRecord::Compaction(c) => {
+            cols.extend([
+                ("policy", text(&c.policy)),
+                ("messages_replaced", int(c.messages_replaced)),
+                ("tokens_before", int(c.tokens_before)),
+                ("tokens_after", int(c.tokens_after)),
+            ]);
+            cols.extend(usage_columns(c.usage.as_ref()));
+            cols.extend([
+                ("cost_usd", opt_real(c.cost_usd)),
+                ("fallback", opt_text(c.fallback.as_deref())),
+                ("summary", opt_text(c.summary.as_deref())),
+                ("replaced", opt_json(c.replaced.as_ref())),
+            ]);
+            "compactions"
+        }
     };
     (table, cols)
 }
@@ -440,6 +470,18 @@ fn decode(table: &str, row: &Row<'_>) -> rusqlite::Result<TraceRecord> {
             reasoning: row.get("reasoning")?,
             cached: added_column(opt_u64(row, "cached"))?.is_some_and(|n| n > 0),
         }),
+        "compactions" => TraceRecord::Compaction(CompactionSpan {
+            span,
+            policy: row.get("policy")?,
+            messages_replaced: opt_u64(row, "messages_replaced")?.unwrap_or(0),
+            tokens_before: opt_u64(row, "tokens_before")?.unwrap_or(0),
+            tokens_after: opt_u64(row, "tokens_after")?.unwrap_or(0),
+            usage: usage_of(row)?,
+            cost_usd: row.get("cost_usd")?,
+            fallback: row.get("fallback")?,
+            summary: row.get("summary")?,
+            replaced: opt_json_col(row, "replaced")?,
+        }),
         _ => TraceRecord::ToolCall(ToolCallSpan {
             span,
             call_id: row.get("call_id")?,
@@ -491,6 +533,18 @@ pub(crate) fn read(path: &Path) -> Result<(Vec<TraceRecord>, Vec<String>), Trace
     let mut rows: Vec<(i64, TraceRecord)> = Vec::new();
     let mut warnings = Vec::new();
     for table in TABLES {
+        // A file of an older schema lacks the later tables (readers never migrate).
+        let exists: Option<String> = conn
+            .query_row(
+                "SELECT name FROM sqlite_master WHERE type = 'table' AND name = ?1",
+                [table],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(err)?;
+        if exists.is_none() {
+            continue;
+        }
         let mut stmt = conn
             .prepare(&format!("SELECT * FROM {table} ORDER BY seq"))
             .map_err(err)?;

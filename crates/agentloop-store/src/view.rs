@@ -10,8 +10,8 @@ use serde_json::Value;
 
 use crate::error::TraceError;
 use crate::record::{
-    ErrorInfo, ModelCallSpan, RunSpan, Span, Status, ToolCallSpan, TraceRecord, TurnSpan,
-    format_rfc3339,
+    CompactionSpan, ErrorInfo, ModelCallSpan, RunSpan, Span, Status, ToolCallSpan, TraceRecord,
+    TurnSpan, format_rfc3339,
 };
 
 /// How wide a payload may be in `show` before it is cut (in characters).
@@ -72,6 +72,9 @@ pub struct TurnNode {
     pub model_calls: Vec<ModelCallSpan>,
     /// Its tool calls, in the order they started.
     pub tool_calls: Vec<ToolCallSpan>,
+    /// The compactions before its model call.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub compactions: Vec<CompactionSpan>,
 }
 
 fn runs(records: &[TraceRecord]) -> impl Iterator<Item = &RunSpan> {
@@ -99,6 +102,10 @@ fn summarize(records: &[TraceRecord], run: &RunSpan) -> RunSummary {
             TraceRecord::ModelCall(m) => {
                 usage.add(&m.usage.unwrap_or_default());
                 cost += m.cost_usd.unwrap_or(0.0);
+            }
+            TraceRecord::Compaction(c) => {
+                usage.add(&c.usage.unwrap_or_default());
+                cost += c.cost_usd.unwrap_or(0.0);
             }
             TraceRecord::Run(_) => {}
         }
@@ -162,6 +169,7 @@ pub fn run_tree(records: &[TraceRecord], id: Option<&str>) -> Result<RunTree, Tr
                 turn: t.clone(),
                 model_calls: Vec::new(),
                 tool_calls: Vec::new(),
+                compactions: Vec::new(),
             });
         } else if !matches!(r, TraceRecord::Run(_)) {
             orphans.push(r);
@@ -178,6 +186,7 @@ pub fn run_tree(records: &[TraceRecord], id: Option<&str>) -> Result<RunTree, Tr
         match r {
             TraceRecord::ModelCall(m) => node.model_calls.push(m.clone()),
             TraceRecord::ToolCall(t) => node.tool_calls.push(t.clone()),
+            TraceRecord::Compaction(c) => node.compactions.push(c.clone()),
             _ => {}
         }
     }
@@ -407,6 +416,27 @@ pub fn render_run(records: &[TraceRecord], id: Option<&str>) -> Result<String, T
             span_state(&node.turn.span)
         );
         let mut lines: Vec<(String, Vec<String>)> = Vec::new();
+        for c in &node.compactions {
+            let mut head = format!(
+                "compaction {}: {} messages, ~{} -> ~{} tokens{}",
+                c.policy,
+                c.messages_replaced,
+                c.tokens_before,
+                c.tokens_after,
+                span_state(&c.span)
+            );
+            if let Some(u) = &c.usage {
+                let _ = write!(head, "  {}", format_tokens(u));
+            }
+            let mut details = Vec::new();
+            if let Some(f) = &c.fallback {
+                details.push(format!("fallback: {f}"));
+            }
+            if let Some(s) = &c.summary {
+                details.push(format!("summary: {}", payload(&Value::String(s.clone()))));
+            }
+            lines.push((head, details));
+        }
         for m in &node.model_calls {
             let mut head = format!("model {} ({}){}", m.model, m.provider, span_state(&m.span));
             if let Some(f) = m.finish_reason {

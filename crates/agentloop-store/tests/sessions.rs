@@ -67,3 +67,47 @@ fn sessions_round_trip_and_foreign_files_are_refused() {
     let err = SqliteSessions::open(&journal).unwrap_err();
     assert!(err.to_string().contains("agentloop-sessions"), "{err}");
 }
+
+#[test]
+fn a_store_of_the_first_format_is_brought_up_to_date_and_keeps_its_sessions() {
+    let path = scratch("v1");
+    // A store as version 1 wrote it: no history column.
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    conn.execute_batch(
+        "CREATE TABLE agentloop_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+         INSERT INTO agentloop_meta VALUES ('format', 'agentloop-sessions'), ('version', '1');
+         CREATE TABLE sessions (id TEXT PRIMARY KEY, agent TEXT NOT NULL, messages TEXT NOT NULL,
+             usage TEXT NOT NULL, cost_usd REAL NOT NULL, runs INTEGER NOT NULL,
+             metadata TEXT NOT NULL, created_ms INTEGER NOT NULL, updated_ms INTEGER NOT NULL);
+         CREATE TABLE session_locks (id TEXT PRIMARY KEY, owner TEXT NOT NULL,
+             pid INTEGER NOT NULL, acquired_ms INTEGER NOT NULL);
+         INSERT INTO sessions VALUES ('old', 'a',
+             '[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"hi\"}]}]',
+             '{\"input_tokens\":0,\"output_tokens\":0}', 0, 1, '{}', 0, 0);",
+    )
+    .unwrap();
+    drop(conn);
+    let store = SqliteSessions::open(&path).unwrap();
+    let mut old = store.load("old").unwrap().unwrap();
+    assert_eq!(old.messages.len(), 1);
+    assert!(old.history.is_empty());
+    assert_eq!(old.full_history(), old.messages.as_slice());
+    // A compacted session keeps its history beside the transcript.
+    old.history = vec![
+        agentloop::Message::user("hi"),
+        agentloop::Message::user("more"),
+    ];
+    store.save(&old).unwrap();
+    let back = store.load("old").unwrap().unwrap();
+    assert_eq!(back.history.len(), 2);
+    assert_eq!(back.full_history().len(), 2);
+    let version: String = rusqlite::Connection::open(&path)
+        .unwrap()
+        .query_row(
+            "SELECT value FROM agentloop_meta WHERE key = 'version'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(version, "2");
+}

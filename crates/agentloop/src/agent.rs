@@ -118,6 +118,8 @@ pub struct AgentBuilder {
     policy: DecisionPolicy,
     output_schema: Option<Value>,
     settings: ModelSettings,
+    /// `None` until set: the model's known window, if any.
+    compaction: Option<Option<crate::compaction::Compaction>>,
     sinks: Vec<Arc<dyn EventSink>>,
     pricing: Option<Arc<dyn Pricing>>,
     ids: Arc<dyn IdSource>,
@@ -150,6 +152,7 @@ impl Agent {
             policy: DecisionPolicy::default(),
             output_schema: None,
             settings: ModelSettings::default(),
+            compaction: None,
             sinks: Vec::new(),
             pricing: None,
             ids: Arc::new(UuidIds),
@@ -574,6 +577,21 @@ impl AgentBuilder {
         self
     }
 
+    /// Compacts conversations that would pass a context window (see [`crate::compaction`]). By
+    /// default an agent whose model is a common one
+    /// ([`crate::compaction::known_context_tokens`]) is compacted by summary at that model's
+    /// window, and any other is not.
+    pub fn compaction(mut self, compaction: crate::compaction::Compaction) -> Self {
+        self.compaction = Some(Some(compaction));
+        self
+    }
+
+    /// Never compacts: a conversation past the model's window fails as the provider refuses it.
+    pub fn without_compaction(mut self) -> Self {
+        self.compaction = Some(None);
+        self
+    }
+
     /// Adds an event sink (an `Arc<dyn EventSink>` is a sink too).
     pub fn sink(mut self, sink: impl EventSink + 'static) -> Self {
         self.sinks.push(Arc::new(sink));
@@ -689,6 +707,9 @@ impl AgentBuilder {
             "settings",
             serde_json::to_value(&self.settings).unwrap_or_default(),
         );
+        if let Some(c) = &self.compaction {
+            own("compaction", serde_json::to_value(c).unwrap_or_default());
+        }
         definition
     }
 
@@ -714,6 +735,10 @@ impl AgentBuilder {
             })?),
             None => None,
         };
+        let compaction = self.compaction.unwrap_or_else(|| {
+            crate::compaction::known_context_tokens(model.id())
+                .map(crate::compaction::Compaction::new)
+        });
         let cfg = AgentConfig {
             name: self.name,
             instructions: self.instructions,
@@ -722,6 +747,7 @@ impl AgentBuilder {
             policy: self.policy,
             output_schema,
             settings: self.settings,
+            compaction,
         };
         Ok(Agent {
             inner: Arc::new(Inner {
@@ -768,6 +794,7 @@ fn refused(
         error: Some(error),
         duration: std::time::Duration::ZERO,
         subagents: Vec::new(),
+        compactions: Vec::new(),
     }
 }
 

@@ -81,6 +81,7 @@ pub struct AgentConfig {
     pub(crate) policy: DecisionPolicy,
     pub(crate) output_schema: Option<OutputSchema>,
     pub(crate) settings: ModelSettings,
+    pub(crate) compaction: Option<crate::compaction::Compaction>,
 }
 
 impl AgentConfig {
@@ -117,6 +118,11 @@ impl AgentConfig {
     /// Model settings sent with every call.
     pub fn settings(&self) -> &ModelSettings {
         &self.settings
+    }
+
+    /// How conversations are compacted, when they are.
+    pub fn compaction(&self) -> Option<&crate::compaction::Compaction> {
+        self.compaction.as_ref()
     }
 }
 

@@ -111,6 +111,32 @@ pub enum EventKind {
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         cached: bool,
     },
+    /// Older messages were compacted to keep the conversation inside the context budget.
+    Compacted {
+        /// `summarize` or `drop_tool_results`.
+        policy: String,
+        /// How many messages were replaced.
+        messages_replaced: usize,
+        /// The request's estimated tokens before.
+        tokens_before: u64,
+        /// And after.
+        tokens_after: u64,
+        /// The summary that replaced them.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        summary: Option<String>,
+        /// The messages replaced (a payload: a trace keeps them only with payloads on).
+        replaced: Vec<crate::message::Message>,
+        /// What the summary call spent.
+        usage: Usage,
+        /// Its cost.
+        cost_usd: f64,
+        /// Why a summary was not used, when tool results were dropped instead.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        fallback: Option<String>,
+        /// How long it took.
+        #[serde(with = "crate::serde_duration")]
+        duration: Duration,
+    },
     /// A model call failed.
     ModelError {
         /// The stable code.

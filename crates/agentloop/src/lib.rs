@@ -2,6 +2,7 @@
 #![forbid(unsafe_code)]
 
 mod agent;
+pub mod compaction;
 pub mod config;
 pub mod driver;
 mod error;

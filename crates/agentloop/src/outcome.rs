@@ -564,6 +564,9 @@ pub struct RunOutcome {
     /// The subagents its tool calls ran, in the order they finished, each with its own tree.
     /// `usage`, `cost_usd`, `model_calls` and `tool_calls_run` above count theirs too.
     pub subagents: Vec<SubagentRun>,
+    /// The compactions of its conversation, oldest first, each with the messages it replaced:
+    /// [`crate::compaction::expand`] gives the transcript back as it would be without them.
+    pub compactions: Vec<crate::compaction::CompactionRecord>,
 }
 
 impl RunOutcome {

@@ -30,8 +30,13 @@ pub struct StoredSession {
     pub id: String,
     /// The agent that last wrote it.
     pub agent: String,
-    /// The transcript.
+    /// The transcript the next turn continues (compacted, when the conversation outgrew its
+    /// model's context).
     pub messages: Vec<Message>,
+    /// The whole conversation, as it happened, once a compaction made it differ from
+    /// `messages` (empty until then): [`StoredSession::full_history`] reads either.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub history: Vec<Message>,
     /// Tokens over all its runs.
     pub usage: Usage,
     /// USD over all its runs.
@@ -55,6 +60,7 @@ impl StoredSession {
             id: id.into(),
             agent: agent.into(),
             messages: Vec::new(),
+            history: Vec::new(),
             usage: Usage::default(),
             cost_usd: 0.0,
             runs: 0,
@@ -64,9 +70,27 @@ impl StoredSession {
         }
     }
 
-    /// Takes in a run's outcome: its transcript, and what it spent.
-    pub fn record(&mut self, agent: &str, outcome: &crate::RunOutcome) {
+    /// The whole conversation as it happened, compacted parts included.
+    pub fn full_history(&self) -> &[Message] {
+        if self.history.is_empty() {
+            &self.messages
+        } else {
+            &self.history
+        }
+    }
+
+    /// Takes in a run's outcome: its transcript, and what it spent. `started_with` is how many
+    /// messages the transcript held when the run started. When the run compacted the
+    /// conversation, the full history keeps what the compactions replaced.
+    pub fn record(&mut self, agent: &str, started_with: usize, outcome: &crate::RunOutcome) {
         self.agent = agent.to_owned();
+        if !outcome.compactions.is_empty() || !self.history.is_empty() {
+            if self.history.is_empty() {
+                self.history = self.messages.clone();
+            }
+            let expanded = crate::compaction::expand(&outcome.transcript, &outcome.compactions);
+            self.history.extend(expanded.into_iter().skip(started_with));
+        }
         self.messages = outcome.transcript.clone();
         self.usage.add(&outcome.usage);
         self.cost_usd += outcome.cost_usd;
@@ -235,11 +259,12 @@ impl crate::Agent {
         let mut session = store
             .load(id)?
             .unwrap_or_else(|| StoredSession::new(id, self.config().name()));
-        let transcript = std::mem::take(&mut session.messages);
+        let transcript = session.messages.clone();
+        let started_with = transcript.len();
         let outcome = self
             .run_with(transcript, Some(Message::user(input)), options)
             .await;
-        session.record(self.config().name(), &outcome);
+        session.record(self.config().name(), started_with, &outcome);
         store.save(&session)?;
         Ok(outcome)
     }

@@ -18,7 +18,9 @@ use check::check_keys;
 use rules::{check_clean_sections, check_rules};
 
 pub use check::Problems;
-pub use spec::{AgentFileSpec, Bound, ModelSpec, PermissionsSpec, Provider, ToolFileSpec};
+pub use spec::{
+    AgentFileSpec, Bound, CompactionSpec, ModelSpec, PermissionsSpec, Provider, ToolFileSpec,
+};
 
 /// A checked agent file, with the directory its paths are relative to.
 #[derive(Debug, Clone)]

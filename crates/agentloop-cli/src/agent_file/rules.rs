@@ -386,6 +386,29 @@ pub(super) fn check_clean_sections(root: &DeTable<'_>, dir: &Path, problems: &mu
 
 /// `[model]`: what its provider needs and allows, then the sampling settings and the price.
 fn check_model(model: &ModelSpec, dir: &Path, problems: &mut Problems) {
+    if let Some(t) = &model.context_tokens {
+        let reserve = model
+            .max_tokens
+            .as_ref()
+            .map_or(0, |m| u64::from(*m.get_ref()));
+        if *t.get_ref() < 256 || *t.get_ref() <= reserve {
+            problems.at(
+                "model.context_tokens",
+                span_of(t),
+                "context_tokens must be at least 256 and more than max_tokens (the room kept \
+                 for the answer)",
+            );
+        }
+    }
+    if let Some(k) = &model.compaction_keep_turns
+        && *k.get_ref() == 0
+    {
+        problems.at(
+            "model.compaction_keep_turns",
+            span_of(k),
+            "compaction_keep_turns must be at least 1: the latest turn always stays whole",
+        );
+    }
     if let Some(t) = &model.cache_ttl_secs
         && !valid_seconds(*t.get_ref())
     {

@@ -16,7 +16,8 @@ leaf!(
     Permission,
     Bound<u32>,
     Bound<u64>,
-    OnLimit
+    OnLimit,
+    CompactionSpec
 );
 
 /// Which provider serves the model.
@@ -114,7 +115,28 @@ section! {
         cache: Option<bool>,
         /// How long a cached answer is kept, in seconds (default a day).
         cache_ttl_secs: Option<Spanned<f64>>,
+        /// The model's context window in tokens: older turns are compacted before a request and
+        /// the room for its answer would pass it. Known for the common models; for any other,
+        /// conversations are compacted only when this is set.
+        context_tokens: Option<Spanned<u64>>,
+        /// How: `summarize` (the default: the model summarizes the older turns),
+        /// `drop_tool_results` (the oldest tool results' bodies are dropped) or `off`.
+        compaction: Option<CompactionSpec>,
+        /// How many of the latest turns compaction keeps whole (default 2).
+        compaction_keep_turns: Option<Spanned<u32>>,
     }
+}
+
+/// `[model] compaction`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CompactionSpec {
+    /// The model summarizes the older turns.
+    Summarize,
+    /// The oldest tool results' bodies are dropped.
+    DropToolResults,
+    /// Never compact.
+    Off,
 }
 
 section! {

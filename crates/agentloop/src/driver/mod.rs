@@ -195,7 +195,11 @@ impl<'a> Driver<'a> {
                     self.raced(deadline, None, prepare).await
                 }
                 Action::CallModel(request) => {
-                    let call = self.call_model(&m, request);
+                    let call = self.call_model(&m, request, true);
+                    self.raced(deadline, None, call).await
+                }
+                Action::Summarize(request) => {
+                    let call = self.call_model(&m, request, false);
                     self.raced(deadline, None, call).await
                 }
                 Action::Review(response) => {
@@ -475,8 +479,10 @@ impl<'a> Driver<'a> {
         }
     }
 
-    async fn call_model(&self, m: &RunMachine, request: ModelRequest<'_>) -> Input {
-        let observed = !self.sinks.is_empty();
+    /// One model call. `stream` sends its deltas to the sinks (a summary call's are not the
+    /// run's output).
+    async fn call_model(&self, m: &RunMachine, request: ModelRequest<'_>, stream: bool) -> Input {
+        let observed = !self.sinks.is_empty() && stream;
         let model = &self.inner.model;
         if observed {
             self.emit(

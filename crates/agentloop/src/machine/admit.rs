@@ -29,6 +29,7 @@ impl RunMachine {
         let cost = if response.cached { Some(0.0) } else { cost };
         self.usage.add(&response.usage);
         self.cost += cost.unwrap_or(0.0);
+        self.note_context(&response);
         let duration = self.now.saturating_sub(self.called_at);
         self.emit(|| EventKind::ModelResponse {
             usage: response.usage,

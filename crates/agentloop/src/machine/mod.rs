@@ -11,10 +11,12 @@
 //! - `admit.rs`: a model's answer: refused, filtered or cut answers, cut calls, ids, known tools,
 //!   arguments, the budgets and the last turn, the stuck-loop rule (judged after each tool turn on
 //!   calls and results), output schemas and tool panics.
+//! - `compact.rs`: compaction before a model call (the summary call, dropped tool results).
 //! - `fold.rs`: outcomes into the transcript and the records.
 //! - `step.rs`: the actions and inputs.
 
 mod admit;
+mod compact;
 mod fold;
 mod step;
 
@@ -78,6 +80,20 @@ struct Slot {
     started: bool,
 }
 
+/// A summary call under way: what it replaces and what it asks.
+#[derive(Debug)]
+struct SummaryJob {
+    /// The older part ends here.
+    cut: usize,
+    /// The request's estimate before the compaction.
+    tokens_before: u64,
+    /// When the summary call was asked for.
+    started: Duration,
+    /// The one message the summary call reads.
+    messages: Vec<Message>,
+    settings: crate::model::ModelSettings,
+}
+
 #[derive(Debug)]
 enum Closing {
     /// A finished run takes waiting steering messages, which continue it.
@@ -96,6 +112,8 @@ enum Phase {
     Steering,
     Prepare,
     CallModel,
+    /// A summary call, compacting the older part of the transcript before the turn's model call.
+    Summarize(Box<SummaryJob>),
     Review(Box<ModelResponse>),
     Admit(Box<Pending>),
     Run(Box<Pending>),
@@ -160,6 +178,10 @@ pub struct RunMachine {
     subagents: Vec<crate::outcome::SubagentRun>,
     sub_turns: u32,
     sub_model_calls: u32,
+    /// The provider's count of the last request's input, and how much of the transcript it
+    /// covered: the context estimate adds only what came after.
+    context_known: Option<(usize, u64)>,
+    compactions: Vec<crate::compaction::CompactionRecord>,
 }
 
 impl std::fmt::Debug for RunMachine {
@@ -258,6 +280,8 @@ impl RunMachine {
             subagents: Vec::new(),
             sub_turns: 0,
             sub_model_calls: 0,
+            context_known: None,
+            compactions: Vec::new(),
         };
         if let Err(message) = m.limits.check() {
             m.fail(RunError::Other {
@@ -392,6 +416,13 @@ impl RunMachine {
             Phase::Steering => Action::TakeMessages { follow_up: false },
             Phase::Prepare => Action::PrepareRequest,
             Phase::CallModel => Action::CallModel(self.request()),
+            Phase::Summarize(job) => Action::Summarize(ModelRequest {
+                instructions: Some(crate::compaction::SUMMARY_INSTRUCTIONS),
+                messages: &job.messages,
+                tools: &[],
+                output_schema: None,
+                settings: &job.settings,
+            }),
             Phase::Review(r) => Action::Review(r),
             Phase::Admit(p) => Action::Admit {
                 gate: p.gate,
@@ -489,17 +520,23 @@ impl RunMachine {
                 },
             ) => {
                 self.end_model_call();
-                // A pricing function that failed is reported; the call counts as unpriced.
-                let _ = self.hook_failures(
-                    failures
-                        .into_iter()
-                        .map(|f| HookFailure {
-                            role: HookRole::Observer,
-                            ..f
-                        })
-                        .collect(),
-                );
+                self.observe_failures(failures);
                 self.on_model_response(response, cost);
+            }
+            (
+                Phase::Summarize(job),
+                Input::ModelResponded {
+                    response,
+                    cost,
+                    failures,
+                },
+            ) => {
+                self.observe_failures(failures);
+                self.on_summary(*job, Ok((*response, cost)));
+            }
+            (Phase::Summarize(job), Input::ModelFailed { error }) => {
+                // Not the run's failure: the compaction's record says why it fell back.
+                self.on_summary(*job, Err(format!("{} ({})", error.message, error.code())));
             }
             (Phase::CallModel, Input::ModelFailed { error }) => {
                 self.end_model_call();
@@ -611,6 +648,19 @@ impl RunMachine {
         }
     }
 
+    /// A pricing function that failed is reported; the call counts as unpriced.
+    fn observe_failures(&mut self, failures: Vec<HookFailure>) {
+        let _ = self.hook_failures(
+            failures
+                .into_iter()
+                .map(|f| HookFailure {
+                    role: HookRole::Observer,
+                    ..f
+                })
+                .collect(),
+        );
+    }
+
     /// Hook failures: observers' are reported; the first required one's is returned, for the
     /// caller to fail the run with.
     fn hook_failures(&mut self, failures: Vec<HookFailure>) -> Option<RunError> {
@@ -700,7 +750,9 @@ impl RunMachine {
             self.turn += 1;
             self.emit(|| EventKind::TurnStarted);
         }
-        self.count_model_call();
+        if !self.compact() {
+            self.count_model_call();
+        }
     }
 
     /// A model call is counted and asked for: the before-model hooks first, when there are any.
@@ -1060,6 +1112,7 @@ impl RunMachine {
             error: self.error.clone(),
             duration: elapsed,
             subagents: self.subagents.clone(),
+            compactions: self.compactions.clone(),
         }
     }
 
@@ -1082,6 +1135,7 @@ impl RunMachine {
             error: self.error,
             duration: elapsed,
             subagents: self.subagents,
+            compactions: self.compactions,
         }
     }
 }
@@ -1113,6 +1167,7 @@ fn phase_name(phase: &Phase) -> &'static str {
         Phase::Steering => "steering messages",
         Phase::Prepare => "the before-model hooks",
         Phase::CallModel => "a model call",
+        Phase::Summarize(_) => "a summary call",
         Phase::Review(_) => "the after-model hooks",
         Phase::Admit(_) => "an admission verdict",
         Phase::Run(_) => "a batch's calls",

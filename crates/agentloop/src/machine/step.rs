@@ -75,6 +75,10 @@ pub enum Action<'m> {
     /// Call the model with this request; answer [`Input::ModelResponded`] or
     /// [`Input::ModelFailed`].
     CallModel(ModelRequest<'m>),
+    /// Call the model for a summary of the older part of the conversation (compaction, before a
+    /// turn's model call); answer [`Input::ModelResponded`] or [`Input::ModelFailed`]. Its text
+    /// is not the run's output: stream none of it as such.
+    Summarize(ModelRequest<'m>),
     /// Run the after-model hooks on this response; answer [`Input::Reviewed`].
     Review(&'m ModelResponse),
     /// Put these calls to admission gate `gate` (0 is the hooks' `before_tool_call` when the
