@@ -202,6 +202,25 @@ impl LocalAgent {
         LocalAgent { dir }
     }
 
+    /// The same agent with a context window of `tokens` (`[model] context_tokens`), keeping only
+    /// the latest turn whole when it compacts.
+    fn with_context(base_url: &str, tokens: u64) -> LocalAgent {
+        let agent = LocalAgent::new(base_url);
+        let path = agent.dir.path().join("agent.toml");
+        let text = std::fs::read_to_string(&path).unwrap();
+        let limit = "max_tokens = 256\n";
+        assert!(
+            text.contains(limit),
+            "examples/local/agent.toml has no {limit:?}"
+        );
+        let text = text.replace(
+            limit,
+            &format!("{limit}context_tokens = {tokens}\ncompaction_keep_turns = 1\n"),
+        );
+        std::fs::write(&path, text).unwrap();
+        agent
+    }
+
     /// The notes in the agent's store (`notes.jsonl`), lowercased, in order.
     fn saved_notes(&self) -> Vec<String> {
         let notes = std::fs::read_to_string(self.dir.path().join("notes.jsonl")).unwrap();
@@ -1007,5 +1026,86 @@ fn a_chat_session_uses_two_tools_in_sequence_and_carries_the_conversation() {
     assert!(
         first_requests[1] > first_requests[0] + 2,
         "{first_requests:?}"
+    );
+}
+
+/// A stored conversation that outgrows a small context window (1000 tokens, 256 of them kept
+/// for the answer) is compacted by a summary the real model writes: the third question's run
+/// replaces the first two exchanges with it, still answers from its own tool call, and the store
+/// keeps the whole history.
+#[test]
+fn a_session_past_its_context_budget_is_compacted_by_the_models_own_summary() {
+    let _turn = serial();
+    let server = LlamaServer::start();
+    let agent = LocalAgent::with_context(&server.base_url(), 1000);
+    let store = agent.dir.path().join("sessions.db");
+    let session = ["--session", "s", "--sessions", store.to_str().unwrap()];
+    let first = agent.run_with("What is the weather in Paris?", &[], &session);
+    first.assert_one_weather_call_answered("Paris", 18);
+    assert!(
+        first.json["compactions"].as_array().unwrap().is_empty(),
+        "{}",
+        first.dump()
+    );
+    let second = agent.run_with("What is the weather in Tokyo?", &[], &session);
+    assert_eq!(second.stop_reason(), "finished", "{}", second.dump());
+    let third = agent.run_with("What is 12 plus 30?", &[], &session);
+    let d = third.dump();
+    assert_eq!(third.stop_reason(), "finished", "{d}");
+    let compactions = third.json["compactions"].as_array().unwrap();
+    assert_eq!(compactions.len(), 1, "{d}");
+    let c = &compactions[0];
+    assert_eq!(c["policy"], "summarize", "{d}");
+    assert_eq!(c["messages_replaced"], 8, "both earlier exchanges: {d}");
+    assert!(
+        c["tokens_after"].as_u64() < c["tokens_before"].as_u64(),
+        "{d}"
+    );
+    assert!(c["usage"]["output_tokens"].as_u64() > Some(0), "{d}");
+    let summary = c["summary"].as_str().unwrap();
+    assert!(
+        summary.to_lowercase().contains("paris"),
+        "the summary lost Paris: {d}"
+    );
+    // The run goes on from the summary: its own question is answered by its own call.
+    let calls = third.calls();
+    assert_eq!(calls.len(), 1, "{d}");
+    assert_eq!(calls[0]["tool"], "add", "{d}");
+    assert!(third.output().contains("42"), "{d}");
+    let transcript = third.json["transcript"].as_array().unwrap();
+    assert!(
+        transcript[0]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .starts_with("[Summary of the earlier conversation"),
+        "{d}"
+    );
+    assert_eq!(
+        transcript[1]["content"][0]["text"], "What is 12 plus 30?",
+        "{d}"
+    );
+
+    let show = assert_cmd::Command::cargo_bin("agentloop")
+        .unwrap()
+        .args([
+            "sessions",
+            "show",
+            "s",
+            "--json",
+            "--sessions",
+            store.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    let stored: Value = serde_json::from_slice(&show.stdout).unwrap();
+    assert_eq!(
+        stored["messages"].as_array().unwrap().len(),
+        transcript.len()
+    );
+    let history = stored["history"].as_array().unwrap();
+    assert_eq!(history.len(), 8 + transcript.len() - 1, "{stored:#}");
+    assert_eq!(
+        history[0]["content"][0]["text"],
+        "What is the weather in Paris?"
     );
 }

@@ -127,7 +127,14 @@ async fn uncompacted() -> (agentloop::RunOutcome, u64) {
         .run("look up six keys")
         .await;
     assert_eq!(plain.stop_reason, StopReason::Finished);
-    let peak = seen.lock().unwrap().turns.iter().map(|t| t.0).max().unwrap();
+    let peak = seen
+        .lock()
+        .unwrap()
+        .turns
+        .iter()
+        .map(|t| t.0)
+        .max()
+        .unwrap();
     (plain, peak)
 }
 
