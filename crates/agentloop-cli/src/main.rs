@@ -18,6 +18,7 @@ mod durable;
 mod error;
 mod init;
 mod live;
+mod otel;
 mod permission_file;
 mod plan;
 mod render;
@@ -185,9 +186,25 @@ struct TraceArgs {
     /// Also records prompts, arguments and outputs in the trace (never secrets).
     #[arg(long, requires = "trace")]
     trace_payloads: bool,
+    /// Exports the run as OpenTelemetry spans (GenAI conventions) over OTLP, configured by the
+    /// standard OTEL_EXPORTER_OTLP_* variables (as `otel = true` in the agent file).
+    #[arg(long)]
+    otel: bool,
+    /// Also records prompts, arguments and outputs in the spans (never secrets).
+    #[arg(long)]
+    otel_payloads: bool,
 }
 
 impl TraceArgs {
+    /// Starts the OpenTelemetry exporter, when `--otel` or the agent file asks for it.
+    fn open_otel(&self, file: &AgentFile) -> Result<Option<otel::Otel>, CliError> {
+        if self.otel || self.otel_payloads || file.spec.otel == Some(true) {
+            otel::Otel::start(self.otel_payloads).map(Some)
+        } else {
+            Ok(None)
+        }
+    }
+
     /// Opens the trace file, when one was asked for.
     fn open(&self) -> Result<Option<Arc<TraceSink>>, CliError> {
         let Some(path) = &self.trace else {
@@ -406,10 +423,13 @@ async fn run(args: RunArgs) -> Result<i32, CliError> {
     };
     let agent = assemble::agent(&file, model, &approval)?;
     let trace = args.trace.open()?;
+    let otel = args.trace.open_otel(&file)?;
     let signals = cancel_on_ctrl_c(cancel.clone());
+    let mut sinks = run_sinks(&progress, trace.as_ref(), !args.json && !args.quiet);
+    sinks.extend(otel.as_ref().map(otel::Otel::sink));
     let options = RunOptions {
         cancel: Some(cancel),
-        sinks: run_sinks(&progress, trace.as_ref(), !args.json && !args.quiet),
+        sinks,
         skip_tools: args.dry_run,
         journal: journal.map(|j| j as Arc<dyn agentloop::journal::Journal>),
         origin: Some(durable::origin(&file.path)),
@@ -427,6 +447,9 @@ async fn run(args: RunArgs) -> Result<i32, CliError> {
     // exit code, and stdout still holds only the outcome.
     if let Err(e) = finish_trace(trace.as_ref()) {
         eprintln!("agentloop: warning: {e}");
+    }
+    if let Some(o) = otel {
+        o.finish();
     }
     let shown = Shown {
         json: args.json,
@@ -596,6 +619,7 @@ async fn chat(args: ChatArgs) -> Result<i32, CliError> {
     };
     let agent = assemble::agent(&file, model, &approval)?;
     let trace = args.trace.open()?;
+    let otel = args.trace.open_otel(&file)?;
     let mut transcript: Vec<Message> = Vec::new();
     eprintln!(
         "{} ({}) — one input per line; /exit or end of input quits",
@@ -634,6 +658,7 @@ async fn chat(args: ChatArgs) -> Result<i32, CliError> {
         if let Some(t) = &trace {
             sinks.push(t.clone());
         }
+        sinks.extend(otel.as_ref().map(otel::Otel::sink));
         let options = RunOptions {
             cancel: Some(cancel),
             sinks,
@@ -670,6 +695,9 @@ async fn chat(args: ChatArgs) -> Result<i32, CliError> {
         transcript = outcome.transcript;
     }
     signals.abort();
+    if let Some(o) = otel {
+        o.finish();
+    }
     finish_trace(trace.as_ref())?;
     Ok(last)
 }

@@ -84,6 +84,8 @@ section! {
         tools: Option<Vec<ToolFileSpec>>,
         /// Which tool calls run, which need approval, which never run.
         permissions: Option<PermissionsSpec>,
+        /// Export every run as OpenTelemetry spans (as `--otel`).
+        otel: Option<bool>,
     }
 }
 

@@ -1,0 +1,615 @@
+//! A run's events as GenAI spans: which event opens a span, which ends it, and what it carries.
+
+use std::collections::HashMap;
+use std::time::{Duration, SystemTime};
+
+use agentloop::message::ToolContent;
+use agentloop::model::{FinishReason, Usage};
+use agentloop::{CallOutcome, CallStatus, Event, EventKind};
+use agentloop_store::redact::{redact, redact_text};
+use opentelemetry::trace::{
+    SpanContext, SpanId, SpanKind, Status, TraceFlags, TraceId, TraceState,
+};
+use opentelemetry::{Array, InstrumentationScope, KeyValue, StringValue, Value};
+use opentelemetry_sdk::trace::{IdGenerator, RandomIdGenerator, SpanData, SpanEvents, SpanLinks};
+
+/// The attribute names of the conventions (semantic-conventions 1.41.0, `docs/gen-ai`).
+mod attr {
+    pub const OPERATION: &str = "gen_ai.operation.name";
+    pub const PROVIDER: &str = "gen_ai.provider.name";
+    pub const REQUEST_MODEL: &str = "gen_ai.request.model";
+    pub const AGENT_NAME: &str = "gen_ai.agent.name";
+    pub const AGENT_ID: &str = "gen_ai.agent.id";
+    pub const FINISH_REASONS: &str = "gen_ai.response.finish_reasons";
+    pub const INPUT_TOKENS: &str = "gen_ai.usage.input_tokens";
+    pub const OUTPUT_TOKENS: &str = "gen_ai.usage.output_tokens";
+    pub const CACHE_READ: &str = "gen_ai.usage.cache_read.input_tokens";
+    pub const CACHE_CREATION: &str = "gen_ai.usage.cache_creation.input_tokens";
+    pub const REASONING: &str = "gen_ai.usage.reasoning.output_tokens";
+    pub const TOOL_NAME: &str = "gen_ai.tool.name";
+    pub const TOOL_CALL_ID: &str = "gen_ai.tool.call.id";
+    pub const TOOL_TYPE: &str = "gen_ai.tool.type";
+    pub const TOOL_ARGUMENTS: &str = "gen_ai.tool.call.arguments";
+    pub const TOOL_RESULT: &str = "gen_ai.tool.call.result";
+    pub const INPUT_MESSAGES: &str = "gen_ai.input.messages";
+    pub const OUTPUT_MESSAGES: &str = "gen_ai.output.messages";
+    pub const ERROR_TYPE: &str = "error.type";
+}
+
+/// A span under way.
+struct Open {
+    span_id: SpanId,
+    start: SystemTime,
+    attributes: Vec<KeyValue>,
+}
+
+/// A run under way.
+struct Run {
+    trace_id: TraceId,
+    span: Open,
+    parent: SpanId,
+    agent: String,
+    model: String,
+    provider: Option<String>,
+    chat: Option<Open>,
+    tools: HashMap<String, Open>,
+    last_text: Option<String>,
+}
+
+/// Every run a sink sees, and the spans it has open.
+pub(crate) struct Spans {
+    payloads: bool,
+    runs: HashMap<String, Run>,
+    ids: RandomIdGenerator,
+    scope: InstrumentationScope,
+}
+
+impl Spans {
+    pub(crate) fn new(payloads: bool) -> Spans {
+        Spans {
+            payloads,
+            runs: HashMap::new(),
+            ids: RandomIdGenerator::default(),
+            scope: InstrumentationScope::builder("agentloop")
+                .with_version(env!("CARGO_PKG_VERSION"))
+                .with_schema_url(format!(
+                    "https://opentelemetry.io/schemas/{}",
+                    crate::SEMCONV_VERSION
+                ))
+                .build(),
+        }
+    }
+
+    /// Takes in one event; returns the spans it ended.
+    pub(crate) fn on_event(&mut self, event: &Event) -> Vec<SpanData> {
+        let now = SystemTime::now();
+        let run_id = event.run_id.as_ref();
+        if let EventKind::RunStarted {
+            agent,
+            model,
+            parent_run_id,
+            parent_call_id,
+            input,
+        } = &event.kind
+        {
+            self.start_run(
+                run_id,
+                agent,
+                model,
+                parent_run_id,
+                parent_call_id,
+                input,
+                now,
+            );
+            return Vec::new();
+        }
+        let payloads = self.payloads;
+        let mut out = Vec::new();
+        let Some(run) = self.runs.get_mut(run_id) else {
+            return out;
+        };
+        match &event.kind {
+            EventKind::ModelRequestStarted {
+                model, provider, ..
+            } => {
+                let provider = provider_name(provider);
+                run.provider.get_or_insert_with(|| provider.clone());
+                if let Some(open) = run.chat.take() {
+                    out.push(self.finish_chat(run_id, open, now, Status::error("superseded")));
+                }
+                let Some(run) = self.runs.get_mut(run_id) else {
+                    return out;
+                };
+                run.chat = Some(Open {
+                    span_id: self.ids.new_span_id(),
+                    start: now,
+                    attributes: vec![
+                        KeyValue::new(attr::OPERATION, "chat"),
+                        KeyValue::new(attr::PROVIDER, provider),
+                        KeyValue::new(attr::REQUEST_MODEL, model.clone()),
+                    ],
+                });
+            }
+            EventKind::ModelResponse {
+                usage,
+                cost_usd,
+                finish_reason,
+                text,
+                duration,
+                cached,
+                ..
+            } => {
+                run.last_text = Some(text.clone());
+                let mut open = run.chat.take().unwrap_or_else(|| Open {
+                    span_id: self.ids.new_span_id(),
+                    start: before(now, *duration),
+                    attributes: chat_attributes(run),
+                });
+                open.attributes.extend(usage_attributes(usage));
+                open.attributes.push(KeyValue::new(
+                    attr::FINISH_REASONS,
+                    strings([finish_reason.as_str()]),
+                ));
+                if let Some(c) = cost_usd {
+                    open.attributes
+                        .push(KeyValue::new("agentloop.cost_usd", *c));
+                }
+                if *cached {
+                    open.attributes
+                        .push(KeyValue::new("agentloop.cached", true));
+                }
+                if payloads {
+                    open.attributes.push(KeyValue::new(
+                        attr::OUTPUT_MESSAGES,
+                        output_messages(text, Some(*finish_reason)),
+                    ));
+                }
+                out.push(self.finish_chat(run_id, open, now, Status::Unset));
+            }
+            EventKind::ModelError { code, message } => {
+                let mut open = run.chat.take().unwrap_or_else(|| Open {
+                    span_id: self.ids.new_span_id(),
+                    start: now,
+                    attributes: chat_attributes(run),
+                });
+                open.attributes
+                    .push(KeyValue::new(attr::ERROR_TYPE, code.clone()));
+                out.push(self.finish_chat(run_id, open, now, Status::error(message.clone())));
+            }
+            EventKind::Compacted {
+                policy,
+                messages_replaced,
+                tokens_before,
+                tokens_after,
+                summary,
+                usage,
+                cost_usd,
+                fallback,
+                duration,
+                ..
+            } => {
+                let mut attributes = chat_attributes(run);
+                attributes.extend([
+                    KeyValue::new("agentloop.compaction", true),
+                    KeyValue::new("agentloop.compaction.policy", policy.clone()),
+                    KeyValue::new(
+                        "agentloop.compaction.messages_replaced",
+                        i64::try_from(*messages_replaced).unwrap_or(i64::MAX),
+                    ),
+                    KeyValue::new("agentloop.compaction.tokens_before", int(*tokens_before)),
+                    KeyValue::new("agentloop.compaction.tokens_after", int(*tokens_after)),
+                    KeyValue::new("agentloop.cost_usd", *cost_usd),
+                ]);
+                attributes.extend(usage_attributes(usage));
+                if let Some(f) = fallback {
+                    attributes.push(KeyValue::new("agentloop.compaction.fallback", f.clone()));
+                }
+                if let (true, Some(s)) = (payloads, summary) {
+                    attributes.push(KeyValue::new(
+                        attr::OUTPUT_MESSAGES,
+                        output_messages(s, None),
+                    ));
+                }
+                let open = Open {
+                    span_id: self.ids.new_span_id(),
+                    start: before(now, *duration),
+                    attributes,
+                };
+                out.push(self.finish_chat(run_id, open, now, Status::Unset));
+            }
+            EventKind::ToolStarted {
+                call_id,
+                tool,
+                arguments,
+            } => {
+                let mut attributes = tool_attributes(tool, call_id);
+                if payloads {
+                    attributes.push(KeyValue::new(
+                        attr::TOOL_ARGUMENTS,
+                        redact(arguments).to_string(),
+                    ));
+                }
+                let open = Open {
+                    span_id: self.ids.new_span_id(),
+                    start: now,
+                    attributes,
+                };
+                run.tools.insert(call_id.clone(), open);
+            }
+            EventKind::ToolFinished {
+                call_id,
+                tool,
+                outcome,
+            } => {
+                let open = run.tools.remove(call_id).unwrap_or_else(|| Open {
+                    span_id: self.ids.new_span_id(),
+                    start: before(now, outcome.duration),
+                    attributes: tool_attributes(tool, call_id),
+                });
+                out.push(self.finish_tool(run_id, open, outcome, now, payloads));
+            }
+            EventKind::ToolRejected {
+                call_id,
+                tool,
+                code,
+                reason,
+            } => {
+                let mut attributes = tool_attributes(tool, call_id);
+                attributes.push(KeyValue::new(attr::ERROR_TYPE, code.clone()));
+                let open = Open {
+                    span_id: self.ids.new_span_id(),
+                    start: now,
+                    attributes,
+                };
+                out.push(self.span(
+                    run_id,
+                    format!("execute_tool {tool}"),
+                    SpanKind::Internal,
+                    open,
+                    now,
+                    Status::error(first_line(reason)),
+                ));
+            }
+            EventKind::RunFinished {
+                stop_reason,
+                usage,
+                cost_usd,
+                turns,
+                error,
+            } => {
+                let Some(mut run) = self.runs.remove(run_id) else {
+                    return out;
+                };
+                // Spans the run left open (a drained batch's calls) end with it.
+                if let Some(open) = run.chat.take() {
+                    out.push(self.chat_span(&run, open, now, Status::error("unfinished")));
+                }
+                for (call_id, open) in std::mem::take(&mut run.tools) {
+                    let _ = call_id;
+                    out.push(self.data(
+                        &run,
+                        "execute_tool".into(),
+                        SpanKind::Internal,
+                        open,
+                        now,
+                        Status::error("unfinished"),
+                    ));
+                }
+                let mut open = std::mem::replace(
+                    &mut run.span,
+                    Open {
+                        span_id: SpanId::INVALID,
+                        start: now,
+                        attributes: Vec::new(),
+                    },
+                );
+                if let Some(p) = &run.provider {
+                    open.attributes
+                        .push(KeyValue::new(attr::PROVIDER, p.clone()));
+                }
+                open.attributes.extend(usage_attributes(usage));
+                open.attributes.extend([
+                    KeyValue::new("agentloop.stop_reason", stop_reason.as_str()),
+                    KeyValue::new("agentloop.turns", i64::from(*turns)),
+                    KeyValue::new("agentloop.cost_usd", *cost_usd),
+                ]);
+                let status = match error {
+                    Some(e) => {
+                        open.attributes
+                            .push(KeyValue::new(attr::ERROR_TYPE, e.code.clone()));
+                        Status::error(first_line(&e.message))
+                    }
+                    None => Status::Ok,
+                };
+                if payloads && let Some(text) = &run.last_text {
+                    open.attributes.push(KeyValue::new(
+                        attr::OUTPUT_MESSAGES,
+                        output_messages(text, None),
+                    ));
+                }
+                let name = format!("invoke_agent {}", run.agent);
+                let span_id = open.span_id;
+                let mut data = self.data(&run, name.into(), SpanKind::Internal, open, now, status);
+                data.span_context = context(run.trace_id, span_id);
+                data.parent_span_id = run.parent;
+                out.push(data);
+            }
+            _ => {}
+        }
+        out
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn start_run(
+        &mut self,
+        run_id: &str,
+        agent: &str,
+        model: &str,
+        parent_run_id: &Option<String>,
+        parent_call_id: &Option<String>,
+        input: &str,
+        now: SystemTime,
+    ) {
+        // A subagent's run belongs to the tool call that started it, in its parent's trace.
+        let parent = parent_run_id
+            .as_deref()
+            .and_then(|p| self.runs.get(p))
+            .map(|p| {
+                let call = parent_call_id
+                    .as_deref()
+                    .and_then(|c| p.tools.get(c))
+                    .map_or(p.span.span_id, |t| t.span_id);
+                (p.trace_id, call)
+            });
+        let (trace_id, parent) = parent.unwrap_or((self.ids.new_trace_id(), SpanId::INVALID));
+        let mut attributes = vec![
+            KeyValue::new(attr::OPERATION, "invoke_agent"),
+            KeyValue::new(attr::AGENT_NAME, agent.to_owned()),
+            KeyValue::new(attr::AGENT_ID, run_id.to_owned()),
+            KeyValue::new(attr::REQUEST_MODEL, model.to_owned()),
+            KeyValue::new("agentloop.run_id", run_id.to_owned()),
+        ];
+        if self.payloads {
+            attributes.push(KeyValue::new(
+                attr::INPUT_MESSAGES,
+                serde_json::json!([{"role": "user", "parts": [{"type": "text", "content": redact_text(input)}]}])
+                    .to_string(),
+            ));
+        }
+        let span = Open {
+            span_id: self.ids.new_span_id(),
+            start: now,
+            attributes,
+        };
+        self.runs.insert(
+            run_id.to_owned(),
+            Run {
+                trace_id,
+                span,
+                parent,
+                agent: agent.to_owned(),
+                model: model.to_owned(),
+                provider: None,
+                chat: None,
+                tools: HashMap::new(),
+                last_text: None,
+            },
+        );
+    }
+
+    fn finish_chat(&self, run_id: &str, open: Open, now: SystemTime, status: Status) -> SpanData {
+        match self.runs.get(run_id) {
+            Some(run) => self.chat_span(run, open, now, status),
+            None => self.orphan(open, now, status),
+        }
+    }
+
+    fn chat_span(&self, run: &Run, open: Open, now: SystemTime, status: Status) -> SpanData {
+        let name = format!("chat {}", run.model);
+        self.data(run, name.into(), SpanKind::Client, open, now, status)
+    }
+
+    fn finish_tool(
+        &self,
+        run_id: &str,
+        mut open: Open,
+        outcome: &CallOutcome,
+        now: SystemTime,
+        payloads: bool,
+    ) -> SpanData {
+        let tool = open
+            .attributes
+            .iter()
+            .find(|kv| kv.key.as_str() == attr::TOOL_NAME)
+            .map(|kv| kv.value.to_string())
+            .unwrap_or_default();
+        if outcome.retries > 0 {
+            open.attributes.push(KeyValue::new(
+                "agentloop.retries",
+                i64::from(outcome.retries),
+            ));
+        }
+        let status = if outcome.status == CallStatus::Ok {
+            if payloads {
+                open.attributes.push(KeyValue::new(
+                    attr::TOOL_RESULT,
+                    match &outcome.content {
+                        ToolContent::Json(v) => redact(v).to_string(),
+                        other => redact_text(&other.to_text()),
+                    },
+                ));
+            }
+            Status::Unset
+        } else {
+            let code = outcome
+                .code
+                .clone()
+                .unwrap_or_else(|| format!("{:?}", outcome.status).to_lowercase());
+            open.attributes.push(KeyValue::new(attr::ERROR_TYPE, code));
+            // What the model read may quote the tool's own output: payload rules apply.
+            let message = if payloads {
+                first_line(&redact_text(&outcome.content.to_text()))
+            } else {
+                format!("{:?}", outcome.status).to_lowercase()
+            };
+            Status::error(message)
+        };
+        self.span(
+            run_id,
+            format!("execute_tool {tool}"),
+            SpanKind::Internal,
+            open,
+            now,
+            status,
+        )
+    }
+
+    fn span(
+        &self,
+        run_id: &str,
+        name: String,
+        kind: SpanKind,
+        open: Open,
+        now: SystemTime,
+        status: Status,
+    ) -> SpanData {
+        match self.runs.get(run_id) {
+            Some(run) => self.data(run, name.into(), kind, open, now, status),
+            None => self.orphan(open, now, status),
+        }
+    }
+
+    /// A span of `run`, its parent the run's span.
+    fn data(
+        &self,
+        run: &Run,
+        name: std::borrow::Cow<'static, str>,
+        kind: SpanKind,
+        open: Open,
+        now: SystemTime,
+        status: Status,
+    ) -> SpanData {
+        SpanData {
+            span_context: context(run.trace_id, open.span_id),
+            parent_span_id: run.span.span_id,
+            parent_span_is_remote: false,
+            span_kind: kind,
+            name,
+            start_time: open.start,
+            end_time: now.max(open.start),
+            attributes: open.attributes,
+            dropped_attributes_count: 0,
+            events: SpanEvents::default(),
+            links: SpanLinks::default(),
+            status,
+            instrumentation_scope: self.scope.clone(),
+        }
+    }
+
+    /// A span whose run is gone (which a well-formed event stream never leaves).
+    fn orphan(&self, open: Open, now: SystemTime, status: Status) -> SpanData {
+        SpanData {
+            span_context: context(self.ids.new_trace_id(), open.span_id),
+            parent_span_id: SpanId::INVALID,
+            parent_span_is_remote: false,
+            span_kind: SpanKind::Internal,
+            name: "agentloop".into(),
+            start_time: open.start,
+            end_time: now.max(open.start),
+            attributes: open.attributes,
+            dropped_attributes_count: 0,
+            events: SpanEvents::default(),
+            links: SpanLinks::default(),
+            status,
+            instrumentation_scope: self.scope.clone(),
+        }
+    }
+}
+
+fn context(trace_id: TraceId, span_id: SpanId) -> SpanContext {
+    SpanContext::new(
+        trace_id,
+        span_id,
+        TraceFlags::SAMPLED,
+        false,
+        TraceState::default(),
+    )
+}
+
+fn chat_attributes(run: &Run) -> Vec<KeyValue> {
+    let mut a = vec![
+        KeyValue::new(attr::OPERATION, "chat"),
+        KeyValue::new(attr::REQUEST_MODEL, run.model.clone()),
+    ];
+    if let Some(p) = &run.provider {
+        a.push(KeyValue::new(attr::PROVIDER, p.clone()));
+    }
+    a
+}
+
+fn tool_attributes(tool: &str, call_id: &str) -> Vec<KeyValue> {
+    vec![
+        KeyValue::new(attr::OPERATION, "execute_tool"),
+        KeyValue::new(attr::TOOL_NAME, tool.to_owned()),
+        KeyValue::new(attr::TOOL_CALL_ID, call_id.to_owned()),
+        KeyValue::new(attr::TOOL_TYPE, "function"),
+    ]
+}
+
+fn usage_attributes(u: &Usage) -> Vec<KeyValue> {
+    let mut a = vec![
+        KeyValue::new(attr::INPUT_TOKENS, int(u.input_tokens)),
+        KeyValue::new(attr::OUTPUT_TOKENS, int(u.output_tokens)),
+    ];
+    for (key, n) in [
+        (attr::CACHE_READ, u.cached_input_tokens),
+        (attr::CACHE_CREATION, u.cache_write_tokens),
+        (attr::REASONING, u.reasoning_tokens),
+    ] {
+        if n > 0 {
+            a.push(KeyValue::new(key, int(n)));
+        }
+    }
+    a
+}
+
+/// `gen_ai.output.messages`: the conventions' JSON shape, as a string.
+fn output_messages(text: &str, finish: Option<FinishReason>) -> String {
+    let mut message = serde_json::json!({
+        "role": "assistant",
+        "parts": [{"type": "text", "content": redact_text(text)}],
+    });
+    if let (Some(f), Some(map)) = (finish, message.as_object_mut()) {
+        map.insert("finish_reason".into(), f.as_str().into());
+    }
+    serde_json::Value::Array(vec![message]).to_string()
+}
+
+/// The conventions' provider names for ours.
+fn provider_name(provider: &str) -> String {
+    match provider {
+        "openai-responses" => "openai".into(),
+        other => other.to_owned(),
+    }
+}
+
+fn strings<const N: usize>(items: [&str; N]) -> Value {
+    Value::Array(Array::String(
+        items
+            .iter()
+            .map(|s| StringValue::from((*s).to_owned()))
+            .collect(),
+    ))
+}
+
+fn int(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+fn before(now: SystemTime, d: Duration) -> SystemTime {
+    now.checked_sub(d).unwrap_or(now)
+}
+
+fn first_line(s: &str) -> String {
+    s.lines().next().unwrap_or_default().to_owned()
+}

@@ -1,0 +1,84 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+//! The sink never waits on the exporter: with the exporter stuck, spans past the queue's bound
+//! are dropped and counted, and every span is either exported or counted as dropped.
+
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use agentloop::{Event, EventKind, EventSink};
+use agentloop_otel::{OtelConfig, OtelSink};
+use opentelemetry_sdk::error::OTelSdkResult;
+use opentelemetry_sdk::trace::{SpanData, SpanExporter};
+
+/// An exporter that waits for a go-ahead before its first export, then keeps what it gets.
+#[derive(Debug)]
+struct Stuck {
+    gate: Mutex<Option<mpsc::Receiver<()>>>,
+    got: Arc<Mutex<Vec<String>>>,
+}
+
+impl SpanExporter for Stuck {
+    fn export(
+        &self,
+        batch: Vec<SpanData>,
+    ) -> impl std::future::Future<Output = OTelSdkResult> + Send {
+        if let Some(gate) = self.gate.lock().unwrap().take() {
+            let _ = gate.recv();
+        }
+        self.got
+            .lock()
+            .unwrap()
+            .extend(batch.into_iter().map(|s| s.name.into_owned()));
+        std::future::ready(Ok(()))
+    }
+}
+
+fn event(kind: EventKind) -> Event {
+    Event {
+        run_id: Arc::from("r1"),
+        turn: 1,
+        kind,
+    }
+}
+
+#[test]
+fn a_stuck_exporter_never_blocks_the_run_and_drops_are_counted() {
+    let (go, gate) = mpsc::channel();
+    let got = Arc::new(Mutex::new(Vec::new()));
+    let exporter = Stuck {
+        gate: Mutex::new(Some(gate)),
+        got: Arc::clone(&got),
+    };
+    let config = OtelConfig {
+        queue: 4,
+        batch: 1,
+        interval: Duration::from_millis(1),
+        ..OtelConfig::default()
+    };
+    let sink = OtelSink::with_exporter(config, move || Ok(exporter)).unwrap();
+    sink.emit(&event(EventKind::RunStarted {
+        agent: "a".into(),
+        model: "m".into(),
+        parent_run_id: None,
+        parent_call_id: None,
+        input: "hi".into(),
+    }));
+    const CALLS: usize = 100;
+    for i in 0..CALLS {
+        sink.emit(&event(EventKind::ToolRejected {
+            call_id: format!("c{i}"),
+            tool: "t".into(),
+            code: "tool.unknown".into(),
+            reason: "no such tool".into(),
+        }));
+    }
+    // Every emit above returned while the exporter was stuck.
+    let before = sink.report();
+    assert!(before.dropped >= (CALLS - 5) as u64, "{before:?}");
+    go.send(()).unwrap();
+    let report = sink.shutdown(Duration::from_secs(30));
+    assert_eq!(report.exported + report.dropped, CALLS as u64, "{report:?}");
+    assert_eq!(got.lock().unwrap().len() as u64, report.exported);
+    assert!(got.lock().unwrap().iter().all(|n| n == "execute_tool t"));
+}
