@@ -23,6 +23,7 @@ mod permission_file;
 mod plan;
 mod render;
 mod sessions;
+mod viewer;
 
 use std::io::{IsTerminal, Read, Write};
 use std::path::{Path, PathBuf};
@@ -241,6 +242,16 @@ enum TraceCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Serves a trace viewer on loopback: the runs, and each run's timeline of turns and calls,
+    /// its subagents, tokens, cost and errors (and payloads, when recorded). It follows a trace
+    /// that is still being written.
+    Serve {
+        /// The trace file (.ndjson, .sqlite or .db).
+        path: PathBuf,
+        /// The port on 127.0.0.1 (0 picks a free one).
+        #[arg(long, default_value_t = 0)]
+        port: u16,
+    },
     /// Shows one run as a tree of turns and calls (the last run when no id is given).
     Show {
         /// The trace file (.ndjson, .sqlite or .db).
@@ -283,6 +294,7 @@ async fn dispatch(cli: Cli) -> i32 {
         Command::Run(args) => run(args).await,
         Command::Chat(args) => chat(args).await,
         Command::Plan(args) => plan_command(&args),
+        Command::Trace(TraceCommand::Serve { path, port }) => viewer::serve(path, port).await,
         Command::Trace(t) => trace_command(t),
         Command::Resume(args) => durable::resume(args).await,
         Command::Approvals(c) => durable::approvals(c),
@@ -750,6 +762,11 @@ fn trace_command(cmd: TraceCommand) -> Result<i32, CliError> {
                 agentloop_store::render_list(&trace.records)
             };
             out!("{}", text.trim_end());
+        }
+        TraceCommand::Serve { .. } => {
+            return Err(CliError::Usage {
+                message: "trace serve runs through the async dispatch".into(),
+            });
         }
         TraceCommand::Show { path, run, json } => {
             let trace = agentloop_store::read_trace(&path).map_err(|e| trace_error(&path, e))?;

@@ -1,0 +1,134 @@
+//! `agentloop trace serve`: a trace viewer on loopback. The page (`viewer/index.html`, its script
+//! and styles inline) is bundled into the binary, so it needs no network; it reads the trace
+//! through a small JSON API that rereads the file on each request, which is how it follows a
+//! trace still being written.
+//!
+//! - `GET /`: the page.
+//! - `GET /api/runs`: `{file, runs: [summary], warnings}`, in the order runs started.
+//! - `GET /api/runs/{id}`: the run as a tree (its turns with their model calls, tool calls and
+//!   compactions), with its subagents' trees under `children`.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::{Path as UrlPath, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use serde_json::{Value, json};
+
+use crate::error::{CliError, code};
+
+const PAGE: &str = include_str!("viewer/index.html");
+
+/// How deep the subagent trees of one answer go.
+const MAX_DEPTH: usize = 8;
+
+/// Serves the viewer until Ctrl-C.
+pub async fn serve(path: PathBuf, port: u16) -> Result<i32, CliError> {
+    // A trace that cannot be read at all is refused now rather than shown as an error page.
+    agentloop_store::read_trace(&path).map_err(|e| CliError::Io {
+        message: format!("cannot read the trace {}: {e}", path.display()),
+    })?;
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+        .await
+        .map_err(|e| CliError::Io {
+            message: format!("cannot listen on 127.0.0.1:{port}: {e}"),
+        })?;
+    let addr = listener.local_addr().map_err(|e| CliError::Io {
+        message: e.to_string(),
+    })?;
+    let app = Router::new()
+        .route("/", get(page))
+        .route("/api/runs", get(runs))
+        .route("/api/runs/{id}", get(run))
+        .with_state(Arc::new(path.clone()));
+    out!("http://{addr}/");
+    eprintln!(
+        "agentloop: serving {} at http://{addr}/ (Ctrl-C stops)",
+        path.display()
+    );
+    axum::serve(listener, app)
+        .with_graceful_shutdown(async {
+            let _ = tokio::signal::ctrl_c().await;
+        })
+        .await
+        .map_err(|e| CliError::Io {
+            message: format!("the viewer stopped: {e}"),
+        })?;
+    Ok(code::OK)
+}
+
+async fn page() -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+            // Everything the page needs is in it: nothing may load from elsewhere.
+            (
+                header::CONTENT_SECURITY_POLICY,
+                "default-src 'self'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; \
+                 img-src 'self' data:",
+            ),
+            (header::CACHE_CONTROL, "no-store"),
+        ],
+        PAGE,
+    )
+        .into_response()
+}
+
+async fn runs(State(path): State<Arc<PathBuf>>) -> Response {
+    match read(&path) {
+        Ok(trace) => json_response(json!({
+            "file": path.display().to_string(),
+            "runs": agentloop_store::summarize_runs(&trace.records),
+            "warnings": trace.warnings,
+        })),
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, &e),
+    }
+}
+
+async fn run(State(path): State<Arc<PathBuf>>, UrlPath(id): UrlPath<String>) -> Response {
+    let trace = match read(&path) {
+        Ok(t) => t,
+        Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, &e),
+    };
+    match tree(&trace.records, &id, 0) {
+        Ok(v) => json_response(v),
+        Err(e) => error(StatusCode::NOT_FOUND, &e.to_string()),
+    }
+}
+
+/// A run's tree with its subagents' trees under `children`.
+fn tree(
+    records: &[agentloop_store::TraceRecord],
+    id: &str,
+    depth: usize,
+) -> Result<Value, agentloop_store::TraceError> {
+    let t = agentloop_store::run_tree(records, Some(id))?;
+    let children: Vec<Value> = if depth < MAX_DEPTH {
+        t.subagents
+            .iter()
+            .filter_map(|child| tree(records, child, depth + 1).ok())
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let mut v = serde_json::to_value(&t).map_err(agentloop_store::TraceError::Render)?;
+    if let Some(map) = v.as_object_mut() {
+        map.insert("children".into(), Value::Array(children));
+    }
+    Ok(v)
+}
+
+fn read(path: &Path) -> Result<agentloop_store::Trace, String> {
+    agentloop_store::read_trace(path).map_err(|e| format!("cannot read the trace: {e}"))
+}
+
+fn json_response(v: Value) -> Response {
+    ([(header::CACHE_CONTROL, "no-store")], axum::Json(v)).into_response()
+}
+
+fn error(status: StatusCode, message: &str) -> Response {
+    (status, axum::Json(json!({"error": message}))).into_response()
+}
