@@ -14,6 +14,7 @@ use crate::workspace::{Workspace, WorkspaceError};
 
 /// A built-in tool.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Builtin {
     /// `read_file`: a text file, by line ranges, within a size cap.
     ReadFile,

@@ -97,7 +97,7 @@ where
     )
 }
 
-/// `read_file`'s arguments.
+// `read_file`'s arguments (a plain comment: a doc comment would become the schema's description).
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct ReadFileArgs {
@@ -212,7 +212,7 @@ fn read_file_body(limits: &FileLimits, args: ReadFileArgs) -> Result<ToolOutput,
     Ok(ToolOutput::text(out))
 }
 
-/// `write_file`'s arguments.
+// `write_file`'s arguments (a plain comment: a doc comment would become the schema's description).
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct WriteFileArgs {
@@ -307,7 +307,7 @@ fn read_text(path: &Path, shown: &str) -> Result<String, ToolError> {
     String::from_utf8(bytes).map_err(|_| binary_error(shown))
 }
 
-/// `edit_file`'s arguments.
+// `edit_file`'s arguments (a plain comment: a doc comment would become the schema's description).
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct EditFileArgs {
@@ -471,7 +471,7 @@ fn edit_diff(text: &str, positions: &[usize], old: &str, new: &str) -> String {
     out
 }
 
-/// `list_dir`'s arguments.
+// `list_dir`'s arguments (a plain comment: a doc comment would become the schema's description).
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct ListDirArgs {
@@ -531,7 +531,7 @@ fn list_dir_body(limits: &FileLimits, args: ListDirArgs) -> Result<ToolOutput, T
     Ok(ToolOutput::text(out.join("\n")))
 }
 
-/// `glob`'s arguments.
+// `glob`'s arguments (a plain comment: a doc comment would become the schema's description).
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct GlobArgs {
@@ -623,7 +623,7 @@ fn glob_body(limits: &FileLimits, args: GlobArgs) -> Result<ToolOutput, ToolErro
     Ok(ToolOutput::text(text))
 }
 
-/// `grep`'s arguments.
+// `grep`'s arguments (a plain comment: a doc comment would become the schema's description).
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct GrepArgs {
@@ -1115,6 +1115,7 @@ mod tests {
             let schema = &tool.spec().input_schema;
             assert_eq!(schema["type"], "object", "{schema}");
             assert_eq!(schema["additionalProperties"], false, "{schema}");
+            assert!(schema.get("description").is_none(), "{schema}");
             for (_, p) in schema["properties"].as_object().unwrap() {
                 assert!(p["description"].is_string(), "{schema}");
             }

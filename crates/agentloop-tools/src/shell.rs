@@ -113,7 +113,7 @@ impl ShellTool {
     }
 }
 
-/// `shell`'s arguments.
+// `shell`'s arguments (a plain comment: a doc comment would become the schema's description).
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct ShellArgs {

@@ -233,7 +233,7 @@ impl WebFetchTool {
     }
 }
 
-/// `web_fetch`'s arguments.
+// `web_fetch`'s arguments (a plain comment: a doc comment would become the schema's description).
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct WebFetchArgs {
@@ -636,6 +636,29 @@ mod tests {
             .filter(|r| r.url.path() == "/loop")
             .count();
         assert_eq!(loops, MAX_REDIRECTS + 1);
+    }
+
+    #[tokio::test]
+    async fn a_host_allowed_by_name_is_fetched_from_the_addresses_it_resolved_to() {
+        let server = MockServer::start().await;
+        Mock::given(method("GET"))
+            .respond_with(ResponseTemplate::new(200).set_body_raw("by name", "text/plain"))
+            .mount(&server)
+            .await;
+        let port = server.address().port();
+        let by_name = WebFetchTool::new()
+            .allow("localhost")
+            .unwrap()
+            .into_tool("web_fetch");
+        let (text, _) = fetch(&by_name, &format!("http://localhost:{port}/"))
+            .await
+            .unwrap();
+        assert!(text.ends_with("by name"), "{text}");
+        // Allowing the name opens that name only, not the addresses behind it.
+        let e = fetch(&by_name, &format!("http://127.0.0.1:{port}/"))
+            .await
+            .unwrap_err();
+        assert_eq!(code(&e), "address_refused");
     }
 
     #[tokio::test]
