@@ -47,6 +47,16 @@ pub(crate) trait Capture: Send {
     fn push(&mut self, bytes: &[u8]);
 }
 
+/// A capture shared with whoever reads it while the child still runs (or after it was killed).
+impl<C: Capture> Capture for std::sync::Arc<std::sync::Mutex<C>> {
+    fn push(&mut self, bytes: &[u8]) {
+        // Poisoned only by a panic in another push: the capture then keeps what it had.
+        if let Ok(mut c) = self.lock() {
+            c.push(bytes);
+        }
+    }
+}
+
 /// The first bytes of a stream, at most a bound, and how many there were in all.
 pub(crate) struct Captured {
     pub(crate) bytes: Vec<u8>,

@@ -11,7 +11,7 @@
 
 use std::ffi::OsString;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use agentloop::{Tool, ToolContext, ToolError, ToolOutput, tool::ExecutionMode};
@@ -149,51 +149,60 @@ impl ShellRunner {
             env: &self.env,
             stdin: None,
         };
+        // Shared with the running child, so that a command killed on timeout still shows what
+        // it had said: where a hanging build or test stopped is what the model needs.
+        let stdout = Arc::new(Mutex::new(HeadTail::new(self.max_output_bytes)));
+        let stderr = Arc::new(Mutex::new(HeadTail::new(self.max_output_bytes)));
         let work = command
-            .spawn(
-                HeadTail::new(self.max_output_bytes),
-                HeadTail::new(self.max_output_bytes),
-            )
+            .spawn(stdout.clone(), stderr.clone())
             .map_err(|e| ToolError::new("shell_not_started", format!("cannot start sh: {e}")))?;
-        let finished = match run_until(work, &ctx.cancel, Some(self.timeout)).await {
-            Ok(f) => f,
+        let finished = run_until(work, &ctx.cancel, Some(self.timeout)).await;
+        let streams = |head: String| -> (String, usize, usize) {
+            let (Ok(out), Ok(err)) = (stdout.lock(), stderr.lock()) else {
+                return (head, 0, 0);
+            };
+            (streams_text(head, &out, &err), out.total(), err.total())
+        };
+        let status = match finished {
+            Ok(f) => f.status,
             Err(Stopped::Cancelled) => {
-                return Err(ToolError::new(
-                    "cancelled",
-                    "the call was cancelled and the command was killed",
-                ));
+                let (text, _, _) =
+                    streams("the call was cancelled and the command was killed".to_owned());
+                return Err(ToolError::new("cancelled", text));
             }
             Err(Stopped::TimedOut) => {
-                return Err(ToolError::new(
-                    "timeout",
-                    format!(
-                        "the command did not finish within {} s and was killed with its whole \
-                         process group",
-                        self.timeout.as_secs_f64()
-                    ),
+                let (text, _, _) = streams(format!(
+                    "the command did not finish within {} s and was killed with its whole \
+                     process group",
+                    self.timeout.as_secs_f64()
                 ));
+                return Err(ToolError::new("timeout", text));
             }
         };
-        let status = finished
-            .status
+        let status = status
             .map_err(|e| ToolError::new("shell_failed", format!("waiting for sh failed: {e}")))?;
-        let mut text = describe_status(&status);
-        for (name, stream) in [("stdout", &finished.stdout), ("stderr", &finished.stderr)] {
-            let body = stream.text();
-            let body = body.trim_end();
-            if !body.is_empty() {
-                text.push_str(&format!("\n--- {name} ---\n{body}"));
-            }
-        }
-        if finished.stdout.total() == 0 && finished.stderr.total() == 0 {
-            text.push_str(" (no output)");
-        }
+        let (text, out_bytes, err_bytes) = streams(describe_status(&status));
         Ok(ToolOutput::text(text).with_details(json!({
             "exit_code": status.code(),
-            "stdout_bytes": finished.stdout.total(),
-            "stderr_bytes": finished.stderr.total(),
+            "stdout_bytes": out_bytes,
+            "stderr_bytes": err_bytes,
         })))
     }
+}
+
+/// `head`, then each stream that said something under a header of its own, or `(no output)`.
+fn streams_text(mut head: String, out: &HeadTail, err: &HeadTail) -> String {
+    for (name, stream) in [("stdout", out), ("stderr", err)] {
+        let body = stream.text();
+        let body = body.trim_end();
+        if !body.is_empty() {
+            head.push_str(&format!("\n--- {name} ---\n{body}"));
+        }
+    }
+    if out.total() == 0 && err.total() == 0 {
+        head.push_str(" (no output)");
+    }
+    head
 }
 
 #[cfg(test)]
@@ -306,11 +315,12 @@ mod tests {
         // The background sleeper outlives its shell unless the whole group is killed.
         let e = run(
             &tool,
-            json!({"command": "sleep 300 & echo $! > sleeper.pid; wait"}),
+            json!({"command": "sleep 300 & echo $! > sleeper.pid; echo started; wait"}),
         )
         .await
         .unwrap_err();
         assert_eq!(code(&e), "timeout", "{e}");
+        assert!(e.to_string().contains("--- stdout ---\nstarted"), "{e}");
         let pid: i32 = std::fs::read_to_string(&pid_file)
             .unwrap()
             .trim()

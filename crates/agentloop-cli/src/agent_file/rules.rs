@@ -342,6 +342,10 @@ fn check_builtin_tool(
     let timed = matches!(kind, Builtin::Shell | Builtin::WebFetch);
     let others = [
         ("root", tool.root.is_some() && !kind.uses_root()),
+        (
+            "max_bytes",
+            tool.max_bytes.is_some() && matches!(kind, Builtin::WriteFile | Builtin::EditFile),
+        ),
         ("max_results", tool.max_results.is_some() && !searches),
         ("timeout_secs", tool.timeout_secs.is_some() && !timed),
         (
@@ -853,6 +857,9 @@ builtin = "grep"
 root = "no/such/folder"
 description = "mine"
 max_results = 0
+[[tools]]
+builtin = "write_file"
+max_bytes = 10
 [permissions]
 allow = ["read_file", "grep2"]
 "#;
@@ -872,6 +879,7 @@ allow = ["read_file", "grep2"]
                 "tools[6].description",
                 "tools[6].max_results",
                 "tools[6].root",
+                "tools[7].max_bytes",
             ]
         );
     }

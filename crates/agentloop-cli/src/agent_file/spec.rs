@@ -221,8 +221,8 @@ section! {
         /// Built-in file tools and `shell`: the workspace folder they may not leave, relative to
         /// the agent file (default: the agent file's folder).
         root: Option<Spanned<String>>,
-        /// Built-in tools: the most bytes a call reads (files: text answered; shell: each
-        /// stream, head and tail; web_fetch: the body).
+        /// Built-in tools but `write_file` and `edit_file`: the most bytes a call reads (files:
+        /// text answered; shell: each stream, head and tail; web_fetch: the body).
         max_bytes: Option<Spanned<usize>>,
         /// `list_dir`, `glob`, `grep`: the most entries or matches a call answers.
         max_results: Option<Spanned<usize>>,
