@@ -192,6 +192,7 @@ fn call(id: &str, name: &str, arguments: Value) -> Value {
     json!({"id": id, "type": "function", "function": {"name": name, "arguments": arguments.to_string()}})
 }
 
+// outside-paths: off (the tests below try hostile paths on purpose)
 #[tokio::test(flavor = "multi_thread")]
 async fn an_escape_from_the_workspace_reaches_the_model_as_an_error_result() {
     let server = MockServer::start().await;

@@ -747,6 +747,7 @@ fn grep_body(limits: &FileLimits, args: GrepArgs) -> Result<ToolOutput, ToolErro
     Ok(ToolOutput::text(out.trim_end().to_owned()))
 }
 
+// outside-paths: off (the tests below try hostile paths on purpose)
 #[cfg(test)]
 mod tests {
     #![allow(

@@ -220,7 +220,7 @@ mod tests {
     fn shell(dir: &std::path::Path) -> ShellTool {
         ShellTool::new(Workspace::new(dir).unwrap()).base_env([
             ("PATH", std::env::var("PATH").unwrap_or_default().as_str()),
-            ("HOME", "/home/test"),
+            ("HOME", "/var/empty/test-home"),
             ("OPENAI_API_KEY", "sk-secret"),
             ("MY_API_KEY", "sk-other"),
             ("UNLISTED", "nope"),
@@ -263,7 +263,7 @@ mod tests {
             .allow_env("OPENAI_API_KEY")
             .into_tool("shell");
         let got = run(&tool, json!({"command": "env | sort"})).await.unwrap();
-        assert!(got.contains("HOME=/home/test"), "{got}");
+        assert!(got.contains("HOME=/var/empty/test-home"), "{got}");
         assert!(got.contains("EXTRA=yes"), "{got}");
         assert!(!got.contains("UNLISTED"), "{got}");
         assert!(!got.contains("sk-"), "a secret reached the shell: {got}");

@@ -180,6 +180,7 @@ impl Workspace {
     }
 }
 
+// outside-paths: off (the tests below try hostile paths on purpose)
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
