@@ -1,5 +1,6 @@
 //! From a checked agent file to a runnable [`Agent`]: the model (scripted or a live provider
-//! wrapped in retries), the command tools, the limits, the model settings and the permission gate.
+//! wrapped in retries), the command, subagent and built-in tools, the limits, the model settings
+//! and the permission gate.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,10 +15,10 @@ use agentloop::{
     subagent::SubagentTool,
     testing::ScriptedModel,
 };
-use agentloop_tools::CommandTool;
+use agentloop_tools::{Builtin, BuiltinOptions, CommandTool};
 use serde_json::json;
 
-use crate::agent_file::{AgentFile, Bound, ModelSpec, Provider};
+use crate::agent_file::{AgentFile, Bound, ModelSpec, Provider, ToolFileSpec};
 
 use crate::error::CliError;
 
@@ -105,21 +106,80 @@ pub fn tools(file: &AgentFile) -> Result<Vec<Tool>, CliError> {
 fn all_tools(file: &AgentFile, kids: Kids<'_>) -> Result<Vec<Tool>, CliError> {
     let mut out = Vec::new();
     for t in file.tools() {
-        out.push(match &t.command {
-            Some(command) => command_tool(file, t, command)?,
-            None => subagent_tool(file, t, kids)?,
+        out.push(match (&t.command, &t.builtin) {
+            (Some(command), _) => command_tool(file, t, command)?,
+            (None, Some(builtin)) => builtin_tool(file, t, builtin.get_ref())?,
+            (None, None) => subagent_tool(file, t, kids)?,
         });
     }
     Ok(out)
 }
 
+/// The options of a built-in tool: its root resolved against the agent file's folder. The
+/// shell never passes the agent's API key variable, whatever `env` says.
+pub fn builtin_options(file: &AgentFile, t: &ToolFileSpec) -> BuiltinOptions {
+    let strings = |list: &Option<Vec<toml::Spanned<String>>>| -> Vec<String> {
+        list.as_deref()
+            .unwrap_or_default()
+            .iter()
+            .map(|s| s.get_ref().clone())
+            .collect()
+    };
+    let key_env = file.api_key_env();
+    BuiltinOptions {
+        root: file.resolve(t.root.as_ref().map_or(".", |r| r.get_ref().as_str())),
+        max_bytes: t.max_bytes.as_ref().map(|b| *b.get_ref()),
+        max_results: t.max_results.as_ref().map(|r| *r.get_ref()),
+        timeout: t
+            .timeout_secs
+            .as_ref()
+            .and_then(|secs| Duration::try_from_secs_f64(*secs.get_ref()).ok()),
+        allow_private: strings(&t.allow_private),
+        env: strings(&t.env)
+            .into_iter()
+            .filter(|v| key_env.as_ref() != Some(v))
+            .collect(),
+    }
+}
+
+/// A built-in tool ([`Builtin`]).
+fn builtin_tool(file: &AgentFile, t: &ToolFileSpec, builtin: &str) -> Result<Tool, CliError> {
+    let kind = Builtin::from_name(builtin).ok_or_else(|| CliError::Setup {
+        message: format!("no built-in tool {builtin:?}"),
+    })?;
+    kind.tool_named(t.name(), &builtin_options(file, t))
+        .map_err(|e| CliError::Setup {
+            message: format!("tool {}: {}: {e}", t.name(), e.code()),
+        })
+}
+
+/// The rules the built-in tools bring ([`Builtin::default_permission`]): one for each built-in
+/// tool whose default is not `allow` (`shell` asks) and that the `[permissions]` table neither
+/// lists nor names in a rule. A `default` or a `*` rule does not count as naming it.
+pub fn builtin_permission_rules(file: &AgentFile) -> Vec<PermissionRule> {
+    let named = permission_rules(file);
+    file.tools()
+        .iter()
+        .filter_map(|t| {
+            let kind = Builtin::from_name(t.builtin.as_ref()?.get_ref())?;
+            let permission = kind.default_permission();
+            let said = named.iter().any(|r| r.tool == t.name());
+            (permission != Permission::Allow && !said).then(|| PermissionRule {
+                tool: t.name().to_owned(),
+                arguments: None,
+                permission,
+            })
+        })
+        .collect()
+}
+
 /// A command tool. Its children never see the agent's API key variable, nor any `*_API_KEY`.
 fn command_tool(
     file: &AgentFile,
-    t: &crate::agent_file::ToolFileSpec,
+    t: &ToolFileSpec,
     command: &toml::Spanned<Vec<String>>,
 ) -> Result<Tool, CliError> {
-    let mut tool = CommandTool::new(t.name.get_ref().clone(), command.get_ref().clone())
+    let mut tool = CommandTool::new(t.name(), command.get_ref().clone())
         .description(t.description.clone().unwrap_or_default())
         .input_schema(t.input_schema.as_ref().map_or_else(
             || json!({"type": "object", "properties": {}}),
@@ -280,7 +340,11 @@ pub fn permission_rules(file: &AgentFile) -> Vec<PermissionRule> {
 /// or `deny` rule on the arguments, nor a `deny` for the tool.
 pub fn permission_store(file: &AgentFile) -> Result<PermissionStore, CliError> {
     let Some(p) = file.permissions() else {
-        return Ok(PermissionStore::new(Permission::Allow));
+        let mut store = PermissionStore::new(Permission::Allow);
+        for rule in builtin_permission_rules(file) {
+            store.configure(rule);
+        }
+        return Ok(store);
     };
     let fallback = p.default.unwrap_or(Permission::Allow);
     let mut store = match &p.store {
@@ -293,7 +357,10 @@ pub fn permission_store(file: &AgentFile) -> Result<PermissionStore, CliError> {
     // Lexically absolute, as the paths a tool is given are: no link is followed.
     let root = std::path::absolute(&file.dir).unwrap_or_else(|_| file.dir.clone());
     store.root(root);
-    for rule in permission_rules(file) {
+    for rule in permission_rules(file)
+        .into_iter()
+        .chain(builtin_permission_rules(file))
+    {
         store.configure(rule);
     }
     Ok(store)
@@ -310,11 +377,17 @@ pub enum Approval {
     Nobody(&'static str),
 }
 
-/// The permission gate of a file with a `[permissions]` table (none without one: every call
-/// runs). The run races the gate against its cancellation, so no call starts after a Ctrl-C at
-/// the prompt.
+/// True when the file's calls go through a permission gate: it has a `[permissions]` table, or
+/// a built-in tool that asks by default (`shell`).
+pub fn has_gate(file: &AgentFile) -> bool {
+    file.permissions().is_some() || !builtin_permission_rules(file).is_empty()
+}
+
+/// The permission gate of a file with a `[permissions]` table or a built-in tool that asks by
+/// default (none otherwise: every call runs). The run races the gate against its cancellation,
+/// so no call starts after a Ctrl-C at the prompt.
 pub fn gate(file: &AgentFile, approval: &Approval) -> Result<Option<Arc<dyn Gate>>, CliError> {
-    if file.permissions().is_none() {
+    if !has_gate(file) {
         return Ok(None);
     }
     let gate = PermissionGate::new(permission_store(file)?);
@@ -327,24 +400,37 @@ pub fn gate(file: &AgentFile, approval: &Approval) -> Result<Option<Arc<dyn Gate
 }
 
 /// What the agent file adds to the agent's definition (its fingerprint): what the core cannot
-/// see for itself, the tools' commands, the permissions and the version.
+/// see for itself, the tools' commands (and the built-in tools' options), the permissions and
+/// the version.
 pub fn definition_parts(file: &AgentFile) -> Vec<(&'static str, serde_json::Value)> {
     let commands: serde_json::Map<String, serde_json::Value> = file
         .tools()
         .iter()
         .map(|t| {
-            let how = match (&t.command, &t.agent) {
-                (Some(c), _) => json!(c.get_ref()),
+            let how = match (&t.command, &t.agent, &t.builtin) {
+                (Some(c), _, _) => json!(c.get_ref()),
                 // A change in the subagent's file changes this agent's definition too.
-                (None, Some(a)) => json!({
+                (None, Some(a), _) => json!({
                     "agent": a.get_ref(),
                     "fingerprint": file
-                        .subagent(t.name.get_ref())
+                        .subagent(t.name())
                         .and_then(|child| fingerprint(child).ok()),
                 }),
-                (None, None) => serde_json::Value::Null,
+                (None, None, Some(b)) => {
+                    let o = builtin_options(file, t);
+                    json!({
+                        "builtin": b.get_ref(),
+                        "root": t.root.as_ref().map(|r| r.get_ref()),
+                        "max_bytes": o.max_bytes,
+                        "max_results": o.max_results,
+                        "timeout_secs": o.timeout.map(|d| d.as_secs_f64()),
+                        "allow_private": o.allow_private,
+                        "env": o.env,
+                    })
+                }
+                (None, None, None) => serde_json::Value::Null,
             };
-            (t.name.get_ref().clone(), how)
+            (t.name().to_owned(), how)
         })
         .collect();
     let permissions = file.permissions().map(|p| {
@@ -403,12 +489,8 @@ pub fn fingerprint(file: &AgentFile) -> Result<String, CliError> {
 }
 
 /// An `agent` tool: it runs the agent its file describes.
-fn subagent_tool(
-    file: &AgentFile,
-    t: &crate::agent_file::ToolFileSpec,
-    kids: Kids<'_>,
-) -> Result<Tool, CliError> {
-    let name = t.name.get_ref();
+fn subagent_tool(file: &AgentFile, t: &ToolFileSpec, kids: Kids<'_>) -> Result<Tool, CliError> {
+    let name = t.name();
     let Some(child) = file.subagent(name) else {
         return Err(CliError::Setup {
             message: format!("the agent file of tool {name} was not loaded"),
@@ -447,7 +529,7 @@ fn subagent_tool(
             .and_then(|v| Duration::try_from_secs_f64(*v.get_ref()).ok()),
         ..Limits::unlimited()
     };
-    Ok(SubagentTool::new(sub, name.clone(), description)
+    Ok(SubagentTool::new(sub, name.to_owned(), description)
         .cap(cap)
         .fatal(t.fatal.unwrap_or(false))
         .into_tool())
@@ -547,6 +629,63 @@ command_prefix = { field = "command", prefix = "rm" }
             Permission::Deny,
             "the default"
         );
+    }
+
+    #[test]
+    fn the_shell_asks_unless_the_permissions_name_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let agent = |permissions: &str| {
+            let text = format!(
+                "name = \"x\"\n[model]\nprovider = \"openai\"\nname = \"m\"\n[[tools]]\nbuiltin = \"shell\"\n[[tools]]\nbuiltin = \"read_file\"\n{permissions}"
+            );
+            AgentFile::parse(&dir.path().join("agent.toml"), &text).unwrap()
+        };
+        let bare = agent("");
+        assert!(gate(&bare, &Approval::Yes).unwrap().is_some());
+        let store = permission_store(&bare).unwrap();
+        assert_eq!(
+            store.decide("shell", &json!({"command": "ls"})),
+            Permission::Ask
+        );
+        assert_eq!(
+            store.decide("read_file", &json!({"path": "a"})),
+            Permission::Allow
+        );
+        // A default says nothing about the shell in particular; a list does.
+        let lax = permission_store(&agent("[permissions]\ndefault = \"allow\"\n")).unwrap();
+        assert_eq!(
+            lax.decide("shell", &json!({"command": "ls"})),
+            Permission::Ask
+        );
+        let allowed = permission_store(&agent("[permissions]\nallow = [\"shell\"]\n")).unwrap();
+        assert_eq!(
+            allowed.decide("shell", &json!({"command": "ls"})),
+            Permission::Allow
+        );
+        let ruled = agent(
+            "[permissions]\n[[permissions.rules]]\ntool = \"shell\"\npermission = \"allow\"\ncommand_prefix = { field = \"command\", prefix = \"git status\" }\n",
+        );
+        assert!(builtin_permission_rules(&ruled).is_empty());
+        // Only the read_file tool: no rule to add, no gate.
+        let text = "name = \"x\"\n[model]\nprovider = \"openai\"\nname = \"m\"\n[[tools]]\nbuiltin = \"read_file\"\n";
+        let reader = AgentFile::parse(&dir.path().join("agent.toml"), text).unwrap();
+        assert!(gate(&reader, &Approval::Yes).unwrap().is_none());
+    }
+
+    #[test]
+    fn builtin_options_change_the_definition_fingerprint() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("a")).unwrap();
+        std::fs::create_dir(dir.path().join("b")).unwrap();
+        let print = |options: &str| {
+            let text = format!(
+                "name = \"x\"\n[model]\nprovider = \"openai\"\nname = \"m\"\n[[tools]]\nbuiltin = \"read_file\"\n{options}"
+            );
+            fingerprint(&AgentFile::parse(&dir.path().join("agent.toml"), &text).unwrap()).unwrap()
+        };
+        assert_eq!(print("root = \"a\""), print("root = \"a\""));
+        assert_ne!(print("root = \"a\""), print("root = \"b\""));
+        assert_ne!(print(""), print("max_bytes = 100"));
     }
 
     #[test]

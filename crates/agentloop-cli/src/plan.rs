@@ -62,9 +62,9 @@ fn subagent_tree(file: &AgentFile) -> Vec<Value> {
                     "provider": m.provider.get_ref().as_str(),
                     "name": m.name.as_ref().map(|n| n.get_ref()),
                 },
-                "tools": child.tools().iter().map(|t| t.name.get_ref().clone()).collect::<Vec<_>>(),
+                "tools": child.tools().iter().map(|t| t.name().to_owned()).collect::<Vec<_>>(),
                 "limits": serde_json::to_value(assemble::limits(child)).unwrap_or(Value::Null),
-                "permissions": child.permissions().is_some(),
+                "permissions": assemble::has_gate(child),
                 "subagents": subagent_tree(child),
             })
         })
@@ -168,6 +168,21 @@ fn scripted_tools_view(tools: &ToolSet) -> Vec<Value> {
         .collect()
 }
 
+/// The workspace folder of a built-in tool that has one, canonical when it exists.
+fn builtin_root(file: &AgentFile, t: &crate::agent_file::ToolFileSpec) -> Option<String> {
+    let kind = agentloop_tools::Builtin::from_name(t.builtin.as_ref()?.get_ref())?;
+    if !kind.uses_root() {
+        return None;
+    }
+    let root = assemble::builtin_options(file, t).root;
+    Some(
+        std::fs::canonicalize(&root)
+            .unwrap_or(root)
+            .display()
+            .to_string(),
+    )
+}
+
 /// The plan of an agent file.
 pub fn plan(file: &AgentFile) -> Result<Plan, CliError> {
     let m = file.model();
@@ -185,6 +200,8 @@ pub fn plan(file: &AgentFile) -> Result<Plan, CliError> {
                 "description": spec.description,
                 "command": t.command.as_ref().map(|c| c.get_ref()),
                 "agent": t.agent.as_ref().map(|a| a.get_ref()),
+                "builtin": t.builtin.as_ref().map(|b| b.get_ref()),
+                "root": builtin_root(file, t),
                 "fatal": t.fatal.unwrap_or(false),
                 "working_dir": file.dir.display().to_string(),
                 "mode": spec.mode,
@@ -268,7 +285,8 @@ fn permissions_view(file: &AgentFile) -> Result<Value, CliError> {
         .filter(|r| r.arguments.is_some())
         .collect();
     Ok(json!({
-        "gate": p.is_some(),
+        "gate": assemble::has_gate(file),
+        "builtin_defaults": assemble::builtin_permission_rules(file),
         "default": store.fallback(),
         "allow": names(p.and_then(|p| p.allow.as_ref())),
         "ask": names(p.and_then(|p| p.ask.as_ref())),
@@ -353,6 +371,13 @@ fn render_permissions(out: &mut String, p: &Value) {
             " (no [permissions] table: every call runs)"
         }
     );
+    for r in p["builtin_defaults"].as_array().into_iter().flatten() {
+        let _ = writeln!(
+            out,
+            "        {} (the built-in tool's default; list it to change that)",
+            rule_words(r)
+        );
+    }
     for list in ["allow", "ask", "deny"] {
         if p[list].as_array().is_some_and(|l| !l.is_empty()) {
             let _ = writeln!(out, "        {list}: {}", words(&p[list]));
@@ -448,7 +473,13 @@ pub fn render_plan(plan: &Plan) -> String {
         if t["description"].as_str().is_some_and(|d| !d.is_empty()) {
             let _ = writeln!(out, "        {}", show(&t["description"]));
         }
-        if t["agent"].is_null() {
+        if !t["builtin"].is_null() {
+            let root = match &t["root"] {
+                Value::Null => String::new(),
+                root => format!(" (root {})", show(root)),
+            };
+            let _ = writeln!(out, "        builtin: {}{root}", show(&t["builtin"]));
+        } else if t["agent"].is_null() {
             let _ = writeln!(out, "        command: {}", show(&t["command"]));
         } else {
             let _ = writeln!(out, "        agent:   {}", show(&t["agent"]));

@@ -20,15 +20,16 @@
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
-use std::process::{ExitStatus, Stdio};
+use std::process::ExitStatus;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::Duration;
 
 use agentloop::{Tool, ToolContext, ToolError, ToolOutput, tool::ExecutionMode};
 use serde_json::{Value, json};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
-use tokio::process::Command;
+
+use crate::process::{
+    Captured, Finished, GroupCommand, Stopped, describe_status, env_pairs, run_until, scrubbed_env,
+};
 
 /// The most stdout bytes the model reads from one call (64 KiB).
 pub const DEFAULT_MAX_OUTPUT_BYTES: usize = 64 * 1024;
@@ -170,11 +171,7 @@ impl CommandTool {
         mut self,
         vars: impl IntoIterator<Item = (impl Into<OsString>, impl Into<OsString>)>,
     ) -> Self {
-        self.base_env = Some(
-            vars.into_iter()
-                .map(|(k, v)| (k.into(), v.into()))
-                .collect(),
-        );
+        self.base_env = Some(env_pairs(vars));
         self
     }
 
@@ -236,15 +233,7 @@ impl From<CommandTool> for Runner {
             PathBuf::from(program)
         };
         let hidden = t.hidden_env;
-        let base: Vec<(OsString, OsString)> =
-            t.base_env.unwrap_or_else(|| std::env::vars_os().collect());
-        let env = base
-            .into_iter()
-            .filter(|(k, _)| {
-                let name = k.to_string_lossy();
-                !is_secret_env(&name) && !hidden.iter().any(|h| h == name.as_ref())
-            })
-            .collect();
+        let env = scrubbed_env(t.base_env, |name| !hidden.iter().any(|h| h == name));
         Runner {
             program,
             args: argv.collect(),
@@ -255,66 +244,6 @@ impl From<CommandTool> for Runner {
             max_error_bytes: t.max_error_bytes,
         }
     }
-}
-
-/// Kills a process group once: when the program exits (its leftovers), or when dropped (the call
-/// was cancelled or timed out). After one kill it is disarmed, so a recycled group id is never
-/// signalled.
-struct GroupKill(AtomicI32);
-
-impl GroupKill {
-    fn new(pid: Option<u32>) -> Self {
-        GroupKill(AtomicI32::new(
-            pid.and_then(|p| i32::try_from(p).ok()).unwrap_or(0),
-        ))
-    }
-
-    fn kill(&self) {
-        let pgid = self.0.swap(0, Ordering::SeqCst);
-        if pgid > 0 {
-            // ESRCH (the group is gone) is the usual answer and is fine.
-            let _ = nix::sys::signal::killpg(
-                nix::unistd::Pid::from_raw(pgid),
-                nix::sys::signal::Signal::SIGKILL,
-            );
-        }
-    }
-}
-
-impl Drop for GroupKill {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
-/// Bytes read from a pipe, at most a bound, and how many there were in all.
-struct Captured {
-    bytes: Vec<u8>,
-    total: usize,
-}
-
-async fn read_bounded(pipe: Option<impl AsyncRead + Unpin>, bound: usize) -> Captured {
-    let mut captured = Captured {
-        bytes: Vec::new(),
-        total: 0,
-    };
-    let Some(mut pipe) = pipe else {
-        return captured;
-    };
-    let mut chunk = [0u8; 8192];
-    loop {
-        match pipe.read(&mut chunk).await {
-            Ok(0) | Err(_) => break,
-            Ok(n) => {
-                let room = bound.saturating_sub(captured.bytes.len());
-                captured
-                    .bytes
-                    .extend_from_slice(chunk.get(..n.min(room)).unwrap_or_default());
-                captured.total += n;
-            }
-        }
-    }
-    captured
 }
 
 /// The text of captured bytes, trimmed with `trim`, saying so when it was cut at the bound.
@@ -366,80 +295,48 @@ fn failure_text(status: &ExitStatus, out: &Captured, err: &Captured) -> String {
     text
 }
 
-fn describe_status(status: &ExitStatus) -> String {
-    use std::os::unix::process::ExitStatusExt;
-    match (status.code(), status.signal()) {
-        (Some(code), _) => format!("exit status {code}"),
-        (None, Some(sig)) => format!("killed by signal {sig}"),
-        (None, None) => "an unknown exit status".to_owned(),
-    }
-}
-
 impl Runner {
     fn display_program(&self) -> String {
         self.program.display().to_string()
     }
 
     async fn run(&self, args: Value, ctx: ToolContext) -> Result<ToolOutput, ToolError> {
-        let mut cmd = Command::new(&self.program);
-        cmd.args(&self.args)
-            .current_dir(&self.working_dir)
-            .env_clear()
-            .envs(self.env.iter().map(|(k, v)| (k, v)))
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .process_group(0);
-        let mut child = match cmd.spawn() {
-            Ok(c) => c,
+        let command = GroupCommand {
+            program: &self.program,
+            args: &self.args,
+            working_dir: &self.working_dir,
+            env: &self.env,
+            stdin: Some(serde_json::to_vec(&args).unwrap_or_default()),
+        };
+        let work = match command.spawn(
+            Captured::new(self.max_output_bytes),
+            Captured::new(self.max_error_bytes),
+        ) {
+            Ok(work) => work,
             Err(e) => return Err(self.spawn_error(&e)),
         };
-        let group = GroupKill::new(child.id());
-        let stdin = child.stdin.take();
-        let stdout = child.stdout.take();
-        let stderr = child.stderr.take();
-        let input = serde_json::to_vec(&args).unwrap_or_default();
-        let feed = async move {
-            if let Some(mut stdin) = stdin {
-                // A program that does not read its stdin closes the pipe: that is its business.
-                let _ = stdin.write_all(&input).await;
-                let _ = stdin.shutdown().await;
+        let program = self.display_program();
+        let finished = match run_until(work, &ctx.cancel, self.timeout).await {
+            Ok(finished) => finished,
+            Err(Stopped::Cancelled) => {
+                return Err(ToolError::new(
+                    "cancelled",
+                    format!("the call was cancelled and `{program}` was killed"),
+                ));
             }
-        };
-        let work = async {
-            let wait = async {
-                let status = child.wait().await;
-                // Whatever the program left running in its group goes with it, so the pipes close.
-                group.kill();
-                status
-            };
-            let ((), out, err, status) = tokio::join!(
-                feed,
-                read_bounded(stdout, self.max_output_bytes),
-                read_bounded(stderr, self.max_error_bytes),
-                wait
-            );
-            (out, err, status)
-        };
-        let timeout = async {
-            match self.timeout {
-                Some(t) => tokio::time::sleep(t).await,
-                None => std::future::pending().await,
-            }
-        };
-        let (out, err, status) = tokio::select! {
-            biased;
-            () = ctx.cancel.cancelled() => {
-                return Err(ToolError::new("cancelled", format!("the call was cancelled and `{}` was killed", self.display_program())));
-            }
-            () = timeout => {
+            Err(Stopped::TimedOut) => {
                 let secs = self.timeout.map_or(0.0, |t| t.as_secs_f64());
-                return Err(ToolError::new("timeout", format!("`{}` did not finish within {secs:.1} s and was killed", self.display_program())));
+                return Err(ToolError::new(
+                    "timeout",
+                    format!("`{program}` did not finish within {secs:.1} s and was killed"),
+                ));
             }
-            r = work => r,
         };
-        drop(group);
+        let Finished {
+            status,
+            stdout: out,
+            stderr: err,
+        } = finished;
         let status = status.map_err(|e| {
             ToolError::new(
                 "command_failed",

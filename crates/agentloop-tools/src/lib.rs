@@ -1,9 +1,51 @@
-//! Built-in tools for agentloop. Today: [`CommandTool`], a tool that runs a program with its
-//! arguments as one JSON document on stdin and hands its stdout to the model.
+//! Built-in tools for agentloop: [`CommandTool`], a tool that runs a program with its arguments
+//! as one JSON document on stdin and hands its stdout to the model; and the built-in tools an
+//! agent file names with `builtin = "..."` ([`Builtin`]): files confined to a [`Workspace`]
+//! (`read_file`, `write_file`, `edit_file`, `list_dir`, `glob`, `grep`), a [`ShellTool`], and a
+//! [`WebFetchTool`] that refuses private networks.
 #![forbid(unsafe_code)]
 
+pub mod builtin;
 pub mod command;
+pub mod files;
+mod process;
+pub mod shell;
+pub mod web;
+pub mod workspace;
 
+pub use builtin::{Builtin, BuiltinError, BuiltinOptions};
 pub use command::{
     CommandTool, CommandToolError, DEFAULT_MAX_ERROR_BYTES, DEFAULT_MAX_OUTPUT_BYTES, is_secret_env,
 };
+pub use shell::ShellTool;
+pub use web::{WebFetchError, WebFetchTool, is_refused_ip};
+pub use workspace::{PathError, Workspace, WorkspaceError};
+
+/// What the crate's unit tests share: calling a tool and reading its answer.
+#[cfg(test)]
+mod testing {
+    #![allow(clippy::panic)]
+    use agentloop::{Tool, ToolContext, ToolError, message::ToolContent};
+    use serde_json::Value;
+
+    /// Calls a tool outside a run; its text and details, or its error.
+    pub(crate) async fn call(
+        tool: &Tool,
+        args: Value,
+    ) -> Result<(String, Option<Value>), ToolError> {
+        tool.call(args, ToolContext::detached("c", tool.name()))
+            .await
+            .map(|o| match o.content {
+                ToolContent::Text(t) => (t, o.details),
+                other => panic!("not text: {other:?}"),
+            })
+    }
+
+    /// The code of an error (`fatal` for a fatal one).
+    pub(crate) fn code(e: &ToolError) -> &str {
+        match e {
+            ToolError::Recoverable { code, .. } => code,
+            ToolError::Fatal { .. } => "fatal",
+        }
+    }
+}

@@ -244,20 +244,26 @@ pub(super) fn check_keys<T: Section>(
         }
     }
     let has = |key: &str| table.keys().any(|k| k.get_ref().as_ref() == key);
-    // A tool is a command or an agent: each key is optional, one of the two is required.
-    if T::KEYS.contains(&"command")
-        && T::KEYS.contains(&"agent")
-        && !has("command")
-        && !has("agent")
-    {
-        problems.at(
-            &join(path, "command"),
-            Some(span.clone()),
-            format!(
-                "missing required key `command` in [{path}] (or `agent`: another agent file, run \
-                 as a subagent)"
-            ),
-        );
+    // A tool is a command, an agent or a built-in tool: each key is optional, one of the three
+    // is required; only a built-in tool has a name of its own.
+    if T::KEYS.contains(&"command") && T::KEYS.contains(&"builtin") {
+        if !has("command") && !has("agent") && !has("builtin") {
+            problems.at(
+                &join(path, "command"),
+                Some(span.clone()),
+                format!(
+                    "missing required key `command` in [{path}] (or `agent`: another agent \
+                     file, run as a subagent; or `builtin`: a built-in tool such as read_file)"
+                ),
+            );
+        }
+        if !has("name") && !has("builtin") {
+            problems.at(
+                &join(path, "name"),
+                Some(span.clone()),
+                format!("missing required key `name` in [{path}]"),
+            );
+        }
     }
     for key in T::KEYS {
         if !T::optional(key) && !has(key) {

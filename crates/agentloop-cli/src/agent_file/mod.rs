@@ -1,4 +1,4 @@
-//! The agent file: a TOML description of an agent (instructions, model, limits, command tools),
+//! The agent file: a TOML description of an agent (instructions, model, limits, tools),
 //! and its validation. A file is checked whole before anything runs: every problem is collected
 //! with its key path (`tools[1].command`) and line, then all are reported at once.
 //!
@@ -57,7 +57,7 @@ impl AgentFile {
             .tools()
             .iter()
             .enumerate()
-            .filter_map(|(i, t)| Some((i, t.name.get_ref().clone(), t.agent.clone()?)))
+            .filter_map(|(i, t)| Some((i, t.name().to_owned(), t.agent.clone()?)))
             .collect();
         for (i, name, agent) in agents {
             let child_path = file.resolve(agent.get_ref());

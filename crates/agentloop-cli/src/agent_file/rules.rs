@@ -7,6 +7,7 @@ use std::ops::Range;
 use std::path::Path;
 
 use agentloop::permissions::Permission;
+use agentloop_tools::Builtin;
 use serde::Deserialize;
 use serde_json::Value;
 use toml::Spanned;
@@ -79,10 +80,7 @@ pub(super) fn check_rules(
         .collect();
     check_tools(&tools, dir, problems);
     if let Some(permissions) = &spec.permissions {
-        let names: Vec<&str> = tools
-            .iter()
-            .map(|(_, t)| t.name.get_ref().as_str())
-            .collect();
+        let names: Vec<&str> = tools.iter().map(|(_, t)| t.name()).collect();
         check_permissions(permissions, &names, dir, problems);
     }
     instructions
@@ -100,10 +98,11 @@ fn raw_tool_names(root: &DeTable<'_>) -> Vec<String> {
     let Some(DeValue::Array(items)) = named(root, "tools") else {
         return Vec::new();
     };
+    // A built-in tool is called by its own name unless it is given one.
     items
         .iter()
         .filter_map(|item| item.get_ref().as_table())
-        .filter_map(|t| named(t, "name"))
+        .filter_map(|t| named(t, "name").or_else(|| named(t, "builtin")))
         .filter_map(|name| name.as_str().map(str::to_owned))
         .collect()
 }
@@ -258,11 +257,7 @@ fn misplaced(
     problems: &mut Problems,
 ) {
     for (key, _) in keys.iter().filter(|(_, given)| *given) {
-        problems.at(
-            &join(path, key),
-            span_of(&tool.name),
-            format!("`{key}` {why}"),
-        );
+        problems.at(&join(path, key), tool.name_span(), format!("`{key}` {why}"));
     }
 }
 
@@ -307,21 +302,139 @@ fn check_agent_tool(
     }
 }
 
+/// A built-in tool: a known one, its root an existing folder, and only the keys it reads.
+fn check_builtin_tool(
+    tool: &ToolFileSpec,
+    builtin: &Spanned<String>,
+    path: &str,
+    dir: &Path,
+    problems: &mut Problems,
+) {
+    let Some(kind) = Builtin::from_name(builtin.get_ref()) else {
+        let known: Vec<&str> = Builtin::ALL.iter().map(|b| b.name()).collect();
+        problems.at(
+            &join(path, "builtin"),
+            span_of(builtin),
+            format!(
+                "no built-in tool {:?} (built-in tools: {})",
+                builtin.get_ref(),
+                known.join(", ")
+            ),
+        );
+        return;
+    };
+    let not_builtin = [
+        ("description", tool.description.is_some()),
+        ("input_schema", tool.input_schema.is_some()),
+        ("mode", tool.mode.is_some()),
+        ("retries", tool.retries.is_some()),
+        ("poller", tool.poller.is_some()),
+        ("idempotent", tool.idempotent.is_some()),
+    ];
+    misplaced(
+        &not_builtin,
+        tool,
+        path,
+        "does not apply to built-in tools: they describe themselves",
+        problems,
+    );
+    let searches = matches!(kind, Builtin::ListDir | Builtin::Glob | Builtin::Grep);
+    let timed = matches!(kind, Builtin::Shell | Builtin::WebFetch);
+    let others = [
+        ("root", tool.root.is_some() && !kind.uses_root()),
+        (
+            "max_bytes",
+            tool.max_bytes.is_some() && matches!(kind, Builtin::WriteFile | Builtin::EditFile),
+        ),
+        ("max_results", tool.max_results.is_some() && !searches),
+        ("timeout_secs", tool.timeout_secs.is_some() && !timed),
+        (
+            "allow_private",
+            tool.allow_private.is_some() && kind != Builtin::WebFetch,
+        ),
+        ("env", tool.env.is_some() && kind != Builtin::Shell),
+    ];
+    misplaced(
+        &others,
+        tool,
+        path,
+        &format!("does not apply to the built-in tool {kind}"),
+        problems,
+    );
+    if let Some(root) = &tool.root
+        && kind.uses_root()
+        && !dir.join(root.get_ref()).is_dir()
+    {
+        problems.at(
+            &join(path, "root"),
+            span_of(root),
+            format!(
+                "the root {} is not an existing folder",
+                dir.join(root.get_ref()).display()
+            ),
+        );
+    }
+    for (key, value) in [
+        ("max_bytes", &tool.max_bytes),
+        ("max_results", &tool.max_results),
+    ] {
+        if let Some(v) = value
+            && *v.get_ref() == 0
+        {
+            problems.at(
+                &join(path, key),
+                span_of(v),
+                format!("{key} must be at least 1"),
+            );
+        }
+    }
+    for (i, entry) in tool
+        .allow_private
+        .as_deref()
+        .unwrap_or_default()
+        .iter()
+        .enumerate()
+    {
+        if let Err(e) = agentloop_tools::WebFetchTool::new().allow(entry.get_ref()) {
+            problems.at(
+                &format!("{}[{i}]", join(path, "allow_private")),
+                span_of(entry),
+                e.to_string(),
+            );
+        }
+    }
+    for (i, var) in tool.env.as_deref().unwrap_or_default().iter().enumerate() {
+        let v = var.get_ref();
+        let message = if v.is_empty() || !v.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+            format!("{v:?} is not an environment variable name")
+        } else if agentloop_tools::is_secret_env(v) {
+            format!("{v} looks like a secret: the shell never passes it")
+        } else {
+            continue;
+        };
+        problems.at(
+            &format!("{}[{i}]", join(path, "env")),
+            span_of(var),
+            message,
+        );
+    }
+}
+
 /// Tool names (valid, unique) and each tool's own rules; `tools` pairs each with its key path.
 fn check_tools(tools: &[(String, &ToolFileSpec)], dir: &Path, problems: &mut Problems) {
     let mut seen: Vec<&str> = Vec::new();
     for (path, tool) in tools {
-        let name = tool.name.get_ref().as_str();
+        let name = tool.name();
         if let Err(reason) = agentloop::tool::check_tool_name(name) {
             problems.at(
                 &join(path, "name"),
-                span_of(&tool.name),
+                tool.name_span(),
                 format!("invalid tool name {name:?}: {reason}"),
             );
         } else if seen.contains(&name) {
             problems.at(
                 &join(path, "name"),
-                span_of(&tool.name),
+                tool.name_span(),
                 format!("the tool name {name:?} is used twice"),
             );
         }
@@ -611,16 +724,52 @@ fn check_budget_priced(limits: &LimitsSpec, model: &ModelSpec, problems: &mut Pr
 }
 
 fn check_tool(tool: &ToolFileSpec, path: &str, dir: &Path, problems: &mut Problems) {
-    match (&tool.command, &tool.agent) {
-        (Some(command), None) => check_command(command, path, dir, problems),
-        (None, Some(agent)) => check_agent_tool(tool, agent, path, dir, problems),
-        (Some(_), Some(agent)) => problems.at(
-            &join(path, "agent"),
-            span_of(agent),
-            "give `command` (a command tool) or `agent` (another agent file), not both",
-        ),
+    match (&tool.command, &tool.agent, &tool.builtin) {
+        (Some(command), None, None) => check_command(command, path, dir, problems),
+        (None, Some(agent), None) => check_agent_tool(tool, agent, path, dir, problems),
+        (None, None, Some(builtin)) => check_builtin_tool(tool, builtin, path, dir, problems),
         // Reported with the file's shape (`check_keys`).
-        (None, None) => {}
+        (None, None, None) => {}
+        (_, _, _) => {
+            let (key, span) = match (&tool.builtin, &tool.agent) {
+                (Some(b), _) => ("builtin", span_of(b)),
+                (None, a) => ("agent", a.as_ref().and_then(span_of)),
+            };
+            let given: Vec<String> = [
+                ("command", tool.command.is_some()),
+                ("agent", tool.agent.is_some()),
+                ("builtin", tool.builtin.is_some()),
+            ]
+            .into_iter()
+            .filter(|(_, given)| *given)
+            .map(|(k, _)| format!("`{k}`"))
+            .collect();
+            problems.at(
+                &join(path, key),
+                span,
+                format!(
+                    "give one of `command` (a command tool), `agent` (another agent file) or \
+                     `builtin` (a built-in tool), not both {}",
+                    given.join(" and ")
+                ),
+            );
+        }
+    }
+    if tool.builtin.is_none() {
+        let builtin_only = [
+            ("root", tool.root.is_some()),
+            ("max_bytes", tool.max_bytes.is_some()),
+            ("max_results", tool.max_results.is_some()),
+            ("allow_private", tool.allow_private.is_some()),
+            ("env", tool.env.is_some()),
+        ];
+        misplaced(
+            &builtin_only,
+            tool,
+            path,
+            "is for built-in tools (`builtin = ...`)",
+            problems,
+        );
     }
     if let Some(schema) = &tool.input_schema {
         let key = join(path, "input_schema");
@@ -656,7 +805,7 @@ fn check_tool(tool: &ToolFileSpec, path: &str, dir: &Path, problems: &mut Proble
             "timeout_secs must be a positive number of seconds, at most a year",
         );
     }
-    if tool.command.is_some() {
+    if tool.agent.is_none() {
         let agent_only = [
             ("fatal", tool.fatal.is_some()),
             ("max_turns", tool.max_turns.is_some()),
@@ -700,6 +849,75 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::super::AgentFile;
     use super::super::tests::{TWO_TOOLS, located, problems};
+
+    #[test]
+    fn builtin_tools_take_their_own_name_and_only_the_keys_they_read() {
+        let text = r#"name = "x"
+[model]
+provider = "openai"
+name = "m"
+[[tools]]
+builtin = "read_file"
+[[tools]]
+builtin = "rm_rf"
+[[tools]]
+builtin = "shell"
+env = ["OPENAI_API_KEY", "bad name", "CARGO_HOME"]
+allow_private = ["127.0.0.1"]
+[[tools]]
+builtin = "web_fetch"
+allow_private = ["http://x", "10.0.0.0/8"]
+root = "."
+[[tools]]
+builtin = "read_file"
+[[tools]]
+name = "cmd"
+command = ["true"]
+root = "."
+[[tools]]
+name = "grep2"
+builtin = "grep"
+root = "no/such/folder"
+description = "mine"
+max_results = 0
+[[tools]]
+builtin = "write_file"
+max_bytes = 10
+[permissions]
+allow = ["read_file", "grep2"]
+"#;
+        let mut got: Vec<String> = located(text).into_iter().map(|(p, _)| p).collect();
+        got.sort();
+        assert_eq!(
+            got,
+            [
+                "tools[1].builtin",
+                "tools[2].allow_private",
+                "tools[2].env[0]",
+                "tools[2].env[1]",
+                "tools[3].allow_private[0]",
+                "tools[3].root",
+                "tools[4].name",
+                "tools[5].root",
+                "tools[6].description",
+                "tools[6].max_results",
+                "tools[6].root",
+                "tools[7].max_bytes",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_tool_needs_a_name_unless_it_is_builtin_and_one_kind_only() {
+        let text = "name = \"x\"\n[model]\nprovider = \"openai\"\nname = \"m\"\n[[tools]]\ncommand = [\"true\"]\n[[tools]]\nbuiltin = \"glob\"\ncommand = [\"true\"]\n";
+        let got = problems(text);
+        assert!(got.iter().any(|p| p.path == "tools[0].name"), "{got:?}");
+        assert!(
+            got.iter().any(|p| p.path == "tools[1].builtin"
+                && p.message.contains("not both `command` and `builtin`")),
+            "{got:?}"
+        );
+    }
 
     #[test]
     fn a_timeout_too_large_for_a_duration_is_a_problem_not_a_panic() {

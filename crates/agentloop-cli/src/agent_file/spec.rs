@@ -80,7 +80,7 @@ section! {
         model: Spanned<ModelSpec>,
         /// The limits.
         limits: Option<LimitsSpec>,
-        /// Command tools.
+        /// The tools: command tools, subagents and built-in tools.
         tools: Option<Vec<ToolFileSpec>>,
         /// Which tool calls run, which need approval, which never run.
         permissions: Option<PermissionsSpec>,
@@ -234,11 +234,28 @@ section! {
 }
 
 section! {
-    /// One `[[tools]]` entry: a command tool (`command`), or another agent as a subagent
-    /// (`agent`).
+    /// One `[[tools]]` entry: a command tool (`command`), another agent as a subagent (`agent`),
+    /// or a built-in tool (`builtin`).
     ToolFileSpec {
-        /// The name the model calls it by.
-        name: Spanned<String>,
+        /// The name the model calls it by (for a built-in tool, its own name by default).
+        name: Option<Spanned<String>>,
+        /// A built-in tool: `read_file`, `write_file`, `edit_file`, `list_dir`, `glob`, `grep`,
+        /// `shell` or `web_fetch` ([`agentloop_tools::Builtin`]).
+        builtin: Option<Spanned<String>>,
+        /// Built-in file tools and `shell`: the workspace folder they may not leave, relative to
+        /// the agent file (default: the agent file's folder).
+        root: Option<Spanned<String>>,
+        /// Built-in tools but `write_file` and `edit_file`: the most bytes a call reads (files:
+        /// text answered; shell: each stream, head and tail; web_fetch: the body).
+        max_bytes: Option<Spanned<usize>>,
+        /// `list_dir`, `glob`, `grep`: the most entries or matches a call answers.
+        max_results: Option<Spanned<usize>>,
+        /// `web_fetch`: hosts, addresses or networks it may reach although they are not public
+        /// (`["127.0.0.1", "10.1.0.0/16", "intranet.example"]`).
+        allow_private: Option<Vec<Spanned<String>>>,
+        /// `shell`: variables passed to commands besides PATH, HOME, LANG, LC_ALL, TERM, TMPDIR
+        /// and USER (never a secret such as `*_API_KEY`).
+        env: Option<Vec<Spanned<String>>>,
         /// What it does, for the model.
         description: Option<String>,
         /// The program and its arguments; a relative program path starts at the agent file's
@@ -263,7 +280,7 @@ section! {
         input_schema: Option<Spanned<Value>>,
         /// `parallel` (default) or `sequential`.
         mode: Option<ExecutionMode>,
-        /// Per-call timeout in seconds.
+        /// Per-call timeout in seconds (`shell`: default 120; `web_fetch`: default 30).
         timeout_secs: Option<Spanned<f64>>,
         /// How many times a failed call (non-zero exit, timeout) runs again before the model
         /// sees the failure (default 0, at most
@@ -334,5 +351,24 @@ section! {
         field: String,
         /// The glob: `*` within a path segment, `**` across segments.
         glob: Spanned<String>,
+    }
+}
+
+impl ToolFileSpec {
+    /// The name the model calls the tool by: its `name`, or a built-in tool's own name.
+    pub fn name(&self) -> &str {
+        match (&self.name, &self.builtin) {
+            (Some(name), _) => name.get_ref(),
+            (None, Some(builtin)) => builtin.get_ref(),
+            (None, None) => "",
+        }
+    }
+
+    /// Where the name is written (a built-in tool's `builtin` when it has no `name`).
+    pub fn name_span(&self) -> Option<std::ops::Range<usize>> {
+        self.name
+            .as_ref()
+            .or(self.builtin.as_ref())
+            .map(Spanned::span)
     }
 }

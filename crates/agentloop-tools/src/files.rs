@@ -1,0 +1,1126 @@
+//! The file tools: `read_file`, `write_file`, `edit_file`, `list_dir`, `glob` and `grep`, each
+//! confined to a [`Workspace`] (every path goes through [`Workspace::resolve`]) and bounded (a
+//! size cap on what the model reads, a cap on listed entries and matches). Writes are atomic: a
+//! temporary file in the target's folder, synced, then renamed over the target, so a reader never
+//! sees half a file and a crash leaves the old one.
+//!
+//! The file system is used from blocking tasks (`spawn_blocking`), so a large folder never stalls
+//! the runtime that drives the run.
+
+use std::fmt::Write as _;
+use std::io::{BufRead, Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use agentloop::{Tool, ToolContext, ToolError, ToolOutput, tool::ExecutionMode};
+use schemars::JsonSchema;
+use serde::Deserialize;
+
+use crate::workspace::Workspace;
+
+/// The most bytes of text one call hands the model by default (64 KiB).
+pub const DEFAULT_MAX_READ_BYTES: usize = 64 * 1024;
+/// The most entries, paths or matching lines one call lists by default.
+pub const DEFAULT_MAX_RESULTS: usize = 200;
+/// Files larger than this are not edited, nor searched by `grep` (16 MiB).
+const MAX_WHOLE_FILE_BYTES: u64 = 16 * 1024 * 1024;
+/// How much of a file's start is looked at for a NUL byte, the mark of a binary file.
+const SNIFF_BYTES: usize = 8192;
+/// The longest matching line `grep` shows, in characters.
+const MAX_GREP_LINE_CHARS: usize = 300;
+
+/// What the file tools share: the workspace and the caps.
+#[derive(Debug, Clone)]
+pub(crate) struct FileLimits {
+    pub(crate) workspace: Workspace,
+    pub(crate) max_bytes: usize,
+    pub(crate) max_results: usize,
+}
+
+/// Runs file-system work on a blocking task.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, ToolError> + Send + 'static,
+) -> Result<T, ToolError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| ToolError::new("internal", format!("the file operation failed: {e}")))?
+}
+
+/// An I/O error on `shown` (the path as the model knows it), as the model reads it.
+fn io_error(shown: &str, e: &std::io::Error) -> ToolError {
+    use std::io::ErrorKind;
+    match e.kind() {
+        ErrorKind::NotFound => {
+            ToolError::new("not_found", format!("{shown}: no such file or folder")).permanent()
+        }
+        ErrorKind::PermissionDenied => {
+            ToolError::new("permission_denied", format!("{shown}: permission denied")).permanent()
+        }
+        _ => ToolError::new("io_error", format!("{shown}: {e}")),
+    }
+}
+
+fn binary_error(shown: &str) -> ToolError {
+    ToolError::new(
+        "binary_file",
+        format!(
+            "{shown} is a binary file (not UTF-8 text): the file tools read and edit text only"
+        ),
+    )
+    .permanent()
+}
+
+fn looks_binary(bytes: &[u8]) -> bool {
+    bytes
+        .get(..bytes.len().min(SNIFF_BYTES))
+        .unwrap_or_default()
+        .contains(&0)
+}
+
+/// A tool of the crate's shape: a typed argument (its schema from `A`) and a blocking body.
+fn file_tool<A>(
+    name: &str,
+    description: &str,
+    limits: &FileLimits,
+    shape: impl FnOnce(agentloop::tool::ToolBuilder) -> agentloop::tool::ToolBuilder,
+    body: fn(&FileLimits, A) -> Result<ToolOutput, ToolError>,
+) -> Tool
+where
+    A: serde::de::DeserializeOwned + JsonSchema + Send + 'static,
+{
+    let limits = Arc::new(limits.clone());
+    shape(Tool::builder(name).description(description)).handler(
+        move |args: A, _ctx: ToolContext| {
+            let limits = limits.clone();
+            blocking(move || body(&limits, args))
+        },
+    )
+}
+
+// `read_file`'s arguments (a plain comment: a doc comment would become the schema's description).
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ReadFileArgs {
+    /// The file, relative to the workspace root.
+    path: String,
+    /// The first line to read, counting from 1 (default 1).
+    #[serde(default)]
+    offset: Option<usize>,
+    /// The most lines to read (default: as many as fit in the size cap).
+    #[serde(default)]
+    limit: Option<usize>,
+}
+
+pub(crate) fn read_file(name: &str, limits: &FileLimits) -> Tool {
+    let description = format!(
+        "Reads a text file of the workspace. Each line comes back prefixed by its number and a \
+         tab (the prefix is not part of the file). At most {} bytes come back per call: read a \
+         long file in parts with `offset` (first line, from 1) and `limit` (line count). Binary \
+         files are refused. Example: {{\"path\": \"src/main.rs\", \"offset\": 40, \"limit\": 20}}",
+        limits.max_bytes
+    );
+    file_tool(
+        name,
+        &description,
+        limits,
+        |b| b.idempotent(true),
+        read_file_body,
+    )
+}
+
+fn read_file_body(limits: &FileLimits, args: ReadFileArgs) -> Result<ToolOutput, ToolError> {
+    let path = limits.workspace.resolve(&args.path)?;
+    let shown = limits.workspace.display(&path);
+    if path.is_dir() {
+        return Err(ToolError::new(
+            "is_a_folder",
+            format!("{shown} is a folder: use list_dir to see what it holds"),
+        )
+        .permanent());
+    }
+    let file = std::fs::File::open(&path).map_err(|e| io_error(&shown, &e))?;
+    let mut reader = std::io::BufReader::new(file);
+    if looks_binary(reader.fill_buf().map_err(|e| io_error(&shown, &e))?) {
+        return Err(binary_error(&shown));
+    }
+    let first = args.offset.unwrap_or(1).max(1);
+    let limit = args.limit.unwrap_or(usize::MAX);
+    let mut out = String::new();
+    let mut line_no = 0usize;
+    let mut shown_lines = 0usize;
+    let mut line = Vec::new();
+    let mut cut_note = None;
+    loop {
+        line.clear();
+        let n = reader
+            .read_until(b'\n', &mut line)
+            .map_err(|e| io_error(&shown, &e))?;
+        if n == 0 {
+            break;
+        }
+        line_no += 1;
+        if line_no < first {
+            continue;
+        }
+        if shown_lines == limit {
+            cut_note = Some(format!(
+                "[more lines follow: call again with offset={line_no}]"
+            ));
+            break;
+        }
+        let text = std::str::from_utf8(&line).map_err(|_| binary_error(&shown))?;
+        let text = text.strip_suffix('\n').unwrap_or(text);
+        let text = text.strip_suffix('\r').unwrap_or(text);
+        let entry = format!("{line_no:>6}\t{text}\n");
+        if out.len() + entry.len() > limits.max_bytes {
+            if shown_lines == 0 {
+                // One line longer than the cap: show its start rather than nothing.
+                let room = limits.max_bytes.saturating_sub(16);
+                let mut end = room.min(entry.len());
+                while !entry.is_char_boundary(end) {
+                    end -= 1;
+                }
+                out.push_str(entry.get(..end).unwrap_or_default());
+                out.push('\n');
+                cut_note = Some(format!(
+                    "[line {line_no} is longer than the {} byte cap and was cut; read on with offset={}]",
+                    limits.max_bytes,
+                    line_no + 1
+                ));
+            } else {
+                cut_note = Some(format!(
+                    "[cut at the {} byte cap: call again with offset={line_no}]",
+                    limits.max_bytes
+                ));
+            }
+            break;
+        }
+        out.push_str(&entry);
+        shown_lines += 1;
+    }
+    if out.is_empty() && cut_note.is_none() {
+        let text = if line_no == 0 {
+            format!("({shown} is empty)")
+        } else {
+            format!("({shown} has {line_no} lines: none from line {first})")
+        };
+        return Ok(ToolOutput::text(text));
+    }
+    if let Some(note) = cut_note {
+        out.push_str(&note);
+    }
+    Ok(ToolOutput::text(out))
+}
+
+// `write_file`'s arguments (a plain comment: a doc comment would become the schema's description).
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct WriteFileArgs {
+    /// The file, relative to the workspace root; missing folders are created.
+    path: String,
+    /// The whole new content of the file.
+    content: String,
+}
+
+pub(crate) fn write_file(name: &str, limits: &FileLimits) -> Tool {
+    file_tool(
+        name,
+        "Writes a whole text file of the workspace, creating it (and its folders) or replacing \
+         it. To change part of a file, prefer edit_file. Example: {\"path\": \"notes/todo.md\", \
+         \"content\": \"# To do\\n- write tests\\n\"}",
+        limits,
+        |b| {
+            b.mutating(true)
+                .idempotent(true)
+                .mode(ExecutionMode::Sequential)
+        },
+        write_file_body,
+    )
+}
+
+fn write_file_body(limits: &FileLimits, args: WriteFileArgs) -> Result<ToolOutput, ToolError> {
+    let path = limits.workspace.resolve(&args.path)?;
+    let shown = limits.workspace.display(&path);
+    if path.is_dir() {
+        return Err(
+            ToolError::new("is_a_folder", format!("{shown} is a folder, not a file")).permanent(),
+        );
+    }
+    let existed = path.exists();
+    write_atomic(&path, args.content.as_bytes()).map_err(|e| io_error(&shown, &e))?;
+    Ok(ToolOutput::text(format!(
+        "{} {shown} ({} bytes, {} lines)",
+        if existed { "replaced" } else { "created" },
+        args.content.len(),
+        args.content.lines().count()
+    )))
+}
+
+/// Writes `bytes` to `path` atomically: a temporary file beside it, synced, renamed over it, and
+/// the folder synced so the rename lasts. An existing file keeps its permissions.
+pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let dir = path
+        .parent()
+        .ok_or_else(|| std::io::Error::other("the path has no parent folder"))?;
+    std::fs::create_dir_all(dir)?;
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".agentloop-write-")
+        .tempfile_in(dir)?;
+    tmp.write_all(bytes)?;
+    if let Ok(meta) = std::fs::metadata(path) {
+        tmp.as_file().set_permissions(meta.permissions())?;
+    }
+    tmp.as_file().sync_all()?;
+    tmp.persist(path).map_err(|e| e.error)?;
+    if let Ok(d) = std::fs::File::open(dir) {
+        // Not every file system syncs a folder; the file itself is already safe.
+        let _ = d.sync_all();
+    }
+    Ok(())
+}
+
+/// A whole text file, refused when binary or too large to edit.
+fn read_text(path: &Path, shown: &str) -> Result<String, ToolError> {
+    let meta = std::fs::metadata(path).map_err(|e| io_error(shown, &e))?;
+    if meta.is_dir() {
+        return Err(
+            ToolError::new("is_a_folder", format!("{shown} is a folder, not a file")).permanent(),
+        );
+    }
+    if meta.len() > MAX_WHOLE_FILE_BYTES {
+        return Err(ToolError::new(
+            "file_too_large",
+            format!(
+                "{shown} has {} bytes, more than the {MAX_WHOLE_FILE_BYTES} this tool takes",
+                meta.len()
+            ),
+        )
+        .permanent());
+    }
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)
+        .and_then(|mut f| f.read_to_end(&mut bytes))
+        .map_err(|e| io_error(shown, &e))?;
+    if looks_binary(&bytes) {
+        return Err(binary_error(shown));
+    }
+    String::from_utf8(bytes).map_err(|_| binary_error(shown))
+}
+
+// `edit_file`'s arguments (a plain comment: a doc comment would become the schema's description).
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct EditFileArgs {
+    /// The file, relative to the workspace root.
+    path: String,
+    /// The exact text to replace, whitespace and indentation included (no line-number prefixes).
+    old_string: String,
+    /// The text to put in its place.
+    new_string: String,
+    /// Replace every occurrence; otherwise `old_string` must occur exactly once (default false).
+    #[serde(default)]
+    replace_all: bool,
+}
+
+pub(crate) fn edit_file(name: &str, limits: &FileLimits) -> Tool {
+    file_tool(
+        name,
+        "Replaces exact text in a file of the workspace. `old_string` must occur exactly once \
+         (include a few surrounding lines to make it unique) unless `replace_all` is true. \
+         Answers with the changed lines as a diff. Example: {\"path\": \"src/lib.rs\", \
+         \"old_string\": \"let x = 1;\", \"new_string\": \"let x = 2;\"}",
+        limits,
+        |b| b.mutating(true).mode(ExecutionMode::Sequential),
+        edit_file_body,
+    )
+}
+
+fn edit_file_body(limits: &FileLimits, args: EditFileArgs) -> Result<ToolOutput, ToolError> {
+    let path = limits.workspace.resolve(&args.path)?;
+    let shown = limits.workspace.display(&path);
+    if args.old_string.is_empty() {
+        return Err(ToolError::new(
+            "invalid_arguments",
+            "old_string is empty: give the text to replace (to create a file, use write_file)",
+        )
+        .permanent());
+    }
+    if args.old_string == args.new_string {
+        return Err(ToolError::new(
+            "invalid_arguments",
+            "old_string and new_string are the same: nothing would change",
+        )
+        .permanent());
+    }
+    let text = read_text(&path, &shown)?;
+    let positions: Vec<usize> = text
+        .match_indices(args.old_string.as_str())
+        .map(|(at, _)| at)
+        .collect();
+    match positions.len() {
+        0 => {
+            return Err(ToolError::new(
+                "no_match",
+                format!(
+                    "old_string does not occur in {shown}: the match is exact (whitespace and \
+                     indentation count, line-number prefixes are not part of the file); read \
+                     the file again and copy the text"
+                ),
+            )
+            .permanent());
+        }
+        n if n > 1 && !args.replace_all => {
+            let lines: Vec<String> = positions
+                .iter()
+                .take(10)
+                .map(|at| line_of(&text, *at).to_string())
+                .collect();
+            return Err(ToolError::new(
+                "ambiguous_match",
+                format!(
+                    "old_string occurs {n} times in {shown} (lines {}): include more \
+                     surrounding text to make it unique, or set replace_all to true",
+                    lines.join(", ")
+                ),
+            )
+            .permanent());
+        }
+        _ => {}
+    }
+    let new_text = text.replace(args.old_string.as_str(), &args.new_string);
+    write_atomic(&path, new_text.as_bytes()).map_err(|e| io_error(&shown, &e))?;
+    let n = positions.len();
+    let diff = edit_diff(&text, &positions, &args.old_string, &args.new_string);
+    Ok(ToolOutput::text(format!(
+        "edited {shown}: {n} replacement{}\n{diff}",
+        if n == 1 { "" } else { "s" }
+    )))
+}
+
+/// The 1-based line of a byte offset.
+fn line_of(text: &str, at: usize) -> usize {
+    text.get(..at).map_or(0, |t| t.matches('\n').count()) + 1
+}
+
+/// The most lines an edit's diff shows.
+const MAX_DIFF_LINES: usize = 200;
+
+/// A small unified diff of replacing `old` by `new` at `positions` (ascending, not
+/// overlapping) in `text`: one hunk per run of touching lines, no context lines.
+fn edit_diff(text: &str, positions: &[usize], old: &str, new: &str) -> String {
+    // Each hunk: the byte range of whole old lines it covers, and the matches inside it.
+    let mut hunks: Vec<(usize, usize, Vec<usize>)> = Vec::new();
+    for &at in positions {
+        let start = text
+            .get(..at)
+            .and_then(|t| t.rfind('\n'))
+            .map_or(0, |i| i + 1);
+        let end = at + old.len();
+        let line_end = if old.ends_with('\n') {
+            end
+        } else {
+            text.get(end..)
+                .and_then(|t| t.find('\n'))
+                .map_or(text.len(), |i| end + i + 1)
+        };
+        match hunks.last_mut() {
+            Some((_, last_end, matches)) if start <= *last_end => {
+                *last_end = line_end.max(*last_end);
+                matches.push(at);
+            }
+            _ => hunks.push((start, line_end, vec![at])),
+        }
+    }
+    let mut out = String::new();
+    let mut shown = 0usize;
+    let mut line_shift: isize = 0;
+    for (i, (start, end, matches)) in hunks.iter().enumerate() {
+        let old_region = text.get(*start..*end).unwrap_or_default();
+        let mut new_region = String::new();
+        let mut cursor = *start;
+        for &at in matches {
+            new_region.push_str(text.get(cursor..at).unwrap_or_default());
+            new_region.push_str(new);
+            cursor = at + old.len();
+        }
+        new_region.push_str(text.get(cursor..*end).unwrap_or_default());
+        let old_first = line_of(text, *start);
+        let old_count = old_region.lines().count();
+        let new_count = new_region.lines().count();
+        let new_first = old_first.saturating_add_signed(line_shift);
+        let _ = writeln!(
+            out,
+            "@@ -{old_first},{old_count} +{new_first},{new_count} @@"
+        );
+        for (sign, region) in [('-', old_region), ('+', new_region.as_str())] {
+            for l in region.lines() {
+                if shown == MAX_DIFF_LINES {
+                    let _ = write!(
+                        out,
+                        "[... the diff goes on: {} more hunks]",
+                        hunks.len() - i
+                    );
+                    return out;
+                }
+                let _ = writeln!(out, "{sign}{l}");
+                shown += 1;
+            }
+        }
+        line_shift += new_count as isize - old_count as isize;
+    }
+    out
+}
+
+// `list_dir`'s arguments (a plain comment: a doc comment would become the schema's description).
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ListDirArgs {
+    /// The folder, relative to the workspace root (default: the root).
+    #[serde(default)]
+    path: Option<String>,
+}
+
+pub(crate) fn list_dir(name: &str, limits: &FileLimits) -> Tool {
+    file_tool(
+        name,
+        "Lists a folder of the workspace, sorted by name: folders end with `/`, symbolic links \
+         with `@`, files show their size. Example: {\"path\": \"src\"}",
+        limits,
+        |b| b.idempotent(true),
+        list_dir_body,
+    )
+}
+
+fn list_dir_body(limits: &FileLimits, args: ListDirArgs) -> Result<ToolOutput, ToolError> {
+    let path = limits
+        .workspace
+        .resolve(args.path.as_deref().unwrap_or("."))?;
+    let shown = limits.workspace.display(&path);
+    let mut entries: Vec<(String, String)> = std::fs::read_dir(&path)
+        .map_err(|e| io_error(&shown, &e))?
+        .filter_map(Result::ok)
+        .map(|entry| {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let line = match entry.file_type() {
+                Ok(t) if t.is_symlink() => format!("{name}@"),
+                Ok(t) if t.is_dir() => format!("{name}/"),
+                _ => match entry.metadata() {
+                    Ok(m) => format!("{name} ({} bytes)", m.len()),
+                    Err(_) => name.clone(),
+                },
+            };
+            (name, line)
+        })
+        .collect();
+    entries.sort();
+    let total = entries.len();
+    if total == 0 {
+        return Ok(ToolOutput::text(format!("({shown} is empty)")));
+    }
+    let mut out: Vec<String> = entries
+        .into_iter()
+        .take(limits.max_results)
+        .map(|(_, line)| line)
+        .collect();
+    if total > limits.max_results {
+        out.push(format!(
+            "[{} more entries not shown: {total} in all]",
+            total - limits.max_results
+        ));
+    }
+    Ok(ToolOutput::text(out.join("\n")))
+}
+
+// `glob`'s arguments (a plain comment: a doc comment would become the schema's description).
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct GlobArgs {
+    /// The pattern, relative to `path`: `*` matches within a folder name, `**` across folders,
+    /// `{a,b}` either.
+    pattern: String,
+    /// The folder to search from, relative to the workspace root (default: the root).
+    #[serde(default)]
+    path: Option<String>,
+}
+
+pub(crate) fn glob(name: &str, limits: &FileLimits) -> Tool {
+    file_tool(
+        name,
+        "Finds files of the workspace whose path matches a glob pattern, sorted. `*` matches \
+         within one folder name, `**` across folders. Folders named .git are skipped. Example: \
+         {\"pattern\": \"**/*.rs\", \"path\": \"crates\"}",
+        limits,
+        |b| b.idempotent(true),
+        glob_body,
+    )
+}
+
+fn compile_glob(pattern: &str) -> Result<globset::GlobMatcher, ToolError> {
+    globset::GlobBuilder::new(pattern)
+        .literal_separator(true)
+        .build()
+        .map(|g| g.compile_matcher())
+        .map_err(|e| {
+            ToolError::new(
+                "invalid_pattern",
+                format!("{pattern:?} is not a valid glob: {}", e.kind()),
+            )
+            .permanent()
+        })
+}
+
+/// The entries under `base`, links not followed, `.git` folders skipped, in name order.
+fn walk(base: &Path) -> impl Iterator<Item = walkdir::DirEntry> {
+    walkdir::WalkDir::new(base)
+        .follow_links(false)
+        .sort_by_file_name()
+        .into_iter()
+        .filter_entry(|e| !(e.file_type().is_dir() && e.file_name() == ".git"))
+        .filter_map(Result::ok)
+}
+
+fn glob_body(limits: &FileLimits, args: GlobArgs) -> Result<ToolOutput, ToolError> {
+    let matcher = compile_glob(&args.pattern)?;
+    let base = limits
+        .workspace
+        .resolve(args.path.as_deref().unwrap_or("."))?;
+    let shown_base = limits.workspace.display(&base);
+    if !base.is_dir() {
+        return Err(
+            ToolError::new("not_a_folder", format!("{shown_base} is not a folder")).permanent(),
+        );
+    }
+    let mut found = Vec::new();
+    let mut more = 0usize;
+    for entry in walk(&base) {
+        if entry.file_type().is_dir() {
+            continue;
+        }
+        let Ok(rel) = entry.path().strip_prefix(&base) else {
+            continue;
+        };
+        if matcher.is_match(rel) {
+            if found.len() < limits.max_results {
+                found.push(limits.workspace.display(entry.path()));
+            } else {
+                more += 1;
+            }
+        }
+    }
+    if found.is_empty() {
+        return Ok(ToolOutput::text(format!(
+            "no files match {:?} under {shown_base}",
+            args.pattern
+        )));
+    }
+    let mut text = found.join("\n");
+    if more > 0 {
+        let _ = write!(
+            text,
+            "\n[{more} more matches not shown: narrow the pattern]"
+        );
+    }
+    Ok(ToolOutput::text(text))
+}
+
+// `grep`'s arguments (a plain comment: a doc comment would become the schema's description).
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct GrepArgs {
+    /// A regular expression (Rust `regex` syntax), matched against each line.
+    pattern: String,
+    /// The file or folder to search, relative to the workspace root (default: the root).
+    #[serde(default)]
+    path: Option<String>,
+    /// Only files whose path (relative to `path`) matches this glob, such as `**/*.rs`.
+    #[serde(default)]
+    glob: Option<String>,
+    /// Ignore case (default false).
+    #[serde(default)]
+    case_insensitive: bool,
+}
+
+pub(crate) fn grep(name: &str, limits: &FileLimits) -> Tool {
+    let description = format!(
+        "Searches the text files of the workspace for lines matching a regular expression \
+         (Rust regex syntax). Answers `path:line: text` per match, at most {} matches; binary \
+         files and .git folders are skipped. Example: {{\"pattern\": \"fn \\\\w+_test\", \
+         \"path\": \"src\", \"glob\": \"**/*.rs\"}}",
+        limits.max_results
+    );
+    file_tool(
+        name,
+        &description,
+        limits,
+        |b| b.idempotent(true),
+        grep_body,
+    )
+}
+
+fn grep_body(limits: &FileLimits, args: GrepArgs) -> Result<ToolOutput, ToolError> {
+    let regex = regex::RegexBuilder::new(&args.pattern)
+        .case_insensitive(args.case_insensitive)
+        .size_limit(1 << 20)
+        .build()
+        .map_err(|e| {
+            ToolError::new(
+                "invalid_pattern",
+                format!("not a valid regular expression: {e}"),
+            )
+            .permanent()
+        })?;
+    let filter = args.glob.as_deref().map(compile_glob).transpose()?;
+    let base = limits
+        .workspace
+        .resolve(args.path.as_deref().unwrap_or("."))?;
+    let mut out = String::new();
+    let mut count = 0usize;
+    let mut stopped = None;
+    let files: Box<dyn Iterator<Item = PathBuf>> = if base.is_dir() {
+        Box::new(
+            walk(&base)
+                .filter(|e| e.file_type().is_file())
+                .map(walkdir::DirEntry::into_path),
+        )
+    } else {
+        Box::new(std::iter::once(base.clone()))
+    };
+    'files: for file in files {
+        if let (Some(filter), Ok(rel)) = (&filter, file.strip_prefix(&base))
+            && !filter.is_match(rel)
+        {
+            continue;
+        }
+        let Ok(meta) = std::fs::metadata(&file) else {
+            continue;
+        };
+        if meta.len() > MAX_WHOLE_FILE_BYTES {
+            continue;
+        }
+        let Ok(bytes) = std::fs::read(&file) else {
+            continue;
+        };
+        if looks_binary(&bytes) {
+            continue;
+        }
+        let text = String::from_utf8_lossy(&bytes);
+        let shown = limits.workspace.display(&file);
+        for (i, line) in text.lines().enumerate() {
+            if !regex.is_match(line) {
+                continue;
+            }
+            if count == limits.max_results {
+                stopped = Some(format!(
+                    "[stopped at {count} matches: narrow the pattern, the path or the glob]"
+                ));
+                break 'files;
+            }
+            let line: String = if line.chars().count() > MAX_GREP_LINE_CHARS {
+                line.chars()
+                    .take(MAX_GREP_LINE_CHARS)
+                    .chain("…".chars())
+                    .collect()
+            } else {
+                line.to_owned()
+            };
+            let entry = format!("{shown}:{}: {line}\n", i + 1);
+            if out.len() + entry.len() > limits.max_bytes {
+                stopped = Some(format!(
+                    "[stopped at the {} byte cap after {count} matches: narrow the search]",
+                    limits.max_bytes
+                ));
+                break 'files;
+            }
+            out.push_str(&entry);
+            count += 1;
+        }
+    }
+    if count == 0 && stopped.is_none() {
+        return Ok(ToolOutput::text(format!(
+            "no lines match {:?}",
+            args.pattern
+        )));
+    }
+    if let Some(note) = stopped {
+        out.push_str(&note);
+    }
+    Ok(ToolOutput::text(out.trim_end().to_owned()))
+}
+
+// outside-paths: off (the tests below try hostile paths on purpose)
+#[cfg(test)]
+mod tests {
+    #![allow(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::indexing_slicing,
+        clippy::panic
+    )]
+    use super::*;
+    use crate::testing::{call, code};
+    use serde_json::{Value, json};
+    use std::os::unix::fs::symlink;
+
+    struct Fixture {
+        dir: tempfile::TempDir,
+        limits: FileLimits,
+    }
+
+    impl Fixture {
+        fn new() -> Fixture {
+            let dir = tempfile::tempdir().unwrap();
+            std::fs::create_dir_all(dir.path().join("root/src")).unwrap();
+            std::fs::create_dir_all(dir.path().join("outside")).unwrap();
+            std::fs::write(dir.path().join("outside/secret.txt"), "top secret\n").unwrap();
+            std::fs::write(
+                dir.path().join("root/src/main.rs"),
+                "fn main() {\n    let x = 1;\n    println!(\"{x}\");\n}\n",
+            )
+            .unwrap();
+            let limits = FileLimits {
+                workspace: Workspace::new(dir.path().join("root")).unwrap(),
+                max_bytes: DEFAULT_MAX_READ_BYTES,
+                max_results: DEFAULT_MAX_RESULTS,
+            };
+            Fixture { dir, limits }
+        }
+
+        fn root(&self) -> PathBuf {
+            self.limits.workspace.root().to_path_buf()
+        }
+
+        fn outside(&self) -> PathBuf {
+            self.dir.path().join("outside")
+        }
+
+        async fn call(
+            &self,
+            make: fn(&str, &FileLimits) -> Tool,
+            args: Value,
+        ) -> Result<String, ToolError> {
+            call(&make("t", &self.limits), args)
+                .await
+                .map(|(text, _)| text)
+        }
+    }
+
+    #[tokio::test]
+    async fn read_file_numbers_lines_and_reads_ranges() {
+        let f = Fixture::new();
+        let all = f
+            .call(read_file, json!({"path": "src/main.rs"}))
+            .await
+            .unwrap();
+        assert_eq!(all.lines().count(), 4);
+        assert!(all.starts_with("     1\tfn main() {\n"), "{all}");
+        let part = f
+            .call(
+                read_file,
+                json!({"path": "src/main.rs", "offset": 2, "limit": 1}),
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            part,
+            "     2\t    let x = 1;\n[more lines follow: call again with offset=3]"
+        );
+        let past = f
+            .call(read_file, json!({"path": "src/main.rs", "offset": 9}))
+            .await
+            .unwrap();
+        assert!(past.contains("has 4 lines"), "{past}");
+    }
+
+    #[tokio::test]
+    async fn read_file_stops_at_the_size_cap_and_says_where_to_go_on() {
+        let mut f = Fixture::new();
+        f.limits.max_bytes = 40;
+        let text: String = (1..=20).map(|i| format!("line {i}\n")).collect();
+        std::fs::write(f.root().join("long.txt"), text).unwrap();
+        let got = f
+            .call(read_file, json!({"path": "long.txt"}))
+            .await
+            .unwrap();
+        assert!(got.len() < 120, "{got}");
+        assert!(
+            got.contains("[cut at the 40 byte cap: call again with offset=3]"),
+            "{got}"
+        );
+        std::fs::write(f.root().join("wide.txt"), "x".repeat(500)).unwrap();
+        let wide = f
+            .call(read_file, json!({"path": "wide.txt"}))
+            .await
+            .unwrap();
+        assert!(wide.contains("longer than the 40 byte cap"), "{wide}");
+    }
+
+    #[tokio::test]
+    async fn binary_files_are_refused_clearly() {
+        let f = Fixture::new();
+        std::fs::write(f.root().join("image.png"), b"\x89PNG\r\n\x1a\n\0\0\0rest").unwrap();
+        std::fs::write(f.root().join("latin1.txt"), b"caf\xe9\n").unwrap();
+        for path in ["image.png", "latin1.txt"] {
+            let e = f.call(read_file, json!({"path": path})).await.unwrap_err();
+            assert_eq!(code(&e), "binary_file", "{path}");
+            assert!(e.to_string().contains("binary file"), "{e}");
+        }
+        let e = f
+            .call(
+                edit_file,
+                json!({"path": "image.png", "old_string": "PNG", "new_string": "GIF"}),
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(code(&e), "binary_file");
+    }
+
+    #[tokio::test]
+    async fn every_escape_is_refused_by_every_file_tool() {
+        let f = Fixture::new();
+        symlink(f.outside().join("secret.txt"), f.root().join("file_link")).unwrap();
+        symlink(f.outside(), f.root().join("dir_link")).unwrap();
+        let secret = f.outside().join("secret.txt").display().to_string();
+        let escapes = [
+            ("file_link", "path_outside_root"),
+            ("dir_link/secret.txt", "path_outside_root"),
+            ("../outside/secret.txt", "path_parent_dir"),
+            (secret.as_str(), "path_absolute"),
+        ];
+        for (path, want) in escapes {
+            let e = f.call(read_file, json!({"path": path})).await.unwrap_err();
+            assert_eq!(code(&e), want, "read_file {path}");
+            let e = f
+                .call(write_file, json!({"path": path, "content": "pwned"}))
+                .await
+                .unwrap_err();
+            assert_eq!(code(&e), want, "write_file {path}");
+            let e = f
+                .call(
+                    edit_file,
+                    json!({"path": path, "old_string": "top", "new_string": "no"}),
+                )
+                .await
+                .unwrap_err();
+            assert_eq!(code(&e), want, "edit_file {path}");
+            let e = f
+                .call(grep, json!({"pattern": "secret", "path": path}))
+                .await
+                .unwrap_err();
+            assert_eq!(code(&e), want, "grep {path}");
+        }
+        for (path, want) in [
+            ("dir_link", "path_outside_root"),
+            ("..", "path_parent_dir"),
+            ("/", "path_absolute"),
+        ] {
+            let e = f.call(list_dir, json!({"path": path})).await.unwrap_err();
+            assert_eq!(code(&e), want, "list_dir {path}");
+            let e = f
+                .call(glob, json!({"pattern": "*", "path": path}))
+                .await
+                .unwrap_err();
+            assert_eq!(code(&e), want, "glob {path}");
+        }
+        // A linked folder used as the parent of a new file: nothing is created outside.
+        let e = f
+            .call(
+                write_file,
+                json!({"path": "dir_link/new/planted.txt", "content": "x"}),
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(code(&e), "path_outside_root");
+        assert!(!f.outside().join("new").exists());
+        assert_eq!(
+            std::fs::read_to_string(f.outside().join("secret.txt")).unwrap(),
+            "top secret\n"
+        );
+        // Searching the root never follows the links out.
+        let found = f.call(grep, json!({"pattern": "secret"})).await.unwrap();
+        assert!(found.starts_with("no lines match"), "{found}");
+        let listed = f.call(glob, json!({"pattern": "**"})).await.unwrap();
+        assert!(!listed.contains("secret"), "{listed}");
+    }
+
+    #[tokio::test]
+    async fn write_file_creates_folders_replaces_atomically_and_keeps_permissions() {
+        use std::os::unix::fs::PermissionsExt;
+        let f = Fixture::new();
+        let got = f
+            .call(
+                write_file,
+                json!({"path": "a/b/new.txt", "content": "one\ntwo\n"}),
+            )
+            .await
+            .unwrap();
+        assert_eq!(got, "created a/b/new.txt (8 bytes, 2 lines)");
+        let script = f.root().join("run.sh");
+        std::fs::write(&script, "old").unwrap();
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o750)).unwrap();
+        let got = f
+            .call(
+                write_file,
+                json!({"path": "run.sh", "content": "echo hi\n"}),
+            )
+            .await
+            .unwrap();
+        assert!(got.starts_with("replaced run.sh"), "{got}");
+        assert_eq!(std::fs::read_to_string(&script).unwrap(), "echo hi\n");
+        let mode = std::fs::metadata(&script).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o750);
+        // No temporary file is left behind.
+        let names: Vec<String> = std::fs::read_dir(f.root())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert!(
+            names.iter().all(|n| !n.starts_with(".agentloop")),
+            "{names:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn edit_file_needs_a_unique_match_unless_replace_all() {
+        let f = Fixture::new();
+        std::fs::write(f.root().join("c.txt"), "a = 1\nb = 1\nc = 2\n").unwrap();
+        let e = f
+            .call(
+                edit_file,
+                json!({"path": "c.txt", "old_string": "= 1", "new_string": "= 9"}),
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(code(&e), "ambiguous_match");
+        assert!(
+            e.to_string()
+                .contains("occurs 2 times in c.txt (lines 1, 2)"),
+            "{e}"
+        );
+        let e = f
+            .call(
+                edit_file,
+                json!({"path": "c.txt", "old_string": "d = 4", "new_string": "x"}),
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(code(&e), "no_match");
+        assert_eq!(
+            std::fs::read_to_string(f.root().join("c.txt")).unwrap(),
+            "a = 1\nb = 1\nc = 2\n",
+            "a refused edit changes nothing"
+        );
+        let got = f
+            .call(
+                edit_file,
+                json!({"path": "c.txt", "old_string": "= 1", "new_string": "= 9", "replace_all": true}),
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            got,
+            "edited c.txt: 2 replacements\n@@ -1,2 +1,2 @@\n-a = 1\n-b = 1\n+a = 9\n+b = 9\n"
+        );
+        assert_eq!(
+            std::fs::read_to_string(f.root().join("c.txt")).unwrap(),
+            "a = 9\nb = 9\nc = 2\n"
+        );
+    }
+
+    #[tokio::test]
+    async fn edit_file_shows_the_changed_lines_with_their_numbers() {
+        let f = Fixture::new();
+        let got = f
+            .call(
+                edit_file,
+                json!({"path": "src/main.rs", "old_string": "    let x = 1;\n", "new_string": "    let x = 2;\n    let y = 3;\n"}),
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            got,
+            "edited src/main.rs: 1 replacement\n@@ -2,1 +2,2 @@\n-    let x = 1;\n+    let x = 2;\n+    let y = 3;\n"
+        );
+        let got = f
+            .call(
+                edit_file,
+                json!({"path": "src/main.rs", "old_string": "    let y = 3;\n", "new_string": ""}),
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            got,
+            "edited src/main.rs: 1 replacement\n@@ -3,1 +3,0 @@\n-    let y = 3;\n"
+        );
+        let got = f
+            .call(
+                edit_file,
+                json!({"path": "src/main.rs", "old_string": "println", "new_string": "eprintln"}),
+            )
+            .await
+            .unwrap();
+        assert!(
+            got.ends_with("@@ -3,1 +3,1 @@\n-    println!(\"{x}\");\n+    eprintln!(\"{x}\");\n"),
+            "{got}"
+        );
+    }
+
+    #[tokio::test]
+    async fn list_dir_glob_and_grep_find_what_is_there_within_caps() {
+        let mut f = Fixture::new();
+        std::fs::write(f.root().join("src/lib.rs"), "pub fn lib() {}\n").unwrap();
+        std::fs::create_dir_all(f.root().join(".git")).unwrap();
+        std::fs::write(f.root().join(".git/config"), "fn hidden\n").unwrap();
+        std::fs::write(f.root().join("notes.md"), "no code\n").unwrap();
+        let listed = f.call(list_dir, json!({})).await.unwrap();
+        assert_eq!(listed, ".git/\nnotes.md (8 bytes)\nsrc/");
+        let found = f.call(glob, json!({"pattern": "**/*.rs"})).await.unwrap();
+        assert_eq!(found, "src/lib.rs\nsrc/main.rs");
+        let found = f
+            .call(glob, json!({"pattern": "*.rs", "path": "src"}))
+            .await
+            .unwrap();
+        assert_eq!(found, "src/lib.rs\nsrc/main.rs");
+        let hits = f.call(grep, json!({"pattern": r"fn \w+"})).await.unwrap();
+        assert_eq!(
+            hits,
+            "src/lib.rs:1: pub fn lib() {}\nsrc/main.rs:1: fn main() {"
+        );
+        let hits = f
+            .call(
+                grep,
+                json!({"pattern": "FN MAIN", "case_insensitive": true, "glob": "**/main.rs"}),
+            )
+            .await
+            .unwrap();
+        assert_eq!(hits, "src/main.rs:1: fn main() {");
+        let e = f.call(grep, json!({"pattern": "("})).await.unwrap_err();
+        assert_eq!(code(&e), "invalid_pattern");
+        f.limits.max_results = 1;
+        let hits = f.call(grep, json!({"pattern": "fn"})).await.unwrap();
+        assert!(
+            hits.ends_with("[stopped at 1 matches: narrow the pattern, the path or the glob]"),
+            "{hits}"
+        );
+        let listed = f.call(list_dir, json!({})).await.unwrap();
+        assert!(
+            listed.ends_with("[2 more entries not shown: 3 in all]"),
+            "{listed}"
+        );
+    }
+
+    #[test]
+    fn schemas_are_objects_with_their_fields_described() {
+        let f = Fixture::new();
+        for make in [read_file, write_file, edit_file, list_dir, glob, grep] {
+            let tool = make("t", &f.limits);
+            let schema = &tool.spec().input_schema;
+            assert_eq!(schema["type"], "object", "{schema}");
+            assert_eq!(schema["additionalProperties"], false, "{schema}");
+            assert!(schema.get("description").is_none(), "{schema}");
+            for (_, p) in schema["properties"].as_object().unwrap() {
+                assert!(p["description"].is_string(), "{schema}");
+            }
+            assert!(tool.spec().description.contains("Example:"));
+        }
+    }
+}

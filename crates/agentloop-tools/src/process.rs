@@ -1,0 +1,320 @@
+//! What the command tools and the shell tool share about running a child: it leads its own
+//! process group, which is killed whole when the child exits (its leftovers), when the call is
+//! cancelled or times out, or when the call's future is dropped; its output is read into bounded
+//! captures while it runs, so a chatty child never fills memory.
+
+use std::collections::VecDeque;
+use std::ffi::OsString;
+use std::process::{ExitStatus, Stdio};
+use std::sync::atomic::{AtomicI32, Ordering};
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::process::Command;
+
+/// Kills a process group once: when the program exits (its leftovers), or when dropped (the call
+/// was cancelled or timed out). After one kill it is disarmed, so a recycled group id is never
+/// signalled.
+pub(crate) struct GroupKill(AtomicI32);
+
+impl GroupKill {
+    fn new(pid: Option<u32>) -> Self {
+        GroupKill(AtomicI32::new(
+            pid.and_then(|p| i32::try_from(p).ok()).unwrap_or(0),
+        ))
+    }
+
+    fn kill(&self) {
+        let pgid = self.0.swap(0, Ordering::SeqCst);
+        if pgid > 0 {
+            // ESRCH (the group is gone) is the usual answer and is fine.
+            let _ = nix::sys::signal::killpg(
+                nix::unistd::Pid::from_raw(pgid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+    }
+}
+
+impl Drop for GroupKill {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Where a pipe's bytes go: a capture that keeps what it can within its bound.
+pub(crate) trait Capture: Send {
+    /// Takes the next bytes.
+    fn push(&mut self, bytes: &[u8]);
+}
+
+/// A capture shared with whoever reads it while the child still runs (or after it was killed).
+impl<C: Capture> Capture for std::sync::Arc<std::sync::Mutex<C>> {
+    fn push(&mut self, bytes: &[u8]) {
+        // Poisoned only by a panic in another push: the capture then keeps what it had.
+        if let Ok(mut c) = self.lock() {
+            c.push(bytes);
+        }
+    }
+}
+
+/// The first bytes of a stream, at most a bound, and how many there were in all.
+pub(crate) struct Captured {
+    pub(crate) bytes: Vec<u8>,
+    pub(crate) total: usize,
+    bound: usize,
+}
+
+impl Captured {
+    pub(crate) fn new(bound: usize) -> Self {
+        Captured {
+            bytes: Vec::new(),
+            total: 0,
+            bound,
+        }
+    }
+}
+
+impl Capture for Captured {
+    fn push(&mut self, bytes: &[u8]) {
+        let room = self.bound.saturating_sub(self.bytes.len());
+        self.bytes
+            .extend_from_slice(bytes.get(..bytes.len().min(room)).unwrap_or_default());
+        self.total += bytes.len();
+    }
+}
+
+/// The head and the tail of a stream, each at most half a bound: what a build or a test run says
+/// first (the command) and last (the verdict) both matter; the middle is dropped and counted.
+pub(crate) struct HeadTail {
+    head: Vec<u8>,
+    tail: VecDeque<u8>,
+    total: usize,
+    half: usize,
+}
+
+impl HeadTail {
+    pub(crate) fn new(bound: usize) -> Self {
+        HeadTail {
+            head: Vec::new(),
+            tail: VecDeque::new(),
+            total: 0,
+            half: bound / 2,
+        }
+    }
+
+    /// The text kept, with a line saying how many bytes were cut from the middle, if any.
+    pub(crate) fn text(&self) -> String {
+        let head = String::from_utf8_lossy(&self.head);
+        let cut = self.total - self.head.len() - self.tail.len();
+        if cut == 0 {
+            let tail: Vec<u8> = self.tail.iter().copied().collect();
+            return format!("{head}{}", String::from_utf8_lossy(&tail));
+        }
+        let tail: Vec<u8> = self.tail.iter().copied().collect();
+        format!(
+            "{head}\n[... {cut} bytes cut from the middle ({} bytes in all) ...]\n{}",
+            self.total,
+            String::from_utf8_lossy(&tail)
+        )
+    }
+
+    /// How many bytes the stream had in all.
+    pub(crate) fn total(&self) -> usize {
+        self.total
+    }
+}
+
+impl Capture for HeadTail {
+    fn push(&mut self, bytes: &[u8]) {
+        self.total += bytes.len();
+        let room = self.half.saturating_sub(self.head.len());
+        let (to_head, rest) = bytes.split_at(bytes.len().min(room));
+        self.head.extend_from_slice(to_head);
+        self.tail.extend(rest);
+        let over = self.tail.len().saturating_sub(self.half);
+        self.tail.drain(..over);
+    }
+}
+
+async fn read_into<C: Capture>(pipe: Option<impl AsyncRead + Unpin>, mut capture: C) -> C {
+    let Some(mut pipe) = pipe else {
+        return capture;
+    };
+    let mut chunk = [0u8; 8192];
+    loop {
+        match pipe.read(&mut chunk).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => capture.push(chunk.get(..n).unwrap_or_default()),
+        }
+    }
+    capture
+}
+
+/// A child to run in a process group of its own: the program, its arguments, its folder and its
+/// whole environment (nothing is inherited).
+pub(crate) struct GroupCommand<'a> {
+    pub(crate) program: &'a std::path::Path,
+    pub(crate) args: &'a [String],
+    pub(crate) working_dir: &'a std::path::Path,
+    pub(crate) env: &'a [(OsString, OsString)],
+    /// Written to the child's stdin, which is then closed; `None` gives it no stdin at all.
+    pub(crate) stdin: Option<Vec<u8>>,
+}
+
+/// How a child ended, and what it wrote.
+pub(crate) struct Finished<O, E> {
+    pub(crate) status: std::io::Result<ExitStatus>,
+    pub(crate) stdout: O,
+    pub(crate) stderr: E,
+}
+
+impl GroupCommand<'_> {
+    /// Starts the child. The returned future runs it to its end, reading its output into the two
+    /// captures; dropping the future (a timeout, a cancellation) kills its whole group, and when
+    /// the child exits, whatever it left running in its group is killed too, so the pipes close.
+    pub(crate) fn spawn<O: Capture, E: Capture>(
+        &self,
+        stdout: O,
+        stderr: E,
+    ) -> std::io::Result<impl Future<Output = Finished<O, E>> + Send + use<O, E>> {
+        let mut cmd = Command::new(self.program);
+        cmd.args(self.args)
+            .current_dir(self.working_dir)
+            .env_clear()
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .stdin(if self.stdin.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .process_group(0);
+        let mut child = cmd.spawn()?;
+        let group = GroupKill::new(child.id());
+        let stdin_pipe = child.stdin.take();
+        let out_pipe = child.stdout.take();
+        let err_pipe = child.stderr.take();
+        let input = self.stdin.clone().unwrap_or_default();
+        Ok(async move {
+            let feed = async move {
+                if let Some(mut pipe) = stdin_pipe {
+                    // A program that does not read its stdin closes the pipe: its business.
+                    let _ = pipe.write_all(&input).await;
+                    let _ = pipe.shutdown().await;
+                }
+            };
+            let wait = async {
+                let status = child.wait().await;
+                group.kill();
+                status
+            };
+            let ((), stdout, stderr, status) = tokio::join!(
+                feed,
+                read_into(out_pipe, stdout),
+                read_into(err_pipe, stderr),
+                wait
+            );
+            Finished {
+                status,
+                stdout,
+                stderr,
+            }
+        })
+    }
+}
+
+/// An environment given as pairs, owned.
+pub(crate) fn env_pairs(
+    vars: impl IntoIterator<Item = (impl Into<OsString>, impl Into<OsString>)>,
+) -> Vec<(OsString, OsString)> {
+    vars.into_iter()
+        .map(|(k, v)| (k.into(), v.into()))
+        .collect()
+}
+
+/// The variables of `base` (this process's when `None`) whose names `keep` accepts; a secret
+/// ([`crate::is_secret_env`]) never, whatever `keep` says.
+pub(crate) fn scrubbed_env(
+    base: Option<Vec<(OsString, OsString)>>,
+    keep: impl Fn(&str) -> bool,
+) -> Vec<(OsString, OsString)> {
+    base.unwrap_or_else(|| std::env::vars_os().collect())
+        .into_iter()
+        .filter(|(k, _)| {
+            let name = k.to_string_lossy();
+            !crate::is_secret_env(&name) && keep(&name)
+        })
+        .collect()
+}
+
+/// Why a child was stopped before it ended.
+pub(crate) enum Stopped {
+    /// The call's cancellation token fired.
+    Cancelled,
+    /// The timeout passed.
+    TimedOut,
+}
+
+/// Runs `work` (a started child, see [`GroupCommand::spawn`]) until it ends, the call is
+/// cancelled or `timeout` passes; in the last two cases `work` is dropped, which kills the group.
+pub(crate) async fn run_until<T>(
+    work: impl Future<Output = T>,
+    cancel: &tokio_util::sync::CancellationToken,
+    timeout: Option<std::time::Duration>,
+) -> Result<T, Stopped> {
+    let timeout = async {
+        match timeout {
+            Some(t) => tokio::time::sleep(t).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        biased;
+        () = cancel.cancelled() => Err(Stopped::Cancelled),
+        () = timeout => Err(Stopped::TimedOut),
+        r = work => Ok(r),
+    }
+}
+
+/// `exit status 3`, `killed by signal 9`.
+pub(crate) fn describe_status(status: &ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => format!("exit status {code}"),
+        (None, Some(sig)) => format!("killed by signal {sig}"),
+        (None, None) => "an unknown exit status".to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn head_tail_keeps_both_ends_and_counts_the_cut() {
+        let mut c = HeadTail::new(8);
+        c.push(b"abc");
+        c.push(b"defghij");
+        c.push(b"klmnop");
+        assert_eq!(c.total(), 16);
+        assert_eq!(
+            c.text(),
+            "abcd\n[... 8 bytes cut from the middle (16 bytes in all) ...]\nmnop"
+        );
+        let mut small = HeadTail::new(8);
+        small.push(b"abcdef");
+        assert_eq!(small.text(), "abcdef");
+    }
+
+    #[test]
+    fn captured_keeps_the_head_and_counts_all() {
+        let mut c = Captured::new(4);
+        c.push(b"abc");
+        c.push(b"defg");
+        assert_eq!(c.bytes, b"abcd");
+        assert_eq!(c.total, 7);
+    }
+}

@@ -1,0 +1,355 @@
+//! The `shell` tool: `sh -c COMMAND` in a folder of the [`Workspace`], with a scrubbed
+//! environment, a timeout that kills the command's whole process group, and an output cap that
+//! keeps the head and the tail of each stream. The exit status is the first line of the result;
+//! a non-zero status is a result the model reads, not a tool error, since a failing test run is
+//! information.
+//!
+//! The environment holds only the variables of an allow list ([`DEFAULT_SHELL_ENV`] and the
+//! names given with [`ShellTool::allow_env`]) and never a secret ([`is_secret_env`](crate::is_secret_env)), whatever
+//! the list says. Its permission default is [`Permission::Ask`](agentloop::permissions::Permission)
+//! (see [`Builtin::default_permission`](crate::Builtin::default_permission)).
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use agentloop::{Tool, ToolContext, ToolError, ToolOutput, tool::ExecutionMode};
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::json;
+
+use crate::process::{
+    GroupCommand, HeadTail, Stopped, describe_status, env_pairs, run_until, scrubbed_env,
+};
+use crate::workspace::Workspace;
+
+/// The variables a shell command sees by default, when this process has them.
+pub const DEFAULT_SHELL_ENV: &[&str] =
+    &["PATH", "HOME", "LANG", "LC_ALL", "TERM", "TMPDIR", "USER"];
+/// The default timeout of one command (two minutes).
+pub const DEFAULT_SHELL_TIMEOUT: Duration = Duration::from_secs(120);
+/// The default cap of each stream the model reads (32 KiB: half head, half tail).
+pub const DEFAULT_SHELL_OUTPUT_BYTES: usize = 32 * 1024;
+
+/// The `shell` tool's definition. Build it, then turn it into a [`Tool`] with
+/// [`ShellTool::into_tool`].
+#[must_use]
+#[derive(Debug, Clone)]
+pub struct ShellTool {
+    workspace: Workspace,
+    timeout: Duration,
+    max_output_bytes: usize,
+    allowed_env: Vec<String>,
+    base_env: Option<Vec<(OsString, OsString)>>,
+}
+
+impl ShellTool {
+    /// A shell confined to `workspace`, with the defaults.
+    pub fn new(workspace: Workspace) -> Self {
+        ShellTool {
+            workspace,
+            timeout: DEFAULT_SHELL_TIMEOUT,
+            max_output_bytes: DEFAULT_SHELL_OUTPUT_BYTES,
+            allowed_env: DEFAULT_SHELL_ENV.iter().map(|s| (*s).to_owned()).collect(),
+            base_env: None,
+        }
+    }
+
+    /// Kills a command (and its process group) after this long.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// The most bytes of each stream the model reads: the first and the last half of it.
+    pub fn max_output_bytes(mut self, bytes: usize) -> Self {
+        self.max_output_bytes = bytes;
+        self
+    }
+
+    /// Also passes this variable through, when it is set and is not a secret.
+    pub fn allow_env(mut self, name: impl Into<String>) -> Self {
+        self.allowed_env.push(name.into());
+        self
+    }
+
+    /// The environment the allow list picks from, instead of this process's.
+    pub fn base_env(
+        mut self,
+        vars: impl IntoIterator<Item = (impl Into<OsString>, impl Into<OsString>)>,
+    ) -> Self {
+        self.base_env = Some(env_pairs(vars));
+        self
+    }
+
+    /// The tool, named `name`.
+    pub fn into_tool(self, name: impl Into<String>) -> Tool {
+        let description = format!(
+            "Runs a shell command (`sh -c`) in the workspace and answers its exit status, stdout \
+             and stderr. `cwd` is a folder relative to the workspace root (default: the root). \
+             Commands are killed after {} s; of long output the first and last {} bytes of each \
+             stream are kept. Example: {{\"command\": \"cargo test 2>&1 | tail -n 20\", \"cwd\": \
+             \"crates/core\"}}",
+            self.timeout.as_secs_f64(),
+            self.max_output_bytes / 2
+        );
+        let allowed = self.allowed_env;
+        let env = scrubbed_env(self.base_env, |name| allowed.iter().any(|a| a == name));
+        let runner = Arc::new(ShellRunner {
+            workspace: self.workspace,
+            timeout: self.timeout,
+            max_output_bytes: self.max_output_bytes,
+            env,
+        });
+        Tool::builder(name)
+            .description(description)
+            .mutating(true)
+            .mode(ExecutionMode::Sequential)
+            .handler(move |args: ShellArgs, ctx: ToolContext| {
+                let runner = runner.clone();
+                async move { runner.run(args, ctx).await }
+            })
+    }
+}
+
+// `shell`'s arguments (a plain comment: a doc comment would become the schema's description).
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ShellArgs {
+    /// The command line, run by `sh -c`.
+    command: String,
+    /// The folder to run in, relative to the workspace root (default: the root).
+    #[serde(default)]
+    cwd: Option<String>,
+}
+
+struct ShellRunner {
+    workspace: Workspace,
+    timeout: Duration,
+    max_output_bytes: usize,
+    env: Vec<(OsString, OsString)>,
+}
+
+impl ShellRunner {
+    async fn run(&self, args: ShellArgs, ctx: ToolContext) -> Result<ToolOutput, ToolError> {
+        let cwd: PathBuf = self.workspace.resolve(args.cwd.as_deref().unwrap_or("."))?;
+        if !cwd.is_dir() {
+            return Err(ToolError::new(
+                "not_a_folder",
+                format!("cwd {} is not a folder", self.workspace.display(&cwd)),
+            )
+            .permanent());
+        }
+        let argv = ["-c".to_owned(), args.command];
+        let command = GroupCommand {
+            program: std::path::Path::new("sh"),
+            args: &argv,
+            working_dir: &cwd,
+            env: &self.env,
+            stdin: None,
+        };
+        // Shared with the running child, so that a command killed on timeout still shows what
+        // it had said: where a hanging build or test stopped is what the model needs.
+        let stdout = Arc::new(Mutex::new(HeadTail::new(self.max_output_bytes)));
+        let stderr = Arc::new(Mutex::new(HeadTail::new(self.max_output_bytes)));
+        let work = command
+            .spawn(stdout.clone(), stderr.clone())
+            .map_err(|e| ToolError::new("shell_not_started", format!("cannot start sh: {e}")))?;
+        let finished = run_until(work, &ctx.cancel, Some(self.timeout)).await;
+        let streams = |head: String| -> (String, usize, usize) {
+            let (Ok(out), Ok(err)) = (stdout.lock(), stderr.lock()) else {
+                return (head, 0, 0);
+            };
+            (streams_text(head, &out, &err), out.total(), err.total())
+        };
+        let status = match finished {
+            Ok(f) => f.status,
+            Err(Stopped::Cancelled) => {
+                let (text, _, _) =
+                    streams("the call was cancelled and the command was killed".to_owned());
+                return Err(ToolError::new("cancelled", text));
+            }
+            Err(Stopped::TimedOut) => {
+                let (text, _, _) = streams(format!(
+                    "the command did not finish within {} s and was killed with its whole \
+                     process group",
+                    self.timeout.as_secs_f64()
+                ));
+                return Err(ToolError::new("timeout", text));
+            }
+        };
+        let status = status
+            .map_err(|e| ToolError::new("shell_failed", format!("waiting for sh failed: {e}")))?;
+        let (text, out_bytes, err_bytes) = streams(describe_status(&status));
+        Ok(ToolOutput::text(text).with_details(json!({
+            "exit_code": status.code(),
+            "stdout_bytes": out_bytes,
+            "stderr_bytes": err_bytes,
+        })))
+    }
+}
+
+/// `head`, then each stream that said something under a header of its own, or `(no output)`.
+fn streams_text(mut head: String, out: &HeadTail, err: &HeadTail) -> String {
+    for (name, stream) in [("stdout", out), ("stderr", err)] {
+        let body = stream.text();
+        let body = body.trim_end();
+        if !body.is_empty() {
+            head.push_str(&format!("\n--- {name} ---\n{body}"));
+        }
+    }
+    if out.total() == 0 && err.total() == 0 {
+        head.push_str(" (no output)");
+    }
+    head
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::indexing_slicing,
+        clippy::panic
+    )]
+    use super::*;
+    use crate::testing::{call, code};
+    use serde_json::Value;
+
+    fn shell(dir: &std::path::Path) -> ShellTool {
+        ShellTool::new(Workspace::new(dir).unwrap()).base_env([
+            ("PATH", std::env::var("PATH").unwrap_or_default().as_str()),
+            ("HOME", "/var/empty/test-home"),
+            ("OPENAI_API_KEY", "sk-secret"),
+            ("MY_API_KEY", "sk-other"),
+            ("UNLISTED", "nope"),
+            ("EXTRA", "yes"),
+        ])
+    }
+
+    async fn run(tool: &Tool, args: Value) -> Result<String, ToolError> {
+        call(tool, args).await.map(|(text, _)| text)
+    }
+
+    #[tokio::test]
+    async fn runs_in_the_workspace_with_the_status_and_both_streams() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("sub")).unwrap();
+        let tool = shell(dir.path()).into_tool("shell");
+        let got = run(
+            &tool,
+            json!({"command": "pwd; echo oops >&2; exit 3", "cwd": "sub"}),
+        )
+        .await
+        .unwrap();
+        let sub = std::fs::canonicalize(dir.path().join("sub")).unwrap();
+        assert_eq!(
+            got,
+            format!(
+                "exit status 3\n--- stdout ---\n{}\n--- stderr ---\noops",
+                sub.display()
+            )
+        );
+        let got = run(&tool, json!({"command": "true"})).await.unwrap();
+        assert_eq!(got, "exit status 0 (no output)");
+    }
+
+    #[tokio::test]
+    async fn the_environment_is_the_allow_list_minus_secrets() {
+        let dir = tempfile::tempdir().unwrap();
+        let tool = shell(dir.path())
+            .allow_env("EXTRA")
+            .allow_env("OPENAI_API_KEY")
+            .into_tool("shell");
+        let got = run(&tool, json!({"command": "env | sort"})).await.unwrap();
+        assert!(got.contains("HOME=/var/empty/test-home"), "{got}");
+        assert!(got.contains("EXTRA=yes"), "{got}");
+        assert!(!got.contains("UNLISTED"), "{got}");
+        assert!(!got.contains("sk-"), "a secret reached the shell: {got}");
+    }
+
+    #[tokio::test]
+    async fn a_cwd_outside_the_workspace_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("root")).unwrap();
+        std::os::unix::fs::symlink("/", dir.path().join("root/up")).unwrap();
+        let tool = shell(&dir.path().join("root")).into_tool("shell");
+        for (cwd, want) in [
+            ("..", "path_parent_dir"),
+            ("/tmp", "path_absolute"),
+            ("up", "path_outside_root"),
+        ] {
+            let e = run(&tool, json!({"command": "touch planted", "cwd": cwd}))
+                .await
+                .unwrap_err();
+            assert_eq!(code(&e), want, "{cwd}: {e}");
+        }
+        assert!(!dir.path().join("planted").exists());
+    }
+
+    #[tokio::test]
+    async fn long_output_keeps_the_head_and_the_tail() {
+        let dir = tempfile::tempdir().unwrap();
+        let tool = shell(dir.path()).max_output_bytes(64).into_tool("shell");
+        let got = run(
+            &tool,
+            json!({"command": "echo FIRST; seq 1 5000; echo LAST"}),
+        )
+        .await
+        .unwrap();
+        assert!(got.contains("FIRST"), "{got}");
+        assert!(got.contains("LAST"), "{got}");
+        assert!(got.contains("bytes cut from the middle"), "{got}");
+        assert!(got.len() < 400, "{got}");
+    }
+
+    #[tokio::test]
+    async fn a_timeout_kills_the_whole_process_group() {
+        let dir = tempfile::tempdir().unwrap();
+        let pid_file = dir.path().join("sleeper.pid");
+        let tool = shell(dir.path())
+            // Long enough for a loaded machine to start sh and write the pid first.
+            .timeout(Duration::from_secs(5))
+            .into_tool("shell");
+        // The background sleeper outlives its shell unless the whole group is killed.
+        let e = run(
+            &tool,
+            json!({"command": "sleep 300 & echo $! > sleeper.pid; echo started; wait"}),
+        )
+        .await
+        .unwrap_err();
+        assert_eq!(code(&e), "timeout", "{e}");
+        assert!(e.to_string().contains("--- stdout ---\nstarted"), "{e}");
+        let pid: i32 = std::fs::read_to_string(&pid_file)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        let pid = nix::unistd::Pid::from_raw(pid);
+        // The kill is sent on timeout; reaping by init may take a moment on a loaded machine.
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let gone = nix::sys::signal::kill(pid, None).is_err() || is_zombie(pid);
+            if gone {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the background sleeper survived"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// A killed process that its parent has not reaped yet is dead all the same.
+    fn is_zombie(pid: nix::unistd::Pid) -> bool {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .map(|s| {
+                s.rsplit(')')
+                    .next()
+                    .is_some_and(|rest| rest.trim_start().starts_with('Z'))
+            })
+            .unwrap_or(true)
+    }
+}

@@ -1,0 +1,305 @@
+//! The folder the file and shell tools are confined to, and the one function that turns a path a
+//! model gave into a path inside it ([`Workspace::resolve`]). Every tool that touches a path goes
+//! through it, so that there is one place where escapes are refused and one set of tests for it.
+//!
+//! The rules, in order:
+//! - the root is canonicalized once, when the workspace is made;
+//! - a path is refused lexically when it is absolute or holds a `..` component (`.` is dropped);
+//! - the deepest part of the path that exists (a dangling link counts as existing) is
+//!   canonicalized, which follows every link in it, and must still be under the root: a link
+//!   inside that points out is refused whether it is the file itself or a folder on the way,
+//!   and whether the file exists yet or not;
+//! - the parts that do not exist yet are plain names appended to that canonical folder.
+//!
+//! Canonical forms are compared, so on a case-insensitive file system a path spelled in another
+//! case resolves to the same canonical root and is accepted, and nothing else is.
+//!
+//! What this cannot stop: a process outside the agent that swaps a folder for a link between the
+//! check and the use. The tools guard against the model, not against a hostile neighbour.
+
+use std::ffi::OsString;
+use std::path::{Component, Path, PathBuf};
+
+/// Why a path was refused. The message is what the model reads: it names the path as the model
+/// gave it, never the absolute root.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum PathError {
+    /// An absolute path (or a Windows prefix).
+    #[error(
+        "{path:?} is an absolute path: give a path relative to the workspace root (such as \"src/main.rs\")"
+    )]
+    Absolute {
+        /// The path as given.
+        path: String,
+    },
+    /// A `..` component.
+    #[error("{path:?} contains `..`: paths may not climb out of the workspace")]
+    ParentDir {
+        /// The path as given.
+        path: String,
+    },
+    /// The path leads out of the root through a symbolic link.
+    #[error("{path:?} leads outside the workspace (through a symbolic link)")]
+    Outside {
+        /// The path as given.
+        path: String,
+    },
+    /// A link on the path points at nothing, so where it leads cannot be checked.
+    #[error("{path:?} goes through a symbolic link whose target does not exist")]
+    DanglingLink {
+        /// The path as given.
+        path: String,
+    },
+    /// The file system could not answer.
+    #[error("{path:?}: {message}")]
+    Io {
+        /// The path as given.
+        path: String,
+        /// What went wrong.
+        message: String,
+    },
+}
+
+impl PathError {
+    /// The stable code, also the code of the tool error the model reads.
+    pub fn code(&self) -> &'static str {
+        match self {
+            PathError::Absolute { .. } => "path_absolute",
+            PathError::ParentDir { .. } => "path_parent_dir",
+            PathError::Outside { .. } => "path_outside_root",
+            PathError::DanglingLink { .. } => "path_dangling_link",
+            PathError::Io { .. } => "path_io",
+        }
+    }
+}
+
+impl From<PathError> for agentloop::ToolError {
+    fn from(e: PathError) -> Self {
+        // No retry turns a refused path into an accepted one.
+        agentloop::ToolError::new(e.code(), e.to_string()).permanent()
+    }
+}
+
+/// Why a workspace could not be opened (an operator's error, at setup).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("workspace root {root}: {message}")]
+pub struct WorkspaceError {
+    /// The root as given.
+    pub root: String,
+    /// What went wrong.
+    pub message: String,
+}
+
+impl WorkspaceError {
+    /// The stable code.
+    pub fn code(&self) -> &'static str {
+        "workspace.root"
+    }
+}
+
+/// A folder the tools may not leave. Cheap to clone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Workspace {
+    root: PathBuf,
+}
+
+impl Workspace {
+    /// Opens the folder `root` (which must exist), canonicalized once.
+    pub fn new(root: impl AsRef<Path>) -> Result<Self, WorkspaceError> {
+        let given = root.as_ref();
+        let error = |message: String| WorkspaceError {
+            root: given.display().to_string(),
+            message,
+        };
+        let root = std::fs::canonicalize(given).map_err(|e| error(e.to_string()))?;
+        if !root.is_dir() {
+            return Err(error("not a folder".to_owned()));
+        }
+        Ok(Workspace { root })
+    }
+
+    /// The canonical root.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The path `path` (relative to the root; `""` and `"."` are the root) names inside the
+    /// workspace, with every link resolved, or why it is refused. The file need not exist.
+    pub fn resolve(&self, path: &str) -> Result<PathBuf, PathError> {
+        let given = || path.to_owned();
+        let mut names: Vec<OsString> = Vec::new();
+        for component in Path::new(path).components() {
+            match component {
+                Component::Prefix(_) | Component::RootDir => {
+                    return Err(PathError::Absolute { path: given() });
+                }
+                Component::ParentDir => return Err(PathError::ParentDir { path: given() }),
+                Component::CurDir => {}
+                Component::Normal(name) => names.push(name.to_owned()),
+            }
+        }
+        // The deepest existing ancestor, links and all; the rest are names still to be created.
+        let mut existing = names.len();
+        let mut candidate = self.root.join(names.iter().collect::<PathBuf>());
+        while existing > 0 && std::fs::symlink_metadata(&candidate).is_err() {
+            existing -= 1;
+            candidate.pop();
+        }
+        let canonical = match std::fs::canonicalize(&candidate) {
+            Ok(c) => c,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(PathError::DanglingLink { path: given() });
+            }
+            Err(e) => {
+                return Err(PathError::Io {
+                    path: given(),
+                    message: e.to_string(),
+                });
+            }
+        };
+        if !canonical.starts_with(&self.root) {
+            return Err(PathError::Outside { path: given() });
+        }
+        let rest = names.get(existing..).unwrap_or_default();
+        Ok(rest.iter().fold(canonical, |p, name| p.join(name)))
+    }
+
+    /// A resolved path as the model should read it: relative to the root, `/`-separated, `.` for
+    /// the root itself.
+    pub fn display(&self, resolved: &Path) -> String {
+        match resolved.strip_prefix(&self.root) {
+            Ok(rel) if rel.as_os_str().is_empty() => ".".to_owned(),
+            Ok(rel) => rel
+                .components()
+                .map(|c| c.as_os_str().to_string_lossy())
+                .collect::<Vec<_>>()
+                .join("/"),
+            Err(_) => resolved.display().to_string(),
+        }
+    }
+}
+
+// outside-paths: off (the tests below try hostile paths on purpose)
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use std::os::unix::fs::symlink;
+
+    /// A workspace `root/` beside an `outside/` folder holding `secret.txt`.
+    fn setup() -> (tempfile::TempDir, Workspace) {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("root/src")).unwrap();
+        std::fs::create_dir_all(dir.path().join("outside")).unwrap();
+        std::fs::write(dir.path().join("outside/secret.txt"), "secret").unwrap();
+        std::fs::write(dir.path().join("root/src/main.rs"), "fn main() {}").unwrap();
+        let ws = Workspace::new(dir.path().join("root")).unwrap();
+        (dir, ws)
+    }
+
+    #[test]
+    fn paths_inside_resolve_whether_or_not_they_exist() {
+        let (_d, ws) = setup();
+        assert_eq!(ws.resolve("").unwrap(), ws.root());
+        assert_eq!(ws.resolve(".").unwrap(), ws.root());
+        assert_eq!(
+            ws.resolve("./src//main.rs").unwrap(),
+            ws.root().join("src/main.rs")
+        );
+        assert_eq!(
+            ws.resolve("new/deeper/file.txt").unwrap(),
+            ws.root().join("new/deeper/file.txt")
+        );
+        assert_eq!(
+            ws.display(&ws.resolve("src/main.rs").unwrap()),
+            "src/main.rs"
+        );
+        assert_eq!(ws.display(ws.root()), ".");
+    }
+
+    #[test]
+    fn absolute_paths_and_parent_components_are_refused_before_any_lookup() {
+        let (d, ws) = setup();
+        let secret = d.path().join("outside/secret.txt");
+        for (path, code) in [
+            (secret.to_str().unwrap(), "path_absolute"),
+            ("/etc/passwd", "path_absolute"),
+            ("../outside/secret.txt", "path_parent_dir"),
+            ("src/../../outside/secret.txt", "path_parent_dir"),
+            // Even a `..` that would stay inside: lexical refusal is simpler to trust.
+            ("src/../src/main.rs", "path_parent_dir"),
+        ] {
+            assert_eq!(ws.resolve(path).unwrap_err().code(), code, "{path}");
+        }
+    }
+
+    #[test]
+    fn links_out_of_the_root_are_refused_for_files_folders_and_files_to_be() {
+        let (d, ws) = setup();
+        let outside = d.path().join("outside");
+        symlink(outside.join("secret.txt"), ws.root().join("file_link")).unwrap();
+        symlink(&outside, ws.root().join("dir_link")).unwrap();
+        symlink(outside.join("missing"), ws.root().join("dangling")).unwrap();
+        for path in [
+            "file_link",
+            "dir_link",
+            "dir_link/secret.txt",
+            // Not yet existing, under a linked folder: a write would land outside.
+            "dir_link/new.txt",
+            "dir_link/new/deeper.txt",
+        ] {
+            assert_eq!(
+                ws.resolve(path).unwrap_err().code(),
+                "path_outside_root",
+                "{path}"
+            );
+        }
+        // A dangling link out could be followed by a write; where it leads is unknown: refused.
+        assert_eq!(
+            ws.resolve("dangling").unwrap_err().code(),
+            "path_dangling_link"
+        );
+        assert_eq!(
+            ws.resolve("dangling/x").unwrap_err().code(),
+            "path_dangling_link"
+        );
+    }
+
+    #[test]
+    fn links_that_stay_inside_are_followed() {
+        let (_d, ws) = setup();
+        symlink(ws.root().join("src"), ws.root().join("code")).unwrap();
+        symlink("src/main.rs", ws.root().join("main_link")).unwrap();
+        assert_eq!(
+            ws.resolve("code/main.rs").unwrap(),
+            ws.root().join("src/main.rs")
+        );
+        assert_eq!(
+            ws.resolve("main_link").unwrap(),
+            ws.root().join("src/main.rs")
+        );
+        assert_eq!(
+            ws.resolve("code/new.rs").unwrap(),
+            ws.root().join("src/new.rs")
+        );
+    }
+
+    #[test]
+    fn a_root_given_through_a_link_is_canonicalized_once() {
+        let (d, ws) = setup();
+        symlink(ws.root(), d.path().join("alias")).unwrap();
+        let via_alias = Workspace::new(d.path().join("alias")).unwrap();
+        assert_eq!(via_alias.root(), ws.root());
+        assert_eq!(
+            via_alias.resolve("src/main.rs").unwrap(),
+            ws.root().join("src/main.rs")
+        );
+    }
+
+    #[test]
+    fn a_missing_root_is_an_error() {
+        let e = Workspace::new("/definitely/not/here").unwrap_err();
+        assert_eq!(e.code(), "workspace.root");
+    }
+}
