@@ -194,6 +194,16 @@ impl EventSink for Progress {
                     Some(e) => format!("✗ {tool} error in {d} [{call_id}]: {}", summary(&e)),
                 };
                 line(&mut s, &text);
+                // The plan the model keeps, shown as it changes.
+                if let Some(todos) = outcome
+                    .details
+                    .as_ref()
+                    .and_then(agentloop_tools::todo::todos_in)
+                {
+                    for l in agentloop_tools::todo::render(&todos).lines() {
+                        line(&mut s, &format!("    {l}"));
+                    }
+                }
             }
             EventKind::ToolRetrying {
                 tool,
@@ -410,6 +420,8 @@ pub fn outcome_json(outcome: &RunOutcome, dry_run: bool) -> Value {
         "dry_run": dry_run,
         "transcript": outcome.transcript,
         "subagents": outcome.subagents,
+        // The plan a `todo` tool kept, as the run left it.
+        "todos": agentloop_tools::todo::todos_of(outcome),
         // What was replaced stays out: it is in the trace (with payloads) and the session store.
         "compactions": outcome.compactions.iter().map(|c| json!({
             "turn": c.turn,

@@ -627,7 +627,10 @@ fn the_sqlite_schema_is_created_once_and_a_newer_one_is_refused() {
         &conn,
         "SELECT count(*) FROM sqlite_master WHERE type = 'table'",
     );
-    assert_eq!(tables, 5, "runs, turns, model_calls, tool_calls, compactions");
+    assert_eq!(
+        tables, 5,
+        "runs, turns, model_calls, tool_calls, compactions"
+    );
     assert!(read_trace(&path).unwrap().records.is_empty());
     conn.execute_batch("PRAGMA user_version = 99").unwrap();
     drop(conn);

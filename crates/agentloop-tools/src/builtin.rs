@@ -32,11 +32,13 @@ pub enum Builtin {
     Shell,
     /// `web_fetch`: a public http(s) URL as text.
     WebFetch,
+    /// `todo`: the plan the model keeps (add, update a status, list), in the run's outcome.
+    Todo,
 }
 
 impl Builtin {
     /// Every built-in tool.
-    pub const ALL: [Builtin; 8] = [
+    pub const ALL: [Builtin; 9] = [
         Builtin::ReadFile,
         Builtin::WriteFile,
         Builtin::EditFile,
@@ -45,6 +47,7 @@ impl Builtin {
         Builtin::Grep,
         Builtin::Shell,
         Builtin::WebFetch,
+        Builtin::Todo,
     ];
 
     /// Its name, also the default name the model calls it by.
@@ -58,6 +61,7 @@ impl Builtin {
             Builtin::Grep => "grep",
             Builtin::Shell => "shell",
             Builtin::WebFetch => "web_fetch",
+            Builtin::Todo => "todo",
         }
     }
 
@@ -78,9 +82,9 @@ impl Builtin {
         }
     }
 
-    /// True for the tools confined to a workspace folder (all but `web_fetch`).
+    /// True for the tools confined to a workspace folder (all but `web_fetch` and `todo`).
     pub fn uses_root(self) -> bool {
-        self != Builtin::WebFetch
+        !matches!(self, Builtin::WebFetch | Builtin::Todo)
     }
 
     /// The tool, under its own name.
@@ -90,6 +94,9 @@ impl Builtin {
 
     /// The tool, under the name `name`.
     pub fn tool_named(self, name: &str, options: &BuiltinOptions) -> Result<Tool, BuiltinError> {
+        if self == Builtin::Todo {
+            return Ok(crate::todo::todo_tool(name));
+        }
         if self == Builtin::WebFetch {
             let mut tool = WebFetchTool::new();
             for entry in &options.allow_private {

@@ -2,7 +2,8 @@
 //! as one JSON document on stdin and hands its stdout to the model; and the built-in tools an
 //! agent file names with `builtin = "..."` ([`Builtin`]): files confined to a [`Workspace`]
 //! (`read_file`, `write_file`, `edit_file`, `list_dir`, `glob`, `grep`), a [`ShellTool`], and a
-//! [`WebFetchTool`] that refuses private networks.
+//! [`WebFetchTool`] that refuses private networks, and `todo`, the plan the model keeps
+//! ([`todo::todo_tool`], read back from an outcome with [`todo::todos_of`]).
 #![forbid(unsafe_code)]
 
 pub mod builtin;
@@ -10,6 +11,7 @@ pub mod command;
 pub mod files;
 mod process;
 pub mod shell;
+pub mod todo;
 pub mod web;
 pub mod workspace;
 

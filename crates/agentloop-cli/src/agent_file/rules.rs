@@ -344,7 +344,8 @@ fn check_builtin_tool(
         ("root", tool.root.is_some() && !kind.uses_root()),
         (
             "max_bytes",
-            tool.max_bytes.is_some() && matches!(kind, Builtin::WriteFile | Builtin::EditFile),
+            tool.max_bytes.is_some()
+                && matches!(kind, Builtin::WriteFile | Builtin::EditFile | Builtin::Todo),
         ),
         ("max_results", tool.max_results.is_some() && !searches),
         ("timeout_secs", tool.timeout_secs.is_some() && !timed),
