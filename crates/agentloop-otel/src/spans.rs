@@ -328,11 +328,8 @@ impl Spans {
                     ));
                 }
                 let name = format!("invoke_agent {}", run.agent);
-                let span_id = open.span_id;
-                let mut data = self.data(&run, name.into(), SpanKind::Internal, open, now, status);
-                data.span_context = context(run.trace_id, span_id);
-                data.parent_span_id = run.parent;
-                out.push(data);
+                let at = (run.trace_id, run.parent);
+                out.push(self.build(at, name.into(), SpanKind::Internal, open, now, status));
             }
             _ => {}
         }
@@ -489,31 +486,39 @@ impl Spans {
         now: SystemTime,
         status: Status,
     ) -> SpanData {
-        SpanData {
-            span_context: context(run.trace_id, open.span_id),
-            parent_span_id: run.span.span_id,
-            parent_span_is_remote: false,
-            span_kind: kind,
-            name,
-            start_time: open.start,
-            end_time: now.max(open.start),
-            attributes: open.attributes,
-            dropped_attributes_count: 0,
-            events: SpanEvents::default(),
-            links: SpanLinks::default(),
-            status,
-            instrumentation_scope: self.scope.clone(),
-        }
+        let at = (run.trace_id, run.span.span_id);
+        self.build(at, name, kind, open, now, status)
     }
 
     /// A span whose run is gone (which a well-formed event stream never leaves).
     fn orphan(&self, open: Open, now: SystemTime, status: Status) -> SpanData {
+        let at = (self.ids.new_trace_id(), SpanId::INVALID);
+        self.build(
+            at,
+            "agentloop".into(),
+            SpanKind::Internal,
+            open,
+            now,
+            status,
+        )
+    }
+
+    /// A finished span in trace `at.0`, under span `at.1`.
+    fn build(
+        &self,
+        at: (TraceId, SpanId),
+        name: std::borrow::Cow<'static, str>,
+        kind: SpanKind,
+        open: Open,
+        now: SystemTime,
+        status: Status,
+    ) -> SpanData {
         SpanData {
-            span_context: context(self.ids.new_trace_id(), open.span_id),
-            parent_span_id: SpanId::INVALID,
+            span_context: context(at.0, open.span_id),
+            parent_span_id: at.1,
             parent_span_is_remote: false,
-            span_kind: SpanKind::Internal,
-            name: "agentloop".into(),
+            span_kind: kind,
+            name,
             start_time: open.start,
             end_time: now.max(open.start),
             attributes: open.attributes,
