@@ -7,11 +7,10 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use agentloop::{RunOutcome, Tool, ToolContext, ToolError, ToolOutput};
-use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// Where a task stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum TodoStatus {
     /// Not started.
@@ -49,24 +48,47 @@ pub struct Todo {
 /// The most tasks one list holds: a plan, not a backlog.
 pub const MAX_TODOS: usize = 50;
 
-// `todo`'s arguments (a plain comment: a doc comment would become the schema's description).
-#[derive(Debug, Deserialize, JsonSchema)]
+// `todo`'s arguments; the schema the model reads is written by hand (`schema`): flat and short,
+// which small models follow better than a derived one with `$defs`.
+#[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct TodoArgs {
-    /// `add` new tasks, `update` one task's status, or `list` the plan.
     action: Action,
-    /// add: the new tasks, in the order to do them.
     #[serde(default)]
     items: Vec<String>,
-    /// update: the task's number.
     #[serde(default)]
     id: Option<u32>,
-    /// update: its new status.
     #[serde(default)]
     status: Option<TodoStatus>,
 }
 
-#[derive(Debug, Clone, Copy, Deserialize, JsonSchema)]
+fn schema() -> serde_json::Value {
+    serde_json::json!({
+        "type": "object",
+        "properties": {
+            "action": {
+                "type": "string",
+                "enum": ["add", "update", "list"],
+                "description": "add new tasks, update one task's status, or list the plan"
+            },
+            "items": {
+                "type": "array",
+                "items": {"type": "string"},
+                "description": "add: the new tasks, in the order to do them"
+            },
+            "id": {"type": "integer", "minimum": 1, "description": "update: the task's number"},
+            "status": {
+                "type": "string",
+                "enum": ["pending", "in_progress", "done", "cancelled"],
+                "description": "update: its new status"
+            }
+        },
+        "required": ["action"],
+        "additionalProperties": false
+    })
+}
+
+#[derive(Debug, Clone, Copy, Deserialize)]
 #[serde(rename_all = "snake_case")]
 enum Action {
     Add,
@@ -90,10 +112,18 @@ pub fn todo_tool(name: &str) -> Tool {
         )
         // One list per run, changed in call order.
         .sequential()
-        .handler(move |args: TodoArgs, ctx: ToolContext| {
-            let lists = Arc::clone(&lists);
-            async move { apply(&lists, &ctx.run_id, args) }
-        })
+        .dynamic(
+            schema(),
+            move |args: serde_json::Value, ctx: ToolContext| {
+                let lists = Arc::clone(&lists);
+                async move {
+                    // The schema was checked before the call; this only gives the arguments a type.
+                    let args: TodoArgs = serde_json::from_value(args)
+                        .map_err(|e| ToolError::new("todo.arguments", e.to_string()))?;
+                    apply(&lists, &ctx.run_id, args)
+                }
+            },
+        )
 }
 
 fn apply(lists: &Lists, run: &Arc<str>, args: TodoArgs) -> Result<ToolOutput, ToolError> {
