@@ -12,8 +12,9 @@ use agentloop::{
 use serde::Serialize;
 use serde_json::Value;
 
+use super::stream::TOOL_CALL_EXTRA_KEY;
 use super::strict::strict_schema;
-use super::{MaxTokensField, OpenAiChat};
+use super::{MaxTokensField, OpenAiChat, OpenAiCompat, PromptCacheKey};
 use crate::http::json_body;
 
 impl OpenAiChat {
@@ -31,12 +32,19 @@ impl OpenAiChat {
         };
         WireRequest {
             model: &self.model,
-            messages: wire_messages(request, self.reasoning_in_history),
             tools: request
                 .tools
                 .iter()
                 .map(|t| wire_tool(t, self.strict))
                 .collect(),
+            messages: wire_messages(request, &self.compat),
+            prompt_cache_key: match &self.compat.prompt_cache_key {
+                PromptCacheKey::Off => None,
+                PromptCacheKey::Derived => {
+                    Some(Cow::Owned(derived_cache_key(&self.model, request)))
+                }
+                PromptCacheKey::Fixed(key) => Some(Cow::Borrowed(key.as_str())),
+            },
             // Both are rejected by OpenAI when no tool is offered.
             tool_choice: settings
                 .tool_choice
@@ -71,12 +79,18 @@ impl OpenAiChat {
     }
 }
 
+/// The request body. Its fields go out in this order, the unchanging ones (model, tools, then the
+/// instructions as the first message) ahead of the conversation, so that servers which cache a
+/// prompt by its prefix (llama.cpp, vLLM, OpenAI's automatic caching) find the same prefix
+/// request after request.
 #[derive(Serialize)]
 struct WireRequest<'a> {
     model: &'a str,
-    messages: Vec<WireMessage<'a>>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     tools: Vec<WireTool<'a>>,
+    messages: Vec<WireMessage<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    prompt_cache_key: Option<Cow<'a, str>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     tool_choice: Option<Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -167,6 +181,8 @@ struct WireToolCall<'a> {
     #[serde(rename = "type")]
     kind: &'static str,
     function: WireFunctionCall<'a>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    extra_content: Option<&'a Value>,
 }
 
 #[derive(Serialize)]
@@ -192,10 +208,7 @@ struct WireFunction<'a> {
     strict: Option<bool>,
 }
 
-fn wire_messages<'a>(
-    request: &ModelRequest<'a>,
-    reasoning_in_history: bool,
-) -> Vec<WireMessage<'a>> {
+fn wire_messages<'a>(request: &ModelRequest<'a>, compat: &OpenAiCompat) -> Vec<WireMessage<'a>> {
     let mut out = Vec::with_capacity(request.messages.len() + 1);
     if let Some(instructions) = request.instructions {
         out.push(WireMessage::System {
@@ -208,16 +221,25 @@ fn wire_messages<'a>(
                 content: user_content(content),
             }),
             Message::Assistant(a) => {
-                let reasoning_content = if reasoning_in_history && !a.reasoning.is_empty() {
-                    Some(
-                        a.reasoning
-                            .iter()
-                            .map(|r| r.text.as_str())
-                            .collect::<Vec<_>>()
-                            .join("\n"),
-                    )
+                // Only the text of reasoning goes back: the blocks that carry a call's extra
+                // content are bookkeeping, not reasoning.
+                let reasoning: Vec<&str> = a
+                    .reasoning
+                    .iter()
+                    .map(|r| r.text.as_str())
+                    .filter(|t| !t.is_empty())
+                    .collect();
+                let reasoning_content = (compat.reasoning_content && !reasoning.is_empty())
+                    .then(|| reasoning.join("\n"));
+                let extras: Vec<&Value> = if compat.tool_call_extra {
+                    a.reasoning
+                        .iter()
+                        .filter_map(|r| r.provider_data.as_ref()?.get(TOOL_CALL_EXTRA_KEY))
+                        .filter_map(Value::as_array)
+                        .flatten()
+                        .collect()
                 } else {
-                    None
+                    Vec::new()
                 };
                 out.push(WireMessage::Assistant {
                     content: (!a.text.is_empty()).then_some(a.text.as_str()),
@@ -225,7 +247,8 @@ fn wire_messages<'a>(
                     tool_calls: a
                         .tool_calls
                         .iter()
-                        .map(|c| WireToolCall {
+                        .enumerate()
+                        .map(|(position, c)| WireToolCall {
                             id: &c.call_id,
                             kind: "function",
                             function: WireFunctionCall {
@@ -236,6 +259,7 @@ fn wire_messages<'a>(
                                     &c.arguments
                                 },
                             },
+                            extra_content: extra_for(&extras, &c.call_id, position),
                         })
                         .collect(),
                 });
@@ -249,6 +273,48 @@ fn wire_messages<'a>(
         }
     }
     out
+}
+
+/// The extra content kept for the call with this id (or, when the server gave it no id, at this
+/// position among the message's calls).
+fn extra_for<'a>(extras: &[&'a Value], call_id: &str, position: usize) -> Option<&'a Value> {
+    let by_id = extras.iter().find(|e| {
+        e.get("id")
+            .and_then(Value::as_str)
+            .is_some_and(|id| !id.is_empty() && id == call_id)
+    });
+    let by_position = || {
+        extras.iter().find(|e| {
+            e.get("id")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .is_empty()
+                && e.get("position").and_then(Value::as_u64) == Some(position as u64)
+        })
+    };
+    by_id
+        .or_else(by_position)
+        .and_then(|e| e.get("extra_content"))
+}
+
+/// A `prompt_cache_key` that requests with the same model, instructions and tools share: an
+/// FNV-1a hash, stable across processes and releases (unlike the standard library's hasher).
+fn derived_cache_key(model: &str, request: &ModelRequest<'_>) -> String {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut feed = |bytes: &[u8]| {
+        for b in bytes.iter().chain([0xffu8].iter()) {
+            hash ^= u64::from(*b);
+            hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    };
+    feed(model.as_bytes());
+    feed(request.instructions.unwrap_or_default().as_bytes());
+    for tool in request.tools {
+        feed(tool.name.as_bytes());
+        feed(tool.description.as_bytes());
+        feed(tool.input_schema.to_string().as_bytes());
+    }
+    format!("agentloop-{hash:016x}")
 }
 
 fn user_content(parts: &[ContentPart]) -> UserContent<'_> {
@@ -354,10 +420,24 @@ mod tests {
         };
         let plain = encode(
             OpenAiChat::compatible("deepseek", "http://x", "deepseek-reasoner")
+                .reasoning_in_history(false)
                 .build()
                 .unwrap(),
         );
         assert!(plain["messages"][1].get("reasoning_content").is_none());
+        // DeepSeek gets it back by default; any other server does not.
+        let picked = encode(
+            OpenAiChat::compatible("deepseek", "http://x", "deepseek-reasoner")
+                .build()
+                .unwrap(),
+        );
+        assert_eq!(picked["messages"][1]["reasoning_content"], "think");
+        let other = encode(
+            OpenAiChat::compatible("local", "http://x", "qwen3")
+                .build()
+                .unwrap(),
+        );
+        assert!(other["messages"][1].get("reasoning_content").is_none());
         let with = encode(
             OpenAiChat::compatible("deepseek", "http://x", "deepseek-reasoner")
                 .reasoning_in_history(true)

@@ -45,7 +45,7 @@ struct WireChoice<'a> {
 #[derive(Deserialize)]
 struct WireDelta<'a> {
     #[serde(default, borrow)]
-    content: Option<Cow<'a, str>>,
+    content: Option<Content<'a>>,
     #[serde(default, borrow)]
     reasoning_content: Option<Cow<'a, str>>,
     /// OpenRouter and some servers name it `reasoning`.
@@ -65,6 +65,109 @@ struct WireToolCallIn<'a> {
     id: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
     function: Option<WireFunctionIn<'a>>,
+    /// Provider data on the call that must go back with it (Gemini's thought signature, as
+    /// `{"google": {"thought_signature": ...}}`).
+    #[serde(default)]
+    extra_content: Option<Value>,
+}
+
+/// A message's `content`: a string on OpenAI; a list of typed parts on some servers (Mistral's
+/// Magistral sends `text` and `thinking` parts), read into its text and its reasoning.
+#[derive(Default)]
+struct Content<'a> {
+    text: Cow<'a, str>,
+    reasoning: String,
+}
+
+impl<'a> Content<'a> {
+    fn add_part(&mut self, part: &Value) {
+        match part {
+            Value::String(s) => self.text.to_mut().push_str(s),
+            Value::Object(map) => {
+                let kind = map.get("type").and_then(Value::as_str).unwrap_or("text");
+                match kind {
+                    "thinking" | "reasoning" => {
+                        if let Some(inner) = map.get("thinking").or_else(|| map.get("text")) {
+                            collect_text(inner, &mut self.reasoning);
+                        }
+                    }
+                    _ => {
+                        if let Some(Value::String(t)) = map.get("text") {
+                            self.text.to_mut().push_str(t);
+                        }
+                    }
+                }
+            }
+            Value::Array(parts) => parts.iter().for_each(|p| self.add_part(p)),
+            _ => {}
+        }
+    }
+}
+
+/// The text of a string, a `{"text": ...}` part or a list of them.
+fn collect_text(value: &Value, out: &mut String) {
+    match value {
+        Value::String(s) => out.push_str(s),
+        Value::Array(items) => items.iter().for_each(|i| collect_text(i, out)),
+        Value::Object(map) => {
+            if let Some(t) = map.get("text") {
+                collect_text(t, out);
+            }
+        }
+        _ => {}
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Content<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = Content<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a string or a list of content parts")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(Content {
+                    text: Cow::Borrowed(v),
+                    reasoning: String::new(),
+                })
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(Content {
+                    text: Cow::Owned(v.to_owned()),
+                    reasoning: String::new(),
+                })
+            }
+            fn visit_string<E>(self, v: String) -> Result<Self::Value, E> {
+                Ok(Content {
+                    text: Cow::Owned(v),
+                    reasoning: String::new(),
+                })
+            }
+            fn visit_unit<E>(self) -> Result<Self::Value, E> {
+                Ok(Content::default())
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                seq: A,
+            ) -> Result<Self::Value, A::Error> {
+                let parts = Value::deserialize(serde::de::value::SeqAccessDeserializer::new(seq))?;
+                let mut content = Content::default();
+                content.add_part(&parts);
+                Ok(content)
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                map: A,
+            ) -> Result<Self::Value, A::Error> {
+                let part = Value::deserialize(serde::de::value::MapAccessDeserializer::new(map))?;
+                let mut content = Content::default();
+                content.add_part(&part);
+                Ok(content)
+            }
+        }
+        deserializer.deserialize_any(Visit)
+    }
 }
 
 #[derive(Deserialize)]
@@ -190,11 +293,16 @@ fn in_body_error(provider: &str, error: &Value) -> ModelError {
 
 /// The pure parser of a Chat Completions event stream: it turns each event's data into
 /// [`ModelEvent`]s. The live adapter, [`parse_stream_bytes`] and the tests share it.
+///
+/// Tool-call deltas are keyed by the call's id before its `index`: servers and gateways send
+/// parallel calls all at `index` 0 with different ids (Ollama, SGLang, some gateways) or with no
+/// index at all (Gemini's endpoint, older Ollama), and a client keyed by index alone merges them.
 #[derive(Debug)]
 pub struct ChatStreamParser {
     provider: String,
     started: bool,
-    tool_started: Vec<u32>,
+    /// One slot per call, in the order the calls began; a slot's number is the event's index.
+    slots: Vec<CallSlot>,
     saw_tool_call: bool,
     /// A `refusal` came instead of content: the response ends as a refusal, though the wire
     /// says `stop`.
@@ -203,17 +311,85 @@ pub struct ChatStreamParser {
     done: bool,
 }
 
+#[derive(Debug)]
+struct CallSlot {
+    id: String,
+    /// The wire `index` that last opened or continued this call.
+    wire_index: Option<u32>,
+    extra_content: Option<Value>,
+}
+
+/// Where the provider data of tool calls (Gemini's thought signatures) is kept on the
+/// assistant message: a reasoning block whose `provider_data` holds this key.
+pub(crate) const TOOL_CALL_EXTRA_KEY: &str = "openai_chat_tool_call_extra";
+
 impl ChatStreamParser {
     /// A parser for a stream from `provider` (named in errors).
     pub fn new(provider: &str) -> Self {
         ChatStreamParser {
             provider: provider.to_owned(),
             started: false,
-            tool_started: Vec::new(),
+            slots: Vec::new(),
             saw_tool_call: false,
             saw_refusal: false,
             finish: None,
             done: false,
+        }
+    }
+
+    /// The slot a tool-call delta belongs to, opening one when it begins a call.
+    fn slot(&mut self, wire: Option<u32>, id: Option<&str>, named: bool, whole: bool) -> usize {
+        let known_wire =
+            wire.and_then(|w| self.slots.iter().rposition(|s| s.wire_index == Some(w)));
+        let found = if whole {
+            None
+        } else if let Some(id) = id {
+            self.slots.iter().position(|s| s.id == id)
+        } else if wire.is_some() {
+            known_wire
+        } else if named {
+            None
+        } else {
+            self.slots.len().checked_sub(1)
+        };
+        let at = match found {
+            Some(at) => at,
+            None => {
+                self.slots.push(CallSlot {
+                    id: id.unwrap_or_default().to_owned(),
+                    wire_index: None,
+                    extra_content: None,
+                });
+                self.slots.len().saturating_sub(1)
+            }
+        };
+        if let Some(slot) = self.slots.get_mut(at) {
+            // A reused index now continues the newest call opened at it.
+            if wire.is_some() {
+                slot.wire_index = wire;
+            }
+        }
+        at
+    }
+
+    /// The calls' provider data, as a reasoning block the next request sends back.
+    fn flush_extras(&mut self, out: &mut VecDeque<ModelEvent>) {
+        let extras: Vec<Value> = self
+            .slots
+            .iter_mut()
+            .enumerate()
+            .filter_map(|(position, slot)| {
+                slot.extra_content.take().map(|extra| {
+                    serde_json::json!({"position": position, "id": slot.id, "extra_content": extra})
+                })
+            })
+            .collect();
+        if !extras.is_empty() {
+            out.push_back(ModelEvent::Reasoning(agentloop::message::Reasoning {
+                text: String::new(),
+                signature: None,
+                provider_data: Some(serde_json::json!({ TOOL_CALL_EXTRA_KEY: extras })),
+            }));
         }
     }
 
@@ -230,9 +406,14 @@ impl ChatStreamParser {
             self.done = true;
             return self.emit_finish(out);
         }
+        // A keep-alive comment sent as data (`data: : keepalive`, Vertex's partner models): no
+        // JSON chunk begins with a colon.
+        if data.starts_with(':') {
+            return Ok(());
+        }
         let chunk: WireCompletion<'_> = serde_json::from_str(data)
             .map_err(|e| stream_error(&self.provider, format!("malformed stream chunk: {e}")))?;
-        self.apply(chunk, out)
+        self.apply(chunk, out, false)
     }
 
     /// Applies a parsed chunk (or a whole response, whose choices carry `message`).
@@ -240,6 +421,7 @@ impl ChatStreamParser {
         &mut self,
         chunk: WireCompletion<'_>,
         out: &mut VecDeque<ModelEvent>,
+        whole: bool,
     ) -> Result<(), ModelError> {
         if let Some(error) = &chunk.error {
             return Err(in_body_error(&self.provider, error));
@@ -256,7 +438,7 @@ impl ChatStreamParser {
                 continue;
             }
             if let Some(delta) = choice.delta.or(choice.message) {
-                self.delta(delta, out);
+                self.delta(delta, out, whole);
             }
             if let Some(reason) = choice.finish_reason
                 && !reason.is_empty()
@@ -274,10 +456,15 @@ impl ChatStreamParser {
         Ok(())
     }
 
-    fn delta(&mut self, delta: WireDelta<'_>, out: &mut VecDeque<ModelEvent>) {
+    fn delta(&mut self, delta: WireDelta<'_>, out: &mut VecDeque<ModelEvent>, whole: bool) {
+        let (content, part_reasoning) = match delta.content {
+            Some(c) => (Some(c.text), Some(c.reasoning)),
+            None => (None, None),
+        };
         for reasoning in [delta.reasoning_content, delta.reasoning]
             .into_iter()
             .flatten()
+            .chain(part_reasoning.map(Cow::Owned))
         {
             if !reasoning.is_empty() {
                 out.push_back(ModelEvent::ReasoningDelta(reasoning.into_owned()));
@@ -286,24 +473,28 @@ impl ChatStreamParser {
         if delta.refusal.as_ref().is_some_and(|r| !r.is_empty()) {
             self.saw_refusal = true;
         }
-        for text in [delta.content, delta.refusal].into_iter().flatten() {
+        for text in [content, delta.refusal].into_iter().flatten() {
             if !text.is_empty() {
                 out.push_back(ModelEvent::TextDelta(text.into_owned()));
             }
         }
-        for (position, call) in delta.tool_calls.into_iter().flatten().enumerate() {
+        for call in delta.tool_calls.into_iter().flatten() {
             self.saw_tool_call = true;
-            let index = call.index.unwrap_or(position as u32);
             let (name, arguments) = match call.function {
                 Some(f) => (f.name, f.arguments.map(|a| a.0)),
                 None => (None, None),
             };
             let id = call.id.filter(|s| !s.is_empty());
             let name = name.filter(|s| !s.is_empty());
-            let first = !self.tool_started.contains(&index);
-            if first {
-                self.tool_started.push(index);
+            let opened = self.slots.len();
+            let at = self.slot(call.index, id.as_deref(), name.is_some(), whole);
+            let first = at >= opened;
+            if let Some(extra) = call.extra_content
+                && let Some(slot) = self.slots.get_mut(at)
+            {
+                slot.extra_content = Some(extra);
             }
+            let index = u32::try_from(at).unwrap_or(u32::MAX);
             if first || id.is_some() || name.is_some() {
                 out.push_back(ModelEvent::ToolCallStart {
                     index,
@@ -323,6 +514,7 @@ impl ChatStreamParser {
     }
 
     fn emit_finish(&mut self, out: &mut VecDeque<ModelEvent>) -> Result<(), ModelError> {
+        self.flush_extras(out);
         match self.finish.take() {
             Some((reason, raw)) => out.push_back(ModelEvent::Finish {
                 reason,
@@ -352,6 +544,7 @@ impl ChatStreamParser {
             return Ok(());
         }
         self.done = true;
+        self.flush_extras(out);
         match self.finish.take() {
             Some((reason, raw)) => {
                 out.push_back(ModelEvent::Finish {
@@ -392,8 +585,9 @@ impl StreamDecoder for ChatStreamParser {
                     .with_provider(self.provider.as_str()),
             );
         }
-        self.apply(completion, out)?;
+        self.apply(completion, out, true)?;
         self.done = true;
+        self.flush_extras(out);
         let (reason, raw) = match self.finish.take() {
             Some((reason, raw)) => (reason, Some(raw)),
             None if self.saw_tool_call => (FinishReason::ToolCalls, None),
