@@ -26,8 +26,17 @@ struct WireCompletion<'a> {
     choices: Option<Vec<WireChoice<'a>>>,
     #[serde(default)]
     usage: Option<WireUsage>,
+    /// Groq reports a stream's usage here, on its last chunk, rather than in `usage`.
+    #[serde(default)]
+    x_groq: Option<GroqExtra>,
     #[serde(default)]
     error: Option<Value>,
+}
+
+#[derive(Deserialize)]
+struct GroqExtra {
+    #[serde(default)]
+    usage: Option<WireUsage>,
 }
 
 #[derive(Deserialize)]
@@ -426,11 +435,14 @@ impl ChatStreamParser {
         if let Some(error) = &chunk.error {
             return Err(in_body_error(&self.provider, error));
         }
-        if !self.started && (chunk.id.is_some() || chunk.model.is_some()) {
+        // Azure's content-filter chunks carry an empty id and model: they start nothing.
+        let id = chunk.id.filter(|s| !s.is_empty());
+        let model = chunk.model.filter(|s| !s.is_empty());
+        if !self.started && (id.is_some() || model.is_some()) {
             self.started = true;
             out.push_back(ModelEvent::Start {
-                id: chunk.id.map(Cow::into_owned),
-                model: chunk.model.map(Cow::into_owned),
+                id: id.map(Cow::into_owned),
+                model: model.map(Cow::into_owned),
             });
         }
         for choice in chunk.choices.into_iter().flatten() {
@@ -445,12 +457,15 @@ impl ChatStreamParser {
             {
                 let mapped = match map_finish_reason(&reason) {
                     FinishReason::Stop if self.saw_refusal => FinishReason::Refusal,
+                    // vLLM (a named tool_choice) and Ollama say `stop` after calling tools; the
+                    // calls are what the answer is.
+                    FinishReason::Stop if self.saw_tool_call => FinishReason::ToolCalls,
                     other => other,
                 };
                 self.finish = Some((mapped, reason.into_owned()));
             }
         }
-        if let Some(usage) = chunk.usage {
+        if let Some(usage) = chunk.usage.or_else(|| chunk.x_groq.and_then(|g| g.usage)) {
             out.push_back(ModelEvent::Usage(usage.to_usage()));
         }
         Ok(())
