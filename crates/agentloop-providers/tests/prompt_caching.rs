@@ -98,6 +98,16 @@ async fn ask(
     .unwrap()
 }
 
+/// Claude over loopback, whole answers, caching as it comes by default.
+fn anthropic(server: &MockServer) -> Anthropic {
+    Anthropic::builder("claude-sonnet-4-5")
+        .base_url(server.uri())
+        .no_api_key()
+        .stream(false)
+        .build()
+        .unwrap()
+}
+
 fn breakpoints(body: &Value) -> usize {
     body.to_string().matches("\"cache_control\"").count()
 }
@@ -105,12 +115,7 @@ fn breakpoints(body: &Value) -> usize {
 #[tokio::test]
 async fn anthropic_marks_the_instructions_the_tools_and_the_latest_turn_by_default() {
     let server = server(ANTHROPIC_REPLY).await;
-    let model = Anthropic::builder("claude-sonnet-4-5")
-        .base_url(server.uri())
-        .no_api_key()
-        .stream(false)
-        .build()
-        .unwrap();
+    let model = anthropic(&server);
     let messages = transcript();
     ask(&model, "You answer weather questions.", &messages).await;
     let body = &bodies(&server).await[0];
@@ -140,12 +145,7 @@ async fn anthropic_marks_the_instructions_the_tools_and_the_latest_turn_by_defau
 #[tokio::test]
 async fn the_latest_turn_breakpoint_moves_with_the_conversation() {
     let server = server(ANTHROPIC_REPLY).await;
-    let model = Anthropic::builder("claude-sonnet-4-5")
-        .base_url(server.uri())
-        .no_api_key()
-        .stream(false)
-        .build()
-        .unwrap();
+    let model = anthropic(&server);
     let mut messages = transcript();
     ask(&model, "i", &messages[..1]).await;
     messages.push(Message::Assistant(AssistantMessage {
@@ -192,12 +192,7 @@ async fn one_switch_turns_anthropic_caching_off() {
 #[tokio::test]
 async fn anthropic_cache_reads_and_writes_are_counted_and_priced() {
     let server = server(ANTHROPIC_REPLY).await;
-    let model = Anthropic::builder("claude-sonnet-4-5")
-        .base_url(server.uri())
-        .no_api_key()
-        .stream(false)
-        .build()
-        .unwrap();
+    let model = anthropic(&server);
     let response = ask(&model, "i", &transcript()).await;
     let u = response.usage;
     assert_eq!(

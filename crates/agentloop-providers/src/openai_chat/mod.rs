@@ -131,6 +131,7 @@ pub struct OpenAiChatBuilder {
     max_tokens_field: Option<MaxTokensField>,
     compat: Option<OpenAiCompat>,
     reasoning_in_history: Option<bool>,
+    tool_call_extra: Option<bool>,
     prompt_cache_key: Option<PromptCacheKey>,
 }
 
@@ -149,6 +150,7 @@ impl OpenAiChat {
             max_tokens_field: None,
             compat: None,
             reasoning_in_history: None,
+            tool_call_extra: None,
             prompt_cache_key: None,
         }
     }
@@ -211,6 +213,13 @@ impl OpenAiChatBuilder {
         self
     }
 
+    /// Sends a tool call's `extra_content` (Gemini's thought signatures) back on it (the default)
+    /// or drops it.
+    pub fn tool_call_extra(mut self, send: bool) -> Self {
+        self.tool_call_extra = Some(send);
+        self
+    }
+
     /// Replaces the compatibility options picked from the model and base URL.
     pub fn compat(mut self, compat: OpenAiCompat) -> Self {
         self.compat = Some(compat);
@@ -231,6 +240,9 @@ impl OpenAiChatBuilder {
         });
         if let Some(send) = self.reasoning_in_history {
             compat.reasoning_content = send;
+        }
+        if let Some(send) = self.tool_call_extra {
+            compat.tool_call_extra = send;
         }
         if let Some(key) = self.prompt_cache_key {
             compat.prompt_cache_key = key;

@@ -89,6 +89,19 @@ struct Content<'a> {
 }
 
 impl<'a> Content<'a> {
+    fn text(text: Cow<'a, str>) -> Self {
+        Content {
+            text,
+            reasoning: String::new(),
+        }
+    }
+
+    fn of_parts(parts: &Value) -> Self {
+        let mut content = Content::default();
+        content.add_part(parts);
+        content
+    }
+
     fn add_part(&mut self, part: &Value) {
         match part {
             Value::String(s) => self.text.to_mut().push_str(s),
@@ -136,22 +149,13 @@ impl<'de: 'a, 'a> Deserialize<'de> for Content<'a> {
                 f.write_str("a string or a list of content parts")
             }
             fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Self::Value, E> {
-                Ok(Content {
-                    text: Cow::Borrowed(v),
-                    reasoning: String::new(),
-                })
+                Ok(Content::text(Cow::Borrowed(v)))
             }
             fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
-                Ok(Content {
-                    text: Cow::Owned(v.to_owned()),
-                    reasoning: String::new(),
-                })
+                Ok(Content::text(Cow::Owned(v.to_owned())))
             }
             fn visit_string<E>(self, v: String) -> Result<Self::Value, E> {
-                Ok(Content {
-                    text: Cow::Owned(v),
-                    reasoning: String::new(),
-                })
+                Ok(Content::text(Cow::Owned(v)))
             }
             fn visit_unit<E>(self) -> Result<Self::Value, E> {
                 Ok(Content::default())
@@ -160,19 +164,15 @@ impl<'de: 'a, 'a> Deserialize<'de> for Content<'a> {
                 self,
                 seq: A,
             ) -> Result<Self::Value, A::Error> {
-                let parts = Value::deserialize(serde::de::value::SeqAccessDeserializer::new(seq))?;
-                let mut content = Content::default();
-                content.add_part(&parts);
-                Ok(content)
+                Value::deserialize(serde::de::value::SeqAccessDeserializer::new(seq))
+                    .map(|parts| Content::of_parts(&parts))
             }
             fn visit_map<A: serde::de::MapAccess<'de>>(
                 self,
                 map: A,
             ) -> Result<Self::Value, A::Error> {
-                let part = Value::deserialize(serde::de::value::MapAccessDeserializer::new(map))?;
-                let mut content = Content::default();
-                content.add_part(&part);
-                Ok(content)
+                Value::deserialize(serde::de::value::MapAccessDeserializer::new(map))
+                    .map(|part| Content::of_parts(&part))
             }
         }
         deserializer.deserialize_any(Visit)
