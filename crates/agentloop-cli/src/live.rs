@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use agentloop::{Model, limits::Pricing, model::ModelRequest};
 use agentloop_providers::anthropic::Anthropic;
-use agentloop_providers::openai_chat::{MaxTokensField, PromptCacheKey};
+use agentloop_providers::openai_chat::{MaxTokensField, PromptCacheKey, ToolDialect};
 use agentloop_providers::openai_responses::OpenAiResponses;
 use agentloop_providers::{OpenAiChat, Retry, default_prices};
 use serde_json::{Value, json};
@@ -117,6 +117,13 @@ fn build(file: &AgentFile, provider: Provider, key: Key) -> Result<Live, CliErro
             }
             if let Some(send) = &m.tool_call_extra {
                 b = b.tool_call_extra(*send.get_ref());
+            }
+            if let Some(dialect) = m
+                .tool_dialect
+                .as_ref()
+                .and_then(|d| ToolDialect::from_name(d.get_ref()))
+            {
+                b = b.tool_dialect(dialect);
             }
             if let Some(key) = &m.prompt_cache_key {
                 b = b.prompt_cache_key(match key.get_ref().as_str() {

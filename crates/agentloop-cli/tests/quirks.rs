@@ -75,6 +75,19 @@ input_schema = {{ type = "object", properties = {{ city = {{ type = "string" }} 
     ))
 }
 
+/// The tool ran for Paris and for Tokyo; the two calls run in parallel, so in either order.
+fn assert_paris_and_tokyo(dir: &AgentDir) {
+    let mut inputs: Vec<String> = dir.tool_inputs().iter().map(Value::to_string).collect();
+    inputs.sort();
+    assert_eq!(
+        inputs,
+        [
+            json!({"city": "Paris"}).to_string(),
+            json!({"city": "Tokyo"}).to_string()
+        ]
+    );
+}
+
 async fn run(dir: &AgentDir) -> std::process::Output {
     agentloop(args(&[
         "run",
@@ -102,16 +115,7 @@ async fn parallel_calls_all_at_index_0_each_run_as_their_own_call() {
         .map(|c| c["id"].as_str().unwrap())
         .collect();
     assert_eq!(ids, ["call_x1y2", "call_z3w4"]);
-    // The two calls run in parallel: their inputs reach the tool in either order.
-    let mut inputs: Vec<String> = dir.tool_inputs().iter().map(Value::to_string).collect();
-    inputs.sort();
-    assert_eq!(
-        inputs,
-        [
-            json!({"city": "Paris"}).to_string(),
-            json!({"city": "Tokyo"}).to_string()
-        ]
-    );
+    assert_paris_and_tokyo(&dir);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -199,6 +203,30 @@ async fn idle_timeout_secs_bounds_a_silent_server() {
     assert_eq!(out.status.code(), Some(4), "stderr: {}", stderr(&out));
     let v = stdout_json(&out);
     assert_eq!(v["error"]["code"], "model.timeout", "{v}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn hermes_calls_in_plain_text_run_as_tools_with_tool_dialect() {
+    let server = QuirkServer::start(replies("chat-hermes-calls-in-plain-text", false)).await;
+    let dir = agent(
+        &server.uri,
+        "qwen2.5-7b-instruct",
+        "tool_dialect = \"hermes\"",
+    );
+    let out = run(&dir).await;
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    let v = stdout_json(&out);
+    assert_eq!(v["output"], "Both sunny.");
+    assert_eq!(v["tool_calls"].as_array().unwrap().len(), 2);
+    assert_paris_and_tokyo(&dir);
+    let first = &server.requests()[0];
+    assert!(first.get("tools").is_none(), "the tools are in the prompt");
+    assert!(
+        first["messages"][0]["content"]
+            .as_str()
+            .unwrap()
+            .contains("<tools>")
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

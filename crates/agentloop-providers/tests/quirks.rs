@@ -24,6 +24,7 @@ use agentloop::model::{ModelRequest, ModelSettings, complete};
 use agentloop::tool::ToolSpec;
 use agentloop::{Message, Model, ModelError, ModelResponse};
 use agentloop_providers::anthropic::Anthropic;
+use agentloop_providers::openai_chat::ToolDialect;
 use agentloop_providers::openai_responses::OpenAiResponses;
 use agentloop_providers::{OpenAiChat, Retry, RetryPolicy};
 use serde::Deserialize;
@@ -61,6 +62,8 @@ struct Options {
     idle_timeout_ms: Option<u64>,
     #[serde(default)]
     store: Option<bool>,
+    #[serde(default)]
+    tool_dialect: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -149,17 +152,19 @@ fn model_for(case: &Case, uri: &str) -> Arc<dyn Model> {
     let idle = Duration::from_millis(case.options.idle_timeout_ms.unwrap_or(10_000));
     let name = case.model.clone().unwrap_or_else(|| "test-model".into());
     let model: Arc<dyn Model> = match case.api.as_str() {
-        "chat" => Arc::new(
-            OpenAiChat::compatible(
+        "chat" => {
+            let mut builder = OpenAiChat::compatible(
                 case.provider.clone().unwrap_or_else(|| "local".into()),
                 uri,
                 name,
             )
             .stream(stream)
-            .idle_timeout(idle)
-            .build()
-            .unwrap(),
-        ),
+            .idle_timeout(idle);
+            if let Some(dialect) = &case.options.tool_dialect {
+                builder = builder.tool_dialect(ToolDialect::from_name(dialect).unwrap());
+            }
+            Arc::new(builder.build().unwrap())
+        }
         "responses" => Arc::new(
             OpenAiResponses::builder(name)
                 .base_url(uri)

@@ -480,6 +480,11 @@ fn check_provider_keys(model: &ModelSpec, problems: &mut Problems) {
             Provider::Anthropic,
             model.prompt_caching.as_ref().map(span_of),
         ),
+        (
+            "tool_dialect",
+            Provider::OpenAi,
+            model.tool_dialect.as_ref().map(span_of),
+        ),
     ];
     for (key, owner, span) in keys {
         if let Some(span) = span
@@ -495,6 +500,18 @@ fn check_provider_keys(model: &ModelSpec, problems: &mut Problems) {
                 ),
             );
         }
+    }
+    if let Some(d) = &model.tool_dialect
+        && agentloop_providers::openai_chat::ToolDialect::from_name(d.get_ref()).is_none()
+    {
+        problems.at(
+            "model.tool_dialect",
+            span_of(d),
+            format!(
+                "unknown tool_dialect {:?}: \"hermes\", \"mistral\" or \"llama3-json\"",
+                d.get_ref()
+            ),
+        );
     }
     if let Some(key) = &model.prompt_cache_key
         && key.get_ref().trim().is_empty()

@@ -140,6 +140,9 @@ section! {
         /// `anthropic` only: `cache_control` breakpoints on the instructions, the tools and the
         /// latest turn (default true).
         prompt_caching: Option<Spanned<bool>>,
+        /// `openai` only: tool calls in plain text for a model served without a tool-call
+        /// parser: `"hermes"`, `"mistral"` or `"llama3-json"` (the tools go in the prompt).
+        tool_dialect: Option<Spanned<String>>,
     }
 }
 

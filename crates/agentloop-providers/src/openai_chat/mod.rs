@@ -18,6 +18,7 @@
 //! The module's files: `request.rs` encodes the request, `strict.rs` adapts schemas to strict
 //! mode, `stream.rs` reads answers (streamed or whole) into events.
 
+mod dialect;
 mod request;
 mod stream;
 mod strict;
@@ -30,6 +31,7 @@ use agentloop::{
 use crate::decode::post_and_decode;
 use crate::http::{HttpClient, HttpConfig, KeySource};
 
+pub use dialect::ToolDialect;
 pub use stream::{ChatStreamParser, map_finish_reason, parse_completion, parse_stream_bytes};
 pub use strict::strict_schema;
 
@@ -64,6 +66,9 @@ pub struct OpenAiCompat {
     pub tool_call_extra: bool,
     /// The `prompt_cache_key` sent with each request, where the API accepts one (OpenAI's).
     pub prompt_cache_key: PromptCacheKey,
+    /// Tool calls in plain text, for a model served without a tool-call parser: the tools go in
+    /// the prompt, the calls are read out of the text. Off unless set.
+    pub tool_dialect: Option<ToolDialect>,
 }
 
 /// What `prompt_cache_key` carries.
@@ -92,6 +97,7 @@ impl OpenAiCompat {
             } else {
                 PromptCacheKey::Off
             },
+            tool_dialect: None,
         }
     }
 }
@@ -133,6 +139,7 @@ pub struct OpenAiChatBuilder {
     reasoning_in_history: Option<bool>,
     tool_call_extra: Option<bool>,
     prompt_cache_key: Option<PromptCacheKey>,
+    tool_dialect: Option<ToolDialect>,
 }
 
 impl OpenAiChat {
@@ -152,6 +159,7 @@ impl OpenAiChat {
             reasoning_in_history: None,
             tool_call_extra: None,
             prompt_cache_key: None,
+            tool_dialect: None,
         }
     }
 
@@ -220,6 +228,13 @@ impl OpenAiChatBuilder {
         self
     }
 
+    /// Calls tools in this plain-text dialect instead of the API's `tools` (for a model served
+    /// without a tool-call parser).
+    pub fn tool_dialect(mut self, dialect: ToolDialect) -> Self {
+        self.tool_dialect = Some(dialect);
+        self
+    }
+
     /// Replaces the compatibility options picked from the model and base URL.
     pub fn compat(mut self, compat: OpenAiCompat) -> Self {
         self.compat = Some(compat);
@@ -246,6 +261,9 @@ impl OpenAiChatBuilder {
         }
         if let Some(key) = self.prompt_cache_key {
             compat.prompt_cache_key = key;
+        }
+        if let Some(dialect) = self.tool_dialect {
+            compat.tool_dialect = Some(dialect);
         }
         let client = HttpClient::new(self.config, self.provider.clone())?;
         let max_tokens_field = self
@@ -286,7 +304,7 @@ impl Model for OpenAiChat {
 
     fn stream<'a>(&'a self, request: ModelRequest<'a>) -> ModelStream<'a> {
         let body = self.encode_request(&request);
-        let decoder = ChatStreamParser::new(&self.provider);
+        let decoder = ChatStreamParser::new(&self.provider).with_dialect(self.compat.tool_dialect);
         post_and_decode(
             &self.client,
             "/chat/completions",

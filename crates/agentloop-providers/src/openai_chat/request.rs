@@ -12,6 +12,7 @@ use agentloop::{
 use serde::Serialize;
 use serde_json::Value;
 
+use super::dialect::ToolDialect;
 use super::stream::TOOL_CALL_EXTRA_KEY;
 use super::strict::strict_schema;
 use super::{MaxTokensField, OpenAiChat, OpenAiCompat, PromptCacheKey};
@@ -26,17 +27,24 @@ impl OpenAiChat {
 
     fn wire_request<'a>(&'a self, request: &ModelRequest<'a>) -> WireRequest<'a> {
         let settings = request.settings;
+        // Both are rejected by OpenAI when no tool is offered.
+        let native_tools = !request.tools.is_empty() && self.compat.tool_dialect.is_none();
         let (max_completion_tokens, max_tokens) = match self.max_tokens_field {
             MaxTokensField::MaxCompletionTokens => (settings.max_tokens, None),
             MaxTokensField::MaxTokens => (None, settings.max_tokens),
         };
         WireRequest {
             model: &self.model,
-            tools: request
-                .tools
-                .iter()
-                .map(|t| wire_tool(t, self.strict))
-                .collect(),
+            // A plain-text dialect describes the tools in the prompt: the server gets none.
+            tools: if self.compat.tool_dialect.is_some() {
+                Vec::new()
+            } else {
+                request
+                    .tools
+                    .iter()
+                    .map(|t| wire_tool(t, self.strict))
+                    .collect()
+            },
             messages: wire_messages(request, &self.compat),
             prompt_cache_key: match &self.compat.prompt_cache_key {
                 PromptCacheKey::Off => None,
@@ -45,15 +53,12 @@ impl OpenAiChat {
                 }
                 PromptCacheKey::Fixed(key) => Some(Cow::Borrowed(key.as_str())),
             },
-            // Both are rejected by OpenAI when no tool is offered.
             tool_choice: settings
                 .tool_choice
                 .as_ref()
-                .filter(|_| !request.tools.is_empty())
+                .filter(|_| native_tools)
                 .map(wire_tool_choice),
-            parallel_tool_calls: settings
-                .parallel_tool_calls
-                .filter(|_| !request.tools.is_empty()),
+            parallel_tool_calls: settings.parallel_tool_calls.filter(|_| native_tools),
             temperature: settings.temperature,
             top_p: settings.top_p,
             seed: settings.seed,
@@ -137,14 +142,14 @@ struct JsonSchemaFormat<'a> {
 #[serde(tag = "role", rename_all = "lowercase")]
 enum WireMessage<'a> {
     System {
-        content: &'a str,
+        content: Cow<'a, str>,
     },
     User {
         content: UserContent<'a>,
     },
     Assistant {
         /// `null` when the message has no text (it only called tools).
-        content: Option<&'a str>,
+        content: Option<Cow<'a, str>>,
         #[serde(skip_serializing_if = "Option::is_none")]
         reasoning_content: Option<String>,
         #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -159,7 +164,7 @@ enum WireMessage<'a> {
 #[derive(Serialize)]
 #[serde(untagged)]
 enum UserContent<'a> {
-    Text(&'a str),
+    Text(Cow<'a, str>),
     Parts(Vec<WirePart<'a>>),
 }
 
@@ -209,10 +214,13 @@ struct WireFunction<'a> {
 }
 
 fn wire_messages<'a>(request: &ModelRequest<'a>, compat: &OpenAiCompat) -> Vec<WireMessage<'a>> {
+    if let Some(dialect) = compat.tool_dialect {
+        return dialect_messages(request, dialect);
+    }
     let mut out = Vec::with_capacity(request.messages.len() + 1);
     if let Some(instructions) = request.instructions {
         out.push(WireMessage::System {
-            content: instructions,
+            content: Cow::Borrowed(instructions),
         });
     }
     for message in request.messages {
@@ -242,7 +250,7 @@ fn wire_messages<'a>(request: &ModelRequest<'a>, compat: &OpenAiCompat) -> Vec<W
                     Vec::new()
                 };
                 out.push(WireMessage::Assistant {
-                    content: (!a.text.is_empty()).then_some(a.text.as_str()),
+                    content: (!a.text.is_empty()).then_some(Cow::Borrowed(a.text.as_str())),
                     reasoning_content,
                     tool_calls: a
                         .tool_calls
@@ -273,6 +281,62 @@ fn wire_messages<'a>(request: &ModelRequest<'a>, compat: &OpenAiCompat) -> Vec<W
         }
     }
     out
+}
+
+/// The conversation for a model that calls tools in plain text: the tools described in the
+/// system prompt, earlier calls written into the assistant's text, and each turn's results in one
+/// user message (chat templates that want turns to alternate accept it).
+fn dialect_messages<'a>(request: &ModelRequest<'a>, dialect: ToolDialect) -> Vec<WireMessage<'a>> {
+    let mut out = Vec::with_capacity(request.messages.len() + 1);
+    let mut system = request.instructions.unwrap_or_default().to_owned();
+    if !request.tools.is_empty() {
+        if !system.is_empty() {
+            system.push_str("\n\n");
+        }
+        system.push_str(&dialect.describe_tools(request.tools));
+    }
+    if !system.is_empty() {
+        out.push(WireMessage::System {
+            content: Cow::Owned(system),
+        });
+    }
+    for message in request.messages {
+        match message {
+            Message::User { content } => out.push(WireMessage::User {
+                content: user_content(content),
+            }),
+            Message::Assistant(a) => out.push(WireMessage::Assistant {
+                content: Some(Cow::Owned(dialect.render_calls(&a.text, &a.tool_calls))),
+                reasoning_content: None,
+                tool_calls: Vec::new(),
+            }),
+            Message::Tool(result) => {
+                let text = dialect.render_result(result);
+                match out.last_mut() {
+                    Some(WireMessage::User {
+                        content: UserContent::Text(previous),
+                    }) if previous.ends_with(result_end(dialect)) => {
+                        let joined = previous.to_mut();
+                        joined.push('\n');
+                        joined.push_str(&text);
+                    }
+                    _ => out.push(WireMessage::User {
+                        content: UserContent::Text(Cow::Owned(text)),
+                    }),
+                }
+            }
+        }
+    }
+    out
+}
+
+/// How a rendered result ends, to join the results of one turn.
+fn result_end(dialect: ToolDialect) -> &'static str {
+    match dialect {
+        ToolDialect::Hermes => "</tool_response>",
+        ToolDialect::Mistral => "[/TOOL_RESULTS]",
+        ToolDialect::Llama3Json => "",
+    }
 }
 
 /// The extra content kept for the call with this id (or, when the server gave it no id, at this
@@ -319,7 +383,7 @@ fn derived_cache_key(model: &str, request: &ModelRequest<'_>) -> String {
 
 fn user_content(parts: &[ContentPart]) -> UserContent<'_> {
     if let [ContentPart::Text { text }] = parts {
-        return UserContent::Text(text);
+        return UserContent::Text(Cow::Borrowed(text));
     }
     UserContent::Parts(
         parts

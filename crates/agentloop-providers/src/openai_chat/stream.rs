@@ -12,6 +12,7 @@ use agentloop::{
 use serde::Deserialize;
 use serde_json::Value;
 
+use super::dialect::{DialectReader, ToolDialect};
 use crate::decode::{StreamDecoder, accumulate_sse, accumulate_whole};
 use crate::error::{ProviderError, decode_error, stream_error};
 
@@ -318,6 +319,8 @@ pub struct ChatStreamParser {
     saw_refusal: bool,
     finish: Option<(FinishReason, String)>,
     done: bool,
+    /// Reads tool calls out of the text, for a model that writes them in a plain-text dialect.
+    dialect: Option<DialectReader>,
 }
 
 #[derive(Debug)]
@@ -343,6 +346,30 @@ impl ChatStreamParser {
             saw_refusal: false,
             finish: None,
             done: false,
+            dialect: None,
+        }
+    }
+
+    /// Reads the text's tool calls in this plain-text dialect (none: the text is all text).
+    pub fn with_dialect(mut self, dialect: Option<ToolDialect>) -> Self {
+        self.dialect = dialect.map(DialectReader::new);
+        self
+    }
+
+    /// The text ended: the dialect reader gives up what it held, and a response whose calls
+    /// were all in its text finishes as tool calls.
+    fn close_dialect(&mut self, out: &mut VecDeque<ModelEvent>) {
+        let Some(reader) = &mut self.dialect else {
+            return;
+        };
+        reader.finish(out);
+        if reader.calls() > 0 {
+            self.saw_tool_call = true;
+            if let Some((reason, _)) = &mut self.finish
+                && *reason == FinishReason::Stop
+            {
+                *reason = FinishReason::ToolCalls;
+            }
         }
     }
 
@@ -488,10 +515,14 @@ impl ChatStreamParser {
         if delta.refusal.as_ref().is_some_and(|r| !r.is_empty()) {
             self.saw_refusal = true;
         }
-        for text in [content, delta.refusal].into_iter().flatten() {
-            if !text.is_empty() {
-                out.push_back(ModelEvent::TextDelta(text.into_owned()));
+        if let Some(text) = content.filter(|t| !t.is_empty()) {
+            match &mut self.dialect {
+                Some(reader) => reader.push(&text, out),
+                None => out.push_back(ModelEvent::TextDelta(text.into_owned())),
             }
+        }
+        if let Some(refusal) = delta.refusal.filter(|t| !t.is_empty()) {
+            out.push_back(ModelEvent::TextDelta(refusal.into_owned()));
         }
         for call in delta.tool_calls.into_iter().flatten() {
             self.saw_tool_call = true;
@@ -529,6 +560,7 @@ impl ChatStreamParser {
     }
 
     fn emit_finish(&mut self, out: &mut VecDeque<ModelEvent>) -> Result<(), ModelError> {
+        self.close_dialect(out);
         self.flush_extras(out);
         match self.finish.take() {
             Some((reason, raw)) => out.push_back(ModelEvent::Finish {
@@ -559,6 +591,7 @@ impl ChatStreamParser {
             return Ok(());
         }
         self.done = true;
+        self.close_dialect(out);
         self.flush_extras(out);
         match self.finish.take() {
             Some((reason, raw)) => {
@@ -602,6 +635,7 @@ impl StreamDecoder for ChatStreamParser {
         }
         self.apply(completion, out, true)?;
         self.done = true;
+        self.close_dialect(out);
         self.flush_extras(out);
         let (reason, raw) = match self.finish.take() {
             Some((reason, raw)) => (reason, Some(raw)),
