@@ -58,14 +58,14 @@ impl ToolDialect {
             })
             .collect();
         match self {
+            // The wording Hermes-format models (Qwen 2.5 and 3 among them) were trained on.
             ToolDialect::Hermes => format!(
-                "# Tools\n\nYou may call one or more functions to help with the request. The \
-                 functions are listed, as JSON, between <tools> and </tools>:\n<tools>\n{}\n\
-                 </tools>\n\nTo call a function, write a JSON object with its name and arguments \
-                 between <tool_call> and </tool_call>, one block per call:\n<tool_call>\n\
-                 {{\"name\": \"<function name>\", \"arguments\": {{<arguments as JSON>}}}}\n\
-                 </tool_call>\nThe results come back between <tool_response> and \
-                 </tool_response>.",
+                "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n\
+                 You are provided with function signatures within <tools></tools> XML tags:\n\
+                 <tools>\n{}\n</tools>\n\nFor each function call, return a json object with \
+                 function name and arguments within <tool_call></tool_call> XML tags:\n\
+                 <tool_call>\n{{\"name\": <function-name>, \"arguments\": <args-json-object>}}\n\
+                 </tool_call>",
                 specs.join("\n")
             ),
             ToolDialect::Mistral => format!(
@@ -153,7 +153,11 @@ enum State {
     Text,
     /// Inside a call (Hermes) or the list of calls (Mistral).
     Call,
-    /// Llama 3: the answer's start is not yet known to be text or a call.
+    /// The whole answer is JSON calls, read at its end (Llama 3; Hermes when a server strips the
+    /// `<tool_call>` tags, which are special tokens of Qwen's vocabulary that llama.cpp does not
+    /// print).
+    Bare,
+    /// The answer's start does not yet tell whether it is text or bare calls.
     Undecided,
 }
 
@@ -171,10 +175,10 @@ impl DialectReader {
     pub(crate) fn new(dialect: ToolDialect) -> Self {
         DialectReader {
             dialect,
-            state: if dialect == ToolDialect::Llama3Json {
-                State::Undecided
-            } else {
+            state: if dialect == ToolDialect::Mistral {
                 State::Text
+            } else {
+                State::Undecided
             },
             buf: String::new(),
             calls: 0,
@@ -215,20 +219,23 @@ impl DialectReader {
                         continue;
                     }
                 }
-                (ToolDialect::Llama3Json, State::Undecided) => {
+                (_, State::Undecided) => {
                     let start = self.buf.trim_start();
-                    if start.is_empty() || PYTHON_TAG.starts_with(start) {
+                    if start.is_empty()
+                        || (self.dialect == ToolDialect::Llama3Json
+                            && PYTHON_TAG.starts_with(start))
+                    {
                         return;
                     }
                     self.state = if start.starts_with('{') || start.starts_with(PYTHON_TAG) {
-                        State::Call
+                        State::Bare
                     } else {
                         State::Text
                     };
                     continue;
                 }
                 (ToolDialect::Llama3Json, State::Text) => self.emit_text(self.buf.len(), out),
-                // The list of calls (Mistral) and a Llama call are read whole at the end.
+                // The list of calls (Mistral) and bare calls are read whole at the end.
                 _ => {}
             }
             return;
@@ -239,27 +246,21 @@ impl DialectReader {
     pub(crate) fn finish(&mut self, out: &mut VecDeque<ModelEvent>) {
         let rest = std::mem::take(&mut self.buf);
         match self.state {
-            State::Call => match self.dialect {
-                // An unclosed block at the end of the answer (the stop token ate the tag).
-                ToolDialect::Hermes => self.call_or_text(&rest, out),
-                ToolDialect::Mistral => self.list_or_text(&rest, out),
-                ToolDialect::Llama3Json => {
-                    let body = rest.trim_start().trim_start_matches(PYTHON_TAG);
-                    let before = self.calls;
-                    // Some models put several calls one after another, separated by `;`.
-                    let parsed = json_values(body).unwrap_or_default();
-                    let all_calls =
-                        !parsed.is_empty() && parsed.iter().all(|v| call_of(v).is_some());
-                    if all_calls {
-                        for v in &parsed {
-                            self.emit_call(v, out);
-                        }
+            // An unclosed block at the end of the answer (the stop token ate the tag).
+            State::Call if self.dialect == ToolDialect::Hermes => self.call_or_text(&rest, out),
+            State::Call => self.list_or_text(&rest, out),
+            State::Bare => {
+                let body = rest.trim_start().trim_start_matches(PYTHON_TAG);
+                // Some models put several calls one after another, separated by `;` or lines.
+                let parsed = json_values(body).unwrap_or_default();
+                if !parsed.is_empty() && parsed.iter().all(|v| call_of(v).is_some()) {
+                    for v in &parsed {
+                        self.emit_call(v, out);
                     }
-                    if self.calls == before {
-                        out.push_back(ModelEvent::TextDelta(rest));
-                    }
+                } else {
+                    out.push_back(ModelEvent::TextDelta(rest));
                 }
-            },
+            }
             _ => {
                 if !rest.is_empty() {
                     out.push_back(ModelEvent::TextDelta(rest));
@@ -437,6 +438,19 @@ mod tests {
             read_every_split(ToolDialect::Hermes, "<tool_call>not json</tool_call>");
         assert!(calls.is_empty());
         assert_eq!(rest, "<tool_call>not json</tool_call>");
+    }
+
+    #[test]
+    fn hermes_calls_whose_tags_the_server_stripped_are_read_as_bare_json() {
+        let (rest, calls) = read_every_split(
+            ToolDialect::Hermes,
+            "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n{\"name\": \"get_time\", \"arguments\": {}}",
+        );
+        assert_eq!(rest, "");
+        assert_eq!(calls.len(), 2);
+        let (rest, calls) = read_every_split(ToolDialect::Hermes, "{braces} are text too");
+        assert_eq!(rest, "{braces} are text too");
+        assert!(calls.is_empty());
     }
 
     #[test]

@@ -327,6 +327,18 @@ fn dialect_messages<'a>(request: &ModelRequest<'a>, dialect: ToolDialect) -> Vec
             }
         }
     }
+    // Small models tend to call again after their results; the latest results say what comes
+    // next (as the chat templates of such models do).
+    if let Some(WireMessage::User {
+        content: UserContent::Text(last),
+    }) = out.last_mut()
+        && !result_end(dialect).is_empty()
+        && last.ends_with(result_end(dialect))
+    {
+        last.to_mut().push_str(
+            "\nIf these results answer the question, reply to the user in plain text now.",
+        );
+    }
     out
 }
 
