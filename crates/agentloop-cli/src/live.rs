@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use agentloop::{Model, limits::Pricing, model::ModelRequest};
 use agentloop_providers::anthropic::Anthropic;
-use agentloop_providers::openai_chat::MaxTokensField;
+use agentloop_providers::openai_chat::{MaxTokensField, PromptCacheKey, ToolDialect};
 use agentloop_providers::openai_responses::OpenAiResponses;
 use agentloop_providers::{OpenAiChat, Retry, default_prices};
 use serde_json::{Value, json};
@@ -82,6 +82,11 @@ fn build(file: &AgentFile, provider: Provider, key: Key) -> Result<Live, CliErro
         .unwrap_or_default();
     let base_url = m.base_url.as_ref().map(|u| u.get_ref().clone());
     let stream = m.stream.unwrap_or(true);
+    let idle = m
+        .idle_timeout_secs
+        .as_ref()
+        .map(|t| std::time::Duration::from_secs_f64(*t.get_ref()))
+        .unwrap_or(agentloop_providers::http::DEFAULT_IDLE_TIMEOUT);
     let var = key_var(file, provider);
     let send_key = match (&var, key) {
         (Some(v), Key::Required) if !key_is_set(v) => {
@@ -100,12 +105,32 @@ fn build(file: &AgentFile, provider: Provider, key: Key) -> Result<Live, CliErro
     };
     match provider {
         Provider::OpenAi => {
-            let mut b = OpenAiChat::builder(name).stream(stream);
+            let mut b = OpenAiChat::builder(name).stream(stream).idle_timeout(idle);
             if let Some(url) = base_url {
                 if !is_openai_host(&url) {
                     b = b.max_tokens_field(MaxTokensField::MaxTokens);
                 }
                 b = b.base_url(url);
+            }
+            if let Some(send) = &m.reasoning_content {
+                b = b.reasoning_in_history(*send.get_ref());
+            }
+            if let Some(send) = &m.tool_call_extra {
+                b = b.tool_call_extra(*send.get_ref());
+            }
+            if let Some(dialect) = m
+                .tool_dialect
+                .as_ref()
+                .and_then(|d| ToolDialect::from_name(d.get_ref()))
+            {
+                b = b.tool_dialect(dialect);
+            }
+            if let Some(key) = &m.prompt_cache_key {
+                b = b.prompt_cache_key(match key.get_ref().as_str() {
+                    "auto" => PromptCacheKey::Derived,
+                    "off" => PromptCacheKey::Off,
+                    other => PromptCacheKey::Fixed(other.to_owned()),
+                });
             }
             b = match (&var, send_key) {
                 (Some(v), true) => b.api_key_env(v.clone()),
@@ -114,7 +139,9 @@ fn build(file: &AgentFile, provider: Provider, key: Key) -> Result<Live, CliErro
             b.build().map(Live::Chat).map_err(|e| provider_error(&e))
         }
         Provider::OpenAiResponses => {
-            let mut b = OpenAiResponses::builder(name).stream(stream);
+            let mut b = OpenAiResponses::builder(name)
+                .stream(stream)
+                .idle_timeout(idle);
             if let Some(url) = base_url {
                 b = b.base_url(url);
             }
@@ -127,7 +154,10 @@ fn build(file: &AgentFile, provider: Provider, key: Key) -> Result<Live, CliErro
                 .map_err(|e| provider_error(&e))
         }
         Provider::Anthropic => {
-            let mut b = Anthropic::builder(name).stream(stream);
+            let mut b = Anthropic::builder(name)
+                .stream(stream)
+                .idle_timeout(idle)
+                .prompt_caching(m.prompt_caching.as_ref().is_none_or(|on| *on.get_ref()));
             if let Some(url) = base_url {
                 b = b.base_url(url);
             }

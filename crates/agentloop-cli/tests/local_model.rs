@@ -202,9 +202,23 @@ impl LocalAgent {
         LocalAgent { dir }
     }
 
+    /// The same agent calling its tools in a plain-text dialect (`[model] tool_dialect`): the
+    /// server is given no tools, so any call comes back as text that agentloop parses.
+    fn with_dialect(base_url: &str, dialect: &str) -> LocalAgent {
+        LocalAgent::with_model_keys(base_url, &format!("tool_dialect = \"{dialect}\"\n"))
+    }
+
     /// The same agent with a context window of `tokens` (`[model] context_tokens`), keeping only
     /// the latest turn whole when it compacts.
     fn with_context(base_url: &str, tokens: u64) -> LocalAgent {
+        LocalAgent::with_model_keys(
+            base_url,
+            &format!("context_tokens = {tokens}\ncompaction_keep_turns = 1\n"),
+        )
+    }
+
+    /// The agent with `keys` added to its `[model]` table.
+    fn with_model_keys(base_url: &str, keys: &str) -> LocalAgent {
         let agent = LocalAgent::new(base_url);
         let path = agent.dir.path().join("agent.toml");
         let text = std::fs::read_to_string(&path).unwrap();
@@ -213,10 +227,7 @@ impl LocalAgent {
             text.contains(limit),
             "examples/local/agent.toml has no {limit:?}"
         );
-        let text = text.replace(
-            limit,
-            &format!("{limit}context_tokens = {tokens}\ncompaction_keep_turns = 1\n"),
-        );
+        let text = text.replace(limit, &format!("{limit}{keys}"));
         std::fs::write(&path, text).unwrap();
         agent
     }
@@ -406,6 +417,16 @@ fn weather_question_runs_get_weather_for_the_city_and_its_temperature_reaches_th
     let run = LocalAgent::new(&server.base_url()).run("What is the weather in Paris?", &[]);
     let call = run.assert_one_weather_call_answered("Paris", 18);
     assert_eq!(call["retries"], 0, "{}", run.dump());
+}
+
+#[test]
+fn hermes_dialect_calls_written_as_text_are_parsed_run_and_answered() {
+    let _turn = serial();
+    let server = LlamaServer::start();
+    let run = LocalAgent::with_dialect(&server.base_url(), "hermes")
+        .run("What is the weather in Paris?", &[]);
+    // No tools reached the server: the call was the model's text, read by agentloop.
+    run.assert_one_weather_call_answered("Paris", 18);
 }
 
 #[test]

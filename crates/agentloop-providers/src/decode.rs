@@ -77,6 +77,10 @@ pub(crate) fn decoded_events<'a, D: StreamDecoder + 'a>(
 
 /// One model call: POSTs `body` to `path`, then reads the answer with `decoder`: as events when
 /// `stream` is set, else as one whole body turned into one [`ModelEvent::Response`].
+///
+/// The answer is read as what the server sent, not as what was asked: servers and gateways that
+/// ignore `stream: true` answer one JSON body, and some answer a non-streamed request with an
+/// event stream; either is read whole, with a warning, rather than failed.
 pub(crate) fn post_and_decode<'a, D: StreamDecoder + 'a>(
     client: &'a HttpClient,
     path: &'a str,
@@ -86,13 +90,69 @@ pub(crate) fn post_and_decode<'a, D: StreamDecoder + 'a>(
 ) -> ModelStream<'a> {
     opened(async move {
         let response = client.post_json(path, body?).await?;
-        if stream {
+        let media = media_type(&response);
+        if stream && media != Media::Json {
             return Ok(decoded_events(sse(client, response), decoder));
         }
         let bytes = client.read_body(response).await?;
-        let response = accumulate_whole(&bytes, decoder)?;
+        let looks_like_sse = media == Media::EventStream || starts_like_sse(&bytes);
+        let mut response = if looks_like_sse {
+            accumulate_sse(&bytes, client.provider(), decoder)?
+        } else {
+            accumulate_whole(&bytes, decoder)?
+        };
+        if stream {
+            response
+                .warnings
+                .push("asked for a stream, the server answered with one JSON body".to_owned());
+        } else if looks_like_sse {
+            response.warnings.push(
+                "asked for one JSON body, the server answered with an event stream".to_owned(),
+            );
+        }
         Ok(one_event(ModelEvent::Response(response)))
     })
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum Media {
+    Json,
+    EventStream,
+    Other,
+}
+
+/// What the answer's `content-type` says it is.
+fn media_type(response: &reqwest::Response) -> Media {
+    let Some(value) = response
+        .headers()
+        .get(reqwest::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+    else {
+        return Media::Other;
+    };
+    let essence = value
+        .split(';')
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_ascii_lowercase();
+    match essence.as_str() {
+        "application/json" => Media::Json,
+        "text/event-stream" => Media::EventStream,
+        _ => Media::Other,
+    }
+}
+
+/// True when a body mislabelled (or unlabelled) starts as an event stream does.
+fn starts_like_sse(bytes: &[u8]) -> bool {
+    let start = bytes
+        .iter()
+        .position(|b| !b.is_ascii_whitespace())
+        .and_then(|i| bytes.get(i..))
+        .unwrap_or_default();
+    [b"data:".as_slice(), b"event:", b":"]
+        .iter()
+        .any(|p| start.starts_with(p))
 }
 
 /// A stream of exactly one event.

@@ -31,7 +31,11 @@ pub fn transport_error(provider: &str, e: &reqwest::Error) -> ModelError {
         || lower.contains("incomplete")
         || lower.contains("eof");
     let (kind, what) = if e.is_timeout() || lower.contains("timed out") {
-        (ModelErrorKind::Timeout, "the request timed out")
+        (
+            ModelErrorKind::Timeout,
+            "the request timed out (the server was silent past the idle timeout, or the request \
+             outlasted its own timeout)",
+        )
     } else if e.is_connect() {
         (ModelErrorKind::Connection, "could not connect")
     } else if (e.is_decode() || e.is_body()) && !broken {
@@ -180,8 +184,12 @@ impl ProviderError {
         let Some(message) = &self.message else {
             return false;
         };
+        if self.is("exceed_context_size_error") {
+            return true;
+        }
         let m = message.to_ascii_lowercase();
         m.contains("context length")
+            || m.contains("context size")
             || m.contains("context_length")
             || m.contains("context window")
             || m.contains("maximum context")
@@ -262,7 +270,24 @@ pub fn classify_http_error(
         error.request_id = Some(id);
     }
     error.retry_after = retry_after(headers);
+    // The official SDKs retry a 409 (a lock or conflict on the server's side that clears).
+    if status == 409 {
+        error.should_retry = Some(true);
+    }
+    if let Some(said) = should_retry(headers) {
+        error.should_retry = Some(said);
+    }
     error
+}
+
+/// The server's `x-should-retry: true|false`, which the official OpenAI and Anthropic clients
+/// obey over their own rules; any other value is no advice.
+pub fn should_retry(headers: &HeaderMap) -> Option<bool> {
+    match headers.get("x-should-retry")?.to_str().ok()?.trim() {
+        "true" => Some(true),
+        "false" => Some(false),
+        _ => None,
+    }
 }
 
 /// The provider's request id header (`x-request-id`, `request-id`).

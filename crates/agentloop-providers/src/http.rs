@@ -20,6 +20,9 @@ pub const OPENAI_API_KEY_ENV: &str = "OPENAI_API_KEY";
 /// The environment variable Anthropic's key is read from by default.
 pub const ANTHROPIC_API_KEY_ENV: &str = "ANTHROPIC_API_KEY";
 
+/// The default longest silence from a server: 5 minutes.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
+
 /// How a provider sends its API key.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AuthStyle {
@@ -76,9 +79,12 @@ pub struct HttpConfig {
     pub extra_headers: Vec<(String, String)>,
     /// Time allowed to open the connection.
     pub connect_timeout: Duration,
-    /// Time allowed for the whole request, body included (`None`: no limit).
+    /// Time allowed for the whole request, body included (`None`: no limit, the default: a long
+    /// answer streams for as long as it keeps talking, within the run's deadline).
     pub request_timeout: Option<Duration>,
-    /// Longest silence allowed between two chunks of a streamed body.
+    /// Longest silence allowed while waiting for the answer's head and between two chunks of its
+    /// body. Reasoning models can think for minutes without a byte (DeepSeek, o-series behind
+    /// gateways), so the default is generous.
     pub idle_timeout: Duration,
     /// The largest encoded request body sent; a larger one fails before it is sent.
     pub max_request_bytes: usize,
@@ -88,7 +94,7 @@ pub struct HttpConfig {
     pub max_event_bytes: usize,
 }
 
-/// Defaults: 10 s to connect, 10 min per request, 60 s of stream silence, 8 MiB bodies.
+/// Defaults: 10 s to connect, no limit on the whole request, 5 min of silence, 8 MiB bodies.
 impl Default for HttpConfig {
     fn default() -> Self {
         HttpConfig {
@@ -97,8 +103,8 @@ impl Default for HttpConfig {
             auth: AuthStyle::Bearer,
             extra_headers: Vec::new(),
             connect_timeout: Duration::from_secs(10),
-            request_timeout: Some(Duration::from_secs(600)),
-            idle_timeout: Duration::from_secs(60),
+            request_timeout: None,
+            idle_timeout: DEFAULT_IDLE_TIMEOUT,
             max_request_bytes: 8 * 1024 * 1024,
             max_error_body_bytes: 64 * 1024,
             max_event_bytes: 16 * 1024 * 1024,
@@ -200,7 +206,11 @@ impl HttpClient {
     /// Builds the client. `provider` names the provider in errors (`openai`, `anthropic`).
     pub fn new(config: HttpConfig, provider: impl Into<String>) -> Result<Self, ModelError> {
         let provider = provider.into();
-        let mut builder = reqwest::Client::builder().connect_timeout(config.connect_timeout);
+        let mut builder = reqwest::Client::builder()
+            .connect_timeout(config.connect_timeout)
+            // The same silence bounds the wait for the answer's head and a whole body; a stream's
+            // own idle timer (which names the silence) fires first.
+            .read_timeout(config.idle_timeout.saturating_add(Duration::from_secs(1)));
         if let Some(t) = config.request_timeout {
             builder = builder.timeout(t);
         }

@@ -9,11 +9,14 @@ use agentloop_providers::anthropic::Anthropic;
 use anthropic_responses_common::{fixture, json_tool, request_bodies, serve_in_order};
 use serde_json::{Value, json};
 
+/// Prompt caching is off here: these tests pin the bodies' other parts exactly (the breakpoints
+/// have tests of their own, `prompt_caching.rs`).
 fn model(uri: String, stream: bool) -> Anthropic {
     Anthropic::builder("claude-test")
         .base_url(uri)
         .api_key("sk-ant-test-key")
         .stream(stream)
+        .prompt_caching(false)
         .build()
         .unwrap()
 }
@@ -243,6 +246,7 @@ async fn settings_and_tool_choice_reach_the_request() {
         .stream(false)
         .thinking(2048)
         .header("anthropic-beta", "interleaved-thinking-2025-05-14")
+        .prompt_caching(false)
         .build()
         .unwrap();
     let settings = agentloop::model::ModelSettings {

@@ -532,6 +532,16 @@ fn check_model(model: &ModelSpec, dir: &Path, problems: &mut Problems) {
             "cache_ttl_secs must be a positive number of seconds, at most a year",
         );
     }
+    if let Some(t) = &model.idle_timeout_secs
+        && !valid_seconds(*t.get_ref())
+    {
+        problems.at(
+            "model.idle_timeout_secs",
+            span_of(t),
+            "idle_timeout_secs must be a positive number of seconds, at most a year",
+        );
+    }
+    check_provider_keys(model, problems);
     if *model.provider.get_ref() == Provider::Scripted {
         check_scripted_model(model, dir, problems);
     } else {
@@ -556,6 +566,74 @@ fn check_model(model: &ModelSpec, dir: &Path, problems: &mut Problems) {
             "model.max_tokens",
             span_of(m),
             "max_tokens must be at least 1",
+        );
+    }
+}
+
+/// The `[model]` keys of one provider's options, used with another provider.
+fn check_provider_keys(model: &ModelSpec, problems: &mut Problems) {
+    let provider = *model.provider.get_ref();
+    let keys = [
+        (
+            "reasoning_content",
+            Provider::OpenAi,
+            model.reasoning_content.as_ref().map(span_of),
+        ),
+        (
+            "tool_call_extra",
+            Provider::OpenAi,
+            model.tool_call_extra.as_ref().map(span_of),
+        ),
+        (
+            "prompt_cache_key",
+            Provider::OpenAi,
+            model.prompt_cache_key.as_ref().map(span_of),
+        ),
+        (
+            "prompt_caching",
+            Provider::Anthropic,
+            model.prompt_caching.as_ref().map(span_of),
+        ),
+        (
+            "tool_dialect",
+            Provider::OpenAi,
+            model.tool_dialect.as_ref().map(span_of),
+        ),
+    ];
+    for (key, owner, span) in keys {
+        if let Some(span) = span
+            && provider != owner
+        {
+            problems.at(
+                &join("model", key),
+                span,
+                format!(
+                    "`{key}` applies to the {} provider only, not {}",
+                    owner.as_str(),
+                    provider.as_str()
+                ),
+            );
+        }
+    }
+    if let Some(d) = &model.tool_dialect
+        && agentloop_providers::openai_chat::ToolDialect::from_name(d.get_ref()).is_none()
+    {
+        problems.at(
+            "model.tool_dialect",
+            span_of(d),
+            format!(
+                "unknown tool_dialect {:?}: \"hermes\", \"mistral\" or \"llama3-json\"",
+                d.get_ref()
+            ),
+        );
+    }
+    if let Some(key) = &model.prompt_cache_key
+        && key.get_ref().trim().is_empty()
+    {
+        problems.at(
+            "model.prompt_cache_key",
+            span_of(key),
+            "prompt_cache_key is empty: give \"auto\", \"off\" or a key",
         );
     }
 }
@@ -587,6 +665,9 @@ fn check_scripted_model(model: &ModelSpec, dir: &Path, problems: &mut Problems) 
     }
     if let Some(v) = &model.api_key_env {
         live_only(problems, "api_key_env", span_of(v));
+    }
+    if let Some(v) = &model.idle_timeout_secs {
+        live_only(problems, "idle_timeout_secs", span_of(v));
     }
 }
 

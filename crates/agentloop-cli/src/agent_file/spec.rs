@@ -126,6 +126,25 @@ section! {
         compaction: Option<CompactionSpec>,
         /// How many of the latest turns compaction keeps whole (default 2).
         compaction_keep_turns: Option<Spanned<u32>>,
+        /// The longest silence from the server, in seconds, while waiting for an answer or
+        /// inside a streamed one (default 300: reasoning models can think for minutes without a
+        /// byte).
+        idle_timeout_secs: Option<Spanned<f64>>,
+        /// `openai` only: send earlier reasoning back as `reasoning_content` (DeepSeek's thinking
+        /// mode needs it; by default on for DeepSeek models and hosts, off elsewhere).
+        reasoning_content: Option<Spanned<bool>>,
+        /// `openai` only: send a tool call's `extra_content` (Gemini's thought signatures) back on
+        /// it (default true).
+        tool_call_extra: Option<Spanned<bool>>,
+        /// `openai` only: the `prompt_cache_key`: `"auto"` (derived from the agent; the default on
+        /// api.openai.com), `"off"` (the default elsewhere) or a key of your own.
+        prompt_cache_key: Option<Spanned<String>>,
+        /// `anthropic` only: `cache_control` breakpoints on the instructions, the tools and the
+        /// latest turn (default true).
+        prompt_caching: Option<Spanned<bool>>,
+        /// `openai` only: tool calls in plain text for a model served without a tool-call
+        /// parser: `"hermes"`, `"mistral"` or `"llama3-json"` (the tools go in the prompt).
+        tool_dialect: Option<Spanned<String>>,
     }
 }
 

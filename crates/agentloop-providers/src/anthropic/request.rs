@@ -12,7 +12,7 @@ use agentloop::{
 use serde::Serialize;
 use serde_json::Value;
 
-use super::{Anthropic, PROVIDER, ThinkingConfig};
+use super::{Anthropic, CacheBreakpoints, PROVIDER, ThinkingConfig};
 use crate::http::json_body;
 
 impl Anthropic {
@@ -24,6 +24,7 @@ impl Anthropic {
             self.stream,
             self.max_tokens,
             self.thinking,
+            self.cache,
         );
         json_body(PROVIDER, &body)
     }
@@ -34,7 +35,7 @@ struct WireRequest<'a> {
     model: &'a str,
     max_tokens: u32,
     #[serde(skip_serializing_if = "Option::is_none")]
-    system: Option<Cow<'a, str>>,
+    system: Option<System<'a>>,
     messages: Vec<WireMessage<'a>>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     tools: Vec<WireTool<'a>>,
@@ -57,12 +58,39 @@ struct WireThinking {
     budget_tokens: u32,
 }
 
+/// The system prompt: a string, or one text block when it carries a cache breakpoint.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum System<'a> {
+    Text(Cow<'a, str>),
+    Blocks([SystemBlock<'a>; 1]),
+}
+
+#[derive(Serialize)]
+struct SystemBlock<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    text: Cow<'a, str>,
+    cache_control: CacheControl,
+}
+
+/// `{"type": "ephemeral"}`: the prompt up to here is cached (5 minutes, refreshed on each hit).
+#[derive(Serialize, Clone, Copy)]
+struct CacheControl {
+    #[serde(rename = "type")]
+    kind: &'static str,
+}
+
+const EPHEMERAL: CacheControl = CacheControl { kind: "ephemeral" };
+
 #[derive(Serialize)]
 struct WireTool<'a> {
     name: &'a str,
     #[serde(skip_serializing_if = "str::is_empty")]
     description: &'a str,
     input_schema: &'a Value,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cache_control: Option<CacheControl>,
 }
 
 #[derive(Serialize)]
@@ -82,10 +110,59 @@ enum Role {
     Assistant,
 }
 
-#[derive(Serialize)]
 struct WireMessage<'a> {
     role: Role,
     content: Vec<OutBlock<'a>>,
+    /// The last block that can carry one gets a cache breakpoint.
+    cache_last: bool,
+}
+
+/// A block with a cache breakpoint.
+#[derive(Serialize)]
+struct Marked<'b, 'a> {
+    #[serde(flatten)]
+    block: &'b OutBlock<'a>,
+    cache_control: CacheControl,
+}
+
+impl Serialize for WireMessage<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::{SerializeSeq, SerializeStruct};
+        struct Blocks<'m, 'a>(&'m WireMessage<'a>);
+        impl Serialize for Blocks<'_, '_> {
+            fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                let message = self.0;
+                // Thinking blocks cannot carry a breakpoint: the last block that can, gets it.
+                let marked = message
+                    .cache_last
+                    .then(|| {
+                        message.content.iter().rposition(|b| {
+                            !matches!(
+                                b,
+                                OutBlock::Thinking { .. } | OutBlock::RedactedThinking { .. }
+                            )
+                        })
+                    })
+                    .flatten();
+                let mut seq = serializer.serialize_seq(Some(message.content.len()))?;
+                for (i, block) in message.content.iter().enumerate() {
+                    if Some(i) == marked {
+                        seq.serialize_element(&Marked {
+                            block,
+                            cache_control: EPHEMERAL,
+                        })?;
+                    } else {
+                        seq.serialize_element(block)?;
+                    }
+                }
+                seq.end()
+            }
+        }
+        let mut s = serializer.serialize_struct("WireMessage", 2)?;
+        s.serialize_field("role", &self.role)?;
+        s.serialize_field("content", &Blocks(self))?;
+        s.end()
+    }
 }
 
 #[derive(Serialize)]
@@ -219,6 +296,7 @@ fn push_user_blocks<'a>(
         _ => messages.push(WireMessage {
             role: Role::User,
             content: blocks.into_iter().collect(),
+            cache_last: false,
         }),
     }
 }
@@ -229,6 +307,7 @@ fn build_request<'a>(
     stream: bool,
     default_max_tokens: u32,
     thinking: Option<ThinkingConfig>,
+    cache: CacheBreakpoints,
 ) -> WireRequest<'a> {
     let mut messages: Vec<WireMessage<'a>> = Vec::with_capacity(request.messages.len());
     for message in request.messages {
@@ -244,6 +323,7 @@ fn build_request<'a>(
                     messages.push(WireMessage {
                         role: Role::Assistant,
                         content,
+                        cache_last: false,
                     });
                 }
             }
@@ -262,6 +342,22 @@ fn build_request<'a>(
         (Some(i), None) if !i.is_empty() => Some(Cow::Borrowed(i)),
         _ => None,
     };
+    let system = system.map(|text| {
+        if cache.instructions {
+            System::Blocks([SystemBlock {
+                kind: "text",
+                text,
+                cache_control: EPHEMERAL,
+            }])
+        } else {
+            System::Text(text)
+        }
+    });
+    if cache.latest_turn
+        && let Some(last) = messages.last_mut()
+    {
+        last.cache_last = true;
+    }
     let settings = request.settings;
     let disable_parallel = settings.parallel_tool_calls == Some(false);
     let tool_choice = match (&settings.tool_choice, disable_parallel) {
@@ -287,13 +383,16 @@ fn build_request<'a>(
         }),
         (None, false) => None,
     };
+    let last_tool = request.tools.len().checked_sub(1);
     let tools: Vec<WireTool<'a>> = request
         .tools
         .iter()
-        .map(|t| WireTool {
+        .enumerate()
+        .map(|(i, t)| WireTool {
             name: &t.name,
             description: &t.description,
             input_schema: &t.input_schema,
+            cache_control: (cache.tools && Some(i) == last_tool).then_some(EPHEMERAL),
         })
         .collect();
     WireRequest {

@@ -24,7 +24,8 @@ use rand::Rng;
 pub use agentloop::RetryPolicy;
 
 /// The wait before retry number `retry` after `error`: the server's `Retry-After` within the
-/// policy's cap, else the backoff with its jitter drawn at random.
+/// policy's cap, else the backoff with its jitter drawn at random. (A `Retry-After` over the cap
+/// is never replaced by a shorter backoff: [`Retry`] gives up instead.)
 fn wait(policy: &RetryPolicy, retry: u32, error: &ModelError) -> Duration {
     let sample = if policy.jitter > 0.0 {
         rand::rng().random_range(0.0..=1.0)
@@ -91,7 +92,7 @@ struct AttemptState<'a, F> {
 /// passed through with `partial = true`. Retry and fallback share this one loop.
 pub(crate) fn with_attempts<'a, F>(first: ModelStream<'a>, on_error: F) -> ModelStream<'a>
 where
-    F: FnMut(&ModelError) -> NextAttempt<'a> + Send + 'a,
+    F: FnMut(&mut ModelError) -> NextAttempt<'a> + Send + 'a,
 {
     let state = AttemptState {
         current: first,
@@ -129,7 +130,7 @@ where
                         st.done = true;
                         return Some((Err(error), st));
                     }
-                    let Some((wait, next)) = (st.on_error)(&error) else {
+                    let Some((wait, next)) = (st.on_error)(&mut error) else {
                         st.done = true;
                         return Some((Err(error), st));
                     };
@@ -157,6 +158,19 @@ impl<M: Model> Model for Retry<M> {
         let mut attempt = 1u32;
         with_attempts(self.inner.stream(request), move |error| {
             if !error.is_retryable() || attempt >= self.policy.max_attempts.max(1) {
+                return None;
+            }
+            if let Some(asked) = error.retry_after
+                && asked > self.policy.max_retry_after
+            {
+                // Retrying sooner than the server asked only hammers it; the caller gets the
+                // time asked for (`retry_after`) and decides.
+                error.message = format!(
+                    "{} (the server asked to wait {:.1} s, longer than the {:.1} s this client waits)",
+                    error.message,
+                    asked.as_secs_f64(),
+                    self.policy.max_retry_after.as_secs_f64()
+                );
                 return None;
             }
             let wait = wait(&self.policy, attempt, error);

@@ -18,6 +18,7 @@
 //! The module's files: `request.rs` encodes the request, `strict.rs` adapts schemas to strict
 //! mode, `stream.rs` reads answers (streamed or whole) into events.
 
+mod dialect;
 mod request;
 mod stream;
 mod strict;
@@ -30,6 +31,7 @@ use agentloop::{
 use crate::decode::post_and_decode;
 use crate::http::{HttpClient, HttpConfig, KeySource};
 
+pub use dialect::ToolDialect;
 pub use stream::{ChatStreamParser, map_finish_reason, parse_completion, parse_stream_bytes};
 pub use strict::strict_schema;
 
@@ -46,6 +48,69 @@ pub enum MaxTokensField {
     MaxTokens,
 }
 
+/// The small, named departures of compatible servers from OpenAI's own API that the one Chat
+/// Completions adapter handles. [`OpenAiCompat::for_model`] picks them for a model family; the
+/// builder (and the agent file's `[model]` keys) override them.
+///
+/// Departures that a correct reader handles for every server need no option: tool calls keyed by
+/// id when a server reuses or leaves out `index`, `content` as a list of typed parts, arguments
+/// sent as an object, an answer whose framing differs from the one asked for, an error inside a
+/// 200 answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OpenAiCompat {
+    /// Send earlier reasoning back as `reasoning_content` on assistant messages: DeepSeek's
+    /// thinking mode answers 400 without it once tools are in play; OpenAI does not accept it.
+    pub reasoning_content: bool,
+    /// Send a tool call's `extra_content` back on it (Gemini's thought signatures, without which
+    /// its endpoint answers 400). Only a server that sent one gets it back.
+    pub tool_call_extra: bool,
+    /// The `prompt_cache_key` sent with each request, where the API accepts one (OpenAI's).
+    pub prompt_cache_key: PromptCacheKey,
+    /// Tool calls in plain text, for a model served without a tool-call parser: the tools go in
+    /// the prompt, the calls are read out of the text. Off unless set.
+    pub tool_dialect: Option<ToolDialect>,
+}
+
+/// What `prompt_cache_key` carries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PromptCacheKey {
+    /// None is sent (compatible servers, which may reject the field).
+    Off,
+    /// A key derived from the model, the instructions and the tools: requests of one agent share
+    /// it, so OpenAI routes them to the same cache.
+    Derived,
+    /// This key.
+    Fixed(String),
+}
+
+impl OpenAiCompat {
+    /// The options for `model` served at `base_url` under the provider name `provider`.
+    pub fn for_model(provider: &str, base_url: &str, model: &str) -> Self {
+        let host = host_of(base_url);
+        let deepseek = model.to_ascii_lowercase().contains("deepseek") || host.contains("deepseek");
+        let openai = host == "api.openai.com" || (provider == "openai" && host.is_empty());
+        OpenAiCompat {
+            reasoning_content: deepseek,
+            tool_call_extra: true,
+            prompt_cache_key: if openai {
+                PromptCacheKey::Derived
+            } else {
+                PromptCacheKey::Off
+            },
+            tool_dialect: None,
+        }
+    }
+}
+
+/// The host of a URL (`api.openai.com`), lowercased; empty when there is none.
+fn host_of(url: &str) -> String {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    rest.split(['/', ':', '?'])
+        .next()
+        .unwrap_or_default()
+        .to_ascii_lowercase()
+}
+
 /// An OpenAI Chat Completions model.
 #[derive(Debug, Clone)]
 pub struct OpenAiChat {
@@ -56,7 +121,7 @@ pub struct OpenAiChat {
     stream_usage: bool,
     strict: bool,
     max_tokens_field: MaxTokensField,
-    reasoning_in_history: bool,
+    compat: OpenAiCompat,
 }
 
 /// Builds an [`OpenAiChat`].
@@ -70,7 +135,11 @@ pub struct OpenAiChatBuilder {
     stream_usage: bool,
     strict: bool,
     max_tokens_field: Option<MaxTokensField>,
-    reasoning_in_history: bool,
+    compat: Option<OpenAiCompat>,
+    reasoning_in_history: Option<bool>,
+    tool_call_extra: Option<bool>,
+    prompt_cache_key: Option<PromptCacheKey>,
+    tool_dialect: Option<ToolDialect>,
 }
 
 impl OpenAiChat {
@@ -86,7 +155,11 @@ impl OpenAiChat {
             stream_usage: true,
             strict: false,
             max_tokens_field: None,
-            reasoning_in_history: false,
+            compat: None,
+            reasoning_in_history: None,
+            tool_call_extra: None,
+            prompt_cache_key: None,
+            tool_dialect: None,
         }
     }
 
@@ -141,14 +214,57 @@ impl OpenAiChatBuilder {
     }
 
     /// Sends earlier reasoning back as `reasoning_content` on assistant messages (DeepSeek's
-    /// thinking mode with tools asks for it; OpenAI does not accept it). Off by default.
+    /// thinking mode with tools asks for it; OpenAI does not accept it). By default on for
+    /// DeepSeek models and hosts ([`OpenAiCompat::for_model`]), off for the rest.
     pub fn reasoning_in_history(mut self, send: bool) -> Self {
-        self.reasoning_in_history = send;
+        self.reasoning_in_history = Some(send);
+        self
+    }
+
+    /// Sends a tool call's `extra_content` (Gemini's thought signatures) back on it (the default)
+    /// or drops it.
+    pub fn tool_call_extra(mut self, send: bool) -> Self {
+        self.tool_call_extra = Some(send);
+        self
+    }
+
+    /// Calls tools in this plain-text dialect instead of the API's `tools` (for a model served
+    /// without a tool-call parser).
+    pub fn tool_dialect(mut self, dialect: ToolDialect) -> Self {
+        self.tool_dialect = Some(dialect);
+        self
+    }
+
+    /// Replaces the compatibility options picked from the model and base URL.
+    pub fn compat(mut self, compat: OpenAiCompat) -> Self {
+        self.compat = Some(compat);
+        self
+    }
+
+    /// Sets what `prompt_cache_key` carries (by default a derived key on api.openai.com, none
+    /// elsewhere).
+    pub fn prompt_cache_key(mut self, key: PromptCacheKey) -> Self {
+        self.prompt_cache_key = Some(key);
         self
     }
 
     /// Builds the model.
     pub fn build(self) -> Result<OpenAiChat, ModelError> {
+        let mut compat = self.compat.unwrap_or_else(|| {
+            OpenAiCompat::for_model(&self.provider, &self.config.base_url, &self.model)
+        });
+        if let Some(send) = self.reasoning_in_history {
+            compat.reasoning_content = send;
+        }
+        if let Some(send) = self.tool_call_extra {
+            compat.tool_call_extra = send;
+        }
+        if let Some(key) = self.prompt_cache_key {
+            compat.prompt_cache_key = key;
+        }
+        if let Some(dialect) = self.tool_dialect {
+            compat.tool_dialect = Some(dialect);
+        }
         let client = HttpClient::new(self.config, self.provider.clone())?;
         let max_tokens_field = self
             .max_tokens_field
@@ -165,8 +281,15 @@ impl OpenAiChatBuilder {
             stream_usage: self.stream_usage,
             strict: self.strict,
             max_tokens_field,
-            reasoning_in_history: self.reasoning_in_history,
+            compat,
         })
+    }
+}
+
+impl OpenAiChat {
+    /// The compatibility options in force.
+    pub fn compat_options(&self) -> &OpenAiCompat {
+        &self.compat
     }
 }
 
@@ -181,7 +304,7 @@ impl Model for OpenAiChat {
 
     fn stream<'a>(&'a self, request: ModelRequest<'a>) -> ModelStream<'a> {
         let body = self.encode_request(&request);
-        let decoder = ChatStreamParser::new(&self.provider);
+        let decoder = ChatStreamParser::new(&self.provider).with_dialect(self.compat.tool_dialect);
         post_and_decode(
             &self.client,
             "/chat/completions",

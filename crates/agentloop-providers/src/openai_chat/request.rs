@@ -12,8 +12,10 @@ use agentloop::{
 use serde::Serialize;
 use serde_json::Value;
 
+use super::dialect::ToolDialect;
+use super::stream::TOOL_CALL_EXTRA_KEY;
 use super::strict::strict_schema;
-use super::{MaxTokensField, OpenAiChat};
+use super::{MaxTokensField, OpenAiChat, OpenAiCompat, PromptCacheKey};
 use crate::http::json_body;
 
 impl OpenAiChat {
@@ -25,27 +27,38 @@ impl OpenAiChat {
 
     fn wire_request<'a>(&'a self, request: &ModelRequest<'a>) -> WireRequest<'a> {
         let settings = request.settings;
+        // Both are rejected by OpenAI when no tool is offered.
+        let native_tools = !request.tools.is_empty() && self.compat.tool_dialect.is_none();
         let (max_completion_tokens, max_tokens) = match self.max_tokens_field {
             MaxTokensField::MaxCompletionTokens => (settings.max_tokens, None),
             MaxTokensField::MaxTokens => (None, settings.max_tokens),
         };
         WireRequest {
             model: &self.model,
-            messages: wire_messages(request, self.reasoning_in_history),
-            tools: request
-                .tools
-                .iter()
-                .map(|t| wire_tool(t, self.strict))
-                .collect(),
-            // Both are rejected by OpenAI when no tool is offered.
+            // A plain-text dialect describes the tools in the prompt: the server gets none.
+            tools: if self.compat.tool_dialect.is_some() {
+                Vec::new()
+            } else {
+                request
+                    .tools
+                    .iter()
+                    .map(|t| wire_tool(t, self.strict))
+                    .collect()
+            },
+            messages: wire_messages(request, &self.compat),
+            prompt_cache_key: match &self.compat.prompt_cache_key {
+                PromptCacheKey::Off => None,
+                PromptCacheKey::Derived => {
+                    Some(Cow::Owned(derived_cache_key(&self.model, request)))
+                }
+                PromptCacheKey::Fixed(key) => Some(Cow::Borrowed(key.as_str())),
+            },
             tool_choice: settings
                 .tool_choice
                 .as_ref()
-                .filter(|_| !request.tools.is_empty())
+                .filter(|_| native_tools)
                 .map(wire_tool_choice),
-            parallel_tool_calls: settings
-                .parallel_tool_calls
-                .filter(|_| !request.tools.is_empty()),
+            parallel_tool_calls: settings.parallel_tool_calls.filter(|_| native_tools),
             temperature: settings.temperature,
             top_p: settings.top_p,
             seed: settings.seed,
@@ -71,12 +84,18 @@ impl OpenAiChat {
     }
 }
 
+/// The request body. Its fields go out in this order, the unchanging ones (model, tools, then the
+/// instructions as the first message) ahead of the conversation, so that servers which cache a
+/// prompt by its prefix (llama.cpp, vLLM, OpenAI's automatic caching) find the same prefix
+/// request after request.
 #[derive(Serialize)]
 struct WireRequest<'a> {
     model: &'a str,
-    messages: Vec<WireMessage<'a>>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     tools: Vec<WireTool<'a>>,
+    messages: Vec<WireMessage<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    prompt_cache_key: Option<Cow<'a, str>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     tool_choice: Option<Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -123,14 +142,14 @@ struct JsonSchemaFormat<'a> {
 #[serde(tag = "role", rename_all = "lowercase")]
 enum WireMessage<'a> {
     System {
-        content: &'a str,
+        content: Cow<'a, str>,
     },
     User {
         content: UserContent<'a>,
     },
     Assistant {
         /// `null` when the message has no text (it only called tools).
-        content: Option<&'a str>,
+        content: Option<Cow<'a, str>>,
         #[serde(skip_serializing_if = "Option::is_none")]
         reasoning_content: Option<String>,
         #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -145,7 +164,7 @@ enum WireMessage<'a> {
 #[derive(Serialize)]
 #[serde(untagged)]
 enum UserContent<'a> {
-    Text(&'a str),
+    Text(Cow<'a, str>),
     Parts(Vec<WirePart<'a>>),
 }
 
@@ -167,6 +186,8 @@ struct WireToolCall<'a> {
     #[serde(rename = "type")]
     kind: &'static str,
     function: WireFunctionCall<'a>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    extra_content: Option<&'a Value>,
 }
 
 #[derive(Serialize)]
@@ -192,14 +213,14 @@ struct WireFunction<'a> {
     strict: Option<bool>,
 }
 
-fn wire_messages<'a>(
-    request: &ModelRequest<'a>,
-    reasoning_in_history: bool,
-) -> Vec<WireMessage<'a>> {
+fn wire_messages<'a>(request: &ModelRequest<'a>, compat: &OpenAiCompat) -> Vec<WireMessage<'a>> {
+    if let Some(dialect) = compat.tool_dialect {
+        return dialect_messages(request, dialect);
+    }
     let mut out = Vec::with_capacity(request.messages.len() + 1);
     if let Some(instructions) = request.instructions {
         out.push(WireMessage::System {
-            content: instructions,
+            content: Cow::Borrowed(instructions),
         });
     }
     for message in request.messages {
@@ -208,24 +229,34 @@ fn wire_messages<'a>(
                 content: user_content(content),
             }),
             Message::Assistant(a) => {
-                let reasoning_content = if reasoning_in_history && !a.reasoning.is_empty() {
-                    Some(
-                        a.reasoning
-                            .iter()
-                            .map(|r| r.text.as_str())
-                            .collect::<Vec<_>>()
-                            .join("\n"),
-                    )
+                // Only the text of reasoning goes back: the blocks that carry a call's extra
+                // content are bookkeeping, not reasoning.
+                let reasoning: Vec<&str> = a
+                    .reasoning
+                    .iter()
+                    .map(|r| r.text.as_str())
+                    .filter(|t| !t.is_empty())
+                    .collect();
+                let reasoning_content = (compat.reasoning_content && !reasoning.is_empty())
+                    .then(|| reasoning.join("\n"));
+                let extras: Vec<&Value> = if compat.tool_call_extra {
+                    a.reasoning
+                        .iter()
+                        .filter_map(|r| r.provider_data.as_ref()?.get(TOOL_CALL_EXTRA_KEY))
+                        .filter_map(Value::as_array)
+                        .flatten()
+                        .collect()
                 } else {
-                    None
+                    Vec::new()
                 };
                 out.push(WireMessage::Assistant {
-                    content: (!a.text.is_empty()).then_some(a.text.as_str()),
+                    content: (!a.text.is_empty()).then_some(Cow::Borrowed(a.text.as_str())),
                     reasoning_content,
                     tool_calls: a
                         .tool_calls
                         .iter()
-                        .map(|c| WireToolCall {
+                        .enumerate()
+                        .map(|(position, c)| WireToolCall {
                             id: &c.call_id,
                             kind: "function",
                             function: WireFunctionCall {
@@ -236,6 +267,7 @@ fn wire_messages<'a>(
                                     &c.arguments
                                 },
                             },
+                            extra_content: extra_for(&extras, &c.call_id, position),
                         })
                         .collect(),
                 });
@@ -251,9 +283,119 @@ fn wire_messages<'a>(
     out
 }
 
+/// The conversation for a model that calls tools in plain text: the tools described in the
+/// system prompt, earlier calls written into the assistant's text, and each turn's results in one
+/// user message (chat templates that want turns to alternate accept it).
+fn dialect_messages<'a>(request: &ModelRequest<'a>, dialect: ToolDialect) -> Vec<WireMessage<'a>> {
+    let mut out = Vec::with_capacity(request.messages.len() + 1);
+    let mut system = request.instructions.unwrap_or_default().to_owned();
+    if !request.tools.is_empty() {
+        if !system.is_empty() {
+            system.push_str("\n\n");
+        }
+        system.push_str(&dialect.describe_tools(request.tools));
+    }
+    if !system.is_empty() {
+        out.push(WireMessage::System {
+            content: Cow::Owned(system),
+        });
+    }
+    for message in request.messages {
+        match message {
+            Message::User { content } => out.push(WireMessage::User {
+                content: user_content(content),
+            }),
+            Message::Assistant(a) => out.push(WireMessage::Assistant {
+                content: Some(Cow::Owned(dialect.render_calls(&a.text, &a.tool_calls))),
+                reasoning_content: None,
+                tool_calls: Vec::new(),
+            }),
+            Message::Tool(result) => {
+                let text = dialect.render_result(result);
+                match out.last_mut() {
+                    Some(WireMessage::User {
+                        content: UserContent::Text(previous),
+                    }) if previous.ends_with(result_end(dialect)) => {
+                        let joined = previous.to_mut();
+                        joined.push('\n');
+                        joined.push_str(&text);
+                    }
+                    _ => out.push(WireMessage::User {
+                        content: UserContent::Text(Cow::Owned(text)),
+                    }),
+                }
+            }
+        }
+    }
+    // Small models tend to call again after their results; the latest results say what comes
+    // next (as the chat templates of such models do).
+    if let Some(WireMessage::User {
+        content: UserContent::Text(last),
+    }) = out.last_mut()
+        && !result_end(dialect).is_empty()
+        && last.ends_with(result_end(dialect))
+    {
+        last.to_mut().push_str(
+            "\nIf these results answer the question, reply to the user in plain text now.",
+        );
+    }
+    out
+}
+
+/// How a rendered result ends, to join the results of one turn.
+fn result_end(dialect: ToolDialect) -> &'static str {
+    match dialect {
+        ToolDialect::Hermes => "</tool_response>",
+        ToolDialect::Mistral => "[/TOOL_RESULTS]",
+        ToolDialect::Llama3Json => "",
+    }
+}
+
+/// The extra content kept for the call with this id (or, when the server gave it no id, at this
+/// position among the message's calls).
+fn extra_for<'a>(extras: &[&'a Value], call_id: &str, position: usize) -> Option<&'a Value> {
+    let by_id = extras.iter().find(|e| {
+        e.get("id")
+            .and_then(Value::as_str)
+            .is_some_and(|id| !id.is_empty() && id == call_id)
+    });
+    let by_position = || {
+        extras.iter().find(|e| {
+            e.get("id")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .is_empty()
+                && e.get("position").and_then(Value::as_u64) == Some(position as u64)
+        })
+    };
+    by_id
+        .or_else(by_position)
+        .and_then(|e| e.get("extra_content"))
+}
+
+/// A `prompt_cache_key` that requests with the same model, instructions and tools share: an
+/// FNV-1a hash, stable across processes and releases (unlike the standard library's hasher).
+fn derived_cache_key(model: &str, request: &ModelRequest<'_>) -> String {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut feed = |bytes: &[u8]| {
+        for b in bytes.iter().chain([0xffu8].iter()) {
+            hash ^= u64::from(*b);
+            hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    };
+    feed(model.as_bytes());
+    feed(request.instructions.unwrap_or_default().as_bytes());
+    for tool in request.tools {
+        feed(tool.name.as_bytes());
+        feed(tool.description.as_bytes());
+        feed(tool.input_schema.to_string().as_bytes());
+    }
+    format!("agentloop-{hash:016x}")
+}
+
 fn user_content(parts: &[ContentPart]) -> UserContent<'_> {
     if let [ContentPart::Text { text }] = parts {
-        return UserContent::Text(text);
+        return UserContent::Text(Cow::Borrowed(text));
     }
     UserContent::Parts(
         parts
@@ -354,10 +496,24 @@ mod tests {
         };
         let plain = encode(
             OpenAiChat::compatible("deepseek", "http://x", "deepseek-reasoner")
+                .reasoning_in_history(false)
                 .build()
                 .unwrap(),
         );
         assert!(plain["messages"][1].get("reasoning_content").is_none());
+        // DeepSeek gets it back by default; any other server does not.
+        let picked = encode(
+            OpenAiChat::compatible("deepseek", "http://x", "deepseek-reasoner")
+                .build()
+                .unwrap(),
+        );
+        assert_eq!(picked["messages"][1]["reasoning_content"], "think");
+        let other = encode(
+            OpenAiChat::compatible("local", "http://x", "qwen3")
+                .build()
+                .unwrap(),
+        );
+        assert!(other["messages"][1].get("reasoning_content").is_none());
         let with = encode(
             OpenAiChat::compatible("deepseek", "http://x", "deepseek-reasoner")
                 .reasoning_in_history(true)

@@ -12,6 +12,7 @@ use agentloop::{
 use serde::Deserialize;
 use serde_json::Value;
 
+use super::dialect::{DialectReader, ToolDialect};
 use crate::decode::{StreamDecoder, accumulate_sse, accumulate_whole};
 use crate::error::{ProviderError, decode_error, stream_error};
 
@@ -26,8 +27,17 @@ struct WireCompletion<'a> {
     choices: Option<Vec<WireChoice<'a>>>,
     #[serde(default)]
     usage: Option<WireUsage>,
+    /// Groq reports a stream's usage here, on its last chunk, rather than in `usage`.
+    #[serde(default)]
+    x_groq: Option<GroqExtra>,
     #[serde(default)]
     error: Option<Value>,
+}
+
+#[derive(Deserialize)]
+struct GroqExtra {
+    #[serde(default)]
+    usage: Option<WireUsage>,
 }
 
 #[derive(Deserialize)]
@@ -45,7 +55,7 @@ struct WireChoice<'a> {
 #[derive(Deserialize)]
 struct WireDelta<'a> {
     #[serde(default, borrow)]
-    content: Option<Cow<'a, str>>,
+    content: Option<Content<'a>>,
     #[serde(default, borrow)]
     reasoning_content: Option<Cow<'a, str>>,
     /// OpenRouter and some servers name it `reasoning`.
@@ -65,6 +75,109 @@ struct WireToolCallIn<'a> {
     id: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
     function: Option<WireFunctionIn<'a>>,
+    /// Provider data on the call that must go back with it (Gemini's thought signature, as
+    /// `{"google": {"thought_signature": ...}}`).
+    #[serde(default)]
+    extra_content: Option<Value>,
+}
+
+/// A message's `content`: a string on OpenAI; a list of typed parts on some servers (Mistral's
+/// Magistral sends `text` and `thinking` parts), read into its text and its reasoning.
+#[derive(Default)]
+struct Content<'a> {
+    text: Cow<'a, str>,
+    reasoning: String,
+}
+
+impl<'a> Content<'a> {
+    fn text(text: Cow<'a, str>) -> Self {
+        Content {
+            text,
+            reasoning: String::new(),
+        }
+    }
+
+    fn of_parts(parts: &Value) -> Self {
+        let mut content = Content::default();
+        content.add_part(parts);
+        content
+    }
+
+    fn add_part(&mut self, part: &Value) {
+        match part {
+            Value::String(s) => self.text.to_mut().push_str(s),
+            Value::Object(map) => {
+                let kind = map.get("type").and_then(Value::as_str).unwrap_or("text");
+                match kind {
+                    "thinking" | "reasoning" => {
+                        if let Some(inner) = map.get("thinking").or_else(|| map.get("text")) {
+                            collect_text(inner, &mut self.reasoning);
+                        }
+                    }
+                    _ => {
+                        if let Some(Value::String(t)) = map.get("text") {
+                            self.text.to_mut().push_str(t);
+                        }
+                    }
+                }
+            }
+            Value::Array(parts) => parts.iter().for_each(|p| self.add_part(p)),
+            _ => {}
+        }
+    }
+}
+
+/// The text of a string, a `{"text": ...}` part or a list of them.
+fn collect_text(value: &Value, out: &mut String) {
+    match value {
+        Value::String(s) => out.push_str(s),
+        Value::Array(items) => items.iter().for_each(|i| collect_text(i, out)),
+        Value::Object(map) => {
+            if let Some(t) = map.get("text") {
+                collect_text(t, out);
+            }
+        }
+        _ => {}
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Content<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = Content<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a string or a list of content parts")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(Content::text(Cow::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(Content::text(Cow::Owned(v.to_owned())))
+            }
+            fn visit_string<E>(self, v: String) -> Result<Self::Value, E> {
+                Ok(Content::text(Cow::Owned(v)))
+            }
+            fn visit_unit<E>(self) -> Result<Self::Value, E> {
+                Ok(Content::default())
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                seq: A,
+            ) -> Result<Self::Value, A::Error> {
+                Value::deserialize(serde::de::value::SeqAccessDeserializer::new(seq))
+                    .map(|parts| Content::of_parts(&parts))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                map: A,
+            ) -> Result<Self::Value, A::Error> {
+                Value::deserialize(serde::de::value::MapAccessDeserializer::new(map))
+                    .map(|part| Content::of_parts(&part))
+            }
+        }
+        deserializer.deserialize_any(Visit)
+    }
 }
 
 #[derive(Deserialize)]
@@ -190,18 +303,37 @@ fn in_body_error(provider: &str, error: &Value) -> ModelError {
 
 /// The pure parser of a Chat Completions event stream: it turns each event's data into
 /// [`ModelEvent`]s. The live adapter, [`parse_stream_bytes`] and the tests share it.
+///
+/// Tool-call deltas are keyed by the call's id before its `index`: servers and gateways send
+/// parallel calls all at `index` 0 with different ids (Ollama, SGLang, some gateways) or with no
+/// index at all (Gemini's endpoint, older Ollama), and a client keyed by index alone merges them.
 #[derive(Debug)]
 pub struct ChatStreamParser {
     provider: String,
     started: bool,
-    tool_started: Vec<u32>,
+    /// One slot per call, in the order the calls began; a slot's number is the event's index.
+    slots: Vec<CallSlot>,
     saw_tool_call: bool,
     /// A `refusal` came instead of content: the response ends as a refusal, though the wire
     /// says `stop`.
     saw_refusal: bool,
     finish: Option<(FinishReason, String)>,
     done: bool,
+    /// Reads tool calls out of the text, for a model that writes them in a plain-text dialect.
+    dialect: Option<DialectReader>,
 }
+
+#[derive(Debug)]
+struct CallSlot {
+    id: String,
+    /// The wire `index` that last opened or continued this call.
+    wire_index: Option<u32>,
+    extra_content: Option<Value>,
+}
+
+/// Where the provider data of tool calls (Gemini's thought signatures) is kept on the
+/// assistant message: a reasoning block whose `provider_data` holds this key.
+pub(crate) const TOOL_CALL_EXTRA_KEY: &str = "openai_chat_tool_call_extra";
 
 impl ChatStreamParser {
     /// A parser for a stream from `provider` (named in errors).
@@ -209,11 +341,91 @@ impl ChatStreamParser {
         ChatStreamParser {
             provider: provider.to_owned(),
             started: false,
-            tool_started: Vec::new(),
+            slots: Vec::new(),
             saw_tool_call: false,
             saw_refusal: false,
             finish: None,
             done: false,
+            dialect: None,
+        }
+    }
+
+    /// Reads the text's tool calls in this plain-text dialect (none: the text is all text).
+    pub fn with_dialect(mut self, dialect: Option<ToolDialect>) -> Self {
+        self.dialect = dialect.map(DialectReader::new);
+        self
+    }
+
+    /// The text ended: the dialect reader gives up what it held, and a response whose calls
+    /// were all in its text finishes as tool calls.
+    fn close_dialect(&mut self, out: &mut VecDeque<ModelEvent>) {
+        let Some(reader) = &mut self.dialect else {
+            return;
+        };
+        reader.finish(out);
+        if reader.calls() > 0 {
+            self.saw_tool_call = true;
+            if let Some((reason, _)) = &mut self.finish
+                && *reason == FinishReason::Stop
+            {
+                *reason = FinishReason::ToolCalls;
+            }
+        }
+    }
+
+    /// The slot a tool-call delta belongs to, opening one when it begins a call.
+    fn slot(&mut self, wire: Option<u32>, id: Option<&str>, named: bool, whole: bool) -> usize {
+        let known_wire =
+            wire.and_then(|w| self.slots.iter().rposition(|s| s.wire_index == Some(w)));
+        let found = if whole {
+            None
+        } else if let Some(id) = id {
+            self.slots.iter().position(|s| s.id == id)
+        } else if wire.is_some() {
+            known_wire
+        } else if named {
+            None
+        } else {
+            self.slots.len().checked_sub(1)
+        };
+        let at = match found {
+            Some(at) => at,
+            None => {
+                self.slots.push(CallSlot {
+                    id: id.unwrap_or_default().to_owned(),
+                    wire_index: None,
+                    extra_content: None,
+                });
+                self.slots.len().saturating_sub(1)
+            }
+        };
+        if let Some(slot) = self.slots.get_mut(at) {
+            // A reused index now continues the newest call opened at it.
+            if wire.is_some() {
+                slot.wire_index = wire;
+            }
+        }
+        at
+    }
+
+    /// The calls' provider data, as a reasoning block the next request sends back.
+    fn flush_extras(&mut self, out: &mut VecDeque<ModelEvent>) {
+        let extras: Vec<Value> = self
+            .slots
+            .iter_mut()
+            .enumerate()
+            .filter_map(|(position, slot)| {
+                slot.extra_content.take().map(|extra| {
+                    serde_json::json!({"position": position, "id": slot.id, "extra_content": extra})
+                })
+            })
+            .collect();
+        if !extras.is_empty() {
+            out.push_back(ModelEvent::Reasoning(agentloop::message::Reasoning {
+                text: String::new(),
+                signature: None,
+                provider_data: Some(serde_json::json!({ TOOL_CALL_EXTRA_KEY: extras })),
+            }));
         }
     }
 
@@ -230,9 +442,14 @@ impl ChatStreamParser {
             self.done = true;
             return self.emit_finish(out);
         }
+        // A keep-alive comment sent as data (`data: : keepalive`, Vertex's partner models): no
+        // JSON chunk begins with a colon.
+        if data.starts_with(':') {
+            return Ok(());
+        }
         let chunk: WireCompletion<'_> = serde_json::from_str(data)
             .map_err(|e| stream_error(&self.provider, format!("malformed stream chunk: {e}")))?;
-        self.apply(chunk, out)
+        self.apply(chunk, out, false)
     }
 
     /// Applies a parsed chunk (or a whole response, whose choices carry `message`).
@@ -240,15 +457,19 @@ impl ChatStreamParser {
         &mut self,
         chunk: WireCompletion<'_>,
         out: &mut VecDeque<ModelEvent>,
+        whole: bool,
     ) -> Result<(), ModelError> {
         if let Some(error) = &chunk.error {
             return Err(in_body_error(&self.provider, error));
         }
-        if !self.started && (chunk.id.is_some() || chunk.model.is_some()) {
+        // Azure's content-filter chunks carry an empty id and model: they start nothing.
+        let id = chunk.id.filter(|s| !s.is_empty());
+        let model = chunk.model.filter(|s| !s.is_empty());
+        if !self.started && (id.is_some() || model.is_some()) {
             self.started = true;
             out.push_back(ModelEvent::Start {
-                id: chunk.id.map(Cow::into_owned),
-                model: chunk.model.map(Cow::into_owned),
+                id: id.map(Cow::into_owned),
+                model: model.map(Cow::into_owned),
             });
         }
         for choice in chunk.choices.into_iter().flatten() {
@@ -256,28 +477,36 @@ impl ChatStreamParser {
                 continue;
             }
             if let Some(delta) = choice.delta.or(choice.message) {
-                self.delta(delta, out);
+                self.delta(delta, out, whole);
             }
             if let Some(reason) = choice.finish_reason
                 && !reason.is_empty()
             {
                 let mapped = match map_finish_reason(&reason) {
                     FinishReason::Stop if self.saw_refusal => FinishReason::Refusal,
+                    // vLLM (a named tool_choice) and Ollama say `stop` after calling tools; the
+                    // calls are what the answer is.
+                    FinishReason::Stop if self.saw_tool_call => FinishReason::ToolCalls,
                     other => other,
                 };
                 self.finish = Some((mapped, reason.into_owned()));
             }
         }
-        if let Some(usage) = chunk.usage {
+        if let Some(usage) = chunk.usage.or_else(|| chunk.x_groq.and_then(|g| g.usage)) {
             out.push_back(ModelEvent::Usage(usage.to_usage()));
         }
         Ok(())
     }
 
-    fn delta(&mut self, delta: WireDelta<'_>, out: &mut VecDeque<ModelEvent>) {
+    fn delta(&mut self, delta: WireDelta<'_>, out: &mut VecDeque<ModelEvent>, whole: bool) {
+        let (content, part_reasoning) = match delta.content {
+            Some(c) => (Some(c.text), Some(c.reasoning)),
+            None => (None, None),
+        };
         for reasoning in [delta.reasoning_content, delta.reasoning]
             .into_iter()
             .flatten()
+            .chain(part_reasoning.map(Cow::Owned))
         {
             if !reasoning.is_empty() {
                 out.push_back(ModelEvent::ReasoningDelta(reasoning.into_owned()));
@@ -286,24 +515,32 @@ impl ChatStreamParser {
         if delta.refusal.as_ref().is_some_and(|r| !r.is_empty()) {
             self.saw_refusal = true;
         }
-        for text in [delta.content, delta.refusal].into_iter().flatten() {
-            if !text.is_empty() {
-                out.push_back(ModelEvent::TextDelta(text.into_owned()));
+        if let Some(text) = content.filter(|t| !t.is_empty()) {
+            match &mut self.dialect {
+                Some(reader) => reader.push(&text, out),
+                None => out.push_back(ModelEvent::TextDelta(text.into_owned())),
             }
         }
-        for (position, call) in delta.tool_calls.into_iter().flatten().enumerate() {
+        if let Some(refusal) = delta.refusal.filter(|t| !t.is_empty()) {
+            out.push_back(ModelEvent::TextDelta(refusal.into_owned()));
+        }
+        for call in delta.tool_calls.into_iter().flatten() {
             self.saw_tool_call = true;
-            let index = call.index.unwrap_or(position as u32);
             let (name, arguments) = match call.function {
                 Some(f) => (f.name, f.arguments.map(|a| a.0)),
                 None => (None, None),
             };
             let id = call.id.filter(|s| !s.is_empty());
             let name = name.filter(|s| !s.is_empty());
-            let first = !self.tool_started.contains(&index);
-            if first {
-                self.tool_started.push(index);
+            let opened = self.slots.len();
+            let at = self.slot(call.index, id.as_deref(), name.is_some(), whole);
+            let first = at >= opened;
+            if let Some(extra) = call.extra_content
+                && let Some(slot) = self.slots.get_mut(at)
+            {
+                slot.extra_content = Some(extra);
             }
+            let index = u32::try_from(at).unwrap_or(u32::MAX);
             if first || id.is_some() || name.is_some() {
                 out.push_back(ModelEvent::ToolCallStart {
                     index,
@@ -323,6 +560,8 @@ impl ChatStreamParser {
     }
 
     fn emit_finish(&mut self, out: &mut VecDeque<ModelEvent>) -> Result<(), ModelError> {
+        self.close_dialect(out);
+        self.flush_extras(out);
         match self.finish.take() {
             Some((reason, raw)) => out.push_back(ModelEvent::Finish {
                 reason,
@@ -352,6 +591,8 @@ impl ChatStreamParser {
             return Ok(());
         }
         self.done = true;
+        self.close_dialect(out);
+        self.flush_extras(out);
         match self.finish.take() {
             Some((reason, raw)) => {
                 out.push_back(ModelEvent::Finish {
@@ -392,8 +633,10 @@ impl StreamDecoder for ChatStreamParser {
                     .with_provider(self.provider.as_str()),
             );
         }
-        self.apply(completion, out)?;
+        self.apply(completion, out, true)?;
         self.done = true;
+        self.close_dialect(out);
+        self.flush_extras(out);
         let (reason, raw) = match self.finish.take() {
             Some((reason, raw)) => (reason, Some(raw)),
             None if self.saw_tool_call => (FinishReason::ToolCalls, None),

@@ -137,6 +137,18 @@ enum InputItem<'a> {
     Verbatim(&'a Value),
 }
 
+/// Whether a reasoning item kept from an earlier answer can go back. With `store: true` the
+/// server holds it. With `store: false` it holds nothing, so an item without `encrypted_content`
+/// cannot be sent back at all: the API answers "Item with id 'rs_…' not found" (vercel/ai#7543,
+/// openai-agents-python#1756). Such an item is left out; the answer it led to still goes back.
+fn replayable_reasoning(item: &Value, store: bool) -> Option<InputItem<'_>> {
+    let encrypted = item
+        .get("encrypted_content")
+        .and_then(Value::as_str)
+        .is_some_and(|e| !e.is_empty());
+    (store || encrypted).then_some(InputItem::Verbatim(item))
+}
+
 #[derive(Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 enum InputContent<'a> {
@@ -183,7 +195,7 @@ fn build_request<'a>(
                         .as_ref()
                         .filter(|d| d.get("type").and_then(Value::as_str) == Some("reasoning"))
                     {
-                        input.push(InputItem::Verbatim(item));
+                        input.extend(replayable_reasoning(item, options.store));
                     }
                 }
                 if !a.text.is_empty() {

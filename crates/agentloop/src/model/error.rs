@@ -114,6 +114,10 @@ pub struct ModelError {
     /// True once part of the response reached the caller: such a call is never retried.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub partial: bool,
+    /// The server's own word on whether a retry can succeed (OpenAI's and Anthropic's
+    /// `x-should-retry` header); it overrides the kind's default in [`ModelError::is_retryable`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub should_retry: Option<bool>,
 }
 
 impl ModelError {
@@ -130,6 +134,7 @@ impl ModelError {
             request_id: None,
             retry_after: None,
             partial: false,
+            should_retry: None,
         }
     }
 
@@ -138,18 +143,24 @@ impl ModelError {
         self.kind.code()
     }
 
-    /// Worth retrying: rate limits, overload, server errors, timeouts and dropped connections,
-    /// provided nothing of the response reached the caller yet.
+    /// Worth retrying: rate limits, overload, server errors, timeouts and dropped connections (or
+    /// whatever the server said with `x-should-retry`), provided nothing of the response reached
+    /// the caller yet.
     pub fn is_retryable(&self) -> bool {
-        !self.partial
-            && matches!(
-                self.kind,
-                ModelErrorKind::RateLimited
-                    | ModelErrorKind::Overloaded
-                    | ModelErrorKind::Server
-                    | ModelErrorKind::Timeout
-                    | ModelErrorKind::Connection
-            )
+        if self.partial {
+            return false;
+        }
+        if let Some(said) = self.should_retry {
+            return said;
+        }
+        matches!(
+            self.kind,
+            ModelErrorKind::RateLimited
+                | ModelErrorKind::Overloaded
+                | ModelErrorKind::Server
+                | ModelErrorKind::Timeout
+                | ModelErrorKind::Connection
+        )
     }
 
     /// HTTP 429.

@@ -1,0 +1,183 @@
+//! A loopback HTTP server that answers like the servers in the quirks corpus: each request gets
+//! the next recorded reply (status, headers, body bytes as written), optionally with a silent
+//! pause part-way through the body, and every request body is kept for the test to read.
+//!
+//! A raw `TcpListener` rather than a mock framework, because the corpus needs what a framework
+//! smooths over: a pause between two chunks of one body, and headers exactly as a server sent them.
+//! Shared by the providers' corpus test and the CLI's.
+#![allow(
+    dead_code,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::indexing_slicing
+)]
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde_json::Value;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// One reply of a case, as `case.json` describes it.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Reply {
+    /// The HTTP status.
+    pub status: u16,
+    /// Headers, in order (a `content-type` among them, or none at all).
+    #[serde(default)]
+    pub headers: Vec<(String, String)>,
+    /// The file in the case's directory holding the body's bytes.
+    #[serde(default)]
+    pub body: Option<String>,
+    /// A silence in the middle of the body: after this many bytes, this long.
+    #[serde(default)]
+    pub pause: Option<Pause>,
+    /// The body's bytes, read from `body`.
+    #[serde(skip)]
+    pub bytes: Vec<u8>,
+}
+
+/// A silent gap inside a body.
+#[derive(Debug, Clone, Copy, Deserialize)]
+pub struct Pause {
+    /// Bytes sent before the gap.
+    pub after_bytes: usize,
+    /// The gap.
+    pub ms: u64,
+}
+
+impl Reply {
+    /// Reads the body file from `dir`.
+    pub fn load(mut self, dir: &Path) -> Reply {
+        if let Some(file) = &self.body {
+            self.bytes = std::fs::read(dir.join(file))
+                .unwrap_or_else(|e| panic!("{}: {e}", dir.join(file).display()));
+        }
+        self
+    }
+}
+
+/// A running server.
+pub struct QuirkServer {
+    /// `http://127.0.0.1:port`.
+    pub uri: String,
+    bodies: Arc<Mutex<Vec<Vec<u8>>>>,
+}
+
+impl QuirkServer {
+    /// Serves `replies` in order (the last one again for any further request).
+    pub async fn start(replies: Vec<Reply>) -> QuirkServer {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let uri = format!("http://{}", listener.local_addr().unwrap());
+        let bodies = Arc::new(Mutex::new(Vec::new()));
+        let seen = bodies.clone();
+        tokio::spawn(async move {
+            let mut n = 0usize;
+            loop {
+                let Ok((socket, _)) = listener.accept().await else {
+                    return;
+                };
+                let reply = replies
+                    .get(n)
+                    .or_else(|| replies.last())
+                    .cloned()
+                    .expect("a case has at least one reply");
+                n += 1;
+                let seen = seen.clone();
+                tokio::spawn(async move { answer(socket, reply, seen).await });
+            }
+        });
+        QuirkServer { uri, bodies }
+    }
+
+    /// The request bodies received so far, as JSON.
+    pub fn requests(&self) -> Vec<Value> {
+        self.bodies
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|b| serde_json::from_slice(b).unwrap_or(Value::Null))
+            .collect()
+    }
+}
+
+async fn answer(mut socket: TcpStream, reply: Reply, seen: Arc<Mutex<Vec<Vec<u8>>>>) {
+    let Some(body) = read_request(&mut socket).await else {
+        return;
+    };
+    seen.lock().unwrap().push(body);
+    let reason = match reply.status {
+        200 => "OK",
+        409 => "Conflict",
+        429 => "Too Many Requests",
+        500 => "Internal Server Error",
+        503 => "Service Unavailable",
+        529 => "Overloaded",
+        _ => "Status",
+    };
+    let mut head = format!("HTTP/1.1 {} {reason}\r\n", reply.status);
+    for (name, value) in &reply.headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    head.push_str("transfer-encoding: chunked\r\nconnection: close\r\n\r\n");
+    // A client that gave up (an idle timeout) closes the socket: writes then fail, which is fine.
+    if socket.write_all(head.as_bytes()).await.is_err() {
+        return;
+    }
+    let (first, rest) = match reply.pause {
+        Some(p) => reply.bytes.split_at(p.after_bytes.min(reply.bytes.len())),
+        None => (reply.bytes.as_slice(), &[][..]),
+    };
+    let _ = write_chunk(&mut socket, first).await;
+    if let Some(p) = reply.pause {
+        let _ = socket.flush().await;
+        tokio::time::sleep(Duration::from_millis(p.ms)).await;
+    }
+    let _ = write_chunk(&mut socket, rest).await;
+    let _ = socket.write_all(b"0\r\n\r\n").await;
+    let _ = socket.flush().await;
+}
+
+async fn write_chunk(socket: &mut TcpStream, bytes: &[u8]) -> std::io::Result<()> {
+    if bytes.is_empty() {
+        return Ok(());
+    }
+    socket
+        .write_all(format!("{:x}\r\n", bytes.len()).as_bytes())
+        .await?;
+    socket.write_all(bytes).await?;
+    socket.write_all(b"\r\n").await
+}
+
+/// Reads one request; returns its body.
+async fn read_request(socket: &mut TcpStream) -> Option<Vec<u8>> {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 8192];
+    let head_end = loop {
+        let n = socket.read(&mut chunk).await.ok()?;
+        if n == 0 {
+            return None;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i + 4;
+        }
+    };
+    let head = String::from_utf8_lossy(&buf[..head_end]).to_ascii_lowercase();
+    let length = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length:"))
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .unwrap_or(0);
+    while buf.len() < head_end + length {
+        let n = socket.read(&mut chunk).await.ok()?;
+        if n == 0 {
+            break;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+    Some(buf[head_end..].to_vec())
+}
