@@ -1,6 +1,7 @@
 //! From a checked agent file to a runnable [`Agent`]: the model (scripted or a live provider
 //! wrapped in retries), the command, subagent and built-in tools, the limits, the model settings
-//! and the permission gate.
+//! and the permission gate. The tools of the file's `[[mcp]]` servers join them once the servers
+//! are started ([`mcp_servers`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -450,10 +451,49 @@ pub fn definition_parts(file: &AgentFile) -> Vec<(&'static str, serde_json::Valu
         ("commands", serde_json::Value::Object(commands)),
         ("permissions", json!(permissions)),
     ];
+    if !file.mcp().is_empty() {
+        parts.push(("mcp", mcp_declarations(file)));
+    }
     if let Some(v) = &file.spec.version {
         parts.push(("version", json!(v)));
     }
     parts
+}
+
+/// What the `[[mcp]]` entries declare, as `plan` shows it and the fingerprint holds it: the
+/// variables templates read, never their values.
+pub fn mcp_declarations(file: &AgentFile) -> serde_json::Value {
+    let vars = |map: &std::collections::BTreeMap<String, String>| -> serde_json::Value {
+        map.iter()
+            .map(|(k, v)| (k.clone(), json!(agentloop_mcp::template_vars(v))))
+            .collect::<serde_json::Map<_, _>>()
+            .into()
+    };
+    mcp_configs(file)
+        .iter()
+        .map(|c| {
+            let how = match &c.transport {
+                agentloop_mcp::Transport::Stdio { command, env, .. } => {
+                    json!({"command": command, "env_reads": vars(env)})
+                }
+                agentloop_mcp::Transport::Http { url, headers } => {
+                    json!({"url": url, "headers_read": vars(headers)})
+                }
+            };
+            json!({
+                "name": c.name,
+                "transport": how,
+                "restart": match c.restart {
+                    agentloop_mcp::Restart::OnFailure => "on-failure",
+                    _ => "never",
+                },
+                "timeout_secs": c.timeout.as_secs_f64(),
+                "tools_named": format!("{}*", c.tool_name("")),
+                "rename": c.rename,
+            })
+        })
+        .collect::<Vec<_>>()
+        .into()
 }
 
 /// How the agents of `agent` tools are built: for real (their own models and permission gates,
@@ -464,15 +504,33 @@ enum Kids<'a> {
     StandIn,
 }
 
-/// The agent, over a given model, with a permission gate when the file has one; its `agent`
-/// tools run subagents built the same way from their own files.
+/// Starts the file's `[[mcp]]` servers (none when it declares none): their tools are the
+/// `mcp_tools` of [`agent`].
+pub async fn mcp_servers(file: &AgentFile) -> Result<agentloop_mcp::McpServers, CliError> {
+    agentloop_mcp::McpServers::connect(mcp_configs(file))
+        .await
+        .map_err(|e| CliError::Setup {
+            message: format!("{}: {e}", e.code()),
+        })
+}
+
+/// The file's `[[mcp]]` servers' configs, in order.
+pub fn mcp_configs(file: &AgentFile) -> Vec<agentloop_mcp::ServerConfig> {
+    file.mcp().iter().map(|m| m.config(&file.dir)).collect()
+}
+
+/// The agent, over a given model and the tools of its started MCP servers, with a permission
+/// gate when the file has one; its `agent` tools run subagents built the same way from their own
+/// files.
 pub fn agent(
     file: &AgentFile,
     model: Arc<dyn Model>,
     approval: &Approval,
+    mcp_tools: Vec<Tool>,
 ) -> Result<Agent, CliError> {
     let gate = gate(file, approval)?;
     builder(file, model, gate, Kids::Real(approval))?
+        .tools(mcp_tools)
         .build()
         .map_err(|e| CliError::Setup {
             message: format!("{}: {e}", e.code()),
@@ -497,6 +555,15 @@ fn subagent_tool(file: &AgentFile, t: &ToolFileSpec, kids: Kids<'_>) -> Result<T
         });
     };
     let (model, gate): (Arc<dyn Model>, _) = match kids {
+        Kids::Real(_) if !child.mcp().is_empty() => {
+            return Err(CliError::Setup {
+                message: format!(
+                    "{}: the [[mcp]] servers of a subagent's file are not started; declare them \
+                     in the top agent file",
+                    child.path.display()
+                ),
+            });
+        }
         Kids::Real(approval) => (model(child)?, gate(child, approval)?),
         Kids::StandIn => (Arc::new(ScriptedModel::new([])), None),
     };
