@@ -250,3 +250,76 @@ async fn an_mcp_entry_is_checked_with_the_file_and_permissions_may_name_only_its
     }
     assert!(!err.contains("permissions.deny[0]"), "{err}");
 }
+
+/// A stdio MCP server of the test's own, in plain Python (no SDK): `add_tool` adds `new_tool`
+/// and announces `notifications/tools/list_changed` before it answers; `new_tool` writes
+/// `new_tool.ran` beside it.
+const GROWING_SERVER: &str = r#"
+import json, sys
+tools = [{"name": "add_tool", "description": "Adds new_tool.", "inputSchema": {"type": "object", "properties": {}}}]
+def send(msg):
+    sys.stdout.write(json.dumps(msg) + "\n")
+    sys.stdout.flush()
+def result(id, text, error=False):
+    send({"jsonrpc": "2.0", "id": id, "result": {"content": [{"type": "text", "text": text}], "isError": error}})
+for line in sys.stdin:
+    msg = json.loads(line)
+    method, id = msg.get("method"), msg.get("id")
+    if id is None:
+        continue
+    if method == "initialize":
+        send({"jsonrpc": "2.0", "id": id, "result": {"protocolVersion": "2025-06-18",
+              "capabilities": {"tools": {"listChanged": True}}, "serverInfo": {"name": "grow", "version": "1"}}})
+    elif method == "tools/list":
+        send({"jsonrpc": "2.0", "id": id, "result": {"tools": tools}})
+    elif method == "tools/call" and msg["params"]["name"] == "add_tool":
+        if len(tools) == 1:
+            tools.append({"name": "new_tool", "description": "Runs.", "inputSchema": {"type": "object", "properties": {}}})
+            send({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
+        result(id, "added new_tool")
+    elif method == "tools/call" and msg["params"]["name"] == "new_tool":
+        open("new_tool.ran", "w").write("yes")
+        result(id, "new_tool ran")
+    elif method == "tools/call":
+        result(id, "no such tool", error=True)
+    else:
+        send({"jsonrpc": "2.0", "id": id, "error": {"code": -32601, "message": "method not found"}})
+"#;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn chat_lists_a_servers_tools_again_after_list_changed_and_the_next_input_can_call_them() {
+    let dir = AgentDir::new(
+        r#"name = "grower"
+[model]
+provider = "scripted"
+script = "script.json"
+
+[[mcp]]
+name = "grow"
+command = ["python3", "server.py"]
+"#,
+    );
+    dir.write("server.py", GROWING_SERVER);
+    dir.write(
+        "script.json",
+        &json!([
+            {"tool_calls": [{"id": "a", "name": "grow__add_tool", "arguments": {}}]},
+            {"text": "added"},
+            {"tool_calls": [{"id": "n", "name": "grow__new_tool", "arguments": {}}]},
+            {"text": "ran"}
+        ])
+        .to_string(),
+    );
+    let out = chat(dir.agent(), "add a tool\nuse it\n").await;
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    assert!(
+        stderr(&out).contains("listed again"),
+        "stderr: {}",
+        stderr(&out)
+    );
+    assert!(
+        dir.path("new_tool.ran").exists(),
+        "the second input could not call the new tool; stderr: {}",
+        stderr(&out)
+    );
+}

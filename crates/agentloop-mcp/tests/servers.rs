@@ -324,7 +324,7 @@ async fn everything_server_over_streamable_http_lists_and_calls_with_headers_fro
     let mut http = start_http_everything().await;
     let mut cfg = ServerConfig::http("web", http.url.clone());
     cfg.timeout = TIMEOUT;
-    // SAFETY of the test: no other test reads this variable.
+    // A header from the environment (PATH is always set): the template is expanded at start.
     if let Transport::Http { headers, .. } = &mut cfg.transport {
         headers.insert("X-Test-Token".into(), "token ${PATH}".into());
     }
