@@ -323,3 +323,28 @@ command = ["python3", "server.py"]
         stderr(&out)
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_mcp_example_reads_a_file_runs_a_command_and_keeps_a_note_under_approval() {
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/mcp/agent.toml");
+    let example = example.to_str().unwrap();
+    let input = "Summarize the changelog in a note.";
+    let out = agentloop(args(&["run", example, "--input", input, "--yes", "--json"])).await;
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    let v = stdout_json(&out);
+    assert_eq!(v["stop_reason"], "finished", "{v}");
+    let calls = v["tool_calls"].as_array().unwrap();
+    assert!(calls.iter().all(|c| c["ok"] == true), "{calls:?}");
+    let listed = calls.iter().find(|c| c["id"] == "call_list").unwrap();
+    assert_eq!(
+        listed["output"],
+        json!({"notes": ["3 changes: files, shell and MCP tools; limits; traces."]})
+    );
+
+    // Without --yes and no terminal to ask at, the call the permissions ask about is denied.
+    let out = agentloop(args(&["run", example, "--input", input, "--json"])).await;
+    let v = stdout_json(&out);
+    let calls = v["tool_calls"].as_array().unwrap();
+    let note = calls.iter().find(|c| c["id"] == "call_note").unwrap();
+    assert_eq!(note["status"], "denied", "{note}");
+}
