@@ -1,8 +1,9 @@
 //! From a checked agent file to a runnable [`Agent`]: the model (scripted or a live provider
 //! wrapped in retries), the command, subagent and built-in tools, the limits, the model settings
-//! and the permission gate. The tools of the file's `[[mcp]]` servers join them once the servers
-//! are started ([`mcp_servers`]).
+//! and the permission gate. The tools of the `[[mcp]]` servers of each file of the tree join its
+//! agent once the servers are started ([`StartedMcp`]).
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -500,18 +501,79 @@ pub fn mcp_declarations(file: &AgentFile) -> serde_json::Value {
 /// asking through the same approval), or as stand-ins that need no credentials (for `plan`).
 #[derive(Clone, Copy)]
 enum Kids<'a> {
-    Real(&'a Approval),
+    Real(&'a Approval, &'a StartedMcp),
     StandIn,
 }
 
-/// Starts the file's `[[mcp]]` servers (none when it declares none): their tools are the
-/// `mcp_tools` of [`agent`].
-pub async fn mcp_servers(file: &AgentFile) -> Result<agentloop_mcp::McpServers, CliError> {
-    agentloop_mcp::McpServers::connect(mcp_configs(file))
-        .await
-        .map_err(|e| CliError::Setup {
-            message: format!("{}: {e}", e.code()),
-        })
+/// The started `[[mcp]]` servers of an agent file and of its subagents' files, by file: each
+/// agent of the tree gets the tools of its own file's servers.
+#[derive(Debug, Default)]
+pub struct StartedMcp {
+    by_file: Vec<(PathBuf, agentloop_mcp::McpServers)>,
+}
+
+impl StartedMcp {
+    /// Starts the servers of `file` and of every subagent's file below it (a file named twice in
+    /// the tree starts its servers once). The first that fails stops those already started.
+    pub async fn start(file: &AgentFile) -> Result<StartedMcp, CliError> {
+        let mut files = vec![file];
+        let mut at = 0;
+        while let Some(f) = files.get(at).copied() {
+            files.extend(f.subagents.iter().map(|(_, child)| child));
+            at += 1;
+        }
+        let mut started = StartedMcp::default();
+        for f in files {
+            if f.mcp().is_empty() || started.by_file.iter().any(|(p, _)| *p == f.path) {
+                continue;
+            }
+            match agentloop_mcp::McpServers::connect(mcp_configs(f)).await {
+                Ok(servers) => started.by_file.push((f.path.clone(), servers)),
+                Err(e) => {
+                    started.shutdown().await;
+                    let file = if f.path == file.path {
+                        String::new()
+                    } else {
+                        format!("{}: ", f.path.display())
+                    };
+                    return Err(CliError::Setup {
+                        message: format!("{file}{}: {e}", e.code()),
+                    });
+                }
+            }
+        }
+        Ok(started)
+    }
+
+    /// The tools of a file's servers, as last listed.
+    pub fn tools(&self, file: &AgentFile) -> Vec<Tool> {
+        self.by_file
+            .iter()
+            .find(|(p, _)| *p == file.path)
+            .map(|(_, s)| s.tools())
+            .unwrap_or_default()
+    }
+
+    /// Each file with its started servers, in the order of the tree.
+    pub fn files(&self) -> impl Iterator<Item = (&std::path::Path, &agentloop_mcp::McpServers)> {
+        self.by_file.iter().map(|(p, s)| (p.as_path(), s))
+    }
+
+    /// Lists again the tools of the servers that said they changed; true when any did.
+    pub async fn refresh(&self) -> bool {
+        let mut any = false;
+        for (_, servers) in &self.by_file {
+            any |= servers.refresh().await;
+        }
+        any
+    }
+
+    /// Stops every server.
+    pub async fn shutdown(&self) {
+        for (_, servers) in &self.by_file {
+            servers.shutdown().await;
+        }
+    }
 }
 
 /// The file's `[[mcp]]` servers' configs, in order.
@@ -526,11 +588,10 @@ pub fn agent(
     file: &AgentFile,
     model: Arc<dyn Model>,
     approval: &Approval,
-    mcp_tools: Vec<Tool>,
+    mcp: &StartedMcp,
 ) -> Result<Agent, CliError> {
     let gate = gate(file, approval)?;
-    builder(file, model, gate, Kids::Real(approval))?
-        .tools(mcp_tools)
+    builder(file, model, gate, Kids::Real(approval, mcp))?
         .build()
         .map_err(|e| CliError::Setup {
             message: format!("{}: {e}", e.code()),
@@ -555,16 +616,7 @@ fn subagent_tool(file: &AgentFile, t: &ToolFileSpec, kids: Kids<'_>) -> Result<T
         });
     };
     let (model, gate): (Arc<dyn Model>, _) = match kids {
-        Kids::Real(_) if !child.mcp().is_empty() => {
-            return Err(CliError::Setup {
-                message: format!(
-                    "{}: the [[mcp]] servers of a subagent's file are not started; declare them \
-                     in the top agent file",
-                    child.path.display()
-                ),
-            });
-        }
-        Kids::Real(approval) => (model(child)?, gate(child, approval)?),
+        Kids::Real(approval, _) => (model(child)?, gate(child, approval)?),
         Kids::StandIn => (Arc::new(ScriptedModel::new([])), None),
     };
     let mut sub = builder(child, model, gate, kids)?;
@@ -612,6 +664,10 @@ fn builder(
         .name(file.spec.name.get_ref().clone())
         .model(model)
         .tools(all_tools(file, kids)?)
+        .tools(match kids {
+            Kids::Real(_, mcp) => mcp.tools(file),
+            Kids::StandIn => Vec::new(),
+        })
         .limits(limits(file))
         .settings(settings(file));
     builder = match compaction(file) {

@@ -439,8 +439,8 @@ async fn run(args: RunArgs) -> Result<i32, CliError> {
     } else {
         approval_for(&args.approval, args.json, &progress, &slot)
     };
-    let mcp = assemble::mcp_servers(&file).await?;
-    let agent = assemble::agent(&file, model, &approval, mcp.tools())?;
+    let mcp = assemble::StartedMcp::start(&file).await?;
+    let agent = assemble::agent(&file, model, &approval, &mcp)?;
     let trace = args.trace.open()?;
     let otel = args.trace.open_otel(&file)?;
     let signals = cancel_on_ctrl_c(cancel.clone());
@@ -637,8 +637,8 @@ async fn chat(args: ChatArgs) -> Result<i32, CliError> {
     } else {
         Approval::Nobody(NO_TERMINAL_REASON)
     };
-    let mcp = assemble::mcp_servers(&file).await?;
-    let mut agent = assemble::agent(&file, model.clone(), &approval, mcp.tools())?;
+    let mcp = assemble::StartedMcp::start(&file).await?;
+    let mut agent = assemble::agent(&file, model.clone(), &approval, &mcp)?;
     let trace = args.trace.open()?;
     let otel = args.trace.open_otel(&file)?;
     let mut transcript: Vec<Message> = Vec::new();
@@ -674,7 +674,7 @@ async fn chat(args: ChatArgs) -> Result<i32, CliError> {
         // A server that said its tools changed is listed again between inputs, and the next run
         // has its new tools: a run's tool set never changes under it.
         if mcp.refresh().await {
-            agent = assemble::agent(&file, model.clone(), &approval, mcp.tools())?;
+            agent = assemble::agent(&file, model.clone(), &approval, &mcp)?;
             eprintln!("(the tools of an MCP server changed; listed again)");
         }
         let cancel = CancellationToken::new();

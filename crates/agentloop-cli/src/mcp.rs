@@ -1,6 +1,7 @@
-//! `agentloop mcp list FILE`: starts the agent file's `[[mcp]]` servers and prints each one's
-//! tools as the model would see them (name, description, input and output schemas), then stops
-//! them. No model and no credentials are needed; the servers' own variables are.
+//! `agentloop mcp list FILE`: starts the `[[mcp]]` servers of the agent file (and of its
+//! subagents' files) and prints each one's tools as the model would see them (name, description,
+//! input and output schemas), then stops them. No model and no credentials are needed; the
+//! servers' own variables are.
 
 use std::path::PathBuf;
 
@@ -31,28 +32,32 @@ pub async fn mcp(command: McpCommand) -> Result<i32, CliError> {
 
 async fn list(path: PathBuf, as_json: bool) -> Result<i32, CliError> {
     let file = crate::AgentFileArg { file: path }.load()?;
-    if file.mcp().is_empty() {
+    let started = crate::assemble::StartedMcp::start(&file).await?;
+    if started.files().next().is_none() {
         if as_json {
             out!("{}", json!({"servers": []}));
         } else {
-            out!("{} declares no [[mcp]] servers", file.path.display());
+            out!(
+                "{} and its subagents' files declare no [[mcp]] servers",
+                file.path.display()
+            );
         }
         return Ok(code::OK);
     }
-    let servers = crate::assemble::mcp_servers(&file).await?;
-    let listed: Vec<Value> = servers
-        .servers()
-        .iter()
-        .map(|s| {
-            let tools: Vec<Value> = s
-                .tools()
-                .iter()
-                .map(|t| serde_json::to_value(t.spec()).unwrap_or_default())
-                .collect();
-            json!({"name": s.name(), "tools": tools})
+    let listed: Vec<Value> = started
+        .files()
+        .flat_map(|(path, servers)| {
+            servers.servers().iter().map(move |s| {
+                let tools: Vec<Value> = s
+                    .tools()
+                    .iter()
+                    .map(|t| serde_json::to_value(t.spec()).unwrap_or_default())
+                    .collect();
+                json!({"name": s.name(), "file": path.display().to_string(), "tools": tools})
+            })
         })
         .collect();
-    servers.shutdown().await;
+    started.shutdown().await;
     if as_json {
         out!("{}", json!({"servers": listed}));
         return Ok(code::OK);
@@ -62,9 +67,15 @@ async fn list(path: PathBuf, as_json: bool) -> Result<i32, CliError> {
             .as_array()
             .map(Vec::as_slice)
             .unwrap_or_default();
+        let name = server["name"].as_str().unwrap_or_default();
+        let of = server["file"].as_str().unwrap_or_default();
+        let of = if of == file.path.display().to_string() {
+            String::new()
+        } else {
+            format!(" (of {of})")
+        };
         out!(
-            "{} — {} tool{}",
-            server["name"].as_str().unwrap_or_default(),
+            "{name}{of} — {} tool{}",
             tools.len(),
             if tools.len() == 1 { "" } else { "s" }
         );

@@ -66,6 +66,7 @@ fn subagent_tree(file: &AgentFile) -> Vec<Value> {
                     "name": m.name.as_ref().map(|n| n.get_ref()),
                 },
                 "tools": child.tools().iter().map(|t| t.name().to_owned()).collect::<Vec<_>>(),
+                "mcp": child.mcp().iter().map(|m| m.name.get_ref().clone()).collect::<Vec<_>>(),
                 "limits": serde_json::to_value(assemble::limits(child)).unwrap_or(Value::Null),
                 "permissions": assemble::has_gate(child),
                 "subagents": subagent_tree(child),
@@ -98,6 +99,13 @@ fn render_tree(out: &mut String, nodes: &[Value], depth: usize) {
             .map(|a| a.iter().map(show).collect())
             .unwrap_or_default();
         let _ = writeln!(out, "{pad}  tools: {}", tools.join(", "));
+        let servers: Vec<String> = n["mcp"]
+            .as_array()
+            .map(|a| a.iter().map(show).collect())
+            .unwrap_or_default();
+        if !servers.is_empty() {
+            let _ = writeln!(out, "{pad}  mcp servers: {}", servers.join(", "));
+        }
         if let Some(children) = n["subagents"].as_array() {
             render_tree(out, children, depth + 1);
         }

@@ -348,3 +348,85 @@ async fn the_mcp_example_reads_a_file_runs_a_command_and_keeps_a_note_under_appr
     let note = calls.iter().find(|c| c["id"] == "call_note").unwrap();
     assert_eq!(note["status"], "denied", "{note}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_subagents_mcp_server_starts_with_the_top_agent_and_its_tools_are_the_subagents() {
+    let notes =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/mcp/tools/notes_server.py");
+    let dir = AgentDir::new(
+        r#"name = "lead"
+[model]
+provider = "scripted"
+script = "lead.json"
+
+[[tools]]
+name = "scribe"
+agent = "scribe.toml"
+"#,
+    );
+    dir.write(
+        "scribe.toml",
+        &format!(
+            r#"name = "scribe"
+[model]
+provider = "scripted"
+script = "scribe.json"
+
+[[mcp]]
+name = "notes"
+command = ["python3", "{}"]
+"#,
+            notes.display()
+        ),
+    );
+    dir.write(
+        "lead.json",
+        &json!([
+            {"tool_calls": [{"id": "s", "name": "scribe", "arguments": {"task": "note it"}}]},
+            {"text": "noted"}
+        ])
+        .to_string(),
+    );
+    dir.write(
+        "scribe.json",
+        &json!([
+            {"tool_calls": [{"id": "n", "name": "notes__add_note", "arguments": {"text": "hello"}}]},
+            {"text": "1 note"}
+        ])
+        .to_string(),
+    );
+    let agent = dir.agent();
+    let trace = dir.path("run.ndjson");
+    let out = agentloop(args(&[
+        "run",
+        agent.to_str().unwrap(),
+        "--input",
+        "go",
+        "--json",
+        "--trace",
+        trace.to_str().unwrap(),
+        "--trace-payloads",
+    ]))
+    .await;
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    let v = stdout_json(&out);
+    assert_eq!(v["stop_reason"], "finished", "{v}");
+    assert_eq!(v["subagents"][0]["tool_calls"], 1, "{v}");
+    // The subagent's call reached the server: its structured answer is in the trace.
+    let recorded = std::fs::read_to_string(&trace).unwrap();
+    let call = recorded
+        .lines()
+        .find(|l| l.contains("notes__add_note") && l.contains("count"))
+        .unwrap_or_else(|| panic!("no answer of notes__add_note in the trace: {recorded}"));
+    assert!(!call.contains("\"error\""), "{call}");
+
+    let out = agentloop(args(&["mcp", "list", agent.to_str().unwrap()])).await;
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    assert!(stdout(&out).contains("notes (of "), "{}", stdout(&out));
+    let out = agentloop(args(&["plan", agent.to_str().unwrap()])).await;
+    assert!(
+        stdout(&out).contains("mcp servers: notes"),
+        "{}",
+        stdout(&out)
+    );
+}
