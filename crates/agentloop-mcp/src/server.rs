@@ -152,7 +152,11 @@ impl McpServer {
 
     /// Ends the server: the child is stopped, the HTTP session closed.
     pub async fn shutdown(&self) {
-        let service = self.inner.conn.lock().await.service.take();
+        let service = {
+            let mut conn = self.inner.conn.lock().await;
+            conn.down = Some("it was shut down".into());
+            conn.service.take()
+        };
         if let Some(mut service) = service {
             let _ = service.close_with_timeout(Duration::from_secs(5)).await;
         }
@@ -169,10 +173,14 @@ impl McpServer {
     ) -> Result<ToolOutput, ToolError> {
         let name = self.name().to_owned();
         let (peer, generation) = self.peer().await.map_err(|e| {
-            ToolError::new(
-                e.code(),
-                format!("the tool's MCP server {name} is not available: {e}"),
-            )
+            // The operator's diagnostic (a start's stderr, say) goes to the log; the model reads
+            // what it can act on.
+            tracing::warn!(target: "agentloop_mcp", server = %name, error = %e, "a call found the MCP server unavailable");
+            let why = match &e {
+                McpError::Down { reason, .. } => format!("it is not running: {reason}"),
+                _ => "it exited and could not be started again".to_owned(),
+            };
+            ToolError::new(e.code(), format!("the MCP server {name} is not available: {why}"))
         })?;
         let mut params = CallToolRequestParams::new(remote.to_owned());
         params.arguments = match args {

@@ -568,3 +568,44 @@ fn unique() -> u64 {
     static N: AtomicU64 = AtomicU64::new(0);
     N.fetch_add(1, Ordering::Relaxed)
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_cannot_be_started_again_answers_its_calls_with_an_error() {
+    let dir = tempfile_dir("once");
+    let pid_file = dir.join("pid");
+    let started = dir.join("started");
+    // Starts once; every later start fails at once, with a line on stderr.
+    let mut cfg = config(
+        "once",
+        vec![
+            "/bin/sh".into(),
+            "-c".into(),
+            format!(
+                "if [ -e '{started}' ]; then echo 'no second start' >&2; exit 1; fi; touch '{started}'; echo $$ > '{pid}'; exec '{server}' stdio",
+                started = started.display(),
+                pid = pid_file.display(),
+                server = npm_bin("mcp-server-everything"),
+            ),
+        ],
+    );
+    cfg.restart = Restart::OnFailure;
+    let server = McpServer::connect(cfg).await.unwrap();
+    let tools = server.tools();
+    kill_from(&pid_file).await;
+    for _ in 0..2 {
+        let result = tokio::time::timeout(
+            TIMEOUT,
+            call(tool(&tools, "once__echo"), json!({"message": "x"})),
+        )
+        .await
+        .expect("the call hung");
+        let (code, message) = recoverable(result.unwrap_err());
+        assert!(
+            ["mcp.server_exited", "mcp.start"].contains(&code.as_str()),
+            "{code}: {message}"
+        );
+        // The stderr of the failed start is the operator's, not the model's.
+        assert!(!message.contains("no second start"), "{message}");
+    }
+    server.shutdown().await;
+}
