@@ -9,10 +9,17 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use agentloop::tool::ProgressSender;
 use agentloop::{Tool, ToolContext, ToolError, ToolOutput};
 use futures::StreamExt;
-use rmcp::model::{CallToolRequestParams, ClientConfig, Implementation};
-use rmcp::service::{NotificationContext, RoleClient, RunningService, ServiceError};
+use rmcp::model::{
+    CallToolRequest, CallToolRequestParams, CancelledNotificationParam, ClientConfig,
+    ClientRequest, Implementation, ProgressNotificationParam, ProgressToken, RequestId,
+    ServerResult,
+};
+use rmcp::service::{
+    NotificationContext, PeerRequestOptions, RoleClient, RunningService, ServiceError,
+};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{ClientHandler, Peer, ServiceExt};
@@ -48,6 +55,8 @@ struct Inner {
     listed: Mutex<Vec<rmcp::model::Tool>>,
     /// Set by the server's `tools/list_changed` (and by a restart): the next refresh lists again.
     changed: Arc<AtomicBool>,
+    /// Where the progress of each call in flight goes, by its progress token.
+    progress: Progress,
     stderr: Arc<Mutex<VecDeque<String>>>,
 }
 
@@ -61,10 +70,15 @@ struct Conn {
     down: Option<String>,
 }
 
-/// The client side of the protocol: it only needs to hear that the tool list changed.
+/// The progress senders of the calls in flight, by the progress token of their request.
+type Progress = Arc<Mutex<HashMap<ProgressToken, ProgressSender>>>;
+
+/// The client side of the protocol: it hears that the tool list changed, and the progress of
+/// calls, which becomes their `ToolProgress` events.
 #[derive(Clone)]
 struct Notified {
     changed: Arc<AtomicBool>,
+    progress: Progress,
     server: Arc<str>,
 }
 
@@ -75,6 +89,27 @@ impl ClientHandler for Notified {
     ) -> impl Future<Output = ()> + Send + '_ {
         tracing::debug!(target: "agentloop_mcp", server = %self.server, "tools/list_changed");
         self.changed.store(true, Ordering::Release);
+        std::future::ready(())
+    }
+
+    fn on_progress(
+        &self,
+        params: ProgressNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) -> impl Future<Output = ()> + Send + '_ {
+        let sender = self
+            .progress
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&params.progress_token)
+            .cloned();
+        if let Some(sender) = sender {
+            sender.send(serde_json::json!({
+                "progress": params.progress,
+                "total": params.total,
+                "message": params.message,
+            }));
+        }
         std::future::ready(())
     }
 
@@ -92,6 +127,7 @@ impl McpServer {
         check(&config)?;
         let inner = Arc::new(Inner {
             changed: Arc::new(AtomicBool::new(false)),
+            progress: Progress::default(),
             listed: Mutex::new(Vec::new()),
             conn: tokio::sync::Mutex::new(Conn::default()),
             stderr: Arc::new(Mutex::new(VecDeque::new())),
@@ -193,11 +229,40 @@ impl McpServer {
                 );
             }
         };
-        let result = tokio::select! {
-            r = peer.call_tool(params) => r,
-            () = ctx.cancel.cancelled() => {
-                return Err(ToolError::new("cancelled", "the call was cancelled"));
+        let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+        let sent = peer
+            .send_cancellable_request(request, PeerRequestOptions::no_options())
+            .await;
+        let result = match sent {
+            Ok(handle) => {
+                // Until the answer: progress reaches the call's events, and a call that is
+                // cancelled, or dropped (its timeout), tells the server to stop.
+                let _progress = ProgressRoute::new(
+                    &self.inner.progress,
+                    handle.progress_token.clone(),
+                    ctx.progress.clone(),
+                );
+                let mut abandon = Abandon {
+                    peer: peer.clone(),
+                    id: Some(handle.id.clone()),
+                };
+                let result = tokio::select! {
+                    r = handle.await_response() => r,
+                    () = ctx.cancel.cancelled() => {
+                        return Err(ToolError::new("cancelled", "the call was cancelled"));
+                    }
+                };
+                abandon.id = None;
+                result
             }
+            Err(e) => Err(e),
+        };
+        let result = match result {
+            Ok(ServerResult::CallToolResult(r)) => Ok(r),
+            // A result with no field at all reads as an empty one.
+            Ok(ServerResult::EmptyResult(_)) => Ok(rmcp::model::CallToolResult::default()),
+            Ok(_) => Err(ServiceError::UnexpectedResponse),
+            Err(e) => Err(e),
         };
         match result {
             Ok(result) => tools::output(result),
@@ -321,6 +386,7 @@ impl McpServer {
         let config = &self.inner.config;
         let handler = Notified {
             changed: self.inner.changed.clone(),
+            progress: self.inner.progress.clone(),
             server: Arc::from(config.name.as_str()),
         };
         let start_error = |reason: String| McpError::Start {
@@ -406,6 +472,57 @@ impl McpServer {
                 secs: config.timeout.as_secs_f64(),
             }),
         }
+    }
+}
+
+/// Routes a request's progress to a call's sender while it lives.
+struct ProgressRoute {
+    routes: Progress,
+    token: ProgressToken,
+}
+
+impl ProgressRoute {
+    fn new(routes: &Progress, token: ProgressToken, sender: ProgressSender) -> Self {
+        routes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(token.clone(), sender);
+        ProgressRoute {
+            routes: routes.clone(),
+            token,
+        }
+    }
+}
+
+impl Drop for ProgressRoute {
+    fn drop(&mut self) {
+        self.routes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&self.token);
+    }
+}
+
+/// Sends `notifications/cancelled` for a request abandoned before its answer (a cancelled or
+/// timed-out call), so that the server stops working on it.
+struct Abandon {
+    peer: Peer<RoleClient>,
+    id: Option<RequestId>,
+}
+
+impl Drop for Abandon {
+    fn drop(&mut self) {
+        let (Some(id), Ok(runtime)) = (self.id.take(), tokio::runtime::Handle::try_current())
+        else {
+            return;
+        };
+        let peer = self.peer.clone();
+        runtime.spawn(async move {
+            let reason = Some("the call was cancelled or timed out".to_owned());
+            let _ = peer
+                .notify_cancelled(CancelledNotificationParam::new(Some(id), reason))
+                .await;
+        });
     }
 }
 

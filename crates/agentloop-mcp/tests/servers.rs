@@ -609,3 +609,36 @@ async fn a_server_that_cannot_be_started_again_answers_its_calls_with_an_error()
     }
     server.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_servers_progress_notifications_become_the_calls_progress_events() {
+    let server = McpServer::connect(everything_stdio("p")).await.unwrap();
+    let long = tool(&server.tools(), "p__trigger-long-running-operation").clone();
+    let events = std::sync::Arc::new(std::sync::Mutex::new(Vec::<Value>::new()));
+    let seen = events.clone();
+    let agent = Agent::builder()
+        .model(ScriptedModel::new([
+            ModelResponse::tool_calls([(
+                "c1".to_owned(),
+                "p__trigger-long-running-operation".to_owned(),
+                r#"{"duration": 1, "steps": 2}"#.to_owned(),
+            )]),
+            ModelResponse::text("done"),
+        ]))
+        .tool(long)
+        .sink(move |e: &agentloop::Event| {
+            if let agentloop::EventKind::ToolProgress { progress, .. } = &e.kind {
+                seen.lock().unwrap().push(progress.clone());
+            }
+        })
+        .build()
+        .unwrap();
+    let outcome = tokio::time::timeout(TIMEOUT, agent.run("go"))
+        .await
+        .expect("the run hung");
+    assert_eq!(outcome.tool_calls[0].outcome.status, CallStatus::Ok);
+    let events = events.lock().unwrap().clone();
+    assert!(!events.is_empty(), "no progress event");
+    assert_eq!(events[0]["total"], 2.0, "{events:?}");
+    server.shutdown().await;
+}
