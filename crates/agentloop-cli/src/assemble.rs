@@ -1,7 +1,9 @@
 //! From a checked agent file to a runnable [`Agent`]: the model (scripted or a live provider
 //! wrapped in retries), the command, subagent and built-in tools, the limits, the model settings
-//! and the permission gate.
+//! and the permission gate. The tools of the `[[mcp]]` servers of each file of the tree join its
+//! agent once the servers are started ([`StartedMcp`]).
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -450,29 +452,146 @@ pub fn definition_parts(file: &AgentFile) -> Vec<(&'static str, serde_json::Valu
         ("commands", serde_json::Value::Object(commands)),
         ("permissions", json!(permissions)),
     ];
+    if !file.mcp().is_empty() {
+        parts.push(("mcp", mcp_declarations(file)));
+    }
     if let Some(v) = &file.spec.version {
         parts.push(("version", json!(v)));
     }
     parts
 }
 
+/// What the `[[mcp]]` entries declare, as `plan` shows it and the fingerprint holds it: the
+/// variables templates read, never their values.
+pub fn mcp_declarations(file: &AgentFile) -> serde_json::Value {
+    let vars = |map: &std::collections::BTreeMap<String, String>| -> serde_json::Value {
+        map.iter()
+            .map(|(k, v)| (k.clone(), json!(agentloop_mcp::template_vars(v))))
+            .collect::<serde_json::Map<_, _>>()
+            .into()
+    };
+    mcp_configs(file)
+        .iter()
+        .map(|c| {
+            let how = match &c.transport {
+                agentloop_mcp::Transport::Stdio { command, env, .. } => {
+                    json!({"command": command, "env_reads": vars(env)})
+                }
+                agentloop_mcp::Transport::Http { url, headers } => {
+                    json!({"url": url, "headers_read": vars(headers)})
+                }
+            };
+            json!({
+                "name": c.name,
+                "transport": how,
+                "restart": match c.restart {
+                    agentloop_mcp::Restart::OnFailure => "on-failure",
+                    _ => "never",
+                },
+                "timeout_secs": c.timeout.as_secs_f64(),
+                "tools_named": format!("{}*", c.tool_name("")),
+                "rename": c.rename,
+            })
+        })
+        .collect::<Vec<_>>()
+        .into()
+}
+
 /// How the agents of `agent` tools are built: for real (their own models and permission gates,
 /// asking through the same approval), or as stand-ins that need no credentials (for `plan`).
 #[derive(Clone, Copy)]
 enum Kids<'a> {
-    Real(&'a Approval),
+    Real(&'a Approval, &'a StartedMcp),
     StandIn,
 }
 
-/// The agent, over a given model, with a permission gate when the file has one; its `agent`
-/// tools run subagents built the same way from their own files.
+/// The started `[[mcp]]` servers of an agent file and of its subagents' files, by file: each
+/// agent of the tree gets the tools of its own file's servers.
+#[derive(Debug, Default)]
+pub struct StartedMcp {
+    by_file: Vec<(PathBuf, agentloop_mcp::McpServers)>,
+}
+
+impl StartedMcp {
+    /// Starts the servers of `file` and of every subagent's file below it (a file named twice in
+    /// the tree starts its servers once). The first that fails stops those already started.
+    pub async fn start(file: &AgentFile) -> Result<StartedMcp, CliError> {
+        let mut files = vec![file];
+        let mut at = 0;
+        while let Some(f) = files.get(at).copied() {
+            files.extend(f.subagents.iter().map(|(_, child)| child));
+            at += 1;
+        }
+        let mut started = StartedMcp::default();
+        for f in files {
+            if f.mcp().is_empty() || started.by_file.iter().any(|(p, _)| *p == f.path) {
+                continue;
+            }
+            match agentloop_mcp::McpServers::connect(mcp_configs(f)).await {
+                Ok(servers) => started.by_file.push((f.path.clone(), servers)),
+                Err(e) => {
+                    started.shutdown().await;
+                    let file = if f.path == file.path {
+                        String::new()
+                    } else {
+                        format!("{}: ", f.path.display())
+                    };
+                    return Err(CliError::Setup {
+                        message: format!("{file}{}: {e}", e.code()),
+                    });
+                }
+            }
+        }
+        Ok(started)
+    }
+
+    /// The tools of a file's servers, as last listed.
+    pub fn tools(&self, file: &AgentFile) -> Vec<Tool> {
+        self.by_file
+            .iter()
+            .find(|(p, _)| *p == file.path)
+            .map(|(_, s)| s.tools())
+            .unwrap_or_default()
+    }
+
+    /// Each file with its started servers, in the order of the tree.
+    pub fn files(&self) -> impl Iterator<Item = (&std::path::Path, &agentloop_mcp::McpServers)> {
+        self.by_file.iter().map(|(p, s)| (p.as_path(), s))
+    }
+
+    /// Lists again the tools of the servers that said they changed; true when any did.
+    pub async fn refresh(&self) -> bool {
+        let mut any = false;
+        for (_, servers) in &self.by_file {
+            any |= servers.refresh().await;
+        }
+        any
+    }
+
+    /// Stops every server.
+    pub async fn shutdown(&self) {
+        for (_, servers) in &self.by_file {
+            servers.shutdown().await;
+        }
+    }
+}
+
+/// The file's `[[mcp]]` servers' configs, in order.
+pub fn mcp_configs(file: &AgentFile) -> Vec<agentloop_mcp::ServerConfig> {
+    file.mcp().iter().map(|m| m.config(&file.dir)).collect()
+}
+
+/// The agent, over a given model and the tools of its started MCP servers, with a permission
+/// gate when the file has one; its `agent` tools run subagents built the same way from their own
+/// files.
 pub fn agent(
     file: &AgentFile,
     model: Arc<dyn Model>,
     approval: &Approval,
+    mcp: &StartedMcp,
 ) -> Result<Agent, CliError> {
     let gate = gate(file, approval)?;
-    builder(file, model, gate, Kids::Real(approval))?
+    builder(file, model, gate, Kids::Real(approval, mcp))?
         .build()
         .map_err(|e| CliError::Setup {
             message: format!("{}: {e}", e.code()),
@@ -497,7 +616,7 @@ fn subagent_tool(file: &AgentFile, t: &ToolFileSpec, kids: Kids<'_>) -> Result<T
         });
     };
     let (model, gate): (Arc<dyn Model>, _) = match kids {
-        Kids::Real(approval) => (model(child)?, gate(child, approval)?),
+        Kids::Real(approval, _) => (model(child)?, gate(child, approval)?),
         Kids::StandIn => (Arc::new(ScriptedModel::new([])), None),
     };
     let mut sub = builder(child, model, gate, kids)?;
@@ -545,6 +664,10 @@ fn builder(
         .name(file.spec.name.get_ref().clone())
         .model(model)
         .tools(all_tools(file, kids)?)
+        .tools(match kids {
+            Kids::Real(_, mcp) => mcp.tools(file),
+            Kids::StandIn => Vec::new(),
+        })
         .limits(limits(file))
         .settings(settings(file));
     builder = match compaction(file) {

@@ -212,7 +212,8 @@ pub async fn resume(args: ResumeArgs) -> Result<i32, CliError> {
     let cancel = agentloop::CancellationToken::new();
     let slot: CancelSlot = Arc::new(std::sync::Mutex::new(Some(cancel.clone())));
     let approval = crate::approval_for(&args.approval, args.json, &progress, &slot);
-    let agent = assemble::agent(&file, model, &approval)?;
+    let mcp = assemble::StartedMcp::start(&file).await?;
+    let agent = assemble::agent(&file, model, &approval, &mcp)?;
     let trace = args.trace.open()?;
     let journal: Arc<dyn Journal> = open_journal(&args.journal.path)?;
     let signals = crate::cancel_on_ctrl_c(cancel.clone());
@@ -223,6 +224,7 @@ pub async fn resume(args: ResumeArgs) -> Result<i32, CliError> {
         ..RunOptions::default()
     };
     let outcome = agent.resume(run, options, args.force).await;
+    mcp.shutdown().await;
     signals.abort();
     let outcome = outcome?;
     if let Err(e) = crate::finish_trace(trace.as_ref()) {

@@ -18,6 +18,7 @@ mod durable;
 mod error;
 mod init;
 mod live;
+mod mcp;
 mod otel;
 mod permission_file;
 mod plan;
@@ -80,6 +81,9 @@ enum Command {
     /// Stored conversations (`run`/`chat --session NAME`): list, show, delete, fork.
     #[command(subcommand)]
     Sessions(sessions::SessionsCommand),
+    /// The agent file's MCP servers: `mcp list FILE` prints each one's tools with their schemas.
+    #[command(subcommand)]
+    Mcp(mcp::McpCommand),
     /// Writes a starter agent (agent file, a command tool, a scripted model) that runs at once,
     /// and prints the command that runs it.
     Init(init::InitArgs),
@@ -288,6 +292,7 @@ async fn dispatch(cli: Cli) -> i32 {
         Command::Run(a) => a.json,
         Command::Plan(a) => a.json,
         Command::Resume(a) => a.json,
+        Command::Mcp(mcp::McpCommand::List { json, .. }) => *json,
         _ => false,
     };
     let result = match cli.command {
@@ -301,6 +306,7 @@ async fn dispatch(cli: Cli) -> i32 {
         Command::Approve(args) => durable::approve(&args),
         Command::Journal(c) => durable::journal(c),
         Command::Sessions(c) => sessions::sessions(c),
+        Command::Mcp(c) => mcp::mcp(c).await,
         Command::Init(args) => init::init(&args),
         Command::Completions(args) => completions::completions(&args, Cli::command()),
     };
@@ -433,7 +439,8 @@ async fn run(args: RunArgs) -> Result<i32, CliError> {
     } else {
         approval_for(&args.approval, args.json, &progress, &slot)
     };
-    let agent = assemble::agent(&file, model, &approval)?;
+    let mcp = assemble::StartedMcp::start(&file).await?;
+    let agent = assemble::agent(&file, model, &approval, &mcp)?;
     let trace = args.trace.open()?;
     let otel = args.trace.open_otel(&file)?;
     let signals = cancel_on_ctrl_c(cancel.clone());
@@ -453,6 +460,7 @@ async fn run(args: RunArgs) -> Result<i32, CliError> {
             .run_with(Vec::new(), Some(Message::user(input)), options)
             .await),
     };
+    mcp.shutdown().await;
     signals.abort();
     let outcome = outcome?;
     // A trace that could not be written is reported on stderr; the run's outcome still decides the
@@ -629,7 +637,8 @@ async fn chat(args: ChatArgs) -> Result<i32, CliError> {
     } else {
         Approval::Nobody(NO_TERMINAL_REASON)
     };
-    let agent = assemble::agent(&file, model, &approval)?;
+    let mcp = assemble::StartedMcp::start(&file).await?;
+    let mut agent = assemble::agent(&file, model.clone(), &approval, &mcp)?;
     let trace = args.trace.open()?;
     let otel = args.trace.open_otel(&file)?;
     let mut transcript: Vec<Message> = Vec::new();
@@ -661,6 +670,12 @@ async fn chat(args: ChatArgs) -> Result<i32, CliError> {
         }
         if input == "/exit" || input == "/quit" {
             break;
+        }
+        // A server that said its tools changed is listed again between inputs, and the next run
+        // has its new tools: a run's tool set never changes under it.
+        if mcp.refresh().await {
+            agent = assemble::agent(&file, model.clone(), &approval, &mcp)?;
+            eprintln!("(the tools of an MCP server changed; listed again)");
         }
         let cancel = CancellationToken::new();
         if let Ok(mut slot) = current.lock() {
@@ -706,6 +721,7 @@ async fn chat(args: ChatArgs) -> Result<i32, CliError> {
         last = outcome_exit_code(&outcome);
         transcript = outcome.transcript;
     }
+    mcp.shutdown().await;
     signals.abort();
     if let Some(o) = otel {
         o.finish();

@@ -46,6 +46,9 @@ pub struct Plan {
     /// The tree of subagents its `agent` tools run: each with its file, model, tools and
     /// limits, and its own subagents.
     pub subagents: Vec<Value>,
+    /// The `[[mcp]]` servers: how each is reached and how its tools are named (not started:
+    /// `agentloop mcp list` shows their tools), with the variables templates read, never values.
+    pub mcp: Value,
 }
 
 /// The subagents of a file's `agent` tools, as a tree.
@@ -63,6 +66,7 @@ fn subagent_tree(file: &AgentFile) -> Vec<Value> {
                     "name": m.name.as_ref().map(|n| n.get_ref()),
                 },
                 "tools": child.tools().iter().map(|t| t.name().to_owned()).collect::<Vec<_>>(),
+                "mcp": child.mcp().iter().map(|m| m.name.get_ref().clone()).collect::<Vec<_>>(),
                 "limits": serde_json::to_value(assemble::limits(child)).unwrap_or(Value::Null),
                 "permissions": assemble::has_gate(child),
                 "subagents": subagent_tree(child),
@@ -95,6 +99,13 @@ fn render_tree(out: &mut String, nodes: &[Value], depth: usize) {
             .map(|a| a.iter().map(show).collect())
             .unwrap_or_default();
         let _ = writeln!(out, "{pad}  tools: {}", tools.join(", "));
+        let servers: Vec<String> = n["mcp"]
+            .as_array()
+            .map(|a| a.iter().map(show).collect())
+            .unwrap_or_default();
+        if !servers.is_empty() {
+            let _ = writeln!(out, "{pad}  mcp servers: {}", servers.join(", "));
+        }
         if let Some(children) = n["subagents"].as_array() {
             render_tree(out, children, depth + 1);
         }
@@ -265,6 +276,7 @@ pub fn plan(file: &AgentFile) -> Result<Plan, CliError> {
         version: file.spec.version.clone(),
         fingerprint: assemble::fingerprint(file)?,
         subagents: subagent_tree(file),
+        mcp: assemble::mcp_declarations(file),
     })
 }
 
@@ -485,6 +497,40 @@ pub fn render_plan(plan: &Plan) -> String {
             let _ = writeln!(out, "        agent:   {}", show(&t["agent"]));
         }
         let _ = writeln!(out, "        input:   {}", t["input_schema"]);
+    }
+    let servers = plan.mcp.as_array().map(Vec::as_slice).unwrap_or_default();
+    if !servers.is_empty() {
+        let _ = writeln!(
+            out,
+            "mcp     {} server{} (their tools: `agentloop mcp list FILE`)",
+            servers.len(),
+            if servers.len() == 1 { "" } else { "s" }
+        );
+        for s in servers {
+            let t = &s["transport"];
+            let how = match (&t["command"], &t["url"]) {
+                (Value::Null, url) => format!("url {}", show(url)),
+                (command, _) => format!("command {}", show(command)),
+            };
+            let _ = writeln!(
+                out,
+                "  {} ({how}; restart {}, timeout {} s)",
+                show(&s["name"]),
+                show(&s["restart"]),
+                show(&s["timeout_secs"]),
+            );
+            let _ = writeln!(out, "        tools named {}", show(&s["tools_named"]));
+            for key in ["env_reads", "headers_read"] {
+                if let Some(map) = t[key].as_object().filter(|m| !m.is_empty()) {
+                    let keys: Vec<String> = map
+                        .iter()
+                        .map(|(k, vars)| format!("{k} (from {})", show(vars)))
+                        .collect();
+                    let label = if key == "env_reads" { "env" } else { "headers" };
+                    let _ = writeln!(out, "        {label}: {}", keys.join(", "));
+                }
+            }
+        }
     }
     if !plan.subagents.is_empty() {
         let _ = writeln!(out, "subagents");

@@ -19,7 +19,8 @@ use rules::{check_clean_sections, check_rules};
 
 pub use check::Problems;
 pub use spec::{
-    AgentFileSpec, Bound, CompactionSpec, ModelSpec, PermissionsSpec, Provider, ToolFileSpec,
+    AgentFileSpec, Bound, CompactionSpec, McpFileSpec, ModelSpec, PermissionsSpec, Provider,
+    ToolFileSpec,
 };
 
 /// A checked agent file, with the directory its paths are relative to.
@@ -139,6 +140,11 @@ impl AgentFile {
     /// The tools, or none.
     pub fn tools(&self) -> &[ToolFileSpec] {
         self.spec.tools.as_deref().unwrap_or_default()
+    }
+
+    /// The `[[mcp]]` servers, or none.
+    pub fn mcp(&self) -> &[McpFileSpec] {
+        self.spec.mcp.as_deref().unwrap_or_default()
     }
 
     /// The `[permissions]` table, when the file has one.

@@ -15,8 +15,8 @@ use toml::de::{DeTable, DeValue, ValueDeserializer};
 
 use super::check::{Problems, join};
 use super::spec::{
-    AgentFileSpec, LimitsSpec, ModelSpec, PermissionRuleSpec, PermissionsSpec, PriceSpec, Provider,
-    ToolFileSpec,
+    AgentFileSpec, LimitsSpec, McpFileSpec, ModelSpec, PermissionRuleSpec, PermissionsSpec,
+    PriceSpec, Provider, ToolFileSpec,
 };
 
 fn span_of<T>(s: &Spanned<T>) -> Option<Range<usize>> {
@@ -79,11 +79,164 @@ pub(super) fn check_rules(
         .map(|(i, t)| (format!("tools[{i}]"), t))
         .collect();
     check_tools(&tools, dir, problems);
+    let servers = spec.mcp.as_deref().unwrap_or_default();
+    check_mcp(servers, dir, problems);
     if let Some(permissions) = &spec.permissions {
-        let names: Vec<&str> = tools.iter().map(|(_, t)| t.name()).collect();
-        check_permissions(permissions, &names, dir, problems);
+        let mut names: Vec<&str> = tools.iter().map(|(_, t)| t.name()).collect();
+        names.extend(servers.iter().flat_map(|s| {
+            s.rename
+                .iter()
+                .flat_map(|r| r.get_ref().values().map(String::as_str))
+        }));
+        let prefixes: Vec<String> = servers
+            .iter()
+            .map(|s| s.config(dir).tool_name(""))
+            .collect();
+        let declared = Declared {
+            names: &names,
+            mcp_prefixes: &prefixes,
+        };
+        check_permissions(permissions, &declared, dir, problems);
     }
     instructions
+}
+
+/// The tools a file declares: its `[[tools]]` by name and `[[mcp]]` renames, and its MCP servers'
+/// tools by prefix (which tools a server has is known only once it runs).
+struct Declared<'a> {
+    names: &'a [&'a str],
+    mcp_prefixes: &'a [String],
+}
+
+impl Declared<'_> {
+    fn contains(&self, name: &str) -> bool {
+        self.names.contains(&name)
+            || self
+                .mcp_prefixes
+                .iter()
+                .any(|p| !p.is_empty() && name.len() > p.len() && name.starts_with(p.as_str()))
+            // A server whose tools keep their own names may have any tool.
+            || self.mcp_prefixes.iter().any(String::is_empty)
+    }
+
+    fn describe(&self) -> String {
+        let mut parts = Vec::new();
+        if !self.names.is_empty() {
+            parts.push(format!("declared: {}", self.names.join(", ")));
+        }
+        if !self.mcp_prefixes.is_empty() {
+            let globs: Vec<String> = self.mcp_prefixes.iter().map(|p| format!("{p}*")).collect();
+            parts.push(format!("MCP tools: {}", globs.join(", ")));
+        }
+        if parts.is_empty() {
+            "the file declares no tools".to_owned()
+        } else {
+            parts.join("; ")
+        }
+    }
+}
+
+/// `[[mcp]]`: a name a tool name may start with, used once; a command or a URL, not both, with
+/// only the keys its kind takes; a timeout, a prefix and renames that make valid names; templates
+/// that expand.
+fn check_mcp(servers: &[McpFileSpec], dir: &Path, problems: &mut Problems) {
+    let mut seen: Vec<&str> = Vec::new();
+    for (i, server) in servers.iter().enumerate() {
+        let path = format!("mcp[{i}]");
+        let name = server.name.get_ref().as_str();
+        if let Err(reason) = agentloop::tool::check_tool_name(name) {
+            problems.at(
+                &join(&path, "name"),
+                span_of(&server.name),
+                format!("invalid MCP server name {name:?}: {reason}"),
+            );
+        } else if seen.contains(&name) {
+            problems.at(
+                &join(&path, "name"),
+                span_of(&server.name),
+                format!("the MCP server name {name:?} is used twice"),
+            );
+        }
+        seen.push(name);
+        match (&server.command, &server.url) {
+            (Some(command), None) => check_command(command, &path, dir, problems),
+            (None, Some(url)) => {
+                let u = url.get_ref();
+                if !(u.starts_with("http://") || u.starts_with("https://")) {
+                    problems.at(
+                        &join(&path, "url"),
+                        span_of(url),
+                        format!("the url {u:?} is not http:// or https://"),
+                    );
+                }
+            }
+            (Some(_), Some(url)) => problems.at(
+                &join(&path, "url"),
+                span_of(url),
+                "give `command` (a stdio server) or `url` (a streamable HTTP server), not both",
+            ),
+            (None, None) => problems.at(
+                &path,
+                span_of(&server.name),
+                "give `command` (a stdio server) or `url` (a streamable HTTP server)",
+            ),
+        }
+        if let (Some(env), None) = (&server.env, &server.command) {
+            problems.at(
+                &join(&path, "env"),
+                span_of(env),
+                "`env` is for a stdio server (`command`)",
+            );
+        }
+        if let (Some(headers), None) = (&server.headers, &server.url) {
+            problems.at(
+                &join(&path, "headers"),
+                span_of(headers),
+                "`headers` is for an HTTP server (`url`)",
+            );
+        }
+        for (key, map) in [("env", &server.env), ("headers", &server.headers)] {
+            let Some(map) = map else { continue };
+            for (k, template) in map.get_ref() {
+                // Only the shape is checked here: the variables are read when the server starts.
+                if let Err(e) =
+                    agentloop_mcp::expand_template(name, k, template, |_| Some(String::new()))
+                {
+                    problems.at(&join(&path, key), span_of(map), e.to_string());
+                }
+            }
+        }
+        if let Some(secs) = &server.timeout_secs
+            && !valid_seconds(*secs.get_ref())
+        {
+            problems.at(
+                &join(&path, "timeout_secs"),
+                span_of(secs),
+                format!("the timeout must be more than 0 and at most {MAX_TIMEOUT_SECS} seconds"),
+            );
+        }
+        if let Some(prefix) = &server.prefix
+            && !prefix.get_ref().is_empty()
+            && let Err(reason) = agentloop::tool::check_tool_name(&format!("{}x", prefix.get_ref()))
+        {
+            problems.at(
+                &join(&path, "prefix"),
+                span_of(prefix),
+                format!("the prefix cannot start a tool name: {reason}"),
+            );
+        }
+        if let Some(rename) = &server.rename {
+            for (from, to) in rename.get_ref() {
+                if let Err(reason) = agentloop::tool::check_tool_name(to) {
+                    problems.at(
+                        &join(&path, "rename"),
+                        span_of(rename),
+                        format!("the new name of {from:?} is not a valid tool name: {reason}"),
+                    );
+                }
+            }
+        }
+    }
 }
 
 /// The tool names of a file whose shape may be wrong: every `[[tools]]` entry's `name` that is a
@@ -107,20 +260,39 @@ fn raw_tool_names(root: &DeTable<'_>) -> Vec<String> {
         .collect()
 }
 
+/// The tool-name prefixes of the `[[mcp]]` entries of a file whose shape may be wrong.
+fn raw_mcp_prefixes(root: &DeTable<'_>) -> Vec<String> {
+    let Some(DeValue::Array(items)) = root
+        .iter()
+        .find(|(k, _)| k.get_ref().as_ref() == "mcp")
+        .map(|(_, v)| v.get_ref())
+    else {
+        return Vec::new();
+    };
+    items
+        .iter()
+        .filter_map(|item| item.get_ref().as_table())
+        .filter_map(|t| {
+            let get = |key: &str| {
+                t.iter()
+                    .find(|(k, _)| k.get_ref().as_ref() == key)
+                    .and_then(|(_, v)| v.get_ref().as_str().map(str::to_owned))
+            };
+            get("prefix").or_else(|| get("name").map(|n| format!("{n}__")))
+        })
+        .collect()
+}
+
 /// `[permissions]`: every listed tool is declared and listed once, rules name declared tools (or
 /// `*`) with at most one argument match each, globs compile, and the store file, when it exists,
 /// reads.
 fn check_permissions(
     permissions: &PermissionsSpec,
-    tools: &[&str],
+    tools: &Declared<'_>,
     dir: &Path,
     problems: &mut Problems,
 ) {
-    let declared = if tools.is_empty() {
-        "the file declares no tools".to_owned()
-    } else {
-        format!("declared: {}", tools.join(", "))
-    };
+    let declared = tools.describe();
     check_permission_lists(permissions, tools, &declared, problems);
     let rules = permissions.rules.as_deref().unwrap_or_default();
     for (i, rule) in rules.iter().enumerate() {
@@ -145,7 +317,7 @@ fn check_permissions(
 /// `allow`, `ask` and `deny`: each name a declared tool, and no tool in two places.
 fn check_permission_lists(
     permissions: &PermissionsSpec,
-    tools: &[&str],
+    tools: &Declared<'_>,
     declared: &str,
     problems: &mut Problems,
 ) {
@@ -158,7 +330,7 @@ fn check_permission_lists(
         for (i, name) in names.as_deref().unwrap_or_default().iter().enumerate() {
             let path = format!("permissions.{list}[{i}]");
             let n = name.get_ref().as_str();
-            if !tools.contains(&n) {
+            if !tools.contains(n) {
                 problems.at(
                     &path,
                     span_of(name),
@@ -181,12 +353,12 @@ fn check_permission_lists(
 fn check_permission_rule(
     rule: &PermissionRuleSpec,
     path: &str,
-    tools: &[&str],
+    tools: &Declared<'_>,
     declared: &str,
     problems: &mut Problems,
 ) {
     let n = rule.tool.get_ref().as_str();
-    if n != "*" && !tools.contains(&n) {
+    if n != "*" && !tools.contains(n) {
         problems.at(
             &join(path, "tool"),
             span_of(&rule.tool),
@@ -477,7 +649,12 @@ pub(super) fn check_clean_sections(root: &DeTable<'_>, dir: &Path, problems: &mu
     {
         let names = raw_tool_names(root);
         let names: Vec<&str> = names.iter().map(String::as_str).collect();
-        check_permissions(&permissions, &names, dir, problems);
+        let prefixes = raw_mcp_prefixes(root);
+        let declared = Declared {
+            names: &names,
+            mcp_prefixes: &prefixes,
+        };
+        check_permissions(&permissions, &declared, dir, problems);
     }
     let Some(items) = get("tools") else { return };
     let Some(items) = items.get_ref().as_array() else {

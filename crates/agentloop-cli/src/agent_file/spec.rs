@@ -2,6 +2,8 @@
 //! serde type the file is read into (`deny_unknown_fields` everywhere) and the key-by-key check of
 //! its keys, from the same list of fields.
 
+use std::collections::BTreeMap;
+
 use agentloop::{OnLimit, permissions::Permission, tool::ExecutionMode};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -17,7 +19,9 @@ leaf!(
     Bound<u32>,
     Bound<u64>,
     OnLimit,
-    CompactionSpec
+    CompactionSpec,
+    RestartSpec,
+    BTreeMap<String, String>
 );
 
 /// Which provider serves the model.
@@ -82,6 +86,8 @@ section! {
         limits: Option<LimitsSpec>,
         /// The tools: command tools, subagents and built-in tools.
         tools: Option<Vec<ToolFileSpec>>,
+        /// MCP servers whose tools the agent gets, named `SERVER__TOOL`.
+        mcp: Option<Vec<McpFileSpec>>,
         /// Which tool calls run, which need approval, which never run.
         permissions: Option<PermissionsSpec>,
         /// Export every run as OpenTelemetry spans (as `--otel`).
@@ -312,6 +318,106 @@ section! {
         /// journaled run's process died runs again on `resume` (otherwise the model reads that
         /// its effect is unknown).
         idempotent: Option<bool>,
+    }
+}
+
+section! {
+    /// One `[[mcp]]` entry: an MCP server, started with the agent, whose tools become the agent's
+    /// (`NAME__TOOL` unless `prefix` or `rename` say otherwise).
+    McpFileSpec {
+        /// The server's name: its tools' prefix, and how messages and `plan` name it.
+        name: Spanned<String>,
+        /// A stdio server: the program and its arguments (a relative program path starts at the
+        /// agent file's folder, where it runs).
+        command: Option<Spanned<Vec<String>>>,
+        /// A stdio server's variables besides PATH, HOME, LANG, LC_ALL, TERM, TMPDIR and USER:
+        /// templates over this process's environment (`{ TOKEN = "${GITHUB_TOKEN}" }`).
+        env: Option<Spanned<BTreeMap<String, String>>>,
+        /// A streamable HTTP server: its URL.
+        url: Option<Spanned<String>>,
+        /// HTTP headers, as templates over the environment
+        /// (`{ Authorization = "Bearer ${MY_TOKEN}" }`): values never appear in the file.
+        headers: Option<Spanned<BTreeMap<String, String>>>,
+        /// `never` (the default) or `on-failure`: a server that died is started again on the
+        /// next call.
+        restart: Option<RestartSpec>,
+        /// How long a call, and the server's start, may take, in seconds (default 60).
+        timeout_secs: Option<Spanned<f64>>,
+        /// Put before each tool's name instead of `NAME__` (`""` keeps the server's names).
+        prefix: Option<Spanned<String>>,
+        /// Names for some of its tools, by the server's name for them, used as they are.
+        rename: Option<Spanned<BTreeMap<String, String>>>,
+    }
+}
+
+/// `[[mcp]] restart`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+pub enum RestartSpec {
+    /// Never: its tools answer with an error once it died.
+    #[serde(rename = "never")]
+    Never,
+    /// Started again on the next call after it died.
+    #[serde(rename = "on-failure")]
+    OnFailure,
+}
+
+impl McpFileSpec {
+    /// The server's config, its paths resolved against the agent file's folder `dir`.
+    pub fn config(&self, dir: &std::path::Path) -> agentloop_mcp::ServerConfig {
+        let name = self.name.get_ref().clone();
+        let mut config = match (&self.command, &self.url) {
+            (Some(command), _) => {
+                let mut command = command.get_ref().clone();
+                if let Some(program) = command.first_mut()
+                    && program.contains('/')
+                {
+                    *program = dir.join(&*program).display().to_string();
+                }
+                let mut c = agentloop_mcp::ServerConfig::stdio(name, command);
+                if let agentloop_mcp::Transport::Stdio { env, cwd, .. } = &mut c.transport {
+                    *env = self
+                        .env
+                        .as_ref()
+                        .map(|e| e.get_ref().clone())
+                        .unwrap_or_default();
+                    *cwd = Some(dir.to_path_buf());
+                }
+                c
+            }
+            (None, url) => {
+                let url = url
+                    .as_ref()
+                    .map(|u| u.get_ref().clone())
+                    .unwrap_or_default();
+                let mut c = agentloop_mcp::ServerConfig::http(name, url);
+                if let agentloop_mcp::Transport::Http { headers, .. } = &mut c.transport {
+                    *headers = self
+                        .headers
+                        .as_ref()
+                        .map(|h| h.get_ref().clone())
+                        .unwrap_or_default();
+                }
+                c
+            }
+        };
+        config.restart = match self.restart {
+            Some(RestartSpec::OnFailure) => agentloop_mcp::Restart::OnFailure,
+            Some(RestartSpec::Never) | None => agentloop_mcp::Restart::Never,
+        };
+        if let Some(t) = self
+            .timeout_secs
+            .as_ref()
+            .and_then(|s| std::time::Duration::try_from_secs_f64(*s.get_ref()).ok())
+        {
+            config.timeout = t;
+        }
+        config.prefix = self.prefix.as_ref().map(|p| p.get_ref().clone());
+        config.rename = self
+            .rename
+            .as_ref()
+            .map(|r| r.get_ref().clone())
+            .unwrap_or_default();
+        config
     }
 }
 

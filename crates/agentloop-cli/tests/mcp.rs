@@ -1,0 +1,432 @@
+#![allow(
+    clippy::indexing_slicing,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic
+)]
+//! `[[mcp]]` servers in agent files, end to end with the real filesystem server (installed at its
+//! pinned version by `scripts/mcp/install.sh`): a scripted agent reads and edits a file through
+//! it under permission rules that name its tools, `mcp list` prints its tools, and `plan` shows
+//! the servers without a secret.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use serde_json::json;
+use support::*;
+
+/// The folder the MCP test servers are installed in (once per test process).
+fn servers() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/mcp/install.sh");
+        let out = std::process::Command::new(script)
+            .stderr(std::process::Stdio::inherit())
+            .output()
+            .expect("cannot run scripts/mcp/install.sh (it needs bash, npm and python3)");
+        assert!(
+            out.status.success(),
+            "scripts/mcp/install.sh failed ({}): the MCP test servers could not be installed",
+            out.status
+        );
+        PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
+    })
+}
+
+/// An agent whose only tools are the filesystem server's, rooted in `work/` beside it.
+fn fs_agent(permissions: &str) -> AgentDir {
+    let server = servers().join("node_modules/.bin/mcp-server-filesystem");
+    let dir = AgentDir::new(&format!(
+        r#"name = "mcp-editor"
+[model]
+provider = "scripted"
+script = "script.json"
+
+[[mcp]]
+name = "fs"
+command = ["{}", "work"]
+restart = "on-failure"
+timeout_secs = 60
+rename = {{ list_directory = "ls" }}
+{permissions}"#,
+        server.display()
+    ));
+    std::fs::create_dir(dir.path("work")).unwrap();
+    dir.write("work/notes.txt", "status: draft\nowner: me\n");
+    dir
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_scripted_agent_reads_and_edits_a_file_through_the_filesystem_server() {
+    let dir = fs_agent(
+        r#"
+[permissions]
+deny = ["fs__write_file"]
+"#,
+    );
+    let work = std::fs::canonicalize(dir.path("work")).unwrap();
+    let notes = work.join("notes.txt");
+    let (work, notes) = (work.to_str().unwrap(), notes.to_str().unwrap());
+    dir.write(
+        "script.json",
+        &json!([
+            {"tool_calls": [
+                {"id": "r", "name": "fs__read_text_file", "arguments": {"path": notes}},
+                {"id": "l", "name": "ls", "arguments": {"path": work}}
+            ]},
+            {"tool_calls": [
+                {"id": "e", "name": "fs__edit_file", "arguments": {"path": notes, "edits": [{"oldText": "draft", "newText": "final"}]}},
+                {"id": "w", "name": "fs__write_file", "arguments": {"path": notes, "content": "gone"}}
+            ]},
+            {"tool_calls": [
+                {"id": "x", "name": "fs__read_text_file", "arguments": {"path": "/etc/hostname"}}
+            ]},
+            {"text": "The notes are final."}
+        ])
+        .to_string(),
+    );
+    let out = agentloop(args(&[
+        "run",
+        dir.agent().to_str().unwrap(),
+        "--input",
+        "Finish the notes.",
+        "--json",
+    ]))
+    .await;
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    let v = stdout_json(&out);
+    assert_eq!(v["stop_reason"], "finished", "{v}");
+    let calls = v["tool_calls"].as_array().unwrap();
+    let call = |id: &str| calls.iter().find(|c| c["id"] == id).unwrap().clone();
+    assert_eq!(call("r")["ok"], true, "{}", call("r"));
+    assert_eq!(
+        call("r")["output"],
+        json!({"content": "status: draft\nowner: me\n"})
+    );
+    assert!(
+        call("l")["output"].to_string().contains("notes.txt"),
+        "{}",
+        call("l")
+    );
+    assert_eq!(call("e")["ok"], true, "{}", call("e"));
+    // The permission rule names the server's tool like any other.
+    assert_eq!(call("w")["ok"], false, "{}", call("w"));
+    // Outside the server's root: its isError result is an error result the model reads.
+    assert_eq!(call("x")["ok"], false, "{}", call("x"));
+    assert_eq!(
+        std::fs::read_to_string(dir.path("work/notes.txt")).unwrap(),
+        "status: final\nowner: me\n"
+    );
+    // The server's stderr never reaches the terminal.
+    assert!(
+        !stderr(&out).contains("Secure MCP Filesystem Server"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn mcp_list_prints_each_servers_tools_with_their_schemas() {
+    let dir = fs_agent("");
+    dir.write("script.json", "[]");
+    let out = agentloop(args(&[
+        "mcp",
+        "list",
+        dir.agent().to_str().unwrap(),
+        "--json",
+    ]))
+    .await;
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    let v = stdout_json(&out);
+    assert_eq!(v["servers"][0]["name"], "fs");
+    let tools = v["servers"][0]["tools"].as_array().unwrap();
+    let read = tools
+        .iter()
+        .find(|t| t["name"] == "fs__read_text_file")
+        .unwrap();
+    assert_eq!(read["input_schema"]["type"], "object");
+    assert!(
+        tools.iter().any(|t| t["name"] == "ls"),
+        "renamed: {tools:?}"
+    );
+
+    let out = agentloop(args(&["mcp", "list", dir.agent().to_str().unwrap()])).await;
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("fs — "), "{text}");
+    assert!(text.contains("  fs__read_text_file"), "{text}");
+    assert!(text.contains("input schema: {"), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn plan_shows_the_servers_and_the_variables_they_read_never_a_value() {
+    let dir = AgentDir::new(
+        r#"name = "p"
+[model]
+provider = "scripted"
+script = "script.json"
+
+[[mcp]]
+name = "remote"
+url = "http://127.0.0.1:9/mcp"
+headers = { Authorization = "Bearer ${AGENTLOOP_TEST_KEY}" }
+
+[permissions]
+ask = ["remote__delete"]
+"#,
+    );
+    dir.write("script.json", r#"[{"text": "hi"}]"#);
+    let agent = dir.agent();
+    for json in [true, false] {
+        let mut a = vec!["plan", agent.to_str().unwrap()];
+        if json {
+            a.push("--json");
+        }
+        let out = agentloop(args(&a)).await;
+        assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+        let all = format!("{}{}", stdout(&out), stderr(&out));
+        assert!(!all.contains(TEST_KEY), "a secret in plan: {all}");
+        assert!(all.contains("AGENTLOOP_TEST_KEY"), "{all}");
+        if json {
+            let v = stdout_json(&out);
+            assert_eq!(v["mcp"][0]["name"], "remote");
+            assert_eq!(v["mcp"][0]["tools_named"], "remote__*");
+        } else {
+            assert!(all.contains("remote (url http://127.0.0.1:9/mcp"), "{all}");
+        }
+    }
+}
+
+/// An agent file with two broken `[[mcp]]` entries, and `extra` in the second.
+fn broken_mcp_agent(extra: &str) -> AgentDir {
+    let dir = AgentDir::new(&format!(
+        r#"name = "bad"
+[model]
+provider = "scripted"
+script = "script.json"
+
+[[mcp]]
+name = "both"
+command = ["x"]
+url = "http://127.0.0.1:9/mcp"
+
+[[mcp]]
+name = "web"
+url = "ftp://example"
+env = {{ A = "${{B" }}
+{extra}
+[permissions]
+deny = ["both__rm", "other__rm"]
+"#
+    ));
+    dir.write("script.json", "[]");
+    dir
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_mcp_entry_is_checked_with_the_file_and_permissions_may_name_only_its_prefix() {
+    // A key of the wrong shape is found first.
+    let dir = broken_mcp_agent(r#"restart = "sometimes""#);
+    let out = agentloop(args(&["plan", dir.agent().to_str().unwrap()])).await;
+    assert_eq!(out.status.code(), Some(3));
+    assert!(stderr(&out).contains("mcp[1].restart"), "{}", stderr(&out));
+
+    // Then the rules, all of them at once.
+    let dir = broken_mcp_agent("");
+    let out = agentloop(args(&["plan", dir.agent().to_str().unwrap()])).await;
+    assert_eq!(out.status.code(), Some(3));
+    let err = stderr(&out);
+    for expected in [
+        "mcp[0].url",
+        "not both",
+        "mcp[1].url",
+        "mcp[1].env",
+        "permissions.deny[1]",
+        "other__rm",
+    ] {
+        assert!(err.contains(expected), "{expected} missing in: {err}");
+    }
+    assert!(!err.contains("permissions.deny[0]"), "{err}");
+}
+
+/// A stdio MCP server of the test's own, in plain Python (no SDK): `add_tool` adds `new_tool`
+/// and announces `notifications/tools/list_changed` before it answers; `new_tool` writes
+/// `new_tool.ran` beside it.
+const GROWING_SERVER: &str = r#"
+import json, sys
+tools = [{"name": "add_tool", "description": "Adds new_tool.", "inputSchema": {"type": "object", "properties": {}}}]
+def send(msg):
+    sys.stdout.write(json.dumps(msg) + "\n")
+    sys.stdout.flush()
+def result(id, text, error=False):
+    send({"jsonrpc": "2.0", "id": id, "result": {"content": [{"type": "text", "text": text}], "isError": error}})
+for line in sys.stdin:
+    msg = json.loads(line)
+    method, id = msg.get("method"), msg.get("id")
+    if id is None:
+        continue
+    if method == "initialize":
+        send({"jsonrpc": "2.0", "id": id, "result": {"protocolVersion": "2025-06-18",
+              "capabilities": {"tools": {"listChanged": True}}, "serverInfo": {"name": "grow", "version": "1"}}})
+    elif method == "tools/list":
+        send({"jsonrpc": "2.0", "id": id, "result": {"tools": tools}})
+    elif method == "tools/call" and msg["params"]["name"] == "add_tool":
+        if len(tools) == 1:
+            tools.append({"name": "new_tool", "description": "Runs.", "inputSchema": {"type": "object", "properties": {}}})
+            send({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
+        result(id, "added new_tool")
+    elif method == "tools/call" and msg["params"]["name"] == "new_tool":
+        open("new_tool.ran", "w").write("yes")
+        result(id, "new_tool ran")
+    elif method == "tools/call":
+        result(id, "no such tool", error=True)
+    else:
+        send({"jsonrpc": "2.0", "id": id, "error": {"code": -32601, "message": "method not found"}})
+"#;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn chat_lists_a_servers_tools_again_after_list_changed_and_the_next_input_can_call_them() {
+    let dir = AgentDir::new(
+        r#"name = "grower"
+[model]
+provider = "scripted"
+script = "script.json"
+
+[[mcp]]
+name = "grow"
+command = ["python3", "server.py"]
+"#,
+    );
+    dir.write("server.py", GROWING_SERVER);
+    dir.write(
+        "script.json",
+        &json!([
+            {"tool_calls": [{"id": "a", "name": "grow__add_tool", "arguments": {}}]},
+            {"text": "added"},
+            {"tool_calls": [{"id": "n", "name": "grow__new_tool", "arguments": {}}]},
+            {"text": "ran"}
+        ])
+        .to_string(),
+    );
+    let out = chat(dir.agent(), "add a tool\nuse it\n").await;
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    assert!(
+        stderr(&out).contains("listed again"),
+        "stderr: {}",
+        stderr(&out)
+    );
+    assert!(
+        dir.path("new_tool.ran").exists(),
+        "the second input could not call the new tool; stderr: {}",
+        stderr(&out)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_mcp_example_reads_a_file_runs_a_command_and_keeps_a_note_under_approval() {
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/mcp/agent.toml");
+    let example = example.to_str().unwrap();
+    let input = "Summarize the changelog in a note.";
+    let out = agentloop(args(&["run", example, "--input", input, "--yes", "--json"])).await;
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    let v = stdout_json(&out);
+    assert_eq!(v["stop_reason"], "finished", "{v}");
+    let calls = v["tool_calls"].as_array().unwrap();
+    assert!(calls.iter().all(|c| c["ok"] == true), "{calls:?}");
+    let listed = calls.iter().find(|c| c["id"] == "call_list").unwrap();
+    assert_eq!(
+        listed["output"],
+        json!({"notes": ["3 changes: files, shell and MCP tools; limits; traces."]})
+    );
+
+    // Without --yes and no terminal to ask at, the call the permissions ask about is denied.
+    let out = agentloop(args(&["run", example, "--input", input, "--json"])).await;
+    let v = stdout_json(&out);
+    let calls = v["tool_calls"].as_array().unwrap();
+    let note = calls.iter().find(|c| c["id"] == "call_note").unwrap();
+    assert_eq!(note["status"], "denied", "{note}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_subagents_mcp_server_starts_with_the_top_agent_and_its_tools_are_the_subagents() {
+    let notes =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/mcp/tools/notes_server.py");
+    let dir = AgentDir::new(
+        r#"name = "lead"
+[model]
+provider = "scripted"
+script = "lead.json"
+
+[[tools]]
+name = "scribe"
+agent = "scribe.toml"
+"#,
+    );
+    dir.write(
+        "scribe.toml",
+        &format!(
+            r#"name = "scribe"
+[model]
+provider = "scripted"
+script = "scribe.json"
+
+[[mcp]]
+name = "notes"
+command = ["python3", "{}"]
+"#,
+            notes.display()
+        ),
+    );
+    dir.write(
+        "lead.json",
+        &json!([
+            {"tool_calls": [{"id": "s", "name": "scribe", "arguments": {"task": "note it"}}]},
+            {"text": "noted"}
+        ])
+        .to_string(),
+    );
+    dir.write(
+        "scribe.json",
+        &json!([
+            {"tool_calls": [{"id": "n", "name": "notes__add_note", "arguments": {"text": "hello"}}]},
+            {"text": "1 note"}
+        ])
+        .to_string(),
+    );
+    let agent = dir.agent();
+    let trace = dir.path("run.ndjson");
+    let out = agentloop(args(&[
+        "run",
+        agent.to_str().unwrap(),
+        "--input",
+        "go",
+        "--json",
+        "--trace",
+        trace.to_str().unwrap(),
+        "--trace-payloads",
+    ]))
+    .await;
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    let v = stdout_json(&out);
+    assert_eq!(v["stop_reason"], "finished", "{v}");
+    assert_eq!(v["subagents"][0]["tool_calls"], 1, "{v}");
+    // The subagent's call reached the server: its structured answer is in the trace.
+    let recorded = std::fs::read_to_string(&trace).unwrap();
+    let call = recorded
+        .lines()
+        .find(|l| l.contains("notes__add_note") && l.contains("count"))
+        .unwrap_or_else(|| panic!("no answer of notes__add_note in the trace: {recorded}"));
+    assert!(!call.contains("\"error\""), "{call}");
+
+    let out = agentloop(args(&["mcp", "list", agent.to_str().unwrap()])).await;
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    assert!(stdout(&out).contains("notes (of "), "{}", stdout(&out));
+    let out = agentloop(args(&["plan", agent.to_str().unwrap()])).await;
+    assert!(
+        stdout(&out).contains("mcp servers: notes"),
+        "{}",
+        stdout(&out)
+    );
+}

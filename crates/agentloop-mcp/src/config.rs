@@ -1,0 +1,211 @@
+//! What declares a server ([`ServerConfig`]): how to reach it, how its tools are named, how long
+//! a call may take and whether it is started again after it dies. Values that may be secrets
+//! (environment values, header values) are templates over this process's environment
+//! (`"Bearer ${TOKEN}"`), expanded only when the server is started, so that a config can be shown
+//! and logged without them.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::McpError;
+
+/// The default time a call (and the server's start) may take.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How many times a server that died is started again before its tools give up.
+pub const MAX_RESTARTS: u32 = 5;
+
+/// How to reach a server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Transport {
+    /// A child process speaking MCP on its stdin and stdout.
+    Stdio {
+        /// The program and its arguments.
+        command: Vec<String>,
+        /// Variables set for it, as templates (`"${GITHUB_TOKEN}"`). Beside them it sees only
+        /// the shell tool's allow list (`PATH`, `HOME`, ...), never an API key.
+        env: BTreeMap<String, String>,
+        /// Its working folder (this process's otherwise).
+        cwd: Option<PathBuf>,
+    },
+    /// A streamable HTTP endpoint.
+    Http {
+        /// The endpoint's URL.
+        url: String,
+        /// Headers sent with every request, as templates (`"Bearer ${TOKEN}"`).
+        headers: BTreeMap<String, String>,
+    },
+}
+
+/// Whether a server that died is started again.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Restart {
+    /// Never: its tools answer with an error from then on.
+    #[default]
+    Never,
+    /// On the next call after it died, up to [`MAX_RESTARTS`] times.
+    OnFailure,
+}
+
+/// One declared server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerConfig {
+    /// Its name: in its tools' names, errors and logs.
+    pub name: String,
+    /// How to reach it.
+    pub transport: Transport,
+    /// Whether it is started again after it dies.
+    pub restart: Restart,
+    /// How long one call, and the server's start, may take.
+    pub timeout: Duration,
+    /// Put before each tool's name (`"{name}__"` when `None`; `""` keeps the server's names).
+    pub prefix: Option<String>,
+    /// Names for some of its tools, by the server's name: used as they are, without the prefix.
+    pub rename: BTreeMap<String, String>,
+}
+
+impl ServerConfig {
+    /// A stdio server with the defaults: tools named `name__tool`, no restart, a minute a call.
+    pub fn stdio(name: impl Into<String>, command: Vec<String>) -> Self {
+        Self::with_transport(
+            name,
+            Transport::Stdio {
+                command,
+                env: BTreeMap::new(),
+                cwd: None,
+            },
+        )
+    }
+
+    /// A streamable HTTP server with the defaults.
+    pub fn http(name: impl Into<String>, url: impl Into<String>) -> Self {
+        Self::with_transport(
+            name,
+            Transport::Http {
+                url: url.into(),
+                headers: BTreeMap::new(),
+            },
+        )
+    }
+
+    fn with_transport(name: impl Into<String>, transport: Transport) -> Self {
+        ServerConfig {
+            name: name.into(),
+            transport,
+            restart: Restart::Never,
+            timeout: DEFAULT_TIMEOUT,
+            prefix: None,
+            rename: BTreeMap::new(),
+        }
+    }
+
+    /// The name the model calls a server's tool by: its rename, or the prefix and the server's
+    /// name with any character a tool name may not hold replaced by `_`.
+    pub fn tool_name(&self, remote: &str) -> String {
+        if let Some(name) = self.rename.get(remote) {
+            return name.clone();
+        }
+        let prefix = match &self.prefix {
+            Some(p) => p.clone(),
+            None => format!("{}__", self.name),
+        };
+        let mut out = prefix;
+        out.extend(remote.chars().map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        }));
+        out
+    }
+}
+
+/// Expands `${VAR}` in a template from the environment `lookup` reads. A variable that is not
+/// set is an error naming it (never a value); `$$` is a `$`.
+pub fn expand_template(
+    server: &str,
+    key: &str,
+    template: &str,
+    lookup: impl Fn(&str) -> Option<String>,
+) -> Result<String, McpError> {
+    let mut out = String::with_capacity(template.len());
+    let mut rest = template;
+    while let Some(at) = rest.find('$') {
+        out.push_str(rest.get(..at).unwrap_or_default());
+        let after = rest.get(at + 1..).unwrap_or_default();
+        if let Some(tail) = after.strip_prefix('$') {
+            out.push('$');
+            rest = tail;
+        } else if let Some(inner) = after.strip_prefix('{') {
+            let Some(end) = inner.find('}') else {
+                return Err(McpError::Template {
+                    server: server.to_owned(),
+                    key: key.to_owned(),
+                    reason: "a `${` without its `}`".into(),
+                });
+            };
+            let var = inner.get(..end).unwrap_or_default();
+            let value = lookup(var).ok_or_else(|| McpError::MissingEnv {
+                server: server.to_owned(),
+                key: key.to_owned(),
+                var: var.to_owned(),
+            })?;
+            out.push_str(&value);
+            rest = inner.get(end + 1..).unwrap_or_default();
+        } else {
+            out.push('$');
+            rest = after;
+        }
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+/// The variables a template reads, for those who show a config without its values.
+pub fn template_vars(template: &str) -> Vec<String> {
+    let mut vars = Vec::new();
+    let mut rest = template;
+    while let Some(at) = rest.find("${") {
+        let inner = rest.get(at + 2..).unwrap_or_default();
+        let Some(end) = inner.find('}') else { break };
+        vars.push(inner.get(..end).unwrap_or_default().to_owned());
+        rest = inner.get(end + 1..).unwrap_or_default();
+    }
+    vars
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn env(var: &str) -> Option<String> {
+        (var == "TOKEN").then(|| "s3cret".to_owned())
+    }
+
+    #[test]
+    fn templates_expand_variables_and_a_missing_one_is_named_without_values() {
+        assert_eq!(
+            expand_template("s", "Authorization", "Bearer ${TOKEN}", env).unwrap(),
+            "Bearer s3cret"
+        );
+        assert_eq!(expand_template("s", "k", "a$$b $x", env).unwrap(), "a$b $x");
+        let err = expand_template("s", "X-Key", "${NOPE}", env).unwrap_err();
+        assert_eq!(err.code(), "mcp.missing_env");
+        assert!(err.to_string().contains("NOPE"));
+        assert_eq!(template_vars("Bearer ${TOKEN} ${B}"), ["TOKEN", "B"]);
+    }
+
+    #[test]
+    fn tool_names_take_the_prefix_or_a_rename_and_lose_characters_a_name_may_not_hold() {
+        let mut c = ServerConfig::stdio("fs", vec!["x".into()]);
+        assert_eq!(c.tool_name("read_file"), "fs__read_file");
+        assert_eq!(c.tool_name("a.b/c"), "fs__a_b_c");
+        c.prefix = Some(String::new());
+        assert_eq!(c.tool_name("read_file"), "read_file");
+        c.rename.insert("read_file".into(), "read".into());
+        assert_eq!(c.tool_name("read_file"), "read");
+    }
+}

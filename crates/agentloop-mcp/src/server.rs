@@ -1,0 +1,590 @@
+//! One connection to one MCP server ([`McpServer`]): started (a child process or an HTTP
+//! session), its tools listed, their calls made, and started again after it dies when its policy
+//! says so. A child's stderr goes to `tracing` (target `agentloop_mcp::stderr`), never to this
+//! process's terminal; its last lines explain a death or a failed start.
+
+use std::collections::{HashMap, VecDeque};
+use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use agentloop::tool::ProgressSender;
+use agentloop::{Tool, ToolContext, ToolError, ToolOutput};
+use futures::StreamExt;
+use rmcp::model::{
+    CallToolRequest, CallToolRequestParams, CancelledNotificationParam, ClientConfig,
+    ClientRequest, Implementation, ProgressNotificationParam, ProgressToken, RequestId,
+    ServerResult,
+};
+use rmcp::service::{
+    NotificationContext, PeerRequestOptions, RoleClient, RunningService, ServiceError,
+};
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
+use rmcp::{ClientHandler, Peer, ServiceExt};
+use serde_json::Value;
+use tokio_util::codec::{FramedRead, LinesCodec};
+
+use crate::config::{MAX_RESTARTS, Restart, ServerConfig, Transport, expand_template};
+use crate::{McpError, tools};
+
+/// How many of a child's last stderr lines are kept to explain its death.
+const STDERR_TAIL_LINES: usize = 20;
+/// The longest stderr line kept whole; a longer one is cut (a server may write anything there).
+const STDERR_LINE_BYTES: usize = 4096;
+
+/// A running MCP server and the tools it lists. Cheap to clone: clones share the connection.
+#[derive(Clone)]
+pub struct McpServer {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for McpServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("McpServer")
+            .field("name", &self.inner.config.name)
+            .finish_non_exhaustive()
+    }
+}
+
+struct Inner {
+    config: ServerConfig,
+    conn: tokio::sync::Mutex<Conn>,
+    /// The tools as last listed.
+    listed: Mutex<Vec<rmcp::model::Tool>>,
+    /// Set by the server's `tools/list_changed` (and by a restart): the next refresh lists again.
+    changed: Arc<AtomicBool>,
+    /// Where the progress of each call in flight goes, by its progress token.
+    progress: Progress,
+    stderr: Arc<Mutex<VecDeque<String>>>,
+}
+
+#[derive(Default)]
+struct Conn {
+    service: Option<RunningService<RoleClient, Notified>>,
+    /// Counts starts, so that a call that saw one connection die never drops a newer one.
+    generation: u64,
+    restarts: u32,
+    /// Why it is down for good.
+    down: Option<String>,
+}
+
+/// The progress senders of the calls in flight, by the progress token of their request.
+type Progress = Arc<Mutex<HashMap<ProgressToken, ProgressSender>>>;
+
+/// The client side of the protocol: it hears that the tool list changed, and the progress of
+/// calls, which becomes their `ToolProgress` events.
+#[derive(Clone)]
+struct Notified {
+    changed: Arc<AtomicBool>,
+    progress: Progress,
+    server: Arc<str>,
+}
+
+impl ClientHandler for Notified {
+    fn on_tool_list_changed(
+        &self,
+        _context: NotificationContext<RoleClient>,
+    ) -> impl Future<Output = ()> + Send + '_ {
+        tracing::debug!(target: "agentloop_mcp", server = %self.server, "tools/list_changed");
+        self.changed.store(true, Ordering::Release);
+        std::future::ready(())
+    }
+
+    fn on_progress(
+        &self,
+        params: ProgressNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) -> impl Future<Output = ()> + Send + '_ {
+        let sender = self
+            .progress
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&params.progress_token)
+            .cloned();
+        if let Some(sender) = sender {
+            sender.send(serde_json::json!({
+                "progress": params.progress,
+                "total": params.total,
+                "message": params.message,
+            }));
+        }
+        std::future::ready(())
+    }
+
+    fn get_info(&self) -> ClientConfig {
+        ClientConfig::new(
+            Default::default(),
+            Implementation::new("agentloop", env!("CARGO_PKG_VERSION")),
+        )
+    }
+}
+
+impl McpServer {
+    /// Starts a server, completes the MCP handshake and lists its tools, all within its timeout.
+    pub async fn connect(config: ServerConfig) -> Result<McpServer, McpError> {
+        check(&config)?;
+        let inner = Arc::new(Inner {
+            changed: Arc::new(AtomicBool::new(false)),
+            progress: Progress::default(),
+            listed: Mutex::new(Vec::new()),
+            conn: tokio::sync::Mutex::new(Conn::default()),
+            stderr: Arc::new(Mutex::new(VecDeque::new())),
+            config,
+        });
+        let server = McpServer { inner };
+        let service = server.start().await?;
+        let peer = service.peer().clone();
+        {
+            let mut conn = server.inner.conn.lock().await;
+            conn.service = Some(service);
+            conn.generation += 1;
+        }
+        server.list(&peer).await?;
+        Ok(server)
+    }
+
+    /// The server's name.
+    pub fn name(&self) -> &str {
+        &self.inner.config.name
+    }
+
+    /// Its declaration.
+    pub fn config(&self) -> &ServerConfig {
+        &self.inner.config
+    }
+
+    /// Its tools as last listed, as agentloop tools (named per its config, with its timeout).
+    pub fn tools(&self) -> Vec<Tool> {
+        let listed = self
+            .inner
+            .listed
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        listed
+            .iter()
+            .map(|t| tools::tool(self, &self.inner.config, t))
+            .collect()
+    }
+
+    /// True when the server said its tools changed (or it was started again) since they were
+    /// last listed.
+    pub fn tools_changed(&self) -> bool {
+        self.inner.changed.load(Ordering::Acquire)
+    }
+
+    /// Lists the tools again if they changed; true when it did. Between runs or turns: the tool
+    /// set of a run in progress is never changed under it.
+    pub async fn refresh(&self) -> Result<bool, McpError> {
+        if !self.tools_changed() {
+            return Ok(false);
+        }
+        let (peer, _) = self.peer().await?;
+        self.list(&peer).await?;
+        Ok(true)
+    }
+
+    /// Ends the server: the child is stopped, the HTTP session closed.
+    pub async fn shutdown(&self) {
+        let service = {
+            let mut conn = self.inner.conn.lock().await;
+            conn.down = Some("it was shut down".into());
+            conn.service.take()
+        };
+        if let Some(mut service) = service {
+            let _ = service.close_with_timeout(Duration::from_secs(5)).await;
+        }
+    }
+
+    /// Calls a tool by the server's name for it: the result as the model reads it, a server's
+    /// `isError` result as a recoverable error. Cancelling the call's token (or dropping the
+    /// future, as a timeout does) sends the server `notifications/cancelled`.
+    pub(crate) async fn call(
+        &self,
+        remote: &str,
+        args: Value,
+        ctx: ToolContext,
+    ) -> Result<ToolOutput, ToolError> {
+        let name = self.name().to_owned();
+        let (peer, generation) = self.peer().await.map_err(|e| {
+            // The operator's diagnostic (a start's stderr, say) goes to the log; the model reads
+            // what it can act on.
+            tracing::warn!(target: "agentloop_mcp", server = %name, error = %e, "a call found the MCP server unavailable");
+            let why = match &e {
+                McpError::Down { reason, .. } => format!("it is not running: {reason}"),
+                _ => "it exited and could not be started again".to_owned(),
+            };
+            ToolError::new(e.code(), format!("the MCP server {name} is not available: {why}"))
+        })?;
+        let mut params = CallToolRequestParams::new(remote.to_owned());
+        params.arguments = match args {
+            Value::Object(map) => Some(map),
+            Value::Null => None,
+            _ => {
+                return Err(
+                    ToolError::new("invalid_arguments", "the arguments must be an object")
+                        .permanent(),
+                );
+            }
+        };
+        let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+        let sent = peer
+            .send_cancellable_request(request, PeerRequestOptions::no_options())
+            .await;
+        let result = match sent {
+            Ok(handle) => {
+                // Until the answer: progress reaches the call's events, and a call that is
+                // cancelled, or dropped (its timeout), tells the server to stop.
+                let _progress = ProgressRoute::new(
+                    &self.inner.progress,
+                    handle.progress_token.clone(),
+                    ctx.progress.clone(),
+                );
+                let mut abandon = Abandon {
+                    peer: peer.clone(),
+                    id: Some(handle.id.clone()),
+                };
+                let result = tokio::select! {
+                    r = handle.await_response() => r,
+                    () = ctx.cancel.cancelled() => {
+                        return Err(ToolError::new("cancelled", "the call was cancelled"));
+                    }
+                };
+                abandon.id = None;
+                result
+            }
+            Err(e) => Err(e),
+        };
+        let result = match result {
+            Ok(ServerResult::CallToolResult(r)) => Ok(r),
+            // A result with no field at all reads as an empty one.
+            Ok(ServerResult::EmptyResult(_)) => Ok(rmcp::model::CallToolResult::default()),
+            Ok(_) => Err(ServiceError::UnexpectedResponse),
+            Err(e) => Err(e),
+        };
+        match result {
+            Ok(result) => tools::output(result),
+            Err(ServiceError::McpError(e)) => Err(ToolError::new("mcp.error", e.message)),
+            Err(ServiceError::TransportClosed | ServiceError::TransportSend(_)) => {
+                let then = match self.inner.config.restart {
+                    Restart::OnFailure => "it is started again on the next call",
+                    Restart::Never => "its tools are no longer available",
+                };
+                self.report_exit("during a call");
+                self.forget(generation).await;
+                Err(ToolError::new(
+                    "mcp.server_exited",
+                    format!("the MCP server {name} exited during the call; {then}"),
+                ))
+            }
+            Err(ServiceError::Timeout { timeout }) => Err(ToolError::new(
+                "timeout",
+                format!(
+                    "the MCP server {name} did not answer within {:.1} s",
+                    timeout.as_secs_f64()
+                ),
+            )),
+            Err(e) => Err(ToolError::new("mcp.request", e.to_string())),
+        }
+    }
+
+    /// A handle on the running server: started again first when it died and its policy allows.
+    async fn peer(&self) -> Result<(Peer<RoleClient>, u64), McpError> {
+        let mut conn = self.inner.conn.lock().await;
+        if let Some(service) = &conn.service
+            && !service.is_closed()
+            && !service.peer().is_transport_closed()
+        {
+            return Ok((service.peer().clone(), conn.generation));
+        }
+        let server = self.name().to_owned();
+        if let Some(reason) = &conn.down {
+            return Err(McpError::Down {
+                server,
+                reason: reason.clone(),
+            });
+        }
+        if conn.service.take().is_some() {
+            self.report_exit("between calls");
+        }
+        let reason = match self.inner.config.restart {
+            Restart::Never => Some("it exited, and its restart policy is \"never\"".to_owned()),
+            Restart::OnFailure if conn.restarts >= MAX_RESTARTS => Some(format!(
+                "it exited, and was started again {MAX_RESTARTS} times already"
+            )),
+            Restart::OnFailure => None,
+        };
+        if let Some(reason) = reason {
+            conn.down = Some(reason.clone());
+            return Err(McpError::Down { server, reason });
+        }
+        conn.restarts += 1;
+        tracing::warn!(target: "agentloop_mcp", server = %server, restart = conn.restarts, "starting the MCP server again");
+        let service = self.start().await?;
+        let peer = service.peer().clone();
+        conn.service = Some(service);
+        conn.generation += 1;
+        // Its tools may differ now: the next refresh lists them.
+        self.inner.changed.store(true, Ordering::Release);
+        Ok((peer, conn.generation))
+    }
+
+    /// Drops a connection whose transport failed (the server died), unless a newer one already
+    /// replaced it: the next call starts the server again or reports it down.
+    async fn forget(&self, generation: u64) {
+        let mut conn = self.inner.conn.lock().await;
+        if conn.generation == generation
+            && let Some(mut service) = conn.service.take()
+        {
+            let _ = service.close_with_timeout(Duration::from_secs(1)).await;
+        }
+    }
+
+    fn report_exit(&self, when: &str) {
+        let tail = self.stderr_tail();
+        tracing::warn!(target: "agentloop_mcp", server = %self.name(), stderr = %tail, "the MCP server exited {when}");
+    }
+
+    fn stderr_tail(&self) -> String {
+        let tail = self
+            .inner
+            .stderr
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        tail.iter().cloned().collect::<Vec<_>>().join("\n")
+    }
+
+    /// Lists the tools. The flag is cleared first: a change announced while the list is under
+    /// way is listed again next time rather than lost.
+    async fn list(&self, peer: &Peer<RoleClient>) -> Result<(), McpError> {
+        self.inner.changed.store(false, Ordering::Release);
+        let timeout = self.inner.config.timeout;
+        let listed = tokio::time::timeout(timeout, peer.list_all_tools())
+            .await
+            .map_err(|_| McpError::Timeout {
+                server: self.name().to_owned(),
+                what: "tools/list",
+                secs: timeout.as_secs_f64(),
+            })?
+            .map_err(|e| McpError::Request {
+                server: self.name().to_owned(),
+                what: "tools/list",
+                reason: e.to_string(),
+            })?;
+        *self
+            .inner
+            .listed
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = listed;
+        Ok(())
+    }
+
+    /// Starts the server and completes the handshake within the timeout.
+    async fn start(&self) -> Result<RunningService<RoleClient, Notified>, McpError> {
+        let config = &self.inner.config;
+        let handler = Notified {
+            changed: self.inner.changed.clone(),
+            progress: self.inner.progress.clone(),
+            server: Arc::from(config.name.as_str()),
+        };
+        let start_error = |reason: String| McpError::Start {
+            server: config.name.clone(),
+            reason,
+        };
+        let mut stderr_task = None;
+        let served = match &config.transport {
+            Transport::Stdio { command, env, cwd } => {
+                let Some((program, args)) = command.split_first() else {
+                    return Err(start_error("the command is empty".into()));
+                };
+                let mut cmd = tokio::process::Command::new(program);
+                cmd.args(args).env_clear().envs(inherited_env());
+                for (key, template) in env {
+                    cmd.env(
+                        key,
+                        expand_template(&config.name, key, template, |v| std::env::var(v).ok())?,
+                    );
+                }
+                if let Some(cwd) = cwd {
+                    cmd.current_dir(cwd);
+                }
+                // A group of its own: a server started through `npx`, `uvx` or a shell dies whole
+                // when it is stopped, leaving no grandchild behind.
+                let mut cmd = process_wrap::tokio::CommandWrap::from(cmd);
+                cmd.wrap(process_wrap::tokio::ProcessGroup::leader());
+                let (process, stderr) = TokioChildProcess::builder(cmd)
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .map_err(|e| start_error(format!("cannot run {program}: {e}")))?;
+                if let Some(stderr) = stderr {
+                    stderr_task = Some(tokio::spawn(forward_stderr(
+                        stderr,
+                        config.name.clone(),
+                        self.inner.stderr.clone(),
+                    )));
+                }
+                tokio::time::timeout(config.timeout, handler.serve(process)).await
+            }
+            Transport::Http { url, headers } => {
+                // reqwest 0.13 is built without a TLS provider of its own: the process's
+                // default, or the ring one the workspace's rustls has.
+                let _ = rustls::crypto::ring::default_provider().install_default();
+                let mut custom = HashMap::new();
+                for (key, template) in headers {
+                    let value =
+                        expand_template(&config.name, key, template, |v| std::env::var(v).ok())?;
+                    let name = http::HeaderName::try_from(key.as_str())
+                        .map_err(|_| config_error(config, format!("bad header name {key:?}")))?;
+                    let value = http::HeaderValue::try_from(value).map_err(|_| {
+                        config_error(config, format!("the value of header {key} is not valid"))
+                    })?;
+                    custom.insert(name, value);
+                }
+                let transport = StreamableHttpClientTransport::from_config(
+                    StreamableHttpClientTransportConfig::with_uri(url.as_str())
+                        .custom_headers(custom),
+                );
+                tokio::time::timeout(config.timeout, handler.serve(transport)).await
+            }
+        };
+        if !matches!(served, Ok(Ok(_)))
+            && let Some(task) = stderr_task
+        {
+            // A child that failed has closed its stderr, or is killed with the transport just
+            // dropped: its last lines, read to the end, say why.
+            let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
+        }
+        match served {
+            Ok(Ok(service)) => Ok(service),
+            Ok(Err(e)) => {
+                let tail = self.stderr_tail();
+                let mut reason = e.to_string();
+                if !tail.is_empty() {
+                    reason = format!("{reason}; its stderr ends:\n{tail}");
+                }
+                Err(start_error(reason))
+            }
+            Err(_) => Err(McpError::Timeout {
+                server: config.name.clone(),
+                what: "the MCP handshake",
+                secs: config.timeout.as_secs_f64(),
+            }),
+        }
+    }
+}
+
+/// Routes a request's progress to a call's sender while it lives.
+struct ProgressRoute {
+    routes: Progress,
+    token: ProgressToken,
+}
+
+impl ProgressRoute {
+    fn new(routes: &Progress, token: ProgressToken, sender: ProgressSender) -> Self {
+        routes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(token.clone(), sender);
+        ProgressRoute {
+            routes: routes.clone(),
+            token,
+        }
+    }
+}
+
+impl Drop for ProgressRoute {
+    fn drop(&mut self) {
+        self.routes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&self.token);
+    }
+}
+
+/// Sends `notifications/cancelled` for a request abandoned before its answer (a cancelled or
+/// timed-out call), so that the server stops working on it.
+struct Abandon {
+    peer: Peer<RoleClient>,
+    id: Option<RequestId>,
+}
+
+impl Drop for Abandon {
+    fn drop(&mut self) {
+        let (Some(id), Ok(runtime)) = (self.id.take(), tokio::runtime::Handle::try_current())
+        else {
+            return;
+        };
+        let peer = self.peer.clone();
+        runtime.spawn(async move {
+            let reason = Some("the call was cancelled or timed out".to_owned());
+            let _ = peer
+                .notify_cancelled(CancelledNotificationParam::new(Some(id), reason))
+                .await;
+        });
+    }
+}
+
+fn config_error(config: &ServerConfig, reason: String) -> McpError {
+    McpError::Config {
+        server: config.name.clone(),
+        reason,
+    }
+}
+
+/// Checks what can be checked before anything starts.
+fn check(config: &ServerConfig) -> Result<(), McpError> {
+    if let Err(reason) = agentloop::tool::check_tool_name(&config.name) {
+        return Err(config_error(config, format!("bad name: {reason}")));
+    }
+    match &config.transport {
+        Transport::Stdio { command, .. } if command.is_empty() => {
+            Err(config_error(config, "the command is empty".into()))
+        }
+        Transport::Http { url, .. }
+            if !(url.starts_with("http://") || url.starts_with("https://")) =>
+        {
+            Err(config_error(
+                config,
+                format!("the url {url:?} is not http or https"),
+            ))
+        }
+        _ if config.timeout.is_zero() => Err(config_error(config, "the timeout is zero".into())),
+        _ => Ok(()),
+    }
+}
+
+/// What a stdio server sees of this process's environment: the shell tool's allow list, never an
+/// API key.
+fn inherited_env() -> Vec<(String, String)> {
+    agentloop_tools::shell::DEFAULT_SHELL_ENV
+        .iter()
+        .filter(|name| !agentloop_tools::is_secret_env(name))
+        .filter_map(|name| std::env::var(name).ok().map(|v| ((*name).to_owned(), v)))
+        .collect()
+}
+
+/// Reads a child's stderr line by line into `tracing` and the tail kept to explain its death.
+async fn forward_stderr(
+    stderr: tokio::process::ChildStderr,
+    server: String,
+    tail: Arc<Mutex<VecDeque<String>>>,
+) {
+    let mut lines = FramedRead::new(stderr, LinesCodec::new_with_max_length(STDERR_LINE_BYTES));
+    while let Some(line) = lines.next().await {
+        let line = match line {
+            Ok(line) => line,
+            Err(tokio_util::codec::LinesCodecError::MaxLineLengthExceeded) => {
+                "[a line too long to keep]".to_owned()
+            }
+            Err(tokio_util::codec::LinesCodecError::Io(_)) => break,
+        };
+        tracing::info!(target: "agentloop_mcp::stderr", server = %server, "{line}");
+        let mut tail = tail.lock().unwrap_or_else(PoisonError::into_inner);
+        if tail.len() == STDERR_TAIL_LINES {
+            tail.pop_front();
+        }
+        tail.push_back(line);
+    }
+}

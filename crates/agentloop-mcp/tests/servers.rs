@@ -1,0 +1,644 @@
+//! Real MCP servers, installed at pinned versions by `scripts/mcp/install.sh` and run on
+//! loopback: the filesystem, everything (stdio and streamable HTTP), time and fetch servers.
+//! Nothing here is skipped: a server that cannot be installed fails the test that needs it.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use agentloop::message::ToolContent;
+use agentloop::testing::ScriptedModel;
+use agentloop::{Agent, CallStatus, ModelResponse, Tool, ToolContext, ToolError, ToolOutput};
+use agentloop_mcp::{McpServer, McpServers, Restart, ServerConfig, Transport};
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+
+/// Generous: a loaded two-core machine starts node and python servers slowly.
+const TIMEOUT: Duration = Duration::from_secs(60);
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// The folder the servers are installed in (once per test process; the script itself is safe
+/// to run from several processes at once).
+fn servers() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let out = std::process::Command::new(repo().join("scripts/mcp/install.sh"))
+            .stderr(Stdio::inherit())
+            .output()
+            .expect("cannot run scripts/mcp/install.sh (it needs bash, npm and python3)");
+        assert!(
+            out.status.success(),
+            "scripts/mcp/install.sh failed ({}): the MCP test servers could not be installed",
+            out.status
+        );
+        PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
+    })
+}
+
+fn npm_bin(name: &str) -> String {
+    servers()
+        .join("node_modules/.bin")
+        .join(name)
+        .display()
+        .to_string()
+}
+
+fn py_bin(name: &str) -> String {
+    servers().join("venv/bin").join(name).display().to_string()
+}
+
+fn config(name: &str, command: Vec<String>) -> ServerConfig {
+    let mut c = ServerConfig::stdio(name, command);
+    c.timeout = TIMEOUT;
+    c
+}
+
+fn tool<'a>(tools: &'a [Tool], name: &str) -> &'a Tool {
+    tools.iter().find(|t| t.name() == name).unwrap_or_else(|| {
+        let names: Vec<_> = tools.iter().map(Tool::name).collect();
+        panic!("no tool {name} among {names:?}")
+    })
+}
+
+async fn call(tool: &Tool, args: Value) -> Result<ToolOutput, ToolError> {
+    tool.call(args, ToolContext::detached("c1", tool.name()))
+        .await
+}
+
+fn text(output: &ToolOutput) -> String {
+    output.content.to_text()
+}
+
+fn recoverable(e: ToolError) -> (String, String) {
+    match e {
+        ToolError::Recoverable { code, message, .. } => (code, message),
+        ToolError::Fatal { message } => panic!("fatal: {message}"),
+    }
+}
+
+fn everything_stdio(name: &str) -> ServerConfig {
+    config(name, vec![npm_bin("mcp-server-everything"), "stdio".into()])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn filesystem_server_lists_reads_writes_and_answers_an_error_result() {
+    let dir = tempfile_dir("fs");
+    std::fs::write(dir.join("notes.txt"), "alpha\nbeta\n").unwrap();
+    let server = McpServer::connect(config(
+        "fs",
+        vec![npm_bin("mcp-server-filesystem"), dir.display().to_string()],
+    ))
+    .await
+    .unwrap();
+    let tools = server.tools();
+    let read = tool(&tools, "fs__read_text_file");
+    assert_eq!(read.spec().input_schema["type"], "object");
+    assert!(!read.spec().mutating, "read_text_file says it is read-only");
+    assert!(tool(&tools, "fs__write_file").spec().mutating);
+
+    let path = dir.join("notes.txt").display().to_string();
+    // It answers with structured content (its output schema): that is what the model reads.
+    let out = call(read, json!({"path": path})).await.unwrap();
+    assert_eq!(
+        out.content,
+        ToolContent::Json(json!({"content": "alpha\nbeta\n"}))
+    );
+
+    let edit = tool(&tools, "fs__edit_file");
+    call(
+        edit,
+        json!({"path": path, "edits": [{"oldText": "beta", "newText": "gamma"}]}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        std::fs::read_to_string(dir.join("notes.txt")).unwrap(),
+        "alpha\ngamma\n"
+    );
+
+    // Outside its root: the server answers with an isError result the model reads.
+    let (code, message) = recoverable(
+        call(read, json!({"path": "/etc/hostname"}))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(code, "mcp.tool_error");
+    assert!(
+        message.to_lowercase().contains("denied") || message.contains("outside"),
+        "{message}"
+    );
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn time_server_structured_content_is_checked_against_its_output_schema_in_a_run() {
+    let server = McpServer::connect(config(
+        "time",
+        vec![py_bin("mcp-server-time"), "--local-timezone=UTC".into()],
+    ))
+    .await
+    .unwrap();
+    let tools = server.tools();
+    let now = tool(&tools, "time__get_current_time");
+    assert!(
+        now.spec().output_schema.is_some(),
+        "the time server declares an output schema"
+    );
+    let out = call(now, json!({"timezone": "Europe/Paris"}))
+        .await
+        .unwrap();
+    let ToolContent::Json(value) = &out.content else {
+        panic!("not structured: {:?}", out.content)
+    };
+    assert_eq!(value["timezone"], "Europe/Paris");
+
+    // Through a run: the core checks the structured content against the output schema.
+    let agent = Agent::builder()
+        .model(ScriptedModel::new([
+            ModelResponse::tool_calls([(
+                "c1".to_owned(),
+                "time__get_current_time".to_owned(),
+                r#"{"timezone": "Asia/Tokyo"}"#.to_owned(),
+            )]),
+            ModelResponse::text("done"),
+        ]))
+        .tools(tools.clone())
+        .build()
+        .unwrap();
+    let outcome = agent.run("what time is it in Tokyo?").await;
+    let record = &outcome.tool_calls[0];
+    assert_eq!(
+        record.outcome.status,
+        CallStatus::Ok,
+        "{:?}",
+        record.outcome
+    );
+    assert!(record.outcome.content.to_text().contains("Asia/Tokyo"));
+
+    // A server's own error: an unknown timezone.
+    let (code, message) = recoverable(
+        call(now, json!({"timezone": "Mars/Olympus"}))
+            .await
+            .unwrap_err(),
+    );
+    assert!(
+        code == "mcp.tool_error" || code == "mcp.error",
+        "{code}: {message}"
+    );
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fetch_server_reads_a_loopback_page_of_the_tests_own() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut socket, _)) = listener.accept().await else {
+                return;
+            };
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 4096];
+                let _ = socket.read(&mut buf).await;
+                let body = "<html><head><title>Loopback</title></head><body><h1>Hello from loopback</h1><p>The secret word is quokka.</p></body></html>";
+                let reply = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = socket.write_all(reply.as_bytes()).await;
+            });
+        }
+    });
+    let server = McpServer::connect(config(
+        "fetch",
+        vec![
+            py_bin("mcp-server-fetch"),
+            "--allow-private-ips".into(),
+            "--ignore-robots-txt".into(),
+        ],
+    ))
+    .await
+    .unwrap();
+    let tools = server.tools();
+    let fetch = tool(&tools, "fetch__fetch");
+    let out = call(
+        fetch,
+        json!({"url": format!("http://127.0.0.1:{port}/page")}),
+    )
+    .await
+    .unwrap();
+    assert!(text(&out).contains("quokka"), "{}", text(&out));
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn everything_server_over_stdio_echoes_and_honours_list_changed_on_refresh() {
+    let mut cfg = everything_stdio("every");
+    cfg.prefix = Some("e_".into());
+    cfg.rename.insert("get-sum".into(), "add_numbers".into());
+    let servers = McpServers::connect([cfg]).await.unwrap();
+    let tools = servers.tools();
+    let out = call(tool(&tools, "e_echo"), json!({"message": "hi there"}))
+        .await
+        .unwrap();
+    assert!(text(&out).contains("hi there"), "{}", text(&out));
+    let out = call(tool(&tools, "add_numbers"), json!({"a": 2, "b": 3}))
+        .await
+        .unwrap();
+    assert!(text(&out).contains('5'), "{}", text(&out));
+
+    // The server registers more tools once initialized and says so with tools/list_changed:
+    // the notification marks the list stale, and a refresh (between runs) lists it again.
+    let server = &servers.servers()[0];
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    while !server.tools_changed() && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(server.tools_changed(), "no tools/list_changed arrived");
+    assert!(servers.refresh().await);
+    assert!(!server.tools_changed());
+    let refreshed = servers.tools();
+    assert!(refreshed.len() >= tools.len());
+    tool(&refreshed, "e_echo");
+    assert!(!servers.refresh().await, "nothing changed since");
+    servers.shutdown().await;
+}
+
+/// server-everything over streamable HTTP, kept on 127.0.0.1 by a preload; its port from stderr.
+struct HttpEverything {
+    child: tokio::process::Child,
+    url: String,
+}
+
+async fn start_http_everything() -> HttpEverything {
+    let mut child = tokio::process::Command::new(npm_bin("mcp-server-everything"))
+        .arg("streamableHttp")
+        .env("PORT", "0")
+        .env(
+            "NODE_OPTIONS",
+            format!(
+                "--require {}",
+                repo().join("scripts/mcp/loopback.cjs").display()
+            ),
+        )
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let port = tokio::time::timeout(TIMEOUT, async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            if let Some(rest) = line.strip_prefix("agentloop-listening ") {
+                let (host, port) = rest.split_once(' ').unwrap();
+                assert_eq!(host, "127.0.0.1", "the server must listen on loopback only");
+                return port.parse::<u16>().unwrap();
+            }
+        }
+        panic!("server-everything ended before it listened")
+    })
+    .await
+    .expect("server-everything did not listen in time");
+    // Keep reading its stderr so that it never blocks on a full pipe.
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    HttpEverything {
+        child,
+        url: format!("http://127.0.0.1:{port}/mcp"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn everything_server_over_streamable_http_lists_and_calls_with_headers_from_the_environment()
+{
+    let mut http = start_http_everything().await;
+    let mut cfg = ServerConfig::http("web", http.url.clone());
+    cfg.timeout = TIMEOUT;
+    // A header from the environment (PATH is always set): the template is expanded at start.
+    if let Transport::Http { headers, .. } = &mut cfg.transport {
+        headers.insert("X-Test-Token".into(), "token ${PATH}".into());
+    }
+    let server = McpServer::connect(cfg).await.unwrap();
+    let tools = server.tools();
+    let out = call(tool(&tools, "web__echo"), json!({"message": "over http"}))
+        .await
+        .unwrap();
+    assert!(text(&out).contains("over http"));
+    let out = call(
+        tool(&tools, "web__get-structured-content"),
+        json!({"location": "New York"}),
+    )
+    .await
+    .unwrap();
+    assert!(
+        matches!(out.content, ToolContent::Json(_)),
+        "{:?}",
+        out.content
+    );
+    server.shutdown().await;
+    http.child.kill().await.unwrap();
+}
+
+/// Starts server-everything through a shell that records its pid, so the test can kill it.
+fn killable_everything(name: &str, pid_file: &Path) -> ServerConfig {
+    config(
+        name,
+        vec![
+            "/bin/sh".into(),
+            "-c".into(),
+            format!(
+                "echo $$ > '{}'; exec '{}' stdio",
+                pid_file.display(),
+                npm_bin("mcp-server-everything")
+            ),
+        ],
+    )
+}
+
+async fn kill_from(pid_file: &Path) {
+    let pid = std::fs::read_to_string(pid_file).unwrap();
+    let status = tokio::process::Command::new("kill")
+        .args(["-9", pid.trim()])
+        .status()
+        .await
+        .unwrap();
+    assert!(status.success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_killed_mid_call_fails_the_call_and_is_started_again_on_failure() {
+    let dir = tempfile_dir("kill");
+    let pid_file = dir.join("pid");
+    let mut cfg = killable_everything("k", &pid_file);
+    cfg.restart = Restart::OnFailure;
+    let server = McpServer::connect(cfg).await.unwrap();
+    let tools = server.tools();
+    let long = tool(&tools, "k__trigger-long-running-operation").clone();
+    let in_flight =
+        tokio::spawn(async move { call(&long, json!({"duration": 600, "steps": 2})).await });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    kill_from(&pid_file).await;
+    let result = tokio::time::timeout(TIMEOUT, in_flight)
+        .await
+        .expect("the call hung")
+        .unwrap();
+    let (code, message) = recoverable(result.unwrap_err());
+    assert_eq!(code, "mcp.server_exited", "{message}");
+    assert!(message.contains("started again"), "{message}");
+
+    // The next call starts it again.
+    let out = call(tool(&tools, "k__echo"), json!({"message": "back"}))
+        .await
+        .unwrap();
+    assert!(text(&out).contains("back"));
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_server_under_restart_never_answers_each_call_with_an_error() {
+    let dir = tempfile_dir("never");
+    let pid_file = dir.join("pid");
+    let server = McpServer::connect(killable_everything("n", &pid_file))
+        .await
+        .unwrap();
+    let tools = server.tools();
+    kill_from(&pid_file).await;
+    // Whether the exit is seen before or during the call, the call fails without hanging.
+    let first = tokio::time::timeout(
+        TIMEOUT,
+        call(tool(&tools, "n__echo"), json!({"message": "x"})),
+    )
+    .await
+    .expect("the call hung");
+    let (code, _) = recoverable(first.unwrap_err());
+    assert!(
+        code == "mcp.server_exited" || code == "mcp.server_down",
+        "{code}"
+    );
+    let (code, message) = recoverable(
+        call(tool(&tools, "n__echo"), json!({"message": "x"}))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(code, "mcp.server_down", "{message}");
+    assert!(message.contains("never"), "{message}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_past_its_timeout_is_a_tool_timeout_and_cancellation_ends_a_call() {
+    let server = McpServer::connect(everything_stdio("slow")).await.unwrap();
+    let long = tool(&server.tools(), "slow__trigger-long-running-operation").clone();
+    assert_eq!(
+        long.policy().timeout,
+        Some(TIMEOUT),
+        "the server's timeout is the tool's"
+    );
+    let mut policy = long.policy().clone();
+    policy.timeout = Some(Duration::from_secs(3));
+    let long = long.with_policy(policy);
+    let agent = Agent::builder()
+        .model(ScriptedModel::new([
+            ModelResponse::tool_calls([(
+                "c1".to_owned(),
+                "slow__trigger-long-running-operation".to_owned(),
+                r#"{"duration": 600, "steps": 2}"#.to_owned(),
+            )]),
+            ModelResponse::text("done"),
+        ]))
+        .tool(long.clone())
+        .build()
+        .unwrap();
+    let outcome = tokio::time::timeout(TIMEOUT, agent.run("go"))
+        .await
+        .expect("the run hung");
+    let record = &outcome.tool_calls[0];
+    assert_eq!(
+        record.outcome.code.as_deref(),
+        Some("timeout"),
+        "{:?}",
+        record.outcome
+    );
+
+    // Cancellation: the call's token ends it at once.
+    let ctx = ToolContext::detached("c2", long.name());
+    let cancel = ctx.cancel.clone();
+    let call = tokio::spawn(long.call(json!({"duration": 600, "steps": 2}), ctx));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    cancel.cancel();
+    let result = tokio::time::timeout(TIMEOUT, call)
+        .await
+        .expect("cancellation hung")
+        .unwrap();
+    assert_eq!(recoverable(result.unwrap_err()).0, "cancelled");
+    // The server is still fine after both.
+    let out = call_echo(&server).await;
+    assert!(out.contains("still"));
+    server.shutdown().await;
+}
+
+async fn call_echo(server: &McpServer) -> String {
+    let tools = server.tools();
+    text(
+        &call(tool(&tools, "slow__echo"), json!({"message": "still here"}))
+            .await
+            .unwrap(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_writes_garbage_or_never_answers_fails_to_start_without_hanging() {
+    let garbage = config(
+        "junk",
+        vec![
+            "/bin/sh".into(),
+            "-c".into(),
+            "echo 'not json'; echo oops >&2; exec sleep 600".into(),
+        ],
+    );
+    let garbage = ServerConfig {
+        timeout: Duration::from_secs(3),
+        ..garbage
+    };
+    let err = tokio::time::timeout(TIMEOUT, McpServer::connect(garbage))
+        .await
+        .expect("hung")
+        .unwrap_err();
+    assert!(
+        err.code() == "mcp.timeout" || err.code() == "mcp.start",
+        "{err}"
+    );
+
+    let crash = config(
+        "crash",
+        vec![
+            "/bin/sh".into(),
+            "-c".into(),
+            "echo 'it broke' >&2; exit 3".into(),
+        ],
+    );
+    let err = tokio::time::timeout(TIMEOUT, McpServer::connect(crash))
+        .await
+        .expect("hung")
+        .unwrap_err();
+    assert_eq!(err.code(), "mcp.start", "{err}");
+    assert!(
+        err.to_string().contains("it broke"),
+        "the stderr tail explains it: {err}"
+    );
+
+    let missing = config("missing", vec!["/nonexistent/mcp-server".into()]);
+    assert_eq!(
+        McpServer::connect(missing).await.unwrap_err().code(),
+        "mcp.start"
+    );
+
+    let mut secret = everything_stdio("sec");
+    if let Transport::Stdio { env, .. } = &mut secret.transport {
+        env.insert(
+            "TOKEN".into(),
+            "${AGENTLOOP_MCP_TEST_UNSET_VARIABLE}".into(),
+        );
+    }
+    let err = McpServer::connect(secret).await.unwrap_err();
+    assert_eq!(err.code(), "mcp.missing_env");
+}
+
+fn tempfile_dir(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "agentloop-mcp-{tag}-{}-{}",
+        std::process::id(),
+        unique()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.canonicalize().unwrap()
+}
+
+fn unique() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    N.fetch_add(1, Ordering::Relaxed)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_cannot_be_started_again_answers_its_calls_with_an_error() {
+    let dir = tempfile_dir("once");
+    let pid_file = dir.join("pid");
+    let started = dir.join("started");
+    // Starts once; every later start fails at once, with a line on stderr.
+    let mut cfg = config(
+        "once",
+        vec![
+            "/bin/sh".into(),
+            "-c".into(),
+            format!(
+                "if [ -e '{started}' ]; then echo 'no second start' >&2; exit 1; fi; touch '{started}'; echo $$ > '{pid}'; exec '{server}' stdio",
+                started = started.display(),
+                pid = pid_file.display(),
+                server = npm_bin("mcp-server-everything"),
+            ),
+        ],
+    );
+    cfg.restart = Restart::OnFailure;
+    let server = McpServer::connect(cfg).await.unwrap();
+    let tools = server.tools();
+    kill_from(&pid_file).await;
+    for _ in 0..2 {
+        let result = tokio::time::timeout(
+            TIMEOUT,
+            call(tool(&tools, "once__echo"), json!({"message": "x"})),
+        )
+        .await
+        .expect("the call hung");
+        let (code, message) = recoverable(result.unwrap_err());
+        assert!(
+            ["mcp.server_exited", "mcp.start"].contains(&code.as_str()),
+            "{code}: {message}"
+        );
+        // The stderr of the failed start is the operator's, not the model's.
+        assert!(!message.contains("no second start"), "{message}");
+    }
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_servers_progress_notifications_become_the_calls_progress_events() {
+    let server = McpServer::connect(everything_stdio("p")).await.unwrap();
+    let long = tool(&server.tools(), "p__trigger-long-running-operation").clone();
+    let events = std::sync::Arc::new(std::sync::Mutex::new(Vec::<Value>::new()));
+    let seen = events.clone();
+    let agent = Agent::builder()
+        .model(ScriptedModel::new([
+            ModelResponse::tool_calls([(
+                "c1".to_owned(),
+                "p__trigger-long-running-operation".to_owned(),
+                r#"{"duration": 1, "steps": 2}"#.to_owned(),
+            )]),
+            ModelResponse::text("done"),
+        ]))
+        .tool(long)
+        .sink(move |e: &agentloop::Event| {
+            if let agentloop::EventKind::ToolProgress { progress, .. } = &e.kind {
+                seen.lock().unwrap().push(progress.clone());
+            }
+        })
+        .build()
+        .unwrap();
+    let outcome = tokio::time::timeout(TIMEOUT, agent.run("go"))
+        .await
+        .expect("the run hung");
+    assert_eq!(outcome.tool_calls[0].outcome.status, CallStatus::Ok);
+    let events = events.lock().unwrap().clone();
+    assert!(!events.is_empty(), "no progress event");
+    assert_eq!(events[0]["total"], 2.0, "{events:?}");
+    server.shutdown().await;
+}

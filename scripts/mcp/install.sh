@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs the MCP servers the tests run, at the versions pinned beside this script (package.json
+# and package-lock.json for npm, requirements.txt and constraints.txt for PyPI: their dependencies
+# too), once, into $AGENTLOOP_CACHE/mcp-servers. Registries only.
+# Prints that folder on stdout: node_modules/.bin/ and venv/bin/ hold the servers' commands.
+# Safe to run from tests in parallel: one installer at a time, and a stamp of what was installed.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+CACHE=${AGENTLOOP_CACHE:-$HOME/.cache/agentloop}
+DEST=$CACHE/mcp-servers
+STAMP=$DEST/.installed
+want() { cat "$here/package.json" "$here/package-lock.json" "$here/requirements.txt" "$here/constraints.txt"; }
+if ! want | cmp -s - "$STAMP" 2>/dev/null; then
+  mkdir -p "$CACHE"
+  exec 9>"$CACHE/mcp-servers.lock"
+  flock 9
+  if ! want | cmp -s - "$STAMP" 2>/dev/null; then
+    command -v npm >/dev/null || { echo "npm is required for the MCP test servers" >&2; exit 1; }
+    rm -rf "$DEST"
+    mkdir -p "$DEST"
+    cp "$here/package.json" "$here/package-lock.json" "$DEST/"
+    (cd "$DEST" && npm ci --no-audit --no-fund --ignore-scripts --loglevel=error >&2)
+    python3 -m venv "$DEST/venv" >&2
+    "$DEST/venv/bin/pip" install --quiet --disable-pip-version-check -r "$here/requirements.txt" -c "$here/constraints.txt" >&2
+    want >"$STAMP"
+  fi
+  flock -u 9
+fi
+echo "$DEST"
