@@ -1131,11 +1131,12 @@ fn a_session_past_its_context_budget_is_compacted_by_the_models_own_summary() {
     );
 }
 
-/// The coding example's file tools (`examples/coder`: `read_file` and `edit_file` rooted in its
-/// workspace) on the real model: a file in a temporary workspace is edited in place. The example
-/// offers six tools; a 0.5B model handles two reliably (with six it forgets required arguments),
-/// so the test keeps the example's file tools and their root and gives the model plain
-/// instructions about them.
+/// The examples' file tools and MCP server on the real model: `read_file` and `edit_file` rooted
+/// in a workspace as `examples/coder` declares them, beside the stdio MCP server of
+/// `examples/mcp` (its tools offered to the model too); a file in a temporary workspace is edited
+/// in place. The coder example offers six tools; a 0.5B model handles a few reliably (with six it
+/// forgets required arguments), so the test keeps the file tools and the MCP server and gives the
+/// model plain instructions about them.
 #[test]
 fn the_coders_file_tools_edit_a_file_in_a_temporary_workspace_on_the_real_model() {
     let _turn = serial();
@@ -1168,10 +1169,29 @@ max_tokens = 256
 
 [limits]
 max_turns = 6
-{tools}"#,
-        server.base_url()
+{tools}
+[[mcp]]
+name = "notes"
+command = ["python3", "{}"]
+timeout_secs = 30
+"#,
+        server.base_url(),
+        repo_root()
+            .join("examples/mcp/tools/notes_server.py")
+            .display()
     );
     std::fs::write(dir.path().join("agent.toml"), agent).unwrap();
+    let listed = assert_cmd::Command::cargo_bin("agentloop")
+        .unwrap()
+        .args(["mcp", "list"])
+        .arg(dir.path().join("agent.toml"))
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&listed.stdout).contains("notes__add_note"),
+        "{}",
+        String::from_utf8_lossy(&listed.stderr)
+    );
     let out = assert_cmd::Command::cargo_bin("agentloop")
         .unwrap()
         .arg("run")
