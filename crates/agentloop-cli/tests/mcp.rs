@@ -255,7 +255,7 @@ async fn an_mcp_entry_is_checked_with_the_file_and_permissions_may_name_only_its
 /// and announces `notifications/tools/list_changed` before it answers; `new_tool` writes
 /// `new_tool.ran` beside it.
 const GROWING_SERVER: &str = r#"
-import json, sys
+import json, sys, time
 tools = [{"name": "add_tool", "description": "Adds new_tool.", "inputSchema": {"type": "object", "properties": {}}}]
 def send(msg):
     sys.stdout.write(json.dumps(msg) + "\n")
@@ -273,6 +273,11 @@ for line in sys.stdin:
     elif method == "tools/list":
         send({"jsonrpc": "2.0", "id": id, "result": {"tools": tools}})
     elif method == "tools/call" and msg["params"]["name"] == "add_tool":
+        # What a server says on stderr goes to the call's details in the trace, not the terminal;
+        # the pause lets its reader take the line before the answer comes.
+        sys.stderr.write("grow: adding new_tool\n")
+        sys.stderr.flush()
+        time.sleep(0.3)
         if len(tools) == 1:
             tools.append({"name": "new_tool", "description": "Runs.", "inputSchema": {"type": "object", "properties": {}}})
             send({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
@@ -321,6 +326,54 @@ command = ["python3", "server.py"]
         dir.path("new_tool.ran").exists(),
         "the second input could not call the new tool; stderr: {}",
         stderr(&out)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_servers_stderr_goes_to_the_trace_not_the_terminal() {
+    let dir = AgentDir::new(
+        r#"name = "grower"
+[model]
+provider = "scripted"
+script = "script.json"
+
+[[mcp]]
+name = "grow"
+command = ["python3", "server.py"]
+"#,
+    );
+    dir.write("server.py", GROWING_SERVER);
+    dir.write(
+        "script.json",
+        &json!([
+            {"tool_calls": [{"id": "a", "name": "grow__add_tool", "arguments": {}}]},
+            {"text": "added"}
+        ])
+        .to_string(),
+    );
+    let trace = dir.path("t.ndjson");
+    let out = agentloop(args(&[
+        "run",
+        dir.agent().to_str().unwrap(),
+        "--input",
+        "add a tool",
+        "--trace",
+        trace.to_str().unwrap(),
+        "--trace-payloads",
+    ]))
+    .await;
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    assert!(!stderr(&out).contains("grow: adding"), "{}", stderr(&out));
+    let text = std::fs::read_to_string(&trace).unwrap();
+    let call = text
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .rfind(|r| r["kind"] == "tool_call" && r["status"] == "ok")
+        .unwrap();
+    assert_eq!(
+        call["details"]["stderr"],
+        json!(["grow: adding new_tool"]),
+        "{call:#}"
     );
 }
 

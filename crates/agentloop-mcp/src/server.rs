@@ -57,7 +57,53 @@ struct Inner {
     changed: Arc<AtomicBool>,
     /// Where the progress of each call in flight goes, by its progress token.
     progress: Progress,
-    stderr: Arc<Mutex<VecDeque<String>>>,
+    stderr: Arc<Mutex<Stderr>>,
+}
+
+/// What a child wrote on stderr: its last lines (to explain its death), and the lines of each
+/// call in flight (which go into the call's details, so that a trace with payloads keeps them).
+#[derive(Default)]
+struct Stderr {
+    tail: VecDeque<String>,
+    calls: HashMap<u64, Vec<String>>,
+    next: u64,
+}
+
+/// The most stderr lines one call's details keep.
+const STDERR_CALL_LINES: usize = 100;
+
+/// The stderr lines written while one call is in flight; dropping it stops the capture.
+struct Capture {
+    stderr: Arc<Mutex<Stderr>>,
+    id: u64,
+}
+
+impl Capture {
+    fn start(stderr: &Arc<Mutex<Stderr>>) -> Capture {
+        let mut s = stderr.lock().unwrap_or_else(PoisonError::into_inner);
+        let id = s.next;
+        s.next = s.next.wrapping_add(1);
+        s.calls.insert(id, Vec::new());
+        Capture {
+            stderr: Arc::clone(stderr),
+            id,
+        }
+    }
+
+    fn take(&self) -> Vec<String> {
+        let mut s = self.stderr.lock().unwrap_or_else(PoisonError::into_inner);
+        s.calls
+            .get_mut(&self.id)
+            .map(std::mem::take)
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for Capture {
+    fn drop(&mut self) {
+        let mut s = self.stderr.lock().unwrap_or_else(PoisonError::into_inner);
+        s.calls.remove(&self.id);
+    }
 }
 
 #[derive(Default)]
@@ -130,7 +176,7 @@ impl McpServer {
             progress: Progress::default(),
             listed: Mutex::new(Vec::new()),
             conn: tokio::sync::Mutex::new(Conn::default()),
-            stderr: Arc::new(Mutex::new(VecDeque::new())),
+            stderr: Arc::new(Mutex::new(Stderr::default())),
             config,
         });
         let server = McpServer { inner };
@@ -230,6 +276,7 @@ impl McpServer {
             }
         };
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+        let capture = Capture::start(&self.inner.stderr);
         let sent = peer
             .send_cancellable_request(request, PeerRequestOptions::no_options())
             .await;
@@ -265,7 +312,7 @@ impl McpServer {
             Err(e) => Err(e),
         };
         match result {
-            Ok(result) => tools::output(result),
+            Ok(result) => tools::output(result).map(|out| with_stderr(out, capture.take())),
             Err(ServiceError::McpError(e)) => Err(ToolError::new("mcp.error", e.message)),
             Err(ServiceError::TransportClosed | ServiceError::TransportSend(_)) => {
                 let then = match self.inner.config.restart {
@@ -353,7 +400,7 @@ impl McpServer {
             .stderr
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        tail.iter().cloned().collect::<Vec<_>>().join("\n")
+        tail.tail.iter().cloned().collect::<Vec<_>>().join("\n")
     }
 
     /// Lists the tools. The flag is cleared first: a change announced while the list is under
@@ -565,11 +612,32 @@ fn inherited_env() -> Vec<(String, String)> {
         .collect()
 }
 
-/// Reads a child's stderr line by line into `tracing` and the tail kept to explain its death.
+/// A call's output with what the server wrote on stderr meanwhile in its details (never read by
+/// the model; kept by a trace with payloads).
+fn with_stderr(mut out: ToolOutput, lines: Vec<String>) -> ToolOutput {
+    if lines.is_empty() {
+        return out;
+    }
+    let lines = Value::from(lines);
+    match &mut out.details {
+        Some(Value::Object(map)) => {
+            map.insert("stderr".into(), lines);
+        }
+        Some(other) => {
+            let kept = other.take();
+            out.details = Some(serde_json::json!({"details": kept, "stderr": lines}));
+        }
+        None => out.details = Some(serde_json::json!({ "stderr": lines })),
+    }
+    out
+}
+
+/// Reads a child's stderr line by line into `tracing`, the tail kept to explain its death, and
+/// the lines of the calls in flight.
 async fn forward_stderr(
     stderr: tokio::process::ChildStderr,
     server: String,
-    tail: Arc<Mutex<VecDeque<String>>>,
+    tail: Arc<Mutex<Stderr>>,
 ) {
     let mut lines = FramedRead::new(stderr, LinesCodec::new_with_max_length(STDERR_LINE_BYTES));
     while let Some(line) = lines.next().await {
@@ -581,10 +649,15 @@ async fn forward_stderr(
             Err(tokio_util::codec::LinesCodecError::Io(_)) => break,
         };
         tracing::info!(target: "agentloop_mcp::stderr", server = %server, "{line}");
-        let mut tail = tail.lock().unwrap_or_else(PoisonError::into_inner);
-        if tail.len() == STDERR_TAIL_LINES {
-            tail.pop_front();
+        let mut s = tail.lock().unwrap_or_else(PoisonError::into_inner);
+        for call in s.calls.values_mut() {
+            if call.len() < STDERR_CALL_LINES {
+                call.push(line.clone());
+            }
         }
-        tail.push_back(line);
+        if s.tail.len() == STDERR_TAIL_LINES {
+            s.tail.pop_front();
+        }
+        s.tail.push_back(line);
     }
 }
