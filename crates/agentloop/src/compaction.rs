@@ -16,8 +16,10 @@
 //! ([`crate::RunOutcome::compactions`]) holding the messages it replaced, so the full history is
 //! never lost: a session store keeps it ([`crate::session::StoredSession::history`]).
 //!
-//! A summary that fails (the model call fails, or writes nothing) falls back to dropping tool
-//! results; a run never fails because compaction did.
+//! A summary that fails (the model call fails, writes nothing, or writes something no shorter
+//! than what it would replace) falls back to dropping tool results; a run never fails because
+//! compaction did. A record's `tokens_before` is the size the rule judged (the provider's count
+//! where it had one); its `tokens_after` is the estimate of the compacted request.
 //!
 //! ## The estimate and its error
 //!

@@ -45,21 +45,43 @@ struct Seen {
     spent: Vec<u64>,
 }
 
+/// How the model answers a summary call.
+#[derive(Clone, Copy, PartialEq)]
+enum Summary {
+    Short,
+    Fails,
+    /// Far longer than anything it could replace, as a small model's looping text.
+    Rambles,
+}
+
 /// A model that looks up `LOOKUPS` keys, one a turn, then answers; asked for a summary, it
 /// writes one (or fails, when `summary_fails`). With `usage`, each response reports it; an input
 /// count of 0 there stands for the request's own estimate.
 fn model(seen: &Arc<Mutex<Seen>>, summary_fails: bool, usage: Option<Usage>) -> FunctionModel {
+    let summary = if summary_fails {
+        Summary::Fails
+    } else {
+        Summary::Short
+    };
+    model_with(seen, summary, usage)
+}
+
+fn model_with(seen: &Arc<Mutex<Seen>>, summary: Summary, usage: Option<Usage>) -> FunctionModel {
     let seen = Arc::clone(seen);
     FunctionModel::new(move |req: &ModelRequest<'_>| {
         let mut s = seen.lock().unwrap();
         if req.instructions == Some(SUMMARY_INSTRUCTIONS) {
             assert!(req.tools.is_empty(), "a summary call offers no tools");
             s.summaries.push(req.messages[0].text());
-            if summary_fails {
+            if summary == Summary::Fails {
                 return Err(ModelError::new(
                     agentloop::model::ModelErrorKind::Server,
                     "the summarizer is down",
                 ));
+            }
+            if summary == Summary::Rambles {
+                let ramble = "The assistant looked keys up. ".repeat(2000);
+                return Ok(report(&mut s, req, usage, ModelResponse::text(ramble)));
             }
             let response = ModelResponse::text(
                 "The user asked for keys k0.. to be looked up; each was x-filled.",
@@ -373,4 +395,33 @@ async fn a_summary_counts_against_the_token_budget() {
         "the turn's call after the summary never went"
     );
     check_transcript(&limited.transcript).unwrap();
+}
+
+#[tokio::test]
+async fn a_summary_longer_than_what_it_replaces_falls_back_to_dropping_results() {
+    let (plain, peak) = uncompacted().await;
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let out = agent(
+        model_with(&seen, Summary::Rambles, None),
+        Some(Compaction::new(peak / 2 + 100).reserve_tokens(100)),
+    )
+    .run("look up six keys")
+    .await;
+    assert_eq!(out.stop_reason, StopReason::Finished, "{out:?}");
+    assert!(!seen.lock().unwrap().summaries.is_empty());
+    let first = &out.compactions[0];
+    assert_eq!(first.policy, CompactionPolicy::DropToolResults);
+    assert!(
+        first.fallback.as_deref().unwrap().contains("no shorter"),
+        "{first:?}"
+    );
+    assert!(
+        !out.transcript.iter().any(is_summary),
+        "the rambling summary is not kept"
+    );
+    check_transcript(&out.transcript).unwrap();
+    assert_eq!(
+        compaction::expand(&out.transcript, &out.compactions),
+        plain.transcript
+    );
 }

@@ -81,8 +81,21 @@ impl RunMachine {
                 self.usage.add(&response.usage);
                 self.cost += cost.unwrap_or(0.0);
                 let text = response.message.text.trim().to_owned();
+                let replaced: u64 = self
+                    .transcript
+                    .get(..job.cut)
+                    .unwrap_or_default()
+                    .iter()
+                    .map(compaction::estimate_message)
+                    .sum();
                 let summary = if text.is_empty() {
                     Err("the summary call wrote nothing".to_owned())
+                } else if compaction::estimate_message(&compaction::summary_message(&text))
+                    >= replaced
+                {
+                    // A small model can ramble until its output limit: a summary no shorter than
+                    // what it would replace saves nothing.
+                    Err("the summary was no shorter than what it would replace".to_owned())
                 } else {
                     Ok(text)
                 };
