@@ -74,17 +74,7 @@ async fn a_scripted_agent_reads_edits_and_lists_its_workspace_and_runs_a_shell_c
         ])
         .to_string(),
     );
-    let out = agentloop(args(&[
-        "run",
-        dir.agent().to_str().unwrap(),
-        "--input",
-        "Finish the notes.",
-        "--json",
-    ]))
-    .await;
-    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
-    let v = stdout_json(&out);
-    assert_eq!(v["stop_reason"], "finished", "{v}");
+    let (_, v) = run_finished(&dir.agent(), "Finish the notes.").await;
     let calls = v["tool_calls"].as_array().unwrap();
     let output = |id: &str| -> String {
         let call = calls.iter().find(|c| c["id"] == id).unwrap();

@@ -87,17 +87,7 @@ deny = ["fs__write_file"]
         ])
         .to_string(),
     );
-    let out = agentloop(args(&[
-        "run",
-        dir.agent().to_str().unwrap(),
-        "--input",
-        "Finish the notes.",
-        "--json",
-    ]))
-    .await;
-    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
-    let v = stdout_json(&out);
-    assert_eq!(v["stop_reason"], "finished", "{v}");
+    let (out, v) = run_finished(&dir.agent(), "Finish the notes.").await;
     let calls = v["tool_calls"].as_array().unwrap();
     let call = |id: &str| calls.iter().find(|c| c["id"] == id).unwrap().clone();
     assert_eq!(call("r")["ok"], true, "{}", call("r"));
@@ -291,8 +281,8 @@ for line in sys.stdin:
         send({"jsonrpc": "2.0", "id": id, "error": {"code": -32601, "message": "method not found"}})
 "#;
 
-#[tokio::test(flavor = "multi_thread")]
-async fn chat_lists_a_servers_tools_again_after_list_changed_and_the_next_input_can_call_them() {
+/// An agent on `GROWING_SERVER` whose scripted model answers with `script`.
+fn grower(script: serde_json::Value) -> AgentDir {
     let dir = AgentDir::new(
         r#"name = "grower"
 [model]
@@ -305,16 +295,18 @@ command = ["python3", "server.py"]
 "#,
     );
     dir.write("server.py", GROWING_SERVER);
-    dir.write(
-        "script.json",
-        &json!([
+    dir.write("script.json", &script.to_string());
+    dir
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn chat_lists_a_servers_tools_again_after_list_changed_and_the_next_input_can_call_them() {
+    let dir = grower(json!([
             {"tool_calls": [{"id": "a", "name": "grow__add_tool", "arguments": {}}]},
             {"text": "added"},
             {"tool_calls": [{"id": "n", "name": "grow__new_tool", "arguments": {}}]},
             {"text": "ran"}
-        ])
-        .to_string(),
-    );
+    ]));
     let out = chat(dir.agent(), "add a tool\nuse it\n").await;
     assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
     assert!(
@@ -331,26 +323,10 @@ command = ["python3", "server.py"]
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_servers_stderr_goes_to_the_trace_not_the_terminal() {
-    let dir = AgentDir::new(
-        r#"name = "grower"
-[model]
-provider = "scripted"
-script = "script.json"
-
-[[mcp]]
-name = "grow"
-command = ["python3", "server.py"]
-"#,
-    );
-    dir.write("server.py", GROWING_SERVER);
-    dir.write(
-        "script.json",
-        &json!([
+    let dir = grower(json!([
             {"tool_calls": [{"id": "a", "name": "grow__add_tool", "arguments": {}}]},
             {"text": "added"}
-        ])
-        .to_string(),
-    );
+    ]));
     let trace = dir.path("t.ndjson");
     let out = agentloop(args(&[
         "run",

@@ -197,6 +197,23 @@ pub fn args(items: &[&str]) -> Vec<String> {
     items.iter().map(|s| (*s).to_owned()).collect()
 }
 
+/// `agentloop run AGENT --input INPUT --json`, which must exit 0 and finish: the output and its
+/// JSON object.
+pub async fn run_finished(agent: &Path, input: &str) -> (Output, Value) {
+    let out = agentloop(args(&[
+        "run",
+        agent.to_str().unwrap(),
+        "--input",
+        input,
+        "--json",
+    ]))
+    .await;
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    let v = stdout_json(&out);
+    assert_eq!(v["stop_reason"], "finished", "{v}");
+    (out, v)
+}
+
 pub fn stdout_json(out: &Output) -> Value {
     let text = String::from_utf8_lossy(&out.stdout);
     serde_json::from_str(text.trim()).unwrap_or_else(|e| {
