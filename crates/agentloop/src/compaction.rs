@@ -221,6 +221,13 @@ pub fn estimate_message(message: &Message) -> u64 {
 /// The estimated tokens of a whole request: instructions, tool schemas, output schema and
 /// messages.
 pub fn estimate(request: &ModelRequest<'_>) -> u64 {
+    let messages: u64 = request.messages.iter().map(estimate_message).sum();
+    estimate_fixed(request) + messages
+}
+
+/// The estimated tokens of a request's parts that a run does not change from call to call: its
+/// instructions, tool schemas and output schema.
+pub fn estimate_fixed(request: &ModelRequest<'_>) -> u64 {
     let instructions = request.instructions.map_or(0, estimate_text);
     let preamble = if request.tools.is_empty() {
         0
@@ -240,8 +247,7 @@ pub fn estimate(request: &ModelRequest<'_>) -> u64 {
     let schema = request
         .output_schema
         .map_or(0, |s| estimate_text(&s.to_string()));
-    let messages: u64 = request.messages.iter().map(estimate_message).sum();
-    instructions + preamble + tools + schema + messages
+    instructions + preamble + tools + schema
 }
 
 /// True when a message is a summary written by a compaction.

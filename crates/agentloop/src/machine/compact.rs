@@ -26,7 +26,19 @@ impl RunMachine {
                     .sum();
                 tokens.saturating_add(after)
             }
-            None => compaction::estimate(&self.request()),
+            None => {
+                // The schemas are serialized once a run, not once a call.
+                let request = self.request();
+                let fixed = *self
+                    .fixed_estimate
+                    .get_or_init(|| compaction::estimate_fixed(&request));
+                let messages: u64 = request
+                    .messages
+                    .iter()
+                    .map(compaction::estimate_message)
+                    .sum();
+                fixed.saturating_add(messages)
+            }
         }
     }
 

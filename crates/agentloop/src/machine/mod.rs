@@ -181,6 +181,8 @@ pub struct RunMachine {
     /// The provider's count of the last request's input, and how much of the transcript it
     /// covered: the context estimate adds only what came after.
     context_known: Option<(usize, u64)>,
+    /// The estimate of the instructions and schemas, made once a run when first needed.
+    fixed_estimate: std::sync::OnceLock<u64>,
     compactions: Vec<crate::compaction::CompactionRecord>,
 }
 
@@ -281,6 +283,7 @@ impl RunMachine {
             sub_turns: 0,
             sub_model_calls: 0,
             context_known: None,
+            fixed_estimate: std::sync::OnceLock::new(),
             compactions: Vec::new(),
         };
         if let Err(message) = m.limits.check() {
