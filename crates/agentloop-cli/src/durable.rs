@@ -99,6 +99,32 @@ pub struct ApproveArgs {
     always: bool,
     #[command(flatten)]
     journal: JournalArg,
+    /// Answers a run started with `agentloop submit`, through the Restate ingress at this URL,
+    /// instead of one in a journal.
+    #[arg(long, value_name = "URL")]
+    restate: Option<String>,
+}
+
+impl ApproveArgs {
+    fn answer(&self) -> Answer {
+        match (self.allow, self.always) {
+            (true, false) => Answer::AllowOnce,
+            (true, true) => Answer::AllowAlways,
+            (false, false) => Answer::DenyOnce,
+            (false, true) => Answer::DenyAlways,
+        }
+    }
+}
+
+/// For `approve --restate URL`: the run, the call, the answer and the ingress.
+pub fn restate_answer(args: &ApproveArgs) -> Option<(String, String, Answer, String)> {
+    let url = args.restate.clone()?;
+    Some((
+        args.run_id.clone(),
+        args.call_id.clone(),
+        args.answer(),
+        url,
+    ))
 }
 
 /// `agentloop journal`.
@@ -278,13 +304,7 @@ pub fn approvals(cmd: ApprovalsCommand) -> Result<i32, CliError> {
 pub fn approve(args: &ApproveArgs) -> Result<i32, CliError> {
     let reader = args.journal.reader()?;
     let run_id = reader.find(&args.run_id)?;
-    let answer = match (args.allow, args.always) {
-        (true, false) => Answer::AllowOnce,
-        (true, true) => Answer::AllowAlways,
-        (false, false) => Answer::DenyOnce,
-        (false, true) => Answer::DenyAlways,
-    };
-    reader.answer(&run_id, &args.call_id, answer)?;
+    reader.answer(&run_id, &args.call_id, args.answer())?;
     let run = reader.load(&run_id)?;
     let left: Vec<&str> = run.unanswered().map(|r| r.call_id.as_str()).collect();
     let path = args.journal.path.display();

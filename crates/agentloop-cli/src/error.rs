@@ -31,6 +31,9 @@ pub mod code {
     /// The session cannot be used: another process holds it, or its stored transcript is
     /// damaged.
     pub const SESSION: i32 = 10;
+    /// Restate could not be reached or refused a request (`serve`, `submit`, `attach`,
+    /// `approve --restate`).
+    pub const RESTATE: i32 = 11;
     /// The run was cancelled (Ctrl-C).
     pub const CANCELLED: i32 = 130;
 }
@@ -52,6 +55,7 @@ Exit codes:
        without --force, a run that is over or still waits for answers)
   10   the session cannot be used (another process holds it; a damaged transcript;
        no such session)
+  11   Restate could not be reached or refused a request (serve, submit, attach)
   130  cancelled (Ctrl-C)";
 
 /// Why the command failed before or outside a run.
@@ -104,6 +108,14 @@ pub enum CliError {
     /// The session cannot be used.
     #[error("{0}")]
     Session(#[from] agentloop::session::SessionError),
+    /// Restate could not be reached or refused a request.
+    #[error("{message}")]
+    Restate {
+        /// The stable code (`restate.ingress`, ...).
+        code: &'static str,
+        /// What went wrong.
+        message: String,
+    },
 }
 
 impl CliError {
@@ -119,6 +131,7 @@ impl CliError {
             CliError::Io { .. } => "cli.io",
             CliError::Journal(e) => e.code(),
             CliError::Session(e) => e.code(),
+            CliError::Restate { code, .. } => code,
         }
     }
 
@@ -133,6 +146,7 @@ impl CliError {
             CliError::Io { .. } => code::OTHER,
             CliError::Journal(_) => code::JOURNAL,
             CliError::Session(_) => code::SESSION,
+            CliError::Restate { .. } => code::RESTATE,
         }
     }
 }

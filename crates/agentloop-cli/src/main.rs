@@ -23,6 +23,7 @@ mod otel;
 mod permission_file;
 mod plan;
 mod render;
+mod restate;
 mod sessions;
 mod viewer;
 
@@ -89,6 +90,14 @@ enum Command {
     Init(init::InitArgs),
     /// Prints the shell completion script for bash, zsh, fish, elvish or powershell.
     Completions(completions::CompletionsArgs),
+    /// Serves agents as a Restate service endpoint: their runs journaled by Restate, each step
+    /// once, going on in another worker when one dies.
+    Serve(restate::ServeArgs),
+    /// Starts a run through the Restate ingress and prints its id.
+    Submit(restate::SubmitArgs),
+    /// Follows a run started with `submit` to its end, and prints its outcome as `run` does.
+    #[command(after_help = EXIT_CODES_HELP)]
+    Attach(restate::AttachArgs),
 }
 
 #[derive(Debug, Args)]
@@ -292,6 +301,7 @@ async fn dispatch(cli: Cli) -> i32 {
         Command::Run(a) => a.json,
         Command::Plan(a) => a.json,
         Command::Resume(a) => a.json,
+        Command::Attach(a) => a.json,
         Command::Mcp(mcp::McpCommand::List { json, .. }) => *json,
         _ => false,
     };
@@ -303,12 +313,18 @@ async fn dispatch(cli: Cli) -> i32 {
         Command::Trace(t) => trace_command(t),
         Command::Resume(args) => durable::resume(args).await,
         Command::Approvals(c) => durable::approvals(c),
-        Command::Approve(args) => durable::approve(&args),
+        Command::Approve(args) => match durable::restate_answer(&args) {
+            Some((run, call, answer, url)) => restate::approve(&run, &call, answer, &url).await,
+            None => durable::approve(&args),
+        },
         Command::Journal(c) => durable::journal(c),
         Command::Sessions(c) => sessions::sessions(c),
         Command::Mcp(c) => mcp::mcp(c).await,
         Command::Init(args) => init::init(&args),
         Command::Completions(args) => completions::completions(&args, Cli::command()),
+        Command::Serve(args) => restate::serve(args).await,
+        Command::Submit(args) => restate::submit(args).await,
+        Command::Attach(args) => restate::attach(args).await,
     };
     match result {
         Ok(code) => code,

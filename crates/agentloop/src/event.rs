@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::limits::LimitHit;
@@ -14,7 +14,7 @@ use crate::outcome::CallOutcome;
 use crate::outcome::StopReason;
 
 /// One thing that happened in a run.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Event {
     /// The run it belongs to.
     pub run_id: Arc<str>,
@@ -41,7 +41,7 @@ impl Event {
 }
 
 /// What happened.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum EventKind {
@@ -247,7 +247,7 @@ pub enum EventKind {
 }
 
 /// An error as events carry it: its stable code and what it says.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ErrorSummary {
     /// The stable code ([`crate::RunError::code`]).
     pub code: String,

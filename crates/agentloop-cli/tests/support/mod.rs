@@ -2,6 +2,8 @@
 //! request, and helpers to write agent files and run the `agentloop` binary.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+pub mod crash;
+
 use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::sync::Arc;

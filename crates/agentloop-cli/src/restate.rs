@@ -1,0 +1,351 @@
+//! Runs past one machine: `serve` (agents as a Restate service endpoint), `submit` (a run
+//! through the Restate ingress), `attach` (follow one to its end), and `approve --restate`.
+//! Restate journals each step; the core decides what a run does, as in one process.
+
+use std::collections::HashSet;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use agentloop::permissions::Answer;
+use agentloop::{Agent, Event, EventSink, Model, RunOutcome};
+use agentloop_restate::{Agents, EndpointOptions, Ingress, RestateError, RunRequest};
+use clap::Args;
+use serde_json::{Value, json};
+
+use crate::agent_file::{AgentFile, Provider};
+use crate::assemble::{self, Approval, StartedMcp};
+use crate::error::{CliError, outcome_exit_code};
+use crate::render::{self, Progress};
+use crate::{AgentFileArg, NO_TERMINAL_REASON};
+
+/// The Restate ingress a command talks to.
+#[derive(Debug, Args)]
+pub struct IngressArg {
+    /// The Restate ingress (default: $AGENTLOOP_RESTATE, else http://127.0.0.1:8080).
+    #[arg(
+        long = "restate",
+        value_name = "URL",
+        env = "AGENTLOOP_RESTATE",
+        default_value = "http://127.0.0.1:8080"
+    )]
+    pub url: String,
+}
+
+impl IngressArg {
+    fn ingress(&self) -> Result<Ingress, CliError> {
+        Ingress::new(&self.url).map_err(restate_error)
+    }
+}
+
+/// `agentloop serve`.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// The agent files to serve (runs name the agent by its `name`).
+    #[arg(required = true)]
+    files: Vec<PathBuf>,
+    /// Where the endpoint listens (HTTP/2 without TLS). Several worker processes on one machine
+    /// may share the address: Restate sends a run's next attempt there, and whichever answers
+    /// takes it.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9080")]
+    restate_endpoint: SocketAddr,
+    /// Registers the endpoint with the Restate admin API at this URL (http://127.0.0.1:9070).
+    #[arg(long, value_name = "ADMIN_URL")]
+    register: Option<String>,
+    /// Where runs publish their events and approvals for `attach` and `approve`.
+    #[command(flatten)]
+    ingress: IngressArg,
+    /// Also records the runs this worker drives to this trace file.
+    #[arg(long, value_name = "PATH")]
+    trace: Option<PathBuf>,
+}
+
+/// `agentloop submit`.
+#[derive(Debug, Args)]
+pub struct SubmitArgs {
+    #[command(flatten)]
+    agent: AgentFileArg,
+    /// The input text.
+    #[arg(long)]
+    input: String,
+    /// The conversation: runs of one session key run one at a time, each on the transcript the
+    /// last one left (default: a new one).
+    #[arg(long, value_name = "KEY")]
+    session: Option<String>,
+    /// Submitting again with the same key starts no second run (default: a new key).
+    #[arg(long, value_name = "KEY")]
+    idempotency_key: Option<String>,
+    #[command(flatten)]
+    ingress: IngressArg,
+    /// Prints {"id", "session", "status"} as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// `agentloop attach`.
+#[derive(Debug, Args)]
+pub struct AttachArgs {
+    /// The run's id, as `submit` printed it.
+    id: String,
+    #[command(flatten)]
+    ingress: IngressArg,
+    /// Prints exactly one JSON object on stdout when the run ends (as `run --json`), and
+    /// nothing else there.
+    #[arg(long, conflicts_with = "quiet")]
+    pub json: bool,
+    /// Prints only the final output.
+    #[arg(long, short)]
+    quiet: bool,
+}
+
+fn restate_error(e: RestateError) -> CliError {
+    CliError::Restate {
+        code: e.code(),
+        message: e.to_string(),
+    }
+}
+
+/// The agents a worker serves: their files, their MCP servers, and the trace.
+struct Served {
+    files: Vec<(AgentFile, StartedMcp)>,
+    trace: Option<Arc<agentloop_store::TraceSink>>,
+}
+
+impl Agents for Served {
+    fn agent(&self, name: &str, model_calls: usize) -> Result<Agent, String> {
+        let Some((file, mcp)) = self
+            .files
+            .iter()
+            .find(|(f, _)| f.spec.name.get_ref() == name)
+        else {
+            return Err(format!("this worker serves no agent named {name:?}"));
+        };
+        let model: Arc<dyn Model> = if *file.model().provider.get_ref() == Provider::Scripted {
+            // A script goes on where the run's journal left it.
+            Arc::new(
+                assemble::scripted_model(file)
+                    .map_err(|e| e.to_string())?
+                    .skip(model_calls),
+            )
+        } else {
+            assemble::model(file).map_err(|e| e.to_string())?
+        };
+        // Nobody is at a worker's terminal: a call that asks suspends the run until
+        // `agentloop approve --restate` answers it.
+        let approval = Approval::Nobody(NO_TERMINAL_REASON);
+        assemble::agent(file, model, &approval, mcp).map_err(|e| e.to_string())
+    }
+
+    fn sinks(&self, _run_id: &str) -> Vec<Arc<dyn EventSink>> {
+        self.trace
+            .iter()
+            .map(|t| Arc::clone(t) as Arc<dyn EventSink>)
+            .collect()
+    }
+
+    fn report(&self, outcome: &RunOutcome) -> Value {
+        json!({
+            "outcome": render::outcome_json(outcome, false),
+            "exit_code": outcome_exit_code(outcome),
+            "closing_line": render::closing_line(outcome),
+        })
+    }
+}
+
+/// `agentloop serve FILE...`: until Ctrl-C or SIGTERM.
+pub async fn serve(args: ServeArgs) -> Result<i32, CliError> {
+    let mut files = Vec::new();
+    for path in &args.files {
+        let file = AgentFileArg { file: path.clone() }.load()?;
+        let mcp = StartedMcp::start(&file).await?;
+        files.push((file, mcp));
+    }
+    let trace = match &args.trace {
+        Some(path) => Some(Arc::new(
+            agentloop_store::TraceSink::open(path, agentloop_store::TraceOptions::default())
+                .map_err(|e| CliError::Io {
+                    message: format!("cannot open the trace {}: {e}", path.display()),
+                })?,
+        )),
+        None => None,
+    };
+    let names: Vec<String> = files
+        .iter()
+        .map(|(f, _)| f.spec.name.get_ref().clone())
+        .collect();
+    let options = EndpointOptions {
+        ingress: Some(args.ingress.ingress()?),
+        crash_after_step: std::env::var(CRASH_ENV).ok().and_then(|v| v.parse().ok()),
+        ..EndpointOptions::default()
+    };
+    let served = Arc::new(Served {
+        files,
+        trace: trace.clone(),
+    });
+    let endpoint = agentloop_restate::endpoint(served.clone(), options);
+    let listener = agentloop_restate::listener(args.restate_endpoint).map_err(restate_error)?;
+    let url = format!("http://{}", args.restate_endpoint);
+    eprintln!("serving {} at {url}", names.join(", "));
+    if let Some(admin) = &args.register {
+        // The endpoint answers Restate's discovery from here on: serve first, then register.
+        let (admin, url) = (admin.clone(), url.clone());
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            match agentloop_restate::register(&admin, &url).await {
+                Ok(()) => eprintln!("registered {url} with {admin}"),
+                Err(e) => eprintln!("agentloop: {}: {e}", e.code()),
+            }
+        });
+    }
+    let stop = async {
+        #[cfg(unix)]
+        {
+            let mut term =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending().await } } => {}
+            }
+        }
+        #[cfg(not(unix))]
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    agentloop_restate::serve(endpoint, listener, stop).await;
+    if let Ok(served) = Arc::try_unwrap(served) {
+        for (_, mcp) in served.files {
+            mcp.shutdown().await;
+        }
+    }
+    crate::finish_trace(trace.as_ref())?;
+    Ok(0)
+}
+
+/// For the crash tests only: the worker aborts right after step N of a run is journaled.
+pub const CRASH_ENV: &str = "AGENTLOOP_TEST_RESTATE_CRASH_AFTER_STEP";
+
+/// `agentloop submit FILE --input TEXT`.
+pub async fn submit(args: SubmitArgs) -> Result<i32, CliError> {
+    let file = args.agent.load()?;
+    let ingress = args.ingress.ingress()?;
+    let session = args
+        .session
+        .unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
+    let key = args
+        .idempotency_key
+        .unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
+    let request = RunRequest {
+        agent: file.spec.name.get_ref().clone(),
+        input: args.input,
+    };
+    let submitted = ingress
+        .submit(&session, &request, &key)
+        .await
+        .map_err(restate_error)?;
+    if args.json {
+        out!(
+            "{}",
+            json!({"id": submitted.id, "session": session, "status": submitted.status})
+        );
+    } else {
+        out!("{}", submitted.id);
+    }
+    Ok(0)
+}
+
+/// How often `attach` reads a run's news.
+const NEWS_EVERY: Duration = Duration::from_millis(150);
+
+/// `agentloop attach ID`: the run's events as they come, then its outcome.
+pub async fn attach(args: AttachArgs) -> Result<i32, CliError> {
+    let ingress = args.ingress.ingress()?;
+    let progress = Arc::new(Progress::new());
+    let shown = !args.json && !args.quiet;
+    let ended = ingress.attach(&args.id);
+    tokio::pin!(ended);
+    let mut next = 0;
+    let mut asked = HashSet::new();
+    let report = loop {
+        tokio::select! {
+            report = &mut ended => break report.map_err(restate_error)?,
+            () = tokio::time::sleep(NEWS_EVERY) => {
+                if shown {
+                    next = follow(&ingress, &args.id, next, &progress, &mut asked).await;
+                }
+            }
+        }
+    };
+    if shown {
+        // What was published before the end.
+        loop {
+            let after = follow(&ingress, &args.id, next, &progress, &mut asked).await;
+            if after == next {
+                break;
+            }
+            next = after;
+        }
+        progress.end_line();
+    }
+    let outcome = report.get("outcome").cloned().unwrap_or(Value::Null);
+    if args.json {
+        out!("{outcome}");
+    } else {
+        if let Some(text) = outcome.get("output").and_then(Value::as_str) {
+            out!("{text}");
+        }
+        if !args.quiet
+            && let Some(line) = report.get("closing_line").and_then(Value::as_str)
+        {
+            eprintln!("{line}");
+        }
+    }
+    let code = report
+        .get("exit_code")
+        .and_then(Value::as_i64)
+        .and_then(|c| i32::try_from(c).ok())
+        .unwrap_or(crate::error::code::RUN_FAILED);
+    Ok(code)
+}
+
+/// Shows the news from `from` on; answers where to read next.
+async fn follow(
+    ingress: &Ingress,
+    id: &str,
+    from: u64,
+    progress: &Progress,
+    asked: &mut HashSet<String>,
+) -> u64 {
+    let Ok(news) = ingress.news(id, from).await else {
+        return from;
+    };
+    for value in news.events {
+        if let Ok(event) = serde_json::from_value::<Event>(value) {
+            progress.emit(&event);
+        }
+    }
+    for p in &news.approvals {
+        if asked.insert(p.request.call_id.clone()) {
+            progress.end_line();
+            eprintln!(
+                "? the run waits for approval of call {} ({} {}): agentloop approve {id} --call {} --allow --restate {}",
+                p.request.call_id,
+                p.request.tool,
+                p.request.arguments,
+                p.request.call_id,
+                ingress.url().trim_end_matches('/'),
+            );
+        }
+    }
+    news.next
+}
+
+/// `agentloop approve ID --call C --allow|--deny --restate URL`.
+pub async fn approve(run: &str, call: &str, answer: Answer, url: &str) -> Result<i32, CliError> {
+    let ingress = Ingress::new(url).map_err(restate_error)?;
+    ingress
+        .approve(run, call, answer)
+        .await
+        .map_err(restate_error)?;
+    eprintln!("answered call {call} of run {run}");
+    Ok(0)
+}

@@ -1,0 +1,392 @@
+#![allow(
+    clippy::indexing_slicing,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic
+)]
+//! Runs past one machine, against a real Restate server (`scripts/restate/`, started here on
+//! loopback with a fresh data dir): worker processes of `agentloop serve` killed after each
+//! journaled step in turn while another takes the run over, an approval that waits across a
+//! worker restart and is answered from the command line, and the runs of one session key
+//! serialized.
+
+mod support;
+
+use std::io::{BufRead, BufReader};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use support::crash::*;
+use support::*;
+
+/// A Restate server of the test's own, stopped (by PID) when dropped.
+struct Server {
+    dir: tempfile::TempDir,
+    ingress: String,
+    admin: String,
+}
+
+fn script(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("../../scripts/restate/{name}"))
+}
+
+impl Server {
+    fn start() -> Server {
+        let dir = tempfile::tempdir().unwrap();
+        let out = Command::new(script("start.sh"))
+            .arg(dir.path())
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "the Restate server did not start: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let field = |key: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(&format!("{key}=")))
+                .unwrap_or_else(|| panic!("start.sh printed no {key}: {text}"))
+                .to_owned()
+        };
+        Server {
+            ingress: field("ingress"),
+            admin: field("admin"),
+            dir,
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = Command::new(script("stop.sh"))
+            .arg(self.dir.path())
+            .stdin(Stdio::null())
+            .output();
+    }
+}
+
+/// A worker process (`agentloop serve`), killed with SIGKILL when dropped.
+struct Worker(Child);
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_addr() -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap()
+}
+
+/// Starts a worker at `addr`, registered with the server when `register`; `crash_after` makes it
+/// die (abort) right after that step of a run is journaled.
+fn worker(
+    dir: &AgentDir,
+    server: &Server,
+    addr: SocketAddr,
+    register: bool,
+    crash_after: Option<u64>,
+) -> Worker {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_agentloop"));
+    cmd.args(["serve", dir.agent().to_str().unwrap()])
+        .args(["--restate-endpoint", &addr.to_string()])
+        .args(["--restate", &server.ingress])
+        .current_dir(dir.path("."))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    if register {
+        cmd.args(["--register", &server.admin]);
+    }
+    if let Some(n) = crash_after {
+        cmd.env("AGENTLOOP_TEST_RESTATE_CRASH_AFTER_STEP", n.to_string());
+    }
+    let mut child = cmd.spawn().unwrap();
+    let stderr = child.stderr.take().unwrap();
+    if register {
+        let mut lines = BufReader::new(stderr).lines();
+        let registered = lines
+            .by_ref()
+            .map_while(Result::ok)
+            .any(|l| l.starts_with("registered "));
+        assert!(registered, "the worker did not register");
+        // The rest of its stderr is drained, so that it never blocks on a full pipe.
+        std::thread::spawn(move || lines.for_each(drop));
+    } else {
+        std::thread::spawn(move || BufReader::new(stderr).lines().for_each(drop));
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while TcpStream::connect(addr).is_err() {
+            assert!(Instant::now() < deadline, "the worker does not listen");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    Worker(child)
+}
+
+fn submit(dir: &AgentDir, server: &Server, session: &str, extra: &[&str]) -> Value {
+    let agent = dir.agent();
+    let mut args = vec![
+        "submit",
+        agent.to_str().unwrap(),
+        "--input",
+        "go",
+        "--session",
+        session,
+        "--restate",
+        &server.ingress,
+        "--json",
+    ];
+    args.extend_from_slice(extra);
+    let out = cli(dir, &args);
+    assert_eq!(out.status.code(), Some(0), "submit: {}", stderr(&out));
+    stdout_json(&out)
+}
+
+fn attach_cmd(dir: &AgentDir, server: &Server, id: &str) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_agentloop"));
+    cmd.args(["attach", id, "--restate", &server.ingress, "--json"])
+        .current_dir(dir.path("."))
+        .stdin(Stdio::null());
+    cmd
+}
+
+fn attach(dir: &AgentDir, server: &Server, id: &str) -> Value {
+    let out = attach_cmd(dir, server, id).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "attach: {}", stderr(&out));
+    stdout_json(&out)
+}
+
+/// The approvals run `id` waits on, from its news (what `agentloop approve --restate` reads).
+fn pending(server: &Server, id: &str) -> Vec<String> {
+    let code = format!(
+        "import json, urllib.request\n\
+         r = urllib.request.Request('{}/AgentRuns/{id}/read', data=b'0', headers={{'content-type': 'application/json'}})\n\
+         print(json.dumps([p['request']['call_id'] for p in json.load(urllib.request.urlopen(r))['approvals']]))",
+        server.ingress.trim_end_matches('/')
+    );
+    let out = Command::new("python3")
+        .args(["-c", &code])
+        .output()
+        .unwrap();
+    if !out.status.success() {
+        return Vec::new();
+    }
+    serde_json::from_slice(&out.stdout).unwrap_or_default()
+}
+
+#[test]
+fn a_worker_killed_after_any_step_leaves_the_run_to_another_with_the_same_transcript() {
+    let server = Server::start();
+
+    // The uninterrupted run.
+    let base_dir = crash_dir("");
+    let addr = free_addr();
+    let w = worker(&base_dir, &server, addr, true, None);
+    let id = submit(&base_dir, &server, "base", &[])["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let base = attach(&base_dir, &server, &id);
+    drop(w);
+    assert_eq!(base["stop_reason"], "finished", "{base}");
+    let base_transcript = base["transcript"].as_array().unwrap().clone();
+    check_against(
+        &base_transcript,
+        &base_transcript,
+        &side_log(&base_dir),
+        "uninterrupted",
+    );
+
+    let mut crashes = 0;
+    for n in 0.. {
+        let what = format!("killed after step {n}");
+        let dir = crash_dir("");
+        let addr = free_addr();
+        let mut a = worker(&dir, &server, addr, true, Some(n));
+        let id = submit(&dir, &server, &format!("crash-{n}"), &[])["id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let mut watch = attach_cmd(&dir, &server, &id)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Either the worker dies at the step, or the run ends first (it has fewer steps).
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let crashed = loop {
+            if a.0.try_wait().unwrap().is_some() {
+                break true;
+            }
+            if watch.try_wait().unwrap().is_some() {
+                break false;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{what}: neither crashed nor ended"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        // Another worker at the same address takes the run over.
+        let b = crashed.then(|| worker(&dir, &server, addr, false, None));
+        let out = watch.wait_with_output().unwrap();
+        drop((a, b));
+        assert_eq!(out.status.code(), Some(0), "{what}: {}", stderr(&out));
+        if !crashed {
+            break;
+        }
+        crashes += 1;
+        let outcome = stdout_json(&out);
+        assert_eq!(outcome["stop_reason"], "finished", "{what}: {outcome}");
+        let transcript = outcome["transcript"].as_array().unwrap();
+        check_against(&base_transcript, transcript, &side_log(&dir), &what);
+        assert_eq!(outcome["usage"], base["usage"], "{what}");
+        assert_eq!(outcome["model_calls"], base["model_calls"], "{what}");
+        assert_eq!(outcome["turns"], base["turns"], "{what}");
+    }
+    assert!(crashes >= 20, "a long enough run: {crashes} steps");
+}
+
+#[test]
+fn an_approval_waits_across_a_worker_restart_and_is_answered_from_the_command_line() {
+    let server = Server::start();
+    let dir = crash_dir(
+        r#"[permissions]
+ask = ["write"]
+store = "permissions.json"
+"#,
+    );
+    let addr = free_addr();
+    let a = worker(&dir, &server, addr, true, None);
+    let id = submit(&dir, &server, "asks", &[])["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let watch = attach_cmd(&dir, &server, &id)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Until the run waits on `call`, and on it alone.
+    let wait_for_pending = |call: &str| {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while pending(&server, &id) != [call] {
+            assert!(Instant::now() < deadline, "the run does not wait on {call}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    wait_for_pending("c3");
+    // The worker that ran the run dies while it waits; another starts at its address.
+    drop(a);
+    let _b = worker(&dir, &server, addr, false, None);
+    assert!(!side_log(&dir).iter().any(|l| l.starts_with("write ")));
+    let answer = |call: &str, how: &str| {
+        let out = cli(
+            &dir,
+            &[
+                "approve",
+                &id,
+                "--call",
+                call,
+                how,
+                "--restate",
+                &server.ingress,
+            ],
+        );
+        assert_eq!(out.status.code(), Some(0), "approve: {}", stderr(&out));
+    };
+    answer("c3", "--allow");
+    // The second batch asks again (c7); it is denied.
+    wait_for_pending("c7");
+    answer("c7", "--deny");
+    let out = watch.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "attach: {}", stderr(&out));
+    let outcome = stdout_json(&out);
+    assert_eq!(outcome["stop_reason"], "finished", "{outcome}");
+    let side = side_log(&dir);
+    assert!(side.iter().any(|l| l == r#"write {"key":"x"}"#), "{side:?}");
+    assert!(
+        !side.iter().any(|l| l == r#"write {"key":"y"}"#),
+        "{side:?}"
+    );
+    let denied = outcome["tool_calls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["id"] == "c7")
+        .unwrap();
+    assert_eq!(denied["status"], "denied", "{denied}");
+}
+
+/// A tool that records when it starts and ends, a second apart.
+const SLOW: &str = r#"import sys, time
+with open("times.log", "a") as f:
+    f.write(f"start {time.time()}\n")
+time.sleep(1)
+with open("times.log", "a") as f:
+    f.write(f"end {time.time()}\n")
+print("slept")
+"#;
+
+#[test]
+fn runs_of_one_session_key_are_serialized_and_a_repeated_submit_starts_none() {
+    let server = Server::start();
+    let dir = AgentDir::new(
+        r#"name = "slow"
+[model]
+provider = "scripted"
+script = "script.json"
+[[tools]]
+name = "slow"
+command = ["python3", "slow.py"]
+input_schema = { type = "object" }
+"#,
+    );
+    dir.write("slow.py", SLOW);
+    dir.write(
+        "script.json",
+        &json!([
+            {"tool_calls": [{"id": "s1", "name": "slow", "arguments": {}}]},
+            {"text": "Done."}
+        ])
+        .to_string(),
+    );
+    let _w = worker(&dir, &server, free_addr(), true, None);
+    let (first, second) = std::thread::scope(|s| {
+        let one = s.spawn(|| submit(&dir, &server, "shared", &["--idempotency-key", "k1"]));
+        let two = s.spawn(|| submit(&dir, &server, "shared", &["--idempotency-key", "k2"]));
+        (one.join().unwrap(), two.join().unwrap())
+    });
+    assert_ne!(first["id"], second["id"]);
+    // Submitting again with a key already used starts no run: the first one's id comes back.
+    let again = submit(&dir, &server, "shared", &["--idempotency-key", "k1"]);
+    assert_eq!(again["id"], first["id"]);
+    let outcomes: Vec<Value> = [&first, &second]
+        .iter()
+        .map(|s| attach(&dir, &server, s["id"].as_str().unwrap()))
+        .collect();
+    for o in &outcomes {
+        assert_eq!(o["stop_reason"], "finished", "{o}");
+    }
+    // One after the other: the tool's runs never overlap, and the later run saw the earlier's
+    // conversation.
+    let times = std::fs::read_to_string(dir.path("times.log")).unwrap();
+    let marks: Vec<&str> = times
+        .lines()
+        .map(|l| l.split(' ').next().unwrap())
+        .collect();
+    assert_eq!(marks, ["start", "end", "start", "end"], "{times}");
+    let mut lengths: Vec<usize> = outcomes
+        .iter()
+        .map(|o| o["transcript"].as_array().unwrap().len())
+        .collect();
+    lengths.sort_unstable();
+    assert_eq!(lengths[1], 2 * lengths[0], "{lengths:?}");
+}

@@ -1,0 +1,161 @@
+//! The crash harness's agent, shared by the durable-run and the Restate tests: tools that log
+//! their side effects, a multi-turn script, and the check of a resumed run against an
+//! uninterrupted one.
+#![allow(dead_code, clippy::unwrap_used, clippy::indexing_slicing)]
+
+use std::collections::HashMap;
+
+use serde_json::{Value, json};
+
+use std::process::{Command, Stdio};
+
+use super::AgentDir;
+
+/// Every tool appends `NAME ARGUMENTS` to `side.log`, then answers from its arguments; `broken`
+/// fails. `read` is idempotent; `write` and `commit` change the world (`commit` is sequential).
+pub const TOOL: &str = r#"name="$1"
+args="$(cat)"
+printf '%s %s\n' "$name" "$args" >> side.log
+if [ "$name" = broken ]; then echo "broken: it always fails" >&2; exit 3; fi
+printf '%s done: %s\n' "$name" "$args"
+"#;
+
+pub const AGENT: &str = r#"name = "crash"
+version = "1"
+[model]
+provider = "scripted"
+script = "script.json"
+[limits]
+max_concurrency = 2
+[[tools]]
+name = "read"
+command = ["sh", "tool.sh", "read"]
+input_schema = { type = "object", properties = { key = { type = "string" } }, required = ["key"] }
+idempotent = true
+[[tools]]
+name = "write"
+command = ["sh", "tool.sh", "write"]
+input_schema = { type = "object", properties = { key = { type = "string" } }, required = ["key"] }
+[[tools]]
+name = "commit"
+command = ["sh", "tool.sh", "commit"]
+input_schema = { type = "object", properties = { key = { type = "string" } }, required = ["key"] }
+mode = "sequential"
+[[tools]]
+name = "broken"
+command = ["sh", "tool.sh", "broken"]
+input_schema = { type = "object", properties = { key = { type = "string" } } }
+"#;
+
+pub fn call(id: &str, tool: &str, key: &str) -> Value {
+    json!({"id": id, "name": tool, "arguments": {"key": key}})
+}
+
+pub fn script() -> String {
+    json!([
+        {"text": "Reading and writing at once.", "tool_calls": [
+            call("c1", "read", "a"), call("c2", "read", "b"), call("c3", "write", "x")]},
+        {"tool_calls": [call("c4", "commit", "one"), call("c5", "read", "c")]},
+        {"tool_calls": [call("c6", "broken", "z"), call("c7", "write", "y"), call("c8", "read", "d")]},
+        {"text": "All done."}
+    ])
+    .to_string()
+}
+
+pub fn crash_dir(permissions: &str) -> AgentDir {
+    let dir = AgentDir::new(&format!("{AGENT}{permissions}"));
+    dir.write("tool.sh", TOOL);
+    dir.write("script.json", &script());
+    dir
+}
+
+pub fn side_log(dir: &AgentDir) -> Vec<String> {
+    std::fs::read_to_string(dir.path("side.log"))
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The tool of each call id in a transcript.
+pub fn tools_by_call(transcript: &[Value]) -> HashMap<String, String> {
+    transcript
+        .iter()
+        .filter(|m| m["role"] == "assistant")
+        .flat_map(|m| m["tool_calls"].as_array().cloned().unwrap_or_default())
+        .map(|c| {
+            (
+                c["call_id"].as_str().unwrap().to_owned(),
+                c["tool"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+pub fn is_interrupted(message: &Value) -> bool {
+    message["role"] == "tool"
+        && message["content"]["value"]
+            .as_str()
+            .is_some_and(|t| t.starts_with("interrupted:"))
+}
+
+/// The resumed run's transcript is the uninterrupted one's, but for results of non-idempotent
+/// calls that were running at the kill (their effect is unknown, and the model reads so); no
+/// non-idempotent call ran twice, and each call the transcript reports as done ran.
+pub fn check_against(base: &[Value], resumed: &[Value], side: &[String], what: &str) {
+    assert_eq!(
+        base.len(),
+        resumed.len(),
+        "{what}: transcript length\n{resumed:#?}"
+    );
+    let tools = tools_by_call(base);
+    for (b, r) in base.iter().zip(resumed) {
+        if is_interrupted(r) {
+            let tool = &tools[r["call_id"].as_str().unwrap()];
+            assert_ne!(
+                tool, "read",
+                "{what}: an idempotent call is run again, never interrupted"
+            );
+            assert_eq!(b["call_id"], r["call_id"], "{what}");
+            continue;
+        }
+        assert_eq!(b, r, "{what}: messages differ");
+    }
+    let mut counts: HashMap<&str, usize> = HashMap::new();
+    for line in side {
+        *counts.entry(line.as_str()).or_default() += 1;
+    }
+    for (line, n) in &counts {
+        if !line.starts_with("read ") {
+            assert_eq!(
+                *n, 1,
+                "{what}: a non-idempotent call ran {n} times: {line}\n{side:#?}"
+            );
+        }
+    }
+    // Every call whose result the model read as done did run.
+    for m in resumed
+        .iter()
+        .filter(|m| m["role"] == "tool" && !is_interrupted(m))
+    {
+        let tool = m["tool"].as_str().unwrap();
+        let value = m["content"]["value"].as_str().unwrap_or_default();
+        if let Some(args) = value.strip_prefix(&format!("{tool} done: ")) {
+            let line = format!("{tool} {}", args.trim_end());
+            assert!(
+                counts.contains_key(line.as_str()),
+                "{what}: {line} never ran\n{side:#?}"
+            );
+        }
+    }
+}
+
+/// The `agentloop` command with these arguments, run in the agent's folder.
+pub fn cli(dir: &AgentDir, args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_agentloop"))
+        .args(args)
+        .current_dir(dir.path("."))
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}

@@ -1,0 +1,48 @@
+//! agentloop's runs driven by [Restate](https://restate.dev), a durable-execution engine, so that
+//! a run survives any worker process and runs spread over several.
+//!
+//! Nothing here decides what a run does: the core's machine and its local driver do, exactly as
+//! in one process. What this crate changes is where a durable run's journal lives. A local
+//! durable run writes each step's result to a [`agentloop::journal::Journal`] before its machine
+//! moves on; here that journal is the Restate invocation's own journal: each step's result is
+//! one `ctx.run` entry. When a worker dies, Restate invokes the handler again (on the same
+//! endpoint address, served by whichever worker process answers there); the handler reads the
+//! entries back and hands them to [`agentloop::Agent::resume`], which replays them into a fresh machine and
+//! goes on. So a model call or a tool call whose result was journaled is never made again, and a
+//! call that was running at the crash follows the local journal's rule: it runs again when its
+//! tool is idempotent, and is answered `interrupted` otherwise.
+//!
+//! - A conversation is a virtual object, [`SESSION_SERVICE`], keyed by the session key: its
+//!   exclusive `run` handler takes one [`RunRequest`] at a time, so two runs of one session are
+//!   serialized; the transcript is the object's state.
+//! - A gate that asks a human suspends the run as locally; here each asked call becomes an
+//!   awakeable. The invocation waits on them without holding a worker; the awakeables' ids are
+//!   published on the run's [`RUNS_SERVICE`] object, where `agentloop approve --restate` finds
+//!   them.
+//! - The run's events go to the worker's own sinks (a trace file) and to the run's
+//!   [`RUNS_SERVICE`] object through the ingress, where `agentloop attach` follows them.
+//!
+//! | code | meaning |
+//! |---|---|
+//! | `restate.ingress` | the Restate ingress could not be reached or refused the request |
+//! | `restate.admin` | the Restate admin API could not be reached or refused the request |
+//! | `restate.response` | an answer from Restate could not be read |
+//! | `restate.endpoint` | the service endpoint could not listen on its address |
+//! | `restate.no_such_call` | the run waits on no approval of this call |
+
+mod error;
+pub mod ingress;
+mod journal;
+mod news;
+mod service;
+
+pub use error::RestateError;
+pub use ingress::{Ingress, News, PendingApproval};
+pub use restate_sdk::endpoint::Endpoint;
+pub use service::{Agents, EndpointOptions, RunRequest, endpoint, listener, register, serve};
+
+/// The virtual object of conversations: key = session key, handler `run` (exclusive).
+pub const SESSION_SERVICE: &str = "AgentSession";
+
+/// The virtual object of a run's news (events and approvals): key = the run's invocation id.
+pub const RUNS_SERVICE: &str = "AgentRuns";

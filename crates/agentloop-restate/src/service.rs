@@ -1,0 +1,445 @@
+//! The services an endpoint serves: [`crate::SESSION_SERVICE`], whose `run` handler drives a
+//! run, and [`crate::RUNS_SERVICE`], which keeps each run's news for whoever watches it.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use agentloop::journal::{JournalError, JournalHeader, JournaledRun, RunStatus};
+use agentloop::machine::{Input, Step};
+use agentloop::permissions::{Answer, ApprovalRequest};
+use agentloop::{Agent, EventSink, Message, RunOptions, RunOutcome, StopReason};
+use restate_sdk::prelude::*;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use crate::error::RestateError;
+use crate::ingress::{Ingress, News, NewsBatch, PendingApproval};
+use crate::journal::{ChannelJournal, Entry};
+use crate::news::News as NewsSender;
+
+/// What a worker runs: its agents, by name.
+pub trait Agents: Send + Sync + 'static {
+    /// The agent `name`, for a run whose journal already holds `model_calls` answered model
+    /// calls (a scripted model picks up its script there). `Err` says why there is none.
+    fn agent(&self, name: &str, model_calls: usize) -> Result<Agent, String>;
+
+    /// Sinks of this worker for a run's events, besides the run's news (a trace file, say).
+    fn sinks(&self, _run_id: &str) -> Vec<Arc<dyn EventSink>> {
+        Vec::new()
+    }
+
+    /// The run's result, as the invocation's output (what `attach` receives).
+    fn report(&self, outcome: &RunOutcome) -> Value {
+        json!({
+            "run_id": outcome.run_id,
+            "stop_reason": outcome.stop_reason.as_str(),
+            "output": outcome.output,
+            "error": outcome.error.as_ref().map(|e| json!({"code": e.code(), "message": e.to_string()})),
+        })
+    }
+}
+
+/// A run to start: which agent, on what input.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunRequest {
+    /// The agent's name.
+    pub agent: String,
+    /// The input text.
+    pub input: String,
+}
+
+/// How an endpoint behaves.
+#[derive(Debug, Clone)]
+pub struct EndpointOptions {
+    /// Where runs publish their news (events, approvals); none: they publish nothing.
+    pub ingress: Option<Ingress>,
+    /// How soon Restate tries a run again on another attempt (a worker that died): the first
+    /// retry's delay, doubling up to [`EndpointOptions::retry_max`].
+    pub retry_initial: Duration,
+    /// The longest delay between attempts.
+    pub retry_max: Duration,
+    /// For the crash tests only: the process aborts (as if killed) right after step N of a run
+    /// is journaled.
+    pub crash_after_step: Option<u64>,
+}
+
+impl Default for EndpointOptions {
+    fn default() -> Self {
+        EndpointOptions {
+            ingress: None,
+            retry_initial: Duration::from_millis(250),
+            retry_max: Duration::from_secs(10),
+            crash_after_step: None,
+        }
+    }
+}
+
+/// What a run's Restate journal held, read back, and what it holds as the run goes on.
+#[derive(Debug, Default)]
+struct Journaled {
+    header: Option<JournalHeader>,
+    steps: Vec<Step>,
+    /// Every answered approval (the gate finds its answers here when asked again).
+    approvals: Vec<agentloop::journal::PendingApproval>,
+    /// The calls of the last suspension, until they are answered.
+    pending: Vec<ApprovalRequest>,
+}
+
+impl Journaled {
+    fn record(&mut self, entry: Entry) {
+        match entry {
+            Entry::Begin { header } => self.header = Some(*header),
+            Entry::Step { step, .. } => self.steps.push(*step),
+            Entry::Suspend { pending } => self.pending = pending,
+            Entry::Live | Entry::Finish => {}
+        }
+    }
+
+    fn model_calls(&self) -> usize {
+        self.steps
+            .iter()
+            .filter(|s| {
+                matches!(
+                    s.input,
+                    Input::ModelResponded { .. } | Input::ModelFailed { .. }
+                )
+            })
+            .count()
+    }
+
+    fn run(&self) -> Option<JournaledRun> {
+        Some(JournaledRun {
+            header: self.header.clone()?,
+            steps: self.steps.clone(),
+            status: RunStatus::Running,
+            approvals: self.approvals.clone(),
+        })
+    }
+}
+
+/// Restate's code for an invocation that was cancelled.
+const CANCELLED: u16 = 409;
+
+/// The conversations: one run at a time per session key.
+pub(crate) struct SessionObject {
+    agents: Arc<dyn Agents>,
+    options: Arc<EndpointOptions>,
+}
+
+#[restate_sdk::object(name = "AgentSession")]
+impl SessionObject {
+    /// Runs an agent on the conversation's transcript and one new input; the transcript is the
+    /// object's state afterwards.
+    #[handler]
+    async fn run(
+        &self,
+        ctx: ObjectContext<'_>,
+        request: Json<RunRequest>,
+    ) -> HandlerResult<Json<Value>> {
+        let request = request.into_inner();
+        let run_key = ctx.invocation_id().to_owned();
+        let transcript: Vec<Message> = ctx
+            .get::<Json<Vec<Message>>>("transcript")
+            .await?
+            .map(Json::into_inner)
+            .unwrap_or_default();
+        let news = self
+            .options
+            .ingress
+            .clone()
+            .map(|i| NewsSender::start(i, run_key.clone()));
+        let cancel = CancellationToken::new();
+        let mut journaled = Journaled::default();
+
+        // What earlier attempts journaled, read back to where the journal ends: there this
+        // attempt goes on (the read writes an `Entry::Live`, and so does the next attempt's).
+        loop {
+            let fresh = Arc::new(AtomicBool::new(false));
+            let mark = Arc::clone(&fresh);
+            let entry = ctx
+                .run(move || async move {
+                    mark.store(true, Ordering::SeqCst);
+                    Ok(Json(Entry::Live))
+                })
+                .name("journal")
+                .await;
+            if fresh.load(Ordering::SeqCst) {
+                break;
+            }
+            match entry {
+                Ok(Json(Entry::Suspend { pending })) => {
+                    self.wait(&ctx, news.as_ref(), &pending, &mut journaled, &cancel)
+                        .await?;
+                }
+                Ok(Json(entry)) => journaled.record(entry),
+                Err(e) if e.code() == CANCELLED => cancel.cancel(),
+                Err(e) => return Err(e.into()),
+            }
+        }
+
+        loop {
+            let agent = self
+                .agents
+                .agent(&request.agent, journaled.model_calls())
+                .map_err(TerminalError::new)?;
+            let (journal, mut writes) = ChannelJournal::new();
+            let mut sinks = self.agents.sinks(&run_key);
+            if let Some(n) = &news {
+                sinks.push(Arc::new(n.clone()));
+            }
+            let options = RunOptions {
+                journal: Some(Arc::new(journal)),
+                sinks,
+                cancel: Some(cancel.clone()),
+                origin: Some(request.agent.clone()),
+                ..RunOptions::default()
+            };
+            let earlier = journaled.run();
+            let input = Message::user(request.input.clone());
+            let transcript = transcript.clone();
+            let run = async move {
+                match earlier {
+                    None => Ok(agent.run_with(transcript, Some(input), options).await),
+                    Some(run) => agent.resume(run, options, false).await,
+                }
+            };
+            tokio::pin!(run);
+            // The run goes on while its writes are journaled, one at a time: the context is
+            // this future's alone.
+            let outcome = loop {
+                tokio::select! {
+                    biased;
+                    Some((entry, done)) = writes.recv() => {
+                        let written = self.write(&ctx, entry, &mut journaled, &cancel).await;
+                        let _ = done.send(written);
+                    }
+                    outcome = &mut run => break outcome,
+                }
+            };
+            let outcome = outcome.map_err(|e| TerminalError::new(e.to_string()))?;
+            if outcome.stop_reason == StopReason::Suspended {
+                let pending = std::mem::take(&mut journaled.pending);
+                self.wait(&ctx, news.as_ref(), &pending, &mut journaled, &cancel)
+                    .await?;
+                continue;
+            }
+            ctx.set("transcript", Json(outcome.transcript.clone()));
+            if let Some(n) = &news {
+                n.flush().await;
+            }
+            return Ok(Json(self.agents.report(&outcome)));
+        }
+    }
+}
+
+impl SessionObject {
+    /// Makes one journal write a Restate entry, and keeps it. Restate's cancellation, which
+    /// surfaces here, cancels the run (which drains as it would locally) and the write goes on.
+    async fn write(
+        &self,
+        ctx: &ObjectContext<'_>,
+        entry: Entry,
+        journaled: &mut Journaled,
+        cancel: &CancellationToken,
+    ) -> Result<(), JournalError> {
+        loop {
+            let copy = entry.clone();
+            match ctx
+                .run(move || async move { Ok(Json(copy)) })
+                .name("journal")
+                .await
+            {
+                Ok(_) => break,
+                Err(e) if e.code() == CANCELLED && !cancel.is_cancelled() => cancel.cancel(),
+                Err(e) => {
+                    return Err(JournalError::Io {
+                        message: e.to_string(),
+                    });
+                }
+            }
+        }
+        let crash = match (&entry, self.options.crash_after_step) {
+            (Entry::Step { seq, .. }, Some(n)) => *seq == n,
+            _ => false,
+        };
+        journaled.record(entry);
+        if crash {
+            eprintln!("agentloop-restate: the test fault: the worker dies after a journaled step");
+            std::process::abort();
+        }
+        Ok(())
+    }
+
+    /// Waits for a human's answers to the calls a run suspended on: one awakeable each, their
+    /// ids published in the run's news. The invocation holds no worker while it waits.
+    async fn wait(
+        &self,
+        ctx: &ObjectContext<'_>,
+        news: Option<&NewsSender>,
+        pending: &[ApprovalRequest],
+        journaled: &mut Journaled,
+        cancel: &CancellationToken,
+    ) -> Result<(), TerminalError> {
+        let mut waits = Vec::with_capacity(pending.len());
+        let mut published = Vec::with_capacity(pending.len());
+        for request in pending {
+            let (id, answer) = ctx.awakeable::<Json<Answer>>();
+            published.push(PendingApproval {
+                request: request.clone(),
+                awakeable: id,
+            });
+            waits.push(answer);
+        }
+        if let Some(n) = news {
+            n.approvals(published).await;
+        }
+        for (request, answer) in pending.iter().zip(waits) {
+            let answer = match answer.await {
+                Ok(Json(a)) => a,
+                // Cancelled while waiting: the call is denied and the run, cancelled, ends.
+                Err(e) if e.code() == CANCELLED => {
+                    cancel.cancel();
+                    Answer::DenyOnce
+                }
+                Err(e) => return Err(e),
+            };
+            journaled
+                .approvals
+                .push(agentloop::journal::PendingApproval {
+                    request: request.clone(),
+                    answer: Some(answer),
+                });
+        }
+        if let Some(n) = news {
+            n.approvals(Vec::new()).await;
+        }
+        Ok(())
+    }
+}
+
+/// Batches of a run's news read at most at once.
+const READ_BATCHES: u64 = 64;
+
+/// Each run's news: its events in batches, and the approvals it waits on.
+pub(crate) struct RunsObject;
+
+#[restate_sdk::object(name = "AgentRuns")]
+impl RunsObject {
+    /// Adds a batch of news.
+    #[handler]
+    async fn publish(&self, ctx: ObjectContext<'_>, batch: Json<NewsBatch>) -> HandlerResult<()> {
+        let batch = batch.into_inner();
+        if !batch.events.is_empty() {
+            let n = ctx
+                .get::<Json<u64>>("batches")
+                .await?
+                .map_or(0, Json::into_inner);
+            ctx.set(&format!("batch:{n}"), Json(batch.events));
+            ctx.set("batches", Json(n + 1));
+        }
+        if let Some(approvals) = batch.approvals {
+            ctx.set("approvals", Json(approvals));
+        }
+        Ok(())
+    }
+
+    /// The news from batch `from` on (at most a few dozen batches), and where to read next.
+    #[handler]
+    async fn read(
+        &self,
+        ctx: SharedObjectContext<'_>,
+        from: Json<u64>,
+    ) -> HandlerResult<Json<News>> {
+        let from = from.into_inner();
+        let batches = ctx
+            .get::<Json<u64>>("batches")
+            .await?
+            .map_or(0, Json::into_inner);
+        let end = batches.min(from.saturating_add(READ_BATCHES));
+        let mut events = Vec::new();
+        for i in from..end {
+            if let Some(Json(batch)) = ctx.get::<Json<Vec<Value>>>(&format!("batch:{i}")).await? {
+                events.extend(batch);
+            }
+        }
+        let approvals = ctx
+            .get::<Json<Vec<PendingApproval>>>("approvals")
+            .await?
+            .map(Json::into_inner)
+            .unwrap_or_default();
+        Ok(Json(News {
+            events,
+            next: end.max(from.min(batches)),
+            approvals,
+        }))
+    }
+}
+
+/// The endpoint serving `agents`: the conversations and the runs' news.
+pub fn endpoint(agents: Arc<dyn Agents>, options: EndpointOptions) -> Endpoint {
+    let retries = ServiceOptions::default()
+        .retry_policy_initial_interval(options.retry_initial)
+        .retry_policy_exponentiation_factor(2.0)
+        .retry_policy_max_interval(options.retry_max);
+    let sessions = SessionObject {
+        agents,
+        options: Arc::new(options),
+    }
+    .into_service_definition()
+    .options(retries);
+    Endpoint::builder().bind(sessions).bind(RunsObject).build()
+}
+
+/// A listener on `addr` that other worker processes on this machine may share (`SO_REUSEPORT`):
+/// Restate keeps each invocation on the deployment (the address) that started it, so the
+/// workers of one deployment answer at one address, and when one dies the others take its runs.
+pub fn listener(addr: SocketAddr) -> Result<tokio::net::TcpListener, RestateError> {
+    let failed = |e: std::io::Error| RestateError::Endpoint {
+        addr: addr.to_string(),
+        message: e.to_string(),
+    };
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()
+    } else {
+        tokio::net::TcpSocket::new_v6()
+    }
+    .map_err(failed)?;
+    socket.set_reuseaddr(true).map_err(failed)?;
+    #[cfg(unix)]
+    socket.set_reuseport(true).map_err(failed)?;
+    socket.bind(addr).map_err(failed)?;
+    socket.listen(1024).map_err(failed)
+}
+
+/// Registers the endpoint at `endpoint_url` with the Restate admin API at `admin_url` (again,
+/// when it was: its services may have changed).
+pub async fn register(admin_url: &str, endpoint_url: &str) -> Result<(), RestateError> {
+    let failed = |message: String| RestateError::Admin {
+        url: admin_url.to_owned(),
+        message,
+    };
+    let url = format!("{}/deployments", admin_url.trim_end_matches('/'));
+    let response = reqwest::Client::new()
+        .post(url)
+        .json(&json!({"uri": endpoint_url, "force": true}))
+        .send()
+        .await
+        .map_err(|e| failed(e.to_string()))?;
+    let status = response.status();
+    if !status.is_success() {
+        let body = response.text().await.unwrap_or_default();
+        return Err(failed(format!("{status}: {}", body.trim())));
+    }
+    Ok(())
+}
+
+/// Serves `endpoint` on `listener` (HTTP/2 without TLS, as Restate speaks to endpoints) until
+/// `stop` completes; the connections in progress are closed gracefully.
+pub async fn serve(endpoint: Endpoint, listener: tokio::net::TcpListener, stop: impl Future) {
+    restate_sdk::http_server::HttpServer::new(endpoint)
+        .serve_with_cancel(listener, stop)
+        .await;
+}
