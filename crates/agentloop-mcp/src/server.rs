@@ -60,14 +60,23 @@ struct Inner {
     stderr: Arc<Mutex<Stderr>>,
 }
 
-/// What a child wrote on stderr: its last lines (to explain its death), and the lines of each
-/// call in flight (which go into the call's details, so that a trace with payloads keeps them).
+/// What a child wrote on stderr: its last lines (to explain its death), the lines of each call
+/// in flight (which go into the call's details, so that a trace with payloads keeps them), and
+/// the lines written while no call was (which the runs of its agent take for their events).
 #[derive(Default)]
 struct Stderr {
     tail: VecDeque<String>,
     calls: HashMap<u64, Vec<String>>,
     next: u64,
+    /// Lines written outside any call, not yet taken; the oldest give way past
+    /// [`STDERR_OUTSIDE_LINES`].
+    outside: VecDeque<String>,
+    /// How many lines outside calls gave way since they were last taken.
+    dropped: usize,
 }
+
+/// The most stderr lines written outside calls that wait to be taken.
+const STDERR_OUTSIDE_LINES: usize = 200;
 
 /// The most stderr lines one call's details keep.
 const STDERR_CALL_LINES: usize = 100;
@@ -215,14 +224,31 @@ impl McpServer {
             .collect()
     }
 
+    /// What the server wrote on stderr outside any call since this was last asked (a line says
+    /// how many gave way when more than a few hundred waited). Lines written during a call are
+    /// in that call's details instead.
+    pub fn take_stderr(&self) -> Vec<String> {
+        let mut s = self
+            .inner
+            .stderr
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let mut lines: Vec<String> = s.outside.drain(..).collect();
+        let dropped = std::mem::take(&mut s.dropped);
+        if dropped > 0 {
+            lines.insert(0, format!("[{dropped} earlier lines were not kept]"));
+        }
+        lines
+    }
+
     /// True when the server said its tools changed (or it was started again) since they were
     /// last listed.
     pub fn tools_changed(&self) -> bool {
         self.inner.changed.load(Ordering::Acquire)
     }
 
-    /// Lists the tools again if they changed; true when it did. Between runs or turns: the tool
-    /// set of a run in progress is never changed under it.
+    /// Lists the tools again if they changed; true when it did. Between runs or turns (an
+    /// agent's tool source asks at each turn boundary): a turn's tools never change under it.
     pub async fn refresh(&self) -> Result<bool, McpError> {
         if !self.tools_changed() {
             return Ok(false);
@@ -654,6 +680,13 @@ async fn forward_stderr(
             if call.len() < STDERR_CALL_LINES {
                 call.push(line.clone());
             }
+        }
+        if s.calls.is_empty() {
+            if s.outside.len() == STDERR_OUTSIDE_LINES {
+                s.outside.pop_front();
+                s.dropped += 1;
+            }
+            s.outside.push_back(line.clone());
         }
         if s.tail.len() == STDERR_TAIL_LINES {
             s.tail.pop_front();
