@@ -335,7 +335,7 @@ async fn a_tool_a_server_adds_during_a_run_is_offered_and_called_in_the_next_tur
     let call = out.tool_calls.iter().find(|r| &*r.call_id == "n").unwrap();
     assert_eq!(call.outcome.status, CallStatus::Ok, "{:?}", call.outcome);
     assert!(dir.join("new_tool.ran").exists());
-    let events = events.lock().unwrap();
+    let events = events.lock().unwrap().clone();
     assert!(
         events.iter().any(|e| e.turn == 2
             && matches!(&e.kind, EventKind::ToolsChanged { added, .. } if *added == ["grow__new_tool"])),
