@@ -498,6 +498,10 @@ impl McpServer {
                         self.inner.stderr.clone(),
                     )));
                 }
+                let process = Watched {
+                    inner: process,
+                    changed: self.inner.changed.clone(),
+                };
                 tokio::time::timeout(config.timeout, handler.serve(process)).await
             }
             Transport::Http { url, headers } => {
@@ -515,10 +519,13 @@ impl McpServer {
                     })?;
                     custom.insert(name, value);
                 }
-                let transport = StreamableHttpClientTransport::from_config(
-                    StreamableHttpClientTransportConfig::with_uri(url.as_str())
-                        .custom_headers(custom),
-                );
+                let transport = Watched {
+                    inner: StreamableHttpClientTransport::from_config(
+                        StreamableHttpClientTransportConfig::with_uri(url.as_str())
+                            .custom_headers(custom),
+                    ),
+                    changed: self.inner.changed.clone(),
+                };
                 tokio::time::timeout(config.timeout, handler.serve(transport)).await
             }
         };
@@ -636,6 +643,55 @@ fn inherited_env() -> Vec<(String, String)> {
         .filter(|name| !agentloop_tools::is_secret_env(name))
         .filter_map(|name| std::env::var(name).ok().map(|v| ((*name).to_owned(), v)))
         .collect()
+}
+
+/// A transport that marks the tool list stale as it reads `notifications/tools/list_changed`, in
+/// the stream's order. rmcp hands a notification to the handler on a task of its own, so the
+/// response that follows it could reach its caller first, and the next turn (which asks at once)
+/// would miss the change the server announced before it answered.
+struct Watched<T> {
+    inner: T,
+    changed: Arc<AtomicBool>,
+}
+
+impl<T: rmcp::transport::Transport<RoleClient>> rmcp::transport::Transport<RoleClient>
+    for Watched<T>
+{
+    type Error = T::Error;
+
+    fn name() -> std::borrow::Cow<'static, str> {
+        T::name()
+    }
+
+    fn send(
+        &mut self,
+        item: rmcp::service::TxJsonRpcMessage<RoleClient>,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        self.inner.send(item)
+    }
+
+    fn receive(
+        &mut self,
+    ) -> impl Future<Output = Option<rmcp::service::RxJsonRpcMessage<RoleClient>>> + Send {
+        let changed = Arc::clone(&self.changed);
+        let next = self.inner.receive();
+        async move {
+            let message = next.await;
+            if let Some(rmcp::model::JsonRpcMessage::Notification(n)) = &message
+                && matches!(
+                    n.notification,
+                    rmcp::model::ServerNotification::ToolListChangedNotification(_)
+                )
+            {
+                changed.store(true, Ordering::Release);
+            }
+            message
+        }
+    }
+
+    fn close(&mut self) -> impl Future<Output = Result<(), Self::Error>> + Send {
+        self.inner.close()
+    }
 }
 
 /// A call's output with what the server wrote on stderr meanwhile in its details (never read by
