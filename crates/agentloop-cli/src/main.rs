@@ -413,7 +413,15 @@ async fn run(args: RunArgs) -> Result<i32, CliError> {
     let provider = *file.model().provider.get_ref();
     let input = read_input(&args)?;
     if args.dry_run && provider != Provider::Scripted {
-        let view = plan::first_request_view(&file, &input)?;
+        // The servers' tools are part of the request: they are started (their variables are
+        // needed, as for a run; the model's key is not) and stopped again.
+        let mcp = assemble::StartedMcp::start(&file).await?;
+        let tools = mcp
+            .servers(&file)
+            .map(agentloop_mcp::McpServers::tools)
+            .unwrap_or_default();
+        mcp.shutdown().await;
+        let view = plan::first_request_view(&file, &input, tools)?;
         if args.json {
             out!("{}", serde_json::json!({"dry_run": true, "request": view}));
         } else {

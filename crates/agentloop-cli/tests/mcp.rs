@@ -343,6 +343,75 @@ async fn a_tool_a_server_adds_during_a_run_is_called_in_the_next_turn_of_that_ru
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn plan_prints_the_fingerprint_a_journaled_run_of_an_mcp_agent_records() {
+    let dir = grower(json!([
+            {"tool_calls": [{"id": "a", "name": "grow__add_tool", "arguments": {}}]},
+            {"text": "added"}
+    ]));
+    let agent = dir.agent();
+    let journal = dir.path("runs.db");
+    let out = agentloop(args(&[
+        "run",
+        agent.to_str().unwrap(),
+        "--input",
+        "add a tool",
+        "--journal",
+        journal.to_str().unwrap(),
+        "--json",
+    ]))
+    .await;
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    let id = stdout_json(&out)["run_id"].as_str().unwrap().to_owned();
+    let show = agentloop(args(&[
+        "journal",
+        "show",
+        &id,
+        "--journal",
+        journal.to_str().unwrap(),
+        "--json",
+    ]))
+    .await;
+    assert_eq!(show.status.code(), Some(0), "stderr: {}", stderr(&show));
+    // The fingerprint holds the server's declaration, not the tools it lists (which changed
+    // during the run): `plan` starts no server and prints the same.
+    let plan = agentloop(args(&["plan", agent.to_str().unwrap(), "--json"])).await;
+    assert_eq!(
+        stdout_json(&show)["fingerprint"],
+        stdout_json(&plan)["fingerprint"]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_live_dry_run_shows_the_servers_tools_in_the_request_and_sends_nothing() {
+    let fake = FakeProvider::start("/v1/chat/completions", Vec::new()).await;
+    let dir = AgentDir::new(&openai_agent(
+        &fake.uri(),
+        &format!(
+            "\n[[mcp]]\nname = \"grow\"\ncommand = [\"python3\", \"{}\"]\n",
+            growing_server().display()
+        ),
+    ));
+    let out = agentloop(args(&[
+        "run",
+        dir.agent().to_str().unwrap(),
+        "--input",
+        "hi",
+        "--dry-run",
+    ]))
+    .await;
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    let v = stdout_json(&out);
+    let names: Vec<&str> = v["body"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["get_weather", "grow__add_tool"], "{v:#}");
+    assert!(fake.requests().await.is_empty(), "a dry run sent a request");
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_servers_stderr_goes_to_the_trace_not_the_terminal() {
     let dir = grower(json!([
             {"tool_calls": [{"id": "a", "name": "grow__add_tool", "arguments": {}}]},

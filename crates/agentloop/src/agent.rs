@@ -180,8 +180,9 @@ impl Agent {
     }
 
     /// What a resumed run must find unchanged, and whose [`Definition::fingerprint`] its journal
-    /// keeps: the model, instructions, tools with their schemas, limits, decision policy, output
-    /// schema and settings, and the parts the application added
+    /// keeps: the model, instructions, its own tools with their schemas (not a
+    /// [`ToolSource`]'s, which the journal holds as each run listed them), limits, decision
+    /// policy, output schema and settings, and the parts the application added
     /// ([`AgentBuilder::version`], [`AgentBuilder::definition_part`]).
     pub fn definition(&self) -> &Definition {
         &self.inner.definition
@@ -700,15 +701,16 @@ impl AgentBuilder {
             ),
         );
         own("instructions", serde_json::json!(self.instructions));
-        // The source's tools as listed now: a run resumed after they changed is told so.
-        let listed: Vec<Tool> = self.source.as_ref().map(|s| s.tools()).unwrap_or_default();
+        // The agent's own tools only: a tool source's may change at any turn, and a run's step
+        // log (its journal) holds them as they were listed, so a resume needs them unchanged no
+        // more than a run does (the application names the source itself, with
+        // [`AgentBuilder::definition_part`]).
         own(
             "tools",
             Value::Object(
                 self.tools
                     .specs()
                     .iter()
-                    .chain(listed.iter().map(Tool::spec))
                     .map(|s| (s.name.clone(), serde_json::to_value(s).unwrap_or_default()))
                     .collect(),
             ),

@@ -72,7 +72,7 @@ pub(crate) struct Driver<'a> {
     /// up here once the run's tools are no longer the agent's own.
     pub(crate) source_tools: Option<HashMap<String, Layered>>,
     /// True once this driver told the machine the source's tools (the first turn it drives
-    /// compares them with the run's, which a resumed run's journal may have changed).
+    /// always does).
     pub(crate) tools_synced: bool,
 }
 
@@ -429,8 +429,10 @@ impl<'a> Driver<'a> {
         }
     }
 
-    /// The answer to [`Action::ListTools`]: the source's specs when they differ from the run's.
-    /// Their handlers are kept by name, for the calls that follow.
+    /// The answer to [`Action::ListTools`]: the source's specs at this driver's first turn, so
+    /// that the step log (a journal) holds the tools the run had whatever the agent was built
+    /// with, and later when the source says they changed. Their handlers are kept by name, for
+    /// the calls that follow.
     fn list_tools(&mut self, m: &RunMachine, changed: bool) -> Input {
         self.source_output(m);
         let Some(source) = &self.inner.source else {
@@ -443,11 +445,7 @@ impl<'a> Driver<'a> {
         let tools = source.tools();
         let specs: Vec<crate::tool::ToolSpec> = tools.iter().map(|t| t.spec().clone()).collect();
         self.source_tools = Some(handlers(tools));
-        let own = m.config().own_tools;
-        let current = m.tools().specs().get(own..).unwrap_or_default();
-        Input::ToolsListed {
-            tools: (specs != current).then_some(specs),
-        }
+        Input::ToolsListed { tools: Some(specs) }
     }
 
     /// What the tool source wrote for the operator, as events.
