@@ -237,20 +237,11 @@ impl EventSink for Progress {
                 );
             }
             EventKind::LimitReached { limit } => line(&mut s, &format!("■ {limit}")),
-            EventKind::ToolsChanged {
-                added,
-                removed,
-                updated,
-                refused,
-            } => {
+            kind @ EventKind::ToolsChanged { .. } => {
                 // The trace's words for it: `+added -removed ~updated; refused why`.
-                let change = agentloop_store::ToolsChange {
-                    added: added.clone(),
-                    removed: removed.clone(),
-                    updated: updated.clone(),
-                    refused: refused.iter().map(|r| first_line(r).to_owned()).collect(),
-                };
-                line(&mut s, &format!("⟳ tools changed: {change}"));
+                if let Some(change) = agentloop_store::ToolsChange::of(kind) {
+                    line(&mut s, &format!("⟳ tools changed: {change}"));
+                }
             }
             EventKind::Compacted {
                 policy,

@@ -233,6 +233,27 @@ pub struct ToolsChange {
     pub refused: Vec<String>,
 }
 
+impl ToolsChange {
+    /// The change a [`agentloop::EventKind::ToolsChanged`] event tells of (none for another
+    /// event).
+    pub fn of(event: &agentloop::EventKind) -> Option<ToolsChange> {
+        match event {
+            agentloop::EventKind::ToolsChanged {
+                added,
+                removed,
+                updated,
+                refused,
+            } => Some(ToolsChange {
+                added: added.clone(),
+                removed: removed.clone(),
+                updated: updated.clone(),
+                refused: refused.clone(),
+            }),
+            _ => None,
+        }
+    }
+}
+
 impl std::fmt::Display for ToolsChange {
     /// `+added -removed ~updated`, then what was refused.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -349,20 +349,10 @@ impl RunState {
             EventKind::AnswerRetried { reason } => {
                 run.warnings.push(format!("answer sent back: {reason}"));
             }
-            EventKind::ToolsChanged {
-                added,
-                removed,
-                updated,
-                refused,
-            } => {
+            kind @ EventKind::ToolsChanged { .. } => {
                 out.extend(run.ensure_turn(event.turn, now));
                 if let Some(t) = run.turn.as_mut() {
-                    t.tools_changed = Some(ToolsChange {
-                        added: added.clone(),
-                        removed: removed.clone(),
-                        updated: updated.clone(),
-                        refused: refused.clone(),
-                    });
+                    t.tools_changed = ToolsChange::of(kind);
                 }
             }
             // A server's stderr can quote anything it read: a payload, redacted like one.
