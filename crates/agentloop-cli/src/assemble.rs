@@ -545,27 +545,17 @@ impl StartedMcp {
         Ok(started)
     }
 
-    /// The tools of a file's servers, as last listed.
-    pub fn tools(&self, file: &AgentFile) -> Vec<Tool> {
+    /// A file's started servers, when it declares any: its agent's tool source.
+    pub fn servers(&self, file: &AgentFile) -> Option<&agentloop_mcp::McpServers> {
         self.by_file
             .iter()
             .find(|(p, _)| *p == file.path)
-            .map(|(_, s)| s.tools())
-            .unwrap_or_default()
+            .map(|(_, s)| s)
     }
 
     /// Each file with its started servers, in the order of the tree.
     pub fn files(&self) -> impl Iterator<Item = (&std::path::Path, &agentloop_mcp::McpServers)> {
         self.by_file.iter().map(|(p, s)| (p.as_path(), s))
-    }
-
-    /// Lists again the tools of the servers that said they changed; true when any did.
-    pub async fn refresh(&self) -> bool {
-        let mut any = false;
-        for (_, servers) in &self.by_file {
-            any |= servers.refresh().await;
-        }
-        any
     }
 
     /// Stops every server.
@@ -664,12 +654,15 @@ fn builder(
         .name(file.spec.name.get_ref().clone())
         .model(model)
         .tools(all_tools(file, kids)?)
-        .tools(match kids {
-            Kids::Real(_, mcp) => mcp.tools(file),
-            Kids::StandIn => Vec::new(),
-        })
         .limits(limits(file))
         .settings(settings(file));
+    if let Kids::Real(_, mcp) = kids
+        && let Some(servers) = mcp.servers(file)
+    {
+        // The servers' tools join the agent's, and each turn of a run lists them again where a
+        // server said they changed.
+        builder = builder.tool_source(Arc::new(servers.clone()));
+    }
     builder = match compaction(file) {
         Some(c) => builder.compaction(c),
         None => builder.without_compaction(),

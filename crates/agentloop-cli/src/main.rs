@@ -429,7 +429,15 @@ async fn run(args: RunArgs) -> Result<i32, CliError> {
     let provider = *file.model().provider.get_ref();
     let input = read_input(&args)?;
     if args.dry_run && provider != Provider::Scripted {
-        let view = plan::first_request_view(&file, &input)?;
+        // The servers' tools are part of the request: they are started (their variables are
+        // needed, as for a run; the model's key is not) and stopped again.
+        let mcp = assemble::StartedMcp::start(&file).await?;
+        let tools = mcp
+            .servers(&file)
+            .map(agentloop_mcp::McpServers::tools)
+            .unwrap_or_default();
+        mcp.shutdown().await;
+        let view = plan::first_request_view(&file, &input, tools)?;
         if args.json {
             out!("{}", serde_json::json!({"dry_run": true, "request": view}));
         } else {
@@ -654,7 +662,9 @@ async fn chat(args: ChatArgs) -> Result<i32, CliError> {
         Approval::Nobody(NO_TERMINAL_REASON)
     };
     let mcp = assemble::StartedMcp::start(&file).await?;
-    let mut agent = assemble::agent(&file, model.clone(), &approval, &mcp)?;
+    // The servers are the agent's tool source: each turn of each run lists again the tools of a
+    // server that said they changed, so the agent is built once.
+    let agent = assemble::agent(&file, model, &approval, &mcp)?;
     let trace = args.trace.open()?;
     let otel = args.trace.open_otel(&file)?;
     let mut transcript: Vec<Message> = Vec::new();
@@ -686,12 +696,6 @@ async fn chat(args: ChatArgs) -> Result<i32, CliError> {
         }
         if input == "/exit" || input == "/quit" {
             break;
-        }
-        // A server that said its tools changed is listed again between inputs, and the next run
-        // has its new tools: a run's tool set never changes under it.
-        if mcp.refresh().await {
-            agent = assemble::agent(&file, model.clone(), &approval, &mcp)?;
-            eprintln!("(the tools of an MCP server changed; listed again)");
         }
         let cancel = CancellationToken::new();
         if let Ok(mut slot) = current.lock() {

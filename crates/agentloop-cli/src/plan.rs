@@ -4,7 +4,7 @@
 
 use std::fmt::Write as _;
 
-use agentloop::{Message, model::ModelRequest, tool::ToolSet};
+use agentloop::{Message, Tool, model::ModelRequest, tool::ToolSet};
 use serde::Serialize;
 use serde_json::{Value, json};
 
@@ -41,7 +41,9 @@ pub struct Plan {
     /// The agent's version (the file's `version`).
     pub version: Option<String>,
     /// The definition's fingerprint, as a journaled run records it: resuming a run whose
-    /// fingerprint differs is refused unless `--force`.
+    /// fingerprint differs is refused unless `--force`. It holds the `[[mcp]]` declarations, not
+    /// the servers' tools: those may change at any turn, and a run's journal keeps them as each
+    /// turn listed them; so `plan` starts no server and still prints the run's fingerprint.
     pub fingerprint: String,
     /// The tree of subagents its `agent` tools run: each with its file, model, tools and
     /// limits, and its own subagents.
@@ -112,9 +114,9 @@ fn render_tree(out: &mut String, nodes: &[Value], depth: usize) {
     }
 }
 
-fn tool_set(file: &AgentFile) -> Result<ToolSet, CliError> {
+fn tool_set(file: &AgentFile, mcp: Vec<Tool>) -> Result<ToolSet, CliError> {
     let mut set = ToolSet::new();
-    for tool in assemble::tools(file)? {
+    for tool in assemble::tools(file)?.into_iter().chain(mcp) {
         set.register(tool).map_err(|e| CliError::Setup {
             message: e.to_string(),
         })?;
@@ -123,9 +125,15 @@ fn tool_set(file: &AgentFile) -> Result<ToolSet, CliError> {
 }
 
 /// The first request the agent would send for `input`: a live provider's real body (key
-/// redacted), or the neutral request of a scripted agent.
-pub fn first_request_view(file: &AgentFile, input: &str) -> Result<Value, CliError> {
-    let tools = tool_set(file)?;
+/// redacted), or the neutral request of a scripted agent. `mcp` is the tools of its started
+/// `[[mcp]]` servers (`run --dry-run` starts them; `plan` starts nothing, so its request shows
+/// the file's own tools).
+pub fn first_request_view(
+    file: &AgentFile,
+    input: &str,
+    mcp: Vec<Tool>,
+) -> Result<Value, CliError> {
+    let tools = tool_set(file, mcp)?;
     let settings = assemble::settings(file);
     let messages = [Message::user(input)];
     let output_schema = file
@@ -198,7 +206,7 @@ fn builtin_root(file: &AgentFile, t: &crate::agent_file::ToolFileSpec) -> Option
 pub fn plan(file: &AgentFile) -> Result<Plan, CliError> {
     let m = file.model();
     let provider = *m.provider.get_ref();
-    let tools = tool_set(file)?;
+    let tools = tool_set(file, Vec::new())?;
     let tools_view = tools
         .specs()
         .iter()
@@ -272,7 +280,7 @@ pub fn plan(file: &AgentFile) -> Result<Plan, CliError> {
             .output_schema
             .as_ref()
             .map(|s| s.get_ref().clone()),
-        first_request: first_request_view(file, INPUT_PLACEHOLDER)?,
+        first_request: first_request_view(file, INPUT_PLACEHOLDER, Vec::new())?,
         version: file.spec.version.clone(),
         fingerprint: assemble::fingerprint(file)?,
         subagents: subagent_tree(file),

@@ -237,6 +237,12 @@ impl EventSink for Progress {
                 );
             }
             EventKind::LimitReached { limit } => line(&mut s, &format!("■ {limit}")),
+            kind @ EventKind::ToolsChanged { .. } => {
+                // The trace's words for it: `+added -removed ~updated; refused why`.
+                if let Some(change) = agentloop_store::ToolsChange::of(kind) {
+                    line(&mut s, &format!("⟳ tools changed: {change}"));
+                }
+            }
             EventKind::Compacted {
                 policy,
                 messages_replaced,

@@ -241,49 +241,17 @@ async fn an_mcp_entry_is_checked_with_the_file_and_permissions_may_name_only_its
     assert!(!err.contains("permissions.deny[0]"), "{err}");
 }
 
-/// A stdio MCP server of the test's own, in plain Python (no SDK): `add_tool` adds `new_tool`
-/// and announces `notifications/tools/list_changed` before it answers; `new_tool` writes
-/// `new_tool.ran` beside it.
-const GROWING_SERVER: &str = r#"
-import json, sys, time
-tools = [{"name": "add_tool", "description": "Adds new_tool.", "inputSchema": {"type": "object", "properties": {}}}]
-def send(msg):
-    sys.stdout.write(json.dumps(msg) + "\n")
-    sys.stdout.flush()
-def result(id, text, error=False):
-    send({"jsonrpc": "2.0", "id": id, "result": {"content": [{"type": "text", "text": text}], "isError": error}})
-for line in sys.stdin:
-    msg = json.loads(line)
-    method, id = msg.get("method"), msg.get("id")
-    if id is None:
-        continue
-    if method == "initialize":
-        send({"jsonrpc": "2.0", "id": id, "result": {"protocolVersion": "2025-06-18",
-              "capabilities": {"tools": {"listChanged": True}}, "serverInfo": {"name": "grow", "version": "1"}}})
-    elif method == "tools/list":
-        send({"jsonrpc": "2.0", "id": id, "result": {"tools": tools}})
-    elif method == "tools/call" and msg["params"]["name"] == "add_tool":
-        # What a server says on stderr goes to the call's details in the trace, not the terminal;
-        # the pause lets its reader take the line before the answer comes.
-        sys.stderr.write("grow: adding new_tool\n")
-        sys.stderr.flush()
-        time.sleep(0.3)
-        if len(tools) == 1:
-            tools.append({"name": "new_tool", "description": "Runs.", "inputSchema": {"type": "object", "properties": {}}})
-            send({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
-        result(id, "added new_tool")
-    elif method == "tools/call" and msg["params"]["name"] == "new_tool":
-        open("new_tool.ran", "w").write("yes")
-        result(id, "new_tool ran")
-    elif method == "tools/call":
-        result(id, "no such tool", error=True)
-    else:
-        send({"jsonrpc": "2.0", "id": id, "error": {"code": -32601, "message": "method not found"}})
-"#;
+/// The project's own stdio MCP server whose tool list grows on cue
+/// (`scripts/mcp/growing_server.py`): `add_tool` adds `new_tool` and announces
+/// `notifications/tools/list_changed` before it answers; `new_tool` writes `new_tool.ran` in
+/// its working directory (the agent file's).
+fn growing_server() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/mcp/growing_server.py")
+}
 
-/// An agent on `GROWING_SERVER` whose scripted model answers with `script`.
+/// An agent on the growing server whose scripted model answers with `script`.
 fn grower(script: serde_json::Value) -> AgentDir {
-    let dir = AgentDir::new(
+    let dir = AgentDir::new(&format!(
         r#"name = "grower"
 [model]
 provider = "scripted"
@@ -291,16 +259,17 @@ script = "script.json"
 
 [[mcp]]
 name = "grow"
-command = ["python3", "server.py"]
+command = ["python3", "{}"]
 "#,
-    );
-    dir.write("server.py", GROWING_SERVER);
+        growing_server().display()
+    ));
     dir.write("script.json", &script.to_string());
     dir
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn chat_lists_a_servers_tools_again_after_list_changed_and_the_next_input_can_call_them() {
+async fn chat_lists_a_servers_tools_again_at_the_turn_after_list_changed_and_later_inputs_call_them()
+ {
     let dir = grower(json!([
             {"tool_calls": [{"id": "a", "name": "grow__add_tool", "arguments": {}}]},
             {"text": "added"},
@@ -309,16 +278,137 @@ async fn chat_lists_a_servers_tools_again_after_list_changed_and_the_next_input_
     ]));
     let out = chat(dir.agent(), "add a tool\nuse it\n").await;
     assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    // The first input's run saw the change at its second turn, the one that answered "added".
+    let err = stderr(&out);
+    let changed = err.find("⟳ tools changed: +grow__new_tool");
     assert!(
-        stderr(&out).contains("listed again"),
-        "stderr: {}",
-        stderr(&out)
+        changed.is_some_and(|at| err.find("added").is_some_and(|added| at < added)),
+        "stderr: {err}"
     );
     assert!(
         dir.path("new_tool.ran").exists(),
         "the second input could not call the new tool; stderr: {}",
         stderr(&out)
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tool_a_server_adds_during_a_run_is_called_in_the_next_turn_of_that_run() {
+    let dir = grower(json!([
+            {"tool_calls": [{"id": "a", "name": "grow__add_tool", "arguments": {}}]},
+            {"tool_calls": [{"id": "n", "name": "grow__new_tool", "arguments": {}}]},
+            {"text": "ran"}
+    ]));
+    let trace = dir.path("t.ndjson");
+    let out = agentloop(args(&[
+        "run",
+        dir.agent().to_str().unwrap(),
+        "--input",
+        "add a tool and use it",
+        "--trace",
+        trace.to_str().unwrap(),
+    ]))
+    .await;
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    assert!(
+        dir.path("new_tool.ran").exists(),
+        "the second turn could not call the new tool; stderr: {}",
+        stderr(&out)
+    );
+    // The live view says what changed, at the turn it changed.
+    assert!(
+        stderr(&out).contains("⟳ tools changed: +grow__new_tool"),
+        "{}",
+        stderr(&out)
+    );
+    let records: Vec<serde_json::Value> = std::fs::read_to_string(&trace)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let turn2 = records
+        .iter()
+        .rfind(|r| r["kind"] == "turn" && r["turn"] == 2)
+        .unwrap();
+    assert_eq!(
+        turn2["tools_changed"],
+        json!({"added": ["grow__new_tool"]}),
+        "{turn2:#}"
+    );
+    let call = records
+        .iter()
+        .rfind(|r| r["kind"] == "tool_call" && r["call_id"] == "n")
+        .unwrap();
+    assert_eq!(call["status"], "ok", "{call:#}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn plan_prints_the_fingerprint_a_journaled_run_of_an_mcp_agent_records() {
+    let dir = grower(json!([
+            {"tool_calls": [{"id": "a", "name": "grow__add_tool", "arguments": {}}]},
+            {"text": "added"}
+    ]));
+    let agent = dir.agent();
+    let journal = dir.path("runs.db");
+    let out = agentloop(args(&[
+        "run",
+        agent.to_str().unwrap(),
+        "--input",
+        "add a tool",
+        "--journal",
+        journal.to_str().unwrap(),
+        "--json",
+    ]))
+    .await;
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    let id = stdout_json(&out)["run_id"].as_str().unwrap().to_owned();
+    let show = agentloop(args(&[
+        "journal",
+        "show",
+        &id,
+        "--journal",
+        journal.to_str().unwrap(),
+        "--json",
+    ]))
+    .await;
+    assert_eq!(show.status.code(), Some(0), "stderr: {}", stderr(&show));
+    // The fingerprint holds the server's declaration, not the tools it lists (which changed
+    // during the run): `plan` starts no server and prints the same.
+    let plan = agentloop(args(&["plan", agent.to_str().unwrap(), "--json"])).await;
+    assert_eq!(
+        stdout_json(&show)["fingerprint"],
+        stdout_json(&plan)["fingerprint"]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_live_dry_run_shows_the_servers_tools_in_the_request_and_sends_nothing() {
+    let fake = FakeProvider::start("/v1/chat/completions", Vec::new()).await;
+    let dir = AgentDir::new(&openai_agent(
+        &fake.uri(),
+        &format!(
+            "\n[[mcp]]\nname = \"grow\"\ncommand = [\"python3\", \"{}\"]\n",
+            growing_server().display()
+        ),
+    ));
+    let out = agentloop(args(&[
+        "run",
+        dir.agent().to_str().unwrap(),
+        "--input",
+        "hi",
+        "--dry-run",
+    ]))
+    .await;
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    let v = stdout_json(&out);
+    let names: Vec<&str> = v["body"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["get_weather", "grow__add_tool"], "{v:#}");
+    assert!(fake.requests().await.is_empty(), "a dry run sent a request");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -351,6 +441,18 @@ async fn a_servers_stderr_goes_to_the_trace_not_the_terminal() {
         json!(["grow: adding new_tool"]),
         "{call:#}"
     );
+    // What it wrote outside the call is the run's, kept with the payloads.
+    let run = text
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .rfind(|r| r["kind"] == "run")
+        .unwrap();
+    assert_eq!(
+        run["tool_output"],
+        json!(["grow: grow: started"]),
+        "{run:#}"
+    );
+    assert!(!stderr(&out).contains("grow: started"), "{}", stderr(&out));
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -74,3 +74,23 @@ impl McpServers {
         }
     }
 }
+
+/// The servers as an agent's tool source: a run lists their tools again at the turn after one
+/// said `tools/list_changed`, and takes what they wrote on stderr outside calls for its events.
+impl agentloop::ToolSource for McpServers {
+    fn tools(&self) -> Vec<agentloop::Tool> {
+        McpServers::tools(self)
+    }
+
+    fn refresh(&self) -> agentloop::tool::RefreshFuture<'_> {
+        Box::pin(McpServers::refresh(self))
+    }
+
+    fn take_output(&self) -> Vec<(String, Vec<String>)> {
+        self.servers
+            .iter()
+            .map(|s| (s.name().to_owned(), s.take_stderr()))
+            .filter(|(_, lines)| !lines.is_empty())
+            .collect()
+    }
+}

@@ -60,14 +60,23 @@ struct Inner {
     stderr: Arc<Mutex<Stderr>>,
 }
 
-/// What a child wrote on stderr: its last lines (to explain its death), and the lines of each
-/// call in flight (which go into the call's details, so that a trace with payloads keeps them).
+/// What a child wrote on stderr: its last lines (to explain its death), the lines of each call
+/// in flight (which go into the call's details, so that a trace with payloads keeps them), and
+/// the lines written while no call was (which the runs of its agent take for their events).
 #[derive(Default)]
 struct Stderr {
     tail: VecDeque<String>,
     calls: HashMap<u64, Vec<String>>,
     next: u64,
+    /// Lines written outside any call, not yet taken; the oldest give way past
+    /// [`STDERR_OUTSIDE_LINES`].
+    outside: VecDeque<String>,
+    /// How many lines outside calls gave way since they were last taken.
+    dropped: usize,
 }
+
+/// The most stderr lines written outside calls that wait to be taken.
+const STDERR_OUTSIDE_LINES: usize = 200;
 
 /// The most stderr lines one call's details keep.
 const STDERR_CALL_LINES: usize = 100;
@@ -215,14 +224,31 @@ impl McpServer {
             .collect()
     }
 
+    /// What the server wrote on stderr outside any call since this was last asked (a line says
+    /// how many gave way when more than a few hundred waited). Lines written during a call are
+    /// in that call's details instead.
+    pub fn take_stderr(&self) -> Vec<String> {
+        let mut s = self
+            .inner
+            .stderr
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let mut lines: Vec<String> = s.outside.drain(..).collect();
+        let dropped = std::mem::take(&mut s.dropped);
+        if dropped > 0 {
+            lines.insert(0, format!("[{dropped} earlier lines were not kept]"));
+        }
+        lines
+    }
+
     /// True when the server said its tools changed (or it was started again) since they were
     /// last listed.
     pub fn tools_changed(&self) -> bool {
         self.inner.changed.load(Ordering::Acquire)
     }
 
-    /// Lists the tools again if they changed; true when it did. Between runs or turns: the tool
-    /// set of a run in progress is never changed under it.
+    /// Lists the tools again if they changed; true when it did. Between runs or turns (an
+    /// agent's tool source asks at each turn boundary): a turn's tools never change under it.
     pub async fn refresh(&self) -> Result<bool, McpError> {
         if !self.tools_changed() {
             return Ok(false);
@@ -472,6 +498,10 @@ impl McpServer {
                         self.inner.stderr.clone(),
                     )));
                 }
+                let process = Watched {
+                    inner: process,
+                    changed: self.inner.changed.clone(),
+                };
                 tokio::time::timeout(config.timeout, handler.serve(process)).await
             }
             Transport::Http { url, headers } => {
@@ -489,10 +519,13 @@ impl McpServer {
                     })?;
                     custom.insert(name, value);
                 }
-                let transport = StreamableHttpClientTransport::from_config(
-                    StreamableHttpClientTransportConfig::with_uri(url.as_str())
-                        .custom_headers(custom),
-                );
+                let transport = Watched {
+                    inner: StreamableHttpClientTransport::from_config(
+                        StreamableHttpClientTransportConfig::with_uri(url.as_str())
+                            .custom_headers(custom),
+                    ),
+                    changed: self.inner.changed.clone(),
+                };
                 tokio::time::timeout(config.timeout, handler.serve(transport)).await
             }
         };
@@ -612,6 +645,55 @@ fn inherited_env() -> Vec<(String, String)> {
         .collect()
 }
 
+/// A transport that marks the tool list stale as it reads `notifications/tools/list_changed`, in
+/// the stream's order. rmcp hands a notification to the handler on a task of its own, so the
+/// response that follows it could reach its caller first, and the next turn (which asks at once)
+/// would miss the change the server announced before it answered.
+struct Watched<T> {
+    inner: T,
+    changed: Arc<AtomicBool>,
+}
+
+impl<T: rmcp::transport::Transport<RoleClient>> rmcp::transport::Transport<RoleClient>
+    for Watched<T>
+{
+    type Error = T::Error;
+
+    fn name() -> std::borrow::Cow<'static, str> {
+        T::name()
+    }
+
+    fn send(
+        &mut self,
+        item: rmcp::service::TxJsonRpcMessage<RoleClient>,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        self.inner.send(item)
+    }
+
+    fn receive(
+        &mut self,
+    ) -> impl Future<Output = Option<rmcp::service::RxJsonRpcMessage<RoleClient>>> + Send {
+        let changed = Arc::clone(&self.changed);
+        let next = self.inner.receive();
+        async move {
+            let message = next.await;
+            if let Some(rmcp::model::JsonRpcMessage::Notification(n)) = &message
+                && matches!(
+                    n.notification,
+                    rmcp::model::ServerNotification::ToolListChangedNotification(_)
+                )
+            {
+                changed.store(true, Ordering::Release);
+            }
+            message
+        }
+    }
+
+    fn close(&mut self) -> impl Future<Output = Result<(), Self::Error>> + Send {
+        self.inner.close()
+    }
+}
+
 /// A call's output with what the server wrote on stderr meanwhile in its details (never read by
 /// the model; kept by a trace with payloads).
 fn with_stderr(mut out: ToolOutput, lines: Vec<String>) -> ToolOutput {
@@ -654,6 +736,13 @@ async fn forward_stderr(
             if call.len() < STDERR_CALL_LINES {
                 call.push(line.clone());
             }
+        }
+        if s.calls.is_empty() {
+            if s.outside.len() == STDERR_OUTSIDE_LINES {
+                s.outside.pop_front();
+                s.dropped += 1;
+            }
+            s.outside.push_back(line.clone());
         }
         if s.tail.len() == STDERR_TAIL_LINES {
             s.tail.pop_front();

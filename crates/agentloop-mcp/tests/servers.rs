@@ -10,12 +10,14 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::OnceLock;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use agentloop::message::ToolContent;
-use agentloop::testing::ScriptedModel;
-use agentloop::{Agent, CallStatus, ModelResponse, Tool, ToolContext, ToolError, ToolOutput};
+use agentloop::testing::{FunctionModel, ScriptedModel};
+use agentloop::{
+    Agent, CallStatus, Event, EventKind, ModelResponse, Tool, ToolContext, ToolError, ToolOutput,
+};
 use agentloop_mcp::{McpServer, McpServers, Restart, ServerConfig, Transport};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
@@ -271,6 +273,123 @@ async fn everything_server_over_stdio_echoes_and_honours_list_changed_on_refresh
     assert!(refreshed.len() >= tools.len());
     tool(&refreshed, "e_echo");
     assert!(!servers.refresh().await, "nothing changed since");
+    servers.shutdown().await;
+}
+
+/// A model that answers each request with the next of `answers` (then a text), keeping the names
+/// of the tools each request offered.
+fn offering_model(answers: Vec<ModelResponse>) -> (FunctionModel, Arc<Mutex<Vec<Vec<String>>>>) {
+    let offered = Arc::new(Mutex::new(Vec::new()));
+    let seen = Arc::clone(&offered);
+    let model = FunctionModel::new(move |request| {
+        let mut seen = seen.lock().unwrap();
+        seen.push(request.tools.iter().map(|s| s.name.clone()).collect());
+        Ok(answers
+            .get(seen.len() - 1)
+            .cloned()
+            .unwrap_or_else(|| ModelResponse::text("done")))
+    });
+    (model, offered)
+}
+
+/// Collects a run's events.
+fn recorder() -> (
+    impl Fn(&Event) + Send + Sync + 'static,
+    Arc<Mutex<Vec<Event>>>,
+) {
+    let events = Arc::new(Mutex::new(Vec::new()));
+    let kept = Arc::clone(&events);
+    (
+        move |e: &Event| kept.lock().unwrap().push(e.clone()),
+        events,
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_a_server_adds_during_a_run_is_offered_and_called_in_the_next_turn() {
+    let dir = tempfile_dir("grow");
+    let script = repo().join("scripts/mcp/growing_server.py");
+    let mut cfg = config("grow", vec!["python3".into(), script.display().to_string()]);
+    if let Transport::Stdio { cwd, .. } = &mut cfg.transport {
+        *cwd = Some(dir.clone());
+    }
+    let servers = McpServers::connect([cfg]).await.unwrap();
+    let (model, offered) = offering_model(vec![
+        ModelResponse::tool_calls([("a", "grow__add_tool", "{}")]),
+        ModelResponse::tool_calls([("n", "grow__new_tool", "{}")]),
+    ]);
+    let (sink, events) = recorder();
+    let agent = Agent::builder()
+        .model(model)
+        .tool_source(Arc::new(servers.clone()))
+        .sink(sink)
+        .build()
+        .unwrap();
+    let out = agent.run("grow a tool and use it").await;
+    assert_eq!(out.stop_reason, agentloop::StopReason::Finished, "{out:?}");
+    let offered = offered.lock().unwrap().clone();
+    assert_eq!(offered[0], ["grow__add_tool"]);
+    // The server announced tools/list_changed during turn 1: turn 2 offers the new tool, and
+    // its call reaches the server.
+    assert_eq!(offered[1], ["grow__add_tool", "grow__new_tool"]);
+    let call = out.tool_calls.iter().find(|r| &*r.call_id == "n").unwrap();
+    assert_eq!(call.outcome.status, CallStatus::Ok, "{:?}", call.outcome);
+    assert!(dir.join("new_tool.ran").exists());
+    let events = events.lock().unwrap().clone();
+    assert!(
+        events.iter().any(|e| e.turn == 2
+            && matches!(&e.kind, EventKind::ToolsChanged { added, .. } if *added == ["grow__new_tool"])),
+        "{events:?}"
+    );
+    // What it said on stderr outside a call is the run's, as an event; inside the call, the
+    // call's details keep it.
+    let outside: Vec<&String> = events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::ToolSourceOutput { origin, lines } if origin == "grow" => Some(lines),
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    assert_eq!(outside, ["grow: started"], "{events:?}");
+    servers.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn everythings_list_changed_before_a_run_is_honoured_at_its_first_turn() {
+    let servers = McpServers::connect([everything_stdio("every")])
+        .await
+        .unwrap();
+    let server = &servers.servers()[0];
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    while !server.tools_changed() && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(server.tools_changed(), "no tools/list_changed arrived");
+    let (model, offered) = offering_model(vec![ModelResponse::tool_calls([(
+        "e",
+        "every__echo",
+        r#"{"message": "after the change"}"#,
+    )])]);
+    let agent = Agent::builder()
+        .model(model)
+        .tool_source(Arc::new(servers.clone()))
+        .build()
+        .unwrap();
+    let out = agent.run("echo").await;
+    assert_eq!(out.stop_reason, agentloop::StopReason::Finished, "{out:?}");
+    // The run's first turn listed the tools again: the model was offered the server's list as
+    // it is after the change, and the notification is spent.
+    assert!(!server.tools_changed());
+    let now: Vec<String> = servers
+        .tools()
+        .iter()
+        .map(|t| t.name().to_owned())
+        .collect();
+    assert_eq!(offered.lock().unwrap()[0], now);
+    let echo = &out.tool_calls[0];
+    assert_eq!(echo.outcome.status, CallStatus::Ok, "{:?}", echo.outcome);
+    assert!(echo.outcome.content.to_text().contains("after the change"));
     servers.shutdown().await;
 }
 

@@ -50,8 +50,8 @@ pub use format::{TraceFormat, TraceWriter, open_writer};
 pub use journal::{Fault, JournalReader, RunEntry, SqliteJournal, WaitingCall};
 pub use ndjson::NdjsonWriter;
 pub use record::{
-    CompactionSpan, ErrorInfo, ModelCallSpan, RunSpan, Span, Status, ToolCallSpan, TraceRecord,
-    TurnSpan, format_rfc3339,
+    CompactionSpan, ErrorInfo, ModelCallSpan, RunSpan, Span, Status, ToolCallSpan, ToolsChange,
+    TraceRecord, TurnSpan, format_rfc3339,
 };
 pub use redact::{redact, redact_text};
 pub use sessions::SqliteSessions;

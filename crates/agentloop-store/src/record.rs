@@ -191,6 +191,10 @@ pub struct RunSpan {
     /// What went wrong without stopping the run (an observer hook that failed), once ended.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
+    /// What the run's tool source wrote for the operator outside any call (an MCP server's
+    /// stderr), each line as `origin: line` (payload), once ended.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_output: Vec<String>,
     /// The input text (payload).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub input: Option<String>,
@@ -207,6 +211,69 @@ pub struct TurnSpan {
     pub span: Span,
     /// The turn's number, from 1.
     pub turn: u32,
+    /// How the run's tools changed at the start of this turn (a tool source's new list).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tools_changed: Option<ToolsChange>,
+}
+
+/// How a run's tools changed at the start of a turn.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolsChange {
+    /// Tools that appeared.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub added: Vec<String>,
+    /// Tools that went away.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub removed: Vec<String>,
+    /// Tools whose description, schemas or flags changed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub updated: Vec<String>,
+    /// Tools left out, each with why.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub refused: Vec<String>,
+}
+
+impl ToolsChange {
+    /// The change a [`agentloop::EventKind::ToolsChanged`] event tells of (none for another
+    /// event).
+    pub fn of(event: &agentloop::EventKind) -> Option<ToolsChange> {
+        match event {
+            agentloop::EventKind::ToolsChanged {
+                added,
+                removed,
+                updated,
+                refused,
+            } => Some(ToolsChange {
+                added: added.clone(),
+                removed: removed.clone(),
+                updated: updated.clone(),
+                refused: refused.clone(),
+            }),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for ToolsChange {
+    /// `+added -removed ~updated`, then what was refused.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut first = true;
+        for (sign, names) in [
+            ("+", &self.added),
+            ("-", &self.removed),
+            ("~", &self.updated),
+        ] {
+            for name in names {
+                let gap = if first { "" } else { " " };
+                write!(f, "{gap}{sign}{name}")?;
+                first = false;
+            }
+        }
+        for why in &self.refused {
+            write!(f, "; refused {why}")?;
+        }
+        Ok(())
+    }
 }
 
 /// A model call.

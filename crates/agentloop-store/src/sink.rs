@@ -20,8 +20,8 @@ use serde_json::Value;
 use crate::error::TraceError;
 use crate::format::{TraceWriter, open_writer};
 use crate::record::{
-    CompactionSpan, ErrorInfo, ModelCallSpan, RunSpan, Span, Status, ToolCallSpan, TraceRecord,
-    TurnSpan,
+    CompactionSpan, ErrorInfo, ModelCallSpan, RunSpan, Span, Status, ToolCallSpan, ToolsChange,
+    TraceRecord, TurnSpan,
 };
 use crate::redact::{redact, redact_text};
 
@@ -84,6 +84,8 @@ struct RunState {
     last_text: Option<String>,
     /// Hook failures, kept for the run's end record.
     warnings: Vec<String>,
+    /// The tool source's output (payload), kept for the run's end record.
+    tool_output: Vec<String>,
     /// How many compactions the run had.
     compactions: u32,
     /// When each open span started, in unix microseconds.
@@ -347,6 +349,17 @@ impl RunState {
             EventKind::AnswerRetried { reason } => {
                 run.warnings.push(format!("answer sent back: {reason}"));
             }
+            kind @ EventKind::ToolsChanged { .. } => {
+                out.extend(run.ensure_turn(event.turn, now));
+                if let Some(t) = run.turn.as_mut() {
+                    t.tools_changed = ToolsChange::of(kind);
+                }
+            }
+            // A server's stderr can quote anything it read: a payload, redacted like one.
+            EventKind::ToolSourceOutput { origin, lines } if payloads => {
+                run.tool_output
+                    .extend(lines.iter().map(|l| redact_text(&format!("{origin}: {l}"))));
+            }
             EventKind::StopConditionMet { by } => {
                 run.warnings
                     .push(format!("stop condition {by} ended the run"));
@@ -573,6 +586,7 @@ impl RunState {
                 cost_usd: None,
                 limit: None,
                 warnings: Vec::new(),
+                tool_output: Vec::new(),
                 input,
                 output: None,
             },
@@ -586,6 +600,7 @@ impl RunState {
             limit: None,
             last_text: None,
             warnings: Vec::new(),
+            tool_output: Vec::new(),
             compactions: 0,
             starts: HashMap::from([(run_id.to_owned(), now)]),
         }
@@ -643,7 +658,11 @@ impl RunState {
     fn open_turn(&mut self, turn: u32, now: i64) -> TraceRecord {
         let mut span = self.child(turn_id(&self.run.span.id, turn), turn, now);
         span.parent_id = Some(self.run.span.id.clone());
-        let t = TurnSpan { span, turn };
+        let t = TurnSpan {
+            span,
+            turn,
+            tools_changed: None,
+        };
         self.turn = Some(t.clone());
         self.calls_in_turn = 0;
         TraceRecord::Turn(t)
@@ -756,6 +775,7 @@ impl RunState {
         run.tool_calls = Some(self.tool_calls);
         run.limit = self.limit;
         run.warnings = std::mem::take(&mut self.warnings);
+        run.tool_output = std::mem::take(&mut self.tool_output);
         if let Some(e) = end_info {
             run.stop_reason = Some(e.stop_reason);
             run.usage = Some(e.usage);

@@ -21,7 +21,7 @@ use crate::record::{
 };
 
 /// The schema version this crate writes and reads.
-pub const SCHEMA_VERSION: i64 = 6;
+pub const SCHEMA_VERSION: i64 = 7;
 
 // One migration per version step, or a file would be stamped with a version it does not have.
 const _: () = assert!(MIGRATIONS.len() as i64 == SCHEMA_VERSION);
@@ -88,6 +88,10 @@ CREATE TABLE IF NOT EXISTS compactions (
     fallback TEXT, summary TEXT, replaced TEXT
 );
 CREATE INDEX IF NOT EXISTS compactions_run ON compactions (run_id);
+"#,
+    r#"
+ALTER TABLE turns ADD COLUMN tools_changed TEXT;
+ALTER TABLE runs ADD COLUMN tool_output TEXT;
 "#,
 ];
 
@@ -291,13 +295,21 @@ fn encode(record: &TraceRecord) -> (&'static str, Vec<(&'static str, Sql)>) {
                 ("cost_usd", opt_real(r.cost_usd)),
                 ("limit_hit", opt_json(limit.as_ref())),
                 ("warnings", string_list(&r.warnings)),
+                ("tool_output", string_list(&r.tool_output)),
                 ("input", opt_text(r.input.as_deref())),
                 ("output", opt_text(r.output.as_deref())),
             ]);
             "runs"
         }
         TraceRecord::Turn(t) => {
-            cols.push(("turn", int(u64::from(t.turn))));
+            let changed = t
+                .tools_changed
+                .as_ref()
+                .and_then(|c| serde_json::to_value(c).ok());
+            cols.extend([
+                ("turn", int(u64::from(t.turn))),
+                ("tools_changed", opt_json(changed.as_ref())),
+            ]);
             "turns"
         }
         TraceRecord::ModelCall(m) => {
@@ -385,6 +397,17 @@ fn added_column<T>(value: rusqlite::Result<Option<T>>) -> rusqlite::Result<Optio
     }
 }
 
+/// A JSON column a later version added, read as `T` (none in a file written before it).
+fn added_json_col<T: serde::de::DeserializeOwned>(
+    row: &Row<'_>,
+    name: &str,
+) -> rusqlite::Result<Option<T>> {
+    added_column(opt_json_col(row, name))?
+        .map(serde_json::from_value)
+        .transpose()
+        .map_err(conversion)
+}
+
 fn usage_of(row: &Row<'_>) -> rusqlite::Result<Option<Usage>> {
     let Some(input_tokens) = opt_u64(row, "input_tokens")? else {
         return Ok(None);
@@ -441,17 +464,15 @@ fn decode(table: &str, row: &Row<'_>) -> rusqlite::Result<TraceRecord> {
                 .map(serde_json::from_value)
                 .transpose()
                 .map_err(conversion)?,
-            warnings: added_column(opt_json_col(row, "warnings"))?
-                .map(serde_json::from_value)
-                .transpose()
-                .map_err(conversion)?
-                .unwrap_or_default(),
+            warnings: added_json_col(row, "warnings")?.unwrap_or_default(),
+            tool_output: added_json_col(row, "tool_output")?.unwrap_or_default(),
             input: row.get("input")?,
             output: row.get("output")?,
         }),
         "turns" => TraceRecord::Turn(TurnSpan {
             span,
             turn: opt_u32(row, "turn")?.unwrap_or(0),
+            tools_changed: added_json_col(row, "tools_changed")?,
         }),
         "model_calls" => TraceRecord::ModelCall(ModelCallSpan {
             span,

@@ -396,6 +396,9 @@ pub fn render_run(records: &[TraceRecord], id: Option<&str>) -> Result<String, T
     for w in &run.warnings {
         let _ = writeln!(out, "  warning: {}", one_line(w, PAYLOAD_WIDTH));
     }
+    for l in &run.tool_output {
+        let _ = writeln!(out, "  tool output: {}", one_line(l, PAYLOAD_WIDTH));
+    }
     if let Some(input) = &run.input {
         let _ = writeln!(out, "  input: {}", payload(&Value::String(input.clone())));
     }
@@ -416,6 +419,9 @@ pub fn render_run(records: &[TraceRecord], id: Option<&str>) -> Result<String, T
             span_state(&node.turn.span)
         );
         let mut lines: Vec<(String, Vec<String>)> = Vec::new();
+        if let Some(change) = &node.turn.tools_changed {
+            lines.push((format!("tools changed: {change}"), Vec::new()));
+        }
         for c in &node.compactions {
             let mut head = format!(
                 "compaction {}: {} messages, ~{} -> ~{} tokens{}",

@@ -1023,6 +1023,7 @@ fn a_version_1_sqlite_trace_is_migrated_and_keeps_its_runs() {
     conn.execute_batch(
         "ALTER TABLE runs DROP COLUMN warnings; ALTER TABLE runs DROP COLUMN parent_call_id; \
          ALTER TABLE tool_calls DROP COLUMN retries; ALTER TABLE model_calls DROP COLUMN cached; \
+         ALTER TABLE turns DROP COLUMN tools_changed; ALTER TABLE runs DROP COLUMN tool_output; \
          PRAGMA user_version = 1;",
     )
     .unwrap();
@@ -1047,6 +1048,11 @@ fn a_version_1_sqlite_trace_is_migrated_and_keeps_its_runs() {
         "SELECT count(*) FROM pragma_table_info('tool_calls') WHERE name = 'retries'",
     );
     assert_eq!(columns, 1, "version 3 added the calls' retries");
+    let columns: i64 = query_i64(
+        &conn,
+        "SELECT count(*) FROM pragma_table_info('turns') WHERE name = 'tools_changed'",
+    );
+    assert_eq!(columns, 1, "version 7 added the turns' tool changes");
     assert_eq!(read_trace(&path).unwrap().records, before.records);
 }
 

@@ -27,7 +27,7 @@ use crate::model::{Model, ModelSettings};
 use crate::outcome::RunOutcome;
 use crate::outcome::StopReason;
 use crate::steering::Steering;
-use crate::tool::{Tool, ToolSet};
+use crate::tool::{Tool, ToolSet, ToolSource};
 
 /// A conversation carried from run to run.
 #[derive(Debug, Clone, Default)]
@@ -90,6 +90,8 @@ pub(crate) struct Inner {
     pub(crate) definition: Definition,
     /// True when a tool of the agent is a subagent (the driver looks its calls up only then).
     pub(crate) has_subagents: bool,
+    /// Tools that may change between turns (an MCP server's).
+    pub(crate) source: Option<Arc<dyn ToolSource>>,
 }
 
 /// An agent: a model, instructions, tools and limits. Cheap to clone; runs share nothing mutable.
@@ -128,6 +130,7 @@ pub struct AgentBuilder {
     input_guardrails: Vec<Arc<dyn Guardrail>>,
     output_guardrails: Vec<Arc<dyn Guardrail>>,
     definition: Definition,
+    source: Option<Arc<dyn ToolSource>>,
     error: Option<RunError>,
 }
 
@@ -161,6 +164,7 @@ impl Agent {
             input_guardrails: Vec::new(),
             output_guardrails: Vec::new(),
             definition: Definition::new(),
+            source: None,
             error: None,
         }
     }
@@ -176,8 +180,9 @@ impl Agent {
     }
 
     /// What a resumed run must find unchanged, and whose [`Definition::fingerprint`] its journal
-    /// keeps: the model, instructions, tools with their schemas, limits, decision policy, output
-    /// schema and settings, and the parts the application added
+    /// keeps: the model, instructions, its own tools with their schemas (not a
+    /// [`ToolSource`]'s, which the journal holds as each run listed them), limits, decision
+    /// policy, output schema and settings, and the parts the application added
     /// ([`AgentBuilder::version`], [`AgentBuilder::definition_part`]).
     pub fn definition(&self) -> &Definition {
         &self.inner.definition
@@ -217,6 +222,7 @@ impl Agent {
             gates: self.inner.gates.len(),
             steering: options.steering.is_some(),
             skip_tools: options.skip_tools,
+            dynamic_tools: self.inner.source.is_some(),
         }
     }
 
@@ -318,6 +324,8 @@ impl Agent {
             agent_path: options.agent_path,
             depth: options.depth,
             scope: None,
+            source_tools: None,
+            tools_synced: false,
         }
     }
 
@@ -548,6 +556,15 @@ impl AgentBuilder {
         self
     }
 
+    /// Adds the tools of a source whose tools may change while the agent runs (an MCP server's):
+    /// its tools as listed now join the agent's at `build`, and each turn of a run asks it again,
+    /// so a change shows from the next turn on (see [`crate::machine::Action::ListTools`]). One
+    /// source per agent; a later call replaces an earlier one.
+    pub fn tool_source(mut self, source: Arc<dyn ToolSource>) -> Self {
+        self.source = Some(source);
+        self
+    }
+
     /// Sets the limits.
     pub fn limits(mut self, limits: Limits) -> Self {
         self.limits = limits;
@@ -684,6 +701,10 @@ impl AgentBuilder {
             ),
         );
         own("instructions", serde_json::json!(self.instructions));
+        // The agent's own tools only: a tool source's may change at any turn, and a run's step
+        // log (its journal) holds them as they were listed, so a resume needs them unchanged no
+        // more than a run does (the application names the source itself, with
+        // [`AgentBuilder::definition_part`]).
         own(
             "tools",
             Value::Object(
@@ -714,11 +735,17 @@ impl AgentBuilder {
     }
 
     /// Builds the agent.
-    pub fn build(self) -> Result<Agent, RunError> {
+    pub fn build(mut self) -> Result<Agent, RunError> {
         if let Some(e) = self.error {
             return Err(e);
         }
         let definition = self.definition();
+        let own_tools = self.tools.len();
+        if let Some(source) = &self.source {
+            for tool in source.tools() {
+                self.tools.register(tool)?;
+            }
+        }
         let has_subagents = self.tools.specs().iter().any(|s| s.subagent);
         let Some(model) = self.model else {
             return Err(RunError::Other {
@@ -743,6 +770,7 @@ impl AgentBuilder {
             name: self.name,
             instructions: self.instructions,
             tools: self.tools,
+            own_tools,
             limits: self.limits,
             policy: self.policy,
             output_schema,
@@ -762,6 +790,7 @@ impl AgentBuilder {
                 output_guardrails: self.output_guardrails,
                 definition,
                 has_subagents,
+                source: self.source,
             }),
         })
     }

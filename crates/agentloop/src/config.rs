@@ -77,6 +77,8 @@ pub struct AgentConfig {
     pub(crate) name: String,
     pub(crate) instructions: Option<String>,
     pub(crate) tools: ToolSet,
+    /// How many of `tools` are the agent's own: those after them are its tool source's.
+    pub(crate) own_tools: usize,
     pub(crate) limits: Limits,
     pub(crate) policy: DecisionPolicy,
     pub(crate) output_schema: Option<OutputSchema>,

@@ -199,6 +199,28 @@ pub enum EventKind {
         /// Why (as the model reads it).
         reason: String,
     },
+    /// The run's tool source changed its tools: the model sees the new list from this turn on.
+    ToolsChanged {
+        /// Tools that appeared.
+        added: Vec<String>,
+        /// Tools that went away (a later call of one is an unknown-tool error).
+        removed: Vec<String>,
+        /// Tools whose description, schemas or flags changed.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        updated: Vec<String>,
+        /// Tools left out, each with why (`name: reason`): a bad name or schema, a name taken.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        refused: Vec<String>,
+    },
+    /// What the run's tool source wrote for the operator outside any call (an MCP server's
+    /// stderr), as the driver collected it at a turn boundary or at the run's end. Never read
+    /// by the model; a payload, as a trace sees it.
+    ToolSourceOutput {
+        /// Who wrote it (an MCP server's name).
+        origin: String,
+        /// The lines, in order.
+        lines: Vec<String>,
+    },
     /// An observer hook failed; the run went on.
     HookFailed {
         /// The hook's name.

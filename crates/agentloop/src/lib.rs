@@ -39,7 +39,7 @@ pub use model::{Model, ModelError, ModelResponse};
 pub use outcome::{CallOutcome, CallStatus, RunOutcome, StopReason, SubagentRun, ToolCallRecord};
 pub use retry::RetryPolicy;
 pub use tokio_util::sync::CancellationToken;
-pub use tool::{Tool, ToolContext, ToolError, ToolOutput};
+pub use tool::{Tool, ToolContext, ToolError, ToolOutput, ToolSource};
 
 #[cfg(feature = "macros")]
 pub use agentloop_macros::tool;

@@ -15,6 +15,7 @@
 pub mod replay;
 mod seams;
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use futures::stream::FuturesUnordered;
@@ -31,7 +32,7 @@ use crate::machine::{Action, AdmittedCall, Input, Interrupt, RunMachine, Step};
 use crate::model::{ModelEvent, ModelRequest, ResponseAccumulator};
 use crate::outcome::{CallOutcome, RunOutcome};
 use crate::steering::Steering;
-use crate::tool::{ProgressSender, ToolContext};
+use crate::tool::{Layered, ProgressSender, Tool, ToolContext};
 
 pub use replay::{RunLog, StepLog, replay};
 
@@ -67,6 +68,12 @@ pub(crate) struct Driver<'a> {
     pub(crate) depth: u32,
     /// The subagent scope of the current batch, by turn.
     pub(crate) scope: Option<(u32, Arc<crate::subagent::Scope>)>,
+    /// The handlers of the tool source's tools as last listed, by name: a call of one is looked
+    /// up here once the run's tools are no longer the agent's own.
+    pub(crate) source_tools: Option<HashMap<String, Layered>>,
+    /// True once this driver told the machine the source's tools (the first turn it drives
+    /// always does).
+    pub(crate) tools_synced: bool,
 }
 
 impl<'a> Driver<'a> {
@@ -124,6 +131,19 @@ impl<'a> Driver<'a> {
         }
     }
 
+    /// Awaits `step` unless an interrupt comes first.
+    async fn race<T>(
+        &self,
+        deadline: Option<Instant>,
+        step: impl Future<Output = T>,
+    ) -> Result<T, Interrupt> {
+        tokio::select! {
+            biased;
+            by = self.interrupted(deadline) => Err(by),
+            value = step => Ok(value),
+        }
+    }
+
     /// Performs a step unless an interrupt came first; one that already happened wins, so nothing
     /// new starts after a cancel or a passed deadline. `stop` is told when the step loses.
     async fn raced(
@@ -160,6 +180,10 @@ impl<'a> Driver<'a> {
             );
         }
         let deadline = m.deadline().and_then(|d| self.start.checked_add(d));
+        if let Some(source) = &self.inner.source {
+            // A resumed run may call the source's tools before its first turn here.
+            self.source_tools = Some(handlers(source.tools()));
+        }
         // The tools' cancellation, and the end of their retries: children of the run's token.
         let calls_cancel = self.cancel.child_token();
         let stop_retries = calls_cancel.child_token();
@@ -190,6 +214,10 @@ impl<'a> Driver<'a> {
                         follow_up,
                     }
                 }
+                Action::ListTools => match self.race(deadline, self.refresh_source()).await {
+                    Ok(changed) => self.list_tools(&m, changed),
+                    Err(by) => Input::Interrupted { by },
+                },
                 Action::PrepareRequest => {
                     let prepare = self.before_model_call(&m);
                     self.raced(deadline, None, prepare).await
@@ -297,6 +325,7 @@ impl<'a> Driver<'a> {
             }
         }
         self.flush(&mut m);
+        self.source_output(&m);
         drop(running);
         for (_, s) in senders.drain(..) {
             s.close();
@@ -392,6 +421,55 @@ impl<'a> Driver<'a> {
         }
     }
 
+    /// Asks the tool source to list its tools again where they changed.
+    async fn refresh_source(&self) -> bool {
+        match &self.inner.source {
+            Some(source) => source.refresh().await,
+            None => false,
+        }
+    }
+
+    /// The answer to [`Action::ListTools`]: the source's specs at this driver's first turn, so
+    /// that the step log (a journal) holds the tools the run had whatever the agent was built
+    /// with, and later when the source says they changed. Their handlers are kept by name, for
+    /// the calls that follow.
+    fn list_tools(&mut self, m: &RunMachine, changed: bool) -> Input {
+        self.source_output(m);
+        let Some(source) = &self.inner.source else {
+            return Input::ToolsListed { tools: None };
+        };
+        if !changed && self.tools_synced {
+            return Input::ToolsListed { tools: None };
+        }
+        self.tools_synced = true;
+        let tools = source.tools();
+        let specs: Vec<crate::tool::ToolSpec> = tools.iter().map(|t| t.spec().clone()).collect();
+        self.source_tools = Some(handlers(tools));
+        Input::ToolsListed { tools: Some(specs) }
+    }
+
+    /// What the tool source wrote for the operator, as events.
+    fn source_output(&self, m: &RunMachine) {
+        let Some(source) = &self.inner.source else {
+            return;
+        };
+        for (origin, lines) in source.take_output() {
+            if !lines.is_empty() && !self.sinks.is_empty() {
+                self.emit(m, EventKind::ToolSourceOutput { origin, lines });
+            }
+        }
+    }
+
+    /// The handler of an admitted call: the agent's own tool at its index while the run's tools
+    /// are the agent's, else the source's tool of that name as last listed.
+    fn handler(&self, m: &RunMachine, call: &AdmittedCall) -> Option<Layered> {
+        let cfg = m.config();
+        if call.index < cfg.own_tools || Arc::ptr_eq(m.tools(), cfg.tools.catalog()) {
+            return cfg.tools.entry(call.index).map(|e| e.call.clone());
+        }
+        self.source_tools.as_ref()?.get(&*call.tool).cloned()
+    }
+
     /// The scope of a subagent's call: the batch's share of the run's remaining budget (one per
     /// batch, so that its subagents draw from it together), its depth and deadline. `None` for
     /// any other tool.
@@ -401,13 +479,7 @@ impl<'a> Driver<'a> {
         call: &AdmittedCall,
         deadline: Option<Instant>,
     ) -> Option<Arc<crate::subagent::Scope>> {
-        if !self.inner.has_subagents
-            || !m
-                .config()
-                .tools
-                .spec(call.index)
-                .is_some_and(|s| s.subagent)
-        {
+        if !self.inner.has_subagents || !m.tools().spec(call.index).is_some_and(|s| s.subagent) {
             return None;
         }
         if let Some((turn, scope)) = &self.scope
@@ -415,7 +487,7 @@ impl<'a> Driver<'a> {
         {
             return Some(Arc::clone(scope));
         }
-        let tools = &m.config().tools;
+        let tools = m.tools();
         let waiting = m
             .batch_calls()
             .iter()
@@ -459,7 +531,7 @@ impl<'a> Driver<'a> {
         call: &AdmittedCall,
         ctx: ToolContext,
     ) -> impl Future<Output = CallDone> + Send + 'a {
-        let service = m.config().tools.entry(call.index).map(|e| e.call.clone());
+        let service = self.handler(m, call);
         let arguments = Arc::clone(&call.arguments);
         let position = call.position;
         let hooks =
@@ -551,6 +623,14 @@ impl<'a> Driver<'a> {
             _ => {}
         }
     }
+}
+
+/// Tools by name under their layers.
+fn handlers(tools: Vec<Tool>) -> HashMap<String, Layered> {
+    tools
+        .into_iter()
+        .map(|t| (t.name().to_owned(), t.layered()))
+        .collect()
 }
 
 /// A call that finished, or the end of a set that ran dry (the machine folds what it has).

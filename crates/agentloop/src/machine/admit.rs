@@ -263,7 +263,7 @@ impl RunMachine {
             return;
         }
 
-        let tools = &self.cfg.tools;
+        let tools = Arc::clone(&self.tools);
         let policy = self.cfg.policy;
         let mut slots: Vec<Slot> = Vec::with_capacity(message.tool_calls.len());
         let mut calls: Vec<AdmittedCall> = Vec::with_capacity(message.tool_calls.len());
@@ -307,7 +307,7 @@ impl RunMachine {
                 Some(name) => Arc::clone(name),
                 None => Arc::from(call.tool.as_str()),
             };
-            match check_arguments(tools, index, &call.tool, &call.arguments) {
+            match check_arguments(&tools, index, &call.tool, &call.arguments) {
                 Ok(value) => {
                     if tools
                         .spec(index)
@@ -500,10 +500,9 @@ impl RunMachine {
         // Only an agent with pollers pays for the lookup.
         self.has_pollers
             && self
-                .cfg
                 .tools
                 .index_of(&p.tool)
-                .and_then(|i| self.cfg.tools.spec(i))
+                .and_then(|i| self.tools.spec(i))
                 .is_some_and(|s| s.poller)
     }
 
@@ -571,7 +570,7 @@ impl RunMachine {
                 Verdict::Allow => {}
                 Verdict::Deny(reason) => denied.push((call.position, reason)),
                 Verdict::Rewrite(arguments) => {
-                    match self.cfg.tools.validate(call.index, &arguments) {
+                    match self.tools.validate(call.index, &arguments) {
                         Ok(()) => call.arguments = Arc::new(arguments),
                         Err(v) => {
                             // A rewrite is validated again; one that breaks the schema is a bug in
@@ -756,9 +755,9 @@ impl RunMachine {
     /// [`OnToolPanic::Fail`].
     fn judge_outcome(&self, index: usize, outcome: CallOutcome) -> CallOutcome {
         if outcome.status == CallStatus::Ok
-            && let Err(problem) = self.cfg.tools.check_output(index, &outcome.content)
+            && let Err(problem) = self.tools.check_output(index, &outcome.content)
         {
-            let name = self.cfg.tools.spec(index).map_or("", |s| s.name.as_str());
+            let name = self.tools.spec(index).map_or("", |s| s.name.as_str());
             return CallOutcome {
                 diagnostic: Some(format!("output: {}", outcome.content.to_text())),
                 details: outcome.details,
@@ -838,7 +837,7 @@ fn unknown_tool_message<'a>(name: &str, valid: impl Iterator<Item = &'a str>) ->
 /// Parses and validates a call's arguments; on failure, the message the model reads and the
 /// arguments as far as they could be read.
 fn check_arguments(
-    tools: &crate::tool::ToolSet,
+    tools: &crate::tool::ToolCatalog,
     index: usize,
     name: &str,
     raw: &str,

@@ -38,6 +38,7 @@ use crate::limits::{LimitHit, LimitKind, Limits, OnLimit};
 use crate::message::Message;
 use crate::model::{ModelRequest, ModelResponse, Usage};
 use crate::outcome::{CallOutcome, RunOutcome, StopReason, ToolCallRecord};
+use crate::tool::ToolCatalog;
 
 /// The longest call id accepted.
 pub const MAX_CALL_ID_LEN: usize = 256;
@@ -110,6 +111,8 @@ enum Closing {
 enum Phase {
     CheckInput,
     Steering,
+    /// A turn begins: the tool source's answer first.
+    ListTools,
     Prepare,
     CallModel,
     /// A summary call, compacting the older part of the transcript before the turn's model call.
@@ -147,7 +150,9 @@ pub struct RunMachine {
     /// The limit that stopped the run while the model is asked for a last answer
     /// (`on_limit = "answer"`).
     wrap_up: Option<LimitHit>,
-    /// True when a tool of the agent is a poller (the stuck-loop rule looks it up only then).
+    /// The run's tools: the agent's, until its tool source's change (see [`Action::ListTools`]).
+    tools: Arc<ToolCatalog>,
+    /// True when a tool of the run is a poller (the stuck-loop rule looks it up only then).
     has_pollers: bool,
     /// The output limit of the next model call, raised once after a cut answer.
     raise_output: Option<u32>,
@@ -242,7 +247,8 @@ impl RunMachine {
             transcript.push(m);
         }
         let limits = limits.unwrap_or_else(|| cfg.limits.clone());
-        let has_pollers = cfg.tools.specs().iter().any(|s| s.poller);
+        let tools = Arc::clone(cfg.tools.catalog());
+        let has_pollers = tools.specs().iter().any(|s| s.poller);
         let mut m = RunMachine {
             cfg,
             limits,
@@ -261,6 +267,7 @@ impl RunMachine {
             cost: 0.0,
             records: Vec::new(),
             recent_turns: Vec::new(),
+            tools,
             has_pollers,
             wrap_up: None,
             raise_output: None,
@@ -417,6 +424,7 @@ impl RunMachine {
         match &self.phase {
             Phase::CheckInput => Action::CheckInput(&self.input_text),
             Phase::Steering => Action::TakeMessages { follow_up: false },
+            Phase::ListTools => Action::ListTools,
             Phase::Prepare => Action::PrepareRequest,
             Phase::CallModel => Action::CallModel(self.request()),
             Phase::Summarize(job) => Action::Summarize(ModelRequest {
@@ -471,7 +479,7 @@ impl RunMachine {
                 .as_deref()
                 .or(self.cfg.instructions.as_deref()),
             messages: &self.transcript,
-            tools: self.cfg.tools.specs(),
+            tools: self.tools.specs(),
             output_schema: self.cfg.output_schema.as_ref().map(|s| s.value()),
             settings: self.changes.settings.as_ref().unwrap_or(&self.cfg.settings),
         }
@@ -499,6 +507,12 @@ impl RunMachine {
             (Phase::Steering, Input::Messages { messages, .. }) => {
                 self.deliver(messages, false);
                 self.begin_model_call();
+            }
+            (Phase::ListTools, Input::ToolsListed { tools }) => {
+                if let Some(specs) = tools {
+                    self.switch_tools(specs);
+                }
+                self.ask_model();
             }
             (Phase::Prepare, Input::Prepared { changes, failures }) => {
                 if let Some(e) = self.hook_failures(failures) {
@@ -752,10 +766,77 @@ impl RunMachine {
         if !self.retrying_output {
             self.turn += 1;
             self.emit(|| EventKind::TurnStarted);
+            if self.seams.dynamic_tools {
+                // The tools a turn sees are settled at its start, never in the middle of it.
+                self.phase = Phase::ListTools;
+                return;
+            }
         }
+        self.ask_model();
+    }
+
+    /// The turn's model call, after a compaction when the conversation needs one.
+    fn ask_model(&mut self) {
         if !self.compact() {
             self.count_model_call();
         }
+    }
+
+    /// The tool source's tools changed: from now on the run's tools are the agent's own and
+    /// these. A spec that fails the checks of a registration (a bad name or schema, a name
+    /// taken) is left out, and said so; calls of a tool that went away are unknown-tool errors
+    /// the model reads.
+    #[cold]
+    #[inline(never)]
+    fn switch_tools(&mut self, specs: Vec<crate::tool::ToolSpec>) {
+        let mut tools = self.cfg.tools.prefix(self.cfg.own_tools);
+        let mut refused = Vec::new();
+        for spec in specs {
+            let name = spec.name.clone();
+            if let Err(e) = tools.add(spec) {
+                refused.push(format!("{name}: {e}"));
+            }
+        }
+        let before = &self.tools;
+        let added: Vec<String> = tools
+            .names()
+            .filter(|n| before.index_of(n).is_none())
+            .map(str::to_owned)
+            .collect();
+        let removed: Vec<String> = before
+            .names()
+            .filter(|n| tools.index_of(n).is_none())
+            .map(str::to_owned)
+            .collect();
+        let updated: Vec<String> = tools
+            .specs()
+            .iter()
+            .filter(|s| {
+                before
+                    .index_of(&s.name)
+                    .and_then(|i| before.spec(i))
+                    .is_some_and(|old| old != *s)
+            })
+            .map(|s| s.name.clone())
+            .collect();
+        if added.is_empty() && removed.is_empty() && updated.is_empty() && refused.is_empty() {
+            return;
+        }
+        self.has_pollers = tools.specs().iter().any(|s| s.poller);
+        self.tools = Arc::new(tools);
+        // The instructions' and schemas' estimate is made again for the new schemas.
+        self.fixed_estimate = std::sync::OnceLock::new();
+        self.emit(|| EventKind::ToolsChanged {
+            added,
+            removed,
+            updated,
+            refused,
+        });
+    }
+
+    /// The run's tools now: the agent's, or those its tool source last listed.
+    pub fn tools(&self) -> &Arc<ToolCatalog> {
+        &self.tools
     }
 
     /// A model call is counted and asked for: the before-model hooks first, when there are any.
@@ -1016,11 +1097,7 @@ impl RunMachine {
                 continue;
             };
             p.running = p.running.saturating_sub(1);
-            let idempotent = self
-                .cfg
-                .tools
-                .spec(call.index)
-                .is_some_and(|s| s.idempotent);
+            let idempotent = self.tools.spec(call.index).is_some_and(|s| s.idempotent);
             if idempotent && p.open {
                 slot.started = false;
                 p.restart.push(i);
@@ -1168,6 +1245,7 @@ fn phase_name(phase: &Phase) -> &'static str {
     match phase {
         Phase::CheckInput => "an input check",
         Phase::Steering => "steering messages",
+        Phase::ListTools => "the tool source's tools",
         Phase::Prepare => "the before-model hooks",
         Phase::CallModel => "a model call",
         Phase::Summarize(_) => "a summary call",
@@ -1186,6 +1264,7 @@ fn input_name(input: &Input) -> &'static str {
     match input {
         Input::Checked { .. } => "a guardrail verdict",
         Input::Messages { .. } => "messages",
+        Input::ToolsListed { .. } => "the tool source's tools",
         Input::Prepared { .. } => "request changes",
         Input::ModelResponded { .. } => "a model response",
         Input::ModelFailed { .. } => "a model failure",

@@ -24,7 +24,7 @@ pub struct AdmittedCall {
     pub tool: Arc<str>,
     /// The validated arguments.
     pub arguments: Arc<Value>,
-    /// The tool's index in the agent's [`crate::tool::ToolSet`].
+    /// The tool's index in the run's current [`crate::tool::ToolCatalog`].
     pub(crate) index: usize,
 }
 
@@ -70,6 +70,9 @@ pub enum Action<'m> {
         /// Follow-ups rather than steering messages.
         follow_up: bool,
     },
+    /// A turn begins and the agent has a [`crate::ToolSource`]: ask it whether its tools
+    /// changed; answer [`Input::ToolsListed`]. Asked only when [`Seams::dynamic_tools`].
+    ListTools,
     /// Run the before-model hooks; answer [`Input::Prepared`].
     PrepareRequest,
     /// Call the model with this request; answer [`Input::ModelResponded`] or
@@ -180,6 +183,13 @@ pub enum Input {
         /// Follow-ups rather than steering.
         follow_up: bool,
     },
+    /// The agent's tool source answered, at a turn boundary.
+    ToolsListed {
+        /// The specs of the source's tools when they differ from the run's (the run's tools are
+        /// then the agent's own and these, from this turn on); `None` when nothing changed.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tools: Option<Vec<crate::tool::ToolSpec>>,
+    },
     /// The before-model hooks ran.
     Prepared {
         /// The changes to this call's request.
@@ -277,6 +287,10 @@ pub struct Seams {
     pub steering: bool,
     /// A dry run: every admitted call is skipped.
     pub skip_tools: bool,
+    /// The agent has a [`crate::ToolSource`]: each turn begins with [`Action::ListTools`].
+    /// Absent from logs and journals written before it existed, which never asked.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dynamic_tools: bool,
 }
 
 /// One entry of a run's step log: when a step ended (time since the run started) and its result.

@@ -19,6 +19,7 @@ mod error;
 mod handler;
 mod layer;
 mod set;
+mod source;
 mod spec;
 
 pub use context::{ProgressSender, ToolContext};
@@ -26,10 +27,11 @@ pub use error::{ToolDefinitionError, ToolError};
 use handler::TypedHandler;
 pub use handler::{IntoToolOutput, ToolFuture, ToolHandler, ToolOutput};
 pub use layer::ToolPolicy;
-pub(crate) use layer::panic_message;
+pub(crate) use layer::{Layered, panic_message};
 pub(crate) use set::compile_schema;
-pub use set::{SchemaViolation, ToolSet, check_schema, check_tool_name};
+pub use set::{SchemaViolation, ToolCatalog, ToolSet, check_schema, check_tool_name};
 pub(crate) use set::{join_violations, validate_with};
+pub use source::{RefreshFuture, ToolSource};
 pub use spec::{ExecutionMode, ToolSpec, schema_for};
 
 /// A tool: its spec, its handler and its policy. Cheap to clone.
@@ -119,6 +121,12 @@ impl Tool {
     /// The handler.
     pub fn handler(&self) -> &Arc<dyn ToolHandler> {
         &self.handler
+    }
+
+    /// The handler under the layers its policy asks for (no schema is compiled: a source's
+    /// tool is looked up by name, and the machine holds its compiled spec).
+    pub(crate) fn layered(&self) -> layer::Layered {
+        layer::compose(Arc::clone(&self.handler), &self.policy)
     }
 
     /// Runs the handler directly (no validation): for tests.

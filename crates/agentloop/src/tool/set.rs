@@ -39,29 +39,36 @@ pub fn check_tool_name(name: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// A registered tool's handler, under the layers its policy asks for.
 #[derive(Clone)]
 pub(crate) struct RegisteredTool {
-    /// The name, shared by every call of the tool, its results and its records.
-    pub(crate) name: Arc<str>,
     /// The handler under the layers its policy asks for, composed once here.
     pub(crate) call: Layered,
     /// The policy the layers apply, for those who show it.
     pub(crate) policy: ToolPolicy,
-    pub(crate) validator: Arc<jsonschema::Validator>,
-    /// The declared output schema, compiled.
-    pub(crate) output: Option<Arc<jsonschema::Validator>>,
 }
 
-/// The tools of an agent, checked and compiled. Specs sit in one slice so a model request borrows
-/// them without copying.
+/// One spec's compiled parts.
+#[derive(Clone)]
+struct Compiled {
+    /// The name, shared by every call of the tool, its results and its records.
+    name: Arc<str>,
+    validator: Arc<jsonschema::Validator>,
+    /// The declared output schema, compiled.
+    output: Option<Arc<jsonschema::Validator>>,
+}
+
+/// The specs of a set of tools, names checked and schemas compiled, without their handlers:
+/// what the machine validates calls against. A run whose tools change (a [`super::ToolSource`])
+/// gets a new catalog from the new specs alone, so a replay needs no handler to rebuild it.
 #[derive(Default, Clone)]
-pub struct ToolSet {
+pub struct ToolCatalog {
     specs: Vec<ToolSpec>,
-    entries: Vec<RegisteredTool>,
+    compiled: Vec<Compiled>,
     by_name: HashMap<String, usize>,
 }
 
-impl fmt::Debug for ToolSet {
+impl fmt::Debug for ToolCatalog {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_list()
             .entries(self.specs.iter().map(|s| &s.name))
@@ -69,20 +76,10 @@ impl fmt::Debug for ToolSet {
     }
 }
 
-impl ToolSet {
-    /// An empty set.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// Registers a tool: checks its name, its uniqueness and its schemas, and compiles the input
-    /// schema.
-    pub fn register(&mut self, tool: Tool) -> Result<(), ToolDefinitionError> {
-        let Tool {
-            mut spec,
-            handler,
-            policy,
-        } = tool;
+impl ToolCatalog {
+    /// Checks a spec (its name, its uniqueness and its schemas), compiles its schemas and adds
+    /// it.
+    pub(crate) fn add(&mut self, mut spec: ToolSpec) -> Result<(), ToolDefinitionError> {
         let registered = || -> Vec<String> { self.specs.iter().map(|s| s.name.clone()).collect() };
         if let Err(reason) = check_tool_name(&spec.name) {
             return Err(ToolDefinitionError::InvalidName {
@@ -133,17 +130,28 @@ impl ToolSet {
             None => None,
         };
         self.by_name.insert(spec.name.clone(), self.specs.len());
-        let name: Arc<str> = Arc::from(spec.name.as_str());
-        let call = layer::compose(handler, &policy);
-        self.specs.push(spec);
-        self.entries.push(RegisteredTool {
-            name,
-            call,
-            policy,
+        self.compiled.push(Compiled {
+            name: Arc::from(spec.name.as_str()),
             validator: Arc::new(validator),
             output,
         });
+        self.specs.push(spec);
         Ok(())
+    }
+
+    /// The first `n` tools of this catalog.
+    pub(crate) fn prefix(&self, n: usize) -> ToolCatalog {
+        let n = n.min(self.specs.len());
+        ToolCatalog {
+            specs: self.specs.get(..n).unwrap_or_default().to_vec(),
+            compiled: self.compiled.get(..n).unwrap_or_default().to_vec(),
+            by_name: self
+                .by_name
+                .iter()
+                .filter(|(_, i)| **i < n)
+                .map(|(k, i)| (k.clone(), *i))
+                .collect(),
+        }
     }
 
     /// The specs, in registration order.
@@ -161,18 +169,9 @@ impl ToolSet {
         self.specs.get(index)
     }
 
-    /// The policy of the tool at an index.
-    pub fn policy(&self, index: usize) -> Option<&ToolPolicy> {
-        self.entries.get(index).map(|e| &e.policy)
-    }
-
     /// The shared name of the tool at an index.
     pub(crate) fn shared_name(&self, index: usize) -> Option<&Arc<str>> {
-        self.entries.get(index).map(|e| &e.name)
-    }
-
-    pub(crate) fn entry(&self, index: usize) -> Option<&RegisteredTool> {
-        self.entries.get(index)
+        self.compiled.get(index).map(|c| &c.name)
     }
 
     /// The number of tools.
@@ -192,19 +191,19 @@ impl ToolSet {
 
     /// Validates arguments against a tool's compiled schema: every failing path with its reason.
     pub fn validate(&self, index: usize, args: &Value) -> Result<(), Vec<SchemaViolation>> {
-        let Some(entry) = self.entries.get(index) else {
+        let Some(compiled) = self.compiled.get(index) else {
             return Err(vec![SchemaViolation {
                 path: String::new(),
                 reason: "no such tool".into(),
             }]);
         };
-        validate_with(&entry.validator, args)
+        validate_with(&compiled.validator, args)
     }
 
     /// Checks a successful output against the tool's declared output schema, if it has one: a
     /// JSON output as it is, a text output parsed as JSON.
     pub(crate) fn check_output(&self, index: usize, content: &ToolContent) -> Result<(), String> {
-        let Some(validator) = self.entries.get(index).and_then(|e| e.output.as_ref()) else {
+        let Some(validator) = self.compiled.get(index).and_then(|c| c.output.as_ref()) else {
             return Ok(());
         };
         let parsed;
@@ -220,6 +219,63 @@ impl ToolSet {
             }
         };
         validate_with(validator, value).map_err(|v| join_violations(&v))
+    }
+}
+
+/// The tools of an agent, checked and compiled: their [`ToolCatalog`] (which a model request
+/// borrows without copying) and their handlers.
+#[derive(Default, Clone)]
+pub struct ToolSet {
+    catalog: Arc<ToolCatalog>,
+    entries: Vec<RegisteredTool>,
+}
+
+impl fmt::Debug for ToolSet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.catalog.fmt(f)
+    }
+}
+
+impl std::ops::Deref for ToolSet {
+    type Target = ToolCatalog;
+
+    fn deref(&self) -> &ToolCatalog {
+        &self.catalog
+    }
+}
+
+impl ToolSet {
+    /// An empty set.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Registers a tool: checks its name, its uniqueness and its schemas, and compiles the input
+    /// schema.
+    pub fn register(&mut self, tool: Tool) -> Result<(), ToolDefinitionError> {
+        let Tool {
+            spec,
+            handler,
+            policy,
+        } = tool;
+        Arc::make_mut(&mut self.catalog).add(spec)?;
+        let call = layer::compose(handler, &policy);
+        self.entries.push(RegisteredTool { call, policy });
+        Ok(())
+    }
+
+    /// The specs, checked and compiled.
+    pub fn catalog(&self) -> &Arc<ToolCatalog> {
+        &self.catalog
+    }
+
+    /// The policy of the tool at an index.
+    pub fn policy(&self, index: usize) -> Option<&ToolPolicy> {
+        self.entries.get(index).map(|e| &e.policy)
+    }
+
+    pub(crate) fn entry(&self, index: usize) -> Option<&RegisteredTool> {
+        self.entries.get(index)
     }
 }
 

@@ -1,0 +1,341 @@
+//! A tool source whose tools change during a run (as an MCP server's do after
+//! `tools/list_changed`): the machine takes the new specs at the next turn boundary, validates
+//! later calls against them and sends them to the model; the driver finds their handlers by name;
+//! a replay of the step log reproduces the run, the new tools included, with no source at all.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use agentloop::driver::{RunLog, StepLog, replay};
+use agentloop::machine::{Action, Input, RunMachine, RunStart, Seams, Step};
+use agentloop::tool::{RefreshFuture, ToolSource, ToolSpec};
+use agentloop::{
+    Agent, CallOutcome, CallStatus, EventKind, Message, ModelResponse, RunOptions, StopReason,
+    Tool, ToolOutput, ids::SequentialIds, testing::FunctionModel,
+};
+use serde_json::{Value, json};
+
+/// A source whose list the test (or one of its tools) replaces; `refresh` reports a change once.
+#[derive(Default)]
+struct Listed {
+    tools: Mutex<Vec<Tool>>,
+    changed: AtomicBool,
+    output: Mutex<Vec<String>>,
+}
+
+impl Listed {
+    fn set(&self, tools: Vec<Tool>) {
+        *self.tools.lock().unwrap() = tools;
+        self.changed.store(true, Ordering::Release);
+    }
+}
+
+impl ToolSource for Listed {
+    fn tools(&self) -> Vec<Tool> {
+        self.tools.lock().unwrap().clone()
+    }
+    fn refresh(&self) -> RefreshFuture<'_> {
+        let changed = self.changed.swap(false, Ordering::AcqRel);
+        Box::pin(async move { changed })
+    }
+    fn take_output(&self) -> Vec<(String, Vec<String>)> {
+        let lines = std::mem::take(&mut *self.output.lock().unwrap());
+        vec![("src".to_owned(), lines)]
+    }
+}
+
+fn echo(name: &str, schema: Value) -> Tool {
+    let tag = name.to_owned();
+    Tool::dynamic(
+        name,
+        format!("{name} echoes."),
+        schema,
+        move |a: Value, _c| {
+            let tag = tag.clone();
+            async move { Ok(ToolOutput::json(json!({"tool": tag, "args": a}))) }
+        },
+    )
+}
+
+fn object() -> Value {
+    json!({"type": "object"})
+}
+
+fn needs_n() -> Value {
+    json!({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]})
+}
+
+fn spec(tool: &Tool) -> ToolSpec {
+    tool.spec().clone()
+}
+
+fn tool_names(tools: &[ToolSpec]) -> Vec<&str> {
+    tools.iter().map(|s| s.name.as_str()).collect()
+}
+
+/// Answers the model call the machine asks for, checking the tools it offers.
+fn respond(m: &mut RunMachine, log: &mut Vec<Step>, offered: &[&str], response: ModelResponse) {
+    let Action::CallModel(request) = m.action() else {
+        panic!("expected a model call, got {:?}", m.action())
+    };
+    assert_eq!(tool_names(request.tools), offered);
+    let input = Input::ModelResponded {
+        response: Box::new(response),
+        cost: None,
+        failures: Vec::new(),
+    };
+    m.feed_logged(step(input), log);
+}
+
+fn step(input: Input) -> Step {
+    Step {
+        at: Duration::ZERO,
+        input,
+    }
+}
+
+/// Starts and finishes every call of the batch with `ok`; the positions that ran.
+fn run_batch(m: &mut RunMachine, log: &mut Vec<Step>) -> Vec<usize> {
+    let mut started = Vec::new();
+    let mut ran = Vec::new();
+    loop {
+        match m.action() {
+            Action::StartCall(call) => {
+                let position = call.position;
+                started.push(position);
+                m.feed_logged(step(Input::CallStarted { position }), log);
+            }
+            Action::AwaitCalls { .. } => {
+                let position = started.remove(0);
+                ran.push(position);
+                let input = Input::CallFinished {
+                    position,
+                    outcome: CallOutcome::ok(ToolOutput::text("ok")),
+                    failures: Vec::new(),
+                };
+                m.feed_logged(step(input), log);
+            }
+            _ => return ran,
+        }
+    }
+}
+
+#[test]
+fn the_machine_switches_tool_sets_between_turns_and_a_replay_reproduces_it() {
+    let source = Arc::new(Listed::default());
+    let old = echo("old", object());
+    let new = echo("new", needs_n());
+    source.set(vec![old.clone()]);
+    let agent = Agent::builder()
+        .model(FunctionModel::new(|_| Ok(ModelResponse::text("unused"))))
+        .tool(echo("own", object()))
+        .tool_source(source.clone())
+        .build()
+        .unwrap();
+    let seams = Seams {
+        dynamic_tools: true,
+        ..Seams::default()
+    };
+    let start = || RunStart {
+        run_id: Arc::from("r"),
+        ids: Arc::new(SequentialIds::default()),
+        seams,
+        limits: None,
+        transcript: Vec::new(),
+        input: Some(Message::user("go")),
+        observed: true,
+    };
+    let mut m = RunMachine::new(Arc::clone(agent.config()), start());
+    let mut log = Vec::new();
+
+    // Turn 1: the source's tools are the ones the agent was built with.
+    assert!(matches!(m.action(), Action::ListTools));
+    m.feed_logged(step(Input::ToolsListed { tools: None }), &mut log);
+    respond(
+        &mut m,
+        &mut log,
+        &["own", "old"],
+        ModelResponse::tool_calls([("c1", "old", "{}")]),
+    );
+    assert_eq!(run_batch(&mut m, &mut log), vec![0]);
+
+    // Turn 2: the source lists `new` instead of `old`.
+    assert!(
+        matches!(m.action(), Action::ListTools),
+        "each turn asks again"
+    );
+    m.feed_logged(
+        step(Input::ToolsListed {
+            tools: Some(vec![spec(&new)]),
+        }),
+        &mut log,
+    );
+    let changed: Vec<EventKind> = m.drain_events().map(|(_, k)| k).collect();
+    assert!(
+        changed.iter().any(|k| matches!(k,
+            EventKind::ToolsChanged { added, removed, .. } if *added == ["new"] && *removed == ["old"])),
+        "{changed:?}"
+    );
+    respond(
+        &mut m,
+        &mut log,
+        &["own", "new"],
+        ModelResponse::tool_calls([
+            ("c2", "old", "{}"),
+            ("c3", "new", r#"{"n": "x"}"#),
+            ("c4", "new", r#"{"n": 4}"#),
+            ("c5", "own", "{}"),
+        ]),
+    );
+    // The vanished tool is unknown and the new schema is the one that judges: only the valid
+    // call of `new` and the agent's own tool run.
+    assert_eq!(run_batch(&mut m, &mut log), vec![2, 3]);
+    m.feed_logged(step(Input::ToolsListed { tools: None }), &mut log);
+    respond(
+        &mut m,
+        &mut log,
+        &["own", "new"],
+        ModelResponse::text("done"),
+    );
+    assert!(matches!(m.action(), Action::Finish));
+    let out = m.into_outcome(Duration::ZERO);
+    assert_eq!(out.stop_reason, StopReason::Finished);
+    let status = |id: &str| {
+        let r = out.tool_calls.iter().find(|r| &*r.call_id == id).unwrap();
+        (r.outcome.status, r.outcome.code.clone())
+    };
+    assert_eq!(
+        status("c2"),
+        (CallStatus::Rejected, Some("unknown_tool".into()))
+    );
+    assert_eq!(
+        status("c3"),
+        (CallStatus::Rejected, Some("invalid_arguments".into()))
+    );
+    assert_eq!(status("c4").0, CallStatus::Ok);
+
+    // The log alone rebuilds the run: the new specs travel in it, no source is asked.
+    let run_log = RunLog {
+        run_id: "r".into(),
+        seams,
+        limits: None,
+        transcript: Vec::new(),
+        input: Some(Message::user("go")),
+        steps: log,
+    };
+    let text = serde_json::to_string(&run_log).unwrap();
+    let back: RunLog = serde_json::from_str(&text).unwrap();
+    let replayed = replay(Arc::clone(agent.config()), &back);
+    assert_eq!(replayed.transcript, out.transcript);
+    assert_eq!(replayed.tool_calls, out.tool_calls);
+}
+
+#[test]
+fn a_log_without_the_flag_never_asks_for_tools() {
+    // Old logs and journals have no `dynamic_tools`: it reads as false, and the turn starts with
+    // the model call as it always did.
+    let seams: Seams = serde_json::from_value(json!({
+        "input_guardrails": false, "output_guardrails": false, "hooks": false,
+        "gates": 0, "steering": false, "skip_tools": false
+    }))
+    .unwrap();
+    assert!(!seams.dynamic_tools);
+    assert!(
+        !serde_json::to_string(&seams)
+            .unwrap()
+            .contains("dynamic_tools")
+    );
+}
+
+#[tokio::test]
+async fn a_tool_added_during_a_run_is_offered_and_runs_from_the_next_turn() {
+    let source = Arc::new(Listed::default());
+    // `grow` adds `fresh` to its own source, as a server announces tools/list_changed.
+    let grow = {
+        let source = Arc::downgrade(&source);
+        Tool::dynamic("grow", "Adds fresh.", object(), move |_a: Value, _c| {
+            let source = source.clone();
+            async move {
+                if let Some(s) = source.upgrade() {
+                    let mut tools = s.tools();
+                    tools.push(echo("fresh", needs_n()));
+                    s.output.lock().unwrap().push("grow: added fresh".into());
+                    s.set(tools);
+                }
+                Ok(ToolOutput::text("added"))
+            }
+        })
+    };
+    source.set(vec![grow]);
+    let offered = Arc::new(Mutex::new(Vec::<Vec<String>>::new()));
+    let model = {
+        let offered = Arc::clone(&offered);
+        FunctionModel::new(move |req| {
+            let mut seen = offered.lock().unwrap();
+            seen.push(req.tools.iter().map(|s| s.name.clone()).collect());
+            Ok(match seen.len() {
+                1 => ModelResponse::tool_calls([("g", "grow", "{}")]),
+                2 => ModelResponse::tool_calls([("f", "fresh", r#"{"n": 1}"#)]),
+                _ => ModelResponse::text("done"),
+            })
+        })
+    };
+    let events = Arc::new(Mutex::new(Vec::new()));
+    let agent = {
+        let events = Arc::clone(&events);
+        Agent::builder()
+            .model(model)
+            .tool_source(source.clone())
+            .sink(move |e: &agentloop::Event| events.lock().unwrap().push(e.clone()))
+            .build()
+            .unwrap()
+    };
+    assert!(agent.seams(&RunOptions::default()).dynamic_tools);
+    let log = StepLog::new();
+    let out = agent
+        .run_with(
+            Vec::new(),
+            Some(Message::user("go")),
+            RunOptions {
+                log: Some(log.clone()),
+                ..RunOptions::default()
+            },
+        )
+        .await;
+    assert_eq!(out.stop_reason, StopReason::Finished, "{:?}", out.error);
+    assert_eq!(
+        *offered.lock().unwrap(),
+        vec![
+            vec!["grow".to_owned()],
+            vec!["grow".to_owned(), "fresh".to_owned()],
+            vec!["grow".to_owned(), "fresh".to_owned()],
+        ]
+    );
+    let fresh = out.tool_calls.iter().find(|r| &*r.call_id == "f").unwrap();
+    assert_eq!(fresh.outcome.status, CallStatus::Ok, "{:?}", fresh.outcome);
+    assert_eq!(
+        fresh.outcome.content.to_text(),
+        json!({"tool": "fresh", "args": {"n": 1}}).to_string()
+    );
+    let events = events.lock().unwrap();
+    let changed: Vec<(u32, &EventKind)> = events
+        .iter()
+        .filter(|e| matches!(e.kind, EventKind::ToolsChanged { .. }))
+        .map(|e| (e.turn, &e.kind))
+        .collect();
+    assert_eq!(changed.len(), 1, "{changed:?}");
+    assert!(
+        matches!(changed[0], (2, EventKind::ToolsChanged { added, removed, .. }) if *added == ["fresh"] && removed.is_empty()),
+        "{changed:?}"
+    );
+    assert!(
+        events.iter().any(|e| matches!(&e.kind,
+            EventKind::ToolSourceOutput { origin, lines } if origin == "src" && *lines == ["grow: added fresh"])),
+        "the source's output is an event"
+    );
+    let replayed = replay(Arc::clone(agent.config()), &log.take().unwrap());
+    assert_eq!(replayed.transcript, out.transcript);
+    assert_eq!(replayed.tool_calls, out.tool_calls);
+}
