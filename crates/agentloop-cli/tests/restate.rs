@@ -390,3 +390,58 @@ input_schema = { type = "object" }
     lengths.sort_unstable();
     assert_eq!(lengths[1], 2 * lengths[0], "{lengths:?}");
 }
+
+#[test]
+fn restates_cancel_reaches_the_run_which_drains_and_reports_cancelled() {
+    let server = Server::start();
+    let dir = AgentDir::new(
+        r#"name = "slow"
+[model]
+provider = "scripted"
+script = "script.json"
+[[tools]]
+name = "slow"
+command = ["sh", "-c", "echo started >> side.log; sleep 2; echo slept"]
+input_schema = { type = "object" }
+"#,
+    );
+    dir.write(
+        "script.json",
+        &json!([
+            {"tool_calls": [{"id": "s1", "name": "slow", "arguments": {}}]},
+            {"tool_calls": [{"id": "s2", "name": "slow", "arguments": {}}]},
+            {"text": "Done."}
+        ])
+        .to_string(),
+    );
+    let _w = worker(&dir, &server, free_addr(), true, None);
+    let id = submit(&dir, &server, "cancelled", &[])["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while side_log(&dir).is_empty() {
+        assert!(Instant::now() < deadline, "the tool never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Restate's own cancel, through its admin API.
+    let code = format!(
+        "import urllib.request\n\
+         urllib.request.urlopen(urllib.request.Request('{}/invocations/{id}/cancel', method='PATCH'))",
+        server.admin.trim_end_matches('/')
+    );
+    let out = Command::new("python3")
+        .args(["-c", &code])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "cancel: {}", stderr(&out));
+    let out = attach_cmd(&dir, &server, &id).output().unwrap();
+    assert_eq!(out.status.code(), Some(130), "attach: {}", stderr(&out));
+    let outcome = stdout_json(&out);
+    assert_eq!(outcome["stop_reason"], "cancelled", "{outcome}");
+    assert_eq!(outcome["error"]["code"], "run.cancelled", "{outcome}");
+    // The call in flight finished (drained), and no later one started.
+    assert_eq!(side_log(&dir), ["started"]);
+    let calls = outcome["tool_calls"].as_array().unwrap();
+    assert_eq!(calls.len(), 1, "{outcome}");
+}
