@@ -29,14 +29,14 @@ struct Server {
     admin: String,
 }
 
-fn script(name: &str) -> PathBuf {
+fn restate_script(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("../../scripts/restate/{name}"))
 }
 
 impl Server {
     fn start() -> Server {
         let dir = tempfile::tempdir().unwrap();
-        let out = Command::new(script("start.sh"))
+        let out = Command::new(restate_script("start.sh"))
             .arg(dir.path())
             .stdin(Stdio::null())
             .output()
@@ -63,7 +63,7 @@ impl Server {
 
 impl Drop for Server {
     fn drop(&mut self) {
-        let _ = Command::new(script("stop.sh"))
+        let _ = Command::new(restate_script("stop.sh"))
             .arg(self.dir.path())
             .stdin(Stdio::null())
             .output();
@@ -444,4 +444,30 @@ input_schema = { type = "object" }
     assert_eq!(side_log(&dir), ["started"]);
     let calls = outcome["tool_calls"].as_array().unwrap();
     assert_eq!(calls.len(), 1, "{outcome}");
+}
+
+#[test]
+fn an_unanswered_approval_waits_on_a_durable_timer_until_the_runs_deadline() {
+    let server = Server::start();
+    let agent = AGENT.replace(
+        "max_concurrency = 2",
+        "max_concurrency = 2\ntimeout_secs = 3",
+    );
+    let dir = AgentDir::new(&format!(
+        "{agent}[permissions]\nask = [\"write\"]\nstore = \"permissions.json\"\n"
+    ));
+    dir.write("tool.sh", TOOL);
+    dir.write("script.json", &script());
+    let _w = worker(&dir, &server, free_addr(), true, None);
+    let id = submit(&dir, &server, "late", &[])["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let started = Instant::now();
+    let out = attach_cmd(&dir, &server, &id).output().unwrap();
+    assert_eq!(out.status.code(), Some(5), "attach: {}", stderr(&out));
+    let outcome = stdout_json(&out);
+    assert_eq!(outcome["stop_reason"], "deadline", "{outcome}");
+    assert!(started.elapsed() >= Duration::from_secs(2), "it waited");
+    assert!(!side_log(&dir).iter().any(|l| l.starts_with("write ")));
 }

@@ -22,6 +22,9 @@ pub(crate) enum Entry {
     Begin {
         /// The header.
         header: Box<JournalHeader>,
+        /// When (Unix time, ms): the deadline is wall-clock time across workers and waits.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        started_ms: Option<u64>,
     },
     /// A step's result.
     Step {
@@ -34,6 +37,9 @@ pub(crate) enum Entry {
     Suspend {
         /// The calls.
         pending: Vec<ApprovalRequest>,
+        /// When (Unix time, ms): the wait for answers ends at the run's deadline.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        at_ms: Option<u64>,
     },
     /// The run is over.
     Finish,
@@ -70,6 +76,7 @@ impl Journal for ChannelJournal {
     fn begin<'a>(&'a self, header: &'a JournalHeader) -> BoxFuture<'a, Result<(), JournalError>> {
         self.write(Entry::Begin {
             header: Box::new(header.clone()),
+            started_ms: None,
         })
     }
 
@@ -92,6 +99,7 @@ impl Journal for ChannelJournal {
     ) -> BoxFuture<'a, Result<(), JournalError>> {
         self.write(Entry::Suspend {
             pending: pending.to_vec(),
+            at_ms: None,
         })
     }
 

@@ -10,6 +10,7 @@ use agentloop::journal::{JournalError, JournalHeader, JournaledRun, RunStatus};
 use agentloop::machine::{Input, Step};
 use agentloop::permissions::{Answer, ApprovalRequest};
 use agentloop::{Agent, EventSink, Message, RunOptions, RunOutcome, StopReason};
+use restate_sdk::context::DurableFuture;
 use restate_sdk::prelude::*;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -86,14 +87,24 @@ struct Journaled {
     approvals: Vec<agentloop::journal::PendingApproval>,
     /// The calls of the last suspension, until they are answered.
     pending: Vec<ApprovalRequest>,
+    /// When the run started (Unix time, ms).
+    started_ms: Option<u64>,
+    /// When it last suspended (Unix time, ms).
+    suspended_ms: Option<u64>,
 }
 
 impl Journaled {
     fn record(&mut self, entry: Entry) {
         match entry {
-            Entry::Begin { header } => self.header = Some(*header),
+            Entry::Begin { header, started_ms } => {
+                self.header = Some(*header);
+                self.started_ms = started_ms;
+            }
             Entry::Step { step, .. } => self.steps.push(*step),
-            Entry::Suspend { pending } => self.pending = pending,
+            Entry::Suspend { pending, at_ms } => {
+                self.pending = pending;
+                self.suspended_ms = at_ms;
+            }
             Entry::Live | Entry::Finish => {}
         }
     }
@@ -110,6 +121,20 @@ impl Journaled {
             .count()
     }
 
+    /// How long the wait for answers may last: what is left of the run's deadline when it
+    /// suspended (from journaled times only, so that every attempt waits on the same timer).
+    fn wait_limit(&self, deadline: Option<Duration>) -> Option<Duration> {
+        let spent = self.suspended_ms?.saturating_sub(self.started_ms?);
+        Some(deadline?.saturating_sub(Duration::from_millis(spent)))
+    }
+
+    /// The wall-clock time since the run started, now.
+    fn elapsed(&self) -> Option<Duration> {
+        Some(Duration::from_millis(
+            now_ms().saturating_sub(self.started_ms?),
+        ))
+    }
+
     fn run(&self) -> Option<JournaledRun> {
         Some(JournaledRun {
             header: self.header.clone()?,
@@ -118,6 +143,18 @@ impl Journaled {
             approvals: self.approvals.clone(),
         })
     }
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// What an approval wait ends on.
+enum Waited {
+    Answer(Result<Json<Answer>, TerminalError>),
+    Timer,
 }
 
 /// Restate's code for an invocation that was cancelled.
@@ -170,9 +207,18 @@ impl SessionObject {
                 break;
             }
             match entry {
-                Ok(Json(Entry::Suspend { pending })) => {
-                    self.wait(&ctx, news.as_ref(), &pending, &mut journaled, &cancel)
-                        .await?;
+                Ok(Json(entry @ Entry::Suspend { .. })) => {
+                    journaled.record(entry);
+                    let pending = std::mem::take(&mut journaled.pending);
+                    self.wait(
+                        &ctx,
+                        &request.agent,
+                        news.as_ref(),
+                        &pending,
+                        &mut journaled,
+                        &cancel,
+                    )
+                    .await?;
                 }
                 Ok(Json(entry)) => journaled.record(entry),
                 Err(e) if e.code() == CANCELLED => cancel.cancel(),
@@ -195,6 +241,9 @@ impl SessionObject {
                 sinks,
                 cancel: Some(cancel.clone()),
                 origin: Some(request.agent.clone()),
+                // The deadline is wall-clock time since the run started, whichever worker
+                // goes on with it and however long it waited.
+                elapsed: journaled.elapsed(),
                 ..RunOptions::default()
             };
             let earlier = journaled.run();
@@ -222,8 +271,15 @@ impl SessionObject {
             let outcome = outcome.map_err(|e| TerminalError::new(e.to_string()))?;
             if outcome.stop_reason == StopReason::Suspended {
                 let pending = std::mem::take(&mut journaled.pending);
-                self.wait(&ctx, news.as_ref(), &pending, &mut journaled, &cancel)
-                    .await?;
+                self.wait(
+                    &ctx,
+                    &request.agent,
+                    news.as_ref(),
+                    &pending,
+                    &mut journaled,
+                    &cancel,
+                )
+                .await?;
                 continue;
             }
             ctx.set("transcript", Json(outcome.transcript.clone()));
@@ -245,6 +301,12 @@ impl SessionObject {
         journaled: &mut Journaled,
         cancel: &CancellationToken,
     ) -> Result<(), JournalError> {
+        let mut entry = entry;
+        match &mut entry {
+            Entry::Begin { started_ms, .. } => *started_ms = Some(now_ms()),
+            Entry::Suspend { at_ms, .. } => *at_ms = Some(now_ms()),
+            _ => {}
+        }
         loop {
             let copy = entry.clone();
             match ctx
@@ -274,16 +336,31 @@ impl SessionObject {
     }
 
     /// Waits for a human's answers to the calls a run suspended on: one awakeable each, their
-    /// ids published in the run's news. The invocation holds no worker while it waits.
+    /// ids published in the run's news. The invocation holds no worker while it waits. The wait
+    /// ends at the run's deadline (a durable timer): the calls not answered by then are denied,
+    /// and the run, past its deadline, stops. A cancel denies them too, and the run drains.
     async fn wait(
         &self,
         ctx: &ObjectContext<'_>,
+        agent: &str,
         news: Option<&NewsSender>,
         pending: &[ApprovalRequest],
         journaled: &mut Journaled,
         cancel: &CancellationToken,
     ) -> Result<(), TerminalError> {
-        let mut waits = Vec::with_capacity(pending.len());
+        let deadline = match &journaled.header {
+            Some(h) => h.limits.as_ref().and_then(|l| l.timeout),
+            None => None,
+        }
+        .or_else(|| {
+            self.agents
+                .agent(agent, 0)
+                .ok()
+                .and_then(|a| a.config().limits().timeout)
+        });
+        let mut waits: DurableFuturesUnordered<
+            std::pin::Pin<Box<dyn DurableFuture<Output = Waited> + Send + '_>>,
+        > = DurableFuturesUnordered::new();
         let mut published = Vec::with_capacity(pending.len());
         for request in pending {
             let (id, answer) = ctx.awakeable::<Json<Answer>>();
@@ -291,26 +368,36 @@ impl SessionObject {
                 request: request.clone(),
                 awakeable: id,
             });
-            waits.push(answer);
+            waits.push(Box::pin(answer.map(Waited::Answer)));
+        }
+        if let Some(limit) = journaled.wait_limit(deadline) {
+            waits.push(Box::pin(ctx.sleep(limit).map(|_| Waited::Timer)));
         }
         if let Some(n) = news {
             n.approvals(published).await;
         }
-        for (request, answer) in pending.iter().zip(waits) {
-            let answer = match answer.await {
-                Ok(Json(a)) => a,
-                // Cancelled while waiting: the call is denied and the run, cancelled, ends.
-                Err(e) if e.code() == CANCELLED => {
-                    cancel.cancel();
-                    Answer::DenyOnce
+        let mut answers: Vec<Option<Answer>> = vec![None; pending.len()];
+        while answers.iter().any(Option::is_none) {
+            match waits.next().await {
+                Ok(Some((i, Waited::Answer(Ok(Json(a)))))) => {
+                    if let Some(slot) = answers.get_mut(i) {
+                        *slot = Some(a);
+                    }
                 }
-                Err(e) => return Err(e),
-            };
+                Ok(Some((_, Waited::Answer(Err(e))))) | Err(e) if e.code() == CANCELLED => {
+                    cancel.cancel();
+                    break;
+                }
+                Ok(Some((_, Waited::Answer(Err(e))))) | Err(e) => return Err(e),
+                Ok(Some((_, Waited::Timer))) | Ok(None) => break,
+            }
+        }
+        for (request, answer) in pending.iter().zip(answers) {
             journaled
                 .approvals
                 .push(agentloop::journal::PendingApproval {
                     request: request.clone(),
-                    answer: Some(answer),
+                    answer: Some(answer.unwrap_or(Answer::DenyOnce)),
                 });
         }
         if let Some(n) = news {

@@ -75,6 +75,11 @@ pub struct RunOptions {
     /// The run's depth in a tree of subagents: 0 for a run of its own; a subagent's tool sets
     /// it for the runs it starts.
     pub depth: u32,
+    /// For [`Agent::resume`]: the time the run has taken so far, when the driver counts more
+    /// than its journal's last step says. By default a resumed run's clock (and its deadline)
+    /// goes on from that step: the time between the crash and the resume is not the run's. A
+    /// driver that keeps wall-clock time across workers and waits (Restate's) gives its own.
+    pub elapsed: Option<std::time::Duration>,
 }
 
 pub(crate) struct Inner {
@@ -424,6 +429,7 @@ impl Agent {
         }
         // What happened before this process was told then: its events are not sent again.
         machine.drain_events().for_each(drop);
+        let at = options.elapsed.map_or(at, |e| e.max(at));
         let now = Instant::now();
         let start = now.checked_sub(at).unwrap_or(now);
         let answers = approvals
