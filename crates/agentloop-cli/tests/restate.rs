@@ -335,29 +335,26 @@ with open("times.log", "a") as f:
 print("slept")
 "#;
 
+/// An agent of one tool, `slow`, which runs `command`, and a script that calls it once per
+/// turn (`calls` turns), then answers.
+fn slow_dir(command: &str, calls: usize) -> AgentDir {
+    let dir = AgentDir::new(&format!(
+        "name = \"slow\"\n[model]\nprovider = \"scripted\"\nscript = \"script.json\"\n\
+         [[tools]]\nname = \"slow\"\ncommand = {command}\ninput_schema = {{ type = \"object\" }}\n"
+    ));
+    let mut script: Vec<Value> = (1..=calls)
+        .map(|i| json!({"tool_calls": [{"id": format!("s{i}"), "name": "slow", "arguments": {}}]}))
+        .collect();
+    script.push(json!({"text": "Done."}));
+    dir.write("script.json", &Value::Array(script).to_string());
+    dir
+}
+
 #[test]
 fn runs_of_one_session_key_are_serialized_and_a_repeated_submit_starts_none() {
     let server = Server::start();
-    let dir = AgentDir::new(
-        r#"name = "slow"
-[model]
-provider = "scripted"
-script = "script.json"
-[[tools]]
-name = "slow"
-command = ["python3", "slow.py"]
-input_schema = { type = "object" }
-"#,
-    );
+    let dir = slow_dir(r#"["python3", "slow.py"]"#, 1);
     dir.write("slow.py", SLOW);
-    dir.write(
-        "script.json",
-        &json!([
-            {"tool_calls": [{"id": "s1", "name": "slow", "arguments": {}}]},
-            {"text": "Done."}
-        ])
-        .to_string(),
-    );
     let _w = worker(&dir, &server, free_addr(), true, None);
     let (first, second) = std::thread::scope(|s| {
         let one = s.spawn(|| submit(&dir, &server, "shared", &["--idempotency-key", "k1"]));
@@ -394,25 +391,9 @@ input_schema = { type = "object" }
 #[test]
 fn restates_cancel_reaches_the_run_which_drains_and_reports_cancelled() {
     let server = Server::start();
-    let dir = AgentDir::new(
-        r#"name = "slow"
-[model]
-provider = "scripted"
-script = "script.json"
-[[tools]]
-name = "slow"
-command = ["sh", "-c", "echo started >> side.log; sleep 2; echo slept"]
-input_schema = { type = "object" }
-"#,
-    );
-    dir.write(
-        "script.json",
-        &json!([
-            {"tool_calls": [{"id": "s1", "name": "slow", "arguments": {}}]},
-            {"tool_calls": [{"id": "s2", "name": "slow", "arguments": {}}]},
-            {"text": "Done."}
-        ])
-        .to_string(),
+    let dir = slow_dir(
+        r#"["sh", "-c", "echo started >> side.log; sleep 2; echo slept"]"#,
+        2,
     );
     let _w = worker(&dir, &server, free_addr(), true, None);
     let id = submit(&dir, &server, "cancelled", &[])["id"]

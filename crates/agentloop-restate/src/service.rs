@@ -209,16 +209,8 @@ impl SessionObject {
             match entry {
                 Ok(Json(entry @ Entry::Suspend { .. })) => {
                     journaled.record(entry);
-                    let pending = std::mem::take(&mut journaled.pending);
-                    self.wait(
-                        &ctx,
-                        &request.agent,
-                        news.as_ref(),
-                        &pending,
-                        &mut journaled,
-                        &cancel,
-                    )
-                    .await?;
+                    self.wait(&ctx, &request.agent, news.as_ref(), &mut journaled, &cancel)
+                        .await?;
                 }
                 Ok(Json(entry)) => journaled.record(entry),
                 Err(e) if e.code() == CANCELLED => cancel.cancel(),
@@ -270,16 +262,8 @@ impl SessionObject {
             };
             let outcome = outcome.map_err(|e| TerminalError::new(e.to_string()))?;
             if outcome.stop_reason == StopReason::Suspended {
-                let pending = std::mem::take(&mut journaled.pending);
-                self.wait(
-                    &ctx,
-                    &request.agent,
-                    news.as_ref(),
-                    &pending,
-                    &mut journaled,
-                    &cancel,
-                )
-                .await?;
+                self.wait(&ctx, &request.agent, news.as_ref(), &mut journaled, &cancel)
+                    .await?;
                 continue;
             }
             ctx.set("transcript", Json(outcome.transcript.clone()));
@@ -335,7 +319,7 @@ impl SessionObject {
         Ok(())
     }
 
-    /// Waits for a human's answers to the calls a run suspended on: one awakeable each, their
+    /// Waits for a human's answers to the calls the run last suspended on: one awakeable each, their
     /// ids published in the run's news. The invocation holds no worker while it waits. The wait
     /// ends at the run's deadline (a durable timer): the calls not answered by then are denied,
     /// and the run, past its deadline, stops. A cancel denies them too, and the run drains.
@@ -344,10 +328,10 @@ impl SessionObject {
         ctx: &ObjectContext<'_>,
         agent: &str,
         news: Option<&NewsSender>,
-        pending: &[ApprovalRequest],
         journaled: &mut Journaled,
         cancel: &CancellationToken,
     ) -> Result<(), TerminalError> {
+        let pending = std::mem::take(&mut journaled.pending);
         let deadline = match &journaled.header {
             Some(h) => h.limits.as_ref().and_then(|l| l.timeout),
             None => None,
@@ -362,7 +346,7 @@ impl SessionObject {
             std::pin::Pin<Box<dyn DurableFuture<Output = Waited> + Send + '_>>,
         > = DurableFuturesUnordered::new();
         let mut published = Vec::with_capacity(pending.len());
-        for request in pending {
+        for request in &pending {
             let (id, answer) = ctx.awakeable::<Json<Answer>>();
             published.push(PendingApproval {
                 request: request.clone(),
