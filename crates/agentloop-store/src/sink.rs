@@ -358,7 +358,12 @@ impl RunState {
             // A server's stderr can quote anything it read: a payload, redacted like one.
             EventKind::ToolSourceOutput { origin, lines } if payloads => {
                 run.tool_output
-                    .extend(lines.iter().map(|l| redact_text(&format!("{origin}: {l}"))));
+                    // Each line alone: behind the origin, a `KEY=value` line would not read as one.
+                    .extend(
+                        lines
+                            .iter()
+                            .map(|l| format!("{origin}: {}", redact_text(l))),
+                    );
             }
             EventKind::StopConditionMet { by } => {
                 run.warnings

@@ -1133,3 +1133,92 @@ fn a_tool_error_quoting_a_secret_is_redacted_in_the_trace_and_its_retries() {
         );
     }
 }
+
+/// The events of a run whose tool source changed its tools at turn 2 and wrote on stderr.
+fn tool_source_events() -> Vec<agentloop::Event> {
+    use agentloop::{Event, EventKind, StopReason};
+    let at = |turn: u32, kind: EventKind| Event {
+        run_id: Arc::from("run-src"),
+        turn,
+        kind,
+    };
+    vec![
+        at(
+            0,
+            EventKind::RunStarted {
+                agent: "a".into(),
+                model: "m".into(),
+                parent_run_id: None,
+                parent_call_id: None,
+                input: "go".into(),
+            },
+        ),
+        at(1, EventKind::TurnStarted),
+        at(
+            1,
+            EventKind::ToolSourceOutput {
+                origin: "notes".into(),
+                lines: vec![
+                    "listening".into(),
+                    "OPENAI_API_KEY=sk-test-secret-4711".into(),
+                ],
+            },
+        ),
+        at(2, EventKind::TurnStarted),
+        at(
+            2,
+            EventKind::ToolsChanged {
+                added: vec!["notes__grow".into()],
+                removed: vec!["notes__old".into()],
+                updated: Vec::new(),
+                refused: Vec::new(),
+            },
+        ),
+        at(
+            2,
+            EventKind::RunFinished {
+                stop_reason: StopReason::Finished,
+                usage: usage(1, 1),
+                cost_usd: 0.0,
+                turns: 2,
+                error: None,
+            },
+        ),
+    ]
+}
+
+#[test]
+fn a_tool_change_and_a_sources_output_survive_ndjson_and_sqlite() {
+    let dir = scratch("tool-source");
+    for name in ["run.ndjson", "run.sqlite"] {
+        let path = dir.join(name);
+        let sink = TraceSink::open(&path, TraceOptions { payloads: true }).unwrap();
+        for e in tool_source_events() {
+            agentloop::EventSink::emit(&sink, &e);
+        }
+        sink.finish().unwrap();
+        let trace = read_trace(&path).unwrap();
+        let run = runs(&trace)[0];
+        assert_eq!(run.tool_output.len(), 2, "{name}: {run:?}");
+        assert_eq!(run.tool_output[0], "notes: listening", "{name}");
+        assert!(
+            run.tool_output[1].starts_with("notes: OPENAI_API_KEY")
+                && !run.tool_output[1].contains("sk-test-secret-4711"),
+            "{name}: a secret in a server's output is redacted: {}",
+            run.tool_output[1]
+        );
+        let changed: Vec<_> = turns(&trace)
+            .iter()
+            .filter_map(|t| t.tools_changed.clone().map(|c| (t.turn, c)))
+            .collect();
+        assert_eq!(changed.len(), 1, "{name}: {changed:?}");
+        assert_eq!(changed[0].0, 2, "{name}");
+        assert_eq!(changed[0].1.added, ["notes__grow"], "{name}");
+        assert_eq!(changed[0].1.removed, ["notes__old"], "{name}");
+    }
+    // And a conversion keeps them.
+    convert(dir.join("run.ndjson"), dir.join("converted.sqlite")).unwrap();
+    let a = read_trace(dir.join("run.ndjson")).unwrap();
+    let b = read_trace(dir.join("converted.sqlite")).unwrap();
+    assert_eq!(a.records, b.records);
+}
