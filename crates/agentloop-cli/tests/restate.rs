@@ -70,8 +70,9 @@ impl Drop for Server {
     }
 }
 
-/// A worker process (`agentloop serve`), killed with SIGKILL when dropped.
-struct Worker(Child);
+/// A worker process (`agentloop serve`), killed with SIGKILL when dropped, and what it writes on
+/// stderr after it started.
+struct Worker(Child, std::sync::mpsc::Receiver<String>);
 
 impl Drop for Worker {
     fn drop(&mut self) {
@@ -86,7 +87,7 @@ fn free_addr() -> SocketAddr {
 }
 
 /// Starts a worker at `addr`, registered with the server when `register`; `crash_after` makes it
-/// die (abort) right after that step of a run is journaled.
+/// stop a run right after that step is journaled (it says so on stderr) for the test to kill it.
 fn worker(
     dir: &AgentDir,
     server: &Server,
@@ -110,24 +111,31 @@ fn worker(
     }
     let mut child = cmd.spawn().unwrap();
     let stderr = child.stderr.take().unwrap();
+    // Its stderr is read to the end, so that it never blocks on a full pipe.
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
     if register {
-        let mut lines = BufReader::new(stderr).lines();
-        let registered = lines
-            .by_ref()
-            .map_while(Result::ok)
-            .any(|l| l.starts_with("registered "));
-        assert!(registered, "the worker did not register");
-        // The rest of its stderr is drained, so that it never blocks on a full pipe.
-        std::thread::spawn(move || lines.for_each(drop));
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(left) {
+                Ok(line) if line.starts_with("registered ") => break,
+                Ok(_) => {}
+                Err(e) => panic!("the worker did not register: {e}"),
+            }
+        }
     } else {
-        std::thread::spawn(move || BufReader::new(stderr).lines().for_each(drop));
         let deadline = Instant::now() + Duration::from_secs(20);
         while TcpStream::connect(addr).is_err() {
             assert!(Instant::now() < deadline, "the worker does not listen");
             std::thread::sleep(Duration::from_millis(20));
         }
     }
-    Worker(child)
+    Worker(child, rx)
 }
 
 fn submit(dir: &AgentDir, server: &Server, session: &str, extra: &[&str]) -> Value {
@@ -219,10 +227,16 @@ fn a_worker_killed_after_any_step_leaves_the_run_to_another_with_the_same_transc
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        // Either the worker dies at the step, or the run ends first (it has fewer steps).
+        // Either the worker stops at the step (and is killed with SIGKILL), or the run ends first
+        // (it has fewer steps).
         let deadline = Instant::now() + Duration::from_secs(60);
         let crashed = loop {
-            if a.0.try_wait().unwrap().is_some() {
+            if a.1
+                .try_iter()
+                .any(|l| l.starts_with("agentloop-restate: fault: paused"))
+            {
+                a.0.kill().unwrap(); // SIGKILL on Unix
+                a.0.wait().unwrap();
                 break true;
             }
             if watch.try_wait().unwrap().is_some() {

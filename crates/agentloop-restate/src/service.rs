@@ -62,7 +62,9 @@ pub struct EndpointOptions {
     pub retry_initial: Duration,
     /// The longest delay between attempts.
     pub retry_max: Duration,
-    /// For the crash tests only: the process aborts (as if killed) right after step N of a run
+    /// For the crash tests only: right after step N of a run is journaled, the worker says so on
+    /// stderr (`agentloop-restate: fault: paused after step N`) and that run goes no further,
+    /// for the test to kill the process
     /// is journaled.
     pub crash_after_step: Option<u64>,
 }
@@ -313,8 +315,11 @@ impl SessionObject {
         };
         journaled.record(entry);
         if crash {
-            eprintln!("agentloop-restate: the test fault: the worker dies after a journaled step");
-            std::process::abort();
+            eprintln!(
+                "agentloop-restate: fault: paused after step {}",
+                journaled.steps.len().saturating_sub(1)
+            );
+            std::future::pending::<()>().await;
         }
         Ok(())
     }
