@@ -600,11 +600,19 @@ fn already_shown(quiet: bool, same_terminal: bool, streamed: &str, output: &str)
 
 /// Prints the final output on stdout, unless it already streamed to the same terminal.
 fn print_final(outcome: &RunOutcome, progress: &Progress, quiet: bool) {
-    let output = outcome.output.clone().unwrap_or_default();
+    print_final_text(
+        outcome.output.as_deref().unwrap_or_default(),
+        progress,
+        quiet,
+    );
+}
+
+/// The final output on stdout, unless it already streamed to the same terminal.
+fn print_final_text(output: &str, progress: &Progress, quiet: bool) {
     if output.is_empty() {
         return;
     }
-    if !already_shown(quiet, same_terminal(), &progress.last_streamed(), &output) {
+    if !already_shown(quiet, same_terminal(), &progress.last_streamed(), output) {
         let mut stdout = std::io::stdout().lock();
         let _ = writeln!(stdout, "{}", output.trim_end_matches('\n'));
         let _ = stdout.flush();

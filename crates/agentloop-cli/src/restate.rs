@@ -290,9 +290,8 @@ pub async fn attach(args: AttachArgs) -> Result<i32, CliError> {
     if args.json {
         out!("{outcome}");
     } else {
-        if let Some(text) = outcome.get("output").and_then(Value::as_str) {
-            out!("{text}");
-        }
+        let text = outcome.get("output").and_then(Value::as_str);
+        crate::print_final_text(text.unwrap_or_default(), &progress, args.quiet);
         if !args.quiet
             && let Some(line) = report.get("closing_line").and_then(Value::as_str)
         {

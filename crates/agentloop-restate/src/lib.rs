@@ -22,6 +22,47 @@
 //! - The run's events go to the worker's own sinks (a trace file) and to the run's
 //!   [`RUNS_SERVICE`] object through the ingress, where `agentloop attach` follows them.
 //!
+//! A worker of one's own, serving one agent (the `agentloop serve` command does this for agent
+//! files):
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//!
+//! use agentloop::{Agent, ModelResponse, testing::ScriptedModel};
+//! use agentloop_restate::{Agents, EndpointOptions, Ingress, RestateError};
+//!
+//! struct Hello;
+//!
+//! impl Agents for Hello {
+//!     fn agent(&self, name: &str, model_calls: usize) -> Result<Agent, String> {
+//!         if name != "hello" {
+//!             return Err(format!("no agent named {name}"));
+//!         }
+//!         // A scripted model goes on where the run's journal left it.
+//!         let model = ScriptedModel::new([ModelResponse::text("Hello!")]).skip(model_calls);
+//!         Agent::builder()
+//!             .name("hello")
+//!             .model(model)
+//!             .build()
+//!             .map_err(|e| e.to_string())
+//!     }
+//! }
+//!
+//! # async fn worker() -> Result<(), RestateError> {
+//! let options = EndpointOptions {
+//!     ingress: Some(Ingress::new("http://127.0.0.1:8080")?),
+//!     ..EndpointOptions::default()
+//! };
+//! let endpoint = agentloop_restate::endpoint(Arc::new(Hello), options);
+//! let addr = "127.0.0.1:9080".parse().expect("an address");
+//! let listener = agentloop_restate::listener(addr)?;
+//! // Restate discovers the services at the endpoint's address: serve, then register.
+//! tokio::spawn(agentloop_restate::register("http://127.0.0.1:9070", "http://127.0.0.1:9080"));
+//! agentloop_restate::serve(endpoint, listener, tokio::signal::ctrl_c()).await;
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! | code | meaning |
 //! |---|---|
 //! | `restate.ingress` | the Restate ingress could not be reached or refused the request |
