@@ -31,6 +31,14 @@ INGRESS_PORT=${RESTATE_INGRESS_PORT:-$free1}
 ADMIN_PORT=${RESTATE_ADMIN_PORT:-$free2}
 NODE_PORT=${RESTATE_NODE_PORT:-$free3}
 
+# AGENTLOOP_RESTATE_INACTIVITY (a duration such as "1s") sets both timeouts short, for a test of
+# what keeps a long step's attempt alive.
+INVOKER_TIMEOUTS=""
+if [ -n "${AGENTLOOP_RESTATE_INACTIVITY:-}" ]; then
+  INVOKER_TIMEOUTS="inactivity-timeout = \"$AGENTLOOP_RESTATE_INACTIVITY\"
+abort-timeout = \"$AGENTLOOP_RESTATE_INACTIVITY\""
+fi
+
 rm -rf "$DATA/restate-data" "$DATA/pid"
 : >"$DATA/server.log"
 
@@ -71,11 +79,13 @@ max-interval = "500ms"
 max-attempts = "unlimited"
 
 [worker.invoker]
-# inactivity-timeout and abort-timeout stay at their defaults (1m, 10m): together they bound how
+# inactivity-timeout and abort-timeout stay at their defaults (1m, 10m) unless
+# AGENTLOOP_RESTATE_INACTIVITY sets both: together they bound how
 # long one attempt may go without journal progress, e.g. a long ctx.run (an LLM call), before it
 # is cut and retried; at 10s/10s a 25 s ctx.run was cut every time and never finished. They do not
 # slow down retries after an endpoint is killed: the broken connection is seen at once.
 memory-limit = "256 MiB"
+$INVOKER_TIMEOUTS
 
 [bifrost]
 record-cache-memory-size = "32 MiB"

@@ -59,6 +59,18 @@ pub struct ServeArgs {
     /// Also records the runs this worker drives to this trace file.
     #[arg(long, value_name = "PATH")]
     trace: Option<PathBuf>,
+    /// During a long step (a slow model call or tool), a journal entry this often, in seconds:
+    /// Restate cuts an attempt that stays silent past its inactivity timeout (a minute by
+    /// default), and its cancel reaches a run at the next entry.
+    #[arg(long, value_name = "SECS", default_value_t = 5.0, value_parser = heartbeat_secs)]
+    heartbeat_secs: f64,
+}
+
+fn heartbeat_secs(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(s) if s.is_finite() && (0.05..=3600.0).contains(&s) => Ok(s),
+        _ => Err("a number of seconds from 0.05 to 3600".into()),
+    }
 }
 
 /// `agentloop submit`.
@@ -177,6 +189,7 @@ pub async fn serve(args: ServeArgs) -> Result<i32, CliError> {
     let options = EndpointOptions {
         ingress: Some(args.ingress.ingress()?),
         crash_after_step: std::env::var(CRASH_ENV).ok().and_then(|v| v.parse().ok()),
+        heartbeat: Duration::from_secs_f64(args.heartbeat_secs),
         ..EndpointOptions::default()
     };
     let served = Arc::new(Served {

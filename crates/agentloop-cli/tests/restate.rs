@@ -35,9 +35,15 @@ fn restate_script(name: &str) -> PathBuf {
 
 impl Server {
     fn start() -> Server {
+        Server::start_with(&[])
+    }
+
+    /// A server with these variables for `start.sh`.
+    fn start_with(env: &[(&str, &str)]) -> Server {
         let dir = tempfile::tempdir().unwrap();
         let out = Command::new(restate_script("start.sh"))
             .arg(dir.path())
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .output()
             .unwrap();
@@ -95,8 +101,21 @@ fn worker(
     register: bool,
     crash_after: Option<u64>,
 ) -> Worker {
+    worker_with(dir, server, addr, register, crash_after, &[])
+}
+
+/// [`worker`] with more arguments for `serve`.
+fn worker_with(
+    dir: &AgentDir,
+    server: &Server,
+    addr: SocketAddr,
+    register: bool,
+    crash_after: Option<u64>,
+    extra: &[&str],
+) -> Worker {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_agentloop"));
     cmd.args(["serve", dir.agent().to_str().unwrap()])
+        .args(extra)
         .args(["--restate-endpoint", &addr.to_string()])
         .args(["--restate", &server.ingress])
         .current_dir(dir.path("."))
@@ -403,13 +422,20 @@ fn runs_of_one_session_key_are_serialized_and_a_repeated_submit_starts_none() {
 }
 
 #[test]
-fn restates_cancel_reaches_the_run_which_drains_and_reports_cancelled() {
+fn restates_cancel_reaches_the_run_in_a_long_call_which_is_cancelled_and_drained() {
     let server = Server::start();
     let dir = slow_dir(
-        r#"["sh", "-c", "echo started >> side.log; sleep 2; echo slept"]"#,
+        r#"["sh", "-c", "echo started >> side.log; sleep 30; echo slept"]"#,
         2,
     );
-    let _w = worker(&dir, &server, free_addr(), true, None);
+    let _w = worker_with(
+        &dir,
+        &server,
+        free_addr(),
+        true,
+        None,
+        &["--heartbeat-secs", "0.2"],
+    );
     let id = submit(&dir, &server, "cancelled", &[])["id"]
         .as_str()
         .unwrap()
@@ -419,7 +445,8 @@ fn restates_cancel_reaches_the_run_which_drains_and_reports_cancelled() {
         assert!(Instant::now() < deadline, "the tool never started");
         std::thread::sleep(Duration::from_millis(20));
     }
-    // Restate's own cancel, through its admin API.
+    // Restate's own cancel, through its admin API, while the call sleeps.
+    let cancelled_at = Instant::now();
     let code = format!(
         "import urllib.request\n\
          urllib.request.urlopen(urllib.request.Request('{}/invocations/{id}/cancel', method='PATCH'))",
@@ -432,13 +459,20 @@ fn restates_cancel_reaches_the_run_which_drains_and_reports_cancelled() {
     assert!(out.status.success(), "cancel: {}", stderr(&out));
     let out = attach_cmd(&dir, &server, &id).output().unwrap();
     assert_eq!(out.status.code(), Some(130), "attach: {}", stderr(&out));
+    // The cancel reached the run at its next heartbeat, not when the call would have ended.
+    assert!(
+        cancelled_at.elapsed() < Duration::from_secs(20),
+        "the run ended {:?} after the cancel",
+        cancelled_at.elapsed()
+    );
     let outcome = stdout_json(&out);
     assert_eq!(outcome["stop_reason"], "cancelled", "{outcome}");
     assert_eq!(outcome["error"]["code"], "run.cancelled", "{outcome}");
-    // The call in flight finished (drained), and no later one started.
+    // The call in flight was cancelled and drained, and no later one started.
     assert_eq!(side_log(&dir), ["started"]);
     let calls = outcome["tool_calls"].as_array().unwrap();
     assert_eq!(calls.len(), 1, "{outcome}");
+    assert_eq!(calls[0]["error"]["code"], "cancelled", "{outcome}");
 }
 
 #[test]
@@ -465,4 +499,70 @@ fn an_unanswered_approval_waits_on_a_durable_timer_until_the_runs_deadline() {
     assert_eq!(outcome["stop_reason"], "deadline", "{outcome}");
     assert!(started.elapsed() >= Duration::from_secs(2), "it waited");
     assert!(!side_log(&dir).iter().any(|l| l.starts_with("write ")));
+}
+
+/// Two calls at once, one short and one long, on a server that cuts an attempt silent for a
+/// second (inactivity and abort timeouts of 1 s).
+fn long_step(heartbeat_secs: &str) -> Value {
+    let server = Server::start_with(&[("AGENTLOOP_RESTATE_INACTIVITY", "1s")]);
+    let dir = AgentDir::new(
+        r#"name = "long"
+[model]
+provider = "scripted"
+script = "script.json"
+[[tools]]
+name = "wait"
+command = ["python3", "-c", "import json, sys, time; time.sleep(json.load(sys.stdin)['secs']); print('waited')"]
+input_schema = { type = "object", properties = { secs = { type = "number" } }, required = ["secs"] }
+"#,
+    );
+    dir.write(
+        "script.json",
+        &json!([
+            {"tool_calls": [
+                {"id": "short", "name": "wait", "arguments": {"secs": 0.2}},
+                {"id": "long", "name": "wait", "arguments": {"secs": 4}}
+            ]},
+            {"text": "Done."}
+        ])
+        .to_string(),
+    );
+    let _w = worker_with(
+        &dir,
+        &server,
+        free_addr(),
+        true,
+        None,
+        &["--heartbeat-secs", heartbeat_secs],
+    );
+    let id = submit(&dir, &server, "long", &[])["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    attach(&dir, &server, &id)
+}
+
+fn call_status(outcome: &Value, id: &str) -> String {
+    let call = outcome["tool_calls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["id"] == id)
+        .unwrap_or_else(|| panic!("no call {id}: {outcome}"));
+    call["status"].as_str().unwrap().to_owned()
+}
+
+#[test]
+fn heartbeats_keep_a_long_step_alive_where_restate_cuts_a_silent_attempt() {
+    // With a heartbeat well inside the server's timeouts, the long call finishes.
+    let alive = long_step("0.2");
+    assert_eq!(alive["stop_reason"], "finished", "{alive}");
+    assert_eq!(call_status(&alive, "short"), "ok", "{alive}");
+    assert_eq!(call_status(&alive, "long"), "ok", "{alive}");
+    // Without (one far past them), Restate cuts the attempt while the long call runs: the next
+    // attempt finds it in flight, and the model reads that it was interrupted.
+    let cut = long_step("600");
+    assert_eq!(cut["stop_reason"], "finished", "{cut}");
+    assert_eq!(call_status(&cut, "short"), "ok", "{cut}");
+    assert_eq!(call_status(&cut, "long"), "error", "{cut}");
 }

@@ -43,6 +43,10 @@ pub(crate) enum Entry {
     },
     /// The run is over.
     Finish,
+    /// Nothing: written during a long step, so that Restate sees the invocation active (it
+    /// cuts an attempt that stays silent past its inactivity and abort timeouts) and so that
+    /// its cancel reaches the run (it surfaces at the handler's next entry).
+    Heartbeat,
 }
 
 /// A write the journal asks of the handler.

@@ -62,6 +62,12 @@ pub struct EndpointOptions {
     pub retry_initial: Duration,
     /// The longest delay between attempts.
     pub retry_max: Duration,
+    /// How long a step may go without a journal entry before the worker writes a heartbeat
+    /// entry. Keep it well below the server's inactivity timeout (a minute by default): an
+    /// attempt that stays silent past that (and the abort timeout) is cut, and the calls it was
+    /// running are then answered "interrupted". It is also how soon Restate's cancel reaches a
+    /// run in the middle of a long step.
+    pub heartbeat: Duration,
     /// For the crash tests only: right after step N of a run is journaled, the worker says so on
     /// stderr (`agentloop-restate: fault: paused after step N`) and that run goes no further,
     /// for the test to kill the process
@@ -75,6 +81,7 @@ impl Default for EndpointOptions {
             ingress: None,
             retry_initial: Duration::from_millis(250),
             retry_max: Duration::from_secs(10),
+            heartbeat: Duration::from_secs(5),
             crash_after_step: None,
         }
     }
@@ -107,7 +114,7 @@ impl Journaled {
                 self.pending = pending;
                 self.suspended_ms = at_ms;
             }
-            Entry::Live | Entry::Finish => {}
+            Entry::Live | Entry::Finish | Entry::Heartbeat => {}
         }
     }
 
@@ -252,14 +259,22 @@ impl SessionObject {
             tokio::pin!(run);
             // The run goes on while its writes are journaled, one at a time: the context is
             // this future's alone.
+            let mut quiet_since = tokio::time::Instant::now();
             let outcome = loop {
+                let heartbeat = quiet_since + self.options.heartbeat;
                 tokio::select! {
                     biased;
                     Some((entry, done)) = writes.recv() => {
                         let written = self.write(&ctx, entry, &mut journaled, &cancel).await;
                         let _ = done.send(written);
+                        quiet_since = tokio::time::Instant::now();
                     }
                     outcome = &mut run => break outcome,
+                    () = tokio::time::sleep_until(heartbeat) => {
+                        // A failed heartbeat changes nothing: the step's own write will say.
+                        let _ = self.write(&ctx, Entry::Heartbeat, &mut journaled, &cancel).await;
+                        quiet_since = tokio::time::Instant::now();
+                    }
                 }
             };
             let outcome = outcome.map_err(|e| TerminalError::new(e.to_string()))?;
