@@ -64,6 +64,9 @@ pub struct ServeArgs {
     /// default), and its cancel reaches a run at the next entry.
     #[arg(long, value_name = "SECS", default_value_t = 5.0, value_parser = heartbeat_secs)]
     heartbeat_secs: f64,
+    /// How long a run's events are kept for `attach` after it ends, in seconds (a day).
+    #[arg(long, value_name = "SECS", default_value_t = 86_400)]
+    news_retention_secs: u64,
 }
 
 fn heartbeat_secs(text: &str) -> Result<f64, String> {
@@ -190,6 +193,7 @@ pub async fn serve(args: ServeArgs) -> Result<i32, CliError> {
         ingress: Some(args.ingress.ingress()?),
         crash_after_step: std::env::var(CRASH_ENV).ok().and_then(|v| v.parse().ok()),
         heartbeat: Duration::from_secs_f64(args.heartbeat_secs),
+        news_retention: Duration::from_secs(args.news_retention_secs),
         ..EndpointOptions::default()
     };
     let served = Arc::new(Served {

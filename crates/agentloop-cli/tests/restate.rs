@@ -190,12 +190,12 @@ fn attach(dir: &AgentDir, server: &Server, id: &str) -> Value {
     stdout_json(&out)
 }
 
-/// The approvals run `id` waits on, from its news (what `agentloop approve --restate` reads).
-fn pending(server: &Server, id: &str) -> Vec<String> {
+/// Run `id`'s news from the start, as `attach` reads it (`{"events", "next", "approvals"}`).
+fn news(server: &Server, id: &str) -> Value {
     let code = format!(
         "import json, urllib.request\n\
          r = urllib.request.Request('{}/AgentRuns/{id}/read', data=b'0', headers={{'content-type': 'application/json'}})\n\
-         print(json.dumps([p['request']['call_id'] for p in json.load(urllib.request.urlopen(r))['approvals']]))",
+         print(json.dumps(json.load(urllib.request.urlopen(r))))",
         server.ingress.trim_end_matches('/')
     );
     let out = Command::new("python3")
@@ -203,9 +203,21 @@ fn pending(server: &Server, id: &str) -> Vec<String> {
         .output()
         .unwrap();
     if !out.status.success() {
-        return Vec::new();
+        return Value::Null;
     }
     serde_json::from_slice(&out.stdout).unwrap_or_default()
+}
+
+/// The approvals run `id` waits on, from its news (what `agentloop approve --restate` reads).
+fn pending(server: &Server, id: &str) -> Vec<String> {
+    news(server, id)["approvals"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|p| p["request"]["call_id"].as_str().unwrap().to_owned())
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 #[test]
@@ -565,4 +577,52 @@ fn heartbeats_keep_a_long_step_alive_where_restate_cuts_a_silent_attempt() {
     assert_eq!(cut["stop_reason"], "finished", "{cut}");
     assert_eq!(call_status(&cut, "short"), "ok", "{cut}");
     assert_eq!(call_status(&cut, "long"), "error", "{cut}");
+}
+
+#[test]
+fn a_runs_news_is_kept_for_attach_and_forgotten_after_its_retention() {
+    let server = Server::start();
+    let dir = slow_dir(r#"["sh", "-c", "echo slept"]"#, 1);
+    let _w = worker_with(
+        &dir,
+        &server,
+        free_addr(),
+        true,
+        None,
+        &["--news-retention-secs", "2"],
+    );
+    let id = submit(&dir, &server, "news", &[])["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let outcome = attach(&dir, &server, &id);
+    assert_eq!(outcome["stop_reason"], "finished", "{outcome}");
+    let kinds = |n: &Value| -> Vec<String> {
+        n["events"]
+            .as_array()
+            .map(|e| {
+                e.iter()
+                    .map(|e| e["event"].as_str().unwrap_or("").to_owned())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let kept = kinds(&news(&server, &id));
+    assert_eq!(
+        kept.first().map(String::as_str),
+        Some("run_started"),
+        "{kept:?}"
+    );
+    assert_eq!(
+        kept.last().map(String::as_str),
+        Some("run_finished"),
+        "{kept:?}"
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !kinds(&news(&server, &id)).is_empty() {
+        assert!(Instant::now() < deadline, "the news was never forgotten");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // The outcome itself stays with the invocation.
+    assert_eq!(attach(&dir, &server, &id)["stop_reason"], "finished");
 }

@@ -68,6 +68,8 @@ pub struct EndpointOptions {
     /// running are then answered "interrupted". It is also how soon Restate's cancel reaches a
     /// run in the middle of a long step.
     pub heartbeat: Duration,
+    /// How long a run's news (its events, for `attach`) is kept after the run ends.
+    pub news_retention: Duration,
     /// For the crash tests only: right after step N of a run is journaled, the worker says so on
     /// stderr (`agentloop-restate: fault: paused after step N`) and that run goes no further,
     /// for the test to kill the process
@@ -82,6 +84,7 @@ impl Default for EndpointOptions {
             retry_initial: Duration::from_millis(250),
             retry_max: Duration::from_secs(10),
             heartbeat: Duration::from_secs(5),
+            news_retention: Duration::from_secs(24 * 60 * 60),
             crash_after_step: None,
         }
     }
@@ -286,6 +289,11 @@ impl SessionObject {
             ctx.set("transcript", Json(outcome.transcript.clone()));
             if let Some(n) = &news {
                 n.flush().await;
+                // The news goes when nobody will follow the run any more (its outcome stays
+                // with the invocation, for Restate's own retention).
+                ctx.object_client::<RunsObjectClient>(run_key.clone())
+                    .clear()
+                    .send_after(self.options.news_retention);
             }
             return Ok(Json(self.agents.report(&outcome)));
         }
@@ -434,6 +442,13 @@ impl RunsObject {
         if let Some(approvals) = batch.approvals {
             ctx.set("approvals", Json(approvals));
         }
+        Ok(())
+    }
+
+    /// Forgets the run's news.
+    #[handler]
+    async fn clear(&self, ctx: ObjectContext<'_>) -> HandlerResult<()> {
+        ctx.clear_all();
         Ok(())
     }
 
