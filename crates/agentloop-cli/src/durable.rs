@@ -75,6 +75,13 @@ pub enum ApprovalsCommand {
         /// Prints JSON.
         #[arg(long)]
         json: bool,
+        /// Lists what run `--run ID` (started with `agentloop submit`) waits on, through the
+        /// Restate ingress at this URL, instead of a journal's runs.
+        #[arg(long, value_name = "URL", requires = "run")]
+        restate: Option<String>,
+        /// The run, with `--restate`.
+        #[arg(long, value_name = "ID", requires = "restate")]
+        run: Option<String>,
     },
 }
 
@@ -267,9 +274,17 @@ pub async fn resume(args: ResumeArgs) -> Result<i32, CliError> {
 }
 
 /// `agentloop approvals list`.
-pub fn approvals(cmd: ApprovalsCommand) -> Result<i32, CliError> {
-    let ApprovalsCommand::List { journal, json } = cmd;
-    let waiting = journal.reader()?.pending()?;
+pub async fn approvals(cmd: ApprovalsCommand) -> Result<i32, CliError> {
+    let ApprovalsCommand::List {
+        journal,
+        json,
+        restate,
+        run,
+    } = cmd;
+    let waiting = match (restate, run) {
+        (Some(url), Some(run)) => crate::restate::waiting(&url, &run).await?,
+        _ => journal.reader()?.pending()?,
+    };
     if json {
         out!(
             "{}",

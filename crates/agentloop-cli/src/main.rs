@@ -312,7 +312,7 @@ async fn dispatch(cli: Cli) -> i32 {
         Command::Trace(TraceCommand::Serve { path, port }) => viewer::serve(path, port).await,
         Command::Trace(t) => trace_command(t),
         Command::Resume(args) => durable::resume(args).await,
-        Command::Approvals(c) => durable::approvals(c),
+        Command::Approvals(c) => durable::approvals(c).await,
         Command::Approve(args) => match durable::restate_answer(&args) {
             Some((run, call, answer, url)) => restate::approve(&run, &call, answer, &url).await,
             None => durable::approve(&args),

@@ -365,3 +365,19 @@ pub async fn approve(run: &str, call: &str, answer: Answer, url: &str) -> Result
     eprintln!("answered call {call} of run {run}");
     Ok(0)
 }
+
+/// The calls run `run` (started with `submit`) waits on, as `approvals list` shows a journal's.
+pub async fn waiting(url: &str, run: &str) -> Result<Vec<agentloop_store::WaitingCall>, CliError> {
+    let ingress = Ingress::new(url).map_err(restate_error)?;
+    let news = ingress.news(run, u64::MAX).await.map_err(restate_error)?;
+    Ok(news
+        .approvals
+        .into_iter()
+        .map(|p| agentloop_store::WaitingCall {
+            run_id: run.to_owned(),
+            agent: p.request.agent.clone(),
+            request: p.request,
+            answer: None,
+        })
+        .collect())
+}

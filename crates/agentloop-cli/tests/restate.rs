@@ -208,16 +208,35 @@ fn news(server: &Server, id: &str) -> Value {
     serde_json::from_slice(&out.stdout).unwrap_or_default()
 }
 
-/// The approvals run `id` waits on, from its news (what `agentloop approve --restate` reads).
-fn pending(server: &Server, id: &str) -> Vec<String> {
-    news(server, id)["approvals"]
+/// The approvals run `id` waits on: `agentloop approvals list --restate URL --run ID --json`.
+fn pending(dir: &AgentDir, server: &Server, id: &str) -> Vec<String> {
+    let out = cli(
+        dir,
+        &[
+            "approvals",
+            "list",
+            "--restate",
+            &server.ingress,
+            "--run",
+            id,
+            "--json",
+        ],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "approvals list: {}",
+        stderr(&out)
+    );
+    stdout_json(&out)
         .as_array()
-        .map(|a| {
-            a.iter()
-                .map(|p| p["request"]["call_id"].as_str().unwrap().to_owned())
-                .collect()
+        .unwrap()
+        .iter()
+        .map(|w| {
+            assert_eq!(w["run_id"], id);
+            w["call_id"].as_str().unwrap().to_owned()
         })
-        .unwrap_or_default()
+        .collect()
 }
 
 #[test]
@@ -322,7 +341,7 @@ store = "permissions.json"
     // Until the run waits on `call`, and on it alone.
     let wait_for_pending = |call: &str| {
         let deadline = Instant::now() + Duration::from_secs(60);
-        while pending(&server, &id) != [call] {
+        while pending(&dir, &server, &id) != [call] {
             assert!(Instant::now() < deadline, "the run does not wait on {call}");
             std::thread::sleep(Duration::from_millis(50));
         }
