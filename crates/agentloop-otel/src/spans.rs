@@ -54,6 +54,9 @@ struct Run {
     chat: Option<Open>,
     tools: HashMap<String, Open>,
     last_text: Option<String>,
+    /// What happened to the run as a whole (its tools changed, a tool source wrote): events of
+    /// its `invoke_agent` span.
+    events: Vec<opentelemetry::trace::Event>,
 }
 
 /// Every run a sink sees, and the spans it has open.
@@ -270,6 +273,43 @@ impl Spans {
                     Status::error(first_line(reason)),
                 ));
             }
+            EventKind::ToolsChanged {
+                added,
+                removed,
+                updated,
+                refused,
+            } => {
+                let list = |names: &[String]| -> Value {
+                    Value::Array(Array::String(
+                        names.iter().map(|n| StringValue::from(n.clone())).collect(),
+                    ))
+                };
+                run.events.push(opentelemetry::trace::Event::new(
+                    "agentloop.tools_changed",
+                    now,
+                    vec![
+                        KeyValue::new("agentloop.turn", i64::from(event.turn)),
+                        KeyValue::new("agentloop.tools.added", list(added)),
+                        KeyValue::new("agentloop.tools.removed", list(removed)),
+                        KeyValue::new("agentloop.tools.updated", list(updated)),
+                        KeyValue::new("agentloop.tools.refused", list(refused)),
+                    ],
+                    0,
+                ));
+            }
+            // A server's stderr can quote anything it read: a payload, redacted like one.
+            EventKind::ToolSourceOutput { origin, lines } if payloads => {
+                let text: Vec<String> = lines.iter().map(|l| redact_text(l)).collect();
+                run.events.push(opentelemetry::trace::Event::new(
+                    "agentloop.tool_source.output",
+                    now,
+                    vec![
+                        KeyValue::new("agentloop.tool_source", origin.clone()),
+                        KeyValue::new("agentloop.tool_source.lines", text.join("\n")),
+                    ],
+                    0,
+                ));
+            }
             EventKind::RunFinished {
                 stop_reason,
                 usage,
@@ -329,7 +369,9 @@ impl Spans {
                 }
                 let name = format!("invoke_agent {}", run.agent);
                 let at = (run.trace_id, run.parent);
-                out.push(self.build(at, name.into(), SpanKind::Internal, open, now, status));
+                let mut span = self.build(at, name.into(), SpanKind::Internal, open, now, status);
+                span.events.events = std::mem::take(&mut run.events);
+                out.push(span);
             }
             _ => {}
         }
@@ -390,6 +432,7 @@ impl Spans {
                 chat: None,
                 tools: HashMap::new(),
                 last_text: None,
+                events: Vec::new(),
             },
         );
     }
@@ -617,4 +660,103 @@ fn before(now: SystemTime, d: Duration) -> SystemTime {
 
 fn first_line(s: &str) -> String {
     s.lines().next().unwrap_or_default().to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
+    use std::sync::Arc;
+
+    use agentloop::model::Usage;
+    use agentloop::{Event, EventKind, StopReason};
+    use opentelemetry::Value;
+
+    use super::Spans;
+
+    fn event(turn: u32, kind: EventKind) -> Event {
+        Event {
+            run_id: Arc::from("r1"),
+            turn,
+            kind,
+        }
+    }
+
+    fn run_events() -> Vec<Event> {
+        vec![
+            event(
+                0,
+                EventKind::RunStarted {
+                    agent: "a".into(),
+                    model: "m".into(),
+                    parent_run_id: None,
+                    parent_call_id: None,
+                    input: "go".into(),
+                },
+            ),
+            event(
+                1,
+                EventKind::ToolSourceOutput {
+                    origin: "notes".into(),
+                    lines: vec!["OPENAI_API_KEY=sk-test-secret-4711".into()],
+                },
+            ),
+            event(
+                2,
+                EventKind::ToolsChanged {
+                    added: vec!["notes__grow".into()],
+                    removed: Vec::new(),
+                    updated: Vec::new(),
+                    refused: Vec::new(),
+                },
+            ),
+            event(
+                2,
+                EventKind::RunFinished {
+                    stop_reason: StopReason::Finished,
+                    usage: Usage::default(),
+                    cost_usd: 0.0,
+                    turns: 2,
+                    error: None,
+                },
+            ),
+        ]
+    }
+
+    #[test]
+    fn a_tool_change_and_a_sources_output_are_events_of_the_agent_span() {
+        for payloads in [false, true] {
+            let mut spans = Spans::new(payloads);
+            let ended: Vec<_> = run_events()
+                .iter()
+                .flat_map(|e| spans.on_event(e))
+                .collect();
+            assert_eq!(ended.len(), 1);
+            let agent = &ended[0];
+            assert_eq!(agent.name, "invoke_agent a");
+            let names: Vec<&str> = agent.events.iter().map(|e| e.name.as_ref()).collect();
+            if payloads {
+                assert_eq!(
+                    names,
+                    ["agentloop.tool_source.output", "agentloop.tools_changed"]
+                );
+                let lines = agent.events.events[0]
+                    .attributes
+                    .iter()
+                    .find(|kv| kv.key.as_str() == "agentloop.tool_source.lines")
+                    .unwrap();
+                assert!(!lines.value.as_str().contains("sk-test-secret-4711"));
+            } else {
+                // A source's output is a payload: without them, only the change.
+                assert_eq!(names, ["agentloop.tools_changed"]);
+            }
+            let change = agent.events.events.last().unwrap();
+            let added = change
+                .attributes
+                .iter()
+                .find(|kv| kv.key.as_str() == "agentloop.tools.added")
+                .unwrap();
+            assert!(matches!(&added.value, Value::Array(_)));
+            assert!(added.value.as_str().contains("notes__grow"));
+        }
+    }
 }
