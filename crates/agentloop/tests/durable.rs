@@ -9,77 +9,16 @@
 
 mod common;
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 
-use agentloop::journal::{Journal, JournalError, JournalHeader, JournaledRun, RunStatus};
-use agentloop::machine::Step;
+use agentloop::journal::JournalError;
 use agentloop::message::ToolResult;
-use agentloop::permissions::ApprovalRequest;
 use agentloop::testing::ScriptedModel;
-use agentloop::{Agent, Limits, Message, RunOptions, RunOutcome, StopReason, Tool, ToolOutput};
+use agentloop::{Agent, Limits, Message, RunOptions, StopReason, Tool, ToolOutput};
 use common::calls;
-use futures::future::BoxFuture;
+use common::journal::Memory;
 use serde_json::{Value, json};
-
-/// Keeps everything in memory; fails every write from `fail_at` on.
-#[derive(Default)]
-struct Memory {
-    header: Mutex<Option<JournalHeader>>,
-    steps: Mutex<Vec<Step>>,
-    fail_at: Option<u64>,
-}
-
-impl Journal for Memory {
-    fn begin<'a>(&'a self, header: &'a JournalHeader) -> BoxFuture<'a, Result<(), JournalError>> {
-        *self.header.lock().unwrap() = Some(header.clone());
-        Box::pin(async { Ok(()) })
-    }
-    fn append<'a>(
-        &'a self,
-        _run_id: &'a str,
-        seq: u64,
-        step: &'a Step,
-    ) -> BoxFuture<'a, Result<(), JournalError>> {
-        let result = if self.fail_at.is_some_and(|f| seq >= f) {
-            Err(JournalError::Io {
-                message: "disk full".into(),
-            })
-        } else {
-            let mut steps = self.steps.lock().unwrap();
-            assert_eq!(steps.len() as u64, seq, "steps are written in order");
-            steps.push(step.clone());
-            Ok(())
-        };
-        Box::pin(async move { result })
-    }
-    fn suspend<'a>(
-        &'a self,
-        _run_id: &'a str,
-        _pending: &'a [ApprovalRequest],
-    ) -> BoxFuture<'a, Result<(), JournalError>> {
-        Box::pin(async { Ok(()) })
-    }
-    fn finish<'a>(
-        &'a self,
-        _run_id: &'a str,
-        _outcome: &'a RunOutcome,
-    ) -> BoxFuture<'a, Result<(), JournalError>> {
-        Box::pin(async { Ok(()) })
-    }
-}
-
-impl Memory {
-    /// The run as a crash after `n` written steps leaves it.
-    fn cut(&self, n: usize) -> JournaledRun {
-        JournaledRun {
-            header: self.header.lock().unwrap().clone().unwrap(),
-            steps: self.steps.lock().unwrap()[..n].to_vec(),
-            status: RunStatus::Running,
-            approvals: Vec::new(),
-        }
-    }
-}
 
 struct Counts {
     idem: Arc<AtomicUsize>,

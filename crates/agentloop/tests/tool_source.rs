@@ -4,6 +4,8 @@
 //! a replay of the step log reproduces the run, the new tools included, with no source at all.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod common;
+
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -338,4 +340,121 @@ async fn a_tool_added_during_a_run_is_offered_and_runs_from_the_next_turn() {
     let replayed = replay(Arc::clone(agent.config()), &log.take().unwrap());
     assert_eq!(replayed.transcript, out.transcript);
     assert_eq!(replayed.tool_calls, out.tool_calls);
+}
+
+/// `fresh`, which `grow` adds: idempotent, as `grow` is.
+fn fresh_tool() -> Tool {
+    Tool::builder("fresh")
+        .description("Echoes.")
+        .idempotent(true)
+        .dynamic(needs_n(), |a: Value, _c| async move {
+            Ok(ToolOutput::json(json!({"tool": "fresh", "args": a})))
+        })
+}
+
+/// A source whose `grow` adds `fresh` (once), as a server announces tools/list_changed; `grown`:
+/// it lists `fresh` already (a server that kept it while the run's process was gone).
+fn growing_source(grown: bool) -> Arc<Listed> {
+    let source = Arc::new(Listed::default());
+    let weak = Arc::downgrade(&source);
+    let grow = Tool::builder("grow")
+        .description("Adds fresh.")
+        .idempotent(true)
+        .dynamic(object(), move |_a: Value, _c| {
+            let weak = weak.clone();
+            async move {
+                if let Some(s) = weak.upgrade() {
+                    let mut tools = s.tools();
+                    if !tools.iter().any(|t| t.spec().name == "fresh") {
+                        tools.push(fresh_tool());
+                        s.set(tools);
+                    }
+                }
+                Ok(ToolOutput::text("added"))
+            }
+        });
+    let mut tools = vec![grow];
+    if grown {
+        tools.push(fresh_tool());
+    }
+    source.set(tools);
+    source
+}
+
+/// A model that answers from the conversation alone (so a resumed run's calls match): `grow`,
+/// then `fresh`, then done; and records the tools each call offered.
+fn conversation_model(offered: Arc<Mutex<Vec<Vec<String>>>>) -> FunctionModel {
+    FunctionModel::new(move |req| {
+        offered
+            .lock()
+            .unwrap()
+            .push(req.tools.iter().map(|s| s.name.clone()).collect());
+        let answered = req
+            .messages
+            .iter()
+            .filter(|m| m.as_assistant().is_some())
+            .count();
+        Ok(match answered {
+            0 => ModelResponse::tool_calls([("g", "grow", "{}")]),
+            1 => ModelResponse::tool_calls([("f", "fresh", r#"{"n": 1}"#)]),
+            _ => ModelResponse::text("done"),
+        })
+    })
+}
+
+#[tokio::test]
+async fn a_journaled_run_whose_tools_changed_resumes_from_any_step_to_the_same_transcript() {
+    use common::journal::Memory;
+
+    let offered = Arc::new(Mutex::new(Vec::new()));
+    let agent = Agent::builder()
+        .model(conversation_model(Arc::clone(&offered)))
+        .tool_source(growing_source(false))
+        .build()
+        .unwrap();
+    let journal = Arc::new(Memory::default());
+    let base = agent
+        .run_with(
+            Vec::new(),
+            Some(Message::user("go")),
+            RunOptions {
+                journal: Some(journal.clone()),
+                ..RunOptions::default()
+            },
+        )
+        .await;
+    assert_eq!(base.stop_reason, StopReason::Finished, "{:?}", base.error);
+    assert_eq!(
+        *offered.lock().unwrap(),
+        [vec!["grow"], vec!["grow", "fresh"], vec!["grow", "fresh"]]
+    );
+    let total = journal.steps.lock().unwrap().len();
+    for n in 0..=total {
+        let run = journal.cut(n);
+        let offered = Arc::new(Mutex::new(Vec::new()));
+        let fresh_agent = Agent::builder()
+            .model(conversation_model(Arc::clone(&offered)))
+            .tool_source(growing_source(true))
+            .build()
+            .unwrap();
+        let again = Arc::new(Memory::default());
+        *again.header.lock().unwrap() = Some(run.header.clone());
+        *again.steps.lock().unwrap() = run.steps.clone();
+        let options = RunOptions {
+            journal: Some(again),
+            ..RunOptions::default()
+        };
+        let resumed = fresh_agent.resume(run, options, false).await.unwrap();
+        assert_eq!(
+            resumed.stop_reason,
+            StopReason::Finished,
+            "cut at {n}: {:?}",
+            resumed.error
+        );
+        assert_eq!(resumed.transcript, base.transcript, "cut at {n}");
+        assert_eq!(resumed.tool_calls.len(), 2, "cut at {n}");
+        for call in &resumed.tool_calls {
+            assert_eq!(call.outcome.status, CallStatus::Ok, "cut at {n}: {call:?}");
+        }
+    }
 }

@@ -8,6 +8,8 @@
     clippy::indexing_slicing
 )]
 
+pub mod journal;
+
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
