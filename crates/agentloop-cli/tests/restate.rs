@@ -176,6 +176,14 @@ fn submit(dir: &AgentDir, server: &Server, session: &str, extra: &[&str]) -> Val
     stdout_json(&out)
 }
 
+/// Submits a run on session `session`; its id.
+fn submit_id(dir: &AgentDir, server: &Server, session: &str) -> String {
+    submit(dir, server, session, &[])["id"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
 fn attach_cmd(dir: &AgentDir, server: &Server, id: &str) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_agentloop"));
     cmd.args(["attach", id, "--restate", &server.ingress, "--json"])
@@ -247,10 +255,7 @@ fn a_worker_killed_after_any_step_leaves_the_run_to_another_with_the_same_transc
     let base_dir = crash_dir("");
     let addr = free_addr();
     let w = worker(&base_dir, &server, addr, true, None);
-    let id = submit(&base_dir, &server, "base", &[])["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let id = submit_id(&base_dir, &server, "base");
     let base = attach(&base_dir, &server, &id);
     drop(w);
     assert_eq!(base["stop_reason"], "finished", "{base}");
@@ -268,10 +273,7 @@ fn a_worker_killed_after_any_step_leaves_the_run_to_another_with_the_same_transc
         let dir = crash_dir("");
         let addr = free_addr();
         let mut a = worker(&dir, &server, addr, true, Some(n));
-        let id = submit(&dir, &server, &format!("crash-{n}"), &[])["id"]
-            .as_str()
-            .unwrap()
-            .to_owned();
+        let id = submit_id(&dir, &server, &format!("crash-{n}"));
         let mut watch = attach_cmd(&dir, &server, &id)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -329,10 +331,7 @@ store = "permissions.json"
     );
     let addr = free_addr();
     let a = worker(&dir, &server, addr, true, None);
-    let id = submit(&dir, &server, "asks", &[])["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let id = submit_id(&dir, &server, "asks");
     let watch = attach_cmd(&dir, &server, &id)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -467,10 +466,7 @@ fn restates_cancel_reaches_the_run_in_a_long_call_which_is_cancelled_and_drained
         None,
         &["--heartbeat-secs", "0.2"],
     );
-    let id = submit(&dir, &server, "cancelled", &[])["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let id = submit_id(&dir, &server, "cancelled");
     let deadline = Instant::now() + Duration::from_secs(30);
     while side_log(&dir).is_empty() {
         assert!(Instant::now() < deadline, "the tool never started");
@@ -519,10 +515,7 @@ fn an_unanswered_approval_waits_on_a_durable_timer_until_the_runs_deadline() {
     dir.write("tool.sh", TOOL);
     dir.write("script.json", &script());
     let _w = worker(&dir, &server, free_addr(), true, None);
-    let id = submit(&dir, &server, "late", &[])["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let id = submit_id(&dir, &server, "late");
     let started = Instant::now();
     let out = attach_cmd(&dir, &server, &id).output().unwrap();
     assert_eq!(out.status.code(), Some(5), "attach: {}", stderr(&out));
@@ -566,10 +559,7 @@ input_schema = { type = "object", properties = { secs = { type = "number" } }, r
         None,
         &["--heartbeat-secs", heartbeat_secs],
     );
-    let id = submit(&dir, &server, "long", &[])["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let id = submit_id(&dir, &server, "long");
     attach(&dir, &server, &id)
 }
 
@@ -610,10 +600,7 @@ fn a_runs_news_is_kept_for_attach_and_forgotten_after_its_retention() {
         None,
         &["--news-retention-secs", "2"],
     );
-    let id = submit(&dir, &server, "news", &[])["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let id = submit_id(&dir, &server, "news");
     let outcome = attach(&dir, &server, &id);
     assert_eq!(outcome["stop_reason"], "finished", "{outcome}");
     let kinds = |n: &Value| -> Vec<String> {
