@@ -632,3 +632,58 @@ fn a_runs_news_is_kept_for_attach_and_forgotten_after_its_retention() {
     // The outcome itself stays with the invocation.
     assert_eq!(attach(&dir, &server, &id)["stop_reason"], "finished");
 }
+
+#[test]
+fn an_awakeable_rejected_through_restate_denies_its_call_and_the_run_goes_on() {
+    let server = Server::start();
+    let dir = crash_dir(
+        r#"[permissions]
+ask = ["write"]
+store = "permissions.json"
+"#,
+    );
+    let _w = worker(&dir, &server, free_addr(), true, None);
+    let id = submit_id(&dir, &server, "rejected");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut rejected = Vec::new();
+    let out = loop {
+        // Each asked call's awakeable is rejected through Restate's own API, as it comes.
+        for p in news(&server, &id)["approvals"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+        {
+            let awakeable = p["awakeable"].as_str().unwrap().to_owned();
+            if rejected.contains(&awakeable) {
+                continue;
+            }
+            let code = format!(
+                "import urllib.request\n\
+                 urllib.request.urlopen(urllib.request.Request('{}/restate/awakeables/{awakeable}/reject', data=b'no', method='POST'))",
+                server.ingress.trim_end_matches('/')
+            );
+            let out = Command::new("python3")
+                .args(["-c", &code])
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "reject: {}", stderr(&out));
+            rejected.push(awakeable);
+        }
+        if rejected.len() == 2 {
+            break attach(&dir, &server, &id);
+        }
+        assert!(Instant::now() < deadline, "the run never asked twice");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(out["stop_reason"], "finished", "{out}");
+    for call in ["c3", "c7"] {
+        let c = out["tool_calls"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["id"] == call)
+            .unwrap();
+        assert_eq!(c["status"], "denied", "{c}");
+    }
+    assert!(!side_log(&dir).iter().any(|l| l.starts_with("write ")));
+}

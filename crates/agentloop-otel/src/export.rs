@@ -350,7 +350,9 @@ fn run_worker<E: SpanExporter>(
                 *counters
                     .last_error
                     .lock()
-                    .unwrap_or_else(|p| p.into_inner()) = Some(e.to_string());
+                    .unwrap_or_else(|p| p.into_inner()) =
+                    // An exporter's error may name the collector's URL, credentials and all.
+                    Some(agentloop_store::redact::redact_text(&e.to_string()));
             }
         }
     };

@@ -72,12 +72,12 @@ impl Ingress {
     /// The ingress at `url` (`http://127.0.0.1:8080`).
     pub fn new(url: &str) -> Result<Self, RestateError> {
         let base = Url::parse(url).map_err(|e| RestateError::Ingress {
-            url: url.to_owned(),
+            url: shown(url),
             message: format!("not a URL: {e}"),
         })?;
         if base.cannot_be_a_base() || !matches!(base.scheme(), "http" | "https") {
             return Err(RestateError::Ingress {
-                url: url.to_owned(),
+                url: shown(url),
                 message: "not an http(s) URL".into(),
             });
         }
@@ -85,8 +85,8 @@ impl Ingress {
             .connect_timeout(Duration::from_secs(10))
             .build()
             .map_err(|e| RestateError::Ingress {
-                url: url.to_owned(),
-                message: e.to_string(),
+                url: shown(url),
+                message: e.without_url().to_string(),
             })?;
         Ok(Ingress { base, http })
     }
@@ -109,14 +109,19 @@ impl Ingress {
 
     fn failed(&self, message: impl std::fmt::Display) -> RestateError {
         RestateError::Ingress {
-            url: self.base.to_string(),
+            url: shown(self.base.as_str()),
             message: message.to_string(),
         }
     }
 
+    /// A request that went wrong; reqwest's own text names the URL, credentials and all.
+    fn unsent(&self, e: reqwest::Error) -> RestateError {
+        self.failed(e.without_url())
+    }
+
     async fn answer(&self, response: reqwest::Response) -> Result<bytes_of::Body, RestateError> {
         let status = response.status();
-        let body = response.bytes().await.map_err(|e| self.failed(e))?;
+        let body = response.bytes().await.map_err(|e| self.unsent(e))?;
         if !status.is_success() {
             let text = String::from_utf8_lossy(&body);
             return Err(self.failed(format!("{status}: {}", text.trim())));
@@ -152,7 +157,7 @@ impl Ingress {
                 Err(e) if attempt < SUBMIT_ATTEMPTS && (e.is_connect() || e.is_timeout()) => {
                     tokio::time::sleep(Duration::from_millis(200 * u64::from(attempt))).await;
                 }
-                Err(e) => return Err(self.failed(e)),
+                Err(e) => return Err(self.unsent(e)),
             }
         }
     }
@@ -165,7 +170,7 @@ impl Ingress {
             .get(url)
             .send()
             .await
-            .map_err(|e| self.failed(e))?;
+            .map_err(|e| self.unsent(e))?;
         self.answer(response).await?.json()
     }
 
@@ -178,7 +183,7 @@ impl Ingress {
             .json(&from)
             .send()
             .await
-            .map_err(|e| self.failed(e))?;
+            .map_err(|e| self.unsent(e))?;
         self.answer(response).await?.json()
     }
 
@@ -191,7 +196,7 @@ impl Ingress {
             .json(batch)
             .send()
             .await
-            .map_err(|e| self.failed(e))?;
+            .map_err(|e| self.unsent(e))?;
         self.answer(response).await.map(drop)
     }
 
@@ -211,8 +216,21 @@ impl Ingress {
             .json(&answer)
             .send()
             .await
-            .map_err(|e| self.failed(e))?;
+            .map_err(|e| self.unsent(e))?;
         self.answer(response).await.map(drop)
+    }
+}
+
+/// A URL as errors show it: without its user and password.
+pub(crate) fn shown(url: &str) -> String {
+    match Url::parse(url) {
+        Ok(mut u) => {
+            let _ = u.set_username("");
+            let _ = u.set_password(None);
+            u.to_string()
+        }
+        // Not a URL at all: whatever it says, nothing of it is shown.
+        Err(_) => "(not a URL)".into(),
     }
 }
 

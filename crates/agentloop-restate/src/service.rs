@@ -400,7 +400,14 @@ impl SessionObject {
                     cancel.cancel();
                     break;
                 }
-                Ok(Some((_, Waited::Answer(Err(e))))) | Err(e) => return Err(e),
+                // An awakeable rejected through Restate's API: that call is denied, the others
+                // still wait (a rejection must not fail the run and lose its transcript).
+                Ok(Some((i, Waited::Answer(Err(_))))) => {
+                    if let Some(slot) = answers.get_mut(i) {
+                        *slot = Some(Answer::DenyOnce);
+                    }
+                }
+                Err(e) => return Err(e),
                 Ok(Some((_, Waited::Timer))) | Ok(None) => break,
             }
         }
@@ -524,7 +531,7 @@ pub fn listener(addr: SocketAddr) -> Result<tokio::net::TcpListener, RestateErro
 /// when it was: its services may have changed).
 pub async fn register(admin_url: &str, endpoint_url: &str) -> Result<(), RestateError> {
     let failed = |message: String| RestateError::Admin {
-        url: admin_url.to_owned(),
+        url: crate::ingress::shown(admin_url),
         message,
     };
     let url = format!("{}/deployments", admin_url.trim_end_matches('/'));
@@ -533,7 +540,7 @@ pub async fn register(admin_url: &str, endpoint_url: &str) -> Result<(), Restate
         .json(&json!({"uri": endpoint_url, "force": true}))
         .send()
         .await
-        .map_err(|e| failed(e.to_string()))?;
+        .map_err(|e| failed(e.without_url().to_string()))?;
     let status = response.status();
     if !status.is_success() {
         let body = response.text().await.unwrap_or_default();

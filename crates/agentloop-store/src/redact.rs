@@ -53,8 +53,45 @@ fn is_secret_string(s: &str) -> bool {
 }
 
 /// Redacts text: JSON text as JSON; otherwise every line that reads `KEY: value` or `KEY=value`
-/// with a credential-like key keeps only its key, and bearer strings go whole.
+/// with a credential-like key keeps only its key, and bearer strings go whole. The credentials of
+/// a URL (`https://user:token@host`) go in any text.
 pub fn redact_text(text: &str) -> String {
+    match strip_url_credentials(text) {
+        Some(stripped) => redact_lines(&stripped),
+        None => redact_lines(text),
+    }
+}
+
+/// The text with the user and password of every URL in it replaced, or `None` when it has none.
+fn strip_url_credentials(text: &str) -> Option<String> {
+    let mut out = String::new();
+    let mut rest = text;
+    let mut changed = false;
+    while let Some(at) = rest.find("://") {
+        let (head, tail) = rest.split_at(at + 3);
+        out.push_str(head);
+        // The authority ends where the path, query, fragment or the URL itself does.
+        let end = tail
+            .find(|c: char| {
+                matches!(c, '/' | '?' | '#' | '"' | '\'' | '<' | '>') || c.is_whitespace()
+            })
+            .unwrap_or(tail.len());
+        let authority = &tail[..end];
+        match authority.rfind('@') {
+            Some(userinfo) if userinfo > 0 => {
+                out.push_str(REDACTED);
+                out.push_str(&authority[userinfo..]);
+                changed = true;
+            }
+            _ => out.push_str(authority),
+        }
+        rest = &tail[end..];
+    }
+    out.push_str(rest);
+    changed.then_some(out)
+}
+
+fn redact_lines(text: &str) -> String {
     let trimmed = text.trim_start();
     if (trimmed.starts_with('{') || trimmed.starts_with('['))
         && let Ok(v) = serde_json::from_str::<Value>(trimmed)
@@ -113,6 +150,25 @@ pub fn redact(value: &Value) -> Value {
         Value::Array(items) => Value::Array(items.iter().map(redact).collect()),
         Value::String(s) => Value::String(redact_text(s)),
         other => other.clone(),
+    }
+}
+
+#[cfg(test)]
+mod url_tests {
+    use super::*;
+
+    #[test]
+    fn the_credentials_of_a_url_go_wherever_it_stands() {
+        assert_eq!(
+            redact_text("connect to https://bob:s3cret@collector.example:4318/v1/traces failed"),
+            format!("connect to https://{REDACTED}@collector.example:4318/v1/traces failed")
+        );
+        assert_eq!(
+            redact_text("at http://token@127.0.0.1:8080 and http://127.0.0.1:9070/x@y"),
+            format!("at http://{REDACTED}@127.0.0.1:8080 and http://127.0.0.1:9070/x@y")
+        );
+        let plain = "mail me@example.com or see https://example.com/a?b=c";
+        assert_eq!(redact_text(plain), plain);
     }
 }
 
