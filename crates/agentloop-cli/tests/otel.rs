@@ -9,19 +9,15 @@
 //! (protobuf and JSON) and OTLP/gRPC, the GenAI span names, their nesting (a subagent's run under
 //! the tool call that started it), their attributes, and no payload unless asked for.
 
+mod support;
+
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, ChildStdin, Command, Stdio};
 
 use serde_json::Value;
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .canonicalize()
-        .unwrap()
-}
+use support::repo;
 
 /// The receiver: it stops when its stdin closes.
 struct Receiver {

@@ -30,7 +30,7 @@ struct Server {
 }
 
 fn restate_script(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("../../scripts/restate/{name}"))
+    repo().join("scripts/restate").join(name)
 }
 
 impl Server {

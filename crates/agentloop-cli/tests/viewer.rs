@@ -9,18 +9,14 @@
 //! the subagent tree, a run appended while the viewer serves, and a screenshot kept as an
 //! artifact (`$CARGO_TARGET_TMPDIR/trace-viewer.png`).
 
+mod support;
+
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
 use serde_json::Value;
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .canonicalize()
-        .unwrap()
-}
+use support::repo;
 
 fn agentloop(args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_agentloop"))

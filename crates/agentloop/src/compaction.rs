@@ -477,18 +477,8 @@ pub fn expand(transcript: &[Message], compactions: &[CompactionRecord]) -> Vec<M
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::message::call_of_tool_t as call;
     use crate::message::{AssistantMessage, ToolCall};
-
-    fn call(id: &str) -> Message {
-        Message::Assistant(AssistantMessage {
-            tool_calls: vec![ToolCall {
-                call_id: id.into(),
-                tool: "t".into(),
-                arguments: "{}".into(),
-            }],
-            ..Default::default()
-        })
-    }
 
     fn result(id: &str, body: &str) -> Message {
         Message::Tool(ToolResult {

@@ -194,3 +194,16 @@ impl From<Value> for ToolContent {
         ToolContent::Json(v)
     }
 }
+
+/// For unit tests: an assistant message with one call `id` of tool `t`, no arguments.
+#[cfg(test)]
+pub(crate) fn call_of_tool_t(id: &str) -> Message {
+    Message::Assistant(AssistantMessage {
+        tool_calls: vec![ToolCall {
+            call_id: id.into(),
+            tool: "t".into(),
+            arguments: "{}".into(),
+        }],
+        ..Default::default()
+    })
+}

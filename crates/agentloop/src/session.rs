@@ -273,18 +273,8 @@ impl crate::Agent {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::message::{AssistantMessage, ToolCall, ToolContent, ToolResult};
-
-    fn call(id: &str) -> Message {
-        Message::Assistant(AssistantMessage {
-            tool_calls: vec![ToolCall {
-                call_id: id.into(),
-                tool: "t".into(),
-                arguments: "{}".into(),
-            }],
-            ..Default::default()
-        })
-    }
+    use crate::message::call_of_tool_t as call;
+    use crate::message::{ToolContent, ToolResult};
 
     fn result(id: &str) -> Message {
         Message::Tool(ToolResult {

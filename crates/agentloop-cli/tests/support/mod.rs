@@ -19,6 +19,14 @@ pub const FIXTURES: &str = concat!(
     "/../agentloop-providers/tests/fixtures"
 );
 
+/// The repository's root.
+pub fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .unwrap()
+}
+
 /// The API key the tests put in the environment.
 pub const TEST_KEY: &str = "sk-test-secret-4711";
 
