@@ -37,9 +37,13 @@ pub(crate) enum Entry {
     Suspend {
         /// The calls.
         pending: Vec<ApprovalRequest>,
-        /// When (Unix time, ms): the wait for answers ends at the run's deadline.
+        /// When (Unix time, ms).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         at_ms: Option<u64>,
+        /// When the wait for answers ends (Unix time, ms): the run's deadline, if it has one.
+        /// Journaled, so that every attempt waits on the same timer.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        until_ms: Option<u64>,
     },
     /// The run is over.
     Finish,
@@ -104,6 +108,7 @@ impl Journal for ChannelJournal {
         self.write(Entry::Suspend {
             pending: pending.to_vec(),
             at_ms: None,
+            until_ms: None,
         })
     }
 

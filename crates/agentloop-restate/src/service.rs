@@ -103,6 +103,10 @@ struct Journaled {
     started_ms: Option<u64>,
     /// When it last suspended (Unix time, ms).
     suspended_ms: Option<u64>,
+    /// When the wait for answers of the last suspension ends (Unix time, ms).
+    wait_until_ms: Option<u64>,
+    /// The run's deadline (its agent's `timeout`), once its agent is built.
+    deadline: Option<Duration>,
 }
 
 impl Journaled {
@@ -113,9 +117,14 @@ impl Journaled {
                 self.started_ms = started_ms;
             }
             Entry::Step { step, .. } => self.steps.push(*step),
-            Entry::Suspend { pending, at_ms } => {
+            Entry::Suspend {
+                pending,
+                at_ms,
+                until_ms,
+            } => {
                 self.pending = pending;
                 self.suspended_ms = at_ms;
+                self.wait_until_ms = until_ms;
             }
             Entry::Live | Entry::Finish | Entry::Heartbeat => {}
         }
@@ -133,11 +142,11 @@ impl Journaled {
             .count()
     }
 
-    /// How long the wait for answers may last: what is left of the run's deadline when it
+    /// How long the wait for answers may last: what was left of the run's deadline when it
     /// suspended (from journaled times only, so that every attempt waits on the same timer).
-    fn wait_limit(&self, deadline: Option<Duration>) -> Option<Duration> {
-        let spent = self.suspended_ms?.saturating_sub(self.started_ms?);
-        Some(deadline?.saturating_sub(Duration::from_millis(spent)))
+    fn wait_limit(&self) -> Option<Duration> {
+        let left = self.wait_until_ms?.saturating_sub(self.suspended_ms?);
+        Some(Duration::from_millis(left))
     }
 
     /// The wall-clock time since the run started, now.
@@ -221,7 +230,7 @@ impl SessionObject {
             match entry {
                 Ok(Json(entry @ Entry::Suspend { .. })) => {
                     journaled.record(entry);
-                    self.wait(&ctx, &request.agent, news.as_ref(), &mut journaled, &cancel)
+                    self.wait(&ctx, news.as_ref(), &mut journaled, &cancel)
                         .await?;
                 }
                 Ok(Json(entry)) => journaled.record(entry),
@@ -235,6 +244,7 @@ impl SessionObject {
                 .agents
                 .agent(&request.agent, journaled.model_calls())
                 .map_err(TerminalError::new)?;
+            journaled.deadline = agent.config().limits().timeout;
             let (journal, mut writes) = ChannelJournal::new();
             let mut sinks = self.agents.sinks(&run_key);
             if let Some(n) = &news {
@@ -282,7 +292,7 @@ impl SessionObject {
             };
             let outcome = outcome.map_err(|e| TerminalError::new(e.to_string()))?;
             if outcome.stop_reason == StopReason::Suspended {
-                self.wait(&ctx, &request.agent, news.as_ref(), &mut journaled, &cancel)
+                self.wait(&ctx, news.as_ref(), &mut journaled, &cancel)
                     .await?;
                 continue;
             }
@@ -313,7 +323,17 @@ impl SessionObject {
         let mut entry = entry;
         match &mut entry {
             Entry::Begin { started_ms, .. } => *started_ms = Some(now_ms()),
-            Entry::Suspend { at_ms, .. } => *at_ms = Some(now_ms()),
+            Entry::Suspend {
+                at_ms, until_ms, ..
+            } => {
+                *at_ms = Some(now_ms());
+                *until_ms = journaled
+                    .started_ms
+                    .zip(journaled.deadline)
+                    .map(|(start, d)| {
+                        start.saturating_add(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+                    });
+            }
             _ => {}
         }
         loop {
@@ -354,22 +374,11 @@ impl SessionObject {
     async fn wait(
         &self,
         ctx: &ObjectContext<'_>,
-        agent: &str,
         news: Option<&NewsSender>,
         journaled: &mut Journaled,
         cancel: &CancellationToken,
     ) -> Result<(), TerminalError> {
         let pending = std::mem::take(&mut journaled.pending);
-        let deadline = match &journaled.header {
-            Some(h) => h.limits.as_ref().and_then(|l| l.timeout),
-            None => None,
-        }
-        .or_else(|| {
-            self.agents
-                .agent(agent, 0)
-                .ok()
-                .and_then(|a| a.config().limits().timeout)
-        });
         let mut waits: DurableFuturesUnordered<
             std::pin::Pin<Box<dyn DurableFuture<Output = Waited> + Send + '_>>,
         > = DurableFuturesUnordered::new();
@@ -382,7 +391,7 @@ impl SessionObject {
             });
             waits.push(Box::pin(answer.map(Waited::Answer)));
         }
-        if let Some(limit) = journaled.wait_limit(deadline) {
+        if let Some(limit) = journaled.wait_limit() {
             waits.push(Box::pin(ctx.sleep(limit).map(|_| Waited::Timer)));
         }
         if let Some(n) = news {
