@@ -204,29 +204,53 @@ pub async fn serve(args: ServeArgs) -> Result<i32, CliError> {
     let listener = agentloop_restate::listener(args.restate_endpoint).map_err(restate_error)?;
     let url = format!("http://{}", args.restate_endpoint);
     eprintln!("serving {} at {url}", names.join(", "));
+    // A registration that fails stops the worker: nothing would ever reach it.
+    let (refused_tx, refused) = tokio::sync::oneshot::channel::<RestateError>();
     if let Some(admin) = &args.register {
-        // The endpoint answers Restate's discovery from here on: serve first, then register.
+        // The listener is bound: Restate's discovery waits in its queue until it is served.
         let (admin, url) = (admin.clone(), url.clone());
         tokio::spawn(async move {
-            tokio::time::sleep(Duration::from_millis(50)).await;
             match agentloop_restate::register(&admin, &url).await {
-                Ok(()) => eprintln!("registered {url} with {admin}"),
-                Err(e) => eprintln!("agentloop: {}: {e}", e.code()),
+                Ok(()) => eprintln!(
+                    "registered {url} with {}",
+                    agentloop_restate::ingress::shown(&admin)
+                ),
+                Err(e) => {
+                    let _ = refused_tx.send(e);
+                }
             }
         });
     }
+    let refusal = std::sync::Mutex::new(None);
     let stop = async {
-        #[cfg(unix)]
-        {
-            let mut term =
-                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending().await } } => {}
+        let signal = async {
+            #[cfg(unix)]
+            {
+                let mut term =
+                    tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending().await } } => {}
+                }
+            }
+            #[cfg(not(unix))]
+            let _ = tokio::signal::ctrl_c().await;
+        };
+        let refused = async {
+            match refused.await {
+                Ok(e) => e,
+                // Registered, or not asked to: only a signal stops the worker.
+                Err(_) => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            () = signal => {}
+            e = refused => {
+                if let Ok(mut slot) = refusal.lock() {
+                    *slot = Some(e);
+                }
             }
         }
-        #[cfg(not(unix))]
-        let _ = tokio::signal::ctrl_c().await;
     };
     agentloop_restate::serve(endpoint, listener, stop).await;
     if let Ok(served) = Arc::try_unwrap(served) {
@@ -235,10 +259,14 @@ pub async fn serve(args: ServeArgs) -> Result<i32, CliError> {
         }
     }
     crate::finish_trace(trace.as_ref())?;
-    Ok(0)
+    match refusal.into_inner().ok().flatten() {
+        Some(e) => Err(restate_error(e)),
+        None => Ok(0),
+    }
 }
 
-/// For the crash tests only: the worker aborts right after step N of a run is journaled.
+/// For the crash tests only: the worker stops a run right after its step N is journaled, and
+/// says so on stderr (`agentloop-restate: fault: paused after step N`).
 pub const CRASH_ENV: &str = "AGENTLOOP_TEST_RESTATE_CRASH_AFTER_STEP";
 
 /// `agentloop submit FILE --input TEXT`.

@@ -687,3 +687,31 @@ store = "permissions.json"
     }
     assert!(!side_log(&dir).iter().any(|l| l.starts_with("write ")));
 }
+
+#[test]
+fn a_worker_that_cannot_register_exits_with_the_restate_code_and_shows_no_credentials() {
+    let dir = crash_dir("");
+    let addr = free_addr().to_string();
+    // Nothing listens on port 1: the admin API cannot be reached.
+    let out = cli(
+        &dir,
+        &[
+            "serve",
+            dir.agent().to_str().unwrap(),
+            "--restate-endpoint",
+            &addr,
+            "--register",
+            "http://admin:s3cret-pass@127.0.0.1:1",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(11), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("the Restate admin API at http://127.0.0.1:1/"),
+        "{err}"
+    );
+    assert!(
+        !err.contains("s3cret-pass") && !err.contains("admin:"),
+        "{err}"
+    );
+}

@@ -221,8 +221,8 @@ impl Ingress {
     }
 }
 
-/// A URL as errors show it: without its user and password.
-pub(crate) fn shown(url: &str) -> String {
+/// A URL as errors and logs show it: without its user and password.
+pub fn shown(url: &str) -> String {
     match Url::parse(url) {
         Ok(mut u) => {
             let _ = u.set_username("");
