@@ -141,6 +141,7 @@ pub fn builtin_options(file: &AgentFile, t: &ToolFileSpec) -> BuiltinOptions {
             .into_iter()
             .filter(|v| key_env.as_ref() != Some(v))
             .collect(),
+        protected: file.protected.clone(),
     }
 }
 
@@ -491,6 +492,7 @@ pub fn mcp_declarations(file: &AgentFile) -> serde_json::Value {
                 "timeout_secs": c.timeout.as_secs_f64(),
                 "tools_named": format!("{}*", c.tool_name("")),
                 "rename": c.rename,
+                "trust_hints": c.trust_hints,
             })
         })
         .collect::<Vec<_>>()

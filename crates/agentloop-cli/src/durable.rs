@@ -234,7 +234,13 @@ pub async fn resume(args: ResumeArgs) -> Result<i32, CliError> {
             });
         }
     };
-    let file = AgentFileArg { file: path }.load()?;
+    let mut file = AgentFileArg { file: path }.load()?;
+    file.protect(
+        &[Some(args.journal.path.clone()), args.trace.trace.clone()]
+            .into_iter()
+            .flatten()
+            .collect::<Vec<_>>(),
+    );
     let model: Arc<dyn Model> = if *file.model().provider.get_ref() == Provider::Scripted {
         // A script goes on where the journal left it.
         Arc::new(assemble::scripted_model(&file)?.skip(run.model_calls()))

@@ -425,7 +425,17 @@ fn ctrl_c_in_chat(current: CancelSlot) -> tokio::task::JoinHandle<()> {
 }
 
 async fn run(args: RunArgs) -> Result<i32, CliError> {
-    let file = args.agent.load()?;
+    let mut file = args.agent.load()?;
+    file.protect(
+        &[
+            args.journal.clone(),
+            args.trace.trace.clone(),
+            args.session.store_path(),
+        ]
+        .into_iter()
+        .flatten()
+        .collect::<Vec<_>>(),
+    );
     let provider = *file.model().provider.get_ref();
     let input = read_input(&args)?;
     if args.dry_run && provider != Provider::Scripted {
@@ -654,7 +664,13 @@ fn print_outcome(outcome: &RunOutcome, args: &Shown<'_>, progress: &Progress) {
 }
 
 async fn chat(args: ChatArgs) -> Result<i32, CliError> {
-    let file = args.agent.load()?;
+    let mut file = args.agent.load()?;
+    file.protect(
+        &[args.trace.trace.clone(), args.session.store_path()]
+            .into_iter()
+            .flatten()
+            .collect::<Vec<_>>(),
+    );
     let model = assemble::model(&file)?;
     let progress = Arc::new(Progress::new());
     let interactive = std::io::stdin().is_terminal();

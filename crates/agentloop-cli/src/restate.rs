@@ -172,7 +172,8 @@ impl Agents for Served {
 pub async fn serve(args: ServeArgs) -> Result<i32, CliError> {
     let mut files = Vec::new();
     for path in &args.files {
-        let file = AgentFileArg { file: path.clone() }.load()?;
+        let mut file = AgentFileArg { file: path.clone() }.load()?;
+        file.protect(args.trace.as_slice());
         let mcp = StartedMcp::start(&file).await?;
         files.push((file, mcp));
     }

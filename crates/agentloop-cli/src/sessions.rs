@@ -21,6 +21,11 @@ pub struct SessionArgs {
 }
 
 impl SessionArgs {
+    /// The store's path, when a session was asked for.
+    pub fn store_path(&self) -> Option<PathBuf> {
+        self.session.as_ref().map(|_| self.store.sessions.clone())
+    }
+
     /// The store and the session's name, when a session was asked for.
     pub fn open(&self) -> Result<Option<(SqliteSessions, String)>, CliError> {
         let Some(name) = &self.session else {

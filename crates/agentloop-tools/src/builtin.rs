@@ -110,7 +110,7 @@ impl Builtin {
             }
             return Ok(tool.into_tool(name));
         }
-        let workspace = Workspace::new(&options.root)?;
+        let workspace = Workspace::new(&options.root)?.protect(&options.protected);
         if self == Builtin::Shell {
             let mut tool = ShellTool::new(workspace);
             for var in &options.env {
@@ -164,6 +164,9 @@ pub struct BuiltinOptions {
     pub allow_private: Vec<String>,
     /// Shell: variables passed through besides the default allow list (never a secret).
     pub env: Vec<String>,
+    /// File tools: paths they never write, wherever the root is (the agent's own files: its
+    /// definition, scripts, instructions and the stores its runs write). Reading stays allowed.
+    pub protected: Vec<PathBuf>,
 }
 
 impl Default for BuiltinOptions {
@@ -175,6 +178,7 @@ impl Default for BuiltinOptions {
             timeout: None,
             allow_private: Vec::new(),
             env: Vec::new(),
+            protected: Vec::new(),
         }
     }
 }

@@ -239,7 +239,7 @@ pub(crate) fn write_file(name: &str, limits: &FileLimits) -> Tool {
 }
 
 fn write_file_body(limits: &FileLimits, args: WriteFileArgs) -> Result<ToolOutput, ToolError> {
-    let path = limits.workspace.resolve(&args.path)?;
+    let path = limits.workspace.resolve_for_write(&args.path)?;
     let shown = limits.workspace.display(&path);
     if path.is_dir() {
         return Err(
@@ -336,7 +336,7 @@ pub(crate) fn edit_file(name: &str, limits: &FileLimits) -> Tool {
 }
 
 fn edit_file_body(limits: &FileLimits, args: EditFileArgs) -> Result<ToolOutput, ToolError> {
-    let path = limits.workspace.resolve(&args.path)?;
+    let path = limits.workspace.resolve_for_write(&args.path)?;
     let shown = limits.workspace.display(&path);
     if args.old_string.is_empty() {
         return Err(ToolError::new(

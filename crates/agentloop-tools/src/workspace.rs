@@ -51,6 +51,15 @@ pub enum PathError {
         /// The path as given.
         path: String,
     },
+    /// The path is one of the agent's own files (its agent file, scripts, instructions, stores):
+    /// tools may read it but never write it, so the model cannot rewrite the program it runs in.
+    #[error(
+        "{path:?} is one of the agent's own files (its definition, scripts or stores): it can be read but not written"
+    )]
+    Protected {
+        /// The path as given.
+        path: String,
+    },
     /// The file system could not answer.
     #[error("{path:?}: {message}")]
     Io {
@@ -69,6 +78,7 @@ impl PathError {
             PathError::ParentDir { .. } => "path_parent_dir",
             PathError::Outside { .. } => "path_outside_root",
             PathError::DanglingLink { .. } => "path_dangling_link",
+            PathError::Protected { .. } => "workspace.protected",
             PathError::Io { .. } => "path_io",
         }
     }
@@ -98,10 +108,13 @@ impl WorkspaceError {
     }
 }
 
-/// A folder the tools may not leave. Cheap to clone.
+/// A folder the tools may not leave, and the files in it they may not write. Cheap to clone.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Workspace {
     root: PathBuf,
+    /// Canonical paths (links followed as far as they exist) that writes refuse, with everything
+    /// below them.
+    protected: std::sync::Arc<[PathBuf]>,
 }
 
 impl Workspace {
@@ -116,7 +129,40 @@ impl Workspace {
         if !root.is_dir() {
             return Err(error("not a folder".to_owned()));
         }
-        Ok(Workspace { root })
+        Ok(Workspace {
+            root,
+            protected: std::sync::Arc::from(Vec::new()),
+        })
+    }
+
+    /// The same workspace, refusing writes to `paths` (files or folders, which need not exist
+    /// yet, nor be inside the root): the agent's own files. Each is resolved as [`Self::resolve`]
+    /// resolves, links followed as far as the path exists, so another spelling of the same file
+    /// (through a link, with `./`) is refused too.
+    pub fn protect(mut self, paths: impl IntoIterator<Item = impl AsRef<Path>>) -> Self {
+        let mut all: Vec<PathBuf> = self.protected.to_vec();
+        all.extend(paths.into_iter().map(|p| canonical_lenient(p.as_ref())));
+        all.sort();
+        all.dedup();
+        self.protected = std::sync::Arc::from(all);
+        self
+    }
+
+    /// The protected paths, canonical.
+    pub fn protected(&self) -> &[PathBuf] {
+        &self.protected
+    }
+
+    /// As [`Self::resolve`], for a path about to be written: also refused when it is, or lies
+    /// below, a protected path ([`PathError::Protected`]).
+    pub fn resolve_for_write(&self, path: &str) -> Result<PathBuf, PathError> {
+        let resolved = self.resolve(path)?;
+        if self.protected.iter().any(|p| resolved.starts_with(p)) {
+            return Err(PathError::Protected {
+                path: path.to_owned(),
+            });
+        }
+        Ok(resolved)
     }
 
     /// The canonical root.
@@ -180,6 +226,29 @@ impl Workspace {
     }
 }
 
+/// `path` made absolute with every link resolved as far as it exists; the parts that do not exist
+/// yet appended as names.
+fn canonical_lenient(path: &Path) -> PathBuf {
+    let absolute = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    let mut existing = absolute.clone();
+    let mut rest: Vec<OsString> = Vec::new();
+    loop {
+        if let Ok(canonical) = std::fs::canonicalize(&existing) {
+            return rest.iter().rev().fold(canonical, |p, name| p.join(name));
+        }
+        match (
+            existing.file_name().map(ToOwned::to_owned),
+            existing.parent(),
+        ) {
+            (Some(name), Some(parent)) => {
+                rest.push(name);
+                existing = parent.to_path_buf();
+            }
+            _ => return absolute,
+        }
+    }
+}
+
 // outside-paths: off (the tests below try hostile paths on purpose)
 #[cfg(test)]
 mod tests {
@@ -196,6 +265,34 @@ mod tests {
         std::fs::write(dir.path().join("root/src/main.rs"), "fn main() {}").unwrap();
         let ws = Workspace::new(dir.path().join("root")).unwrap();
         (dir, ws)
+    }
+
+    #[test]
+    fn protected_files_resolve_but_refuse_writes_under_any_spelling() {
+        let (dir, ws) = setup();
+        let root = dir.path().join("root");
+        std::fs::write(root.join("agent.toml"), "name = 'x'").unwrap();
+        std::fs::create_dir_all(root.join("tools")).unwrap();
+        symlink(root.join("agent.toml"), root.join("alias.toml")).unwrap();
+        let ws = ws.protect([
+            root.join("agent.toml"),
+            root.join("tools"),
+            root.join("journal.db"),
+        ]);
+        for path in [
+            "agent.toml",
+            "./agent.toml",
+            "alias.toml",
+            "tools/x.py",
+            "journal.db",
+        ] {
+            assert!(ws.resolve(path).is_ok(), "{path} resolves for reading");
+            let e = ws.resolve_for_write(path).unwrap_err();
+            assert_eq!(e.code(), "workspace.protected", "{path}");
+        }
+        assert!(ws.resolve_for_write("src/main.rs").is_ok());
+        assert!(ws.resolve_for_write("agent.toml.bak").is_ok());
+        assert!(ws.resolve_for_write("journal.db2").is_ok());
     }
 
     #[test]

@@ -36,6 +36,10 @@ pub struct AgentFile {
     pub instructions: Option<String>,
     /// The agent files its `agent` tools run, by tool name (loaded by [`AgentFile::load`]).
     pub subagents: Vec<(String, AgentFile)>,
+    /// The files its tools may read but never write: the own files of the whole tree this file
+    /// belongs to ([`AgentFile::own_files`]) and the stores its runs write
+    /// ([`AgentFile::protect`]). The built-in file tools refuse them wherever their root is.
+    pub protected: Vec<PathBuf>,
 }
 
 impl AgentFile {
@@ -43,7 +47,82 @@ impl AgentFile {
     /// down; files that name each other in a cycle are refused. Every problem of a file is
     /// reported, or none.
     pub fn load(path: &Path) -> Result<AgentFile, LoadError> {
-        Self::load_in(path, &mut Vec::new())
+        let mut file = Self::load_in(path, &mut Vec::new())?;
+        // A subagent's tools must not rewrite its parent either: the whole tree is one program.
+        let tree = file.own_files();
+        file.protect(&tree);
+        Ok(file)
+    }
+
+    /// The agent's own files, for this file and every subagent file below it: the agent files,
+    /// instruction files, scripts, the files its command tools and stdio MCP servers name in
+    /// their commands (programs and scripts), the permission store and the response cache
+    /// (SQLite's side files included). What the model must never be able to rewrite, since the
+    /// next call or run would execute it.
+    pub fn own_files(&self) -> Vec<PathBuf> {
+        let mut out = vec![self.path.clone()];
+        let spec = &self.spec;
+        out.extend(
+            spec.instructions_file
+                .iter()
+                .map(|f| self.resolve(f.get_ref())),
+        );
+        let m = self.model();
+        out.extend(m.script.iter().map(|s| self.resolve(s.get_ref())));
+        if let Some(store) = self.permissions().and_then(|p| p.store.as_ref()) {
+            let store = self.resolve(store.get_ref());
+            let mut lock = store.as_os_str().to_owned();
+            lock.push(".lock");
+            out.push(store);
+            out.push(PathBuf::from(lock));
+        }
+        if m.cache == Some(true) {
+            let cache = std::env::var_os("AGENTLOOP_RESPONSE_CACHE")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| self.resolve("responses.db"));
+            out.extend(sqlite_files(&cache));
+        }
+        let commands = self
+            .tools()
+            .iter()
+            .filter_map(|t| t.command.as_ref().map(|c| c.get_ref()))
+            .chain(
+                self.mcp()
+                    .iter()
+                    .filter_map(|m| m.command.as_ref().map(|c| c.get_ref())),
+            );
+        for command in commands {
+            // Any word of a command that names a file beside the agent is a program or a script
+            // the tool runs (`python3 tools/x.py`, `./server.sh`); other words name nothing.
+            out.extend(
+                command
+                    .iter()
+                    .map(|word| self.resolve(word))
+                    .filter(|p| p.is_file()),
+            );
+        }
+        for (_, child) in &self.subagents {
+            out.extend(child.own_files());
+        }
+        out.sort();
+        out.dedup();
+        out
+    }
+
+    /// Adds `paths` (files the run writes: its journal, session store, trace) to what the tools
+    /// of this file and of every subagent file below it may not write. A SQLite file's side files
+    /// (`-wal`, `-shm`, `-journal`) are added with it.
+    pub fn protect(&mut self, paths: &[PathBuf]) {
+        for p in paths {
+            for f in sqlite_files(p) {
+                if !self.protected.contains(&f) {
+                    self.protected.push(f);
+                }
+            }
+        }
+        for (_, child) in &mut self.subagents {
+            child.protect(paths);
+        }
     }
 
     fn load_in(path: &Path, chain: &mut Vec<PathBuf>) -> Result<AgentFile, LoadError> {
@@ -134,6 +213,7 @@ impl AgentFile {
             spec,
             instructions,
             subagents: Vec::new(),
+            protected: Vec::new(),
         })
     }
 
@@ -170,6 +250,21 @@ impl AgentFile {
     pub fn resolve(&self, relative: &str) -> PathBuf {
         self.dir.join(relative)
     }
+}
+
+/// A file and the side files SQLite may keep beside it.
+fn sqlite_files(path: &Path) -> [PathBuf; 4] {
+    let with = |suffix: &str| {
+        let mut name = path.as_os_str().to_owned();
+        name.push(suffix);
+        PathBuf::from(name)
+    };
+    [
+        path.to_path_buf(),
+        with("-wal"),
+        with("-shm"),
+        with("-journal"),
+    ]
 }
 
 /// Why an agent file could not be loaded.

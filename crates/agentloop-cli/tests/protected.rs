@@ -1,0 +1,145 @@
+#![allow(
+    clippy::indexing_slicing,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic
+)]
+//! The agent cannot rewrite itself: with the file tools rooted in the agent's own folder (the
+//! default root), a scripted model tries to write every one of the agent's own files (the agent
+//! file, a subagent's file, instructions, the script, a command tool's program, the permission
+//! store, the journal and the trace the run writes). Each write is refused with
+//! `workspace.protected` and the file is left as it was, while a write to an ordinary file and a
+//! read of the agent file go through.
+
+mod support;
+
+use serde_json::{Value, json};
+use support::*;
+
+const SELF_EDITING_AGENT: &str = r#"name = "self-editor"
+instructions_file = "instructions.md"
+[model]
+provider = "scripted"
+script = "script.json"
+
+[[tools]]
+builtin = "write_file"
+
+[[tools]]
+builtin = "edit_file"
+
+[[tools]]
+builtin = "read_file"
+
+[[tools]]
+name = "count_words"
+command = ["python3", "tools/count.py"]
+
+[[tools]]
+name = "helper"
+agent = "helpers/child.toml"
+
+[permissions]
+store = "permissions.json"
+"#;
+
+const CHILD: &str = r#"name = "child"
+[model]
+provider = "scripted"
+script = "child.json"
+"#;
+
+fn write(id: &str, path: &str) -> Value {
+    json!({"id": id, "name": "write_file", "arguments": {"path": path, "content": "import os\n"}})
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_write_tools_refuse_the_agents_own_files_wherever_the_root_is() {
+    let dir = AgentDir::new(SELF_EDITING_AGENT);
+    std::fs::create_dir_all(dir.path("tools")).unwrap();
+    std::fs::create_dir_all(dir.path("helpers")).unwrap();
+    dir.write("tools/count.py", "print(3)\n");
+    dir.write("instructions.md", "Count words.\n");
+    dir.write("helpers/child.toml", CHILD);
+    dir.write("helpers/child.json", "[]");
+    dir.write("permissions.json", "{\"rules\": []}");
+    let protected = [
+        ("p1", "agent.toml"),
+        ("p2", "./tools/count.py"),
+        ("p3", "instructions.md"),
+        ("p4", "script.json"),
+        ("p5", "permissions.json"),
+        ("p6", "helpers/child.toml"),
+        ("p7", "run.db"),
+        ("p8", "trace.ndjson"),
+        ("p9", "run.db-wal"),
+    ];
+    let mut calls: Vec<Value> = protected.iter().map(|(id, p)| write(id, p)).collect();
+    calls.push(json!({"id": "e1", "name": "edit_file", "arguments": {
+        "path": "agent.toml", "old_string": "self-editor", "new_string": "owned"}}));
+    calls.push(write("ok", "notes/plan.md"));
+    calls.push(json!({"id": "r", "name": "read_file", "arguments": {"path": "agent.toml"}}));
+    dir.write(
+        "script.json",
+        &json!([{"tool_calls": calls}, {"text": "done"}]).to_string(),
+    );
+    let before: Vec<(String, String)> = [
+        "agent.toml",
+        "tools/count.py",
+        "instructions.md",
+        "script.json",
+        "permissions.json",
+        "helpers/child.toml",
+    ]
+    .iter()
+    .map(|p| (p.to_string(), std::fs::read_to_string(dir.path(p)).unwrap()))
+    .collect();
+    let journal = dir.path("run.db");
+    let trace = dir.path("trace.ndjson");
+    let out = agentloop(args(&[
+        "run",
+        dir.agent().to_str().unwrap(),
+        "--input",
+        "go",
+        "--json",
+        "--journal",
+        journal.to_str().unwrap(),
+        "--trace",
+        trace.to_str().unwrap(),
+    ]))
+    .await;
+    let v = stdout_json(&out);
+    assert_eq!(v["stop_reason"], "finished", "{v}\n{}", stderr(&out));
+    let records = v["tool_calls"].as_array().unwrap();
+    let record = |id: &str| records.iter().find(|c| c["id"] == id).unwrap().clone();
+    for id in protected.iter().map(|(id, _)| *id).chain(["e1"]) {
+        let r = record(id);
+        assert_eq!(r["ok"], false, "{r}");
+        assert_eq!(r["error"]["code"], "workspace.protected", "{r}");
+    }
+    assert_eq!(record("ok")["ok"], true);
+    assert_eq!(
+        std::fs::read_to_string(dir.path("notes/plan.md")).unwrap(),
+        "import os\n"
+    );
+    let read = record("r");
+    assert_eq!(read["ok"], true, "{read}");
+    assert!(read["output"].as_str().unwrap().contains("self-editor"));
+    for (path, text) in before {
+        assert_eq!(
+            std::fs::read_to_string(dir.path(&path)).unwrap(),
+            text,
+            "{path}"
+        );
+    }
+    // The journal and the trace are the run's own: written by it, not by the model.
+    assert!(
+        std::fs::read_to_string(&trace)
+            .unwrap()
+            .contains("self-editor")
+    );
+    assert_ne!(
+        std::fs::read(&journal).unwrap().get(..6),
+        Some(&b"import"[..])
+    );
+}
