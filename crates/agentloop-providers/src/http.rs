@@ -194,6 +194,29 @@ macro_rules! http_builder_methods {
 #[allow(unused_imports)]
 pub(crate) use http_builder_methods;
 
+/// The most redirects a request follows.
+const MAX_REDIRECTS: usize = 5;
+
+/// Redirects within the same origin (scheme, host and port) only: a request carries the
+/// provider's key (`Authorization`, `x-api-key`, the file's custom `headers`), and reqwest strips
+/// only `Authorization` and cookies when a redirect leaves the host. A redirect elsewhere is not
+/// followed: its 3xx answer is the provider's error, and the key never reaches the other host.
+pub fn same_origin_redirects() -> reqwest::redirect::Policy {
+    reqwest::redirect::Policy::custom(|attempt| {
+        let same = attempt
+            .previous()
+            .first()
+            .is_some_and(|first| first.origin() == attempt.url().origin());
+        if !same {
+            attempt.stop()
+        } else if attempt.previous().len() > MAX_REDIRECTS {
+            attempt.error("too many redirects")
+        } else {
+            attempt.follow()
+        }
+    })
+}
+
 /// A built HTTP client for one provider: cheap to clone.
 #[derive(Debug, Clone)]
 pub struct HttpClient {
@@ -210,7 +233,8 @@ impl HttpClient {
             .connect_timeout(config.connect_timeout)
             // The same silence bounds the wait for the answer's head and a whole body; a stream's
             // own idle timer (which names the silence) fires first.
-            .read_timeout(config.idle_timeout.saturating_add(Duration::from_secs(1)));
+            .read_timeout(config.idle_timeout.saturating_add(Duration::from_secs(1)))
+            .redirect(same_origin_redirects());
         if let Some(t) = config.request_timeout {
             builder = builder.timeout(t);
         }
