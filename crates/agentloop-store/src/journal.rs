@@ -139,6 +139,9 @@ pub(crate) fn open_kind(
     if !create && !path.exists() {
         return Err(io(format!("no journal at {shown}")));
     }
+    if create {
+        crate::create_private(path).map_err(|e| io(format!("cannot create {shown}: {e}")))?;
+    }
     let conn = Connection::open_with_flags(path, flags)
         .map_err(|e| io(format!("cannot open {shown}: {e}")))?;
     conn.busy_timeout(std::time::Duration::from_secs(5))

@@ -44,6 +44,27 @@ pub mod sqlite;
 pub mod trace;
 pub mod view;
 
+/// The mode of every file the store creates (journals, sessions, caches, traces): readable and
+/// writable by its owner only, as they hold whole prompts, tool outputs and approvals.
+pub const PRIVATE_MODE: u32 = 0o600;
+
+/// Creates `path` empty with [`PRIVATE_MODE`] unless it exists (then it is left as it is: its
+/// owner chose its mode). SQLite gives its `-wal`, `-shm` and `-journal` files the mode of the
+/// database, so they are private too.
+pub(crate) fn create_private(path: &std::path::Path) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(PRIVATE_MODE)
+        .open(path)
+    {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
 pub use cache::SqliteResponseCache;
 pub use error::TraceError;
 pub use format::{TraceFormat, TraceWriter, open_writer};

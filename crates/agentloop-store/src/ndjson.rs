@@ -4,6 +4,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use crate::error::TraceError;
@@ -26,6 +27,7 @@ impl NdjsonWriter {
             .create(true)
             .append(true)
             .read(true)
+            .mode(crate::PRIVATE_MODE)
             .open(path)
             .map_err(err)?;
         let len = file.metadata().map_err(err)?.len();

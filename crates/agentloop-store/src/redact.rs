@@ -3,6 +3,13 @@
 //! credential has its value replaced, and so has any string that is a bearer credential. Text
 //! (a tool's text output, strings inside JSON) has header-like lines (`Authorization: ...`,
 //! `OPENAI_API_KEY=...`) cut after the key, and text that is itself JSON is redacted as JSON.
+//! Inside a line (a command string, a log line), an assignment to a credential-like name
+//! (`GITHUB_TOKEN=... gh pr list`), a bearer credential, and tokens of the well-known shapes
+//! (`sk-...`, `ghp_...`, `github_pat_...`, `xoxb-...`, AWS access key ids) go wherever they stand.
+
+use std::sync::LazyLock;
+
+use regex::Regex;
 
 use serde_json::Value;
 
@@ -28,20 +35,28 @@ const SECRET_KEYS: &[&str] = &[
     "bearer",
 ];
 
-/// Key endings that mark a secret (`openai_api_key`, `access_token`, `db_password`).
+/// Key endings that mark a secret (`openai_api_key`, `access_token`, `db_password`,
+/// `aws_secret_access_key`, `github_pat`).
 const SECRET_SUFFIXES: &[&str] = &[
-    "_api_key",
+    "_key",
     "_apikey",
     "_token",
     "_secret",
     "_password",
-    "_private_key",
+    "_passwd",
+    "_pat",
+    "_credentials",
 ];
 
 /// True when an object key names a credential.
 pub fn is_secret_key(key: &str) -> bool {
     let k = key.trim().to_ascii_lowercase().replace('-', "_");
     SECRET_KEYS.contains(&k.as_str()) || SECRET_SUFFIXES.iter().any(|s| k.ends_with(s))
+}
+
+/// A credential-like key standing alone (no white space in it).
+fn is_header_key(key: &str) -> bool {
+    !key.contains(char::is_whitespace) && is_secret_key(key)
 }
 
 /// True when a string is itself a credential (`Bearer ...`).
@@ -54,11 +69,89 @@ fn is_secret_string(s: &str) -> bool {
 
 /// Redacts text: JSON text as JSON; otherwise every line that reads `KEY: value` or `KEY=value`
 /// with a credential-like key keeps only its key, and bearer strings go whole. The credentials of
-/// a URL (`https://user:token@host`) go in any text.
+/// a URL (`https://user:token@host`), assignments to credential-like names, bearer credentials and
+/// well-known token shapes go in any text, wherever they stand in a line.
 pub fn redact_text(text: &str) -> String {
-    match strip_url_credentials(text) {
-        Some(stripped) => redact_lines(&stripped),
-        None => redact_lines(text),
+    let text = strip_url_credentials(text).map_or(std::borrow::Cow::Borrowed(text), Into::into);
+    if let Some(json) = redact_json_text(&text) {
+        return json;
+    }
+    let lines = redact_lines(&text);
+    redact_inline(&lines).unwrap_or(lines)
+}
+
+/// Text that is itself JSON, redacted as JSON (its strings as text); `None` for other text.
+fn redact_json_text(text: &str) -> Option<String> {
+    let trimmed = text.trim_start();
+    if !(trimmed.starts_with('{') || trimmed.starts_with('[')) {
+        return None;
+    }
+    let v = serde_json::from_str::<Value>(trimmed).ok()?;
+    let r = redact(&v);
+    Some(if r == v {
+        text.to_owned()
+    } else {
+        r.to_string()
+    })
+}
+
+/// Tokens whose shape alone says they are credentials: OpenAI and Anthropic keys (`sk-`),
+/// GitHub's (`ghp_`, `gho_`, `ghu_`, `ghs_`, `ghr_`, `github_pat_`), Slack's (`xoxb-`...), AWS
+/// access key ids.
+static TOKEN_SHAPES: LazyLock<Option<Regex>> = LazyLock::new(|| {
+    Regex::new(
+        r"\b(?:sk-[A-Za-z0-9_-]{16,}|gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}|xox[abposr]-[A-Za-z0-9-]{10,}|(?:AKIA|ASIA)[0-9A-Z]{16})",
+    )
+    .ok()
+});
+
+/// `Bearer <credential>` anywhere in a line.
+static BEARER: LazyLock<Option<Regex>> =
+    LazyLock::new(|| Regex::new(r"(?i)\b(bearer)\s+[A-Za-z0-9._~+/=-]{8,}").ok());
+
+/// `NAME=value` and `NAME: value` inside a line: the name is checked with [`is_secret_key`]; the
+/// value (after an optional `Bearer `/`Basic `/`token ` scheme) ends at white space or a shell
+/// separator, or is a quoted string.
+static ASSIGNMENT: LazyLock<Option<Regex>> = LazyLock::new(|| {
+    Regex::new(
+        r#"([A-Za-z_][A-Za-z0-9_.-]*)(["']?\s*[=:]\s*)((?i:(?:bearer|basic|token)\s+)?(?:"[^"]*"|'[^']*'|[^\s"'&;|,)}]+))"#,
+    )
+    .ok()
+});
+
+/// The text with inline credentials replaced, or `None` when it has none.
+fn redact_inline(text: &str) -> Option<String> {
+    let mut out = std::borrow::Cow::Borrowed(text);
+    if let Some(re) = ASSIGNMENT.as_ref() {
+        let replaced = re.replace_all(&out, |c: &regex::Captures<'_>| {
+            let (name, sep, value) = (&c[1], &c[2], &c[3]);
+            if is_secret_key(name) && value.trim_matches(['"', '\'']) != REDACTED {
+                format!("{name}{sep}{REDACTED}")
+            } else {
+                c[0].to_owned()
+            }
+        });
+        if let std::borrow::Cow::Owned(s) = replaced {
+            out = std::borrow::Cow::Owned(s);
+        }
+    }
+    if let Some(re) = BEARER.as_ref() {
+        let replaced = re.replace_all(&out, |c: &regex::Captures<'_>| {
+            format!("{} {REDACTED}", &c[1])
+        });
+        if let std::borrow::Cow::Owned(s) = replaced {
+            out = std::borrow::Cow::Owned(s);
+        }
+    }
+    if let Some(re) = TOKEN_SHAPES.as_ref() {
+        let replaced = re.replace_all(&out, REDACTED);
+        if let std::borrow::Cow::Owned(s) = replaced {
+            out = std::borrow::Cow::Owned(s);
+        }
+    }
+    match out {
+        std::borrow::Cow::Owned(s) if s != text => Some(s),
+        _ => None,
     }
 }
 
@@ -92,17 +185,6 @@ fn strip_url_credentials(text: &str) -> Option<String> {
 }
 
 fn redact_lines(text: &str) -> String {
-    let trimmed = text.trim_start();
-    if (trimmed.starts_with('{') || trimmed.starts_with('['))
-        && let Ok(v) = serde_json::from_str::<Value>(trimmed)
-    {
-        let r = redact(&v);
-        return if r == v {
-            text.to_owned()
-        } else {
-            r.to_string()
-        };
-    }
     if is_secret_string(text) {
         return REDACTED.into();
     }
@@ -110,8 +192,10 @@ fn redact_lines(text: &str) -> String {
     let lines: Vec<String> = text
         .split('\n')
         .map(|line| match line.find([':', '=']) {
+            // A line that *is* a header or an assignment: one key before the separator (words
+            // before it make it a command line, which the inline pass redacts precisely).
             Some(at)
-                if is_secret_key(
+                if is_header_key(
                     line[..at]
                         .trim()
                         .trim_matches(['"', '\''])
@@ -220,6 +304,51 @@ mod tests {
         assert_eq!(redact_text(r#"{"n": 1}"#), r#"{"n": 1}"#);
         let nested = redact(&serde_json::json!({"stdout": "x-api-key: k\nok"}));
         assert_eq!(nested["stdout"], "x-api-key: [redacted]\nok");
+    }
+
+    #[test]
+    fn credentials_inside_a_line_go_wherever_they_stand() {
+        let cases = [
+            (
+                "cd repo; gh pr list --token=abc123 -R x",
+                "cd repo; gh pr list --token=[redacted] -R x",
+            ),
+            (
+                "echo ok && GITHUB_TOKEN=abc123 gh pr list",
+                "echo ok && GITHUB_TOKEN=[redacted] gh pr list",
+            ),
+            (
+                r#"curl -H "Authorization: Bearer eyJhbGciOi.J9" https://x"#,
+                r#"curl -H "Authorization: [redacted]" https://x"#,
+            ),
+            (
+                "aws_secret_access_key = wJalrXUtnFEMI/K7MDENG",
+                "aws_secret_access_key = [redacted]",
+            ),
+            (
+                "use key sk-proj-AbCdEfGhIjKlMnOpQrSt and ghp_0123456789abcdefghijABCD now",
+                "use key [redacted] and [redacted] now",
+            ),
+            ("export MY_PAT='x y'; run", "export MY_PAT= [redacted]"),
+            ("run it; MY_PAT='x y' go", "run it; MY_PAT=[redacted] go"),
+            ("x-api-key: k1 and more", "x-api-key: [redacted]"),
+            ("slack xoxb-1234-5678-abcdef ok", "slack [redacted] ok"),
+            ("id AKIAIOSFODNN7EXAMPLE used", "id [redacted] used"),
+        ];
+        for (text, want) in cases {
+            assert_eq!(redact_text(text), want, "{text}");
+        }
+        for plain in [
+            "max_tokens=5 temperature: 0.2 ratio: 3=4",
+            "a Bearer token is needed; sk-short",
+            "the task-list has 3 items",
+        ] {
+            assert_eq!(redact_text(plain), plain);
+        }
+        let r = redact(&json!({"aws_secret_access_key": "k", "github_pat": "p", "sort": "key"}));
+        assert_eq!(r["aws_secret_access_key"], REDACTED);
+        assert_eq!(r["github_pat"], REDACTED);
+        assert_eq!(r["sort"], "key");
     }
 
     #[test]

@@ -109,6 +109,7 @@ impl SqliteWriter {
     /// Opens (or creates) the database, creating or migrating its schema.
     pub fn open(path: &Path) -> Result<SqliteWriter, TraceError> {
         let err = |e| TraceError::sqlite(path, e);
+        crate::create_private(path).map_err(|e| TraceError::io(path, e))?;
         let mut conn = Connection::open(path).map_err(err)?;
         conn.busy_timeout(std::time::Duration::from_secs(5))
             .map_err(err)?;

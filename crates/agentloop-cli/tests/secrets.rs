@@ -1,0 +1,138 @@
+#![allow(
+    clippy::indexing_slicing,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic
+)]
+//! Credentials stay where they belong: a provider's key is never sent to another host on a
+//! redirect; the files a run writes (journal, sessions, response cache, trace) are readable by
+//! their owner only; a credential inside a tool's arguments is redacted in a trace with payloads.
+
+mod support;
+
+use std::os::unix::fs::PermissionsExt;
+
+use serde_json::json;
+use support::*;
+use wiremock::matchers::method;
+use wiremock::{Mock, MockServer, ResponseTemplate};
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_providers_key_is_never_sent_to_another_host_on_a_redirect() {
+    let elsewhere = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(200).set_body_string("{}"))
+        .mount(&elsewhere)
+        .await;
+    let provider = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(
+            ResponseTemplate::new(307)
+                .insert_header("location", format!("{}/v1/messages", elsewhere.uri())),
+        )
+        .mount(&provider)
+        .await;
+    for agent in [
+        anthropic_agent(&provider.uri(), "tool"),
+        openai_agent(&provider.uri(), ""),
+    ] {
+        let dir = AgentDir::new(&agent);
+        let out = agentloop(args(&[
+            "run",
+            dir.agent().to_str().unwrap(),
+            "--input",
+            "hi",
+            "--json",
+        ]))
+        .await;
+        assert_ne!(out.status.code(), Some(0), "{}", stdout(&out));
+        let v = stdout_json(&out);
+        assert_eq!(v["stop_reason"], "failed", "{v}");
+    }
+    assert!(
+        !provider.received_requests().await.unwrap().is_empty(),
+        "the provider was asked"
+    );
+    let sent = elsewhere.received_requests().await.unwrap();
+    assert!(
+        sent.is_empty(),
+        "a request followed the redirect to another host: {:?}",
+        sent.iter().map(|r| &r.headers).collect::<Vec<_>>()
+    );
+}
+
+fn mode(path: &std::path::Path) -> u32 {
+    std::fs::metadata(path).unwrap().permissions().mode() & 0o777
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_files_a_run_writes_are_readable_by_their_owner_only_and_payloads_are_redacted() {
+    let dir = AgentDir::new(
+        r#"name = "private"
+[model]
+provider = "scripted"
+script = "script.json"
+cache = true
+[[tools]]
+name = "deploy"
+command = ["python3", "tool.py"]
+input_schema = { type = "object", properties = { command = { type = "string" } } }
+"#,
+    );
+    let token = "ghp_0123456789abcdefghijABCDEFGHIJ";
+    let command = format!("cd site && GH_PAT={token} ./publish --verbose");
+    dir.write(
+        "script.json",
+        &json!([
+            {"tool_calls": [{"id": "d", "name": "deploy", "arguments": {"command": command}}]},
+            {"text": format!("Deployed with key sk-proj-AbCdEfGhIjKlMnOpQrSt{}", "uvwx")}
+        ])
+        .to_string(),
+    );
+    let agent = dir.agent();
+    let agent = agent.to_str().unwrap();
+    let (journal, trace) = (dir.path("run.db"), dir.path("run.ndjson"));
+    let out = agentloop(args(&[
+        "run",
+        agent,
+        "--input",
+        "deploy",
+        "--json",
+        "--journal",
+        journal.to_str().unwrap(),
+        "--trace",
+        trace.to_str().unwrap(),
+        "--trace-payloads",
+    ]))
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let (sessions, sqlite_trace) = (dir.path("s.db"), dir.path("t.sqlite"));
+    let out = agentloop(args(&[
+        "run",
+        agent,
+        "--input",
+        "deploy",
+        "--json",
+        "--session",
+        "one",
+        "--sessions",
+        sessions.to_str().unwrap(),
+        "--trace",
+        sqlite_trace.to_str().unwrap(),
+    ]))
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    for path in [
+        &journal,
+        &trace,
+        &sessions,
+        &sqlite_trace,
+        &dir.path("responses.db"),
+    ] {
+        assert_eq!(mode(path), 0o600, "{}", path.display());
+    }
+    let recorded = std::fs::read_to_string(&trace).unwrap();
+    assert!(recorded.contains("./publish"), "{recorded}");
+    assert!(!recorded.contains(token), "{recorded}");
+    assert!(!recorded.contains("sk-proj-"), "{recorded}");
+}
