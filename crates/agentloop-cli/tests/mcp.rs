@@ -561,3 +561,50 @@ command = ["python3", "{}"]
         stdout(&out)
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_servers_read_only_and_idempotent_hints_count_only_where_the_entry_trusts_them() {
+    let notes =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/mcp/tools/notes_server.py");
+    for trust in [false, true] {
+        let dir = AgentDir::new(&format!(
+            r#"name = "hints"
+[model]
+provider = "scripted"
+script = "script.json"
+
+[[mcp]]
+name = "notes"
+command = ["python3", "{}"]
+trust_hints = {trust}
+"#,
+            notes.display()
+        ));
+        dir.write("script.json", r#"[{"text": "hi"}]"#);
+        let out = agentloop(args(&[
+            "mcp",
+            "list",
+            dir.agent().to_str().unwrap(),
+            "--json",
+        ]))
+        .await;
+        assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+        let v = stdout_json(&out);
+        let tools = v["servers"][0]["tools"].as_array().unwrap();
+        let list = tools
+            .iter()
+            .find(|t| t["name"] == "notes__list_notes")
+            .unwrap();
+        // `list_notes` says it is read-only: believed only with `trust_hints`, so that a call of
+        // it in flight at a crash runs again on resume only then.
+        assert_eq!(list["idempotent"], trust, "{list}");
+        assert_eq!(list["mutating"], !trust, "{list}");
+        let add = tools
+            .iter()
+            .find(|t| t["name"] == "notes__add_note")
+            .unwrap();
+        assert_eq!(add["idempotent"], false, "{add}");
+        let plan = agentloop(args(&["plan", dir.agent().to_str().unwrap(), "--json"])).await;
+        assert_eq!(stdout_json(&plan)["mcp"][0]["trust_hints"], trust);
+    }
+}

@@ -63,6 +63,11 @@ pub struct ServerConfig {
     pub prefix: Option<String>,
     /// Names for some of its tools, by the server's name: used as they are, without the prefix.
     pub rename: BTreeMap<String, String>,
+    /// Whether the server's word about its tools is believed: only then does a tool it calls
+    /// read-only (`readOnlyHint`) or idempotent (`idempotentHint`) run again after a crash, or
+    /// count as not mutating. Default false: a server is another program, and a wrong hint would
+    /// repeat a side effect.
+    pub trust_hints: bool,
 }
 
 impl ServerConfig {
@@ -97,6 +102,7 @@ impl ServerConfig {
             timeout: DEFAULT_TIMEOUT,
             prefix: None,
             rename: BTreeMap::new(),
+            trust_hints: false,
         }
     }
 

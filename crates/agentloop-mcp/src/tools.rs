@@ -23,11 +23,16 @@ pub(crate) fn tool(server: &McpServer, config: &ServerConfig, listed: &rmcp::mod
         .or(listed.title.as_deref())
         .unwrap_or_default()
         .to_owned();
-    let hints = listed.annotations.clone().unwrap_or_default();
+    // A tool that says nothing, or whose server is not trusted, is taken as changing the world
+    // and as unsafe to repeat (the protocol's default): hints are the server's claims.
+    let hints = listed
+        .annotations
+        .clone()
+        .filter(|_| config.trust_hints)
+        .unwrap_or_default();
     let mut builder = Tool::builder(config.tool_name(&remote))
         .description(description)
         .timeout(config.timeout)
-        // A tool that says nothing is taken as changing the world (the protocol's default).
         .mutating(hints.read_only_hint != Some(true))
         .idempotent(hints.idempotent_hint == Some(true) || hints.read_only_hint == Some(true));
     if let Some(schema) = &listed.output_schema {

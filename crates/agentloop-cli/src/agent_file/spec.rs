@@ -333,6 +333,10 @@ section! {
         /// A stdio server's variables besides PATH, HOME, LANG, LC_ALL, TERM, TMPDIR and USER:
         /// templates over this process's environment (`{ TOKEN = "${GITHUB_TOKEN}" }`).
         env: Option<Spanned<BTreeMap<String, String>>>,
+        /// Believe the server's `readOnlyHint`/`idempotentHint`: its tools that claim them run
+        /// again on `resume` after a crash (default false: each is taken as mutating and not
+        /// idempotent, and answered "interrupted" instead).
+        trust_hints: Option<bool>,
         /// A streamable HTTP server: its URL.
         url: Option<Spanned<String>>,
         /// HTTP headers, as templates over the environment
@@ -412,6 +416,7 @@ impl McpFileSpec {
             config.timeout = t;
         }
         config.prefix = self.prefix.as_ref().map(|p| p.get_ref().clone());
+        config.trust_hints = self.trust_hints.unwrap_or(false);
         config.rename = self
             .rename
             .as_ref()
