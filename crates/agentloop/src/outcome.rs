@@ -280,8 +280,8 @@ pub mod codes {
     /// An output that failed the tool's declared output schema.
     pub const INVALID_OUTPUT: &str = "invalid_output";
 
-    /// The most bytes of error text a model reads from one call.
-    pub const MAX_ERROR_TEXT: usize = 4096;
+    /// The most bytes of error text a model reads from one call (its head and its tail are kept).
+    pub const MAX_ERROR_TEXT: usize = 16 * 1024;
     /// The most characters of an error code.
     pub const MAX_CODE_LEN: usize = 256;
 
@@ -291,20 +291,33 @@ pub mod codes {
     }
 }
 
-/// Cuts `text` to at most `max` bytes at a character boundary, saying so.
-fn bounded_text(mut text: String, max: usize) -> String {
+/// Cuts `text` to at most `max` bytes, keeping its head and its tail (at character boundaries)
+/// and saying how much of the middle went: a failing test run or build says what it ran first and
+/// its verdict last, and both matter to the model.
+fn bounded_text(text: String, max: usize) -> String {
     if text.len() <= max {
         return text;
     }
     let total = text.len();
-    let note = format!(" [... cut: {total} bytes in all]");
-    let mut end = max.saturating_sub(note.len());
-    while end > 0 && !text.is_char_boundary(end) {
-        end -= 1;
+    let note = |cut: usize| {
+        format!("\n[... {cut} bytes cut from the middle ({total} bytes in all) ...]\n")
+    };
+    // The cut is never more than the whole, so the note is never longer than this.
+    let room = max.saturating_sub(note(total).len());
+    let mut head_end = room / 2;
+    while head_end > 0 && !text.is_char_boundary(head_end) {
+        head_end -= 1;
     }
-    text.truncate(end);
-    text.push_str(&note);
-    text
+    let mut tail_start = total - (room - room / 2);
+    while tail_start < total && !text.is_char_boundary(tail_start) {
+        tail_start += 1;
+    }
+    format!(
+        "{}{}{}",
+        text.get(..head_end).unwrap_or_default(),
+        note(tail_start - head_end),
+        text.get(tail_start..).unwrap_or_default()
+    )
 }
 
 fn bounded_code(code: &str) -> String {
@@ -599,5 +612,31 @@ impl RunOutcome {
                 message: format!("the run stopped: {other}"),
             },
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn a_long_error_keeps_its_head_and_its_tail_within_the_bound() {
+        let text = format!(
+            "collected 900 tests\n{}\nFAILED: 3 failed, 897 passed\né",
+            "x".repeat(40_000)
+        );
+        let o = CallOutcome::from_result(Err(ToolError::new("exit", text.clone())));
+        let shown = o.content.to_text();
+        assert!(shown.len() <= codes::MAX_ERROR_TEXT, "{}", shown.len());
+        assert!(shown.len() > codes::MAX_ERROR_TEXT - 8, "the bound is used");
+        assert!(shown.starts_with("collected 900 tests\n"));
+        assert!(shown.ends_with("FAILED: 3 failed, 897 passed\né"));
+        assert!(shown.contains(&format!(
+            "bytes cut from the middle ({} bytes in all)",
+            text.len()
+        )));
+        let short = CallOutcome::from_result(Err(ToolError::new("exit", "short")));
+        assert_eq!(short.content.to_text(), "short");
     }
 }
