@@ -96,16 +96,19 @@ fn everything_stdio(name: &str) -> ServerConfig {
 async fn filesystem_server_lists_reads_writes_and_answers_an_error_result() {
     let dir = tempfile_dir("fs");
     std::fs::write(dir.join("notes.txt"), "alpha\nbeta\n").unwrap();
-    let server = McpServer::connect(config(
+    // Trusted, so that its read-only hints count (untrusted, every tool is mutating: the CLI's
+    // `trust_hints` test shows both).
+    let mut fs = config(
         "fs",
         vec![npm_bin("mcp-server-filesystem"), dir.display().to_string()],
-    ))
-    .await
-    .unwrap();
+    );
+    fs.trust_hints = true;
+    let server = McpServer::connect(fs).await.unwrap();
     let tools = server.tools();
     let read = tool(&tools, "fs__read_text_file");
     assert_eq!(read.spec().input_schema["type"], "object");
     assert!(!read.spec().mutating, "read_text_file says it is read-only");
+    assert!(read.spec().idempotent, "and so is safe to run again");
     assert!(tool(&tools, "fs__write_file").spec().mutating);
 
     let path = dir.join("notes.txt").display().to_string();
