@@ -141,7 +141,16 @@ pub fn builtin_options(file: &AgentFile, t: &ToolFileSpec) -> BuiltinOptions {
             .into_iter()
             .filter(|v| key_env.as_ref() != Some(v))
             .collect(),
+        sandbox: t.sandbox(file.sandbox()),
     }
+}
+
+/// The folder a command tool's processes may write under `workspace-write`: its `root`, else the
+/// agent file's folder (where it runs).
+pub fn command_root(file: &AgentFile, t: &ToolFileSpec) -> PathBuf {
+    t.root
+        .as_ref()
+        .map_or_else(|| file.dir.clone(), |r| file.resolve(r.get_ref()))
 }
 
 /// A built-in tool ([`Builtin`]).
@@ -175,7 +184,8 @@ pub fn builtin_permission_rules(file: &AgentFile) -> Vec<PermissionRule> {
         .collect()
 }
 
-/// A command tool. Its children never see the agent's API key variable, nor any `*_API_KEY`.
+/// A command tool, in its sandbox. Its children see the shell's allow list of variables and those
+/// its `env` names, never a secret nor the agent's API key variable.
 fn command_tool(
     file: &AgentFile,
     t: &ToolFileSpec,
@@ -191,7 +201,12 @@ fn command_tool(
         .poller(t.poller.unwrap_or(false))
         .idempotent(t.idempotent.unwrap_or(false))
         .retries(t.retries.as_ref().map_or(0, |r| *r.get_ref()))
-        .working_dir(&file.dir);
+        .working_dir(&file.dir)
+        .root(command_root(file, t))
+        .sandbox(t.sandbox(file.sandbox()));
+    for var in t.env.as_deref().unwrap_or_default() {
+        tool = tool.allow_env(var.get_ref().clone());
+    }
     if let Some(timeout) = t
         .timeout_secs
         .as_ref()
@@ -474,8 +489,13 @@ pub fn mcp_declarations(file: &AgentFile) -> serde_json::Value {
         .iter()
         .map(|c| {
             let how = match &c.transport {
-                agentloop_mcp::Transport::Stdio { command, env, .. } => {
-                    json!({"command": command, "env_reads": vars(env)})
+                agentloop_mcp::Transport::Stdio {
+                    command,
+                    env,
+                    sandbox,
+                    ..
+                } => {
+                    json!({"command": command, "env_reads": vars(env), "sandbox": sandbox})
                 }
                 agentloop_mcp::Transport::Http { url, headers } => {
                     json!({"url": url, "headers_read": vars(headers)})
@@ -568,7 +588,10 @@ impl StartedMcp {
 
 /// The file's `[[mcp]]` servers' configs, in order.
 pub fn mcp_configs(file: &AgentFile) -> Vec<agentloop_mcp::ServerConfig> {
-    file.mcp().iter().map(|m| m.config(&file.dir)).collect()
+    file.mcp()
+        .iter()
+        .map(|m| m.server_config(&file.dir, file.sandbox()))
+        .collect()
 }
 
 /// The agent, over a given model and the tools of its started MCP servers, with a permission

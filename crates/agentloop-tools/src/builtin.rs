@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use agentloop::Tool;
 use agentloop::permissions::Permission;
+use agentloop_sandbox::SandboxPolicy;
 
 use crate::files::{self, DEFAULT_MAX_READ_BYTES, DEFAULT_MAX_RESULTS, FileLimits};
 use crate::shell::ShellTool;
@@ -112,7 +113,7 @@ impl Builtin {
         }
         let workspace = Workspace::new(&options.root)?;
         if self == Builtin::Shell {
-            let mut tool = ShellTool::new(workspace);
+            let mut tool = ShellTool::new(workspace).sandbox(options.sandbox);
             for var in &options.env {
                 tool = tool.allow_env(var.clone());
             }
@@ -164,6 +165,8 @@ pub struct BuiltinOptions {
     pub allow_private: Vec<String>,
     /// Shell: variables passed through besides the default allow list (never a secret).
     pub env: Vec<String>,
+    /// Shell: the sandbox of its commands (default `workspace-write`, no network).
+    pub sandbox: SandboxPolicy,
 }
 
 impl Default for BuiltinOptions {
@@ -175,6 +178,7 @@ impl Default for BuiltinOptions {
             timeout: None,
             allow_private: Vec::new(),
             env: Vec::new(),
+            sandbox: SandboxPolicy::default(),
         }
     }
 }
