@@ -246,6 +246,82 @@ sandbox = "off"
     assert!(cat.contains("Permission denied"), "{cat}");
 }
 
+/// As an ordinary user (CI runs as root, where the dropped capabilities alone already keep a
+/// child out of its root parent), only the agentloop process's non-dumpable flag keeps its
+/// environment and memory from its tools: the run as `nobody` checks that flag end to end.
+#[tokio::test(flavor = "multi_thread")]
+async fn as_an_ordinary_user_the_agentloop_process_is_out_of_its_tools_reach_too() {
+    let uid = std::process::Command::new("id").arg("-u").output().unwrap();
+    let setpriv = std::path::Path::new("/usr/bin/setpriv");
+    if String::from_utf8_lossy(&uid.stdout).trim() != "0" || !setpriv.exists() {
+        // Not root: the test above already runs as an ordinary user.
+        return;
+    }
+    let dir = agent(&format!(
+        "{SHELL}\n[[tools]]\nname = \"shell_off\"\nbuiltin = \"shell\"\nroot = \"work\"\nsandbox = \"off\"\n"
+    ).replace("allow = [\"shell\"]", "allow = [\"shell\", \"shell_off\"]"));
+    let probe = "tr '\\0' '\\n' < /proc/$PPID/environ; echo environ $?; \
+                 head -c 1 /proc/$PPID/mem > /dev/null; echo mem $?; \
+                 tr '\\0' '\\n' < /proc/$$/environ | grep -c '^PATH='";
+    dir.write(
+        "script.json",
+        &json!([
+            {"tool_calls": [
+                {"id": "sandboxed", "name": "shell", "arguments": {"command": probe}},
+                {"id": "off", "name": "shell_off", "arguments": {"command": probe}}
+            ]},
+            {"text": "done"}
+        ])
+        .to_string(),
+    );
+    use std::os::unix::fs::PermissionsExt;
+    for path in [dir.dir.path().to_path_buf(), dir.path("work")] {
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    for file in ["agent.toml", "script.json"] {
+        std::fs::set_permissions(dir.path(file), std::fs::Permissions::from_mode(0o644)).unwrap();
+    }
+    let agent_file = dir.agent();
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("/usr/bin/setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(env!("CARGO_BIN_EXE_agentloop"))
+            .args([
+                "run",
+                agent_file.to_str().unwrap(),
+                "--input",
+                "go",
+                "--json",
+            ])
+            .env("OPENAI_API_KEY", PROC_SECRET)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    let v = stdout_json(&out);
+    for id in ["sandboxed", "off"] {
+        let call = v["tool_calls"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["id"] == id)
+            .unwrap();
+        let said = call["output"].as_str().unwrap_or_default();
+        assert!(!said.contains(PROC_SECRET), "{id}: {said}");
+        assert!(!said.contains("environ 0"), "{id}: {said}");
+        assert!(said.contains("mem 1"), "{id}: {said}");
+        assert!(said.contains("Permission denied"), "{id}: {said}");
+        // The control: the child reads its own environment.
+        assert!(
+            said.contains("\n1\n") || said.contains("---\n1"),
+            "{id}: {said}"
+        );
+    }
+}
+
 /// True once no live (non-zombie) process has this pid.
 fn gone(pid: &str) -> bool {
     match std::fs::read_to_string(format!("/proc/{}/stat", pid.trim())) {
