@@ -7,7 +7,7 @@ use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use landlock::{
     ABI, Access, AccessFs, AccessNet, BitFlags, PathBeneath, PathFd, Ruleset, RulesetAttr,
@@ -111,8 +111,8 @@ pub(crate) struct ChildHook {
     no_new_privs: bool,
     /// The Landlock ruleset to restrict the child with.
     landlock: Option<OwnedFd>,
-    /// The seccomp program to install.
-    seccomp: Option<BpfProgram>,
+    /// The seccomp program to install (compiled once per network setting).
+    seccomp: Option<Arc<BpfProgram>>,
 }
 
 impl ChildHook {
@@ -138,7 +138,7 @@ impl ChildHook {
             None
         };
         let seccomp = if s.seccomp {
-            Some(seccomp_program(policy)?)
+            Some(seccomp_program(policy.network)?)
         } else {
             None
         };
@@ -174,7 +174,7 @@ impl ChildHook {
         if let Some(program) = &self.seccomp {
             // Last, once nothing it denies is needed any more. `apply_filter` makes two system
             // calls on a borrowed program and allocates nothing.
-            match seccompiler::apply_filter(program) {
+            match seccompiler::apply_filter(program.as_slice()) {
                 Ok(()) => {}
                 Err(seccompiler::Error::Prctl(e) | seccompiler::Error::Seccomp(e)) => {
                     return Err(e);
@@ -319,7 +319,7 @@ fn ruleset(
     }
     let mut created = ruleset.create().map_err(landlock)?;
     for path in readable_paths() {
-        created = add(created, &path, read)?;
+        created = add(created, path, read)?;
     }
     for device_path in READABLE_DEVICES {
         created = add(created, Path::new(device_path), read & !AccessFs::Execute)?;
@@ -351,22 +351,40 @@ fn add(
         .map_err(|e| setup(&path.display().to_string(), e))
 }
 
-/// Everything under `/` but `/dev`: readable (and executable). `/dev` is left out so that the
+/// Everything under `/` but `/dev` (its entries as this process first saw them): readable (and
+/// executable). `/dev` is left out so that the
 /// terminal (`/dev/tty`, `/dev/pts/*`) cannot be read or written; the harmless devices are
 /// granted one by one.
-fn readable_paths() -> Vec<PathBuf> {
-    let Ok(entries) = std::fs::read_dir("/") else {
-        return vec![PathBuf::from("/")];
+fn readable_paths() -> &'static [PathBuf] {
+    static PATHS: OnceLock<Vec<PathBuf>> = OnceLock::new();
+    PATHS.get_or_init(|| {
+        let Ok(entries) = std::fs::read_dir("/") else {
+            return vec![PathBuf::from("/")];
+        };
+        entries
+            .filter_map(Result::ok)
+            .map(|e| e.path())
+            .filter(|p| p != Path::new("/dev"))
+            .collect()
+    })
+}
+
+/// The seccomp program of a confined mode, with or without network, compiled once.
+fn seccomp_program(network: bool) -> Result<Arc<BpfProgram>, SandboxError> {
+    type Compiled = OnceLock<Result<Arc<BpfProgram>, SandboxError>>;
+    static WITH_NETWORK: Compiled = OnceLock::new();
+    static WITHOUT_NETWORK: Compiled = OnceLock::new();
+    let cell = if network {
+        &WITH_NETWORK
+    } else {
+        &WITHOUT_NETWORK
     };
-    entries
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .filter(|p| p != Path::new("/dev"))
-        .collect()
+    cell.get_or_init(|| compile_seccomp(network).map(Arc::new))
+        .clone()
 }
 
 /// The seccomp program of a confined mode: each listed call fails with `EPERM`.
-fn seccomp_program(policy: SandboxPolicy) -> Result<BpfProgram, SandboxError> {
+fn compile_seccomp(network: bool) -> Result<BpfProgram, SandboxError> {
     let seccomp = |e: seccompiler::BackendError| setup("seccomp", e);
     // Unconditionally refused: leaving the call's process group (so that the group kill reaches
     // every descendant), tracing or reading other processes, io_uring (its operations bypass
@@ -407,7 +425,7 @@ fn seccomp_program(policy: SandboxPolicy) -> Result<BpfProgram, SandboxError> {
             arg_is(1, SeccompCmpOp::Eq, libc::TIOCLINUX)?,
         ],
     );
-    if !policy.network {
+    if !network {
         // Every socket but a UNIX one: TCP and UDP of any address family, raw, netlink...
         let unix = u64::try_from(libc::AF_UNIX).unwrap_or(1);
         for nr in [libc::SYS_socket, libc::SYS_socketpair] {
