@@ -468,7 +468,18 @@ pub fn definition_parts(file: &AgentFile) -> Vec<(&'static str, serde_json::Valu
         ("permissions", json!(permissions)),
     ];
     if !file.mcp().is_empty() {
-        parts.push(("mcp", mcp_declarations(file)));
+        let mut mcp = mcp_declarations(file);
+        // A server's sandbox bounds what the host lets it do, not what the agent is (as for
+        // tools): it stays out of the fingerprint.
+        for server in mcp.as_array_mut().into_iter().flatten() {
+            if let Some(transport) = server
+                .get_mut("transport")
+                .and_then(serde_json::Value::as_object_mut)
+            {
+                transport.remove("sandbox");
+            }
+        }
+        parts.push(("mcp", mcp));
     }
     if let Some(v) = &file.spec.version {
         parts.push(("version", json!(v)));
@@ -825,6 +836,19 @@ command_prefix = { field = "command", prefix = "rm" }
         assert_eq!(print("root = \"a\""), print("root = \"a\""));
         assert_ne!(print("root = \"a\""), print("root = \"b\""));
         assert_ne!(print(""), print("max_bytes = 100"));
+    }
+
+    #[test]
+    fn a_sandbox_changes_no_fingerprint() {
+        let dir = tempfile::tempdir().unwrap();
+        let print = |sandbox: &str| {
+            let text = format!(
+                "name = \"x\"\n[model]\nprovider = \"openai\"\nname = \"m\"\n[[tools]]\nbuiltin = \"shell\"\n{sandbox}\n[[mcp]]\nname = \"s\"\ncommand = [\"srv\"]\n{sandbox}\n"
+            );
+            fingerprint(&AgentFile::parse(&dir.path().join("agent.toml"), &text).unwrap()).unwrap()
+        };
+        assert_eq!(print(""), print("sandbox = \"off\""));
+        assert_eq!(print(""), print("network = true"));
     }
 
     #[test]
