@@ -102,6 +102,46 @@ fn everything_stdio(name: &str) -> ServerConfig {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sandboxed_server_writes_only_its_own_folder_whatever_it_is_told() {
+    // The server is told it may write `outside`, but runs in `inside`: its sandbox lets it
+    // write there only (the test above, run in the folder it writes, is the control).
+    let inside = tempfile_dir("fs-inside");
+    let outside = tempfile_dir("fs-outside");
+    let server = McpServer::connect(working_in(
+        config(
+            "fs",
+            vec![
+                npm_bin("mcp-server-filesystem"),
+                outside.display().to_string(),
+            ],
+        ),
+        &inside,
+    ))
+    .await
+    .unwrap();
+    let tools = server.tools();
+    let target = outside.join("planted.txt");
+    let err = call(
+        tool(&tools, "fs__write_file"),
+        json!({"path": target.display().to_string(), "content": "x"}),
+    )
+    .await
+    .unwrap_err();
+    let (code, message) = recoverable(err);
+    assert_eq!(code, "mcp.tool_error", "{message}");
+    assert!(
+        message.contains("EACCES") || message.contains("denied"),
+        "{message}"
+    );
+    assert!(
+        !target.exists(),
+        "the sandboxed server wrote {}",
+        target.display()
+    );
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn filesystem_server_lists_reads_writes_and_answers_an_error_result() {
     let dir = tempfile_dir("fs");
     std::fs::write(dir.join("notes.txt"), "alpha\nbeta\n").unwrap();
