@@ -26,3 +26,8 @@ mod tools_readme {}
 #[cfg(doctest)]
 #[doc = include_str!("../crates/agentloop-macros/README.md")]
 mod macros_readme {}
+
+/// The sandbox's README.
+#[cfg(doctest)]
+#[doc = include_str!("../crates/agentloop-sandbox/README.md")]
+mod sandbox_readme {}

@@ -142,7 +142,16 @@ pub fn builtin_options(file: &AgentFile, t: &ToolFileSpec) -> BuiltinOptions {
             .filter(|v| key_env.as_ref() != Some(v))
             .collect(),
         protected: file.protected.clone(),
+        sandbox: t.sandbox(file.sandbox()),
     }
+}
+
+/// The folder a command tool's processes may write under `workspace-write`: its `root`, else the
+/// agent file's folder (where it runs).
+pub fn command_root(file: &AgentFile, t: &ToolFileSpec) -> PathBuf {
+    t.root
+        .as_ref()
+        .map_or_else(|| file.dir.clone(), |r| file.resolve(r.get_ref()))
 }
 
 /// A built-in tool ([`Builtin`]).
@@ -176,7 +185,8 @@ pub fn builtin_permission_rules(file: &AgentFile) -> Vec<PermissionRule> {
         .collect()
 }
 
-/// A command tool. Its children never see the agent's API key variable, nor any `*_API_KEY`.
+/// A command tool, in its sandbox. Its children see the shell's allow list of variables and those
+/// its `env` names, never a secret nor the agent's API key variable.
 fn command_tool(
     file: &AgentFile,
     t: &ToolFileSpec,
@@ -192,7 +202,12 @@ fn command_tool(
         .poller(t.poller.unwrap_or(false))
         .idempotent(t.idempotent.unwrap_or(false))
         .retries(t.retries.as_ref().map_or(0, |r| *r.get_ref()))
-        .working_dir(&file.dir);
+        .working_dir(&file.dir)
+        .root(command_root(file, t))
+        .sandbox(t.sandbox(file.sandbox()));
+    for var in t.env.as_deref().unwrap_or_default() {
+        tool = tool.allow_env(var.get_ref().clone());
+    }
     if let Some(timeout) = t
         .timeout_secs
         .as_ref()
@@ -454,7 +469,18 @@ pub fn definition_parts(file: &AgentFile) -> Vec<(&'static str, serde_json::Valu
         ("permissions", json!(permissions)),
     ];
     if !file.mcp().is_empty() {
-        parts.push(("mcp", mcp_declarations(file)));
+        let mut mcp = mcp_declarations(file);
+        // A server's sandbox bounds what the host lets it do, not what the agent is (as for
+        // tools): it stays out of the fingerprint.
+        for server in mcp.as_array_mut().into_iter().flatten() {
+            if let Some(transport) = server
+                .get_mut("transport")
+                .and_then(serde_json::Value::as_object_mut)
+            {
+                transport.remove("sandbox");
+            }
+        }
+        parts.push(("mcp", mcp));
     }
     if let Some(v) = &file.spec.version {
         parts.push(("version", json!(v)));
@@ -475,8 +501,13 @@ pub fn mcp_declarations(file: &AgentFile) -> serde_json::Value {
         .iter()
         .map(|c| {
             let how = match &c.transport {
-                agentloop_mcp::Transport::Stdio { command, env, .. } => {
-                    json!({"command": command, "env_reads": vars(env)})
+                agentloop_mcp::Transport::Stdio {
+                    command,
+                    env,
+                    sandbox,
+                    ..
+                } => {
+                    json!({"command": command, "env_reads": vars(env), "sandbox": sandbox})
                 }
                 agentloop_mcp::Transport::Http { url, headers } => {
                     json!({"url": url, "headers_read": vars(headers)})
@@ -570,7 +601,10 @@ impl StartedMcp {
 
 /// The file's `[[mcp]]` servers' configs, in order.
 pub fn mcp_configs(file: &AgentFile) -> Vec<agentloop_mcp::ServerConfig> {
-    file.mcp().iter().map(|m| m.config(&file.dir)).collect()
+    file.mcp()
+        .iter()
+        .map(|m| m.server_config(&file.dir, file.sandbox()))
+        .collect()
 }
 
 /// The agent, over a given model and the tools of its started MCP servers, with a permission
@@ -804,6 +838,19 @@ command_prefix = { field = "command", prefix = "rm" }
         assert_eq!(print("root = \"a\""), print("root = \"a\""));
         assert_ne!(print("root = \"a\""), print("root = \"b\""));
         assert_ne!(print(""), print("max_bytes = 100"));
+    }
+
+    #[test]
+    fn a_sandbox_changes_no_fingerprint() {
+        let dir = tempfile::tempdir().unwrap();
+        let print = |sandbox: &str| {
+            let text = format!(
+                "name = \"x\"\n[model]\nprovider = \"openai\"\nname = \"m\"\n[[tools]]\nbuiltin = \"shell\"\n{sandbox}\n[[mcp]]\nname = \"s\"\ncommand = [\"srv\"]\n{sandbox}\n"
+            );
+            fingerprint(&AgentFile::parse(&dir.path().join("agent.toml"), &text).unwrap()).unwrap()
+        };
+        assert_eq!(print(""), print("sandbox = \"off\""));
+        assert_eq!(print(""), print("network = true"));
     }
 
     #[test]

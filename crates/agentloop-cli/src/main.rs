@@ -279,6 +279,12 @@ enum TraceCommand {
 }
 
 fn main() -> ExitCode {
+    // Before anything reads a credential: no process this one starts (tools, MCP servers) may
+    // read its environment or memory through /proc or ptrace, root's included.
+    if let Err(e) = agentloop_sandbox::protect_process() {
+        eprintln!("agentloop: cannot keep this process out of its tools' sight: {e}");
+        return ExitCode::from(1);
+    }
     let cli = Cli::parse();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

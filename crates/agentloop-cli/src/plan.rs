@@ -202,6 +202,26 @@ fn builtin_root(file: &AgentFile, t: &crate::agent_file::ToolFileSpec) -> Option
     )
 }
 
+/// The sandbox of a tool that starts processes (the shell, a command tool): its mode, network
+/// and the folders it may write; `null` for the others.
+fn tool_sandbox(file: &AgentFile, t: &crate::agent_file::ToolFileSpec) -> Value {
+    let root = match (&t.command, &t.builtin) {
+        (Some(_), _) => assemble::command_root(file, t),
+        (None, Some(b)) if b.get_ref() == agentloop_tools::Builtin::Shell.name() => {
+            assemble::builtin_options(file, t).root
+        }
+        _ => return Value::Null,
+    };
+    let policy = t.sandbox(file.sandbox());
+    let sandbox = agentloop_tools::Sandbox::new(policy)
+        .writable(std::fs::canonicalize(&root).unwrap_or(root));
+    json!({
+        "mode": policy.mode,
+        "network": policy.network,
+        "writable": sandbox.writable_roots(),
+    })
+}
+
 /// The plan of an agent file.
 pub fn plan(file: &AgentFile) -> Result<Plan, CliError> {
     let m = file.model();
@@ -221,6 +241,7 @@ pub fn plan(file: &AgentFile) -> Result<Plan, CliError> {
                 "agent": t.agent.as_ref().map(|a| a.get_ref()),
                 "builtin": t.builtin.as_ref().map(|b| b.get_ref()),
                 "root": builtin_root(file, t),
+                "sandbox": tool_sandbox(file, t),
                 "fatal": t.fatal.unwrap_or(false),
                 "working_dir": file.dir.display().to_string(),
                 "mode": spec.mode,
@@ -316,6 +337,28 @@ fn permissions_view(file: &AgentFile) -> Result<Value, CliError> {
         "store_exists": store_file.as_ref().map(|f| f.exists()),
         "saved": store.rules(),
     }))
+}
+
+/// `workspace-write, no network, writes /work/app`.
+fn sandbox_words(sandbox: &serde_json::Map<String, Value>) -> String {
+    let field = |key: &str| sandbox.get(key).unwrap_or(&Value::Null);
+    let mut words = show(field("mode"));
+    if field("mode") != "off" {
+        words.push_str(if field("network") == &Value::Bool(true) {
+            ", network"
+        } else {
+            ", no network"
+        });
+        let writable: Vec<String> = sandbox
+            .get("writable")
+            .and_then(Value::as_array)
+            .map(|w| w.iter().map(show).collect())
+            .unwrap_or_default();
+        if !writable.is_empty() {
+            words.push_str(&format!(", writes {}", writable.join(", ")));
+        }
+    }
+    words
 }
 
 fn show(v: &Value) -> String {
@@ -504,6 +547,9 @@ pub fn render_plan(plan: &Plan) -> String {
         } else {
             let _ = writeln!(out, "        agent:   {}", show(&t["agent"]));
         }
+        if let Some(sandbox) = t["sandbox"].as_object() {
+            let _ = writeln!(out, "        sandbox: {}", sandbox_words(sandbox));
+        }
         let _ = writeln!(out, "        input:   {}", t["input_schema"]);
     }
     let servers = plan.mcp.as_array().map(Vec::as_slice).unwrap_or_default();
@@ -528,6 +574,9 @@ pub fn render_plan(plan: &Plan) -> String {
                 show(&s["timeout_secs"]),
             );
             let _ = writeln!(out, "        tools named {}", show(&s["tools_named"]));
+            if let Some(sandbox) = t["sandbox"].as_object() {
+                let _ = writeln!(out, "        sandbox: {}", sandbox_words(sandbox));
+            }
             for key in ["env_reads", "headers_read"] {
                 if let Some(map) = t[key].as_object().filter(|m| !m.is_empty()) {
                     let keys: Vec<String> = map

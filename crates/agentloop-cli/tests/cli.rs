@@ -123,7 +123,13 @@ async fn a_command_tool_gets_its_arguments_on_stdin_and_no_api_key() {
         ],
     )
     .await;
-    let dir = AgentDir::new(&openai_agent(&fake.uri(), ""));
+    // A command tool sees the shell's allow list and what its `env` names, never a secret.
+    let toml = openai_agent(&fake.uri(), "").replace(
+        r#"command = ["python3", "tool.py"]"#,
+        r#"command = ["python3", "tool.py"]
+env = ["VISIBLE_VAR"]"#,
+    );
+    let dir = AgentDir::new(&toml);
     let out = agentloop_env(
         args(&[
             "run",
@@ -136,6 +142,12 @@ async fn a_command_tool_gets_its_arguments_on_stdin_and_no_api_key() {
             ("AGENTLOOP_TEST_KEY", TEST_KEY),
             ("OPENAI_API_KEY", "sk-openai-other"),
             ("VISIBLE_VAR", "yes"),
+            ("UNDECLARED_VAR", "no"),
+            ("GITHUB_TOKEN", "ghp-secret-token"),
+            (
+                "OTEL_EXPORTER_OTLP_HEADERS",
+                "authorization=Bearer collector-secret",
+            ),
         ],
     )
     .await;
@@ -149,6 +161,9 @@ async fn a_command_tool_gets_its_arguments_on_stdin_and_no_api_key() {
     );
     assert!(!env.contains("AGENTLOOP_TEST_KEY"), "{env}");
     assert!(!env.contains("sk-openai-other"), "{env}");
+    for hidden in ["UNDECLARED_VAR", "ghp-secret-token", "collector-secret"] {
+        assert!(!env.contains(hidden), "{hidden} reached the tool: {env}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]

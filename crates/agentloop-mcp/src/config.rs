@@ -26,8 +26,11 @@ pub enum Transport {
         /// Variables set for it, as templates (`"${GITHUB_TOKEN}"`). Beside them it sees only
         /// the shell tool's allow list (`PATH`, `HOME`, ...), never an API key.
         env: BTreeMap<String, String>,
-        /// Its working folder (this process's otherwise).
+        /// Its working folder (this process's otherwise), which is also the folder it may
+        /// write under `workspace-write`.
         cwd: Option<PathBuf>,
+        /// Its sandbox (default `workspace-write`, no network).
+        sandbox: agentloop_sandbox::SandboxPolicy,
     },
     /// A streamable HTTP endpoint.
     Http {
@@ -79,6 +82,7 @@ impl ServerConfig {
                 command,
                 env: BTreeMap::new(),
                 cwd: None,
+                sandbox: agentloop_sandbox::SandboxPolicy::default(),
             },
         )
     }

@@ -70,6 +70,17 @@ pub enum McpError {
         /// Why.
         reason: String,
     },
+    /// A stdio server's sandbox could not be prepared: this system cannot enforce its mode
+    /// (`sandbox.unsupported`), or a folder is missing (`sandbox.setup`).
+    #[error("MCP server {server:?}: {reason}")]
+    Sandbox {
+        /// The server.
+        server: String,
+        /// The sandbox's own stable code.
+        code: &'static str,
+        /// Why.
+        reason: String,
+    },
     /// Two declared servers share a name.
     #[error("two MCP servers are named {server:?}")]
     DuplicateServer {
@@ -90,6 +101,7 @@ impl McpError {
             McpError::Request { .. } => "mcp.request",
             McpError::Down { .. } => "mcp.server_down",
             McpError::DuplicateServer { .. } => "mcp.duplicate_server",
+            McpError::Sandbox { code, .. } => code,
         }
     }
 }

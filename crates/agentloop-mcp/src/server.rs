@@ -58,6 +58,8 @@ struct Inner {
     /// Where the progress of each call in flight goes, by its progress token.
     progress: Progress,
     stderr: Arc<Mutex<Stderr>>,
+    /// A stdio server's sandbox, kept while it runs (its private temporary folder goes with it).
+    confinement: Mutex<Option<agentloop_sandbox::Confinement>>,
 }
 
 /// What a child wrote on stderr: its last lines (to explain its death), the lines of each call
@@ -186,6 +188,7 @@ impl McpServer {
             listed: Mutex::new(Vec::new()),
             conn: tokio::sync::Mutex::new(Conn::default()),
             stderr: Arc::new(Mutex::new(Stderr::default())),
+            confinement: Mutex::new(None),
             config,
         });
         let server = McpServer { inner };
@@ -468,10 +471,31 @@ impl McpServer {
         };
         let mut stderr_task = None;
         let served = match &config.transport {
-            Transport::Stdio { command, env, cwd } => {
+            Transport::Stdio {
+                command,
+                env,
+                cwd,
+                sandbox,
+            } => {
                 let Some((program, args)) = command.split_first() else {
                     return Err(start_error("the command is empty".into()));
                 };
+                // Its writable root is its working folder.
+                let root = match cwd {
+                    Some(cwd) => cwd.clone(),
+                    None => std::env::current_dir().map_err(|e| start_error(e.to_string()))?,
+                };
+                let mut confinement = agentloop_sandbox::Sandbox::new(*sandbox)
+                    .writable(root)
+                    .prepare()
+                    .map_err(|e| McpError::Sandbox {
+                        server: config.name.clone(),
+                        code: e.code(),
+                        reason: e.to_string(),
+                    })?;
+                if let Some(note) = confinement.note() {
+                    tracing::warn!(server = %config.name, "{note}");
+                }
                 let mut cmd = tokio::process::Command::new(program);
                 cmd.args(args).env_clear().envs(inherited_env());
                 for (key, template) in env {
@@ -483,6 +507,13 @@ impl McpServer {
                 if let Some(cwd) = cwd {
                     cmd.current_dir(cwd);
                 }
+                confinement.install(cmd.as_std_mut());
+                // The previous run's folder (a restart) goes; this one stays while it runs.
+                *self
+                    .inner
+                    .confinement
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner) = Some(confinement);
                 // A group of its own: a server started through `npx`, `uvx` or a shell dies whole
                 // when it is stopped, leaving no grandchild behind.
                 let mut cmd = process_wrap::tokio::CommandWrap::from(cmd);

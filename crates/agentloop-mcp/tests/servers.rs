@@ -19,6 +19,7 @@ use agentloop::{
     Agent, CallStatus, Event, EventKind, ModelResponse, Tool, ToolContext, ToolError, ToolOutput,
 };
 use agentloop_mcp::{McpServer, McpServers, Restart, ServerConfig, Transport};
+use agentloop_tools::{SandboxMode, SandboxPolicy};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 
@@ -65,6 +66,14 @@ fn config(name: &str, command: Vec<String>) -> ServerConfig {
     c
 }
 
+/// A stdio server run in `dir`, the folder its sandbox lets it write.
+fn working_in(mut c: ServerConfig, dir: &Path) -> ServerConfig {
+    if let Transport::Stdio { cwd, .. } = &mut c.transport {
+        *cwd = Some(dir.to_path_buf());
+    }
+    c
+}
+
 fn tool<'a>(tools: &'a [Tool], name: &str) -> &'a Tool {
     tools.iter().find(|t| t.name() == name).unwrap_or_else(|| {
         let names: Vec<_> = tools.iter().map(Tool::name).collect();
@@ -93,14 +102,57 @@ fn everything_stdio(name: &str) -> ServerConfig {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sandboxed_server_writes_only_its_own_folder_whatever_it_is_told() {
+    // The server is told it may write `outside`, but runs in `inside`: its sandbox lets it
+    // write there only (the test above, run in the folder it writes, is the control).
+    let inside = tempfile_dir("fs-inside");
+    let outside = tempfile_dir("fs-outside");
+    let server = McpServer::connect(working_in(
+        config(
+            "fs",
+            vec![
+                npm_bin("mcp-server-filesystem"),
+                outside.display().to_string(),
+            ],
+        ),
+        &inside,
+    ))
+    .await
+    .unwrap();
+    let tools = server.tools();
+    let target = outside.join("planted.txt");
+    let err = call(
+        tool(&tools, "fs__write_file"),
+        json!({"path": target.display().to_string(), "content": "x"}),
+    )
+    .await
+    .unwrap_err();
+    let (code, message) = recoverable(err);
+    assert_eq!(code, "mcp.tool_error", "{message}");
+    assert!(
+        message.contains("EACCES") || message.contains("denied"),
+        "{message}"
+    );
+    assert!(
+        !target.exists(),
+        "the sandboxed server wrote {}",
+        target.display()
+    );
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn filesystem_server_lists_reads_writes_and_answers_an_error_result() {
     let dir = tempfile_dir("fs");
     std::fs::write(dir.join("notes.txt"), "alpha\nbeta\n").unwrap();
     // Trusted, so that its read-only hints count (untrusted, every tool is mutating: the CLI's
     // `trust_hints` test shows both).
-    let mut fs = config(
-        "fs",
-        vec![npm_bin("mcp-server-filesystem"), dir.display().to_string()],
+    let mut fs = working_in(
+        config(
+            "fs",
+            vec![npm_bin("mcp-server-filesystem"), dir.display().to_string()],
+        ),
+        &dir,
     );
     fs.trust_hints = true;
     let server = McpServer::connect(fs).await.unwrap();
@@ -224,16 +276,20 @@ async fn fetch_server_reads_a_loopback_page_of_the_tests_own() {
             });
         }
     });
-    let server = McpServer::connect(config(
+    let mut fetcher = config(
         "fetch",
         vec![
             py_bin("mcp-server-fetch"),
             "--allow-private-ips".into(),
             "--ignore-robots-txt".into(),
         ],
-    ))
-    .await
-    .unwrap();
+    );
+    // Unsandboxed: at its first fetch, readabilipy (under mcp-server-fetch) runs `npm install`
+    // into its own package folder and ~/.npm, which no sandbox with a workspace lets it write.
+    if let Transport::Stdio { sandbox, .. } = &mut fetcher.transport {
+        *sandbox = SandboxPolicy::new(SandboxMode::Off);
+    }
+    let server = McpServer::connect(fetcher).await.unwrap();
     let tools = server.tools();
     let fetch = tool(&tools, "fetch__fetch");
     let out = call(
@@ -473,7 +529,8 @@ async fn everything_server_over_streamable_http_lists_and_calls_with_headers_fro
 
 /// Starts server-everything through a shell that records its pid, so the test can kill it.
 fn killable_everything(name: &str, pid_file: &Path) -> ServerConfig {
-    config(
+    let dir = pid_file.parent().unwrap_or(Path::new("."));
+    let server = config(
         name,
         vec![
             "/bin/sh".into(),
@@ -484,7 +541,8 @@ fn killable_everything(name: &str, pid_file: &Path) -> ServerConfig {
                 npm_bin("mcp-server-everything")
             ),
         ],
-    )
+    );
+    working_in(server, dir)
 }
 
 async fn kill_from(pid_file: &Path) {
@@ -697,18 +755,21 @@ async fn a_server_that_cannot_be_started_again_answers_its_calls_with_an_error()
     let pid_file = dir.join("pid");
     let started = dir.join("started");
     // Starts once; every later start fails at once, with a line on stderr.
-    let mut cfg = config(
-        "once",
-        vec![
-            "/bin/sh".into(),
-            "-c".into(),
-            format!(
-                "if [ -e '{started}' ]; then echo 'no second start' >&2; exit 1; fi; touch '{started}'; echo $$ > '{pid}'; exec '{server}' stdio",
-                started = started.display(),
-                pid = pid_file.display(),
-                server = npm_bin("mcp-server-everything"),
-            ),
-        ],
+    let mut cfg = working_in(
+        config(
+            "once",
+            vec![
+                "/bin/sh".into(),
+                "-c".into(),
+                format!(
+                    "if [ -e '{started}' ]; then echo 'no second start' >&2; exit 1; fi; touch '{started}'; echo $$ > '{pid}'; exec '{server}' stdio",
+                    started = started.display(),
+                    pid = pid_file.display(),
+                    server = npm_bin("mcp-server-everything"),
+                ),
+            ],
+        ),
+        &dir,
     );
     cfg.restart = Restart::OnFailure;
     let server = McpServer::connect(cfg).await.unwrap();

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use agentloop::Tool;
 use agentloop::permissions::Permission;
+use agentloop_sandbox::SandboxPolicy;
 
 use crate::files::{self, DEFAULT_MAX_READ_BYTES, DEFAULT_MAX_RESULTS, FileLimits};
 use crate::shell::ShellTool;
@@ -112,7 +113,7 @@ impl Builtin {
         }
         let workspace = Workspace::new(&options.root)?.protect(&options.protected);
         if self == Builtin::Shell {
-            let mut tool = ShellTool::new(workspace);
+            let mut tool = ShellTool::new(workspace).sandbox(options.sandbox);
             for var in &options.env {
                 tool = tool.allow_env(var.clone());
             }
@@ -167,6 +168,8 @@ pub struct BuiltinOptions {
     /// File tools: paths they never write, wherever the root is (the agent's own files: its
     /// definition, scripts, instructions and the stores its runs write). Reading stays allowed.
     pub protected: Vec<PathBuf>,
+    /// Shell: the sandbox of its commands (default `workspace-write`, no network).
+    pub sandbox: SandboxPolicy,
 }
 
 impl Default for BuiltinOptions {
@@ -179,6 +182,7 @@ impl Default for BuiltinOptions {
             allow_private: Vec::new(),
             env: Vec::new(),
             protected: Vec::new(),
+            sandbox: SandboxPolicy::default(),
         }
     }
 }

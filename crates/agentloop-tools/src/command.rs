@@ -6,10 +6,14 @@
 //! The rules, each pinned by a test:
 //! - The child starts in the tool's working directory (for agent files: the file's directory). A
 //!   program path with a `/` in it is taken relative to that directory.
-//! - Its environment is this process's (or the one given with [`CommandTool::base_env`]) minus
-//!   every provider secret: any variable named `API_KEY` or ending in `_API_KEY` (which covers
-//!   `OPENAI_API_KEY` and `ANTHROPIC_API_KEY`), and every name given with [`CommandTool::hide_env`]
-//!   (the CLI passes the agent's `api_key_env`).
+//! - Its environment is an allow list picked from this process's (or the one given with
+//!   [`CommandTool::base_env`]): the shell's ([`DEFAULT_SHELL_ENV`]: `PATH`, `HOME`, `LANG`, ...)
+//!   and the names given with [`CommandTool::allow_env`], never a secret ([`is_secret_env`]:
+//!   `*_API_KEY`, `*_TOKEN`, `*_SECRET`, ...) nor a name given with [`CommandTool::hide_env`] (the
+//!   CLI passes the agent's `api_key_env`).
+//! - It runs in a sandbox ([`CommandTool::sandbox`]; `workspace-write` without network by
+//!   default) whose writable root is its [`root`](CommandTool::root), by default its working
+//!   directory; `TMPDIR` is a private folder removed after the call.
 //! - Stdout beyond [`DEFAULT_MAX_OUTPUT_BYTES`] and stderr beyond [`DEFAULT_MAX_ERROR_BYTES`] are
 //!   cut, and the text says so, on success and on failure alike.
 //! - The child leads its own process group. When the call is cancelled (its
@@ -27,20 +31,37 @@ use std::time::Duration;
 use agentloop::{Tool, ToolContext, ToolError, ToolOutput, tool::ExecutionMode};
 use serde_json::{Value, json};
 
+use agentloop_sandbox::{Sandbox, SandboxPolicy};
+
 use crate::process::{
     Captured, Finished, GroupCommand, Stopped, describe_status, env_pairs, run_until, scrubbed_env,
 };
+use crate::shell::DEFAULT_SHELL_ENV;
 
 /// The most stdout bytes the model reads from one call (64 KiB).
 pub const DEFAULT_MAX_OUTPUT_BYTES: usize = 64 * 1024;
 /// The most stderr bytes a result holds (4 KiB).
 pub const DEFAULT_MAX_ERROR_BYTES: usize = 4 * 1024;
 
-/// True for a variable a command tool never sees: `API_KEY` or any name ending in `_API_KEY`
-/// (case-insensitive).
+/// True for a variable no tool process ever sees, whatever a configuration says
+/// (case-insensitive): `API_KEY`, `TOKEN`, `SECRET`, `PASSWORD` and any name ending in `_KEY`
+/// (`OPENAI_API_KEY`, `AWS_SECRET_ACCESS_KEY`), `_TOKEN` (`GITHUB_TOKEN`), `_SECRET`, `_PAT`
+/// or `_PASSWORD`; OpenTelemetry exporter headers (`OTEL_EXPORTER_OTLP_HEADERS` and the
+/// per-signal ones), which carry collector credentials; and `AGENTLOOP_RESTATE`, whose URL may
+/// hold a user and password.
 pub fn is_secret_env(name: &str) -> bool {
     let upper = name.to_ascii_uppercase();
-    upper == "API_KEY" || upper.ends_with("_API_KEY")
+    const EXACT: [&str; 5] = [
+        "API_KEY",
+        "TOKEN",
+        "SECRET",
+        "PASSWORD",
+        "AGENTLOOP_RESTATE",
+    ];
+    const SUFFIXES: [&str; 5] = ["_KEY", "_TOKEN", "_SECRET", "_PAT", "_PASSWORD"];
+    EXACT.contains(&upper.as_str())
+        || SUFFIXES.iter().any(|s| upper.ends_with(s))
+        || (upper.starts_with("OTEL_EXPORTER_OTLP_") && upper.ends_with("HEADERS"))
 }
 
 /// Why a command tool could not be built.
@@ -78,10 +99,13 @@ pub struct CommandTool {
     timeout: Option<Duration>,
     retries: u32,
     working_dir: PathBuf,
+    root: Option<PathBuf>,
+    allowed_env: Vec<String>,
     hidden_env: Vec<String>,
     base_env: Option<Vec<(OsString, OsString)>>,
     max_output_bytes: usize,
     max_error_bytes: usize,
+    sandbox: SandboxPolicy,
 }
 
 impl CommandTool {
@@ -101,10 +125,13 @@ impl CommandTool {
             timeout: None,
             retries: 0,
             working_dir: PathBuf::from("."),
+            root: None,
+            allowed_env: DEFAULT_SHELL_ENV.iter().map(|s| (*s).to_owned()).collect(),
             hidden_env: Vec::new(),
             base_env: None,
             max_output_bytes: DEFAULT_MAX_OUTPUT_BYTES,
             max_error_bytes: DEFAULT_MAX_ERROR_BYTES,
+            sandbox: SandboxPolicy::default(),
         }
     }
 
@@ -159,13 +186,33 @@ impl CommandTool {
         self
     }
 
-    /// Also removes this variable from the child's environment (besides every `*_API_KEY`).
+    /// The sandbox of its process (default `workspace-write`, no network).
+    pub fn sandbox(mut self, policy: SandboxPolicy) -> Self {
+        self.sandbox = policy;
+        self
+    }
+
+    /// The folder its process may write under `workspace-write` (default: its working
+    /// directory).
+    pub fn root(mut self, root: impl Into<PathBuf>) -> Self {
+        self.root = Some(root.into());
+        self
+    }
+
+    /// Also passes this variable through, when it is set and is not a secret
+    /// ([`is_secret_env`]).
+    pub fn allow_env(mut self, name: impl Into<String>) -> Self {
+        self.allowed_env.push(name.into());
+        self
+    }
+
+    /// Never passes this variable, even when allowed (besides every secret).
     pub fn hide_env(mut self, name: impl Into<String>) -> Self {
         self.hidden_env.push(name.into());
         self
     }
 
-    /// The environment the child starts from, instead of this process's. Secrets are still
+    /// The environment the allow list picks from, instead of this process's. Secrets are still
     /// removed from it.
     pub fn base_env(
         mut self,
@@ -214,6 +261,7 @@ impl CommandTool {
 
 /// What a call needs, resolved once.
 struct Runner {
+    sandbox: Sandbox,
     program: PathBuf,
     args: Vec<String>,
     working_dir: PathBuf,
@@ -232,9 +280,13 @@ impl From<CommandTool> for Runner {
         } else {
             PathBuf::from(program)
         };
-        let hidden = t.hidden_env;
-        let env = scrubbed_env(t.base_env, |name| !hidden.iter().any(|h| h == name));
+        let (allowed, hidden) = (t.allowed_env, t.hidden_env);
+        let env = scrubbed_env(t.base_env, |name| {
+            allowed.iter().any(|a| a == name) && !hidden.iter().any(|h| h == name)
+        });
+        let root = t.root.unwrap_or_else(|| t.working_dir.clone());
         Runner {
+            sandbox: Sandbox::new(t.sandbox).writable(root),
             program,
             args: argv.collect(),
             working_dir: t.working_dir,
@@ -307,13 +359,14 @@ impl Runner {
             working_dir: &self.working_dir,
             env: &self.env,
             stdin: Some(serde_json::to_vec(&args).unwrap_or_default()),
+            sandbox: &self.sandbox,
         };
         let work = match command.spawn(
             Captured::new(self.max_output_bytes),
             Captured::new(self.max_error_bytes),
         ) {
             Ok(work) => work,
-            Err(e) => return Err(self.spawn_error(&e)),
+            Err(e) => return Err(e.into_tool_error(|e| self.spawn_error(&e))),
         };
         let program = self.display_program();
         let finished = match run_until(work, &ctx.cancel, self.timeout).await {
@@ -336,6 +389,7 @@ impl Runner {
             status,
             stdout: out,
             stderr: err,
+            sandbox_note,
         } = finished;
         let status = status.map_err(|e| {
             ToolError::new(
@@ -344,13 +398,18 @@ impl Runner {
             )
         })?;
         if status.success() {
-            let details = json!({"exit_code": 0, "stdout_bytes": out.total, "stderr": bounded_text(&err, "stderr", str::trim)});
-            return Ok(ToolOutput::text(bounded_text(&out, "output", |t| t)).with_details(details));
+            let details = json!({"exit_code": 0, "stdout_bytes": out.total, "stderr": bounded_text(&err, "stderr", str::trim), "sandbox_note": sandbox_note});
+            let mut text = bounded_text(&out, "output", |t| t);
+            if let Some(note) = &sandbox_note {
+                text.push_str(&format!("\n[{note}]"));
+            }
+            return Ok(ToolOutput::text(text).with_details(details));
         }
-        Err(ToolError::new(
-            "command_failed",
-            failure_text(&status, &out, &err),
-        ))
+        let mut text = failure_text(&status, &out, &err);
+        if let Some(note) = &sandbox_note {
+            text.push_str(&format!("\n[{note}]"));
+        }
+        Err(ToolError::new("command_failed", text))
     }
 
     fn spawn_error(&self, e: &std::io::Error) -> ToolError {

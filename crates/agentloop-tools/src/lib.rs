@@ -15,6 +15,8 @@ pub mod todo;
 pub mod web;
 pub mod workspace;
 
+/// The sandbox of the processes the shell and command tools start.
+pub use agentloop_sandbox::{Sandbox, SandboxError, SandboxMode, SandboxPolicy};
 pub use builtin::{Builtin, BuiltinError, BuiltinOptions};
 pub use command::{
     CommandTool, CommandToolError, DEFAULT_MAX_ERROR_BYTES, DEFAULT_MAX_OUTPUT_BYTES, is_secret_env,

@@ -1,13 +1,15 @@
 //! What the command tools and the shell tool share about running a child: it leads its own
 //! process group, which is killed whole when the child exits (its leftovers), when the call is
-//! cancelled or times out, or when the call's future is dropped; its output is read into bounded
-//! captures while it runs, so a chatty child never fills memory.
+//! cancelled or times out, or when the call's future is dropped; it runs in the tool's sandbox
+//! ([`agentloop_sandbox`]), whose seccomp filter keeps every descendant in that group; its output
+//! is read into bounded captures while it runs, so a chatty child never fills memory.
 
 use std::collections::VecDeque;
 use std::ffi::OsString;
 use std::process::{ExitStatus, Stdio};
 use std::sync::atomic::{AtomicI32, Ordering};
 
+use agentloop_sandbox::{Sandbox, SandboxError};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::process::Command;
 
@@ -150,8 +152,8 @@ async fn read_into<C: Capture>(pipe: Option<impl AsyncRead + Unpin>, mut capture
     capture
 }
 
-/// A child to run in a process group of its own: the program, its arguments, its folder and its
-/// whole environment (nothing is inherited).
+/// A child to run in a process group of its own: the program, its arguments, its folder, its
+/// whole environment (nothing is inherited) and its sandbox.
 pub(crate) struct GroupCommand<'a> {
     pub(crate) program: &'a std::path::Path,
     pub(crate) args: &'a [String],
@@ -159,6 +161,33 @@ pub(crate) struct GroupCommand<'a> {
     pub(crate) env: &'a [(OsString, OsString)],
     /// Written to the child's stdin, which is then closed; `None` gives it no stdin at all.
     pub(crate) stdin: Option<Vec<u8>>,
+    /// Where the child (and all it starts) is confined; `TMPDIR` is its private folder.
+    pub(crate) sandbox: &'a Sandbox,
+}
+
+/// Why a child did not start.
+pub(crate) enum SpawnError {
+    /// The sandbox could not be prepared (or this system cannot enforce it).
+    Sandbox(SandboxError),
+    /// The program could not be started.
+    Io(std::io::Error),
+}
+
+impl SpawnError {
+    /// The tool error: a sandbox that could not be prepared answers its stable code
+    /// (`sandbox.unsupported`, ...), permanent since the system will not change between
+    /// attempts; an I/O error is the tool's to describe with `io`.
+    pub(crate) fn into_tool_error(
+        self,
+        io: impl FnOnce(std::io::Error) -> agentloop::ToolError,
+    ) -> agentloop::ToolError {
+        match self {
+            SpawnError::Sandbox(e) => {
+                agentloop::ToolError::new(e.code(), e.to_string()).permanent()
+            }
+            SpawnError::Io(e) => io(e),
+        }
+    }
 }
 
 /// How a child ended, and what it wrote.
@@ -166,6 +195,8 @@ pub(crate) struct Finished<O, E> {
     pub(crate) status: std::io::Result<ExitStatus>,
     pub(crate) stdout: O,
     pub(crate) stderr: E,
+    /// Under `best-effort`, what of the sandbox this system could not enforce.
+    pub(crate) sandbox_note: Option<String>,
 }
 
 impl GroupCommand<'_> {
@@ -176,7 +207,8 @@ impl GroupCommand<'_> {
         &self,
         stdout: O,
         stderr: E,
-    ) -> std::io::Result<impl Future<Output = Finished<O, E>> + Send + use<O, E>> {
+    ) -> Result<impl Future<Output = Finished<O, E>> + Send + use<O, E>, SpawnError> {
+        let mut confinement = self.sandbox.prepare().map_err(SpawnError::Sandbox)?;
         let mut cmd = Command::new(self.program);
         cmd.args(self.args)
             .current_dir(self.working_dir)
@@ -191,12 +223,14 @@ impl GroupCommand<'_> {
             .stderr(Stdio::piped())
             .kill_on_drop(true)
             .process_group(0);
-        let mut child = cmd.spawn()?;
+        confinement.install(cmd.as_std_mut());
+        let mut child = cmd.spawn().map_err(SpawnError::Io)?;
         let group = GroupKill::new(child.id());
         let stdin_pipe = child.stdin.take();
         let out_pipe = child.stdout.take();
         let err_pipe = child.stderr.take();
         let input = self.stdin.clone().unwrap_or_default();
+        let sandbox_note = confinement.note().map(str::to_owned);
         Ok(async move {
             let feed = async move {
                 if let Some(mut pipe) = stdin_pipe {
@@ -216,10 +250,13 @@ impl GroupCommand<'_> {
                 read_into(err_pipe, stderr),
                 wait
             );
+            // The private temporary folder goes once the group is dead.
+            drop(confinement);
             Finished {
                 status,
                 stdout,
                 stderr,
+                sandbox_note,
             }
         })
     }

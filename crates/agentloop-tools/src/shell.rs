@@ -8,6 +8,10 @@
 //! names given with [`ShellTool::allow_env`]) and never a secret ([`is_secret_env`](crate::is_secret_env)), whatever
 //! the list says. Its permission default is [`Permission::Ask`](agentloop::permissions::Permission)
 //! (see [`Builtin::default_permission`](crate::Builtin::default_permission)).
+//!
+//! Commands run in a sandbox ([`ShellTool::sandbox`]), `workspace-write` without network by
+//! default: they write only under the workspace root and a private `TMPDIR`, and no command or
+//! child of it can leave the call's process group, so a timeout kills them all.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -18,6 +22,8 @@ use agentloop::{Tool, ToolContext, ToolError, ToolOutput, tool::ExecutionMode};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;
+
+use agentloop_sandbox::{Sandbox, SandboxPolicy};
 
 use crate::process::{
     GroupCommand, HeadTail, Stopped, describe_status, env_pairs, run_until, scrubbed_env,
@@ -42,6 +48,7 @@ pub struct ShellTool {
     max_output_bytes: usize,
     allowed_env: Vec<String>,
     base_env: Option<Vec<(OsString, OsString)>>,
+    sandbox: SandboxPolicy,
 }
 
 impl ShellTool {
@@ -53,7 +60,15 @@ impl ShellTool {
             max_output_bytes: DEFAULT_SHELL_OUTPUT_BYTES,
             allowed_env: DEFAULT_SHELL_ENV.iter().map(|s| (*s).to_owned()).collect(),
             base_env: None,
+            sandbox: SandboxPolicy::default(),
         }
+    }
+
+    /// The sandbox of its commands (default `workspace-write`, no network); under
+    /// `workspace-write` they may write the workspace root.
+    pub fn sandbox(mut self, policy: SandboxPolicy) -> Self {
+        self.sandbox = policy;
+        self
     }
 
     /// Kills a command (and its process group) after this long.
@@ -96,7 +111,9 @@ impl ShellTool {
         );
         let allowed = self.allowed_env;
         let env = scrubbed_env(self.base_env, |name| allowed.iter().any(|a| a == name));
+        let sandbox = Sandbox::new(self.sandbox).writable(self.workspace.root());
         let runner = Arc::new(ShellRunner {
+            sandbox,
             workspace: self.workspace,
             timeout: self.timeout,
             max_output_bytes: self.max_output_bytes,
@@ -125,6 +142,7 @@ pub(crate) struct ShellArgs {
 }
 
 struct ShellRunner {
+    sandbox: Sandbox,
     workspace: Workspace,
     timeout: Duration,
     max_output_bytes: usize,
@@ -148,14 +166,17 @@ impl ShellRunner {
             working_dir: &cwd,
             env: &self.env,
             stdin: None,
+            sandbox: &self.sandbox,
         };
         // Shared with the running child, so that a command killed on timeout still shows what
         // it had said: where a hanging build or test stopped is what the model needs.
         let stdout = Arc::new(Mutex::new(HeadTail::new(self.max_output_bytes)));
         let stderr = Arc::new(Mutex::new(HeadTail::new(self.max_output_bytes)));
-        let work = command
-            .spawn(stdout.clone(), stderr.clone())
-            .map_err(|e| ToolError::new("shell_not_started", format!("cannot start sh: {e}")))?;
+        let work = command.spawn(stdout.clone(), stderr.clone()).map_err(|e| {
+            e.into_tool_error(|e| {
+                ToolError::new("shell_not_started", format!("cannot start sh: {e}"))
+            })
+        })?;
         let finished = run_until(work, &ctx.cancel, Some(self.timeout)).await;
         let streams = |head: String| -> (String, usize, usize) {
             let (Ok(out), Ok(err)) = (stdout.lock(), stderr.lock()) else {
@@ -163,8 +184,8 @@ impl ShellRunner {
             };
             (streams_text(head, &out, &err), out.total(), err.total())
         };
-        let status = match finished {
-            Ok(f) => f.status,
+        let (status, note) = match finished {
+            Ok(f) => (f.status, f.sandbox_note),
             Err(Stopped::Cancelled) => {
                 let (text, _, _) =
                     streams("the call was cancelled and the command was killed".to_owned());
@@ -181,11 +202,15 @@ impl ShellRunner {
         };
         let status = status
             .map_err(|e| ToolError::new("shell_failed", format!("waiting for sh failed: {e}")))?;
-        let (text, out_bytes, err_bytes) = streams(describe_status(&status));
+        let (mut text, out_bytes, err_bytes) = streams(describe_status(&status));
+        if let Some(note) = &note {
+            text.push_str(&format!("\n[{note}]"));
+        }
         Ok(ToolOutput::text(text).with_details(json!({
             "exit_code": status.code(),
             "stdout_bytes": out_bytes,
             "stderr_bytes": err_bytes,
+            "sandbox_note": note,
         })))
     }
 }

@@ -205,28 +205,67 @@ async fn provider_api_keys_never_reach_the_child() {
             ("ANTHROPIC_API_KEY", "sk-ant-secret".into()),
             ("GROQ_API_KEY", "gsk-secret".into()),
             ("MY_PROVIDER_TOKEN", "named-secret".into()),
+            ("GITHUB_TOKEN", "ghp-secret".into()),
+            ("AWS_SECRET_ACCESS_KEY", "aws-secret".into()),
+            (
+                "OTEL_EXPORTER_OTLP_HEADERS",
+                "authorization=otel-secret".into(),
+            ),
+            (
+                "AGENTLOOP_RESTATE",
+                "http://user:restate-secret@host".into(),
+            ),
+            ("HIDDEN_BY_NAME", "hidden-secret".into()),
             ("KEEP_ME", "visible".into()),
+            ("NOT_LISTED", "unlisted-value".into()),
         ])
-        .hide_env("MY_PROVIDER_TOKEN");
+        // Allowing a secret by name does not pass it.
+        .allow_env("KEEP_ME")
+        .allow_env("GITHUB_TOKEN")
+        .allow_env("HIDDEN_BY_NAME")
+        .hide_env("HIDDEN_BY_NAME");
     let out = text(&call(tool, json!({})).await.unwrap());
     assert!(out.contains("KEEP_ME=visible"), "{out}");
+    assert!(out.contains("PATH="), "{out}");
     for secret in [
         "sk-openai-secret",
         "sk-ant-secret",
         "gsk-secret",
         "named-secret",
+        "ghp-secret",
+        "aws-secret",
+        "otel-secret",
+        "restate-secret",
+        "hidden-secret",
+        "unlisted-value",
     ] {
         assert!(!out.contains(secret), "{secret} leaked: {out}");
     }
 }
 
 #[test]
-fn secret_rule_covers_every_api_key_name() {
+fn secret_rule_covers_keys_tokens_secrets_and_collector_headers() {
     assert!(is_secret_env("OPENAI_API_KEY"));
     assert!(is_secret_env("anthropic_api_key"));
     assert!(is_secret_env("API_KEY"));
+    for name in [
+        "GITHUB_TOKEN",
+        "AWS_SECRET_ACCESS_KEY",
+        "CLIENT_SECRET",
+        "GITLAB_PAT",
+        "DB_PASSWORD",
+        "SSH_KEY",
+        "OTEL_EXPORTER_OTLP_HEADERS",
+        "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
+        "AGENTLOOP_RESTATE",
+        "token",
+    ] {
+        assert!(is_secret_env(name), "{name}");
+    }
     assert!(!is_secret_env("API_KEYS_DIR"));
     assert!(!is_secret_env("HOME"));
+    assert!(!is_secret_env("OTEL_EXPORTER_OTLP_ENDPOINT"));
+    assert!(!is_secret_env("KEYBOARD"));
 }
 
 #[tokio::test]
@@ -348,4 +387,31 @@ async fn children_left_running_are_killed_when_the_program_exits() {
     assert_eq!(text(&out).trim(), "done");
     let pid = read_pid(&dir.path().join("pid")).await;
     assert!(wait_gone(pid).await, "the leftover child {pid} survived");
+}
+
+#[tokio::test]
+async fn it_writes_its_root_and_private_tmpdir_only_and_reads_everywhere() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    std::fs::create_dir(&root).unwrap();
+    let script = "echo in > root/in.txt && echo tmp > \"$TMPDIR/t\" && cat \"$TMPDIR/t\" && \
+                  head -c 3 /etc/passwd; echo; echo out > beside.txt || echo beside-refused";
+    let tool = CommandTool::new("t", ["sh", "-c", script])
+        .working_dir(dir.path())
+        .root(&root);
+    let out = text(&call(tool, json!({})).await.unwrap());
+    assert!(out.starts_with("tmp\nroo\n"), "{out}");
+    assert!(out.contains("beside-refused"), "{out}");
+    assert!(root.join("in.txt").exists());
+    assert!(!dir.path().join("beside.txt").exists());
+    // Unsandboxed, the same command writes beside its root.
+    let tool = CommandTool::new("t", ["sh", "-c", script])
+        .working_dir(dir.path())
+        .root(&root)
+        .sandbox(agentloop_tools::SandboxPolicy::new(
+            agentloop_tools::SandboxMode::Off,
+        ));
+    let out = text(&call(tool, json!({})).await.unwrap());
+    assert!(!out.contains("beside-refused"), "{out}");
+    assert!(dir.path().join("beside.txt").exists());
 }

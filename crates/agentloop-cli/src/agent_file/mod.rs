@@ -246,6 +246,11 @@ impl AgentFile {
             .or_else(|| m.provider.get_ref().default_key_env().map(str::to_owned))
     }
 
+    /// The file's default sandbox for its tools' processes (`workspace-write` unless it says).
+    pub fn sandbox(&self) -> agentloop_tools::SandboxMode {
+        self.spec.sandbox.unwrap_or_default()
+    }
+
     /// A path named in the file, resolved against its directory.
     pub fn resolve(&self, relative: &str) -> PathBuf {
         self.dir.join(relative)

@@ -188,6 +188,23 @@ fn check_mcp(servers: &[McpFileSpec], dir: &Path, problems: &mut Problems) {
                 "`env` is for a stdio server (`command`)",
             );
         }
+        if server.url.is_some() {
+            for (key, given) in [
+                ("sandbox", server.sandbox.is_some()),
+                ("network", server.network.is_some()),
+            ] {
+                if given {
+                    problems.at(
+                        &join(&path, key),
+                        span_of(&server.name),
+                        format!(
+                            "`{key}` is for a stdio server (`command`): it sandboxes its process"
+                        ),
+                    );
+                }
+            }
+        }
+        check_network(server.sandbox, server.network.as_ref(), &path, problems);
         if let (Some(headers), None) = (&server.headers, &server.url) {
             problems.at(
                 &join(&path, "headers"),
@@ -526,6 +543,8 @@ fn check_builtin_tool(
             tool.allow_private.is_some() && kind != Builtin::WebFetch,
         ),
         ("env", tool.env.is_some() && kind != Builtin::Shell),
+        ("sandbox", tool.sandbox.is_some() && kind != Builtin::Shell),
+        ("network", tool.network.is_some() && kind != Builtin::Shell),
     ];
     misplaced(
         &others,
@@ -534,18 +553,8 @@ fn check_builtin_tool(
         &format!("does not apply to the built-in tool {kind}"),
         problems,
     );
-    if let Some(root) = &tool.root
-        && kind.uses_root()
-        && !dir.join(root.get_ref()).is_dir()
-    {
-        problems.at(
-            &join(path, "root"),
-            span_of(root),
-            format!(
-                "the root {} is not an existing folder",
-                dir.join(root.get_ref()).display()
-            ),
-        );
+    if kind.uses_root() {
+        check_root(tool, path, dir, problems);
     }
     for (key, value) in [
         ("max_bytes", &tool.max_bytes),
@@ -576,12 +585,18 @@ fn check_builtin_tool(
             );
         }
     }
+    check_env_names(tool, path, problems);
+}
+
+/// A shell's or command tool's `env`: variable names, none a secret (never passed whatever the
+/// file says).
+fn check_env_names(tool: &ToolFileSpec, path: &str, problems: &mut Problems) {
     for (i, var) in tool.env.as_deref().unwrap_or_default().iter().enumerate() {
         let v = var.get_ref();
         let message = if v.is_empty() || !v.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
             format!("{v:?} is not an environment variable name")
         } else if agentloop_tools::is_secret_env(v) {
-            format!("{v} looks like a secret: the shell never passes it")
+            format!("{v} looks like a secret: a tool's process is never given it")
         } else {
             continue;
         };
@@ -589,6 +604,44 @@ fn check_builtin_tool(
             &format!("{}[{i}]", join(path, "env")),
             span_of(var),
             message,
+        );
+    }
+}
+
+/// A tool's `root`, when given: an existing folder.
+fn check_root(tool: &ToolFileSpec, path: &str, dir: &Path, problems: &mut Problems) {
+    if let Some(root) = &tool.root
+        && !dir.join(root.get_ref()).is_dir()
+    {
+        problems.at(
+            &join(path, "root"),
+            span_of(root),
+            format!(
+                "the root {} is not an existing folder",
+                dir.join(root.get_ref()).display()
+            ),
+        );
+    }
+}
+
+/// A command tool's own keys: its `root` an existing folder, its `env` names.
+fn check_command_tool(tool: &ToolFileSpec, path: &str, dir: &Path, problems: &mut Problems) {
+    check_root(tool, path, dir, problems);
+    check_env_names(tool, path, problems);
+}
+
+/// `network` under an entry's own `sandbox = "off"`: nothing is confined, so it says nothing.
+fn check_network(
+    sandbox: Option<agentloop_tools::SandboxMode>,
+    network: Option<&Spanned<bool>>,
+    path: &str,
+    problems: &mut Problems,
+) {
+    if let (Some(agentloop_tools::SandboxMode::Off), Some(n)) = (sandbox, network) {
+        problems.at(
+            &join(path, "network"),
+            span_of(n),
+            "`network` has no effect with sandbox = \"off\": nothing is confined",
         );
     }
 }
@@ -984,7 +1037,10 @@ fn check_budget_priced(limits: &LimitsSpec, model: &ModelSpec, problems: &mut Pr
 
 fn check_tool(tool: &ToolFileSpec, path: &str, dir: &Path, problems: &mut Problems) {
     match (&tool.command, &tool.agent, &tool.builtin) {
-        (Some(command), None, None) => check_command(command, path, dir, problems),
+        (Some(command), None, None) => {
+            check_command(command, path, dir, problems);
+            check_command_tool(tool, path, dir, problems);
+        }
         (None, Some(agent), None) => check_agent_tool(tool, agent, path, dir, problems),
         (None, None, Some(builtin)) => check_builtin_tool(tool, builtin, path, dir, problems),
         // Reported with the file's shape (`check_keys`).
@@ -1015,12 +1071,14 @@ fn check_tool(tool: &ToolFileSpec, path: &str, dir: &Path, problems: &mut Proble
         }
     }
     if tool.builtin.is_none() {
+        // A command tool takes a `root` and an `env` too.
+        let not_command = tool.command.is_none();
         let builtin_only = [
-            ("root", tool.root.is_some()),
+            ("root", tool.root.is_some() && not_command),
             ("max_bytes", tool.max_bytes.is_some()),
             ("max_results", tool.max_results.is_some()),
             ("allow_private", tool.allow_private.is_some()),
-            ("env", tool.env.is_some()),
+            ("env", tool.env.is_some() && not_command),
         ];
         misplaced(
             &builtin_only,
@@ -1029,7 +1087,19 @@ fn check_tool(tool: &ToolFileSpec, path: &str, dir: &Path, problems: &mut Proble
             "is for built-in tools (`builtin = ...`)",
             problems,
         );
+        let process_only = [
+            ("sandbox", tool.sandbox.is_some() && not_command),
+            ("network", tool.network.is_some() && not_command),
+        ];
+        misplaced(
+            &process_only,
+            tool,
+            path,
+            "is for the shell and command tools: the processes they start run in it",
+            problems,
+        );
     }
+    check_network(tool.sandbox, tool.network.as_ref(), path, problems);
     if let Some(schema) = &tool.input_schema {
         let key = join(path, "input_schema");
         match schema.get_ref() {
@@ -1127,12 +1197,14 @@ allow_private = ["127.0.0.1"]
 builtin = "web_fetch"
 allow_private = ["http://x", "10.0.0.0/8"]
 root = "."
+network = true
 [[tools]]
 builtin = "read_file"
 [[tools]]
 name = "cmd"
 command = ["true"]
 root = "."
+sandbox = "read-only"
 [[tools]]
 name = "grep2"
 builtin = "grep"
@@ -1155,9 +1227,9 @@ allow = ["read_file", "grep2"]
                 "tools[2].env[0]",
                 "tools[2].env[1]",
                 "tools[3].allow_private[0]",
+                "tools[3].network",
                 "tools[3].root",
                 "tools[4].name",
-                "tools[5].root",
                 "tools[6].description",
                 "tools[6].max_results",
                 "tools[6].root",

@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 
 use agentloop::{OnLimit, permissions::Permission, tool::ExecutionMode};
+use agentloop_tools::{SandboxMode, SandboxPolicy};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use toml::Spanned;
@@ -21,6 +22,7 @@ leaf!(
     OnLimit,
     CompactionSpec,
     RestartSpec,
+    SandboxMode,
     BTreeMap<String, String>
 );
 
@@ -92,6 +94,10 @@ section! {
         permissions: Option<PermissionsSpec>,
         /// Export every run as OpenTelemetry spans (as `--otel`).
         otel: Option<bool>,
+        /// The sandbox of every process the agent's tools start (the shell, command tools, stdio
+        /// MCP servers) unless an entry says otherwise: `workspace-write` (the default),
+        /// `read-only`, `off` or `best-effort`.
+        sandbox: Option<SandboxMode>,
     }
 }
 
@@ -267,8 +273,9 @@ section! {
         /// A built-in tool: `read_file`, `write_file`, `edit_file`, `list_dir`, `glob`, `grep`,
         /// `shell` or `web_fetch` ([`agentloop_tools::Builtin`]).
         builtin: Option<Spanned<String>>,
-        /// Built-in file tools and `shell`: the workspace folder they may not leave, relative to
-        /// the agent file (default: the agent file's folder).
+        /// Built-in file tools and `shell`: the workspace folder they may not leave; command tools:
+        /// the folder their processes may write under `workspace-write` (default: the agent
+        /// file's folder, where they run). Relative to the agent file.
         root: Option<Spanned<String>>,
         /// Built-in tools but `write_file` and `edit_file`: the most bytes a call reads (files:
         /// text answered; shell: each stream, head and tail; web_fetch: the body).
@@ -278,9 +285,15 @@ section! {
         /// `web_fetch`: hosts, addresses or networks it may reach although they are not public
         /// (`["127.0.0.1", "10.1.0.0/16", "intranet.example"]`).
         allow_private: Option<Vec<Spanned<String>>>,
-        /// `shell`: variables passed to commands besides PATH, HOME, LANG, LC_ALL, TERM, TMPDIR
-        /// and USER (never a secret such as `*_API_KEY`).
+        /// `shell` and command tools: variables passed to their processes besides PATH, HOME,
+        /// LANG, LC_ALL, TERM, TMPDIR and USER (never a secret such as `*_API_KEY`).
         env: Option<Vec<Spanned<String>>>,
+        /// `shell` and command tools: the sandbox of their processes (`workspace-write`,
+        /// `read-only`, `off`, `best-effort`; the file's `sandbox` by default).
+        sandbox: Option<SandboxMode>,
+        /// `shell` and command tools: their processes may open network connections (default
+        /// false).
+        network: Option<Spanned<bool>>,
         /// What it does, for the model.
         description: Option<String>,
         /// The program and its arguments; a relative program path starts at the agent file's
@@ -351,6 +364,11 @@ section! {
         prefix: Option<Spanned<String>>,
         /// Names for some of its tools, by the server's name for them, used as they are.
         rename: Option<Spanned<BTreeMap<String, String>>>,
+        /// A stdio server: the sandbox of its process (the file's `sandbox` by default); it may
+        /// write its working folder, the agent file's.
+        sandbox: Option<SandboxMode>,
+        /// A stdio server: its process may open network connections (default false).
+        network: Option<Spanned<bool>>,
     }
 }
 
@@ -366,8 +384,24 @@ pub enum RestartSpec {
 }
 
 impl McpFileSpec {
-    /// The server's config, its paths resolved against the agent file's folder `dir`.
+    /// The sandbox of its process, over the file's default `sandbox`.
+    pub fn sandbox(&self, default: SandboxMode) -> SandboxPolicy {
+        sandbox_policy(self.sandbox, self.network.as_ref(), default)
+    }
+
+    /// The server's config, its paths resolved against the agent file's folder `dir` (its
+    /// sandbox over the default mode: see [`McpFileSpec::server_config`]).
     pub fn config(&self, dir: &std::path::Path) -> agentloop_mcp::ServerConfig {
+        self.server_config(dir, SandboxMode::default())
+    }
+
+    /// The server's config, its paths resolved against the agent file's folder `dir`, its
+    /// sandbox over the file's default `sandbox`.
+    pub fn server_config(
+        &self,
+        dir: &std::path::Path,
+        default_sandbox: SandboxMode,
+    ) -> agentloop_mcp::ServerConfig {
         let name = self.name.get_ref().clone();
         let mut config = match (&self.command, &self.url) {
             (Some(command), _) => {
@@ -378,13 +412,17 @@ impl McpFileSpec {
                     *program = dir.join(&*program).display().to_string();
                 }
                 let mut c = agentloop_mcp::ServerConfig::stdio(name, command);
-                if let agentloop_mcp::Transport::Stdio { env, cwd, .. } = &mut c.transport {
+                if let agentloop_mcp::Transport::Stdio {
+                    env, cwd, sandbox, ..
+                } = &mut c.transport
+                {
                     *env = self
                         .env
                         .as_ref()
                         .map(|e| e.get_ref().clone())
                         .unwrap_or_default();
                     *cwd = Some(dir.to_path_buf());
+                    *sandbox = self.sandbox(default_sandbox);
                 }
                 c
             }
@@ -484,7 +522,21 @@ section! {
     }
 }
 
+/// An entry's sandbox: its `sandbox` (else the file's default) and its `network`.
+fn sandbox_policy(
+    mode: Option<SandboxMode>,
+    network: Option<&Spanned<bool>>,
+    default: SandboxMode,
+) -> SandboxPolicy {
+    SandboxPolicy::new(mode.unwrap_or(default)).network(network.is_some_and(|n| *n.get_ref()))
+}
+
 impl ToolFileSpec {
+    /// The sandbox of a shell's or command tool's processes, over the file's default `sandbox`.
+    pub fn sandbox(&self, default: SandboxMode) -> SandboxPolicy {
+        sandbox_policy(self.sandbox, self.network.as_ref(), default)
+    }
+
     /// The name the model calls the tool by: its `name`, or a built-in tool's own name.
     pub fn name(&self) -> &str {
         match (&self.name, &self.builtin) {

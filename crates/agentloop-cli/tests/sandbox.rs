@@ -1,0 +1,527 @@
+#![allow(
+    clippy::indexing_slicing,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic
+)]
+//! The sandbox of the processes tools start, end to end through `agentloop run --json` with a
+//! scripted model: each escape attempt fails while a control inside the sandbox succeeds. A
+//! write outside the root, a TCP connection to the test's own loopback server, reading the
+//! agentloop process's environment and memory (also with `sandbox = "off"`, and as root on CI),
+//! and a `setsid` or double-forked child outliving the call's timeout.
+
+mod support;
+
+use std::io::Read;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use support::*;
+
+/// A fake credential in the agentloop process's own environment.
+const PROC_SECRET: &str = "sk-proc-secret-4711";
+
+/// An agent with a shell rooted in `work/` (plus `tools`), run on `script.json`.
+fn agent(tools: &str) -> AgentDir {
+    let dir = AgentDir::new(&format!(
+        r#"name = "s"
+[model]
+provider = "scripted"
+script = "script.json"
+[limits]
+max_turns = 8
+{tools}
+"#
+    ));
+    std::fs::create_dir(dir.path("work")).unwrap();
+    dir
+}
+
+const SHELL: &str = r#"
+[[tools]]
+builtin = "shell"
+root = "work"
+timeout_secs = 20
+[permissions]
+allow = ["shell"]
+"#;
+
+/// One shell call per command, then a final answer.
+fn shell_script(dir: &AgentDir, tool: &str, commands: &[&str]) {
+    let mut steps: Vec<Value> = commands
+        .iter()
+        .enumerate()
+        .map(|(i, c)| json!({"tool_calls": [{"id": format!("c{i}"), "name": tool, "arguments": {"command": c}}]}))
+        .collect();
+    steps.push(json!({"text": "done"}));
+    dir.write("script.json", &Value::Array(steps).to_string());
+}
+
+/// Runs the agent with a fake key in agentloop's environment; the output of each call, by id.
+async fn run(dir: &AgentDir) -> Vec<(String, bool, String)> {
+    let out = agentloop_env(
+        args(&[
+            "run",
+            dir.agent().to_str().unwrap(),
+            "--input",
+            "go",
+            "--json",
+        ]),
+        vec![
+            ("OPENAI_API_KEY", PROC_SECRET),
+            ("GITHUB_TOKEN", PROC_SECRET),
+        ],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    let v = stdout_json(&out);
+    assert_eq!(v["stop_reason"], "finished", "{v}");
+    v["tool_calls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            let text = c["output"]
+                .as_str()
+                .or_else(|| c["error"]["message"].as_str())
+                .map_or_else(|| c.to_string(), str::to_owned);
+            (
+                c["id"].as_str().unwrap_or_default().to_owned(),
+                c["ok"] == true,
+                text,
+            )
+        })
+        .collect()
+}
+
+fn output<'a>(calls: &'a [(String, bool, String)], id: &str) -> &'a str {
+    &calls.iter().find(|(i, _, _)| i == id).unwrap().2
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_shell_writes_inside_its_root_and_not_outside() {
+    let dir = agent(SHELL);
+    let outside = tempfile::tempdir().unwrap();
+    let escape = outside.path().join("escaped.txt");
+    let beside = dir.path("beside-the-root.txt");
+    let commands = [
+        "echo in > inside.txt && mkdir -p sub && echo in > sub/deeper.txt && echo wrote".to_owned(),
+        format!("echo out > {}; echo status $?", escape.display()),
+        format!("echo out > {}; echo status $?", beside.display()),
+        "echo tmp > \"$TMPDIR/scratch\" && cat \"$TMPDIR/scratch\" && echo x > /dev/null && echo devnull".to_owned(),
+    ];
+    let commands: Vec<&str> = commands.iter().map(String::as_str).collect();
+    shell_script(&dir, "shell", &commands);
+    let calls = run(&dir).await;
+    assert!(output(&calls, "c0").contains("wrote"), "{calls:?}");
+    assert_eq!(
+        std::fs::read_to_string(dir.path("work/sub/deeper.txt")).unwrap(),
+        "in\n"
+    );
+    for (id, path) in [("c1", &escape), ("c2", &beside)] {
+        let out = output(&calls, id);
+        assert!(out.contains("status 2"), "{id}: {out}");
+        assert!(out.contains("Permission denied"), "{id}: {out}");
+        assert!(!path.exists(), "{} was written", path.display());
+    }
+    let tmp = output(&calls, "c3");
+    assert!(tmp.contains("tmp\ndevnull"), "{tmp}");
+}
+
+/// A loopback server of the test's own that counts the connections it accepts.
+fn listener() -> (u16, Arc<AtomicUsize>) {
+    let server = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = server.local_addr().unwrap().port();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let count = accepted.clone();
+    std::thread::spawn(move || {
+        for stream in server.incoming().flatten() {
+            let mut stream = stream;
+            let mut buf = [0u8; 16];
+            let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+            let _ = stream.read(&mut buf);
+            count.fetch_add(1, Ordering::SeqCst);
+        }
+    });
+    (port, accepted)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn no_network_unless_the_entry_says_network_true() {
+    let (port, accepted) = listener();
+    let connect = format!(
+        "python3 -c \"import socket; s = socket.create_connection(('127.0.0.1', {port}), timeout=5); s.sendall(b'hi'); print('connected')\" 2>&1 | tail -n 1; \
+         python3 -c \"import socket; socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b'x', ('127.0.0.1', {port})); print('udp sent')\" 2>&1 | tail -n 1"
+    );
+    let closed = agent(SHELL);
+    shell_script(&closed, "shell", &[&connect]);
+    let calls = run(&closed).await;
+    let out = output(&calls, "c0");
+    assert!(!out.contains("connected"), "{out}");
+    assert!(!out.contains("udp sent"), "{out}");
+    assert!(out.contains("PermissionError"), "{out}");
+    assert_eq!(accepted.load(Ordering::SeqCst), 0);
+
+    let open = agent(&SHELL.replace("timeout_secs = 20", "timeout_secs = 20\nnetwork = true"));
+    shell_script(&open, "shell", &[&connect]);
+    let calls = run(&open).await;
+    let out = output(&calls, "c0");
+    assert!(out.contains("connected"), "{out}");
+    assert!(out.contains("udp sent"), "{out}");
+    for _ in 0..100 {
+        if accepted.load(Ordering::SeqCst) == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(accepted.load(Ordering::SeqCst), 1);
+}
+
+/// Reads its parent's (agentloop's) environ and mem, and its own as the control.
+const PROBE: &str = r#"
+import os, sys
+parent = int(sys.argv[1]) if len(sys.argv) > 1 else os.getppid()
+for what in ("environ", "mem"):
+    try:
+        with open(f"/proc/{parent}/{what}", "rb") as f:
+            data = f.read(65536) if what == "environ" else b""
+        print(f"parent {what}: READ", "sk-proc-secret" in data.decode("latin-1"))
+    except OSError as e:
+        print(f"parent {what}: DENIED errno {e.errno}")
+own = open("/proc/self/environ", "rb").read()
+print("own environ:", b"PATH=" in own)
+start = int(open("/proc/self/maps").readline().split("-")[0], 16)
+with open("/proc/self/mem", "rb") as f:
+    f.seek(start)
+    print("own mem:", len(f.read(16)))
+"#;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn no_tool_reads_the_agentloop_process_environment_or_memory_even_unsandboxed() {
+    let dir = agent(
+        &format!(
+            r#"{SHELL}
+[[tools]]
+name = "probe_off"
+command = ["python3", "probe.py"]
+sandbox = "off"
+
+[[tools]]
+name = "shell_off"
+builtin = "shell"
+root = "work"
+sandbox = "off"
+"#
+        )
+        .replace("allow = [\"shell\"]", "allow = [\"shell\", \"shell_off\"]"),
+    );
+    dir.write("probe.py", PROBE);
+    let probe = format!("python3 {} $PPID", dir.path("probe.py").display());
+    dir.write(
+        "script.json",
+        &json!([
+            {"tool_calls": [
+                {"id": "sandboxed", "name": "shell", "arguments": {"command": probe}},
+                {"id": "command_off", "name": "probe_off", "arguments": {}},
+                {"id": "shell_off", "name": "shell_off", "arguments": {"command": probe}},
+                {"id": "cat_off", "name": "shell_off", "arguments": {"command": "tr '\\0' '\\n' < /proc/$PPID/environ; echo status $?"}}
+            ]},
+            {"text": "done"}
+        ])
+        .to_string(),
+    );
+    let calls = run(&dir).await;
+    for id in ["sandboxed", "command_off", "shell_off"] {
+        let out = output(&calls, id);
+        assert!(out.contains("parent environ: DENIED"), "{id}: {out}");
+        assert!(out.contains("parent mem: DENIED"), "{id}: {out}");
+        assert!(out.contains("own environ: True"), "{id}: {out}");
+        assert!(out.contains("own mem: 16"), "{id}: {out}");
+        assert!(!out.contains(PROC_SECRET), "{id}: {out}");
+    }
+    let cat = output(&calls, "cat_off");
+    assert!(!cat.contains(PROC_SECRET), "{cat}");
+    assert!(cat.contains("Permission denied"), "{cat}");
+}
+
+/// As an ordinary user (CI runs as root, where the dropped capabilities alone already keep a
+/// child out of its root parent), only the agentloop process's non-dumpable flag keeps its
+/// environment and memory from its tools: the run as `nobody` checks that flag end to end.
+#[tokio::test(flavor = "multi_thread")]
+async fn as_an_ordinary_user_the_agentloop_process_is_out_of_its_tools_reach_too() {
+    let uid = std::process::Command::new("id").arg("-u").output().unwrap();
+    let setpriv = std::path::Path::new("/usr/bin/setpriv");
+    if String::from_utf8_lossy(&uid.stdout).trim() != "0" || !setpriv.exists() {
+        // Not root: the test above already runs as an ordinary user.
+        return;
+    }
+    let dir = agent(&format!(
+        "{SHELL}\n[[tools]]\nname = \"shell_off\"\nbuiltin = \"shell\"\nroot = \"work\"\nsandbox = \"off\"\n"
+    ).replace("allow = [\"shell\"]", "allow = [\"shell\", \"shell_off\"]"));
+    let probe = "tr '\\0' '\\n' < /proc/$PPID/environ; echo environ $?; \
+                 head -c 1 /proc/$PPID/mem > /dev/null; echo mem $?; \
+                 tr '\\0' '\\n' < /proc/$$/environ | grep -c '^PATH='";
+    dir.write(
+        "script.json",
+        &json!([
+            {"tool_calls": [
+                {"id": "sandboxed", "name": "shell", "arguments": {"command": probe}},
+                {"id": "off", "name": "shell_off", "arguments": {"command": probe}}
+            ]},
+            {"text": "done"}
+        ])
+        .to_string(),
+    );
+    use std::os::unix::fs::PermissionsExt;
+    for path in [dir.dir.path().to_path_buf(), dir.path("work")] {
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    for file in ["agent.toml", "script.json"] {
+        std::fs::set_permissions(dir.path(file), std::fs::Permissions::from_mode(0o644)).unwrap();
+    }
+    let agent_file = dir.agent();
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("/usr/bin/setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(env!("CARGO_BIN_EXE_agentloop"))
+            .args([
+                "run",
+                agent_file.to_str().unwrap(),
+                "--input",
+                "go",
+                "--json",
+            ])
+            .env("OPENAI_API_KEY", PROC_SECRET)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    let v = stdout_json(&out);
+    for id in ["sandboxed", "off"] {
+        let call = v["tool_calls"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["id"] == id)
+            .unwrap();
+        let said = call["output"].as_str().unwrap_or_default();
+        assert!(!said.contains(PROC_SECRET), "{id}: {said}");
+        assert!(!said.contains("environ 0"), "{id}: {said}");
+        assert!(said.contains("mem 1"), "{id}: {said}");
+        assert!(said.contains("Permission denied"), "{id}: {said}");
+        // The control: the child reads its own environment.
+        assert!(
+            said.contains("\n1\n") || said.contains("---\n1"),
+            "{id}: {said}"
+        );
+    }
+}
+
+/// True once no live (non-zombie) process has this pid.
+fn gone(pid: &str) -> bool {
+    match std::fs::read_to_string(format!("/proc/{}/stat", pid.trim())) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rsplit(')')
+            .next()
+            .is_some_and(|rest| rest.trim_start().starts_with('Z')),
+    }
+}
+
+async fn wait_gone(pid: &str) -> bool {
+    for _ in 0..150 {
+        if gone(pid) {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    false
+}
+
+/// Starts a `setsid` child, a double-forked daemon that tries to leave the session and a plain
+/// background child, records their pids, then outlives its timeout.
+const ESCAPE: &str = r#"
+setsid sleep 37 &
+echo $! > setsid.pid
+python3 -c '
+import os, time
+if os.fork() == 0:
+    try:
+        os.setsid()
+    except OSError as e:
+        print("setsid refused", e.errno, flush=True)
+    if os.fork() == 0:
+        open("daemon.pid", "w").write(str(os.getpid()))
+        time.sleep(37)
+    os._exit(0)
+'
+sleep 37 &
+echo $! > plain.pid
+sleep 2
+echo "started"
+sleep 37
+"#;
+
+fn escaping_tool(sandbox: &str) -> AgentDir {
+    let dir = agent(&format!(
+        r#"
+[[tools]]
+name = "escape"
+command = ["sh", "escape.sh"]
+timeout_secs = 4
+sandbox = "{sandbox}"
+"#
+    ));
+    dir.write("escape.sh", ESCAPE);
+    dir.write(
+        "script.json",
+        &json!([
+            {"tool_calls": [{"id": "e", "name": "escape", "arguments": {}}]},
+            {"text": "done"}
+        ])
+        .to_string(),
+    );
+    dir
+}
+
+async fn pid_of(dir: &AgentDir, file: &str) -> String {
+    for _ in 0..100 {
+        if let Ok(pid) = std::fs::read_to_string(dir.path(file))
+            && !pid.trim().is_empty()
+        {
+            return pid.trim().to_owned();
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("{file} was never written");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn no_child_of_a_timed_out_call_survives_it_setsid_and_daemons_included() {
+    let dir = escaping_tool("workspace-write");
+    let calls = run(&dir).await;
+    let (_, ok, text) = &calls[0];
+    assert!(!ok, "{text}");
+    assert!(text.contains("did not finish within 4.0 s"), "{text}");
+    for file in ["setsid.pid", "daemon.pid", "plain.pid"] {
+        let pid = pid_of(&dir, file).await;
+        assert!(
+            wait_gone(&pid).await,
+            "{file}: process {pid} survived the call"
+        );
+    }
+
+    // The control: unsandboxed, a `setsid` child leaves the group and outlives the call (the
+    // test then ends it), while the plain background child is killed with the group.
+    let off = escaping_tool("off");
+    let _ = run(&off).await;
+    let plain = pid_of(&off, "plain.pid").await;
+    assert!(wait_gone(&plain).await, "the plain child {plain} survived");
+    let escaped = pid_of(&off, "setsid.pid").await;
+    let survived = !gone(&escaped);
+    if let Ok(pid) = escaped.parse::<i32>() {
+        let _ = std::process::Command::new("kill")
+            .args(["-9", &pid.to_string()])
+            .status();
+    }
+    if let Ok(daemon) = std::fs::read_to_string(off.path("daemon.pid")) {
+        let _ = std::process::Command::new("kill")
+            .args(["-9", daemon.trim()])
+            .status();
+    }
+    assert!(
+        survived,
+        "unsandboxed, the setsid child should have escaped"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn plan_shows_each_process_tool_s_sandbox_and_bad_keys_are_located() {
+    let dir = agent(
+        r#"sandbox = "read-only"
+[[tools]]
+builtin = "shell"
+root = "work"
+sandbox = "workspace-write"
+network = true
+[[tools]]
+name = "probe"
+command = ["python3", "tool.py"]
+[[tools]]
+builtin = "read_file"
+[[mcp]]
+name = "notes"
+command = ["python3", "tool.py"]
+sandbox = "best-effort"
+"#
+        .replace("sandbox = \"read-only\"\n", "")
+        .as_str(),
+    );
+    // The agent-wide default goes at the top of the file.
+    let text = std::fs::read_to_string(dir.agent()).unwrap();
+    dir.write("agent.toml", &format!("sandbox = \"read-only\"\n{text}"));
+    dir.write("script.json", r#"[{"text": "hi"}]"#);
+    let out = agentloop(args(&["plan", dir.agent().to_str().unwrap(), "--json"])).await;
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    let plan = stdout_json(&out);
+    let tools = plan["tools"].as_array().unwrap();
+    let work = std::fs::canonicalize(dir.path("work")).unwrap();
+    assert_eq!(
+        tools[0]["sandbox"],
+        json!({"mode": "workspace-write", "network": true, "writable": [work]})
+    );
+    assert_eq!(
+        tools[1]["sandbox"],
+        json!({"mode": "read-only", "network": false, "writable": []})
+    );
+    assert_eq!(tools[2]["sandbox"], Value::Null);
+    assert_eq!(
+        plan["mcp"][0]["transport"]["sandbox"],
+        json!({"mode": "best-effort", "network": false})
+    );
+    let text = agentloop(args(&["plan", dir.agent().to_str().unwrap()])).await;
+    let text = stdout(&text);
+    assert!(
+        text.contains(&format!(
+            "sandbox: workspace-write, network, writes {}",
+            work.display()
+        )),
+        "{text}"
+    );
+    assert!(text.contains("sandbox: read-only, no network"), "{text}");
+
+    let bad = agent(
+        r#"
+[[tools]]
+builtin = "read_file"
+network = true
+[[tools]]
+name = "c"
+command = ["python3", "tool.py"]
+sandbox = "none"
+[[tools]]
+name = "d"
+command = ["python3", "tool.py"]
+sandbox = "off"
+network = true
+env = ["GITHUB_TOKEN"]
+"#,
+    );
+    bad.write("script.json", r#"[{"text": "hi"}]"#);
+    let out = agentloop(args(&["plan", bad.agent().to_str().unwrap()])).await;
+    assert_ne!(out.status.code(), Some(0));
+    let err = stderr(&out);
+    for expected in [
+        "agent.toml:9:11: tools[0].network: `network` does not apply to the built-in tool read_file",
+        "agent.toml:14:11: tools[1].sandbox: unknown variant `none`, expected one of `workspace-write`",
+        "agent.toml:19:11: tools[2].network: `network` has no effect with sandbox = \"off\"",
+        "agent.toml:20:8: tools[2].env[0]: GITHUB_TOKEN looks like a secret",
+    ] {
+        assert!(err.contains(expected), "missing {expected:?} in:\n{err}");
+    }
+}

@@ -1,0 +1,363 @@
+//! The OS sandbox for the processes agentloop's tools start (the `shell` tool, command tools and
+//! stdio MCP servers), and the guard that keeps the agentloop process's credentials out of their
+//! reach.
+//!
+//! A [`Sandbox`] is a [`SandboxPolicy`] (a [`SandboxMode`] and whether the network is allowed)
+//! plus the folders its processes may write. [`Sandbox::prepare`] builds, in the parent, all that
+//! confining one child needs (a private temporary folder, the Landlock ruleset, the seccomp
+//! program, all allocated here) as a [`Confinement`]; [`Confinement::install`] hooks it into a
+//! [`std::process::Command`], and the child applies it between `fork` and `exec` with
+//! async-signal-safe system calls only. What the child then can and cannot do, for each mode, is
+//! in `docs/sandbox.md`; in short, under `workspace-write` a process and every child it starts
+//! may read the system, write only under the writable roots, its private temporary folder and
+//! `/dev/null`, open no network connection unless the policy allows it, and cannot see, trace or
+//! signal the agentloop process.
+//!
+//! Whatever the mode, even `off`, every child loses the capabilities that read another process's
+//! memory (`CAP_SYS_PTRACE`, `CAP_SYS_RAWIO`, ...) before it runs its program, so that a tool
+//! started by root still cannot read the agentloop process's environment or memory once the
+//! process has called [`protect_process`] (the CLI does, first thing in `main`; an application
+//! that embeds agentloop's tools should too).
+//!
+//! On Linux the sandbox is Landlock (ABI 6, Linux 6.12, for the strict modes) plus a seccomp
+//! filter. Elsewhere only [`SandboxMode::Off`] and [`SandboxMode::BestEffort`] run (the latter
+//! unconfined, saying so): a strict mode refuses with [`SandboxError::Unsupported`].
+#![deny(unsafe_code)]
+
+#[cfg(target_os = "linux")]
+mod linux;
+#[cfg(target_os = "linux")]
+use linux as platform;
+#[cfg(not(target_os = "linux"))]
+mod other;
+#[cfg(not(target_os = "linux"))]
+use other as platform;
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// How much a tool's processes are confined.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SandboxMode {
+    /// Read the system; write only under the writable roots, a private temporary folder and
+    /// `/dev/null`-like devices; no network unless allowed; no sight of the agentloop process.
+    /// A system that cannot enforce all of it refuses to start the process.
+    #[default]
+    WorkspaceWrite,
+    /// As `workspace-write`, with no writable root: only the private temporary folder and
+    /// `/dev/null`-like devices can be written.
+    ReadOnly,
+    /// No sandbox: the process can do whatever the user can. Its capabilities that read another
+    /// process's memory are still dropped.
+    Off,
+    /// `workspace-write` as far as this system can enforce it; what it cannot is said in
+    /// [`Confinement::note`] instead of refusing.
+    BestEffort,
+}
+
+impl SandboxMode {
+    /// Every mode, in the order the docs give them.
+    pub const ALL: [SandboxMode; 4] = [
+        SandboxMode::WorkspaceWrite,
+        SandboxMode::ReadOnly,
+        SandboxMode::Off,
+        SandboxMode::BestEffort,
+    ];
+
+    /// Its name in agent files: `workspace-write`, `read-only`, `off`, `best-effort`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SandboxMode::WorkspaceWrite => "workspace-write",
+            SandboxMode::ReadOnly => "read-only",
+            SandboxMode::Off => "off",
+            SandboxMode::BestEffort => "best-effort",
+        }
+    }
+
+    /// The mode of a name.
+    pub fn from_name(name: &str) -> Option<SandboxMode> {
+        SandboxMode::ALL.into_iter().find(|m| m.as_str() == name)
+    }
+
+    /// True for the modes that confine the process (all but `off`).
+    pub fn confines(self) -> bool {
+        self != SandboxMode::Off
+    }
+}
+
+impl std::fmt::Display for SandboxMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What a tool's processes may do: the mode, and whether they may open network connections.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+pub struct SandboxPolicy {
+    /// How much they are confined.
+    pub mode: SandboxMode,
+    /// They may open network connections (TCP, UDP, ...). Without it, only UNIX sockets.
+    pub network: bool,
+}
+
+impl SandboxPolicy {
+    /// A policy of this mode, without network.
+    pub fn new(mode: SandboxMode) -> Self {
+        SandboxPolicy {
+            mode,
+            network: false,
+        }
+    }
+
+    /// The same policy, with or without network.
+    #[must_use]
+    pub fn network(mut self, allowed: bool) -> Self {
+        self.network = allowed;
+        self
+    }
+}
+
+/// Why a process could not be confined as asked.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SandboxError {
+    /// The system lacks what the mode needs (an old kernel, Landlock disabled, another OS).
+    #[error(
+        "sandbox = \"{mode}\" cannot be enforced on this system: {missing}; use sandbox = \
+         \"best-effort\" to run with what it has, or \"off\""
+    )]
+    Unsupported {
+        /// The mode asked for.
+        mode: SandboxMode,
+        /// What is missing.
+        missing: String,
+    },
+    /// Preparing the confinement failed (a writable root that cannot be opened, no temporary
+    /// folder).
+    #[error("cannot prepare the sandbox: {reason}")]
+    Setup {
+        /// Why.
+        reason: String,
+    },
+}
+
+impl SandboxError {
+    /// The stable code: `sandbox.unsupported` or `sandbox.setup`.
+    pub fn code(&self) -> &'static str {
+        match self {
+            SandboxError::Unsupported { .. } => "sandbox.unsupported",
+            SandboxError::Setup { .. } => "sandbox.setup",
+        }
+    }
+}
+
+/// A policy and the folders its processes may write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sandbox {
+    policy: SandboxPolicy,
+    writable: Vec<PathBuf>,
+}
+
+impl Sandbox {
+    /// A sandbox of `policy` with no writable root yet.
+    pub fn new(policy: SandboxPolicy) -> Self {
+        Sandbox {
+            policy,
+            writable: Vec::new(),
+        }
+    }
+
+    /// Also lets its processes write under `root` (not under `read-only`).
+    #[must_use]
+    pub fn writable(mut self, root: impl Into<PathBuf>) -> Self {
+        self.writable.push(root.into());
+        self
+    }
+
+    /// Its policy.
+    pub fn policy(&self) -> SandboxPolicy {
+        self.policy
+    }
+
+    /// The folders its processes may write besides their private temporary folder (none under
+    /// `read-only` and `off`: `off` does not confine).
+    pub fn writable_roots(&self) -> &[PathBuf] {
+        match self.policy.mode {
+            SandboxMode::WorkspaceWrite | SandboxMode::BestEffort => &self.writable,
+            SandboxMode::ReadOnly | SandboxMode::Off => &[],
+        }
+    }
+
+    /// Builds the confinement of one process: its private temporary folder (removed when the
+    /// confinement is dropped) and everything the child will apply. Fails with
+    /// [`SandboxError::Unsupported`] when the system cannot enforce a strict mode.
+    pub fn prepare(&self) -> Result<Confinement, SandboxError> {
+        if !self.policy.mode.confines() {
+            return Ok(Confinement {
+                tmp: None,
+                hook: Some(platform::ChildHook::unconfined()),
+                note: None,
+            });
+        }
+        let missing = platform::missing();
+        if !missing.is_empty() && self.policy.mode != SandboxMode::BestEffort {
+            return Err(SandboxError::Unsupported {
+                mode: self.policy.mode,
+                missing: missing.join(", "),
+            });
+        }
+        let tmp = tempfile::Builder::new()
+            .prefix("agentloop-tool-")
+            .tempdir()
+            .map_err(|e| SandboxError::Setup {
+                reason: format!("cannot create a private temporary folder: {e}"),
+            })?;
+        let mut writable = Vec::with_capacity(self.writable_roots().len() + 1);
+        for root in self.writable_roots() {
+            writable.push(
+                std::fs::canonicalize(root).map_err(|e| SandboxError::Setup {
+                    reason: format!("the writable root {}: {e}", root.display()),
+                })?,
+            );
+        }
+        writable.push(tmp.path().to_path_buf());
+        let hook = platform::ChildHook::confined(self.policy, &writable)?;
+        let note = (!missing.is_empty()).then(|| {
+            format!(
+                "sandbox best-effort: not enforced on this system: {}",
+                missing.join(", ")
+            )
+        });
+        Ok(Confinement {
+            tmp: Some(tmp),
+            hook: Some(hook),
+            note,
+        })
+    }
+}
+
+/// What confines one child process, prepared by [`Sandbox::prepare`]. Keep it alive until the
+/// process has ended: dropping it removes the private temporary folder.
+#[derive(Debug)]
+pub struct Confinement {
+    tmp: Option<tempfile::TempDir>,
+    hook: Option<platform::ChildHook>,
+    note: Option<String>,
+}
+
+impl Confinement {
+    /// The private temporary folder (`TMPDIR` of the child), when the mode confines.
+    pub fn tmp_dir(&self) -> Option<&Path> {
+        self.tmp.as_ref().map(tempfile::TempDir::path)
+    }
+
+    /// Under `best-effort`, what this system could not enforce; `None` when all of it holds.
+    pub fn note(&self) -> Option<&str> {
+        self.note.as_deref()
+    }
+
+    /// Makes `command` start its child confined: sets `TMPDIR` to the private temporary folder
+    /// and adds the hook that the child runs before `exec`. A second call does nothing: one
+    /// confinement serves one command.
+    pub fn install(&mut self, command: &mut std::process::Command) {
+        if let Some(tmp) = &self.tmp {
+            command.env("TMPDIR", tmp.path());
+        }
+        if let Some(hook) = self.hook.take() {
+            platform::install(hook, command);
+        }
+    }
+}
+
+/// Keeps this process out of its children's sight: on Linux it becomes non-dumpable
+/// (`PR_SET_DUMPABLE` 0), so that `/proc/<pid>/environ`, `/proc/<pid>/mem` and `ptrace` are
+/// refused to every process without `CAP_SYS_PTRACE`, root's included, and the children this
+/// crate confines have that capability dropped. Call it first thing in `main`, before any
+/// credential is read; it also disables core dumps of this process. Elsewhere it does nothing.
+pub fn protect_process() -> std::io::Result<()> {
+    platform::protect_process()
+}
+
+/// What this system supports, for `plan`-like reports and tests: on Linux the Landlock ABI
+/// (0 when Landlock is missing or disabled) and whether seccomp filters can be installed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Support {
+    /// The Landlock ABI of the running kernel (0: none).
+    pub landlock_abi: i32,
+    /// Seccomp filters are available.
+    pub seccomp: bool,
+}
+
+impl Support {
+    /// The running system's.
+    pub fn current() -> Support {
+        platform::support()
+    }
+
+    /// What a policy needs that this system lacks (empty when it can be enforced whole).
+    pub fn missing(policy: SandboxPolicy) -> Vec<String> {
+        if policy.mode.confines() {
+            platform::missing()
+        } else {
+            Vec::new()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::panic)]
+    use super::*;
+
+    #[test]
+    fn modes_read_and_print_their_file_names() {
+        for mode in SandboxMode::ALL {
+            assert_eq!(SandboxMode::from_name(mode.as_str()), Some(mode));
+            let json = serde_json::to_string(&mode).unwrap();
+            assert_eq!(json, format!("\"{mode}\""));
+        }
+        assert_eq!(SandboxMode::from_name("none"), None);
+        assert_eq!(SandboxMode::default(), SandboxMode::WorkspaceWrite);
+    }
+
+    #[test]
+    fn read_only_and_off_have_no_writable_root() {
+        for (mode, roots) in [
+            (SandboxMode::WorkspaceWrite, 1),
+            (SandboxMode::BestEffort, 1),
+            (SandboxMode::ReadOnly, 0),
+            (SandboxMode::Off, 0),
+        ] {
+            let s = Sandbox::new(SandboxPolicy::new(mode)).writable("/tmp");
+            assert_eq!(s.writable_roots().len(), roots, "{mode}");
+        }
+    }
+
+    #[test]
+    fn off_needs_no_temporary_folder_and_a_missing_root_is_a_setup_error() {
+        let off = Sandbox::new(SandboxPolicy::new(SandboxMode::Off))
+            .prepare()
+            .unwrap();
+        assert!(off.tmp_dir().is_none());
+        let Err(e) = Sandbox::new(SandboxPolicy::new(SandboxMode::BestEffort))
+            .writable("/no/such/folder/at/all")
+            .prepare()
+        else {
+            panic!("a missing root was accepted");
+        };
+        assert_eq!(e.code(), "sandbox.setup");
+    }
+
+    #[test]
+    fn the_temporary_folder_goes_with_the_confinement() {
+        let c = Sandbox::new(SandboxPolicy::new(SandboxMode::BestEffort))
+            .prepare()
+            .unwrap();
+        let tmp = c.tmp_dir().unwrap().to_path_buf();
+        assert!(tmp.is_dir());
+        drop(c);
+        assert!(!tmp.exists());
+    }
+}

@@ -1,0 +1,43 @@
+//! Systems other than Linux: no sandbox. `off` and `best-effort` run their processes
+//! unconfined (the latter saying so); the strict modes refuse.
+
+use std::path::PathBuf;
+
+use crate::{SandboxError, SandboxPolicy, Support};
+
+pub(crate) fn support() -> Support {
+    Support {
+        landlock_abi: 0,
+        seccomp: false,
+    }
+}
+
+pub(crate) fn missing() -> Vec<String> {
+    vec![format!(
+        "an OS sandbox ({} has none that agentloop drives yet)",
+        std::env::consts::OS
+    )]
+}
+
+/// Nothing to apply in the child.
+#[derive(Debug)]
+pub(crate) struct ChildHook;
+
+impl ChildHook {
+    pub(crate) fn unconfined() -> Self {
+        ChildHook
+    }
+
+    pub(crate) fn confined(
+        _policy: SandboxPolicy,
+        _writable: &[PathBuf],
+    ) -> Result<Self, SandboxError> {
+        Ok(ChildHook)
+    }
+}
+
+pub(crate) fn install(_hook: ChildHook, _command: &mut std::process::Command) {}
+
+pub(crate) fn protect_process() -> std::io::Result<()> {
+    Ok(())
+}

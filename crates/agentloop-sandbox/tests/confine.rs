@@ -1,0 +1,171 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+//! Real children in each mode: what they may do (the controls) and what they may not. Linux
+//! only; on a kernel without Landlock ABI 6 the strict modes must refuse, which is checked too.
+#![cfg(target_os = "linux")]
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use agentloop_sandbox::{Sandbox, SandboxMode, SandboxPolicy, Support};
+
+fn supported() -> bool {
+    Support::missing(SandboxPolicy::new(SandboxMode::WorkspaceWrite)).is_empty()
+}
+
+/// `sh -c script` in `dir`, confined by `sandbox`.
+fn sh(sandbox: &Sandbox, dir: &Path, script: &str) -> Output {
+    let mut confinement = sandbox.prepare().unwrap();
+    let mut command = Command::new("sh");
+    command.arg("-c").arg(script).current_dir(dir);
+    confinement.install(&mut command);
+    let out = command.output().unwrap();
+    drop(confinement);
+    out
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+fn write(dir: &Path) -> Sandbox {
+    Sandbox::new(SandboxPolicy::new(SandboxMode::WorkspaceWrite)).writable(dir)
+}
+
+#[test]
+fn strict_modes_refuse_where_the_kernel_lacks_support() {
+    if supported() {
+        return;
+    }
+    let e = write(Path::new("/tmp")).prepare().unwrap_err();
+    assert_eq!(e.code(), "sandbox.unsupported");
+}
+
+#[test]
+fn workspace_write_writes_the_root_and_tmpdir_only() {
+    if !supported() {
+        return;
+    }
+    let root = tempfile::tempdir().unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    let script = format!(
+        "echo a > in.txt && echo b > \"$TMPDIR/t\" && echo c > /dev/null && echo inside-ok; \
+         echo d > {}/out.txt || echo outside-refused; \
+         true > /etc/hostname-agentloop-test || echo etc-refused",
+        outside.path().display()
+    );
+    let out = sh(&write(root.path()), root.path(), &script);
+    let said = text(&out);
+    assert!(said.contains("inside-ok"), "{said}");
+    assert!(said.contains("outside-refused"), "{said}");
+    assert!(said.contains("etc-refused"), "{said}");
+    assert!(root.path().join("in.txt").exists());
+    assert!(!outside.path().join("out.txt").exists());
+}
+
+#[test]
+fn read_only_writes_only_its_tmpdir() {
+    if !supported() {
+        return;
+    }
+    let root = tempfile::tempdir().unwrap();
+    let sandbox = Sandbox::new(SandboxPolicy::new(SandboxMode::ReadOnly)).writable(root.path());
+    let out = sh(
+        &sandbox,
+        root.path(),
+        "echo a > in.txt || echo root-refused; echo b > \"$TMPDIR/t\" && cat \"$TMPDIR/t\"",
+    );
+    let said = text(&out);
+    assert!(said.contains("root-refused"), "{said}");
+    assert!(said.contains("\nb\n") || said.ends_with("b\n"), "{said}");
+    assert!(!root.path().join("in.txt").exists());
+}
+
+#[test]
+fn the_terminal_and_the_rest_of_dev_are_out_of_reach() {
+    if !supported() {
+        return;
+    }
+    let root = tempfile::tempdir().unwrap();
+    let out = sh(
+        &write(root.path()),
+        root.path(),
+        "head -c 4 /dev/urandom > /dev/null && echo urandom-ok; ls /dev > /dev/null 2>&1 || echo dev-refused",
+    );
+    let said = text(&out);
+    assert!(said.contains("urandom-ok"), "{said}");
+    assert!(said.contains("dev-refused"), "{said}");
+}
+
+#[test]
+fn setsid_and_inet_sockets_are_refused_unix_sockets_are_not() {
+    if !supported() {
+        return;
+    }
+    let root = tempfile::tempdir().unwrap();
+    let probe = "import socket, os\n\
+        for name, make in [('unix', lambda: socket.socket(socket.AF_UNIX)), ('inet', lambda: socket.socket(socket.AF_INET)), ('udp6', lambda: socket.socket(socket.AF_INET6, socket.SOCK_DGRAM))]:\n\
+        \x20   try:\n\
+        \x20       make(); print(name, 'ok')\n\
+        \x20   except OSError as e: print(name, 'refused', e.errno)\n\
+        try:\n\
+        \x20   os.setsid(); print('setsid ok')\n\
+        except OSError as e: print('setsid refused', e.errno)\n";
+    std::fs::write(root.path().join("probe.py"), probe).unwrap();
+    let closed = sh(&write(root.path()), root.path(), "python3 probe.py");
+    let said = text(&closed);
+    assert!(said.contains("unix ok"), "{said}");
+    assert!(said.contains("inet refused 1"), "{said}");
+    assert!(said.contains("udp6 refused 1"), "{said}");
+    assert!(said.contains("setsid refused 1"), "{said}");
+    let open = sh(
+        &Sandbox::new(SandboxPolicy::new(SandboxMode::WorkspaceWrite).network(true))
+            .writable(root.path()),
+        root.path(),
+        "python3 probe.py",
+    );
+    let said = text(&open);
+    assert!(said.contains("inet ok"), "{said}");
+    assert!(said.contains("udp6 ok"), "{said}");
+    assert!(said.contains("setsid refused 1"), "{said}");
+}
+
+#[test]
+fn every_mode_drops_the_capabilities_that_read_other_processes() {
+    let root = tempfile::tempdir().unwrap();
+    let mut modes = vec![SandboxMode::Off];
+    if supported() {
+        modes.push(SandboxMode::WorkspaceWrite);
+    }
+    for mode in modes {
+        let sandbox = Sandbox::new(SandboxPolicy::new(mode)).writable(root.path());
+        let out = sh(
+            &sandbox,
+            root.path(),
+            "grep -E '^Cap(Bnd|Inh|Eff)' /proc/self/status",
+        );
+        let said = text(&out);
+        for line in said.lines() {
+            let mask = u64::from_str_radix(line.split_whitespace().last().unwrap(), 16).unwrap();
+            for cap in [16, 17, 19, 21, 38, 39] {
+                assert_eq!(mask & (1 << cap), 0, "{mode}: cap {cap} kept: {line}");
+            }
+        }
+        assert!(said.contains("CapBnd"), "{said}");
+    }
+}
+
+#[test]
+fn the_private_tmpdir_is_removed_with_its_confinement() {
+    if !supported() {
+        return;
+    }
+    let root = tempfile::tempdir().unwrap();
+    let out = sh(&write(root.path()), root.path(), "echo $TMPDIR");
+    let tmp = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    assert!(tmp.contains("agentloop-tool-"), "{tmp}");
+    assert!(!Path::new(&tmp).exists(), "{tmp} was left behind");
+}
