@@ -564,10 +564,15 @@ impl Gate for PermissionGate {
             if asked.is_empty() {
                 return Ok(answers);
             }
-            // A durable run may hold answers already (recorded while it was suspended).
+            // A durable run may hold answers already (recorded while it was suspended), each
+            // for exactly one call.
             let mut replies: Vec<Option<Answer>> = asked
                 .iter()
-                .map(|&i| calls.get(i).and_then(|c| cx.approvals.answer(&c.call_id)))
+                .map(|&i| {
+                    calls
+                        .get(i)
+                        .and_then(|c| cx.approvals.take(&c.call_id, &c.tool, &c.arguments))
+                })
                 .collect();
             let open: Vec<usize> = (0..asked.len())
                 .filter(|&k| replies.get(k).is_some_and(Option::is_none))
