@@ -21,10 +21,12 @@ mod live;
 mod mcp;
 mod otel;
 mod permission_file;
+mod permission_paths;
 mod plan;
 mod render;
 mod restate;
 mod sessions;
+mod terminal;
 mod viewer;
 
 use std::io::{IsTerminal, Read, Write};

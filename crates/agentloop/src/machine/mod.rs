@@ -1360,9 +1360,9 @@ fn transcript_call_ids(transcript: &[Message]) -> std::collections::HashSet<Stri
     ids
 }
 
-/// `id_2`, `id_3`, ...: the first that `taken` refuses not, cut to [`MAX_CALL_ID_LEN`] bytes
-/// (the original shortened at a character boundary so that the suffix fits). The characters
-/// added are ones every provider accepts in an id.
+/// `id_2`, `id_3`, ...: the first one not `taken`, at most [`MAX_CALL_ID_LEN`] bytes long (the
+/// original shortened at a character boundary so that the suffix fits). The characters added
+/// are ones every provider accepts in an id (Anthropic allows `[a-zA-Z0-9_-]`).
 fn fresh_call_id(id: &str, taken: impl Fn(&str) -> bool) -> String {
     (2u64..)
         .map(|n| {
