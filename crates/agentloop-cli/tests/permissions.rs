@@ -872,3 +872,61 @@ async fn an_approval_answers_only_its_own_call_never_a_later_one_reusing_its_id(
     assert_eq!(waiting.len(), 1, "{listed}");
     assert_eq!(waiting[0]["call_id"], "c0_2");
 }
+
+/// A command that looks like `ls` on a line cut at 160 characters: the rest comes after spaces,
+/// behind a bidi override.
+fn hidden_command() -> String {
+    format!("ls{}; touch pwned #\u{202e}txt.sl", " ".repeat(200))
+}
+
+#[test]
+fn the_prompt_on_a_terminal_shows_the_whole_call_with_invisible_characters_escaped() {
+    // `script` gives the command a terminal (stdin and stderr), as a person's would be; the
+    // answer `n` comes through it.
+    let dir = scripted_builtins("", &[("shell", json!({"command": hidden_command()}))]);
+    let command = format!(
+        "{} run {} --input hi",
+        env!("CARGO_BIN_EXE_agentloop"),
+        dir.agent().display()
+    );
+    let mut child = std::process::Command::new("script")
+        .args(["-qec", &command, "/dev/null"])
+        .current_dir(dir.path("."))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("util-linux `script` gives the test a terminal");
+    {
+        use std::io::Write as _;
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(b"n\n").unwrap();
+    }
+    let out = child.wait_with_output().unwrap();
+    let screen = String::from_utf8_lossy(&out.stdout).replace("\r\n", "\n");
+    assert!(screen.contains("need"), "the prompt was shown: {screen}");
+    assert!(
+        screen.contains("; touch pwned #\\u{202e}txt.sl"),
+        "the whole command, its bidi override escaped: {screen}"
+    );
+    assert!(!screen.contains('\u{202e}'), "{screen}");
+    assert!(!dir.path("pwned").exists(), "answered no");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn streamed_model_text_reaches_the_terminal_without_escape_sequences() {
+    let dir = scripted_builtins("", &[]);
+    let script = json!([{
+        "text": "hello \u{1b}]0;pwned\u{7}\u{1b}[2J\u{1b}[1mworld\u{1b}[0m \u{9b}31m!"
+    }]);
+    dir.write("script.json", &script.to_string());
+    let agent = dir.agent();
+    let out = agentloop(args(&["run", agent.to_str().unwrap(), "--input", "hi"])).await;
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    let shown = stderr(&out);
+    assert!(shown.contains("hello world !"), "{shown}");
+    assert!(
+        !shown.contains('\u{1b}') && !shown.contains('\u{9b}'),
+        "{shown:?}"
+    );
+}
