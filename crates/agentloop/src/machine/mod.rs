@@ -406,8 +406,9 @@ impl RunMachine {
     }
 
     /// [`RunMachine::feed`], keeping the step in `log` first. A response's call ids are made
-    /// unique in the run ([`RunMachine::assign_call_ids`]) before it is kept, so that a replay of
-    /// the log needs no id source of its own.
+    /// unique in the run before it is kept (a blank id drawn from the run's id source, an id an
+    /// earlier call of the run used renamed `ID_2`, ...), so that a replay of the log needs no
+    /// id source of its own.
     pub fn feed_logged(&mut self, mut step: Step, log: &mut Vec<Step>) {
         if let Input::ModelResponded { response, .. } = &mut step.input {
             self.assign_call_ids(response);
