@@ -165,9 +165,11 @@ fn builtin_tool(file: &AgentFile, t: &ToolFileSpec, builtin: &str) -> Result<Too
         })
 }
 
-/// The rules the built-in tools bring ([`Builtin::default_permission`]): one for each built-in
-/// tool whose default is not `allow` (`shell` asks) and that the `[permissions]` table neither
-/// lists nor names in a rule. A `default` or a `*` rule does not count as naming it.
+/// The defaults the built-in tools bring ([`Builtin::default_permission`]): one for each
+/// built-in tool whose default is not `allow` (`shell` asks) and that the `[permissions]` table
+/// names in no rule for the whole tool (its lists, or a rule without an argument match). A
+/// `default`, a `*` rule or a rule on some of the tool's arguments does not count: a rule about
+/// some commands never turns the shell's ask off for the others.
 pub fn builtin_permission_rules(file: &AgentFile) -> Vec<PermissionRule> {
     let named = permission_rules(file);
     file.tools()
@@ -175,7 +177,9 @@ pub fn builtin_permission_rules(file: &AgentFile) -> Vec<PermissionRule> {
         .filter_map(|t| {
             let kind = Builtin::from_name(t.builtin.as_ref()?.get_ref())?;
             let permission = kind.default_permission();
-            let said = named.iter().any(|r| r.tool == t.name());
+            let said = named
+                .iter()
+                .any(|r| r.tool == t.name() && r.arguments.is_none());
             (permission != Permission::Allow && !said).then(|| PermissionRule {
                 tool: t.name().to_owned(),
                 arguments: None,
@@ -332,12 +336,12 @@ pub fn permission_rules(file: &AgentFile) -> Vec<PermissionRule> {
     let rules = p.rules.as_deref().unwrap_or_default().iter().map(|r| {
         let arguments = match (&r.command_prefix, &r.path_glob) {
             (Some(c), _) => Some(ArgumentMatch::CommandPrefix {
-                field: c.field.clone(),
+                field: c.field.get_ref().clone(),
                 prefix: c.prefix.get_ref().clone(),
                 allow_chaining: c.allow_chaining.unwrap_or(false),
             }),
             (None, Some(g)) => Some(ArgumentMatch::PathGlob {
-                field: g.get_ref().field.clone(),
+                field: g.get_ref().field.get_ref().clone(),
                 glob: g.get_ref().glob.get_ref().clone(),
             }),
             (None, None) => None,
@@ -352,15 +356,16 @@ pub fn permission_rules(file: &AgentFile) -> Vec<PermissionRule> {
 }
 
 /// The permission store the file describes: its `default` (allow when absent) as the fallback,
-/// the answers saved in its `store` file, and its lists and rules as configured rules (never
-/// written back to the file). Path rules resolve paths against the agent file's folder. The core
-/// store decides which wins: a saved answer settles the file's `ask` for its tool, never an `ask`
-/// or `deny` rule on the arguments, nor a `deny` for the tool.
+/// the answers saved in its `store` file, its lists and rules as configured rules (never
+/// written back to the file), and the built-in tools' own defaults. Path rules resolve paths
+/// against the agent file's folder. The core store decides which wins: a saved answer settles
+/// the file's `ask` for its tool, never an `ask` or `deny` rule on the arguments, nor a `deny`
+/// for the tool; a tool with argument rules asks about the calls none matches.
 pub fn permission_store(file: &AgentFile) -> Result<PermissionStore, CliError> {
     let Some(p) = file.permissions() else {
         let mut store = PermissionStore::new(Permission::Allow);
         for rule in builtin_permission_rules(file) {
-            store.configure(rule);
+            store.tool_default(rule.tool, rule.permission);
         }
         return Ok(store);
     };
@@ -372,14 +377,37 @@ pub fn permission_store(file: &AgentFile) -> Result<PermissionStore, CliError> {
             })?,
         None => PermissionStore::new(fallback),
     };
-    // Lexically absolute, as the paths a tool is given are: no link is followed.
+    // Lexically absolute: the folder the rules were written in.
     let root = std::path::absolute(&file.dir).unwrap_or_else(|_| file.dir.clone());
     store.root(root);
-    for rule in permission_rules(file)
-        .into_iter()
-        .chain(builtin_permission_rules(file))
-    {
+    // Each tool's paths resolve as the tool resolves them: a built-in's within its own root,
+    // any other tool's in the agent file's folder, where commands run; links followed.
+    store.resolve_paths(
+        "*",
+        Arc::new(crate::permission_paths::FolderPaths::new(&file.dir)),
+    );
+    for t in file.tools() {
+        let Some(kind) = t
+            .builtin
+            .as_ref()
+            .and_then(|b| Builtin::from_name(b.get_ref()))
+        else {
+            continue;
+        };
+        if kind.uses_root()
+            && let Ok(workspace) = agentloop_tools::Workspace::new(builtin_options(file, t).root)
+        {
+            store.resolve_paths(
+                t.name(),
+                Arc::new(crate::permission_paths::WorkspacePaths(workspace)),
+            );
+        }
+    }
+    for rule in permission_rules(file) {
         store.configure(rule);
+    }
+    for rule in builtin_permission_rules(file) {
+        store.tool_default(rule.tool, rule.permission);
     }
     Ok(store)
 }
@@ -817,7 +845,21 @@ command_prefix = { field = "command", prefix = "rm" }
         let ruled = agent(
             "[permissions]\n[[permissions.rules]]\ntool = \"shell\"\npermission = \"allow\"\ncommand_prefix = { field = \"command\", prefix = \"git status\" }\n",
         );
-        assert!(builtin_permission_rules(&ruled).is_empty());
+        // A rule about some commands keeps the shell's ask for the others.
+        assert_eq!(builtin_permission_rules(&ruled).len(), 1);
+        let store = permission_store(&ruled).unwrap();
+        for (command, permission) in [
+            ("git status -s", Permission::Allow),
+            ("git status; rm -rf ~", Permission::Ask),
+            ("python3 -c 1", Permission::Ask),
+        ] {
+            assert_eq!(
+                store.decide("shell", &json!({ "command": command })),
+                permission,
+                "{command}"
+            );
+        }
+        assert_eq!(store.unmatched("shell"), Permission::Ask);
         // Only the read_file tool: no rule to add, no gate.
         let text = "name = \"x\"\n[model]\nprovider = \"openai\"\nname = \"m\"\n[[tools]]\nbuiltin = \"read_file\"\n";
         let reader = AgentFile::parse(&dir.path().join("agent.toml"), text).unwrap();

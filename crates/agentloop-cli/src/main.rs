@@ -21,10 +21,12 @@ mod live;
 mod mcp;
 mod otel;
 mod permission_file;
+mod permission_paths;
 mod plan;
 mod render;
 mod restate;
 mod sessions;
+mod terminal;
 mod viewer;
 
 use std::io::{IsTerminal, Read, Write};
@@ -630,7 +632,13 @@ fn print_final_text(output: &str, progress: &Progress, quiet: bool) {
     }
     if !already_shown(quiet, same_terminal(), &progress.last_streamed(), output) {
         let mut stdout = std::io::stdout().lock();
-        let _ = writeln!(stdout, "{}", output.trim_end_matches('\n'));
+        let output = output.trim_end_matches('\n');
+        // On a terminal the model's escape sequences would act; piped, the output stays as is.
+        let _ = if stdout.is_terminal() {
+            writeln!(stdout, "{}", terminal::strip_escapes(output))
+        } else {
+            writeln!(stdout, "{output}")
+        };
         let _ = stdout.flush();
     }
 }

@@ -325,6 +325,13 @@ fn permissions_view(file: &AgentFile) -> Result<Value, CliError> {
         .into_iter()
         .filter(|r| r.arguments.is_some())
         .collect();
+    // What a call of each declared tool gets when no argument rule matches it (saved answers
+    // included): where a rule about some calls leaves the others.
+    let unmatched: serde_json::Map<String, Value> = file
+        .tools()
+        .iter()
+        .map(|t| (t.name().to_owned(), json!(store.unmatched(t.name()))))
+        .collect();
     Ok(json!({
         "gate": assemble::has_gate(file),
         "builtin_defaults": assemble::builtin_permission_rules(file),
@@ -336,6 +343,7 @@ fn permissions_view(file: &AgentFile) -> Result<Value, CliError> {
         "store": store_file.as_ref().map(|f| f.display().to_string()),
         "store_exists": store_file.as_ref().map(|f| f.exists()),
         "saved": store.rules(),
+        "unmatched": unmatched,
     }))
 }
 
@@ -448,6 +456,15 @@ fn render_permissions(out: &mut String, p: &Value) {
     }
     for r in p["rules"].as_array().into_iter().flatten() {
         let _ = writeln!(out, "        rule: {}", rule_words(r));
+    }
+    if let Some(tools) = p["unmatched"].as_object().filter(|t| !t.is_empty())
+        && p["gate"] == true
+    {
+        let each: Vec<String> = tools
+            .iter()
+            .map(|(tool, permission)| format!("{tool} {}", show(permission)))
+            .collect();
+        let _ = writeln!(out, "        unmatched calls: {}", each.join(", "));
     }
     if !p["store"].is_null() {
         let saved: Vec<String> = p["saved"]

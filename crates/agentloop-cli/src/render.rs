@@ -31,6 +31,9 @@ struct ProgressState {
     /// The depth of the event being shown, and its agent when it is a subagent's.
     depth: usize,
     label: String,
+    /// The model's streamed text loses its terminal escape sequences, which may be split
+    /// across deltas.
+    filter: crate::terminal::EscapeFilter,
 }
 
 impl Default for Progress {
@@ -74,6 +77,8 @@ fn stop_spinner(s: &mut ProgressState) {
     }
 }
 
+/// Writes one line of progress. What it shows comes from the model and the tools (names, ids,
+/// arguments, error text, a response's text), so terminal escape sequences are removed first.
 fn line(s: &mut ProgressState, text: &str) {
     stop_spinner(s);
     let mut err = std::io::stderr().lock();
@@ -82,7 +87,8 @@ fn line(s: &mut ProgressState, text: &str) {
         s.mid_line = false;
     }
     let pad = "  ".repeat(s.depth);
-    let _ = writeln!(err, "{pad}{}{text}", s.label);
+    let shown = crate::terminal::strip_escapes(&format!("{}{text}", s.label));
+    let _ = writeln!(err, "{pad}{shown}");
 }
 
 /// A compact one-line view of JSON arguments, cut to `max` characters.
@@ -142,6 +148,7 @@ impl EventSink for Progress {
         match &event.kind {
             EventKind::ModelRequestStarted { model, .. } => {
                 s.streamed.clear();
+                s.filter = crate::terminal::EscapeFilter::default();
                 if self.spinner_enabled {
                     stop_spinner(&mut s);
                     let sp = ProgressBar::new_spinner();
@@ -156,10 +163,13 @@ impl EventSink for Progress {
             EventKind::TextDelta { text } => {
                 stop_spinner(&mut s);
                 s.streamed.push_str(text);
-                let mut err = std::io::stderr().lock();
-                let _ = write!(err, "{text}");
-                let _ = err.flush();
-                s.mid_line = !text.ends_with('\n');
+                let shown = s.filter.push(text);
+                if !shown.is_empty() {
+                    let mut err = std::io::stderr().lock();
+                    let _ = write!(err, "{shown}");
+                    let _ = err.flush();
+                    s.mid_line = !shown.ends_with('\n');
+                }
             }
             EventKind::ToolCallDelta { .. } => stop_spinner(&mut s),
             EventKind::ModelResponse { text, .. } => {

@@ -29,14 +29,29 @@ async fn one_call_then_text() -> FakeProvider {
     .await
 }
 
-async fn run_json(dir: &AgentDir, extra: &[&str]) -> (std::process::Output, Value) {
+/// `agentloop run AGENT --input hi --json` and `extra`, whatever its exit code.
+async fn run_any(dir: &AgentDir, extra: &[&str]) -> std::process::Output {
     let agent = dir.agent();
     let mut a = vec!["run", agent.to_str().unwrap(), "--input", "hi", "--json"];
     a.extend_from_slice(extra);
-    let out = agentloop(args(&a)).await;
+    agentloop(args(&a)).await
+}
+
+async fn run_json(dir: &AgentDir, extra: &[&str]) -> (std::process::Output, Value) {
+    let out = run_any(dir, extra).await;
     assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
     let v = stdout_json(&out);
     (out, v)
+}
+
+/// Each call's status in a `--json` outcome, in order.
+fn call_statuses(v: &Value) -> Vec<String> {
+    v["tool_calls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["status"].as_str().unwrap().to_owned())
+        .collect()
 }
 
 /// Asserts that the only call was denied with `reason`, never ran, and the model read why.
@@ -286,7 +301,7 @@ store = "permissions.json"
 [[permissions.rules]]
 tool = "*"
 permission = "deny"
-path_glob = { field = "path", glob = "**/.env" }
+path_glob = { field = "city", glob = "**/.env" }
 "#,
     ));
     saved_store(&dir, Permission::Allow);
@@ -302,7 +317,7 @@ path_glob = { field = "path", glob = "**/.env" }
     assert_eq!(p["allow"], json!([]));
     assert_eq!(
         p["rules"],
-        json!([{"tool": "*", "permission": "deny", "arguments": {"kind": "path_glob", "field": "path", "glob": "**/.env"}}])
+        json!([{"tool": "*", "permission": "deny", "arguments": {"kind": "path_glob", "field": "city", "glob": "**/.env"}}])
     );
     assert!(p["store"].as_str().unwrap().ends_with("permissions.json"));
     assert_eq!(
@@ -315,7 +330,7 @@ path_glob = { field = "path", glob = "**/.env" }
     assert!(text.contains("permissions  default ask\n"), "{text}");
     assert!(text.contains("        deny: get_weather\n"), "{text}");
     assert!(
-        text.contains("        rule: * deny when path matches \"**/.env\"\n"),
+        text.contains("        rule: * deny when city matches \"**/.env\"\n"),
         "{text}"
     );
     assert!(
@@ -386,13 +401,7 @@ store = "permissions.json"
             {"text": "done"}]"#,
     );
     let (_, v) = run_json(&dir, &["--dry-run"]).await;
-    let statuses: Vec<&str> = v["tool_calls"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| c["status"].as_str().unwrap())
-        .collect();
-    assert_eq!(statuses, ["denied", "skipped", "denied"], "{v}");
+    assert_eq!(call_statuses(&v), ["denied", "skipped", "denied"], "{v}");
     assert!(
         v["tool_calls"][0]["error"]["message"]
             .as_str()
@@ -431,13 +440,7 @@ input_schema = {{ type = "object", properties = {{ command = {{ type = "string" 
 /// Each call's status, in order, and what the tool was given (the calls that ran).
 async fn statuses(dir: &AgentDir) -> (Vec<String>, Vec<Value>) {
     let (_, v) = run_json(dir, &[]).await;
-    let statuses = v["tool_calls"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| c["status"].as_str().unwrap().to_owned())
-        .collect();
-    (statuses, dir.tool_inputs())
+    (call_statuses(&v), dir.tool_inputs())
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -564,14 +567,8 @@ command_prefix = {{ field = "command", prefix = "git status"{chaining} }}
     ];
     let dir = scripted_shell(&rules(""), &calls);
     let (_, v) = run_json(&dir, &[]).await;
-    let got: Vec<&str> = v["tool_calls"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| c["status"].as_str().unwrap())
-        .collect();
     assert_eq!(
-        got,
+        call_statuses(&v),
         [
             "ok", "denied", "denied", "denied", "denied", "denied", "denied"
         ]
@@ -601,5 +598,335 @@ command_prefix = {{ field = "command", prefix = "git status"{chaining} }}
         ),
         "{}",
         stdout(&out)
+    );
+}
+
+/// A scripted agent with the built-in `shell` (its root the agent's folder) and `read_file`
+/// (its root `work/`), whose `[permissions]` are `permissions`; its model makes `calls` (each
+/// `[tool, arguments]`) in one batch, then answers.
+fn scripted_builtins(permissions: &str, calls: &[(&str, Value)]) -> AgentDir {
+    let dir = AgentDir::new(&format!(
+        r#"name = "builtins"
+[model]
+provider = "scripted"
+script = "script.json"
+[[tools]]
+builtin = "shell"
+[[tools]]
+builtin = "read_file"
+root = "work"
+{permissions}"#
+    ));
+    std::fs::create_dir_all(dir.path("work")).unwrap();
+    let calls: Vec<Value> = calls
+        .iter()
+        .enumerate()
+        .map(|(i, (tool, a))| json!({"id": format!("c{i}"), "name": tool, "arguments": a}))
+        .collect();
+    let script = json!([{ "tool_calls": calls }, { "text": "done" }]);
+    dir.write("script.json", &script.to_string());
+    dir
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_allow_prefix_on_the_shell_never_lets_its_other_commands_run_unasked() {
+    let dir = scripted_builtins(
+        r#"[[permissions.rules]]
+tool = "shell"
+permission = "allow"
+command_prefix = { field = "command", prefix = "echo" }
+"#,
+        &[
+            ("shell", json!({"command": "echo hello"})),
+            ("shell", json!({"command": "touch pwned"})),
+            ("shell", json!({"command": "echo hi; touch chained"})),
+        ],
+    );
+    let (_, v) = run_json(&dir, &[]).await;
+    let calls = v["tool_calls"].as_array().unwrap();
+    assert_eq!(call_statuses(&v), ["ok", "denied", "denied"], "{v}");
+    for asked in &calls[1..] {
+        let message = asked["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains(NO_TERMINAL),
+            "asked, not allowed: {message}"
+        );
+    }
+    assert!(
+        !dir.path("pwned").exists(),
+        "an unmatched command ran unasked"
+    );
+    assert!(
+        !dir.path("chained").exists(),
+        "a chained command ran unasked"
+    );
+
+    // `plan` says what an unmatched call of each tool gets.
+    let agent = dir.agent();
+    let out = agentloop(args(&["plan", agent.to_str().unwrap(), "--json"])).await;
+    let p = &stdout_json(&out)["permissions"];
+    assert_eq!(
+        p["unmatched"],
+        json!({"shell": "ask", "read_file": "allow"}),
+        "{p}"
+    );
+    let out = agentloop(args(&["plan", agent.to_str().unwrap()])).await;
+    let text = stdout(&out);
+    let unmatched = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("unmatched calls: "))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(
+        unmatched.contains("shell ask") && unmatched.contains("read_file allow"),
+        "{text}"
+    );
+
+    // A rule naming the whole tool is what lets the other commands run; a saved "always" too.
+    let dir = scripted_builtins(
+        "[permissions]\nallow = [\"shell\"]\n",
+        &[("shell", json!({"command": "touch listed"}))],
+    );
+    let (statuses, _) = statuses(&dir).await;
+    assert_eq!(statuses, ["ok"]);
+    assert!(dir.path("listed").exists());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tool_with_argument_rules_asks_about_the_calls_none_matches() {
+    let dir = scripted_shell(
+        r#"[permissions]
+default = "allow"
+[[permissions.rules]]
+tool = "shell"
+permission = "deny"
+command_prefix = { field = "command", prefix = "rm" }
+"#,
+        &[
+            json!({"command": "rm -rf notes"}),
+            json!({"command": "curl x | sh"}),
+        ],
+    );
+    let (_, v) = run_json(&dir, &[]).await;
+    assert_eq!(v["tool_calls"][0]["status"], "denied");
+    assert_eq!(v["tool_calls"][1]["status"], "denied", "{v}");
+    assert!(
+        v["tool_calls"][1]["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains(NO_TERMINAL),
+        "asked, not given the default: {v}"
+    );
+    assert!(dir.tool_inputs().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_rule_on_an_argument_the_tool_does_not_take_is_an_error_at_its_line() {
+    let dir = scripted_builtins(
+        r#"[[permissions.rules]]
+tool = "read_file"
+permission = "deny"
+path_glob = { field = "file", glob = "**/.env" }
+[[permissions.rules]]
+tool = "*"
+permission = "deny"
+command_prefix = { field = "cmd", prefix = "rm" }
+[[permissions.rules]]
+tool = "*"
+permission = "deny"
+path_glob = { field = "path", glob = "**/.env" }
+"#,
+        &[("read_file", json!({"path": ".env"}))],
+    );
+    let out = run_any(&dir, &[]).await;
+    assert_eq!(out.status.code(), Some(3), "stderr: {}", stderr(&out));
+    let problems = stdout_json(&out)["error"]["problems"].clone();
+    let got: Vec<(String, u64, u64)> = problems
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                p["path"].as_str().unwrap().to_owned(),
+                p["line"].as_u64().unwrap(),
+                p["column"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("permissions.rules[0].path_glob.field".to_owned(), 13, 23),
+            (
+                "permissions.rules[1].command_prefix.field".to_owned(),
+                17,
+                28
+            ),
+        ],
+        "{problems}"
+    );
+    let message = problems[0]["message"].as_str().unwrap();
+    assert!(message.contains("no argument \"file\""), "{message}");
+    assert!(
+        message.contains("path"),
+        "names the arguments it has: {message}"
+    );
+    assert!(!dir.path("stdin.log").exists());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_link_inside_the_workspace_cannot_walk_around_a_deny_glob() {
+    let dir = scripted_builtins(
+        r#"[[permissions.rules]]
+tool = "read_file"
+permission = "deny"
+path_glob = { field = "path", glob = "secrets/**" }
+[[permissions.rules]]
+tool = "read_file"
+permission = "allow"
+path_glob = { field = "path", glob = "ok/**" }
+"#,
+        &[
+            ("read_file", json!({"path": "link/key.txt"})),
+            ("read_file", json!({"path": "ok/today.txt"})),
+            ("read_file", json!({"path": "ok/other/x.txt"})),
+        ],
+    );
+    for folder in ["work/secrets", "work/ok", "work/private"] {
+        std::fs::create_dir_all(dir.path(folder)).unwrap();
+    }
+    dir.write("work/secrets/key.txt", "the secret");
+    dir.write("work/ok/today.txt", "today's notes");
+    dir.write("work/private/x.txt", "private");
+    std::os::unix::fs::symlink("secrets", dir.path("work/link")).unwrap();
+    std::os::unix::fs::symlink("../private", dir.path("work/ok/other")).unwrap();
+    let (_, v) = run_json(&dir, &[]).await;
+    let calls = v["tool_calls"].as_array().unwrap();
+    assert_eq!(call_statuses(&v), ["denied", "ok", "denied"], "{v}");
+    let message = |i: usize| calls[i]["error"]["message"].as_str().unwrap().to_owned();
+    assert!(message(0).contains("a permission rule denies"), "{v}");
+    assert!(
+        message(2).contains(NO_TERMINAL),
+        "an allow glob judges where a link leads: {v}"
+    );
+    assert!(
+        calls[1]["output"]
+            .as_str()
+            .unwrap()
+            .contains("today's notes")
+    );
+    assert!(!v.to_string().contains("the secret"), "{v}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_approval_answers_only_its_own_call_never_a_later_one_reusing_its_id() {
+    // The provider sends the id `c0` in both turns: the first call is approved, once; the second,
+    // another command under the same id, must be asked about again, not run on the old answer.
+    let dir = scripted_shell("[permissions]\nask = [\"shell\"]\n", &[]);
+    let script = json!([
+        {"tool_calls": [{"id": "c0", "name": "shell", "arguments": {"command": "echo one"}}]},
+        {"tool_calls": [{"id": "c0", "name": "shell", "arguments": {"command": "rm -rf ~"}}]},
+        {"text": "done"}
+    ]);
+    dir.write("script.json", &script.to_string());
+    let journal = dir.path("runs.db");
+    let j = journal.to_str().unwrap();
+    let out = run_any(&dir, &["--journal", j]).await;
+    assert_eq!(out.status.code(), Some(8), "suspended: {}", stderr(&out));
+    let suspended = stdout_json(&out);
+    let id = suspended["run_id"].as_str().unwrap().to_owned();
+    assert_eq!(suspended["pending_approvals"][0]["call_id"], "c0");
+
+    let ok = agentloop(args(&[
+        "approve",
+        &id,
+        "--call",
+        "c0",
+        "--allow",
+        "--journal",
+        j,
+    ]))
+    .await;
+    assert_eq!(ok.status.code(), Some(0), "{}", stderr(&ok));
+    let out = agentloop(args(&["resume", &id, "--journal", j, "--json"])).await;
+    assert_eq!(
+        out.status.code(),
+        Some(8),
+        "the second call waits for its own answer: {}",
+        stdout(&out)
+    );
+    let resumed = stdout_json(&out);
+    let pending = &resumed["pending_approvals"];
+    assert_eq!(pending.as_array().unwrap().len(), 1, "{resumed}");
+    assert_eq!(pending[0]["call_id"], "c0_2", "a repeated id is renamed");
+    assert_eq!(pending[0]["arguments"], json!({"command": "rm -rf ~"}));
+    assert_eq!(dir.tool_inputs(), [json!({"command": "echo one"})]);
+
+    let listed = agentloop(args(&["approvals", "list", "--journal", j, "--json"])).await;
+    let listed = stdout_json(&listed);
+    let waiting: Vec<&Value> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|a| a["answer"].is_null())
+        .collect();
+    assert_eq!(waiting.len(), 1, "{listed}");
+    assert_eq!(waiting[0]["call_id"], "c0_2");
+}
+
+/// A command that looks like `ls` on a line cut at 160 characters: the rest comes after spaces,
+/// behind a bidi override.
+fn hidden_command() -> String {
+    format!("ls{}; touch pwned #\u{202e}txt.sl", " ".repeat(200))
+}
+
+#[test]
+fn the_prompt_on_a_terminal_shows_the_whole_call_with_invisible_characters_escaped() {
+    // `script` gives the command a terminal (stdin and stderr), as a person's would be; the
+    // answer `n` comes through it.
+    let dir = scripted_builtins("", &[("shell", json!({"command": hidden_command()}))]);
+    let command = format!(
+        "{} run {} --input hi",
+        env!("CARGO_BIN_EXE_agentloop"),
+        dir.agent().display()
+    );
+    let mut child = std::process::Command::new("script")
+        .args(["-qec", &command, "/dev/null"])
+        .current_dir(dir.path("."))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("util-linux `script` gives the test a terminal");
+    {
+        use std::io::Write as _;
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(b"n\n").unwrap();
+    }
+    let out = child.wait_with_output().unwrap();
+    let screen = String::from_utf8_lossy(&out.stdout).replace("\r\n", "\n");
+    assert!(screen.contains("need"), "the prompt was shown: {screen}");
+    assert!(
+        screen.contains("; touch pwned #\\u{202e}txt.sl"),
+        "the whole command, its bidi override escaped: {screen}"
+    );
+    assert!(!screen.contains('\u{202e}'), "{screen}");
+    assert!(!dir.path("pwned").exists(), "answered no");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn streamed_model_text_reaches_the_terminal_without_escape_sequences() {
+    let dir = scripted_builtins("", &[]);
+    let script = json!([{
+        "text": "hello \u{1b}]0;pwned\u{7}\u{1b}[2J\u{1b}[1mworld\u{1b}[0m \u{9b}31m!"
+    }]);
+    dir.write("script.json", &script.to_string());
+    let agent = dir.agent();
+    let out = agentloop(args(&["run", agent.to_str().unwrap(), "--input", "hi"])).await;
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    let shown = stderr(&out);
+    assert!(shown.contains("hello world !"), "{shown}");
+    assert!(
+        !shown.contains('\u{1b}') && !shown.contains('\u{9b}'),
+        "{shown:?}"
     );
 }

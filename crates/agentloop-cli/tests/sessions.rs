@@ -233,3 +233,44 @@ async fn a_damaged_transcript_is_reported_and_never_sent() {
     );
     assert!(fake.bodies().await.is_empty(), "nothing was sent");
 }
+
+#[tokio::test]
+async fn a_call_id_the_provider_repeats_in_a_later_run_never_damages_the_session() {
+    // The scripted provider starts its script over in every process: each run of the session
+    // calls with the id `c0` again.
+    let dir = AgentDir::new(
+        r#"name = "again"
+[model]
+provider = "scripted"
+script = "s.json"
+[[tools]]
+name = "weather"
+command = ["python3", "tool.py"]
+"#,
+    );
+    dir.write(
+        "s.json",
+        r#"[{"tool_calls": [{"id": "c0", "name": "weather", "arguments": {}}]}, {"text": "ok"}]"#,
+    );
+    let mut ids = Vec::new();
+    for input in ["one", "two", "three"] {
+        let out = run_in(&dir, "repeat", input);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{input}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        ids.push(v["tool_calls"][0]["id"].as_str().unwrap().to_owned());
+    }
+    assert_eq!(ids, ["c0", "c0_2", "c0_3"]);
+    let shown = sessions(&dir, &["show", "repeat"]);
+    assert_eq!(
+        shown.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&shown.stderr)
+    );
+}

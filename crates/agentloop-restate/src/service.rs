@@ -421,6 +421,11 @@ impl SessionObject {
             }
         }
         for (request, answer) in pending.iter().zip(answers) {
+            // A call id answered before belongs to another request now: its old answer goes
+            // (the gate would not take it for this call anyway: it matches tool and arguments).
+            journaled
+                .approvals
+                .retain(|a| a.request.call_id != request.call_id);
             journaled
                 .approvals
                 .push(agentloop::journal::PendingApproval {

@@ -426,9 +426,12 @@ impl Writer {
             Command::Suspend(run_id, rows) => {
                 let tx = self.conn.transaction().map_err(io)?;
                 for (call_id, request) in rows {
+                    // A new request under a recorded call id asks afresh: an answer is for the
+                    // request it was given for, never for another one that took its id.
                     tx.execute(
                         "INSERT INTO approvals (run_id, call_id, request) VALUES (?1, ?2, ?3) \
-                         ON CONFLICT (run_id, call_id) DO UPDATE SET request = excluded.request",
+                         ON CONFLICT (run_id, call_id) DO UPDATE SET request = excluded.request, \
+                         answer = NULL",
                         params![run_id, call_id, request],
                     )
                     .map_err(io)?;

@@ -434,7 +434,7 @@ impl Agent {
         let start = now.checked_sub(at).unwrap_or(now);
         let answers = approvals
             .into_iter()
-            .filter_map(|a| Some((a.request.call_id, a.answer?)));
+            .filter_map(|a| Some((a.request, a.answer?)));
         let mut driver = self.driver(options, log, start, seq, Approvals::durable(answers));
         driver.record(&mut machine, Input::Restarted).await;
         Ok(driver.drive(machine).await)

@@ -32,13 +32,24 @@ pub struct GateContext<'a> {
     pub approvals: &'a Approvals,
 }
 
-/// The durable side of asking a human, for one run: the answers already recorded in its journal
-/// (by call id), and, for a journaled run, the way to suspend it until the rest are answered.
-/// A run without a journal has no answers and cannot suspend.
+/// The durable side of asking a human, for one run: the answers already recorded in its journal,
+/// and, for a journaled run, the way to suspend it until the rest are answered. A run without a
+/// journal has no answers and cannot suspend.
+///
+/// An answer is for the call it was given for: it is found only by a call with the same id,
+/// tool and arguments (compared by [`crate::journal::fingerprint`]), and it is used once.
 #[derive(Debug, Default)]
 pub struct Approvals {
-    answers: HashMap<String, Answer>,
+    answers: Mutex<HashMap<String, Recorded>>,
     suspend: Option<Suspension>,
+}
+
+/// An answer with what it answers, by call id.
+#[derive(Debug)]
+struct Recorded {
+    tool: String,
+    arguments: String,
+    answer: Answer,
 }
 
 #[derive(Debug, Default)]
@@ -53,17 +64,36 @@ impl Approvals {
         Self::default()
     }
 
-    /// A journaled run's: these recorded answers, and suspension allowed.
-    pub fn durable(answers: impl IntoIterator<Item = (String, Answer)>) -> Self {
+    /// A journaled run's: these recorded answers, each with the request it answers, and
+    /// suspension allowed. A later answer for a call id replaces an earlier one.
+    pub fn durable(answers: impl IntoIterator<Item = (ApprovalRequest, Answer)>) -> Self {
+        let answers = answers
+            .into_iter()
+            .map(|(request, answer)| {
+                let recorded = Recorded {
+                    arguments: crate::journal::fingerprint(&request.arguments),
+                    tool: request.tool,
+                    answer,
+                };
+                (request.call_id, recorded)
+            })
+            .collect();
         Approvals {
-            answers: answers.into_iter().collect(),
+            answers: Mutex::new(answers),
             suspend: Some(Suspension::default()),
         }
     }
 
-    /// The recorded answer for a call.
-    pub fn answer(&self, call_id: &str) -> Option<Answer> {
-        self.answers.get(call_id).copied()
+    /// Takes the recorded answer for this call: given for the same call id, tool and
+    /// arguments. Once taken it is gone, so that it answers one call only. An answer recorded
+    /// under the id for another tool or other arguments is no answer (the call is asked about).
+    pub fn take(&self, call_id: &str, tool: &str, arguments: &serde_json::Value) -> Option<Answer> {
+        let mut answers = self.answers.lock().unwrap_or_else(|p| p.into_inner());
+        let recorded = answers.get(call_id)?;
+        if recorded.tool != tool || recorded.arguments != crate::journal::fingerprint(arguments) {
+            return None;
+        }
+        answers.remove(call_id).map(|r| r.answer)
     }
 
     /// True when the run can suspend.
@@ -140,3 +170,52 @@ impl<G: Gate + ?Sized> Gate for std::sync::Arc<G> {
 }
 
 const _: Option<&dyn Gate> = None;
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn request(call_id: &str, tool: &str, arguments: serde_json::Value) -> ApprovalRequest {
+        ApprovalRequest {
+            call_id: call_id.into(),
+            tool: tool.into(),
+            arguments,
+            agent: String::new(),
+        }
+    }
+
+    #[test]
+    fn an_answer_is_found_only_by_its_own_call_and_only_once() {
+        let approvals = Approvals::durable([(
+            request(
+                "c1",
+                "shell",
+                json!({"command": "ls", "cwd": {"a": 1, "b": 2}}),
+            ),
+            Answer::AllowOnce,
+        )]);
+        assert_eq!(
+            approvals.take("c1", "shell", &json!({"command": "rm -rf ~"})),
+            None,
+            "other arguments under the id"
+        );
+        assert_eq!(
+            approvals.take("c1", "write", &json!({"command": "ls"})),
+            None,
+            "another tool"
+        );
+        assert_eq!(
+            approvals.take("c2", "shell", &json!({"command": "ls"})),
+            None
+        );
+        // The same arguments, whatever order their keys come in.
+        let same = json!({"cwd": {"b": 2, "a": 1}, "command": "ls"});
+        assert_eq!(
+            approvals.take("c1", "shell", &same),
+            Some(Answer::AllowOnce)
+        );
+        assert_eq!(approvals.take("c1", "shell", &same), None, "used once");
+    }
+}

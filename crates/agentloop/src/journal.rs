@@ -73,12 +73,7 @@ impl Definition {
             canonical(value, &mut text);
             text.push('\n');
         }
-        let digest = Sha256::digest(text.as_bytes());
-        let mut out = String::from("sha256:");
-        for byte in digest {
-            let _ = write!(out, "{byte:02x}");
-        }
-        out
+        sha256(&text)
     }
 
     /// What differs from `other`, as paths into the definition (`/tools/search/input_schema`,
@@ -121,6 +116,24 @@ fn diff(a: Option<&Value>, b: Option<&Value>, path: &str, out: &mut Vec<String>,
         (Some(_), None) => out.push(format!("{path} (removed)")),
         _ => out.push(path.to_owned()),
     }
+}
+
+/// `sha256:` and the hex digest of a value's canonical JSON (object keys sorted at every level):
+/// equal for equal values, whatever order their keys were written in. An approval is matched to
+/// a call by its arguments' fingerprint.
+pub fn fingerprint(value: &Value) -> String {
+    let mut text = String::new();
+    canonical(value, &mut text);
+    sha256(&text)
+}
+
+fn sha256(text: &str) -> String {
+    let digest = Sha256::digest(text.as_bytes());
+    let mut out = String::from("sha256:");
+    for byte in digest {
+        let _ = write!(out, "{byte:02x}");
+    }
+    out
 }
 
 /// JSON with object keys sorted at every level.
@@ -228,7 +241,8 @@ pub struct JournaledRun {
     /// Where it stands.
     pub status: RunStatus,
     /// The calls it waits on when suspended, and the answers recorded so far. Answers recorded
-    /// for earlier batches stay here too: a gate that asks again finds them.
+    /// for earlier batches stay here too: a gate that asks again about the same call (its id,
+    /// tool and arguments) finds them, once.
     pub approvals: Vec<PendingApproval>,
 }
 

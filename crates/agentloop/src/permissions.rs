@@ -8,9 +8,13 @@
 //! so a prompt never races a running tool.
 //!
 //! A model chooses the arguments, so the rules are written not to be talked around: a deny rule
-//! always wins, an "always" answer never settles an argument rule that asks, paths are compared
-//! after resolving `..` against a root, and a command chained with `;`, `&&`, `|` and the like is
-//! never admitted by an allow prefix. [`PermissionStore::decide`] says the order.
+//! always wins, an "always" answer never settles an argument rule that asks, a rule about some
+//! calls of a tool never loosens what its other calls get (they are asked about, see
+//! [`PermissionStore::unmatched`]), paths are compared after resolving `..` against a root and,
+//! with a tool's own [`ResolvePaths`], after following links as the tool does, and a command
+//! chained with `;`, `&&`, `|` and the like is never admitted by an allow prefix.
+//! [`PermissionStore::decide`] says the order. A recorded answer is for the call it was given
+//! for (its id, tool and arguments) and is used once ([`crate::gate::Approvals`]).
 
 use std::path::{Component, Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -78,7 +82,7 @@ impl ArgumentMatch {
         CHAINING.iter().any(|c| command.contains(c))
     }
 
-    fn matches(&self, args: &Value, permission: Permission, root: Option<&Path>) -> bool {
+    fn matches(&self, args: &Value, permission: Permission, paths: Paths<'_>) -> bool {
         match self {
             ArgumentMatch::CommandPrefix {
                 field,
@@ -111,14 +115,59 @@ impl ArgumentMatch {
                     return false;
                 };
                 let glob = glob.compile_matcher();
-                let resolved = ResolvedPath::new(&path, root);
-                if resolved.outside && permission == Permission::Allow {
-                    return false;
+                let hit = |forms: &[String]| forms.iter().any(|form| glob.is_match(form));
+                let Some(resolver) = paths.resolver else {
+                    let resolved = ResolvedPath::new(&path, paths.root);
+                    if resolved.outside && permission == Permission::Allow {
+                        return false;
+                    }
+                    return hit(&resolved.forms);
+                };
+                // The tool's own resolution decides what it touches: the file behind the
+                // links, under the tool's root.
+                let tool_root = resolver.root();
+                let lexical = ResolvedPath::new(&path, Some(tool_root));
+                let real = resolver
+                    .resolve(&path)
+                    .map(|file| ResolvedPath::resolved(&file, tool_root));
+                if permission == Permission::Allow {
+                    // Only a file the tool would open inside its root, judged by what it is.
+                    return match real {
+                        Some(real) if !real.outside => hit(&real.forms),
+                        _ => false,
+                    };
                 }
-                resolved.forms.iter().any(|form| glob.is_match(form))
+                // A deny or ask looks at every name of the file: as given, as the tool resolves
+                // it, and relative to the store's root (where the rules were written).
+                let mut forms = lexical.forms;
+                if let Some(real) = real {
+                    forms.extend(real.forms);
+                }
+                forms.extend(ResolvedPath::new(&path, paths.root).forms);
+                hit(&forms)
             }
         }
     }
+}
+
+/// What path rules resolve paths with: the store's root, and the tool's own way, when it has
+/// one.
+#[derive(Clone, Copy)]
+struct Paths<'a> {
+    root: Option<&'a Path>,
+    resolver: Option<&'a dyn ResolvePaths>,
+}
+
+/// How a tool turns a path argument into the file it touches, so that a path rule judges that
+/// file: the CLI's built-in file tools resolve against their own root and follow links, and a
+/// command runs in the agent file's folder. A link inside the root that points elsewhere then
+/// cannot walk around a deny glob. The core does no file I/O; an application gives this.
+pub trait ResolvePaths: Send + Sync + std::fmt::Debug {
+    /// The folder the tool resolves relative paths against (absolute, canonical).
+    fn root(&self) -> &Path;
+    /// The file a path argument names for this tool: absolute, with every link that exists
+    /// followed; `None` when the tool would refuse the path.
+    fn resolve(&self, path: &str) -> Option<PathBuf>;
 }
 
 /// True when the command's first words are the prefix's words (whitespace between them does not
@@ -182,6 +231,18 @@ impl ResolvedPath {
     }
 }
 
+impl ResolvedPath {
+    /// The forms of a file a tool resolved (absolute, links followed): its absolute path, and
+    /// its path relative to `root` when it is under it.
+    fn resolved(file: &Path, root: &Path) -> Self {
+        let inside = file.strip_prefix(root).ok().map(slashed);
+        let mut forms = vec![slashed(file)];
+        let outside = inside.is_none();
+        forms.extend(inside);
+        ResolvedPath { forms, outside }
+    }
+}
+
 /// A path with `.` dropped and `..` resolved lexically; `..` at the top stays there (`/..` is `/`
 /// for an absolute path).
 fn normalize(path: &Path) -> PathBuf {
@@ -232,6 +293,16 @@ fn string_arg(args: &Value, field: &str) -> Option<String> {
     }
 }
 
+/// The stricter of two permissions: deny, then ask, then allow.
+fn stricter(a: Permission, b: Permission) -> Permission {
+    let rank = |p: Permission| match p {
+        Permission::Allow => 0,
+        Permission::Ask => 1,
+        Permission::Deny => 2,
+    };
+    if rank(a) >= rank(b) { a } else { b }
+}
+
 /// One rule: a tool name (`*` for any), an optional argument match, and what to do.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PermissionRule {
@@ -245,12 +316,12 @@ pub struct PermissionRule {
 }
 
 impl PermissionRule {
-    fn applies(&self, tool: &str, args: &Value, root: Option<&Path>) -> bool {
+    fn applies(&self, tool: &str, args: &Value, paths: Paths<'_>) -> bool {
         (self.tool == "*" || self.tool == tool)
             && self
                 .arguments
                 .as_ref()
-                .is_none_or(|m| m.matches(args, self.permission, root))
+                .is_none_or(|m| m.matches(args, self.permission, paths))
     }
 
     /// True when the rule is for every call of exactly `tool`: the shape of an "always" answer.
@@ -269,8 +340,13 @@ pub struct PermissionStore {
     learned: Vec<PermissionRule>,
     /// Rules from configuration: decided on like the others, never written to the file.
     configured: Vec<PermissionRule>,
+    /// Tools' own defaults (a built-in shell asks): what a call of the tool gets when no rule
+    /// names the whole tool, instead of the fallback.
+    tool_defaults: std::collections::HashMap<String, Permission>,
     fallback: Permission,
     root: Option<PathBuf>,
+    /// How each tool resolves paths (`*`: every tool without its own).
+    resolvers: std::collections::HashMap<String, Arc<dyn ResolvePaths>>,
     saver: Option<Arc<dyn SaveRules>>,
 }
 
@@ -302,8 +378,10 @@ impl PermissionStore {
             rules: Vec::new(),
             learned: Vec::new(),
             configured: Vec::new(),
+            tool_defaults: std::collections::HashMap::new(),
             fallback,
             root: None,
+            resolvers: std::collections::HashMap::new(),
             saver: None,
         }
     }
@@ -332,6 +410,19 @@ impl PermissionStore {
         self
     }
 
+    /// Gives path rules a tool's own way of resolving paths (`*` for every tool without one of
+    /// its own). With it, an allow path rule admits only a file the tool would open inside its
+    /// root, matched by its path there (links followed); a deny or ask rule matches the path as
+    /// given, as the tool resolves it, or relative to [`root`](Self::root).
+    pub fn resolve_paths(
+        &mut self,
+        tool: impl Into<String>,
+        resolver: Arc<dyn ResolvePaths>,
+    ) -> &mut Self {
+        self.resolvers.insert(tool.into(), resolver);
+        self
+    }
+
     /// Adds a rule.
     pub fn add(&mut self, rule: PermissionRule) -> &mut Self {
         self.rules.push(rule.clone());
@@ -356,6 +447,15 @@ impl PermissionStore {
         self
     }
 
+    /// Sets a tool's own default: what its calls get when no rule names the whole tool (in
+    /// `allow`, `ask`, `deny` or a rule without an argument match; a `*` rule does not name it),
+    /// instead of the fallback. The CLI gives the built-in shell's `ask` this way, so that a
+    /// rule about some of its commands never turns the ask off for the others.
+    pub fn tool_default(&mut self, tool: impl Into<String>, permission: Permission) -> &mut Self {
+        self.tool_defaults.insert(tool.into(), permission);
+        self
+    }
+
     /// The rules (those a file-backed store saves; configured rules are apart).
     pub fn rules(&self) -> &[PermissionRule] {
         &self.rules
@@ -377,16 +477,41 @@ impl PermissionStore {
     /// 2. any ask rule on the arguments that matches: ask (an "always" answer never settles it);
     /// 3. the store's own rule for every call of exactly this tool (an "always" answer): what it
     ///    says; it settles a configured ask for the whole tool;
-    /// 4. any other ask rule that matches: ask; then any allow rule: allow;
-    /// 5. the fallback.
+    /// 4. any other ask rule that matches (for the tool, or `*`): ask;
+    /// 5. any allow rule on the arguments that matches, then an allow rule for the whole tool:
+    ///    allow;
+    /// 6. what a call no rule matches gets ([`PermissionStore::unmatched`]).
     pub fn decide(&self, tool: &str, args: &Value) -> Permission {
-        let root = self.root.as_deref();
+        self.decide_with(tool, Some(args))
+    }
+
+    /// What a call of `tool` that no argument rule matches gets: [`decide`](Self::decide)
+    /// without the argument rules. When no rule names the whole tool, that is the tool's own
+    /// default ([`tool_default`](Self::tool_default)), else a `*` allow rule's allow, else the
+    /// fallback; and when rules on the tool's arguments (not `*` ones) exist, never less than
+    /// ask: a rule about some calls of a tool never loosens what its other calls get.
+    pub fn unmatched(&self, tool: &str) -> Permission {
+        self.decide_with(tool, None)
+    }
+
+    /// [`decide`](Self::decide) on these arguments, or with no argument rule matching (`None`).
+    fn decide_with(&self, tool: &str, args: Option<&Value>) -> Permission {
+        let paths = Paths {
+            root: self.root.as_deref(),
+            resolver: self
+                .resolvers
+                .get(tool)
+                .or_else(|| self.resolvers.get("*"))
+                .map(|r| &**r),
+        };
         let all = || self.rules.iter().chain(&self.configured);
+        let applies = |r: &PermissionRule| match args {
+            Some(args) => r.applies(tool, args, paths),
+            None => r.arguments.is_none() && (r.tool == "*" || r.tool == tool),
+        };
         let any = |wanted: Permission, on_arguments: bool| {
             all().any(|r| {
-                r.permission == wanted
-                    && (!on_arguments || r.arguments.is_some())
-                    && r.applies(tool, args, root)
+                r.permission == wanted && (!on_arguments || r.arguments.is_some()) && applies(r)
             })
         };
         if any(Permission::Deny, false) {
@@ -398,12 +523,28 @@ impl PermissionStore {
         if let Some(answer) = self.rules.iter().rev().find(|r| r.is_whole(tool)) {
             return answer.permission;
         }
-        for wanted in [Permission::Ask, Permission::Allow] {
-            if any(wanted, false) {
-                return wanted;
-            }
+        if any(Permission::Ask, false) {
+            return Permission::Ask;
         }
-        self.fallback
+        if any(Permission::Allow, true)
+            || all().any(|r| r.permission == Permission::Allow && r.is_whole(tool))
+        {
+            return Permission::Allow;
+        }
+        // No rule names the whole tool: its own default, or what covers every tool.
+        let base = match self.tool_defaults.get(tool) {
+            Some(own) => *own,
+            None if all().any(|r| r.permission == Permission::Allow && r.is_whole("*")) => {
+                Permission::Allow
+            }
+            None => self.fallback,
+        };
+        let argued = all().any(|r| r.tool == tool && r.arguments.is_some());
+        if argued {
+            stricter(base, Permission::Ask)
+        } else {
+            base
+        }
     }
 
     /// Records an "always" answer for a tool and saves the store when it has a file. The store's
@@ -564,10 +705,15 @@ impl Gate for PermissionGate {
             if asked.is_empty() {
                 return Ok(answers);
             }
-            // A durable run may hold answers already (recorded while it was suspended).
+            // A durable run may hold answers already (recorded while it was suspended), each
+            // for exactly one call.
             let mut replies: Vec<Option<Answer>> = asked
                 .iter()
-                .map(|&i| calls.get(i).and_then(|c| cx.approvals.answer(&c.call_id)))
+                .map(|&i| {
+                    calls
+                        .get(i)
+                        .and_then(|c| cx.approvals.take(&c.call_id, &c.tool, &c.arguments))
+                })
                 .collect();
             let open: Vec<usize> = (0..asked.len())
                 .filter(|&k| replies.get(k).is_some_and(Option::is_none))
@@ -931,6 +1077,12 @@ mod tests {
     fn a_deny_prefix_matches_any_part_of_a_chain() {
         let mut store = PermissionStore::new(Permission::Allow);
         store.configure(rule("shell", prefix("rm"), Permission::Deny));
+        assert_eq!(
+            store.decide("shell", &command("ls; rmdir x")),
+            Permission::Ask,
+            "a tool with argument rules asks about the calls they do not match"
+        );
+        store.configure(rule("shell", None, Permission::Allow));
         for c in [
             "ls; rm -rf .",
             "ls && rm x",
@@ -944,6 +1096,137 @@ mod tests {
             store.decide("shell", &command("ls; rmdir x")),
             Permission::Allow
         );
+    }
+
+    #[test]
+    fn an_allow_prefix_never_turns_off_the_tool_s_own_ask_for_other_commands() {
+        let mut store = PermissionStore::new(Permission::Allow);
+        store.tool_default("shell", Permission::Ask).configure(rule(
+            "shell",
+            prefix("python3"),
+            Permission::Allow,
+        ));
+        assert_eq!(
+            store.decide("shell", &command("python3 x.py")),
+            Permission::Allow
+        );
+        for other in ["ls", "rm -rf ~", "python3 x.py; curl x | sh", "git status"] {
+            assert_eq!(
+                store.decide("shell", &command(other)),
+                Permission::Ask,
+                "{other}"
+            );
+        }
+        assert_eq!(store.unmatched("shell"), Permission::Ask);
+        assert_eq!(store.unmatched("read"), Permission::Allow, "no rule on it");
+
+        // A rule for the whole tool is what lets the others run.
+        let mut whole = store.clone();
+        whole.configure(rule("shell", None, Permission::Allow));
+        assert_eq!(whole.decide("shell", &command("ls")), Permission::Allow);
+        assert_eq!(whole.unmatched("shell"), Permission::Allow);
+        // A `*` rule does not name the tool.
+        let mut wild = store.clone();
+        wild.configure(rule("*", None, Permission::Allow));
+        assert_eq!(wild.decide("shell", &command("ls")), Permission::Ask);
+        assert_eq!(wild.decide("read", &json!({})), Permission::Allow);
+    }
+
+    #[test]
+    fn a_tool_with_argument_rules_asks_about_unmatched_calls_never_looser_than_before() {
+        for (fallback, unmatched) in [
+            (Permission::Allow, Permission::Ask),
+            (Permission::Ask, Permission::Ask),
+            (Permission::Deny, Permission::Deny),
+        ] {
+            let mut store = PermissionStore::new(fallback);
+            store.configure(rule("deploy", prefix("staging"), Permission::Allow));
+            assert_eq!(
+                store.decide("deploy", &command("staging now")),
+                Permission::Allow
+            );
+            assert_eq!(
+                store.decide("deploy", &command("prod now")),
+                unmatched,
+                "{fallback:?}"
+            );
+            assert_eq!(store.unmatched("deploy"), unmatched, "{fallback:?}");
+            assert_eq!(store.unmatched("other"), fallback, "{fallback:?}");
+        }
+        // `*` allow covers tools without argument rules; it does not loosen a tool that has them.
+        let mut store = PermissionStore::new(Permission::Deny);
+        store
+            .configure(rule("deploy", prefix("staging"), Permission::Deny))
+            .configure(rule("*", None, Permission::Allow));
+        assert_eq!(store.unmatched("deploy"), Permission::Ask);
+        assert_eq!(store.unmatched("other"), Permission::Allow);
+        // `*` argument rules do not make a tool's other calls asked.
+        let mut star = PermissionStore::new(Permission::Allow);
+        star.configure(rule("*", glob("**/.env"), Permission::Deny));
+        assert_eq!(star.unmatched("read"), Permission::Allow);
+    }
+
+    #[test]
+    fn an_always_answer_settles_the_unmatched_calls_but_no_argument_ask_or_deny() {
+        let mut store = PermissionStore::new(Permission::Allow);
+        store
+            .tool_default("shell", Permission::Ask)
+            .configure(rule("shell", prefix("git status"), Permission::Allow))
+            .configure(rule("shell", prefix("rm"), Permission::Ask))
+            .configure(rule("shell", prefix("curl"), Permission::Deny));
+        assert_eq!(store.decide("shell", &command("ls")), Permission::Ask);
+        store.remember("shell", Permission::Allow).unwrap();
+        assert_eq!(store.unmatched("shell"), Permission::Allow);
+        assert_eq!(store.decide("shell", &command("ls")), Permission::Allow);
+        assert_eq!(store.decide("shell", &command("rm x")), Permission::Ask);
+        assert_eq!(store.decide("shell", &command("curl x")), Permission::Deny);
+        store.remember("shell", Permission::Deny).unwrap();
+        assert_eq!(
+            store.decide("shell", &command("git status")),
+            Permission::Deny,
+            "a saved never denies every call, argument allows included"
+        );
+    }
+
+    /// A tool whose root is `/ws` and where `link` leads to `secrets`; `..` is refused.
+    #[derive(Debug)]
+    struct Linked(PathBuf);
+
+    impl ResolvePaths for Linked {
+        fn root(&self) -> &Path {
+            &self.0
+        }
+        fn resolve(&self, path: &str) -> Option<PathBuf> {
+            if path.contains("..") {
+                return None;
+            }
+            let path = path.replacen("link", "secrets", 1);
+            Some(self.0.join(path))
+        }
+    }
+
+    #[test]
+    fn path_rules_judge_the_file_the_tool_resolves() {
+        let mut store = PermissionStore::new(Permission::Ask);
+        store.root("/agent");
+        store
+            .resolve_paths("read", Arc::new(Linked(PathBuf::from("/ws"))))
+            .configure(rule("read", glob("secrets/**"), Permission::Deny))
+            .configure(rule("read", glob("**"), Permission::Allow))
+            .configure(rule("other", glob("**"), Permission::Allow));
+        assert_eq!(store.decide("read", &path("link/key")), Permission::Deny);
+        assert_eq!(store.decide("read", &path("notes/a")), Permission::Allow);
+        assert_eq!(
+            store.decide("read", &path("notes/../../etc/passwd")),
+            Permission::Ask,
+            "a path the tool refuses is never allowed"
+        );
+        // Without a resolver of its own, a tool's paths stay lexical against the store's root.
+        assert_eq!(store.decide("other", &path("link/key")), Permission::Allow);
+        let mut wild = store.clone();
+        wild.resolve_paths("*", Arc::new(Linked(PathBuf::from("/agent"))));
+        wild.configure(rule("other", glob("secrets/**"), Permission::Deny));
+        assert_eq!(wild.decide("other", &path("link/key")), Permission::Deny);
     }
 
     #[derive(Debug, Default)]

@@ -680,3 +680,211 @@ fn an_input_that_answers_another_step_fails_the_run_instead_of_guessing() {
             .contains("asked for a model call")
     );
 }
+
+/// The call ids of a transcript's calls, in order.
+fn call_ids(transcript: &[Message]) -> Vec<String> {
+    transcript
+        .iter()
+        .filter_map(|m| match m {
+            Message::Assistant(a) => Some(a.tool_calls.iter().map(|c| c.call_id.clone())),
+            _ => None,
+        })
+        .flatten()
+        .collect()
+}
+
+/// The call ids of the tool results of a transcript, in order.
+fn result_ids(transcript: &[Message]) -> Vec<String> {
+    transcript
+        .iter()
+        .filter_map(|m| match m {
+            Message::Tool(r) => Some(r.call_id.to_string()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn machine_continuing(transcript: Vec<Message>) -> RunMachine {
+    RunMachine::new(
+        Arc::clone(agent(Limits::default()).config()),
+        RunStart {
+            run_id: Arc::from("r"),
+            ids: Arc::new(SequentialIds::default()),
+            seams: Seams::default(),
+            limits: None,
+            transcript,
+            input: Some(Message::user("again")),
+            observed: false,
+        },
+    )
+}
+
+#[test]
+fn a_call_id_repeated_from_an_earlier_turn_is_renamed_and_its_result_answers_the_new_id() {
+    let mut m = machine(Limits::default());
+    respond(
+        &mut m,
+        1,
+        ModelResponse::tool_calls([("c1", "echo", r#"{"n":1}"#)]),
+    );
+    assert_eq!(run_batch(&mut m, 2), Some(1));
+    respond(
+        &mut m,
+        3,
+        ModelResponse::tool_calls([("c1", "echo", r#"{"n":2}"#), ("c1_2", "echo", r#"{"n":3}"#)]),
+    );
+    let Action::StartCall(call) = m.action() else {
+        panic!("expected a call to start: {m:?}")
+    };
+    assert_eq!(&*call.call_id, "c1_3", "c1 and c1_2 are both taken");
+    assert_eq!(run_batch(&mut m, 4), Some(2));
+    respond(
+        &mut m,
+        5,
+        ModelResponse::tool_calls([("c1", "echo", r#"{"n":4}"#)]),
+    );
+    assert_eq!(run_batch(&mut m, 6), Some(1));
+    respond(&mut m, 7, ModelResponse::text("done"));
+    let transcript = m.state().transcript.to_vec();
+    assert_eq!(call_ids(&transcript), ["c1", "c1_3", "c1_2", "c1_4"]);
+    assert_eq!(result_ids(&transcript), call_ids(&transcript));
+    assert_eq!(m.stop_reason(), Some(&StopReason::Finished));
+}
+
+#[test]
+fn ids_of_the_continued_transcript_are_never_used_again_blank_ones_included() {
+    // A session's earlier run: a blank id filled as `call_1` (ids restart in every process) and
+    // a provider's `c1`.
+    let mut earlier = machine(Limits::default());
+    respond(
+        &mut earlier,
+        1,
+        ModelResponse::tool_calls([("", "echo", "{}"), ("c1", "echo", "{}")]),
+    );
+    run_batch(&mut earlier, 2);
+    respond(&mut earlier, 3, ModelResponse::text("done"));
+    let transcript = earlier.state().transcript.to_vec();
+    assert_eq!(call_ids(&transcript), ["call_1", "c1"]);
+
+    let mut m = machine_continuing(transcript);
+    respond(
+        &mut m,
+        1,
+        ModelResponse::tool_calls([
+            ("", "echo", "{}"),
+            ("c1", "echo", "{}"),
+            ("c2", "echo", "{}"),
+        ]),
+    );
+    assert_eq!(run_batch(&mut m, 2), Some(3));
+    respond(&mut m, 3, ModelResponse::text("done"));
+    let transcript = m.state().transcript.to_vec();
+    assert_eq!(
+        call_ids(&transcript),
+        ["call_1", "c1", "call_1_2", "c1_2", "c2"]
+    );
+    assert_eq!(result_ids(&transcript), call_ids(&transcript));
+}
+
+#[test]
+fn two_calls_of_one_response_repeating_an_old_id_are_still_refused_as_duplicates() {
+    let mut m = machine(Limits::default());
+    respond(&mut m, 1, ModelResponse::tool_calls([("c1", "echo", "{}")]));
+    run_batch(&mut m, 2);
+    respond(
+        &mut m,
+        3,
+        ModelResponse::tool_calls([("c1", "echo", "{}"), ("c1", "echo", "{}")]),
+    );
+    let error = m.error().expect("the decision is refused").to_string();
+    assert!(error.contains("duplicate call id \"c1_2\""), "{error}");
+}
+
+#[test]
+fn a_renamed_id_stays_within_the_longest_id_accepted() {
+    let long = "x".repeat(agentloop::machine::MAX_CALL_ID_LEN);
+    let mut m = machine(Limits::default());
+    respond(
+        &mut m,
+        1,
+        ModelResponse::tool_calls([(long.as_str(), "echo", "{}")]),
+    );
+    run_batch(&mut m, 2);
+    respond(
+        &mut m,
+        3,
+        ModelResponse::tool_calls([(long.as_str(), "echo", "{}")]),
+    );
+    let Action::StartCall(call) = m.action() else {
+        panic!("expected a call to start: {m:?}")
+    };
+    assert_eq!(call.call_id.len(), agentloop::machine::MAX_CALL_ID_LEN);
+    assert!(call.call_id.ends_with("x_2"), "{}", call.call_id);
+}
+
+#[test]
+fn a_logged_run_and_its_raw_steps_replay_to_the_same_renamed_ids() {
+    // The driver's path: ids are made unique before the step is logged.
+    let mut m = machine(Limits::default());
+    let mut log = Vec::new();
+    let mut raw = Vec::new();
+    let mut play = |m: &mut RunMachine, input: Input, log: &mut Vec<Step>| {
+        let step = Step {
+            at: Duration::ZERO,
+            input,
+        };
+        raw.push(step.clone());
+        m.feed_logged(step, log);
+    };
+    for turn in 0..2 {
+        let response = ModelResponse::tool_calls([("c1", "echo", "{}"), ("", "echo", "{}")]);
+        play(
+            &mut m,
+            Input::ModelResponded {
+                response: Box::new(response),
+                cost: None,
+                failures: Vec::new(),
+            },
+            &mut log,
+        );
+        for position in 0..2 {
+            assert!(matches!(m.action(), Action::StartCall(_)), "turn {turn}");
+            play(&mut m, Input::CallStarted { position }, &mut log);
+        }
+        for position in 0..2 {
+            play(
+                &mut m,
+                Input::CallFinished {
+                    position,
+                    outcome: CallOutcome::ok(ToolOutput::text("ok")),
+                    failures: Vec::new(),
+                },
+                &mut log,
+            );
+        }
+    }
+    let live = call_ids(m.state().transcript);
+    assert_eq!(live, ["c1", "call_1", "c1_2", "call_2"]);
+    let Input::ModelResponded { response, .. } = &log[5].input else {
+        panic!("the second response: {:?}", log[5])
+    };
+    assert_eq!(
+        response.message.tool_calls[0].call_id, "c1_2",
+        "logged renamed"
+    );
+
+    // A fresh machine fed the log, with an id source that would draw other ids: the same.
+    let mut fresh = machine(Limits::default());
+    for s in &log {
+        fresh.feed(s.clone());
+    }
+    assert_eq!(call_ids(fresh.state().transcript), live);
+    // The repeated id alone needs no log: the raw `c1` of the second response is renamed alike.
+    let mut raw_fed = machine(Limits::default());
+    for s in &raw {
+        raw_fed.feed(s.clone());
+    }
+    let ids = call_ids(raw_fed.state().transcript);
+    assert_eq!(ids[0], "c1");
+    assert_eq!(ids[2], "c1_2");
+}

@@ -92,9 +92,14 @@ pub(super) fn check_rules(
             .iter()
             .map(|s| s.config(dir).tool_name(""))
             .collect();
+        let arguments: Vec<(&str, Option<Vec<String>>)> = tools
+            .iter()
+            .map(|(_, t)| (t.name(), tool_arguments(t)))
+            .collect();
         let declared = Declared {
             names: &names,
             mcp_prefixes: &prefixes,
+            arguments: &arguments,
         };
         check_permissions(permissions, &declared, dir, problems);
     }
@@ -106,9 +111,24 @@ pub(super) fn check_rules(
 struct Declared<'a> {
     names: &'a [&'a str],
     mcp_prefixes: &'a [String],
+    /// The arguments of the `[[tools]]`, by name, where the file says what they are.
+    arguments: &'a [(&'a str, Option<Vec<String>>)],
 }
 
 impl Declared<'_> {
+    /// The arguments of a declared tool, when they are known.
+    fn arguments_of(&self, name: &str) -> Option<&[String]> {
+        self.arguments
+            .iter()
+            .find(|(n, _)| *n == name)
+            .and_then(|(_, a)| a.as_deref())
+    }
+
+    /// True when every tool's arguments are known: no MCP tools, and every `[[tools]]` entry's.
+    fn all_arguments_known(&self) -> bool {
+        self.mcp_prefixes.is_empty() && self.names.iter().all(|n| self.arguments_of(n).is_some())
+    }
+
     fn contains(&self, name: &str) -> bool {
         self.names.contains(&name)
             || self
@@ -256,6 +276,30 @@ fn check_mcp(servers: &[McpFileSpec], dir: &Path, problems: &mut Problems) {
     }
 }
 
+/// The arguments a `[[tools]]` entry takes: the top-level `properties` of its input schema (a
+/// built-in tool's own, a command tool's `input_schema`, an agent tool's `task` unless it gives
+/// one). `None` when the schema does not list them (a command tool without `input_schema`).
+fn tool_arguments(tool: &ToolFileSpec) -> Option<Vec<String>> {
+    let schema = match (&tool.builtin, &tool.input_schema) {
+        (Some(b), _) => {
+            // A built-in tool's schema does not depend on its root; any folder builds it.
+            let options = agentloop_tools::BuiltinOptions::rooted(std::env::temp_dir());
+            Builtin::from_name(b.get_ref())?
+                .tool_named(tool.name(), &options)
+                .ok()?
+                .spec()
+                .input_schema
+                .clone()
+        }
+        (None, Some(schema)) => schema.get_ref().clone(),
+        (None, None) if tool.agent.is_some() => return Some(vec!["task".to_owned()]),
+        // A command tool without a schema lists no arguments and refuses none.
+        (None, None) => return None,
+    };
+    let properties = schema.get("properties")?.as_object()?;
+    Some(properties.keys().cloned().collect())
+}
+
 /// The tool names of a file whose shape may be wrong: every `[[tools]]` entry's `name` that is a
 /// string.
 fn raw_tool_names(root: &DeTable<'_>) -> Vec<String> {
@@ -391,6 +435,7 @@ fn check_permission_rule(
             "the prefix is empty",
         );
     }
+    check_rule_field(rule, path, tools, problems);
     if let Some(glob) = &rule.path_glob {
         if rule.command_prefix.is_some() {
             problems.at(
@@ -410,6 +455,50 @@ fn check_permission_rule(
                 format!("not a valid glob: {}", e.kind()),
             );
         }
+    }
+}
+
+/// A rule's `field` is an argument of its tool's input schema (for `*`, of some declared tool):
+/// a rule on an argument the tool does not take would never match, silently.
+fn check_rule_field(
+    rule: &PermissionRuleSpec,
+    path: &str,
+    tools: &Declared<'_>,
+    problems: &mut Problems,
+) {
+    let (field, key) = match (&rule.command_prefix, &rule.path_glob) {
+        (Some(c), _) => (&c.field, "command_prefix.field"),
+        (None, Some(g)) => (&g.get_ref().field, "path_glob.field"),
+        (None, None) => return,
+    };
+    let f = field.get_ref().as_str();
+    let n = rule.tool.get_ref().as_str();
+    if n == "*" {
+        let taken = tools.names.iter().any(|t| {
+            tools
+                .arguments_of(t)
+                .is_some_and(|a| a.iter().any(|x| x == f))
+        });
+        if !taken && tools.all_arguments_known() {
+            problems.at(
+                &join(path, key),
+                span_of(field),
+                format!("no declared tool has an argument {f:?}, so the rule would never match"),
+            );
+        }
+    } else if let Some(arguments) = tools.arguments_of(n)
+        && !arguments.iter().any(|a| a == f)
+    {
+        let has = if arguments.is_empty() {
+            "it takes none".to_owned()
+        } else {
+            format!("its arguments: {}", arguments.join(", "))
+        };
+        problems.at(
+            &join(path, key),
+            span_of(field),
+            format!("the tool {n:?} has no argument {f:?} ({has}), so the rule would never match"),
+        );
     }
 }
 
@@ -703,9 +792,27 @@ pub(super) fn check_clean_sections(root: &DeTable<'_>, dir: &Path, problems: &mu
         let names = raw_tool_names(root);
         let names: Vec<&str> = names.iter().map(String::as_str).collect();
         let prefixes = raw_mcp_prefixes(root);
+        // Only the tools whose shape is right say what their arguments are.
+        let items = get("tools");
+        let clean: Vec<ToolFileSpec> = items
+            .as_ref()
+            .and_then(|items| items.get_ref().as_array())
+            .into_iter()
+            .flatten()
+            .enumerate()
+            .filter(|(i, _)| !dirty(problems, &format!("tools[{i}]")))
+            .filter_map(|(_, item)| {
+                ToolFileSpec::deserialize(ValueDeserializer::from(item.clone())).ok()
+            })
+            .collect();
+        let arguments: Vec<(&str, Option<Vec<String>>)> = clean
+            .iter()
+            .map(|t| (t.name(), tool_arguments(t)))
+            .collect();
         let declared = Declared {
             names: &names,
             mcp_prefixes: &prefixes,
+            arguments: &arguments,
         };
         check_permissions(&permissions, &declared, dir, problems);
     }

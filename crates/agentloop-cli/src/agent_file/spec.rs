@@ -502,8 +502,8 @@ section! {
 section! {
     /// `command_prefix = { field = "command", prefix = "git status" }`.
     CommandPrefixSpec {
-        /// The argument holding the command.
-        field: String,
+        /// The argument holding the command (an argument of the tool's input schema).
+        field: Spanned<String>,
         /// The prefix.
         prefix: Spanned<String>,
         /// An `allow` rule also admits the command chained with others (`;`, `&&`, `|`, ...);
@@ -515,8 +515,8 @@ section! {
 section! {
     /// `path_glob = { field = "path", glob = "src/**" }`.
     PathGlobSpec {
-        /// The argument holding the path.
-        field: String,
+        /// The argument holding the path (an argument of the tool's input schema).
+        field: Spanned<String>,
         /// The glob: `*` within a path segment, `**` across segments.
         glob: Spanned<String>,
     }

@@ -364,8 +364,8 @@ impl<'a> Driver<'a> {
     #[inline(never)]
     pub(crate) async fn record(&mut self, m: &mut RunMachine, mut input: Input) {
         if let Input::ModelResponded { response, .. } = &mut input {
-            // Ids drawn now are kept, so that a replay or a resume needs no id source.
-            m.assign_call_ids(&mut response.message);
+            // Ids drawn or renamed now are kept, so that a replay or a resume needs no id source.
+            m.assign_call_ids(response);
         }
         let suspends = matches!(
             input,

@@ -51,12 +51,10 @@ impl RunMachine {
     /// filtered, cut), a final answer, or a decision to call tools.
     pub(super) fn decide(&mut self, mut response: ModelResponse, reask: Option<String>) {
         self.retrying_output = false;
-        self.assign_call_ids(&mut response.message);
-        for call in response.cut_calls.iter_mut() {
-            if call.call_id.trim().is_empty() {
-                call.call_id = self.ids.call_id();
-            }
-        }
+        // A driver did this before the step was logged; a step fed without it (a replay of an
+        // older log) gets the same ids, since the rule depends only on the run's ids so far.
+        self.assign_call_ids(&mut response);
+        self.note_call_ids(&response);
         if let Some(hit) = self.wrap_up {
             self.last_answer(response, hit);
             return;

@@ -189,6 +189,10 @@ pub struct RunMachine {
     /// The estimate of the instructions and schemas, made once a run when first needed.
     fixed_estimate: std::sync::OnceLock<u64>,
     compactions: Vec<crate::compaction::CompactionRecord>,
+    /// Every call id the run has seen: in the transcript it continued and in each response since
+    /// (compaction may drop a call from the transcript, never from here), so that an id a
+    /// provider repeats is renamed ([`RunMachine::assign_call_ids`]).
+    call_ids: std::collections::HashSet<String>,
 }
 
 impl std::fmt::Debug for RunMachine {
@@ -247,6 +251,7 @@ impl RunMachine {
             transcript.push(m);
         }
         let limits = limits.unwrap_or_else(|| cfg.limits.clone());
+        let call_ids = transcript_call_ids(&transcript);
         let tools = Arc::clone(cfg.tools.catalog());
         let has_pollers = tools.specs().iter().any(|s| s.poller);
         let mut m = RunMachine {
@@ -292,6 +297,7 @@ impl RunMachine {
             context_known: None,
             fixed_estimate: std::sync::OnceLock::new(),
             compactions: Vec::new(),
+            call_ids,
         };
         if let Err(message) = m.limits.check() {
             m.fail(RunError::Other {
@@ -399,23 +405,82 @@ impl RunMachine {
         &self.input_text
     }
 
-    /// [`RunMachine::feed`], keeping the step in `log` first. A response's blank call ids are
-    /// filled from the run's id source before it is kept, so that a replay of the log needs no
+    /// [`RunMachine::feed`], keeping the step in `log` first. A response's call ids are made
+    /// unique in the run before it is kept (a blank id drawn from the run's id source, an id an
+    /// earlier call of the run used renamed `ID_2`, ...), so that a replay of the log needs no
     /// id source of its own.
     pub fn feed_logged(&mut self, mut step: Step, log: &mut Vec<Step>) {
         if let Input::ModelResponded { response, .. } = &mut step.input {
-            self.assign_call_ids(&mut response.message);
+            self.assign_call_ids(response);
         }
         log.push(step.clone());
         self.feed(step);
     }
 
-    /// Gives every call the model left without an id one from the run's id source.
-    pub(crate) fn assign_call_ids(&self, message: &mut crate::message::AssistantMessage) {
-        for call in message.tool_calls.iter_mut() {
+    /// Makes every call id of a response unique within the run: a blank id is drawn from the
+    /// run's id source, and an id an earlier response of the run (or the transcript it
+    /// continued) already used is renamed `ID_2` (`ID_3`, ... the first one free), the same new
+    /// id for each call that repeats it. Providers reject a transcript with a repeated id, a
+    /// stored session holding one reads as damaged, and an approval must never be found again
+    /// under an old call's id. The rename depends only on the run's ids so far, so a replay
+    /// renames alike; two calls of one response sharing an id keep sharing it (that decision is
+    /// refused whole, as before). Ids too long to keep are left for that refusal too.
+    pub(crate) fn assign_call_ids(&self, response: &mut ModelResponse) {
+        let calls = || {
+            response
+                .message
+                .tool_calls
+                .iter()
+                .chain(&response.cut_calls)
+        };
+        let blank = calls().any(|c| c.call_id.trim().is_empty());
+        let repeated = calls().any(|c| self.call_ids.contains(&c.call_id));
+        if !blank && !repeated {
+            return;
+        }
+        let all = response
+            .message
+            .tool_calls
+            .iter_mut()
+            .chain(response.cut_calls.iter_mut());
+        let mut calls: Vec<&mut crate::message::ToolCall> = all.collect();
+        for call in calls.iter_mut() {
             if call.call_id.trim().is_empty() {
                 call.call_id = self.ids.call_id();
             }
+        }
+        let mut taken: std::collections::HashSet<String> =
+            calls.iter().map(|c| c.call_id.clone()).collect();
+        let mut renamed: std::collections::HashMap<String, String> =
+            std::collections::HashMap::new();
+        for call in calls {
+            if call.call_id.len() > MAX_CALL_ID_LEN || !self.call_ids.contains(&call.call_id) {
+                continue;
+            }
+            let new = match renamed.get(&call.call_id) {
+                Some(new) => new.clone(),
+                None => {
+                    let new = fresh_call_id(&call.call_id, |id| {
+                        self.call_ids.contains(id) || taken.contains(id)
+                    });
+                    taken.insert(new.clone());
+                    renamed.insert(call.call_id.clone(), new.clone());
+                    new
+                }
+            };
+            call.call_id = new;
+        }
+    }
+
+    /// Notes the call ids of a response the machine took, after [`RunMachine::assign_call_ids`].
+    fn note_call_ids(&mut self, response: &ModelResponse) {
+        for call in response
+            .message
+            .tool_calls
+            .iter()
+            .chain(&response.cut_calls)
+        {
+            self.call_ids.insert(call.call_id.clone());
         }
     }
 
@@ -1279,4 +1344,36 @@ fn input_name(input: &Input) -> &'static str {
         Input::JournalFailed { .. } => "a journal failure",
         Input::Finalized { .. } => "the finish hooks' result",
     }
+}
+
+/// The call ids a transcript holds: its calls' and its results'.
+fn transcript_call_ids(transcript: &[Message]) -> std::collections::HashSet<String> {
+    let mut ids = std::collections::HashSet::new();
+    for message in transcript {
+        match message {
+            Message::Assistant(a) => ids.extend(a.tool_calls.iter().map(|c| c.call_id.clone())),
+            Message::Tool(r) => {
+                ids.insert(r.call_id.to_string());
+            }
+            Message::User { .. } => {}
+        }
+    }
+    ids
+}
+
+/// `id_2`, `id_3`, ...: the first one not `taken`, at most [`MAX_CALL_ID_LEN`] bytes long (the
+/// original shortened at a character boundary so that the suffix fits). The characters added
+/// are ones every provider accepts in an id (Anthropic allows `[a-zA-Z0-9_-]`).
+fn fresh_call_id(id: &str, taken: impl Fn(&str) -> bool) -> String {
+    (2u64..)
+        .map(|n| {
+            let suffix = format!("_{n}");
+            let mut keep = MAX_CALL_ID_LEN.saturating_sub(suffix.len()).min(id.len());
+            while !id.is_char_boundary(keep) {
+                keep -= 1;
+            }
+            format!("{}{suffix}", id.get(..keep).unwrap_or_default())
+        })
+        .find(|candidate| !taken(candidate))
+        .unwrap_or_default()
 }
