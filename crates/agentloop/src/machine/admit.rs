@@ -66,6 +66,10 @@ impl RunMachine {
                 self.not_an_answer(response);
                 return;
             }
+            FinishReason::Error => {
+                self.failed_answer(response);
+                return;
+            }
             _ => {}
         }
         let has_calls = !response.message.tool_calls.is_empty() || !response.cut_calls.is_empty();
@@ -107,23 +111,45 @@ impl RunMachine {
             None if words.is_empty() => format!("the model {what}"),
             None => format!("the model {what}: {words}"),
         };
-        let mut message_out = response.message;
-        let calls = std::mem::take(&mut message_out.tool_calls);
-        if calls.is_empty() {
-            self.transcript.push(Message::Assistant(message_out));
+        self.keep_with_calls_not_run(response.message, what);
+        self.output = (!words.is_empty()).then_some(words);
+        self.error = Some(RunError::Model(ModelError::new(kind, message)));
+        self.finish(stop);
+    }
+
+    /// A response the provider said ended in an error (Chat's `finish_reason: "error"`, a
+    /// Responses status `failed`) without an error of its own: a failed model call, as if it
+    /// had failed with that error. Its text is a fragment, never the run's output, and its calls
+    /// never run.
+    fn failed_answer(&mut self, response: ModelResponse) {
+        let raw = response
+            .raw_finish_reason
+            .clone()
+            .unwrap_or_else(|| FinishReason::Error.as_str().to_owned());
+        let mut error = ModelError::new(
+            ModelErrorKind::Server,
+            format!("the model's response ended in an error (finish reason {raw:?})"),
+        );
+        error.provider_code = Some(raw);
+        self.keep_with_calls_not_run(response.message, "ended in an error");
+        self.error = Some(RunError::Model(error));
+        self.finish(StopReason::Failed);
+    }
+
+    /// Keeps a response that is not an answer in the transcript, each of its calls answered
+    /// `not_run` (saying why: the response `what`), so the conversation can be continued.
+    fn keep_with_calls_not_run(&mut self, message: AssistantMessage, what: &str) {
+        if message.tool_calls.is_empty() {
+            self.transcript.push(Message::Assistant(message));
         } else {
-            message_out.tool_calls = calls;
             self.answer_all(
-                message_out,
+                message,
                 &CallOutcome::refused(
                     codes::NOT_RUN,
                     format!("not run: the response that made this call {what}"),
                 ),
             );
         }
-        self.output = (!words.is_empty()).then_some(words);
-        self.error = Some(RunError::Model(ModelError::new(kind, message)));
-        self.finish(stop);
     }
 
     /// The output limit for the next call, raised once per run where the agent set one: doubled,
