@@ -291,6 +291,13 @@ pub fn price(model: &ModelSpec) -> Option<(Price, PriceSource)> {
         .map(|p| (*p, PriceSource::BuiltIn))
 }
 
+/// True when the agent's answers are priced at all (the file's price, or the built-in table a
+/// live provider is priced with): then an answer the pricing does not know has an unknown
+/// cost, not a cost that is simply not counted.
+pub fn has_pricing(model: &ModelSpec) -> bool {
+    model.price.is_some() || *model.provider.get_ref() != Provider::Scripted
+}
+
 /// The rules of the `[permissions]` table: the `deny`, `ask` and `allow` lists (each a rule for
 /// every call of a tool), then the `[[permissions.rules]]`.
 pub fn permission_rules(file: &AgentFile) -> Vec<PermissionRule> {

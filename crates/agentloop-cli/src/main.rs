@@ -500,6 +500,7 @@ async fn run(args: RunArgs) -> Result<i32, CliError> {
         quiet: args.quiet,
         dry_run: args.dry_run,
         journal: args.journal.as_deref(),
+        priced: assemble::has_pricing(file.model()),
     };
     print_outcome(&outcome, &shown, &progress);
     Ok(outcome_exit_code(&outcome))
@@ -545,6 +546,8 @@ struct Shown<'a> {
     dry_run: bool,
     /// The journal of a durable run.
     journal: Option<&'a Path>,
+    /// The agent prices its answers ([`assemble::has_pricing`]).
+    priced: bool,
 }
 
 /// Approval asked of the person at the terminal: questions on stderr, answers from `lines`.
@@ -626,8 +629,16 @@ fn print_outcome(outcome: &RunOutcome, args: &Shown<'_>, progress: &Progress) {
         }
         _ => Vec::new(),
     };
+    // An answer the pricing does not know has an unknown cost, never a silent $0.
+    let cost_unknown = args.priced && outcome.unpriced_model_calls > 0;
+    if cost_unknown {
+        eprintln!("{}", render::unknown_cost_warning(outcome));
+    }
     if args.json {
         let mut value = render::outcome_json(outcome, args.dry_run);
+        if cost_unknown && let Some(map) = value.as_object_mut() {
+            map.insert("cost_usd".into(), serde_json::Value::Null);
+        }
         if let (Some(path), Some(map)) = (args.journal, value.as_object_mut()) {
             map.insert("journal".into(), path.display().to_string().into());
             map.insert(

@@ -443,6 +443,18 @@ pub fn outcome_json(outcome: &RunOutcome, dry_run: bool) -> Value {
     })
 }
 
+/// The warning for a run whose cost is unknown: answers of a model the pricing has no price for.
+pub fn unknown_cost_warning(outcome: &RunOutcome) -> String {
+    let n = outcome.unpriced_model_calls;
+    format!(
+        "agentloop: warning: the cost of {n} model answer{} is unknown: the price table has no \
+         price for the model that answered, so the run's cost is unknown (`cost_usd` null; ${:.4} \
+         was metered); give the model `price = {{ input = …, output = … }}` in [model]",
+        plural(n as usize),
+        outcome.cost_usd,
+    )
+}
+
 /// The `--json` object when the command failed before a run.
 pub fn error_json(code: &str, message: &str, problems: Option<Value>) -> Value {
     let mut error = json!({"code": code, "message": message});

@@ -28,7 +28,7 @@ impl RunMachine {
         // A cached answer cost nothing this time.
         let cost = if response.cached { Some(0.0) } else { cost };
         self.usage.add(&response.usage);
-        self.cost += cost.unwrap_or(0.0);
+        self.count_cost(cost, response.model.as_deref());
         self.note_context(&response);
         let duration = self.now.saturating_sub(self.called_at);
         self.emit(|| EventKind::ModelResponse {
@@ -44,6 +44,20 @@ impl RunMachine {
             self.phase = Phase::Review(response);
         } else {
             self.decide(*response, None);
+        }
+    }
+
+    /// Adds an answer's cost to the run's, or counts it unpriced when its cost is unknown (the
+    /// pricing has no price for `model`): never as a silent zero.
+    pub(super) fn count_cost(&mut self, cost: Option<f64>, model: Option<&str>) {
+        match cost {
+            Some(c) => self.cost += c,
+            None => {
+                self.unpriced.0 = self.unpriced.0.saturating_add(1);
+                if self.unpriced.1.is_none() {
+                    self.unpriced.1 = model.map(str::to_owned);
+                }
+            }
         }
     }
 
