@@ -258,11 +258,12 @@ fn cached(file: &AgentFile, model: Arc<dyn Model>) -> Result<Arc<dyn Model>, Cli
         .as_ref()
         .and_then(|s| Duration::try_from_secs_f64(*s.get_ref()).ok())
         .unwrap_or(DEFAULT_CACHE_TTL);
-    Ok(Arc::new(agentloop::model::cache::CachedModel::new(
-        model,
-        Arc::new(store),
-        ttl,
-    )))
+    let mut cached = agentloop::model::cache::CachedModel::new(model, Arc::new(store), ttl);
+    // Keyed by the server and the encoded body too: never another server's answer.
+    if let Some(wire) = crate::live::wire_key(file, *m.provider.get_ref())? {
+        cached = cached.keyed_by_wire(wire);
+    }
+    Ok(Arc::new(cached))
 }
 
 /// Where the price of an agent's model comes from.
