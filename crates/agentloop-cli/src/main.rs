@@ -630,15 +630,11 @@ fn print_outcome(outcome: &RunOutcome, args: &Shown<'_>, progress: &Progress) {
         _ => Vec::new(),
     };
     // An answer the pricing does not know has an unknown cost, never a silent $0.
-    let cost_unknown = args.priced && outcome.unpriced_model_calls > 0;
-    if cost_unknown {
+    if render::cost_unknown(outcome, args.priced) {
         eprintln!("{}", render::unknown_cost_warning(outcome));
     }
     if args.json {
-        let mut value = render::outcome_json(outcome, args.dry_run);
-        if cost_unknown && let Some(map) = value.as_object_mut() {
-            map.insert("cost_usd".into(), serde_json::Value::Null);
-        }
+        let mut value = render::priced_outcome_json(outcome, args.dry_run, args.priced);
         if let (Some(path), Some(map)) = (args.journal, value.as_object_mut()) {
             map.insert("journal".into(), path.display().to_string().into());
             map.insert(

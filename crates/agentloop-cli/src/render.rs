@@ -443,6 +443,25 @@ pub fn outcome_json(outcome: &RunOutcome, dry_run: bool) -> Value {
     })
 }
 
+/// True when the run's cost is unknown: the agent prices its answers (`priced`), and the pricing
+/// had no price for the model of one of them. (An agent without any pricing, a scripted one
+/// without a price, simply does not count its cost.)
+pub fn cost_unknown(outcome: &RunOutcome, priced: bool) -> bool {
+    priced && outcome.unpriced_model_calls > 0
+}
+
+/// The `--json` object of a run of an agent that prices its answers or not (`priced`):
+/// `cost_usd` is `null` when the cost is unknown, never a silent `0`.
+pub fn priced_outcome_json(outcome: &RunOutcome, dry_run: bool, priced: bool) -> Value {
+    let mut value = outcome_json(outcome, dry_run);
+    if cost_unknown(outcome, priced)
+        && let Some(map) = value.as_object_mut()
+    {
+        map.insert("cost_usd".into(), Value::Null);
+    }
+    value
+}
+
 /// The warning for a run whose cost is unknown: answers of a model the pricing has no price for.
 pub fn unknown_cost_warning(outcome: &RunOutcome) -> String {
     let n = outcome.unpriced_model_calls;
