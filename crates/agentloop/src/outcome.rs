@@ -199,6 +199,10 @@ pub struct SubagentRun {
     pub usage: Usage,
     /// USD, its subtree's.
     pub cost_usd: f64,
+    /// Model answers of unknown cost (no price for their model), its subtree's: `cost_usd`
+    /// leaves them out. Absent from records written before it existed.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub unpriced_model_calls: u32,
     /// Turns, its subtree's.
     pub turns: u32,
     /// Model calls, its subtree's.

@@ -768,6 +768,9 @@ impl RunMachine {
         };
         self.usage.add(&sub.usage);
         self.cost += sub.cost_usd;
+        // The subtree's answers of unknown cost leave the run's cost unknown too (and stop a
+        // budgeted run at its next check).
+        self.unpriced.0 = self.unpriced.0.saturating_add(sub.unpriced_model_calls);
         self.sub_turns = self.sub_turns.saturating_add(sub.turns);
         self.sub_model_calls = self.sub_model_calls.saturating_add(sub.model_calls);
         self.tool_calls_run = self.tool_calls_run.saturating_add(sub.tool_calls);
