@@ -278,11 +278,12 @@ fn cached(file: &AgentFile, model: Arc<dyn Model>) -> Result<Arc<dyn Model>, Cli
         .as_ref()
         .and_then(|s| Duration::try_from_secs_f64(*s.get_ref()).ok())
         .unwrap_or(DEFAULT_CACHE_TTL);
-    Ok(Arc::new(agentloop::model::cache::CachedModel::new(
-        model,
-        Arc::new(store),
-        ttl,
-    )))
+    let mut cached = agentloop::model::cache::CachedModel::new(model, Arc::new(store), ttl);
+    // Keyed by the server and the encoded body too: never another server's answer.
+    if let Some(wire) = crate::live::wire_key(file, *m.provider.get_ref())? {
+        cached = cached.keyed_by_wire(wire);
+    }
+    Ok(Arc::new(cached))
 }
 
 /// Where the price of an agent's model comes from.
@@ -309,6 +310,13 @@ pub fn price(model: &ModelSpec) -> Option<(Price, PriceSource)> {
     agentloop_providers::default_prices()
         .get(name.get_ref())
         .map(|p| (*p, PriceSource::BuiltIn))
+}
+
+/// True when the agent's answers are priced at all (the file's price, or the built-in table a
+/// live provider is priced with): then an answer the pricing does not know has an unknown
+/// cost, not a cost that is simply not counted.
+pub fn has_pricing(model: &ModelSpec) -> bool {
+    model.price.is_some() || *model.provider.get_ref() != Provider::Scripted
 }
 
 /// The rules of the `[permissions]` table: the `deny`, `ask` and `allow` lists (each a rule for

@@ -274,6 +274,7 @@ pub async fn resume(args: ResumeArgs) -> Result<i32, CliError> {
         quiet: args.quiet,
         dry_run: false,
         journal: Some(&args.journal.path),
+        priced: assemble::has_pricing(file.model()),
     };
     crate::print_outcome(&outcome, &shown, &progress);
     Ok(outcome_exit_code(&outcome))

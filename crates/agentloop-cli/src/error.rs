@@ -189,6 +189,7 @@ mod tests {
             new_messages_from: 0,
             usage: Usage::default(),
             cost_usd: 0.0,
+            unpriced_model_calls: 0,
             turns: 1,
             model_calls: 1,
             tool_calls_run: 0,

@@ -11,6 +11,7 @@
 
 use std::sync::Arc;
 
+use agentloop::model::cache::WireKey;
 use agentloop::{Model, limits::Pricing, model::ModelRequest};
 use agentloop_providers::anthropic::Anthropic;
 use agentloop_providers::openai_chat::{MaxTokensField, PromptCacheKey, ToolDialect};
@@ -191,6 +192,55 @@ pub fn pricing(provider: Provider) -> Option<Arc<dyn Pricing>> {
     }
 }
 
+impl Live {
+    /// The URL a request goes to (the file's `base_url`, else the provider's own), and the
+    /// header that carries the key.
+    fn endpoint(&self, file: &AgentFile) -> (String, &'static str) {
+        let (base, path, auth_header) = match self {
+            Live::Chat(_) => (
+                "https://api.openai.com/v1",
+                "/chat/completions",
+                "authorization",
+            ),
+            Live::Responses(_) => ("https://api.openai.com/v1", "/responses", "authorization"),
+            Live::Anthropic(_) => ("https://api.anthropic.com", "/v1/messages", "x-api-key"),
+        };
+        let base = file
+            .model()
+            .base_url
+            .as_ref()
+            .map_or(base, |u| u.get_ref().as_str())
+            .trim_end_matches('/');
+        (format!("{base}{path}"), auth_header)
+    }
+
+    /// The provider's own encoded body of `request`.
+    fn encode(&self, request: &ModelRequest<'_>) -> Result<Vec<u8>, agentloop::ModelError> {
+        match self {
+            Live::Chat(model) => model.encode_request(request),
+            Live::Responses(model) => model.encode_request(request),
+            Live::Anthropic(model) => model.encode_request(request),
+        }
+    }
+}
+
+/// What a request of the file's live model is on the wire, for the response cache's key: the
+/// URL it goes to and the body it encodes to. Every `[model]` option that changes what is sent
+/// (the base URL, the tool dialect, reasoning sent back, the prompt cache key, the output-limit
+/// field) changes one of them, so answers of another server or another encoding are never
+/// reused. `None` for the scripted provider, which sends nothing.
+pub fn wire_key(file: &AgentFile, provider: Provider) -> Result<Option<WireKey>, CliError> {
+    if provider == Provider::Scripted {
+        return Ok(None);
+    }
+    let live = build(file, provider, Key::NotNeeded)?;
+    let (url, _) = live.endpoint(file);
+    Ok(Some(Arc::new(move |request: &ModelRequest<'_>| {
+        let body = live.encode(request).ok()?;
+        Some(json!({"url": url, "body": String::from_utf8_lossy(&body)}))
+    })))
+}
+
 /// The first request a live agent would send: method, URL, headers (the key redacted) and the
 /// provider's own encoded body. Reads no key and sends nothing.
 pub fn first_request(
@@ -198,35 +248,10 @@ pub fn first_request(
     provider: Provider,
     request: &ModelRequest<'_>,
 ) -> Result<Value, CliError> {
-    let m = file.model();
     let live = build(file, provider, Key::NotNeeded)?;
-    let (body, base, path, auth_header) = match &live {
-        Live::Chat(model) => (
-            model.encode_request(request),
-            "https://api.openai.com/v1",
-            "/chat/completions",
-            "authorization",
-        ),
-        Live::Responses(model) => (
-            model.encode_request(request),
-            "https://api.openai.com/v1",
-            "/responses",
-            "authorization",
-        ),
-        Live::Anthropic(model) => (
-            model.encode_request(request),
-            "https://api.anthropic.com",
-            "/v1/messages",
-            "x-api-key",
-        ),
-    };
-    let body = body.map_err(|e| provider_error(&e))?;
+    let body = live.encode(request).map_err(|e| provider_error(&e))?;
     let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    let base = m
-        .base_url
-        .as_ref()
-        .map_or(base, |u| u.get_ref().as_str())
-        .trim_end_matches('/');
+    let (url, auth_header) = live.endpoint(file);
     let var = key_var(file, provider);
     let mut headers = serde_json::Map::new();
     headers.insert("content-type".into(), json!("application/json"));
@@ -249,7 +274,7 @@ pub fn first_request(
     }
     Ok(json!({
         "method": "POST",
-        "url": format!("{base}{path}"),
+        "url": url,
         "headers": headers,
         "body": body,
     }))

@@ -518,6 +518,7 @@ async fn run(args: RunArgs) -> Result<i32, CliError> {
         quiet: args.quiet,
         dry_run: args.dry_run,
         journal: args.journal.as_deref(),
+        priced: assemble::has_pricing(file.model()),
     };
     print_outcome(&outcome, &shown, &progress);
     Ok(outcome_exit_code(&outcome))
@@ -563,6 +564,8 @@ struct Shown<'a> {
     dry_run: bool,
     /// The journal of a durable run.
     journal: Option<&'a Path>,
+    /// The agent prices its answers ([`assemble::has_pricing`]).
+    priced: bool,
 }
 
 /// Approval asked of the person at the terminal: questions on stderr, answers from `lines`.
@@ -650,8 +653,12 @@ fn print_outcome(outcome: &RunOutcome, args: &Shown<'_>, progress: &Progress) {
         }
         _ => Vec::new(),
     };
+    // An answer the pricing does not know has an unknown cost, never a silent $0.
+    if render::cost_unknown(outcome, args.priced) {
+        eprintln!("{}", render::unknown_cost_warning(outcome));
+    }
     if args.json {
-        let mut value = render::outcome_json(outcome, args.dry_run);
+        let mut value = render::priced_outcome_json(outcome, args.dry_run, args.priced);
         if let (Some(path), Some(map)) = (args.journal, value.as_object_mut()) {
             map.insert("journal".into(), path.display().to_string().into());
             map.insert(

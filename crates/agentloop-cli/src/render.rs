@@ -453,6 +453,37 @@ pub fn outcome_json(outcome: &RunOutcome, dry_run: bool) -> Value {
     })
 }
 
+/// True when the run's cost is unknown: the agent prices its answers (`priced`), and the pricing
+/// had no price for the model of one of them. (An agent without any pricing, a scripted one
+/// without a price, simply does not count its cost.)
+pub fn cost_unknown(outcome: &RunOutcome, priced: bool) -> bool {
+    priced && outcome.unpriced_model_calls > 0
+}
+
+/// The `--json` object of a run of an agent that prices its answers or not (`priced`):
+/// `cost_usd` is `null` when the cost is unknown, never a silent `0`.
+pub fn priced_outcome_json(outcome: &RunOutcome, dry_run: bool, priced: bool) -> Value {
+    let mut value = outcome_json(outcome, dry_run);
+    if cost_unknown(outcome, priced)
+        && let Some(map) = value.as_object_mut()
+    {
+        map.insert("cost_usd".into(), Value::Null);
+    }
+    value
+}
+
+/// The warning for a run whose cost is unknown: answers of a model the pricing has no price for.
+pub fn unknown_cost_warning(outcome: &RunOutcome) -> String {
+    let n = outcome.unpriced_model_calls;
+    format!(
+        "agentloop: warning: the cost of {n} model answer{} is unknown: the price table has no \
+         price for the model that answered, so the run's cost is unknown (`cost_usd` null; ${:.4} \
+         was metered); give the model `price = {{ input = …, output = … }}` in [model]",
+        plural(n as usize),
+        outcome.cost_usd,
+    )
+}
+
 /// The `--json` object when the command failed before a run.
 pub fn error_json(code: &str, message: &str, problems: Option<Value>) -> Value {
     let mut error = json!({"code": code, "message": message});

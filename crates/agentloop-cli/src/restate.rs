@@ -161,7 +161,13 @@ impl Agents for Served {
 
     fn report(&self, outcome: &RunOutcome) -> Value {
         json!({
-            "outcome": render::outcome_json(outcome, false),
+            // The outcome names no agent: its cost is unknown (null) when every agent served
+            // prices its answers, as `run` shows it.
+            "outcome": render::priced_outcome_json(
+                outcome,
+                false,
+                self.files.iter().all(|(f, _)| assemble::has_pricing(f.model())),
+            ),
             "exit_code": outcome_exit_code(outcome),
             "closing_line": render::closing_line(outcome),
         })

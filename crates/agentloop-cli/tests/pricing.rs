@@ -39,7 +39,7 @@ command = ["python3", "tool.py"]
     dir
 }
 
-async fn run_json(dir: &AgentDir) -> (Option<i32>, Value) {
+async fn run_json(dir: &AgentDir) -> (Option<i32>, Value, String) {
     let agent = dir.agent();
     let out = agentloop(args(&[
         "run",
@@ -49,7 +49,7 @@ async fn run_json(dir: &AgentDir) -> (Option<i32>, Value) {
         "--json",
     ]))
     .await;
-    (out.status.code(), stdout_json(&out))
+    (out.status.code(), stdout_json(&out), stderr(&out))
 }
 
 fn line_of(dir: &AgentDir, start: &str) -> usize {
@@ -71,7 +71,7 @@ async fn a_cost_budget_for_an_unpriced_model_is_refused_naming_model_price() {
     );
     assert!(!dir.path("stdin.log").exists(), "nothing ran");
 
-    let (code, v) = run_json(&dir).await;
+    let (code, v, _) = run_json(&dir).await;
     assert_eq!(code, Some(3));
     let problems = &v["error"]["problems"];
     assert_eq!(problems[0]["path"], "limits.max_cost_usd", "{v}");
@@ -114,7 +114,7 @@ async fn a_price_in_the_agent_file_prices_the_run_and_the_budget_holds() {
         "price = { input = 1.0, output = 2.0 }",
         "max_cost_usd = 0.5",
     );
-    let (code, v) = run_json(&dir).await;
+    let (code, v, _) = run_json(&dir).await;
     assert_eq!(code, Some(5), "{v}");
     assert_eq!(v["stop_reason"], "budget", "{v}");
     assert_eq!(v["limit"]["limit"], "max_cost_usd", "{v}");
@@ -126,7 +126,7 @@ async fn a_price_in_the_agent_file_prices_the_run_and_the_budget_holds() {
         "price = { input = 1.0, output = 2.0, cached_input = 0.5, cache_write = 1.25 }",
         "max_turns = 4",
     );
-    let (code, v) = run_json(&dir).await;
+    let (code, v, _) = run_json(&dir).await;
     assert_eq!(code, Some(0), "{v}");
     assert_eq!(v["cost_usd"], 2.0, "{v}");
 }
@@ -138,7 +138,7 @@ async fn a_price_that_is_not_a_price_is_refused_with_its_key_path_and_line() {
         "max_turns = 2",
     );
     let line = line_of(&dir, "price");
-    let (code, v) = run_json(&dir).await;
+    let (code, v, _) = run_json(&dir).await;
     assert_eq!(code, Some(3), "{v}");
     let paths: Vec<(&str, u64)> = v["error"]["problems"]
         .as_array()
@@ -165,7 +165,7 @@ async fn a_price_that_is_not_a_price_is_refused_with_its_key_path_and_line() {
     );
 
     let dir = scripted("price = { input = 1, outptu = 2 }", "max_turns = 2");
-    let (code, v) = run_json(&dir).await;
+    let (code, v, _) = run_json(&dir).await;
     assert_eq!(code, Some(3), "{v}");
     let messages = v["error"]["problems"].to_string();
     assert!(messages.contains("unknown key `outptu`"), "{messages}");
@@ -216,4 +216,66 @@ async fn plan_shows_the_price_and_where_it_comes_from() {
         text.contains("        price: none (the run's cost is not counted; max_cost_usd needs [model] price)\n"),
         "{text}"
     );
+}
+
+#[path = "../../agentloop-providers/tests/quirks/server.rs"]
+mod server;
+
+/// A server answering (every time) with an answer named for a model no price table knows.
+async fn answering_as_an_unknown_model() -> server::QuirkServer {
+    let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../agentloop-providers/tests/quirks/chat-openrouter-error-chunk-before-any-text");
+    let reply = server::Reply {
+        status: 200,
+        headers: vec![("content-type".into(), "text/event-stream".into())],
+        body: Some("2.sse".into()),
+        pause: None,
+        bytes: Vec::new(),
+    }
+    .load(&dir);
+    server::QuirkServer::start(vec![reply]).await
+}
+
+/// A live OpenAI-compatible agent named `model` at `uri`, with `limits` as its `[limits]`.
+fn live(uri: &str, model: &str, limits: &str) -> AgentDir {
+    AgentDir::new(&format!(
+        r#"name = "live"
+[model]
+provider = "openai"
+name = "{model}"
+base_url = "{uri}/v1"
+api_key_env = "AGENTLOOP_TEST_KEY"
+[limits]
+{limits}
+"#
+    ))
+}
+
+/// `agentloop run --json` of `dir`, which must finish: its JSON object and its stderr.
+async fn finished(dir: &AgentDir) -> (Value, String) {
+    let (code, v, said) = run_json(dir).await;
+    assert_eq!(code, Some(0), "{said}");
+    assert_eq!(v["stop_reason"], "finished", "{v}");
+    (v, said)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_answer_of_a_model_no_price_is_known_for_has_an_unknown_cost_not_zero() {
+    let server = answering_as_an_unknown_model().await;
+    let (v, said) = finished(&live(&server.uri, "my-local-model", "")).await;
+    assert_eq!(v["cost_usd"], Value::Null, "the cost is unknown: {v}");
+    assert!(
+        said.contains("the cost of 1 model answer is unknown"),
+        "{said}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_answer_named_otherwise_is_priced_by_the_configured_model() {
+    let server = answering_as_an_unknown_model().await;
+    // The server answers as `nvidia/…:free`; the file names a model the table prices.
+    let (v, said) = finished(&live(&server.uri, "gpt-4o-mini", "max_cost_usd = 1")).await;
+    assert_eq!(v["output"], "Sunny in Paris.", "{v}");
+    assert!(v["cost_usd"].as_f64().unwrap() > 0.0, "{v}");
+    assert!(!said.contains("unknown"), "{said}");
 }

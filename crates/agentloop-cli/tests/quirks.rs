@@ -240,3 +240,204 @@ async fn provider_options_of_another_provider_are_refused() {
         "{said}"
     );
 }
+
+/// One case served (then a plain answer, when `then_answer`) to `dir`'s agent, run with
+/// `--json`: the server, the exit code and the JSON object.
+async fn served(
+    id: &str,
+    then_answer: bool,
+    dir: impl FnOnce(&str) -> AgentDir,
+) -> (QuirkServer, AgentDir, Option<i32>, Value) {
+    let server = QuirkServer::start(replies(id, then_answer)).await;
+    let dir = dir(&server.uri);
+    let out = run(&dir).await;
+    assert!(
+        out.status.code() == Some(0) || out.status.code() == Some(4),
+        "stderr: {}",
+        stderr(&out)
+    );
+    let v = stdout_json(&out);
+    (server, dir, out.status.code(), v)
+}
+
+/// The run failed with the model's error `code`: exit 4, `failed`, no output.
+fn assert_model_failure(exit: Option<i32>, v: &Value, code: &str) {
+    assert_eq!(exit, Some(4), "{v}");
+    assert_eq!(v["stop_reason"], "failed", "{v}");
+    assert_eq!(v["error"]["code"], code, "{v}");
+    assert_eq!(v["output"], Value::Null, "a partial text is no answer: {v}");
+}
+
+/// The run finished with `output` after `requests` requests reached the server.
+fn assert_finished(
+    exit: Option<i32>,
+    v: &Value,
+    output: &str,
+    server: &QuirkServer,
+    requests: usize,
+) {
+    assert_eq!(exit, Some(0), "{v}");
+    assert_eq!(v["stop_reason"], "finished", "{v}");
+    assert_eq!(v["output"], output, "{v}");
+    assert_eq!(server.requests().len(), requests);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_error_chunk_after_text_fails_the_run_never_finishes_with_the_partial_text() {
+    let (server, _dir, exit, v) = served("chat-openrouter-error-chunk-mid-stream", false, |uri| {
+        agent(uri, "openai/gpt-4o-mini", "")
+    })
+    .await;
+    assert_model_failure(exit, &v, "model.server_error");
+    assert_eq!(
+        server.requests().len(),
+        1,
+        "text had reached the caller: no retry"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_error_chunk_before_any_text_is_retried_and_the_next_answer_finishes() {
+    let (server, _dir, exit, v) =
+        served("chat-openrouter-error-chunk-before-any-text", true, |uri| {
+            agent(uri, "nvidia/nemotron-3-ultra-550b-a55b:free", "")
+        })
+        .await;
+    assert_finished(exit, &v, "Sunny in Paris.", &server, 2);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_error_event_then_done_is_a_model_error_never_an_empty_finished() {
+    let (_server, _dir, exit, v) = served("chat-error-event-then-done", false, |uri| {
+        agent(uri, "qwen3-32b", "")
+    })
+    .await;
+    assert_model_failure(exit, &v, "model.other");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("quota exceeded"),
+        "{v}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn finish_reason_error_is_a_model_failure_never_a_final_answer() {
+    let (_server, _dir, exit, v) = served(
+        "chat-finish-reason-error-without-an-error-object",
+        false,
+        |uri| agent(uri, "openai/gpt-4o-mini", ""),
+    )
+    .await;
+    assert_model_failure(exit, &v, "model.server_error");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_200_error_body_to_a_stream_request_is_retried() {
+    let (server, _dir, exit, v) = served(
+        "chat-openrouter-200-error-body-to-a-stream-request",
+        true,
+        |uri| agent(uri, "meta-llama/llama-3.3-70b-instruct", ""),
+    )
+    .await;
+    assert_finished(exit, &v, "Both sunny.", &server, 2);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_call_cut_before_its_arguments_never_runs_though_no_argument_is_required() {
+    let (server, dir, exit, v) = served("chat-call-cut-before-its-arguments", true, |uri| {
+        agent(uri, "gpt-4o-mini", "")
+    })
+    .await;
+    assert_finished(exit, &v, "Both sunny.", &server, 2);
+    assert!(dir.tool_inputs().is_empty(), "the cut call ran");
+    let call = &v["tool_calls"][0];
+    assert_eq!(call["ok"], false, "{v}");
+    assert_eq!(call["error"]["code"], "truncated", "{v}");
+    let told = &server.requests()[1]["messages"];
+    let result = told
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["role"] == "tool")
+        .unwrap();
+    assert!(
+        result["content"]
+            .as_str()
+            .unwrap()
+            .contains("cut off by the output token limit"),
+        "{result}"
+    );
+}
+
+/// An agent of another provider at the quirk server, with the logging `get_weather` tool.
+fn agent_of(provider: &str, uri: &str, model: &str, extra: &str) -> AgentDir {
+    AgentDir::new(&format!(
+        r#"name = "weather"
+instructions = "You answer weather questions."
+
+[model]
+provider = "{provider}"
+name = "{model}"
+base_url = "{uri}"
+api_key_env = "AGENTLOOP_TEST_KEY"
+{extra}
+[[tools]]
+name = "get_weather"
+description = "The weather of a city."
+command = ["python3", "tool.py"]
+input_schema = {{ type = "object", properties = {{ city = {{ type = "string" }} }} }}
+"#
+    ))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_responses_end_named_completed_with_status_incomplete_is_a_cut_answer() {
+    let (_server, _dir, exit, v) = served(
+        "responses-completed-event-with-status-incomplete",
+        false,
+        |uri| agent_of("openai-responses", &format!("{uri}/v1"), "gpt-4o-mini", ""),
+    )
+    .await;
+    assert_eq!(exit, Some(4), "{v}");
+    assert_eq!(v["stop_reason"], "truncated", "{v}");
+    assert_eq!(v["error"]["code"], "model.truncated", "{v}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_responses_200_error_body_fails_the_run_never_an_empty_finished() {
+    let (server, _dir, exit, v) = served("responses-200-with-error-body", false, |uri| {
+        agent_of(
+            "openai-responses",
+            &format!("{uri}/v1"),
+            "openai/gpt-5",
+            "stream = false",
+        )
+    })
+    .await;
+    assert_model_failure(exit, &v, "model.server_error");
+    // A 502 is transient: retried, and the same answer every time fails the run.
+    assert!(server.requests().len() > 1, "retried");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_anthropic_text_of_whitespace_only_is_never_sent_back() {
+    let (server, _dir, exit, v) = served(
+        "anthropic-whitespace-text-block-not-sent-back",
+        false,
+        |uri| agent_of("anthropic", uri, "claude-sonnet-4-5", ""),
+    )
+    .await;
+    assert_finished(exit, &v, "Sunny in Paris.", &server, 2);
+    let assistant = &server.requests()[1]["messages"][1];
+    assert_eq!(assistant["role"], "assistant");
+    let blocks = assistant["content"].as_array().unwrap();
+    assert!(
+        blocks
+            .iter()
+            .all(|b| b["type"] != "text" || !b["text"].as_str().unwrap().trim().is_empty()),
+        "{assistant}"
+    );
+    assert_eq!(blocks[0]["type"], "tool_use", "{assistant}");
+}

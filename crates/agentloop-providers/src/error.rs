@@ -80,6 +80,16 @@ pub(crate) fn reported_error(provider: &str, body: &[u8]) -> ModelError {
         .into_model_error(provider, None)
 }
 
+/// An error object inside a successful answer (`{"error": {...}}` in a 200 stream chunk or
+/// body), classified without an HTTP status (a numeric code stands for one).
+#[cfg(any(feature = "openai", feature = "openai-responses"))]
+pub(crate) fn in_body_error(provider: &str, error: &Value) -> ModelError {
+    let wrapped = serde_json::json!({ "error": error });
+    ProviderError::from_value(&wrapped)
+        .unwrap_or_default()
+        .into_model_error(provider, None)
+}
+
 /// A provider's error object, as the OpenAI and Anthropic envelopes carry it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ProviderError {
@@ -196,8 +206,19 @@ impl ProviderError {
             || m.contains("prompt is too long")
     }
 
-    /// The kind of failure this error (with this HTTP status, if any) is.
+    /// The error code, when it is an HTTP status (`"code": 502`): gateways such as OpenRouter
+    /// put the status their upstream failed with there when they answer HTTP 200.
+    fn code_as_status(&self) -> Option<u16> {
+        self.code
+            .as_deref()
+            .and_then(|c| c.parse::<u16>().ok())
+            .filter(|s| (400..600).contains(s))
+    }
+
+    /// The kind of failure this error (with this HTTP status, if any) is. Without a status (an
+    /// error reported inside a successful answer), a code that is an HTTP status stands for it.
     pub fn kind(&self, status: Option<u16>) -> ModelErrorKind {
+        let status = status.or_else(|| self.code_as_status());
         if self.is("insufficient_quota") {
             return ModelErrorKind::QuotaExceeded;
         }

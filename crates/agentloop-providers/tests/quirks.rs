@@ -39,6 +39,10 @@ struct Case {
     server: String,
     what: String,
     sources: Vec<String>,
+    /// How the bytes relate to the reports: copied as a report shows them, or written from a
+    /// report that shows only the shape.
+    #[serde(default)]
+    provenance: Option<String>,
     correct_client: String,
     #[serde(default)]
     model: Option<String>,
@@ -447,7 +451,10 @@ fn the_corpus_holds_at_least_25_cases_each_citing_its_source() {
                 case.id
             );
         }
-        for text in [&case.server, &case.what, &case.correct_client] {
+        for text in [&case.server, &case.what, &case.correct_client]
+            .into_iter()
+            .chain(&case.provenance)
+        {
             assert!(
                 !text.trim().is_empty(),
                 "{}: a description is empty",

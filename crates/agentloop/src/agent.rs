@@ -821,6 +821,7 @@ fn refused(
         new_messages_from,
         usage: crate::model::Usage::default(),
         cost_usd: 0.0,
+        unpriced_model_calls: 0,
         turns: 0,
         model_calls: 0,
         tool_calls_run: 0,

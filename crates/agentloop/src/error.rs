@@ -6,6 +6,7 @@
 //! | `tool.invalid_name`, `tool.duplicate`, `tool.invalid_schema` | a tool could not be registered |
 //! | `config.unpriced_model` | `max_cost_usd` is set for a model the pricing cannot price: refused before any model call |
 //! | `limit.reached` | a limit stopped the run (which limit, bound, consumed, requested) |
+//! | `limit.cost_unknown` | `max_cost_usd` is set and an answer's cost is unknown (the pricing has no price for the model that answered): the run stopped before spending more |
 //! | `model.*` | a model call failed: see [`crate::model::ModelErrorKind::code`]; also an answer cut off (`model.truncated`), refused (`model.refused`) or filtered (`model.content_filter`) |
 //! | `tool.fatal` | a tool failed fatally |
 //! | `tool.panicked` | a tool handler panicked |
@@ -53,6 +54,17 @@ pub enum RunError {
     /// A limit stopped the run.
     #[error("limit reached: {0}")]
     LimitReached(LimitHit),
+    /// `max_cost_usd` is set and an answer's cost is unknown (the pricing has no price for the
+    /// model that answered), so the budget can no longer be held: the run stopped before
+    /// anything more was spent.
+    #[error(
+        "the cost of an answer of the model {model:?} is unknown (the pricing has no price for \
+         it), so max_cost_usd cannot be held: the run stopped before spending more"
+    )]
+    CostUnknown {
+        /// The model that answered, as it named itself (empty when it did not).
+        model: String,
+    },
     /// A model call failed.
     #[error("model error: {0}")]
     Model(#[from] ModelError),
@@ -129,6 +141,7 @@ impl RunError {
             RunError::InvalidToolDefinition(e) => e.code(),
             RunError::UnpricedModel { .. } => "config.unpriced_model",
             RunError::LimitReached(_) => "limit.reached",
+            RunError::CostUnknown { .. } => "limit.cost_unknown",
             RunError::Model(e) => e.code(),
             RunError::ToolFatal { .. } => "tool.fatal",
             RunError::ToolPanicked { .. } => "tool.panicked",
@@ -151,7 +164,9 @@ impl RunError {
             RunError::InvalidToolDefinition(_) | RunError::UnpricedModel { .. } => {
                 ErrorKind::Definition
             }
-            RunError::LimitReached(_) | RunError::Deadline { .. } => ErrorKind::Limit,
+            RunError::LimitReached(_)
+            | RunError::CostUnknown { .. }
+            | RunError::Deadline { .. } => ErrorKind::Limit,
             RunError::Model(_) => ErrorKind::Model,
             RunError::ToolFatal { .. } | RunError::ToolPanicked { .. } => ErrorKind::Tool,
             RunError::Cancelled => ErrorKind::Cancelled,

@@ -199,6 +199,10 @@ pub struct SubagentRun {
     pub usage: Usage,
     /// USD, its subtree's.
     pub cost_usd: f64,
+    /// Model answers of unknown cost (no price for their model), its subtree's: `cost_usd`
+    /// leaves them out. Absent from records written before it existed.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub unpriced_model_calls: u32,
     /// Turns, its subtree's.
     pub turns: u32,
     /// Model calls, its subtree's.
@@ -560,6 +564,11 @@ pub struct RunOutcome {
     pub usage: Usage,
     /// USD over all model calls that were priced.
     pub cost_usd: f64,
+    /// Model answers whose cost is unknown: the pricing had no price for their model (or the
+    /// agent has no pricing at all). `cost_usd` leaves them out, so while this is above zero it
+    /// is what was metered, not what was spent; under `max_cost_usd` such an answer stops the
+    /// run (`limit.cost_unknown`) before anything more is spent.
+    pub unpriced_model_calls: u32,
     /// Turns taken.
     pub turns: u32,
     /// Model calls made.

@@ -119,14 +119,11 @@ impl ScriptFileStep {
                 }]
             })
             .unwrap_or_default();
-        // A response cut by the output limit (`finish_reason: "length"`) drops the calls whose
-        // arguments are not complete JSON, as a provider's stream would.
-        let (tool_calls, cut_calls): (Vec<ToolCall>, Vec<ToolCall>) =
-            tool_calls.into_iter().partition(|c| {
-                finish_reason != FinishReason::Length
-                    || c.arguments.trim().is_empty()
-                    || serde_json::from_str::<serde::de::IgnoredAny>(&c.arguments).is_ok()
-            });
+        // A response cut by the output limit (`finish_reason: "length"`) drops the calls it cut,
+        // by the accumulator's rule, as a provider's stream would.
+        let (cut_calls, tool_calls): (Vec<ToolCall>, Vec<ToolCall>) = tool_calls
+            .into_iter()
+            .partition(|c| crate::model::cut_by_the_limit(finish_reason, &c.arguments));
         let response = ModelResponse {
             message: AssistantMessage {
                 reasoning,

@@ -136,3 +136,121 @@ async fn a_dated_snapshot_in_the_response_is_priced_by_its_base_entry() {
     assert_eq!(out.stop_reason, StopReason::Finished);
     assert!((out.cost_usd - 2.0).abs() < 1e-9, "{}", out.cost_usd);
 }
+
+/// A model with the id `local-model` whose answers name themselves `name`.
+fn answering_as(name: &'static str, usage: Usage) -> FunctionModel {
+    FunctionModel::new(move |_| {
+        let mut r = ModelResponse::text("done").with_usage(usage);
+        r.model = Some(name.into());
+        Ok(r)
+    })
+    .with_id("local-model")
+}
+
+#[tokio::test]
+async fn an_answer_named_for_a_model_the_table_lacks_is_priced_by_the_configured_name() {
+    let usage = Usage {
+        input_tokens: 1_000_000,
+        ..Usage::default()
+    };
+    // A gateway's name for the configured model.
+    let out = Agent::builder()
+        .model(answering_as("vendor/local-model", usage))
+        .pricing(PriceTable::new().with("local-model", Price::new(2.0, 0.0)))
+        .build()
+        .unwrap()
+        .run("go")
+        .await;
+    assert_eq!(out.stop_reason, StopReason::Finished);
+    assert!((out.cost_usd - 2.0).abs() < 1e-9, "{}", out.cost_usd);
+    assert_eq!(out.unpriced_model_calls, 0);
+}
+
+#[tokio::test]
+async fn an_answer_whose_cost_is_unknown_is_counted_unpriced_never_as_zero() {
+    let out = Agent::builder()
+        .model(answering_as("someone-else", Usage::default()))
+        .pricing(PriceTable::new().with("gpt-4o", Price::new(2.0, 0.0)))
+        .build()
+        .unwrap()
+        .run("go")
+        .await;
+    assert_eq!(out.stop_reason, StopReason::Finished);
+    assert_eq!(out.unpriced_model_calls, 1, "the answer's cost is unknown");
+}
+
+#[tokio::test]
+async fn under_a_cost_budget_an_answer_of_unknown_cost_stops_the_run_before_its_calls_run() {
+    use agentloop::{Tool, ToolOutput, limits::OnLimit};
+    use serde_json::{Value, json};
+
+    let ran = Arc::new(AtomicUsize::new(0));
+    let asked = Arc::new(AtomicUsize::new(0));
+    let tool = {
+        let ran = ran.clone();
+        Tool::dynamic(
+            "probe",
+            "Probes.",
+            json!({"type": "object", "properties": {"n": {"type": "integer"}}}),
+            move |_args: Value, _ctx| {
+                let ran = ran.clone();
+                async move {
+                    ran.fetch_add(1, Ordering::SeqCst);
+                    Ok(ToolOutput::text("ok"))
+                }
+            },
+        )
+    };
+    let model = {
+        let asked = asked.clone();
+        FunctionModel::new(move |_| {
+            let n = asked.fetch_add(1, Ordering::SeqCst) + 1;
+            // The second answer is past the tier the pricing knows a price for.
+            let usage = Usage {
+                input_tokens: if n == 1 { 100 } else { 500_000 },
+                ..Usage::default()
+            };
+            let id = format!("c{n}");
+            Ok(
+                ModelResponse::tool_calls([(id, "probe", format!("{{\"n\": {n}}}"))])
+                    .with_usage(usage),
+            )
+        })
+        .with_id("local-model")
+    };
+    let out = Agent::builder()
+        .model(model)
+        .tool(tool)
+        // Known up to 200k input tokens only, as a table without a long-context tier.
+        .pricing(|_: &str, _: &str, u: &Usage| {
+            (u.input_tokens <= 200_000).then_some(u.input_tokens as f64 * 1e-6)
+        })
+        .limits(Limits {
+            max_cost_usd: Some(5.0),
+            // A last answer would be spent unmetered too: none is asked for.
+            on_limit: OnLimit::Answer,
+            ..Limits::default()
+        })
+        .build()
+        .unwrap()
+        .run("go")
+        .await;
+    assert_eq!(out.stop_reason, StopReason::Budget);
+    let error = out.error.as_ref().expect("an error says why");
+    assert_eq!(error.code(), "limit.cost_unknown", "{error}");
+    assert_eq!(error.kind(), agentloop::ErrorKind::Limit);
+    assert_eq!(
+        asked.load(Ordering::SeqCst),
+        2,
+        "no model call after the unknown cost"
+    );
+    assert_eq!(
+        ran.load(Ordering::SeqCst),
+        1,
+        "the second answer's call never ran"
+    );
+    assert_eq!(out.unpriced_model_calls, 1);
+    assert!((out.cost_usd - 0.0001).abs() < 1e-12, "{}", out.cost_usd);
+    assert_eq!(out.tool_calls.len(), 2);
+    assert!(!out.tool_calls[1].ok(), "{:?}", out.tool_calls[1]);
+}

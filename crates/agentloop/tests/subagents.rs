@@ -119,11 +119,18 @@ async fn usage_and_counts_roll_up_and_the_outcome_carries_the_tree() {
         assert_eq!(s.usage, usage(20, 10), "two model calls of the worker");
         assert_eq!((s.turns, s.model_calls, s.tool_calls), (2, 2, 2));
         assert!(s.call_id.starts_with('s'));
+        // Nothing here is priced: each answer's cost is unknown, not zero.
+        assert_eq!(s.unpriced_model_calls, 2);
     }
     // The parent's own two model calls, plus the sum of the leaves.
     let leaves: u64 = out.subagents.iter().map(|s| s.usage.total_tokens()).sum();
     assert_eq!(out.usage.total_tokens(), 300 + leaves);
     assert_eq!(out.model_calls, 2 + 6);
+    assert_eq!(
+        out.unpriced_model_calls,
+        2 + 6,
+        "the tree's unknown costs roll up"
+    );
     assert_eq!(out.tool_calls_run, 3 + 6);
     assert_eq!(out.output.as_deref(), Some("read: worked"));
     // The subagents' events reach the parent's sinks, with the parent's run id.

@@ -272,7 +272,10 @@ fn assistant_blocks(message: &AssistantMessage) -> Vec<OutBlock<'_>> {
         // Reasoning without a signature (from another provider) cannot be sent back: Anthropic
         // rejects unsigned thinking blocks.
     }
-    if !message.text.is_empty() {
+    // The API refuses a text block of whitespace only ("text content blocks must contain
+    // non-whitespace text"), yet models answer `"\n\n"` before a tool call: it goes back as
+    // nothing, or every later request of the conversation fails.
+    if !message.text.trim().is_empty() {
         blocks.push(OutBlock::Text {
             text: &message.text,
         });

@@ -14,7 +14,7 @@ use serde_json::Value;
 
 use super::dialect::{DialectReader, ToolDialect};
 use crate::decode::{StreamDecoder, accumulate_sse, accumulate_whole};
-use crate::error::{ProviderError, decode_error, stream_error};
+use crate::error::{decode_error, in_body_error, stream_error};
 
 /// A whole response or one stream chunk: the same shape, with `message` or `delta` in each choice.
 #[derive(Deserialize)]
@@ -283,22 +283,6 @@ pub fn map_finish_reason(raw: &str) -> FinishReason {
         "error" => FinishReason::Error,
         _ => FinishReason::Other,
     }
-}
-
-/// An error object inside a successful response (`{"error": {...}}` in a 200 stream chunk).
-/// A numeric code that looks like an HTTP status (OpenRouter) classifies it as that status would.
-fn in_body_error(provider: &str, error: &Value) -> ModelError {
-    let wrapped = serde_json::json!({ "error": error });
-    let parsed = ProviderError::from_value(&wrapped).unwrap_or_default();
-    let status = parsed
-        .code
-        .as_deref()
-        .and_then(|c| c.parse::<u16>().ok())
-        .filter(|s| (400..600).contains(s));
-    let kind = parsed.kind(status);
-    let mut e = parsed.into_model_error(provider, None);
-    e.kind = kind;
-    e
 }
 
 /// The pure parser of a Chat Completions event stream: it turns each event's data into

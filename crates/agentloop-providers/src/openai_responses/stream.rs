@@ -15,7 +15,7 @@ use serde_json::Value;
 
 use super::PROVIDER;
 use crate::decode::{StreamDecoder, accumulate_sse, accumulate_whole};
-use crate::error::{ProviderError, decode_error, reported_error, stream_error};
+use crate::error::{ProviderError, decode_error, in_body_error, reported_error, stream_error};
 
 #[derive(Deserialize, Default, Clone, Copy)]
 struct TokenDetails {
@@ -177,6 +177,10 @@ struct ResponseHead<'a> {
     incomplete_details: Option<IncompleteDetails<'a>>,
     #[serde(default)]
     error: Option<Value>,
+    /// `completed`, `incomplete`, `failed`: what the response says of itself, whatever the event
+    /// that carries it is called.
+    #[serde(default, borrow)]
+    status: Option<Cow<'a, str>>,
 }
 
 /// One stream event, every kind in one borrowed shape.
@@ -244,20 +248,26 @@ fn finish_of(
 }
 
 fn failure(error: Option<Value>) -> ModelError {
-    let envelope = error.map(|e| {
-        let mut map = serde_json::Map::with_capacity(1);
-        map.insert("error".to_owned(), e);
-        Value::Object(map)
-    });
-    let provider_error = envelope
-        .as_ref()
-        .and_then(ProviderError::from_value)
-        .unwrap_or_default();
-    let mut error = provider_error.into_model_error(PROVIDER, None);
+    let mut error = match error {
+        Some(e) => in_body_error(PROVIDER, &e),
+        None => ProviderError::default().into_model_error(PROVIDER, None),
+    };
     if error.message == "the provider reported an error" {
         error.message = "the response failed".to_owned();
     }
     error
+}
+
+/// The error object of an event that is a bare error envelope (`{"error": {...}}`).
+fn error_envelope(data: &[u8]) -> Option<Value> {
+    #[derive(Deserialize)]
+    struct Envelope {
+        error: Value,
+    }
+    serde_json::from_slice::<Envelope>(data)
+        .ok()
+        .map(|e| e.error)
+        .filter(|e| !e.is_null())
 }
 
 #[derive(Debug)]
@@ -296,6 +306,11 @@ impl ResponsesStreamParser {
             Err(e) => match serde_json::from_str::<KindOnly<'_>>(data) {
                 // An event we do not read may have any shape.
                 Ok(k) if !HANDLED.contains(&&*k.kind) => Ok(()),
+                // A gateway's error envelope in a 200 stream (`{"error": {...}}`, no `type`).
+                Err(_) => match error_envelope(data.as_bytes()) {
+                    Some(error) => Err(in_body_error(PROVIDER, &error)),
+                    None => Err(decode_error(PROVIDER, "stream event", &e)),
+                },
                 _ => Err(decode_error(PROVIDER, "stream event", &e)),
             },
         };
@@ -405,12 +420,18 @@ impl ResponsesStreamParser {
                 let head = event
                     .response
                     .ok_or_else(|| stream_error(PROVIDER, "a final event without its response"))?;
-                let status = if event.kind == "response.completed" {
+                let named = if event.kind == "response.completed" {
                     "completed"
                 } else {
                     "incomplete"
                 };
-                self.finish(status, &head, out);
+                // Some servers name every end `response.completed`, whatever the status it
+                // carries (`incomplete` after the output limit, `failed`): the status decides.
+                let status = head.status.as_deref().unwrap_or(named).to_owned();
+                if status == "failed" {
+                    return Err(failure(head.error));
+                }
+                self.finish(&status, &head, out);
             }
             "response.failed" => {
                 return Err(failure(event.response.and_then(|r| r.error)));
@@ -532,8 +553,11 @@ impl StreamDecoder for ResponsesStreamParser {
     fn whole(&mut self, body: &[u8], out: &mut VecDeque<ModelEvent>) -> Result<(), ModelError> {
         let response: WholeResponse<'_> = serde_json::from_slice(body)
             .map_err(|e| decode_error(PROVIDER, "response body", &e))?;
-        let status = response.status.as_deref().unwrap_or("completed");
-        if status == "failed" {
+        let status = response.head.status.as_deref().unwrap_or("completed");
+        // A failed response, or a gateway's error envelope answered with HTTP 200 (no status,
+        // no output: read as a response it would be an empty success).
+        let envelope = response.head.status.is_none() && response.output.is_empty();
+        if status == "failed" || (envelope && response.head.error.is_some()) {
             return Err(failure(response.head.error));
         }
         self.started = true;
@@ -554,8 +578,6 @@ impl StreamDecoder for ResponsesStreamParser {
 struct WholeResponse<'a> {
     #[serde(flatten, borrow)]
     head: ResponseHead<'a>,
-    #[serde(default, borrow)]
-    status: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
     output: Vec<InItem<'a>>,
 }

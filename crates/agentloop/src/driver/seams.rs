@@ -244,18 +244,21 @@ impl Driver<'_> {
         Input::Admitted { verdicts, failures }
     }
 
-    /// The price of a response; a pricing function that panics is reported and prices nothing.
+    /// The price of a response: by the name of the model that answered, else by the configured
+    /// one (a gateway answers `openai/gpt-4o` for `gpt-4o`, a server its own alias). A pricing
+    /// function that panics is reported and prices nothing.
     pub(super) fn price(&self, response: &ModelResponse) -> (Option<f64>, Vec<HookFailure>) {
         let Some(pricing) = &self.inner.pricing else {
             return (None, Vec::new());
         };
         let model = &self.inner.model;
         let priced = std::panic::catch_unwind(AssertUnwindSafe(|| {
-            pricing.cost(
-                model.provider(),
-                response.model.as_deref().unwrap_or(model.id()),
-                &response.usage,
-            )
+            let by = |name: &str| pricing.cost(model.provider(), name, &response.usage);
+            response
+                .model
+                .as_deref()
+                .and_then(by)
+                .or_else(|| by(model.id()))
         }));
         match priced {
             Ok(cost) => (cost, Vec::new()),

@@ -28,7 +28,7 @@ impl RunMachine {
         // A cached answer cost nothing this time.
         let cost = if response.cached { Some(0.0) } else { cost };
         self.usage.add(&response.usage);
-        self.cost += cost.unwrap_or(0.0);
+        self.count_cost(cost, response.model.as_deref());
         self.note_context(&response);
         let duration = self.now.saturating_sub(self.called_at);
         self.emit(|| EventKind::ModelResponse {
@@ -47,6 +47,20 @@ impl RunMachine {
         }
     }
 
+    /// Adds an answer's cost to the run's, or counts it unpriced when its cost is unknown (the
+    /// pricing has no price for `model`): never as a silent zero.
+    pub(super) fn count_cost(&mut self, cost: Option<f64>, model: Option<&str>) {
+        match cost {
+            Some(c) => self.cost += c,
+            None => {
+                self.unpriced.0 = self.unpriced.0.saturating_add(1);
+                if self.unpriced.1.is_none() {
+                    self.unpriced.1 = model.map(str::to_owned);
+                }
+            }
+        }
+    }
+
     /// Judges a response: a last answer after a limit, an answer that is not one (refused,
     /// filtered, cut), a final answer, or a decision to call tools.
     pub(super) fn decide(&mut self, mut response: ModelResponse, reask: Option<String>) {
@@ -62,6 +76,10 @@ impl RunMachine {
         match response.finish_reason {
             FinishReason::Refusal | FinishReason::ContentFilter => {
                 self.not_an_answer(response);
+                return;
+            }
+            FinishReason::Error => {
+                self.failed_answer(response);
                 return;
             }
             _ => {}
@@ -105,23 +123,45 @@ impl RunMachine {
             None if words.is_empty() => format!("the model {what}"),
             None => format!("the model {what}: {words}"),
         };
-        let mut message_out = response.message;
-        let calls = std::mem::take(&mut message_out.tool_calls);
-        if calls.is_empty() {
-            self.transcript.push(Message::Assistant(message_out));
+        self.keep_with_calls_not_run(response.message, what);
+        self.output = (!words.is_empty()).then_some(words);
+        self.error = Some(RunError::Model(ModelError::new(kind, message)));
+        self.finish(stop);
+    }
+
+    /// A response the provider said ended in an error (Chat's `finish_reason: "error"`, a
+    /// Responses status `failed`) without an error of its own: a failed model call, as if it
+    /// had failed with that error. Its text is a fragment, never the run's output, and its calls
+    /// never run.
+    fn failed_answer(&mut self, response: ModelResponse) {
+        let raw = response
+            .raw_finish_reason
+            .clone()
+            .unwrap_or_else(|| FinishReason::Error.as_str().to_owned());
+        let mut error = ModelError::new(
+            ModelErrorKind::Server,
+            format!("the model's response ended in an error (finish reason {raw:?})"),
+        );
+        error.provider_code = Some(raw);
+        self.keep_with_calls_not_run(response.message, "ended in an error");
+        self.error = Some(RunError::Model(error));
+        self.finish(StopReason::Failed);
+    }
+
+    /// Keeps a response that is not an answer in the transcript, each of its calls answered
+    /// `not_run` (saying why: the response `what`), so the conversation can be continued.
+    fn keep_with_calls_not_run(&mut self, message: AssistantMessage, what: &str) {
+        if message.tool_calls.is_empty() {
+            self.transcript.push(Message::Assistant(message));
         } else {
-            message_out.tool_calls = calls;
             self.answer_all(
-                message_out,
+                message,
                 &CallOutcome::refused(
                     codes::NOT_RUN,
                     format!("not run: the response that made this call {what}"),
                 ),
             );
         }
-        self.output = (!words.is_empty()).then_some(words);
-        self.error = Some(RunError::Model(ModelError::new(kind, message)));
-        self.finish(stop);
     }
 
     /// The output limit for the next call, raised once per run where the agent set one: doubled,
@@ -726,6 +766,9 @@ impl RunMachine {
         };
         self.usage.add(&sub.usage);
         self.cost += sub.cost_usd;
+        // The subtree's answers of unknown cost leave the run's cost unknown too (and stop a
+        // budgeted run at its next check).
+        self.unpriced.0 = self.unpriced.0.saturating_add(sub.unpriced_model_calls);
         self.sub_turns = self.sub_turns.saturating_add(sub.turns);
         self.sub_model_calls = self.sub_model_calls.saturating_add(sub.model_calls);
         self.tool_calls_run = self.tool_calls_run.saturating_add(sub.tool_calls);

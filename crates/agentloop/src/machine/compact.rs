@@ -91,7 +91,7 @@ impl RunMachine {
             Ok((response, cost)) => {
                 let cost = if response.cached { Some(0.0) } else { cost };
                 self.usage.add(&response.usage);
-                self.cost += cost.unwrap_or(0.0);
+                self.count_cost(cost, response.model.as_deref());
                 let text = response.message.text.trim().to_owned();
                 let replaced: u64 = self
                     .transcript

@@ -143,6 +143,9 @@ pub struct RunMachine {
     tool_calls_run: u32,
     usage: Usage,
     cost: f64,
+    /// Answers whose cost is unknown (the pricing had no price for their model), and the name
+    /// of the first one's model: `cost` leaves them out.
+    unpriced: (u32, Option<String>),
     records: Vec<ToolCallRecord>,
     /// The recent tool turns since the last reset, each as the range of its records, for the
     /// stuck-loop rule.
@@ -270,6 +273,7 @@ impl RunMachine {
             tool_calls_run: 0,
             usage: Usage::default(),
             cost: 0.0,
+            unpriced: (0, None),
             records: Vec::new(),
             recent_turns: Vec::new(),
             tools,
@@ -1031,7 +1035,11 @@ impl RunMachine {
             return Some(hit(LimitKind::Tokens, max as f64, used, 0.0));
         }
         match l.max_cost_usd {
-            Some(max) if self.cost >= max => Some(hit(LimitKind::Cost, max, self.cost, 0.0)),
+            // An answer of unknown cost: the budget can no longer be held, so nothing more is
+            // spent (see `stop_on_limit`).
+            Some(max) if self.cost >= max || self.unpriced.0 > 0 => {
+                Some(hit(LimitKind::Cost, max, self.cost, 0.0))
+            }
             _ => None,
         }
     }
@@ -1041,6 +1049,8 @@ impl RunMachine {
         self.limits.on_limit == OnLimit::Answer
             && self.wrap_up.is_none()
             && !matches!(kind, LimitKind::ModelCalls | LimitKind::Deadline)
+            // A last answer of unknown cost would be spent unmetered too.
+            && !(kind == LimitKind::Cost && self.unpriced.0 > 0)
     }
 
     /// A limit stops the run: at once, or (`on_limit = "answer"`) after one last model call with
@@ -1069,6 +1079,9 @@ impl RunMachine {
         self.error = Some(match hit.limit {
             LimitKind::Deadline => RunError::Deadline {
                 elapsed_ms: self.now.as_millis() as u64,
+            },
+            LimitKind::Cost if self.unpriced.0 > 0 => RunError::CostUnknown {
+                model: self.unpriced.1.clone().unwrap_or_default(),
             },
             _ => RunError::LimitReached(hit),
         });
@@ -1249,6 +1262,7 @@ impl RunMachine {
             new_messages_from: self.new_from,
             usage: self.usage,
             cost_usd: self.cost,
+            unpriced_model_calls: self.unpriced.0,
             turns: self.turn,
             model_calls: self.model_calls.saturating_add(self.sub_model_calls),
             tool_calls_run: self.tool_calls_run,
@@ -1272,6 +1286,7 @@ impl RunMachine {
             new_messages_from: self.new_from,
             usage: self.usage,
             cost_usd: self.cost,
+            unpriced_model_calls: self.unpriced.0,
             turns: self.turn,
             model_calls: self.model_calls.saturating_add(self.sub_model_calls),
             tool_calls_run: self.tool_calls_run,

@@ -13,6 +13,18 @@ struct PartialCall {
     arguments: String,
 }
 
+/// True when a call with these arguments, in a response that ended this way, was cut off by the
+/// output limit: its arguments are not complete JSON, or it has none at all. Under the limit, a
+/// call with no byte of its arguments was cut before they began, never made with none: an empty
+/// string would validate against a schema with no required field, and the call would run with
+/// arguments the model never wrote. Without the limit, empty arguments are a call made with none
+/// (some servers send `""`).
+pub fn cut_by_the_limit(finish: FinishReason, arguments: &str) -> bool {
+    finish == FinishReason::Length
+        && (arguments.trim().is_empty()
+            || serde_json::from_str::<serde::de::IgnoredAny>(arguments).is_err())
+}
+
 /// Turns a model's events into one [`ModelResponse`]. Every provider uses this one accumulator.
 #[derive(Default)]
 pub struct ResponseAccumulator {
@@ -150,9 +162,7 @@ impl ResponseAccumulator {
                     format!("tool call at index {} has no name", call.index),
                 ));
             }
-            let complete = call.arguments.trim().is_empty()
-                || serde_json::from_str::<serde::de::IgnoredAny>(&call.arguments).is_ok();
-            if !complete && finish_reason == FinishReason::Length {
+            if cut_by_the_limit(finish_reason, &call.arguments) {
                 truncated = true;
                 self.warnings.push(format!(
                     "tool call {} ({}) was cut off and dropped",
@@ -307,6 +317,34 @@ mod tests {
         assert!(r.truncated);
         assert_eq!(r.message.tool_calls.len(), 1);
         assert!(!r.warnings.is_empty());
+    }
+
+    #[test]
+    fn a_call_cut_before_any_byte_of_its_arguments_is_dropped_not_run_with_none() {
+        let call = |acc: &mut ResponseAccumulator, index: u32, id: &str| {
+            acc.push(ModelEvent::ToolCallStart {
+                index,
+                id: id.into(),
+                name: "now".into(),
+            })
+            .unwrap();
+        };
+        let mut acc = ResponseAccumulator::new();
+        call(&mut acc, 0, "cut");
+        acc.push(finish(FinishReason::Length)).unwrap();
+        let r = acc.finish().unwrap();
+        assert!(r.truncated);
+        assert!(r.message.tool_calls.is_empty());
+        assert_eq!(r.cut_calls.len(), 1);
+        assert_eq!(r.cut_calls[0].call_id, "cut");
+
+        // Without the output limit, empty arguments are a call made with none.
+        let mut acc = ResponseAccumulator::new();
+        call(&mut acc, 0, "whole");
+        acc.push(finish(FinishReason::ToolCalls)).unwrap();
+        let r = acc.finish().unwrap();
+        assert!(!r.truncated);
+        assert_eq!(r.message.tool_calls.len(), 1);
     }
 
     #[test]

@@ -1,6 +1,10 @@
 //! A response cache: [`CachedModel`] wraps a model and answers a request it has answered before
 //! from a [`ResponseCache`], keyed by the exact request (the provider and model, instructions,
-//! messages, tools, output schema and settings). Concurrent identical requests are sent once and
+//! messages, tools, output schema and settings) and, where the builder of the model tells it
+//! ([`CachedModel::keyed_by_wire`]), by what the request is on the wire: the server it goes to
+//! and the body it encodes to, so that two servers answering to one model name, or two
+//! encodings of one request (a tool dialect, reasoning sent back or not, a prompt cache key),
+//! never share answers. Concurrent identical requests are sent once and
 //! share the answer (single flight). An answer that did not come from the model this time is
 //! marked: [`ModelResponse::cached`] (priced at zero, its input tokens reported as cached), and
 //! it streams as deltas like a fresh one. Failed, refused, filtered and cut-off answers are
@@ -33,12 +37,18 @@ pub trait ResponseCache: Send + Sync {
 
 type Flight = Arc<OnceCell<Result<ModelResponse, ModelError>>>;
 
+/// What a request is on the wire, for the cache key: the server it is sent to and its encoded
+/// body (see [`CachedModel::keyed_by_wire`]). `None` when it cannot be told (the key is then
+/// the request's alone).
+pub type WireKey = Arc<dyn Fn(&ModelRequest<'_>) -> Option<serde_json::Value> + Send + Sync>;
+
 /// A model whose answers are cached (see the module's docs).
 pub struct CachedModel {
     inner: Arc<dyn Model>,
     cache: Arc<dyn ResponseCache>,
     ttl: Duration,
     flights: Mutex<HashMap<String, Flight>>,
+    wire: Option<WireKey>,
 }
 
 impl std::fmt::Debug for CachedModel {
@@ -58,11 +68,36 @@ impl CachedModel {
             cache,
             ttl,
             flights: Mutex::new(HashMap::new()),
+            wire: None,
+        }
+    }
+
+    /// Keys answers by what each request is on the wire as well: `wire` gives the server a
+    /// request goes to and the body it encodes to. Options that change the request on the wire
+    /// without changing the [`ModelRequest`] (a base URL, a tool dialect, reasoning fields, a
+    /// prompt cache key) then keep their answers apart.
+    #[must_use]
+    pub fn keyed_by_wire(mut self, wire: WireKey) -> Self {
+        self.wire = Some(wire);
+        self
+    }
+
+    /// The key of `request`: the request's own, and what it is on the wire when known.
+    fn key(&self, request: &ModelRequest<'_>) -> String {
+        let key = request_key(self.inner.provider(), self.inner.id(), request);
+        match self.wire.as_ref().and_then(|wire| wire(request)) {
+            Some(wire) => {
+                let mut d = crate::journal::Definition::new();
+                d.set("request", serde_json::Value::String(key));
+                d.set("wire", wire);
+                d.fingerprint()
+            }
+            None => key,
         }
     }
 
     async fn answer(&self, request: ModelRequest<'_>) -> Vec<Result<ModelEvent, ModelError>> {
-        let key = request_key(self.inner.provider(), self.inner.id(), &request);
+        let key = self.key(&request);
         if let Ok(Some(response)) = self.cache.get(&key) {
             return replay(response, true);
         }

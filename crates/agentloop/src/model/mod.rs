@@ -24,7 +24,7 @@ use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-pub use accumulate::ResponseAccumulator;
+pub use accumulate::{ResponseAccumulator, cut_by_the_limit};
 pub use error::{ModelError, ModelErrorKind};
 pub use event::{ModelEvent, ModelStream};
 pub use response::{FinishReason, ModelResponse, Usage};
