@@ -110,6 +110,7 @@ root = "work"
 max_results = 50
 [[tools]]
 builtin = "shell"
+root = "work"
 [[tools]]
 builtin = "web_fetch"
 allow_private = ["127.0.0.1"]

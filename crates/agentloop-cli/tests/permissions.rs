@@ -601,8 +601,7 @@ command_prefix = {{ field = "command", prefix = "git status"{chaining} }}
     );
 }
 
-/// A scripted agent with the built-in `shell` (its root the agent's folder) and `read_file`
-/// (its root `work/`), whose `[permissions]` are `permissions`; its model makes `calls` (each
+/// A scripted agent with the built-in `shell` and `read_file`, both rooted in `work/`, whose `[permissions]` are `permissions`; its model makes `calls` (each
 /// `[tool, arguments]`) in one batch, then answers.
 fn scripted_builtins(permissions: &str, calls: &[(&str, Value)]) -> AgentDir {
     let dir = AgentDir::new(&format!(
@@ -612,6 +611,7 @@ provider = "scripted"
 script = "script.json"
 [[tools]]
 builtin = "shell"
+root = "work"
 [[tools]]
 builtin = "read_file"
 root = "work"
@@ -653,11 +653,11 @@ command_prefix = { field = "command", prefix = "echo" }
         );
     }
     assert!(
-        !dir.path("pwned").exists(),
+        !dir.path("work/pwned").exists(),
         "an unmatched command ran unasked"
     );
     assert!(
-        !dir.path("chained").exists(),
+        !dir.path("work/chained").exists(),
         "a chained command ran unasked"
     );
 
@@ -688,7 +688,7 @@ command_prefix = { field = "command", prefix = "echo" }
     );
     let (statuses, _) = statuses(&dir).await;
     assert_eq!(statuses, ["ok"]);
-    assert!(dir.path("listed").exists());
+    assert!(dir.path("work/listed").exists());
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -755,10 +755,10 @@ path_glob = { field = "path", glob = "**/.env" }
     assert_eq!(
         got,
         [
-            ("permissions.rules[0].path_glob.field".to_owned(), 13, 23),
+            ("permissions.rules[0].path_glob.field".to_owned(), 14, 23),
             (
                 "permissions.rules[1].command_prefix.field".to_owned(),
-                17,
+                18,
                 28
             ),
         ],
@@ -910,7 +910,7 @@ fn the_prompt_on_a_terminal_shows_the_whole_call_with_invisible_characters_escap
         "the whole command, its bidi override escaped: {screen}"
     );
     assert!(!screen.contains('\u{202e}'), "{screen}");
-    assert!(!dir.path("pwned").exists(), "answered no");
+    assert!(!dir.path("work/pwned").exists(), "answered no");
 }
 
 #[tokio::test(flavor = "multi_thread")]

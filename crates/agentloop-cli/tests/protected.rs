@@ -143,3 +143,40 @@ async fn the_write_tools_refuse_the_agents_own_files_wherever_the_root_is() {
         Some(&b"import"[..])
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_shell_that_may_write_the_agents_own_files_is_refused_at_load() {
+    let file = |shell: &str| {
+        format!(
+            "name = \"s\"\n[model]\nprovider = \"scripted\"\nscript = \"script.json\"\n\
+             [[tools]]\nbuiltin = \"shell\"\n{shell}\n"
+        )
+    };
+    let dir = AgentDir::new(&file(""));
+    dir.write("script.json", "[]");
+    std::fs::create_dir(dir.path("work")).unwrap();
+    let plan = |dir: &AgentDir| {
+        let agent = dir.agent();
+        async move { agentloop(args(&["plan", agent.to_str().unwrap()])).await }
+    };
+    let out = plan(&dir).await;
+    assert_eq!(out.status.code(), Some(3), "{}", stdout(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("tools[0].root") && err.contains("agent's own file agent.toml"),
+        "{err}"
+    );
+    for ok in [
+        "root = \"work\"",
+        "sandbox = \"read-only\"",
+        "sandbox = \"off\"",
+    ] {
+        dir.write("agent.toml", &file(ok));
+        let out = plan(&dir).await;
+        assert_eq!(out.status.code(), Some(0), "{ok}: {}", stderr(&out));
+    }
+    // A link to the agent's folder is the same folder.
+    std::os::unix::fs::symlink(dir.path("."), dir.path("work/up")).unwrap();
+    dir.write("agent.toml", &file("root = \"work/up\""));
+    assert_eq!(plan(&dir).await.status.code(), Some(3));
+}

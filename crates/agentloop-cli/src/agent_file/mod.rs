@@ -165,7 +165,55 @@ impl AgentFile {
             file.subagents.push((name, child));
         }
         chain.pop();
+        let mut problems = Problems::new(path, &text);
+        file.check_shell_roots(&mut problems);
+        if !problems.is_empty() {
+            return Err(LoadError::Invalid(problems.sorted()));
+        }
         Ok(file)
+    }
+
+    /// A shell whose sandbox lets it write its root must not have the agent's own files under
+    /// that root: the model would rewrite the program that runs it (`agent.toml`, a tool's
+    /// script, the permission store) with one command. The file tools refuse those files one by
+    /// one; a process can only be kept out of a whole folder.
+    fn check_shell_roots(&self, problems: &mut Problems) {
+        use agentloop_tools::SandboxMode;
+        let own: Vec<PathBuf> = self
+            .own_files()
+            .iter()
+            .filter_map(|p| std::fs::canonicalize(p).ok())
+            .collect();
+        for (i, t) in self.tools().iter().enumerate() {
+            let is_shell = t.builtin.as_ref().is_some_and(|b| b.get_ref() == "shell");
+            let writes_root = matches!(
+                t.sandbox(self.sandbox()).mode,
+                SandboxMode::WorkspaceWrite | SandboxMode::BestEffort
+            );
+            if !is_shell || !writes_root {
+                continue;
+            }
+            let given = t.root.as_ref().map_or(".", |r| r.get_ref().as_str());
+            let Ok(root) = std::fs::canonicalize(self.resolve(given)) else {
+                continue;
+            };
+            let Some(inside) = own.iter().find(|f| f.starts_with(&root)) else {
+                continue;
+            };
+            let shown = inside.strip_prefix(&root).unwrap_or(inside).display();
+            problems.at(
+                &format!("tools[{i}].root"),
+                t.root
+                    .as_ref()
+                    .map(toml::Spanned::span)
+                    .or_else(|| t.name_span()),
+                format!(
+                    "the shell may write everything under its root {given:?}, which holds the \
+                     agent's own file {shown}: give the shell a folder of its own \
+                     (root = \"workspace\"), or sandbox = \"read-only\""
+                ),
+            );
+        }
     }
 
     /// The agent file a subagent tool runs.
