@@ -34,7 +34,8 @@ use serde_json::{Value, json};
 use agentloop_sandbox::{Sandbox, SandboxPolicy};
 
 use crate::process::{
-    Captured, Finished, GroupCommand, Stopped, describe_status, env_pairs, run_until, scrubbed_env,
+    Captured, Finished, GroupCommand, Stopped, describe_status, env_pairs, not_cancelled,
+    run_until, scrubbed_env,
 };
 use crate::shell::DEFAULT_SHELL_ENV;
 
@@ -353,6 +354,7 @@ impl Runner {
     }
 
     async fn run(&self, args: Value, ctx: ToolContext) -> Result<ToolOutput, ToolError> {
+        not_cancelled(&ctx.cancel, &format!("`{}`", self.display_program()))?;
         let command = GroupCommand {
             program: &self.program,
             args: &self.args,

@@ -286,6 +286,22 @@ pub(crate) fn scrubbed_env(
         .collect()
 }
 
+/// Refuses to start a child once the call is cancelled: a cancel that fired before the handler
+/// got here (the run was stopped while the call waited to be polled) must not start a program
+/// whose effect would come after the run said it stopped.
+pub(crate) fn not_cancelled(
+    cancel: &tokio_util::sync::CancellationToken,
+    what: &str,
+) -> Result<(), agentloop::ToolError> {
+    if cancel.is_cancelled() {
+        return Err(agentloop::ToolError::new(
+            "cancelled",
+            format!("the call was cancelled before {what} started"),
+        ));
+    }
+    Ok(())
+}
+
 /// Why a child was stopped before it ended.
 pub(crate) enum Stopped {
     /// The call's cancellation token fired.

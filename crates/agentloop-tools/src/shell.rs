@@ -26,7 +26,8 @@ use serde_json::json;
 use agentloop_sandbox::{Sandbox, SandboxPolicy};
 
 use crate::process::{
-    GroupCommand, HeadTail, Stopped, describe_status, env_pairs, run_until, scrubbed_env,
+    GroupCommand, HeadTail, Stopped, describe_status, env_pairs, not_cancelled, run_until,
+    scrubbed_env,
 };
 use crate::workspace::Workspace;
 
@@ -159,6 +160,7 @@ impl ShellRunner {
             )
             .permanent());
         }
+        not_cancelled(&ctx.cancel, "the command")?;
         let argv = ["-c".to_owned(), args.command];
         let command = GroupCommand {
             program: std::path::Path::new("sh"),

@@ -307,6 +307,20 @@ async fn runs_in_its_working_dir_and_resolves_relative_programs_there() {
 }
 
 #[tokio::test]
+async fn a_call_cancelled_before_it_starts_never_starts_its_program() {
+    let dir = tempfile::tempdir().unwrap();
+    let tool = CommandTool::new("t", ["sh", "-c", "touch started"])
+        .working_dir(dir.path())
+        .into_tool()
+        .unwrap();
+    let context = ctx();
+    context.cancel.cancel();
+    let err = tool.call(json!({}), context).await.unwrap_err();
+    assert_eq!(recoverable(&err).0, "cancelled");
+    assert!(!dir.path().join("started").exists(), "the program ran");
+}
+
+#[tokio::test]
 async fn cancellation_kills_the_command_and_its_children() {
     let dir = tempfile::tempdir().unwrap();
     let pidfile = dir.path().join("pid");

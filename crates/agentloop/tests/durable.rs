@@ -152,6 +152,40 @@ async fn a_journal_that_fails_stops_the_run_with_its_error() {
 }
 
 #[tokio::test]
+async fn a_cancel_during_the_call_started_write_starts_no_handler() {
+    let cancel = agentloop::CancellationToken::new();
+    let journal = Arc::new(Memory {
+        cancel_at_start: Some(cancel.clone()),
+        ..Memory::default()
+    });
+    let counter = Arc::new(AtomicUsize::new(0));
+    let agent = common::agent(
+        ScriptedModel::new([
+            calls(&[("a", "count", r#"{"n": 1}"#), ("b", "count", r#"{"n": 2}"#)]),
+            agentloop::model::ModelResponse::text("done"),
+        ]),
+        vec![common::counting_tool("count", &counter)],
+        Limits::default(),
+    );
+    let options = RunOptions {
+        journal: Some(journal),
+        cancel: Some(cancel),
+        ..RunOptions::default()
+    };
+    let out = agent
+        .run_with(Vec::new(), Some(Message::user("go")), options)
+        .await;
+    assert_eq!(out.stop_reason, StopReason::Cancelled);
+    assert_eq!(
+        counter.load(Ordering::SeqCst),
+        0,
+        "a handler started after the run was cancelled"
+    );
+    assert_eq!(out.tool_calls.len(), 2, "every call still has its outcome");
+    common::assert_tool_cycle(&out.transcript);
+}
+
+#[tokio::test]
 async fn a_changed_agent_is_refused_unless_forced() {
     let journal = Arc::new(Memory::default());
     let (first, _) = agent(0, "1");

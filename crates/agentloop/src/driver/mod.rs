@@ -537,6 +537,12 @@ impl<'a> Driver<'a> {
         let hooks =
             (!self.inner.hooks.is_empty()).then(|| seams::AfterTool::new(self.inner, m, call));
         async move {
+            // The future is first polled after `CallStarted` is written: a cancel or a deadline
+            // that fired meanwhile (during that write, or with the drain) must not start the
+            // handler for the first time. Its effect would happen after the run said it stopped.
+            if ctx.cancel.is_cancelled() {
+                return (position, CallOutcome::cancelled(), Vec::new());
+            }
             let started = Instant::now();
             let outcome = match service {
                 Some(s) => s.call(arguments, ctx).await,

@@ -14,12 +14,14 @@ use agentloop::machine::Step;
 use agentloop::permissions::ApprovalRequest;
 use futures::future::BoxFuture;
 
-/// Keeps everything in memory; fails every write from `fail_at` on.
+/// Keeps everything in memory; fails every write from `fail_at` on; cancels `cancel_at_start`
+/// while it writes the first `CallStarted` step (a Ctrl-C that lands during that write).
 #[derive(Default)]
 pub struct Memory {
     pub header: Mutex<Option<JournalHeader>>,
     pub steps: Mutex<Vec<Step>>,
     pub fail_at: Option<u64>,
+    pub cancel_at_start: Option<agentloop::CancellationToken>,
 }
 
 impl Journal for Memory {
@@ -33,6 +35,11 @@ impl Journal for Memory {
         seq: u64,
         step: &'a Step,
     ) -> BoxFuture<'a, Result<(), JournalError>> {
+        if let (Some(token), agentloop::machine::Input::CallStarted { .. }) =
+            (&self.cancel_at_start, &step.input)
+        {
+            token.cancel();
+        }
         let result = if self.fail_at.is_some_and(|f| seq >= f) {
             Err(JournalError::Io {
                 message: "disk full".into(),
