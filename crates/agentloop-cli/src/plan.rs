@@ -347,7 +347,7 @@ fn permissions_view(file: &AgentFile) -> Result<Value, CliError> {
     }))
 }
 
-/// `workspace-write, no network, writes /work/app`.
+/// `workspace-write, no network, writes /srv/app`.
 fn sandbox_words(sandbox: &serde_json::Map<String, Value>) -> String {
     let field = |key: &str| sandbox.get(key).unwrap_or(&Value::Null);
     let mut words = show(field("mode"));

@@ -285,7 +285,7 @@ async fn fetch_server_reads_a_loopback_page_of_the_tests_own() {
         ],
     );
     // Unsandboxed: at its first fetch, readabilipy (under mcp-server-fetch) runs `npm install`
-    // into its own package folder and ~/.npm, which no sandbox with a workspace lets it write.
+    // into its own package folder and the npm cache in the home folder, which no sandbox with a workspace lets it write.
     if let Transport::Stdio { sandbox, .. } = &mut fetcher.transport {
         *sandbox = SandboxPolicy::new(SandboxMode::Off);
     }
