@@ -592,6 +592,22 @@ pub struct RunOutcome {
 }
 
 impl RunOutcome {
+    /// The journal could not record the run (its last step, or how it ended). A run that would
+    /// have ended well then fails with the journal's error: its caller must not take it as done
+    /// and recorded (a resume would not find it ended). A run that failed already keeps its own
+    /// error; a cancelled, limited or suspended one keeps its stop reason.
+    pub fn journal_failed(&mut self, message: String) {
+        if matches!(
+            self.stop_reason,
+            StopReason::Finished | StopReason::Terminated
+        ) {
+            self.stop_reason = StopReason::Failed;
+        }
+        if self.error.is_none() {
+            self.error = Some(RunError::Journal { message });
+        }
+    }
+
     /// The messages this run added.
     pub fn new_messages(&self) -> &[Message] {
         self.transcript

@@ -186,6 +186,86 @@ async fn a_cancel_during_the_call_started_write_starts_no_handler() {
 }
 
 #[tokio::test]
+async fn a_journal_that_cannot_record_the_end_never_leaves_the_run_finished() {
+    let journal = Arc::new(Memory {
+        fail_finish: true,
+        ..Memory::default()
+    });
+    let (agent, _) = agent(0, "1");
+    let options = RunOptions {
+        journal: Some(journal),
+        ..RunOptions::default()
+    };
+    let out = agent
+        .run_with(Vec::new(), Some(Message::user("go")), options)
+        .await;
+    assert_eq!(out.stop_reason, StopReason::Failed);
+    let error = out.error.unwrap();
+    assert_eq!(error.code(), "journal.write");
+    assert!(error.to_string().contains("at the end"), "{error}");
+}
+
+#[tokio::test]
+async fn a_completed_call_whose_record_failed_is_reported_completed_and_the_run_fails() {
+    // Where the first call's result is written, in a run whose journal holds everything.
+    let whole = Arc::new(Memory::default());
+    let (agent_a, _) = agent(0, "1");
+    agent_a
+        .run_with(
+            Vec::new(),
+            Some(Message::user("go")),
+            RunOptions {
+                journal: Some(whole.clone()),
+                ..RunOptions::default()
+            },
+        )
+        .await;
+    let at = whole
+        .steps
+        .lock()
+        .unwrap()
+        .iter()
+        .position(|s| matches!(s.input, agentloop::machine::Input::CallFinished { .. }))
+        .unwrap() as u64;
+    let journal = Arc::new(Memory {
+        fail_at: Some(at),
+        ..Memory::default()
+    });
+    let (agent_b, counts) = agent(0, "1");
+    let out = agent_b
+        .run_with(
+            Vec::new(),
+            Some(Message::user("go")),
+            RunOptions {
+                journal: Some(journal),
+                ..RunOptions::default()
+            },
+        )
+        .await;
+    assert_eq!(out.stop_reason, StopReason::Failed);
+    assert_eq!(out.error.as_ref().unwrap().code(), "journal.write");
+    let ran = counts.idem.load(Ordering::SeqCst) + counts.once.load(Ordering::SeqCst);
+    assert!(ran >= 1, "a call ran");
+    let completed: Vec<_> = out
+        .tool_calls
+        .iter()
+        .filter(|c| {
+            c.outcome
+                .diagnostic
+                .as_deref()
+                .is_some_and(|d| d.contains("not recorded in the journal"))
+        })
+        .collect();
+    assert_eq!(completed.len(), 1, "{:#?}", out.tool_calls);
+    assert_eq!(
+        completed[0].outcome.status,
+        agentloop::outcome::CallStatus::Ok,
+        "a call that completed is not reported cancelled"
+    );
+    common::assert_tool_cycle(&out.transcript);
+}
+
+#[tokio::test]
 async fn a_changed_agent_is_refused_unless_forced() {
     let journal = Arc::new(Memory::default());
     let (first, _) = agent(0, "1");

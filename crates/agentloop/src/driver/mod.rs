@@ -24,7 +24,6 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::agent::Inner;
-use crate::error::RunError;
 use crate::event::{Event, EventKind, EventSink, Sinks};
 use crate::gate::Approvals;
 use crate::journal::{Journal, JournalError};
@@ -373,27 +372,47 @@ impl<'a> Driver<'a> {
                 by: Interrupt::Suspended
             }
         );
-        let mut step = Step {
-            at: self.start.elapsed(),
-            input,
-        };
+        let at = self.start.elapsed();
+        let mut step = Step { at, input };
+        let mut failed = None;
         if let Some(journal) = self.journal.as_ref().filter(|_| self.journaling) {
             if suspends {
                 // The journal ends before the gate's step, so a resume asks the gate again.
                 self.journaling = false;
             } else if let Err(e) = journal.append(m.run_id(), self.seq, &step).await {
                 self.journaling = false;
-                step.input = Input::JournalFailed {
+                let journal_failed = Input::JournalFailed {
                     message: e.to_string(),
                 };
+                if let Input::CallFinished { outcome, .. } = &mut step.input {
+                    // The call did complete: its outcome says so (and that the journal does not
+                    // hold it, so a resume answers it interrupted), and the run stops on the
+                    // journal's failure next, instead of calling a finished call cancelled.
+                    outcome.diagnostic = Some(format!(
+                        "completed, but not recorded in the journal: {e}{}",
+                        outcome
+                            .diagnostic
+                            .as_deref()
+                            .map(|d| format!(" ({d})"))
+                            .unwrap_or_default()
+                    ));
+                    failed = Some(Step {
+                        at,
+                        input: journal_failed,
+                    });
+                } else {
+                    step.input = journal_failed;
+                }
             } else {
                 self.seq += 1;
             }
         }
-        if let Some(log) = &mut self.log {
-            log.steps.push(step.clone());
+        for step in std::iter::once(step).chain(failed) {
+            if let Some(log) = &mut self.log {
+                log.steps.push(step.clone());
+            }
+            m.feed(step);
         }
-        m.feed(step);
     }
 
     /// After the run: the journal learns how it ended (or what it waits on). A failed write
@@ -412,12 +431,8 @@ impl<'a> Driver<'a> {
                 self.journal_error.get_or_insert(e);
             }
         }
-        if let Some(e) = self.journal_error.take()
-            && outcome.error.is_none()
-        {
-            outcome.error = Some(RunError::Journal {
-                message: e.to_string(),
-            });
+        if let Some(e) = self.journal_error.take() {
+            outcome.journal_failed(e.to_string());
         }
     }
 

@@ -22,6 +22,8 @@ pub struct Memory {
     pub steps: Mutex<Vec<Step>>,
     pub fail_at: Option<u64>,
     pub cancel_at_start: Option<agentloop::CancellationToken>,
+    /// Fails the write that says how the run ended.
+    pub fail_finish: bool,
 }
 
 impl Journal for Memory {
@@ -64,7 +66,15 @@ impl Journal for Memory {
         _run_id: &'a str,
         _outcome: &'a RunOutcome,
     ) -> BoxFuture<'a, Result<(), JournalError>> {
-        Box::pin(async { Ok(()) })
+        let fail = self.fail_finish;
+        Box::pin(async move {
+            if fail {
+                return Err(JournalError::Io {
+                    message: "disk full at the end".into(),
+                });
+            }
+            Ok(())
+        })
     }
 }
 
