@@ -680,12 +680,16 @@ fn print_outcome(outcome: &RunOutcome, args: &Shown<'_>, progress: &Progress) {
     }
     print_final(outcome, progress, args.quiet);
     if !args.quiet {
-        eprintln!("{}", render::closing_line(outcome));
+        eprintln!(
+            "{}",
+            render::closing_line(outcome, render::cost_unknown(outcome, args.priced))
+        );
     }
 }
 
 async fn chat(args: ChatArgs) -> Result<i32, CliError> {
     let mut file = args.agent.load()?;
+    let priced = assemble::has_pricing(file.model());
     file.protect(
         &[args.trace.trace.clone(), args.session.store_path()]
             .into_iter()
@@ -782,7 +786,10 @@ async fn chat(args: ChatArgs) -> Result<i32, CliError> {
         }
         progress.end_line();
         print_final(&outcome, &progress, false);
-        eprintln!("{}", render::closing_line(&outcome));
+        eprintln!(
+            "{}",
+            render::closing_line(&outcome, render::cost_unknown(&outcome, priced))
+        );
         last = outcome_exit_code(&outcome);
         transcript = outcome.transcript;
     }

@@ -307,7 +307,9 @@ fn summary(s: &str) -> String {
 }
 
 /// The closing line: stop reason, turns, tool calls, tokens and cost.
-pub fn closing_line(outcome: &RunOutcome) -> String {
+///
+/// `cost_unknown` (see [`cost_unknown`]) shows the cost as unknown instead of the metered part.
+pub fn closing_line(outcome: &RunOutcome, cost_unknown: bool) -> String {
     let skipped = outcome
         .tool_calls
         .iter()
@@ -315,7 +317,7 @@ pub fn closing_line(outcome: &RunOutcome) -> String {
         .count();
     let calls = outcome.tool_calls.len();
     let mut text = format!(
-        "■ {} · {} turn{} · {} tool call{}{} · {} in / {} out tokens · ${:.4} · {}",
+        "■ {} · {} turn{} · {} tool call{}{} · {} in / {} out tokens · {} · {}",
         outcome.stop_reason,
         outcome.turns,
         plural(outcome.turns as usize),
@@ -328,7 +330,11 @@ pub fn closing_line(outcome: &RunOutcome) -> String {
         },
         outcome.usage.input_tokens,
         outcome.usage.output_tokens,
-        outcome.cost_usd,
+        if cost_unknown {
+            "cost unknown".to_owned()
+        } else {
+            format!("${:.4}", outcome.cost_usd)
+        },
         human_duration(outcome.duration),
     );
     if let Some(e) = &outcome.error {

@@ -160,16 +160,16 @@ impl Agents for Served {
     }
 
     fn report(&self, outcome: &RunOutcome) -> Value {
+        // The outcome names no agent: its cost is unknown (null) when every agent served prices
+        // its answers, as `run` shows it.
+        let priced = self
+            .files
+            .iter()
+            .all(|(f, _)| assemble::has_pricing(f.model()));
         json!({
-            // The outcome names no agent: its cost is unknown (null) when every agent served
-            // prices its answers, as `run` shows it.
-            "outcome": render::priced_outcome_json(
-                outcome,
-                false,
-                self.files.iter().all(|(f, _)| assemble::has_pricing(f.model())),
-            ),
+            "outcome": render::priced_outcome_json(outcome, false, priced),
             "exit_code": outcome_exit_code(outcome),
-            "closing_line": render::closing_line(outcome),
+            "closing_line": render::closing_line(outcome, render::cost_unknown(outcome, priced)),
         })
     }
 }

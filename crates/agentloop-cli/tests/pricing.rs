@@ -268,6 +268,23 @@ async fn an_answer_of_a_model_no_price_is_known_for_has_an_unknown_cost_not_zero
         said.contains("the cost of 1 model answer is unknown"),
         "{said}"
     );
+    // On the terminal the closing line says so too, rather than a metered $0.0000.
+    let dir = live(&server.uri, "my-local-model", "");
+    let out = agentloop(args(&[
+        "run",
+        dir.agent().to_str().unwrap(),
+        "--input",
+        "hi",
+    ]))
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let closing = stderr(&out);
+    let closing = closing
+        .lines()
+        .find(|l| l.starts_with('■'))
+        .unwrap_or_default();
+    assert!(closing.contains("cost unknown"), "{closing}");
+    assert!(!closing.contains('$'), "{closing}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
