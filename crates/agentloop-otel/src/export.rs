@@ -407,8 +407,12 @@ fn build_exporter(
             } else {
                 opentelemetry_otlp::Protocol::HttpBinary
             };
+            // The exporter's headers (OTEL_EXPORTER_OTLP_HEADERS) are a collector's credentials,
+            // and reqwest keeps custom headers across a redirect to another host: a collector
+            // answers, it does not redirect, so none is followed.
             let client = reqwest::Client::builder()
                 .timeout(export_timeout())
+                .redirect(reqwest::redirect::Policy::none())
                 .build()
                 .map_err(|e| OtelError::Exporter {
                     message: format!("no HTTP client: {e}"),
