@@ -237,6 +237,7 @@ impl EventSink for Progress {
                 code,
                 reason,
                 call_id,
+                ..
             } => {
                 line(
                     &mut s,

@@ -65,3 +65,72 @@ sys.exit(1)
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_trace_records_the_status_the_core_gives_a_call_that_never_started() {
+    let dir = AgentDir::new(
+        r#"name = "ids"
+[model]
+provider = "scripted"
+script = "script.json"
+[[tools]]
+name = "get_weather"
+command = ["python3", "tool.py"]
+"#,
+    );
+    // Two calls of one response share an id: the whole decision is refused
+    // (`decision.invalid`), and no call starts.
+    dir.write(
+        "script.json",
+        &json!([
+            {"tool_calls": [
+                {"id": "same", "name": "get_weather", "arguments": {}},
+                {"id": "same", "name": "get_weather", "arguments": {}}
+            ]},
+            {"text": "done"}
+        ])
+        .to_string(),
+    );
+    let trace = dir.path("t.ndjson");
+    let out = agentloop(args(&[
+        "run",
+        dir.agent().to_str().unwrap(),
+        "--input",
+        "go",
+        "--json",
+        "--trace",
+        trace.to_str().unwrap(),
+    ]))
+    .await;
+    let v = stdout_json(&out);
+    let said: Vec<(String, String)> = v["tool_calls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["status"].as_str().unwrap().to_owned(),
+                c["error"]["code"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect();
+    assert!(!said.is_empty(), "{v}");
+    assert!(
+        said.iter()
+            .all(|(s, c)| s == "refused" && c == "decision.invalid"),
+        "{said:?}"
+    );
+    let recorded: Vec<(String, String)> = std::fs::read_to_string(&trace)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|r| r["kind"] == "tool_call")
+        .map(|r| {
+            (
+                r["status"].as_str().unwrap_or_default().to_owned(),
+                r["error"]["code"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(recorded, said, "the trace and --json use one word");
+}

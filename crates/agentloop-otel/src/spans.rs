@@ -256,6 +256,7 @@ impl Spans {
                 tool,
                 code,
                 reason,
+                ..
             } => {
                 let mut attributes = tool_attributes(tool, call_id);
                 attributes.push(KeyValue::new(attr::ERROR_TYPE, code.clone()));

@@ -71,6 +71,7 @@ fn a_stuck_exporter_never_blocks_the_run_and_drops_are_counted() {
             tool: "t".into(),
             code: "tool.unknown".into(),
             reason: "no such tool".into(),
+            outcome: agentloop::outcome::CallOutcome::rejected("tool.unknown", "no such tool"),
         }));
     }
     // Every emit above returned while the exporter was stuck.

@@ -332,11 +332,11 @@ impl RunState {
             EventKind::ToolRejected {
                 call_id,
                 tool,
-                code,
-                reason,
+                outcome,
+                ..
             } => {
                 out.extend(run.ensure_turn(event.turn, now));
-                out.push(run.tool_rejected(event.turn, call_id, tool, code, reason, now));
+                out.push(run.tool_rejected(event.turn, call_id, tool, outcome, now));
             }
             EventKind::LimitReached { limit } => run.limit = Some(*limit),
             EventKind::HookFailed {
@@ -445,34 +445,20 @@ impl RunState {
     }
 
     /// A call that never started: its span opens and closes at once.
+    /// A call that never started: its status is the core's (`decision.invalid` is `refused`,
+    /// `not_run` `cancelled`), the same word `--json` and the transcript use.
     fn tool_rejected(
         &mut self,
         turn: u32,
         call_id: &str,
         tool: &str,
-        code: &str,
-        reason: &str,
+        outcome: &CallOutcome,
         now: i64,
     ) -> TraceRecord {
         self.tool_calls += 1;
-        let status = match code {
-            "denied" => Status::Denied,
-            "skipped" => Status::Skipped,
-            c if c.starts_with("limit.") => Status::Refused,
-            _ => Status::Rejected,
-        };
+        let (status, error) = tool_status(outcome);
         let mut span = self.tool_span(turn, call_id, tool, now);
-        let error = ErrorInfo {
-            code: code.to_owned(),
-            message: reason.to_owned(),
-        };
-        self.end_span(
-            &mut span.span,
-            now,
-            Some(Duration::ZERO),
-            status,
-            Some(error),
-        );
+        self.end_span(&mut span.span, now, Some(Duration::ZERO), status, error);
         TraceRecord::ToolCall(span)
     }
 }

@@ -194,10 +194,15 @@ pub enum EventKind {
         call_id: String,
         /// The tool the model named.
         tool: String,
-        /// The error code.
+        /// The error code (the outcome's).
         code: String,
         /// Why (as the model reads it).
         reason: String,
+        /// The call's typed outcome, as the transcript and `--json` have it: sinks read its
+        /// status rather than guess it from the code (an event of an older writer has a plain
+        /// `rejected` one).
+        #[serde(default = "CallOutcome::unknown_rejection")]
+        outcome: CallOutcome,
     },
     /// The run's tool source changed its tools: the model sees the new list from this turn on.
     ToolsChanged {

@@ -437,6 +437,11 @@ impl CallOutcome {
         CallOutcome::decided(CallStatus::Rejected, code, message.into())
     }
 
+    /// A rejection read back from an event that did not carry its outcome.
+    pub(crate) fn unknown_rejection() -> Self {
+        CallOutcome::rejected("rejected", "")
+    }
+
     /// A call refused with its whole decision (a bad id, a limit, the stuck-loop rule).
     pub fn refused(code: &str, message: impl Into<String>) -> Self {
         CallOutcome::decided(CallStatus::Refused, code, message.into())

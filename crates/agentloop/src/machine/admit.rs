@@ -565,6 +565,7 @@ impl RunMachine {
                     tool: call.tool.clone(),
                     code: outcome.code.clone().unwrap_or_default(),
                     reason: outcome.content.to_text(),
+                    outcome: outcome.clone(),
                 });
             }
             self.records.push(record);
@@ -636,12 +637,7 @@ impl RunMachine {
             self.tool_calls_used = self.tool_calls_used.saturating_sub(1);
             if let Some(slot) = p.slots.get_mut(position) {
                 let outcome = CallOutcome::denied(&reason);
-                self.emit(|| EventKind::ToolRejected {
-                    call_id: slot.call_id.to_string(),
-                    tool: slot.tool.to_string(),
-                    code: codes::DENIED.into(),
-                    reason,
-                });
+                self.emit(|| rejected_event(slot, &outcome));
                 slot.outcome = Some(outcome);
             }
         }
@@ -657,13 +653,9 @@ impl RunMachine {
         if self.seams.skip_tools {
             for call in std::mem::take(&mut p.batch.calls) {
                 if let Some(slot) = p.slots.get_mut(call.position) {
-                    self.emit(|| EventKind::ToolRejected {
-                        call_id: call.call_id.to_string(),
-                        tool: call.tool.to_string(),
-                        code: codes::SKIPPED.into(),
-                        reason: "dry run: the tool was not run".into(),
-                    });
-                    slot.outcome = Some(CallOutcome::skipped());
+                    let outcome = CallOutcome::skipped();
+                    self.emit(|| rejected_event(slot, &outcome));
+                    slot.outcome = Some(outcome);
                 }
             }
         }
@@ -843,6 +835,7 @@ fn rejected_event(slot: &Slot, o: &CallOutcome) -> EventKind {
         tool: slot.tool.to_string(),
         code: o.code.clone().unwrap_or_default(),
         reason: o.content.to_text(),
+        outcome: o.clone(),
     }
 }
 
