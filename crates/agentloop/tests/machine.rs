@@ -888,3 +888,48 @@ fn a_logged_run_and_its_raw_steps_replay_to_the_same_renamed_ids() {
     assert_eq!(ids[0], "c1");
     assert_eq!(ids[2], "c1_2");
 }
+
+#[test]
+fn blank_ids_of_calls_cut_by_the_output_limit_are_drawn_before_the_step_is_logged() {
+    let cut = |arguments: &str| agentloop::message::ToolCall {
+        call_id: String::new(),
+        tool: "echo".into(),
+        arguments: arguments.into(),
+    };
+    let mut response = ModelResponse::tool_calls([("", "echo", "{}")]);
+    response.cut_calls = vec![cut("{\"a\": 1"), cut("")];
+    response.finish_reason = agentloop::model::FinishReason::Length;
+    response.truncated = true;
+    let mut m = machine(Limits::default());
+    let mut log = Vec::new();
+    m.feed_logged(
+        Step {
+            at: Duration::ZERO,
+            input: Input::ModelResponded {
+                response: Box::new(response),
+                cost: None,
+                failures: Vec::new(),
+            },
+        },
+        &mut log,
+    );
+    let Input::ModelResponded { response, .. } = &log[0].input else {
+        panic!("{:?}", log[0])
+    };
+    let mut ids: Vec<&str> = response
+        .message
+        .tool_calls
+        .iter()
+        .chain(&response.cut_calls)
+        .map(|c| c.call_id.as_str())
+        .collect();
+    assert!(ids.iter().all(|id| !id.is_empty()), "{ids:?}");
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(ids.len(), 3, "two cut calls do not collide: {ids:?}");
+    // A fresh machine fed the logged step keeps the ids it holds.
+    let mut again = machine(Limits::default());
+    let mut relog = Vec::new();
+    again.feed_logged(log[0].clone(), &mut relog);
+    assert_eq!(relog[0].input, log[0].input);
+}
