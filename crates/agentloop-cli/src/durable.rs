@@ -210,11 +210,19 @@ pub fn how_to_go_on(
 
 /// `agentloop resume`.
 pub async fn resume(args: ResumeArgs) -> Result<i32, CliError> {
-    // Reading the journal is blocking work: off the async workers.
-    let (path, wanted) = (args.journal.path.clone(), args.run_id.clone());
+    // Reading the journal is blocking work: off the async workers. The run is owned before its
+    // steps are read, so a process still driving it refuses this one (journal.busy) rather than
+    // leaving it a stale state to resume from.
+    let journal = open_journal(&args.journal.path)?;
+    let (path, wanted, owner) = (
+        args.journal.path.clone(),
+        args.run_id.clone(),
+        journal.clone(),
+    );
     let run = tokio::task::spawn_blocking(move || {
         let reader = JournalReader::open(&path)?;
         let run_id = reader.find(&wanted)?;
+        owner.own(&run_id)?;
         reader.load(&run_id)
     })
     .await
@@ -254,7 +262,7 @@ pub async fn resume(args: ResumeArgs) -> Result<i32, CliError> {
     let mcp = assemble::StartedMcp::start(&file).await?;
     let agent = assemble::agent(&file, model, &approval, &mcp)?;
     let trace = args.trace.open()?;
-    let journal: Arc<dyn Journal> = open_journal(&args.journal.path)?;
+    let journal: Arc<dyn Journal> = journal;
     let signals = crate::cancel_on_ctrl_c(cancel.clone());
     let options = RunOptions {
         cancel: Some(cancel),

@@ -29,7 +29,7 @@ pub mod code {
     /// `--force`), or a run that cannot go on.
     pub const JOURNAL: i32 = 9;
     /// The session cannot be used: another process holds it, or its stored transcript is
-    /// damaged.
+    /// damaged; or another live process drives the journaled run (`journal.busy`).
     pub const SESSION: i32 = 10;
     /// Restate could not be reached or refused a request (`serve`, `submit`, `attach`,
     /// `approve --restate`).
@@ -54,7 +54,7 @@ Exit codes:
   9    the journal cannot be used (damaged, not a journal, unknown run, changed agent
        without --force, a run that is over or still waits for answers)
   10   the session cannot be used (another process holds it; a damaged transcript;
-       no such session)
+       no such session), or another live process drives the journaled run (journal.busy)
   11   Restate could not be reached or refused a request (serve, submit, attach)
   130  cancelled (Ctrl-C)";
 
@@ -144,6 +144,8 @@ impl CliError {
             | CliError::Setup { .. } => code::INVALID_AGENT_FILE,
             CliError::MissingApiKey { .. } | CliError::Provider { .. } => code::MODEL,
             CliError::Io { .. } => code::OTHER,
+            // Another process drives the run: as for a session another process holds.
+            CliError::Journal(agentloop::journal::JournalError::Busy { .. }) => code::SESSION,
             CliError::Journal(_) => code::JOURNAL,
             CliError::Session(_) => code::SESSION,
             CliError::Restate { .. } => code::RESTATE,

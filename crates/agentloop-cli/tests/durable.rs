@@ -314,3 +314,53 @@ fn a_changed_agent_is_refused_unless_forced_and_damage_is_reported_with_its_step
     );
     exited(&out, 9, "the command");
 }
+
+#[test]
+fn a_run_another_live_process_drives_is_refused_and_a_dead_owner_blocks_nothing() {
+    let dir = crash_dir("");
+    let journal = dir.path("runs.db");
+    // The first process stops after its fourth step and stays alive, driving the run.
+    let mut driver = run_cmd(&dir, &journal, &[])
+        .env("AGENTLOOP_TEST_JOURNAL_FAULT", "after-step:3")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(driver.stderr.take().unwrap()).lines();
+    assert!(
+        lines
+            .by_ref()
+            .map_while(Result::ok)
+            .any(|l| l.starts_with("agentloop: fault: paused")),
+        "the run paused"
+    );
+    let run_id = run_ids(&dir, &journal)[0]["run_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let resume = || {
+        cli(
+            &dir,
+            &[
+                "resume",
+                &run_id,
+                "--journal",
+                journal.to_str().unwrap(),
+                "--json",
+            ],
+        )
+    };
+    let refused = resume();
+    exited(&refused, 10, "a resume while the run's process lives");
+    assert_eq!(json_of(&refused)["error"]["code"], "journal.busy");
+    assert_eq!(
+        run_ids(&dir, &journal)[0]["steps"].as_u64(),
+        Some(4),
+        "the refused resume wrote nothing"
+    );
+    driver.kill().unwrap(); // SIGKILL: the owner dies holding the run
+    driver.wait().unwrap();
+    let resumed = resume();
+    exited(&resumed, 0, "a resume after the owner died");
+    assert_eq!(json_of(&resumed)["stop_reason"], "finished");
+}

@@ -283,6 +283,57 @@ type Reply = tokio::sync::oneshot::Sender<Result<(), JournalError>>;
 pub struct SqliteJournal {
     path: PathBuf,
     tx: Mutex<mpsc::Sender<(Command, Reply)>>,
+    /// The runs this journal drives, each with the lock that says so to other processes.
+    owned: Mutex<HashMap<String, std::fs::File>>,
+}
+
+impl SqliteJournal {
+    /// Takes the run for this process: while this journal lives, another process's
+    /// [`SqliteJournal::own`] of the same run fails with [`JournalError::Busy`] instead of
+    /// racing it step for step. The lock is the operating system's (an advisory lock on a file
+    /// in the `<journal>.owners` folder), so an owner that died leaves nothing that blocks the
+    /// next one. A new run is owned when it begins; a resumed one must be owned first.
+    pub fn own(&self, run_id: &str) -> Result<(), JournalError> {
+        let mut owned = self.owned.lock().unwrap_or_else(|p| p.into_inner());
+        if owned.contains_key(run_id) {
+            return Ok(());
+        }
+        let mut folder = self.path.as_os_str().to_owned();
+        folder.push(".owners");
+        let folder = PathBuf::from(folder);
+        std::fs::create_dir_all(&folder).map_err(io)?;
+        // The run id names the file: keep it to the characters ids are made of.
+        let name: String = run_id
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        let file = {
+            use std::os::unix::fs::OpenOptionsExt;
+            std::fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .mode(crate::PRIVATE_MODE)
+                .open(folder.join(format!("{name}.lock")))
+                .map_err(io)?
+        };
+        match fs4::fs_std::FileExt::try_lock_exclusive(&file) {
+            Ok(true) => {
+                owned.insert(run_id.to_owned(), file);
+                Ok(())
+            }
+            Ok(false) => Err(JournalError::Busy {
+                run_id: run_id.to_owned(),
+            }),
+            Err(e) => Err(io(e)),
+        }
+    }
 }
 
 impl std::fmt::Debug for SqliteJournal {
@@ -320,6 +371,7 @@ impl SqliteJournal {
         Ok(SqliteJournal {
             path,
             tx: Mutex::new(tx),
+            owned: Mutex::new(HashMap::new()),
         })
     }
 
@@ -349,6 +401,9 @@ fn to_json<T: serde::Serialize>(value: &T) -> Result<String, JournalError> {
 
 impl Journal for SqliteJournal {
     fn begin<'a>(&'a self, header: &'a JournalHeader) -> BoxFuture<'a, Result<(), JournalError>> {
+        if let Err(e) = self.own(&header.run_id) {
+            return Box::pin(async move { Err(e) });
+        }
         match to_json(header) {
             Ok(text) => self.send(Command::Begin(
                 header.run_id.clone(),

@@ -312,6 +312,12 @@ pub enum JournalError {
         /// What changed, as paths into the definition.
         changes: Vec<String>,
     },
+    /// Another live process drives the run: two drivers of one run would race for its steps.
+    #[error("run {run_id} is being driven by another live process: wait for it to end, or stop it")]
+    Busy {
+        /// The run.
+        run_id: String,
+    },
     /// The run cannot go on.
     #[error("run {run_id} cannot be resumed: {reason}")]
     NotResumable {
@@ -332,6 +338,7 @@ impl JournalError {
             JournalError::UnknownRun { .. } => "journal.unknown_run",
             JournalError::Changed { .. } => "journal.changed",
             JournalError::NotResumable { .. } => "journal.not_resumable",
+            JournalError::Busy { .. } => "journal.busy",
         }
     }
 }
