@@ -17,6 +17,7 @@
 //! | `journal.unknown_run` | no run has this id in the journal |
 //! | `journal.changed` | the agent's definition changed since the run started (what changed is listed) |
 //! | `journal.not_resumable` | the run cannot go on (it finished, or approvals are unanswered) |
+//! | `journal.busy` | another live process drives the run (a journal that supports owners says so) |
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
