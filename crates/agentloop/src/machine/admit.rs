@@ -637,7 +637,13 @@ impl RunMachine {
             self.tool_calls_used = self.tool_calls_used.saturating_sub(1);
             if let Some(slot) = p.slots.get_mut(position) {
                 let outcome = CallOutcome::denied(&reason);
-                self.emit(|| rejected_event(slot, &outcome));
+                self.emit(|| EventKind::ToolRejected {
+                    call_id: slot.call_id.to_string(),
+                    tool: slot.tool.to_string(),
+                    code: codes::DENIED.into(),
+                    reason,
+                    outcome: outcome.clone(),
+                });
                 slot.outcome = Some(outcome);
             }
         }
@@ -654,7 +660,13 @@ impl RunMachine {
             for call in std::mem::take(&mut p.batch.calls) {
                 if let Some(slot) = p.slots.get_mut(call.position) {
                     let outcome = CallOutcome::skipped();
-                    self.emit(|| rejected_event(slot, &outcome));
+                    self.emit(|| EventKind::ToolRejected {
+                        call_id: call.call_id.to_string(),
+                        tool: call.tool.to_string(),
+                        code: codes::SKIPPED.into(),
+                        reason: "dry run: the tool was not run".into(),
+                        outcome: outcome.clone(),
+                    });
                     slot.outcome = Some(outcome);
                 }
             }
