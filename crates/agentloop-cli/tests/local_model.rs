@@ -365,6 +365,10 @@ impl Run {
             message.contains("does not match the expected peg-native format"),
             "the server's message is lost: {d}"
         );
+        assert!(
+            message.contains("tool_dialect = \"hermes\""),
+            "the message names the way out: {d}"
+        );
         assert!(self.calls().is_empty(), "{d}");
         assert!(self.output().is_empty(), "{d}");
     }
@@ -624,12 +628,12 @@ fn tool_failure_the_model_sees_is_called_again_and_the_repeats_after_success_are
 }
 
 /// Asked for a joke, the model invents a `joke` tool; llama-server cannot parse that as a call to
-/// a tool it was given and fails the request (in the stream, after a 200). The provider error is
-/// retried per the default policy (3 attempts, all the same at temperature 0), then the run fails
-/// cleanly with the server's message and the model exit code.
+/// a tool it was given and fails the request (in the stream, after a 200). That is no server
+/// fault: the same prompt fails the same way (at temperature 0, always), so it is not retried,
+/// and the run fails at once with the server's message, the way out (`tool_dialect`) and the
+/// model exit code.
 #[test]
-fn unparseable_model_output_is_a_provider_error_retried_then_a_clean_failure_with_the_servers_message()
- {
+fn unparseable_model_output_fails_at_once_naming_the_tool_dialect_with_the_servers_message() {
     let _turn = serial();
     let server = LlamaServer::start();
     let run = LocalAgent::new(&server.base_url()).run("Tell me a joke.", &[]);
@@ -637,8 +641,8 @@ fn unparseable_model_output_is_a_provider_error_retried_then_a_clean_failure_wit
     let d = run.dump();
     let attempts = server.log().matches("unparsed peg-native output").count();
     assert_eq!(
-        attempts, 3,
-        "the server saw {attempts} unparseable answers, the retry policy allows 3: {d}"
+        attempts, 1,
+        "the server saw {attempts} unparseable answers: {d}"
     );
 }
 
@@ -887,31 +891,21 @@ fn tool_the_model_was_not_given_is_fed_back_naming_the_valid_tools_and_the_run_g
 }
 
 #[test]
-fn streamed_parse_error_is_retried_three_times_then_fails_with_the_servers_message() {
-    let fake = LoopbackLlama::start(vec![
-        parse_error_stream(),
-        parse_error_stream(),
-        parse_error_stream(),
-        parse_error_stream(),
-    ]);
+fn a_streamed_parse_error_is_not_retried_and_names_the_tool_dialect() {
+    let fake = LoopbackLlama::start(vec![parse_error_stream(), parse_error_stream()]);
     let run = LocalAgent::new(&fake.base_url()).run("Tell me a joke.", &[]);
     let d = run.dump();
-    assert_eq!(fake.requests().len(), 3, "{d}");
+    assert_eq!(fake.requests().len(), 1, "{d}");
     run.assert_failed_on_the_servers_parse_error();
 }
 
 #[test]
-fn non_streamed_http_500_is_retried_three_times_then_fails_with_the_servers_message() {
-    let fake = LoopbackLlama::start(vec![
-        Reply::parse_error_500(),
-        Reply::parse_error_500(),
-        Reply::parse_error_500(),
-        Reply::parse_error_500(),
-    ]);
+fn a_non_streamed_parse_error_http_500_is_not_retried_and_names_the_tool_dialect() {
+    let fake = LoopbackLlama::start(vec![Reply::parse_error_500(), Reply::parse_error_500()]);
     let run = LocalAgent::with_stream(&fake.base_url(), false).run("Tell me a joke.", &[]);
     let d = run.dump();
     let requests = fake.requests();
-    assert_eq!(requests.len(), 3, "{d}");
+    assert_eq!(requests.len(), 1, "{d}");
     assert!(
         requests
             .iter()
@@ -922,19 +916,29 @@ fn non_streamed_http_500_is_retried_three_times_then_fails_with_the_servers_mess
 }
 
 #[test]
-fn parse_error_once_is_retried_and_the_run_finishes() {
+fn a_parse_error_after_a_tool_turn_stops_the_run_there_with_the_call_kept() {
     let fake = LoopbackLlama::start(vec![
-        parse_error_stream(),
         tool_call_stream("add", &["{\"a\": 1234, ", "\"b\": 4321}"]),
+        parse_error_stream(),
         text_stream(&["The sum is ", "5555."]),
     ]);
     let run = LocalAgent::new(&fake.base_url()).run("What is 1234 plus 4321?", &[]);
     let d = run.dump();
-    assert_eq!(fake.requests().len(), 3, "{d}");
-    assert_eq!(run.code, Some(0), "{d}");
-    assert_eq!(run.stop_reason(), "finished", "{d}");
+    assert_eq!(
+        fake.requests().len(),
+        2,
+        "no retry of the unparseable turn: {d}"
+    );
+    assert_eq!(run.code, Some(4), "{d}");
+    assert_eq!(run.stop_reason(), "failed", "{d}");
     assert_eq!(call_output(&run.calls()[0])["result"], 5555, "{d}");
-    assert!(run.output().contains("5555"), "{d}");
+    assert!(
+        run.json["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("tool_dialect"),
+        "{d}"
+    );
 }
 
 /// The real model batches two different tools (see the two-tool test) but asks for one city at a

@@ -259,7 +259,18 @@ impl ProviderError {
             Some(s) => format!("HTTP {s}{}", reason_suffix(s)),
             None => "the provider reported an error".to_owned(),
         });
+        let unparsed = is_unparsed_tool_output(&message);
+        let message = if unparsed {
+            format!("{message}{UNPARSED_HINT}")
+        } else {
+            message
+        };
         let mut error = ModelError::new(kind, message).with_provider(provider);
+        if unparsed {
+            // The same prompt gives the same unparseable output (at temperature 0, always): a
+            // retry spends a model call to fail again. The way out is the hint's.
+            error.should_retry = Some(false);
+        }
         error.status = status;
         error.error_type = self.error_type;
         error.provider_code = self.code;
@@ -268,6 +279,22 @@ impl ProviderError {
         error
     }
 }
+
+/// What a local server's own error says when the model's output did not parse as the tool-call
+/// format it expects (llama-server: "The model produced output that does not match the expected
+/// peg-native format", older builds "Failed to parse input"; Ollama: "error parsing tool call").
+/// Not a server fault: the model wrote its calls in a shape the server does not read.
+pub fn is_unparsed_tool_output(message: &str) -> bool {
+    let m = message.to_ascii_lowercase();
+    (m.contains("does not match the expected") && m.contains("format"))
+        || m.contains("failed to parse input at pos")
+        || m.contains("error parsing tool call")
+}
+
+/// Appended to such an error: what the user can change.
+const UNPARSED_HINT: &str = ": the server could not parse the model's tool call. Set [model] \
+    tool_dialect = \"hermes\" (or \"mistral\", \"llama3-json\") so that the tools go in the prompt \
+    and agentloop reads the calls from the model's text";
 
 fn reason_suffix(status: u16) -> String {
     reqwest::StatusCode::from_u16(status)
@@ -369,6 +396,30 @@ mod tests {
 
     fn classify(status: u16, body: &str) -> ModelError {
         classify_http_error("p", status, &HeaderMap::new(), body.as_bytes())
+    }
+
+    #[test]
+    fn a_local_servers_tool_parse_failure_is_not_retried_and_names_the_way_out() {
+        let llama = r#"{"error":{"code":500,"message":"The model produced output that does not match the expected peg-native format","type":"server_error"}}"#;
+        let e = classify(500, llama);
+        assert_eq!(e.kind, ModelErrorKind::Server);
+        assert!(!e.is_retryable());
+        assert!(
+            e.message.starts_with("The model produced output"),
+            "{}",
+            e.message
+        );
+        assert!(
+            e.message.contains("tool_dialect = \"hermes\""),
+            "{}",
+            e.message
+        );
+        let ollama = r#"{"error":{"message":"error parsing tool call: raw='{\"x\"', err=unexpected end of JSON input"}}"#;
+        assert!(!classify(500, ollama).is_retryable());
+        // Any other server error is still a server fault, worth a retry.
+        let other = r#"{"error":{"code":500,"message":"slot unavailable","type":"server_error"}}"#;
+        assert!(classify(500, other).is_retryable());
+        assert!(!classify(500, other).message.contains("tool_dialect"));
     }
 
     #[test]
