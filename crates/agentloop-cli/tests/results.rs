@@ -134,3 +134,47 @@ command = ["python3", "tool.py"]
         .collect();
     assert_eq!(recorded, said, "the trace and --json use one word");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_final_answer_that_is_only_a_tool_call_written_as_text_is_not_finished() {
+    let dir = AgentDir::new(
+        r#"name = "coder"
+[model]
+provider = "scripted"
+script = "script.json"
+[[tools]]
+builtin = "write_file"
+root = "work"
+"#,
+    );
+    std::fs::create_dir(dir.path("work")).unwrap();
+    // What Qwen2.5-Coder-1.5B wrote without a dialect that reads it: the call as a fenced block.
+    let call = "```json\n{\"name\": \"write_file\", \"arguments\": {\"path\": \"calc.py\", \
+                \"content\": \"print(2 + 3)\"}}\n```";
+    dir.write("script.json", &json!([{"text": call}]).to_string());
+    let out = agentloop(args(&[
+        "run",
+        dir.agent().to_str().unwrap(),
+        "--input",
+        "Write calc.py",
+        "--json",
+    ]))
+    .await;
+    assert_eq!(out.status.code(), Some(7), "{}", stderr(&out));
+    let v = stdout_json(&out);
+    assert_eq!(v["stop_reason"], "failed", "{v}");
+    assert_eq!(v["error"]["code"], "decision.invalid", "{v}");
+    let message = v["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("write_file") && message.contains("tool_dialect"),
+        "{message}"
+    );
+    assert!(!dir.path("work/calc.py").exists());
+    // An answer that merely shows JSON is still an answer.
+    dir.write(
+        "script.json",
+        &json!([{"text": "Done: {\"name\": \"write_file\"} ran."}]).to_string(),
+    );
+    let (_, v) = run_finished(&dir.agent(), "Write calc.py").await;
+    assert_eq!(v["output"], "Done: {\"name\": \"write_file\"} ran.");
+}

@@ -240,6 +240,22 @@ impl RunMachine {
         self.recent_turns.clear();
         let text = message.text.clone();
         self.transcript.push(Message::Assistant(message));
+        if self.cfg.output_schema.is_none()
+            && let Some(tool) =
+                super::unread_call::unread_tool_call(&text, |n| self.tools.names().any(|t| t == n))
+        {
+            // Nothing read the call (no tool-call parser at the server, or a dialect that does
+            // not know the shape): the tool never ran, so this is no answer.
+            self.fail(RunError::InvalidDecision {
+                reason: format!(
+                    "the model's final answer is a call of tool `{tool}` written as text, which \
+                     was not read as a call, so the tool never ran; a model served without a \
+                     tool-call parser needs [model] tool_dialect (\"hermes\" for <tool_call> \
+                     blocks, \"llama3-json\" for a bare JSON call)"
+                ),
+            });
+            return;
+        }
         let problems = match &self.cfg.output_schema {
             None => None,
             Some(schema) => match parse_json_answer(&text) {

@@ -19,6 +19,7 @@ mod admit;
 mod compact;
 mod fold;
 mod step;
+mod unread_call;
 
 use std::sync::Arc;
 use std::time::Duration;
