@@ -5,10 +5,10 @@
 //! system would open: the part that exists canonicalized (links followed), the rest appended
 //! as written. So a link inside the workspace cannot walk around a `deny` glob.
 
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
 use agentloop::permissions::ResolvePaths;
-use agentloop_tools::workspace::Workspace;
+use agentloop_tools::workspace::{Workspace, follow_links};
 
 /// Paths as a built-in tool resolves them: inside its workspace; a path it refuses is `None`.
 #[derive(Debug)]
@@ -48,34 +48,6 @@ impl ResolvePaths for FolderPaths {
     fn resolve(&self, path: &str) -> Option<PathBuf> {
         Some(follow_links(&self.root.join(path)))
     }
-}
-
-/// An absolute path with the links of its existing part followed, one component at a time (a
-/// `..` after a link leaves the link's target, as the operating system does), and the part that
-/// does not exist appended lexically.
-pub fn follow_links(path: &Path) -> PathBuf {
-    let mut out = PathBuf::new();
-    let mut exists = true;
-    for component in path.components() {
-        match component {
-            Component::Prefix(_) | Component::RootDir => out.push(component),
-            Component::CurDir => {}
-            Component::ParentDir => {
-                out.pop();
-            }
-            Component::Normal(name) => {
-                out.push(name);
-                if exists {
-                    match std::fs::canonicalize(&out) {
-                        Ok(real) => out = real,
-                        // Not there yet (or a dangling link): the rest is only names.
-                        Err(_) => exists = false,
-                    }
-                }
-            }
-        }
-    }
-    out
 }
 
 // outside-paths: off (the tests below follow links out of a folder on purpose)

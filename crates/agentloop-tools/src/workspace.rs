@@ -141,7 +141,7 @@ impl Workspace {
     /// (through a link, with `./`) is refused too.
     pub fn protect(mut self, paths: impl IntoIterator<Item = impl AsRef<Path>>) -> Self {
         let mut all: Vec<PathBuf> = self.protected.to_vec();
-        all.extend(paths.into_iter().map(|p| canonical_lenient(p.as_ref())));
+        all.extend(paths.into_iter().map(|p| follow_links(p.as_ref())));
         all.sort();
         all.dedup();
         self.protected = std::sync::Arc::from(all);
@@ -226,27 +226,34 @@ impl Workspace {
     }
 }
 
-/// `path` made absolute with every link resolved as far as it exists; the parts that do not exist
-/// yet appended as names.
-fn canonical_lenient(path: &Path) -> PathBuf {
+/// `path` made absolute, with the links of its existing part followed one component at a time
+/// (a `..` after a link leaves the link's target, as the operating system does), and the part
+/// that does not exist appended as names: the file the system would open, whether it exists yet
+/// or not. Used for the protected paths here and for the permission rules' paths.
+pub fn follow_links(path: &Path) -> PathBuf {
     let absolute = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
-    let mut existing = absolute.clone();
-    let mut rest: Vec<OsString> = Vec::new();
-    loop {
-        if let Ok(canonical) = std::fs::canonicalize(&existing) {
-            return rest.iter().rev().fold(canonical, |p, name| p.join(name));
-        }
-        match (
-            existing.file_name().map(ToOwned::to_owned),
-            existing.parent(),
-        ) {
-            (Some(name), Some(parent)) => {
-                rest.push(name);
-                existing = parent.to_path_buf();
+    let mut out = PathBuf::new();
+    let mut exists = true;
+    for component in absolute.components() {
+        match component {
+            Component::Prefix(_) | Component::RootDir => out.push(component),
+            Component::CurDir => {}
+            Component::ParentDir => {
+                out.pop();
             }
-            _ => return absolute,
+            Component::Normal(name) => {
+                out.push(name);
+                if exists {
+                    match std::fs::canonicalize(&out) {
+                        Ok(real) => out = real,
+                        // Not there yet (or a dangling link): the rest is only names.
+                        Err(_) => exists = false,
+                    }
+                }
+            }
         }
     }
+    out
 }
 
 // outside-paths: off (the tests below try hostile paths on purpose)

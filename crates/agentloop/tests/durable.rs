@@ -65,6 +65,17 @@ fn agent(skip: usize, version: &str) -> (Agent, Counts) {
     (agent, counts)
 }
 
+/// A run of `agent` on "go", journaled in `journal`.
+async fn journaled(agent: &Agent, journal: Arc<Memory>) -> agentloop::RunOutcome {
+    let options = RunOptions {
+        journal: Some(journal),
+        ..RunOptions::default()
+    };
+    agent
+        .run_with(Vec::new(), Some(Message::user("go")), options)
+        .await
+}
+
 fn results(transcript: &[Message]) -> Vec<&ToolResult> {
     transcript
         .iter()
@@ -133,13 +144,7 @@ async fn a_journal_that_fails_stops_the_run_with_its_error() {
         ..Memory::default()
     });
     let (agent, _) = agent(0, "1");
-    let options = RunOptions {
-        journal: Some(journal.clone()),
-        ..RunOptions::default()
-    };
-    let out = agent
-        .run_with(Vec::new(), Some(Message::user("go")), options)
-        .await;
+    let out = journaled(&agent, journal.clone()).await;
     assert_eq!(out.stop_reason, StopReason::Failed);
     let error = out.error.unwrap();
     assert_eq!(error.code(), "journal.write");
@@ -192,13 +197,7 @@ async fn a_journal_that_cannot_record_the_end_never_leaves_the_run_finished() {
         ..Memory::default()
     });
     let (agent, _) = agent(0, "1");
-    let options = RunOptions {
-        journal: Some(journal),
-        ..RunOptions::default()
-    };
-    let out = agent
-        .run_with(Vec::new(), Some(Message::user("go")), options)
-        .await;
+    let out = journaled(&agent, journal).await;
     assert_eq!(out.stop_reason, StopReason::Failed);
     let error = out.error.unwrap();
     assert_eq!(error.code(), "journal.write");
@@ -210,16 +209,7 @@ async fn a_completed_call_whose_record_failed_is_reported_completed_and_the_run_
     // Where the first call's result is written, in a run whose journal holds everything.
     let whole = Arc::new(Memory::default());
     let (agent_a, _) = agent(0, "1");
-    agent_a
-        .run_with(
-            Vec::new(),
-            Some(Message::user("go")),
-            RunOptions {
-                journal: Some(whole.clone()),
-                ..RunOptions::default()
-            },
-        )
-        .await;
+    journaled(&agent_a, whole.clone()).await;
     let at = whole
         .steps
         .lock()
@@ -232,16 +222,7 @@ async fn a_completed_call_whose_record_failed_is_reported_completed_and_the_run_
         ..Memory::default()
     });
     let (agent_b, counts) = agent(0, "1");
-    let out = agent_b
-        .run_with(
-            Vec::new(),
-            Some(Message::user("go")),
-            RunOptions {
-                journal: Some(journal),
-                ..RunOptions::default()
-            },
-        )
-        .await;
+    let out = journaled(&agent_b, journal).await;
     assert_eq!(out.stop_reason, StopReason::Failed);
     assert_eq!(out.error.as_ref().unwrap().code(), "journal.write");
     let ran = counts.idem.load(Ordering::SeqCst) + counts.once.load(Ordering::SeqCst);
