@@ -1,12 +1,11 @@
 //! Trace formats and the writer trait. The format of a path is chosen by its extension:
-//! `.ndjson` for NDJSON, `.sqlite` or `.db` for SQLite.
+//! `.ndjson` for NDJSON, `.sqlite` or `.db` for SQLite. The writers themselves (`ndjson`, `sqlite`)
+//! build on this file, and `trace` opens them, so the vocabulary never imports what uses it.
 
 use std::path::Path;
 
 use crate::error::TraceError;
-use crate::ndjson::NdjsonWriter;
 use crate::record::TraceRecord;
-use crate::sqlite::SqliteWriter;
 
 /// A trace file format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -42,13 +41,4 @@ pub trait TraceWriter: Send {
     fn write(&mut self, record: &TraceRecord) -> Result<(), TraceError>;
     /// Pushes everything written so far to the file (and to the disk).
     fn flush(&mut self) -> Result<(), TraceError>;
-}
-
-/// Opens a writer for a path, creating the file or appending to it; the extension picks the
-/// format.
-pub fn open_writer(path: &Path) -> Result<Box<dyn TraceWriter>, TraceError> {
-    Ok(match TraceFormat::from_path(path)? {
-        TraceFormat::Ndjson => Box::new(NdjsonWriter::open(path)?),
-        TraceFormat::Sqlite => Box::new(SqliteWriter::open(path)?),
-    })
 }

@@ -67,7 +67,7 @@ pub(crate) fn create_private(path: &std::path::Path) -> std::io::Result<()> {
 
 pub use cache::SqliteResponseCache;
 pub use error::TraceError;
-pub use format::{TraceFormat, TraceWriter, open_writer};
+pub use format::{TraceFormat, TraceWriter};
 pub use journal::{Fault, JournalReader, RunEntry, SqliteJournal, WaitingCall};
 pub use ndjson::NdjsonWriter;
 pub use record::{
@@ -78,7 +78,7 @@ pub use redact::{redact, redact_text};
 pub use sessions::SqliteSessions;
 pub use sink::{Clock, TraceOptions, TraceSink};
 pub use sqlite::{SCHEMA_VERSION, SqliteWriter};
-pub use trace::{Trace, convert, latest_versions, read_trace};
+pub use trace::{Trace, convert, latest_versions, open_writer, read_trace};
 pub use view::{
     RunSummary, RunTree, TurnNode, find_run, render_list, render_list_json, render_run,
     render_run_json, render_run_tree, run_tree, summarize_runs,

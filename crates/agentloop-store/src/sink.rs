@@ -18,7 +18,8 @@ use agentloop::{
 use serde_json::Value;
 
 use crate::error::TraceError;
-use crate::format::{TraceWriter, open_writer};
+use crate::format::TraceWriter;
+use crate::trace::open_writer;
 use crate::record::{
     CompactionSpan, ErrorInfo, ModelCallSpan, RunSpan, Span, Status, ToolCallSpan, ToolsChange,
     TraceRecord, TurnSpan,

@@ -1,4 +1,4 @@
-//! Reading whole traces, in either format, and converting between formats.
+//! Opening trace writers, reading whole traces in either format, and converting between formats.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -6,9 +6,19 @@ use std::path::Path;
 use serde::Serialize;
 
 use crate::error::TraceError;
-use crate::format::{TraceFormat, open_writer};
+use crate::format::{TraceFormat, TraceWriter};
 use crate::record::TraceRecord;
-use crate::{ndjson, sqlite};
+use crate::ndjson::{self, NdjsonWriter};
+use crate::sqlite::{self, SqliteWriter};
+
+/// Opens a writer for a path, creating the file or appending to it; the extension picks the
+/// format.
+pub fn open_writer(path: &Path) -> Result<Box<dyn TraceWriter>, TraceError> {
+    Ok(match TraceFormat::from_path(path)? {
+        TraceFormat::Ndjson => Box::new(NdjsonWriter::open(path)?),
+        TraceFormat::Sqlite => Box::new(SqliteWriter::open(path)?),
+    })
+}
 
 /// The spans of a trace and what could not be read.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]

@@ -354,6 +354,48 @@ fn span_state(span: &Span) -> String {
 /// costs, statuses and errors, and payloads when the trace recorded them.
 pub fn render_run(records: &[TraceRecord], id: Option<&str>) -> Result<String, TraceError> {
     let tree = run_tree(records, id)?;
+    let mut out = run_header(&tree);
+    let last_turn = tree.turns.len().saturating_sub(1);
+    for (i, node) in tree.turns.iter().enumerate() {
+        let (branch, stem) = if i == last_turn {
+            ("└─", "   ")
+        } else {
+            ("├─", "│  ")
+        };
+        let _ = writeln!(
+            out,
+            "{branch} turn {}{}",
+            node.turn.turn,
+            span_state(&node.turn.span)
+        );
+        let mut lines: Vec<(String, Vec<String>)> = Vec::new();
+        if let Some(change) = &node.turn.tools_changed {
+            lines.push((format!("tools changed: {change}"), Vec::new()));
+        }
+        lines.extend(node.compactions.iter().map(compaction_lines));
+        lines.extend(node.model_calls.iter().map(model_call_lines));
+        lines.extend(node.tool_calls.iter().map(tool_call_lines));
+        let last = lines.len().saturating_sub(1);
+        for (j, (head, details)) in lines.iter().enumerate() {
+            let (branch, inner) = if j == last {
+                ("└─", "   ")
+            } else {
+                ("├─", "│  ")
+            };
+            let _ = writeln!(out, "{stem}{branch} {head}");
+            for d in details {
+                let _ = writeln!(out, "{stem}{inner}   {d}");
+            }
+        }
+    }
+    if !tree.subagents.is_empty() {
+        let _ = writeln!(out, "subagents: {}", tree.subagents.join(", "));
+    }
+    Ok(out)
+}
+
+/// The lines above a run's turns: its identity, counts, spend, and the run-wide notes.
+fn run_header(tree: &RunTree) -> String {
     let (run, sum) = (&tree.run, &tree.summary);
     let mut out = String::new();
     let stop = sum.stop_reason.as_deref().unwrap_or("running");
@@ -405,102 +447,75 @@ pub fn render_run(records: &[TraceRecord], id: Option<&str>) -> Result<String, T
     if let Some(output) = &run.output {
         let _ = writeln!(out, "  output: {}", payload(&Value::String(output.clone())));
     }
-    let last_turn = tree.turns.len().saturating_sub(1);
-    for (i, node) in tree.turns.iter().enumerate() {
-        let (branch, stem) = if i == last_turn {
-            ("└─", "   ")
-        } else {
-            ("├─", "│  ")
-        };
-        let _ = writeln!(
-            out,
-            "{branch} turn {}{}",
-            node.turn.turn,
-            span_state(&node.turn.span)
-        );
-        let mut lines: Vec<(String, Vec<String>)> = Vec::new();
-        if let Some(change) = &node.turn.tools_changed {
-            lines.push((format!("tools changed: {change}"), Vec::new()));
-        }
-        for c in &node.compactions {
-            let mut head = format!(
-                "compaction {}: {} messages, ~{} -> ~{} tokens{}",
-                c.policy,
-                c.messages_replaced,
-                c.tokens_before,
-                c.tokens_after,
-                span_state(&c.span)
-            );
-            if let Some(u) = &c.usage {
-                let _ = write!(head, "  {}", format_tokens(u));
-            }
-            let mut details = Vec::new();
-            if let Some(f) = &c.fallback {
-                details.push(format!("fallback: {f}"));
-            }
-            if let Some(s) = &c.summary {
-                details.push(format!("summary: {}", payload(&Value::String(s.clone()))));
-            }
-            lines.push((head, details));
-        }
-        for m in &node.model_calls {
-            let mut head = format!("model {} ({}){}", m.model, m.provider, span_state(&m.span));
-            if let Some(f) = m.finish_reason {
-                let _ = write!(head, "  {}", f.as_str());
-            }
-            if let Some(u) = &m.usage {
-                let _ = write!(head, "  {}", format_tokens(u));
-            }
-            if let Some(c) = m.cost_usd {
-                let _ = write!(head, "  {}", format_cost(c));
-            }
-            let mut details = Vec::new();
-            if let Some(r) = m.reasoning.as_ref().filter(|r| !r.is_empty()) {
-                details.push(format!("reasoning: {}", payload(&Value::String(r.clone()))));
-            }
-            if let Some(t) = m.text.as_ref().filter(|t| !t.is_empty()) {
-                details.push(format!("text: {}", payload(&Value::String(t.clone()))));
-            }
-            lines.push((head, details));
-        }
-        for t in &node.tool_calls {
-            let head = format!("tool {} [{}]{}", t.tool, t.call_id, span_state(&t.span));
-            let mut details = Vec::new();
-            if let Some(a) = &t.arguments {
-                details.push(format!("arguments: {}", payload(a)));
-            }
-            for (n, failed) in t.retries.iter().enumerate() {
-                details.push(format!(
-                    "attempt {} failed, retried: {}",
-                    n + 1,
-                    payload(&Value::String(failed.clone()))
-                ));
-            }
-            if let Some(o) = &t.output {
-                details.push(format!("output: {}", payload(o)));
-            }
-            if let Some(d) = &t.details {
-                details.push(format!("details: {}", payload(d)));
-            }
-            lines.push((head, details));
-        }
-        let last = lines.len().saturating_sub(1);
-        for (j, (head, details)) in lines.iter().enumerate() {
-            let (branch, inner) = if j == last {
-                ("└─", "   ")
-            } else {
-                ("├─", "│  ")
-            };
-            let _ = writeln!(out, "{stem}{branch} {head}");
-            for d in details {
-                let _ = writeln!(out, "{stem}{inner}   {d}");
-            }
-        }
+    out
+}
+
+/// A compaction's line in its turn, and the lines under it.
+fn compaction_lines(c: &CompactionSpan) -> (String, Vec<String>) {
+    let mut head = format!(
+        "compaction {}: {} messages, ~{} -> ~{} tokens{}",
+        c.policy,
+        c.messages_replaced,
+        c.tokens_before,
+        c.tokens_after,
+        span_state(&c.span)
+    );
+    if let Some(u) = &c.usage {
+        let _ = write!(head, "  {}", format_tokens(u));
     }
-    if !tree.subagents.is_empty() {
-        let _ = writeln!(out, "subagents: {}", tree.subagents.join(", "));
+    let mut details = Vec::new();
+    if let Some(f) = &c.fallback {
+        details.push(format!("fallback: {f}"));
     }
-    Ok(out)
+    if let Some(s) = &c.summary {
+        details.push(format!("summary: {}", payload(&Value::String(s.clone()))));
+    }
+    (head, details)
+}
+
+/// A model call's line in its turn, and the lines under it.
+fn model_call_lines(m: &ModelCallSpan) -> (String, Vec<String>) {
+    let mut head = format!("model {} ({}){}", m.model, m.provider, span_state(&m.span));
+    if let Some(f) = m.finish_reason {
+        let _ = write!(head, "  {}", f.as_str());
+    }
+    if let Some(u) = &m.usage {
+        let _ = write!(head, "  {}", format_tokens(u));
+    }
+    if let Some(c) = m.cost_usd {
+        let _ = write!(head, "  {}", format_cost(c));
+    }
+    let mut details = Vec::new();
+    if let Some(r) = m.reasoning.as_ref().filter(|r| !r.is_empty()) {
+        details.push(format!("reasoning: {}", payload(&Value::String(r.clone()))));
+    }
+    if let Some(t) = m.text.as_ref().filter(|t| !t.is_empty()) {
+        details.push(format!("text: {}", payload(&Value::String(t.clone()))));
+    }
+    (head, details)
+}
+
+/// A tool call's line in its turn, and the lines under it.
+fn tool_call_lines(t: &ToolCallSpan) -> (String, Vec<String>) {
+    let head = format!("tool {} [{}]{}", t.tool, t.call_id, span_state(&t.span));
+    let mut details = Vec::new();
+    if let Some(a) = &t.arguments {
+        details.push(format!("arguments: {}", payload(a)));
+    }
+    for (n, failed) in t.retries.iter().enumerate() {
+        details.push(format!(
+            "attempt {} failed, retried: {}",
+            n + 1,
+            payload(&Value::String(failed.clone()))
+        ));
+    }
+    if let Some(o) = &t.output {
+        details.push(format!("output: {}", payload(o)));
+    }
+    if let Some(d) = &t.details {
+        details.push(format!("details: {}", payload(d)));
+    }
+    (head, details)
 }
 
 /// [`render_run`], then each subagent's run drawn under it, indented by depth, all the way down
