@@ -352,7 +352,7 @@ fn run_worker<E: SpanExporter>(
                     .lock()
                     .unwrap_or_else(|p| p.into_inner()) =
                     // An exporter's error may name the collector's URL, credentials and all.
-                    Some(agentloop_store::redact::redact_text(&e.to_string()));
+                    Some(agentloop_observe::redact::redact_text(&e.to_string()));
             }
         }
     };

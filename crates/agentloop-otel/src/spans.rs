@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime};
 use agentloop::message::ToolContent;
 use agentloop::model::{FinishReason, Usage};
 use agentloop::{CallOutcome, CallStatus, Event, EventKind};
-use agentloop_store::redact::{redact, redact_text};
+use agentloop_observe::redact::{redact, redact_text};
 use opentelemetry::trace::{
     SpanContext, SpanId, SpanKind, Status, TraceFlags, TraceId, TraceState,
 };

@@ -37,7 +37,6 @@ pub mod format;
 pub mod journal;
 pub mod ndjson;
 pub mod record;
-pub mod redact;
 pub mod sessions;
 pub mod sink;
 pub mod sqlite;
@@ -74,7 +73,9 @@ pub use record::{
     CompactionSpan, ErrorInfo, ModelCallSpan, RunSpan, Span, Status, ToolCallSpan, ToolsChange,
     TraceRecord, TurnSpan, format_rfc3339,
 };
-pub use redact::{redact, redact_text};
+// The redactor (the module `redact` and its two functions) lives in `agentloop-observe`, so that
+// exporters without SQLite share it; its paths here stay as they were.
+pub use agentloop_observe::{redact, redact_text};
 pub use sessions::SqliteSessions;
 pub use sink::{Clock, TraceOptions, TraceSink};
 pub use sqlite::{SCHEMA_VERSION, SqliteWriter};
