@@ -1,5 +1,6 @@
 //! [`TraceSink`]: an [`EventSink`] that turns a run's events into span records and writes them
-//! through a [`TraceWriter`] as they happen.
+//! through a [`TraceWriter`] as they happen. The lifecycle (which event opens and closes which
+//! span) is the shared [`Tracker`]'s; this file makes the records.
 //!
 //! Writes are synchronous and small (one line, or one SQLite row committed in WAL mode), made under
 //! a mutex on the loop's task; nothing is queued, so nothing is lost when a run ends. A write error
@@ -14,6 +15,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use agentloop::{
     CallOutcome, CallStatus, Event, EventKind, EventSink, StopReason, limits::LimitHit,
     message::ToolContent,
+};
+use agentloop_observe::tracker::{
+    ModelEnd, Opening, Parent, Render, RunEnd, RunHead, ToolEnd, Tracked, Tracker,
 };
 use serde_json::Value;
 
@@ -67,22 +71,22 @@ impl std::fmt::Debug for TraceSink {
 
 struct State {
     writer: Box<dyn TraceWriter>,
-    runs: HashMap<String, RunState>,
+    runs: Tracker<Records>,
     error: Option<TraceError>,
 }
 
-/// What the sink tracks of a run in flight.
+/// Makes the records of one event, at its time (unix microseconds).
+struct Records {
+    payloads: bool,
+    now: i64,
+    out: Vec<TraceRecord>,
+}
+
+/// What the sink keeps of a run in flight beyond what the tracker keeps.
 struct RunState {
     run: RunSpan,
-    turn: Option<TurnSpan>,
-    calls_in_turn: u32,
-    model_call: Option<ModelCallSpan>,
     reasoning: String,
-    tools: HashMap<String, ToolCallSpan>,
-    model_calls: u32,
-    tool_calls: u32,
     limit: Option<LimitHit>,
-    last_text: Option<String>,
     /// Hook failures, kept for the run's end record.
     warnings: Vec<String>,
     /// The tool source's output (payload), kept for the run's end record.
@@ -92,6 +96,9 @@ struct RunState {
     /// When each open span started, in unix microseconds.
     starts: HashMap<String, i64>,
 }
+
+/// An open run, as the sink's renderer sees it.
+type Run = Tracked<Records>;
 
 impl TraceSink {
     /// Opens a trace file (creating it, or appending to it); the extension picks the format:
@@ -107,7 +114,7 @@ impl TraceSink {
             clock: Arc::new(system_clock),
             state: Mutex::new(State {
                 writer,
-                runs: HashMap::new(),
+                runs: Tracker::new(),
                 error: None,
             }),
         }
@@ -127,6 +134,14 @@ impl TraceSink {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
+    fn records(&self, now: i64) -> Records {
+        Records {
+            payloads: self.options.payloads,
+            now,
+            out: Vec::new(),
+        }
+    }
+
     /// Pushes what was written to the disk; returns the first write error since the last call.
     pub fn flush(&self) -> Result<(), TraceError> {
         let mut state = self.lock();
@@ -139,337 +154,21 @@ impl TraceSink {
     /// Ends the trace: runs still open are recorded as interrupted (error `trace.unfinished`),
     /// then everything is flushed. Returns the first write error.
     pub fn finish(&self) -> Result<(), TraceError> {
-        let now = (self.clock)();
+        let mut records = self.records((self.clock)());
         let mut state = self.lock();
-        let open: Vec<String> = state.runs.keys().cloned().collect();
-        for run_id in open {
-            if let Some(run) = state.runs.remove(&run_id) {
-                let error = ErrorInfo {
-                    code: "trace.unfinished".into(),
-                    message: "the trace was finished before the run ended".into(),
-                };
-                let records = run.close(now, Status::Interrupted, Some(error), None);
-                state.write_all(records);
-            }
-        }
+        state.runs.abandon_all(&mut records);
+        state.write_all(records.out);
         drop(state);
         self.flush()
-    }
-
-    /// The records an event writes: a run's start and end are handled here, everything else by
-    /// its run's state.
-    fn records_for(&self, state: &mut State, event: &Event, now: i64) -> Vec<TraceRecord> {
-        let payloads = self.options.payloads;
-        let run_id: &str = &event.run_id;
-        if let EventKind::RunStarted {
-            agent,
-            model,
-            parent_run_id,
-            parent_call_id,
-            input,
-        } = &event.kind
-        {
-            let mut run = RunState::new(
-                run_id,
-                agent,
-                model,
-                parent_run_id.clone(),
-                payloads.then(|| redact_text(input)),
-                now,
-            );
-            run.run.parent_call_id = parent_call_id.clone();
-            let record = TraceRecord::Run(run.run.clone());
-            state.runs.insert(run_id.to_owned(), run);
-            return vec![record];
-        }
-        let mut out = Vec::new();
-        if !state.runs.contains_key(run_id) {
-            // Joined mid-run: record the run with what is known.
-            let run = RunState::new(run_id, "", "", None, None, now);
-            out.push(TraceRecord::Run(run.run.clone()));
-            state.runs.insert(run_id.to_owned(), run);
-        }
-        if let EventKind::RunFinished {
-            stop_reason,
-            usage,
-            cost_usd,
-            turns,
-            error,
-        } = &event.kind
-        {
-            if let Some(run) = state.runs.remove(run_id) {
-                let end = RunEnd {
-                    stop_reason: stop_reason.as_str().to_owned(),
-                    usage: *usage,
-                    cost_usd: *cost_usd,
-                    turns: *turns,
-                    output: None,
-                };
-                out.extend(run.finish(now, stop_reason, error.as_ref(), end, payloads));
-            }
-            return out;
-        }
-        if let Some(run) = state.runs.get_mut(run_id) {
-            run.on_event(event, now, payloads, &mut out);
-        }
-        out
-    }
-}
-
-impl RunState {
-    /// The run's end: its status from the stop reason, its output when payloads are kept.
-    fn finish(
-        self,
-        now: i64,
-        stop_reason: &StopReason,
-        error: Option<&agentloop::event::ErrorSummary>,
-        mut end: RunEnd,
-        payloads: bool,
-    ) -> Vec<TraceRecord> {
-        let status = match stop_reason {
-            s if s.is_success() => Status::Ok,
-            StopReason::Cancelled => Status::Cancelled,
-            _ => Status::Error,
-        };
-        let error = error.map(|e| ErrorInfo {
-            code: e.code.clone(),
-            message: e.message.clone(),
-        });
-        if payloads && *stop_reason == StopReason::Finished {
-            end.output = self.last_text.as_deref().map(redact_text);
-        }
-        self.close(now, status, error, Some(end))
-    }
-
-    /// The records of one event inside a run.
-    fn on_event(&mut self, event: &Event, now: i64, payloads: bool, out: &mut Vec<TraceRecord>) {
-        let run = self;
-        match &event.kind {
-            EventKind::TurnStarted => {
-                out.extend(run.close_turn(now));
-                out.push(run.open_turn(event.turn, now));
-            }
-            EventKind::ModelRequestStarted {
-                model,
-                provider,
-                messages,
-            } => {
-                out.extend(run.ensure_turn(event.turn, now));
-                run.reasoning.clear();
-                let call = ModelCallSpan {
-                    provider: provider.clone(),
-                    messages: u64::try_from(*messages).unwrap_or(u64::MAX),
-                    ..run.new_model_call(event.turn, model, now)
-                };
-                out.push(TraceRecord::ModelCall(call.clone()));
-                run.model_call = Some(call);
-            }
-            EventKind::ReasoningDelta { text } if payloads => run.reasoning.push_str(text),
-            EventKind::ModelResponse {
-                usage,
-                cost_usd,
-                finish_reason,
-                tool_calls,
-                text,
-                duration,
-                cached,
-            } => {
-                let mut call = run.take_model_call(event.turn, now, *duration);
-                call.cached = *cached;
-                run.end_span(&mut call.span, now, Some(*duration), Status::Ok, None);
-                call.usage = Some(*usage);
-                call.cost_usd = *cost_usd;
-                call.finish_reason = Some(*finish_reason);
-                call.tool_calls = Some(u64::try_from(*tool_calls).unwrap_or(u64::MAX));
-                if payloads {
-                    call.text = Some(redact_text(text));
-                    call.reasoning = (!run.reasoning.is_empty())
-                        .then(|| redact_text(&std::mem::take(&mut run.reasoning)));
-                }
-                run.last_text = Some(text.clone());
-                out.push(TraceRecord::ModelCall(call));
-            }
-            EventKind::ModelError { code, message } => {
-                let mut call = run.take_model_call(event.turn, now, Duration::ZERO);
-                let error = ErrorInfo {
-                    code: code.clone(),
-                    message: message.clone(),
-                };
-                run.end_span(&mut call.span, now, None, Status::Error, Some(error));
-                run.escalate_turn(Status::Error);
-                out.push(TraceRecord::ModelCall(call));
-            }
-            EventKind::ToolStarted {
-                call_id,
-                tool,
-                arguments,
-            } => {
-                out.extend(run.ensure_turn(event.turn, now));
-                run.tool_calls += 1;
-                let span = ToolCallSpan {
-                    arguments: payloads.then(|| redact(arguments)),
-                    ..run.tool_span(event.turn, call_id, tool, now)
-                };
-                out.push(TraceRecord::ToolCall(span.clone()));
-                run.tools.insert(call_id.clone(), span);
-            }
-            EventKind::ToolRetrying {
-                call_id,
-                code,
-                message,
-                ..
-            } => {
-                if let Some(span) = run.tools.get_mut(call_id) {
-                    // Error text can quote what a tool read (its stderr): redacted like payloads.
-                    span.retries
-                        .push(format!("{code}: {}", redact_text(message)));
-                }
-            }
-            EventKind::ToolFinished {
-                call_id,
-                tool,
-                outcome,
-            } => out.push(run.tool_finished(event.turn, call_id, tool, outcome, now, payloads)),
-            EventKind::ToolRejected {
-                call_id,
-                tool,
-                outcome,
-                ..
-            } => {
-                out.extend(run.ensure_turn(event.turn, now));
-                out.push(run.tool_rejected(event.turn, call_id, tool, outcome, now));
-            }
-            EventKind::LimitReached { limit } => run.limit = Some(*limit),
-            EventKind::HookFailed {
-                hook,
-                stage,
-                message,
-            } => run
-                .warnings
-                .push(format!("hook {hook} failed at {stage}: {message}")),
-            EventKind::AnswerRetried { reason } => {
-                run.warnings.push(format!("answer sent back: {reason}"));
-            }
-            kind @ EventKind::ToolsChanged { .. } => {
-                out.extend(run.ensure_turn(event.turn, now));
-                if let Some(t) = run.turn.as_mut() {
-                    t.tools_changed = ToolsChange::of(kind);
-                }
-            }
-            // A server's stderr can quote anything it read: a payload, redacted like one.
-            EventKind::ToolSourceOutput { origin, lines } if payloads => {
-                run.tool_output
-                    // Each line alone: behind the origin, a `KEY=value` line would not read as one.
-                    .extend(
-                        lines
-                            .iter()
-                            .map(|l| format!("{origin}: {}", redact_text(l))),
-                    );
-            }
-            EventKind::StopConditionMet { by } => {
-                run.warnings
-                    .push(format!("stop condition {by} ended the run"));
-            }
-            EventKind::Compacted {
-                policy,
-                messages_replaced,
-                tokens_before,
-                tokens_after,
-                summary,
-                replaced,
-                usage,
-                cost_usd,
-                fallback,
-                duration,
-            } => {
-                out.extend(run.ensure_turn(event.turn, now));
-                run.compactions += 1;
-                let id = format!(
-                    "{}:c{}",
-                    turn_id(&run.run.span.id, event.turn),
-                    run.compactions
-                );
-                let started = now - i64::try_from(duration.as_micros()).unwrap_or(0);
-                let mut span = run.child(id, event.turn, started);
-                run.end_span(&mut span, now, Some(*duration), Status::Ok, None);
-                let spent = !usage.is_zero();
-                out.push(TraceRecord::Compaction(CompactionSpan {
-                    span,
-                    policy: policy.clone(),
-                    messages_replaced: u64::try_from(*messages_replaced).unwrap_or(u64::MAX),
-                    tokens_before: *tokens_before,
-                    tokens_after: *tokens_after,
-                    usage: spent.then_some(*usage),
-                    cost_usd: spent.then_some(*cost_usd),
-                    fallback: fallback.clone(),
-                    summary: summary.as_deref().filter(|_| payloads).map(redact_text),
-                    replaced: payloads
-                        .then(|| serde_json::to_value(replaced).ok())
-                        .flatten()
-                        .map(|v| redact(&v)),
-                }));
-            }
-            _ => {}
-        }
-    }
-
-    /// A started call's end.
-    fn tool_finished(
-        &mut self,
-        turn: u32,
-        call_id: &str,
-        tool: &str,
-        outcome: &CallOutcome,
-        now: i64,
-        payloads: bool,
-    ) -> TraceRecord {
-        let duration = &outcome.duration;
-        let mut span = match self.tools.remove(call_id) {
-            Some(span) => span,
-            None => {
-                self.tool_calls += 1;
-                let started = now - i64::try_from(duration.as_micros()).unwrap_or(0);
-                self.tool_span(turn, call_id, tool, started)
-            }
-        };
-        let (status, error) = tool_status(outcome);
-        // A recoverable error is the model's to handle; the turn itself went fine.
-        if status != Status::Error {
-            self.escalate_turn(status);
-        }
-        self.end_span(&mut span.span, now, Some(*duration), status, error);
-        if payloads {
-            span.output = outcome.output().map(output_value);
-            span.details = outcome.details.as_ref().map(redact);
-        }
-        TraceRecord::ToolCall(span)
-    }
-
-    /// A call that never started: its span opens and closes at once.
-    /// A call that never started: its status is the core's (`decision.invalid` is `refused`,
-    /// `not_run` `cancelled`), the same word `--json` and the transcript use.
-    fn tool_rejected(
-        &mut self,
-        turn: u32,
-        call_id: &str,
-        tool: &str,
-        outcome: &CallOutcome,
-        now: i64,
-    ) -> TraceRecord {
-        self.tool_calls += 1;
-        let (status, error) = tool_status(outcome);
-        let mut span = self.tool_span(turn, call_id, tool, now);
-        self.end_span(&mut span.span, now, Some(Duration::ZERO), status, error);
-        TraceRecord::ToolCall(span)
     }
 }
 
 impl EventSink for TraceSink {
     fn emit(&self, event: &Event) {
-        let now = (self.clock)();
+        let mut records = self.records((self.clock)());
         let mut state = self.lock();
-        let records = self.records_for(&mut state, event, now);
-        state.write_all(records);
+        state.runs.on_event(event, &mut records);
+        state.write_all(records.out);
     }
 }
 
@@ -487,13 +186,348 @@ impl State {
     }
 }
 
-/// What a finished run reports.
-struct RunEnd {
-    stop_reason: String,
-    usage: agentloop::model::Usage,
-    cost_usd: f64,
-    turns: u32,
-    output: Option<String>,
+impl Render for Records {
+    type Run = RunState;
+    type Turn = TurnSpan;
+    type ModelCall = ModelCallSpan;
+    type ToolCall = ToolCallSpan;
+
+    /// A run's start record; a run joined mid-run is recorded with what is known.
+    fn open_run(
+        &mut self,
+        head: &RunHead,
+        _: Option<Parent<'_, Self>>,
+        event: &Event,
+    ) -> Option<RunState> {
+        let input = match &event.kind {
+            EventKind::RunStarted { input, .. } if self.payloads => Some(redact_text(input)),
+            _ => None,
+        };
+        let mut run = RunState::new(head, input, self.now);
+        run.run.parent_call_id = head.parent_call_id.clone();
+        self.out.push(TraceRecord::Run(run.run.clone()));
+        Some(run)
+    }
+
+    fn open_turn(&mut self, run: &mut Run, turn: u32) -> TurnSpan {
+        let state = &mut run.data;
+        let mut span = state.child(turn_id(&state.run.span.id, turn), turn, self.now);
+        span.parent_id = Some(state.run.span.id.clone());
+        let t = TurnSpan {
+            span,
+            turn,
+            tools_changed: None,
+        };
+        self.out.push(TraceRecord::Turn(t.clone()));
+        t
+    }
+
+    fn close_turn(&mut self, run: &mut Run, mut t: TurnSpan) {
+        let status = if t.span.status == Status::Running {
+            Status::Ok
+        } else {
+            t.span.status
+        };
+        let error = t.span.error.take();
+        run.data.end_span(&mut t.span, self.now, None, status, error);
+        self.out.push(TraceRecord::Turn(t));
+    }
+
+    /// A started call is recorded running; an orphan's only record is its end.
+    fn open_model_call(&mut self, run: &mut Run, event: &Event, opening: Opening) -> ModelCallSpan {
+        let seq = run.calls_in_turn();
+        let state = &mut run.data;
+        match (&event.kind, opening) {
+            (
+                EventKind::ModelRequestStarted {
+                    model,
+                    provider,
+                    messages,
+                },
+                Opening::Started,
+            ) => {
+                state.reasoning.clear();
+                let call = ModelCallSpan {
+                    provider: provider.clone(),
+                    messages: u64::try_from(*messages).unwrap_or(u64::MAX),
+                    ..state.model_call(event.turn, seq, model, self.now)
+                };
+                self.out.push(TraceRecord::ModelCall(call.clone()));
+                call
+            }
+            (_, opening) => {
+                let model = run.head().model.clone();
+                run.data
+                    .model_call(event.turn, seq, &model, started(self.now, opening))
+            }
+        }
+    }
+
+    fn close_model_call(&mut self, run: &mut Run, mut call: ModelCallSpan, end: ModelEnd<'_>) {
+        let now = self.now;
+        match end {
+            ModelEnd::Responded(event) => {
+                let EventKind::ModelResponse {
+                    usage,
+                    cost_usd,
+                    finish_reason,
+                    tool_calls,
+                    text,
+                    duration,
+                    cached,
+                } = &event.kind
+                else {
+                    return;
+                };
+                let state = &mut run.data;
+                call.cached = *cached;
+                state.end_span(&mut call.span, now, Some(*duration), Status::Ok, None);
+                call.usage = Some(*usage);
+                call.cost_usd = *cost_usd;
+                call.finish_reason = Some(*finish_reason);
+                call.tool_calls = Some(u64::try_from(*tool_calls).unwrap_or(u64::MAX));
+                if self.payloads {
+                    call.text = Some(redact_text(text));
+                    call.reasoning = (!state.reasoning.is_empty())
+                        .then(|| redact_text(&std::mem::take(&mut state.reasoning)));
+                }
+            }
+            ModelEnd::Failed { code, message } => {
+                let error = ErrorInfo {
+                    code: code.to_owned(),
+                    message: message.to_owned(),
+                };
+                run.data
+                    .end_span(&mut call.span, now, None, Status::Error, Some(error));
+                escalate_turn(run.turn_mut(), Status::Error);
+            }
+            // The trace keeps the superseded call as it was written (running); only the next
+            // call is recorded.
+            ModelEnd::Superseded => {
+                run.data.starts.remove(&call.span.id);
+                return;
+            }
+            ModelEnd::RunEnded(end) => {
+                let (status, error) = left_open(end);
+                run.data
+                    .end_span(&mut call.span, now, None, status, Some(error));
+            }
+        }
+        self.out.push(TraceRecord::ModelCall(call));
+    }
+
+    /// A started call is recorded running, with its arguments when payloads are kept; a
+    /// rejected call and an orphan are recorded at their end only.
+    fn open_tool_call(&mut self, run: &mut Run, event: &Event, opening: Opening) -> ToolCallSpan {
+        let turn = event.turn;
+        let started = started(self.now, opening);
+        match &event.kind {
+            EventKind::ToolStarted {
+                call_id,
+                tool,
+                arguments,
+            } => {
+                let span = ToolCallSpan {
+                    arguments: self.payloads.then(|| redact(arguments)),
+                    ..run.data.tool_span(turn, call_id, tool, started)
+                };
+                self.out.push(TraceRecord::ToolCall(span.clone()));
+                span
+            }
+            EventKind::ToolFinished { call_id, tool, .. }
+            | EventKind::ToolRejected { call_id, tool, .. } => {
+                run.data.tool_span(turn, call_id, tool, started)
+            }
+            _ => run.data.tool_span(turn, "", "", started),
+        }
+    }
+
+    fn close_tool_call(&mut self, run: &mut Run, mut span: ToolCallSpan, end: ToolEnd<'_>) {
+        let now = self.now;
+        match end {
+            ToolEnd::Finished(outcome) => {
+                let (status, error) = tool_status(outcome);
+                // A recoverable error is the model's to handle; the turn itself went fine.
+                if status != Status::Error {
+                    escalate_turn(run.turn_mut(), status);
+                }
+                run.data
+                    .end_span(&mut span.span, now, Some(outcome.duration), status, error);
+                if self.payloads {
+                    span.output = outcome.output().map(output_value);
+                    span.details = outcome.details.as_ref().map(redact);
+                }
+            }
+            // A call that never started: its status is the core's (`decision.invalid` is
+            // `refused`, `not_run` `cancelled`), the same word `--json` and the transcript use.
+            ToolEnd::Rejected { outcome, .. } => {
+                let (status, error) = tool_status(outcome);
+                run.data
+                    .end_span(&mut span.span, now, Some(Duration::ZERO), status, error);
+            }
+            ToolEnd::RunEnded(end) => {
+                let (status, error) = left_open(end);
+                run.data
+                    .end_span(&mut span.span, now, None, status, Some(error));
+                escalate_turn(run.turn_mut(), status);
+            }
+        }
+        self.out.push(TraceRecord::ToolCall(span));
+    }
+
+    /// The run's end record: its status from the stop reason, its output when payloads are
+    /// kept; a run the trace finished before it ended is interrupted.
+    fn close_run(&mut self, mut run: Run, end: &RunEnd<'_>) {
+        let (model_calls, tool_calls) = (run.model_calls(), run.tool_calls());
+        let output = match end {
+            RunEnd::Finished { stop_reason, .. }
+                if self.payloads && **stop_reason == StopReason::Finished =>
+            {
+                run.last_text().map(redact_text)
+            }
+            _ => None,
+        };
+        let state = &mut run.data;
+        let mut record = state.run.clone();
+        let (status, error) = match end {
+            RunEnd::Finished {
+                stop_reason,
+                usage,
+                cost_usd,
+                turns,
+                error,
+            } => {
+                record.stop_reason = Some(stop_reason.as_str().to_owned());
+                record.usage = Some(**usage);
+                record.cost_usd = Some(*cost_usd);
+                record.turns = Some(*turns);
+                record.output = output;
+                let status = match stop_reason {
+                    s if s.is_success() => Status::Ok,
+                    StopReason::Cancelled => Status::Cancelled,
+                    _ => Status::Error,
+                };
+                let error = error.map(|e| ErrorInfo {
+                    code: e.code.clone(),
+                    message: e.message.clone(),
+                });
+                (status, error)
+            }
+            RunEnd::Abandoned => {
+                let error = ErrorInfo {
+                    code: "trace.unfinished".into(),
+                    message: "the trace was finished before the run ended".into(),
+                };
+                (Status::Interrupted, Some(error))
+            }
+        };
+        state.end_span(&mut record.span, self.now, None, status, error);
+        record.model_calls = Some(model_calls);
+        record.tool_calls = Some(tool_calls);
+        record.limit = state.limit;
+        record.warnings = std::mem::take(&mut state.warnings);
+        record.tool_output = std::mem::take(&mut state.tool_output);
+        self.out.push(TraceRecord::Run(record));
+    }
+
+    fn on_event(&mut self, run: &mut Run, event: &Event) {
+        let payloads = self.payloads;
+        match &event.kind {
+            EventKind::ReasoningDelta { text } if payloads => run.data.reasoning.push_str(text),
+            EventKind::ToolRetrying {
+                call_id,
+                code,
+                message,
+                ..
+            } => {
+                if let Some(span) = run.tool_mut(call_id) {
+                    // Error text can quote what a tool read (its stderr): redacted like payloads.
+                    span.retries
+                        .push(format!("{code}: {}", redact_text(message)));
+                }
+            }
+            EventKind::LimitReached { limit } => run.data.limit = Some(*limit),
+            EventKind::HookFailed {
+                hook,
+                stage,
+                message,
+            } => run
+                .data
+                .warnings
+                .push(format!("hook {hook} failed at {stage}: {message}")),
+            EventKind::AnswerRetried { reason } => {
+                run.data
+                    .warnings
+                    .push(format!("answer sent back: {reason}"));
+            }
+            kind @ EventKind::ToolsChanged { .. } => {
+                if let Some(t) = run.turn_mut() {
+                    t.tools_changed = ToolsChange::of(kind);
+                }
+            }
+            // A server's stderr can quote anything it read: a payload, redacted like one.
+            EventKind::ToolSourceOutput { origin, lines } if payloads => {
+                run.data
+                    .tool_output
+                    // Each line alone: behind the origin, a `KEY=value` line would not read as one.
+                    .extend(
+                        lines
+                            .iter()
+                            .map(|l| format!("{origin}: {}", redact_text(l))),
+                    );
+            }
+            EventKind::StopConditionMet { by } => {
+                run.data
+                    .warnings
+                    .push(format!("stop condition {by} ended the run"));
+            }
+            EventKind::Compacted { .. } => {
+                let record = run.data.compaction(event, self.now, payloads);
+                self.out.extend(record);
+            }
+            _ => {}
+        }
+    }
+}
+
+/// When a span opened: now, or for an orphan as long before now as its end says it took.
+fn started(now: i64, opening: Opening) -> i64 {
+    match opening {
+        Opening::Started => now,
+        Opening::Orphan { ago } => now - i64::try_from(ago.as_micros()).unwrap_or(0),
+    }
+}
+
+/// How a span the run left open ends: cancelled with a cancelled run, else interrupted, with an
+/// error naming the stop.
+fn left_open(end: &RunEnd<'_>) -> (Status, ErrorInfo) {
+    let (stop, status) = match end {
+        RunEnd::Finished { stop_reason, .. } => (
+            stop_reason.as_str(),
+            if **stop_reason == StopReason::Cancelled {
+                Status::Cancelled
+            } else {
+                Status::Interrupted
+            },
+        ),
+        RunEnd::Abandoned => ("unfinished", Status::Interrupted),
+    };
+    let error = ErrorInfo {
+        code: format!("run.{stop}"),
+        message: format!("the run stopped ({stop}) before this ended"),
+    };
+    (status, error)
+}
+
+/// Marks the open turn by the worst thing that happened in it: a failure, else a cancellation.
+fn escalate_turn(turn: Option<&mut TurnSpan>, status: Status) {
+    let Some(t) = turn else { return };
+    let worse = match (t.span.status, status) {
+        (_, Status::Error | Status::Fatal) => Status::Error,
+        (Status::Running | Status::Ok, Status::Cancelled | Status::Interrupted) => status,
+        (current, _) => current,
+    };
+    t.span.status = worse;
 }
 
 fn turn_id(run_id: &str, turn: u32) -> String {
@@ -547,20 +581,14 @@ fn output_value(content: &ToolContent) -> Value {
 }
 
 impl RunState {
-    fn new(
-        run_id: &str,
-        agent: &str,
-        model: &str,
-        parent_run_id: Option<String>,
-        input: Option<String>,
-        now: i64,
-    ) -> RunState {
+    fn new(head: &RunHead, input: Option<String>, now: i64) -> RunState {
+        let run_id = &head.run_id;
         RunState {
             run: RunSpan {
                 span: Span {
-                    id: run_id.to_owned(),
-                    parent_id: parent_run_id,
-                    run_id: run_id.to_owned(),
+                    id: run_id.clone(),
+                    parent_id: head.parent_run_id.clone(),
+                    run_id: run_id.clone(),
                     started_at_ms: ms(now),
                     ended_at_ms: None,
                     duration_ms: None,
@@ -568,8 +596,8 @@ impl RunState {
                     error: None,
                 },
                 parent_call_id: None,
-                agent: agent.to_owned(),
-                model: model.to_owned(),
+                agent: head.agent.clone(),
+                model: head.model.clone(),
                 stop_reason: None,
                 turns: None,
                 model_calls: None,
@@ -582,19 +610,12 @@ impl RunState {
                 input,
                 output: None,
             },
-            turn: None,
-            calls_in_turn: 0,
-            model_call: None,
             reasoning: String::new(),
-            tools: HashMap::new(),
-            model_calls: 0,
-            tool_calls: 0,
             limit: None,
-            last_text: None,
             warnings: Vec::new(),
             tool_output: Vec::new(),
             compactions: 0,
-            starts: HashMap::from([(run_id.to_owned(), now)]),
+            starts: HashMap::from([(run_id.clone(), now)]),
         }
     }
 
@@ -647,71 +668,9 @@ impl RunState {
         }
     }
 
-    fn open_turn(&mut self, turn: u32, now: i64) -> TraceRecord {
-        let mut span = self.child(turn_id(&self.run.span.id, turn), turn, now);
-        span.parent_id = Some(self.run.span.id.clone());
-        let t = TurnSpan {
-            span,
-            turn,
-            tools_changed: None,
-        };
-        self.turn = Some(t.clone());
-        self.calls_in_turn = 0;
-        TraceRecord::Turn(t)
-    }
-
-    /// Opens turn `turn` unless it is the open one (events for a turn the sink never saw start).
-    fn ensure_turn(&mut self, turn: u32, now: i64) -> Vec<TraceRecord> {
-        if self.turn.as_ref().is_some_and(|t| t.turn == turn) {
-            return Vec::new();
-        }
-        let mut out: Vec<TraceRecord> = self.close_turn(now).into_iter().collect();
-        out.push(self.open_turn(turn, now));
-        out
-    }
-
-    fn close_turn(&mut self, now: i64) -> Option<TraceRecord> {
-        let mut t = self.turn.take()?;
-        let status = if t.span.status == Status::Running {
-            Status::Ok
-        } else {
-            t.span.status
-        };
-        let error = t.span.error.take();
-        self.end_span(&mut t.span, now, None, status, error);
-        Some(TraceRecord::Turn(t))
-    }
-
-    /// Marks the open turn by the worst thing that happened in it: a failure, else a cancellation.
-    fn escalate_turn(&mut self, status: Status) {
-        let Some(t) = self.turn.as_mut() else { return };
-        let worse = match (t.span.status, status) {
-            (_, Status::Error | Status::Fatal) => Status::Error,
-            (Status::Running | Status::Ok, Status::Cancelled | Status::Interrupted) => status,
-            (current, _) => current,
-        };
-        t.span.status = worse;
-    }
-
-    /// The open model call, or one made up for a response the sink never saw start.
-    fn take_model_call(&mut self, turn: u32, now: i64, duration: Duration) -> ModelCallSpan {
-        if let Some(call) = self.model_call.take() {
-            return call;
-        }
-        let started = now - i64::try_from(duration.as_micros()).unwrap_or(0);
-        let model = self.run.model.clone();
-        self.new_model_call(turn, &model, started)
-    }
-
-    /// The next model call of turn `turn`, running, counted.
-    fn new_model_call(&mut self, turn: u32, model: &str, started: i64) -> ModelCallSpan {
-        self.calls_in_turn += 1;
-        self.model_calls += 1;
-        let id = format!(
-            "{}:m{}",
-            turn_id(&self.run.span.id, turn),
-            self.calls_in_turn
-        );
+    /// Model call `seq` of turn `turn`, running.
+    fn model_call(&mut self, turn: u32, seq: u32, model: &str, started: i64) -> ModelCallSpan {
+        let id = format!("{}:m{seq}", turn_id(&self.run.span.id, turn));
         ModelCallSpan {
             span: self.child(id, turn, started),
             model: model.to_owned(),
@@ -727,55 +686,47 @@ impl RunState {
         }
     }
 
-    /// Ends the run and every span still open in it.
-    fn close(
-        mut self,
-        now: i64,
-        status: Status,
-        error: Option<ErrorInfo>,
-        end_info: Option<RunEnd>,
-    ) -> Vec<TraceRecord> {
-        let mut out = Vec::new();
-        let stop = end_info
-            .as_ref()
-            .map_or("unfinished", |e| e.stop_reason.as_str())
-            .to_owned();
-        let open_status = if status == Status::Cancelled {
-            Status::Cancelled
-        } else {
-            Status::Interrupted
+    /// A compaction's record: a span under its turn that opened as long ago as it took.
+    fn compaction(&mut self, event: &Event, now: i64, payloads: bool) -> Option<TraceRecord> {
+        let EventKind::Compacted {
+            policy,
+            messages_replaced,
+            tokens_before,
+            tokens_after,
+            summary,
+            replaced,
+            usage,
+            cost_usd,
+            fallback,
+            duration,
+        } = &event.kind
+        else {
+            return None;
         };
-        let open_error = || ErrorInfo {
-            code: format!("run.{stop}"),
-            message: format!("the run stopped ({stop}) before this ended"),
-        };
-        if let Some(mut call) = self.model_call.take() {
-            self.end_span(&mut call.span, now, None, open_status, Some(open_error()));
-            out.push(TraceRecord::ModelCall(call));
-        }
-        let mut tools: Vec<ToolCallSpan> = self.tools.drain().map(|(_, t)| t).collect();
-        tools.sort_by(|a, b| a.span.id.cmp(&b.span.id));
-        for mut tool in tools {
-            self.end_span(&mut tool.span, now, None, open_status, Some(open_error()));
-            self.escalate_turn(open_status);
-            out.push(TraceRecord::ToolCall(tool));
-        }
-        out.extend(self.close_turn(now));
-        let mut run = self.run.clone();
-        self.end_span(&mut run.span, now, None, status, error);
-        run.model_calls = Some(self.model_calls);
-        run.tool_calls = Some(self.tool_calls);
-        run.limit = self.limit;
-        run.warnings = std::mem::take(&mut self.warnings);
-        run.tool_output = std::mem::take(&mut self.tool_output);
-        if let Some(e) = end_info {
-            run.stop_reason = Some(e.stop_reason);
-            run.usage = Some(e.usage);
-            run.cost_usd = Some(e.cost_usd);
-            run.turns = Some(e.turns);
-            run.output = e.output;
-        }
-        out.push(TraceRecord::Run(run));
-        out
+        self.compactions += 1;
+        let id = format!(
+            "{}:c{}",
+            turn_id(&self.run.span.id, event.turn),
+            self.compactions
+        );
+        let started = started(now, Opening::Orphan { ago: *duration });
+        let mut span = self.child(id, event.turn, started);
+        self.end_span(&mut span, now, Some(*duration), Status::Ok, None);
+        let spent = !usage.is_zero();
+        Some(TraceRecord::Compaction(CompactionSpan {
+            span,
+            policy: policy.clone(),
+            messages_replaced: u64::try_from(*messages_replaced).unwrap_or(u64::MAX),
+            tokens_before: *tokens_before,
+            tokens_after: *tokens_after,
+            usage: spent.then_some(*usage),
+            cost_usd: spent.then_some(*cost_usd),
+            fallback: fallback.clone(),
+            summary: summary.as_deref().filter(|_| payloads).map(redact_text),
+            replaced: payloads
+                .then(|| serde_json::to_value(replaced).ok())
+                .flatten()
+                .map(|v| redact(&v)),
+        }))
     }
 }
