@@ -1,12 +1,15 @@
-//! A run's events as GenAI spans: which event opens a span, which ends it, and what it carries.
+//! A run's events as GenAI spans. Which event opens a span and which ends it is the shared
+//! [`Tracker`]'s; this file says what each span carries.
 
-use std::collections::HashMap;
 use std::time::{Duration, SystemTime};
 
 use agentloop::message::ToolContent;
 use agentloop::model::{FinishReason, Usage};
 use agentloop::{CallOutcome, CallStatus, Event, EventKind};
 use agentloop_observe::redact::{redact, redact_text};
+use agentloop_observe::tracker::{
+    ModelEnd, Opening, Parent, Render, RunEnd, RunHead, ToolEnd, Tracked, Tracker,
+};
 use opentelemetry::trace::{
     SpanContext, SpanId, SpanKind, Status, TraceFlags, TraceId, TraceState,
 };
@@ -43,111 +46,146 @@ struct Open {
     attributes: Vec<KeyValue>,
 }
 
-/// A run under way.
-struct Run {
+/// What a run's spans need beyond what the tracker keeps.
+struct RunSpan {
     trace_id: TraceId,
     span: Open,
     parent: SpanId,
-    agent: String,
-    model: String,
     provider: Option<String>,
-    chat: Option<Open>,
-    tools: HashMap<String, Open>,
-    last_text: Option<String>,
     /// What happened to the run as a whole (its tools changed, a tool source wrote): events of
     /// its `invoke_agent` span.
     events: Vec<opentelemetry::trace::Event>,
 }
 
+/// An open run, as the spans see it.
+type Run = Tracked<Otel>;
+
 /// Every run a sink sees, and the spans it has open.
 pub(crate) struct Spans {
+    tracker: Tracker<Otel>,
+    otel: Otel,
+}
+
+/// Makes spans of the tracker's steps; `now` is the time of the event at hand.
+struct Otel {
     payloads: bool,
-    runs: HashMap<String, Run>,
     ids: RandomIdGenerator,
     scope: InstrumentationScope,
+    now: SystemTime,
+    out: Vec<SpanData>,
 }
 
 impl Spans {
     pub(crate) fn new(payloads: bool) -> Spans {
         Spans {
-            payloads,
-            runs: HashMap::new(),
-            ids: RandomIdGenerator::default(),
-            scope: InstrumentationScope::builder("agentloop")
-                .with_version(env!("CARGO_PKG_VERSION"))
-                .with_schema_url(format!(
-                    "https://opentelemetry.io/schemas/{}",
-                    crate::SEMCONV_VERSION
-                ))
-                .build(),
+            tracker: Tracker::new(),
+            otel: Otel {
+                payloads,
+                ids: RandomIdGenerator::default(),
+                scope: InstrumentationScope::builder("agentloop")
+                    .with_version(env!("CARGO_PKG_VERSION"))
+                    .with_schema_url(format!(
+                        "https://opentelemetry.io/schemas/{}",
+                        crate::SEMCONV_VERSION
+                    ))
+                    .build(),
+                now: SystemTime::now(),
+                out: Vec::new(),
+            },
         }
     }
 
     /// Takes in one event; returns the spans it ended.
     pub(crate) fn on_event(&mut self, event: &Event) -> Vec<SpanData> {
-        let now = SystemTime::now();
-        let run_id = event.run_id.as_ref();
-        if let EventKind::RunStarted {
-            agent,
-            model,
-            parent_run_id,
-            parent_call_id,
-            input,
-        } = &event.kind
-        {
-            self.start_run(
-                run_id,
-                agent,
-                model,
-                parent_run_id,
-                parent_call_id,
-                input,
-                now,
-            );
-            return Vec::new();
-        }
-        let payloads = self.payloads;
-        let mut out = Vec::new();
-        let Some(run) = self.runs.get_mut(run_id) else {
-            return out;
+        self.otel.now = SystemTime::now();
+        self.tracker.on_event(event, &mut self.otel);
+        std::mem::take(&mut self.otel.out)
+    }
+}
+
+impl Render for Otel {
+    type Run = RunSpan;
+    type Turn = ();
+    type ModelCall = Open;
+    type ToolCall = Open;
+
+    /// A run seen start; a run joined mid-run has no span (its agent, parent and trace are
+    /// unknown), and its events are ignored.
+    fn open_run(
+        &mut self,
+        head: &RunHead,
+        parent: Option<Parent<'_, Self>>,
+        event: &Event,
+    ) -> Option<RunSpan> {
+        let EventKind::RunStarted { input, .. } = &event.kind else {
+            return None;
         };
-        match &event.kind {
-            EventKind::ModelRequestStarted {
-                model, provider, ..
-            } => {
+        // A subagent's run belongs to the tool call that started it, in its parent's trace.
+        let parent = parent.map(|p| {
+            let call = p.call.map_or(p.run.data.span.span_id, |t| t.span_id);
+            (p.run.data.trace_id, call)
+        });
+        let (trace_id, parent) = parent.unwrap_or((self.ids.new_trace_id(), SpanId::INVALID));
+        let mut attributes = vec![
+            KeyValue::new(attr::OPERATION, "invoke_agent"),
+            KeyValue::new(attr::AGENT_NAME, head.agent.clone()),
+            KeyValue::new(attr::AGENT_ID, head.run_id.clone()),
+            KeyValue::new(attr::REQUEST_MODEL, head.model.clone()),
+            KeyValue::new("agentloop.run_id", head.run_id.clone()),
+        ];
+        if self.payloads {
+            attributes.push(KeyValue::new(
+                attr::INPUT_MESSAGES,
+                serde_json::json!([{"role": "user", "parts": [{"type": "text", "content": redact_text(input)}]}])
+                    .to_string(),
+            ));
+        }
+        Some(RunSpan {
+            trace_id,
+            span: self.open(attributes),
+            parent,
+            provider: None,
+            events: Vec::new(),
+        })
+    }
+
+    fn open_turn(&mut self, _: &mut Run, _: u32) {}
+
+    fn close_turn(&mut self, _: &mut Run, _: ()) {}
+
+    fn open_model_call(&mut self, run: &mut Run, event: &Event, opening: Opening) -> Open {
+        match (&event.kind, opening) {
+            (EventKind::ModelRequestStarted { model, provider, .. }, Opening::Started) => {
                 let provider = provider_name(provider);
-                run.provider.get_or_insert_with(|| provider.clone());
-                if let Some(open) = run.chat.take() {
-                    out.push(self.finish_chat(run_id, open, now, Status::error("superseded")));
-                }
-                let Some(run) = self.runs.get_mut(run_id) else {
-                    return out;
-                };
-                run.chat = Some(Open {
-                    span_id: self.ids.new_span_id(),
-                    start: now,
-                    attributes: vec![
-                        KeyValue::new(attr::OPERATION, "chat"),
-                        KeyValue::new(attr::PROVIDER, provider),
-                        KeyValue::new(attr::REQUEST_MODEL, model.clone()),
-                    ],
-                });
+                run.data.provider.get_or_insert_with(|| provider.clone());
+                self.open(vec![
+                    KeyValue::new(attr::OPERATION, "chat"),
+                    KeyValue::new(attr::PROVIDER, provider),
+                    KeyValue::new(attr::REQUEST_MODEL, model.clone()),
+                ])
             }
-            EventKind::ModelResponse {
-                usage,
-                cost_usd,
-                finish_reason,
-                text,
-                duration,
-                cached,
-                ..
-            } => {
-                run.last_text = Some(text.clone());
-                let mut open = run.chat.take().unwrap_or_else(|| Open {
-                    span_id: self.ids.new_span_id(),
-                    start: before(now, *duration),
-                    attributes: chat_attributes(run),
-                });
+            (_, opening) => Open {
+                span_id: self.ids.new_span_id(),
+                start: self.started(opening),
+                attributes: chat_attributes(run),
+            },
+        }
+    }
+
+    fn close_model_call(&mut self, run: &mut Run, mut open: Open, end: ModelEnd<'_>) {
+        let status = match end {
+            ModelEnd::Responded(event) => {
+                let EventKind::ModelResponse {
+                    usage,
+                    cost_usd,
+                    finish_reason,
+                    text,
+                    cached,
+                    ..
+                } = &event.kind
+                else {
+                    return;
+                };
                 open.attributes.extend(usage_attributes(usage));
                 open.attributes.push(KeyValue::new(
                     attr::FINISH_REASONS,
@@ -161,118 +199,138 @@ impl Spans {
                     open.attributes
                         .push(KeyValue::new("agentloop.cached", true));
                 }
-                if payloads {
+                if self.payloads {
                     open.attributes.push(KeyValue::new(
                         attr::OUTPUT_MESSAGES,
                         output_messages(text, Some(*finish_reason)),
                     ));
                 }
-                out.push(self.finish_chat(run_id, open, now, Status::Unset));
+                Status::Unset
             }
-            EventKind::ModelError { code, message } => {
-                let mut open = run.chat.take().unwrap_or_else(|| Open {
-                    span_id: self.ids.new_span_id(),
-                    start: now,
-                    attributes: chat_attributes(run),
-                });
+            ModelEnd::Failed { code, message } => {
                 open.attributes
-                    .push(KeyValue::new(attr::ERROR_TYPE, code.clone()));
-                out.push(self.finish_chat(run_id, open, now, Status::error(message.clone())));
+                    .push(KeyValue::new(attr::ERROR_TYPE, code.to_owned()));
+                Status::error(message.to_owned())
             }
-            EventKind::Compacted {
-                policy,
-                messages_replaced,
-                tokens_before,
-                tokens_after,
-                summary,
-                usage,
-                cost_usd,
-                fallback,
-                duration,
-                ..
-            } => {
-                let mut attributes = chat_attributes(run);
-                attributes.extend([
-                    KeyValue::new("agentloop.compaction", true),
-                    KeyValue::new("agentloop.compaction.policy", policy.clone()),
-                    KeyValue::new(
-                        "agentloop.compaction.messages_replaced",
-                        i64::try_from(*messages_replaced).unwrap_or(i64::MAX),
-                    ),
-                    KeyValue::new("agentloop.compaction.tokens_before", int(*tokens_before)),
-                    KeyValue::new("agentloop.compaction.tokens_after", int(*tokens_after)),
-                    KeyValue::new("agentloop.cost_usd", *cost_usd),
-                ]);
-                attributes.extend(usage_attributes(usage));
-                if let Some(f) = fallback {
-                    attributes.push(KeyValue::new("agentloop.compaction.fallback", f.clone()));
-                }
-                if let (true, Some(s)) = (payloads, summary) {
-                    attributes.push(KeyValue::new(
-                        attr::OUTPUT_MESSAGES,
-                        output_messages(s, None),
-                    ));
-                }
-                let open = Open {
-                    span_id: self.ids.new_span_id(),
-                    start: before(now, *duration),
-                    attributes,
-                };
-                out.push(self.finish_chat(run_id, open, now, Status::Unset));
-            }
+            ModelEnd::Superseded => Status::error("superseded"),
+            ModelEnd::RunEnded(_) => Status::error("unfinished"),
+        };
+        let span = self.chat_span(run, open, status);
+        self.out.push(span);
+    }
+
+    fn open_tool_call(&mut self, _: &mut Run, event: &Event, opening: Opening) -> Open {
+        let start = self.started(opening);
+        let attributes = match &event.kind {
             EventKind::ToolStarted {
                 call_id,
                 tool,
                 arguments,
             } => {
                 let mut attributes = tool_attributes(tool, call_id);
-                if payloads {
+                if self.payloads {
                     attributes.push(KeyValue::new(
                         attr::TOOL_ARGUMENTS,
                         redact(arguments).to_string(),
                     ));
                 }
-                let open = Open {
-                    span_id: self.ids.new_span_id(),
-                    start: now,
-                    attributes,
-                };
-                run.tools.insert(call_id.clone(), open);
+                attributes
             }
-            EventKind::ToolFinished {
-                call_id,
-                tool,
-                outcome,
-            } => {
-                let open = run.tools.remove(call_id).unwrap_or_else(|| Open {
-                    span_id: self.ids.new_span_id(),
-                    start: before(now, outcome.duration),
-                    attributes: tool_attributes(tool, call_id),
-                });
-                out.push(self.finish_tool(run_id, open, outcome, now, payloads));
+            EventKind::ToolFinished { call_id, tool, .. }
+            | EventKind::ToolRejected { call_id, tool, .. } => tool_attributes(tool, call_id),
+            _ => Vec::new(),
+        };
+        Open {
+            span_id: self.ids.new_span_id(),
+            start,
+            attributes,
+        }
+    }
+
+    fn close_tool_call(&mut self, run: &mut Run, mut open: Open, end: ToolEnd<'_>) {
+        let tool = open
+            .attributes
+            .iter()
+            .find(|kv| kv.key.as_str() == attr::TOOL_NAME)
+            .map(|kv| kv.value.to_string())
+            .unwrap_or_default();
+        let (name, status) = match end {
+            ToolEnd::Finished(outcome) => {
+                let status = self.tool_status(&mut open, outcome);
+                (format!("execute_tool {tool}"), status)
             }
-            EventKind::ToolRejected {
-                call_id,
-                tool,
-                code,
-                reason,
-                ..
+            ToolEnd::Rejected { code, reason, .. } => {
+                open.attributes
+                    .push(KeyValue::new(attr::ERROR_TYPE, code.to_owned()));
+                let status = Status::error(first_line(reason));
+                (format!("execute_tool {tool}"), status)
+            }
+            // A drained batch's calls end with their run.
+            ToolEnd::RunEnded(_) => ("execute_tool".to_owned(), Status::error("unfinished")),
+        };
+        let span = self.data(run, name.into(), SpanKind::Internal, open, status);
+        self.out.push(span);
+    }
+
+    fn close_run(&mut self, mut run: Run, end: &RunEnd<'_>) {
+        let mut open = std::mem::replace(
+            &mut run.data.span,
+            Open {
+                span_id: SpanId::INVALID,
+                start: self.now,
+                attributes: Vec::new(),
+            },
+        );
+        if let Some(p) = &run.data.provider {
+            open.attributes
+                .push(KeyValue::new(attr::PROVIDER, p.clone()));
+        }
+        let status = match end {
+            RunEnd::Finished {
+                stop_reason,
+                usage,
+                cost_usd,
+                turns,
+                error,
             } => {
-                let mut attributes = tool_attributes(tool, call_id);
-                attributes.push(KeyValue::new(attr::ERROR_TYPE, code.clone()));
-                let open = Open {
-                    span_id: self.ids.new_span_id(),
-                    start: now,
-                    attributes,
-                };
-                out.push(self.span(
-                    run_id,
-                    format!("execute_tool {tool}"),
-                    SpanKind::Internal,
-                    open,
-                    now,
-                    Status::error(first_line(reason)),
-                ));
+                open.attributes.extend(usage_attributes(usage));
+                open.attributes.extend([
+                    KeyValue::new("agentloop.stop_reason", stop_reason.as_str()),
+                    KeyValue::new("agentloop.turns", i64::from(*turns)),
+                    KeyValue::new("agentloop.cost_usd", *cost_usd),
+                ]);
+                match error {
+                    Some(e) => {
+                        open.attributes
+                            .push(KeyValue::new(attr::ERROR_TYPE, e.code.clone()));
+                        Status::error(first_line(&e.message))
+                    }
+                    None => Status::Ok,
+                }
+            }
+            RunEnd::Abandoned => Status::error("unfinished"),
+        };
+        if self.payloads
+            && let Some(text) = run.last_text()
+        {
+            open.attributes.push(KeyValue::new(
+                attr::OUTPUT_MESSAGES,
+                output_messages(text, None),
+            ));
+        }
+        let name = format!("invoke_agent {}", run.head().agent);
+        let at = (run.data.trace_id, run.data.parent);
+        let mut span = self.build(at, name.into(), SpanKind::Internal, open, status);
+        span.events.events = std::mem::take(&mut run.data.events);
+        self.out.push(span);
+    }
+
+    fn on_event(&mut self, run: &mut Run, event: &Event) {
+        let now = self.now;
+        match &event.kind {
+            EventKind::Compacted { .. } => {
+                let span = self.compaction(run, event);
+                self.out.extend(span);
             }
             EventKind::ToolsChanged {
                 added,
@@ -285,7 +343,7 @@ impl Spans {
                         names.iter().map(|n| StringValue::from(n.clone())).collect(),
                     ))
                 };
-                run.events.push(opentelemetry::trace::Event::new(
+                run.data.events.push(opentelemetry::trace::Event::new(
                     "agentloop.tools_changed",
                     now,
                     vec![
@@ -299,9 +357,9 @@ impl Spans {
                 ));
             }
             // A server's stderr can quote anything it read: a payload, redacted like one.
-            EventKind::ToolSourceOutput { origin, lines } if payloads => {
+            EventKind::ToolSourceOutput { origin, lines } if self.payloads => {
                 let text: Vec<String> = lines.iter().map(|l| redact_text(l)).collect();
-                run.events.push(opentelemetry::trace::Event::new(
+                run.data.events.push(opentelemetry::trace::Event::new(
                     "agentloop.tool_source.output",
                     now,
                     vec![
@@ -311,167 +369,87 @@ impl Spans {
                     0,
                 ));
             }
-            EventKind::RunFinished {
-                stop_reason,
-                usage,
-                cost_usd,
-                turns,
-                error,
-            } => {
-                let Some(mut run) = self.runs.remove(run_id) else {
-                    return out;
-                };
-                // Spans the run left open (a drained batch's calls) end with it.
-                if let Some(open) = run.chat.take() {
-                    out.push(self.chat_span(&run, open, now, Status::error("unfinished")));
-                }
-                for (call_id, open) in std::mem::take(&mut run.tools) {
-                    let _ = call_id;
-                    out.push(self.data(
-                        &run,
-                        "execute_tool".into(),
-                        SpanKind::Internal,
-                        open,
-                        now,
-                        Status::error("unfinished"),
-                    ));
-                }
-                let mut open = std::mem::replace(
-                    &mut run.span,
-                    Open {
-                        span_id: SpanId::INVALID,
-                        start: now,
-                        attributes: Vec::new(),
-                    },
-                );
-                if let Some(p) = &run.provider {
-                    open.attributes
-                        .push(KeyValue::new(attr::PROVIDER, p.clone()));
-                }
-                open.attributes.extend(usage_attributes(usage));
-                open.attributes.extend([
-                    KeyValue::new("agentloop.stop_reason", stop_reason.as_str()),
-                    KeyValue::new("agentloop.turns", i64::from(*turns)),
-                    KeyValue::new("agentloop.cost_usd", *cost_usd),
-                ]);
-                let status = match error {
-                    Some(e) => {
-                        open.attributes
-                            .push(KeyValue::new(attr::ERROR_TYPE, e.code.clone()));
-                        Status::error(first_line(&e.message))
-                    }
-                    None => Status::Ok,
-                };
-                if payloads && let Some(text) = &run.last_text {
-                    open.attributes.push(KeyValue::new(
-                        attr::OUTPUT_MESSAGES,
-                        output_messages(text, None),
-                    ));
-                }
-                let name = format!("invoke_agent {}", run.agent);
-                let at = (run.trace_id, run.parent);
-                let mut span = self.build(at, name.into(), SpanKind::Internal, open, now, status);
-                span.events.events = std::mem::take(&mut run.events);
-                out.push(span);
-            }
             _ => {}
         }
-        out
+    }
+}
+
+impl Otel {
+    /// A span opening now.
+    fn open(&self, attributes: Vec<KeyValue>) -> Open {
+        Open {
+            span_id: self.ids.new_span_id(),
+            start: self.now,
+            attributes,
+        }
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn start_run(
-        &mut self,
-        run_id: &str,
-        agent: &str,
-        model: &str,
-        parent_run_id: &Option<String>,
-        parent_call_id: &Option<String>,
-        input: &str,
-        now: SystemTime,
-    ) {
-        // A subagent's run belongs to the tool call that started it, in its parent's trace.
-        let parent = parent_run_id
-            .as_deref()
-            .and_then(|p| self.runs.get(p))
-            .map(|p| {
-                let call = parent_call_id
-                    .as_deref()
-                    .and_then(|c| p.tools.get(c))
-                    .map_or(p.span.span_id, |t| t.span_id);
-                (p.trace_id, call)
-            });
-        let (trace_id, parent) = parent.unwrap_or((self.ids.new_trace_id(), SpanId::INVALID));
-        let mut attributes = vec![
-            KeyValue::new(attr::OPERATION, "invoke_agent"),
-            KeyValue::new(attr::AGENT_NAME, agent.to_owned()),
-            KeyValue::new(attr::AGENT_ID, run_id.to_owned()),
-            KeyValue::new(attr::REQUEST_MODEL, model.to_owned()),
-            KeyValue::new("agentloop.run_id", run_id.to_owned()),
-        ];
-        if self.payloads {
+    /// When a span opened: now, or for an orphan as long before now as its end says it took.
+    fn started(&self, opening: Opening) -> SystemTime {
+        match opening {
+            Opening::Started => self.now,
+            Opening::Orphan { ago } => before(self.now, ago),
+        }
+    }
+
+    /// A compaction's summary call: a `chat` span marked `agentloop.compaction`.
+    fn compaction(&self, run: &Run, event: &Event) -> Option<SpanData> {
+        let EventKind::Compacted {
+            policy,
+            messages_replaced,
+            tokens_before,
+            tokens_after,
+            summary,
+            usage,
+            cost_usd,
+            fallback,
+            duration,
+            ..
+        } = &event.kind
+        else {
+            return None;
+        };
+        let mut attributes = chat_attributes(run);
+        attributes.extend([
+            KeyValue::new("agentloop.compaction", true),
+            KeyValue::new("agentloop.compaction.policy", policy.clone()),
+            KeyValue::new(
+                "agentloop.compaction.messages_replaced",
+                i64::try_from(*messages_replaced).unwrap_or(i64::MAX),
+            ),
+            KeyValue::new("agentloop.compaction.tokens_before", int(*tokens_before)),
+            KeyValue::new("agentloop.compaction.tokens_after", int(*tokens_after)),
+            KeyValue::new("agentloop.cost_usd", *cost_usd),
+        ]);
+        attributes.extend(usage_attributes(usage));
+        if let Some(f) = fallback {
+            attributes.push(KeyValue::new("agentloop.compaction.fallback", f.clone()));
+        }
+        if let (true, Some(s)) = (self.payloads, summary) {
             attributes.push(KeyValue::new(
-                attr::INPUT_MESSAGES,
-                serde_json::json!([{"role": "user", "parts": [{"type": "text", "content": redact_text(input)}]}])
-                    .to_string(),
+                attr::OUTPUT_MESSAGES,
+                output_messages(s, None),
             ));
         }
-        let span = Open {
+        let open = Open {
             span_id: self.ids.new_span_id(),
-            start: now,
+            start: before(self.now, *duration),
             attributes,
         };
-        self.runs.insert(
-            run_id.to_owned(),
-            Run {
-                trace_id,
-                span,
-                parent,
-                agent: agent.to_owned(),
-                model: model.to_owned(),
-                provider: None,
-                chat: None,
-                tools: HashMap::new(),
-                last_text: None,
-                events: Vec::new(),
-            },
-        );
+        Some(self.chat_span(run, open, Status::Unset))
     }
 
-    fn finish_chat(&self, run_id: &str, open: Open, now: SystemTime, status: Status) -> SpanData {
-        match self.runs.get(run_id) {
-            Some(run) => self.chat_span(run, open, now, status),
-            None => self.orphan(open, now, status),
-        }
-    }
-
-    fn chat_span(&self, run: &Run, open: Open, now: SystemTime, status: Status) -> SpanData {
-        let name = format!("chat {}", run.model);
-        self.data(run, name.into(), SpanKind::Client, open, now, status)
-    }
-
-    fn finish_tool(
-        &self,
-        run_id: &str,
-        mut open: Open,
-        outcome: &CallOutcome,
-        now: SystemTime,
-        payloads: bool,
-    ) -> SpanData {
-        let tool = open
-            .attributes
-            .iter()
-            .find(|kv| kv.key.as_str() == attr::TOOL_NAME)
-            .map(|kv| kv.value.to_string())
-            .unwrap_or_default();
+    /// A finished call's status, with its retries, its error type, and its result when payloads
+    /// are kept.
+    fn tool_status(&self, open: &mut Open, outcome: &CallOutcome) -> Status {
         if outcome.retries > 0 {
             open.attributes.push(KeyValue::new(
                 "agentloop.retries",
                 i64::from(outcome.retries),
             ));
         }
-        let status = if outcome.status == CallStatus::Ok {
-            if payloads {
+        if outcome.status == CallStatus::Ok {
+            if self.payloads {
                 open.attributes.push(KeyValue::new(
                     attr::TOOL_RESULT,
                     match &outcome.content {
@@ -480,44 +458,25 @@ impl Spans {
                     },
                 ));
             }
-            Status::Unset
+            return Status::Unset;
+        }
+        let code = outcome
+            .code
+            .clone()
+            .unwrap_or_else(|| format!("{:?}", outcome.status).to_lowercase());
+        open.attributes.push(KeyValue::new(attr::ERROR_TYPE, code));
+        // What the model read may quote the tool's own output: payload rules apply.
+        let message = if self.payloads {
+            first_line(&redact_text(&outcome.content.to_text()))
         } else {
-            let code = outcome
-                .code
-                .clone()
-                .unwrap_or_else(|| format!("{:?}", outcome.status).to_lowercase());
-            open.attributes.push(KeyValue::new(attr::ERROR_TYPE, code));
-            // What the model read may quote the tool's own output: payload rules apply.
-            let message = if payloads {
-                first_line(&redact_text(&outcome.content.to_text()))
-            } else {
-                format!("{:?}", outcome.status).to_lowercase()
-            };
-            Status::error(message)
+            format!("{:?}", outcome.status).to_lowercase()
         };
-        self.span(
-            run_id,
-            format!("execute_tool {tool}"),
-            SpanKind::Internal,
-            open,
-            now,
-            status,
-        )
+        Status::error(message)
     }
 
-    fn span(
-        &self,
-        run_id: &str,
-        name: String,
-        kind: SpanKind,
-        open: Open,
-        now: SystemTime,
-        status: Status,
-    ) -> SpanData {
-        match self.runs.get(run_id) {
-            Some(run) => self.data(run, name.into(), kind, open, now, status),
-            None => self.orphan(open, now, status),
-        }
+    fn chat_span(&self, run: &Run, open: Open, status: Status) -> SpanData {
+        let name = format!("chat {}", run.head().model);
+        self.data(run, name.into(), SpanKind::Client, open, status)
     }
 
     /// A span of `run`, its parent the run's span.
@@ -527,34 +486,19 @@ impl Spans {
         name: std::borrow::Cow<'static, str>,
         kind: SpanKind,
         open: Open,
-        now: SystemTime,
         status: Status,
     ) -> SpanData {
-        let at = (run.trace_id, run.span.span_id);
-        self.build(at, name, kind, open, now, status)
+        let at = (run.data.trace_id, run.data.span.span_id);
+        self.build(at, name, kind, open, status)
     }
 
-    /// A span whose run is gone (which a well-formed event stream never leaves).
-    fn orphan(&self, open: Open, now: SystemTime, status: Status) -> SpanData {
-        let at = (self.ids.new_trace_id(), SpanId::INVALID);
-        self.build(
-            at,
-            "agentloop".into(),
-            SpanKind::Internal,
-            open,
-            now,
-            status,
-        )
-    }
-
-    /// A finished span in trace `at.0`, under span `at.1`.
+    /// A span finished now, in trace `at.0`, under span `at.1`.
     fn build(
         &self,
         at: (TraceId, SpanId),
         name: std::borrow::Cow<'static, str>,
         kind: SpanKind,
         open: Open,
-        now: SystemTime,
         status: Status,
     ) -> SpanData {
         SpanData {
@@ -564,7 +508,7 @@ impl Spans {
             span_kind: kind,
             name,
             start_time: open.start,
-            end_time: now.max(open.start),
+            end_time: self.now.max(open.start),
             attributes: open.attributes,
             dropped_attributes_count: 0,
             events: SpanEvents::default(),
@@ -588,9 +532,9 @@ fn context(trace_id: TraceId, span_id: SpanId) -> SpanContext {
 fn chat_attributes(run: &Run) -> Vec<KeyValue> {
     let mut a = vec![
         KeyValue::new(attr::OPERATION, "chat"),
-        KeyValue::new(attr::REQUEST_MODEL, run.model.clone()),
+        KeyValue::new(attr::REQUEST_MODEL, run.head().model.clone()),
     ];
-    if let Some(p) = &run.provider {
+    if let Some(p) = &run.data.provider {
         a.push(KeyValue::new(attr::PROVIDER, p.clone()));
     }
     a
