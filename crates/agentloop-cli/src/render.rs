@@ -10,6 +10,7 @@ use agentloop::{
     CallOutcome, CallStatus, Event, EventKind, EventSink, RunOutcome, ToolCallRecord,
     message::ToolContent, outcome::codes,
 };
+use agentloop_observe::Tracker;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{Value, json};
 
@@ -26,8 +27,8 @@ struct ProgressState {
     streamed: String,
     /// True while the cursor sits after streamed text, not at a line start.
     mid_line: bool,
-    /// The depth and agent of each subagent run seen (a top-level run is not listed: depth 0).
-    depths: std::collections::HashMap<String, (usize, String)>,
+    /// The run tree: each open run's depth (a top-level run's is 0) and agent.
+    runs: Tracker<()>,
     /// The depth of the event being shown, and its agent when it is a subagent's.
     depth: usize,
     label: String,
@@ -114,21 +115,29 @@ pub fn human_duration(d: Duration) -> String {
 impl EventSink for Progress {
     fn emit(&self, event: &Event) {
         let Ok(mut s) = self.state.lock() else { return };
+        // A run's events show at its depth; its last one is looked up before the tracker closes
+        // the run, its first after the tracker opens it.
+        let head = |s: &ProgressState| {
+            s.runs
+                .run(&event.run_id)
+                .map(|r| (r.head().depth, r.head().agent.clone()))
+        };
+        let seen = head(&s);
+        s.runs.on_event(event, &mut ());
+        let (depth, agent) = seen.or_else(|| head(&s)).unwrap_or_default();
         if let EventKind::RunStarted {
-            parent_run_id: Some(parent),
+            parent_run_id: Some(_),
             agent,
             ..
         } = &event.kind
         {
-            let depth = s.depths.get(parent).map_or(0, |d| d.0) + 1;
-            s.depths
-                .insert(event.run_id.to_string(), (depth, agent.clone()));
             (s.depth, s.label) = (depth, String::new());
             line(&mut s, &format!("▸ subagent {agent} [{}]", event.run_id));
         }
-        (s.depth, s.label) = match s.depths.get(&*event.run_id) {
-            Some((d, agent)) => (*d, format!("{agent}: ")),
-            None => (0, String::new()),
+        (s.depth, s.label) = if depth > 0 {
+            (depth, format!("{agent}: "))
+        } else {
+            (0, String::new())
         };
         if s.depth > 0 {
             // A subagent's steps show indented under the call that started it; its text is not
@@ -145,12 +154,19 @@ impl EventSink for Progress {
                 _ => {}
             }
         }
-        match &event.kind {
+        self.show(&mut s, &event.kind);
+    }
+}
+
+impl Progress {
+    /// Shows one event of the run at the state's depth.
+    fn show(&self, s: &mut ProgressState, kind: &EventKind) {
+        match kind {
             EventKind::ModelRequestStarted { model, .. } => {
                 s.streamed.clear();
                 s.filter = crate::terminal::EscapeFilter::default();
                 if self.spinner_enabled {
-                    stop_spinner(&mut s);
+                    stop_spinner(s);
                     let sp = ProgressBar::new_spinner();
                     if let Ok(style) = ProgressStyle::with_template("{spinner} {msg} {elapsed}") {
                         sp.set_style(style);
@@ -161,7 +177,7 @@ impl EventSink for Progress {
                 }
             }
             EventKind::TextDelta { text } => {
-                stop_spinner(&mut s);
+                stop_spinner(s);
                 s.streamed.push_str(text);
                 let shown = s.filter.push(text);
                 if !shown.is_empty() {
@@ -171,17 +187,17 @@ impl EventSink for Progress {
                     s.mid_line = !shown.ends_with('\n');
                 }
             }
-            EventKind::ToolCallDelta { .. } => stop_spinner(&mut s),
+            EventKind::ToolCallDelta { .. } => stop_spinner(s),
             EventKind::ModelResponse { text, .. } => {
-                stop_spinner(&mut s);
+                stop_spinner(s);
                 // A model that did not stream its text shows it whole.
                 if s.streamed.is_empty() && !text.is_empty() {
                     s.streamed = text.clone();
-                    line(&mut s, text);
+                    line(s, text);
                 }
             }
             EventKind::ModelError { code, message } => {
-                line(&mut s, &format!("✗ model error {code}: {message}"))
+                line(s, &format!("✗ model error {code}: {message}"))
             }
             EventKind::ToolStarted {
                 tool,
@@ -189,7 +205,7 @@ impl EventSink for Progress {
                 call_id,
             } => {
                 line(
-                    &mut s,
+                    s,
                     &format!("→ {tool} {} [{call_id}]", compact(arguments, 120)),
                 );
             }
@@ -197,24 +213,7 @@ impl EventSink for Progress {
                 tool,
                 call_id,
                 outcome,
-            } => {
-                let d = human_duration(outcome.duration);
-                let text = match failure_line(outcome) {
-                    None => format!("✓ {tool} ok in {d} [{call_id}]"),
-                    Some(e) => format!("✗ {tool} error in {d} [{call_id}]: {}", summary(&e)),
-                };
-                line(&mut s, &text);
-                // The plan the model keeps, shown as it changes.
-                if let Some(todos) = outcome
-                    .details
-                    .as_ref()
-                    .and_then(agentloop_tools::todo::todos_in)
-                {
-                    for l in agentloop_tools::todo::render(&todos).lines() {
-                        line(&mut s, &format!("    {l}"));
-                    }
-                }
-            }
+            } => tool_finished(s, tool, call_id, outcome),
             EventKind::ToolRetrying {
                 tool,
                 call_id,
@@ -224,7 +223,7 @@ impl EventSink for Progress {
                 delay,
             } => {
                 line(
-                    &mut s,
+                    s,
                     &format!(
                         "↻ {tool} failed [{call_id}] {code}: {}; retry {retry} in {}",
                         summary(message),
@@ -240,42 +239,69 @@ impl EventSink for Progress {
                 ..
             } => {
                 line(
-                    &mut s,
+                    s,
                     &format!(
                         "✗ {tool} rejected [{call_id}] {code}: {}",
                         first_line(reason)
                     ),
                 );
             }
-            EventKind::LimitReached { limit } => line(&mut s, &format!("■ {limit}")),
+            EventKind::LimitReached { limit } => line(s, &format!("■ {limit}")),
             kind @ EventKind::ToolsChanged { .. } => {
                 // The trace's words for it: `+added -removed ~updated; refused why`.
                 if let Some(change) = agentloop_store::ToolsChange::of(kind) {
-                    line(&mut s, &format!("⟳ tools changed: {change}"));
+                    line(s, &format!("⟳ tools changed: {change}"));
                 }
             }
-            EventKind::Compacted {
-                policy,
-                messages_replaced,
-                tokens_before,
-                tokens_after,
-                fallback,
-                ..
-            } => {
-                let how = match fallback {
-                    Some(why) => format!("{policy} ({})", first_line(why)),
-                    None => policy.clone(),
-                };
-                line(
-                    &mut s,
-                    &format!(
-                        "⇣ compacted {messages_replaced} messages by {how}: ~{tokens_before} → ~{tokens_after} tokens"
-                    ),
-                );
-            }
+            kind @ EventKind::Compacted { .. } => compacted(s, kind),
             _ => {}
         }
     }
+}
+
+/// A finished call's line, and the plan the model keeps when the call changed it.
+fn tool_finished(s: &mut ProgressState, tool: &str, call_id: &str, outcome: &CallOutcome) {
+    let d = human_duration(outcome.duration);
+    let text = match failure_line(outcome) {
+        None => format!("✓ {tool} ok in {d} [{call_id}]"),
+        Some(e) => format!("✗ {tool} error in {d} [{call_id}]: {}", summary(&e)),
+    };
+    line(s, &text);
+    // The plan the model keeps, shown as it changes.
+    if let Some(todos) = outcome
+        .details
+        .as_ref()
+        .and_then(agentloop_tools::todo::todos_in)
+    {
+        for l in agentloop_tools::todo::render(&todos).lines() {
+            line(s, &format!("    {l}"));
+        }
+    }
+}
+
+/// A compaction's line: how many messages, by which policy, and the tokens before and after.
+fn compacted(s: &mut ProgressState, kind: &EventKind) {
+    let EventKind::Compacted {
+        policy,
+        messages_replaced,
+        tokens_before,
+        tokens_after,
+        fallback,
+        ..
+    } = kind
+    else {
+        return;
+    };
+    let how = match fallback {
+        Some(why) => format!("{policy} ({})", first_line(why)),
+        None => policy.clone(),
+    };
+    line(
+        s,
+        &format!(
+            "⇣ compacted {messages_replaced} messages by {how}: ~{tokens_before} → ~{tokens_after} tokens"
+        ),
+    );
 }
 
 fn first_line(s: &str) -> &str {
