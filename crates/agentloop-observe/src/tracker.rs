@@ -153,7 +153,12 @@ pub trait Render {
         opening: Opening,
     ) -> Self::ModelCall;
     /// The open model call closes.
-    fn close_model_call(&mut self, run: &mut Tracked<Self>, call: Self::ModelCall, end: ModelEnd<'_>);
+    fn close_model_call(
+        &mut self,
+        run: &mut Tracked<Self>,
+        call: Self::ModelCall,
+        end: ModelEnd<'_>,
+    );
     /// A tool call opens: at its `ToolStarted` or `ToolRejected` (the event), or as an orphan at
     /// its `ToolFinished`.
     fn open_tool_call(

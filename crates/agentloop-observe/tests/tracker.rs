@@ -65,8 +65,11 @@ impl Render for Steps {
 
     fn open_model_call(&mut self, run: &mut Tracked<Self>, _: &Event, opening: Opening) -> String {
         let name = format!("m{}", run.calls_in_turn());
-        self.lines
-            .push(format!("open {} {name} {}", run.data, opening_word(opening)));
+        self.lines.push(format!(
+            "open {} {name} {}",
+            run.data,
+            opening_word(opening)
+        ));
         name
     }
 
@@ -80,10 +83,18 @@ impl Render for Steps {
         self.lines.push(format!("close {} {call} {why}", run.data));
     }
 
-    fn open_tool_call(&mut self, run: &mut Tracked<Self>, event: &Event, opening: Opening) -> String {
+    fn open_tool_call(
+        &mut self,
+        run: &mut Tracked<Self>,
+        event: &Event,
+        opening: Opening,
+    ) -> String {
         let name = event.call_id().unwrap_or("?").to_owned();
-        self.lines
-            .push(format!("open {} {name} {}", run.data, opening_word(opening)));
+        self.lines.push(format!(
+            "open {} {name} {}",
+            run.data,
+            opening_word(opening)
+        ));
         name
     }
 
@@ -271,7 +282,10 @@ fn a_run_never_seen_start_is_joined_or_its_events_are_ignored() {
     };
     let tracker = feed(
         &mut declining,
-        &[tool_started("x", 2, "c1"), run_finished("x", StopReason::Finished)],
+        &[
+            tool_started("x", 2, "c1"),
+            run_finished("x", StopReason::Finished),
+        ],
     );
     assert_eq!(declining.lines, ["decline x", "decline x"]);
     assert_eq!(tracker.open_runs(), 0);

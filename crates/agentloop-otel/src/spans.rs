@@ -155,7 +155,12 @@ impl Render for Otel {
 
     fn open_model_call(&mut self, run: &mut Run, event: &Event, opening: Opening) -> Open {
         match (&event.kind, opening) {
-            (EventKind::ModelRequestStarted { model, provider, .. }, Opening::Started) => {
+            (
+                EventKind::ModelRequestStarted {
+                    model, provider, ..
+                },
+                Opening::Started,
+            ) => {
                 let provider = provider_name(provider);
                 run.data.provider.get_or_insert_with(|| provider.clone());
                 self.open(vec![

@@ -23,12 +23,12 @@ use serde_json::Value;
 
 use crate::error::TraceError;
 use crate::format::TraceWriter;
-use crate::trace::open_writer;
 use crate::record::{
     CompactionSpan, ErrorInfo, ModelCallSpan, RunSpan, Span, Status, ToolCallSpan, ToolsChange,
     TraceRecord, TurnSpan,
 };
 use crate::redact::{redact, redact_text};
+use crate::trace::open_writer;
 
 /// What a trace records beyond the lifecycle of spans.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -229,7 +229,8 @@ impl Render for Records {
             t.span.status
         };
         let error = t.span.error.take();
-        run.data.end_span(&mut t.span, self.now, None, status, error);
+        run.data
+            .end_span(&mut t.span, self.now, None, status, error);
         self.out.push(TraceRecord::Turn(t));
     }
 

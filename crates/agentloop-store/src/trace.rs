@@ -7,8 +7,8 @@ use serde::Serialize;
 
 use crate::error::TraceError;
 use crate::format::{TraceFormat, TraceWriter};
-use crate::record::TraceRecord;
 use crate::ndjson::{self, NdjsonWriter};
+use crate::record::TraceRecord;
 use crate::sqlite::{self, SqliteWriter};
 
 /// Opens a writer for a path, creating the file or appending to it; the extension picks the
