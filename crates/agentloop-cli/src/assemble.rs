@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agentloop::{
-    Agent, Gate, Limits, Model, Price, Tool,
+    Agent, Gate, Limits, Model, Tool,
     model::ModelSettings,
     permissions::{
         Answer, ApprovalPrompter, ArgumentMatch, FixedAnswer, Permission, PermissionGate,
@@ -237,15 +237,9 @@ pub fn scripted_model(file: &AgentFile) -> Result<ScriptedModel, CliError> {
         .ok_or_else(|| CliError::Setup {
             message: "the scripted provider needs `script`".into(),
         })?;
-    let model = read_script(&script).map_err(|message| CliError::Setup { message })?;
+    let model = crate::agent_file::model::read_script(&script)
+        .map_err(|message| CliError::Setup { message })?;
     Ok(model.streaming(m.stream.unwrap_or(true)))
-}
-
-/// A scripted model's script file: the core reads JSON, the CLI reads the file.
-pub fn read_script(path: &std::path::Path) -> Result<ScriptedModel, String> {
-    let text =
-        std::fs::read_to_string(path).map_err(|e| format!("script {}: {e}", path.display()))?;
-    ScriptedModel::from_json(&text).map_err(|e| format!("script {}: {e}", path.display()))
 }
 
 /// The model the file names. Live providers need their API key; their calls are retried.
@@ -284,32 +278,6 @@ fn cached(file: &AgentFile, model: Arc<dyn Model>) -> Result<Arc<dyn Model>, Cli
         cached = cached.keyed_by_wire(wire);
     }
     Ok(Arc::new(cached))
-}
-
-/// Where the price of an agent's model comes from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum PriceSource {
-    /// The agent file's `[model] price`.
-    AgentFile,
-    /// The providers' built-in table, for a live model it knows.
-    BuiltIn,
-}
-
-/// The price of the file's model: its `[model] price`, or the built-in table's entry for a live
-/// model; `None` when the model is unpriced (a scripted model without a price, a local server's
-/// model name).
-pub fn price(model: &ModelSpec) -> Option<(Price, PriceSource)> {
-    if let Some(p) = &model.price {
-        return Some((p.get_ref().price(), PriceSource::AgentFile));
-    }
-    if *model.provider.get_ref() == Provider::Scripted {
-        return None;
-    }
-    let name = model.name.as_ref()?;
-    agentloop_providers::default_prices()
-        .get(name.get_ref())
-        .map(|p| (*p, PriceSource::BuiltIn))
 }
 
 /// True when the agent's answers are priced at all (the file's price, or the built-in table a

@@ -277,7 +277,7 @@ pub fn plan(file: &AgentFile) -> Result<Plan, CliError> {
             "keep_turns": c.keep_turns,
         })),
         "retry": if provider == Provider::Scripted { Value::Null } else { json!("providers' default retry policy") },
-        "price": assemble::price(m).map(|(p, source)| json!({
+        "price": crate::agent_file::model::price(m).map(|(p, source)| json!({
             "input": p.input,
             "output": p.output,
             "cached_input": p.cached_input,

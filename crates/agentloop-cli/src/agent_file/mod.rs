@@ -7,6 +7,7 @@
 //! what no type can say.
 
 mod check;
+pub mod model;
 mod rules;
 mod spec;
 

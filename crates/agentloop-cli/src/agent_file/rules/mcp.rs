@@ -1,0 +1,128 @@
+//! `[[mcp]]`: each server's name, transport, keys, timeout, prefix, renames and templates.
+
+use std::path::Path;
+
+use super::tools::{check_command, check_network};
+use super::{MAX_TIMEOUT_SECS, span_of, valid_seconds};
+use crate::agent_file::check::{Problems, join};
+use crate::agent_file::spec::McpFileSpec;
+
+/// `[[mcp]]`: a name a tool name may start with, used once; a command or a URL, not both, with
+/// only the keys its kind takes; a timeout, a prefix and renames that make valid names; templates
+/// that expand.
+pub(super) fn check_mcp(servers: &[McpFileSpec], dir: &Path, problems: &mut Problems) {
+    let mut seen: Vec<&str> = Vec::new();
+    for (i, server) in servers.iter().enumerate() {
+        let path = format!("mcp[{i}]");
+        let name = server.name.get_ref().as_str();
+        if let Err(reason) = agentloop::tool::check_tool_name(name) {
+            problems.at(
+                &join(&path, "name"),
+                span_of(&server.name),
+                format!("invalid MCP server name {name:?}: {reason}"),
+            );
+        } else if seen.contains(&name) {
+            problems.at(
+                &join(&path, "name"),
+                span_of(&server.name),
+                format!("the MCP server name {name:?} is used twice"),
+            );
+        }
+        seen.push(name);
+        match (&server.command, &server.url) {
+            (Some(command), None) => check_command(command, &path, dir, problems),
+            (None, Some(url)) => {
+                let u = url.get_ref();
+                if !(u.starts_with("http://") || u.starts_with("https://")) {
+                    problems.at(
+                        &join(&path, "url"),
+                        span_of(url),
+                        format!("the url {u:?} is not http:// or https://"),
+                    );
+                }
+            }
+            (Some(_), Some(url)) => problems.at(
+                &join(&path, "url"),
+                span_of(url),
+                "give `command` (a stdio server) or `url` (a streamable HTTP server), not both",
+            ),
+            (None, None) => problems.at(
+                &path,
+                span_of(&server.name),
+                "give `command` (a stdio server) or `url` (a streamable HTTP server)",
+            ),
+        }
+        if let (Some(env), None) = (&server.env, &server.command) {
+            problems.at(
+                &join(&path, "env"),
+                span_of(env),
+                "`env` is for a stdio server (`command`)",
+            );
+        }
+        if server.url.is_some() {
+            for (key, given) in [
+                ("sandbox", server.sandbox.is_some()),
+                ("network", server.network.is_some()),
+            ] {
+                if given {
+                    problems.at(
+                        &join(&path, key),
+                        span_of(&server.name),
+                        format!(
+                            "`{key}` is for a stdio server (`command`): it sandboxes its process"
+                        ),
+                    );
+                }
+            }
+        }
+        check_network(server.sandbox, server.network.as_ref(), &path, problems);
+        if let (Some(headers), None) = (&server.headers, &server.url) {
+            problems.at(
+                &join(&path, "headers"),
+                span_of(headers),
+                "`headers` is for an HTTP server (`url`)",
+            );
+        }
+        for (key, map) in [("env", &server.env), ("headers", &server.headers)] {
+            let Some(map) = map else { continue };
+            for (k, template) in map.get_ref() {
+                // Only the shape is checked here: the variables are read when the server starts.
+                if let Err(e) =
+                    agentloop_mcp::expand_template(name, k, template, |_| Some(String::new()))
+                {
+                    problems.at(&join(&path, key), span_of(map), e.to_string());
+                }
+            }
+        }
+        if let Some(secs) = &server.timeout_secs
+            && !valid_seconds(*secs.get_ref())
+        {
+            problems.at(
+                &join(&path, "timeout_secs"),
+                span_of(secs),
+                format!("the timeout must be more than 0 and at most {MAX_TIMEOUT_SECS} seconds"),
+            );
+        }
+        if let Some(prefix) = &server.prefix
+            && !prefix.get_ref().is_empty()
+            && let Err(reason) = agentloop::tool::check_tool_name(&format!("{}x", prefix.get_ref()))
+        {
+            problems.at(
+                &join(&path, "prefix"),
+                span_of(prefix),
+                format!("the prefix cannot start a tool name: {reason}"),
+            );
+        }
+        if let Some(rename) = &server.rename {
+            for (from, to) in rename.get_ref() {
+                if let Err(reason) = agentloop::tool::check_tool_name(to) {
+                    problems.at(
+                        &join(&path, "rename"),
+                        span_of(rename),
+                        format!("the new name of {from:?} is not a valid tool name: {reason}"),
+                    );
+                }
+            }
+        }
+    }
+}
