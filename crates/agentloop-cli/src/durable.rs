@@ -13,9 +13,11 @@ use clap::{Args, Subcommand};
 
 use crate::agent_file::Provider;
 use crate::approval::CancelSlot;
+use crate::args::{AgentFileArg, ApprovalArgs, TraceArgs};
+use crate::assemble;
 use crate::error::{CliError, outcome_exit_code};
 use crate::render::Progress;
-use crate::{AgentFileArg, ApprovalArgs, Shown, TraceArgs, assemble};
+use crate::runs::{Shown, approval_for, cancel_on_ctrl_c, finish_trace, print_outcome, run_sinks};
 
 /// For the crash tests only: `after-step:N` or `in-step:N` makes the journal's writer stop (as if
 /// the process were killed) after step N is written, or inside its write.
@@ -258,15 +260,15 @@ pub async fn resume(args: ResumeArgs) -> Result<i32, CliError> {
     let progress = Arc::new(Progress::new());
     let cancel = agentloop::CancellationToken::new();
     let slot: CancelSlot = Arc::new(std::sync::Mutex::new(Some(cancel.clone())));
-    let approval = crate::approval_for(&args.approval, args.json, &progress, &slot);
+    let approval = approval_for(&args.approval, args.json, &progress, &slot);
     let mcp = assemble::StartedMcp::start(&file).await?;
     let agent = assemble::agent(&file, model, &approval, &mcp)?;
     let trace = args.trace.open()?;
     let journal: Arc<dyn Journal> = journal;
-    let signals = crate::cancel_on_ctrl_c(cancel.clone());
+    let signals = cancel_on_ctrl_c(cancel.clone());
     let options = RunOptions {
         cancel: Some(cancel),
-        sinks: crate::run_sinks(&progress, trace.as_ref(), !args.json && !args.quiet),
+        sinks: run_sinks(&progress, trace.as_ref(), !args.json && !args.quiet),
         journal: Some(journal),
         ..RunOptions::default()
     };
@@ -274,7 +276,7 @@ pub async fn resume(args: ResumeArgs) -> Result<i32, CliError> {
     mcp.shutdown().await;
     signals.abort();
     let outcome = outcome?;
-    if let Err(e) = crate::finish_trace(trace.as_ref()) {
+    if let Err(e) = finish_trace(trace.as_ref()) {
         eprintln!("agentloop: warning: {e}");
     }
     let shown = Shown {
@@ -284,7 +286,7 @@ pub async fn resume(args: ResumeArgs) -> Result<i32, CliError> {
         journal: Some(&args.journal.path),
         priced: assemble::has_pricing(file.model()),
     };
-    crate::print_outcome(&outcome, &shown, &progress);
+    print_outcome(&outcome, &shown, &progress);
     Ok(outcome_exit_code(&outcome))
 }
 

@@ -1,4 +1,9 @@
 //! `agentloop`: run, chat with, plan and trace agents written as TOML agent files.
+//!
+//! The command line is `args`; what every command that runs an agent shares (sinks, Ctrl-C,
+//! approvals, showing the outcome) is `runs`. This file dispatches the commands and holds `run`,
+//! `chat`, `plan` and `trace`; the others have files of their own (`durable`, `restate`,
+//! `sessions`, `mcp`, `init`, `completions`, `viewer`).
 #![forbid(unsafe_code)]
 
 /// Prints a line on stdout. A stdout closed early (`agentloop ... | head`) ends the output, not
@@ -12,6 +17,7 @@ macro_rules! out {
 
 mod agent_file;
 mod approval;
+mod args;
 mod assemble;
 mod completions;
 mod durable;
@@ -25,260 +31,29 @@ mod permission_paths;
 mod plan;
 mod render;
 mod restate;
+mod runs;
 mod sessions;
 mod terminal;
 mod viewer;
 
 use std::io::{IsTerminal, Read, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use agentloop::{CancellationToken, EventSink, Message, RunOptions, RunOutcome};
-use agentloop_store::{TraceOptions, TraceSink};
-use clap::{Arg, Args, CommandFactory, Parser, Subcommand};
+use agentloop::{CancellationToken, EventSink, Message, RunOptions};
+use clap::{CommandFactory, Parser};
 
-use crate::agent_file::{AgentFile, LoadError, Provider};
-use crate::approval::{
-    AnswerLines, CancelSlot, ChannelLines, Console, DRY_RUN_REASON, NO_TERMINAL_REASON, StdinLines,
-    TerminalPrompter,
-};
+use crate::agent_file::Provider;
+use crate::approval::{CancelSlot, ChannelLines, DRY_RUN_REASON, NO_TERMINAL_REASON};
+use crate::args::{ChatArgs, Cli, Command, PlanArgs, RunArgs, TraceCommand};
 use crate::assemble::Approval;
-use crate::error::{CliError, EXIT_CODES_HELP, code, outcome_exit_code};
+use crate::error::{CliError, code, outcome_exit_code};
 use crate::render::Progress;
-
-/// Runs bounded, tool-using LLM agents described in TOML agent files.
-#[derive(Debug, Parser)]
-#[command(name = "agentloop", version, about, after_help = EXIT_CODES_HELP)]
-struct Cli {
-    #[command(subcommand)]
-    command: Command,
-}
-
-#[derive(Debug, Subcommand)]
-enum Command {
-    /// Runs an agent on one input.
-    #[command(after_help = EXIT_CODES_HELP)]
-    Run(RunArgs),
-    /// A conversation in the terminal: each line is one input, the session kept across inputs.
-    #[command(after_help = EXIT_CODES_HELP)]
-    Chat(ChatArgs),
-    /// Shows what the agent is (model, tools with schemas, limits) and what would be sent; never
-    /// needs credentials, makes no request and runs no tool.
-    #[command(visible_alias = "inspect", after_help = EXIT_CODES_HELP)]
-    Plan(PlanArgs),
-    /// Reads trace files written with `run --trace`.
-    #[command(subcommand)]
-    Trace(TraceCommand),
-    /// Goes on with a journaled run (`run --journal`) after a crash, a kill or a suspension.
-    #[command(after_help = EXIT_CODES_HELP)]
-    Resume(durable::ResumeArgs),
-    /// Lists the tool calls that suspended runs wait on.
-    #[command(subcommand)]
-    Approvals(durable::ApprovalsCommand),
-    /// Answers a tool call a suspended run waits on.
-    Approve(durable::ApproveArgs),
-    /// Reads a journal: its runs, and one run's steps (checked).
-    #[command(subcommand)]
-    Journal(durable::JournalCommand),
-    /// Stored conversations (`run`/`chat --session NAME`): list, show, delete, fork.
-    #[command(subcommand)]
-    Sessions(sessions::SessionsCommand),
-    /// The agent file's MCP servers: `mcp list FILE` prints each one's tools with their schemas.
-    #[command(subcommand)]
-    Mcp(mcp::McpCommand),
-    /// Writes a starter agent (agent file, a command tool, a scripted model) that runs at once,
-    /// and prints the command that runs it.
-    Init(init::InitArgs),
-    /// Prints the shell completion script for bash, zsh, fish, elvish or powershell.
-    Completions(completions::CompletionsArgs),
-    /// Serves agents as a Restate service endpoint: their runs journaled by Restate, each step
-    /// once, going on in another worker when one dies.
-    Serve(restate::ServeArgs),
-    /// Starts a run through the Restate ingress and prints its id.
-    Submit(restate::SubmitArgs),
-    /// Follows a run started with `submit` to its end, and prints its outcome as `run` does.
-    #[command(after_help = EXIT_CODES_HELP)]
-    Attach(restate::AttachArgs),
-}
-
-#[derive(Debug, Args)]
-struct RunArgs {
-    #[command(flatten)]
-    agent: AgentFileArg,
-    /// The input text.
-    #[arg(long, conflicts_with = "input_file")]
-    input: Option<String>,
-    /// Reads the input from this file (stdin is read when neither --input nor --input-file is given).
-    #[arg(long)]
-    input_file: Option<PathBuf>,
-    /// Prints exactly one JSON object on stdout when the run ends, and nothing else there.
-    #[arg(long, conflicts_with = "quiet")]
-    json: bool,
-    /// Prints only the final output.
-    #[arg(long, short)]
-    quiet: bool,
-    /// Runs nothing with side effects: a scripted agent runs its script with every tool skipped;
-    /// a live agent prints the first request it would send (secrets redacted) and exits.
-    #[arg(long)]
-    dry_run: bool,
-    #[command(flatten)]
-    trace: TraceArgs,
-    #[command(flatten)]
-    approval: ApprovalArgs,
-    /// Makes the run durable: each step is written to this SQLite journal before the run moves
-    /// on (`agentloop resume` goes on after a crash), and a call that needs approval suspends
-    /// the run instead of being denied (`agentloop approvals list`).
-    #[arg(long, value_name = "PATH", conflicts_with_all = ["dry_run", "session"])]
-    journal: Option<PathBuf>,
-    #[command(flatten)]
-    session: sessions::SessionArgs,
-}
-
-#[derive(Debug, Args)]
-#[command(mut_args(chat_wording))]
-struct ChatArgs {
-    #[command(flatten)]
-    agent: AgentFileArg,
-    #[command(flatten)]
-    trace: TraceArgs,
-    #[command(flatten)]
-    approval: ApprovalArgs,
-    #[command(flatten)]
-    session: sessions::SessionArgs,
-}
-
-/// `chat`'s own help for two of the flags it shares with `run`: it traces every run of the
-/// conversation, and has no --json.
-fn chat_wording(arg: Arg) -> Arg {
-    match arg.get_id().as_str() {
-        "trace" => {
-            arg.help("Records the conversation's runs to this trace file (.ndjson, or .sqlite/.db)")
-        }
-        "yes" => arg.help(
-            "Approves every tool call the agent file's `[permissions]` would ask about, this once \
-             (a `deny` still denies). Without it, an asked call is put to you in a terminal, and \
-             denied without one",
-        ),
-        _ => arg,
-    }
-}
-
-#[derive(Debug, Args)]
-struct PlanArgs {
-    #[command(flatten)]
-    agent: AgentFileArg,
-    /// Prints the plan as JSON.
-    #[arg(long)]
-    json: bool,
-}
-
-/// The agent file, the argument of `run`, `chat` and `plan`.
-#[derive(Debug, Args)]
-struct AgentFileArg {
-    /// The agent file.
-    file: PathBuf,
-}
-
-impl AgentFileArg {
-    /// Reads and checks the agent file.
-    fn load(&self) -> Result<AgentFile, CliError> {
-        AgentFile::load(&self.file).map_err(|e| match e {
-            LoadError::Read { .. } => CliError::AgentFileUnreadable {
-                message: e.to_string(),
-            },
-            LoadError::Invalid(p) => CliError::AgentFile(p),
-        })
-    }
-}
-
-/// `--trace` and `--trace-payloads`, as `run` and `chat` take them (`chat` words `--trace` its
-/// own way: see [`chat_wording`]).
-#[derive(Debug, Args)]
-struct TraceArgs {
-    /// Records the run to this trace file (.ndjson, or .sqlite/.db), appending.
-    #[arg(long, value_name = "PATH")]
-    trace: Option<PathBuf>,
-    /// Also records prompts, arguments and outputs in the trace (never secrets).
-    #[arg(long, requires = "trace")]
-    trace_payloads: bool,
-    /// Exports the run as OpenTelemetry spans (GenAI conventions) over OTLP, configured by the
-    /// standard OTEL_EXPORTER_OTLP_* variables (as `otel = true` in the agent file).
-    #[arg(long)]
-    otel: bool,
-    /// Also records prompts, arguments and outputs in the spans (never secrets).
-    #[arg(long)]
-    otel_payloads: bool,
-}
-
-impl TraceArgs {
-    /// Starts the OpenTelemetry exporter, when `--otel` or the agent file asks for it.
-    fn open_otel(&self, file: &AgentFile) -> Result<Option<otel::Otel>, CliError> {
-        if self.otel || self.otel_payloads || file.spec.otel == Some(true) {
-            otel::Otel::start(self.otel_payloads).map(Some)
-        } else {
-            Ok(None)
-        }
-    }
-
-    /// Opens the trace file, when one was asked for.
-    fn open(&self) -> Result<Option<Arc<TraceSink>>, CliError> {
-        let Some(path) = &self.trace else {
-            return Ok(None);
-        };
-        let options = TraceOptions {
-            payloads: self.trace_payloads,
-        };
-        TraceSink::open(path, options)
-            .map(|s| Some(Arc::new(s)))
-            .map_err(|e| CliError::Io {
-                message: format!("cannot open the trace {}: {e}", path.display()),
-            })
-    }
-}
-
-/// `--yes`, as `run` and `chat` take it (`chat` words it its own way: see [`chat_wording`]).
-#[derive(Debug, Args)]
-struct ApprovalArgs {
-    /// Approves every tool call the agent file's `[permissions]` would ask about, this once (a
-    /// `deny` still denies). Without it, an asked call is put to you in a terminal, and denied
-    /// with --json or without a terminal.
-    #[arg(long, short = 'y')]
-    yes: bool,
-}
-
-#[derive(Debug, Subcommand)]
-enum TraceCommand {
-    /// Lists the runs in a trace.
-    List {
-        /// The trace file (.ndjson, .sqlite or .db).
-        path: PathBuf,
-        /// Prints JSON.
-        #[arg(long)]
-        json: bool,
-    },
-    /// Serves a trace viewer on loopback: the runs, and each run's timeline of turns and calls,
-    /// its subagents, tokens, cost and errors (and payloads, when recorded). It follows a trace
-    /// that is still being written.
-    Serve {
-        /// The trace file (.ndjson, .sqlite or .db).
-        path: PathBuf,
-        /// The port on 127.0.0.1 (0 picks a free one).
-        #[arg(long, default_value_t = 0)]
-        port: u16,
-    },
-    /// Shows one run as a tree of turns and calls (the last run when no id is given).
-    Show {
-        /// The trace file (.ndjson, .sqlite or .db).
-        path: PathBuf,
-        /// The run's id (or a unique prefix of it).
-        #[arg(long)]
-        run: Option<String>,
-        /// Prints JSON.
-        #[arg(long)]
-        json: bool,
-    },
-}
+use crate::runs::{
+    Shown, approval_for, ask_at_the_terminal, can_prompt, cancel_on_ctrl_c, ctrl_c_in_chat,
+    finish_trace, print_final, print_outcome, run_sinks,
+};
 
 fn main() -> ExitCode {
     // Before anything reads a credential: no process this one starts (tools, MCP servers) may
@@ -387,51 +162,6 @@ fn read_input(args: &RunArgs) -> Result<String, CliError> {
     Ok(text)
 }
 
-fn finish_trace(trace: Option<&Arc<TraceSink>>) -> Result<(), CliError> {
-    match trace {
-        Some(t) => t.finish().map_err(|e| CliError::Io {
-            message: format!("the trace could not be written: {e}"),
-        }),
-        None => Ok(()),
-    }
-}
-
-/// Cancels `token` on Ctrl-C; a second Ctrl-C exits at once with the cancellation code.
-fn cancel_on_ctrl_c(token: CancellationToken) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        if tokio::signal::ctrl_c().await.is_ok() {
-            eprintln!("\nagentloop: cancelling (Ctrl-C again to quit at once)");
-            token.cancel();
-            if tokio::signal::ctrl_c().await.is_ok() {
-                std::process::exit(code::CANCELLED);
-            }
-        }
-    })
-}
-
-/// In a chat, Ctrl-C cancels the run in progress; between runs it quits with the cancellation
-/// code.
-fn ctrl_c_in_chat(current: CancelSlot) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        while tokio::signal::ctrl_c().await.is_ok() {
-            let running = current
-                .lock()
-                .ok()
-                .and_then(|slot| slot.clone())
-                .filter(|t| !t.is_cancelled());
-            match running {
-                Some(token) => {
-                    eprintln!(
-                        "\nagentloop: cancelling this turn (Ctrl-C again between turns quits)"
-                    );
-                    token.cancel();
-                }
-                None => std::process::exit(code::CANCELLED),
-            }
-        }
-    })
-}
-
 async fn run(args: RunArgs) -> Result<i32, CliError> {
     let mut file = args.agent.load()?;
     file.protect(
@@ -522,169 +252,6 @@ async fn run(args: RunArgs) -> Result<i32, CliError> {
     };
     print_outcome(&outcome, &shown, &progress);
     Ok(outcome_exit_code(&outcome))
-}
-
-/// A run's sinks: the progress lines when `shown`, and the trace.
-fn run_sinks(
-    progress: &Arc<Progress>,
-    trace: Option<&Arc<TraceSink>>,
-    shown: bool,
-) -> Vec<Arc<dyn EventSink>> {
-    let mut sinks: Vec<Arc<dyn EventSink>> = Vec::new();
-    if shown {
-        sinks.push(progress.clone());
-    }
-    if let Some(t) = trace {
-        sinks.push(t.clone());
-    }
-    sinks
-}
-
-/// Who answers a call that needs approval: `--yes`, the person at the terminal, or nobody (the
-/// call is denied, or a journaled run suspends on it).
-fn approval_for(
-    args: &ApprovalArgs,
-    json: bool,
-    progress: &Arc<Progress>,
-    slot: &CancelSlot,
-) -> Approval {
-    if args.yes {
-        Approval::Yes
-    } else if !json && can_prompt() {
-        ask_at_the_terminal(Box::new(StdinLines), progress, slot)
-    } else {
-        Approval::Nobody(NO_TERMINAL_REASON)
-    }
-}
-
-/// How a run's outcome is shown.
-struct Shown<'a> {
-    json: bool,
-    quiet: bool,
-    dry_run: bool,
-    /// The journal of a durable run.
-    journal: Option<&'a Path>,
-    /// The agent prices its answers ([`assemble::has_pricing`]).
-    priced: bool,
-}
-
-/// Approval asked of the person at the terminal: questions on stderr, answers from `lines`.
-fn ask_at_the_terminal(
-    lines: Box<dyn AnswerLines>,
-    progress: &Arc<Progress>,
-    cancel: &CancelSlot,
-) -> Approval {
-    Approval::Prompter(Arc::new(TerminalPrompter::new(
-        Console {
-            lines,
-            out: Box::new(std::io::stderr()),
-        },
-        Some(progress.clone()),
-        cancel.clone(),
-    )))
-}
-
-/// True when a person can be asked: stdin and stderr are terminals.
-fn can_prompt() -> bool {
-    std::io::stdin().is_terminal() && std::io::stderr().is_terminal()
-}
-
-/// True when stdout and stderr are the same terminal, so what streamed on stderr was seen where
-/// stdout prints.
-fn same_terminal() -> bool {
-    let (out, err) = (std::io::stdout(), std::io::stderr());
-    if !(out.is_terminal() && err.is_terminal()) {
-        return false;
-    }
-    #[cfg(unix)]
-    {
-        use std::os::fd::AsFd;
-        use std::os::unix::fs::MetadataExt;
-        let id = |fd: std::os::fd::BorrowedFd<'_>| {
-            let file = std::fs::File::from(fd.try_clone_to_owned().ok()?);
-            file.metadata().ok().map(|m| (m.dev(), m.ino(), m.rdev()))
-        };
-        let (a, b) = (id(out.as_fd()), id(err.as_fd()));
-        a.is_some() && a == b
-    }
-    #[cfg(not(unix))]
-    {
-        true
-    }
-}
-
-/// True when the final output was already shown: it streamed (progress on, not `--quiet`) to the
-/// terminal that stdout prints to.
-fn already_shown(quiet: bool, same_terminal: bool, streamed: &str, output: &str) -> bool {
-    !quiet && same_terminal && !streamed.trim().is_empty() && streamed.trim() == output.trim()
-}
-
-/// Prints the final output on stdout, unless it already streamed to the same terminal.
-fn print_final(outcome: &RunOutcome, progress: &Progress, quiet: bool) {
-    print_final_text(
-        outcome.output.as_deref().unwrap_or_default(),
-        progress,
-        quiet,
-    );
-}
-
-/// The final output on stdout, unless it already streamed to the same terminal.
-fn print_final_text(output: &str, progress: &Progress, quiet: bool) {
-    if output.is_empty() {
-        return;
-    }
-    if !already_shown(quiet, same_terminal(), &progress.last_streamed(), output) {
-        let mut stdout = std::io::stdout().lock();
-        let output = output.trim_end_matches('\n');
-        // On a terminal the model's escape sequences would act; piped, the output stays as is.
-        let _ = if stdout.is_terminal() {
-            writeln!(stdout, "{}", terminal::strip_escapes(output))
-        } else {
-            writeln!(stdout, "{output}")
-        };
-        let _ = stdout.flush();
-    }
-}
-
-fn print_outcome(outcome: &RunOutcome, args: &Shown<'_>, progress: &Progress) {
-    let waiting = match args.journal {
-        Some(path) if outcome.stop_reason == agentloop::StopReason::Suspended => {
-            durable::waiting(path, &outcome.run_id)
-        }
-        _ => Vec::new(),
-    };
-    // An answer the pricing does not know has an unknown cost, never a silent $0.
-    if render::cost_unknown(outcome, args.priced) {
-        eprintln!("{}", render::unknown_cost_warning(outcome));
-    }
-    if args.json {
-        let mut value = render::priced_outcome_json(outcome, args.dry_run, args.priced);
-        if let (Some(path), Some(map)) = (args.journal, value.as_object_mut()) {
-            map.insert("journal".into(), path.display().to_string().into());
-            map.insert(
-                "pending_approvals".into(),
-                serde_json::to_value(&waiting).unwrap_or_default(),
-            );
-        }
-        out!("{value}");
-        return;
-    }
-    if let Some(path) = args.journal {
-        durable::how_to_go_on(outcome, path, &waiting, args.quiet);
-    }
-    if !args.quiet {
-        progress.end_line();
-        for line in render::skipped_lines(outcome) {
-            eprintln!("{line}");
-        }
-    }
-    print_final(outcome, progress, args.quiet);
-    if !args.quiet {
-        eprintln!(
-            "{}",
-            render::closing_line(outcome, render::cost_unknown(outcome, args.priced))
-        );
-    }
 }
 
 async fn chat(args: ChatArgs) -> Result<i32, CliError> {
@@ -881,7 +448,7 @@ fn warn_trace(warnings: &[String]) {
 mod tests {
     use clap::CommandFactory;
 
-    use super::{Cli, already_shown};
+    use super::Cli;
 
     #[test]
     fn the_command_line_definition_is_consistent() {
@@ -906,21 +473,5 @@ mod tests {
             help("run", "trace_payloads"),
             help("chat", "trace_payloads")
         );
-    }
-
-    #[test]
-    fn the_final_output_is_printed_again_only_where_it_was_not_seen() {
-        let text = "Lisbon is warmer.";
-        assert!(already_shown(false, true, "Lisbon is warmer.\n", text));
-        assert!(!already_shown(false, false, text, text), "stdout elsewhere");
-        assert!(
-            !already_shown(true, true, text, text),
-            "--quiet shows no progress"
-        );
-        assert!(
-            !already_shown(false, true, "Let me look.", text),
-            "other text streamed"
-        );
-        assert!(!already_shown(false, true, "", ""), "nothing streamed");
     }
 }

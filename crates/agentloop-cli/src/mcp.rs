@@ -31,7 +31,7 @@ pub async fn mcp(command: McpCommand) -> Result<i32, CliError> {
 }
 
 async fn list(path: PathBuf, as_json: bool) -> Result<i32, CliError> {
-    let file = crate::AgentFileArg { file: path }.load()?;
+    let file = crate::args::AgentFileArg { file: path }.load()?;
     let started = crate::assemble::StartedMcp::start(&file).await?;
     if started.files().next().is_none() {
         if as_json {

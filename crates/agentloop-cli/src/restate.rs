@@ -15,10 +15,12 @@ use clap::Args;
 use serde_json::{Value, json};
 
 use crate::agent_file::{AgentFile, Provider};
+use crate::approval::NO_TERMINAL_REASON;
+use crate::args::AgentFileArg;
 use crate::assemble::{self, Approval, StartedMcp};
 use crate::error::{CliError, outcome_exit_code};
 use crate::render::{self, Progress};
-use crate::{AgentFileArg, NO_TERMINAL_REASON};
+use crate::runs::{finish_trace, print_final_text};
 
 /// The Restate ingress a command talks to.
 #[derive(Debug, Args)]
@@ -265,7 +267,7 @@ pub async fn serve(args: ServeArgs) -> Result<i32, CliError> {
             mcp.shutdown().await;
         }
     }
-    crate::finish_trace(trace.as_ref())?;
+    finish_trace(trace.as_ref())?;
     match refusal.into_inner().ok().flatten() {
         Some(e) => Err(restate_error(e)),
         None => Ok(0),
@@ -343,7 +345,7 @@ pub async fn attach(args: AttachArgs) -> Result<i32, CliError> {
         out!("{outcome}");
     } else {
         let text = outcome.get("output").and_then(Value::as_str);
-        crate::print_final_text(text.unwrap_or_default(), &progress, args.quiet);
+        print_final_text(text.unwrap_or_default(), &progress, args.quiet);
         if !args.quiet
             && let Some(line) = report.get("closing_line").and_then(Value::as_str)
         {

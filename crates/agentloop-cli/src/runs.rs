@@ -1,0 +1,253 @@
+//! What every command that runs an agent shares (`run`, `chat`, `resume`, `submit`/`attach`): the
+//! run's sinks and the trace's end, Ctrl-C, who answers approvals, and how the outcome is shown
+//! (the final output printed once, `--json`, the closing line).
+
+use std::io::{IsTerminal, Write};
+use std::path::Path;
+use std::sync::Arc;
+
+use agentloop::{CancellationToken, EventSink, RunOutcome};
+use agentloop_store::TraceSink;
+
+use crate::approval::{
+    AnswerLines, CancelSlot, Console, NO_TERMINAL_REASON, StdinLines, TerminalPrompter,
+};
+use crate::args::ApprovalArgs;
+use crate::assemble::Approval;
+use crate::error::{CliError, code};
+use crate::render::{self, Progress};
+use crate::{durable, terminal};
+
+pub(crate) fn finish_trace(trace: Option<&Arc<TraceSink>>) -> Result<(), CliError> {
+    match trace {
+        Some(t) => t.finish().map_err(|e| CliError::Io {
+            message: format!("the trace could not be written: {e}"),
+        }),
+        None => Ok(()),
+    }
+}
+
+/// Cancels `token` on Ctrl-C; a second Ctrl-C exits at once with the cancellation code.
+pub(crate) fn cancel_on_ctrl_c(token: CancellationToken) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            eprintln!("\nagentloop: cancelling (Ctrl-C again to quit at once)");
+            token.cancel();
+            if tokio::signal::ctrl_c().await.is_ok() {
+                std::process::exit(code::CANCELLED);
+            }
+        }
+    })
+}
+
+/// In a chat, Ctrl-C cancels the run in progress; between runs it quits with the cancellation
+/// code.
+pub(crate) fn ctrl_c_in_chat(current: CancelSlot) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        while tokio::signal::ctrl_c().await.is_ok() {
+            let running = current
+                .lock()
+                .ok()
+                .and_then(|slot| slot.clone())
+                .filter(|t| !t.is_cancelled());
+            match running {
+                Some(token) => {
+                    eprintln!(
+                        "\nagentloop: cancelling this turn (Ctrl-C again between turns quits)"
+                    );
+                    token.cancel();
+                }
+                None => std::process::exit(code::CANCELLED),
+            }
+        }
+    })
+}
+
+/// A run's sinks: the progress lines when `shown`, and the trace.
+pub(crate) fn run_sinks(
+    progress: &Arc<Progress>,
+    trace: Option<&Arc<TraceSink>>,
+    shown: bool,
+) -> Vec<Arc<dyn EventSink>> {
+    let mut sinks: Vec<Arc<dyn EventSink>> = Vec::new();
+    if shown {
+        sinks.push(progress.clone());
+    }
+    if let Some(t) = trace {
+        sinks.push(t.clone());
+    }
+    sinks
+}
+
+/// Who answers a call that needs approval: `--yes`, the person at the terminal, or nobody (the
+/// call is denied, or a journaled run suspends on it).
+pub(crate) fn approval_for(
+    args: &ApprovalArgs,
+    json: bool,
+    progress: &Arc<Progress>,
+    slot: &CancelSlot,
+) -> Approval {
+    if args.yes {
+        Approval::Yes
+    } else if !json && can_prompt() {
+        ask_at_the_terminal(Box::new(StdinLines), progress, slot)
+    } else {
+        Approval::Nobody(NO_TERMINAL_REASON)
+    }
+}
+
+/// How a run's outcome is shown.
+pub(crate) struct Shown<'a> {
+    pub(crate) json: bool,
+    pub(crate) quiet: bool,
+    pub(crate) dry_run: bool,
+    /// The journal of a durable run.
+    pub(crate) journal: Option<&'a Path>,
+    /// The agent prices its answers ([`crate::assemble::has_pricing`]).
+    pub(crate) priced: bool,
+}
+
+/// Approval asked of the person at the terminal: questions on stderr, answers from `lines`.
+pub(crate) fn ask_at_the_terminal(
+    lines: Box<dyn AnswerLines>,
+    progress: &Arc<Progress>,
+    cancel: &CancelSlot,
+) -> Approval {
+    Approval::Prompter(Arc::new(TerminalPrompter::new(
+        Console {
+            lines,
+            out: Box::new(std::io::stderr()),
+        },
+        Some(progress.clone()),
+        cancel.clone(),
+    )))
+}
+
+/// True when a person can be asked: stdin and stderr are terminals.
+pub(crate) fn can_prompt() -> bool {
+    std::io::stdin().is_terminal() && std::io::stderr().is_terminal()
+}
+
+/// True when stdout and stderr are the same terminal, so what streamed on stderr was seen where
+/// stdout prints.
+pub(crate) fn same_terminal() -> bool {
+    let (out, err) = (std::io::stdout(), std::io::stderr());
+    if !(out.is_terminal() && err.is_terminal()) {
+        return false;
+    }
+    #[cfg(unix)]
+    {
+        use std::os::fd::AsFd;
+        use std::os::unix::fs::MetadataExt;
+        let id = |fd: std::os::fd::BorrowedFd<'_>| {
+            let file = std::fs::File::from(fd.try_clone_to_owned().ok()?);
+            file.metadata().ok().map(|m| (m.dev(), m.ino(), m.rdev()))
+        };
+        let (a, b) = (id(out.as_fd()), id(err.as_fd()));
+        a.is_some() && a == b
+    }
+    #[cfg(not(unix))]
+    {
+        true
+    }
+}
+
+/// True when the final output was already shown: it streamed (progress on, not `--quiet`) to the
+/// terminal that stdout prints to.
+pub(crate) fn already_shown(
+    quiet: bool,
+    same_terminal: bool,
+    streamed: &str,
+    output: &str,
+) -> bool {
+    !quiet && same_terminal && !streamed.trim().is_empty() && streamed.trim() == output.trim()
+}
+
+/// Prints the final output on stdout, unless it already streamed to the same terminal.
+pub(crate) fn print_final(outcome: &RunOutcome, progress: &Progress, quiet: bool) {
+    print_final_text(
+        outcome.output.as_deref().unwrap_or_default(),
+        progress,
+        quiet,
+    );
+}
+
+/// The final output on stdout, unless it already streamed to the same terminal.
+pub(crate) fn print_final_text(output: &str, progress: &Progress, quiet: bool) {
+    if output.is_empty() {
+        return;
+    }
+    if !already_shown(quiet, same_terminal(), &progress.last_streamed(), output) {
+        let mut stdout = std::io::stdout().lock();
+        let output = output.trim_end_matches('\n');
+        // On a terminal the model's escape sequences would act; piped, the output stays as is.
+        let _ = if stdout.is_terminal() {
+            writeln!(stdout, "{}", terminal::strip_escapes(output))
+        } else {
+            writeln!(stdout, "{output}")
+        };
+        let _ = stdout.flush();
+    }
+}
+
+pub(crate) fn print_outcome(outcome: &RunOutcome, args: &Shown<'_>, progress: &Progress) {
+    let waiting = match args.journal {
+        Some(path) if outcome.stop_reason == agentloop::StopReason::Suspended => {
+            durable::waiting(path, &outcome.run_id)
+        }
+        _ => Vec::new(),
+    };
+    // An answer the pricing does not know has an unknown cost, never a silent $0.
+    if render::cost_unknown(outcome, args.priced) {
+        eprintln!("{}", render::unknown_cost_warning(outcome));
+    }
+    if args.json {
+        let mut value = render::priced_outcome_json(outcome, args.dry_run, args.priced);
+        if let (Some(path), Some(map)) = (args.journal, value.as_object_mut()) {
+            map.insert("journal".into(), path.display().to_string().into());
+            map.insert(
+                "pending_approvals".into(),
+                serde_json::to_value(&waiting).unwrap_or_default(),
+            );
+        }
+        out!("{value}");
+        return;
+    }
+    if let Some(path) = args.journal {
+        durable::how_to_go_on(outcome, path, &waiting, args.quiet);
+    }
+    if !args.quiet {
+        progress.end_line();
+        for line in render::skipped_lines(outcome) {
+            eprintln!("{line}");
+        }
+    }
+    print_final(outcome, progress, args.quiet);
+    if !args.quiet {
+        eprintln!(
+            "{}",
+            render::closing_line(outcome, render::cost_unknown(outcome, args.priced))
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::already_shown;
+
+    #[test]
+    fn the_final_output_is_printed_again_only_where_it_was_not_seen() {
+        let text = "Lisbon is warmer.";
+        assert!(already_shown(false, true, "Lisbon is warmer.\n", text));
+        assert!(!already_shown(false, false, text, text), "stdout elsewhere");
+        assert!(
+            !already_shown(true, true, text, text),
+            "--quiet shows no progress"
+        );
+        assert!(
+            !already_shown(false, true, "Let me look.", text),
+            "other text streamed"
+        );
+        assert!(!already_shown(false, true, "", ""), "nothing streamed");
+    }
+}
