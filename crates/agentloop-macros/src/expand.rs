@@ -385,19 +385,7 @@ fn constructor(
     errors: &mut Errors,
 ) -> TokenStream {
     let fn_ident = &func.sig.ident;
-    let (name, name_span) = match &options.name {
-        Some(lit) => (lit.value(), lit.span()),
-        None => (fn_ident.unraw().to_string(), fn_ident.span()),
-    };
-    if let Err(reason) = check_name(&name) {
-        let hint = if options.name.is_none() {
-            " (set one with #[tool(name = \"...\")])"
-        } else {
-            ""
-        };
-        errors.push(syn::Error::new(name_span, format!("{reason}{hint}")));
-    }
-    let name = LitStr::new(&name, name_span);
+    let name = tool_name(func, options, errors);
     let krate: Path = options
         .krate
         .clone()
@@ -414,58 +402,13 @@ fn constructor(
     let args_struct = Ident::new("__AgentloopToolArgs", Span::call_site());
     let args_var = Ident::new("__agentloop_args", Span::mixed_site());
     let ctx_var = Ident::new("__agentloop_ctx", Span::mixed_site());
-
-    let mut fields = Vec::new();
-    let mut default_fns = Vec::new();
-    let mut bindings = Vec::new();
-    let mut call_args = Vec::new();
-    let mut ctx_mut = None;
-    for (i, param) in signature.params.iter().enumerate() {
-        match param {
-            Param::Json(json) => {
-                let JsonParam {
-                    ident,
-                    ty,
-                    docs,
-                    passthrough,
-                    default,
-                } = &**json;
-                let default_attr = match default {
-                    None => None,
-                    Some(ParamDefault::Trait) => Some(quote!(#[serde(default)])),
-                    Some(ParamDefault::Expr(expr)) => {
-                        let default_fn = Ident::new(
-                            &format!("__agentloop_default_{}", ident.unraw()),
-                            ident.span(),
-                        );
-                        let default_path = LitStr::new(&default_fn.to_string(), ident.span());
-                        default_fns.push(quote_spanned! {expr.span()=>
-                            #[allow(non_snake_case)]
-                            fn #default_fn() -> #ty {
-                                #expr
-                            }
-                        });
-                        Some(quote!(#[serde(default = #default_path)]))
-                    }
-                };
-                fields.push(quote! {
-                    #(#docs)*
-                    #default_attr
-                    #(#passthrough)*
-                    #ident: #ty
-                });
-                let local = Ident::new(&format!("__agentloop_arg{i}"), Span::mixed_site());
-                bindings.push(quote!(#ident: #local));
-                call_args.push(quote!(#local));
-            }
-            Param::Context(ContextKind::Owned) => call_args.push(quote!(#ctx_var)),
-            Param::Context(ContextKind::Ref) => call_args.push(quote!(&#ctx_var)),
-            Param::Context(ContextKind::RefMut) => {
-                ctx_mut = Some(quote!(mut));
-                call_args.push(quote!(&mut #ctx_var));
-            }
-        }
-    }
+    let Arguments {
+        fields,
+        default_fns,
+        bindings,
+        call_args,
+        ctx_mut,
+    } = arguments(signature, &ctx_var);
 
     let call = quote!(#fn_ident(#(#call_args),*).await);
     // Spanned at the return type, so that an output or error type that does not convert points
@@ -481,17 +424,7 @@ fn constructor(
     };
 
     let description = description(func, options);
-    let mode = options.mode.map(|(mode, span)| match mode {
-        Mode::Sequential => quote_spanned!(span=> .mode(#krate::tool::ExecutionMode::Sequential)),
-        Mode::Parallel => quote_spanned!(span=> .mode(#krate::tool::ExecutionMode::Parallel)),
-    });
-    let timeout = options.timeout.as_ref().map(|t| match t {
-        Timeout::Secs(n) => quote!(.timeout(::core::time::Duration::from_secs(#n))),
-        Timeout::Millis(n) => quote!(.timeout(::core::time::Duration::from_millis(#n))),
-    });
-    let idempotent = options.idempotent.map(|yes| quote!(.idempotent(#yes)));
-    let mutating = options.mutating.map(|yes| quote!(.mutating(#yes)));
-    let poller = options.poller.map(|yes| quote!(.poller(#yes)));
+    let settings = builder_settings(options, &krate);
 
     let vis = &func.vis;
     let ctor = Ident::new(&format!("{}_tool", fn_ident.unraw()), fn_ident.span());
@@ -522,15 +455,117 @@ fn constructor(
             #(#default_fns)*
             #krate::Tool::builder(#name)
                 .description(#description)
-                #mode
-                #timeout
-                #idempotent
-                #mutating
-                #poller
+                #settings
                 .#handler(|#args_var: #args_struct, #ctx_mut #ctx_var: #krate::ToolContext| async move {
                     let #args_struct { #(#bindings),* } = #args_var;
                     #body
                 })
         }
     }
+}
+
+/// The tool's name: `#[tool(name = "...")]` or the function's own, checked (a bad one is
+/// reported at its span and still used, so that one expansion reports every error).
+fn tool_name(func: &ItemFn, options: &FnOptions, errors: &mut Errors) -> LitStr {
+    let fn_ident = &func.sig.ident;
+    let (name, name_span) = match &options.name {
+        Some(lit) => (lit.value(), lit.span()),
+        None => (fn_ident.unraw().to_string(), fn_ident.span()),
+    };
+    if let Err(reason) = check_name(&name) {
+        let hint = if options.name.is_none() {
+            " (set one with #[tool(name = \"...\")])"
+        } else {
+            ""
+        };
+        errors.push(syn::Error::new(name_span, format!("{reason}{hint}")));
+    }
+    LitStr::new(&name, name_span)
+}
+
+/// What the function's parameters become in the generated code.
+struct Arguments {
+    /// The fields of the arguments struct, one per JSON parameter.
+    fields: Vec<TokenStream>,
+    /// Functions that give the parameters' `default = expr` values.
+    default_fns: Vec<TokenStream>,
+    /// `field: local` patterns that take the struct apart.
+    bindings: Vec<TokenStream>,
+    /// The function's arguments, in order: the locals and the context.
+    call_args: Vec<TokenStream>,
+    /// `mut` when the function takes `&mut ToolContext`.
+    ctx_mut: Option<TokenStream>,
+}
+
+fn arguments(signature: &Signature, ctx_var: &Ident) -> Arguments {
+    let mut out = Arguments {
+        fields: Vec::new(),
+        default_fns: Vec::new(),
+        bindings: Vec::new(),
+        call_args: Vec::new(),
+        ctx_mut: None,
+    };
+    for (i, param) in signature.params.iter().enumerate() {
+        match param {
+            Param::Json(json) => {
+                let JsonParam {
+                    ident,
+                    ty,
+                    docs,
+                    passthrough,
+                    default,
+                } = &**json;
+                let default_attr = match default {
+                    None => None,
+                    Some(ParamDefault::Trait) => Some(quote!(#[serde(default)])),
+                    Some(ParamDefault::Expr(expr)) => {
+                        let default_fn = Ident::new(
+                            &format!("__agentloop_default_{}", ident.unraw()),
+                            ident.span(),
+                        );
+                        let default_path = LitStr::new(&default_fn.to_string(), ident.span());
+                        out.default_fns.push(quote_spanned! {expr.span()=>
+                            #[allow(non_snake_case)]
+                            fn #default_fn() -> #ty {
+                                #expr
+                            }
+                        });
+                        Some(quote!(#[serde(default = #default_path)]))
+                    }
+                };
+                out.fields.push(quote! {
+                    #(#docs)*
+                    #default_attr
+                    #(#passthrough)*
+                    #ident: #ty
+                });
+                let local = Ident::new(&format!("__agentloop_arg{i}"), Span::mixed_site());
+                out.bindings.push(quote!(#ident: #local));
+                out.call_args.push(quote!(#local));
+            }
+            Param::Context(ContextKind::Owned) => out.call_args.push(quote!(#ctx_var)),
+            Param::Context(ContextKind::Ref) => out.call_args.push(quote!(&#ctx_var)),
+            Param::Context(ContextKind::RefMut) => {
+                out.ctx_mut = Some(quote!(mut));
+                out.call_args.push(quote!(&mut #ctx_var));
+            }
+        }
+    }
+    out
+}
+
+/// The builder calls of the attribute's settings: mode, timeout and flags.
+fn builder_settings(options: &FnOptions, krate: &Path) -> TokenStream {
+    let mode = options.mode.map(|(mode, span)| match mode {
+        Mode::Sequential => quote_spanned!(span=> .mode(#krate::tool::ExecutionMode::Sequential)),
+        Mode::Parallel => quote_spanned!(span=> .mode(#krate::tool::ExecutionMode::Parallel)),
+    });
+    let timeout = options.timeout.as_ref().map(|t| match t {
+        Timeout::Secs(n) => quote!(.timeout(::core::time::Duration::from_secs(#n))),
+        Timeout::Millis(n) => quote!(.timeout(::core::time::Duration::from_millis(#n))),
+    });
+    let idempotent = options.idempotent.map(|yes| quote!(.idempotent(#yes)));
+    let mutating = options.mutating.map(|yes| quote!(.mutating(#yes)));
+    let poller = options.poller.map(|yes| quote!(.poller(#yes)));
+    quote!(#mode #timeout #idempotent #mutating #poller)
 }
