@@ -5,7 +5,7 @@
 //! - [`Tracker`] turns a stream of events into the lifecycle of runs, turns, model calls and tool
 //!   calls (parents, orphans, superseded calls, what a run leaves open), and a [`Render`] makes
 //!   each observer's spans from it (see [`tracker`]).
-//! - [`redact`] and [`redact_text`] take credentials out of recorded payloads (see
+//! - [`redact()`] and [`redact_text`] take credentials out of recorded payloads (see
 //!   [`mod@redact`]).
 #![forbid(unsafe_code)]
 
