@@ -493,7 +493,48 @@ pub fn render_plan(plan: &Plan) -> String {
         let _ = writeln!(out, "        version {v}");
     }
     let _ = writeln!(out, "        fingerprint {}", plan.fingerprint);
-    let m = &plan.model;
+    render_model(&mut out, &plan.model);
+    if let Some(i) = &plan.instructions {
+        let _ = writeln!(out, "instructions");
+        for line in i.lines() {
+            let _ = writeln!(out, "        {line}");
+        }
+    }
+    render_tools(&mut out, &plan.tools);
+    render_mcp(&mut out, &plan.mcp);
+    if !plan.subagents.is_empty() {
+        let _ = writeln!(out, "subagents");
+        render_tree(&mut out, &plan.subagents, 0);
+    }
+    let _ = writeln!(out, "limits");
+    if let Some(l) = plan.limits.as_object() {
+        for (k, v) in l {
+            // A bound left out, or lifted with 0 or "unlimited", is no bound.
+            let shown = match v {
+                Value::Null if k.starts_with("max_") => "unlimited".to_owned(),
+                Value::Null if k == "timeout" => "none".to_owned(),
+                v => show(v),
+            };
+            let _ = writeln!(out, "        {k}: {shown}");
+        }
+    }
+    render_permissions(&mut out, &plan.permissions);
+    if let Some(s) = &plan.output_schema {
+        let _ = writeln!(out, "output  {s}");
+    }
+    let _ = writeln!(
+        out,
+        "first request (for the input {INPUT_PLACEHOLDER:?}; nothing is sent)"
+    );
+    let pretty = serde_json::to_string_pretty(&plan.first_request).unwrap_or_default();
+    for line in pretty.lines() {
+        let _ = writeln!(out, "  {line}");
+    }
+    out
+}
+
+/// The plan's `model` lines: provider and name, connection, price, compaction, settings.
+fn render_model(out: &mut String, m: &Value) {
     let _ = writeln!(out, "model   {} {}", show(&m["provider"]), show(&m["name"]));
     for key in [
         "base_url",
@@ -528,14 +569,12 @@ pub fn render_plan(plan: &Plan) -> String {
     if m["settings"].as_object().is_some_and(|s| !s.is_empty()) {
         let _ = writeln!(out, "        settings: {}", m["settings"]);
     }
-    if let Some(i) = &plan.instructions {
-        let _ = writeln!(out, "instructions");
-        for line in i.lines() {
-            let _ = writeln!(out, "        {line}");
-        }
-    }
-    let _ = writeln!(out, "tools   {}", plan.tools.len());
-    for t in &plan.tools {
+}
+
+/// The plan's `tools` lines: each tool's mode, timeout, retries, kind, sandbox and schema.
+fn render_tools(out: &mut String, tools: &[Value]) {
+    let _ = writeln!(out, "tools   {}", tools.len());
+    for t in tools {
         let _ = writeln!(
             out,
             "  {} ({}{}{})",
@@ -569,7 +608,12 @@ pub fn render_plan(plan: &Plan) -> String {
         }
         let _ = writeln!(out, "        input:   {}", t["input_schema"]);
     }
-    let servers = plan.mcp.as_array().map(Vec::as_slice).unwrap_or_default();
+}
+
+/// The plan's `mcp` lines: each server's transport, restart, timeout, names, sandbox and the
+/// variables it reads.
+fn render_mcp(out: &mut String, mcp: &Value) {
+    let servers = mcp.as_array().map(Vec::as_slice).unwrap_or_default();
     if !servers.is_empty() {
         let _ = writeln!(
             out,
@@ -606,33 +650,4 @@ pub fn render_plan(plan: &Plan) -> String {
             }
         }
     }
-    if !plan.subagents.is_empty() {
-        let _ = writeln!(out, "subagents");
-        render_tree(&mut out, &plan.subagents, 0);
-    }
-    let _ = writeln!(out, "limits");
-    if let Some(l) = plan.limits.as_object() {
-        for (k, v) in l {
-            // A bound left out, or lifted with 0 or "unlimited", is no bound.
-            let shown = match v {
-                Value::Null if k.starts_with("max_") => "unlimited".to_owned(),
-                Value::Null if k == "timeout" => "none".to_owned(),
-                v => show(v),
-            };
-            let _ = writeln!(out, "        {k}: {shown}");
-        }
-    }
-    render_permissions(&mut out, &plan.permissions);
-    if let Some(s) = &plan.output_schema {
-        let _ = writeln!(out, "output  {s}");
-    }
-    let _ = writeln!(
-        out,
-        "first request (for the input {INPUT_PLACEHOLDER:?}; nothing is sent)"
-    );
-    let pretty = serde_json::to_string_pretty(&plan.first_request).unwrap_or_default();
-    for line in pretty.lines() {
-        let _ = writeln!(out, "  {line}");
-    }
-    out
 }
