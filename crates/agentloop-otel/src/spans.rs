@@ -620,6 +620,7 @@ mod tests {
     use agentloop::model::Usage;
     use agentloop::{Event, EventKind, StopReason};
     use opentelemetry::Value;
+    use opentelemetry::trace::Status;
 
     use super::Spans;
 
@@ -708,5 +709,128 @@ mod tests {
             assert!(matches!(&added.value, Value::Array(_)));
             assert!(added.value.as_str().contains("notes__grow"));
         }
+    }
+
+    fn event_of(run: &str, turn: u32, kind: EventKind) -> Event {
+        Event {
+            run_id: Arc::from(run),
+            turn,
+            kind,
+        }
+    }
+
+    fn run_started(run: &str, parent: Option<(&str, &str)>) -> Event {
+        event_of(
+            run,
+            0,
+            EventKind::RunStarted {
+                agent: run.into(),
+                model: "m".into(),
+                parent_run_id: parent.map(|p| p.0.to_owned()),
+                parent_call_id: parent.map(|p| p.1.to_owned()),
+                input: "go".into(),
+            },
+        )
+    }
+
+    fn run_finished(run: &str) -> Event {
+        event_of(
+            run,
+            1,
+            EventKind::RunFinished {
+                stop_reason: StopReason::Finished,
+                usage: Usage::default(),
+                cost_usd: 0.0,
+                turns: 1,
+                error: None,
+            },
+        )
+    }
+
+    #[test]
+    fn a_subagent_run_is_a_child_of_the_tool_call_that_started_it() {
+        let mut spans = Spans::new(false);
+        let events = [
+            run_started("top", None),
+            event_of(
+                "top",
+                1,
+                EventKind::ToolStarted {
+                    call_id: "c1".into(),
+                    tool: "helper".into(),
+                    arguments: serde_json::json!({"task": "t"}),
+                },
+            ),
+            run_started("sub", Some(("top", "c1"))),
+            run_finished("sub"),
+            event_of(
+                "top",
+                1,
+                EventKind::ToolFinished {
+                    call_id: "c1".into(),
+                    tool: "helper".into(),
+                    outcome: agentloop::CallOutcome::ok(agentloop::ToolOutput::text("done")),
+                },
+            ),
+            run_finished("top"),
+        ];
+        let ended: Vec<_> = events.iter().flat_map(|e| spans.on_event(e)).collect();
+        let names: Vec<&str> = ended.iter().map(|s| s.name.as_ref()).collect();
+        assert_eq!(
+            names,
+            [
+                "invoke_agent sub",
+                "execute_tool helper",
+                "invoke_agent top"
+            ]
+        );
+        let (sub, call, top) = (&ended[0], &ended[1], &ended[2]);
+        assert_eq!(sub.parent_span_id, call.span_context.span_id());
+        assert_eq!(call.parent_span_id, top.span_context.span_id());
+        let trace = top.span_context.trace_id();
+        assert_eq!(sub.span_context.trace_id(), trace);
+        assert_eq!(call.span_context.trace_id(), trace);
+    }
+
+    #[test]
+    fn a_second_request_supersedes_the_open_chat_and_a_run_never_seen_start_has_no_spans() {
+        let mut spans = Spans::new(false);
+        let request = || {
+            event_of(
+                "r",
+                1,
+                EventKind::ModelRequestStarted {
+                    model: "m".into(),
+                    provider: "openai".into(),
+                    messages: 1,
+                },
+            )
+        };
+        let events = [
+            run_started("r", None),
+            request(),
+            request(),
+            event_of(
+                "r",
+                1,
+                EventKind::ModelError {
+                    code: "model.server".into(),
+                    message: "down".into(),
+                },
+            ),
+            run_finished("stray"),
+        ];
+        let ended: Vec<_> = events.iter().flat_map(|e| spans.on_event(e)).collect();
+        let statuses: Vec<(&str, Status)> = ended
+            .iter()
+            .map(|s| (s.name.as_ref(), s.status.clone()))
+            .collect();
+        assert_eq!(
+            statuses,
+            [
+                ("chat m", Status::error("superseded")),
+                ("chat m", Status::error("down")),
+            ]
+        );
     }
 }
