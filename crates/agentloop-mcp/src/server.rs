@@ -3,7 +3,7 @@
 //! says so. A child's stderr goes to `tracing` (target `agentloop_mcp::stderr`), never to this
 //! process's terminal; its last lines explain a death or a failed start.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -539,17 +539,7 @@ impl McpServer {
                 // reqwest 0.13 is built without a TLS provider of its own: the process's
                 // default, or the ring one the workspace's rustls has.
                 let _ = rustls::crypto::ring::default_provider().install_default();
-                let mut custom = HashMap::new();
-                for (key, template) in headers {
-                    let value =
-                        expand_template(&config.name, key, template, |v| std::env::var(v).ok())?;
-                    let name = http::HeaderName::try_from(key.as_str())
-                        .map_err(|_| config_error(config, format!("bad header name {key:?}")))?;
-                    let value = http::HeaderValue::try_from(value).map_err(|_| {
-                        config_error(config, format!("the value of header {key} is not valid"))
-                    })?;
-                    custom.insert(name, value);
-                }
+                let custom = http_headers(config, headers)?;
                 let transport = Watched {
                     inner: StreamableHttpClientTransport::from_config(
                         StreamableHttpClientTransportConfig::with_uri(url.as_str())
@@ -635,6 +625,24 @@ impl Drop for Abandon {
                 .await;
         });
     }
+}
+
+/// The headers an HTTP server is sent: each template expanded from the environment, each name
+/// and value checked.
+fn http_headers(
+    config: &ServerConfig,
+    headers: &BTreeMap<String, String>,
+) -> Result<HashMap<http::HeaderName, http::HeaderValue>, McpError> {
+    let mut custom = HashMap::new();
+    for (key, template) in headers {
+        let value = expand_template(&config.name, key, template, |v| std::env::var(v).ok())?;
+        let name = http::HeaderName::try_from(key.as_str())
+            .map_err(|_| config_error(config, format!("bad header name {key:?}")))?;
+        let value = http::HeaderValue::try_from(value)
+            .map_err(|_| config_error(config, format!("the value of header {key} is not valid")))?;
+        custom.insert(name, value);
+    }
+    Ok(custom)
 }
 
 fn config_error(config: &ServerConfig, reason: String) -> McpError {
