@@ -345,7 +345,7 @@ fn dialect_messages<'a>(request: &ModelRequest<'a>, dialect: ToolDialect) -> Vec
 /// How a rendered result ends, to join the results of one turn.
 fn result_end(dialect: ToolDialect) -> &'static str {
     match dialect {
-        ToolDialect::Hermes => "</tool_response>",
+        ToolDialect::Hermes | ToolDialect::Auto => "</tool_response>",
         ToolDialect::Mistral => "[/TOOL_RESULTS]",
         ToolDialect::Llama3Json => "",
     }
