@@ -86,36 +86,6 @@ fn load() -> Vec<(String, Case)> {
     cases
 }
 
-/// The text as a Chat Completions event stream, its content cut into pieces of `size` chars.
-fn stream_of(text: &str, size: usize) -> Reply {
-    let chars: Vec<char> = text.chars().collect();
-    let mut body = String::new();
-    let chunk = |delta: Value, finish: Value| {
-        format!(
-            "data: {}\n\n",
-            json!({"id": "c", "object": "chat.completion.chunk", "model": "local",
-                   "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
-        )
-    };
-    body.push_str(&chunk(
-        json!({"role": "assistant", "content": ""}),
-        Value::Null,
-    ));
-    for piece in chars.chunks(size.max(1)) {
-        let piece: String = piece.iter().collect();
-        body.push_str(&chunk(json!({"content": piece}), Value::Null));
-    }
-    body.push_str(&chunk(json!({}), json!("stop")));
-    body.push_str("data: [DONE]\n\n");
-    Reply {
-        status: 200,
-        headers: vec![("content-type".into(), "text/event-stream".into())],
-        body: None,
-        pause: None,
-        bytes: body.into_bytes(),
-    }
-}
-
 fn specs(names: &[String]) -> Vec<ToolSpec> {
     names
         .iter()
@@ -131,7 +101,7 @@ fn specs(names: &[String]) -> Vec<ToolSpec> {
 }
 
 async fn read(case: &Case, dialect: ToolDialect, size: usize) -> Result<ModelResponse, String> {
-    let server = QuirkServer::start(vec![stream_of(&case.text, size)]).await;
+    let server = QuirkServer::start(vec![Reply::content_stream(&case.text, size)]).await;
     let model = OpenAiChat::compatible("local", &server.uri, "local")
         .tool_dialect(dialect)
         .build()
