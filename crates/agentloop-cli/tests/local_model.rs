@@ -1153,14 +1153,15 @@ fn a_session_past_its_context_budget_is_compacted_by_the_models_own_summary() {
     );
 }
 
-/// `agentloop run FILE --input INPUT --json`, with no key in its environment.
-fn run_agent_file(file: &Path, input: &str) -> Run {
+/// `agentloop run FILE --input INPUT --json` with `args`, with no key in its environment.
+fn run_agent_file(file: &Path, input: &str, args: &[&str]) -> Run {
     let began = Instant::now();
     let out = assert_cmd::Command::cargo_bin("agentloop")
         .unwrap()
         .arg("run")
         .arg(file)
         .args(["--input", input, "--json"])
+        .args(args)
         .env_remove("OPENAI_API_KEY")
         .timeout(Duration::from_secs(1500))
         .output()
@@ -1232,6 +1233,7 @@ timeout_secs = 30
     let run = run_agent_file(
         &dir.path().join("agent.toml"),
         "In config.toml, change the port from 8080 to 9090.",
+        &[],
     );
     let d = run.dump();
     assert_eq!(run.stop_reason(), "finished", "{d}");
@@ -1254,8 +1256,8 @@ timeout_secs = 30
 /// sandbox and permission rules as they are) pointed at Qwen2.5-Coder-1.5B with
 /// `tool_dialect = "auto"`, asked to write calc.py, run it and check it prints 5. The model
 /// writes its calls as text (a fenced JSON call, which no server parser reads); agentloop reads
-/// them, the file is written, the shell runs it in the sandbox (the example's rules allow
-/// `python3` programs), and the answer carries what it printed. Asserted on the file, the shell
+/// them, the file is written, the shell runs it in the sandbox (approved with `--yes`), and the
+/// answer carries what it printed. Asserted on the file, the shell
 /// call and the 5, not on wording. Slow: a few minutes on 2 cores (BENCHMARKS.md).
 #[test]
 fn the_coder_example_on_the_1_5b_model_writes_calc_py_runs_it_and_answers_with_what_it_printed() {
@@ -1279,6 +1281,10 @@ fn the_coder_example_on_the_1_5b_model_writes_calc_py_runs_it_and_answers_with_w
     let run = run_agent_file(
         &dir.path().join("agent.toml"),
         "Write calc.py with add(a, b), run it and check it prints 5.",
+        // The model runs its program as `python calc.py`, which the example's rules put to the
+        // user (they allow `python3` programs): the user approves, as at a terminal. The deny
+        // rules and the sandbox still hold.
+        &["--yes"],
     );
     let d = format!("{}\nserver log:\n{}", run.dump(), server.log());
     assert_eq!(run.code, Some(0), "{d}");
