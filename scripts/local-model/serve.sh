@@ -2,7 +2,8 @@
 # Starts llama-server with the local model on 127.0.0.1:PORT and waits until it answers /health.
 # Builds the server and fetches the model first if they are not cached (slow the first time).
 # Usage: serve.sh PORT [extra llama-server args]
-#   Prints the server's PID; stop it with `kill PID`. Logs to $AGENTLOOP_CACHE/llama-server-PORT.log.
+#   Prints the server's PID; stop it with `kill PID`. Logs to $AGENTLOOP_CACHE/llama-server-PORT.log
+#   (the newest five such logs are kept). AGENTLOOP_MODEL=1.5b serves the 1.5B model (fetch-model.sh).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/common.sh"
@@ -11,9 +12,11 @@ PORT=${1:?usage: serve.sh PORT [extra llama-server args]}; shift
 BIN=$("$here/build-llama-server.sh")
 MODEL=$("$here/fetch-model.sh")
 LOG=$CACHE/llama-server-$PORT.log
-# Each test server takes a port of its own, so logs would pile up in the cache run after run: keep
-# a day of them for reading after a failure.
-find "$CACHE" -maxdepth 1 -name 'llama-server-*.log' -mmin +1440 -delete 2>/dev/null || true
+# Each test server takes a port of its own, so a log per start would pile up in the cache (a test
+# run starts a dozen): keep the newest few, for reading after a failure.
+KEEP_LOGS=5
+ls -1t -- "$CACHE"/llama-server-*.log 2>/dev/null | tail -n +$((KEEP_LOGS + 1)) |
+  while IFS= read -r old; do rm -f -- "$old"; done
 # --jinja turns on tool calling; the template is ours (see README.md): with the model's own, the
 # server hands its tool calls back as plain text. Later arguments (say `-t 1`) override these.
 "$BIN" -m "$MODEL" --host 127.0.0.1 --port "$PORT" -c 4096 -np 1 -t "$(nproc)" --jinja --alias local \

@@ -267,6 +267,8 @@ pub fn plan(file: &AgentFile) -> Result<Plan, CliError> {
         "api_key_env": key_env,
         "api_key_set": key_env.as_deref().map(|v| std::env::var_os(v).is_some_and(|x| !x.is_empty())),
         "stream": m.stream.unwrap_or(true),
+        "tool_dialect": m.tool_dialect.as_ref().map(|d| d.get_ref().clone()),
+        "tool_calls": tool_calls_words(file),
         "script": m.script.as_ref().map(|s| file.resolve(s.get_ref()).display().to_string()),
         "script_steps": script_steps,
         "settings": assemble::settings(file),
@@ -482,6 +484,33 @@ fn render_permissions(out: &mut String, p: &Value) {
     }
 }
 
+/// How the model's tool calls are read, and for a local server read by its own parser, the
+/// setting to try when the model writes its calls as text (small models do: a fenced call, a
+/// bare one), which no server parser reads.
+fn tool_calls_words(file: &AgentFile) -> Option<String> {
+    let m = file.model();
+    if *m.provider.get_ref() != Provider::OpenAi || file.tools().is_empty() {
+        return None;
+    }
+    if let Some(d) = &m.tool_dialect {
+        return Some(format!(
+            "written as text in the model's answer and read by agentloop (tool_dialect {:?})",
+            d.get_ref()
+        ));
+    }
+    let local = m.base_url.as_ref().is_some_and(|u| {
+        let host = u.get_ref().split("://").nth(1).unwrap_or_default();
+        ["127.", "localhost", "[::1]", "0.0.0.0"]
+            .iter()
+            .any(|h| host.starts_with(h))
+    });
+    local.then(|| {
+        "parsed by the server; if a small model's calls come back as text or the server \
+         fails to parse them, set [model] tool_dialect = \"auto\""
+            .to_owned()
+    })
+}
+
 /// The plan for a terminal.
 pub fn render_plan(plan: &Plan) -> String {
     let mut out = String::new();
@@ -541,6 +570,8 @@ fn render_model(out: &mut String, m: &Value) {
         "api_key_env",
         "api_key_set",
         "stream",
+        "tool_dialect",
+        "tool_calls",
         "script",
         "script_steps",
         "retry",

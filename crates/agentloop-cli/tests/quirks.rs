@@ -229,6 +229,69 @@ async fn hermes_calls_in_plain_text_run_as_tools_with_tool_dialect() {
     );
 }
 
+/// A recorded answer of the 1.5B model (`tests/corpus/` of the providers), streamed as its
+/// content in small pieces.
+fn recorded_answer(case_id: &str) -> Reply {
+    let corpus: Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("../agentloop-providers/tests/corpus/qwen2.5-coder-1.5b.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let case = corpus["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["id"] == case_id)
+        .unwrap_or_else(|| panic!("no corpus case {case_id}"));
+    Reply::content_stream(case["text"].as_str().unwrap(), 3)
+}
+
+/// What Qwen2.5-Coder-1.5B wrote for a weather question (a fenced JSON call, no tags): with
+/// `tool_dialect = "auto"` it is a call, the tool runs, and the next answer finishes the run.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fenced_call_of_a_small_model_runs_as_a_tool_with_tool_dialect_auto() {
+    let mut answers = replies("chat-hermes-calls-in-plain-text", true);
+    let end = answers.pop().unwrap();
+    let server = QuirkServer::start(vec![
+        recorded_answer("hermes-prompt-what-is-the-weather-in-paris"),
+        end,
+    ])
+    .await;
+    let dir = agent(&server.uri, "local", "tool_dialect = \"auto\"");
+    let out = run(&dir).await;
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    let v = stdout_json(&out);
+    assert_eq!(v["stop_reason"], "finished", "{v}");
+    assert_eq!(v["output"], "Both sunny.");
+    assert_eq!(
+        dir.tool_inputs(),
+        [json!({"city": "Paris", "unit": "celsius"})]
+    );
+    let first = &server.requests()[0];
+    assert!(first.get("tools").is_none(), "the tools are in the prompt");
+}
+
+/// `plan` of an agent on a server of this machine with no dialect names the setting to try.
+#[tokio::test(flavor = "multi_thread")]
+async fn plan_names_tool_dialect_auto_for_a_local_server() {
+    let dir = agent("http://127.0.0.1:9", "local", "");
+    let out = agentloop(args(&["plan", dir.agent().to_str().unwrap(), "--json"])).await;
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    let v = stdout_json(&out);
+    let said = v["model"]["tool_calls"].as_str().unwrap_or_default();
+    assert!(said.contains("tool_dialect = \"auto\""), "{v}");
+    let dir = agent("http://127.0.0.1:9", "local", "tool_dialect = \"auto\"");
+    let out = agentloop(args(&["plan", dir.agent().to_str().unwrap()])).await;
+    assert!(
+        stdout(&out).contains("tool_dialect: auto"),
+        "{}",
+        stdout(&out)
+    );
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn provider_options_of_another_provider_are_refused() {
     let dir = agent("http://127.0.0.1:9", "gpt-4o", "prompt_caching = false");

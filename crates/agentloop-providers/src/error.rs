@@ -293,8 +293,8 @@ pub fn is_unparsed_tool_output(message: &str) -> bool {
 
 /// Appended to such an error: what the user can change.
 const UNPARSED_HINT: &str = ": the server could not parse the model's tool call. Set [model] \
-    tool_dialect = \"hermes\" (or \"mistral\", \"llama3-json\") so that the tools go in the prompt \
-    and agentloop reads the calls from the model's text";
+    tool_dialect = \"auto\" (or the model's own: \"hermes\", \"mistral\", \"llama3-json\") so that \
+    the tools go in the prompt and agentloop reads the calls from the model's text";
 
 fn reason_suffix(status: u16) -> String {
     reqwest::StatusCode::from_u16(status)
@@ -410,7 +410,7 @@ mod tests {
             e.message
         );
         assert!(
-            e.message.contains("tool_dialect = \"hermes\""),
+            e.message.contains("tool_dialect = \"auto\""),
             "{}",
             e.message
         );

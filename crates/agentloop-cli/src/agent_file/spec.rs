@@ -155,7 +155,8 @@ section! {
         /// latest turn (default true).
         prompt_caching: Option<Spanned<bool>>,
         /// `openai` only: tool calls in plain text for a model served without a tool-call
-        /// parser: `"hermes"`, `"mistral"` or `"llama3-json"` (the tools go in the prompt).
+        /// parser: `"auto"` (every common shape, where it names a tool), `"hermes"`, `"mistral"`
+        /// or `"llama3-json"` (the tools go in the prompt).
         tool_dialect: Option<Spanned<String>>,
     }
 }

@@ -304,7 +304,10 @@ impl Model for OpenAiChat {
 
     fn stream<'a>(&'a self, request: ModelRequest<'a>) -> ModelStream<'a> {
         let body = self.encode_request(&request);
-        let decoder = ChatStreamParser::new(&self.provider).with_dialect(self.compat.tool_dialect);
+        let decoder = ChatStreamParser::new(&self.provider).with_dialect_tools(
+            self.compat.tool_dialect,
+            request.tools.iter().map(|t| t.name.clone()),
+        );
         post_and_decode(
             &self.client,
             "/chat/completions",

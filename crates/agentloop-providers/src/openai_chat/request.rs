@@ -335,17 +335,32 @@ fn dialect_messages<'a>(request: &ModelRequest<'a>, dialect: ToolDialect) -> Vec
         && !result_end(dialect).is_empty()
         && last.ends_with(result_end(dialect))
     {
-        last.to_mut().push_str(
-            "\nIf these results answer the question, reply to the user in plain text now.",
-        );
+        last.to_mut().push_str(after_results(dialect));
     }
     out
 }
 
+/// What follows the latest results. The named dialects ask for a plain answer once the results
+/// answer the question (the 0.5B model calls again without it). With that line the 1.5B model
+/// answered a task of several steps after its first (it wrote calc.py and said so, without running
+/// it); with none it wrote the same call again; asked to go on, it described the next call in
+/// prose; asked for the next step's call or a plain reply "once the request is done", it called
+/// the shell but then answered without the result. `auto` asks for the next step's call, or the
+/// result in one sentence (docs/local-model.md).
+fn after_results(dialect: ToolDialect) -> &'static str {
+    match dialect {
+        ToolDialect::Auto => AUTO_AFTER_RESULTS,
+        _ => "\nIf these results answer the question, reply to the user in plain text now.",
+    }
+}
+
+const AUTO_AFTER_RESULTS: &str = "\nIf the user's request needs another step, answer with only the \
+    tool call for it now. If it is done, tell the user the result in one sentence.";
+
 /// How a rendered result ends, to join the results of one turn.
 fn result_end(dialect: ToolDialect) -> &'static str {
     match dialect {
-        ToolDialect::Hermes => "</tool_response>",
+        ToolDialect::Hermes | ToolDialect::Auto => "</tool_response>",
         ToolDialect::Mistral => "[/TOOL_RESULTS]",
         ToolDialect::Llama3Json => "",
     }

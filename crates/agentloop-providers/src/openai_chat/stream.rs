@@ -334,9 +334,22 @@ impl ChatStreamParser {
         }
     }
 
-    /// Reads the text's tool calls in this plain-text dialect (none: the text is all text).
-    pub fn with_dialect(mut self, dialect: Option<ToolDialect>) -> Self {
-        self.dialect = dialect.map(DialectReader::new);
+    /// Reads the text's tool calls in this plain-text dialect (none: the text is all text),
+    /// knowing no tool: only a dialect's own shapes are read
+    /// ([`ChatStreamParser::with_dialect_tools`] names the request's tools).
+    pub fn with_dialect(self, dialect: Option<ToolDialect>) -> Self {
+        self.with_dialect_tools(dialect, std::iter::empty::<String>())
+    }
+
+    /// Reads the text's tool calls in this plain-text dialect, for a request that offered these
+    /// tools: a shape that is not the dialect's own (all of them, for `auto`) is a call only
+    /// when it names one of them.
+    pub fn with_dialect_tools(
+        mut self,
+        dialect: Option<ToolDialect>,
+        tools: impl IntoIterator<Item = impl Into<String>>,
+    ) -> Self {
+        self.dialect = dialect.map(|d| DialectReader::new(d, tools.into_iter().map(Into::into)));
         self
     }
 

@@ -60,6 +60,38 @@ impl Reply {
     }
 }
 
+impl Reply {
+    /// A Chat Completions event stream whose content is `text`, cut into pieces of `size` chars,
+    /// finished with `stop`: a model's answer as a server without a tool-call parser streams it.
+    pub fn content_stream(text: &str, size: usize) -> Reply {
+        let chars: Vec<char> = text.chars().collect();
+        let chunk = |delta: Value, finish: Value| {
+            format!(
+                "data: {}\n\n",
+                serde_json::json!({"id": "c", "object": "chat.completion.chunk", "model": "local",
+                       "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+            )
+        };
+        let mut body = chunk(
+            serde_json::json!({"role": "assistant", "content": ""}),
+            Value::Null,
+        );
+        for piece in chars.chunks(size.max(1)) {
+            let piece: String = piece.iter().collect();
+            body.push_str(&chunk(serde_json::json!({"content": piece}), Value::Null));
+        }
+        body.push_str(&chunk(serde_json::json!({}), serde_json::json!("stop")));
+        body.push_str("data: [DONE]\n\n");
+        Reply {
+            status: 200,
+            headers: vec![("content-type".into(), "text/event-stream".into())],
+            body: None,
+            pause: None,
+            bytes: body.into_bytes(),
+        }
+    }
+}
+
 /// A running server.
 pub struct QuirkServer {
     /// `http://127.0.0.1:port`.

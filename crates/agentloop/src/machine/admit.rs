@@ -250,8 +250,8 @@ impl RunMachine {
                 reason: format!(
                     "the model's final answer is a call of tool `{tool}` written as text, which \
                      was not read as a call, so the tool never ran; a model served without a \
-                     tool-call parser needs [model] tool_dialect (\"hermes\" for <tool_call> \
-                     blocks, \"llama3-json\" for a bare JSON call)"
+                     tool-call parser needs [model] tool_dialect = \"auto\" (it reads fenced, \
+                     bare and <tool_call> calls alike)"
                 ),
             });
             return;

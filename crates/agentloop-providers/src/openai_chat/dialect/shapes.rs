@@ -1,0 +1,568 @@
+//! The shapes of a tool call that models write as text, read out of a piece of text that is
+//! nothing but calls: JSON objects (`name` with `arguments` or `parameters`, an object or its JSON
+//! text; OpenAI's nested `function` shape), lists of them, the pythonic list
+//! `[name(arg=value, ...)]`, each maybe inside a fence, a `<tool_call>` block, after
+//! `[TOOL_CALLS]` or `<|python_tag|>`. The usual slips are repaired: a trailing comma, and
+//! brackets left open at the end of the text (the model stopped, or the stop token ate them).
+//!
+//! Nothing here decides which names are tools: the caller's `accept` does, so that text that
+//! merely looks like a call stays text.
+
+use serde_json::{Number, Value};
+
+/// One call read out of text: its tool, its raw arguments (JSON text), and the id the model gave
+/// it, if any.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct TextCall {
+    pub(super) tool: String,
+    pub(super) arguments: String,
+    pub(super) id: Option<String>,
+}
+
+pub(super) const TOOL_CALL_OPEN: &str = "<tool_call>";
+pub(super) const TOOL_CALL_CLOSE: &str = "</tool_call>";
+pub(super) const TOOL_CALLS_MARKER: &str = "[TOOL_CALLS]";
+pub(super) const PYTHON_TAG: &str = "<|python_tag|>";
+pub(super) const FENCE: &str = "```";
+/// Newer Mistral models write `[TOOL_CALLS]name[ARGS]{...}`.
+pub(super) const MISTRAL_ARGS: &str = "[ARGS]";
+
+/// The calls that `text` is made of, every one named by a tool `accept`s; `None` when anything
+/// else is there (prose, JSON that is not a call, a name that is not a tool).
+pub(super) fn calls_in(text: &str, accept: &dyn Fn(&str) -> bool) -> Option<Vec<TextCall>> {
+    let calls = calls_in_any(text.trim(), 0)?;
+    (!calls.is_empty() && calls.iter().all(|c| accept(&c.tool))).then_some(calls)
+}
+
+/// How deep wrappers may nest (a fence in a `<tool_call>` in a fence...): bounded, so that no
+/// text can make the reader recurse without end.
+const MAX_WRAPPERS: usize = 4;
+
+fn calls_in_any(text: &str, depth: usize) -> Option<Vec<TextCall>> {
+    if depth > MAX_WRAPPERS {
+        return None;
+    }
+    let text = text.trim();
+    for marker in [PYTHON_TAG, TOOL_CALLS_MARKER] {
+        if let Some(rest) = text.strip_prefix(marker) {
+            if marker == TOOL_CALLS_MARKER
+                && let Some(calls) = mistral_named_calls(rest)
+            {
+                return Some(calls);
+            }
+            return calls_in_any(rest, depth + 1);
+        }
+    }
+    if text.starts_with(FENCE) {
+        return calls_in_any(fence_body(text)?, depth + 1);
+    }
+    if text.starts_with(TOOL_CALL_OPEN) {
+        let mut calls = Vec::new();
+        let mut rest = text;
+        while let Some(after) = rest.trim_start().strip_prefix(TOOL_CALL_OPEN) {
+            let (body, next) = after.split_once(TOOL_CALL_CLOSE).unwrap_or((after, ""));
+            calls.extend(calls_in_any(body, depth + 1)?);
+            rest = next;
+        }
+        return rest.trim().is_empty().then_some(calls);
+    }
+    if text.starts_with('[')
+        && let Some((calls, used)) = pythonic_calls(text)
+        && text.get(used..).is_some_and(|r| r.trim().is_empty())
+    {
+        return Some(calls);
+    }
+    let mut calls = Vec::new();
+    for value in json_values(text)? {
+        match value {
+            Value::Array(items) if !items.is_empty() => {
+                for item in &items {
+                    calls.push(call_of(item)?);
+                }
+            }
+            other => calls.push(call_of(&other)?),
+        }
+    }
+    Some(calls)
+}
+
+/// The body of a fenced block (its info string, `json` or none, dropped); the closing fence may
+/// be missing at the end of the text.
+fn fence_body(text: &str) -> Option<&str> {
+    let rest = text.strip_prefix(FENCE)?;
+    let rest = rest.trim_end();
+    let rest = rest.strip_suffix(FENCE).unwrap_or(rest);
+    match rest.split_once('\n') {
+        Some((info, body)) if !info.trim_start().starts_with(['{', '[', '<']) => {
+            // An info string is one word (`json`, `tool_call`), not text.
+            (!info.trim().contains(char::is_whitespace)).then_some(body)
+        }
+        _ => Some(rest.trim_start_matches(|c: char| c.is_ascii_alphanumeric() || c == '_')),
+    }
+}
+
+/// `name[ARGS]{...}` after `[TOOL_CALLS]`, one or more times.
+fn mistral_named_calls(mut text: &str) -> Option<Vec<TextCall>> {
+    let mut calls = Vec::new();
+    loop {
+        text = text.trim_start();
+        if text.is_empty() {
+            return (!calls.is_empty()).then_some(calls);
+        }
+        text = text.strip_prefix(TOOL_CALLS_MARKER).unwrap_or(text);
+        let (name, rest) = text.split_once(MISTRAL_ARGS)?;
+        if !is_tool_name(name) {
+            return None;
+        }
+        let (value, used) = first_json_value(rest)?;
+        if !value.is_object() {
+            return None;
+        }
+        calls.push(TextCall {
+            tool: name.to_owned(),
+            arguments: value.to_string(),
+            id: None,
+        });
+        text = rest.get(used..)?;
+    }
+}
+
+fn is_tool_name(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_alphanumeric() || matches!(c, '_' | '-' | '.'))
+}
+
+/// A call's name and raw arguments: `{"name", "arguments" | "parameters"}` (an object, its JSON
+/// text, or none), with at most an `id` and a `type` beside; or OpenAI's
+/// `{"type": "function", "function": {...}}`. Anything else is not a call.
+fn call_of(v: &Value) -> Option<TextCall> {
+    let map = v.as_object()?;
+    let id = map.get("id").and_then(Value::as_str).map(str::to_owned);
+    if let Some(function) = map.get("function")
+        && function.is_object()
+        && map
+            .keys()
+            .all(|k| matches!(k.as_str(), "function" | "type" | "id"))
+    {
+        let mut call = call_of(function)?;
+        call.id = call.id.or(id);
+        return Some(call);
+    }
+    if !map.keys().all(|k| {
+        matches!(
+            k.as_str(),
+            "name" | "arguments" | "parameters" | "type" | "id"
+        )
+    }) {
+        return None;
+    }
+    let tool = map.get("name")?.as_str()?;
+    if !is_tool_name(tool) {
+        return None;
+    }
+    let arguments = match map.get("arguments").or_else(|| map.get("parameters")) {
+        None | Some(Value::Null) => "{}".to_owned(),
+        // Arguments given as JSON text are kept as the model wrote them unless they are an
+        // object, which is written the one way objects are.
+        Some(Value::String(s)) => match serde_json::from_str::<Value>(s) {
+            Ok(object @ Value::Object(_)) => object.to_string(),
+            _ => s.clone(),
+        },
+        Some(other @ Value::Object(_)) => other.to_string(),
+        Some(_) => return None,
+    };
+    Some(TextCall {
+        tool: tool.to_owned(),
+        arguments,
+        id,
+    })
+}
+
+/// The JSON values one after another in `text`, with blanks, `;` or `,` between them, each
+/// repaired if it needs it; `None` when anything else is there.
+pub(super) fn json_values(mut text: &str) -> Option<Vec<Value>> {
+    let mut values = Vec::new();
+    loop {
+        text = text.trim_start_matches(|c: char| c.is_whitespace() || c == ';' || c == ',');
+        if text.is_empty() {
+            return Some(values);
+        }
+        let (value, used) = first_json_value(text)?;
+        values.push(value);
+        text = text.get(used..)?;
+    }
+}
+
+/// The JSON value that `text` starts with and the bytes it took, repaired if it needs it: trailing
+/// commas dropped, and brackets left open at the end of the text closed.
+fn first_json_value(text: &str) -> Option<(Value, usize)> {
+    let offset = text.len() - text.trim_start().len();
+    let text = text.trim_start();
+    let mut stream = serde_json::Deserializer::from_str(text).into_iter::<Value>();
+    if let Some(Ok(value)) = stream.next() {
+        return Some((value, offset + stream.byte_offset()));
+    }
+    if !text.starts_with(['{', '[']) {
+        return None;
+    }
+    let (end, closers) = match scan(text, Quotes::Json) {
+        Scan::Complete(end) => (end, String::new()),
+        Scan::Open { closers } => (text.len(), closers),
+        Scan::Invalid => return None,
+    };
+    let repaired = drop_trailing_commas(text.get(..end)?) + &closers;
+    let value = serde_json::from_str::<Value>(&repaired).ok()?;
+    Some((value, offset + end))
+}
+
+/// Which quotes open a string while scanning.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Quotes {
+    /// `"` only.
+    Json,
+    /// `"` and `'` (Python literals).
+    Python,
+}
+
+/// Where the bracketed value at the start of a text ends.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Scan {
+    /// It ends at this byte (exclusive).
+    Complete(usize),
+    /// The text ends inside it; these closers (innermost first) would close it, when it is not
+    /// inside a string.
+    Open { closers: String },
+    /// A closer that does not match, or no bracket at the start.
+    Invalid,
+}
+
+/// Finds the end of the `{...}` or `[...]` that `text` starts with, outside strings.
+pub(super) fn scan(text: &str, quotes: Quotes) -> Scan {
+    let mut stack: Vec<char> = Vec::new();
+    let mut string: Option<char> = None;
+    let mut escaped = false;
+    for (i, c) in text.char_indices() {
+        if let Some(q) = string {
+            if escaped {
+                escaped = false;
+            } else if c == '\\' {
+                escaped = true;
+            } else if c == q {
+                string = None;
+            }
+            continue;
+        }
+        match c {
+            '"' => string = Some(c),
+            '\'' if quotes == Quotes::Python => string = Some(c),
+            '{' => stack.push('}'),
+            '[' => stack.push(']'),
+            '(' if quotes == Quotes::Python => stack.push(')'),
+            '}' | ']' | ')' => {
+                if stack.pop() != Some(c) {
+                    return Scan::Invalid;
+                }
+                if stack.is_empty() {
+                    return Scan::Complete(i + c.len_utf8());
+                }
+            }
+            _ if stack.is_empty() => return Scan::Invalid,
+            _ => {}
+        }
+    }
+    if stack.is_empty() {
+        return Scan::Invalid;
+    }
+    Scan::Open {
+        closers: if string.is_some() {
+            String::new()
+        } else {
+            stack.iter().rev().collect()
+        },
+    }
+}
+
+/// `text` without the commas that stand right before a `}` or `]` (outside strings).
+fn drop_trailing_commas(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut in_string = false;
+    let mut escaped = false;
+    for (i, c) in text.char_indices() {
+        if in_string {
+            if escaped {
+                escaped = false;
+            } else if c == '\\' {
+                escaped = true;
+            } else if c == '"' {
+                in_string = false;
+            }
+        } else if c == '"' {
+            in_string = true;
+        } else if c == ','
+            && text
+                .get(i + 1..)
+                .is_some_and(|r| r.trim_start().starts_with(['}', ']']))
+        {
+            continue;
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// `[name(arg=value, ...), ...]` at the start of `text`: the calls and the bytes they took.
+fn pythonic_calls(text: &str) -> Option<(Vec<TextCall>, usize)> {
+    let mut p = Py { text, at: 0 };
+    p.eat('[')?;
+    let calls = p.items(']', |p| {
+        let tool = p.ident()?;
+        p.blank();
+        p.eat('(')?;
+        let arguments = p.items(')', |p| {
+            let key = p.ident()?;
+            p.blank();
+            p.eat('=')?;
+            p.blank();
+            Some((key.to_owned(), p.value(0)?))
+        })?;
+        Some(TextCall {
+            tool: tool.to_owned(),
+            arguments: Value::Object(arguments.into_iter().collect()).to_string(),
+            id: None,
+        })
+    })?;
+    (!calls.is_empty()).then_some((calls, p.at))
+}
+
+/// A small reader of Python literals (strings, numbers, `True`/`False`/`None`, lists, dicts).
+struct Py<'a> {
+    text: &'a str,
+    at: usize,
+}
+
+/// How deep literals may nest.
+const MAX_NESTING: usize = 64;
+
+impl<'a> Py<'a> {
+    fn rest(&self) -> &'a str {
+        self.text.get(self.at..).unwrap_or_default()
+    }
+
+    fn peek(&self) -> Option<char> {
+        self.rest().chars().next()
+    }
+
+    fn blank(&mut self) {
+        let rest = self.rest();
+        self.at += rest.len() - rest.trim_start().len();
+    }
+
+    fn eat(&mut self, c: char) -> Option<()> {
+        (self.peek()? == c).then(|| self.at += c.len_utf8())
+    }
+
+    /// Items separated by commas (a trailing one allowed) up to `close`, which is eaten; the
+    /// opening bracket is already eaten.
+    fn items<T>(
+        &mut self,
+        close: char,
+        mut item: impl FnMut(&mut Self) -> Option<T>,
+    ) -> Option<Vec<T>> {
+        let mut items = Vec::new();
+        loop {
+            self.blank();
+            if self.eat(close).is_some() {
+                return Some(items);
+            }
+            if !items.is_empty() {
+                self.eat(',')?;
+                self.blank();
+                if self.eat(close).is_some() {
+                    return Some(items);
+                }
+            }
+            items.push(item(self)?);
+        }
+    }
+
+    fn ident(&mut self) -> Option<&'a str> {
+        let rest = self.rest();
+        let len = rest
+            .find(|c: char| !(c.is_alphanumeric() || matches!(c, '_' | '-' | '.')))
+            .unwrap_or(rest.len());
+        let ident = rest.get(..len)?;
+        if ident.is_empty() || ident.starts_with(|c: char| c.is_ascii_digit()) {
+            return None;
+        }
+        self.at += len;
+        Some(ident)
+    }
+
+    fn value(&mut self, depth: usize) -> Option<Value> {
+        if depth > MAX_NESTING {
+            return None;
+        }
+        match self.peek()? {
+            q @ ('"' | '\'') => self.string(q).map(Value::String),
+            '[' => {
+                self.at += 1;
+                self.items(']', |p| p.value(depth + 1)).map(Value::Array)
+            }
+            '{' => {
+                self.at += 1;
+                let entries = self.items('}', |p| {
+                    let key = match p.value(depth + 1)? {
+                        Value::String(s) => s,
+                        other => other.to_string(),
+                    };
+                    p.blank();
+                    p.eat(':')?;
+                    p.blank();
+                    Some((key, p.value(depth + 1)?))
+                })?;
+                Some(Value::Object(entries.into_iter().collect()))
+            }
+            _ => {
+                let rest = self.rest();
+                let len = rest
+                    .find(|c: char| !(c.is_alphanumeric() || matches!(c, '_' | '.' | '-' | '+')))
+                    .unwrap_or(rest.len());
+                let word = rest.get(..len)?;
+                let value = match word {
+                    "True" | "true" => Value::Bool(true),
+                    "False" | "false" => Value::Bool(false),
+                    "None" | "null" => Value::Null,
+                    _ => Value::Number(number(word)?),
+                };
+                self.at += len;
+                Some(value)
+            }
+        }
+    }
+
+    fn string(&mut self, quote: char) -> Option<String> {
+        self.at += quote.len_utf8();
+        let mut out = String::new();
+        let mut chars = self.rest().char_indices();
+        while let Some((i, c)) = chars.next() {
+            match c {
+                '\\' => {
+                    let (_, e) = chars.next()?;
+                    out.push(match e {
+                        'n' => '\n',
+                        't' => '\t',
+                        'r' => '\r',
+                        '0' => '\0',
+                        other => other,
+                    });
+                }
+                c if c == quote => {
+                    self.at += i + c.len_utf8();
+                    return Some(out);
+                }
+                c => out.push(c),
+            }
+        }
+        None
+    }
+}
+
+fn number(word: &str) -> Option<Number> {
+    if let Ok(n) = word.parse::<i64>() {
+        return Some(n.into());
+    }
+    word.parse::<f64>().ok().and_then(Number::from_f64)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::indexing_slicing, clippy::panic)]
+    use super::*;
+
+    fn any(_: &str) -> bool {
+        true
+    }
+
+    fn read(text: &str) -> Vec<(String, Value)> {
+        calls_in(text, &any)
+            .unwrap_or_else(|| panic!("no calls in {text:?}"))
+            .into_iter()
+            .map(|c| (c.tool, serde_json::from_str(&c.arguments).unwrap()))
+            .collect()
+    }
+
+    #[test]
+    fn every_wrapper_and_both_argument_keys_are_read() {
+        let want = vec![("f".to_owned(), serde_json::json!({"x": 1}))];
+        for text in [
+            r#"{"name": "f", "arguments": {"x": 1}}"#,
+            r#"{"name": "f", "parameters": {"x": 1}}"#,
+            r#"{"name": "f", "arguments": "{\"x\": 1}"}"#,
+            r#"{"type": "function", "function": {"name": "f", "arguments": "{\"x\":1}"}}"#,
+            "```json\n{\"name\": \"f\", \"arguments\": {\"x\": 1}}\n```",
+            "```\n[{\"name\": \"f\", \"arguments\": {\"x\": 1}}]\n```",
+            "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"x\": 1}}\n</tool_call>",
+            "[TOOL_CALLS][{\"name\": \"f\", \"arguments\": {\"x\": 1}}]",
+            "[TOOL_CALLS]f[ARGS]{\"x\": 1}",
+            "<|python_tag|>{\"name\": \"f\", \"parameters\": {\"x\": 1}}",
+            "[f(x=1)]",
+        ] {
+            assert_eq!(read(text), want, "{text}");
+        }
+    }
+
+    #[test]
+    fn the_usual_slips_are_repaired() {
+        assert_eq!(
+            read(r#"{"name": "f", "arguments": {"x": 1,},}"#)[0].1,
+            serde_json::json!({"x": 1})
+        );
+        assert_eq!(
+            read(r#"{"name": "f", "arguments": {"x": "a}"}"#)[0].1,
+            serde_json::json!({"x": "a}"})
+        );
+        assert_eq!(
+            read(r#"{"name": "f", "arguments": {"x": [1, 2"#)[0].1,
+            serde_json::json!({"x": [1, 2]})
+        );
+        // Inside a string nothing can be closed for the model.
+        assert!(calls_in(r#"{"name": "f", "arguments": {"x": "a"#, &any).is_none());
+    }
+
+    #[test]
+    fn pythonic_calls_take_python_literals() {
+        let calls = read(
+            "[get_weather(city='Paris', days=3, metric=True), note(text=\"it's \\\"ok\\\"\", tags=['a', None], m={'k': 1.5})]",
+        );
+        assert_eq!(calls[0].0, "get_weather");
+        assert_eq!(
+            calls[0].1,
+            serde_json::json!({"city": "Paris", "days": 3, "metric": true})
+        );
+        assert_eq!(
+            calls[1].1,
+            serde_json::json!({"text": "it's \"ok\"", "tags": ["a", null], "m": {"k": 1.5}})
+        );
+    }
+
+    #[test]
+    fn what_is_not_a_call_is_none() {
+        for text in [
+            "",
+            "hello",
+            r#"{"name": "Ada", "age": 36}"#,
+            r#"{"name": "f", "arguments": 3}"#,
+            r#"{"result": 5}"#,
+            "[1, 2, 3]",
+            "[]",
+            "[see here](http://x)",
+            "```python\nprint(1)\n```",
+            r#"{"name": "f"} and more"#,
+        ] {
+            assert!(calls_in(text, &any).is_none(), "{text}");
+        }
+        assert!(calls_in(r#"{"name": "f"}"#, &|n| n == "g").is_none());
+    }
+}

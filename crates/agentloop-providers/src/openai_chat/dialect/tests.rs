@@ -1,0 +1,333 @@
+//! The dialects' readers over text split every way, and property tests: arbitrary text never
+//! panics, and text that names no tool comes back unchanged.
+#![allow(clippy::unwrap_used, clippy::indexing_slicing)]
+
+use std::collections::VecDeque;
+
+use agentloop::message::ToolCall;
+use agentloop::model::ModelEvent;
+use proptest::prelude::*;
+
+use super::*;
+
+/// The tools of the requests in these tests.
+const TOOLS: [&str; 4] = ["get_weather", "get_time", "write_file", "shell"];
+
+/// Reads `pieces` one after another.
+fn read_pieces<'a>(
+    dialect: ToolDialect,
+    pieces: impl IntoIterator<Item = &'a str>,
+) -> (String, Vec<ToolCall>) {
+    let mut reader = DialectReader::new(dialect, TOOLS.map(str::to_owned));
+    let mut out = VecDeque::new();
+    for piece in pieces {
+        reader.push(piece, &mut out);
+    }
+    reader.finish(&mut out);
+    let mut got = (String::new(), Vec::new());
+    for e in out {
+        match e {
+            ModelEvent::TextDelta(t) => got.0.push_str(&t),
+            ModelEvent::ToolCall(c) => got.1.push(c),
+            _ => {}
+        }
+    }
+    got
+}
+
+/// Feeds `text` in pieces of every size from 1 to its length, and checks each split gives
+/// the same text and calls.
+fn read_every_split(dialect: ToolDialect, text: &str) -> (String, Vec<ToolCall>) {
+    let mut seen: Option<(String, Vec<ToolCall>)> = None;
+    let chars: Vec<char> = text.chars().collect();
+    for size in 1..=chars.len() {
+        let pieces: Vec<String> = chars.chunks(size).map(|p| p.iter().collect()).collect();
+        let got = read_pieces(dialect, pieces.iter().map(String::as_str));
+        if let Some(first) = &seen {
+            assert_eq!(&got, first, "pieces of {size}");
+        }
+        seen = Some(got);
+    }
+    seen.unwrap()
+}
+
+#[test]
+fn hermes_calls_are_read_out_of_text_split_anywhere() {
+    let text = "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>\n<tool_call>{\"name\": \"get_time\", \"arguments\": {}}</tool_call>";
+    let (rest, calls) = read_every_split(ToolDialect::Hermes, text);
+    assert_eq!(rest, "Let me check.\n\n");
+    assert_eq!(calls.len(), 2);
+    assert_eq!(calls[0].tool, "get_weather");
+    assert_eq!(calls[0].arguments, r#"{"city":"Paris"}"#);
+    assert_eq!(calls[1].tool, "get_time");
+}
+
+#[test]
+fn a_lone_angle_bracket_or_an_unclosed_block_is_handled() {
+    let (rest, calls) = read_every_split(ToolDialect::Hermes, "a < b and é <tool");
+    assert_eq!(rest, "a < b and é <tool");
+    assert!(calls.is_empty());
+    let (_, calls) = read_every_split(
+        ToolDialect::Hermes,
+        "<tool_call>{\"name\": \"f\", \"arguments\": {\"x\": 1}}",
+    );
+    assert_eq!(calls[0].arguments, r#"{"x":1}"#);
+    let (rest, calls) = read_every_split(ToolDialect::Hermes, "<tool_call>not json</tool_call>");
+    assert!(calls.is_empty());
+    assert_eq!(rest, "<tool_call>not json</tool_call>");
+}
+
+#[test]
+fn hermes_calls_whose_tags_the_server_stripped_are_read_as_bare_json() {
+    let (rest, calls) = read_every_split(
+        ToolDialect::Hermes,
+        "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n{\"name\": \"get_time\", \"arguments\": {}}",
+    );
+    assert_eq!(rest.trim(), "");
+    assert_eq!(calls.len(), 2);
+    let (rest, calls) = read_every_split(ToolDialect::Hermes, "{braces} are text too");
+    assert_eq!(rest, "{braces} are text too");
+    assert!(calls.is_empty());
+}
+
+#[test]
+fn mistral_and_llama3_calls_are_read() {
+    let (rest, calls) = read_every_split(
+        ToolDialect::Mistral,
+        "Sure. [TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}, {\"name\": \"get_time\", \"arguments\": {}}]",
+    );
+    assert_eq!(rest, "Sure. ");
+    assert_eq!(calls.len(), 2);
+    let (rest, calls) = read_every_split(
+        ToolDialect::Llama3Json,
+        "<|python_tag|>{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}",
+    );
+    assert_eq!(rest, "");
+    assert_eq!(calls[0].arguments, r#"{"city":"Paris"}"#);
+    let (rest, calls) = read_every_split(ToolDialect::Llama3Json, "  It is sunny {really}.");
+    assert_eq!(rest, "  It is sunny {really}.");
+    assert!(calls.is_empty());
+    let (rest, calls) = read_every_split(ToolDialect::Llama3Json, "{\"not\": \"a call\"}");
+    assert_eq!(rest, "{\"not\": \"a call\"}");
+    assert!(calls.is_empty());
+}
+
+#[test]
+fn calls_go_back_in_the_form_they_came() {
+    let call = ToolCall {
+        call_id: "c".into(),
+        tool: "get_weather".into(),
+        arguments: r#"{"city":"Paris"}"#.into(),
+    };
+    for dialect in [
+        ToolDialect::Hermes,
+        ToolDialect::Mistral,
+        ToolDialect::Llama3Json,
+        ToolDialect::Auto,
+    ] {
+        let text = dialect.render_calls("", std::slice::from_ref(&call));
+        let (_, calls) = read_every_split(dialect, &text);
+        assert_eq!(calls.len(), 1, "{dialect:?}: {text}");
+        assert_eq!(calls[0].arguments, call.arguments);
+    }
+}
+
+#[test]
+fn auto_reads_every_shape_small_models_write_and_keeps_the_text_around() {
+    let paris = r#"{"city":"Paris"}"#;
+    for (text, before, after) in [
+        (
+            "I'll check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>",
+            "I'll check.\n",
+            "",
+        ),
+        (
+            "Sure:\n```json\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n```\nDone.",
+            "Sure:\n",
+            "\nDone.",
+        ),
+        (
+            "```\n[{\"name\": \"get_weather\", \"parameters\": \"{\\\"city\\\": \\\"Paris\\\"}\"}]\n```",
+            "",
+            "",
+        ),
+        (
+            "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\",},}",
+            "",
+            "",
+        ),
+        (
+            "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}",
+            "",
+            "",
+        ),
+        (
+            "Ok [TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}]",
+            "Ok ",
+            "",
+        ),
+        ("[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\"}", "", ""),
+        (
+            "<|python_tag|>{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}",
+            "",
+            "",
+        ),
+        ("[get_weather(city='Paris')]", "", ""),
+        (
+            "{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}}",
+            "",
+            "",
+        ),
+    ] {
+        let (rest, calls) = read_every_split(ToolDialect::Auto, text);
+        assert_eq!(calls.len(), 1, "{text}");
+        assert_eq!(calls[0].tool, "get_weather", "{text}");
+        assert_eq!(calls[0].arguments, paris, "{text}");
+        assert_eq!(rest, format!("{before}{after}"), "{text}");
+    }
+}
+
+#[test]
+fn auto_reads_several_calls_and_code_fences_stay_text() {
+    let (rest, calls) = read_every_split(
+        ToolDialect::Auto,
+        "{\"name\": \"write_file\", \"arguments\": {\"path\": \"a.py\", \"content\": \"print(5)\\n\"}}\n{\"name\": \"shell\", \"arguments\": {\"command\": \"python3 a.py\"}}",
+    );
+    assert_eq!(rest, "\n");
+    assert_eq!(
+        calls.iter().map(|c| c.tool.as_str()).collect::<Vec<_>>(),
+        ["write_file", "shell"]
+    );
+    let code = "Here it is:\n```python\ndef add(a, b):\n    return a + b\n\n{'name': 'shell'}\n```\n```\n```\n";
+    let (rest, calls) = read_every_split(ToolDialect::Auto, code);
+    assert!(calls.is_empty());
+    assert_eq!(rest, code);
+}
+
+#[test]
+fn auto_leaves_json_that_names_no_tool_as_text() {
+    for text in [
+        "{\"name\": \"Ada\", \"age\": 36}",
+        "```json\n{\"name\": \"delete_all\", \"arguments\": {}}\n```",
+        "<tool_call>{\"name\": \"delete_all\", \"arguments\": {}}</tool_call>",
+        "[1, 2]\n[see](http://example.com)\n{braces}",
+        "Use [TOOL_CALLS] like this.",
+        "[get_weather is a tool]",
+        "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}, \"note\": 1}",
+    ] {
+        let (rest, calls) = read_every_split(ToolDialect::Auto, text);
+        assert!(calls.is_empty(), "{text}");
+        assert_eq!(rest, text);
+    }
+}
+
+#[test]
+fn named_dialects_also_read_a_fenced_call_of_a_known_tool() {
+    let text = "```json\n{\"name\": \"write_file\", \"arguments\": {\"path\": \"calc.py\", \"content\": \"x\"}}\n```";
+    for dialect in [
+        ToolDialect::Hermes,
+        ToolDialect::Mistral,
+        ToolDialect::Llama3Json,
+    ] {
+        let (rest, calls) = read_every_split(dialect, text);
+        assert_eq!(calls.len(), 1, "{dialect:?}");
+        assert_eq!(rest, "", "{dialect:?}");
+    }
+    // A name that is no tool stays text outside the dialect's own shape.
+    let (rest, calls) = read_every_split(
+        ToolDialect::Hermes,
+        "```json\n{\"name\": \"nope\", \"arguments\": {}}\n```",
+    );
+    assert!(calls.is_empty());
+    assert!(rest.starts_with("```json"));
+}
+
+/// Text that may look like the start of a call, to make random texts interesting.
+const PIECES: &[&str] = &[
+    "<tool_call>",
+    "</tool_call>",
+    "[TOOL_CALLS]",
+    "<|python_tag|>",
+    "```",
+    "```json\n",
+    "\n",
+    "{",
+    "}",
+    "[",
+    "]",
+    "(",
+    ")",
+    "\"",
+    "'",
+    ",",
+    "\"name\": ",
+    "\"arguments\": ",
+    "\"get_weather\"",
+    "get_weather",
+    "city=",
+    "[ARGS]",
+    "é",
+    " text ",
+];
+
+fn random_text() -> impl Strategy<Value = String> {
+    prop::collection::vec(
+        prop_oneof![
+            prop::sample::select(PIECES).prop_map(str::to_owned),
+            any::<String>(),
+        ],
+        0..24,
+    )
+    .prop_map(|parts| parts.concat())
+}
+
+/// `text` cut at these places (byte offsets, moved to char boundaries).
+fn cut(text: &str, cuts: &[usize]) -> Vec<String> {
+    let mut at: Vec<usize> = cuts
+        .iter()
+        .map(|c| {
+            let mut c = c % (text.len() + 1);
+            while !text.is_char_boundary(c) {
+                c -= 1;
+            }
+            c
+        })
+        .collect();
+    at.push(0);
+    at.push(text.len());
+    at.sort_unstable();
+    at.windows(2)
+        .map(|w| text.get(w[0]..w[1]).unwrap().to_owned())
+        .collect()
+}
+
+proptest! {
+    #[test]
+    fn any_text_split_anywhere_reads_as_it_reads_whole(
+        text in random_text(),
+        cuts in prop::collection::vec(any::<usize>(), 0..8),
+    ) {
+        for dialect in [ToolDialect::Auto, ToolDialect::Hermes, ToolDialect::Mistral, ToolDialect::Llama3Json] {
+            let whole = read_pieces(dialect, [text.as_str()]);
+            let pieces = cut(&text, &cuts);
+            let split = read_pieces(dialect, pieces.iter().map(String::as_str));
+            prop_assert_eq!(&split, &whole, "{:?}", dialect);
+            if whole.1.is_empty() {
+                // No call read: every byte came back as text.
+                prop_assert_eq!(&whole.0, &text);
+            }
+        }
+    }
+
+    #[test]
+    fn auto_gives_back_text_that_names_no_tool_unchanged(
+        text in random_text(),
+        cuts in prop::collection::vec(any::<usize>(), 0..8),
+    ) {
+        prop_assume!(!TOOLS.iter().any(|t| text.contains(t)));
+        let pieces = cut(&text, &cuts);
+        let (rest, calls) = read_pieces(ToolDialect::Auto, pieces.iter().map(String::as_str));
+        prop_assert!(calls.is_empty());
+        prop_assert_eq!(rest, text);
+    }
+}
