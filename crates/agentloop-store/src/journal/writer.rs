@@ -250,14 +250,27 @@ impl Writer {
         let mut appended = Vec::new();
         let mut results = Vec::with_capacity(group.len());
         let mut replies = Vec::with_capacity(group.len());
+        // A write alone in its transaction needs no savepoint: its failure rolls all back.
+        let alone = group.len() == 1;
         for job in group {
-            let result = tx.savepoint().map_err(io).and_then(|sp| {
-                let done = self.apply(&sp, job.command, &mut moved, &mut appended)?;
-                sp.commit().map_err(io)?;
-                Ok(done)
-            });
+            let result = if alone {
+                self.apply(&tx, job.command, &mut moved, &mut appended)
+            } else {
+                tx.savepoint().map_err(io).and_then(|sp| {
+                    let done = self.apply(&sp, job.command, &mut moved, &mut appended)?;
+                    sp.commit().map_err(io)?;
+                    Ok(done)
+                })
+            };
             results.push(result);
             replies.push(job.reply);
+        }
+        if alone && results.iter().any(Result::is_err) {
+            drop(tx);
+            for (reply, result) in replies.into_iter().zip(results) {
+                let _ = reply.send(result);
+            }
+            return;
         }
         if let Err(e) = tx.commit() {
             let e = io(format!("the commit failed: {e}"));
@@ -315,10 +328,10 @@ impl Writer {
                     )));
                 }
                 let sum = insert_step(conn, &run_id, seq, &step, &previous)?;
-                conn.execute(
+                conn.prepare_cached(
                     "UPDATE runs SET status = 'running', updated_ms = ?2 WHERE run_id = ?1",
-                    params![run_id, now_ms()],
                 )
+                .and_then(|mut update| update.execute(params![run_id, now_ms()]))
                 .map_err(io)?;
                 if self.fault == Some(Fault::InStep(seq)) {
                     hang(&format!("in the write of step {seq}"));
@@ -397,11 +410,10 @@ fn insert_step(
     previous: &str,
 ) -> Result<String, JournalError> {
     let sum = step_sum(previous, seq, step);
-    conn.execute(
-        "INSERT INTO steps (run_id, seq, step, sum) VALUES (?1, ?2, ?3, ?4)",
-        params![run_id, i64::try_from(seq).map_err(io)?, step, sum],
-    )
-    .map_err(io)?;
+    let seq = i64::try_from(seq).map_err(io)?;
+    conn.prepare_cached("INSERT INTO steps (run_id, seq, step, sum) VALUES (?1, ?2, ?3, ?4)")
+        .and_then(|mut insert| insert.execute(params![run_id, seq, step, sum]))
+        .map_err(io)?;
     Ok(sum)
 }
 
