@@ -200,6 +200,17 @@ pub(super) fn writer_for(
 /// Each run's last step: its sequence number (none before the first) and chained sum.
 type Tail = (Option<u64>, String);
 
+/// What the writes of one group did, kept apart until its commit holds them.
+#[derive(Default)]
+struct Group {
+    /// The tails the group moved.
+    moved: HashMap<String, Tail>,
+    /// The steps it appended (their numbers, for the crash tests' faults).
+    appended: Vec<u64>,
+    /// The runs whose last write in the group is a step: marked running at its end.
+    running: std::collections::BTreeSet<String>,
+}
+
 struct Writer {
     /// Each run's last committed step.
     last: HashMap<String, Tail>,
@@ -245,19 +256,17 @@ impl Writer {
             Ok(tx) => tx,
             Err(e) => return answer_all(group, &io(e)),
         };
-        // The tails this group moves, kept apart until the commit holds them.
-        let mut moved: HashMap<String, Tail> = HashMap::new();
-        let mut appended = Vec::new();
+        let mut state = Group::default();
         let mut results = Vec::with_capacity(group.len());
         let mut replies = Vec::with_capacity(group.len());
         // A write alone in its transaction needs no savepoint: its failure rolls all back.
         let alone = group.len() == 1;
         for job in group {
             let result = if alone {
-                self.apply(&tx, job.command, &mut moved, &mut appended)
+                self.apply(&tx, job.command, &mut state)
             } else {
                 tx.savepoint().map_err(io).and_then(|sp| {
-                    let done = self.apply(&sp, job.command, &mut moved, &mut appended)?;
+                    let done = self.apply(&sp, job.command, &mut state)?;
                     sp.commit().map_err(io)?;
                     Ok(done)
                 })
@@ -272,16 +281,24 @@ impl Writer {
             }
             return;
         }
-        if let Err(e) = tx.commit() {
+        // Each run a step was appended to is marked running once a group, not once a step.
+        let marked = state.running.iter().try_for_each(|run_id| {
+            tx.prepare_cached(
+                "UPDATE runs SET status = 'running', updated_ms = ?2 WHERE run_id = ?1",
+            )
+            .and_then(|mut update| update.execute(params![run_id, now_ms()]))
+            .map(drop)
+        });
+        if let Err(e) = marked.and_then(|()| tx.commit()) {
             let e = io(format!("the commit failed: {e}"));
             for (reply, result) in replies.into_iter().zip(results) {
                 let _ = reply.send(result.and(Err(e.clone())));
             }
             return;
         }
-        self.last.extend(moved);
+        self.last.extend(state.moved);
         if let Some(Fault::AfterStep(n)) = self.fault
-            && appended.contains(&n)
+            && state.appended.contains(&n)
         {
             hang(&format!("after step {n}"));
         }
@@ -306,8 +323,7 @@ impl Writer {
         &self,
         conn: &Connection,
         command: Command,
-        moved: &mut HashMap<String, Tail>,
-        appended: &mut Vec<u64>,
+        group: &mut Group,
     ) -> Result<Done, JournalError> {
         match command {
             Command::Begin {
@@ -317,10 +333,10 @@ impl Writer {
                 header,
             } => {
                 let sum = insert_run(conn, &run_id, &agent, &fingerprint, &header)?;
-                moved.insert(run_id, (None, sum));
+                group.moved.insert(run_id, (None, sum));
             }
             Command::Append { run_id, seq, step } => {
-                let (last_seq, previous) = self.tail(conn, moved, &run_id)?;
+                let (last_seq, previous) = self.tail(conn, &group.moved, &run_id)?;
                 let expected = last_seq.map_or(0, |s| s + 1);
                 if seq != expected {
                     return Err(io(format!(
@@ -328,18 +344,15 @@ impl Writer {
                     )));
                 }
                 let sum = insert_step(conn, &run_id, seq, &step, &previous)?;
-                conn.prepare_cached(
-                    "UPDATE runs SET status = 'running', updated_ms = ?2 WHERE run_id = ?1",
-                )
-                .and_then(|mut update| update.execute(params![run_id, now_ms()]))
-                .map_err(io)?;
                 if self.fault == Some(Fault::InStep(seq)) {
                     hang(&format!("in the write of step {seq}"));
                 }
-                appended.push(seq);
-                moved.insert(run_id, (Some(seq), sum));
+                group.appended.push(seq);
+                group.running.insert(run_id.clone());
+                group.moved.insert(run_id, (Some(seq), sum));
             }
             Command::Suspend { run_id, rows } => {
+                group.running.remove(&run_id);
                 for (call_id, request) in rows {
                     // A new request under a recorded call id asks afresh: an answer is for the
                     // request it was given for, never for another one that took its id.
@@ -361,6 +374,7 @@ impl Writer {
                 run_id,
                 stop_reason,
             } => {
+                group.running.remove(&run_id);
                 conn.execute(
                     "UPDATE runs SET status = 'finished', stop_reason = ?2, updated_ms = ?3 \
                      WHERE run_id = ?1",
@@ -375,7 +389,7 @@ impl Writer {
                 definition,
             } => {
                 let (run, tail) = fork(conn, &from, at, &run_id, definition)?;
-                moved.insert(run_id, tail);
+                group.moved.insert(run_id, tail);
                 return Ok(Done::Forked(Box::new(run)));
             }
         }
