@@ -6,8 +6,8 @@
 //!   turn; wall and CPU time per model call, peak RSS.
 //! - `scale`: N runs at once, each T turns of a model that takes `model-ms` and K tools that take
 //!   `tool-ms` (tokio timers); wall time against the ideal, RSS per concurrent run.
-//! - `journal`: the `loop` workload run plain and journaled (SQLite, one fsync'd transaction per
-//!   step), alternating; the journal's cost per step.
+//! - `journal`: the `loop` workload, 1, 10 and 100 runs at once, plain and journaled into one
+//!   SQLite file at each durability level; steps per second and CPU per step.
 //! - `streams`: each provider's SSE parser and the shared accumulator over the fixture streams,
 //!   MB/s, beside `serde_json` over the same bytes.
 
@@ -27,7 +27,7 @@ use crate::workload::Workload;
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let Some((command, rest)) = args.split_first() else {
-        eprintln!("usage: agentloop-bench loop|scale|streams [--name value]...");
+        eprintln!("usage: agentloop-bench loop|scale|journal|streams [--name value]...");
         return ExitCode::from(2);
     };
     let opts = match parse_opts(rest) {
@@ -134,62 +134,94 @@ fn bench_loop(opts: &Opts) -> Result<(), String> {
     Ok(())
 }
 
+/// `journal`: for each number of concurrent runs (`--concurrent 1,10,100`) and each durability
+/// level (`--levels process,power`), `--rounds` rounds of that many runs at once of the `loop`
+/// workload, journaled into one fresh SQLite file through one handle; beside them, the same
+/// rounds plain. One line a (concurrency, level): steps per second, and wall and CPU time (all
+/// threads, the journal's writer too) per step, the plain figures per the same step count.
 fn bench_journal(opts: &Opts) -> Result<(), String> {
-    use std::sync::Arc;
-    let runs = u32_opt(opts, "runs", 20)?;
+    let rounds = u32_opt(opts, "rounds", 3)?;
     let turns = u32_opt(opts, "turns", 10)?;
     let calls = u32_opt(opts, "calls", 3)?;
+    let list = |name: &str, default: &str| -> Vec<String> {
+        opts.text(name, default)
+            .split(',')
+            .map(|s| s.trim().to_owned())
+            .filter(|s| !s.is_empty())
+            .collect()
+    };
+    let concurrency: Vec<usize> = list("concurrent", "1,10,100")
+        .iter()
+        .map(|c| c.parse().map_err(|_| format!("--concurrent: {c} is not a number")))
+        .collect::<Result<_, _>>()?;
+    let levels: Vec<agentloop_store::Durability> = list("levels", "process,power")
+        .iter()
+        .map(|l| l.parse())
+        .collect::<Result<_, _>>()?;
     let dir = std::env::temp_dir().join(format!("agentloop-bench-journal-{}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-    let path = dir.join("runs.db");
-    let journal = Arc::new(
-        agentloop_store::SqliteJournal::open(&path).map_err(|e| e.to_string())?,
-    );
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| e.to_string())?;
     let work = Workload::new(turns, calls, None, None)?;
-    let (mut plain, mut journaled) = (Duration::ZERO, Duration::ZERO);
-    let (mut plain_cpu, mut journaled_cpu) = (Duration::ZERO, Duration::ZERO);
-    rt.block_on(async {
-        // Alternating, so that the machine's noise falls on both alike.
-        for _ in 0..runs {
+    // Runs `rounds` rounds of `c` runs at once; the wall and CPU time they took.
+    let timed = |c: usize, journal: Option<std::sync::Arc<agentloop_store::SqliteJournal>>| {
+        rt.block_on(async {
             let (c0, t0) = (sys::cpu_time(), Instant::now());
-            work.run_once(turns, calls).await?;
-            plain += t0.elapsed();
-            plain_cpu += sys::cpu_time().saturating_sub(c0);
-            let options = agentloop::RunOptions {
-                journal: Some(journal.clone()),
-                ..Default::default()
-            };
-            let (c0, t0) = (sys::cpu_time(), Instant::now());
-            work.run_once_with(turns, calls, options).await?;
-            journaled += t0.elapsed();
-            journaled_cpu += sys::cpu_time().saturating_sub(c0);
+            for _ in 0..rounds {
+                let runs = (0..c).map(|_| {
+                    let options = agentloop::RunOptions {
+                        journal: journal
+                            .clone()
+                            .map(|j| j as std::sync::Arc<dyn agentloop::journal::Journal>),
+                        ..Default::default()
+                    };
+                    work.run_once_with(turns, calls, options)
+                });
+                for outcome in futures::future::join_all(runs).await {
+                    outcome?;
+                }
+            }
+            Ok::<_, String>((t0.elapsed(), sys::cpu_time().saturating_sub(c0)))
+        })
+    };
+    for &c in &concurrency {
+        let (plain, plain_cpu) = timed(c, None)?;
+        for (i, &level) in levels.iter().enumerate() {
+            let path = dir.join(format!("runs-{c}-{i}.db"));
+            let journal = std::sync::Arc::new(
+                agentloop_store::SqliteJournal::open(&path)
+                    .map_err(|e| e.to_string())?
+                    .with_durability(level),
+            );
+            let (wall, cpu) = timed(c, Some(journal.clone()))?;
+            drop(journal);
+            let entries = agentloop_store::JournalReader::open(&path)
+                .and_then(|r| r.runs())
+                .map_err(|e| e.to_string())?;
+            let steps: u64 = entries.iter().map(|r| r.steps).sum();
+            let per_step = |d: Duration| d.as_secs_f64() * 1e6 / steps.max(1) as f64;
+            let line = json!({
+                "system": "agentloop",
+                "bench": "journal",
+                "concurrent": c,
+                "durability": level.as_str(),
+                "rounds": rounds, "turns": turns, "calls": calls,
+                "runs": entries.len(),
+                "steps": steps,
+                "steps_per_s": steps as f64 / wall.as_secs_f64().max(1e-9),
+                "wall_us_per_step": per_step(wall),
+                "cpu_us_per_step": per_step(cpu),
+                "plain_steps_per_s": steps as f64 / plain.as_secs_f64().max(1e-9),
+                "plain_wall_us_per_step": per_step(plain),
+                "plain_cpu_us_per_step": per_step(plain_cpu),
+                "wall_ratio": wall.as_secs_f64() / plain.as_secs_f64().max(1e-9),
+            });
+            println!("{line}");
         }
-        Ok::<_, String>(())
-    })?;
-    let entries = agentloop_store::JournalReader::open(&path)
-        .and_then(|r| r.runs())
-        .map_err(|e| e.to_string())?;
-    let steps: u64 = entries.iter().map(|r| r.steps).sum();
+    }
     let _ = std::fs::remove_dir_all(&dir);
-    let per_step = |d: Duration| d.as_secs_f64() * 1e6 / steps.max(1) as f64;
-    let line = json!({
-        "system": "agentloop",
-        "bench": "journal",
-        "runs": runs, "turns": turns, "calls": calls,
-        "steps": steps,
-        "plain_wall_s": plain.as_secs_f64(),
-        "journaled_wall_s": journaled.as_secs_f64(),
-        "plain_cpu_s": plain_cpu.as_secs_f64(),
-        "journaled_cpu_s": journaled_cpu.as_secs_f64(),
-        "wall_us_per_step_plain": per_step(plain),
-        "wall_us_per_step_journaled": per_step(journaled),
-        "wall_ratio": journaled.as_secs_f64() / plain.as_secs_f64().max(1e-9),
-    });
-    println!("{line}");
     Ok(())
 }
 

@@ -67,6 +67,7 @@ pub(crate) enum Command {
 }
 
 #[derive(Debug, Args)]
+#[command(mut_arg("durability", |a| a.requires("journal")))]
 pub(crate) struct RunArgs {
     #[command(flatten)]
     pub(crate) agent: AgentFileArg,
@@ -95,6 +96,8 @@ pub(crate) struct RunArgs {
     /// the run instead of being denied (`agentloop approvals list`).
     #[arg(long, value_name = "PATH", conflicts_with_all = ["dry_run", "session"])]
     pub(crate) journal: Option<PathBuf>,
+    #[command(flatten)]
+    pub(crate) durability: durable::DurabilityArg,
     #[command(flatten)]
     pub(crate) session: sessions::SessionArgs,
 }

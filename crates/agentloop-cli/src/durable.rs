@@ -1,17 +1,18 @@
 //! Durable runs from the command line: `run --journal`, `resume`, `approvals list`, `approve`,
-//! and `journal list|show`. The journal is SQLite (`agentloop-store`); the core decides what a
-//! resumed run does.
+//! and `journal list|show|fork`. The journal is SQLite (`agentloop-store`), written at the
+//! durability level `--durability` or the agent file's `durability` names; the core decides
+//! what a resumed (or forked) run does.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use agentloop::journal::Journal;
+use agentloop::journal::{Journal, JournaledRun};
 use agentloop::permissions::{Answer, ApprovalRequest};
 use agentloop::{Model, RunOptions, RunOutcome, StopReason};
-use agentloop_store::{Fault, JournalReader, SqliteJournal};
+use agentloop_store::{Durability, Fault, JournalReader, SqliteJournal};
 use clap::{Args, Subcommand};
 
-use crate::agent_file::Provider;
+use crate::agent_file::{AgentFile, Provider};
 use crate::approval::CancelSlot;
 use crate::args::{AgentFileArg, ApprovalArgs, TraceArgs};
 use crate::assemble;
@@ -30,12 +31,20 @@ pub struct ResumeArgs {
     run_id: String,
     #[command(flatten)]
     journal: JournalArg,
-    /// The agent file (the one the run was started with, by default).
-    #[arg(long, value_name = "FILE")]
-    agent: Option<PathBuf>,
     /// Goes on even though the agent changed since the run started.
     #[arg(long)]
     force: bool,
+    #[command(flatten)]
+    pub go: GoOnArgs,
+}
+
+/// What `resume` and `journal fork` share: the agent, the output, the trace, approvals and the
+/// journal's durability.
+#[derive(Debug, Args)]
+pub struct GoOnArgs {
+    /// The agent file (the one the run was started with, by default).
+    #[arg(long, value_name = "FILE")]
+    agent: Option<PathBuf>,
     /// Prints exactly one JSON object on stdout when the run ends, and nothing else there.
     #[arg(long, conflicts_with = "quiet")]
     pub json: bool,
@@ -46,6 +55,25 @@ pub struct ResumeArgs {
     trace: TraceArgs,
     #[command(flatten)]
     approval: ApprovalArgs,
+    #[command(flatten)]
+    pub durability: DurabilityArg,
+}
+
+/// `--durability`, as the commands that write a journal take it.
+#[derive(Debug, Args)]
+pub struct DurabilityArg {
+    /// What each journaled step survives before the run moves on: `process` (any kill of the
+    /// process) or `power` (a power cut too: fsync'd, and the steps of runs that are ready
+    /// together share one fsync). Default: the agent file's `durability`, else `power`.
+    #[arg(long, value_name = "LEVEL")]
+    durability: Option<Durability>,
+}
+
+impl DurabilityArg {
+    /// The level a journal of `file`'s runs is written at.
+    pub fn level(&self, file: &AgentFile) -> Durability {
+        self.durability.or(file.spec.durability).unwrap_or_default()
+    }
 }
 
 /// `--journal`, as every durable command but `run` takes it.
@@ -158,12 +186,32 @@ pub enum JournalCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Starts a new run from the state after step STEP of a journaled run (to try a different
+    /// answer from there, or a changed tool) and drives it as `resume` does. The new run's
+    /// header names its origin (`journal list` shows it); the first run is left as it is.
+    Fork(ForkArgs),
 }
 
-/// Opens (or creates) a journal for writing.
-pub fn open_journal(path: &Path) -> Result<Arc<SqliteJournal>, CliError> {
+/// `agentloop journal fork`.
+#[derive(Debug, Args)]
+pub struct ForkArgs {
+    /// The run's id (or a unique prefix of it).
+    run_id: String,
+    /// The last step the new run shares with it (as `journal show` numbers them).
+    #[arg(long, value_name = "STEP")]
+    at: u64,
+    #[command(flatten)]
+    journal: JournalArg,
+    #[command(flatten)]
+    pub go: GoOnArgs,
+}
+
+/// Opens (or creates) a journal for writing, at `durability`.
+pub fn open_journal(path: &Path, durability: Durability) -> Result<Arc<SqliteJournal>, CliError> {
     let fault = std::env::var(FAULT_ENV).ok().and_then(|f| Fault::parse(&f));
-    Ok(Arc::new(SqliteJournal::open_with(path, fault)?))
+    Ok(Arc::new(
+        SqliteJournal::open_with(path, fault)?.with_durability(durability),
+    ))
 }
 
 /// The agent file's path as the journal keeps it: absolute, so `resume` finds it from anywhere.
@@ -210,69 +258,141 @@ pub fn how_to_go_on(
     eprintln!("  then:         agentloop resume {id} --journal {path}");
 }
 
-/// `agentloop resume`.
-pub async fn resume(args: ResumeArgs) -> Result<i32, CliError> {
-    // Reading the journal is blocking work: off the async workers. The run is owned before its
-    // steps are read, so a process still driving it refuses this one (journal.busy) rather than
-    // leaving it a stale state to resume from.
-    let journal = open_journal(&args.journal.path)?;
-    let (path, wanted, owner) = (
-        args.journal.path.clone(),
-        args.run_id.clone(),
-        journal.clone(),
-    );
-    let run = tokio::task::spawn_blocking(move || {
+/// Reads run `wanted` (an id or a unique prefix) off the async workers.
+async fn read_run(path: &Path, wanted: &str) -> Result<JournaledRun, CliError> {
+    let (path, wanted) = (path.to_path_buf(), wanted.to_owned());
+    tokio::task::spawn_blocking(move || {
         let reader = JournalReader::open(&path)?;
         let run_id = reader.find(&wanted)?;
-        owner.own(&run_id)?;
         reader.load(&run_id)
     })
     .await
     .map_err(|e| CliError::Io {
         message: format!("reading the journal failed: {e}"),
-    })??;
-    let run_id = run.header.run_id.clone();
-    let path = match (&args.agent, &run.header.origin) {
+    })?
+    .map_err(CliError::from)
+}
+
+/// The agent file a journaled run goes on with: `--agent`, else the one it started with.
+fn agent_file(go: &GoOnArgs, run: &JournaledRun, journal: &Path) -> Result<AgentFile, CliError> {
+    let path = match (&go.agent, &run.header.origin) {
         (Some(p), _) => p.clone(),
         (None, Some(origin)) => PathBuf::from(origin),
         (None, None) => {
             return Err(CliError::Usage {
                 message: format!(
-                    "the journal does not say which agent file run {run_id} was started with: \
-                     give --agent FILE"
+                    "the journal does not say which agent file run {} was started with: \
+                     give --agent FILE",
+                    run.header.run_id
                 ),
             });
         }
     };
     let mut file = AgentFileArg { file: path }.load()?;
     file.protect(
-        &[Some(args.journal.path.clone()), args.trace.trace.clone()]
+        &[Some(journal.to_path_buf()), go.trace.trace.clone()]
             .into_iter()
             .flatten()
             .collect::<Vec<_>>(),
     );
+    Ok(file)
+}
+
+/// `agentloop resume`.
+pub async fn resume(args: ResumeArgs) -> Result<i32, CliError> {
+    let path = &args.journal.path;
+    // The agent file (and so the journal's durability) is the run's: read it first. The run is
+    // owned before its steps are read for good, so a process still driving it refuses this one
+    // (journal.busy) rather than leaving it a stale state to resume from.
+    let first = read_run(path, &args.run_id).await?;
+    let file = agent_file(&args.go, &first, path)?;
+    let journal = open_journal(path, args.go.durability.level(&file))?;
+    journal.own(&first.header.run_id)?;
+    let run = read_run(path, &first.header.run_id).await?;
+    let model_calls = run.model_calls();
+    go_on(&args.go, file, journal, model_calls, args.force, |_| {
+        Box::pin(async move { Ok(run) })
+    })
+    .await
+}
+
+/// `agentloop journal fork`.
+async fn fork(args: ForkArgs) -> Result<i32, CliError> {
+    let path = &args.journal.path;
+    let mut from = read_run(path, &args.run_id).await?;
+    let file = agent_file(&args.go, &from, path)?;
+    let journal = open_journal(path, args.go.durability.level(&file))?;
+    from.steps
+        .truncate(usize::try_from(args.at.saturating_add(1)).unwrap_or(usize::MAX));
+    let model_calls = from.model_calls();
+    let (origin, at, writer) = (from.header.run_id, args.at, journal.clone());
+    go_on(
+        &args.go,
+        file,
+        journal,
+        model_calls,
+        false,
+        move |definition| {
+            Box::pin(async move {
+                let id = agentloop::ids::run_id();
+                let run = writer.fork(&origin, at, &id, Some(definition)).await?;
+                eprintln!("■ forked run {origin} after step {at} as run {id}");
+                Ok(run)
+            })
+        },
+    )
+    .await
+}
+
+/// A run the caller has in hand (`start` gives it, from the agent's definition) goes on with
+/// `file`'s agent in this process, journaled in `journal`; prints its outcome. A scripted
+/// model goes on after the `model_calls` answers the run already has.
+async fn go_on(
+    go: &GoOnArgs,
+    file: AgentFile,
+    journal: Arc<SqliteJournal>,
+    model_calls: usize,
+    force: bool,
+    start: impl FnOnce(
+        agentloop::journal::Definition,
+    ) -> futures::future::BoxFuture<'static, Result<JournaledRun, CliError>>,
+) -> Result<i32, CliError> {
     let model: Arc<dyn Model> = if *file.model().provider.get_ref() == Provider::Scripted {
         // A script goes on where the journal left it.
-        Arc::new(assemble::scripted_model(&file)?.skip(run.model_calls()))
+        Arc::new(assemble::scripted_model(&file)?.skip(model_calls))
     } else {
         assemble::model(&file)?
     };
     let progress = Arc::new(Progress::new());
     let cancel = agentloop::CancellationToken::new();
     let slot: CancelSlot = Arc::new(std::sync::Mutex::new(Some(cancel.clone())));
-    let approval = approval_for(&args.approval, args.json, &progress, &slot);
+    let approval = approval_for(&go.approval, go.json, &progress, &slot);
     let mcp = assemble::StartedMcp::start(&file).await?;
-    let agent = assemble::agent(&file, model, &approval, &mcp)?;
-    let trace = args.trace.open()?;
+    let agent = match assemble::agent(&file, model, &approval, &mcp) {
+        Ok(agent) => agent,
+        Err(e) => {
+            mcp.shutdown().await;
+            return Err(e);
+        }
+    };
+    let run = match start(agent.definition().clone()).await {
+        Ok(run) => run,
+        Err(e) => {
+            mcp.shutdown().await;
+            return Err(e);
+        }
+    };
+    let trace = go.trace.open()?;
+    let path = journal.path().to_path_buf();
     let journal: Arc<dyn Journal> = journal;
     let signals = cancel_on_ctrl_c(cancel.clone());
     let options = RunOptions {
         cancel: Some(cancel),
-        sinks: run_sinks(&progress, trace.as_ref(), !args.json && !args.quiet),
+        sinks: run_sinks(&progress, trace.as_ref(), !go.json && !go.quiet),
         journal: Some(journal),
         ..RunOptions::default()
     };
-    let outcome = agent.resume(run, options, args.force).await;
+    let outcome = agent.resume(run, options, force).await;
     mcp.shutdown().await;
     signals.abort();
     let outcome = outcome?;
@@ -280,10 +400,10 @@ pub async fn resume(args: ResumeArgs) -> Result<i32, CliError> {
         eprintln!("agentloop: warning: {e}");
     }
     let shown = Shown {
-        json: args.json,
-        quiet: args.quiet,
+        json: go.json,
+        quiet: go.quiet,
         dry_run: false,
-        journal: Some(&args.journal.path),
+        journal: Some(&path),
         priced: assemble::has_pricing(file.model()),
     };
     print_outcome(&outcome, &shown, &progress);
@@ -348,9 +468,10 @@ pub fn approve(args: &ApproveArgs) -> Result<i32, CliError> {
     Ok(crate::error::code::OK)
 }
 
-/// `agentloop journal list|show`.
-pub fn journal(cmd: JournalCommand) -> Result<i32, CliError> {
+/// `agentloop journal list|show|fork`.
+pub async fn journal(cmd: JournalCommand) -> Result<i32, CliError> {
     match cmd {
+        JournalCommand::Fork(args) => fork(args).await,
         JournalCommand::List { journal, json } => {
             let runs = journal.reader()?.runs()?;
             if json {
@@ -361,7 +482,7 @@ pub fn journal(cmd: JournalCommand) -> Result<i32, CliError> {
             } else {
                 for r in &runs {
                     out!(
-                        "{}  {}  {}{}  {} steps",
+                        "{}  {}  {}{}  {} steps{}",
                         r.run_id,
                         r.agent,
                         r.status,
@@ -369,7 +490,11 @@ pub fn journal(cmd: JournalCommand) -> Result<i32, CliError> {
                             .as_ref()
                             .map(|s| format!(" ({s})"))
                             .unwrap_or_default(),
-                        r.steps
+                        r.steps,
+                        r.forked_from
+                            .as_ref()
+                            .map(|f| format!("  forked from {} after step {}", f.run_id, f.step))
+                            .unwrap_or_default()
                     );
                 }
             }
@@ -388,6 +513,7 @@ pub fn journal(cmd: JournalCommand) -> Result<i32, CliError> {
                     "run_id": run.header.run_id,
                     "agent": run.header.agent,
                     "fingerprint": run.header.fingerprint,
+                    "forked_from": reader.runs()?.into_iter().find(|r| r.run_id == run_id).and_then(|r| r.forked_from),
                     "status": run.status,
                     "steps": run.steps,
                     "approvals": run.approvals,

@@ -83,7 +83,8 @@ async fn dispatch(cli: Cli) -> i32 {
     let json = match &cli.command {
         Command::Run(a) => a.json,
         Command::Plan(a) => a.json,
-        Command::Resume(a) => a.json,
+        Command::Resume(a) => a.go.json,
+        Command::Journal(durable::JournalCommand::Fork(a)) => a.go.json,
         Command::Attach(a) => a.json,
         Command::Mcp(mcp::McpCommand::List { json, .. }) => *json,
         _ => false,
@@ -100,7 +101,7 @@ async fn dispatch(cli: Cli) -> i32 {
             Some((run, call, answer, url)) => restate::approve(&run, &call, answer, &url).await,
             None => durable::approve(&args),
         },
-        Command::Journal(c) => durable::journal(c),
+        Command::Journal(c) => durable::journal(c).await,
         Command::Sessions(c) => sessions::sessions(c),
         Command::Mcp(c) => mcp::mcp(c).await,
         Command::Init(args) => init::init(&args),
@@ -204,7 +205,7 @@ async fn run(args: RunArgs) -> Result<i32, CliError> {
     let journal = args
         .journal
         .as_deref()
-        .map(durable::open_journal)
+        .map(|path| durable::open_journal(path, args.durability.level(&file)))
         .transpose()?;
     let approval = if args.dry_run {
         Approval::Nobody(DRY_RUN_REASON)

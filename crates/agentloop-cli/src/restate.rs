@@ -90,7 +90,8 @@ pub struct SubmitArgs {
     /// last one left (default: a new one).
     #[arg(long, value_name = "KEY")]
     session: Option<String>,
-    /// Submitting again with the same key starts no second run (default: a new key).
+    /// Submitting again with the same key starts no second run (default: a new key). Without
+    /// --session, the key names the run's session too (`idempotent-` and a digest of it).
     #[arg(long, value_name = "KEY")]
     idempotency_key: Option<String>,
     #[command(flatten)]
@@ -282,9 +283,14 @@ pub const CRASH_ENV: &str = "AGENTLOOP_TEST_RESTATE_CRASH_AFTER_STEP";
 pub async fn submit(args: SubmitArgs) -> Result<i32, CliError> {
     let file = args.agent.load()?;
     let ingress = args.ingress.ingress()?;
-    let session = args
-        .session
-        .unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
+    // Restate keeps an idempotency key per session (the run handler's object key): a submit
+    // without --session on a fresh session each time would start the run again. The key names
+    // the session then, so that a repeated submit finds the first one's.
+    let session = match (args.session, &args.idempotency_key) {
+        (Some(session), _) => session,
+        (None, Some(key)) => session_for_key(key),
+        (None, None) => uuid::Uuid::now_v7().to_string(),
+    };
     let key = args
         .idempotency_key
         .unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
@@ -305,6 +311,18 @@ pub async fn submit(args: SubmitArgs) -> Result<i32, CliError> {
         out!("{}", submitted.id);
     }
     Ok(0)
+}
+
+/// The session of a submit that names an idempotency key and no session: the same for the same
+/// key, and shows nothing of it.
+fn session_for_key(key: &str) -> String {
+    let digest = agentloop::journal::fingerprint(&serde_json::Value::String(key.to_owned()));
+    let hex: String = digest
+        .trim_start_matches("sha256:")
+        .chars()
+        .take(32)
+        .collect();
+    format!("idempotent-{hex}")
 }
 
 /// How often `attach` reads a run's news.

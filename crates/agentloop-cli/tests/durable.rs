@@ -5,9 +5,10 @@
     clippy::panic
 )]
 //! Durable runs through the command: the crash harness (a journaled run killed with SIGKILL
-//! after each step, and inside each step's write, then resumed, against an uninterrupted run),
-//! approvals that suspend a run in one process and are answered and resumed from others, a
-//! changed agent, and damaged or foreign journals.
+//! after each step, and inside each step's write, then resumed, against an uninterrupted run) at
+//! both durability levels, approvals that suspend a run in one process and are answered and
+//! resumed from others, a changed agent, damaged or foreign journals, the durability's
+//! validation, and forks of a run.
 
 mod support;
 
@@ -59,7 +60,12 @@ fn json_of(out: &std::process::Output) -> Value {
 /// Runs the agent with a journal fault, and kills the process with SIGKILL once it stops at the
 /// fault. Returns false when the run ended before reaching it.
 fn run_and_kill(dir: &AgentDir, journal: &Path, fault: &str) -> bool {
-    let mut child = run_cmd(dir, journal, &[])
+    run_and_kill_with(dir, journal, fault, &[])
+}
+
+/// [`run_and_kill`], with more arguments for `run`.
+fn run_and_kill_with(dir: &AgentDir, journal: &Path, fault: &str, extra: &[&str]) -> bool {
+    let mut child = run_cmd(dir, journal, extra)
         .env("AGENTLOOP_TEST_JOURNAL_FAULT", fault)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -92,10 +98,35 @@ fn run_ids(dir: &AgentDir, journal: &Path) -> Vec<Value> {
     json_of(&out).as_array().unwrap().clone()
 }
 
+/// The crash agent, its `durability` key set to `level` when given.
+fn crash_dir_at(level: Option<&str>) -> AgentDir {
+    let dir = crash_dir("");
+    if let Some(level) = level {
+        dir.write(
+            "agent.toml",
+            &AGENT.replace(
+                "version = \"1\"\n",
+                &format!("version = \"1\"\ndurability = \"{level}\"\n"),
+            ),
+        );
+    }
+    dir
+}
+
 #[test]
 fn a_run_killed_after_any_step_or_inside_any_write_resumes_to_the_same_transcript() {
+    kill_at_every_step(None);
+}
+
+#[test]
+fn at_process_durability_a_run_killed_after_any_step_or_inside_any_write_resumes_the_same() {
+    kill_at_every_step(Some("process"));
+}
+
+/// The crash harness, with the agent file's `durability` at `level`.
+fn kill_at_every_step(level: Option<&str>) {
     // The uninterrupted run.
-    let base_dir = crash_dir("");
+    let base_dir = crash_dir_at(level);
     let base_journal = base_dir.path("runs.db");
     let out = run_cmd(&base_dir, &base_journal, &[]).output().unwrap();
     exited(&out, 0, "the command");
@@ -120,7 +151,7 @@ fn a_run_killed_after_any_step_or_inside_any_write_resumes_to_the_same_transcrip
     let mut interrupted_seen = 0;
     for n in 0..steps {
         for fault in [format!("after-step:{n}"), format!("in-step:{n}")] {
-            let dir = crash_dir("");
+            let dir = crash_dir_at(level);
             let journal = dir.path("runs.db");
             assert!(
                 run_and_kill(&dir, &journal, &fault),
@@ -363,4 +394,203 @@ fn a_run_another_live_process_drives_is_refused_and_a_dead_owner_blocks_nothing(
     let resumed = resume();
     exited(&resumed, 0, "a resume after the owner died");
     assert_eq!(json_of(&resumed)["stop_reason"], "finished");
+}
+
+#[test]
+fn the_durability_key_and_flag_are_checked_and_process_resumes_after_a_kill() {
+    let dir = crash_dir_at(Some("disk"));
+    let journal = dir.path("runs.db");
+    let out = run_cmd(&dir, &journal, &[]).output().unwrap();
+    exited(&out, 3, "an unknown durability in the agent file");
+    let text = json_of(&out)["error"].to_string();
+    assert!(
+        text.contains("durability") && text.contains("process") && text.contains("power"),
+        "{text}"
+    );
+
+    let dir = crash_dir("");
+    let journal = dir.path("runs.db");
+    let out = run_cmd(&dir, &journal, &["--durability", "disk"])
+        .output()
+        .unwrap();
+    exited(&out, 2, "an unknown --durability");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("durability"));
+    let out = cli(
+        &dir,
+        &[
+            "run",
+            dir.agent().to_str().unwrap(),
+            "--input",
+            "go",
+            "--durability",
+            "process",
+        ],
+    );
+    exited(&out, 2, "--durability without --journal");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--journal"));
+    assert!(!journal.exists(), "nothing was journaled");
+
+    // The flag: killed after a step, resumed at the same level, the run ends as it would have.
+    let base = json_of(
+        &run_cmd(&crash_dir(""), &dir.path("base.db"), &[])
+            .output()
+            .unwrap(),
+    );
+    assert!(run_and_kill_with(
+        &dir,
+        &journal,
+        "after-step:9",
+        &["--durability", "process"]
+    ));
+    let id = run_ids(&dir, &journal)[0]["run_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let j = journal.to_str().unwrap();
+    let out = cli(
+        &dir,
+        &[
+            "resume",
+            &id,
+            "--journal",
+            j,
+            "--durability",
+            "process",
+            "--json",
+        ],
+    );
+    exited(&out, 0, "the resume");
+    let resumed = json_of(&out);
+    check_against(
+        base["transcript"].as_array().unwrap(),
+        resumed["transcript"].as_array().unwrap(),
+        &side_log(&dir),
+        "process",
+    );
+    let out = cli(
+        &dir,
+        &["resume", &id, "--journal", j, "--durability", "disk"],
+    );
+    exited(&out, 2, "an unknown --durability on resume");
+}
+
+/// Every row a run has in the journal file, as text.
+fn rows_of(journal: &Path, id: &str) -> Vec<String> {
+    let conn = rusqlite::Connection::open(journal).unwrap();
+    let mut out: Vec<String> = conn
+        .prepare(
+            "SELECT run_id || agent || fingerprint || header || header_sum || status || \
+             COALESCE(stop_reason, '') || created_ms || updated_ms FROM runs WHERE run_id = ?1",
+        )
+        .unwrap()
+        .query_map([id], |r| r.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    let steps: Vec<String> = conn
+        .prepare("SELECT seq || step || sum FROM steps WHERE run_id = ?1 ORDER BY seq")
+        .unwrap()
+        .query_map([id], |r| r.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    out.extend(steps);
+    out
+}
+
+#[test]
+fn a_fork_goes_on_differently_from_its_step_and_leaves_the_first_run_as_it_was() {
+    let dir = crash_dir("");
+    let journal = dir.path("runs.db");
+    let j = journal.to_str().unwrap();
+    let out = run_cmd(&dir, &journal, &[]).output().unwrap();
+    exited(&out, 0, "the first run");
+    let first = json_of(&out);
+    let id = first["run_id"].as_str().unwrap().to_owned();
+    let base = first["transcript"].as_array().unwrap().clone();
+    let before = rows_of(&journal, &id);
+    let side_before = side_log(&dir);
+
+    // The step before the model's second answer: the first batch is over.
+    let show = json_of(&cli(
+        &dir,
+        &["journal", "show", &id, "--journal", j, "--json"],
+    ));
+    let answers: Vec<usize> = show["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| s.to_string().contains(r#""input":"model_responded""#))
+        .map(|(i, _)| i)
+        .collect();
+    let at = answers[1] - 1;
+
+    // From there the model answers differently.
+    let first_answer = serde_json::from_str::<Value>(&script()).unwrap()[0].clone();
+    dir.write(
+        "script.json",
+        &json!([first_answer, {"text": "A different ending."}]).to_string(),
+    );
+    let out = cli(
+        &dir,
+        &[
+            "journal",
+            "fork",
+            &id[..12],
+            "--at",
+            &at.to_string(),
+            "--journal",
+            j,
+            "--json",
+        ],
+    );
+    exited(&out, 0, "the fork");
+    let forked = json_of(&out);
+    let fork_id = forked["run_id"].as_str().unwrap().to_owned();
+    assert_ne!(fork_id, id);
+    assert_eq!(forked["stop_reason"], "finished");
+    let transcript = forked["transcript"].as_array().unwrap();
+    // The user's input, the first answer and its three results: the old run's, then its own.
+    assert_eq!(transcript.len(), 6, "{transcript:#?}");
+    assert_eq!(
+        transcript[..5],
+        base[..5],
+        "the transcript up to the step is the old one's"
+    );
+    assert_ne!(transcript[5], base[5]);
+    assert!(transcript[5].to_string().contains("A different ending."));
+    assert_eq!(
+        side_log(&dir),
+        side_before,
+        "no call the fork holds finished runs again"
+    );
+
+    let runs = run_ids(&dir, &journal);
+    assert_eq!(runs.len(), 2);
+    let listed = runs
+        .iter()
+        .find(|r| r["run_id"] == fork_id.as_str())
+        .unwrap();
+    assert_eq!(listed["forked_from"], json!({"run_id": id, "step": at}));
+    assert_eq!(listed["status"], "finished");
+    assert!(runs.iter().find(|r| r["run_id"] == id.as_str()).unwrap()["forked_from"].is_null());
+    let show = json_of(&cli(
+        &dir,
+        &["journal", "show", &fork_id, "--journal", j, "--json"],
+    ));
+    assert_eq!(show["forked_from"]["run_id"], id.as_str());
+    assert_eq!(
+        rows_of(&journal, &id),
+        before,
+        "the first run's rows are untouched"
+    );
+
+    // A step the run does not have: refused, nothing new.
+    let out = cli(
+        &dir,
+        &["journal", "fork", &id, "--at", "999", "--journal", j],
+    );
+    exited(&out, 9, "a fork past the run's end");
+    assert_eq!(run_ids(&dir, &journal).len(), 2);
 }

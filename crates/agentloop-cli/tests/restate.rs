@@ -715,3 +715,58 @@ fn a_worker_that_cannot_register_exits_with_the_restate_code_and_shows_no_creden
         "{err}"
     );
 }
+
+#[test]
+fn two_submits_with_one_idempotency_key_and_no_session_start_one_run() {
+    let server = Server::start();
+    let dir = slow_dir(r#"["python3", "slow.py"]"#, 1);
+    dir.write("slow.py", SLOW);
+    let _w = worker(&dir, &server, free_addr(), true, None);
+    let submit_keyed = |key: &str| {
+        let agent = dir.agent();
+        let out = cli(
+            &dir,
+            &[
+                "submit",
+                agent.to_str().unwrap(),
+                "--input",
+                "go",
+                "--idempotency-key",
+                key,
+                "--restate",
+                &server.ingress,
+                "--json",
+            ],
+        );
+        assert_eq!(out.status.code(), Some(0), "submit: {}", stderr(&out));
+        stdout_json(&out)
+    };
+    let first = submit_keyed("order-17");
+    let second = submit_keyed("order-17");
+    assert_eq!(first["status"], "Accepted", "{first}");
+    assert_eq!(second["status"], "PreviouslyAccepted", "{second}");
+    assert_eq!(
+        second["id"], first["id"],
+        "the second submit is the first run"
+    );
+    assert_eq!(second["session"], first["session"]);
+    assert!(
+        !first["session"].as_str().unwrap().contains("order-17"),
+        "the session does not show the key"
+    );
+    let outcome = attach(&dir, &server, first["id"].as_str().unwrap());
+    assert_eq!(outcome["stop_reason"], "finished", "{outcome}");
+    // Another key is another run, on a session of its own.
+    let other = submit_keyed("order-18");
+    assert_ne!(other["id"], first["id"]);
+    assert_ne!(other["session"], first["session"]);
+    let outcome = attach(&dir, &server, other["id"].as_str().unwrap());
+    assert_eq!(outcome["stop_reason"], "finished", "{outcome}");
+    // The tool ran once per run: twice, not three times.
+    let times = std::fs::read_to_string(dir.path("times.log")).unwrap();
+    assert_eq!(
+        times.lines().filter(|l| l.starts_with("start")).count(),
+        2,
+        "{times}"
+    );
+}

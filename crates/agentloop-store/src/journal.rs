@@ -1,32 +1,39 @@
 //! The SQLite journal of durable runs: [`SqliteJournal`] writes (an [`agentloop::journal::Journal`]),
-//! [`JournalReader`] reads, lists and records approval answers.
+//! [`JournalReader`] reads, lists and records approval answers; [`SqliteJournal::fork`] starts a
+//! new run from a step of another.
 //!
-//! One SQLite transaction per step, in WAL mode with `synchronous = FULL`, so a step is on disk
-//! before the run moves on, and a write cut short by a crash is rolled back whole. Each step
-//! row carries a SHA-256 chained over the run's header and every step before it: a changed,
-//! missing or reordered row is reported with its run and step, and the steps before it stay
-//! readable ([`JournalReader::load_intact`]). A file that is not a journal is refused before
-//! anything is written to it.
+//! The file is in WAL mode. A step is committed before the run moves on, and a write cut short
+//! by a crash is rolled back whole; what a commit survives is the journal's [`Durability`]:
+//! `process` (any kill of the process: no fsync per commit) or `power` (a power cut: fsync'd,
+//! the default). Each step row carries a SHA-256 chained over the run's header and every step
+//! before it: a changed, missing or reordered row is reported with its run and step, and the
+//! steps before it stay readable ([`JournalReader::load_intact`]). A file that is not a journal
+//! is refused before anything is written to it.
 //!
-//! The writer owns its connection on a thread of its own: no SQLite work runs on the async
-//! workers.
+//! Each file has one writer in a process, on a thread of its own that owns the connection (no
+//! SQLite work runs on the async workers): it commits every write that is ready together (the
+//! steps of concurrent runs sharing the file) in one transaction and, at `power`, one fsync.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
-use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use agentloop::RunOutcome;
 use agentloop::journal::{
-    Journal, JournalError, JournalHeader, JournaledRun, PendingApproval, RunStatus,
+    Definition, Journal, JournalError, JournalHeader, JournaledRun, PendingApproval, RunStatus,
 };
 use agentloop::machine::Step;
 use agentloop::permissions::{Answer, ApprovalRequest};
 use futures::future::BoxFuture;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 use sha2::{Digest, Sha256};
+
+mod writer;
+
+use writer::{Command, Done, Job, WriterHandle};
+pub use writer::{Durability, Fault};
 
 /// The `format` a journal's meta table names.
 pub const JOURNAL_FORMAT: &str = "agentloop-journal";
@@ -240,49 +247,12 @@ fn migrate(conn: &Connection, kind: &FileKind, from: i64) -> Result<(), JournalE
     }
 }
 
-/// Where a test makes the writer stop as if the process were killed there: it prints a line on
-/// stderr and waits forever, and the test kills the process.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Fault {
-    /// After step `n` is committed.
-    AfterStep(u64),
-    /// Inside the transaction of step `n`, before its commit.
-    InStep(u64),
-}
-
-impl Fault {
-    /// Reads `after-step:N` or `in-step:N`.
-    pub fn parse(text: &str) -> Option<Fault> {
-        let (kind, n) = text.trim().split_once(':')?;
-        let n = n.trim().parse().ok()?;
-        match kind.trim() {
-            "after-step" => Some(Fault::AfterStep(n)),
-            "in-step" => Some(Fault::InStep(n)),
-            _ => None,
-        }
-    }
-}
-
-fn hang(what: &str) -> ! {
-    eprintln!("agentloop: fault: paused {what}");
-    loop {
-        std::thread::park();
-    }
-}
-
-enum Command {
-    Begin(String, String, String, String),
-    Append(String, u64, String),
-    Suspend(String, Vec<(String, String)>),
-    Finish(String, String),
-}
-
-type Reply = tokio::sync::oneshot::Sender<Result<(), JournalError>>;
-
-/// The writing side of a journal file, on a thread of its own.
+/// The writing side of a journal file: a handle on the file's writer thread (one per file in a
+/// process, shared by every handle of it; see [`Durability`] for what a commit survives).
 pub struct SqliteJournal {
     path: PathBuf,
-    tx: Mutex<mpsc::Sender<(Command, Reply)>>,
+    writer: Arc<WriterHandle>,
+    durability: Durability,
     /// The runs this journal drives, each with the lock that says so to other processes.
     owned: Mutex<HashMap<String, std::fs::File>>,
 }
@@ -345,7 +315,7 @@ impl std::fmt::Debug for SqliteJournal {
 }
 
 impl SqliteJournal {
-    /// Opens (or creates) the journal at `path`.
+    /// Opens (or creates) the journal at `path`, at [`Durability::Power`].
     pub fn open(path: impl AsRef<Path>) -> Result<Self, JournalError> {
         Self::open_with(path, None)
     }
@@ -353,26 +323,26 @@ impl SqliteJournal {
     /// [`SqliteJournal::open`], with a fault for crash tests.
     pub fn open_with(path: impl AsRef<Path>, fault: Option<Fault>) -> Result<Self, JournalError> {
         let path = path.as_ref().to_path_buf();
-        let conn = open_checked(&path, true)?;
-        let (tx, rx) = mpsc::channel::<(Command, Reply)>();
-        std::thread::Builder::new()
-            .name("agentloop-journal".into())
-            .spawn(move || {
-                let mut writer = Writer {
-                    conn,
-                    last: HashMap::new(),
-                    fault,
-                };
-                for (command, reply) in rx {
-                    let _ = reply.send(writer.apply(command));
-                }
-            })
-            .map_err(io)?;
+        let writer = writer::writer_for(&path, fault, || open_checked(&path, true))?;
         Ok(SqliteJournal {
             path,
-            tx: Mutex::new(tx),
+            writer,
+            durability: Durability::default(),
             owned: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// What this handle's writes survive (see [`Durability`]). Handles of one file at
+    /// different levels share its writer: a commit holding a `power` write is fsync'd.
+    #[must_use]
+    pub fn with_durability(mut self, durability: Durability) -> Self {
+        self.durability = durability;
+        self
+    }
+
+    /// The level this handle writes at.
+    pub fn durability(&self) -> Durability {
+        self.durability
     }
 
     /// The file.
@@ -380,18 +350,51 @@ impl SqliteJournal {
         &self.path
     }
 
-    fn send(&self, command: Command) -> BoxFuture<'_, Result<(), JournalError>> {
+    fn write(&self, command: Command) -> BoxFuture<'_, Result<Done, JournalError>> {
         let (reply, done) = tokio::sync::oneshot::channel();
-        let sent = self
-            .tx
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .send((command, reply));
+        let sent = self.writer.send(Job {
+            command,
+            durability: self.durability,
+            reply,
+        });
         Box::pin(async move {
-            sent.map_err(|_| io("the journal's writer thread is gone"))?;
+            sent?;
             done.await
                 .map_err(|_| io("the journal's writer thread is gone"))?
         })
+    }
+
+    fn send(&self, command: Command) -> BoxFuture<'_, Result<(), JournalError>> {
+        let written = self.write(command);
+        Box::pin(async move { written.await.map(drop) })
+    }
+
+    /// Starts run `run_id` from the state after step `at` of run `from` (a different answer to
+    /// try from there, or a changed tool): its header is `from`'s, naming its origin
+    /// ([`ForkOrigin`], in [`RunEntry::forked_from`]), with `definition` when the agent it goes
+    /// on with is another; its steps are `from`'s up to `at`, checked as they are copied.
+    /// `from` is only read. The new run is owned by this journal, and is resumed like any run
+    /// ([`agentloop::Agent::resume`]): calls in flight at `at` follow the restart rule.
+    pub async fn fork(
+        &self,
+        from: &str,
+        at: u64,
+        run_id: &str,
+        definition: Option<Definition>,
+    ) -> Result<JournaledRun, JournalError> {
+        self.own(run_id)?;
+        match self
+            .write(Command::Fork {
+                from: from.to_owned(),
+                at,
+                run_id: run_id.to_owned(),
+                definition,
+            })
+            .await?
+        {
+            Done::Forked(run) => Ok(*run),
+            Done::Written => Err(io("the journal's writer answered a fork with no run")),
+        }
     }
 }
 
@@ -405,12 +408,12 @@ impl Journal for SqliteJournal {
             return Box::pin(async move { Err(e) });
         }
         match to_json(header) {
-            Ok(text) => self.send(Command::Begin(
-                header.run_id.clone(),
-                header.agent.clone(),
-                header.fingerprint.clone(),
-                text,
-            )),
+            Ok(text) => self.send(Command::Begin {
+                run_id: header.run_id.clone(),
+                agent: header.agent.clone(),
+                fingerprint: header.fingerprint.clone(),
+                header: text,
+            }),
             Err(e) => Box::pin(async move { Err(e) }),
         }
     }
@@ -422,7 +425,11 @@ impl Journal for SqliteJournal {
         step: &'a Step,
     ) -> BoxFuture<'a, Result<(), JournalError>> {
         match to_json(step) {
-            Ok(text) => self.send(Command::Append(run_id.to_owned(), seq, text)),
+            Ok(text) => self.send(Command::Append {
+                run_id: run_id.to_owned(),
+                seq,
+                step: text,
+            }),
             Err(e) => Box::pin(async move { Err(e) }),
         }
     }
@@ -437,7 +444,10 @@ impl Journal for SqliteJournal {
             .map(|r| Ok((r.call_id.clone(), to_json(r)?)))
             .collect();
         match rows {
-            Ok(rows) => self.send(Command::Suspend(run_id.to_owned(), rows)),
+            Ok(rows) => self.send(Command::Suspend {
+                run_id: run_id.to_owned(),
+                rows,
+            }),
             Err(e) => Box::pin(async move { Err(e) }),
         }
     }
@@ -447,131 +457,88 @@ impl Journal for SqliteJournal {
         run_id: &'a str,
         outcome: &'a RunOutcome,
     ) -> BoxFuture<'a, Result<(), JournalError>> {
-        self.send(Command::Finish(
-            run_id.to_owned(),
-            outcome.stop_reason.as_str().to_owned(),
-        ))
+        self.send(Command::Finish {
+            run_id: run_id.to_owned(),
+            stop_reason: outcome.stop_reason.as_str().to_owned(),
+        })
     }
 }
 
-struct Writer {
-    conn: Connection,
-    /// Each run's last step: its sequence number and chained sum.
-    last: HashMap<String, (Option<u64>, String)>,
-    fault: Option<Fault>,
+/// Where a forked run came from: the run, and the step after which it went its own way.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ForkOrigin {
+    /// The run it was forked from.
+    pub run_id: String,
+    /// The last step it shares with that run.
+    pub step: u64,
 }
 
-impl Writer {
-    fn apply(&mut self, command: Command) -> Result<(), JournalError> {
-        match command {
-            Command::Begin(run_id, agent, fingerprint, header) => {
-                let sum = header_sum(&header);
-                let at = now_ms();
-                self.conn
-                    .execute(
-                        "INSERT INTO runs (run_id, agent, fingerprint, header, header_sum, status, \
-                         created_ms, updated_ms) VALUES (?1, ?2, ?3, ?4, ?5, 'running', ?6, ?6)",
-                        params![run_id, agent, fingerprint, header, sum, at],
-                    )
-                    .map_err(|e| io(format!("cannot start run {run_id}: {e}")))?;
-                self.last.insert(run_id, (None, sum));
-                Ok(())
+/// A run's steps in order, each checked against the chain from `header_sum`, up to step `upto`
+/// (all without it), into `steps` (and their text into `texts`); the damage that ends them, if
+/// any.
+pub(crate) fn read_steps(
+    conn: &Connection,
+    run_id: &str,
+    header_sum: &str,
+    upto: Option<u64>,
+    steps: &mut Vec<Step>,
+    texts: &mut Vec<String>,
+    damaged: impl Fn(Option<u64>, String) -> JournalError,
+) -> Result<Option<JournalError>, JournalError> {
+    let mut stmt = conn
+        .prepare("SELECT seq, step, sum FROM steps WHERE run_id = ?1 AND seq <= ?2 ORDER BY seq")
+        .map_err(io)?;
+    let upto = upto.map_or(i64::MAX, |u| i64::try_from(u).unwrap_or(i64::MAX));
+    let mut rows = stmt.query(params![run_id, upto]).map_err(io)?;
+    let mut previous = header_sum.to_owned();
+    let mut expected: u64 = 0;
+    loop {
+        let row = match rows.next() {
+            Ok(Some(row)) => row,
+            Ok(None) => return Ok(None),
+            Err(e) => {
+                return Ok(Some(damaged(
+                    Some(expected),
+                    format!("the row cannot be read ({e})"),
+                )));
             }
-            Command::Append(run_id, seq, step) => self.append(run_id, seq, &step),
-            Command::Suspend(run_id, rows) => {
-                let tx = self.conn.transaction().map_err(io)?;
-                for (call_id, request) in rows {
-                    // A new request under a recorded call id asks afresh: an answer is for the
-                    // request it was given for, never for another one that took its id.
-                    tx.execute(
-                        "INSERT INTO approvals (run_id, call_id, request) VALUES (?1, ?2, ?3) \
-                         ON CONFLICT (run_id, call_id) DO UPDATE SET request = excluded.request, \
-                         answer = NULL",
-                        params![run_id, call_id, request],
-                    )
-                    .map_err(io)?;
-                }
-                tx.execute(
-                    "UPDATE runs SET status = 'suspended', updated_ms = ?2 WHERE run_id = ?1",
-                    params![run_id, now_ms()],
-                )
-                .map_err(io)?;
-                tx.commit().map_err(io)
-            }
-            Command::Finish(run_id, stop_reason) => self
-                .conn
-                .execute(
-                    "UPDATE runs SET status = 'finished', stop_reason = ?2, updated_ms = ?3 \
-                     WHERE run_id = ?1",
-                    params![run_id, stop_reason, now_ms()],
-                )
-                .map(drop)
-                .map_err(io),
-        }
-    }
-
-    fn append(&mut self, run_id: String, seq: u64, step: &str) -> Result<(), JournalError> {
-        let (last_seq, previous) = match self.last.get(&run_id) {
-            Some(last) => last.clone(),
-            None => tail(&self.conn, &run_id)?,
         };
-        let expected = last_seq.map_or(0, |s| s + 1);
-        if seq != expected {
-            return Err(io(format!(
-                "run {run_id}: step {seq} written out of order (expected step {expected})"
+        let read: Result<(i64, String, String), _> =
+            (|| Ok::<_, rusqlite::Error>((row.get(0)?, row.get(1)?, row.get(2)?)))();
+        let (seq, text, sum) = match read {
+            Ok(r) => r,
+            Err(e) => {
+                return Ok(Some(damaged(
+                    Some(expected),
+                    format!("the row cannot be read ({e})"),
+                )));
+            }
+        };
+        if u64::try_from(seq).ok() != Some(expected) {
+            return Ok(Some(damaged(
+                Some(expected),
+                format!("the step is missing (the next row is step {seq})"),
             )));
         }
-        let sum = step_sum(&previous, seq, step);
-        let seq_i = i64::try_from(seq).map_err(io)?;
-        let tx = self.conn.transaction().map_err(io)?;
-        tx.execute(
-            "INSERT INTO steps (run_id, seq, step, sum) VALUES (?1, ?2, ?3, ?4)",
-            params![run_id, seq_i, step, sum],
-        )
-        .map_err(io)?;
-        tx.execute(
-            "UPDATE runs SET status = 'running', updated_ms = ?2 WHERE run_id = ?1",
-            params![run_id, now_ms()],
-        )
-        .map_err(io)?;
-        if self.fault == Some(Fault::InStep(seq)) {
-            hang(&format!("in the write of step {seq}"));
+        if step_sum(&previous, expected, &text) != sum {
+            return Ok(Some(damaged(
+                Some(expected),
+                "its checksum does not match (the row was changed or torn)".into(),
+            )));
         }
-        tx.commit().map_err(io)?;
-        if self.fault == Some(Fault::AfterStep(seq)) {
-            hang(&format!("after step {seq}"));
+        match serde_json::from_str::<Step>(&text) {
+            Ok(step) => steps.push(step),
+            Err(e) => {
+                return Ok(Some(damaged(
+                    Some(expected),
+                    format!("it cannot be parsed ({e})"),
+                )));
+            }
         }
-        self.last.insert(run_id, (Some(seq), sum));
-        Ok(())
+        texts.push(text);
+        previous = sum;
+        expected += 1;
     }
-}
-
-/// A run's last step in the file (its number and sum), or its header's sum when it has none.
-fn tail(conn: &Connection, run_id: &str) -> Result<(Option<u64>, String), JournalError> {
-    let last: Option<(i64, String)> = conn
-        .query_row(
-            "SELECT seq, sum FROM steps WHERE run_id = ?1 ORDER BY seq DESC LIMIT 1",
-            [run_id],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )
-        .optional()
-        .map_err(io)?;
-    if let Some((seq, sum)) = last {
-        return Ok((u64::try_from(seq).ok(), sum));
-    }
-    let header: Option<String> = conn
-        .query_row(
-            "SELECT header_sum FROM runs WHERE run_id = ?1",
-            [run_id],
-            |r| r.get(0),
-        )
-        .optional()
-        .map_err(io)?;
-    header
-        .map(|s| (None, s))
-        .ok_or_else(|| JournalError::UnknownRun {
-            run_id: run_id.to_owned(),
-        })
 }
 
 /// One run of a journal, as [`JournalReader::runs`] lists it.
@@ -593,6 +560,9 @@ pub struct RunEntry {
     pub created_ms: i64,
     /// When it was last written.
     pub updated_ms: i64,
+    /// The run and step it was forked from ([`SqliteJournal::fork`]), if it was.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub forked_from: Option<ForkOrigin>,
 }
 
 /// A call a suspended run waits on, as [`JournalReader::pending`] lists it.
@@ -634,7 +604,9 @@ impl JournalReader {
             .conn
             .prepare(
                 "SELECT r.run_id, r.agent, r.status, r.stop_reason, r.fingerprint, r.created_ms, \
-                 r.updated_ms, (SELECT COUNT(*) FROM steps s WHERE s.run_id = r.run_id) \
+                 r.updated_ms, (SELECT COUNT(*) FROM steps s WHERE s.run_id = r.run_id), \
+                 json_extract(r.header, '$.forked_from.run_id'), \
+                 json_extract(r.header, '$.forked_from.step') \
                  FROM runs r ORDER BY r.created_ms, r.run_id",
             )
             .map_err(io)?;
@@ -649,6 +621,14 @@ impl JournalReader {
                     created_ms: r.get(5)?,
                     updated_ms: r.get(6)?,
                     steps: u64::try_from(r.get::<_, i64>(7)?).unwrap_or(0),
+                    forked_from: match (r.get::<_, Option<String>>(8)?, r.get::<_, Option<i64>>(9)?)
+                    {
+                        (Some(run_id), Some(step)) => Some(ForkOrigin {
+                            run_id,
+                            step: u64::try_from(step).unwrap_or(0),
+                        }),
+                        _ => None,
+                    },
                 })
             })
             .map_err(io)?;
@@ -729,70 +709,16 @@ impl JournalReader {
             status,
             approvals,
         };
-        let damage = self.read_steps(run_id, &sum, &mut run.steps, damaged)?;
+        let damage = read_steps(
+            &self.conn,
+            run_id,
+            &sum,
+            None,
+            &mut run.steps,
+            &mut Vec::new(),
+            damaged,
+        )?;
         Ok((run, damage))
-    }
-
-    fn read_steps(
-        &self,
-        run_id: &str,
-        header_sum: &str,
-        steps: &mut Vec<Step>,
-        damaged: impl Fn(Option<u64>, String) -> JournalError,
-    ) -> Result<Option<JournalError>, JournalError> {
-        let mut stmt = self
-            .conn
-            .prepare("SELECT seq, step, sum FROM steps WHERE run_id = ?1 ORDER BY seq")
-            .map_err(io)?;
-        let mut rows = stmt.query([run_id]).map_err(io)?;
-        let mut previous = header_sum.to_owned();
-        let mut expected: u64 = 0;
-        loop {
-            let row = match rows.next() {
-                Ok(Some(row)) => row,
-                Ok(None) => return Ok(None),
-                Err(e) => {
-                    return Ok(Some(damaged(
-                        Some(expected),
-                        format!("the row cannot be read ({e})"),
-                    )));
-                }
-            };
-            let read: Result<(i64, String, String), _> =
-                (|| Ok::<_, rusqlite::Error>((row.get(0)?, row.get(1)?, row.get(2)?)))();
-            let (seq, text, sum) = match read {
-                Ok(r) => r,
-                Err(e) => {
-                    return Ok(Some(damaged(
-                        Some(expected),
-                        format!("the row cannot be read ({e})"),
-                    )));
-                }
-            };
-            if u64::try_from(seq).ok() != Some(expected) {
-                return Ok(Some(damaged(
-                    Some(expected),
-                    format!("the step is missing (the next row is step {seq})"),
-                )));
-            }
-            if step_sum(&previous, expected, &text) != sum {
-                return Ok(Some(damaged(
-                    Some(expected),
-                    "its checksum does not match (the row was changed or torn)".into(),
-                )));
-            }
-            match serde_json::from_str::<Step>(&text) {
-                Ok(step) => steps.push(step),
-                Err(e) => {
-                    return Ok(Some(damaged(
-                        Some(expected),
-                        format!("it cannot be parsed ({e})"),
-                    )));
-                }
-            }
-            previous = sum;
-            expected += 1;
-        }
     }
 
     fn approvals(&self, run_id: &str) -> Result<Vec<PendingApproval>, JournalError> {

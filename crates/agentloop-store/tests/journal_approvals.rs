@@ -3,11 +3,13 @@
 //! suspension on a call id the journal holds (another tool or other arguments under that id)
 //! asks afresh; it never inherits the old answer.
 
-use agentloop::journal::{Definition, Journal, JournalHeader};
-use agentloop::machine::Seams;
+mod support;
+
+use agentloop::journal::Journal;
 use agentloop::permissions::{Answer, ApprovalRequest};
 use agentloop_store::{JournalReader, SqliteJournal};
 use serde_json::json;
+use support::header;
 
 fn request(call_id: &str, command: &str) -> ApprovalRequest {
     ApprovalRequest {
@@ -25,17 +27,7 @@ fn a_new_request_under_an_answered_call_id_is_asked_afresh() {
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("runs.db");
     let journal = SqliteJournal::open(&path).unwrap();
-    let header = JournalHeader {
-        run_id: "r1".into(),
-        agent: "a".into(),
-        definition: Definition::new(),
-        fingerprint: Definition::new().fingerprint(),
-        seams: Seams::default(),
-        limits: None,
-        transcript: Vec::new(),
-        input: None,
-        origin: None,
-    };
+    let header = header("r1");
     futures::executor::block_on(async {
         journal.begin(&header).await.unwrap();
         journal

@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 
 use agentloop::{OnLimit, permissions::Permission, tool::ExecutionMode};
+use agentloop_store::Durability;
 use agentloop_tools::{SandboxMode, SandboxPolicy};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -23,6 +24,7 @@ leaf!(
     CompactionSpec,
     RestartSpec,
     SandboxMode,
+    Durability,
     BTreeMap<String, String>
 );
 
@@ -98,6 +100,10 @@ section! {
         /// MCP servers) unless an entry says otherwise: `workspace-write` (the default),
         /// `read-only`, `off` or `best-effort`.
         sandbox: Option<SandboxMode>,
+        /// What each step of a journaled run (`run --journal`, `resume`, `journal fork`)
+        /// survives before the run moves on: `process` (any kill of the process) or `power` (a
+        /// power cut too: fsync'd; the default). `--durability` overrides it.
+        durability: Option<Durability>,
     }
 }
 

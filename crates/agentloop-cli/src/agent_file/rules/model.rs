@@ -132,8 +132,11 @@ fn check_provider_keys(model: &ModelSpec, problems: &mut Problems) {
             "model.tool_dialect",
             span_of(d),
             format!(
-                "unknown tool_dialect {:?}: \"hermes\", \"mistral\" or \"llama3-json\"",
-                d.get_ref()
+                "unknown tool_dialect {:?}: one of {}",
+                d.get_ref(),
+                agentloop_providers::openai_chat::ToolDialect::NAMES
+                    .map(|n| format!("{n:?}"))
+                    .join(", ")
             ),
         );
     }

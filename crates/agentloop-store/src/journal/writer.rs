@@ -1,0 +1,552 @@
+//! The journal's writer: one thread per journal file in a process, owning the file's connection.
+//! Appenders queue their write and await its answer; the writer takes everything queued into
+//! one transaction (group commit), commits it once, and only then answers each. A step is never
+//! answered, and so never fed to a machine, before the commit that holds it.
+//!
+//! Each write in a group has a savepoint of its own: a write that fails (a step out of order, a
+//! run that is not there) is undone alone and answered with its error, and the others commit.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{LazyLock, Mutex, Weak, mpsc};
+
+use agentloop::journal::{Definition, JournalError, JournalHeader, JournaledRun, RunStatus};
+use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
+use serde_json::Value;
+
+use super::{ForkOrigin, header_sum, io, now_ms, read_steps, step_sum};
+
+/// What a journal's commits survive. Either way a commit is whole or absent after a crash (a
+/// torn write rolls back), and a step is committed before the run is told so.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Durability {
+    /// Survives any kill of the process (`kill -9`, a panic, an out-of-memory kill): each commit
+    /// is in the operating system's hands before the run moves on (WAL, `synchronous =
+    /// NORMAL`, no fsync per commit). A power cut or a crash of the operating system may lose
+    /// the last commits, never tear one.
+    Process,
+    /// Also survives a power cut or a crash of the operating system: each commit is fsync'd
+    /// before the run moves on (WAL, `synchronous = FULL`). Steps that are ready together (of
+    /// concurrent runs sharing the file) share one transaction and one fsync.
+    #[default]
+    Power,
+}
+
+impl Durability {
+    /// `process` or `power`, as agent files and `--durability` spell it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Durability::Process => "process",
+            Durability::Power => "power",
+        }
+    }
+
+    /// The SQLite `synchronous` level that keeps the promise in WAL mode.
+    fn synchronous(self) -> &'static str {
+        match self {
+            Durability::Process => "NORMAL",
+            Durability::Power => "FULL",
+        }
+    }
+}
+
+impl std::str::FromStr for Durability {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        match text {
+            "process" => Ok(Durability::Process),
+            "power" => Ok(Durability::Power),
+            other => Err(format!(
+                "unknown durability {other:?}: `process` (survives a killed process) or `power` \
+                 (survives a power cut)"
+            )),
+        }
+    }
+}
+
+impl std::fmt::Display for Durability {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Where a test makes the writer stop as if the process were killed there: it prints a line on
+/// stderr and waits forever, and the test kills the process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// After step `n` is committed.
+    AfterStep(u64),
+    /// Inside the transaction of step `n`, before its commit.
+    InStep(u64),
+}
+
+impl Fault {
+    /// Reads `after-step:N` or `in-step:N`.
+    pub fn parse(text: &str) -> Option<Fault> {
+        let (kind, n) = text.trim().split_once(':')?;
+        let n = n.trim().parse().ok()?;
+        match kind.trim() {
+            "after-step" => Some(Fault::AfterStep(n)),
+            "in-step" => Some(Fault::InStep(n)),
+            _ => None,
+        }
+    }
+}
+
+fn hang(what: &str) -> ! {
+    eprintln!("agentloop: fault: paused {what}");
+    loop {
+        std::thread::park();
+    }
+}
+
+/// One write the writer is asked for.
+pub(super) enum Command {
+    Begin {
+        run_id: String,
+        agent: String,
+        fingerprint: String,
+        header: String,
+    },
+    Append {
+        run_id: String,
+        seq: u64,
+        step: String,
+    },
+    Suspend {
+        run_id: String,
+        rows: Vec<(String, String)>,
+    },
+    Finish {
+        run_id: String,
+        stop_reason: String,
+    },
+    Fork {
+        from: String,
+        at: u64,
+        run_id: String,
+        definition: Option<Definition>,
+    },
+}
+
+/// What a write gave back.
+pub(super) enum Done {
+    Written,
+    Forked(Box<JournaledRun>),
+}
+
+pub(super) type Reply = tokio::sync::oneshot::Sender<Result<Done, JournalError>>;
+
+/// A write, the level it asks for, and where its answer goes.
+pub(super) struct Job {
+    pub(super) command: Command,
+    pub(super) durability: Durability,
+    pub(super) reply: Reply,
+}
+
+/// The most writes one transaction takes: a bound on how long the first of them waits.
+const MAX_GROUP: usize = 1024;
+
+/// The queue of a file's writer thread. The thread ends when the last handle is dropped.
+pub(super) struct WriterHandle {
+    tx: mpsc::Sender<Job>,
+}
+
+impl WriterHandle {
+    pub(super) fn send(&self, job: Job) -> Result<(), JournalError> {
+        self.tx
+            .send(job)
+            .map_err(|_| io("the journal's writer thread is gone"))
+    }
+}
+
+/// The writer of each journal file open in this process, by its canonical path: the runs of
+/// one process that share a file share its writer, and so its commits.
+static WRITERS: LazyLock<Mutex<HashMap<PathBuf, Weak<WriterHandle>>>> =
+    LazyLock::new(|| Mutex::new(HashMap::new()));
+
+/// The writer of the journal at `path`, started when none runs (the file is opened, and
+/// created, with `open`). A writer with a test fault is never shared.
+pub(super) fn writer_for(
+    path: &std::path::Path,
+    fault: Option<Fault>,
+    open: impl FnOnce() -> Result<Connection, JournalError>,
+) -> Result<std::sync::Arc<WriterHandle>, JournalError> {
+    let mut writers = WRITERS.lock().unwrap_or_else(|p| p.into_inner());
+    writers.retain(|_, w| w.strong_count() > 0);
+    let key = std::fs::canonicalize(path).ok();
+    if fault.is_none()
+        && let Some(live) = key.as_ref().and_then(|k| writers.get(k)?.upgrade())
+    {
+        return Ok(live);
+    }
+    let conn = open()?;
+    let (tx, rx) = mpsc::channel::<Job>();
+    std::thread::Builder::new()
+        .name("agentloop-journal".into())
+        .spawn(move || serve(conn, &rx, fault))
+        .map_err(io)?;
+    let handle = std::sync::Arc::new(WriterHandle { tx });
+    if fault.is_none()
+        && let Some(key) = key.or_else(|| std::fs::canonicalize(path).ok())
+    {
+        writers.insert(key, std::sync::Arc::downgrade(&handle));
+    }
+    Ok(handle)
+}
+
+/// Each run's last step: its sequence number (none before the first) and chained sum.
+type Tail = (Option<u64>, String);
+
+/// What the writes of one group did, kept apart until its commit holds them.
+#[derive(Default)]
+struct Group {
+    /// The tails the group moved.
+    moved: HashMap<String, Tail>,
+    /// The steps it appended (their numbers, for the crash tests' faults).
+    appended: Vec<u64>,
+    /// The runs whose last write in the group is a step: marked running at its end.
+    running: std::collections::BTreeSet<String>,
+}
+
+struct Writer {
+    /// Each run's last committed step.
+    last: HashMap<String, Tail>,
+    fault: Option<Fault>,
+    /// The `synchronous` level the connection is at.
+    synchronous: Option<Durability>,
+}
+
+fn serve(mut conn: Connection, rx: &mpsc::Receiver<Job>, fault: Option<Fault>) {
+    let mut writer = Writer {
+        last: HashMap::new(),
+        fault,
+        synchronous: None,
+    };
+    while let Ok(first) = rx.recv() {
+        let mut group = vec![first];
+        while group.len() < MAX_GROUP {
+            match rx.try_recv() {
+                Ok(job) => group.push(job),
+                Err(_) => break,
+            }
+        }
+        writer.commit(&mut conn, group);
+    }
+}
+
+impl Writer {
+    /// Writes a group in one transaction, commits it once at the strongest level any of its
+    /// writes asked for, then answers each.
+    fn commit(&mut self, conn: &mut Connection, group: Vec<Job>) {
+        let level = if group.iter().any(|j| j.durability == Durability::Power) {
+            Durability::Power
+        } else {
+            Durability::Process
+        };
+        if self.synchronous != Some(level) {
+            if let Err(e) = conn.pragma_update(None, "synchronous", level.synchronous()) {
+                return answer_all(group, &io(e));
+            }
+            self.synchronous = Some(level);
+        }
+        let mut tx = match conn.transaction_with_behavior(TransactionBehavior::Immediate) {
+            Ok(tx) => tx,
+            Err(e) => return answer_all(group, &io(e)),
+        };
+        let mut state = Group::default();
+        let mut results = Vec::with_capacity(group.len());
+        let mut replies = Vec::with_capacity(group.len());
+        // A write alone in its transaction needs no savepoint: its failure rolls all back.
+        let alone = group.len() == 1;
+        for job in group {
+            let result = if alone {
+                self.apply(&tx, job.command, &mut state)
+            } else {
+                tx.savepoint().map_err(io).and_then(|sp| {
+                    let done = self.apply(&sp, job.command, &mut state)?;
+                    sp.commit().map_err(io)?;
+                    Ok(done)
+                })
+            };
+            results.push(result);
+            replies.push(job.reply);
+        }
+        if alone && results.iter().any(Result::is_err) {
+            drop(tx);
+            for (reply, result) in replies.into_iter().zip(results) {
+                let _ = reply.send(result);
+            }
+            return;
+        }
+        // Each run a step was appended to is marked running once a group, not once a step.
+        let marked = state.running.iter().try_for_each(|run_id| {
+            tx.prepare_cached(
+                "UPDATE runs SET status = 'running', updated_ms = ?2 WHERE run_id = ?1",
+            )
+            .and_then(|mut update| update.execute(params![run_id, now_ms()]))
+            .map(drop)
+        });
+        if let Err(e) = marked.and_then(|()| tx.commit()) {
+            let e = io(format!("the commit failed: {e}"));
+            for (reply, result) in replies.into_iter().zip(results) {
+                let _ = reply.send(result.and(Err(e.clone())));
+            }
+            return;
+        }
+        self.last.extend(state.moved);
+        if let Some(Fault::AfterStep(n)) = self.fault
+            && state.appended.contains(&n)
+        {
+            hang(&format!("after step {n}"));
+        }
+        for (reply, result) in replies.into_iter().zip(results) {
+            let _ = reply.send(result);
+        }
+    }
+
+    fn tail(
+        &self,
+        conn: &Connection,
+        moved: &HashMap<String, Tail>,
+        run_id: &str,
+    ) -> Result<Tail, JournalError> {
+        match moved.get(run_id).or_else(|| self.last.get(run_id)) {
+            Some(t) => Ok(t.clone()),
+            None => tail(conn, run_id),
+        }
+    }
+
+    fn apply(
+        &self,
+        conn: &Connection,
+        command: Command,
+        group: &mut Group,
+    ) -> Result<Done, JournalError> {
+        match command {
+            Command::Begin {
+                run_id,
+                agent,
+                fingerprint,
+                header,
+            } => {
+                let sum = insert_run(conn, &run_id, &agent, &fingerprint, &header)?;
+                group.moved.insert(run_id, (None, sum));
+            }
+            Command::Append { run_id, seq, step } => {
+                let (last_seq, previous) = self.tail(conn, &group.moved, &run_id)?;
+                let expected = last_seq.map_or(0, |s| s + 1);
+                if seq != expected {
+                    return Err(io(format!(
+                        "run {run_id}: step {seq} written out of order (expected step {expected})"
+                    )));
+                }
+                let sum = insert_step(conn, &run_id, seq, &step, &previous)?;
+                if self.fault == Some(Fault::InStep(seq)) {
+                    hang(&format!("in the write of step {seq}"));
+                }
+                group.appended.push(seq);
+                group.running.insert(run_id.clone());
+                group.moved.insert(run_id, (Some(seq), sum));
+            }
+            Command::Suspend { run_id, rows } => {
+                group.running.remove(&run_id);
+                for (call_id, request) in rows {
+                    // A new request under a recorded call id asks afresh: an answer is for the
+                    // request it was given for, never for another one that took its id.
+                    conn.execute(
+                        "INSERT INTO approvals (run_id, call_id, request) VALUES (?1, ?2, ?3) \
+                         ON CONFLICT (run_id, call_id) DO UPDATE SET request = excluded.request, \
+                         answer = NULL",
+                        params![run_id, call_id, request],
+                    )
+                    .map_err(io)?;
+                }
+                conn.execute(
+                    "UPDATE runs SET status = 'suspended', updated_ms = ?2 WHERE run_id = ?1",
+                    params![run_id, now_ms()],
+                )
+                .map_err(io)?;
+            }
+            Command::Finish {
+                run_id,
+                stop_reason,
+            } => {
+                group.running.remove(&run_id);
+                conn.execute(
+                    "UPDATE runs SET status = 'finished', stop_reason = ?2, updated_ms = ?3 \
+                     WHERE run_id = ?1",
+                    params![run_id, stop_reason, now_ms()],
+                )
+                .map_err(io)?;
+            }
+            Command::Fork {
+                from,
+                at,
+                run_id,
+                definition,
+            } => {
+                let (run, tail) = fork(conn, &from, at, &run_id, definition)?;
+                group.moved.insert(run_id, tail);
+                return Ok(Done::Forked(Box::new(run)));
+            }
+        }
+        Ok(Done::Written)
+    }
+}
+
+/// Writes a new run's row, running; its header's sum.
+fn insert_run(
+    conn: &Connection,
+    run_id: &str,
+    agent: &str,
+    fingerprint: &str,
+    header: &str,
+) -> Result<String, JournalError> {
+    let sum = header_sum(header);
+    conn.execute(
+        "INSERT INTO runs (run_id, agent, fingerprint, header, header_sum, status, \
+         created_ms, updated_ms) VALUES (?1, ?2, ?3, ?4, ?5, 'running', ?6, ?6)",
+        params![run_id, agent, fingerprint, header, sum, now_ms()],
+    )
+    .map_err(|e| io(format!("cannot start run {run_id}: {e}")))?;
+    Ok(sum)
+}
+
+/// Writes step `seq` of a run, chained after `previous`; its sum.
+fn insert_step(
+    conn: &Connection,
+    run_id: &str,
+    seq: u64,
+    step: &str,
+    previous: &str,
+) -> Result<String, JournalError> {
+    let sum = step_sum(previous, seq, step);
+    let seq = i64::try_from(seq).map_err(io)?;
+    conn.prepare_cached("INSERT INTO steps (run_id, seq, step, sum) VALUES (?1, ?2, ?3, ?4)")
+        .and_then(|mut insert| insert.execute(params![run_id, seq, step, sum]))
+        .map_err(io)?;
+    Ok(sum)
+}
+
+fn answer_all(group: Vec<Job>, e: &JournalError) {
+    for job in group {
+        let _ = job.reply.send(Err(e.clone()));
+    }
+}
+
+/// A run's last step in the file (its number and sum), or its header's sum when it has none.
+fn tail(conn: &Connection, run_id: &str) -> Result<Tail, JournalError> {
+    let last: Option<(i64, String)> = conn
+        .query_row(
+            "SELECT seq, sum FROM steps WHERE run_id = ?1 ORDER BY seq DESC LIMIT 1",
+            [run_id],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .optional()
+        .map_err(io)?;
+    if let Some((seq, sum)) = last {
+        return Ok((u64::try_from(seq).ok(), sum));
+    }
+    let header: Option<String> = conn
+        .query_row(
+            "SELECT header_sum FROM runs WHERE run_id = ?1",
+            [run_id],
+            |r| r.get(0),
+        )
+        .optional()
+        .map_err(io)?;
+    header
+        .map(|s| (None, s))
+        .ok_or_else(|| JournalError::UnknownRun {
+            run_id: run_id.to_owned(),
+        })
+}
+
+/// Writes run `run_id`: run `from`'s header (naming its origin, and with `definition` when
+/// given) and its steps up to `at`, each checked on the way and chained anew. `from` is only
+/// read.
+fn fork(
+    conn: &Connection,
+    from: &str,
+    at: u64,
+    run_id: &str,
+    definition: Option<Definition>,
+) -> Result<(JournaledRun, Tail), JournalError> {
+    let damaged = |step: Option<u64>, reason: String| JournalError::Damaged {
+        run_id: from.to_owned(),
+        step,
+        reason,
+    };
+    let row: Option<(String, String)> = conn
+        .query_row(
+            "SELECT header, header_sum FROM runs WHERE run_id = ?1",
+            [from],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .optional()
+        .map_err(io)?;
+    let Some((text, sum)) = row else {
+        return Err(JournalError::UnknownRun {
+            run_id: from.to_owned(),
+        });
+    };
+    if header_sum(&text) != sum {
+        return Err(damaged(None, "its checksum does not match".into()));
+    }
+    let mut value: Value = serde_json::from_str(&text)
+        .map_err(|e| damaged(None, format!("it cannot be parsed ({e})")))?;
+    let Some(fields) = value.as_object_mut() else {
+        return Err(damaged(None, "it is not an object".into()));
+    };
+    fields.insert("run_id".into(), Value::String(run_id.to_owned()));
+    let origin = ForkOrigin {
+        run_id: from.to_owned(),
+        step: at,
+    };
+    fields.insert(
+        "forked_from".into(),
+        serde_json::to_value(&origin).map_err(io)?,
+    );
+    if let Some(definition) = definition {
+        fields.insert(
+            "fingerprint".into(),
+            Value::String(definition.fingerprint()),
+        );
+        fields.insert(
+            "definition".into(),
+            serde_json::to_value(&definition).map_err(io)?,
+        );
+    }
+    let header: JournalHeader = serde_json::from_value(value.clone())
+        .map_err(|e| damaged(None, format!("it cannot be parsed ({e})")))?;
+    let text = serde_json::to_string(&value).map_err(io)?;
+    let mut steps = Vec::new();
+    let mut texts = Vec::new();
+    let damage = read_steps(conn, from, &sum, Some(at), &mut steps, &mut texts, damaged)?;
+    if let Some(e) = damage {
+        return Err(e);
+    }
+    if (steps.len() as u64) <= at {
+        return Err(JournalError::NotResumable {
+            run_id: from.to_owned(),
+            reason: format!(
+                "it has no step {at} to fork at (it has {} step(s))",
+                steps.len()
+            ),
+        });
+    }
+    let mut previous = insert_run(conn, run_id, &header.agent, &header.fingerprint, &text)?;
+    for (seq, step) in (0u64..).zip(&texts) {
+        previous = insert_step(conn, run_id, seq, step, &previous)?;
+    }
+    let run = JournaledRun {
+        header,
+        steps,
+        status: RunStatus::Running,
+        approvals: Vec::new(),
+    };
+    Ok((run, (Some(at), previous)))
+}
