@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
 use crate::config::{AgentConfig, DecisionPolicy, OutputSchema};
-use crate::driver::{Driver, RunLog, StepLog};
+use crate::driver::{Driver, Parts, RunLog, StepLog};
 use crate::error::RunError;
 use crate::event::{Event, EventSink, Sinks};
 use crate::gate::Approvals;
@@ -82,27 +82,10 @@ pub struct RunOptions {
     pub elapsed: Option<std::time::Duration>,
 }
 
-pub(crate) struct Inner {
-    pub(crate) cfg: Arc<AgentConfig>,
-    pub(crate) model: Arc<dyn Model>,
-    pub(crate) sinks: Sinks,
-    pub(crate) pricing: Option<Arc<dyn Pricing>>,
-    pub(crate) ids: Arc<dyn IdSource>,
-    pub(crate) gates: Vec<Arc<dyn Gate>>,
-    pub(crate) hooks: Vec<(Arc<dyn Hook>, HookRole)>,
-    pub(crate) input_guardrails: Vec<Arc<dyn Guardrail>>,
-    pub(crate) output_guardrails: Vec<Arc<dyn Guardrail>>,
-    pub(crate) definition: Definition,
-    /// True when a tool of the agent is a subagent (the driver looks its calls up only then).
-    pub(crate) has_subagents: bool,
-    /// Tools that may change between turns (an MCP server's).
-    pub(crate) source: Option<Arc<dyn ToolSource>>,
-}
-
 /// An agent: a model, instructions, tools and limits. Cheap to clone; runs share nothing mutable.
 #[derive(Clone)]
 pub struct Agent {
-    inner: Arc<Inner>,
+    inner: Arc<Parts>,
 }
 
 impl std::fmt::Debug for Agent {
@@ -784,7 +767,7 @@ impl AgentBuilder {
             compaction,
         };
         Ok(Agent {
-            inner: Arc::new(Inner {
+            inner: Arc::new(Parts {
                 cfg: Arc::new(cfg),
                 model,
                 sinks: Sinks(self.sinks),

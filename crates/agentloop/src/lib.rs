@@ -2,11 +2,13 @@
 #![forbid(unsafe_code)]
 
 mod agent;
+mod budget;
 pub mod compaction;
 pub mod config;
 pub mod driver;
 mod error;
 pub mod event;
+pub(crate) mod fingerprint;
 pub mod gate;
 pub mod guardrail;
 pub mod hooks;
@@ -17,6 +19,7 @@ pub mod machine;
 pub mod message;
 pub mod model;
 pub mod outcome;
+mod panic;
 pub mod permissions;
 mod retry;
 mod serde_duration;

@@ -24,6 +24,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::error::RunError;
+pub use crate::gate::{Answer, ApprovalRequest};
 use crate::gate::{Gate, GateContext};
 use crate::machine::{AdmittedCall, Verdict};
 
@@ -573,34 +574,6 @@ impl PermissionStore {
             None => Ok(()),
         }
     }
-}
-
-/// A human's answer about one call.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Answer {
-    /// Run it this once.
-    AllowOnce,
-    /// Run it, and every later call of this tool.
-    AllowAlways,
-    /// Do not run it.
-    DenyOnce,
-    /// Do not run it, nor any later call of this tool.
-    DenyAlways,
-}
-
-/// A call a human is asked about.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ApprovalRequest {
-    /// The call id.
-    pub call_id: String,
-    /// The tool.
-    pub tool: String,
-    /// Its arguments.
-    pub arguments: Value,
-    /// The agent whose call it is (a subagent's calls reach the same prompt as its parent's).
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub agent: String,
 }
 
 /// Asks a human about calls, all of a batch at once.

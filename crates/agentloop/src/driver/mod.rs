@@ -23,23 +23,46 @@ use futures::{Future, StreamExt};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::agent::Inner;
+use crate::config::AgentConfig;
 use crate::event::{Event, EventKind, EventSink, Sinks};
-use crate::gate::Approvals;
-use crate::journal::{Journal, JournalError};
+use crate::gate::{Approvals, Gate};
+use crate::guardrail::Guardrail;
+use crate::hooks::{Hook, HookRole};
+use crate::ids::IdSource;
+use crate::journal::{Definition, Journal, JournalError};
+use crate::limits::Pricing;
 use crate::machine::{Action, AdmittedCall, Input, Interrupt, RunMachine, Step};
-use crate::model::{ModelEvent, ModelRequest, ResponseAccumulator};
+use crate::model::{Model, ModelEvent, ModelRequest, ResponseAccumulator};
 use crate::outcome::{CallOutcome, RunOutcome};
 use crate::steering::Steering;
-use crate::tool::{Layered, ProgressSender, Tool, ToolContext};
+use crate::tool::{Layered, ProgressSender, Tool, ToolContext, ToolSource};
 
 pub use replay::{RunLog, StepLog, replay};
+
+/// What an agent is, as its runs are driven: the agent holds it behind an `Arc`, and each
+/// run's driver borrows it.
+pub(crate) struct Parts {
+    pub(crate) cfg: Arc<AgentConfig>,
+    pub(crate) model: Arc<dyn Model>,
+    pub(crate) sinks: Sinks,
+    pub(crate) pricing: Option<Arc<dyn Pricing>>,
+    pub(crate) ids: Arc<dyn IdSource>,
+    pub(crate) gates: Vec<Arc<dyn Gate>>,
+    pub(crate) hooks: Vec<(Arc<dyn Hook>, HookRole)>,
+    pub(crate) input_guardrails: Vec<Arc<dyn Guardrail>>,
+    pub(crate) output_guardrails: Vec<Arc<dyn Guardrail>>,
+    pub(crate) definition: Definition,
+    /// True when a tool of the agent is a subagent (the driver looks its calls up only then).
+    pub(crate) has_subagents: bool,
+    /// Tools that may change between turns (an MCP server's).
+    pub(crate) source: Option<Arc<dyn ToolSource>>,
+}
 
 /// A running call: its position, its outcome, and its after-tool hooks' failures.
 type CallDone = (usize, CallOutcome, Vec<crate::machine::HookFailure>);
 
 pub(crate) struct Driver<'a> {
-    pub(crate) inner: &'a Inner,
+    pub(crate) inner: &'a Parts,
     pub(crate) sinks: Sinks,
     pub(crate) cancel: CancellationToken,
     pub(crate) steering: Option<Steering>,
@@ -66,7 +89,7 @@ pub(crate) struct Driver<'a> {
     /// The run's depth in a tree of subagents (0 at the top).
     pub(crate) depth: u32,
     /// The subagent scope of the current batch, by turn.
-    pub(crate) scope: Option<(u32, Arc<crate::subagent::Scope>)>,
+    pub(crate) scope: Option<(u32, Arc<crate::budget::Scope>)>,
     /// The handlers of the tool source's tools as last listed, by name: a call of one is looked
     /// up here once the run's tools are no longer the agent's own.
     pub(crate) source_tools: Option<HashMap<String, Layered>>,
@@ -493,7 +516,7 @@ impl<'a> Driver<'a> {
         m: &RunMachine,
         call: &AdmittedCall,
         deadline: Option<Instant>,
-    ) -> Option<Arc<crate::subagent::Scope>> {
+    ) -> Option<Arc<crate::budget::Scope>> {
         if !self.inner.has_subagents || !m.tools().spec(call.index).is_some_and(|s| s.subagent) {
             return None;
         }
@@ -512,7 +535,7 @@ impl<'a> Driver<'a> {
             .agent_path
             .clone()
             .unwrap_or_else(|| m.config().name().to_owned());
-        let scope = crate::subagent::scope(
+        let scope = crate::budget::scope(
             path,
             self.sinks.clone(),
             self.depth,
@@ -551,6 +574,11 @@ impl<'a> Driver<'a> {
         let position = call.position;
         let hooks =
             (!self.inner.hooks.is_empty()).then(|| seams::AfterTool::new(self.inner, m, call));
+        // A subagent's call leaves its run in the batch's scope; it rides on the call's outcome.
+        let scope = ctx
+            .scope
+            .as_ref()
+            .map(|s| (Arc::clone(s), Arc::clone(&ctx.call_id)));
         async move {
             // The future is first polled after `CallStarted` is written: a cancel or a deadline
             // that fired meanwhile (during that write, or with the drain) must not start the
@@ -563,7 +591,10 @@ impl<'a> Driver<'a> {
                 Some(s) => s.call(arguments, ctx).await,
                 None => CallOutcome::error(crate::outcome::codes::UNKNOWN_TOOL, "unknown tool"),
             };
-            let outcome = outcome.took(started.elapsed());
+            let mut outcome = outcome.took(started.elapsed());
+            if let Some((scope, call_id)) = scope {
+                outcome.subagent = scope.take_run(&call_id).map(Box::new);
+            }
             let (outcome, failures) = match hooks {
                 Some(h) => h.run(outcome).await,
                 None => (outcome, Vec::new()),

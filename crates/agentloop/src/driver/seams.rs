@@ -11,7 +11,7 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use super::Driver;
-use crate::agent::Inner;
+use super::Parts;
 use crate::config::AgentConfig;
 use crate::gate::GateContext;
 use crate::guardrail::Guardrail;
@@ -19,7 +19,7 @@ use crate::hooks::{Hook, HookContext, HookRole, RequestChanges, ToolCallDecision
 use crate::machine::{AdmittedCall, HookFailure, Input, RunMachine, Trip, Verdict};
 use crate::model::ModelResponse;
 use crate::outcome::{CallOutcome, RunOutcome};
-use crate::tool::panic_message;
+use crate::panic::panic_message;
 
 /// Awaits a seam's future, made by `make`; a panic while making or polling it is an error.
 async fn guarded<T, F: Future<Output = T>>(make: impl FnOnce() -> F) -> Result<T, String> {
@@ -320,7 +320,7 @@ pub(super) struct AfterTool {
 }
 
 impl AfterTool {
-    pub(super) fn new(inner: &Inner, m: &RunMachine, call: &AdmittedCall) -> Self {
+    pub(super) fn new(inner: &Parts, m: &RunMachine, call: &AdmittedCall) -> Self {
         AfterTool {
             hooks: inner.hooks.clone(),
             cfg: Arc::clone(m.config()),

@@ -994,9 +994,9 @@ impl RunMachine {
     }
 
     /// What is left of the run's budget: what its subagents may draw on.
-    pub(crate) fn remaining(&self) -> crate::subagent::Pool {
+    pub(crate) fn remaining(&self) -> crate::budget::Pool {
         let l = &self.limits;
-        crate::subagent::Pool {
+        crate::budget::Pool {
             turns: Limits::bound(l.max_turns)
                 .map(|m| m.saturating_sub(self.turn.saturating_add(self.sub_turns))),
             model_calls: Limits::bound(l.max_model_calls)
