@@ -20,17 +20,15 @@ pub mod message;
 pub mod model;
 pub mod outcome;
 mod panic;
-pub mod permissions;
 mod retry;
 mod serde_duration;
-pub mod session;
 pub mod steering;
-pub mod subagent;
 pub mod testing;
 pub mod tool;
 
 // What an application uses; everything else is at its module's path.
 pub use agent::{Agent, AgentBuilder, RunOptions, RunStream, Session, StreamItem};
+pub use agent::{permissions, session, subagent};
 pub use error::{ErrorKind, RunError};
 pub use event::{Event, EventKind, EventSink};
 pub use gate::Gate;
