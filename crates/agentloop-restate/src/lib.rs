@@ -78,9 +78,9 @@ mod news;
 mod service;
 
 pub use error::RestateError;
-pub use ingress::{Ingress, News, PendingApproval};
+pub use ingress::{Ingress, News, PendingApproval, RunRequest};
 pub use restate_sdk::endpoint::Endpoint;
-pub use service::{Agents, EndpointOptions, RunRequest, endpoint, listener, register, serve};
+pub use service::{Agents, EndpointOptions, endpoint, listener, register, serve};
 
 /// The virtual object of conversations: key = session key, handler `run` (exclusive).
 pub const SESSION_SERVICE: &str = "AgentSession";

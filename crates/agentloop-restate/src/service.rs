@@ -12,12 +12,11 @@ use agentloop::permissions::{Answer, ApprovalRequest};
 use agentloop::{Agent, EventSink, Message, RunOptions, RunOutcome, StopReason};
 use restate_sdk::context::DurableFuture;
 use restate_sdk::prelude::*;
-use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use crate::error::RestateError;
-use crate::ingress::{Ingress, News, NewsBatch, PendingApproval};
+use crate::ingress::{Ingress, News, NewsBatch, PendingApproval, RunRequest};
 use crate::journal::{ChannelJournal, Entry};
 use crate::news::News as NewsSender;
 
@@ -41,15 +40,6 @@ pub trait Agents: Send + Sync + 'static {
             "error": outcome.error.as_ref().map(|e| json!({"code": e.code(), "message": e.to_string()})),
         })
     }
-}
-
-/// A run to start: which agent, on what input.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RunRequest {
-    /// The agent's name.
-    pub agent: String,
-    /// The input text.
-    pub input: String,
 }
 
 /// How an endpoint behaves.
