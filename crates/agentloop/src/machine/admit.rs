@@ -27,7 +27,7 @@ impl RunMachine {
     pub(super) fn on_model_response(&mut self, response: Box<ModelResponse>, cost: Option<f64>) {
         // A cached answer cost nothing this time.
         let cost = if response.cached { Some(0.0) } else { cost };
-        self.usage.add(&response.usage);
+        self.counters.usage.add(&response.usage);
         self.count_cost(cost, response.model.as_deref());
         self.note_context(&response);
         let duration = self.now.saturating_sub(self.called_at);
@@ -51,11 +51,11 @@ impl RunMachine {
     /// pricing has no price for `model`): never as a silent zero.
     pub(super) fn count_cost(&mut self, cost: Option<f64>, model: Option<&str>) {
         match cost {
-            Some(c) => self.cost += c,
+            Some(c) => self.counters.cost += c,
             None => {
-                self.unpriced.0 = self.unpriced.0.saturating_add(1);
-                if self.unpriced.1.is_none() {
-                    self.unpriced.1 = model.map(str::to_owned);
+                self.counters.unpriced.0 = self.counters.unpriced.0.saturating_add(1);
+                if self.counters.unpriced.1.is_none() {
+                    self.counters.unpriced.1 = model.map(str::to_owned);
                 }
             }
         }
@@ -64,7 +64,7 @@ impl RunMachine {
     /// Judges a response: a last answer after a limit, an answer that is not one (refused,
     /// filtered, cut), a final answer, or a decision to call tools.
     pub(super) fn decide(&mut self, mut response: ModelResponse, reask: Option<String>) {
-        self.retrying_output = false;
+        self.retry.retrying_output = false;
         // A driver did this before the step was logged; a step fed without it (a replay of an
         // older log) gets the same ids, since the rule depends only on the run's ids so far.
         self.assign_call_ids(&mut response);
@@ -124,8 +124,8 @@ impl RunMachine {
             None => format!("the model {what}: {words}"),
         };
         self.keep_with_calls_not_run(response.message, what);
-        self.output = (!words.is_empty()).then_some(words);
-        self.error = Some(RunError::Model(ModelError::new(kind, message)));
+        self.ending.output = (!words.is_empty()).then_some(words);
+        self.ending.error = Some(RunError::Model(ModelError::new(kind, message)));
         self.finish(stop);
     }
 
@@ -144,7 +144,7 @@ impl RunMachine {
         );
         error.provider_code = Some(raw);
         self.keep_with_calls_not_run(response.message, "ended in an error");
-        self.error = Some(RunError::Model(error));
+        self.ending.error = Some(RunError::Model(error));
         self.finish(StopReason::Failed);
     }
 
@@ -152,7 +152,7 @@ impl RunMachine {
     /// `not_run` (saying why: the response `what`), so the conversation can be continued.
     fn keep_with_calls_not_run(&mut self, message: AssistantMessage, what: &str) {
         if message.tool_calls.is_empty() {
-            self.transcript.push(Message::Assistant(message));
+            self.kept.transcript.push(Message::Assistant(message));
         } else {
             self.answer_all(
                 message,
@@ -167,7 +167,7 @@ impl RunMachine {
     /// The output limit for the next call, raised once per run where the agent set one: doubled,
     /// up to [`MAX_RAISED_OUTPUT_TOKENS`]. False when it cannot be raised.
     fn raise_output_limit(&mut self) -> bool {
-        if self.output_raised {
+        if self.retry.output_raised {
             return false;
         }
         let current = self
@@ -184,8 +184,8 @@ impl RunMachine {
         if raised <= n {
             return false;
         }
-        self.output_raised = true;
-        self.raise_output = Some(raised);
+        self.retry.output_raised = true;
+        self.retry.raise_output = Some(raised);
         true
     }
 
@@ -193,18 +193,18 @@ impl RunMachine {
     /// `truncated` stop with the partial text kept.
     fn on_cut_answer(&mut self, message: AssistantMessage) {
         if self.raise_output_limit() {
-            let limit = self.raise_output.unwrap_or_default();
+            let limit = self.retry.raise_output.unwrap_or_default();
             self.emit(|| EventKind::AnswerRetried {
                 reason: format!("the answer was cut off by the output limit; asking again with max_tokens {limit}"),
             });
-            self.retrying_output = true;
+            self.retry.retrying_output = true;
             self.need_model();
             return;
         }
         let text = message.text.clone();
-        self.transcript.push(Message::Assistant(message));
-        self.output = (!text.is_empty()).then_some(text);
-        self.error = Some(RunError::Model(ModelError::new(
+        self.kept.transcript.push(Message::Assistant(message));
+        self.ending.output = (!text.is_empty()).then_some(text);
+        self.ending.error = Some(RunError::Model(ModelError::new(
             ModelErrorKind::Truncated,
             "the final answer was cut off by the output token limit; the partial text is kept",
         )));
@@ -217,17 +217,17 @@ impl RunMachine {
         let mut message = response.message;
         let text = message.text.trim().to_owned();
         if !text.is_empty() {
-            self.output = Some(message.text.clone());
+            self.ending.output = Some(message.text.clone());
             if let Some(schema) = &self.cfg.output_schema
                 && let Ok(value) = parse_json_answer(&text)
                 && schema.check(&value).is_ok()
             {
-                self.structured = Some(value);
+                self.ending.structured = Some(value);
             }
         }
         let calls = std::mem::take(&mut message.tool_calls);
         if calls.is_empty() {
-            self.transcript.push(Message::Assistant(message));
+            self.kept.transcript.push(Message::Assistant(message));
         } else {
             message.tool_calls = calls;
             self.answer_all(message, &CallOutcome::limited(hit.limit, true));
@@ -239,7 +239,7 @@ impl RunMachine {
         // A turn without tool calls ends any loop.
         self.recent_turns.clear();
         let text = message.text.clone();
-        self.transcript.push(Message::Assistant(message));
+        self.kept.transcript.push(Message::Assistant(message));
         if self.cfg.output_schema.is_none()
             && let Some(tool) =
                 super::unread_call::unread_tool_call(&text, |n| self.tools.names().any(|t| t == n))
@@ -261,7 +261,7 @@ impl RunMachine {
             Some(schema) => match parse_json_answer(&text) {
                 Ok(value) => match schema.check(&value) {
                     Ok(()) => {
-                        self.structured = Some(value);
+                        self.ending.structured = Some(value);
                         None
                     }
                     Err(p) => Some(format!(
@@ -275,20 +275,20 @@ impl RunMachine {
         };
         // The schema first, then the hooks' verdict: either sends the model back.
         let Some(again) = problems.or(reask) else {
-            self.output = Some(text);
+            self.ending.output = Some(text);
             self.finish(StopReason::Finished);
             return;
         };
-        self.structured = None;
-        if self.output_retries_used < self.limits.output_retries {
-            self.output_retries_used += 1;
-            self.retrying_output = true;
-            self.transcript.push(Message::User {
+        self.ending.structured = None;
+        if self.retry.output_retries_used < self.limits.output_retries {
+            self.retry.output_retries_used += 1;
+            self.retry.retrying_output = true;
+            self.kept.transcript.push(Message::User {
                 content: vec![ContentPart::Text { text: again }],
             });
             self.need_model();
         } else {
-            self.output = Some(text);
+            self.ending.output = Some(text);
             self.fail(RunError::OutputInvalid { message: again });
         }
     }
@@ -408,12 +408,12 @@ impl RunMachine {
         // The tool-call budget: a batch larger than what remains is refused whole.
         let admitted = calls.len() as u32;
         if let Some(max) = Limits::bound(self.limits.max_tool_calls)
-            && self.tool_calls_used.saturating_add(admitted) > max
+            && self.counters.tool_calls_used.saturating_add(admitted) > max
         {
             let h = hit(
                 LimitKind::ToolCalls,
                 max.into(),
-                self.tool_calls_used.into(),
+                self.counters.tool_calls_used.into(),
                 admitted.into(),
             );
             let outcome = if self.answers_on(LimitKind::ToolCalls) {
@@ -428,19 +428,19 @@ impl RunMachine {
             self.stop_on_limit(h);
             return;
         }
-        self.tool_calls_used += admitted;
+        self.counters.tool_calls_used += admitted;
         let slot_count = slots.len();
         for slot in &slots {
             if let Some(o) = &slot.outcome {
                 self.emit(|| rejected_event(slot, o));
             }
         }
-        self.transcript.push(Message::Assistant(message));
+        self.kept.transcript.push(Message::Assistant(message));
         let pending = Box::new(Pending {
-            turn: self.turn,
+            turn: self.counters.turn,
             slots,
             batch: Batch {
-                turn: self.turn,
+                turn: self.counters.turn,
                 calls,
                 sequential,
             },
@@ -490,10 +490,10 @@ impl RunMachine {
     /// arguments aside) `threshold` times in a row, or a cycle of two or three turns did.
     pub(super) fn stuck(&mut self, first: usize) -> Option<crate::limits::LimitHit> {
         let threshold = self.limits.stuck_loop_threshold;
-        if threshold < 2 || first >= self.records.len() {
+        if threshold < 2 || first >= self.kept.records.len() {
             return None;
         }
-        self.recent_turns.push((first, self.records.len()));
+        self.recent_turns.push((first, self.kept.records.len()));
         let keep = 3 * threshold as usize;
         if self.recent_turns.len() > keep {
             let drop = self.recent_turns.len() - keep;
@@ -527,7 +527,10 @@ impl RunMachine {
 
     /// Two tool turns, as ranges of records, are the same when their calls (as a set) match.
     fn same_turn(&self, a: (usize, usize), b: (usize, usize)) -> bool {
-        let (Some(x), Some(y)) = (self.records.get(a.0..a.1), self.records.get(b.0..b.1)) else {
+        let (Some(x), Some(y)) = (
+            self.kept.records.get(a.0..a.1),
+            self.kept.records.get(b.0..b.1),
+        ) else {
             return false;
         };
         // A hostile response of thousands of calls is compared in order, not as a set.
@@ -563,7 +566,7 @@ impl RunMachine {
     /// Pushes the assistant message and `outcome` for each of its calls, so the transcript stays
     /// valid to continue later.
     pub(super) fn answer_all(&mut self, message: AssistantMessage, outcome: &CallOutcome) {
-        let turn = self.turn;
+        let turn = self.counters.turn;
         let mut results = Vec::with_capacity(message.tool_calls.len());
         for call in &message.tool_calls {
             let call_id: Arc<str> = Arc::from(call.call_id.as_str());
@@ -584,7 +587,7 @@ impl RunMachine {
                     outcome: outcome.clone(),
                 });
             }
-            self.records.push(record);
+            self.kept.records.push(record);
             results.push(Message::Tool(ToolResult {
                 call_id,
                 tool,
@@ -592,8 +595,8 @@ impl RunMachine {
                 is_error: outcome.is_error(),
             }));
         }
-        self.transcript.push(Message::Assistant(message));
-        self.transcript.extend(results);
+        self.kept.transcript.push(Message::Assistant(message));
+        self.kept.transcript.extend(results);
     }
 
     pub(super) fn on_admitted(
@@ -650,7 +653,7 @@ impl RunMachine {
         }
         for (position, reason) in denied {
             p.batch.calls.retain(|c| c.position != position);
-            self.tool_calls_used = self.tool_calls_used.saturating_sub(1);
+            self.counters.tool_calls_used = self.counters.tool_calls_used.saturating_sub(1);
             if let Some(slot) = p.slots.get_mut(position) {
                 let outcome = CallOutcome::denied(&reason);
                 self.emit(|| EventKind::ToolRejected {
@@ -784,16 +787,24 @@ impl RunMachine {
         let Some(sub) = outcome.subagent.as_deref() else {
             return outcome;
         };
-        self.usage.add(&sub.usage);
-        self.cost += sub.cost_usd;
+        self.counters.usage.add(&sub.usage);
+        self.counters.cost += sub.cost_usd;
         // The subtree's answers of unknown cost leave the run's cost unknown too (and stop a
         // budgeted run at its next check).
-        self.unpriced.0 = self.unpriced.0.saturating_add(sub.unpriced_model_calls);
-        self.sub_turns = self.sub_turns.saturating_add(sub.turns);
-        self.sub_model_calls = self.sub_model_calls.saturating_add(sub.model_calls);
-        self.tool_calls_run = self.tool_calls_run.saturating_add(sub.tool_calls);
-        self.tool_calls_used = self.tool_calls_used.saturating_add(sub.tool_calls);
-        self.subagents.push(sub.clone());
+        self.counters.unpriced.0 = self
+            .counters
+            .unpriced
+            .0
+            .saturating_add(sub.unpriced_model_calls);
+        self.counters.sub_turns = self.counters.sub_turns.saturating_add(sub.turns);
+        self.counters.sub_model_calls = self
+            .counters
+            .sub_model_calls
+            .saturating_add(sub.model_calls);
+        self.counters.tool_calls_run = self.counters.tool_calls_run.saturating_add(sub.tool_calls);
+        self.counters.tool_calls_used =
+            self.counters.tool_calls_used.saturating_add(sub.tool_calls);
+        self.kept.subagents.push(sub.clone());
         if outcome.status == CallStatus::Ok && !sub.is_success() {
             let code = format!("subagent.{}", sub.stop_reason);
             if sub.fatal {

@@ -8,6 +8,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::{Closing, Phase};
 use crate::hooks::{HookRole, RequestChanges};
 use crate::message::Message;
 use crate::model::{ModelError, ModelRequest, ModelResponse};
@@ -302,4 +303,44 @@ pub struct Step {
     /// Its result.
     #[serde(flatten)]
     pub input: Input,
+}
+
+pub(super) fn phase_name(phase: &Phase) -> &'static str {
+    match phase {
+        Phase::CheckInput => "an input check",
+        Phase::Steering => "steering messages",
+        Phase::ListTools => "the tool source's tools",
+        Phase::Prepare => "the before-model hooks",
+        Phase::CallModel => "a model call",
+        Phase::Summarize(_) => "a summary call",
+        Phase::Review(_) => "the after-model hooks",
+        Phase::Admit(_) => "an admission verdict",
+        Phase::Run(_) => "a batch's calls",
+        Phase::CheckStop => "the stop conditions",
+        Phase::Closing(Closing::Steering | Closing::FollowUps) => "waiting messages",
+        Phase::Closing(Closing::CheckOutput) => "an output check",
+        Phase::Closing(Closing::Finalize) => "the finish hooks",
+        Phase::Done => "nothing (the run is over)",
+    }
+}
+
+pub(super) fn input_name(input: &Input) -> &'static str {
+    match input {
+        Input::Checked { .. } => "a guardrail verdict",
+        Input::Messages { .. } => "messages",
+        Input::ToolsListed { .. } => "the tool source's tools",
+        Input::Prepared { .. } => "request changes",
+        Input::ModelResponded { .. } => "a model response",
+        Input::ModelFailed { .. } => "a model failure",
+        Input::Reviewed { .. } => "a review",
+        Input::Admitted { .. } => "admission verdicts",
+        Input::CallStarted { .. } => "a call start",
+        Input::CallFinished { .. } => "a call's outcome",
+        Input::GraceOver => "the end of a grace period",
+        Input::StopChecked { .. } => "the stop conditions' verdict",
+        Input::Interrupted { .. } => "an interrupt",
+        Input::Restarted => "a restart",
+        Input::JournalFailed { .. } => "a journal failure",
+        Input::Finalized { .. } => "the finish hooks' result",
+    }
 }
