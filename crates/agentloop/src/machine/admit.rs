@@ -1,23 +1,23 @@
 //! A model's answer, judged: a final answer (checked against the output schema) or a decision
 //! to call tools, validated whole before anything runs: ids, known tools, arguments against their
-//! schemas, the stuck-loop rule and the tool-call budget; then the admission gates' verdicts, and
-//! the dispatch of the admitted calls.
+//! schemas (each call judged on its own by `admit_one`), the stuck-loop rule and the tool-call
+//! budget. The admitted batch goes on in `batch.rs`.
 
 use std::collections::HashSet;
 use std::sync::Arc;
 
 use serde_json::Value;
 
-use super::{Batch, HookFailure, Pending, Phase, RunMachine, Slot, Verdict, hit};
-use crate::config::{OnInvalidCall, OnToolPanic};
+use super::{Batch, Pending, Phase, RunMachine, Slot, hit};
+use crate::config::OnInvalidCall;
 use crate::error::RunError;
 use crate::event::EventKind;
-use crate::limits::{LimitKind, Limits};
+use crate::limits::{LimitHit, LimitKind, Limits};
 use crate::machine::{AdmittedCall, MAX_CALL_ID_LEN};
 use crate::message::{AssistantMessage, ContentPart, Message, ToolCall, ToolResult};
 use crate::model::{FinishReason, ModelError, ModelErrorKind, ModelResponse};
 use crate::outcome::{CallOutcome, CallStatus, StopReason, ToolCallRecord, codes};
-use crate::tool::{ExecutionMode, join_violations};
+use crate::tool::{ExecutionMode, ToolCatalog, join_violations};
 
 /// The largest output limit a cut answer is asked again with.
 pub const MAX_RAISED_OUTPUT_TOKENS: u32 = 32_768;
@@ -318,85 +318,29 @@ impl RunMachine {
         }
 
         let tools = Arc::clone(&self.tools);
-        let policy = self.cfg.policy;
         let mut slots: Vec<Slot> = Vec::with_capacity(message.tool_calls.len());
         let mut calls: Vec<AdmittedCall> = Vec::with_capacity(message.tool_calls.len());
         let mut fatal: Option<String> = None;
         let mut sequential = false;
         for (position, call) in message.tool_calls.iter().enumerate() {
-            let call_id: Arc<str> = Arc::from(call.call_id.as_str());
-            if position >= complete {
-                let partial = cut_arguments
-                    .get(position - complete)
-                    .map(String::as_str)
-                    .unwrap_or_default();
-                slots.push(Slot::decided(
-                    call_id,
-                    Arc::from(call.tool.as_str()),
-                    Value::String(partial.to_owned()),
-                    CallOutcome::rejected(
-                        codes::TRUNCATED,
-                        format!(
-                            "not run: this call to {} was cut off by the output token limit before its arguments were complete; make it again (with shorter arguments, or fewer calls at once)",
-                            call.tool
-                        ),
-                    ),
-                ));
-                continue;
-            }
-            let Some(index) = tools.index_of(&call.tool) else {
-                let text = unknown_tool_message(&call.tool, tools.names());
-                if policy.unknown_tool == OnInvalidCall::Fail && fatal.is_none() {
-                    fatal = Some(text.clone());
+            let cut_off = position
+                .checked_sub(complete)
+                .map(|i| cut_arguments.get(i).map(String::as_str).unwrap_or_default());
+            match self.admit_one(&tools, position, call, cut_off) {
+                Admission::Admitted {
+                    call,
+                    slot,
+                    sequential: s,
+                } => {
+                    sequential |= s;
+                    calls.push(call);
+                    slots.push(slot);
                 }
-                slots.push(Slot::decided(
-                    call_id,
-                    Arc::from(call.tool.as_str()),
-                    raw_arguments(&call.arguments),
-                    CallOutcome::rejected(codes::UNKNOWN_TOOL, text),
-                ));
-                continue;
-            };
-            let tool: Arc<str> = match tools.shared_name(index) {
-                Some(name) => Arc::clone(name),
-                None => Arc::from(call.tool.as_str()),
-            };
-            match check_arguments(&tools, index, &call.tool, &call.arguments) {
-                Ok(value) => {
-                    if tools
-                        .spec(index)
-                        .is_some_and(|s| s.mode == ExecutionMode::Sequential)
-                    {
-                        sequential = true;
+                Admission::Decided { slot, fails } => {
+                    if fatal.is_none() {
+                        fatal = fails;
                     }
-                    let arguments = Arc::new(value);
-                    calls.push(AdmittedCall {
-                        position,
-                        call_id: Arc::clone(&call_id),
-                        tool: Arc::clone(&tool),
-                        // Shared: the batch lends them to the handlers, the slot keeps them for
-                        // the record (a gate that rewrites them replaces the batch's copy only).
-                        arguments: Arc::clone(&arguments),
-                        index,
-                    });
-                    slots.push(Slot {
-                        call_id,
-                        tool,
-                        arguments,
-                        outcome: None,
-                        started: false,
-                    });
-                }
-                Err((text, value)) => {
-                    if policy.invalid_arguments == OnInvalidCall::Fail && fatal.is_none() {
-                        fatal = Some(text.clone());
-                    }
-                    slots.push(Slot::decided(
-                        call_id,
-                        tool,
-                        value,
-                        CallOutcome::rejected(codes::INVALID_ARGUMENTS, text),
-                    ));
+                    slots.push(slot);
                 }
             }
         }
@@ -405,25 +349,8 @@ impl RunMachine {
             self.refuse_decision(message, reason);
             return;
         }
-        // The tool-call budget: a batch larger than what remains is refused whole.
         let admitted = calls.len() as u32;
-        if let Some(max) = Limits::bound(self.limits.max_tool_calls)
-            && self.counters.tool_calls_used.saturating_add(admitted) > max
-        {
-            let h = hit(
-                LimitKind::ToolCalls,
-                max.into(),
-                self.counters.tool_calls_used.into(),
-                admitted.into(),
-            );
-            let outcome = if self.answers_on(LimitKind::ToolCalls) {
-                CallOutcome::limited(LimitKind::ToolCalls, true)
-            } else {
-                CallOutcome::refused(
-                    codes::MAX_TOOL_CALLS,
-                    "not executed: the run's tool call limit was reached",
-                )
-            };
+        if let Some((h, outcome)) = self.tool_call_budget(admitted) {
             self.answer_all(message, &outcome);
             self.stop_on_limit(h);
             return;
@@ -462,6 +389,114 @@ impl RunMachine {
         }
     }
 
+    /// One call of a decision, judged on its own: cut off by the output limit, an unknown tool,
+    /// arguments that fail the schema (each answered without running, and `fails` the whole
+    /// decision when the policy says so), or admitted.
+    fn admit_one(
+        &self,
+        tools: &ToolCatalog,
+        position: usize,
+        call: &ToolCall,
+        cut_off: Option<&str>,
+    ) -> Admission {
+        let call_id: Arc<str> = Arc::from(call.call_id.as_str());
+        let policy = self.cfg.policy;
+        if let Some(partial) = cut_off {
+            let outcome = CallOutcome::rejected(
+                codes::TRUNCATED,
+                format!(
+                    "not run: this call to {} was cut off by the output token limit before its arguments were complete; make it again (with shorter arguments, or fewer calls at once)",
+                    call.tool
+                ),
+            );
+            let slot = Slot::decided(
+                call_id,
+                Arc::from(call.tool.as_str()),
+                Value::String(partial.to_owned()),
+                outcome,
+            );
+            return Admission::Decided { slot, fails: None };
+        }
+        let Some(index) = tools.index_of(&call.tool) else {
+            let text = unknown_tool_message(&call.tool, tools.names());
+            let fails = (policy.unknown_tool == OnInvalidCall::Fail).then(|| text.clone());
+            let slot = Slot::decided(
+                call_id,
+                Arc::from(call.tool.as_str()),
+                raw_arguments(&call.arguments),
+                CallOutcome::rejected(codes::UNKNOWN_TOOL, text),
+            );
+            return Admission::Decided { slot, fails };
+        };
+        let tool: Arc<str> = match tools.shared_name(index) {
+            Some(name) => Arc::clone(name),
+            None => Arc::from(call.tool.as_str()),
+        };
+        match check_arguments(tools, index, &call.tool, &call.arguments) {
+            Ok(value) => {
+                let sequential = tools
+                    .spec(index)
+                    .is_some_and(|s| s.mode == ExecutionMode::Sequential);
+                let arguments = Arc::new(value);
+                let admitted = AdmittedCall {
+                    position,
+                    call_id: Arc::clone(&call_id),
+                    tool: Arc::clone(&tool),
+                    // Shared: the batch lends them to the handlers, the slot keeps them for the
+                    // record (a gate that rewrites them replaces the batch's copy only).
+                    arguments: Arc::clone(&arguments),
+                    index,
+                };
+                let slot = Slot {
+                    call_id,
+                    tool,
+                    arguments,
+                    outcome: None,
+                    started: false,
+                };
+                Admission::Admitted {
+                    call: admitted,
+                    slot,
+                    sequential,
+                }
+            }
+            Err((text, value)) => {
+                let fails = (policy.invalid_arguments == OnInvalidCall::Fail).then(|| text.clone());
+                let slot = Slot::decided(
+                    call_id,
+                    tool,
+                    value,
+                    CallOutcome::rejected(codes::INVALID_ARGUMENTS, text),
+                );
+                Admission::Decided { slot, fails }
+            }
+        }
+    }
+
+    /// The tool-call budget: a batch of `admitted` calls larger than what remains is refused
+    /// whole, with the limit it hit and the outcome its calls are answered with.
+    fn tool_call_budget(&self, admitted: u32) -> Option<(LimitHit, CallOutcome)> {
+        let max = Limits::bound(self.limits.max_tool_calls)?;
+        if self.counters.tool_calls_used.saturating_add(admitted) <= max {
+            return None;
+        }
+        let h = hit(
+            LimitKind::ToolCalls,
+            max.into(),
+            self.counters.tool_calls_used.into(),
+            admitted.into(),
+        );
+        let outcome = if self.answers_on(LimitKind::ToolCalls) {
+            CallOutcome::limited(LimitKind::ToolCalls, true)
+        } else {
+            CallOutcome::refused(
+                codes::MAX_TOOL_CALLS,
+                "not executed: the run's tool call limit was reached",
+            )
+        };
+        Some((h, outcome))
+    }
+
     /// A decision that cannot be fed back: every call is refused with it, and the run fails.
     fn refuse_decision(&mut self, message: AssistantMessage, reason: String) {
         let text = format!("not executed: invalid decision ({reason})");
@@ -472,7 +507,7 @@ impl RunMachine {
         self.fail(RunError::InvalidDecision { reason });
     }
 
-    fn gates(&self) -> usize {
+    pub(super) fn gates(&self) -> usize {
         usize::from(self.seams.hooks) + self.seams.gates
     }
 
@@ -598,262 +633,19 @@ impl RunMachine {
         self.kept.transcript.push(Message::Assistant(message));
         self.kept.transcript.extend(results);
     }
-
-    pub(super) fn on_admitted(
-        &mut self,
-        mut p: Box<Pending>,
-        verdicts: Vec<Verdict>,
-        failures: Vec<HookFailure>,
-    ) {
-        if let Some(e) = self.hook_failures(failures) {
-            self.phase = Phase::Admit(p);
-            self.fail(e);
-            return;
-        }
-        if verdicts.len() != p.batch.calls.len() {
-            let message = format!(
-                "an admission gate gave {} verdicts for {} calls",
-                verdicts.len(),
-                p.batch.calls.len()
-            );
-            self.phase = Phase::Admit(p);
-            self.fail(RunError::Other { message });
-            return;
-        }
-        let mut denied: Vec<(usize, String)> = Vec::new();
-        let mut bad_rewrite: Option<RunError> = None;
-        let hooks_gate = self.seams.hooks && p.gate == 0;
-        for (call, verdict) in p.batch.calls.iter_mut().zip(verdicts) {
-            match verdict {
-                Verdict::Allow => {}
-                Verdict::Deny(reason) => denied.push((call.position, reason)),
-                Verdict::Rewrite(arguments) => {
-                    match self.tools.validate(call.index, &arguments) {
-                        Ok(()) => call.arguments = Arc::new(arguments),
-                        Err(v) => {
-                            // A rewrite is validated again; one that breaks the schema is a bug in
-                            // the program's hook or gate, not something the model can fix.
-                            bad_rewrite.get_or_insert_with(|| RunError::Hook {
-                            hook: if hooks_gate { "before_tool_call" } else { "gate" }.into(),
-                            message: format!(
-                                "rewrote the arguments of {} into ones that fail its schema: {}",
-                                call.tool,
-                                join_violations(&v)
-                            ),
-                        });
-                        }
-                    }
-                }
-            }
-        }
-        if let Some(e) = bad_rewrite {
-            self.phase = Phase::Admit(p);
-            self.fail(e);
-            return;
-        }
-        for (position, reason) in denied {
-            p.batch.calls.retain(|c| c.position != position);
-            self.counters.tool_calls_used = self.counters.tool_calls_used.saturating_sub(1);
-            if let Some(slot) = p.slots.get_mut(position) {
-                let outcome = CallOutcome::denied(&reason);
-                self.emit(|| EventKind::ToolRejected {
-                    call_id: slot.call_id.to_string(),
-                    tool: slot.tool.to_string(),
-                    code: codes::DENIED.into(),
-                    reason,
-                    outcome: outcome.clone(),
-                });
-                slot.outcome = Some(outcome);
-            }
-        }
-        p.gate += 1;
-        if p.gate < self.gates() && !p.batch.calls.is_empty() {
-            self.phase = Phase::Admit(p);
-        } else {
-            self.start_run(p);
-        }
-    }
-
-    fn start_run(&mut self, mut p: Box<Pending>) {
-        if self.seams.skip_tools {
-            for call in std::mem::take(&mut p.batch.calls) {
-                if let Some(slot) = p.slots.get_mut(call.position) {
-                    let outcome = CallOutcome::skipped();
-                    self.emit(|| EventKind::ToolRejected {
-                        call_id: call.call_id.to_string(),
-                        tool: call.tool.to_string(),
-                        code: codes::SKIPPED.into(),
-                        reason: "dry run: the tool was not run".into(),
-                        outcome: outcome.clone(),
-                    });
-                    slot.outcome = Some(outcome);
-                }
-            }
-        }
-        if p.batch.calls.is_empty() {
-            self.end_batch(p);
-        } else {
-            self.phase = Phase::Run(p);
-        }
-    }
-
-    pub(super) fn on_started(&mut self, mut p: Box<Pending>, position: usize) {
-        let restarting = p.restart.first().copied();
-        let expected = match restarting {
-            Some(i) => p.batch.calls.get(i),
-            None => p.batch.calls.get(p.next),
-        }
-        .filter(|_| p.open);
-        let Some(call) = expected.filter(|c| c.position == position) else {
-            let message = format!("the driver started call {position}, which was not asked for");
-            self.phase = Phase::Run(p);
-            self.fail(RunError::Other { message });
-            return;
-        };
-        self.emit(|| EventKind::ToolStarted {
-            call_id: call.call_id.to_string(),
-            tool: call.tool.to_string(),
-            arguments: Value::clone(&call.arguments),
-        });
-        if restarting.is_some() {
-            p.restart.remove(0);
-        } else {
-            p.next += 1;
-        }
-        p.running += 1;
-        if let Some(slot) = p.slots.get_mut(position) {
-            slot.started = true;
-        }
-        self.phase = Phase::Run(p);
-    }
-
-    pub(super) fn on_finished(
-        &mut self,
-        mut p: Box<Pending>,
-        position: usize,
-        mut outcome: CallOutcome,
-        failures: Vec<HookFailure>,
-    ) {
-        if let Some(call) = p.batch.calls.iter().find(|c| c.position == position) {
-            outcome = self.judge_outcome(call.index, outcome);
-        }
-        if outcome.subagent.is_some() {
-            outcome = self.roll_up(outcome);
-        }
-        let Some(slot) = p
-            .slots
-            .get_mut(position)
-            .filter(|s| s.started && s.outcome.is_none())
-        else {
-            let message = format!("the driver finished call {position}, which was not running");
-            self.phase = Phase::Run(p);
-            self.fail(RunError::Other { message });
-            return;
-        };
-        if self.record_events {
-            self.events.push((
-                p.turn,
-                EventKind::ToolFinished {
-                    call_id: slot.call_id.to_string(),
-                    tool: slot.tool.to_string(),
-                    outcome: outcome.clone(),
-                },
-            ));
-        }
-        if outcome.status == CallStatus::Fatal {
-            // A fatal failure drains the batch without cancelling the siblings.
-            p.open = false;
-        }
-        slot.outcome = Some(outcome);
-        p.running = p.running.saturating_sub(1);
-        if let Some(e) = self.hook_failures(failures) {
-            p.open = false;
-            p.failure.get_or_insert(e);
-        }
-        if p.running == 0 && (!p.open || (p.next >= p.batch.calls.len() && p.restart.is_empty())) {
-            self.end_batch(p);
-        } else {
-            self.phase = Phase::Run(p);
-        }
-    }
 }
 
-impl RunMachine {
-    /// A subagent's run is charged to this one (one budget for the tree: its tokens, cost, turns,
-    /// model calls and tool calls count against this run's limits from here on) and judged: one
-    /// that did not finish is an error the model reads, its partial output kept, or fatal when
-    /// its tool says so.
-    fn roll_up(&mut self, mut outcome: CallOutcome) -> CallOutcome {
-        let Some(sub) = outcome.subagent.as_deref() else {
-            return outcome;
-        };
-        self.counters.usage.add(&sub.usage);
-        self.counters.cost += sub.cost_usd;
-        // The subtree's answers of unknown cost leave the run's cost unknown too (and stop a
-        // budgeted run at its next check).
-        self.counters.unpriced.0 = self
-            .counters
-            .unpriced
-            .0
-            .saturating_add(sub.unpriced_model_calls);
-        self.counters.sub_turns = self.counters.sub_turns.saturating_add(sub.turns);
-        self.counters.sub_model_calls = self
-            .counters
-            .sub_model_calls
-            .saturating_add(sub.model_calls);
-        self.counters.tool_calls_run = self.counters.tool_calls_run.saturating_add(sub.tool_calls);
-        self.counters.tool_calls_used =
-            self.counters.tool_calls_used.saturating_add(sub.tool_calls);
-        self.kept.subagents.push(sub.clone());
-        if outcome.status == CallStatus::Ok && !sub.is_success() {
-            let code = format!("subagent.{}", sub.stop_reason);
-            if sub.fatal {
-                outcome.status = CallStatus::Fatal;
-                outcome.diagnostic = Some(format!(
-                    "the subagent {} stopped: {}",
-                    sub.agent,
-                    sub.error.as_deref().unwrap_or(&sub.stop_reason)
-                ));
-            } else {
-                outcome.status = CallStatus::Error;
-            }
-            outcome.code = Some(code);
-        }
-        outcome
-    }
-
-    /// The machine's rules on a finished call's outcome: a declared output schema is checked (a
-    /// violation is an error the model reads), and a panic is fatal only under
-    /// [`OnToolPanic::Fail`].
-    fn judge_outcome(&self, index: usize, outcome: CallOutcome) -> CallOutcome {
-        if outcome.status == CallStatus::Ok
-            && let Err(problem) = self.tools.check_output(index, &outcome.content)
-        {
-            let name = self.tools.spec(index).map_or("", |s| s.name.as_str());
-            return CallOutcome {
-                diagnostic: Some(format!("output: {}", outcome.content.to_text())),
-                details: outcome.details,
-                duration: outcome.duration,
-                retries: outcome.retries,
-                ..CallOutcome::error(
-                    codes::INVALID_OUTPUT,
-                    format!(
-                        "the output of {name} does not match its declared output schema: {problem}"
-                    ),
-                )
-            };
-        }
-        if outcome.code.as_deref() == Some(codes::TOOL_PANICKED)
-            && outcome.status != CallStatus::Fatal
-            && self.cfg.policy.tool_panic == OnToolPanic::Fail
-        {
-            return CallOutcome {
-                status: CallStatus::Fatal,
-                ..outcome
-            };
-        }
-        outcome
-    }
+/// How one call of a decision is admitted ([`RunMachine::admit_one`]).
+enum Admission {
+    /// It runs, unless a gate says otherwise.
+    Admitted {
+        call: AdmittedCall,
+        slot: Slot,
+        sequential: bool,
+    },
+    /// It is answered without running; `fails` is why the whole decision fails, when the
+    /// policy says so.
+    Decided { slot: Slot, fails: Option<String> },
 }
 
 impl Slot {

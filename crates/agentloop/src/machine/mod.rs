@@ -12,6 +12,7 @@
 //! - `admit.rs`: a model's answer: refused, filtered or cut answers, cut calls, known tools,
 //!   arguments, the budgets and the last turn, the stuck-loop rule (judged after each tool turn on
 //!   calls and results), output schemas and tool panics.
+//! - `batch.rs`: an admitted batch: the gates' verdicts, dispatch, each outcome judged.
 //! - `call_ids.rs`: every call id made unique within the run.
 //! - `closing.rs`: hook failures, steering and follow-ups, guardrail trips, the stop conditions
 //!   and the finish hooks.
@@ -24,6 +25,7 @@
 //! - `tools.rs`: the run's tools when its tool source changes them.
 
 mod admit;
+mod batch;
 mod call_ids;
 mod closing;
 mod compact;
