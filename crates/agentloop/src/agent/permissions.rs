@@ -644,6 +644,48 @@ impl PermissionGate {
     }
 }
 
+impl PermissionGate {
+    /// The human's answers to the `asked` calls: a denial becomes the call's verdict, and an
+    /// "always" is remembered in the store for the tool.
+    fn apply_answers(
+        &self,
+        calls: &[AdmittedCall],
+        asked: &[usize],
+        replies: Vec<Option<Answer>>,
+        answers: &mut [Verdict],
+    ) -> Result<(), RunError> {
+        let mut store = self.store.lock().unwrap_or_else(|p| p.into_inner());
+        for (&i, answer) in asked.iter().zip(replies) {
+            let (Some(call), Some(verdict), Some(answer)) =
+                (calls.get(i), answers.get_mut(i), answer)
+            else {
+                continue;
+            };
+            let tool = &call.tool;
+            match answer {
+                Answer::AllowOnce => {}
+                Answer::AllowAlways => {
+                    store
+                        .remember(tool, Permission::Allow)
+                        .map_err(|e| RunError::Other {
+                            message: e.to_string(),
+                        })?
+                }
+                Answer::DenyOnce => *verdict = Verdict::Deny("the user denied this call".into()),
+                Answer::DenyAlways => {
+                    *verdict = Verdict::Deny("the user denied this tool".into());
+                    store
+                        .remember(tool, Permission::Deny)
+                        .map_err(|e| RunError::Other {
+                            message: e.to_string(),
+                        })?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
 impl Gate for PermissionGate {
     fn name(&self) -> &str {
         "permissions"
@@ -746,37 +788,7 @@ impl Gate for PermissionGate {
                     }
                 }
             }
-            let replies = replies;
-            let mut store = self.store.lock().unwrap_or_else(|p| p.into_inner());
-            for (&i, answer) in asked.iter().zip(replies) {
-                let (Some(call), Some(verdict), Some(answer)) =
-                    (calls.get(i), answers.get_mut(i), answer)
-                else {
-                    continue;
-                };
-                let tool = &call.tool;
-                match answer {
-                    Answer::AllowOnce => {}
-                    Answer::AllowAlways => {
-                        store
-                            .remember(tool, Permission::Allow)
-                            .map_err(|e| RunError::Other {
-                                message: e.to_string(),
-                            })?
-                    }
-                    Answer::DenyOnce => {
-                        *verdict = Verdict::Deny("the user denied this call".into())
-                    }
-                    Answer::DenyAlways => {
-                        *verdict = Verdict::Deny("the user denied this tool".into());
-                        store
-                            .remember(tool, Permission::Deny)
-                            .map_err(|e| RunError::Other {
-                                message: e.to_string(),
-                            })?;
-                    }
-                }
-            }
+            self.apply_answers(calls, &asked, replies, &mut answers)?;
             Ok(answers)
         })
     }

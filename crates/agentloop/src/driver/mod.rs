@@ -190,16 +190,7 @@ impl<'a> Driver<'a> {
         let parent_call_id = self.parent_call_id.take();
         let observed = !self.sinks.is_empty();
         if observed {
-            self.emit(
-                &m,
-                EventKind::RunStarted {
-                    agent: m.config().name().to_owned(),
-                    model: self.inner.model.id().to_owned(),
-                    parent_run_id,
-                    parent_call_id,
-                    input: m.input_text().to_owned(),
-                },
-            );
+            self.emit_started(&m, parent_run_id, parent_call_id);
         }
         let deadline = m.deadline().and_then(|d| self.start.checked_add(d));
         if let Some(source) = &self.inner.source {
@@ -225,17 +216,7 @@ impl<'a> Driver<'a> {
                     let check = self.check_guardrails(&self.inner.output_guardrails, text);
                     self.raced(deadline, None, check).await
                 }
-                Action::TakeMessages { follow_up } => {
-                    let messages = match &self.steering {
-                        Some(s) if follow_up => s.take_follow_ups(),
-                        Some(s) => s.take_steering(),
-                        None => Vec::new(),
-                    };
-                    Input::Messages {
-                        messages,
-                        follow_up,
-                    }
-                }
+                Action::TakeMessages { follow_up } => self.take_messages(follow_up),
                 Action::ListTools => match self.race(deadline, self.refresh_source()).await {
                     Ok(changed) => self.list_tools(&m, changed),
                     Err(by) => Input::Interrupted { by },
@@ -268,20 +249,8 @@ impl<'a> Driver<'a> {
                 Action::StartCall(call) => match self.interrupted_now(deadline) {
                     Some(by) => Input::Interrupted { by },
                     None => {
-                        let progress = self.progress(&m, call);
-                        if let Some(p) = &progress {
-                            senders.push((call.position, p.clone()));
-                        }
-                        let ctx = ToolContext {
-                            call_id: Arc::clone(&call.call_id),
-                            tool: Arc::clone(&call.tool),
-                            run_id: Arc::clone(m.run_id()),
-                            turn: m.turn(),
-                            cancel: calls_cancel.clone(),
-                            progress: progress.unwrap_or_default(),
-                            stop_retries: stop_retries.clone(),
-                            scope: self.subagent_scope(&m, call, deadline),
-                        };
+                        let tokens = (&calls_cancel, &stop_retries);
+                        let ctx = self.call_context(&m, call, deadline, tokens, &mut senders);
                         running.push(self.run_call(&m, call, ctx));
                         Input::CallStarted {
                             position: call.position,
@@ -302,28 +271,7 @@ impl<'a> Driver<'a> {
                     // Running handlers are told, and given the grace period to finish.
                     calls_cancel.cancel();
                     stop_retries.cancel();
-                    let grace = self.start.checked_add(until);
-                    let sleep = async {
-                        match grace {
-                            Some(g) => tokio::time::sleep_until(g).await,
-                            None => std::future::pending().await,
-                        }
-                    };
-                    tokio::select! {
-                        biased;
-                        done = running.next() => finished(done, &mut senders),
-                        _ = sleep => {
-                            // Dropping the calls still running cancels them; a handler whose drop
-                            // panics must not take the run down with it.
-                            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                                running.clear()
-                            }));
-                            for (_, s) in senders.drain(..) {
-                                s.close();
-                            }
-                            Input::GraceOver
-                        }
-                    }
+                    self.drain(until, &mut running, &mut senders).await
                 }
                 Action::Finalize => {
                     let outcome = m.outcome(self.start.elapsed());
@@ -352,6 +300,11 @@ impl<'a> Driver<'a> {
         for (_, s) in senders.drain(..) {
             s.close();
         }
+        self.conclude(m, observed).await
+    }
+
+    /// The run is over: its last event, the replay check and the step log, the journal's end.
+    async fn conclude(&mut self, m: RunMachine, observed: bool) -> RunOutcome {
         let cfg = Arc::clone(m.config());
         let outcome = m.into_outcome(self.start.elapsed());
         if observed {
@@ -378,6 +331,94 @@ impl<'a> Driver<'a> {
         let mut outcome = outcome;
         self.close_journal(&mut outcome).await;
         outcome
+    }
+
+    /// The steering messages or follow-ups waiting now.
+    fn take_messages(&self, follow_up: bool) -> Input {
+        let messages = match &self.steering {
+            Some(s) if follow_up => s.take_follow_ups(),
+            Some(s) => s.take_steering(),
+            None => Vec::new(),
+        };
+        Input::Messages {
+            messages,
+            follow_up,
+        }
+    }
+
+    /// What a starting call's handler knows: its ids, the calls' tokens (`tokens`: their
+    /// cancellation and the end of their retries), its progress channel (kept in `senders` to
+    /// close when it ends) and, for a subagent, the batch's scope.
+    fn call_context(
+        &mut self,
+        m: &RunMachine,
+        call: &AdmittedCall,
+        deadline: Option<Instant>,
+        tokens: (&CancellationToken, &CancellationToken),
+        senders: &mut Vec<(usize, ProgressSender)>,
+    ) -> ToolContext {
+        let progress = self.progress(m, call);
+        if let Some(p) = &progress {
+            senders.push((call.position, p.clone()));
+        }
+        ToolContext {
+            call_id: Arc::clone(&call.call_id),
+            tool: Arc::clone(&call.tool),
+            run_id: Arc::clone(m.run_id()),
+            turn: m.turn(),
+            cancel: tokens.0.clone(),
+            progress: progress.unwrap_or_default(),
+            stop_retries: tokens.1.clone(),
+            scope: self.subagent_scope(m, call, deadline),
+        }
+    }
+
+    fn emit_started(
+        &self,
+        m: &RunMachine,
+        parent_run_id: Option<String>,
+        parent_call_id: Option<String>,
+    ) {
+        self.emit(
+            m,
+            EventKind::RunStarted {
+                agent: m.config().name().to_owned(),
+                model: self.inner.model.id().to_owned(),
+                parent_run_id,
+                parent_call_id,
+                input: m.input_text().to_owned(),
+            },
+        );
+    }
+
+    /// The batch drains: a call that finishes within the grace period (`until`, on the run's
+    /// clock) is reported; when it is over, the calls still running are dropped.
+    async fn drain<F: Future<Output = CallDone>>(
+        &self,
+        until: std::time::Duration,
+        running: &mut FuturesUnordered<F>,
+        senders: &mut Vec<(usize, ProgressSender)>,
+    ) -> Input {
+        let grace = self.start.checked_add(until);
+        let sleep = async {
+            match grace {
+                Some(g) => tokio::time::sleep_until(g).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            biased;
+            done = running.next() => finished(done, senders),
+            _ = sleep => {
+                // Dropping the calls still running cancels them; a handler whose drop panics
+                // must not take the run down with it.
+                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| running.clear()));
+                for (_, s) in senders.drain(..) {
+                    s.close();
+                }
+                Input::GraceOver
+            }
+        }
     }
 
     /// Ends a step of a journaling run: its result is journaled, kept in the log, and fed to the
