@@ -7,11 +7,10 @@ use std::sync::Arc;
 
 use agentloop::journal::Journal;
 use agentloop::permissions::{Answer, ApprovalRequest};
-use agentloop::{Model, RunOptions, RunOutcome, StopReason};
+use agentloop::{RunOptions, RunOutcome, StopReason};
 use agentloop_store::{Fault, JournalReader, SqliteJournal};
 use clap::{Args, Subcommand};
 
-use crate::agent_file::Provider;
 use crate::approval::CancelSlot;
 use crate::error::{CliError, outcome_exit_code};
 use crate::render::Progress;
@@ -249,12 +248,8 @@ pub async fn resume(args: ResumeArgs) -> Result<i32, CliError> {
             .flatten()
             .collect::<Vec<_>>(),
     );
-    let model: Arc<dyn Model> = if *file.model().provider.get_ref() == Provider::Scripted {
-        // A script goes on where the journal left it.
-        Arc::new(assemble::scripted_model(&file)?.skip(run.model_calls()))
-    } else {
-        assemble::model(&file)?
-    };
+    // A script goes on where the journal left it: `Agent::resume` asks the model.
+    let model = assemble::model(&file)?;
     let progress = Arc::new(Progress::new());
     let cancel = agentloop::CancellationToken::new();
     let slot: CancelSlot = Arc::new(std::sync::Mutex::new(Some(cancel.clone())));

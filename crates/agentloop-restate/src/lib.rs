@@ -34,12 +34,12 @@
 //! struct Hello;
 //!
 //! impl Agents for Hello {
-//!     fn agent(&self, name: &str, model_calls: usize) -> Result<Agent, String> {
+//!     fn agent(&self, name: &str) -> Result<Agent, String> {
 //!         if name != "hello" {
 //!             return Err(format!("no agent named {name}"));
 //!         }
-//!         // A scripted model goes on where the run's journal left it.
-//!         let model = ScriptedModel::new([ModelResponse::text("Hello!")]).skip(model_calls);
+//!         // A resumed run's script goes on where its journal left it (`Model::resumed`).
+//!         let model = ScriptedModel::new([ModelResponse::text("Hello!")]);
 //!         Agent::builder()
 //!             .name("hello")
 //!             .model(model)

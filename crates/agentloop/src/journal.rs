@@ -119,16 +119,7 @@ impl JournaledRun {
 
     /// How many model calls have a journaled result: where a scripted model resumes its script.
     pub fn model_calls(&self) -> usize {
-        self.steps
-            .iter()
-            .filter(|s| {
-                matches!(
-                    s.input,
-                    crate::machine::Input::ModelResponded { .. }
-                        | crate::machine::Input::ModelFailed { .. }
-                )
-            })
-            .count()
+        crate::machine::model_calls(&self.steps)
     }
 }
 

@@ -226,26 +226,27 @@ impl Agent {
             Some(_) => Approvals::durable([]),
             None => Approvals::none(),
         };
-        self.driver(options, log, start, 0, approvals)
+        self.driver(&self.inner, options, log, start, 0, approvals)
             .drive(machine)
             .await
     }
 
-    fn driver(
-        &self,
+    fn driver<'a>(
+        &'a self,
+        parts: &'a Parts,
         options: RunOptions,
         log: Option<RunLog>,
         start: Instant,
         seq: u64,
         approvals: Approvals,
-    ) -> Driver<'_> {
-        let mut sinks = self.inner.sinks.clone();
+    ) -> Driver<'a> {
+        let mut sinks = parts.sinks.clone();
         sinks.0.extend(options.sinks.iter().cloned());
         let cancel = options.cancel.unwrap_or_default();
         let mut approvals = approvals;
         let interrupt = approvals.link(&cancel);
         Driver {
-            inner: &self.inner,
+            inner: parts,
             sinks,
             interrupt,
             cancel,
@@ -352,6 +353,17 @@ impl Agent {
                 observed: !self.inner.sinks.is_empty() || !options.sinks.is_empty(),
             },
         );
+        // A model whose answers depend on the calls before (a script) goes on where the
+        // journal left it.
+        let resumed = self
+            .inner
+            .model
+            .resumed(crate::machine::model_calls(&steps))
+            .map(|model| Parts {
+                model,
+                ..Parts::clone(&self.inner)
+            });
+        let parts = resumed.as_ref().unwrap_or(&self.inner);
         let mut at = std::time::Duration::ZERO;
         let seq = steps.len() as u64;
         for step in steps {
@@ -369,7 +381,7 @@ impl Agent {
         let answers = approvals
             .into_iter()
             .filter_map(|a| Some((a.request, a.answer?)));
-        let mut driver = self.driver(options, log, start, seq, Approvals::durable(answers));
+        let mut driver = self.driver(parts, options, log, start, seq, Approvals::durable(answers));
         driver.record(&mut machine, Input::Restarted).await;
         Ok(driver.drive(machine).await)
     }

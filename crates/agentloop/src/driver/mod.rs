@@ -41,6 +41,7 @@ pub use replay::{RunLog, StepLog, replay};
 
 /// What an agent is, as its runs are driven: the agent holds it behind an `Arc`, and each
 /// run's driver borrows it.
+#[derive(Clone)]
 pub(crate) struct Parts {
     pub(crate) cfg: Arc<AgentConfig>,
     pub(crate) model: Arc<dyn Model>,
@@ -426,10 +427,7 @@ impl<'a> Driver<'a> {
     /// the journal failed instead, and the run stops at its last written step.
     #[inline(never)]
     pub(crate) async fn record(&mut self, m: &mut RunMachine, mut input: Input) {
-        if let Input::ModelResponded { response, .. } = &mut input {
-            // Ids drawn or renamed now are kept, so that a replay or a resume needs no id source.
-            m.assign_call_ids(response);
-        }
+        m.settle(&mut input);
         let suspends = matches!(
             input,
             Input::Interrupted {

@@ -16,7 +16,7 @@ use crate::config::AgentConfig;
 use crate::gate::GateContext;
 use crate::guardrail::Guardrail;
 use crate::hooks::{Hook, HookContext, HookRole, RequestChanges, ToolCallDecision, ToolCallView};
-use crate::machine::{AdmittedCall, HookFailure, Input, RunMachine, Trip, Verdict};
+use crate::machine::{AdmittedCall, HookFailure, HookStage, Input, RunMachine, Trip, Verdict};
 use crate::model::ModelResponse;
 use crate::outcome::{CallOutcome, RunOutcome};
 use crate::panic::panic_message;
@@ -32,11 +32,11 @@ async fn guarded<T, F: Future<Output = T>>(make: impl FnOnce() -> F) -> Result<T
     }
 }
 
-fn failure(hook: &dyn Hook, role: HookRole, stage: &str, message: String) -> HookFailure {
+fn failure(hook: &dyn Hook, role: HookRole, stage: HookStage, message: String) -> HookFailure {
     HookFailure {
         hook: hook.name().to_owned(),
         role,
-        stage: stage.to_owned(),
+        stage,
         message,
     }
 }
@@ -80,7 +80,12 @@ impl Driver<'_> {
                 Ok(Err(e)) => e.0,
                 Err(panic) => panic,
             };
-            failures.push(failure(hook.as_ref(), *role, "before_model_call", message));
+            failures.push(failure(
+                hook.as_ref(),
+                *role,
+                HookStage::BeforeModelCall,
+                message,
+            ));
             if *role == HookRole::Required {
                 break;
             }
@@ -97,7 +102,12 @@ impl Driver<'_> {
                 Ok(Err(e)) => e.0,
                 Err(panic) => panic,
             };
-            failures.push(failure(hook.as_ref(), *role, "after_model_call", message));
+            failures.push(failure(
+                hook.as_ref(),
+                *role,
+                HookStage::AfterModelCall,
+                message,
+            ));
             if *role == HookRole::Required {
                 return Input::Reviewed {
                     failures,
@@ -119,7 +129,12 @@ impl Driver<'_> {
                     Ok(Err(e)) => e.0,
                     Err(panic) => panic,
                 };
-                failures.push(failure(hook.as_ref(), *role, "review_answer", message));
+                failures.push(failure(
+                    hook.as_ref(),
+                    *role,
+                    HookStage::ReviewAnswer,
+                    message,
+                ));
                 if *role == HookRole::Required {
                     break;
                 }
@@ -143,7 +158,12 @@ impl Driver<'_> {
                 Ok(Err(e)) => e.0,
                 Err(panic) => panic,
             };
-            failures.push(failure(hook.as_ref(), *role, "should_stop", message));
+            failures.push(failure(
+                hook.as_ref(),
+                *role,
+                HookStage::ShouldStop,
+                message,
+            ));
             if *role == HookRole::Required {
                 break;
             }
@@ -172,7 +192,7 @@ impl Driver<'_> {
                 failures: vec![HookFailure {
                     hook: "gate".into(),
                     role: HookRole::Required,
-                    stage: "gate".into(),
+                    stage: HookStage::Gate,
                     message: format!("the machine asked for gate {gate}, which does not exist"),
                 }],
             };
@@ -199,7 +219,7 @@ impl Driver<'_> {
             failures: vec![HookFailure {
                 hook: g.name().to_owned(),
                 role: HookRole::Required,
-                stage: "gate".into(),
+                stage: HookStage::Gate,
                 message,
             }],
         }
@@ -231,7 +251,12 @@ impl Driver<'_> {
                     Ok(Err(e)) => e.0,
                     Err(panic) => panic,
                 };
-                failures.push(failure(hook.as_ref(), *role, "before_tool_call", message));
+                failures.push(failure(
+                    hook.as_ref(),
+                    *role,
+                    HookStage::BeforeToolCall,
+                    message,
+                ));
                 if *role == HookRole::Required {
                     return Input::Admitted { verdicts, failures };
                 }
@@ -267,7 +292,7 @@ impl Driver<'_> {
                 vec![HookFailure {
                     hook: "pricing".into(),
                     role: HookRole::Observer,
-                    stage: "price".into(),
+                    stage: HookStage::Price,
                     message: format!("panicked: {}", panic_message(&p)),
                 }],
             ),
@@ -291,7 +316,7 @@ impl Driver<'_> {
                 };
                 // An observer's failure here is dropped, as before: only a required one counts.
                 if *role == HookRole::Required {
-                    failures.push(failure(hook.as_ref(), *role, "on_error", message));
+                    failures.push(failure(hook.as_ref(), *role, HookStage::OnError, message));
                 }
             }
         }
@@ -301,7 +326,7 @@ impl Driver<'_> {
                 Ok(Err(e)) => e.0,
                 Err(panic) => panic,
             };
-            failures.push(failure(hook.as_ref(), *role, "on_finish", message));
+            failures.push(failure(hook.as_ref(), *role, HookStage::OnFinish, message));
         }
         failures
     }
@@ -362,7 +387,12 @@ impl AfterTool {
                 Ok(Err(e)) => e.0,
                 Err(panic) => panic,
             };
-            failures.push(failure(hook.as_ref(), *role, "after_tool_call", message));
+            failures.push(failure(
+                hook.as_ref(),
+                *role,
+                HookStage::AfterToolCall,
+                message,
+            ));
             if *role == HookRole::Required {
                 break;
             }

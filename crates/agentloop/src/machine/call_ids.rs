@@ -14,7 +14,7 @@ impl RunMachine {
     /// under an old call's id. The rename depends only on the run's ids so far, so a replay
     /// renames alike; two calls of one response sharing an id keep sharing it (that decision is
     /// refused whole, as before). Ids too long to keep are left for that refusal too.
-    pub(crate) fn assign_call_ids(&self, response: &mut ModelResponse) {
+    pub(super) fn assign_call_ids(&self, response: &mut ModelResponse) {
         let calls = || {
             response
                 .message

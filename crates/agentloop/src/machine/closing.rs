@@ -1,7 +1,7 @@
 //! The run's closing steps: hook failures, steering and follow-ups, the stop conditions'
 //! trips, and the finish hooks.
 
-use super::{Closing, HookFailure, Phase, RunMachine, Trip};
+use super::{Closing, HookFailure, HookStage, Phase, RunMachine, Trip};
 use crate::error::RunError;
 use crate::event::EventKind;
 use crate::hooks::HookRole;
@@ -29,7 +29,7 @@ impl RunMachine {
         for f in failures {
             match f.role {
                 HookRole::Required => {
-                    first.get_or_insert(if f.stage == "gate" {
+                    first.get_or_insert(if f.stage == HookStage::Gate {
                         RunError::Other { message: f.message }
                     } else {
                         RunError::Hook {
@@ -40,7 +40,7 @@ impl RunMachine {
                 }
                 HookRole::Observer => self.emit(|| EventKind::HookFailed {
                     hook: f.hook,
-                    stage: f.stage,
+                    stage: f.stage.as_str().to_owned(),
                     message: f.message,
                 }),
             }
@@ -121,7 +121,7 @@ impl RunMachine {
             } else {
                 self.emit(|| EventKind::HookFailed {
                     hook: f.hook,
-                    stage: f.stage,
+                    stage: f.stage.as_str().to_owned(),
                     message: f.message,
                 });
             }

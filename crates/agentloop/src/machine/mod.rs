@@ -47,7 +47,8 @@ use std::time::Duration;
 use serde_json::Value;
 
 pub use step::{
-    Action, AdmittedCall, Batch, HookFailure, Input, Interrupt, Seams, Step, Trip, Verdict,
+    Action, AdmittedCall, Batch, HookFailure, HookStage, Input, Interrupt, Seams, Step, Trip,
+    Verdict, model_calls,
 };
 
 use crate::config::AgentConfig;
@@ -445,16 +446,22 @@ impl RunMachine {
         &self.input_text
     }
 
-    /// [`RunMachine::feed`], keeping the step in `log` first. A response's call ids are made
-    /// unique in the run before it is kept (a blank id drawn from the run's id source, an id an
-    /// earlier call of the run used renamed `ID_2`, ...), so that a replay of the log needs no
-    /// id source of its own.
+    /// [`RunMachine::feed`], keeping the step in `log` first, as [`RunMachine::settle`] leaves it.
     pub fn feed_logged(&mut self, mut step: Step, log: &mut Vec<Step>) {
-        if let Input::ModelResponded { response, .. } = &mut step.input {
-            self.assign_call_ids(response);
-        }
+        self.settle(&mut step.input);
         log.push(step.clone());
         self.feed(step);
+    }
+
+    /// Completes what the driver learned before it is logged or journaled: a response's call
+    /// ids (cut calls' too) are made unique in the run (a blank id drawn from the run's id
+    /// source, an id an earlier call of the run used renamed `ID_2`, ...), so that a replay or a
+    /// resume of the log needs no id source of its own. [`RunMachine::feed`] does the same to a
+    /// step that was not settled, alike, since the rule depends only on the run's ids so far.
+    pub fn settle(&self, input: &mut Input) {
+        if let Input::ModelResponded { response, .. } = input {
+            self.assign_call_ids(response);
+        }
     }
 
     /// The step to take now.

@@ -134,6 +134,72 @@ pub enum Interrupt {
     JournalFailed,
 }
 
+/// How many model calls have a result among `steps`: where a model whose answers depend on the
+/// calls before it (a script) goes on when the run resumes ([`crate::model::Model::resumed`]).
+pub fn model_calls(steps: &[Step]) -> usize {
+    steps
+        .iter()
+        .filter(|s| {
+            matches!(
+                s.input,
+                Input::ModelResponded { .. } | Input::ModelFailed { .. }
+            )
+        })
+        .count()
+}
+
+/// Where a hook (or a gate, a pricing function) failed. Serialized as its name
+/// (`before_model_call`, ...), the word events and traces carry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum HookStage {
+    /// [`crate::Hook::before_model_call`].
+    BeforeModelCall,
+    /// [`crate::Hook::after_model_call`].
+    AfterModelCall,
+    /// [`crate::Hook::review_answer`].
+    ReviewAnswer,
+    /// [`crate::Hook::should_stop`].
+    ShouldStop,
+    /// [`crate::Hook::before_tool_call`].
+    BeforeToolCall,
+    /// [`crate::Hook::after_tool_call`].
+    AfterToolCall,
+    /// [`crate::Hook::on_error`].
+    OnError,
+    /// [`crate::Hook::on_finish`].
+    OnFinish,
+    /// A gate ([`crate::Gate`]): its failure fails the run with the gate's own message.
+    Gate,
+    /// The pricing function.
+    Price,
+}
+
+impl HookStage {
+    /// The stage's name, as events and traces carry it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HookStage::BeforeModelCall => "before_model_call",
+            HookStage::AfterModelCall => "after_model_call",
+            HookStage::ReviewAnswer => "review_answer",
+            HookStage::ShouldStop => "should_stop",
+            HookStage::BeforeToolCall => "before_tool_call",
+            HookStage::AfterToolCall => "after_tool_call",
+            HookStage::OnError => "on_error",
+            HookStage::OnFinish => "on_finish",
+            HookStage::Gate => "gate",
+            HookStage::Price => "price",
+        }
+    }
+}
+
+impl std::fmt::Display for HookStage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// A hook (or a gate, a guardrail, a pricing function) that failed or panicked.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HookFailure {
@@ -141,8 +207,8 @@ pub struct HookFailure {
     pub hook: String,
     /// Whether its failure fails the run.
     pub role: HookRole,
-    /// Where it failed (`before_model_call`, ...).
-    pub stage: String,
+    /// Where it failed.
+    pub stage: HookStage,
     /// What went wrong.
     pub message: String,
 }

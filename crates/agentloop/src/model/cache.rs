@@ -147,6 +147,18 @@ impl Model for CachedModel {
         self.inner.id()
     }
 
+    /// The same cache over the model as resumed.
+    fn resumed(&self, model_calls: usize) -> Option<Arc<dyn Model>> {
+        let inner = self.inner.resumed(model_calls)?;
+        Some(Arc::new(CachedModel {
+            inner,
+            cache: Arc::clone(&self.cache),
+            ttl: self.ttl,
+            flights: Mutex::default(),
+            wire: self.wire.clone(),
+        }))
+    }
+
     fn provider(&self) -> &str {
         self.inner.provider()
     }
