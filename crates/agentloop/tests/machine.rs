@@ -561,7 +561,7 @@ fn a_failing_after_model_hook_answers_every_call_of_the_response() {
         },
     );
     respond(&mut m, 0, ModelResponse::tool_calls([("a", "echo", "{}")]));
-    assert!(matches!(m.action(), Action::Review(_)));
+    assert!(matches!(m.action(), Action::Review { .. }));
     feed(
         &mut m,
         0,

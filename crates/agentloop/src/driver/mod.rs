@@ -59,8 +59,9 @@ pub(crate) struct Parts {
     pub(crate) source: Option<Arc<dyn ToolSource>>,
 }
 
-/// A running call: its position, its outcome, and its after-tool hooks' failures.
-type CallDone = (usize, CallOutcome, Vec<crate::machine::HookFailure>);
+/// A running call: its position, its outcome (none when the driver has no handler for it: the
+/// machine answers it), and its after-tool hooks' failures.
+type CallDone = (usize, Option<CallOutcome>, Vec<crate::machine::HookFailure>);
 
 pub(crate) struct Driver<'a> {
     pub(crate) inner: &'a Parts,
@@ -234,8 +235,8 @@ impl<'a> Driver<'a> {
                     let call = self.call_model(&m, request, false);
                     self.raced(deadline, None, call).await
                 }
-                Action::Review(response) => {
-                    let review = self.after_model_call(&m, response);
+                Action::Review { response, answer } => {
+                    let review = self.after_model_call(&m, response, answer);
                     self.raced(deadline, None, review).await
                 }
                 Action::CheckStop => {
@@ -623,13 +624,13 @@ impl<'a> Driver<'a> {
             // that fired meanwhile (during that write, or with the drain) must not start the
             // handler for the first time. Its effect would happen after the run said it stopped.
             if ctx.cancel.is_cancelled() {
-                return (position, CallOutcome::cancelled(), Vec::new());
+                return (position, Some(CallOutcome::cancelled()), Vec::new());
             }
-            let started = Instant::now();
-            let outcome = match service {
-                Some(s) => s.call(arguments, ctx).await,
-                None => CallOutcome::error(crate::outcome::codes::UNKNOWN_TOOL, "unknown tool"),
+            let Some(service) = service else {
+                return (position, None, Vec::new());
             };
+            let started = Instant::now();
+            let outcome = service.call(arguments, ctx).await;
             let mut outcome = outcome.took(started.elapsed());
             if let Some((scope, call_id)) = scope {
                 outcome.subagent = scope.take_run(&call_id).map(Box::new);
@@ -638,7 +639,7 @@ impl<'a> Driver<'a> {
                 Some(h) => h.run(outcome).await,
                 None => (outcome, Vec::new()),
             };
-            (position, outcome, failures)
+            (position, Some(outcome), failures)
         }
     }
 
@@ -732,10 +733,13 @@ fn finished(done: Option<CallDone>, senders: &mut Vec<(usize, ProgressSender)>) 
             if let Some(i) = senders.iter().position(|(p, _)| *p == position) {
                 senders.swap_remove(i).1.close();
             }
-            Input::CallFinished {
-                position,
-                outcome,
-                failures,
+            match outcome {
+                Some(outcome) => Input::CallFinished {
+                    position,
+                    outcome,
+                    failures,
+                },
+                None => Input::CallUnhandled { position },
             }
         }
         None => Input::GraceOver,

@@ -93,7 +93,12 @@ impl Driver<'_> {
         Input::Prepared { changes, failures }
     }
 
-    pub(super) async fn after_model_call(&self, m: &RunMachine, response: &ModelResponse) -> Input {
+    pub(super) async fn after_model_call(
+        &self,
+        m: &RunMachine,
+        response: &ModelResponse,
+        answer: bool,
+    ) -> Input {
         let mut failures = Vec::new();
         for (hook, role) in self.inner.hooks.iter().rev() {
             let r = guarded(|| hook.after_model_call(hook_context(m), response)).await;
@@ -117,7 +122,7 @@ impl Driver<'_> {
         }
         // A final answer is put to the hooks' review; the first rejection sends the model back.
         let mut reask = None;
-        if response.message.tool_calls.is_empty() && response.cut_calls.is_empty() {
+        if answer {
             for (hook, role) in self.inner.hooks.iter().rev() {
                 let message = match guarded(|| hook.review_answer(hook_context(m), response)).await
                 {

@@ -84,8 +84,7 @@ impl RunMachine {
             }
             _ => {}
         }
-        let has_calls = !response.message.tool_calls.is_empty() || !response.cut_calls.is_empty();
-        if !has_calls {
+        if !calls_tools(&response) {
             // Cut by the output limit: a response that says so, or one whose only calls were
             // cut and dropped without a trace.
             if response.finish_reason == FinishReason::Length || response.truncated {
@@ -646,6 +645,12 @@ enum Admission {
     /// It is answered without running; `fails` is why the whole decision fails, when the
     /// policy says so.
     Decided { slot: Slot, fails: Option<String> },
+}
+
+/// True when a response calls a tool (a call cut off by the output limit counts): otherwise it
+/// is an answer.
+pub(super) fn calls_tools(response: &ModelResponse) -> bool {
+    !response.message.tool_calls.is_empty() || !response.cut_calls.is_empty()
 }
 
 impl Slot {

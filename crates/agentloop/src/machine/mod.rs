@@ -59,7 +59,7 @@ use crate::ids::IdSource;
 use crate::limits::{LimitHit, Limits};
 use crate::message::Message;
 use crate::model::{ModelRequest, ModelResponse, Usage};
-use crate::outcome::{CallOutcome, RunOutcome, StopReason, ToolCallRecord};
+use crate::outcome::{CallOutcome, RunOutcome, StopReason, ToolCallRecord, codes};
 use crate::tool::ToolCatalog;
 
 /// The longest call id accepted.
@@ -479,7 +479,10 @@ impl RunMachine {
                 output_schema: None,
                 settings: &job.settings,
             }),
-            Phase::Review(r) => Action::Review(r),
+            Phase::Review(r) => Action::Review {
+                response: r,
+                answer: !admit::calls_tools(r),
+            },
             Phase::Admit(p) => Action::Admit {
                 gate: p.gate,
                 batch: &p.batch,
@@ -593,6 +596,11 @@ impl RunMachine {
                     failures,
                 },
             ) => self.on_finished(p, position, outcome, failures),
+            (Phase::Run(p), Input::CallUnhandled { position }) => {
+                // The same verdict as a call of a tool the run does not have.
+                let outcome = CallOutcome::error(codes::UNKNOWN_TOOL, "unknown tool");
+                self.on_finished(p, position, outcome, Vec::new())
+            }
             (Phase::Run(p), Input::GraceOver) => self.on_grace_over(p),
             (Phase::Closing(Closing::Steering), Input::Messages { messages, .. }) => {
                 if messages.is_empty() {

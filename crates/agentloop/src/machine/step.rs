@@ -83,8 +83,15 @@ pub enum Action<'m> {
     /// turn's model call); answer [`Input::ModelResponded`] or [`Input::ModelFailed`]. Its text
     /// is not the run's output: stream none of it as such.
     Summarize(ModelRequest<'m>),
-    /// Run the after-model hooks on this response; answer [`Input::Reviewed`].
-    Review(&'m ModelResponse),
+    /// Run the after-model hooks on this response, and their answer review when `answer`;
+    /// answer [`Input::Reviewed`].
+    Review {
+        /// The response.
+        response: &'m ModelResponse,
+        /// True when the response calls no tool: a final answer the hooks' `review_answer`
+        /// judges too (the first rejection sends the model back).
+        answer: bool,
+    },
     /// Put these calls to admission gate `gate` (0 is the hooks' `before_tool_call` when the
     /// agent has hooks, then the gates in order); answer [`Input::Admitted`] with one verdict per
     /// call. A call denied by one gate is never put to the next.
@@ -314,6 +321,12 @@ pub enum Input {
         /// After-tool hooks that failed.
         failures: Vec<HookFailure>,
     },
+    /// A started call had no handler in this driver (its tool is not among those the driver
+    /// runs): the machine answers it.
+    CallUnhandled {
+        /// Its position in the model's response.
+        position: usize,
+    },
     /// The grace period of an interrupted batch ended with calls still running.
     GraceOver,
     /// The step was interrupted before it completed.
@@ -402,6 +415,7 @@ pub(super) fn input_name(input: &Input) -> &'static str {
         Input::Admitted { .. } => "admission verdicts",
         Input::CallStarted { .. } => "a call start",
         Input::CallFinished { .. } => "a call's outcome",
+        Input::CallUnhandled { .. } => "a call without a handler",
         Input::GraceOver => "the end of a grace period",
         Input::StopChecked { .. } => "the stop conditions' verdict",
         Input::Interrupted { .. } => "an interrupt",
