@@ -1,5 +1,7 @@
 #![doc = include_str!("../README.md")]
 #![forbid(unsafe_code)]
+// What a user cannot reach is not `pub`: the public face is what `lib.rs` exports.
+#![warn(unreachable_pub)]
 
 mod agent;
 mod budget;

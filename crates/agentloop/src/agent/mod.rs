@@ -120,7 +120,7 @@ impl Agent {
 
     /// What a resumed run must find unchanged, and whose [`Definition::fingerprint`] its journal
     /// keeps: the model, instructions, its own tools with their schemas (not a
-    /// [`ToolSource`]'s, which the journal holds as each run listed them), limits, decision
+    /// [`crate::ToolSource`]'s, which the journal holds as each run listed them), limits, decision
     /// policy, output schema and settings, and the parts the application added
     /// ([`AgentBuilder::version`], [`AgentBuilder::definition_part`]).
     pub fn definition(&self) -> &Definition {
@@ -180,15 +180,14 @@ impl Agent {
             return refused(&run_id, transcript, input, e);
         }
         let seams = self.seams(&options);
-        let keep_log = options.log.is_some() || cfg!(feature = "verify-replay");
-        let log = keep_log.then(|| RunLog {
-            run_id: run_id.to_string(),
+        let log = run_log(
+            &options,
+            &run_id,
             seams,
-            limits: options.limits.clone(),
-            transcript: transcript.clone(),
-            input: input.clone(),
-            steps: Vec::new(),
-        });
+            &options.limits,
+            &transcript,
+            &input,
+        );
         if let Some(journal) = &options.journal {
             let header = JournalHeader {
                 run_id: run_id.to_string(),
@@ -209,18 +208,8 @@ impl Agent {
             }
             (transcript, input) = (header.transcript, header.input);
         }
-        let machine = RunMachine::new(
-            Arc::clone(&self.inner.cfg),
-            RunStart {
-                run_id,
-                ids: Arc::clone(&self.inner.ids),
-                seams,
-                limits: options.limits.take(),
-                transcript,
-                input,
-                observed: !self.inner.sinks.is_empty() || !options.sinks.is_empty(),
-            },
-        );
+        let limits = options.limits.take();
+        let machine = self.machine(&options, run_id, seams, limits, transcript, input);
         let start = Instant::now();
         let approvals = match &options.journal {
             Some(_) => Approvals::durable([]),
@@ -229,6 +218,30 @@ impl Agent {
         self.driver(&self.inner, options, log, start, 0, approvals)
             .drive(machine)
             .await
+    }
+
+    /// A fresh machine for a run of this agent (a new one, or one a journal is fed to).
+    fn machine(
+        &self,
+        options: &RunOptions,
+        run_id: Arc<str>,
+        seams: Seams,
+        limits: Option<Limits>,
+        transcript: Vec<Message>,
+        input: Option<Message>,
+    ) -> RunMachine {
+        RunMachine::new(
+            Arc::clone(&self.inner.cfg),
+            RunStart {
+                run_id,
+                ids: Arc::clone(&self.inner.ids),
+                seams,
+                limits,
+                transcript,
+                input,
+                observed: !self.inner.sinks.is_empty() || !options.sinks.is_empty(),
+            },
+        )
     }
 
     fn driver<'a>(
@@ -332,27 +345,9 @@ impl Agent {
             input,
             ..
         } = header;
-        let keep_log = options.log.is_some() || cfg!(feature = "verify-replay");
-        let mut log = keep_log.then(|| RunLog {
-            run_id: run_id.clone(),
-            seams,
-            limits: limits.clone(),
-            transcript: transcript.clone(),
-            input: input.clone(),
-            steps: Vec::new(),
-        });
-        let mut machine = RunMachine::new(
-            Arc::clone(&self.inner.cfg),
-            RunStart {
-                run_id: Arc::from(run_id.as_str()),
-                ids: Arc::clone(&self.inner.ids),
-                seams,
-                limits,
-                transcript,
-                input,
-                observed: !self.inner.sinks.is_empty() || !options.sinks.is_empty(),
-            },
-        );
+        let mut log = run_log(&options, &run_id, seams, &limits, &transcript, &input);
+        let run_id = Arc::from(run_id.as_str());
+        let mut machine = self.machine(&options, run_id, seams, limits, transcript, input);
         // A model whose answers depend on the calls before (a script) goes on where the
         // journal left it.
         let resumed = self
@@ -469,6 +464,27 @@ impl Stream for RunStream {
             Poll::Ready(None) | Poll::Pending => Poll::Pending,
         }
     }
+}
+
+/// The step log a run keeps when its caller asked for one (or, in the crate's tests, to check
+/// its replay): how it started, and then each step.
+fn run_log(
+    options: &RunOptions,
+    run_id: &str,
+    seams: Seams,
+    limits: &Option<Limits>,
+    transcript: &[Message],
+    input: &Option<Message>,
+) -> Option<RunLog> {
+    let keep = options.log.is_some() || cfg!(feature = "verify-replay");
+    keep.then(|| RunLog {
+        run_id: run_id.to_owned(),
+        seams,
+        limits: limits.clone(),
+        transcript: transcript.to_vec(),
+        input: input.clone(),
+        steps: Vec::new(),
+    })
 }
 
 /// The outcome of a run refused before it started: failed with `error`, the input kept in the

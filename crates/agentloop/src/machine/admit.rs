@@ -20,7 +20,7 @@ use crate::outcome::{CallOutcome, CallStatus, StopReason, ToolCallRecord, codes}
 use crate::tool::{ExecutionMode, ToolCatalog, join_violations};
 
 /// The largest output limit a cut answer is asked again with.
-pub const MAX_RAISED_OUTPUT_TOKENS: u32 = 32_768;
+pub(super) const MAX_RAISED_OUTPUT_TOKENS: u32 = 32_768;
 
 impl RunMachine {
     /// The model answered: count its usage and cost, then judge it (after the hooks' review).

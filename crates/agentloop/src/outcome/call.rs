@@ -84,7 +84,7 @@ pub struct SubagentRun {
     pub call_id: String,
     /// The tool it was called as.
     pub tool: String,
-    /// Its stop reason's word ([`StopReason::as_str`]).
+    /// Its stop reason's word ([`crate::StopReason::as_str`]).
     pub stop_reason: String,
     /// Its error, as `code: message`, when it failed or a limit stopped it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
