@@ -391,8 +391,6 @@ impl RunMachine {
     /// One call of a decision, judged on its own: cut off by the output limit, an unknown tool,
     /// arguments that fail the schema (each answered without running, and `fails` the whole
     /// decision when the policy says so), or admitted.
-    // Inlined: its result (a call and its slot) is then built in place, not copied.
-    #[inline(always)]
     fn admit_one(
         &self,
         tools: &ToolCatalog,
