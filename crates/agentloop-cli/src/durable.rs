@@ -8,11 +8,11 @@ use std::sync::Arc;
 
 use agentloop::journal::{Journal, JournaledRun};
 use agentloop::permissions::{Answer, ApprovalRequest};
-use agentloop::{Model, RunOptions, RunOutcome, StopReason};
+use agentloop::{RunOptions, RunOutcome, StopReason};
 use agentloop_store::{Durability, Fault, JournalReader, SqliteJournal};
 use clap::{Args, Subcommand};
 
-use crate::agent_file::{AgentFile, Provider};
+use crate::agent_file::AgentFile;
 use crate::approval::CancelSlot;
 use crate::args::{AgentFileArg, ApprovalArgs, TraceArgs};
 use crate::assemble;
@@ -309,8 +309,7 @@ pub async fn resume(args: ResumeArgs) -> Result<i32, CliError> {
     let journal = open_journal(path, args.go.durability.level(&file))?;
     journal.own(&first.header.run_id)?;
     let run = read_run(path, &first.header.run_id).await?;
-    let model_calls = run.model_calls();
-    go_on(&args.go, file, journal, model_calls, args.force, |_| {
+    go_on(&args.go, file, journal, args.force, |_| {
         Box::pin(async move { Ok(run) })
     })
     .await
@@ -324,45 +323,31 @@ async fn fork(args: ForkArgs) -> Result<i32, CliError> {
     let journal = open_journal(path, args.go.durability.level(&file))?;
     from.steps
         .truncate(usize::try_from(args.at.saturating_add(1)).unwrap_or(usize::MAX));
-    let model_calls = from.model_calls();
     let (origin, at, writer) = (from.header.run_id, args.at, journal.clone());
-    go_on(
-        &args.go,
-        file,
-        journal,
-        model_calls,
-        false,
-        move |definition| {
-            Box::pin(async move {
-                let id = agentloop::ids::run_id();
-                let run = writer.fork(&origin, at, &id, Some(definition)).await?;
-                eprintln!("■ forked run {origin} after step {at} as run {id}");
-                Ok(run)
-            })
-        },
-    )
+    go_on(&args.go, file, journal, false, move |definition| {
+        Box::pin(async move {
+            let id = agentloop::ids::run_id();
+            let run = writer.fork(&origin, at, &id, Some(definition)).await?;
+            eprintln!("■ forked run {origin} after step {at} as run {id}");
+            Ok(run)
+        })
+    })
     .await
 }
 
 /// A run the caller has in hand (`start` gives it, from the agent's definition) goes on with
-/// `file`'s agent in this process, journaled in `journal`; prints its outcome. A scripted
-/// model goes on after the `model_calls` answers the run already has.
+/// `file`'s agent in this process, journaled in `journal`; prints its outcome.
 async fn go_on(
     go: &GoOnArgs,
     file: AgentFile,
     journal: Arc<SqliteJournal>,
-    model_calls: usize,
     force: bool,
     start: impl FnOnce(
         agentloop::journal::Definition,
     ) -> futures::future::BoxFuture<'static, Result<JournaledRun, CliError>>,
 ) -> Result<i32, CliError> {
-    let model: Arc<dyn Model> = if *file.model().provider.get_ref() == Provider::Scripted {
-        // A script goes on where the journal left it.
-        Arc::new(assemble::scripted_model(&file)?.skip(model_calls))
-    } else {
-        assemble::model(&file)?
-    };
+    // A script goes on where the journal left it: `Agent::resume` asks the model.
+    let model = assemble::model(&file)?;
     let progress = Arc::new(Progress::new());
     let cancel = agentloop::CancellationToken::new();
     let slot: CancelSlot = Arc::new(std::sync::Mutex::new(Some(cancel.clone())));

@@ -9,12 +9,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agentloop::permissions::Answer;
-use agentloop::{Agent, Event, EventSink, Model, RunOutcome};
+use agentloop::{Agent, Event, EventSink, RunOutcome};
 use agentloop_restate::{Agents, EndpointOptions, Ingress, RestateError, RunRequest};
 use clap::Args;
 use serde_json::{Value, json};
 
-use crate::agent_file::{AgentFile, Provider};
+use crate::agent_file::AgentFile;
 use crate::approval::NO_TERMINAL_REASON;
 use crate::args::AgentFileArg;
 use crate::assemble::{self, Approval, StartedMcp};
@@ -131,7 +131,7 @@ struct Served {
 }
 
 impl Agents for Served {
-    fn agent(&self, name: &str, model_calls: usize) -> Result<Agent, String> {
+    fn agent(&self, name: &str) -> Result<Agent, String> {
         let Some((file, mcp)) = self
             .files
             .iter()
@@ -139,16 +139,8 @@ impl Agents for Served {
         else {
             return Err(format!("this worker serves no agent named {name:?}"));
         };
-        let model: Arc<dyn Model> = if *file.model().provider.get_ref() == Provider::Scripted {
-            // A script goes on where the run's journal left it.
-            Arc::new(
-                assemble::scripted_model(file)
-                    .map_err(|e| e.to_string())?
-                    .skip(model_calls),
-            )
-        } else {
-            assemble::model(file).map_err(|e| e.to_string())?
-        };
+        // A resumed run's script goes on where its journal left it (the core's resume does it).
+        let model = assemble::model(file).map_err(|e| e.to_string())?;
         // Nobody is at a worker's terminal: a call that asks suspends the run until
         // `agentloop approve --restate` answers it.
         let approval = Approval::Nobody(NO_TERMINAL_REASON);

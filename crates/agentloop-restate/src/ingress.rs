@@ -10,8 +10,16 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::error::RestateError;
-use crate::service::RunRequest;
 use crate::{RUNS_SERVICE, SESSION_SERVICE};
+
+/// A run to start: which agent, on what input (what the ingress submits and the service runs).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunRequest {
+    /// The agent's name.
+    pub agent: String,
+    /// The input text.
+    pub input: String,
+}
 
 /// A call a run waits on, and the awakeable that answers it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

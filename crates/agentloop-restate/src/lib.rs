@@ -34,12 +34,12 @@
 //! struct Hello;
 //!
 //! impl Agents for Hello {
-//!     fn agent(&self, name: &str, model_calls: usize) -> Result<Agent, String> {
+//!     fn agent(&self, name: &str) -> Result<Agent, String> {
 //!         if name != "hello" {
 //!             return Err(format!("no agent named {name}"));
 //!         }
-//!         // A scripted model goes on where the run's journal left it.
-//!         let model = ScriptedModel::new([ModelResponse::text("Hello!")]).skip(model_calls);
+//!         // A resumed run's script goes on where its journal left it (`Model::resumed`).
+//!         let model = ScriptedModel::new([ModelResponse::text("Hello!")]);
 //!         Agent::builder()
 //!             .name("hello")
 //!             .model(model)
@@ -78,9 +78,9 @@ mod news;
 mod service;
 
 pub use error::RestateError;
-pub use ingress::{Ingress, News, PendingApproval};
+pub use ingress::{Ingress, News, PendingApproval, RunRequest};
 pub use restate_sdk::endpoint::Endpoint;
-pub use service::{Agents, EndpointOptions, RunRequest, endpoint, listener, register, serve};
+pub use service::{Agents, EndpointOptions, endpoint, listener, register, serve};
 
 /// The virtual object of conversations: key = session key, handler `run` (exclusive).
 pub const SESSION_SERVICE: &str = "AgentSession";

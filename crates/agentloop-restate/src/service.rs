@@ -7,25 +7,24 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use agentloop::journal::{JournalError, JournalHeader, JournaledRun, RunStatus};
-use agentloop::machine::{Input, Step};
+use agentloop::machine::Step;
 use agentloop::permissions::{Answer, ApprovalRequest};
 use agentloop::{Agent, EventSink, Message, RunOptions, RunOutcome, StopReason};
 use restate_sdk::context::DurableFuture;
 use restate_sdk::prelude::*;
-use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use crate::error::RestateError;
-use crate::ingress::{Ingress, News, NewsBatch, PendingApproval};
+use crate::ingress::{Ingress, News, NewsBatch, PendingApproval, RunRequest};
 use crate::journal::{ChannelJournal, Entry};
 use crate::news::News as NewsSender;
 
 /// What a worker runs: its agents, by name.
 pub trait Agents: Send + Sync + 'static {
-    /// The agent `name`, for a run whose journal already holds `model_calls` answered model
-    /// calls (a scripted model picks up its script there). `Err` says why there is none.
-    fn agent(&self, name: &str, model_calls: usize) -> Result<Agent, String>;
+    /// The agent `name`. `Err` says why there is none. (A resumed run's model goes on where
+    /// its journal left it by [`agentloop::model::Model::resumed`], as every resume does.)
+    fn agent(&self, name: &str) -> Result<Agent, String>;
 
     /// Sinks of this worker for a run's events, besides the run's news (a trace file, say).
     fn sinks(&self, _run_id: &str) -> Vec<Arc<dyn EventSink>> {
@@ -41,15 +40,6 @@ pub trait Agents: Send + Sync + 'static {
             "error": outcome.error.as_ref().map(|e| json!({"code": e.code(), "message": e.to_string()})),
         })
     }
-}
-
-/// A run to start: which agent, on what input.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RunRequest {
-    /// The agent's name.
-    pub agent: String,
-    /// The input text.
-    pub input: String,
 }
 
 /// How an endpoint behaves.
@@ -128,18 +118,6 @@ impl Journaled {
             }
             Entry::Live | Entry::Finish | Entry::Heartbeat => {}
         }
-    }
-
-    fn model_calls(&self) -> usize {
-        self.steps
-            .iter()
-            .filter(|s| {
-                matches!(
-                    s.input,
-                    Input::ModelResponded { .. } | Input::ModelFailed { .. }
-                )
-            })
-            .count()
     }
 
     /// How long the wait for answers may last: what was left of the run's deadline when it
@@ -242,7 +220,7 @@ impl SessionObject {
         loop {
             let agent = self
                 .agents
-                .agent(&request.agent, journaled.model_calls())
+                .agent(&request.agent)
                 .map_err(TerminalError::new)?;
             journaled.deadline = agent.config().limits().timeout;
             let (journal, mut writes) = ChannelJournal::new();

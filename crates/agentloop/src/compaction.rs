@@ -28,9 +28,9 @@
 //! what was added since (tool results, new messages) is estimated. With no reported count (the
 //! first call, after a compaction, a provider that reports none) the whole request is estimated.
 //!
-//! The estimate is the text's UTF-8 length divided by [`BYTES_PER_TOKEN`] (3), plus
-//! [`MESSAGE_OVERHEAD_TOKENS`] per message, per tool call and per tool, plus
-//! [`TOOLS_OVERHEAD_TOKENS`] for a request that offers tools (the preamble a chat template or
+//! The estimate is the text's UTF-8 length divided by 3 (`BYTES_PER_TOKEN`), plus 8
+//! (`MESSAGE_OVERHEAD_TOKENS`) per message, per tool call and per tool, plus 100
+//! (`TOOLS_OVERHEAD_TOKENS`) for a request that offers tools (the preamble a chat template or
 //! provider wraps the tool list in). Measured against the local model's tokenizer (Qwen2.5, a
 //! byte-level BPE like OpenAI's; `bench/estimate_error.py`), the text estimate is 1.35 times the
 //! real count for English prose, 1.43 for Rust code, 0.96 for JSON and 1.56 for Chinese; a whole
@@ -47,19 +47,20 @@ use crate::message::{Message, ToolContent, ToolResult};
 use crate::model::{ModelRequest, ModelSettings, ToolChoice, Usage};
 
 /// The bytes of text counted as one token by the estimate.
-pub const BYTES_PER_TOKEN: usize = 3;
+pub(crate) const BYTES_PER_TOKEN: usize = 3;
 
 /// The tokens counted for each message and tool call beyond its text (roles, separators, ids).
-pub const MESSAGE_OVERHEAD_TOKENS: u64 = 8;
+pub(crate) const MESSAGE_OVERHEAD_TOKENS: u64 = 8;
 
 /// The tokens counted once for a request that offers tools, beyond the tools themselves.
-pub const TOOLS_OVERHEAD_TOKENS: u64 = 100;
+pub(crate) const TOOLS_OVERHEAD_TOKENS: u64 = 100;
 
 /// How many of the latest turns stay whole by default.
 pub const DEFAULT_KEEP_TURNS: u32 = 2;
 
 /// The first line of a summary message; the machine knows a summary by it.
-pub const SUMMARY_HEADING: &str = "[Summary of the earlier conversation, written to save context]";
+pub(crate) const SUMMARY_HEADING: &str =
+    "[Summary of the earlier conversation, written to save context]";
 
 /// What a dropped tool result reads.
 pub const DROPPED_RESULT: &str =
@@ -191,12 +192,12 @@ pub fn known_context_tokens(model: &str) -> Option<u64> {
 }
 
 /// The estimated tokens of some text.
-pub fn estimate_text(text: &str) -> u64 {
+pub(crate) fn estimate_text(text: &str) -> u64 {
     text.len().div_ceil(BYTES_PER_TOKEN) as u64
 }
 
 /// The estimated tokens of one message.
-pub fn estimate_message(message: &Message) -> u64 {
+pub(crate) fn estimate_message(message: &Message) -> u64 {
     let body = match message {
         Message::User { .. } => estimate_text(&message.text()),
         Message::Assistant(a) => {
@@ -227,7 +228,7 @@ pub fn estimate(request: &ModelRequest<'_>) -> u64 {
 
 /// The estimated tokens of a request's parts that a run does not change from call to call: its
 /// instructions, tool schemas and output schema.
-pub fn estimate_fixed(request: &ModelRequest<'_>) -> u64 {
+pub(crate) fn estimate_fixed(request: &ModelRequest<'_>) -> u64 {
     let instructions = request.instructions.map_or(0, estimate_text);
     let preamble = if request.tools.is_empty() {
         0
@@ -265,7 +266,7 @@ pub fn is_summary(message: &Message) -> bool {
 /// the start of the earliest kept turn (taking the user messages just before it along), never
 /// between a call and its result. `None` when there is nothing older to compact besides an
 /// earlier summary.
-pub fn split_point(messages: &[Message], keep_turns: u32) -> Option<usize> {
+pub(crate) fn split_point(messages: &[Message], keep_turns: u32) -> Option<usize> {
     let cut = kept_from(messages, keep_turns);
     // Nothing to gain when only an earlier summary (or nothing) lies before the cut.
     let older = messages.get(..cut)?;
@@ -277,7 +278,7 @@ pub fn split_point(messages: &[Message], keep_turns: u32) -> Option<usize> {
 
 /// Where the latest `keep_turns` model turns start (with the user messages just before them); 0
 /// when the transcript holds no more turns than that.
-pub fn kept_from(messages: &[Message], keep_turns: u32) -> usize {
+pub(crate) fn kept_from(messages: &[Message], keep_turns: u32) -> usize {
     let keep = keep_turns.max(1) as usize;
     // Model turns that start where no call waits for its result.
     let mut starts = Vec::new();
@@ -306,7 +307,7 @@ pub fn kept_from(messages: &[Message], keep_turns: u32) -> usize {
 
 /// The text a summary call reads: the older part as a plain conversation, each tool result cut
 /// to its head and tail so that one huge result does not crowd out the rest.
-pub fn render_for_summary(messages: &[Message]) -> String {
+pub(crate) fn render_for_summary(messages: &[Message]) -> String {
     const MAX_RESULT: usize = 4000;
     let mut out = String::from("The conversation so far:\n");
     for m in messages {
@@ -369,7 +370,7 @@ fn ceil_char(s: &str, mut i: usize) -> usize {
 
 /// The settings of a summary call: the agent's, with no tools to choose and an answer of at most
 /// a quarter of the window (and at most 4096 tokens).
-pub fn summary_settings(c: &Compaction, settings: &ModelSettings) -> ModelSettings {
+pub(crate) fn summary_settings(c: &Compaction, settings: &ModelSettings) -> ModelSettings {
     let cap = (c.context_tokens / 4).clamp(256, 4096);
     let cap = u32::try_from(cap).unwrap_or(4096);
     ModelSettings {
@@ -381,13 +382,13 @@ pub fn summary_settings(c: &Compaction, settings: &ModelSettings) -> ModelSettin
 }
 
 /// The summary message that replaces the older part.
-pub fn summary_message(summary: &str) -> Message {
+pub(crate) fn summary_message(summary: &str) -> Message {
     Message::user(format!("{SUMMARY_HEADING}\n{}", summary.trim()))
 }
 
 /// Replaces the bodies of the oldest tool results before `keep_from` until `fits` says the
 /// estimate fits. Returns the replaced results with their indices.
-pub fn drop_tool_results(
+pub(crate) fn drop_tool_results(
     messages: &mut [Message],
     keep_from: usize,
     mut over_by: u64,

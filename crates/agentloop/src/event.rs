@@ -320,7 +320,7 @@ impl EventSink for Sinks {
         for s in &self.0 {
             let emitted = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| s.emit(event)));
             if let Err(p) = emitted {
-                panicked.get_or_insert_with(|| crate::tool::panic_message(&p));
+                panicked.get_or_insert_with(|| crate::panic::panic_message(&p));
             }
         }
         if let Some(message) = panicked {

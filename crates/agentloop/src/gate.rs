@@ -11,11 +11,40 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 use futures::future::BoxFuture;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::RunError;
 use crate::machine::{AdmittedCall, Verdict};
-use crate::permissions::{Answer, ApprovalRequest};
+
+/// A human's answer about one call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Answer {
+    /// Run it this once.
+    AllowOnce,
+    /// Run it, and every later call of this tool.
+    AllowAlways,
+    /// Do not run it.
+    DenyOnce,
+    /// Do not run it, nor any later call of this tool.
+    DenyAlways,
+}
+
+/// A call a human is asked about.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ApprovalRequest {
+    /// The call id.
+    pub call_id: String,
+    /// The tool.
+    pub tool: String,
+    /// Its arguments.
+    pub arguments: Value,
+    /// The agent whose call it is (a subagent's calls reach the same prompt as its parent's).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub agent: String,
+}
 
 /// What a gate knows of the run it admits calls for.
 #[derive(Debug, Clone, Copy)]
@@ -71,7 +100,7 @@ impl Approvals {
             .into_iter()
             .map(|(request, answer)| {
                 let recorded = Recorded {
-                    arguments: crate::journal::fingerprint(&request.arguments),
+                    arguments: crate::fingerprint::fingerprint(&request.arguments),
                     tool: request.tool,
                     answer,
                 };
@@ -90,7 +119,8 @@ impl Approvals {
     pub fn take(&self, call_id: &str, tool: &str, arguments: &serde_json::Value) -> Option<Answer> {
         let mut answers = self.answers.lock().unwrap_or_else(|p| p.into_inner());
         let recorded = answers.get(call_id)?;
-        if recorded.tool != tool || recorded.arguments != crate::journal::fingerprint(arguments) {
+        if recorded.tool != tool || recorded.arguments != crate::fingerprint::fingerprint(arguments)
+        {
             return None;
         }
         answers.remove(call_id).map(|r| r.answer)

@@ -1,12 +1,16 @@
 #![doc = include_str!("../README.md")]
 #![forbid(unsafe_code)]
+// What a user cannot reach is not `pub`: the public face is what `lib.rs` exports.
+#![warn(unreachable_pub)]
 
 mod agent;
+mod budget;
 pub mod compaction;
 pub mod config;
 pub mod driver;
 mod error;
 pub mod event;
+pub(crate) mod fingerprint;
 pub mod gate;
 pub mod guardrail;
 pub mod hooks;
@@ -17,17 +21,16 @@ pub mod machine;
 pub mod message;
 pub mod model;
 pub mod outcome;
-pub mod permissions;
+mod panic;
 mod retry;
 mod serde_duration;
-pub mod session;
 pub mod steering;
-pub mod subagent;
 pub mod testing;
 pub mod tool;
 
 // What an application uses; everything else is at its module's path.
 pub use agent::{Agent, AgentBuilder, RunOptions, RunStream, Session, StreamItem};
+pub use agent::{permissions, session, subagent};
 pub use error::{ErrorKind, RunError};
 pub use event::{Event, EventKind, EventSink};
 pub use gate::Gate;

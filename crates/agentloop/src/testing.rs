@@ -237,6 +237,19 @@ impl Model for ScriptedModel {
         &self.inner.id
     }
 
+    /// A script of its own that goes on at step `model_calls`.
+    fn resumed(&self, model_calls: usize) -> Option<Arc<dyn Model>> {
+        let inner = ScriptInner {
+            id: self.inner.id.clone(),
+            steps: self.inner.steps.clone(),
+            next: AtomicUsize::new(model_calls),
+            stream_deltas: self.inner.stream_deltas,
+        };
+        Some(Arc::new(ScriptedModel {
+            inner: Arc::new(inner),
+        }))
+    }
+
     fn provider(&self) -> &str {
         "scripted"
     }

@@ -919,6 +919,44 @@ async fn blank_call_ids_get_generated_unique_ids() {
 }
 
 #[tokio::test]
+async fn blank_ids_of_calls_cut_by_the_output_limit_are_unique_and_replay_alike() {
+    // Two calls cut off by the output limit, both with blank ids: each gets an id of its own
+    // before the step is logged, so the replay this crate's tests run on every run
+    // (`verify-replay`) finds the same ids and the same outcome, and the cut calls do not
+    // collide in the transcript.
+    let n = Arc::new(AtomicUsize::new(0));
+    let mut cut = calls(&[
+        ("", "count", r#"{"n": 1}"#),
+        ("", "count", r#"{"n": 2"#),
+        ("", "count", r#"{"n"#),
+    ]);
+    cut.finish_reason = agentloop::model::FinishReason::Length;
+    let model = ScriptedModel::new([cut, ModelResponse::text("ok")]);
+    let log = agentloop::driver::StepLog::default();
+    let options = RunOptions {
+        log: Some(log.clone()),
+        ..RunOptions::default()
+    };
+    let a = agent(model, vec![counting_tool("count", &n)], Limits::default());
+    let out = a
+        .run_with(Vec::new(), Some(Message::user("go")), options)
+        .await;
+    assert_eq!(out.stop_reason, StopReason::Finished, "{:?}", out.error);
+    assert_eq!(n.load(Ordering::SeqCst), 1, "only the complete call ran");
+    let mut ids: Vec<&str> = out.tool_calls.iter().map(|r| &*r.call_id).collect();
+    assert_eq!(ids.len(), 3, "{ids:?}");
+    assert!(ids.iter().all(|i| !i.trim().is_empty()), "{ids:?}");
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(ids.len(), 3, "the cut calls' ids do not collide: {ids:?}");
+    assert_tool_cycle(&out.transcript);
+    let log = log.take().expect("the run left its step log");
+    let replayed = agentloop::driver::replay(Arc::clone(a.config()), &log);
+    assert_eq!(replayed.transcript, out.transcript);
+    assert_eq!(replayed.tool_calls, out.tool_calls);
+}
+
+#[tokio::test]
 async fn a_batch_whose_calls_all_ask_to_terminate_ends_the_run() {
     let stop = Tool::dynamic(
         "stop",

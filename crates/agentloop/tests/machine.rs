@@ -561,7 +561,7 @@ fn a_failing_after_model_hook_answers_every_call_of_the_response() {
         },
     );
     respond(&mut m, 0, ModelResponse::tool_calls([("a", "echo", "{}")]));
-    assert!(matches!(m.action(), Action::Review(_)));
+    assert!(matches!(m.action(), Action::Review { .. }));
     feed(
         &mut m,
         0,
@@ -570,7 +570,7 @@ fn a_failing_after_model_hook_answers_every_call_of_the_response() {
             failures: vec![HookFailure {
                 hook: "policy".into(),
                 role: HookRole::Required,
-                stage: "after_model_call".into(),
+                stage: agentloop::machine::HookStage::AfterModelCall,
                 message: "no".into(),
             }],
         },

@@ -23,23 +23,48 @@ use futures::{Future, StreamExt};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::agent::Inner;
+use crate::config::AgentConfig;
 use crate::event::{Event, EventKind, EventSink, Sinks};
-use crate::gate::Approvals;
-use crate::journal::{Journal, JournalError};
+use crate::gate::{Approvals, Gate};
+use crate::guardrail::Guardrail;
+use crate::hooks::{Hook, HookRole};
+use crate::ids::IdSource;
+use crate::journal::{Definition, Journal, JournalError};
+use crate::limits::Pricing;
 use crate::machine::{Action, AdmittedCall, Input, Interrupt, RunMachine, Step};
-use crate::model::{ModelEvent, ModelRequest, ResponseAccumulator};
+use crate::model::{Model, ModelEvent, ModelRequest, ResponseAccumulator};
 use crate::outcome::{CallOutcome, RunOutcome};
 use crate::steering::Steering;
-use crate::tool::{Layered, ProgressSender, Tool, ToolContext};
+use crate::tool::{Layered, ProgressSender, Tool, ToolContext, ToolSource};
 
 pub use replay::{RunLog, StepLog, replay};
 
-/// A running call: its position, its outcome, and its after-tool hooks' failures.
-type CallDone = (usize, CallOutcome, Vec<crate::machine::HookFailure>);
+/// What an agent is, as its runs are driven: the agent holds it behind an `Arc`, and each
+/// run's driver borrows it.
+#[derive(Clone)]
+pub(crate) struct Parts {
+    pub(crate) cfg: Arc<AgentConfig>,
+    pub(crate) model: Arc<dyn Model>,
+    pub(crate) sinks: Sinks,
+    pub(crate) pricing: Option<Arc<dyn Pricing>>,
+    pub(crate) ids: Arc<dyn IdSource>,
+    pub(crate) gates: Vec<Arc<dyn Gate>>,
+    pub(crate) hooks: Vec<(Arc<dyn Hook>, HookRole)>,
+    pub(crate) input_guardrails: Vec<Arc<dyn Guardrail>>,
+    pub(crate) output_guardrails: Vec<Arc<dyn Guardrail>>,
+    pub(crate) definition: Definition,
+    /// True when a tool of the agent is a subagent (the driver looks its calls up only then).
+    pub(crate) has_subagents: bool,
+    /// Tools that may change between turns (an MCP server's).
+    pub(crate) source: Option<Arc<dyn ToolSource>>,
+}
+
+/// A running call: its position, its outcome (none when the driver has no handler for it: the
+/// machine answers it), and its after-tool hooks' failures.
+type CallDone = (usize, Option<CallOutcome>, Vec<crate::machine::HookFailure>);
 
 pub(crate) struct Driver<'a> {
-    pub(crate) inner: &'a Inner,
+    pub(crate) inner: &'a Parts,
     pub(crate) sinks: Sinks,
     pub(crate) cancel: CancellationToken,
     pub(crate) steering: Option<Steering>,
@@ -66,7 +91,7 @@ pub(crate) struct Driver<'a> {
     /// The run's depth in a tree of subagents (0 at the top).
     pub(crate) depth: u32,
     /// The subagent scope of the current batch, by turn.
-    pub(crate) scope: Option<(u32, Arc<crate::subagent::Scope>)>,
+    pub(crate) scope: Option<(u32, Arc<crate::budget::Scope>)>,
     /// The handlers of the tool source's tools as last listed, by name: a call of one is looked
     /// up here once the run's tools are no longer the agent's own.
     pub(crate) source_tools: Option<HashMap<String, Layered>>,
@@ -167,16 +192,7 @@ impl<'a> Driver<'a> {
         let parent_call_id = self.parent_call_id.take();
         let observed = !self.sinks.is_empty();
         if observed {
-            self.emit(
-                &m,
-                EventKind::RunStarted {
-                    agent: m.config().name().to_owned(),
-                    model: self.inner.model.id().to_owned(),
-                    parent_run_id,
-                    parent_call_id,
-                    input: m.input_text().to_owned(),
-                },
-            );
+            self.emit_started(&m, parent_run_id, parent_call_id);
         }
         let deadline = m.deadline().and_then(|d| self.start.checked_add(d));
         if let Some(source) = &self.inner.source {
@@ -202,17 +218,7 @@ impl<'a> Driver<'a> {
                     let check = self.check_guardrails(&self.inner.output_guardrails, text);
                     self.raced(deadline, None, check).await
                 }
-                Action::TakeMessages { follow_up } => {
-                    let messages = match &self.steering {
-                        Some(s) if follow_up => s.take_follow_ups(),
-                        Some(s) => s.take_steering(),
-                        None => Vec::new(),
-                    };
-                    Input::Messages {
-                        messages,
-                        follow_up,
-                    }
-                }
+                Action::TakeMessages { follow_up } => self.take_messages(follow_up),
                 Action::ListTools => match self.race(deadline, self.refresh_source()).await {
                     Ok(changed) => self.list_tools(&m, changed),
                     Err(by) => Input::Interrupted { by },
@@ -229,8 +235,8 @@ impl<'a> Driver<'a> {
                     let call = self.call_model(&m, request, false);
                     self.raced(deadline, None, call).await
                 }
-                Action::Review(response) => {
-                    let review = self.after_model_call(&m, response);
+                Action::Review { response, answer } => {
+                    let review = self.after_model_call(&m, response, answer);
                     self.raced(deadline, None, review).await
                 }
                 Action::CheckStop => {
@@ -245,20 +251,8 @@ impl<'a> Driver<'a> {
                 Action::StartCall(call) => match self.interrupted_now(deadline) {
                     Some(by) => Input::Interrupted { by },
                     None => {
-                        let progress = self.progress(&m, call);
-                        if let Some(p) = &progress {
-                            senders.push((call.position, p.clone()));
-                        }
-                        let ctx = ToolContext {
-                            call_id: Arc::clone(&call.call_id),
-                            tool: Arc::clone(&call.tool),
-                            run_id: Arc::clone(m.run_id()),
-                            turn: m.turn(),
-                            cancel: calls_cancel.clone(),
-                            progress: progress.unwrap_or_default(),
-                            stop_retries: stop_retries.clone(),
-                            scope: self.subagent_scope(&m, call, deadline),
-                        };
+                        let tokens = (&calls_cancel, &stop_retries);
+                        let ctx = self.call_context(&m, call, deadline, tokens, &mut senders);
                         running.push(self.run_call(&m, call, ctx));
                         Input::CallStarted {
                             position: call.position,
@@ -279,28 +273,7 @@ impl<'a> Driver<'a> {
                     // Running handlers are told, and given the grace period to finish.
                     calls_cancel.cancel();
                     stop_retries.cancel();
-                    let grace = self.start.checked_add(until);
-                    let sleep = async {
-                        match grace {
-                            Some(g) => tokio::time::sleep_until(g).await,
-                            None => std::future::pending().await,
-                        }
-                    };
-                    tokio::select! {
-                        biased;
-                        done = running.next() => finished(done, &mut senders),
-                        _ = sleep => {
-                            // Dropping the calls still running cancels them; a handler whose drop
-                            // panics must not take the run down with it.
-                            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                                running.clear()
-                            }));
-                            for (_, s) in senders.drain(..) {
-                                s.close();
-                            }
-                            Input::GraceOver
-                        }
-                    }
+                    self.drain(until, &mut running, &mut senders).await
                 }
                 Action::Finalize => {
                     let outcome = m.outcome(self.start.elapsed());
@@ -329,6 +302,11 @@ impl<'a> Driver<'a> {
         for (_, s) in senders.drain(..) {
             s.close();
         }
+        self.conclude(m, observed).await
+    }
+
+    /// The run is over: its last event, the replay check and the step log, the journal's end.
+    async fn conclude(&mut self, m: RunMachine, observed: bool) -> RunOutcome {
         let cfg = Arc::clone(m.config());
         let outcome = m.into_outcome(self.start.elapsed());
         if observed {
@@ -357,15 +335,100 @@ impl<'a> Driver<'a> {
         outcome
     }
 
+    /// The steering messages or follow-ups waiting now.
+    fn take_messages(&self, follow_up: bool) -> Input {
+        let messages = match &self.steering {
+            Some(s) if follow_up => s.take_follow_ups(),
+            Some(s) => s.take_steering(),
+            None => Vec::new(),
+        };
+        Input::Messages {
+            messages,
+            follow_up,
+        }
+    }
+
+    /// What a starting call's handler knows: its ids, the calls' tokens (`tokens`: their
+    /// cancellation and the end of their retries), its progress channel (kept in `senders` to
+    /// close when it ends) and, for a subagent, the batch's scope.
+    fn call_context(
+        &mut self,
+        m: &RunMachine,
+        call: &AdmittedCall,
+        deadline: Option<Instant>,
+        tokens: (&CancellationToken, &CancellationToken),
+        senders: &mut Vec<(usize, ProgressSender)>,
+    ) -> ToolContext {
+        let progress = self.progress(m, call);
+        if let Some(p) = &progress {
+            senders.push((call.position, p.clone()));
+        }
+        ToolContext {
+            call_id: Arc::clone(&call.call_id),
+            tool: Arc::clone(&call.tool),
+            run_id: Arc::clone(m.run_id()),
+            turn: m.turn(),
+            cancel: tokens.0.clone(),
+            progress: progress.unwrap_or_default(),
+            stop_retries: tokens.1.clone(),
+            scope: self.subagent_scope(m, call, deadline),
+        }
+    }
+
+    fn emit_started(
+        &self,
+        m: &RunMachine,
+        parent_run_id: Option<String>,
+        parent_call_id: Option<String>,
+    ) {
+        self.emit(
+            m,
+            EventKind::RunStarted {
+                agent: m.config().name().to_owned(),
+                model: self.inner.model.id().to_owned(),
+                parent_run_id,
+                parent_call_id,
+                input: m.input_text().to_owned(),
+            },
+        );
+    }
+
+    /// The batch drains: a call that finishes within the grace period (`until`, on the run's
+    /// clock) is reported; when it is over, the calls still running are dropped.
+    async fn drain<F: Future<Output = CallDone>>(
+        &self,
+        until: std::time::Duration,
+        running: &mut FuturesUnordered<F>,
+        senders: &mut Vec<(usize, ProgressSender)>,
+    ) -> Input {
+        let grace = self.start.checked_add(until);
+        let sleep = async {
+            match grace {
+                Some(g) => tokio::time::sleep_until(g).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            biased;
+            done = running.next() => finished(done, senders),
+            _ = sleep => {
+                // Dropping the calls still running cancels them; a handler whose drop panics
+                // must not take the run down with it.
+                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| running.clear()));
+                for (_, s) in senders.drain(..) {
+                    s.close();
+                }
+                Input::GraceOver
+            }
+        }
+    }
+
     /// Ends a step of a journaling run: its result is journaled, kept in the log, and fed to the
     /// machine, in that order. A step that cannot be journaled is not fed: the machine is told
     /// the journal failed instead, and the run stops at its last written step.
     #[inline(never)]
     pub(crate) async fn record(&mut self, m: &mut RunMachine, mut input: Input) {
-        if let Input::ModelResponded { response, .. } = &mut input {
-            // Ids drawn or renamed now are kept, so that a replay or a resume needs no id source.
-            m.assign_call_ids(response);
-        }
+        m.settle(&mut input);
         let suspends = matches!(
             input,
             Input::Interrupted {
@@ -493,7 +556,7 @@ impl<'a> Driver<'a> {
         m: &RunMachine,
         call: &AdmittedCall,
         deadline: Option<Instant>,
-    ) -> Option<Arc<crate::subagent::Scope>> {
+    ) -> Option<Arc<crate::budget::Scope>> {
         if !self.inner.has_subagents || !m.tools().spec(call.index).is_some_and(|s| s.subagent) {
             return None;
         }
@@ -512,7 +575,7 @@ impl<'a> Driver<'a> {
             .agent_path
             .clone()
             .unwrap_or_else(|| m.config().name().to_owned());
-        let scope = crate::subagent::scope(
+        let scope = crate::budget::scope(
             path,
             self.sinks.clone(),
             self.depth,
@@ -551,24 +614,32 @@ impl<'a> Driver<'a> {
         let position = call.position;
         let hooks =
             (!self.inner.hooks.is_empty()).then(|| seams::AfterTool::new(self.inner, m, call));
+        // A subagent's call leaves its run in the batch's scope; it rides on the call's outcome.
+        let scope = ctx
+            .scope
+            .as_ref()
+            .map(|s| (Arc::clone(s), Arc::clone(&ctx.call_id)));
         async move {
             // The future is first polled after `CallStarted` is written: a cancel or a deadline
             // that fired meanwhile (during that write, or with the drain) must not start the
             // handler for the first time. Its effect would happen after the run said it stopped.
             if ctx.cancel.is_cancelled() {
-                return (position, CallOutcome::cancelled(), Vec::new());
+                return (position, Some(CallOutcome::cancelled()), Vec::new());
             }
-            let started = Instant::now();
-            let outcome = match service {
-                Some(s) => s.call(arguments, ctx).await,
-                None => CallOutcome::error(crate::outcome::codes::UNKNOWN_TOOL, "unknown tool"),
+            let Some(service) = service else {
+                return (position, None, Vec::new());
             };
-            let outcome = outcome.took(started.elapsed());
+            let started = Instant::now();
+            let outcome = service.call(arguments, ctx).await;
+            let mut outcome = outcome.took(started.elapsed());
+            if let Some((scope, call_id)) = scope {
+                outcome.subagent = scope.take_run(&call_id).map(Box::new);
+            }
             let (outcome, failures) = match hooks {
                 Some(h) => h.run(outcome).await,
                 None => (outcome, Vec::new()),
             };
-            (position, outcome, failures)
+            (position, Some(outcome), failures)
         }
     }
 
@@ -662,10 +733,13 @@ fn finished(done: Option<CallDone>, senders: &mut Vec<(usize, ProgressSender)>) 
             if let Some(i) = senders.iter().position(|(p, _)| *p == position) {
                 senders.swap_remove(i).1.close();
             }
-            Input::CallFinished {
-                position,
-                outcome,
-                failures,
+            match outcome {
+                Some(outcome) => Input::CallFinished {
+                    position,
+                    outcome,
+                    failures,
+                },
+                None => Input::CallUnhandled { position },
             }
         }
         None => Input::GraceOver,

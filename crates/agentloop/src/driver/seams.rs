@@ -11,15 +11,15 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use super::Driver;
-use crate::agent::Inner;
+use super::Parts;
 use crate::config::AgentConfig;
 use crate::gate::GateContext;
 use crate::guardrail::Guardrail;
 use crate::hooks::{Hook, HookContext, HookRole, RequestChanges, ToolCallDecision, ToolCallView};
-use crate::machine::{AdmittedCall, HookFailure, Input, RunMachine, Trip, Verdict};
+use crate::machine::{AdmittedCall, HookFailure, HookStage, Input, RunMachine, Trip, Verdict};
 use crate::model::ModelResponse;
 use crate::outcome::{CallOutcome, RunOutcome};
-use crate::tool::panic_message;
+use crate::panic::panic_message;
 
 /// Awaits a seam's future, made by `make`; a panic while making or polling it is an error.
 async fn guarded<T, F: Future<Output = T>>(make: impl FnOnce() -> F) -> Result<T, String> {
@@ -32,11 +32,11 @@ async fn guarded<T, F: Future<Output = T>>(make: impl FnOnce() -> F) -> Result<T
     }
 }
 
-fn failure(hook: &dyn Hook, role: HookRole, stage: &str, message: String) -> HookFailure {
+fn failure(hook: &dyn Hook, role: HookRole, stage: HookStage, message: String) -> HookFailure {
     HookFailure {
         hook: hook.name().to_owned(),
         role,
-        stage: stage.to_owned(),
+        stage,
         message,
     }
 }
@@ -80,7 +80,12 @@ impl Driver<'_> {
                 Ok(Err(e)) => e.0,
                 Err(panic) => panic,
             };
-            failures.push(failure(hook.as_ref(), *role, "before_model_call", message));
+            failures.push(failure(
+                hook.as_ref(),
+                *role,
+                HookStage::BeforeModelCall,
+                message,
+            ));
             if *role == HookRole::Required {
                 break;
             }
@@ -88,7 +93,12 @@ impl Driver<'_> {
         Input::Prepared { changes, failures }
     }
 
-    pub(super) async fn after_model_call(&self, m: &RunMachine, response: &ModelResponse) -> Input {
+    pub(super) async fn after_model_call(
+        &self,
+        m: &RunMachine,
+        response: &ModelResponse,
+        answer: bool,
+    ) -> Input {
         let mut failures = Vec::new();
         for (hook, role) in self.inner.hooks.iter().rev() {
             let r = guarded(|| hook.after_model_call(hook_context(m), response)).await;
@@ -97,7 +107,12 @@ impl Driver<'_> {
                 Ok(Err(e)) => e.0,
                 Err(panic) => panic,
             };
-            failures.push(failure(hook.as_ref(), *role, "after_model_call", message));
+            failures.push(failure(
+                hook.as_ref(),
+                *role,
+                HookStage::AfterModelCall,
+                message,
+            ));
             if *role == HookRole::Required {
                 return Input::Reviewed {
                     failures,
@@ -107,7 +122,7 @@ impl Driver<'_> {
         }
         // A final answer is put to the hooks' review; the first rejection sends the model back.
         let mut reask = None;
-        if response.message.tool_calls.is_empty() && response.cut_calls.is_empty() {
+        if answer {
             for (hook, role) in self.inner.hooks.iter().rev() {
                 let message = match guarded(|| hook.review_answer(hook_context(m), response)).await
                 {
@@ -119,7 +134,12 @@ impl Driver<'_> {
                     Ok(Err(e)) => e.0,
                     Err(panic) => panic,
                 };
-                failures.push(failure(hook.as_ref(), *role, "review_answer", message));
+                failures.push(failure(
+                    hook.as_ref(),
+                    *role,
+                    HookStage::ReviewAnswer,
+                    message,
+                ));
                 if *role == HookRole::Required {
                     break;
                 }
@@ -143,7 +163,12 @@ impl Driver<'_> {
                 Ok(Err(e)) => e.0,
                 Err(panic) => panic,
             };
-            failures.push(failure(hook.as_ref(), *role, "should_stop", message));
+            failures.push(failure(
+                hook.as_ref(),
+                *role,
+                HookStage::ShouldStop,
+                message,
+            ));
             if *role == HookRole::Required {
                 break;
             }
@@ -172,7 +197,7 @@ impl Driver<'_> {
                 failures: vec![HookFailure {
                     hook: "gate".into(),
                     role: HookRole::Required,
-                    stage: "gate".into(),
+                    stage: HookStage::Gate,
                     message: format!("the machine asked for gate {gate}, which does not exist"),
                 }],
             };
@@ -199,7 +224,7 @@ impl Driver<'_> {
             failures: vec![HookFailure {
                 hook: g.name().to_owned(),
                 role: HookRole::Required,
-                stage: "gate".into(),
+                stage: HookStage::Gate,
                 message,
             }],
         }
@@ -231,7 +256,12 @@ impl Driver<'_> {
                     Ok(Err(e)) => e.0,
                     Err(panic) => panic,
                 };
-                failures.push(failure(hook.as_ref(), *role, "before_tool_call", message));
+                failures.push(failure(
+                    hook.as_ref(),
+                    *role,
+                    HookStage::BeforeToolCall,
+                    message,
+                ));
                 if *role == HookRole::Required {
                     return Input::Admitted { verdicts, failures };
                 }
@@ -267,7 +297,7 @@ impl Driver<'_> {
                 vec![HookFailure {
                     hook: "pricing".into(),
                     role: HookRole::Observer,
-                    stage: "price".into(),
+                    stage: HookStage::Price,
                     message: format!("panicked: {}", panic_message(&p)),
                 }],
             ),
@@ -291,7 +321,7 @@ impl Driver<'_> {
                 };
                 // An observer's failure here is dropped, as before: only a required one counts.
                 if *role == HookRole::Required {
-                    failures.push(failure(hook.as_ref(), *role, "on_error", message));
+                    failures.push(failure(hook.as_ref(), *role, HookStage::OnError, message));
                 }
             }
         }
@@ -301,7 +331,7 @@ impl Driver<'_> {
                 Ok(Err(e)) => e.0,
                 Err(panic) => panic,
             };
-            failures.push(failure(hook.as_ref(), *role, "on_finish", message));
+            failures.push(failure(hook.as_ref(), *role, HookStage::OnFinish, message));
         }
         failures
     }
@@ -320,7 +350,7 @@ pub(super) struct AfterTool {
 }
 
 impl AfterTool {
-    pub(super) fn new(inner: &Inner, m: &RunMachine, call: &AdmittedCall) -> Self {
+    pub(super) fn new(inner: &Parts, m: &RunMachine, call: &AdmittedCall) -> Self {
         AfterTool {
             hooks: inner.hooks.clone(),
             cfg: Arc::clone(m.config()),
@@ -362,7 +392,12 @@ impl AfterTool {
                 Ok(Err(e)) => e.0,
                 Err(panic) => panic,
             };
-            failures.push(failure(hook.as_ref(), *role, "after_tool_call", message));
+            failures.push(failure(
+                hook.as_ref(),
+                *role,
+                HookStage::AfterToolCall,
+                message,
+            ));
             if *role == HookRole::Required {
                 break;
             }

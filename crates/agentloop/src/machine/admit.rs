@@ -1,33 +1,33 @@
 //! A model's answer, judged: a final answer (checked against the output schema) or a decision
 //! to call tools, validated whole before anything runs: ids, known tools, arguments against their
-//! schemas, the stuck-loop rule and the tool-call budget; then the admission gates' verdicts, and
-//! the dispatch of the admitted calls.
+//! schemas (each call judged on its own by `admit_one`), the stuck-loop rule and the tool-call
+//! budget. The admitted batch goes on in `batch.rs`.
 
 use std::collections::HashSet;
 use std::sync::Arc;
 
 use serde_json::Value;
 
-use super::{Batch, HookFailure, Pending, Phase, RunMachine, Slot, Verdict, hit};
-use crate::config::{OnInvalidCall, OnToolPanic};
+use super::{Batch, Pending, Phase, RunMachine, Slot, hit};
+use crate::config::OnInvalidCall;
 use crate::error::RunError;
 use crate::event::EventKind;
-use crate::limits::{LimitKind, Limits};
+use crate::limits::{LimitHit, LimitKind, Limits};
 use crate::machine::{AdmittedCall, MAX_CALL_ID_LEN};
 use crate::message::{AssistantMessage, ContentPart, Message, ToolCall, ToolResult};
 use crate::model::{FinishReason, ModelError, ModelErrorKind, ModelResponse};
 use crate::outcome::{CallOutcome, CallStatus, StopReason, ToolCallRecord, codes};
-use crate::tool::{ExecutionMode, join_violations};
+use crate::tool::{ExecutionMode, ToolCatalog, join_violations};
 
 /// The largest output limit a cut answer is asked again with.
-pub const MAX_RAISED_OUTPUT_TOKENS: u32 = 32_768;
+pub(super) const MAX_RAISED_OUTPUT_TOKENS: u32 = 32_768;
 
 impl RunMachine {
     /// The model answered: count its usage and cost, then judge it (after the hooks' review).
     pub(super) fn on_model_response(&mut self, response: Box<ModelResponse>, cost: Option<f64>) {
         // A cached answer cost nothing this time.
         let cost = if response.cached { Some(0.0) } else { cost };
-        self.usage.add(&response.usage);
+        self.counters.usage.add(&response.usage);
         self.count_cost(cost, response.model.as_deref());
         self.note_context(&response);
         let duration = self.now.saturating_sub(self.called_at);
@@ -51,11 +51,11 @@ impl RunMachine {
     /// pricing has no price for `model`): never as a silent zero.
     pub(super) fn count_cost(&mut self, cost: Option<f64>, model: Option<&str>) {
         match cost {
-            Some(c) => self.cost += c,
+            Some(c) => self.counters.cost += c,
             None => {
-                self.unpriced.0 = self.unpriced.0.saturating_add(1);
-                if self.unpriced.1.is_none() {
-                    self.unpriced.1 = model.map(str::to_owned);
+                self.counters.unpriced.0 = self.counters.unpriced.0.saturating_add(1);
+                if self.counters.unpriced.1.is_none() {
+                    self.counters.unpriced.1 = model.map(str::to_owned);
                 }
             }
         }
@@ -64,7 +64,7 @@ impl RunMachine {
     /// Judges a response: a last answer after a limit, an answer that is not one (refused,
     /// filtered, cut), a final answer, or a decision to call tools.
     pub(super) fn decide(&mut self, mut response: ModelResponse, reask: Option<String>) {
-        self.retrying_output = false;
+        self.retry.retrying_output = false;
         // A driver did this before the step was logged; a step fed without it (a replay of an
         // older log) gets the same ids, since the rule depends only on the run's ids so far.
         self.assign_call_ids(&mut response);
@@ -84,8 +84,7 @@ impl RunMachine {
             }
             _ => {}
         }
-        let has_calls = !response.message.tool_calls.is_empty() || !response.cut_calls.is_empty();
-        if !has_calls {
+        if !calls_tools(&response) {
             // Cut by the output limit: a response that says so, or one whose only calls were
             // cut and dropped without a trace.
             if response.finish_reason == FinishReason::Length || response.truncated {
@@ -124,8 +123,8 @@ impl RunMachine {
             None => format!("the model {what}: {words}"),
         };
         self.keep_with_calls_not_run(response.message, what);
-        self.output = (!words.is_empty()).then_some(words);
-        self.error = Some(RunError::Model(ModelError::new(kind, message)));
+        self.ending.output = (!words.is_empty()).then_some(words);
+        self.ending.error = Some(RunError::Model(ModelError::new(kind, message)));
         self.finish(stop);
     }
 
@@ -144,7 +143,7 @@ impl RunMachine {
         );
         error.provider_code = Some(raw);
         self.keep_with_calls_not_run(response.message, "ended in an error");
-        self.error = Some(RunError::Model(error));
+        self.ending.error = Some(RunError::Model(error));
         self.finish(StopReason::Failed);
     }
 
@@ -152,7 +151,7 @@ impl RunMachine {
     /// `not_run` (saying why: the response `what`), so the conversation can be continued.
     fn keep_with_calls_not_run(&mut self, message: AssistantMessage, what: &str) {
         if message.tool_calls.is_empty() {
-            self.transcript.push(Message::Assistant(message));
+            self.kept.transcript.push(Message::Assistant(message));
         } else {
             self.answer_all(
                 message,
@@ -167,7 +166,7 @@ impl RunMachine {
     /// The output limit for the next call, raised once per run where the agent set one: doubled,
     /// up to [`MAX_RAISED_OUTPUT_TOKENS`]. False when it cannot be raised.
     fn raise_output_limit(&mut self) -> bool {
-        if self.output_raised {
+        if self.retry.output_raised {
             return false;
         }
         let current = self
@@ -184,8 +183,8 @@ impl RunMachine {
         if raised <= n {
             return false;
         }
-        self.output_raised = true;
-        self.raise_output = Some(raised);
+        self.retry.output_raised = true;
+        self.retry.raise_output = Some(raised);
         true
     }
 
@@ -193,18 +192,18 @@ impl RunMachine {
     /// `truncated` stop with the partial text kept.
     fn on_cut_answer(&mut self, message: AssistantMessage) {
         if self.raise_output_limit() {
-            let limit = self.raise_output.unwrap_or_default();
+            let limit = self.retry.raise_output.unwrap_or_default();
             self.emit(|| EventKind::AnswerRetried {
                 reason: format!("the answer was cut off by the output limit; asking again with max_tokens {limit}"),
             });
-            self.retrying_output = true;
+            self.retry.retrying_output = true;
             self.need_model();
             return;
         }
         let text = message.text.clone();
-        self.transcript.push(Message::Assistant(message));
-        self.output = (!text.is_empty()).then_some(text);
-        self.error = Some(RunError::Model(ModelError::new(
+        self.kept.transcript.push(Message::Assistant(message));
+        self.ending.output = (!text.is_empty()).then_some(text);
+        self.ending.error = Some(RunError::Model(ModelError::new(
             ModelErrorKind::Truncated,
             "the final answer was cut off by the output token limit; the partial text is kept",
         )));
@@ -217,17 +216,17 @@ impl RunMachine {
         let mut message = response.message;
         let text = message.text.trim().to_owned();
         if !text.is_empty() {
-            self.output = Some(message.text.clone());
+            self.ending.output = Some(message.text.clone());
             if let Some(schema) = &self.cfg.output_schema
                 && let Ok(value) = parse_json_answer(&text)
                 && schema.check(&value).is_ok()
             {
-                self.structured = Some(value);
+                self.ending.structured = Some(value);
             }
         }
         let calls = std::mem::take(&mut message.tool_calls);
         if calls.is_empty() {
-            self.transcript.push(Message::Assistant(message));
+            self.kept.transcript.push(Message::Assistant(message));
         } else {
             message.tool_calls = calls;
             self.answer_all(message, &CallOutcome::limited(hit.limit, true));
@@ -239,7 +238,7 @@ impl RunMachine {
         // A turn without tool calls ends any loop.
         self.recent_turns.clear();
         let text = message.text.clone();
-        self.transcript.push(Message::Assistant(message));
+        self.kept.transcript.push(Message::Assistant(message));
         if self.cfg.output_schema.is_none()
             && let Some(tool) =
                 super::unread_call::unread_tool_call(&text, |n| self.tools.names().any(|t| t == n))
@@ -261,7 +260,7 @@ impl RunMachine {
             Some(schema) => match parse_json_answer(&text) {
                 Ok(value) => match schema.check(&value) {
                     Ok(()) => {
-                        self.structured = Some(value);
+                        self.ending.structured = Some(value);
                         None
                     }
                     Err(p) => Some(format!(
@@ -275,20 +274,20 @@ impl RunMachine {
         };
         // The schema first, then the hooks' verdict: either sends the model back.
         let Some(again) = problems.or(reask) else {
-            self.output = Some(text);
+            self.ending.output = Some(text);
             self.finish(StopReason::Finished);
             return;
         };
-        self.structured = None;
-        if self.output_retries_used < self.limits.output_retries {
-            self.output_retries_used += 1;
-            self.retrying_output = true;
-            self.transcript.push(Message::User {
+        self.ending.structured = None;
+        if self.retry.output_retries_used < self.limits.output_retries {
+            self.retry.output_retries_used += 1;
+            self.retry.retrying_output = true;
+            self.kept.transcript.push(Message::User {
                 content: vec![ContentPart::Text { text: again }],
             });
             self.need_model();
         } else {
-            self.output = Some(text);
+            self.ending.output = Some(text);
             self.fail(RunError::OutputInvalid { message: again });
         }
     }
@@ -318,85 +317,29 @@ impl RunMachine {
         }
 
         let tools = Arc::clone(&self.tools);
-        let policy = self.cfg.policy;
         let mut slots: Vec<Slot> = Vec::with_capacity(message.tool_calls.len());
         let mut calls: Vec<AdmittedCall> = Vec::with_capacity(message.tool_calls.len());
         let mut fatal: Option<String> = None;
         let mut sequential = false;
         for (position, call) in message.tool_calls.iter().enumerate() {
-            let call_id: Arc<str> = Arc::from(call.call_id.as_str());
-            if position >= complete {
-                let partial = cut_arguments
-                    .get(position - complete)
-                    .map(String::as_str)
-                    .unwrap_or_default();
-                slots.push(Slot::decided(
-                    call_id,
-                    Arc::from(call.tool.as_str()),
-                    Value::String(partial.to_owned()),
-                    CallOutcome::rejected(
-                        codes::TRUNCATED,
-                        format!(
-                            "not run: this call to {} was cut off by the output token limit before its arguments were complete; make it again (with shorter arguments, or fewer calls at once)",
-                            call.tool
-                        ),
-                    ),
-                ));
-                continue;
-            }
-            let Some(index) = tools.index_of(&call.tool) else {
-                let text = unknown_tool_message(&call.tool, tools.names());
-                if policy.unknown_tool == OnInvalidCall::Fail && fatal.is_none() {
-                    fatal = Some(text.clone());
+            let cut_off = position
+                .checked_sub(complete)
+                .map(|i| cut_arguments.get(i).map(String::as_str).unwrap_or_default());
+            match self.admit_one(&tools, position, call, cut_off) {
+                Admission::Admitted {
+                    call,
+                    slot,
+                    sequential: s,
+                } => {
+                    sequential |= s;
+                    calls.push(call);
+                    slots.push(slot);
                 }
-                slots.push(Slot::decided(
-                    call_id,
-                    Arc::from(call.tool.as_str()),
-                    raw_arguments(&call.arguments),
-                    CallOutcome::rejected(codes::UNKNOWN_TOOL, text),
-                ));
-                continue;
-            };
-            let tool: Arc<str> = match tools.shared_name(index) {
-                Some(name) => Arc::clone(name),
-                None => Arc::from(call.tool.as_str()),
-            };
-            match check_arguments(&tools, index, &call.tool, &call.arguments) {
-                Ok(value) => {
-                    if tools
-                        .spec(index)
-                        .is_some_and(|s| s.mode == ExecutionMode::Sequential)
-                    {
-                        sequential = true;
+                Admission::Decided { slot, fails } => {
+                    if fatal.is_none() {
+                        fatal = fails;
                     }
-                    let arguments = Arc::new(value);
-                    calls.push(AdmittedCall {
-                        position,
-                        call_id: Arc::clone(&call_id),
-                        tool: Arc::clone(&tool),
-                        // Shared: the batch lends them to the handlers, the slot keeps them for
-                        // the record (a gate that rewrites them replaces the batch's copy only).
-                        arguments: Arc::clone(&arguments),
-                        index,
-                    });
-                    slots.push(Slot {
-                        call_id,
-                        tool,
-                        arguments,
-                        outcome: None,
-                        started: false,
-                    });
-                }
-                Err((text, value)) => {
-                    if policy.invalid_arguments == OnInvalidCall::Fail && fatal.is_none() {
-                        fatal = Some(text.clone());
-                    }
-                    slots.push(Slot::decided(
-                        call_id,
-                        tool,
-                        value,
-                        CallOutcome::rejected(codes::INVALID_ARGUMENTS, text),
-                    ));
+                    slots.push(slot);
                 }
             }
         }
@@ -405,42 +348,25 @@ impl RunMachine {
             self.refuse_decision(message, reason);
             return;
         }
-        // The tool-call budget: a batch larger than what remains is refused whole.
         let admitted = calls.len() as u32;
-        if let Some(max) = Limits::bound(self.limits.max_tool_calls)
-            && self.tool_calls_used.saturating_add(admitted) > max
-        {
-            let h = hit(
-                LimitKind::ToolCalls,
-                max.into(),
-                self.tool_calls_used.into(),
-                admitted.into(),
-            );
-            let outcome = if self.answers_on(LimitKind::ToolCalls) {
-                CallOutcome::limited(LimitKind::ToolCalls, true)
-            } else {
-                CallOutcome::refused(
-                    codes::MAX_TOOL_CALLS,
-                    "not executed: the run's tool call limit was reached",
-                )
-            };
+        if let Some((h, outcome)) = self.tool_call_budget(admitted) {
             self.answer_all(message, &outcome);
             self.stop_on_limit(h);
             return;
         }
-        self.tool_calls_used += admitted;
+        self.counters.tool_calls_used += admitted;
         let slot_count = slots.len();
         for slot in &slots {
             if let Some(o) = &slot.outcome {
                 self.emit(|| rejected_event(slot, o));
             }
         }
-        self.transcript.push(Message::Assistant(message));
+        self.kept.transcript.push(Message::Assistant(message));
         let pending = Box::new(Pending {
-            turn: self.turn,
+            turn: self.counters.turn,
             slots,
             batch: Batch {
-                turn: self.turn,
+                turn: self.counters.turn,
                 calls,
                 sequential,
             },
@@ -462,6 +388,114 @@ impl RunMachine {
         }
     }
 
+    /// One call of a decision, judged on its own: cut off by the output limit, an unknown tool,
+    /// arguments that fail the schema (each answered without running, and `fails` the whole
+    /// decision when the policy says so), or admitted.
+    fn admit_one(
+        &self,
+        tools: &ToolCatalog,
+        position: usize,
+        call: &ToolCall,
+        cut_off: Option<&str>,
+    ) -> Admission {
+        let call_id: Arc<str> = Arc::from(call.call_id.as_str());
+        let policy = self.cfg.policy;
+        if let Some(partial) = cut_off {
+            let outcome = CallOutcome::rejected(
+                codes::TRUNCATED,
+                format!(
+                    "not run: this call to {} was cut off by the output token limit before its arguments were complete; make it again (with shorter arguments, or fewer calls at once)",
+                    call.tool
+                ),
+            );
+            let slot = Slot::decided(
+                call_id,
+                Arc::from(call.tool.as_str()),
+                Value::String(partial.to_owned()),
+                outcome,
+            );
+            return Admission::Decided { slot, fails: None };
+        }
+        let Some(index) = tools.index_of(&call.tool) else {
+            let text = unknown_tool_message(&call.tool, tools.names());
+            let fails = (policy.unknown_tool == OnInvalidCall::Fail).then(|| text.clone());
+            let slot = Slot::decided(
+                call_id,
+                Arc::from(call.tool.as_str()),
+                raw_arguments(&call.arguments),
+                CallOutcome::rejected(codes::UNKNOWN_TOOL, text),
+            );
+            return Admission::Decided { slot, fails };
+        };
+        let tool: Arc<str> = match tools.shared_name(index) {
+            Some(name) => Arc::clone(name),
+            None => Arc::from(call.tool.as_str()),
+        };
+        match check_arguments(tools, index, &call.tool, &call.arguments) {
+            Ok(value) => {
+                let sequential = tools
+                    .spec(index)
+                    .is_some_and(|s| s.mode == ExecutionMode::Sequential);
+                let arguments = Arc::new(value);
+                let admitted = AdmittedCall {
+                    position,
+                    call_id: Arc::clone(&call_id),
+                    tool: Arc::clone(&tool),
+                    // Shared: the batch lends them to the handlers, the slot keeps them for the
+                    // record (a gate that rewrites them replaces the batch's copy only).
+                    arguments: Arc::clone(&arguments),
+                    index,
+                };
+                let slot = Slot {
+                    call_id,
+                    tool,
+                    arguments,
+                    outcome: None,
+                    started: false,
+                };
+                Admission::Admitted {
+                    call: admitted,
+                    slot,
+                    sequential,
+                }
+            }
+            Err((text, value)) => {
+                let fails = (policy.invalid_arguments == OnInvalidCall::Fail).then(|| text.clone());
+                let slot = Slot::decided(
+                    call_id,
+                    tool,
+                    value,
+                    CallOutcome::rejected(codes::INVALID_ARGUMENTS, text),
+                );
+                Admission::Decided { slot, fails }
+            }
+        }
+    }
+
+    /// The tool-call budget: a batch of `admitted` calls larger than what remains is refused
+    /// whole, with the limit it hit and the outcome its calls are answered with.
+    fn tool_call_budget(&self, admitted: u32) -> Option<(LimitHit, CallOutcome)> {
+        let max = Limits::bound(self.limits.max_tool_calls)?;
+        if self.counters.tool_calls_used.saturating_add(admitted) <= max {
+            return None;
+        }
+        let h = hit(
+            LimitKind::ToolCalls,
+            max.into(),
+            self.counters.tool_calls_used.into(),
+            admitted.into(),
+        );
+        let outcome = if self.answers_on(LimitKind::ToolCalls) {
+            CallOutcome::limited(LimitKind::ToolCalls, true)
+        } else {
+            CallOutcome::refused(
+                codes::MAX_TOOL_CALLS,
+                "not executed: the run's tool call limit was reached",
+            )
+        };
+        Some((h, outcome))
+    }
+
     /// A decision that cannot be fed back: every call is refused with it, and the run fails.
     fn refuse_decision(&mut self, message: AssistantMessage, reason: String) {
         let text = format!("not executed: invalid decision ({reason})");
@@ -472,7 +506,7 @@ impl RunMachine {
         self.fail(RunError::InvalidDecision { reason });
     }
 
-    fn gates(&self) -> usize {
+    pub(super) fn gates(&self) -> usize {
         usize::from(self.seams.hooks) + self.seams.gates
     }
 
@@ -490,10 +524,10 @@ impl RunMachine {
     /// arguments aside) `threshold` times in a row, or a cycle of two or three turns did.
     pub(super) fn stuck(&mut self, first: usize) -> Option<crate::limits::LimitHit> {
         let threshold = self.limits.stuck_loop_threshold;
-        if threshold < 2 || first >= self.records.len() {
+        if threshold < 2 || first >= self.kept.records.len() {
             return None;
         }
-        self.recent_turns.push((first, self.records.len()));
+        self.recent_turns.push((first, self.kept.records.len()));
         let keep = 3 * threshold as usize;
         if self.recent_turns.len() > keep {
             let drop = self.recent_turns.len() - keep;
@@ -527,7 +561,10 @@ impl RunMachine {
 
     /// Two tool turns, as ranges of records, are the same when their calls (as a set) match.
     fn same_turn(&self, a: (usize, usize), b: (usize, usize)) -> bool {
-        let (Some(x), Some(y)) = (self.records.get(a.0..a.1), self.records.get(b.0..b.1)) else {
+        let (Some(x), Some(y)) = (
+            self.kept.records.get(a.0..a.1),
+            self.kept.records.get(b.0..b.1),
+        ) else {
             return false;
         };
         // A hostile response of thousands of calls is compared in order, not as a set.
@@ -563,7 +600,7 @@ impl RunMachine {
     /// Pushes the assistant message and `outcome` for each of its calls, so the transcript stays
     /// valid to continue later.
     pub(super) fn answer_all(&mut self, message: AssistantMessage, outcome: &CallOutcome) {
-        let turn = self.turn;
+        let turn = self.counters.turn;
         let mut results = Vec::with_capacity(message.tool_calls.len());
         for call in &message.tool_calls {
             let call_id: Arc<str> = Arc::from(call.call_id.as_str());
@@ -584,7 +621,7 @@ impl RunMachine {
                     outcome: outcome.clone(),
                 });
             }
-            self.records.push(record);
+            self.kept.records.push(record);
             results.push(Message::Tool(ToolResult {
                 call_id,
                 tool,
@@ -592,257 +629,28 @@ impl RunMachine {
                 is_error: outcome.is_error(),
             }));
         }
-        self.transcript.push(Message::Assistant(message));
-        self.transcript.extend(results);
-    }
-
-    pub(super) fn on_admitted(
-        &mut self,
-        mut p: Box<Pending>,
-        verdicts: Vec<Verdict>,
-        failures: Vec<HookFailure>,
-    ) {
-        if let Some(e) = self.hook_failures(failures) {
-            self.phase = Phase::Admit(p);
-            self.fail(e);
-            return;
-        }
-        if verdicts.len() != p.batch.calls.len() {
-            let message = format!(
-                "an admission gate gave {} verdicts for {} calls",
-                verdicts.len(),
-                p.batch.calls.len()
-            );
-            self.phase = Phase::Admit(p);
-            self.fail(RunError::Other { message });
-            return;
-        }
-        let mut denied: Vec<(usize, String)> = Vec::new();
-        let mut bad_rewrite: Option<RunError> = None;
-        let hooks_gate = self.seams.hooks && p.gate == 0;
-        for (call, verdict) in p.batch.calls.iter_mut().zip(verdicts) {
-            match verdict {
-                Verdict::Allow => {}
-                Verdict::Deny(reason) => denied.push((call.position, reason)),
-                Verdict::Rewrite(arguments) => {
-                    match self.tools.validate(call.index, &arguments) {
-                        Ok(()) => call.arguments = Arc::new(arguments),
-                        Err(v) => {
-                            // A rewrite is validated again; one that breaks the schema is a bug in
-                            // the program's hook or gate, not something the model can fix.
-                            bad_rewrite.get_or_insert_with(|| RunError::Hook {
-                            hook: if hooks_gate { "before_tool_call" } else { "gate" }.into(),
-                            message: format!(
-                                "rewrote the arguments of {} into ones that fail its schema: {}",
-                                call.tool,
-                                join_violations(&v)
-                            ),
-                        });
-                        }
-                    }
-                }
-            }
-        }
-        if let Some(e) = bad_rewrite {
-            self.phase = Phase::Admit(p);
-            self.fail(e);
-            return;
-        }
-        for (position, reason) in denied {
-            p.batch.calls.retain(|c| c.position != position);
-            self.tool_calls_used = self.tool_calls_used.saturating_sub(1);
-            if let Some(slot) = p.slots.get_mut(position) {
-                let outcome = CallOutcome::denied(&reason);
-                self.emit(|| EventKind::ToolRejected {
-                    call_id: slot.call_id.to_string(),
-                    tool: slot.tool.to_string(),
-                    code: codes::DENIED.into(),
-                    reason,
-                    outcome: outcome.clone(),
-                });
-                slot.outcome = Some(outcome);
-            }
-        }
-        p.gate += 1;
-        if p.gate < self.gates() && !p.batch.calls.is_empty() {
-            self.phase = Phase::Admit(p);
-        } else {
-            self.start_run(p);
-        }
-    }
-
-    fn start_run(&mut self, mut p: Box<Pending>) {
-        if self.seams.skip_tools {
-            for call in std::mem::take(&mut p.batch.calls) {
-                if let Some(slot) = p.slots.get_mut(call.position) {
-                    let outcome = CallOutcome::skipped();
-                    self.emit(|| EventKind::ToolRejected {
-                        call_id: call.call_id.to_string(),
-                        tool: call.tool.to_string(),
-                        code: codes::SKIPPED.into(),
-                        reason: "dry run: the tool was not run".into(),
-                        outcome: outcome.clone(),
-                    });
-                    slot.outcome = Some(outcome);
-                }
-            }
-        }
-        if p.batch.calls.is_empty() {
-            self.end_batch(p);
-        } else {
-            self.phase = Phase::Run(p);
-        }
-    }
-
-    pub(super) fn on_started(&mut self, mut p: Box<Pending>, position: usize) {
-        let restarting = p.restart.first().copied();
-        let expected = match restarting {
-            Some(i) => p.batch.calls.get(i),
-            None => p.batch.calls.get(p.next),
-        }
-        .filter(|_| p.open);
-        let Some(call) = expected.filter(|c| c.position == position) else {
-            let message = format!("the driver started call {position}, which was not asked for");
-            self.phase = Phase::Run(p);
-            self.fail(RunError::Other { message });
-            return;
-        };
-        self.emit(|| EventKind::ToolStarted {
-            call_id: call.call_id.to_string(),
-            tool: call.tool.to_string(),
-            arguments: Value::clone(&call.arguments),
-        });
-        if restarting.is_some() {
-            p.restart.remove(0);
-        } else {
-            p.next += 1;
-        }
-        p.running += 1;
-        if let Some(slot) = p.slots.get_mut(position) {
-            slot.started = true;
-        }
-        self.phase = Phase::Run(p);
-    }
-
-    pub(super) fn on_finished(
-        &mut self,
-        mut p: Box<Pending>,
-        position: usize,
-        mut outcome: CallOutcome,
-        failures: Vec<HookFailure>,
-    ) {
-        if let Some(call) = p.batch.calls.iter().find(|c| c.position == position) {
-            outcome = self.judge_outcome(call.index, outcome);
-        }
-        if outcome.subagent.is_some() {
-            outcome = self.roll_up(outcome);
-        }
-        let Some(slot) = p
-            .slots
-            .get_mut(position)
-            .filter(|s| s.started && s.outcome.is_none())
-        else {
-            let message = format!("the driver finished call {position}, which was not running");
-            self.phase = Phase::Run(p);
-            self.fail(RunError::Other { message });
-            return;
-        };
-        if self.record_events {
-            self.events.push((
-                p.turn,
-                EventKind::ToolFinished {
-                    call_id: slot.call_id.to_string(),
-                    tool: slot.tool.to_string(),
-                    outcome: outcome.clone(),
-                },
-            ));
-        }
-        if outcome.status == CallStatus::Fatal {
-            // A fatal failure drains the batch without cancelling the siblings.
-            p.open = false;
-        }
-        slot.outcome = Some(outcome);
-        p.running = p.running.saturating_sub(1);
-        if let Some(e) = self.hook_failures(failures) {
-            p.open = false;
-            p.failure.get_or_insert(e);
-        }
-        if p.running == 0 && (!p.open || (p.next >= p.batch.calls.len() && p.restart.is_empty())) {
-            self.end_batch(p);
-        } else {
-            self.phase = Phase::Run(p);
-        }
+        self.kept.transcript.push(Message::Assistant(message));
+        self.kept.transcript.extend(results);
     }
 }
 
-impl RunMachine {
-    /// A subagent's run is charged to this one (one budget for the tree: its tokens, cost, turns,
-    /// model calls and tool calls count against this run's limits from here on) and judged: one
-    /// that did not finish is an error the model reads, its partial output kept, or fatal when
-    /// its tool says so.
-    fn roll_up(&mut self, mut outcome: CallOutcome) -> CallOutcome {
-        let Some(sub) = outcome.subagent.as_deref() else {
-            return outcome;
-        };
-        self.usage.add(&sub.usage);
-        self.cost += sub.cost_usd;
-        // The subtree's answers of unknown cost leave the run's cost unknown too (and stop a
-        // budgeted run at its next check).
-        self.unpriced.0 = self.unpriced.0.saturating_add(sub.unpriced_model_calls);
-        self.sub_turns = self.sub_turns.saturating_add(sub.turns);
-        self.sub_model_calls = self.sub_model_calls.saturating_add(sub.model_calls);
-        self.tool_calls_run = self.tool_calls_run.saturating_add(sub.tool_calls);
-        self.tool_calls_used = self.tool_calls_used.saturating_add(sub.tool_calls);
-        self.subagents.push(sub.clone());
-        if outcome.status == CallStatus::Ok && !sub.is_success() {
-            let code = format!("subagent.{}", sub.stop_reason);
-            if sub.fatal {
-                outcome.status = CallStatus::Fatal;
-                outcome.diagnostic = Some(format!(
-                    "the subagent {} stopped: {}",
-                    sub.agent,
-                    sub.error.as_deref().unwrap_or(&sub.stop_reason)
-                ));
-            } else {
-                outcome.status = CallStatus::Error;
-            }
-            outcome.code = Some(code);
-        }
-        outcome
-    }
+/// How one call of a decision is admitted ([`RunMachine::admit_one`]).
+enum Admission {
+    /// It runs, unless a gate says otherwise.
+    Admitted {
+        call: AdmittedCall,
+        slot: Slot,
+        sequential: bool,
+    },
+    /// It is answered without running; `fails` is why the whole decision fails, when the
+    /// policy says so.
+    Decided { slot: Slot, fails: Option<String> },
+}
 
-    /// The machine's rules on a finished call's outcome: a declared output schema is checked (a
-    /// violation is an error the model reads), and a panic is fatal only under
-    /// [`OnToolPanic::Fail`].
-    fn judge_outcome(&self, index: usize, outcome: CallOutcome) -> CallOutcome {
-        if outcome.status == CallStatus::Ok
-            && let Err(problem) = self.tools.check_output(index, &outcome.content)
-        {
-            let name = self.tools.spec(index).map_or("", |s| s.name.as_str());
-            return CallOutcome {
-                diagnostic: Some(format!("output: {}", outcome.content.to_text())),
-                details: outcome.details,
-                duration: outcome.duration,
-                retries: outcome.retries,
-                ..CallOutcome::error(
-                    codes::INVALID_OUTPUT,
-                    format!(
-                        "the output of {name} does not match its declared output schema: {problem}"
-                    ),
-                )
-            };
-        }
-        if outcome.code.as_deref() == Some(codes::TOOL_PANICKED)
-            && outcome.status != CallStatus::Fatal
-            && self.cfg.policy.tool_panic == OnToolPanic::Fail
-        {
-            return CallOutcome {
-                status: CallStatus::Fatal,
-                ..outcome
-            };
-        }
-        outcome
-    }
+/// True when a response calls a tool (a call cut off by the output limit counts): otherwise it
+/// is an answer.
+pub(super) fn calls_tools(response: &ModelResponse) -> bool {
+    !response.message.tool_calls.is_empty() || !response.cut_calls.is_empty()
 }
 
 impl Slot {

@@ -15,9 +15,10 @@ impl RunMachine {
     /// The request's estimated tokens: the provider's count of the last request where there is
     /// one, and an estimate of what came after it.
     pub(super) fn context_estimate(&self) -> u64 {
-        match self.context_known {
+        match self.context.context_known {
             Some((len, tokens)) => {
                 let after: u64 = self
+                    .kept
                     .transcript
                     .get(len..)
                     .unwrap_or_default()
@@ -30,6 +31,7 @@ impl RunMachine {
                 // The schemas are serialized once a run, not once a call.
                 let request = self.request();
                 let fixed = *self
+                    .context
                     .fixed_estimate
                     .get_or_init(|| compaction::estimate_fixed(&request));
                 let messages: u64 = request
@@ -44,8 +46,8 @@ impl RunMachine {
 
     /// Notes the provider's count of the request just answered.
     pub(super) fn note_context(&mut self, response: &ModelResponse) {
-        self.context_known = (!response.cached && response.usage.input_tokens > 0)
-            .then_some((self.transcript.len(), response.usage.input_tokens));
+        self.context.context_known = (!response.cached && response.usage.input_tokens > 0)
+            .then_some((self.kept.transcript.len(), response.usage.input_tokens));
     }
 
     /// Compacts the transcript when the next request would pass the budget. True when a summary
@@ -60,9 +62,9 @@ impl RunMachine {
             return false;
         }
         if c.policy == CompactionPolicy::Summarize
-            && let Some(cut) = compaction::split_point(&self.transcript, c.keep_turns)
+            && let Some(cut) = compaction::split_point(&self.kept.transcript, c.keep_turns)
         {
-            let older = self.transcript.get(..cut).unwrap_or_default();
+            let older = self.kept.transcript.get(..cut).unwrap_or_default();
             let job = SummaryJob {
                 cut,
                 tokens_before: tokens,
@@ -90,10 +92,11 @@ impl RunMachine {
         let (usage, cost, summary) = match answer {
             Ok((response, cost)) => {
                 let cost = if response.cached { Some(0.0) } else { cost };
-                self.usage.add(&response.usage);
+                self.counters.usage.add(&response.usage);
                 self.count_cost(cost, response.model.as_deref());
                 let text = response.message.text.trim().to_owned();
                 let replaced: u64 = self
+                    .kept
                     .transcript
                     .get(..job.cut)
                     .unwrap_or_default()
@@ -121,20 +124,21 @@ impl RunMachine {
         };
         match summary {
             Ok(text) => {
-                let cut = job.cut.min(self.transcript.len());
+                let cut = job.cut.min(self.kept.transcript.len());
                 let replaced: Vec<(usize, Message)> =
-                    self.transcript.drain(..cut).enumerate().collect();
-                self.transcript
+                    self.kept.transcript.drain(..cut).enumerate().collect();
+                self.kept
+                    .transcript
                     .insert(0, compaction::summary_message(&text));
                 self.new_from = if self.new_from >= cut {
                     self.new_from - cut + 1
                 } else {
                     0
                 };
-                self.context_known = None;
+                self.context.context_known = None;
                 let tokens_after = self.context_estimate();
                 self.record_compaction(CompactionRecord {
-                    turn: self.turn,
+                    turn: self.counters.turn,
                     policy: CompactionPolicy::Summarize,
                     tokens_before: job.tokens_before,
                     tokens_after,
@@ -183,9 +187,9 @@ impl RunMachine {
         let called = summary.is_some();
         let (usage, cost, duration) = summary.unwrap_or_default();
         let keep = self.cfg.compaction.as_ref().map_or(1, |c| c.keep_turns);
-        let keep_from = compaction::kept_from(&self.transcript, keep);
+        let keep_from = compaction::kept_from(&self.kept.transcript, keep);
         let replaced = compaction::drop_tool_results(
-            &mut self.transcript,
+            &mut self.kept.transcript,
             keep_from,
             tokens.saturating_sub(budget),
         );
@@ -193,10 +197,10 @@ impl RunMachine {
             // Nothing could be dropped: the request goes as it is, and the provider judges it.
             return;
         }
-        self.context_known = None;
+        self.context.context_known = None;
         let tokens_after = self.context_estimate();
         self.record_compaction(CompactionRecord {
-            turn: self.turn,
+            turn: self.counters.turn,
             policy: CompactionPolicy::DropToolResults,
             tokens_before: tokens,
             tokens_after,
@@ -222,6 +226,6 @@ impl RunMachine {
             fallback: record.fallback.clone(),
             duration: record.duration,
         });
-        self.compactions.push(record);
+        self.kept.compactions.push(record);
     }
 }

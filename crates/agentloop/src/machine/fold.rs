@@ -28,12 +28,12 @@ impl RunMachine {
                 None if slot.started => CallOutcome::cancelled(),
                 None => {
                     // Admitted and never started: the call gives its slot back.
-                    self.tool_calls_used = self.tool_calls_used.saturating_sub(1);
+                    self.counters.tool_calls_used = self.counters.tool_calls_used.saturating_sub(1);
                     CallOutcome::not_run()
                 }
             };
             if slot.started {
-                self.tool_calls_run += 1;
+                self.counters.tool_calls_run += 1;
             }
             if outcome.status == CallStatus::Ok && outcome.terminate && slot.started {
                 terminate_output = Some(outcome.content.to_text());
@@ -63,7 +63,7 @@ impl RunMachine {
                 content: outcome.content.clone(),
                 is_error: outcome.is_error(),
             }));
-            self.records.push(ToolCallRecord {
+            self.kept.records.push(ToolCallRecord {
                 call_id: slot.call_id,
                 tool: slot.tool,
                 arguments: Arc::unwrap_or_clone(slot.arguments),
@@ -71,13 +71,13 @@ impl RunMachine {
                 outcome,
             });
         }
-        self.transcript.extend(results);
+        self.kept.transcript.extend(results);
         if let Some(e) = fatal {
             self.fail(e);
             return;
         }
         if all_terminate {
-            self.output = terminate_output;
+            self.ending.output = terminate_output;
             self.finish(StopReason::Terminated);
         }
     }

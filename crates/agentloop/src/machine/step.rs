@@ -8,6 +8,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::{Closing, Phase};
 use crate::hooks::{HookRole, RequestChanges};
 use crate::message::Message;
 use crate::model::{ModelError, ModelRequest, ModelResponse};
@@ -82,8 +83,15 @@ pub enum Action<'m> {
     /// turn's model call); answer [`Input::ModelResponded`] or [`Input::ModelFailed`]. Its text
     /// is not the run's output: stream none of it as such.
     Summarize(ModelRequest<'m>),
-    /// Run the after-model hooks on this response; answer [`Input::Reviewed`].
-    Review(&'m ModelResponse),
+    /// Run the after-model hooks on this response, and their answer review when `answer`;
+    /// answer [`Input::Reviewed`].
+    Review {
+        /// The response.
+        response: &'m ModelResponse,
+        /// True when the response calls no tool: a final answer the hooks' `review_answer`
+        /// judges too (the first rejection sends the model back).
+        answer: bool,
+    },
     /// Put these calls to admission gate `gate` (0 is the hooks' `before_tool_call` when the
     /// agent has hooks, then the gates in order); answer [`Input::Admitted`] with one verdict per
     /// call. A call denied by one gate is never put to the next.
@@ -133,6 +141,72 @@ pub enum Interrupt {
     JournalFailed,
 }
 
+/// How many model calls have a result among `steps`: where a model whose answers depend on the
+/// calls before it (a script) goes on when the run resumes ([`crate::model::Model::resumed`]).
+pub fn model_calls(steps: &[Step]) -> usize {
+    steps
+        .iter()
+        .filter(|s| {
+            matches!(
+                s.input,
+                Input::ModelResponded { .. } | Input::ModelFailed { .. }
+            )
+        })
+        .count()
+}
+
+/// Where a hook (or a gate, a pricing function) failed. Serialized as its name
+/// (`before_model_call`, ...), the word events and traces carry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum HookStage {
+    /// [`crate::Hook::before_model_call`].
+    BeforeModelCall,
+    /// [`crate::Hook::after_model_call`].
+    AfterModelCall,
+    /// [`crate::Hook::review_answer`].
+    ReviewAnswer,
+    /// [`crate::Hook::should_stop`].
+    ShouldStop,
+    /// [`crate::Hook::before_tool_call`].
+    BeforeToolCall,
+    /// [`crate::Hook::after_tool_call`].
+    AfterToolCall,
+    /// [`crate::Hook::on_error`].
+    OnError,
+    /// [`crate::Hook::on_finish`].
+    OnFinish,
+    /// A gate ([`crate::Gate`]): its failure fails the run with the gate's own message.
+    Gate,
+    /// The pricing function.
+    Price,
+}
+
+impl HookStage {
+    /// The stage's name, as events and traces carry it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HookStage::BeforeModelCall => "before_model_call",
+            HookStage::AfterModelCall => "after_model_call",
+            HookStage::ReviewAnswer => "review_answer",
+            HookStage::ShouldStop => "should_stop",
+            HookStage::BeforeToolCall => "before_tool_call",
+            HookStage::AfterToolCall => "after_tool_call",
+            HookStage::OnError => "on_error",
+            HookStage::OnFinish => "on_finish",
+            HookStage::Gate => "gate",
+            HookStage::Price => "price",
+        }
+    }
+}
+
+impl std::fmt::Display for HookStage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// A hook (or a gate, a guardrail, a pricing function) that failed or panicked.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HookFailure {
@@ -140,8 +214,8 @@ pub struct HookFailure {
     pub hook: String,
     /// Whether its failure fails the run.
     pub role: HookRole,
-    /// Where it failed (`before_model_call`, ...).
-    pub stage: String,
+    /// Where it failed.
+    pub stage: HookStage,
     /// What went wrong.
     pub message: String,
 }
@@ -247,6 +321,12 @@ pub enum Input {
         /// After-tool hooks that failed.
         failures: Vec<HookFailure>,
     },
+    /// A started call had no handler in this driver (its tool is not among those the driver
+    /// runs): the machine answers it.
+    CallUnhandled {
+        /// Its position in the model's response.
+        position: usize,
+    },
     /// The grace period of an interrupted batch ended with calls still running.
     GraceOver,
     /// The step was interrupted before it completed.
@@ -302,4 +382,45 @@ pub struct Step {
     /// Its result.
     #[serde(flatten)]
     pub input: Input,
+}
+
+pub(super) fn phase_name(phase: &Phase) -> &'static str {
+    match phase {
+        Phase::CheckInput => "an input check",
+        Phase::Steering => "steering messages",
+        Phase::ListTools => "the tool source's tools",
+        Phase::Prepare => "the before-model hooks",
+        Phase::CallModel => "a model call",
+        Phase::Summarize(_) => "a summary call",
+        Phase::Review(_) => "the after-model hooks",
+        Phase::Admit(_) => "an admission verdict",
+        Phase::Run(_) => "a batch's calls",
+        Phase::CheckStop => "the stop conditions",
+        Phase::Closing(Closing::Steering | Closing::FollowUps) => "waiting messages",
+        Phase::Closing(Closing::CheckOutput) => "an output check",
+        Phase::Closing(Closing::Finalize) => "the finish hooks",
+        Phase::Done => "nothing (the run is over)",
+    }
+}
+
+pub(super) fn input_name(input: &Input) -> &'static str {
+    match input {
+        Input::Checked { .. } => "a guardrail verdict",
+        Input::Messages { .. } => "messages",
+        Input::ToolsListed { .. } => "the tool source's tools",
+        Input::Prepared { .. } => "request changes",
+        Input::ModelResponded { .. } => "a model response",
+        Input::ModelFailed { .. } => "a model failure",
+        Input::Reviewed { .. } => "a review",
+        Input::Admitted { .. } => "admission verdicts",
+        Input::CallStarted { .. } => "a call start",
+        Input::CallFinished { .. } => "a call's outcome",
+        Input::CallUnhandled { .. } => "a call without a handler",
+        Input::GraceOver => "the end of a grace period",
+        Input::StopChecked { .. } => "the stop conditions' verdict",
+        Input::Interrupted { .. } => "an interrupt",
+        Input::Restarted => "a restart",
+        Input::JournalFailed { .. } => "a journal failure",
+        Input::Finalized { .. } => "the finish hooks' result",
+    }
 }

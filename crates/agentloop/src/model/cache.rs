@@ -87,7 +87,7 @@ impl CachedModel {
         let key = request_key(self.inner.provider(), self.inner.id(), request);
         match self.wire.as_ref().and_then(|wire| wire(request)) {
             Some(wire) => {
-                let mut d = crate::journal::Definition::new();
+                let mut d = crate::fingerprint::Definition::new();
                 d.set("request", serde_json::Value::String(key));
                 d.set("wire", wire);
                 d.fingerprint()
@@ -147,6 +147,18 @@ impl Model for CachedModel {
         self.inner.id()
     }
 
+    /// The same cache over the model as resumed.
+    fn resumed(&self, model_calls: usize) -> Option<Arc<dyn Model>> {
+        let inner = self.inner.resumed(model_calls)?;
+        Some(Arc::new(CachedModel {
+            inner,
+            cache: Arc::clone(&self.cache),
+            ttl: self.ttl,
+            flights: Mutex::default(),
+            wire: self.wire.clone(),
+        }))
+    }
+
     fn provider(&self) -> &str {
         self.inner.provider()
     }
@@ -189,7 +201,7 @@ pub fn request_key(provider: &str, model: &str, request: &ModelRequest<'_>) -> S
         "output_schema": request.output_schema,
         "settings": request.settings,
     });
-    let mut d = crate::journal::Definition::new();
+    let mut d = crate::fingerprint::Definition::new();
     d.set("request", value);
     d.fingerprint()
 }

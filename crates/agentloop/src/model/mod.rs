@@ -48,6 +48,14 @@ pub trait Model: Send + Sync {
     /// Starts one call. The stream ends after a [`ModelEvent::Finish`] or a
     /// [`ModelEvent::Response`], or with an error.
     fn stream<'a>(&'a self, request: ModelRequest<'a>) -> ModelStream<'a>;
+
+    /// This model for a durable run that resumes after `model_calls` answered calls, when its
+    /// answers depend on how many calls came before (a script goes on at that step); `None`
+    /// (the default) when the same model goes on. [`crate::Agent::resume`] asks it.
+    fn resumed(&self, model_calls: usize) -> Option<Arc<dyn Model>> {
+        let _ = model_calls;
+        None
+    }
 }
 
 impl<M: Model + ?Sized> Model for Arc<M> {
@@ -60,6 +68,9 @@ impl<M: Model + ?Sized> Model for Arc<M> {
     fn stream<'a>(&'a self, request: ModelRequest<'a>) -> ModelStream<'a> {
         (**self).stream(request)
     }
+    fn resumed(&self, model_calls: usize) -> Option<Arc<dyn Model>> {
+        (**self).resumed(model_calls)
+    }
 }
 
 impl<M: Model + ?Sized> Model for Box<M> {
@@ -71,6 +82,9 @@ impl<M: Model + ?Sized> Model for Box<M> {
     }
     fn stream<'a>(&'a self, request: ModelRequest<'a>) -> ModelStream<'a> {
         (**self).stream(request)
+    }
+    fn resumed(&self, model_calls: usize) -> Option<Arc<dyn Model>> {
+        (**self).resumed(model_calls)
     }
 }
 

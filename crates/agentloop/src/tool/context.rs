@@ -121,7 +121,7 @@ pub struct ToolContext {
     /// the retry layer stops there.
     pub(crate) stop_retries: CancellationToken,
     /// For a subagent's call: the run's budget and place in the tree.
-    pub(crate) scope: Option<Arc<crate::subagent::Scope>>,
+    pub(crate) scope: Option<Arc<crate::budget::Scope>>,
 }
 
 impl ToolContext {

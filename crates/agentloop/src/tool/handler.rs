@@ -4,6 +4,7 @@
 use std::future::Future;
 use std::marker::PhantomData;
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures::future::BoxFuture;
 use serde::de::DeserializeOwned;
@@ -12,6 +13,7 @@ use serde_json::Value;
 
 use super::{ToolContext, ToolError};
 use crate::message::ToolContent;
+use crate::outcome::{CallOutcome, CallStatus};
 
 /// What a successful tool call hands back.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -24,10 +26,6 @@ pub struct ToolOutput {
     /// Asks the run to end after this batch (it does when every call of the batch asks).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub terminate: bool,
-    /// The subagent run this call was: its spending is charged to the run, and the run's
-    /// machine judges how it ended (set by [`crate::Agent::as_tool`]'s tool).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub subagent: Option<Box<crate::outcome::SubagentRun>>,
 }
 
 impl ToolOutput {
@@ -37,7 +35,6 @@ impl ToolOutput {
             content: ToolContent::Text(text.into()),
             details: None,
             terminate: false,
-            subagent: None,
         }
     }
 
@@ -47,7 +44,6 @@ impl ToolOutput {
             content: ToolContent::Json(value),
             details: None,
             terminate: false,
-            subagent: None,
         }
     }
 
@@ -63,6 +59,41 @@ impl ToolOutput {
     pub fn terminate(mut self) -> Self {
         self.terminate = true;
         self
+    }
+}
+
+// The call's vocabulary knows nothing of tools: a handler's result becomes an outcome here.
+impl CallOutcome {
+    /// A handler's result.
+    pub fn from_result(result: Result<ToolOutput, ToolError>) -> Self {
+        match result {
+            Ok(out) => CallOutcome::ok(out),
+            Err(ToolError::Recoverable {
+                code,
+                message,
+                permanent,
+            }) => CallOutcome {
+                permanent,
+                ..CallOutcome::decided(CallStatus::Error, &code, message)
+            },
+            Err(ToolError::Fatal { message }) => CallOutcome::fatal(message),
+        }
+    }
+
+    /// A success.
+    pub fn ok(output: ToolOutput) -> Self {
+        CallOutcome {
+            status: CallStatus::Ok,
+            code: None,
+            content: output.content,
+            diagnostic: None,
+            details: output.details,
+            terminate: output.terminate,
+            duration: Duration::ZERO,
+            retries: 0,
+            permanent: false,
+            subagent: None,
+        }
     }
 }
 
@@ -98,7 +129,6 @@ impl IntoToolOutput for ToolContent {
             content: self,
             details: None,
             terminate: false,
-            subagent: None,
         }
     }
 }

@@ -1,7 +1,6 @@
 //! Panic isolation: a handler that panics, while it makes its future or while the future runs,
 //! fails its call, never the run's task.
 
-use std::any::Any;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
@@ -10,6 +9,7 @@ use serde_json::Value;
 
 use super::{CallFuture, CallService};
 use crate::outcome::CallOutcome;
+use crate::panic::panic_message;
 use crate::tool::{ToolContext, ToolHandler};
 
 /// Calls a handler; a panic while it makes its future, or while the future runs, fails the call.
@@ -35,15 +35,5 @@ impl CallService for CatchPanic {
         let handler = Arc::clone(&self.0);
         let args = Arc::clone(args);
         Box::pin(async move { catch_panic(&handler, &args, ctx).await })
-    }
-}
-
-pub(crate) fn panic_message(panic: &Box<dyn Any + Send>) -> String {
-    if let Some(s) = panic.downcast_ref::<&str>() {
-        (*s).to_owned()
-    } else if let Some(s) = panic.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "a tool handler panicked".to_owned()
     }
 }

@@ -19,7 +19,6 @@ mod retry;
 mod spawn;
 mod timeout;
 
-pub(crate) use catch_panic::panic_message;
 use catch_panic::{CatchPanic, catch_panic};
 use retry::{Retry, tool_retries};
 use spawn::OwnTask;

@@ -5,8 +5,9 @@ use std::sync::Arc;
 use serde_json::Value;
 use tokio_util::task::AbortOnDropHandle;
 
-use super::{CallFuture, CallService, panic_message};
+use super::{CallFuture, CallService};
 use crate::outcome::{CallOutcome, codes};
+use crate::panic::panic_message;
 use crate::tool::ToolContext;
 
 /// Runs each attempt on a task of its own, aborted when the attempt is dropped (cancellation,

@@ -24,6 +24,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::error::RunError;
+pub use crate::gate::{Answer, ApprovalRequest};
 use crate::gate::{Gate, GateContext};
 use crate::machine::{AdmittedCall, Verdict};
 
@@ -575,34 +576,6 @@ impl PermissionStore {
     }
 }
 
-/// A human's answer about one call.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Answer {
-    /// Run it this once.
-    AllowOnce,
-    /// Run it, and every later call of this tool.
-    AllowAlways,
-    /// Do not run it.
-    DenyOnce,
-    /// Do not run it, nor any later call of this tool.
-    DenyAlways,
-}
-
-/// A call a human is asked about.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ApprovalRequest {
-    /// The call id.
-    pub call_id: String,
-    /// The tool.
-    pub tool: String,
-    /// Its arguments.
-    pub arguments: Value,
-    /// The agent whose call it is (a subagent's calls reach the same prompt as its parent's).
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub agent: String,
-}
-
 /// Asks a human about calls, all of a batch at once.
 pub trait ApprovalPrompter: Send + Sync {
     /// One answer per request, in order; `Err` denies them all with that reason.
@@ -668,6 +641,48 @@ impl PermissionGate {
     /// A copy of the store as it is now.
     pub fn store(&self) -> PermissionStore {
         self.store.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
+impl PermissionGate {
+    /// The human's answers to the `asked` calls: a denial becomes the call's verdict, and an
+    /// "always" is remembered in the store for the tool.
+    fn apply_answers(
+        &self,
+        calls: &[AdmittedCall],
+        asked: &[usize],
+        replies: Vec<Option<Answer>>,
+        answers: &mut [Verdict],
+    ) -> Result<(), RunError> {
+        let mut store = self.store.lock().unwrap_or_else(|p| p.into_inner());
+        for (&i, answer) in asked.iter().zip(replies) {
+            let (Some(call), Some(verdict), Some(answer)) =
+                (calls.get(i), answers.get_mut(i), answer)
+            else {
+                continue;
+            };
+            let tool = &call.tool;
+            match answer {
+                Answer::AllowOnce => {}
+                Answer::AllowAlways => {
+                    store
+                        .remember(tool, Permission::Allow)
+                        .map_err(|e| RunError::Other {
+                            message: e.to_string(),
+                        })?
+                }
+                Answer::DenyOnce => *verdict = Verdict::Deny("the user denied this call".into()),
+                Answer::DenyAlways => {
+                    *verdict = Verdict::Deny("the user denied this tool".into());
+                    store
+                        .remember(tool, Permission::Deny)
+                        .map_err(|e| RunError::Other {
+                            message: e.to_string(),
+                        })?;
+                }
+            }
+        }
+        Ok(())
     }
 }
 
@@ -773,37 +788,7 @@ impl Gate for PermissionGate {
                     }
                 }
             }
-            let replies = replies;
-            let mut store = self.store.lock().unwrap_or_else(|p| p.into_inner());
-            for (&i, answer) in asked.iter().zip(replies) {
-                let (Some(call), Some(verdict), Some(answer)) =
-                    (calls.get(i), answers.get_mut(i), answer)
-                else {
-                    continue;
-                };
-                let tool = &call.tool;
-                match answer {
-                    Answer::AllowOnce => {}
-                    Answer::AllowAlways => {
-                        store
-                            .remember(tool, Permission::Allow)
-                            .map_err(|e| RunError::Other {
-                                message: e.to_string(),
-                            })?
-                    }
-                    Answer::DenyOnce => {
-                        *verdict = Verdict::Deny("the user denied this call".into())
-                    }
-                    Answer::DenyAlways => {
-                        *verdict = Verdict::Deny("the user denied this tool".into());
-                        store
-                            .remember(tool, Permission::Deny)
-                            .map_err(|e| RunError::Other {
-                                message: e.to_string(),
-                            })?;
-                    }
-                }
-            }
+            self.apply_answers(calls, &asked, replies, &mut answers)?;
             Ok(answers)
         })
     }

@@ -1,0 +1,520 @@
+//! The agent: a model, instructions, tools, limits and the seams around its runs (hooks, gates,
+//! guardrails, sinks). Each run is a [`RunMachine`] driven by the local tokio driver. This is the
+//! top layer of the crate (see the crate's `docs/architecture.md`): the facade and its features.
+//!
+//! - `mod.rs`: [`Agent`], its runs, resumes and streams.
+//! - `builder.rs`: [`AgentBuilder`].
+//! - `permissions.rs`: permission rules with human approval, one [`crate::Gate`].
+//! - `session.rs`: conversations kept from run to run.
+//! - `subagent.rs`: an agent as a tool of another.
+
+pub mod permissions;
+pub mod session;
+pub mod subagent;
+
+mod builder;
+
+pub use builder::AgentBuilder;
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use futures::{FutureExt, Stream};
+use tokio::time::Instant;
+use tokio_util::sync::{CancellationToken, DropGuard};
+
+use crate::config::AgentConfig;
+use crate::driver::{Driver, Parts, RunLog, StepLog};
+use crate::error::RunError;
+use crate::event::{Event, EventSink};
+use crate::gate::Approvals;
+use crate::journal::{Definition, Journal, JournalError, JournalHeader, JournaledRun, RunStatus};
+use crate::limits::Limits;
+use crate::machine::{Input, RunMachine, RunStart, Seams};
+use crate::message::Message;
+use crate::model::Model;
+use crate::outcome::RunOutcome;
+use crate::outcome::StopReason;
+use crate::steering::Steering;
+use builder::check_priced;
+
+/// A conversation carried from run to run.
+#[derive(Debug, Clone, Default)]
+pub struct Session {
+    /// The transcript.
+    pub messages: Vec<Message>,
+}
+
+impl Session {
+    /// An empty session.
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+/// Options for one run.
+#[derive(Default)]
+pub struct RunOptions {
+    /// Cancels the run: nothing new is dispatched, running handlers are drained.
+    pub cancel: Option<CancellationToken>,
+    /// The parent run, for a subagent.
+    pub parent_run_id: Option<String>,
+    /// The parent's call that started this run, for a subagent.
+    pub parent_call_id: Option<String>,
+    /// A subagent's path from the top of its tree (`coordinator/worker`): what its gates show
+    /// a human who is asked. A subagent's tool sets it.
+    pub agent_path: Option<String>,
+    /// Extra event sinks for this run only.
+    pub sinks: Vec<Arc<dyn EventSink>>,
+    /// Skip every tool (reported as skipped): a dry run.
+    pub skip_tools: bool,
+    /// Limits for this run instead of the agent's (a subagent's share of its parent's budget).
+    pub limits: Option<Limits>,
+    /// A handle through which the application sends steering messages and follow-ups.
+    pub steering: Option<Steering>,
+    /// Where the run leaves its step log (every step's result), for a journal or a replay.
+    pub log: Option<StepLog>,
+    /// Makes the run durable: how it started and each step's result are written here before
+    /// the run moves on, so that [`Agent::resume`] can go on with it in another process, and a
+    /// gate that must ask a human suspends it instead of waiting (see [`crate::journal`]).
+    pub journal: Option<Arc<dyn Journal>>,
+    /// Where the application finds this agent again to resume the run; kept in the journal's
+    /// header (the CLI keeps the agent file's path).
+    pub origin: Option<String>,
+    /// The run's depth in a tree of subagents: 0 for a run of its own; a subagent's tool sets
+    /// it for the runs it starts.
+    pub depth: u32,
+    /// For [`Agent::resume`]: the time the run has taken so far, when the driver counts more
+    /// than its journal's last step says. By default a resumed run's clock (and its deadline)
+    /// goes on from that step: the time between the crash and the resume is not the run's. A
+    /// driver that keeps wall-clock time across workers and waits (Restate's) gives its own.
+    pub elapsed: Option<std::time::Duration>,
+}
+
+/// An agent: a model, instructions, tools and limits. Cheap to clone; runs share nothing mutable.
+#[derive(Clone)]
+pub struct Agent {
+    inner: Arc<Parts>,
+}
+
+impl std::fmt::Debug for Agent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Agent")
+            .field("config", &self.inner.cfg)
+            .field("model", &self.inner.model.id())
+            .finish()
+    }
+}
+
+impl Agent {
+    /// The agent's configuration.
+    pub fn config(&self) -> &Arc<AgentConfig> {
+        &self.inner.cfg
+    }
+
+    /// The model.
+    pub fn model(&self) -> &Arc<dyn Model> {
+        &self.inner.model
+    }
+
+    /// What a resumed run must find unchanged, and whose [`Definition::fingerprint`] its journal
+    /// keeps: the model, instructions, its own tools with their schemas (not a
+    /// [`crate::ToolSource`]'s, which the journal holds as each run listed them), limits, decision
+    /// policy, output schema and settings, and the parts the application added
+    /// ([`AgentBuilder::version`], [`AgentBuilder::definition_part`]).
+    pub fn definition(&self) -> &Definition {
+        &self.inner.definition
+    }
+
+    /// Runs the agent on one input.
+    pub async fn run(&self, input: impl Into<String>) -> RunOutcome {
+        self.run_with(
+            Vec::new(),
+            Some(Message::user(input)),
+            RunOptions::default(),
+        )
+        .await
+    }
+
+    /// Runs the agent on one input, continuing a session; the session holds the new transcript
+    /// afterwards.
+    pub async fn run_in(&self, session: &mut Session, input: impl Into<String>) -> RunOutcome {
+        let transcript = std::mem::take(&mut session.messages);
+        let outcome = self
+            .run_with(
+                transcript,
+                Some(Message::user(input)),
+                RunOptions::default(),
+            )
+            .await;
+        session.messages = outcome.transcript.clone();
+        outcome
+    }
+
+    /// The steps this agent's runs take with `options`: what a replay of one of its runs needs.
+    pub fn seams(&self, options: &RunOptions) -> Seams {
+        Seams {
+            input_guardrails: !self.inner.input_guardrails.is_empty(),
+            output_guardrails: !self.inner.output_guardrails.is_empty(),
+            hooks: !self.inner.hooks.is_empty(),
+            gates: self.inner.gates.len(),
+            steering: options.steering.is_some(),
+            skip_tools: options.skip_tools,
+            dynamic_tools: self.inner.source.is_some(),
+        }
+    }
+
+    /// Runs the agent over a transcript with an optional new message, with options.
+    pub async fn run_with(
+        &self,
+        mut transcript: Vec<Message>,
+        mut input: Option<Message>,
+        mut options: RunOptions,
+    ) -> RunOutcome {
+        let run_id: Arc<str> = Arc::from(self.inner.ids.run_id());
+        // The agent's own limits passed at build; a run's own are checked before anything runs.
+        if let Some(limits) = &options.limits
+            && let Err(e) = check_priced(limits, self.inner.pricing.as_ref(), &self.inner.model)
+        {
+            return refused(&run_id, transcript, input, e);
+        }
+        let seams = self.seams(&options);
+        let log = run_log(
+            &options,
+            &run_id,
+            seams,
+            &options.limits,
+            &transcript,
+            &input,
+        );
+        if let Some(journal) = &options.journal {
+            let header = JournalHeader {
+                run_id: run_id.to_string(),
+                agent: self.inner.cfg.name().to_owned(),
+                definition: self.inner.definition.clone(),
+                fingerprint: self.inner.definition.fingerprint(),
+                seams,
+                limits: options.limits.clone(),
+                transcript,
+                input,
+                origin: options.origin.take(),
+            };
+            if let Err(e) = journal.begin(&header).await {
+                let error = RunError::Journal {
+                    message: e.to_string(),
+                };
+                return refused(&run_id, header.transcript, header.input, error);
+            }
+            (transcript, input) = (header.transcript, header.input);
+        }
+        let limits = options.limits.take();
+        let machine = self.machine(&options, run_id, seams, limits, transcript, input);
+        let start = Instant::now();
+        let approvals = match &options.journal {
+            Some(_) => Approvals::durable([]),
+            None => Approvals::none(),
+        };
+        self.driver(&self.inner, options, log, start, 0, approvals)
+            .drive(machine)
+            .await
+    }
+
+    /// A fresh machine for a run of this agent (a new one, or one a journal is fed to).
+    fn machine(
+        &self,
+        options: &RunOptions,
+        run_id: Arc<str>,
+        seams: Seams,
+        limits: Option<Limits>,
+        transcript: Vec<Message>,
+        input: Option<Message>,
+    ) -> RunMachine {
+        RunMachine::new(
+            Arc::clone(&self.inner.cfg),
+            RunStart {
+                run_id,
+                ids: Arc::clone(&self.inner.ids),
+                seams,
+                limits,
+                transcript,
+                input,
+                observed: !self.inner.sinks.is_empty() || !options.sinks.is_empty(),
+            },
+        )
+    }
+
+    fn driver<'a>(
+        &'a self,
+        parts: &'a Parts,
+        options: RunOptions,
+        log: Option<RunLog>,
+        start: Instant,
+        seq: u64,
+        approvals: Approvals,
+    ) -> Driver<'a> {
+        let mut sinks = parts.sinks.clone();
+        sinks.0.extend(options.sinks.iter().cloned());
+        let cancel = options.cancel.unwrap_or_default();
+        let mut approvals = approvals;
+        let interrupt = approvals.link(&cancel);
+        Driver {
+            inner: parts,
+            sinks,
+            interrupt,
+            cancel,
+            steering: options.steering,
+            start,
+            log,
+            log_out: options.log,
+            journaling: options.journal.is_some(),
+            journal: options.journal,
+            seq,
+            journal_error: None,
+            approvals,
+            parent_run_id: options.parent_run_id,
+            parent_call_id: options.parent_call_id,
+            agent_path: options.agent_path,
+            depth: options.depth,
+            scope: None,
+            source_tools: None,
+            tools_synced: false,
+        }
+    }
+
+    /// Goes on with a journaled run in this process: its steps are fed to a fresh machine (no
+    /// model is called and no tool runs for them), then the run continues, journaling into
+    /// `options.journal` (give the journal it came from). A tool call that finished is never
+    /// run again; one that was running when the old process stopped runs again if its tool is
+    /// idempotent, and is answered [`crate::CallOutcome::interrupted`] otherwise. Usage, cost,
+    /// counts and the deadline continue from the journal.
+    ///
+    /// Refused when the run is over, when a suspended run has unanswered approvals, and, unless
+    /// `force`, when the agent's [`Agent::definition`] changed since the run started (the error
+    /// lists what changed).
+    pub async fn resume(
+        &self,
+        run: JournaledRun,
+        options: RunOptions,
+        force: bool,
+    ) -> Result<RunOutcome, JournalError> {
+        let JournaledRun {
+            header,
+            steps,
+            status,
+            approvals,
+        } = run;
+        let not_resumable = |reason: String| JournalError::NotResumable {
+            run_id: header.run_id.clone(),
+            reason,
+        };
+        if let RunStatus::Finished { stop_reason } = &status {
+            return Err(not_resumable(format!(
+                "it is over (stop reason {stop_reason})"
+            )));
+        }
+        let waiting: Vec<&str> = approvals
+            .iter()
+            .filter(|a| a.answer.is_none())
+            .map(|a| a.request.call_id.as_str())
+            .collect();
+        if !waiting.is_empty() {
+            return Err(not_resumable(format!(
+                "approvals are unanswered for call {}",
+                waiting.join(", ")
+            )));
+        }
+        if !force && header.definition != self.inner.definition {
+            return Err(JournalError::Changed {
+                run_id: header.run_id.clone(),
+                changes: self.inner.definition.changes(&header.definition, 20),
+            });
+        }
+        let seams = self.seams(&options);
+        if seams != header.seams {
+            return Err(not_resumable(format!(
+                "the agent's guardrails, hooks, gates or steering differ from the run's \
+                 (run: {:?}, now: {seams:?})",
+                header.seams
+            )));
+        }
+        let JournalHeader {
+            run_id,
+            limits,
+            transcript,
+            input,
+            ..
+        } = header;
+        let mut log = run_log(&options, &run_id, seams, &limits, &transcript, &input);
+        let run_id = Arc::from(run_id.as_str());
+        let mut machine = self.machine(&options, run_id, seams, limits, transcript, input);
+        // A model whose answers depend on the calls before (a script) goes on where the
+        // journal left it.
+        let resumed = self
+            .inner
+            .model
+            .resumed(crate::machine::model_calls(&steps))
+            .map(|model| Parts {
+                model,
+                ..Parts::clone(&self.inner)
+            });
+        let parts = resumed.as_ref().unwrap_or(&self.inner);
+        let mut at = std::time::Duration::ZERO;
+        let seq = steps.len() as u64;
+        for step in steps {
+            at = step.at;
+            if let Some(log) = &mut log {
+                log.steps.push(step.clone());
+            }
+            machine.feed(step);
+        }
+        // What happened before this process was told then: its events are not sent again.
+        machine.drain_events().for_each(drop);
+        let at = options.elapsed.map_or(at, |e| e.max(at));
+        let now = Instant::now();
+        let start = now.checked_sub(at).unwrap_or(now);
+        let answers = approvals
+            .into_iter()
+            .filter_map(|a| Some((a.request, a.answer?)));
+        let mut driver = self.driver(parts, options, log, start, seq, Approvals::durable(answers));
+        driver.record(&mut machine, Input::Restarted).await;
+        Ok(driver.drive(machine).await)
+    }
+
+    /// Runs the agent and yields its events as they happen, then the outcome.
+    pub fn stream(&self, input: impl Into<String>) -> RunStream {
+        self.stream_with(
+            Vec::new(),
+            Some(Message::user(input)),
+            RunOptions::default(),
+        )
+    }
+
+    /// [`Agent::stream`] over a transcript, with options. Dropping the stream cancels the run.
+    pub fn stream_with(
+        &self,
+        transcript: Vec<Message>,
+        input: Option<Message>,
+        mut options: RunOptions,
+    ) -> RunStream {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<Event>();
+        let sink = move |e: &Event| {
+            let _ = tx.send(e.clone());
+        };
+        options.sinks.push(Arc::new(sink));
+        let cancel = options
+            .cancel
+            .get_or_insert_with(CancellationToken::new)
+            .clone();
+        let agent = self.clone();
+        let handle = tokio::spawn(async move { agent.run_with(transcript, input, options).await });
+        RunStream {
+            events: rx,
+            handle: Some(handle),
+            outcome: None,
+            _cancel_on_drop: cancel.drop_guard(),
+        }
+    }
+}
+
+/// What [`Agent::stream`] yields.
+#[derive(Debug)]
+#[allow(clippy::large_enum_variant)]
+pub enum StreamItem {
+    /// An event of the run.
+    Event(Event),
+    /// The run's outcome: always the last item.
+    Outcome(RunOutcome),
+}
+
+/// The stream of a running agent's events, ending with its outcome. Dropping it cancels the run.
+#[derive(Debug)]
+pub struct RunStream {
+    events: tokio::sync::mpsc::UnboundedReceiver<Event>,
+    handle: Option<tokio::task::JoinHandle<RunOutcome>>,
+    outcome: Option<RunOutcome>,
+    _cancel_on_drop: DropGuard,
+}
+
+impl Stream for RunStream {
+    type Item = StreamItem;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<StreamItem>> {
+        if let Some(handle) = self.handle.as_mut()
+            && let Poll::Ready(result) = handle.poll_unpin(cx)
+        {
+            self.handle = None;
+            match result {
+                Ok(outcome) => self.outcome = Some(outcome),
+                // The run task never panics (every seam is isolated); a join error means the
+                // runtime is shutting down.
+                Err(_) => self.events.close(),
+            }
+        }
+        if self.handle.is_none() {
+            // The run is over: what it emitted is delivered, then the outcome, even while an
+            // abandoned handler still holds a sender (its later progress is dropped).
+            return match self.events.try_recv() {
+                Ok(e) => Poll::Ready(Some(StreamItem::Event(e))),
+                Err(_) => Poll::Ready(self.outcome.take().map(StreamItem::Outcome)),
+            };
+        }
+        match self.events.poll_recv(cx) {
+            Poll::Ready(Some(e)) => Poll::Ready(Some(StreamItem::Event(e))),
+            Poll::Ready(None) | Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+/// The step log a run keeps when its caller asked for one (or, in the crate's tests, to check
+/// its replay): how it started, and then each step.
+fn run_log(
+    options: &RunOptions,
+    run_id: &str,
+    seams: Seams,
+    limits: &Option<Limits>,
+    transcript: &[Message],
+    input: &Option<Message>,
+) -> Option<RunLog> {
+    let keep = options.log.is_some() || cfg!(feature = "verify-replay");
+    keep.then(|| RunLog {
+        run_id: run_id.to_owned(),
+        seams,
+        limits: limits.clone(),
+        transcript: transcript.to_vec(),
+        input: input.clone(),
+        steps: Vec::new(),
+    })
+}
+
+/// The outcome of a run refused before it started: failed with `error`, the input kept in the
+/// transcript, nothing called.
+fn refused(
+    run_id: &str,
+    mut transcript: Vec<Message>,
+    input: Option<Message>,
+    error: RunError,
+) -> RunOutcome {
+    let new_messages_from = transcript.len();
+    transcript.extend(input);
+    RunOutcome {
+        run_id: run_id.to_owned(),
+        stop_reason: StopReason::Failed,
+        output: None,
+        structured_output: None,
+        transcript,
+        new_messages_from,
+        usage: crate::model::Usage::default(),
+        cost_usd: 0.0,
+        unpriced_model_calls: 0,
+        turns: 0,
+        model_calls: 0,
+        tool_calls_run: 0,
+        tool_calls: Vec::new(),
+        limit: None,
+        error: Some(error),
+        duration: std::time::Duration::ZERO,
+        subagents: Vec::new(),
+        compactions: Vec::new(),
+    }
+}

@@ -1,0 +1,111 @@
+//! Interrupts (cancel, deadline, suspension), a restart in a new process, and a journal that
+//! failed.
+
+use super::{Closing, Interrupt, Phase, RunMachine, hit};
+use crate::error::RunError;
+use crate::event::EventKind;
+use crate::limits::LimitKind;
+use crate::outcome::{CallOutcome, StopReason};
+
+impl RunMachine {
+    pub(super) fn on_interrupt(&mut self, phase: Phase, by: Interrupt) {
+        match phase {
+            Phase::Run(mut p) => {
+                if p.interrupted.is_none() {
+                    p.interrupted = Some((by, self.now.saturating_add(self.limits.grace_period)));
+                }
+                p.open = false;
+                if p.running == 0 {
+                    self.end_batch(p);
+                } else {
+                    self.phase = Phase::Run(p);
+                }
+            }
+            Phase::Done | Phase::Closing(Closing::Finalize) => {
+                // Nothing is left to interrupt.
+                self.phase = phase;
+                if matches!(self.phase, Phase::Closing(_)) {
+                    self.phase = Phase::Done;
+                }
+            }
+            phase => {
+                self.phase = phase;
+                self.stop_interrupted(by);
+            }
+        }
+    }
+
+    /// A new process goes on with the run. Only a batch that was running holds anything of the
+    /// old process: its calls that were running are started again when their tool is
+    /// idempotent and the batch was still open, and answered as interrupted otherwise. Every
+    /// other step is simply asked for again.
+    // Rare steps, kept out of the hot path's code.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn on_journal_failed(&mut self, phase: Phase, message: String) {
+        self.journal_failure = Some(message);
+        self.on_interrupt(phase, Interrupt::JournalFailed);
+    }
+
+    #[cold]
+    #[inline(never)]
+    pub(super) fn on_restarted(&mut self, phase: Phase) {
+        let Phase::Run(mut p) = phase else {
+            self.phase = phase;
+            return;
+        };
+        for (i, call) in p.batch.calls.iter().enumerate() {
+            let Some(slot) = p
+                .slots
+                .get_mut(call.position)
+                .filter(|s| s.started && s.outcome.is_none())
+            else {
+                continue;
+            };
+            p.running = p.running.saturating_sub(1);
+            let idempotent = self.tools.spec(call.index).is_some_and(|s| s.idempotent);
+            if idempotent && p.open {
+                slot.started = false;
+                p.restart.push(i);
+            } else {
+                self.emit(|| EventKind::ToolFinished {
+                    call_id: slot.call_id.to_string(),
+                    tool: slot.tool.to_string(),
+                    outcome: CallOutcome::interrupted(),
+                });
+                slot.outcome = Some(CallOutcome::interrupted());
+            }
+        }
+        if p.running == 0 && (!p.open || (p.next >= p.batch.calls.len() && p.restart.is_empty())) {
+            self.end_batch(p);
+        } else {
+            self.phase = Phase::Run(p);
+        }
+    }
+
+    pub(super) fn stop_interrupted(&mut self, by: Interrupt) {
+        match by {
+            Interrupt::Cancelled => {
+                self.ending.error = Some(RunError::Cancelled);
+                self.finish(StopReason::Cancelled);
+            }
+            Interrupt::Suspended => self.finish(StopReason::Suspended),
+            Interrupt::JournalFailed => {
+                let message = self
+                    .journal_failure
+                    .take()
+                    .unwrap_or_else(|| "a step could not be written".into());
+                self.fail(RunError::Journal { message });
+            }
+            Interrupt::Deadline => {
+                let bound = self.limits.timeout.unwrap_or(self.now);
+                self.stop_on_limit(hit(
+                    LimitKind::Deadline,
+                    bound.as_millis() as f64,
+                    self.now.as_millis() as f64,
+                    0.0,
+                ));
+            }
+        }
+    }
+}

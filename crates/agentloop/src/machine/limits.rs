@@ -1,0 +1,171 @@
+//! Limits: what each would let happen next, what is left for subagents, and the stop when one
+//! is reached.
+
+use super::{AdmittedCall, Phase, RunMachine};
+use crate::error::RunError;
+use crate::event::EventKind;
+use crate::limits::{LimitHit, LimitKind, Limits, OnLimit};
+use crate::message::Message;
+use crate::outcome::StopReason;
+
+impl RunMachine {
+    pub(super) fn check_before_model_call(&self) -> Option<LimitHit> {
+        let l = &self.limits;
+        let now = self.now;
+        if let Some(t) = l.timeout
+            && now >= t
+        {
+            return Some(hit(
+                LimitKind::Deadline,
+                t.as_millis() as f64,
+                now.as_millis() as f64,
+                0.0,
+            ));
+        }
+        if self.wrap_up.is_some() {
+            // The last answer after a limit is the one call past it.
+            return None;
+        }
+        if !self.retry.retrying_output
+            && let Some(hit) = self.turn_hit()
+        {
+            return Some(hit);
+        }
+        self.model_call_hit().or_else(|| self.spent_hit())
+    }
+
+    /// The calls of the batch running now (none outside one).
+    pub(crate) fn batch_calls(&self) -> &[AdmittedCall] {
+        match &self.phase {
+            Phase::Run(p) => &p.batch.calls,
+            _ => &[],
+        }
+    }
+
+    /// What is left of the run's budget: what its subagents may draw on.
+    pub(crate) fn remaining(&self) -> crate::budget::Pool {
+        let l = &self.limits;
+        crate::budget::Pool {
+            turns: Limits::bound(l.max_turns).map(|m| {
+                m.saturating_sub(self.counters.turn.saturating_add(self.counters.sub_turns))
+            }),
+            model_calls: Limits::bound(l.max_model_calls).map(|m| {
+                m.saturating_sub(
+                    self.counters
+                        .model_calls
+                        .saturating_add(self.counters.sub_model_calls),
+                )
+            }),
+            tool_calls: Limits::bound(l.max_tool_calls)
+                .map(|m| m.saturating_sub(self.counters.tool_calls_used)),
+            tokens: l
+                .max_tokens
+                .filter(|&n| n > 0)
+                .map(|m| m.saturating_sub(self.counters.usage.total_tokens())),
+            cost: l.max_cost_usd.map(|m| (m - self.counters.cost).max(0.0)),
+            waiting: 0,
+        }
+    }
+
+    /// The turn limit, when this turn is the last allowed.
+    pub(super) fn turn_hit(&self) -> Option<LimitHit> {
+        let max = Limits::bound(self.limits.max_turns)?;
+        let turns = self.counters.turn.saturating_add(self.counters.sub_turns);
+        (turns >= max).then(|| hit(LimitKind::Turns, max.into(), turns.into(), 1.0))
+    }
+
+    /// The model-call limit, when no model call is left.
+    pub(super) fn model_call_hit(&self) -> Option<LimitHit> {
+        let max = Limits::bound(self.limits.max_model_calls)?;
+        let calls = self
+            .counters
+            .model_calls
+            .saturating_add(self.counters.sub_model_calls);
+        (calls >= max).then(|| hit(LimitKind::ModelCalls, max.into(), calls.into(), 1.0))
+    }
+
+    /// The token or cost budget, when it is spent.
+    pub(super) fn spent_hit(&self) -> Option<LimitHit> {
+        let l = &self.limits;
+        if let Some(max) = l.max_tokens.filter(|&n| n > 0)
+            && self.counters.usage.total_tokens() >= max
+        {
+            let used = self.counters.usage.total_tokens() as f64;
+            return Some(hit(LimitKind::Tokens, max as f64, used, 0.0));
+        }
+        match l.max_cost_usd {
+            // An answer of unknown cost: the budget can no longer be held, so nothing more is
+            // spent (see `stop_on_limit`).
+            Some(max) if self.counters.cost >= max || self.counters.unpriced.0 > 0 => {
+                Some(hit(LimitKind::Cost, max, self.counters.cost, 0.0))
+            }
+            _ => None,
+        }
+    }
+
+    /// True when a limit of this kind asks the model for a last answer instead of stopping.
+    pub(super) fn answers_on(&self, kind: LimitKind) -> bool {
+        self.limits.on_limit == OnLimit::Answer
+            && self.wrap_up.is_none()
+            && !matches!(kind, LimitKind::ModelCalls | LimitKind::Deadline)
+            // A last answer of unknown cost would be spent unmetered too.
+            && !(kind == LimitKind::Cost && self.counters.unpriced.0 > 0)
+    }
+
+    /// A limit stops the run: at once, or (`on_limit = "answer"`) after one last model call with
+    /// tools off. Every call in the transcript is answered before this is called.
+    pub(super) fn stop_on_limit(&mut self, hit: LimitHit) {
+        let reason = limit_stop(hit.limit);
+        if self.answers_on(hit.limit) {
+            self.ending.limit = Some(hit);
+            self.ending.error = Some(RunError::LimitReached(hit));
+            self.emit(|| EventKind::LimitReached { limit: hit });
+            self.wrap_up = Some(hit);
+            self.recent_turns.clear();
+            self.kept.transcript.push(Message::user(format!(
+                "The run has reached its {} limit: no more tools can run. Give your final answer now, from what you have so far.",
+                hit.limit
+            )));
+            self.count_model_call();
+            return;
+        }
+        if let Some(first) = self.wrap_up {
+            // Something stopped the last answer: the first limit still names the stop.
+            self.finish(limit_stop(first.limit));
+            return;
+        }
+        self.ending.limit = Some(hit);
+        self.ending.error = Some(match hit.limit {
+            LimitKind::Deadline => RunError::Deadline {
+                elapsed_ms: self.now.as_millis() as u64,
+            },
+            LimitKind::Cost if self.counters.unpriced.0 > 0 => RunError::CostUnknown {
+                model: self.counters.unpriced.1.clone().unwrap_or_default(),
+            },
+            _ => RunError::LimitReached(hit),
+        });
+        self.emit(|| EventKind::LimitReached { limit: hit });
+        self.finish(reason);
+    }
+}
+
+/// The stop reason of a limit.
+pub(super) fn limit_stop(kind: LimitKind) -> StopReason {
+    match kind {
+        LimitKind::Turns => StopReason::MaxTurns,
+        LimitKind::ToolCalls => StopReason::MaxToolCalls,
+        LimitKind::ModelCalls => StopReason::MaxModelCalls,
+        LimitKind::Tokens | LimitKind::Cost => StopReason::Budget,
+        LimitKind::Deadline => StopReason::Deadline,
+        LimitKind::StuckLoop => StopReason::StuckLoop,
+    }
+}
+
+pub(super) fn hit(limit: LimitKind, bound: f64, consumed: f64, requested: f64) -> LimitHit {
+    LimitHit {
+        limit,
+        bound,
+        consumed,
+        requested,
+    }
+}
