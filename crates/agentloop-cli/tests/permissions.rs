@@ -466,6 +466,39 @@ command_prefix = { field = "command", prefix = "rm" }
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_deny_prefix_is_not_walked_around_by_quotes_paths_or_launchers() {
+    let hidden = [
+        "\\rm -rf notes",
+        "'rm' -rf notes",
+        "/bin/rm -rf notes",
+        "command rm -rf notes",
+        "env X=1 rm -rf notes",
+        "sh -c 'rm -rf notes'",
+        "ls | xargs rm",
+    ];
+    let mut calls: Vec<Value> = hidden.iter().map(|c| json!({ "command": c })).collect();
+    calls.push(json!({"command": "ls"}));
+    let dir = scripted_shell(
+        r#"[permissions]
+default = "allow"
+[[permissions.rules]]
+tool = "shell"
+permission = "deny"
+command_prefix = { field = "command", prefix = "rm" }
+[[permissions.rules]]
+tool = "shell"
+permission = "allow"
+"#,
+        &calls,
+    );
+    let (statuses, ran) = statuses(&dir).await;
+    let mut want = vec!["denied"; hidden.len()];
+    want.push("ok");
+    assert_eq!(statuses, want);
+    assert_eq!(ran, [json!({"command": "ls"})], "no rm ran in any disguise");
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_saved_always_never_bypasses_a_deny_for_the_tool() {
     let dir = scripted_shell(
         "[permissions]\ndeny = [\"shell\"]\nstore = \"permissions.json\"\n",

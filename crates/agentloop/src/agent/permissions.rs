@@ -101,8 +101,8 @@ impl ArgumentMatch {
                             .is_some_and(|first| starts_with_words(first, prefix))
                 } else {
                     // Whatever an allow rule would refuse to look behind, a deny or ask rule
-                    // looks at: each part of the chain.
-                    parts.any(|part| starts_with_words(part, prefix))
+                    // looks at: each part of the chain, and the command each part really runs.
+                    parts.any(|part| runs_with_words(part, prefix))
                 }
             }
             ArgumentMatch::PathGlob { field, glob } => {
@@ -177,6 +177,62 @@ fn starts_with_words(command: &str, prefix: &str) -> bool {
     let mut words = command.split_whitespace();
     let mut wanted = prefix.split_whitespace().peekable();
     wanted.peek().is_some() && wanted.all(|w| words.next() == Some(w))
+}
+
+/// True when the command a shell would run for `part` starts with the prefix's words, seen the
+/// way a deny or ask rule must see them: quotes and backslashes gone (`\\rm`, `'rm'`), the
+/// program by its file name (`/bin/rm`), and behind what only starts another program or sets
+/// its environment (`command rm`, `env X=1 rm`, `sudo -n rm`, `sh -c 'rm …'`, `xargs rm`,
+/// `timeout 5 rm`, `then rm`). An allow rule never gets this reading: it admits by the first
+/// words as written, and anything else falls through.
+fn runs_with_words(part: &str, prefix: &str) -> bool {
+    let wanted: Vec<&str> = prefix.split_whitespace().collect();
+    if wanted.is_empty() {
+        return false;
+    }
+    let words: Vec<String> = part
+        .split_whitespace()
+        .map(|w| {
+            w.chars()
+                .filter(|c| !matches!(c, '\\' | '\'' | '"'))
+                .collect()
+        })
+        .filter(|w: &String| !w.is_empty())
+        .collect();
+    for (i, word) in words.iter().enumerate() {
+        let program = word.rsplit('/').next().unwrap_or(word);
+        let rest = words.get(i + 1..).unwrap_or_default();
+        if wanted.first() == Some(&program)
+            && wanted.len() <= rest.len() + 1
+            && wanted.iter().skip(1).zip(rest).all(|(w, r)| w == r)
+        {
+            return true;
+        }
+        if !starts_another(program) {
+            return false;
+        }
+    }
+    false
+}
+
+/// A word a shell command can begin with that runs what comes after it rather than being the
+/// program itself: a launcher, a shell keyword, an option or argument of one (`-n`, `5s`), or an
+/// environment assignment (`X=1`). Reading past one of them can only make a deny or ask rule
+/// match more often.
+fn starts_another(word: &str) -> bool {
+    const LAUNCHERS: &[&str] = &[
+        "command", "builtin", "exec", "eval", "env", "nohup", "sudo", "doas", "time", "nice",
+        "ionice", "timeout", "xargs", "stdbuf", "setsid", "chroot", "busybox", "sh", "bash",
+        "dash", "zsh", "ksh", "fish", "then", "else", "elif", "do", "if", "while", "until", "!",
+        "{", "}",
+    ];
+    LAUNCHERS.contains(&word)
+        || word.starts_with('-')
+        || word.contains('=')
+        || (word.starts_with(|c: char| c.is_ascii_digit())
+            && word
+                .chars()
+                .all(|c| c.is_ascii_digit() || ".smhd".contains(c)))
 }
 
 /// A path argument resolved lexically (no file is read, no link followed): `.` and repeated
@@ -998,6 +1054,82 @@ mod tests {
             store.decide("shell", &json!({"command": ["git", "status"]})),
             Permission::Allow
         );
+    }
+
+    #[test]
+    fn a_deny_prefix_sees_the_program_behind_quotes_paths_and_launchers() {
+        let mut store = PermissionStore::new(Permission::Allow);
+        store
+            .configure(rule("shell", prefix("rm"), Permission::Deny))
+            .configure(rule("shell", prefix("git push"), Permission::Deny));
+        for hidden in [
+            "rm -rf .",
+            "\\rm -rf .",
+            "'rm' -rf .",
+            "\"rm\" -rf .",
+            "r\\m -rf .",
+            "/bin/rm -rf .",
+            "./rm x",
+            "command rm -rf .",
+            "env rm -rf .",
+            "env -i X=1 rm -rf .",
+            "X=1 rm -rf .",
+            "sudo -n rm -rf .",
+            "nohup nice -n 5 rm -rf .",
+            "timeout 5s rm -rf .",
+            "sh -c 'rm -rf .'",
+            "bash -c \"rm -rf .\"",
+            "find . | xargs rm",
+            "if true; then rm -rf .; fi",
+            "{ rm -rf .; }",
+            "exec /usr/bin/rm x",
+        ] {
+            assert_eq!(
+                store.decide("shell", &command(hidden)),
+                Permission::Deny,
+                "{hidden:?}"
+            );
+        }
+        for pushed in ["git push", "command git push origin", "/usr/bin/git push"] {
+            assert_eq!(
+                store.decide("shell", &command(pushed)),
+                Permission::Deny,
+                "{pushed:?}"
+            );
+        }
+        for fine in [
+            "ls rm",
+            "echo rm -rf .",
+            "grep -r rm .",
+            "git status",
+            "rmdir x",
+            "git pull",
+            "cat push",
+        ] {
+            // Matched by no rule: what unmatched calls of a tool with argument rules get.
+            assert_eq!(
+                store.decide("shell", &command(fine)),
+                Permission::Ask,
+                "{fine:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn an_allow_prefix_admits_only_the_words_as_written() {
+        let mut store = PermissionStore::new(Permission::Ask);
+        store.configure(rule("shell", prefix("git status"), Permission::Allow));
+        for not in [
+            "command git status",
+            "env git status",
+            "/usr/bin/git status",
+        ] {
+            assert_eq!(
+                store.decide("shell", &command(not)),
+                Permission::Ask,
+                "{not:?}"
+            );
+        }
     }
 
     #[test]
