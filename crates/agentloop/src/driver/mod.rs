@@ -12,6 +12,7 @@
 //! A durable run's driver writes each step to its journal before feeding it to the machine
 //! (`Driver::record`); resuming starts this same driver on a machine fed from the journal.
 
+mod chain;
 pub mod replay;
 mod seams;
 
