@@ -1076,3 +1076,126 @@ async fn progress_sent_after_a_call_is_over_is_dropped() {
         .collect();
     assert_eq!(progress, [json!("working")]);
 }
+
+/// A hook that fails whenever the run's end is reported to it.
+struct Grumbler;
+
+impl Hook for Grumbler {
+    fn name(&self) -> &str {
+        "grumbler"
+    }
+    fn on_error<'a>(
+        &'a self,
+        _ctx: HookContext<'a>,
+        _error: &'a RunError,
+    ) -> BoxFuture<'a, HookResult<()>> {
+        Box::pin(async { Err(HookError("on error".into())) })
+    }
+    fn on_finish<'a>(
+        &'a self,
+        _ctx: HookContext<'a>,
+        _outcome: &'a agentloop::RunOutcome,
+    ) -> BoxFuture<'a, HookResult<()>> {
+        Box::pin(async { Err(HookError("on finish".into())) })
+    }
+}
+
+#[tokio::test]
+async fn a_required_failure_stops_the_chain_but_every_hook_hears_the_end_and_on_error_observers_are_not_reported()
+ {
+    let log: Arc<Mutex<Vec<String>>> = Arc::default();
+    let events = Events::default();
+    let model = ScriptedModel::new([ModelResponse::text("ok")]);
+    let out = Agent::builder()
+        .model(model)
+        .hook(Recorder {
+            name: "strict",
+            log: log.clone(),
+            fail_at: Some("before_model"),
+        })
+        .observer(Recorder {
+            name: "later",
+            log: log.clone(),
+            fail_at: None,
+        })
+        .observer(Grumbler)
+        .sink(events.sink())
+        .build()
+        .unwrap()
+        .run("go")
+        .await;
+    assert_eq!(out.stop_reason, StopReason::Failed);
+    assert_eq!(out.error.unwrap().code(), "hook.failed");
+    assert_eq!(
+        *log.lock().unwrap(),
+        ["strict:before_model", "strict:finish", "later:finish"],
+        "the hook after the failed required one is not asked before the model call"
+    );
+    let reported: Vec<(String, String)> = events
+        .all()
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::HookFailed { hook, stage, .. } => Some((hook.clone(), stage.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(reported, [("grumbler".to_owned(), "on_finish".to_owned())]);
+}
+
+/// Replaces every call's outcome with a plain "replaced".
+struct Replacer;
+
+impl Hook for Replacer {
+    fn name(&self) -> &str {
+        "replacer"
+    }
+    fn after_tool_call<'a>(
+        &'a self,
+        _ctx: HookContext<'a>,
+        _call: ToolCallView<'a>,
+        _r: &'a CallOutcome,
+    ) -> BoxFuture<'a, HookResult<Option<CallOutcome>>> {
+        Box::pin(async { Ok(Some(CallOutcome::ok(ToolOutput::text("replaced")))) })
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_replaced_outcome_keeps_the_calls_timing_and_retries() {
+    let runs = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = runs.clone();
+    let flaky = agentloop::Tool::builder("flaky")
+        .description("Fails once, slowly.")
+        .retries(2)
+        .dynamic(json!({"type": "object"}), move |_a: Value, _c| {
+            let n = counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            async move {
+                tokio::time::sleep(Duration::from_millis(40)).await;
+                if n == 0 {
+                    Err(agentloop::ToolError::new("busy", "first attempt failed"))
+                } else {
+                    Ok(ToolOutput::text("fine"))
+                }
+            }
+        });
+    let model = ScriptedModel::new([calls(&[("a", "flaky", "{}")]), ModelResponse::text("done")]);
+    let out = Agent::builder()
+        .model(model)
+        .tool(flaky)
+        .hook(Replacer)
+        .build()
+        .unwrap()
+        .run("go")
+        .await;
+    assert_eq!(out.stop_reason, StopReason::Finished);
+    let outcome = &out.tool_calls[0].outcome;
+    assert_eq!(
+        outcome.output().cloned(),
+        Some(agentloop::message::ToolContent::Text("replaced".into()))
+    );
+    assert_eq!(outcome.retries, 1);
+    assert!(
+        outcome.duration >= Duration::from_millis(80),
+        "{:?}",
+        outcome.duration
+    );
+}

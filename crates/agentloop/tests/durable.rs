@@ -197,11 +197,28 @@ async fn a_journal_that_cannot_record_the_end_never_leaves_the_run_finished() {
         ..Memory::default()
     });
     let (agent, _) = agent(0, "1");
-    let out = journaled(&agent, journal).await;
+    let log = agentloop::driver::StepLog::new();
+    let options = RunOptions {
+        journal: Some(journal),
+        log: Some(log.clone()),
+        ..RunOptions::default()
+    };
+    let out = agent
+        .run_with(Vec::new(), Some(Message::user("go")), options)
+        .await;
     assert_eq!(out.stop_reason, StopReason::Failed);
-    let error = out.error.unwrap();
+    let error = out.error.as_ref().unwrap();
     assert_eq!(error.code(), "journal.write");
     assert!(error.to_string().contains("at the end"), "{error}");
+    // The failed last write is a step of the run, so a replay of its log ends the same way.
+    let log = log.take().unwrap();
+    assert!(matches!(
+        log.steps.last().map(|s| &s.input),
+        Some(agentloop::machine::Input::JournalFailed { .. })
+    ));
+    let replayed = agentloop::driver::replay(Arc::clone(agent.config()), &log);
+    assert_eq!(replayed.stop_reason, StopReason::Failed);
+    assert_eq!(replayed.error, out.error);
 }
 
 #[tokio::test]

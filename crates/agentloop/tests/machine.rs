@@ -933,3 +933,37 @@ fn blank_ids_of_calls_cut_by_the_output_limit_are_drawn_before_the_step_is_logge
     again.feed_logged(log[0].clone(), &mut relog);
     assert_eq!(relog[0].input, log[0].input);
 }
+
+#[test]
+fn a_failed_write_of_the_end_fails_a_finished_run_and_leaves_another_stop_as_it_was() {
+    let failed_write = || Input::JournalFailed {
+        message: "disk full at the end".into(),
+    };
+    let mut m = machine(Limits::default());
+    respond(&mut m, 1, ModelResponse::text("bye"));
+    assert!(matches!(m.action(), Action::Finish));
+    feed(&mut m, 2, failed_write());
+    assert!(matches!(m.action(), Action::Finish));
+    let out = m.into_outcome(Duration::from_millis(2));
+    assert_eq!(out.stop_reason, StopReason::Failed);
+    assert_eq!(out.error.as_ref().map(|e| e.code()), Some("journal.write"));
+    assert_eq!(out.output.as_deref(), Some("bye"), "the answer stays");
+
+    let mut m = machine(Limits::default());
+    feed(
+        &mut m,
+        1,
+        Input::Interrupted {
+            by: Interrupt::Cancelled,
+        },
+    );
+    assert!(matches!(m.action(), Action::Finish));
+    feed(&mut m, 2, failed_write());
+    let out = m.into_outcome(Duration::from_millis(2));
+    assert_eq!(out.stop_reason, StopReason::Cancelled);
+    assert_eq!(
+        out.error.as_ref().map(|e| e.code()),
+        Some("run.cancelled"),
+        "the run's own error stays first"
+    );
+}

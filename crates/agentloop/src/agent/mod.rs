@@ -270,7 +270,6 @@ impl Agent {
             journaling: options.journal.is_some(),
             journal: options.journal,
             seq,
-            journal_error: None,
             approvals,
             parent_run_id: options.parent_run_id,
             parent_call_id: options.parent_call_id,

@@ -12,6 +12,7 @@
 //! A durable run's driver writes each step to its journal before feeding it to the machine
 //! (`Driver::record`); resuming starts this same driver on a machine fed from the journal.
 
+mod chain;
 pub mod replay;
 mod seams;
 
@@ -29,7 +30,7 @@ use crate::gate::{Approvals, Gate};
 use crate::guardrail::Guardrail;
 use crate::hooks::{Hook, HookRole};
 use crate::ids::IdSource;
-use crate::journal::{Definition, Journal, JournalError};
+use crate::journal::{Definition, Journal};
 use crate::limits::Pricing;
 use crate::machine::{Action, AdmittedCall, Input, Interrupt, RunMachine, Step};
 use crate::model::{Model, ModelEvent, ModelRequest, ResponseAccumulator};
@@ -78,8 +79,6 @@ pub(crate) struct Driver<'a> {
     pub(crate) journaling: bool,
     /// The sequence number of the next step to journal.
     pub(crate) seq: u64,
-    /// The first journal write that failed.
-    pub(crate) journal_error: Option<JournalError>,
     /// Recorded answers and the way to suspend (a durable run's).
     pub(crate) approvals: Approvals,
     /// Fires on cancellation, and on a suspension (see [`Approvals::link`]).
@@ -305,10 +304,12 @@ impl<'a> Driver<'a> {
         self.conclude(m, observed).await
     }
 
-    /// The run is over: its last event, the replay check and the step log, the journal's end.
-    async fn conclude(&mut self, m: RunMachine, observed: bool) -> RunOutcome {
+    /// The run is over: the journal's end, its last event, the replay check and the step log.
+    async fn conclude(&mut self, mut m: RunMachine, observed: bool) -> RunOutcome {
+        let elapsed = self.start.elapsed();
+        self.close_journal(&mut m, elapsed).await;
         let cfg = Arc::clone(m.config());
-        let outcome = m.into_outcome(self.start.elapsed());
+        let outcome = m.into_outcome(elapsed);
         if observed {
             self.sinks.emit(&Event {
                 run_id: Arc::from(outcome.run_id.as_str()),
@@ -330,8 +331,6 @@ impl<'a> Driver<'a> {
             }
         }
         drop(cfg);
-        let mut outcome = outcome;
-        self.close_journal(&mut outcome).await;
         outcome
     }
 
@@ -478,24 +477,32 @@ impl<'a> Driver<'a> {
         }
     }
 
-    /// After the run: the journal learns how it ended (or what it waits on). A failed write
-    /// is reported in the outcome, unless the run already failed.
-    async fn close_journal(&mut self, outcome: &mut RunOutcome) {
+    /// After the run: the journal learns how it ended (or what it waits on). A failed write is
+    /// a step the machine folds into the outcome (and the log keeps, so a replay sees it).
+    async fn close_journal(&mut self, m: &mut RunMachine, elapsed: std::time::Duration) {
         let pending = self.approvals.take_pending();
-        if let Some(journal) = &self.journal {
-            let written = if outcome.stop_reason == crate::outcome::StopReason::Suspended {
-                journal.suspend(&outcome.run_id, &pending).await
-            } else if self.journaling {
-                journal.finish(&outcome.run_id, outcome).await
-            } else {
-                Ok(())
+        let Some(journal) = &self.journal else {
+            return;
+        };
+        let outcome = m.outcome(elapsed);
+        let written = if outcome.stop_reason == crate::outcome::StopReason::Suspended {
+            journal.suspend(&outcome.run_id, &pending).await
+        } else if self.journaling {
+            journal.finish(&outcome.run_id, &outcome).await
+        } else {
+            return;
+        };
+        if let Err(e) = written {
+            let step = Step {
+                at: elapsed,
+                input: Input::JournalFailed {
+                    message: e.to_string(),
+                },
             };
-            if let Err(e) = written {
-                self.journal_error.get_or_insert(e);
+            if let Some(log) = &mut self.log {
+                log.steps.push(step.clone());
             }
-        }
-        if let Some(e) = self.journal_error.take() {
-            outcome.journal_failed(e.to_string());
+            m.feed(step);
         }
     }
 

@@ -12,10 +12,13 @@ use tokio_util::sync::CancellationToken;
 
 use super::Driver;
 use super::Parts;
+use super::chain::{HookChain, replaced};
 use crate::config::AgentConfig;
 use crate::gate::GateContext;
 use crate::guardrail::Guardrail;
-use crate::hooks::{Hook, HookContext, HookRole, RequestChanges, ToolCallDecision, ToolCallView};
+use crate::hooks::{
+    Hook, HookContext, HookResult, HookRole, RequestChanges, ToolCallDecision, ToolCallView,
+};
 use crate::machine::{AdmittedCall, HookFailure, HookStage, Input, RunMachine, Trip, Verdict};
 use crate::model::ModelResponse;
 use crate::outcome::{CallOutcome, RunOutcome};
@@ -32,13 +35,9 @@ async fn guarded<T, F: Future<Output = T>>(make: impl FnOnce() -> F) -> Result<T
     }
 }
 
-fn failure(hook: &dyn Hook, role: HookRole, stage: HookStage, message: String) -> HookFailure {
-    HookFailure {
-        hook: hook.name().to_owned(),
-        role,
-        stage,
-        message,
-    }
+/// A hook's answer, made by `make`, or why it has none: its error, or its panic.
+async fn ask<T, F: Future<Output = HookResult<T>>>(make: impl FnOnce() -> F) -> Result<T, String> {
+    guarded(make).await.and_then(|r| r.map_err(|e| e.0))
 }
 
 fn hook_context(m: &RunMachine) -> HookContext<'_> {
@@ -72,25 +71,19 @@ impl Driver<'_> {
 
     pub(super) async fn before_model_call(&self, m: &RunMachine) -> Input {
         let mut changes = RequestChanges::default();
-        let mut failures = Vec::new();
-        for (hook, role) in &self.inner.hooks {
-            let r = guarded(|| hook.before_model_call(hook_context(m), &mut changes)).await;
-            let message = match r {
-                Ok(Ok(())) => continue,
-                Ok(Err(e)) => e.0,
-                Err(panic) => panic,
-            };
-            failures.push(failure(
-                hook.as_ref(),
-                *role,
-                HookStage::BeforeModelCall,
-                message,
-            ));
-            if *role == HookRole::Required {
+        let mut chain = HookChain::new(&self.inner.hooks, HookStage::BeforeModelCall);
+        for (hook, role) in chain.hooks() {
+            if let Err(message) =
+                ask(|| hook.before_model_call(hook_context(m), &mut changes)).await
+                && chain.failed(hook.as_ref(), *role, message)
+            {
                 break;
             }
         }
-        Input::Prepared { changes, failures }
+        Input::Prepared {
+            changes,
+            failures: chain.into_failures(),
+        }
     }
 
     pub(super) async fn after_model_call(
@@ -99,83 +92,60 @@ impl Driver<'_> {
         response: &ModelResponse,
         answer: bool,
     ) -> Input {
-        let mut failures = Vec::new();
-        for (hook, role) in self.inner.hooks.iter().rev() {
-            let r = guarded(|| hook.after_model_call(hook_context(m), response)).await;
-            let message = match r {
-                Ok(Ok(())) => continue,
-                Ok(Err(e)) => e.0,
-                Err(panic) => panic,
-            };
-            failures.push(failure(
-                hook.as_ref(),
-                *role,
-                HookStage::AfterModelCall,
-                message,
-            ));
-            if *role == HookRole::Required {
-                return Input::Reviewed {
-                    failures,
-                    reask: None,
-                };
+        let mut chain = HookChain::new(&self.inner.hooks, HookStage::AfterModelCall);
+        for (hook, role) in chain.hooks() {
+            if let Err(message) = ask(|| hook.after_model_call(hook_context(m), response)).await
+                && chain.failed(hook.as_ref(), *role, message)
+            {
+                break;
             }
         }
         // A final answer is put to the hooks' review; the first rejection sends the model back.
         let mut reask = None;
-        if answer {
-            for (hook, role) in self.inner.hooks.iter().rev() {
-                let message = match guarded(|| hook.review_answer(hook_context(m), response)).await
-                {
-                    Ok(Ok(None)) => continue,
-                    Ok(Ok(Some(again))) => {
+        let mut chain = chain.then(HookStage::ReviewAnswer);
+        if answer && !chain.stopped() {
+            for (hook, role) in chain.hooks() {
+                match ask(|| hook.review_answer(hook_context(m), response)).await {
+                    Ok(None) => {}
+                    Ok(Some(again)) => {
                         reask = Some(again);
                         break;
                     }
-                    Ok(Err(e)) => e.0,
-                    Err(panic) => panic,
-                };
-                failures.push(failure(
-                    hook.as_ref(),
-                    *role,
-                    HookStage::ReviewAnswer,
-                    message,
-                ));
-                if *role == HookRole::Required {
-                    break;
+                    Err(message) => {
+                        if chain.failed(hook.as_ref(), *role, message) {
+                            break;
+                        }
+                    }
                 }
             }
         }
-        Input::Reviewed { failures, reask }
+        Input::Reviewed {
+            failures: chain.into_failures(),
+            reask,
+        }
     }
 
     /// Asks the stop conditions whether the run ends after this turn.
     pub(super) async fn check_stop(&self, m: &RunMachine) -> Input {
-        let mut failures = Vec::new();
-        for (hook, role) in &self.inner.hooks {
-            let message = match guarded(|| hook.should_stop(hook_context(m), m.state())).await {
-                Ok(Ok(false)) => continue,
-                Ok(Ok(true)) => {
-                    return Input::StopChecked {
-                        stop: Some(hook.name().to_owned()),
-                        failures,
-                    };
+        let mut chain = HookChain::new(&self.inner.hooks, HookStage::ShouldStop);
+        let mut stop = None;
+        for (hook, role) in chain.hooks() {
+            match ask(|| hook.should_stop(hook_context(m), m.state())).await {
+                Ok(false) => {}
+                Ok(true) => {
+                    stop = Some(hook.name().to_owned());
+                    break;
                 }
-                Ok(Err(e)) => e.0,
-                Err(panic) => panic,
-            };
-            failures.push(failure(
-                hook.as_ref(),
-                *role,
-                HookStage::ShouldStop,
-                message,
-            ));
-            if *role == HookRole::Required {
-                break;
+                Err(message) => {
+                    if chain.failed(hook.as_ref(), *role, message) {
+                        break;
+                    }
+                }
             }
         }
         Input::StopChecked {
-            stop: None,
-            failures,
+            stop,
+            failures: chain.into_failures(),
         }
     }
 
@@ -232,38 +202,31 @@ impl Driver<'_> {
 
     async fn before_tool_calls(&self, m: &RunMachine, calls: &[AdmittedCall]) -> Input {
         let mut verdicts = Vec::with_capacity(calls.len());
-        let mut failures = Vec::new();
+        let mut chain = HookChain::new(&self.inner.hooks, HookStage::BeforeToolCall);
         for call in calls {
             let mut rewritten: Option<Value> = None;
             let mut verdict = Verdict::Allow;
-            for (hook, role) in &self.inner.hooks {
+            for (hook, role) in chain.hooks() {
                 let view = ToolCallView {
                     call_id: &call.call_id,
                     tool: &call.tool,
                     arguments: rewritten.as_ref().unwrap_or(&call.arguments),
                 };
-                let r = guarded(|| hook.before_tool_call(hook_context(m), view)).await;
-                let message = match r {
-                    Ok(Ok(ToolCallDecision::Continue)) => continue,
-                    Ok(Ok(ToolCallDecision::Veto(reason))) => {
+                match ask(|| hook.before_tool_call(hook_context(m), view)).await {
+                    Ok(ToolCallDecision::Continue) => {}
+                    Ok(ToolCallDecision::Veto(reason)) => {
                         verdict = Verdict::Deny(reason);
                         break;
                     }
-                    Ok(Ok(ToolCallDecision::Rewrite(args))) => {
-                        rewritten = Some(args);
-                        continue;
+                    Ok(ToolCallDecision::Rewrite(args)) => rewritten = Some(args),
+                    Err(message) => {
+                        if chain.failed(hook.as_ref(), *role, message) {
+                            return Input::Admitted {
+                                verdicts,
+                                failures: chain.into_failures(),
+                            };
+                        }
                     }
-                    Ok(Err(e)) => e.0,
-                    Err(panic) => panic,
-                };
-                failures.push(failure(
-                    hook.as_ref(),
-                    *role,
-                    HookStage::BeforeToolCall,
-                    message,
-                ));
-                if *role == HookRole::Required {
-                    return Input::Admitted { verdicts, failures };
                 }
             }
             if let (Verdict::Allow, Some(args)) = (&verdict, rewritten) {
@@ -271,7 +234,10 @@ impl Driver<'_> {
             }
             verdicts.push(verdict);
         }
-        Input::Admitted { verdicts, failures }
+        Input::Admitted {
+            verdicts,
+            failures: chain.into_failures(),
+        }
     }
 
     /// The price of a response: by the name of the model that answered, else by the configured
@@ -306,34 +272,26 @@ impl Driver<'_> {
 
     /// The hooks' `on_error` and `on_finish`, on the run's outcome.
     pub(super) async fn finish_hooks(&self, outcome: &RunOutcome) -> Vec<HookFailure> {
-        let mut failures = Vec::new();
         let ctx = HookContext {
             run_id: &outcome.run_id,
             agent: &self.inner.cfg.name,
             turn: outcome.turns,
         };
+        let mut chain = HookChain::new(&self.inner.hooks, HookStage::OnError);
         if let Some(error) = &outcome.error {
-            for (hook, role) in &self.inner.hooks {
-                let message = match guarded(|| hook.on_error(ctx, error)).await {
-                    Ok(Ok(())) => continue,
-                    Ok(Err(e)) => e.0,
-                    Err(panic) => panic,
-                };
-                // An observer's failure here is dropped, as before: only a required one counts.
-                if *role == HookRole::Required {
-                    failures.push(failure(hook.as_ref(), *role, HookStage::OnError, message));
+            for (hook, role) in chain.hooks() {
+                if let Err(message) = ask(|| hook.on_error(ctx, error)).await {
+                    chain.failed(hook.as_ref(), *role, message);
                 }
             }
         }
-        for (hook, role) in &self.inner.hooks {
-            let message = match guarded(|| hook.on_finish(ctx, outcome)).await {
-                Ok(Ok(())) => continue,
-                Ok(Err(e)) => e.0,
-                Err(panic) => panic,
-            };
-            failures.push(failure(hook.as_ref(), *role, HookStage::OnFinish, message));
+        let mut chain = chain.then(HookStage::OnFinish);
+        for (hook, role) in chain.hooks() {
+            if let Err(message) = ask(|| hook.on_finish(ctx, outcome)).await {
+                chain.failed(hook.as_ref(), *role, message);
+            }
         }
-        failures
+        chain.into_failures()
     }
 }
 
@@ -362,46 +320,33 @@ impl AfterTool {
         }
     }
 
-    /// Runs the hooks in reverse order; a replacement outcome wins (keeping the call's timing).
+    /// Runs the hooks on the call's outcome; a replacement outcome takes its place.
     pub(super) async fn run(self, mut outcome: CallOutcome) -> (CallOutcome, Vec<HookFailure>) {
-        let mut failures = Vec::new();
         if self.hooks.is_empty() {
-            return (outcome, failures);
+            return (outcome, Vec::new());
         }
         let ctx = HookContext {
             run_id: &self.run_id,
             agent: self.cfg.name(),
             turn: self.turn,
         };
-        for (hook, role) in self.hooks.iter().rev() {
+        let mut chain = HookChain::new(&self.hooks, HookStage::AfterToolCall);
+        for (hook, role) in chain.hooks() {
             let view = ToolCallView {
                 call_id: &self.call_id,
                 tool: &self.tool,
                 arguments: &self.arguments,
             };
-            let message = match guarded(|| hook.after_tool_call(ctx, view, &outcome)).await {
-                Ok(Ok(Some(replacement))) => {
-                    outcome = CallOutcome {
-                        duration: outcome.duration,
-                        retries: outcome.retries,
-                        ..replacement
-                    };
-                    continue;
+            match ask(|| hook.after_tool_call(ctx, view, &outcome)).await {
+                Ok(Some(replacement)) => outcome = replaced(&outcome, replacement),
+                Ok(None) => {}
+                Err(message) => {
+                    if chain.failed(hook.as_ref(), *role, message) {
+                        break;
+                    }
                 }
-                Ok(Ok(None)) => continue,
-                Ok(Err(e)) => e.0,
-                Err(panic) => panic,
-            };
-            failures.push(failure(
-                hook.as_ref(),
-                *role,
-                HookStage::AfterToolCall,
-                message,
-            ));
-            if *role == HookRole::Required {
-                break;
             }
         }
-        (outcome, failures)
+        (outcome, chain.into_failures())
     }
 }

@@ -5,7 +5,7 @@ use super::{Closing, Interrupt, Phase, RunMachine, hit};
 use crate::error::RunError;
 use crate::event::EventKind;
 use crate::limits::LimitKind;
-use crate::outcome::{CallOutcome, StopReason};
+use crate::outcome::{CallOutcome, StopReason, journal_failed_at_end};
 
 impl RunMachine {
     pub(super) fn on_interrupt(&mut self, phase: Phase, by: Interrupt) {
@@ -43,6 +43,14 @@ impl RunMachine {
     #[cold]
     #[inline(never)]
     pub(super) fn on_journal_failed(&mut self, phase: Phase, message: String) {
+        if matches!(phase, Phase::Done) {
+            // The run is over and the journal could not record how it ended: a run that would
+            // have ended well fails, since a resume would not find it ended.
+            self.phase = phase;
+            let stop = self.ending.stop.get_or_insert(StopReason::Failed);
+            journal_failed_at_end(stop, &mut self.ending.error, message);
+            return;
+        }
         self.journal_failure = Some(message);
         self.on_interrupt(phase, Interrupt::JournalFailed);
     }

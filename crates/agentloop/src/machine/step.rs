@@ -339,7 +339,9 @@ pub enum Input {
     /// [`CallOutcome::interrupted`] otherwise.
     Restarted,
     /// A durable run's journal could not keep the last step's result: the run stops (as if
-    /// interrupted) at its last written step, failing with this message.
+    /// interrupted) at its last written step, failing with this message. After the run is over
+    /// it means the journal could not record how the run ended: a run that ended well fails
+    /// with this message, and one that ended otherwise keeps its stop reason and first error.
     JournalFailed {
         /// What went wrong.
         message: String,

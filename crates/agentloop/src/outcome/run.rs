@@ -166,15 +166,7 @@ impl RunOutcome {
     /// and recorded (a resume would not find it ended). A run that failed already keeps its own
     /// error; a cancelled, limited or suspended one keeps its stop reason.
     pub fn journal_failed(&mut self, message: String) {
-        if matches!(
-            self.stop_reason,
-            StopReason::Finished | StopReason::Terminated
-        ) {
-            self.stop_reason = StopReason::Failed;
-        }
-        if self.error.is_none() {
-            self.error = Some(RunError::Journal { message });
-        }
+        journal_failed_at_end(&mut self.stop_reason, &mut self.error, message);
     }
 
     /// The messages this run added.
@@ -206,5 +198,20 @@ impl RunOutcome {
                 message: format!("the run stopped: {other}"),
             },
         })
+    }
+}
+
+/// The rule of [`RunOutcome::journal_failed`] on a run's ending, so that the machine, which folds
+/// the journal's failed last write, and the outcome share it.
+pub(crate) fn journal_failed_at_end(
+    stop: &mut StopReason,
+    error: &mut Option<RunError>,
+    message: String,
+) {
+    if matches!(stop, StopReason::Finished | StopReason::Terminated) {
+        *stop = StopReason::Failed;
+    }
+    if error.is_none() {
+        *error = Some(RunError::Journal { message });
     }
 }
