@@ -8,9 +8,12 @@
 //!   `tool-ms` (tokio timers); wall time against the ideal, RSS per concurrent run.
 //! - `journal`: the `loop` workload, 1, 10 and 100 runs at once, plain and journaled into one
 //!   SQLite file at each durability level; steps per second and CPU per step.
+//! - `allocs`: heap allocations (a counting global allocator) per turn, per tool call, per event
+//!   and per journaled step on the `loop` workload.
 //! - `streams`: each provider's SSE parser and the shared accumulator over the fixture streams,
 //!   MB/s, beside `serde_json` over the same bytes.
 
+mod alloc;
 mod streams;
 mod sys;
 mod workload;
@@ -23,6 +26,9 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use crate::workload::Workload;
+
+#[global_allocator]
+static COUNTING: alloc::Counting = alloc::Counting;
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -42,6 +48,7 @@ fn main() -> ExitCode {
         "scale" => bench_scale(&opts),
         "streams" => streams::bench_streams(&opts),
         "journal" => bench_journal(&opts),
+        "allocs" => bench_allocs(&opts),
         other => Err(format!("unknown command {other}")),
     };
     match result {
@@ -152,7 +159,10 @@ fn bench_journal(opts: &Opts) -> Result<(), String> {
     };
     let concurrency: Vec<usize> = list("concurrent", "1,10,100")
         .iter()
-        .map(|c| c.parse().map_err(|_| format!("--concurrent: {c} is not a number")))
+        .map(|c| {
+            c.parse()
+                .map_err(|_| format!("--concurrent: {c} is not a number"))
+        })
         .collect::<Result<_, _>>()?;
     let levels: Vec<agentloop_store::Durability> = list("levels", "process,power")
         .iter()
@@ -222,6 +232,102 @@ fn bench_journal(opts: &Opts) -> Result<(), String> {
         }
     }
     let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
+/// `allocs`: the heap allocations of the `loop` workload (N runs one after another, after a
+/// warm-up), counted by the bench's global allocator over the timed runs only:
+/// - per turn (model call) and per run, at K calls a tool turn;
+/// - per tool call: the same runs at K and at K=1, the difference over the calls between them;
+/// - per event: the same runs with an event sink that only counts, the difference over the events;
+/// - per journaled step: the same runs journaled (SQLite, `process` durability, its writer thread
+///   counted too), the difference over the steps the journal holds.
+fn bench_allocs(opts: &Opts) -> Result<(), String> {
+    let runs = u32_opt(opts, "runs", 200)?;
+    let turns = u32_opt(opts, "turns", 10)?;
+    let calls = u32_opt(opts, "calls", 3)?;
+    let warmup = u32_opt(opts, "warmup", 20)?;
+    if calls < 2 {
+        return Err(
+            "--calls must be at least 2 (a call's cost is the K against K=1 difference)".into(),
+        );
+    }
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    // The allocations of `runs` runs of `work` (after `warmup` runs), each with `options()`.
+    let count = |work: &Workload, k: u32, options: &dyn Fn() -> agentloop::RunOptions| {
+        rt.block_on(async {
+            for _ in 0..warmup {
+                work.run_once_with(turns, k, options()).await?;
+            }
+            let before = alloc::counts();
+            for _ in 0..runs {
+                work.run_once_with(turns, k, options()).await?;
+            }
+            Ok::<_, String>(alloc::counts().since(before))
+        })
+    };
+    let plain = agentloop::RunOptions::default;
+    let work = Workload::new(turns, calls, None, None)?;
+    let base = count(&work, calls, &plain)?;
+    let one = count(&Workload::new(turns, 1, None, None)?, 1, &plain)?;
+    let events = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let observed_work = Workload::observed(turns, calls, events.clone())?;
+    // The warm-up's events are not the timed runs'.
+    let observed = rt.block_on(async {
+        for _ in 0..warmup {
+            observed_work.run_once(turns, calls).await?;
+        }
+        events.store(0, Ordering::Relaxed);
+        let before = alloc::counts();
+        for _ in 0..runs {
+            observed_work.run_once(turns, calls).await?;
+        }
+        Ok::<_, String>(alloc::counts().since(before))
+    })?;
+    let event_count = events.load(Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("agentloop-bench-allocs-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let path = dir.join("runs.db");
+    let journal = std::sync::Arc::new(
+        agentloop_store::SqliteJournal::open(&path)
+            .map_err(|e| e.to_string())?
+            .with_durability(agentloop_store::Durability::Process),
+    );
+    let journaled_opts = || agentloop::RunOptions {
+        journal: Some(journal.clone() as std::sync::Arc<dyn agentloop::journal::Journal>),
+        ..Default::default()
+    };
+    let journaled = count(&work, calls, &journaled_opts)?;
+    drop(journal);
+    let entries = agentloop_store::JournalReader::open(&path)
+        .and_then(|r| r.runs())
+        .map_err(|e| e.to_string())?;
+    let _ = std::fs::remove_dir_all(&dir);
+    // Only the timed runs' steps: every run journals the same number.
+    let steps_per_run = entries.first().map_or(0, |r| r.steps);
+    let steps = steps_per_run * u64::from(runs);
+    let model_calls = u64::from(runs) * u64::from(turns + 1);
+    let extra_calls = u64::from(runs) * u64::from(turns) * u64::from(calls - 1);
+    let per = |n: u64, d: u64| n as f64 / d.max(1) as f64;
+    let diff = |a: alloc::Counts, b: alloc::Counts| a.total().saturating_sub(b.total());
+    let line = json!({
+        "system": "agentloop",
+        "bench": "allocs",
+        "runs": runs, "turns": turns, "calls": calls,
+        "allocs_per_turn": per(base.total(), model_calls),
+        "reallocs_per_turn": per(base.reallocs, model_calls),
+        "bytes_per_turn": per(base.bytes, model_calls),
+        "allocs_per_run": per(base.total(), u64::from(runs)),
+        "allocs_per_call": per(diff(base, one), extra_calls),
+        "events": event_count,
+        "allocs_per_event": per(diff(observed, base), event_count),
+        "journaled_steps": steps,
+        "allocs_per_journaled_step": per(diff(journaled, base), steps),
+    });
+    println!("{line}");
     Ok(())
 }
 

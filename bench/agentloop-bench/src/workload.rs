@@ -138,18 +138,38 @@ impl Workload {
         model_delay: Option<Duration>,
         tool_delay: Option<Duration>,
     ) -> Result<Self, String> {
+        Self::build(turns, calls, model_delay, tool_delay, None)
+    }
+
+    /// The same agent with an event sink that counts its events in `events` (the cost of
+    /// building and delivering them, to a sink that does nothing else).
+    pub fn observed(turns: u32, calls: u32, events: Arc<AtomicU64>) -> Result<Self, String> {
+        Self::build(turns, calls, None, None, Some(events))
+    }
+
+    fn build(
+        turns: u32,
+        calls: u32,
+        model_delay: Option<Duration>,
+        tool_delay: Option<Duration>,
+        events: Option<Arc<AtomicU64>>,
+    ) -> Result<Self, String> {
         let model = WorkloadModel::new(turns, calls, model_delay);
         let model_calls = model.answered.clone();
         let tool_executions = Arc::new(AtomicU64::new(0));
-        let agent = Agent::builder()
+        let mut builder = Agent::builder()
             .name("bench")
             .instructions("You are a benchmark.")
             .model(model)
             .tool(noop_tool(tool_executions.clone(), tool_delay))
             // The workload's shapes run past the default bounds (T=50 is 51 model calls).
-            .limits(Limits::unlimited())
-            .build()
-            .map_err(|e| e.to_string())?;
+            .limits(Limits::unlimited());
+        if let Some(events) = events {
+            builder = builder.sink(move |_: &agentloop::Event| {
+                events.fetch_add(1, Ordering::Relaxed);
+            });
+        }
+        let agent = builder.build().map_err(|e| e.to_string())?;
         Ok(Workload {
             agent,
             model_calls,
