@@ -398,7 +398,7 @@ impl RunMachine {
         call: &ToolCall,
         cut_off: Option<&str>,
     ) -> Admission {
-        let call_id: Arc<str> = Arc::from(call.call_id.as_str());
+        let call_id = self.shared_call_id(&call.call_id);
         let policy = self.cfg.policy;
         if let Some(partial) = cut_off {
             let outcome = CallOutcome::rejected(
@@ -676,8 +676,12 @@ fn rejected_event(slot: &Slot, o: &CallOutcome) -> EventKind {
 }
 
 fn id_problem(message: &AssistantMessage) -> Option<String> {
+    // A response holds a few calls: comparing each id with the ones before it costs less than
+    // hashing them into a set, up to a few dozen.
+    const SCAN_UP_TO: usize = 32;
+    let calls = &message.tool_calls;
     let mut seen: HashSet<&str> = HashSet::new();
-    for call in &message.tool_calls {
+    for (i, call) in calls.iter().enumerate() {
         if call.call_id.len() > MAX_CALL_ID_LEN {
             return Some(format!(
                 "call id of {} bytes for tool {} (at most {MAX_CALL_ID_LEN})",
@@ -685,7 +689,12 @@ fn id_problem(message: &AssistantMessage) -> Option<String> {
                 call.tool
             ));
         }
-        if !seen.insert(call.call_id.as_str()) {
+        let repeated = if calls.len() <= SCAN_UP_TO {
+            calls.iter().take(i).any(|c| c.call_id == call.call_id)
+        } else {
+            !seen.insert(call.call_id.as_str())
+        };
+        if repeated {
             return Some(format!(
                 "duplicate call id {:?} in one response",
                 call.call_id

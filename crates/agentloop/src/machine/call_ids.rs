@@ -1,6 +1,8 @@
 //! Call ids: every id of a response made unique within the run before the step is logged, so
 //! that a replay renames alike.
 
+use std::sync::Arc;
+
 use super::{MAX_CALL_ID_LEN, RunMachine};
 use crate::message::Message;
 use crate::model::ModelResponse;
@@ -23,7 +25,7 @@ impl RunMachine {
                 .chain(&response.cut_calls)
         };
         let blank = calls().any(|c| c.call_id.trim().is_empty());
-        let repeated = calls().any(|c| self.call_ids.contains(&c.call_id));
+        let repeated = calls().any(|c| self.call_ids.contains(c.call_id.as_str()));
         if !blank && !repeated {
             return;
         }
@@ -43,7 +45,9 @@ impl RunMachine {
         let mut renamed: std::collections::HashMap<String, String> =
             std::collections::HashMap::new();
         for call in calls {
-            if call.call_id.len() > MAX_CALL_ID_LEN || !self.call_ids.contains(&call.call_id) {
+            if call.call_id.len() > MAX_CALL_ID_LEN
+                || !self.call_ids.contains(call.call_id.as_str())
+            {
                 continue;
             }
             let new = match renamed.get(&call.call_id) {
@@ -69,19 +73,31 @@ impl RunMachine {
             .iter()
             .chain(&response.cut_calls)
         {
-            self.call_ids.insert(call.call_id.clone());
+            if !self.call_ids.contains(call.call_id.as_str()) {
+                self.call_ids.insert(Arc::from(call.call_id.as_str()));
+            }
+        }
+    }
+
+    /// The run's shared copy of a call id it noted ([`RunMachine::note_call_ids`]).
+    pub(super) fn shared_call_id(&self, id: &str) -> Arc<str> {
+        match self.call_ids.get(id) {
+            Some(shared) => Arc::clone(shared),
+            None => Arc::from(id),
         }
     }
 }
 
 /// The call ids a transcript holds: its calls' and its results'.
-pub(super) fn transcript_call_ids(transcript: &[Message]) -> std::collections::HashSet<String> {
+pub(super) fn transcript_call_ids(transcript: &[Message]) -> std::collections::HashSet<Arc<str>> {
     let mut ids = std::collections::HashSet::new();
     for message in transcript {
         match message {
-            Message::Assistant(a) => ids.extend(a.tool_calls.iter().map(|c| c.call_id.clone())),
+            Message::Assistant(a) => {
+                ids.extend(a.tool_calls.iter().map(|c| Arc::from(c.call_id.as_str())))
+            }
             Message::Tool(r) => {
-                ids.insert(r.call_id.to_string());
+                ids.insert(Arc::clone(&r.call_id));
             }
             Message::User { .. } => {}
         }

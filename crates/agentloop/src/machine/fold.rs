@@ -20,7 +20,8 @@ impl RunMachine {
         let mut all_terminate = !slots.is_empty();
         let mut terminate_output: Option<String> = None;
         let mut fatal: Option<RunError> = None;
-        let mut results = Vec::with_capacity(slots.len());
+        // Each call's result goes straight into the transcript, in decision order.
+        self.kept.transcript.reserve(slots.len());
         for slot in slots {
             let outcome = match slot.outcome {
                 Some(o) => o,
@@ -57,7 +58,7 @@ impl RunMachine {
                     }
                 });
             }
-            results.push(Message::Tool(ToolResult {
+            self.kept.transcript.push(Message::Tool(ToolResult {
                 call_id: Arc::clone(&slot.call_id),
                 tool: Arc::clone(&slot.tool),
                 content: outcome.content.clone(),
@@ -71,7 +72,6 @@ impl RunMachine {
                 outcome,
             });
         }
-        self.kept.transcript.extend(results);
         if let Some(e) = fatal {
             self.fail(e);
             return;

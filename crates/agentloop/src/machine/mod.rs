@@ -247,8 +247,9 @@ pub struct RunMachine {
     context: ContextEstimate,
     /// Every call id the run has seen: in the transcript it continued and in each response since
     /// (compaction may drop a call from the transcript, never from here), so that an id a
-    /// provider repeats is renamed ([`RunMachine::assign_call_ids`]).
-    call_ids: std::collections::HashSet<String>,
+    /// provider repeats is renamed ([`RunMachine::assign_call_ids`]). Shared with the admitted
+    /// calls, their results and records, so that noting an id costs no copy of it.
+    call_ids: std::collections::HashSet<Arc<str>>,
 }
 
 impl std::fmt::Debug for RunMachine {
