@@ -58,7 +58,7 @@ def main():
                 lines.append(json.loads(text))
 
     loops = defaultdict(list)
-    scale, streams = [], []
+    scale, streams, allocs = [], [], []
     for line in lines:
         if line["bench"] == "loop":
             check(line)
@@ -71,6 +71,8 @@ def main():
             scale.append(line)
         elif line["bench"] == "streams":
             streams.append(line)
+        elif line["bench"] == "allocs":
+            allocs.append(line)
 
     rows = []
     for (system, runs, turns, calls), reps in loops.items():
@@ -117,6 +119,7 @@ def main():
         "loop": rows,
         "scale": scale,
         "streams": streams,
+        "allocs": allocs,
     }
     with open(a.out, "w") as f:
         json.dump(result, f, indent=2)
@@ -143,6 +146,12 @@ def main():
                    f"{s['ideal_s'] * 1e3:,.0f} ms ({s['wall_s'] / s['ideal_s']:.2f}×), CPU {s['cpu_s'] * 1e3:,.0f} ms, "
                    f"peak RSS {s['peak_rss_kb'] / 1024:,.1f} MiB, {s['rss_per_run_kb']:,.1f} KiB per run "
                    f"above the {s['baseline_rss_kb'] / 1024:,.1f} MiB baseline")
+    for s in allocs:
+        out.append("")
+        out.append(f"allocations, agentloop, N={s['runs']} T={s['turns']} K={s['calls']}: "
+                   f"{s['allocs_per_turn']:.1f} per turn ({s['bytes_per_turn']:,.0f} bytes), "
+                   f"{s['allocs_per_call']:.1f} per tool call, {s['allocs_per_event']:.1f} per event, "
+                   f"{s['allocs_per_journaled_step']:.1f} per journaled step")
     if streams:
         out.append("")
         out.append("| stream fixtures | parser | files | bytes | accumulator MB/s | serde_json MB/s | ratio |")

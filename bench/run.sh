@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# The side-by-side benchmark: agentloop against rig, pydantic-ai, the OpenAI Agents SDK and
-# LangGraph on the same workload, on this machine, in one run. See BENCHMARKS.md.
+# The side-by-side benchmark: agentloop against rig, AutoAgents, pydantic-ai, the OpenAI Agents SDK
+# and LangGraph on the same workload, on this machine, in one run. See BENCHMARKS.md.
 #
-#   bench/run.sh            install the peers (a venv under bench/.venv, a cargo project under
-#                           bench/peers/rig), run everything, print the table, write results.json
+#   bench/run.sh            install the peers (a venv under bench/.venv, cargo projects under
+#                           bench/peers/rig and bench/peers/autoagents), run everything, print the
+#                           table, write results.json
 #   bench/run.sh --quick    agentloop only, small N: a smoke test (under a minute once built)
 #   options: --reps N (default 3; the median is reported), --no-peers, --no-scale, --no-streams
+#   Each cargo project builds into its own target dir under bench/ unless BENCH_TARGET_DIR,
+#   RIG_TARGET_DIR or AUTOAGENTS_TARGET_DIR name another.
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -29,9 +32,10 @@ log() { printf '>> %s\n' "$*" >&2; }
 
 # --- build and install -------------------------------------------------------------------------
 log "building agentloop-bench (release)"
-CARGO_TARGET_DIR="$HERE/agentloop-bench/target" nice -n 5 \
+AL_TARGET="${BENCH_TARGET_DIR:-$HERE/agentloop-bench/target}"
+CARGO_TARGET_DIR="$AL_TARGET" nice -n 5 \
   cargo build --quiet --release --manifest-path "$HERE/agentloop-bench/Cargo.toml"
-AL="$HERE/agentloop-bench/target/release/agentloop-bench"
+AL="$AL_TARGET/release/agentloop-bench"
 
 if [ "$PEERS" = 1 ]; then
   if [ ! -x "$HERE/.venv/bin/python" ]; then
@@ -41,10 +45,20 @@ if [ "$PEERS" = 1 ]; then
   log "installing the Python peers (bench/requirements.txt)"
   nice -n 5 "$HERE/.venv/bin/pip" install --quiet --disable-pip-version-check -r "$HERE/requirements.txt"
   log "building the rig harness (release; about 7.5 minutes the first time)"
-  CARGO_TARGET_DIR="$HERE/peers/rig/target" nice -n 5 \
+  RIG_TARGET="${RIG_TARGET_DIR:-$HERE/peers/rig/target}"
+  CARGO_TARGET_DIR="$RIG_TARGET" nice -n 5 \
     cargo build --quiet --release --manifest-path "$HERE/peers/rig/Cargo.toml"
+  log "building the AutoAgents harness (release; longer than rig's the first time)"
+  AA_TARGET="${AUTOAGENTS_TARGET_DIR:-$HERE/peers/autoagents/target}"
+  AA="$AA_TARGET/release/autoagents-peer-bench"
+  # A peer that does not build is left out of the table (and said so), not the whole run.
+  if ! CARGO_TARGET_DIR="$AA_TARGET" nice -n 5 \
+    cargo build --quiet --release --manifest-path "$HERE/peers/autoagents/Cargo.toml"; then
+    log "AutoAgents did not build: left out"
+    AA=""
+  fi
   PY="$HERE/.venv/bin/python"
-  RIG="$HERE/peers/rig/target/release/rig-peer-bench"
+  RIG="$RIG_TARGET/release/rig-peer-bench"
 fi
 
 # --- run ---------------------------------------------------------------------------------------
@@ -74,6 +88,10 @@ for rep in $(seq 1 "$REPS"); do
     if [ "$PEERS" = 1 ] && is_peer_shape "$shape"; then
       log "rep $rep/$REPS, shape N=$n T=$t K=$k: rig"
       "$RIG" "${args[@]}" >>"$RAW"
+      if [ -n "$AA" ]; then
+        log "rep $rep/$REPS, shape N=$n T=$t K=$k: AutoAgents"
+        "$AA" "${args[@]}" >>"$RAW"
+      fi
       for peer in pydantic_ai openai_agents langgraph; do
         log "rep $rep/$REPS, shape N=$n T=$t K=$k: $peer"
         (cd "$HERE/peers/python" && "$PY" "${peer}_bench.py" "${args[@]}") >>"$RAW"
@@ -81,6 +99,13 @@ for rep in $(seq 1 "$REPS"); do
     fi
   done
 done
+
+log "heap allocations per turn, call, event and journaled step"
+if [ "$QUICK" = 1 ]; then
+  "$AL" allocs --runs 20 --warmup 2 >>"$RAW"
+else
+  "$AL" allocs >>"$RAW"
+fi
 
 if [ "$SCALE" = 1 ]; then
   log "scale: ${SCALE_ARGS[*]} concurrent runs, 5 turns, model 20 ms, 3 tools of 5 ms"

@@ -4,9 +4,10 @@
 //! result's call id and parses each call's raw JSON argument string, as a provider's decoder
 //! does. Prints one JSON line, as every harness of `bench/run.sh` does.
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Instant;
+#[path = "../../common.rs"]
+mod common;
+
+use std::sync::atomic::Ordering;
 
 use rig_agent::AgentBuilder;
 use rig_agent::tool::{Tool, ToolContext};
@@ -19,8 +20,10 @@ use rig_core::wire::Mode;
 use serde::Deserialize;
 use serde_json::json;
 
-static MODEL_CALLS: AtomicU64 = AtomicU64::new(0);
-static TOOL_EXECUTIONS: AtomicU64 = AtomicU64::new(0);
+/// How the harness names its system in the table.
+const SYSTEM: &str = "rig (custom transport)";
+/// The versions it runs.
+const VERSION: &str = "rig-core 0.44.0, rig-agent 0.44.0";
 
 /// Answers T turns of K calls, then "done".
 #[derive(Clone)]
@@ -31,7 +34,7 @@ struct ScriptTransport {
 
 impl ScriptTransport {
     fn answer(&self, request: &CompletionRequest) -> Result<CompletionResponse, ProviderError> {
-        MODEL_CALLS.fetch_add(1, Ordering::Relaxed);
+        common::MODEL_CALLS.fetch_add(1, Ordering::Relaxed);
         let last_call = request.chat_history.iter().last().and_then(|m| match m {
             Message::User { content } => content.iter().rev().find_map(|c| match c {
                 UserContent::ToolResult(r) => Some(r.call.wire().into_owned()),
@@ -128,55 +131,14 @@ impl Tool for Noop {
 
     async fn call(&self, _context: &mut ToolContext, args: NoopArgs) -> Result<String, Never> {
         let _ = (args.turn, args.k, args.note);
-        TOOL_EXECUTIONS.fetch_add(1, Ordering::Relaxed);
+        common::TOOL_EXECUTIONS.fetch_add(1, Ordering::Relaxed);
         Ok("ok".into())
     }
 }
 
-fn opts() -> Result<HashMap<String, u32>, String> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let mut map = HashMap::new();
-    for pair in args.chunks(2) {
-        let [key, value] = pair else {
-            return Err(format!("{} needs a value", pair[0]));
-        };
-        let name = key
-            .strip_prefix("--")
-            .ok_or_else(|| format!("unexpected argument {key}"))?;
-        map.insert(
-            name.to_owned(),
-            value
-                .parse()
-                .map_err(|_| format!("--{name} wants a number"))?,
-        );
-    }
-    Ok(map)
-}
-
-fn cpu_seconds() -> f64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
-    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
-}
-
-fn peak_rss_kb() -> i64 {
-    // SAFETY: an all-zero rusage is valid; getrusage only writes to it.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: `usage` is a valid, writable rusage.
-    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
-    usage.ru_maxrss
-}
-
 fn main() -> Result<(), String> {
-    let o = opts()?;
-    let runs = o.get("runs").copied().unwrap_or(200);
-    let turns = o.get("turns").copied().unwrap_or(10);
-    let calls = o.get("calls").copied().unwrap_or(3);
-    let warmup = o.get("warmup").copied().unwrap_or(20);
+    let (shape, warmup) = common::shape()?;
+    let common::Shape { runs, turns, calls } = shape;
     let model = rig_core::Model::new(MockScript::default(), ScriptTransport { turns, calls });
     let agent = AgentBuilder::new(model)
         .preamble("You are a benchmark.")
@@ -205,29 +167,13 @@ fn main() -> Result<(), String> {
         }
         Ok::<_, String>(())
     })?;
-    MODEL_CALLS.store(0, Ordering::Relaxed);
-    TOOL_EXECUTIONS.store(0, Ordering::Relaxed);
-    let cpu0 = cpu_seconds();
-    let t0 = Instant::now();
+    let started = common::start_timing();
     rt.block_on(async {
         for _ in 0..runs {
             run_once().await?;
         }
         Ok::<_, String>(())
     })?;
-    let wall = t0.elapsed().as_secs_f64();
-    let cpu = cpu_seconds() - cpu0;
-    let line = json!({
-        "system": "rig (custom transport)",
-        "version": "rig-core 0.44.0, rig-agent 0.44.0",
-        "bench": "loop",
-        "runs": runs, "turns": turns, "calls": calls,
-        "model_calls": MODEL_CALLS.load(Ordering::Relaxed),
-        "tool_executions": TOOL_EXECUTIONS.load(Ordering::Relaxed),
-        "wall_s": wall,
-        "cpu_s": cpu,
-        "peak_rss_kb": peak_rss_kb(),
-    });
-    println!("{line}");
+    common::print_loop(SYSTEM, VERSION, &shape, started);
     Ok(())
 }
