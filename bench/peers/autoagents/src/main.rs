@@ -2,8 +2,9 @@
 //! (`ReActAgent` under a `DirectAgent` handle), reused for N runs of T tool turns × K no-op calls,
 //! then a final text turn. The model is a custom `LLMProvider` that reads the turn from the last
 //! tool result's call id and answers with K calls whose arguments are raw JSON strings, as a
-//! provider does; AutoAgents parses them and the tool deserializes its typed arguments. Prints
-//! one JSON line, as every harness of `bench/run.sh` does.
+//! provider does; AutoAgents parses them and the tool deserializes its typed arguments. The
+//! agent's memory holds the run's transcript and is cleared before each run. Prints one JSON
+//! line, as every harness of `bench/run.sh` does.
 //!
 //! AutoAgents runs a response's tool calls one after another (its tool processor awaits each in
 //! turn): it has no setting for running them concurrently.
@@ -16,6 +17,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use autoagents::async_trait;
+use autoagents::core::agent::memory::{MemoryProvider, SlidingWindowMemory};
 use autoagents::core::agent::prebuilt::executor::ReActAgent;
 use autoagents::core::agent::task::Task;
 use autoagents::core::agent::{AgentBuilder, DirectAgent};
@@ -181,12 +183,16 @@ fn main() -> Result<(), String> {
         .map_err(|e| e.to_string())?;
     rt.block_on(async {
         let llm: Arc<dyn LLMProvider> = Arc::new(Script);
-        // No memory: each run starts from its task alone, as the other harnesses' runs do.
+        // The agent's memory is its run's transcript (without one the model sees no tool
+        // results): a window that holds a whole run, cleared before each run so that every run
+        // starts from its task alone, as the other harnesses' runs do.
+        let window = 4 * (turns as usize + 1) + 4;
         let mut handle = AgentBuilder::<_, DirectAgent>::new(ReActAgent::with_max_turns(
             BenchAgent {},
             turns as usize + 1,
         ))
         .llm(llm)
+        .memory(Box::new(SlidingWindowMemory::new(window)))
         .build()
         .await
         .map_err(|e| e.to_string())?;
@@ -195,6 +201,14 @@ fn main() -> Result<(), String> {
         tokio::spawn(async move { while events.next().await.is_some() {} });
         let agent = &handle.agent;
         let run_once = || async {
+            if let Some(memory) = agent.memory() {
+                memory
+                    .lock()
+                    .await
+                    .clear()
+                    .await
+                    .map_err(|e| e.to_string())?;
+            }
             let output = agent
                 .run(Task::new("Call the no-op tool as told."))
                 .await
