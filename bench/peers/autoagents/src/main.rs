@@ -17,11 +17,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use autoagents::async_trait;
-use autoagents::core::agent::memory::{MemoryProvider, SlidingWindowMemory};
+use autoagents::core::agent::memory::SlidingWindowMemory;
 use autoagents::core::agent::prebuilt::executor::ReActAgent;
 use autoagents::core::agent::task::Task;
 use autoagents::core::agent::{AgentBuilder, DirectAgent};
-use autoagents::core::tool::{ToolCallError, ToolInputT, ToolRuntime, ToolT};
+use autoagents::core::tool::{ToolCallError, ToolRuntime, ToolT};
 use autoagents::llm::chat::{
     ChatMessage, ChatProvider, ChatResponse, MessageType, StructuredOutputFormat, Tool,
 };
