@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use agentloop::journal::{Journal, JournaledRun};
+use agentloop::journal::{Journal, JournalError, JournaledRun};
 use agentloop::permissions::{Answer, ApprovalRequest};
 use agentloop::{RunOptions, RunOutcome, StopReason};
 use agentloop_store::{Durability, Fault, JournalReader, SqliteJournal};
@@ -305,6 +305,16 @@ pub async fn resume(args: ResumeArgs) -> Result<i32, CliError> {
     // owned before its steps are read for good, so a process still driving it refuses this one
     // (journal.busy) rather than leaving it a stale state to resume from.
     let first = read_run(path, &args.run_id).await?;
+    if let Some(parent) = &first.header.parent {
+        // A subagent's run goes on with its parent, which resumes it.
+        return Err(CliError::from(JournalError::NotResumable {
+            run_id: first.header.run_id.clone(),
+            reason: format!(
+                "it is the run of subagent {} for call {} of run {}: resume that run",
+                parent.agent_path, parent.call_id, parent.run_id
+            ),
+        }));
+    }
     let file = agent_file(&args.go, &first, path)?;
     let journal = open_journal(path, args.go.durability.level(&file))?;
     journal.own(&first.header.run_id)?;
@@ -425,8 +435,13 @@ pub async fn approvals(cmd: ApprovalsCommand) -> Result<i32, CliError> {
             Some(Answer::DenyOnce) => "denied",
             Some(Answer::DenyAlways) => "denied always",
         };
+        // A subagent's question names its place in the tree.
+        let path = Some(&w.request.agent)
+            .filter(|a| !a.is_empty() && **a != w.agent)
+            .map(|a| format!("  ({a})"))
+            .unwrap_or_default();
         out!(
-            "{}  {}  {}  {} {}",
+            "{}  {}  {}  {} {}{path}",
             w.run_id,
             w.request.call_id,
             answer,
@@ -467,7 +482,7 @@ pub async fn journal(cmd: JournalCommand) -> Result<i32, CliError> {
             } else {
                 for r in &runs {
                     out!(
-                        "{}  {}  {}{}  {} steps{}",
+                        "{}  {}  {}{}  {} steps{}{}",
                         r.run_id,
                         r.agent,
                         r.status,
@@ -479,6 +494,10 @@ pub async fn journal(cmd: JournalCommand) -> Result<i32, CliError> {
                         r.forked_from
                             .as_ref()
                             .map(|f| format!("  forked from {} after step {}", f.run_id, f.step))
+                            .unwrap_or_default(),
+                        r.parent
+                            .as_ref()
+                            .map(|p| format!("  subagent of {p}"))
                             .unwrap_or_default()
                     );
                 }

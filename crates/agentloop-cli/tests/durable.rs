@@ -37,26 +37,6 @@ fn run_cmd(dir: &AgentDir, journal: &Path, extra: &[&str]) -> Command {
     cmd
 }
 
-/// Asserts the command exited with `code`, showing its stderr otherwise.
-fn exited(out: &std::process::Output, code: i32, what: &str) {
-    assert_eq!(
-        out.status.code(),
-        Some(code),
-        "{what}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-fn json_of(out: &std::process::Output) -> Value {
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "not JSON ({e}): {}\nstderr: {}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        )
-    })
-}
-
 /// Runs the agent with a journal fault, and kills the process with SIGKILL once it stops at the
 /// fault. Returns false when the run ended before reaching it.
 fn run_and_kill(dir: &AgentDir, journal: &Path, fault: &str) -> bool {
@@ -65,37 +45,13 @@ fn run_and_kill(dir: &AgentDir, journal: &Path, fault: &str) -> bool {
 
 /// [`run_and_kill`], with more arguments for `run`.
 fn run_and_kill_with(dir: &AgentDir, journal: &Path, fault: &str, extra: &[&str]) -> bool {
-    let mut child = run_cmd(dir, journal, extra)
-        .env("AGENTLOOP_TEST_JOURNAL_FAULT", fault)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let paused = BufReader::new(stderr)
-        .lines()
-        .map_while(Result::ok)
-        .any(|l| l.starts_with("agentloop: fault: paused"));
-    if paused {
-        child.kill().unwrap(); // SIGKILL on Unix
-    }
-    child.wait().unwrap();
-    paused
+    let mut cmd = run_cmd(dir, journal, extra);
+    cmd.env("AGENTLOOP_TEST_JOURNAL_FAULT", fault);
+    killed_at_fault(cmd)
 }
 
 fn run_ids(dir: &AgentDir, journal: &Path) -> Vec<Value> {
-    let out = cli(
-        dir,
-        &[
-            "journal",
-            "list",
-            "--journal",
-            journal.to_str().unwrap(),
-            "--json",
-        ],
-    );
-    exited(&out, 0, "the command");
-    json_of(&out).as_array().unwrap().clone()
+    journal_runs(dir, journal)
 }
 
 /// The crash agent, its `durability` key set to `level` when given.

@@ -159,3 +159,61 @@ pub fn cli(dir: &AgentDir, args: &[&str]) -> std::process::Output {
         .output()
         .unwrap()
 }
+
+/// Asserts the command exited with `code`, showing its stderr otherwise.
+pub fn exited(out: &std::process::Output, code: i32, what: &str) {
+    assert_eq!(
+        out.status.code(),
+        Some(code),
+        "{what}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The command's stdout as JSON.
+pub fn json_of(out: &std::process::Output) -> Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "not JSON ({e}): {}\nstderr: {}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+/// Runs `cmd` (its journal fault set), and kills the process with SIGKILL once it stops at the
+/// fault. Returns false when the run ended before reaching it.
+pub fn killed_at_fault(mut cmd: Command) -> bool {
+    use std::io::{BufRead, BufReader};
+    let mut child = cmd
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let paused = BufReader::new(stderr)
+        .lines()
+        .map_while(Result::ok)
+        .any(|l| l.starts_with("agentloop: fault: paused"));
+    if paused {
+        child.kill().unwrap(); // SIGKILL on Unix
+    }
+    child.wait().unwrap();
+    paused
+}
+
+/// `journal list --json` of a journal.
+pub fn journal_runs(dir: &AgentDir, journal: &std::path::Path) -> Vec<Value> {
+    let out = cli(
+        dir,
+        &[
+            "journal",
+            "list",
+            "--journal",
+            journal.to_str().unwrap(),
+            "--json",
+        ],
+    );
+    exited(&out, 0, "journal list");
+    json_of(&out).as_array().unwrap().clone()
+}

@@ -29,7 +29,10 @@ use crate::driver::{Driver, Parts, RunLog, StepLog};
 use crate::error::RunError;
 use crate::event::{Event, EventSink};
 use crate::gate::Approvals;
-use crate::journal::{Definition, Journal, JournalError, JournalHeader, JournaledRun, RunStatus};
+use crate::journal::{
+    Definition, Journal, JournalError, JournalHeader, JournaledRun, ParentCall, RunStatus,
+    child_run_id,
+};
 use crate::limits::Limits;
 use crate::machine::{Input, RunMachine, RunStart, Seams};
 use crate::message::Message;
@@ -168,11 +171,26 @@ impl Agent {
     /// Runs the agent over a transcript with an optional new message, with options.
     pub async fn run_with(
         &self,
+        transcript: Vec<Message>,
+        input: Option<Message>,
+        options: RunOptions,
+    ) -> RunOutcome {
+        self.start(transcript, input, options, None).await
+    }
+
+    /// [`Agent::run_with`], for a subagent's run when `parent` names the call that starts it: a
+    /// journaled child takes the id its parent's call gives it, and its header names the call.
+    pub(crate) async fn start(
+        &self,
         mut transcript: Vec<Message>,
         mut input: Option<Message>,
         mut options: RunOptions,
+        parent: Option<ParentCall>,
     ) -> RunOutcome {
-        let run_id: Arc<str> = Arc::from(self.inner.ids.run_id());
+        let run_id: Arc<str> = match (&parent, &options.journal) {
+            (Some(p), Some(_)) => Arc::from(child_run_id(&p.run_id, &p.call_id)),
+            _ => Arc::from(self.inner.ids.run_id()),
+        };
         // The agent's own limits passed at build; a run's own are checked before anything runs.
         if let Some(limits) = &options.limits
             && let Err(e) = check_priced(limits, self.inner.pricing.as_ref(), &self.inner.model)
@@ -199,6 +217,7 @@ impl Agent {
                 transcript,
                 input,
                 origin: options.origin.take(),
+                parent,
             };
             if let Err(e) = journal.begin(&header).await {
                 let error = RunError::Journal {
@@ -258,6 +277,7 @@ impl Agent {
         let cancel = options.cancel.unwrap_or_default();
         let mut approvals = approvals;
         let interrupt = approvals.link(&cancel);
+        let approvals = Arc::new(approvals);
         Driver {
             inner: parts,
             sinks,
@@ -292,6 +312,25 @@ impl Agent {
     /// `force`, when the agent's [`Agent::definition`] changed since the run started (the error
     /// lists what changed).
     pub async fn resume(
+        &self,
+        run: JournaledRun,
+        options: RunOptions,
+        force: bool,
+    ) -> Result<RunOutcome, JournalError> {
+        if let Some(parent) = &run.header.parent {
+            return Err(JournalError::NotResumable {
+                run_id: run.header.run_id.clone(),
+                reason: format!(
+                    "it is the run of subagent {} for call {} of run {}: resume that run",
+                    parent.agent_path, parent.call_id, parent.run_id
+                ),
+            });
+        }
+        self.go_on(run, options, force).await
+    }
+
+    /// [`Agent::resume`], for a top-level run or (from its parent's call) a child journal.
+    pub(crate) async fn go_on(
         &self,
         run: JournaledRun,
         options: RunOptions,
@@ -375,9 +414,42 @@ impl Agent {
         let answers = approvals
             .into_iter()
             .filter_map(|a| Some((a.request, a.answer?)));
+        let children = options.journal.as_ref().is_some_and(|j| j.holds_children());
         let mut driver = self.driver(parts, options, log, start, seq, Approvals::durable(answers));
-        driver.record(&mut machine, Input::Restarted).await;
+        driver
+            .record(&mut machine, Input::Restarted { children })
+            .await;
         Ok(driver.drive(machine).await)
+    }
+
+    /// The outcome of a journaled run that is over, from its steps alone (no model is called,
+    /// no tool runs): what a finished child answers its parent's call with when the parent
+    /// resumes.
+    pub(crate) fn replayed(&self, run: JournaledRun) -> RunOutcome {
+        let options = RunOptions::default();
+        let JournalHeader {
+            run_id,
+            seams,
+            limits,
+            transcript,
+            input,
+            ..
+        } = run.header;
+        let mut machine = self.machine(
+            &options,
+            Arc::from(run_id),
+            seams,
+            limits,
+            transcript,
+            input,
+        );
+        let mut at = std::time::Duration::ZERO;
+        for step in run.steps {
+            at = step.at;
+            machine.feed(step);
+        }
+        machine.drain_events().for_each(drop);
+        machine.into_outcome(at)
     }
 
     /// Runs the agent and yields its events as they happen, then the outcome.

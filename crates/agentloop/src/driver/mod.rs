@@ -79,8 +79,9 @@ pub(crate) struct Driver<'a> {
     pub(crate) journaling: bool,
     /// The sequence number of the next step to journal.
     pub(crate) seq: u64,
-    /// Recorded answers and the way to suspend (a durable run's).
-    pub(crate) approvals: Approvals,
+    /// Recorded answers and the way to suspend (a durable run's); shared with the run's
+    /// subagent calls, whose children's questions suspend it.
+    pub(crate) approvals: Arc<Approvals>,
     /// Fires on cancellation, and on a suspension (see [`Approvals::link`]).
     pub(crate) interrupt: CancellationToken,
     pub(crate) parent_run_id: Option<String>,
@@ -578,16 +579,25 @@ impl<'a> Driver<'a> {
             .iter()
             .filter(|c| tools.spec(c.index).is_some_and(|s| s.subagent))
             .count();
-        let path = self
-            .agent_path
-            .clone()
-            .unwrap_or_else(|| m.config().name().to_owned());
-        let scope = crate::budget::scope(
-            path,
-            self.sinks.clone(),
-            self.depth,
-            m.limits().max_depth,
+        let place = crate::budget::Place {
+            path: self
+                .agent_path
+                .clone()
+                .unwrap_or_else(|| m.config().name().to_owned()),
+            sinks: self.sinks.clone(),
+            depth: self.depth,
+            max_depth: m.limits().max_depth,
             deadline,
+            // Children are journaled with the run while it journals, in a journal that reads
+            // them back.
+            journal: self
+                .journal
+                .clone()
+                .filter(|j| self.journaling && j.holds_children()),
+            approvals: Arc::clone(&self.approvals),
+        };
+        let scope = crate::budget::scope(
+            place,
             m.remaining(),
             u32::try_from(waiting).unwrap_or(u32::MAX),
         );

@@ -35,10 +35,6 @@ impl RunMachine {
         }
     }
 
-    /// A new process goes on with the run. Only a batch that was running holds anything of the
-    /// old process: its calls that were running are started again when their tool is
-    /// idempotent and the batch was still open, and answered as interrupted otherwise. Every
-    /// other step is simply asked for again.
     // Rare steps, kept out of the hot path's code.
     #[cold]
     #[inline(never)]
@@ -55,9 +51,14 @@ impl RunMachine {
         self.on_interrupt(phase, Interrupt::JournalFailed);
     }
 
+    /// A new process goes on with the run. Only a batch that was running holds anything of the
+    /// old process: its calls that were running are started again when their tool is
+    /// idempotent (or a subagent whose child is journaled with the run: it resumes) and the
+    /// batch was still open, and answered as interrupted otherwise. Every other step is simply
+    /// asked for again.
     #[cold]
     #[inline(never)]
-    pub(super) fn on_restarted(&mut self, phase: Phase) {
+    pub(super) fn on_restarted(&mut self, phase: Phase, children: bool) {
         let Phase::Run(mut p) = phase else {
             self.phase = phase;
             return;
@@ -71,7 +72,10 @@ impl RunMachine {
                 continue;
             };
             p.running = p.running.saturating_sub(1);
-            let idempotent = self.tools.spec(call.index).is_some_and(|s| s.idempotent);
+            let idempotent = self
+                .tools
+                .spec(call.index)
+                .is_some_and(|s| s.idempotent || (children && s.subagent));
             if idempotent && p.open {
                 slot.started = false;
                 p.restart.push(i);
