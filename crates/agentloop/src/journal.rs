@@ -265,6 +265,19 @@ pub trait Journal: Send + Sync {
         step: &'a Step,
     ) -> BoxFuture<'a, Result<(), JournalError>>;
 
+    /// Steps `seq`, `seq + 1`, … of run `run_id` ended together (calls of a batch that
+    /// finished at once): a journal that groups its writes commits them together. Each step is
+    /// durable before it is fed, as with [`Journal::append`]. On a failure, how many of them
+    /// were written before it, and the error. By default they are appended one after another.
+    fn append_batch<'a>(
+        &'a self,
+        run_id: &'a str,
+        seq: u64,
+        steps: &'a [Step],
+    ) -> BoxFuture<'a, Result<(), (usize, JournalError)>> {
+        append_in_turn(self, run_id, seq, steps)
+    }
+
     /// The run suspended, waiting on these calls.
     fn suspend<'a>(
         &'a self,
@@ -278,4 +291,23 @@ pub trait Journal: Send + Sync {
         run_id: &'a str,
         outcome: &'a RunOutcome,
     ) -> BoxFuture<'a, Result<(), JournalError>>;
+}
+
+/// [`Journal::append_batch`] one step after another: what a journal that does not group its
+/// writes does (the trait's default).
+pub fn append_in_turn<'a, J: Journal + ?Sized>(
+    journal: &'a J,
+    run_id: &'a str,
+    seq: u64,
+    steps: &'a [Step],
+) -> BoxFuture<'a, Result<(), (usize, JournalError)>> {
+    Box::pin(async move {
+        for (i, step) in steps.iter().enumerate() {
+            journal
+                .append(run_id, seq + i as u64, step)
+                .await
+                .map_err(|e| (i, e))?;
+        }
+        Ok(())
+    })
 }

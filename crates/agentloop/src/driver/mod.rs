@@ -20,7 +20,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use futures::stream::FuturesUnordered;
-use futures::{Future, StreamExt};
+use futures::{Future, FutureExt, StreamExt};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -263,11 +263,24 @@ impl<'a> Driver<'a> {
                     if !retries {
                         stop_retries.cancel();
                     }
-                    tokio::select! {
+                    let input = tokio::select! {
                         biased;
                         by = self.interrupted(deadline) => Input::Interrupted { by },
                         done = running.next() => finished(done, &mut senders),
+                    };
+                    if self.journaling && matches!(input, Input::CallFinished { .. }) {
+                        // The calls that finished together are committed together.
+                        let mut ready = Vec::new();
+                        while let Some(Some(done)) = running.next().now_or_never() {
+                            ready.push(finished(Some(done), &mut senders));
+                        }
+                        if !ready.is_empty() {
+                            ready.insert(0, input);
+                            self.record_batch(&mut m, ready).await;
+                            continue;
+                        }
                     }
+                    input
                 }
                 Action::Drain { until } => {
                     // Running handlers are told, and given the grace period to finish.
@@ -444,38 +457,56 @@ impl<'a> Driver<'a> {
                 self.journaling = false;
             } else if let Err(e) = journal.append(m.run_id(), self.seq, &step).await {
                 self.journaling = false;
-                let journal_failed = Input::JournalFailed {
-                    message: e.to_string(),
-                };
-                if let Input::CallFinished { outcome, .. } = &mut step.input {
-                    // The call did complete: its outcome says so (and that the journal does not
-                    // hold it, so a resume answers it interrupted), and the run stops on the
-                    // journal's failure next, instead of calling a finished call cancelled.
-                    outcome.diagnostic = Some(format!(
-                        "completed, but not recorded in the journal: {e}{}",
-                        outcome
-                            .diagnostic
-                            .as_deref()
-                            .map(|d| format!(" ({d})"))
-                            .unwrap_or_default()
-                    ));
-                    failed = Some(Step {
-                        at,
-                        input: journal_failed,
-                    });
-                } else {
-                    step.input = journal_failed;
-                }
+                failed = not_journaled(&mut step, &e);
             } else {
                 self.seq += 1;
             }
         }
         for step in std::iter::once(step).chain(failed) {
-            if let Some(log) = &mut self.log {
-                log.steps.push(step.clone());
-            }
-            m.feed(step);
+            self.feed(m, step);
         }
+    }
+
+    /// [`Driver::record`] for calls of a batch that finished together: their steps go to the
+    /// journal together (one commit where the journal groups them), then each is fed, in order.
+    /// Past a step the journal could not keep, the steps are fed as in `record`'s failure.
+    async fn record_batch(&mut self, m: &mut RunMachine, inputs: Vec<Input>) {
+        let at = self.start.elapsed();
+        let mut steps: Vec<Step> = inputs
+            .into_iter()
+            .map(|mut input| {
+                m.settle(&mut input);
+                Step { at, input }
+            })
+            .collect();
+        let mut failure = None;
+        if let Some(journal) = self.journal.as_ref().filter(|_| self.journaling) {
+            match journal.append_batch(m.run_id(), self.seq, &steps).await {
+                Ok(()) => self.seq += steps.len() as u64,
+                Err((written, e)) => {
+                    self.journaling = false;
+                    self.seq += written as u64;
+                    failure = Some((written, e));
+                }
+            }
+        }
+        for (i, mut step) in steps.drain(..).enumerate() {
+            let failed = match &failure {
+                Some((at, e)) if *at == i => not_journaled(&mut step, e),
+                _ => None,
+            };
+            for step in std::iter::once(step).chain(failed) {
+                self.feed(m, step);
+            }
+        }
+    }
+
+    /// A journaled step goes to the log and then to the machine.
+    fn feed(&mut self, m: &mut RunMachine, step: Step) {
+        if let Some(log) = &mut self.log {
+            log.steps.push(step.clone());
+        }
+        m.feed(step);
     }
 
     /// After the run: the journal learns how it ended (or what it waits on). A failed write is
@@ -731,6 +762,33 @@ impl<'a> Driver<'a> {
             }
             _ => {}
         }
+    }
+}
+
+/// A step the journal could not keep becomes the journal's failure. A call that did complete
+/// keeps its outcome, which says so (and that the journal does not hold it, so a resume answers
+/// it interrupted), and the failure follows it: the run stops on the journal's failure next,
+/// instead of calling a finished call cancelled.
+fn not_journaled(step: &mut Step, e: &crate::journal::JournalError) -> Option<Step> {
+    let journal_failed = Input::JournalFailed {
+        message: e.to_string(),
+    };
+    if let Input::CallFinished { outcome, .. } = &mut step.input {
+        outcome.diagnostic = Some(format!(
+            "completed, but not recorded in the journal: {e}{}",
+            outcome
+                .diagnostic
+                .as_deref()
+                .map(|d| format!(" ({d})"))
+                .unwrap_or_default()
+        ));
+        Some(Step {
+            at: step.at,
+            input: journal_failed,
+        })
+    } else {
+        step.input = journal_failed;
+        None
     }
 }
 
