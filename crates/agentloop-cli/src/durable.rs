@@ -319,10 +319,32 @@ pub async fn resume(args: ResumeArgs) -> Result<i32, CliError> {
     let journal = open_journal(path, args.go.durability.level(&file))?;
     journal.own(&first.header.run_id)?;
     let run = read_run(path, &first.header.run_id).await?;
-    go_on(&args.go, file, journal, args.force, |_| {
+    let elapsed = waited(path, &run);
+    go_on(&args.go, file, journal, args.force, elapsed, |_| {
         Box::pin(async move { Ok(run) })
     })
     .await
+}
+
+/// A suspended run's clock: the time to its suspension and the wall-clock time it has waited
+/// since, which counts toward its deadline as it does on Restate. `None` for a run that did not
+/// suspend: the time between a crash and its resume is not the run's.
+fn waited(path: &Path, run: &JournaledRun) -> Option<std::time::Duration> {
+    if run.status != agentloop::journal::RunStatus::Suspended {
+        return None;
+    }
+    let entry = JournalReader::open(path)
+        .and_then(|r| r.runs())
+        .ok()?
+        .into_iter()
+        .find(|r| r.run_id == run.header.run_id)?;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()?
+        .as_millis();
+    let since = u64::try_from(now.saturating_sub(u128::try_from(entry.updated_ms).ok()?)).ok()?;
+    let at = run.steps.last().map_or(std::time::Duration::ZERO, |s| s.at);
+    Some(at + std::time::Duration::from_millis(since))
 }
 
 /// `agentloop journal fork`.
@@ -334,7 +356,7 @@ async fn fork(args: ForkArgs) -> Result<i32, CliError> {
     from.steps
         .truncate(usize::try_from(args.at.saturating_add(1)).unwrap_or(usize::MAX));
     let (origin, at, writer) = (from.header.run_id, args.at, journal.clone());
-    go_on(&args.go, file, journal, false, move |definition| {
+    go_on(&args.go, file, journal, false, None, move |definition| {
         Box::pin(async move {
             let id = agentloop::ids::run_id();
             let run = writer.fork(&origin, at, &id, Some(definition)).await?;
@@ -352,6 +374,7 @@ async fn go_on(
     file: AgentFile,
     journal: Arc<SqliteJournal>,
     force: bool,
+    elapsed: Option<std::time::Duration>,
     start: impl FnOnce(
         agentloop::journal::Definition,
     ) -> futures::future::BoxFuture<'static, Result<JournaledRun, CliError>>,
@@ -385,6 +408,7 @@ async fn go_on(
         cancel: Some(cancel),
         sinks: run_sinks(&progress, trace.as_ref(), !go.json && !go.quiet),
         journal: Some(journal),
+        elapsed,
         ..RunOptions::default()
     };
     let outcome = agent.resume(run, options, force).await;

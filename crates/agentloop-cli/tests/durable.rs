@@ -550,3 +550,40 @@ fn a_fork_goes_on_differently_from_its_step_and_leaves_the_first_run_as_it_was()
     exited(&out, 9, "a fork past the run's end");
     assert_eq!(run_ids(&dir, &journal).len(), 2);
 }
+
+#[test]
+fn an_approval_unanswered_at_the_deadline_ends_the_run_there_as_on_restate() {
+    let dir = crash_dir("[permissions]\nask = [\"write\"]\n");
+    dir.write(
+        "agent.toml",
+        &format!("{AGENT}[permissions]\nask = [\"write\"]\n").replace(
+            "max_concurrency = 2",
+            "max_concurrency = 2\ntimeout_secs = 1",
+        ),
+    );
+    let journal = dir.path("runs.db");
+    let j = journal.to_str().unwrap();
+    let out = run_cmd(&dir, &journal, &[]).output().unwrap();
+    exited(&out, 8, "the run suspends");
+    let id = json_of(&out)["run_id"].as_str().unwrap().to_owned();
+    // Before the deadline an unanswered run is not resumed.
+    let early = cli(&dir, &["resume", &id, "--journal", j]);
+    assert_eq!(
+        early.status.code(),
+        Some(9),
+        "{}",
+        String::from_utf8_lossy(&early.stderr)
+    );
+    // The wait counts toward the run's deadline; past it, the run goes on only to stop there.
+    std::thread::sleep(std::time::Duration::from_millis(1200));
+    let out = cli(&dir, &["resume", &id, "--journal", j, "--json"]);
+    exited(&out, 5, "the deadline's exit code");
+    let outcome = json_of(&out);
+    assert_eq!(outcome["stop_reason"], "deadline", "{outcome}");
+    assert!(
+        !side_log(&dir).iter().any(|l| l.starts_with("write ")),
+        "the call it waited on did not run"
+    );
+    let listed = json_of(&cli(&dir, &["approvals", "list", "--journal", j, "--json"]));
+    assert_eq!(listed, json!([]), "nothing waits any more");
+}

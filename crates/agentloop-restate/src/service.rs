@@ -347,8 +347,9 @@ impl SessionObject {
 
     /// Waits for a human's answers to the calls the run last suspended on: one awakeable each, their
     /// ids published in the run's news. The invocation holds no worker while it waits. The wait
-    /// ends at the run's deadline (a durable timer): the calls not answered by then are denied,
-    /// and the run, past its deadline, stops. A cancel denies them too, and the run drains.
+    /// ends at the run's deadline (a durable timer): the run goes on past its deadline, and the
+    /// machine stops it there, the calls it waited on not run (the rule a local resume follows
+    /// too). A cancel denies the calls not answered, and the run drains.
     async fn wait(
         &self,
         ctx: &ObjectContext<'_>,
@@ -376,6 +377,7 @@ impl SessionObject {
             n.approvals(published).await;
         }
         let mut answers: Vec<Option<Answer>> = vec![None; pending.len()];
+        let mut cancelled = false;
         while answers.iter().any(Option::is_none) {
             match waits.next().await {
                 Ok(Some((i, Waited::Answer(Ok(Json(a)))))) => {
@@ -385,6 +387,7 @@ impl SessionObject {
                 }
                 Ok(Some((_, Waited::Answer(Err(e))))) | Err(e) if e.code() == CANCELLED => {
                     cancel.cancel();
+                    cancelled = true;
                     break;
                 }
                 // An awakeable rejected through Restate's API: that call is denied, the others
@@ -408,7 +411,8 @@ impl SessionObject {
                 .approvals
                 .push(agentloop::journal::PendingApproval {
                     request: request.clone(),
-                    answer: Some(answer.unwrap_or(Answer::DenyOnce)),
+                    // Unanswered at the deadline: no answer (the machine ends the run there).
+                    answer: answer.or(cancelled.then_some(Answer::DenyOnce)),
                 });
         }
         if let Some(n) = news {

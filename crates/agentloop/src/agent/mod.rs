@@ -356,7 +356,13 @@ impl Agent {
             .filter(|a| a.answer.is_none())
             .map(|a| a.request.call_id.as_str())
             .collect();
-        if !waiting.is_empty() {
+        // Past its deadline a run goes on only to stop there (the machine's rule): what it
+        // waits on needs no answer.
+        let at = steps.last().map_or(std::time::Duration::ZERO, |s| s.at);
+        let at = options.elapsed.map_or(at, |e| e.max(at));
+        let limits = header.limits.as_ref().unwrap_or(self.inner.cfg.limits());
+        let past_deadline = limits.timeout.is_some_and(|t| at >= t);
+        if !waiting.is_empty() && !past_deadline {
             return Err(not_resumable(format!(
                 "approvals are unanswered for call {}",
                 waiting.join(", ")

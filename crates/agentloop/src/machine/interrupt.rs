@@ -59,6 +59,17 @@ impl RunMachine {
     #[cold]
     #[inline(never)]
     pub(super) fn on_restarted(&mut self, phase: Phase, children: bool) {
+        self.restart_batch(phase, children);
+        // A run that goes on at or past its deadline (it waited that long for approvals, on a
+        // driver that counts the wait) stops there: what it waited on is not run, whether or
+        // not it was answered. One rule for every driver: the local one and Restate's.
+        if self.limits.timeout.is_some_and(|t| self.now >= t) {
+            let phase = std::mem::replace(&mut self.phase, Phase::Done);
+            self.on_interrupt(phase, Interrupt::Deadline);
+        }
+    }
+
+    fn restart_batch(&mut self, phase: Phase, children: bool) {
         let Phase::Run(mut p) = phase else {
             self.phase = phase;
             return;
