@@ -770,3 +770,57 @@ fn two_submits_with_one_idempotency_key_and_no_session_start_one_run() {
         "{times}"
     );
 }
+
+#[test]
+fn a_run_whose_agent_changed_between_workers_ends_visibly_and_its_session_stays_whole() {
+    let server = Server::start();
+    let dir = crash_dir("");
+    let addr = free_addr();
+    let mut a = worker(&dir, &server, addr, true, Some(4));
+    let id = submit_id(&dir, &server, "changed");
+    let watch = attach_cmd(&dir, &server, &id)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !a
+        .1
+        .try_iter()
+        .any(|l| l.starts_with("agentloop-restate: fault: paused"))
+    {
+        assert!(Instant::now() < deadline, "the worker never paused");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    a.0.kill().unwrap();
+    a.0.wait().unwrap();
+    // The next worker serves a changed agent: resuming the run is refused.
+    dir.write(
+        "agent.toml",
+        &AGENT.replace("version = \"1\"", "version = \"2\""),
+    );
+    let b = worker(&dir, &server, addr, false, None);
+    let out = watch.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(9),
+        "the journal's exit code: {}",
+        stderr(&out)
+    );
+    let outcome = stdout_json(&out);
+    assert_eq!(outcome["stop_reason"], "failed", "{outcome}");
+    assert_eq!(outcome["error"]["code"], "journal.changed", "{outcome}");
+    // The session's transcript is as the last run that ended left it (none): the next run on
+    // it starts from its own input, and ends whole.
+    let next = submit_id(&dir, &server, "changed");
+    let done = attach(&dir, &server, &next);
+    drop(b);
+    assert_eq!(done["stop_reason"], "finished", "{done}");
+    let transcript = done["transcript"].as_array().unwrap();
+    assert_eq!(transcript[0]["role"], "user", "{done}");
+    assert_eq!(
+        transcript.iter().filter(|m| m["role"] == "user").count(),
+        1,
+        "nothing of the refused run: {done}"
+    );
+}

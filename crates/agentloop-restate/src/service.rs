@@ -40,6 +40,17 @@ pub trait Agents: Send + Sync + 'static {
             "error": outcome.error.as_ref().map(|e| json!({"code": e.code(), "message": e.to_string()})),
         })
     }
+
+    /// The invocation's output when the run could not go on from its journal (its agent
+    /// changed between workers, say): the run ends there, failed with the journal's code.
+    fn refused(&self, run_id: &str, error: &JournalError) -> Value {
+        json!({
+            "run_id": run_id,
+            "stop_reason": StopReason::Failed.as_str(),
+            "output": null,
+            "error": {"code": error.code(), "message": error.to_string()},
+        })
+    }
 }
 
 /// How an endpoint behaves.
@@ -268,7 +279,24 @@ impl SessionObject {
                     }
                 }
             };
-            let outcome = outcome.map_err(|e| TerminalError::new(e.to_string()))?;
+            let outcome = match outcome {
+                Ok(outcome) => outcome,
+                Err(e) => {
+                    // Refused: the run ends visibly, with the journal's code, and the session's
+                    // transcript stays as the last run that ended left it.
+                    let run_id = journaled
+                        .header
+                        .as_ref()
+                        .map_or_else(|| run_key.clone(), |h| h.run_id.clone());
+                    if let Some(n) = &news {
+                        n.flush().await;
+                        ctx.object_client::<RunsObjectClient>(run_key.clone())
+                            .clear()
+                            .send_after(self.options.news_retention);
+                    }
+                    return Ok(Json(self.agents.refused(&run_id, &e)));
+                }
+            };
             if outcome.stop_reason == StopReason::Suspended {
                 self.wait(&ctx, news.as_ref(), &mut journaled, &cancel)
                     .await?;
