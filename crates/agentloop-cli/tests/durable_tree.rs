@@ -15,103 +15,12 @@ mod support;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use serde_json::{Value, json};
+use serde_json::Value;
 use support::crash::{
-    TOOL, call, check_against, cli, exited, is_interrupted, journal_runs as runs, json_of,
-    killed_at_fault, side_log,
+    check_against, cli, exited, is_interrupted, journal_runs as runs, json_of, killed_at_fault,
+    side_log, tree_dir,
 };
 use support::*;
-
-const PARENT: &str = r#"name = "lead"
-version = "1"
-[model]
-provider = "scripted"
-script = "lead.json"
-[limits]
-max_concurrency = 2
-max_turns = 20
-[[tools]]
-name = "read"
-command = ["sh", "tool.sh", "read"]
-input_schema = { type = "object", properties = { key = { type = "string" } }, required = ["key"] }
-idempotent = true
-[[tools]]
-name = "write"
-command = ["sh", "tool.sh", "write"]
-input_schema = { type = "object", properties = { key = { type = "string" } }, required = ["key"] }
-[[tools]]
-name = "ask_a"
-agent = "worker-a.toml"
-description = "Worker A."
-[[tools]]
-name = "ask_b"
-agent = "worker-b.toml"
-description = "Worker B."
-"#;
-
-fn worker(name: &str, permissions: &str) -> String {
-    format!(
-        r#"name = "{name}"
-version = "1"
-[model]
-provider = "scripted"
-script = "{name}.json"
-[limits]
-max_concurrency = 2
-[[tools]]
-name = "read"
-command = ["sh", "tool.sh", "read"]
-input_schema = {{ type = "object", properties = {{ key = {{ type = "string" }} }}, required = ["key"] }}
-idempotent = true
-[[tools]]
-name = "write"
-command = ["sh", "tool.sh", "write"]
-input_schema = {{ type = "object", properties = {{ key = {{ type = "string" }} }}, required = ["key"] }}
-{permissions}"#
-    )
-}
-
-fn task(id: &str, tool: &str, task: &str) -> Value {
-    json!({"id": id, "name": tool, "arguments": {"task": task}})
-}
-
-/// The tree: `lead` hands a task to worker A while it writes itself, then one to worker B, then
-/// answers. Worker A writes and reads at once, then writes again; worker B writes once.
-/// `permissions` goes into worker A's file.
-fn tree_dir(permissions: &str) -> AgentDir {
-    let dir = AgentDir::new(PARENT);
-    dir.write("tool.sh", TOOL);
-    dir.write("worker-a.toml", &worker("worker-a", permissions));
-    dir.write("worker-b.toml", &worker("worker-b", ""));
-    dir.write(
-        "lead.json",
-        &json!([
-            {"text": "A works while I write.", "tool_calls": [
-                task("p1", "ask_a", "alpha"), call("p2", "write", "lead-1")]},
-            {"tool_calls": [task("p3", "ask_b", "beta")]},
-            {"text": "Both workers are done."}
-        ])
-        .to_string(),
-    );
-    dir.write(
-        "worker-a.json",
-        &json!([
-            {"tool_calls": [call("a1", "write", "a-1"), call("a2", "read", "a-2")]},
-            {"tool_calls": [call("a3", "write", "a-3")]},
-            {"text": "A is done."}
-        ])
-        .to_string(),
-    );
-    dir.write(
-        "worker-b.json",
-        &json!([
-            {"tool_calls": [call("b1", "write", "b-1")]},
-            {"text": "B is done."}
-        ])
-        .to_string(),
-    );
-    dir
-}
 
 fn run_cmd(dir: &AgentDir, journal: &Path) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_agentloop"));

@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::RestateError;
 use crate::ingress::{Ingress, News, NewsBatch, PendingApproval, RunRequest};
-use crate::journal::{ChannelJournal, Entry};
+use crate::journal::{ChannelJournal, Entry, Request};
 use crate::news::News as NewsSender;
 
 /// What a worker runs: its agents, by name.
@@ -108,10 +108,16 @@ struct Journaled {
     wait_until_ms: Option<u64>,
     /// The run's deadline (its agent's `timeout`), once its agent is built.
     deadline: Option<Duration>,
+    /// Its subagents' runs, part of this invocation, by run id.
+    children: std::collections::HashMap<String, JournaledRun>,
 }
 
 impl Journaled {
     fn record(&mut self, entry: Entry) {
+        if let Some(id) = entry.child() {
+            let id = id.to_owned();
+            return self.record_child(id, entry);
+        }
         match entry {
             Entry::Begin { header, started_ms } => {
                 self.header = Some(*header);
@@ -122,12 +128,53 @@ impl Journaled {
                 pending,
                 at_ms,
                 until_ms,
+                ..
             } => {
                 self.pending = pending;
                 self.suspended_ms = at_ms;
                 self.wait_until_ms = until_ms;
             }
-            Entry::Live | Entry::Finish | Entry::Heartbeat => {}
+            Entry::Live | Entry::Finish { .. } | Entry::Heartbeat => {}
+        }
+    }
+
+    /// An entry of a subagent's run.
+    fn record_child(&mut self, id: String, entry: Entry) {
+        if let Entry::Begin { header, .. } = entry {
+            let run = JournaledRun {
+                header: *header,
+                steps: Vec::new(),
+                status: RunStatus::Running,
+                approvals: Vec::new(),
+            };
+            self.children.insert(id, run);
+            return;
+        }
+        let Some(run) = self.children.get_mut(&id) else {
+            return;
+        };
+        match entry {
+            Entry::Step { step, .. } => {
+                run.steps.push(*step);
+                run.status = RunStatus::Running;
+            }
+            Entry::Suspend { pending, .. } => {
+                run.status = RunStatus::Suspended;
+                run.approvals
+                    .retain(|a| !pending.iter().any(|p| p.call_id == a.request.call_id));
+                run.approvals.extend(pending.into_iter().map(|request| {
+                    agentloop::journal::PendingApproval {
+                        request,
+                        answer: None,
+                    }
+                }));
+            }
+            Entry::Finish { .. } => {
+                run.status = RunStatus::Finished {
+                    stop_reason: String::new(),
+                };
+            }
+            Entry::Begin { .. } | Entry::Live | Entry::Heartbeat => {}
         }
     }
 
@@ -217,7 +264,7 @@ impl SessionObject {
                 break;
             }
             match entry {
-                Ok(Json(entry @ Entry::Suspend { .. })) => {
+                Ok(Json(entry @ Entry::Suspend { run: None, .. })) => {
                     journaled.record(entry);
                     self.wait(&ctx, news.as_ref(), &mut journaled, &cancel)
                         .await?;
@@ -234,7 +281,8 @@ impl SessionObject {
                 .agent(&request.agent)
                 .map_err(TerminalError::new)?;
             journaled.deadline = agent.config().limits().timeout;
-            let (journal, mut writes) = ChannelJournal::new();
+            let top = journaled.header.as_ref().map(|h| h.run_id.clone());
+            let (journal, mut writes) = ChannelJournal::new(top);
             let mut sinks = self.agents.sinks(&run_key);
             if let Some(n) = &news {
                 sinks.push(Arc::new(n.clone()));
@@ -266,11 +314,16 @@ impl SessionObject {
                 let heartbeat = quiet_since + self.options.heartbeat;
                 tokio::select! {
                     biased;
-                    Some((entry, done)) = writes.recv() => {
-                        let written = self.write(&ctx, entry, &mut journaled, &cancel).await;
-                        let _ = done.send(written);
-                        quiet_since = tokio::time::Instant::now();
-                    }
+                    Some(request) = writes.recv() => match request {
+                        Request::Write(entry, done) => {
+                            let written = self.write(&ctx, entry, &mut journaled, &cancel).await;
+                            let _ = done.send(written);
+                            quiet_since = tokio::time::Instant::now();
+                        }
+                        Request::Load(id, done) => {
+                            let _ = done.send(journaled.children.get(&id).cloned());
+                        }
+                    },
                     outcome = &mut run => break outcome,
                     () = tokio::time::sleep_until(heartbeat) => {
                         // A failed heartbeat changes nothing: the step's own write will say.
@@ -359,15 +412,17 @@ impl SessionObject {
             }
         }
         let crash = match (&entry, self.options.crash_after_step) {
-            (Entry::Step { seq, .. }, Some(n)) => *seq == n,
-            _ => false,
+            (Entry::Step { seq, run, .. }, Some(n)) if *seq == n => Some(
+                run.as_deref()
+                    .map(|r| format!(" of run {r}"))
+                    .unwrap_or_default(),
+            ),
+            _ => None,
         };
         journaled.record(entry);
-        if crash {
-            eprintln!(
-                "agentloop-restate: fault: paused after step {}",
-                journaled.steps.len().saturating_sub(1)
-            );
+        if let Some(of) = crash {
+            let n = self.options.crash_after_step.unwrap_or_default();
+            eprintln!("agentloop-restate: fault: paused after step {n}{of}");
             std::future::pending::<()>().await;
         }
         Ok(())
