@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use agentloop::journal::{Journal, JournalError, JournaledRun};
+use agentloop::journal::{Journal, JournaledRun};
 use agentloop::permissions::{Answer, ApprovalRequest};
 use agentloop::{RunOptions, RunOutcome, StopReason};
 use agentloop_store::{Durability, Fault, JournalReader, SqliteJournal};
@@ -307,13 +307,7 @@ pub async fn resume(args: ResumeArgs) -> Result<i32, CliError> {
     let first = read_run(path, &args.run_id).await?;
     if let Some(parent) = &first.header.parent {
         // A subagent's run goes on with its parent, which resumes it.
-        return Err(CliError::from(JournalError::NotResumable {
-            run_id: first.header.run_id.clone(),
-            reason: format!(
-                "it is the run of subagent {} for call {} of run {}: resume that run",
-                parent.agent_path, parent.call_id, parent.run_id
-            ),
-        }));
+        return Err(CliError::from(parent.not_resumable(&first.header.run_id)));
     }
     let file = agent_file(&args.go, &first, path)?;
     let journal = open_journal(path, args.go.durability.level(&file))?;
@@ -408,10 +402,12 @@ async fn go_on(
         cancel: Some(cancel),
         sinks: run_sinks(&progress, trace.as_ref(), !go.json && !go.quiet),
         journal: Some(journal),
-        elapsed,
         ..RunOptions::default()
     };
-    let outcome = agent.resume(run, options, force).await;
+    let outcome = match elapsed {
+        Some(elapsed) => agent.resume_at(run, options, force, elapsed).await,
+        None => agent.resume(run, options, force).await,
+    };
     mcp.shutdown().await;
     signals.abort();
     let outcome = outcome?;

@@ -292,18 +292,21 @@ impl SessionObject {
                 sinks,
                 cancel: Some(cancel.clone()),
                 origin: Some(request.agent.clone()),
-                // The deadline is wall-clock time since the run started, whichever worker
-                // goes on with it and however long it waited.
-                elapsed: journaled.elapsed(),
                 ..RunOptions::default()
             };
+            // The deadline is wall-clock time since the run started, whichever worker goes on
+            // with it and however long it waited.
+            let elapsed = journaled.elapsed();
             let earlier = journaled.run();
             let input = Message::user(request.input.clone());
             let transcript = transcript.clone();
             let run = async move {
                 match earlier {
                     None => Ok(agent.run_with(transcript, Some(input), options).await),
-                    Some(run) => agent.resume(run, options, false).await,
+                    Some(run) => match elapsed {
+                        Some(elapsed) => agent.resume_at(run, options, false, elapsed).await,
+                        None => agent.resume(run, options, false).await,
+                    },
                 }
             };
             tokio::pin!(run);

@@ -88,6 +88,19 @@ pub struct ParentCall {
     pub agent_path: String,
 }
 
+impl ParentCall {
+    /// Why its child's run `run_id` is not resumed on its own: resuming the parent resumes it.
+    pub fn not_resumable(&self, run_id: &str) -> JournalError {
+        JournalError::NotResumable {
+            run_id: run_id.to_owned(),
+            reason: format!(
+                "it is the run of subagent {} for call {} of run {}: resume that run",
+                self.agent_path, self.call_id, self.run_id
+            ),
+        }
+    }
+}
+
 /// The id of the child journal a subagent's call keeps in its parent's journal: one per call, so
 /// that a resumed parent finds the child its call started.
 pub fn child_run_id(parent_run_id: &str, call_id: &str) -> String {

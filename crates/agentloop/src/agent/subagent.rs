@@ -23,7 +23,7 @@ use tokio::time::Instant;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::agent::{Agent, RunOptions};
+use crate::agent::{Agent, Plumbing, RunOptions};
 use crate::budget::{Pool, Scope};
 use crate::gate::{ApprovalRequest, Approvals};
 use crate::journal::{JournalError, JournaledRun, ParentCall, RunStatus, child_run_id};
@@ -191,19 +191,25 @@ impl SubagentTool {
         let child_cancel = CancellationToken::new();
         let options = RunOptions {
             cancel: Some(child_cancel.clone()),
-            parent_run_id: Some(parent.run_id.clone()),
-            parent_call_id: Some(parent.call_id.clone()),
-            agent_path: scope.as_ref().map(|_| parent.agent_path.clone()),
             sinks: scope
                 .as_ref()
                 .map(|s| s.sinks.0.clone())
                 .unwrap_or_default(),
             limits: Some(limits),
             journal: journal.clone(),
-            depth,
             ..RunOptions::default()
         };
-        let prefix = parent.call_id.clone();
+        let plumbing = Plumbing {
+            agent_path: scope.as_ref().map(|_| parent.agent_path.clone()),
+            parent: Some(parent),
+            depth,
+            elapsed: None,
+        };
+        let prefix = plumbing
+            .parent
+            .as_ref()
+            .map(|p| p.call_id.clone())
+            .unwrap_or_default();
         let mut earlier = earlier;
         // What the parent's journal answered for the child is the child's; the journal of the
         // child still lists those calls as waiting until it goes on.
@@ -215,12 +221,12 @@ impl SubagentTool {
             match earlier {
                 None => Ok(self
                     .agent
-                    .start(Vec::new(), Some(Message::user(task)), options, Some(parent))
+                    .start(Vec::new(), Some(Message::user(task)), options, plumbing)
                     .await),
                 Some(run) if matches!(run.status, RunStatus::Finished { .. }) => {
                     Ok(self.agent.replayed(run))
                 }
-                Some(run) => self.agent.go_on(run, options, false).await,
+                Some(run) => self.agent.go_on(run, options, false, plumbing).await,
             }
         };
         let outcome = self
