@@ -1,7 +1,8 @@
 //! A run's budget as subagents share it: what is left of each resource ([`Pool`]), and the
 //! scope the subagent calls of one batch draw from together ([`Scope`]). Pure arithmetic and a
-//! lock, no agent: the machine computes the pool, the driver hands the scope to the calls, and
-//! the subagent tool reserves and settles its grant.
+//! lock, no agent: the machine computes the pool and how many calls share it, the driver hands
+//! the scope to the calls, and the subagent tool reserves and settles its grant (a child
+//! journal records it, and a resumed child reserves exactly that).
 
 use std::sync::{Arc, Mutex};
 
@@ -267,9 +268,9 @@ pub(crate) struct Place {
     pub(crate) approvals: Arc<Approvals>,
 }
 
-/// The scope of a batch's subagent calls (`waiting` of them), from the run's remaining budget.
-pub(crate) fn scope(place: Place, mut pool: Pool, waiting: u32) -> Arc<Scope> {
-    pool.waiting = waiting;
+/// The scope of a batch's subagent calls, from the pool the machine gives them
+/// (`RunMachine::subagent_pool`).
+pub(crate) fn scope(place: Place, pool: Pool) -> Arc<Scope> {
     Arc::new(Scope {
         path: place.path,
         sinks: place.sinks,

@@ -604,12 +604,6 @@ impl<'a> Driver<'a> {
         {
             return Some(Arc::clone(scope));
         }
-        let tools = m.tools();
-        let waiting = m
-            .batch_calls()
-            .iter()
-            .filter(|c| tools.spec(c.index).is_some_and(|s| s.subagent))
-            .count();
         let place = crate::budget::Place {
             path: self
                 .agent_path
@@ -627,11 +621,7 @@ impl<'a> Driver<'a> {
                 .filter(|j| self.journaling && j.holds_children()),
             approvals: Arc::clone(&self.approvals),
         };
-        let scope = crate::budget::scope(
-            place,
-            m.remaining(),
-            u32::try_from(waiting).unwrap_or(u32::MAX),
-        );
+        let scope = crate::budget::scope(place, m.subagent_pool());
         self.scope = Some((m.turn(), Arc::clone(&scope)));
         Some(scope)
     }
