@@ -15,7 +15,7 @@ mod support;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use serde_json::Value;
+use serde_json::{Value, json};
 use support::crash::{
     check_against, cli, exited, is_interrupted, journal_runs as runs, json_of, killed_at_fault,
     side_log, tree_dir,
@@ -236,4 +236,88 @@ fn a_subagents_question_suspends_the_tree_and_is_answered_on_the_top_run() {
     // still running, as a kill would).
     assert!(count(r#"write {"key":"lead-1"}"#) <= 1, "{side:?}");
     assert_eq!(count(r#"write {"key":"b-1"}"#), 1, "{side:?}");
+}
+
+#[test]
+fn after_a_kill_inside_a_child_the_tree_spends_what_was_left_never_more() {
+    // The lead may make 5 model calls in all; its one subagent call is granted the 4 left after
+    // its own first, and its worker would go on for longer.
+    let tight = |dir: &AgentDir| {
+        dir.write(
+            "agent.toml",
+            &support::crash::TREE.replace("max_turns = 20", "max_model_calls = 5"),
+        );
+        dir.write(
+            "lead.json",
+            &json!([
+                {"tool_calls": [support::crash::task("p1", "ask_a", "alpha")]},
+                {"text": "Done."}
+            ])
+            .to_string(),
+        );
+        let turns: Vec<Value> = (1..=8)
+            .map(|i| json!({"tool_calls": [support::crash::call(&format!("a{i}"), "write", &format!("a-{i}"))]}))
+            .collect();
+        dir.write("worker-a.json", &Value::Array(turns).to_string());
+    };
+    let base_dir = tree_dir("");
+    tight(&base_dir);
+    let journal = base_dir.path("runs.db");
+    let out = run_cmd(&base_dir, &journal).output().unwrap();
+    let base = json_of(&out);
+    let code = out.status.code();
+    assert_eq!(base["model_calls"], 5, "the tree spent its budget: {base}");
+    let worker = &base["subagents"][0];
+    assert_eq!(
+        worker["model_calls"], 4,
+        "the worker spent its grant: {base}"
+    );
+    let total: u64 = runs(&base_dir, &journal)
+        .iter()
+        .map(|r| r["steps"].as_u64().unwrap())
+        .sum();
+    let mut inside = 0;
+    for n in 0..total {
+        for fault in [format!("after-write:{n}"), format!("in-write:{n}")] {
+            let dir = tree_dir("");
+            tight(&dir);
+            let journal = dir.path("runs.db");
+            assert!(run_and_kill(&dir, &journal, &fault), "{fault}: reached");
+            let before = runs(&dir, &journal);
+            inside += before
+                .iter()
+                .filter(|r| r.get("parent").is_some() && r["status"] == "running")
+                .count();
+            let id = top(&before);
+            let out = cli(
+                &dir,
+                &[
+                    "resume",
+                    &id,
+                    "--journal",
+                    journal.to_str().unwrap(),
+                    "--json",
+                ],
+            );
+            assert_eq!(out.status.code(), code, "{fault}");
+            let resumed = json_of(&out);
+            assert_eq!(resumed["stop_reason"], base["stop_reason"], "{fault}");
+            assert_eq!(
+                resumed["model_calls"], 5,
+                "{fault}: never more than the budget"
+            );
+            assert_eq!(resumed["usage"], base["usage"], "{fault}");
+            assert_eq!(
+                resumed["subagents"][0]["model_calls"], 4,
+                "{fault}: the worker went on within its grant"
+            );
+            let side = side_log(&dir);
+            let mut seen = std::collections::HashSet::new();
+            assert!(
+                side.iter().all(|l| seen.insert(l)),
+                "{fault}: a write ran twice: {side:?}"
+            );
+        }
+    }
+    assert!(inside > 0, "some kill landed inside the worker");
 }
