@@ -305,14 +305,40 @@ pub async fn resume(args: ResumeArgs) -> Result<i32, CliError> {
     // owned before its steps are read for good, so a process still driving it refuses this one
     // (journal.busy) rather than leaving it a stale state to resume from.
     let first = read_run(path, &args.run_id).await?;
+    if let Some(parent) = &first.header.parent {
+        // A subagent's run goes on with its parent, which resumes it.
+        return Err(CliError::from(parent.not_resumable(&first.header.run_id)));
+    }
     let file = agent_file(&args.go, &first, path)?;
     let journal = open_journal(path, args.go.durability.level(&file))?;
     journal.own(&first.header.run_id)?;
     let run = read_run(path, &first.header.run_id).await?;
-    go_on(&args.go, file, journal, args.force, |_| {
+    let elapsed = waited(path, &run);
+    go_on(&args.go, file, journal, args.force, elapsed, |_| {
         Box::pin(async move { Ok(run) })
     })
     .await
+}
+
+/// A suspended run's clock: the time to its suspension and the wall-clock time it has waited
+/// since, which counts toward its deadline as it does on Restate. `None` for a run that did not
+/// suspend: the time between a crash and its resume is not the run's.
+fn waited(path: &Path, run: &JournaledRun) -> Option<std::time::Duration> {
+    if run.status != agentloop::journal::RunStatus::Suspended {
+        return None;
+    }
+    let entry = JournalReader::open(path)
+        .and_then(|r| r.runs())
+        .ok()?
+        .into_iter()
+        .find(|r| r.run_id == run.header.run_id)?;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()?
+        .as_millis();
+    let since = u64::try_from(now.saturating_sub(u128::try_from(entry.updated_ms).ok()?)).ok()?;
+    let at = run.steps.last().map_or(std::time::Duration::ZERO, |s| s.at);
+    Some(at + std::time::Duration::from_millis(since))
 }
 
 /// `agentloop journal fork`.
@@ -324,7 +350,7 @@ async fn fork(args: ForkArgs) -> Result<i32, CliError> {
     from.steps
         .truncate(usize::try_from(args.at.saturating_add(1)).unwrap_or(usize::MAX));
     let (origin, at, writer) = (from.header.run_id, args.at, journal.clone());
-    go_on(&args.go, file, journal, false, move |definition| {
+    go_on(&args.go, file, journal, false, None, move |definition| {
         Box::pin(async move {
             let id = agentloop::ids::run_id();
             let run = writer.fork(&origin, at, &id, Some(definition)).await?;
@@ -342,6 +368,7 @@ async fn go_on(
     file: AgentFile,
     journal: Arc<SqliteJournal>,
     force: bool,
+    elapsed: Option<std::time::Duration>,
     start: impl FnOnce(
         agentloop::journal::Definition,
     ) -> futures::future::BoxFuture<'static, Result<JournaledRun, CliError>>,
@@ -377,7 +404,10 @@ async fn go_on(
         journal: Some(journal),
         ..RunOptions::default()
     };
-    let outcome = agent.resume(run, options, force).await;
+    let outcome = match elapsed {
+        Some(elapsed) => agent.resume_at(run, options, force, elapsed).await,
+        None => agent.resume(run, options, force).await,
+    };
     mcp.shutdown().await;
     signals.abort();
     let outcome = outcome?;
@@ -425,8 +455,13 @@ pub async fn approvals(cmd: ApprovalsCommand) -> Result<i32, CliError> {
             Some(Answer::DenyOnce) => "denied",
             Some(Answer::DenyAlways) => "denied always",
         };
+        // A subagent's question names its place in the tree.
+        let path = Some(&w.request.agent)
+            .filter(|a| !a.is_empty() && **a != w.agent)
+            .map(|a| format!("  ({a})"))
+            .unwrap_or_default();
         out!(
-            "{}  {}  {}  {} {}",
+            "{}  {}  {}  {} {}{path}",
             w.run_id,
             w.request.call_id,
             answer,
@@ -467,7 +502,7 @@ pub async fn journal(cmd: JournalCommand) -> Result<i32, CliError> {
             } else {
                 for r in &runs {
                     out!(
-                        "{}  {}  {}{}  {} steps{}",
+                        "{}  {}  {}{}  {} steps{}{}",
                         r.run_id,
                         r.agent,
                         r.status,
@@ -479,6 +514,10 @@ pub async fn journal(cmd: JournalCommand) -> Result<i32, CliError> {
                         r.forked_from
                             .as_ref()
                             .map(|f| format!("  forked from {} after step {}", f.run_id, f.step))
+                            .unwrap_or_default(),
+                        r.parent
+                            .as_ref()
+                            .map(|p| format!("  subagent of {p}"))
                             .unwrap_or_default()
                     );
                 }

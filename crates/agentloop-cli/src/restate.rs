@@ -167,6 +167,20 @@ impl Agents for Served {
             "closing_line": render::closing_line(outcome, render::cost_unknown(outcome, priced)),
         })
     }
+
+    fn refused(&self, run_id: &str, error: &agentloop::journal::JournalError) -> Value {
+        let code = CliError::Journal(error.clone()).exit_code();
+        json!({
+            "outcome": {
+                "run_id": run_id,
+                "stop_reason": agentloop::StopReason::Failed.as_str(),
+                "output": null,
+                "error": {"code": error.code(), "message": error.to_string()},
+            },
+            "exit_code": code,
+            "closing_line": format!("■ run {run_id} cannot go on: {} ({error})", error.code()),
+        })
+    }
 }
 
 /// `agentloop serve FILE...`: until Ctrl-C or SIGTERM.

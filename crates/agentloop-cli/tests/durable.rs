@@ -37,26 +37,6 @@ fn run_cmd(dir: &AgentDir, journal: &Path, extra: &[&str]) -> Command {
     cmd
 }
 
-/// Asserts the command exited with `code`, showing its stderr otherwise.
-fn exited(out: &std::process::Output, code: i32, what: &str) {
-    assert_eq!(
-        out.status.code(),
-        Some(code),
-        "{what}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-fn json_of(out: &std::process::Output) -> Value {
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "not JSON ({e}): {}\nstderr: {}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        )
-    })
-}
-
 /// Runs the agent with a journal fault, and kills the process with SIGKILL once it stops at the
 /// fault. Returns false when the run ended before reaching it.
 fn run_and_kill(dir: &AgentDir, journal: &Path, fault: &str) -> bool {
@@ -65,37 +45,13 @@ fn run_and_kill(dir: &AgentDir, journal: &Path, fault: &str) -> bool {
 
 /// [`run_and_kill`], with more arguments for `run`.
 fn run_and_kill_with(dir: &AgentDir, journal: &Path, fault: &str, extra: &[&str]) -> bool {
-    let mut child = run_cmd(dir, journal, extra)
-        .env("AGENTLOOP_TEST_JOURNAL_FAULT", fault)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let paused = BufReader::new(stderr)
-        .lines()
-        .map_while(Result::ok)
-        .any(|l| l.starts_with("agentloop: fault: paused"));
-    if paused {
-        child.kill().unwrap(); // SIGKILL on Unix
-    }
-    child.wait().unwrap();
-    paused
+    let mut cmd = run_cmd(dir, journal, extra);
+    cmd.env("AGENTLOOP_TEST_JOURNAL_FAULT", fault);
+    killed_at_fault(cmd)
 }
 
 fn run_ids(dir: &AgentDir, journal: &Path) -> Vec<Value> {
-    let out = cli(
-        dir,
-        &[
-            "journal",
-            "list",
-            "--journal",
-            journal.to_str().unwrap(),
-            "--json",
-        ],
-    );
-    exited(&out, 0, "the command");
-    json_of(&out).as_array().unwrap().clone()
+    journal_runs(dir, journal)
 }
 
 /// The crash agent, its `durability` key set to `level` when given.
@@ -593,4 +549,41 @@ fn a_fork_goes_on_differently_from_its_step_and_leaves_the_first_run_as_it_was()
     );
     exited(&out, 9, "a fork past the run's end");
     assert_eq!(run_ids(&dir, &journal).len(), 2);
+}
+
+#[test]
+fn an_approval_unanswered_at_the_deadline_ends_the_run_there_as_on_restate() {
+    let dir = crash_dir("[permissions]\nask = [\"write\"]\n");
+    dir.write(
+        "agent.toml",
+        &format!("{AGENT}[permissions]\nask = [\"write\"]\n").replace(
+            "max_concurrency = 2",
+            "max_concurrency = 2\ntimeout_secs = 1",
+        ),
+    );
+    let journal = dir.path("runs.db");
+    let j = journal.to_str().unwrap();
+    let out = run_cmd(&dir, &journal, &[]).output().unwrap();
+    exited(&out, 8, "the run suspends");
+    let id = json_of(&out)["run_id"].as_str().unwrap().to_owned();
+    // Before the deadline an unanswered run is not resumed.
+    let early = cli(&dir, &["resume", &id, "--journal", j]);
+    assert_eq!(
+        early.status.code(),
+        Some(9),
+        "{}",
+        String::from_utf8_lossy(&early.stderr)
+    );
+    // The wait counts toward the run's deadline; past it, the run goes on only to stop there.
+    std::thread::sleep(std::time::Duration::from_millis(1200));
+    let out = cli(&dir, &["resume", &id, "--journal", j, "--json"]);
+    exited(&out, 5, "the deadline's exit code");
+    let outcome = json_of(&out);
+    assert_eq!(outcome["stop_reason"], "deadline", "{outcome}");
+    assert!(
+        !side_log(&dir).iter().any(|l| l.starts_with("write ")),
+        "the call it waited on did not run"
+    );
+    let listed = json_of(&cli(&dir, &["approvals", "list", "--journal", j, "--json"]));
+    assert_eq!(listed, json!([]), "nothing waits any more");
 }

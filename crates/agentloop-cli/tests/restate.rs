@@ -247,6 +247,53 @@ fn pending(dir: &AgentDir, server: &Server, id: &str) -> Vec<String> {
         .collect()
 }
 
+/// Submits a run of `dir`'s agent on `session` to a worker that stops after step `n`, kills that
+/// worker with SIGKILL when it does (another at the same address takes the run over) and waits
+/// for the run's end through `attach`, which must succeed. The worker's line at the stop (none
+/// when the run ended before step `n`), and `attach`'s output.
+fn killed_after_step(
+    dir: &AgentDir,
+    server: &Server,
+    n: u64,
+    session: &str,
+) -> (Option<String>, std::process::Output) {
+    let what = format!("killed after step {n}");
+    let addr = free_addr();
+    let mut a = worker(dir, server, addr, true, Some(n));
+    let id = submit_id(dir, server, session);
+    let mut watch = attach_cmd(dir, server, &id)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let paused = loop {
+        if let Some(line) =
+            a.1.try_iter()
+                .find(|l| l.starts_with("agentloop-restate: fault: paused"))
+        {
+            a.0.kill().unwrap(); // SIGKILL on Unix
+            a.0.wait().unwrap();
+            break Some(line);
+        }
+        if watch.try_wait().unwrap().is_some() {
+            break None;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what}: neither crashed nor ended"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let b = paused
+        .is_some()
+        .then(|| worker(dir, server, addr, false, None));
+    let out = watch.wait_with_output().unwrap();
+    drop((a, b));
+    assert_eq!(out.status.code(), Some(0), "{what}: {}", stderr(&out));
+    (paused, out)
+}
+
 #[test]
 fn a_worker_killed_after_any_step_leaves_the_run_to_another_with_the_same_transcript() {
     let server = Server::start();
@@ -271,41 +318,8 @@ fn a_worker_killed_after_any_step_leaves_the_run_to_another_with_the_same_transc
     for n in 0.. {
         let what = format!("killed after step {n}");
         let dir = crash_dir("");
-        let addr = free_addr();
-        let mut a = worker(&dir, &server, addr, true, Some(n));
-        let id = submit_id(&dir, &server, &format!("crash-{n}"));
-        let mut watch = attach_cmd(&dir, &server, &id)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        // Either the worker stops at the step (and is killed with SIGKILL), or the run ends first
-        // (it has fewer steps).
-        let deadline = Instant::now() + Duration::from_secs(60);
-        let crashed = loop {
-            if a.1
-                .try_iter()
-                .any(|l| l.starts_with("agentloop-restate: fault: paused"))
-            {
-                a.0.kill().unwrap(); // SIGKILL on Unix
-                a.0.wait().unwrap();
-                break true;
-            }
-            if watch.try_wait().unwrap().is_some() {
-                break false;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{what}: neither crashed nor ended"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        // Another worker at the same address takes the run over.
-        let b = crashed.then(|| worker(&dir, &server, addr, false, None));
-        let out = watch.wait_with_output().unwrap();
-        drop((a, b));
-        assert_eq!(out.status.code(), Some(0), "{what}: {}", stderr(&out));
-        if !crashed {
+        let (crashed, out) = killed_after_step(&dir, &server, n, &format!("crash-{n}"));
+        if crashed.is_none() {
             break;
         }
         crashes += 1;
@@ -769,4 +783,94 @@ fn two_submits_with_one_idempotency_key_and_no_session_start_one_run() {
         2,
         "{times}"
     );
+}
+
+#[test]
+fn a_run_whose_agent_changed_between_workers_ends_visibly_and_its_session_stays_whole() {
+    let server = Server::start();
+    let dir = crash_dir("");
+    let addr = free_addr();
+    let mut a = worker(&dir, &server, addr, true, Some(4));
+    let id = submit_id(&dir, &server, "changed");
+    let watch = attach_cmd(&dir, &server, &id)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !a
+        .1
+        .try_iter()
+        .any(|l| l.starts_with("agentloop-restate: fault: paused"))
+    {
+        assert!(Instant::now() < deadline, "the worker never paused");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    a.0.kill().unwrap();
+    a.0.wait().unwrap();
+    // The next worker serves a changed agent: resuming the run is refused.
+    dir.write(
+        "agent.toml",
+        &AGENT.replace("version = \"1\"", "version = \"2\""),
+    );
+    let b = worker(&dir, &server, addr, false, None);
+    let out = watch.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(9),
+        "the journal's exit code: {}",
+        stderr(&out)
+    );
+    let outcome = stdout_json(&out);
+    assert_eq!(outcome["stop_reason"], "failed", "{outcome}");
+    assert_eq!(outcome["error"]["code"], "journal.changed", "{outcome}");
+    // The session's transcript is as the last run that ended left it (none): the next run on
+    // it starts from its own input, and ends whole.
+    let next = submit_id(&dir, &server, "changed");
+    let done = attach(&dir, &server, &next);
+    drop(b);
+    assert_eq!(done["stop_reason"], "finished", "{done}");
+    let transcript = done["transcript"].as_array().unwrap();
+    assert_eq!(transcript[0]["role"], "user", "{done}");
+    assert_eq!(
+        transcript.iter().filter(|m| m["role"] == "user").count(),
+        1,
+        "nothing of the refused run: {done}"
+    );
+}
+
+#[test]
+fn a_tree_whose_worker_is_killed_inside_a_child_goes_on_the_same_on_another() {
+    let server = Server::start();
+    let base_dir = tree_dir("");
+    let w = worker(&base_dir, &server, free_addr(), true, None);
+    let base = attach(&base_dir, &server, &submit_id(&base_dir, &server, "tree"));
+    drop(w);
+    assert_eq!(base["stop_reason"], "finished", "{base}");
+    assert_eq!(base["output"], "Both workers are done.");
+    let base_transcript = base["transcript"].as_array().unwrap().clone();
+
+    let (mut crashes, mut in_child) = (0, 0);
+    for n in 0.. {
+        let what = format!("killed after step {n}");
+        let dir = tree_dir("");
+        let (paused, out) = killed_after_step(&dir, &server, n, &format!("tree-{n}"));
+        let Some(line) = paused else {
+            break;
+        };
+        crashes += 1;
+        // A subagent's step names its run: the kill landed inside a child.
+        if line.contains(" of run ") {
+            in_child += 1;
+        }
+        let outcome = stdout_json(&out);
+        assert_eq!(outcome["stop_reason"], "finished", "{what}: {outcome}");
+        assert_eq!(outcome["output"], base["output"], "{what}");
+        let transcript = outcome["transcript"].as_array().unwrap();
+        check_against(&base_transcript, transcript, &side_log(&dir), &what);
+        assert_eq!(outcome["usage"], base["usage"], "{what}");
+        assert_eq!(outcome["model_calls"], base["model_calls"], "{what}");
+    }
+    assert!(crashes >= 5, "{crashes} kills");
+    assert!(in_child > 0, "a kill landed inside a child");
 }

@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::RestateError;
 use crate::ingress::{Ingress, News, NewsBatch, PendingApproval, RunRequest};
-use crate::journal::{ChannelJournal, Entry};
+use crate::journal::{ChannelJournal, Entry, Request};
 use crate::news::News as NewsSender;
 
 /// What a worker runs: its agents, by name.
@@ -38,6 +38,17 @@ pub trait Agents: Send + Sync + 'static {
             "stop_reason": outcome.stop_reason.as_str(),
             "output": outcome.output,
             "error": outcome.error.as_ref().map(|e| json!({"code": e.code(), "message": e.to_string()})),
+        })
+    }
+
+    /// The invocation's output when the run could not go on from its journal (its agent
+    /// changed between workers, say): the run ends there, failed with the journal's code.
+    fn refused(&self, run_id: &str, error: &JournalError) -> Value {
+        json!({
+            "run_id": run_id,
+            "stop_reason": StopReason::Failed.as_str(),
+            "output": null,
+            "error": {"code": error.code(), "message": error.to_string()},
         })
     }
 }
@@ -97,10 +108,16 @@ struct Journaled {
     wait_until_ms: Option<u64>,
     /// The run's deadline (its agent's `timeout`), once its agent is built.
     deadline: Option<Duration>,
+    /// Its subagents' runs, part of this invocation, by run id.
+    children: std::collections::HashMap<String, JournaledRun>,
 }
 
 impl Journaled {
     fn record(&mut self, entry: Entry) {
+        if let Some(id) = entry.child() {
+            let id = id.to_owned();
+            return self.record_child(id, entry);
+        }
         match entry {
             Entry::Begin { header, started_ms } => {
                 self.header = Some(*header);
@@ -111,12 +128,53 @@ impl Journaled {
                 pending,
                 at_ms,
                 until_ms,
+                ..
             } => {
                 self.pending = pending;
                 self.suspended_ms = at_ms;
                 self.wait_until_ms = until_ms;
             }
-            Entry::Live | Entry::Finish | Entry::Heartbeat => {}
+            Entry::Live | Entry::Finish { .. } | Entry::Heartbeat => {}
+        }
+    }
+
+    /// An entry of a subagent's run.
+    fn record_child(&mut self, id: String, entry: Entry) {
+        if let Entry::Begin { header, .. } = entry {
+            let run = JournaledRun {
+                header: *header,
+                steps: Vec::new(),
+                status: RunStatus::Running,
+                approvals: Vec::new(),
+            };
+            self.children.insert(id, run);
+            return;
+        }
+        let Some(run) = self.children.get_mut(&id) else {
+            return;
+        };
+        match entry {
+            Entry::Step { step, .. } => {
+                run.steps.push(*step);
+                run.status = RunStatus::Running;
+            }
+            Entry::Suspend { pending, .. } => {
+                run.status = RunStatus::Suspended;
+                run.approvals
+                    .retain(|a| !pending.iter().any(|p| p.call_id == a.request.call_id));
+                run.approvals.extend(pending.into_iter().map(|request| {
+                    agentloop::journal::PendingApproval {
+                        request,
+                        answer: None,
+                    }
+                }));
+            }
+            Entry::Finish { .. } => {
+                run.status = RunStatus::Finished {
+                    stop_reason: String::new(),
+                };
+            }
+            Entry::Begin { .. } | Entry::Live | Entry::Heartbeat => {}
         }
     }
 
@@ -206,7 +264,7 @@ impl SessionObject {
                 break;
             }
             match entry {
-                Ok(Json(entry @ Entry::Suspend { .. })) => {
+                Ok(Json(entry @ Entry::Suspend { run: None, .. })) => {
                     journaled.record(entry);
                     self.wait(&ctx, news.as_ref(), &mut journaled, &cancel)
                         .await?;
@@ -223,7 +281,8 @@ impl SessionObject {
                 .agent(&request.agent)
                 .map_err(TerminalError::new)?;
             journaled.deadline = agent.config().limits().timeout;
-            let (journal, mut writes) = ChannelJournal::new();
+            let top = journaled.header.as_ref().map(|h| h.run_id.clone());
+            let (journal, mut writes) = ChannelJournal::new(top);
             let mut sinks = self.agents.sinks(&run_key);
             if let Some(n) = &news {
                 sinks.push(Arc::new(n.clone()));
@@ -233,18 +292,21 @@ impl SessionObject {
                 sinks,
                 cancel: Some(cancel.clone()),
                 origin: Some(request.agent.clone()),
-                // The deadline is wall-clock time since the run started, whichever worker
-                // goes on with it and however long it waited.
-                elapsed: journaled.elapsed(),
                 ..RunOptions::default()
             };
+            // The deadline is wall-clock time since the run started, whichever worker goes on
+            // with it and however long it waited.
+            let elapsed = journaled.elapsed();
             let earlier = journaled.run();
             let input = Message::user(request.input.clone());
             let transcript = transcript.clone();
             let run = async move {
                 match earlier {
                     None => Ok(agent.run_with(transcript, Some(input), options).await),
-                    Some(run) => agent.resume(run, options, false).await,
+                    Some(run) => match elapsed {
+                        Some(elapsed) => agent.resume_at(run, options, false, elapsed).await,
+                        None => agent.resume(run, options, false).await,
+                    },
                 }
             };
             tokio::pin!(run);
@@ -255,11 +317,16 @@ impl SessionObject {
                 let heartbeat = quiet_since + self.options.heartbeat;
                 tokio::select! {
                     biased;
-                    Some((entry, done)) = writes.recv() => {
-                        let written = self.write(&ctx, entry, &mut journaled, &cancel).await;
-                        let _ = done.send(written);
-                        quiet_since = tokio::time::Instant::now();
-                    }
+                    Some(request) = writes.recv() => match request {
+                        Request::Write(entry, done) => {
+                            let written = self.write(&ctx, entry, &mut journaled, &cancel).await;
+                            let _ = done.send(written);
+                            quiet_since = tokio::time::Instant::now();
+                        }
+                        Request::Load(id, done) => {
+                            let _ = done.send(journaled.children.get(&id).cloned());
+                        }
+                    },
                     outcome = &mut run => break outcome,
                     () = tokio::time::sleep_until(heartbeat) => {
                         // A failed heartbeat changes nothing: the step's own write will say.
@@ -268,7 +335,24 @@ impl SessionObject {
                     }
                 }
             };
-            let outcome = outcome.map_err(|e| TerminalError::new(e.to_string()))?;
+            let outcome = match outcome {
+                Ok(outcome) => outcome,
+                Err(e) => {
+                    // Refused: the run ends visibly, with the journal's code, and the session's
+                    // transcript stays as the last run that ended left it.
+                    let run_id = journaled
+                        .header
+                        .as_ref()
+                        .map_or_else(|| run_key.clone(), |h| h.run_id.clone());
+                    if let Some(n) = &news {
+                        n.flush().await;
+                        ctx.object_client::<RunsObjectClient>(run_key.clone())
+                            .clear()
+                            .send_after(self.options.news_retention);
+                    }
+                    return Ok(Json(self.agents.refused(&run_id, &e)));
+                }
+            };
             if outcome.stop_reason == StopReason::Suspended {
                 self.wait(&ctx, news.as_ref(), &mut journaled, &cancel)
                     .await?;
@@ -331,15 +415,17 @@ impl SessionObject {
             }
         }
         let crash = match (&entry, self.options.crash_after_step) {
-            (Entry::Step { seq, .. }, Some(n)) => *seq == n,
-            _ => false,
+            (Entry::Step { seq, run, .. }, Some(n)) if *seq == n => Some(
+                run.as_deref()
+                    .map(|r| format!(" of run {r}"))
+                    .unwrap_or_default(),
+            ),
+            _ => None,
         };
         journaled.record(entry);
-        if crash {
-            eprintln!(
-                "agentloop-restate: fault: paused after step {}",
-                journaled.steps.len().saturating_sub(1)
-            );
+        if let Some(of) = crash {
+            let n = self.options.crash_after_step.unwrap_or_default();
+            eprintln!("agentloop-restate: fault: paused after step {n}{of}");
             std::future::pending::<()>().await;
         }
         Ok(())
@@ -347,8 +433,9 @@ impl SessionObject {
 
     /// Waits for a human's answers to the calls the run last suspended on: one awakeable each, their
     /// ids published in the run's news. The invocation holds no worker while it waits. The wait
-    /// ends at the run's deadline (a durable timer): the calls not answered by then are denied,
-    /// and the run, past its deadline, stops. A cancel denies them too, and the run drains.
+    /// ends at the run's deadline (a durable timer): the run goes on past its deadline, and the
+    /// machine stops it there, the calls it waited on not run (the rule a local resume follows
+    /// too). A cancel denies the calls not answered, and the run drains.
     async fn wait(
         &self,
         ctx: &ObjectContext<'_>,
@@ -376,6 +463,7 @@ impl SessionObject {
             n.approvals(published).await;
         }
         let mut answers: Vec<Option<Answer>> = vec![None; pending.len()];
+        let mut cancelled = false;
         while answers.iter().any(Option::is_none) {
             match waits.next().await {
                 Ok(Some((i, Waited::Answer(Ok(Json(a)))))) => {
@@ -385,6 +473,7 @@ impl SessionObject {
                 }
                 Ok(Some((_, Waited::Answer(Err(e))))) | Err(e) if e.code() == CANCELLED => {
                     cancel.cancel();
+                    cancelled = true;
                     break;
                 }
                 // An awakeable rejected through Restate's API: that call is denied, the others
@@ -408,7 +497,8 @@ impl SessionObject {
                 .approvals
                 .push(agentloop::journal::PendingApproval {
                     request: request.clone(),
-                    answer: Some(answer.unwrap_or(Answer::DenyOnce)),
+                    // Unanswered at the deadline: no answer (the machine ends the run there).
+                    answer: answer.or(cancelled.then_some(Answer::DenyOnce)),
                 });
         }
         if let Some(n) = news {

@@ -403,6 +403,28 @@ fn to_json<T: serde::Serialize>(value: &T) -> Result<String, JournalError> {
 }
 
 impl Journal for SqliteJournal {
+    fn holds_children(&self) -> bool {
+        true
+    }
+
+    fn load<'a>(
+        &'a self,
+        run_id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<JournaledRun>, JournalError>> {
+        let (path, run_id) = (self.path.clone(), run_id.to_owned());
+        Box::pin(async move {
+            let read = tokio::task::spawn_blocking(move || {
+                match JournalReader::open(&path)?.load(&run_id) {
+                    Ok(run) => Ok(Some(run)),
+                    Err(JournalError::UnknownRun { .. }) => Ok(None),
+                    Err(e) => Err(e),
+                }
+            });
+            read.await
+                .map_err(|e| io(format!("reading the journal failed: {e}")))?
+        })
+    }
+
     fn begin<'a>(&'a self, header: &'a JournalHeader) -> BoxFuture<'a, Result<(), JournalError>> {
         if let Err(e) = self.own(&header.run_id) {
             return Box::pin(async move { Err(e) });
@@ -432,6 +454,27 @@ impl Journal for SqliteJournal {
             }),
             Err(e) => Box::pin(async move { Err(e) }),
         }
+    }
+
+    fn append_batch<'a>(
+        &'a self,
+        run_id: &'a str,
+        seq: u64,
+        steps: &'a [Step],
+    ) -> BoxFuture<'a, Result<(), (usize, JournalError)>> {
+        // Every step is handed to the writer before any is awaited, so that it takes them in
+        // one group: one transaction and, at `power`, one fsync. The writer keeps their order.
+        let written: Vec<_> = steps
+            .iter()
+            .enumerate()
+            .map(|(i, step)| self.append(run_id, seq + i as u64, step))
+            .collect();
+        Box::pin(async move {
+            for (i, done) in written.into_iter().enumerate() {
+                done.await.map_err(|e| (i, e))?;
+            }
+            Ok(())
+        })
     }
 
     fn suspend<'a>(
@@ -563,6 +606,10 @@ pub struct RunEntry {
     /// The run and step it was forked from ([`SqliteJournal::fork`]), if it was.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub forked_from: Option<ForkOrigin>,
+    /// For a subagent's run (a child journal), its parent run: the parent is the one resumed,
+    /// and the one whose approvals hold the child's questions.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parent: Option<String>,
 }
 
 /// A call a suspended run waits on, as [`JournalReader::pending`] lists it.
@@ -606,7 +653,8 @@ impl JournalReader {
                 "SELECT r.run_id, r.agent, r.status, r.stop_reason, r.fingerprint, r.created_ms, \
                  r.updated_ms, (SELECT COUNT(*) FROM steps s WHERE s.run_id = r.run_id), \
                  json_extract(r.header, '$.forked_from.run_id'), \
-                 json_extract(r.header, '$.forked_from.step') \
+                 json_extract(r.header, '$.forked_from.step'), \
+                 json_extract(r.header, '$.parent.run_id') \
                  FROM runs r ORDER BY r.created_ms, r.run_id",
             )
             .map_err(io)?;
@@ -629,6 +677,7 @@ impl JournalReader {
                         }),
                         _ => None,
                     },
+                    parent: r.get(10)?,
                 })
             })
             .map_err(io)?;
@@ -758,11 +807,13 @@ impl JournalReader {
         Ok(out)
     }
 
-    /// The calls suspended runs wait on (answered or not), in run order.
+    /// The calls suspended runs wait on (answered or not), in run order. A subagent's question
+    /// is listed once, on the top run of its tree (its call id prefixed with the calls that led
+    /// to it, its agent the subagent's path), where it is answered.
     pub fn pending(&self) -> Result<Vec<WaitingCall>, JournalError> {
         let mut out = Vec::new();
         for run in self.runs()? {
-            if run.status != "suspended" {
+            if run.status != "suspended" || run.parent.is_some() {
                 continue;
             }
             for a in self.approvals(&run.run_id)? {

@@ -571,25 +571,33 @@ async fn a_failed_model_call_is_recorded_with_its_code() {
 async fn a_subagent_run_links_to_its_parent() {
     let path = scratch("subagent").join("trace.ndjson");
     let sink = Arc::new(TraceSink::open(&path, TraceOptions::default()).unwrap());
-    let child = run_traced(
-        &agent(weather_script(), true),
-        &sink,
-        RunOptions {
-            parent_run_id: Some("parent_run".into()),
-            ..RunOptions::default()
-        },
-    )
-    .await;
+    let child = agent(weather_script(), true);
+    let parent = Agent::builder()
+        .name("lead")
+        .model(ScriptedModel::new(vec![
+            ModelResponse::tool_calls([("c1", "ask", r#"{"task":"weather in Paris?"}"#)]),
+            ModelResponse::text("done"),
+        ]))
+        .tool(child.as_tool("ask", "Asks the weather agent."))
+        .build()
+        .unwrap();
+    let outcome = run_traced(&parent, &sink, RunOptions::default()).await;
     sink.finish().unwrap();
+    assert_eq!(outcome.stop_reason.as_str(), "finished", "{outcome:?}");
+    let sub = &outcome.subagents[0];
     let trace = read_trace(&path).unwrap();
+    let child_span = runs(&trace)
+        .into_iter()
+        .find(|r| r.span.id == sub.run_id)
+        .unwrap();
     assert_eq!(
-        runs(&trace)[0].span.parent_id.as_deref(),
-        Some("parent_run")
+        child_span.span.parent_id.as_deref(),
+        Some(outcome.run_id.as_str())
     );
     assert!(
-        render_run(&trace.records, Some(&child.run_id))
+        render_run(&trace.records, Some(&sub.run_id))
             .unwrap()
-            .contains("parent run parent_run")
+            .contains(&format!("parent run {}", outcome.run_id))
     );
 }
 

@@ -1,13 +1,16 @@
 //! A run's budget as subagents share it: what is left of each resource ([`Pool`]), and the
 //! scope the subagent calls of one batch draw from together ([`Scope`]). Pure arithmetic and a
-//! lock, no agent: the machine computes the pool, the driver hands the scope to the calls, and
-//! the subagent tool reserves and settles its grant.
+//! lock, no agent: the machine computes the pool and how many calls share it, the driver hands
+//! the scope to the calls, and the subagent tool reserves and settles its grant (a child
+//! journal records it, and a resumed child reserves exactly that).
 
 use std::sync::{Arc, Mutex};
 
 use tokio::time::Instant;
 
 use crate::event::Sinks;
+use crate::gate::Approvals;
+use crate::journal::Journal;
 use crate::limits::Limits;
 use crate::outcome::SubagentRun;
 
@@ -135,6 +138,32 @@ impl Pool {
         }
     }
 
+    /// Reserves exactly `grant` (a resumed child's, as its journal recorded it), whatever the
+    /// even share: the child goes on within what it was given. What is not left is taken as far
+    /// as it goes, never below nothing.
+    pub(crate) fn reserve_exact(&mut self, grant: &Pool) {
+        let mut turns = wide(self.turns);
+        let mut model_calls = wide(self.model_calls);
+        let mut tool_calls = wide(self.tool_calls);
+        for (left, g) in [
+            (&mut turns, wide(grant.turns)),
+            (&mut model_calls, wide(grant.model_calls)),
+            (&mut tool_calls, wide(grant.tool_calls)),
+            (&mut self.tokens, grant.tokens),
+        ] {
+            if let (Some(l), Some(g)) = (left.as_mut(), g) {
+                *l = l.saturating_sub(g);
+            }
+        }
+        self.turns = narrow(turns);
+        self.model_calls = narrow(model_calls);
+        self.tool_calls = narrow(tool_calls);
+        if let (Some(l), Some(g)) = (self.cost.as_mut(), grant.cost) {
+            *l = (*l - g).max(0.0);
+        }
+        self.waiting = self.waiting.saturating_sub(1);
+    }
+
     /// The caps a [`Limits`] puts on a subagent.
     pub(crate) fn of(limits: &Limits) -> Pool {
         Pool {
@@ -171,6 +200,11 @@ pub(crate) struct Scope {
     pub(crate) max_depth: u32,
     pub(crate) deadline: Option<Instant>,
     pub(crate) pool: Mutex<Pool>,
+    /// The run's journal, when its subagents are journaled with it (as child journals).
+    pub(crate) journal: Option<Arc<dyn Journal>>,
+    /// The run's approvals: a child's question suspends the tree through them, and the answers
+    /// recorded for a child's calls reach it through them.
+    pub(crate) approvals: Arc<Approvals>,
     /// The runs of the batch's subagents that returned, by call id, until the driver puts each
     /// on its call's outcome: a tool's output knows nothing of subagents.
     runs: Mutex<Vec<(String, SubagentRun)>>,
@@ -191,6 +225,13 @@ impl Scope {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .reserve(cap)
+    }
+
+    pub(crate) fn reserve_exact(&self, grant: &Pool) {
+        self.pool
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .reserve_exact(grant);
     }
 
     pub(crate) fn settle(&self, grant: &Pool, spent: &SubagentRun) {
@@ -215,24 +256,30 @@ impl Scope {
     }
 }
 
-/// The scope of a batch's subagent calls (`waiting` of them), from the run's remaining budget.
-pub(crate) fn scope(
-    path: String,
-    sinks: Sinks,
-    depth: u32,
-    max_depth: u32,
-    deadline: Option<Instant>,
-    mut pool: Pool,
-    waiting: u32,
-) -> Arc<Scope> {
-    pool.waiting = waiting;
+/// Where a batch's subagent calls stand in the run: its path, sinks, depth, deadline, journal
+/// and approvals.
+pub(crate) struct Place {
+    pub(crate) path: String,
+    pub(crate) sinks: Sinks,
+    pub(crate) depth: u32,
+    pub(crate) max_depth: u32,
+    pub(crate) deadline: Option<Instant>,
+    pub(crate) journal: Option<Arc<dyn Journal>>,
+    pub(crate) approvals: Arc<Approvals>,
+}
+
+/// The scope of a batch's subagent calls, from the pool the machine gives them
+/// (`RunMachine::subagent_pool`).
+pub(crate) fn scope(place: Place, pool: Pool) -> Arc<Scope> {
     Arc::new(Scope {
-        path,
-        sinks,
-        depth,
-        max_depth,
-        deadline,
+        path: place.path,
+        sinks: place.sinks,
+        depth: place.depth,
+        max_depth: place.max_depth,
+        deadline: place.deadline,
         pool: Mutex::new(pool),
+        journal: place.journal,
+        approvals: place.approvals,
         runs: Mutex::new(Vec::new()),
     })
 }

@@ -147,6 +147,17 @@ impl Approvals {
         true
     }
 
+    /// True once the run suspended (its subagents' children are then left to resume, not
+    /// cancelled).
+    pub(crate) fn suspended(&self) -> bool {
+        self.suspend.as_ref().is_some_and(|s| {
+            !s.pending
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .is_empty()
+        })
+    }
+
     /// The token a driver races its steps against: `cancel` itself without suspension, else a
     /// child of it that a suspension also fires (so one wait covers both).
     pub(crate) fn link(&mut self, cancel: &CancellationToken) -> CancellationToken {

@@ -7,6 +7,22 @@
 //! journaled run instead of waiting ([`crate::gate::Approvals`]); the answers, recorded in the
 //! journal from anywhere, let it go on.
 //!
+//! A tree of agents is one durable unit. A subagent's run is journaled in its parent's journal
+//! as a run of its own (a *child journal*), whose id the parent's call names
+//! ([`child_run_id`]: the parent's run id and the call's id) and whose header names its parent
+//! ([`JournalHeader::parent`]). A child of its own, rather than the child's steps inside the
+//! parent's: the child's steps are fed to the child's machine, a run like any other, so its
+//! journal is resumed by the same code as a top-level run's, its steps are written as it takes
+//! them (what it spent is in the journal as it spends it), and the parent's step sequence stays
+//! the parent's alone. Its header's limits are the share of the parent's budget it was granted:
+//! a resumed child goes on within that grant, so the tree never spends a budget twice. When the
+//! parent resumes, a subagent call that was running starts again and finds its child journal: an
+//! unfinished child resumes from its last step, a finished one answers with its outcome. A
+//! child's question to a human suspends the whole tree: its requests are the parent's, their call
+//! ids prefixed with the parent's call (`call_7/call_2`), so they are answered on the top run.
+//! Only a journal that reads its runs back ([`Journal::holds_children`]) keeps children; with
+//! another, subagents run unjournaled inside their parent's call.
+//!
 //! The core does no storage I/O: `agentloop-store` has the SQLite journal.
 //!
 //! | code | meaning |
@@ -55,6 +71,40 @@ pub struct JournalHeader {
     /// ([`crate::RunOptions::origin`]; the CLI keeps the agent file's path).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub origin: Option<String>,
+    /// For a subagent's run (a child journal): the run and call that started it. Such a run is
+    /// resumed by its parent only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<ParentCall>,
+}
+
+/// The call of a parent run that started a subagent's run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ParentCall {
+    /// The parent's run.
+    pub run_id: String,
+    /// The parent's call.
+    pub call_id: String,
+    /// The subagent's path from the top of its tree (`coordinator/worker`).
+    pub agent_path: String,
+}
+
+impl ParentCall {
+    /// Why its child's run `run_id` is not resumed on its own: resuming the parent resumes it.
+    pub fn not_resumable(&self, run_id: &str) -> JournalError {
+        JournalError::NotResumable {
+            run_id: run_id.to_owned(),
+            reason: format!(
+                "it is the run of subagent {} for call {} of run {}: resume that run",
+                self.agent_path, self.call_id, self.run_id
+            ),
+        }
+    }
+}
+
+/// The id of the child journal a subagent's call keeps in its parent's journal: one per call, so
+/// that a resumed parent finds the child its call started.
+pub fn child_run_id(parent_run_id: &str, call_id: &str) -> String {
+    format!("{parent_run_id}.{call_id}")
 }
 
 /// Where a journaled run stands.
@@ -200,6 +250,23 @@ impl JournalError {
 /// durable: the run moves on only then. An implementation keeps its storage work off the async
 /// workers (a blocking task, or a thread of its own).
 pub trait Journal: Send + Sync {
+    /// True when the journal reads its runs back ([`Journal::load`]): then a run's subagents are
+    /// journaled in it as child journals, and resumed with their parent. False by default: the
+    /// subagents of a run journaled here run unjournaled inside their parent's call.
+    fn holds_children(&self) -> bool {
+        false
+    }
+
+    /// The run `run_id` as the journal holds it, or `None` when it holds no such run (see
+    /// [`Journal::holds_children`]; by default it holds none).
+    fn load<'a>(
+        &'a self,
+        run_id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<JournaledRun>, JournalError>> {
+        let _ = run_id;
+        Box::pin(async { Ok(None) })
+    }
+
     /// A run starts.
     fn begin<'a>(&'a self, header: &'a JournalHeader) -> BoxFuture<'a, Result<(), JournalError>>;
 
@@ -210,6 +277,19 @@ pub trait Journal: Send + Sync {
         seq: u64,
         step: &'a Step,
     ) -> BoxFuture<'a, Result<(), JournalError>>;
+
+    /// Steps `seq`, `seq + 1`, … of run `run_id` ended together (calls of a batch that
+    /// finished at once): a journal that groups its writes commits them together. Each step is
+    /// durable before it is fed, as with [`Journal::append`]. On a failure, how many of them
+    /// were written before it, and the error. By default they are appended one after another.
+    fn append_batch<'a>(
+        &'a self,
+        run_id: &'a str,
+        seq: u64,
+        steps: &'a [Step],
+    ) -> BoxFuture<'a, Result<(), (usize, JournalError)>> {
+        append_in_turn(self, run_id, seq, steps)
+    }
 
     /// The run suspended, waiting on these calls.
     fn suspend<'a>(
@@ -224,4 +304,23 @@ pub trait Journal: Send + Sync {
         run_id: &'a str,
         outcome: &'a RunOutcome,
     ) -> BoxFuture<'a, Result<(), JournalError>>;
+}
+
+/// [`Journal::append_batch`] one step after another: what a journal that does not group its
+/// writes does (the trait's default).
+pub fn append_in_turn<'a, J: Journal + ?Sized>(
+    journal: &'a J,
+    run_id: &'a str,
+    seq: u64,
+    steps: &'a [Step],
+) -> BoxFuture<'a, Result<(), (usize, JournalError)>> {
+    Box::pin(async move {
+        for (i, step) in steps.iter().enumerate() {
+            journal
+                .append(run_id, seq + i as u64, step)
+                .await
+                .map_err(|e| (i, e))?;
+        }
+        Ok(())
+    })
 }

@@ -328,3 +328,63 @@ async fn the_clock_goes_on_from_the_journal() {
     assert_eq!(out.stop_reason, StopReason::Deadline);
     assert!(out.duration >= std::time::Duration::from_secs(6));
 }
+
+#[tokio::test]
+async fn calls_that_finish_together_are_journaled_together_and_resume_the_same() {
+    // Two calls that can only finish together: each waits for the other at a barrier.
+    let barrier = Arc::new(tokio::sync::Barrier::new(2));
+    let meet = |name: &str| {
+        let barrier = barrier.clone();
+        Tool::builder(name).description("Meets the other.").dynamic(
+            json!({"type": "object"}),
+            move |_a: Value, _c| {
+                let barrier = barrier.clone();
+                async move {
+                    barrier.wait().await;
+                    Ok(ToolOutput::text("met"))
+                }
+            },
+        )
+    };
+    let build = |skip: usize| {
+        Agent::builder()
+            .model(
+                ScriptedModel::new(vec![
+                    calls(&[("a", "left", "{}"), ("b", "right", "{}")]),
+                    agentloop::ModelResponse::text("done"),
+                ])
+                .skip(skip),
+            )
+            .tool(meet("left"))
+            .tool(meet("right"))
+            .build()
+            .unwrap()
+    };
+    let journal = Arc::new(Memory::default());
+    let base = journaled(&build(0), journal.clone()).await;
+    assert_eq!(base.stop_reason, StopReason::Finished);
+    assert_eq!(
+        *journal.batches.lock().unwrap(),
+        [2],
+        "the two results went to the journal in one write"
+    );
+    let steps = journal.steps.lock().unwrap().clone();
+    let finished = steps
+        .iter()
+        .filter(|s| matches!(s.input, agentloop::machine::Input::CallFinished { .. }))
+        .count();
+    assert_eq!(finished, 2);
+    // The journal, fed to a fresh machine, is the run: nothing was fed that it does not hold.
+    let mut run = journal.cut(steps.len());
+    run.status = agentloop::journal::RunStatus::Running;
+    let again = Arc::new(Memory::default());
+    *again.header.lock().unwrap() = Some(run.header.clone());
+    *again.steps.lock().unwrap() = run.steps.clone();
+    let options = RunOptions {
+        journal: Some(again),
+        ..RunOptions::default()
+    };
+    let replayed = build(0).resume(run, options, false).await.unwrap();
+    assert_eq!(replayed.transcript, base.transcript);
+    assert_eq!(replayed.usage, base.usage);
+}

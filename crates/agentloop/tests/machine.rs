@@ -967,3 +967,43 @@ fn a_failed_write_of_the_end_fails_a_finished_run_and_leaves_another_stop_as_it_
         "the run's own error stays first"
     );
 }
+
+#[test]
+fn a_run_restarted_past_its_deadline_stops_there_without_running_what_waited() {
+    let limits = Limits {
+        timeout: Some(Duration::from_secs(5)),
+        ..Limits::default()
+    };
+    // Restarted before the deadline: the batch goes on.
+    let mut m = machine(limits.clone());
+    respond(
+        &mut m,
+        1000,
+        ModelResponse::tool_calls([("a", "echo", "{}")]),
+    );
+    feed(&mut m, 3000, Input::Restarted { children: false });
+    assert!(matches!(m.action(), Action::StartCall(_)), "{m:?}");
+    // Restarted at or past it (a wait for approvals that long): nothing more runs.
+    let mut m = machine(limits);
+    respond(
+        &mut m,
+        1000,
+        ModelResponse::tool_calls([("a", "echo", "{}")]),
+    );
+    feed(&mut m, 5000, Input::Restarted { children: false });
+    assert_eq!(run_batch(&mut m, 5000), None, "no call starts");
+    while !matches!(m.action(), Action::Finish) {
+        assert!(matches!(m.action(), Action::Finalize), "{m:?}");
+        feed(
+            &mut m,
+            5000,
+            Input::Finalized {
+                failures: Vec::new(),
+            },
+        );
+    }
+    let out = m.into_outcome(Duration::from_secs(5));
+    assert_eq!(out.stop_reason, StopReason::Deadline);
+    assert_eq!(out.tool_calls_run, 0);
+    assert_eq!(out.tool_calls.len(), 1, "the call has its result");
+}

@@ -20,14 +20,10 @@ if [ "$name" = broken ]; then echo "broken: it always fails" >&2; exit 3; fi
 printf '%s done: %s\n' "$name" "$args"
 "#;
 
-pub const AGENT: &str = r#"name = "crash"
-version = "1"
-[model]
-provider = "scripted"
-script = "script.json"
-[limits]
-max_concurrency = 2
-[[tools]]
+/// The idempotent `read` and the world-changing `write`, as every agent of the harness has them.
+macro_rules! read_write_tools {
+    () => {
+        r#"[[tools]]
 name = "read"
 command = ["sh", "tool.sh", "read"]
 input_schema = { type = "object", properties = { key = { type = "string" } }, required = ["key"] }
@@ -36,7 +32,21 @@ idempotent = true
 name = "write"
 command = ["sh", "tool.sh", "write"]
 input_schema = { type = "object", properties = { key = { type = "string" } }, required = ["key"] }
-[[tools]]
+"#
+    };
+}
+
+pub const AGENT: &str = concat!(
+    r#"name = "crash"
+version = "1"
+[model]
+provider = "scripted"
+script = "script.json"
+[limits]
+max_concurrency = 2
+"#,
+    read_write_tools!(),
+    r#"[[tools]]
 name = "commit"
 command = ["sh", "tool.sh", "commit"]
 input_schema = { type = "object", properties = { key = { type = "string" } }, required = ["key"] }
@@ -45,7 +55,80 @@ mode = "sequential"
 name = "broken"
 command = ["sh", "tool.sh", "broken"]
 input_schema = { type = "object", properties = { key = { type = "string" } } }
-"#;
+"#
+);
+
+pub const TREE: &str = concat!(
+    r#"name = "lead"
+version = "1"
+[model]
+provider = "scripted"
+script = "lead.json"
+[limits]
+max_concurrency = 2
+max_turns = 20
+"#,
+    read_write_tools!(),
+    r#"[[tools]]
+name = "ask_a"
+agent = "worker-a.toml"
+description = "Worker A."
+[[tools]]
+name = "ask_b"
+agent = "worker-b.toml"
+description = "Worker B."
+"#
+);
+
+pub fn tree_worker(name: &str, permissions: &str) -> String {
+    format!(
+        "name = \"{name}\"\nversion = \"1\"\n[model]\nprovider = \"scripted\"\n\
+         script = \"{name}.json\"\n[limits]\nmax_concurrency = 2\n{}{permissions}",
+        read_write_tools!()
+    )
+}
+
+pub fn task(id: &str, tool: &str, task: &str) -> Value {
+    json!({"id": id, "name": tool, "arguments": {"task": task}})
+}
+
+/// The tree: `lead` hands a task to worker A while it writes itself, then one to worker B, then
+/// answers. Worker A writes and reads at once, then writes again; worker B writes once.
+/// `permissions` goes into worker A's file.
+pub fn tree_dir(permissions: &str) -> AgentDir {
+    let dir = AgentDir::new(TREE);
+    dir.write("tool.sh", TOOL);
+    dir.write("worker-a.toml", &tree_worker("worker-a", permissions));
+    dir.write("worker-b.toml", &tree_worker("worker-b", ""));
+    dir.write(
+        "lead.json",
+        &json!([
+            {"text": "A works while I write.", "tool_calls": [
+                task("p1", "ask_a", "alpha"), call("p2", "write", "lead-1")]},
+            {"tool_calls": [task("p3", "ask_b", "beta")]},
+            {"text": "Both workers are done."}
+        ])
+        .to_string(),
+    );
+    dir.write(
+        "worker-a.json",
+        &json!([
+            {"tool_calls": [call("a1", "write", "a-1"), call("a2", "read", "a-2")]},
+            {"tool_calls": [call("a3", "write", "a-3")]},
+            {"text": "A is done."}
+        ])
+        .to_string(),
+    );
+    dir.write(
+        "worker-b.json",
+        &json!([
+            {"tool_calls": [call("b1", "write", "b-1")]},
+            {"text": "B is done."}
+        ])
+        .to_string(),
+    );
+    dir
+}
 
 pub fn call(id: &str, tool: &str, key: &str) -> Value {
     json!({"id": id, "name": tool, "arguments": {"key": key}})
@@ -158,4 +241,62 @@ pub fn cli(dir: &AgentDir, args: &[&str]) -> std::process::Output {
         .stdin(Stdio::null())
         .output()
         .unwrap()
+}
+
+/// Asserts the command exited with `code`, showing its stderr otherwise.
+pub fn exited(out: &std::process::Output, code: i32, what: &str) {
+    assert_eq!(
+        out.status.code(),
+        Some(code),
+        "{what}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The command's stdout as JSON.
+pub fn json_of(out: &std::process::Output) -> Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "not JSON ({e}): {}\nstderr: {}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+/// Runs `cmd` (its journal fault set), and kills the process with SIGKILL once it stops at the
+/// fault. Returns false when the run ended before reaching it.
+pub fn killed_at_fault(mut cmd: Command) -> bool {
+    use std::io::{BufRead, BufReader};
+    let mut child = cmd
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let paused = BufReader::new(stderr)
+        .lines()
+        .map_while(Result::ok)
+        .any(|l| l.starts_with("agentloop: fault: paused"));
+    if paused {
+        child.kill().unwrap(); // SIGKILL on Unix
+    }
+    child.wait().unwrap();
+    paused
+}
+
+/// `journal list --json` of a journal.
+pub fn journal_runs(dir: &AgentDir, journal: &std::path::Path) -> Vec<Value> {
+    let out = cli(
+        dir,
+        &[
+            "journal",
+            "list",
+            "--journal",
+            journal.to_str().unwrap(),
+            "--json",
+        ],
+    );
+    exited(&out, 0, "journal list");
+    json_of(&out).as_array().unwrap().clone()
 }

@@ -80,16 +80,23 @@ pub enum Fault {
     AfterStep(u64),
     /// Inside the transaction of step `n`, before its commit.
     InStep(u64),
+    /// After the `n`th step this writer appends (counted from 0 over every run of the file: a
+    /// tree's parent and children alike) is committed.
+    AfterWrite(u64),
+    /// Inside the transaction of the `n`th step this writer appends, before its commit.
+    InWrite(u64),
 }
 
 impl Fault {
-    /// Reads `after-step:N` or `in-step:N`.
+    /// Reads `after-step:N`, `in-step:N`, `after-write:N` or `in-write:N`.
     pub fn parse(text: &str) -> Option<Fault> {
         let (kind, n) = text.trim().split_once(':')?;
         let n = n.trim().parse().ok()?;
         match kind.trim() {
             "after-step" => Some(Fault::AfterStep(n)),
             "in-step" => Some(Fault::InStep(n)),
+            "after-write" => Some(Fault::AfterWrite(n)),
+            "in-write" => Some(Fault::InWrite(n)),
             _ => None,
         }
     }
@@ -205,8 +212,9 @@ type Tail = (Option<u64>, String);
 struct Group {
     /// The tails the group moved.
     moved: HashMap<String, Tail>,
-    /// The steps it appended (their numbers, for the crash tests' faults).
-    appended: Vec<u64>,
+    /// The steps it appended (their numbers, and their places among all the writer's
+    /// appends, for the crash tests' faults).
+    appended: Vec<(u64, u64)>,
     /// The runs whose last write in the group is a step: marked running at its end.
     running: std::collections::BTreeSet<String>,
 }
@@ -215,6 +223,8 @@ struct Writer {
     /// Each run's last committed step.
     last: HashMap<String, Tail>,
     fault: Option<Fault>,
+    /// How many steps this writer committed, over every run.
+    written: u64,
     /// The `synchronous` level the connection is at.
     synchronous: Option<Durability>,
 }
@@ -223,6 +233,7 @@ fn serve(mut conn: Connection, rx: &mpsc::Receiver<Job>, fault: Option<Fault>) {
     let mut writer = Writer {
         last: HashMap::new(),
         fault,
+        written: 0,
         synchronous: None,
     };
     while let Ok(first) = rx.recv() {
@@ -297,10 +308,15 @@ impl Writer {
             return;
         }
         self.last.extend(state.moved);
-        if let Some(Fault::AfterStep(n)) = self.fault
-            && state.appended.contains(&n)
-        {
-            hang(&format!("after step {n}"));
+        self.written += state.appended.len() as u64;
+        match self.fault {
+            Some(Fault::AfterStep(n)) if state.appended.iter().any(|a| a.0 == n) => {
+                hang(&format!("after step {n}"))
+            }
+            Some(Fault::AfterWrite(n)) if state.appended.iter().any(|a| a.1 == n) => {
+                hang(&format!("after write {n}"))
+            }
+            _ => {}
         }
         for (reply, result) in replies.into_iter().zip(results) {
             let _ = reply.send(result);
@@ -344,10 +360,14 @@ impl Writer {
                     )));
                 }
                 let sum = insert_step(conn, &run_id, seq, &step, &previous)?;
+                let nth = self.written + group.appended.len() as u64;
                 if self.fault == Some(Fault::InStep(seq)) {
                     hang(&format!("in the write of step {seq}"));
                 }
-                group.appended.push(seq);
+                if self.fault == Some(Fault::InWrite(nth)) {
+                    hang(&format!("in write {nth}"));
+                }
+                group.appended.push((seq, nth));
                 group.running.insert(run_id.clone());
                 group.moved.insert(run_id, (Some(seq), sum));
             }

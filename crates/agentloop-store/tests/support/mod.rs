@@ -15,5 +15,6 @@ pub fn header(run_id: &str) -> JournalHeader {
         transcript: Vec::new(),
         input: None,
         origin: None,
+        parent: None,
     }
 }

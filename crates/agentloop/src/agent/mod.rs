@@ -29,7 +29,10 @@ use crate::driver::{Driver, Parts, RunLog, StepLog};
 use crate::error::RunError;
 use crate::event::{Event, EventSink};
 use crate::gate::Approvals;
-use crate::journal::{Definition, Journal, JournalError, JournalHeader, JournaledRun, RunStatus};
+use crate::journal::{
+    Definition, Journal, JournalError, JournalHeader, JournaledRun, ParentCall, RunStatus,
+    child_run_id,
+};
 use crate::limits::Limits;
 use crate::machine::{Input, RunMachine, RunStart, Seams};
 use crate::message::Message;
@@ -58,13 +61,6 @@ impl Session {
 pub struct RunOptions {
     /// Cancels the run: nothing new is dispatched, running handlers are drained.
     pub cancel: Option<CancellationToken>,
-    /// The parent run, for a subagent.
-    pub parent_run_id: Option<String>,
-    /// The parent's call that started this run, for a subagent.
-    pub parent_call_id: Option<String>,
-    /// A subagent's path from the top of its tree (`coordinator/worker`): what its gates show
-    /// a human who is asked. A subagent's tool sets it.
-    pub agent_path: Option<String>,
     /// Extra event sinks for this run only.
     pub sinks: Vec<Arc<dyn EventSink>>,
     /// Skip every tool (reported as skipped): a dry run.
@@ -82,14 +78,21 @@ pub struct RunOptions {
     /// Where the application finds this agent again to resume the run; kept in the journal's
     /// header (the CLI keeps the agent file's path).
     pub origin: Option<String>,
-    /// The run's depth in a tree of subagents: 0 for a run of its own; a subagent's tool sets
-    /// it for the runs it starts.
-    pub depth: u32,
-    /// For [`Agent::resume`]: the time the run has taken so far, when the driver counts more
-    /// than its journal's last step says. By default a resumed run's clock (and its deadline)
-    /// goes on from that step: the time between the crash and the resume is not the run's. A
-    /// driver that keeps wall-clock time across workers and waits (Restate's) gives its own.
-    pub elapsed: Option<std::time::Duration>,
+}
+
+/// Where a run sits, as the runtime sets it (never the application): its place in a tree of
+/// subagents, and a resumed run's clock.
+#[derive(Debug, Default)]
+pub(crate) struct Plumbing {
+    /// The call of a parent run that started this one, for a subagent.
+    pub(crate) parent: Option<ParentCall>,
+    /// A subagent's path from the top of its tree (`coordinator/worker`): what its gates show
+    /// a human who is asked.
+    pub(crate) agent_path: Option<String>,
+    /// The run's depth in a tree of subagents: 0 for a run of its own.
+    pub(crate) depth: u32,
+    /// For a resume: the time the run has taken so far (see [`Agent::resume_at`]).
+    pub(crate) elapsed: Option<std::time::Duration>,
 }
 
 /// An agent: a model, instructions, tools and limits. Cheap to clone; runs share nothing mutable.
@@ -168,11 +171,27 @@ impl Agent {
     /// Runs the agent over a transcript with an optional new message, with options.
     pub async fn run_with(
         &self,
+        transcript: Vec<Message>,
+        input: Option<Message>,
+        options: RunOptions,
+    ) -> RunOutcome {
+        self.start(transcript, input, options, Plumbing::default())
+            .await
+    }
+
+    /// [`Agent::run_with`], in its place: a subagent's run names the call that starts it (a
+    /// journaled child takes the id its parent's call gives it, and its header names the call).
+    pub(crate) async fn start(
+        &self,
         mut transcript: Vec<Message>,
         mut input: Option<Message>,
         mut options: RunOptions,
+        plumbing: Plumbing,
     ) -> RunOutcome {
-        let run_id: Arc<str> = Arc::from(self.inner.ids.run_id());
+        let run_id: Arc<str> = match (&plumbing.parent, &options.journal) {
+            (Some(p), Some(_)) => Arc::from(child_run_id(&p.run_id, &p.call_id)),
+            _ => Arc::from(self.inner.ids.run_id()),
+        };
         // The agent's own limits passed at build; a run's own are checked before anything runs.
         if let Some(limits) = &options.limits
             && let Err(e) = check_priced(limits, self.inner.pricing.as_ref(), &self.inner.model)
@@ -199,6 +218,7 @@ impl Agent {
                 transcript,
                 input,
                 origin: options.origin.take(),
+                parent: plumbing.parent.clone(),
             };
             if let Err(e) = journal.begin(&header).await {
                 let error = RunError::Journal {
@@ -215,7 +235,7 @@ impl Agent {
             Some(_) => Approvals::durable([]),
             None => Approvals::none(),
         };
-        self.driver(&self.inner, options, log, start, 0, approvals)
+        Self::driver(&self.inner, options, plumbing, log, start, 0, approvals)
             .drive(machine)
             .await
     }
@@ -244,10 +264,11 @@ impl Agent {
         )
     }
 
+    /// The driver of a run of `parts`.
     fn driver<'a>(
-        &'a self,
         parts: &'a Parts,
         options: RunOptions,
+        plumbing: Plumbing,
         log: Option<RunLog>,
         start: Instant,
         seq: u64,
@@ -258,6 +279,7 @@ impl Agent {
         let cancel = options.cancel.unwrap_or_default();
         let mut approvals = approvals;
         let interrupt = approvals.link(&cancel);
+        let approvals = Arc::new(approvals);
         Driver {
             inner: parts,
             sinks,
@@ -271,10 +293,10 @@ impl Agent {
             journal: options.journal,
             seq,
             approvals,
-            parent_run_id: options.parent_run_id,
-            parent_call_id: options.parent_call_id,
-            agent_path: options.agent_path,
-            depth: options.depth,
+            parent_run_id: plumbing.parent.as_ref().map(|p| p.run_id.clone()),
+            parent_call_id: plumbing.parent.map(|p| p.call_id),
+            agent_path: plumbing.agent_path,
+            depth: plumbing.depth,
             scope: None,
             source_tools: None,
             tools_synced: false,
@@ -297,6 +319,42 @@ impl Agent {
         options: RunOptions,
         force: bool,
     ) -> Result<RunOutcome, JournalError> {
+        if let Some(parent) = &run.header.parent {
+            return Err(parent.not_resumable(&run.header.run_id));
+        }
+        self.go_on(run, options, force, Plumbing::default()).await
+    }
+
+    /// [`Agent::resume`], for a driver that counts more time than the journal's last step says:
+    /// `elapsed` is the time the run has taken so far. By default a resumed run's clock (and its
+    /// deadline) goes on from that step, the time between a crash and the resume not being the
+    /// run's; a driver that keeps wall-clock time across workers and waits (Restate's, or a
+    /// suspended run's wait for approvals) gives its own.
+    pub async fn resume_at(
+        &self,
+        run: JournaledRun,
+        options: RunOptions,
+        force: bool,
+        elapsed: std::time::Duration,
+    ) -> Result<RunOutcome, JournalError> {
+        if let Some(parent) = &run.header.parent {
+            return Err(parent.not_resumable(&run.header.run_id));
+        }
+        let plumbing = Plumbing {
+            elapsed: Some(elapsed),
+            ..Plumbing::default()
+        };
+        self.go_on(run, options, force, plumbing).await
+    }
+
+    /// [`Agent::resume`], for a top-level run or (from its parent's call) a child journal.
+    pub(crate) async fn go_on(
+        &self,
+        run: JournaledRun,
+        options: RunOptions,
+        force: bool,
+        plumbing: Plumbing,
+    ) -> Result<RunOutcome, JournalError> {
         let JournaledRun {
             header,
             steps,
@@ -317,7 +375,13 @@ impl Agent {
             .filter(|a| a.answer.is_none())
             .map(|a| a.request.call_id.as_str())
             .collect();
-        if !waiting.is_empty() {
+        // Past its deadline a run goes on only to stop there (the machine's rule): what it
+        // waits on needs no answer.
+        let at = steps.last().map_or(std::time::Duration::ZERO, |s| s.at);
+        let at = plumbing.elapsed.map_or(at, |e| e.max(at));
+        let limits = header.limits.as_ref().unwrap_or(self.inner.cfg.limits());
+        let past_deadline = limits.timeout.is_some_and(|t| at >= t);
+        if !waiting.is_empty() && !past_deadline {
             return Err(not_resumable(format!(
                 "approvals are unanswered for call {}",
                 waiting.join(", ")
@@ -369,15 +433,49 @@ impl Agent {
         }
         // What happened before this process was told then: its events are not sent again.
         machine.drain_events().for_each(drop);
-        let at = options.elapsed.map_or(at, |e| e.max(at));
+        let at = plumbing.elapsed.map_or(at, |e| e.max(at));
         let now = Instant::now();
         let start = now.checked_sub(at).unwrap_or(now);
         let answers = approvals
             .into_iter()
             .filter_map(|a| Some((a.request, a.answer?)));
-        let mut driver = self.driver(parts, options, log, start, seq, Approvals::durable(answers));
-        driver.record(&mut machine, Input::Restarted).await;
+        let children = options.journal.as_ref().is_some_and(|j| j.holds_children());
+        let approvals = Approvals::durable(answers);
+        let mut driver = Self::driver(parts, options, plumbing, log, start, seq, approvals);
+        driver
+            .record(&mut machine, Input::Restarted { children })
+            .await;
         Ok(driver.drive(machine).await)
+    }
+
+    /// The outcome of a journaled run that is over, from its steps alone (no model is called,
+    /// no tool runs): what a finished child answers its parent's call with when the parent
+    /// resumes.
+    pub(crate) fn replayed(&self, run: JournaledRun) -> RunOutcome {
+        let options = RunOptions::default();
+        let JournalHeader {
+            run_id,
+            seams,
+            limits,
+            transcript,
+            input,
+            ..
+        } = run.header;
+        let mut machine = self.machine(
+            &options,
+            Arc::from(run_id),
+            seams,
+            limits,
+            transcript,
+            input,
+        );
+        let mut at = std::time::Duration::ZERO;
+        for step in run.steps {
+            at = step.at;
+            machine.feed(step);
+        }
+        machine.drain_events().for_each(drop);
+        machine.into_outcome(at)
     }
 
     /// Runs the agent and yields its events as they happen, then the outcome.

@@ -21,11 +21,15 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
-use crate::agent::{Agent, RunOptions};
-use crate::budget::Pool;
+use tokio_util::sync::CancellationToken;
+
+use crate::agent::{Agent, Plumbing, RunOptions};
+use crate::budget::{Pool, Scope};
+use crate::gate::{ApprovalRequest, Approvals};
+use crate::journal::{JournalError, JournaledRun, ParentCall, RunStatus, child_run_id};
 use crate::limits::Limits;
 use crate::message::{Message, ToolContent};
-use crate::outcome::{RunOutcome, SubagentRun};
+use crate::outcome::{RunOutcome, StopReason, SubagentRun};
 use crate::tool::{Tool, ToolContext, ToolError, ToolOutput};
 
 /// An agent as a tool of another. The model calls it with a `task`; the subagent runs on it
@@ -134,15 +138,39 @@ impl SubagentTool {
         if let Some(c) = &self.cap {
             cap = cap.min(&Pool::of(c));
         }
-        let grant = match &scope {
-            Some(s) => s.reserve(&cap).map_err(|why| {
+        let journal = scope.as_ref().and_then(|s| s.journal.clone());
+        let parent = ParentCall {
+            run_id: ctx.run_id.to_string(),
+            call_id: ctx.call_id.to_string(),
+            agent_path: scope.as_ref().map_or_else(
+                || self.agent.config().name().to_owned(),
+                |s| format!("{}/{}", s.path, self.agent.config().name()),
+            ),
+        };
+        let child_id = child_run_id(&parent.run_id, &parent.call_id);
+        // A resumed parent's call finds the child it started before.
+        let earlier = match &journal {
+            Some(j) => j
+                .load(&child_id)
+                .await
+                .map_err(|e| self.journal_error(&e))?,
+            None => None,
+        };
+        let grant = match (&scope, &earlier) {
+            (Some(s), Some(run)) => {
+                // The child goes on within the grant its journal recorded.
+                let grant = run.header.limits.as_ref().map_or(cap, Pool::of);
+                s.reserve_exact(&grant);
+                grant
+            }
+            (Some(s), None) => s.reserve(&cap).map_err(|why| {
                 ToolError::new(
                     "subagent.budget",
                     format!("the subagent {} cannot start: {why}", self.name),
                 )
                 .permanent()
             })?,
-            None => cap,
+            (None, _) => cap,
         };
         let mut limits = own.clone();
         limits.max_turns = min_bound(own.max_turns, grant.turns);
@@ -160,25 +188,73 @@ impl SubagentTool {
         let capped = self.cap.as_ref().and_then(|c| c.timeout);
         limits.timeout = [own.timeout, left, capped].into_iter().flatten().min();
         limits.max_depth = own.max_depth.min(max_depth);
+        let child_cancel = CancellationToken::new();
         let options = RunOptions {
-            cancel: Some(ctx.cancel.clone()),
-            parent_run_id: Some(ctx.run_id.to_string()),
-            parent_call_id: Some(ctx.call_id.to_string()),
-            agent_path: scope
-                .as_ref()
-                .map(|s| format!("{}/{}", s.path, self.agent.config().name())),
+            cancel: Some(child_cancel.clone()),
             sinks: scope
                 .as_ref()
                 .map(|s| s.sinks.0.clone())
                 .unwrap_or_default(),
             limits: Some(limits),
-            depth,
+            journal: journal.clone(),
             ..RunOptions::default()
         };
+        let plumbing = Plumbing {
+            agent_path: scope.as_ref().map(|_| parent.agent_path.clone()),
+            parent: Some(parent),
+            depth,
+            elapsed: None,
+        };
+        let prefix = plumbing
+            .parent
+            .as_ref()
+            .map(|p| p.call_id.clone())
+            .unwrap_or_default();
+        let mut earlier = earlier;
+        // What the parent's journal answered for the child is the child's; the journal of the
+        // child still lists those calls as waiting until it goes on.
+        let answered = match (&scope, &mut earlier) {
+            (Some(s), Some(run)) => answer_from_parent(run, &s.approvals, &prefix),
+            _ => Vec::new(),
+        };
+        let run = async {
+            match earlier {
+                None => Ok(self
+                    .agent
+                    .start(Vec::new(), Some(Message::user(task)), options, plumbing)
+                    .await),
+                Some(run) if matches!(run.status, RunStatus::Finished { .. }) => {
+                    Ok(self.agent.replayed(run))
+                }
+                Some(run) => self.agent.go_on(run, options, false, plumbing).await,
+            }
+        };
         let outcome = self
-            .agent
-            .run_with(Vec::new(), Some(Message::user(task)), options)
-            .await;
+            .watch(run, &ctx, &child_cancel, scope.as_ref())
+            .await
+            .map_err(|e| self.journal_error(&e))?;
+        if outcome.stop_reason == StopReason::Suspended
+            && let (Some(s), Some(j)) = (&scope, &journal)
+        {
+            // A child's question suspends the tree: its calls are the parent's to answer, and
+            // this call stays unfinished (the parent stops it with the run), so that the parent's
+            // resume resumes the child.
+            let asked = match j.load(&child_id).await {
+                Ok(Some(run)) => run.unanswered().cloned().collect(),
+                _ => Vec::new(),
+            };
+            let asked: Vec<ApprovalRequest> = asked
+                .into_iter()
+                .filter(|r: &ApprovalRequest| !answered.contains(&r.call_id))
+                .map(|mut r: ApprovalRequest| {
+                    r.call_id = format!("{prefix}/{}", r.call_id);
+                    r
+                })
+                .collect();
+            if s.approvals.suspend(asked) {
+                std::future::pending::<()>().await;
+            }
+        }
         let record = self.record(&outcome, &ctx);
         if let Some(s) = &scope {
             s.settle(&grant, &record);
@@ -202,6 +278,37 @@ impl SubagentTool {
         })
     }
 
+    /// Awaits the child's run. The parent's cancellation reaches the child, except when the
+    /// parent is suspending: then the child is left as it is (dropped with the call, its journal
+    /// resumable), not cancelled for good.
+    async fn watch(
+        &self,
+        run: impl Future<Output = Result<RunOutcome, JournalError>>,
+        ctx: &ToolContext,
+        child_cancel: &CancellationToken,
+        scope: Option<&Arc<Scope>>,
+    ) -> Result<RunOutcome, JournalError> {
+        let mut run = std::pin::pin!(run);
+        tokio::select! {
+            outcome = &mut run => return outcome,
+            _ = ctx.cancel.cancelled() => {}
+        }
+        if scope.is_some_and(|s| s.approvals.suspended()) {
+            std::future::pending::<()>().await;
+        }
+        child_cancel.cancel();
+        run.await
+    }
+
+    /// A child journal that cannot be read or resumed: the call fails with the journal's code.
+    fn journal_error(&self, e: &JournalError) -> ToolError {
+        ToolError::new(
+            e.code(),
+            format!("the subagent {} cannot go on: {e}", self.name),
+        )
+        .permanent()
+    }
+
     fn record(&self, outcome: &RunOutcome, ctx: &ToolContext) -> SubagentRun {
         SubagentRun {
             run_id: outcome.run_id.clone(),
@@ -223,6 +330,20 @@ impl SubagentTool {
             subagents: outcome.subagents.clone(),
         }
     }
+}
+
+/// Puts the answers the parent's journal recorded for a suspended child's calls (under
+/// `prefix/CALL`) on the child's run, so that it can go on; the calls it answered.
+fn answer_from_parent(run: &mut JournaledRun, approvals: &Approvals, prefix: &str) -> Vec<String> {
+    let mut answered = Vec::new();
+    for pending in run.approvals.iter_mut().filter(|a| a.answer.is_none()) {
+        let r = &pending.request;
+        pending.answer = approvals.take(&format!("{prefix}/{}", r.call_id), &r.tool, &r.arguments);
+        if pending.answer.is_some() {
+            answered.push(r.call_id.clone());
+        }
+    }
+    answered
 }
 
 /// What the parent's model reads of a subagent that did not finish.

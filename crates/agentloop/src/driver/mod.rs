@@ -20,7 +20,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use futures::stream::FuturesUnordered;
-use futures::{Future, StreamExt};
+use futures::{Future, FutureExt, StreamExt};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -79,8 +79,9 @@ pub(crate) struct Driver<'a> {
     pub(crate) journaling: bool,
     /// The sequence number of the next step to journal.
     pub(crate) seq: u64,
-    /// Recorded answers and the way to suspend (a durable run's).
-    pub(crate) approvals: Approvals,
+    /// Recorded answers and the way to suspend (a durable run's); shared with the run's
+    /// subagent calls, whose children's questions suspend it.
+    pub(crate) approvals: Arc<Approvals>,
     /// Fires on cancellation, and on a suspension (see [`Approvals::link`]).
     pub(crate) interrupt: CancellationToken,
     pub(crate) parent_run_id: Option<String>,
@@ -288,10 +289,23 @@ impl<'a> Driver<'a> {
                     if !retries {
                         stop_retries.cancel();
                     }
-                    match self.race(deadline, running.next()).await {
+                    let input = match self.race(deadline, running.next()).await {
                         Ok(done) => finished(done, &mut senders),
                         Err(by) => Input::Interrupted { by },
+                    };
+                    if self.journaling && matches!(input, Input::CallFinished { .. }) {
+                        // The calls that finished together are committed together.
+                        let mut ready = Vec::new();
+                        while let Some(Some(done)) = running.next().now_or_never() {
+                            ready.push(finished(Some(done), &mut senders));
+                        }
+                        if !ready.is_empty() {
+                            ready.insert(0, input);
+                            self.record_batch(&mut m, ready).await;
+                            continue;
+                        }
                     }
+                    input
                 }
                 Action::Drain { until } => {
                     // Running handlers are told, and given the grace period to finish.
@@ -468,38 +482,56 @@ impl<'a> Driver<'a> {
                 self.journaling = false;
             } else if let Err(e) = journal.append(m.run_id(), self.seq, &step).await {
                 self.journaling = false;
-                let journal_failed = Input::JournalFailed {
-                    message: e.to_string(),
-                };
-                if let Input::CallFinished { outcome, .. } = &mut step.input {
-                    // The call did complete: its outcome says so (and that the journal does not
-                    // hold it, so a resume answers it interrupted), and the run stops on the
-                    // journal's failure next, instead of calling a finished call cancelled.
-                    outcome.diagnostic = Some(format!(
-                        "completed, but not recorded in the journal: {e}{}",
-                        outcome
-                            .diagnostic
-                            .as_deref()
-                            .map(|d| format!(" ({d})"))
-                            .unwrap_or_default()
-                    ));
-                    failed = Some(Step {
-                        at,
-                        input: journal_failed,
-                    });
-                } else {
-                    step.input = journal_failed;
-                }
+                failed = not_journaled(&mut step, &e);
             } else {
                 self.seq += 1;
             }
         }
         for step in std::iter::once(step).chain(failed) {
-            if let Some(log) = &mut self.log {
-                log.steps.push(step.clone());
-            }
-            m.feed(step);
+            self.feed(m, step);
         }
+    }
+
+    /// [`Driver::record`] for calls of a batch that finished together: their steps go to the
+    /// journal together (one commit where the journal groups them), then each is fed, in order.
+    /// Past a step the journal could not keep, the steps are fed as in `record`'s failure.
+    async fn record_batch(&mut self, m: &mut RunMachine, inputs: Vec<Input>) {
+        let at = self.start.elapsed();
+        let mut steps: Vec<Step> = inputs
+            .into_iter()
+            .map(|mut input| {
+                m.settle(&mut input);
+                Step { at, input }
+            })
+            .collect();
+        let mut failure = None;
+        if let Some(journal) = self.journal.as_ref().filter(|_| self.journaling) {
+            match journal.append_batch(m.run_id(), self.seq, &steps).await {
+                Ok(()) => self.seq += steps.len() as u64,
+                Err((written, e)) => {
+                    self.journaling = false;
+                    self.seq += written as u64;
+                    failure = Some((written, e));
+                }
+            }
+        }
+        for (i, mut step) in steps.drain(..).enumerate() {
+            let failed = match &failure {
+                Some((at, e)) if *at == i => not_journaled(&mut step, e),
+                _ => None,
+            };
+            for step in std::iter::once(step).chain(failed) {
+                self.feed(m, step);
+            }
+        }
+    }
+
+    /// A journaled step goes to the log and then to the machine.
+    fn feed(&mut self, m: &mut RunMachine, step: Step) {
+        if let Some(log) = &mut self.log {
+            log.steps.push(step.clone());
+        }
+        m.feed(step);
     }
 
     /// After the run: the journal learns how it ended (or what it waits on). A failed write is
@@ -597,25 +629,24 @@ impl<'a> Driver<'a> {
         {
             return Some(Arc::clone(scope));
         }
-        let tools = m.tools();
-        let waiting = m
-            .batch_calls()
-            .iter()
-            .filter(|c| tools.spec(c.index).is_some_and(|s| s.subagent))
-            .count();
-        let path = self
-            .agent_path
-            .clone()
-            .unwrap_or_else(|| m.config().name().to_owned());
-        let scope = crate::budget::scope(
-            path,
-            self.sinks.clone(),
-            self.depth,
-            m.limits().max_depth,
+        let place = crate::budget::Place {
+            path: self
+                .agent_path
+                .clone()
+                .unwrap_or_else(|| m.config().name().to_owned()),
+            sinks: self.sinks.clone(),
+            depth: self.depth,
+            max_depth: m.limits().max_depth,
             deadline,
-            m.remaining(),
-            u32::try_from(waiting).unwrap_or(u32::MAX),
-        );
+            // Children are journaled with the run while it journals, in a journal that reads
+            // them back.
+            journal: self
+                .journal
+                .clone()
+                .filter(|j| self.journaling && j.holds_children()),
+            approvals: Arc::clone(&self.approvals),
+        };
+        let scope = crate::budget::scope(place, m.subagent_pool());
         self.scope = Some((m.turn(), Arc::clone(&scope)));
         Some(scope)
     }
@@ -746,6 +777,33 @@ impl<'a> Driver<'a> {
             }
             _ => {}
         }
+    }
+}
+
+/// A step the journal could not keep becomes the journal's failure. A call that did complete
+/// keeps its outcome, which says so (and that the journal does not hold it, so a resume answers
+/// it interrupted), and the failure follows it: the run stops on the journal's failure next,
+/// instead of calling a finished call cancelled.
+fn not_journaled(step: &mut Step, e: &crate::journal::JournalError) -> Option<Step> {
+    let journal_failed = Input::JournalFailed {
+        message: e.to_string(),
+    };
+    if let Input::CallFinished { outcome, .. } = &mut step.input {
+        outcome.diagnostic = Some(format!(
+            "completed, but not recorded in the journal: {e}{}",
+            outcome
+                .diagnostic
+                .as_deref()
+                .map(|d| format!(" ({d})"))
+                .unwrap_or_default()
+        ));
+        Some(Step {
+            at: step.at,
+            input: journal_failed,
+        })
+    } else {
+        step.input = journal_failed;
+        None
     }
 }
 

@@ -35,10 +35,6 @@ impl RunMachine {
         }
     }
 
-    /// A new process goes on with the run. Only a batch that was running holds anything of the
-    /// old process: its calls that were running are started again when their tool is
-    /// idempotent and the batch was still open, and answered as interrupted otherwise. Every
-    /// other step is simply asked for again.
     // Rare steps, kept out of the hot path's code.
     #[cold]
     #[inline(never)]
@@ -55,9 +51,25 @@ impl RunMachine {
         self.on_interrupt(phase, Interrupt::JournalFailed);
     }
 
+    /// A new process goes on with the run. Only a batch that was running holds anything of the
+    /// old process: its calls that were running are started again when their tool is
+    /// idempotent (or a subagent whose child is journaled with the run: it resumes) and the
+    /// batch was still open, and answered as interrupted otherwise. Every other step is simply
+    /// asked for again.
     #[cold]
     #[inline(never)]
-    pub(super) fn on_restarted(&mut self, phase: Phase) {
+    pub(super) fn on_restarted(&mut self, phase: Phase, children: bool) {
+        self.restart_batch(phase, children);
+        // A run that goes on at or past its deadline (it waited that long for approvals, on a
+        // driver that counts the wait) stops there: what it waited on is not run, whether or
+        // not it was answered. One rule for every driver: the local one and Restate's.
+        if self.limits.timeout.is_some_and(|t| self.now >= t) {
+            let phase = std::mem::replace(&mut self.phase, Phase::Done);
+            self.on_interrupt(phase, Interrupt::Deadline);
+        }
+    }
+
+    fn restart_batch(&mut self, phase: Phase, children: bool) {
         let Phase::Run(mut p) = phase else {
             self.phase = phase;
             return;
@@ -71,7 +83,10 @@ impl RunMachine {
                 continue;
             };
             p.running = p.running.saturating_sub(1);
-            let idempotent = self.tools.spec(call.index).is_some_and(|s| s.idempotent);
+            let idempotent = self
+                .tools
+                .spec(call.index)
+                .is_some_and(|s| s.idempotent || (children && s.subagent));
             if idempotent && p.open {
                 slot.started = false;
                 p.restart.push(i);

@@ -34,11 +34,21 @@ impl RunMachine {
         self.model_call_hit().or_else(|| self.spent_hit())
     }
 
-    /// The calls of the batch running now (none outside one).
-    pub(crate) fn batch_calls(&self) -> &[AdmittedCall] {
-        match &self.phase {
+    /// The budget the subagent calls of the batch running now share: what is left of the run's,
+    /// split evenly among them as each starts (`waiting`: how many they are). The split's rule,
+    /// here so that every driver hands out the same; each child's journal records its grant.
+    pub(crate) fn subagent_pool(&self) -> crate::budget::Pool {
+        let calls: &[AdmittedCall] = match &self.phase {
             Phase::Run(p) => &p.batch.calls,
             _ => &[],
+        };
+        let waiting = calls
+            .iter()
+            .filter(|c| self.tools.spec(c.index).is_some_and(|s| s.subagent))
+            .count();
+        crate::budget::Pool {
+            waiting: u32::try_from(waiting).unwrap_or(u32::MAX),
+            ..self.remaining()
         }
     }
 

@@ -532,7 +532,7 @@ impl RunMachine {
 
     fn apply(&mut self, phase: Phase, input: Input) {
         match (phase, input) {
-            (phase, Input::Restarted) => self.on_restarted(phase),
+            (phase, Input::Restarted { children }) => self.on_restarted(phase, children),
             (phase, Input::JournalFailed { message }) => self.on_journal_failed(phase, message),
             (Phase::CheckInput, Input::Checked { tripped }) => match tripped {
                 Some(trip) => self.trip(trip),

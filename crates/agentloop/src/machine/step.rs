@@ -337,7 +337,12 @@ pub enum Input {
     /// The run goes on in a new process, from its journal: calls that were running when the old
     /// one stopped are run again when their tool is idempotent, and answered
     /// [`CallOutcome::interrupted`] otherwise.
-    Restarted,
+    Restarted {
+        /// The run's subagents are journaled with it (see [`crate::journal`]): a subagent's
+        /// call that was running starts again, and resumes its child from its last step.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        children: bool,
+    },
     /// A durable run's journal could not keep the last step's result: the run stops (as if
     /// interrupted) at its last written step, failing with this message. After the run is over
     /// it means the journal could not record how the run ended: a run that ended well fails
@@ -421,7 +426,7 @@ pub(super) fn input_name(input: &Input) -> &'static str {
         Input::GraceOver => "the end of a grace period",
         Input::StopChecked { .. } => "the stop conditions' verdict",
         Input::Interrupted { .. } => "an interrupt",
-        Input::Restarted => "a restart",
+        Input::Restarted { .. } => "a restart",
         Input::JournalFailed { .. } => "a journal failure",
         Input::Finalized { .. } => "the finish hooks' result",
     }

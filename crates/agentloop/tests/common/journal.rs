@@ -24,6 +24,8 @@ pub struct Memory {
     pub cancel_at_start: Option<agentloop::CancellationToken>,
     /// Fails the write that says how the run ended.
     pub fail_finish: bool,
+    /// The sizes of the step batches written together.
+    pub batches: Mutex<Vec<usize>>,
 }
 
 impl Journal for Memory {
@@ -53,6 +55,15 @@ impl Journal for Memory {
             Ok(())
         };
         Box::pin(async move { result })
+    }
+    fn append_batch<'a>(
+        &'a self,
+        run_id: &'a str,
+        seq: u64,
+        steps: &'a [Step],
+    ) -> BoxFuture<'a, Result<(), (usize, JournalError)>> {
+        self.batches.lock().unwrap().push(steps.len());
+        agentloop::journal::append_in_turn(self, run_id, seq, steps)
     }
     fn suspend<'a>(
         &'a self,

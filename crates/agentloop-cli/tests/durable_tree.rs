@@ -1,0 +1,323 @@
+#![allow(
+    clippy::indexing_slicing,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic
+)]
+//! A tree of agents as one durable unit, through the command: a parent with two subagents (the
+//! first running in parallel with a plain tool call) killed with SIGKILL after every step any
+//! agent of the tree journals, and inside every such write, then resumed: the same answer, the
+//! same usage, no call of any agent twice. And a subagent's question, which suspends the tree:
+//! listed on the top run with its place in the tree, answered there, and gone on from.
+
+mod support;
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use serde_json::{Value, json};
+use support::crash::{
+    check_against, cli, exited, is_interrupted, journal_runs as runs, json_of, killed_at_fault,
+    side_log, tree_dir,
+};
+use support::*;
+
+fn run_cmd(dir: &AgentDir, journal: &Path) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_agentloop"));
+    cmd.args([
+        "run",
+        dir.agent().to_str().unwrap(),
+        "--input",
+        "go",
+        "--json",
+    ])
+    .args(["--journal", journal.to_str().unwrap()])
+    .current_dir(dir.path("."))
+    .stdin(Stdio::null());
+    cmd
+}
+
+/// The top run of the journal: the one no other run started.
+fn top(runs: &[Value]) -> String {
+    let tops: Vec<&Value> = runs.iter().filter(|r| r.get("parent").is_none()).collect();
+    assert_eq!(tops.len(), 1, "{runs:#?}");
+    tops[0]["run_id"].as_str().unwrap().to_owned()
+}
+
+/// Runs the tree with a journal fault and kills the process with SIGKILL once it stops there.
+fn run_and_kill(dir: &AgentDir, journal: &Path, fault: &str) -> bool {
+    let mut cmd = run_cmd(dir, journal);
+    cmd.env("AGENTLOOP_TEST_JOURNAL_FAULT", fault);
+    killed_at_fault(cmd)
+}
+
+fn subagent_usage(outcome: &Value) -> Vec<(String, Value, Value)> {
+    let mut subs: Vec<(String, Value, Value)> = outcome["subagents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                s["agent"].as_str().unwrap().to_owned(),
+                s["usage"].clone(),
+                s["tool_calls"].clone(),
+            )
+        })
+        .collect();
+    subs.sort_by(|a, b| a.0.cmp(&b.0));
+    subs
+}
+
+#[test]
+fn a_tree_killed_after_any_step_or_inside_any_write_of_any_agent_resumes_the_same() {
+    let base_dir = tree_dir("");
+    let base_journal = base_dir.path("runs.db");
+    let out = run_cmd(&base_dir, &base_journal).output().unwrap();
+    exited(&out, 0, "the uninterrupted tree");
+    let base = json_of(&out);
+    assert_eq!(base["stop_reason"], "finished");
+    assert_eq!(base["output"], "Both workers are done.");
+    let base_transcript = base["transcript"].as_array().unwrap().clone();
+    let base_runs = runs(&base_dir, &base_journal);
+    assert_eq!(
+        base_runs.len(),
+        3,
+        "the parent and a child journal per subagent call"
+    );
+    let id = top(&base_runs);
+    for r in base_runs.iter().filter(|r| r["run_id"] != id.as_str()) {
+        assert_eq!(r["parent"], id.as_str(), "a child journal names its parent");
+        assert_eq!(r["status"], "finished");
+    }
+    let total: u64 = base_runs.iter().map(|r| r["steps"].as_u64().unwrap()).sum();
+    assert!(total >= 20, "a long enough tree: {total} steps");
+    let base_side = side_log(&base_dir);
+    assert_eq!(base_side.len(), 5, "{base_side:?}");
+    check_against(
+        &base_transcript,
+        &base_transcript,
+        &base_side,
+        "uninterrupted",
+    );
+
+    let mut children_resumed = 0;
+    let mut interrupted = 0;
+    for n in 0..total {
+        for fault in [format!("after-write:{n}"), format!("in-write:{n}")] {
+            let dir = tree_dir("");
+            let journal = dir.path("runs.db");
+            assert!(run_and_kill(&dir, &journal, &fault), "{fault}: reached");
+            let before = runs(&dir, &journal);
+            let id = top(&before);
+            children_resumed += before
+                .iter()
+                .filter(|r| r.get("parent").is_some() && r["status"] == "running")
+                .count();
+            let out = cli(
+                &dir,
+                &[
+                    "resume",
+                    &id,
+                    "--journal",
+                    journal.to_str().unwrap(),
+                    "--json",
+                ],
+            );
+            exited(&out, 0, &fault);
+            let resumed = json_of(&out);
+            assert_eq!(resumed["stop_reason"], "finished", "{fault}");
+            assert_eq!(resumed["output"], base["output"], "{fault}");
+            let transcript = resumed["transcript"].as_array().unwrap();
+            interrupted += transcript.iter().filter(|m| is_interrupted(m)).count();
+            // No call of any agent ran twice; every call read as done ran.
+            check_against(&base_transcript, transcript, &side_log(&dir), &fault);
+            // The tree's usage and counts are the uninterrupted tree's: nothing spent before
+            // the kill is lost or spent again.
+            assert_eq!(resumed["usage"], base["usage"], "{fault}");
+            assert_eq!(resumed["model_calls"], base["model_calls"], "{fault}");
+            assert_eq!(resumed["turns"], base["turns"], "{fault}");
+            let (subs, base_subs) = (subagent_usage(&resumed), subagent_usage(&base));
+            assert_eq!(
+                subs.iter().map(|s| &s.1).collect::<Vec<_>>(),
+                base_subs.iter().map(|s| &s.1).collect::<Vec<_>>(),
+                "{fault}: each subagent's usage"
+            );
+            let after = runs(&dir, &journal);
+            assert_eq!(after.len(), 3, "{fault}: no child started twice");
+            assert!(
+                after.iter().all(|r| r["status"] == "finished"),
+                "{fault}: {after:#?}"
+            );
+            // A child is its parent's to resume.
+            if let Some(child) = after.iter().find(|r| r.get("parent").is_some()) {
+                let direct = cli(
+                    &dir,
+                    &[
+                        "resume",
+                        child["run_id"].as_str().unwrap(),
+                        "--journal",
+                        journal.to_str().unwrap(),
+                    ],
+                );
+                assert_eq!(direct.status.code(), Some(9), "{fault}");
+            }
+        }
+    }
+    assert!(children_resumed > 0, "some kill landed inside a child");
+    assert!(interrupted > 0, "some kill landed while a write ran");
+}
+
+#[test]
+fn a_subagents_question_suspends_the_tree_and_is_answered_on_the_top_run() {
+    let dir = tree_dir("[permissions]\nask = [\"write\"]\n");
+    let journal = dir.path("runs.db");
+    let j = journal.to_str().unwrap();
+    let out = run_cmd(&dir, &journal).output().unwrap();
+    exited(
+        &out,
+        8,
+        "the tree suspends as a parent's own question would",
+    );
+    let suspended = json_of(&out);
+    assert_eq!(suspended["stop_reason"], "suspended");
+    let id = suspended["run_id"].as_str().unwrap().to_owned();
+    let pending = suspended["pending_approvals"].as_array().unwrap();
+    assert_eq!(pending.len(), 1, "{pending:#?}");
+    assert_eq!(pending[0]["call_id"], "p1/a1");
+    assert_eq!(pending[0]["tool"], "write");
+
+    let listed = json_of(&cli(&dir, &["approvals", "list", "--journal", j, "--json"]));
+    let listed = listed.as_array().unwrap();
+    assert_eq!(listed.len(), 1, "listed once, on the top run: {listed:#?}");
+    assert_eq!(listed[0]["run_id"], id.as_str());
+    assert_eq!(listed[0]["call_id"], "p1/a1");
+    let text = String::from_utf8_lossy(&cli(&dir, &["approvals", "list", "--journal", j]).stdout)
+        .into_owned();
+    assert!(
+        text.contains("(lead/worker-a)"),
+        "its place in the tree: {text}"
+    );
+    assert!(
+        !side_log(&dir).iter().any(|l| l.contains("a-1")),
+        "the asked call did not run"
+    );
+
+    exited(
+        &cli(
+            &dir,
+            &["approve", &id, "--call", "p1/a1", "--allow", "--journal", j],
+        ),
+        0,
+        "approve",
+    );
+    let out = cli(&dir, &["resume", &id, "--journal", j, "--json"]);
+    // Worker A asks again about its second write.
+    exited(&out, 8, "the second question");
+    let again = json_of(&out);
+    assert_eq!(again["pending_approvals"][0]["call_id"], "p1/a3");
+    exited(
+        &cli(
+            &dir,
+            &["approve", &id, "--call", "p1/a3", "--deny", "--journal", j],
+        ),
+        0,
+        "deny",
+    );
+    let out = cli(&dir, &["resume", &id, "--journal", j, "--json"]);
+    exited(&out, 0, "the tree goes on to its end");
+    let done = json_of(&out);
+    assert_eq!(done["stop_reason"], "finished");
+    assert_eq!(done["output"], "Both workers are done.");
+    let side = side_log(&dir);
+    let count = |line: &str| side.iter().filter(|l| l.as_str() == line).count();
+    assert_eq!(count(r#"write {"key":"a-1"}"#), 1, "{side:?}");
+    assert_eq!(count(r#"write {"key":"a-3"}"#), 0, "denied: {side:?}");
+    // The lead's own write ran beside the question: at most once (a suspension stops the calls
+    // still running, as a kill would).
+    assert!(count(r#"write {"key":"lead-1"}"#) <= 1, "{side:?}");
+    assert_eq!(count(r#"write {"key":"b-1"}"#), 1, "{side:?}");
+}
+
+#[test]
+fn after_a_kill_inside_a_child_the_tree_spends_what_was_left_never_more() {
+    // The lead may make 5 model calls in all; its one subagent call is granted the 4 left after
+    // its own first, and its worker would go on for longer.
+    let tight = |dir: &AgentDir| {
+        dir.write(
+            "agent.toml",
+            &support::crash::TREE.replace("max_turns = 20", "max_model_calls = 5"),
+        );
+        dir.write(
+            "lead.json",
+            &json!([
+                {"tool_calls": [support::crash::task("p1", "ask_a", "alpha")]},
+                {"text": "Done."}
+            ])
+            .to_string(),
+        );
+        let turns: Vec<Value> = (1..=8)
+            .map(|i| json!({"tool_calls": [support::crash::call(&format!("a{i}"), "write", &format!("a-{i}"))]}))
+            .collect();
+        dir.write("worker-a.json", &Value::Array(turns).to_string());
+    };
+    let base_dir = tree_dir("");
+    tight(&base_dir);
+    let journal = base_dir.path("runs.db");
+    let out = run_cmd(&base_dir, &journal).output().unwrap();
+    let base = json_of(&out);
+    let code = out.status.code();
+    assert_eq!(base["model_calls"], 5, "the tree spent its budget: {base}");
+    let worker = &base["subagents"][0];
+    assert_eq!(
+        worker["model_calls"], 4,
+        "the worker spent its grant: {base}"
+    );
+    let total: u64 = runs(&base_dir, &journal)
+        .iter()
+        .map(|r| r["steps"].as_u64().unwrap())
+        .sum();
+    let mut inside = 0;
+    for n in 0..total {
+        for fault in [format!("after-write:{n}"), format!("in-write:{n}")] {
+            let dir = tree_dir("");
+            tight(&dir);
+            let journal = dir.path("runs.db");
+            assert!(run_and_kill(&dir, &journal, &fault), "{fault}: reached");
+            let before = runs(&dir, &journal);
+            inside += before
+                .iter()
+                .filter(|r| r.get("parent").is_some() && r["status"] == "running")
+                .count();
+            let id = top(&before);
+            let out = cli(
+                &dir,
+                &[
+                    "resume",
+                    &id,
+                    "--journal",
+                    journal.to_str().unwrap(),
+                    "--json",
+                ],
+            );
+            assert_eq!(out.status.code(), code, "{fault}");
+            let resumed = json_of(&out);
+            assert_eq!(resumed["stop_reason"], base["stop_reason"], "{fault}");
+            assert_eq!(
+                resumed["model_calls"], 5,
+                "{fault}: never more than the budget"
+            );
+            assert_eq!(resumed["usage"], base["usage"], "{fault}");
+            assert_eq!(
+                resumed["subagents"][0]["model_calls"], 4,
+                "{fault}: the worker went on within its grant"
+            );
+            let side = side_log(&dir);
+            let mut seen = std::collections::HashSet::new();
+            assert!(
+                side.iter().all(|l| seen.insert(l)),
+                "{fault}: a write ran twice: {side:?}"
+            );
+        }
+    }
+    assert!(inside > 0, "some kill landed inside the worker");
+}
