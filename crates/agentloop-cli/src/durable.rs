@@ -9,7 +9,7 @@ use std::sync::Arc;
 use agentloop::journal::{Journal, JournaledRun};
 use agentloop::permissions::{Answer, ApprovalRequest};
 use agentloop::{RunOptions, RunOutcome, StopReason};
-use agentloop_store::{Durability, Fault, JournalReader, SqliteJournal};
+use agentloop_store::{Durability, JournalReader, SqliteJournal};
 use clap::{Args, Subcommand};
 
 use crate::agent_file::AgentFile;
@@ -19,10 +19,6 @@ use crate::assemble;
 use crate::error::{CliError, outcome_exit_code};
 use crate::render::Progress;
 use crate::runs::{Shown, approval_for, cancel_on_ctrl_c, finish_trace, print_outcome, run_sinks};
-
-/// For the crash tests only: `after-step:N` or `in-step:N` makes the journal's writer stop (as if
-/// the process were killed) after step N is written, or inside its write.
-pub const FAULT_ENV: &str = "AGENTLOOP_TEST_JOURNAL_FAULT";
 
 /// `agentloop resume`.
 #[derive(Debug, Args)]
@@ -208,10 +204,7 @@ pub struct ForkArgs {
 
 /// Opens (or creates) a journal for writing, at `durability`.
 pub fn open_journal(path: &Path, durability: Durability) -> Result<Arc<SqliteJournal>, CliError> {
-    let fault = std::env::var(FAULT_ENV).ok().and_then(|f| Fault::parse(&f));
-    Ok(Arc::new(
-        SqliteJournal::open_with(path, fault)?.with_durability(durability),
-    ))
+    Ok(Arc::new(SqliteJournal::open(path)?.with_durability(durability)))
 }
 
 /// The agent file's path as the journal keeps it: absolute, so `resume` finds it from anywhere.

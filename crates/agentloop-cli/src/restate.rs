@@ -205,13 +205,10 @@ pub async fn serve(args: ServeArgs) -> Result<i32, CliError> {
         .iter()
         .map(|(f, _)| f.spec.name.get_ref().clone())
         .collect();
-    let options = EndpointOptions {
-        ingress: Some(args.ingress.ingress()?),
-        crash_after_step: std::env::var(CRASH_ENV).ok().and_then(|v| v.parse().ok()),
-        heartbeat: Duration::from_secs_f64(args.heartbeat_secs),
-        news_retention: Duration::from_secs(args.news_retention_secs),
-        ..EndpointOptions::default()
-    };
+    let mut options = EndpointOptions::default();
+    options.ingress = Some(args.ingress.ingress()?);
+    options.heartbeat = Duration::from_secs_f64(args.heartbeat_secs);
+    options.news_retention = Duration::from_secs(args.news_retention_secs);
     let served = Arc::new(Served {
         files,
         trace: trace.clone(),
@@ -280,10 +277,6 @@ pub async fn serve(args: ServeArgs) -> Result<i32, CliError> {
         None => Ok(0),
     }
 }
-
-/// For the crash tests only: the worker stops a run right after its step N is journaled, and
-/// says so on stderr (`agentloop-restate: fault: paused after step N`).
-pub const CRASH_ENV: &str = "AGENTLOOP_TEST_RESTATE_CRASH_AFTER_STEP";
 
 /// `agentloop submit FILE --input TEXT`.
 pub async fn submit(args: SubmitArgs) -> Result<i32, CliError> {

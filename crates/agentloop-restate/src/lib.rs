@@ -49,10 +49,8 @@
 //! }
 //!
 //! # async fn worker() -> Result<(), RestateError> {
-//! let options = EndpointOptions {
-//!     ingress: Some(Ingress::new("http://127.0.0.1:8080")?),
-//!     ..EndpointOptions::default()
-//! };
+//! let mut options = EndpointOptions::default();
+//! options.ingress = Some(Ingress::new("http://127.0.0.1:8080")?);
 //! let endpoint = agentloop_restate::endpoint(Arc::new(Hello), options);
 //! let addr = "127.0.0.1:9080".parse().expect("an address");
 //! let listener = agentloop_restate::listener(addr)?;

@@ -73,9 +73,24 @@ pub struct EndpointOptions {
     pub news_retention: Duration,
     /// For the crash tests only: right after step N of a run is journaled, the worker says so on
     /// stderr (`agentloop-restate: fault: paused after step N`) and that run goes no further,
-    /// for the test to kill the process
-    /// is journaled.
-    pub crash_after_step: Option<u64>,
+    /// for the test to kill the process. Set from `AGENTLOOP_TEST_RESTATE_CRASH_AFTER_STEP` by
+    /// [`EndpointOptions::default`], and only in a build with the `test-faults` feature.
+    crash_after_step: Option<u64>,
+}
+
+/// The crash tests' fault: none unless this crate is built with the `test-faults` feature, so no
+/// shipped worker can be made to stall by its environment.
+fn crash_after_step_from_env() -> Option<u64> {
+    #[cfg(feature = "test-faults")]
+    {
+        std::env::var("AGENTLOOP_TEST_RESTATE_CRASH_AFTER_STEP")
+            .ok()
+            .and_then(|v| v.parse().ok())
+    }
+    #[cfg(not(feature = "test-faults"))]
+    {
+        None
+    }
 }
 
 impl Default for EndpointOptions {
@@ -86,7 +101,7 @@ impl Default for EndpointOptions {
             retry_max: Duration::from_secs(10),
             heartbeat: Duration::from_secs(5),
             news_retention: Duration::from_secs(24 * 60 * 60),
-            crash_after_step: None,
+            crash_after_step: crash_after_step_from_env(),
         }
     }
 }

@@ -33,7 +33,8 @@ use sha2::{Digest, Sha256};
 mod writer;
 
 use writer::{Command, Done, Job, WriterHandle};
-pub use writer::{Durability, Fault};
+pub use writer::Durability;
+use writer::Fault;
 
 /// The `format` a journal's meta table names.
 pub const JOURNAL_FORMAT: &str = "agentloop-journal";
@@ -317,12 +318,8 @@ impl std::fmt::Debug for SqliteJournal {
 impl SqliteJournal {
     /// Opens (or creates) the journal at `path`, at [`Durability::Power`].
     pub fn open(path: impl AsRef<Path>) -> Result<Self, JournalError> {
-        Self::open_with(path, None)
-    }
-
-    /// [`SqliteJournal::open`], with a fault for crash tests.
-    pub fn open_with(path: impl AsRef<Path>, fault: Option<Fault>) -> Result<Self, JournalError> {
         let path = path.as_ref().to_path_buf();
+        let fault = Fault::from_env();
         let writer = writer::writer_for(&path, fault, || open_checked(&path, true))?;
         Ok(SqliteJournal {
             path,

@@ -68,7 +68,7 @@ pub use cache::SqliteResponseCache;
 pub use error::TraceError;
 pub use format::{TraceFormat, TraceWriter};
 pub use journal::{
-    Durability, Fault, ForkOrigin, JournalReader, RunEntry, SqliteJournal, WaitingCall,
+    Durability, ForkOrigin, JournalReader, RunEntry, SqliteJournal, WaitingCall,
 };
 pub use ndjson::NdjsonWriter;
 pub use record::{

@@ -73,9 +73,11 @@ impl std::fmt::Display for Durability {
 }
 
 /// Where a test makes the writer stop as if the process were killed there: it prints a line on
-/// stderr and waits forever, and the test kills the process.
+/// stderr and waits forever, and the test kills the process. Only a build with the
+/// `test-faults` feature ever sets one (see [`Fault::from_env`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Fault {
+#[cfg_attr(not(feature = "test-faults"), allow(dead_code))]
+pub(crate) enum Fault {
     /// After step `n` is committed.
     AfterStep(u64),
     /// Inside the transaction of step `n`, before its commit.
@@ -88,8 +90,23 @@ pub enum Fault {
 }
 
 impl Fault {
+    /// The crash tests' fault, from `AGENTLOOP_TEST_JOURNAL_FAULT`: none unless this crate is
+    /// built with the `test-faults` feature, so no shipped binary can be made to hang by its
+    /// environment.
+    pub(crate) fn from_env() -> Option<Fault> {
+        #[cfg(feature = "test-faults")]
+        {
+            std::env::var(FAULT_ENV).ok().and_then(|f| Fault::parse(&f))
+        }
+        #[cfg(not(feature = "test-faults"))]
+        {
+            None
+        }
+    }
+
     /// Reads `after-step:N`, `in-step:N`, `after-write:N` or `in-write:N`.
-    pub fn parse(text: &str) -> Option<Fault> {
+    #[cfg(feature = "test-faults")]
+    fn parse(text: &str) -> Option<Fault> {
         let (kind, n) = text.trim().split_once(':')?;
         let n = n.trim().parse().ok()?;
         match kind.trim() {
@@ -101,6 +118,10 @@ impl Fault {
         }
     }
 }
+
+/// The variable the crash tests set (only read with the `test-faults` feature).
+#[cfg(feature = "test-faults")]
+const FAULT_ENV: &str = "AGENTLOOP_TEST_JOURNAL_FAULT";
 
 fn hang(what: &str) -> ! {
     eprintln!("agentloop: fault: paused {what}");
