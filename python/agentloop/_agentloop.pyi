@@ -28,7 +28,7 @@ class NativeAgent:
         model_kind: str,
         model_spec: str,
         model_base: str,
-        model_callable: Optional[Callable[[str], str]],
+        model_callable: Optional[Callable[[str, str], str]],
         tools: List[Dict[str, Any]],
         dispatcher: Callable[..., Any],
         limits: str,

@@ -61,28 +61,45 @@ class ScriptedModel:
     def __init__(self, answers: Sequence[Answer]) -> None:
         self.script = json.dumps([_step(a) for a in answers])
 
-    def _native(self) -> Tuple[str, str, str, Optional[Callable[[str], str]]]:
+    def _native(self) -> Tuple[str, str, str, Optional[Callable[..., str]]]:
         return ("scripted", self.script, os.getcwd(), None)
 
 
-@dataclasses.dataclass(frozen=True)
 class ModelRequest:
     """What a function model is asked: the instructions, the transcript (the runtime's messages,
-    as dicts) and the tools' specs."""
+    as dicts) and the tools' specs. The transcript is read from the runtime's JSON when first
+    asked for; :meth:`last_tool_results` reads only the results at its end."""
 
-    instructions: Optional[str]
-    messages: List[Dict[str, Any]]
-    tools: List[Dict[str, Any]]
+    def __init__(self, request_json: str, tail_json: str = "[]") -> None:
+        self._json = request_json
+        self._tail_json = tail_json
+        self._raw: Optional[Dict[str, Any]] = None
+
+    def _parsed(self) -> Dict[str, Any]:
+        if self._raw is None:
+            self._raw = json.loads(self._json)
+        return self._raw
+
+    @property
+    def instructions(self) -> Optional[str]:
+        """The agent's instructions."""
+        value = self._parsed().get("instructions")
+        return value if isinstance(value, str) else None
+
+    @property
+    def messages(self) -> List[Dict[str, Any]]:
+        """The transcript: ``{"role": "user" | "assistant" | "tool", ...}`` each."""
+        return list(self._parsed().get("messages", []))
+
+    @property
+    def tools(self) -> List[Dict[str, Any]]:
+        """The specs of the tools the model may call."""
+        return list(self._parsed().get("tools", []))
 
     def last_tool_results(self) -> List[Dict[str, Any]]:
         """The tool results at the end of the transcript, in order: a dict each (``call_id``,
         ``tool``, ``content`` as ``{"type": "text", "value": ...}``, ``is_error``)."""
-        results: List[Dict[str, Any]] = []
-        for message in reversed(self.messages):
-            if message.get("role") != "tool":
-                break
-            results.append(message)
-        results.reverse()
+        results: List[Dict[str, Any]] = json.loads(self._tail_json)
         return results
 
 
@@ -95,12 +112,10 @@ class FunctionModel:
         self.fn = fn
         self.model_id = model_id
 
-    def _call(self, request_json: str) -> str:
-        raw = json.loads(request_json)
-        request = ModelRequest(raw.get("instructions"), raw.get("messages", []), raw.get("tools", []))
-        return json.dumps(_step(self.fn(request)))
+    def _call(self, request_json: str, tail_json: str) -> str:
+        return json.dumps(_step(self.fn(ModelRequest(request_json, tail_json))))
 
-    def _native(self) -> Tuple[str, str, str, Optional[Callable[[str], str]]]:
+    def _native(self) -> Tuple[str, str, str, Optional[Callable[..., str]]]:
         return ("function", self.model_id, os.getcwd(), self._call)
 
 
@@ -147,14 +162,14 @@ class Provider:
                 lines.append(f"{key} = {_toml_value(value)}")
         return "\n".join(lines) + "\n"
 
-    def _native(self) -> Tuple[str, str, str, Optional[Callable[[str], str]]]:
+    def _native(self) -> Tuple[str, str, str, Optional[Callable[..., str]]]:
         return ("provider", self.toml(), os.getcwd(), None)
 
 
 Model = Union[str, Provider, ScriptedModel, FunctionModel]
 
 
-def native_model(model: Model) -> Tuple[str, str, str, Optional[Callable[[str], str]]]:
+def native_model(model: Model) -> Tuple[str, str, str, Optional[Callable[..., str]]]:
     """The runtime's description of a model."""
     if isinstance(model, str):
         model = Provider.parse(model)

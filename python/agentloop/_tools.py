@@ -179,9 +179,14 @@ class Dispatcher:
         t = self.tools[index]
         key = (run_id, call_id)
         if t.is_async:
-            target = loop if loop is not None else background_loop()
-            return asyncio.run_coroutine_threadsafe(self._run_async(t, arguments, key, reply), target)
+            call = _AsyncCall(loop if loop is not None else background_loop())
+            call.loop.call_soon_threadsafe(self._start, call, t, arguments, key, reply)
+            return call
         return _thread_pool().submit(self._run_sync, t, arguments, key, reply)
+
+    def _start(self, call: "_AsyncCall", t: Tool, arguments: str, key: Tuple[str, str], reply: Any) -> None:
+        if not call.cancelled:
+            call.task = call.loop.create_task(self._run_async(t, arguments, key, reply))
 
     def _run_sync(self, t: Tool, arguments: str, key: Tuple[str, str], reply: Any) -> None:
         try:
@@ -212,6 +217,29 @@ class Dispatcher:
             self.tracebacks[key] = tb
             log.warning("tool %s (call %s) raised:\n%s", t.name, key[1], tb)
             reply.error(EXCEPTION_CODE, f"{type(e).__name__}: {e}")
+
+
+class _AsyncCall:
+    """A coroutine call started on its loop; the runtime cancels it from its own thread when the
+    run stops waiting for it."""
+
+    __slots__ = ("loop", "task", "cancelled")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.task: "Optional[asyncio.Task[None]]" = None
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        try:
+            self.loop.call_soon_threadsafe(self._cancel)
+        except RuntimeError:  # the loop is closed: nothing runs on it any more
+            pass
+
+    def _cancel(self) -> None:
+        self.cancelled = True
+        if self.task is not None:
+            self.task.cancel()
 
 
 def _answer(reply: Any, result: Any) -> None:

@@ -6,11 +6,11 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use agentloop::Model;
 use agentloop::model::{
     ModelError, ModelErrorKind, ModelEvent, ModelRequest, ModelStream, complete,
 };
 use agentloop::testing::ScriptedModel;
+use agentloop::{Message, Model};
 use agentloop_cli::agent_file::AgentFile;
 use pyo3::prelude::*;
 
@@ -48,7 +48,7 @@ pub(crate) fn build(
 }
 
 /// A Python callable as a model. It gets the request as JSON (instructions, transcript, tool
-/// specs) and answers with the JSON of one step of a script (`{"text": ..., "tool_calls":
+/// specs) and the JSON of the tool results at the transcript's end, and answers with the JSON of one step of a script (`{"text": ..., "tool_calls":
 /// [...]}`), which the scripted model's own reader turns into the response.
 struct PythonModel {
     id: String,
@@ -77,15 +77,28 @@ impl Model for PythonModel {
 
 impl PythonModel {
     fn ask(&self, request: &ModelRequest<'_>) -> Result<String, ModelError> {
+        // The tool results the model answers, apart: a function that reads only them (most do)
+        // never parses the whole transcript, so a turn's cost does not grow with the history.
+        let answered = request
+            .messages
+            .iter()
+            .rev()
+            .take_while(|m| matches!(m, Message::Tool(_)))
+            .count();
+        let tail = request
+            .messages
+            .get(request.messages.len().saturating_sub(answered)..)
+            .unwrap_or_default();
         let request = serde_json::json!({
             "instructions": request.instructions,
             "messages": request.messages,
             "tools": request.tools,
         })
         .to_string();
+        let tail = serde_json::to_string(tail).unwrap_or_else(|_| "[]".into());
         Python::attach(|py| {
             self.f
-                .call1(py, (request,))
+                .call1(py, (request, tail))
                 .and_then(|r| r.extract::<String>(py))
                 .map_err(|e| {
                     ModelError::new(ModelErrorKind::Other, python_error_text(py, &e))
