@@ -17,6 +17,11 @@ from collections import defaultdict
 from datetime import datetime, timezone
 
 
+PYTHON_PACKAGE = "agentloop (Python package)"
+PYTHON_PEERS = ("pydantic-ai (FunctionModel)", "OpenAI Agents SDK (custom Model)",
+                "LangGraph (create_react_agent + fake chat model)")
+
+
 def cpu_model():
     try:
         with open("/proc/cpuinfo") as f:
@@ -100,6 +105,23 @@ def main():
             r["agentloop_speedup_cpu"] = r["cpu_us_per_turn"] / b["cpu_us_per_turn"]
             r["agentloop_rss_ratio"] = r["peak_rss_kb"] / b["peak_rss_kb"]
 
+    # agentloop's Python package against the fastest Python peer of each shape: the goal of the
+    # package is at least 30x less CPU per turn, its Python callbacks included.
+    python_package = []
+    for key in sorted({shape_key(r) for r in rows}):
+        ours = [r for r in rows if shape_key(r) == key and r["system"] == PYTHON_PACKAGE]
+        peers = [r for r in rows if shape_key(r) == key and r["system"] in PYTHON_PEERS]
+        if ours and peers:
+            fastest = min(peers, key=lambda r: r["cpu_us_per_turn"])
+            python_package.append({
+                "shape": ours[0]["shape"],
+                "cpu_us_per_turn": ours[0]["cpu_us_per_turn"],
+                "fastest_peer": fastest["system"],
+                "fastest_peer_cpu_us_per_turn": fastest["cpu_us_per_turn"],
+                "less_cpu": fastest["cpu_us_per_turn"] / ours[0]["cpu_us_per_turn"],
+                "goal": 30.0,
+            })
+
     machine = {
         "nproc": os.cpu_count(),
         "cpu_model": cpu_model(),
@@ -120,6 +142,7 @@ def main():
         "scale": scale,
         "streams": streams,
         "allocs": allocs,
+        "python_package": python_package,
     }
     with open(a.out, "w") as f:
         json.dump(result, f, indent=2)
@@ -139,6 +162,13 @@ def main():
         out.append(f"| {r['system']} | {r['version']} | {s['runs']}×{s['turns']}×{s['calls']} | "
                    f"{fmt_us(r['wall_us_per_turn'])} | {fmt_us(r['cpu_us_per_turn'])} | {r['ms_per_run']:,.2f} | "
                    f"{r['peak_rss_kb'] / 1024:,.1f} MiB | {speed} | {rss} |")
+    for p in python_package:
+        s = p["shape"]
+        out.append("")
+        out.append(f"{PYTHON_PACKAGE}, {s['runs']}×{s['turns']}×{s['calls']}: {fmt_us(p['cpu_us_per_turn'])} CPU µs/turn, "
+                   f"{p['less_cpu']:,.1f}× less than the fastest Python peer ({p['fastest_peer']}, "
+                   f"{fmt_us(p['fastest_peer_cpu_us_per_turn'])}); goal {p['goal']:.0f}×: "
+                   f"{'met' if p['less_cpu'] >= p['goal'] else 'not met'}")
     for s in scale:
         out.append("")
         out.append(f"scale, {s['system']}: {s['runs']:,} concurrent runs × {s['turns']} tool turns and a final answer (model {s['model_ms']} ms, "

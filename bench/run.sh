@@ -44,6 +44,12 @@ if [ "$PEERS" = 1 ]; then
   fi
   log "installing the Python peers (bench/requirements.txt)"
   nice -n 5 "$HERE/.venv/bin/pip" install --quiet --disable-pip-version-check -r "$HERE/requirements.txt"
+  # agentloop's own Python package, built from this clone (release) by the pinned maturin.
+  log "building the agentloop Python package (python/, release)"
+  WHEELS="$(mktemp -d "${TMPDIR:-/tmp}/agentloop-wheel.XXXXXX")"
+  (cd "$ROOT/python" && nice -n 5 "$HERE/.venv/bin/maturin" build --release --quiet --out "$WHEELS" >&2)
+  "$HERE/.venv/bin/pip" install --quiet --disable-pip-version-check --force-reinstall --no-deps "$WHEELS"/agentloop-*.whl
+  rm -rf "$WHEELS"
   log "building the rig harness (release; about 7.5 minutes the first time)"
   RIG_TARGET="${RIG_TARGET_DIR:-$HERE/peers/rig/target}"
   CARGO_TARGET_DIR="$RIG_TARGET" nice -n 5 \
@@ -92,7 +98,7 @@ for rep in $(seq 1 "$REPS"); do
         log "rep $rep/$REPS, shape N=$n T=$t K=$k: AutoAgents"
         "$AA" "${args[@]}" >>"$RAW"
       fi
-      for peer in pydantic_ai openai_agents langgraph; do
+      for peer in agentloop_python pydantic_ai openai_agents langgraph; do
         log "rep $rep/$REPS, shape N=$n T=$t K=$k: $peer"
         (cd "$HERE/peers/python" && "$PY" "${peer}_bench.py" "${args[@]}") >>"$RAW"
       done

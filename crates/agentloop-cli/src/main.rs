@@ -15,25 +15,22 @@ macro_rules! out {
     }};
 }
 
-mod agent_file;
+// The agent files' loader and assembler are the library's, shared with the Python package.
+#[cfg(test)]
+use agentloop_cli::permission_file;
+use agentloop_cli::{agent_file, assemble, error, live, render, terminal};
+
 mod approval;
 mod args;
-mod assemble;
 mod completions;
 mod durable;
-mod error;
 mod init;
-mod live;
 mod mcp;
 mod otel;
-mod permission_file;
-mod permission_paths;
 mod plan;
-mod render;
 mod restate;
 mod runs;
 mod sessions;
-mod terminal;
 mod viewer;
 
 use std::io::{IsTerminal, Read, Write};

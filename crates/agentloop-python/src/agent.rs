@@ -1,0 +1,470 @@
+//! An agent as Python holds it ([`NativeAgent`]): built from Python's parts or from an agent file
+//! by the CLI's own assembler, and its runs ([`RunHandle`]), each a task on the shared runtime.
+//! A run ends with the CLI's `--json` object as text, or with an error's code and message.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::Duration;
+
+use agentloop::event::Event;
+use agentloop::gate::{Answer, ApprovalRequest};
+use agentloop::journal::Journal;
+use agentloop::permissions::{ApprovalPrompter, Permission, PermissionGate, PermissionStore};
+use agentloop::{Agent, CancellationToken, EventSink, Limits, Message, RunOptions, RunOutcome};
+use agentloop_cli::agent_file::AgentFile;
+use agentloop_cli::assemble::{self, Approval, StartedMcp};
+use agentloop_store::{JournalReader, SqliteJournal, SqliteSessions, TraceOptions, TraceSink};
+use futures::future::BoxFuture;
+use pyo3::prelude::*;
+use serde_json::Value;
+
+use crate::tool::{EVENT_LOOP, ToolDef};
+use crate::{error, runtime};
+
+/// How a run ended: the outcome's JSON, or an error's code and message.
+type Ended = Result<String, (String, String)>;
+
+/// [`Ended`] as Python reads it: `(outcome_json, None, None)` or `(None, code, message)`.
+type EndedParts = (Option<String>, Option<String>, Option<String>);
+
+/// An agent: the Rust [`Agent`], and the MCP servers an agent file started for it.
+#[pyclass(module = "agentloop._agentloop", frozen)]
+pub(crate) struct NativeAgent {
+    agent: Agent,
+    mcp: Option<StartedMcp>,
+    /// Its answers are priced: an unknown price is then an unknown cost (`cost_usd` null).
+    priced: bool,
+}
+
+#[pymethods]
+impl NativeAgent {
+    /// An agent from Python's parts. `limits` is the JSON of the limits set (over the core's
+    /// defaults); `tools` are dicts the Python side derived from its functions; `dispatcher`
+    /// runs their calls.
+    #[new]
+    /// A tool that asks goes through a permission gate: `approve` answers (as for
+    /// [`NativeAgent::from_file`]), or without it the call is denied, or a journaled run
+    /// suspends until [`answer`] records the answer.
+    #[pyo3(signature = (*, name, instructions, model_kind, model_spec, model_base, model_callable, tools, dispatcher, limits, approve=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        name: String,
+        instructions: Option<String>,
+        model_kind: &str,
+        model_spec: &str,
+        model_base: &str,
+        model_callable: Option<Py<PyAny>>,
+        tools: Vec<ToolDef>,
+        dispatcher: Py<PyAny>,
+        limits: &str,
+        approve: Option<Py<PyAny>>,
+    ) -> PyResult<Self> {
+        let priced = model_kind == "provider";
+        let asking: Vec<String> = tools
+            .iter()
+            .filter(|t| t.ask)
+            .map(|t| t.name().to_owned())
+            .collect();
+        let model = crate::model::build(model_kind, model_spec, model_base, model_callable)?;
+        let dispatcher = Arc::new(dispatcher);
+        let tools = tools
+            .into_iter()
+            .enumerate()
+            .map(|(i, def)| crate::tool::tool(def, i, Arc::clone(&dispatcher)))
+            .collect::<PyResult<Vec<_>>>()?;
+        let mut builder = Agent::builder()
+            .name(name)
+            .model(model)
+            .tools(tools)
+            .limits(limits_over_defaults(limits)?);
+        if let Some(text) = instructions {
+            builder = builder.instructions(text);
+        }
+        if !asking.is_empty() {
+            let mut store = PermissionStore::new(Permission::Allow);
+            for tool in asking {
+                store.tool_default(tool, Permission::Ask);
+            }
+            let gate = PermissionGate::new(store);
+            builder = builder.gate(match approve {
+                Some(f) => gate.with_prompter(Arc::new(PythonPrompter(Arc::new(f)))),
+                None => gate.unattended_reason("no approval callback was given"),
+            });
+        }
+        let agent = builder.build().map_err(|e| error(e.code(), e))?;
+        Ok(NativeAgent {
+            agent,
+            mcp: None,
+            priced,
+        })
+    }
+
+    /// The agent an agent file describes, as `agentloop run` would build it (its MCP servers
+    /// started). A call that needs approval asks `approve` (a callable given the requests'
+    /// JSON, answering one word per request), or, with none, is denied, or suspends a
+    /// journaled run.
+    #[staticmethod]
+    #[pyo3(signature = (path, approve=None))]
+    fn from_file(py: Python<'_>, path: PathBuf, approve: Option<Py<PyAny>>) -> PyResult<Self> {
+        let file = AgentFile::load(&path).map_err(|e| match e {
+            agentloop_cli::agent_file::LoadError::Read { .. } => error("agent_file.unreadable", e),
+            agentloop_cli::agent_file::LoadError::Invalid(_) => error("agent_file.invalid", e),
+        })?;
+        let approval = match approve {
+            Some(f) => Approval::Prompter(Arc::new(PythonPrompter(Arc::new(f)))),
+            None => Approval::Nobody("no approval callback was given"),
+        };
+        let rt = runtime()?;
+        let built: Result<(Agent, StartedMcp), (String, String)> = py.detach(|| {
+            rt.block_on(async {
+                let fail = |e: agentloop_cli::error::CliError| (e.code().to_owned(), e.to_string());
+                let model = assemble::model(&file).map_err(fail)?;
+                let mcp = StartedMcp::start(&file).await.map_err(fail)?;
+                match assemble::agent(&file, model, &approval, &mcp) {
+                    Ok(agent) => Ok((agent, mcp)),
+                    Err(e) => {
+                        mcp.shutdown().await;
+                        Err(fail(e))
+                    }
+                }
+            })
+        });
+        let (agent, mcp) = built.map_err(|(code, message)| error(&code, message))?;
+        Ok(NativeAgent {
+            agent,
+            mcp: Some(mcp),
+            priced: assemble::has_pricing(file.model()),
+        })
+    }
+
+    /// The agent's name.
+    #[getter]
+    fn name(&self) -> String {
+        self.agent.config().name().to_owned()
+    }
+
+    /// The fingerprint of the agent's definition, which a journaled run keeps.
+    #[getter]
+    fn fingerprint(&self) -> String {
+        self.agent.definition().fingerprint()
+    }
+
+    /// Starts a run of `input`. With `journal`, the run is durable there; with `sessions` and
+    /// `session`, it goes on with that stored conversation. `on_event` gets each event's JSON;
+    /// `on_done` gets the end (see [`RunHandle::wait`]); `event_loop` is where coroutine tools
+    /// run.
+    #[pyo3(signature = (input, *, on_done=None, on_event=None, event_loop=None, journal=None, sessions=None, session=None, trace=None, trace_payloads=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn start(
+        &self,
+        input: String,
+        on_done: Option<Py<PyAny>>,
+        on_event: Option<Py<PyAny>>,
+        event_loop: Option<Py<PyAny>>,
+        journal: Option<PathBuf>,
+        sessions: Option<PathBuf>,
+        session: Option<String>,
+        trace: Option<PathBuf>,
+        trace_payloads: bool,
+    ) -> PyResult<RunHandle> {
+        let journal = journal.map(open_journal).transpose()?;
+        let store = sessions
+            .map(|p| SqliteSessions::open(p).map_err(|e| error(e.code(), e)))
+            .transpose()?;
+        let agent = self.agent.clone();
+        let sinks = Sinks {
+            on_event,
+            trace: open_trace(trace, trace_payloads)?,
+        };
+        self.launch(
+            on_done,
+            sinks,
+            event_loop,
+            journal,
+            move |options| -> BoxFuture<'static, Result<RunOutcome, (String, String)>> {
+                Box::pin(async move {
+                    match (store, session) {
+                        (Some(store), Some(name)) => agent
+                            .run_session(&store, &name, input, options)
+                            .await
+                            .map_err(|e| (e.code().to_owned(), e.to_string())),
+                        _ => Ok(agent
+                            .run_with(Vec::new(), Some(Message::user(input)), options)
+                            .await),
+                    }
+                })
+            },
+        )
+    }
+
+    /// Goes on with the journaled run `run_id` (an id or a unique prefix) in this process: a
+    /// finished call never runs again, one in flight at the crash re-runs only if its tool is
+    /// idempotent.
+    #[pyo3(signature = (run_id, journal, *, on_done=None, on_event=None, event_loop=None, force=false, trace=None, trace_payloads=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn resume(
+        &self,
+        run_id: String,
+        journal: PathBuf,
+        on_done: Option<Py<PyAny>>,
+        on_event: Option<Py<PyAny>>,
+        event_loop: Option<Py<PyAny>>,
+        force: bool,
+        trace: Option<PathBuf>,
+        trace_payloads: bool,
+    ) -> PyResult<RunHandle> {
+        let writer = open_journal(journal.clone())?;
+        let run = JournalReader::open(&journal)
+            .and_then(|r| r.find(&run_id).and_then(|id| r.load(&id)))
+            .map_err(|e| error(e.code(), e))?;
+        writer
+            .own(&run.header.run_id)
+            .map_err(|e| error(e.code(), e))?;
+        let agent = self.agent.clone();
+        let sinks = Sinks {
+            on_event,
+            trace: open_trace(trace, trace_payloads)?,
+        };
+        self.launch(on_done, sinks, event_loop, Some(writer), move |options| {
+            Box::pin(async move {
+                agent
+                    .resume(run, options, force)
+                    .await
+                    .map_err(|e| (e.code().to_owned(), e.to_string()))
+            })
+        })
+    }
+
+    /// Stops the agent file's MCP servers.
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        if let Some(mcp) = &self.mcp {
+            let rt = runtime()?;
+            py.detach(|| rt.block_on(mcp.shutdown()));
+        }
+        Ok(())
+    }
+}
+
+impl NativeAgent {
+    /// Spawns a run on the shared runtime; its end reaches `on_done` and the handle.
+    fn launch(
+        &self,
+        on_done: Option<Py<PyAny>>,
+        sinks: Sinks,
+        event_loop: Option<Py<PyAny>>,
+        journal: Option<Arc<SqliteJournal>>,
+        run: impl FnOnce(RunOptions) -> BoxFuture<'static, Result<RunOutcome, (String, String)>>,
+    ) -> PyResult<RunHandle> {
+        let cancel = CancellationToken::new();
+        let mut options = RunOptions {
+            cancel: Some(cancel.clone()),
+            journal: journal.as_ref().map(|j| Arc::clone(j) as Arc<dyn Journal>),
+            ..RunOptions::default()
+        };
+        if let Some(f) = sinks.on_event {
+            options
+                .sinks
+                .push(Arc::new(PythonSink(f)) as Arc<dyn EventSink>);
+        }
+        let trace = sinks.trace;
+        if let Some(t) = &trace {
+            options.sinks.push(Arc::clone(t) as Arc<dyn EventSink>);
+        }
+        let journal_path = journal.map(|j| j.path().to_path_buf());
+        let priced = self.priced;
+        let (tx, rx) = mpsc::channel();
+        let running = run(options);
+        let task = async move {
+            let ended: Ended = running
+                .await
+                .map(|outcome| outcome_json(&outcome, priced, journal_path.as_deref()));
+            // As the CLI does: a trace that could not be written is said, never the run's failure.
+            if let Some(Err(e)) = trace.as_ref().map(|t| t.finish()) {
+                eprintln!(
+                    "agentloop: warning: {}: the trace was not written: {e}",
+                    e.code()
+                );
+            }
+            if let Some(f) = on_done {
+                let (json, code, message) = split(&ended);
+                Python::attach(|py| {
+                    if let Err(e) = f.call1(py, (json, code, message)) {
+                        e.write_unraisable(py, None);
+                    }
+                });
+            }
+            let _ = tx.send(ended);
+        };
+        let event_loop = event_loop.map(Arc::new);
+        runtime()?.spawn(EVENT_LOOP.scope(event_loop, task));
+        Ok(RunHandle {
+            cancel,
+            ended: Mutex::new(rx),
+        })
+    }
+}
+
+/// Where a run's events go besides the run: a Python callable, a trace file.
+struct Sinks {
+    on_event: Option<Py<PyAny>>,
+    trace: Option<Arc<TraceSink>>,
+}
+
+/// The trace file of a run (NDJSON or SQLite by its extension), as `--trace` opens it.
+fn open_trace(path: Option<PathBuf>, payloads: bool) -> PyResult<Option<Arc<TraceSink>>> {
+    path.map(|p| {
+        TraceSink::open(&p, TraceOptions { payloads })
+            .map(Arc::new)
+            .map_err(|e| error(e.code(), e))
+    })
+    .transpose()
+}
+
+/// A running (or ended) run.
+#[pyclass(module = "agentloop._agentloop", frozen)]
+pub(crate) struct RunHandle {
+    cancel: CancellationToken,
+    ended: Mutex<mpsc::Receiver<Ended>>,
+}
+
+#[pymethods]
+impl RunHandle {
+    /// Cancels the run: nothing new starts, running calls are cancelled, and it ends
+    /// `cancelled` with what it did so far.
+    fn cancel(&self) {
+        self.cancel.cancel();
+    }
+
+    /// Waits up to `timeout` seconds (without the GIL) for the end: `None` while it runs, else
+    /// `(outcome_json, None, None)` or `(None, code, message)`. The end is given once.
+    fn wait(&self, py: Python<'_>, timeout: f64) -> PyResult<Option<EndedParts>> {
+        let wait = Duration::try_from_secs_f64(timeout).unwrap_or(Duration::ZERO);
+        let got = py.detach(|| {
+            let rx = self.ended.lock().map_err(|_| ())?;
+            match rx.recv_timeout(wait) {
+                Ok(ended) => Ok(Some(ended)),
+                Err(mpsc::RecvTimeoutError::Timeout) => Ok(None),
+                Err(mpsc::RecvTimeoutError::Disconnected) => Err(()),
+            }
+        });
+        match got {
+            Ok(Some(ended)) => Ok(Some(split(&ended))),
+            Ok(None) => Ok(None),
+            Err(()) => Err(error("run.gone", "the run's end was already taken or lost")),
+        }
+    }
+}
+
+/// Records a person's answer (`allow`, `allow_always`, `deny`, `deny_always`) to a call a
+/// suspended run waits on; resuming the run then goes on with it.
+#[pyfunction]
+pub(crate) fn answer(journal: PathBuf, run_id: &str, call_id: &str, word: &str) -> PyResult<()> {
+    let answer = answer_of(word).map_err(|m| error("approval.invalid", m))?;
+    JournalReader::open(journal)
+        .and_then(|r| r.find(run_id).and_then(|id| r.answer(&id, call_id, answer)))
+        .map_err(|e| error(e.code(), e))
+}
+
+fn answer_of(word: &str) -> Result<Answer, String> {
+    match word {
+        "allow" => Ok(Answer::AllowOnce),
+        "allow_always" => Ok(Answer::AllowAlways),
+        "deny" => Ok(Answer::DenyOnce),
+        "deny_always" => Ok(Answer::DenyAlways),
+        other => Err(format!(
+            "no answer {other:?}: allow, allow_always, deny or deny_always"
+        )),
+    }
+}
+
+fn split(ended: &Ended) -> EndedParts {
+    match ended {
+        Ok(json) => (Some(json.clone()), None, None),
+        Err((code, message)) => (None, Some(code.clone()), Some(message.clone())),
+    }
+}
+
+/// The CLI's `--json` object of the run; a journaled run's names the journal and the calls it
+/// waits on, as `agentloop run --journal --json` does.
+fn outcome_json(outcome: &RunOutcome, priced: bool, journal: Option<&std::path::Path>) -> String {
+    let mut value = agentloop_cli::render::priced_outcome_json(outcome, false, priced);
+    if let (Some(path), Some(map)) = (journal, value.as_object_mut()) {
+        let waiting: Vec<ApprovalRequest> = JournalReader::open(path)
+            .and_then(|r| r.load(&outcome.run_id))
+            .map(|run| run.unanswered().cloned().collect())
+            .unwrap_or_default();
+        map.insert("journal".into(), path.display().to_string().into());
+        map.insert(
+            "pending_approvals".into(),
+            serde_json::to_value(&waiting).unwrap_or_default(),
+        );
+    }
+    value.to_string()
+}
+
+fn open_journal(path: PathBuf) -> PyResult<Arc<SqliteJournal>> {
+    SqliteJournal::open(path)
+        .map(Arc::new)
+        .map_err(|e| error(e.code(), e))
+}
+
+/// The limits Python set (JSON, in the core's own field names), over the core's defaults.
+fn limits_over_defaults(json: &str) -> PyResult<Limits> {
+    let bad = |e: serde_json::Error| error("limits.invalid", e);
+    let mut merged = serde_json::to_value(Limits::default()).map_err(bad)?;
+    let set: Value = serde_json::from_str(json).map_err(bad)?;
+    if let (Some(base), Value::Object(set)) = (merged.as_object_mut(), set) {
+        base.extend(set);
+    }
+    serde_json::from_value(merged).map_err(bad)
+}
+
+/// Each event, as JSON, to a Python callable.
+struct PythonSink(Py<PyAny>);
+
+impl EventSink for PythonSink {
+    fn emit(&self, event: &Event) {
+        let Ok(json) = serde_json::to_string(event) else {
+            return;
+        };
+        Python::attach(|py| {
+            if let Err(e) = self.0.call1(py, (json,)) {
+                e.write_unraisable(py, None);
+            }
+        });
+    }
+}
+
+/// Approvals from a Python callable: it gets the requests' JSON and answers one of `allow`,
+/// `allow_always`, `deny`, `deny_always` per request; anything else, or an exception, denies.
+struct PythonPrompter(Arc<Py<PyAny>>);
+
+impl ApprovalPrompter for PythonPrompter {
+    fn ask<'a>(
+        &'a self,
+        requests: &'a [ApprovalRequest],
+    ) -> BoxFuture<'a, Result<Vec<Answer>, String>> {
+        let f = Arc::clone(&self.0);
+        let json = serde_json::to_string(requests).unwrap_or_default();
+        let n = requests.len();
+        Box::pin(async move {
+            // The callable may block (a person at a prompt): off the runtime's workers.
+            let words = tokio::task::spawn_blocking(move || {
+                Python::attach(|py| {
+                    f.call1(py, (json,))
+                        .and_then(|r| r.extract::<Vec<String>>(py))
+                        .map_err(|e| crate::model::python_error_text(py, &e))
+                })
+            })
+            .await
+            .map_err(|e| e.to_string())??;
+            if words.len() != n {
+                return Err(format!(
+                    "the approval callback answered {} of {n} requests",
+                    words.len()
+                ));
+            }
+            words.iter().map(|w| answer_of(w)).collect()
+        })
+    }
+}

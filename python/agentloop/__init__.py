@@ -1,0 +1,63 @@
+"""agentloop: bounded, tool-using LLM agents. The loop, the providers, limits, permissions,
+journal, sessions and traces are the agentloop Rust runtime's; the tools are your Python
+functions.
+
+    from agentloop import Agent, ScriptedModel, ToolCall, tool
+
+    @tool
+    def get_weather(city: str) -> str:
+        \"\"\"The current temperature of a city, in Celsius.\"\"\"
+        return {"Paris": "18"}.get(city, "unknown")
+
+    agent = Agent(
+        model=ScriptedModel([[ToolCall("get_weather", {"city": "Paris"})], "18 °C in Paris."]),
+        instructions="Answer weather questions with the tools.",
+        tools=[get_weather],
+    )
+    print(agent.run("Weather in Paris?").output)
+"""
+
+from ._agent import Agent, ApprovalRequest, Limits, RunStream
+from ._agentloop import __version__
+from ._models import FunctionModel, ModelRequest, Provider, Reply, ScriptedModel, ToolCall
+from ._outcome import (
+    STOP_REASONS,
+    CallError,
+    Event,
+    LimitHit,
+    RunErrorInfo,
+    RunOutcome,
+    ToolCallRecord,
+    Usage,
+)
+from ._tools import EXCEPTION_CODE, Tool, tool
+from .errors import AgentloopError, FatalToolError, RunStopped, ToolError
+
+__all__ = [
+    "Agent",
+    "AgentloopError",
+    "ApprovalRequest",
+    "CallError",
+    "EXCEPTION_CODE",
+    "Event",
+    "FatalToolError",
+    "FunctionModel",
+    "LimitHit",
+    "Limits",
+    "ModelRequest",
+    "Provider",
+    "Reply",
+    "RunErrorInfo",
+    "RunOutcome",
+    "RunStopped",
+    "RunStream",
+    "STOP_REASONS",
+    "ScriptedModel",
+    "Tool",
+    "ToolCall",
+    "ToolCallRecord",
+    "ToolError",
+    "Usage",
+    "__version__",
+    "tool",
+]

@@ -1,0 +1,345 @@
+"""The agent: a model, instructions, tools and limits, run by the Rust runtime."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import os
+from typing import (
+    Any,
+    AsyncIterator,
+    Callable,
+    Dict,
+    List,
+    Optional,
+    Sequence,
+    Tuple,
+    Union,
+)
+
+from . import _agentloop
+from ._models import Model, native_model
+from ._outcome import Event, RunOutcome
+from ._tools import Dispatcher, Tool, as_tool
+from .errors import AgentloopError
+
+PathLike = Union[str, "os.PathLike[str]"]
+_End = Tuple[Optional[str], Optional[str], Optional[str]]
+
+
+@dataclasses.dataclass(frozen=True)
+class Limits:
+    """Hard bounds of a run. A field left ``None`` keeps the runtime's default (25 turns, 100
+    tool calls, 50 model calls, no token, cost or time bound); ``0`` lifts the bound. A run that
+    reaches one stops with its stop reason (``max_turns``, ...), keeping what it did."""
+
+    max_turns: Optional[int] = None
+    max_tool_calls: Optional[int] = None
+    max_model_calls: Optional[int] = None
+    max_tokens: Optional[int] = None
+    max_cost_usd: Optional[float] = None
+    #: Seconds the whole run may take (stop reason ``deadline``).
+    timeout: Optional[float] = None
+    max_concurrency: Optional[int] = None
+    stuck_loop_threshold: Optional[int] = None
+    #: ``"stop"`` (the default) or ``"answer"``: one last model call, without tools, for an answer.
+    on_limit: Optional[str] = None
+
+    def to_json(self) -> str:
+        """The fields set, in the runtime's names."""
+        set_fields: Dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if value is None:
+                continue
+            # 0 lifts a bound, as in an agent file.
+            if value == 0 and f.name.startswith("max_") and f.name != "max_concurrency":
+                value = None
+            set_fields[f.name] = value
+        return json.dumps(set_fields)
+
+
+@dataclasses.dataclass(frozen=True)
+class ApprovalRequest:
+    """A tool call that needs a person's approval (an agent file's permission rules ask)."""
+
+    call_id: str
+    tool: str
+    arguments: Any
+    agent: str = ""
+
+
+#: An approval callback: one answer per request, ``True``/``"allow"`` runs the call,
+#: ``False``/``"deny"`` refuses it, ``"allow_always"``/``"deny_always"`` answers for the tool.
+Approve = Callable[[List[ApprovalRequest]], Sequence[Union[bool, str]]]
+
+
+class Agent:
+    """An agent: the Rust runtime's loop over a model, instructions, tools (plain Python
+    functions) and limits. One agent serves any number of runs, at once or in turn. Calls of a
+    tool made with ``ask=True`` go to ``approve`` (see :data:`Approve`); without it they are
+    denied, and a journaled run suspends for the answer."""
+
+    def __init__(
+        self,
+        model: Model,
+        instructions: Optional[str] = None,
+        tools: Sequence[Union[Tool, Callable[..., Any]]] = (),
+        limits: Optional[Limits] = None,
+        name: str = "agent",
+        approve: Optional[Approve] = None,
+    ) -> None:
+        self.tools: List[Tool] = [as_tool(t) for t in tools]
+        self._dispatcher = Dispatcher(self.tools)
+        kind, spec, base, call = native_model(model)
+        self._native = _agentloop.NativeAgent(
+            name=name,
+            instructions=instructions,
+            model_kind=kind,
+            model_spec=spec,
+            model_base=base,
+            model_callable=call,
+            tools=[t.definition() for t in self.tools],
+            dispatcher=self._dispatcher,
+            limits=(limits or Limits()).to_json(),
+            approve=_approval_callback(approve) if approve else None,
+        )
+
+    @classmethod
+    def from_file(cls, path: PathLike, approve: Optional[Approve] = None) -> "Agent":
+        """The agent of an agent file (``agent.toml``), exactly as ``agentloop run`` builds it:
+        its model, command, built-in, MCP and subagent tools, limits and permissions. A call its
+        permissions ask about goes to ``approve``; with none it is denied, and a journaled run
+        suspends instead (resume it once the answer is recorded)."""
+        agent = cls.__new__(cls)
+        agent.tools = []
+        agent._dispatcher = Dispatcher([])
+        agent._native = _agentloop.NativeAgent.from_file(
+            os.fspath(path), _approval_callback(approve) if approve else None
+        )
+        return agent
+
+    @property
+    def name(self) -> str:
+        """The agent's name."""
+        return str(self._native.name)
+
+    @property
+    def fingerprint(self) -> str:
+        """The fingerprint of the agent's definition: a journaled run resumes only with the same."""
+        return str(self._native.fingerprint)
+
+    def close(self) -> None:
+        """Stops the MCP servers an agent file started (nothing otherwise)."""
+        self._native.close()
+
+    # --- runs ----------------------------------------------------------------------------------
+
+    def run(
+        self,
+        input: str,
+        *,
+        journal: Optional[PathLike] = None,
+        session: Optional[str] = None,
+        sessions: PathLike = "sessions.db",
+        trace: Optional[PathLike] = None,
+    ) -> RunOutcome:
+        """Runs the agent on ``input`` and waits for the outcome (the GIL is released while it
+        waits). ``journal``: a SQLite journal that makes the run durable (resume it with
+        :meth:`resume` after a crash). ``session``: go on with the stored conversation of that
+        name in ``sessions`` (created on first use). ``trace``: a trace file of the run, as
+        ``agentloop run --trace`` writes (``.ndjson`` or ``.db``; ``agentloop trace`` reads it).
+        Ctrl-C cancels the run."""
+        handle = self._start(input, None, journal, session, sessions, trace=trace)
+        return self._wait(handle)
+
+    async def run_async(
+        self,
+        input: str,
+        *,
+        journal: Optional[PathLike] = None,
+        session: Optional[str] = None,
+        sessions: PathLike = "sessions.db",
+        trace: Optional[PathLike] = None,
+    ) -> RunOutcome:
+        """:meth:`run` for asyncio: coroutine tools run on this event loop. Cancelling the task
+        cancels the run (its running tools are cancelled) and raises ``CancelledError`` once it
+        has stopped."""
+        loop = asyncio.get_running_loop()
+        done: "asyncio.Future[_End]" = loop.create_future()
+        handle = self._start(input, _settle_on(loop, done), journal, session, sessions, trace, loop)
+        return self._outcome(await _until_done(handle, done))
+
+    def stream(
+        self,
+        input: str,
+        *,
+        journal: Optional[PathLike] = None,
+        session: Optional[str] = None,
+        sessions: PathLike = "sessions.db",
+        trace: Optional[PathLike] = None,
+    ) -> "RunStream":
+        """The run's events as they happen: ``async for event in agent.stream(input)``; the
+        outcome is ``stream.outcome`` afterwards. Leaving the loop early cancels the run."""
+        return RunStream(self, input, journal, session, sessions, trace)
+
+    def resume(self, run_id: str, *, journal: PathLike, force: bool = False) -> RunOutcome:
+        """Goes on with journaled run ``run_id`` (an id or a unique prefix) in this process,
+        after its process died or while it was suspended for approval: a finished call never
+        runs again; one in flight re-runs only if its tool is idempotent, otherwise the model
+        reads that it was interrupted. Refused when the agent's definition changed, unless
+        ``force``."""
+        handle = self._native.resume(run_id, os.fspath(journal), force=force)
+        return self._wait(handle)
+
+    async def resume_async(self, run_id: str, *, journal: PathLike, force: bool = False) -> RunOutcome:
+        """:meth:`resume` for asyncio."""
+        loop = asyncio.get_running_loop()
+        done: "asyncio.Future[_End]" = loop.create_future()
+        handle = self._native.resume(
+            run_id, os.fspath(journal), on_done=_settle_on(loop, done), event_loop=loop, force=force
+        )
+        return self._outcome(await _until_done(handle, done))
+
+    @staticmethod
+    def answer(run_id: str, call_id: str, answer: Union[bool, str], *, journal: PathLike) -> None:
+        """Records a person's answer to a call a suspended run waits on (``outcome.
+        pending_approvals``): ``True``/``"allow"``, ``False``/``"deny"``, ``"allow_always"``,
+        ``"deny_always"``. Then :meth:`resume` goes on with the run."""
+        word = ("allow" if answer else "deny") if isinstance(answer, bool) else answer
+        _agentloop.answer(os.fspath(journal), run_id, call_id, word)
+
+    # --- plumbing ------------------------------------------------------------------------------
+
+    def _start(
+        self,
+        input: str,
+        on_done: Optional[Callable[[Optional[str], Optional[str], Optional[str]], None]],
+        journal: Optional[PathLike],
+        session: Optional[str],
+        sessions: PathLike,
+        trace: Optional[PathLike] = None,
+        loop: Optional[asyncio.AbstractEventLoop] = None,
+        on_event: Optional[Callable[[str], None]] = None,
+    ) -> Any:
+        return self._native.start(
+            input,
+            on_done=on_done,
+            on_event=on_event,
+            event_loop=loop,
+            journal=os.fspath(journal) if journal is not None else None,
+            sessions=os.fspath(sessions) if session is not None else None,
+            session=session,
+            trace=os.fspath(trace) if trace is not None else None,
+        )
+
+    def _wait(self, handle: Any) -> RunOutcome:
+        try:
+            while True:
+                end = handle.wait(0.1)
+                if end is not None:
+                    return self._outcome(end)
+        except KeyboardInterrupt:
+            handle.cancel()
+            while handle.wait(0.1) is None:
+                pass
+            raise
+
+    def _outcome(self, end: _End) -> RunOutcome:
+        text, code, message = end
+        if text is None:
+            raise AgentloopError(code or "run.failed", message or "")
+        return RunOutcome.from_json(text, self._dispatcher.tracebacks)
+
+
+class RunStream:
+    """A run's events, as an async iterator; ``outcome`` once it has ended."""
+
+    def __init__(
+        self,
+        agent: Agent,
+        input: str,
+        journal: Optional[PathLike],
+        session: Optional[str],
+        sessions: PathLike,
+        trace: Optional[PathLike],
+    ) -> None:
+        self._agent = agent
+        self._args = (input, journal, session, sessions, trace)
+        self.outcome: Optional[RunOutcome] = None
+
+    def __aiter__(self) -> AsyncIterator[Event]:
+        return self._events()
+
+    async def _events(self) -> AsyncIterator[Event]:
+        loop = asyncio.get_running_loop()
+        queue: "asyncio.Queue[Tuple[bool, Any]]" = asyncio.Queue()
+
+        def on_event(text: str) -> None:
+            _call_soon(loop, queue.put_nowait, (False, text))
+
+        def on_done(text: Optional[str], code: Optional[str], message: Optional[str]) -> None:
+            _call_soon(loop, queue.put_nowait, (True, (text, code, message)))
+
+        input, journal, session, sessions, trace = self._args
+        handle = self._agent._start(input, on_done, journal, session, sessions, trace, loop, on_event)
+        ended = False
+        try:
+            while True:
+                is_end, payload = await queue.get()
+                if is_end:
+                    ended = True
+                    self.outcome = self._agent._outcome(payload)
+                    return
+                yield Event.from_json(payload)
+        finally:
+            if not ended:
+                # The consumer left early (break, an exception, a cancelled task): the run stops,
+                # and its tools with it, before the stream is gone.
+                handle.cancel()
+                while not (await queue.get())[0]:
+                    pass
+
+
+def _call_soon(loop: asyncio.AbstractEventLoop, fn: Callable[..., Any], *args: Any) -> None:
+    try:
+        loop.call_soon_threadsafe(fn, *args)
+    except RuntimeError:  # the loop is closed: nobody waits any more
+        pass
+
+
+def _settle_on(
+    loop: asyncio.AbstractEventLoop, done: "asyncio.Future[_End]"
+) -> Callable[[Optional[str], Optional[str], Optional[str]], None]:
+    def settle(text: Optional[str], code: Optional[str], message: Optional[str]) -> None:
+        def set_result() -> None:
+            if not done.done():
+                done.set_result((text, code, message))
+
+        _call_soon(loop, set_result)
+
+    return settle
+
+
+async def _until_done(handle: Any, done: "asyncio.Future[_End]") -> _End:
+    try:
+        return await asyncio.shield(done)
+    except asyncio.CancelledError:
+        # The task was cancelled: cancel the run, let it stop (its tools cancelled, every call
+        # answered), then let the cancellation go on.
+        handle.cancel()
+        await done
+        raise
+
+
+def _approval_callback(approve: Approve) -> Callable[[str], List[str]]:
+    def ask(requests_json: str) -> List[str]:
+        requests = [
+            ApprovalRequest(r["call_id"], r["tool"], r.get("arguments"), r.get("agent", ""))
+            for r in json.loads(requests_json)
+        ]
+        answers = list(approve(requests))
+        return [("allow" if a else "deny") if isinstance(a, bool) else str(a) for a in answers]
+
+    return ask

@@ -1,0 +1,68 @@
+"""The native module (Rust, PyO3): what the pure-Python part of the package calls. Users use the
+``agentloop`` package's classes instead."""
+
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+__version__: str
+
+_End = Tuple[Optional[str], Optional[str], Optional[str]]
+
+def answer(journal: str, run_id: str, call_id: str, word: str) -> None: ...
+
+class ToolReply:
+    def text(self, text: str) -> None: ...
+    def json(self, json: str) -> None: ...
+    def error(self, code: str, message: str) -> None: ...
+    def fatal(self, message: str) -> None: ...
+
+class RunHandle:
+    def cancel(self) -> None: ...
+    def wait(self, timeout: float) -> Optional[_End]: ...
+
+class NativeAgent:
+    def __init__(
+        self,
+        *,
+        name: str,
+        instructions: Optional[str],
+        model_kind: str,
+        model_spec: str,
+        model_base: str,
+        model_callable: Optional[Callable[[str, str], str]],
+        tools: List[Dict[str, Any]],
+        dispatcher: Callable[..., Any],
+        limits: str,
+        approve: Optional[Callable[[str], List[str]]] = None,
+    ) -> None: ...
+    @staticmethod
+    def from_file(path: str, approve: Optional[Callable[[str], List[str]]] = None) -> NativeAgent: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def fingerprint(self) -> str: ...
+    def start(
+        self,
+        input: str,
+        *,
+        on_done: Optional[Callable[[Optional[str], Optional[str], Optional[str]], None]] = None,
+        on_event: Optional[Callable[[str], None]] = None,
+        event_loop: Optional[Any] = None,
+        journal: Optional[str] = None,
+        sessions: Optional[str] = None,
+        session: Optional[str] = None,
+        trace: Optional[str] = None,
+        trace_payloads: bool = False,
+    ) -> RunHandle: ...
+    def resume(
+        self,
+        run_id: str,
+        journal: str,
+        *,
+        on_done: Optional[Callable[[Optional[str], Optional[str], Optional[str]], None]] = None,
+        on_event: Optional[Callable[[str], None]] = None,
+        event_loop: Optional[Any] = None,
+        force: bool = False,
+        trace: Optional[str] = None,
+        trace_payloads: bool = False,
+    ) -> RunHandle: ...
+    def close(self) -> None: ...

@@ -1,0 +1,176 @@
+"""The models an agent can name: a live provider (``"openai:gpt-4.1-mini"`` or
+:class:`Provider`), :class:`ScriptedModel` (a fixed script, for tests and demos) and
+:class:`FunctionModel` (a Python function answering each request, as pydantic-ai's)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+
+PROVIDERS = ("openai", "openai-responses", "anthropic")
+
+
+@dataclasses.dataclass(frozen=True)
+class ToolCall:
+    """A tool call a model makes: the tool's name, its arguments (a dict, or a raw JSON string
+    sent as it is) and its id (generated when empty)."""
+
+    name: str
+    arguments: Union[Dict[str, Any], str] = dataclasses.field(default_factory=dict)
+    id: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class Reply:
+    """One answer of a model: text, tool calls, or both, and the tokens it spent."""
+
+    text: Optional[str] = None
+    tool_calls: Sequence[ToolCall] = ()
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
+#: What a scripted step or a function model may answer: text, a list of calls, or a Reply.
+Answer = Union[str, Sequence[ToolCall], Reply]
+
+
+def _step(answer: Answer) -> Dict[str, Any]:
+    """The step of an agent file's script (``script.json``) for an answer."""
+    if isinstance(answer, str):
+        answer = Reply(text=answer)
+    elif not isinstance(answer, Reply):
+        answer = Reply(tool_calls=list(answer))
+    step: Dict[str, Any] = {}
+    if answer.text is not None:
+        step["text"] = answer.text
+    if answer.tool_calls:
+        step["tool_calls"] = [
+            {"id": c.id, "name": c.name, "arguments": c.arguments} for c in answer.tool_calls
+        ]
+    if answer.input_tokens or answer.output_tokens:
+        step["usage"] = {"input_tokens": answer.input_tokens, "output_tokens": answer.output_tokens}
+    return step
+
+
+class ScriptedModel:
+    """A model that answers with ``answers`` in order, then fails (``model.exhausted``). A
+    resumed run goes on where its journal left the script."""
+
+    def __init__(self, answers: Sequence[Answer]) -> None:
+        self.script = json.dumps([_step(a) for a in answers])
+
+    def _native(self) -> Tuple[str, str, str, Optional[Callable[..., str]]]:
+        return ("scripted", self.script, os.getcwd(), None)
+
+
+class ModelRequest:
+    """What a function model is asked: the instructions, the transcript (the runtime's messages,
+    as dicts) and the tools' specs. The transcript is read from the runtime's JSON when first
+    asked for; :meth:`last_tool_results` reads only the results at its end."""
+
+    def __init__(self, request_json: str, tail_json: str = "[]") -> None:
+        self._json = request_json
+        self._tail_json = tail_json
+        self._raw: Optional[Dict[str, Any]] = None
+
+    def _parsed(self) -> Dict[str, Any]:
+        if self._raw is None:
+            self._raw = json.loads(self._json)
+        return self._raw
+
+    @property
+    def instructions(self) -> Optional[str]:
+        """The agent's instructions."""
+        value = self._parsed().get("instructions")
+        return value if isinstance(value, str) else None
+
+    @property
+    def messages(self) -> List[Dict[str, Any]]:
+        """The transcript: ``{"role": "user" | "assistant" | "tool", ...}`` each."""
+        return list(self._parsed().get("messages", []))
+
+    @property
+    def tools(self) -> List[Dict[str, Any]]:
+        """The specs of the tools the model may call."""
+        return list(self._parsed().get("tools", []))
+
+    def last_tool_results(self) -> List[Dict[str, Any]]:
+        """The tool results at the end of the transcript, in order: a dict each (``call_id``,
+        ``tool``, ``content`` as ``{"type": "text", "value": ...}``, ``is_error``)."""
+        results: List[Dict[str, Any]] = json.loads(self._tail_json)
+        return results
+
+
+class FunctionModel:
+    """A Python function as the model: it gets a :class:`ModelRequest` and answers text, a list
+    of :class:`ToolCall`, or a :class:`Reply`. It runs on the runtime's thread, so keep it quick
+    (it is for tests)."""
+
+    def __init__(self, fn: Callable[[ModelRequest], Answer], model_id: str = "function") -> None:
+        self.fn = fn
+        self.model_id = model_id
+
+    def _call(self, request_json: str, tail_json: str) -> str:
+        return json.dumps(_step(self.fn(ModelRequest(request_json, tail_json))))
+
+    def _native(self) -> Tuple[str, str, str, Optional[Callable[..., str]]]:
+        return ("function", self.model_id, os.getcwd(), self._call)
+
+
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    if isinstance(v, str):
+        return json.dumps(v, ensure_ascii=False)
+    if isinstance(v, dict):
+        return "{ " + ", ".join(f"{json.dumps(k)} = {_toml_value(x)}" for k, x in v.items()) + " }"
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    raise TypeError(f"no TOML for {v!r}")
+
+
+class Provider:
+    """A live model: ``provider`` is ``openai`` (Chat Completions, and any server that speaks it:
+    llama.cpp, Ollama, vLLM), ``openai-responses`` or ``anthropic``. The keys are an agent file's
+    ``[model]`` keys (``base_url``, ``api_key_env``, ``temperature``, ``max_tokens``, ``seed``,
+    ``tool_dialect``, ``price``, ...), read by the same loader as the CLI's."""
+
+    def __init__(self, provider: str, name: str, **keys: Any) -> None:
+        if provider not in PROVIDERS:
+            raise ValueError(f"unknown provider {provider!r}: one of {', '.join(PROVIDERS)}")
+        self.provider = provider
+        self.name = name
+        self.keys = keys
+
+    @classmethod
+    def parse(cls, spec: str, **keys: Any) -> "Provider":
+        """``"provider:model-name"``, as ``"openai:gpt-4.1-mini"``."""
+        provider, sep, name = spec.partition(":")
+        if not sep or not name:
+            raise ValueError(f"a model is named 'provider:name' (as 'openai:gpt-4.1-mini'), not {spec!r}")
+        return cls(provider, name, **keys)
+
+    def toml(self) -> str:
+        """An agent file with this model, for the runtime's loader."""
+        lines = ['name = "python"', "[model]", f"provider = {_toml_value(self.provider)}", f"name = {_toml_value(self.name)}"]
+        for key, value in self.keys.items():
+            if value is not None:
+                lines.append(f"{key} = {_toml_value(value)}")
+        return "\n".join(lines) + "\n"
+
+    def _native(self) -> Tuple[str, str, str, Optional[Callable[..., str]]]:
+        return ("provider", self.toml(), os.getcwd(), None)
+
+
+Model = Union[str, Provider, ScriptedModel, FunctionModel]
+
+
+def native_model(model: Model) -> Tuple[str, str, str, Optional[Callable[..., str]]]:
+    """The runtime's description of a model."""
+    if isinstance(model, str):
+        model = Provider.parse(model)
+    return model._native()

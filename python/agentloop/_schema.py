@@ -1,0 +1,255 @@
+"""A tool's JSON Schema from a Python function's signature, type hints and docstring.
+
+With pydantic installed the arguments are one pydantic model (so pydantic models, dataclasses,
+constraints and nested types are described and validated as pydantic does); without it, a small
+mapping covers the types of the standard library. The Rust runtime validates every call's
+arguments against this schema before any tool runs."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import inspect
+import re
+import sys
+import typing
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+try:  # pydantic is optional
+    import pydantic
+except ImportError:  # pragma: no cover - exercised where pydantic is absent
+    pydantic = None  # type: ignore[assignment]
+
+_NoneType = type(None)
+
+
+@dataclasses.dataclass
+class Signature:
+    """What a function's signature says: the schema, and how to turn the validated JSON
+    arguments into the function's keyword arguments."""
+
+    description: str
+    schema: Dict[str, Any]
+    convert: Callable[[Dict[str, Any]], Dict[str, Any]]
+
+
+def describe(fn: Callable[..., Any], description: Optional[str] = None) -> Signature:
+    """The schema of ``fn``'s parameters and its description (the docstring's text before its
+    parameter section, unless ``description`` is given)."""
+    doc = inspect.getdoc(fn) or ""
+    summary, param_docs = _parse_docstring(doc)
+    hints = _hints(fn)
+    params: List[Tuple[str, Any, Any]] = []
+    for p in inspect.signature(fn).parameters.values():
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            raise TypeError(f"tool {fn.__name__}: *args and **kwargs have no schema")
+        params.append((p.name, hints.get(p.name, Any), p.default))
+    if pydantic is not None:
+        schema, convert = _pydantic_schema(fn, params, param_docs)
+    else:
+        schema, convert = _plain_schema(params, param_docs)
+    return Signature(description if description is not None else summary, schema, convert)
+
+
+def _hints(fn: Callable[..., Any]) -> Dict[str, Any]:
+    try:
+        return typing.get_type_hints(fn, include_extras=True)
+    except Exception:  # unresolvable forward references: fall back to the raw annotations
+        return dict(getattr(fn, "__annotations__", {}))
+
+
+_SECTION = re.compile(r"^(Args|Arguments|Parameters|Params):\s*$")
+_GOOGLE_PARAM = re.compile(r"^\s+(\*{0,2}\w+)\s*(?:\([^)]*\))?\s*:\s*(.*)$")
+_SPHINX_PARAM = re.compile(r"^:param\s+(?:\S+\s+)?(\w+):\s*(.*)$")
+_OTHER_SECTION = re.compile(r"^(Returns|Return|Raises|Yields|Examples?|Notes?):\s*$")
+
+
+def _parse_docstring(doc: str) -> Tuple[str, Dict[str, str]]:
+    """The summary, and each parameter's description (Google ``Args:`` or Sphinx ``:param:``)."""
+    summary: List[str] = []
+    params: Dict[str, str] = {}
+    section: Optional[str] = None  # "args", another section's name, or None for the summary
+    current: Optional[str] = None
+    arg_indent: Optional[int] = None
+    for line in doc.splitlines():
+        stripped = line.strip()
+        indent = len(line) - len(line.lstrip())
+        sphinx = _SPHINX_PARAM.match(stripped)
+        if sphinx:
+            section, current = "sphinx", sphinx.group(1)
+            params[current] = sphinx.group(2).strip()
+        elif _SECTION.match(stripped):
+            section, current, arg_indent = "args", None, None
+        elif _OTHER_SECTION.match(stripped) or stripped.startswith(":"):
+            section, current = "other", None
+        elif section == "args" and stripped:
+            google = _GOOGLE_PARAM.match(line)
+            if google and (arg_indent is None or indent <= arg_indent):
+                arg_indent = indent
+                current = google.group(1).lstrip("*")
+                params[current] = google.group(2).strip()
+            elif current:
+                params[current] = (params[current] + " " + stripped).strip()
+        elif section == "sphinx" and current and stripped:
+            params[current] = (params[current] + " " + stripped).strip()
+        elif section is None:
+            summary.append(line)
+    return "\n".join(summary).strip(), params
+
+
+def _pydantic_schema(
+    fn: Callable[..., Any],
+    params: List[Tuple[str, Any, Any]],
+    docs: Dict[str, str],
+) -> Tuple[Dict[str, Any], Callable[[Dict[str, Any]], Dict[str, Any]]]:
+    assert pydantic is not None
+    fields: Dict[str, Any] = {}
+    for name, hint, default in params:
+        info = pydantic.Field(
+            default=... if default is inspect.Parameter.empty else default,
+            description=docs.get(name),
+        )
+        fields[name] = (hint, info)
+    model = pydantic.create_model(
+        f"{fn.__name__}_arguments",
+        __config__=pydantic.ConfigDict(extra="forbid", arbitrary_types_allowed=False),
+        **fields,
+    )
+    schema = model.model_json_schema()
+    schema.pop("title", None)
+    for prop in schema.get("properties", {}).values():
+        prop.pop("title", None)
+
+    def convert(args: Dict[str, Any]) -> Dict[str, Any]:
+        validated = model.model_validate(args)
+        return {name: getattr(validated, name) for name, _, _ in params}
+
+    # The runtime has validated the arguments against the schema already: JSON values of plain
+    # types need no second pass (a tool call's hot path).
+    if all(_is_plain(hint) for _, hint, _ in params):
+        return schema, _unchanged
+    return schema, convert
+
+
+_PLAIN = (str, int, float, bool, type(None))
+
+
+def _is_plain(hint: Any) -> bool:
+    """True for a type whose JSON value is already the Python value (``str``, ``list[int]``...)."""
+    if hint is Any or hint in _PLAIN:
+        return hint is not float  # an integral JSON number must still become a float
+    origin = typing.get_origin(hint)
+    if origin in (list, dict) or _is_union(hint):
+        return all(_is_plain(a) for a in typing.get_args(hint))
+    return hint in (list, dict)
+
+
+def _unchanged(args: Dict[str, Any]) -> Dict[str, Any]:
+    return args
+
+
+def _plain_schema(
+    params: List[Tuple[str, Any, Any]],
+    docs: Dict[str, str],
+) -> Tuple[Dict[str, Any], Callable[[Dict[str, Any]], Dict[str, Any]]]:
+    properties: Dict[str, Any] = {}
+    required: List[str] = []
+    enums: Dict[str, Any] = {}
+    for name, hint, default in params:
+        prop = _type_schema(hint)
+        if name in docs and docs[name]:
+            prop["description"] = docs[name]
+        if default is inspect.Parameter.empty:
+            required.append(name)
+        elif default is None or isinstance(default, (str, int, float, bool)):
+            prop["default"] = default
+        properties[name] = prop
+        base = _strip_optional(hint)
+        if isinstance(base, type) and issubclass(base, enum.Enum):
+            enums[name] = base
+    schema: Dict[str, Any] = {
+        "type": "object",
+        "properties": properties,
+        "required": required,
+        "additionalProperties": False,
+    }
+
+    def convert(args: Dict[str, Any]) -> Dict[str, Any]:
+        out = dict(args)
+        for name, cls in enums.items():
+            if out.get(name) is not None:
+                out[name] = cls(out[name])
+        return out
+
+    return schema, convert
+
+
+def _strip_optional(hint: Any) -> Any:
+    args = [a for a in typing.get_args(hint) if a is not _NoneType]
+    if _is_union(hint) and len(args) == 1:
+        return args[0]
+    return hint
+
+
+def _is_union(hint: Any) -> bool:
+    origin = typing.get_origin(hint)
+    if origin is typing.Union:
+        return True
+    if sys.version_info >= (3, 10):
+        import types
+
+        return origin is types.UnionType
+    return False
+
+
+def _type_schema(hint: Any) -> Dict[str, Any]:
+    """The JSON Schema of one type hint, standard library types only."""
+    if hint is Any or hint is inspect.Parameter.empty:
+        return {}
+    if typing.get_origin(hint) is typing.Annotated:
+        base, *extra = typing.get_args(hint)
+        schema = _type_schema(base)
+        for e in extra:
+            if isinstance(e, str):
+                schema["description"] = e
+        return schema
+    if hint is _NoneType or hint is None:
+        return {"type": "null"}
+    if hint is str:
+        return {"type": "string"}
+    if hint is bool:
+        return {"type": "boolean"}
+    if hint is int:
+        return {"type": "integer"}
+    if hint is float:
+        return {"type": "number"}
+    if isinstance(hint, type) and issubclass(hint, enum.Enum):
+        return {"enum": [m.value for m in hint]}
+    if _is_union(hint):
+        return {"anyOf": [_type_schema(a) for a in typing.get_args(hint)]}
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if origin is typing.Literal:
+        return {"enum": list(args)}
+    if origin in (list, List, set, frozenset) or hint in (list, set):
+        array: Dict[str, Any] = {"type": "array"}
+        if args:
+            array["items"] = _type_schema(args[0])
+        return array
+    if origin is tuple:
+        if len(args) == 2 and args[1] is Ellipsis:
+            return {"type": "array", "items": _type_schema(args[0])}
+        return {
+            "type": "array",
+            "prefixItems": [_type_schema(a) for a in args],
+            "minItems": len(args),
+            "maxItems": len(args),
+        }
+    if origin in (dict, Dict) or hint is dict:
+        obj: Dict[str, Any] = {"type": "object"}
+        if len(args) == 2:
+            obj["additionalProperties"] = _type_schema(args[1])
+        return obj
+    raise TypeError(
+        f"no JSON Schema for the type {hint!r} without pydantic (pip install pydantic)"
+    )

@@ -1,0 +1,258 @@
+"""Tools: plain Python functions, sync or async, and how their calls run.
+
+The Rust runtime admits a batch of calls (arguments validated against the schema, limits and
+permissions checked) and hands each admitted call to :class:`Dispatcher`, which starts it and
+returns at once: a coroutine on the run's event loop (the caller's, for ``run_async`` and
+``stream``; the package's own background loop for ``run``), a sync function on a thread pool.
+Neither ever blocks the runtime or another run. The answer goes back through the call's reply."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import dataclasses
+import inspect
+import json
+import logging
+import threading
+import traceback
+from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar, Union, overload
+
+from ._schema import Signature, describe
+from .errors import FatalToolError, ToolError
+
+log = logging.getLogger("agentloop")
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+#: The code of a tool call whose function raised an exception other than :class:`ToolError`.
+EXCEPTION_CODE = "tool.exception"
+
+
+@dataclasses.dataclass(frozen=True)
+class Tool:
+    """A Python function as a tool: its name, description and argument schema, and its policies.
+    Made by :func:`tool`; a plain function given to an agent is wrapped with the defaults."""
+
+    fn: Callable[..., Any]
+    name: str
+    description: str
+    schema: Dict[str, Any]
+    idempotent: bool = False
+    sequential: bool = False
+    timeout: Optional[float] = None
+    retries: int = 0
+    ask: bool = False
+    convert: Callable[[Dict[str, Any]], Dict[str, Any]] = dataclasses.field(
+        default=lambda a: a, repr=False, compare=False
+    )
+
+    @property
+    def is_async(self) -> bool:
+        """True for a coroutine function: it runs on the run's event loop."""
+        return inspect.iscoroutinefunction(self.fn)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.fn(*args, **kwargs)
+
+    def definition(self) -> Dict[str, Any]:
+        """What the runtime registers."""
+        return {
+            "name": self.name,
+            "description": self.description,
+            "schema": json.dumps(self.schema),
+            "idempotent": self.idempotent,
+            "sequential": self.sequential,
+            "timeout": self.timeout,
+            "retries": self.retries,
+            "ask": self.ask,
+        }
+
+
+@overload
+def tool(fn: F) -> Tool: ...
+
+
+@overload
+def tool(
+    *,
+    name: Optional[str] = None,
+    description: Optional[str] = None,
+    idempotent: bool = False,
+    sequential: bool = False,
+    timeout: Optional[float] = None,
+    retries: int = 0,
+    ask: bool = False,
+) -> Callable[[F], Tool]: ...
+
+
+def tool(
+    fn: Optional[F] = None,
+    *,
+    name: Optional[str] = None,
+    description: Optional[str] = None,
+    idempotent: bool = False,
+    sequential: bool = False,
+    timeout: Optional[float] = None,
+    retries: int = 0,
+    ask: bool = False,
+) -> Union[Tool, Callable[[F], Tool]]:
+    """Makes a function a tool. Its JSON Schema comes from its type hints, its description and
+    its parameters' descriptions from its docstring (Google ``Args:`` or Sphinx ``:param:``).
+
+    ``idempotent``: safe to run again with the same arguments (a resumed run re-runs it when it
+    was in flight at a crash; otherwise the model reads that it was interrupted).
+    ``sequential``: never runs beside other calls of its batch. ``timeout``: seconds an attempt
+    may take (then the model reads ``timeout``). ``retries``: more attempts after a failure.
+    ``ask``: each call needs a person's approval (the agent's ``approve`` callback; without one
+    the call is denied, or a journaled run suspends until :meth:`Agent.answer` records it)."""
+
+    def wrap(f: F) -> Tool:
+        sig: Signature = describe(f, description)
+        return Tool(
+            fn=f,
+            name=name or f.__name__,
+            description=sig.description,
+            schema=sig.schema,
+            idempotent=idempotent,
+            sequential=sequential,
+            timeout=timeout,
+            retries=retries,
+            ask=ask,
+            convert=sig.convert,
+        )
+
+    if fn is not None:
+        return wrap(fn)
+    return wrap
+
+
+def as_tool(t: Union[Tool, Callable[..., Any]]) -> Tool:
+    """A tool as given, or a plain function made one with the default policies."""
+    return t if isinstance(t, Tool) else tool(t)
+
+
+_executor: Optional[concurrent.futures.ThreadPoolExecutor] = None
+_background: Optional[asyncio.AbstractEventLoop] = None
+_lock = threading.Lock()
+
+
+def _thread_pool() -> concurrent.futures.ThreadPoolExecutor:
+    global _executor
+    with _lock:
+        if _executor is None:
+            _executor = concurrent.futures.ThreadPoolExecutor(thread_name_prefix="agentloop-tool")
+        return _executor
+
+
+def background_loop() -> asyncio.AbstractEventLoop:
+    """The package's own event loop, on a daemon thread: where coroutine tools of a blocking
+    ``run`` execute."""
+    global _background
+    with _lock:
+        if _background is None:
+            loop = asyncio.new_event_loop()
+            threading.Thread(
+                target=loop.run_forever, name="agentloop-loop", daemon=True
+            ).start()
+            _background = loop
+        return _background
+
+
+class Dispatcher:
+    """Starts the calls of one agent's tools. Keeps each failed call's traceback, by run and call
+    id, for the operator (:attr:`ToolCallRecord.traceback`)."""
+
+    def __init__(self, tools: List[Tool]) -> None:
+        self.tools = tools
+        self.tracebacks: Dict[Tuple[str, str], str] = {}
+
+    def __call__(
+        self,
+        index: int,
+        arguments: str,
+        run_id: str,
+        call_id: str,
+        reply: Any,
+        loop: Optional[asyncio.AbstractEventLoop],
+    ) -> Any:
+        t = self.tools[index]
+        key = (run_id, call_id)
+        if t.is_async:
+            call = _AsyncCall(loop if loop is not None else background_loop())
+            call.loop.call_soon_threadsafe(self._start, call, t, arguments, key, reply)
+            return call
+        return _thread_pool().submit(self._run_sync, t, arguments, key, reply)
+
+    def _start(self, call: "_AsyncCall", t: Tool, arguments: str, key: Tuple[str, str], reply: Any) -> None:
+        if not call.cancelled:
+            call.task = call.loop.create_task(self._run_async(t, arguments, key, reply))
+
+    def _run_sync(self, t: Tool, arguments: str, key: Tuple[str, str], reply: Any) -> None:
+        try:
+            result = t.fn(**t.convert(json.loads(arguments)))
+        except BaseException as e:  # noqa: BLE001 - every failure is the model's to read
+            self._failed(t, e, key, reply)
+            return
+        _answer(reply, result)
+
+    async def _run_async(self, t: Tool, arguments: str, key: Tuple[str, str], reply: Any) -> None:
+        try:
+            result = await t.fn(**t.convert(json.loads(arguments)))
+        except asyncio.CancelledError:
+            raise
+        except BaseException as e:  # noqa: BLE001
+            self._failed(t, e, key, reply)
+            return
+        _answer(reply, result)
+
+    def _failed(self, t: Tool, e: BaseException, key: Tuple[str, str], reply: Any) -> None:
+        if isinstance(e, ToolError):
+            reply.error(e.code, e.message)
+        elif isinstance(e, FatalToolError):
+            self.tracebacks[key] = traceback.format_exc()
+            reply.fatal(f"{type(e).__name__}: {e}")
+        else:
+            tb = traceback.format_exc()
+            self.tracebacks[key] = tb
+            log.warning("tool %s (call %s) raised:\n%s", t.name, key[1], tb)
+            reply.error(EXCEPTION_CODE, f"{type(e).__name__}: {e}")
+
+
+class _AsyncCall:
+    """A coroutine call started on its loop; the runtime cancels it from its own thread when the
+    run stops waiting for it."""
+
+    __slots__ = ("loop", "task", "cancelled")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.task: "Optional[asyncio.Task[None]]" = None
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        try:
+            self.loop.call_soon_threadsafe(self._cancel)
+        except RuntimeError:  # the loop is closed: nothing runs on it any more
+            pass
+
+    def _cancel(self) -> None:
+        self.cancelled = True
+        if self.task is not None:
+            self.task.cancel()
+
+
+def _answer(reply: Any, result: Any) -> None:
+    if isinstance(result, str):
+        reply.text(result)
+        return
+    dump = getattr(result, "model_dump_json", None)  # a pydantic model
+    if callable(dump):
+        reply.json(dump())
+        return
+    if dataclasses.is_dataclass(result) and not isinstance(result, type):
+        result = dataclasses.asdict(result)
+    try:
+        reply.json(json.dumps(result, default=str))
+    except (TypeError, ValueError) as e:
+        reply.error("tool.output_not_json", f"the tool's result is not JSON: {e}")

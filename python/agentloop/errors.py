@@ -1,0 +1,41 @@
+"""The exceptions of agentloop. Each carries the stable code of the Rust runtime's error (the
+same codes the CLI prints), so callers match on ``e.code``, never on the message."""
+
+from __future__ import annotations
+
+
+class AgentloopError(Exception):
+    """An error of the runtime: an agent that cannot be built, a journal or session that cannot be
+    read, a run that cannot be resumed. ``code`` is the stable code (``agent_file.invalid``,
+    ``journal.unknown_run``, ``config.unpriced_model``, ...)."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+
+
+class RunStopped(AgentloopError):
+    """A run that did not finish, raised by :meth:`RunOutcome.raise_for_stop`. ``code`` is the
+    run error's code when it failed (``model.authentication``, ...), else ``stop.<reason>``
+    (``stop.max_turns``); ``outcome`` is the whole outcome."""
+
+    def __init__(self, code: str, message: str, outcome: object) -> None:
+        super().__init__(code, message)
+        self.outcome = outcome
+
+
+class ToolError(Exception):
+    """Raised by a tool: the model reads ``code`` and ``message`` and may recover. Any other
+    exception is reported to the model as ``tool.exception`` with its type and message, its
+    traceback kept for the operator (:attr:`ToolCallRecord.traceback`)."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+
+
+class FatalToolError(Exception):
+    """Raised by a tool: the run cannot go on. It fails (code ``tool.fatal``); the message is for
+    the operator, never the model."""

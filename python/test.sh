@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# The Python package's checks, as .ci/run runs them: a virtual environment in
+# $AGENTLOOP_CACHE/python-venv with the pinned tools (requirements.txt, and constraints.txt for
+# what they depend on: PyPI only), made once; the wheel built from this clone by maturin and
+# installed into it; mypy over the package and its stubs; then pytest (arguments go to pytest).
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+CACHE=${AGENTLOOP_CACHE:-$HOME/.cache/agentloop}
+VENV=$CACHE/python-venv
+STAMP=$VENV/.installed
+want() { cat "$here/requirements.txt" "$here/constraints.txt"; }
+if ! want | cmp -s - "$STAMP" 2>/dev/null; then
+  mkdir -p "$CACHE"
+  # One installer at a time.
+  exec 9>"$CACHE/python-venv.lock"
+  flock 9
+  if ! want | cmp -s - "$STAMP" 2>/dev/null; then
+    rm -rf "$VENV"
+    python3 -m venv "$VENV" >&2
+    "$VENV/bin/pip" install --quiet --disable-pip-version-check -r "$here/requirements.txt" -c "$here/constraints.txt" >&2
+    want >"$STAMP"
+  fi
+  flock -u 9
+fi
+wheels=$(mktemp -d)
+trap 'rm -rf "$wheels"' EXIT
+(cd "$here" && "$VENV/bin/maturin" build --release --quiet --out "$wheels" >&2)
+"$VENV/bin/pip" install --quiet --disable-pip-version-check --force-reinstall --no-deps "$wheels"/agentloop-*.whl
+(cd "$here" && "$VENV/bin/mypy")
+(cd "$here" && "$VENV/bin/pytest" -q "$@")

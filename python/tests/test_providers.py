@@ -1,0 +1,117 @@
+"""Live providers by name and base URL, through the runtime's own clients: an OpenAI-compatible
+server on loopback (a few lines of http.server, answering as the API does) gets the requests
+and answers with a tool call, then the text."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import threading
+from typing import Any, Dict, Iterator, List
+
+import pytest
+
+from agentloop import Agent, AgentloopError, Provider, tool
+
+ANSWERS: List[Dict[str, Any]] = [
+    {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "add", "arguments": '{"a": 2, "b": 3}'}}
+        ],
+    },
+    {"role": "assistant", "content": "2 + 3 = 5"},
+]
+
+
+class FakeOpenAI:
+    """The server's address and the requests it got (each body, with its path and auth header)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.received: List[Dict[str, Any]] = []
+
+
+@pytest.fixture
+def openai_server() -> Iterator[FakeOpenAI]:
+    fake = FakeOpenAI("")
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 - the http.server's name
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            body["_authorization"] = self.headers.get("Authorization")
+            body["_path"] = self.path
+            fake.received.append(body)
+            message = ANSWERS[min(len(fake.received), len(ANSWERS)) - 1]
+            reply = json.dumps(
+                {
+                    "id": f"chatcmpl-{len(fake.received)}",
+                    "object": "chat.completion",
+                    "model": "test-model",
+                    "choices": [
+                        {
+                            "index": 0,
+                            "message": message,
+                            "finish_reason": "tool_calls" if message.get("tool_calls") else "stop",
+                        }
+                    ],
+                    "usage": {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18},
+                }
+            ).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(reply)))
+            self.end_headers()
+            self.wfile.write(reply)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    fake.url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield fake
+    finally:
+        server.shutdown()
+
+
+@tool
+def add(a: int, b: int) -> int:
+    """Adds two integers."""
+    return a + b
+
+
+def test_an_openai_compatible_server_by_base_url(
+    openai_server: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TEST_SERVER_KEY", "sk-test-123")
+    url = openai_server.url
+    agent = Agent(
+        model=Provider("openai", "test-model", base_url=url, api_key_env="TEST_SERVER_KEY", stream=False),
+        instructions="Add with the tool.",
+        tools=[add],
+    )
+    out = agent.run("What is 2 + 3?")
+    assert out.stop_reason == "finished", out
+    assert out.output == "2 + 3 = 5"
+    [call] = out.tool_calls
+    assert call.tool == "add" and call.output == 5
+    assert out.usage.input_tokens == 22 and out.usage.output_tokens == 14
+    first, second = openai_server.received
+    assert first["_path"] == "/v1/chat/completions"
+    assert first["_authorization"] == "Bearer sk-test-123"
+    assert first["model"] == "test-model"
+    assert [t["function"]["name"] for t in first["tools"]] == ["add"]
+    # The second request carries the tool's result back, answering the call by its id.
+    assert second["messages"][-1] == {"role": "tool", "tool_call_id": "call_1", "content": "5"}
+
+
+def test_a_provider_without_its_key_is_refused_with_the_code(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    with pytest.raises(AgentloopError) as e:
+        Agent(model="anthropic:claude-sonnet-4-5")
+    assert e.value.code == "model.missing_api_key"
+    with pytest.raises(ValueError):
+        Agent(model="gpt-4.1-mini")

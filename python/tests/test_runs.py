@@ -1,0 +1,234 @@
+"""Runs: limits and stop reasons, cancellation, streamed events, sessions, agent files and the
+errors' codes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import pathlib
+import threading
+from typing import List, Tuple
+
+import pytest
+
+from agentloop import (
+    Agent,
+    AgentloopError,
+    Event,
+    FunctionModel,
+    Limits,
+    ModelRequest,
+    RunStopped,
+    ScriptedModel,
+    ToolCall,
+    tool,
+)
+
+
+@tool
+def noop(n: int) -> str:
+    """Does nothing."""
+    return "ok"
+
+
+def forever(request: ModelRequest):
+    """A model that never stops calling tools."""
+    turn = len([m for m in request.messages if m.get("role") == "assistant"])
+    return [ToolCall("noop", {"n": turn}, id=f"c{turn}")]
+
+
+def test_max_turns_stops_the_run_and_keeps_what_it_did() -> None:
+    out = Agent(model=FunctionModel(forever), tools=[noop], limits=Limits(max_turns=3)).run("Go.")
+    assert out.stop_reason == "max_turns"
+    assert out.limit is not None and out.limit.limit == "max_turns" and out.limit.bound == 3
+    assert out.turns == 3
+    # Every call the model made has its result: the last turn's was refused, since no model call
+    # would read it.
+    assert [(c.id, c.status) for c in out.tool_calls] == [("c0", "ok"), ("c1", "ok"), ("c2", "refused")]
+    assert out.tool_calls[2].error is not None and out.tool_calls[2].error.code == "limit.max_turns"
+    with pytest.raises(RunStopped) as e:
+        out.raise_for_stop()
+    assert e.value.code == "limit.reached"
+    assert e.value.outcome is out
+
+
+def test_max_tool_calls_refuses_the_calls_past_the_bound() -> None:
+    calls = [ToolCall("noop", {"n": i}) for i in range(3)]
+    out = Agent(
+        model=ScriptedModel([calls, "done"]), tools=[noop], limits=Limits(max_tool_calls=2)
+    ).run("Go.")
+    assert out.stop_reason == "max_tool_calls"
+    assert [c.ok for c in out.tool_calls].count(True) <= 2
+
+
+def test_the_default_limits_bound_every_run() -> None:
+    out = Agent(model=FunctionModel(forever), tools=[noop]).run("Go.")
+    assert out.stop_reason in ("max_turns", "max_model_calls", "max_tool_calls", "stuck_loop")
+
+
+def test_a_stuck_loop_is_stopped() -> None:
+    same = FunctionModel(lambda r: [ToolCall("noop", {"n": 1})])
+    out = Agent(model=same, tools=[noop]).run("Go.")
+    assert out.stop_reason == "stuck_loop"
+
+
+def test_a_deadline_stops_a_slow_tool() -> None:
+    @tool
+    async def slow() -> str:
+        """Takes a minute."""
+        await asyncio.sleep(60)
+        return "late"
+
+    out = Agent(
+        model=ScriptedModel([[ToolCall("slow", {})], "never"]), tools=[slow], limits=Limits(timeout=0.3)
+    ).run("Go.")
+    assert out.stop_reason == "deadline"
+    [call] = out.tool_calls
+    assert call.status == "cancelled"
+
+
+def test_a_tool_timeout_is_an_error_the_model_reads() -> None:
+    @tool(timeout=0.2)
+    async def slow() -> str:
+        """Takes a minute."""
+        await asyncio.sleep(60)
+        return "late"
+
+    out = Agent(model=ScriptedModel([[ToolCall("slow", {})], "it timed out"]), tools=[slow]).run("Go.")
+    assert out.stop_reason == "finished"
+    [call] = out.tool_calls
+    assert call.error is not None and call.error.code == "timeout"
+
+
+def hanging_agent() -> Tuple[Agent, threading.Event, List[bool]]:
+    """An agent whose one tool call waits until it is cancelled; the call's start, and a record
+    of its cancellation."""
+    started = threading.Event()
+    cancelled: List[bool] = []
+
+    @tool
+    async def hang() -> str:
+        """Waits forever."""
+        started.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            cancelled.append(True)
+            raise
+        return "never"
+
+    return Agent(model=ScriptedModel([[ToolCall("hang", {})], "never"]), tools=[hang]), started, cancelled
+
+
+def test_cancelling_the_task_cancels_the_run_and_its_running_tool() -> None:
+    agent, started, cancelled = hanging_agent()
+
+    async def main() -> None:
+        task = asyncio.ensure_future(agent.run_async("Go."))
+        while not started.is_set():
+            await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(main())
+    assert cancelled == [True]
+
+
+def test_streaming_yields_the_runs_events_in_order_then_the_outcome() -> None:
+    agent = Agent(
+        model=ScriptedModel([[ToolCall("noop", {"n": 1}, id="c1")], "The answer."]), tools=[noop]
+    )
+
+    async def main():
+        stream = agent.stream("Go.")
+        events: List[Event] = [e async for e in stream]
+        return events, stream.outcome
+
+    events, outcome = asyncio.run(main())
+    types = [e.type for e in events]
+    assert types[0] == "run_started" and types[-1] == "run_finished"
+    assert types.index("tool_started") < types.index("tool_finished")
+    assert "".join(e.text or "" for e in events if e.type == "text_delta") == "The answer."
+    assert {e.run_id for e in events} == {outcome.run_id}
+    assert outcome is not None and outcome.stop_reason == "finished"
+
+
+def test_leaving_a_stream_early_cancels_the_run() -> None:
+    agent, started, cancelled = hanging_agent()
+
+    async def main() -> None:
+        async for event in agent.stream("Go."):
+            if event.type == "tool_started":
+                break
+
+    asyncio.run(main())
+    assert cancelled == [True]
+
+
+def test_a_session_carries_the_conversation_by_name(tmp_path: pathlib.Path) -> None:
+    seen: List[int] = []
+
+    def answer(request: ModelRequest):
+        seen.append(len([m for m in request.messages if m.get("role") == "user"]))
+        return f"answer {len(seen)}"
+
+    agent = Agent(model=FunctionModel(answer))
+    store = tmp_path / "sessions.db"
+    first = agent.run("Hello.", session="alice", sessions=store)
+    second = agent.run("Again.", session="alice", sessions=store)
+    other = agent.run("Hi.", session="bob", sessions=store)
+    assert [first.output, second.output, other.output] == ["answer 1", "answer 2", "answer 3"]
+    assert seen == [1, 2, 1]
+
+
+def test_an_agent_file_runs_as_the_cli_runs_it(repo_root: pathlib.Path) -> None:
+    agent = Agent.from_file(repo_root / "examples/quickstart/agent.toml")
+    out = agent.run("Compare the weather in Paris and Lisbon, in Fahrenheit.")
+    agent.close()
+    assert agent.name == "weather"
+    assert out.stop_reason == "finished", out
+    assert [c.tool for c in out.tool_calls][:2] == ["get_weather", "get_weather"]
+    assert out.tool_calls[0].ok and out.tool_calls[1].ok
+    assert out.output is not None and "73.4" in out.output
+    assert out.usage.input_tokens > 0
+
+
+def test_errors_carry_the_runtimes_codes(tmp_path: pathlib.Path) -> None:
+    with pytest.raises(AgentloopError) as e:
+        Agent.from_file(tmp_path / "missing.toml")
+    assert e.value.code == "agent_file.unreadable"
+    bad = tmp_path / "agent.toml"
+    bad.write_text('name = "x"\n[model]\nprovider = "nope"\n')
+    with pytest.raises(AgentloopError) as e:
+        Agent.from_file(bad)
+    assert e.value.code == "agent_file.invalid"
+    with pytest.raises(AgentloopError) as e:
+        Agent(model=ScriptedModel([]), limits=Limits(max_cost_usd=1.0))
+    assert e.value.code == "config.unpriced_model"
+    agent = Agent(model=ScriptedModel(["hi"]))
+    with pytest.raises(AgentloopError) as e:
+        agent.resume("no-such-run", journal=tmp_path / "journal.db")
+    assert e.value.code.startswith("journal.")
+
+
+def test_a_failed_model_fails_the_run_with_its_code() -> None:
+    def broken(request: ModelRequest):
+        raise RuntimeError("the model fell over")
+
+    out = Agent(model=FunctionModel(broken)).run("Hi.")
+    assert out.stop_reason == "failed"
+    assert out.error is not None and "the model fell over" in out.error.message
+    with pytest.raises(RunStopped) as e:
+        out.raise_for_stop()
+    assert e.value.code == out.error.code
+
+
+def test_a_trace_file_records_the_run(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "trace.ndjson"
+    agent = Agent(model=ScriptedModel([[ToolCall("noop", {"n": 1}, id="c1")], "done"]), tools=[noop])
+    out = agent.run("Go.", trace=path)
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    assert records, "the trace is empty"
+    assert {r.get("run_id") for r in records if "run_id" in r} == {out.run_id}
+    assert any(r.get("tool") == "noop" or r.get("name") == "noop" for r in records), records

@@ -1,0 +1,250 @@
+"""Tools from type hints and docstrings: the schema the runtime validates against, the arguments
+a function receives, what its result or exception becomes, and parallel coroutine tools."""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import threading
+from typing import List, Literal, Optional
+
+import pytest
+
+from agentloop import (
+    EXCEPTION_CODE,
+    Agent,
+    FunctionModel,
+    ModelRequest,
+    ScriptedModel,
+    ToolCall,
+    ToolError,
+    tool,
+)
+from agentloop import _schema
+
+
+class Unit(enum.Enum):
+    CELSIUS = "celsius"
+    FAHRENHEIT = "fahrenheit"
+
+
+def forecast(city: str, days: int = 1, unit: Unit = Unit.CELSIUS, tags: Optional[List[str]] = None) -> dict:
+    """The forecast of a city.
+
+    Args:
+        city: The city's name,
+            as people write it.
+        days: How many days ahead.
+        unit: The temperature unit.
+        tags: Labels to echo back.
+    """
+    return {"city": city, "days": days, "unit": unit.value, "tags": tags or []}
+
+
+def test_schema_from_hints_and_docstring_without_pydantic(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_schema, "pydantic", None)
+    t = tool(forecast)
+    assert t.name == "forecast"
+    assert t.description == "The forecast of a city."
+    assert t.schema == {
+        "type": "object",
+        "properties": {
+            "city": {"type": "string", "description": "The city's name, as people write it."},
+            "days": {"type": "integer", "description": "How many days ahead.", "default": 1},
+            "unit": {"enum": ["celsius", "fahrenheit"], "description": "The temperature unit."},
+            "tags": {
+                "anyOf": [{"type": "array", "items": {"type": "string"}}, {"type": "null"}],
+                "description": "Labels to echo back.",
+                "default": None,
+            },
+        },
+        "required": ["city"],
+        "additionalProperties": False,
+    }
+
+
+def test_schema_from_hints_with_pydantic() -> None:
+    t = tool(forecast)
+    props = t.schema["properties"]
+    assert t.schema["required"] == ["city"]
+    assert t.schema["additionalProperties"] is False
+    assert props["city"] == {"type": "string", "description": "The city's name, as people write it."}
+    assert props["days"]["type"] == "integer" and props["days"]["default"] == 1
+    assert "$ref" in props["unit"] or "enum" in props["unit"]
+
+
+@pytest.mark.parametrize("use_pydantic", [True, False])
+def test_a_call_gets_typed_arguments_and_its_result_reaches_the_model(
+    use_pydantic: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if not use_pydantic:
+        monkeypatch.setattr(_schema, "pydantic", None)
+    seen: List[dict] = []
+
+    def answer(request: ModelRequest):
+        results = request.last_tool_results()
+        if not results:
+            return [ToolCall("forecast", {"city": "Oslo", "days": 3, "unit": "fahrenheit"}, id="c1")]
+        seen.append(results[0])
+        return "done"
+
+    agent = Agent(model=FunctionModel(answer), tools=[tool(forecast)])
+    out = agent.run("Forecast for Oslo?")
+    assert out.stop_reason == "finished", out
+    assert out.output == "done"
+    [call] = out.tool_calls
+    assert call.ok and call.status == "ok"
+    # The enum arrived as an Unit (its .value made the output), the default of tags as None.
+    assert call.output == {"city": "Oslo", "days": 3, "unit": "fahrenheit", "tags": []}
+    assert seen[0]["call_id"] == "c1" and "Oslo" in str(seen[0]["content"])
+
+
+def test_arguments_that_fail_the_schema_never_reach_the_function() -> None:
+    ran = threading.Event()
+
+    @tool
+    def add(a: int, b: int) -> int:
+        """Adds two integers."""
+        ran.set()
+        return a + b
+
+    agent = Agent(
+        model=ScriptedModel([[ToolCall("add", {"a": 1, "b": "two"}, id="c1")], "gave up"]),
+        tools=[add],
+    )
+    out = agent.run("1 + two?")
+    [call] = out.tool_calls
+    assert not call.ok
+    assert call.error is not None and call.error.code == "invalid_arguments"
+    assert not ran.is_set()
+
+
+def test_an_exception_is_a_result_the_model_reads_and_its_traceback_is_kept() -> None:
+    read_by_model: List[dict] = []
+
+    @tool
+    def lookup(city: str) -> str:
+        """Looks a city up."""
+        raise ValueError(f"no station in {city}")
+
+    def answer(request: ModelRequest):
+        results = request.last_tool_results()
+        if not results:
+            return [ToolCall("lookup", {"city": "Atlantis"}, id="c1")]
+        read_by_model.extend(results)
+        return "Atlantis has no station."
+
+    out = Agent(model=FunctionModel(answer), tools=[lookup]).run("Weather in Atlantis?")
+    assert out.stop_reason == "finished"
+    [call] = out.tool_calls
+    assert call.status == "error"
+    assert call.error is not None
+    assert call.error.code == EXCEPTION_CODE
+    assert call.error.message == "ValueError: no station in Atlantis"
+    assert call.traceback is not None and 'raise ValueError(f"no station in {city}")' in call.traceback
+    # The model read the error as an error, without the traceback.
+    assert read_by_model[0]["is_error"] is True
+    assert "no station in Atlantis" in str(read_by_model[0]["content"])
+    assert "Traceback" not in str(read_by_model[0]["content"])
+
+
+def test_a_tool_error_gives_the_model_its_own_code() -> None:
+    @tool
+    def lookup(city: str) -> str:
+        """Looks a city up."""
+        raise ToolError("unknown_city", f"no station in {city}")
+
+    out = Agent(
+        model=ScriptedModel([[ToolCall("lookup", {"city": "Atlantis"})], "sorry"]), tools=[lookup]
+    ).run("?")
+    [call] = out.tool_calls
+    assert call.error is not None and call.error.code == "unknown_city"
+    assert call.traceback is None
+
+
+def _barrier_tools(n: int):
+    """`n` coroutine tools that each wait until all `n` have started: they can only all finish
+    when they run at the same time."""
+    started: List[str] = []
+    all_in = {"event": None}
+
+    @tool
+    async def wait_for_all(name: str) -> str:
+        """Waits for its siblings."""
+        if all_in["event"] is None:
+            all_in["event"] = asyncio.Event()
+        started.append(name)
+        if len(started) == n:
+            all_in["event"].set()
+        await asyncio.wait_for(all_in["event"].wait(), timeout=10)
+        return f"{name} ran beside {len(started) - 1} others"
+
+    calls = [ToolCall("wait_for_all", {"name": f"t{i}"}, id=f"c{i}") for i in range(n)]
+    return wait_for_all, calls, started
+
+
+def test_async_tools_of_a_batch_run_in_parallel_on_the_callers_loop() -> None:
+    t, calls, started = _barrier_tools(3)
+    agent = Agent(model=ScriptedModel([calls, "all three ran"]), tools=[t])
+
+    async def main():
+        loop_thread = threading.get_ident()
+        seen_threads = []
+
+        @tool
+        async def where() -> str:
+            """Says which thread it ran on."""
+            seen_threads.append(threading.get_ident())
+            return "here"
+
+        out = await agent.run_async("Run them.")
+        other = Agent(model=ScriptedModel([[ToolCall("where", {})], "ok"]), tools=[where])
+        await other.run_async("Where?")
+        return out, loop_thread, seen_threads
+
+    out, loop_thread, seen_threads = asyncio.run(main())
+    assert out.stop_reason == "finished", out
+    assert [c.ok for c in out.tool_calls] == [True, True, True]
+    assert sorted(c.output for c in out.tool_calls) == [f"t{i} ran beside 2 others" for i in range(3)]
+    assert seen_threads == [loop_thread]
+
+
+def test_async_tools_run_in_parallel_under_a_blocking_run_too() -> None:
+    t, calls, _ = _barrier_tools(3)
+    out = Agent(model=ScriptedModel([calls, "done"]), tools=[t]).run("Run them.")
+    assert [c.ok for c in out.tool_calls] == [True, True, True], out.tool_calls
+
+
+def test_sync_tools_run_on_a_thread_pool_in_parallel() -> None:
+    barrier = threading.Barrier(3, timeout=10)
+
+    @tool
+    def meet(name: str) -> str:
+        """Waits for two others on a barrier."""
+        barrier.wait()
+        return name
+
+    calls = [ToolCall("meet", {"name": f"m{i}"}) for i in range(3)]
+    out = Agent(model=ScriptedModel([calls, "met"]), tools=[meet]).run("Meet.")
+    assert [c.ok for c in out.tool_calls] == [True, True, True], out.tool_calls
+
+
+def test_a_sequential_tool_never_runs_beside_another() -> None:
+    running = {"now": 0, "most": 0}
+    lock = threading.Lock()
+
+    @tool(sequential=True)
+    def one_at_a_time(n: int) -> int:
+        """Counts how many run at once."""
+        with lock:
+            running["now"] += 1
+            running["most"] = max(running["most"], running["now"])
+        threading.Event().wait(0.05)
+        with lock:
+            running["now"] -= 1
+        return n
+
+    calls = [ToolCall("one_at_a_time", {"n": i}) for i in range(3)]
+    out = Agent(model=ScriptedModel([calls, "ok"]), tools=[one_at_a_time]).run("Go.")
+    assert [c.output for c in out.tool_calls] == [0, 1, 2]
+    assert running["most"] == 1

@@ -1,0 +1,54 @@
+"""Not a test: code a user would write, which mypy (strict) checks against the package's types
+and stubs in CI, so that the types say what the package does."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import List, Optional
+
+from agentloop import (
+    Agent,
+    AgentloopError,
+    Event,
+    FunctionModel,
+    Limits,
+    ModelRequest,
+    Provider,
+    Reply,
+    RunOutcome,
+    ScriptedModel,
+    ToolCall,
+    tool,
+)
+
+
+@tool(idempotent=True, timeout=5.0)
+async def get_weather(city: str) -> str:
+    """The weather of a city."""
+    return "18"
+
+
+def answer(request: ModelRequest) -> Reply:
+    return Reply(text="done", input_tokens=len(request.messages))
+
+
+def use() -> Optional[str]:
+    agent = Agent(
+        model=ScriptedModel([[ToolCall("get_weather", {"city": "Paris"})], "18 °C"]),
+        instructions="Answer.",
+        tools=[get_weather],
+        limits=Limits(max_turns=4),
+    )
+    out: RunOutcome = agent.run("Weather?")
+    codes: List[str] = [c.error.code for c in out.tool_calls if c.error is not None]
+    try:
+        Agent(model=Provider("openai", "gpt-4.1-mini", api_key_env="OPENAI_API_KEY"))
+    except AgentloopError as e:
+        codes.append(e.code)
+    Agent(model=FunctionModel(answer))
+
+    async def events() -> List[Event]:
+        return [e async for e in agent.stream("Again?")]
+
+    asyncio.run(events())
+    return out.output if not codes else None
