@@ -2,12 +2,24 @@
 //! subagents' files) and prints each one's tools as the model would see them (name, description,
 //! input and output schemas), then stops them. No model and no credentials are needed; the
 //! servers' own variables are.
+//!
+//! `agentloop mcp serve FILE...`: the other way round, the agents (or with `--tools` their
+//! tools) served to MCP clients, over stdio or streamable HTTP. Each call is a run of the agent
+//! as the file describes it: its limits, permissions, sandbox and, with `--journal`, journal.
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 
-use clap::Subcommand;
+use agentloop::{CancellationToken, EventSink, RunOptions};
+use agentloop_mcp::serve::{
+    AgentServer, Offer, RunOptionsFor, ServeError, ServedAgent, ServedTools,
+};
+use clap::{Args, Subcommand};
 use serde_json::{Value, json};
 
+use crate::agent_file::AgentFile;
+use crate::assemble::{self, Approval, StartedMcp};
 use crate::error::{CliError, code};
 
 /// `agentloop mcp ...`.
@@ -21,12 +33,39 @@ pub enum McpCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Serves the agents to MCP clients: each agent is one tool (called with a `task`, answering
+    /// with its final output), over stdio, or streamable HTTP with --http.
+    Serve(ServeArgs),
+}
+
+/// `agentloop mcp serve`.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// The agent files: each agent is one MCP tool, named as the agent.
+    #[arg(required = true)]
+    files: Vec<PathBuf>,
+    /// Serves streamable HTTP at http://ADDR/mcp (127.0.0.1:0 picks a free port) instead of
+    /// stdio. The address is printed on stderr.
+    #[arg(long, value_name = "ADDR")]
+    http: Option<SocketAddr>,
+    /// Serves each file's tools instead of its agent (its command tools, built-in tools and its
+    /// MCP servers' tools, as its model sees them), under the file's permissions and sandbox.
+    #[arg(long)]
+    tools: bool,
+    /// Journals each call's run in this SQLite journal, at the files' durability
+    /// (`agentloop resume` goes on with a run the server left).
+    #[arg(long, value_name = "PATH", conflicts_with = "tools")]
+    journal: Option<PathBuf>,
+    /// Records each call's run to this trace file (.ndjson, or .sqlite/.db).
+    #[arg(long, value_name = "PATH")]
+    trace: Option<PathBuf>,
 }
 
 /// Runs an `mcp` command.
 pub async fn mcp(command: McpCommand) -> Result<i32, CliError> {
     match command {
         McpCommand::List { file, json } => list(file, json).await,
+        McpCommand::Serve(args) => serve(args).await,
     }
 }
 
@@ -94,5 +133,190 @@ async fn list(path: PathBuf, as_json: bool) -> Result<i32, CliError> {
         }
         out!("");
     }
+    Ok(code::OK)
+}
+
+fn serve_error(e: &ServeError) -> CliError {
+    CliError::Setup {
+        message: format!("{}: {e}", e.code()),
+    }
+}
+
+/// An agent file with its started MCP servers, shared by the calls that run it.
+type Loaded = Arc<(AgentFile, StartedMcp)>;
+
+async fn serve(args: ServeArgs) -> Result<i32, CliError> {
+    let protected: Vec<PathBuf> = [args.journal.clone(), args.trace.clone()]
+        .into_iter()
+        .flatten()
+        .collect();
+    let mut loaded: Vec<Loaded> = Vec::new();
+    for path in &args.files {
+        let arg = crate::args::AgentFileArg { file: path.clone() };
+        let mut file = match arg.load() {
+            Ok(f) => f,
+            Err(e) => {
+                shutdown_all(&loaded).await;
+                return Err(e);
+            }
+        };
+        file.protect(&protected);
+        match StartedMcp::start(&file).await {
+            Ok(mcp) => loaded.push(Arc::new((file, mcp))),
+            Err(e) => {
+                shutdown_all(&loaded).await;
+                return Err(e);
+            }
+        }
+    }
+    let served = offer(&args, &loaded);
+    let result = match served {
+        Ok((offer, trace)) => {
+            let outcome = serve_offer(&args, offer).await;
+            if let Some(t) = &trace
+                && let Err(e) = crate::runs::finish_trace(Some(t))
+            {
+                eprintln!("agentloop: warning: {e}");
+            }
+            outcome
+        }
+        Err(e) => Err(e),
+    };
+    shutdown_all(&loaded).await;
+    result
+}
+
+async fn shutdown_all(loaded: &[Loaded]) {
+    for l in loaded {
+        l.1.shutdown().await;
+    }
+}
+
+/// What the files offer: their agents, or with `--tools` their tools; and the trace the runs
+/// record to.
+fn offer(
+    args: &ServeArgs,
+    loaded: &[Loaded],
+) -> Result<(Offer, Option<Arc<agentloop_store::TraceSink>>), CliError> {
+    let trace = crate::args::TraceArgs {
+        trace: args.trace.clone(),
+        trace_payloads: false,
+        otel: false,
+        otel_payloads: false,
+    }
+    .open()?;
+    // One journal for every file's runs: a power cut loses none unless each file says
+    // `durability = "process"`.
+    let journal = match &args.journal {
+        Some(path) => {
+            let level = if loaded
+                .iter()
+                .all(|l| l.0.spec.durability == Some(agentloop_store::Durability::Process))
+            {
+                agentloop_store::Durability::Process
+            } else {
+                agentloop_store::Durability::Power
+            };
+            Some(crate::durable::open_journal(path, level)?)
+        }
+        None => None,
+    };
+    let mut offer = Offer::new();
+    for l in loaded {
+        let file = &l.0;
+        let options: RunOptionsFor = {
+            let trace = trace.clone();
+            let journal = journal.clone();
+            let origin = crate::durable::origin(&file.path);
+            Arc::new(move || RunOptions {
+                sinks: trace
+                    .iter()
+                    .map(|t| Arc::clone(t) as Arc<dyn EventSink>)
+                    .collect(),
+                journal: journal
+                    .clone()
+                    .map(|j| j as Arc<dyn agentloop::journal::Journal>),
+                origin: Some(origin.clone()),
+                ..RunOptions::default()
+            })
+        };
+        if args.tools {
+            let mut specs: Vec<agentloop::tool::ToolSpec> = assemble::tools(file)?
+                .iter()
+                .map(|t| t.spec().clone())
+                .collect();
+            if let Some(servers) = l.1.servers(file) {
+                specs.extend(servers.tools().iter().map(|t| t.spec().clone()));
+            }
+            let l = l.clone();
+            offer
+                .tools(ServedTools {
+                    specs,
+                    build: Arc::new(move |model, prompter| {
+                        assemble::agent(&l.0, model, &Approval::Prompter(prompter), &l.1)
+                            .map_err(|e| e.to_string())
+                    }),
+                    options,
+                })
+                .map_err(|e| serve_error(&e))?;
+        } else {
+            let name = file.spec.name.get_ref().clone();
+            let description = file
+                .spec
+                .description
+                .clone()
+                .unwrap_or_else(|| format!("Hands a task to the agent {name}."));
+            let output_schema = file
+                .spec
+                .output_schema
+                .as_ref()
+                .map(|s| s.get_ref().clone());
+            let l = l.clone();
+            offer
+                .agent(ServedAgent {
+                    name,
+                    description,
+                    output_schema,
+                    build: Arc::new(move |prompter| {
+                        let model = assemble::model(&l.0).map_err(|e| e.to_string())?;
+                        assemble::agent(&l.0, model, &Approval::Prompter(prompter), &l.1)
+                            .map_err(|e| e.to_string())
+                    }),
+                    options,
+                })
+                .map_err(|e| serve_error(&e))?;
+        }
+    }
+    Ok((offer, trace))
+}
+
+/// Serves until the client leaves (stdio), or Ctrl-C or SIGTERM.
+async fn serve_offer(args: &ServeArgs, offer: Offer) -> Result<i32, CliError> {
+    let names: Vec<String> = offer.names().map(str::to_owned).collect();
+    let server = AgentServer::new(offer);
+    let shutdown = CancellationToken::new();
+    let stop = shutdown.clone();
+    let signals = tokio::spawn(async move {
+        crate::runs::terminated().await;
+        stop.cancel();
+    });
+    let served = match args.http {
+        Some(addr) => {
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|e| CliError::Io {
+                    message: format!("cannot listen on {addr}: {e}"),
+                })?;
+            let at = listener.local_addr().map_or(addr, |a| a);
+            eprintln!("agentloop: serving {} at http://{at}/mcp", names.join(", "));
+            agentloop_mcp::serve::serve_http(server, listener, shutdown).await
+        }
+        None => {
+            eprintln!("agentloop: serving {} on stdio", names.join(", "));
+            agentloop_mcp::serve::serve_stdio(server, shutdown).await
+        }
+    };
+    signals.abort();
+    served.map_err(|e| serve_error(&e))?;
     Ok(code::OK)
 }
