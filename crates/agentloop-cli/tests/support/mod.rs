@@ -296,3 +296,21 @@ pub async fn chat(agent: PathBuf, input: &'static str) -> Output {
     .await
     .unwrap()
 }
+
+/// The folder the MCP test servers and clients are installed in by `scripts/mcp/install.sh`
+/// (once per test process): `node_modules/.bin/` and `venv/bin/` hold their commands.
+pub fn mcp_installed() -> &'static Path {
+    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        let out = std::process::Command::new(repo().join("scripts/mcp/install.sh"))
+            .stderr(std::process::Stdio::inherit())
+            .output()
+            .expect("cannot run scripts/mcp/install.sh (it needs bash, npm and python3)");
+        assert!(
+            out.status.success(),
+            "scripts/mcp/install.sh failed ({}): the MCP test servers could not be installed",
+            out.status
+        );
+        PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
+    })
+}

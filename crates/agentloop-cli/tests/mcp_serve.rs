@@ -1,0 +1,475 @@
+#![allow(
+    clippy::indexing_slicing,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic
+)]
+//! `agentloop mcp serve`, driven by MCP clients no one here wrote: the official Python SDK
+//! (`scripts/mcp/serve_client.py` is a thin script over it) and the MCP Inspector's CLI, both
+//! installed at pinned versions by `scripts/mcp/install.sh`, over stdio and streamable HTTP on
+//! loopback. A scripted agent answers, so no key is needed: the clients list the agent as a tool,
+//! call it and read its progress and structured answer, cancel a call (the run stops and its tool
+//! with it), and read the error results of a bad call and of a call the agent's permissions ask
+//! about. With `--tools` the agent file's own tools (a command tool, an `[[mcp]]` server's tool)
+//! are served under its permissions.
+
+mod support;
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use support::*;
+
+fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_agentloop")
+}
+
+/// A forecaster: it calls its `forecast` command tool for Paris and answers JSON that its output
+/// schema describes. `slow` starts, writes `started`, and would write `finished` after 8 s.
+fn forecaster(permissions: &str) -> AgentDir {
+    let dir = AgentDir::new(&format!(
+        r#"name = "forecaster"
+description = "Forecasts the weather of a city."
+output_schema = {{ type = "object", properties = {{ forecast = {{ type = "string" }} }}, required = ["forecast"] }}
+
+[model]
+provider = "scripted"
+script = "script.json"
+
+[[tools]]
+name = "forecast"
+description = "The forecast of a city."
+command = ["python3", "tool.py"]
+input_schema = {{ type = "object", properties = {{ city = {{ type = "string" }} }}, required = ["city"] }}
+
+[[tools]]
+name = "slow"
+description = "Takes its time."
+command = ["python3", "slow.py"]
+timeout_secs = 60
+{permissions}"#
+    ));
+    dir.write(
+        "script.json",
+        &json!([
+            {"tool_calls": [{"id": "c1", "name": "forecast", "arguments": {"city": "Paris"}}]},
+            {"text": "{\"forecast\": \"18 degrees and sunny\"}"}
+        ])
+        .to_string(),
+    );
+    dir.write(
+        "slow.py",
+        "import time\nopen('started', 'w').close()\ntime.sleep(8)\nopen('finished', 'w').close()\n",
+    );
+    dir
+}
+
+/// A scripted agent whose one step calls `slow`.
+fn slow_script(dir: &AgentDir) {
+    dir.write(
+        "script.json",
+        &json!([
+            {"tool_calls": [{"id": "s1", "name": "slow", "arguments": {}}]},
+            {"text": "{\"forecast\": \"late\"}"}
+        ])
+        .to_string(),
+    );
+}
+
+/// How a client reaches the server.
+enum Transport {
+    Stdio,
+    Http,
+}
+
+/// `agentloop mcp serve ... --http 127.0.0.1:0`, stopped when dropped.
+struct HttpServer {
+    child: Child,
+    url: String,
+}
+
+impl HttpServer {
+    fn start(args: &[&str]) -> HttpServer {
+        let mut child = Command::new(bin())
+            .args(["mcp", "serve", "--http", "127.0.0.1:0"])
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+        let url = loop {
+            let line = lines
+                .next()
+                .expect("the server ended before it printed its address")
+                .unwrap();
+            if let Some(at) = line.find("http://") {
+                break line[at..].trim().to_owned();
+            }
+        };
+        // Keep reading its stderr so that it never blocks on a full pipe.
+        std::thread::spawn(move || lines.for_each(drop));
+        HttpServer { child, url }
+    }
+}
+
+impl Drop for HttpServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs the Python SDK's client through `steps` against `mcp serve` with `args`, and returns
+/// what each step saw.
+async fn python_client(transport: &Transport, args: &[&str], steps: Value) -> Vec<Value> {
+    let installed = mcp_installed();
+    let server;
+    let (mode, target) = match transport {
+        Transport::Stdio => {
+            let mut command = vec![bin().to_owned(), "mcp".into(), "serve".into()];
+            command.extend(args.iter().map(|a| (*a).to_owned()));
+            ("stdio", json!(command).to_string())
+        }
+        Transport::Http => {
+            server = HttpServer::start(args);
+            ("http", server.url.clone())
+        }
+    };
+    let python = installed.join("venv/bin/python");
+    let script = repo().join("scripts/mcp/serve_client.py");
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new(python)
+            .arg(script)
+            .args([mode, &target, &steps.to_string()])
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "the Python SDK client failed: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice::<Value>(&out.stdout)
+        .unwrap()
+        .as_array()
+        .unwrap()
+        .clone()
+}
+
+fn text_of(result: &Value) -> String {
+    result["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+async fn lists_calls_and_reads_progress(transport: Transport) {
+    let dir = forecaster("");
+    let agent = dir.agent();
+    let agent = agent.to_str().unwrap();
+    let seen = python_client(
+        &transport,
+        &[agent],
+        json!([
+            {"do": "list"},
+            {"do": "call", "tool": "forecaster", "arguments": {"task": "The weather in Paris?"}},
+            {"do": "call", "tool": "forecaster", "arguments": {}},
+            {"do": "call", "tool": "no_such_agent", "arguments": {"task": "x"}}
+        ]),
+    )
+    .await;
+    let tools = seen[0]["tools"].as_array().unwrap();
+    assert_eq!(tools.len(), 1, "{tools:?}");
+    assert_eq!(tools[0]["name"], "forecaster");
+    assert_eq!(tools[0]["description"], "Forecasts the weather of a city.");
+    assert_eq!(tools[0]["inputSchema"]["required"], json!(["task"]));
+    assert_eq!(
+        tools[0]["outputSchema"]["required"],
+        json!(["forecast"]),
+        "{tools:?}"
+    );
+
+    let call = &seen[1];
+    assert_eq!(call["result"]["isError"], false, "{call}");
+    assert_eq!(
+        call["result"]["structuredContent"],
+        json!({"forecast": "18 degrees and sunny"}),
+        "{call}"
+    );
+    assert_eq!(
+        call["progress"],
+        json!([
+            "turn 1",
+            "calling forecast",
+            "forecast: ok",
+            "turn 2",
+            "run finished"
+        ]),
+        "{call}"
+    );
+    // The agent's own tool really ran, with what its model gave it.
+    assert_eq!(dir.tool_inputs(), vec![json!({"city": "Paris"})]);
+
+    // A call without a task: an error result the client reads.
+    let bad = &seen[2];
+    assert_eq!(bad["result"]["isError"], true, "{bad}");
+    assert!(text_of(&bad["result"]).contains("`task`"), "{bad}");
+    // A tool the server does not have: a protocol error (invalid params).
+    let unknown = &seen[3];
+    assert_eq!(unknown["error"]["code"], -32602, "{unknown}");
+    assert!(
+        unknown["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("no_such_agent"),
+        "{unknown}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_python_sdk_lists_calls_and_reads_progress_over_stdio() {
+    lists_calls_and_reads_progress(Transport::Stdio).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_python_sdk_lists_calls_and_reads_progress_over_http() {
+    lists_calls_and_reads_progress(Transport::Http).await;
+}
+
+/// Waits until the trace records the end of a run, and returns its stop reason.
+fn run_finished_in(trace: &Path) -> String {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let text = std::fs::read_to_string(trace).unwrap_or_default();
+        if let Some(stop) = text
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .find(|e| e["kind"] == "run" && e.get("stop_reason").is_some())
+        {
+            return stop["stop_reason"].as_str().unwrap_or_default().to_owned();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the trace never recorded the run's end:\n{text}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+async fn a_cancelled_call_stops_its_run(transport: Transport) {
+    let dir = forecaster("");
+    slow_script(&dir);
+    let agent = dir.agent();
+    let trace = dir.path("trace.ndjson");
+    let started = Instant::now();
+    let seen = python_client(
+        &transport,
+        &[agent.to_str().unwrap(), "--trace", trace.to_str().unwrap()],
+        json!([
+            {"do": "cancel", "tool": "forecaster", "arguments": {"task": "Take your time."},
+             "after": "calling slow", "when_exists": dir.path("started")},
+            {"do": "list"}
+        ]),
+    )
+    .await;
+    assert_eq!(seen[0]["cancelled"], true, "{}", seen[0]);
+    assert!(seen[0].get("result").is_none(), "{}", seen[0]);
+    // The session goes on after the cancellation.
+    assert_eq!(seen[1]["tools"][0]["name"], "forecaster");
+    let trace_path = trace.clone();
+    let stop = tokio::task::spawn_blocking(move || run_finished_in(&trace_path))
+        .await
+        .unwrap();
+    assert_eq!(stop, "cancelled");
+    // The tool's process went with its run: it never finishes its sleep.
+    let after = Duration::from_secs(10).saturating_sub(started.elapsed());
+    tokio::time::sleep(after).await;
+    assert!(!dir.path("finished").exists(), "the slow tool ran on");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_call_the_python_sdk_cancels_stops_its_run_over_stdio() {
+    a_cancelled_call_stops_its_run(Transport::Stdio).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_call_the_python_sdk_cancels_stops_its_run_over_http() {
+    a_cancelled_call_stops_its_run(Transport::Http).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_call_the_permissions_ask_about_is_an_error_result_and_never_runs() {
+    let dir = forecaster("[permissions]\nask = [\"forecast\"]\n");
+    let agent = dir.agent();
+    let seen = python_client(
+        &Transport::Stdio,
+        &[agent.to_str().unwrap()],
+        json!([{"do": "call", "tool": "forecaster", "arguments": {"task": "Paris?"}}]),
+    )
+    .await;
+    let result = &seen[0]["result"];
+    assert_eq!(result["isError"], true, "{result}");
+    let text = text_of(result);
+    assert!(text.starts_with("approval required"), "{text}");
+    assert!(text.contains("forecast"), "{text}");
+    assert!(dir.tool_inputs().is_empty(), "the asked call ran");
+}
+
+/// Runs the MCP Inspector's CLI against `target` (a command, or a URL) with `args`.
+async fn inspector(target: Vec<String>, args: &[&str]) -> (bool, Value) {
+    let installed = mcp_installed();
+    let node = installed.join("venv/bin/node");
+    let cli = installed.join("node_modules/.bin/mcp-inspector");
+    let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new(node)
+            .arg(cli)
+            .arg("--cli")
+            .args(target)
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let value = serde_json::from_str(&text).unwrap_or_else(|_| {
+        panic!(
+            "the Inspector printed no JSON: {text}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    (out.status.success(), value)
+}
+
+async fn the_inspector_lists_calls_and_reads_an_error(transport: Transport) {
+    let dir = forecaster("");
+    let agent = dir.agent().to_str().unwrap().to_owned();
+    let server;
+    let target: Vec<String> = match transport {
+        Transport::Stdio => vec![bin().into(), "mcp".into(), "serve".into(), agent],
+        Transport::Http => {
+            server = HttpServer::start(&[&agent]);
+            vec![server.url.clone()]
+        }
+    };
+    let (ok, listed) = inspector(target.clone(), &["--method", "tools/list"]).await;
+    assert!(ok, "{listed}");
+    assert_eq!(listed["tools"][0]["name"], "forecaster", "{listed}");
+    assert_eq!(
+        listed["tools"][0]["inputSchema"]["properties"]["task"]["type"],
+        "string"
+    );
+
+    let (ok, called) = inspector(
+        target.clone(),
+        &[
+            "--method",
+            "tools/call",
+            "--tool-name",
+            "forecaster",
+            "--tool-arg",
+            "task=Paris?",
+        ],
+    )
+    .await;
+    assert!(ok, "{called}");
+    assert_eq!(called["isError"], false, "{called}");
+    assert_eq!(
+        called["structuredContent"]["forecast"], "18 degrees and sunny",
+        "{called}"
+    );
+
+    // No task: the Inspector reads the error result and fails.
+    let (ok, failed) = inspector(
+        target,
+        &["--method", "tools/call", "--tool-name", "forecaster"],
+    )
+    .await;
+    assert!(!ok, "{failed}");
+    assert!(failed.to_string().contains("isError"), "{failed}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_inspector_cli_lists_calls_and_reads_an_error_over_stdio() {
+    the_inspector_lists_calls_and_reads_an_error(Transport::Stdio).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_inspector_cli_lists_calls_and_reads_an_error_over_http() {
+    the_inspector_lists_calls_and_reads_an_error(Transport::Http).await;
+}
+
+/// The forecaster with the PyPI time server declared as `[[mcp]]`, and `slow` denied.
+fn forecaster_with_time_server() -> AgentDir {
+    let time = mcp_installed().join("venv/bin/mcp-server-time");
+    let dir = forecaster(&format!(
+        "\n[[mcp]]\nname = \"time\"\ncommand = [\"{}\"]\ntimeout_secs = 60\n\n[permissions]\ndeny = [\"slow\"]\n",
+        time.display()
+    ));
+    // The tools are called by the client, never by a model.
+    dir.write("script.json", "[]");
+    dir
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn with_tools_the_files_own_tools_are_served_under_its_permissions() {
+    let dir = forecaster_with_time_server();
+    let agent = dir.agent();
+    let seen = python_client(
+        &Transport::Stdio,
+        &[agent.to_str().unwrap(), "--tools"],
+        json!([
+            {"do": "list"},
+            {"do": "call", "tool": "forecast", "arguments": {"city": "Lisbon"}},
+            {"do": "call", "tool": "forecast", "arguments": {"town": "Lisbon"}},
+            {"do": "call", "tool": "slow", "arguments": {}},
+            {"do": "call", "tool": "time__get_current_time", "arguments": {"timezone": "Etc/UTC"}}
+        ]),
+    )
+    .await;
+    let names: Vec<&str> = seen[0]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert!(
+        names.starts_with(&["forecast", "slow"]) && names.contains(&"time__get_current_time"),
+        "{names:?}"
+    );
+
+    let ran = &seen[1];
+    assert_eq!(ran["result"]["isError"], false, "{ran}");
+    assert_eq!(text_of(&ran["result"]), "18 degrees and sunny\n", "{ran}");
+    assert_eq!(
+        ran["progress"],
+        json!(["calling forecast", "forecast: ok"]),
+        "{ran}"
+    );
+    // Arguments its schema refuses never reach the tool.
+    let invalid = &seen[2];
+    assert_eq!(invalid["result"]["isError"], true, "{invalid}");
+    assert_eq!(dir.tool_inputs(), vec![json!({"city": "Lisbon"})]);
+    // The file's `deny` holds for the client's calls too.
+    let denied = &seen[3];
+    assert_eq!(denied["result"]["isError"], true, "{denied}");
+    assert!(text_of(&denied["result"]).contains("denied"), "{denied}");
+    assert!(!dir.path("started").exists());
+    // An [[mcp]] server's tool, through agentloop: the time server's structured answer.
+    let time = &seen[4];
+    assert_eq!(time["result"]["isError"], false, "{time}");
+    assert_eq!(
+        time["result"]["structuredContent"]["timezone"], "Etc/UTC",
+        "{time}"
+    );
+}
