@@ -473,3 +473,55 @@ async fn with_tools_the_files_own_tools_are_served_under_its_permissions() {
         "{time}"
     );
 }
+
+/// `examples/served`, started as its `mcp.json` tells an MCP client to start it.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_served_example_answers_a_client_configured_by_its_mcp_json() {
+    let example = repo().join("examples/served");
+    let config: Value =
+        serde_json::from_str(&std::fs::read_to_string(example.join("mcp.json")).unwrap()).unwrap();
+    let server = &config["mcpServers"]["weather_report"];
+    assert_eq!(server["command"], "agentloop");
+    let args: Vec<String> = server["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| {
+            let a = a.as_str().unwrap();
+            // The user writes where their clone is.
+            a.strip_prefix("/path/to/agentloop/").map_or_else(
+                || a.to_owned(),
+                |rest| repo().join(rest).display().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(args[..2], ["mcp", "serve"]);
+    let rest: Vec<&str> = args[2..].iter().map(String::as_str).collect();
+    let seen = python_client(
+        &Transport::Stdio,
+        &rest,
+        json!([
+            {"do": "list"},
+            {"do": "call", "tool": "weather_report", "arguments": {"task": "The weather in Lisbon?"}}
+        ]),
+    )
+    .await;
+    assert_eq!(seen[0]["tools"][0]["name"], "weather_report");
+    assert_eq!(
+        seen[0]["tools"][0]["outputSchema"]["required"],
+        json!(["city", "celsius", "sky"])
+    );
+    let call = &seen[1];
+    assert_eq!(
+        call["result"]["structuredContent"],
+        json!({"city": "Lisbon", "celsius": 23, "sky": "sunny"}),
+        "{call}"
+    );
+    assert!(
+        call["progress"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("get_weather: ok")),
+        "{call}"
+    );
+}
