@@ -15,6 +15,7 @@ macro_rules! out {
     }};
 }
 
+mod a2a;
 mod agent_file;
 mod approval;
 mod args;
@@ -32,6 +33,7 @@ mod plan;
 mod render;
 mod restate;
 mod runs;
+mod served;
 mod sessions;
 mod terminal;
 mod viewer;
@@ -104,6 +106,7 @@ async fn dispatch(cli: Cli) -> i32 {
         Command::Journal(c) => durable::journal(c).await,
         Command::Sessions(c) => sessions::sessions(c),
         Command::Mcp(c) => mcp::mcp(c).await,
+        Command::A2a(c) => a2a::a2a(c).await,
         Command::Init(args) => init::init(&args),
         Command::Completions(args) => completions::completions(&args, Cli::command()),
         Command::Serve(args) => restate::serve(args).await,

@@ -11,16 +11,14 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use agentloop::{CancellationToken, EventSink, RunOptions};
-use agentloop_mcp::serve::{
-    AgentServer, Offer, RunOptionsFor, ServeError, ServedAgent, ServedTools,
-};
+use agentloop::CancellationToken;
+use agentloop_mcp::serve::{AgentServer, Offer, ServeError, ServedAgent, ServedTools};
 use clap::{Args, Subcommand};
 use serde_json::{Value, json};
 
-use crate::agent_file::AgentFile;
-use crate::assemble::{self, Approval, StartedMcp};
+use crate::assemble::{self, Approval};
 use crate::error::{CliError, code};
+use crate::served::{ServedArgs, ServedFiles};
 
 /// `agentloop mcp ...`.
 #[derive(Debug, Subcommand)]
@@ -41,9 +39,9 @@ pub enum McpCommand {
 /// `agentloop mcp serve`.
 #[derive(Debug, Args)]
 pub struct ServeArgs {
-    /// The agent files: each agent is one MCP tool, named as the agent.
-    #[arg(required = true)]
-    files: Vec<PathBuf>,
+    /// The files (each agent is one MCP tool, named as the agent), the journal and the trace.
+    #[command(flatten)]
+    served: ServedArgs,
     /// Serves streamable HTTP at http://ADDR/mcp (127.0.0.1:0 picks a free port) instead of
     /// stdio. The address is printed on stderr.
     #[arg(long, value_name = "ADDR")]
@@ -52,13 +50,6 @@ pub struct ServeArgs {
     /// MCP servers' tools, as its model sees them), under the file's permissions and sandbox.
     #[arg(long)]
     tools: bool,
-    /// Journals each call's run in this SQLite journal, at the files' durability
-    /// (`agentloop resume` goes on with a run the server left).
-    #[arg(long, value_name = "PATH", conflicts_with = "tools")]
-    journal: Option<PathBuf>,
-    /// Records each call's run to this trace file (.ndjson, or .sqlite/.db).
-    #[arg(long, value_name = "PATH")]
-    trace: Option<PathBuf>,
 }
 
 /// Runs an `mcp` command.
@@ -142,104 +133,22 @@ fn serve_error(e: &ServeError) -> CliError {
     }
 }
 
-/// An agent file with its started MCP servers, shared by the calls that run it.
-type Loaded = Arc<(AgentFile, StartedMcp)>;
-
 async fn serve(args: ServeArgs) -> Result<i32, CliError> {
-    let protected: Vec<PathBuf> = [args.journal.clone(), args.trace.clone()]
-        .into_iter()
-        .flatten()
-        .collect();
-    let mut loaded: Vec<Loaded> = Vec::new();
-    for path in &args.files {
-        let arg = crate::args::AgentFileArg { file: path.clone() };
-        let mut file = match arg.load() {
-            Ok(f) => f,
-            Err(e) => {
-                shutdown_all(&loaded).await;
-                return Err(e);
-            }
-        };
-        file.protect(&protected);
-        match StartedMcp::start(&file).await {
-            Ok(mcp) => loaded.push(Arc::new((file, mcp))),
-            Err(e) => {
-                shutdown_all(&loaded).await;
-                return Err(e);
-            }
-        }
-    }
-    let served = offer(&args, &loaded);
-    let result = match served {
-        Ok((offer, trace)) => {
-            let outcome = serve_offer(&args, offer).await;
-            if let Some(t) = &trace
-                && let Err(e) = crate::runs::finish_trace(Some(t))
-            {
-                eprintln!("agentloop: warning: {e}");
-            }
-            outcome
-        }
+    let served = ServedFiles::load(&args.served).await?;
+    let result = match offer(&args, &served) {
+        Ok(offer) => serve_offer(&args, offer).await,
         Err(e) => Err(e),
     };
-    shutdown_all(&loaded).await;
+    served.shutdown().await;
     result
 }
 
-async fn shutdown_all(loaded: &[Loaded]) {
-    for l in loaded {
-        l.1.shutdown().await;
-    }
-}
-
-/// What the files offer: their agents, or with `--tools` their tools; and the trace the runs
-/// record to.
-fn offer(
-    args: &ServeArgs,
-    loaded: &[Loaded],
-) -> Result<(Offer, Option<Arc<agentloop_store::TraceSink>>), CliError> {
-    let trace = crate::args::TraceArgs {
-        trace: args.trace.clone(),
-        trace_payloads: false,
-        otel: false,
-        otel_payloads: false,
-    }
-    .open()?;
-    // One journal for every file's runs: a power cut loses none unless each file says
-    // `durability = "process"`.
-    let journal = match &args.journal {
-        Some(path) => {
-            let level = if loaded
-                .iter()
-                .all(|l| l.0.spec.durability == Some(agentloop_store::Durability::Process))
-            {
-                agentloop_store::Durability::Process
-            } else {
-                agentloop_store::Durability::Power
-            };
-            Some(crate::durable::open_journal(path, level)?)
-        }
-        None => None,
-    };
+/// What the files offer: their agents, or with `--tools` their tools.
+fn offer(args: &ServeArgs, served: &ServedFiles) -> Result<Offer, CliError> {
     let mut offer = Offer::new();
-    for l in loaded {
+    for l in &served.files {
         let file = &l.0;
-        let options: RunOptionsFor = {
-            let trace = trace.clone();
-            let journal = journal.clone();
-            let origin = crate::durable::origin(&file.path);
-            Arc::new(move || RunOptions {
-                sinks: trace
-                    .iter()
-                    .map(|t| Arc::clone(t) as Arc<dyn EventSink>)
-                    .collect(),
-                journal: journal
-                    .clone()
-                    .map(|j| j as Arc<dyn agentloop::journal::Journal>),
-                origin: Some(origin.clone()),
-                ..RunOptions::default()
-            })
-        };
+        let options = served.options(file);
         if args.tools {
             let mut specs: Vec<agentloop::tool::ToolSpec> = assemble::tools(file)?
                 .iter()
@@ -287,7 +196,7 @@ fn offer(
                 .map_err(|e| serve_error(&e))?;
         }
     }
-    Ok((offer, trace))
+    Ok(offer)
 }
 
 /// Serves until the client leaves (stdio), or Ctrl-C or SIGTERM.

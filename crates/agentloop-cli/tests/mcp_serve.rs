@@ -15,113 +15,17 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use support::*;
 
-fn bin() -> &'static str {
-    env!("CARGO_BIN_EXE_agentloop")
-}
-
-/// A forecaster: it calls its `forecast` command tool for Paris and answers JSON that its output
-/// schema describes. `slow` starts, writes `started`, and would write `finished` after 8 s.
-fn forecaster(permissions: &str) -> AgentDir {
-    let dir = AgentDir::new(&format!(
-        r#"name = "forecaster"
-description = "Forecasts the weather of a city."
-output_schema = {{ type = "object", properties = {{ forecast = {{ type = "string" }} }}, required = ["forecast"] }}
-
-[model]
-provider = "scripted"
-script = "script.json"
-
-[[tools]]
-name = "forecast"
-description = "The forecast of a city."
-command = ["python3", "tool.py"]
-input_schema = {{ type = "object", properties = {{ city = {{ type = "string" }} }}, required = ["city"] }}
-
-[[tools]]
-name = "slow"
-description = "Takes its time."
-command = ["python3", "slow.py"]
-timeout_secs = 60
-{permissions}"#
-    ));
-    dir.write(
-        "script.json",
-        &json!([
-            {"tool_calls": [{"id": "c1", "name": "forecast", "arguments": {"city": "Paris"}}]},
-            {"text": "{\"forecast\": \"18 degrees and sunny\"}"}
-        ])
-        .to_string(),
-    );
-    dir.write(
-        "slow.py",
-        "import time\nopen('started', 'w').close()\ntime.sleep(8)\nopen('finished', 'w').close()\n",
-    );
-    dir
-}
-
-/// A scripted agent whose one step calls `slow`.
-fn slow_script(dir: &AgentDir) {
-    dir.write(
-        "script.json",
-        &json!([
-            {"tool_calls": [{"id": "s1", "name": "slow", "arguments": {}}]},
-            {"text": "{\"forecast\": \"late\"}"}
-        ])
-        .to_string(),
-    );
-}
-
 /// How a client reaches the server.
 enum Transport {
     Stdio,
     Http,
-}
-
-/// `agentloop mcp serve ... --http 127.0.0.1:0`, stopped when dropped.
-struct HttpServer {
-    child: Child,
-    url: String,
-}
-
-impl HttpServer {
-    fn start(args: &[&str]) -> HttpServer {
-        let mut child = Command::new(bin())
-            .args(["mcp", "serve", "--http", "127.0.0.1:0"])
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-        let url = loop {
-            let line = lines
-                .next()
-                .expect("the server ended before it printed its address")
-                .unwrap();
-            if let Some(at) = line.find("http://") {
-                break line[at..].trim().to_owned();
-            }
-        };
-        // Keep reading its stderr so that it never blocks on a full pipe.
-        std::thread::spawn(move || lines.for_each(drop));
-        HttpServer { child, url }
-    }
-}
-
-impl Drop for HttpServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 /// Runs the Python SDK's client through `steps` against `mcp serve` with `args`, and returns
@@ -136,32 +40,16 @@ async fn python_client(transport: &Transport, args: &[&str], steps: Value) -> Ve
             ("stdio", json!(command).to_string())
         }
         Transport::Http => {
-            server = HttpServer::start(args);
+            server = HttpServer::start("mcp", args);
             ("http", server.url.clone())
         }
     };
-    let python = installed.join("venv/bin/python");
-    let script = repo().join("scripts/mcp/serve_client.py");
-    let out = tokio::task::spawn_blocking(move || {
-        Command::new(python)
-            .arg(script)
-            .args([mode, &target, &steps.to_string()])
-            .output()
-            .unwrap()
-    })
+    python_client_steps(
+        installed.join("venv/bin/python"),
+        "scripts/mcp/serve_client.py",
+        vec![mode.to_owned(), target, steps.to_string()],
+    )
     .await
-    .unwrap();
-    assert!(
-        out.status.success(),
-        "the Python SDK client failed: {}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice::<Value>(&out.stdout)
-        .unwrap()
-        .as_array()
-        .unwrap()
-        .clone()
 }
 
 fn text_of(result: &Value) -> String {
@@ -358,7 +246,7 @@ async fn the_inspector_lists_calls_and_reads_an_error(transport: Transport) {
     let target: Vec<String> = match transport {
         Transport::Stdio => vec![bin().into(), "mcp".into(), "serve".into(), agent],
         Transport::Http => {
-            server = HttpServer::start(&[&agent]);
+            server = HttpServer::start("mcp", &[&agent]);
             vec![server.url.clone()]
         }
     };
