@@ -1,7 +1,8 @@
 //! The A2A server: each agent at its own path (`/NAME`, and the first also at `/`), its card on
 //! GET, JSON-RPC on POST. A task is a run of the agent, started by a message and driven on a
 //! task of its own; its events become the task's status updates, its answer the task's
-//! artifact. The tasks are kept in memory while the server runs; a context's transcript too.
+//! artifact. The tasks are kept in memory while the server runs (the latest `MAX_TASKS` that
+//! ended, and every running one); a context's transcript too.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -57,6 +58,7 @@ pub struct A2aServer {
 struct Served {
     agent: ServedAgent,
     tasks: Mutex<HashMap<String, TaskEntry>>,
+    created: std::sync::atomic::AtomicU64,
     /// Each context's transcript; its lock keeps the runs of one context one at a time.
     contexts: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Vec<agentloop::Message>>>>>,
 }
@@ -65,6 +67,28 @@ struct TaskEntry {
     task: Task,
     cancel: CancellationToken,
     done: watch::Receiver<bool>,
+    /// The order it was created in, for forgetting the oldest ended tasks first.
+    created: u64,
+}
+
+/// The most tasks a served agent keeps: past it, the oldest that ended are forgotten (a
+/// `GetTask` of one then answers that no such task exists). Running tasks are always kept.
+const MAX_TASKS: usize = 10_000;
+
+/// Forgets the oldest ended tasks past [`MAX_TASKS`].
+fn forget_oldest(tasks: &mut HashMap<String, TaskEntry>) {
+    let Some(excess) = tasks.len().checked_sub(MAX_TASKS).filter(|n| *n > 0) else {
+        return;
+    };
+    let mut ended: Vec<(u64, String)> = tasks
+        .iter()
+        .filter(|(_, e)| e.task.status.state.is_terminal())
+        .map(|(id, e)| (e.created, id.clone()))
+        .collect();
+    ended.sort_unstable();
+    for (_, id) in ended.into_iter().take(excess) {
+        tasks.remove(&id);
+    }
 }
 
 impl A2aServer {
@@ -77,6 +101,7 @@ impl A2aServer {
                     Arc::new(Served {
                         agent,
                         tasks: Mutex::default(),
+                        created: std::sync::atomic::AtomicU64::new(0),
                         contexts: Mutex::default(),
                     })
                 })
@@ -292,18 +317,21 @@ fn start(served: &Served, request: &Value) -> Result<(Started, Answering), A2aEr
     };
     let cancel = CancellationToken::new();
     let (done, watched) = watch::channel(false);
-    served
-        .tasks
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .insert(
-            id,
-            TaskEntry {
-                task: task.clone(),
-                cancel: cancel.clone(),
-                done: watched,
-            },
-        );
+    let created = served
+        .created
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let mut tasks = served.tasks.lock().unwrap_or_else(|p| p.into_inner());
+    tasks.insert(
+        id,
+        TaskEntry {
+            task: task.clone(),
+            cancel: cancel.clone(),
+            done: watched,
+            created,
+        },
+    );
+    forget_oldest(&mut tasks);
+    drop(tasks);
     let configuration = p.configuration.unwrap_or_default();
     Ok((
         Started {
@@ -500,5 +528,60 @@ fn ended(task: &Task, outcome: &agentloop::RunOutcome) -> (TaskState, String, Op
             }
             (TaskState::Failed, text, None)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+
+    fn entry(created: u64, state: TaskState) -> (String, TaskEntry) {
+        let id = format!("t{created}");
+        let task = Task {
+            id: id.clone(),
+            context_id: "c".into(),
+            status: TaskStatus {
+                state,
+                message: None,
+            },
+            artifacts: Vec::new(),
+            history: Vec::new(),
+        };
+        let (_, done) = watch::channel(true);
+        let entry = TaskEntry {
+            task,
+            cancel: CancellationToken::new(),
+            done,
+            created,
+        };
+        (id, entry)
+    }
+
+    #[test]
+    fn past_the_cap_the_oldest_ended_tasks_are_forgotten_and_running_ones_kept() {
+        let mut tasks: HashMap<String, TaskEntry> = HashMap::new();
+        // The oldest is still running; the next two ended.
+        tasks.extend([entry(0, TaskState::Working)]);
+        tasks.extend([
+            entry(1, TaskState::Completed),
+            entry(2, TaskState::Canceled),
+        ]);
+        for n in 3..(MAX_TASKS as u64 + 2) {
+            tasks.extend([entry(n, TaskState::Completed)]);
+        }
+        assert_eq!(tasks.len(), MAX_TASKS + 2);
+        forget_oldest(&mut tasks);
+        assert_eq!(tasks.len(), MAX_TASKS);
+        assert!(tasks.contains_key("t0"), "a running task is kept");
+        assert!(!tasks.contains_key("t1") && !tasks.contains_key("t2"));
+        assert!(tasks.contains_key("t3"));
+        forget_oldest(&mut tasks);
+        assert_eq!(
+            tasks.len(),
+            MAX_TASKS,
+            "nothing past the cap: nothing forgotten"
+        );
     }
 }

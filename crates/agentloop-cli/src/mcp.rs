@@ -48,7 +48,8 @@ pub struct ServeArgs {
     http: Option<SocketAddr>,
     /// Serves each file's tools instead of its agent (its command tools, built-in tools and its
     /// MCP servers' tools, as its model sees them), under the file's permissions and sandbox.
-    #[arg(long)]
+    /// Such a call's run is one call made for the client, not the agent's: it is not journaled.
+    #[arg(long, conflicts_with = "journal")]
     tools: bool,
 }
 

@@ -413,3 +413,22 @@ async fn the_served_example_answers_a_client_configured_by_its_mcp_json() {
         "{call}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_served_tools_call_is_never_journaled() {
+    let dir = forecaster("");
+    let agent = dir.agent();
+    let journal = dir.path("runs.db");
+    let out = agentloop(args(&[
+        "mcp",
+        "serve",
+        agent.to_str().unwrap(),
+        "--tools",
+        "--journal",
+        journal.to_str().unwrap(),
+    ]))
+    .await;
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("--journal"), "{}", stderr(&out));
+    assert!(!journal.exists());
+}
