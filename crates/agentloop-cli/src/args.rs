@@ -9,7 +9,7 @@ use clap::{Arg, Args, Parser, Subcommand};
 
 use crate::agent_file::{AgentFile, LoadError};
 use crate::error::{CliError, EXIT_CODES_HELP};
-use crate::{completions, durable, init, mcp, otel, restate, sessions};
+use crate::{a2a, completions, durable, init, mcp, otel, restate, sessions};
 
 /// Runs bounded, tool-using LLM agents described in TOML agent files.
 #[derive(Debug, Parser)]
@@ -48,9 +48,13 @@ pub(crate) enum Command {
     /// Stored conversations (`run`/`chat --session NAME`): list, show, delete, fork.
     #[command(subcommand)]
     Sessions(sessions::SessionsCommand),
-    /// The agent file's MCP servers: `mcp list FILE` prints each one's tools with their schemas.
+    /// MCP: `mcp list FILE` prints the file's MCP servers' tools with their schemas; `mcp serve
+    /// FILE...` serves the agents to MCP clients.
     #[command(subcommand)]
     Mcp(mcp::McpCommand),
+    /// Agents served to other agents over the A2A protocol: `a2a serve FILE... --addr ADDR`.
+    #[command(subcommand)]
+    A2a(a2a::A2aCommand),
     /// Writes a starter agent (agent file, a command tool, a scripted model) that runs at once,
     /// and prints the command that runs it.
     Init(init::InitArgs),

@@ -20,6 +20,7 @@ macro_rules! out {
 use agentloop_cli::permission_file;
 use agentloop_cli::{agent_file, assemble, error, live, render, terminal};
 
+mod a2a;
 mod approval;
 mod args;
 mod completions;
@@ -30,6 +31,7 @@ mod otel;
 mod plan;
 mod restate;
 mod runs;
+mod served;
 mod sessions;
 mod viewer;
 
@@ -101,6 +103,7 @@ async fn dispatch(cli: Cli) -> i32 {
         Command::Journal(c) => durable::journal(c).await,
         Command::Sessions(c) => sessions::sessions(c),
         Command::Mcp(c) => mcp::mcp(c).await,
+        Command::A2a(c) => a2a::a2a(c).await,
         Command::Init(args) => init::init(&args),
         Command::Completions(args) => completions::completions(&args, Cli::command()),
         Command::Serve(args) => restate::serve(args).await,

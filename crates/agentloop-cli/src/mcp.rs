@@ -2,13 +2,23 @@
 //! subagents' files) and prints each one's tools as the model would see them (name, description,
 //! input and output schemas), then stops them. No model and no credentials are needed; the
 //! servers' own variables are.
+//!
+//! `agentloop mcp serve FILE...`: the other way round, the agents (or with `--tools` their
+//! tools) served to MCP clients, over stdio or streamable HTTP. Each call is a run of the agent
+//! as the file describes it: its limits, permissions, sandbox and, with `--journal`, journal.
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 
-use clap::Subcommand;
+use agentloop::CancellationToken;
+use agentloop_mcp::serve::{AgentServer, Offer, ServeError, ServedAgent, ServedTools};
+use clap::{Args, Subcommand};
 use serde_json::{Value, json};
 
+use crate::assemble::{self, Approval};
 use crate::error::{CliError, code};
+use crate::served::{ServedArgs, ServedFiles};
 
 /// `agentloop mcp ...`.
 #[derive(Debug, Subcommand)]
@@ -21,12 +31,33 @@ pub enum McpCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Serves the agents to MCP clients: each agent is one tool (called with a `task`, answering
+    /// with its final output), over stdio, or streamable HTTP with --http.
+    Serve(ServeArgs),
+}
+
+/// `agentloop mcp serve`.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// The files (each agent is one MCP tool, named as the agent), the journal and the trace.
+    #[command(flatten)]
+    served: ServedArgs,
+    /// Serves streamable HTTP at http://ADDR/mcp (127.0.0.1:0 picks a free port) instead of
+    /// stdio. The address is printed on stderr.
+    #[arg(long, value_name = "ADDR")]
+    http: Option<SocketAddr>,
+    /// Serves each file's tools instead of its agent (its command tools, built-in tools and its
+    /// MCP servers' tools, as its model sees them), under the file's permissions and sandbox.
+    /// Such a call's run is one call made for the client, not the agent's: it is not journaled.
+    #[arg(long, conflicts_with = "journal")]
+    tools: bool,
 }
 
 /// Runs an `mcp` command.
 pub async fn mcp(command: McpCommand) -> Result<i32, CliError> {
     match command {
         McpCommand::List { file, json } => list(file, json).await,
+        McpCommand::Serve(args) => serve(args).await,
     }
 }
 
@@ -94,5 +125,108 @@ async fn list(path: PathBuf, as_json: bool) -> Result<i32, CliError> {
         }
         out!("");
     }
+    Ok(code::OK)
+}
+
+fn serve_error(e: &ServeError) -> CliError {
+    CliError::Setup {
+        message: format!("{}: {e}", e.code()),
+    }
+}
+
+async fn serve(args: ServeArgs) -> Result<i32, CliError> {
+    let served = ServedFiles::load(&args.served).await?;
+    let result = match offer(&args, &served) {
+        Ok(offer) => serve_offer(&args, offer).await,
+        Err(e) => Err(e),
+    };
+    served.shutdown().await;
+    result
+}
+
+/// What the files offer: their agents, or with `--tools` their tools.
+fn offer(args: &ServeArgs, served: &ServedFiles) -> Result<Offer, CliError> {
+    let mut offer = Offer::new();
+    for l in &served.files {
+        let file = &l.0;
+        let options = served.options(file);
+        if args.tools {
+            let mut specs: Vec<agentloop::tool::ToolSpec> = assemble::tools(file)?
+                .iter()
+                .map(|t| t.spec().clone())
+                .collect();
+            if let Some(servers) = l.1.servers(file) {
+                specs.extend(servers.tools().iter().map(|t| t.spec().clone()));
+            }
+            let l = l.clone();
+            offer
+                .tools(ServedTools {
+                    specs,
+                    build: Arc::new(move |model, prompter| {
+                        assemble::agent(&l.0, model, &Approval::Prompter(prompter), &l.1)
+                            .map_err(|e| e.to_string())
+                    }),
+                    options,
+                })
+                .map_err(|e| serve_error(&e))?;
+        } else {
+            let name = file.spec.name.get_ref().clone();
+            let description = file
+                .spec
+                .description
+                .clone()
+                .unwrap_or_else(|| format!("Hands a task to the agent {name}."));
+            let output_schema = file
+                .spec
+                .output_schema
+                .as_ref()
+                .map(|s| s.get_ref().clone());
+            let l = l.clone();
+            offer
+                .agent(ServedAgent {
+                    name,
+                    description,
+                    output_schema,
+                    build: Arc::new(move |prompter| {
+                        let model = assemble::model(&l.0).map_err(|e| e.to_string())?;
+                        assemble::agent(&l.0, model, &Approval::Prompter(prompter), &l.1)
+                            .map_err(|e| e.to_string())
+                    }),
+                    options,
+                })
+                .map_err(|e| serve_error(&e))?;
+        }
+    }
+    Ok(offer)
+}
+
+/// Serves until the client leaves (stdio), or Ctrl-C or SIGTERM.
+async fn serve_offer(args: &ServeArgs, offer: Offer) -> Result<i32, CliError> {
+    let names: Vec<String> = offer.names().map(str::to_owned).collect();
+    let server = AgentServer::new(offer);
+    let shutdown = CancellationToken::new();
+    let stop = shutdown.clone();
+    let signals = tokio::spawn(async move {
+        crate::runs::terminated().await;
+        stop.cancel();
+    });
+    let served = match args.http {
+        Some(addr) => {
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|e| CliError::Io {
+                    message: format!("cannot listen on {addr}: {e}"),
+                })?;
+            let at = listener.local_addr().map_or(addr, |a| a);
+            eprintln!("agentloop: serving {} at http://{at}/mcp", names.join(", "));
+            agentloop_mcp::serve::serve_http(server, listener, shutdown).await
+        }
+        None => {
+            eprintln!("agentloop: serving {} on stdio", names.join(", "));
+            agentloop_mcp::serve::serve_stdio(server, shutdown).await
+        }
+    };
+    signals.abort();
+    served.map_err(|e| serve_error(&e))?;
     Ok(code::OK)
 }

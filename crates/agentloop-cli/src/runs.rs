@@ -231,6 +231,29 @@ pub(crate) fn print_outcome(outcome: &RunOutcome, args: &Shown<'_>, progress: &P
     }
 }
 
+/// Waits for Ctrl-C, or SIGTERM where there is one: what stops a long-running server.
+pub(crate) async fn terminated() {
+    #[cfg(unix)]
+    {
+        let mut term =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+        let term = async {
+            match term.as_mut() {
+                Some(t) => {
+                    t.recv().await;
+                }
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            () = term => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = tokio::signal::ctrl_c().await;
+}
+
 #[cfg(test)]
 mod tests {
     use super::already_shown;

@@ -12,32 +12,13 @@
 mod support;
 
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
 
 use serde_json::json;
 use support::*;
 
-/// The folder the MCP test servers are installed in (once per test process).
-fn servers() -> &'static Path {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/mcp/install.sh");
-        let out = std::process::Command::new(script)
-            .stderr(std::process::Stdio::inherit())
-            .output()
-            .expect("cannot run scripts/mcp/install.sh (it needs bash, npm and python3)");
-        assert!(
-            out.status.success(),
-            "scripts/mcp/install.sh failed ({}): the MCP test servers could not be installed",
-            out.status
-        );
-        PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
-    })
-}
-
 /// An agent whose only tools are the filesystem server's, rooted in `work/` beside it.
 fn fs_agent(permissions: &str) -> AgentDir {
-    let server = servers().join("node_modules/.bin/mcp-server-filesystem");
+    let server = mcp_installed().join("node_modules/.bin/mcp-server-filesystem");
     let dir = AgentDir::new(&format!(
         r#"name = "mcp-editor"
 [model]

@@ -3,6 +3,7 @@
 
 mod config;
 mod error;
+pub mod serve;
 mod server;
 mod tools;
 

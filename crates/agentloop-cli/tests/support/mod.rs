@@ -4,6 +4,7 @@
 
 pub mod crash;
 
+use std::io::BufRead as _;
 use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::sync::Arc;
@@ -295,4 +296,150 @@ pub async fn chat(agent: PathBuf, input: &'static str) -> Output {
     })
     .await
     .unwrap()
+}
+
+/// The folder the MCP test servers and clients are installed in by `scripts/mcp/install.sh`
+/// (once per test process): `node_modules/.bin/` and `venv/bin/` hold their commands.
+pub fn mcp_installed() -> &'static Path {
+    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        let out = std::process::Command::new(repo().join("scripts/mcp/install.sh"))
+            .stderr(std::process::Stdio::inherit())
+            .output()
+            .expect("cannot run scripts/mcp/install.sh (it needs bash, npm and python3)");
+        assert!(
+            out.status.success(),
+            "scripts/mcp/install.sh failed ({}): the MCP test servers could not be installed",
+            out.status
+        );
+        PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
+    })
+}
+
+/// The `agentloop` binary.
+pub fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_agentloop")
+}
+
+/// A forecaster: it calls its `forecast` command tool for Paris and answers JSON that its output
+/// schema describes. `slow` starts, writes `started`, and would write `finished` after 8 s.
+pub fn forecaster(permissions: &str) -> AgentDir {
+    let dir = AgentDir::new(&format!(
+        r#"name = "forecaster"
+description = "Forecasts the weather of a city."
+output_schema = {{ type = "object", properties = {{ forecast = {{ type = "string" }} }}, required = ["forecast"] }}
+
+[model]
+provider = "scripted"
+script = "script.json"
+
+[[tools]]
+name = "forecast"
+description = "The forecast of a city."
+command = ["python3", "tool.py"]
+input_schema = {{ type = "object", properties = {{ city = {{ type = "string" }} }}, required = ["city"] }}
+
+[[tools]]
+name = "slow"
+description = "Takes its time."
+command = ["python3", "slow.py"]
+timeout_secs = 60
+{permissions}"#
+    ));
+    dir.write(
+        "script.json",
+        &serde_json::json!([
+            {"tool_calls": [{"id": "c1", "name": "forecast", "arguments": {"city": "Paris"}}]},
+            {"text": "{\"forecast\": \"18 degrees and sunny\"}"}
+        ])
+        .to_string(),
+    );
+    dir.write(
+        "slow.py",
+        "import time\nopen('started', 'w').close()\ntime.sleep(8)\nopen('finished', 'w').close()\n",
+    );
+    dir
+}
+
+/// A scripted agent whose one step calls `slow`.
+pub fn slow_script(dir: &AgentDir) {
+    dir.write(
+        "script.json",
+        &serde_json::json!([
+            {"tool_calls": [{"id": "s1", "name": "slow", "arguments": {}}]},
+            {"text": "{\"forecast\": \"late\"}"}
+        ])
+        .to_string(),
+    );
+}
+
+/// `agentloop mcp serve ... --http 127.0.0.1:0` or `agentloop a2a serve ... --addr 127.0.0.1:0`,
+/// its URL read from its stderr, stopped when dropped.
+pub struct HttpServer {
+    child: std::process::Child,
+    pub url: String,
+}
+
+impl HttpServer {
+    pub fn start(protocol: &str, args: &[&str]) -> HttpServer {
+        let addr = if protocol == "mcp" {
+            "--http"
+        } else {
+            "--addr"
+        };
+        let mut child = std::process::Command::new(bin())
+            .args([protocol, "serve", addr, "127.0.0.1:0"])
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut lines = std::io::BufReader::new(child.stderr.take().unwrap()).lines();
+        let url = loop {
+            let line = lines
+                .next()
+                .expect("the server ended before it printed its address")
+                .unwrap();
+            if let Some(at) = line.find("http://") {
+                break line[at..].trim().to_owned();
+            }
+        };
+        // Keep reading its stderr so that it never blocks on a full pipe.
+        std::thread::spawn(move || lines.for_each(drop));
+        HttpServer { child, url }
+    }
+}
+
+impl Drop for HttpServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs a Python client script of the project (`scripts/...`) with `python` and `args`, off the
+/// async runtime; it must succeed and print a JSON list: what each of its steps saw.
+pub async fn python_client_steps(python: PathBuf, script: &str, args: Vec<String>) -> Vec<Value> {
+    let script = repo().join(script);
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(python)
+            .arg(script)
+            .args(args)
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "the client failed: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice::<Value>(&out.stdout)
+        .unwrap()
+        .as_array()
+        .unwrap()
+        .clone()
 }

@@ -1,0 +1,93 @@
+#![doc = include_str!("../README.md")]
+#![forbid(unsafe_code)]
+
+mod server;
+mod wire;
+
+pub use server::{A2aServer, ServedAgent, serve};
+pub use wire::{PROTOCOL_VERSION, TaskState};
+
+/// Why an A2A request failed, with its JSON-RPC code (A2A's own codes where it has one).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum A2aError {
+    /// The body is not JSON.
+    #[error("the request is not JSON: {reason}")]
+    Parse {
+        /// Why.
+        reason: String,
+    },
+    /// The request is not a JSON-RPC 2.0 request.
+    #[error("not a JSON-RPC 2.0 request: {reason}")]
+    InvalidRequest {
+        /// Why.
+        reason: String,
+    },
+    /// The method is not one this server serves.
+    #[error("no method {method:?}")]
+    MethodNotFound {
+        /// The method asked for.
+        method: String,
+    },
+    /// The parameters do not fit the method.
+    #[error("invalid params: {reason}")]
+    InvalidParams {
+        /// Why.
+        reason: String,
+    },
+    /// No task has this id.
+    #[error("no task {id:?}")]
+    TaskNotFound {
+        /// The id.
+        id: String,
+    },
+    /// The task has ended: it cannot be cancelled.
+    #[error("the task {id:?} has ended ({state}) and cannot be cancelled")]
+    TaskNotCancelable {
+        /// The id.
+        id: String,
+        /// Its state.
+        state: TaskState,
+    },
+    /// The agent could not be built for the run.
+    #[error("the agent could not be started: {reason}")]
+    Internal {
+        /// Why.
+        reason: String,
+    },
+    /// The address could not be served.
+    #[error("cannot serve A2A: {reason}")]
+    Serve {
+        /// Why.
+        reason: String,
+    },
+}
+
+impl A2aError {
+    /// The stable code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            A2aError::Parse { .. } => "a2a.parse",
+            A2aError::InvalidRequest { .. } => "a2a.invalid_request",
+            A2aError::MethodNotFound { .. } => "a2a.method_not_found",
+            A2aError::InvalidParams { .. } => "a2a.invalid_params",
+            A2aError::TaskNotFound { .. } => "a2a.task_not_found",
+            A2aError::TaskNotCancelable { .. } => "a2a.task_not_cancelable",
+            A2aError::Internal { .. } => "a2a.internal",
+            A2aError::Serve { .. } => "a2a.serve",
+        }
+    }
+
+    /// The JSON-RPC error code the protocol gives it.
+    pub fn rpc_code(&self) -> i64 {
+        match self {
+            A2aError::Parse { .. } => -32700,
+            A2aError::InvalidRequest { .. } => -32600,
+            A2aError::MethodNotFound { .. } => -32601,
+            A2aError::InvalidParams { .. } => -32602,
+            A2aError::TaskNotFound { .. } => -32001,
+            A2aError::TaskNotCancelable { .. } => -32002,
+            A2aError::Internal { .. } | A2aError::Serve { .. } => -32603,
+        }
+    }
+}

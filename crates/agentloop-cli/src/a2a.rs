@@ -1,0 +1,99 @@
+//! `agentloop a2a serve FILE... --addr ADDR`: agents served to other agents over A2A (version
+//! 1.0, JSON-RPC): each at `http://ADDR/NAME` (the first also at the root) with its agent card,
+//! each message a run of the agent as its file describes it, streamed as the task's status.
+
+use std::net::SocketAddr;
+
+use agentloop_a2a::{A2aServer, ServedAgent};
+use clap::{Args, Subcommand};
+
+use crate::approval::NO_TERMINAL_REASON;
+use crate::assemble::{self, Approval};
+use crate::error::{CliError, code};
+use crate::served::{ServedArgs, ServedFiles};
+
+/// `agentloop a2a ...`.
+#[derive(Debug, Subcommand)]
+pub enum A2aCommand {
+    /// Serves the agents over A2A: each one's card at http://ADDR/NAME/.well-known/agent-card.json
+    /// (the first's also at the root), messages and tasks by JSON-RPC at http://ADDR/NAME.
+    Serve(ServeArgs),
+}
+
+/// `agentloop a2a serve`.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// The files (each agent is served at its name), the journal and the trace.
+    #[command(flatten)]
+    served: ServedArgs,
+    /// Where to listen (127.0.0.1:0 picks a free port); the URL is printed on stderr.
+    #[arg(long, value_name = "ADDR")]
+    addr: SocketAddr,
+}
+
+/// Runs an `a2a` command.
+pub async fn a2a(command: A2aCommand) -> Result<i32, CliError> {
+    match command {
+        A2aCommand::Serve(args) => serve(args).await,
+    }
+}
+
+async fn serve(args: ServeArgs) -> Result<i32, CliError> {
+    let served = ServedFiles::load(&args.served).await?;
+    let result = serve_files(&args, &served).await;
+    served.shutdown().await;
+    result
+}
+
+async fn serve_files(args: &ServeArgs, served: &ServedFiles) -> Result<i32, CliError> {
+    let mut agents = Vec::new();
+    for l in &served.files {
+        let file = &l.0;
+        let name = file.spec.name.get_ref().clone();
+        if agents.iter().any(|a: &ServedAgent| a.name == name) {
+            return Err(CliError::Usage {
+                message: format!("two of the agent files are named {name:?}"),
+            });
+        }
+        let description = file
+            .spec
+            .description
+            .clone()
+            .unwrap_or_else(|| format!("The agent {name}."));
+        let l = l.clone();
+        agents.push(ServedAgent {
+            name,
+            description,
+            version: file
+                .spec
+                .version
+                .clone()
+                .unwrap_or_else(|| env!("CARGO_PKG_VERSION").to_owned()),
+            options: served.options(file),
+            build: std::sync::Arc::new(move || {
+                let model = assemble::model(&l.0).map_err(|e| e.to_string())?;
+                // Nobody answers at the server: a call the permissions ask about is denied, and
+                // the model reads why.
+                let approval = Approval::Nobody(NO_TERMINAL_REASON);
+                assemble::agent(&l.0, model, &approval, &l.1).map_err(|e| e.to_string())
+            }),
+        });
+    }
+    let names: Vec<String> = agents.iter().map(|a| a.name.clone()).collect();
+    let listener = tokio::net::TcpListener::bind(args.addr)
+        .await
+        .map_err(|e| CliError::Io {
+            message: format!("cannot listen on {}: {e}", args.addr),
+        })?;
+    let at = listener.local_addr().map_or(args.addr, |a| a);
+    for name in &names {
+        eprintln!("agentloop: serving {name} over A2A at http://{at}/{name}");
+    }
+    let server = A2aServer::new(agents);
+    agentloop_a2a::serve(&server, listener, crate::runs::terminated())
+        .await
+        .map_err(|e| CliError::Setup {
+            message: format!("{}: {e}", e.code()),
+        })?;
+    Ok(code::OK)
+}

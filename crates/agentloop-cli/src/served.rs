@@ -1,0 +1,127 @@
+//! What the commands that serve agents to other programs share (`mcp serve`, `a2a serve`): the
+//! agent files loaded with their MCP servers started, the trace and the journal their runs
+//! record to, and each run's options.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use agentloop::{EventSink, RunOptions};
+use agentloop_store::{Durability, TraceSink};
+
+use crate::agent_file::AgentFile;
+use crate::assemble::StartedMcp;
+use crate::error::CliError;
+
+/// The arguments every serving command takes: the files, and where their runs are journaled and
+/// traced.
+#[derive(Debug, clap::Args)]
+pub(crate) struct ServedArgs {
+    /// The agent files: each agent is served under its name.
+    #[arg(required = true)]
+    pub(crate) files: Vec<PathBuf>,
+    /// Journals each run in this SQLite journal, at the files' durability (`agentloop resume`
+    /// goes on with a run the server left).
+    #[arg(long, value_name = "PATH")]
+    pub(crate) journal: Option<PathBuf>,
+    /// Records each run to this trace file (.ndjson, or .sqlite/.db).
+    #[arg(long, value_name = "PATH")]
+    pub(crate) trace: Option<PathBuf>,
+}
+
+/// An agent file with its started MCP servers, shared by the runs of it.
+pub(crate) type Loaded = Arc<(AgentFile, StartedMcp)>;
+
+/// The served files, their trace and their journal.
+pub(crate) struct ServedFiles {
+    pub(crate) files: Vec<Loaded>,
+    pub(crate) trace: Option<Arc<TraceSink>>,
+    journal: Option<Arc<agentloop_store::SqliteJournal>>,
+}
+
+impl ServedFiles {
+    /// Loads the files and starts their MCP servers (stopping those started when one fails),
+    /// and opens the trace and the journal. One journal holds every file's runs: a power cut
+    /// loses none unless each file says `durability = "process"`.
+    pub(crate) async fn load(args: &ServedArgs) -> Result<ServedFiles, CliError> {
+        let (paths, trace, journal) = (&args.files, args.trace.as_ref(), args.journal.as_ref());
+        let protected: Vec<PathBuf> = [journal, trace].into_iter().flatten().cloned().collect();
+        let mut served = ServedFiles {
+            files: Vec::new(),
+            trace: None,
+            journal: None,
+        };
+        for path in paths {
+            let arg = crate::args::AgentFileArg { file: path.clone() };
+            let started = match arg.load() {
+                Ok(mut file) => {
+                    file.protect(&protected);
+                    StartedMcp::start(&file).await.map(|mcp| (file, mcp))
+                }
+                Err(e) => Err(e),
+            };
+            match started {
+                Ok(loaded) => served.files.push(Arc::new(loaded)),
+                Err(e) => {
+                    served.shutdown().await;
+                    return Err(e);
+                }
+            }
+        }
+        let opened = crate::args::TraceArgs {
+            trace: trace.cloned(),
+            trace_payloads: false,
+            otel: false,
+            otel_payloads: false,
+        }
+        .open()
+        .and_then(|t| {
+            served.trace = t;
+            let level = if served
+                .files
+                .iter()
+                .all(|l| l.0.spec.durability == Some(Durability::Process))
+            {
+                Durability::Process
+            } else {
+                Durability::Power
+            };
+            served.journal = journal
+                .map(|p| crate::durable::open_journal(p, level))
+                .transpose()?;
+            Ok(())
+        });
+        if let Err(e) = opened {
+            served.shutdown().await;
+            return Err(e);
+        }
+        Ok(served)
+    }
+
+    /// The options of each run of `file`: the trace, the journal, and where it is resumed from.
+    pub(crate) fn options(&self, file: &AgentFile) -> Arc<dyn Fn() -> RunOptions + Send + Sync> {
+        let trace = self.trace.clone();
+        let journal = self.journal.clone();
+        let origin = crate::durable::origin(&file.path);
+        Arc::new(move || RunOptions {
+            sinks: trace
+                .iter()
+                .map(|t| Arc::clone(t) as Arc<dyn EventSink>)
+                .collect(),
+            journal: journal
+                .clone()
+                .map(|j| j as Arc<dyn agentloop::journal::Journal>),
+            origin: Some(origin.clone()),
+            ..RunOptions::default()
+        })
+    }
+
+    /// Stops every file's MCP servers and writes the trace's end.
+    pub(crate) async fn shutdown(&self) {
+        for l in &self.files {
+            l.1.shutdown().await;
+        }
+        if let Err(e) = crate::runs::finish_trace(self.trace.as_ref()) {
+            eprintln!("agentloop: warning: {e}");
+        }
+    }
+}

@@ -1,0 +1,434 @@
+#![allow(
+    clippy::indexing_slicing,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic
+)]
+//! `agentloop mcp serve`, driven by MCP clients no one here wrote: the official Python SDK
+//! (`scripts/mcp/serve_client.py` is a thin script over it) and the MCP Inspector's CLI, both
+//! installed at pinned versions by `scripts/mcp/install.sh`, over stdio and streamable HTTP on
+//! loopback. A scripted agent answers, so no key is needed: the clients list the agent as a tool,
+//! call it and read its progress and structured answer, cancel a call (the run stops and its tool
+//! with it), and read the error results of a bad call and of a call the agent's permissions ask
+//! about. With `--tools` the agent file's own tools (a command tool, an `[[mcp]]` server's tool)
+//! are served under its permissions.
+
+mod support;
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use support::*;
+
+/// How a client reaches the server.
+enum Transport {
+    Stdio,
+    Http,
+}
+
+/// Runs the Python SDK's client through `steps` against `mcp serve` with `args`, and returns
+/// what each step saw.
+async fn python_client(transport: &Transport, args: &[&str], steps: Value) -> Vec<Value> {
+    let installed = mcp_installed();
+    let server;
+    let (mode, target) = match transport {
+        Transport::Stdio => {
+            let mut command = vec![bin().to_owned(), "mcp".into(), "serve".into()];
+            command.extend(args.iter().map(|a| (*a).to_owned()));
+            ("stdio", json!(command).to_string())
+        }
+        Transport::Http => {
+            server = HttpServer::start("mcp", args);
+            ("http", server.url.clone())
+        }
+    };
+    python_client_steps(
+        installed.join("venv/bin/python"),
+        "scripts/mcp/serve_client.py",
+        vec![mode.to_owned(), target, steps.to_string()],
+    )
+    .await
+}
+
+fn text_of(result: &Value) -> String {
+    result["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+async fn lists_calls_and_reads_progress(transport: Transport) {
+    let dir = forecaster("");
+    let agent = dir.agent();
+    let agent = agent.to_str().unwrap();
+    let seen = python_client(
+        &transport,
+        &[agent],
+        json!([
+            {"do": "list"},
+            {"do": "call", "tool": "forecaster", "arguments": {"task": "The weather in Paris?"}},
+            {"do": "call", "tool": "forecaster", "arguments": {}},
+            {"do": "call", "tool": "no_such_agent", "arguments": {"task": "x"}}
+        ]),
+    )
+    .await;
+    let tools = seen[0]["tools"].as_array().unwrap();
+    assert_eq!(tools.len(), 1, "{tools:?}");
+    assert_eq!(tools[0]["name"], "forecaster");
+    assert_eq!(tools[0]["description"], "Forecasts the weather of a city.");
+    assert_eq!(tools[0]["inputSchema"]["required"], json!(["task"]));
+    assert_eq!(
+        tools[0]["outputSchema"]["required"],
+        json!(["forecast"]),
+        "{tools:?}"
+    );
+
+    let call = &seen[1];
+    assert_eq!(call["result"]["isError"], false, "{call}");
+    assert_eq!(
+        call["result"]["structuredContent"],
+        json!({"forecast": "18 degrees and sunny"}),
+        "{call}"
+    );
+    assert_eq!(
+        call["progress"],
+        json!([
+            "turn 1",
+            "calling forecast",
+            "forecast: ok",
+            "turn 2",
+            "run finished"
+        ]),
+        "{call}"
+    );
+    // The agent's own tool really ran, with what its model gave it.
+    assert_eq!(dir.tool_inputs(), vec![json!({"city": "Paris"})]);
+
+    // A call without a task: an error result the client reads.
+    let bad = &seen[2];
+    assert_eq!(bad["result"]["isError"], true, "{bad}");
+    assert!(text_of(&bad["result"]).contains("`task`"), "{bad}");
+    // A tool the server does not have: a protocol error (invalid params).
+    let unknown = &seen[3];
+    assert_eq!(unknown["error"]["code"], -32602, "{unknown}");
+    assert!(
+        unknown["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("no_such_agent"),
+        "{unknown}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_python_sdk_lists_calls_and_reads_progress_over_stdio() {
+    lists_calls_and_reads_progress(Transport::Stdio).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_python_sdk_lists_calls_and_reads_progress_over_http() {
+    lists_calls_and_reads_progress(Transport::Http).await;
+}
+
+/// Waits until the trace records the end of a run, and returns its stop reason.
+fn run_finished_in(trace: &Path) -> String {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let text = std::fs::read_to_string(trace).unwrap_or_default();
+        if let Some(stop) = text
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .find(|e| e["kind"] == "run" && e.get("stop_reason").is_some())
+        {
+            return stop["stop_reason"].as_str().unwrap_or_default().to_owned();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the trace never recorded the run's end:\n{text}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+async fn a_cancelled_call_stops_its_run(transport: Transport) {
+    let dir = forecaster("");
+    slow_script(&dir);
+    let agent = dir.agent();
+    let trace = dir.path("trace.ndjson");
+    let started = Instant::now();
+    let seen = python_client(
+        &transport,
+        &[agent.to_str().unwrap(), "--trace", trace.to_str().unwrap()],
+        json!([
+            {"do": "cancel", "tool": "forecaster", "arguments": {"task": "Take your time."},
+             "after": "calling slow", "when_exists": dir.path("started")},
+            {"do": "list"}
+        ]),
+    )
+    .await;
+    assert_eq!(seen[0]["cancelled"], true, "{}", seen[0]);
+    assert!(seen[0].get("result").is_none(), "{}", seen[0]);
+    // The session goes on after the cancellation.
+    assert_eq!(seen[1]["tools"][0]["name"], "forecaster");
+    let trace_path = trace.clone();
+    let stop = tokio::task::spawn_blocking(move || run_finished_in(&trace_path))
+        .await
+        .unwrap();
+    assert_eq!(stop, "cancelled");
+    // The tool's process went with its run: it never finishes its sleep.
+    let after = Duration::from_secs(10).saturating_sub(started.elapsed());
+    tokio::time::sleep(after).await;
+    assert!(!dir.path("finished").exists(), "the slow tool ran on");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_call_the_python_sdk_cancels_stops_its_run_over_stdio() {
+    a_cancelled_call_stops_its_run(Transport::Stdio).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_call_the_python_sdk_cancels_stops_its_run_over_http() {
+    a_cancelled_call_stops_its_run(Transport::Http).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_call_the_permissions_ask_about_is_an_error_result_and_never_runs() {
+    let dir = forecaster("[permissions]\nask = [\"forecast\"]\n");
+    let agent = dir.agent();
+    let seen = python_client(
+        &Transport::Stdio,
+        &[agent.to_str().unwrap()],
+        json!([{"do": "call", "tool": "forecaster", "arguments": {"task": "Paris?"}}]),
+    )
+    .await;
+    let result = &seen[0]["result"];
+    assert_eq!(result["isError"], true, "{result}");
+    let text = text_of(result);
+    assert!(text.starts_with("approval required"), "{text}");
+    assert!(text.contains("forecast"), "{text}");
+    assert!(dir.tool_inputs().is_empty(), "the asked call ran");
+}
+
+/// Runs the MCP Inspector's CLI against `target` (a command, or a URL) with `args`.
+async fn inspector(target: Vec<String>, args: &[&str]) -> (bool, Value) {
+    let installed = mcp_installed();
+    let node = installed.join("venv/bin/node");
+    let cli = installed.join("node_modules/.bin/mcp-inspector");
+    let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new(node)
+            .arg(cli)
+            .arg("--cli")
+            .args(target)
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let value = serde_json::from_str(&text).unwrap_or_else(|_| {
+        panic!(
+            "the Inspector printed no JSON: {text}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    (out.status.success(), value)
+}
+
+async fn the_inspector_lists_calls_and_reads_an_error(transport: Transport) {
+    let dir = forecaster("");
+    let agent = dir.agent().to_str().unwrap().to_owned();
+    let server;
+    let target: Vec<String> = match transport {
+        Transport::Stdio => vec![bin().into(), "mcp".into(), "serve".into(), agent],
+        Transport::Http => {
+            server = HttpServer::start("mcp", &[&agent]);
+            vec![server.url.clone()]
+        }
+    };
+    let (ok, listed) = inspector(target.clone(), &["--method", "tools/list"]).await;
+    assert!(ok, "{listed}");
+    assert_eq!(listed["tools"][0]["name"], "forecaster", "{listed}");
+    assert_eq!(
+        listed["tools"][0]["inputSchema"]["properties"]["task"]["type"],
+        "string"
+    );
+
+    let (ok, called) = inspector(
+        target.clone(),
+        &[
+            "--method",
+            "tools/call",
+            "--tool-name",
+            "forecaster",
+            "--tool-arg",
+            "task=Paris?",
+        ],
+    )
+    .await;
+    assert!(ok, "{called}");
+    assert_eq!(called["isError"], false, "{called}");
+    assert_eq!(
+        called["structuredContent"]["forecast"], "18 degrees and sunny",
+        "{called}"
+    );
+
+    // No task: the Inspector reads the error result and fails.
+    let (ok, failed) = inspector(
+        target,
+        &["--method", "tools/call", "--tool-name", "forecaster"],
+    )
+    .await;
+    assert!(!ok, "{failed}");
+    assert!(failed.to_string().contains("isError"), "{failed}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_inspector_cli_lists_calls_and_reads_an_error_over_stdio() {
+    the_inspector_lists_calls_and_reads_an_error(Transport::Stdio).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_inspector_cli_lists_calls_and_reads_an_error_over_http() {
+    the_inspector_lists_calls_and_reads_an_error(Transport::Http).await;
+}
+
+/// The forecaster with the PyPI time server declared as `[[mcp]]`, and `slow` denied.
+fn forecaster_with_time_server() -> AgentDir {
+    let time = mcp_installed().join("venv/bin/mcp-server-time");
+    let dir = forecaster(&format!(
+        "\n[[mcp]]\nname = \"time\"\ncommand = [\"{}\"]\ntimeout_secs = 60\n\n[permissions]\ndeny = [\"slow\"]\n",
+        time.display()
+    ));
+    // The tools are called by the client, never by a model.
+    dir.write("script.json", "[]");
+    dir
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn with_tools_the_files_own_tools_are_served_under_its_permissions() {
+    let dir = forecaster_with_time_server();
+    let agent = dir.agent();
+    let seen = python_client(
+        &Transport::Stdio,
+        &[agent.to_str().unwrap(), "--tools"],
+        json!([
+            {"do": "list"},
+            {"do": "call", "tool": "forecast", "arguments": {"city": "Lisbon"}},
+            {"do": "call", "tool": "forecast", "arguments": {"town": "Lisbon"}},
+            {"do": "call", "tool": "slow", "arguments": {}},
+            {"do": "call", "tool": "time__get_current_time", "arguments": {"timezone": "Etc/UTC"}}
+        ]),
+    )
+    .await;
+    let names: Vec<&str> = seen[0]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert!(
+        names.starts_with(&["forecast", "slow"]) && names.contains(&"time__get_current_time"),
+        "{names:?}"
+    );
+
+    let ran = &seen[1];
+    assert_eq!(ran["result"]["isError"], false, "{ran}");
+    assert_eq!(text_of(&ran["result"]), "18 degrees and sunny\n", "{ran}");
+    assert_eq!(
+        ran["progress"],
+        json!(["calling forecast", "forecast: ok"]),
+        "{ran}"
+    );
+    // Arguments its schema refuses never reach the tool.
+    let invalid = &seen[2];
+    assert_eq!(invalid["result"]["isError"], true, "{invalid}");
+    assert_eq!(dir.tool_inputs(), vec![json!({"city": "Lisbon"})]);
+    // The file's `deny` holds for the client's calls too.
+    let denied = &seen[3];
+    assert_eq!(denied["result"]["isError"], true, "{denied}");
+    assert!(text_of(&denied["result"]).contains("denied"), "{denied}");
+    assert!(!dir.path("started").exists());
+    // An [[mcp]] server's tool, through agentloop: the time server's structured answer.
+    let time = &seen[4];
+    assert_eq!(time["result"]["isError"], false, "{time}");
+    assert_eq!(
+        time["result"]["structuredContent"]["timezone"], "Etc/UTC",
+        "{time}"
+    );
+}
+
+/// `examples/served`, started as its `mcp.json` tells an MCP client to start it.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_served_example_answers_a_client_configured_by_its_mcp_json() {
+    let example = repo().join("examples/served");
+    let config: Value =
+        serde_json::from_str(&std::fs::read_to_string(example.join("mcp.json")).unwrap()).unwrap();
+    let server = &config["mcpServers"]["weather_report"];
+    assert_eq!(server["command"], "agentloop");
+    let args: Vec<String> = server["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| {
+            let a = a.as_str().unwrap();
+            // The user writes where their clone is.
+            a.strip_prefix("/path/to/agentloop/").map_or_else(
+                || a.to_owned(),
+                |rest| repo().join(rest).display().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(args[..2], ["mcp", "serve"]);
+    let rest: Vec<&str> = args[2..].iter().map(String::as_str).collect();
+    let seen = python_client(
+        &Transport::Stdio,
+        &rest,
+        json!([
+            {"do": "list"},
+            {"do": "call", "tool": "weather_report", "arguments": {"task": "The weather in Lisbon?"}}
+        ]),
+    )
+    .await;
+    assert_eq!(seen[0]["tools"][0]["name"], "weather_report");
+    assert_eq!(
+        seen[0]["tools"][0]["outputSchema"]["required"],
+        json!(["city", "celsius", "sky"])
+    );
+    let call = &seen[1];
+    assert_eq!(
+        call["result"]["structuredContent"],
+        json!({"city": "Lisbon", "celsius": 23, "sky": "sunny"}),
+        "{call}"
+    );
+    assert!(
+        call["progress"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("get_weather: ok")),
+        "{call}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_served_tools_call_is_never_journaled() {
+    let dir = forecaster("");
+    let agent = dir.agent();
+    let journal = dir.path("runs.db");
+    let out = agentloop(args(&[
+        "mcp",
+        "serve",
+        agent.to_str().unwrap(),
+        "--tools",
+        "--journal",
+        journal.to_str().unwrap(),
+    ]))
+    .await;
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("--journal"), "{}", stderr(&out));
+    assert!(!journal.exists());
+}
