@@ -204,7 +204,9 @@ pub struct ForkArgs {
 
 /// Opens (or creates) a journal for writing, at `durability`.
 pub fn open_journal(path: &Path, durability: Durability) -> Result<Arc<SqliteJournal>, CliError> {
-    Ok(Arc::new(SqliteJournal::open(path)?.with_durability(durability)))
+    Ok(Arc::new(
+        SqliteJournal::open(path)?.with_durability(durability),
+    ))
 }
 
 /// The agent file's path as the journal keeps it: absolute, so `resume` finds it from anywhere.

@@ -32,9 +32,9 @@ use sha2::{Digest, Sha256};
 
 mod writer;
 
-use writer::{Command, Done, Job, WriterHandle};
 pub use writer::Durability;
 use writer::Fault;
+use writer::{Command, Done, Job, WriterHandle};
 
 /// The `format` a journal's meta table names.
 pub const JOURNAL_FORMAT: &str = "agentloop-journal";

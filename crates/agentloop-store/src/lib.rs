@@ -67,9 +67,7 @@ pub(crate) fn create_private(path: &std::path::Path) -> std::io::Result<()> {
 pub use cache::SqliteResponseCache;
 pub use error::TraceError;
 pub use format::{TraceFormat, TraceWriter};
-pub use journal::{
-    Durability, ForkOrigin, JournalReader, RunEntry, SqliteJournal, WaitingCall,
-};
+pub use journal::{Durability, ForkOrigin, JournalReader, RunEntry, SqliteJournal, WaitingCall};
 pub use ndjson::NdjsonWriter;
 pub use record::{
     CompactionSpan, ErrorInfo, ModelCallSpan, RunSpan, Span, Status, ToolCallSpan, ToolsChange,
