@@ -4,13 +4,12 @@
 //! the scope to the calls, and the subagent tool reserves and settles its grant (a child
 //! journal records it, and a resumed child reserves exactly that).
 
+use std::any::Any;
 use std::sync::{Arc, Mutex};
 
 use tokio::time::Instant;
 
 use crate::event::Sinks;
-use crate::gate::Approvals;
-use crate::journal::Journal;
 use crate::limits::Limits;
 use crate::outcome::SubagentRun;
 
@@ -200,11 +199,11 @@ pub(crate) struct Scope {
     pub(crate) max_depth: u32,
     pub(crate) deadline: Option<Instant>,
     pub(crate) pool: Mutex<Pool>,
-    /// The run's journal, when its subagents are journaled with it (as child journals).
-    pub(crate) journal: Option<Arc<dyn Journal>>,
-    /// The run's approvals: a child's question suspends the tree through them, and the answers
-    /// recorded for a child's calls reach it through them.
-    pub(crate) approvals: Arc<Approvals>,
+    /// What the subagent calls need of the run above its budget (the driver's `Tree`: the run's
+    /// journal and approvals). Those are the seams' types, a layer above this one that the tool
+    /// context carrying this scope must not name (it would close a circle of imports through
+    /// the machine); the subagent tool, at the top, names them again with [`Scope::tree`].
+    tree: Arc<dyn Any + Send + Sync>,
     /// The runs of the batch's subagents that returned, by call id, until the driver puts each
     /// on its call's outcome: a tool's output knows nothing of subagents.
     runs: Mutex<Vec<(String, SubagentRun)>>,
@@ -220,6 +219,11 @@ impl std::fmt::Debug for Scope {
 }
 
 impl Scope {
+    /// The handles of the run above, as the layer that put them here names them.
+    pub(crate) fn tree<T: 'static>(&self) -> Option<&T> {
+        self.tree.downcast_ref()
+    }
+
     pub(crate) fn reserve(&self, cap: &Pool) -> Result<Pool, String> {
         self.pool
             .lock()
@@ -256,16 +260,15 @@ impl Scope {
     }
 }
 
-/// Where a batch's subagent calls stand in the run: its path, sinks, depth, deadline, journal
-/// and approvals.
+/// Where a batch's subagent calls stand in the run: its path, sinks, depth, deadline, and the
+/// handles of the run above (see [`Scope`]'s `tree`).
 pub(crate) struct Place {
     pub(crate) path: String,
     pub(crate) sinks: Sinks,
     pub(crate) depth: u32,
     pub(crate) max_depth: u32,
     pub(crate) deadline: Option<Instant>,
-    pub(crate) journal: Option<Arc<dyn Journal>>,
-    pub(crate) approvals: Arc<Approvals>,
+    pub(crate) tree: Arc<dyn Any + Send + Sync>,
 }
 
 /// The scope of a batch's subagent calls, from the pool the machine gives them
@@ -278,8 +281,7 @@ pub(crate) fn scope(place: Place, pool: Pool) -> Arc<Scope> {
         max_depth: place.max_depth,
         deadline: place.deadline,
         pool: Mutex::new(pool),
-        journal: place.journal,
-        approvals: place.approvals,
+        tree: place.tree,
         runs: Mutex::new(Vec::new()),
     })
 }

@@ -25,6 +25,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::agent::{Agent, Plumbing, RunOptions};
 use crate::budget::{Pool, Scope};
+use crate::driver::Tree;
 use crate::gate::{ApprovalRequest, Approvals};
 use crate::journal::{JournalError, JournaledRun, ParentCall, RunStatus, child_run_id};
 use crate::limits::Limits;
@@ -138,7 +139,7 @@ impl SubagentTool {
         if let Some(c) = &self.cap {
             cap = cap.min(&Pool::of(c));
         }
-        let journal = scope.as_ref().and_then(|s| s.journal.clone());
+        let journal = scope.as_ref().and_then(|s| tree(s)?.journal.clone());
         let parent = ParentCall {
             run_id: ctx.run_id.to_string(),
             call_id: ctx.call_id.to_string(),
@@ -213,8 +214,8 @@ impl SubagentTool {
         let mut earlier = earlier;
         // What the parent's journal answered for the child is the child's; the journal of the
         // child still lists those calls as waiting until it goes on.
-        let answered = match (&scope, &mut earlier) {
-            (Some(s), Some(run)) => answer_from_parent(run, &s.approvals, &prefix),
+        let answered = match (scope.as_deref().and_then(tree), &mut earlier) {
+            (Some(t), Some(run)) => answer_from_parent(run, &t.approvals, &prefix),
             _ => Vec::new(),
         };
         let run = async {
@@ -251,7 +252,7 @@ impl SubagentTool {
                     r
                 })
                 .collect();
-            if s.approvals.suspend(asked) {
+            if tree(s).is_some_and(|t| t.approvals.suspend(asked)) {
                 std::future::pending::<()>().await;
             }
         }
@@ -293,7 +294,7 @@ impl SubagentTool {
             outcome = &mut run => return outcome,
             _ = ctx.cancel.cancelled() => {}
         }
-        if scope.is_some_and(|s| s.approvals.suspended()) {
+        if scope.is_some_and(|s| tree(s).is_some_and(|t| t.approvals.suspended())) {
             std::future::pending::<()>().await;
         }
         child_cancel.cancel();
@@ -330,6 +331,11 @@ impl SubagentTool {
             subagents: outcome.subagents.clone(),
         }
     }
+}
+
+/// The handles of the run above a subagent call (the driver's, on the call's scope).
+fn tree(scope: &Scope) -> Option<&Tree> {
+    scope.tree::<Tree>()
 }
 
 /// Puts the answers the parent's journal recorded for a suspended child's calls (under

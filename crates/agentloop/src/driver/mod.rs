@@ -638,13 +638,15 @@ impl<'a> Driver<'a> {
             depth: self.depth,
             max_depth: m.limits().max_depth,
             deadline,
-            // Children are journaled with the run while it journals, in a journal that reads
-            // them back.
-            journal: self
-                .journal
-                .clone()
-                .filter(|j| self.journaling && j.holds_children()),
-            approvals: Arc::clone(&self.approvals),
+            tree: Arc::new(Tree {
+                // Children are journaled with the run while it journals, in a journal that
+                // reads them back.
+                journal: self
+                    .journal
+                    .clone()
+                    .filter(|j| self.journaling && j.holds_children()),
+                approvals: Arc::clone(&self.approvals),
+            }),
         };
         let scope = crate::budget::scope(place, m.subagent_pool());
         self.scope = Some((m.turn(), Arc::clone(&scope)));
@@ -784,6 +786,15 @@ impl<'a> Driver<'a> {
 /// keeps its outcome, which says so (and that the journal does not hold it, so a resume answers
 /// it interrupted), and the failure follows it: the run stops on the journal's failure next,
 /// instead of calling a finished call cancelled.
+/// What a subagent call needs of the run above its budget, carried on its scope.
+pub(crate) struct Tree {
+    /// The run's journal, when its subagents are journaled with it (as child journals).
+    pub(crate) journal: Option<Arc<dyn Journal>>,
+    /// The run's approvals: a child's question suspends the tree through them, and the answers
+    /// recorded for a child's calls reach it through them.
+    pub(crate) approvals: Arc<Approvals>,
+}
+
 fn not_journaled(step: &mut Step, e: &crate::journal::JournalError) -> Option<Step> {
     let journal_failed = Input::JournalFailed {
         message: e.to_string(),
