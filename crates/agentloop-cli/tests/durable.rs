@@ -117,11 +117,19 @@ fn kill_at_every_step(level: Option<&str>) {
             assert_eq!(runs.len(), 1);
             assert_eq!(runs[0]["status"], "running", "{fault}");
             let written = runs[0]["steps"].as_u64().unwrap();
-            let expected = if fault.starts_with("after") { n + 1 } else { n };
-            assert_eq!(
-                written, expected,
-                "{fault}: a write cut short is rolled back whole"
-            );
+            // Calls of a batch that finish together share one commit, so the commit that holds
+            // step n may hold its neighbours too: it is kept or rolled back whole with them.
+            if fault.starts_with("after") {
+                assert!(
+                    written > n,
+                    "{fault}: the commit holding step {n} is kept ({written} steps)"
+                );
+            } else {
+                assert!(
+                    written <= n,
+                    "{fault}: a write cut short is rolled back whole ({written} steps)"
+                );
+            }
             let id = runs[0]["run_id"].as_str().unwrap().to_owned();
             let out = cli(
                 &dir,
