@@ -8,8 +8,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use agentloop::model::{ModelError, ModelErrorKind};
 use agentloop::tool::{Tool, ToolBuilder, ToolContext, ToolError, ToolOutput};
-use eventsource_stream::Eventsource;
+use agentloop_providers::sse::SseStream;
 use futures::StreamExt;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -386,12 +387,13 @@ impl Follow<'_> {
                 "the remote agent answered a stream with no events",
             ));
         }
-        let mut events = response.bytes_stream().eventsource();
+        // The providers' reader: one event at most MAX_BODY_BYTES, however the server frames it.
+        let bytes = response.bytes_stream().map(|r| {
+            r.map_err(|e| ModelError::new(ModelErrorKind::Connection, e.without_url().to_string()))
+        });
+        let mut events = SseStream::new(bytes, "a2a", None, MAX_BODY_BYTES);
         while let Some(event) = events.next().await {
             let event = event.map_err(|e| ToolError::new("a2a.protocol", e.to_string()))?;
-            if event.data.len() > MAX_BODY_BYTES {
-                return Err(ToolError::new("a2a.protocol", "an event is too large"));
-            }
             let answer: Value = serde_json::from_str(&event.data).map_err(|e| {
                 ToolError::new("a2a.protocol", format!("an event is not JSON: {e}"))
             })?;

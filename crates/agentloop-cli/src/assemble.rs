@@ -1,7 +1,8 @@
 //! From a checked agent file to a runnable [`Agent`]: the model (scripted or a live provider
-//! wrapped in retries), the command, subagent and built-in tools, the limits, the model settings
-//! and the permission gate. The tools of the `[[mcp]]` servers of each file of the tree join its
-//! agent once the servers are started ([`StartedMcp`]).
+//! wrapped in retries), the command, subagent, built-in and `a2a` tools, the limits, the model
+//! settings and the permission gate. The tools of the `[[mcp]]` servers of each file of the tree
+//! join its agent once the servers are started, and the `a2a` tools' cards are read then too
+//! ([`StartedMcp`]).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -568,7 +569,8 @@ enum Kids<'a> {
 }
 
 /// The started `[[mcp]]` servers of an agent file and of its subagents' files, by file: each
-/// agent of the tree gets the tools of its own file's servers.
+/// agent of the tree gets the tools of its own file's servers. It also holds the remote agents of
+/// their `a2a` tools, each card read once at start.
 #[derive(Debug, Default)]
 pub struct StartedMcp {
     by_file: Vec<(PathBuf, agentloop_mcp::McpServers)>,
@@ -577,7 +579,8 @@ pub struct StartedMcp {
 }
 
 impl StartedMcp {
-    /// Starts the servers of `file` and of every subagent's file below it (a file named twice in
+    /// Reads the cards of the `a2a` tools of `file` and of every subagent's file below it (a card
+    /// that cannot be read stops the start), then starts their MCP servers (a file named twice in
     /// the tree starts its servers once). The first that fails stops those already started.
     pub async fn start(file: &AgentFile) -> Result<StartedMcp, CliError> {
         let mut files = vec![file];

@@ -181,7 +181,7 @@ a2a = "{}"
         "go",
     ]))
     .await;
-    assert_ne!(out.status.code(), Some(0));
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
     assert!(
         stderr(&out).contains("tool shout: a2a.card"),
         "{}",
