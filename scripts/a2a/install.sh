@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Installs the official A2A SDK (a2a-sdk from PyPI) that tests `agentloop a2a serve`, at the
-# version pinned beside this script (requirements.txt, and constraints.txt for its dependencies),
-# once, into a virtual environment in $AGENTLOOP_CACHE/a2a. Registries only.
+# Installs the official A2A SDK (a2a-sdk from PyPI, with its HTTP server and uvicorn) that tests
+# `agentloop a2a serve` and the `a2a` tool entry, at the version pinned beside this script
+# (requirements.txt, and constraints.txt for its dependencies), once, into a virtual environment
+# in $AGENTLOOP_CACHE/a2a. Registries only.
 # Prints that folder on stdout: venv/bin/python has the SDK.
 # Safe to run from tests in parallel: one installer at a time, and a stamp of what was installed.
 set -euo pipefail

@@ -1,9 +1,11 @@
 #![doc = include_str!("../README.md")]
 #![forbid(unsafe_code)]
 
+mod client;
 mod server;
 mod wire;
 
+pub use client::{A2aClient, AgentCard};
 pub use server::{A2aServer, ServedAgent, serve};
 pub use wire::{PROTOCOL_VERSION, TaskState};
 
@@ -55,6 +57,14 @@ pub enum A2aError {
         /// Why.
         reason: String,
     },
+    /// A remote agent's card could not be read.
+    #[error("cannot read the agent card of {url}: {reason}")]
+    Card {
+        /// The agent's URL.
+        url: String,
+        /// Why.
+        reason: String,
+    },
     /// The address could not be served.
     #[error("cannot serve A2A: {reason}")]
     Serve {
@@ -75,6 +85,7 @@ impl A2aError {
             A2aError::TaskNotCancelable { .. } => "a2a.task_not_cancelable",
             A2aError::Internal { .. } => "a2a.internal",
             A2aError::Serve { .. } => "a2a.serve",
+            A2aError::Card { .. } => "a2a.card",
         }
     }
 
@@ -87,7 +98,7 @@ impl A2aError {
             A2aError::InvalidParams { .. } => -32602,
             A2aError::TaskNotFound { .. } => -32001,
             A2aError::TaskNotCancelable { .. } => -32002,
-            A2aError::Internal { .. } | A2aError::Serve { .. } => -32603,
+            A2aError::Internal { .. } | A2aError::Serve { .. } | A2aError::Card { .. } => -32603,
         }
     }
 }

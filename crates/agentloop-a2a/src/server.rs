@@ -412,6 +412,11 @@ impl EventSink for StatusSink {
                 format!("{tool}: {}", status.as_str().unwrap_or("ended"))
             }
             EventKind::ToolRejected { tool, code, .. } => format!("{tool}: {code}"),
+            // A tool's progress (a remote agent's status, a subagent's): its words as they are.
+            EventKind::ToolProgress { tool, progress, .. } => match progress.as_str() {
+                Some(words) => format!("{tool}: {words}"),
+                None => format!("{tool}: {progress}"),
+            },
             _ => return,
         };
         let _ = self.tx.send(StreamResponse::StatusUpdate {

@@ -26,6 +26,15 @@ pub enum TaskState {
     /// The run was cancelled.
     #[serde(rename = "TASK_STATE_CANCELED")]
     Canceled,
+    /// The agent would not take the task (a remote agent's answer; this server never sets it).
+    #[serde(rename = "TASK_STATE_REJECTED")]
+    Rejected,
+    /// The agent waits for more input (a remote agent's answer; this server never sets it).
+    #[serde(rename = "TASK_STATE_INPUT_REQUIRED")]
+    InputRequired,
+    /// The agent waits for authentication (a remote agent's answer; this server never sets it).
+    #[serde(rename = "TASK_STATE_AUTH_REQUIRED")]
+    AuthRequired,
 }
 
 impl std::fmt::Display for TaskState {
@@ -40,7 +49,7 @@ impl TaskState {
     pub fn is_terminal(self) -> bool {
         matches!(
             self,
-            TaskState::Completed | TaskState::Failed | TaskState::Canceled
+            TaskState::Completed | TaskState::Failed | TaskState::Canceled | TaskState::Rejected
         )
     }
 }
@@ -132,6 +141,7 @@ pub(crate) struct TaskStatus {
 #[serde(rename_all = "camelCase")]
 pub(crate) struct Artifact {
     pub(crate) artifact_id: String,
+    #[serde(default)]
     pub(crate) name: String,
     pub(crate) parts: Vec<Part>,
 }
@@ -141,6 +151,7 @@ pub(crate) struct Artifact {
 #[serde(rename_all = "camelCase")]
 pub(crate) struct Task {
     pub(crate) id: String,
+    #[serde(default)]
     pub(crate) context_id: String,
     pub(crate) status: TaskStatus,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

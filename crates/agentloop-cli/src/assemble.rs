@@ -1,7 +1,8 @@
 //! From a checked agent file to a runnable [`Agent`]: the model (scripted or a live provider
-//! wrapped in retries), the command, subagent and built-in tools, the limits, the model settings
-//! and the permission gate. The tools of the `[[mcp]]` servers of each file of the tree join its
-//! agent once the servers are started ([`StartedMcp`]).
+//! wrapped in retries), the command, subagent, built-in and `a2a` tools, the limits, the model
+//! settings and the permission gate. The tools of the `[[mcp]]` servers of each file of the tree
+//! join its agent once the servers are started, and the `a2a` tools' cards are read then too
+//! ([`StartedMcp`]).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -108,13 +109,35 @@ pub fn tools(file: &AgentFile) -> Result<Vec<Tool>, CliError> {
 fn all_tools(file: &AgentFile, kids: Kids<'_>) -> Result<Vec<Tool>, CliError> {
     let mut out = Vec::new();
     for t in file.tools() {
-        out.push(match (&t.command, &t.builtin) {
-            (Some(command), _) => command_tool(file, t, command)?,
-            (None, Some(builtin)) => builtin_tool(file, t, builtin.get_ref())?,
-            (None, None) => subagent_tool(file, t, kids)?,
+        out.push(match (&t.command, &t.builtin, &t.a2a) {
+            (Some(command), _, _) => command_tool(file, t, command)?,
+            (None, Some(builtin), _) => builtin_tool(file, t, builtin.get_ref())?,
+            (None, None, Some(url)) => a2a_tool(file, t, url.get_ref(), kids),
+            (None, None, None) => subagent_tool(file, t, kids)?,
         });
     }
     Ok(out)
+}
+
+/// An `a2a` tool: the remote agent whose card was read at start, or (in a plan, where nothing
+/// is reached) one that reads it at its first call. Its timeout and mode are the entry's.
+fn a2a_tool(file: &AgentFile, t: &ToolFileSpec, url: &str, kids: Kids<'_>) -> Tool {
+    let mut builder = Tool::builder(t.name()).mode(t.mode.unwrap_or_default());
+    if let Some(timeout) = t
+        .timeout_secs
+        .as_ref()
+        .and_then(|v| Duration::try_from_secs_f64(*v.get_ref()).ok())
+    {
+        builder = builder.timeout(timeout);
+    }
+    let description = t.description.clone();
+    match kids {
+        Kids::Real(_, started) => match started.remote(file, t.name()) {
+            Some(client) => client.tool(builder, description),
+            None => agentloop_a2a::A2aClient::tool_at(url, builder, description),
+        },
+        Kids::StandIn => agentloop_a2a::A2aClient::tool_at(url, builder, description),
+    }
 }
 
 /// The options of a built-in tool: its root resolved against the agent file's folder. The
@@ -430,6 +453,9 @@ pub fn definition_parts(file: &AgentFile) -> Vec<(&'static str, serde_json::Valu
         .iter()
         .map(|t| {
             let how = match (&t.command, &t.agent, &t.builtin) {
+                (None, None, None) if t.a2a.is_some() => {
+                    json!({"a2a": t.a2a.as_ref().map(|u| u.get_ref())})
+                }
                 (Some(c), _, _) => json!(c.get_ref()),
                 // A change in the subagent's file changes this agent's definition too.
                 (None, Some(a), _) => json!({
@@ -543,14 +569,18 @@ enum Kids<'a> {
 }
 
 /// The started `[[mcp]]` servers of an agent file and of its subagents' files, by file: each
-/// agent of the tree gets the tools of its own file's servers.
+/// agent of the tree gets the tools of its own file's servers. It also holds the remote agents of
+/// their `a2a` tools, each card read once at start.
 #[derive(Debug, Default)]
 pub struct StartedMcp {
     by_file: Vec<(PathBuf, agentloop_mcp::McpServers)>,
+    /// The remote agents of `a2a` tools, their cards read: by file and tool name.
+    remote: Vec<(PathBuf, String, agentloop_a2a::A2aClient)>,
 }
 
 impl StartedMcp {
-    /// Starts the servers of `file` and of every subagent's file below it (a file named twice in
+    /// Reads the cards of the `a2a` tools of `file` and of every subagent's file below it (a card
+    /// that cannot be read stops the start), then starts their MCP servers (a file named twice in
     /// the tree starts its servers once). The first that fails stops those already started.
     pub async fn start(file: &AgentFile) -> Result<StartedMcp, CliError> {
         let mut files = vec![file];
@@ -560,6 +590,23 @@ impl StartedMcp {
             at += 1;
         }
         let mut started = StartedMcp::default();
+        for f in &files {
+            for t in f.tools() {
+                let Some(url) = &t.a2a else { continue };
+                match agentloop_a2a::A2aClient::connect(url.get_ref()).await {
+                    Ok(client) => {
+                        started
+                            .remote
+                            .push((f.path.clone(), t.name().to_owned(), client));
+                    }
+                    Err(e) => {
+                        return Err(CliError::Setup {
+                            message: format!("tool {}: {}: {e}", t.name(), e.code()),
+                        });
+                    }
+                }
+            }
+        }
         for f in files {
             if f.mcp().is_empty() || started.by_file.iter().any(|(p, _)| *p == f.path) {
                 continue;
@@ -580,6 +627,14 @@ impl StartedMcp {
             }
         }
         Ok(started)
+    }
+
+    /// The remote agent of a file's `a2a` tool, its card read at start.
+    pub fn remote(&self, file: &AgentFile, tool: &str) -> Option<&agentloop_a2a::A2aClient> {
+        self.remote
+            .iter()
+            .find(|(p, name, _)| *p == file.path && name == tool)
+            .map(|(_, _, c)| c)
     }
 
     /// A file's started servers, when it declares any: its agent's tool source.

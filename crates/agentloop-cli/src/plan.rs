@@ -240,6 +240,7 @@ pub fn plan(file: &AgentFile) -> Result<Plan, CliError> {
                 "command": t.command.as_ref().map(|c| c.get_ref()),
                 "agent": t.agent.as_ref().map(|a| a.get_ref()),
                 "builtin": t.builtin.as_ref().map(|b| b.get_ref()),
+                "a2a": t.a2a.as_ref().map(|u| u.get_ref()),
                 "root": builtin_root(file, t),
                 "sandbox": tool_sandbox(file, t),
                 "fatal": t.fatal.unwrap_or(false),
@@ -629,6 +630,9 @@ fn render_tools(out: &mut String, tools: &[Value]) {
                 root => format!(" (root {})", show(root)),
             };
             let _ = writeln!(out, "        builtin: {}{root}", show(&t["builtin"]));
+        } else if !t["a2a"].is_null() {
+            // Its card is read when a run starts: `plan` reaches nothing.
+            let _ = writeln!(out, "        a2a:     {}", show(&t["a2a"]));
         } else if t["agent"].is_null() {
             let _ = writeln!(out, "        command: {}", show(&t["command"]));
         } else {

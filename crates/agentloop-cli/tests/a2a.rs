@@ -13,25 +13,10 @@
 
 mod support;
 
-use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use support::*;
-
-/// The folder `scripts/a2a/install.sh` installed the SDK in (once per test process).
-fn a2a_installed() -> &'static Path {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let out = std::process::Command::new(repo().join("scripts/a2a/install.sh"))
-            .stderr(std::process::Stdio::inherit())
-            .output()
-            .expect("cannot run scripts/a2a/install.sh (it needs bash and python3)");
-        assert!(out.status.success(), "scripts/a2a/install.sh failed");
-        PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
-    })
-}
 
 /// Runs the SDK's client through `steps` against the agent at `url`.
 async fn sdk_client(url: &str, steps: Value) -> Vec<Value> {

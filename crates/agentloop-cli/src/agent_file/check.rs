@@ -244,16 +244,17 @@ pub(super) fn check_keys<T: Section>(
         }
     }
     let has = |key: &str| table.keys().any(|k| k.get_ref().as_ref() == key);
-    // A tool is a command, an agent or a built-in tool: each key is optional, one of the three
-    // is required; only a built-in tool has a name of its own.
+    // A tool is a command, an agent, a built-in tool or a remote agent: each key is optional, one
+    // of the four is required; only a built-in tool has a name of its own.
     if T::KEYS.contains(&"command") && T::KEYS.contains(&"builtin") {
-        if !has("command") && !has("agent") && !has("builtin") {
+        if !has("command") && !has("agent") && !has("builtin") && !has("a2a") {
             problems.at(
                 &join(path, "command"),
                 Some(span.clone()),
                 format!(
                     "missing required key `command` in [{path}] (or `agent`: another agent \
-                     file, run as a subagent; or `builtin`: a built-in tool such as read_file)"
+                     file, run as a subagent; or `builtin`: a built-in tool such as read_file; \
+                     or `a2a`: a remote agent's URL)"
                 ),
             );
         }

@@ -273,7 +273,7 @@ section! {
 
 section! {
     /// One `[[tools]]` entry: a command tool (`command`), another agent as a subagent (`agent`),
-    /// or a built-in tool (`builtin`).
+    /// a built-in tool (`builtin`), or a remote agent over A2A (`a2a`).
     ToolFileSpec {
         /// The name the model calls it by (for a built-in tool, its own name by default).
         name: Option<Spanned<String>>,
@@ -338,6 +338,10 @@ section! {
         /// journaled run's process died runs again on `resume` (otherwise the model reads that
         /// its effect is unknown).
         idempotent: Option<bool>,
+        /// A remote agent served over A2A (`http://host:port/path`, where its agent card is at
+        /// `/.well-known/agent-card.json` below): the tool hands it the model's `task` and
+        /// answers with the task's artifacts. Its card is read when the agent starts.
+        a2a: Option<Spanned<String>>,
     }
 }
 

@@ -316,6 +316,20 @@ pub fn mcp_installed() -> &'static Path {
     })
 }
 
+/// The folder `scripts/a2a/install.sh` installed the official A2A SDK in (once per test
+/// process): `venv/bin/python` has it.
+pub fn a2a_installed() -> &'static Path {
+    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        let out = std::process::Command::new(repo().join("scripts/a2a/install.sh"))
+            .stderr(std::process::Stdio::inherit())
+            .output()
+            .expect("cannot run scripts/a2a/install.sh (it needs bash and python3)");
+        assert!(out.status.success(), "scripts/a2a/install.sh failed");
+        PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
+    })
+}
+
 /// The `agentloop` binary.
 pub fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_agentloop")

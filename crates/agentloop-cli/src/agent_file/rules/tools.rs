@@ -94,6 +94,36 @@ fn check_agent_tool(
     }
 }
 
+/// A remote agent over A2A: an http(s) URL, and only the keys such a tool reads (its name,
+/// description, timeout and mode).
+fn check_a2a_tool(tool: &ToolFileSpec, url: &Spanned<String>, path: &str, problems: &mut Problems) {
+    let u = url.get_ref();
+    let scheme_ok = u.starts_with("http://") || u.starts_with("https://");
+    if !scheme_ok
+        || u.contains(char::is_whitespace)
+        || u.split("://").nth(1).is_none_or(str::is_empty)
+    {
+        problems.at(
+            &join(path, "a2a"),
+            span_of(url),
+            format!("{u:?} is not an http:// or https:// URL of an A2A agent"),
+        );
+    }
+    let not_remote = [
+        ("input_schema", tool.input_schema.is_some()),
+        ("retries", tool.retries.is_some()),
+        ("poller", tool.poller.is_some()),
+        ("idempotent", tool.idempotent.is_some()),
+    ];
+    misplaced(
+        &not_remote,
+        tool,
+        path,
+        "does not apply to `a2a` tools: a remote agent's input is its `task`",
+        problems,
+    );
+}
+
 /// A built-in tool: a known one, its root an existing folder, and only the keys it reads.
 fn check_builtin_tool(
     tool: &ToolFileSpec,
@@ -345,26 +375,29 @@ fn check_tool(tool: &ToolFileSpec, path: &str, dir: &Path, problems: &mut Proble
     }
 }
 
-/// Exactly one of `command`, `agent` and `builtin`, and that kind's own checks.
+/// Exactly one of `command`, `agent`, `builtin` and `a2a`, and that kind's own checks.
 fn check_tool_kind(tool: &ToolFileSpec, path: &str, dir: &Path, problems: &mut Problems) {
-    match (&tool.command, &tool.agent, &tool.builtin) {
-        (Some(command), None, None) => {
+    match (&tool.command, &tool.agent, &tool.builtin, &tool.a2a) {
+        (Some(command), None, None, None) => {
             check_command(command, path, dir, problems);
             check_command_tool(tool, path, dir, problems);
         }
-        (None, Some(agent), None) => check_agent_tool(tool, agent, path, dir, problems),
-        (None, None, Some(builtin)) => check_builtin_tool(tool, builtin, path, dir, problems),
+        (None, Some(agent), None, None) => check_agent_tool(tool, agent, path, dir, problems),
+        (None, None, Some(builtin), None) => check_builtin_tool(tool, builtin, path, dir, problems),
+        (None, None, None, Some(url)) => check_a2a_tool(tool, url, path, problems),
         // Reported with the file's shape (`check_keys`).
-        (None, None, None) => {}
-        (_, _, _) => {
-            let (key, span) = match (&tool.builtin, &tool.agent) {
-                (Some(b), _) => ("builtin", span_of(b)),
-                (None, a) => ("agent", a.as_ref().and_then(span_of)),
+        (None, None, None, None) => {}
+        (_, _, _, _) => {
+            let (key, span) = match (&tool.builtin, &tool.agent, &tool.a2a) {
+                (Some(b), _, _) => ("builtin", span_of(b)),
+                (None, _, Some(u)) => ("a2a", span_of(u)),
+                (None, a, None) => ("agent", a.as_ref().and_then(span_of)),
             };
             let given: Vec<String> = [
                 ("command", tool.command.is_some()),
                 ("agent", tool.agent.is_some()),
                 ("builtin", tool.builtin.is_some()),
+                ("a2a", tool.a2a.is_some()),
             ]
             .into_iter()
             .filter(|(_, given)| *given)
@@ -374,8 +407,8 @@ fn check_tool_kind(tool: &ToolFileSpec, path: &str, dir: &Path, problems: &mut P
                 &join(path, key),
                 span,
                 format!(
-                    "give one of `command` (a command tool), `agent` (another agent file) or \
-                     `builtin` (a built-in tool), not both {}",
+                    "give one of `command` (a command tool), `agent` (another agent file), \
+                     `builtin` (a built-in tool) or `a2a` (a remote agent), not both {}",
                     given.join(" and ")
                 ),
             );

@@ -1,0 +1,283 @@
+#![allow(
+    clippy::indexing_slicing,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic
+)]
+//! The A2A client: an `a2a = "http://..."` tool entry makes a remote agent a tool, on loopback.
+//! The other side is an agent written with the official A2A SDK (`a2a-sdk` from PyPI, its
+//! Starlette server; `scripts/a2a/server.py`, which puts a text in capitals, fails on `fail`, and
+//! works until cancelled on `slow`), streaming or not, or our own `agentloop a2a serve`. A
+//! scripted model calls the tool; what it read comes back in `run --json`'s transcript.
+
+mod support;
+
+use std::io::BufRead as _;
+
+use serde_json::{Value, json};
+use support::*;
+
+/// `scripts/a2a/server.py` on a free loopback port, its files in `dir`; stopped when dropped.
+struct SdkAgent {
+    child: std::process::Child,
+    url: String,
+}
+
+impl SdkAgent {
+    fn start(dir: &AgentDir, streaming: bool) -> SdkAgent {
+        let mut cmd = std::process::Command::new(a2a_installed().join("venv/bin/python"));
+        cmd.arg(repo().join("scripts/a2a/server.py"))
+            .arg(dir.path(""))
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped());
+        if !streaming {
+            cmd.arg("--no-streaming");
+        }
+        let mut child = cmd.spawn().unwrap();
+        let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+        let url = lines
+            .next()
+            .expect("the SDK's server ended before it printed its URL")
+            .unwrap();
+        assert!(url.starts_with("http://127.0.0.1:"), "{url}");
+        std::thread::spawn(move || lines.for_each(drop));
+        SdkAgent { child, url }
+    }
+}
+
+impl Drop for SdkAgent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// An agent whose scripted model makes `steps` (each a call of `shout` with its task) and then
+/// answers "done"; `extra` is more of the file.
+fn caller(url: &str, tasks: &[&str], extra: &str) -> AgentDir {
+    let dir = AgentDir::new(&format!(
+        r#"name = "caller"
+description = "Hands texts to a remote agent."
+
+[model]
+provider = "scripted"
+script = "script.json"
+
+[[tools]]
+name = "shout"
+a2a = "{url}"
+{extra}"#
+    ));
+    let mut script: Vec<Value> = tasks
+        .iter()
+        .enumerate()
+        .map(|(i, task)| {
+            json!({"tool_calls": [{"id": format!("c{i}"), "name": "shout",
+                                   "arguments": {"task": task}}]})
+        })
+        .collect();
+    script.push(json!({"text": "done"}));
+    dir.write("script.json", &serde_json::to_string(&script).unwrap());
+    dir
+}
+
+/// The tool results of a run's transcript, in order: (is it an error, the text the model read).
+fn results(run: &Value) -> Vec<(bool, String)> {
+    run["transcript"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| {
+            let text = match &m["content"]["value"] {
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            (m["is_error"].as_bool().unwrap_or(false), text)
+        })
+        .collect()
+}
+
+async fn results_reach_the_model(streaming: bool) {
+    let remote_dir = AgentDir::new("");
+    let remote = SdkAgent::start(&remote_dir, streaming);
+    let dir = caller(&remote.url, &["hello there", "fail now"], "");
+    let (_, v) = run_finished(&dir.agent(), "go").await;
+    let seen = results(&v);
+    assert_eq!(seen.len(), 2, "{v}");
+    assert_eq!(seen[0], (false, "HELLO THERE".to_owned()), "{seen:?}");
+    // A failed remote task is an error result the model reads, with the agent's own words.
+    assert!(seen[1].0, "{seen:?}");
+    assert!(
+        seen[1].1.contains("TASK_STATE_FAILED")
+            && seen[1].1.contains("the remote agent cannot do that"),
+        "{seen:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_streaming_sdk_agent_answers_and_fails_as_a_tool() {
+    results_reach_the_model(true).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_sdk_agent_without_streaming_is_sent_whole_messages() {
+    results_reach_the_model(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_card_is_read_at_start_and_plan_shows_the_entry() {
+    let remote_dir = AgentDir::new("");
+    let remote = SdkAgent::start(&remote_dir, true);
+    let dir = caller(&remote.url, &[], "");
+    // `plan` reaches nothing: the entry as written.
+    let out = agentloop(args(&["plan", dir.agent().to_str().unwrap(), "--json"])).await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let plan = stdout_json(&out);
+    let tool = &plan["tools"][0];
+    assert_eq!(tool["name"], "shout");
+    assert_eq!(tool["a2a"], remote.url.as_str());
+    assert_eq!(tool["input_schema"]["required"], json!(["task"]));
+    // A run reads the card when it starts: its words are the tool's description the model gets.
+    let fake = FakeProvider::start(
+        "/v1/chat/completions",
+        vec![ok("openai_chat/oai_chat_s_text.sse")],
+    )
+    .await;
+    let model = AgentDir::new(&format!(
+        r#"name = "caller"
+[model]
+provider = "openai"
+name = "gpt-4o"
+base_url = "{}/v1"
+api_key_env = "AGENTLOOP_TEST_KEY"
+[[tools]]
+name = "shout"
+a2a = "{}"
+"#,
+        fake.uri(),
+        remote.url
+    ));
+    let out = agentloop(args(&[
+        "run",
+        model.agent().to_str().unwrap(),
+        "--input",
+        "go",
+    ]))
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let sent = &fake.bodies().await[0]["tools"][0]["function"];
+    assert_eq!(sent["name"], "shout");
+    assert_eq!(
+        sent["description"],
+        "Answers with the text it is given in capitals.\nSkills:\n- shout: Puts a text in capitals."
+    );
+    // A URL where no agent answers stops the run before it starts, naming the tool.
+    drop(remote);
+    let out = agentloop(args(&[
+        "run",
+        dir.agent().to_str().unwrap(),
+        "--input",
+        "go",
+    ]))
+    .await;
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("tool shout: a2a.card"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_deadline_of_our_run_cancels_the_remote_task() {
+    let remote_dir = AgentDir::new("");
+    let remote = SdkAgent::start(&remote_dir, true);
+    let dir = caller(
+        &remote.url,
+        &["slow down"],
+        "\n[limits]\ntimeout_secs = 3\n",
+    );
+    let out = agentloop(args(&[
+        "run",
+        dir.agent().to_str().unwrap(),
+        "--input",
+        "go",
+        "--json",
+    ]))
+    .await;
+    let v = stdout_json(&out);
+    assert_eq!(v["stop_reason"], "deadline", "{v}");
+    assert_eq!(v["tool_calls"][0]["error"]["code"], "a2a.cancelled", "{v}");
+    let started = std::fs::read_to_string(remote_dir.path("started")).unwrap();
+    // The SDK's server saw the CancelTask of the very task the call started.
+    let cancelled = std::fs::read_to_string(remote_dir.path("cancelled"))
+        .expect("the remote task was not cancelled");
+    assert_eq!(cancelled, started);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn our_client_calls_our_own_server_and_its_progress_reaches_an_sdk_client() {
+    // Our own server, an agent of it that calls the SDK's agent: the SDK's client streams a
+    // task of ours, and reads the remote agent's status among our task's.
+    let remote_dir = AgentDir::new("");
+    let remote = SdkAgent::start(&remote_dir, true);
+    let middle = caller(&remote.url, &["relay me"], "");
+    let served = HttpServer::start("a2a", &[middle.agent().to_str().unwrap()]);
+    let seen = python_client_steps(
+        a2a_installed().join("venv/bin/python"),
+        "scripts/a2a/client.py",
+        vec![
+            served.url.clone(),
+            json!([{"do": "send", "text": "go", "streaming": true}]).to_string(),
+        ],
+    )
+    .await;
+    let events = seen[0]["events"].as_array().unwrap();
+    let said: Vec<&str> = events
+        .iter()
+        .filter_map(|e| e.get("statusUpdate"))
+        .filter_map(|u| u["status"]["message"]["parts"][0]["text"].as_str())
+        .collect();
+    assert!(said.contains(&"shout: uppercasing"), "{said:?}");
+    assert!(said.contains(&"shout: ok"), "{said:?}");
+
+    // And our client against our own server: the forecaster's answer is the call's result.
+    let forecaster = forecaster("");
+    let served = HttpServer::start("a2a", &[forecaster.agent().to_str().unwrap()]);
+    let dir = caller(&served.url, &["The weather in Paris?"], "");
+    let (_, v) = run_finished(&dir.agent(), "go").await;
+    let seen = results(&v);
+    assert_eq!(seen.len(), 1, "{v}");
+    assert!(!seen[0].0, "{seen:?}");
+    assert!(seen[0].1.contains("18 degrees and sunny"), "{seen:?}");
+}
+
+#[tokio::test]
+async fn an_a2a_entry_is_checked_with_the_file() {
+    let dir = AgentDir::new(
+        r#"name = "caller"
+[model]
+provider = "scripted"
+script = "s.json"
+[[tools]]
+name = "shout"
+a2a = "ftp://x"
+retries = 2
+[[tools]]
+name = "two"
+a2a = "http://127.0.0.1:9"
+command = ["echo"]
+"#,
+    );
+    let out = agentloop(args(&["plan", dir.agent().to_str().unwrap()])).await;
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    let said = stderr(&out);
+    for problem in [
+        "tools[0].a2a: \"ftp://x\" is not an http:// or https:// URL",
+        "tools[0].retries: `retries` does not apply to `a2a` tools",
+        "tools[1].a2a: give one of",
+    ] {
+        assert!(said.contains(problem), "{problem} not in {said}");
+    }
+}
