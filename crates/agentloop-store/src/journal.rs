@@ -15,7 +15,6 @@
 //! steps of concurrent runs sharing the file) in one transaction and, at `power`, one fsync.
 
 use std::collections::HashMap;
-use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -82,16 +81,8 @@ pub(crate) fn now_ms() -> i64 {
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
-fn hex(bytes: &[u8]) -> String {
-    let mut out = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        let _ = write!(out, "{b:02x}");
-    }
-    out
-}
-
 fn header_sum(header: &str) -> String {
-    hex(&Sha256::digest(header.as_bytes()))
+    format!("{:x}", Sha256::digest(header.as_bytes()))
 }
 
 /// The chained sum of a step: over the previous sum, the sequence number and the step's text.
@@ -100,7 +91,7 @@ fn step_sum(previous: &str, seq: u64, step: &str) -> String {
     h.update(previous.as_bytes());
     h.update(seq.to_le_bytes());
     h.update(step.as_bytes());
-    hex(&h.finalize())
+    format!("{:x}", h.finalize())
 }
 
 /// A kind of SQLite file this crate keeps: the `format` and `version` its meta table names, and
@@ -598,7 +589,9 @@ pub struct RunEntry {
     pub fingerprint: String,
     /// When it started and was last written (ms since the Unix epoch).
     pub created_ms: i64,
-    /// When it was last written.
+    /// When it was last written: exact for the write that began, suspended or finished it;
+    /// while it runs, at most a second before its last step (its row is not rewritten with
+    /// every step).
     pub updated_ms: i64,
     /// The run and step it was forked from ([`SqliteJournal::fork`]), if it was.
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::sync::{LazyLock, Mutex, Weak, mpsc};
 
 use agentloop::journal::{Definition, JournalError, JournalHeader, JournaledRun, RunStatus};
-use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
+use rusqlite::{Connection, OptionalExtension, params};
 use serde_json::Value;
 
 use super::{ForkOrigin, header_sum, io, now_ms, read_steps, step_sum};
@@ -228,6 +228,11 @@ pub(super) fn writer_for(
 /// Each run's last step: its sequence number (none before the first) and chained sum.
 type Tail = (Option<u64>, String);
 
+/// How long the row of a run whose steps this writer appends may go unwritten: its
+/// `updated_ms` is at most this much older than its last step. Writing the row with every
+/// commit would add a page to each (the `runs` table's), and its copy at the next checkpoint.
+const STAMP_EVERY_MS: i64 = 1000;
+
 /// What the writes of one group did, kept apart until its commit holds them.
 #[derive(Default)]
 struct Group {
@@ -238,11 +243,17 @@ struct Group {
     appended: Vec<(u64, u64)>,
     /// The runs whose last write in the group is a step: marked running at its end.
     running: std::collections::BTreeSet<String>,
+    /// The runs whose row the group wrote: when, if it wrote them running (`None`: suspended
+    /// or finished).
+    stamped: HashMap<String, Option<i64>>,
 }
 
 struct Writer {
     /// Each run's last committed step.
     last: HashMap<String, Tail>,
+    /// When this writer last wrote each run's row as running, for the runs it has not written
+    /// otherwise since. One owner per run, so no other writer changes these rows meanwhile.
+    stamped: HashMap<String, i64>,
     fault: Option<Fault>,
     /// How many steps this writer committed, over every run.
     written: u64,
@@ -253,6 +264,7 @@ struct Writer {
 fn serve(mut conn: Connection, rx: &mpsc::Receiver<Job>, fault: Option<Fault>) {
     let mut writer = Writer {
         last: HashMap::new(),
+        stamped: HashMap::new(),
         fault,
         written: 0,
         synchronous: None,
@@ -266,6 +278,21 @@ fn serve(mut conn: Connection, rx: &mpsc::Receiver<Job>, fault: Option<Fault>) {
             }
         }
         writer.commit(&mut conn, group);
+    }
+}
+
+/// Runs a statement of the writer's transactions (`BEGIN IMMEDIATE`, `COMMIT`, savepoints),
+/// prepared once for the connection: `rusqlite::Transaction` parses them anew each time, a
+/// cost every commit would pay.
+fn exec(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
+    conn.prepare_cached(sql)?.execute([]).map(drop)
+}
+
+/// Ends the open transaction, undoing it; an error is not reported, as with a dropped
+/// `rusqlite::Transaction` (the connection is left out of the transaction either way).
+fn roll_back(conn: &Connection) {
+    if !conn.is_autocommit() {
+        let _ = exec(conn, "ROLLBACK");
     }
 }
 
@@ -284,10 +311,9 @@ impl Writer {
             }
             self.synchronous = Some(level);
         }
-        let mut tx = match conn.transaction_with_behavior(TransactionBehavior::Immediate) {
-            Ok(tx) => tx,
-            Err(e) => return answer_all(group, &io(e)),
-        };
+        if let Err(e) = exec(conn, "BEGIN IMMEDIATE") {
+            return answer_all(group, &io(e));
+        }
         let mut state = Group::default();
         let mut results = Vec::with_capacity(group.len());
         let mut replies = Vec::with_capacity(group.len());
@@ -295,33 +321,23 @@ impl Writer {
         let alone = group.len() == 1;
         for job in group {
             let result = if alone {
-                self.apply(&tx, job.command, &mut state)
+                self.apply(conn, job.command, &mut state)
             } else {
-                tx.savepoint().map_err(io).and_then(|sp| {
-                    let done = self.apply(&sp, job.command, &mut state)?;
-                    sp.commit().map_err(io)?;
-                    Ok(done)
-                })
+                self.apply_undoable(conn, job.command, &mut state)
             };
             results.push(result);
             replies.push(job.reply);
         }
         if alone && results.iter().any(Result::is_err) {
-            drop(tx);
+            roll_back(conn);
             for (reply, result) in replies.into_iter().zip(results) {
                 let _ = reply.send(result);
             }
             return;
         }
-        // Each run a step was appended to is marked running once a group, not once a step.
-        let marked = state.running.iter().try_for_each(|run_id| {
-            tx.prepare_cached(
-                "UPDATE runs SET status = 'running', updated_ms = ?2 WHERE run_id = ?1",
-            )
-            .and_then(|mut update| update.execute(params![run_id, now_ms()]))
-            .map(drop)
-        });
-        if let Err(e) = marked.and_then(|()| tx.commit()) {
+        let marked = self.mark_running(conn, &mut state);
+        if let Err(e) = marked.and_then(|()| exec(conn, "COMMIT")) {
+            roll_back(conn);
             let e = io(format!("the commit failed: {e}"));
             for (reply, result) in replies.into_iter().zip(results) {
                 let _ = reply.send(result.and(Err(e.clone())));
@@ -329,6 +345,12 @@ impl Writer {
             return;
         }
         self.last.extend(state.moved);
+        for (run_id, stamp) in state.stamped {
+            match stamp {
+                Some(at) => self.stamped.insert(run_id, at),
+                None => self.stamped.remove(&run_id),
+            };
+        }
         self.written += state.appended.len() as u64;
         match self.fault {
             Some(Fault::AfterStep(n)) if state.appended.iter().any(|a| a.0 == n) => {
@@ -342,6 +364,45 @@ impl Writer {
         for (reply, result) in replies.into_iter().zip(results) {
             let _ = reply.send(result);
         }
+    }
+
+    /// [`Writer::apply`] inside a savepoint of its own: a write that fails is undone alone.
+    fn apply_undoable(
+        &self,
+        conn: &Connection,
+        command: Command,
+        group: &mut Group,
+    ) -> Result<Done, JournalError> {
+        exec(conn, "SAVEPOINT write").map_err(io)?;
+        match self.apply(conn, command, group) {
+            Ok(done) => exec(conn, "RELEASE write").map(|()| done).map_err(io),
+            Err(e) => {
+                let _ = exec(conn, "ROLLBACK TO write").and_then(|()| exec(conn, "RELEASE write"));
+                Err(e)
+            }
+        }
+    }
+
+    /// Marks running each run a step was appended to (a suspended run goes on), once a group
+    /// rather than once a step, and only where its row says otherwise or was written more
+    /// than [`STAMP_EVERY_MS`] ago.
+    fn mark_running(&self, conn: &Connection, state: &mut Group) -> rusqlite::Result<()> {
+        let now = now_ms();
+        for run_id in &state.running {
+            let stamp = match state.stamped.get(run_id) {
+                Some(stamp) => *stamp,
+                None => self.stamped.get(run_id).copied(),
+            };
+            if stamp.is_some_and(|at| at <= now && now - at < STAMP_EVERY_MS) {
+                continue;
+            }
+            conn.prepare_cached(
+                "UPDATE runs SET status = 'running', updated_ms = ?2 WHERE run_id = ?1",
+            )?
+            .execute(params![run_id, now])?;
+            state.stamped.insert(run_id.clone(), Some(now));
+        }
+        Ok(())
     }
 
     fn tail(
@@ -369,7 +430,9 @@ impl Writer {
                 fingerprint,
                 header,
             } => {
-                let sum = insert_run(conn, &run_id, &agent, &fingerprint, &header)?;
+                let now = now_ms();
+                let sum = insert_run(conn, &run_id, &agent, &fingerprint, &header, now)?;
+                group.stamped.insert(run_id.clone(), Some(now));
                 group.moved.insert(run_id, (None, sum));
             }
             Command::Append { run_id, seq, step } => {
@@ -394,6 +457,7 @@ impl Writer {
             }
             Command::Suspend { run_id, rows } => {
                 group.running.remove(&run_id);
+                group.stamped.insert(run_id.clone(), None);
                 for (call_id, request) in rows {
                     // A new request under a recorded call id asks afresh: an answer is for the
                     // request it was given for, never for another one that took its id.
@@ -416,6 +480,7 @@ impl Writer {
                 stop_reason,
             } => {
                 group.running.remove(&run_id);
+                group.stamped.insert(run_id.clone(), None);
                 conn.execute(
                     "UPDATE runs SET status = 'finished', stop_reason = ?2, updated_ms = ?3 \
                      WHERE run_id = ?1",
@@ -429,7 +494,9 @@ impl Writer {
                 run_id,
                 definition,
             } => {
-                let (run, tail) = fork(conn, &from, at, &run_id, definition)?;
+                let now = now_ms();
+                let (run, tail) = fork(conn, &from, at, &run_id, definition, now)?;
+                group.stamped.insert(run_id.clone(), Some(now));
                 group.moved.insert(run_id, tail);
                 return Ok(Done::Forked(Box::new(run)));
             }
@@ -445,12 +512,13 @@ fn insert_run(
     agent: &str,
     fingerprint: &str,
     header: &str,
+    now: i64,
 ) -> Result<String, JournalError> {
     let sum = header_sum(header);
     conn.execute(
         "INSERT INTO runs (run_id, agent, fingerprint, header, header_sum, status, \
          created_ms, updated_ms) VALUES (?1, ?2, ?3, ?4, ?5, 'running', ?6, ?6)",
-        params![run_id, agent, fingerprint, header, sum, now_ms()],
+        params![run_id, agent, fingerprint, header, sum, now],
     )
     .map_err(|e| io(format!("cannot start run {run_id}: {e}")))?;
     Ok(sum)
@@ -515,6 +583,7 @@ fn fork(
     at: u64,
     run_id: &str,
     definition: Option<Definition>,
+    now: i64,
 ) -> Result<(JournaledRun, Tail), JournalError> {
     let damaged = |step: Option<u64>, reason: String| JournalError::Damaged {
         run_id: from.to_owned(),
@@ -579,7 +648,7 @@ fn fork(
             ),
         });
     }
-    let mut previous = insert_run(conn, run_id, &header.agent, &header.fingerprint, &text)?;
+    let mut previous = insert_run(conn, run_id, &header.agent, &header.fingerprint, &text, now)?;
     for (seq, step) in (0u64..).zip(&texts) {
         previous = insert_step(conn, run_id, seq, step, &previous)?;
     }
