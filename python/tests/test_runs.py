@@ -160,6 +160,10 @@ def test_leaving_a_stream_early_cancels_the_run() -> None:
     async def main() -> None:
         async for event in agent.stream("Go."):
             if event.type == "tool_started":
+                # The event comes before the coroutine's first line runs: leave once the tool
+                # is really running, so that its cancellation is what is checked.
+                while not started.is_set():
+                    await asyncio.sleep(0.01)
                 break
 
     asyncio.run(main())
