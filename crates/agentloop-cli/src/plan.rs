@@ -218,6 +218,8 @@ fn tool_sandbox(file: &AgentFile, t: &crate::agent_file::ToolFileSpec) -> Value 
     json!({
         "mode": policy.mode,
         "network": policy.network,
+        "unix_sockets": policy.unix_sockets,
+        "resources": policy.resources,
         "writable": sandbox.writable_roots(),
     })
 }
@@ -367,6 +369,30 @@ fn sandbox_words(sandbox: &serde_json::Map<String, Value>) -> String {
             .unwrap_or_default();
         if !writable.is_empty() {
             words.push_str(&format!(", writes {}", writable.join(", ")));
+        }
+        if field("unix_sockets") == &Value::Bool(true) {
+            words.push_str(", the system's UNIX sockets");
+        }
+    }
+    // Limits hold in every mode, `off` included.
+    if let Some(limits) = sandbox.get("resources").and_then(Value::as_object) {
+        let set: Vec<String> = limits
+            .iter()
+            .filter_map(|(key, v)| {
+                let n = v.as_u64()?;
+                let mib = n / (1024 * 1024);
+                Some(match key.as_str() {
+                    "memory_bytes" => format!("{mib} MiB of memory"),
+                    "cpu_secs" => format!("{n} s of CPU"),
+                    "processes" => format!("{n} processes"),
+                    "file_size_bytes" => format!("files of {mib} MiB"),
+                    "open_files" => format!("{n} open files"),
+                    other => format!("{other} {n}"),
+                })
+            })
+            .collect();
+        if !set.is_empty() {
+            words.push_str(&format!(", at most {}", set.join(", ")));
         }
     }
     words

@@ -440,6 +440,78 @@ async fn no_child_of_a_timed_out_call_survives_it_setsid_and_daemons_included() 
     );
 }
 
+/// A daemon's UNIX socket outside the shell's root (as Docker's or an SSH agent's): refused by
+/// default, reached with `unix_sockets = true`; the daemon counts what reached it.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_system_s_unix_sockets_are_out_of_reach_unless_the_entry_says_so() {
+    let outside = tempfile::tempdir().unwrap();
+    let socket = outside.path().join("daemon.sock");
+    let daemon = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let count = accepted.clone();
+    std::thread::spawn(move || {
+        for stream in daemon.incoming().flatten() {
+            drop(stream);
+            count.fetch_add(1, Ordering::SeqCst);
+        }
+    });
+    let connect = format!(
+        "python3 -c \"import socket; s = socket.socket(socket.AF_UNIX); s.connect('{}'); print('connected')\" 2>&1 | tail -n 1",
+        socket.display()
+    );
+    let closed = agent(SHELL);
+    shell_script(&closed, "shell", &[&connect]);
+    let calls = run(&closed).await;
+    let out = output(&calls, "c0");
+    assert!(!out.contains("connected"), "{out}");
+    assert!(out.contains("PermissionError"), "{out}");
+    assert_eq!(accepted.load(Ordering::SeqCst), 0);
+
+    let open = agent(&SHELL.replace(
+        "timeout_secs = 20",
+        "timeout_secs = 20\nunix_sockets = true",
+    ));
+    shell_script(&open, "shell", &[&connect]);
+    let calls = run(&open).await;
+    assert!(output(&calls, "c0").contains("connected"), "{calls:?}");
+    for _ in 0..100 {
+        if accepted.load(Ordering::SeqCst) == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(accepted.load(Ordering::SeqCst), 1);
+}
+
+/// `resources` bounds each process the shell starts: a file past `file_size_mb` is cut off and
+/// an allocation past `memory_mb` fails, while the same commands under no limit succeed.
+#[tokio::test(flavor = "multi_thread")]
+async fn resources_bound_what_each_process_may_use() {
+    let commands = [
+        "python3 -c \"open('big', 'wb').write(b'x' * 3_000_000)\" 2>&1; echo status $?; wc -c < big",
+        "python3 -c \"b = bytearray(600 * 1024 * 1024); print('allocated')\" 2>&1 | tail -n 1",
+    ];
+    let bounded = agent(&SHELL.replace(
+        "timeout_secs = 20",
+        "timeout_secs = 20\nresources = { memory_mb = 256, file_size_mb = 1 }",
+    ));
+    shell_script(&bounded, "shell", &commands);
+    let calls = run(&bounded).await;
+    let file = output(&calls, "c0");
+    assert!(file.contains("File too large"), "{file}");
+    assert!(!file.contains("\nstatus 0"), "{file}");
+    assert!(file.trim_end().ends_with("1048576"), "{file}");
+    assert!(output(&calls, "c1").contains("MemoryError"), "{calls:?}");
+
+    let free = agent(SHELL);
+    shell_script(&free, "shell", &commands);
+    let calls = run(&free).await;
+    let file = output(&calls, "c0");
+    assert!(file.contains("\nstatus 0"), "{file}");
+    assert!(file.trim_end().ends_with("3000000"), "{file}");
+    assert!(output(&calls, "c1").contains("allocated"), "{calls:?}");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn plan_shows_each_process_tool_s_sandbox_and_bad_keys_are_located() {
     let dir = agent(
@@ -452,6 +524,8 @@ network = true
 [[tools]]
 name = "probe"
 command = ["python3", "tool.py"]
+unix_sockets = true
+resources = { memory_mb = 256, open_files = 128 }
 [[tools]]
 builtin = "read_file"
 [[mcp]]
@@ -473,16 +547,18 @@ sandbox = "best-effort"
     let work = std::fs::canonicalize(dir.path("work")).unwrap();
     assert_eq!(
         tools[0]["sandbox"],
-        json!({"mode": "workspace-write", "network": true, "writable": [work]})
+        json!({"mode": "workspace-write", "network": true, "unix_sockets": false,
+               "resources": {}, "writable": [work]})
     );
     assert_eq!(
         tools[1]["sandbox"],
-        json!({"mode": "read-only", "network": false, "writable": []})
+        json!({"mode": "read-only", "network": false, "unix_sockets": true,
+               "resources": {"memory_bytes": 268435456, "open_files": 128}, "writable": []})
     );
     assert_eq!(tools[2]["sandbox"], Value::Null);
     assert_eq!(
         plan["mcp"][0]["transport"]["sandbox"],
-        json!({"mode": "best-effort", "network": false})
+        json!({"mode": "best-effort", "network": false, "unix_sockets": false, "resources": {}})
     );
     let text = agentloop(args(&["plan", dir.agent().to_str().unwrap()])).await;
     let text = stdout(&text);
@@ -493,7 +569,10 @@ sandbox = "best-effort"
         )),
         "{text}"
     );
-    assert!(text.contains("sandbox: read-only, no network"), "{text}");
+    assert!(
+        text.contains("sandbox: read-only, no network, the system's UNIX sockets, at most 256 MiB of memory, 128 open files"),
+        "{text}"
+    );
 
     let bad = agent(
         r#"
@@ -510,6 +589,10 @@ command = ["python3", "tool.py"]
 sandbox = "off"
 network = true
 env = ["GITHUB_TOKEN"]
+[[tools]]
+builtin = "read_file"
+unix_sockets = true
+resources = { memory_mb = 0 }
 "#,
     );
     bad.write("script.json", r#"[{"text": "hi"}]"#);
@@ -521,6 +604,8 @@ env = ["GITHUB_TOKEN"]
         "agent.toml:14:11: tools[1].sandbox: unknown variant `none`, expected one of `workspace-write`",
         "agent.toml:19:11: tools[2].network: `network` has no effect with sandbox = \"off\"",
         "agent.toml:20:8: tools[2].env[0]: GITHUB_TOKEN looks like a secret",
+        "tools[3].unix_sockets: `unix_sockets` does not apply to the built-in tool read_file",
+        "tools[3].resources.memory_mb: `memory_mb` must be at least 1",
     ] {
         assert!(err.contains(expected), "missing {expected:?} in:\n{err}");
     }

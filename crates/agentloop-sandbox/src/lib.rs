@@ -93,21 +93,34 @@ impl std::fmt::Display for SandboxMode {
     }
 }
 
-/// What a tool's processes may do: the mode, and whether they may open network connections.
+/// What a tool's processes may do: the mode, whether they may open network connections or reach
+/// the system's UNIX sockets, and the resources they may use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 pub struct SandboxPolicy {
     /// How much they are confined.
     pub mode: SandboxMode,
-    /// They may open network connections (TCP, UDP, ...). Without it, only UNIX sockets.
+    /// They may open network connections (TCP, UDP, ...).
     pub network: bool,
+    /// They may connect to pathname UNIX sockets outside their writable roots (a Docker daemon's,
+    /// an SSH agent's, D-Bus, a database's). Without it a confined process reaches only sockets
+    /// under its roots where the kernel can tell them apart (Landlock ABI 9), and none at all
+    /// where it cannot (it may still make socket pairs). `off` does not confine.
+    #[serde(default)]
+    pub unix_sockets: bool,
+    /// The most each process may use (memory, CPU time, processes, file size, open files), in
+    /// every mode, `off` included.
+    #[serde(default)]
+    pub resources: Resources,
 }
 
 impl SandboxPolicy {
-    /// A policy of this mode, without network.
+    /// A policy of this mode, without network, UNIX sockets or resource limits.
     pub fn new(mode: SandboxMode) -> Self {
         SandboxPolicy {
             mode,
             network: false,
+            unix_sockets: false,
+            resources: Resources::default(),
         }
     }
 
@@ -116,6 +129,55 @@ impl SandboxPolicy {
     pub fn network(mut self, allowed: bool) -> Self {
         self.network = allowed;
         self
+    }
+
+    /// The same policy, with or without the system's UNIX sockets.
+    #[must_use]
+    pub fn unix_sockets(mut self, allowed: bool) -> Self {
+        self.unix_sockets = allowed;
+        self
+    }
+
+    /// The same policy, with these resource limits.
+    #[must_use]
+    pub fn resources(mut self, resources: Resources) -> Self {
+        self.resources = resources;
+        self
+    }
+}
+
+/// Resource limits of each process a tool starts (`setrlimit`: inherited by its children, each
+/// of which gets the same allowance). `None` leaves the inherited limit. A limit above the one the
+/// agentloop process itself has is lowered to it (no process may raise its own hard limit).
+/// Core dumps are always off, in every mode: a dump of a tool that read a secret would write it
+/// to the tool's folder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Resources {
+    /// Address space, in bytes (`RLIMIT_AS`): past it, allocations fail.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory_bytes: Option<u64>,
+    /// CPU time, in seconds (`RLIMIT_CPU`): past it the process is killed (`SIGXCPU`, then
+    /// `SIGKILL`). The call's timeout still bounds wall-clock time.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu_secs: Option<u64>,
+    /// Processes and threads of the user (`RLIMIT_NPROC`): past it, `fork` fails. The kernel
+    /// counts all of the user's processes, and does not apply it to root.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub processes: Option<u64>,
+    /// The size of a file it writes, in bytes (`RLIMIT_FSIZE`): past it, the write fails
+    /// (`SIGXFSZ`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub file_size_bytes: Option<u64>,
+    /// Open file descriptors (`RLIMIT_NOFILE`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub open_files: Option<u64>,
+}
+
+impl Resources {
+    /// True when no limit is set.
+    pub fn is_empty(&self) -> bool {
+        *self == Resources::default()
     }
 }
 
@@ -194,14 +256,21 @@ impl Sandbox {
     /// confinement is dropped) and everything the child will apply. Fails with
     /// [`SandboxError::Unsupported`] when the system cannot enforce a strict mode.
     pub fn prepare(&self) -> Result<Confinement, SandboxError> {
+        let mut missing = platform::missing_resources(self.policy.resources);
         if !self.policy.mode.confines() {
+            if !missing.is_empty() {
+                return Err(SandboxError::Unsupported {
+                    mode: self.policy.mode,
+                    missing: missing.join(", "),
+                });
+            }
             return Ok(Confinement {
                 tmp: None,
-                hook: Some(platform::ChildHook::unconfined()),
+                hook: Some(platform::ChildHook::unconfined(self.policy.resources)),
                 note: None,
             });
         }
-        let missing = platform::missing();
+        missing.extend(platform::missing());
         if !missing.is_empty() && self.policy.mode != SandboxMode::BestEffort {
             return Err(SandboxError::Unsupported {
                 mode: self.policy.mode,

@@ -1,7 +1,9 @@
-//! Linux: Landlock for the filesystem, TCP and scopes (signals, abstract UNIX sockets), seccomp
-//! for what Landlock does not reach (non-UNIX sockets, leaving the process group, tracing,
-//! terminal injection), and capabilities dropped from every child. The parent builds the
-//! ruleset, opens the paths and compiles the filter; the child only makes system calls.
+//! Linux: Landlock for the filesystem, TCP and scopes (signals, abstract UNIX sockets) and, from
+//! ABI 9, pathname UNIX sockets; seccomp for what Landlock does not reach (non-UNIX sockets, UNIX
+//! sockets on older kernels, leaving the process group, tracing, terminal injection);
+//! capabilities dropped and resource limits set in every child. The parent builds the ruleset,
+//! opens the paths, compiles the filter and works out the limits; the child only makes system
+//! calls.
 
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -18,15 +20,19 @@ use seccompiler::{
     SeccompRule,
 };
 
-use crate::{SandboxError, SandboxPolicy, Support};
+use crate::{Resources, SandboxError, SandboxPolicy, Support};
 
 /// The Landlock ABI the strict modes need: 3 for truncation, 4 for TCP, 5 for device ioctls and
 /// 6 for the scopes that keep signals and abstract UNIX sockets inside the sandbox.
 const NEEDED_ABI: i32 = 6;
 
-/// The newest ABI whose rights this crate hands to Landlock: later ABIs may restrict more
-/// (pathname UNIX sockets), which would change what a sandboxed tool can do with the kernel.
-const HIGHEST_ABI: ABI = ABI::V7;
+/// The newest ABI whose rights this crate hands to Landlock: 9 adds connecting to pathname UNIX
+/// sockets (`ResolveUnix`), granted under the writable roots only. Later ABIs may restrict more,
+/// which would change what a sandboxed tool can do with the kernel, so they wait for a review.
+const HIGHEST_ABI: ABI = ABI::V9;
+/// The ABI from which Landlock tells pathname UNIX sockets apart; before it, seccomp refuses
+/// every `socket(AF_UNIX)` of a process that may not reach the system's sockets.
+const UNIX_SOCKET_ABI: i32 = 9;
 
 /// The capabilities every child loses: those that read or write another process's memory or
 /// the kernel's (`ptrace`, `/proc/<pid>/mem` of a non-dumpable process, `/dev/mem`, kernel
@@ -103,9 +109,49 @@ pub(crate) fn missing() -> Vec<String> {
     missing
 }
 
+/// Linux applies every resource limit.
+pub(crate) fn missing_resources(_resources: Resources) -> Vec<String> {
+    Vec::new()
+}
+
+/// One `setrlimit` the child makes: the resource and its value (soft and hard).
+type Limit = (libc::__rlimit_resource_t, libc::rlim_t);
+
+/// The limits a child sets, worked out in the parent: core dumps off, then each limit asked for,
+/// never above this process's own hard limit (lowering needs no privilege; raising would fail).
+fn limits(resources: Resources) -> Vec<Limit> {
+    let asked = [
+        (libc::RLIMIT_AS, resources.memory_bytes),
+        (libc::RLIMIT_CPU, resources.cpu_secs),
+        (libc::RLIMIT_NPROC, resources.processes),
+        (libc::RLIMIT_FSIZE, resources.file_size_bytes),
+        (libc::RLIMIT_NOFILE, resources.open_files),
+    ];
+    let mut limits = vec![(libc::RLIMIT_CORE, 0)];
+    for (resource, value) in asked {
+        let Some(value) = value else { continue };
+        let mut own = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: libc::RLIM_INFINITY,
+        };
+        // SAFETY: getrlimit writes one rlimit through a pointer to our stack variable.
+        #[allow(unsafe_code)]
+        let rc = unsafe { libc::getrlimit(resource, &mut own) };
+        let hard = if rc == 0 {
+            own.rlim_max
+        } else {
+            libc::RLIM_INFINITY
+        };
+        limits.push((resource, value.min(hard)));
+    }
+    limits
+}
+
 /// What the child applies between `fork` and `exec`, all prepared by the parent.
 #[derive(Debug)]
 pub(crate) struct ChildHook {
+    /// The resource limits to set (core dumps off at least).
+    limits: Vec<Limit>,
     /// Set `no_new_privs` (needed by Landlock and seccomp; also keeps set-user-ID programs from
     /// raising the child's privileges).
     no_new_privs: bool,
@@ -116,9 +162,10 @@ pub(crate) struct ChildHook {
 }
 
 impl ChildHook {
-    /// `off`: only the capabilities are dropped.
-    pub(crate) fn unconfined() -> Self {
+    /// `off`: only the capabilities are dropped and the resource limits set.
+    pub(crate) fn unconfined(resources: Resources) -> Self {
         ChildHook {
+            limits: limits(resources),
             no_new_privs: false,
             landlock: None,
             seccomp: None,
@@ -137,12 +184,15 @@ impl ChildHook {
         } else {
             None
         };
+        // Where Landlock cannot tell the system's sockets from the tool's own, none is reached.
+        let refuse_unix = !policy.unix_sockets && s.landlock_abi < UNIX_SOCKET_ABI;
         let seccomp = if s.seccomp {
-            Some(seccomp_program(policy.network)?)
+            Some(seccomp_program(policy.network, refuse_unix)?)
         } else {
             None
         };
         Ok(ChildHook {
+            limits: limits(policy.resources),
             no_new_privs: true,
             landlock,
             seccomp,
@@ -152,6 +202,18 @@ impl ChildHook {
     /// Runs in the child: only async-signal-safe system calls, no allocation (an error is a raw
     /// OS error).
     fn enter(&self) -> io::Result<()> {
+        for &(resource, value) in &self.limits {
+            let limit = libc::rlimit {
+                rlim_cur: value,
+                rlim_max: value,
+            };
+            // SAFETY: setrlimit reads one rlimit from our stack; it is a plain system call.
+            #[allow(unsafe_code)]
+            let rc = unsafe { libc::setrlimit(resource, &limit) };
+            if rc != 0 {
+                return Err(io::Error::last_os_error());
+            }
+        }
         drop_capabilities()?;
         if self.no_new_privs {
             // SAFETY: prctl(PR_SET_NO_NEW_PRIVS, 1) takes no pointer.
@@ -303,7 +365,13 @@ fn ruleset(
     policy: SandboxPolicy,
     writable: &[PathBuf],
 ) -> Result<OwnedFd, SandboxError> {
-    let abi = ABI::from(kernel_abi.min(HIGHEST_ABI as i32));
+    // A process allowed the system's UNIX sockets gets no ruleset that could refuse them.
+    let highest = if policy.unix_sockets {
+        ABI::V8
+    } else {
+        HIGHEST_ABI
+    };
+    let abi = ABI::from(kernel_abi.min(highest as i32));
     let all = AccessFs::from_all(abi);
     let read = AccessFs::from_read(abi);
     let device = AccessFs::from_file(abi) & !AccessFs::Execute & !AccessFs::IoctlDev;
@@ -369,22 +437,21 @@ fn readable_paths() -> &'static [PathBuf] {
     })
 }
 
-/// The seccomp program of a confined mode, with or without network, compiled once.
-fn seccomp_program(network: bool) -> Result<Arc<BpfProgram>, SandboxError> {
+/// The seccomp program of a confined mode, for each setting of network and UNIX sockets,
+/// compiled once.
+fn seccomp_program(network: bool, refuse_unix: bool) -> Result<Arc<BpfProgram>, SandboxError> {
     type Compiled = OnceLock<Result<Arc<BpfProgram>, SandboxError>>;
-    static WITH_NETWORK: Compiled = OnceLock::new();
-    static WITHOUT_NETWORK: Compiled = OnceLock::new();
-    let cell = if network {
-        &WITH_NETWORK
-    } else {
-        &WITHOUT_NETWORK
+    static PROGRAMS: [Compiled; 4] = [const { OnceLock::new() }; 4];
+    let index = usize::from(network) * 2 + usize::from(refuse_unix);
+    let Some(cell) = PROGRAMS.get(index) else {
+        return Err(setup("seccomp", "no such program"));
     };
-    cell.get_or_init(|| compile_seccomp(network).map(Arc::new))
+    cell.get_or_init(|| compile_seccomp(network, refuse_unix).map(Arc::new))
         .clone()
 }
 
 /// The seccomp program of a confined mode: each listed call fails with `EPERM`.
-fn compile_seccomp(network: bool) -> Result<BpfProgram, SandboxError> {
+fn compile_seccomp(network: bool, refuse_unix: bool) -> Result<BpfProgram, SandboxError> {
     let seccomp = |e: seccompiler::BackendError| setup("seccomp", e);
     // Unconditionally refused: leaving the call's process group (so that the group kill reaches
     // every descendant), tracing or reading other processes, io_uring (its operations bypass
@@ -425,12 +492,23 @@ fn compile_seccomp(network: bool) -> Result<BpfProgram, SandboxError> {
             arg_is(1, SeccompCmpOp::Eq, libc::TIOCLINUX)?,
         ],
     );
+    let unix = u64::try_from(libc::AF_UNIX).unwrap_or(1);
+    let mut socket = Vec::new();
     if !network {
         // Every socket but a UNIX one: TCP and UDP of any address family, raw, netlink...
-        let unix = u64::try_from(libc::AF_UNIX).unwrap_or(1);
-        for nr in [libc::SYS_socket, libc::SYS_socketpair] {
-            rules.insert(nr, vec![arg_is(0, SeccompCmpOp::Ne, unix)?]);
-        }
+        socket.push(arg_is(0, SeccompCmpOp::Ne, unix)?);
+        rules.insert(
+            libc::SYS_socketpair,
+            vec![arg_is(0, SeccompCmpOp::Ne, unix)?],
+        );
+    }
+    if refuse_unix {
+        // A UNIX socket that could connect to a path (the Docker daemon's, an SSH agent's); a
+        // socket pair has no path and stays allowed.
+        socket.push(arg_is(0, SeccompCmpOp::Eq, unix)?);
+    }
+    if !socket.is_empty() {
+        rules.insert(libc::SYS_socket, socket);
     }
     let arch = target_arch().map_err(seccomp)?;
     let filter = SeccompFilter::new(

@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use crate::{SandboxError, SandboxPolicy, Support};
+use crate::{Resources, SandboxError, SandboxPolicy, Support};
 
 pub(crate) fn support() -> Support {
     Support {
@@ -19,12 +19,25 @@ pub(crate) fn missing() -> Vec<String> {
     )]
 }
 
+/// Resource limits are applied on Linux only so far: asking for them elsewhere is refused
+/// (or, under `best-effort`, said) rather than silently ignored.
+pub(crate) fn missing_resources(resources: Resources) -> Vec<String> {
+    if resources.is_empty() {
+        Vec::new()
+    } else {
+        vec![format!(
+            "resource limits (not applied on {} yet)",
+            std::env::consts::OS
+        )]
+    }
+}
+
 /// Nothing to apply in the child.
 #[derive(Debug)]
 pub(crate) struct ChildHook;
 
 impl ChildHook {
-    pub(crate) fn unconfined() -> Self {
+    pub(crate) fn unconfined(_resources: Resources) -> Self {
         ChildHook
     }
 

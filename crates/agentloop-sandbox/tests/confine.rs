@@ -6,7 +6,7 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
-use agentloop_sandbox::{Sandbox, SandboxMode, SandboxPolicy, Support};
+use agentloop_sandbox::{Resources, Sandbox, SandboxMode, SandboxPolicy, Support};
 
 fn supported() -> bool {
     Support::missing(SandboxPolicy::new(SandboxMode::WorkspaceWrite)).is_empty()
@@ -101,13 +101,13 @@ fn the_terminal_and_the_rest_of_dev_are_out_of_reach() {
 }
 
 #[test]
-fn setsid_and_inet_sockets_are_refused_unix_sockets_are_not() {
+fn setsid_and_inet_sockets_are_refused_socket_pairs_are_not() {
     if !supported() {
         return;
     }
     let root = tempfile::tempdir().unwrap();
     let probe = "import socket, os\n\
-        for name, make in [('unix', lambda: socket.socket(socket.AF_UNIX)), ('inet', lambda: socket.socket(socket.AF_INET)), ('udp6', lambda: socket.socket(socket.AF_INET6, socket.SOCK_DGRAM))]:\n\
+        for name, make in [('pair', lambda: socket.socketpair()), ('inet', lambda: socket.socket(socket.AF_INET)), ('udp6', lambda: socket.socket(socket.AF_INET6, socket.SOCK_DGRAM))]:\n\
         \x20   try:\n\
         \x20       make(); print(name, 'ok')\n\
         \x20   except OSError as e: print(name, 'refused', e.errno)\n\
@@ -117,7 +117,7 @@ fn setsid_and_inet_sockets_are_refused_unix_sockets_are_not() {
     std::fs::write(root.path().join("probe.py"), probe).unwrap();
     let closed = sh(&write(root.path()), root.path(), "python3 probe.py");
     let said = text(&closed);
-    assert!(said.contains("unix ok"), "{said}");
+    assert!(said.contains("pair ok"), "{said}");
     assert!(said.contains("inet refused 1"), "{said}");
     assert!(said.contains("udp6 refused 1"), "{said}");
     assert!(said.contains("setsid refused 1"), "{said}");
@@ -130,7 +130,102 @@ fn setsid_and_inet_sockets_are_refused_unix_sockets_are_not() {
     let said = text(&open);
     assert!(said.contains("inet ok"), "{said}");
     assert!(said.contains("udp6 ok"), "{said}");
+    assert!(said.contains("pair ok"), "{said}");
     assert!(said.contains("setsid refused 1"), "{said}");
+}
+
+/// A daemon's socket outside the tool's roots (as `/var/run/docker.sock` or an SSH agent's) is
+/// out of reach unless `unix_sockets` is set, with or without network; `off` reaches it.
+#[test]
+fn the_systems_unix_sockets_are_out_of_reach_unless_allowed() {
+    if !supported() {
+        return;
+    }
+    let outside = tempfile::tempdir().unwrap();
+    let path = outside.path().join("daemon.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let root = tempfile::tempdir().unwrap();
+    let probe = format!(
+        "import socket\n\
+         try:\n\
+         \x20   s = socket.socket(socket.AF_UNIX); s.connect({:?}); print('connect ok')\n\
+         except OSError as e: print('connect refused', e.errno)\n",
+        path.display().to_string()
+    );
+    std::fs::write(root.path().join("probe.py"), probe).unwrap();
+    let policy = SandboxPolicy::new(SandboxMode::WorkspaceWrite);
+    for p in [
+        policy,
+        policy.network(true),
+        SandboxPolicy::new(SandboxMode::ReadOnly),
+    ] {
+        let said = text(&sh(
+            &Sandbox::new(p).writable(root.path()),
+            root.path(),
+            "python3 probe.py",
+        ));
+        assert!(said.contains("connect refused"), "{p:?}: {said}");
+    }
+    for p in [
+        policy.unix_sockets(true),
+        SandboxPolicy::new(SandboxMode::Off),
+    ] {
+        let said = text(&sh(
+            &Sandbox::new(p).writable(root.path()),
+            root.path(),
+            "python3 probe.py",
+        ));
+        assert!(said.contains("connect ok"), "{p:?}: {said}");
+    }
+}
+
+/// Each limit reaches the process as its `ulimit`, in a strict mode and under `off`, and the
+/// ones a test can trip without harm do what they say.
+#[test]
+fn resource_limits_reach_the_process_and_hold() {
+    if !supported() {
+        return;
+    }
+    let root = tempfile::tempdir().unwrap();
+    let limits = Resources {
+        memory_bytes: Some(512 * 1024 * 1024),
+        cpu_secs: Some(7),
+        processes: Some(300),
+        file_size_bytes: Some(1024 * 1024),
+        open_files: Some(64),
+    };
+    for mode in [SandboxMode::WorkspaceWrite, SandboxMode::Off] {
+        let sandbox =
+            Sandbox::new(SandboxPolicy::new(mode).resources(limits)).writable(root.path());
+        let said = text(&sh(
+            &sandbox,
+            root.path(),
+            "python3 -c \"import resource as r; print(*(f'{n}={r.getrlimit(getattr(r, n))}' for n in              ['RLIMIT_AS', 'RLIMIT_CPU', 'RLIMIT_NPROC', 'RLIMIT_FSIZE', 'RLIMIT_NOFILE', 'RLIMIT_CORE']))\"",
+        ));
+        for (name, value) in [
+            ("AS", 512 * 1024 * 1024),
+            ("CPU", 7),
+            ("NPROC", 300),
+            ("FSIZE", 1024 * 1024),
+            ("NOFILE", 64),
+            ("CORE", 0),
+        ] {
+            let want = format!("RLIMIT_{name}=({value}, {value})");
+            assert!(said.contains(&want), "{mode}: {want} not in {said}");
+        }
+        // Writing past the file size fails; allocating past the memory fails.
+        let big = text(&sh(
+            &sandbox,
+            root.path(),
+            "python3 -c \"open('big', 'wb').write(b'x' * 2_000_000)\" 2>&1; echo rc=$?; \
+             python3 -c \"b = bytearray(700 * 1024 * 1024)\" 2>&1; echo rc=$?",
+        ));
+        assert!(!big.contains("rc=0"), "{mode}: {big}");
+        assert!(big.contains("MemoryError"), "{mode}: {big}");
+        let written = std::fs::metadata(root.path().join("big")).map_or(0, |m| m.len());
+        assert!(written <= 1024 * 1024, "{mode}: wrote {written} bytes");
+    }
 }
 
 #[test]

@@ -314,6 +314,16 @@ fn bounded_text(c: &Captured, what: &str, trim: fn(&str) -> &str) -> String {
     }
 }
 
+/// A stream of a failed program: all of it within the bound, else its head and its tail (where a
+/// failing program says why) with the cut counted between them.
+fn failure_stream(c: &Captured, what: &str, trim: fn(&str) -> &str) -> String {
+    if c.was_cut() {
+        trim(&c.ends().text()).to_owned()
+    } else {
+        bounded_text(c, what, trim)
+    }
+}
+
 /// What the model reads when a program exits non-zero: the status on the first line, then each
 /// stream that said something under a header of its own, stdout first:
 ///
@@ -328,12 +338,13 @@ fn bounded_text(c: &Captured, what: &str, trim: fn(&str) -> &str) -> String {
 /// A program that wrote only to stderr is read as its message, the status after it
 /// (`no such city\n(exit status 1)`): a model reads the words first and acts on them.
 ///
-/// Stdout is cut at its bound and stderr at its own, each saying so; trailing blank lines are
-/// dropped (stderr is trimmed at both ends). A program that wrote nothing says so.
+/// Stdout past its bound and stderr past its own keep their head and tail, the middle cut and
+/// counted; trailing blank lines are dropped (stderr is trimmed at both ends). A program that
+/// wrote nothing says so.
 fn failure_text(status: &ExitStatus, out: &Captured, err: &Captured) -> String {
     let mut text = describe_status(status);
-    let stdout = bounded_text(out, "stdout", str::trim_end);
-    let stderr = bounded_text(err, "stderr", str::trim);
+    let stdout = failure_stream(out, "stdout", str::trim_end);
+    let stderr = failure_stream(err, "stderr", str::trim);
     if stdout.is_empty() && !stderr.is_empty() {
         return format!("{stderr}\n({text})");
     }

@@ -16,7 +16,7 @@ pub mod web;
 pub mod workspace;
 
 /// The sandbox of the processes the shell and command tools start.
-pub use agentloop_sandbox::{Sandbox, SandboxError, SandboxMode, SandboxPolicy};
+pub use agentloop_sandbox::{Resources, Sandbox, SandboxError, SandboxMode, SandboxPolicy};
 pub use builtin::{Builtin, BuiltinError, BuiltinOptions};
 pub use command::{
     CommandTool, CommandToolError, DEFAULT_MAX_ERROR_BYTES, DEFAULT_MAX_OUTPUT_BYTES, is_secret_env,

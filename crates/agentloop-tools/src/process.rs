@@ -60,10 +60,13 @@ impl<C: Capture> Capture for std::sync::Arc<std::sync::Mutex<C>> {
 }
 
 /// The first bytes of a stream, at most a bound, and how many there were in all.
+/// Both ends are kept too, within the same bound: a program that fails says why last (a test
+/// run's verdict, a compiler's error count), so a failure's text shows the head and the tail.
 pub(crate) struct Captured {
     pub(crate) bytes: Vec<u8>,
     pub(crate) total: usize,
     bound: usize,
+    ends: HeadTail,
 }
 
 impl Captured {
@@ -72,7 +75,18 @@ impl Captured {
             bytes: Vec::new(),
             total: 0,
             bound,
+            ends: HeadTail::new(bound),
         }
+    }
+
+    /// True when the stream had more than the bound.
+    pub(crate) fn was_cut(&self) -> bool {
+        self.total > self.bytes.len()
+    }
+
+    /// The head and the tail of the stream, each half the bound.
+    pub(crate) fn ends(&self) -> &HeadTail {
+        &self.ends
     }
 }
 
@@ -82,6 +96,7 @@ impl Capture for Captured {
         self.bytes
             .extend_from_slice(bytes.get(..bytes.len().min(room)).unwrap_or_default());
         self.total += bytes.len();
+        self.ends.push(bytes);
     }
 }
 

@@ -143,42 +143,50 @@ async fn long_stderr_is_cut_and_says_so() {
         .strip_suffix("\n(exit status 1)")
         .unwrap_or_else(|| panic!("{}", &message[..40]));
     assert!(
-        stderr.starts_with(&"x".repeat(4096)),
-        "kept the first 4 KiB"
+        stderr.starts_with(&"x".repeat(2048)),
+        "kept the first 2 KiB"
     );
     assert!(
-        !stderr.starts_with(&"x".repeat(4097)),
-        "kept no more than 4 KiB"
+        stderr.contains(&format!(
+            "{}\n[... 5904 bytes cut from the middle (10000 bytes in all) ...]\n{}",
+            "x".repeat(2048),
+            "x".repeat(2048)
+        )),
+        "kept 2 KiB of each end: {}",
+        &stderr[2040..2200]
     );
-    assert!(
-        stderr.ends_with("[stderr cut: showing the first 4096 of 10000 bytes]"),
-        "{}",
-        &stderr[4090..]
-    );
+    assert_eq!(stderr.len(), 4096 + 63, "kept no more than 4 KiB");
 }
 
 #[tokio::test]
-async fn a_failing_program_s_long_stdout_is_cut_at_its_bound_and_its_stderr_kept() {
+async fn a_failing_program_s_long_stdout_keeps_its_head_and_its_verdict_at_the_end() {
+    // A test run: the command first, 100 kB of progress, the verdict last.
     let tool = CommandTool::new(
         "t",
         [
             "sh",
             "-c",
-            "head -c 100000 /dev/zero | tr '\\0' y; echo 'error: 3 tests failed' >&2; exit 101",
+            "echo 'running 412 tests'; head -c 100000 /dev/zero | tr '\\0' y; \
+             echo; echo 'test result: FAILED. 409 passed; 3 failed'; \
+             echo 'error: 3 tests failed' >&2; exit 101",
         ],
     );
     let err = call(tool, json!({})).await.unwrap_err();
     let (_, message) = recoverable(&err);
     let stdout = message
-        .strip_prefix("exit status 101\n--- stdout ---\n")
+        .strip_prefix("exit status 101\n--- stdout ---\nrunning 412 tests\n")
         .unwrap_or_else(|| panic!("{}", &message[..40]));
-    assert!(stdout.starts_with(&"y".repeat(64 * 1024)), "kept 64 KiB");
+    assert!(stdout.starts_with(&"y".repeat(32 * 1024 - 20)), "the head");
+    assert!(
+        stdout.contains("bytes cut from the middle (100061 bytes in all)"),
+        "the cut is counted"
+    );
     assert!(
         stdout.ends_with(
-            "[stdout cut: showing the first 65536 of 100000 bytes]\n--- stderr ---\nerror: 3 tests failed"
+            "y\ntest result: FAILED. 409 passed; 3 failed\n--- stderr ---\nerror: 3 tests failed"
         ),
         "{}",
-        &stdout[65530..]
+        &stdout[stdout.len() - 200..]
     );
     assert!(message.len() < 64 * 1024 + 4 * 1024 + 200, "bounded");
 }

@@ -301,6 +301,11 @@ section! {
         /// `shell` and command tools: their processes may open network connections (default
         /// false).
         network: Option<Spanned<bool>>,
+        /// `shell` and command tools: their processes may connect to the system's UNIX sockets
+        /// (a Docker daemon's, an SSH agent's, D-Bus; default false).
+        unix_sockets: Option<Spanned<bool>>,
+        /// `shell` and command tools: the most each of their processes may use.
+        resources: Option<Spanned<ResourcesSpec>>,
         /// What it does, for the model.
         description: Option<String>,
         /// The program and its arguments; a relative program path starts at the agent file's
@@ -380,6 +385,56 @@ section! {
         sandbox: Option<SandboxMode>,
         /// A stdio server: its process may open network connections (default false).
         network: Option<Spanned<bool>>,
+        /// A stdio server: its process may connect to the system's UNIX sockets (default false).
+        unix_sockets: Option<Spanned<bool>>,
+        /// A stdio server: the most its process may use.
+        resources: Option<Spanned<ResourcesSpec>>,
+    }
+}
+
+section! {
+    /// `resources = { memory_mb = 512, cpu_secs = 30, processes = 64, file_size_mb = 100,
+    /// open_files = 256 }`: the most each process may use, all optional (`setrlimit`; inherited
+    /// by the processes it starts).
+    ResourcesSpec {
+        /// Address space, in MiB: past it, allocations fail.
+        memory_mb: Option<Spanned<u64>>,
+        /// CPU time, in seconds: past it, the process is killed.
+        cpu_secs: Option<Spanned<u64>>,
+        /// Processes and threads of the user: past it, new ones fail (not applied to root).
+        processes: Option<Spanned<u64>>,
+        /// The size of each file it writes, in MiB.
+        file_size_mb: Option<Spanned<u64>>,
+        /// Open file descriptors.
+        open_files: Option<Spanned<u64>>,
+    }
+}
+
+impl ResourcesSpec {
+    /// The limits it gives.
+    pub fn resources(&self) -> agentloop_tools::Resources {
+        let get = |v: &Option<Spanned<u64>>| v.as_ref().map(|v| *v.get_ref());
+        let mib = |v: &Option<Spanned<u64>>| get(v).map(|n| n.saturating_mul(1024 * 1024));
+        agentloop_tools::Resources {
+            memory_bytes: mib(&self.memory_mb),
+            cpu_secs: get(&self.cpu_secs),
+            processes: get(&self.processes),
+            file_size_bytes: mib(&self.file_size_mb),
+            open_files: get(&self.open_files),
+        }
+    }
+
+    /// Each key given, with its value, for the check that none is 0.
+    pub fn given(&self) -> impl Iterator<Item = (&'static str, &Spanned<u64>)> {
+        [
+            ("memory_mb", &self.memory_mb),
+            ("cpu_secs", &self.cpu_secs),
+            ("processes", &self.processes),
+            ("file_size_mb", &self.file_size_mb),
+            ("open_files", &self.open_files),
+        ]
+        .into_iter()
+        .filter_map(|(k, v)| v.as_ref().map(|v| (k, v)))
     }
 }
 
@@ -397,7 +452,13 @@ pub enum RestartSpec {
 impl McpFileSpec {
     /// The sandbox of its process, over the file's default `sandbox`.
     pub fn sandbox(&self, default: SandboxMode) -> SandboxPolicy {
-        sandbox_policy(self.sandbox, self.network.as_ref(), default)
+        sandbox_policy(
+            self.sandbox,
+            self.network.as_ref(),
+            self.unix_sockets.as_ref(),
+            self.resources.as_ref(),
+            default,
+        )
     }
 
     /// The server's config, its paths resolved against the agent file's folder `dir` (its
@@ -533,19 +594,36 @@ section! {
     }
 }
 
-/// An entry's sandbox: its `sandbox` (else the file's default) and its `network`.
+/// An entry's sandbox: its `sandbox` (else the file's default), `network`, `unix_sockets` and
+/// `resources`.
 fn sandbox_policy(
     mode: Option<SandboxMode>,
     network: Option<&Spanned<bool>>,
+    unix_sockets: Option<&Spanned<bool>>,
+    resources: Option<&Spanned<ResourcesSpec>>,
     default: SandboxMode,
 ) -> SandboxPolicy {
-    SandboxPolicy::new(mode.unwrap_or(default)).network(network.is_some_and(|n| *n.get_ref()))
+    let on = |flag: Option<&Spanned<bool>>| flag.is_some_and(|n| *n.get_ref());
+    SandboxPolicy::new(mode.unwrap_or(default))
+        .network(on(network))
+        .unix_sockets(on(unix_sockets))
+        .resources(
+            resources
+                .map(|r| r.get_ref().resources())
+                .unwrap_or_default(),
+        )
 }
 
 impl ToolFileSpec {
     /// The sandbox of a shell's or command tool's processes, over the file's default `sandbox`.
     pub fn sandbox(&self, default: SandboxMode) -> SandboxPolicy {
-        sandbox_policy(self.sandbox, self.network.as_ref(), default)
+        sandbox_policy(
+            self.sandbox,
+            self.network.as_ref(),
+            self.unix_sockets.as_ref(),
+            self.resources.as_ref(),
+            default,
+        )
     }
 
     /// The name the model calls the tool by: its `name`, or a built-in tool's own name.

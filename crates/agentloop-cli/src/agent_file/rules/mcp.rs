@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use super::tools::{check_command, check_network};
+use super::tools::{check_command, check_network, check_network_key, check_resources};
 use super::{MAX_TIMEOUT_SECS, span_of, valid_seconds};
 use crate::agent_file::check::{Problems, join};
 use crate::agent_file::spec::McpFileSpec;
@@ -63,6 +63,8 @@ pub(super) fn check_mcp(servers: &[McpFileSpec], dir: &Path, problems: &mut Prob
             for (key, given) in [
                 ("sandbox", server.sandbox.is_some()),
                 ("network", server.network.is_some()),
+                ("unix_sockets", server.unix_sockets.is_some()),
+                ("resources", server.resources.is_some()),
             ] {
                 if given {
                     problems.at(
@@ -76,6 +78,14 @@ pub(super) fn check_mcp(servers: &[McpFileSpec], dir: &Path, problems: &mut Prob
             }
         }
         check_network(server.sandbox, server.network.as_ref(), &path, problems);
+        check_network_key(
+            "unix_sockets",
+            server.sandbox,
+            server.unix_sockets.as_ref(),
+            &path,
+            problems,
+        );
+        check_resources(server.resources.as_ref(), &path, problems);
         if let (Some(headers), None) = (&server.headers, &server.url) {
             problems.at(
                 &join(&path, "headers"),

@@ -9,7 +9,7 @@ use toml::Spanned;
 
 use super::{MAX_TOOL_RETRIES, span_of, valid_seconds};
 use crate::agent_file::check::{Problems, join};
-use crate::agent_file::spec::ToolFileSpec;
+use crate::agent_file::spec::{ResourcesSpec, ToolFileSpec};
 
 pub(super) fn check_command(
     command: &Spanned<Vec<String>>,
@@ -178,6 +178,14 @@ fn check_builtin_tool(
         ("env", tool.env.is_some() && kind != Builtin::Shell),
         ("sandbox", tool.sandbox.is_some() && kind != Builtin::Shell),
         ("network", tool.network.is_some() && kind != Builtin::Shell),
+        (
+            "unix_sockets",
+            tool.unix_sockets.is_some() && kind != Builtin::Shell,
+        ),
+        (
+            "resources",
+            tool.resources.is_some() && kind != Builtin::Shell,
+        ),
     ];
     misplaced(
         &others,
@@ -270,12 +278,42 @@ pub(super) fn check_network(
     path: &str,
     problems: &mut Problems,
 ) {
-    if let (Some(agentloop_tools::SandboxMode::Off), Some(n)) = (sandbox, network) {
+    check_network_key("network", sandbox, network, path, problems);
+}
+
+/// A sandbox flag (`network`, `unix_sockets`) under an entry's own `sandbox = "off"`.
+pub(super) fn check_network_key(
+    key: &str,
+    sandbox: Option<agentloop_tools::SandboxMode>,
+    flag: Option<&Spanned<bool>>,
+    path: &str,
+    problems: &mut Problems,
+) {
+    if let (Some(agentloop_tools::SandboxMode::Off), Some(n)) = (sandbox, flag) {
         problems.at(
-            &join(path, "network"),
+            &join(path, key),
             span_of(n),
-            "`network` has no effect with sandbox = \"off\": nothing is confined",
+            format!("`{key}` has no effect with sandbox = \"off\": nothing is confined"),
         );
+    }
+}
+
+/// `resources`: a limit of 0 would keep the process from starting (or from opening its own
+/// program), so each must be at least 1.
+pub(super) fn check_resources(
+    resources: Option<&Spanned<ResourcesSpec>>,
+    path: &str,
+    problems: &mut Problems,
+) {
+    let Some(resources) = resources else { return };
+    for (key, value) in resources.get_ref().given() {
+        if *value.get_ref() == 0 {
+            problems.at(
+                &join(&join(path, "resources"), key),
+                span_of(value),
+                format!("`{key}` must be at least 1"),
+            );
+        }
     }
 }
 
@@ -326,6 +364,8 @@ fn check_tool(tool: &ToolFileSpec, path: &str, dir: &Path, problems: &mut Proble
         let process_only = [
             ("sandbox", tool.sandbox.is_some() && not_command),
             ("network", tool.network.is_some() && not_command),
+            ("unix_sockets", tool.unix_sockets.is_some() && not_command),
+            ("resources", tool.resources.is_some() && not_command),
         ];
         misplaced(
             &process_only,
@@ -336,6 +376,14 @@ fn check_tool(tool: &ToolFileSpec, path: &str, dir: &Path, problems: &mut Proble
         );
     }
     check_network(tool.sandbox, tool.network.as_ref(), path, problems);
+    check_network_key(
+        "unix_sockets",
+        tool.sandbox,
+        tool.unix_sockets.as_ref(),
+        path,
+        problems,
+    );
+    check_resources(tool.resources.as_ref(), path, problems);
     if let Some(schema) = &tool.input_schema {
         check_input_schema(schema, path, problems);
     }
