@@ -527,6 +527,12 @@ pub fn mcp_declarations(file: &AgentFile) -> serde_json::Value {
             .collect::<serde_json::Map<_, _>>()
             .into()
     };
+    let deferred: Vec<&str> = file
+        .mcp()
+        .iter()
+        .filter(|m| m.defer == Some(true))
+        .map(|m| m.name.get_ref().as_str())
+        .collect();
     mcp_configs(file)
         .iter()
         .map(|c| {
@@ -543,7 +549,7 @@ pub fn mcp_declarations(file: &AgentFile) -> serde_json::Value {
                     json!({"url": url, "headers_read": vars(headers)})
                 }
             };
-            json!({
+            let mut server = json!({
                 "name": c.name,
                 "transport": how,
                 "restart": match c.restart {
@@ -554,7 +560,14 @@ pub fn mcp_declarations(file: &AgentFile) -> serde_json::Value {
                 "tools_named": format!("{}*", c.tool_name("")),
                 "rename": c.rename,
                 "trust_hints": c.trust_hints,
-            })
+            });
+            if deferred.contains(&c.name.as_str())
+                && let Some(map) = server.as_object_mut()
+            {
+                // Only when set: the fingerprints of files without it stay as they were.
+                map.insert("deferred".into(), json!(true));
+            }
+            server
         })
         .collect::<Vec<_>>()
         .into()
@@ -745,19 +758,16 @@ fn builder(
     gate: Option<Arc<dyn Gate>>,
     kids: Kids<'_>,
 ) -> Result<agentloop::AgentBuilder, CliError> {
+    let servers = match kids {
+        Kids::Real(_, mcp) => mcp.servers(file),
+        Kids::StandIn => None,
+    };
     let mut builder = Agent::builder()
         .name(file.spec.name.get_ref().clone())
         .model(model)
-        .tools(all_tools(file, kids)?)
         .limits(limits(file))
         .settings(settings(file));
-    if let Kids::Real(_, mcp) = kids
-        && let Some(servers) = mcp.servers(file)
-    {
-        // The servers' tools join the agent's, and each turn of a run lists them again where a
-        // server said they changed.
-        builder = builder.tool_source(Arc::new(servers.clone()));
-    }
+    builder = crate::deferred::with_tools(builder, file, all_tools(file, kids)?, servers);
     builder = match compaction(file) {
         Some(c) => builder.compaction(c),
         None => builder.without_compaction(),

@@ -11,6 +11,7 @@
 
 pub mod agent_file;
 pub mod assemble;
+pub mod deferred;
 pub mod error;
 pub mod live;
 pub mod permission_file;

@@ -18,7 +18,7 @@ macro_rules! out {
 // The agent files' loader and assembler are the library's, shared with the Python package.
 #[cfg(test)]
 use agentloop_cli::permission_file;
-use agentloop_cli::{agent_file, assemble, error, live, render, terminal};
+use agentloop_cli::{agent_file, assemble, deferred, error, live, render, terminal};
 
 mod a2a;
 mod approval;
@@ -181,9 +181,10 @@ async fn run(args: RunArgs) -> Result<i32, CliError> {
         // The servers' tools are part of the request: they are started (their variables are
         // needed, as for a run; the model's key is not) and stopped again.
         let mcp = assemble::StartedMcp::start(&file).await?;
+        // A deferred server's tools are not in it: the model finds them with `search_tools`.
         let tools = mcp
             .servers(&file)
-            .map(agentloop_mcp::McpServers::tools)
+            .map(|s| deferred::split_servers(&file, s).1.tools())
             .unwrap_or_default();
         mcp.shutdown().await;
         let view = plan::first_request_view(&file, &input, tools)?;

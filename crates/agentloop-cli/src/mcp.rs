@@ -158,12 +158,13 @@ fn offer(args: &ServeArgs, served: &ServedFiles) -> Result<Offer, CliError> {
             if let Some(servers) = l.1.servers(file) {
                 specs.extend(servers.tools().iter().map(|t| t.spec().clone()));
             }
-            let l = l.clone();
+            // The client names each tool it calls: nothing is deferred from it.
+            let (file, l) = (crate::deferred::undeferred(file), l.clone());
             offer
                 .tools(ServedTools {
                     specs,
                     build: Arc::new(move |model, prompter| {
-                        assemble::agent(&l.0, model, &Approval::Prompter(prompter), &l.1)
+                        assemble::agent(&file, model, &Approval::Prompter(prompter), &l.1)
                             .map_err(|e| e.to_string())
                     }),
                     options,

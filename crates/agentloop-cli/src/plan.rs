@@ -114,9 +114,9 @@ fn render_tree(out: &mut String, nodes: &[Value], depth: usize) {
     }
 }
 
-fn tool_set(file: &AgentFile, mcp: Vec<Tool>) -> Result<ToolSet, CliError> {
+fn tool_set(tools: Vec<Tool>) -> Result<ToolSet, CliError> {
     let mut set = ToolSet::new();
-    for tool in assemble::tools(file)?.into_iter().chain(mcp) {
+    for tool in tools {
         set.register(tool).map_err(|e| CliError::Setup {
             message: e.to_string(),
         })?;
@@ -133,7 +133,7 @@ pub fn first_request_view(
     input: &str,
     mcp: Vec<Tool>,
 ) -> Result<Value, CliError> {
-    let tools = tool_set(file, mcp)?;
+    let tools = tool_set(crate::deferred::request_tools(file, mcp)?)?;
     let settings = assemble::settings(file);
     let messages = [Message::user(input)];
     let output_schema = file
@@ -228,7 +228,7 @@ fn tool_sandbox(file: &AgentFile, t: &crate::agent_file::ToolFileSpec) -> Value 
 pub fn plan(file: &AgentFile) -> Result<Plan, CliError> {
     let m = file.model();
     let provider = *m.provider.get_ref();
-    let tools = tool_set(file, Vec::new())?;
+    let tools = tool_set(assemble::tools(file)?)?;
     let tools_view = tools
         .specs()
         .iter()
@@ -251,6 +251,7 @@ pub fn plan(file: &AgentFile) -> Result<Plan, CliError> {
                 "timeout_secs": policy.and_then(|p| p.timeout).map(|d| d.as_secs_f64()),
                 "retries": policy.map_or(0, |p| p.retry.retries()),
                 "input_schema": spec.input_schema,
+                "deferred": t.defer.unwrap_or(false),
             })
         })
         .collect();
@@ -629,6 +630,9 @@ fn render_model(out: &mut String, m: &Value) {
     }
 }
 
+/// What `plan` says of a deferred tool or server.
+const DEFERRED: &str = "deferred: out of the request until the model finds it with search_tools";
+
 /// The plan's `tools` lines: each tool's mode, timeout, retries, kind, sandbox and schema.
 fn render_tools(out: &mut String, tools: &[Value]) {
     let _ = writeln!(out, "tools   {}", tools.len());
@@ -649,6 +653,9 @@ fn render_tools(out: &mut String, tools: &[Value]) {
         );
         if t["description"].as_str().is_some_and(|d| !d.is_empty()) {
             let _ = writeln!(out, "        {}", show(&t["description"]));
+        }
+        if t["deferred"] == true {
+            let _ = writeln!(out, "        {DEFERRED}");
         }
         if !t["builtin"].is_null() {
             let root = match &t["root"] {
@@ -696,6 +703,9 @@ fn render_mcp(out: &mut String, mcp: &Value) {
                 show(&s["timeout_secs"]),
             );
             let _ = writeln!(out, "        tools named {}", show(&s["tools_named"]));
+            if s["deferred"] == true {
+                let _ = writeln!(out, "        {DEFERRED}");
+            }
             if let Some(sandbox) = t["sandbox"].as_object() {
                 let _ = writeln!(out, "        sandbox: {}", sandbox_words(sandbox));
             }

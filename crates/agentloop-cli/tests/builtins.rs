@@ -12,12 +12,12 @@
 mod support;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::AtomicUsize;
 
 use serde_json::{Value, json};
 use support::*;
 use wiremock::matchers::{method, path};
-use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
+use wiremock::{Mock, MockServer};
 
 /// An agent file whose tools are built-in ones, rooted in `work/` beside it.
 const BUILTIN_AGENT: &str = r#"name = "editor"
@@ -147,42 +147,6 @@ allow_private = ["127.0.0.1"]
     );
 }
 
-/// Serves OpenAI chat completions (not streamed) in order.
-struct Replies {
-    bodies: Vec<Value>,
-    next: Arc<AtomicUsize>,
-}
-
-impl Respond for Replies {
-    fn respond(&self, _request: &Request) -> ResponseTemplate {
-        let at = self.next.fetch_add(1, Ordering::SeqCst);
-        match self.bodies.get(at) {
-            Some(body) => ResponseTemplate::new(200).set_body_json(body),
-            None => ResponseTemplate::new(500).set_body_string("no more replies"),
-        }
-    }
-}
-
-fn completion(message: Value) -> Value {
-    let finish = if message.get("tool_calls").is_some() {
-        "tool_calls"
-    } else {
-        "stop"
-    };
-    json!({
-        "id": "chatcmpl-test",
-        "object": "chat.completion",
-        "created": 1,
-        "model": "gpt-4o",
-        "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-        "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
-    })
-}
-
-fn call(id: &str, name: &str, arguments: Value) -> Value {
-    json!({"id": id, "type": "function", "function": {"name": name, "arguments": arguments.to_string()}})
-}
-
 // outside-paths: off (the tests below try hostile paths on purpose)
 #[tokio::test(flavor = "multi_thread")]
 async fn an_escape_from_the_workspace_reaches_the_model_as_an_error_result() {
@@ -214,16 +178,16 @@ root = "work"
     std::os::unix::fs::symlink(dir.dir.path(), dir.path("work/up")).unwrap();
     let absolute = dir.path("secret.txt").display().to_string();
     let calls = json!([
-        call("c1", "read_file", json!({"path": "../secret.txt"})),
-        call("c2", "read_file", json!({"path": absolute})),
-        call("c3", "read_file", json!({"path": "up/secret.txt"})),
-        call(
+        chat_call("c1", "read_file", json!({"path": "../secret.txt"})),
+        chat_call("c2", "read_file", json!({"path": absolute})),
+        chat_call("c3", "read_file", json!({"path": "up/secret.txt"})),
+        chat_call(
             "c4",
             "write_file",
             json!({"path": "up/planted.txt", "content": "x"})
         ),
         // No [permissions] names the shell: it asks, and with no terminal nobody approves.
-        call("c5", "shell", json!({"command": "cat ../secret.txt"})),
+        chat_call("c5", "shell", json!({"command": "cat ../secret.txt"})),
     ]);
     Mock::given(method("POST"))
         .and(path("/v1/chat/completions"))

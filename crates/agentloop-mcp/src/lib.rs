@@ -48,6 +48,14 @@ impl McpServers {
         &self.servers
     }
 
+    /// The servers `pick` chooses, and the others, in declaration order: two sets over the same
+    /// started servers (an agent's deferred servers apart from the rest).
+    pub fn split(&self, pick: impl Fn(&McpServer) -> bool) -> (McpServers, McpServers) {
+        let (picked, rest): (Vec<McpServer>, Vec<McpServer>) =
+            self.servers.iter().cloned().partition(pick);
+        (McpServers { servers: picked }, McpServers { servers: rest })
+    }
+
     /// Every server's tools, in declaration order.
     pub fn tools(&self) -> Vec<agentloop::Tool> {
         self.servers.iter().flat_map(McpServer::tools).collect()

@@ -3,13 +3,15 @@
 //! agent file names with `builtin = "..."` ([`Builtin`]): files confined to a [`Workspace`]
 //! (`read_file`, `write_file`, `edit_file`, `list_dir`, `glob`, `grep`), a [`ShellTool`], and a
 //! [`WebFetchTool`] that refuses private networks, and `todo`, the plan the model keeps
-//! ([`todo::todo_tool`], read back from an outcome with [`todo::todos_of`]).
+//! ([`todo::todo_tool`], read back from an outcome with [`todo::todos_of`]); and [`ToolSearch`],
+//! deferred tools the model finds with `search_tools`.
 #![forbid(unsafe_code)]
 
 pub mod builtin;
 pub mod command;
 pub mod files;
 mod process;
+pub mod search;
 pub mod shell;
 pub mod todo;
 pub mod web;
@@ -21,6 +23,7 @@ pub use builtin::{Builtin, BuiltinError, BuiltinOptions};
 pub use command::{
     CommandTool, CommandToolError, DEFAULT_MAX_ERROR_BYTES, DEFAULT_MAX_OUTPUT_BYTES, is_secret_env,
 };
+pub use search::{SEARCH_TOOLS, ToolSearch};
 pub use shell::ShellTool;
 pub use web::{WebFetchError, WebFetchTool, is_refused_ip};
 pub use workspace::{PathError, Workspace, WorkspaceError};

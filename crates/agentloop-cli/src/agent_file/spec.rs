@@ -347,6 +347,10 @@ section! {
         /// `/.well-known/agent-card.json` below): the tool hands it the model's `task` and
         /// answers with the task's artifacts. Its card is read when the agent starts.
         a2a: Option<Spanned<String>>,
+        /// Kept out of the model's request until the model finds it with the built-in
+        /// `search_tools` (by keywords in its name and description); from the turn after, it is
+        /// in the request like any other (default false).
+        defer: Option<bool>,
     }
 }
 
@@ -385,6 +389,9 @@ section! {
         sandbox: Option<SandboxMode>,
         /// A stdio server: its process may open network connections (default false).
         network: Option<Spanned<bool>>,
+        /// Its tools are kept out of the model's request until the model finds them with the
+        /// built-in `search_tools`: for servers of many tools (default false).
+        defer: Option<bool>,
         /// A stdio server: its process may connect to the system's UNIX sockets (default false).
         unix_sockets: Option<Spanned<bool>>,
         /// A stdio server: the most its process may use.

@@ -457,3 +457,42 @@ pub async fn python_client_steps(python: PathBuf, script: &str, args: Vec<String
         .unwrap()
         .clone()
 }
+
+/// Serves OpenAI chat completions (not streamed), the JSON bodies in order; a request past the
+/// last gets a 500.
+pub struct Replies {
+    pub bodies: Vec<Value>,
+    pub next: Arc<AtomicUsize>,
+}
+
+impl Respond for Replies {
+    fn respond(&self, _request: &Request) -> ResponseTemplate {
+        let at = self.next.fetch_add(1, Ordering::SeqCst);
+        match self.bodies.get(at) {
+            Some(body) => ResponseTemplate::new(200).set_body_json(body),
+            None => ResponseTemplate::new(500).set_body_string("no more replies"),
+        }
+    }
+}
+
+/// A chat completion answering with `message`.
+pub fn completion(message: Value) -> Value {
+    let finish = if message.get("tool_calls").is_some() {
+        "tool_calls"
+    } else {
+        "stop"
+    };
+    serde_json::json!({
+        "id": "chatcmpl-test",
+        "object": "chat.completion",
+        "created": 1,
+        "model": "gpt-4o",
+        "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
+    })
+}
+
+/// One tool call of a chat completion's message.
+pub fn chat_call(id: &str, name: &str, arguments: Value) -> Value {
+    serde_json::json!({"id": id, "type": "function", "function": {"name": name, "arguments": arguments.to_string()}})
+}

@@ -223,7 +223,7 @@ impl<'a> Driver<'a> {
         let deadline = m.deadline().and_then(|d| self.start.checked_add(d));
         if let Some(source) = &self.inner.source {
             // A resumed run may call the source's tools before its first turn here.
-            self.source_tools = Some(handlers(source.tools()));
+            self.source_tools = Some(handlers(source.tools_for(m.transcript())));
         }
         // The tools' cancellation, and the end of their retries: children of the run's token.
         let calls_cancel = self.cancel.child_token();
@@ -584,7 +584,7 @@ impl<'a> Driver<'a> {
             return Input::ToolsListed { tools: None };
         }
         self.tools_synced = true;
-        let tools = source.tools();
+        let tools = source.tools_for(m.transcript());
         let specs: Vec<crate::tool::ToolSpec> = tools.iter().map(|t| t.spec().clone()).collect();
         self.source_tools = Some(handlers(tools));
         Input::ToolsListed { tools: Some(specs) }

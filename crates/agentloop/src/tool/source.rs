@@ -7,6 +7,7 @@ use std::future::Future;
 use std::pin::Pin;
 
 use super::Tool;
+use crate::message::Message;
 
 /// What [`ToolSource::refresh`] returns.
 pub type RefreshFuture<'a> = Pin<Box<dyn Future<Output = bool> + Send + 'a>>;
@@ -18,6 +19,15 @@ pub type RefreshFuture<'a> = Pin<Box<dyn Future<Output = bool> + Send + 'a>>;
 pub trait ToolSource: Send + Sync {
     /// The tools as last listed. No I/O: it is asked while the agent is built, too.
     fn tools(&self) -> Vec<Tool>;
+
+    /// The tools a run with this transcript has: [`tools`](ToolSource::tools) unless the
+    /// source keeps some back until the run finds them (deferred tools, found by a search whose
+    /// results are in the transcript). Deriving them from the transcript makes them part of
+    /// the run's state: a resumed run has the same ones, and two runs never share them. No I/O.
+    fn tools_for(&self, transcript: &[Message]) -> Vec<Tool> {
+        let _ = transcript;
+        self.tools()
+    }
 
     /// Lists the tools again where the source learned they changed; true when it did. Called
     /// before each turn of a run, so it must be cheap when nothing changed.

@@ -1,0 +1,340 @@
+#![allow(
+    clippy::indexing_slicing,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic
+)]
+//! Deferred tools (`defer = true`) found with the built-in `search_tools`, end to end through the
+//! CLI with the project's 200-tool MCP server (`scripts/mcp/many_tools_server.py`): a scripted
+//! agent finds and calls the one tool it needs, a call made before the search is an unknown
+//! tool's, a journaled run resumed after a suspension still has what it found, and the requests
+//! an OpenAI agent sends carry only the search tool until the search, then the found tools after
+//! it, the prefix unchanged.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
+
+use serde_json::{Value, json};
+use support::*;
+use wiremock::matchers::{method, path};
+use wiremock::{Mock, MockServer};
+
+fn many_tools_server() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/mcp/many_tools_server.py")
+}
+
+/// An agent of `model` (a `[model]` table's keys) with the 200-tool server, its tools deferred,
+/// and a deferred command tool of its own; `extra` goes at the end.
+fn agent(model: &str, extra: &str) -> AgentDir {
+    AgentDir::new(&format!(
+        r#"name = "backoffice"
+[model]
+{model}
+
+[[tools]]
+name = "roll_dice"
+description = "Rolls a six-sided die."
+command = ["python3", "-c", "print(4)"]
+defer = true
+
+[[mcp]]
+name = "biz"
+command = ["python3", "{}"]
+defer = true
+{extra}"#,
+        many_tools_server().display()
+    ))
+}
+
+fn scripted(script: Value, extra: &str) -> AgentDir {
+    let dir = agent("provider = \"scripted\"\nscript = \"script.json\"", extra);
+    dir.write("script.json", &script.to_string());
+    dir
+}
+
+fn search(id: &str, query: &str) -> Value {
+    json!({"id": id, "name": "search_tools", "arguments": {"query": query}})
+}
+
+fn convert(id: &str) -> Value {
+    json!({"id": id, "name": "biz__convert_currency", "arguments": {"amount": 100, "from": "EUR", "to": "USD"}})
+}
+
+fn call<'a>(run: &'a Value, id: &str) -> &'a Value {
+    run["tool_calls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["id"] == id)
+        .unwrap_or_else(|| panic!("no call {id} in {run}"))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_scripted_agent_finds_and_calls_the_one_tool_it_needs_among_200() {
+    let dir = scripted(
+        json!([
+            {"tool_calls": [convert("early")]},
+            {"tool_calls": [search("s", "convert money between currencies")]},
+            {"tool_calls": [convert("c")]},
+            {"text": "100 EUR is 108 USD."}
+        ]),
+        "",
+    );
+    let trace = dir.path("t.ndjson");
+    let out = agentloop(args(&[
+        "run",
+        dir.agent().to_str().unwrap(),
+        "--input",
+        "How much is 100 EUR in USD?",
+        "--json",
+        "--trace",
+        trace.to_str().unwrap(),
+    ]))
+    .await;
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    let run = stdout_json(&out);
+    assert_eq!(run["stop_reason"], "finished", "{run}");
+
+    // Before the search the tool is not the run's: the call is rejected as an unknown tool's.
+    let early = call(&run, "early");
+    assert_eq!(early["ok"], false, "{early}");
+    assert_eq!(early["error"]["code"], "unknown_tool", "{early}");
+    let message = early["error"]["message"].as_str().unwrap();
+    assert!(message.contains("search_tools"), "{message}");
+    assert!(!message.contains("list_invoices"), "{message}");
+
+    let found = &call(&run, "s")["output"]["found"];
+    assert_eq!(found[0]["name"], "biz__convert_currency", "{found}");
+    assert!(found.as_array().unwrap().len() <= 5, "{found}");
+
+    let c = call(&run, "c");
+    assert_eq!(c["ok"], true, "{c}");
+    assert!(
+        c["output"].to_string().contains("100.00 EUR = 108.00 USD"),
+        "{c}"
+    );
+    // The run's tools changed at the turn after the search, by what it found, in its order.
+    let records: Vec<Value> = std::fs::read_to_string(&trace)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let mut changed: Vec<(u64, Value)> = records
+        .iter()
+        .filter(|r| r["kind"] == "turn" && !r["tools_changed"].is_null())
+        .map(|r| {
+            (
+                r["turn"].as_u64().unwrap(),
+                r["tools_changed"]["added"].clone(),
+            )
+        })
+        .collect();
+    // A turn's record may be written more than once as it goes on.
+    changed.dedup();
+    assert_eq!(changed.len(), 1, "{changed:?}");
+    assert_eq!(changed[0].0, 3, "{changed:?}");
+    let found_names: Vec<&Value> = found
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| &f["name"])
+        .collect();
+    let added: Vec<&Value> = changed[0].1.as_array().unwrap().iter().collect();
+    assert_eq!(added, found_names);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn plan_marks_what_is_deferred_and_its_first_request_holds_search_tools_alone() {
+    let dir = scripted(json!([{"text": "hi"}]), "");
+    let agent = dir.agent();
+    let out = agentloop(args(&["plan", agent.to_str().unwrap(), "--json"])).await;
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    let plan = stdout_json(&out);
+    let names: Vec<&str> = plan["first_request"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["search_tools"], "{plan}");
+    assert_eq!(plan["tools"][0]["deferred"], true, "{plan}");
+    assert_eq!(plan["mcp"][0]["deferred"], true, "{plan}");
+
+    let out = agentloop(args(&["plan", agent.to_str().unwrap()])).await;
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    let text = stdout(&out);
+    assert_eq!(
+        text.matches("deferred: out of the request").count(),
+        2,
+        "the tool and the server are shown deferred: {text}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_resumed_run_still_has_the_tools_it_found_before_it_was_suspended() {
+    let dir = scripted(
+        json!([
+            {"tool_calls": [search("s", "convert currency")]},
+            {"tool_calls": [convert("c")]},
+            {"text": "done"}
+        ]),
+        "[permissions]\nask = [\"biz__convert_currency\"]\n",
+    );
+    let journal = dir.path("runs.db");
+    let j = journal.to_str().unwrap();
+    let agent = dir.agent();
+    let out = agentloop(args(&[
+        "run",
+        agent.to_str().unwrap(),
+        "--input",
+        "convert",
+        "--journal",
+        j,
+        "--json",
+    ]))
+    .await;
+    assert_eq!(out.status.code(), Some(8), "stderr: {}", stderr(&out));
+    let suspended = stdout_json(&out);
+    let id = suspended["run_id"].as_str().unwrap().to_owned();
+    assert_eq!(
+        suspended["pending_approvals"][0]["tool"],
+        "biz__convert_currency"
+    );
+
+    let approved = agentloop(args(&[
+        "approve",
+        &id,
+        "--call",
+        "c",
+        "--allow",
+        "--journal",
+        j,
+    ]))
+    .await;
+    assert_eq!(
+        approved.status.code(),
+        Some(0),
+        "stderr: {}",
+        stderr(&approved)
+    );
+    let out = agentloop(args(&["resume", &id, "--journal", j, "--json"])).await;
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    let resumed = stdout_json(&out);
+    assert_eq!(resumed["stop_reason"], "finished", "{resumed}");
+    let c = call(&resumed, "c");
+    assert_eq!(
+        c["ok"], true,
+        "the resumed process knows the found tool: {c}"
+    );
+    assert!(c["output"].to_string().contains("108.00 USD"), "{c}");
+}
+
+fn calling(id: &str, name: &str, arguments: Value) -> Value {
+    completion(
+        json!({"role": "assistant", "content": null, "tool_calls": [chat_call(id, name, arguments)]}),
+    )
+}
+
+fn tool_names(body: &Value) -> Vec<String> {
+    body["tools"]
+        .as_array()
+        .map(|tools| {
+            tools
+                .iter()
+                .map(|t| t["function"]["name"].as_str().unwrap().to_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_openai_request_carries_the_found_tools_from_the_turn_after_the_search_after_the_others()
+{
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .respond_with(Replies {
+            bodies: vec![
+                calling(
+                    "s1",
+                    "search_tools",
+                    json!({"query": "convert currency", "limit": 2}),
+                ),
+                calling(
+                    "s2",
+                    "search_tools",
+                    json!({"query": "roll a die", "limit": 1}),
+                ),
+                calling(
+                    "c",
+                    "biz__convert_currency",
+                    json!({"amount": 10, "from": "EUR", "to": "GBP"}),
+                ),
+                completion(json!({"role": "assistant", "content": "8.50 GBP"})),
+            ],
+            next: Arc::new(AtomicUsize::new(0)),
+        })
+        .mount(&server)
+        .await;
+    let dir = agent(
+        &format!(
+            "provider = \"openai\"\nname = \"gpt-4o\"\nbase_url = \"{}/v1\"\napi_key_env = \"AGENTLOOP_TEST_KEY\"\nstream = false",
+            server.uri()
+        ),
+        "",
+    );
+    let out = agentloop_env(
+        args(&[
+            "run",
+            dir.agent().to_str().unwrap(),
+            "--input",
+            "10 EUR in GBP?",
+            "--json",
+        ]),
+        vec![("AGENTLOOP_TEST_KEY", TEST_KEY)],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    let bodies: Vec<Value> = server
+        .received_requests()
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| serde_json::from_slice(&r.body).unwrap())
+        .collect();
+    assert_eq!(bodies.len(), 4);
+    let names: Vec<Vec<String>> = bodies.iter().map(tool_names).collect();
+    assert_eq!(
+        names[0],
+        ["search_tools"],
+        "nothing deferred is sent before a search"
+    );
+    assert_eq!(names[1].len(), 3, "{:?}", names[1]);
+    assert_eq!(names[1][..2], ["search_tools", "biz__convert_currency"]);
+    assert_eq!(
+        names[2][..3],
+        names[1][..],
+        "a later find is appended: the earlier request is a prefix"
+    );
+    assert_eq!(names[2][3], "roll_dice");
+    assert_eq!(names[3], names[2]);
+    // The found tools' schemas are sent whole, as any other tool's.
+    let convert = bodies[2]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["function"]["name"] == "biz__convert_currency")
+        .unwrap();
+    assert_eq!(
+        convert["function"]["parameters"]["required"],
+        json!(["amount", "from", "to"])
+    );
+    let run = stdout_json(&out);
+    assert!(
+        call(&run, "c")["output"].to_string().contains("8.50 GBP"),
+        "{run}"
+    );
+}
