@@ -511,9 +511,19 @@ pub fn approve(args: &ApproveArgs) -> Result<i32, CliError> {
         });
     }
     reader.answer(&run_id, &args.call_id, args.answer())?;
-    let run = reader.load(&run_id)?;
+    what_is_left(&reader, &run_id, &args.journal.path)
+}
+
+/// After an answer (`approve`, `answer`), on stderr: the calls the run still waits on, or how
+/// to resume it.
+pub(crate) fn what_is_left(
+    reader: &JournalReader,
+    run_id: &str,
+    journal: &Path,
+) -> Result<i32, CliError> {
+    let run = reader.load(run_id)?;
     let left: Vec<&str> = run.unanswered().map(|r| r.call_id.as_str()).collect();
-    let path = args.journal.path.display();
+    let path = journal.display();
     if left.is_empty() {
         eprintln!("■ every call is answered: agentloop resume {run_id} --journal {path}");
     } else {

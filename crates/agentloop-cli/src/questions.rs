@@ -215,15 +215,7 @@ pub fn answer(args: &AnswerArgs) -> Result<i32, CliError> {
     })?;
     check_answer(question, &value).map_err(|e| usage(format!("{e} ({})", e.code())))?;
     reader.reply(&run_id, &args.call_id, &value)?;
-    let run = reader.load(&run_id)?;
-    let left: Vec<&str> = run.unanswered().map(|r| r.call_id.as_str()).collect();
-    let path = args.journal.path.display();
-    if left.is_empty() {
-        eprintln!("■ every call is answered: agentloop resume {run_id} --journal {path}");
-    } else {
-        eprintln!("■ still waiting: {}", left.join(", "));
-    }
-    Ok(crate::error::code::OK)
+    crate::durable::what_is_left(&reader, &run_id, &args.journal.path)
 }
 
 #[cfg(test)]
