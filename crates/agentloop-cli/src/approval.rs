@@ -15,6 +15,8 @@ use std::sync::{Arc, Mutex};
 
 use agentloop::{
     CancellationToken,
+    ask::Answerer,
+    gate::GateContext,
     permissions::{Answer, ApprovalPrompter, ApprovalRequest},
 };
 use futures::future::BoxFuture;
@@ -219,25 +221,65 @@ fn current_token(slot: &CancelSlot) -> Option<CancellationToken> {
     slot.lock().ok().and_then(|s| s.clone())
 }
 
+impl TerminalPrompter {
+    /// The console, once the spinner has stopped, and the token of the run it asks for.
+    async fn console(&self) -> (CancellationToken, tokio::sync::MutexGuard<'_, Console>) {
+        if let Some(p) = &self.progress {
+            p.end_line();
+        }
+        let token = current_token(&self.cancel).unwrap_or_default();
+        (token, self.console.lock().await)
+    }
+}
+
+/// What `asked` gives, unless the run is cancelled first: then the prompt is given up, and the
+/// asked calls are refused with [`CANCELLED_REASON`] (the caller ends the prompt's line).
+async fn unless_cancelled<T>(
+    token: &CancellationToken,
+    asked: impl Future<Output = T>,
+) -> Result<T, String> {
+    tokio::select! {
+        _ = token.cancelled() => Err(CANCELLED_REASON.to_owned()),
+        got = asked => Ok(got),
+    }
+}
+
+/// Ends the line of a prompt given up.
+fn given_up<T>(console: &mut Console, got: Result<T, String>) -> Result<T, String> {
+    if got.is_err() {
+        let _ = writeln!(console.out);
+    }
+    got
+}
+
 impl ApprovalPrompter for TerminalPrompter {
     fn ask<'a>(
         &'a self,
         requests: &'a [ApprovalRequest],
     ) -> BoxFuture<'a, Result<Vec<Answer>, String>> {
         Box::pin(async move {
-            if let Some(p) = &self.progress {
-                p.end_line();
-            }
-            let token = current_token(&self.cancel).unwrap_or_default();
-            let mut console = self.console.lock().await;
+            let (token, mut console) = self.console().await;
             let Console { lines, out } = &mut *console;
-            tokio::select! {
-                _ = token.cancelled() => {
-                    let _ = writeln!(out);
-                    Err(CANCELLED_REASON.to_owned())
-                }
-                answers = ask_batch(lines.as_mut(), out.as_mut(), requests) => Ok(answers),
-            }
+            let got = unless_cancelled(&token, ask_batch(lines.as_mut(), out.as_mut(), requests));
+            let got = got.await;
+            given_up(&mut console, got)
+        })
+    }
+}
+
+impl Answerer for TerminalPrompter {
+    fn answer<'a>(
+        &'a self,
+        _cx: GateContext<'a>,
+        questions: &'a [ApprovalRequest],
+    ) -> BoxFuture<'a, Result<Vec<Value>, String>> {
+        Box::pin(async move {
+            let (token, mut console) = self.console().await;
+            let Console { lines, out } = &mut *console;
+            let asked = crate::questions::ask_questions(lines.as_mut(), out.as_mut(), questions);
+            let got = unless_cancelled(&token, asked).await;
+            given_up(&mut console, got)?
+                .ok_or_else(|| crate::questions::END_OF_INPUT_REASON.to_owned())
         })
     }
 }
@@ -285,6 +327,7 @@ mod tests {
             tool: tool.into(),
             arguments,
             agent: String::new(),
+            question: None,
         }
     }
 

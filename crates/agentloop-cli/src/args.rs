@@ -9,7 +9,7 @@ use clap::{Arg, Args, Parser, Subcommand};
 
 use crate::agent_file::{AgentFile, LoadError};
 use crate::error::{CliError, EXIT_CODES_HELP};
-use crate::{a2a, completions, durable, init, mcp, otel, restate, sessions};
+use crate::{a2a, completions, durable, init, mcp, otel, questions, restate, sessions};
 
 /// Runs bounded, tool-using LLM agents described in TOML agent files.
 #[derive(Debug, Parser)]
@@ -42,6 +42,11 @@ pub(crate) enum Command {
     Approvals(durable::ApprovalsCommand),
     /// Answers a tool call a suspended run waits on.
     Approve(durable::ApproveArgs),
+    /// Lists the questions (`ask_user`) that suspended runs wait on.
+    #[command(subcommand)]
+    Questions(questions::QuestionsCommand),
+    /// Answers a question a suspended run waits on (checked against its schema).
+    Answer(questions::AnswerArgs),
     /// Reads a journal: its runs, and one run's steps (checked).
     #[command(subcommand)]
     Journal(durable::JournalCommand),

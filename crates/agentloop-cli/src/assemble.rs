@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use agentloop::{
     Agent, Gate, Limits, Model, Tool,
+    ask::{Answerer, AskGate},
     model::ModelSettings,
     permissions::{
         Answer, ApprovalPrompter, ArgumentMatch, FixedAnswer, Permission, PermissionGate,
@@ -418,6 +419,8 @@ pub enum Approval {
     Yes,
     /// A person, through this prompter.
     Prompter(Arc<dyn ApprovalPrompter>),
+    /// A person who also answers the model's questions (`ask_user`): the terminal.
+    Person(Arc<dyn ApprovalPrompter>, Arc<dyn Answerer>),
     /// Nobody: an asked call is denied with this reason.
     Nobody(&'static str),
 }
@@ -432,16 +435,42 @@ pub fn has_gate(file: &AgentFile) -> bool {
 /// default (none otherwise: every call runs). The run races the gate against its cancellation,
 /// so no call starts after a Ctrl-C at the prompt.
 pub fn gate(file: &AgentFile, approval: &Approval) -> Result<Option<Arc<dyn Gate>>, CliError> {
-    if !has_gate(file) {
-        return Ok(None);
-    }
-    let gate = PermissionGate::new(permission_store(file)?);
-    let gate = match approval.clone() {
-        Approval::Yes => gate.with_prompter(Arc::new(FixedAnswer(Answer::AllowOnce))),
-        Approval::Prompter(p) => gate.with_prompter(p),
-        Approval::Nobody(reason) => gate.unattended_reason(reason),
+    let permissions: Option<Arc<dyn Gate>> = if has_gate(file) {
+        let gate = PermissionGate::new(permission_store(file)?);
+        Some(Arc::new(match approval.clone() {
+            Approval::Yes => gate.with_prompter(Arc::new(FixedAnswer(Answer::AllowOnce))),
+            Approval::Prompter(p) | Approval::Person(p, _) => gate.with_prompter(p),
+            Approval::Nobody(reason) => gate.unattended_reason(reason),
+        }))
+    } else {
+        None
     };
-    Ok(Some(Arc::new(gate)))
+    let Some(tool) = ask_tool(file) else {
+        return Ok(permissions);
+    };
+    // The questions' gate wraps the permission gate: one batch's questions and approvals are
+    // put (or suspend the run) together.
+    let mut ask = AskGate::new().tool(tool);
+    if let Some(p) = permissions {
+        ask = ask.around(p);
+    }
+    if let Approval::Person(_, answerer) = approval {
+        ask = ask.with_answerer(answerer.clone());
+    }
+    Ok(Some(Arc::new(ask)))
+}
+
+/// The name the file's `ask_user` built-in goes by, when it has one.
+pub fn ask_tool(file: &AgentFile) -> Option<&str> {
+    file.tools()
+        .iter()
+        .find(|t| {
+            t.builtin
+                .as_ref()
+                .and_then(|b| Builtin::from_name(b.get_ref()))
+                == Some(Builtin::AskUser)
+        })
+        .map(ToolFileSpec::name)
 }
 
 /// What the agent file adds to the agent's definition (its fingerprint): what the core cannot

@@ -82,11 +82,11 @@ pub struct JournalArg {
         env = "AGENTLOOP_JOURNAL",
         default_value = "runs.db"
     )]
-    path: PathBuf,
+    pub(crate) path: PathBuf,
 }
 
 impl JournalArg {
-    fn reader(&self) -> Result<JournalReader, CliError> {
+    pub(crate) fn reader(&self) -> Result<JournalReader, CliError> {
         Ok(JournalReader::open(&self.path)?)
     }
 }
@@ -240,16 +240,35 @@ pub fn how_to_go_on(
     if outcome.stop_reason != StopReason::Suspended {
         return;
     }
+    let questions = waiting.iter().filter(|w| w.question.is_some()).count();
     eprintln!(
-        "■ suspended: the run waits for approval of {} call(s):",
-        waiting.len()
+        "■ suspended: the run waits for approval of {} call(s) and the answer to {questions} question(s):",
+        waiting.len() - questions
     );
     for w in waiting {
-        eprintln!("    {}  {} {}", w.call_id, w.tool, w.arguments);
+        match &w.question {
+            Some(q) => eprintln!(
+                "    {}  question {:?}{}",
+                w.call_id,
+                q.text,
+                q.schema
+                    .as_ref()
+                    .map(|s| format!("  schema {s}"))
+                    .unwrap_or_default()
+            ),
+            None => eprintln!("    {}  {} {}", w.call_id, w.tool, w.arguments),
+        }
     }
-    eprintln!(
-        "  answer each:  agentloop approve {id} --call CALL_ID --allow|--deny [--always] --journal {path}"
-    );
+    if questions < waiting.len() {
+        eprintln!(
+            "  answer each:  agentloop approve {id} --call CALL_ID --allow|--deny [--always] --journal {path}"
+        );
+    }
+    if questions > 0 {
+        eprintln!(
+            "  and each question:  agentloop answer {id} --call CALL_ID --json JSON --journal {path}"
+        );
+    }
     eprintln!("  then:         agentloop resume {id} --journal {path}");
 }
 
@@ -443,6 +462,13 @@ pub async fn approvals(cmd: ApprovalsCommand) -> Result<i32, CliError> {
         out!("no run waits for approval");
     }
     for w in &waiting {
+        if w.request.question.is_some() {
+            out!(
+                "{}",
+                crate::questions::shown(&w.run_id, &w.request, w.reply.as_ref())
+            );
+            continue;
+        }
         let answer = match w.answer {
             None => "waiting",
             Some(Answer::AllowOnce) => "allowed",
@@ -471,10 +497,33 @@ pub async fn approvals(cmd: ApprovalsCommand) -> Result<i32, CliError> {
 pub fn approve(args: &ApproveArgs) -> Result<i32, CliError> {
     let reader = args.journal.reader()?;
     let run_id = reader.find(&args.run_id)?;
+    let asked = reader.load(&run_id)?;
+    if asked
+        .approvals
+        .iter()
+        .any(|a| a.request.call_id == args.call_id && a.request.question.is_some())
+    {
+        return Err(CliError::Usage {
+            message: format!(
+                "call {} of run {run_id} is a question: answer it with `agentloop answer {run_id} --call {} --json JSON`",
+                args.call_id, args.call_id
+            ),
+        });
+    }
     reader.answer(&run_id, &args.call_id, args.answer())?;
-    let run = reader.load(&run_id)?;
+    what_is_left(&reader, &run_id, &args.journal.path)
+}
+
+/// After an answer (`approve`, `answer`), on stderr: the calls the run still waits on, or how
+/// to resume it.
+pub(crate) fn what_is_left(
+    reader: &JournalReader,
+    run_id: &str,
+    journal: &Path,
+) -> Result<i32, CliError> {
+    let run = reader.load(run_id)?;
     let left: Vec<&str> = run.unanswered().map(|r| r.call_id.as_str()).collect();
-    let path = args.journal.path.display();
+    let path = journal.display();
     if left.is_empty() {
         eprintln!("■ every call is answered: agentloop resume {run_id} --journal {path}");
     } else {

@@ -3,7 +3,7 @@
 //! The command line is `args`; what every command that runs an agent shares (sinks, Ctrl-C,
 //! approvals, showing the outcome) is `runs`. This file dispatches the commands and holds `run`,
 //! `chat`, `plan` and `trace`; the others have files of their own (`durable`, `restate`,
-//! `sessions`, `mcp`, `init`, `completions`, `viewer`).
+//! `questions`, `sessions`, `mcp`, `init`, `completions`, `viewer`).
 #![forbid(unsafe_code)]
 
 /// Prints a line on stdout. A stdout closed early (`agentloop ... | head`) ends the output, not
@@ -29,6 +29,7 @@ mod init;
 mod mcp;
 mod otel;
 mod plan;
+mod questions;
 mod restate;
 mod runs;
 mod served;
@@ -96,6 +97,8 @@ async fn dispatch(cli: Cli) -> i32 {
         Command::Trace(t) => trace_command(t),
         Command::Resume(args) => durable::resume(args).await,
         Command::Approvals(c) => durable::approvals(c).await,
+        Command::Questions(c) => questions::list(c),
+        Command::Answer(args) => questions::answer(&args),
         Command::Approve(args) => match durable::restate_answer(&args) {
             Some((run, call, answer, url)) => restate::approve(&run, &call, answer, &url).await,
             None => durable::approve(&args),
@@ -272,10 +275,11 @@ async fn chat(args: ChatArgs) -> Result<i32, CliError> {
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<String>();
     let lines = Arc::new(tokio::sync::Mutex::new(rx));
     let current: CancelSlot = Arc::default();
-    let approval = if args.approval.yes {
+    let approval = if can_prompt() {
+        let lines = Box::new(ChannelLines(lines.clone()));
+        ask_at_the_terminal(lines, &progress, &current, args.approval.yes)
+    } else if args.approval.yes {
         Approval::Yes
-    } else if can_prompt() {
-        ask_at_the_terminal(Box::new(ChannelLines(lines.clone())), &progress, &current)
     } else {
         Approval::Nobody(NO_TERMINAL_REASON)
     };

@@ -432,6 +432,7 @@ pub async fn waiting(url: &str, run: &str) -> Result<Vec<agentloop_store::Waitin
             agent: p.request.agent.clone(),
             request: p.request,
             answer: None,
+            reply: None,
         })
         .collect())
 }

@@ -87,10 +87,10 @@ pub(crate) fn approval_for(
     progress: &Arc<Progress>,
     slot: &CancelSlot,
 ) -> Approval {
-    if args.yes {
+    if !json && can_prompt() {
+        ask_at_the_terminal(Box::new(StdinLines), progress, slot, args.yes)
+    } else if args.yes {
         Approval::Yes
-    } else if !json && can_prompt() {
-        ask_at_the_terminal(Box::new(StdinLines), progress, slot)
     } else {
         Approval::Nobody(NO_TERMINAL_REASON)
     }
@@ -107,20 +107,28 @@ pub(crate) struct Shown<'a> {
     pub(crate) priced: bool,
 }
 
-/// Approval asked of the person at the terminal: questions on stderr, answers from `lines`.
+/// Approval asked of the person at the terminal, who also answers the model's questions:
+/// questions on stderr, answers from `lines`. With `yes` (`--yes`) only the model's questions
+/// are asked: every call that needs approval runs.
 pub(crate) fn ask_at_the_terminal(
     lines: Box<dyn AnswerLines>,
     progress: &Arc<Progress>,
     cancel: &CancelSlot,
+    yes: bool,
 ) -> Approval {
-    Approval::Prompter(Arc::new(TerminalPrompter::new(
+    let person = Arc::new(TerminalPrompter::new(
         Console {
             lines,
             out: Box::new(std::io::stderr()),
         },
         Some(progress.clone()),
         cancel.clone(),
-    )))
+    ));
+    if yes {
+        let all = agentloop::permissions::FixedAnswer(agentloop::permissions::Answer::AllowOnce);
+        return Approval::Person(Arc::new(all), person);
+    }
+    Approval::Person(person.clone(), person)
 }
 
 /// True when a person can be asked: stdin and stderr are terminals.

@@ -181,6 +181,7 @@ impl Journaled {
                     agentloop::journal::PendingApproval {
                         request,
                         answer: None,
+                        reply: None,
                     }
                 }));
             }
@@ -514,6 +515,7 @@ impl SessionObject {
                     request: request.clone(),
                     // Unanswered at the deadline: no answer (the machine ends the run there).
                     answer: answer.or(cancelled.then_some(Answer::DenyOnce)),
+                    reply: None,
                 });
         }
         if let Some(n) = news {

@@ -27,6 +27,7 @@ use agentloop::machine::Step;
 use agentloop::permissions::{Answer, ApprovalRequest};
 use futures::future::BoxFuture;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
+use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 mod writer;
@@ -612,8 +613,20 @@ pub struct WaitingCall {
     /// The call.
     #[serde(flatten)]
     pub request: ApprovalRequest,
-    /// The answer, once recorded.
+    /// The answer, once recorded (a question's is `allow_once`, with its `reply`).
     pub answer: Option<Answer>,
+    /// The answer to a question, once recorded.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reply: Option<Value>,
+}
+
+/// What the `answer` column of an approval holds: an approval's answer (`"allow_once"`, ...),
+/// or a question's reply (`{"reply": ...}`).
+#[derive(serde::Serialize, serde::Deserialize)]
+#[serde(untagged)]
+enum StoredAnswer {
+    Approval(Answer),
+    Reply { reply: Value },
 }
 
 /// The reading side of a journal file: runs, their steps (checked), approvals, and answers.
@@ -788,11 +801,22 @@ impl JournalReader {
             };
             let request: ApprovalRequest =
                 serde_json::from_str(&request).map_err(|e| damaged("request", e))?;
-            let answer = match answer {
-                Some(a) => Some(serde_json::from_str(&a).map_err(|e| damaged("answer", e))?),
-                None => None,
+            let (answer, reply) = match answer {
+                Some(a) => {
+                    let stored: StoredAnswer =
+                        serde_json::from_str(&a).map_err(|e| damaged("answer", e))?;
+                    match stored {
+                        StoredAnswer::Approval(a) => (Some(a), None),
+                        StoredAnswer::Reply { reply } => (Some(Answer::AllowOnce), Some(reply)),
+                    }
+                }
+                None => (None, None),
             };
-            out.push(PendingApproval { request, answer });
+            out.push(PendingApproval {
+                request,
+                answer,
+                reply,
+            });
         }
         Ok(out)
     }
@@ -812,6 +836,7 @@ impl JournalReader {
                     agent: run.agent.clone(),
                     request: a.request,
                     answer: a.answer,
+                    reply: a.reply,
                 });
             }
         }
@@ -820,6 +845,21 @@ impl JournalReader {
 
     /// Records a human's answer about a call a suspended run waits on.
     pub fn answer(&self, run_id: &str, call_id: &str, answer: Answer) -> Result<(), JournalError> {
+        let text = serde_json::to_string(&answer).map_err(io)?;
+        self.record(run_id, call_id, &text)
+    }
+
+    /// Records the user's answer to a question a suspended run waits on. The caller checks it
+    /// against the question's schema first (`agentloop::ask::check_answer`).
+    pub fn reply(&self, run_id: &str, call_id: &str, reply: &Value) -> Result<(), JournalError> {
+        let text = serde_json::to_string(&StoredAnswer::Reply {
+            reply: reply.clone(),
+        })
+        .map_err(io)?;
+        self.record(run_id, call_id, &text)
+    }
+
+    fn record(&self, run_id: &str, call_id: &str, text: &str) -> Result<(), JournalError> {
         let status: Option<String> = self
             .conn
             .query_row("SELECT status FROM runs WHERE run_id = ?1", [run_id], |r| {
@@ -840,7 +880,6 @@ impl JournalReader {
             Some("suspended") => {}
             Some(other) => return Err(not(format!("it is {other}, not waiting for approval"))),
         }
-        let text = serde_json::to_string(&answer).map_err(io)?;
         let changed = self
             .conn
             .execute(

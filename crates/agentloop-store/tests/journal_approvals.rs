@@ -17,6 +17,7 @@ fn request(call_id: &str, command: &str) -> ApprovalRequest {
         tool: "shell".into(),
         arguments: json!({ "command": command }),
         agent: String::new(),
+        question: None,
     }
 }
 

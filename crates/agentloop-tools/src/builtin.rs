@@ -35,11 +35,14 @@ pub enum Builtin {
     WebFetch,
     /// `todo`: the plan the model keeps (add, update a status, list), in the run's outcome.
     Todo,
+    /// `ask_user`: a question to the user, answered at admission by the run's answer gate
+    /// (`agentloop::ask::AskGate`).
+    AskUser,
 }
 
 impl Builtin {
     /// Every built-in tool.
-    pub const ALL: [Builtin; 9] = [
+    pub const ALL: [Builtin; 10] = [
         Builtin::ReadFile,
         Builtin::WriteFile,
         Builtin::EditFile,
@@ -49,6 +52,7 @@ impl Builtin {
         Builtin::Shell,
         Builtin::WebFetch,
         Builtin::Todo,
+        Builtin::AskUser,
     ];
 
     /// Its name, also the default name the model calls it by.
@@ -63,6 +67,7 @@ impl Builtin {
             Builtin::Shell => "shell",
             Builtin::WebFetch => "web_fetch",
             Builtin::Todo => "todo",
+            Builtin::AskUser => "ask_user",
         }
     }
 
@@ -83,9 +88,10 @@ impl Builtin {
         }
     }
 
-    /// True for the tools confined to a workspace folder (all but `web_fetch` and `todo`).
+    /// True for the tools confined to a workspace folder (all but `web_fetch`, `todo` and
+    /// `ask_user`).
     pub fn uses_root(self) -> bool {
-        !matches!(self, Builtin::WebFetch | Builtin::Todo)
+        !matches!(self, Builtin::WebFetch | Builtin::Todo | Builtin::AskUser)
     }
 
     /// The tool, under its own name.
@@ -97,6 +103,9 @@ impl Builtin {
     pub fn tool_named(self, name: &str, options: &BuiltinOptions) -> Result<Tool, BuiltinError> {
         if self == Builtin::Todo {
             return Ok(crate::todo::todo_tool(name));
+        }
+        if self == Builtin::AskUser {
+            return Ok(agentloop::ask::ask_user_tool(name));
         }
         if self == Builtin::WebFetch {
             let mut tool = WebFetchTool::new();

@@ -44,6 +44,20 @@ pub struct ApprovalRequest {
     /// The agent whose call it is (a subagent's calls reach the same prompt as its parent's).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub agent: String,
+    /// Set when the call is the model's question to the user (`ask_user`): it waits for an
+    /// answer (a JSON value, [`Approvals::take_reply`]) rather than an approval.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub question: Option<Question>,
+}
+
+/// The model's question to the user, as a suspended run lists it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Question {
+    /// What the model asks.
+    pub text: String,
+    /// The JSON Schema an answer must match (a choice, a number, a form); none: any text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schema: Option<Value>,
 }
 
 /// What a gate knows of the run it admits calls for.
@@ -79,6 +93,8 @@ struct Recorded {
     tool: String,
     arguments: String,
     answer: Answer,
+    /// A question's answer.
+    reply: Option<Value>,
 }
 
 #[derive(Debug, Default)]
@@ -96,13 +112,22 @@ impl Approvals {
     /// A journaled run's: these recorded answers, each with the request it answers, and
     /// suspension allowed. A later answer for a call id replaces an earlier one.
     pub fn durable(answers: impl IntoIterator<Item = (ApprovalRequest, Answer)>) -> Self {
+        Self::durable_with_replies(answers.into_iter().map(|(r, a)| (r, a, None)))
+    }
+
+    /// [`Approvals::durable`] with the answers to questions too: a question's entry carries its
+    /// reply.
+    pub fn durable_with_replies(
+        answers: impl IntoIterator<Item = (ApprovalRequest, Answer, Option<Value>)>,
+    ) -> Self {
         let answers = answers
             .into_iter()
-            .map(|(request, answer)| {
+            .map(|(request, answer, reply)| {
                 let recorded = Recorded {
                     arguments: crate::fingerprint::fingerprint(&request.arguments),
                     tool: request.tool,
                     answer,
+                    reply,
                 };
                 (request.call_id, recorded)
             })
@@ -124,6 +149,35 @@ impl Approvals {
             return None;
         }
         answers.remove(call_id).map(|r| r.answer)
+    }
+
+    /// Takes the recorded answer to a question: given for the same call id, tool and arguments,
+    /// as [`Approvals::take`] finds approvals; once taken it is gone.
+    pub fn take_reply(&self, call_id: &str, tool: &str, arguments: &Value) -> Option<Value> {
+        let mut answers = self.answers.lock().unwrap_or_else(|p| p.into_inner());
+        let recorded = answers.get(call_id)?;
+        if recorded.reply.is_none()
+            || recorded.tool != tool
+            || recorded.arguments != crate::fingerprint::fingerprint(arguments)
+        {
+            return None;
+        }
+        answers.remove(call_id).and_then(|r| r.reply)
+    }
+
+    /// Adds requests the run will suspend on without suspending it yet: a gate that holds
+    /// questions and then asks another gate about the rest of its batch suspends once, on
+    /// both, when that gate suspends or when it calls [`Approvals::suspend`] itself. Without
+    /// suspension it does nothing and returns false.
+    pub fn hold(&self, requests: Vec<ApprovalRequest>) -> bool {
+        let Some(s) = &self.suspend else {
+            return false;
+        };
+        s.pending
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend(requests);
+        true
     }
 
     /// True when the run can suspend.
@@ -224,6 +278,7 @@ mod tests {
             tool: tool.into(),
             arguments,
             agent: String::new(),
+            question: None,
         }
     }
 

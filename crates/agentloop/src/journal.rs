@@ -138,9 +138,13 @@ impl RunStatus {
 pub struct PendingApproval {
     /// What the gate asked about.
     pub request: ApprovalRequest,
-    /// The answer, once recorded.
+    /// The answer, once recorded. A question's answer is recorded as
+    /// [`Answer::AllowOnce`] with its `reply`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub answer: Option<Answer>,
+    /// The answer to a question ([`ApprovalRequest::question`]), once recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reply: Option<serde_json::Value>,
 }
 
 /// A run as its journal holds it: enough to resume it in any process.

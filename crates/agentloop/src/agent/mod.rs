@@ -4,10 +4,12 @@
 //!
 //! - `mod.rs`: [`Agent`], its runs, resumes and streams.
 //! - `builder.rs`: [`AgentBuilder`].
+//! - `ask.rs`: the model's questions to the user (`ask_user`) and the gate that answers them.
 //! - `permissions.rs`: permission rules with human approval, one [`crate::Gate`].
 //! - `session.rs`: conversations kept from run to run.
 //! - `subagent.rs`: an agent as a tool of another.
 
+pub mod ask;
 pub mod permissions;
 pub mod session;
 pub mod subagent;
@@ -438,9 +440,9 @@ impl Agent {
         let start = now.checked_sub(at).unwrap_or(now);
         let answers = approvals
             .into_iter()
-            .filter_map(|a| Some((a.request, a.answer?)));
+            .filter_map(|a| Some((a.request, a.answer?, a.reply)));
         let children = options.journal.as_ref().is_some_and(|j| j.holds_children());
-        let approvals = Approvals::durable(answers);
+        let approvals = Approvals::durable_with_replies(answers);
         let mut driver = Self::driver(parts, options, plumbing, log, start, seq, approvals);
         driver
             .record(&mut machine, Input::Restarted { children })

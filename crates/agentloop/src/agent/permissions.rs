@@ -797,6 +797,7 @@ impl Gate for PermissionGate {
                     tool: c.tool.to_string(),
                     arguments: Value::clone(&c.arguments),
                     agent: cx.agent.to_owned(),
+                    question: None,
                 })
                 .collect();
             if !requests.is_empty() {

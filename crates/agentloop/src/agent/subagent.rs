@@ -344,7 +344,13 @@ fn answer_from_parent(run: &mut JournaledRun, approvals: &Approvals, prefix: &st
     let mut answered = Vec::new();
     for pending in run.approvals.iter_mut().filter(|a| a.answer.is_none()) {
         let r = &pending.request;
-        pending.answer = approvals.take(&format!("{prefix}/{}", r.call_id), &r.tool, &r.arguments);
+        let id = format!("{prefix}/{}", r.call_id);
+        // A question's answer carries its reply along.
+        pending.reply = approvals.take_reply(&id, &r.tool, &r.arguments);
+        pending.answer = match pending.reply {
+            Some(_) => Some(crate::gate::Answer::AllowOnce),
+            None => approvals.take(&id, &r.tool, &r.arguments),
+        };
         if pending.answer.is_some() {
             answered.push(r.call_id.clone());
         }

@@ -35,12 +35,14 @@ impl RunMachine {
             return;
         }
         let mut denied: Vec<(usize, String)> = Vec::new();
+        let mut answered: Vec<(usize, Value)> = Vec::new();
         let mut bad_rewrite: Option<RunError> = None;
         let hooks_gate = self.seams.hooks && p.gate == 0;
         for (call, verdict) in p.batch.calls.iter_mut().zip(verdicts) {
             match verdict {
                 Verdict::Allow => {}
                 Verdict::Deny(reason) => denied.push((call.position, reason)),
+                Verdict::Answer(value) => answered.push((call.position, value)),
                 Verdict::Rewrite(arguments) => {
                     match self.tools.validate(call.index, &arguments) {
                         Ok(()) => call.arguments = Arc::new(arguments),
@@ -80,12 +82,45 @@ impl RunMachine {
                 slot.outcome = Some(outcome);
             }
         }
+        for (position, value) in answered {
+            self.answer_call(&mut p, position, value);
+        }
         p.gate += 1;
         if p.gate < self.gates() && !p.batch.calls.is_empty() {
             self.phase = Phase::Admit(p);
         } else {
             self.start_run(p);
         }
+    }
+
+    /// A call a gate answered: it leaves the batch with that answer as its result, seen as a
+    /// call that started and finished at once (it counts as run).
+    fn answer_call(&mut self, p: &mut Pending, position: usize, value: Value) {
+        let Some(call) = p.batch.calls.iter().find(|c| c.position == position) else {
+            return;
+        };
+        let arguments = Value::clone(&call.arguments);
+        p.batch.calls.retain(|c| c.position != position);
+        let Some(slot) = p.slots.get_mut(position) else {
+            return;
+        };
+        let output = match value {
+            Value::String(text) => crate::tool::ToolOutput::text(text),
+            other => crate::tool::ToolOutput::json(other),
+        };
+        let outcome = CallOutcome::ok(output);
+        self.emit(|| EventKind::ToolStarted {
+            call_id: slot.call_id.to_string(),
+            tool: slot.tool.to_string(),
+            arguments,
+        });
+        self.emit(|| EventKind::ToolFinished {
+            call_id: slot.call_id.to_string(),
+            tool: slot.tool.to_string(),
+            outcome: outcome.clone(),
+        });
+        slot.started = true;
+        slot.outcome = Some(outcome);
     }
 
     pub(super) fn start_run(&mut self, mut p: Box<Pending>) {

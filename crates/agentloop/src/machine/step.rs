@@ -239,6 +239,9 @@ pub enum Verdict {
     Deny(String),
     /// The call runs with these arguments instead (validated again against the tool's schema).
     Rewrite(Value),
+    /// The gate answered the call itself: it does not run, and this is its result (the
+    /// user's answer to an `ask_user` question, [`crate::ask::AskGate`]).
+    Answer(Value),
 }
 
 /// The result of a step, as the driver reports it.

@@ -167,7 +167,10 @@ fn check_builtin_tool(
         (
             "max_bytes",
             tool.max_bytes.is_some()
-                && matches!(kind, Builtin::WriteFile | Builtin::EditFile | Builtin::Todo),
+                && matches!(
+                    kind,
+                    Builtin::WriteFile | Builtin::EditFile | Builtin::Todo | Builtin::AskUser
+                ),
         ),
         ("max_results", tool.max_results.is_some() && !searches),
         ("timeout_secs", tool.timeout_secs.is_some() && !timed),

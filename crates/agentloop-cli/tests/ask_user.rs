@@ -1,0 +1,342 @@
+#![allow(
+    clippy::indexing_slicing,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic
+)]
+//! The `ask_user` built-in through the command, with a scripted model: a question answered at a
+//! terminal (a real pseudo-terminal, driven by python's `pty`), the same question suspending a
+//! journaled run and answered from another process, and a parallel batch of two questions and
+//! an approval, surfaced together and answered in any order.
+
+mod support;
+
+use std::process::{Command, Stdio};
+
+use serde_json::{Value, json};
+use support::crash::{TOOL, cli, exited, json_of, side_log};
+use support::*;
+
+/// One question (a choice), then the answer.
+const ONE_QUESTION: &str = r#"name = "asker"
+version = "1"
+[model]
+provider = "scripted"
+script = "script.json"
+[[tools]]
+builtin = "ask_user"
+"#;
+
+/// Two questions and an approval in one batch.
+const BATCH: &str = r#"name = "asker"
+version = "1"
+[model]
+provider = "scripted"
+script = "script.json"
+[limits]
+max_concurrency = 3
+[[tools]]
+builtin = "ask_user"
+[[tools]]
+name = "write"
+command = ["sh", "tool.sh", "write"]
+input_schema = { type = "object", properties = { key = { type = "string" } }, required = ["key"] }
+[permissions]
+ask = ["write"]
+"#;
+
+fn question(id: &str, text: &str, schema: Value) -> Value {
+    json!({"id": id, "name": "ask_user", "arguments": {"question": text, "schema": schema}})
+}
+
+fn one_question_dir() -> AgentDir {
+    let dir = AgentDir::new(ONE_QUESTION);
+    dir.write(
+        "script.json",
+        &json!([
+            {"tool_calls": [question("q1", "Which colour?", json!({"enum": ["red", "green"]}))]},
+            {"text": "Painting it."}
+        ])
+        .to_string(),
+    );
+    dir
+}
+
+fn batch_dir() -> AgentDir {
+    let dir = AgentDir::new(BATCH);
+    dir.write("tool.sh", TOOL);
+    dir.write(
+        "script.json",
+        &json!([
+            {"tool_calls": [
+                question("q1", "Which colour?", json!({"enum": ["red", "green"]})),
+                question("q2", "How many coats?", json!({"type": "integer", "minimum": 1})),
+                {"id": "w1", "name": "write", "arguments": {"key": "x"}}
+            ]},
+            {"text": "All set."}
+        ])
+        .to_string(),
+    );
+    dir
+}
+
+/// `agentloop run` of the agent on "go", with these flags, stdin not a terminal.
+fn run(dir: &AgentDir, flags: &[&str]) -> std::process::Output {
+    let agent = dir.agent();
+    let mut args = vec!["run", agent.to_str().unwrap(), "--input", "go"];
+    args.extend_from_slice(flags);
+    cli(dir, &args)
+}
+
+/// The call's record in a `--json` outcome.
+fn call<'a>(outcome: &'a Value, id: &str) -> &'a Value {
+    outcome["tool_calls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["id"] == id)
+        .unwrap_or_else(|| panic!("no call {id}: {outcome:#}"))
+}
+
+/// Drives a command in a pseudo-terminal: waits for each prompt text, then types its line; reads
+/// the rest to the end; prints everything the terminal showed and exits with the command's code.
+const PTY_DRIVER: &str = r#"
+import os, pty, select, sys
+steps = sys.argv[1].split("\x1f")
+argv = sys.argv[2:]
+pid, fd = pty.fork()
+if pid == 0:
+    os.execvp(argv[0], argv)
+seen = b""
+def more():
+    global seen
+    r, _, _ = select.select([fd], [], [], 120)
+    if not r:
+        raise SystemExit("the terminal went quiet; it showed: %r" % seen)
+    try:
+        chunk = os.read(fd, 4096)
+    except OSError:
+        chunk = b""
+    seen += chunk
+    return bool(chunk)
+at = 0
+for i in range(0, len(steps) - 1, 2):
+    prompt, line = steps[i].encode(), steps[i + 1].encode()
+    while prompt not in seen[at:]:
+        if not more():
+            raise SystemExit("the command ended before %r; it showed: %r" % (prompt, seen))
+    at = seen.index(prompt, at) + len(prompt)
+    os.write(fd, line + b"\n")
+while more():
+    pass
+_, status = os.waitpid(pid, 0)
+sys.stdout.write(seen.decode("utf-8", "replace"))
+sys.exit(os.waitstatus_to_exitcode(status))
+"#;
+
+fn in_terminal(dir: &AgentDir, steps: &[&str], args: &[&str]) -> std::process::Output {
+    dir.write("pty_driver.py", PTY_DRIVER);
+    Command::new("python3")
+        .arg(dir.path("pty_driver.py"))
+        .arg(steps.join("\u{1f}"))
+        .arg(bin())
+        .args(args)
+        .current_dir(dir.path("."))
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+/// The trace's events of one call.
+fn traced(dir: &AgentDir, trace: &str, call_id: &str) -> Vec<Value> {
+    std::fs::read_to_string(dir.path(trace))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|e| e.to_string().contains(&format!("\"{call_id}\"")))
+        .collect()
+}
+
+#[test]
+fn a_question_is_asked_at_the_terminal_and_a_wrong_answer_asks_again() {
+    let dir = one_question_dir();
+    let agent = dir.agent();
+    let out = in_terminal(
+        &dir,
+        &["one of: red", "blue", "not an answer", "green"],
+        &[
+            "run",
+            agent.to_str().unwrap(),
+            "--input",
+            "paint the fence",
+            "--trace",
+            "t.ndjson",
+            "--trace-payloads",
+        ],
+    );
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{shown}\n{}", stderr(&out));
+    assert!(
+        shown.contains("the agent asks [q1]: Which colour?"),
+        "{shown}"
+    );
+    assert_eq!(shown.matches("not an answer").count(), 1, "{shown}");
+    assert!(shown.contains("Painting it."), "{shown}");
+    // The question and the answer are in the trace (payloads were asked for).
+    let events = traced(&dir, "t.ndjson", "q1");
+    let text = serde_json::to_string(&events).unwrap();
+    assert!(text.contains("Which colour?"), "{text}");
+    assert!(text.contains("green"), "{text}");
+    assert!(!text.contains("blue"), "only the accepted answer: {text}");
+}
+
+#[test]
+fn a_suspended_question_is_answered_from_another_process_checked_against_its_schema() {
+    let dir = one_question_dir();
+    let out = run(
+        &dir,
+        &["--json", "--journal", "runs.db", "--trace", "t.ndjson"],
+    );
+    exited(&out, 8, "the run suspends on the question");
+    let suspended = json_of(&out);
+    assert_eq!(suspended["stop_reason"], "suspended");
+    let id = suspended["run_id"].as_str().unwrap().to_owned();
+    let pending = suspended["pending_approvals"].as_array().unwrap();
+    assert_eq!(pending.len(), 1, "{pending:?}");
+    assert_eq!(pending[0]["call_id"], "q1");
+    assert_eq!(pending[0]["question"]["text"], "Which colour?");
+
+    let listed = json_of(&cli(&dir, &["questions", "list", "--json"]));
+    assert_eq!(listed[0]["run_id"], id.as_str());
+    assert_eq!(listed[0]["call_id"], "q1");
+    assert_eq!(
+        listed[0]["question"]["schema"],
+        json!({"enum": ["red", "green"]})
+    );
+    assert_eq!(listed[0]["answer"], Value::Null);
+
+    // A wrong answer is a clear error and records nothing; so is a text that is not JSON.
+    let wrong = cli(&dir, &["answer", &id, "--call", "q1", "--json", "\"blue\""]);
+    exited(&wrong, 2, "a wrong answer");
+    assert!(
+        stderr(&wrong).contains("answer.invalid"),
+        "{}",
+        stderr(&wrong)
+    );
+    let bare = cli(&dir, &["answer", &id, "--call", "q1", "--json", "green"]);
+    exited(&bare, 2, "an answer that is not JSON");
+    assert!(stderr(&bare).contains("not JSON"), "{}", stderr(&bare));
+    let listed = json_of(&cli(&dir, &["questions", "list", "--json"]));
+    assert_eq!(listed[0]["answer"], Value::Null, "nothing was recorded");
+    // `approve` is for approvals: it sends a question to `answer`.
+    let approve = cli(&dir, &["approve", &id, "--call", "q1", "--allow"]);
+    exited(&approve, 2, "approve on a question");
+    assert!(
+        stderr(&approve).contains("agentloop answer"),
+        "{}",
+        stderr(&approve)
+    );
+
+    let ok = cli(
+        &dir,
+        &["answer", &id, "--call", "q1", "--json", "\"green\""],
+    );
+    exited(&ok, 0, "the answer");
+    let text = String::from_utf8_lossy(&cli(&dir, &["approvals", "list"]).stdout).to_string();
+    assert!(text.contains("answered \"green\""), "{text}");
+
+    let out = cli(&dir, &["resume", &id, "--json", "--trace", "t.ndjson"]);
+    exited(&out, 0, "the resumed run");
+    let resumed = json_of(&out);
+    assert_eq!(resumed["stop_reason"], "finished");
+    assert_eq!(resumed["output"], "Painting it.");
+    let q1 = call(&resumed, "q1");
+    assert_eq!(q1["status"], "ok", "{q1}");
+    assert_eq!(q1["output"], "green", "{q1}");
+    // Without --trace-payloads the trace shows the question's call, not what was said.
+    let text = serde_json::to_string(&traced(&dir, "t.ndjson", "q1")).unwrap();
+    assert!(text.contains("ask_user"), "{text}");
+    assert!(
+        !text.contains("Which colour?") && !text.contains("green"),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_batch_of_two_questions_and_an_approval_suspends_once_and_is_answered_in_any_order() {
+    let dir = batch_dir();
+    // Without --json, and with no terminal to ask at: the run suspends and says how to go on.
+    let out = run(&dir, &["--journal", "runs.db"]);
+    exited(&out, 8, "the run suspends");
+    let how = stderr(&out);
+    assert!(how.contains("agentloop answer"), "{how}");
+    assert!(how.contains("agentloop approve"), "{how}");
+    assert!(how.contains("question \"Which colour?\""), "{how}");
+    let pending = json_of(&cli(&dir, &["approvals", "list", "--json"]));
+    let id = pending[0]["run_id"].as_str().unwrap().to_owned();
+    let mut waiting: Vec<&str> = pending
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["call_id"].as_str().unwrap())
+        .collect();
+    waiting.sort_unstable();
+    assert_eq!(waiting, ["q1", "q2", "w1"], "all three, together");
+    assert!(side_log(&dir).is_empty(), "no tool of the batch ran");
+
+    // `approvals list` shows the questions beside the approval; `questions list` only them.
+    let listed = String::from_utf8_lossy(&cli(&dir, &["approvals", "list"]).stdout).to_string();
+    assert!(listed.contains("question \"How many coats?\""), "{listed}");
+    assert!(listed.contains("w1  waiting  write"), "{listed}");
+    let questions = json_of(&cli(&dir, &["questions", "list", "--json"]));
+    assert_eq!(questions.as_array().unwrap().len(), 2, "{questions}");
+
+    // Answered in another order than asked; the run waits until all are.
+    let zero = cli(&dir, &["answer", &id, "--call", "q2", "--json", "0"]);
+    exited(&zero, 2, "0 coats is below the schema's minimum");
+    exited(
+        &cli(&dir, &["answer", &id, "--call", "q2", "--json", "2"]),
+        0,
+        "q2",
+    );
+    exited(
+        &cli(&dir, &["approve", &id, "--call", "w1", "--allow"]),
+        0,
+        "w1",
+    );
+    let early = cli(&dir, &["resume", &id]);
+    exited(&early, 9, "a resume while q1 waits");
+    assert!(stderr(&early).contains("q1"), "{}", stderr(&early));
+    exited(
+        &cli(&dir, &["answer", &id, "--call", "q1", "--json", "\"red\""]),
+        0,
+        "q1",
+    );
+
+    let out = cli(&dir, &["resume", &id, "--json"]);
+    exited(&out, 0, "the resumed run");
+    let resumed = json_of(&out);
+    assert_eq!(resumed["stop_reason"], "finished");
+    assert_eq!(call(&resumed, "q1")["output"], "red");
+    assert_eq!(call(&resumed, "q2")["output"], 2);
+    assert_eq!(call(&resumed, "w1")["status"], "ok");
+    assert_eq!(
+        side_log(&dir),
+        [r#"write {"key":"x"}"#],
+        "the approved write ran once"
+    );
+    // The model read both answers.
+    let transcript = serde_json::to_string(&resumed["transcript"]).unwrap();
+    assert!(transcript.contains("red"), "{transcript}");
+}
+
+#[test]
+fn without_a_terminal_or_a_journal_the_model_reads_that_nobody_answered() {
+    let dir = one_question_dir();
+    let out = run(&dir, &["--json"]);
+    exited(&out, 0, "the run goes on");
+    let outcome = json_of(&out);
+    let q1 = call(&outcome, "q1");
+    assert_eq!(q1["status"], "denied", "{q1}");
+    assert!(q1.to_string().contains("nobody can answer"), "{q1}");
+}
