@@ -117,7 +117,7 @@ impl ServedFiles {
 
     /// Takes a journaled run for this process before it goes on (none without a journal): a
     /// run another live process drives is refused.
-    pub(crate) fn claim(&self) -> Option<Arc<dyn Fn(&str) -> Result<(), String> + Send + Sync>> {
+    pub(crate) fn claim(&self) -> Option<agentloop_a2a::ClaimRun> {
         let journal = self.journal.clone()?;
         Some(Arc::new(move |run_id: &str| {
             journal
