@@ -236,3 +236,32 @@ def test_a_trace_file_records_the_run(tmp_path: pathlib.Path) -> None:
     assert records, "the trace is empty"
     assert {r.get("run_id") for r in records if "run_id" in r} == {out.run_id}
     assert any(r.get("tool") == "noop" or r.get("name") == "noop" for r in records), records
+
+
+def test_an_async_function_is_a_model_and_its_answers_drive_the_run() -> None:
+    seen: List[int] = []
+
+    async def model(request: ModelRequest):
+        # A real await: the answer comes from the package's event loop.
+        await asyncio.sleep(0)
+        results = request.last_tool_results()
+        seen.append(len(results))
+        if not results:
+            return [ToolCall("noop", {"n": 1}, id="c1")]
+        return "done: " + json.dumps(results[0]["content"])
+
+    out = Agent(model=model, tools=[noop]).run("Go.")
+    assert out.stop_reason == "finished", out
+    assert out.output is not None and out.output.startswith("done: ") and "ok" in out.output
+    assert seen == [0, 1]
+
+    async def greeting(request: ModelRequest) -> str:
+        await asyncio.sleep(0)
+        return f"hello after {len(request.messages)} message(s)"
+
+    async def inside() -> str:
+        out = await Agent(model=FunctionModel(greeting)).run_async("Hi.")
+        return str(out.output)
+
+    # From a running event loop too: the model's coroutine runs on the package's own loop.
+    assert asyncio.run(inside()) == "hello after 1 message(s)"
