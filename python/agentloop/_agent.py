@@ -108,16 +108,26 @@ class Agent:
         )
 
     @classmethod
-    def from_file(cls, path: PathLike, approve: Optional[Approve] = None) -> "Agent":
+    def from_file(
+        cls,
+        path: PathLike,
+        approve: Optional[Approve] = None,
+        tools: Sequence[Union[Tool, Callable[..., Any]]] = (),
+    ) -> "Agent":
         """The agent of an agent file (``agent.toml``), exactly as ``agentloop run`` builds it:
-        its model, command, built-in, MCP and subagent tools, limits and permissions. A call its
-        permissions ask about goes to ``approve``; with none it is denied, and a journaled run
-        suspends instead (resume it once the answer is recorded)."""
+        its model, command, built-in, MCP and subagent tools, limits and permissions, with
+        ``tools`` (Python functions) beside the file's, under the same permissions (name one in
+        the file's ``[permissions]`` to have it asked about; ``ask=True`` is refused here). A
+        call its permissions ask about goes to ``approve``; with none it is denied, and a
+        journaled run suspends instead (resume it once the answer is recorded)."""
         agent = cls.__new__(cls)
-        agent.tools = []
-        agent._dispatcher = Dispatcher([])
+        agent.tools = [as_tool(t) for t in tools]
+        agent._dispatcher = Dispatcher(agent.tools)
         agent._native = _agentloop.NativeAgent.from_file(
-            os.fspath(path), _approval_callback(approve) if approve else None
+            os.fspath(path),
+            _approval_callback(approve) if approve else None,
+            tools=[t.definition() for t in agent.tools],
+            dispatcher=agent._dispatcher,
         )
         return agent
 

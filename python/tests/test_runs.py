@@ -265,3 +265,40 @@ def test_an_async_function_is_a_model_and_its_answers_drive_the_run() -> None:
 
     # From a running event loop too: the model's coroutine runs on the package's own loop.
     assert asyncio.run(inside()) == "hello after 1 message(s)"
+
+
+def test_an_agent_file_takes_python_tools_beside_its_own(tmp_path: pathlib.Path) -> None:
+    (tmp_path / "agent.toml").write_text(
+        'name = "mixed"\n[model]\nprovider = "scripted"\nscript = "script.json"\n'
+        '[[tools]]\nname = "echo"\ndescription = "Echoes its input."\n'
+        'command = ["python3", "-c", "import sys; print(sys.stdin.read())"]\n'
+        'input_schema = { type = "object", properties = { text = { type = "string" } } }\n'
+    )
+    calls = [
+        {"id": "a", "name": "echo", "arguments": {"text": "hi"}},
+        {"id": "b", "name": "shout", "arguments": {"text": "hi"}},
+    ]
+    (tmp_path / "script.json").write_text(json.dumps([{"tool_calls": calls}, {"text": "done"}]))
+
+    @tool
+    def shout(text: str) -> str:
+        """Says it louder."""
+        return text.upper()
+
+    agent = Agent.from_file(tmp_path / "agent.toml", tools=[shout])
+    out = agent.run("Go.")
+    agent.close()
+    assert out.stop_reason == "finished", out
+    assert [c.tool for c in out.tool_calls] == ["echo", "shout"]
+    assert all(c.ok for c in out.tool_calls), out.tool_calls
+    assert "hi" in str(out.tool_calls[0].output)
+    assert out.tool_calls[1].output == "HI"
+
+    @tool(ask=True)
+    def risky() -> str:
+        """Asks."""
+        return "no"
+
+    with pytest.raises(AgentloopError) as refused:
+        Agent.from_file(tmp_path / "agent.toml", tools=[risky])
+    assert refused.value.code == "agent_file.invalid"
