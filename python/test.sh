@@ -5,23 +5,11 @@
 # installed into it; mypy over the package and its stubs; then pytest (arguments go to pytest).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
+. "$here/../scripts/lib/pinned.sh"
 CACHE=${AGENTLOOP_CACHE:-$HOME/.cache/agentloop}
 VENV=$CACHE/python-venv
-STAMP=$VENV/.installed
-want() { cat "$here/requirements.txt" "$here/constraints.txt"; }
-if ! want | cmp -s - "$STAMP" 2>/dev/null; then
-  mkdir -p "$CACHE"
-  # One installer at a time.
-  exec 9>"$CACHE/python-venv.lock"
-  flock 9
-  if ! want | cmp -s - "$STAMP" 2>/dev/null; then
-    rm -rf "$VENV"
-    python3 -m venv "$VENV" >&2
-    "$VENV/bin/pip" install --quiet --disable-pip-version-check -r "$here/requirements.txt" -c "$here/constraints.txt" >&2
-    want >"$STAMP"
-  fi
-  flock -u 9
-fi
+install_pinned() { pinned_venv "$VENV" "$here/requirements.txt" "$here/constraints.txt"; }
+once "$VENV/.installed" "$CACHE/python-venv.lock" install_pinned "$here/requirements.txt" "$here/constraints.txt"
 wheels=$(mktemp -d)
 trap 'rm -rf "$wheels"' EXIT
 (cd "$here" && "$VENV/bin/maturin" build --release --quiet --out "$wheels" >&2)

@@ -26,6 +26,7 @@ from .errors import AgentloopError
 
 PathLike = Union[str, "os.PathLike[str]"]
 _End = Tuple[Optional[str], Optional[str], Optional[str]]
+_OnDone = Callable[[Optional[str], Optional[str], Optional[str]], None]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,16 +108,26 @@ class Agent:
         )
 
     @classmethod
-    def from_file(cls, path: PathLike, approve: Optional[Approve] = None) -> "Agent":
+    def from_file(
+        cls,
+        path: PathLike,
+        approve: Optional[Approve] = None,
+        tools: Sequence[Union[Tool, Callable[..., Any]]] = (),
+    ) -> "Agent":
         """The agent of an agent file (``agent.toml``), exactly as ``agentloop run`` builds it:
-        its model, command, built-in, MCP and subagent tools, limits and permissions. A call its
-        permissions ask about goes to ``approve``; with none it is denied, and a journaled run
-        suspends instead (resume it once the answer is recorded)."""
+        its model, command, built-in, MCP and subagent tools, limits and permissions, with
+        ``tools`` (Python functions) beside the file's, under the same permissions (name one in
+        the file's ``[permissions]`` to have it asked about; ``ask=True`` is refused here). A
+        call its permissions ask about goes to ``approve``; with none it is denied, and a
+        journaled run suspends instead (resume it once the answer is recorded)."""
         agent = cls.__new__(cls)
-        agent.tools = []
-        agent._dispatcher = Dispatcher([])
+        agent.tools = [as_tool(t) for t in tools]
+        agent._dispatcher = Dispatcher(agent.tools)
         agent._native = _agentloop.NativeAgent.from_file(
-            os.fspath(path), _approval_callback(approve) if approve else None
+            os.fspath(path),
+            _approval_callback(approve) if approve else None,
+            tools=[t.definition() for t in agent.tools],
+            dispatcher=agent._dispatcher,
         )
         return agent
 
@@ -166,10 +177,9 @@ class Agent:
         """:meth:`run` for asyncio: coroutine tools run on this event loop. Cancelling the task
         cancels the run (its running tools are cancelled) and raises ``CancelledError`` once it
         has stopped."""
-        loop = asyncio.get_running_loop()
-        done: "asyncio.Future[_End]" = loop.create_future()
-        handle = self._start(input, _settle_on(loop, done), journal, session, sessions, trace, loop)
-        return self._outcome(await _until_done(handle, done))
+        return await self._on_this_loop(
+            lambda on_done, loop: self._start(input, on_done, journal, session, sessions, trace, loop)
+        )
 
     def stream(
         self,
@@ -195,12 +205,11 @@ class Agent:
 
     async def resume_async(self, run_id: str, *, journal: PathLike, force: bool = False) -> RunOutcome:
         """:meth:`resume` for asyncio."""
-        loop = asyncio.get_running_loop()
-        done: "asyncio.Future[_End]" = loop.create_future()
-        handle = self._native.resume(
-            run_id, os.fspath(journal), on_done=_settle_on(loop, done), event_loop=loop, force=force
+        return await self._on_this_loop(
+            lambda on_done, loop: self._native.resume(
+                run_id, os.fspath(journal), on_done=on_done, event_loop=loop, force=force
+            )
         )
-        return self._outcome(await _until_done(handle, done))
 
     @staticmethod
     def answer(run_id: str, call_id: str, answer: Union[bool, str], *, journal: PathLike) -> None:
@@ -233,6 +242,16 @@ class Agent:
             session=session,
             trace=os.fspath(trace) if trace is not None else None,
         )
+
+    async def _on_this_loop(
+        self, start: Callable[[_OnDone, asyncio.AbstractEventLoop], Any]
+    ) -> RunOutcome:
+        """Starts a run with ``start(on_done, loop)`` on the running event loop and awaits its
+        outcome; cancelling the awaiting task cancels the run, once it has stopped."""
+        loop = asyncio.get_running_loop()
+        done: "asyncio.Future[_End]" = loop.create_future()
+        handle = start(_settle_on(loop, done), loop)
+        return self._outcome(await _until_done(handle, done))
 
     def _wait(self, handle: Any) -> RunOutcome:
         try:

@@ -35,7 +35,12 @@ class NativeAgent:
         approve: Optional[Callable[[str], List[str]]] = None,
     ) -> None: ...
     @staticmethod
-    def from_file(path: str, approve: Optional[Callable[[str], List[str]]] = None) -> NativeAgent: ...
+    def from_file(
+        path: str,
+        approve: Optional[Callable[[str], List[str]]] = None,
+        tools: List[Dict[str, Any]] = ...,
+        dispatcher: Optional[Callable[..., Any]] = None,
+    ) -> NativeAgent: ...
     @property
     def name(self) -> str: ...
     @property

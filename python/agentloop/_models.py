@@ -4,10 +4,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import inspect
 import json
 import os
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Awaitable, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 PROVIDERS = ("openai", "openai-responses", "anthropic")
 
@@ -103,20 +105,39 @@ class ModelRequest:
         return results
 
 
+#: A function model: sync, or a coroutine function.
+ModelFunction = Callable[[ModelRequest], Union[Answer, Awaitable[Answer]]]
+
+
 class FunctionModel:
     """A Python function as the model: it gets a :class:`ModelRequest` and answers text, a list
-    of :class:`ToolCall`, or a :class:`Reply`. It runs on the runtime's thread, so keep it quick
-    (it is for tests)."""
+    of :class:`ToolCall`, or a :class:`Reply`. A plain function runs on the runtime's thread, so
+    keep it quick (it is for tests); a coroutine function (``async def``) runs on the package's
+    own event loop, the runtime's thread waiting for it without the GIL."""
 
-    def __init__(self, fn: Callable[[ModelRequest], Answer], model_id: str = "function") -> None:
+    def __init__(self, fn: ModelFunction, model_id: str = "function") -> None:
         self.fn = fn
         self.model_id = model_id
 
     def _call(self, request_json: str, tail_json: str) -> str:
-        return json.dumps(_step(self.fn(ModelRequest(request_json, tail_json))))
+        answer = self.fn(ModelRequest(request_json, tail_json))
+        if inspect.isawaitable(answer):
+            answer = _awaited(answer)
+        return json.dumps(_step(answer))
 
     def _native(self) -> Tuple[str, str, str, Optional[Callable[..., str]]]:
         return ("function", self.model_id, os.getcwd(), self._call)
+
+
+def _awaited(answer: Awaitable[Answer]) -> Answer:
+    """An async function model's answer, awaited on the package's event loop from the runtime's
+    thread (which holds no loop of its own)."""
+    from ._tools import background_loop
+
+    async def wait() -> Answer:
+        return await answer
+
+    return asyncio.run_coroutine_threadsafe(wait(), background_loop()).result()
 
 
 def _toml_value(v: Any) -> str:
@@ -166,11 +187,15 @@ class Provider:
         return ("provider", self.toml(), os.getcwd(), None)
 
 
-Model = Union[str, Provider, ScriptedModel, FunctionModel]
+#: A model: a provider's ``"provider:name"``, a :class:`Provider`, a script, a function model,
+#: or a bare function (sync or ``async def``), taken as a :class:`FunctionModel`.
+Model = Union[str, Provider, ScriptedModel, FunctionModel, ModelFunction]
 
 
 def native_model(model: Model) -> Tuple[str, str, str, Optional[Callable[..., str]]]:
     """The runtime's description of a model."""
     if isinstance(model, str):
         model = Provider.parse(model)
+    elif not isinstance(model, (Provider, ScriptedModel, FunctionModel)):
+        model = FunctionModel(model)
     return model._native()

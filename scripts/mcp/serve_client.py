@@ -11,6 +11,9 @@ STEPS is a JSON list, each step one of:
     {"do": "cancel", "tool": T, "arguments": A, "after": TEXT, "when_exists": PATH}
         calls, and cancels the call (the SDK sends notifications/cancelled) once a progress
         message holds TEXT and then the file PATH (optional) exists
+A call step may hold "elicit": {"action": "accept"|"decline"|"cancel", "content": {...}}: the
+answer to each elicitation the server sends during the call (the requests are returned, as
+"elicited"). The client declares elicitation only when a step holds such an answer.
 """
 
 import json
@@ -18,6 +21,7 @@ import os
 import sys
 
 import anyio
+from mcp import types
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
@@ -28,8 +32,19 @@ def dump(model):
     return model.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
+# The answer to the elicitations of the step being taken, and the requests seen.
+elicitation = {"answer": None, "seen": []}
+
+
+async def on_elicitation(context, params):
+    elicitation["seen"].append(dump(params))
+    answer = elicitation["answer"] or {"action": "decline"}
+    return types.ElicitResult(action=answer["action"], content=answer.get("content"))
+
+
 async def call(session, step):
     progress = []
+    elicitation["answer"], elicitation["seen"] = step.get("elicit"), []
 
     async def on_progress(value, total, message):
         progress.append(message)
@@ -38,9 +53,13 @@ async def call(session, step):
         result = await session.call_tool(
             step["tool"], step.get("arguments", {}), progress_callback=on_progress
         )
-        return {"result": dump(result), "progress": progress}
+        return {"result": dump(result), "progress": progress, "elicited": elicitation["seen"]}
     except MCPError as e:
-        return {"error": {"code": e.error.code, "message": e.error.message}, "progress": progress}
+        return {
+            "error": {"code": e.error.code, "message": e.error.message},
+            "progress": progress,
+            "elicited": elicitation["seen"],
+        }
 
 
 async def cancel(session, step):
@@ -86,7 +105,9 @@ async def main():
         transport = streamable_http_client(target)
     out = []
     async with transport as streams:
-        async with ClientSession(streams[0], streams[1]) as session:
+        elicits = any("elicit" in step for step in steps)
+        callback = {"elicitation_callback": on_elicitation} if elicits else {}
+        async with ClientSession(streams[0], streams[1], **callback) as session:
             await session.initialize()
             for step in steps:
                 if step["do"] == "list":

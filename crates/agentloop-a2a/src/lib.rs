@@ -3,10 +3,12 @@
 
 mod client;
 mod server;
+mod task;
 mod wire;
 
 pub use client::{A2aClient, AgentCard};
-pub use server::{A2aServer, ServedAgent, serve};
+pub use server::{A2aServer, serve};
+pub use task::{BuildAgent, ClaimRun, RunOptionsFor, ServedAgent};
 pub use wire::{PROTOCOL_VERSION, TaskState};
 
 /// Why an A2A request failed, with its JSON-RPC code (A2A's own codes where it has one).

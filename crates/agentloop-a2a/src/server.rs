@@ -1,16 +1,15 @@
 //! The A2A server: each agent at its own path (`/NAME`, and the first also at `/`), its card on
-//! GET, JSON-RPC on POST. A task is a run of the agent, started by a message and driven on a
-//! task of its own; its events become the task's status updates, its answer the task's
-//! artifact. The tasks are kept in memory while the server runs (the latest `MAX_TASKS` that
-//! ended, and every running one); a context's transcript too.
+//! GET, JSON-RPC on POST. A task is a run of the agent under the task's id, started by a message
+//! and driven on a task of its own (`task.rs`); its events become the task's status updates, its
+//! answer the task's artifact. The tasks are kept in memory while the server runs (the latest
+//! `MAX_TASKS` that ended, and every running one), and found in the journal after a restart where
+//! the agent's runs are journaled; a context's transcript is kept in memory.
 
-use std::collections::HashMap;
 use std::convert::Infallible;
 use std::future::Future;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use agentloop::{Agent, CancellationToken, Event, EventKind, EventSink, RunOptions, StopReason};
 use axum::Router;
 use axum::body::Bytes;
 use axum::http::HeaderMap;
@@ -19,35 +18,13 @@ use axum::response::{IntoResponse, Json, Response};
 use axum::routing::{get, post};
 use serde_json::{Value, json};
 use tokio::sync::mpsc::{UnboundedSender, unbounded_channel};
-use tokio::sync::watch;
 
 use crate::A2aError;
+use crate::task::{Served, ServedAgent, Work, drive, settled};
 use crate::wire::{
-    Artifact, Message, PROTOCOL_VERSION, Part, SendMessageRequest, StreamResponse, Task,
-    TaskIdRequest, TaskState, TaskStatus, with_history,
+    PROTOCOL_VERSION, SendMessageRequest, StreamResponse, Task, TaskIdRequest, TaskState,
+    TaskStatus, with_history,
 };
-
-/// Builds the agent a task runs.
-pub type BuildAgent = Arc<dyn Fn() -> Result<Agent, String> + Send + Sync + 'static>;
-
-/// The options of each run (its journal, its trace): all but the cancellation and the event
-/// sink of the task, which the server adds.
-pub type RunOptionsFor = Arc<dyn Fn() -> RunOptions + Send + Sync + 'static>;
-
-/// An agent served over A2A.
-#[derive(Clone)]
-pub struct ServedAgent {
-    /// Its name: the card's, and the path it is served at.
-    pub name: String,
-    /// What a caller reads about it.
-    pub description: String,
-    /// Its version, as the card shows it.
-    pub version: String,
-    /// The agent each task runs.
-    pub build: BuildAgent,
-    /// The options of each run.
-    pub options: RunOptionsFor,
-}
 
 /// The agents of one server.
 #[derive(Clone)]
@@ -55,56 +32,23 @@ pub struct A2aServer {
     agents: Vec<Arc<Served>>,
 }
 
-struct Served {
-    agent: ServedAgent,
-    tasks: Mutex<HashMap<String, TaskEntry>>,
-    created: std::sync::atomic::AtomicU64,
-    /// Each context's transcript; its lock keeps the runs of one context one at a time.
-    contexts: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Vec<agentloop::Message>>>>>,
-}
-
-struct TaskEntry {
-    task: Task,
-    cancel: CancellationToken,
-    done: watch::Receiver<bool>,
-    /// The order it was created in, for forgetting the oldest ended tasks first.
-    created: u64,
-}
-
-/// The most tasks a served agent keeps: past it, the oldest that ended are forgotten (a
-/// `GetTask` of one then answers that no such task exists). Running tasks are always kept.
-const MAX_TASKS: usize = 10_000;
-
-/// Forgets the oldest ended tasks past [`MAX_TASKS`].
-fn forget_oldest(tasks: &mut HashMap<String, TaskEntry>) {
-    let Some(excess) = tasks.len().checked_sub(MAX_TASKS).filter(|n| *n > 0) else {
-        return;
-    };
-    let mut ended: Vec<(u64, String)> = tasks
-        .iter()
-        .filter(|(_, e)| e.task.status.state.is_terminal())
-        .map(|(id, e)| (e.created, id.clone()))
-        .collect();
-    ended.sort_unstable();
-    for (_, id) in ended.into_iter().take(excess) {
-        tasks.remove(&id);
-    }
-}
-
 impl A2aServer {
-    /// A server of these agents (the first is also served at `/`).
+    /// A server of these agents (the first is also served at `/`), their contexts kept in
+    /// memory.
     pub fn new(agents: Vec<ServedAgent>) -> Self {
+        Self::with_sessions(agents, None)
+    }
+
+    /// A server of these agents whose contexts are sessions in `sessions` (a context's id is its
+    /// session's): a context goes on after a restart, and `agentloop sessions` shows it.
+    pub fn with_sessions(
+        agents: Vec<ServedAgent>,
+        sessions: Option<Arc<dyn agentloop::session::SessionStore>>,
+    ) -> Self {
         A2aServer {
             agents: agents
                 .into_iter()
-                .map(|agent| {
-                    Arc::new(Served {
-                        agent,
-                        tasks: Mutex::default(),
-                        created: std::sync::atomic::AtomicU64::new(0),
-                        contexts: Mutex::default(),
-                    })
-                })
+                .map(|agent| Arc::new(Served::new(agent, sessions.clone())))
                 .collect(),
         }
     }
@@ -225,11 +169,14 @@ async fn rpc(served: Arc<Served>, body: Bytes) -> Response {
         "SendMessage" => send(&served, &request)
             .await
             .map(|t| Json(rpc_result(&id, StreamResponse::Task(t))).into_response()),
-        "SendStreamingMessage" => stream(&served, &request, id.clone()),
-        "GetTask" => params::<TaskIdRequest>(&request).and_then(|p| {
-            let task = served.task(&p.id)?;
-            Ok(Json(rpc_result(&id, with_history(task, p.history_length))).into_response())
-        }),
+        "SendStreamingMessage" => stream(&served, &request, id.clone()).await,
+        "GetTask" => match params::<TaskIdRequest>(&request) {
+            Ok(p) => found(&served, &p.id).await.and_then(|()| {
+                let task = served.task(&p.id)?;
+                Ok(Json(rpc_result(&id, with_history(task, p.history_length))).into_response())
+            }),
+            Err(e) => Err(e),
+        },
         "CancelTask" => match params::<TaskIdRequest>(&request) {
             Ok(p) => cancel(&served, &p.id)
                 .await
@@ -241,68 +188,55 @@ async fn rpc(served: Arc<Served>, body: Bytes) -> Response {
     answer.unwrap_or_else(|e| rpc_error(&id, &e))
 }
 
-impl Served {
-    fn task(&self, id: &str) -> Result<Task, A2aError> {
-        let tasks = self.tasks.lock().unwrap_or_else(|p| p.into_inner());
-        tasks
-            .get(id)
-            .map(|e| e.task.clone())
-            .ok_or_else(|| A2aError::TaskNotFound { id: id.to_owned() })
-    }
-
-    fn update(&self, id: &str, change: impl FnOnce(&mut Task)) {
-        let mut tasks = self.tasks.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(e) = tasks.get_mut(id) {
-            change(&mut e.task);
-        }
-    }
-
-    fn context(&self, id: &str) -> Arc<tokio::sync::Mutex<Vec<agentloop::Message>>> {
-        let mut contexts = self.contexts.lock().unwrap_or_else(|p| p.into_inner());
-        contexts.entry(id.to_owned()).or_default().clone()
+/// Task `id` is here (read from the journal if need be), or the error that it is not.
+async fn found(served: &Arc<Served>, id: &str) -> Result<(), A2aError> {
+    if served.find(id).await? {
+        Ok(())
+    } else {
+        Err(A2aError::TaskNotFound { id: id.to_owned() })
     }
 }
 
-/// How a message is answered: at once (the task working) or at its end, with how much of its
-/// history.
+/// How a message is answered: at once (the task working) or when it settles, with how much of
+/// its history.
 struct Answering {
     immediately: bool,
     history_length: Option<usize>,
 }
 
-/// A task started by a message: the task as submitted, the run's input, and what tells when
-/// it ended.
-struct Started {
-    task: Task,
-    input: String,
-    cancel: CancellationToken,
-    done: watch::Sender<bool>,
-}
-
-fn start(served: &Served, request: &Value) -> Result<(Started, Answering), A2aError> {
+/// Takes a message: a new task (a run of the agent), or on a task that waits for its caller,
+/// the answer it waits for. `watcher` follows the task from here. Answers the task's id.
+async fn take(
+    served: &Arc<Served>,
+    request: &Value,
+    watcher: Option<UnboundedSender<StreamResponse>>,
+) -> Result<(String, Answering), A2aError> {
     let p: SendMessageRequest = params(request)?;
-    if p.message.task_id.is_some() {
-        // A task here is one run, over when it answered: a follow-up is a new message in
-        // the same context.
-        return Err(A2aError::InvalidParams {
-            reason: "this agent's tasks take one message; send the next one in the same \
-                     contextId, without a taskId"
-                .into(),
-        });
+    let configuration = p.configuration.unwrap_or_default();
+    let answering = Answering {
+        immediately: configuration.return_immediately,
+        history_length: configuration.history_length,
+    };
+    let mut message = p.message;
+    if let Some(id) = message.task_id.clone() {
+        found(served, &id).await?;
+        let task = served.task(&id)?;
+        message.context_id = Some(task.context_id);
+        served.answer(&id, message, watcher)?;
+        return Ok((id, answering));
     }
-    let input = p.message.input_text();
+    let input = message.input_text();
     if input.trim().is_empty() {
         return Err(A2aError::InvalidParams {
             reason: "the message has no text".into(),
         });
     }
-    let context_id = p
-        .message
+    let context_id = message
         .context_id
         .clone()
         .unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
+    // The task's id is its run's: a journaled task is found under it after a restart.
     let id = uuid::Uuid::now_v7().to_string();
-    let mut message = p.message;
     message.task_id = Some(id.clone());
     message.context_id = Some(context_id.clone());
     let task = Task {
@@ -315,54 +249,23 @@ fn start(served: &Served, request: &Value) -> Result<(Started, Answering), A2aEr
         artifacts: Vec::new(),
         history: vec![message],
     };
-    let cancel = CancellationToken::new();
-    let (done, watched) = watch::channel(false);
-    let created = served
-        .created
-        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let mut tasks = served.tasks.lock().unwrap_or_else(|p| p.into_inner());
-    tasks.insert(
-        id,
-        TaskEntry {
-            task: task.clone(),
-            cancel: cancel.clone(),
-            done: watched,
-            created,
-        },
-    );
-    forget_oldest(&mut tasks);
-    drop(tasks);
-    let configuration = p.configuration.unwrap_or_default();
-    Ok((
-        Started {
-            task,
-            input,
-            cancel,
-            done,
-        },
-        Answering {
-            immediately: configuration.return_immediately,
-            history_length: configuration.history_length,
-        },
-    ))
+    served.add(task, watcher);
+    tokio::spawn(drive(served.clone(), id.clone(), Work::Fresh(input)));
+    Ok((id, answering))
 }
 
 async fn send(served: &Arc<Served>, request: &Value) -> Result<Task, A2aError> {
-    let (started, answering) = start(served, request)?;
-    let id = started.task.id.clone();
-    let mut done = started.done.subscribe();
-    tokio::spawn(drive(served.clone(), started, None));
+    let (id, answering) = take(served, request, None).await?;
+    let (mut state, _) = served.watch(&id)?;
     if !answering.immediately {
-        let _ = done.wait_for(|d| *d).await;
+        let _ = state.wait_for(|s| settled(*s)).await;
     }
     Ok(with_history(served.task(&id)?, answering.history_length))
 }
 
-fn stream(served: &Arc<Served>, request: &Value, id: Value) -> Result<Response, A2aError> {
-    let (started, _) = start(served, request)?;
+async fn stream(served: &Arc<Served>, request: &Value, id: Value) -> Result<Response, A2aError> {
     let (tx, rx) = unbounded_channel::<StreamResponse>();
-    let _ = tx.send(StreamResponse::Task(started.task.clone()));
-    tokio::spawn(drive(served.clone(), started, Some(tx)));
+    take(served, request, Some(tx)).await?;
     let events = futures::stream::unfold((rx, id), |(mut rx, id)| async move {
         let item = rx.recv().await?;
         let data = rpc_result(&id, item).to_string();
@@ -376,217 +279,19 @@ fn stream(served: &Arc<Served>, request: &Value, id: Value) -> Result<Response, 
         .into_response())
 }
 
-async fn cancel(served: &Served, id: &str) -> Result<Task, A2aError> {
-    let (cancel, mut done, state) = {
-        let tasks = served.tasks.lock().unwrap_or_else(|p| p.into_inner());
-        let e = tasks
-            .get(id)
-            .ok_or_else(|| A2aError::TaskNotFound { id: id.to_owned() })?;
-        (e.cancel.clone(), e.done.clone(), e.task.status.state)
-    };
-    if state.is_terminal() {
+async fn cancel(served: &Arc<Served>, id: &str) -> Result<Task, A2aError> {
+    found(served, id).await?;
+    let (mut state, cancel) = served.watch(id)?;
+    let now = *state.borrow();
+    if now.is_terminal() {
         return Err(A2aError::TaskNotCancelable {
             id: id.to_owned(),
-            state,
+            state: now,
         });
     }
     cancel.cancel();
     // The run drains (its tools are stopped) and ends cancelled; the caller gets the task then.
-    let _ = tokio::time::timeout(Duration::from_secs(30), done.wait_for(|d| *d)).await;
+    let _ =
+        tokio::time::timeout(Duration::from_secs(30), state.wait_for(|s| s.is_terminal())).await;
     served.task(id)
-}
-
-/// The run's events as the task's status updates.
-struct StatusSink {
-    tx: UnboundedSender<StreamResponse>,
-    task: Task,
-}
-
-impl EventSink for StatusSink {
-    fn emit(&self, event: &Event) {
-        let text = match &event.kind {
-            EventKind::TurnStarted => format!("turn {}", event.turn),
-            EventKind::ToolStarted { tool, .. } => format!("calling {tool}"),
-            EventKind::ToolFinished { tool, outcome, .. } => {
-                let status = serde_json::to_value(outcome.status).unwrap_or_default();
-                format!("{tool}: {}", status.as_str().unwrap_or("ended"))
-            }
-            EventKind::ToolRejected { tool, code, .. } => format!("{tool}: {code}"),
-            // A tool's progress (a remote agent's status, a subagent's): its words as they are.
-            EventKind::ToolProgress { tool, progress, .. } => match progress.as_str() {
-                Some(words) => format!("{tool}: {words}"),
-                None => format!("{tool}: {progress}"),
-            },
-            _ => return,
-        };
-        let _ = self.tx.send(StreamResponse::StatusUpdate {
-            task_id: self.task.id.clone(),
-            context_id: self.task.context_id.clone(),
-            status: TaskStatus {
-                state: TaskState::Working,
-                message: Some(Message::agent(&self.task, text)),
-            },
-        });
-    }
-}
-
-/// Runs the task: the agent on the context's transcript and the message, then the task's end.
-async fn drive(served: Arc<Served>, started: Started, tx: Option<UnboundedSender<StreamResponse>>) {
-    let Started {
-        task,
-        input,
-        cancel,
-        done,
-    } = started;
-    let context = served.context(&task.context_id);
-    // One run of a context at a time, each on the transcript the last one left.
-    let mut transcript = context.lock().await;
-    let working = TaskStatus {
-        state: TaskState::Working,
-        message: None,
-    };
-    served.update(&task.id, |t| t.status = working.clone());
-    let status_update = |status: TaskStatus| StreamResponse::StatusUpdate {
-        task_id: task.id.clone(),
-        context_id: task.context_id.clone(),
-        status,
-    };
-    if let Some(tx) = &tx {
-        let _ = tx.send(status_update(working));
-    }
-    let (state, text, artifact) = match (served.agent.build)() {
-        Err(e) => (
-            TaskState::Failed,
-            format!("the agent could not be started: {e}"),
-            None,
-        ),
-        Ok(agent) => {
-            let mut options = (served.agent.options)();
-            options.cancel = Some(cancel);
-            if let Some(tx) = &tx {
-                options.sinks.push(Arc::new(StatusSink {
-                    tx: tx.clone(),
-                    task: task.clone(),
-                }));
-            }
-            let outcome = agent
-                .run_with(
-                    transcript.clone(),
-                    Some(agentloop::Message::user(input)),
-                    options,
-                )
-                .await;
-            *transcript = outcome.transcript.clone();
-            ended(&task, &outcome)
-        }
-    };
-    drop(transcript);
-    let status = TaskStatus {
-        state,
-        message: Some(Message::agent(&task, text)),
-    };
-    served.update(&task.id, |t| {
-        t.status = status.clone();
-        t.artifacts.extend(artifact.clone());
-        t.history.extend(status.message.clone());
-    });
-    if let Some(tx) = &tx {
-        if let Some(artifact) = artifact {
-            let _ = tx.send(StreamResponse::ArtifactUpdate {
-                task_id: task.id.clone(),
-                context_id: task.context_id.clone(),
-                artifact,
-                last_chunk: true,
-            });
-        }
-        let _ = tx.send(status_update(status));
-    }
-    let _ = done.send(true);
-}
-
-/// The task's end for a run's outcome: its state, the agent's last words, and the answer as an
-/// artifact (text, and the structured answer as data).
-fn ended(task: &Task, outcome: &agentloop::RunOutcome) -> (TaskState, String, Option<Artifact>) {
-    match outcome.stop_reason {
-        StopReason::Finished => {
-            let text = outcome.output.clone().unwrap_or_default();
-            let mut parts = vec![Part::text(text.clone())];
-            if let Some(data) = &outcome.structured_output {
-                parts.push(Part {
-                    data: Some(data.clone()),
-                    media_type: Some("application/json".into()),
-                    ..Part::default()
-                });
-            }
-            let artifact = Artifact {
-                artifact_id: format!("{}-answer", task.id),
-                name: "answer".into(),
-                parts,
-            };
-            (TaskState::Completed, text, Some(artifact))
-        }
-        StopReason::Cancelled => (TaskState::Canceled, "the run was cancelled".into(), None),
-        ref other => {
-            let mut text = format!("the run stopped: {}", other.as_str());
-            if let Some(e) = &outcome.error {
-                text.push_str(&format!(" ({}: {e})", e.code()));
-            }
-            (TaskState::Failed, text, None)
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
-
-    use super::*;
-
-    fn entry(created: u64, state: TaskState) -> (String, TaskEntry) {
-        let id = format!("t{created}");
-        let task = Task {
-            id: id.clone(),
-            context_id: "c".into(),
-            status: TaskStatus {
-                state,
-                message: None,
-            },
-            artifacts: Vec::new(),
-            history: Vec::new(),
-        };
-        let (_, done) = watch::channel(true);
-        let entry = TaskEntry {
-            task,
-            cancel: CancellationToken::new(),
-            done,
-            created,
-        };
-        (id, entry)
-    }
-
-    #[test]
-    fn past_the_cap_the_oldest_ended_tasks_are_forgotten_and_running_ones_kept() {
-        let mut tasks: HashMap<String, TaskEntry> = HashMap::new();
-        // The oldest is still running; the next two ended.
-        tasks.extend([entry(0, TaskState::Working)]);
-        tasks.extend([
-            entry(1, TaskState::Completed),
-            entry(2, TaskState::Canceled),
-        ]);
-        for n in 3..(MAX_TASKS as u64 + 2) {
-            tasks.extend([entry(n, TaskState::Completed)]);
-        }
-        assert_eq!(tasks.len(), MAX_TASKS + 2);
-        forget_oldest(&mut tasks);
-        assert_eq!(tasks.len(), MAX_TASKS);
-        assert!(tasks.contains_key("t0"), "a running task is kept");
-        assert!(!tasks.contains_key("t1") && !tasks.contains_key("t2"));
-        assert!(tasks.contains_key("t3"));
-        forget_oldest(&mut tasks);
-        assert_eq!(
-            tasks.len(),
-            MAX_TASKS,
-            "nothing past the cap: nothing forgotten"
-        );
-    }
 }

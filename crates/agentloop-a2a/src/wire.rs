@@ -29,7 +29,7 @@ pub enum TaskState {
     /// The agent would not take the task (a remote agent's answer; this server never sets it).
     #[serde(rename = "TASK_STATE_REJECTED")]
     Rejected,
-    /// The agent waits for more input (a remote agent's answer; this server never sets it).
+    /// The agent waits for more input (this server: an approval its caller gives).
     #[serde(rename = "TASK_STATE_INPUT_REQUIRED")]
     InputRequired,
     /// The agent waits for authentication (a remote agent's answer; this server never sets it).
@@ -109,6 +109,17 @@ impl Message {
             context_id: Some(task.context_id.clone()),
             task_id: Some(task.id.clone()),
             role: Role::Agent,
+            parts: vec![Part::text(text)],
+        }
+    }
+
+    /// The user's words on a task (a message read back from a journaled run).
+    pub(crate) fn user(task_id: &str, context_id: &str, text: impl Into<String>) -> Message {
+        Message {
+            message_id: uuid::Uuid::now_v7().to_string(),
+            context_id: Some(context_id.to_owned()),
+            task_id: Some(task_id.to_owned()),
+            role: Role::User,
             parts: vec![Part::text(text)],
         }
     }

@@ -1,13 +1,16 @@
 //! `agentloop a2a serve FILE... --addr ADDR`: agents served to other agents over A2A (version
 //! 1.0, JSON-RPC): each at `http://ADDR/NAME` (the first also at the root) with its agent card,
-//! each message a run of the agent as its file describes it, streamed as the task's status.
+//! each message a run of the agent as its file describes it, streamed as the task's status. A
+//! call its permissions ask about waits for the task's caller (`input-required`, then a message
+//! on the task: approve or deny). With `--journal` a task is its journaled run (the same id): after
+//! a restart `GetTask` finds it, and a run that was interrupted goes on. With `--sessions` a
+//! context is a stored session.
 
 use std::net::SocketAddr;
 
 use agentloop_a2a::{A2aServer, ServedAgent};
 use clap::{Args, Subcommand};
 
-use crate::approval::NO_TERMINAL_REASON;
 use crate::assemble::{self, Approval};
 use crate::error::{CliError, code};
 use crate::served::{ServedArgs, ServedFiles};
@@ -26,9 +29,14 @@ pub struct ServeArgs {
     /// The files (each agent is served at its name), the journal and the trace.
     #[command(flatten)]
     served: ServedArgs,
-    /// Where to listen (127.0.0.1:0 picks a free port); the URL is printed on stderr.
-    #[arg(long, value_name = "ADDR")]
+    /// Where to listen (127.0.0.1:0 picks a free port; a bare PORT is loopback's; an address
+    /// beyond this machine is warned about); the URL is printed on stderr.
+    #[arg(long, value_name = "ADDR", value_parser = crate::served::listen_addr)]
     addr: SocketAddr,
+    /// Keeps each context as a session in this store (its id is the context's): a context goes
+    /// on after a restart, and `agentloop sessions` shows it. Without it contexts live in memory.
+    #[arg(long, value_name = "PATH")]
+    sessions: Option<std::path::PathBuf>,
 }
 
 /// Runs an `a2a` command.
@@ -70,11 +78,12 @@ async fn serve_files(args: &ServeArgs, served: &ServedFiles) -> Result<i32, CliE
                 .clone()
                 .unwrap_or_else(|| env!("CARGO_PKG_VERSION").to_owned()),
             options: served.options(file),
-            build: std::sync::Arc::new(move || {
+            claim: served.claim(),
+            build: std::sync::Arc::new(move |approver| {
                 let model = assemble::model(&l.0).map_err(|e| e.to_string())?;
-                // Nobody answers at the server: a call the permissions ask about is denied, and
-                // the model reads why.
-                let approval = Approval::Nobody(NO_TERMINAL_REASON);
+                // Nobody answers at the server: a call the permissions ask about is asked of
+                // the task's caller (the task waits in input-required for its answer).
+                let approval = Approval::Prompter(approver);
                 assemble::agent(&l.0, model, &approval, &l.1).map_err(|e| e.to_string())
             }),
         });
@@ -86,10 +95,20 @@ async fn serve_files(args: &ServeArgs, served: &ServedFiles) -> Result<i32, CliE
             message: format!("cannot listen on {}: {e}", args.addr),
         })?;
     let at = listener.local_addr().map_or(args.addr, |a| a);
+    if let Some(warning) = crate::served::exposed_warning(at) {
+        eprintln!("{warning}");
+    }
     for name in &names {
         eprintln!("agentloop: serving {name} over A2A at http://{at}/{name}");
     }
-    let server = A2aServer::new(agents);
+    let sessions = match &args.sessions {
+        Some(path) => Some(
+            std::sync::Arc::new(agentloop_store::SqliteSessions::open(path)?)
+                as std::sync::Arc<dyn agentloop::session::SessionStore>,
+        ),
+        None => None,
+    };
+    let server = A2aServer::with_sessions(agents, sessions);
     agentloop_a2a::serve(&server, listener, crate::runs::terminated())
         .await
         .map_err(|e| CliError::Setup {

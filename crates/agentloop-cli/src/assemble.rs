@@ -717,8 +717,21 @@ pub fn agent(
     approval: &Approval,
     mcp: &StartedMcp,
 ) -> Result<Agent, CliError> {
+    agent_with(file, model, approval, mcp, Vec::new())
+}
+
+/// [`agent`], with an application's own `tools` beside the file's (the Python package's): the
+/// file's permissions, limits and definition take them in as the file's own.
+pub fn agent_with(
+    file: &AgentFile,
+    model: Arc<dyn Model>,
+    approval: &Approval,
+    mcp: &StartedMcp,
+    tools: Vec<agentloop::Tool>,
+) -> Result<Agent, CliError> {
     let gate = gate(file, approval)?;
     builder(file, model, gate, Kids::Real(approval, mcp))?
+        .tools(tools)
         .build()
         .map_err(|e| CliError::Setup {
             message: format!("{}: {e}", e.code()),

@@ -43,8 +43,9 @@ pub struct ServeArgs {
     #[command(flatten)]
     served: ServedArgs,
     /// Serves streamable HTTP at http://ADDR/mcp (127.0.0.1:0 picks a free port) instead of
-    /// stdio. The address is printed on stderr.
-    #[arg(long, value_name = "ADDR")]
+    /// stdio. A bare PORT is loopback's; an address beyond this machine is warned about. The
+    /// address is printed on stderr.
+    #[arg(long, value_name = "ADDR", value_parser = crate::served::listen_addr)]
     http: Option<SocketAddr>,
     /// Serves each file's tools instead of its agent (its command tools, built-in tools and its
     /// MCP servers' tools, as its model sees them), under the file's permissions and sandbox.
@@ -219,6 +220,9 @@ async fn serve_offer(args: &ServeArgs, offer: Offer) -> Result<i32, CliError> {
                     message: format!("cannot listen on {addr}: {e}"),
                 })?;
             let at = listener.local_addr().map_or(addr, |a| a);
+            if let Some(warning) = crate::served::exposed_warning(at) {
+                eprintln!("{warning}");
+            }
             eprintln!("agentloop: serving {} at http://{at}/mcp", names.join(", "));
             agentloop_mcp::serve::serve_http(server, listener, shutdown).await
         }

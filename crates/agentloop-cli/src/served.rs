@@ -115,6 +115,17 @@ impl ServedFiles {
         })
     }
 
+    /// Takes a journaled run for this process before it goes on (none without a journal): a
+    /// run another live process drives is refused.
+    pub(crate) fn claim(&self) -> Option<agentloop_a2a::ClaimRun> {
+        let journal = self.journal.clone()?;
+        Some(Arc::new(move |run_id: &str| {
+            journal
+                .own(run_id)
+                .map_err(|e| format!("{}: {e}", e.code()))
+        }))
+    }
+
     /// Stops every file's MCP servers and writes the trace's end.
     pub(crate) async fn shutdown(&self) {
         for l in &self.files {
@@ -123,5 +134,49 @@ impl ServedFiles {
         if let Err(e) = crate::runs::finish_trace(self.trace.as_ref()) {
             eprintln!("agentloop: warning: {e}");
         }
+    }
+}
+
+/// An address to listen on, as `--http` and `--addr` take it: `HOST:PORT`, or a bare `PORT`,
+/// which is loopback's (127.0.0.1). Nothing listens beyond this machine unless an address says so.
+pub(crate) fn listen_addr(given: &str) -> Result<std::net::SocketAddr, String> {
+    if let Ok(port) = given.parse::<u16>() {
+        return Ok(std::net::SocketAddr::from(([127, 0, 0, 1], port)));
+    }
+    given.parse().map_err(|_| {
+        format!("{given:?} is neither HOST:PORT (127.0.0.1:8080, [::1]:8080) nor a PORT")
+    })
+}
+
+/// A warning for an address other machines can reach: the served agents take no credentials.
+pub(crate) fn exposed_warning(addr: std::net::SocketAddr) -> Option<String> {
+    (!addr.ip().is_loopback()).then(|| {
+        format!(
+            "agentloop: warning: listening on {addr}, beyond this machine: anyone who reaches it \
+             can run the served agents (no authentication); give a loopback address to keep \
+             them local"
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn a_bare_port_listens_on_loopback_and_only_an_address_reaches_further() {
+        let port = listen_addr("8080").unwrap();
+        assert_eq!(port.to_string(), "127.0.0.1:8080");
+        assert_eq!(exposed_warning(port), None);
+        assert_eq!(exposed_warning(listen_addr("[::1]:0").unwrap()), None);
+        let all = listen_addr("0.0.0.0:8080").unwrap();
+        assert!(
+            exposed_warning(all)
+                .unwrap()
+                .contains("beyond this machine")
+        );
+        assert!(listen_addr("localhost").unwrap_err().contains("PORT"));
     }
 }

@@ -9,7 +9,9 @@
 //! over it) on loopback, a scripted agent answering: the SDK reads the agent card, sends a message
 //! and reads the task's answer, streams a second message of the same context (its status at
 //! each turn and tool call, then the answer's artifact), gets a task, and cancels one whose tool
-//! is running (the run stops, and the tool's process with it).
+//! is running (the run stops, and the tool's process with it); finds a journaled task after the
+//! server was killed mid-run and restarted, and sees its run go on; answers a call the agent's
+//! permissions ask about through `input-required` and a message on the task.
 
 mod support;
 
@@ -155,4 +157,204 @@ async fn the_sdk_gets_and_cancels_a_task_whose_tool_is_running() {
     // The tool's process went with its run.
     tokio::time::sleep(Duration::from_secs(10).saturating_sub(started.elapsed())).await;
     assert!(!dir.path("finished").exists(), "the slow tool ran on");
+}
+
+/// States a task settles in, for a client that waits on it.
+const SETTLED: [&str; 4] = [
+    "TASK_STATE_COMPLETED",
+    "TASK_STATE_FAILED",
+    "TASK_STATE_CANCELED",
+    "TASK_STATE_INPUT_REQUIRED",
+];
+
+/// Waits (at most 60 s) until `path` exists.
+async fn until_exists(path: &std::path::Path) {
+    for _ in 0..600 {
+        if path.exists() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("{} never appeared", path.display());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_journaled_task_killed_mid_run_is_found_after_a_restart_and_goes_on() {
+    let dir = forecaster("");
+    slow_script(&dir);
+    // Each start of the slow tool leaves a line, so a second start would show.
+    dir.write(
+        "slow.py",
+        "import time\nopen('starts', 'a').write('start\\n')\nopen('started', 'w').close()\n\
+         time.sleep(30)\n",
+    );
+    let (agent, journal) = (dir.agent(), dir.path("journal.db"));
+    let args = [
+        agent.to_str().unwrap(),
+        "--journal",
+        journal.to_str().unwrap(),
+    ];
+    let server = HttpServer::start("a2a", &args);
+    let seen = sdk_client(
+        &server.url,
+        json!([{"do": "start", "text": "Take your time.", "task": "t", "context": "c"}]),
+    )
+    .await;
+    let first = seen[0]["events"][0]["task"].clone();
+    let (id, context) = (first["id"].as_str().unwrap(), &first["contextId"]);
+    // The run is in its tool call when the server is killed (SIGKILL: nothing is cleaned up).
+    until_exists(&dir.path("started")).await;
+    drop(server);
+
+    let server = HttpServer::start("a2a", &args);
+    let seen = sdk_client(
+        &server.url,
+        json!([
+            {"do": "get", "task": {"id": id}},
+            {"do": "wait", "task": {"id": id}, "until": SETTLED}
+        ]),
+    )
+    .await;
+    let found = &seen[0]["task"];
+    assert_eq!(found["id"], id, "{found}");
+    assert_eq!(&found["contextId"], context, "the task keeps its context");
+    // Found, and going on (it may already have ended: its run has one short step left).
+    assert!(
+        ["TASK_STATE_WORKING", "TASK_STATE_COMPLETED"]
+            .contains(&found["status"]["state"].as_str().unwrap()),
+        "{found}"
+    );
+    assert_eq!(text(&found["history"][0]), "Take your time.");
+    let done = &seen[1]["task"];
+    assert_eq!(done["status"]["state"], "TASK_STATE_COMPLETED", "{done}");
+    assert_eq!(done["artifacts"][0]["parts"][1]["data"]["forecast"], "late");
+    // The slow call was running at the kill and is not idempotent: it was not run again (the
+    // model read that it was interrupted).
+    let starts = std::fs::read_to_string(dir.path("starts")).unwrap();
+    assert_eq!(starts.lines().count(), 1, "{starts}");
+
+    // Once over, the task is read from the journal: after another restart it is still there.
+    drop(server);
+    let server = HttpServer::start("a2a", &args);
+    let seen = sdk_client(&server.url, json!([{"do": "get", "task": {"id": id}}])).await;
+    let again = &seen[0]["task"];
+    assert_eq!(again["status"]["state"], "TASK_STATE_COMPLETED", "{again}");
+    assert_eq!(again["artifacts"], done["artifacts"]);
+    assert_eq!(&again["contextId"], context);
+    // A task that never was is not found.
+    let seen = sdk_client(
+        &server.url,
+        json!([{"do": "get", "task": {"id": "0193a7c0-0000-7000-8000-000000000000"}}]),
+    )
+    .await;
+    assert_eq!(seen[0]["error"]["type"], "TaskNotFoundError", "{}", seen[0]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_asked_call_waits_in_input_required_until_a_message_on_the_task_answers_it() {
+    let dir = forecaster("[permissions]\nask = [\"forecast\"]\n");
+    let agent = dir.agent();
+    let server = HttpServer::start("a2a", &[agent.to_str().unwrap()]);
+    let seen = sdk_client(
+        &server.url,
+        json!([{"do": "send", "text": "The weather in Paris?", "context": "c"}]),
+    )
+    .await;
+    let asked = &seen[0]["events"][0]["task"];
+    assert_eq!(
+        asked["status"]["state"], "TASK_STATE_INPUT_REQUIRED",
+        "{asked}"
+    );
+    let question = &asked["status"]["message"];
+    assert!(text(question).contains("forecast"), "{question}");
+    assert_eq!(
+        question["parts"][1]["data"]["approvals"][0]["arguments"],
+        json!({"city": "Paris"})
+    );
+    assert!(dir.tool_inputs().is_empty(), "the asked call waits");
+
+    // The answer is a message on the task; the run goes on and the call runs.
+    let id = asked["id"].as_str().unwrap();
+    let seen = sdk_client(
+        &server.url,
+        json!([
+            {"do": "reply", "task": {"id": id}, "text": "no idea"},
+            {"do": "reply", "task": {"id": id}, "text": "approve", "streaming": true}
+        ]),
+    )
+    .await;
+    assert_eq!(
+        seen[0]["error"]["type"], "InvalidParamsError",
+        "{}",
+        seen[0]
+    );
+    let events = seen[1]["events"].as_array().unwrap();
+    let last = &events.last().unwrap()["statusUpdate"]["status"];
+    assert_eq!(last["state"], "TASK_STATE_COMPLETED", "{events:?}");
+    assert_eq!(dir.tool_inputs().len(), 1);
+
+    // Denied, the call does not run and the model reads why; the task completes.
+    let seen = sdk_client(
+        &server.url,
+        json!([{"do": "send", "text": "Again?", "context": "d"}]),
+    )
+    .await;
+    let asked = &seen[0]["events"][0]["task"];
+    assert_eq!(asked["status"]["state"], "TASK_STATE_INPUT_REQUIRED");
+    let id = asked["id"].as_str().unwrap();
+    let seen = sdk_client(
+        &server.url,
+        json!([{"do": "reply", "task": {"id": id}, "text": "deny"}]),
+    )
+    .await;
+    let task = &seen[0]["events"][0]["task"];
+    assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED", "{task}");
+    assert_eq!(dir.tool_inputs().len(), 1, "the denied call did not run");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn with_sessions_a_context_is_a_stored_session_that_goes_on_after_a_restart() {
+    let dir = forecaster("");
+    let (agent, sessions) = (dir.agent(), dir.path("sessions.db"));
+    let serve_args = [
+        agent.to_str().unwrap(),
+        "--sessions",
+        sessions.to_str().unwrap(),
+    ];
+    let server = HttpServer::start("a2a", &serve_args);
+    let seen = sdk_client(
+        &server.url,
+        json!([{"do": "send", "text": "The weather in Paris?", "context": "c"}]),
+    )
+    .await;
+    let context = seen[0]["events"][0]["task"]["contextId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    drop(server);
+
+    // A new server: the context's next message goes on from its stored transcript.
+    let server = HttpServer::start("a2a", &serve_args);
+    let seen = sdk_client(
+        &server.url,
+        json!([{"do": "send", "context_id": context, "text": "And again?"}]),
+    )
+    .await;
+    let task = &seen[0]["events"][0]["task"];
+    assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED", "{task}");
+    let out = agentloop(args(&[
+        "sessions",
+        "show",
+        &context,
+        "--sessions",
+        sessions.to_str().unwrap(),
+        "--json",
+    ]))
+    .await;
+    let session = stdout_json(&out);
+    assert_eq!(session["runs"], 2, "{session}");
+    assert_eq!(session["agent"], "forecaster");
+    // Both runs' messages: each a question, a call, its result and an answer.
+    let messages = session["messages"].as_array().unwrap();
+    assert_eq!(messages.len(), 8, "{session}");
 }

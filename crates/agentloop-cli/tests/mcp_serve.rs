@@ -10,8 +10,9 @@
 //! loopback. A scripted agent answers, so no key is needed: the clients list the agent as a tool,
 //! call it and read its progress and structured answer, cancel a call (the run stops and its tool
 //! with it), and read the error results of a bad call and of a call the agent's permissions ask
-//! about. With `--tools` the agent file's own tools (a command tool, an `[[mcp]]` server's tool)
-//! are served under its permissions.
+//! about; a client that takes elicitation is asked about that call instead, and its answer holds.
+//! With `--tools` the agent file's own tools (a command tool, an `[[mcp]]` server's tool) are
+//! served under its permissions.
 
 mod support;
 
@@ -209,6 +210,52 @@ async fn a_call_the_permissions_ask_about_is_an_error_result_and_never_runs() {
     assert!(text.starts_with("approval required"), "{text}");
     assert!(text.contains("forecast"), "{text}");
     assert!(dir.tool_inputs().is_empty(), "the asked call ran");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_client_that_takes_elicitation_is_asked_about_the_call_and_its_answer_holds() {
+    let dir = forecaster("[permissions]\nask = [\"forecast\"]\n");
+    let agent = dir.agent();
+    let call = |answer: Value| {
+        json!({"do": "call", "tool": "forecaster", "arguments": {"task": "Paris?"},
+               "elicit": answer})
+    };
+    for transport in [Transport::Stdio, Transport::Http] {
+        let seen = python_client(
+            &transport,
+            &[agent.to_str().unwrap()],
+            json!([
+                call(json!({"action": "accept", "content": {"approve": false}})),
+                call(json!({"action": "decline"})),
+                call(json!({"action": "accept", "content": {"approve": true}})),
+            ]),
+        )
+        .await;
+        // Each call asked once, in a form with one boolean, naming the tool and its arguments.
+        for step in &seen {
+            let asked = step["elicited"].as_array().unwrap();
+            assert_eq!(asked.len(), 1, "{step}");
+            let message = asked[0]["message"].as_str().unwrap();
+            assert!(message.contains("forecast"), "{message}");
+            assert!(message.contains("Paris"), "{message}");
+            let schema = &asked[0]["requestedSchema"];
+            assert_eq!(
+                schema["properties"]["approve"]["type"], "boolean",
+                "{schema}"
+            );
+        }
+        // Denied (not approved, or declined): the agent answers on without the call; approved:
+        // the call runs. Of the three calls' tool calls, only the approved one ran.
+        for step in &seen {
+            assert_eq!(step["result"]["isError"], false, "{step}");
+            assert_eq!(
+                step["result"]["structuredContent"]["forecast"], "18 degrees and sunny",
+                "{step}"
+            );
+        }
+        assert_eq!(dir.tool_inputs().len(), 1, "a denied call ran");
+        std::fs::remove_file(dir.path("stdin.log")).unwrap();
+    }
 }
 
 /// Runs the MCP Inspector's CLI against `target` (a command, or a URL) with `args`.

@@ -100,12 +100,41 @@ impl NativeAgent {
     }
 
     /// The agent an agent file describes, as `agentloop run` would build it (its MCP servers
-    /// started). A call that needs approval asks `approve` (a callable given the requests'
-    /// JSON, answering one word per request), or, with none, is denied, or suspends a
-    /// journaled run.
+    /// started), with `tools` (Python's, run by `dispatcher`) beside the file's: the file's
+    /// permissions hold for them. A call that needs approval asks `approve` (a callable given
+    /// the requests' JSON, answering one word per request), or, with none, is denied, or
+    /// suspends a journaled run.
     #[staticmethod]
-    #[pyo3(signature = (path, approve=None))]
-    fn from_file(py: Python<'_>, path: PathBuf, approve: Option<Py<PyAny>>) -> PyResult<Self> {
+    #[pyo3(signature = (path, approve=None, tools=Vec::new(), dispatcher=None))]
+    fn from_file(
+        py: Python<'_>,
+        path: PathBuf,
+        approve: Option<Py<PyAny>>,
+        tools: Vec<ToolDef>,
+        dispatcher: Option<Py<PyAny>>,
+    ) -> PyResult<Self> {
+        if let Some(t) = tools.iter().find(|t| t.ask) {
+            return Err(error(
+                "agent_file.invalid",
+                format!(
+                    "the tool {} asks (ask=True), but an agent file's tools are asked about by \
+                     its [permissions]: name it in their `ask` list instead",
+                    t.name()
+                ),
+            ));
+        }
+        let tools = match dispatcher {
+            Some(d) => {
+                let dispatcher = Arc::new(d);
+                tools
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, def)| crate::tool::tool(def, i, Arc::clone(&dispatcher)))
+                    .collect::<PyResult<Vec<_>>>()?
+            }
+            None if tools.is_empty() => Vec::new(),
+            None => return Err(error("agent.invalid", "Python tools need their dispatcher")),
+        };
         let file = AgentFile::load(&path).map_err(|e| match e {
             agentloop_cli::agent_file::LoadError::Read { .. } => error("agent_file.unreadable", e),
             agentloop_cli::agent_file::LoadError::Invalid(_) => error("agent_file.invalid", e),
@@ -120,7 +149,7 @@ impl NativeAgent {
                 let fail = |e: agentloop_cli::error::CliError| (e.code().to_owned(), e.to_string());
                 let model = assemble::model(&file).map_err(fail)?;
                 let mcp = StartedMcp::start(&file).await.map_err(fail)?;
-                match assemble::agent(&file, model, &approval, &mcp) {
+                match assemble::agent_with(&file, model, &approval, &mcp, tools) {
                     Ok(agent) => Ok((agent, mcp)),
                     Err(e) => {
                         mcp.shutdown().await;

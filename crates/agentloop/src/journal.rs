@@ -75,6 +75,10 @@ pub struct JournalHeader {
     /// resumed by its parent only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent: Option<ParentCall>,
+    /// The conversation the run is a turn of, when its application named one
+    /// ([`crate::RunOptions::session`]: an A2A context).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<String>,
 }
 
 /// The call of a parent run that started a subagent's run.

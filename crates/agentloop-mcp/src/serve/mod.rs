@@ -279,7 +279,7 @@ impl ServerHandler for AgentServer {
             Backing::Tool(_) => Detail::Calls,
         };
         let progress = CallProgress::start(context.peer.clone(), token, detail);
-        let unattended = Arc::new(Unattended::new(cancel.clone()));
+        let unattended = Arc::new(Unattended::new(cancel.clone(), &context.peer));
         let result = match &entry.backing {
             Backing::Agent(served) => {
                 run_agent(

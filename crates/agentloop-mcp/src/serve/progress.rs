@@ -2,7 +2,9 @@
 //! become MCP progress notifications (one per turn, tool start and end, and the run's end, never
 //! a model's deltas), sent in order from a task of their own so that the loop never waits on
 //! the client. A call the agent's permissions `ask` about has nobody to answer it at the server:
-//! the run is stopped and the client reads an error result naming the tool.
+//! a client that declared elicitation (form mode) is asked (approve, or not; a declined question
+//! denies the call, a cancelled one stops the run), and with any other client the run is stopped
+//! and the client reads an error result naming the tool.
 
 use std::sync::{Arc, Mutex};
 
@@ -10,8 +12,13 @@ use agentloop::gate::ApprovalRequest;
 use agentloop::permissions::{Answer, ApprovalPrompter};
 use agentloop::{CancellationToken, Event, EventKind, EventSink};
 use futures::future::BoxFuture;
-use rmcp::model::{ProgressNotificationParam, ProgressToken};
+use rmcp::model::{
+    ElicitRequestParams, ElicitationAction, ElicitationSchema, ProgressNotificationParam,
+    ProgressToken,
+};
+use rmcp::service::ElicitationMode;
 use rmcp::{Peer, RoleServer};
+use serde_json::Value;
 use tokio::sync::mpsc::{UnboundedSender, unbounded_channel};
 use tokio::task::JoinHandle;
 
@@ -119,18 +126,25 @@ fn describe(event: &Event, detail: Detail) -> Option<String> {
     })
 }
 
-/// The approver of a served call: nobody. The first call its agent asks about stops the run,
-/// and is what the client reads.
+/// The approver of a served call: the client, by elicitation, where it takes it; else nobody,
+/// and the first call its agent asks about stops the run and is what the client reads.
 pub(super) struct Unattended {
     cancel: CancellationToken,
     asked: Mutex<Vec<ApprovalRequest>>,
+    /// The client, when it declared form elicitation.
+    client: Option<Peer<RoleServer>>,
 }
 
 impl Unattended {
-    pub(super) fn new(cancel: CancellationToken) -> Self {
+    /// The approver of a call of `peer`'s, whose run `cancel` stops.
+    pub(super) fn new(cancel: CancellationToken, peer: &Peer<RoleServer>) -> Self {
+        let elicits = peer
+            .supported_elicitation_modes()
+            .contains(&ElicitationMode::Form);
         Unattended {
             cancel,
             asked: Mutex::default(),
+            client: elicits.then(|| peer.clone()),
         }
     }
 
@@ -158,6 +172,15 @@ impl ApprovalPrompter for Unattended {
         &'a self,
         requests: &'a [ApprovalRequest],
     ) -> BoxFuture<'a, Result<Vec<Answer>, String>> {
+        if let Some(client) = &self.client {
+            return Box::pin(async move {
+                let mut answers = Vec::with_capacity(requests.len());
+                for request in requests {
+                    answers.push(elicit(client, request, &self.cancel).await?);
+                }
+                Ok(answers)
+            });
+        }
         self.asked
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -165,5 +188,56 @@ impl ApprovalPrompter for Unattended {
         // Denied, and the run stops: the model does not go on without what it asked for.
         self.cancel.cancel();
         Box::pin(async { Err("nobody can be asked at this MCP server".to_owned()) })
+    }
+}
+
+/// Asks the client whether `request`'s call may run: a form with one boolean, `approve`. A
+/// declined question denies the call; a cancelled one stops the run.
+async fn elicit(
+    client: &Peer<RoleServer>,
+    request: &ApprovalRequest,
+    cancel: &CancellationToken,
+) -> Result<Answer, String> {
+    let schema = ElicitationSchema::builder()
+        .required_bool("approve")
+        .description("true runs the call, false denies it")
+        .build()
+        .map_err(|e| format!("the approval form could not be made: {e}"))?;
+    let agent = if request.agent.is_empty() {
+        String::new()
+    } else {
+        format!(" (agent {})", request.agent)
+    };
+    let message = format!(
+        "Allow the call of the tool {}{agent} with the arguments {}? The agent file's \
+         [permissions] ask about it.",
+        request.tool, request.arguments
+    );
+    let asked = client.create_elicitation(ElicitRequestParams::FormElicitationParams {
+        meta: None,
+        message,
+        requested_schema: schema,
+    });
+    let answer = tokio::select! {
+        answer = asked => answer.map_err(|e| format!("the client could not be asked: {e}"))?,
+        () = cancel.cancelled() => return Err("the call was cancelled".to_owned()),
+    };
+    match answer.action {
+        ElicitationAction::Accept => match answer
+            .content
+            .as_ref()
+            .and_then(|c| c.get("approve"))
+            .and_then(Value::as_bool)
+        {
+            Some(true) => Ok(Answer::AllowOnce),
+            Some(false) => Ok(Answer::DenyOnce),
+            None => Err("the client's answer has no boolean `approve`".to_owned()),
+        },
+        ElicitationAction::Decline => Ok(Answer::DenyOnce),
+        _ => {
+            // Cancelled: the client stops the whole call.
+            cancel.cancel();
+            Err("the client cancelled the question".to_owned())
+        }
     }
 }

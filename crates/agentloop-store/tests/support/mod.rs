@@ -16,5 +16,6 @@ pub fn header(run_id: &str) -> JournalHeader {
         input: None,
         origin: None,
         parent: None,
+        session: None,
     }
 }

@@ -80,6 +80,14 @@ pub struct RunOptions {
     /// Where the application finds this agent again to resume the run; kept in the journal's
     /// header (the CLI keeps the agent file's path).
     pub origin: Option<String>,
+    /// The run's id, when the application names it (an A2A task is the run of the same id, so
+    /// a server that restarts finds the task in the journal); else the agent's
+    /// [`crate::ids::IdSource`] draws one. A subagent's journaled run keeps the id its parent's
+    /// call gives it. An id the journal already holds is refused there.
+    pub run_id: Option<String>,
+    /// The conversation this run is a turn of (a session's id, an A2A context's), kept in the
+    /// journal's header so that whoever finds the run there knows it.
+    pub session: Option<String>,
 }
 
 /// Where a run sits, as the runtime sets it (never the application): its place in a tree of
@@ -192,7 +200,10 @@ impl Agent {
     ) -> RunOutcome {
         let run_id: Arc<str> = match (&plumbing.parent, &options.journal) {
             (Some(p), Some(_)) => Arc::from(child_run_id(&p.run_id, &p.call_id)),
-            _ => Arc::from(self.inner.ids.run_id()),
+            _ => match options.run_id.take() {
+                Some(id) => Arc::from(id),
+                None => Arc::from(self.inner.ids.run_id()),
+            },
         };
         // The agent's own limits passed at build; a run's own are checked before anything runs.
         if let Some(limits) = &options.limits
@@ -221,6 +232,7 @@ impl Agent {
                 input,
                 origin: options.origin.take(),
                 parent: plumbing.parent.clone(),
+                session: options.session.take(),
             };
             if let Err(e) = journal.begin(&header).await {
                 let error = RunError::Journal {

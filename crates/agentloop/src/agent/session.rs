@@ -253,9 +253,10 @@ impl crate::Agent {
         store: &dyn SessionStore,
         id: &str,
         input: impl Into<String>,
-        options: crate::RunOptions,
+        mut options: crate::RunOptions,
     ) -> Result<crate::RunOutcome, SessionError> {
         let _lock = store.lock(id)?;
+        options.session.get_or_insert_with(|| id.to_owned());
         let mut session = store
             .load(id)?
             .unwrap_or_else(|| StoredSession::new(id, self.config().name()));

@@ -1,0 +1,729 @@
+//! A served agent's tasks: each one a run of the agent under the task's id, kept in memory while
+//! the server runs and, where the agent's runs are journaled, found again in the journal after a
+//! restart (a finished run read back, an interrupted one resumed). A call the agent's permissions
+//! ask about puts the task in `input-required` until a message on the task answers it; the
+//! task's events reach every stream that watches it.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use agentloop::driver::replay::{RunLog, replay};
+use agentloop::journal::{Journal, JournaledRun, RunStatus};
+use agentloop::permissions::{Answer, ApprovalPrompter, ApprovalRequest};
+use agentloop::session::{SessionLock, SessionStore, StoredSession};
+use agentloop::{Agent, CancellationToken, Event, EventKind, EventSink, RunOptions, StopReason};
+use futures::future::BoxFuture;
+use serde_json::json;
+use tokio::sync::mpsc::UnboundedSender;
+use tokio::sync::{oneshot, watch};
+
+use crate::A2aError;
+use crate::wire::{Artifact, Message, Part, StreamResponse, Task, TaskState, TaskStatus};
+
+/// Builds the agent a task runs, with the approver of the calls its permissions ask about (the
+/// task's caller, through `input-required` and a message on the task).
+pub type BuildAgent =
+    Arc<dyn Fn(Arc<dyn ApprovalPrompter>) -> Result<Agent, String> + Send + Sync + 'static>;
+
+/// The options of each run (its journal, its trace): all but the cancellation, the event sink,
+/// the run id and the session of the task, which the server adds. A task of an agent whose runs
+/// are journaled is found in the journal after a restart.
+pub type RunOptionsFor = Arc<dyn Fn() -> RunOptions + Send + Sync + 'static>;
+
+/// An agent served over A2A.
+#[derive(Clone)]
+pub struct ServedAgent {
+    /// Its name: the card's, and the path it is served at.
+    pub name: String,
+    /// What a caller reads about it.
+    pub description: String,
+    /// Its version, as the card shows it.
+    pub version: String,
+    /// The agent each task runs.
+    pub build: BuildAgent,
+    /// The options of each run.
+    pub options: RunOptionsFor,
+    /// Takes a journaled run for this process before it is resumed (the SQLite journal's
+    /// `own`), so that a run another live process drives is refused rather than driven twice.
+    pub claim: Option<ClaimRun>,
+}
+
+/// Takes journaled run `run_id` for this process, or says why it cannot.
+pub type ClaimRun = Arc<dyn Fn(&str) -> Result<(), String> + Send + Sync + 'static>;
+
+/// The most tasks a served agent keeps: past it, the oldest that ended are forgotten (a
+/// `GetTask` of one then answers from the journal, or that no such task exists). Running tasks
+/// are always kept.
+pub(crate) const MAX_TASKS: usize = 10_000;
+
+/// One served agent and its tasks.
+pub(crate) struct Served {
+    pub(crate) agent: ServedAgent,
+    /// The journal its runs are written to, where its tasks are found after a restart.
+    journal: Option<Arc<dyn Journal>>,
+    /// Where its contexts are kept as sessions (the context's id is the session's), if anywhere.
+    sessions: Option<Arc<dyn SessionStore>>,
+    tasks: Mutex<HashMap<String, TaskEntry>>,
+    created: AtomicU64,
+    /// Each context's transcript; its lock keeps the runs of one context one at a time.
+    contexts: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Vec<agentloop::Message>>>>>,
+}
+
+pub(crate) struct TaskEntry {
+    pub(crate) task: Task,
+    cancel: CancellationToken,
+    state: watch::Sender<TaskState>,
+    /// The streams that follow the task until it ends or asks.
+    watchers: Vec<UnboundedSender<StreamResponse>>,
+    /// The calls the task waits on an answer for, and where the answer goes.
+    asking: Option<oneshot::Sender<Answer>>,
+    /// The order it was created in, for forgetting the oldest ended tasks first.
+    created: u64,
+}
+
+/// What a task's run does: start on a message, or go on with a journaled run.
+pub(crate) enum Work {
+    Fresh(String),
+    Resume(Box<JournaledRun>),
+}
+
+/// True when a blocking `SendMessage` answers: the task ended or waits for its caller.
+pub(crate) fn settled(state: TaskState) -> bool {
+    state.is_terminal() || state == TaskState::InputRequired
+}
+
+/// Forgets the oldest ended tasks past [`MAX_TASKS`].
+pub(crate) fn forget_oldest(tasks: &mut HashMap<String, TaskEntry>) {
+    let Some(excess) = tasks.len().checked_sub(MAX_TASKS).filter(|n| *n > 0) else {
+        return;
+    };
+    let mut ended: Vec<(u64, String)> = tasks
+        .iter()
+        .filter(|(_, e)| e.task.status.state.is_terminal())
+        .map(|(id, e)| (e.created, id.clone()))
+        .collect();
+    ended.sort_unstable();
+    for (_, id) in ended.into_iter().take(excess) {
+        tasks.remove(&id);
+    }
+}
+
+impl Served {
+    pub(crate) fn new(agent: ServedAgent, sessions: Option<Arc<dyn SessionStore>>) -> Served {
+        let journal = (agent.options)().journal;
+        Served {
+            agent,
+            journal,
+            sessions,
+            tasks: Mutex::default(),
+            created: AtomicU64::new(0),
+            contexts: Mutex::default(),
+        }
+    }
+
+    fn tasks(&self) -> std::sync::MutexGuard<'_, HashMap<String, TaskEntry>> {
+        self.tasks.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The task, as it stands.
+    pub(crate) fn task(&self, id: &str) -> Result<Task, A2aError> {
+        self.tasks()
+            .get(id)
+            .map(|e| e.task.clone())
+            .ok_or_else(|| A2aError::TaskNotFound { id: id.to_owned() })
+    }
+
+    /// Its state, to wait on, and its cancellation.
+    pub(crate) fn watch(
+        &self,
+        id: &str,
+    ) -> Result<(watch::Receiver<TaskState>, CancellationToken), A2aError> {
+        self.tasks()
+            .get(id)
+            .map(|e| (e.state.subscribe(), e.cancel.clone()))
+            .ok_or_else(|| A2aError::TaskNotFound { id: id.to_owned() })
+    }
+
+    /// Adds a task (false, and nothing changed, when it is here already); `watcher` gets it
+    /// first, then its events.
+    pub(crate) fn add(&self, task: Task, watcher: Option<UnboundedSender<StreamResponse>>) -> bool {
+        let mut tasks = self.tasks();
+        if tasks.contains_key(&task.id) {
+            return false;
+        }
+        let created = self.created.fetch_add(1, Ordering::Relaxed);
+        let (state, _) = watch::channel(task.status.state);
+        let mut watchers = Vec::new();
+        if let Some(tx) = watcher {
+            let _ = tx.send(StreamResponse::Task(task.clone()));
+            watchers.push(tx);
+        }
+        tasks.insert(
+            task.id.clone(),
+            TaskEntry {
+                task,
+                cancel: CancellationToken::new(),
+                state,
+                watchers,
+                asking: None,
+                created,
+            },
+        );
+        forget_oldest(&mut tasks);
+        true
+    }
+
+    /// Answers the calls task `id` waits on with `message` (approve or deny): the task works
+    /// again, and `watcher` follows it from here.
+    pub(crate) fn answer(
+        &self,
+        id: &str,
+        message: Message,
+        watcher: Option<UnboundedSender<StreamResponse>>,
+    ) -> Result<(), A2aError> {
+        let mut tasks = self.tasks();
+        let entry = tasks
+            .get_mut(id)
+            .ok_or_else(|| A2aError::TaskNotFound { id: id.to_owned() })?;
+        if entry.task.status.state != TaskState::InputRequired {
+            return Err(A2aError::InvalidParams {
+                reason: format!(
+                    "the task {id} waits for no answer ({}): a new message goes in the same \
+                     contextId, without a taskId",
+                    entry.task.status.state
+                ),
+            });
+        }
+        let text = message.input_text();
+        let answer = answer_of(&text).ok_or_else(|| A2aError::InvalidParams {
+            reason: format!(
+                "the task {id} waits for approval: answer \"approve\" or \"deny\" (or \
+                 \"approve always\", \"deny always\"), not {:?}",
+                text.chars().take(80).collect::<String>()
+            ),
+        })?;
+        let asking = entry.asking.take().ok_or_else(|| A2aError::Internal {
+            reason: format!("the task {id} has nobody waiting on its answer"),
+        })?;
+        let _ = asking.send(answer);
+        entry.task.history.push(message);
+        entry.task.status = TaskStatus {
+            state: TaskState::Working,
+            message: None,
+        };
+        entry.state.send_replace(TaskState::Working);
+        if let Some(tx) = watcher {
+            let _ = tx.send(StreamResponse::Task(entry.task.clone()));
+            entry.watchers.push(tx);
+        }
+        Ok(())
+    }
+
+    /// Sends `item` to the task's watchers (those gone are dropped).
+    fn publish(&self, id: &str, item: &StreamResponse) {
+        if let Some(e) = self.tasks().get_mut(id) {
+            e.watchers.retain(|tx| tx.send(item.clone()).is_ok());
+        }
+    }
+
+    /// Sets the task's status (its message kept in the history) and tells its watchers; a
+    /// task that ended or asks lets its streams end.
+    fn set_status(&self, id: &str, status: TaskStatus, artifact: Option<Artifact>) {
+        let mut tasks = self.tasks();
+        let Some(e) = tasks.get_mut(id) else {
+            return;
+        };
+        e.task.status = status.clone();
+        e.task.history.extend(status.message.clone());
+        let update = StreamResponse::StatusUpdate {
+            task_id: e.task.id.clone(),
+            context_id: e.task.context_id.clone(),
+            status: status.clone(),
+        };
+        if let Some(artifact) = artifact {
+            e.task.artifacts.push(artifact.clone());
+            let item = StreamResponse::ArtifactUpdate {
+                task_id: e.task.id.clone(),
+                context_id: e.task.context_id.clone(),
+                artifact,
+                last_chunk: true,
+            };
+            e.watchers.retain(|tx| tx.send(item.clone()).is_ok());
+        }
+        e.watchers.retain(|tx| tx.send(update.clone()).is_ok());
+        if settled(status.state) {
+            e.watchers.clear();
+        }
+        if status.state.is_terminal() {
+            e.asking = None;
+        }
+        e.state.send_replace(status.state);
+    }
+
+    fn context(&self, id: &str) -> Arc<tokio::sync::Mutex<Vec<agentloop::Message>>> {
+        let mut contexts = self.contexts.lock().unwrap_or_else(|p| p.into_inner());
+        contexts.entry(id.to_owned()).or_default().clone()
+    }
+
+    /// Makes sure task `id` is here: one this server no longer holds (it restarted, or forgot
+    /// the task) is read from the journal, where its run has the task's id; a run that was
+    /// interrupted goes on. False when there is no such task of this agent.
+    pub(crate) async fn find(self: &Arc<Self>, id: &str) -> Result<bool, A2aError> {
+        if self.tasks().contains_key(id) {
+            return Ok(true);
+        }
+        let Some(journal) = &self.journal else {
+            return Ok(false);
+        };
+        let run = journal.load(id).await.map_err(|e| A2aError::Internal {
+            reason: format!("{}: {e}", e.code()),
+        })?;
+        let Some(run) =
+            run.filter(|r| r.header.agent == self.agent.name && r.header.parent.is_none())
+        else {
+            return Ok(false);
+        };
+        let context_id = run.header.session.clone().unwrap_or_else(|| id.to_owned());
+        let mut history: Vec<Message> = run
+            .header
+            .input
+            .as_ref()
+            .map(|m| Message::user(id, &context_id, m.text()))
+            .into_iter()
+            .collect();
+        let mut task = Task {
+            id: id.to_owned(),
+            context_id,
+            status: TaskStatus {
+                state: TaskState::Working,
+                message: None,
+            },
+            artifacts: Vec::new(),
+            history: Vec::new(),
+        };
+        let finished = matches!(run.status, RunStatus::Finished { .. });
+        if finished {
+            // Its outcome, from its steps alone: no model is called, no tool runs.
+            let agent = (self.agent.build)(Arc::new(Unanswerable)).map_err(|reason| {
+                A2aError::Internal {
+                    reason: format!("the agent could not be built: {reason}"),
+                }
+            })?;
+            let outcome = replay(agent.config().clone(), &run_log(run));
+            let (state, text, artifact) = ended(&task, &outcome);
+            history.push(Message::agent(&task, text));
+            task.status = TaskStatus {
+                state,
+                message: history.last().cloned(),
+            };
+            task.artifacts.extend(artifact);
+            task.history = history;
+            // The context goes on from the run's transcript, unless this server has it already.
+            let context = self.context(&task.context_id);
+            if let Ok(mut transcript) = context.try_lock()
+                && transcript.is_empty()
+            {
+                *transcript = outcome.transcript;
+            }
+            self.add(task, None);
+            return Ok(true);
+        }
+        task.history = history;
+        if let Some(claim) = &self.agent.claim {
+            claim(id).map_err(|reason| A2aError::Internal {
+                reason: format!("the task's run cannot go on here: {reason}"),
+            })?;
+        }
+        // Another request may have found it meanwhile: one of them resumes it.
+        if self.add(task, None) {
+            tokio::spawn(drive(
+                self.clone(),
+                id.to_owned(),
+                Work::Resume(Box::new(run)),
+            ));
+        }
+        Ok(true)
+    }
+}
+
+/// The step log of a journaled run, for its replay.
+fn run_log(run: JournaledRun) -> RunLog {
+    RunLog {
+        run_id: run.header.run_id,
+        seams: run.header.seams,
+        limits: run.header.limits,
+        transcript: run.header.transcript,
+        input: run.header.input,
+        steps: run.steps,
+    }
+}
+
+/// An approval answer in a follow-up message's words.
+fn answer_of(text: &str) -> Option<Answer> {
+    let words: Vec<String> = text
+        .split_whitespace()
+        .map(|w| {
+            w.trim_matches(|c: char| !c.is_alphanumeric())
+                .to_lowercase()
+        })
+        .filter(|w| !w.is_empty())
+        .collect();
+    let always = words.len() == 2 && words.get(1).is_some_and(|w| w == "always");
+    if words.len() != 1 && !always {
+        return None;
+    }
+    let allow = match words.first()?.as_str() {
+        "approve" | "approved" | "allow" | "yes" => true,
+        "deny" | "denied" | "no" => false,
+        _ => return None,
+    };
+    Some(match (allow, always) {
+        (true, false) => Answer::AllowOnce,
+        (true, true) => Answer::AllowAlways,
+        (false, false) => Answer::DenyOnce,
+        (false, true) => Answer::DenyAlways,
+    })
+}
+
+/// The approver of a task's run: an asked call puts the task in `input-required`, and the
+/// answer is the caller's next message on the task.
+struct TaskApprover {
+    served: Arc<Served>,
+    task_id: String,
+}
+
+impl ApprovalPrompter for TaskApprover {
+    fn ask<'a>(
+        &'a self,
+        requests: &'a [ApprovalRequest],
+    ) -> BoxFuture<'a, Result<Vec<Answer>, String>> {
+        Box::pin(async move {
+            let (tx, rx) = oneshot::channel();
+            let task = self.served.task(&self.task_id).map_err(|e| e.to_string())?;
+            let calls: Vec<String> = requests
+                .iter()
+                .map(|r| format!("{} {} (call {})", r.tool, r.arguments, r.call_id))
+                .collect();
+            let mut message = Message::agent(
+                &task,
+                format!(
+                    "approval needed for: {}. Answer on this task: \"approve\" or \"deny\" \
+                     (\"approve always\" or \"deny always\" for every later call of the tool).",
+                    calls.join("; ")
+                ),
+            );
+            message.parts.push(Part {
+                data: Some(json!({ "approvals": requests })),
+                media_type: Some("application/json".into()),
+                ..Part::default()
+            });
+            if let Some(e) = self.served.tasks().get_mut(&self.task_id) {
+                e.asking = Some(tx);
+            }
+            let status = TaskStatus {
+                state: TaskState::InputRequired,
+                message: Some(message),
+            };
+            self.served.set_status(&self.task_id, status, None);
+            let answer = rx
+                .await
+                .map_err(|_| "the task ended before its calls were answered".to_owned())?;
+            Ok(vec![answer; requests.len()])
+        })
+    }
+}
+
+/// The approver of a finished run's replay: nothing is asked there.
+struct Unanswerable;
+
+impl ApprovalPrompter for Unanswerable {
+    fn ask<'a>(
+        &'a self,
+        _requests: &'a [ApprovalRequest],
+    ) -> BoxFuture<'a, Result<Vec<Answer>, String>> {
+        Box::pin(async { Err("nobody answers here".to_owned()) })
+    }
+}
+
+/// The run's events as the task's status updates.
+struct StatusSink {
+    served: Arc<Served>,
+    task: Task,
+}
+
+impl EventSink for StatusSink {
+    fn emit(&self, event: &Event) {
+        let text = match &event.kind {
+            EventKind::TurnStarted => format!("turn {}", event.turn),
+            EventKind::ToolStarted { tool, .. } => format!("calling {tool}"),
+            EventKind::ToolFinished { tool, outcome, .. } => {
+                let status = serde_json::to_value(outcome.status).unwrap_or_default();
+                format!("{tool}: {}", status.as_str().unwrap_or("ended"))
+            }
+            EventKind::ToolRejected { tool, code, .. } => format!("{tool}: {code}"),
+            // A tool's progress (a remote agent's status, a subagent's): its words as they are.
+            EventKind::ToolProgress { tool, progress, .. } => match progress.as_str() {
+                Some(words) => format!("{tool}: {words}"),
+                None => format!("{tool}: {progress}"),
+            },
+            _ => return,
+        };
+        let update = StreamResponse::StatusUpdate {
+            task_id: self.task.id.clone(),
+            context_id: self.task.context_id.clone(),
+            status: TaskStatus {
+                state: TaskState::Working,
+                message: Some(Message::agent(&self.task, text)),
+            },
+        };
+        self.served.publish(&self.task.id, &update);
+    }
+}
+
+/// Runs the task: the agent on the context's transcript and the message (or the journaled run
+/// going on), then the task's end.
+pub(crate) async fn drive(served: Arc<Served>, id: String, work: Work) {
+    let Ok(task) = served.task(&id) else {
+        return;
+    };
+    let Ok((_, cancel)) = served.watch(&id) else {
+        return;
+    };
+    let context = served.context(&task.context_id);
+    // One run of a context at a time, each on the transcript the last one left.
+    let mut transcript = context.lock().await;
+    let working = TaskStatus {
+        state: TaskState::Working,
+        message: None,
+    };
+    served.set_status(&id, working, None);
+    let approver = Arc::new(TaskApprover {
+        served: served.clone(),
+        task_id: id.clone(),
+    });
+    let (state, text, artifact) = match (served.agent.build)(approver) {
+        Err(e) => (
+            TaskState::Failed,
+            format!("the agent could not be started: {e}"),
+            None,
+        ),
+        Ok(agent) => {
+            let mut options = (served.agent.options)();
+            options.cancel = Some(cancel);
+            options.run_id = Some(id.clone());
+            options.session = Some(task.context_id.clone());
+            options.sinks.push(Arc::new(StatusSink {
+                served: served.clone(),
+                task: task.clone(),
+            }));
+            let turn = match &served.sessions {
+                Some(store) => {
+                    match begin_turn(store, &task.context_id, &served.agent.name).await {
+                        Ok(turn) => Some(turn),
+                        Err(text) => {
+                            let status = TaskStatus {
+                                state: TaskState::Failed,
+                                message: Some(Message::agent(&task, text)),
+                            };
+                            served.set_status(&id, status, None);
+                            return;
+                        }
+                    }
+                }
+                None => None,
+            };
+            let before = match (&turn, &work) {
+                (_, Work::Resume(r)) => r.header.transcript.clone(),
+                (Some(turn), Work::Fresh(_)) => turn.session.messages.clone(),
+                (None, Work::Fresh(_)) => transcript.clone(),
+            };
+            let started_with = before.len();
+            match run(&agent, work, before, options).await {
+                Ok(outcome) => {
+                    *transcript = outcome.transcript.clone();
+                    let (state, mut text, artifact) = ended(&task, &outcome);
+                    if let Some(turn) = turn
+                        && let Err(e) = turn.end(&served.agent.name, started_with, &outcome).await
+                    {
+                        text.push_str(&format!(" (the context was not saved: {e})"));
+                    }
+                    (state, text, artifact)
+                }
+                Err(text) => (TaskState::Failed, text, None),
+            }
+        }
+    };
+    drop(transcript);
+    let status = TaskStatus {
+        state,
+        message: Some(Message::agent(&task, text)),
+    };
+    served.set_status(&id, status, artifact);
+}
+
+/// One turn of a context kept as a session: its lock, held while the turn runs, and the session.
+struct Turn {
+    store: Arc<dyn SessionStore>,
+    _lock: Box<dyn SessionLock>,
+    session: StoredSession,
+}
+
+/// Takes context `id`'s session for a turn (another process's turn refuses this one).
+async fn begin_turn(store: &Arc<dyn SessionStore>, id: &str, agent: &str) -> Result<Turn, String> {
+    let (store, id, agent) = (store.clone(), id.to_owned(), agent.to_owned());
+    tokio::task::spawn_blocking(move || {
+        let failed = |e: agentloop::session::SessionError| {
+            format!("the context's session could not be used: {}: {e}", e.code())
+        };
+        let lock = store.lock(&id).map_err(failed)?;
+        let session = store
+            .load(&id)
+            .map_err(failed)?
+            .unwrap_or_else(|| StoredSession::new(id, agent));
+        Ok(Turn {
+            store,
+            _lock: lock,
+            session,
+        })
+    })
+    .await
+    .map_err(|e| format!("the context's session could not be read: {e}"))?
+}
+
+impl Turn {
+    /// Records the run in the session and writes it; the lock goes with the turn.
+    async fn end(
+        mut self,
+        agent: &str,
+        started_with: usize,
+        outcome: &agentloop::RunOutcome,
+    ) -> Result<(), String> {
+        self.session.record(agent, started_with, outcome);
+        tokio::task::spawn_blocking(move || {
+            self.store
+                .save(&self.session)
+                .map_err(|e| format!("{}: {e}", e.code()))
+        })
+        .await
+        .map_err(|e| e.to_string())?
+    }
+}
+
+async fn run(
+    agent: &Agent,
+    work: Work,
+    transcript: Vec<agentloop::Message>,
+    options: agentloop::RunOptions,
+) -> Result<agentloop::RunOutcome, String> {
+    match work {
+        Work::Fresh(input) => Ok(agent
+            .run_with(transcript, Some(agentloop::Message::user(input)), options)
+            .await),
+        Work::Resume(run) => agent
+            .resume(*run, options, false)
+            .await
+            .map_err(|e| format!("the run could not go on: {}: {e}", e.code())),
+    }
+}
+
+/// The task's end for a run's outcome: its state, the agent's last words, and the answer as an
+/// artifact (text, and the structured answer as data).
+fn ended(task: &Task, outcome: &agentloop::RunOutcome) -> (TaskState, String, Option<Artifact>) {
+    match outcome.stop_reason {
+        StopReason::Finished => {
+            let text = outcome.output.clone().unwrap_or_default();
+            let mut parts = vec![Part::text(text.clone())];
+            if let Some(data) = &outcome.structured_output {
+                parts.push(Part {
+                    data: Some(data.clone()),
+                    media_type: Some("application/json".into()),
+                    ..Part::default()
+                });
+            }
+            let artifact = Artifact {
+                artifact_id: format!("{}-answer", task.id),
+                name: "answer".into(),
+                parts,
+            };
+            (TaskState::Completed, text, Some(artifact))
+        }
+        StopReason::Cancelled => (TaskState::Canceled, "the run was cancelled".into(), None),
+        ref other => {
+            let mut text = format!("the run stopped: {}", other.as_str());
+            if let Some(e) = &outcome.error {
+                text.push_str(&format!(" ({}: {e})", e.code()));
+            }
+            (TaskState::Failed, text, None)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+
+    fn entry(created: u64, state: TaskState) -> (String, TaskEntry) {
+        let id = format!("t{created}");
+        let task = Task {
+            id: id.clone(),
+            context_id: "c".into(),
+            status: TaskStatus {
+                state,
+                message: None,
+            },
+            artifacts: Vec::new(),
+            history: Vec::new(),
+        };
+        let entry = TaskEntry {
+            task,
+            cancel: CancellationToken::new(),
+            state: watch::channel(state).0,
+            watchers: Vec::new(),
+            asking: None,
+            created,
+        };
+        (id, entry)
+    }
+
+    #[test]
+    fn past_the_cap_the_oldest_ended_tasks_are_forgotten_and_running_ones_kept() {
+        let mut tasks: HashMap<String, TaskEntry> = HashMap::new();
+        // The oldest is still running; the next two ended.
+        tasks.extend([entry(0, TaskState::Working)]);
+        tasks.extend([
+            entry(1, TaskState::Completed),
+            entry(2, TaskState::Canceled),
+        ]);
+        for n in 3..(MAX_TASKS as u64 + 2) {
+            tasks.extend([entry(n, TaskState::Completed)]);
+        }
+        assert_eq!(tasks.len(), MAX_TASKS + 2);
+        forget_oldest(&mut tasks);
+        assert_eq!(tasks.len(), MAX_TASKS);
+        assert!(tasks.contains_key("t0"), "a running task is kept");
+        assert!(!tasks.contains_key("t1") && !tasks.contains_key("t2"));
+        assert!(tasks.contains_key("t3"));
+        forget_oldest(&mut tasks);
+        assert_eq!(
+            tasks.len(),
+            MAX_TASKS,
+            "nothing past the cap: nothing forgotten"
+        );
+    }
+
+    #[test]
+    fn a_follow_up_answers_approve_or_deny_and_nothing_else() {
+        assert_eq!(answer_of("approve"), Some(Answer::AllowOnce));
+        assert_eq!(answer_of(" Yes! "), Some(Answer::AllowOnce));
+        assert_eq!(answer_of("approve always"), Some(Answer::AllowAlways));
+        assert_eq!(answer_of("deny"), Some(Answer::DenyOnce));
+        assert_eq!(answer_of("Deny always."), Some(Answer::DenyAlways));
+        assert_eq!(answer_of("approve it"), None);
+        assert_eq!(answer_of("please deny"), None);
+        assert_eq!(answer_of(""), None);
+        assert_eq!(answer_of("sure"), None);
+    }
+}
