@@ -143,7 +143,8 @@ fn the_coder_suite_passes_with_its_tools_and_permissions_really_at_work() {
     assert_eq!(report["summary"]["passed_runs"], 10);
     let program = std::fs::read_to_string(dir.path().join("workspace/calc.py")).unwrap();
     assert!(program.contains("return a + b"), "{program}");
-    assert!(!dir.path().join("outside.txt").exists());
+    // The write outside the workspace was refused.
+    assert!(!Path::new("/tmp/agentloop-coder-outside.txt").exists());
 }
 
 /// The quickstart with its script changed: the model answers the opposite and never retries
