@@ -227,15 +227,28 @@ async fn run_suite(
                 .and_then(|model| assemble::agent(file, model, approval, mcp))
                 .map_err(|e| e.to_string()),
         };
+        let shown = !args.json;
         async move {
             let agent = agent?;
-            Ok(agent
+            let outcome = agent
                 .run_with(
                     request.case.conversation.clone(),
                     request.case.input_message(),
                     run_options,
                 )
-                .await)
+                .await;
+            if shown {
+                // A line a run as it ends, so a long suite on a real model shows it is moving.
+                eprintln!(
+                    "  {} #{}: {} ({} turns, {:.1}s)",
+                    request.case.name,
+                    request.repeat,
+                    outcome.stop_reason,
+                    outcome.turns,
+                    outcome.duration.as_secs_f64()
+                );
+            }
+            Ok(outcome)
         }
     })
     .await;
