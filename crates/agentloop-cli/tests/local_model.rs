@@ -1317,9 +1317,10 @@ fn the_coder_example_on_the_1_5b_model_writes_calc_py_runs_it_and_answers_with_w
 /// The local model's evaluation (`examples/local/evals.toml`): ten questions that need a tool,
 /// each asked three times with sampling on (temperature 0.7, no seed), so the repeats show the
 /// model's spread. Its table is printed (run it with `--ignored --nocapture
-/// the_local_model_suite`), and it is compared with `examples/local/evals-baseline.json`: a pass
-/// rate that falls beyond two standard errors of the runs counts as worse.
-/// `AGENTLOOP_WRITE_BASELINE=1` writes the report as the new baseline instead.
+/// the_local_model_suite`), and it is compared with `examples/local/evals-baseline.json`: what
+/// fell beyond two standard errors is named in the table, and the suite's pass rate must not
+/// (a case's rate over three runs spreads too widely to fail on). `AGENTLOOP_WRITE_BASELINE=1`
+/// writes the report as the new baseline instead.
 #[test]
 #[ignore = "half an hour of the local model: run on its own, with --nocapture to see its report"]
 fn the_local_model_suite() {
@@ -1351,7 +1352,7 @@ fn the_local_model_suite() {
         .arg(&file)
         .arg("--cases")
         .arg(repo_root().join("examples/local/evals.toml"))
-        .args(["--repeat", "3", "--min-pass-rate", "0.5", "--report"])
+        .args(["--repeat", "3", "--min-pass-rate", "0.4", "--report"])
         .arg(&report)
         .env("AGENT_STATE_DIR", agent.dir.path())
         .env_remove("OPENAI_API_KEY")
@@ -1368,6 +1369,14 @@ fn the_local_model_suite() {
     assert!(server.alive(), "the server died: {}", server.log());
     if write {
         std::fs::copy(&report, &baseline).unwrap();
+        assert_eq!(out.status.code(), Some(0), "{table}");
+        return;
     }
-    assert_eq!(out.status.code(), Some(0), "{table}");
+    // 0: no pass rate fell; 13: some fell, and the table names them.
+    assert!(matches!(out.status.code(), Some(0 | 13)), "{table}");
+    let suite_fell: Vec<&Value> = v["regressions"]
+        .as_array()
+        .map(|r| r.iter().filter(|r| r["case"].is_null()).collect())
+        .unwrap_or_default();
+    assert!(suite_fell.is_empty(), "{suite_fell:#?}\n{table}");
 }
