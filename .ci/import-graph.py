@@ -31,6 +31,7 @@ ROOT = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.pat
 # them), the MCP crate and the tools crate still have one each and are only warned about.
 STRICT = {
     "agentloop",
+    "agentloop-eval",
     "agentloop-macros",
     "agentloop-observe",
     "agentloop-otel",

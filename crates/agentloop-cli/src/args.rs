@@ -73,6 +73,10 @@ pub(crate) enum Command {
     /// Follows a run started with `submit` to its end, and prints its outcome as `run` does.
     #[command(after_help = EXIT_CODES_HELP)]
     Attach(restate::AttachArgs),
+    /// Runs a dataset of cases against the agent, scores each run by its checks, and reports
+    /// pass rates, cost and spread (a table, --json, --junit), against a --baseline if given.
+    #[command(after_help = EXIT_CODES_HELP)]
+    Eval(crate::eval::EvalArgs),
 }
 
 #[derive(Debug, Args)]
@@ -242,6 +246,10 @@ pub(crate) enum TraceCommand {
         /// The port on 127.0.0.1 (0 picks a free one).
         #[arg(long, default_value_t = 0)]
         port: u16,
+        /// Lists only an evaluation's runs (`agentloop eval --trace ... --report REPORT`), each
+        /// with its case, repeat and verdict.
+        #[arg(long, value_name = "REPORT")]
+        eval: Option<PathBuf>,
     },
     /// Shows one run as a tree of turns and calls (the last run when no id is given).
     Show {

@@ -34,6 +34,10 @@ pub mod code {
     /// Restate could not be reached or refused a request (`serve`, `submit`, `attach`,
     /// `approve --restate`).
     pub const RESTATE: i32 = 11;
+    /// `eval`: fewer runs passed their checks than `--min-pass-rate` asks (all, by default).
+    pub const EVAL_FAILED: i32 = 12;
+    /// `eval --baseline`: a pass rate fell below the baseline's by more than `--tolerance`.
+    pub const EVAL_REGRESSED: i32 = 13;
     /// The run was cancelled (Ctrl-C).
     pub const CANCELLED: i32 = 130;
 }
@@ -44,7 +48,8 @@ Exit codes:
   0    the run finished (or a tool ended it); plan, trace and a live --dry-run succeeded
   1    another error (unreadable input or trace file, internal error)
   2    usage error (bad command line)
-  3    invalid agent file (every problem is listed with its key path and line)
+  3    invalid agent file (every problem is listed with its key path and line); for eval,
+       an invalid cases file, check or baseline
   4    model or provider error (including a missing API key)
   5    a limit or budget stopped the run (max_turns, max_tool_calls, max_model_calls,
        max_tokens, max_cost_usd, timeout_secs, stuck loop)
@@ -56,6 +61,9 @@ Exit codes:
   10   the session cannot be used (another process holds it; a damaged transcript;
        no such session), or another live process drives the journaled run (journal.busy)
   11   Restate could not be reached or refused a request (serve, submit, attach)
+  12   eval: the suite failed (fewer runs passed than --min-pass-rate; each failed
+       check is named with its reason)
+  13   eval: worse than the --baseline (each pass rate that fell is named)
   130  cancelled (Ctrl-C)";
 
 /// Why the command failed before or outside a run.
@@ -108,6 +116,14 @@ pub enum CliError {
     /// The session cannot be used.
     #[error("{0}")]
     Session(#[from] agentloop::session::SessionError),
+    /// `eval`: the cases, a check or the baseline cannot be used, or the report not written.
+    #[error("{message}")]
+    Eval {
+        /// The stable code (`eval.dataset`, `eval.check`, ...).
+        code: &'static str,
+        /// What is wrong.
+        message: String,
+    },
     /// Restate could not be reached or refused a request.
     #[error("{message}")]
     Restate {
@@ -131,7 +147,7 @@ impl CliError {
             CliError::Io { .. } => "cli.io",
             CliError::Journal(e) => e.code(),
             CliError::Session(e) => e.code(),
-            CliError::Restate { code, .. } => code,
+            CliError::Restate { code, .. } | CliError::Eval { code, .. } => code,
         }
     }
 
@@ -141,7 +157,8 @@ impl CliError {
             CliError::Usage { .. } => code::USAGE,
             CliError::AgentFileUnreadable { .. }
             | CliError::AgentFile(_)
-            | CliError::Setup { .. } => code::INVALID_AGENT_FILE,
+            | CliError::Setup { .. }
+            | CliError::Eval { .. } => code::INVALID_AGENT_FILE,
             CliError::MissingApiKey { .. } | CliError::Provider { .. } => code::MODEL,
             CliError::Io { .. } => code::OTHER,
             // Another process drives the run: as for a session another process holds.

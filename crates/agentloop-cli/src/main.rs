@@ -25,6 +25,7 @@ mod approval;
 mod args;
 mod completions;
 mod durable;
+mod eval;
 mod init;
 mod mcp;
 mod otel;
@@ -86,6 +87,7 @@ async fn dispatch(cli: Cli) -> i32 {
         Command::Resume(a) => a.go.json,
         Command::Journal(durable::JournalCommand::Fork(a)) => a.go.json,
         Command::Attach(a) => a.json,
+        Command::Eval(a) => a.json,
         Command::Mcp(mcp::McpCommand::List { json, .. }) => *json,
         _ => false,
     };
@@ -93,7 +95,9 @@ async fn dispatch(cli: Cli) -> i32 {
         Command::Run(args) => run(args).await,
         Command::Chat(args) => chat(args).await,
         Command::Plan(args) => plan_command(&args),
-        Command::Trace(TraceCommand::Serve { path, port }) => viewer::serve(path, port).await,
+        Command::Trace(TraceCommand::Serve { path, port, eval }) => {
+            viewer::serve(path, port, eval).await
+        }
         Command::Trace(t) => trace_command(t),
         Command::Resume(args) => durable::resume(args).await,
         Command::Approvals(c) => durable::approvals(c).await,
@@ -112,6 +116,7 @@ async fn dispatch(cli: Cli) -> i32 {
         Command::Serve(args) => restate::serve(args).await,
         Command::Submit(args) => restate::submit(args).await,
         Command::Attach(args) => restate::attach(args).await,
+        Command::Eval(args) => eval::eval(args).await,
     };
     match result {
         Ok(code) => code,

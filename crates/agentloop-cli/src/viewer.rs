@@ -4,7 +4,10 @@
 //! trace still being written.
 //!
 //! - `GET /`: the page.
-//! - `GET /api/runs`: `{file, runs: [summary], warnings}`, in the order runs started.
+//! - `GET /api/runs`: `{file, runs: [summary], warnings}`, in the order runs started. With
+//!   `--eval REPORT` (an `agentloop eval --report` file), only the evaluation's runs (and their
+//!   subagents'), each with `eval: {case, repeat, passed, failures}`, and `eval: {suite,
+//!   passed_runs, runs}` beside them.
 //! - `GET /api/runs/{id}`: the run as a tree (its turns with their model calls, tool calls and
 //!   compactions), with its subagents' trees under `children`.
 
@@ -25,12 +28,21 @@ const PAGE: &str = include_str!("viewer/index.html");
 /// How deep the subagent trees of one answer go.
 const MAX_DEPTH: usize = 8;
 
+/// What the viewer serves: the trace, and the evaluation whose runs it lists, if any.
+struct Served {
+    trace: PathBuf,
+    eval: Option<PathBuf>,
+}
+
 /// Serves the viewer until Ctrl-C.
-pub async fn serve(path: PathBuf, port: u16) -> Result<i32, CliError> {
+pub async fn serve(path: PathBuf, port: u16, eval: Option<PathBuf>) -> Result<i32, CliError> {
     // A trace that cannot be read at all is refused now rather than shown as an error page.
     agentloop_store::read_trace(&path).map_err(|e| CliError::Io {
         message: format!("cannot read the trace {}: {e}", path.display()),
     })?;
+    if let Some(report) = &eval {
+        read_report(report).map_err(|message| CliError::Io { message })?;
+    }
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
         .await
         .map_err(|e| CliError::Io {
@@ -43,7 +55,10 @@ pub async fn serve(path: PathBuf, port: u16) -> Result<i32, CliError> {
         .route("/", get(page))
         .route("/api/runs", get(runs))
         .route("/api/runs/{id}", get(run))
-        .with_state(Arc::new(path.clone()));
+        .with_state(Arc::new(Served {
+            trace: path.clone(),
+            eval,
+        }));
     out!("http://{addr}/");
     eprintln!(
         "agentloop: serving {} at http://{addr}/ (Ctrl-C stops)",
@@ -77,19 +92,34 @@ async fn page() -> Response {
         .into_response()
 }
 
-async fn runs(State(path): State<Arc<PathBuf>>) -> Response {
-    match read(&path) {
-        Ok(trace) => json_response(json!({
-            "file": path.display().to_string(),
-            "runs": agentloop_store::summarize_runs(&trace.records),
-            "warnings": trace.warnings,
-        })),
-        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, &e),
+async fn runs(State(served): State<Arc<Served>>) -> Response {
+    let trace = match read(&served.trace) {
+        Ok(trace) => trace,
+        Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, &e),
+    };
+    let summaries = agentloop_store::summarize_runs(&trace.records);
+    let mut body = json!({
+        "file": served.trace.display().to_string(),
+        "runs": summaries,
+        "warnings": trace.warnings,
+    });
+    if let Some(path) = &served.eval {
+        match read_report(path) {
+            Ok(report) => crate::eval::mark_runs(&mut body, &report),
+            Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, &e),
+        }
     }
+    json_response(body)
 }
 
-async fn run(State(path): State<Arc<PathBuf>>, UrlPath(id): UrlPath<String>) -> Response {
-    let trace = match read(&path) {
+fn read_report(path: &Path) -> Result<agentloop_eval::Report, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read the evaluation {}: {e}", path.display()))?;
+    agentloop_eval::Report::from_json(&text, &path.display().to_string()).map_err(|e| e.to_string())
+}
+
+async fn run(State(served): State<Arc<Served>>, UrlPath(id): UrlPath<String>) -> Response {
+    let trace = match read(&served.trace) {
         Ok(t) => t,
         Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, &e),
     };

@@ -13,18 +13,9 @@ use std::process::{Command, Stdio};
 
 use serde_json::Value;
 
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_dir(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), target).unwrap();
-        }
-    }
-}
+mod support;
+
+use support::copy_dir;
 
 #[test]
 fn the_coder_example_plans_writes_runs_and_fixes_a_program_in_its_workspace() {

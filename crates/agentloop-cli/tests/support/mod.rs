@@ -28,6 +28,20 @@ pub fn repo() -> PathBuf {
         .unwrap()
 }
 
+/// Copies a folder whole (an example, so that its runs write nothing in the repository).
+pub fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}
+
 /// The API key the tests put in the environment.
 pub const TEST_KEY: &str = "sk-test-secret-4711";
 
