@@ -451,18 +451,47 @@ impl Journal for SqliteJournal {
         seq: u64,
         steps: &'a [Step],
     ) -> BoxFuture<'a, Result<(), (usize, JournalError)>> {
-        // Every step is handed to the writer before any is awaited, so that it takes them in
-        // one group: one transaction and, at `power`, one fsync. The writer keeps their order.
-        let written: Vec<_> = steps
-            .iter()
-            .enumerate()
-            .map(|(i, step)| self.append(run_id, seq + i as u64, step))
-            .collect();
-        Box::pin(async move {
-            for (i, done) in written.into_iter().enumerate() {
-                done.await.map_err(|e| (i, e))?;
+        // The steps reach the writer in one piece, so that it takes them in one group: one
+        // transaction and, at `power`, one fsync. The writer keeps their order. A step that
+        // cannot be serialized ends the batch there; the ones before it are written.
+        let mut jobs = Vec::with_capacity(steps.len());
+        let mut answers = Vec::with_capacity(steps.len());
+        let mut unwritable = None;
+        for (i, step) in steps.iter().enumerate() {
+            match to_json(step) {
+                Ok(text) => {
+                    let (reply, done) = tokio::sync::oneshot::channel();
+                    let command = Command::Append {
+                        run_id: run_id.to_owned(),
+                        seq: seq + i as u64,
+                        step: text,
+                    };
+                    jobs.push(Job {
+                        command,
+                        durability: self.durability,
+                        reply,
+                    });
+                    answers.push(done);
+                }
+                Err(e) => {
+                    unwritable = Some((i, e));
+                    break;
+                }
             }
+        }
+        let sent = if jobs.is_empty() {
             Ok(())
+        } else {
+            self.writer.send_all(jobs)
+        };
+        Box::pin(async move {
+            sent.map_err(|e| (0, e))?;
+            for (i, done) in answers.into_iter().enumerate() {
+                done.await
+                    .map_err(|_| (i, io("the journal's writer thread is gone")))?
+                    .map_err(|e| (i, e))?;
+            }
+            unwritable.map_or(Ok(()), Err)
         })
     }
 

@@ -76,6 +76,26 @@ async fn journaled(agent: &Agent, journal: Arc<Memory>) -> agentloop::RunOutcome
         .await
 }
 
+/// A journal that fails from the step `after` steps past the first step that `is` (in a run of
+/// the test's agent whose journal holds everything), and that step's number.
+async fn failing_at(is: fn(&agentloop::machine::Input) -> bool, after: u64) -> (Arc<Memory>, u64) {
+    let whole = Arc::new(Memory::default());
+    let (agent, _) = agent(0, "1");
+    journaled(&agent, whole.clone()).await;
+    let first = whole
+        .steps
+        .lock()
+        .unwrap()
+        .iter()
+        .position(|s| is(&s.input));
+    let at = first.unwrap() as u64 + after;
+    let journal = Memory {
+        fail_at: Some(at),
+        ..Memory::default()
+    };
+    (Arc::new(journal), at)
+}
+
 fn results(transcript: &[Message]) -> Vec<&ToolResult> {
     transcript
         .iter()
@@ -223,21 +243,12 @@ async fn a_journal_that_cannot_record_the_end_never_leaves_the_run_finished() {
 
 #[tokio::test]
 async fn a_completed_call_whose_record_failed_is_reported_completed_and_the_run_fails() {
-    // Where the first call's result is written, in a run whose journal holds everything.
-    let whole = Arc::new(Memory::default());
-    let (agent_a, _) = agent(0, "1");
-    journaled(&agent_a, whole.clone()).await;
-    let at = whole
-        .steps
-        .lock()
-        .unwrap()
-        .iter()
-        .position(|s| matches!(s.input, agentloop::machine::Input::CallFinished { .. }))
-        .unwrap() as u64;
-    let journal = Arc::new(Memory {
-        fail_at: Some(at),
-        ..Memory::default()
-    });
+    // Where the first call's result is written.
+    let (journal, _) = failing_at(
+        |i| matches!(i, agentloop::machine::Input::CallFinished { .. }),
+        0,
+    )
+    .await;
     let (agent_b, counts) = agent(0, "1");
     let out = journaled(&agent_b, journal).await;
     assert_eq!(out.stop_reason, StopReason::Failed);
@@ -260,6 +271,29 @@ async fn a_completed_call_whose_record_failed_is_reported_completed_and_the_run_
         agentloop::outcome::CallStatus::Ok,
         "a call that completed is not reported cancelled"
     );
+    common::assert_tool_cycle(&out.transcript);
+}
+
+#[tokio::test]
+async fn a_start_the_journal_could_not_keep_runs_no_call_of_its_batch() {
+    // The batch's two starts go to the journal together; the second one fails.
+    let (journal, at) = failing_at(
+        |i| matches!(i, agentloop::machine::Input::CallStarted { .. }),
+        1,
+    )
+    .await;
+    let (agent_b, counts) = agent(0, "1");
+    let out = journaled(&agent_b, journal.clone()).await;
+    assert_eq!(*journal.batches.lock().unwrap(), [2]);
+    assert_eq!(
+        journal.steps.lock().unwrap().len() as u64,
+        at,
+        "the first start is kept"
+    );
+    assert_eq!(out.stop_reason, StopReason::Failed);
+    assert_eq!(out.error.as_ref().unwrap().code(), "journal.write");
+    let ran = counts.idem.load(Ordering::SeqCst) + counts.once.load(Ordering::SeqCst);
+    assert_eq!(ran, 0, "no call runs once the run stopped at its journal");
     common::assert_tool_cycle(&out.transcript);
 }
 
@@ -330,7 +364,7 @@ async fn the_clock_goes_on_from_the_journal() {
 }
 
 #[tokio::test]
-async fn calls_that_finish_together_are_journaled_together_and_resume_the_same() {
+async fn calls_that_start_or_finish_together_are_journaled_together_and_resume_the_same() {
     // Two calls that can only finish together: each waits for the other at a barrier.
     let barrier = Arc::new(tokio::sync::Barrier::new(2));
     let meet = |name: &str| {
@@ -365,15 +399,20 @@ async fn calls_that_finish_together_are_journaled_together_and_resume_the_same()
     assert_eq!(base.stop_reason, StopReason::Finished);
     assert_eq!(
         *journal.batches.lock().unwrap(),
-        [2],
-        "the two results went to the journal in one write"
+        [2, 2],
+        "the two starts went to the journal in one write, and so did the two results"
     );
     let steps = journal.steps.lock().unwrap().clone();
-    let finished = steps
-        .iter()
-        .filter(|s| matches!(s.input, agentloop::machine::Input::CallFinished { .. }))
-        .count();
-    assert_eq!(finished, 2);
+    let count =
+        |f: fn(&agentloop::machine::Input) -> bool| steps.iter().filter(|s| f(&s.input)).count();
+    assert_eq!(
+        count(|i| matches!(i, agentloop::machine::Input::CallStarted { .. })),
+        2
+    );
+    assert_eq!(
+        count(|i| matches!(i, agentloop::machine::Input::CallFinished { .. })),
+        2
+    );
     // The journal, fed to a fresh machine, is the run: nothing was fed that it does not hold.
     let mut run = journal.cut(steps.len());
     run.status = agentloop::journal::RunStatus::Running;

@@ -177,15 +177,32 @@ pub(super) struct Job {
 /// The most writes one transaction takes: a bound on how long the first of them waits.
 const MAX_GROUP: usize = 1024;
 
+/// What goes through a writer's queue: one write, or writes that must reach the writer
+/// together (a run's steps that are ready at once), so that the writer, which may wake on the
+/// first of them while the rest are still being queued, takes them in one group.
+pub(super) enum Queued {
+    One(Job),
+    Many(Vec<Job>),
+}
+
 /// The queue of a file's writer thread. The thread ends when the last handle is dropped.
 pub(super) struct WriterHandle {
-    tx: mpsc::Sender<Job>,
+    tx: mpsc::Sender<Queued>,
 }
 
 impl WriterHandle {
     pub(super) fn send(&self, job: Job) -> Result<(), JournalError> {
+        self.queue(Queued::One(job))
+    }
+
+    /// Queues `jobs` at once: they are committed in the same group.
+    pub(super) fn send_all(&self, jobs: Vec<Job>) -> Result<(), JournalError> {
+        self.queue(Queued::Many(jobs))
+    }
+
+    fn queue(&self, queued: Queued) -> Result<(), JournalError> {
         self.tx
-            .send(job)
+            .send(queued)
             .map_err(|_| io("the journal's writer thread is gone"))
     }
 }
@@ -211,7 +228,7 @@ pub(super) fn writer_for(
         return Ok(live);
     }
     let conn = open()?;
-    let (tx, rx) = mpsc::channel::<Job>();
+    let (tx, rx) = mpsc::channel::<Queued>();
     std::thread::Builder::new()
         .name("agentloop-journal".into())
         .spawn(move || serve(conn, &rx, fault))
@@ -261,7 +278,7 @@ struct Writer {
     synchronous: Option<Durability>,
 }
 
-fn serve(mut conn: Connection, rx: &mpsc::Receiver<Job>, fault: Option<Fault>) {
+fn serve(mut conn: Connection, rx: &mpsc::Receiver<Queued>, fault: Option<Fault>) {
     let mut writer = Writer {
         last: HashMap::new(),
         stamped: HashMap::new(),
@@ -269,11 +286,16 @@ fn serve(mut conn: Connection, rx: &mpsc::Receiver<Job>, fault: Option<Fault>) {
         written: 0,
         synchronous: None,
     };
+    let take = |group: &mut Vec<Job>, queued: Queued| match queued {
+        Queued::One(job) => group.push(job),
+        Queued::Many(jobs) => group.extend(jobs),
+    };
     while let Ok(first) = rx.recv() {
-        let mut group = vec![first];
+        let mut group = Vec::new();
+        take(&mut group, first);
         while group.len() < MAX_GROUP {
             match rx.try_recv() {
-                Ok(job) => group.push(job),
+                Ok(queued) => take(&mut group, queued),
                 Err(_) => break,
             }
         }

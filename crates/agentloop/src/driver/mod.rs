@@ -276,6 +276,24 @@ impl<'a> Driver<'a> {
                 }
                 Action::StartCall(call) => match self.interrupted_now(deadline) {
                     Some(by) => Input::Interrupted { by },
+                    None if self.journaling && m.starts_ahead().len() > 1 => {
+                        // The calls that start together have their starts committed together;
+                        // none runs before that commit (a call's future is first polled while
+                        // the batch is awaited), and a call whose start was not kept never runs.
+                        let tokens = (&calls_cancel, &stop_retries);
+                        let mut calls = Vec::new();
+                        let mut starts = Vec::new();
+                        for call in m.starts_ahead() {
+                            let ctx = self.call_context(&m, call, deadline, tokens, &mut senders);
+                            calls.push(self.run_call(&m, call, ctx));
+                            starts.push(Input::CallStarted {
+                                position: call.position,
+                            });
+                        }
+                        let kept = self.record_batch(&mut m, starts).await;
+                        running.extend(calls.into_iter().take(kept));
+                        continue;
+                    }
                     None => {
                         let tokens = (&calls_cancel, &stop_retries);
                         let ctx = self.call_context(&m, call, deadline, tokens, &mut senders);
@@ -295,10 +313,7 @@ impl<'a> Driver<'a> {
                     };
                     if self.journaling && matches!(input, Input::CallFinished { .. }) {
                         // The calls that finished together are committed together.
-                        let mut ready = Vec::new();
-                        while let Some(Some(done)) = running.next().now_or_never() {
-                            ready.push(finished(Some(done), &mut senders));
-                        }
+                        let mut ready = finished_now(&mut running, &mut senders);
                         if !ready.is_empty() {
                             ready.insert(0, input);
                             self.record_batch(&mut m, ready).await;
@@ -323,15 +338,7 @@ impl<'a> Driver<'a> {
             if self.journaling {
                 self.record(&mut m, input).await;
             } else {
-                // The plain path stays as lean as it was: no future, no extra move of the input.
-                let step = Step {
-                    at: self.start.elapsed(),
-                    input,
-                };
-                match &mut self.log {
-                    Some(log) => m.feed_logged(step, &mut log.steps),
-                    None => m.feed(step),
-                }
+                self.feed_plain(&mut m, input);
             }
         }
         self.flush(&mut m);
@@ -492,10 +499,12 @@ impl<'a> Driver<'a> {
         }
     }
 
-    /// [`Driver::record`] for calls of a batch that finished together: their steps go to the
-    /// journal together (one commit where the journal groups them), then each is fed, in order.
-    /// Past a step the journal could not keep, the steps are fed as in `record`'s failure.
-    async fn record_batch(&mut self, m: &mut RunMachine, inputs: Vec<Input>) {
+    /// [`Driver::record`] for steps that are ready together (calls of a batch that finished,
+    /// or that start, together): their steps go to the journal together (one commit where the
+    /// journal groups them), then each is fed, in order. The step the journal could not keep is
+    /// fed as in `record`'s failure; a finished call past it is fed as such, a start past it is
+    /// not fed at all (the machine no longer asks for it). Returns how many steps were kept.
+    async fn record_batch(&mut self, m: &mut RunMachine, inputs: Vec<Input>) -> usize {
         let at = self.start.elapsed();
         let mut steps: Vec<Step> = inputs
             .into_iter()
@@ -515,14 +524,31 @@ impl<'a> Driver<'a> {
                 }
             }
         }
+        let kept = failure.as_ref().map_or(steps.len(), |(at, _)| *at);
         for (i, mut step) in steps.drain(..).enumerate() {
             let failed = match &failure {
                 Some((at, e)) if *at == i => not_journaled(&mut step, e),
+                Some(_) if i > kept && matches!(step.input, Input::CallStarted { .. }) => break,
                 _ => None,
             };
             for step in std::iter::once(step).chain(failed) {
                 self.feed(m, step);
             }
+        }
+        kept
+    }
+
+    /// A step of a run that does not journal: the plain path stays as lean as it was (no
+    /// future, no extra move of the input).
+    #[inline]
+    fn feed_plain(&mut self, m: &mut RunMachine, input: Input) {
+        let step = Step {
+            at: self.start.elapsed(),
+            input,
+        };
+        match &mut self.log {
+            Some(log) => m.feed_logged(step, &mut log.steps),
+            None => m.feed(step),
         }
     }
 
@@ -793,6 +819,18 @@ pub(crate) struct Tree {
     /// The run's approvals: a child's question suspends the tree through them, and the answers
     /// recorded for a child's calls reach it through them.
     pub(crate) approvals: Arc<Approvals>,
+}
+
+/// The calls that have finished by now, without waiting.
+fn finished_now<F: Future<Output = CallDone>>(
+    running: &mut FuturesUnordered<F>,
+    senders: &mut Vec<(usize, ProgressSender)>,
+) -> Vec<Input> {
+    let mut ready = Vec::new();
+    while let Some(Some(done)) = running.next().now_or_never() {
+        ready.push(finished(Some(done), senders));
+    }
+    ready
 }
 
 fn not_journaled(step: &mut Step, e: &crate::journal::JournalError) -> Option<Step> {

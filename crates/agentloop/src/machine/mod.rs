@@ -504,11 +504,7 @@ impl RunMachine {
         if let Some((_, until)) = p.interrupted {
             return Action::Drain { until };
         }
-        let cap = if p.batch.sequential {
-            1
-        } else {
-            self.limits.max_concurrency.max(1)
-        };
+        let cap = self.start_cap(p);
         let next = p.restart.first().copied().unwrap_or(p.next);
         if p.open
             && p.running < cap
@@ -517,6 +513,30 @@ impl RunMachine {
             return Action::StartCall(call);
         }
         Action::AwaitCalls { retries: p.open }
+    }
+
+    /// How many calls of the batch may run at once.
+    fn start_cap(&self, p: &Pending) -> usize {
+        if p.batch.sequential {
+            1
+        } else {
+            self.limits.max_concurrency.max(1)
+        }
+    }
+
+    /// The calls [`RunMachine::action`] asks to start one after another from here, each as soon
+    /// as the one before it is reported started, with no other step between them (empty when
+    /// the next step is not a start). A journaling driver starts them together and journals
+    /// their [`Input::CallStarted`] steps in one commit, feeding each, in order, after it.
+    pub fn starts_ahead(&self) -> &[AdmittedCall] {
+        match &self.phase {
+            Phase::Run(p) if p.interrupted.is_none() && p.open && p.restart.is_empty() => {
+                let free = self.start_cap(p).saturating_sub(p.running);
+                let end = p.next.saturating_add(free).min(p.batch.calls.len());
+                p.batch.calls.get(p.next..end).unwrap_or_default()
+            }
+            _ => &[],
+        }
     }
 
     /// Reports the result of the step [`RunMachine::action`] asked for. An input that does not
