@@ -15,7 +15,8 @@ LOG=$CACHE/llama-server-$PORT.log
 # Each test server takes a port of its own, so a log per start would pile up in the cache (a test
 # run starts a dozen): keep the newest few, for reading after a failure.
 KEEP_LOGS=5
-ls -1t -- "$CACHE"/llama-server-*.log 2>/dev/null | tail -n +$((KEEP_LOGS + 1)) |
+# (`|| true`: on a fresh machine there is no log yet, and `ls` of the empty glob fails the pipe.)
+{ ls -1t -- "$CACHE"/llama-server-*.log 2>/dev/null || true; } | tail -n +$((KEEP_LOGS + 1)) |
   while IFS= read -r old; do rm -f -- "$old"; done
 # --jinja turns on tool calling; the template is ours (see README.md): with the model's own, the
 # server hands its tool calls back as plain text. Later arguments (say `-t 1`) override these.
