@@ -183,11 +183,36 @@ impl Agents for Served {
     }
 }
 
+/// An agent (or one of its subagents) with the `ask_user` tool cannot run on Restate yet: the
+/// answer to a question has no way in there (`approve --restate` takes approvals only), so its
+/// run would wait until its deadline. Refused at once instead, naming the file.
+fn refuse_questions(file: &crate::agent_file::AgentFile) -> Result<(), CliError> {
+    let asks = file.tools().iter().any(|t| {
+        t.builtin
+            .as_ref()
+            .is_some_and(|b| b.get_ref() == agentloop_tools::Builtin::AskUser.name())
+    });
+    if asks {
+        return Err(CliError::Usage {
+            message: format!(
+                "{}: the ask_user tool cannot run on Restate yet (its answers have no way in \
+                 there); run this agent with `agentloop run --journal` and answer with \
+                 `agentloop answer`",
+                file.path.display()
+            ),
+        });
+    }
+    file.subagents
+        .iter()
+        .try_for_each(|(_, child)| refuse_questions(child))
+}
+
 /// `agentloop serve FILE...`: until Ctrl-C or SIGTERM.
 pub async fn serve(args: ServeArgs) -> Result<i32, CliError> {
     let mut files = Vec::new();
     for path in &args.files {
         let mut file = AgentFileArg { file: path.clone() }.load()?;
+        refuse_questions(&file)?;
         file.protect(args.trace.as_slice());
         let mcp = StartedMcp::start(&file).await?;
         files.push((file, mcp));
@@ -281,6 +306,7 @@ pub async fn serve(args: ServeArgs) -> Result<i32, CliError> {
 /// `agentloop submit FILE --input TEXT`.
 pub async fn submit(args: SubmitArgs) -> Result<i32, CliError> {
     let file = args.agent.load()?;
+    refuse_questions(&file)?;
     let ingress = args.ingress.ingress()?;
     // Restate keeps an idempotency key per session (the run handler's object key): a submit
     // without --session on a fresh session each time would start the run again. The key names

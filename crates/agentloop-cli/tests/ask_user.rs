@@ -340,3 +340,56 @@ fn without_a_terminal_or_a_journal_the_model_reads_that_nobody_answered() {
     assert_eq!(q1["status"], "denied", "{q1}");
     assert!(q1.to_string().contains("nobody can answer"), "{q1}");
 }
+
+/// Restate has no way in for a question's answer yet: `submit` and `serve` of an agent with
+/// `ask_user` (its own or a subagent's) are refused at once, naming the file, instead of a run
+/// that would wait until its deadline. The ingress given is closed: nothing was contacted.
+#[test]
+fn restate_refuses_an_agent_that_asks_questions_up_front() {
+    let dir = one_question_dir();
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let ingress = format!("http://{}", closed.local_addr().unwrap());
+    drop(closed);
+    let agent = dir.agent();
+    let agent = agent.to_str().unwrap();
+    for args in [
+        vec!["submit", agent, "--input", "go", "--restate", &ingress],
+        vec!["serve", agent, "--restate", &ingress],
+    ] {
+        let out = cli(&dir, &args);
+        exited(&out, 2, "refused as a usage error");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("ask_user tool cannot run on Restate"), "{err}");
+        assert!(err.contains("agent.toml"), "{err}");
+    }
+    // Through a subagent too.
+    let parent = AgentDir::new(
+        r#"name = "parent"
+[model]
+provider = "scripted"
+script = "script.json"
+[[tools]]
+name = "helper"
+agent = "child/agent.toml"
+"#,
+    );
+    parent.write("script.json", r#"[{"text": "hi"}]"#);
+    std::fs::create_dir(parent.path("child")).unwrap();
+    parent.write("child/agent.toml", ONE_QUESTION);
+    parent.write("child/script.json", r#"[{"text": "hi"}]"#);
+    let agent = parent.agent();
+    let out = cli(
+        &parent,
+        &[
+            "submit",
+            agent.to_str().unwrap(),
+            "--input",
+            "go",
+            "--restate",
+            &ingress,
+        ],
+    );
+    exited(&out, 2, "a subagent's question is refused too");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("child/agent.toml"), "{err}");
+}
