@@ -158,7 +158,8 @@ class Provider:
     """A live model: ``provider`` is ``openai`` (Chat Completions, and any server that speaks it:
     llama.cpp, Ollama, vLLM), ``openai-responses`` or ``anthropic``. The keys are an agent file's
     ``[model]`` keys (``base_url``, ``api_key_env``, ``temperature``, ``max_tokens``, ``seed``,
-    ``tool_dialect``, ``price``, ...), read by the same loader as the CLI's."""
+    ``tool_choice``, ``tool_dialect``, ``price``, ...), read by the same loader as the CLI's and
+    applied to the agent as the CLI applies them."""
 
     def __init__(self, provider: str, name: str, **keys: Any) -> None:
         if provider not in PROVIDERS:

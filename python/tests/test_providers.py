@@ -115,3 +115,38 @@ def test_a_provider_without_its_key_is_refused_with_the_code(monkeypatch: pytest
     assert e.value.code == "model.missing_api_key"
     with pytest.raises(ValueError):
         Agent(model="gpt-4.1-mini")
+
+
+def test_the_model_keys_reach_the_request_and_a_forced_choice_is_released_after_a_call(
+    openai_server: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TEST_SERVER_KEY", "sk-test-123")
+    agent = Agent(
+        model=Provider(
+            "openai",
+            "test-model",
+            base_url=openai_server.url,
+            api_key_env="TEST_SERVER_KEY",
+            stream=False,
+            temperature=0.0,
+            seed=42,
+            max_tokens=64,
+            tool_choice="add",
+        ),
+        tools=[add],
+    )
+    out = agent.run("What is 2 + 3?")
+    assert out.stop_reason == "finished", out
+    first, second = openai_server.received
+    assert first["temperature"] == 0 and first["seed"] == 42
+    assert 64 in (first.get("max_tokens"), first.get("max_completion_tokens"))
+    assert first["tool_choice"] == {"type": "function", "function": {"name": "add"}}
+    assert second["tool_choice"] == "auto"
+
+
+def test_a_forced_choice_of_a_tool_the_agent_lacks_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TEST_SERVER_KEY", "sk-test-123")
+    model = Provider("openai", "m", base_url="http://127.0.0.1:9/v1", api_key_env="TEST_SERVER_KEY", tool_choice="nope")
+    with pytest.raises(AgentloopError) as e:
+        Agent(model=model, tools=[add])
+    assert "nope" in str(e.value)

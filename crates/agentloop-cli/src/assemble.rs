@@ -11,7 +11,7 @@ use std::time::Duration;
 use agentloop::{
     Agent, Gate, Limits, Model, Tool,
     ask::{Answerer, AskGate},
-    model::ModelSettings,
+    model::{ModelSettings, ToolChoice},
     permissions::{
         Answer, ApprovalPrompter, ArgumentMatch, FixedAnswer, Permission, PermissionGate,
         PermissionRule, PermissionStore,
@@ -70,6 +70,12 @@ pub fn settings(file: &AgentFile) -> ModelSettings {
         temperature: m.temperature.as_ref().map(|t| *t.get_ref()),
         seed: m.seed,
         max_tokens: m.max_tokens.as_ref().map(|t| *t.get_ref()),
+        tool_choice: m.tool_choice.as_ref().map(|c| match c.get_ref().as_str() {
+            "auto" => ToolChoice::Auto,
+            "required" => ToolChoice::Required,
+            "none" => ToolChoice::None,
+            name => ToolChoice::Tool(name.to_owned()),
+        }),
         ..ModelSettings::default()
     }
 }
@@ -794,6 +800,34 @@ fn subagent_tool(file: &AgentFile, t: &ToolFileSpec, kids: Kids<'_>) -> Result<T
         .into_tool())
 }
 
+/// What the file's `[model]` says of the run beside the model itself: its sampling settings and
+/// tool choice, its compaction and its price. Every agent built from a `[model]` table goes
+/// through here (the CLI's, and the Python package's `Provider`), so a key means the same in
+/// each.
+pub fn with_model_keys(
+    mut builder: agentloop::AgentBuilder,
+    file: &AgentFile,
+) -> agentloop::AgentBuilder {
+    builder = builder.settings(settings(file));
+    builder = match compaction(file) {
+        Some(c) => builder.compaction(c),
+        None => builder.without_compaction(),
+    };
+    if let Some(price) = file.model().price.as_ref().map(|p| p.get_ref().price()) {
+        // The file prices its own model, whatever name the server answers with.
+        builder = builder.pricing(move |_: &str, _: &str, usage: &agentloop::model::Usage| {
+            Some(price.cost(usage))
+        });
+    } else if let Some(pricing) = crate::live::pricing(*file.model().provider.get_ref()) {
+        builder = builder.pricing(
+            move |provider: &str, model: &str, usage: &agentloop::model::Usage| {
+                pricing.cost(provider, model, usage)
+            },
+        );
+    }
+    builder
+}
+
 fn builder(
     file: &AgentFile,
     model: Arc<dyn Model>,
@@ -807,30 +841,14 @@ fn builder(
     let mut builder = Agent::builder()
         .name(file.spec.name.get_ref().clone())
         .model(model)
-        .limits(limits(file))
-        .settings(settings(file));
+        .limits(limits(file));
     builder = crate::deferred::with_tools(builder, file, all_tools(file, kids)?, servers);
-    builder = match compaction(file) {
-        Some(c) => builder.compaction(c),
-        None => builder.without_compaction(),
-    };
+    builder = with_model_keys(builder, file);
     if let Some(i) = &file.instructions {
         builder = builder.instructions(i.clone());
     }
     if let Some(schema) = &file.spec.output_schema {
         builder = builder.output_schema(schema.get_ref().clone());
-    }
-    if let Some(price) = file.model().price.as_ref().map(|p| p.get_ref().price()) {
-        // The file prices its own model, whatever name the server answers with.
-        builder = builder.pricing(move |_: &str, _: &str, usage: &agentloop::model::Usage| {
-            Some(price.cost(usage))
-        });
-    } else if let Some(pricing) = crate::live::pricing(*file.model().provider.get_ref()) {
-        builder = builder.pricing(
-            move |provider: &str, model: &str, usage: &agentloop::model::Usage| {
-                pricing.cost(provider, model, usage)
-            },
-        );
     }
     if let Some(gate) = gate {
         builder = builder.gate(gate);

@@ -65,7 +65,8 @@ impl NativeAgent {
             .filter(|t| t.ask)
             .map(|t| t.name().to_owned())
             .collect();
-        let model = crate::model::build(model_kind, model_spec, model_base, model_callable)?;
+        let (model, model_file) =
+            crate::model::build(model_kind, model_spec, model_base, model_callable)?;
         let dispatcher = Arc::new(dispatcher);
         let tools = tools
             .into_iter()
@@ -77,6 +78,9 @@ impl NativeAgent {
             .model(model)
             .tools(tools)
             .limits(limits_over_defaults(limits)?);
+        if let Some(file) = &model_file {
+            builder = assemble::with_model_keys(builder, file);
+        }
         if let Some(text) = instructions {
             builder = builder.instructions(text);
         }

@@ -20,26 +20,32 @@ use crate::error;
 /// file whose `[model]` is the one wanted, `base` the folder its paths are relative to),
 /// `"scripted"` (`spec` is the script's JSON) or `"function"` (`callable` answers; `spec` is
 /// its model id).
+/// A provider's model comes with the `[model]` table it was read from: its other keys
+/// (sampling, tool choice, compaction, price) go on the agent.
 pub(crate) fn build(
     kind: &str,
     spec: &str,
     base: &str,
     callable: Option<Py<PyAny>>,
-) -> PyResult<Arc<dyn Model>> {
+) -> PyResult<(Arc<dyn Model>, Option<AgentFile>)> {
     match (kind, callable) {
         ("provider", _) => {
             let file = AgentFile::parse(&Path::new(base).join("agent.toml"), spec)
                 .map_err(|p| error("agent_file.invalid", p))?;
-            agentloop_cli::assemble::model(&file).map_err(|e| error(e.code(), e))
+            let model = agentloop_cli::assemble::model(&file).map_err(|e| error(e.code(), e))?;
+            Ok((model, Some(file)))
         }
         // Streamed, as an agent file's script is by default: its text arrives as deltas.
         ("scripted", _) => ScriptedModel::from_json(spec)
-            .map(|m| Arc::new(m.streaming(true)) as Arc<dyn Model>)
+            .map(|m| (Arc::new(m.streaming(true)) as Arc<dyn Model>, None))
             .map_err(|e| error("model.script_invalid", e)),
-        ("function", Some(f)) => Ok(Arc::new(PythonModel {
-            id: spec.to_owned(),
-            f,
-        })),
+        ("function", Some(f)) => Ok((
+            Arc::new(PythonModel {
+                id: spec.to_owned(),
+                f,
+            }),
+            None,
+        )),
         _ => Err(error(
             "model.unknown",
             format!("no model of kind {kind:?} (a function model needs its callable)"),

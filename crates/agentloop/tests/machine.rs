@@ -30,8 +30,13 @@ fn agent(limits: Limits) -> Agent {
 }
 
 fn machine_with(limits: Limits, seams: Seams) -> RunMachine {
+    machine_of(&agent(limits), seams)
+}
+
+/// A fresh run of `agent`, asked "hi".
+fn machine_of(agent: &Agent, seams: Seams) -> RunMachine {
     RunMachine::new(
-        Arc::clone(agent(limits).config()),
+        Arc::clone(agent.config()),
         RunStart {
             run_id: Arc::from("r"),
             ids: Arc::new(SequentialIds::default()),
@@ -328,18 +333,7 @@ fn a_cut_answer_is_asked_again_once_with_a_larger_limit_then_stops_truncated() {
         })
         .build()
         .unwrap();
-    let mut m = RunMachine::new(
-        Arc::clone(cfg.config()),
-        RunStart {
-            run_id: Arc::from("r"),
-            ids: Arc::new(SequentialIds::default()),
-            seams: Seams::default(),
-            limits: None,
-            transcript: Vec::new(),
-            input: Some(Message::user("hi")),
-            observed: false,
-        },
-    );
+    let mut m = machine_of(&cfg, Seams::default());
     let cut = || {
         let mut r = ModelResponse::text("the answer is lo");
         r.finish_reason = agentloop::model::FinishReason::Length;
@@ -1006,4 +1000,42 @@ fn a_run_restarted_past_its_deadline_stops_there_without_running_what_waited() {
     assert_eq!(out.stop_reason, StopReason::Deadline);
     assert_eq!(out.tool_calls_run, 0);
     assert_eq!(out.tool_calls.len(), 1, "the call has its result");
+}
+
+#[test]
+fn a_forced_tool_choice_holds_until_the_model_has_called_a_tool_then_the_model_chooses() {
+    use agentloop::model::{ModelSettings, ToolChoice};
+    for forced in [ToolChoice::Required, ToolChoice::Tool("echo".into())] {
+        let agent = Agent::builder()
+            .model(ScriptedModel::new([]))
+            .tool(Tool::dynamic(
+                "echo",
+                "Echo.",
+                json!({"type": "object"}),
+                |a: Value, _c| async { Ok(ToolOutput::json(a)) },
+            ))
+            .settings(ModelSettings {
+                tool_choice: Some(forced.clone()),
+                ..ModelSettings::default()
+            })
+            .build()
+            .unwrap();
+        let mut m = machine_of(&agent, Seams::default());
+        let Action::CallModel(req) = m.action() else {
+            panic!("a model call")
+        };
+        assert_eq!(req.settings.tool_choice, Some(forced.clone()));
+        respond(&mut m, 1, ModelResponse::tool_calls([("a", "echo", "{}")]));
+        assert_eq!(run_batch(&mut m, 2), Some(1));
+        let Action::CallModel(req) = m.action() else {
+            panic!("the model's next turn")
+        };
+        assert_eq!(
+            req.settings.tool_choice,
+            Some(ToolChoice::Auto),
+            "{forced:?}"
+        );
+        respond(&mut m, 3, ModelResponse::text("done"));
+        assert!(matches!(m.action(), Action::Finish));
+    }
 }

@@ -404,4 +404,40 @@ timeout_secs = 10
         );
         assert_eq!(file.api_key_env().as_deref(), Some("OPENAI_API_KEY"));
     }
+
+    #[test]
+    fn tool_choice_is_a_mode_or_one_of_the_agents_tools() {
+        let file = |choice: &str, dialect: &str| {
+            format!(
+                "name = \"a\"\n[model]\nprovider = \"openai\"\nname = \"m\"\n\
+                 tool_choice = \"{choice}\"\n{dialect}\n[[tools]]\nname = \"get_weather\"\n\
+                 command = [\"true\"]\n[[mcp]]\nname = \"docs\"\ncommand = [\"true\"]\n"
+            )
+        };
+        for good in ["auto", "required", "none", "get_weather", "docs__search"] {
+            let text = file(good, "");
+            let loaded = AgentFile::parse(Path::new("agent.toml"), &text);
+            assert!(loaded.is_ok(), "{good}: {:?}", loaded.err());
+        }
+        let got = problems(&file("get_wether", ""));
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert_eq!(got[0].path, "model.tool_choice");
+        assert!(
+            got[0].message.contains("no tool named `get_wether`"),
+            "{got:?}"
+        );
+        let got = problems(&file("required", "tool_dialect = \"auto\""));
+        assert!(
+            got.iter()
+                .any(|p| p.path == "model.tool_choice" && p.message.contains("tool_dialect")),
+            "{got:?}"
+        );
+        assert!(
+            AgentFile::parse(
+                Path::new("agent.toml"),
+                &file("auto", "tool_dialect = \"auto\"")
+            )
+            .is_ok()
+        );
+    }
 }

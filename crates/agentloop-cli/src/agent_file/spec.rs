@@ -128,6 +128,11 @@ section! {
         seed: Option<i64>,
         /// The most tokens one response may hold.
         max_tokens: Option<Spanned<u32>>,
+        /// How the model must choose tools: `"auto"` (the model decides; the default),
+        /// `"required"` (it must call some tool), `"none"` (it must not) or a tool's name (it must
+        /// call that one). A forced choice holds until the model has called a tool, then the
+        /// model decides, so that it can still give its answer.
+        tool_choice: Option<Spanned<String>>,
         /// The model's price, USD per million tokens (the built-in table's otherwise).
         price: Option<Spanned<PriceSpec>>,
         /// Keeps the model's answers and answers an identical request from them (a response

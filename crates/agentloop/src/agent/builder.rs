@@ -306,6 +306,18 @@ impl AgentBuilder {
                 self.tools.register(tool)?;
             }
         }
+        // A source's tools can change during a run (found, listed anew): a choice naming one of
+        // them is the server's to refuse.
+        if let Some(crate::model::ToolChoice::Tool(name)) = &self.settings.tool_choice
+            && self.source.is_none()
+            && !self.tools.specs().iter().any(|s| s.name == *name)
+        {
+            return Err(RunError::Other {
+                message: format!(
+                    "tool_choice names the tool {name}, which the agent does not have"
+                ),
+            });
+        }
         let has_subagents = self.tools.specs().iter().any(|s| s.subagent);
         let Some(model) = self.model else {
             return Err(RunError::Other {

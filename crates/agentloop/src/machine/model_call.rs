@@ -68,17 +68,34 @@ impl RunMachine {
     }
 
     /// The model call itself: the machine's own changes to this call's settings go on top of the
-    /// hooks' (tools off for a last answer, a raised output limit after a cut answer).
+    /// hooks' (tools off for a last answer, a raised output limit after a cut answer, a forced
+    /// tool choice released once the model has called a tool).
     pub(super) fn enter_call_model(&mut self) {
+        use crate::model::ToolChoice;
         let raise = self.retry.raise_output.take();
-        if self.wrap_up.is_some() || raise.is_some() {
+        // A choice that forces a call holds until the model has made one: held for the whole
+        // run it would leave the model no turn to answer in, and the run would end at its turn
+        // limit every time (the OpenAI Agents SDK resets it the same way).
+        let release = self.counters.tool_calls_used > 0
+            && matches!(
+                self.changes
+                    .settings
+                    .as_ref()
+                    .unwrap_or(&self.cfg.settings)
+                    .tool_choice,
+                Some(ToolChoice::Required | ToolChoice::Tool(_))
+            );
+        if self.wrap_up.is_some() || raise.is_some() || release {
             let mut settings = self
                 .changes
                 .settings
                 .take()
                 .unwrap_or_else(|| self.cfg.settings.clone());
+            if release {
+                settings.tool_choice = Some(ToolChoice::Auto);
+            }
             if self.wrap_up.is_some() {
-                settings.tool_choice = Some(crate::model::ToolChoice::None);
+                settings.tool_choice = Some(ToolChoice::None);
             }
             if let Some(n) = raise {
                 settings.max_tokens = Some(n);

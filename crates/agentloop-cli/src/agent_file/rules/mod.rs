@@ -90,17 +90,24 @@ pub(super) fn check_rules(
     check_tools(&tools, dir, problems);
     let servers = spec.mcp.as_deref().unwrap_or_default();
     check_mcp(servers, dir, problems);
-    if let Some(permissions) = &spec.permissions {
-        let mut names: Vec<&str> = tools.iter().map(|(_, t)| t.name()).collect();
-        names.extend(servers.iter().flat_map(|s| {
-            s.rename
-                .iter()
-                .flat_map(|r| r.get_ref().values().map(String::as_str))
-        }));
-        let prefixes: Vec<String> = servers
+    let mut names: Vec<&str> = tools.iter().map(|(_, t)| t.name()).collect();
+    names.extend(servers.iter().flat_map(|s| {
+        s.rename
             .iter()
-            .map(|s| s.config(dir).tool_name(""))
-            .collect();
+            .flat_map(|r| r.get_ref().values().map(String::as_str))
+    }));
+    let prefixes: Vec<String> = servers
+        .iter()
+        .map(|s| s.config(dir).tool_name(""))
+        .collect();
+    // A file with no tools at all is a `[model]` table for tools given elsewhere (the Python
+    // package's `Provider`): the agent's builder checks the name against them.
+    if let Some(choice) = &spec.model.get_ref().tool_choice
+        && !(tools.is_empty() && servers.is_empty())
+    {
+        check_tool_choice(choice, &names, &prefixes, problems);
+    }
+    if let Some(permissions) = &spec.permissions {
         let arguments: Vec<(&str, Option<Vec<String>>)> = tools
             .iter()
             .map(|(_, t)| (t.name(), tool_arguments(t)))
@@ -113,6 +120,33 @@ pub(super) fn check_rules(
         check_permissions(permissions, &declared, dir, problems);
     }
     instructions
+}
+
+/// `[model] tool_choice`: a mode, or the name of one of the agent's tools (an MCP server's tools
+/// are known only when it starts, so any name under a declared server's prefix passes here).
+fn check_tool_choice(
+    choice: &Spanned<String>,
+    names: &[&str],
+    prefixes: &[String],
+    problems: &mut Problems,
+) {
+    let name = choice.get_ref().as_str();
+    if matches!(name, "auto" | "required" | "none")
+        || names.contains(&name)
+        || prefixes
+            .iter()
+            .any(|p| !p.is_empty() && name.starts_with(p.as_str()))
+    {
+        return;
+    }
+    problems.at(
+        "model.tool_choice",
+        span_of(choice),
+        format!(
+            "tool_choice is \"auto\", \"required\", \"none\" or the name of one of the agent's \
+             tools, and the agent has no tool named `{name}`"
+        ),
+    );
 }
 
 /// The tool names of a file whose shape may be wrong: every `[[tools]]` entry's `name` that is a

@@ -51,6 +51,16 @@ pub(super) fn check_model(model: &ModelSpec, dir: &Path, problems: &mut Problems
             "idle_timeout_secs must be a positive number of seconds, at most a year",
         );
     }
+    if let (Some(choice), Some(_)) = (&model.tool_choice, &model.tool_dialect)
+        && choice.get_ref() != "auto"
+    {
+        problems.at(
+            "model.tool_choice",
+            span_of(choice),
+            "a forced tool_choice needs the server's own tool calling, and with tool_dialect \
+             the server gets no tools to choose from: drop one of the two",
+        );
+    }
     check_provider_keys(model, problems);
     if *model.provider.get_ref() == Provider::Scripted {
         check_scripted_model(model, dir, problems);
