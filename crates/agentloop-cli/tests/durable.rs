@@ -355,9 +355,12 @@ fn a_run_another_live_process_drives_is_refused_and_a_dead_owner_blocks_nothing(
     );
     driver.kill().unwrap(); // SIGKILL: the owner dies holding the run
     driver.wait().unwrap();
+    let owners = dir.path("runs.db.owners");
+    assert!(owners.is_dir(), "the dead owner's lock file stays");
     let resumed = resume();
     exited(&resumed, 0, "a resume after the owner died");
     assert_eq!(json_of(&resumed)["stop_reason"], "finished");
+    assert!(!owners.exists(), "a finished run leaves no lock file");
 }
 
 #[test]

@@ -261,11 +261,74 @@ impl SqliteJournal {
         if owned.contains_key(run_id) {
             return Ok(());
         }
+        let path = self.owner_file(run_id);
+        // An owner that lets a run go deletes its file while still holding the lock; whoever
+        // opened that file before and locks it after holds a lock on a file no longer there,
+        // and must take the one at the path instead. A few rounds settle any such race.
+        for _ in 0..8 {
+            if let Some(folder) = path.parent() {
+                std::fs::create_dir_all(folder).map_err(io)?;
+            }
+            let file = {
+                use std::os::unix::fs::OpenOptionsExt;
+                match std::fs::OpenOptions::new()
+                    .create(true)
+                    .truncate(false)
+                    .write(true)
+                    .mode(crate::PRIVATE_MODE)
+                    .open(&path)
+                {
+                    Ok(file) => file,
+                    // The folder went with the last file in it: make it again.
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                    Err(e) => return Err(io(e)),
+                }
+            };
+            match fs4::fs_std::FileExt::try_lock_exclusive(&file) {
+                Ok(true) if is_at(&file, &path) => {
+                    owned.insert(run_id.to_owned(), file);
+                    return Ok(());
+                }
+                Ok(true) => continue,
+                Ok(false) => {
+                    return Err(JournalError::Busy {
+                        run_id: run_id.to_owned(),
+                    });
+                }
+                Err(e) => return Err(io(e)),
+            }
+        }
+        Err(io(format!(
+            "{} kept changing while it was being locked",
+            path.display()
+        )))
+    }
+
+    /// Lets run `run_id` go (done by itself when the run finishes or suspends): its lock file
+    /// is deleted, then unlocked, and the owners' folder with it when it is empty, so that a
+    /// journal of many runs leaves no file per run behind.
+    pub fn release(&self, run_id: &str) {
+        let file = self
+            .owned
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(run_id);
+        if let Some(file) = file {
+            let path = self.owner_file(run_id);
+            let _ = std::fs::remove_file(&path);
+            drop(file);
+            if let Some(folder) = path.parent() {
+                // Fails while another run's file is there: then the folder stays.
+                let _ = std::fs::remove_dir(folder);
+            }
+        }
+    }
+
+    /// The lock file of run `run_id`: in `<journal>.owners`, named by the run id kept to the
+    /// characters ids are made of.
+    fn owner_file(&self, run_id: &str) -> PathBuf {
         let mut folder = self.path.as_os_str().to_owned();
         folder.push(".owners");
-        let folder = PathBuf::from(folder);
-        std::fs::create_dir_all(&folder).map_err(io)?;
-        // The run id names the file: keep it to the characters ids are made of.
         let name: String = run_id
             .chars()
             .map(|c| {
@@ -276,25 +339,42 @@ impl SqliteJournal {
                 }
             })
             .collect();
-        let file = {
-            use std::os::unix::fs::OpenOptionsExt;
-            std::fs::OpenOptions::new()
-                .create(true)
-                .truncate(false)
-                .write(true)
-                .mode(crate::PRIVATE_MODE)
-                .open(folder.join(format!("{name}.lock")))
-                .map_err(io)?
-        };
-        match fs4::fs_std::FileExt::try_lock_exclusive(&file) {
-            Ok(true) => {
-                owned.insert(run_id.to_owned(), file);
-                Ok(())
-            }
-            Ok(false) => Err(JournalError::Busy {
-                run_id: run_id.to_owned(),
-            }),
-            Err(e) => Err(io(e)),
+        PathBuf::from(folder).join(format!("{name}.lock"))
+    }
+
+    /// Runs `done` (a write that ends this process's part in run `run_id`), then lets the run
+    /// go when it was written.
+    fn then_release<'a>(
+        &'a self,
+        run_id: &'a str,
+        done: BoxFuture<'a, Result<(), JournalError>>,
+    ) -> BoxFuture<'a, Result<(), JournalError>> {
+        Box::pin(async move {
+            done.await?;
+            self.release(run_id);
+            Ok(())
+        })
+    }
+}
+
+/// True when `file` is the file at `path` now (not one deleted or replaced since it was opened).
+fn is_at(file: &std::fs::File, path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (file.metadata(), std::fs::metadata(path)) {
+        (Ok(open), Ok(there)) => open.dev() == there.dev() && open.ino() == there.ino(),
+        _ => false,
+    }
+}
+
+impl Drop for SqliteJournal {
+    fn drop(&mut self) {
+        let runs: Vec<String> = self
+            .owned
+            .get_mut()
+            .map(|o| o.keys().cloned().collect())
+            .unwrap_or_default();
+        for run_id in runs {
+            self.release(&run_id);
         }
     }
 }
@@ -505,10 +585,13 @@ impl Journal for SqliteJournal {
             .map(|r| Ok((r.call_id.clone(), to_json(r)?)))
             .collect();
         match rows {
-            Ok(rows) => self.send(Command::Suspend {
-                run_id: run_id.to_owned(),
-                rows,
-            }),
+            Ok(rows) => self.then_release(
+                run_id,
+                self.send(Command::Suspend {
+                    run_id: run_id.to_owned(),
+                    rows,
+                }),
+            ),
             Err(e) => Box::pin(async move { Err(e) }),
         }
     }
@@ -518,10 +601,13 @@ impl Journal for SqliteJournal {
         run_id: &'a str,
         outcome: &'a RunOutcome,
     ) -> BoxFuture<'a, Result<(), JournalError>> {
-        self.send(Command::Finish {
-            run_id: run_id.to_owned(),
-            stop_reason: outcome.stop_reason.as_str().to_owned(),
-        })
+        self.then_release(
+            run_id,
+            self.send(Command::Finish {
+                run_id: run_id.to_owned(),
+                stop_reason: outcome.stop_reason.as_str().to_owned(),
+            }),
+        )
     }
 }
 
