@@ -217,7 +217,12 @@ impl Render for Otel {
                     .push(KeyValue::new(attr::ERROR_TYPE, code.to_owned()));
                 Status::error(message.to_owned())
             }
-            ModelEnd::Superseded => Status::error("superseded"),
+            ModelEnd::Superseded => {
+                // The trace file's code for it too.
+                open.attributes
+                    .push(KeyValue::new(attr::ERROR_TYPE, "model.superseded"));
+                Status::error("superseded")
+            }
             ModelEnd::RunEnded(_) => Status::error("unfinished"),
         };
         let span = self.chat_span(run, open, status);

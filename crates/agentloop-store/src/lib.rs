@@ -77,7 +77,7 @@ pub use record::{
 // exporters without SQLite share it; its paths here stay as they were.
 pub use agentloop_observe::{redact, redact_text};
 pub use sessions::SqliteSessions;
-pub use sink::{Clock, TraceOptions, TraceSink};
+pub use sink::{Clock, SUPERSEDED, TraceOptions, TraceSink};
 pub use sqlite::{SCHEMA_VERSION, SqliteWriter};
 pub use trace::{Trace, convert, latest_versions, open_writer, read_trace};
 pub use view::{

@@ -302,11 +302,16 @@ impl Render for Records {
                     .end_span(&mut call.span, now, None, Status::Error, Some(error));
                 escalate_turn(run.turn_mut(), Status::Error);
             }
-            // The trace keeps the superseded call as it was written (running); only the next
-            // call is recorded.
+            // A new request took over before this one answered (OpenTelemetry ends the span the
+            // same way, with the same code): interrupted, not failed.
             ModelEnd::Superseded => {
-                run.data.starts.remove(&call.span.id);
-                return;
+                let error = ErrorInfo {
+                    code: SUPERSEDED.to_owned(),
+                    message: "a new request to the model started before this one answered"
+                        .to_owned(),
+                };
+                run.data
+                    .end_span(&mut call.span, now, None, Status::Interrupted, Some(error));
             }
             ModelEnd::RunEnded(end) => {
                 let (status, error) = left_open(end);
@@ -501,6 +506,9 @@ fn started(now: i64, opening: Opening) -> i64 {
 
 /// How a span the run left open ends: cancelled with a cancelled run, else interrupted, with an
 /// error naming the stop.
+/// The code of a model call a newer request of its run took over.
+pub const SUPERSEDED: &str = "model.superseded";
+
 fn left_open(end: &RunEnd<'_>) -> (Status, ErrorInfo) {
     let (stop, status) = match end {
         RunEnd::Finished { stop_reason, .. } => (

@@ -186,3 +186,43 @@ fn parallel_calls_end_by_their_ids_and_a_cancelled_run_cancels_the_one_left_open
         (Status::Cancelled, Some(3))
     );
 }
+
+#[test]
+fn a_model_call_a_second_request_supersedes_ends_interrupted_with_its_code() {
+    let (sink, kept) = sink();
+    let request = || EventKind::ModelRequestStarted {
+        model: "m".into(),
+        provider: "openai".into(),
+        messages: 1,
+    };
+    send(&sink, "r", 1, request());
+    send(&sink, "r", 1, request());
+    send(
+        &sink,
+        "r",
+        1,
+        EventKind::ModelError {
+            code: "model.server".into(),
+            message: "down".into(),
+        },
+    );
+    send(&sink, "r", 1, run_finished(StopReason::Failed));
+    let records = latest_versions(kept.0.lock().unwrap().clone());
+    let calls: Vec<_> = records
+        .iter()
+        .filter_map(|r| match r {
+            TraceRecord::ModelCall(c) => Some(c),
+            _ => None,
+        })
+        .collect();
+    let [first, second] = calls.as_slice() else {
+        panic!("two model calls: {records:?}");
+    };
+    assert_eq!(first.span.status, Status::Interrupted, "{first:?}");
+    assert_eq!(
+        first.span.error.as_ref().map(|e| e.code.as_str()),
+        Some(agentloop_store::SUPERSEDED)
+    );
+    assert!(first.span.ended_at_ms.is_some());
+    assert_eq!(second.span.status, Status::Error);
+}
