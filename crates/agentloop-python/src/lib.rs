@@ -10,7 +10,6 @@ mod agent;
 mod model;
 mod otel;
 mod outbox;
-mod reply;
 mod tool;
 
 use std::sync::OnceLock;
@@ -54,7 +53,7 @@ pub(crate) fn error(code: &str, message: impl std::fmt::Display) -> PyErr {
 fn _agentloop(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<agent::NativeAgent>()?;
     m.add_class::<agent::RunHandle>()?;
-    m.add_class::<reply::ToolReply>()?;
+    m.add_class::<outbox::ToolReply>()?;
     m.add_class::<outbox::Drain>()?;
     m.add_function(wrap_pyfunction!(agent::answer, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

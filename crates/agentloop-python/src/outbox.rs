@@ -2,16 +2,21 @@
 //! calls of a batch one after another on one of its threads; each is put in the run's
 //! [`Outbox`], and only the first of a batch takes the GIL and wakes the loop (one
 //! `call_soon_threadsafe`), whose [`Drain`] then starts every call waiting, on the loop's thread:
-//! one hop and one wake-up per batch instead of one per call.
+//! one hop and one wake-up per batch instead of one per call. The answers of the calls that
+//! finish while the batch starts (eager tasks, Python 3.12+) go back together when it has
+//! started, so the runtime's thread is woken once for them, not once each.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
-use agentloop::ToolError;
+use agentloop::{ToolError, ToolOutput};
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
+use serde_json::Value;
 use tokio::sync::oneshot;
 
-use crate::reply::{Reply, ToolReply};
+/// What a tool call's Python side answers with.
+pub(crate) type Reply = Result<ToolOutput, ToolError>;
 
 /// The calls of one run waiting for its event loop.
 pub(crate) struct Outbox {
@@ -19,6 +24,10 @@ pub(crate) struct Outbox {
     /// needs it, then the package's background loop.
     event_loop: OnceLock<Py<PyAny>>,
     waiting: Mutex<Vec<Waiting>>,
+    /// Answers given while a batch starts, sent together once it has started.
+    answered: Mutex<Vec<(oneshot::Sender<Reply>, Reply)>>,
+    /// A batch is starting ([`Drain`]), on the loop's thread.
+    starting: AtomicBool,
 }
 
 /// One call not started yet.
@@ -42,11 +51,13 @@ impl Outbox {
         Outbox {
             event_loop: cell,
             waiting: Mutex::new(Vec::new()),
+            answered: Mutex::new(Vec::new()),
+            starting: AtomicBool::new(false),
         }
     }
 
     fn waiting(&self) -> MutexGuard<'_, Vec<Waiting>> {
-        self.waiting.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.waiting)
     }
 
     /// Queues a call; the first of a batch wakes the loop to start them all.
@@ -75,6 +86,24 @@ impl Outbox {
         }
     }
 
+    /// A coroutine call's answer (on the loop's thread): kept while its batch starts, else
+    /// sent at once.
+    fn answer(&self, tx: oneshot::Sender<Reply>, reply: Reply) {
+        if self.starting.load(Ordering::Relaxed) {
+            lock(&self.answered).push((tx, reply));
+        } else {
+            // The run may have stopped waiting: then nobody reads the answer.
+            let _ = tx.send(reply);
+        }
+    }
+
+    fn flush(&self) {
+        for (tx, reply) in std::mem::take(&mut *lock(&self.answered)) {
+            // The run may have stopped waiting: then nobody reads the answer.
+            let _ = tx.send(reply);
+        }
+    }
+
     fn event_loop(&self, py: Python<'_>) -> PyResult<&Py<PyAny>> {
         if let Some(l) = self.event_loop.get() {
             return Ok(l);
@@ -88,6 +117,10 @@ impl Outbox {
     }
 }
 
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// Starts the calls waiting in an outbox: called on the event loop's thread.
 #[pyclass(module = "agentloop._agentloop", frozen)]
 pub(crate) struct Drain(Arc<Outbox>);
@@ -96,15 +129,18 @@ pub(crate) struct Drain(Arc<Outbox>);
 impl Drain {
     fn __call__(&self, py: Python<'_>) {
         let batch = std::mem::take(&mut *self.0.waiting());
+        self.0.starting.store(true, Ordering::Relaxed);
         for call in batch {
-            start(py, call);
+            start(py, &self.0, call);
         }
+        self.0.starting.store(false, Ordering::Relaxed);
+        self.0.flush();
     }
 }
 
 /// Hands one call to the dispatcher's `start_async`, which starts its coroutine (eagerly where
 /// Python can) and returns its task, or `None` when it already finished.
-fn start(py: Python<'_>, call: Waiting) {
+fn start(py: Python<'_>, outbox: &Arc<Outbox>, call: Waiting) {
     if call.state.is_cancelled() {
         return;
     }
@@ -112,6 +148,7 @@ fn start(py: Python<'_>, call: Waiting) {
         py,
         ToolReply {
             tx: Mutex::new(Some(call.tx)),
+            outbox: Some(Arc::clone(outbox)),
         },
     ) {
         Ok(r) => r,
@@ -157,7 +194,7 @@ enum Run {
 
 impl CallState {
     fn lock(&self) -> MutexGuard<'_, Run> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.0)
     }
 
     fn is_cancelled(&self) -> bool {
@@ -196,5 +233,56 @@ impl CallState {
                 Ok(_) => {}
             }
         });
+    }
+}
+
+/// The answer slot of one call, handed to the Python dispatcher. The first answer counts.
+#[pyclass(module = "agentloop._agentloop", frozen)]
+pub(crate) struct ToolReply {
+    pub(crate) tx: Mutex<Option<oneshot::Sender<Reply>>>,
+    /// A coroutine call's: its answer is sent with the others of its turn of the loop. A sync
+    /// call (`None`) answers from a thread of the pool, at once.
+    pub(crate) outbox: Option<Arc<Outbox>>,
+}
+
+impl ToolReply {
+    pub(crate) fn send(&self, reply: Reply) {
+        let Some(tx) = lock(&self.tx).take() else {
+            return;
+        };
+        match &self.outbox {
+            Some(outbox) => outbox.answer(tx, reply),
+            // The run may have stopped waiting: then nobody reads the answer.
+            None => {
+                let _ = tx.send(reply);
+            }
+        }
+    }
+}
+
+#[pymethods]
+impl ToolReply {
+    /// A text result.
+    fn text(&self, text: String) {
+        self.send(Ok(ToolOutput::text(text)));
+    }
+
+    /// A JSON result (the JSON text of any other value the function returned).
+    fn json(&self, json: &str) {
+        self.send(
+            serde_json::from_str::<Value>(json)
+                .map(ToolOutput::json)
+                .map_err(|e| ToolError::new("tool.output_not_json", e.to_string())),
+        );
+    }
+
+    /// An error the model reads.
+    fn error(&self, code: String, message: String) {
+        self.send(Err(ToolError::new(code, message)));
+    }
+
+    /// A failure that ends the run.
+    fn fatal(&self, message: String) {
+        self.send(Err(ToolError::fatal(message)));
     }
 }

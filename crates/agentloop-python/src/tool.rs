@@ -13,8 +13,7 @@ use pyo3::prelude::*;
 use serde_json::Value;
 use tokio::sync::oneshot;
 
-use crate::outbox::{CallState, Outbox, Waiting};
-use crate::reply::{Reply, ToolReply};
+use crate::outbox::{CallState, Outbox, Reply, ToolReply, Waiting};
 
 /// A tool as the Python side describes it.
 #[derive(Debug, Clone, FromPyObject)]
@@ -157,6 +156,7 @@ async fn call(dispatcher: &Py<PyAny>, index: usize, args: &Value, ctx: &ToolCont
             py,
             ToolReply {
                 tx: Mutex::new(Some(tx)),
+                outbox: None,
             },
         )?;
         dispatcher.call1(
