@@ -80,7 +80,14 @@ class Agent:
     """An agent: the Rust runtime's loop over a model, instructions, tools (plain Python
     functions) and limits. One agent serves any number of runs, at once or in turn. Calls of a
     tool made with ``ask=True`` go to ``approve`` (see :data:`Approve`); without it they are
-    denied, and a journaled run suspends for the answer."""
+    denied, and a journaled run suspends for the answer.
+
+    ``otel=True`` exports every run as OpenTelemetry GenAI spans over OTLP, as ``agentloop run
+    --otel`` does: the exporter is set up by the standard ``OTEL_EXPORTER_OTLP_*`` variables
+    (endpoint, protocol ``http/protobuf``, ``http/json`` or ``grpc``, headers) and
+    ``OTEL_SERVICE_NAME``; a run's spans are sent when it ends, before its outcome is returned.
+    ``otel_payloads=True`` records prompts, arguments and answers too (redacted), as
+    ``--otel-payloads``."""
 
     def __init__(
         self,
@@ -90,6 +97,8 @@ class Agent:
         limits: Optional[Limits] = None,
         name: str = "agent",
         approve: Optional[Approve] = None,
+        otel: bool = False,
+        otel_payloads: bool = False,
     ) -> None:
         self.tools: List[Tool] = [as_tool(t) for t in tools]
         self._dispatcher = Dispatcher(self.tools)
@@ -105,6 +114,8 @@ class Agent:
             dispatcher=self._dispatcher,
             limits=(limits or Limits()).to_json(),
             approve=_approval_callback(approve) if approve else None,
+            otel=otel,
+            otel_payloads=otel_payloads,
         )
 
     @classmethod
@@ -113,13 +124,17 @@ class Agent:
         path: PathLike,
         approve: Optional[Approve] = None,
         tools: Sequence[Union[Tool, Callable[..., Any]]] = (),
+        otel: Optional[bool] = None,
+        otel_payloads: bool = False,
     ) -> "Agent":
         """The agent of an agent file (``agent.toml``), exactly as ``agentloop run`` builds it:
         its model, command, built-in, MCP and subagent tools, limits and permissions, with
         ``tools`` (Python functions) beside the file's, under the same permissions (name one in
         the file's ``[permissions]`` to have it asked about; ``ask=True`` is refused here). A
         call its permissions ask about goes to ``approve``; with none it is denied, and a
-        journaled run suspends instead (resume it once the answer is recorded)."""
+        journaled run suspends instead (resume it once the answer is recorded). Its runs are
+        exported as OpenTelemetry spans when the file says ``otel = true`` (``otel`` given
+        overrides the file; see :class:`Agent`)."""
         agent = cls.__new__(cls)
         agent.tools = [as_tool(t) for t in tools]
         agent._dispatcher = Dispatcher(agent.tools)
@@ -128,6 +143,8 @@ class Agent:
             _approval_callback(approve) if approve else None,
             tools=[t.definition() for t in agent.tools],
             dispatcher=agent._dispatcher,
+            otel=otel,
+            otel_payloads=otel_payloads,
         )
         return agent
 
@@ -141,8 +158,14 @@ class Agent:
         """The fingerprint of the agent's definition: a journaled run resumes only with the same."""
         return str(self._native.fingerprint)
 
+    @property
+    def otel(self) -> bool:
+        """True when its runs are exported as OpenTelemetry spans."""
+        return bool(self._native.otel)
+
     def close(self) -> None:
-        """Stops the MCP servers an agent file started (nothing otherwise)."""
+        """Stops the MCP servers an agent file started and the OpenTelemetry exporter (sending
+        the spans that wait); nothing otherwise."""
         self._native.close()
 
     # --- runs ----------------------------------------------------------------------------------

@@ -28,11 +28,13 @@ class NativeAgent:
         model_kind: str,
         model_spec: str,
         model_base: str,
-        model_callable: Optional[Callable[[str, str], str]],
+        model_callable: Optional[Callable[[str, str], Any]],
         tools: List[Dict[str, Any]],
         dispatcher: Callable[..., Any],
         limits: str,
         approve: Optional[Callable[[str], List[str]]] = None,
+        otel: bool = False,
+        otel_payloads: bool = False,
     ) -> None: ...
     @staticmethod
     def from_file(
@@ -40,11 +42,15 @@ class NativeAgent:
         approve: Optional[Callable[[str], List[str]]] = None,
         tools: List[Dict[str, Any]] = ...,
         dispatcher: Optional[Callable[..., Any]] = None,
+        otel: Optional[bool] = None,
+        otel_payloads: bool = False,
     ) -> NativeAgent: ...
     @property
     def name(self) -> str: ...
     @property
     def fingerprint(self) -> str: ...
+    @property
+    def otel(self) -> bool: ...
     def start(
         self,
         input: str,

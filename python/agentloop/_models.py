@@ -38,21 +38,40 @@ class Reply:
 Answer = Union[str, Sequence[ToolCall], Reply]
 
 
+#: An answer as the runtime reads it: text (or ``None``), the calls as ``(id, name, raw JSON
+#: arguments)``, input and output tokens. Python objects, not JSON: nothing to encode and decode.
+_NativeAnswer = Tuple[Optional[str], List[Tuple[str, str, str]], int, int]
+
+
+def _raw_arguments(arguments: Any) -> str:
+    """A call's arguments as the raw JSON text a provider sends (a string is sent as it is)."""
+    if isinstance(arguments, str):
+        return arguments
+    if arguments is None:
+        return ""
+    return json.dumps(arguments, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
+
+
+def _native_answer(answer: Answer) -> _NativeAnswer:
+    """What a function model hands to the runtime for an answer; a script's step is made of it too."""
+    if isinstance(answer, str):
+        return (answer, [], 0, 0)
+    if not isinstance(answer, Reply):
+        return (None, [(c.id, c.name, _raw_arguments(c.arguments)) for c in answer], 0, 0)
+    calls = [(c.id, c.name, _raw_arguments(c.arguments)) for c in answer.tool_calls]
+    return (answer.text, calls, answer.input_tokens, answer.output_tokens)
+
+
 def _step(answer: Answer) -> Dict[str, Any]:
     """The step of an agent file's script (``script.json``) for an answer."""
-    if isinstance(answer, str):
-        answer = Reply(text=answer)
-    elif not isinstance(answer, Reply):
-        answer = Reply(tool_calls=list(answer))
+    text, calls, input_tokens, output_tokens = _native_answer(answer)
     step: Dict[str, Any] = {}
-    if answer.text is not None:
-        step["text"] = answer.text
-    if answer.tool_calls:
-        step["tool_calls"] = [
-            {"id": c.id, "name": c.name, "arguments": c.arguments} for c in answer.tool_calls
-        ]
-    if answer.input_tokens or answer.output_tokens:
-        step["usage"] = {"input_tokens": answer.input_tokens, "output_tokens": answer.output_tokens}
+    if text is not None:
+        step["text"] = text
+    if calls:
+        step["tool_calls"] = [{"id": i, "name": n, "arguments": a} for i, n, a in calls]
+    if input_tokens or output_tokens:
+        step["usage"] = {"input_tokens": input_tokens, "output_tokens": output_tokens}
     return step
 
 
@@ -63,7 +82,7 @@ class ScriptedModel:
     def __init__(self, answers: Sequence[Answer]) -> None:
         self.script = json.dumps([_step(a) for a in answers])
 
-    def _native(self) -> Tuple[str, str, str, Optional[Callable[..., str]]]:
+    def _native(self) -> Tuple[str, str, str, Optional[Callable[..., Any]]]:
         return ("scripted", self.script, os.getcwd(), None)
 
 
@@ -119,13 +138,13 @@ class FunctionModel:
         self.fn = fn
         self.model_id = model_id
 
-    def _call(self, request_json: str, tail_json: str) -> str:
+    def _call(self, request_json: str, tail_json: str) -> _NativeAnswer:
         answer = self.fn(ModelRequest(request_json, tail_json))
         if inspect.isawaitable(answer):
             answer = _awaited(answer)
-        return json.dumps(_step(answer))
+        return _native_answer(answer)
 
-    def _native(self) -> Tuple[str, str, str, Optional[Callable[..., str]]]:
+    def _native(self) -> Tuple[str, str, str, Optional[Callable[..., Any]]]:
         return ("function", self.model_id, os.getcwd(), self._call)
 
 
@@ -184,7 +203,7 @@ class Provider:
                 lines.append(f"{key} = {_toml_value(value)}")
         return "\n".join(lines) + "\n"
 
-    def _native(self) -> Tuple[str, str, str, Optional[Callable[..., str]]]:
+    def _native(self) -> Tuple[str, str, str, Optional[Callable[..., Any]]]:
         return ("provider", self.toml(), os.getcwd(), None)
 
 
@@ -193,7 +212,7 @@ class Provider:
 Model = Union[str, Provider, ScriptedModel, FunctionModel, ModelFunction]
 
 
-def native_model(model: Model) -> Tuple[str, str, str, Optional[Callable[..., str]]]:
+def native_model(model: Model) -> Tuple[str, str, str, Optional[Callable[..., Any]]]:
     """The runtime's description of a model."""
     if isinstance(model, str):
         model = Provider.parse(model)

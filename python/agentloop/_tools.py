@@ -14,6 +14,7 @@ import dataclasses
 import inspect
 import json
 import logging
+import sys
 import threading
 import traceback
 from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar, Union, overload
@@ -66,6 +67,7 @@ class Tool:
             "timeout": self.timeout,
             "retries": self.retries,
             "ask": self.ask,
+            "is_async": self.is_async,
         }
 
 
@@ -168,25 +170,28 @@ class Dispatcher:
         self.tracebacks: Dict[Tuple[str, str], str] = {}
 
     def __call__(
-        self,
-        index: int,
-        arguments: str,
-        run_id: str,
-        call_id: str,
-        reply: Any,
-        loop: Optional[asyncio.AbstractEventLoop],
-    ) -> Any:
+        self, index: int, arguments: str, run_id: str, call_id: str, reply: Any
+    ) -> "concurrent.futures.Future[None]":
+        """Starts a call of a sync function on the thread pool; the runtime cancels the future
+        it gets back when it stops waiting."""
         t = self.tools[index]
-        key = (run_id, call_id)
-        if t.is_async:
-            call = _AsyncCall(loop if loop is not None else background_loop())
-            call.loop.call_soon_threadsafe(self._start, call, t, arguments, key, reply)
-            return call
-        return _thread_pool().submit(self._run_sync, t, arguments, key, reply)
+        return _thread_pool().submit(self._run_sync, t, arguments, (run_id, call_id), reply)
 
-    def _start(self, call: "_AsyncCall", t: Tool, arguments: str, key: Tuple[str, str], reply: Any) -> None:
-        if not call.cancelled:
-            call.task = call.loop.create_task(self._run_async(t, arguments, key, reply))
+    def start_async(
+        self, index: int, arguments: str, run_id: str, call_id: str, reply: Any
+    ) -> "Optional[asyncio.Task[None]]":
+        """Starts a call of a coroutine function, on the running loop's thread (the runtime
+        hands it a batch's calls at once): as a task, begun at once where Python can (3.12's
+        eager tasks: a coroutine that never waits finishes here and ``None`` is returned)."""
+        t = self.tools[index]
+        coro = self._run_async(t, arguments, (run_id, call_id), reply)
+        loop = asyncio.get_running_loop()
+        if sys.version_info >= (3, 12):
+            task = asyncio.Task(coro, loop=loop, eager_start=True)
+            return None if task.done() else task
+        # Before 3.12 the first step is left to the loop: run outside a task, a coroutine would
+        # find no current task, and ``asyncio.timeout`` or a ``TaskGroup`` in the tool would fail.
+        return loop.create_task(coro)
 
     def _run_sync(self, t: Tool, arguments: str, key: Tuple[str, str], reply: Any) -> None:
         try:
@@ -217,29 +222,6 @@ class Dispatcher:
             self.tracebacks[key] = tb
             log.warning("tool %s (call %s) raised:\n%s", t.name, key[1], tb)
             reply.error(EXCEPTION_CODE, f"{type(e).__name__}: {e}")
-
-
-class _AsyncCall:
-    """A coroutine call started on its loop; the runtime cancels it from its own thread when the
-    run stops waiting for it."""
-
-    __slots__ = ("loop", "task", "cancelled")
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.loop = loop
-        self.task: "Optional[asyncio.Task[None]]" = None
-        self.cancelled = False
-
-    def cancel(self) -> None:
-        try:
-            self.loop.call_soon_threadsafe(self._cancel)
-        except RuntimeError:  # the loop is closed: nothing runs on it any more
-            pass
-
-    def _cancel(self) -> None:
-        self.cancelled = True
-        if self.task is not None:
-            self.task.cancel()
 
 
 def _answer(reply: Any, result: Any) -> None:

@@ -215,6 +215,30 @@ def test_async_tools_run_in_parallel_under_a_blocking_run_too() -> None:
     assert [c.ok for c in out.tool_calls] == [True, True, True], out.tool_calls
 
 
+def test_an_async_tool_runs_as_a_task_of_the_loop_from_its_first_step() -> None:
+    # A batch's coroutines are started together, eagerly on Python 3.12+: each is still a task
+    # of the run's loop from its first line, so what needs a current task works in a tool.
+    @tool
+    async def inside(n: int) -> str:
+        """Reports the task it runs in."""
+        task = asyncio.current_task()
+        assert task is not None and task.get_loop() is asyncio.get_running_loop()
+        if n == 0:
+            return "no wait"
+        await asyncio.wait_for(asyncio.sleep(0), timeout=10)
+        return f"waited in a task {asyncio.current_task() is task}"
+
+    calls = [ToolCall("inside", {"n": i}, id=f"c{i}") for i in range(3)]
+
+    def agent() -> Agent:
+        return Agent(model=ScriptedModel([calls, "done"]), tools=[inside])
+
+    # On the caller's loop (run_async), and on the package's own (run).
+    for out in (asyncio.run(agent().run_async("Go.")), agent().run("Go.")):
+        assert out.stop_reason == "finished", out
+        assert [c.output for c in out.tool_calls] == ["no wait"] + ["waited in a task True"] * 2
+
+
 def test_sync_tools_run_on_a_thread_pool_in_parallel() -> None:
     barrier = threading.Barrier(3, timeout=10)
 

@@ -46,6 +46,7 @@ def use() -> Optional[str]:
     except AgentloopError as e:
         codes.append(e.code)
     Agent(model=FunctionModel(answer))
+    exported: bool = Agent(model=FunctionModel(answer), otel=True, otel_payloads=False).otel
 
     async def events() -> List[Event]:
         return [e async for e in agent.stream("Again?")]

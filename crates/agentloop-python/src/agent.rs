@@ -18,6 +18,8 @@ use futures::future::BoxFuture;
 use pyo3::prelude::*;
 use serde_json::Value;
 
+use crate::otel::Otel;
+use crate::outbox::Outbox;
 use crate::tool::{EVENT_LOOP, ToolDef};
 use crate::{error, runtime};
 
@@ -34,6 +36,8 @@ pub(crate) struct NativeAgent {
     mcp: Option<StartedMcp>,
     /// Its answers are priced: an unknown price is then an unknown cost (`cost_usd` null).
     priced: bool,
+    /// Its runs' OpenTelemetry export, when asked for.
+    otel: Option<Arc<Otel>>,
 }
 
 #[pymethods]
@@ -45,7 +49,8 @@ impl NativeAgent {
     /// A tool that asks goes through a permission gate: `approve` answers (as for
     /// [`NativeAgent::from_file`]), or without it the call is denied, or a journaled run
     /// suspends until [`answer`] records the answer.
-    #[pyo3(signature = (*, name, instructions, model_kind, model_spec, model_base, model_callable, tools, dispatcher, limits, approve=None))]
+    /// With `otel`, its runs are exported as OpenTelemetry spans (as the CLI's `--otel`).
+    #[pyo3(signature = (*, name, instructions, model_kind, model_spec, model_base, model_callable, tools, dispatcher, limits, approve=None, otel=false, otel_payloads=false))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         name: String,
@@ -58,6 +63,8 @@ impl NativeAgent {
         dispatcher: Py<PyAny>,
         limits: &str,
         approve: Option<Py<PyAny>>,
+        otel: bool,
+        otel_payloads: bool,
     ) -> PyResult<Self> {
         let priced = model_kind == "provider";
         let asking: Vec<String> = tools
@@ -100,6 +107,9 @@ impl NativeAgent {
             agent,
             mcp: None,
             priced,
+            otel: (otel || otel_payloads)
+                .then(|| Otel::start(otel_payloads))
+                .transpose()?,
         })
     }
 
@@ -107,15 +117,18 @@ impl NativeAgent {
     /// started), with `tools` (Python's, run by `dispatcher`) beside the file's: the file's
     /// permissions hold for them. A call that needs approval asks `approve` (a callable given
     /// the requests' JSON, answering one word per request), or, with none, is denied, or
-    /// suspends a journaled run.
+    /// suspends a journaled run. Its runs are exported as OpenTelemetry spans when the file
+    /// says `otel = true`, or as `otel` says when given.
     #[staticmethod]
-    #[pyo3(signature = (path, approve=None, tools=Vec::new(), dispatcher=None))]
+    #[pyo3(signature = (path, approve=None, tools=Vec::new(), dispatcher=None, otel=None, otel_payloads=false))]
     fn from_file(
         py: Python<'_>,
         path: PathBuf,
         approve: Option<Py<PyAny>>,
         tools: Vec<ToolDef>,
         dispatcher: Option<Py<PyAny>>,
+        otel: Option<bool>,
+        otel_payloads: bool,
     ) -> PyResult<Self> {
         if let Some(t) = tools.iter().find(|t| t.ask) {
             return Err(error(
@@ -163,10 +176,19 @@ impl NativeAgent {
             })
         });
         let (agent, mcp) = built.map_err(|(code, message)| error(&code, message))?;
+        let exported = otel.unwrap_or(file.spec.otel == Some(true)) || otel_payloads;
+        let otel = match exported.then(|| Otel::start(otel_payloads)).transpose() {
+            Ok(otel) => otel,
+            Err(e) => {
+                py.detach(|| rt.block_on(mcp.shutdown()));
+                return Err(e);
+            }
+        };
         Ok(NativeAgent {
             agent,
             mcp: Some(mcp),
             priced: assemble::has_pricing(file.model()),
+            otel,
         })
     }
 
@@ -268,11 +290,20 @@ impl NativeAgent {
         })
     }
 
-    /// Stops the agent file's MCP servers.
+    /// Whether its runs are exported as OpenTelemetry spans.
+    #[getter]
+    fn otel(&self) -> bool {
+        self.otel.is_some()
+    }
+
+    /// Stops the agent file's MCP servers and the OpenTelemetry exporter (sending what waits).
     fn close(&self, py: Python<'_>) -> PyResult<()> {
         if let Some(mcp) = &self.mcp {
             let rt = runtime()?;
             py.detach(|| rt.block_on(mcp.shutdown()));
+        }
+        if let Some(otel) = &self.otel {
+            py.detach(|| otel.shutdown());
         }
         Ok(())
     }
@@ -303,6 +334,8 @@ impl NativeAgent {
         if let Some(t) = &trace {
             options.sinks.push(Arc::clone(t) as Arc<dyn EventSink>);
         }
+        let otel = self.otel.clone();
+        options.sinks.extend(otel.as_ref().map(|o| o.sink()));
         let journal_path = journal.map(|j| j.path().to_path_buf());
         let priced = self.priced;
         let (tx, rx) = mpsc::channel();
@@ -318,6 +351,10 @@ impl NativeAgent {
                     e.code()
                 );
             }
+            // The run's spans reach the collector before its outcome reaches Python.
+            if let Some(o) = otel {
+                let _ = tokio::task::spawn_blocking(move || o.flush()).await;
+            }
             if let Some(f) = on_done {
                 let (json, code, message) = split(&ended);
                 Python::attach(|py| {
@@ -328,8 +365,8 @@ impl NativeAgent {
             }
             let _ = tx.send(ended);
         };
-        let event_loop = event_loop.map(Arc::new);
-        runtime()?.spawn(EVENT_LOOP.scope(event_loop, task));
+        let outbox = Arc::new(Outbox::new(event_loop));
+        runtime()?.spawn(EVENT_LOOP.scope(outbox, task));
         Ok(RunHandle {
             cancel,
             ended: Mutex::new(rx),

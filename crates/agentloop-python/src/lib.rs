@@ -8,6 +8,8 @@
 
 mod agent;
 mod model;
+mod otel;
+mod outbox;
 mod tool;
 
 use std::sync::OnceLock;
@@ -51,7 +53,8 @@ pub(crate) fn error(code: &str, message: impl std::fmt::Display) -> PyErr {
 fn _agentloop(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<agent::NativeAgent>()?;
     m.add_class::<agent::RunHandle>()?;
-    m.add_class::<tool::ToolReply>()?;
+    m.add_class::<outbox::ToolReply>()?;
+    m.add_class::<outbox::Drain>()?;
     m.add_function(wrap_pyfunction!(agent::answer, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())

@@ -6,13 +6,17 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use agentloop::message::{AssistantMessage, ToolCall};
 use agentloop::model::{
-    ModelError, ModelErrorKind, ModelEvent, ModelRequest, ModelStream, complete,
+    FinishReason, ModelError, ModelErrorKind, ModelEvent, ModelRequest, ModelResponse, ModelStream,
+    Usage,
 };
 use agentloop::testing::ScriptedModel;
+use agentloop::tool::ToolSpec;
 use agentloop::{Message, Model};
 use agentloop_cli::agent_file::AgentFile;
 use pyo3::prelude::*;
+use serde::Serialize;
 
 use crate::error;
 
@@ -54,8 +58,8 @@ pub(crate) fn build(
 }
 
 /// A Python callable as a model. It gets the request as JSON (instructions, transcript, tool
-/// specs) and the JSON of the tool results at the transcript's end, and answers with the JSON of one step of a script (`{"text": ..., "tool_calls":
-/// [...]}`), which the scripted model's own reader turns into the response.
+/// specs) and the JSON of the tool results at the transcript's end, and answers with an
+/// [`Answer`]: Python objects, read here with no JSON in between.
 struct PythonModel {
     id: String,
     f: Py<PyAny>,
@@ -72,17 +76,14 @@ impl Model for PythonModel {
 
     fn stream<'a>(&'a self, request: ModelRequest<'a>) -> ModelStream<'a> {
         Box::pin(futures::stream::once(async move {
-            let step = self.ask(&request)?;
-            let model = ScriptedModel::from_json(&format!("[{step}]")).map_err(|e| {
-                ModelError::new(ModelErrorKind::Decode, format!("function model: {e}"))
-            })?;
-            complete(&model, request).await.map(ModelEvent::Response)
+            self.ask(&request)
+                .map(|a| ModelEvent::Response(a.response()))
         }))
     }
 }
 
 impl PythonModel {
-    fn ask(&self, request: &ModelRequest<'_>) -> Result<String, ModelError> {
+    fn ask(&self, request: &ModelRequest<'_>) -> Result<Answer, ModelError> {
         // The tool results the model answers, apart: a function that reads only them (most do)
         // never parses the whole transcript, so a turn's cost does not grow with the history.
         let answered = request
@@ -95,22 +96,76 @@ impl PythonModel {
             .messages
             .get(request.messages.len().saturating_sub(answered)..)
             .unwrap_or_default();
-        let request = serde_json::json!({
-            "instructions": request.instructions,
-            "messages": request.messages,
-            "tools": request.tools,
+        // Written straight to text: no `Value` tree of the whole transcript on the way.
+        let request = serde_json::to_string(&RequestJson {
+            instructions: request.instructions,
+            messages: request.messages,
+            tools: request.tools,
         })
-        .to_string();
+        .map_err(|e| ModelError::new(ModelErrorKind::Other, format!("function model: {e}")))?;
         let tail = serde_json::to_string(tail).unwrap_or_else(|_| "[]".into());
         Python::attach(|py| {
             self.f
                 .call1(py, (request, tail))
-                .and_then(|r| r.extract::<String>(py))
+                .and_then(|r| r.extract::<Answer>(py))
                 .map_err(|e| {
                     ModelError::new(ModelErrorKind::Other, python_error_text(py, &e))
                         .with_provider("function")
                 })
         })
+    }
+}
+
+/// What a function model is asked, as the Python side reads it (`ModelRequest`).
+#[derive(Serialize)]
+struct RequestJson<'a> {
+    instructions: Option<&'a str>,
+    messages: &'a [Message],
+    tools: &'a [ToolSpec],
+}
+
+/// A function model's answer as the Python side hands it over (`FunctionModel._call`): its text
+/// (`None` for none), its calls as `(id, name, raw JSON arguments)`, its input and output tokens.
+#[derive(FromPyObject)]
+struct Answer(Option<String>, Vec<(String, String, String)>, u64, u64);
+
+impl Answer {
+    /// The response, as the scripted model builds one from a script's step.
+    fn response(self) -> ModelResponse {
+        let Answer(text, calls, input_tokens, output_tokens) = self;
+        let tool_calls: Vec<ToolCall> = calls
+            .into_iter()
+            .map(|(call_id, tool, arguments)| ToolCall {
+                call_id,
+                tool,
+                arguments,
+            })
+            .collect();
+        let finish_reason = if tool_calls.is_empty() {
+            FinishReason::Stop
+        } else {
+            FinishReason::ToolCalls
+        };
+        ModelResponse {
+            message: AssistantMessage {
+                reasoning: Vec::new(),
+                text: text.unwrap_or_default(),
+                tool_calls,
+            },
+            usage: Usage {
+                input_tokens,
+                output_tokens,
+                ..Usage::default()
+            },
+            finish_reason,
+            raw_finish_reason: None,
+            id: None,
+            model: Some("scripted".into()),
+            truncated: false,
+            cut_calls: Vec::new(),
+            warnings: Vec::new(),
+            cached: false,
+        }
     }
 }
 

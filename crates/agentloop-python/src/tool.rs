@@ -1,19 +1,19 @@
 //! Python functions as tools. The Rust side validates the arguments (the schema the Python side
 //! derived from type hints), then hands each call to the Python dispatcher, which runs a sync
-//! function on a thread pool and a coroutine on the run's event loop, and answers through a
-//! [`ToolReply`]. The run waits for the reply without the GIL; when it stops waiting (cancel,
-//! deadline, timeout) the dispatcher is told to cancel the call.
+//! function on a thread pool and a coroutine on the run's event loop (a batch's coroutines handed
+//! over together: [`crate::outbox`]), and answers through a [`ToolReply`]. The run waits for the
+//! reply without the GIL; when it stops waiting (cancel, deadline, timeout) the call is
+//! cancelled.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use agentloop::{Tool, ToolContext, ToolError, ToolOutput};
+use agentloop::{Tool, ToolContext, ToolError};
 use pyo3::prelude::*;
 use serde_json::Value;
 use tokio::sync::oneshot;
 
-/// What a tool call's Python side answers with.
-type Reply = Result<ToolOutput, ToolError>;
+use crate::outbox::{CallState, Outbox, Reply, ToolReply, Waiting};
 
 /// A tool as the Python side describes it.
 #[derive(Debug, Clone, FromPyObject)]
@@ -42,6 +42,9 @@ pub(crate) struct ToolDef {
     /// Each call needs a person's approval.
     #[pyo3(item)]
     pub(crate) ask: bool,
+    /// A coroutine function: its calls run on the run's event loop.
+    #[pyo3(item)]
+    is_async: bool,
 }
 
 impl ToolDef {
@@ -52,75 +55,41 @@ impl ToolDef {
 }
 
 tokio::task_local! {
-    /// The event loop of the run this task drives (`run_async`, `stream`), where its coroutine
-    /// tools run; `None` for a blocking `run`, whose coroutines run on the package's own loop.
-    pub(crate) static EVENT_LOOP: Option<Arc<Py<PyAny>>>;
+    /// Where the coroutine tools of the run this task drives go: its event loop (`run_async`,
+    /// `stream`; the package's own for a blocking `run`).
+    pub(crate) static EVENT_LOOP: Arc<Outbox>;
 }
 
-/// The answer slot of one call, handed to the Python dispatcher. The first answer counts.
-#[pyclass(module = "agentloop._agentloop")]
-pub(crate) struct ToolReply {
-    tx: Mutex<Option<oneshot::Sender<Reply>>>,
+/// A call in flight, to cancel if the run stops waiting for it.
+enum InFlight {
+    /// A sync call: the dispatcher's handle (a `concurrent.futures.Future`).
+    Sync(Py<PyAny>),
+    /// A coroutine call.
+    Async(Arc<CallState>),
 }
 
-impl ToolReply {
-    fn send(&self, reply: Reply) {
-        let tx = match self.tx.lock() {
-            Ok(mut slot) => slot.take(),
-            Err(poisoned) => poisoned.into_inner().take(),
-        };
-        if let Some(tx) = tx {
-            // The run may have stopped waiting: then nobody reads the answer.
-            let _ = tx.send(reply);
-        }
-    }
-}
-
-#[pymethods]
-impl ToolReply {
-    /// A text result.
-    fn text(&self, text: String) {
-        self.send(Ok(ToolOutput::text(text)));
-    }
-
-    /// A JSON result (the JSON text of any other value the function returned).
-    fn json(&self, json: &str) {
-        self.send(
-            serde_json::from_str::<Value>(json)
-                .map(ToolOutput::json)
-                .map_err(|e| ToolError::new("tool.output_not_json", e.to_string())),
-        );
-    }
-
-    /// An error the model reads.
-    fn error(&self, code: String, message: String) {
-        self.send(Err(ToolError::new(code, message)));
-    }
-
-    /// A failure that ends the run.
-    fn fatal(&self, message: String) {
-        self.send(Err(ToolError::fatal(message)));
-    }
-}
-
-/// Tells the dispatcher to cancel a call the run no longer waits for.
-struct CancelOnDrop(Option<Py<PyAny>>);
+/// Cancels the call it holds when the run stops waiting (cancel, deadline, timeout); emptied
+/// once the call answered.
+struct CancelOnDrop(Option<InFlight>);
 
 impl Drop for CancelOnDrop {
     fn drop(&mut self) {
-        if let Some(handle) = self.0.take() {
-            Python::attach(|py| {
+        match self.0.take() {
+            Some(InFlight::Sync(handle)) => Python::attach(|py| {
                 if let Err(e) = handle.call_method0(py, "cancel") {
                     e.write_unraisable(py, None);
                 }
-            });
+            }),
+            Some(InFlight::Async(state)) => state.cancel(),
+            None => {}
         }
     }
 }
 
 /// The tool, over the Python dispatcher: `dispatcher(index, arguments_json, run_id, call_id,
-/// reply, event_loop)` starts call `index` of the agent's tools and returns something with a
-/// `cancel()` method.
+/// reply)` starts sync call `index` of the agent's tools on the thread pool and returns its
+/// future; `dispatcher.start_async(...)`, with the same arguments, a coroutine call on the loop
+/// (see [`crate::outbox`]).
 pub(crate) fn tool(def: ToolDef, index: usize, dispatcher: Arc<Py<PyAny>>) -> PyResult<Tool> {
     let schema: Value = serde_json::from_str(&def.schema)
         .map_err(|e| crate::error("tool.schema_invalid", format!("{}: {e}", def.name)))?;
@@ -131,6 +100,7 @@ pub(crate) fn tool(def: ToolDef, index: usize, dispatcher: Arc<Py<PyAny>>) -> Py
     if def.sequential {
         builder = builder.sequential();
     }
+    let is_async = def.is_async;
     if let Some(secs) = def.timeout {
         let timeout = Duration::try_from_secs_f64(secs)
             .map_err(|e| crate::error("tool.timeout_invalid", e))?;
@@ -139,32 +109,59 @@ pub(crate) fn tool(def: ToolDef, index: usize, dispatcher: Arc<Py<PyAny>>) -> Py
     Ok(
         builder.dynamic(schema, move |args: Value, ctx: ToolContext| {
             let dispatcher = Arc::clone(&dispatcher);
-            async move { call(&dispatcher, index, &args, &ctx).await }
+            async move {
+                if is_async {
+                    call_async(dispatcher, index, &args, &ctx).await
+                } else {
+                    call(&dispatcher, index, &args, &ctx).await
+                }
+            }
         }),
     )
 }
 
+/// A coroutine call: queued for the run's loop; the run waits for its reply without the GIL.
+async fn call_async(
+    dispatcher: Arc<Py<PyAny>>,
+    index: usize,
+    args: &Value,
+    ctx: &ToolContext,
+) -> Reply {
+    let (tx, rx) = oneshot::channel();
+    let state = Arc::new(CallState::default());
+    let outbox = EVENT_LOOP
+        .try_with(Arc::clone)
+        .unwrap_or_else(|_| Arc::new(Outbox::new(None)));
+    outbox.send(Waiting {
+        dispatcher,
+        index,
+        arguments: args.to_string(),
+        run_id: Arc::clone(&ctx.run_id),
+        call_id: Arc::clone(&ctx.call_id),
+        tx,
+        state: Arc::clone(&state),
+    });
+    let mut guard = CancelOnDrop(Some(InFlight::Async(state)));
+    let reply = rx.await;
+    // Answered: nothing to cancel.
+    guard.0 = None;
+    reply.unwrap_or_else(|_| Err(ToolError::fatal("the tool's Python side never answered")))
+}
+
+/// A sync call: on the dispatcher's thread pool.
 async fn call(dispatcher: &Py<PyAny>, index: usize, args: &Value, ctx: &ToolContext) -> Reply {
     let (tx, rx) = oneshot::channel();
-    let event_loop = EVENT_LOOP.try_with(Clone::clone).ok().flatten();
     let started = Python::attach(|py| {
         let reply = Py::new(
             py,
             ToolReply {
                 tx: Mutex::new(Some(tx)),
+                outbox: None,
             },
         )?;
-        let event_loop = event_loop.map(|l| l.clone_ref(py));
         dispatcher.call1(
             py,
-            (
-                index,
-                args.to_string(),
-                &*ctx.run_id,
-                &*ctx.call_id,
-                reply,
-                event_loop,
-            ),
+            (index, args.to_string(), &*ctx.run_id, &*ctx.call_id, reply),
         )
     });
     let handle = match started {
@@ -176,7 +173,7 @@ async fn call(dispatcher: &Py<PyAny>, index: usize, args: &Value, ctx: &ToolCont
             )));
         }
     };
-    let mut guard = CancelOnDrop(Some(handle));
+    let mut guard = CancelOnDrop(Some(InFlight::Sync(handle)));
     let reply = rx.await;
     // Answered: nothing to cancel.
     guard.0 = None;
