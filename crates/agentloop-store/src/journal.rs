@@ -10,9 +10,11 @@
 //! steps before it stay readable ([`JournalReader::load_intact`]). A file that is not a journal
 //! is refused before anything is written to it.
 //!
-//! Each file has one writer in a process, on a thread of its own that owns the connection (no
-//! SQLite work runs on the async workers): it commits every write that is ready together (the
-//! steps of concurrent runs sharing the file) in one transaction and, at `power`, one fsync.
+//! Each file has one writer in a process, on a thread of its own that shares the connection
+//! with the appenders behind a lock: it commits every write that is ready together (the steps of
+//! concurrent runs sharing the file) in one transaction and, at `power`, one fsync. Nothing that
+//! waits runs on the async workers: only a `process` commit that can take the file's write lock
+//! at once is made by its appender (no fsync, no checkpoint), to save the two thread hops.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
