@@ -31,8 +31,12 @@ fn a_step_waits_for_another_processes_write_lock_without_being_answered() {
         other.execute_batch("BEGIN IMMEDIATE").unwrap();
         let s1 = step(1);
         let mut pending = journal.append("a", 1, &s1);
-        // Asked for while the lock is held, the step is not committed here and not answered.
-        assert!(matches!(futures::poll!(&mut pending), Poll::Pending));
+        // Asked for while the lock is held, the step is not committed here and not answered
+        // (the first poll lets other runs add their steps; the next ones find the lock taken
+        // and hand the step to the writer thread, which waits for it).
+        for _ in 0..3 {
+            assert!(matches!(futures::poll!(&mut pending), Poll::Pending));
+        }
         other.execute_batch("COMMIT").unwrap();
         // The writer thread commits it once the lock is free.
         pending.await.unwrap();

@@ -3,12 +3,13 @@
 //! queued into one transaction (group commit), commits it once, and only then answers each. A
 //! step is never answered, and so never fed to a machine, before the commit that holds it.
 //!
-//! A `process` write (no fsync) is committed by its appender itself when the connection is
-//! free and no other process holds the file's write lock: such a commit is a few writes to the
-//! operating system's cache, cheaper than the two thread hops of the queue (a wake of the
-//! writer, then one of the appender). Anything that could wait (an fsync, another process's
-//! lock, the WAL checkpoints, which this connection never runs on its own) stays on the writer
-//! thread.
+//! `process` writes (no fsync) are committed by their appenders themselves when the connection
+//! is free and no other process holds the file's write lock: the writes asked for while the
+//! scheduler's turn comes round once are committed together by the first of their appenders to
+//! resume (group commit with no thread hop). Such a commit is a few writes to the operating
+//! system's cache, cheaper than the two thread hops of the queue (a wake of the writer, then one
+//! of the appender). Anything that could wait (an fsync, another process's lock, the WAL
+//! checkpoints, which this connection never runs on its own) stays on the writer thread.
 //!
 //! Each write in a group has a savepoint of its own: a write that fails (a step out of order, a
 //! run that is not there) is undone alone and answered with its error, and the others commit.
@@ -206,46 +207,50 @@ struct Shared {
 pub(super) struct WriterHandle {
     tx: mpsc::Sender<Queued>,
     shared: Arc<Mutex<Shared>>,
+    /// `process` writes waiting for the scheduler's turn to come round (see
+    /// [`WriterHandle::gather`]).
+    gathered: Mutex<Vec<Job>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl WriterHandle {
-    /// Commits `job` here when it may (see the module's doc), else queues it.
     pub(super) fn send(&self, job: Job) -> Result<(), JournalError> {
-        match self.commit_here(vec![job]) {
-            None => Ok(()),
-            Some(mut jobs) => match jobs.pop() {
-                Some(job) => self.queue(Queued::One(job)),
-                None => Ok(()),
-            },
-        }
+        self.queue(Queued::One(job))
     }
 
-    /// Commits `jobs` together: here when they may be (see the module's doc), else queued at
-    /// once, so that the writer takes them in the same group.
+    /// Queues `jobs` at once: they are committed in the same group.
     pub(super) fn send_all(&self, jobs: Vec<Job>) -> Result<(), JournalError> {
-        match self.commit_here(jobs) {
-            None => Ok(()),
-            Some(jobs) => self.queue(Queued::Many(jobs)),
-        }
+        self.queue(Queued::Many(jobs))
     }
 
-    /// Commits `jobs` in one transaction on this thread, when they are all `process` writes,
-    /// the connection is free and the file's write lock is taken at once; else gives them
-    /// back untouched. Each is answered as the writer thread would.
-    fn commit_here(&self, jobs: Vec<Job>) -> Option<Vec<Job>> {
-        let eligible = !jobs.is_empty()
-            && jobs.iter().all(|j| {
-                j.durability == Durability::Process && !matches!(j.command, Command::Fork { .. })
-            });
-        if !eligible {
-            return Some(jobs);
-        }
+    /// True when `jobs` may be committed by their appender (see the module's doc).
+    pub(super) fn committed_here(jobs: &[Job]) -> bool {
+        jobs.iter().all(|j| {
+            j.durability == Durability::Process && !matches!(j.command, Command::Fork { .. })
+        })
+    }
+
+    /// Commits `process` writes with the ones other runs of this process ask for meanwhile:
+    /// they wait for the scheduler's turn to come round once (the runs that are ready add
+    /// theirs), then the first of them to resume commits all in one transaction here, or, when
+    /// the connection or the file's write lock is busy, hands them to the writer thread.
+    pub(super) async fn gather(self: Arc<Self>, jobs: Vec<Job>) -> Result<(), JournalError> {
+        lock(&self.gathered).extend(jobs);
+        tokio::task::yield_now().await;
         let Ok(mut guard) = self.shared.try_lock() else {
-            return Some(jobs);
+            return self.hand_over();
         };
+        let jobs = std::mem::take(&mut *lock(&self.gathered));
+        if jobs.is_empty() {
+            // Another run committed them.
+            return Ok(());
+        }
         let Shared { conn, writer } = &mut *guard;
         if !writer.begin_now(conn, Durability::Process) {
-            return Some(jobs);
+            return self.queue(Queued::Many(jobs));
         }
         writer.commit_begun(conn, jobs);
         if writer.checkpoint_due() && !writer.checkpoint_asked {
@@ -253,7 +258,16 @@ impl WriterHandle {
             // A writer thread that is gone leaves the checkpoint to the file's next opener.
             let _ = self.tx.send(Queued::Checkpoint);
         }
-        None
+        Ok(())
+    }
+
+    /// Hands the gathered writes to the writer thread, in the order they were asked for.
+    fn hand_over(&self) -> Result<(), JournalError> {
+        let jobs = std::mem::take(&mut *lock(&self.gathered));
+        if jobs.is_empty() {
+            return Ok(());
+        }
+        self.queue(Queued::Many(jobs))
     }
 
     fn queue(&self, queued: Queued) -> Result<(), JournalError> {
@@ -306,7 +320,11 @@ pub(super) fn writer_for(
         .name("agentloop-journal".into())
         .spawn(move || serve(&serving, &rx))
         .map_err(io)?;
-    let handle = std::sync::Arc::new(WriterHandle { tx, shared });
+    let handle = std::sync::Arc::new(WriterHandle {
+        tx,
+        shared,
+        gathered: Mutex::new(Vec::new()),
+    });
     if fault.is_none()
         && let Some(key) = key.or_else(|| std::fs::canonicalize(path).ok())
     {
