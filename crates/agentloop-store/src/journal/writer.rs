@@ -16,6 +16,7 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, Weak, mpsc};
 use std::time::Duration;
 
@@ -210,7 +211,13 @@ pub(super) struct WriterHandle {
     /// `process` writes waiting for the scheduler's turn to come round (see
     /// [`WriterHandle::gather`]).
     gathered: Mutex<Vec<Job>>,
+    /// How many gathered commits were asked for, and how many writes the last one held.
+    asked: AtomicUsize,
+    last_group: AtomicUsize,
 }
+
+/// How often a write that would commit alone still waits a pass of the scheduler for others.
+const PROBE_EVERY: usize = 16;
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -238,8 +245,21 @@ impl WriterHandle {
     /// theirs), then the first of them to resume commits all in one transaction here, or, when
     /// the connection or the file's write lock is busy, hands them to the writer thread.
     pub(super) async fn gather(self: Arc<Self>, jobs: Vec<Job>) -> Result<(), JournalError> {
-        lock(&self.gathered).extend(jobs);
-        tokio::task::yield_now().await;
+        let first = {
+            let mut gathered = lock(&self.gathered);
+            let first = gathered.is_empty();
+            gathered.extend(jobs);
+            first
+        };
+        // A run that commits alone does not wait for company that never comes (the yield costs
+        // a pass of the scheduler); it looks for it now and then.
+        let probe = self
+            .asked
+            .fetch_add(1, Ordering::Relaxed)
+            .is_multiple_of(PROBE_EVERY);
+        if !first || probe || self.last_group.load(Ordering::Relaxed) > 1 {
+            tokio::task::yield_now().await;
+        }
         let Ok(mut guard) = self.shared.try_lock() else {
             return self.hand_over();
         };
@@ -252,6 +272,7 @@ impl WriterHandle {
         if !writer.begin_now(conn, Durability::Process) {
             return self.queue(Queued::Many(jobs));
         }
+        self.last_group.store(jobs.len(), Ordering::Relaxed);
         writer.commit_begun(conn, jobs);
         if writer.checkpoint_due() && !writer.checkpoint_asked {
             writer.checkpoint_asked = true;
@@ -324,6 +345,8 @@ pub(super) fn writer_for(
         tx,
         shared,
         gathered: Mutex::new(Vec::new()),
+        asked: AtomicUsize::new(0),
+        last_group: AtomicUsize::new(0),
     });
     if fault.is_none()
         && let Some(key) = key.or_else(|| std::fs::canonicalize(path).ok())
