@@ -10,9 +10,12 @@
 //! steps before it stay readable ([`JournalReader::load_intact`]). A file that is not a journal
 //! is refused before anything is written to it.
 //!
-//! Each file has one writer in a process, on a thread of its own that owns the connection (no
-//! SQLite work runs on the async workers): it commits every write that is ready together (the
-//! steps of concurrent runs sharing the file) in one transaction and, at `power`, one fsync.
+//! Each file has one writer in a process, on a thread of its own that shares the connection
+//! with the appenders behind a lock: it commits every write that is ready together (the steps of
+//! concurrent runs sharing the file) in one transaction and, at `power`, one fsync. Nothing that
+//! waits runs on the async workers: only `process` commits that can take the file's write lock
+//! at once are made by their appenders (no fsync, no checkpoint; the writes of runs that are
+//! ready together in one), to save the two thread hops.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -419,18 +422,34 @@ impl SqliteJournal {
         &self.path
     }
 
-    fn write(&self, command: Command) -> BoxFuture<'_, Result<Done, JournalError>> {
+    /// Asks for `command`, committed here or queued (see the writer's doc); its answer. Not
+    /// boxed: the journal's methods box it once, with what they do after it.
+    fn write(
+        &self,
+        command: Command,
+    ) -> impl Future<Output = Result<Done, JournalError>> + Send + 'static {
         let (reply, done) = tokio::sync::oneshot::channel();
-        let sent = self.writer.send(Job {
+        let job = Job {
             command,
             durability: self.durability,
             reply,
-        });
-        Box::pin(async move {
+        };
+        let jobs = [job];
+        let (sent, gather) = if WriterHandle::committed_here(&jobs) {
+            let gather = Arc::clone(&self.writer).gather(jobs.into());
+            (Ok(()), Some(gather))
+        } else {
+            let [job] = jobs;
+            (self.writer.send(job), None)
+        };
+        async move {
             sent?;
+            if let Some(gather) = gather {
+                gather.await?;
+            }
             done.await
                 .map_err(|_| io("the journal's writer thread is gone"))?
-        })
+        }
     }
 
     fn send(&self, command: Command) -> BoxFuture<'_, Result<(), JournalError>> {
@@ -559,13 +578,18 @@ impl Journal for SqliteJournal {
                 }
             }
         }
-        let sent = if jobs.is_empty() {
-            Ok(())
+        let (sent, gather) = if jobs.is_empty() {
+            (Ok(()), None)
+        } else if WriterHandle::committed_here(&jobs) {
+            (Ok(()), Some(Arc::clone(&self.writer).gather(jobs)))
         } else {
-            self.writer.send_all(jobs)
+            (self.writer.send_all(jobs), None)
         };
         Box::pin(async move {
             sent.map_err(|e| (0, e))?;
+            if let Some(gather) = gather {
+                gather.await.map_err(|e| (0, e))?;
+            }
             for (i, done) in answers.into_iter().enumerate() {
                 done.await
                     .map_err(|_| (i, io("the journal's writer thread is gone")))?

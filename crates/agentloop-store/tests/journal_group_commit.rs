@@ -10,22 +10,15 @@ use std::sync::Arc;
 mod support;
 
 use agentloop::journal::{Definition, Journal, JournalError};
-use agentloop::machine::{Input, Step};
+use agentloop::machine::Input;
 use agentloop::model::ModelRequest;
 use agentloop::testing::FunctionModel;
 use agentloop::{Agent, Message, ModelResponse, RunOptions, StopReason, Tool, ToolError};
 use agentloop_store::{Durability, ForkOrigin, JournalReader, SqliteJournal};
-use support::header;
+use support::{header, step, temp_dir};
 
 const TURNS: u32 = 4;
 const CALLS: u32 = 3;
-
-fn temp_dir(name: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("agentloop-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
 
 /// An agent of `TURNS` turns of `CALLS` parallel calls, then an answer; the model keeps no
 /// state (it reads the turn from the last result's id), so runs of it can run at once.
@@ -158,13 +151,6 @@ fn concurrent_runs_sharing_a_file_journal_every_step_in_order_at_power() {
 fn concurrent_runs_sharing_a_file_journal_every_step_in_order_at_process() {
     run_concurrently("group-process-own", 40, Durability::Process, true);
     run_concurrently("group-process-shared", 40, Durability::Process, false);
-}
-
-fn step(n: u64) -> Step {
-    Step {
-        at: std::time::Duration::from_millis(n),
-        input: Input::ToolsListed { tools: None },
-    }
 }
 
 #[test]

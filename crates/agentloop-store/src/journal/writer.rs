@@ -1,14 +1,24 @@
-//! The journal's writer: one thread per journal file in a process, owning the file's connection.
-//! Appenders queue their write and await its answer; the writer takes everything queued into
-//! one transaction (group commit), commits it once, and only then answers each. A step is never
-//! answered, and so never fed to a machine, before the commit that holds it.
+//! The journal's writer: one thread per journal file in a process, and the file's connection
+//! behind a lock. Appenders queue their write and await its answer; the writer takes everything
+//! queued into one transaction (group commit), commits it once, and only then answers each. A
+//! step is never answered, and so never fed to a machine, before the commit that holds it.
+//!
+//! `process` writes (no fsync) are committed by their appenders themselves when the connection
+//! is free and no other process holds the file's write lock: the writes asked for while the
+//! scheduler's turn comes round once are committed together by the first of their appenders to
+//! resume (group commit with no thread hop). Such a commit is a few writes to the operating
+//! system's cache, cheaper than the two thread hops of the queue (a wake of the writer, then one
+//! of the appender). Anything that could wait (an fsync, another process's lock, the WAL
+//! checkpoints, which this connection never runs on its own) stays on the writer thread.
 //!
 //! Each write in a group has a savepoint of its own: a write that fails (a step out of order, a
 //! run that is not there) is undone alone and answered with its error, and the others commit.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::{LazyLock, Mutex, Weak, mpsc};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, LazyLock, Mutex, Weak, mpsc};
+use std::time::Duration;
 
 use agentloop::journal::{Definition, JournalError, JournalHeader, JournaledRun, RunStatus};
 use rusqlite::{Connection, OptionalExtension, params};
@@ -183,11 +193,34 @@ const MAX_GROUP: usize = 1024;
 pub(super) enum Queued {
     One(Job),
     Many(Vec<Job>),
+    /// Commits made by appenders have filled the WAL: the writer checkpoints it.
+    Checkpoint,
 }
 
-/// The queue of a file's writer thread. The thread ends when the last handle is dropped.
+/// The file's connection and what its writer knows, used by one committer at a time.
+struct Shared {
+    conn: Connection,
+    writer: Writer,
+}
+
+/// The queue of a file's writer thread, and its connection. The thread ends when the last
+/// handle is dropped.
 pub(super) struct WriterHandle {
     tx: mpsc::Sender<Queued>,
+    shared: Arc<Mutex<Shared>>,
+    /// `process` writes waiting for the scheduler's turn to come round (see
+    /// [`WriterHandle::gather`]).
+    gathered: Mutex<Vec<Job>>,
+    /// How many gathered commits were asked for, and how many writes the last one held.
+    asked: AtomicUsize,
+    last_group: AtomicUsize,
+}
+
+/// How often a write that would commit alone still waits a pass of the scheduler for others.
+const PROBE_EVERY: usize = 16;
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl WriterHandle {
@@ -197,6 +230,64 @@ impl WriterHandle {
 
     /// Queues `jobs` at once: they are committed in the same group.
     pub(super) fn send_all(&self, jobs: Vec<Job>) -> Result<(), JournalError> {
+        self.queue(Queued::Many(jobs))
+    }
+
+    /// True when `jobs` may be committed by their appender (see the module's doc).
+    pub(super) fn committed_here(jobs: &[Job]) -> bool {
+        jobs.iter().all(|j| {
+            j.durability == Durability::Process && !matches!(j.command, Command::Fork { .. })
+        })
+    }
+
+    /// Commits `process` writes with the ones other runs of this process ask for meanwhile:
+    /// they wait for the scheduler's turn to come round once (the runs that are ready add
+    /// theirs), then the first of them to resume commits all in one transaction here, or, when
+    /// the connection or the file's write lock is busy, hands them to the writer thread.
+    pub(super) async fn gather(self: Arc<Self>, jobs: Vec<Job>) -> Result<(), JournalError> {
+        let first = {
+            let mut gathered = lock(&self.gathered);
+            let first = gathered.is_empty();
+            gathered.extend(jobs);
+            first
+        };
+        // A run that commits alone does not wait for company that never comes (the yield costs
+        // a pass of the scheduler); it looks for it now and then.
+        let probe = self
+            .asked
+            .fetch_add(1, Ordering::Relaxed)
+            .is_multiple_of(PROBE_EVERY);
+        if !first || probe || self.last_group.load(Ordering::Relaxed) > 1 {
+            tokio::task::yield_now().await;
+        }
+        let Ok(mut guard) = self.shared.try_lock() else {
+            return self.hand_over();
+        };
+        let jobs = std::mem::take(&mut *lock(&self.gathered));
+        if jobs.is_empty() {
+            // Another run committed them.
+            return Ok(());
+        }
+        let Shared { conn, writer } = &mut *guard;
+        if !writer.begin_now(conn, Durability::Process) {
+            return self.queue(Queued::Many(jobs));
+        }
+        self.last_group.store(jobs.len(), Ordering::Relaxed);
+        writer.commit_begun(conn, jobs);
+        if writer.checkpoint_due() && !writer.checkpoint_asked {
+            writer.checkpoint_asked = true;
+            // A writer thread that is gone leaves the checkpoint to the file's next opener.
+            let _ = self.tx.send(Queued::Checkpoint);
+        }
+        Ok(())
+    }
+
+    /// Hands the gathered writes to the writer thread, in the order they were asked for.
+    fn hand_over(&self) -> Result<(), JournalError> {
+        let jobs = std::mem::take(&mut *lock(&self.gathered));
+        if jobs.is_empty() {
+            return Ok(());
+        }
         self.queue(Queued::Many(jobs))
     }
 
@@ -228,12 +319,35 @@ pub(super) fn writer_for(
         return Ok(live);
     }
     let conn = open()?;
+    // The writer decides when the WAL is copied back (see `Writer::checkpoint_due`), so that
+    // no commit made by an appender ever runs a checkpoint and its fsyncs.
+    conn.pragma_update(None, "wal_autocheckpoint", 0)
+        .map_err(io)?;
+    let shared = Arc::new(Mutex::new(Shared {
+        conn,
+        writer: Writer {
+            last: HashMap::new(),
+            stamped: HashMap::new(),
+            fault,
+            written: 0,
+            synchronous: None,
+            uncheckpointed: 0,
+            checkpoint_asked: false,
+        },
+    }));
     let (tx, rx) = mpsc::channel::<Queued>();
+    let serving = Arc::clone(&shared);
     std::thread::Builder::new()
         .name("agentloop-journal".into())
-        .spawn(move || serve(conn, &rx, fault))
+        .spawn(move || serve(&serving, &rx))
         .map_err(io)?;
-    let handle = std::sync::Arc::new(WriterHandle { tx });
+    let handle = std::sync::Arc::new(WriterHandle {
+        tx,
+        shared,
+        gathered: Mutex::new(Vec::new()),
+        asked: AtomicUsize::new(0),
+        last_group: AtomicUsize::new(0),
+    });
     if fault.is_none()
         && let Some(key) = key.or_else(|| std::fs::canonicalize(path).ok())
     {
@@ -276,19 +390,25 @@ struct Writer {
     written: u64,
     /// The `synchronous` level the connection is at.
     synchronous: Option<Durability>,
+    /// Commits since the last checkpoint.
+    uncheckpointed: u32,
+    /// An appender asked the writer thread for a checkpoint it has not run yet.
+    checkpoint_asked: bool,
 }
 
-fn serve(mut conn: Connection, rx: &mpsc::Receiver<Queued>, fault: Option<Fault>) {
-    let mut writer = Writer {
-        last: HashMap::new(),
-        stamped: HashMap::new(),
-        fault,
-        written: 0,
-        synchronous: None,
-    };
+/// How many commits the WAL takes before the writer copies it back into the file: about
+/// SQLite's own default of 1,000 pages, at one to two pages a commit.
+const CHECKPOINT_EVERY: u32 = 512;
+
+/// How long the writer thread waits for another process's write lock, as every connection of
+/// this crate does; an appender committing itself never waits (it queues its write instead).
+const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+fn serve(shared: &Mutex<Shared>, rx: &mpsc::Receiver<Queued>) {
     let take = |group: &mut Vec<Job>, queued: Queued| match queued {
         Queued::One(job) => group.push(job),
         Queued::Many(jobs) => group.extend(jobs),
+        Queued::Checkpoint => {}
     };
     while let Ok(first) = rx.recv() {
         let mut group = Vec::new();
@@ -299,7 +419,18 @@ fn serve(mut conn: Connection, rx: &mpsc::Receiver<Queued>, fault: Option<Fault>
                 Err(_) => break,
             }
         }
-        writer.commit(&mut conn, group);
+        let mut guard = shared.lock().unwrap_or_else(|p| p.into_inner());
+        let Shared { conn, writer } = &mut *guard;
+        if !group.is_empty() {
+            writer.commit(conn, group);
+        }
+        if writer.checkpoint_due() {
+            // A checkpoint that cannot finish now (a reader holds old pages) is retried after
+            // the next commits; the WAL keeps every commit meanwhile.
+            let _ = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()));
+            writer.uncheckpointed = 0;
+        }
+        writer.checkpoint_asked = false;
     }
 }
 
@@ -319,6 +450,33 @@ fn roll_back(conn: &Connection) {
 }
 
 impl Writer {
+    fn checkpoint_due(&self) -> bool {
+        self.uncheckpointed >= CHECKPOINT_EVERY
+    }
+
+    /// Sets the connection's `synchronous` level for a commit at `level`.
+    fn set_level(&mut self, conn: &Connection, level: Durability) -> rusqlite::Result<()> {
+        if self.synchronous != Some(level) {
+            conn.pragma_update(None, "synchronous", level.synchronous())?;
+            self.synchronous = Some(level);
+        }
+        Ok(())
+    }
+
+    /// Opens a transaction at `level` without waiting for another process's write lock: false
+    /// (and nothing open) when it cannot be had at once.
+    fn begin_now(&mut self, conn: &Connection, level: Durability) -> bool {
+        if self.set_level(conn, level).is_err() || conn.busy_timeout(Duration::ZERO).is_err() {
+            return false;
+        }
+        let began = exec(conn, "BEGIN IMMEDIATE").is_ok();
+        if conn.busy_timeout(BUSY_TIMEOUT).is_err() {
+            roll_back(conn);
+            return false;
+        }
+        began
+    }
+
     /// Writes a group in one transaction, commits it once at the strongest level any of its
     /// writes asked for, then answers each.
     fn commit(&mut self, conn: &mut Connection, group: Vec<Job>) {
@@ -327,15 +485,17 @@ impl Writer {
         } else {
             Durability::Process
         };
-        if self.synchronous != Some(level) {
-            if let Err(e) = conn.pragma_update(None, "synchronous", level.synchronous()) {
-                return answer_all(group, &io(e));
-            }
-            self.synchronous = Some(level);
+        if let Err(e) = self.set_level(conn, level) {
+            return answer_all(group, &io(e));
         }
         if let Err(e) = exec(conn, "BEGIN IMMEDIATE") {
             return answer_all(group, &io(e));
         }
+        self.commit_begun(conn, group);
+    }
+
+    /// [`Writer::commit`] once its transaction is open.
+    fn commit_begun(&mut self, conn: &Connection, group: Vec<Job>) {
         let mut state = Group::default();
         let mut results = Vec::with_capacity(group.len());
         let mut replies = Vec::with_capacity(group.len());
@@ -374,6 +534,7 @@ impl Writer {
             };
         }
         self.written += state.appended.len() as u64;
+        self.uncheckpointed = self.uncheckpointed.saturating_add(1);
         match self.fault {
             Some(Fault::AfterStep(n)) if state.appended.iter().any(|a| a.0 == n) => {
                 hang(&format!("after step {n}"))

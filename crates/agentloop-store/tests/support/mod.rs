@@ -1,7 +1,7 @@
 //! What the journal tests share.
 
 use agentloop::journal::{Definition, JournalHeader};
-use agentloop::machine::Seams;
+use agentloop::machine::{Input, Seams, Step};
 
 /// The header of a run of an empty agent.
 pub fn header(run_id: &str) -> JournalHeader {
@@ -17,5 +17,23 @@ pub fn header(run_id: &str) -> JournalHeader {
         origin: None,
         parent: None,
         session: None,
+    }
+}
+
+/// A fresh folder for test `name` of this process.
+#[allow(dead_code)] // not every test file uses every helper
+pub fn temp_dir(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("agentloop-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// A step that says nothing, at `n` ms.
+#[allow(dead_code)] // not every test file uses every helper
+pub fn step(n: u64) -> Step {
+    Step {
+        at: std::time::Duration::from_millis(n),
+        input: Input::ToolsListed { tools: None },
     }
 }
