@@ -213,7 +213,7 @@ pub struct RunSpan {
     /// The hand-off whose agent answered for the run, once ended (absent from traces written
     /// before it existed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub handoff: Option<HandoffRecord>,
+    pub handoff: Option<Box<HandoffRecord>>,
     /// The input text (payload).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub input: Option<String>,

@@ -92,7 +92,7 @@ struct RunState {
     /// The tool source's output (payload), kept for the run's end record.
     tool_output: Vec<String>,
     /// The hand-off that answered for the run, kept for its end record.
-    handoff: Option<crate::record::HandoffRecord>,
+    handoff: Option<Box<crate::record::HandoffRecord>>,
     /// How many compactions the run had.
     compactions: u32,
     /// When each open span started, in unix microseconds.
@@ -458,12 +458,12 @@ impl Render for Records {
                 run_id,
                 ..
             } => {
-                run.data.handoff = Some(crate::record::HandoffRecord {
+                run.data.handoff = Some(Box::new(crate::record::HandoffRecord {
                     call_id: call_id.clone(),
                     to: to.clone(),
                     answered_by: answered_by.clone(),
                     run_id: run_id.clone(),
-                });
+                }));
             }
             EventKind::HookFailed {
                 hook,

@@ -475,7 +475,7 @@ fn decode(table: &str, row: &Row<'_>) -> rusqlite::Result<TraceRecord> {
                 .map_err(conversion)?,
             warnings: added_json_col(row, "warnings")?.unwrap_or_default(),
             tool_output: added_json_col(row, "tool_output")?.unwrap_or_default(),
-            handoff: added_json_col(row, "handoff")?,
+            handoff: added_json_col(row, "handoff")?.map(Box::new),
             input: row.get("input")?,
             output: row.get("output")?,
         }),
