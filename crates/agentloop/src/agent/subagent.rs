@@ -138,13 +138,7 @@ impl SubagentTool {
     }
 
     async fn call(&self, args: Value, ctx: ToolContext) -> Result<ToolOutput, ToolError> {
-        let Some(agent) = self.agent.get() else {
-            return Err(ToolError::new(
-                "handoff.unset",
-                format!("the agent of {} is not built yet", self.name),
-            )
-            .permanent());
-        };
+        let agent = self.target()?;
         let task = match &self.input_schema {
             Some(_) => serde_json::to_string_pretty(&args).unwrap_or_default(),
             None => args
@@ -255,13 +249,7 @@ impl SubagentTool {
         let run = async {
             match earlier {
                 None => {
-                    let (history, input) = match self.handoff {
-                        Some(h) => {
-                            let passed = scope.as_ref().and_then(|s| s.history.clone());
-                            h.passed(passed.unwrap_or_default(), task)
-                        }
-                        None => (Vec::new(), Some(Message::user(task))),
-                    };
+                    let (history, input) = self.first_input(scope.as_deref(), task);
                     Ok(agent.start(history, input, options, plumbing).await)
                 }
                 Some(run) if matches!(run.status, RunStatus::Finished { .. }) => {
@@ -318,6 +306,29 @@ impl SubagentTool {
             details: None,
             terminate: false,
         })
+    }
+
+    /// The agent it runs; a hand-off's target that is not set yet cannot take over.
+    fn target(&self) -> Result<&Agent, ToolError> {
+        self.agent.get().ok_or_else(|| {
+            ToolError::new(
+                "handoff.unset",
+                format!("the agent of {} is not built yet", self.name),
+            )
+            .permanent()
+        })
+    }
+
+    /// What a new child starts from: the model's task, or for a hand-off the conversation its
+    /// filter passes on.
+    fn first_input(&self, scope: Option<&Scope>, task: String) -> (Vec<Message>, Option<Message>) {
+        match self.handoff {
+            Some(h) => {
+                let passed = scope.and_then(|s| s.history.clone());
+                h.passed(passed.unwrap_or_default(), task)
+            }
+            None => (Vec::new(), Some(Message::user(task))),
+        }
     }
 
     /// Awaits the child's run. The parent's cancellation reaches the child, except when the
