@@ -139,7 +139,7 @@ fn a2a_tool(file: &AgentFile, t: &ToolFileSpec, url: &str, kids: Kids<'_>) -> To
     }
     let description = t.description.clone();
     match kids {
-        Kids::Real(_, started) => match started.remote(file, t.name()) {
+        Kids::Real(_, started, _) => match started.remote(file, t.name()) {
             Some(client) => client.tool(builder, description),
             None => agentloop_a2a::A2aClient::tool_at(url, builder, description),
         },
@@ -550,6 +550,9 @@ pub fn definition_parts(file: &AgentFile) -> Vec<(&'static str, serde_json::Valu
     if let Some(v) = &file.spec.version {
         parts.push(("version", json!(v)));
     }
+    if let Some(h) = crate::handoff::definition(file) {
+        parts.push(("handoffs", h));
+    }
     parts
 }
 
@@ -612,7 +615,8 @@ pub fn mcp_declarations(file: &AgentFile) -> serde_json::Value {
 /// asking through the same approval), or as stand-ins that need no credentials (for `plan`).
 #[derive(Clone, Copy)]
 enum Kids<'a> {
-    Real(&'a Approval, &'a StartedMcp),
+    /// With the tree's hand-off targets, which the agents built set.
+    Real(&'a Approval, &'a StartedMcp, &'a crate::handoff::Targets),
     StandIn,
 }
 
@@ -635,6 +639,7 @@ impl StartedMcp {
         let mut at = 0;
         while let Some(f) = files.get(at).copied() {
             files.extend(f.subagents.iter().map(|(_, child)| child));
+            files.extend(f.handoff_files.iter().map(|(_, target)| target));
             at += 1;
         }
         let mut started = StartedMcp::default();
@@ -736,12 +741,33 @@ pub fn agent_with(
     tools: Vec<agentloop::Tool>,
 ) -> Result<Agent, CliError> {
     let gate = gate(file, approval)?;
-    builder(file, model, gate, Kids::Real(approval, mcp))?
+    let targets = crate::handoff::Targets::default();
+    let agent = builder(file, model, gate, Kids::Real(approval, mcp, &targets))?
         .tools(tools)
         .build()
         .map_err(|e| CliError::Setup {
             message: format!("{}: {e}", e.code()),
-        })
+        })?;
+    // Each agent a hand-off reaches is built once, its own hand-offs on the same targets.
+    while let Some((key, target)) = targets.unset() {
+        let Some(f) = file.handoff_file(&key) else {
+            return Err(CliError::Setup {
+                message: format!("the agent file {} was not loaded", key.display()),
+            });
+        };
+        let built = if std::ptr::eq(f, file) {
+            agent.clone()
+        } else {
+            let kids = Kids::Real(approval, mcp, &targets);
+            builder(f, self::model(f)?, self::gate(f, approval)?, kids)?
+                .build()
+                .map_err(|e| CliError::Setup {
+                    message: format!("{}: {}: {e}", f.path.display(), e.code()),
+                })?
+        };
+        target.set(built);
+    }
+    Ok(agent)
 }
 
 /// The agent's definition fingerprint, as a journaled run of it records it; needs no
@@ -762,7 +788,7 @@ fn subagent_tool(file: &AgentFile, t: &ToolFileSpec, kids: Kids<'_>) -> Result<T
         });
     };
     let (model, gate): (Arc<dyn Model>, _) = match kids {
-        Kids::Real(approval, _) => (model(child)?, gate(child, approval)?),
+        Kids::Real(approval, _, _) => (model(child)?, gate(child, approval)?),
         Kids::StandIn => (Arc::new(ScriptedModel::new([])), None),
     };
     let mut sub = builder(child, model, gate, kids)?;
@@ -835,7 +861,7 @@ fn builder(
     kids: Kids<'_>,
 ) -> Result<agentloop::AgentBuilder, CliError> {
     let servers = match kids {
-        Kids::Real(_, mcp) => mcp.servers(file),
+        Kids::Real(_, mcp, _) => mcp.servers(file),
         Kids::StandIn => None,
     };
     let mut builder = Agent::builder()
@@ -843,6 +869,11 @@ fn builder(
         .model(model)
         .limits(limits(file));
     builder = crate::deferred::with_tools(builder, file, all_tools(file, kids)?, servers);
+    let targets = match kids {
+        Kids::Real(_, _, targets) => Some(targets),
+        Kids::StandIn => None,
+    };
+    builder = builder.tools(crate::handoff::tools(file, targets));
     builder = with_model_keys(builder, file);
     if let Some(i) = &file.instructions {
         builder = builder.instructions(i.clone());

@@ -78,8 +78,8 @@ pub fn split_servers(
 }
 
 /// The tools of the file's first request, as `plan` and `run --dry-run` show it: its own tools
-/// but the deferred ones, `search_tools` when it defers any, then `mcp`, the tools of its
-/// servers that are not deferred.
+/// but the deferred ones, `search_tools` when it defers any, its hand-offs, then `mcp`, the
+/// tools of its servers that are not deferred.
 pub fn request_tools(file: &AgentFile, mcp: Vec<Tool>) -> Result<Vec<Tool>, CliError> {
     let mut out: Vec<Tool> = crate::assemble::tools(file)?
         .into_iter()
@@ -90,6 +90,7 @@ pub fn request_tools(file: &AgentFile, mcp: Vec<Tool>) -> Result<Vec<Tool>, CliE
     if defers(file) {
         out.push(Arc::new(agentloop_tools::ToolSearch::new()).search_tool());
     }
+    out.extend(crate::handoff::tools(file, None));
     out.extend(mcp);
     Ok(out)
 }

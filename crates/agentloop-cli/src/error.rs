@@ -218,6 +218,7 @@ mod tests {
             duration: Duration::ZERO,
             subagents: Vec::new(),
             compactions: Vec::new(),
+            answered_by: "a".into(),
         }
     }
 

@@ -13,6 +13,7 @@ pub mod agent_file;
 pub mod assemble;
 pub mod deferred;
 pub mod error;
+pub mod handoff;
 pub mod live;
 pub mod permission_file;
 pub mod permission_paths;

@@ -51,6 +51,9 @@ pub struct Plan {
     /// The `[[mcp]]` servers: how each is reached and how its tools are named (not started:
     /// `agentloop mcp list` shows their tools), with the variables templates read, never values.
     pub mcp: Value,
+    /// The agents its `[[handoffs]]` pass the conversation to: each tool, agent, file and what
+    /// the agent sees of the conversation.
+    pub handoffs: Value,
 }
 
 /// The subagents of a file's `agent` tools, as a tree.
@@ -312,6 +315,7 @@ pub fn plan(file: &AgentFile) -> Result<Plan, CliError> {
         fingerprint: assemble::fingerprint(file)?,
         subagents: subagent_tree(file),
         mcp: assemble::mcp_declarations(file),
+        handoffs: agentloop_cli::handoff::plan(file),
     })
 }
 
@@ -562,6 +566,20 @@ pub fn render_plan(plan: &Plan) -> String {
     if !plan.subagents.is_empty() {
         let _ = writeln!(out, "subagents");
         render_tree(&mut out, &plan.subagents, 0);
+    }
+    if let Some(handoffs) = plan.handoffs.as_array().filter(|h| !h.is_empty()) {
+        let _ = writeln!(out, "handoffs");
+        for h in handoffs {
+            let word = |k: &str| h[k].as_str().unwrap_or_default().to_owned();
+            let _ = writeln!(
+                out,
+                "        {} -> {} ({}, sees: {})",
+                word("tool"),
+                word("agent"),
+                word("file"),
+                word("history")
+            );
+        }
     }
     let _ = writeln!(out, "limits");
     if let Some(l) = plan.limits.as_object() {

@@ -247,6 +247,15 @@ impl Progress {
                 );
             }
             EventKind::LimitReached { limit } => line(s, &format!("■ {limit}")),
+            EventKind::HandedOff {
+                from,
+                to,
+                answered_by,
+                ..
+            } => line(
+                s,
+                &format!("⇢ {from} handed off to {to}; {answered_by} answered"),
+            ),
             kind @ EventKind::ToolsChanged { .. } => {
                 // The trace's words for it: `+added -removed ~updated; refused why`.
                 if let Some(change) = agentloop_store::ToolsChange::of(kind) {
@@ -452,6 +461,8 @@ pub fn outcome_json(outcome: &RunOutcome, dry_run: bool) -> Value {
         "run_id": outcome.run_id,
         "stop_reason": outcome.stop_reason.as_str(),
         "output": outcome.output,
+        // The agent whose answer this is: the run's own, or the last a hand-off reached.
+        "answered_by": outcome.answered_by,
         "structured_output": outcome.structured_output,
         "turns": outcome.turns,
         "model_calls": outcome.model_calls,

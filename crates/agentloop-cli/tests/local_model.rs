@@ -1380,3 +1380,58 @@ fn the_local_model_suite() {
         .unwrap_or_default();
     assert!(suite_fell.is_empty(), "{suite_fell:#?}\n{table}");
 }
+
+/// A hand-off on the real model: a triage agent whose one tool is a hand-off to a billing agent
+/// gets a billing question, passes the conversation on, and billing's answer is the run's
+/// (`answered_by`). Three runs, to see it is stable; with no `[model] tool_choice` the
+/// instructions say plainly when to call the hand-off.
+#[test]
+fn a_triage_agent_hands_a_billing_question_to_billing_on_the_real_model() {
+    let _turn = serial();
+    let server = LlamaServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let model = format!(
+        "[model]\nprovider = \"openai\"\nname = \"local\"\nbase_url = \"{}\"\n\
+         temperature = 0.0\nseed = 42\nmax_tokens = 128\n",
+        server.base_url()
+    );
+    let triage = format!(
+        r#"name = "triage"
+instructions = "You route customers and never answer a question yourself. For any question about a bill, an invoice, a charge or a payment, call the tool transfer_to_billing."
+{model}
+[limits]
+max_turns = 4
+[[handoffs]]
+agent = "billing.toml"
+"#
+    );
+    let billing = format!(
+        r#"name = "billing"
+description = "Bills, invoices, charges and payments."
+instructions = "You are the billing desk. Answer the customer's billing question in one short sentence."
+{model}
+[limits]
+max_turns = 2
+"#
+    );
+    std::fs::write(dir.path().join("triage.toml"), triage).unwrap();
+    std::fs::write(dir.path().join("billing.toml"), billing).unwrap();
+    for attempt in 1..=3 {
+        let run = run_agent_file(
+            &dir.path().join("triage.toml"),
+            "I was charged twice for my invoice this month. Can I get the second charge back?",
+            &[],
+        );
+        let d = format!("attempt {attempt}: {}", run.dump());
+        assert_eq!(run.code, Some(0), "{d}");
+        assert_eq!(run.stop_reason(), "finished", "{d}");
+        assert_eq!(run.json["answered_by"], "billing", "{d}");
+        assert_eq!(run.calls()[0]["tool"], "transfer_to_billing", "{d}");
+        let subs = run.json["subagents"].as_array().unwrap();
+        assert_eq!(subs[0]["agent"], "billing", "{d}");
+        assert_eq!(subs[0]["stop_reason"], "finished", "{d}");
+        assert!(!run.output().trim().is_empty(), "{d}");
+        // One budget: billing's model calls are in the run's.
+        assert!(run.json["model_calls"].as_u64().unwrap() >= 2, "{d}");
+    }
+}

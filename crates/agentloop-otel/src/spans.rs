@@ -379,6 +379,29 @@ impl Render for Otel {
                     0,
                 ));
             }
+            // The conversation went to another agent, whose run (a child span) answered.
+            EventKind::HandedOff {
+                call_id,
+                tool,
+                from,
+                to,
+                answered_by,
+                run_id,
+            } => {
+                run.data.events.push(opentelemetry::trace::Event::new(
+                    "agentloop.handoff",
+                    now,
+                    vec![
+                        KeyValue::new("gen_ai.tool.call.id", call_id.clone()),
+                        KeyValue::new("gen_ai.tool.name", tool.clone()),
+                        KeyValue::new("agentloop.handoff.from", from.clone()),
+                        KeyValue::new("agentloop.handoff.to", to.clone()),
+                        KeyValue::new("agentloop.handoff.answered_by", answered_by.clone()),
+                        KeyValue::new("agentloop.handoff.run_id", run_id.clone()),
+                    ],
+                    0,
+                ));
+            }
             _ => {}
         }
     }

@@ -56,6 +56,21 @@ impl TraceRecord {
     }
 }
 
+/// A hand-off of a run ([`agentloop::EventKind::HandedOff`]): the conversation went through the
+/// call `call_id` to the agent `to`, whose run `run_id` (a child span) went on, and
+/// `answered_by` answered.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HandoffRecord {
+    /// The hand-off's call.
+    pub call_id: String,
+    /// The agent it handed the conversation to.
+    pub to: String,
+    /// The agent whose answer is the run's.
+    pub answered_by: String,
+    /// The child run.
+    pub run_id: String,
+}
+
 /// The fields every span has.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Span {
@@ -195,6 +210,10 @@ pub struct RunSpan {
     /// stderr), each line as `origin: line` (payload), once ended.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tool_output: Vec<String>,
+    /// The hand-off whose agent answered for the run, once ended (absent from traces written
+    /// before it existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handoff: Option<Box<HandoffRecord>>,
     /// The input text (payload).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub input: Option<String>,

@@ -91,6 +91,8 @@ struct RunState {
     warnings: Vec<String>,
     /// The tool source's output (payload), kept for the run's end record.
     tool_output: Vec<String>,
+    /// The hand-off that answered for the run, kept for its end record.
+    handoff: Option<Box<crate::record::HandoffRecord>>,
     /// How many compactions the run had.
     compactions: u32,
     /// When each open span started, in unix microseconds.
@@ -433,6 +435,7 @@ impl Render for Records {
         record.limit = state.limit;
         record.warnings = std::mem::take(&mut state.warnings);
         record.tool_output = std::mem::take(&mut state.tool_output);
+        record.handoff = state.handoff.take();
         self.out.push(TraceRecord::Run(record));
     }
 
@@ -453,6 +456,20 @@ impl Render for Records {
                 }
             }
             EventKind::LimitReached { limit } => run.data.limit = Some(*limit),
+            EventKind::HandedOff {
+                call_id,
+                to,
+                answered_by,
+                run_id,
+                ..
+            } => {
+                run.data.handoff = Some(Box::new(crate::record::HandoffRecord {
+                    call_id: call_id.clone(),
+                    to: to.clone(),
+                    answered_by: answered_by.clone(),
+                    run_id: run_id.clone(),
+                }));
+            }
             EventKind::HookFailed {
                 hook,
                 stage,
@@ -616,6 +633,7 @@ impl RunState {
                 limit: None,
                 warnings: Vec::new(),
                 tool_output: Vec::new(),
+                handoff: None,
                 input,
                 output: None,
             },
@@ -623,6 +641,7 @@ impl RunState {
             limit: None,
             warnings: Vec::new(),
             tool_output: Vec::new(),
+            handoff: None,
             compactions: 0,
             starts: HashMap::from([(run_id.clone(), now)]),
         }

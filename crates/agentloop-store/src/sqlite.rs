@@ -21,7 +21,7 @@ use crate::record::{
 };
 
 /// The schema version this crate writes and reads.
-pub const SCHEMA_VERSION: i64 = 7;
+pub const SCHEMA_VERSION: i64 = 8;
 
 // One migration per version step, or a file would be stamped with a version it does not have.
 const _: () = assert!(MIGRATIONS.len() as i64 == SCHEMA_VERSION);
@@ -92,6 +92,9 @@ CREATE INDEX IF NOT EXISTS compactions_run ON compactions (run_id);
     r#"
 ALTER TABLE turns ADD COLUMN tools_changed TEXT;
 ALTER TABLE runs ADD COLUMN tool_output TEXT;
+"#,
+    r#"
+ALTER TABLE runs ADD COLUMN handoff TEXT;
 "#,
 ];
 
@@ -292,11 +295,16 @@ fn encode(record: &TraceRecord) -> (&'static str, Vec<(&'static str, Sql)>) {
             ]);
             cols.extend(usage_columns(r.usage.as_ref()));
             let limit = r.limit.as_ref().and_then(|l| serde_json::to_value(l).ok());
+            let handoff = r
+                .handoff
+                .as_ref()
+                .and_then(|h| serde_json::to_value(h).ok());
             cols.extend([
                 ("cost_usd", opt_real(r.cost_usd)),
                 ("limit_hit", opt_json(limit.as_ref())),
                 ("warnings", string_list(&r.warnings)),
                 ("tool_output", string_list(&r.tool_output)),
+                ("handoff", opt_json(handoff.as_ref())),
                 ("input", opt_text(r.input.as_deref())),
                 ("output", opt_text(r.output.as_deref())),
             ]);
@@ -467,6 +475,7 @@ fn decode(table: &str, row: &Row<'_>) -> rusqlite::Result<TraceRecord> {
                 .map_err(conversion)?,
             warnings: added_json_col(row, "warnings")?.unwrap_or_default(),
             tool_output: added_json_col(row, "tool_output")?.unwrap_or_default(),
+            handoff: added_json_col(row, "handoff")?.map(Box::new),
             input: row.get("input")?,
             output: row.get("output")?,
         }),

@@ -441,6 +441,13 @@ fn run_header(tree: &RunTree) -> String {
     for l in &run.tool_output {
         let _ = writeln!(out, "  tool output: {}", one_line(l, PAYLOAD_WIDTH));
     }
+    if let Some(h) = &run.handoff {
+        let _ = writeln!(
+            out,
+            "  handed off to {} [{}]; {} answered",
+            h.to, h.call_id, h.answered_by
+        );
+    }
     if let Some(input) = &run.input {
         let _ = writeln!(out, "  input: {}", payload(&Value::String(input.clone())));
     }

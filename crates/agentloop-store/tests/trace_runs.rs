@@ -1032,7 +1032,7 @@ fn a_version_1_sqlite_trace_is_migrated_and_keeps_its_runs() {
         "ALTER TABLE runs DROP COLUMN warnings; ALTER TABLE runs DROP COLUMN parent_call_id; \
          ALTER TABLE tool_calls DROP COLUMN retries; ALTER TABLE model_calls DROP COLUMN cached; \
          ALTER TABLE turns DROP COLUMN tools_changed; ALTER TABLE runs DROP COLUMN tool_output; \
-         PRAGMA user_version = 1;",
+         ALTER TABLE runs DROP COLUMN handoff; PRAGMA user_version = 1;",
     )
     .unwrap();
     drop(conn);
@@ -1056,6 +1056,11 @@ fn a_version_1_sqlite_trace_is_migrated_and_keeps_its_runs() {
         "SELECT count(*) FROM pragma_table_info('tool_calls') WHERE name = 'retries'",
     );
     assert_eq!(columns, 1, "version 3 added the calls' retries");
+    let columns: i64 = query_i64(
+        &conn,
+        "SELECT count(*) FROM pragma_table_info('runs') WHERE name = 'handoff'",
+    );
+    assert_eq!(columns, 1, "version 8 added the runs' hand-off");
     let columns: i64 = query_i64(
         &conn,
         "SELECT count(*) FROM pragma_table_info('turns') WHERE name = 'tools_changed'",

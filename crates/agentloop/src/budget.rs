@@ -199,6 +199,8 @@ pub(crate) struct Scope {
     pub(crate) max_depth: u32,
     pub(crate) deadline: Option<Instant>,
     pub(crate) pool: Mutex<Pool>,
+    /// For a hand-off's call: the conversation it passes on (`RunMachine::handoff_history`).
+    pub(crate) history: Option<Vec<crate::message::Message>>,
     /// What the subagent calls need of the run above its budget (the driver's `Tree`: the run's
     /// journal and approvals). Those are the seams' types, a layer above this one that the tool
     /// context carrying this scope must not name (it would close a circle of imports through
@@ -269,6 +271,7 @@ pub(crate) struct Place {
     pub(crate) max_depth: u32,
     pub(crate) deadline: Option<Instant>,
     pub(crate) tree: Arc<dyn Any + Send + Sync>,
+    pub(crate) history: Option<Vec<crate::message::Message>>,
 }
 
 /// The scope of a batch's subagent calls, from the pool the machine gives them
@@ -281,6 +284,7 @@ pub(crate) fn scope(place: Place, pool: Pool) -> Arc<Scope> {
         max_depth: place.max_depth,
         deadline: place.deadline,
         pool: Mutex::new(pool),
+        history: place.history,
         tree: place.tree,
         runs: Mutex::new(Vec::new()),
     })

@@ -253,6 +253,23 @@ pub enum EventKind {
         /// The hook (or stop condition) that ended it.
         by: String,
     },
+    /// A hand-off's agent returned and its answer ends the run ([`crate::handoff::Handoff`]):
+    /// the conversation went from this run's agent to `to` through the call `call_id`, and
+    /// `answered_by` answered (`to`, or an agent `to` handed off to in turn).
+    HandedOff {
+        /// The hand-off's call.
+        call_id: String,
+        /// The hand-off's tool.
+        tool: String,
+        /// This run's agent.
+        from: String,
+        /// The agent it handed the conversation to.
+        to: String,
+        /// The agent whose answer is the run's.
+        answered_by: String,
+        /// The child run, where the other agent went on.
+        run_id: String,
+    },
     /// A limit stopped the run.
     LimitReached {
         /// Which limit, its bound, what was consumed and what was requested.

@@ -30,7 +30,7 @@ pub mod tool;
 
 // What an application uses; everything else is at its module's path.
 pub use agent::{Agent, AgentBuilder, RunOptions, RunStream, Session, StreamItem};
-pub use agent::{ask, permissions, session, subagent};
+pub use agent::{ask, handoff, permissions, session, subagent};
 pub use error::{ErrorKind, RunError};
 pub use event::{Event, EventKind, EventSink};
 pub use gate::Gate;

@@ -24,6 +24,21 @@ pub use spec::{
     ToolFileSpec,
 };
 
+/// One `[[handoffs]]` entry, its target file read.
+#[derive(Debug, Clone)]
+pub struct HandoffTo {
+    /// The tool the model calls.
+    pub tool: String,
+    /// The target file's canonical path: its key among [`AgentFile::handoff_files`].
+    pub key: PathBuf,
+    /// The target agent's name.
+    pub agent: String,
+    /// What the model reads of it.
+    pub description: String,
+    /// What the target sees of the conversation.
+    pub history: agentloop::handoff::HandoffHistory,
+}
+
 /// A checked agent file, with the directory its paths are relative to.
 #[derive(Debug, Clone)]
 pub struct AgentFile {
@@ -37,6 +52,11 @@ pub struct AgentFile {
     pub instructions: Option<String>,
     /// The agent files its `agent` tools run, by tool name (loaded by [`AgentFile::load`]).
     pub subagents: Vec<(String, AgentFile)>,
+    /// Its `[[handoffs]]`, each with its target's name (loaded by [`AgentFile::load`]).
+    pub handoffs: Vec<HandoffTo>,
+    /// On the file [`AgentFile::load`] was given: every agent file a hand-off reaches anywhere in
+    /// its tree, once each by its canonical path (the loaded file itself never among them).
+    pub handoff_files: Vec<(PathBuf, AgentFile)>,
     /// The files its tools may read but never write: the own files of the whole tree this file
     /// belongs to ([`AgentFile::own_files`]) and the stores its runs write
     /// ([`AgentFile::protect`]). The built-in file tools refuse them wherever their root is.
@@ -49,6 +69,20 @@ impl AgentFile {
     /// reported, or none.
     pub fn load(path: &Path) -> Result<AgentFile, LoadError> {
         let mut file = Self::load_in(path, &mut Vec::new())?;
+        // Hand-offs may name each other in a cycle (billing hands back to triage): each file is
+        // loaded once, by its canonical path, so the walk ends.
+        let root = canonical(path);
+        let mut queue = file.handoff_keys();
+        let mut loaded: Vec<(PathBuf, AgentFile)> = Vec::new();
+        while let Some(key) = queue.pop() {
+            if key == root || loaded.iter().any(|(k, _)| *k == key) {
+                continue;
+            }
+            let target = Self::load_in(&key, &mut Vec::new())?;
+            queue.extend(target.handoff_keys());
+            loaded.push((key, target));
+        }
+        file.handoff_files = loaded;
         // A subagent's tools must not rewrite its parent either: the whole tree is one program.
         let tree = file.own_files();
         file.protect(&tree);
@@ -102,7 +136,8 @@ impl AgentFile {
                     .filter(|p| p.is_file()),
             );
         }
-        for (_, child) in &self.subagents {
+        let handed = self.handoff_files.iter().map(|(_, f)| f);
+        for child in self.subagents.iter().map(|(_, f)| f).chain(handed) {
             out.extend(child.own_files());
         }
         out.sort();
@@ -121,7 +156,8 @@ impl AgentFile {
                 }
             }
         }
-        for (_, child) in &mut self.subagents {
+        let handed = self.handoff_files.iter_mut().map(|(_, f)| f);
+        for child in self.subagents.iter_mut().map(|(_, f)| f).chain(handed) {
             child.protect(paths);
         }
     }
@@ -167,6 +203,7 @@ impl AgentFile {
         }
         chain.pop();
         let mut problems = Problems::new(path, &text);
+        file.read_handoffs(&mut problems);
         file.check_shell_roots(&mut problems);
         if !problems.is_empty() {
             return Err(LoadError::Invalid(problems.sorted()));
@@ -217,6 +254,75 @@ impl AgentFile {
         }
     }
 
+    /// Reads each `[[handoffs]]` target's name and description (the file checked, not its tree:
+    /// [`AgentFile::load`] loads that once for all).
+    fn read_handoffs(&mut self, problems: &mut Problems) {
+        let entries = self.spec.handoffs.clone().unwrap_or_default();
+        for (i, h) in entries.iter().enumerate() {
+            let at = format!("handoffs[{i}].agent");
+            let target = self.resolve(h.agent.get_ref());
+            let text = match std::fs::read_to_string(&target) {
+                Ok(t) => t,
+                Err(e) => {
+                    let msg = format!("cannot read the agent file {}: {e}", target.display());
+                    problems.at(&at, Some(h.agent.span()), msg);
+                    continue;
+                }
+            };
+            let parsed = match Self::parse(&target, &text) {
+                Ok(f) => f,
+                Err(p) => {
+                    let msg = format!("the agent file {} is invalid:\n{p}", target.display());
+                    problems.at(&at, Some(h.agent.span()), msg);
+                    continue;
+                }
+            };
+            let agent = parsed.spec.name.get_ref().clone();
+            let description = h.description.clone().unwrap_or_else(|| {
+                let what = parsed
+                    .spec
+                    .description
+                    .as_deref()
+                    .map_or_else(String::new, |d| format!(" ({d})"));
+                format!(
+                    "Hands this conversation to the agent {agent}{what}, which answers the \
+                     user from here on."
+                )
+            });
+            let tool = h.name.as_ref().map_or_else(
+                || agentloop::handoff::tool_name(&agent),
+                |n| n.get_ref().clone(),
+            );
+            self.handoffs.push(HandoffTo {
+                tool,
+                key: canonical(&target),
+                agent,
+                description,
+                history: h.history.unwrap_or_default(),
+            });
+        }
+    }
+
+    /// The canonical paths of every hand-off target of this file and of its subagents' files.
+    fn handoff_keys(&self) -> Vec<PathBuf> {
+        let mut keys: Vec<PathBuf> = self.handoffs.iter().map(|h| h.key.clone()).collect();
+        for (_, child) in &self.subagents {
+            keys.extend(child.handoff_keys());
+        }
+        keys
+    }
+
+    /// The file a hand-off's key names: this one, or one of its [`AgentFile::handoff_files`].
+    pub fn handoff_file(&self, key: &Path) -> Option<&AgentFile> {
+        if canonical(&self.path) == key {
+            return Some(self);
+        }
+        self.handoff_files
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, f)| f)
+    }
+
     /// The agent file a subagent tool runs.
     pub fn subagent(&self, tool: &str) -> Option<&AgentFile> {
         self.subagents
@@ -262,6 +368,8 @@ impl AgentFile {
             spec,
             instructions,
             subagents: Vec::new(),
+            handoffs: Vec::new(),
+            handoff_files: Vec::new(),
             protected: Vec::new(),
         })
     }
@@ -307,6 +415,11 @@ impl AgentFile {
 }
 
 /// A file and the side files SQLite may keep beside it.
+/// A file's canonical path, or the path as given when it cannot be resolved.
+fn canonical(path: &Path) -> PathBuf {
+    std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf())
+}
+
 fn sqlite_files(path: &Path) -> [PathBuf; 4] {
     let with = |suffix: &str| {
         let mut name = path.as_os_str().to_owned();

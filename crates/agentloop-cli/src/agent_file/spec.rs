@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use agentloop::{OnLimit, permissions::Permission, tool::ExecutionMode};
+use agentloop::{OnLimit, handoff::HandoffHistory, permissions::Permission, tool::ExecutionMode};
 use agentloop_store::Durability;
 use agentloop_tools::{SandboxMode, SandboxPolicy};
 use serde::{Deserialize, Serialize};
@@ -25,6 +25,7 @@ leaf!(
     RestartSpec,
     SandboxMode,
     Durability,
+    HandoffHistory,
     BTreeMap<String, String>
 );
 
@@ -92,6 +93,10 @@ section! {
         tools: Option<Vec<ToolFileSpec>>,
         /// MCP servers whose tools the agent gets, named `SERVER__TOOL`.
         mcp: Option<Vec<McpFileSpec>>,
+        /// Agents this one may pass the conversation to (`transfer_to_<name>` tools): the other
+        /// agent goes on with its own instructions, model, tools and permissions, under this
+        /// run's limits, and its answer is the run's.
+        handoffs: Option<Vec<HandoffSpec>>,
         /// Which tool calls run, which need approval, which never run.
         permissions: Option<PermissionsSpec>,
         /// Export every run as OpenTelemetry spans (as `--otel`).
@@ -356,6 +361,23 @@ section! {
         /// `search_tools` (by keywords in its name and description); from the turn after, it is
         /// in the request like any other (default false).
         defer: Option<bool>,
+    }
+}
+
+section! {
+    /// One `[[handoffs]]` entry: another agent file (relative to this one) the model may pass
+    /// the conversation to.
+    HandoffSpec {
+        /// The agent file.
+        agent: Spanned<String>,
+        /// The tool's name (default `transfer_to_<its agent's name>`).
+        name: Option<Spanned<String>>,
+        /// When to hand off, for the model (default: the other agent's `description`).
+        description: Option<String>,
+        /// What the other agent sees of the conversation: `all` (the default), `no_tools` (what
+        /// was said, without tool calls and results), `last_user` (the user's last message),
+        /// `none` (the model writes it a `task`).
+        history: Option<HandoffHistory>,
     }
 }
 

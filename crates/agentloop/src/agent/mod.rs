@@ -10,6 +10,8 @@
 //! - `subagent.rs`: an agent as a tool of another.
 
 pub mod ask;
+pub mod handoff;
+mod handoff_history;
 pub mod permissions;
 pub mod session;
 pub mod subagent;
@@ -209,7 +211,7 @@ impl Agent {
         if let Some(limits) = &options.limits
             && let Err(e) = check_priced(limits, self.inner.pricing.as_ref(), &self.inner.model)
         {
-            return refused(&run_id, transcript, input, e);
+            return refused(self.inner.cfg.name(), &run_id, transcript, input, e);
         }
         let seams = self.seams(&options);
         let log = run_log(
@@ -238,7 +240,13 @@ impl Agent {
                 let error = RunError::Journal {
                     message: e.to_string(),
                 };
-                return refused(&run_id, header.transcript, header.input, error);
+                return refused(
+                    self.inner.cfg.name(),
+                    &run_id,
+                    header.transcript,
+                    header.input,
+                    error,
+                );
             }
             (transcript, input) = (header.transcript, header.input);
         }
@@ -601,6 +609,7 @@ fn run_log(
 /// The outcome of a run refused before it started: failed with `error`, the input kept in the
 /// transcript, nothing called.
 fn refused(
+    agent: &str,
     run_id: &str,
     mut transcript: Vec<Message>,
     input: Option<Message>,
@@ -627,5 +636,6 @@ fn refused(
         duration: std::time::Duration::ZERO,
         subagents: Vec::new(),
         compactions: Vec::new(),
+        answered_by: agent.to_owned(),
     }
 }

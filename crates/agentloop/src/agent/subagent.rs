@@ -16,13 +16,14 @@
 //! subagent that does not finish is an error result its parent's model reads, with its partial
 //! output, unless its tool is [`SubagentTool::fatal`].
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
 use tokio_util::sync::CancellationToken;
 
+use crate::agent::handoff_history::HandoffHistory;
 use crate::agent::{Agent, Plumbing, RunOptions};
 use crate::budget::{Pool, Scope};
 use crate::driver::Tree;
@@ -39,7 +40,10 @@ use crate::tool::{Tool, ToolContext, ToolError, ToolOutput};
 #[derive(Debug, Clone)]
 #[must_use]
 pub struct SubagentTool {
-    agent: Agent,
+    /// Set once: a hand-off's target may be built after the agent that names it (a cycle).
+    agent: Arc<OnceLock<Agent>>,
+    /// For a hand-off: what its agent sees of the conversation.
+    pub(crate) handoff: Option<HandoffHistory>,
     name: String,
     description: String,
     cap: Option<Limits>,
@@ -51,7 +55,8 @@ impl SubagentTool {
     /// `agent` as a tool named `name`.
     pub fn new(agent: Agent, name: impl Into<String>, description: impl Into<String>) -> Self {
         SubagentTool {
-            agent,
+            agent: Arc::new(OnceLock::from(agent)),
+            handoff: None,
             name: name.into(),
             description: description.into(),
             cap: None,
@@ -99,18 +104,41 @@ impl SubagentTool {
             "required": ["task"],
             "additionalProperties": false
         });
-        let schema = self.input_schema.clone().unwrap_or(task);
+        let schema = match self.handoff {
+            Some(h) => h.input_schema(),
+            None => self.input_schema.clone().unwrap_or(task),
+        };
+        let builder = Tool::builder(self.name.clone()).description(self.description.clone());
+        let builder = match self.handoff {
+            Some(_) => builder.handoff(),
+            None => builder.subagent(),
+        };
         let tool = Arc::new(self);
-        Tool::builder(tool.name.clone())
-            .description(tool.description.clone())
-            .subagent()
-            .dynamic(schema, move |args: Value, ctx: ToolContext| {
-                let tool = Arc::clone(&tool);
-                async move { tool.call(args, ctx).await }
-            })
+        builder.dynamic(schema, move |args: Value, ctx: ToolContext| {
+            let tool = Arc::clone(&tool);
+            async move { tool.call(args, ctx).await }
+        })
+    }
+
+    /// A hand-off's target, built once: one not set yet cannot take over.
+    pub(crate) fn with_target(
+        agent: Arc<OnceLock<Agent>>,
+        name: String,
+        description: String,
+    ) -> Self {
+        SubagentTool {
+            agent,
+            handoff: None,
+            name,
+            description,
+            cap: None,
+            fatal: false,
+            input_schema: None,
+        }
     }
 
     async fn call(&self, args: Value, ctx: ToolContext) -> Result<ToolOutput, ToolError> {
+        let agent = self.target()?;
         let task = match &self.input_schema {
             Some(_) => serde_json::to_string_pretty(&args).unwrap_or_default(),
             None => args
@@ -119,7 +147,7 @@ impl SubagentTool {
                 .unwrap_or_default()
                 .to_owned(),
         };
-        let own = self.agent.config().limits().clone();
+        let own = agent.config().limits().clone();
         let scope = ctx.scope.clone();
         let depth = scope.as_ref().map_or(0, |s| s.depth) + 1;
         let max_depth = scope.as_ref().map_or(own.max_depth, |s| s.max_depth);
@@ -144,8 +172,8 @@ impl SubagentTool {
             run_id: ctx.run_id.to_string(),
             call_id: ctx.call_id.to_string(),
             agent_path: scope.as_ref().map_or_else(
-                || self.agent.config().name().to_owned(),
-                |s| format!("{}/{}", s.path, self.agent.config().name()),
+                || agent.config().name().to_owned(),
+                |s| format!("{}/{}", s.path, agent.config().name()),
             ),
         };
         let child_id = child_run_id(&parent.run_id, &parent.call_id);
@@ -220,14 +248,14 @@ impl SubagentTool {
         };
         let run = async {
             match earlier {
-                None => Ok(self
-                    .agent
-                    .start(Vec::new(), Some(Message::user(task)), options, plumbing)
-                    .await),
-                Some(run) if matches!(run.status, RunStatus::Finished { .. }) => {
-                    Ok(self.agent.replayed(run))
+                None => {
+                    let (history, input) = self.first_input(scope.as_deref(), task);
+                    Ok(agent.start(history, input, options, plumbing).await)
                 }
-                Some(run) => self.agent.go_on(run, options, false, plumbing).await,
+                Some(run) if matches!(run.status, RunStatus::Finished { .. }) => {
+                    Ok(agent.replayed(run))
+                }
+                Some(run) => agent.go_on(run, options, false, plumbing).await,
             }
         };
         let outcome = self
@@ -256,11 +284,12 @@ impl SubagentTool {
                 std::future::pending::<()>().await;
             }
         }
-        let record = self.record(&outcome, &ctx);
+        let record = self.record(agent, &outcome, &ctx);
         if let Some(s) = &scope {
             s.settle(&grant, &record);
         }
-        let content = if outcome.is_success() {
+        // A hand-off's run answers for this one, finished or not (the machine ends the run so).
+        let content = if outcome.is_success() || self.handoff.is_some() {
             match outcome.structured_output.clone() {
                 Some(v) => ToolContent::Json(v),
                 None => ToolContent::Text(outcome.output.clone().unwrap_or_default()),
@@ -277,6 +306,29 @@ impl SubagentTool {
             details: None,
             terminate: false,
         })
+    }
+
+    /// The agent it runs; a hand-off's target that is not set yet cannot take over.
+    fn target(&self) -> Result<&Agent, ToolError> {
+        self.agent.get().ok_or_else(|| {
+            ToolError::new(
+                "handoff.unset",
+                format!("the agent of {} is not built yet", self.name),
+            )
+            .permanent()
+        })
+    }
+
+    /// What a new child starts from: the model's task, or for a hand-off the conversation its
+    /// filter passes on.
+    fn first_input(&self, scope: Option<&Scope>, task: String) -> (Vec<Message>, Option<Message>) {
+        match self.handoff {
+            Some(h) => {
+                let passed = scope.and_then(|s| s.history.clone());
+                h.passed(passed.unwrap_or_default(), task)
+            }
+            None => (Vec::new(), Some(Message::user(task))),
+        }
     }
 
     /// Awaits the child's run. The parent's cancellation reaches the child, except when the
@@ -310,10 +362,10 @@ impl SubagentTool {
         .permanent()
     }
 
-    fn record(&self, outcome: &RunOutcome, ctx: &ToolContext) -> SubagentRun {
+    fn record(&self, agent: &Agent, outcome: &RunOutcome, ctx: &ToolContext) -> SubagentRun {
         SubagentRun {
             run_id: outcome.run_id.clone(),
-            agent: self.agent.config().name().to_owned(),
+            agent: agent.config().name().to_owned(),
             call_id: ctx.call_id.to_string(),
             tool: ctx.tool.to_string(),
             stop_reason: outcome.stop_reason.as_str().to_owned(),
@@ -329,6 +381,7 @@ impl SubagentTool {
             tool_calls: outcome.tool_calls_run,
             fatal: self.fatal,
             subagents: outcome.subagents.clone(),
+            answered_by: self.handoff.is_some().then(|| outcome.answered_by.clone()),
         }
     }
 }
@@ -417,6 +470,7 @@ mod tests {
             tool_calls,
             fatal: false,
             subagents: Vec::new(),
+            answered_by: None,
         }
     }
 

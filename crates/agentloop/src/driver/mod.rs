@@ -673,6 +673,12 @@ impl<'a> Driver<'a> {
                     .filter(|j| self.journaling && j.holds_children()),
                 approvals: Arc::clone(&self.approvals),
             }),
+            // A hand-off is alone in its batch (the machine's rule): its scope is its own.
+            history: m
+                .tools()
+                .spec(call.index)
+                .is_some_and(|s| s.handoff)
+                .then(|| m.handoff_history()),
         };
         let scope = crate::budget::scope(place, m.subagent_pool());
         self.scope = Some((m.turn(), Arc::clone(&scope)));

@@ -348,6 +348,7 @@ impl RunMachine {
             self.refuse_decision(message, reason);
             return;
         }
+        self.handoffs_alone(&mut calls, &mut slots);
         let admitted = calls.len() as u32;
         if let Some((h, outcome)) = self.tool_call_budget(admitted) {
             self.answer_all(message, &outcome);

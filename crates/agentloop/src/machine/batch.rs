@@ -252,7 +252,8 @@ impl RunMachine {
         self.counters.tool_calls_used =
             self.counters.tool_calls_used.saturating_add(sub.tool_calls);
         self.kept.subagents.push(sub.clone());
-        if outcome.status == CallStatus::Ok && !sub.is_success() {
+        // A hand-off's run that did not finish ends this run as it ended (`handed_off`).
+        if outcome.status == CallStatus::Ok && !sub.is_success() && sub.answered_by.is_none() {
             let code = format!("subagent.{}", sub.stop_reason);
             if sub.fatal {
                 outcome.status = CallStatus::Fatal;

@@ -4,10 +4,10 @@
 
 use std::sync::Arc;
 
-use super::{Pending, RunMachine};
+use super::{Pending, RunMachine, Slot};
 use crate::error::RunError;
-use crate::message::{Message, ToolResult};
-use crate::outcome::{CallOutcome, CallStatus, StopReason, ToolCallRecord, codes};
+use crate::message::{Message, ToolContent, ToolResult};
+use crate::outcome::{CallOutcome, CallStatus, StopReason, SubagentRun, ToolCallRecord, codes};
 
 impl RunMachine {
     pub(super) fn fold(&mut self, pending: Pending) {
@@ -20,6 +20,7 @@ impl RunMachine {
         let mut all_terminate = !slots.is_empty();
         let mut terminate_output: Option<String> = None;
         let mut fatal: Option<RunError> = None;
+        let mut handoff: Option<(Slot, SubagentRun, ToolContent)> = None;
         // Each call's result goes straight into the transcript, in decision order.
         self.kept.transcript.reserve(slots.len());
         for slot in slots {
@@ -40,6 +41,20 @@ impl RunMachine {
                 terminate_output = Some(outcome.content.to_text());
             } else {
                 all_terminate = false;
+            }
+            if slot.started
+                && handoff.is_none()
+                && let Some(run) = outcome.subagent.as_deref()
+                && run.answered_by.is_some()
+            {
+                let call = Slot {
+                    call_id: Arc::clone(&slot.call_id),
+                    tool: Arc::clone(&slot.tool),
+                    arguments: Arc::clone(&slot.arguments),
+                    outcome: None,
+                    started: true,
+                };
+                handoff = Some((call, run.clone(), outcome.content.clone()));
             }
             if outcome.status == CallStatus::Fatal && fatal.is_none() {
                 let message = outcome.diagnostic.clone().unwrap_or_default();
@@ -74,6 +89,10 @@ impl RunMachine {
         }
         if let Some(e) = fatal {
             self.fail(e);
+            return;
+        }
+        if let Some((call, run, content)) = handoff {
+            self.handed_off(&call, &run, &content);
             return;
         }
         if all_terminate {

@@ -18,6 +18,7 @@
 //!   and the finish hooks.
 //! - `compact.rs`: compaction before a model call (the summary call, dropped tool results).
 //! - `fold.rs`: outcomes into the transcript and the records.
+//! - `handoff.rs`: a hand-off alone in its turn, the conversation it passes on, the run's end.
 //! - `interrupt.rs`: cancel, deadline and suspension; a restart; a failed journal.
 //! - `limits.rs`: what each limit lets happen next, what is left for subagents, the stop on one.
 //! - `model_call.rs`: the turn's model call and its request.
@@ -30,6 +31,7 @@ mod call_ids;
 mod closing;
 mod compact;
 mod fold;
+mod handoff;
 mod interrupt;
 mod limits;
 mod model_call;
@@ -174,6 +176,8 @@ struct Ending {
     limit: Option<LimitHit>,
     output: Option<String>,
     structured: Option<Value>,
+    /// The agent a hand-off passed the conversation to, when one answered.
+    answered_by: Option<String>,
 }
 
 /// What the run keeps for its outcome besides its counts.
@@ -808,6 +812,9 @@ impl RunMachine {
             duration: elapsed,
             subagents: kept.subagents,
             compactions: kept.compactions,
+            answered_by: ending
+                .answered_by
+                .unwrap_or_else(|| self.cfg.name().to_owned()),
         }
     }
 }

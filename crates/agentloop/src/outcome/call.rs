@@ -109,6 +109,10 @@ pub struct SubagentRun {
     /// Its own subagents.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub subagents: Vec<SubagentRun>,
+    /// For a hand-off's run ([`crate::handoff::Handoff`]): the agent that answered in it (its
+    /// own, or the one it handed off to in turn). `None` for a subagent called as a tool.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answered_by: Option<String>,
 }
 
 impl SubagentRun {
@@ -143,6 +147,7 @@ fn is_zero(n: &u32) -> bool {
 /// | `timeout` | error | the tool did not finish within its timeout | the same |
 /// | `tool.fatal` | fatal | `the tool failed` | the tool's message (diagnostic) |
 /// | `tool.panicked` | error (fatal under [`crate::config::OnToolPanic::Fail`]) | the tool failed unexpectedly | the panic message (diagnostic) |
+/// | `handoff.not_alone` | rejected | a hand-off must be the only call of its turn: the other calls ran, hand off again alone | the same |
 ///
 /// What the model reads of an error is at most [`codes::MAX_ERROR_TEXT`] bytes, and a code at most
 /// [`codes::MAX_CODE_LEN`] characters: longer ones are cut, saying so.
@@ -177,6 +182,8 @@ pub mod codes {
     pub const TRUNCATED: &str = "truncated";
     /// An output that failed the tool's declared output schema.
     pub const INVALID_OUTPUT: &str = "invalid_output";
+    /// A hand-off called beside other calls in one turn: not run (the others run).
+    pub const HANDOFF_NOT_ALONE: &str = "handoff.not_alone";
 
     /// The most bytes of error text a model reads from one call (its head and its tail are kept).
     pub const MAX_ERROR_TEXT: usize = 16 * 1024;

@@ -158,6 +158,9 @@ pub struct RunOutcome {
     /// The compactions of its conversation, oldest first, each with the messages it replaced:
     /// [`crate::compaction::expand`] gives the transcript back as it would be without them.
     pub compactions: Vec<crate::compaction::CompactionRecord>,
+    /// The name of the agent whose answer ended the run: the run's own agent, or the one a
+    /// hand-off passed the conversation to ([`crate::handoff::Handoff`]), at the end of the chain.
+    pub answered_by: String,
 }
 
 impl RunOutcome {

@@ -98,6 +98,7 @@ impl Tool {
                 idempotent: false,
                 poller: false,
                 subagent: false,
+                handoff: false,
             },
             policy: ToolPolicy::default(),
         }
@@ -182,6 +183,13 @@ impl ToolBuilder {
     /// Marks the tool a subagent's ([`ToolSpec::subagent`]).
     pub(crate) fn subagent(mut self) -> Self {
         self.spec.subagent = true;
+        self
+    }
+
+    /// Marks the tool a hand-off's ([`ToolSpec::handoff`]): a subagent's whose answer ends the run.
+    pub(crate) fn handoff(mut self) -> Self {
+        self.spec.subagent = true;
+        self.spec.handoff = true;
         self
     }
 

@@ -45,6 +45,10 @@ pub struct ToolSpec {
     /// It runs another agent ([`crate::Agent::as_tool`]): its calls draw on the run's budget.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub subagent: bool,
+    /// It hands the conversation to another agent ([`crate::handoff::Handoff`]): its call must
+    /// be the only one of its turn, and the other agent's answer is the run's.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub handoff: bool,
 }
 
 /// The JSON Schema (2020-12) of a type, as tools use it: no `$schema` or `title` at the top.
