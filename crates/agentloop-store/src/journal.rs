@@ -268,9 +268,14 @@ impl SqliteJournal {
         // An owner that lets a run go deletes its file while still holding the lock; whoever
         // opened that file before and locks it after holds a lock on a file no longer there,
         // and must take the one at the path instead. A few rounds settle any such race.
-        for _ in 0..8 {
+        for _ in 0..32 {
             if let Some(folder) = path.parent() {
-                std::fs::create_dir_all(folder).map_err(io)?;
+                match std::fs::create_dir_all(folder) {
+                    Ok(()) => {}
+                    // Made and removed again by a releasing owner between two looks.
+                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                    Err(e) => return Err(io(e)),
+                }
             }
             let file = {
                 use std::os::unix::fs::OpenOptionsExt;
