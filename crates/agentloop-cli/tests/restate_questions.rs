@@ -13,6 +13,8 @@
 
 mod support;
 
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -208,11 +210,35 @@ fn a_subagents_question_suspends_the_tree_on_restate_and_is_answered_there() {
     let waiting = wait_for(&dir, &server, &id, &["p1/a1"]);
     assert_eq!(waiting[0]["question"]["text"], "Which colour?");
     assert_eq!(waiting[0]["agent"], "lead/helper");
+    // `attach` (not --json) shows the question and how to answer it.
+    let mut shown = Command::new(bin())
+        .args(["attach", &id, "--restate", &server.ingress])
+        .current_dir(dir.path("."))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(shown.stderr.take().unwrap())
+        .lines()
+        .map_while(Result::ok);
+    let how = lines
+        .by_ref()
+        .find(|l| l.contains("agentloop answer"))
+        .expect("attach shows the question");
+    assert!(how.contains("\"Which colour?\""), "{how}");
+    assert!(
+        how.contains(&format!("answer {id} --call p1/a1 --json JSON")),
+        "{how}"
+    );
     exited(
         &answer(&dir, &server, &id, "p1/a1", "\"red\""),
         0,
         "the answer",
     );
+    // Read to its end, so that `attach` never writes to a closed pipe.
+    let rest: Vec<String> = lines.collect();
+    assert_eq!(shown.wait().unwrap().code(), Some(0), "attach: {rest:?}");
     let outcome = attach(&dir, &server, &id);
     assert_eq!(outcome["stop_reason"], "finished", "{outcome}");
     assert_eq!(outcome["output"], "The helper painted.");
