@@ -469,7 +469,14 @@ pub async fn waiting(url: &str, run: &str) -> Result<Vec<agentloop_store::Waitin
         .into_iter()
         .map(|p| agentloop_store::WaitingCall {
             run_id: run.to_owned(),
-            agent: p.request.agent.clone(),
+            // The run's agent: the top of the tree (a subagent's call names its path from it).
+            agent: p
+                .request
+                .agent
+                .split('/')
+                .next()
+                .unwrap_or_default()
+                .to_owned(),
             request: p.request,
             answer: None,
             reply: None,

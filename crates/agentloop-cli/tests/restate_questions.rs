@@ -210,6 +210,22 @@ fn a_subagents_question_suspends_the_tree_on_restate_and_is_answered_there() {
     let waiting = wait_for(&dir, &server, &id, &["p1/a1"]);
     assert_eq!(waiting[0]["question"]["text"], "Which colour?");
     assert_eq!(waiting[0]["agent"], "lead/helper");
+    let text = cli(
+        &dir,
+        &[
+            "questions",
+            "list",
+            "--restate",
+            &server.ingress,
+            "--run",
+            &id,
+        ],
+    );
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("(lead/helper)"),
+        "its place in the tree: {text}"
+    );
     // `attach` (not --json) shows the question and how to answer it.
     let mut shown = Command::new(bin())
         .args(["attach", &id, "--restate", &server.ingress])
