@@ -9,7 +9,7 @@ use std::sync::Arc;
 use agentloop::journal::{Journal, JournaledRun};
 use agentloop::permissions::{Answer, ApprovalRequest};
 use agentloop::{RunOptions, RunOutcome, StopReason};
-use agentloop_store::{Durability, JournalReader, SqliteJournal};
+use agentloop_store::{Durability, JournalReader, SqliteJournal, WaitingCall};
 use clap::{Args, Subcommand};
 
 use crate::agent_file::AgentFile;
@@ -95,20 +95,56 @@ impl JournalArg {
 #[derive(Debug, Subcommand)]
 pub enum ApprovalsCommand {
     /// Lists the calls suspended runs wait on, with the answers recorded so far.
-    List {
-        #[command(flatten)]
-        journal: JournalArg,
-        /// Prints JSON.
-        #[arg(long)]
-        json: bool,
-        /// Lists what run `--run ID` (started with `agentloop submit`) waits on, through the
-        /// Restate ingress at this URL, instead of a journal's runs.
-        #[arg(long, value_name = "URL", requires = "run")]
-        restate: Option<String>,
-        /// The run, with `--restate`.
-        #[arg(long, value_name = "ID", requires = "restate")]
-        run: Option<String>,
-    },
+    List(#[command(flatten)] WaitingArgs),
+}
+
+/// Where `approvals list` and `questions list` find the calls runs wait on, and how they print
+/// them.
+#[derive(Debug, Args)]
+pub struct WaitingArgs {
+    #[command(flatten)]
+    journal: JournalArg,
+    /// Prints JSON.
+    #[arg(long)]
+    json: bool,
+    /// Lists what run `--run ID` (started with `agentloop submit`) waits on, through the
+    /// Restate ingress at this URL, instead of a journal's runs.
+    #[arg(long, value_name = "URL", requires = "run")]
+    restate: Option<String>,
+    /// The run, with `--restate`.
+    #[arg(long, value_name = "ID", requires = "restate")]
+    run: Option<String>,
+}
+
+impl WaitingArgs {
+    /// The calls waited on (those `keep` takes), printed: as JSON, `none` when there are none,
+    /// else one `line` each.
+    pub(crate) async fn print(
+        &self,
+        keep: impl Fn(&WaitingCall) -> bool,
+        none: &str,
+        line: impl Fn(&WaitingCall) -> String,
+    ) -> Result<i32, CliError> {
+        let waiting = match (&self.restate, &self.run) {
+            (Some(url), Some(run)) => crate::restate::waiting(url, run).await?,
+            _ => self.journal.reader()?.pending()?,
+        };
+        let waiting: Vec<WaitingCall> = waiting.into_iter().filter(|w| keep(w)).collect();
+        if self.json {
+            out!(
+                "{}",
+                serde_json::to_string_pretty(&waiting).unwrap_or_default()
+            );
+            return Ok(crate::error::code::OK);
+        }
+        if waiting.is_empty() {
+            out!("{none}");
+        }
+        for w in &waiting {
+            out!("{}", line(w));
+        }
+        Ok(crate::error::code::OK)
+    }
 }
 
 /// `agentloop approve`.
@@ -441,56 +477,32 @@ async fn go_on(
 
 /// `agentloop approvals list`.
 pub async fn approvals(cmd: ApprovalsCommand) -> Result<i32, CliError> {
-    let ApprovalsCommand::List {
-        journal,
-        json,
-        restate,
-        run,
-    } = cmd;
-    let waiting = match (restate, run) {
-        (Some(url), Some(run)) => crate::restate::waiting(&url, &run).await?,
-        _ => journal.reader()?.pending()?,
+    let ApprovalsCommand::List(list) = cmd;
+    list.print(|_| true, "no run waits for approval", approval_line)
+        .await
+}
+
+/// One waiting call as `approvals list` shows it (a question as `questions list` does).
+fn approval_line(w: &WaitingCall) -> String {
+    if w.request.question.is_some() {
+        return crate::questions::shown(w);
+    }
+    let answer = match w.answer {
+        None => "waiting",
+        Some(Answer::AllowOnce) => "allowed",
+        Some(Answer::AllowAlways) => "allowed always",
+        Some(Answer::DenyOnce) => "denied",
+        Some(Answer::DenyAlways) => "denied always",
     };
-    if json {
-        out!(
-            "{}",
-            serde_json::to_string_pretty(&waiting).unwrap_or_default()
-        );
-        return Ok(crate::error::code::OK);
-    }
-    if waiting.is_empty() {
-        out!("no run waits for approval");
-    }
-    for w in &waiting {
-        if w.request.question.is_some() {
-            out!(
-                "{}",
-                crate::questions::shown(&w.run_id, &w.request, w.reply.as_ref())
-            );
-            continue;
-        }
-        let answer = match w.answer {
-            None => "waiting",
-            Some(Answer::AllowOnce) => "allowed",
-            Some(Answer::AllowAlways) => "allowed always",
-            Some(Answer::DenyOnce) => "denied",
-            Some(Answer::DenyAlways) => "denied always",
-        };
-        // A subagent's question names its place in the tree.
-        let path = Some(&w.request.agent)
-            .filter(|a| !a.is_empty() && **a != w.agent)
-            .map(|a| format!("  ({a})"))
-            .unwrap_or_default();
-        out!(
-            "{}  {}  {}  {} {}{path}",
-            w.run_id,
-            w.request.call_id,
-            answer,
-            w.request.tool,
-            w.request.arguments
-        );
-    }
-    Ok(crate::error::code::OK)
+    format!(
+        "{}  {}  {}  {} {}{}",
+        w.run_id,
+        w.request.call_id,
+        answer,
+        w.request.tool,
+        w.request.arguments,
+        crate::questions::place(w)
+    )
 }
 
 /// `agentloop approve`.

@@ -101,8 +101,8 @@ async fn dispatch(cli: Cli) -> i32 {
         Command::Trace(t) => trace_command(t),
         Command::Resume(args) => durable::resume(args).await,
         Command::Approvals(c) => durable::approvals(c).await,
-        Command::Questions(c) => questions::list(c),
-        Command::Answer(args) => questions::answer(&args),
+        Command::Questions(c) => questions::list(c).await,
+        Command::Answer(args) => questions::answer(&args).await,
         Command::Approve(args) => match durable::restate_answer(&args) {
             Some((run, call, answer, url)) => restate::approve(&run, &call, answer, &url).await,
             None => durable::approve(&args),

@@ -8,11 +8,12 @@ use std::io::Write;
 use agentloop::ask::check_answer;
 use agentloop::gate::Question;
 use agentloop::permissions::ApprovalRequest;
+use agentloop_store::WaitingCall;
 use clap::{Args, Subcommand};
 use serde_json::Value;
 
 use crate::approval::AnswerLines;
-use crate::durable::JournalArg;
+use crate::durable::{JournalArg, WaitingArgs};
 use crate::error::CliError;
 
 /// The reason a question is refused when the person at the terminal ends the input.
@@ -22,13 +23,7 @@ pub const END_OF_INPUT_REASON: &str = "the user gave no answer (end of input)";
 #[derive(Debug, Subcommand)]
 pub enum QuestionsCommand {
     /// Lists the questions suspended runs wait on, with the answers recorded so far.
-    List {
-        #[command(flatten)]
-        journal: JournalArg,
-        /// Prints JSON.
-        #[arg(long)]
-        json: bool,
-    },
+    List(#[command(flatten)] WaitingArgs),
 }
 
 /// `agentloop answer`.
@@ -45,6 +40,10 @@ pub struct AnswerArgs {
     answer: String,
     #[command(flatten)]
     journal: JournalArg,
+    /// Answers a run started with `agentloop submit` (its full id), through the Restate ingress
+    /// at this URL, instead of one in a journal.
+    #[arg(long, value_name = "URL")]
+    restate: Option<String>,
 }
 
 /// How the answer to `question` is asked for: its kind, from its schema.
@@ -63,6 +62,7 @@ fn hint(question: &Question) -> String {
         Some("number") => "a number".into(),
         Some("integer") => "a whole number".into(),
         Some("boolean") => "true or false".into(),
+        Some("string") => "text".into(),
         Some("object") => format!(
             "a JSON object on one line, matching {}",
             crate::terminal::escape_invisible(&schema.to_string())
@@ -97,7 +97,8 @@ pub fn parse_reply(question: &Question, line: &str) -> Result<Value, String> {
 }
 
 /// Asks every question, in order, and returns one answer each; an answer that does not match
-/// its schema asks again. `None` when the input ends first.
+/// its schema asks again. A form (an object schema with properties) is asked field by field.
+/// `None` when the input ends first.
 pub async fn ask_questions(
     lines: &mut dyn AnswerLines,
     out: &mut (dyn Write + Send),
@@ -117,59 +118,136 @@ pub async fn ask_questions(
             crate::terminal::escape_invisible(&request.call_id),
             crate::terminal::escape_invisible(&question.text)
         );
-        loop {
-            let _ = write!(out, "  {} > ", hint(question));
-            let _ = out.flush();
-            let Some(line) = lines.next_line().await else {
-                let _ = writeln!(out, "\n  (end of input: no answer)");
-                return None;
-            };
-            match parse_reply(question, &line) {
-                Ok(answer) => {
-                    answers.push(answer);
-                    break;
-                }
-                Err(why) => {
-                    let _ = writeln!(
-                        out,
-                        "  not an answer: {}",
-                        crate::terminal::escape_invisible(&why)
-                    );
-                }
-            }
-        }
+        let answer = match form_fields(question) {
+            Some(fields) => ask_form(lines, out, question, &fields).await,
+            None => ask_value(lines, out, "", question, false)
+                .await
+                .map(Option::unwrap_or_default),
+        };
+        let Some(answer) = answer else {
+            let _ = writeln!(out, "\n  (end of input: no answer)");
+            return None;
+        };
+        answers.push(answer);
     }
     let _ = out.flush();
     Some(answers)
 }
 
-/// `agentloop questions list`.
-pub fn list(cmd: QuestionsCommand) -> Result<i32, CliError> {
-    let QuestionsCommand::List { journal, json } = cmd;
-    let waiting: Vec<_> = journal
-        .reader()?
-        .pending()?
-        .into_iter()
-        .filter(|w| w.request.question.is_some())
+/// One field of a form: its name, its schema, and whether it is required.
+type Field = (String, Value, bool);
+
+/// The fields of a form question (an object schema with properties): the required ones in the
+/// order `required` names them, then the others by name. `None` for any other question.
+fn form_fields(question: &Question) -> Option<Vec<Field>> {
+    let schema = question.schema.as_ref()?;
+    if schema.get("type").and_then(Value::as_str) != Some("object") {
+        return None;
+    }
+    let properties = schema.get("properties")?.as_object()?;
+    if properties.is_empty() {
+        return None;
+    }
+    let required: Vec<&str> = schema
+        .get("required")
+        .and_then(Value::as_array)
+        .map(|r| r.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let mut fields: Vec<Field> = required
+        .iter()
+        .filter_map(|name| {
+            let field = properties.get(*name)?;
+            Some(((*name).to_owned(), field.clone(), true))
+        })
         .collect();
-    if json {
-        out!(
-            "{}",
-            serde_json::to_string_pretty(&waiting).unwrap_or_default()
-        );
-        return Ok(crate::error::code::OK);
+    fields.extend(
+        properties
+            .iter()
+            .filter(|(name, _)| !required.contains(&name.as_str()))
+            .map(|(name, field)| (name.clone(), field.clone(), false)),
+    );
+    Some(fields)
+}
+
+/// Asks a form field by field, each checked against its own schema; the whole answer is then
+/// checked against the form's, and when it fails the form is asked again. `None` at the end of
+/// the input.
+async fn ask_form(
+    lines: &mut dyn AnswerLines,
+    out: &mut (dyn Write + Send),
+    question: &Question,
+    fields: &[Field],
+) -> Option<Value> {
+    loop {
+        let mut answer = serde_json::Map::new();
+        for (name, schema, required) in fields {
+            let field = Question {
+                text: name.clone(),
+                schema: Some(schema.clone()),
+            };
+            let label = format!("{}: ", crate::terminal::escape_invisible(name));
+            if let Some(value) = ask_value(lines, out, &label, &field, !required).await? {
+                answer.insert(name.clone(), value);
+            }
+        }
+        let answer = Value::Object(answer);
+        match check_answer(question, &answer) {
+            Ok(()) => return Some(answer),
+            Err(e) => {
+                let _ = writeln!(
+                    out,
+                    "  not an answer: {}; the form again",
+                    crate::terminal::escape_invisible(&e.to_string())
+                );
+            }
+        }
     }
-    if waiting.is_empty() {
-        out!("no run waits for an answer");
+}
+
+/// Asks for one value until a line matches `question`'s schema; an optional one is skipped by
+/// an empty line (`Some(None)`). `None` at the end of the input.
+async fn ask_value(
+    lines: &mut dyn AnswerLines,
+    out: &mut (dyn Write + Send),
+    label: &str,
+    question: &Question,
+    optional: bool,
+) -> Option<Option<Value>> {
+    let skip = if optional { ", empty to skip" } else { "" };
+    loop {
+        let _ = write!(out, "  {label}{}{skip} > ", hint(question));
+        let _ = out.flush();
+        let line = lines.next_line().await?;
+        if optional && line.trim().is_empty() {
+            return Some(None);
+        }
+        match parse_reply(question, &line) {
+            Ok(answer) => return Some(Some(answer)),
+            Err(why) => {
+                let _ = writeln!(
+                    out,
+                    "  not an answer: {}",
+                    crate::terminal::escape_invisible(&why)
+                );
+            }
+        }
     }
-    for w in &waiting {
-        out!("{}", shown(&w.run_id, &w.request, w.reply.as_ref()));
-    }
-    Ok(crate::error::code::OK)
+}
+
+/// `agentloop questions list`.
+pub async fn list(cmd: QuestionsCommand) -> Result<i32, CliError> {
+    let QuestionsCommand::List(list) = cmd;
+    list.print(
+        |w| w.request.question.is_some(),
+        "no run waits for an answer",
+        shown,
+    )
+    .await
 }
 
 /// One question as `questions list` and `approvals list` show it.
-pub fn shown(run_id: &str, request: &ApprovalRequest, reply: Option<&Value>) -> String {
+pub fn shown(w: &WaitingCall) -> String {
+    let request = &w.request;
     let text = request.question.as_ref().map_or("", |q| q.text.as_str());
     let schema = request
         .question
@@ -177,20 +255,42 @@ pub fn shown(run_id: &str, request: &ApprovalRequest, reply: Option<&Value>) -> 
         .and_then(|q| q.schema.as_ref())
         .map(|s| format!("  schema {s}"))
         .unwrap_or_default();
-    let answer = reply.map_or_else(|| "waiting".to_owned(), |r| format!("answered {r}"));
+    let answer = w
+        .reply
+        .as_ref()
+        .map_or_else(|| "waiting".to_owned(), |r| format!("answered {r}"));
     format!(
-        "{run_id}  {}  {answer}  question {:?}{schema}",
-        request.call_id, text
+        "{}  {}  {answer}  question {:?}{schema}{}",
+        w.run_id,
+        request.call_id,
+        text,
+        place(w)
     )
+}
+
+/// A subagent's call names its place in the tree (`  (lead/worker)`); the top agent's, nothing.
+pub fn place(w: &WaitingCall) -> String {
+    Some(&w.request.agent)
+        .filter(|a| !a.is_empty() && **a != w.agent)
+        .map(|a| format!("  ({a})"))
+        .unwrap_or_default()
 }
 
 /// `agentloop answer`: the answer is checked against the question's schema; a wrong one is an
 /// error and records nothing.
-pub fn answer(args: &AnswerArgs) -> Result<i32, CliError> {
+pub async fn answer(args: &AnswerArgs) -> Result<i32, CliError> {
+    let usage = |message: String| CliError::Usage { message };
+    let value: Value = serde_json::from_str(&args.answer).map_err(|e| {
+        usage(format!(
+            "--json is not JSON ({e}); a text answer is quoted: '\"yes\"'"
+        ))
+    })?;
+    if let Some(url) = &args.restate {
+        return crate::restate::answer(&args.run_id, &args.call_id, &value, url).await;
+    }
     let reader = args.journal.reader()?;
     let run_id = reader.find(&args.run_id)?;
     let run = reader.load(&run_id)?;
-    let usage = |message: String| CliError::Usage { message };
     let request = run
         .approvals
         .iter()
@@ -206,11 +306,6 @@ pub fn answer(args: &AnswerArgs) -> Result<i32, CliError> {
         usage(format!(
             "call {} of run {run_id} waits for approval, not an answer: use `agentloop approve`",
             args.call_id
-        ))
-    })?;
-    let value: Value = serde_json::from_str(&args.answer).map_err(|e| {
-        usage(format!(
-            "--json is not JSON ({e}); a text answer is quoted: '\"yes\"'"
         ))
     })?;
     check_answer(question, &value).map_err(|e| usage(format!("{e} ({})", e.code())))?;
@@ -258,6 +353,42 @@ mod tests {
         let screen = String::from_utf8(screen).unwrap();
         assert_eq!(screen.matches("not an answer").count(), 2, "{screen}");
         assert!(screen.contains("one of: red · green"), "{screen}");
+    }
+
+    #[tokio::test]
+    async fn a_form_is_asked_field_by_field_and_again_when_the_whole_fails() {
+        let form = json!({
+            "type": "object",
+            "properties": {
+                "pet": {"enum": ["cat", "dog"]},
+                "name": {"type": "string"},
+                "age": {"type": "integer", "minimum": 0}
+            },
+            "required": ["name", "age"],
+            "minProperties": 3
+        });
+        let requests = [question(Some(form))];
+        // The pet skipped: the whole fails `minProperties`, and the form is asked again.
+        let mut lines = ReaderLines(Cursor::new("Ada\nold\n36\n\nBob\n7\nbird\ncat\n"));
+        let mut screen = Vec::new();
+        let got = ask_questions(&mut lines, &mut screen, &requests)
+            .await
+            .unwrap();
+        assert_eq!(got, [json!({"name": "Bob", "age": 7, "pet": "cat"})]);
+        let screen = String::from_utf8(screen).unwrap();
+        assert_eq!(screen.matches("not an answer").count(), 3, "{screen}");
+        assert_eq!(screen.matches("the form again").count(), 1, "{screen}");
+        assert_eq!(screen.matches("name: text > ").count(), 2, "{screen}");
+        assert!(screen.contains("age: a whole number > "), "{screen}");
+        assert!(
+            screen.contains("pet: one of: cat · dog, empty to skip > "),
+            "{screen}"
+        );
+        let name = screen.find("name: ").unwrap();
+        assert!(
+            name < screen.find("age: ").unwrap(),
+            "required first: {screen}"
+        );
     }
 
     #[tokio::test]

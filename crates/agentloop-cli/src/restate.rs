@@ -183,36 +183,11 @@ impl Agents for Served {
     }
 }
 
-/// An agent (or one of its subagents) with the `ask_user` tool cannot run on Restate yet: the
-/// answer to a question has no way in there (`approve --restate` takes approvals only), so its
-/// run would wait until its deadline. Refused at once instead, naming the file.
-fn refuse_questions(file: &crate::agent_file::AgentFile) -> Result<(), CliError> {
-    let asks = file.tools().iter().any(|t| {
-        t.builtin
-            .as_ref()
-            .is_some_and(|b| b.get_ref() == agentloop_tools::Builtin::AskUser.name())
-    });
-    if asks {
-        return Err(CliError::Usage {
-            message: format!(
-                "{}: the ask_user tool cannot run on Restate yet (its answers have no way in \
-                 there); run this agent with `agentloop run --journal` and answer with \
-                 `agentloop answer`",
-                file.path.display()
-            ),
-        });
-    }
-    file.subagents
-        .iter()
-        .try_for_each(|(_, child)| refuse_questions(child))
-}
-
 /// `agentloop serve FILE...`: until Ctrl-C or SIGTERM.
 pub async fn serve(args: ServeArgs) -> Result<i32, CliError> {
     let mut files = Vec::new();
     for path in &args.files {
         let mut file = AgentFileArg { file: path.clone() }.load()?;
-        refuse_questions(&file)?;
         file.protect(args.trace.as_slice());
         let mcp = StartedMcp::start(&file).await?;
         files.push((file, mcp));
@@ -306,7 +281,6 @@ pub async fn serve(args: ServeArgs) -> Result<i32, CliError> {
 /// `agentloop submit FILE --input TEXT`.
 pub async fn submit(args: SubmitArgs) -> Result<i32, CliError> {
     let file = args.agent.load()?;
-    refuse_questions(&file)?;
     let ingress = args.ingress.ingress()?;
     // Restate keeps an idempotency key per session (the run handler's object key): a submit
     // without --session on a fresh session each time would start the run again. The key names
@@ -420,8 +394,23 @@ async fn follow(
         }
     }
     for p in &news.approvals {
-        if asked.insert(p.request.call_id.clone()) {
-            progress.end_line();
+        if !asked.insert(p.request.call_id.clone()) {
+            continue;
+        }
+        progress.end_line();
+        if let Some(q) = &p.request.question {
+            eprintln!(
+                "? the run asks (call {}): {:?}{}: agentloop answer {id} --call {} --json JSON --restate {}",
+                p.request.call_id,
+                crate::terminal::escape_invisible(&q.text),
+                q.schema
+                    .as_ref()
+                    .map(|s| format!(" (answer matching {s})"))
+                    .unwrap_or_default(),
+                p.request.call_id,
+                ingress.url().trim_end_matches('/'),
+            );
+        } else {
             eprintln!(
                 "? the run waits for approval of call {} ({} {}): agentloop approve {id} --call {} --allow --restate {}",
                 p.request.call_id,
@@ -441,9 +430,34 @@ pub async fn approve(run: &str, call: &str, answer: Answer, url: &str) -> Result
     ingress
         .approve(run, call, answer)
         .await
-        .map_err(restate_error)?;
+        .map_err(answer_error)?;
     eprintln!("answered call {call} of run {run}");
     Ok(0)
+}
+
+/// `agentloop answer ID --call C --json JSON --restate URL`: the answer is checked against the
+/// question's schema before the awakeable is resolved; a wrong one resolves nothing.
+pub async fn answer(run: &str, call: &str, reply: &Value, url: &str) -> Result<i32, CliError> {
+    let ingress = Ingress::new(url).map_err(restate_error)?;
+    ingress
+        .reply(run, call, reply)
+        .await
+        .map_err(answer_error)?;
+    eprintln!("answered question {call} of run {run}");
+    Ok(0)
+}
+
+/// A wrong answer (a reply off its schema, `approve` on a question, `answer` on an approval) is
+/// a usage error, as it is against a journal; the rest are Restate's.
+fn answer_error(e: RestateError) -> CliError {
+    match e {
+        RestateError::Answer(_)
+        | RestateError::Question { .. }
+        | RestateError::NotAQuestion { .. } => CliError::Usage {
+            message: format!("{e} ({})", e.code()),
+        },
+        e => restate_error(e),
+    }
 }
 
 /// The calls run `run` (started with `submit`) waits on, as `approvals list` shows a journal's.
@@ -455,7 +469,14 @@ pub async fn waiting(url: &str, run: &str) -> Result<Vec<agentloop_store::Waitin
         .into_iter()
         .map(|p| agentloop_store::WaitingCall {
             run_id: run.to_owned(),
-            agent: p.request.agent.clone(),
+            // The run's agent: the top of the tree (a subagent's call names its path from it).
+            agent: p
+                .request
+                .agent
+                .split('/')
+                .next()
+                .unwrap_or_default()
+                .to_owned(),
             request: p.request,
             answer: None,
             reply: None,

@@ -14,71 +14,9 @@ mod support;
 use std::process::{Command, Stdio};
 
 use serde_json::{Value, json};
-use support::crash::{TOOL, cli, exited, json_of, side_log};
+use support::crash::{cli, exited, json_of, side_log};
+use support::questions::*;
 use support::*;
-
-/// One question (a choice), then the answer.
-const ONE_QUESTION: &str = r#"name = "asker"
-version = "1"
-[model]
-provider = "scripted"
-script = "script.json"
-[[tools]]
-builtin = "ask_user"
-"#;
-
-/// Two questions and an approval in one batch.
-const BATCH: &str = r#"name = "asker"
-version = "1"
-[model]
-provider = "scripted"
-script = "script.json"
-[limits]
-max_concurrency = 3
-[[tools]]
-builtin = "ask_user"
-[[tools]]
-name = "write"
-command = ["sh", "tool.sh", "write"]
-input_schema = { type = "object", properties = { key = { type = "string" } }, required = ["key"] }
-[permissions]
-ask = ["write"]
-"#;
-
-fn question(id: &str, text: &str, schema: Value) -> Value {
-    json!({"id": id, "name": "ask_user", "arguments": {"question": text, "schema": schema}})
-}
-
-fn one_question_dir() -> AgentDir {
-    let dir = AgentDir::new(ONE_QUESTION);
-    dir.write(
-        "script.json",
-        &json!([
-            {"tool_calls": [question("q1", "Which colour?", json!({"enum": ["red", "green"]}))]},
-            {"text": "Painting it."}
-        ])
-        .to_string(),
-    );
-    dir
-}
-
-fn batch_dir() -> AgentDir {
-    let dir = AgentDir::new(BATCH);
-    dir.write("tool.sh", TOOL);
-    dir.write(
-        "script.json",
-        &json!([
-            {"tool_calls": [
-                question("q1", "Which colour?", json!({"enum": ["red", "green"]})),
-                question("q2", "How many coats?", json!({"type": "integer", "minimum": 1})),
-                {"id": "w1", "name": "write", "arguments": {"key": "x"}}
-            ]},
-            {"text": "All set."}
-        ])
-        .to_string(),
-    );
-    dir
-}
 
 /// `agentloop run` of the agent on "go", with these flags, stdin not a terminal.
 fn run(dir: &AgentDir, flags: &[&str]) -> std::process::Output {
@@ -86,16 +24,6 @@ fn run(dir: &AgentDir, flags: &[&str]) -> std::process::Output {
     let mut args = vec!["run", agent.to_str().unwrap(), "--input", "go"];
     args.extend_from_slice(flags);
     cli(dir, &args)
-}
-
-/// The call's record in a `--json` outcome.
-fn call<'a>(outcome: &'a Value, id: &str) -> &'a Value {
-    outcome["tool_calls"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["id"] == id)
-        .unwrap_or_else(|| panic!("no call {id}: {outcome:#}"))
 }
 
 /// Drives a command in a pseudo-terminal: waits for each prompt text, then types its line; reads
@@ -188,6 +116,66 @@ fn a_question_is_asked_at_the_terminal_and_a_wrong_answer_asks_again() {
     assert!(text.contains("Which colour?"), "{text}");
     assert!(text.contains("green"), "{text}");
     assert!(!text.contains("blue"), "only the accepted answer: {text}");
+}
+
+#[test]
+fn a_form_is_asked_at_the_terminal_field_by_field() {
+    let form = json!({
+        "type": "object",
+        "properties": {
+            "name": {"type": "string"},
+            "coats": {"type": "integer", "minimum": 1},
+            "colour": {"enum": ["red", "green"]}
+        },
+        "required": ["name", "coats"]
+    });
+    let dir = AgentDir::new(ONE_QUESTION);
+    dir.write(
+        "script.json",
+        &json!([
+            {"tool_calls": [question("q1", "The job?", form)]},
+            {"text": "Booked."}
+        ])
+        .to_string(),
+    );
+    let agent = dir.agent();
+    let out = in_terminal(
+        &dir,
+        &[
+            "name: text >",
+            "Ada",
+            "coats: a whole number >",
+            "0",
+            "coats: a whole number >",
+            "2",
+            "colour: one of: red · green, empty to skip >",
+            "",
+        ],
+        &[
+            "run",
+            agent.to_str().unwrap(),
+            "--input",
+            "book a painter",
+            "--trace",
+            "t.ndjson",
+            "--trace-payloads",
+        ],
+    );
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{shown}\n{}", stderr(&out));
+    assert!(shown.contains("the agent asks [q1]: The job?"), "{shown}");
+    assert_eq!(shown.matches("not an answer").count(), 1, "{shown}");
+    assert!(shown.contains("Booked."), "{shown}");
+    let ended: Vec<Value> = traced(&dir, "t.ndjson", "q1")
+        .into_iter()
+        .filter(|e| e["status"] == "ok")
+        .map(|e| e["output"].clone())
+        .collect();
+    assert_eq!(
+        ended,
+        [json!({"name": "Ada", "coats": 2})],
+        "the form's answer"
+    );
 }
 
 #[test]
@@ -341,55 +329,71 @@ fn without_a_terminal_or_a_journal_the_model_reads_that_nobody_answered() {
     assert!(q1.to_string().contains("nobody can answer"), "{q1}");
 }
 
-/// Restate has no way in for a question's answer yet: `submit` and `serve` of an agent with
-/// `ask_user` (its own or a subagent's) are refused at once, naming the file, instead of a run
-/// that would wait until its deadline. The ingress given is closed: nothing was contacted.
 #[test]
-fn restate_refuses_an_agent_that_asks_questions_up_front() {
-    let dir = one_question_dir();
-    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let ingress = format!("http://{}", closed.local_addr().unwrap());
-    drop(closed);
-    let agent = dir.agent();
-    let agent = agent.to_str().unwrap();
-    for args in [
-        vec!["submit", agent, "--input", "go", "--restate", &ingress],
-        vec!["serve", agent, "--restate", &ingress],
-    ] {
-        let out = cli(&dir, &args);
-        exited(&out, 2, "refused as a usage error");
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(err.contains("ask_user tool cannot run on Restate"), "{err}");
-        assert!(err.contains("agent.toml"), "{err}");
-    }
-    // Through a subagent too.
-    let parent = AgentDir::new(
-        r#"name = "parent"
-[model]
-provider = "scripted"
-script = "script.json"
-[[tools]]
-name = "helper"
-agent = "child/agent.toml"
-"#,
+fn a_subagents_question_suspends_the_tree_is_listed_with_its_place_and_answered_there() {
+    let dir = tree_dir();
+    let out = run(&dir, &["--json", "--journal", "runs.db"]);
+    exited(&out, 8, "the tree suspends on the helper's question");
+    let suspended = json_of(&out);
+    let id = suspended["run_id"].as_str().unwrap().to_owned();
+    let pending = suspended["pending_approvals"].as_array().unwrap();
+    assert_eq!(pending.len(), 1, "{pending:?}");
+    assert_eq!(pending[0]["call_id"], "p1/a1");
+    assert_eq!(pending[0]["question"]["text"], "Which colour?");
+
+    // Listed once, on the top run, with its place in the tree.
+    let listed = json_of(&cli(&dir, &["questions", "list", "--json"]));
+    assert_eq!(listed.as_array().unwrap().len(), 1, "{listed}");
+    assert_eq!(listed[0]["run_id"], id.as_str());
+    assert_eq!(listed[0]["call_id"], "p1/a1");
+    let text = String::from_utf8_lossy(&cli(&dir, &["questions", "list"]).stdout).into_owned();
+    assert!(text.contains("question \"Which colour?\""), "{text}");
+    assert!(
+        text.contains("(lead/helper)"),
+        "its place in the tree: {text}"
     );
-    parent.write("script.json", r#"[{"text": "hi"}]"#);
-    std::fs::create_dir(parent.path("child")).unwrap();
-    parent.write("child/agent.toml", ONE_QUESTION);
-    parent.write("child/script.json", r#"[{"text": "hi"}]"#);
-    let agent = parent.agent();
+
+    let wrong = cli(
+        &dir,
+        &["answer", &id, "--call", "p1/a1", "--json", "\"blue\""],
+    );
+    exited(&wrong, 2, "a wrong answer");
+    assert!(
+        stderr(&wrong).contains("answer.invalid"),
+        "{}",
+        stderr(&wrong)
+    );
+    exited(
+        &cli(
+            &dir,
+            &["answer", &id, "--call", "p1/a1", "--json", "\"red\""],
+        ),
+        0,
+        "the answer",
+    );
     let out = cli(
-        &parent,
+        &dir,
         &[
-            "submit",
-            agent.to_str().unwrap(),
-            "--input",
-            "go",
-            "--restate",
-            &ingress,
+            "resume",
+            &id,
+            "--json",
+            "--trace",
+            "t.ndjson",
+            "--trace-payloads",
         ],
     );
-    exited(&out, 2, "a subagent's question is refused too");
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("child/agent.toml"), "{err}");
+    exited(&out, 0, "the tree goes on to its end");
+    let done = json_of(&out);
+    assert_eq!(done["stop_reason"], "finished", "{done}");
+    assert_eq!(done["output"], "The helper painted.");
+    let helper = &done["subagents"][0];
+    assert_eq!(helper["stop_reason"], "finished", "{helper}");
+    assert_eq!(call(&done, "p1")["output"], "Painted it.");
+    // The helper's question was answered with the answer given.
+    let ended: Vec<Value> = traced(&dir, "t.ndjson", "a1")
+        .into_iter()
+        .filter(|e| e["call_id"] == "a1" && e["status"] == "ok")
+        .map(|e| e["output"].clone())
+        .collect();
+    assert_eq!(ended, [json!("red")], "the helper's a1");
 }

@@ -12,233 +12,17 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use support::crash::*;
+use support::restate::*;
 use support::*;
-
-/// A Restate server of the test's own, stopped (by PID) when dropped.
-struct Server {
-    dir: tempfile::TempDir,
-    ingress: String,
-    admin: String,
-}
-
-fn restate_script(name: &str) -> PathBuf {
-    repo().join("scripts/restate").join(name)
-}
-
-impl Server {
-    fn start() -> Server {
-        Server::start_with(&[])
-    }
-
-    /// A server with these variables for `start.sh`.
-    fn start_with(env: &[(&str, &str)]) -> Server {
-        let dir = tempfile::tempdir().unwrap();
-        let out = Command::new(restate_script("start.sh"))
-            .arg(dir.path())
-            .envs(env.iter().copied())
-            .stdin(Stdio::null())
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "the Restate server did not start: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let text = String::from_utf8_lossy(&out.stdout).into_owned();
-        let field = |key: &str| {
-            text.lines()
-                .find_map(|l| l.strip_prefix(&format!("{key}=")))
-                .unwrap_or_else(|| panic!("start.sh printed no {key}: {text}"))
-                .to_owned()
-        };
-        Server {
-            ingress: field("ingress"),
-            admin: field("admin"),
-            dir,
-        }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = Command::new(restate_script("stop.sh"))
-            .arg(self.dir.path())
-            .stdin(Stdio::null())
-            .output();
-    }
-}
-
-/// A worker process (`agentloop serve`), killed with SIGKILL when dropped, and what it writes on
-/// stderr after it started.
-struct Worker(Child, std::sync::mpsc::Receiver<String>);
-
-impl Drop for Worker {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_addr() -> SocketAddr {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap()
-}
-
-/// Starts a worker at `addr`, registered with the server when `register`; `crash_after` makes it
-/// stop a run right after that step is journaled (it says so on stderr) for the test to kill it.
-fn worker(
-    dir: &AgentDir,
-    server: &Server,
-    addr: SocketAddr,
-    register: bool,
-    crash_after: Option<u64>,
-) -> Worker {
-    worker_with(dir, server, addr, register, crash_after, &[])
-}
-
-/// [`worker`] with more arguments for `serve`.
-fn worker_with(
-    dir: &AgentDir,
-    server: &Server,
-    addr: SocketAddr,
-    register: bool,
-    crash_after: Option<u64>,
-    extra: &[&str],
-) -> Worker {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_agentloop"));
-    cmd.args(["serve", dir.agent().to_str().unwrap()])
-        .args(extra)
-        .args(["--restate-endpoint", &addr.to_string()])
-        .args(["--restate", &server.ingress])
-        .current_dir(dir.path("."))
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
-    if register {
-        cmd.args(["--register", &server.admin]);
-    }
-    if let Some(n) = crash_after {
-        cmd.env("AGENTLOOP_TEST_RESTATE_CRASH_AFTER_STEP", n.to_string());
-    }
-    let mut child = cmd.spawn().unwrap();
-    let stderr = child.stderr.take().unwrap();
-    // Its stderr is read to the end, so that it never blocks on a full pipe.
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
-    if register {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match rx.recv_timeout(left) {
-                Ok(line) if line.starts_with("registered ") => break,
-                Ok(_) => {}
-                Err(e) => panic!("the worker did not register: {e}"),
-            }
-        }
-    } else {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while TcpStream::connect(addr).is_err() {
-            assert!(Instant::now() < deadline, "the worker does not listen");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-    Worker(child, rx)
-}
-
-fn submit(dir: &AgentDir, server: &Server, session: &str, extra: &[&str]) -> Value {
-    let agent = dir.agent();
-    let mut args = vec![
-        "submit",
-        agent.to_str().unwrap(),
-        "--input",
-        "go",
-        "--session",
-        session,
-        "--restate",
-        &server.ingress,
-        "--json",
-    ];
-    args.extend_from_slice(extra);
-    let out = cli(dir, &args);
-    assert_eq!(out.status.code(), Some(0), "submit: {}", stderr(&out));
-    stdout_json(&out)
-}
-
-/// Submits a run on session `session`; its id.
-fn submit_id(dir: &AgentDir, server: &Server, session: &str) -> String {
-    submit(dir, server, session, &[])["id"]
-        .as_str()
-        .unwrap()
-        .to_owned()
-}
-
-fn attach_cmd(dir: &AgentDir, server: &Server, id: &str) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_agentloop"));
-    cmd.args(["attach", id, "--restate", &server.ingress, "--json"])
-        .current_dir(dir.path("."))
-        .stdin(Stdio::null());
-    cmd
-}
-
-fn attach(dir: &AgentDir, server: &Server, id: &str) -> Value {
-    let out = attach_cmd(dir, server, id).output().unwrap();
-    assert_eq!(out.status.code(), Some(0), "attach: {}", stderr(&out));
-    stdout_json(&out)
-}
-
-/// Run `id`'s news from the start, as `attach` reads it (`{"events", "next", "approvals"}`).
-fn news(server: &Server, id: &str) -> Value {
-    let code = format!(
-        "import json, urllib.request\n\
-         r = urllib.request.Request('{}/AgentRuns/{id}/read', data=b'0', headers={{'content-type': 'application/json'}})\n\
-         print(json.dumps(json.load(urllib.request.urlopen(r))))",
-        server.ingress.trim_end_matches('/')
-    );
-    let out = Command::new("python3")
-        .args(["-c", &code])
-        .output()
-        .unwrap();
-    if !out.status.success() {
-        return Value::Null;
-    }
-    serde_json::from_slice(&out.stdout).unwrap_or_default()
-}
 
 /// The approvals run `id` waits on: `agentloop approvals list --restate URL --run ID --json`.
 fn pending(dir: &AgentDir, server: &Server, id: &str) -> Vec<String> {
-    let out = cli(
-        dir,
-        &[
-            "approvals",
-            "list",
-            "--restate",
-            &server.ingress,
-            "--run",
-            id,
-            "--json",
-        ],
-    );
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "approvals list: {}",
-        stderr(&out)
-    );
-    stdout_json(&out)
-        .as_array()
-        .unwrap()
+    listed(dir, server, "approvals", id)
         .iter()
         .map(|w| {
             assert_eq!(w["run_id"], id);
@@ -261,11 +45,7 @@ fn killed_after_step(
     let addr = free_addr();
     let mut a = worker(dir, server, addr, true, Some(n));
     let id = submit_id(dir, server, session);
-    let mut watch = attach_cmd(dir, server, &id)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut watch = watch(dir, server, &id);
     let deadline = Instant::now() + Duration::from_secs(60);
     let paused = loop {
         if let Some(line) =
@@ -346,11 +126,7 @@ store = "permissions.json"
     let addr = free_addr();
     let a = worker(&dir, &server, addr, true, None);
     let id = submit_id(&dir, &server, "asks");
-    let watch = attach_cmd(&dir, &server, &id)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let watch = watch(&dir, &server, &id);
     // Until the run waits on `call`, and on it alone.
     let wait_for_pending = |call: &str| {
         let deadline = Instant::now() + Duration::from_secs(60);
@@ -671,16 +447,7 @@ store = "permissions.json"
             if rejected.contains(&awakeable) {
                 continue;
             }
-            let code = format!(
-                "import urllib.request\n\
-                 urllib.request.urlopen(urllib.request.Request('{}/restate/awakeables/{awakeable}/reject', data=b'no', method='POST'))",
-                server.ingress.trim_end_matches('/')
-            );
-            let out = Command::new("python3")
-                .args(["-c", &code])
-                .output()
-                .unwrap();
-            assert!(out.status.success(), "reject: {}", stderr(&out));
+            reject(&server, &awakeable);
             rejected.push(awakeable);
         }
         if rejected.len() == 2 {
@@ -792,11 +559,7 @@ fn a_run_whose_agent_changed_between_workers_ends_visibly_and_its_session_stays_
     let addr = free_addr();
     let mut a = worker(&dir, &server, addr, true, Some(4));
     let id = submit_id(&dir, &server, "changed");
-    let watch = attach_cmd(&dir, &server, &id)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let watch = watch(&dir, &server, &id);
     let deadline = Instant::now() + Duration::from_secs(60);
     while !a
         .1

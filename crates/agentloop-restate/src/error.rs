@@ -34,14 +34,33 @@ pub enum RestateError {
         /// Why.
         message: String,
     },
-    /// The run waits on no approval of this call.
-    #[error("run {run} waits on no approval of call {call}")]
+    /// The run waits on no approval or question of this call.
+    #[error("run {run} waits on no approval or question of call {call}")]
     NoSuchCall {
         /// The run (its invocation id).
         run: String,
         /// The call id asked for.
         call: String,
     },
+    /// The call is a question: it takes an answer (`Ingress::reply`), not an approval.
+    #[error("call {call} of run {run} is a question: answer it with `agentloop answer`")]
+    Question {
+        /// The run (its invocation id).
+        run: String,
+        /// The call id.
+        call: String,
+    },
+    /// The call waits for approval, not for an answer.
+    #[error("call {call} of run {run} waits for approval, not an answer: use `agentloop approve`")]
+    NotAQuestion {
+        /// The run (its invocation id).
+        run: String,
+        /// The call id.
+        call: String,
+    },
+    /// The answer does not fit its question (its code is the core's: `answer.invalid`, ...).
+    #[error(transparent)]
+    Answer(#[from] agentloop::ask::AnswerError),
 }
 
 impl RestateError {
@@ -53,6 +72,9 @@ impl RestateError {
             RestateError::Response { .. } => "restate.response",
             RestateError::Endpoint { .. } => "restate.endpoint",
             RestateError::NoSuchCall { .. } => "restate.no_such_call",
+            RestateError::Question { .. } => "restate.question",
+            RestateError::NotAQuestion { .. } => "restate.not_a_question",
+            RestateError::Answer(e) => e.code(),
         }
     }
 }

@@ -30,6 +30,21 @@ pub struct PendingApproval {
     pub awakeable: String,
 }
 
+/// What resolves the awakeable of a call a run waits on: an approval's answer, or the reply to
+/// the model's question (`ask_user`). An approval's awakeable takes the bare answer
+/// (`"allow_once"`), as it always has; a question's takes `{"reply": VALUE}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Resolution {
+    /// The reply to a question, checked against its schema before it was sent.
+    Reply {
+        /// The answer, as JSON.
+        reply: Value,
+    },
+    /// An approval's answer.
+    Answer(Answer),
+}
+
 /// What a worker publishes about a run: events in order, and the approvals it waits on now.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct NewsBatch {
@@ -208,24 +223,59 @@ impl Ingress {
         self.answer(response).await.map(drop)
     }
 
-    /// Answers the approval run `run` waits on for call `call`.
-    pub async fn approve(&self, run: &str, call: &str, answer: Answer) -> Result<(), RestateError> {
+    /// The call `call` run `run` waits on now.
+    async fn pending(&self, run: &str, call: &str) -> Result<PendingApproval, RestateError> {
         let news = self.news(run, u64::MAX).await?;
-        let Some(pending) = news.approvals.iter().find(|p| p.request.call_id == call) else {
-            return Err(RestateError::NoSuchCall {
+        news.approvals
+            .into_iter()
+            .find(|p| p.request.call_id == call)
+            .ok_or_else(|| RestateError::NoSuchCall {
                 run: run.to_owned(),
                 call: call.to_owned(),
-            });
-        };
-        let url = self.at(&["restate", "awakeables", &pending.awakeable, "resolve"]);
+            })
+    }
+
+    async fn resolve(&self, awakeable: &str, with: &Resolution) -> Result<(), RestateError> {
+        let url = self.at(&["restate", "awakeables", awakeable, "resolve"]);
         let response = self
             .http
             .post(url)
-            .json(&answer)
+            .json(with)
             .send()
             .await
             .map_err(|e| self.unsent(e))?;
         self.answer(response).await.map(drop)
+    }
+
+    /// Answers the approval run `run` waits on for call `call` (a question is answered with
+    /// [`Ingress::reply`]).
+    pub async fn approve(&self, run: &str, call: &str, answer: Answer) -> Result<(), RestateError> {
+        let pending = self.pending(run, call).await?;
+        if pending.request.question.is_some() {
+            return Err(RestateError::Question {
+                run: run.to_owned(),
+                call: call.to_owned(),
+            });
+        }
+        self.resolve(&pending.awakeable, &Resolution::Answer(answer))
+            .await
+    }
+
+    /// Answers the question run `run` waits on in call `call` with `reply`, once it matches the
+    /// question's schema: a reply that does not is refused here and resolves nothing.
+    pub async fn reply(&self, run: &str, call: &str, reply: &Value) -> Result<(), RestateError> {
+        let pending = self.pending(run, call).await?;
+        let Some(question) = &pending.request.question else {
+            return Err(RestateError::NotAQuestion {
+                run: run.to_owned(),
+                call: call.to_owned(),
+            });
+        };
+        agentloop::ask::check_answer(question, reply)?;
+        let with = Resolution::Reply {
+            reply: reply.clone(),
+        };
+        self.resolve(&pending.awakeable, &with).await
     }
 }
 

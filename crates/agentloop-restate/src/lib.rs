@@ -18,7 +18,9 @@
 //! - A gate that asks a human suspends the run as locally; here each asked call becomes an
 //!   awakeable. The invocation waits on them without holding a worker; the awakeables' ids are
 //!   published on the run's [`RUNS_SERVICE`] object, where `agentloop approve --restate` finds
-//!   them.
+//!   them. The model's questions (`ask_user`) wait the same way: a question's awakeable takes
+//!   its answer ([`Resolution::Reply`]), checked against the question's schema by
+//!   [`Ingress::reply`] before it resolves anything.
 //! - The run's events go to the worker's own sinks (a trace file) and to the run's
 //!   [`RUNS_SERVICE`] object through the ingress, where `agentloop attach` follows them.
 //!
@@ -67,7 +69,10 @@
 //! | `restate.admin` | the Restate admin API could not be reached or refused the request |
 //! | `restate.response` | an answer from Restate could not be read |
 //! | `restate.endpoint` | the service endpoint could not listen on its address |
-//! | `restate.no_such_call` | the run waits on no approval of this call |
+//! | `restate.no_such_call` | the run waits on no approval or question of this call |
+//! | `restate.question` | the call is a question: it takes an answer, not an approval |
+//! | `restate.not_a_question` | the call waits for approval, not for an answer |
+//! | `answer.invalid`, `answer.bad_schema` | the answer does not fit the question (nothing was resolved) |
 
 mod error;
 pub mod ingress;
@@ -76,7 +81,7 @@ mod news;
 mod service;
 
 pub use error::RestateError;
-pub use ingress::{Ingress, News, PendingApproval, RunRequest};
+pub use ingress::{Ingress, News, PendingApproval, Resolution, RunRequest};
 pub use restate_sdk::endpoint::Endpoint;
 pub use service::{Agents, EndpointOptions, endpoint, listener, register, serve};
 

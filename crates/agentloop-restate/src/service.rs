@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use crate::error::RestateError;
-use crate::ingress::{Ingress, News, NewsBatch, PendingApproval, RunRequest};
+use crate::ingress::{Ingress, News, NewsBatch, PendingApproval, Resolution, RunRequest};
 use crate::journal::{ChannelJournal, Entry, Request};
 use crate::news::News as NewsSender;
 
@@ -226,7 +226,7 @@ fn now_ms() -> u64 {
 
 /// What an approval wait ends on.
 enum Waited {
-    Answer(Result<Json<Answer>, TerminalError>),
+    Answer(Result<Json<Resolution>, TerminalError>),
     Timer,
 }
 
@@ -447,8 +447,8 @@ impl SessionObject {
         Ok(())
     }
 
-    /// Waits for a human's answers to the calls the run last suspended on: one awakeable each, their
-    /// ids published in the run's news. The invocation holds no worker while it waits. The wait
+    /// Waits for a human's answers to the calls the run last suspended on (approvals and
+    /// questions alike): one awakeable each, their ids published in the run's news. The invocation holds no worker while it waits. The wait
     /// ends at the run's deadline (a durable timer): the run goes on past its deadline, and the
     /// machine stops it there, the calls it waited on not run (the rule a local resume follows
     /// too). A cancel denies the calls not answered, and the run drains.
@@ -465,7 +465,7 @@ impl SessionObject {
         > = DurableFuturesUnordered::new();
         let mut published = Vec::with_capacity(pending.len());
         for request in &pending {
-            let (id, answer) = ctx.awakeable::<Json<Answer>>();
+            let (id, answer) = ctx.awakeable::<Json<Resolution>>();
             published.push(PendingApproval {
                 request: request.clone(),
                 awakeable: id,
@@ -478,7 +478,7 @@ impl SessionObject {
         if let Some(n) = news {
             n.approvals(published).await;
         }
-        let mut answers: Vec<Option<Answer>> = vec![None; pending.len()];
+        let mut answers: Vec<Option<Resolution>> = vec![None; pending.len()];
         let mut cancelled = false;
         while answers.iter().any(Option::is_none) {
             match waits.next().await {
@@ -492,18 +492,27 @@ impl SessionObject {
                     cancelled = true;
                     break;
                 }
-                // An awakeable rejected through Restate's API: that call is denied, the others
-                // still wait (a rejection must not fail the run and lose its transcript).
+                // An awakeable rejected through Restate's API: that call is denied (a question
+                // is refused), the others still wait (a rejection must not fail the run and
+                // lose its transcript).
                 Ok(Some((i, Waited::Answer(Err(_))))) => {
                     if let Some(slot) = answers.get_mut(i) {
-                        *slot = Some(Answer::DenyOnce);
+                        *slot = Some(Resolution::Answer(Answer::DenyOnce));
                     }
                 }
                 Err(e) => return Err(e),
                 Ok(Some((_, Waited::Timer))) | Ok(None) => break,
             }
         }
-        for (request, answer) in pending.iter().zip(answers) {
+        for (request, resolution) in pending.iter().zip(answers) {
+            // A question's reply goes to the gate as an allowed call with its reply; the gate
+            // checks it against the schema again (one resolved through Restate's own API was
+            // not) and asks again when it does not fit.
+            let (answer, reply) = match resolution {
+                Some(Resolution::Reply { reply }) => (Some(Answer::AllowOnce), Some(reply)),
+                Some(Resolution::Answer(a)) => (Some(a), None),
+                None => (None, None),
+            };
             // A call id answered before belongs to another request now: its old answer goes
             // (the gate would not take it for this call anyway: it matches tool and arguments).
             journaled
@@ -515,7 +524,7 @@ impl SessionObject {
                     request: request.clone(),
                     // Unanswered at the deadline: no answer (the machine ends the run there).
                     answer: answer.or(cancelled.then_some(Answer::DenyOnce)),
-                    reply: None,
+                    reply,
                 });
         }
         if let Some(n) = news {

@@ -50,6 +50,20 @@ pub struct ApprovalRequest {
     pub question: Option<Question>,
 }
 
+impl ApprovalRequest {
+    /// The request about `call`, a call of agent `agent` (not a question: set
+    /// [`ApprovalRequest::question`] for one).
+    pub fn of_call(call: &AdmittedCall, agent: &str) -> Self {
+        ApprovalRequest {
+            call_id: call.call_id.to_string(),
+            tool: call.tool.to_string(),
+            arguments: Value::clone(&call.arguments),
+            agent: agent.to_owned(),
+            question: None,
+        }
+    }
+}
+
 /// The model's question to the user, as a suspended run lists it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Question {

@@ -3,6 +3,8 @@
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 pub mod crash;
+pub mod questions;
+pub mod restate;
 
 use std::io::BufRead as _;
 use std::path::{Path, PathBuf};

@@ -24,7 +24,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::error::RunError;
-use crate::gate::{ApprovalRequest, Gate, GateContext, Question};
+use crate::gate::{Answer, ApprovalRequest, Gate, GateContext, Question};
 use crate::machine::{AdmittedCall, Verdict};
 use crate::tool::{Tool, ToolError, compile_schema, join_violations, validate_with};
 
@@ -33,6 +33,9 @@ pub const TOOL_NAME: &str = "ask_user";
 
 /// The reason a question is refused when nobody can answer it and the run cannot suspend.
 pub const NOBODY_REASON: &str = "nobody can answer a question in this run";
+
+/// The reason a question is refused when the user declined to answer it.
+pub const REFUSED_REASON: &str = "the user declined to answer the question";
 
 /// Why a question or an answer is refused (see the module's table of codes).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -248,19 +251,21 @@ impl AskGate {
                 .approvals
                 .take_reply(&c.call_id, &c.tool, &c.arguments)
                 .filter(|reply| check_answer(&question, reply).is_ok());
-            match recorded {
-                Some(reply) => *verdict = Verdict::Answer(reply),
-                None => open.push((
-                    i,
-                    ApprovalRequest {
-                        call_id: c.call_id.to_string(),
-                        tool: c.tool.to_string(),
-                        arguments: Value::clone(&c.arguments),
-                        agent: cx.agent.to_owned(),
-                        question: Some(question),
-                    },
-                )),
+            if let Some(reply) = recorded {
+                *verdict = Verdict::Answer(reply);
+                continue;
             }
+            // A question refused where it waited (an awakeable rejected through Restate's API)
+            // is recorded as a denial: the model reads that, rather than being asked again.
+            if let Some(Answer::DenyOnce | Answer::DenyAlways) =
+                cx.approvals.take(&c.call_id, &c.tool, &c.arguments)
+            {
+                *verdict = Verdict::Deny(REFUSED_REASON.to_owned());
+                continue;
+            }
+            let mut request = ApprovalRequest::of_call(c, cx.agent);
+            request.question = Some(question);
+            open.push((i, request));
         }
         open
     }

@@ -792,13 +792,7 @@ impl Gate for PermissionGate {
             let requests: Vec<ApprovalRequest> = open
                 .iter()
                 .filter_map(|&k| asked.get(k).and_then(|&i| calls.get(i)))
-                .map(|c| ApprovalRequest {
-                    call_id: c.call_id.to_string(),
-                    tool: c.tool.to_string(),
-                    arguments: Value::clone(&c.arguments),
-                    agent: cx.agent.to_owned(),
-                    question: None,
-                })
+                .map(|c| ApprovalRequest::of_call(c, cx.agent))
                 .collect();
             if !requests.is_empty() {
                 let Some(prompter) = &self.prompter else {
