@@ -45,6 +45,10 @@ pub struct ToolSpec {
     /// It runs another agent ([`crate::Agent::as_tool`]): its calls draw on the run's budget.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub subagent: bool,
+    /// The model finds it by a search before it may call it (a provider's native tool search:
+    /// sent every turn, marked `defer_loading`, so the request's prefix never changes).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub deferred: bool,
 }
 
 /// The JSON Schema (2020-12) of a type, as tools use it: no `$schema` or `title` at the top.
