@@ -133,6 +133,18 @@ pub fn undeferred(file: &AgentFile) -> AgentFile {
     file
 }
 
+/// The started servers' tools in the file's first request: those of the servers not deferred,
+/// then, where the provider searches tools itself, the deferred servers' marked
+/// ([`Tool::deferred`]), as a run sends them.
+pub fn server_tools(file: &AgentFile, servers: &agentloop_mcp::McpServers) -> Vec<Tool> {
+    let (hidden, shown) = split_servers(file, servers);
+    if native(file) {
+        NativeDeferred { shown, hidden }.tools()
+    } else {
+        shown.tools()
+    }
+}
+
 /// The file's started servers as two sets: those whose tools are deferred, and the others.
 pub fn split_servers(
     file: &AgentFile,

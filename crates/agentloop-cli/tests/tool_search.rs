@@ -490,3 +490,63 @@ async fn tool_search_local_keeps_search_tools_on_anthropic_and_native_is_refused
         "{said}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn plan_of_an_anthropic_agent_shows_the_native_search_and_every_tool_marked() {
+    let dir = agent(
+        "provider = \"anthropic\"\nname = \"claude-test\"\napi_key_env = \"AGENTLOOP_TEST_KEY\"",
+        "",
+    );
+    let agent = dir.agent();
+    let out = agentloop(args(&["plan", agent.to_str().unwrap(), "--json"])).await;
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    let plan = stdout_json(&out);
+    assert_eq!(plan["model"]["tool_search"], "native", "{plan}");
+    let body = &plan["first_request"]["body"];
+    let tools = plan["first_request"].to_string();
+    assert!(!tools.contains("search_tools"), "{plan}");
+    assert!(
+        tools.contains("tool_search_tool_bm25_20251119"),
+        "the first request offers the server's search: {body}"
+    );
+    assert_eq!(
+        plan["first_request"]["headers"]["anthropic-beta"],
+        "advanced-tool-use-2025-11-20"
+    );
+    let marked = body["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["defer_loading"] == true)
+        .count();
+    assert_eq!(marked, 1, "plan lists the agent's own tools: {body}");
+
+    let out = agentloop(args(&["plan", agent.to_str().unwrap()])).await;
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("tool_search: native"), "{text}");
+    assert_eq!(
+        text.matches("the provider's own tool search finds it")
+            .count(),
+        2,
+        "{text}"
+    );
+
+    // The dry run starts the server: its 200 tools are in the request, marked, as a run sends
+    // them.
+    let out = agentloop(args(&[
+        "run",
+        agent.to_str().unwrap(),
+        "--input",
+        "hi",
+        "--dry-run",
+        "--json",
+    ]))
+    .await;
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    let view = stdout_json(&out);
+    let tools = view["request"]["body"]["tools"].as_array().unwrap();
+    assert_eq!(tools.len(), 202, "{}", view["request"]["body"]["tools"]);
+    assert_eq!(tools[0]["type"], "tool_search_tool_bm25_20251119");
+    assert!(tools[1..].iter().all(|t| t["defer_loading"] == true));
+}
