@@ -1,7 +1,12 @@
 #!/usr/bin/env python3
 """What deferred tools save (#34): the bytes and tokens of each request an agent sends with the
 200 tools of scripts/mcp/many_tools_server.py all in the request, against the same server with
-`defer = true`, where the model finds 10 of them with `search_tools` and calls one.
+`defer = true`, where the model finds 10 of them with `search_tools` and calls one; then the
+native variant (`tool_search = "auto"` on Anthropic): the server's own search finds the same 10
+(its answer scripted here), every tool goes in every request marked `defer_loading`, and what
+the model's context holds is estimated as the request without the deferred definitions, plus
+the definitions of the tools found so far (Anthropic expands each `tool_reference` into its
+tool's definition: only a real API's usage could count it exactly).
 
 Runs the `agentloop` binary (argument, or $CARGO_TARGET_DIR/debug/agentloop, or
 target/debug/agentloop) against a fake OpenAI Chat Completions server on loopback that records
@@ -49,6 +54,31 @@ CASES = [
         CONVERT, ANSWER]),
 ]
 
+# The 10 tools the native search "finds": the converter and the nine actions on rates.
+FOUND = ["biz__convert_currency"] + [
+    f"biz__{a}_rates" for a in
+    ["list", "get", "create", "update", "delete", "search", "export", "archive", "count"]]
+
+
+def anthropic(content, stop):
+    return {"id": "msg_1", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
+            "content": content, "stop_reason": stop,
+            "usage": {"input_tokens": 1, "output_tokens": 1}}
+
+
+NATIVE = [
+    anthropic([
+        {"type": "server_tool_use", "id": "srvtoolu_1", "name": "tool_search_tool_bm25",
+         "input": {"query": "convert currency exchange rates money"}},
+        {"type": "tool_search_tool_result", "tool_use_id": "srvtoolu_1",
+         "content": {"type": "tool_search_tool_search_result", "tool_references": [
+             {"type": "tool_reference", "tool_name": n} for n in FOUND]}},
+        {"type": "tool_use", "id": "toolu_1", "name": "biz__convert_currency",
+         "input": {"amount": 100, "from": "EUR", "to": "USD"}},
+    ], "tool_use"),
+    anthropic([{"type": "text", "text": "100 EUR is 108 USD."}], "end_turn"),
+]
+
 
 def serve(replies, bodies):
     class Handler(http.server.BaseHTTPRequestHandler):
@@ -71,7 +101,7 @@ def serve(replies, bodies):
     return httpd
 
 
-def run_case(agentloop, deferred, replies):
+def run_case(agentloop, deferred, replies, native=False):
     bodies = []
     httpd = serve(replies, bodies)
     try:
@@ -80,9 +110,8 @@ def run_case(agentloop, deferred, replies):
             with open(agent, "w") as f:
                 f.write(f"""name = "backoffice"
 [model]
-provider = "openai"
-name = "gpt-4o"
-base_url = "http://127.0.0.1:{httpd.server_port}/v1"
+{MODEL_NATIVE if native else MODEL_CHAT}
+base_url = "http://127.0.0.1:{httpd.server_port}{"" if native else "/v1"}"
 api_key_env = "BENCH_KEY"
 stream = false
 [[mcp]]
@@ -100,6 +129,21 @@ defer = {"true" if deferred else "false"}
     finally:
         httpd.shutdown()
     return bodies
+
+
+MODEL_CHAT = 'provider = "openai"\nname = "gpt-4o"'
+MODEL_NATIVE = 'provider = "anthropic"\nname = "claude-sonnet-4-5"'
+
+
+def compact(value):
+    return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
+
+
+def in_context(body, found):
+    """The request's bytes without its deferred definitions but those of the tools found."""
+    tools = body.get("tools", [])
+    hidden = sum(compact(t) for t in tools if t.get("defer_loading") and t["name"] not in found)
+    return compact(body) - hidden
 
 
 def tokenizer(url):
@@ -136,6 +180,25 @@ def main():
     print(f"per turn, the whole set against 10 found: {full[0][3] / lazy[-1][3]:.1f}x the bytes, "
           f"{full[0][4] / lazy[-1][4]:.1f}x the tokens; over the run: "
           f"{sum(r[3] for r in full) / sum(r[3] for r in lazy):.1f}x the bytes")
+    native = []
+    for turn, raw in enumerate(run_case(agentloop, True, NATIVE, native=True), start=1):
+        body = json.loads(raw)
+        tools = body.get("tools", [])
+        found = set(FOUND) if turn > 1 else set()
+        context = in_context(body, found)
+        native.append((turn, len(tools), sum(1 for t in tools if t.get("defer_loading")),
+                       len(raw), context, count(raw.decode()), math.ceil(context / 3)))
+    print()
+    print("native (Anthropic): | turn | tools sent | deferred | request bytes | in context, bytes "
+          "(est.) | request tokens | in context, tokens (est.) |")
+    for row in native:
+        print("| " + " | ".join(str(v) for v in row) + " |")
+    # The same request with nothing deferred is what the model's context would hold: the bytes
+    # sent, less the `"defer_loading":true` of each deferred tool.
+    whole = [r[3] - r[2] * len(',"defer_loading":true') for r in native]
+    print(f"native, per turn: every tool sent ({native[0][3]} bytes; {whole[0]} with nothing "
+          f"deferred); in context {whole[-1] / native[-1][4]:.1f}x fewer bytes than "
+          f"undeferred after the find, {whole[0] / native[0][4]:.0f}x fewer before it")
 
 
 if __name__ == "__main__":

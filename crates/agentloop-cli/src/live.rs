@@ -271,6 +271,12 @@ pub fn first_request(
             "anthropic-version".into(),
             json!(agentloop_providers::anthropic::ANTHROPIC_VERSION),
         );
+        if request.tools.iter().any(|t| t.deferred) {
+            headers.insert(
+                "anthropic-beta".into(),
+                json!(agentloop_providers::anthropic::TOOL_SEARCH_BETA),
+            );
+        }
     }
     Ok(json!({
         "method": "POST",

@@ -189,10 +189,11 @@ async fn run(args: RunArgs) -> Result<i32, CliError> {
         // The servers' tools are part of the request: they are started (their variables are
         // needed, as for a run; the model's key is not) and stopped again.
         let mcp = assemble::StartedMcp::start(&file).await?;
-        // A deferred server's tools are not in it: the model finds them with `search_tools`.
+        // A deferred server's tools are not in it (the model finds them with `search_tools`),
+        // or are, marked, where the provider searches them itself.
         let tools = mcp
             .servers(&file)
-            .map(|s| deferred::split_servers(&file, s).1.tools())
+            .map(|s| deferred::server_tools(&file, s))
             .unwrap_or_default();
         mcp.shutdown().await;
         let view = plan::first_request_view(&file, &input, tools)?;

@@ -275,6 +275,10 @@ pub fn plan(file: &AgentFile) -> Result<Plan, CliError> {
         "api_key_set": key_env.as_deref().map(|v| std::env::var_os(v).is_some_and(|x| !x.is_empty())),
         "stream": m.stream.unwrap_or(true),
         "tool_dialect": m.tool_dialect.as_ref().map(|d| d.get_ref().clone()),
+        // How deferred tools are found: `native` (the provider's own search) or `local`
+        // (`search_tools`); null when nothing is deferred.
+        "tool_search": crate::deferred::defers(file)
+            .then(|| if crate::deferred::native(file) { "native" } else { "local" }),
         "tool_calls": tool_calls_words(file),
         "script": m.script.as_ref().map(|s| file.resolve(s.get_ref()).display().to_string()),
         "script_steps": script_steps,
@@ -561,8 +565,13 @@ pub fn render_plan(plan: &Plan) -> String {
             let _ = writeln!(out, "        {line}");
         }
     }
-    render_tools(&mut out, &plan.tools);
-    render_mcp(&mut out, &plan.mcp);
+    let deferred = if plan.model.get("tool_search").and_then(Value::as_str) == Some("native") {
+        DEFERRED_NATIVE
+    } else {
+        DEFERRED
+    };
+    render_tools(&mut out, &plan.tools, deferred);
+    render_mcp(&mut out, &plan.mcp, deferred);
     if !plan.subagents.is_empty() {
         let _ = writeln!(out, "subagents");
         render_tree(&mut out, &plan.subagents, 0);
@@ -618,6 +627,7 @@ fn render_model(out: &mut String, m: &Value) {
         "stream",
         "tool_dialect",
         "tool_calls",
+        "tool_search",
         "script",
         "script_steps",
         "retry",
@@ -650,9 +660,12 @@ fn render_model(out: &mut String, m: &Value) {
 
 /// What `plan` says of a deferred tool or server.
 const DEFERRED: &str = "deferred: out of the request until the model finds it with search_tools";
+/// The same, where the provider searches the tools itself.
+const DEFERRED_NATIVE: &str =
+    "deferred: out of the model's context until the provider's own tool search finds it";
 
 /// The plan's `tools` lines: each tool's mode, timeout, retries, kind, sandbox and schema.
-fn render_tools(out: &mut String, tools: &[Value]) {
+fn render_tools(out: &mut String, tools: &[Value], deferred: &str) {
     let _ = writeln!(out, "tools   {}", tools.len());
     for t in tools {
         let _ = writeln!(
@@ -673,7 +686,7 @@ fn render_tools(out: &mut String, tools: &[Value]) {
             let _ = writeln!(out, "        {}", show(&t["description"]));
         }
         if t["deferred"] == true {
-            let _ = writeln!(out, "        {DEFERRED}");
+            let _ = writeln!(out, "        {deferred}");
         }
         if !t["builtin"].is_null() {
             let root = match &t["root"] {
@@ -698,7 +711,7 @@ fn render_tools(out: &mut String, tools: &[Value]) {
 
 /// The plan's `mcp` lines: each server's transport, restart, timeout, names, sandbox and the
 /// variables it reads.
-fn render_mcp(out: &mut String, mcp: &Value) {
+fn render_mcp(out: &mut String, mcp: &Value, deferred: &str) {
     let servers = mcp.as_array().map(Vec::as_slice).unwrap_or_default();
     if !servers.is_empty() {
         let _ = writeln!(
@@ -722,7 +735,7 @@ fn render_mcp(out: &mut String, mcp: &Value) {
             );
             let _ = writeln!(out, "        tools named {}", show(&s["tools_named"]));
             if s["deferred"] == true {
-                let _ = writeln!(out, "        {DEFERRED}");
+                let _ = writeln!(out, "        {deferred}");
             }
             if let Some(sandbox) = t["sandbox"].as_object() {
                 let _ = writeln!(out, "        sandbox: {}", sandbox_words(sandbox));

@@ -338,3 +338,215 @@ async fn an_openai_request_carries_the_found_tools_from_the_turn_after_the_searc
         "{run}"
     );
 }
+
+/// An Anthropic answer (a whole message) with these content blocks.
+fn anthropic_message(content: Value, stop: &str) -> Value {
+    json!({
+        "id": "msg_test", "type": "message", "role": "assistant", "model": "claude-test",
+        "content": content, "stop_reason": stop,
+        "usage": {"input_tokens": 100, "output_tokens": 10}
+    })
+}
+
+fn anthropic_agent(server: &MockServer, tool_search: &str) -> AgentDir {
+    agent(
+        &format!(
+            "provider = \"anthropic\"\nname = \"claude-test\"\nbase_url = \"{}\"\napi_key_env = \"AGENTLOOP_TEST_KEY\"\nstream = false\n{tool_search}",
+            server.uri()
+        ),
+        "",
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_anthropic_agent_finds_the_tool_with_the_server_search_and_calls_it() {
+    let server = MockServer::start().await;
+    let search_use = json!({"type": "server_tool_use", "id": "srvtoolu_1", "name": "tool_search_tool_bm25", "input": {"query": "convert money between currencies"}});
+    let search_result = json!({"type": "tool_search_tool_result", "tool_use_id": "srvtoolu_1", "content": {"type": "tool_search_tool_search_result", "tool_references": [{"type": "tool_reference", "tool_name": "biz__convert_currency"}]}});
+    Mock::given(method("POST"))
+        .and(path("/v1/messages"))
+        .respond_with(Replies {
+            bodies: vec![
+                anthropic_message(
+                    json!([
+                        search_use.clone(),
+                        search_result.clone(),
+                        {"type": "tool_use", "id": "c", "name": "biz__convert_currency", "input": {"amount": 100, "from": "EUR", "to": "USD"}}
+                    ]),
+                    "tool_use",
+                ),
+                anthropic_message(json!([{"type": "text", "text": "108 USD."}]), "end_turn"),
+            ],
+            next: Arc::new(AtomicUsize::new(0)),
+        })
+        .mount(&server)
+        .await;
+    // `auto`, the default, is the server's search on Anthropic.
+    let dir = anthropic_agent(&server, "");
+    let out = agentloop_env(
+        args(&[
+            "run",
+            dir.agent().to_str().unwrap(),
+            "--input",
+            "How much is 100 EUR in USD?",
+            "--json",
+        ]),
+        vec![("AGENTLOOP_TEST_KEY", TEST_KEY)],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    let run = stdout_json(&out);
+    let c = call(&run, "c");
+    assert_eq!(c["ok"], true, "{c}");
+    assert!(
+        c["output"].to_string().contains("100.00 EUR = 108.00 USD"),
+        "{c}"
+    );
+
+    let requests = server.received_requests().await.unwrap();
+    assert_eq!(requests.len(), 2);
+    for r in &requests {
+        assert_eq!(
+            r.headers.get("anthropic-beta").unwrap(),
+            "advanced-tool-use-2025-11-20"
+        );
+    }
+    let bodies: Vec<Value> = requests
+        .iter()
+        .map(|r| serde_json::from_slice(&r.body).unwrap())
+        .collect();
+    let tools = bodies[0]["tools"].as_array().unwrap();
+    // The server's search first (nothing else is shown), then the 201 deferred tools.
+    assert_eq!(tools.len(), 202, "{}", bodies[0]["tools"]);
+    assert_eq!(
+        tools[0],
+        json!({"type": "tool_search_tool_bm25_20251119", "name": "tool_search_tool_bm25", "cache_control": {"type": "ephemeral"}})
+    );
+    assert!(tools[1..].iter().all(|t| t["defer_loading"] == true));
+    let names: Vec<&str> = tools[1..]
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names[0], "roll_dice");
+    assert!(names.contains(&"biz__convert_currency"));
+    assert!(
+        !names.contains(&"search_tools"),
+        "no local search beside it"
+    );
+    assert_eq!(
+        bodies[1]["tools"], bodies[0]["tools"],
+        "the same tools every turn"
+    );
+    assert_eq!(
+        bodies[1]["messages"][1]["content"].as_array().unwrap()[..2],
+        [search_use, search_result],
+        "the search goes back with the call: {}",
+        bodies[1]["messages"][1]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn tool_search_local_keeps_search_tools_on_anthropic_and_native_is_refused_elsewhere() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/v1/messages"))
+        .respond_with(Replies {
+            bodies: vec![anthropic_message(
+                json!([{"type": "text", "text": "hi"}]),
+                "end_turn",
+            )],
+            next: Arc::new(AtomicUsize::new(0)),
+        })
+        .mount(&server)
+        .await;
+    let dir = anthropic_agent(&server, "tool_search = \"local\"");
+    let out = agentloop_env(
+        args(&[
+            "run",
+            dir.agent().to_str().unwrap(),
+            "--input",
+            "hi",
+            "--json",
+        ]),
+        vec![("AGENTLOOP_TEST_KEY", TEST_KEY)],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    let requests = server.received_requests().await.unwrap();
+    assert!(requests[0].headers.get("anthropic-beta").is_none());
+    let body: Value = serde_json::from_slice(&requests[0].body).unwrap();
+    assert_eq!(body["tools"].as_array().unwrap().len(), 1, "{body}");
+    assert_eq!(body["tools"][0]["name"], "search_tools");
+
+    let dir = agent(
+        "provider = \"openai\"\nname = \"gpt-4o\"\ntool_search = \"native\"",
+        "",
+    );
+    let out = agentloop(args(&["plan", dir.agent().to_str().unwrap()])).await;
+    assert_ne!(out.status.code(), Some(0));
+    let said = format!("{}{}", stdout(&out), stderr(&out));
+    assert!(
+        said.contains("the openai provider has no native tool search"),
+        "{said}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn plan_of_an_anthropic_agent_shows_the_native_search_and_every_tool_marked() {
+    let dir = agent(
+        "provider = \"anthropic\"\nname = \"claude-test\"\napi_key_env = \"AGENTLOOP_TEST_KEY\"",
+        "",
+    );
+    let agent = dir.agent();
+    let out = agentloop(args(&["plan", agent.to_str().unwrap(), "--json"])).await;
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    let plan = stdout_json(&out);
+    assert_eq!(plan["model"]["tool_search"], "native", "{plan}");
+    let body = &plan["first_request"]["body"];
+    let tools = plan["first_request"].to_string();
+    assert!(!tools.contains("search_tools"), "{plan}");
+    assert!(
+        tools.contains("tool_search_tool_bm25_20251119"),
+        "the first request offers the server's search: {body}"
+    );
+    assert_eq!(
+        plan["first_request"]["headers"]["anthropic-beta"],
+        "advanced-tool-use-2025-11-20"
+    );
+    let marked = body["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["defer_loading"] == true)
+        .count();
+    assert_eq!(marked, 1, "plan lists the agent's own tools: {body}");
+
+    let out = agentloop(args(&["plan", agent.to_str().unwrap()])).await;
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("tool_search: native"), "{text}");
+    assert_eq!(
+        text.matches("the provider's own tool search finds it")
+            .count(),
+        2,
+        "{text}"
+    );
+
+    // The dry run starts the server: its 200 tools are in the request, marked, as a run sends
+    // them.
+    let out = agentloop(args(&[
+        "run",
+        agent.to_str().unwrap(),
+        "--input",
+        "hi",
+        "--dry-run",
+        "--json",
+    ]))
+    .await;
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    let view = stdout_json(&out);
+    let tools = view["request"]["body"]["tools"].as_array().unwrap();
+    assert_eq!(tools.len(), 202, "{}", view["request"]["body"]["tools"]);
+    assert_eq!(tools[0]["type"], "tool_search_tool_bm25_20251119");
+    assert!(tools[1..].iter().all(|t| t["defer_loading"] == true));
+}

@@ -257,6 +257,29 @@ impl HttpClient {
         &self.config
     }
 
+    /// The same client (its connections shared) sending one more header; a header of that name
+    /// already set gets the value appended after a comma, as list-valued headers
+    /// (`anthropic-beta`) take several.
+    pub fn with_header(&self, name: &str, value: &str) -> Self {
+        let mut out = self.clone();
+        match out
+            .config
+            .extra_headers
+            .iter_mut()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+        {
+            Some((_, v)) => {
+                v.push(',');
+                v.push_str(value);
+            }
+            None => out
+                .config
+                .extra_headers
+                .push((name.to_owned(), value.to_owned())),
+        }
+        out
+    }
+
     /// The provider name used in errors.
     pub fn provider(&self) -> &str {
         &self.provider

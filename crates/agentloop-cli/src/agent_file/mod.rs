@@ -21,7 +21,7 @@ use rules::{check_clean_sections, check_rules};
 pub use check::Problems;
 pub use spec::{
     AgentFileSpec, Bound, CompactionSpec, McpFileSpec, ModelSpec, PermissionsSpec, Provider,
-    ToolFileSpec,
+    ToolFileSpec, ToolSearchSpec,
 };
 
 /// One `[[handoffs]]` entry, its target file read.

@@ -22,6 +22,7 @@ leaf!(
     Bound<u64>,
     OnLimit,
     CompactionSpec,
+    ToolSearchSpec,
     RestartSpec,
     SandboxMode,
     Durability,
@@ -174,6 +175,35 @@ section! {
         /// parser: `"auto"` (every common shape, where it names a tool), `"hermes"`, `"mistral"`
         /// or `"llama3-json"` (the tools go in the prompt).
         tool_dialect: Option<Spanned<String>>,
+        /// How the model finds deferred tools (`defer = true`): `"native"` (the provider's own
+        /// tool search: Anthropic's and OpenAI Responses'; every tool is sent each turn, the
+        /// deferred ones marked),
+        /// `"local"` (the built-in `search_tools`) or `"auto"` (native where the provider has
+        /// it, local elsewhere; the default).
+        tool_search: Option<Spanned<ToolSearchSpec>>,
+    }
+}
+
+/// `[model] tool_search`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolSearchSpec {
+    /// The provider's own tool search.
+    Native,
+    /// The built-in `search_tools`.
+    Local,
+    /// Native where the provider has it, local elsewhere.
+    Auto,
+}
+
+impl ToolSearchSpec {
+    /// True when deferred tools are found by `provider`'s own search under this setting.
+    pub fn native_for(self, provider: Provider) -> bool {
+        let has = matches!(provider, Provider::Anthropic | Provider::OpenAiResponses);
+        match self {
+            ToolSearchSpec::Native | ToolSearchSpec::Auto => has,
+            ToolSearchSpec::Local => false,
+        }
     }
 }
 

@@ -8,6 +8,12 @@
 //! executed: the stream maps to [`FinishReason::Length`](agentloop::model::FinishReason::Length) and the
 //! accumulator drops the call.
 //!
+//! Tools marked [`deferred`](agentloop::tool::ToolSpec::deferred) go with `defer_loading: true` beside
+//! the server's tool search tool (BM25 by default, [`ToolSearchVariant`]) and its beta header
+//! ([`TOOL_SEARCH_BETA`]); the search's `server_tool_use` and `tool_search_tool_result` blocks
+//! are kept in the answer's reasoning and sent back on later turns, where they load the tools
+//! found.
+//!
 //! The module's files: `request.rs` encodes the request, `stream.rs` reads answers (streamed or
 //! whole) into events.
 
@@ -31,6 +37,31 @@ pub const ANTHROPIC_VERSION: &str = "2023-06-01";
 pub const DEFAULT_BASE_URL: &str = "https://api.anthropic.com";
 /// The `max_tokens` sent when the settings give none (the API requires one).
 pub const DEFAULT_MAX_TOKENS: u32 = 4096;
+
+/// The `anthropic-beta` header a request with deferred tools carries.
+pub const TOOL_SEARCH_BETA: &str = "advanced-tool-use-2025-11-20";
+
+/// Which server-side tool search a request with deferred tools offers the model.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ToolSearchVariant {
+    /// `tool_search_tool_bm25_20251119`: the model searches in natural language (the default).
+    #[default]
+    Bm25,
+    /// `tool_search_tool_regex_20251119`: the model searches with regular expressions.
+    Regex,
+}
+
+impl ToolSearchVariant {
+    /// The tool's `type` and `name` on the wire.
+    fn wire(self) -> (&'static str, &'static str) {
+        match self {
+            ToolSearchVariant::Bm25 => ("tool_search_tool_bm25_20251119", "tool_search_tool_bm25"),
+            ToolSearchVariant::Regex => {
+                ("tool_search_tool_regex_20251119", "tool_search_tool_regex")
+            }
+        }
+    }
+}
 
 /// Extended thinking settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -79,10 +110,13 @@ impl CacheBreakpoints {
 pub struct Anthropic {
     model: String,
     client: HttpClient,
+    /// The same client, with the tool search's beta header.
+    search_client: HttpClient,
     stream: bool,
     max_tokens: u32,
     thinking: Option<ThinkingConfig>,
     cache: CacheBreakpoints,
+    tool_search: ToolSearchVariant,
 }
 
 /// Builds an [`Anthropic`] model. Setters never fail; [`AnthropicBuilder::build`] reports problems.
@@ -95,6 +129,7 @@ pub struct AnthropicBuilder {
     max_tokens: u32,
     thinking: Option<ThinkingConfig>,
     cache: CacheBreakpoints,
+    tool_search: ToolSearchVariant,
 }
 
 impl Anthropic {
@@ -110,6 +145,7 @@ impl Anthropic {
             max_tokens: DEFAULT_MAX_TOKENS,
             thinking: None,
             cache: CacheBreakpoints::default(),
+            tool_search: ToolSearchVariant::default(),
         }
     }
 }
@@ -145,6 +181,12 @@ impl AnthropicBuilder {
         self
     }
 
+    /// The server-side tool search a request with deferred tools offers (BM25 by default).
+    pub fn tool_search(mut self, variant: ToolSearchVariant) -> Self {
+        self.tool_search = variant;
+        self
+    }
+
     /// Sets where the `cache_control` breakpoints go.
     pub fn cache_breakpoints(mut self, cache: CacheBreakpoints) -> Self {
         self.cache = cache;
@@ -164,13 +206,16 @@ impl AnthropicBuilder {
                 .push(("anthropic-version".to_owned(), ANTHROPIC_VERSION.to_owned()));
         }
         let client = HttpClient::new(self.config, PROVIDER)?;
+        let search_client = client.with_header("anthropic-beta", TOOL_SEARCH_BETA);
         Ok(Anthropic {
             model: self.model,
             client,
+            search_client,
             stream: self.stream,
             max_tokens: self.max_tokens,
             thinking: self.thinking,
             cache: self.cache,
+            tool_search: self.tool_search,
         })
     }
 }
@@ -187,6 +232,11 @@ impl Model for Anthropic {
     fn stream<'a>(&'a self, request: ModelRequest<'a>) -> ModelStream<'a> {
         let body = self.encode_request(&request);
         let decoder = AnthropicStreamParser::new();
-        post_and_decode(&self.client, "/v1/messages", body, decoder, self.stream)
+        let client = if request::uses_tool_search(&request) {
+            &self.search_client
+        } else {
+            &self.client
+        };
+        post_and_decode(client, "/v1/messages", body, decoder, self.stream)
     }
 }

@@ -12,7 +12,7 @@ use agentloop::{
 use serde::Serialize;
 use serde_json::Value;
 
-use super::{Anthropic, CacheBreakpoints, PROVIDER, ThinkingConfig};
+use super::{Anthropic, CacheBreakpoints, PROVIDER, ThinkingConfig, ToolSearchVariant};
 use crate::http::json_body;
 
 impl Anthropic {
@@ -25,6 +25,7 @@ impl Anthropic {
             self.max_tokens,
             self.thinking,
             self.cache,
+            self.tool_search,
         );
         json_body(PROVIDER, &body)
     }
@@ -38,7 +39,7 @@ struct WireRequest<'a> {
     system: Option<System<'a>>,
     messages: Vec<WireMessage<'a>>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    tools: Vec<WireTool<'a>>,
+    tools: Vec<WireToolEntry<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     tool_choice: Option<WireToolChoice<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -89,8 +90,29 @@ struct WireTool<'a> {
     #[serde(skip_serializing_if = "str::is_empty")]
     description: &'a str,
     input_schema: &'a Value,
+    /// Out of the model's context until the tool search finds it.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    defer_loading: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     cache_control: Option<CacheControl>,
+}
+
+/// The server-side tool search tool (`tool_search_tool_bm25_20251119`), sent when a tool is
+/// deferred.
+#[derive(Serialize)]
+struct SearchTool {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    name: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cache_control: Option<CacheControl>,
+}
+
+#[derive(Serialize)]
+#[serde(untagged)]
+enum WireToolEntry<'a> {
+    Custom(WireTool<'a>),
+    Search(SearchTool),
 }
 
 #[derive(Serialize)]
@@ -139,7 +161,9 @@ impl Serialize for WireMessage<'_> {
                         message.content.iter().rposition(|b| {
                             !matches!(
                                 b,
-                                OutBlock::Thinking { .. } | OutBlock::RedactedThinking { .. }
+                                OutBlock::Thinking { .. }
+                                    | OutBlock::RedactedThinking { .. }
+                                    | OutBlock::Server(_)
                             )
                         })
                     })
@@ -192,6 +216,10 @@ enum OutBlock<'a> {
     RedactedThinking {
         data: &'a str,
     },
+    /// A block of the server's tool search (`server_tool_use`, `tool_search_tool_result`), sent
+    /// back as it came.
+    #[serde(untagged)]
+    Server(&'a Value),
 }
 
 #[derive(Serialize)]
@@ -255,6 +283,10 @@ fn tool_input(arguments: &str) -> Value {
 fn assistant_blocks(message: &AssistantMessage) -> Vec<OutBlock<'_>> {
     let mut blocks = Vec::with_capacity(message.reasoning.len() + 1 + message.tool_calls.len());
     for r in &message.reasoning {
+        if let Some(block) = r.provider_data.as_ref().filter(|d| is_server_block(d)) {
+            blocks.push(OutBlock::Server(block));
+            continue;
+        }
         let redacted = r
             .provider_data
             .as_ref()
@@ -290,6 +322,16 @@ fn assistant_blocks(message: &AssistantMessage) -> Vec<OutBlock<'_>> {
     blocks
 }
 
+/// The tool search's blocks of an answer, kept in [`Reasoning::provider_data`]
+/// (agentloop::message::Reasoning) to go back on later turns: the found tools are expanded
+/// from them.
+pub(super) fn is_server_block(data: &Value) -> bool {
+    matches!(
+        data.get("type").and_then(Value::as_str),
+        Some("server_tool_use" | "tool_search_tool_result")
+    )
+}
+
 fn push_user_blocks<'a>(
     messages: &mut Vec<WireMessage<'a>>,
     blocks: impl IntoIterator<Item = OutBlock<'a>>,
@@ -311,6 +353,7 @@ fn build_request<'a>(
     default_max_tokens: u32,
     thinking: Option<ThinkingConfig>,
     cache: CacheBreakpoints,
+    search: ToolSearchVariant,
 ) -> WireRequest<'a> {
     let mut messages: Vec<WireMessage<'a>> = Vec::with_capacity(request.messages.len());
     for message in request.messages {
@@ -386,18 +429,7 @@ fn build_request<'a>(
         }),
         (None, false) => None,
     };
-    let last_tool = request.tools.len().checked_sub(1);
-    let tools: Vec<WireTool<'a>> = request
-        .tools
-        .iter()
-        .enumerate()
-        .map(|(i, t)| WireTool {
-            name: &t.name,
-            description: &t.description,
-            input_schema: &t.input_schema,
-            cache_control: (cache.tools && Some(i) == last_tool).then_some(EPHEMERAL),
-        })
-        .collect();
+    let tools = wire_tools(request, cache, search);
     WireRequest {
         model,
         max_tokens: settings.max_tokens.unwrap_or(default_max_tokens),
@@ -413,6 +445,60 @@ fn build_request<'a>(
         }),
         stream,
     }
+}
+
+/// The request's tools. With a deferred one, the tools the model sees come first, then the
+/// search tool, then the deferred tools marked `defer_loading`: the same list every turn, and
+/// the cache breakpoint on the last tool in the model's context (deferred ones are not).
+fn wire_tools<'a>(
+    request: &ModelRequest<'a>,
+    cache: CacheBreakpoints,
+    search: ToolSearchVariant,
+) -> Vec<WireToolEntry<'a>> {
+    let wire = |t: &'a agentloop::tool::ToolSpec| WireTool {
+        name: &t.name,
+        description: &t.description,
+        input_schema: &t.input_schema,
+        defer_loading: t.deferred,
+        cache_control: None,
+    };
+    let mut tools: Vec<WireToolEntry<'a>> = Vec::with_capacity(request.tools.len() + 1);
+    tools.extend(
+        request
+            .tools
+            .iter()
+            .filter(|t| !t.deferred)
+            .map(|t| WireToolEntry::Custom(wire(t))),
+    );
+    if uses_tool_search(request) {
+        let (kind, name) = search.wire();
+        tools.push(WireToolEntry::Search(SearchTool {
+            kind,
+            name,
+            cache_control: None,
+        }));
+    }
+    if cache.tools {
+        match tools.last_mut() {
+            Some(WireToolEntry::Custom(t)) => t.cache_control = Some(EPHEMERAL),
+            Some(WireToolEntry::Search(t)) => t.cache_control = Some(EPHEMERAL),
+            None => {}
+        }
+    }
+    tools.extend(
+        request
+            .tools
+            .iter()
+            .filter(|t| t.deferred)
+            .map(|t| WireToolEntry::Custom(wire(t))),
+    );
+    tools
+}
+
+/// True when a tool of the request is deferred: the request carries the server's tool search
+/// and its beta header.
+pub(super) fn uses_tool_search(request: &ModelRequest<'_>) -> bool {
+    request.tools.iter().any(|t| t.deferred)
 }
 
 #[cfg(test)]

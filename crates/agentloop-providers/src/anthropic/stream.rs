@@ -83,6 +83,10 @@ struct InBlock<'a> {
     signature: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
     data: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    tool_use_id: Option<Cow<'a, str>>,
+    #[serde(default)]
+    content: Option<Value>,
 }
 
 #[derive(Deserialize)]
@@ -154,6 +158,18 @@ enum BlockState {
     },
     RedactedThinking {
         data: String,
+    },
+    /// The server's tool search called: its input streams as JSON like a `tool_use`'s.
+    SearchUse {
+        id: String,
+        name: String,
+        initial_input: Option<Value>,
+        json: String,
+    },
+    /// The server's tool search answered (whole in its start).
+    SearchResult {
+        tool_use_id: String,
+        content: Value,
     },
     Ignored,
 }
@@ -238,6 +254,23 @@ impl AnthropicStreamParser {
             "redacted_thinking" => BlockState::RedactedThinking {
                 data: block.data.map(Cow::into_owned).unwrap_or_default(),
             },
+            "server_tool_use"
+                if block
+                    .name
+                    .as_deref()
+                    .is_some_and(|n| n.starts_with("tool_search_tool")) =>
+            {
+                BlockState::SearchUse {
+                    id: block.id.map(Cow::into_owned).unwrap_or_default(),
+                    name: block.name.map(Cow::into_owned).unwrap_or_default(),
+                    initial_input: block.input,
+                    json: String::new(),
+                }
+            }
+            "tool_search_tool_result" => BlockState::SearchResult {
+                tool_use_id: block.tool_use_id.map(Cow::into_owned).unwrap_or_default(),
+                content: block.content.unwrap_or(Value::Null),
+            },
             other => {
                 out.push_back(ModelEvent::Warning(format!(
                     "ignored a content block of unsupported type {other:?}"
@@ -263,6 +296,10 @@ impl AnthropicStreamParser {
                 }
             }
             Some("input_json_delta") => {
+                if let BlockState::SearchUse { json, .. } = block {
+                    json.push_str(delta.partial_json.as_deref().unwrap_or(""));
+                    return Ok(());
+                }
                 let BlockState::ToolUse { got_args, .. } = block else {
                     return Err(stream_error(
                         PROVIDER,
@@ -321,6 +358,40 @@ impl AnthropicStreamParser {
             BlockState::RedactedThinking { data } => {
                 let data = std::mem::take(data);
                 out.push_back(ModelEvent::Reasoning(redacted(data)));
+            }
+            BlockState::SearchUse {
+                id,
+                name,
+                initial_input,
+                json,
+            } => {
+                let input = if json.trim().is_empty() {
+                    initial_input
+                        .take()
+                        .unwrap_or_else(|| serde_json::json!({}))
+                } else {
+                    serde_json::from_str(json).map_err(|e| {
+                        decode_error(PROVIDER, "the tool search's streamed input", &e)
+                    })?
+                };
+                let block = serde_json::json!({
+                    "type": "server_tool_use",
+                    "id": std::mem::take(id),
+                    "name": std::mem::take(name),
+                    "input": input,
+                });
+                out.push_back(ModelEvent::Reasoning(server_block(block)));
+            }
+            BlockState::SearchResult {
+                tool_use_id,
+                content,
+            } => {
+                let block = serde_json::json!({
+                    "type": "tool_search_tool_result",
+                    "tool_use_id": std::mem::take(tool_use_id),
+                    "content": std::mem::take(content),
+                });
+                out.push_back(ModelEvent::Reasoning(server_block(block)));
             }
             BlockState::Text | BlockState::Ignored => {}
         }
@@ -476,7 +547,13 @@ impl StreamDecoder for AnthropicStreamParser {
             // The limit hit while the last block was being written: a final tool_use holds only
             // part of its input, so it is cut off.
             let cut = length && position == last && block.kind == "tool_use";
-            let input = block.input.take();
+            // Only a tool_use's input is its call's arguments; a server tool's stays in its
+            // block.
+            let input = if block.kind == "tool_use" {
+                block.input.take()
+            } else {
+                None
+            };
             self.start_block(index, block, out)?;
             if let Some(arguments) = whole_arguments(input, cut) {
                 out.push_back(ModelEvent::ToolCallDelta { index, arguments });
@@ -503,6 +580,15 @@ fn whole_arguments(input: Option<Value>, cut: bool) -> Option<String> {
         _ if cut => Some("{".to_owned()),
         None | Some(Value::Null) => None,
         Some(v) => Some(v.to_string()),
+    }
+}
+
+/// A block of the server's tool search, kept whole to be sent back (never shown: no text).
+fn server_block(block: Value) -> Reasoning {
+    Reasoning {
+        text: String::new(),
+        signature: None,
+        provider_data: Some(block),
     }
 }
 

@@ -50,7 +50,7 @@ struct WireRequest<'a> {
     instructions: Option<&'a str>,
     input: Vec<InputItem<'a>>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    tools: Vec<WireTool<'a>>,
+    tools: Vec<WireToolEntry<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     tool_choice: Option<WireToolChoice<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -103,6 +103,21 @@ struct WireTool<'a> {
     description: &'a str,
     parameters: &'a Value,
     strict: bool,
+    /// Out of the model's context until the hosted tool search loads it.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    defer_loading: bool,
+}
+
+/// A function, or the hosted tool search (`{"type": "tool_search"}`), sent when a tool is
+/// deferred.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum WireToolEntry<'a> {
+    Function(WireTool<'a>),
+    Search {
+        #[serde(rename = "type")]
+        kind: &'static str,
+    },
 }
 
 #[derive(Serialize)]
@@ -190,12 +205,19 @@ fn build_request<'a>(
                 // Reasoning items precede the items they led to; only whole items (with their id
                 // and encrypted content) can be sent back.
                 for r in &a.reasoning {
-                    if let Some(item) = r
-                        .provider_data
-                        .as_ref()
-                        .filter(|d| d.get("type").and_then(Value::as_str) == Some("reasoning"))
-                    {
-                        input.extend(replayable_reasoning(item, options.store));
+                    let Some(item) = r.provider_data.as_ref() else {
+                        continue;
+                    };
+                    match item.get("type").and_then(Value::as_str) {
+                        Some("reasoning") => {
+                            input.extend(replayable_reasoning(item, options.store));
+                        }
+                        // The hosted tool search's call and output: the tools it loaded load
+                        // from them again.
+                        Some("tool_search_call" | "tool_search_output") => {
+                            input.push(InputItem::Verbatim(item));
+                        }
+                        _ => {}
                     }
                 }
                 if !a.text.is_empty() {
@@ -224,18 +246,29 @@ fn build_request<'a>(
         }
     }
     let settings = request.settings;
-    let tools: Vec<WireTool<'a>> = request
+    let mut tools: Vec<WireToolEntry<'a>> = request
         .tools
         .iter()
-        .map(|t| WireTool {
-            kind: "function",
-            name: &t.name,
-            description: &t.description,
-            parameters: &t.input_schema,
-            // Strict mode would reject ordinary schemas (optional properties); validation is ours.
-            strict: false,
+        .map(|t| {
+            WireToolEntry::Function(WireTool {
+                kind: "function",
+                name: &t.name,
+                description: &t.description,
+                parameters: &t.input_schema,
+                // Strict mode would reject ordinary schemas (optional properties); validation is
+                // ours.
+                strict: false,
+                defer_loading: t.deferred,
+            })
         })
         .collect();
+    // The same list every turn: the tools the search loads join the context at its end, so
+    // the cached prefix holds.
+    if request.tools.iter().any(|t| t.deferred) {
+        tools.push(WireToolEntry::Search {
+            kind: "tool_search",
+        });
+    }
     let tool_choice = settings.tool_choice.as_ref().map(|c| match c {
         ToolChoice::Auto => WireToolChoice::Mode("auto"),
         ToolChoice::Required => WireToolChoice::Mode("required"),

@@ -83,7 +83,14 @@ struct InItem<'a> {
     #[serde(default, borrow)]
     name: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
-    arguments: Option<Cow<'a, str>>,
+    arguments: Option<ItemArguments<'a>>,
+    #[serde(default, borrow)]
+    execution: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    status: Option<Cow<'a, str>>,
+    /// A `tool_search_output`'s loaded tools.
+    #[serde(default)]
+    tools: Option<Value>,
     #[serde(default, borrow)]
     summary: Option<Vec<SummaryPart<'a>>>,
     #[serde(default, borrow)]
@@ -92,7 +99,58 @@ struct InItem<'a> {
     content: Option<Vec<OutputContent<'a>>>,
 }
 
+/// A function call's arguments are a JSON string; a tool search call's an object.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum ItemArguments<'a> {
+    Text(#[serde(borrow)] Cow<'a, str>),
+    Json(Value),
+}
+
 impl InItem<'_> {
+    /// A function call's argument string.
+    fn arguments_text(&self) -> Option<&str> {
+        match &self.arguments {
+            Some(ItemArguments::Text(t)) => Some(t),
+            _ => None,
+        }
+    }
+
+    /// A `tool_search_call` or `tool_search_output` item as the API takes it back: the found
+    /// tools load from it on later turns.
+    fn search_item(&self) -> Value {
+        let mut map = serde_json::Map::with_capacity(6);
+        map.insert("type".to_owned(), Value::String(self.kind.to_string()));
+        let strings = [
+            ("id", &self.id),
+            ("call_id", &self.call_id),
+            ("execution", &self.execution),
+            ("status", &self.status),
+        ];
+        for (key, value) in strings {
+            if let Some(v) = value {
+                map.insert(key.to_owned(), Value::String(v.to_string()));
+            }
+        }
+        if self.kind == "tool_search_call" {
+            let arguments = match &self.arguments {
+                Some(ItemArguments::Json(v)) => v.clone(),
+                Some(ItemArguments::Text(t)) => {
+                    serde_json::from_str(t).unwrap_or_else(|_| Value::String(t.to_string()))
+                }
+                None => Value::Object(serde_json::Map::new()),
+            };
+            map.insert("arguments".to_owned(), arguments);
+        } else {
+            let tools = self
+                .tools
+                .clone()
+                .unwrap_or_else(|| Value::Array(Vec::new()));
+            map.insert("tools".to_owned(), tools);
+        }
+        Value::Object(map)
+    }
+
     fn summary_text(&self) -> String {
         let mut text = String::new();
         for part in self.summary.iter().flatten() {
@@ -372,8 +430,8 @@ impl ResponsesStreamParser {
                         ));
                     }
                     self.start_call(index, &item, out);
-                    if let Some(args) = item.arguments.filter(|a| !a.is_empty()) {
-                        self.arguments(index, args.into_owned(), out)?;
+                    if let Some(args) = item.arguments_text().filter(|a| !a.is_empty()) {
+                        self.arguments(index, args.to_owned(), out)?;
                     }
                 }
             }
@@ -489,7 +547,7 @@ impl ResponsesStreamParser {
                     self.start_call(index, item, out);
                 }
                 let got = self.call_mut(index).is_some_and(|c| c.got_arguments);
-                if !got && let Some(args) = item.arguments.as_deref().filter(|a| !a.is_empty()) {
+                if !got && let Some(args) = item.arguments_text().filter(|a| !a.is_empty()) {
                     self.arguments(index, args.to_owned(), out)?;
                 }
             }
@@ -511,6 +569,14 @@ impl ResponsesStreamParser {
                 }
             }
             "message" => {}
+            // The hosted tool search: kept whole to go back on later turns, never shown.
+            "tool_search_call" | "tool_search_output" => {
+                out.push_back(ModelEvent::Reasoning(Reasoning {
+                    text: String::new(),
+                    signature: None,
+                    provider_data: Some(item.search_item()),
+                }));
+            }
             other => out.push_back(ModelEvent::Warning(format!(
                 "ignored an output item of unsupported type {other:?}"
             ))),

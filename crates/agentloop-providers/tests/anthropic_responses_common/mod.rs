@@ -434,3 +434,28 @@ pub async fn ask(model: &dyn Model) -> Result<agentloop::ModelResponse, agentloo
     .await
     .expect("the call hung")
 }
+
+/// The schema of a tool over one city.
+pub fn city_schema() -> Value {
+    serde_json::json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]})
+}
+
+/// The tools of the tool-search tests: `get_weather` (deferred; answers "Sunny in CITY"),
+/// `echo`, and `get_time` (deferred).
+pub fn search_tools() -> Vec<agentloop::Tool> {
+    vec![
+        json_tool("get_weather", city_schema(), |a| {
+            Ok(format!(
+                "Sunny in {}",
+                a["city"].as_str().unwrap_or_default()
+            ))
+        })
+        .deferred(),
+        json_tool(
+            "echo",
+            serde_json::json!({"type": "object", "properties": {}}),
+            |_| Ok("echo".to_owned()),
+        ),
+        json_tool("get_time", city_schema(), |_| Ok("noon".to_owned())).deferred(),
+    ]
+}

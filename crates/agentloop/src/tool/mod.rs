@@ -61,6 +61,14 @@ impl Tool {
         }
     }
 
+    /// The same tool, found by the provider's native tool search before the model may call it
+    /// ([`ToolSpec::deferred`]).
+    #[must_use]
+    pub fn deferred(mut self) -> Self {
+        self.spec.deferred = true;
+        self
+    }
+
     /// The same tool under another policy.
     #[must_use]
     pub fn with_policy(mut self, policy: ToolPolicy) -> Self {
@@ -99,6 +107,7 @@ impl Tool {
                 poller: false,
                 subagent: false,
                 handoff: false,
+                deferred: false,
             },
             policy: ToolPolicy::default(),
         }

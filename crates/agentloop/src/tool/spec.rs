@@ -49,6 +49,10 @@ pub struct ToolSpec {
     /// be the only one of its turn, and the other agent's answer is the run's.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub handoff: bool,
+    /// The model finds it by a search before it may call it (a provider's native tool search:
+    /// sent every turn, marked `defer_loading`, so the request's prefix never changes).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub deferred: bool,
 }
 
 /// The JSON Schema (2020-12) of a type, as tools use it: no `$schema` or `title` at the top.

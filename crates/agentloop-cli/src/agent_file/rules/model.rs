@@ -6,7 +6,7 @@ use std::path::Path;
 
 use super::{span_of, valid_seconds};
 use crate::agent_file::check::{Problems, join};
-use crate::agent_file::spec::{ModelSpec, PriceSpec, Provider};
+use crate::agent_file::spec::{ModelSpec, PriceSpec, Provider, ToolSearchSpec};
 
 /// `[model]`: what its provider needs and allows, then the sampling settings and the price.
 pub(super) fn check_model(model: &ModelSpec, dir: &Path, problems: &mut Problems) {
@@ -134,6 +134,19 @@ fn check_provider_keys(model: &ModelSpec, problems: &mut Problems) {
                 ),
             );
         }
+    }
+    if let Some(ts) = &model.tool_search
+        && *ts.get_ref() == ToolSearchSpec::Native
+        && !ToolSearchSpec::Native.native_for(provider)
+    {
+        problems.at(
+            "model.tool_search",
+            span_of(ts),
+            format!(
+                "the {} provider has no native tool search: use \"local\" or \"auto\"",
+                provider.as_str()
+            ),
+        );
     }
     if let Some(d) = &model.tool_dialect
         && agentloop_providers::openai_chat::ToolDialect::from_name(d.get_ref()).is_none()
