@@ -96,10 +96,10 @@ async fn serve_files(args: &ServeArgs, served: &ServedFiles) -> Result<i32, CliE
         })?;
     let at = listener.local_addr().map_or(args.addr, |a| a);
     if let Some(warning) = crate::served::exposed_warning(at) {
-        eprintln!("{warning}");
+        err!("{warning}");
     }
     for name in &names {
-        eprintln!("agentloop: serving {name} over A2A at http://{at}/{name}");
+        err!("agentloop: serving {name} over A2A at http://{at}/{name}");
     }
     let sessions = match &args.sessions {
         Some(path) => Some(

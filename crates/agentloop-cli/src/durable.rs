@@ -271,19 +271,19 @@ pub fn how_to_go_on(
     let path = journal.display();
     let id = &outcome.run_id;
     if !quiet {
-        eprintln!("■ journaled as run {id} in {path}");
+        err!("■ journaled as run {id} in {path}");
     }
     if outcome.stop_reason != StopReason::Suspended {
         return;
     }
     let questions = waiting.iter().filter(|w| w.question.is_some()).count();
-    eprintln!(
+    err!(
         "■ suspended: the run waits for approval of {} call(s) and the answer to {questions} question(s):",
         waiting.len() - questions
     );
     for w in waiting {
         match &w.question {
-            Some(q) => eprintln!(
+            Some(q) => err!(
                 "    {}  question {:?}{}",
                 w.call_id,
                 q.text,
@@ -292,20 +292,20 @@ pub fn how_to_go_on(
                     .map(|s| format!("  schema {s}"))
                     .unwrap_or_default()
             ),
-            None => eprintln!("    {}  {} {}", w.call_id, w.tool, w.arguments),
+            None => err!("    {}  {} {}", w.call_id, w.tool, w.arguments),
         }
     }
     if questions < waiting.len() {
-        eprintln!(
+        err!(
             "  answer each:  agentloop approve {id} --call CALL_ID --allow|--deny [--always] --journal {path}"
         );
     }
     if questions > 0 {
-        eprintln!(
+        err!(
             "  and each question:  agentloop answer {id} --call CALL_ID --json JSON --journal {path}"
         );
     }
-    eprintln!("  then:         agentloop resume {id} --journal {path}");
+    err!("  then:         agentloop resume {id} --journal {path}");
 }
 
 /// Reads run `wanted` (an id or a unique prefix) off the async workers.
@@ -404,7 +404,7 @@ async fn fork(args: ForkArgs) -> Result<i32, CliError> {
         Box::pin(async move {
             let id = agentloop::ids::run_id();
             let run = writer.fork(&origin, at, &id, Some(definition)).await?;
-            eprintln!("■ forked run {origin} after step {at} as run {id}");
+            err!("■ forked run {origin} after step {at} as run {id}");
             Ok(run)
         })
     })
@@ -462,7 +462,7 @@ async fn go_on(
     signals.abort();
     let outcome = outcome?;
     if let Err(e) = finish_trace(trace.as_ref()) {
-        eprintln!("agentloop: warning: {e}");
+        err!("agentloop: warning: {e}");
     }
     let shown = Shown {
         json: go.json,
@@ -537,9 +537,9 @@ pub(crate) fn what_is_left(
     let left: Vec<&str> = run.unanswered().map(|r| r.call_id.as_str()).collect();
     let path = journal.display();
     if left.is_empty() {
-        eprintln!("■ every call is answered: agentloop resume {run_id} --journal {path}");
+        err!("■ every call is answered: agentloop resume {run_id} --journal {path}");
     } else {
-        eprintln!("■ still waiting: {}", left.join(", "));
+        err!("■ still waiting: {}", left.join(", "));
     }
     Ok(crate::error::code::OK)
 }

@@ -199,7 +199,7 @@ async fn run_suite(
     let signals = cancel_on_ctrl_c(cancel.clone());
     let origin = durable::origin(&file.path);
     if !args.json {
-        eprintln!(
+        err!(
             "agentloop: eval {}: {} cases × {} runs, {} at a time",
             suite.name,
             suite.cases.len(),
@@ -239,7 +239,7 @@ async fn run_suite(
                 .await;
             if shown {
                 // A line a run as it ends, so a long suite on a real model shows it is moving.
-                eprintln!(
+                err!(
                     "  {} #{}: {} ({} turns, {:.1}s)",
                     request.case.name,
                     request.repeat,
@@ -254,7 +254,7 @@ async fn run_suite(
     .await;
     signals.abort();
     if let Err(e) = finish_trace(trace.as_ref()) {
-        eprintln!("agentloop: warning: {e}");
+        err!("agentloop: warning: {e}");
     }
     if let Some(o) = otel {
         o.finish();

@@ -121,7 +121,7 @@ pub fn init(args: &InitArgs) -> Result<i32, CliError> {
         write(&args.dir.join(rel), text)?;
     }
     let agent = args.dir.join("agent.toml");
-    eprintln!(
+    err!(
         "wrote {}: an agent with a scripted model and one command tool (needs python3)",
         FILES
             .iter()
@@ -129,13 +129,13 @@ pub fn init(args: &InitArgs) -> Result<i32, CliError> {
             .collect::<Vec<_>>()
             .join(", ")
     );
-    eprintln!("run it with:");
+    err!("run it with:");
     out!(
         "agentloop run {} --input {}",
         shell_quote(&agent.display().to_string()),
         shell_quote(INPUT)
     );
-    eprintln!(
+    err!(
         "then edit the [model] table in {} for a real model",
         agent.display()
     );

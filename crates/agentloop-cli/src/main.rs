@@ -15,6 +15,15 @@ macro_rules! out {
     }};
 }
 
+/// `eprintln!` that never panics: a closed stderr (`agentloop attach … 2>&-`, a reader that went
+/// away) loses the line, not the process.
+macro_rules! err {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr().lock(), $($arg)*);
+    }};
+}
+
 // The agent files' loader and assembler are the library's, shared with the Python package.
 #[cfg(test)]
 use agentloop_cli::permission_file;
@@ -60,7 +69,7 @@ fn main() -> ExitCode {
     // Before anything reads a credential: no process this one starts (tools, MCP servers) may
     // read its environment or memory through /proc or ptrace, root's included.
     if let Err(e) = agentloop_sandbox::protect_process() {
-        eprintln!("agentloop: cannot keep this process out of its tools' sight: {e}");
+        err!("agentloop: cannot keep this process out of its tools' sight: {e}");
         return ExitCode::from(1);
     }
     let cli = Cli::parse();
@@ -70,7 +79,7 @@ fn main() -> ExitCode {
     {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("agentloop: cannot start the async runtime: {e}");
+            err!("agentloop: cannot start the async runtime: {e}");
             return ExitCode::from(1);
         }
     };
@@ -136,7 +145,7 @@ fn report_error(e: &CliError, json: bool) {
         out!("{}", render::error_json(e.code(), &e.to_string(), problems));
     } else {
         let text = e.to_string();
-        eprintln!("agentloop: {}", text.trim_end());
+        err!("agentloop: {}", text.trim_end());
     }
 }
 
@@ -203,7 +212,7 @@ async fn run(args: RunArgs) -> Result<i32, CliError> {
             let text = serde_json::to_string_pretty(&view).unwrap_or_default();
             out!("{text}");
             if !args.quiet {
-                eprintln!("■ dry run: nothing was sent");
+                err!("■ dry run: nothing was sent");
             }
         }
         return Ok(code::OK);
@@ -249,7 +258,7 @@ async fn run(args: RunArgs) -> Result<i32, CliError> {
     // A trace that could not be written is reported on stderr; the run's outcome still decides the
     // exit code, and stdout still holds only the outcome.
     if let Err(e) = finish_trace(trace.as_ref()) {
-        eprintln!("agentloop: warning: {e}");
+        err!("agentloop: warning: {e}");
     }
     if let Some(o) = otel {
         o.finish();
@@ -296,7 +305,7 @@ async fn chat(args: ChatArgs) -> Result<i32, CliError> {
     let trace = args.trace.open()?;
     let otel = args.trace.open_otel(&file)?;
     let mut transcript: Vec<Message> = Vec::new();
-    eprintln!(
+    err!(
         "{} ({}) — one input per line; /exit or end of input quits",
         file.spec.name.get_ref(),
         file.model().provider.get_ref().as_str()
@@ -305,7 +314,7 @@ async fn chat(args: ChatArgs) -> Result<i32, CliError> {
     if let Some((store, name)) = &session {
         use agentloop::session::SessionStore;
         let held = store.load(name)?.map_or(0, |s| s.messages.len());
-        eprintln!("session {name}: {held} messages so far");
+        err!("session {name}: {held} messages so far");
     }
     read_stdin_lines(tx);
     let signals = ctrl_c_in_chat(current.clone());
@@ -345,7 +354,7 @@ async fn chat(args: ChatArgs) -> Result<i32, CliError> {
             Some((store, name)) => match agent.run_session(store, name, input, options).await {
                 Ok(outcome) => outcome,
                 Err(e) => {
-                    eprintln!("agentloop: {e}");
+                    err!("agentloop: {e}");
                     last = CliError::from(e).exit_code();
                     continue;
                 }
@@ -365,7 +374,7 @@ async fn chat(args: ChatArgs) -> Result<i32, CliError> {
         }
         progress.end_line();
         print_final(&outcome, &progress, false);
-        eprintln!(
+        err!(
             "{}",
             render::closing_line(&outcome, render::cost_unknown(&outcome, priced))
         );
@@ -452,7 +461,7 @@ fn trace_command(cmd: TraceCommand) -> Result<i32, CliError> {
 
 fn warn_trace(warnings: &[String]) {
     for w in warnings {
-        eprintln!("agentloop: warning: {w}");
+        err!("agentloop: warning: {w}");
     }
 }
 

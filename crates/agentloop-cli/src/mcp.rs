@@ -221,13 +221,13 @@ async fn serve_offer(args: &ServeArgs, offer: Offer) -> Result<i32, CliError> {
                 })?;
             let at = listener.local_addr().map_or(addr, |a| a);
             if let Some(warning) = crate::served::exposed_warning(at) {
-                eprintln!("{warning}");
+                err!("{warning}");
             }
-            eprintln!("agentloop: serving {} at http://{at}/mcp", names.join(", "));
+            err!("agentloop: serving {} at http://{at}/mcp", names.join(", "));
             agentloop_mcp::serve::serve_http(server, listener, shutdown).await
         }
         None => {
-            eprintln!("agentloop: serving {} on stdio", names.join(", "));
+            err!("agentloop: serving {} on stdio", names.join(", "));
             agentloop_mcp::serve::serve_stdio(server, shutdown).await
         }
     };

@@ -54,13 +54,13 @@ impl Otel {
         {
             let report = self.sink.shutdown(FLUSH);
             if report.dropped > 0 {
-                eprintln!(
+                err!(
                     "agentloop: warning: OpenTelemetry: {} spans dropped (the export queue was full)",
                     report.dropped
                 );
             }
             if report.failed > 0 {
-                eprintln!(
+                err!(
                     "agentloop: warning: OpenTelemetry: {} spans not exported: {}",
                     report.failed,
                     report.last_error.as_deref().unwrap_or("unknown error")

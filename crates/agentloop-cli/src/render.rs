@@ -65,7 +65,8 @@ impl Progress {
         if let Ok(mut s) = self.state.lock() {
             stop_spinner(&mut s);
             if s.mid_line {
-                eprintln!();
+                // A closed stderr loses the line, not the process.
+                let _ = writeln!(std::io::stderr());
                 s.mid_line = false;
             }
         }

@@ -216,7 +216,7 @@ pub async fn serve(args: ServeArgs) -> Result<i32, CliError> {
     let endpoint = agentloop_restate::endpoint(served.clone(), options);
     let listener = agentloop_restate::listener(args.restate_endpoint).map_err(restate_error)?;
     let url = format!("http://{}", args.restate_endpoint);
-    eprintln!("serving {} at {url}", names.join(", "));
+    err!("serving {} at {url}", names.join(", "));
     // A registration that fails stops the worker: nothing would ever reach it.
     let (refused_tx, refused) = tokio::sync::oneshot::channel::<RestateError>();
     if let Some(admin) = &args.register {
@@ -224,7 +224,7 @@ pub async fn serve(args: ServeArgs) -> Result<i32, CliError> {
         let (admin, url) = (admin.clone(), url.clone());
         tokio::spawn(async move {
             match agentloop_restate::register(&admin, &url).await {
-                Ok(()) => eprintln!(
+                Ok(()) => err!(
                     "registered {url} with {}",
                     agentloop_restate::ingress::shown(&admin)
                 ),
@@ -366,7 +366,7 @@ pub async fn attach(args: AttachArgs) -> Result<i32, CliError> {
         if !args.quiet
             && let Some(line) = report.get("closing_line").and_then(Value::as_str)
         {
-            eprintln!("{line}");
+            err!("{line}");
         }
     }
     let code = report
@@ -399,7 +399,7 @@ async fn follow(
         }
         progress.end_line();
         if let Some(q) = &p.request.question {
-            eprintln!(
+            err!(
                 "? the run asks (call {}): {:?}{}: agentloop answer {id} --call {} --json JSON --restate {}",
                 p.request.call_id,
                 crate::terminal::escape_invisible(&q.text),
@@ -411,7 +411,7 @@ async fn follow(
                 ingress.url().trim_end_matches('/'),
             );
         } else {
-            eprintln!(
+            err!(
                 "? the run waits for approval of call {} ({} {}): agentloop approve {id} --call {} --allow --restate {}",
                 p.request.call_id,
                 p.request.tool,
@@ -431,7 +431,7 @@ pub async fn approve(run: &str, call: &str, answer: Answer, url: &str) -> Result
         .approve(run, call, answer)
         .await
         .map_err(answer_error)?;
-    eprintln!("answered call {call} of run {run}");
+    err!("answered call {call} of run {run}");
     Ok(0)
 }
 
@@ -443,7 +443,7 @@ pub async fn answer(run: &str, call: &str, reply: &Value, url: &str) -> Result<i
         .reply(run, call, reply)
         .await
         .map_err(answer_error)?;
-    eprintln!("answered question {call} of run {run}");
+    err!("answered question {call} of run {run}");
     Ok(0)
 }
 

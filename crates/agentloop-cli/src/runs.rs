@@ -31,7 +31,7 @@ pub(crate) fn finish_trace(trace: Option<&Arc<TraceSink>>) -> Result<(), CliErro
 pub(crate) fn cancel_on_ctrl_c(token: CancellationToken) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         if tokio::signal::ctrl_c().await.is_ok() {
-            eprintln!("\nagentloop: cancelling (Ctrl-C again to quit at once)");
+            err!("\nagentloop: cancelling (Ctrl-C again to quit at once)");
             token.cancel();
             if tokio::signal::ctrl_c().await.is_ok() {
                 std::process::exit(code::CANCELLED);
@@ -52,9 +52,7 @@ pub(crate) fn ctrl_c_in_chat(current: CancelSlot) -> tokio::task::JoinHandle<()>
                 .filter(|t| !t.is_cancelled());
             match running {
                 Some(token) => {
-                    eprintln!(
-                        "\nagentloop: cancelling this turn (Ctrl-C again between turns quits)"
-                    );
+                    err!("\nagentloop: cancelling this turn (Ctrl-C again between turns quits)");
                     token.cancel();
                 }
                 None => std::process::exit(code::CANCELLED),
@@ -207,7 +205,7 @@ pub(crate) fn print_outcome(outcome: &RunOutcome, args: &Shown<'_>, progress: &P
     };
     // An answer the pricing does not know has an unknown cost, never a silent $0.
     if render::cost_unknown(outcome, args.priced) {
-        eprintln!("{}", render::unknown_cost_warning(outcome));
+        err!("{}", render::unknown_cost_warning(outcome));
     }
     if args.json {
         let mut value = render::priced_outcome_json(outcome, args.dry_run, args.priced);
@@ -227,12 +225,12 @@ pub(crate) fn print_outcome(outcome: &RunOutcome, args: &Shown<'_>, progress: &P
     if !args.quiet {
         progress.end_line();
         for line in render::skipped_lines(outcome) {
-            eprintln!("{line}");
+            err!("{line}");
         }
     }
     print_final(outcome, progress, args.quiet);
     if !args.quiet {
-        eprintln!(
+        err!(
             "{}",
             render::closing_line(outcome, render::cost_unknown(outcome, args.priced))
         );

@@ -132,7 +132,7 @@ impl ServedFiles {
             l.1.shutdown().await;
         }
         if let Err(e) = crate::runs::finish_trace(self.trace.as_ref()) {
-            eprintln!("agentloop: warning: {e}");
+            err!("agentloop: warning: {e}");
         }
     }
 }

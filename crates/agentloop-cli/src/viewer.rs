@@ -60,7 +60,7 @@ pub async fn serve(path: PathBuf, port: u16, eval: Option<PathBuf>) -> Result<i3
             eval,
         }));
     out!("http://{addr}/");
-    eprintln!(
+    err!(
         "agentloop: serving {} at http://{addr}/ (Ctrl-C stops)",
         path.display()
     );

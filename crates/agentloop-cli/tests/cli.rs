@@ -1106,3 +1106,26 @@ retries = 1
         );
     }
 }
+
+#[test]
+fn a_closed_stderr_loses_the_progress_lines_not_the_run() {
+    let example = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/quickstart/agent.toml"
+    );
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_agentloop"))
+        .args(["run", example, "--input", "x"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The reader goes away before the first line: every write to stderr then fails (EPIPE).
+    drop(child.stderr.take());
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("73.4 °F"),
+        "{out:?}"
+    );
+}

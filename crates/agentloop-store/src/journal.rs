@@ -747,21 +747,52 @@ pub struct RunEntry {
     pub parent: Option<String>,
 }
 
-/// A call a suspended run waits on, as [`JournalReader::pending`] lists it.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+/// A call a suspended run waits on, as [`JournalReader::pending`] lists it. Its JSON has one
+/// `agent`: the call's place in the tree (`lead/helper`) when a subagent asks, else the run's
+/// agent.
+#[derive(Debug, Clone, PartialEq)]
 pub struct WaitingCall {
     /// The run.
     pub run_id: String,
     /// Its agent.
     pub agent: String,
     /// The call.
-    #[serde(flatten)]
     pub request: ApprovalRequest,
     /// The answer, once recorded (a question's is `allow_once`, with its `reply`).
     pub answer: Option<Answer>,
     /// The answer to a question, once recorded.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub reply: Option<Value>,
+}
+
+impl serde::Serialize for WaitingCall {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        #[derive(serde::Serialize)]
+        struct Out<'a> {
+            run_id: &'a str,
+            #[serde(skip_serializing_if = "str::is_empty")]
+            agent: &'a str,
+            #[serde(flatten)]
+            request: &'a ApprovalRequest,
+            answer: &'a Option<Answer>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            reply: &'a Option<Value>,
+        }
+        // The request names its place in the tree when a subagent asks: written twice, the key
+        // would leave the reader to pick one.
+        let agent = if self.request.agent.is_empty() {
+            self.agent.as_str()
+        } else {
+            ""
+        };
+        Out {
+            run_id: &self.run_id,
+            agent,
+            request: &self.request,
+            answer: &self.answer,
+            reply: &self.reply,
+        }
+        .serialize(serializer)
+    }
 }
 
 /// What the `answer` column of an approval holds: an approval's answer (`"allow_once"`, ...),
@@ -1035,5 +1066,37 @@ impl JournalReader {
             return Err(not(format!("it does not wait on a call {call_id}")));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn a_waiting_calls_json_has_one_agent_its_place_in_the_tree_when_a_subagent_asks() {
+        let request = |agent: &str| ApprovalRequest {
+            call_id: "c1".into(),
+            tool: "shell".into(),
+            arguments: serde_json::json!({}),
+            agent: agent.into(),
+            question: None,
+        };
+        let waiting = |agent: &str| WaitingCall {
+            run_id: "r".into(),
+            agent: "lead".into(),
+            request: request(agent),
+            answer: None,
+            reply: None,
+        };
+        for (place, agent) in [("", "lead"), ("lead/helper", "lead/helper")] {
+            let text = serde_json::to_string(&waiting(place)).unwrap();
+            assert_eq!(text.matches("\"agent\"").count(), 1, "{text}");
+            let v: Value = serde_json::from_str(&text).unwrap();
+            assert_eq!(v["agent"], agent);
+            assert_eq!(v["call_id"], "c1");
+            assert!(v.get("reply").is_none(), "{text}");
+        }
     }
 }
