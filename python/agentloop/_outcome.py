@@ -102,6 +102,9 @@ class RunOutcome:
     error: Optional[RunErrorInfo]
     duration_ms: int
     transcript: List[Dict[str, Any]]
+    #: The agent whose answer ended the run: its own, or the one a hand-off (an agent file's
+    #: ``[[handoffs]]``) passed the conversation to, at the end of the chain.
+    answered_by: Optional[str] = None
     #: The journal of a durable run, and the calls a suspended run waits on.
     journal: Optional[str] = None
     pending_approvals: List[Dict[str, Any]] = dataclasses.field(default_factory=list)
@@ -164,6 +167,7 @@ class RunOutcome:
             error=RunErrorInfo(error["code"], error["message"]) if error else None,
             duration_ms=raw.get("duration_ms", 0),
             transcript=raw.get("transcript", []),
+            answered_by=raw.get("answered_by"),
             journal=raw.get("journal"),
             pending_approvals=raw.get("pending_approvals", []),
             raw=raw,

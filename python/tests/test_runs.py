@@ -40,6 +40,7 @@ def forever(request: ModelRequest):
 def test_max_turns_stops_the_run_and_keeps_what_it_did() -> None:
     out = Agent(model=FunctionModel(forever), tools=[noop], limits=Limits(max_turns=3)).run("Go.")
     assert out.stop_reason == "max_turns"
+    assert out.answered_by == "agent"
     assert out.limit is not None and out.limit.limit == "max_turns" and out.limit.bound == 3
     assert out.turns == 3
     # Every call the model made has its result: the last turn's was refused, since no model call

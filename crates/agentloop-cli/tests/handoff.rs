@@ -201,6 +201,8 @@ async fn triage_hands_off_to_refunds_which_sees_only_the_last_user_message() {
     assert_eq!(top["handoff"]["call_id"], "t1", "{text}");
     assert_eq!(top["handoff"]["run_id"], refunds["id"], "{text}");
     assert_eq!(top["stop_reason"], "finished", "{text}");
+    // The run's output is the answer of the agent handed to, as in --json.
+    assert_eq!(top["output"], "Refunds: order 9 is refunded.", "{text}");
     assert_eq!(refunds["input"], "Please refund order 9.", "{text}");
     assert!(text.contains("to_refunds"), "{text}");
 }
@@ -394,4 +396,39 @@ fn a_run_killed_inside_the_agent_handed_to_resumes_there() {
         assert!(after.iter().all(|r| r["status"] == "finished"), "{fault}");
     }
     assert!(inside > 0, "some kill landed inside billing's run");
+}
+
+#[tokio::test]
+async fn the_example_desk_hands_a_double_charge_to_billing_which_reads_the_invoice() {
+    let example = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/handoff/agent.toml"
+    );
+    let out = agentloop(args(&[
+        "run",
+        example,
+        "--input",
+        "I was charged twice for invoice 7.",
+        "--json",
+    ]))
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let v = stdout_json(&out);
+    assert_eq!(v["answered_by"], "billing");
+    assert!(
+        v["output"]
+            .as_str()
+            .unwrap()
+            .starts_with("Invoice 7 was charged twice"),
+        "{v}"
+    );
+    let billing = &v["subagents"][0];
+    assert_eq!(billing["agent"], "billing", "{v}");
+    assert_eq!(billing["tool_calls"], 1, "{v}");
+    assert_eq!(billing["stop_reason"], "finished", "{v}");
+    // One budget: triage's turn and billing's two are the run's tokens.
+    assert_eq!(v["usage"]["input_tokens"], 180 + 210 + 290, "{v}");
+    let plan = agentloop(args(&["plan", example, "--json"])).await;
+    assert_eq!(plan.status.code(), Some(0), "{}", stderr(&plan));
+    assert_eq!(stdout_json(&plan)["handoffs"].as_array().unwrap().len(), 2);
 }

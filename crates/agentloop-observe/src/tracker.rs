@@ -207,6 +207,9 @@ pub struct Tracked<R: Render + ?Sized> {
     model_calls: u32,
     tool_calls: u32,
     last_text: Option<String>,
+    /// The run's subagent run that ended last, with its last text: a hand-off's answer is the
+    /// text of the run it handed off to.
+    last_child: Option<(String, Option<String>)>,
     /// What the renderer keeps of the run.
     pub data: R::Run,
 }
@@ -334,6 +337,14 @@ impl<R: Render> Tracker<R> {
         } = &event.kind
         {
             if let Some(run) = self.runs.remove(run_id) {
+                if let Some(parent) = run
+                    .head
+                    .parent_run_id
+                    .as_deref()
+                    .and_then(|p| self.runs.get_mut(p))
+                {
+                    parent.last_child = Some((run_id.to_owned(), run.last_text.clone()));
+                }
                 let end = RunEnd::Finished {
                     stop_reason,
                     usage,
@@ -385,6 +396,7 @@ impl<R: Render> Tracker<R> {
             model_calls: 0,
             tool_calls: 0,
             last_text: None,
+            last_child: None,
             data,
         };
         self.runs.insert(run_id, run);
@@ -395,6 +407,16 @@ impl<R: Render> Tracker<R> {
 /// One event inside an open run.
 fn step<R: Render>(run: &mut Tracked<R>, event: &Event, render: &mut R) {
     match &event.kind {
+        // The run's answer is the one of the run it handed off to.
+        EventKind::HandedOff { run_id, .. } => {
+            if let Some((child, text)) = run.last_child.take()
+                && child == *run_id
+                && text.is_some()
+            {
+                run.last_text = text;
+            }
+            render.on_event(run, event);
+        }
         EventKind::TurnStarted => {
             close_turn(run, render);
             open_turn(run, event.turn, render);
