@@ -201,22 +201,8 @@ impl SubagentTool {
             })?,
             (None, _) => cap,
         };
-        let mut limits = own.clone();
-        limits.max_turns = min_bound(own.max_turns, grant.turns);
-        limits.max_model_calls = min_bound(own.max_model_calls, grant.model_calls);
-        limits.max_tool_calls = min_bound(own.max_tool_calls, grant.tool_calls);
-        limits.max_tokens = min_bound(own.max_tokens.filter(|&n| n > 0), grant.tokens);
-        limits.max_cost_usd = match (own.max_cost_usd, grant.cost) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
-        let left = scope
-            .as_ref()
-            .and_then(|s| s.deadline)
-            .map(|d| d.saturating_duration_since(Instant::now()));
-        let capped = self.cap.as_ref().and_then(|c| c.timeout);
-        limits.timeout = [own.timeout, left, capped].into_iter().flatten().min();
-        limits.max_depth = own.max_depth.min(max_depth);
+        let deadline = scope.as_ref().and_then(|s| s.deadline);
+        let limits = self.child_limits(&own, &grant, deadline, max_depth);
         let child_cancel = CancellationToken::new();
         let options = RunOptions {
             cancel: Some(child_cancel.clone()),
@@ -265,24 +251,7 @@ impl SubagentTool {
         if outcome.stop_reason == StopReason::Suspended
             && let (Some(s), Some(j)) = (&scope, &journal)
         {
-            // A child's question suspends the tree: its calls are the parent's to answer, and
-            // this call stays unfinished (the parent stops it with the run), so that the parent's
-            // resume resumes the child.
-            let asked = match j.load(&child_id).await {
-                Ok(Some(run)) => run.unanswered().cloned().collect(),
-                _ => Vec::new(),
-            };
-            let asked: Vec<ApprovalRequest> = asked
-                .into_iter()
-                .filter(|r: &ApprovalRequest| !answered.contains(&r.call_id))
-                .map(|mut r: ApprovalRequest| {
-                    r.call_id = format!("{prefix}/{}", r.call_id);
-                    r
-                })
-                .collect();
-            if tree(s).is_some_and(|t| t.approvals.suspend(asked)) {
-                std::future::pending::<()>().await;
-            }
+            suspend_tree(s, j.as_ref(), &child_id, &answered, &prefix).await;
         }
         let record = self.record(agent, &outcome, &ctx);
         if let Some(s) = &scope {
@@ -306,6 +275,31 @@ impl SubagentTool {
             details: None,
             terminate: false,
         })
+    }
+
+    /// The child's limits: its own, within what the tree granted it, the parent's deadline,
+    /// this tool's cap, and the tree's depth.
+    fn child_limits(
+        &self,
+        own: &Limits,
+        grant: &Pool,
+        deadline: Option<Instant>,
+        max_depth: u32,
+    ) -> Limits {
+        let mut limits = own.clone();
+        limits.max_turns = min_bound(own.max_turns, grant.turns);
+        limits.max_model_calls = min_bound(own.max_model_calls, grant.model_calls);
+        limits.max_tool_calls = min_bound(own.max_tool_calls, grant.tool_calls);
+        limits.max_tokens = min_bound(own.max_tokens.filter(|&n| n > 0), grant.tokens);
+        limits.max_cost_usd = match (own.max_cost_usd, grant.cost) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+        let capped = self.cap.as_ref().and_then(|c| c.timeout);
+        limits.timeout = [own.timeout, left, capped].into_iter().flatten().min();
+        limits.max_depth = own.max_depth.min(max_depth);
+        limits
     }
 
     /// The agent it runs; a hand-off's target that is not set yet cannot take over.
@@ -430,6 +424,34 @@ fn stopped_text(name: &str, outcome: &RunOutcome, record: &SubagentRun) -> Strin
         "The subagent {name} stopped before it finished: {}{why}. {partial}",
         outcome.stop_reason.as_str()
     )
+}
+
+/// A child's question suspends the tree: its calls (those the parent's journal has not answered
+/// for it) are the parent's to answer, named under the parent's call, and the parent's call
+/// stays unfinished (the parent stops it with the run), so that the parent's resume resumes the
+/// child. Waits forever once the tree suspends.
+async fn suspend_tree(
+    scope: &Scope,
+    journal: &dyn crate::journal::Journal,
+    child_id: &str,
+    answered: &[String],
+    prefix: &str,
+) {
+    let asked: Vec<ApprovalRequest> = match journal.load(child_id).await {
+        Ok(Some(run)) => run.unanswered().cloned().collect(),
+        _ => Vec::new(),
+    };
+    let asked: Vec<ApprovalRequest> = asked
+        .into_iter()
+        .filter(|r| !answered.contains(&r.call_id))
+        .map(|mut r| {
+            r.call_id = format!("{prefix}/{}", r.call_id);
+            r
+        })
+        .collect();
+    if tree(scope).is_some_and(|t| t.approvals.suspend(asked)) {
+        std::future::pending::<()>().await;
+    }
 }
 
 fn min_bound<T: Ord + Copy + Default>(a: Option<T>, b: Option<T>) -> Option<T> {
