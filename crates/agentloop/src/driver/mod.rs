@@ -236,44 +236,6 @@ impl<'a> Driver<'a> {
             self.flush(&mut m);
             let input = match m.action() {
                 Action::Finish => break,
-                Action::CheckInput(text) => {
-                    let check = self.check_guardrails(&self.inner.input_guardrails, text);
-                    self.raced(deadline, None, check).await
-                }
-                Action::CheckOutput(text) => {
-                    let check = self.check_guardrails(&self.inner.output_guardrails, text);
-                    self.raced(deadline, None, check).await
-                }
-                Action::TakeMessages { follow_up } => self.take_messages(follow_up),
-                Action::ListTools => match self.race(deadline, self.refresh_source()).await {
-                    Ok(changed) => self.list_tools(&m, changed),
-                    Err(by) => Input::Interrupted { by },
-                },
-                Action::PrepareRequest => {
-                    let prepare = self.before_model_call(&m);
-                    self.raced(deadline, None, prepare).await
-                }
-                Action::CallModel(request) => {
-                    let call = self.call_model(&m, request, true);
-                    self.raced(deadline, None, call).await
-                }
-                Action::Summarize(request) => {
-                    let call = self.call_model(&m, request, false);
-                    self.raced(deadline, None, call).await
-                }
-                Action::Review { response, answer } => {
-                    let review = self.after_model_call(&m, response, answer);
-                    self.raced(deadline, None, review).await
-                }
-                Action::CheckStop => {
-                    let check = self.check_stop(&m);
-                    self.raced(deadline, None, check).await
-                }
-                Action::Admit { gate, batch } => {
-                    let stop = self.cancel.child_token();
-                    let admit = self.admit(&m, gate, &batch.calls, &stop);
-                    self.raced(deadline, Some(&stop), admit).await
-                }
                 Action::StartCall(call) => match self.interrupted_now(deadline) {
                     Some(by) => Input::Interrupted { by },
                     None if self.journaling && m.starts_ahead().len() > 1 => {
@@ -328,12 +290,7 @@ impl<'a> Driver<'a> {
                     stop_retries.cancel();
                     self.drain(until, &mut running, &mut senders).await
                 }
-                Action::Finalize => {
-                    let outcome = m.outcome(self.start.elapsed());
-                    Input::Finalized {
-                        failures: self.finish_hooks(&outcome).await,
-                    }
-                }
+                action => self.answer(&m, action, deadline).await,
             };
             if self.journaling {
                 self.record(&mut m, input).await;
@@ -348,6 +305,71 @@ impl<'a> Driver<'a> {
             s.close();
         }
         self.conclude(m, observed).await
+    }
+
+    /// The input that answers an action of the machine's other than the calls' own (starting,
+    /// awaiting and draining them), each raced against the deadline and cancellation where it
+    /// waits.
+    async fn answer(
+        &mut self,
+        m: &RunMachine,
+        action: Action<'_>,
+        deadline: Option<Instant>,
+    ) -> Input {
+        match action {
+            Action::CheckInput(text) => {
+                let check = self.check_guardrails(&self.inner.input_guardrails, text);
+                self.raced(deadline, None, check).await
+            }
+            Action::CheckOutput(text) => {
+                let check = self.check_guardrails(&self.inner.output_guardrails, text);
+                self.raced(deadline, None, check).await
+            }
+            Action::TakeMessages { follow_up } => self.take_messages(follow_up),
+            Action::ListTools => match self.race(deadline, self.refresh_source()).await {
+                Ok(changed) => self.list_tools(m, changed),
+                Err(by) => Input::Interrupted { by },
+            },
+            Action::PrepareRequest => {
+                let prepare = self.before_model_call(m);
+                self.raced(deadline, None, prepare).await
+            }
+            Action::CallModel(request) => {
+                let call = self.call_model(m, request, true);
+                self.raced(deadline, None, call).await
+            }
+            Action::Summarize(request) => {
+                let call = self.call_model(m, request, false);
+                self.raced(deadline, None, call).await
+            }
+            Action::Review { response, answer } => {
+                let review = self.after_model_call(m, response, answer);
+                self.raced(deadline, None, review).await
+            }
+            Action::CheckStop => {
+                let check = self.check_stop(m);
+                self.raced(deadline, None, check).await
+            }
+            Action::Admit { gate, batch } => {
+                let stop = self.cancel.child_token();
+                let admit = self.admit(m, gate, &batch.calls, &stop);
+                self.raced(deadline, Some(&stop), admit).await
+            }
+            Action::Finalize => {
+                let outcome = m.outcome(self.start.elapsed());
+                Input::Finalized {
+                    failures: self.finish_hooks(&outcome).await,
+                }
+            }
+            // Never here: `drive` answers these itself, as they hold its calls' bookkeeping. Were
+            // one to come, the run would stop as cancelled rather than run a call outside it.
+            Action::Finish
+            | Action::StartCall(_)
+            | Action::AwaitCalls { .. }
+            | Action::Drain { .. } => Input::Interrupted {
+                by: crate::machine::Interrupt::Cancelled,
+            },
+        }
     }
 
     /// The run is over: the journal's end, its last event, the replay check and the step log.
