@@ -1316,13 +1316,12 @@ fn the_coder_example_on_the_1_5b_model_writes_calc_py_runs_it_and_answers_with_w
 
 /// The local model's evaluation (`examples/local/evals.toml`): ten questions that need a tool,
 /// each asked twice with sampling on (temperature 0.7, no seed), so the repeats show the
-/// model's spread. Its table is printed (run it with `--ignored --nocapture
-/// the_local_model_suite`), and it is compared with `examples/local/evals-baseline.json`: what
-/// fell beyond two standard errors is named in the table, and the suite's pass rate must not
+/// model's spread. Its table is printed (see it with `--nocapture the_local_model_suite`;
+/// `cargo test` shows it when the test fails), and it is compared with
+/// `examples/local/evals-baseline.json`: what fell beyond two standard errors is named in the table, and the suite's pass rate must not
 /// (a case's rate over two runs spreads too widely to fail on). `AGENTLOOP_WRITE_BASELINE=1`
 /// writes the report as the new baseline instead.
 #[test]
-#[ignore = "twenty runs of the local model: run on its own, with --nocapture to see its report"]
 fn the_local_model_suite() {
     let _turn = serial();
     let server = LlamaServer::start();
