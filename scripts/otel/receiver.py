@@ -5,7 +5,8 @@ OTLP/gRPC on another, both on 127.0.0.1. Every span received is written to OUT a
   {"transport": "http/protobuf" | "http/json" | "grpc", "trace_id": hex, "span_id": hex,
    "parent_span_id": hex or "", "name": ..., "kind": int, "start_ns": int, "end_ns": int,
    "status": {"code": int, "message": str}, "attributes": {key: value},
-   "resource": {key: value}, "scope": name}
+   "resource": {key: value}, "scope": name,
+   "events": [{"name": ..., "time_ns": int, "attributes": {key: value}}]}
 
 Ids are written as hex whatever the transport (OTLP/JSON carries them as hex; protobuf as bytes).
 Prints "ready HTTP_PORT GRPC_PORT" on stdout once both listen; stops on SIGTERM or stdin's end.
@@ -55,6 +56,14 @@ def write(out, request, transport):
                     "attributes": {kv.key: value(kv.value) for kv in s.attributes},
                     "resource": resource,
                     "scope": ss.scope.name,
+                    "events": [
+                        {
+                            "name": e.name,
+                            "time_ns": e.time_unix_nano,
+                            "attributes": {kv.key: value(kv.value) for kv in e.attributes},
+                        }
+                        for e in s.events
+                    ],
                 }))
     with LOCK:
         with open(out, "a", encoding="utf-8") as f:

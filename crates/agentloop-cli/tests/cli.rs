@@ -12,8 +12,9 @@ mod support;
 use serde_json::{Value, json};
 use support::*;
 
-#[tokio::test(flavor = "multi_thread")]
-async fn json_run_against_openai_prints_one_object_with_the_documented_fields() {
+/// The weather agent (`extra` at the end of its `[model]`) run with `flag` against a fake
+/// provider that calls `get_weather` once and then answers.
+async fn weather_run(extra: &str, flag: &str) -> (FakeProvider, AgentDir, std::process::Output) {
     let fake = FakeProvider::start(
         "/v1/chat/completions",
         vec![
@@ -22,15 +23,21 @@ async fn json_run_against_openai_prints_one_object_with_the_documented_fields() 
         ],
     )
     .await;
-    let dir = AgentDir::new(&openai_agent(&fake.uri(), ""));
+    let dir = AgentDir::new(&openai_agent(&fake.uri(), extra));
     let out = agentloop(args(&[
         "run",
         dir.agent().to_str().unwrap(),
         "--input",
         "Weather in Mexico City?",
-        "--json",
+        flag,
     ]))
     .await;
+    (fake, dir, out)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn json_run_against_openai_prints_one_object_with_the_documented_fields() {
+    let (_fake, _dir, out) = weather_run("", "--json").await;
     assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
     let v = stdout_json(&out);
     for key in [
@@ -68,23 +75,7 @@ async fn json_run_against_openai_prints_one_object_with_the_documented_fields() 
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_request_after_a_tool_call_carries_its_result_and_the_settings() {
-    let fake = FakeProvider::start(
-        "/v1/chat/completions",
-        vec![
-            ok("openai_chat/oai_chat_s_single_tool_usage.sse"),
-            ok("openai_chat/oai_chat_s_text.sse"),
-        ],
-    )
-    .await;
-    let dir = AgentDir::new(&openai_agent(&fake.uri(), ""));
-    let out = agentloop(args(&[
-        "run",
-        dir.agent().to_str().unwrap(),
-        "--input",
-        "Weather in Mexico City?",
-        "--quiet",
-    ]))
-    .await;
+    let (fake, _dir, out) = weather_run("", "--quiet").await;
     assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
     let requests = fake.requests().await;
     assert_eq!(requests.len(), 2);
@@ -1128,4 +1119,48 @@ fn a_closed_stderr_loses_the_progress_lines_not_the_run() {
         String::from_utf8_lossy(&out.stdout).contains("73.4 °F"),
         "{out:?}"
     );
+}
+
+/// `[model] tool_choice` names a tool: the first request forces it, and once the model has
+/// called a tool the next request leaves the choice to the model (else it could never answer).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_named_tool_choice_forces_the_first_call_and_then_lets_the_model_answer() {
+    let (fake, dir, out) = weather_run(r#"tool_choice = "get_weather""#, "--json").await;
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    assert_eq!(stdout_json(&out)["stop_reason"], "finished");
+    let bodies = fake.bodies().await;
+    assert_eq!(bodies.len(), 2);
+    assert_eq!(
+        bodies[0]["tool_choice"],
+        json!({"type": "function", "function": {"name": "get_weather"}})
+    );
+    assert_eq!(bodies[1]["tool_choice"], "auto", "{}", bodies[1]);
+    assert_eq!(dir.tool_inputs(), vec![json!({"city": "Mexico City"})]);
+}
+
+/// A `tool_choice` that names no tool of the agent is refused at load, with its line, and
+/// nothing is sent.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tool_choice_naming_no_tool_is_refused_at_load() {
+    let fake = FakeProvider::start("/v1/chat/completions", vec![]).await;
+    let dir = AgentDir::new(&openai_agent(&fake.uri(), r#"tool_choice = "get_wether""#));
+    let out = agentloop(args(&[
+        "run",
+        dir.agent().to_str().unwrap(),
+        "--input",
+        "x",
+        "--json",
+    ]))
+    .await;
+    assert_eq!(out.status.code(), Some(3), "stderr: {}", stderr(&out));
+    let v = stdout_json(&out);
+    assert_eq!(v["error"]["code"], "agent_file.invalid");
+    let problems = v["error"]["problems"].as_array().unwrap();
+    assert!(
+        problems
+            .iter()
+            .any(|p| p["path"] == "model.tool_choice" && p["line"] == 11),
+        "{problems:?}"
+    );
+    assert!(fake.requests().await.is_empty());
 }

@@ -18,7 +18,7 @@ use std::process::{Command, Stdio};
 use serde_json::{Value, json};
 use support::crash::{
     check_against, cli, exited, is_interrupted, journal_runs as runs, json_of, killed_at_fault,
-    side_log, tree_dir,
+    resume_json, side_log, top_and_running_children, tree_dir,
 };
 use support::*;
 
@@ -35,13 +35,6 @@ fn run_cmd(dir: &AgentDir, journal: &Path) -> Command {
     .current_dir(dir.path("."))
     .stdin(Stdio::null());
     cmd
-}
-
-/// The top run of the journal: the one no other run started.
-fn top(runs: &[Value]) -> String {
-    let tops: Vec<&Value> = runs.iter().filter(|r| r.get("parent").is_none()).collect();
-    assert_eq!(tops.len(), 1, "{runs:#?}");
-    tops[0]["run_id"].as_str().unwrap().to_owned()
 }
 
 /// Runs the tree with a journal fault and kills the process with SIGKILL once it stops there.
@@ -84,7 +77,7 @@ fn a_tree_killed_after_any_step_or_inside_any_write_of_any_agent_resumes_the_sam
         3,
         "the parent and a child journal per subagent call"
     );
-    let id = top(&base_runs);
+    let (id, _) = top_and_running_children(&base_runs);
     for r in base_runs.iter().filter(|r| r["run_id"] != id.as_str()) {
         assert_eq!(r["parent"], id.as_str(), "a child journal names its parent");
         assert_eq!(r["status"], "finished");
@@ -107,22 +100,9 @@ fn a_tree_killed_after_any_step_or_inside_any_write_of_any_agent_resumes_the_sam
             let dir = tree_dir("");
             let journal = dir.path("runs.db");
             assert!(run_and_kill(&dir, &journal, &fault), "{fault}: reached");
-            let before = runs(&dir, &journal);
-            let id = top(&before);
-            children_resumed += before
-                .iter()
-                .filter(|r| r.get("parent").is_some() && r["status"] == "running")
-                .count();
-            let out = cli(
-                &dir,
-                &[
-                    "resume",
-                    &id,
-                    "--journal",
-                    journal.to_str().unwrap(),
-                    "--json",
-                ],
-            );
+            let (id, running) = top_and_running_children(&runs(&dir, &journal));
+            children_resumed += running;
+            let out = resume_json(&dir, &journal, &id);
             exited(&out, 0, &fault);
             let resumed = json_of(&out);
             assert_eq!(resumed["stop_reason"], "finished", "{fault}");
@@ -283,22 +263,9 @@ fn after_a_kill_inside_a_child_the_tree_spends_what_was_left_never_more() {
             tight(&dir);
             let journal = dir.path("runs.db");
             assert!(run_and_kill(&dir, &journal, &fault), "{fault}: reached");
-            let before = runs(&dir, &journal);
-            inside += before
-                .iter()
-                .filter(|r| r.get("parent").is_some() && r["status"] == "running")
-                .count();
-            let id = top(&before);
-            let out = cli(
-                &dir,
-                &[
-                    "resume",
-                    &id,
-                    "--journal",
-                    journal.to_str().unwrap(),
-                    "--json",
-                ],
-            );
+            let (id, running) = top_and_running_children(&runs(&dir, &journal));
+            inside += running;
+            let out = resume_json(&dir, &journal, &id);
             assert_eq!(out.status.code(), code, "{fault}");
             let resumed = json_of(&out);
             assert_eq!(resumed["stop_reason"], base["stop_reason"], "{fault}");

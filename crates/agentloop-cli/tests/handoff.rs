@@ -16,7 +16,8 @@ use std::process::{Command, Stdio};
 
 use serde_json::{Value, json};
 use support::crash::{
-    TOOL, call, check_against, cli, exited, journal_runs, json_of, killed_at_fault, side_log,
+    TOOL, call, check_against, exited, journal_runs, json_of, killed_at_fault, resume_json,
+    side_log, top_and_running_children,
 };
 use support::*;
 
@@ -351,25 +352,9 @@ fn a_run_killed_inside_the_agent_handed_to_resumes_there() {
         let mut cmd = run_journaled(&dir, &journal);
         cmd.env("AGENTLOOP_TEST_JOURNAL_FAULT", &fault);
         assert!(killed_at_fault(cmd), "{fault}: reached");
-        let before = journal_runs(&dir, &journal);
-        let top = before.iter().find(|r| r.get("parent").is_none()).unwrap()["run_id"]
-            .as_str()
-            .unwrap()
-            .to_owned();
-        let in_billing = before
-            .iter()
-            .any(|r| r.get("parent").is_some() && r["status"] == "running");
-        inside += usize::from(in_billing);
-        let out = cli(
-            &dir,
-            &[
-                "resume",
-                &top,
-                "--journal",
-                journal.to_str().unwrap(),
-                "--json",
-            ],
-        );
+        let (top, running) = top_and_running_children(&journal_runs(&dir, &journal));
+        inside += running;
+        let out = resume_json(&dir, &journal, &top);
         exited(&out, 0, &fault);
         let resumed = json_of(&out);
         assert_eq!(resumed["stop_reason"], "finished", "{fault}");

@@ -313,3 +313,52 @@ fn a_collector_that_is_down_costs_a_warning_not_the_run() {
             .contains("carrier-pigeon")
     );
 }
+
+/// A hand-off is an event on the top run's span naming both agents, and the agent handed to
+/// runs as a child span under the hand-off's tool call, in the same trace.
+#[test]
+fn a_handoff_is_an_event_on_the_run_and_the_second_agent_nests_under_it() {
+    let receiver = Receiver::start();
+    let endpoint = [(
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+        format!("http://127.0.0.1:{}", receiver.http),
+    )];
+    let out = run(
+        "examples/handoff/agent.toml",
+        "I was charged twice for invoice 7.",
+        &endpoint,
+        &[],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let outcome: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(outcome["answered_by"], "billing", "{outcome}");
+    let spans = receiver.spans();
+    let triage = by_name(&spans, "invoke_agent triage")[0];
+    let handoffs: Vec<&Value> = triage["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["name"] == "agentloop.handoff")
+        .collect();
+    assert_eq!(handoffs.len(), 1, "{triage:#}");
+    let event = &handoffs[0]["attributes"];
+    assert_eq!(event["agentloop.handoff.from"], "triage");
+    assert_eq!(event["agentloop.handoff.to"], "billing");
+    assert_eq!(event["agentloop.handoff.answered_by"], "billing");
+    assert_eq!(event["gen_ai.tool.name"], "transfer_to_billing");
+    assert_eq!(event["gen_ai.tool.call.id"], "call_handoff");
+    let transfer = by_name(&spans, "execute_tool transfer_to_billing")[0];
+    assert_eq!(transfer["parent_span_id"], triage["span_id"]);
+    let billing = by_name(&spans, "invoke_agent billing")[0];
+    assert_eq!(billing["trace_id"], triage["trace_id"], "one trace");
+    assert_eq!(billing["parent_span_id"], transfer["span_id"]);
+    assert_eq!(
+        event["agentloop.handoff.run_id"], billing["attributes"]["agentloop.run_id"],
+        "the event names the second agent's run: {billing:#}"
+    );
+}

@@ -202,6 +202,26 @@ fn the_viewer_lists_runs_shows_each_calls_timeline_and_follows_the_trace() {
         page.contains(&format!("data-run-id=\"{newest}\"")),
         "{page}"
     );
+
+    // A hand-off: the agent handed to is headed as such under the run, not as a subagent.
+    let handoff_trace = dir.path().join("handoff.ndjson");
+    let out = agentloop(&[
+        "run",
+        "examples/handoff/agent.toml",
+        "--input",
+        "I was charged twice for invoice 7.",
+        "--trace",
+        handoff_trace.to_str().unwrap(),
+        "--quiet",
+    ]);
+    assert_eq!(out.status.code(), Some(0));
+    let listed = runs(&handoff_trace);
+    let triage = listed.iter().find(|r| r["agent"] == "triage").unwrap();
+    let viewer = Viewer::start(&handoff_trace);
+    let url = format!("{}#/run/{}", viewer.url, triage["id"].as_str().unwrap());
+    let page = browse(&url, &profile, None);
+    assert!(page.contains("<h2>hand-off to billing"), "{page}");
+    assert!(!page.contains("<h2>subagent billing"), "{page}");
 }
 
 #[test]

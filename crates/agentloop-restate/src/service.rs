@@ -264,32 +264,8 @@ impl SessionObject {
         let cancel = CancellationToken::new();
         let mut journaled = Journaled::default();
 
-        // What earlier attempts journaled, read back to where the journal ends: there this
-        // attempt goes on (the read writes an `Entry::Live`, and so does the next attempt's).
-        loop {
-            let fresh = Arc::new(AtomicBool::new(false));
-            let mark = Arc::clone(&fresh);
-            let entry = ctx
-                .run(move || async move {
-                    mark.store(true, Ordering::SeqCst);
-                    Ok(Json(Entry::Live))
-                })
-                .name("journal")
-                .await;
-            if fresh.load(Ordering::SeqCst) {
-                break;
-            }
-            match entry {
-                Ok(Json(entry @ Entry::Suspend { run: None, .. })) => {
-                    journaled.record(entry);
-                    self.wait(&ctx, news.as_ref(), &mut journaled, &cancel)
-                        .await?;
-                }
-                Ok(Json(entry)) => journaled.record(entry),
-                Err(e) if e.code() == CANCELLED => cancel.cancel(),
-                Err(e) => return Err(e.into()),
-            }
-        }
+        self.replay(&ctx, news.as_ref(), &mut journaled, &cancel)
+            .await?;
 
         loop {
             let agent = self
@@ -360,12 +336,7 @@ impl SessionObject {
                         .header
                         .as_ref()
                         .map_or_else(|| run_key.clone(), |h| h.run_id.clone());
-                    if let Some(n) = &news {
-                        n.flush().await;
-                        ctx.object_client::<RunsObjectClient>(run_key.clone())
-                            .clear()
-                            .send_after(self.options.news_retention);
-                    }
+                    self.close_news(&ctx, news.as_ref(), &run_key).await;
                     return Ok(Json(self.agents.refused(&run_id, &e)));
                 }
             };
@@ -375,20 +346,59 @@ impl SessionObject {
                 continue;
             }
             ctx.set("transcript", Json(outcome.transcript.clone()));
-            if let Some(n) = &news {
-                n.flush().await;
-                // The news goes when nobody will follow the run any more (its outcome stays
-                // with the invocation, for Restate's own retention).
-                ctx.object_client::<RunsObjectClient>(run_key.clone())
-                    .clear()
-                    .send_after(self.options.news_retention);
-            }
+            self.close_news(&ctx, news.as_ref(), &run_key).await;
             return Ok(Json(self.agents.report(&outcome)));
         }
     }
 }
 
 impl SessionObject {
+    /// Reads back what earlier attempts journaled, to where the journal ends: there this attempt
+    /// goes on (the read writes an `Entry::Live`, and so does the next attempt's).
+    async fn replay(
+        &self,
+        ctx: &ObjectContext<'_>,
+        news: Option<&NewsSender>,
+        journaled: &mut Journaled,
+        cancel: &CancellationToken,
+    ) -> HandlerResult<()> {
+        loop {
+            let fresh = Arc::new(AtomicBool::new(false));
+            let mark = Arc::clone(&fresh);
+            let entry = ctx
+                .run(move || async move {
+                    mark.store(true, Ordering::SeqCst);
+                    Ok(Json(Entry::Live))
+                })
+                .name("journal")
+                .await;
+            if fresh.load(Ordering::SeqCst) {
+                break;
+            }
+            match entry {
+                Ok(Json(entry @ Entry::Suspend { run: None, .. })) => {
+                    journaled.record(entry);
+                    self.wait(ctx, news, journaled, cancel).await?;
+                }
+                Ok(Json(entry)) => journaled.record(entry),
+                Err(e) if e.code() == CANCELLED => cancel.cancel(),
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends the run's last news, and has it cleared when nobody will follow the run any more
+    /// (its outcome stays with the invocation, for Restate's own retention).
+    async fn close_news(&self, ctx: &ObjectContext<'_>, news: Option<&NewsSender>, run_key: &str) {
+        if let Some(n) = news {
+            n.flush().await;
+            ctx.object_client::<RunsObjectClient>(run_key.to_owned())
+                .clear()
+                .send_after(self.options.news_retention);
+        }
+    }
+
     /// Makes one journal write a Restate entry, and keeps it. Restate's cancellation, which
     /// surfaces here, cancels the run (which drains as it would locally) and the write goes on.
     async fn write(

@@ -285,6 +285,36 @@ pub fn killed_at_fault(mut cmd: Command) -> bool {
     paused
 }
 
+/// The top run of a journal's runs (the one no other run started), and how many of the runs it
+/// started were still running: a kill that landed inside a child.
+pub fn top_and_running_children(runs: &[Value]) -> (String, usize) {
+    let tops: Vec<&Value> = runs.iter().filter(|r| r.get("parent").is_none()).collect();
+    assert_eq!(tops.len(), 1, "{runs:#?}");
+    let running = runs
+        .iter()
+        .filter(|r| r.get("parent").is_some() && r["status"] == "running")
+        .count();
+    (tops[0]["run_id"].as_str().unwrap().to_owned(), running)
+}
+
+/// `resume RUN --journal JOURNAL --json`.
+pub fn resume_json(
+    dir: &AgentDir,
+    journal: &std::path::Path,
+    run_id: &str,
+) -> std::process::Output {
+    cli(
+        dir,
+        &[
+            "resume",
+            run_id,
+            "--journal",
+            journal.to_str().unwrap(),
+            "--json",
+        ],
+    )
+}
+
 /// `journal list --json` of a journal.
 pub fn journal_runs(dir: &AgentDir, journal: &std::path::Path) -> Vec<Value> {
     let out = cli(

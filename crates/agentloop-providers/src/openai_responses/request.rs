@@ -186,14 +186,10 @@ fn tool_output(content: &ToolContent) -> Cow<'_, str> {
     }
 }
 
-fn build_request<'a>(
-    model: &'a str,
-    request: &ModelRequest<'a>,
-    options: &'a Options,
-    encrypted_reasoning: bool,
-) -> WireRequest<'a> {
-    let mut input = Vec::with_capacity(request.messages.len() + 4);
-    for message in request.messages {
+/// The conversation as the Responses API's input items.
+fn input_items<'a>(messages: &'a [Message], store: bool) -> Vec<InputItem<'a>> {
+    let mut input = Vec::with_capacity(messages.len() + 4);
+    for message in messages {
         match message {
             Message::User { content } => {
                 input.push(InputItem::Message {
@@ -210,7 +206,7 @@ fn build_request<'a>(
                     };
                     match item.get("type").and_then(Value::as_str) {
                         Some("reasoning") => {
-                            input.extend(replayable_reasoning(item, options.store));
+                            input.extend(replayable_reasoning(item, store));
                         }
                         // The hosted tool search's call and output: the tools it loaded load
                         // from them again.
@@ -245,9 +241,12 @@ fn build_request<'a>(
             }
         }
     }
-    let settings = request.settings;
-    let mut tools: Vec<WireToolEntry<'a>> = request
-        .tools
+    input
+}
+
+/// The agent's tools, and the hosted tool search when any of them is deferred.
+fn wire_tools<'a>(specs: &'a [agentloop::tool::ToolSpec]) -> Vec<WireToolEntry<'a>> {
+    let mut tools: Vec<WireToolEntry<'a>> = specs
         .iter()
         .map(|t| {
             WireToolEntry::Function(WireTool {
@@ -264,11 +263,23 @@ fn build_request<'a>(
         .collect();
     // The same list every turn: the tools the search loads join the context at its end, so
     // the cached prefix holds.
-    if request.tools.iter().any(|t| t.deferred) {
+    if specs.iter().any(|t| t.deferred) {
         tools.push(WireToolEntry::Search {
             kind: "tool_search",
         });
     }
+    tools
+}
+
+fn build_request<'a>(
+    model: &'a str,
+    request: &ModelRequest<'a>,
+    options: &'a Options,
+    encrypted_reasoning: bool,
+) -> WireRequest<'a> {
+    let input = input_items(request.messages, options.store);
+    let settings = request.settings;
+    let tools = wire_tools(request.tools);
     let tool_choice = settings.tool_choice.as_ref().map(|c| match c {
         ToolChoice::Auto => WireToolChoice::Mode("auto"),
         ToolChoice::Required => WireToolChoice::Mode("required"),

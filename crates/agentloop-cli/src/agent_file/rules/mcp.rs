@@ -29,109 +29,128 @@ pub(super) fn check_mcp(servers: &[McpFileSpec], dir: &Path, problems: &mut Prob
             );
         }
         seen.push(name);
-        match (&server.command, &server.url) {
-            (Some(command), None) => check_command(command, &path, dir, problems),
-            (None, Some(url)) => {
-                let u = url.get_ref();
-                if !(u.starts_with("http://") || u.starts_with("https://")) {
-                    problems.at(
-                        &join(&path, "url"),
-                        span_of(url),
-                        format!("the url {u:?} is not http:// or https://"),
-                    );
-                }
-            }
-            (Some(_), Some(url)) => problems.at(
-                &join(&path, "url"),
-                span_of(url),
-                "give `command` (a stdio server) or `url` (a streamable HTTP server), not both",
-            ),
-            (None, None) => problems.at(
-                &path,
-                span_of(&server.name),
-                "give `command` (a stdio server) or `url` (a streamable HTTP server)",
-            ),
-        }
-        if let (Some(env), None) = (&server.env, &server.command) {
-            problems.at(
-                &join(&path, "env"),
-                span_of(env),
-                "`env` is for a stdio server (`command`)",
-            );
-        }
-        if server.url.is_some() {
-            for (key, given) in [
-                ("sandbox", server.sandbox.is_some()),
-                ("network", server.network.is_some()),
-                ("unix_sockets", server.unix_sockets.is_some()),
-                ("resources", server.resources.is_some()),
-            ] {
-                if given {
-                    problems.at(
-                        &join(&path, key),
-                        span_of(&server.name),
-                        format!(
-                            "`{key}` is for a stdio server (`command`): it sandboxes its process"
-                        ),
-                    );
-                }
+        check_transport(server, &path, dir, problems);
+        check_sandbox(server, &path, problems);
+        check_templates(server, name, &path, problems);
+        check_names_and_timeout(server, &path, problems);
+    }
+}
+
+/// `command` or `url`, not both, and `env` only with a command.
+fn check_transport(server: &McpFileSpec, path: &str, dir: &Path, problems: &mut Problems) {
+    match (&server.command, &server.url) {
+        (Some(command), None) => check_command(command, path, dir, problems),
+        (None, Some(url)) => {
+            let u = url.get_ref();
+            if !(u.starts_with("http://") || u.starts_with("https://")) {
+                problems.at(
+                    &join(path, "url"),
+                    span_of(url),
+                    format!("the url {u:?} is not http:// or https://"),
+                );
             }
         }
-        check_network(server.sandbox, server.network.as_ref(), &path, problems);
-        check_network_key(
-            "unix_sockets",
-            server.sandbox,
-            server.unix_sockets.as_ref(),
-            &path,
-            problems,
+        (Some(_), Some(url)) => problems.at(
+            &join(path, "url"),
+            span_of(url),
+            "give `command` (a stdio server) or `url` (a streamable HTTP server), not both",
+        ),
+        (None, None) => problems.at(
+            path,
+            span_of(&server.name),
+            "give `command` (a stdio server) or `url` (a streamable HTTP server)",
+        ),
+    }
+    if let (Some(env), None) = (&server.env, &server.command) {
+        problems.at(
+            &join(path, "env"),
+            span_of(env),
+            "`env` is for a stdio server (`command`)",
         );
-        check_resources(server.resources.as_ref(), &path, problems);
-        if let (Some(headers), None) = (&server.headers, &server.url) {
-            problems.at(
-                &join(&path, "headers"),
-                span_of(headers),
-                "`headers` is for an HTTP server (`url`)",
-            );
-        }
-        for (key, map) in [("env", &server.env), ("headers", &server.headers)] {
-            let Some(map) = map else { continue };
-            for (k, template) in map.get_ref() {
-                // Only the shape is checked here: the variables are read when the server starts.
-                if let Err(e) =
-                    agentloop_mcp::expand_template(name, k, template, |_| Some(String::new()))
-                {
-                    problems.at(&join(&path, key), span_of(map), e.to_string());
-                }
+    }
+}
+
+/// The sandbox keys: for a stdio server only, as they sandbox its process.
+fn check_sandbox(server: &McpFileSpec, path: &str, problems: &mut Problems) {
+    if server.url.is_some() {
+        for (key, given) in [
+            ("sandbox", server.sandbox.is_some()),
+            ("network", server.network.is_some()),
+            ("unix_sockets", server.unix_sockets.is_some()),
+            ("resources", server.resources.is_some()),
+        ] {
+            if given {
+                problems.at(
+                    &join(path, key),
+                    span_of(&server.name),
+                    format!("`{key}` is for a stdio server (`command`): it sandboxes its process"),
+                );
             }
         }
-        if let Some(secs) = &server.timeout_secs
-            && !valid_seconds(*secs.get_ref())
-        {
-            problems.at(
-                &join(&path, "timeout_secs"),
-                span_of(secs),
-                format!("the timeout must be more than 0 and at most {MAX_TIMEOUT_SECS} seconds"),
-            );
+    }
+    check_network(server.sandbox, server.network.as_ref(), path, problems);
+    check_network_key(
+        "unix_sockets",
+        server.sandbox,
+        server.unix_sockets.as_ref(),
+        path,
+        problems,
+    );
+    check_resources(server.resources.as_ref(), path, problems);
+}
+
+/// `headers` for an HTTP server only, and the shapes of the `env` and `headers` templates (their
+/// variables are read when the server starts).
+fn check_templates(server: &McpFileSpec, name: &str, path: &str, problems: &mut Problems) {
+    if let (Some(headers), None) = (&server.headers, &server.url) {
+        problems.at(
+            &join(path, "headers"),
+            span_of(headers),
+            "`headers` is for an HTTP server (`url`)",
+        );
+    }
+    for (key, map) in [("env", &server.env), ("headers", &server.headers)] {
+        let Some(map) = map else { continue };
+        for (k, template) in map.get_ref() {
+            // Only the shape is checked here: the variables are read when the server starts.
+            if let Err(e) =
+                agentloop_mcp::expand_template(name, k, template, |_| Some(String::new()))
+            {
+                problems.at(&join(path, key), span_of(map), e.to_string());
+            }
         }
-        if let Some(prefix) = &server.prefix
-            && !prefix.get_ref().is_empty()
-            && let Err(reason) = agentloop::tool::check_tool_name(&format!("{}x", prefix.get_ref()))
-        {
-            problems.at(
-                &join(&path, "prefix"),
-                span_of(prefix),
-                format!("the prefix cannot start a tool name: {reason}"),
-            );
-        }
-        if let Some(rename) = &server.rename {
-            for (from, to) in rename.get_ref() {
-                if let Err(reason) = agentloop::tool::check_tool_name(to) {
-                    problems.at(
-                        &join(&path, "rename"),
-                        span_of(rename),
-                        format!("the new name of {from:?} is not a valid tool name: {reason}"),
-                    );
-                }
+    }
+}
+
+/// The timeout, and the prefix and renames that make the server's tool names.
+fn check_names_and_timeout(server: &McpFileSpec, path: &str, problems: &mut Problems) {
+    if let Some(secs) = &server.timeout_secs
+        && !valid_seconds(*secs.get_ref())
+    {
+        problems.at(
+            &join(path, "timeout_secs"),
+            span_of(secs),
+            format!("the timeout must be more than 0 and at most {MAX_TIMEOUT_SECS} seconds"),
+        );
+    }
+    if let Some(prefix) = &server.prefix
+        && !prefix.get_ref().is_empty()
+        && let Err(reason) = agentloop::tool::check_tool_name(&format!("{}x", prefix.get_ref()))
+    {
+        problems.at(
+            &join(path, "prefix"),
+            span_of(prefix),
+            format!("the prefix cannot start a tool name: {reason}"),
+        );
+    }
+    if let Some(rename) = &server.rename {
+        for (from, to) in rename.get_ref() {
+            if let Err(reason) = agentloop::tool::check_tool_name(to) {
+                problems.at(
+                    &join(path, "rename"),
+                    span_of(rename),
+                    format!("the new name of {from:?} is not a valid tool name: {reason}"),
+                );
             }
         }
     }
