@@ -10,6 +10,14 @@
 //! steps before it stay readable ([`JournalReader::load_intact`]). A file that is not a journal
 //! is refused before anything is written to it.
 //!
+//! The tables (format version [`JOURNAL_VERSION`]): `runs` (a row a run: its number `run_no`,
+//! id, header and the header's sum as hex text, status), `step_log` (a row a step, appended in
+//! commit order: `run_no`, `seq`, the step's JSON, its chained sum as 32 bytes; a run's steps are
+//! read through the `(run_no, seq)` index), and `approvals`. The `steps` view shows the steps as
+//! version 1's table held them (`run_id`, `seq`, `step`, `sum` as hex text). A version-1 file is
+//! brought up to version 2 when this crate first opens it; a program of version 1 then refuses
+//! it as newer.
+//!
 //! Each file has one writer in a process, on a thread of its own that shares the connection
 //! with the appenders behind a lock: it commits every write that is ready together (the steps of
 //! concurrent runs sharing the file) in one transaction and, at `power`, one fsync. Nothing that
@@ -41,13 +49,18 @@ use writer::{Command, Done, Job, WriterHandle};
 
 /// The `format` a journal's meta table names.
 pub const JOURNAL_FORMAT: &str = "agentloop-journal";
-/// The journal format's version.
-pub const JOURNAL_VERSION: i64 = 1;
+/// The journal format's version. Version 2 keeps the steps in insertion order (see [`SCHEMA`]);
+/// a version-1 file is brought up to it when opened.
+pub const JOURNAL_VERSION: i64 = 2;
 
-const SCHEMA: &str = "
-CREATE TABLE agentloop_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+/// The `runs` table: a run's number (`run_no`, given in the order runs begin and never reused)
+/// is what its steps are keyed by, a few bytes where the id is tens.
+macro_rules! runs_table {
+    () => {
+        "
 CREATE TABLE runs (
-    run_id TEXT PRIMARY KEY,
+    run_no INTEGER PRIMARY KEY AUTOINCREMENT,
+    run_id TEXT NOT NULL UNIQUE,
     agent TEXT NOT NULL,
     fingerprint TEXT NOT NULL,
     header TEXT NOT NULL,
@@ -57,13 +70,79 @@ CREATE TABLE runs (
     created_ms INTEGER NOT NULL,
     updated_ms INTEGER NOT NULL
 );
-CREATE TABLE steps (
-    run_id TEXT NOT NULL,
+"
+    };
+}
+
+/// A text sum (64 hex digits, as version 1 and the `steps` view show it) as the 32 bytes
+/// `step_log` holds; any other text kept as its bytes, so that it still fails the check.
+macro_rules! sum_bytes {
+    ($text:literal) => {
+        concat!(
+            "CASE WHEN length(",
+            $text,
+            ") = 64 AND ",
+            $text,
+            " = lower(",
+            $text,
+            ") THEN coalesce(unhex(",
+            $text,
+            "), CAST(",
+            $text,
+            " AS BLOB)) ELSE CAST(",
+            $text,
+            " AS BLOB) END"
+        )
+    };
+}
+
+/// The steps: `step_log` is appended in the order steps are committed, so the steps of runs
+/// that go on at once share its last pages, and a commit of several runs' steps writes a few
+/// pages rather than one a run (keyed by `(run_id, seq)`, as in version 1, each run's steps had
+/// pages of their own). Its `(run_no, seq)` index, a few bytes an entry, is how a run's steps
+/// are read; `sum` is the chained SHA-256 as 32 bytes. The `steps` view shows them as version 1
+/// had them (`run_id`, `seq`, `step`, `sum` as hex text) and takes updates, deletes and inserts
+/// in that shape, so that queries written against version 1 go on working.
+macro_rules! step_tables {
+    () => {
+        concat!(
+            "
+CREATE TABLE step_log (
+    run_no INTEGER NOT NULL,
     seq INTEGER NOT NULL,
     step TEXT NOT NULL,
-    sum TEXT NOT NULL,
-    PRIMARY KEY (run_id, seq)
-) WITHOUT ROWID;
+    sum BLOB NOT NULL
+);
+CREATE UNIQUE INDEX step_log_run ON step_log (run_no, seq);
+CREATE VIEW steps (run_id, seq, step, sum) AS
+    SELECT r.run_id, s.seq, s.step, lower(hex(s.sum)) FROM step_log s JOIN runs r USING (run_no);
+CREATE TRIGGER steps_update INSTEAD OF UPDATE ON steps BEGIN
+    UPDATE step_log SET seq = NEW.seq, step = NEW.step, sum = ",
+            sum_bytes!("NEW.sum"),
+            "
+    WHERE run_no = (SELECT run_no FROM runs WHERE run_id = OLD.run_id) AND seq = OLD.seq;
+END;
+CREATE TRIGGER steps_delete INSTEAD OF DELETE ON steps BEGIN
+    DELETE FROM step_log
+    WHERE run_no = (SELECT run_no FROM runs WHERE run_id = OLD.run_id) AND seq = OLD.seq;
+END;
+CREATE TRIGGER steps_insert INSTEAD OF INSERT ON steps BEGIN
+    INSERT INTO step_log (run_no, seq, step, sum)
+    SELECT run_no, NEW.seq, NEW.step, ",
+            sum_bytes!("NEW.sum"),
+            " FROM runs WHERE run_id = NEW.run_id;
+END;
+"
+        )
+    };
+}
+
+/// A new journal's tables.
+const SCHEMA: &str = concat!(
+    "CREATE TABLE agentloop_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);",
+    runs_table!(),
+    step_tables!(),
+    "
 CREATE TABLE approvals (
     run_id TEXT NOT NULL,
     call_id TEXT NOT NULL,
@@ -71,7 +150,35 @@ CREATE TABLE approvals (
     answer TEXT,
     PRIMARY KEY (run_id, call_id)
 );
-";
+"
+);
+
+/// Version 1 to 2: the runs get their numbers in the order of their rows, and their steps move
+/// to `step_log` in each run's order, their text and sums unchanged (a sum that is not 64 hex
+/// digits is kept as its bytes, and still fails the check). Steps with no run row (no reader of
+/// version 1 could reach them) are not carried over. Approvals are untouched.
+const TO_V2: &str = concat!(
+    "
+ALTER TABLE runs RENAME TO runs_v1;
+ALTER TABLE steps RENAME TO steps_v1;
+",
+    runs_table!(),
+    step_tables!(),
+    "
+INSERT INTO runs (run_id, agent, fingerprint, header, header_sum, status, stop_reason,
+                  created_ms, updated_ms)
+    SELECT run_id, agent, fingerprint, header, header_sum, status, stop_reason, created_ms,
+           updated_ms
+    FROM runs_v1 ORDER BY rowid;
+INSERT INTO step_log (run_no, seq, step, sum)
+    SELECT r.run_no, s.seq, s.step, ",
+    sum_bytes!("s.sum"),
+    "
+    FROM steps_v1 s JOIN runs r USING (run_id) ORDER BY r.run_no, s.seq;
+DROP TABLE steps_v1;
+DROP TABLE runs_v1;
+"
+);
 
 pub(crate) fn io(e: impl std::fmt::Display) -> JournalError {
     JournalError::Io {
@@ -85,17 +192,65 @@ pub(crate) fn now_ms() -> i64 {
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
-fn header_sum(header: &str) -> String {
-    format!("{:x}", Sha256::digest(header.as_bytes()))
+/// A chained SHA-256 sum, as `step_log` holds it.
+pub(crate) type Sum = [u8; 32];
+
+/// The header's sum: `runs.header_sum` holds its hex text, which the first step chains from.
+fn header_sum(header: &str) -> Sum {
+    Sha256::digest(header.as_bytes()).into()
 }
 
-/// The chained sum of a step: over the previous sum, the sequence number and the step's text.
-fn step_sum(previous: &str, seq: u64, step: &str) -> String {
+/// A sum as lowercase hex digits, without allocating.
+pub(crate) fn hex(sum: &Sum) -> [u8; 64] {
+    let digit = |n: u8| if n < 10 { b'0' + n } else { b'a' + n - 10 };
+    let mut out = [0u8; 64];
+    for (pair, byte) in out.chunks_exact_mut(2).zip(sum) {
+        if let [high, low] = pair {
+            *high = digit(byte >> 4);
+            *low = digit(byte & 0x0f);
+        }
+    }
+    out
+}
+
+/// A sum's hex text, as `runs.header_sum` holds it.
+fn hex_text(sum: &Sum) -> String {
+    hex(sum).iter().map(|&b| char::from(b)).collect()
+}
+
+/// The sum whose hex text is `text` (64 lowercase digits), if it is one.
+pub(crate) fn parse_sum(text: &str) -> Option<Sum> {
+    let digit = |c: u8| match c {
+        b'0'..=b'9' => Some(c - b'0'),
+        b'a'..=b'f' => Some(c - b'a' + 10),
+        _ => None,
+    };
+    let bytes = text.as_bytes();
+    if bytes.len() != 64 {
+        return None;
+    }
+    let mut sum = [0u8; 32];
+    for (out, pair) in sum.iter_mut().zip(bytes.chunks_exact(2)) {
+        let [high, low] = pair else { return None };
+        *out = (digit(*high)? << 4) | digit(*low)?;
+    }
+    Some(sum)
+}
+
+/// The sum of a run's header, when `stored` (its `header_sum`) is that sum's hex text.
+pub(crate) fn checked_header(header: &str, stored: &str) -> Option<Sum> {
+    let sum = header_sum(header);
+    (hex(&sum).as_slice() == stored.as_bytes()).then_some(sum)
+}
+
+/// The chained sum of a step: over the previous sum's hex text (as version 1 chained it, so
+/// that its sums hold as they are), the sequence number and the step's text.
+fn step_sum(previous: &Sum, seq: u64, step: &str) -> Sum {
     let mut h = Sha256::new();
-    h.update(previous.as_bytes());
+    h.update(hex(previous));
     h.update(seq.to_le_bytes());
     h.update(step.as_bytes());
-    format!("{:x}", h.finalize())
+    h.finalize().into()
 }
 
 /// A kind of SQLite file this crate keeps: the `format` and `version` its meta table names, and
@@ -113,7 +268,7 @@ const JOURNAL: FileKind = FileKind {
     format: JOURNAL_FORMAT,
     version: JOURNAL_VERSION,
     schema: SCHEMA,
-    migrations: &[],
+    migrations: &[TO_V2],
 };
 
 /// Opens a journal file, creating its schema when the file is new (or empty), and refusing a
@@ -649,24 +804,26 @@ pub struct ForkOrigin {
     pub step: u64,
 }
 
-/// A run's steps in order, each checked against the chain from `header_sum`, up to step `upto`
-/// (all without it), into `steps` (and their text into `texts`); the damage that ends them, if
-/// any.
+/// The steps of run number `run_no` in order, each checked against the chain from its header's
+/// sum, up to step `upto` (all without it), into `steps` (and their text into `texts`); the
+/// damage that ends them, if any.
 pub(crate) fn read_steps(
     conn: &Connection,
-    run_id: &str,
-    header_sum: &str,
+    run_no: i64,
+    header_sum: &Sum,
     upto: Option<u64>,
     steps: &mut Vec<Step>,
     texts: &mut Vec<String>,
     damaged: impl Fn(Option<u64>, String) -> JournalError,
 ) -> Result<Option<JournalError>, JournalError> {
     let mut stmt = conn
-        .prepare("SELECT seq, step, sum FROM steps WHERE run_id = ?1 AND seq <= ?2 ORDER BY seq")
+        .prepare_cached(
+            "SELECT seq, step, sum FROM step_log WHERE run_no = ?1 AND seq <= ?2 ORDER BY seq",
+        )
         .map_err(io)?;
     let upto = upto.map_or(i64::MAX, |u| i64::try_from(u).unwrap_or(i64::MAX));
-    let mut rows = stmt.query(params![run_id, upto]).map_err(io)?;
-    let mut previous = header_sum.to_owned();
+    let mut rows = stmt.query(params![run_no, upto]).map_err(io)?;
+    let mut previous = *header_sum;
     let mut expected: u64 = 0;
     loop {
         let row = match rows.next() {
@@ -679,8 +836,10 @@ pub(crate) fn read_steps(
                 )));
             }
         };
-        let read: Result<(i64, String, String), _> =
-            (|| Ok::<_, rusqlite::Error>((row.get(0)?, row.get(1)?, row.get(2)?)))();
+        let read: Result<(i64, String, &[u8]), _> = (|| {
+            let sum = row.get_ref(2)?.as_bytes().map_err(rusqlite::Error::from)?;
+            Ok::<_, rusqlite::Error>((row.get(0)?, row.get(1)?, sum))
+        })();
         let (seq, text, sum) = match read {
             Ok(r) => r,
             Err(e) => {
@@ -696,7 +855,8 @@ pub(crate) fn read_steps(
                 format!("the step is missing (the next row is step {seq})"),
             )));
         }
-        if step_sum(&previous, expected, &text) != sum {
+        let computed = step_sum(&previous, expected, &text);
+        if computed.as_slice() != sum {
             return Ok(Some(damaged(
                 Some(expected),
                 "its checksum does not match (the row was changed or torn)".into(),
@@ -712,7 +872,7 @@ pub(crate) fn read_steps(
             }
         }
         texts.push(text);
-        previous = sum;
+        previous = computed;
         expected += 1;
     }
 }
@@ -829,7 +989,7 @@ impl JournalReader {
             .conn
             .prepare(
                 "SELECT r.run_id, r.agent, r.status, r.stop_reason, r.fingerprint, r.created_ms, \
-                 r.updated_ms, (SELECT COUNT(*) FROM steps s WHERE s.run_id = r.run_id), \
+                 r.updated_ms, (SELECT COUNT(*) FROM step_log s WHERE s.run_no = r.run_no), \
                  json_extract(r.header, '$.forked_from.run_id'), \
                  json_extract(r.header, '$.forked_from.step'), \
                  json_extract(r.header, '$.parent.run_id') \
@@ -902,23 +1062,25 @@ impl JournalReader {
             step,
             reason,
         };
-        let row: Option<(String, String, String, Option<String>)> = self
+        type Row = (i64, String, String, String, Option<String>);
+        let row: Option<Row> = self
             .conn
             .query_row(
-                "SELECT header, header_sum, status, stop_reason FROM runs WHERE run_id = ?1",
+                "SELECT run_no, header, header_sum, status, stop_reason FROM runs \
+                 WHERE run_id = ?1",
                 [run_id],
-                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
             )
             .optional()
             .map_err(|e| damaged(None, format!("its row cannot be read ({e})")))?;
-        let Some((header_text, sum, status, stop_reason)) = row else {
+        let Some((run_no, header_text, stored, status, stop_reason)) = row else {
             return Err(JournalError::UnknownRun {
                 run_id: run_id.to_owned(),
             });
         };
-        if header_sum(&header_text) != sum {
+        let Some(sum) = checked_header(&header_text, &stored) else {
             return Err(damaged(None, "its checksum does not match".into()));
-        }
+        };
         let header: JournalHeader = serde_json::from_str(&header_text)
             .map_err(|e| damaged(None, format!("it cannot be parsed ({e})")))?;
         let status = match status.as_str() {
@@ -938,7 +1100,7 @@ impl JournalReader {
         };
         let damage = read_steps(
             &self.conn,
-            run_id,
+            run_no,
             &sum,
             None,
             &mut run.steps,

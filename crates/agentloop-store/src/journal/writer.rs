@@ -24,7 +24,10 @@ use agentloop::journal::{Definition, JournalError, JournalHeader, JournaledRun, 
 use rusqlite::{Connection, OptionalExtension, params};
 use serde_json::Value;
 
-use super::{ForkOrigin, header_sum, io, now_ms, read_steps, step_sum};
+use super::{
+    ForkOrigin, Sum, checked_header, header_sum, hex_text, io, now_ms, parse_sum, read_steps,
+    step_sum,
+};
 
 /// What a journal's commits survive. Either way a commit is whole or absent after a crash (a
 /// torn write rolls back), and a step is committed before the run is told so.
@@ -356,8 +359,14 @@ pub(super) fn writer_for(
     Ok(handle)
 }
 
-/// Each run's last step: its sequence number (none before the first) and chained sum.
-type Tail = (Option<u64>, String);
+/// Where a run's next step goes: the run's number, its last step's sequence number (none before
+/// the first) and that step's chained sum (the header's before the first).
+#[derive(Clone)]
+struct Tail {
+    run_no: i64,
+    seq: Option<u64>,
+    sum: Sum,
+}
 
 /// How long the row of a run whose steps this writer appends may go unwritten: its
 /// `updated_ms` is at most this much older than its last step. Writing the row with every
@@ -614,19 +623,19 @@ impl Writer {
                 header,
             } => {
                 let now = now_ms();
-                let sum = insert_run(conn, &run_id, &agent, &fingerprint, &header, now)?;
+                let tail = insert_run(conn, &run_id, &agent, &fingerprint, &header, now)?;
                 group.stamped.insert(run_id.clone(), Some(now));
-                group.moved.insert(run_id, (None, sum));
+                group.moved.insert(run_id, tail);
             }
             Command::Append { run_id, seq, step } => {
-                let (last_seq, previous) = self.tail(conn, &group.moved, &run_id)?;
-                let expected = last_seq.map_or(0, |s| s + 1);
+                let last = self.tail(conn, &group.moved, &run_id)?;
+                let expected = last.seq.map_or(0, |s| s + 1);
                 if seq != expected {
                     return Err(io(format!(
                         "run {run_id}: step {seq} written out of order (expected step {expected})"
                     )));
                 }
-                let sum = insert_step(conn, &run_id, seq, &step, &previous)?;
+                let sum = insert_step(conn, last.run_no, seq, &step, &last.sum)?;
                 let nth = self.written + group.appended.len() as u64;
                 if self.fault == Some(Fault::InStep(seq)) {
                     hang(&format!("in the write of step {seq}"));
@@ -636,7 +645,14 @@ impl Writer {
                 }
                 group.appended.push((seq, nth));
                 group.running.insert(run_id.clone());
-                group.moved.insert(run_id, (Some(seq), sum));
+                group.moved.insert(
+                    run_id,
+                    Tail {
+                        seq: Some(seq),
+                        sum,
+                        ..last
+                    },
+                );
             }
             Command::Suspend { run_id, rows } => {
                 group.running.remove(&run_id);
@@ -688,7 +704,7 @@ impl Writer {
     }
 }
 
-/// Writes a new run's row, running; its header's sum.
+/// Writes a new run's row, running; where its first step goes.
 fn insert_run(
     conn: &Connection,
     run_id: &str,
@@ -696,29 +712,33 @@ fn insert_run(
     fingerprint: &str,
     header: &str,
     now: i64,
-) -> Result<String, JournalError> {
+) -> Result<Tail, JournalError> {
     let sum = header_sum(header);
     conn.execute(
         "INSERT INTO runs (run_id, agent, fingerprint, header, header_sum, status, \
          created_ms, updated_ms) VALUES (?1, ?2, ?3, ?4, ?5, 'running', ?6, ?6)",
-        params![run_id, agent, fingerprint, header, sum, now],
+        params![run_id, agent, fingerprint, header, hex_text(&sum), now],
     )
     .map_err(|e| io(format!("cannot start run {run_id}: {e}")))?;
-    Ok(sum)
+    Ok(Tail {
+        run_no: conn.last_insert_rowid(),
+        seq: None,
+        sum,
+    })
 }
 
-/// Writes step `seq` of a run, chained after `previous`; its sum.
+/// Writes step `seq` of run number `run_no`, chained after `previous`; its sum.
 fn insert_step(
     conn: &Connection,
-    run_id: &str,
+    run_no: i64,
     seq: u64,
     step: &str,
-    previous: &str,
-) -> Result<String, JournalError> {
+    previous: &Sum,
+) -> Result<Sum, JournalError> {
     let sum = step_sum(previous, seq, step);
     let seq = i64::try_from(seq).map_err(io)?;
-    conn.prepare_cached("INSERT INTO steps (run_id, seq, step, sum) VALUES (?1, ?2, ?3, ?4)")
-        .and_then(|mut insert| insert.execute(params![run_id, seq, step, sum]))
+    conn.prepare_cached("INSERT INTO step_log (run_no, seq, step, sum) VALUES (?1, ?2, ?3, ?4)")
+        .and_then(|mut insert| insert.execute(params![run_no, seq, step, sum.as_slice()]))
         .map_err(io)?;
     Ok(sum)
 }
@@ -729,32 +749,50 @@ fn answer_all(group: Vec<Job>, e: &JournalError) {
     }
 }
 
-/// A run's last step in the file (its number and sum), or its header's sum when it has none.
+/// Where run `run_id`'s next step goes, from the file: its last step (its number and sum), or
+/// its header's sum when it has none.
 fn tail(conn: &Connection, run_id: &str) -> Result<Tail, JournalError> {
-    let last: Option<(i64, String)> = conn
+    let run: Option<(i64, String)> = conn
         .query_row(
-            "SELECT seq, sum FROM steps WHERE run_id = ?1 ORDER BY seq DESC LIMIT 1",
+            "SELECT run_no, header_sum FROM runs WHERE run_id = ?1",
             [run_id],
             |r| Ok((r.get(0)?, r.get(1)?)),
         )
         .optional()
         .map_err(io)?;
-    if let Some((seq, sum)) = last {
-        return Ok((u64::try_from(seq).ok(), sum));
-    }
-    let header: Option<String> = conn
+    let Some((run_no, header)) = run else {
+        return Err(JournalError::UnknownRun {
+            run_id: run_id.to_owned(),
+        });
+    };
+    let damaged = |step: Option<u64>| JournalError::Damaged {
+        run_id: run_id.to_owned(),
+        step,
+        reason: "its checksum cannot be read".into(),
+    };
+    let last: Option<(i64, Vec<u8>)> = conn
         .query_row(
-            "SELECT header_sum FROM runs WHERE run_id = ?1",
-            [run_id],
-            |r| r.get(0),
+            "SELECT seq, sum FROM step_log WHERE run_no = ?1 ORDER BY seq DESC LIMIT 1",
+            [run_no],
+            |r| Ok((r.get(0)?, r.get_ref(1)?.as_bytes()?.to_vec())),
         )
         .optional()
         .map_err(io)?;
-    header
-        .map(|s| (None, s))
-        .ok_or_else(|| JournalError::UnknownRun {
-            run_id: run_id.to_owned(),
-        })
+    match last {
+        Some((seq, sum)) => {
+            let seq = u64::try_from(seq).ok();
+            Ok(Tail {
+                run_no,
+                seq,
+                sum: Sum::try_from(sum.as_slice()).map_err(|_| damaged(seq))?,
+            })
+        }
+        None => Ok(Tail {
+            run_no,
+            seq: None,
+            sum: parse_sum(&header).ok_or_else(|| damaged(None))?,
+        }),
+    }
 }
 
 /// Writes run `run_id`: run `from`'s header (naming its origin, and with `definition` when
@@ -773,22 +811,22 @@ fn fork(
         step,
         reason,
     };
-    let row: Option<(String, String)> = conn
+    let row: Option<(i64, String, String)> = conn
         .query_row(
-            "SELECT header, header_sum FROM runs WHERE run_id = ?1",
+            "SELECT run_no, header, header_sum FROM runs WHERE run_id = ?1",
             [from],
-            |r| Ok((r.get(0)?, r.get(1)?)),
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
         )
         .optional()
         .map_err(io)?;
-    let Some((text, sum)) = row else {
+    let Some((from_no, text, stored)) = row else {
         return Err(JournalError::UnknownRun {
             run_id: from.to_owned(),
         });
     };
-    if header_sum(&text) != sum {
+    let Some(sum) = checked_header(&text, &stored) else {
         return Err(damaged(None, "its checksum does not match".into()));
-    }
+    };
     let mut value: Value = serde_json::from_str(&text)
         .map_err(|e| damaged(None, format!("it cannot be parsed ({e})")))?;
     let Some(fields) = value.as_object_mut() else {
@@ -818,7 +856,15 @@ fn fork(
     let text = serde_json::to_string(&value).map_err(io)?;
     let mut steps = Vec::new();
     let mut texts = Vec::new();
-    let damage = read_steps(conn, from, &sum, Some(at), &mut steps, &mut texts, damaged)?;
+    let damage = read_steps(
+        conn,
+        from_no,
+        &sum,
+        Some(at),
+        &mut steps,
+        &mut texts,
+        damaged,
+    )?;
     if let Some(e) = damage {
         return Err(e);
     }
@@ -831,9 +877,10 @@ fn fork(
             ),
         });
     }
-    let mut previous = insert_run(conn, run_id, &header.agent, &header.fingerprint, &text, now)?;
+    let mut tail = insert_run(conn, run_id, &header.agent, &header.fingerprint, &text, now)?;
     for (seq, step) in (0u64..).zip(&texts) {
-        previous = insert_step(conn, run_id, seq, step, &previous)?;
+        tail.sum = insert_step(conn, tail.run_no, seq, step, &tail.sum)?;
+        tail.seq = Some(seq);
     }
     let run = JournaledRun {
         header,
@@ -841,5 +888,5 @@ fn fork(
         status: RunStatus::Running,
         approvals: Vec::new(),
     };
-    Ok((run, (Some(at), previous)))
+    Ok((run, tail))
 }
