@@ -128,7 +128,11 @@ class RunOutcome:
     @classmethod
     def from_json(cls, text: str, tracebacks: Optional[Dict[Any, str]] = None) -> "RunOutcome":
         """The outcome of the runtime's ``--json`` text."""
-        raw = json.loads(text)
+        return cls.from_raw(json.loads(text), tracebacks)
+
+    @classmethod
+    def from_raw(cls, raw: Dict[str, Any], tracebacks: Optional[Dict[Any, str]] = None) -> "RunOutcome":
+        """The outcome of the runtime's ``--json`` object, already parsed (kept as :attr:`raw`)."""
         tracebacks = tracebacks or {}
         run_id = raw.get("run_id")
         calls = []
