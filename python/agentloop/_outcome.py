@@ -66,6 +66,15 @@ class ToolCallRecord:
     traceback: Optional[str] = None
 
 
+def _record(**fields: Any) -> ToolCallRecord:
+    """A :class:`ToolCallRecord` of every one of its fields, the same object its ``__init__``
+    makes without that frozen ``__init__``'s ``object.__setattr__`` per field: an outcome has one
+    record per tool call, and this is most of the cost of reading it."""
+    record: ToolCallRecord = object.__new__(ToolCallRecord)
+    record.__dict__.update(fields)
+    return record
+
+
 @dataclasses.dataclass(frozen=True)
 class LimitHit:
     """The limit that stopped the run."""
@@ -139,7 +148,7 @@ class RunOutcome:
         for c in raw.get("tool_calls", []):
             err = c.get("error")
             calls.append(
-                ToolCallRecord(
+                _record(
                     id=c["id"],
                     tool=c["tool"],
                     input=c.get("input"),

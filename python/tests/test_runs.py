@@ -4,6 +4,7 @@ errors' codes."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import pathlib
 import threading
@@ -22,6 +23,7 @@ from agentloop import (
     RunStopped,
     ScriptedModel,
     ToolCall,
+    ToolCallRecord,
     tool,
 )
 
@@ -171,6 +173,20 @@ def test_a_run_on_the_callers_loop_calls_its_model_there_and_never_blocks_it() -
     assert threads["tool"] != threads["loop"]
     # An async function model's 0.3 s on the package's loop left the caller's loop running.
     assert ticks >= 10
+
+
+def test_an_outcomes_tool_call_records_are_the_dataclass_field_for_field() -> None:
+    out = Agent(
+        model=ScriptedModel([[ToolCall("noop", {"n": 1}, id="c1")], "done"]), tools=[noop]
+    ).run("Go.")
+    [call] = out.tool_calls
+    made = ToolCallRecord(**{f.name: getattr(call, f.name) for f in dataclasses.fields(ToolCallRecord)})
+    assert call == made and repr(call) == repr(made) and vars(call) == vars(made)
+    assert (call.id, call.tool, call.input, call.ok, call.status, call.output) == (
+        "c1", "noop", {"n": 1}, True, "ok", "ok"
+    )
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        call.status = "changed"  # type: ignore[misc]
 
 
 def hanging_agent() -> Tuple[Agent, threading.Event, List[bool]]:
