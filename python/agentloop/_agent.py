@@ -25,8 +25,10 @@ from ._tools import Dispatcher, Tool, as_tool
 from .errors import AgentloopError
 
 PathLike = Union[str, "os.PathLike[str]"]
-_End = Tuple[Optional[str], Optional[str], Optional[str]]
-_OnDone = Callable[[Optional[str], Optional[str], Optional[str]], None]
+#: A run's end as the runtime gives it: ``(outcome, None, None)``, the outcome as objects (asked
+#: for with ``objects=True``), or ``(None, code, message)``.
+_End = Tuple[Optional[Any], Optional[str], Optional[str]]
+_OnDone = Callable[[Optional[Any], Optional[str], Optional[str]], None]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -223,14 +225,19 @@ class Agent:
         runs again; one in flight re-runs only if its tool is idempotent, otherwise the model
         reads that it was interrupted. Refused when the agent's definition changed, unless
         ``force``."""
-        handle = self._native.resume(run_id, os.fspath(journal), force=force)
+        handle = self._native.resume(run_id, os.fspath(journal), force=force, objects=True)
         return self._wait(handle)
 
     async def resume_async(self, run_id: str, *, journal: PathLike, force: bool = False) -> RunOutcome:
         """:meth:`resume` for asyncio."""
         return await self._on_this_loop(
             lambda on_done, loop: self._native.resume(
-                run_id, os.fspath(journal), on_done=on_done, event_loop=loop, force=force
+                run_id,
+                os.fspath(journal),
+                on_done=on_done,
+                event_loop=loop,
+                force=force,
+                objects=True,
             )
         )
 
@@ -247,7 +254,7 @@ class Agent:
     def _start(
         self,
         input: str,
-        on_done: Optional[Callable[[Optional[str], Optional[str], Optional[str]], None]],
+        on_done: Optional[_OnDone],
         journal: Optional[PathLike],
         session: Optional[str],
         sessions: PathLike,
@@ -264,6 +271,7 @@ class Agent:
             sessions=os.fspath(sessions) if session is not None else None,
             session=session,
             trace=os.fspath(trace) if trace is not None else None,
+            objects=True,
         )
 
     async def _on_this_loop(
@@ -289,10 +297,10 @@ class Agent:
             raise
 
     def _outcome(self, end: _End) -> RunOutcome:
-        text, code, message = end
-        if text is None:
+        raw, code, message = end
+        if raw is None:
             raise AgentloopError(code or "run.failed", message or "")
-        return RunOutcome.from_json(text, self._dispatcher.tracebacks)
+        return RunOutcome.from_raw(raw, self._dispatcher.tracebacks)
 
 
 class RunStream:
@@ -321,8 +329,8 @@ class RunStream:
         def on_event(text: str) -> None:
             _call_soon(loop, queue.put_nowait, (False, text))
 
-        def on_done(text: Optional[str], code: Optional[str], message: Optional[str]) -> None:
-            _call_soon(loop, queue.put_nowait, (True, (text, code, message)))
+        def on_done(raw: Optional[Any], code: Optional[str], message: Optional[str]) -> None:
+            _call_soon(loop, queue.put_nowait, (True, (raw, code, message)))
 
         input, journal, session, sessions, trace = self._args
         handle = self._agent._start(input, on_done, journal, session, sessions, trace, loop, on_event)
@@ -345,19 +353,21 @@ class RunStream:
 
 
 def _call_soon(loop: asyncio.AbstractEventLoop, fn: Callable[..., Any], *args: Any) -> None:
+    if asyncio._get_running_loop() is loop:
+        # On the loop's own thread (a run driven there, in one of the loop's callbacks): at once.
+        fn(*args)
+        return
     try:
         loop.call_soon_threadsafe(fn, *args)
     except RuntimeError:  # the loop is closed: nobody waits any more
         pass
 
 
-def _settle_on(
-    loop: asyncio.AbstractEventLoop, done: "asyncio.Future[_End]"
-) -> Callable[[Optional[str], Optional[str], Optional[str]], None]:
-    def settle(text: Optional[str], code: Optional[str], message: Optional[str]) -> None:
+def _settle_on(loop: asyncio.AbstractEventLoop, done: "asyncio.Future[_End]") -> _OnDone:
+    def settle(raw: Optional[Any], code: Optional[str], message: Optional[str]) -> None:
         def set_result() -> None:
             if not done.done():
-                done.set_result((text, code, message))
+                done.set_result((raw, code, message))
 
         _call_soon(loop, set_result)
 

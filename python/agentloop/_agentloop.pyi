@@ -5,7 +5,9 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 __version__: str
 
-_End = Tuple[Optional[str], Optional[str], Optional[str]]
+# The outcome is its JSON text, or with ``objects=True`` the object itself.
+_End = Tuple[Optional[Any], Optional[str], Optional[str]]
+_OnDone = Callable[[Optional[Any], Optional[str], Optional[str]], None]
 
 def answer(journal: str, run_id: str, call_id: str, word: str) -> None: ...
 
@@ -55,7 +57,7 @@ class NativeAgent:
         self,
         input: str,
         *,
-        on_done: Optional[Callable[[Optional[str], Optional[str], Optional[str]], None]] = None,
+        on_done: Optional[_OnDone] = None,
         on_event: Optional[Callable[[str], None]] = None,
         event_loop: Optional[Any] = None,
         journal: Optional[str] = None,
@@ -63,17 +65,19 @@ class NativeAgent:
         session: Optional[str] = None,
         trace: Optional[str] = None,
         trace_payloads: bool = False,
+        objects: bool = False,
     ) -> RunHandle: ...
     def resume(
         self,
         run_id: str,
         journal: str,
         *,
-        on_done: Optional[Callable[[Optional[str], Optional[str], Optional[str]], None]] = None,
+        on_done: Optional[_OnDone] = None,
         on_event: Optional[Callable[[str], None]] = None,
         event_loop: Optional[Any] = None,
         force: bool = False,
         trace: Optional[str] = None,
         trace_payloads: bool = False,
+        objects: bool = False,
     ) -> RunHandle: ...
     def close(self) -> None: ...

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import dataclasses
 import inspect
 import json
@@ -130,22 +131,39 @@ ModelFunction = Callable[[ModelRequest], Union[Answer, Awaitable[Answer]]]
 
 class FunctionModel:
     """A Python function as the model: it gets a :class:`ModelRequest` and answers text, a list
-    of :class:`ToolCall`, or a :class:`Reply`. A plain function runs on the runtime's thread, so
-    keep it quick (it is for tests); a coroutine function (``async def``) runs on the package's
-    own event loop, the runtime's thread waiting for it without the GIL."""
+    of :class:`ToolCall`, or a :class:`Reply`. A plain function runs on the thread that drives the
+    run (the event loop's for ``run_async`` and ``stream``, the runtime's for ``run``), so keep it
+    quick (it is for tests); a coroutine function (``async def``) runs on the package's own event
+    loop, the run waiting for it without the GIL (and, from an event loop, without blocking it)."""
 
     def __init__(self, fn: ModelFunction, model_id: str = "function") -> None:
         self.fn = fn
         self.model_id = model_id
 
-    def _call(self, request_json: str, tail_json: str) -> _NativeAnswer:
+    def _call(
+        self, request_json: str, tail_json: str
+    ) -> "Union[_NativeAnswer, concurrent.futures.Future[_NativeAnswer]]":
         answer = self.fn(ModelRequest(request_json, tail_json))
         if inspect.isawaitable(answer):
+            if asyncio._get_running_loop() is not None:
+                # Asked on an event loop's thread (a run driven there): that loop must not be
+                # blocked, so the runtime awaits the future of the answer instead.
+                return _answer_later(answer)
             answer = _awaited(answer)
         return _native_answer(answer)
 
     def _native(self) -> Tuple[str, str, str, Optional[Callable[..., Any]]]:
         return ("function", self.model_id, os.getcwd(), self._call)
+
+
+def _answer_later(answer: Awaitable[Answer]) -> "concurrent.futures.Future[_NativeAnswer]":
+    """An async function model's answer, on the package's event loop, as a future."""
+    from ._tools import background_loop
+
+    async def wait() -> _NativeAnswer:
+        return _native_answer(await answer)
+
+    return asyncio.run_coroutine_threadsafe(wait(), background_loop())
 
 
 def _awaited(answer: Awaitable[Answer]) -> Answer:

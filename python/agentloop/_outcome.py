@@ -66,6 +66,15 @@ class ToolCallRecord:
     traceback: Optional[str] = None
 
 
+def _record(**fields: Any) -> ToolCallRecord:
+    """A :class:`ToolCallRecord` of every one of its fields, the same object its ``__init__``
+    makes without that frozen ``__init__``'s ``object.__setattr__`` per field: an outcome has one
+    record per tool call, and this is most of the cost of reading it."""
+    record: ToolCallRecord = object.__new__(ToolCallRecord)
+    record.__dict__.update(fields)
+    return record
+
+
 @dataclasses.dataclass(frozen=True)
 class LimitHit:
     """The limit that stopped the run."""
@@ -128,14 +137,18 @@ class RunOutcome:
     @classmethod
     def from_json(cls, text: str, tracebacks: Optional[Dict[Any, str]] = None) -> "RunOutcome":
         """The outcome of the runtime's ``--json`` text."""
-        raw = json.loads(text)
+        return cls.from_raw(json.loads(text), tracebacks)
+
+    @classmethod
+    def from_raw(cls, raw: Dict[str, Any], tracebacks: Optional[Dict[Any, str]] = None) -> "RunOutcome":
+        """The outcome of the runtime's ``--json`` object, already parsed (kept as :attr:`raw`)."""
         tracebacks = tracebacks or {}
         run_id = raw.get("run_id")
         calls = []
         for c in raw.get("tool_calls", []):
             err = c.get("error")
             calls.append(
-                ToolCallRecord(
+                _record(
                     id=c["id"],
                     tool=c["tool"],
                     input=c.get("input"),

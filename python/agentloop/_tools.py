@@ -170,7 +170,7 @@ class Dispatcher:
         self.tracebacks: Dict[Tuple[str, str], str] = {}
 
     def __call__(
-        self, index: int, arguments: str, run_id: str, call_id: str, reply: Any
+        self, index: int, arguments: Dict[str, Any], run_id: str, call_id: str, reply: Any
     ) -> "concurrent.futures.Future[None]":
         """Starts a call of a sync function on the thread pool; the runtime cancels the future
         it gets back when it stops waiting."""
@@ -178,7 +178,7 @@ class Dispatcher:
         return _thread_pool().submit(self._run_sync, t, arguments, (run_id, call_id), reply)
 
     def start_async(
-        self, index: int, arguments: str, run_id: str, call_id: str, reply: Any
+        self, index: int, arguments: Dict[str, Any], run_id: str, call_id: str, reply: Any
     ) -> "Optional[asyncio.Task[None]]":
         """Starts a call of a coroutine function, on the running loop's thread (the runtime
         hands it a batch's calls at once): as a task, begun at once where Python can (3.12's
@@ -193,17 +193,19 @@ class Dispatcher:
         # find no current task, and ``asyncio.timeout`` or a ``TaskGroup`` in the tool would fail.
         return loop.create_task(coro)
 
-    def _run_sync(self, t: Tool, arguments: str, key: Tuple[str, str], reply: Any) -> None:
+    def _run_sync(self, t: Tool, arguments: Dict[str, Any], key: Tuple[str, str], reply: Any) -> None:
         try:
-            result = t.fn(**t.convert(json.loads(arguments)))
+            result = t.fn(**t.convert(arguments))
         except BaseException as e:  # noqa: BLE001 - every failure is the model's to read
             self._failed(t, e, key, reply)
             return
         _answer(reply, result)
 
-    async def _run_async(self, t: Tool, arguments: str, key: Tuple[str, str], reply: Any) -> None:
+    async def _run_async(
+        self, t: Tool, arguments: Dict[str, Any], key: Tuple[str, str], reply: Any
+    ) -> None:
         try:
-            result = await t.fn(**t.convert(json.loads(arguments)))
+            result = await t.fn(**t.convert(arguments))
         except asyncio.CancelledError:
             raise
         except BaseException as e:  # noqa: BLE001

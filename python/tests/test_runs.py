@@ -4,6 +4,7 @@ errors' codes."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import pathlib
 import threading
@@ -18,9 +19,11 @@ from agentloop import (
     FunctionModel,
     Limits,
     ModelRequest,
+    RunOutcome,
     RunStopped,
     ScriptedModel,
     ToolCall,
+    ToolCallRecord,
     tool,
 )
 
@@ -99,6 +102,91 @@ def test_a_tool_timeout_is_an_error_the_model_reads() -> None:
     assert out.stop_reason == "finished"
     [call] = out.tool_calls
     assert call.error is not None and call.error.code == "timeout"
+
+
+def test_limits_and_timeouts_hold_in_a_run_on_the_callers_loop() -> None:
+    # run_async drives the run on the loop's own thread: the runtime's timers must still fire.
+    @tool
+    async def slow() -> str:
+        """Takes a minute."""
+        await asyncio.sleep(60)
+        return "late"
+
+    @tool(timeout=0.2)
+    async def bounded() -> str:
+        """Takes a minute, bounded to 0.2 s."""
+        await asyncio.sleep(60)
+        return "late"
+
+    async def main() -> Tuple[RunOutcome, RunOutcome]:
+        deadline = Agent(
+            model=ScriptedModel([[ToolCall("slow", {})], "never"]), tools=[slow], limits=Limits(timeout=0.3)
+        )
+        timeout = Agent(model=ScriptedModel([[ToolCall("bounded", {})], "it timed out"]), tools=[bounded])
+        return await deadline.run_async("Go."), await timeout.run_async("Go.")
+
+    late, timed_out = asyncio.run(main())
+    assert late.stop_reason == "deadline" and late.tool_calls[0].status == "cancelled"
+    assert timed_out.stop_reason == "finished", timed_out
+    [call] = timed_out.tool_calls
+    assert call.error is not None and call.error.code == "timeout"
+
+
+def test_a_run_on_the_callers_loop_calls_its_model_there_and_never_blocks_it() -> None:
+    threads: dict = {}
+
+    def model(request: ModelRequest):
+        threads.setdefault("model", set()).add(threading.get_ident())
+        return "done" if request.last_tool_results() else [ToolCall("where", {}, id="c1")]
+
+    @tool
+    def where() -> str:
+        """Says where it runs."""
+        threads["tool"] = threading.get_ident()
+        return "here"
+
+    async def slow_model(request: ModelRequest) -> str:
+        await asyncio.sleep(0.3)
+        return "slow but done"
+
+    async def main() -> Tuple[RunOutcome, int]:
+        threads["loop"] = threading.get_ident()
+        out = await Agent(model=model, tools=[where]).run_async("Go.")
+        ticks = 0
+
+        async def tick() -> None:
+            nonlocal ticks
+            while True:
+                await asyncio.sleep(0.01)
+                ticks += 1
+
+        ticker = asyncio.ensure_future(tick())
+        slow = await Agent(model=slow_model).run_async("Go.")
+        ticker.cancel()
+        assert slow.output == "slow but done"
+        return out, ticks
+
+    out, ticks = asyncio.run(main())
+    assert out.output == "done" and out.tool_calls[0].output == "here"
+    # The function model is a plain call on the loop's thread; a sync tool still runs on the pool.
+    assert threads["model"] == {threads["loop"]}
+    assert threads["tool"] != threads["loop"]
+    # An async function model's 0.3 s on the package's loop left the caller's loop running.
+    assert ticks >= 10
+
+
+def test_an_outcomes_tool_call_records_are_the_dataclass_field_for_field() -> None:
+    out = Agent(
+        model=ScriptedModel([[ToolCall("noop", {"n": 1}, id="c1")], "done"]), tools=[noop]
+    ).run("Go.")
+    [call] = out.tool_calls
+    made = ToolCallRecord(**{f.name: getattr(call, f.name) for f in dataclasses.fields(ToolCallRecord)})
+    assert call == made and repr(call) == repr(made) and vars(call) == vars(made)
+    assert (call.id, call.tool, call.input, call.ok, call.status, call.output) == (
+        "c1", "noop", {"n": 1}, True, "ok", "ok"
+    )
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        call.status = "changed"  # type: ignore[misc]
 
 
 def hanging_agent() -> Tuple[Agent, threading.Event, List[bool]]:

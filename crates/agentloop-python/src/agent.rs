@@ -18,16 +18,18 @@ use futures::future::BoxFuture;
 use pyo3::prelude::*;
 use serde_json::Value;
 
+use crate::drive::Driven;
 use crate::otel::Otel;
 use crate::outbox::Outbox;
 use crate::tool::{EVENT_LOOP, ToolDef};
 use crate::{error, runtime};
 
-/// How a run ended: the outcome's JSON, or an error's code and message.
-type Ended = Result<String, (String, String)>;
+/// How a run ended: the outcome's `--json` object, or an error's code and message.
+type Ended = Result<Value, (String, String)>;
 
-/// [`Ended`] as Python reads it: `(outcome_json, None, None)` or `(None, code, message)`.
-type EndedParts = (Option<String>, Option<String>, Option<String>);
+/// [`Ended`] as Python reads it: `(outcome, None, None)` or `(None, code, message)`, the outcome
+/// its JSON text or, asked for with `objects`, the object as Python's dicts and lists.
+type EndedParts = (Option<Py<PyAny>>, Option<String>, Option<String>);
 
 /// An agent: the Rust [`Agent`], and the MCP servers an agent file started for it.
 #[pyclass(module = "agentloop._agentloop", frozen)]
@@ -208,10 +210,12 @@ impl NativeAgent {
     /// `session`, it goes on with that stored conversation. `on_event` gets each event's JSON;
     /// `on_done` gets the end (see [`RunHandle::wait`]); `event_loop` is where coroutine tools
     /// run.
-    #[pyo3(signature = (input, *, on_done=None, on_event=None, event_loop=None, journal=None, sessions=None, session=None, trace=None, trace_payloads=false))]
+    /// With `objects`, the outcome reaches Python as its objects (dicts and lists), not JSON text.
+    #[pyo3(signature = (input, *, on_done=None, on_event=None, event_loop=None, journal=None, sessions=None, session=None, trace=None, trace_payloads=false, objects=false))]
     #[allow(clippy::too_many_arguments)]
     fn start(
         &self,
+        py: Python<'_>,
         input: String,
         on_done: Option<Py<PyAny>>,
         on_event: Option<Py<PyAny>>,
@@ -221,6 +225,7 @@ impl NativeAgent {
         session: Option<String>,
         trace: Option<PathBuf>,
         trace_payloads: bool,
+        objects: bool,
     ) -> PyResult<RunHandle> {
         let journal = journal.map(open_journal).transpose()?;
         let store = sessions
@@ -231,11 +236,22 @@ impl NativeAgent {
             on_event,
             trace: open_trace(trace, trace_payloads)?,
         };
+        // Nothing of such a run blocks: it can be driven on its loop's thread.
+        let drive = journal.is_none()
+            && store.is_none()
+            && sinks.trace.is_none()
+            && self.otel.is_none()
+            && self.mcp.is_none();
         self.launch(
-            on_done,
-            sinks,
-            event_loop,
-            journal,
+            py,
+            Launch {
+                on_done,
+                sinks,
+                event_loop,
+                journal,
+                drive,
+                objects,
+            },
             move |options| -> BoxFuture<'static, Result<RunOutcome, (String, String)>> {
                 Box::pin(async move {
                     match (store, session) {
@@ -255,10 +271,11 @@ impl NativeAgent {
     /// Goes on with the journaled run `run_id` (an id or a unique prefix) in this process: a
     /// finished call never runs again, one in flight at the crash re-runs only if its tool is
     /// idempotent.
-    #[pyo3(signature = (run_id, journal, *, on_done=None, on_event=None, event_loop=None, force=false, trace=None, trace_payloads=false))]
+    #[pyo3(signature = (run_id, journal, *, on_done=None, on_event=None, event_loop=None, force=false, trace=None, trace_payloads=false, objects=false))]
     #[allow(clippy::too_many_arguments)]
     fn resume(
         &self,
+        py: Python<'_>,
         run_id: String,
         journal: PathBuf,
         on_done: Option<Py<PyAny>>,
@@ -267,6 +284,7 @@ impl NativeAgent {
         force: bool,
         trace: Option<PathBuf>,
         trace_payloads: bool,
+        objects: bool,
     ) -> PyResult<RunHandle> {
         let writer = open_journal(journal.clone())?;
         let run = JournalReader::open(&journal)
@@ -280,7 +298,15 @@ impl NativeAgent {
             on_event,
             trace: open_trace(trace, trace_payloads)?,
         };
-        self.launch(on_done, sinks, event_loop, Some(writer), move |options| {
+        let launch = Launch {
+            on_done,
+            sinks,
+            event_loop,
+            journal: Some(writer),
+            drive: false,
+            objects,
+        };
+        self.launch(py, launch, move |options| {
             Box::pin(async move {
                 agent
                     .resume(run, options, force)
@@ -310,15 +336,16 @@ impl NativeAgent {
 }
 
 impl NativeAgent {
-    /// Spawns a run on the shared runtime; its end reaches `on_done` and the handle.
+    /// Starts a run: driven on its event loop's thread when it may be ([`crate::drive`]), else
+    /// spawned on the shared runtime; its end reaches `on_done` and the handle.
     fn launch(
         &self,
-        on_done: Option<Py<PyAny>>,
-        sinks: Sinks,
-        event_loop: Option<Py<PyAny>>,
-        journal: Option<Arc<SqliteJournal>>,
+        py: Python<'_>,
+        launch: Launch,
         run: impl FnOnce(RunOptions) -> BoxFuture<'static, Result<RunOutcome, (String, String)>>,
     ) -> PyResult<RunHandle> {
+        let (on_done, sinks, journal, objects) =
+            (launch.on_done, launch.sinks, launch.journal, launch.objects);
         let cancel = CancellationToken::new();
         let mut options = RunOptions {
             cancel: Some(cancel.clone()),
@@ -356,22 +383,53 @@ impl NativeAgent {
                 let _ = tokio::task::spawn_blocking(move || o.flush()).await;
             }
             if let Some(f) = on_done {
-                let (json, code, message) = split(&ended);
                 Python::attach(|py| {
-                    if let Err(e) = f.call1(py, (json, code, message)) {
+                    if let Err(e) = f.call1(py, split(py, &ended, objects)) {
                         e.write_unraisable(py, None);
                     }
                 });
             }
             let _ = tx.send(ended);
         };
-        let outbox = Arc::new(Outbox::new(event_loop));
-        runtime()?.spawn(EVENT_LOOP.scope(outbox, task));
+        match launch.event_loop {
+            Some(event_loop) if launch.drive && running_here(py, &event_loop)? => {
+                let outbox = Arc::new(Outbox::driven(event_loop.clone_ref(py)));
+                let task = EVENT_LOOP.scope(Arc::clone(&outbox), task);
+                Driven::start(py, &event_loop, outbox, Box::pin(task))?;
+            }
+            event_loop => {
+                let outbox = Arc::new(Outbox::new(event_loop));
+                runtime()?.spawn(EVENT_LOOP.scope(outbox, task));
+            }
+        }
         Ok(RunHandle {
             cancel,
             ended: Mutex::new(rx),
+            objects,
         })
     }
+}
+
+/// How a run is started: where its end and events go, where its coroutine tools run, its
+/// journal, and whether it may be driven on its loop's thread (nothing of it blocks).
+struct Launch {
+    on_done: Option<Py<PyAny>>,
+    sinks: Sinks,
+    event_loop: Option<Py<PyAny>>,
+    journal: Option<Arc<SqliteJournal>>,
+    drive: bool,
+    /// The outcome reaches Python as objects, not JSON text.
+    objects: bool,
+}
+
+/// Whether `event_loop` is the loop running on this thread (`run_async` and `stream` start their
+/// runs from it).
+fn running_here(py: Python<'_>, event_loop: &Py<PyAny>) -> PyResult<bool> {
+    let running = py
+        .import("asyncio")?
+        .getattr("_get_running_loop")?
+        .call0()?;
+    Ok(running.is(event_loop.bind(py)))
 }
 
 /// Where a run's events go besides the run: a Python callable, a trace file.
@@ -395,6 +453,8 @@ fn open_trace(path: Option<PathBuf>, payloads: bool) -> PyResult<Option<Arc<Trac
 pub(crate) struct RunHandle {
     cancel: CancellationToken,
     ended: Mutex<mpsc::Receiver<Ended>>,
+    /// The outcome is given as objects, not JSON text.
+    objects: bool,
 }
 
 #[pymethods]
@@ -406,7 +466,7 @@ impl RunHandle {
     }
 
     /// Waits up to `timeout` seconds (without the GIL) for the end: `None` while it runs, else
-    /// `(outcome_json, None, None)` or `(None, code, message)`. The end is given once.
+    /// `(outcome, None, None)` or `(None, code, message)`. The end is given once.
     fn wait(&self, py: Python<'_>, timeout: f64) -> PyResult<Option<EndedParts>> {
         let wait = Duration::try_from_secs_f64(timeout).unwrap_or(Duration::ZERO);
         let got = py.detach(|| {
@@ -418,7 +478,7 @@ impl RunHandle {
             }
         });
         match got {
-            Ok(Some(ended)) => Ok(Some(split(&ended))),
+            Ok(Some(ended)) => Ok(Some(split(py, &ended, self.objects))),
             Ok(None) => Ok(None),
             Err(()) => Err(error("run.gone", "the run's end was already taken or lost")),
         }
@@ -447,16 +507,26 @@ fn answer_of(word: &str) -> Result<Answer, String> {
     }
 }
 
-fn split(ended: &Ended) -> EndedParts {
-    match ended {
-        Ok(json) => (Some(json.clone()), None, None),
-        Err((code, message)) => (None, Some(code.clone()), Some(message.clone())),
+fn split(py: Python<'_>, ended: &Ended, objects: bool) -> EndedParts {
+    let outcome = match ended {
+        Ok(value) if objects => crate::value::to_python(py, value),
+        Ok(value) => value
+            .to_string()
+            .into_pyobject(py)
+            .map(|s| s.into_any().unbind())
+            .map_err(PyErr::from),
+        Err((code, message)) => return (None, Some(code.clone()), Some(message.clone())),
+    };
+    match outcome {
+        Ok(outcome) => (Some(outcome), None, None),
+        // Only Python out of memory gets here: the run's end is still said.
+        Err(e) => (None, Some("run.failed".into()), Some(e.to_string())),
     }
 }
 
 /// The CLI's `--json` object of the run; a journaled run's names the journal and the calls it
 /// waits on, as `agentloop run --journal --json` does.
-fn outcome_json(outcome: &RunOutcome, priced: bool, journal: Option<&std::path::Path>) -> String {
+fn outcome_json(outcome: &RunOutcome, priced: bool, journal: Option<&std::path::Path>) -> Value {
     let mut value = agentloop_cli::render::priced_outcome_json(outcome, false, priced);
     if let (Some(path), Some(map)) = (journal, value.as_object_mut()) {
         let waiting: Vec<ApprovalRequest> = JournalReader::open(path)
@@ -469,7 +539,7 @@ fn outcome_json(outcome: &RunOutcome, priced: bool, journal: Option<&std::path::
             serde_json::to_value(&waiting).unwrap_or_default(),
         );
     }
-    value.to_string()
+    value
 }
 
 fn open_journal(path: PathBuf) -> PyResult<Arc<SqliteJournal>> {

@@ -1,16 +1,20 @@
 //! The native part of the `agentloop` Python package: the Rust runtime (the loop, providers,
 //! limits, permissions, journal, sessions, traces) driven from Python. Python holds the tools and
-//! the callbacks; this module runs every agent on one tokio runtime of its own and takes the GIL
-//! only to call them, so a waiting run never holds it.
+//! the callbacks; this module runs every agent on one tokio runtime of its own (a run of
+//! `run_async` or `stream` polled on its event loop's thread, with the runtime's context entered:
+//! [`drive`]) and takes the GIL only to call them, so a waiting run never holds it.
 //!
 //! The Python side (`python/agentloop/`) is the API users see; what it calls here is small and
-//! untyped on purpose: JSON strings across the boundary, the same JSON the CLI prints.
+//! untyped on purpose: JSON across the boundary, the same JSON the CLI prints (the outcome and a
+//! call's arguments as the dicts and lists `json.loads` would give, built here: no text between).
 
 mod agent;
+mod drive;
 mod model;
 mod otel;
 mod outbox;
 mod tool;
+mod value;
 
 use std::sync::OnceLock;
 
@@ -55,6 +59,8 @@ fn _agentloop(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<agent::RunHandle>()?;
     m.add_class::<outbox::ToolReply>()?;
     m.add_class::<outbox::Drain>()?;
+    m.add_class::<drive::Poll>()?;
+    m.add_class::<model::Settled>()?;
     m.add_function(wrap_pyfunction!(agent::answer, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())

@@ -4,7 +4,7 @@
 //! (a function model, for users' own tests).
 
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use agentloop::message::{AssistantMessage, ToolCall};
 use agentloop::model::{
@@ -17,6 +17,7 @@ use agentloop::{Message, Model};
 use agentloop_cli::agent_file::AgentFile;
 use pyo3::prelude::*;
 use serde::Serialize;
+use tokio::sync::oneshot;
 
 use crate::error;
 
@@ -77,13 +78,14 @@ impl Model for PythonModel {
     fn stream<'a>(&'a self, request: ModelRequest<'a>) -> ModelStream<'a> {
         Box::pin(futures::stream::once(async move {
             self.ask(&request)
+                .await
                 .map(|a| ModelEvent::Response(a.response()))
         }))
     }
 }
 
 impl PythonModel {
-    fn ask(&self, request: &ModelRequest<'_>) -> Result<Answer, ModelError> {
+    async fn ask(&self, request: &ModelRequest<'_>) -> Result<Answer, ModelError> {
         // The tool results the model answers, apart: a function that reads only them (most do)
         // never parses the whole transcript, so a turn's cost does not grow with the history.
         let answered = request
@@ -104,15 +106,62 @@ impl PythonModel {
         })
         .map_err(|e| ModelError::new(ModelErrorKind::Other, format!("function model: {e}")))?;
         let tail = serde_json::to_string(tail).unwrap_or_else(|_| "[]".into());
-        Python::attach(|py| {
-            self.f
+        let later = Python::attach(|py| {
+            let answer = self
+                .f
                 .call1(py, (request, tail))
-                .and_then(|r| r.extract::<Answer>(py))
-                .map_err(|e| {
-                    ModelError::new(ModelErrorKind::Other, python_error_text(py, &e))
-                        .with_provider("function")
-                })
-        })
+                .map_err(|e| failed(py, &e))?;
+            if let Ok(now) = answer.extract::<Answer>(py) {
+                return Ok(Asked::Now(now));
+            }
+            // An async function's answer, asked from a loop's own thread (a run driven there):
+            // a future its loop settles, awaited here without blocking the thread.
+            let (tx, rx) = oneshot::channel();
+            let settled = Py::new(py, Settled(Mutex::new(Some(tx)))).map_err(|e| failed(py, &e))?;
+            answer
+                .call_method1(py, "add_done_callback", (settled,))
+                .map_err(|e| failed(py, &e))?;
+            Ok(Asked::Later(rx))
+        })?;
+        match later {
+            Asked::Now(now) => Ok(now),
+            Asked::Later(rx) => rx.await.unwrap_or_else(|_| {
+                Err(
+                    ModelError::new(ModelErrorKind::Other, "the function model never answered")
+                        .with_provider("function"),
+                )
+            }),
+        }
+    }
+}
+
+/// A function model's answer: given, or to come from its loop.
+enum Asked {
+    Now(Answer),
+    Later(oneshot::Receiver<Result<Answer, ModelError>>),
+}
+
+/// A Python exception of a function model, as the model's error.
+fn failed(py: Python<'_>, e: &PyErr) -> ModelError {
+    ModelError::new(ModelErrorKind::Other, python_error_text(py, e)).with_provider("function")
+}
+
+/// The done callback of an async function model's answer (a `concurrent.futures.Future`).
+#[pyclass(module = "agentloop._agentloop", frozen)]
+pub(crate) struct Settled(Mutex<Option<oneshot::Sender<Result<Answer, ModelError>>>>);
+
+#[pymethods]
+impl Settled {
+    fn __call__(&self, py: Python<'_>, future: Py<PyAny>) {
+        let answer = future
+            .call_method0(py, "result")
+            .and_then(|r| r.extract::<Answer>(py))
+            .map_err(|e| failed(py, &e));
+        let tx = self.0.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(tx) = tx {
+            // The run may have stopped waiting: then nobody reads the answer.
+            let _ = tx.send(answer);
+        }
     }
 }
 

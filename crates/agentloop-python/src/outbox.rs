@@ -8,6 +8,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::thread::{self, ThreadId};
 
 use agentloop::{ToolError, ToolOutput};
 use pyo3::exceptions::PyRuntimeError;
@@ -28,13 +29,17 @@ pub(crate) struct Outbox {
     answered: Mutex<Vec<(oneshot::Sender<Reply>, Reply)>>,
     /// A batch is starting ([`Drain`]), on the loop's thread.
     starting: AtomicBool,
+    /// The thread of a run driven on its loop ([`crate::drive`]): a call queued there is started
+    /// by the poll that queued it, with no wake-up of the loop.
+    driven_on: Option<ThreadId>,
 }
 
 /// One call not started yet.
 pub(crate) struct Waiting {
     pub(crate) dispatcher: Arc<Py<PyAny>>,
     pub(crate) index: usize,
-    pub(crate) arguments: String,
+    /// Validated already; handed to Python as a dict.
+    pub(crate) arguments: Value,
     pub(crate) run_id: Arc<str>,
     pub(crate) call_id: Arc<str>,
     pub(crate) tx: oneshot::Sender<Reply>,
@@ -53,6 +58,15 @@ impl Outbox {
             waiting: Mutex::new(Vec::new()),
             answered: Mutex::new(Vec::new()),
             starting: AtomicBool::new(false),
+            driven_on: None,
+        }
+    }
+
+    /// The outbox of a run driven on `event_loop`'s thread, which is this one.
+    pub(crate) fn driven(event_loop: Py<PyAny>) -> Outbox {
+        Outbox {
+            driven_on: Some(thread::current().id()),
+            ..Outbox::new(Some(event_loop))
         }
     }
 
@@ -67,7 +81,7 @@ impl Outbox {
             waiting.push(call);
             waiting.len() == 1
         };
-        if !first {
+        if !first || self.driven_on == Some(thread::current().id()) {
             return;
         }
         let woken = Python::attach(|py| {
@@ -117,7 +131,7 @@ impl Outbox {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
@@ -128,13 +142,24 @@ pub(crate) struct Drain(Arc<Outbox>);
 #[pymethods]
 impl Drain {
     fn __call__(&self, py: Python<'_>) {
-        let batch = std::mem::take(&mut *self.0.waiting());
-        self.0.starting.store(true, Ordering::Relaxed);
-        for call in batch {
-            start(py, &self.0, call);
+        self.0.start_waiting(py);
+    }
+}
+
+impl Outbox {
+    /// Starts every call waiting, on the loop's thread; the answers of those that finish at once
+    /// go back together.
+    pub(crate) fn start_waiting(self: &Arc<Self>, py: Python<'_>) {
+        let batch = std::mem::take(&mut *self.waiting());
+        if batch.is_empty() {
+            return;
         }
-        self.0.starting.store(false, Ordering::Relaxed);
-        self.0.flush();
+        self.starting.store(true, Ordering::Relaxed);
+        for call in batch {
+            start(py, self, call);
+        }
+        self.starting.store(false, Ordering::Relaxed);
+        self.flush();
     }
 }
 
@@ -157,17 +182,19 @@ fn start(py: Python<'_>, outbox: &Arc<Outbox>, call: Waiting) {
             return;
         }
     };
-    let started = call.dispatcher.call_method1(
-        py,
-        "start_async",
-        (
-            call.index,
-            call.arguments,
-            &*call.run_id,
-            &*call.call_id,
-            reply.clone_ref(py),
-        ),
-    );
+    let started = crate::value::to_python(py, &call.arguments).and_then(|arguments| {
+        call.dispatcher.call_method1(
+            py,
+            "start_async",
+            (
+                call.index,
+                arguments,
+                &*call.run_id,
+                &*call.call_id,
+                reply.clone_ref(py),
+            ),
+        )
+    });
     match started {
         Ok(task) if task.is_none(py) => {}
         Ok(task) => call.state.started(py, task),

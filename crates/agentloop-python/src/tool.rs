@@ -86,8 +86,8 @@ impl Drop for CancelOnDrop {
     }
 }
 
-/// The tool, over the Python dispatcher: `dispatcher(index, arguments_json, run_id, call_id,
-/// reply)` starts sync call `index` of the agent's tools on the thread pool and returns its
+/// The tool, over the Python dispatcher: `dispatcher(index, arguments, run_id, call_id, reply)`
+/// (the arguments as a dict) starts sync call `index` of the agent's tools on the thread pool and returns its
 /// future; `dispatcher.start_async(...)`, with the same arguments, a coroutine call on the loop
 /// (see [`crate::outbox`]).
 pub(crate) fn tool(def: ToolDef, index: usize, dispatcher: Arc<Py<PyAny>>) -> PyResult<Tool> {
@@ -135,7 +135,7 @@ async fn call_async(
     outbox.send(Waiting {
         dispatcher,
         index,
-        arguments: args.to_string(),
+        arguments: args.clone(),
         run_id: Arc::clone(&ctx.run_id),
         call_id: Arc::clone(&ctx.call_id),
         tx,
@@ -161,7 +161,13 @@ async fn call(dispatcher: &Py<PyAny>, index: usize, args: &Value, ctx: &ToolCont
         )?;
         dispatcher.call1(
             py,
-            (index, args.to_string(), &*ctx.run_id, &*ctx.call_id, reply),
+            (
+                index,
+                crate::value::to_python(py, args)?,
+                &*ctx.run_id,
+                &*ctx.call_id,
+                reply,
+            ),
         )
     });
     let handle = match started {
