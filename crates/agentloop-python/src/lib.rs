@@ -2,7 +2,7 @@
 //! limits, permissions, journal, sessions, traces) driven from Python. Python holds the tools and
 //! the callbacks; this module runs every agent on one tokio runtime of its own (a run of
 //! `run_async` or `stream` polled on its event loop's thread, with the runtime's context entered:
-//! [`drive`]) and takes the GIL only to call them, so a waiting run never holds it.
+//! the `drive` module) and takes the GIL only to call them, so a waiting run never holds it.
 //!
 //! The Python side (`python/agentloop/`) is the API users see; what it calls here is small and
 //! untyped on purpose: JSON across the boundary, the same JSON the CLI prints (the outcome and a
