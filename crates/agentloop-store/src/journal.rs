@@ -290,10 +290,15 @@ pub(crate) fn open_kind(
         path: shown.clone(),
         reason,
     };
+    // No SQLite mutex on the connection: a `Connection` is used by one thread at a time (it is
+    // not `Sync`; the writer's is behind a lock), so SQLite's own locking of each call (as
+    // rusqlite's default flags also leave out) would only cost every step a few lock pairs.
     let flags = if create {
-        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE
-    } else {
         OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_CREATE
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX
+    } else {
+        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX
     };
     if !create && !path.exists() {
         return Err(io(format!("no journal at {shown}")));
