@@ -28,6 +28,7 @@ const KIND: FileKind = FileKind {
     version: 1,
     schema: SCHEMA,
     migrations: &[],
+    page_size: None,
 };
 
 /// Model answers in a SQLite file, each until its time to live runs out.

@@ -27,6 +27,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -262,6 +263,9 @@ pub(crate) struct FileKind {
     /// The SQL that takes a file of version `n` to `n + 1`, at index `n - 1`: a file older than
     /// `version` is brought up to it when opened.
     pub(crate) migrations: &'static [&'static str],
+    /// The page size a new file gets (SQLite's own, 4096, when `None`); a file keeps the one it
+    /// was made with.
+    pub(crate) page_size: Option<u32>,
 }
 
 const JOURNAL: FileKind = FileKind {
@@ -269,6 +273,12 @@ const JOURNAL: FileKind = FileKind {
     version: JOURNAL_VERSION,
     schema: SCHEMA,
     migrations: &[TO_V2],
+    // Every WAL frame is a whole page, written and checksummed: a commit of a step or a few
+    // writes two to three pages (the step log's last leaf, its index's, now and then the run's
+    // row), so a smaller page is less to write per commit. 2048 bytes took 7-15% off a
+    // `process` step's CPU with steps of 150 bytes (median) and 9% with 2 KB tool results, and
+    // was within noise at 8 KB (agentloop-bench journal, BENCHMARKS.md); 1024 was no better.
+    page_size: Some(2048),
 };
 
 /// Opens a journal file, creating its schema when the file is new (or empty), and refusing a
@@ -289,10 +299,15 @@ pub(crate) fn open_kind(
         path: shown.clone(),
         reason,
     };
+    // No SQLite mutex on the connection: a `Connection` is used by one thread at a time (it is
+    // not `Sync`; the writer's is behind a lock), so SQLite's own locking of each call (as
+    // rusqlite's default flags also leave out) would only cost every step a few lock pairs.
     let flags = if create {
-        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE
-    } else {
         OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_CREATE
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX
+    } else {
+        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX
     };
     if !create && !path.exists() {
         return Err(io(format!("no journal at {shown}")));
@@ -314,6 +329,10 @@ pub(crate) fn open_kind(
         })
         .map_err(|e| foreign(format!("it cannot be read as SQLite ({e})")))?;
     if tables.is_empty() {
+        if let Some(size) = kind.page_size {
+            // Before WAL mode, which fixes the page size of a new file.
+            conn.pragma_update(None, "page_size", size).map_err(io)?;
+        }
         conn.execute_batch(
             "PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; BEGIN IMMEDIATE;",
         )
@@ -406,6 +425,8 @@ pub struct SqliteJournal {
     durability: Durability,
     /// The runs this journal drives, each with the lock that says so to other processes.
     owned: Mutex<HashMap<String, std::fs::File>>,
+    /// This handle made (or found) the owners' folder, and has not seen it go since.
+    folder_made: AtomicBool,
 }
 
 impl SqliteJournal {
@@ -424,9 +445,11 @@ impl SqliteJournal {
         // opened that file before and locks it after holds a lock on a file no longer there,
         // and must take the one at the path instead. A few rounds settle any such race.
         for _ in 0..32 {
-            if let Some(folder) = path.parent() {
+            if !self.folder_made.load(Ordering::Relaxed)
+                && let Some(folder) = path.parent()
+            {
                 match std::fs::create_dir_all(folder) {
-                    Ok(()) => {}
+                    Ok(()) => self.folder_made.store(true, Ordering::Relaxed),
                     // Made and removed again by a releasing owner between two looks.
                     Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
                     Err(e) => return Err(io(e)),
@@ -442,8 +465,11 @@ impl SqliteJournal {
                     .open(&path)
                 {
                     Ok(file) => file,
-                    // The folder went with the last file in it: make it again.
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                    // The folder went with another handle's last file: make it again.
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                        self.folder_made.store(false, Ordering::Relaxed);
+                        continue;
+                    }
                     Err(e) => return Err(io(e)),
                 }
             };
@@ -468,8 +494,10 @@ impl SqliteJournal {
     }
 
     /// Lets run `run_id` go (done by itself when the run finishes or suspends): its lock file
-    /// is deleted, then unlocked, and the owners' folder with it when it is empty, so that a
-    /// journal of many runs leaves no file per run behind.
+    /// is deleted, then unlocked, so that a journal of many runs leaves no file per run behind.
+    /// The owners' folder stays while this handle lives (the next run's lock goes in it; making
+    /// and removing it with each run was 7% of a journaled run's CPU) and goes, when empty,
+    /// with the handle.
     pub fn release(&self, run_id: &str) {
         let file = self
             .owned
@@ -477,13 +505,8 @@ impl SqliteJournal {
             .unwrap_or_else(|p| p.into_inner())
             .remove(run_id);
         if let Some(file) = file {
-            let path = self.owner_file(run_id);
-            let _ = std::fs::remove_file(&path);
+            let _ = std::fs::remove_file(self.owner_file(run_id));
             drop(file);
-            if let Some(folder) = path.parent() {
-                // Fails while another run's file is there: then the folder stays.
-                let _ = std::fs::remove_dir(folder);
-            }
         }
     }
 
@@ -539,6 +562,11 @@ impl Drop for SqliteJournal {
         for run_id in runs {
             self.release(&run_id);
         }
+        if let Some(folder) = self.owner_file("").parent() {
+            // Fails while another run's file is there (of this process or another): then the
+            // folder stays, and goes with the last handle that finds it empty.
+            let _ = std::fs::remove_dir(folder);
+        }
     }
 }
 
@@ -561,6 +589,7 @@ impl SqliteJournal {
             writer,
             durability: Durability::default(),
             owned: Mutex::new(HashMap::new()),
+            folder_made: AtomicBool::new(false),
         })
     }
 

@@ -48,6 +48,7 @@ const KIND: FileKind = FileKind {
     schema: SCHEMA,
     // 2: the full history beside the (compacted) transcript; NULL when they are the same.
     migrations: &["ALTER TABLE sessions ADD COLUMN history TEXT;"],
+    page_size: None,
 };
 
 fn io(e: impl std::fmt::Display) -> SessionError {

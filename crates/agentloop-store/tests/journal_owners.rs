@@ -61,3 +61,33 @@ fn handles_take_a_run_in_turn_and_leave_no_lock_file_behind() {
     drop(other);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn the_owners_folder_lives_with_the_handle_and_comes_back_when_another_takes_it() {
+    let dir = std::env::temp_dir().join(format!("agentloop-owners-keep-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("runs.db");
+    let owners = dir.join("runs.db.owners");
+    let journal = SqliteJournal::open(&path).unwrap();
+    journal.own("run-a").unwrap();
+    journal.release("run-a");
+    // The run's lock file goes with the run; the folder stays for the next run.
+    assert!(owners.is_dir());
+    assert_eq!(std::fs::read_dir(&owners).unwrap().count(), 0);
+
+    // Another handle (as another process would) that finds the folder empty takes it away: this
+    // handle's next run makes it again, instead of failing on the folder it thought was there.
+    drop(SqliteJournal::open(&path).unwrap());
+    assert!(!owners.exists());
+    journal.own("run-b").unwrap();
+    assert!(owners.join("run-b.lock").is_file());
+    let other = SqliteJournal::open(&path).unwrap();
+    assert!(matches!(other.own("run-b"), Err(JournalError::Busy { .. })));
+    // A handle dropped while another's run is in the folder leaves both alone.
+    drop(other);
+    assert!(owners.join("run-b.lock").is_file());
+    drop(journal);
+    assert!(!owners.exists());
+    let _ = std::fs::remove_dir_all(&dir);
+}
