@@ -50,7 +50,7 @@ use writer::{Command, Done, Job, WriterHandle};
 
 /// The `format` a journal's meta table names.
 pub const JOURNAL_FORMAT: &str = "agentloop-journal";
-/// The journal format's version. Version 2 keeps the steps in insertion order (see [`SCHEMA`]);
+/// The journal format's version. Version 2 keeps the steps in insertion order (see the module's `SCHEMA`);
 /// a version-1 file is brought up to it when opened.
 pub const JOURNAL_VERSION: i64 = 2;
 
