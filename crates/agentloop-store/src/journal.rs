@@ -641,6 +641,45 @@ impl SqliteJournal {
         }
     }
 
+    /// Hands `commands` to the writer in one piece, so that it takes them in one group: one
+    /// transaction and, at `power`, one fsync; it keeps their order. Answers once each is
+    /// written, or with the first that was not (its place, and why).
+    fn write_together(
+        &self,
+        commands: Vec<Command>,
+    ) -> impl Future<Output = Result<(), (usize, JournalError)>> + Send + 'static {
+        let mut jobs = Vec::with_capacity(commands.len());
+        let mut answers = Vec::with_capacity(commands.len());
+        for command in commands {
+            let (reply, done) = tokio::sync::oneshot::channel();
+            jobs.push(Job {
+                command,
+                durability: self.durability,
+                reply,
+            });
+            answers.push(done);
+        }
+        let (sent, gather) = if jobs.is_empty() {
+            (Ok(()), None)
+        } else if WriterHandle::committed_here(&jobs) {
+            (Ok(()), Some(Arc::clone(&self.writer).gather(jobs)))
+        } else {
+            (self.writer.send_all(jobs), None)
+        };
+        async move {
+            sent.map_err(|e| (0, e))?;
+            if let Some(gather) = gather {
+                gather.await.map_err(|e| (0, e))?;
+            }
+            for (i, done) in answers.into_iter().enumerate() {
+                done.await
+                    .map_err(|_| (i, io("the journal's writer thread is gone")))?
+                    .map_err(|e| (i, e))?;
+            }
+            Ok(())
+        }
+    }
+
     fn send(&self, command: Command) -> BoxFuture<'_, Result<(), JournalError>> {
         let written = self.write(command);
         Box::pin(async move { written.await.map(drop) })
@@ -739,53 +778,50 @@ impl Journal for SqliteJournal {
         seq: u64,
         steps: &'a [Step],
     ) -> BoxFuture<'a, Result<(), (usize, JournalError)>> {
-        // The steps reach the writer in one piece, so that it takes them in one group: one
-        // transaction and, at `power`, one fsync. The writer keeps their order. A step that
-        // cannot be serialized ends the batch there; the ones before it are written.
-        let mut jobs = Vec::with_capacity(steps.len());
-        let mut answers = Vec::with_capacity(steps.len());
+        // A step that cannot be serialized ends the batch there; the ones before it are
+        // written.
+        let mut commands = Vec::with_capacity(steps.len());
         let mut unwritable = None;
         for (i, step) in steps.iter().enumerate() {
             match to_json(step) {
-                Ok(text) => {
-                    let (reply, done) = tokio::sync::oneshot::channel();
-                    let command = Command::Append {
-                        run_id: run_id.to_owned(),
-                        seq: seq + i as u64,
-                        step: text,
-                    };
-                    jobs.push(Job {
-                        command,
-                        durability: self.durability,
-                        reply,
-                    });
-                    answers.push(done);
-                }
+                Ok(text) => commands.push(Command::Append {
+                    run_id: run_id.to_owned(),
+                    seq: seq + i as u64,
+                    step: text,
+                }),
                 Err(e) => {
                     unwritable = Some((i, e));
                     break;
                 }
             }
         }
-        let (sent, gather) = if jobs.is_empty() {
-            (Ok(()), None)
-        } else if WriterHandle::committed_here(&jobs) {
-            (Ok(()), Some(Arc::clone(&self.writer).gather(jobs)))
-        } else {
-            (self.writer.send_all(jobs), None)
-        };
+        let written = self.write_together(commands);
         Box::pin(async move {
-            sent.map_err(|e| (0, e))?;
-            if let Some(gather) = gather {
-                gather.await.map_err(|e| (0, e))?;
-            }
-            for (i, done) in answers.into_iter().enumerate() {
-                done.await
-                    .map_err(|_| (i, io("the journal's writer thread is gone")))?
-                    .map_err(|e| (i, e))?;
-            }
+            written.await?;
             unwritable.map_or(Ok(()), Err)
         })
+    }
+
+    fn append_and_finish<'a>(
+        &'a self,
+        run_id: &'a str,
+        seq: u64,
+        step: &'a Step,
+        outcome: &'a RunOutcome,
+    ) -> BoxFuture<'a, Result<(), JournalError>> {
+        let text = match to_json(step) {
+            Ok(text) => text,
+            Err(e) => return Box::pin(async move { Err(e) }),
+        };
+        // One write: the step and the end are committed both or neither.
+        self.then_release(
+            run_id,
+            self.send(Command::Finish {
+                run_id: run_id.to_owned(),
+                stop_reason: outcome.stop_reason.as_str().to_owned(),
+                last: Some((seq, text)),
+            }),
+        )
     }
 
     fn suspend<'a>(
@@ -819,6 +855,7 @@ impl Journal for SqliteJournal {
             self.send(Command::Finish {
                 run_id: run_id.to_owned(),
                 stop_reason: outcome.stop_reason.as_str().to_owned(),
+                last: None,
             }),
         )
     }

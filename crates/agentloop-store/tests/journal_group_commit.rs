@@ -189,6 +189,49 @@ fn a_write_that_fails_inside_a_group_fails_alone() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+#[test]
+fn a_last_step_written_with_the_end_is_kept_with_it_or_not_at_all() {
+    let dir = temp_dir("group-last-step");
+    let path = dir.join("runs.db");
+    let answer = Agent::builder()
+        .model(FunctionModel::new(|_: &ModelRequest<'_>| {
+            Ok(ModelResponse::text("done"))
+        }))
+        .build()
+        .unwrap();
+    for durability in [Durability::Process, Durability::Power] {
+        let journal = SqliteJournal::open(&path)
+            .unwrap()
+            .with_durability(durability);
+        let (a, b) = (format!("a-{durability:?}"), format!("b-{durability:?}"));
+        futures::executor::block_on(async {
+            let outcome = answer.run("go").await;
+            for id in [&a, &b] {
+                journal.begin(&header(id)).await.unwrap();
+                journal.append(id, 0, &step(0)).await.unwrap();
+            }
+            journal
+                .append_and_finish(&a, 1, &step(1), &outcome)
+                .await
+                .unwrap();
+            // Out of order: neither the step nor the end is kept.
+            let refused = journal.append_and_finish(&b, 5, &step(5), &outcome).await;
+            assert!(
+                matches!(&refused, Err(JournalError::Io { message }) if message.contains("out of order")),
+                "{refused:?}"
+            );
+        });
+        let reader = JournalReader::open(&path).unwrap();
+        let run = reader.load(&a).unwrap();
+        assert_eq!(run.steps, vec![step(0), step(1)]);
+        assert_eq!(run.status.as_str(), "finished");
+        let run = reader.load(&b).unwrap();
+        assert_eq!(run.steps, vec![step(0)]);
+        assert_eq!(run.status.as_str(), "running", "the end went with its step");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Every row of run `id`, as the file holds it.
 fn rows(path: &std::path::Path, id: &str) -> Vec<(String, String)> {
     let conn = rusqlite::Connection::open(path).unwrap();

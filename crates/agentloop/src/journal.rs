@@ -1,7 +1,9 @@
 //! Durable runs. A run given a [`Journal`] (in [`crate::RunOptions::journal`]) writes how it
-//! started and then each step's result before its machine moves on, so that a process that dies
+//! started and then each step's result before anything acts on it, so that a process that dies
 //! loses nothing that was done: [`crate::Agent::resume`] feeds the journal to a fresh machine and
-//! goes on. A finished tool call is never run again; a call that was running at the crash runs
+//! goes on. (A model's response is fed to the machine before it is written when the next step
+//! starts a call, or the run is over: it is then written with the starts, or with the run's end,
+//! in one commit, before the call runs or the run returns.) A finished tool call is never run again; a call that was running at the crash runs
 //! again only when its tool is idempotent, and is answered
 //! [`crate::CallOutcome::interrupted`] otherwise. A gate that must ask a human suspends a
 //! journaled run instead of waiting ([`crate::gate::Approvals`]); the answers, recorded in the
@@ -297,6 +299,24 @@ pub trait Journal: Send + Sync {
         steps: &'a [Step],
     ) -> BoxFuture<'a, Result<(), (usize, JournalError)>> {
         append_in_turn(self, run_id, seq, steps)
+    }
+
+    /// Step `seq` of run `run_id` ended, and with it the run: a journal that groups its writes
+    /// commits both together (the driver holds a model's last answer for this when nothing
+    /// runs after it). On a failure, the run is left unfinished with what was written, as after
+    /// a failed [`Journal::finish`]. By default, [`Journal::append`] and then
+    /// [`Journal::finish`].
+    fn append_and_finish<'a>(
+        &'a self,
+        run_id: &'a str,
+        seq: u64,
+        step: &'a Step,
+        outcome: &'a RunOutcome,
+    ) -> BoxFuture<'a, Result<(), JournalError>> {
+        Box::pin(async move {
+            self.append(run_id, seq, step).await?;
+            self.finish(run_id, outcome).await
+        })
     }
 
     /// The run suspended, waiting on these calls.

@@ -275,8 +275,57 @@ async fn a_completed_call_whose_record_failed_is_reported_completed_and_the_run_
 }
 
 #[tokio::test]
+async fn a_response_the_journal_could_not_keep_starts_no_call() {
+    // The response that asks for the calls is written with their starts, in one write: that
+    // write fails at the response itself.
+    let (journal, at) = failing_at(
+        |i| matches!(i, agentloop::machine::Input::ModelResponded { .. }),
+        0,
+    )
+    .await;
+    let counts = Counts {
+        idem: Arc::new(AtomicUsize::new(0)),
+        once: Arc::new(AtomicUsize::new(0)),
+    };
+    let events = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = events.clone();
+    let agent_b = Agent::builder()
+        .model(ScriptedModel::new(script()))
+        .tool(counter("idem", true, &counts.idem))
+        .tool(counter("once", false, &counts.once))
+        .version("1")
+        .sink(move |e: &agentloop::Event| seen.lock().unwrap().push(e.kind.clone()))
+        .build()
+        .unwrap();
+    let out = journaled(&agent_b, journal.clone()).await;
+    assert_eq!(
+        *journal.batches.lock().unwrap(),
+        [3],
+        "the response and its two starts, in one write"
+    );
+    assert_eq!(
+        journal.steps.lock().unwrap().len() as u64,
+        at,
+        "nothing of the batch is kept"
+    );
+    assert_eq!(out.stop_reason, StopReason::Failed);
+    assert_eq!(out.error.as_ref().unwrap().code(), "journal.write");
+    let ran = counts.idem.load(Ordering::SeqCst) + counts.once.load(Ordering::SeqCst);
+    assert_eq!(ran, 0, "no call runs once the run stopped at its journal");
+    common::assert_tool_cycle(&out.transcript);
+    let events = events.lock().unwrap();
+    assert!(
+        !events
+            .iter()
+            .any(|k| matches!(k, agentloop::EventKind::ToolStarted { .. })),
+        "{events:#?}"
+    );
+}
+
+#[tokio::test]
 async fn a_start_the_journal_could_not_keep_runs_no_call_of_its_batch() {
-    // The batch's two starts go to the journal together; the second one fails.
+    // The response and the batch's two starts go to the journal together; the second start
+    // fails.
     let (journal, at) = failing_at(
         |i| matches!(i, agentloop::machine::Input::CallStarted { .. }),
         1,
@@ -284,7 +333,7 @@ async fn a_start_the_journal_could_not_keep_runs_no_call_of_its_batch() {
     .await;
     let (agent_b, counts) = agent(0, "1");
     let out = journaled(&agent_b, journal.clone()).await;
-    assert_eq!(*journal.batches.lock().unwrap(), [2]);
+    assert_eq!(*journal.batches.lock().unwrap(), [3]);
     assert_eq!(
         journal.steps.lock().unwrap().len() as u64,
         at,
@@ -399,8 +448,9 @@ async fn calls_that_start_or_finish_together_are_journaled_together_and_resume_t
     assert_eq!(base.stop_reason, StopReason::Finished);
     assert_eq!(
         *journal.batches.lock().unwrap(),
-        [2, 2],
-        "the two starts went to the journal in one write, and so did the two results"
+        [3, 2],
+        "the response and its two starts went to the journal in one write, and so did the two \
+         results"
     );
     let steps = journal.steps.lock().unwrap().clone();
     let count =

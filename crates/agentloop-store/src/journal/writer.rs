@@ -160,9 +160,12 @@ pub(super) enum Command {
         run_id: String,
         rows: Vec<(String, String)>,
     },
+    /// The run ended, with its last step when it is written together with the end (`seq`,
+    /// the step): both or neither.
     Finish {
         run_id: String,
         stop_reason: String,
+        last: Option<(u64, String)>,
     },
     Fork {
         from: String,
@@ -609,6 +612,43 @@ impl Writer {
         }
     }
 
+    /// Appends step `seq` of run `run_id`, chained to the run's last one.
+    fn append(
+        &self,
+        conn: &Connection,
+        run_id: String,
+        seq: u64,
+        step: &str,
+        group: &mut Group,
+    ) -> Result<(), JournalError> {
+        let last = self.tail(conn, &group.moved, &run_id)?;
+        let expected = last.seq.map_or(0, |s| s + 1);
+        if seq != expected {
+            return Err(io(format!(
+                "run {run_id}: step {seq} written out of order (expected step {expected})"
+            )));
+        }
+        let sum = insert_step(conn, last.run_no, seq, step, &last.sum)?;
+        let nth = self.written + group.appended.len() as u64;
+        if self.fault == Some(Fault::InStep(seq)) {
+            hang(&format!("in the write of step {seq}"));
+        }
+        if self.fault == Some(Fault::InWrite(nth)) {
+            hang(&format!("in write {nth}"));
+        }
+        group.appended.push((seq, nth));
+        group.running.insert(run_id.clone());
+        group.moved.insert(
+            run_id,
+            Tail {
+                seq: Some(seq),
+                sum,
+                ..last
+            },
+        );
+        Ok(())
+    }
+
     fn apply(
         &self,
         conn: &Connection,
@@ -628,31 +668,7 @@ impl Writer {
                 group.moved.insert(run_id, tail);
             }
             Command::Append { run_id, seq, step } => {
-                let last = self.tail(conn, &group.moved, &run_id)?;
-                let expected = last.seq.map_or(0, |s| s + 1);
-                if seq != expected {
-                    return Err(io(format!(
-                        "run {run_id}: step {seq} written out of order (expected step {expected})"
-                    )));
-                }
-                let sum = insert_step(conn, last.run_no, seq, &step, &last.sum)?;
-                let nth = self.written + group.appended.len() as u64;
-                if self.fault == Some(Fault::InStep(seq)) {
-                    hang(&format!("in the write of step {seq}"));
-                }
-                if self.fault == Some(Fault::InWrite(nth)) {
-                    hang(&format!("in write {nth}"));
-                }
-                group.appended.push((seq, nth));
-                group.running.insert(run_id.clone());
-                group.moved.insert(
-                    run_id,
-                    Tail {
-                        seq: Some(seq),
-                        sum,
-                        ..last
-                    },
-                );
+                self.append(conn, run_id, seq, &step, group)?;
             }
             Command::Suspend { run_id, rows } => {
                 group.running.remove(&run_id);
@@ -677,7 +693,11 @@ impl Writer {
             Command::Finish {
                 run_id,
                 stop_reason,
+                last,
             } => {
+                if let Some((seq, step)) = last {
+                    self.append(conn, run_id.clone(), seq, &step, group)?;
+                }
                 group.running.remove(&run_id);
                 group.stamped.insert(run_id.clone(), None);
                 conn.execute(

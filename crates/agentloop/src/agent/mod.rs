@@ -322,6 +322,7 @@ impl Agent {
             scope: None,
             source_tools: None,
             tools_synced: false,
+            held: None,
         }
     }
 

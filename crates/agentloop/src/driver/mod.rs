@@ -9,8 +9,9 @@
 //! - `seams.rs`: hooks, guardrails, gates and pricing, each panic-isolated.
 //! - `replay.rs`: the replay driver, which feeds a recorded step log to a fresh machine.
 //!
-//! A durable run's driver writes each step to its journal before feeding it to the machine
-//! (`Driver::record`); resuming starts this same driver on a machine fed from the journal.
+//! A durable run's driver writes each step to its journal before feeding it to the machine, or,
+//! for a model's response followed by a call's start or the run's end, before anything acts on
+//! it (`Driver::record`); resuming starts this same driver on a machine fed from the journal.
 
 mod chain;
 pub mod replay;
@@ -98,6 +99,9 @@ pub(crate) struct Driver<'a> {
     /// True once this driver told the machine the source's tools (the first turn it drives
     /// always does).
     pub(crate) tools_synced: bool,
+    /// A model's response the machine was fed and the journal has not committed yet: it goes
+    /// to the journal with the start of the first call it asks for (see [`Driver::record`]).
+    pub(crate) held: Option<Step>,
 }
 
 impl<'a> Driver<'a> {
@@ -233,12 +237,17 @@ impl<'a> Driver<'a> {
         let mut running = FuturesUnordered::new();
         let mut senders: Vec<(usize, ProgressSender)> = Vec::new();
         loop {
-            self.flush(&mut m);
+            if self.held.is_none() {
+                // A held response's events wait for its commit.
+                self.flush(&mut m);
+            }
             let input = match m.action() {
                 Action::Finish => break,
                 Action::StartCall(call) => match self.interrupted_now(deadline) {
                     Some(by) => Input::Interrupted { by },
-                    None if self.journaling && m.starts_ahead().len() > 1 => {
+                    None if self.journaling
+                        && (m.starts_ahead().len() > 1 || self.held.is_some()) =>
+                    {
                         // The calls that start together have their starts committed together;
                         // none runs before that commit (a call's future is first polled while
                         // the batch is awaited), and a call whose start was not kept never runs.
@@ -298,7 +307,9 @@ impl<'a> Driver<'a> {
                 self.feed_plain(&mut m, input);
             }
         }
-        self.flush(&mut m);
+        if self.held.is_none() {
+            self.flush(&mut m);
+        }
         self.source_output(&m);
         drop(running);
         for (_, s) in senders.drain(..) {
@@ -376,6 +387,8 @@ impl<'a> Driver<'a> {
     async fn conclude(&mut self, mut m: RunMachine, observed: bool) -> RunOutcome {
         let elapsed = self.start.elapsed();
         self.close_journal(&mut m, elapsed).await;
+        // The events of a last answer held for the journal's end.
+        self.flush(&mut m);
         let cfg = Arc::clone(m.config());
         let outcome = m.into_outcome(elapsed);
         if observed {
@@ -493,6 +506,15 @@ impl<'a> Driver<'a> {
     /// Ends a step of a journaling run: its result is journaled, kept in the log, and fed to the
     /// machine, in that order. A step that cannot be journaled is not fed: the machine is told
     /// the journal failed instead, and the run stops at its last written step.
+    ///
+    /// One exception saves a commit a turn: a model's response is fed first, and when the
+    /// machine's next step is a call's start (no hook, gate or check between them), it is held
+    /// and committed with that start, in one transaction, before the call runs; when the run is
+    /// over with it, it is committed with the run's end. Nothing outside the run sees it before
+    /// that commit: its events wait, and no model, tool or hook runs in between. A crash before
+    /// the commit loses the response as a crash during the model call would: the resumed run
+    /// asks the model again, and the spend of a response is in the journal before anything
+    /// acts on it.
     #[inline(never)]
     pub(crate) async fn record(&mut self, m: &mut RunMachine, mut input: Input) {
         m.settle(&mut input);
@@ -502,22 +524,61 @@ impl<'a> Driver<'a> {
                 by: Interrupt::Suspended
             }
         );
+        if self.held.is_some() && !suspends {
+            self.record_batch(m, vec![input]).await;
+            return;
+        }
         let at = self.start.elapsed();
         let mut step = Step { at, input };
-        let mut failed = None;
-        if let Some(journal) = self.journal.as_ref().filter(|_| self.journaling) {
-            if suspends {
-                // The journal ends before the gate's step, so a resume asks the gate again.
-                self.journaling = false;
-            } else if let Err(e) = journal.append(m.run_id(), self.seq, &step).await {
-                self.journaling = false;
-                failed = not_journaled(&mut step, &e);
-            } else {
-                self.seq += 1;
+        let Some(journal) = self.journal.clone().filter(|_| self.journaling) else {
+            self.feed(m, step);
+            return;
+        };
+        if suspends {
+            // The journal ends before the gate's step, so a resume asks the gate again.
+            self.commit_held(m).await;
+            self.journaling = false;
+            self.feed(m, step);
+            return;
+        }
+        if matches!(step.input, Input::ModelResponded { .. }) {
+            let copy = step.clone();
+            self.feed(m, step);
+            self.held = Some(copy);
+            if !m.starts_next() && !m.is_done() {
+                self.commit_held(m).await;
             }
+            return;
+        }
+        let mut failed = None;
+        if let Err(e) = journal.append(m.run_id(), self.seq, &step).await {
+            self.journaling = false;
+            failed = not_journaled(&mut step, &e);
+        } else {
+            self.seq += 1;
         }
         for step in std::iter::once(step).chain(failed) {
             self.feed(m, step);
+        }
+    }
+
+    /// Commits the held response on its own (the machine was fed it, and what comes next is
+    /// not a call's start); a failed write is fed as the journal's failure.
+    async fn commit_held(&mut self, m: &mut RunMachine) {
+        let Some(mut step) = self.held.take() else {
+            return;
+        };
+        let Some(journal) = self.journal.clone().filter(|_| self.journaling) else {
+            return;
+        };
+        match journal.append(m.run_id(), self.seq, &step).await {
+            Ok(()) => self.seq += 1,
+            Err(e) => {
+                self.journaling = false;
+                // Not a finished call: the step becomes the journal's failure.
+                let _ = not_journaled(&mut step, &e);
+                self.feed(m, step);
+            }
         }
     }
 
@@ -526,15 +587,17 @@ impl<'a> Driver<'a> {
     /// journal groups them), then each is fed, in order. The step the journal could not keep is
     /// fed as in `record`'s failure; a finished call past it is fed as such, a start past it is
     /// not fed at all (the machine no longer asks for it). Returns how many steps were kept.
+    /// A held response goes first, in the same commit (it was fed already).
     async fn record_batch(&mut self, m: &mut RunMachine, inputs: Vec<Input>) -> usize {
         let at = self.start.elapsed();
-        let mut steps: Vec<Step> = inputs
-            .into_iter()
-            .map(|mut input| {
-                m.settle(&mut input);
-                Step { at, input }
-            })
-            .collect();
+        let held = self.held.take();
+        let fed = usize::from(held.is_some());
+        let mut steps: Vec<Step> = Vec::with_capacity(fed + inputs.len());
+        steps.extend(held);
+        steps.extend(inputs.into_iter().map(|mut input| {
+            m.settle(&mut input);
+            Step { at, input }
+        }));
         let mut failure = None;
         if let Some(journal) = self.journal.as_ref().filter(|_| self.journaling) {
             match journal.append_batch(m.run_id(), self.seq, &steps).await {
@@ -551,13 +614,15 @@ impl<'a> Driver<'a> {
             let failed = match &failure {
                 Some((at, e)) if *at == i => not_journaled(&mut step, e),
                 Some(_) if i > kept && matches!(step.input, Input::CallStarted { .. }) => break,
+                // The held response, fed when it came.
+                _ if i < fed => continue,
                 _ => None,
             };
             for step in std::iter::once(step).chain(failed) {
                 self.feed(m, step);
             }
         }
-        kept
+        kept.saturating_sub(fed)
     }
 
     /// A step of a run that does not journal: the plain path stays as lean as it was (no
@@ -584,18 +649,30 @@ impl<'a> Driver<'a> {
 
     /// After the run: the journal learns how it ended (or what it waits on). A failed write is
     /// a step the machine folds into the outcome (and the log keeps, so a replay sees it).
+    /// A model's last answer held for it is committed with the run's end.
     async fn close_journal(&mut self, m: &mut RunMachine, elapsed: std::time::Duration) {
         let pending = self.approvals.take_pending();
-        let Some(journal) = &self.journal else {
+        let Some(journal) = self.journal.clone() else {
             return;
         };
         let outcome = m.outcome(elapsed);
-        let written = if outcome.stop_reason == crate::outcome::StopReason::Suspended {
+        let suspended = outcome.stop_reason == crate::outcome::StopReason::Suspended;
+        if suspended {
+            self.commit_held(m).await;
+        }
+        let written = if suspended {
             journal.suspend(&outcome.run_id, &pending).await
-        } else if self.journaling {
-            journal.finish(&outcome.run_id, &outcome).await
-        } else {
+        } else if !self.journaling {
             return;
+        } else if let Some(step) = self.held.take() {
+            let written = journal.append_and_finish(&outcome.run_id, self.seq, &step, &outcome);
+            let written = written.await;
+            if written.is_ok() {
+                self.seq += 1;
+            }
+            written
+        } else {
+            journal.finish(&outcome.run_id, &outcome).await
         };
         if let Err(e) = written {
             let step = Step {

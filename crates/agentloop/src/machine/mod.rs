@@ -528,6 +528,16 @@ impl RunMachine {
         }
     }
 
+    /// True when the next step [`RunMachine::action`] asks for starts a call: nothing outside the
+    /// machine (a hook, a gate, a model or a tool) runs before it. A journaling driver commits
+    /// the step it just fed together with that start (see `Driver::record`).
+    pub fn starts_next(&self) -> bool {
+        match &self.phase {
+            Phase::Run(p) => matches!(self.run_action(p), Action::StartCall(_)),
+            _ => false,
+        }
+    }
+
     /// The calls [`RunMachine::action`] asks to start one after another from here, each as soon
     /// as the one before it is reported started, with no other step between them (empty when
     /// the next step is not a start). A journaling driver starts them together and journals
