@@ -175,7 +175,8 @@ def main():
                    f"{s['calls']} tools × {s['tool_ms']} ms): wall {s['wall_s'] * 1e3:,.0f} ms against an ideal of "
                    f"{s['ideal_s'] * 1e3:,.0f} ms ({s['wall_s'] / s['ideal_s']:.2f}×), CPU {s['cpu_s'] * 1e3:,.0f} ms, "
                    f"peak RSS {s['peak_rss_kb'] / 1024:,.1f} MiB, {s['rss_per_run_kb']:,.1f} KiB per run "
-                   f"above the {s['baseline_rss_kb'] / 1024:,.1f} MiB baseline")
+                   f"above the {s['baseline_rss_kb'] / 1024:,.1f} MiB baseline"
+                   + (f"; a run's future {s['run_future_bytes']:,} bytes" if s.get('run_future_bytes') else ""))
     for s in allocs:
         out.append("")
         out.append(f"allocations, agentloop, N={s['runs']} T={s['turns']} K={s['calls']}: "

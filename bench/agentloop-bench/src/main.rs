@@ -394,6 +394,8 @@ fn bench_scale(opts: &Opts) -> Result<(), String> {
         ));
     }
     let peak_kb = sys::peak_rss_kb();
+    // What each spawned run holds inline, whatever it waits on: the run's future.
+    let future_bytes = std::mem::size_of_val(&work.run_once(turns, calls));
     let ideal = (model_delay + Duration::from_millis(tool_ms)) * turns + model_delay;
     let line = json!({
         "system": if bare { "tokio alone (no agent loop)" } else { "agentloop" },
@@ -408,6 +410,7 @@ fn bench_scale(opts: &Opts) -> Result<(), String> {
         "baseline_rss_kb": baseline_kb,
         "peak_rss_kb": peak_kb,
         "rss_per_run_kb": peak_kb.saturating_sub(baseline_kb) as f64 / f64::from(runs.max(1)),
+        "run_future_bytes": if bare { 0 } else { future_bytes },
     });
     println!("{line}");
     Ok(())

@@ -21,6 +21,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use futures::stream::FuturesUnordered;
+use std::task::Poll;
+
 use futures::{Future, FutureExt, StreamExt};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -64,6 +66,45 @@ pub(crate) struct Parts {
 /// A running call: its position, its outcome (none when the driver has no handler for it: the
 /// machine answers it), and its after-tool hooks' failures.
 type CallDone = (usize, Option<CallOutcome>, Vec<crate::machine::HookFailure>);
+
+pin_project_lite::pin_project! {
+    /// [`Driver::race`]'s future: `step` polled once, then raced against the run's interrupts,
+    /// which are checked first (biased), as `tokio::select!` with `biased` does.
+    struct Race<'d, 'a, F> {
+        driver: &'d Driver<'a>,
+        deadline: Option<Instant>,
+        // Made only when the step did not finish at its first poll.
+        interrupt: Option<futures::future::BoxFuture<'d, Interrupt>>,
+        polled: bool,
+        #[pin]
+        step: F,
+    }
+}
+
+impl<'d, 'a, F: Future> Future for Race<'d, 'a, F> {
+    type Output = Result<F::Output, Interrupt>;
+
+    fn poll(self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> Poll<Self::Output> {
+        let mut this = self.project();
+        if !*this.polled {
+            *this.polled = true;
+            if let Some(by) = this.driver.interrupted_already(*this.deadline) {
+                return Poll::Ready(Err(by));
+            }
+            if let Poll::Ready(value) = this.step.as_mut().poll(cx) {
+                return Poll::Ready(Ok(value));
+            }
+            let driver: &'d Driver<'a> = this.driver;
+            *this.interrupt = Some(Box::pin(driver.interrupted(*this.deadline)));
+        }
+        if let Some(interrupt) = this.interrupt.as_mut()
+            && let Poll::Ready(by) = interrupt.as_mut().poll(cx)
+        {
+            return Poll::Ready(Err(by));
+        }
+        this.step.poll(cx).map(Ok)
+    }
+}
 
 pub(crate) struct Driver<'a> {
     pub(crate) inner: &'a Parts,
@@ -178,35 +219,28 @@ impl<'a> Driver<'a> {
     /// Awaits `step` unless an interrupt comes first; one that already happened wins, so nothing
     /// new starts after a cancel or a passed deadline. Most steps are ready at their first poll:
     /// those are taken without building the interrupt's future (a cancellation waiter and a
-    /// timer), which cost about a tenth of a turn of no-op calls.
-    async fn race<T>(
-        &self,
-        deadline: Option<Instant>,
-        step: impl Future<Output = T>,
-    ) -> Result<T, Interrupt> {
-        if let Some(by) = self.interrupted_already(deadline) {
-            return Err(by);
-        }
-        let mut step = std::pin::pin!(step);
-        if let std::task::Poll::Ready(value) = futures::poll!(step.as_mut()) {
-            return Ok(value);
-        }
-        tokio::select! {
-            biased;
-            by = self.interrupted(deadline) => Err(by),
-            value = step => Ok(value),
+    /// timer), which cost about a tenth of a turn of no-op calls. A future of its own rather
+    /// than an `async fn`: that kept `step` three times over (as passed, moved into a local,
+    /// pinned), and the model call's race was the largest part of every running run's future.
+    fn race<F: Future>(&self, deadline: Option<Instant>, step: F) -> Race<'_, 'a, F> {
+        Race {
+            driver: self,
+            deadline,
+            interrupt: None,
+            polled: false,
+            step,
         }
     }
 
     /// Performs a step unless an interrupt came first (see [`Driver::race`]). `stop` is told
     /// when the step loses.
-    async fn raced(
-        &self,
+    fn raced<'s>(
+        &'s self,
         deadline: Option<Instant>,
-        stop: Option<&CancellationToken>,
-        step: impl Future<Output = Input>,
-    ) -> Input {
-        match self.race(deadline, step).await {
+        stop: Option<&'s CancellationToken>,
+        step: impl Future<Output = Input> + 's,
+    ) -> impl Future<Output = Input> + 's {
+        self.race(deadline, step).map(move |raced| match raced {
             Ok(input) => input,
             Err(by) => {
                 if let Some(t) = stop {
@@ -214,108 +248,121 @@ impl<'a> Driver<'a> {
                 }
                 Input::Interrupted { by }
             }
-        }
+        })
     }
 
-    pub(crate) async fn drive(mut self, mut m: RunMachine) -> RunOutcome {
-        let parent_run_id = self.parent_run_id.take();
-        let parent_call_id = self.parent_call_id.take();
-        let observed = !self.sinks.is_empty();
-        if observed {
-            self.emit_started(&m, parent_run_id, parent_call_id);
-        }
-        let deadline = m.deadline().and_then(|d| self.start.checked_add(d));
-        if let Some(source) = &self.inner.source {
-            // A resumed run may call the source's tools before its first turn here.
-            self.source_tools = Some(handlers(source.tools_for(m.transcript())));
-        }
-        // The tools' cancellation, and the end of their retries: children of the run's token.
-        let calls_cancel = self.cancel.child_token();
-        let stop_retries = calls_cancel.child_token();
-        // The calls run concurrently inside the run's own task: no task per call to spawn,
-        // schedule and free on another thread (a tool marked `own_task` gets one).
-        let mut running = FuturesUnordered::new();
-        let mut senders: Vec<(usize, ProgressSender)> = Vec::new();
-        loop {
-            if self.held.is_none() {
-                // A held response's events wait for its commit.
-                self.flush(&mut m);
+    /// Drives the run to its end. Not an `async fn`: an async fn's future keeps its arguments
+    /// twice (as passed, and moved into locals), which was 1.9 KB of every running run's
+    /// future (the machine and the driver); an `async move` block uses what it captured in
+    /// place.
+    #[expect(
+        clippy::manual_async_fn,
+        reason = "an async fn keeps its arguments twice in its future"
+    )]
+    pub(crate) fn drive(mut self, mut m: RunMachine) -> impl Future<Output = RunOutcome> {
+        async move {
+            let parent_run_id = self.parent_run_id.take();
+            let parent_call_id = self.parent_call_id.take();
+            let observed = !self.sinks.is_empty();
+            if observed {
+                self.emit_started(&m, parent_run_id, parent_call_id);
             }
-            let input = match m.action() {
-                Action::Finish => break,
-                Action::StartCall(call) => match self.interrupted_now(deadline) {
-                    Some(by) => Input::Interrupted { by },
-                    None if self.journaling
-                        && (m.starts_ahead().len() > 1 || self.held.is_some()) =>
-                    {
-                        // The calls that start together have their starts committed together;
-                        // none runs before that commit (a call's future is first polled while
-                        // the batch is awaited), and a call whose start was not kept never runs.
-                        let tokens = (&calls_cancel, &stop_retries);
-                        let mut calls = Vec::new();
-                        let mut starts = Vec::new();
-                        for call in m.starts_ahead() {
-                            let ctx = self.call_context(&m, call, deadline, tokens, &mut senders);
-                            calls.push(self.run_call(&m, call, ctx));
-                            starts.push(Input::CallStarted {
-                                position: call.position,
-                            });
-                        }
-                        let kept = self.record_batch(&mut m, starts).await;
-                        running.extend(calls.into_iter().take(kept));
-                        continue;
-                    }
-                    None => {
-                        let tokens = (&calls_cancel, &stop_retries);
-                        let ctx = self.call_context(&m, call, deadline, tokens, &mut senders);
-                        running.push(self.run_call(&m, call, ctx));
-                        Input::CallStarted {
-                            position: call.position,
-                        }
-                    }
-                },
-                Action::AwaitCalls { retries } => {
-                    if !retries {
-                        stop_retries.cancel();
-                    }
-                    let input = match self.race(deadline, running.next()).await {
-                        Ok(done) => finished(done, &mut senders),
-                        Err(by) => Input::Interrupted { by },
-                    };
-                    if self.journaling && matches!(input, Input::CallFinished { .. }) {
-                        // The calls that finished together are committed together.
-                        let mut ready = finished_now(&mut running, &mut senders);
-                        if !ready.is_empty() {
-                            ready.insert(0, input);
-                            self.record_batch(&mut m, ready).await;
+            let deadline = m.deadline().and_then(|d| self.start.checked_add(d));
+            if let Some(source) = &self.inner.source {
+                // A resumed run may call the source's tools before its first turn here.
+                self.source_tools = Some(handlers(source.tools_for(m.transcript())));
+            }
+            // The tools' cancellation, and the end of their retries: children of the run's token.
+            let calls_cancel = self.cancel.child_token();
+            let stop_retries = calls_cancel.child_token();
+            // The calls run concurrently inside the run's own task: no task per call to spawn,
+            // schedule and free on another thread (a tool marked `own_task` gets one).
+            let mut running = FuturesUnordered::new();
+            let mut senders: Vec<(usize, ProgressSender)> = Vec::new();
+            loop {
+                if self.held.is_none() {
+                    // A held response's events wait for its commit.
+                    self.flush(&mut m);
+                }
+                let input = match m.action() {
+                    Action::Finish => break,
+                    Action::StartCall(call) => match self.interrupted_now(deadline) {
+                        Some(by) => Input::Interrupted { by },
+                        None if self.journaling
+                            && (m.starts_ahead().len() > 1 || self.held.is_some()) =>
+                        {
+                            // The calls that start together have their starts committed together;
+                            // none runs before that commit (a call's future is first polled while
+                            // the batch is awaited), and a call whose start was not kept never runs.
+                            let tokens = (&calls_cancel, &stop_retries);
+                            let mut calls = Vec::new();
+                            let mut starts = Vec::new();
+                            for call in m.starts_ahead() {
+                                let ctx =
+                                    self.call_context(&m, call, deadline, tokens, &mut senders);
+                                calls.push(self.run_call(&m, call, ctx));
+                                starts.push(Input::CallStarted {
+                                    position: call.position,
+                                });
+                            }
+                            let kept = self.record_batch(&mut m, starts).await;
+                            running.extend(calls.into_iter().take(kept));
                             continue;
                         }
+                        None => {
+                            let tokens = (&calls_cancel, &stop_retries);
+                            let ctx = self.call_context(&m, call, deadline, tokens, &mut senders);
+                            running.push(self.run_call(&m, call, ctx));
+                            Input::CallStarted {
+                                position: call.position,
+                            }
+                        }
+                    },
+                    Action::AwaitCalls { retries } => {
+                        if !retries {
+                            stop_retries.cancel();
+                        }
+                        let input = match self.race(deadline, running.next()).await {
+                            Ok(done) => finished(done, &mut senders),
+                            Err(by) => Input::Interrupted { by },
+                        };
+                        if self.journaling && matches!(input, Input::CallFinished { .. }) {
+                            // The calls that finished together are committed together.
+                            let mut ready = finished_now(&mut running, &mut senders);
+                            if !ready.is_empty() {
+                                ready.insert(0, input);
+                                self.record_batch(&mut m, ready).await;
+                                continue;
+                            }
+                        }
+                        input
                     }
-                    input
+                    Action::Drain { until } => {
+                        // Running handlers are told, and given the grace period to finish.
+                        calls_cancel.cancel();
+                        stop_retries.cancel();
+                        self.drain(until, &mut running, &mut senders).await
+                    }
+                    action => self.answer(&m, action, deadline).await,
+                };
+                if self.journaling {
+                    self.record(&mut m, input).await;
+                } else {
+                    self.feed_plain(&mut m, input);
                 }
-                Action::Drain { until } => {
-                    // Running handlers are told, and given the grace period to finish.
-                    calls_cancel.cancel();
-                    stop_retries.cancel();
-                    self.drain(until, &mut running, &mut senders).await
-                }
-                action => self.answer(&m, action, deadline).await,
-            };
-            if self.journaling {
-                self.record(&mut m, input).await;
-            } else {
-                self.feed_plain(&mut m, input);
             }
+            if self.held.is_none() {
+                self.flush(&mut m);
+            }
+            self.source_output(&m);
+            drop(running);
+            for (_, s) in senders.drain(..) {
+                s.close();
+            }
+            let elapsed = self.start.elapsed();
+            self.close_journal(&mut m, elapsed).await;
+            self.conclude(m, observed, elapsed)
         }
-        if self.held.is_none() {
-            self.flush(&mut m);
-        }
-        self.source_output(&m);
-        drop(running);
-        for (_, s) in senders.drain(..) {
-            s.close();
-        }
-        self.conclude(m, observed).await
     }
 
     /// The input that answers an action of the machine's other than the calls' own (starting,
@@ -383,10 +430,15 @@ impl<'a> Driver<'a> {
         }
     }
 
-    /// The run is over: the journal's end, its last event, the replay check and the step log.
-    async fn conclude(&mut self, mut m: RunMachine, observed: bool) -> RunOutcome {
-        let elapsed = self.start.elapsed();
-        self.close_journal(&mut m, elapsed).await;
+    /// The run is over, its journal closed: its last event, the replay check and the step log.
+    /// Not async: the future of a run holds the largest of its waits, and this one held the
+    /// machine twice more.
+    fn conclude(
+        &mut self,
+        mut m: RunMachine,
+        observed: bool,
+        elapsed: std::time::Duration,
+    ) -> RunOutcome {
         // The events of a last answer held for the journal's end.
         self.flush(&mut m);
         let cfg = Arc::clone(m.config());
