@@ -143,13 +143,12 @@ impl Agent {
     }
 
     /// Runs the agent on one input.
-    pub async fn run(&self, input: impl Into<String>) -> RunOutcome {
+    pub fn run(&self, input: impl Into<String>) -> impl Future<Output = RunOutcome> + Send + '_ {
         self.run_with(
             Vec::new(),
             Some(Message::user(input)),
             RunOptions::default(),
         )
-        .await
     }
 
     /// Runs the agent on one input, continuing a session; the session holds the new transcript
@@ -181,85 +180,94 @@ impl Agent {
     }
 
     /// Runs the agent over a transcript with an optional new message, with options.
-    pub async fn run_with(
+    ///
+    /// (`run`, `run_with` and the run's inner steps return their futures rather than being
+    /// `async fn`s: an `async fn` keeps its arguments twice in its future, and each wrapper its
+    /// own copy, which every running run pays for in memory.)
+    pub fn run_with(
         &self,
         transcript: Vec<Message>,
         input: Option<Message>,
         options: RunOptions,
-    ) -> RunOutcome {
+    ) -> impl Future<Output = RunOutcome> + Send + '_ {
         self.start(transcript, input, options, Plumbing::default())
-            .await
     }
 
     /// [`Agent::run_with`], in its place: a subagent's run names the call that starts it (a
     /// journaled child takes the id its parent's call gives it, and its header names the call).
-    pub(crate) async fn start(
+    #[expect(
+        clippy::manual_async_fn,
+        reason = "an async fn keeps its arguments twice in its future"
+    )]
+    pub(crate) fn start(
         &self,
         mut transcript: Vec<Message>,
         mut input: Option<Message>,
         mut options: RunOptions,
         plumbing: Plumbing,
-    ) -> RunOutcome {
-        let run_id: Arc<str> = match (&plumbing.parent, &options.journal) {
-            (Some(p), Some(_)) => Arc::from(child_run_id(&p.run_id, &p.call_id)),
-            _ => match options.run_id.take() {
-                Some(id) => Arc::from(id),
-                None => Arc::from(self.inner.ids.run_id()),
-            },
-        };
-        // The agent's own limits passed at build; a run's own are checked before anything runs.
-        if let Some(limits) = &options.limits
-            && let Err(e) = check_priced(limits, self.inner.pricing.as_ref(), &self.inner.model)
-        {
-            return refused(self.inner.cfg.name(), &run_id, transcript, input, e);
-        }
-        let seams = self.seams(&options);
-        let log = run_log(
-            &options,
-            &run_id,
-            seams,
-            &options.limits,
-            &transcript,
-            &input,
-        );
-        if let Some(journal) = &options.journal {
-            let header = JournalHeader {
-                run_id: run_id.to_string(),
-                agent: self.inner.cfg.name().to_owned(),
-                definition: self.inner.definition.clone(),
-                fingerprint: self.inner.definition.fingerprint(),
-                seams,
-                limits: options.limits.clone(),
-                transcript,
-                input,
-                origin: options.origin.take(),
-                parent: plumbing.parent.clone(),
-                session: options.session.take(),
+    ) -> impl Future<Output = RunOutcome> + Send + '_ {
+        async move {
+            let run_id: Arc<str> = match (&plumbing.parent, &options.journal) {
+                (Some(p), Some(_)) => Arc::from(child_run_id(&p.run_id, &p.call_id)),
+                _ => match options.run_id.take() {
+                    Some(id) => Arc::from(id),
+                    None => Arc::from(self.inner.ids.run_id()),
+                },
             };
-            if let Err(e) = journal.begin(&header).await {
-                let error = RunError::Journal {
-                    message: e.to_string(),
-                };
-                return refused(
-                    self.inner.cfg.name(),
-                    &run_id,
-                    header.transcript,
-                    header.input,
-                    error,
-                );
+            // The agent's own limits passed at build; a run's own are checked before anything runs.
+            if let Some(limits) = &options.limits
+                && let Err(e) = check_priced(limits, self.inner.pricing.as_ref(), &self.inner.model)
+            {
+                return refused(self.inner.cfg.name(), &run_id, transcript, input, e);
             }
-            (transcript, input) = (header.transcript, header.input);
+            let seams = self.seams(&options);
+            let log = run_log(
+                &options,
+                &run_id,
+                seams,
+                &options.limits,
+                &transcript,
+                &input,
+            );
+            if let Some(journal) = &options.journal {
+                let header = JournalHeader {
+                    run_id: run_id.to_string(),
+                    agent: self.inner.cfg.name().to_owned(),
+                    definition: self.inner.definition.clone(),
+                    fingerprint: self.inner.definition.fingerprint(),
+                    seams,
+                    limits: options.limits.clone(),
+                    transcript,
+                    input,
+                    origin: options.origin.take(),
+                    parent: plumbing.parent.clone(),
+                    session: options.session.take(),
+                };
+                if let Err(e) = journal.begin(&header).await {
+                    let error = RunError::Journal {
+                        message: e.to_string(),
+                    };
+                    return refused(
+                        self.inner.cfg.name(),
+                        &run_id,
+                        header.transcript,
+                        header.input,
+                        error,
+                    );
+                }
+                (transcript, input) = (header.transcript, header.input);
+            }
+            let limits = options.limits.take();
+            let machine = self.machine(&options, run_id, seams, limits, transcript, input);
+            let start = Instant::now();
+            let approvals = match &options.journal {
+                Some(_) => Approvals::durable([]),
+                None => Approvals::none(),
+            };
+            Self::driver(&self.inner, options, plumbing, log, start, 0, approvals)
+                .drive(machine)
+                .await
         }
-        let limits = options.limits.take();
-        let machine = self.machine(&options, run_id, seams, limits, transcript, input);
-        let start = Instant::now();
-        let approvals = match &options.journal {
-            Some(_) => Approvals::durable([]),
-            None => Approvals::none(),
-        };
-        Self::driver(&self.inner, options, plumbing, log, start, 0, approvals)
-            .drive(machine)
-            .await
     }
 
     /// A fresh machine for a run of this agent (a new one, or one a journal is fed to).
