@@ -50,19 +50,48 @@ fn script() -> Vec<agentloop::ModelResponse> {
 }
 
 fn agent(skip: usize, version: &str) -> (Agent, Counts) {
+    agent_with(skip, version, |b| b)
+}
+
+/// [`agent`], its builder passed through `more` first (a sink, say).
+fn agent_with(
+    skip: usize,
+    version: &str,
+    more: impl FnOnce(agentloop::AgentBuilder) -> agentloop::AgentBuilder,
+) -> (Agent, Counts) {
     let counts = Counts {
         idem: Arc::new(AtomicUsize::new(0)),
         once: Arc::new(AtomicUsize::new(0)),
     };
-    let agent = Agent::builder()
+    let builder = Agent::builder()
         .model(ScriptedModel::new(script()).skip(skip))
         .tool(counter("idem", true, &counts.idem))
         .tool(counter("once", false, &counts.once))
         .limits(Limits::default())
-        .version(version)
-        .build()
-        .unwrap();
-    (agent, counts)
+        .version(version);
+    (more(builder).build().unwrap(), counts)
+}
+
+/// The run stopped at its journal, which wrote the batch (`batches`) and kept `at` steps:
+/// failed, no call ran, every call answered.
+fn assert_stopped_before_any_call(
+    out: &agentloop::RunOutcome,
+    journal: &Memory,
+    batches: &[usize],
+    at: u64,
+    counts: &Counts,
+) {
+    assert_eq!(*journal.batches.lock().unwrap(), batches);
+    assert_eq!(
+        journal.steps.lock().unwrap().len() as u64,
+        at,
+        "the steps before the failed one are kept, no more"
+    );
+    assert_eq!(out.stop_reason, StopReason::Failed);
+    assert_eq!(out.error.as_ref().unwrap().code(), "journal.write");
+    let ran = counts.idem.load(Ordering::SeqCst) + counts.once.load(Ordering::SeqCst);
+    assert_eq!(ran, 0, "no call runs once the run stopped at its journal");
+    common::assert_tool_cycle(&out.transcript);
 }
 
 /// A run of `agent` on "go", journaled in `journal`.
@@ -283,36 +312,14 @@ async fn a_response_the_journal_could_not_keep_starts_no_call() {
         0,
     )
     .await;
-    let counts = Counts {
-        idem: Arc::new(AtomicUsize::new(0)),
-        once: Arc::new(AtomicUsize::new(0)),
-    };
     let events = Arc::new(std::sync::Mutex::new(Vec::new()));
     let seen = events.clone();
-    let agent_b = Agent::builder()
-        .model(ScriptedModel::new(script()))
-        .tool(counter("idem", true, &counts.idem))
-        .tool(counter("once", false, &counts.once))
-        .version("1")
-        .sink(move |e: &agentloop::Event| seen.lock().unwrap().push(e.kind.clone()))
-        .build()
-        .unwrap();
+    let (agent_b, counts) = agent_with(0, "1", |b| {
+        b.sink(move |e: &agentloop::Event| seen.lock().unwrap().push(e.kind.clone()))
+    });
     let out = journaled(&agent_b, journal.clone()).await;
-    assert_eq!(
-        *journal.batches.lock().unwrap(),
-        [3],
-        "the response and its two starts, in one write"
-    );
-    assert_eq!(
-        journal.steps.lock().unwrap().len() as u64,
-        at,
-        "nothing of the batch is kept"
-    );
-    assert_eq!(out.stop_reason, StopReason::Failed);
-    assert_eq!(out.error.as_ref().unwrap().code(), "journal.write");
-    let ran = counts.idem.load(Ordering::SeqCst) + counts.once.load(Ordering::SeqCst);
-    assert_eq!(ran, 0, "no call runs once the run stopped at its journal");
-    common::assert_tool_cycle(&out.transcript);
+    // The response and its two starts, in one write; none of it kept.
+    assert_stopped_before_any_call(&out, &journal, &[3], at, &counts);
     let events = events.lock().unwrap();
     assert!(
         !events
@@ -333,17 +340,8 @@ async fn a_start_the_journal_could_not_keep_runs_no_call_of_its_batch() {
     .await;
     let (agent_b, counts) = agent(0, "1");
     let out = journaled(&agent_b, journal.clone()).await;
-    assert_eq!(*journal.batches.lock().unwrap(), [3]);
-    assert_eq!(
-        journal.steps.lock().unwrap().len() as u64,
-        at,
-        "the first start is kept"
-    );
-    assert_eq!(out.stop_reason, StopReason::Failed);
-    assert_eq!(out.error.as_ref().unwrap().code(), "journal.write");
-    let ran = counts.idem.load(Ordering::SeqCst) + counts.once.load(Ordering::SeqCst);
-    assert_eq!(ran, 0, "no call runs once the run stopped at its journal");
-    common::assert_tool_cycle(&out.transcript);
+    // The response and the first start are kept.
+    assert_stopped_before_any_call(&out, &journal, &[3], at, &counts);
 }
 
 #[tokio::test]

@@ -582,10 +582,10 @@ impl<'a> Driver<'a> {
         }
         let at = self.start.elapsed();
         let mut step = Step { at, input };
-        let Some(journal) = self.journal.clone().filter(|_| self.journaling) else {
+        if !self.journaling || self.journal.is_none() {
             self.feed(m, step);
             return;
-        };
+        }
         if suspends {
             // The journal ends before the gate's step, so a resume asks the gate again.
             self.commit_held(m).await;
@@ -602,15 +602,28 @@ impl<'a> Driver<'a> {
             }
             return;
         }
-        let mut failed = None;
-        if let Err(e) = journal.append(m.run_id(), self.seq, &step).await {
-            self.journaling = false;
-            failed = not_journaled(&mut step, &e);
-        } else {
-            self.seq += 1;
-        }
+        let failed = self.append(m, &mut step).await.err().flatten();
         for step in std::iter::once(step).chain(failed) {
             self.feed(m, step);
+        }
+    }
+
+    /// Writes `step` as the run's next step. On a failure journaling ends and `step` becomes
+    /// the journal's failure, or, for a finished call, keeps its outcome (with a diagnostic)
+    /// and the failure is the step returned to feed after it.
+    async fn append(&mut self, m: &RunMachine, step: &mut Step) -> Result<(), Option<Step>> {
+        let Some(journal) = self.journal.as_ref().filter(|_| self.journaling) else {
+            return Ok(());
+        };
+        match journal.append(m.run_id(), self.seq, step).await {
+            Ok(()) => {
+                self.seq += 1;
+                Ok(())
+            }
+            Err(e) => {
+                self.journaling = false;
+                Err(not_journaled(step, &e))
+            }
         }
     }
 
@@ -620,17 +633,9 @@ impl<'a> Driver<'a> {
         let Some(mut step) = self.held.take() else {
             return;
         };
-        let Some(journal) = self.journal.clone().filter(|_| self.journaling) else {
-            return;
-        };
-        match journal.append(m.run_id(), self.seq, &step).await {
-            Ok(()) => self.seq += 1,
-            Err(e) => {
-                self.journaling = false;
-                // Not a finished call: the step becomes the journal's failure.
-                let _ = not_journaled(&mut step, &e);
-                self.feed(m, step);
-            }
+        if self.append(m, &mut step).await.is_err() {
+            // A response, not a finished call: the step became the journal's failure.
+            self.feed(m, step);
         }
     }
 
