@@ -63,7 +63,32 @@ fn subagent_usage(outcome: &Value) -> Vec<(String, Value, Value)> {
 
 #[test]
 fn a_tree_killed_after_any_step_or_inside_any_write_of_any_agent_resumes_the_same() {
-    let base_dir = tree_dir("");
+    kill_tree_at_every_write(None);
+}
+
+#[test]
+fn at_process_durability_a_tree_killed_at_any_write_resumes_the_same() {
+    kill_tree_at_every_write(Some("process"));
+}
+
+/// The tree, its top agent file's `durability` at `level` when given.
+fn tree_dir_at(level: Option<&str>) -> AgentDir {
+    let dir = tree_dir("");
+    if let Some(level) = level {
+        dir.write(
+            "agent.toml",
+            &support::crash::TREE.replace(
+                "version = \"1\"\n",
+                &format!("version = \"1\"\ndurability = \"{level}\"\n"),
+            ),
+        );
+    }
+    dir
+}
+
+/// The tree's crash harness: a kill after and inside every write of every agent, then a resume.
+fn kill_tree_at_every_write(level: Option<&str>) {
+    let base_dir = tree_dir_at(level);
     let base_journal = base_dir.path("runs.db");
     let out = run_cmd(&base_dir, &base_journal).output().unwrap();
     exited(&out, 0, "the uninterrupted tree");
@@ -97,7 +122,7 @@ fn a_tree_killed_after_any_step_or_inside_any_write_of_any_agent_resumes_the_sam
     let mut interrupted = 0;
     for n in 0..total {
         for fault in [format!("after-write:{n}"), format!("in-write:{n}")] {
-            let dir = tree_dir("");
+            let dir = tree_dir_at(level);
             let journal = dir.path("runs.db");
             assert!(run_and_kill(&dir, &journal, &fault), "{fault}: reached");
             let written = runs(&dir, &journal);

@@ -4,8 +4,10 @@
 //!
 //! The file is in WAL mode. A step is committed before the run moves on, and a write cut short
 //! by a crash is rolled back whole; what a commit survives is the journal's [`Durability`]:
-//! `process` (any kill of the process: no fsync per commit) or `power` (a power cut: fsync'd,
-//! the default). Each step row carries a SHA-256 chained over the run's header and every step
+//! `process` (any kill of the process: a run's steps go to its step log beside the file, one
+//! `write` a commit, and into the file when it finishes or suspends, or when the next owner
+//! takes it after a crash; every reader reads the log on from the file) or `power` (a power
+//! cut: each commit fsync'd, the default). Each step row carries a SHA-256 chained over the run's header and every step
 //! before it: a changed, missing or reordered row is reported with its run and step, and the
 //! steps before it stay readable ([`JournalReader::load_intact`]). A file that is not a journal
 //! is refused before anything is written to it.
@@ -14,18 +16,20 @@
 //! id, header and the header's sum as hex text, status), `step_log` (a row a step, appended in
 //! commit order: `run_no`, `seq`, the step's JSON, its chained sum as 32 bytes; a run's steps are
 //! read through the `(run_no, seq)` index), and `approvals`. The `steps` view shows the steps as
-//! version 1's table held them (`run_id`, `seq`, `step`, `sum` as hex text). A version-1 file is
-//! brought up to version 2 when this crate first opens it; a program of version 1 then refuses
-//! it as newer.
+//! version 1's table held them (`run_id`, `seq`, `step`, `sum` as hex text); it does not show the
+//! steps still in step logs. An older file is brought up to version 3 when this crate first
+//! opens it; a program of an older version then refuses it as newer.
 //!
 //! Each file has one writer in a process, on a thread of its own that shares the connection
 //! with the appenders behind a lock: it commits every write that is ready together (the steps of
 //! concurrent runs sharing the file) in one transaction and, at `power`, one fsync. Nothing that
 //! waits runs on the async workers: only `process` commits that can take the file's write lock
 //! at once are made by their appenders (no fsync, no checkpoint; the writes of runs that are
-//! ready together in one), to save the two thread hops.
+//! ready together in one), to save the two thread hops. A step log's write is a `write` to a
+//! file only its run's owner writes, on the appender's thread.
 
 use std::collections::HashMap;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -42,17 +46,20 @@ use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
+mod log;
 mod writer;
 
 pub use writer::Durability;
-use writer::Fault;
 use writer::{Command, Done, Job, WriterHandle};
+use writer::{Fault, hang};
 
 /// The `format` a journal's meta table names.
 pub const JOURNAL_FORMAT: &str = "agentloop-journal";
-/// The journal format's version. Version 2 keeps the steps in insertion order (see the module's `SCHEMA`);
-/// a version-1 file is brought up to it when opened.
-pub const JOURNAL_VERSION: i64 = 2;
+/// The journal format's version. Version 2 keeps the steps in insertion order (see the module's
+/// `SCHEMA`); version 3 has the same tables, and a run's latest steps may be in its step log
+/// beside the file (see the `log` module), which a program of version 2 would not read: it
+/// refuses the file as newer. An older file is brought up to it when opened.
+pub const JOURNAL_VERSION: i64 = 3;
 
 /// The `runs` table: a run's number (`run_no`, given in the order runs begin and never reused)
 /// is what its steps are keyed by, a few bytes where the id is tens.
@@ -181,6 +188,10 @@ DROP TABLE runs_v1;
 "
 );
 
+/// Version 2 to 3: no table changes; the version says that steps may be in step logs.
+const TO_V3: &str =
+    "CREATE TABLE IF NOT EXISTS agentloop_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);";
+
 pub(crate) fn io(e: impl std::fmt::Display) -> JournalError {
     JournalError::Io {
         message: e.to_string(),
@@ -272,7 +283,7 @@ const JOURNAL: FileKind = FileKind {
     format: JOURNAL_FORMAT,
     version: JOURNAL_VERSION,
     schema: SCHEMA,
-    migrations: &[TO_V2],
+    migrations: &[TO_V2, TO_V3],
     // Every WAL frame is a whole page, written and checksummed: a commit of a step or a few
     // writes two to three pages (the step log's last leaf, its index's, now and then the run's
     // row), so a smaller page is less to write per commit. 2048 bytes took 7-15% off a
@@ -423,10 +434,35 @@ pub struct SqliteJournal {
     path: PathBuf,
     writer: Arc<WriterHandle>,
     durability: Durability,
-    /// The runs this journal drives, each with the lock that says so to other processes.
-    owned: Mutex<HashMap<String, std::fs::File>>,
+    /// The runs this journal drives, each with the lock that says so to other processes (and,
+    /// at `process`, its step log).
+    owned: Mutex<HashMap<String, Arc<Owned>>>,
     /// This handle made (or found) the owners' folder, and has not seen it go since.
     folder_made: AtomicBool,
+    /// Lock files of runs let go, emptied, still locked and renamed out of the way
+    /// (`.pool-<pid>-<n>.lock`), for the next runs to take: making a file a run cost more than
+    /// all of a `process` run's other writes together (ext4 looks for a free inode that was not
+    /// deleted lately, and a journal of runs back to back deletes one a run).
+    pool: Mutex<Vec<(PathBuf, std::fs::File)>>,
+    /// The crash tests' fault, seen by the step logs' writes as by the writer's.
+    fault: Option<Fault>,
+}
+
+/// A run this journal drives: its lock file, locked, which is also its step log at `process`.
+struct Owned {
+    file: std::fs::File,
+    log: Mutex<LogState>,
+}
+
+/// How far a run's step log has come.
+#[derive(Default)]
+struct LogState {
+    /// Bytes written (none yet: the first write puts the header first).
+    len: u64,
+    /// The sequence number the next step must have, once known.
+    next: Option<u64>,
+    /// It holds steps the file does not.
+    steps: bool,
 }
 
 impl SqliteJournal {
@@ -434,13 +470,34 @@ impl SqliteJournal {
     /// [`SqliteJournal::own`] of the same run fails with [`JournalError::Busy`] instead of
     /// racing it step for step. The lock is the operating system's (an advisory lock on a file
     /// in the `<journal>.owners` folder), so an owner that died leaves nothing that blocks the
-    /// next one. A new run is owned when it begins; a resumed one must be owned first.
+    /// next one; the steps its step log holds (at `process`) are folded into the file first. A
+    /// new run is owned when it begins; a resumed one must be owned first.
     pub fn own(&self, run_id: &str) -> Result<(), JournalError> {
-        let mut owned = self.owned.lock().unwrap_or_else(|p| p.into_inner());
-        if owned.contains_key(run_id) {
-            return Ok(());
+        self.owned_run(run_id).map(drop)
+    }
+
+    /// [`SqliteJournal::own`], and the run's lock and log.
+    fn owned_run(&self, run_id: &str) -> Result<Arc<Owned>, JournalError> {
+        let mut owned = lock(&self.owned);
+        if let Some(run) = owned.get(run_id) {
+            return Ok(Arc::clone(run));
         }
-        let path = self.owner_file(run_id);
+        let path = log::file_of(&self.path, run_id);
+        // A pooled file goes to the run's place when nothing is there (a hard link fails on an
+        // existing name: never over a live owner's file or a dead one's log).
+        let pooled = lock(&self.pool).pop();
+        if let Some((at, file)) = pooled {
+            if std::fs::hard_link(&at, &path).is_ok() {
+                let _ = std::fs::remove_file(&at);
+                let run = Arc::new(Owned {
+                    file,
+                    log: Mutex::new(LogState::default()),
+                });
+                owned.insert(run_id.to_owned(), Arc::clone(&run));
+                return Ok(run);
+            }
+            lock(&self.pool).push((at, file));
+        }
         // An owner that lets a run go deletes its file while still holding the lock; whoever
         // opened that file before and locks it after holds a lock on a file no longer there,
         // and must take the one at the path instead. A few rounds settle any such race.
@@ -449,7 +506,10 @@ impl SqliteJournal {
                 && let Some(folder) = path.parent()
             {
                 match std::fs::create_dir_all(folder) {
-                    Ok(()) => self.folder_made.store(true, Ordering::Relaxed),
+                    Ok(()) => {
+                        self.folder_made.store(true, Ordering::Relaxed);
+                        sweep(folder);
+                    }
                     // Made and removed again by a releasing owner between two looks.
                     Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
                     Err(e) => return Err(io(e)),
@@ -459,8 +519,8 @@ impl SqliteJournal {
                 use std::os::unix::fs::OpenOptionsExt;
                 match std::fs::OpenOptions::new()
                     .create(true)
-                    .truncate(false)
-                    .write(true)
+                    .read(true)
+                    .append(true)
                     .mode(crate::PRIVATE_MODE)
                     .open(&path)
                 {
@@ -475,10 +535,18 @@ impl SqliteJournal {
             };
             match fs4::fs_std::FileExt::try_lock_exclusive(&file) {
                 Ok(true) if is_at(&file, &path) => {
-                    owned.insert(run_id.to_owned(), file);
-                    return Ok(());
+                    self.take_over(&file)?;
+                    let run = Arc::new(Owned {
+                        file,
+                        log: Mutex::new(LogState::default()),
+                    });
+                    owned.insert(run_id.to_owned(), Arc::clone(&run));
+                    return Ok(run);
                 }
+                // Locked by an owner that has let the run go since this opened it (its file
+                // was deleted or pooled): the file at the path now is the one to take.
                 Ok(true) => continue,
+                Ok(false) if !is_at(&file, &path) => continue,
                 Ok(false) => {
                     return Err(JournalError::Busy {
                         run_id: run_id.to_owned(),
@@ -493,39 +561,129 @@ impl SqliteJournal {
         )))
     }
 
-    /// Lets run `run_id` go (done by itself when the run finishes or suspends): its lock file
-    /// is deleted, then unlocked, so that a journal of many runs leaves no file per run behind.
-    /// The owners' folder stays while this handle lives (the next run's lock goes in it; making
-    /// and removing it with each run was 7% of a journaled run's CPU) and goes, when empty,
-    /// with the handle.
+    /// Folds what a dead owner's step log holds (the run it names may be another whose id
+    /// shares the file's name) into the file, then empties the log for this owner. Waits for
+    /// the file as the writer thread does: this only happens to a run taken after a crash.
+    fn take_over(&self, file: &std::fs::File) -> Result<(), JournalError> {
+        let bytes = read_log(file, None)?;
+        if bytes.is_empty() {
+            return Ok(());
+        }
+        if let Some(read) = log::parse(&bytes)
+            && !read.steps.is_empty()
+        {
+            self.writer.commit_now(
+                Command::Fold {
+                    run_id: read.run_id,
+                    logged: read.steps,
+                },
+                self.durability,
+            )?;
+        }
+        file.set_len(0).map_err(io)
+    }
+
+    /// Lets run `run_id` go (done by itself when the run finishes or suspends, once its step
+    /// log is folded into the file): its lock file is deleted, then unlocked, so that a journal
+    /// of many runs leaves no file per run behind. The owners' folder stays while this handle
+    /// lives (the next run's lock goes in it; making and removing it with each run was 7% of a
+    /// journaled run's CPU) and goes, when empty, with the handle.
+    ///
+    /// The file is kept for the next run this handle takes instead when it can be: emptied,
+    /// still locked, and renamed out of the run's place (see the `pool` field).
     pub fn release(&self, run_id: &str) {
-        let file = self
-            .owned
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(run_id);
-        if let Some(file) = file {
-            let _ = std::fs::remove_file(self.owner_file(run_id));
-            drop(file);
+        let Some(run) = lock(&self.owned).remove(run_id) else {
+            return;
+        };
+        let path = log::file_of(&self.path, run_id);
+        if let Ok(run) = Arc::try_unwrap(run) {
+            let written = lock(&run.log).len;
+            let mut pool = lock(&self.pool);
+            if pool.len() < POOL_MOST && (written == 0 || run.file.set_len(0).is_ok()) {
+                let at = pool_name(&self.path);
+                if std::fs::rename(&path, &at).is_ok() {
+                    pool.push((at, run.file));
+                    return;
+                }
+            }
+        }
+        let _ = std::fs::remove_file(&path);
+    }
+
+    /// Writes `steps` (numbered from `seq`) to run `run_id`'s step log in one frame: one
+    /// `write`, after which a kill of the process loses none of them (the `process` level).
+    fn log(&self, run_id: &str, seq: u64, steps: &[String]) -> Result<(), JournalError> {
+        let run = self.owned_run(run_id)?;
+        let mut state = lock(&run.log);
+        let expected = match state.next {
+            Some(next) => next,
+            None => self.writer.next_seq(run_id)?,
+        };
+        if seq != expected {
+            return Err(io(format!(
+                "run {run_id}: step {seq} written out of order (expected step {expected})"
+            )));
+        }
+        let mut bytes = Vec::with_capacity(64 + steps.iter().map(|s| s.len() + 12).sum::<usize>());
+        if state.len == 0 {
+            log::header(run_id, &mut bytes);
+        }
+        let mut cuts = Vec::new();
+        log::frame(
+            (seq..).zip(steps.iter().map(String::as_str)),
+            &mut bytes,
+            &mut cuts,
+        )
+        .map_err(io)?;
+        if self.fault.is_some() {
+            self.fault_in(seq, steps.len(), &run.file, &bytes, &cuts);
+        }
+        (&run.file).write_all(&bytes).map_err(io)?;
+        state.len += bytes.len() as u64;
+        state.next = Some(seq + steps.len() as u64);
+        state.steps = true;
+        if let Some(fault) = self.fault {
+            let nth = self.writer.count_logged(steps.len() as u64);
+            for i in 0..steps.len() as u64 {
+                match fault {
+                    Fault::AfterStep(n) if n == seq + i => hang(&format!("after step {n}")),
+                    Fault::AfterWrite(n) if n == nth + i => hang(&format!("after write {n}")),
+                    _ => {}
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The crash tests' faults inside a step log's write: the frame is cut short inside the
+    /// step, and the process waits to be killed.
+    fn fault_in(&self, seq: u64, n: usize, file: &std::fs::File, bytes: &[u8], cuts: &[usize]) {
+        // Not counted yet: [`SqliteJournal::log`] counts them once they are written.
+        let nth = self.writer.count_logged(0);
+        for (i, cut) in (0..n as u64).zip(cuts) {
+            let inside = match self.fault {
+                Some(Fault::InStep(s)) => s == seq + i,
+                Some(Fault::InWrite(w)) => w == nth + i,
+                _ => false,
+            };
+            if inside {
+                let _ = (&*file).write_all(bytes.get(..cut + 6).unwrap_or(bytes));
+                hang(&format!("in the write of step {}", seq + i));
+            }
         }
     }
 
-    /// The lock file of run `run_id`: in `<journal>.owners`, named by the run id kept to the
-    /// characters ids are made of.
-    fn owner_file(&self, run_id: &str) -> PathBuf {
-        let mut folder = self.path.as_os_str().to_owned();
-        folder.push(".owners");
-        let name: String = run_id
-            .chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
-                    c
-                } else {
-                    '_'
-                }
-            })
-            .collect();
-        PathBuf::from(folder).join(format!("{name}.lock"))
+    /// The steps run `run_id`'s step log holds that the file may not, for the write that folds
+    /// them in.
+    /// The run is taken first when it is not this journal's yet (see [`Journal::append`]).
+    fn logged(&self, run_id: &str) -> Result<log::Logged, JournalError> {
+        let run = self.owned_run(run_id)?;
+        let state = lock(&run.log);
+        if !state.steps {
+            return Ok(Vec::new());
+        }
+        let bytes = read_log(&run.file, Some(state.len))?;
+        Ok(log::parse(&bytes).map(|r| r.steps).unwrap_or_default())
     }
 
     /// Runs `done` (a write that ends this process's part in run `run_id`), then lets the run
@@ -541,6 +699,52 @@ impl SqliteJournal {
             Ok(())
         })
     }
+}
+
+/// The most lock files a handle keeps for runs to come: as many as the runs it drives at once,
+/// within reason.
+const POOL_MOST: usize = 256;
+
+/// A new name for a pooled lock file in the owners' folder of the journal at `journal`: unique
+/// in the process, and never a run's (run files' names have no leading dot).
+fn pool_name(journal: &Path) -> PathBuf {
+    static POOLED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = POOLED.fetch_add(1, Ordering::Relaxed);
+    log::folder(journal).join(format!(".pool-{}-{n}.lock", std::process::id()))
+}
+
+/// Deletes the pooled lock files that no live handle holds (a process that died with some).
+fn sweep(folder: &Path) {
+    let Ok(entries) = std::fs::read_dir(folder) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if !entry.file_name().to_string_lossy().starts_with(".pool-") {
+            continue;
+        }
+        if let Ok(file) = std::fs::OpenOptions::new().write(true).open(&path)
+            && matches!(fs4::fs_std::FileExt::try_lock_exclusive(&file), Ok(true))
+        {
+            let _ = std::fs::remove_file(&path);
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A step log's bytes (its first `len`, when known).
+fn read_log(file: &std::fs::File, len: Option<u64>) -> Result<Vec<u8>, JournalError> {
+    use std::os::unix::fs::FileExt;
+    let len = match len {
+        Some(len) => len,
+        None => file.metadata().map_err(io)?.len(),
+    };
+    let mut bytes = vec![0; usize::try_from(len).map_err(io)?];
+    file.read_exact_at(&mut bytes, 0).map_err(io)?;
+    Ok(bytes)
 }
 
 /// True when `file` is the file at `path` now (not one deleted or replaced since it was opened).
@@ -560,9 +764,31 @@ impl Drop for SqliteJournal {
             .map(|o| o.keys().cloned().collect())
             .unwrap_or_default();
         for run_id in runs {
-            self.release(&run_id);
+            // A run let go unfinished (its future dropped, a child cut off by its parent's
+            // grace period) keeps its logged steps: folded into the file now, or, when that
+            // fails, left in its log for the next owner.
+            let folded = self.logged(&run_id).and_then(|logged| {
+                if logged.is_empty() {
+                    return Ok(());
+                }
+                self.writer.commit_now(
+                    Command::Fold {
+                        run_id: run_id.clone(),
+                        logged,
+                    },
+                    self.durability,
+                )
+            });
+            match folded {
+                Ok(()) => self.release(&run_id),
+                Err(_) => drop(lock(&self.owned).remove(&run_id)),
+            }
         }
-        if let Some(folder) = self.owner_file("").parent() {
+        for (at, file) in self.pool.get_mut().map(std::mem::take).unwrap_or_default() {
+            let _ = std::fs::remove_file(at);
+            drop(file);
+        }
+        if let Some(folder) = log::file_of(&self.path, "").parent() {
             // Fails while another run's file is there (of this process or another): then the
             // folder stays, and goes with the last handle that finds it empty.
             let _ = std::fs::remove_dir(folder);
@@ -590,6 +816,8 @@ impl SqliteJournal {
             durability: Durability::default(),
             owned: Mutex::new(HashMap::new()),
             folder_made: AtomicBool::new(false),
+            pool: Mutex::new(Vec::new()),
+            fault,
         })
     }
 
@@ -699,12 +927,15 @@ impl SqliteJournal {
         definition: Option<Definition>,
     ) -> Result<JournaledRun, JournalError> {
         self.own(run_id)?;
+        // The log first, then the file: a fold between the two reads loses no step.
+        let logged = log::read_run(&self.path, from);
         match self
             .write(Command::Fork {
                 from: from.to_owned(),
                 at,
                 run_id: run_id.to_owned(),
                 definition,
+                logged,
             })
             .await?
         {
@@ -762,7 +993,16 @@ impl Journal for SqliteJournal {
         seq: u64,
         step: &'a Step,
     ) -> BoxFuture<'a, Result<(), JournalError>> {
+        // A run is written by its owner only: a run not begun here (a resumed subagent's) is
+        // taken first, and what a dead owner's log holds goes into the file before it.
+        if let Err(e) = self.own(run_id) {
+            return Box::pin(async move { Err(e) });
+        }
         match to_json(step) {
+            Ok(text) if self.durability == Durability::Process => {
+                let logged = self.log(run_id, seq, std::slice::from_ref(&text));
+                Box::pin(async move { logged })
+            }
             Ok(text) => self.send(Command::Append {
                 run_id: run_id.to_owned(),
                 seq,
@@ -778,23 +1018,41 @@ impl Journal for SqliteJournal {
         seq: u64,
         steps: &'a [Step],
     ) -> BoxFuture<'a, Result<(), (usize, JournalError)>> {
+        if let Err(e) = self.own(run_id) {
+            return Box::pin(async move { Err((0, e)) });
+        }
         // A step that cannot be serialized ends the batch there; the ones before it are
         // written.
-        let mut commands = Vec::with_capacity(steps.len());
+        let mut texts = Vec::with_capacity(steps.len());
         let mut unwritable = None;
         for (i, step) in steps.iter().enumerate() {
             match to_json(step) {
-                Ok(text) => commands.push(Command::Append {
-                    run_id: run_id.to_owned(),
-                    seq: seq + i as u64,
-                    step: text,
-                }),
+                Ok(text) => texts.push(text),
                 Err(e) => {
                     unwritable = Some((i, e));
                     break;
                 }
             }
         }
+        if self.durability == Durability::Process {
+            let logged = if texts.is_empty() {
+                Ok(())
+            } else {
+                self.log(run_id, seq, &texts).map_err(|e| (0, e))
+            };
+            return Box::pin(async move {
+                logged?;
+                unwritable.map_or(Ok(()), Err)
+            });
+        }
+        let commands = (seq..)
+            .zip(texts)
+            .map(|(seq, step)| Command::Append {
+                run_id: run_id.to_owned(),
+                seq,
+                step,
+            })
+            .collect();
         let written = self.write_together(commands);
         Box::pin(async move {
             written.await?;
@@ -813,12 +1071,17 @@ impl Journal for SqliteJournal {
             Ok(text) => text,
             Err(e) => return Box::pin(async move { Err(e) }),
         };
-        // One write: the step and the end are committed both or neither.
+        let logged = match self.logged(run_id) {
+            Ok(logged) => logged,
+            Err(e) => return Box::pin(async move { Err(e) }),
+        };
+        // One write: the logged steps, the last one and the end are committed all or none.
         self.then_release(
             run_id,
             self.send(Command::Finish {
                 run_id: run_id.to_owned(),
                 stop_reason: outcome.stop_reason.as_str().to_owned(),
+                logged,
                 last: Some((seq, text)),
             }),
         )
@@ -833,11 +1096,12 @@ impl Journal for SqliteJournal {
             .iter()
             .map(|r| Ok((r.call_id.clone(), to_json(r)?)))
             .collect();
-        match rows {
-            Ok(rows) => self.then_release(
+        match rows.and_then(|rows| Ok((rows, self.logged(run_id)?))) {
+            Ok((rows, logged)) => self.then_release(
                 run_id,
                 self.send(Command::Suspend {
                     run_id: run_id.to_owned(),
+                    logged,
                     rows,
                 }),
             ),
@@ -850,11 +1114,16 @@ impl Journal for SqliteJournal {
         run_id: &'a str,
         outcome: &'a RunOutcome,
     ) -> BoxFuture<'a, Result<(), JournalError>> {
+        let logged = match self.logged(run_id) {
+            Ok(logged) => logged,
+            Err(e) => return Box::pin(async move { Err(e) }),
+        };
         self.then_release(
             run_id,
             self.send(Command::Finish {
                 run_id: run_id.to_owned(),
                 stop_reason: outcome.stop_reason.as_str().to_owned(),
+                logged,
                 last: None,
             }),
         )
@@ -871,13 +1140,16 @@ pub struct ForkOrigin {
 }
 
 /// The steps of run number `run_no` in order, each checked against the chain from its header's
-/// sum, up to step `upto` (all without it), into `steps` (and their text into `texts`); the
+/// sum, up to step `upto` (all without it), into `steps` (and their text into `texts`): the
+/// file's, then those of its step log `logged` that follow on from them without a gap; the
 /// damage that ends them, if any.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn read_steps(
     conn: &Connection,
     run_no: i64,
     header_sum: &Sum,
     upto: Option<u64>,
+    logged: &[(u64, String)],
     steps: &mut Vec<Step>,
     texts: &mut Vec<String>,
     damaged: impl Fn(Option<u64>, String) -> JournalError,
@@ -887,14 +1159,37 @@ pub(crate) fn read_steps(
             "SELECT seq, step, sum FROM step_log WHERE run_no = ?1 AND seq <= ?2 ORDER BY seq",
         )
         .map_err(io)?;
-    let upto = upto.map_or(i64::MAX, |u| i64::try_from(u).unwrap_or(i64::MAX));
-    let mut rows = stmt.query(params![run_no, upto]).map_err(io)?;
+    let last = upto.map_or(i64::MAX, |u| i64::try_from(u).unwrap_or(i64::MAX));
+    let mut rows = stmt.query(params![run_no, last]).map_err(io)?;
     let mut previous = *header_sum;
     let mut expected: u64 = 0;
+    // Takes step `expected`'s text, checked against `sum` when the file holds one.
+    let mut take = |text: String, sum: Option<&[u8]>, expected: &mut u64| {
+        let computed = step_sum(&previous, *expected, &text);
+        if sum.is_some_and(|sum| computed.as_slice() != sum) {
+            return Some(damaged(
+                Some(*expected),
+                "its checksum does not match (the row was changed or torn)".into(),
+            ));
+        }
+        match serde_json::from_str::<Step>(&text) {
+            Ok(step) => steps.push(step),
+            Err(e) => {
+                return Some(damaged(
+                    Some(*expected),
+                    format!("it cannot be parsed ({e})"),
+                ));
+            }
+        }
+        texts.push(text);
+        previous = computed;
+        *expected += 1;
+        None
+    };
     loop {
         let row = match rows.next() {
             Ok(Some(row)) => row,
-            Ok(None) => return Ok(None),
+            Ok(None) => break,
             Err(e) => {
                 return Ok(Some(damaged(
                     Some(expected),
@@ -921,26 +1216,23 @@ pub(crate) fn read_steps(
                 format!("the step is missing (the next row is step {seq})"),
             )));
         }
-        let computed = step_sum(&previous, expected, &text);
-        if computed.as_slice() != sum {
-            return Ok(Some(damaged(
-                Some(expected),
-                "its checksum does not match (the row was changed or torn)".into(),
-            )));
+        if let Some(damage) = take(text, Some(sum), &mut expected) {
+            return Ok(Some(damage));
         }
-        match serde_json::from_str::<Step>(&text) {
-            Ok(step) => steps.push(step),
-            Err(e) => {
-                return Ok(Some(damaged(
-                    Some(expected),
-                    format!("it cannot be parsed ({e})"),
-                )));
-            }
-        }
-        texts.push(text);
-        previous = computed;
-        expected += 1;
     }
+    // The step log's frames were checked as they were read; its steps are chained on here.
+    for (seq, text) in logged {
+        if *seq < expected {
+            continue;
+        }
+        if *seq != expected || upto.is_some_and(|u| *seq > u) {
+            break;
+        }
+        if let Some(damage) = take(text.clone(), None, &mut expected) {
+            return Ok(Some(damage));
+        }
+    }
+    Ok(None)
 }
 
 /// One run of a journal, as [`JournalReader::runs`] lists it.
@@ -1033,6 +1325,7 @@ enum StoredAnswer {
 /// The reading side of a journal file: runs, their steps (checked), approvals, and answers.
 pub struct JournalReader {
     conn: Connection,
+    path: PathBuf,
 }
 
 impl std::fmt::Debug for JournalReader {
@@ -1046,11 +1339,15 @@ impl JournalReader {
     pub fn open(path: impl AsRef<Path>) -> Result<Self, JournalError> {
         Ok(JournalReader {
             conn: open_checked(path.as_ref(), false)?,
+            path: path.as_ref().to_path_buf(),
         })
     }
 
-    /// Every run, oldest first.
+    /// Every run, oldest first. A run that goes on at `process` (or whose process died) counts
+    /// the steps of its step log too, and was last written when its log was.
     pub fn runs(&self) -> Result<Vec<RunEntry>, JournalError> {
+        // The logs first, then the file: a fold between the two reads loses no step.
+        let logs = log::read_all(&self.path);
         let mut stmt = self
             .conn
             .prepare(
@@ -1085,7 +1382,14 @@ impl JournalReader {
                 })
             })
             .map_err(io)?;
-        rows.collect::<Result<_, _>>().map_err(io)
+        let mut runs: Vec<RunEntry> = rows.collect::<Result<_, _>>().map_err(io)?;
+        for run in &mut runs {
+            if let Some((logged, written)) = logs.get(&run.run_id) {
+                run.steps = log::count(run.steps, logged);
+                run.updated_ms = run.updated_ms.max(*written);
+            }
+        }
+        Ok(runs)
     }
 
     /// The run whose id is `id`, or starts with it when only one does.
@@ -1128,6 +1432,8 @@ impl JournalReader {
             step,
             reason,
         };
+        // The log first, then the file: a fold between the two reads loses no step.
+        let logged = log::read_run(&self.path, run_id);
         type Row = (i64, String, String, String, Option<String>);
         let row: Option<Row> = self
             .conn
@@ -1169,6 +1475,7 @@ impl JournalReader {
             run_no,
             &sum,
             None,
+            &logged,
             &mut run.steps,
             &mut Vec::new(),
             damaged,

@@ -1,7 +1,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 //! One owner per run: handles of one journal file (as separate processes would hold them) take a
-//! run in turn, never two at once, while each one that lets it go deletes its lock file; and a
-//! journal whose runs are all let go leaves no owners' folder behind.
+//! run in turn, never two at once, while each one that lets it go moves its lock file out of the
+//! run's place (to keep it for its next run); and a journal whose handles are all dropped leaves
+//! no owners' folder behind.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -62,31 +63,63 @@ fn handles_take_a_run_in_turn_and_leave_no_lock_file_behind() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The names in the owners' folder: the runs' lock files, and how many pooled ones.
+fn listed(owners: &std::path::Path) -> (Vec<String>, usize) {
+    let mut runs = Vec::new();
+    let mut pooled = 0;
+    for entry in std::fs::read_dir(owners).unwrap() {
+        let name = entry.unwrap().file_name().to_string_lossy().into_owned();
+        if name.starts_with(".pool-") {
+            pooled += 1;
+        } else {
+            runs.push(name);
+        }
+    }
+    runs.sort();
+    (runs, pooled)
+}
+
 #[test]
-fn the_owners_folder_lives_with_the_handle_and_comes_back_when_another_takes_it() {
+fn a_run_let_go_leaves_its_lock_file_to_the_handles_next_run_and_the_folder_goes_with_it() {
     let dir = std::env::temp_dir().join(format!("agentloop-owners-keep-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("runs.db");
     let owners = dir.join("runs.db.owners");
+    // What a process that died with pooled files leaves: no live handle holds them.
+    std::fs::create_dir_all(&owners).unwrap();
+    std::fs::write(owners.join(".pool-4000000-7.lock"), "").unwrap();
     let journal = SqliteJournal::open(&path).unwrap();
     journal.own("run-a").unwrap();
+    assert_eq!(listed(&owners), (vec!["run-a.lock".to_owned()], 0));
     journal.release("run-a");
-    // The run's lock file goes with the run; the folder stays for the next run.
-    assert!(owners.is_dir());
-    assert_eq!(std::fs::read_dir(&owners).unwrap().count(), 0);
-
-    // Another handle (as another process would) that finds the folder empty takes it away: this
-    // handle's next run makes it again, instead of failing on the folder it thought was there.
-    drop(SqliteJournal::open(&path).unwrap());
-    assert!(!owners.exists());
+    // The run's lock file leaves the run's place, still locked, for this handle's next run.
+    assert_eq!(listed(&owners), (Vec::new(), 1));
+    // Another handle (as another process would) neither takes nor deletes it.
+    let other = SqliteJournal::open(&path).unwrap();
+    other.own("run-x").unwrap();
+    other.release("run-x");
+    drop(other);
+    assert_eq!(listed(&owners), (Vec::new(), 1));
     journal.own("run-b").unwrap();
-    assert!(owners.join("run-b.lock").is_file());
+    assert_eq!(listed(&owners), (vec!["run-b.lock".to_owned()], 0));
     let other = SqliteJournal::open(&path).unwrap();
     assert!(matches!(other.own("run-b"), Err(JournalError::Busy { .. })));
     // A handle dropped while another's run is in the folder leaves both alone.
     drop(other);
     assert!(owners.join("run-b.lock").is_file());
+    journal.release("run-b");
+    drop(journal);
+    assert!(!owners.exists());
+
+    // A folder taken away under a handle (deleted by hand while a run was owned) is made again
+    // by its next run.
+    let journal = SqliteJournal::open(&path).unwrap();
+    journal.own("run-c").unwrap();
+    std::fs::remove_dir_all(&owners).unwrap();
+    journal.release("run-c");
+    journal.own("run-d").unwrap();
+    assert_eq!(listed(&owners), (vec!["run-d.lock".to_owned()], 0));
     drop(journal);
     assert!(!owners.exists());
     let _ = std::fs::remove_dir_all(&dir);

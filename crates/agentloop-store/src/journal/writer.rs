@@ -24,6 +24,7 @@ use agentloop::journal::{Definition, JournalError, JournalHeader, JournaledRun, 
 use rusqlite::{Connection, OptionalExtension, params};
 use serde_json::Value;
 
+use super::log::Logged;
 use super::{
     ForkOrigin, Sum, checked_header, header_sum, hex_text, io, now_ms, parse_sum, read_steps,
     step_sum,
@@ -35,9 +36,12 @@ use super::{
 #[serde(rename_all = "lowercase")]
 pub enum Durability {
     /// Survives any kill of the process (`kill -9`, a panic, an out-of-memory kill): each commit
-    /// is in the operating system's hands before the run moves on (WAL, `synchronous =
-    /// NORMAL`, no fsync per commit). A power cut or a crash of the operating system may lose
-    /// the last commits, never tear one.
+    /// is in the operating system's hands before the run moves on, with no fsync. A run's steps
+    /// go to its step log beside the file (one `write` a commit, in the `<journal>.owners`
+    /// folder) and into the file (WAL, `synchronous = NORMAL`) when the run finishes or
+    /// suspends, when its journal handle is dropped, or when the next owner takes it after a
+    /// crash; readers read the log on from the file. A power cut or a crash of the operating
+    /// system may lose the last commits, never tear one (a frame cut short is dropped whole).
     Process,
     /// Also survives a power cut or a crash of the operating system: each commit is fsync'd
     /// before the run moves on (WAL, `synchronous = FULL`). Steps that are ready together (of
@@ -136,7 +140,7 @@ impl Fault {
 #[cfg(feature = "test-faults")]
 const FAULT_ENV: &str = "AGENTLOOP_TEST_JOURNAL_FAULT";
 
-fn hang(what: &str) -> ! {
+pub(super) fn hang(what: &str) -> ! {
     eprintln!("agentloop: fault: paused {what}");
     loop {
         std::thread::park();
@@ -156,22 +160,31 @@ pub(super) enum Command {
         seq: u64,
         step: String,
     },
+    /// The steps of the run's step log that the file does not hold yet go into it (see the
+    /// `log` module): after a crash, by the run's next owner.
+    Fold { run_id: String, logged: Logged },
+    /// The run waits for answers: its logged steps, then its approvals' rows and its status.
     Suspend {
         run_id: String,
+        logged: Logged,
         rows: Vec<(String, String)>,
     },
-    /// The run ended, with its last step when it is written together with the end (`seq`,
-    /// the step): both or neither.
+    /// The run ended: its logged steps, its last step when it is written together with the
+    /// end (`seq`, the step), and the end, all or nothing.
     Finish {
         run_id: String,
         stop_reason: String,
+        logged: Logged,
         last: Option<(u64, String)>,
     },
+    /// A new run from step `at` of run `from`, whose logged steps (read before the file, so
+    /// that a fold between the two reads loses none) are `logged`.
     Fork {
         from: String,
         at: u64,
         run_id: String,
         definition: Option<Definition>,
+        logged: Logged,
     },
 }
 
@@ -286,6 +299,48 @@ impl WriterHandle {
             let _ = self.tx.send(Queued::Checkpoint);
         }
         Ok(())
+    }
+
+    /// Commits `job` on this thread, waiting for the connection and for another process's
+    /// write lock as the writer thread does: for the rare writes that cannot wait for an
+    /// answer (a dead owner's step log folded when its run is taken).
+    pub(super) fn commit_now(
+        &self,
+        command: Command,
+        durability: Durability,
+    ) -> Result<(), JournalError> {
+        let (reply, mut done) = tokio::sync::oneshot::channel();
+        let job = Job {
+            command,
+            durability,
+            reply,
+        };
+        {
+            let mut guard = lock(&self.shared);
+            let Shared { conn, writer } = &mut *guard;
+            writer.commit(conn, vec![job]);
+        }
+        match done.try_recv() {
+            Ok(result) => result.map(drop),
+            Err(_) => Err(io("the journal's writer answered no write")),
+        }
+    }
+
+    /// The sequence number run `run_id`'s next step takes, by the file (the steps a log holds
+    /// are not counted).
+    pub(super) fn next_seq(&self, run_id: &str) -> Result<u64, JournalError> {
+        let guard = lock(&self.shared);
+        let tail = guard.writer.tail(&guard.conn, &HashMap::new(), run_id)?;
+        Ok(tail.seq.map_or(0, |s| s + 1))
+    }
+
+    /// Counts `n` steps written to a step log among this writer's appends, for the crash
+    /// tests' faults: the place of the first of them.
+    pub(super) fn count_logged(&self, n: u64) -> u64 {
+        let mut guard = lock(&self.shared);
+        let first = guard.writer.written;
+        guard.writer.written += n;
+        first
     }
 
     /// Hands the gathered writes to the writer thread, in the order they were asked for.
@@ -649,6 +704,45 @@ impl Writer {
         Ok(())
     }
 
+    /// Writes the steps of run `run_id`'s log that follow the file's last one, chained on from
+    /// it (steps the file holds already, folded before a crash cut the log's removal short,
+    /// are passed over). Not counted among the writer's appends: the crash tests' faults saw
+    /// them when they were logged.
+    fn fold(
+        &self,
+        conn: &Connection,
+        run_id: String,
+        logged: Logged,
+        group: &mut Group,
+    ) -> Result<(), JournalError> {
+        if logged.is_empty() {
+            return Ok(());
+        }
+        let mut last = self.tail(conn, &group.moved, &run_id)?;
+        let mut folded = false;
+        for (seq, step) in logged {
+            let expected = last.seq.map_or(0, |s| s + 1);
+            if last.seq.is_some_and(|s| seq <= s) {
+                continue;
+            }
+            if seq != expected {
+                return Err(JournalError::Damaged {
+                    run_id,
+                    step: Some(expected),
+                    reason: format!("its step log goes on from step {seq}, not {expected}"),
+                });
+            }
+            last.sum = insert_step(conn, last.run_no, seq, &step, &last.sum)?;
+            last.seq = Some(seq);
+            folded = true;
+        }
+        if folded {
+            group.running.insert(run_id.clone());
+            group.moved.insert(run_id, last);
+        }
+        Ok(())
+    }
+
     fn apply(
         &self,
         conn: &Connection,
@@ -670,7 +764,15 @@ impl Writer {
             Command::Append { run_id, seq, step } => {
                 self.append(conn, run_id, seq, &step, group)?;
             }
-            Command::Suspend { run_id, rows } => {
+            Command::Fold { run_id, logged } => {
+                self.fold(conn, run_id, logged, group)?;
+            }
+            Command::Suspend {
+                run_id,
+                logged,
+                rows,
+            } => {
+                self.fold(conn, run_id.clone(), logged, group)?;
                 group.running.remove(&run_id);
                 group.stamped.insert(run_id.clone(), None);
                 for (call_id, request) in rows {
@@ -693,8 +795,10 @@ impl Writer {
             Command::Finish {
                 run_id,
                 stop_reason,
+                logged,
                 last,
             } => {
+                self.fold(conn, run_id.clone(), logged, group)?;
                 if let Some((seq, step)) = last {
                     self.append(conn, run_id.clone(), seq, &step, group)?;
                 }
@@ -713,9 +817,10 @@ impl Writer {
                 at,
                 run_id,
                 definition,
+                logged,
             } => {
                 let now = now_ms();
-                let (run, tail) = fork(conn, &from, at, &run_id, definition, now)?;
+                let (run, tail) = fork(conn, &from, at, &run_id, definition, &logged, now)?;
                 group.stamped.insert(run_id.clone(), Some(now));
                 group.moved.insert(run_id, tail);
                 return Ok(Done::Forked(Box::new(run)));
@@ -834,6 +939,7 @@ fn fork(
     at: u64,
     run_id: &str,
     definition: Option<Definition>,
+    logged: &[(u64, String)],
     now: i64,
 ) -> Result<(JournaledRun, Tail), JournalError> {
     let damaged = |step: Option<u64>, reason: String| JournalError::Damaged {
@@ -891,6 +997,7 @@ fn fork(
         from_no,
         &sum,
         Some(at),
+        logged,
         &mut steps,
         &mut texts,
         damaged,

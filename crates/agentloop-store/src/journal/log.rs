@@ -1,0 +1,239 @@
+//! The `process` level's step log: a run's steps, appended to its owner's lock file (in the
+//! journal's `<journal>.owners` folder) with one `write` a commit, and folded into the SQLite
+//! file when the run finishes or suspends, or by the next owner after a crash.
+//!
+//! Why: a SQLite commit in a file other processes read is a transaction (the WAL's locks, its
+//! frames, its checkpoints): about ten system calls, where a killed process only needs the
+//! bytes handed to the operating system. A frame appended here is in the operating system's
+//! hands once `write` returns, so it survives any kill of the process, as the `process` level
+//! promises; a power cut may lose the last frames, never tear one into a step.
+//!
+//! The file: a header line (`agentloop-steps 1`, the run's id), then frames. A frame is one
+//! commit: its payload's length (`u32`, little-endian), the first 16 bytes of the payload's
+//! SHA-256, then the payload, the frame's steps one after another (each its sequence number,
+//! `u64`, its text's length, `u32`, and its text). A reader takes the frames in order and stops
+//! at the first that is short or whose check fails (a write cut short, as the WAL stops at a
+//! frame whose checksum fails): a frame is kept or dropped whole, as a commit is. The steps'
+//! chained sums are computed when they are folded into the file, and checked by every reader as
+//! it reads them on from the file's own.
+
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+
+/// The first line of a step log.
+const MAGIC: &[u8] = b"agentloop-steps 1\n";
+
+/// A frame's length and check.
+const FRAME_HEAD: usize = 4 + 16;
+
+/// The steps a log holds, in the order they were written: `(seq, text)`.
+pub(crate) type Logged = Vec<(u64, String)>;
+
+/// The folder of a journal's owners and step logs: `<journal>.owners`.
+pub(crate) fn folder(journal: &Path) -> PathBuf {
+    let mut folder = journal.as_os_str().to_owned();
+    folder.push(".owners");
+    PathBuf::from(folder)
+}
+
+/// The lock file and step log of run `run_id`: in [`folder`], named by the run id kept to the
+/// characters ids are made of (two ids may share a file: its header says whose steps it holds).
+pub(crate) fn file_of(journal: &Path, run_id: &str) -> PathBuf {
+    let name: String = run_id
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    folder(journal).join(format!("{name}.lock"))
+}
+
+/// The header of run `run_id`'s log, for a log's first write.
+pub(crate) fn header(run_id: &str, out: &mut Vec<u8>) {
+    out.extend_from_slice(MAGIC);
+    out.extend_from_slice(run_id.as_bytes());
+    out.push(b'\n');
+}
+
+/// Appends one frame holding `steps` to `out`; the length of the frame's head and of each
+/// step's record before it, so that a test fault can cut the write inside a given step.
+pub(crate) fn frame<'a>(
+    steps: impl IntoIterator<Item = (u64, &'a str)>,
+    out: &mut Vec<u8>,
+    cuts: &mut Vec<usize>,
+) -> Result<(), String> {
+    let start = out.len();
+    out.extend_from_slice(&[0; FRAME_HEAD]);
+    for (seq, text) in steps {
+        cuts.push(out.len());
+        let len = u32::try_from(text.len())
+            .map_err(|_| format!("step {seq} is too large for the step log"))?;
+        out.extend_from_slice(&seq.to_le_bytes());
+        out.extend_from_slice(&len.to_le_bytes());
+        out.extend_from_slice(text.as_bytes());
+    }
+    let payload = out.get(start + FRAME_HEAD..).unwrap_or_default();
+    let len = u32::try_from(payload.len()).map_err(|_| "a frame too large for the step log")?;
+    let check = Sha256::digest(payload);
+    if let Some(head) = out.get_mut(start..start + FRAME_HEAD) {
+        let (l, c) = head.split_at_mut(4);
+        l.copy_from_slice(&len.to_le_bytes());
+        c.copy_from_slice(check.get(..16).unwrap_or_default());
+    }
+    Ok(())
+}
+
+/// What a log's bytes hold: whose steps, and the steps of its whole frames (what follows them
+/// is a write cut short).
+#[derive(Debug, Default)]
+pub(crate) struct Read {
+    pub(crate) run_id: String,
+    pub(crate) steps: Logged,
+}
+
+/// Reads a log's bytes: `None` when they are not a step log (or hold no header yet).
+pub(crate) fn parse(bytes: &[u8]) -> Option<Read> {
+    let rest = bytes.strip_prefix(MAGIC)?;
+    let end = rest.iter().position(|&b| b == b'\n')?;
+    let run_id = std::str::from_utf8(rest.get(..end)?).ok()?.to_owned();
+    let mut at = MAGIC.len() + end + 1;
+    let mut steps = Vec::new();
+    while let Some(head) = bytes.get(at..at + FRAME_HEAD) {
+        let (len, check) = head.split_at(4);
+        let len = u32::from_le_bytes(len.try_into().ok()?) as usize;
+        let Some(payload) = bytes.get(at + FRAME_HEAD..at + FRAME_HEAD + len) else {
+            break;
+        };
+        if Sha256::digest(payload).get(..16) != Some(check) {
+            break;
+        }
+        let Some(frame) = records(payload) else { break };
+        steps.extend(frame);
+        at += FRAME_HEAD + len;
+    }
+    Some(Read { run_id, steps })
+}
+
+/// The steps of a frame's payload (whose check held): `None` when it does not divide into
+/// records.
+fn records(mut payload: &[u8]) -> Option<Logged> {
+    let mut out = Vec::new();
+    while !payload.is_empty() {
+        let seq = u64::from_le_bytes(payload.get(..8)?.try_into().ok()?);
+        let len = u32::from_le_bytes(payload.get(8..12)?.try_into().ok()?) as usize;
+        let text = std::str::from_utf8(payload.get(12..12 + len)?).ok()?;
+        out.push((seq, text.to_owned()));
+        payload = payload.get(12 + len..)?;
+    }
+    Some(out)
+}
+
+/// The steps run `run_id`'s log holds (none when it has no log, or the file at its place is
+/// another run's).
+pub(crate) fn read_run(journal: &Path, run_id: &str) -> Logged {
+    match std::fs::read(file_of(journal, run_id)) {
+        Ok(bytes) => parse(&bytes)
+            .filter(|r| r.run_id == run_id)
+            .map(|r| r.steps)
+            .unwrap_or_default(),
+        Err(_) => Vec::new(),
+    }
+}
+
+/// Every step log in the journal's folder: each run's logged steps, and when its log was
+/// last written (ms since the Unix epoch).
+pub(crate) fn read_all(journal: &Path) -> std::collections::HashMap<String, (Logged, i64)> {
+    let mut out = std::collections::HashMap::new();
+    let Ok(entries) = std::fs::read_dir(folder(journal)) else {
+        return out;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.extension().is_none_or(|e| e != "lock") {
+            continue;
+        }
+        let (Ok(bytes), Ok(meta)) = (std::fs::read(&path), entry.metadata()) else {
+            continue;
+        };
+        let Some(read) = parse(&bytes) else { continue };
+        if read.steps.is_empty() {
+            continue;
+        }
+        let written = meta
+            .modified()
+            .ok()
+            .and_then(|m| m.duration_since(std::time::UNIX_EPOCH).ok())
+            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+        out.insert(read.run_id, (read.steps, written));
+    }
+    out
+}
+
+/// How many steps a run has, when its file holds `stored` (steps `0..stored`) and its log
+/// `logged`: the file's, then the logged ones that follow on from them without a gap.
+pub(crate) fn count(stored: u64, logged: &[(u64, String)]) -> u64 {
+    let mut next = stored;
+    for (seq, _) in logged {
+        if *seq == next {
+            next += 1;
+        }
+    }
+    next
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
+    use super::*;
+
+    fn log_of(frames: &[&[(u64, &str)]]) -> Vec<u8> {
+        let mut out = Vec::new();
+        header("run-1", &mut out);
+        for f in frames {
+            frame(f.iter().copied(), &mut out, &mut Vec::new()).unwrap();
+        }
+        out
+    }
+
+    #[test]
+    fn frames_read_back_whole_and_a_frame_cut_short_or_changed_is_dropped_whole() {
+        let bytes = log_of(&[&[(0, "a"), (1, "b")], &[(2, "c")], &[(3, "d"), (4, "e")]]);
+        let read = parse(&bytes).unwrap();
+        assert_eq!(read.run_id, "run-1");
+        let seqs: Vec<u64> = read.steps.iter().map(|s| s.0).collect();
+        assert_eq!(seqs, [0, 1, 2, 3, 4]);
+        assert_eq!(read.steps[2].1, "c");
+        // Cut anywhere inside the last frame: the frames before it, whole, and nothing of it.
+        let last = log_of(&[&[(0, "a"), (1, "b")], &[(2, "c")]]).len();
+        for cut in last..bytes.len() {
+            let read = parse(&bytes[..cut]).unwrap();
+            assert_eq!(read.steps.len(), 3, "cut at {cut}");
+        }
+        // A changed byte in a frame ends the log there.
+        let mut changed = bytes.clone();
+        let at = changed.len() - 1;
+        changed[at] ^= 1;
+        assert_eq!(parse(&changed).unwrap().steps.len(), 3);
+        // Not a log at all.
+        assert!(parse(b"something else").is_none());
+        assert!(parse(b"").is_none());
+    }
+
+    #[test]
+    fn a_run_has_its_files_steps_then_the_logged_ones_that_follow_without_a_gap() {
+        let logged: Logged = [(2, "c"), (3, "d"), (5, "f")]
+            .iter()
+            .map(|(s, t)| (*s, (*t).to_owned()))
+            .collect();
+        assert_eq!(count(2, &logged), 4);
+        assert_eq!(count(4, &logged), 4);
+        assert_eq!(count(1, &logged), 1);
+        // Steps already folded into the file are not counted twice.
+        assert_eq!(count(3, &logged), 4);
+    }
+}
