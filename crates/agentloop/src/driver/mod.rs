@@ -888,8 +888,11 @@ impl<'a> Driver<'a> {
             if let Some((scope, call_id)) = scope {
                 outcome.subagent = scope.take_run(&call_id).map(Box::new);
             }
+            // Boxed: after-tool hooks are rare, and their future (800 bytes) held inline would
+            // more than double every running call's (`agentloop-bench scale`: a run holds its
+            // calls' futures while they run).
             let (outcome, failures) = match hooks {
-                Some(h) => h.run(outcome).await,
+                Some(h) => Box::pin(h.run(outcome)).await,
                 None => (outcome, Vec::new()),
             };
             (position, Some(outcome), failures)
