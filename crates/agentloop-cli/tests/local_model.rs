@@ -1116,10 +1116,17 @@ fn a_session_past_its_context_budget_is_compacted_by_the_models_own_summary() {
             );
         }
         // A 0.5B model's summary can loop until its output limit: no shorter than what it would
-        // replace, it is refused and the oldest tool results are dropped instead.
+        // replace, it is refused and the oldest tool results are dropped instead, those longer
+        // than the note that replaces them. This conversation's results (a temperature, a sum)
+        // are shorter than that note, so there may be none to drop: the request is then sent
+        // as it was, and says so.
         Some("drop_tool_results") => {
             assert!(c["fallback"].as_str().unwrap().contains("summary"), "{d}");
-            assert!(c["messages_replaced"].as_u64() >= Some(1), "{d}");
+            assert!(
+                c["tokens_after"].as_u64() <= c["tokens_before"].as_u64(),
+                "{d}"
+            );
+            assert!(c["messages_replaced"].as_u64().is_some(), "{d}");
         }
         other => panic!("no compaction policy {other:?}: {d}"),
     }
