@@ -33,6 +33,18 @@ NODE_PORT=${RESTATE_NODE_PORT:-$free3}
 
 # AGENTLOOP_RESTATE_INACTIVITY (a duration such as "1s") sets both timeouts short, for a test of
 # what keeps a long step's attempt alive.
+# AGENTLOOP_RESTATE_WAL_FSYNC=off: the server's logs skip the fsync of each append (what
+# `bench/restate.py --server-fsync off` measures: a step's wait without the disk's).
+LOG_FSYNC=""
+if [ "${AGENTLOOP_RESTATE_WAL_FSYNC:-on}" = off ]; then
+  LOG_FSYNC="
+[bifrost.local]
+rocksdb-disable-wal-fsync = true
+
+[log-server]
+rocksdb-disable-wal-fsync = true"
+fi
+
 INVOKER_TIMEOUTS=""
 if [ -n "${AGENTLOOP_RESTATE_INACTIVITY:-}" ]; then
   INVOKER_TIMEOUTS="inactivity-timeout = \"$AGENTLOOP_RESTATE_INACTIVITY\"
@@ -101,6 +113,7 @@ memory-size = "128 MiB"
 [ingress]
 bind-address = "127.0.0.1:$INGRESS_PORT"
 advertised-address = "http://127.0.0.1:$INGRESS_PORT/"
+$LOG_FSYNC
 TOML
 
 # The server also reads RESTATE_* variables as config (RESTATE_SECTION__KEY), so the caller's are
