@@ -632,7 +632,7 @@ impl SqliteJournal {
         log::frame(
             (seq..).zip(steps.iter().map(String::as_str)),
             &mut bytes,
-            &mut cuts,
+            self.fault.is_some().then_some(&mut cuts),
         )
         .map_err(io)?;
         if self.fault.is_some() {
