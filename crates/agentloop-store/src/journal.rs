@@ -487,16 +487,23 @@ impl SqliteJournal {
         // existing name: never over a live owner's file or a dead one's log).
         let pooled = lock(&self.pool).pop();
         if let Some((at, file)) = pooled {
-            if std::fs::hard_link(&at, &path).is_ok() {
-                let _ = std::fs::remove_file(&at);
-                let run = Arc::new(Owned {
-                    file,
-                    log: Mutex::new(LogState::default()),
-                });
-                owned.insert(run_id.to_owned(), Arc::clone(&run));
-                return Ok(run);
+            match std::fs::hard_link(&at, &path) {
+                Ok(()) => {
+                    let _ = std::fs::remove_file(&at);
+                    let run = Arc::new(Owned {
+                        file,
+                        log: Mutex::new(LogState::default()),
+                    });
+                    owned.insert(run_id.to_owned(), Arc::clone(&run));
+                    return Ok(run);
+                }
+                // Another owner's file is at the run's place: the pooled one waits for the next.
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                    lock(&self.pool).push((at, file));
+                }
+                // Gone (its folder deleted under this handle, say): it is let go.
+                Err(_) => {}
             }
-            lock(&self.pool).push((at, file));
         }
         // An owner that lets a run go deletes its file while still holding the lock; whoever
         // opened that file before and locks it after holds a lock on a file no longer there,

@@ -120,6 +120,12 @@ fn a_run_let_go_leaves_its_lock_file_to_the_handles_next_run_and_the_folder_goes
     journal.release("run-c");
     journal.own("run-d").unwrap();
     assert_eq!(listed(&owners), (vec!["run-d.lock".to_owned()], 0));
+    // And so is a folder taken away with a pooled file in it.
+    journal.release("run-d");
+    assert_eq!(listed(&owners), (Vec::new(), 1));
+    std::fs::remove_dir_all(&owners).unwrap();
+    journal.own("run-e").unwrap();
+    assert_eq!(listed(&owners), (vec!["run-e.lock".to_owned()], 0));
     drop(journal);
     assert!(!owners.exists());
     let _ = std::fs::remove_dir_all(&dir);
