@@ -590,15 +590,24 @@ impl SqliteJournal {
         file.set_len(0).map_err(io)
     }
 
-    /// Lets run `run_id` go (done by itself when the run finishes or suspends, once its step
-    /// log is folded into the file): its lock file is deleted, then unlocked, so that a journal
-    /// of many runs leaves no file per run behind. The owners' folder stays while this handle
-    /// lives (the next run's lock goes in it; making and removing it with each run was 7% of a
-    /// journaled run's CPU) and goes, when empty, with the handle.
+    /// Lets run `run_id` go (done by itself when the run finishes or suspends): the steps its
+    /// step log holds that the file does not are folded into the file first (when that fails,
+    /// they stay in the log, which is unlocked for the next owner); then its lock file is
+    /// deleted, then unlocked, so that a journal of many runs leaves no file per run behind.
+    /// The owners' folder stays while this handle lives (the next run's lock goes in it; making
+    /// and removing it with each run was 7% of a journaled run's CPU) and goes, when empty, with
+    /// the handle.
     ///
     /// The file is kept for the next run this handle takes instead when it can be: emptied,
     /// still locked, and renamed out of the run's place (see the `pool` field).
     pub fn release(&self, run_id: &str) {
+        let unfolded = lock(&self.owned)
+            .get(run_id)
+            .is_some_and(|run| lock(&run.log).steps);
+        if unfolded && self.fold_now(run_id).is_err() {
+            drop(lock(&self.owned).remove(run_id));
+            return;
+        }
         let Some(run) = lock(&self.owned).remove(run_id) else {
             return;
         };
@@ -693,8 +702,8 @@ impl SqliteJournal {
         Ok(log::parse(&bytes).map(|r| r.steps).unwrap_or_default())
     }
 
-    /// Runs `done` (a write that ends this process's part in run `run_id`), then lets the run
-    /// go when it was written.
+    /// Runs `done` (a write that ends this process's part in run `run_id`, with the steps of
+    /// its step log), then lets the run go when it was written.
     fn then_release<'a>(
         &'a self,
         run_id: &'a str,
@@ -702,9 +711,31 @@ impl SqliteJournal {
     ) -> BoxFuture<'a, Result<(), JournalError>> {
         Box::pin(async move {
             done.await?;
+            if let Some(run) = lock(&self.owned).get(run_id) {
+                lock(&run.log).steps = false;
+            }
             self.release(run_id);
             Ok(())
         })
+    }
+
+    /// Folds the steps of run `run_id`'s step log into the file now, on this thread (waiting
+    /// for the file as the writer thread does): for a run let go unfinished.
+    fn fold_now(&self, run_id: &str) -> Result<(), JournalError> {
+        let logged = self.logged(run_id)?;
+        if !logged.is_empty() {
+            self.writer.commit_now(
+                Command::Fold {
+                    run_id: run_id.to_owned(),
+                    logged,
+                },
+                self.durability,
+            )?;
+        }
+        if let Some(run) = lock(&self.owned).get(run_id) {
+            lock(&run.log).steps = false;
+        }
+        Ok(())
     }
 }
 
@@ -772,24 +803,9 @@ impl Drop for SqliteJournal {
             .unwrap_or_default();
         for run_id in runs {
             // A run let go unfinished (its future dropped, a child cut off by its parent's
-            // grace period) keeps its logged steps: folded into the file now, or, when that
-            // fails, left in its log for the next owner.
-            let folded = self.logged(&run_id).and_then(|logged| {
-                if logged.is_empty() {
-                    return Ok(());
-                }
-                self.writer.commit_now(
-                    Command::Fold {
-                        run_id: run_id.clone(),
-                        logged,
-                    },
-                    self.durability,
-                )
-            });
-            match folded {
-                Ok(()) => self.release(&run_id),
-                Err(_) => drop(lock(&self.owned).remove(&run_id)),
-            }
+            // grace period) keeps its logged steps: `release` folds them into the file, or,
+            // when that fails, leaves them in its log for the next owner.
+            self.release(&run_id);
         }
         for (at, file) in self.pool.get_mut().map(std::mem::take).unwrap_or_default() {
             let _ = std::fs::remove_file(at);

@@ -234,7 +234,7 @@ fn a_run_left_in_a_step_log_goes_on_at_power_and_a_run_not_taken_first_is_taken_
 }
 
 #[test]
-fn a_run_let_go_unfinished_keeps_its_logged_steps_in_the_file() {
+fn a_run_let_go_unfinished_or_by_hand_keeps_its_logged_steps_in_the_file() {
     let dir = temp_dir("process-dropped");
     let path = dir.join("runs.db");
     let journal = process_journal(&path);
@@ -243,8 +243,18 @@ fn a_run_let_go_unfinished_keeps_its_logged_steps_in_the_file() {
     drop(journal);
     assert_eq!(rows_in_file(&path, "a"), 1);
     assert!(!log_file(&path, "a").exists());
+    // So do those of a run let go by hand, which another handle then takes and goes on with.
+    let journal = process_journal(&path);
+    futures::executor::block_on(journal.append("a", 1, &step(1))).unwrap();
+    journal.release("a");
+    assert_eq!(rows_in_file(&path, "a"), 2);
+    let other = process_journal(&path);
+    futures::executor::block_on(other.append("a", 2, &step(2))).unwrap();
+    drop((journal, other));
+    assert_eq!(rows_in_file(&path, "a"), 3);
+    assert!(!log_file(&path, "a").exists());
     let run = JournalReader::open(&path).unwrap().load("a").unwrap();
-    assert_eq!(run.steps, vec![step(0)]);
+    assert_eq!(run.steps, vec![step(0), step(1), step(2)]);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
