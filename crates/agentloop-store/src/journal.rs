@@ -440,7 +440,7 @@ pub struct SqliteJournal {
     /// This handle made (or found) the owners' folder, and has not seen it go since.
     folder_made: AtomicBool,
     /// Lock files of runs let go, emptied, still locked and renamed out of the way
-    /// (`.pool-<pid>-<n>.lock`), for the next runs to take: making a file a run cost more than
+    /// (`.pool-<unique id>.lock`), for the next runs to take: making a file a run cost more than
     /// all of a `process` run's other writes together (ext4 looks for a free inode that was not
     /// deleted lately, and a journal of runs back to back deletes one a run).
     pool: Mutex<Vec<(PathBuf, std::fs::File)>>,
@@ -488,7 +488,8 @@ impl SqliteJournal {
         let pooled = lock(&self.pool).pop();
         if let Some((at, file)) = pooled {
             match std::fs::hard_link(&at, &path) {
-                Ok(()) => {
+                // Linked from the file this handle holds (not one that took its name since).
+                Ok(()) if is_at(&file, &path) => {
                     let _ = std::fs::remove_file(&at);
                     let run = Arc::new(Owned {
                         file,
@@ -500,6 +501,11 @@ impl SqliteJournal {
                 // Another owner's file is at the run's place: the pooled one waits for the next.
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
                     lock(&self.pool).push((at, file));
+                }
+                // Linked from another file at the pooled name: the link goes, and so does the
+                // pooled file, whose name is no longer its own.
+                Ok(()) => {
+                    let _ = std::fs::remove_file(&path);
                 }
                 // Gone (its folder deleted under this handle, say): it is let go.
                 Err(_) => {}
@@ -611,6 +617,8 @@ impl SqliteJournal {
         let Some(run) = lock(&self.owned).remove(run_id) else {
             return;
         };
+        // Another process may take the run on from here: what the writer knew of it is stale.
+        self.writer.forget(run_id);
         let path = log::file_of(&self.path, run_id);
         if let Ok(run) = Arc::try_unwrap(run) {
             let written = lock(&run.log).len;
@@ -642,7 +650,7 @@ impl SqliteJournal {
         }
         let mut bytes = Vec::with_capacity(64 + steps.iter().map(|s| s.len() + 12).sum::<usize>());
         if state.len == 0 {
-            log::header(run_id, &mut bytes);
+            log::header(run_id, &mut bytes).map_err(io)?;
         }
         let mut cuts = Vec::new();
         log::frame(
@@ -651,15 +659,23 @@ impl SqliteJournal {
             self.fault.is_some().then_some(&mut cuts),
         )
         .map_err(io)?;
-        if self.fault.is_some() {
-            self.fault_in(seq, steps.len(), &run.file, &bytes, &cuts);
+        // The steps' places among the writer's appends, taken at once (runs log from several
+        // threads).
+        let nth = self
+            .fault
+            .map(|_| self.writer.count_logged(steps.len() as u64));
+        if let Some(nth) = nth {
+            self.fault_in(seq, nth, &run.file, &bytes, &cuts);
         }
-        (&run.file).write_all(&bytes).map_err(io)?;
+        if let Err(e) = (&run.file).write_all(&bytes) {
+            // A write cut short (a full disk) leaves no torn frame for the next one to follow.
+            let _ = run.file.set_len(state.len);
+            return Err(io(e));
+        }
         state.len += bytes.len() as u64;
         state.next = Some(seq + steps.len() as u64);
         state.steps = true;
-        if let Some(fault) = self.fault {
-            let nth = self.writer.count_logged(steps.len() as u64);
+        if let (Some(fault), Some(nth)) = (self.fault, nth) {
             for i in 0..steps.len() as u64 {
                 match fault {
                     Fault::AfterStep(n) if n == seq + i => hang(&format!("after step {n}")),
@@ -673,10 +689,8 @@ impl SqliteJournal {
 
     /// The crash tests' faults inside a step log's write: the frame is cut short inside the
     /// step, and the process waits to be killed.
-    fn fault_in(&self, seq: u64, n: usize, file: &std::fs::File, bytes: &[u8], cuts: &[usize]) {
-        // Not counted yet: [`SqliteJournal::log`] counts them once they are written.
-        let nth = self.writer.count_logged(0);
-        for (i, cut) in (0..n as u64).zip(cuts) {
+    fn fault_in(&self, seq: u64, nth: u64, file: &std::fs::File, bytes: &[u8], cuts: &[usize]) {
+        for (i, cut) in (0u64..).zip(cuts) {
             let inside = match self.fault {
                 Some(Fault::InStep(s)) => s == seq + i,
                 Some(Fault::InWrite(w)) => w == nth + i,
@@ -746,9 +760,9 @@ const POOL_MOST: usize = 256;
 /// A new name for a pooled lock file in the owners' folder of the journal at `journal`: unique
 /// in the process, and never a run's (run files' names have no leading dot).
 fn pool_name(journal: &Path) -> PathBuf {
-    static POOLED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let n = POOLED.fetch_add(1, Ordering::Relaxed);
-    log::folder(journal).join(format!(".pool-{}-{n}.lock", std::process::id()))
+    // Unique across processes too: two of them may share a process id (containers sharing the
+    // journal's volume), and a rename onto another's pooled file would take its name.
+    log::folder(journal).join(format!(".pool-{}.lock", agentloop::ids::run_id()))
 }
 
 /// Deletes the pooled lock files that no live handle holds (a process that died with some).

@@ -130,3 +130,38 @@ fn a_run_let_go_leaves_its_lock_file_to_the_handles_next_run_and_the_folder_goes
     assert!(!owners.exists());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_pooled_name_another_process_took_over_is_never_linked_to_a_run() {
+    let dir = std::env::temp_dir().join(format!("agentloop-owners-pool-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("runs.db");
+    let owners = dir.join("runs.db.owners");
+    let journal = SqliteJournal::open(&path).unwrap();
+    journal.own("run-a").unwrap();
+    journal.release("run-a");
+    // Another process renames a file of its own onto this handle's pooled name (as one with
+    // the same process id, in another container sharing the folder, could).
+    let pooled = std::fs::read_dir(&owners)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with(".pool-")
+        })
+        .unwrap();
+    let theirs = owners.join("theirs.tmp");
+    std::fs::write(&theirs, "theirs").unwrap();
+    std::fs::rename(&theirs, &pooled).unwrap();
+    // The next run gets a lock file of its own, locked by this handle, and theirs is left be.
+    journal.own("run-c").unwrap();
+    assert_eq!(std::fs::read(owners.join("run-c.lock")).unwrap(), b"");
+    assert_eq!(std::fs::read(&pooled).unwrap(), b"theirs");
+    let other = SqliteJournal::open(&path).unwrap();
+    assert!(matches!(other.own("run-c"), Err(JournalError::Busy { .. })));
+    drop((other, journal));
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -97,6 +97,10 @@ fn steps_at_process_go_to_the_step_log_and_every_reader_reads_them_on_from_the_f
     assert_eq!(run.steps, vec![step(0), step(1), step(2)]);
     let listed = reader.runs().unwrap();
     assert_eq!((listed[0].steps, listed[0].status.as_str()), (3, "running"));
+    // Any run id: a subagent's holds the model's call id, newlines and all.
+    let odd = "lead.call\n7 é";
+    begun(&journal, odd, 2);
+    assert_eq!(reader.load(odd).unwrap().steps, vec![step(0), step(1)]);
     // A step out of order is refused, as the file refuses it.
     let wrong = futures::executor::block_on(journal.append("a", 5, &step(5)));
     assert!(wrong.is_err());

@@ -8,7 +8,8 @@
 //! hands once `write` returns, so it survives any kill of the process, as the `process` level
 //! promises; a power cut may lose the last frames, never tear one into a step.
 //!
-//! The file: a header line (`agentloop-steps 1`, the run's id), then frames. A frame is one
+//! The file: a header (the line `agentloop-steps 1`, then the run's id after its length), then
+//! frames. A frame is one
 //! commit: its payload's length (`u32`, little-endian), the first 16 bytes of the payload's
 //! SHA-256, then the payload, the frame's steps one after another (each its sequence number,
 //! `u64`, its text's length, `u32`, and its text). A reader takes the frames in order and stops
@@ -53,11 +54,14 @@ pub(crate) fn file_of(journal: &Path, run_id: &str) -> PathBuf {
     folder(journal).join(format!("{name}.lock"))
 }
 
-/// The header of run `run_id`'s log, for a log's first write.
-pub(crate) fn header(run_id: &str, out: &mut Vec<u8>) {
+/// The header of run `run_id`'s log, for a log's first write: its id's length (`u32`), then the
+/// id (any text: a subagent's id holds the model's call id).
+pub(crate) fn header(run_id: &str, out: &mut Vec<u8>) -> Result<(), String> {
+    let len = u32::try_from(run_id.len()).map_err(|_| "a run id too long for the step log")?;
     out.extend_from_slice(MAGIC);
+    out.extend_from_slice(&len.to_le_bytes());
     out.extend_from_slice(run_id.as_bytes());
-    out.push(b'\n');
+    Ok(())
 }
 
 /// Appends one frame holding `steps` to `out`; into `cuts`, when given, where each step's
@@ -101,9 +105,9 @@ pub(crate) struct Read {
 /// Reads a log's bytes: `None` when they are not a step log (or hold no header yet).
 pub(crate) fn parse(bytes: &[u8]) -> Option<Read> {
     let rest = bytes.strip_prefix(MAGIC)?;
-    let end = rest.iter().position(|&b| b == b'\n')?;
-    let run_id = std::str::from_utf8(rest.get(..end)?).ok()?.to_owned();
-    let mut at = MAGIC.len() + end + 1;
+    let len = u32::from_le_bytes(rest.get(..4)?.try_into().ok()?) as usize;
+    let run_id = std::str::from_utf8(rest.get(4..4 + len)?).ok()?.to_owned();
+    let mut at = MAGIC.len() + 4 + len;
     let mut steps = Vec::new();
     while let Some(head) = bytes.get(at..at + FRAME_HEAD) {
         let (len, check) = head.split_at(4);
@@ -194,8 +198,12 @@ mod tests {
     use super::*;
 
     fn log_of(frames: &[&[(u64, &str)]]) -> Vec<u8> {
+        log_of_run("run-1", frames)
+    }
+
+    fn log_of_run(run_id: &str, frames: &[&[(u64, &str)]]) -> Vec<u8> {
         let mut out = Vec::new();
-        header("run-1", &mut out);
+        header(run_id, &mut out).unwrap();
         for f in frames {
             frame(f.iter().copied(), &mut out, None).unwrap();
         }
@@ -224,6 +232,15 @@ mod tests {
         // Not a log at all.
         assert!(parse(b"something else").is_none());
         assert!(parse(b"").is_none());
+    }
+
+    #[test]
+    fn any_run_id_is_read_back_whole() {
+        for id in ["lead.call\n7", "", "é\u{0}x", "a b\r\nc"] {
+            let read = parse(&log_of_run(id, &[&[(0, "s")]])).unwrap();
+            assert_eq!(read.run_id, id);
+            assert_eq!(read.steps.len(), 1);
+        }
     }
 
     #[test]

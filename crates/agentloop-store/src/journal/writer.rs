@@ -188,6 +188,20 @@ pub(super) enum Command {
     },
 }
 
+impl Command {
+    /// The run the write is about (a fork's new run).
+    fn run_id(&self) -> &str {
+        match self {
+            Command::Begin { run_id, .. }
+            | Command::Append { run_id, .. }
+            | Command::Fold { run_id, .. }
+            | Command::Suspend { run_id, .. }
+            | Command::Finish { run_id, .. }
+            | Command::Fork { run_id, .. } => run_id,
+        }
+    }
+}
+
 /// What a write gave back.
 pub(super) enum Done {
     Written,
@@ -214,6 +228,8 @@ pub(super) enum Queued {
     Many(Vec<Job>),
     /// Commits made by appenders have filled the WAL: the writer checkpoints it.
     Checkpoint,
+    /// A run let go: the writer forgets what it knew of it.
+    Forget(String),
 }
 
 /// The file's connection and what its writer knows, used by one committer at a time.
@@ -332,6 +348,19 @@ impl WriterHandle {
         let guard = lock(&self.shared);
         let tail = guard.writer.tail(&guard.conn, &HashMap::new(), run_id)?;
         Ok(tail.seq.map_or(0, |s| s + 1))
+    }
+
+    /// Forgets what this writer knows of run `run_id` (its last step, when its row was last
+    /// written): once let go, the run may be moved on by another process.
+    pub(super) fn forget(&self, run_id: &str) {
+        // Never waits on an async worker: when the connection is busy (an fsync, say), the
+        // writer thread forgets it after what it is doing.
+        match self.shared.try_lock() {
+            Ok(mut guard) => guard.writer.forget(run_id),
+            Err(_) => {
+                let _ = self.tx.send(Queued::Forget(run_id.to_owned()));
+            }
+        }
     }
 
     /// Counts `n` steps written to a step log among this writer's appends, for the crash
@@ -472,17 +501,19 @@ const CHECKPOINT_EVERY: u32 = 512;
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
 fn serve(shared: &Mutex<Shared>, rx: &mpsc::Receiver<Queued>) {
-    let take = |group: &mut Vec<Job>, queued: Queued| match queued {
+    let take = |group: &mut Vec<Job>, forgotten: &mut Vec<String>, queued: Queued| match queued {
         Queued::One(job) => group.push(job),
         Queued::Many(jobs) => group.extend(jobs),
         Queued::Checkpoint => {}
+        Queued::Forget(run_id) => forgotten.push(run_id),
     };
     while let Ok(first) = rx.recv() {
         let mut group = Vec::new();
-        take(&mut group, first);
+        let mut forgotten = Vec::new();
+        take(&mut group, &mut forgotten, first);
         while group.len() < MAX_GROUP {
             match rx.try_recv() {
-                Ok(queued) => take(&mut group, queued),
+                Ok(queued) => take(&mut group, &mut forgotten, queued),
                 Err(_) => break,
             }
         }
@@ -490,6 +521,9 @@ fn serve(shared: &Mutex<Shared>, rx: &mpsc::Receiver<Queued>) {
         let Shared { conn, writer } = &mut *guard;
         if !group.is_empty() {
             writer.commit(conn, group);
+        }
+        for run_id in forgotten {
+            writer.forget(&run_id);
         }
         if writer.checkpoint_due() {
             // A checkpoint that cannot finish now (a reader holds old pages) is retried after
@@ -517,6 +551,11 @@ fn roll_back(conn: &Connection) {
 }
 
 impl Writer {
+    fn forget(&mut self, run_id: &str) {
+        self.last.remove(run_id);
+        self.stamped.remove(run_id);
+    }
+
     fn checkpoint_due(&self) -> bool {
         self.uncheckpointed >= CHECKPOINT_EVERY
     }
@@ -624,10 +663,32 @@ impl Writer {
         group: &mut Group,
     ) -> Result<Done, JournalError> {
         exec(conn, "SAVEPOINT write").map_err(io)?;
+        // What the group knew of the write's run before it, put back with the rows when the
+        // write is undone: a tail moved by a write that is rolled back would be wrong.
+        let run_id = command.run_id().to_owned();
+        let before = (
+            group.moved.get(&run_id).cloned(),
+            group.appended.len(),
+            group.running.contains(&run_id),
+            group.stamped.get(&run_id).copied(),
+        );
         match self.apply(conn, command, group) {
             Ok(done) => exec(conn, "RELEASE write").map(|()| done).map_err(io),
             Err(e) => {
                 let _ = exec(conn, "ROLLBACK TO write").and_then(|()| exec(conn, "RELEASE write"));
+                let (moved, appended, running, stamped) = before;
+                match moved {
+                    Some(tail) => group.moved.insert(run_id.clone(), tail),
+                    None => group.moved.remove(&run_id),
+                };
+                group.appended.truncate(appended);
+                if !running {
+                    group.running.remove(&run_id);
+                }
+                match stamped {
+                    Some(stamp) => group.stamped.insert(run_id, stamp),
+                    None => group.stamped.remove(&run_id),
+                };
                 Err(e)
             }
         }
