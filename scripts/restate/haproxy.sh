@@ -12,7 +12,9 @@ DEST=$CACHE/haproxy
 STAMP=$DEST/.installed
 PACKAGES="haproxy liblua5.3-0 libopentracing-c-wrapper0 libopentracing1"
 
-installed() { [ "$(cat "$STAMP" 2>/dev/null)" = "$PACKAGES" ] && [ -x "$DEST/root/usr/sbin/haproxy" ]; }
+# The unpacked binary, wherever the package puts it under the cache's root.
+unpacked() { find "$DEST/root" -type f -path '*/sbin/haproxy' -perm -u+x 2>/dev/null | head -n 1; }
+installed() { [ "$(cat "$STAMP" 2>/dev/null)" = "$PACKAGES" ] && [ -n "$(unpacked)" ]; }
 
 if ! installed; then
   command -v apt-get >/dev/null || { echo "apt-get is required to fetch haproxy" >&2; exit 1; }
@@ -29,4 +31,4 @@ if ! installed; then
   flock -u 9
 fi
 libs=$(find "$DEST/root" -name '*.so*' -printf '%h\n' | sort -u | paste -sd: -)
-echo "env LD_LIBRARY_PATH=$libs $DEST/root/usr/sbin/haproxy"
+echo "env LD_LIBRARY_PATH=$libs $(unpacked)"
