@@ -304,7 +304,10 @@ impl WriterHandle {
             return Ok(());
         }
         let Shared { conn, writer } = &mut *guard;
-        if !writer.begin_now(conn, Durability::Process) {
+        // The writer thread was asked for a checkpoint and has not had the connection since:
+        // the mutex is not fair, so a stream of commits made here could keep it away while the
+        // WAL grows. This commit goes to it, and the checkpoint follows.
+        if writer.checkpoint_asked || !writer.begin_now(conn, Durability::Process) {
             return self.queue(Queued::Many(jobs));
         }
         self.last_group.store(jobs.len(), Ordering::Relaxed);
