@@ -94,7 +94,7 @@ fn line(s: &mut ProgressState, text: &str) {
 }
 
 /// A compact one-line view of JSON arguments, cut to `max` characters.
-pub fn compact(value: &Value, max: usize) -> String {
+pub fn compact(value: &impl std::fmt::Display, max: usize) -> String {
     let text = value.to_string();
     if text.chars().count() <= max {
         return text;

@@ -273,8 +273,9 @@ fn called(run: &RunOutcome, m: &ToolMatch, patterns: &[(String, Regex)]) -> Scor
 }
 
 fn matches(c: &ToolCallRecord, m: &ToolMatch, patterns: &[(String, Regex)]) -> bool {
-    m.args.iter().all(|(k, v)| c.arguments.get(k) == Some(v))
-        && patterns.iter().all(|(k, re)| match c.arguments.get(k) {
+    let arguments = c.arguments.to_value();
+    m.args.iter().all(|(k, v)| arguments.get(k) == Some(v))
+        && patterns.iter().all(|(k, re)| match arguments.get(k) {
             Some(Value::String(s)) => re.is_match(s),
             Some(other) => re.is_match(&other.to_string()),
             None => false,

@@ -39,7 +39,9 @@ pub use limits::{Limits, OnLimit, Price, PriceTable};
 pub use machine::Verdict;
 pub use message::Message;
 pub use model::{Model, ModelError, ModelResponse};
-pub use outcome::{CallOutcome, CallStatus, RunOutcome, StopReason, SubagentRun, ToolCallRecord};
+pub use outcome::{
+    CallArguments, CallOutcome, CallStatus, RunOutcome, StopReason, SubagentRun, ToolCallRecord,
+};
 pub use retry::RetryPolicy;
 pub use tokio_util::sync::CancellationToken;
 pub use tool::{Tool, ToolContext, ToolError, ToolOutput, ToolSource};

@@ -16,7 +16,7 @@ use crate::limits::{LimitHit, LimitKind, Limits};
 use crate::machine::{AdmittedCall, MAX_CALL_ID_LEN};
 use crate::message::{AssistantMessage, ContentPart, Message, ToolCall, ToolResult};
 use crate::model::{FinishReason, ModelError, ModelErrorKind, ModelResponse};
-use crate::outcome::{CallOutcome, CallStatus, StopReason, ToolCallRecord, codes};
+use crate::outcome::{CallArguments, CallOutcome, CallStatus, StopReason, ToolCallRecord, codes};
 use crate::tool::{ExecutionMode, ToolCatalog, join_violations};
 
 /// The largest output limit a cut answer is asked again with.
@@ -609,7 +609,7 @@ impl RunMachine {
             let record = ToolCallRecord {
                 call_id: Arc::clone(&call_id),
                 tool: Arc::clone(&tool),
-                arguments: raw_arguments(&call.arguments),
+                arguments: CallArguments::new(&raw_arguments(&call.arguments)),
                 turn,
                 outcome: outcome.clone(),
             };

@@ -7,7 +7,9 @@ use std::sync::Arc;
 use super::{Pending, RunMachine, Slot};
 use crate::error::RunError;
 use crate::message::{Message, ToolContent, ToolResult};
-use crate::outcome::{CallOutcome, CallStatus, StopReason, SubagentRun, ToolCallRecord, codes};
+use crate::outcome::{
+    CallArguments, CallOutcome, CallStatus, StopReason, SubagentRun, ToolCallRecord, codes,
+};
 
 impl RunMachine {
     pub(super) fn fold(&mut self, pending: Pending) {
@@ -82,7 +84,7 @@ impl RunMachine {
             self.kept.records.push(ToolCallRecord {
                 call_id: slot.call_id,
                 tool: slot.tool,
-                arguments: Arc::unwrap_or_clone(slot.arguments),
+                arguments: CallArguments::new(&slot.arguments),
                 turn,
                 outcome,
             });

@@ -8,6 +8,6 @@
 mod call;
 mod run;
 
-pub use call::{CallOutcome, CallStatus, SubagentRun, ToolCallRecord, codes};
+pub use call::{CallArguments, CallOutcome, CallStatus, SubagentRun, ToolCallRecord, codes};
 pub(crate) use run::journal_failed_at_end;
 pub use run::{RunOutcome, StopReason};
