@@ -549,6 +549,11 @@ impl SqliteJournal {
             match fs4::fs_std::FileExt::try_lock_exclusive(&file) {
                 Ok(true) if is_at(&file, &path) => {
                     self.take_over(&file)?;
+                    if let Err(e) = self.take_over_former(run_id) {
+                        // Not this handle's run after all: its file goes, as on release.
+                        let _ = std::fs::remove_file(&path);
+                        return Err(e);
+                    }
                     let run = Arc::new(Owned {
                         file,
                         log: Mutex::new(LogState::default()),
@@ -594,6 +599,36 @@ impl SqliteJournal {
             )?;
         }
         file.set_len(0).map_err(io)
+    }
+
+    /// Takes the log the version before digested file names left for run `run_id` under its
+    /// former name ([`log::former_file_of`]), as a dead owner's is taken: folded, then deleted
+    /// while locked. A live owner of the same run there (that version, still running it) makes
+    /// the run [`JournalError::Busy`]; another run's file, live, is left alone.
+    fn take_over_former(&self, run_id: &str) -> Result<(), JournalError> {
+        let Some(former) = log::former_file_of(&self.path, run_id) else {
+            return Ok(());
+        };
+        let Ok(file) = std::fs::OpenOptions::new()
+            .read(true)
+            .append(true)
+            .open(&former)
+        else {
+            return Ok(());
+        };
+        match fs4::fs_std::FileExt::try_lock_exclusive(&file) {
+            Ok(true) if is_at(&file, &former) => {
+                self.take_over(&file)?;
+                let _ = std::fs::remove_file(&former);
+                Ok(())
+            }
+            Ok(false) if log::run_of(&former).as_deref() == Some(run_id) => {
+                Err(JournalError::Busy {
+                    run_id: run_id.to_owned(),
+                })
+            }
+            _ => Ok(()),
+        }
     }
 
     /// Lets run `run_id` go (done by itself when the run finishes or suspends): the steps its

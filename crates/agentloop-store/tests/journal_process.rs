@@ -10,7 +10,7 @@ mod support;
 
 use std::task::Poll;
 
-use agentloop::journal::Journal;
+use agentloop::journal::{Journal, JournalError};
 use agentloop_store::{Durability, JournalReader, SqliteJournal};
 use support::{header, step, temp_dir};
 
@@ -49,19 +49,23 @@ fn begun(journal: &SqliteJournal, id: &str, steps: u64) {
     });
 }
 
-/// What a kill of the process driving runs `ids` of `dir/runs.db` would leave on disk now: the
+/// What a kill of the process driving the runs of `dir/runs.db` would leave on disk now: the
 /// file, its WAL and the runs' logs, copied to `dir/dead` while they live; the copy's path.
-fn killed(dir: &std::path::Path, ids: &[&str]) -> std::path::PathBuf {
+fn killed(dir: &std::path::Path) -> std::path::PathBuf {
     let dead = dir.join("dead");
     std::fs::create_dir_all(dead.join("runs.db.owners")).unwrap();
     for name in ["runs.db", "runs.db-wal"] {
         std::fs::copy(dir.join(name), dead.join(name)).unwrap();
     }
-    let path = dead.join("runs.db");
-    for id in ids {
-        std::fs::copy(log_file(&dir.join("runs.db"), id), log_file(&path, id)).unwrap();
+    for entry in std::fs::read_dir(dir.join("runs.db.owners")).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(
+            entry.path(),
+            dead.join("runs.db.owners").join(entry.file_name()),
+        )
+        .unwrap();
     }
-    path
+    dead.join("runs.db")
 }
 
 /// A finished run's outcome, for the journal's end.
@@ -151,7 +155,7 @@ fn a_dead_owners_step_log_is_read_and_folded_by_the_next_owner_and_a_torn_frame_
     let path = dir.join("runs.db");
     let journal = process_journal(&path);
     begun(&journal, "a", 3);
-    let dead = killed(&dir, &["a"]);
+    let dead = killed(&dir);
     let whole = std::fs::read(log_file(&path, "a")).unwrap();
     // And a write of step 3 cut short by the kill.
     let mut logged = whole.clone();
@@ -207,7 +211,7 @@ fn a_run_left_in_a_step_log_goes_on_at_power_and_a_run_not_taken_first_is_taken_
         }
     });
     // A kill leaves both runs' steps in their logs.
-    let path = killed(&dir, &["a", "b"]);
+    let path = killed(&dir);
     drop(journal);
     // Taken at `power`: the logs go into the file first, and the runs go on there, whether
     // taken by `own` or (a resumed subagent's run) by their next write.
@@ -297,5 +301,84 @@ fn the_wal_is_checkpointed_while_runs_commit_at_process() {
     assert_eq!(reader.runs().unwrap().len() as u64, RUNS);
     assert_eq!(reader.load("r1999").unwrap().steps, vec![step(1999)]);
     drop(journal);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn runs_whose_ids_differ_only_in_unsafe_characters_or_run_long_keep_logs_of_their_own() {
+    let dir = temp_dir("process-names");
+    let path = dir.join("runs.db");
+    let journal = process_journal(&path);
+    // A subagent's id is its parent's and the model's call id: any text, and longer with each
+    // level; the file system takes at most 255 bytes a name.
+    let long = format!("{}.{}", "r".repeat(40), "call_".repeat(60));
+    let ids = ["p.c1", "p:c1", "p_c1", "p/c1", long.as_str()];
+    for (n, id) in ids.iter().enumerate() {
+        begun(&journal, id, n as u64 + 1);
+    }
+    let reader = JournalReader::open(&path).unwrap();
+    for (n, id) in ids.iter().enumerate() {
+        assert_eq!(reader.load(id).unwrap().steps.len(), n + 1, "{id}");
+        assert_eq!(rows_in_file(&path, id), 0, "{id}");
+    }
+    // Killed: each run's next owner folds its own steps, and only its own.
+    let dead = killed(&dir);
+    drop(journal);
+    let next = process_journal(&dead);
+    for (n, id) in ids.iter().enumerate() {
+        next.own(id).unwrap();
+        assert_eq!(rows_in_file(&dead, id), n as i64 + 1, "{id}");
+    }
+    drop(next);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_log_under_the_former_name_of_its_run_is_read_and_taken_by_the_next_owner() {
+    let dir = temp_dir("process-former");
+    let path = dir.join("runs.db");
+    let journal = process_journal(&path);
+    begun(&journal, "p.c1", 2);
+    let dead = killed(&dir);
+    drop(journal);
+    // Where the version before digested names kept it: its id made safe.
+    let owners = dir.join("dead/runs.db.owners");
+    let former = owners.join("p_c1.lock");
+    let logs: Vec<_> = std::fs::read_dir(&owners)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(logs.len(), 1, "{logs:?}");
+    assert_ne!(logs[0], former);
+    std::fs::rename(&logs[0], &former).unwrap();
+    let reader = JournalReader::open(&dead).unwrap();
+    assert_eq!(reader.load("p.c1").unwrap().steps, vec![step(0), step(1)]);
+
+    // Held by a live owner of that version, the run is that owner's.
+    let held = std::fs::OpenOptions::new()
+        .read(true)
+        .append(true)
+        .open(&former)
+        .unwrap();
+    assert!(fs4::fs_std::FileExt::try_lock_exclusive(&held).unwrap());
+    let next = process_journal(&dead);
+    let busy = next.own("p.c1");
+    assert!(matches!(busy, Err(JournalError::Busy { .. })), "{busy:?}");
+    drop(held);
+    // Let go (its owner died), the next owner folds it, deletes it and goes on.
+    next.own("p.c1").unwrap();
+    assert_eq!(rows_in_file(&dead, "p.c1"), 2);
+    assert!(!former.exists());
+    futures::executor::block_on(next.append("p.c1", 2, &step(2))).unwrap();
+    next.release("p.c1");
+    assert_eq!(
+        reader.load("p.c1").unwrap().steps,
+        vec![step(0), step(1), step(2)]
+    );
+    // Another run's live file at that name is left alone.
+    begun(&next, "p_c1", 1);
+    next.own("p.c1").unwrap();
+    assert_eq!(reader.load("p_c1").unwrap().steps, vec![step(0)]);
+    drop(next);
     let _ = std::fs::remove_dir_all(&dir);
 }

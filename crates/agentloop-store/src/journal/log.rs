@@ -38,20 +38,50 @@ pub(crate) fn folder(journal: &Path) -> PathBuf {
     PathBuf::from(folder)
 }
 
-/// The lock file and step log of run `run_id`: in [`folder`], named by the run id kept to the
-/// characters ids are made of (two ids may share a file: its header says whose steps it holds).
+/// The lock file and step log of run `run_id`, in [`folder`]: named by the id itself when it is
+/// short and made only of characters safe in a file name (`[A-Za-z0-9_-]`); otherwise by its
+/// first characters made safe and a digest of the whole id, so that no two ids share a file
+/// (a subagent's id holds the model's call id, any text) and no name passes the file system's
+/// limit (nested subagents' ids grow with each level).
 pub(crate) fn file_of(journal: &Path, run_id: &str) -> PathBuf {
-    let name: String = run_id
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect();
-    folder(journal).join(format!("{name}.lock"))
+    folder(journal).join(name_of(run_id))
+}
+
+/// Ids this long or shorter that need no change are their own file's name.
+const PLAIN_MOST: usize = 128;
+
+/// The characters of an id a digested name keeps, for a person listing the folder.
+const HEAD: usize = 48;
+
+fn safe(c: char) -> char {
+    if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+        c
+    } else {
+        '_'
+    }
+}
+
+fn name_of(run_id: &str) -> String {
+    if !run_id.is_empty() && run_id.len() <= PLAIN_MOST && run_id.chars().all(|c| safe(c) == c) {
+        return format!("{run_id}.lock");
+    }
+    // A plain name never holds a `.`, so no id's plain name is another's digested one.
+    let mut name: String = run_id.chars().take(HEAD).map(safe).collect();
+    name.push('.');
+    for byte in Sha256::digest(run_id.as_bytes()).iter().take(8) {
+        name.push_str(&format!("{byte:02x}"));
+    }
+    name.push_str(".lock");
+    name
+}
+
+/// Where the version before [`file_of`]'s digested names kept run `run_id`'s log, when that is
+/// another place: the whole id made safe, a name other ids could share (the header says whose
+/// steps the file holds).
+pub(crate) fn former_file_of(journal: &Path, run_id: &str) -> Option<PathBuf> {
+    let former: String = run_id.chars().map(safe).chain(".lock".chars()).collect();
+    // A name past the file system's limit was never made.
+    (former != name_of(run_id) && former.len() <= 255).then(|| folder(journal).join(former))
 }
 
 /// The header of run `run_id`'s log, for a log's first write: its id's length (`u32`), then the
@@ -142,13 +172,20 @@ fn records(mut payload: &[u8]) -> Option<Logged> {
 /// The steps run `run_id`'s log holds (none when it has no log, or the file at its place is
 /// another run's).
 pub(crate) fn read_run(journal: &Path, run_id: &str) -> Logged {
-    match std::fs::read(file_of(journal, run_id)) {
-        Ok(bytes) => parse(&bytes)
+    let read = |path: PathBuf| {
+        let bytes = std::fs::read(path).ok()?;
+        parse(&bytes)
             .filter(|r| r.run_id == run_id)
             .map(|r| r.steps)
-            .unwrap_or_default(),
-        Err(_) => Vec::new(),
-    }
+    };
+    read(file_of(journal, run_id))
+        .or_else(|| former_file_of(journal, run_id).and_then(read))
+        .unwrap_or_default()
+}
+
+/// The id of the run whose steps the log at `path` holds, when it is a log.
+pub(crate) fn run_of(path: &Path) -> Option<String> {
+    parse(&std::fs::read(path).ok()?).map(|r| r.run_id)
 }
 
 /// Every step log in the journal's folder: each run's logged steps, and when its log was
