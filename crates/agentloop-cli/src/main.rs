@@ -29,6 +29,11 @@ macro_rules! err {
 use agentloop_cli::permission_file;
 use agentloop_cli::{agent_file, assemble, deferred, error, live, render, terminal};
 
+/// mimalloc's thread-local pages rather than glibc's shared arenas: at 10,000 concurrent runs the
+/// loop took about half the CPU with it (BENCHMARKS.md, "The allocator").
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod a2a;
 mod approval;
 mod args;
