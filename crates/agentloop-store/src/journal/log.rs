@@ -18,6 +18,7 @@
 //! chained sums are computed when they are folded into the file, and checked by every reader as
 //! it reads them on from the file's own.
 
+use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
@@ -69,7 +70,7 @@ fn name_of(run_id: &str) -> String {
     let mut name: String = run_id.chars().take(HEAD).map(safe).collect();
     name.push('.');
     for byte in Sha256::digest(run_id.as_bytes()).iter().take(8) {
-        name.push_str(&format!("{byte:02x}"));
+        let _ = write!(name, "{byte:02x}");
     }
     name.push_str(".lock");
     name

@@ -313,9 +313,9 @@ impl WriterHandle {
         self.last_group.store(jobs.len(), Ordering::Relaxed);
         writer.commit_begun(conn, jobs);
         if writer.checkpoint_due() && !writer.checkpoint_asked {
-            writer.checkpoint_asked = true;
-            // A writer thread that is gone leaves the checkpoint to the file's next opener.
-            let _ = self.tx.send(Queued::Checkpoint);
+            // A writer thread that is gone leaves the checkpoint to the file's next opener (and
+            // the commits to their appenders).
+            writer.checkpoint_asked = self.tx.send(Queued::Checkpoint).is_ok();
         }
         Ok(())
     }

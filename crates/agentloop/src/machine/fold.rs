@@ -16,8 +16,8 @@ impl RunMachine {
         let Pending {
             turn, slots, batch, ..
         } = pending;
-        // The batch lent the arguments to the handlers; dropped first, so that each record takes
-        // them over instead of copying them.
+        // The batch lent the parsed arguments to the handlers; dropped first, so that each call's
+        // tree goes with its slot once its record has the text.
         drop(batch);
         let mut all_terminate = !slots.is_empty();
         let mut terminate_output: Option<String> = None;
