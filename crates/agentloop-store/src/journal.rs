@@ -587,16 +587,8 @@ impl SqliteJournal {
         if bytes.is_empty() {
             return Ok(());
         }
-        if let Some(read) = log::parse(&bytes)
-            && !read.steps.is_empty()
-        {
-            self.writer.commit_now(
-                Command::Fold {
-                    run_id: read.run_id,
-                    logged: read.steps,
-                },
-                self.durability,
-            )?;
+        if let Some(read) = log::parse(&bytes) {
+            self.fold(read.run_id, read.steps)?;
         }
         file.set_len(0).map_err(io)
     }
@@ -771,20 +763,21 @@ impl SqliteJournal {
     /// Folds the steps of run `run_id`'s step log into the file now, on this thread (waiting
     /// for the file as the writer thread does): for a run let go unfinished.
     fn fold_now(&self, run_id: &str) -> Result<(), JournalError> {
-        let logged = self.logged(run_id)?;
-        if !logged.is_empty() {
-            self.writer.commit_now(
-                Command::Fold {
-                    run_id: run_id.to_owned(),
-                    logged,
-                },
-                self.durability,
-            )?;
-        }
+        self.fold(run_id.to_owned(), self.logged(run_id)?)?;
         if let Some(run) = lock(&self.owned).get(run_id) {
             lock(&run.log).steps = false;
         }
         Ok(())
+    }
+
+    /// Commits `logged`, steps of run `run_id` read from a step log, into the file on this
+    /// thread: waiting for the file as the writer thread does (a fold answers no run's step).
+    fn fold(&self, run_id: String, logged: log::Logged) -> Result<(), JournalError> {
+        if logged.is_empty() {
+            return Ok(());
+        }
+        self.writer
+            .commit_now(Command::Fold { run_id, logged }, self.durability)
     }
 }
 

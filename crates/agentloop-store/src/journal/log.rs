@@ -68,6 +68,10 @@ fn name_of(run_id: &str) -> String {
     }
     // A plain name never holds a `.`, so no id's plain name is another's digested one.
     let mut name: String = run_id.chars().take(HEAD).map(safe).collect();
+    // Never a leading dot: those are the pooled files' (`.pool-…`).
+    if name.is_empty() {
+        name.push('_');
+    }
     name.push('.');
     for byte in Sha256::digest(run_id.as_bytes()).iter().take(8) {
         let _ = write!(name, "{byte:02x}");
@@ -292,5 +296,44 @@ mod tests {
         assert_eq!(count(1, &logged), 1);
         // Steps already folded into the file are not counted twice.
         assert_eq!(count(3, &logged), 4);
+    }
+
+    #[test]
+    fn file_names_are_the_plain_ids_own_and_distinct_bounded_digests_for_the_rest() {
+        let long = "r.".repeat(400);
+        let ids = [
+            "run-1_A",
+            "p.c1",
+            "p:c1",
+            "p_c1",
+            "p/c1",
+            "",
+            "é",
+            long.as_str(),
+        ];
+        let names: Vec<String> = ids.iter().map(|id| name_of(id)).collect();
+        assert_eq!(names[0], "run-1_A.lock");
+        assert_eq!(names[3], "p_c1.lock");
+        for (id, name) in ids.iter().zip(&names) {
+            assert!(name.len() <= 255, "{id:?}: {name}");
+            assert!(!name.starts_with('.'), "{id:?}: {name}");
+            assert!(name.ends_with(".lock"), "{id:?}: {name}");
+            assert!(
+                name.chars().all(|c| safe(c) == c || c == '.'),
+                "{id:?}: {name}"
+            );
+        }
+        let distinct: std::collections::HashSet<&String> = names.iter().collect();
+        assert_eq!(distinct.len(), names.len(), "{names:?}");
+        // The same id, the same name, wherever it is asked for.
+        assert_eq!(name_of("p.c1"), names[1]);
+        // The former name of an id with a digested one is its id made safe; a plain id has none.
+        let journal = Path::new("j.db");
+        assert_eq!(
+            former_file_of(journal, "p.c1"),
+            Some(folder(journal).join("p_c1.lock"))
+        );
+        assert_eq!(former_file_of(journal, "p_c1"), None);
+        assert_eq!(former_file_of(journal, &long), None);
     }
 }
