@@ -414,8 +414,8 @@ pub struct ToolCallRecord {
     pub outcome: CallOutcome,
 }
 
-/// A call's arguments as its record keeps them: the compact JSON text of the parsed value, with
-/// its keys in order.
+/// A call's arguments as its record keeps them: the compact JSON text of the parsed value, each
+/// object's keys sorted (as `serde_json::Value` writes them).
 ///
 /// A record lives as long as the run's outcome, so it keeps the text (one allocation the size of
 /// the text) rather than the parsed tree (`serde_json` gives even a one-key object a whole B-tree
