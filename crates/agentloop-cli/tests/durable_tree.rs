@@ -321,3 +321,66 @@ fn after_a_kill_inside_a_child_the_tree_spends_what_was_left_never_more() {
     }
     assert!(inside > 0, "some kill landed inside the worker");
 }
+
+/// Subagent calls whose ids differ only in characters a file name cannot hold, and one whose id
+/// is long: each child run is journaled (and its lock file held) on its own, at every level. A
+/// child's run id is its parent's and the model's call id, any text up to 256 bytes.
+#[test]
+fn subagent_calls_whose_ids_differ_only_in_odd_characters_or_run_long_each_keep_a_journal() {
+    let long = "c".repeat(250);
+    for level in [None, Some("process")] {
+        let dir = tree_dir_at(level);
+        dir.write(
+            "lead.json",
+            &json!([
+                {"text": "Both at once.", "tool_calls": [
+                    support::crash::task("w:1", "ask_a", "alpha"),
+                    support::crash::task("w.1", "ask_b", "beta")]},
+                {"tool_calls": [support::crash::task(&long, "ask_b", "gamma")]},
+                {"text": "All three are done."}
+            ])
+            .to_string(),
+        );
+        // Worker B is called twice; a scripted model's script is the agent file's, not a run's.
+        dir.write(
+            "worker-b.json",
+            &json!([
+                {"tool_calls": [support::crash::call("b1", "write", "b-1")]},
+                {"text": "B is done."},
+                {"tool_calls": [support::crash::call("b2", "write", "b-2")]},
+                {"text": "B is done again."}
+            ])
+            .to_string(),
+        );
+        let journal = dir.path("runs.db");
+        let out = run_cmd(&dir, &journal).output().unwrap();
+        exited(&out, 0, &format!("{level:?}"));
+        let outcome = json_of(&out);
+        assert_eq!(outcome["stop_reason"], "finished", "{level:?}");
+        assert_eq!(outcome["output"], "All three are done.", "{level:?}");
+        let calls = outcome["tool_calls"].as_array().unwrap();
+        assert_eq!(calls.len(), 3, "{level:?}: {calls:?}");
+        for c in calls {
+            assert_eq!(c["status"], "ok", "{level:?}: {c}");
+        }
+        let written = runs(&dir, &journal);
+        assert_eq!(written.len(), 4, "{level:?}: {written:?}");
+        let (id, _) = top_and_running_children(&written);
+        let mut children: Vec<String> = written
+            .iter()
+            .filter(|r| r["run_id"] != id.as_str())
+            .map(|r| {
+                assert_eq!(r["status"], "finished", "{level:?}: {r}");
+                assert!(r["steps"].as_u64().unwrap() > 0, "{level:?}: {r}");
+                r["run_id"].as_str().unwrap().to_owned()
+            })
+            .collect();
+        children.sort();
+        let mut wanted: Vec<String> = ["w:1", "w.1", long.as_str()]
+            .iter()
+            .map(|c| agentloop::journal::child_run_id(&id, c))
+            .collect();
+        wanted.sort();
+        assert_eq!(children, wanted, "{level:?}");
+    }
+}
