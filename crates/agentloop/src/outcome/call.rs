@@ -432,31 +432,56 @@ pub struct ToolCallRecord {
 /// assert_eq!(arguments, json!({"limit": 10, "path": "src/lib.rs"}));
 /// ```
 #[derive(Clone)]
-pub struct CallArguments(Box<RawValue>);
+pub struct CallArguments(Box<str>);
+
+/// Texts past this size are written in a buffer of their own, not kept in the thread's.
+const SCRATCH_KEPT: usize = 64 * 1024;
+
+thread_local! {
+    /// Where a call's arguments are written before they are copied into a text of their exact
+    /// size: written straight into a `String`, the text starts at 128 bytes and is shrunk
+    /// after, two allocations a call where this is one (`agentloop-bench allocs`).
+    static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
 
 impl CallArguments {
     /// The arguments of `value`, as compact JSON text.
     pub fn new(value: &Value) -> Self {
-        match serde_json::value::to_raw_value(value) {
-            Ok(raw) => Self(raw),
-            // A `Value` always serializes (its map keys are strings); were that ever to change,
-            // `null` keeps the record readable rather than ending the run.
-            Err(_) => Self::null(),
-        }
+        let text = SCRATCH
+            .try_with(|scratch| match scratch.try_borrow_mut() {
+                Ok(mut buf) => {
+                    let text = Self::write(&mut buf, value);
+                    if buf.capacity() > SCRATCH_KEPT {
+                        *buf = Vec::new();
+                    }
+                    text
+                }
+                Err(_) => Self::write(&mut Vec::new(), value),
+            })
+            .unwrap_or_else(|_| Self::write(&mut Vec::new(), value));
+        // A `Value` always serializes (its map keys are strings); were that ever to change,
+        // `null` keeps the record readable rather than ending the run.
+        text.map_or_else(Self::null, Self)
+    }
+
+    fn write(buf: &mut Vec<u8>, value: &Value) -> Option<Box<str>> {
+        buf.clear();
+        serde_json::to_writer(&mut *buf, value).ok()?;
+        std::str::from_utf8(buf).ok().map(Box::from)
     }
 
     fn null() -> Self {
-        Self(RawValue::NULL.to_owned())
+        Self(Box::from("null"))
     }
 
     /// The compact JSON text.
     pub fn as_str(&self) -> &str {
-        self.0.get()
+        &self.0
     }
 
     /// The arguments parsed again into a [`Value`].
     pub fn to_value(&self) -> Value {
-        serde_json::from_str(self.0.get()).unwrap_or(Value::Null)
+        serde_json::from_str(&self.0).unwrap_or(Value::Null)
     }
 
     /// The member `key` when the arguments are an object that has it.
@@ -528,7 +553,12 @@ impl fmt::Debug for CallArguments {
 
 impl Serialize for CallArguments {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        self.0.serialize(serializer)
+        // Borrowed: checking the text again costs no allocation, and a record is serialized far
+        // less often than made (a journaled step, `--json`).
+        match serde_json::from_str::<&RawValue>(&self.0) {
+            Ok(raw) => raw.serialize(serializer),
+            Err(_) => serializer.serialize_unit(),
+        }
     }
 }
 
