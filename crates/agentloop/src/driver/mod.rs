@@ -865,8 +865,10 @@ impl<'a> Driver<'a> {
         let service = self.handler(m, call);
         let arguments = Arc::clone(&call.arguments);
         let position = call.position;
-        let hooks =
-            (!self.inner.hooks.is_empty()).then(|| seams::AfterTool::new(self.inner, m, call));
+        // Boxed: after-tool hooks are rare, and what they need (96 bytes) held inline would be
+        // in every running call's future.
+        let hooks = (!self.inner.hooks.is_empty())
+            .then(|| Box::new(seams::AfterTool::new(self.inner, m, call)));
         // A subagent's call leaves its run in the batch's scope; it rides on the call's outcome.
         let scope = ctx
             .scope
@@ -879,11 +881,14 @@ impl<'a> Driver<'a> {
             if ctx.cancel.is_cancelled() {
                 return (position, Some(CallOutcome::cancelled()), Vec::new());
             }
-            let Some(service) = service else {
+            let Some(service) = &service else {
                 return (position, None, Vec::new());
             };
             let started = Instant::now();
-            let outcome = service.call(arguments, ctx).await;
+            let outcome = match service.start(&arguments, ctx) {
+                Ok(running) => running.await,
+                Err(failed) => failed,
+            };
             let mut outcome = outcome.took(started.elapsed());
             if let Some((scope, call_id)) = scope {
                 outcome.subagent = scope.take_run(&call_id).map(Box::new);
@@ -892,7 +897,7 @@ impl<'a> Driver<'a> {
             // more than double every running call's (`agentloop-bench scale`: a run holds its
             // calls' futures while they run).
             let (outcome, failures) = match hooks {
-                Some(h) => Box::pin(h.run(outcome)).await,
+                Some(h) => Box::pin((*h).run(outcome)).await,
                 None => (outcome, Vec::new()),
             };
             (position, Some(outcome), failures)

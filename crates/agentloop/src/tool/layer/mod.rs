@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::future::BoxFuture;
+use futures::future::{BoxFuture, Either};
 use serde_json::Value;
 
 use super::{ToolContext, ToolHandler};
@@ -19,7 +19,7 @@ mod retry;
 mod spawn;
 mod timeout;
 
-use catch_panic::{CatchPanic, catch_panic};
+use catch_panic::{CatchPanic, Caught, call_caught};
 use retry::{Retry, tool_retries};
 use spawn::OwnTask;
 use timeout::Timeout;
@@ -85,11 +85,17 @@ pub(crate) enum Layered {
 }
 
 impl Layered {
-    /// Runs one call through the layers.
-    pub(crate) async fn call(self, args: Arc<Value>, ctx: ToolContext) -> CallOutcome {
+    /// Starts one call through the layers: the bare handler is called now (its panic caught: the
+    /// call failed), the layers' future made. The caller polls what it gets: nothing in it holds
+    /// the arguments or the context a second time.
+    pub(crate) fn start(
+        &self,
+        args: &Arc<Value>,
+        ctx: ToolContext,
+    ) -> Result<Either<Caught, CallFuture>, CallOutcome> {
         match self {
-            Layered::Bare(handler) => catch_panic(&handler, &args, ctx).await,
-            Layered::Wrapped(service) => service.call(&args, ctx).await,
+            Layered::Bare(handler) => call_caught(handler, args, ctx).map(Either::Left),
+            Layered::Wrapped(service) => Ok(Either::Right(service.call(args, ctx))),
         }
     }
 }
