@@ -331,6 +331,7 @@ impl Agent {
             source_tools: None,
             tools_synced: false,
             held: None,
+            interrupts: Default::default(),
         }
     }
 

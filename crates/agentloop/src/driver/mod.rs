@@ -73,8 +73,6 @@ pin_project_lite::pin_project! {
     struct Race<'d, 'a, F> {
         driver: &'d Driver<'a>,
         deadline: Option<Instant>,
-        // Made only when the step did not finish at its first poll.
-        interrupt: Option<futures::future::BoxFuture<'d, Interrupt>>,
         polled: bool,
         #[pin]
         step: F,
@@ -94,15 +92,78 @@ impl<'d, 'a, F: Future> Future for Race<'d, 'a, F> {
             if let Poll::Ready(value) = this.step.as_mut().poll(cx) {
                 return Poll::Ready(Ok(value));
             }
-            let driver: &'d Driver<'a> = this.driver;
-            *this.interrupt = Some(Box::pin(driver.interrupted(*this.deadline)));
         }
-        if let Some(interrupt) = this.interrupt.as_mut()
-            && let Poll::Ready(by) = interrupt.as_mut().poll(cx)
-        {
+        if let Poll::Ready(by) = this.driver.poll_interrupts(*this.deadline, cx) {
             return Poll::Ready(Err(by));
         }
         this.step.poll(cx).map(Ok)
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// What interrupts a run's steps while they wait: its interrupt token (its cancellation, or
+    /// a suspension) and its deadline. One for the whole run, made when a step first waits: a
+    /// waiter and a timer made for each step that waits were an allocation and a registration
+    /// with the token and the timer wheel each time (two a turn of a run that waits for its
+    /// model and its tools).
+    pub(crate) struct Interrupts {
+        #[pin]
+        cancelled: tokio_util::sync::WaitForCancellationFutureOwned,
+        cancel: CancellationToken,
+        fired: bool,
+        // The deadline's timer, when the run has one.
+        sleep: Option<(Instant, std::pin::Pin<Box<tokio::time::Sleep>>)>,
+    }
+}
+
+impl Interrupts {
+    fn new(driver: &Driver<'_>, deadline: Option<Instant>) -> Self {
+        Interrupts {
+            cancelled: driver.interrupt.clone().cancelled_owned(),
+            cancel: driver.cancel.clone(),
+            fired: false,
+            sleep: deadline.map(|d| (d, Box::pin(tokio::time::sleep_until(d)))),
+        }
+    }
+
+    fn poll_interrupt(
+        self: std::pin::Pin<&mut Self>,
+        deadline: Option<Instant>,
+        cx: &mut std::task::Context<'_>,
+    ) -> Poll<Interrupt> {
+        let this = self.project();
+        if !*this.fired && this.cancelled.poll(cx).is_ready() {
+            *this.fired = true;
+        }
+        if *this.fired {
+            return Poll::Ready(if this.cancel.is_cancelled() {
+                Interrupt::Cancelled
+            } else {
+                Interrupt::Suspended
+            });
+        }
+        let sleep = match (deadline, this.sleep.as_mut()) {
+            (None, _) => return Poll::Pending,
+            (Some(d), Some((at, sleep))) => {
+                if *at != d {
+                    // Every step of a run races the same deadline; were one to differ, the timer
+                    // is set to it.
+                    *at = d;
+                    sleep.as_mut().reset(d);
+                }
+                sleep
+            }
+            (Some(d), None) => {
+                &mut this
+                    .sleep
+                    .insert((d, Box::pin(tokio::time::sleep_until(d))))
+                    .1
+            }
+        };
+        if sleep.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(Interrupt::Deadline);
+        }
+        Poll::Pending
     }
 }
 
@@ -126,6 +187,10 @@ pub(crate) struct Driver<'a> {
     pub(crate) approvals: Arc<Approvals>,
     /// Fires on cancellation, and on a suspension (see [`Approvals::link`]).
     pub(crate) interrupt: CancellationToken,
+    /// The run's interrupts as its waiting steps race them, made when a step first waits. In a
+    /// mutex only because a step's race reaches them through a shared borrow of the driver;
+    /// only the run's task locks it.
+    pub(crate) interrupts: std::sync::Mutex<Option<std::pin::Pin<Box<Interrupts>>>>,
     pub(crate) parent_run_id: Option<String>,
     pub(crate) parent_call_id: Option<String>,
     /// A subagent's path from the top of its tree (`coordinator/worker`).
@@ -179,24 +244,20 @@ impl<'a> Driver<'a> {
         }
     }
 
-    async fn interrupted(&self, deadline: Option<Instant>) -> Interrupt {
-        let sleep = async {
-            match deadline {
-                Some(d) => tokio::time::sleep_until(d).await,
-                None => std::future::pending().await,
-            }
-        };
-        tokio::select! {
-            biased;
-            // The interrupt token is the run's cancel token, or a child of it that a suspension
-            // also fires (a durable run's): one branch for both.
-            _ = self.interrupt.cancelled() => if self.cancel.is_cancelled() {
-                Interrupt::Cancelled
-            } else {
-                Interrupt::Suspended
-            },
-            _ = sleep => Interrupt::Deadline,
-        }
+    /// Polls the run's interrupts (made at the first call), for a step racing them.
+    fn poll_interrupts(
+        &self,
+        deadline: Option<Instant>,
+        cx: &mut std::task::Context<'_>,
+    ) -> Poll<Interrupt> {
+        let mut interrupts = self
+            .interrupts
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        interrupts
+            .get_or_insert_with(|| Box::pin(Interrupts::new(self, deadline)))
+            .as_mut()
+            .poll_interrupt(deadline, cx)
     }
 
     /// The interrupt that has already happened, suspension included, without waiting: what
@@ -218,15 +279,14 @@ impl<'a> Driver<'a> {
 
     /// Awaits `step` unless an interrupt comes first; one that already happened wins, so nothing
     /// new starts after a cancel or a passed deadline. Most steps are ready at their first poll:
-    /// those are taken without building the interrupt's future (a cancellation waiter and a
-    /// timer), which cost about a tenth of a turn of no-op calls. A future of its own rather
+    /// those are taken without polling the run's [`Interrupts`] (a cancellation waiter and a
+    /// timer, made when a step first waits). A future of its own rather
     /// than an `async fn`: that kept `step` three times over (as passed, moved into a local,
     /// pinned), and the model call's race was the largest part of every running run's future.
     fn race<F: Future>(&self, deadline: Option<Instant>, step: F) -> Race<'_, 'a, F> {
         Race {
             driver: self,
             deadline,
-            interrupt: None,
             polled: false,
             step,
         }
