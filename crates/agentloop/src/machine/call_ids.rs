@@ -7,6 +7,9 @@ use super::{MAX_CALL_ID_LEN, RunMachine};
 use crate::message::Message;
 use crate::model::ModelResponse;
 
+/// The run's call ids, looked up three times a call.
+pub(super) type CallIds = std::collections::HashSet<Arc<str>, foldhash::fast::RandomState>;
+
 impl RunMachine {
     /// Makes every call id of a response unique within the run: a blank id is drawn from the
     /// run's id source, and an id an earlier response of the run (or the transcript it
@@ -89,8 +92,8 @@ impl RunMachine {
 }
 
 /// The call ids a transcript holds: its calls' and its results'.
-pub(super) fn transcript_call_ids(transcript: &[Message]) -> std::collections::HashSet<Arc<str>> {
-    let mut ids = std::collections::HashSet::new();
+pub(super) fn transcript_call_ids(transcript: &[Message]) -> CallIds {
+    let mut ids = CallIds::default();
     for message in transcript {
         match message {
             Message::Assistant(a) => {

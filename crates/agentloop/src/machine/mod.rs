@@ -253,7 +253,7 @@ pub struct RunMachine {
     /// (compaction may drop a call from the transcript, never from here), so that an id a
     /// provider repeats is renamed ([`RunMachine::assign_call_ids`]). Shared with the admitted
     /// calls, their results and records, so that noting an id costs no copy of it.
-    call_ids: std::collections::HashSet<Arc<str>>,
+    call_ids: call_ids::CallIds,
 }
 
 impl std::fmt::Debug for RunMachine {

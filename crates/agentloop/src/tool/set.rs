@@ -65,7 +65,7 @@ struct Compiled {
 pub struct ToolCatalog {
     specs: Vec<ToolSpec>,
     compiled: Vec<Compiled>,
-    by_name: HashMap<String, usize>,
+    by_name: HashMap<String, usize, foldhash::fast::RandomState>,
 }
 
 impl fmt::Debug for ToolCatalog {
