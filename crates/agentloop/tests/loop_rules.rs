@@ -715,6 +715,58 @@ async fn the_deadline_cuts_a_slow_model_call_short() {
     assert_eq!(out.error.unwrap().code(), "run.deadline");
 }
 
+/// A run's interrupts are made when a step first waits and raced by every later wait: a
+/// deadline or a cancel that comes while the run waits for the fifth time (its third tool
+/// call, after two waits for the model and two for tools) ends that wait.
+#[tokio::test(start_paused = true)]
+async fn an_interrupt_ends_a_later_wait_than_the_first() {
+    for cancelled in [false, true] {
+        let model = ScriptedModel::from_json(
+            r#"[{"tool_calls": [{"id": "a", "name": "alpha", "arguments": {"ms": 100}}], "delay_ms": 500},
+                {"tool_calls": [{"id": "b", "name": "alpha", "arguments": {"ms": 100}}], "delay_ms": 500},
+                {"tool_calls": [{"id": "c", "name": "alpha", "arguments": {"ms": 100000}}], "delay_ms": 500},
+                {"text": "never"}]"#,
+        )
+        .unwrap();
+        let log = CallLog::default();
+        let limits = Limits {
+            timeout: (!cancelled).then_some(Duration::from_secs(3)),
+            ..Limits::default()
+        };
+        let cancel = CancellationToken::new();
+        if cancelled {
+            let cancel = cancel.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(2500)).await;
+                cancel.cancel();
+            });
+        }
+        let options = RunOptions {
+            cancel: Some(cancel),
+            ..Default::default()
+        };
+        let start = tokio::time::Instant::now();
+        let out = agent(model, vec![sleeper("alpha", &log)], limits)
+            .run_with(Vec::new(), Some(Message::user("go")), options)
+            .await;
+        let (stop, at) = if cancelled {
+            (StopReason::Cancelled, Duration::from_millis(2500))
+        } else {
+            (StopReason::Deadline, Duration::from_secs(3))
+        };
+        assert_eq!(out.stop_reason, stop);
+        assert_eq!(
+            start.elapsed(),
+            at,
+            "the wait ended when the interrupt came"
+        );
+        let statuses: Vec<CallStatus> = out.tool_calls.iter().map(|r| r.outcome.status).collect();
+        assert_eq!(statuses[..2], [CallStatus::Ok, CallStatus::Ok]);
+        assert_ne!(statuses[2], CallStatus::Ok);
+        assert_tool_cycle(&out.transcript);
+    }
+}
+
 #[tokio::test]
 async fn a_panicking_tool_gives_the_model_an_error_and_a_policy_makes_it_fatal() {
     let boom = || {
