@@ -716,8 +716,8 @@ async fn the_deadline_cuts_a_slow_model_call_short() {
 }
 
 /// A run's interrupts are made when a step first waits and raced by every later wait: a
-/// deadline or a cancel that comes while the run waits for the fifth time (its third tool
-/// call, after two waits for the model and two for tools) ends that wait.
+/// deadline or a cancel that comes while the run waits for the sixth time (its third tool
+/// call, after three waits for the model and two for tools) ends that wait.
 #[tokio::test(start_paused = true)]
 async fn an_interrupt_ends_a_later_wait_than_the_first() {
     for cancelled in [false, true] {

@@ -107,6 +107,8 @@ pin_project_lite::pin_project! {
     /// with the token and the timer wheel each time (two a turn of a run that waits for its
     /// model and its tools).
     pub(crate) struct Interrupts {
+        // The interrupt token is the run's cancel token, or a child of it that a suspension
+        // also fires (a durable run's): one waiter for both, told apart by `cancel`.
         #[pin]
         cancelled: tokio_util::sync::WaitForCancellationFutureOwned,
         cancel: CancellationToken,
