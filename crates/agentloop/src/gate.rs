@@ -57,7 +57,7 @@ impl ApprovalRequest {
         ApprovalRequest {
             call_id: call.call_id.to_string(),
             tool: call.tool.to_string(),
-            arguments: Value::clone(&call.arguments),
+            arguments: call.arguments.to_value(),
             agent: agent.to_owned(),
             question: None,
         }

@@ -156,6 +156,66 @@ async fn empty_arguments_mean_an_empty_object() {
     assert_eq!(out.tool_calls[0].arguments, json!({}));
 }
 
+#[tokio::test]
+async fn typed_and_json_handlers_read_the_arguments_as_the_model_wrote_them() {
+    // Read once, without a tree, for the schema and the typed handler: what each handler gets and
+    // what the record keeps are what a `serde_json::Value` of the text gives (the last of a
+    // repeated key, escapes decoded, keys sorted in the record's text).
+    #[derive(serde::Deserialize, schemars::JsonSchema)]
+    struct Note {
+        text: String,
+        n: u32,
+    }
+    let typed_seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = typed_seen.clone();
+    let typed =
+        Tool::builder("note")
+            .description("Takes a note.")
+            .handler(move |args: Note, _ctx| {
+                let seen = seen.clone();
+                async move {
+                    seen.lock().unwrap().push((args.text, args.n));
+                    Ok::<_, ToolError>("noted")
+                }
+            });
+    let n = Arc::new(AtomicUsize::new(0));
+    let written = r#"{"text": "first", "n": 1, "text": "line\nbreak \u00e9", "extra": [1, {"z": 0, "a": null}]}"#;
+    let model = ScriptedModel::new([
+        calls(&[
+            ("a", "note", written),
+            ("b", "count", r#" { "n" : 7 , "n" : 8 } "#),
+            ("c", "note", r#"{"text": "x", "n": -1}"#),
+        ]),
+        ModelResponse::text("done"),
+    ]);
+    let out = agent(
+        model,
+        vec![typed, counting_tool("count", &n)],
+        Limits::default(),
+    )
+    .run("go")
+    .await;
+    assert_eq!(out.stop_reason, StopReason::Finished);
+    assert_eq!(
+        *typed_seen.lock().unwrap(),
+        vec![("line\nbreak \u{e9}".to_owned(), 1)]
+    );
+    let value: Value = serde_json::from_str(written).unwrap();
+    assert_eq!(out.tool_calls[0].arguments, value);
+    assert_eq!(
+        out.tool_calls[0].arguments.as_str(),
+        r#"{"extra":[1,{"a":null,"z":0}],"n":1,"text":"line\nbreak é"}"#
+    );
+    // The JSON handler got the `Value` (the last `n`), and answered with it.
+    assert_eq!(out.tool_calls[1].outcome.content.to_text(), r#"{"n":8}"#);
+    assert_eq!(out.tool_calls[1].arguments.as_str(), r#"{"n":8}"#);
+    // Its schema says `n` is a `u32` (minimum 0): refused before the handler, path named.
+    assert_eq!(out.tool_calls[2].outcome.status, CallStatus::Rejected);
+    let why = out.tool_calls[2].outcome.error_text().unwrap();
+    assert!(why.contains("/n"), "{why}");
+    assert_tool_cycle(&out.transcript);
+}
+
 #[tokio::test(start_paused = true)]
 async fn outcomes_are_folded_in_decision_order_when_calls_finish_out_of_order() {
     let log = CallLog::default();

@@ -925,7 +925,7 @@ impl<'a> Driver<'a> {
         ctx: ToolContext,
     ) -> impl Future<Output = CallDone> + Send + 'a {
         let service = self.handler(m, call);
-        let arguments = Arc::clone(&call.arguments);
+        let arguments = call.arguments.clone();
         let position = call.position;
         // Boxed: after-tool hooks are rare, and what they need (96 bytes) held inline would be
         // in every running call's future.

@@ -304,7 +304,7 @@ pub(super) struct AfterTool {
     turn: u32,
     call_id: Arc<str>,
     tool: Arc<str>,
-    arguments: Arc<Value>,
+    arguments: crate::tool::Arguments,
 }
 
 impl AfterTool {
@@ -316,7 +316,7 @@ impl AfterTool {
             turn: m.turn(),
             call_id: Arc::clone(&call.call_id),
             tool: Arc::clone(&call.tool),
-            arguments: Arc::clone(&call.arguments),
+            arguments: call.arguments.clone(),
         }
     }
 

@@ -17,7 +17,7 @@ use crate::machine::{AdmittedCall, MAX_CALL_ID_LEN};
 use crate::message::{AssistantMessage, ContentPart, Message, ToolCall, ToolResult};
 use crate::model::{FinishReason, ModelError, ModelErrorKind, ModelResponse};
 use crate::outcome::{CallArguments, CallOutcome, CallStatus, StopReason, ToolCallRecord, codes};
-use crate::tool::{ExecutionMode, ToolCatalog, join_violations};
+use crate::tool::{Arguments, ExecutionMode, Rejected, ToolCatalog, join_violations};
 
 /// The largest output limit a cut answer is asked again with.
 pub(super) const MAX_RAISED_OUTPUT_TOKENS: u32 = 32_768;
@@ -433,18 +433,17 @@ impl RunMachine {
             None => Arc::from(call.tool.as_str()),
         };
         match check_arguments(tools, index, &call.tool, &call.arguments) {
-            Ok(value) => {
+            Ok(arguments) => {
                 let sequential = tools
                     .spec(index)
                     .is_some_and(|s| s.mode == ExecutionMode::Sequential);
-                let arguments = Arc::new(value);
                 let admitted = AdmittedCall {
                     position,
                     call_id: Arc::clone(&call_id),
                     tool: Arc::clone(&tool),
                     // Shared: the batch lends them to the handlers, the slot keeps them for the
                     // record (a gate that rewrites them replaces the batch's copy only).
-                    arguments: Arc::clone(&arguments),
+                    arguments: arguments.clone(),
                     index,
                 };
                 let slot = Slot {
@@ -659,7 +658,7 @@ impl Slot {
         Slot {
             call_id,
             tool,
-            arguments: Arc::new(arguments),
+            arguments: crate::tool::Arguments::new(arguments),
             outcome: Some(outcome),
             started: false,
         }
@@ -714,32 +713,29 @@ fn unknown_tool_message<'a>(name: &str, valid: impl Iterator<Item = &'a str>) ->
     }
 }
 
-/// Parses and validates a call's arguments; on failure, the message the model reads and the
+/// Reads and validates a call's arguments; on failure, the message the model reads and the
 /// arguments as far as they could be read.
 fn check_arguments(
     tools: &crate::tool::ToolCatalog,
     index: usize,
     name: &str,
     raw: &str,
-) -> Result<Value, (String, Value)> {
-    let parsed = if raw.trim().is_empty() {
-        Ok(Value::Object(Default::default()))
-    } else {
-        serde_json::from_str::<Value>(raw)
-    };
-    match parsed {
-        Err(e) => Err((
-            format!("invalid arguments for {name}: not valid JSON ({e})"),
-            raw_arguments(raw),
-        )),
-        Ok(value) => match tools.validate(index, &value) {
-            Ok(()) => Ok(value),
-            Err(v) => Err((
-                format!("invalid arguments for {name}: {}", join_violations(&v)),
+) -> Result<Arguments, (String, Value)> {
+    tools
+        .check_arguments(index, raw)
+        .map_err(|rejected| match rejected {
+            Rejected::NotJson(e) => (
+                format!("invalid arguments for {name}: not valid JSON ({e})"),
+                raw_arguments(raw),
+            ),
+            Rejected::Invalid { violations, value } => (
+                format!(
+                    "invalid arguments for {name}: {}",
+                    join_violations(&violations)
+                ),
                 value,
-            )),
-        },
-    }
+            ),
+        })
 }
 
 /// The arguments as the model sent them: parsed when they are JSON, else the raw text.

@@ -1,8 +1,6 @@
 //! An admitted batch: the gates' verdicts, the dispatch of its calls, and each call's outcome
 //! judged as it comes back (a subagent's run charged to this one, a tool's panic by policy).
 
-use std::sync::Arc;
-
 use serde_json::Value;
 
 use super::{HookFailure, Pending, Phase, RunMachine, Verdict};
@@ -45,7 +43,7 @@ impl RunMachine {
                 Verdict::Answer(value) => answered.push((call.position, value)),
                 Verdict::Rewrite(arguments) => {
                     match self.tools.validate(call.index, &arguments) {
-                        Ok(()) => call.arguments = Arc::new(arguments),
+                        Ok(()) => call.arguments = crate::tool::Arguments::new(arguments),
                         Err(v) => {
                             // A rewrite is validated again; one that breaks the schema is a bug in
                             // the program's hook or gate, not something the model can fix.
@@ -99,7 +97,7 @@ impl RunMachine {
         let Some(call) = p.batch.calls.iter().find(|c| c.position == position) else {
             return;
         };
-        let arguments = Value::clone(&call.arguments);
+        let arguments = call.arguments.to_value();
         p.batch.calls.retain(|c| c.position != position);
         let Some(slot) = p.slots.get_mut(position) else {
             return;
@@ -162,7 +160,7 @@ impl RunMachine {
         self.emit(|| EventKind::ToolStarted {
             call_id: call.call_id.to_string(),
             tool: call.tool.to_string(),
-            arguments: Value::clone(&call.arguments),
+            arguments: call.arguments.to_value(),
         });
         if restarting.is_some() {
             p.restart.remove(0);

@@ -7,17 +7,15 @@ use std::sync::Arc;
 use super::{Pending, RunMachine, Slot};
 use crate::error::RunError;
 use crate::message::{Message, ToolContent, ToolResult};
-use crate::outcome::{
-    CallArguments, CallOutcome, CallStatus, StopReason, SubagentRun, ToolCallRecord, codes,
-};
+use crate::outcome::{CallOutcome, CallStatus, StopReason, SubagentRun, ToolCallRecord, codes};
 
 impl RunMachine {
     pub(super) fn fold(&mut self, pending: Pending) {
         let Pending {
             turn, slots, batch, ..
         } = pending;
-        // The batch lent the parsed arguments to the handlers; dropped first, so that each call's
-        // tree goes with its slot once its record has the text.
+        // The batch lent the arguments to the handlers; dropped first, so that each record takes
+        // its call's text rather than a copy.
         drop(batch);
         let mut all_terminate = !slots.is_empty();
         let mut terminate_output: Option<String> = None;
@@ -52,7 +50,7 @@ impl RunMachine {
                 let call = Slot {
                     call_id: Arc::clone(&slot.call_id),
                     tool: Arc::clone(&slot.tool),
-                    arguments: Arc::clone(&slot.arguments),
+                    arguments: slot.arguments.clone(),
                     outcome: None,
                     started: true,
                 };
@@ -84,7 +82,7 @@ impl RunMachine {
             self.kept.records.push(ToolCallRecord {
                 call_id: slot.call_id,
                 tool: slot.tool,
-                arguments: CallArguments::new(&slot.arguments),
+                arguments: slot.arguments.into_record(),
                 turn,
                 outcome,
             });

@@ -98,7 +98,7 @@ struct Slot {
     call_id: Arc<str>,
     tool: Arc<str>,
     /// The arguments as the model sent them (parsed when they were JSON), for the record.
-    arguments: Arc<Value>,
+    arguments: crate::tool::Arguments,
     /// How the call ended, once known.
     outcome: Option<CallOutcome>,
     /// True once the call was dispatched.

@@ -23,8 +23,9 @@ pub struct AdmittedCall {
     pub call_id: Arc<str>,
     /// The tool's name.
     pub tool: Arc<str>,
-    /// The validated arguments.
-    pub arguments: Arc<Value>,
+    /// The validated arguments (they read as a `Value`; their text is
+    /// [`Arguments::as_str`](crate::tool::Arguments::as_str)).
+    pub arguments: crate::tool::Arguments,
     /// The tool's index in the run's current [`crate::tool::ToolCatalog`].
     pub(crate) index: usize,
 }
@@ -42,7 +43,7 @@ impl AdmittedCall {
             position,
             call_id: call_id.into(),
             tool: tool.into(),
-            arguments: Arc::new(arguments),
+            arguments: crate::tool::Arguments::new(arguments),
             index: usize::MAX,
         }
     }

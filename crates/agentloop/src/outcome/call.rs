@@ -447,6 +447,12 @@ thread_local! {
 impl CallArguments {
     /// The arguments of `value`, as compact JSON text.
     pub fn new(value: &Value) -> Self {
+        Self::of(value)
+    }
+
+    /// The compact JSON text of what `value` serializes as (the view a call's arguments are
+    /// read into writes what the `Value` would).
+    pub(crate) fn of<T: Serialize + ?Sized>(value: &T) -> Self {
         let text = SCRATCH
             .try_with(|scratch| match scratch.try_borrow_mut() {
                 Ok(mut buf) => {
@@ -464,7 +470,7 @@ impl CallArguments {
         text.map_or_else(Self::null, Self)
     }
 
-    fn write(buf: &mut Vec<u8>, value: &Value) -> Option<Box<str>> {
+    fn write<T: Serialize + ?Sized>(buf: &mut Vec<u8>, value: &T) -> Option<Box<str>> {
         buf.clear();
         serde_json::to_writer(&mut *buf, value).ok()?;
         std::str::from_utf8(buf).ok().map(Box::from)

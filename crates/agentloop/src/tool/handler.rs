@@ -11,7 +11,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::{ToolContext, ToolError};
+use super::{Arguments, ToolContext, ToolError};
 use crate::message::ToolContent;
 use crate::outcome::{CallOutcome, CallStatus};
 
@@ -153,8 +153,9 @@ pub type ToolFuture = BoxFuture<'static, Result<ToolOutput, ToolError>>;
 
 /// A tool's handler, over validated JSON arguments.
 ///
-/// The arguments are borrowed: the run keeps them for its records and hooks, and a typed handler
-/// reads what it needs from them without a copy of the whole value.
+/// The arguments are borrowed: the run keeps them for its records and hooks. The run calls
+/// [`ToolHandler::call_arguments`], which a typed handler overrides to read its type from the
+/// arguments' text, with no `Value` made for the call.
 ///
 /// The calls of one batch run concurrently on the run's own task, so a handler must not block the
 /// thread: blocking or CPU-heavy work belongs in `tokio::task::spawn_blocking`, or the tool is
@@ -162,6 +163,14 @@ pub type ToolFuture = BoxFuture<'static, Result<ToolOutput, ToolError>>;
 pub trait ToolHandler: Send + Sync + 'static {
     /// Runs one call. `args` already matched the input schema.
     fn call(&self, args: &Value, ctx: ToolContext) -> ToolFuture;
+
+    /// Runs one call from its [`Arguments`], as the run calls a handler. The default reads them
+    /// as a `Value` (made from their text the first time, then kept) and calls
+    /// [`ToolHandler::call`]; a handler that reads its own type from the text overrides it, so
+    /// that no tree is made for the call.
+    fn call_arguments(&self, args: &Arguments, ctx: ToolContext) -> ToolFuture {
+        self.call(args.value(), ctx)
+    }
 }
 
 impl<F, Fut> ToolHandler for F
@@ -171,6 +180,11 @@ where
 {
     fn call(&self, args: &Value, ctx: ToolContext) -> ToolFuture {
         Box::pin((self)(args.clone(), ctx))
+    }
+
+    fn call_arguments(&self, args: &Arguments, ctx: ToolContext) -> ToolFuture {
+        // The closure owns its `Value`: parsed for it, not parsed, kept and copied.
+        Box::pin((self)(args.to_value(), ctx))
     }
 }
 
@@ -187,18 +201,17 @@ impl<A, F> TypedHandler<A, F> {
             args: PhantomData,
         }
     }
-}
 
-impl<A, F, Fut, R, E> ToolHandler for TypedHandler<A, F>
-where
-    A: DeserializeOwned + Send + 'static,
-    F: Fn(A, ToolContext) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = Result<R, E>> + Send + 'static,
-    R: IntoToolOutput,
-    E: Into<ToolError>,
-{
-    fn call(&self, args: &Value, ctx: ToolContext) -> ToolFuture {
-        match A::deserialize(args) {
+    /// Runs the handler on the arguments read, or fails the call with why they could not be.
+    fn run<Fut, R, E>(&self, read: Result<A, serde_json::Error>, ctx: ToolContext) -> ToolFuture
+    where
+        A: Send + 'static,
+        F: Fn(A, ToolContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<R, E>> + Send + 'static,
+        R: IntoToolOutput,
+        E: Into<ToolError>,
+    {
+        match read {
             Ok(typed) => {
                 // Called inside the future, so that a handler that panics before its first await
                 // panics where the driver catches a call's panics.
@@ -214,6 +227,28 @@ where
                 let error = ToolError::new("invalid_arguments", e.to_string()).permanent();
                 Box::pin(std::future::ready(Err(error)))
             }
+        }
+    }
+}
+
+impl<A, F, Fut, R, E> ToolHandler for TypedHandler<A, F>
+where
+    A: DeserializeOwned + Send + 'static,
+    F: Fn(A, ToolContext) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<R, E>> + Send + 'static,
+    R: IntoToolOutput,
+    E: Into<ToolError>,
+{
+    fn call(&self, args: &Value, ctx: ToolContext) -> ToolFuture {
+        self.run(A::deserialize(args), ctx)
+    }
+
+    fn call_arguments(&self, args: &Arguments, ctx: ToolContext) -> ToolFuture {
+        // Straight from the text; were it to fail where the tree would not (a type that reads
+        // a `Value` otherwise than text), the tree decides, with its own error.
+        match serde_json::from_str::<A>(args.as_str()) {
+            Ok(typed) => self.run(Ok(typed), ctx),
+            Err(_) => self.run(A::deserialize(args.value()), ctx),
         }
     }
 }

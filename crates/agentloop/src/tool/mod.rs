@@ -14,6 +14,7 @@ use serde_json::Value;
 
 use crate::retry::RetryPolicy;
 
+mod args;
 mod context;
 mod error;
 mod handler;
@@ -22,6 +23,7 @@ mod set;
 mod source;
 mod spec;
 
+pub use args::Arguments;
 pub use context::{ProgressSender, ToolContext};
 pub use error::{ToolDefinitionError, ToolError};
 use handler::TypedHandler;
@@ -29,8 +31,8 @@ pub use handler::{IntoToolOutput, ToolFuture, ToolHandler, ToolOutput};
 pub(crate) use layer::Layered;
 pub use layer::ToolPolicy;
 pub(crate) use set::compile_schema;
+pub(crate) use set::{Rejected, join_violations, validate_with};
 pub use set::{SchemaViolation, ToolCatalog, ToolSet, check_schema, check_tool_name};
-pub(crate) use set::{join_violations, validate_with};
 pub use source::{RefreshFuture, ToolSource};
 pub use spec::{ExecutionMode, ToolSpec, schema_for};
 

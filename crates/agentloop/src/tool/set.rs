@@ -9,9 +9,13 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use jsonschema::json::Json;
+
+use super::args::{self, ArgsJson, Arguments};
 use super::layer::{self, Layered};
 use super::{Tool, ToolDefinitionError, ToolPolicy, ToolSpec};
 use crate::message::ToolContent;
+use crate::outcome::CallArguments;
 
 /// Checks the naming rule: a letter first, then letters, digits, `_` or `-`; 1 to 128 characters.
 pub fn check_tool_name(name: &str) -> Result<(), String> {
@@ -53,7 +57,8 @@ pub(crate) struct RegisteredTool {
 struct Compiled {
     /// The name, shared by every call of the tool, its results and its records.
     name: Arc<str>,
-    validator: Arc<jsonschema::Validator>,
+    /// The input schema, checked on the arguments' text as read ([`super::args`]).
+    validator: Arc<jsonschema::Validator<ArgsJson>>,
     /// The declared output schema, compiled.
     output: Option<Arc<jsonschema::Validator>>,
 }
@@ -120,7 +125,8 @@ impl ToolCatalog {
                 ));
             }
         }
-        let validator = compile_schema(&spec.input_schema).map_err(|e| schema_err(&spec, e))?;
+        let validator =
+            compile_arguments_schema(&spec.input_schema).map_err(|e| schema_err(&spec, e))?;
         let output = match &spec.output_schema {
             Some(output) => {
                 Some(Arc::new(compile_schema(output).map_err(|e| {
@@ -191,13 +197,40 @@ impl ToolCatalog {
 
     /// Validates arguments against a tool's compiled schema: every failing path with its reason.
     pub fn validate(&self, index: usize, args: &Value) -> Result<(), Vec<SchemaViolation>> {
-        let Some(compiled) = self.compiled.get(index) else {
-            return Err(vec![SchemaViolation {
+        // The schema is checked on text as read; a `Value` always serializes.
+        let text = serde_json::to_string(args).unwrap_or_default();
+        match self.check_arguments(index, &text) {
+            Ok(_) => Ok(()),
+            Err(Rejected::Invalid { violations, .. }) => Err(violations),
+            Err(Rejected::NotJson(e)) => Err(vec![SchemaViolation {
                 path: String::new(),
-                reason: "no such tool".into(),
-            }]);
+                reason: format!("not valid JSON ({e})"),
+            }]),
+        }
+    }
+
+    /// Reads a call's arguments (`raw` as the model sent it; blank is `{}`) and checks them
+    /// against the tool's schema. No `Value` is made unless they fail it.
+    pub(crate) fn check_arguments(&self, index: usize, raw: &str) -> Result<Arguments, Rejected> {
+        let Some(compiled) = self.compiled.get(index) else {
+            return Err(Rejected::Invalid {
+                violations: vec![SchemaViolation {
+                    path: String::new(),
+                    reason: "no such tool".into(),
+                }],
+                value: Value::Null,
+            });
         };
-        validate_with(&compiled.validator, args)
+        args::with_parsed(raw, |root| {
+            let root = root.map_err(Rejected::NotJson)?;
+            match validate_with(&compiled.validator, root) {
+                Ok(()) => Ok(Arguments::from_text(CallArguments::of(&root))),
+                Err(violations) => Err(Rejected::Invalid {
+                    violations,
+                    value: root.value(),
+                }),
+            }
+        })
     }
 
     /// Checks a successful output against the tool's declared output schema, if it has one: a
@@ -315,6 +348,26 @@ pub(crate) fn compile_schema(schema: &Value) -> Result<jsonschema::Validator, St
         .map_err(|e| e.to_string())
 }
 
+/// Compiles a tool's input schema, for checking arguments as read ([`super::args`]).
+fn compile_arguments_schema(schema: &Value) -> Result<jsonschema::Validator<ArgsJson>, String> {
+    jsonschema::options_for::<ArgsJson>()
+        .with_draft(jsonschema::Draft::Draft202012)
+        .build(schema)
+        .map_err(|e| e.to_string())
+}
+
+/// Why a call's arguments were not admitted ([`ToolCatalog::check_arguments`]).
+#[derive(Debug)]
+pub(crate) enum Rejected {
+    /// The text is not JSON.
+    NotJson(serde_json::Error),
+    /// They fail the schema: every failing path, and the arguments as read.
+    Invalid {
+        violations: Vec<SchemaViolation>,
+        value: Value,
+    },
+}
+
 /// Violations joined for the model to read.
 pub(crate) fn join_violations(v: &[SchemaViolation]) -> String {
     v.iter()
@@ -323,11 +376,11 @@ pub(crate) fn join_violations(v: &[SchemaViolation]) -> String {
         .join("; ")
 }
 
-pub(crate) fn validate_with(
-    validator: &jsonschema::Validator,
-    value: &Value,
+pub(crate) fn validate_with<'v, F: Json>(
+    validator: &'v jsonschema::Validator<F>,
+    value: F::Node<'v>,
 ) -> Result<(), Vec<SchemaViolation>> {
-    if validator.is_valid(value) {
+    if validator.is_valid(value.clone()) {
         return Ok(());
     }
     let violations: Vec<SchemaViolation> = validator

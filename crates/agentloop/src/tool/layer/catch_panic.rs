@@ -8,17 +8,16 @@ use std::task::{Context, Poll};
 
 use futures::FutureExt;
 use futures::future::CatchUnwind;
-use serde_json::Value;
 
 use super::{CallFuture, CallService};
 use crate::outcome::CallOutcome;
 use crate::panic::panic_message;
-use crate::tool::{ToolContext, ToolFuture, ToolHandler};
+use crate::tool::{Arguments, ToolContext, ToolFuture, ToolHandler};
 
 /// Calls a handler; a panic while it makes its future, or while the future runs, fails the call.
 async fn catch_panic(
     handler: &Arc<dyn ToolHandler>,
-    args: &Value,
+    args: &Arguments,
     ctx: ToolContext,
 ) -> CallOutcome {
     match call_caught(handler, args, ctx) {
@@ -32,10 +31,10 @@ async fn catch_panic(
 /// until the call, not beside the handler's future too.
 pub(super) fn call_caught(
     handler: &Arc<dyn ToolHandler>,
-    args: &Value,
+    args: &Arguments,
     ctx: ToolContext,
 ) -> Result<Caught, CallOutcome> {
-    match std::panic::catch_unwind(AssertUnwindSafe(|| handler.call(args, ctx))) {
+    match std::panic::catch_unwind(AssertUnwindSafe(|| handler.call_arguments(args, ctx))) {
         Ok(fut) => Ok(Caught(AssertUnwindSafe(fut).catch_unwind())),
         Err(panic) => Err(CallOutcome::panicked(panic_message(&panic))),
     }
@@ -59,9 +58,9 @@ impl Future for Caught {
 pub(crate) struct CatchPanic(pub(super) Arc<dyn ToolHandler>);
 
 impl CallService for CatchPanic {
-    fn call(&self, args: &Arc<Value>, ctx: ToolContext) -> CallFuture {
+    fn call(&self, args: &Arguments, ctx: ToolContext) -> CallFuture {
         let handler = Arc::clone(&self.0);
-        let args = Arc::clone(args);
+        let args = args.clone();
         Box::pin(async move { catch_panic(&handler, &args, ctx).await })
     }
 }

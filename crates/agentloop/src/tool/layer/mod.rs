@@ -8,9 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::{BoxFuture, Either};
-use serde_json::Value;
 
-use super::{ToolContext, ToolHandler};
+use super::{Arguments, ToolContext, ToolHandler};
 use crate::outcome::CallOutcome;
 use crate::retry::RetryPolicy;
 
@@ -69,7 +68,7 @@ pub(crate) type CallFuture = BoxFuture<'static, CallOutcome>;
 /// A tool call as the run makes it. Object-safe, so layers stack behind one `Arc`.
 pub(crate) trait CallService: Send + Sync {
     /// Runs the call.
-    fn call(&self, args: &Arc<Value>, ctx: ToolContext) -> CallFuture;
+    fn call(&self, args: &Arguments, ctx: ToolContext) -> CallFuture;
 }
 
 const _: Option<&dyn CallService> = None;
@@ -90,7 +89,7 @@ impl Layered {
     /// the arguments or the context a second time.
     pub(crate) fn start(
         &self,
-        args: &Arc<Value>,
+        args: &Arguments,
         ctx: ToolContext,
     ) -> Result<Either<Caught, CallFuture>, CallOutcome> {
         match self {

@@ -3,12 +3,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::Value;
-
 use super::{CallFuture, CallService};
 use crate::outcome::{CallOutcome, CallStatus, codes};
 use crate::retry::RetryPolicy;
-use crate::tool::ToolContext;
+use crate::tool::{Arguments, ToolContext};
 
 /// A tool's retry policy when it asks for `retries` and nothing more: `retries + 1` attempts, with
 /// the tool defaults of [`ToolPolicy::retry`](super::ToolPolicy::retry).
@@ -29,9 +27,9 @@ pub(crate) struct Retry {
 }
 
 impl CallService for Retry {
-    fn call(&self, args: &Arc<Value>, ctx: ToolContext) -> CallFuture {
+    fn call(&self, args: &Arguments, ctx: ToolContext) -> CallFuture {
         let inner = Arc::clone(&self.inner);
-        let args = Arc::clone(args);
+        let args = args.clone();
         let policy = self.policy.clone();
         Box::pin(async move {
             let retries = policy.retries();

@@ -2,22 +2,21 @@
 
 use std::sync::Arc;
 
-use serde_json::Value;
 use tokio_util::task::AbortOnDropHandle;
 
 use super::{CallFuture, CallService};
 use crate::outcome::{CallOutcome, codes};
 use crate::panic::panic_message;
-use crate::tool::ToolContext;
+use crate::tool::{Arguments, ToolContext};
 
 /// Runs each attempt on a task of its own, aborted when the attempt is dropped (cancellation,
 /// the end of the grace period, a timeout).
 pub(crate) struct OwnTask(pub(super) Arc<dyn CallService>);
 
 impl CallService for OwnTask {
-    fn call(&self, args: &Arc<Value>, ctx: ToolContext) -> CallFuture {
+    fn call(&self, args: &Arguments, ctx: ToolContext) -> CallFuture {
         let inner = Arc::clone(&self.0);
-        let args = Arc::clone(args);
+        let args = args.clone();
         // The handler is called in the task as well, so that its synchronous work runs there.
         let task =
             AbortOnDropHandle::new(tokio::spawn(async move { inner.call(&args, ctx).await }));

@@ -3,11 +3,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::Value;
-
 use super::{CallFuture, CallService};
 use crate::outcome::CallOutcome;
-use crate::tool::ToolContext;
+use crate::tool::{Arguments, ToolContext};
 
 /// Ends an attempt that runs past `after`.
 pub(crate) struct Timeout {
@@ -16,7 +14,7 @@ pub(crate) struct Timeout {
 }
 
 impl CallService for Timeout {
-    fn call(&self, args: &Arc<Value>, ctx: ToolContext) -> CallFuture {
+    fn call(&self, args: &Arguments, ctx: ToolContext) -> CallFuture {
         let attempt = self.inner.call(args, ctx);
         let after = self.after;
         Box::pin(async move {
