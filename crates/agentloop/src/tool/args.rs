@@ -173,9 +173,10 @@ const KEPT_ENTRIES: usize = 4096;
 const KEPT_TEXT: usize = 64 * 1024;
 
 thread_local! {
-    /// The thread's tape, taken for a read and put back after: a read inside a read (a custom
-    /// keyword that reads arguments) finds it gone and uses a tape of its own.
-    static TAPE: Cell<Tape> = Cell::new(Tape::default());
+    /// The thread's tape, taken for a read and put back after (a pointer, not the vectors, moves):
+    /// a read inside a read (a custom keyword that reads arguments) finds it gone and uses a tape
+    /// of its own.
+    static TAPE: Cell<Option<Box<Tape>>> = const { Cell::new(None) };
 }
 
 /// Reads `raw` (empty or blank text is `{}`: the model meant no arguments) and calls `f` with
@@ -185,14 +186,14 @@ pub(crate) fn with_parsed<T>(
     f: impl FnOnce(Result<ArgNode<'_>, serde_json::Error>) -> T,
 ) -> T {
     let raw = if raw.trim().is_empty() { "{}" } else { raw };
-    let mut tape = TAPE.try_with(Cell::take).unwrap_or_default();
+    let mut tape = TAPE.try_with(Cell::take).ok().flatten().unwrap_or_default();
     let out = parse_into(&mut tape, raw, f);
     let oversized = tape.entries.capacity() > KEPT_ENTRIES
         || tape.items.capacity() > KEPT_ENTRIES
         || tape.members.capacity() > KEPT_ENTRIES
         || tape.decoded.capacity() > KEPT_TEXT;
     if !oversized {
-        let _ = TAPE.try_with(|cell| cell.set(tape));
+        let _ = TAPE.try_with(|cell| cell.set(Some(tape)));
     }
     out
 }
