@@ -658,7 +658,8 @@ impl Slot {
         Slot {
             call_id,
             tool,
-            arguments: crate::tool::Arguments::new(arguments),
+            // Only the record reads them: no tree kept.
+            arguments: Arguments::from_text(CallArguments::new(&arguments)),
             outcome: Some(outcome),
             started: false,
         }

@@ -419,8 +419,10 @@ pub struct ToolCallRecord {
 ///
 /// A record lives as long as the run's outcome, so it keeps the text (one allocation the size of
 /// the text) rather than the parsed tree (`serde_json` gives even a one-key object a whole B-tree
-/// node of 632 bytes): for a run of 15 calls that is about 9 KiB of its memory. It serializes as
-/// the JSON value itself, the same bytes the parsed value would give.
+/// node of 632 bytes): for a run of 15 calls that is about 9 KiB of its memory. The text is
+/// shared (cloning it copies a pointer): the call's [`Arguments`](crate::tool::Arguments), which
+/// the batch and the handler hold while it runs, are the same text. It serializes as the JSON
+/// value itself, the same bytes the parsed value would give.
 ///
 /// ```
 /// use agentloop::outcome::CallArguments;
@@ -432,7 +434,7 @@ pub struct ToolCallRecord {
 /// assert_eq!(arguments, json!({"limit": 10, "path": "src/lib.rs"}));
 /// ```
 #[derive(Clone)]
-pub struct CallArguments(Box<str>);
+pub struct CallArguments(Arc<str>);
 
 /// Texts past this size are written in a buffer of their own, not kept in the thread's.
 const SCRATCH_KEPT: usize = 64 * 1024;
@@ -470,14 +472,14 @@ impl CallArguments {
         text.map_or_else(Self::null, Self)
     }
 
-    fn write<T: Serialize + ?Sized>(buf: &mut Vec<u8>, value: &T) -> Option<Box<str>> {
+    fn write<T: Serialize + ?Sized>(buf: &mut Vec<u8>, value: &T) -> Option<Arc<str>> {
         buf.clear();
         serde_json::to_writer(&mut *buf, value).ok()?;
-        std::str::from_utf8(buf).ok().map(Box::from)
+        std::str::from_utf8(buf).ok().map(Arc::from)
     }
 
     fn null() -> Self {
-        Self(Box::from("null"))
+        Self(Arc::from("null"))
     }
 
     /// The compact JSON text.

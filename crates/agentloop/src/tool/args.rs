@@ -18,7 +18,7 @@ use std::borrow::Cow;
 use std::cell::Cell;
 use std::fmt;
 use std::ops::Deref;
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 
 use jsonschema::JsonType;
 use jsonschema::json::{Array, Json, Node, NodeIdentity, Object};
@@ -30,7 +30,7 @@ use crate::outcome::CallArguments;
 
 /// A call's validated arguments, shared by the batch, the handler and the record: the compact
 /// JSON text (each object's keys sorted, as `serde_json::Value` writes them), and the parsed
-/// [`Value`], made the first time something reads it. Cloning shares them.
+/// [`Value`], made the first time something reads it. Cloning shares the text.
 ///
 /// It reads as the `Value` it holds (`Deref`), so `&arguments` goes wherever a `&Value` does.
 ///
@@ -43,56 +43,53 @@ use crate::outcome::CallArguments;
 /// assert_eq!(arguments["path"], "src/lib.rs");
 /// ```
 #[derive(Clone)]
-pub struct Arguments(Arc<Shared>);
-
-struct Shared {
+pub struct Arguments {
+    /// The text, shared with the call's record: one allocation a call for both.
     text: CallArguments,
-    value: OnceLock<Value>,
+    /// Boxed, so that the handle stays small in every admitted call and slot that holds one
+    /// (most calls never read it).
+    value: OnceLock<Box<Value>>,
 }
 
 impl Arguments {
     /// The arguments `value`, its text written now.
     pub fn new(value: Value) -> Self {
-        let text = CallArguments::new(&value);
-        Arguments(Arc::new(Shared {
-            text,
-            value: OnceLock::from(value),
-        }))
+        Arguments {
+            text: CallArguments::new(&value),
+            value: OnceLock::from(Box::new(value)),
+        }
     }
 
     /// Arguments whose tree is made only if something reads it.
     pub(crate) fn from_text(text: CallArguments) -> Self {
-        Arguments(Arc::new(Shared {
+        Arguments {
             text,
             value: OnceLock::new(),
-        }))
+        }
     }
 
     /// The compact JSON text.
     pub fn as_str(&self) -> &str {
-        self.0.text.as_str()
+        self.text.as_str()
     }
 
     /// The arguments as a [`Value`], parsed from the text the first time.
     pub fn value(&self) -> &Value {
-        self.0.value.get_or_init(|| self.0.text.to_value())
+        self.value.get_or_init(|| Box::new(self.text.to_value()))
     }
 
     /// A `Value` of one's own: the parsed one copied when it was made, else parsed from the text
     /// (and not kept).
     pub fn to_value(&self) -> Value {
-        match self.0.value.get() {
-            Some(value) => value.clone(),
-            None => self.0.text.to_value(),
+        match self.value.get() {
+            Some(value) => Value::clone(value),
+            None => self.text.to_value(),
         }
     }
 
-    /// The text, for a record: taken when nothing else holds the arguments any more.
+    /// The text, for a record.
     pub(crate) fn into_record(self) -> CallArguments {
-        match Arc::try_unwrap(self.0) {
-            Ok(shared) => shared.text,
-            Err(shared) => shared.text.clone(),
-        }
+        self.text
     }
 }
 
@@ -119,7 +116,7 @@ impl PartialEq for Arguments {
 
 impl fmt::Debug for Arguments {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(&self.0.text, f)
+        fmt::Debug::fmt(&self.text, f)
     }
 }
 
