@@ -256,3 +256,30 @@ async fn a_tool_call_cut_over_http_is_fed_back_and_the_run_goes_on() {
         "the limit is raised once after a cut"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn arguments_reach_the_tool_and_the_record_as_the_json_value_of_the_text_the_model_wrote() {
+    // Raw argument texts with spaces, escapes, keys out of order and a repeated key: the tool
+    // reads, and `--json` records, the JSON value of each text (the last of a repeated key), and
+    // the schema judges that value too (the second call's last `n` is not an integer).
+    let first = r#" { "z" : "a\u00e9\n", "n": "one", "n": 2 } "#;
+    let second = r#"{"n": 1, "n": "two"}"#;
+    let script = format!(
+        r#"[{{"tool_calls": [{{"id": "c1", "name": "probe", "arguments": {}}}, {{"id": "c2", "name": "probe", "arguments": {}}}]}}, {{"text": "done"}}]"#,
+        serde_json::to_string(first).unwrap(),
+        serde_json::to_string(second).unwrap()
+    );
+    let dir = scripted(&script, "");
+    let (code, v) = run_json(&dir).await;
+    assert_eq!(code, Some(0), "{v}");
+    let expected = serde_json::json!({"n": 2, "z": "a\u{e9}\n"});
+    assert_eq!(dir.tool_inputs(), vec![expected.clone()]);
+    let records = v["tool_calls"].as_array().unwrap();
+    assert_eq!(records[0]["input"], expected, "{v}");
+    assert_eq!(records[0]["ok"], true, "{v}");
+    assert_eq!(records[1]["input"], serde_json::json!({"n": "two"}), "{v}");
+    assert_eq!(records[1]["ok"], false, "{v}");
+    assert_eq!(records[1]["error"]["code"], "invalid_arguments", "{v}");
+    let why = records[1]["error"]["message"].as_str().unwrap();
+    assert!(why.contains("/n"), "{why}");
+}
