@@ -197,8 +197,14 @@ impl ToolCatalog {
 
     /// Validates arguments against a tool's compiled schema: every failing path with its reason.
     pub fn validate(&self, index: usize, args: &Value) -> Result<(), Vec<SchemaViolation>> {
-        // The schema is checked on text as read; a `Value` always serializes.
-        let text = serde_json::to_string(args).unwrap_or_default();
+        // The schema is checked on text as read. A `Value` always serializes; were that to fail,
+        // the arguments fail rather than pass as blank text would (`{}`).
+        let text = serde_json::to_string(args).map_err(|e| {
+            vec![SchemaViolation {
+                path: String::new(),
+                reason: format!("cannot be written as JSON ({e})"),
+            }]
+        })?;
         match self.check_arguments(index, &text) {
             Ok(_) => Ok(()),
             Err(Rejected::Invalid { violations, .. }) => Err(violations),
