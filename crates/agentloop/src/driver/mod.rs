@@ -15,12 +15,12 @@
 
 mod chain;
 pub mod replay;
+mod running;
 mod seams;
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use futures::stream::FuturesUnordered;
 use std::task::Poll;
 
 use futures::{Future, FutureExt, StreamExt};
@@ -40,6 +40,7 @@ use crate::model::{Model, ModelEvent, ModelRequest, ResponseAccumulator};
 use crate::outcome::{CallOutcome, RunOutcome};
 use crate::steering::Steering;
 use crate::tool::{Layered, ProgressSender, Tool, ToolContext, ToolSource};
+use running::Running;
 
 pub use replay::{RunLog, StepLog, replay};
 
@@ -339,7 +340,7 @@ impl<'a> Driver<'a> {
             let stop_retries = calls_cancel.child_token();
             // The calls run concurrently inside the run's own task: no task per call to spawn,
             // schedule and free on another thread (a tool marked `own_task` gets one).
-            let mut running = FuturesUnordered::new();
+            let mut running = Running::default();
             let mut senders: Vec<(usize, ProgressSender)> = Vec::new();
             loop {
                 if self.held.is_none() {
@@ -592,7 +593,7 @@ impl<'a> Driver<'a> {
     async fn drain<F: Future<Output = CallDone>>(
         &self,
         until: std::time::Duration,
-        running: &mut FuturesUnordered<F>,
+        running: &mut Running<F>,
         senders: &mut Vec<(usize, ProgressSender)>,
     ) -> Input {
         let grace = self.start.checked_add(until);
@@ -1055,7 +1056,7 @@ pub(crate) struct Tree {
 
 /// The calls that have finished by now, without waiting.
 fn finished_now<F: Future<Output = CallDone>>(
-    running: &mut FuturesUnordered<F>,
+    running: &mut Running<F>,
     senders: &mut Vec<(usize, ProgressSender)>,
 ) -> Vec<Input> {
     let mut ready = Vec::new();
