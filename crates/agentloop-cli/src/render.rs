@@ -418,7 +418,7 @@ pub fn skipped_lines(outcome: &RunOutcome) -> Vec<String> {
 
 fn content_value(c: &ToolContent) -> Value {
     match c {
-        ToolContent::Text(t) => Value::String(t.clone()),
+        ToolContent::Text(t) => Value::String(t.to_string()),
         ToolContent::Json(v) => v.clone(),
         other => Value::String(other.to_text()),
     }

@@ -43,7 +43,7 @@ mod testing {
         tool.call(args, ToolContext::detached("c", tool.name()))
             .await
             .map(|o| match o.content {
-                ToolContent::Text(t) => (t, o.details),
+                ToolContent::Text(t) => (t.to_string(), o.details),
                 other => panic!("not text: {other:?}"),
             })
     }

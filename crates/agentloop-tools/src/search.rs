@@ -429,7 +429,11 @@ mod tests {
         let transcript = [
             result(
                 SEARCH_TOOLS,
-                ToolContent::Text(json!({"found": [{"name": "get_weather"}]}).to_string()),
+                ToolContent::Text(
+                    json!({"found": [{"name": "get_weather"}]})
+                        .to_string()
+                        .into(),
+                ),
                 false,
             ),
             result(SEARCH_TOOLS, out.content, false),

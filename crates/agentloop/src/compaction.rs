@@ -400,7 +400,7 @@ pub(crate) fn drop_tool_results(
             break;
         }
         let Message::Tool(r) = m else { continue };
-        if matches!(&r.content, ToolContent::Text(t) if t == DROPPED_RESULT) {
+        if matches!(&r.content, ToolContent::Text(t) if &**t == DROPPED_RESULT) {
             continue;
         }
         let before = estimate_text(&r.content.to_text());
@@ -410,7 +410,7 @@ pub(crate) fn drop_tool_results(
         let replacement = Message::Tool(ToolResult {
             call_id: r.call_id.clone(),
             tool: r.tool.clone(),
-            content: ToolContent::Text(DROPPED_RESULT.to_owned()),
+            content: ToolContent::Text(DROPPED_RESULT.into()),
             is_error: r.is_error,
         });
         dropped.push((i, std::mem::replace(m, replacement)));

@@ -147,8 +147,8 @@ pub struct ToolResult {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", content = "value", rename_all = "snake_case")]
 pub enum ToolContent {
-    /// Plain text.
-    Text(String),
+    /// Plain text, shared: the transcript, the call's record and its events hold one copy.
+    Text(Arc<str>),
     /// A JSON value, rendered as JSON text for providers that take strings.
     Json(Value),
     /// Several parts (text and images).
@@ -159,7 +159,7 @@ impl ToolContent {
     /// The content as the text a string-only provider sends: JSON is serialized, parts joined.
     pub fn to_text(&self) -> String {
         match self {
-            ToolContent::Text(t) => t.clone(),
+            ToolContent::Text(t) => t.to_string(),
             ToolContent::Json(v) => v.to_string(),
             ToolContent::Parts(parts) => {
                 let mut out = String::new();
@@ -179,13 +179,19 @@ impl ToolContent {
 
 impl From<String> for ToolContent {
     fn from(s: String) -> Self {
-        ToolContent::Text(s)
+        ToolContent::Text(s.into())
     }
 }
 
 impl From<&str> for ToolContent {
     fn from(s: &str) -> Self {
-        ToolContent::Text(s.to_owned())
+        ToolContent::Text(s.into())
+    }
+}
+
+impl From<Arc<str>> for ToolContent {
+    fn from(s: Arc<str>) -> Self {
+        ToolContent::Text(s)
     }
 }
 

@@ -261,10 +261,10 @@ impl SubagentTool {
         let content = if outcome.is_success() || self.handoff.is_some() {
             match outcome.structured_output.clone() {
                 Some(v) => ToolContent::Json(v),
-                None => ToolContent::Text(outcome.output.clone().unwrap_or_default()),
+                None => ToolContent::Text(outcome.output.as_deref().unwrap_or_default().into()),
             }
         } else {
-            ToolContent::Text(stopped_text(&self.name, &outcome, &record))
+            ToolContent::Text(stopped_text(&self.name, &outcome, &record).into())
         };
         if let Some(s) = &scope {
             // The driver charges it to the run and puts it on the call's outcome.

@@ -241,7 +241,7 @@ impl CallOutcome {
         CallOutcome {
             status,
             code: Some(bounded_code(code)),
-            content: ToolContent::Text(bounded_text(text, codes::MAX_ERROR_TEXT)),
+            content: ToolContent::Text(bounded_text(text, codes::MAX_ERROR_TEXT).into()),
             diagnostic: None,
             details: None,
             terminate: false,

@@ -30,7 +30,7 @@ pub struct ToolOutput {
 
 impl ToolOutput {
     /// A text result.
-    pub fn text(text: impl Into<String>) -> Self {
+    pub fn text(text: impl Into<Arc<str>>) -> Self {
         ToolOutput {
             content: ToolContent::Text(text.into()),
             details: None,
@@ -114,6 +114,11 @@ impl IntoToolOutput for String {
     }
 }
 impl IntoToolOutput for &'static str {
+    fn into_tool_output(self) -> ToolOutput {
+        ToolOutput::text(self)
+    }
+}
+impl IntoToolOutput for Arc<str> {
     fn into_tool_output(self) -> ToolOutput {
         ToolOutput::text(self)
     }
