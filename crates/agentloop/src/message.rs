@@ -156,6 +156,15 @@ pub enum ToolContent {
 }
 
 impl ToolContent {
+    /// The content as the text a string-only provider sends, borrowed when it is text: a request
+    /// renders every result of the transcript, every turn.
+    pub fn as_text(&self) -> std::borrow::Cow<'_, str> {
+        match self {
+            ToolContent::Text(t) => std::borrow::Cow::Borrowed(t),
+            other => std::borrow::Cow::Owned(other.to_text()),
+        }
+    }
+
     /// The content as the text a string-only provider sends: JSON is serialized, parts joined.
     pub fn to_text(&self) -> String {
         match self {

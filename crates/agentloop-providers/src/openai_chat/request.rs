@@ -157,7 +157,7 @@ enum WireMessage<'a> {
     },
     Tool {
         tool_call_id: &'a str,
-        content: String,
+        content: Cow<'a, str>,
     },
 }
 
@@ -275,7 +275,7 @@ fn wire_messages<'a>(request: &ModelRequest<'a>, compat: &OpenAiCompat) -> Vec<W
             Message::Tool(result) => {
                 out.push(WireMessage::Tool {
                     tool_call_id: &result.call_id,
-                    content: result.content.to_text(),
+                    content: result.content.as_text(),
                 });
             }
         }

@@ -179,13 +179,6 @@ fn user_content(part: &ContentPart) -> InputContent<'_> {
     }
 }
 
-fn tool_output(content: &ToolContent) -> Cow<'_, str> {
-    match content {
-        ToolContent::Text(t) => Cow::Borrowed(t),
-        other => Cow::Owned(other.to_text()),
-    }
-}
-
 /// The conversation as the Responses API's input items.
 fn input_items<'a>(messages: &'a [Message], store: bool) -> Vec<InputItem<'a>> {
     let mut input = Vec::with_capacity(messages.len() + 4);
@@ -236,7 +229,7 @@ fn input_items<'a>(messages: &'a [Message], store: bool) -> Vec<InputItem<'a>> {
             Message::Tool(result) => {
                 input.push(InputItem::FunctionCallOutput {
                     call_id: &result.call_id,
-                    output: tool_output(&result.content),
+                    output: ToolContent::as_text(&result.content),
                 });
             }
         }

@@ -145,7 +145,7 @@ impl ToolDialect {
 
     /// A tool's result, as the model expects to read it (in a user message).
     pub(crate) fn render_result(self, result: &ToolResult) -> String {
-        let content = result.content.to_text();
+        let content = result.content.as_text();
         match self {
             ToolDialect::Hermes | ToolDialect::Auto => {
                 format!("<tool_response>\n{content}\n</tool_response>")
