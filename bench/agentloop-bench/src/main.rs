@@ -358,33 +358,40 @@ fn bench_scale(opts: &Opts) -> Result<(), String> {
     )?;
     let model_delay = Duration::from_millis(model_ms);
     let baseline_kb = sys::current_rss_kb();
-    let cpu0 = sys::cpu_time();
-    let t0 = Instant::now();
     let bare = opts.text("bare", "false") == "true";
     let tool_delay = Duration::from_millis(tool_ms);
-    let failures = rt.block_on(async {
-        let mut set = tokio::task::JoinSet::new();
-        for _ in 0..runs {
-            let work = work.clone();
-            if bare {
-                set.spawn(async move {
-                    bare_run(&work, turns, calls, model_delay, tool_delay).await;
-                    Ok(())
-                });
-            } else {
-                set.spawn(async move { work.run_once(turns, calls).await.map(|_| ()) });
-            }
+    // `--rounds 2`: the runs again in the same process, timed alone, on a heap the first round
+    // grew (a serving process's state); the default times a fresh process's first round.
+    let rounds = u32_opt(opts, "rounds", 1)?.max(1);
+    for _ in 1..rounds {
+        let failures = rt.block_on(scale_round(
+            &work,
+            runs,
+            bare,
+            turns,
+            calls,
+            model_delay,
+            tool_delay,
+        ));
+        if let Some(first) = failures.first() {
+            return Err(format!(
+                "{} runs failed; the first: {first}",
+                failures.len()
+            ));
         }
-        let mut failures = Vec::new();
-        while let Some(joined) = set.join_next().await {
-            match joined {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => failures.push(e),
-                Err(e) => failures.push(e.to_string()),
-            }
-        }
-        failures
-    });
+    }
+    work.reset();
+    let cpu0 = sys::cpu_time();
+    let t0 = Instant::now();
+    let failures = rt.block_on(scale_round(
+        &work,
+        runs,
+        bare,
+        turns,
+        calls,
+        model_delay,
+        tool_delay,
+    ));
     let wall = t0.elapsed();
     let cpu = sys::cpu_time().saturating_sub(cpu0);
     if let Some(first) = failures.first() {
@@ -401,7 +408,7 @@ fn bench_scale(opts: &Opts) -> Result<(), String> {
         "system": if bare { "tokio alone (no agent loop)" } else { "agentloop" },
         "bench": "scale",
         "runs": runs, "turns": turns, "calls": calls,
-        "model_ms": model_ms, "tool_ms": tool_ms, "runtime": runtime,
+        "model_ms": model_ms, "tool_ms": tool_ms, "runtime": runtime, "rounds": rounds,
         "model_calls": work.model_calls.load(Ordering::Relaxed),
         "tool_executions": work.tool_executions.load(Ordering::Relaxed),
         "wall_s": wall.as_secs_f64(),
@@ -414,6 +421,39 @@ fn bench_scale(opts: &Opts) -> Result<(), String> {
     });
     println!("{line}");
     Ok(())
+}
+
+/// One round of the scale test: `runs` runs at once, each its own task; the failures.
+async fn scale_round(
+    work: &Workload,
+    runs: u32,
+    bare: bool,
+    turns: u32,
+    calls: u32,
+    model_delay: Duration,
+    tool_delay: Duration,
+) -> Vec<String> {
+    let mut set = tokio::task::JoinSet::new();
+    for _ in 0..runs {
+        let work = work.clone();
+        if bare {
+            set.spawn(async move {
+                bare_run(&work, turns, calls, model_delay, tool_delay).await;
+                Ok(())
+            });
+        } else {
+            set.spawn(async move { work.run_once(turns, calls).await.map(|_| ()) });
+        }
+    }
+    let mut failures = Vec::new();
+    while let Some(joined) = set.join_next().await {
+        match joined {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => failures.push(e),
+            Err(e) => failures.push(e.to_string()),
+        }
+    }
+    failures
 }
 
 /// The scale test's floor: the same timers in the same shape (a model wait, then the calls' waits
