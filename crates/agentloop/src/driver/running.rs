@@ -84,12 +84,14 @@ impl<F: Future> Running<F> {
         });
     }
 
-    /// Drops every running future (its call is cancelled); the places are kept.
+    /// Drops every running future (its call is cancelled); the places are kept. The count goes
+    /// first: a drop that panics (the caller catches it) leaves a set that reads as dry, never one
+    /// that waits for futures it no longer holds.
     pub(crate) fn clear(&mut self) {
+        self.live = 0;
         for place in &mut self.places {
             place.future.set(None);
         }
-        self.live = 0;
     }
 }
 
@@ -196,6 +198,49 @@ mod tests {
         running.clear();
         assert!(dropped.load(Ordering::SeqCst));
         assert!(running.next().await.is_none());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_drop_that_panics_while_clearing_leaves_a_dry_set() {
+        struct Loud;
+        impl Drop for Loud {
+            #[expect(
+                clippy::panic,
+                reason = "the handler under test panics as it is dropped"
+            )]
+            fn drop(&mut self) {
+                panic!("a handler whose drop panics");
+            }
+        }
+        struct Guard(Arc<AtomicBool>);
+        impl Drop for Guard {
+            fn drop(&mut self) {
+                self.0.store(true, Ordering::SeqCst);
+            }
+        }
+        let dropped = Arc::new(AtomicBool::new(false));
+        let (loud, guard) = (Loud, Guard(dropped.clone()));
+        let mut running = Running::default();
+        running.push(Box::pin(async move {
+            let _loud = loud;
+            std::future::pending::<u64>().await
+        }) as Pin<Box<dyn Future<Output = u64> + Send>>);
+        running.push(Box::pin(async move {
+            let _guard = guard;
+            std::future::pending::<u64>().await
+        }));
+        assert!(running.next().now_or_never().is_none());
+        let cleared = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| running.clear()));
+        assert!(cleared.is_err());
+        let after = tokio::time::timeout(Duration::from_secs(1), running.next()).await;
+        assert!(
+            matches!(after, Ok(None)),
+            "the set waits on what it no longer runs"
+        );
+        // What the panic left in its place is dropped with the set.
+        assert!(!dropped.load(Ordering::SeqCst));
+        drop(running);
+        assert!(dropped.load(Ordering::SeqCst));
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
