@@ -363,7 +363,12 @@ fn bench_scale(opts: &Opts) -> Result<(), String> {
     // `--rounds 2`: the runs again in the same process, timed alone, on a heap the first round
     // grew (a serving process's state); the default times a fresh process's first round.
     let rounds = u32_opt(opts, "rounds", 1)?.max(1);
-    for _ in 1..rounds {
+    let (mut wall, mut cpu) = (Duration::ZERO, Duration::ZERO);
+    for _ in 0..rounds {
+        // The counters and the clocks are the last round's.
+        work.reset();
+        let cpu0 = sys::cpu_time();
+        let t0 = Instant::now();
         let failures = rt.block_on(scale_round(
             &work,
             runs,
@@ -373,32 +378,14 @@ fn bench_scale(opts: &Opts) -> Result<(), String> {
             model_delay,
             tool_delay,
         ));
+        wall = t0.elapsed();
+        cpu = sys::cpu_time().saturating_sub(cpu0);
         if let Some(first) = failures.first() {
             return Err(format!(
                 "{} runs failed; the first: {first}",
                 failures.len()
             ));
         }
-    }
-    work.reset();
-    let cpu0 = sys::cpu_time();
-    let t0 = Instant::now();
-    let failures = rt.block_on(scale_round(
-        &work,
-        runs,
-        bare,
-        turns,
-        calls,
-        model_delay,
-        tool_delay,
-    ));
-    let wall = t0.elapsed();
-    let cpu = sys::cpu_time().saturating_sub(cpu0);
-    if let Some(first) = failures.first() {
-        return Err(format!(
-            "{} runs failed; the first: {first}",
-            failures.len()
-        ));
     }
     let peak_kb = sys::peak_rss_kb();
     // What each spawned run holds inline, whatever it waits on: the run's future.
