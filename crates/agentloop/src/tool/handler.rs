@@ -6,6 +6,7 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::FutureExt;
 use futures::future::BoxFuture;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -219,14 +220,18 @@ impl<A, F> TypedHandler<A, F> {
         match read {
             Ok(typed) => {
                 // Called inside the future, so that a handler that panics before its first await
-                // panics where the driver catches a call's panics.
+                // panics where the driver catches a call's panics. `lazy` then `flatten` rather
+                // than an `async` block: the block would keep the arguments and the context
+                // (120 bytes and more) beside the handler's future while it runs, dead.
                 let f = self.f.clone();
-                Box::pin(async move {
-                    f(typed, ctx)
-                        .await
-                        .map(IntoToolOutput::into_tool_output)
-                        .map_err(Into::into)
-                })
+                Box::pin(
+                    futures::future::lazy(move |_| f(typed, ctx))
+                        .flatten()
+                        .map(|done| {
+                            done.map(IntoToolOutput::into_tool_output)
+                                .map_err(Into::into)
+                        }),
+                )
             }
             Err(e) => {
                 let error = ToolError::new("invalid_arguments", e.to_string()).permanent();
