@@ -195,17 +195,38 @@ impl Agent {
 
     /// [`Agent::run_with`], in its place: a subagent's run names the call that starts it (a
     /// journaled child takes the id its parent's call gives it, and its header names the call).
+    ///
+    /// Two futures one after the other, not one: what begins the run (its options, its input,
+    /// its journal's header) is dropped before the run is driven, where one `async` block
+    /// would keep it beside the driven run until the end (540 bytes of every running run's
+    /// task, `agentloop-bench scale`).
+    pub(crate) fn start(
+        &self,
+        transcript: Vec<Message>,
+        input: Option<Message>,
+        options: RunOptions,
+        plumbing: Plumbing,
+    ) -> impl Future<Output = RunOutcome> + Send + '_ {
+        self.begin(transcript, input, options, plumbing)
+            .then(|begun| match begun {
+                Ok((driver, machine)) => futures::future::Either::Left(driver.drive(machine)),
+                Err(refused) => futures::future::Either::Right(std::future::ready(*refused)),
+            })
+    }
+
+    /// The run's beginning: its id, its checks, its journal's header; then its machine and its
+    /// driver, or the outcome of a run refused before it began.
     #[expect(
         clippy::manual_async_fn,
         reason = "an async fn keeps its arguments twice in its future"
     )]
-    pub(crate) fn start(
+    fn begin(
         &self,
         mut transcript: Vec<Message>,
         mut input: Option<Message>,
         mut options: RunOptions,
         plumbing: Plumbing,
-    ) -> impl Future<Output = RunOutcome> + Send + '_ {
+    ) -> impl Future<Output = Result<(Driver<'_>, RunMachine), Box<RunOutcome>>> + Send + '_ {
         async move {
             let run_id: Arc<str> = match (&plumbing.parent, &options.journal) {
                 (Some(p), Some(_)) => Arc::from(child_run_id(&p.run_id, &p.call_id)),
@@ -218,7 +239,8 @@ impl Agent {
             if let Some(limits) = &options.limits
                 && let Err(e) = check_priced(limits, self.inner.pricing.as_ref(), &self.inner.model)
             {
-                return refused(self.inner.cfg.name(), &run_id, transcript, input, e);
+                let refused = refused(self.inner.cfg.name(), &run_id, transcript, input, e);
+                return Err(Box::new(refused));
             }
             let seams = self.seams(&options);
             let log = run_log(
@@ -247,13 +269,13 @@ impl Agent {
                     let error = RunError::Journal {
                         message: e.to_string(),
                     };
-                    return refused(
+                    return Err(Box::new(refused(
                         self.inner.cfg.name(),
                         &run_id,
                         header.transcript,
                         header.input,
                         error,
-                    );
+                    )));
                 }
                 (transcript, input) = (header.transcript, header.input);
             }
@@ -264,9 +286,8 @@ impl Agent {
                 Some(_) => Approvals::durable([]),
                 None => Approvals::none(),
             };
-            Self::driver(&self.inner, options, plumbing, log, start, 0, approvals)
-                .drive(machine)
-                .await
+            let driver = Self::driver(&self.inner, options, plumbing, log, start, 0, approvals);
+            Ok((driver, machine))
         }
     }
 
@@ -299,7 +320,7 @@ impl Agent {
         parts: &'a Parts,
         options: RunOptions,
         plumbing: Plumbing,
-        log: Option<RunLog>,
+        log: Option<Box<RunLog>>,
         start: Instant,
         seq: u64,
         approvals: Approvals,
@@ -604,15 +625,17 @@ fn run_log(
     limits: &Option<Limits>,
     transcript: &[Message],
     input: &Option<Message>,
-) -> Option<RunLog> {
+) -> Option<Box<RunLog>> {
     let keep = options.log.is_some() || cfg!(feature = "verify-replay");
-    keep.then(|| RunLog {
-        run_id: run_id.to_owned(),
-        seams,
-        limits: limits.clone(),
-        transcript: transcript.to_vec(),
-        input: input.clone(),
-        steps: Vec::new(),
+    keep.then(|| {
+        Box::new(RunLog {
+            run_id: run_id.to_owned(),
+            seams,
+            limits: limits.clone(),
+            transcript: transcript.to_vec(),
+            input: input.clone(),
+            steps: Vec::new(),
+        })
     })
 }
 

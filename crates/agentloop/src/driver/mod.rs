@@ -68,6 +68,19 @@ pub(crate) struct Parts {
 /// machine answers it), and its after-tool hooks' failures.
 type CallDone = (usize, Option<CallOutcome>, Vec<crate::machine::HookFailure>);
 
+/// A call's outcome as it ended: timed, with the subagent run it left in its batch's scope.
+fn ended(
+    outcome: CallOutcome,
+    started: Instant,
+    scope: Option<(Arc<crate::budget::Scope>, Arc<str>)>,
+) -> CallOutcome {
+    let mut outcome = outcome.took(started.elapsed());
+    if let Some((scope, call_id)) = scope {
+        outcome.subagent = scope.take_run(&call_id).map(Box::new);
+    }
+    outcome
+}
+
 pin_project_lite::pin_project! {
     /// [`Driver::race`]'s future: `step` polled once, then raced against the run's interrupts,
     /// which are checked first (biased), as `tokio::select!` with `biased` does.
@@ -176,8 +189,9 @@ pub(crate) struct Driver<'a> {
     pub(crate) cancel: CancellationToken,
     pub(crate) steering: Option<Steering>,
     pub(crate) start: Instant,
-    /// The run's step log, kept when the caller asked for it (or to check the replay).
-    pub(crate) log: Option<RunLog>,
+    /// The run's step log, kept when the caller asked for it (or to check the replay). Boxed:
+    /// most runs keep none, and inline it is 280 bytes of every running run's future.
+    pub(crate) log: Option<Box<RunLog>>,
     pub(crate) log_out: Option<StepLog>,
     /// A durable run's journal.
     pub(crate) journal: Option<Arc<dyn Journal>>,
@@ -423,7 +437,12 @@ impl<'a> Driver<'a> {
                 s.close();
             }
             let elapsed = self.start.elapsed();
-            self.close_journal(&mut m, elapsed).await;
+            let pending = self.approvals.take_pending();
+            if self.journal.is_some() {
+                // Boxed: it holds the outcome while it writes it (1 KB), which held inline would
+                // be in every running run's future, journaled or not.
+                Box::pin(self.close_journal(&mut m, elapsed, pending)).await;
+            }
             self.conclude(m, observed, elapsed)
         }
     }
@@ -476,11 +495,16 @@ impl<'a> Driver<'a> {
                 let admit = self.admit(m, gate, &batch.calls, &stop);
                 self.raced(deadline, Some(&stop), admit).await
             }
+            // Boxed: only a run with hooks gets here, and the outcome it holds while they run
+            // (900 bytes with their future) would be in every running run's future.
             Action::Finalize => {
-                let outcome = m.outcome(self.start.elapsed());
-                Input::Finalized {
-                    failures: self.finish_hooks(&outcome).await,
-                }
+                Box::pin(async {
+                    let outcome = m.outcome(self.start.elapsed());
+                    Input::Finalized {
+                        failures: self.finish_hooks(&outcome).await,
+                    }
+                })
+                .await
             }
             // Never here: `drive` answers these itself, as they hold its calls' bookkeeping. Were
             // one to come, the run would stop as cancelled rather than run a call outside it.
@@ -523,7 +547,7 @@ impl<'a> Driver<'a> {
             #[cfg(feature = "verify-replay")]
             replay::verify(&cfg, &log, &outcome);
             if let Some(out) = &self.log_out {
-                out.put(log);
+                out.put(*log);
             }
         }
         drop(cfg);
@@ -630,44 +654,57 @@ impl<'a> Driver<'a> {
     /// the commit loses the response as a crash during the model call would: the resumed run
     /// asks the model again, and the spend of a response is in the journal before anything
     /// acts on it.
+    ///
+    /// Not an `async fn`, which would keep `input` twice in its future (as passed, and moved
+    /// into a local): that made this the largest wait in every running run's future.
     #[inline(never)]
-    pub(crate) async fn record(&mut self, m: &mut RunMachine, mut input: Input) {
-        m.settle(&mut input);
-        let suspends = matches!(
-            input,
-            Input::Interrupted {
-                by: Interrupt::Suspended
+    #[expect(
+        clippy::manual_async_fn,
+        reason = "an async fn keeps its arguments twice in its future"
+    )]
+    pub(crate) fn record<'s>(
+        &'s mut self,
+        m: &'s mut RunMachine,
+        mut input: Input,
+    ) -> impl Future<Output = ()> + Send + 's {
+        async move {
+            m.settle(&mut input);
+            let suspends = matches!(
+                input,
+                Input::Interrupted {
+                    by: Interrupt::Suspended
+                }
+            );
+            if self.held.is_some() && !suspends {
+                self.record_batch(m, vec![input]).await;
+                return;
             }
-        );
-        if self.held.is_some() && !suspends {
-            self.record_batch(m, vec![input]).await;
-            return;
-        }
-        let at = self.start.elapsed();
-        let mut step = Step { at, input };
-        if !self.journaling || self.journal.is_none() {
-            self.feed(m, step);
-            return;
-        }
-        if suspends {
-            // The journal ends before the gate's step, so a resume asks the gate again.
-            self.commit_held(m).await;
-            self.journaling = false;
-            self.feed(m, step);
-            return;
-        }
-        if matches!(step.input, Input::ModelResponded { .. }) {
-            let copy = step.clone();
-            self.feed(m, step);
-            self.held = Some(copy);
-            if !m.starts_next() && !m.is_done() {
+            let at = self.start.elapsed();
+            let mut step = Step { at, input };
+            if !self.journaling || self.journal.is_none() {
+                self.feed(m, step);
+                return;
+            }
+            if suspends {
+                // The journal ends before the gate's step, so a resume asks the gate again.
                 self.commit_held(m).await;
+                self.journaling = false;
+                self.feed(m, step);
+                return;
             }
-            return;
-        }
-        let failed = self.append(m, &mut step).await.err().flatten();
-        for step in std::iter::once(step).chain(failed) {
-            self.feed(m, step);
+            if matches!(step.input, Input::ModelResponded { .. }) {
+                let copy = step.clone();
+                self.feed(m, step);
+                self.held = Some(copy);
+                if !m.starts_next() && !m.is_done() {
+                    self.commit_held(m).await;
+                }
+                return;
+            }
+            let failed = self.append(m, &mut step).await.err().flatten();
+            for step in std::iter::once(step).chain(failed) {
+                self.feed(m, step);
+            }
         }
     }
 
@@ -710,10 +747,11 @@ impl<'a> Driver<'a> {
     /// A held response goes first, in the same commit (it was fed already).
     async fn record_batch(&mut self, m: &mut RunMachine, inputs: Vec<Input>) -> usize {
         let at = self.start.elapsed();
-        let held = self.held.take();
-        let fed = usize::from(held.is_some());
+        let fed = usize::from(self.held.is_some());
         let mut steps: Vec<Step> = Vec::with_capacity(fed + inputs.len());
-        steps.extend(held);
+        // Straight from its field: a local would keep a second step (192 bytes) in the future
+        // while the batch is written.
+        steps.extend(self.held.take());
         steps.extend(inputs.into_iter().map(|mut input| {
             m.settle(&mut input);
             Step { at, input }
@@ -769,9 +807,14 @@ impl<'a> Driver<'a> {
 
     /// After the run: the journal learns how it ended (or what it waits on). A failed write is
     /// a step the machine folds into the outcome (and the log keeps, so a replay sees it).
-    /// A model's last answer held for it is committed with the run's end.
-    async fn close_journal(&mut self, m: &mut RunMachine, elapsed: std::time::Duration) {
-        let pending = self.approvals.take_pending();
+    /// A model's last answer held for it is committed with the run's end. `pending`: the calls
+    /// the run suspended on.
+    async fn close_journal(
+        &mut self,
+        m: &mut RunMachine,
+        elapsed: std::time::Duration,
+        pending: Vec<crate::gate::ApprovalRequest>,
+    ) {
         let Some(journal) = self.journal.clone() else {
             return;
         };
@@ -948,21 +991,23 @@ impl<'a> Driver<'a> {
                 return (position, None, Vec::new());
             };
             let started = Instant::now();
-            let outcome = match service.start(&arguments, ctx) {
+            // A failure to start (a handler that panicked before it gave its future) is boxed:
+            // matched in place, it took its 144 bytes beside the running handler in every
+            // running call's future.
+            let running = service.start(&arguments, ctx).map_err(Box::new);
+            let outcome = match running {
                 Ok(running) => running.await,
-                Err(failed) => failed,
+                Err(failed) => *failed,
             };
-            let mut outcome = outcome.took(started.elapsed());
-            if let Some((scope, call_id)) = scope {
-                outcome.subagent = scope.take_run(&call_id).map(Box::new);
-            }
+            let outcome = ended(outcome, started, scope);
             // Boxed: after-tool hooks are rare, and their future (800 bytes) held inline would
             // more than double every running call's (`agentloop-bench scale`: a run holds its
-            // calls' futures while they run).
-            let (outcome, failures) = match hooks {
-                Some(h) => Box::pin((*h).run(outcome)).await,
-                None => (outcome, Vec::new()),
+            // calls' futures while they run). The outcome goes into it whole: one the block kept
+            // across that wait would be in every running call's future too.
+            let Some(hooks) = hooks else {
+                return (position, Some(outcome), Vec::new());
             };
+            let (outcome, failures) = Box::pin((*hooks).run(outcome)).await;
             (position, Some(outcome), failures)
         }
     }
@@ -997,11 +1042,11 @@ impl<'a> Driver<'a> {
                 return Input::ModelFailed { error };
             }
         }
-        match acc.finish() {
+        match acc.finish_boxed() {
             Ok(response) => {
                 let (cost, failures) = self.price(&response);
                 Input::ModelResponded {
-                    response: Box::new(response),
+                    response,
                     cost,
                     failures,
                 }

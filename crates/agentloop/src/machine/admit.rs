@@ -124,7 +124,7 @@ impl RunMachine {
         };
         self.keep_with_calls_not_run(response.message, what);
         self.ending.output = (!words.is_empty()).then_some(words);
-        self.ending.error = Some(RunError::Model(ModelError::new(kind, message)));
+        self.ending.error = Some(Box::new(RunError::Model(ModelError::new(kind, message))));
         self.finish(stop);
     }
 
@@ -143,7 +143,7 @@ impl RunMachine {
         );
         error.provider_code = Some(raw);
         self.keep_with_calls_not_run(response.message, "ended in an error");
-        self.ending.error = Some(RunError::Model(error));
+        self.ending.error = Some(Box::new(RunError::Model(error)));
         self.finish(StopReason::Failed);
     }
 
@@ -203,10 +203,10 @@ impl RunMachine {
         let text = message.text.clone();
         self.kept.transcript.push(Message::Assistant(message));
         self.ending.output = (!text.is_empty()).then_some(text);
-        self.ending.error = Some(RunError::Model(ModelError::new(
+        self.ending.error = Some(Box::new(RunError::Model(ModelError::new(
             ModelErrorKind::Truncated,
             "the final answer was cut off by the output token limit; the partial text is kept",
-        )));
+        ))));
         self.finish(StopReason::Truncated);
     }
 

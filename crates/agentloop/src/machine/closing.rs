@@ -86,10 +86,10 @@ impl RunMachine {
 
     pub(super) fn trip(&mut self, trip: Trip) {
         let Trip { name, message } = trip;
-        self.ending.error = Some(RunError::Guardrail {
+        self.ending.error = Some(Box::new(RunError::Guardrail {
             name: name.clone(),
             message: message.clone(),
-        });
+        }));
         self.finish(StopReason::Guardrail { name, message });
     }
 
@@ -128,7 +128,7 @@ impl RunMachine {
         }
         if let Some(e) = first {
             self.ending.stop = Some(StopReason::Failed);
-            self.ending.error = Some(e);
+            self.ending.error = Some(Box::new(e));
         }
         self.phase = Phase::Done;
     }

@@ -75,12 +75,12 @@ impl RunMachine {
         self.ending.output = Some(content.to_text());
         if !stop.is_success() {
             let why = run.error.as_deref().unwrap_or(&run.stop_reason);
-            self.ending.error = Some(RunError::Other {
+            self.ending.error = Some(Box::new(RunError::Other {
                 message: format!(
                     "the agent {} took over the conversation and stopped: {why}",
                     run.agent
                 ),
-            });
+            }));
         }
         self.finish(stop);
     }

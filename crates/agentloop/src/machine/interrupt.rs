@@ -44,7 +44,9 @@ impl RunMachine {
             // have ended well fails, since a resume would not find it ended.
             self.phase = phase;
             let stop = self.ending.stop.get_or_insert(StopReason::Failed);
-            journal_failed_at_end(stop, &mut self.ending.error, message);
+            let mut error = self.ending.error.take().map(|e| *e);
+            journal_failed_at_end(stop, &mut error, message);
+            self.ending.error = error.map(Box::new);
             return;
         }
         self.journal_failure = Some(message);
@@ -109,7 +111,7 @@ impl RunMachine {
     pub(super) fn stop_interrupted(&mut self, by: Interrupt) {
         match by {
             Interrupt::Cancelled => {
-                self.ending.error = Some(RunError::Cancelled);
+                self.ending.error = Some(Box::new(RunError::Cancelled));
                 self.finish(StopReason::Cancelled);
             }
             Interrupt::Suspended => self.finish(StopReason::Suspended),

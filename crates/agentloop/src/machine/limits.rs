@@ -128,7 +128,7 @@ impl RunMachine {
         let reason = limit_stop(hit.limit);
         if self.answers_on(hit.limit) {
             self.ending.limit = Some(hit);
-            self.ending.error = Some(RunError::LimitReached(hit));
+            self.ending.error = Some(Box::new(RunError::LimitReached(hit)));
             self.emit(|| EventKind::LimitReached { limit: hit });
             self.wrap_up = Some(hit);
             self.recent_turns.clear();
@@ -145,7 +145,7 @@ impl RunMachine {
             return;
         }
         self.ending.limit = Some(hit);
-        self.ending.error = Some(match hit.limit {
+        self.ending.error = Some(Box::new(match hit.limit {
             LimitKind::Deadline => RunError::Deadline {
                 elapsed_ms: self.now.as_millis() as u64,
             },
@@ -153,7 +153,7 @@ impl RunMachine {
                 model: self.counters.unpriced.1.clone().unwrap_or_default(),
             },
             _ => RunError::LimitReached(hit),
-        });
+        }));
         self.emit(|| EventKind::LimitReached { limit: hit });
         self.finish(reason);
     }

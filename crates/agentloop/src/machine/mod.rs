@@ -172,7 +172,8 @@ struct Counters {
 #[derive(Debug, Clone, Default)]
 struct Ending {
     stop: Option<StopReason>,
-    error: Option<RunError>,
+    /// Boxed: most runs end without one, and inline it is 168 bytes of every running run.
+    error: Option<Box<RunError>>,
     limit: Option<LimitHit>,
     output: Option<String>,
     structured: Option<Value>,
@@ -425,7 +426,7 @@ impl RunMachine {
 
     /// The error so far.
     pub fn error(&self) -> Option<&RunError> {
-        self.ending.error.as_ref()
+        self.ending.error.as_deref()
     }
 
     /// The records so far.
@@ -755,7 +756,7 @@ impl RunMachine {
     }
 
     fn fail(&mut self, error: RunError) {
-        self.ending.error = Some(error);
+        self.ending.error = Some(Box::new(error));
         self.finish(StopReason::Failed);
     }
 
@@ -818,7 +819,7 @@ impl RunMachine {
             tool_calls_run: c.tool_calls_run,
             tool_calls: kept.records,
             limit: ending.limit,
-            error: ending.error,
+            error: ending.error.map(|e| *e),
             duration: elapsed,
             subagents: kept.subagents,
             compactions: kept.compactions,

@@ -38,7 +38,9 @@ pub struct ResponseAccumulator {
     usage: Usage,
     finish: Option<(FinishReason, Option<String>)>,
     warnings: Vec<String>,
-    whole: Option<ModelResponse>,
+    /// Boxed: a whole response is boxed for the run anyway (see [`Self::finish_boxed`]), and
+    /// inline it would double the accumulator, which is in every waiting run's future.
+    whole: Option<Box<ModelResponse>>,
     cached: bool,
 }
 
@@ -126,7 +128,7 @@ impl ResponseAccumulator {
             ModelEvent::Warning(w) => self.warnings.push(w),
             ModelEvent::Cached => self.cached = true,
             ModelEvent::Finish { reason, raw } => self.finish = Some((reason, raw)),
-            ModelEvent::Response(r) => self.whole = Some(r),
+            ModelEvent::Response(r) => self.whole = Some(Box::new(r)),
         }
         Ok(())
     }
@@ -134,10 +136,28 @@ impl ResponseAccumulator {
     /// Finishes the response. A stream that never said it was complete is an error, never a
     /// half-applied response.
     pub fn finish(mut self) -> Result<ModelResponse, ModelError> {
-        if let Some(mut whole) = self.whole.take() {
-            whole.cached |= self.cached;
-            return Ok(whole);
+        match self.take_whole() {
+            Some(whole) => Ok(*whole),
+            None => self.assemble(),
         }
+    }
+
+    /// [`Self::finish`], boxed: a whole response comes in the box it was kept in.
+    pub fn finish_boxed(mut self) -> Result<Box<ModelResponse>, ModelError> {
+        match self.take_whole() {
+            Some(whole) => Ok(whole),
+            None => self.assemble().map(Box::new),
+        }
+    }
+
+    fn take_whole(&mut self) -> Option<Box<ModelResponse>> {
+        let mut whole = self.whole.take()?;
+        whole.cached |= self.cached;
+        Some(whole)
+    }
+
+    /// The response the stream's pieces make.
+    fn assemble(mut self) -> Result<ModelResponse, ModelError> {
         let Some((finish_reason, raw_finish_reason)) = self.finish.take() else {
             return Err(ModelError::new(
                 ModelErrorKind::Stream,
