@@ -241,11 +241,15 @@ impl SubagentTool {
                 Some(run) if matches!(run.status, RunStatus::Finished { .. }) => {
                     Ok(agent.replayed(run))
                 }
-                Some(run) => agent.go_on(run, options, false, plumbing).await,
+                // Boxed: a child that goes on after its parent's process stopped is rare, and
+                // its future (6 KB) inline would be in every subagent call's.
+                Some(run) => Box::pin(agent.go_on(run, options, false, plumbing)).await,
             }
         };
+        // Boxed: passed by value, the child's run was kept twice by `watch` and a third time by
+        // this call's future (16 KB a running subagent call, held by its parent's run).
         let outcome = self
-            .watch(run, &ctx, &child_cancel, scope.as_ref())
+            .watch(Box::pin(run), &ctx, &child_cancel, scope.as_ref())
             .await
             .map_err(|e| self.journal_error(&e))?;
         if outcome.stop_reason == StopReason::Suspended
