@@ -252,6 +252,7 @@ fn bench_allocs(opts: &Opts) -> Result<(), String> {
             "--calls must be at least 2 (a call's cost is the K against K=1 difference)".into(),
         );
     }
+    alloc::start();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
