@@ -5,7 +5,10 @@
 //! keeps a wait's arguments twice (3,656 and 19,200 bytes before they were cut).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use agentloop::{Agent, ToolContext, testing::ScriptedModel};
+use std::sync::Arc;
+
+use agentloop::message::Message;
+use agentloop::{Agent, ModelResponse, Tool, ToolContext, ToolError, testing::ScriptedModel};
 use serde_json::json;
 
 fn agent(name: &str) -> Agent {
@@ -33,4 +36,49 @@ fn a_running_subagent_calls_future_stays_under_4_kb() {
     );
     let bytes = std::mem::size_of_val(&*call);
     assert!(bytes <= 4_096, "a subagent call's future is {bytes} bytes");
+}
+
+/// A run's calls of a tool share one copy of its name (its records and its results), and no run
+/// shares it with another: a name every run's calls counted on would be one cache line that the
+/// cores of a multi-threaded runtime take from each other at every call.
+#[tokio::test]
+async fn a_runs_calls_share_their_tools_name_with_each_other_not_with_other_runs() {
+    let echo = || {
+        Tool::builder("echo")
+            .description("Says ok.")
+            .handler(|_args: serde_json::Value, _ctx| async { Ok::<_, ToolError>("ok") })
+    };
+    // One agent, two runs of it, one after the other: the script answers both.
+    let turns = || {
+        [
+            ModelResponse::tool_calls([("a", "echo", "{}"), ("b", "echo", "{}")]),
+            ModelResponse::tool_calls([("c", "echo", "{}")]),
+            ModelResponse::text("done"),
+        ]
+    };
+    let agent = Agent::builder()
+        .name("names")
+        .model(ScriptedModel::new(turns().into_iter().chain(turns())))
+        .tool(echo())
+        .build()
+        .unwrap();
+    let one = agent.run("go").await;
+    let two = agent.run("go").await;
+    let name = |out: &agentloop::RunOutcome| Arc::clone(&out.tool_calls[0].tool);
+    for out in [&one, &two] {
+        assert_eq!(out.tool_calls.len(), 3, "{:?}", out.stop_reason);
+        let first = name(out);
+        assert!(out.tool_calls.iter().all(|r| Arc::ptr_eq(&r.tool, &first)));
+        let results: Vec<_> = out
+            .transcript
+            .iter()
+            .filter_map(|m| match m {
+                Message::Tool(r) => Some(&r.tool),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(results.len(), 3);
+        assert!(results.iter().all(|t| Arc::ptr_eq(t, &first)));
+    }
+    assert!(!Arc::ptr_eq(&name(&one), &name(&two)));
 }

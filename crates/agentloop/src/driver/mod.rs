@@ -18,6 +18,7 @@ pub mod replay;
 mod running;
 mod seams;
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -892,12 +893,30 @@ impl<'a> Driver<'a> {
 
     /// The handler of an admitted call: the agent's own tool at its index while the run's tools
     /// are the agent's, else the source's tool of that name as last listed.
-    fn handler(&self, m: &RunMachine, call: &AdmittedCall) -> Option<Layered> {
+    ///
+    /// The agent's own is borrowed for the call: every run's calls of a tool would otherwise
+    /// count on its one handler's `Arc`, a cache line the cores of a multi-threaded runtime take
+    /// from each other at every call (`agentloop-bench scale`).
+    fn handler(&self, m: &RunMachine, call: &AdmittedCall) -> Option<Cow<'a, Layered>> {
         let cfg = m.config();
         if call.index < cfg.own_tools || Arc::ptr_eq(m.tools(), cfg.tools.catalog()) {
-            return cfg.tools.entry(call.index).map(|e| e.call.clone());
+            let parts: &'a Parts = self.inner;
+            if Arc::ptr_eq(cfg, &parts.cfg) {
+                return parts
+                    .cfg
+                    .tools
+                    .entry(call.index)
+                    .map(|e| Cow::Borrowed(&e.call));
+            }
+            return cfg
+                .tools
+                .entry(call.index)
+                .map(|e| Cow::Owned(e.call.clone()));
         }
-        self.source_tools.as_ref()?.get(&*call.tool).cloned()
+        self.source_tools
+            .as_ref()?
+            .get(&*call.tool)
+            .map(|h| Cow::Owned(h.clone()))
     }
 
     /// The scope of a subagent's call: the batch's share of the run's remaining budget (one per

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
+use super::call_ids::ToolNames;
 use super::{Batch, Pending, Phase, RunMachine, Slot, hit};
 use crate::config::OnInvalidCall;
 use crate::error::RunError;
@@ -316,7 +317,8 @@ impl RunMachine {
             return;
         }
 
-        let tools = Arc::clone(&self.tools);
+        // Taken out for the admissions, which borrow the run; given back before anything else.
+        let mut names = std::mem::take(&mut self.tool_names);
         let mut slots: Vec<Slot> = Vec::with_capacity(message.tool_calls.len());
         let mut calls: Vec<AdmittedCall> = Vec::with_capacity(message.tool_calls.len());
         let mut fatal: Option<String> = None;
@@ -325,7 +327,7 @@ impl RunMachine {
             let cut_off = position
                 .checked_sub(complete)
                 .map(|i| cut_arguments.get(i).map(String::as_str).unwrap_or_default());
-            match self.admit_one(&tools, position, call, cut_off) {
+            match self.admit_one(&self.tools, &mut names, position, call, cut_off) {
                 Admission::Admitted {
                     call,
                     slot,
@@ -343,6 +345,7 @@ impl RunMachine {
                 }
             }
         }
+        self.tool_names = names;
 
         if let Some(reason) = fatal {
             self.refuse_decision(message, reason);
@@ -395,6 +398,7 @@ impl RunMachine {
     fn admit_one(
         &self,
         tools: &ToolCatalog,
+        names: &mut ToolNames,
         position: usize,
         call: &ToolCall,
         cut_off: Option<&str>,
@@ -428,10 +432,7 @@ impl RunMachine {
             );
             return Admission::Decided { slot, fails };
         };
-        let tool: Arc<str> = match tools.shared_name(index) {
-            Some(name) => Arc::clone(name),
-            None => Arc::from(call.tool.as_str()),
-        };
+        let tool = names.shared(&call.tool);
         match check_arguments(tools, index, &call.tool, &call.arguments) {
             Ok(arguments) => {
                 let sequential = tools

@@ -10,6 +10,24 @@ use crate::model::ModelResponse;
 /// The run's call ids, looked up three times a call.
 pub(super) type CallIds = std::collections::HashSet<Arc<str>, foldhash::fast::RandomState>;
 
+/// The names of the tools a run called, one shared copy each (see `RunMachine::tool_names`).
+/// Only the catalog's tools are kept, so it holds at most as many as the catalog does; a run
+/// calls a few, so they are looked up in order.
+#[derive(Debug, Default)]
+pub(super) struct ToolNames(Vec<Arc<str>>);
+
+impl ToolNames {
+    /// The run's copy of a catalog tool's name, made at the first call of the tool.
+    pub(super) fn shared(&mut self, name: &str) -> Arc<str> {
+        if let Some(kept) = self.0.iter().find(|kept| ***kept == *name) {
+            return Arc::clone(kept);
+        }
+        let kept: Arc<str> = Arc::from(name);
+        self.0.push(Arc::clone(&kept));
+        kept
+    }
+}
+
 impl RunMachine {
     /// Makes every call id of a response unique within the run: a blank id is drawn from the
     /// run's id source, and an id an earlier response of the run (or the transcript it

@@ -255,6 +255,10 @@ pub struct RunMachine {
     /// provider repeats is renamed ([`RunMachine::assign_call_ids`]). Shared with the admitted
     /// calls, their results and records, so that noting an id costs no copy of it.
     call_ids: call_ids::CallIds,
+    /// The names of the agent's tools this run called, the run's own copies: its admitted calls,
+    /// their results and records share them, where sharing the agent's one copy with every run
+    /// would count on one cache line from every core of a multi-threaded runtime at every call.
+    tool_names: call_ids::ToolNames,
 }
 
 impl std::fmt::Debug for RunMachine {
@@ -345,6 +349,7 @@ impl RunMachine {
             journal_failure: None,
             context: ContextEstimate::default(),
             call_ids,
+            tool_names: call_ids::ToolNames::default(),
         };
         if let Err(message) = m.limits.check() {
             m.fail(RunError::Other {

@@ -55,8 +55,6 @@ pub(crate) struct RegisteredTool {
 /// One spec's compiled parts.
 #[derive(Clone)]
 struct Compiled {
-    /// The name, shared by every call of the tool, its results and its records.
-    name: Arc<str>,
     /// The input schema, checked on the arguments' text as read ([`super::args`]).
     validator: Arc<jsonschema::Validator<ArgsJson>>,
     /// The declared output schema, compiled.
@@ -137,7 +135,6 @@ impl ToolCatalog {
         };
         self.by_name.insert(spec.name.clone(), self.specs.len());
         self.compiled.push(Compiled {
-            name: Arc::from(spec.name.as_str()),
             validator: Arc::new(validator),
             output,
         });
@@ -173,11 +170,6 @@ impl ToolCatalog {
     /// The spec at an index.
     pub fn spec(&self, index: usize) -> Option<&ToolSpec> {
         self.specs.get(index)
-    }
-
-    /// The shared name of the tool at an index.
-    pub(crate) fn shared_name(&self, index: usize) -> Option<&Arc<str>> {
-        self.compiled.get(index).map(|c| &c.name)
     }
 
     /// The number of tools.
