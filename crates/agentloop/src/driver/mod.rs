@@ -209,8 +209,10 @@ pub(crate) struct Driver<'a> {
     /// mutex only because a step's race reaches them through a shared borrow of the driver;
     /// only the run's task locks it.
     pub(crate) interrupts: std::sync::Mutex<Option<std::pin::Pin<Box<Interrupts>>>>,
-    pub(crate) parent_run_id: Option<String>,
-    pub(crate) parent_call_id: Option<String>,
+    /// A subagent's parent call, for its start event. Boxed, as the fields below that most
+    /// runs leave empty: every running run's future holds the driver (480 bytes with them
+    /// inline, 192 boxed).
+    pub(crate) parent: Option<Box<crate::journal::ParentCall>>,
     /// A subagent's path from the top of its tree (`coordinator/worker`).
     pub(crate) agent_path: Option<String>,
     /// The run's depth in a tree of subagents (0 at the top).
@@ -219,13 +221,18 @@ pub(crate) struct Driver<'a> {
     pub(crate) scope: Option<(u32, Arc<crate::budget::Scope>)>,
     /// The handlers of the tool source's tools as last listed, by name: a call of one is looked
     /// up here once the run's tools are no longer the agent's own.
-    pub(crate) source_tools: Option<HashMap<String, Layered>>,
+    #[expect(
+        clippy::box_collection,
+        reason = "inline, the map is 48 bytes of every running run's future; only a run with a tool source fills it"
+    )]
+    pub(crate) source_tools: Option<Box<HashMap<String, Layered>>>,
     /// True once this driver told the machine the source's tools (the first turn it drives
     /// always does).
     pub(crate) tools_synced: bool,
     /// A model's response the machine was fed and the journal has not committed yet: it goes
     /// to the journal with the start of the first call it asks for (see [`Driver::record`]).
-    pub(crate) held: Option<Step>,
+    /// Boxed: only a journaled run holds one, between a response and its first call's start.
+    pub(crate) held: Option<Box<Step>>,
 }
 
 impl<'a> Driver<'a> {
@@ -339,16 +346,18 @@ impl<'a> Driver<'a> {
     )]
     pub(crate) fn drive(mut self, mut m: RunMachine) -> impl Future<Output = RunOutcome> {
         async move {
-            let parent_run_id = self.parent_run_id.take();
-            let parent_call_id = self.parent_call_id.take();
             let observed = !self.sinks.is_empty();
             if observed {
-                self.emit_started(&m, parent_run_id, parent_call_id);
+                let (run_id, call_id) = match self.parent.take() {
+                    Some(parent) => (Some(parent.run_id), Some(parent.call_id)),
+                    None => (None, None),
+                };
+                self.emit_started(&m, run_id, call_id);
             }
             let deadline = m.deadline().and_then(|d| self.start.checked_add(d));
             if let Some(source) = &self.inner.source {
                 // A resumed run may call the source's tools before its first turn here.
-                self.source_tools = Some(handlers(source.tools_for(m.transcript())));
+                self.source_tools = Some(Box::new(handlers(source.tools_for(m.transcript()))));
             }
             // The tools' cancellation, and the end of their retries: children of the run's token.
             let calls_cancel = self.cancel.child_token();
@@ -696,7 +705,7 @@ impl<'a> Driver<'a> {
             if matches!(step.input, Input::ModelResponded { .. }) {
                 let copy = step.clone();
                 self.feed(m, step);
-                self.held = Some(copy);
+                self.held = Some(Box::new(copy));
                 if !m.starts_next() && !m.is_done() {
                     self.commit_held(m).await;
                 }
@@ -731,7 +740,7 @@ impl<'a> Driver<'a> {
     /// Commits the held response on its own (the machine was fed it, and what comes next is
     /// not a call's start); a failed write is fed as the journal's failure.
     async fn commit_held(&mut self, m: &mut RunMachine) {
-        let Some(mut step) = self.held.take() else {
+        let Some(mut step) = self.held.take().map(|held| *held) else {
             return;
         };
         if self.append(m, &mut step).await.is_err() {
@@ -752,7 +761,7 @@ impl<'a> Driver<'a> {
         let mut steps: Vec<Step> = Vec::with_capacity(fed + inputs.len());
         // Straight from its field: a local would keep a second step (192 bytes) in the future
         // while the batch is written.
-        steps.extend(self.held.take());
+        steps.extend(self.held.take().map(|held| *held));
         steps.extend(inputs.into_iter().map(|mut input| {
             m.settle(&mut input);
             Step { at, input }
@@ -875,7 +884,7 @@ impl<'a> Driver<'a> {
         self.tools_synced = true;
         let tools = source.tools_for(m.transcript());
         let specs: Vec<crate::tool::ToolSpec> = tools.iter().map(|t| t.spec().clone()).collect();
-        self.source_tools = Some(handlers(tools));
+        self.source_tools = Some(Box::new(handlers(tools)));
         Input::ToolsListed { tools: Some(specs) }
     }
 

@@ -170,13 +170,7 @@ impl RunMachine {
         if self.retry.output_raised {
             return false;
         }
-        let current = self
-            .changes
-            .settings
-            .as_ref()
-            .unwrap_or(&self.cfg.settings)
-            .max_tokens
-            .or(self.cfg.settings.max_tokens);
+        let current = self.settings().max_tokens.or(self.cfg.settings.max_tokens);
         let Some(n) = current else {
             return false;
         };
@@ -280,7 +274,7 @@ impl RunMachine {
             return;
         };
         self.ending.structured = None;
-        if self.retry.output_retries_used < self.limits.output_retries {
+        if self.retry.output_retries_used < self.limits().output_retries {
             self.retry.output_retries_used += 1;
             self.retry.retrying_output = true;
             self.kept.transcript.push(Message::User {
@@ -476,7 +470,7 @@ impl RunMachine {
     /// The tool-call budget: a batch of `admitted` calls larger than what remains is refused
     /// whole, with the limit it hit and the outcome its calls are answered with.
     fn tool_call_budget(&self, admitted: u32) -> Option<(LimitHit, CallOutcome)> {
-        let max = Limits::bound(self.limits.max_tool_calls)?;
+        let max = Limits::bound(self.limits().max_tool_calls)?;
         if self.counters.tool_calls_used.saturating_add(admitted) <= max {
             return None;
         }
@@ -524,7 +518,7 @@ impl RunMachine {
     /// when the turn came back the same (the same calls with the same results; a poller's
     /// arguments aside) `threshold` times in a row, or a cycle of two or three turns did.
     pub(super) fn stuck(&mut self, first: usize) -> Option<crate::limits::LimitHit> {
-        let threshold = self.limits.stuck_loop_threshold;
+        let threshold = self.limits().stuck_loop_threshold;
         if threshold < 2 || first >= self.kept.records.len() {
             return None;
         }

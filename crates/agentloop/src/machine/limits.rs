@@ -10,7 +10,7 @@ use crate::outcome::StopReason;
 
 impl RunMachine {
     pub(super) fn check_before_model_call(&self) -> Option<LimitHit> {
-        let l = &self.limits;
+        let l = self.limits();
         let now = self.now;
         if let Some(t) = l.timeout
             && now >= t
@@ -54,7 +54,7 @@ impl RunMachine {
 
     /// What is left of the run's budget: what its subagents may draw on.
     pub(crate) fn remaining(&self) -> crate::budget::Pool {
-        let l = &self.limits;
+        let l = self.limits();
         crate::budget::Pool {
             turns: Limits::bound(l.max_turns).map(|m| {
                 m.saturating_sub(self.counters.turn.saturating_add(self.counters.sub_turns))
@@ -79,14 +79,14 @@ impl RunMachine {
 
     /// The turn limit, when this turn is the last allowed.
     pub(super) fn turn_hit(&self) -> Option<LimitHit> {
-        let max = Limits::bound(self.limits.max_turns)?;
+        let max = Limits::bound(self.limits().max_turns)?;
         let turns = self.counters.turn.saturating_add(self.counters.sub_turns);
         (turns >= max).then(|| hit(LimitKind::Turns, max.into(), turns.into(), 1.0))
     }
 
     /// The model-call limit, when no model call is left.
     pub(super) fn model_call_hit(&self) -> Option<LimitHit> {
-        let max = Limits::bound(self.limits.max_model_calls)?;
+        let max = Limits::bound(self.limits().max_model_calls)?;
         let calls = self
             .counters
             .model_calls
@@ -96,7 +96,7 @@ impl RunMachine {
 
     /// The token or cost budget, when it is spent.
     pub(super) fn spent_hit(&self) -> Option<LimitHit> {
-        let l = &self.limits;
+        let l = self.limits();
         if let Some(max) = l.max_tokens.filter(|&n| n > 0)
             && self.counters.usage.total_tokens() >= max
         {
@@ -115,7 +115,7 @@ impl RunMachine {
 
     /// True when a limit of this kind asks the model for a last answer instead of stopping.
     pub(super) fn answers_on(&self, kind: LimitKind) -> bool {
-        self.limits.on_limit == OnLimit::Answer
+        self.limits().on_limit == OnLimit::Answer
             && self.wrap_up.is_none()
             && !matches!(kind, LimitKind::ModelCalls | LimitKind::Deadline)
             // A last answer of unknown cost would be spent unmetered too.

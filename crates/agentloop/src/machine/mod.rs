@@ -215,7 +215,9 @@ struct ContextEstimate {
 /// The state of one run.
 pub struct RunMachine {
     cfg: Arc<AgentConfig>,
-    limits: Limits,
+    /// The run's own limits, when it was given some; else the agent's. Boxed: most runs take
+    /// the agent's, and inline the limits are 112 bytes of every running run's future.
+    own_limits: Option<Box<Limits>>,
     seams: Seams,
     ids: Arc<dyn IdSource>,
     run_id: Arc<str>,
@@ -245,7 +247,9 @@ pub struct RunMachine {
     called_at: Duration,
     /// The before-model hooks' changes to the current call, and how many messages they added to
     /// the end of the transcript for this call only.
-    changes: RequestChanges,
+    /// Boxed, and only when there are any: inline they were 136 bytes of every running run's
+    /// future.
+    changes: Option<Box<RequestChanges>>,
     extra_messages: usize,
     /// Why the journal failed, once it did.
     journal_failure: Option<String>,
@@ -316,13 +320,13 @@ impl RunMachine {
         if let Some(m) = input {
             transcript.push(m);
         }
-        let limits = limits.unwrap_or_else(|| cfg.limits.clone());
+        let own_limits = limits.map(Box::new);
         let call_ids = transcript_call_ids(&transcript);
         let tools = Arc::clone(cfg.tools.catalog());
         let has_pollers = tools.specs().iter().any(|s| s.poller);
         let mut m = RunMachine {
             cfg,
-            limits,
+            own_limits,
             seams,
             ids,
             run_id,
@@ -344,14 +348,14 @@ impl RunMachine {
             events: Vec::new(),
             now: Duration::ZERO,
             called_at: Duration::ZERO,
-            changes: RequestChanges::default(),
+            changes: None,
             extra_messages: 0,
             journal_failure: None,
             context: ContextEstimate::default(),
             call_ids,
             tool_names: call_ids::ToolNames::default(),
         };
-        if let Err(message) = m.limits.check() {
+        if let Err(message) = m.limits().check() {
             m.fail(RunError::Other {
                 message: format!("invalid limits: {message}"),
             });
@@ -391,12 +395,21 @@ impl RunMachine {
 
     /// The run's limits.
     pub fn limits(&self) -> &Limits {
-        &self.limits
+        self.own_limits.as_deref().unwrap_or(&self.cfg.limits)
+    }
+
+    /// The settings of the next model call: as the hooks or the machine changed them for it, else
+    /// the agent's.
+    fn settings(&self) -> &crate::model::ModelSettings {
+        self.changes
+            .as_ref()
+            .and_then(|c| c.settings.as_ref())
+            .unwrap_or(&self.cfg.settings)
     }
 
     /// The run's deadline (time since its start), if it has one.
     pub fn deadline(&self) -> Option<Duration> {
-        self.limits.timeout
+        self.limits().timeout
     }
 
     /// The transcript so far.
@@ -530,7 +543,7 @@ impl RunMachine {
         if p.batch.sequential {
             1
         } else {
-            self.limits.max_concurrency.max(1)
+            self.limits().max_concurrency.max(1)
         }
     }
 
@@ -688,7 +701,7 @@ impl RunMachine {
                 .transcript
                 .extend(changes.extra_messages.iter().cloned());
         }
-        self.changes = changes;
+        self.changes = (!changes.is_empty()).then(|| Box::new(changes));
         self.called_at = self.now;
         self.enter_call_model();
     }

@@ -3,7 +3,6 @@
 
 use super::{Phase, RunMachine};
 use crate::event::EventKind;
-use crate::hooks::RequestChanges;
 use crate::message::Message;
 use crate::model::ModelRequest;
 
@@ -13,13 +12,13 @@ impl RunMachine {
         ModelRequest {
             instructions: self
                 .changes
-                .instructions
-                .as_deref()
+                .as_ref()
+                .and_then(|c| c.instructions.as_deref())
                 .or(self.cfg.instructions.as_deref()),
             messages: &self.kept.transcript,
             tools: self.tools.specs(),
             output_schema: self.cfg.output_schema.as_ref().map(|s| s.value()),
-            settings: self.changes.settings.as_ref().unwrap_or(&self.cfg.settings),
+            settings: self.settings(),
         }
     }
 
@@ -78,18 +77,14 @@ impl RunMachine {
         // limit every time (the OpenAI Agents SDK resets it the same way).
         let release = self.counters.tool_calls_used > 0
             && matches!(
-                self.changes
-                    .settings
-                    .as_ref()
-                    .unwrap_or(&self.cfg.settings)
-                    .tool_choice,
+                self.settings().tool_choice,
                 Some(ToolChoice::Required | ToolChoice::Tool(_))
             );
         if self.wrap_up.is_some() || raise.is_some() || release {
             let mut settings = self
                 .changes
-                .settings
-                .take()
+                .as_mut()
+                .and_then(|c| c.settings.take())
                 .unwrap_or_else(|| self.cfg.settings.clone());
             if release {
                 settings.tool_choice = Some(ToolChoice::Auto);
@@ -100,7 +95,7 @@ impl RunMachine {
             if let Some(n) = raise {
                 settings.max_tokens = Some(n);
             }
-            self.changes.settings = Some(settings);
+            self.changes.get_or_insert_default().settings = Some(settings);
         }
         self.phase = Phase::CallModel;
     }
@@ -125,6 +120,6 @@ impl RunMachine {
             self.kept.transcript.truncate(keep);
             self.extra_messages = 0;
         }
-        self.changes = RequestChanges::default();
+        self.changes = None;
     }
 }
