@@ -24,7 +24,9 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
+use futures::future::Either;
 use futures::{FutureExt, Stream};
+use std::future::ready;
 use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
@@ -38,7 +40,7 @@ use crate::journal::{
     child_run_id,
 };
 use crate::limits::Limits;
-use crate::machine::{Input, RunMachine, RunStart, Seams};
+use crate::machine::{RunMachine, RunStart, Seams};
 use crate::message::Message;
 use crate::model::Model;
 use crate::outcome::RunOutcome;
@@ -209,8 +211,8 @@ impl Agent {
     ) -> impl Future<Output = RunOutcome> + Send + '_ {
         self.begin(transcript, input, options, plumbing)
             .then(|begun| match begun {
-                Ok((driver, machine)) => futures::future::Either::Left(driver.drive(machine)),
-                Err(refused) => futures::future::Either::Right(std::future::ready(*refused)),
+                Ok((driver, machine)) => Either::Left(driver.drive(machine, None)),
+                Err(refused) => Either::Right(ready(*refused)),
             })
     }
 
@@ -365,16 +367,19 @@ impl Agent {
     /// Refused when the run is over, when a suspended run has unanswered approvals, and, unless
     /// `force`, when the agent's [`Agent::definition`] changed since the run started (the error
     /// lists what changed).
-    pub async fn resume(
+    ///
+    /// Not an `async fn`: that kept `run` and `options` (784 bytes) beside the resumed run's own
+    /// future, which holds them too, for the whole run.
+    pub fn resume(
         &self,
         run: JournaledRun,
         options: RunOptions,
         force: bool,
-    ) -> Result<RunOutcome, JournalError> {
-        if let Some(parent) = &run.header.parent {
-            return Err(parent.not_resumable(&run.header.run_id));
+    ) -> impl Future<Output = Result<RunOutcome, JournalError>> + Send + '_ {
+        match &run.header.parent {
+            Some(parent) => Either::Left(ready(Err(parent.not_resumable(&run.header.run_id)))),
+            None => Either::Right(self.go_on(run, options, force, Plumbing::default())),
         }
-        self.go_on(run, options, force, Plumbing::default()).await
     }
 
     /// [`Agent::resume`], for a driver that counts more time than the journal's last step says:
@@ -382,31 +387,70 @@ impl Agent {
     /// deadline) goes on from that step, the time between a crash and the resume not being the
     /// run's; a driver that keeps wall-clock time across workers and waits (Restate's, or a
     /// suspended run's wait for approvals) gives its own.
-    pub async fn resume_at(
+    ///
+    /// Not an `async fn`, as [`Agent::resume`].
+    pub fn resume_at(
         &self,
         run: JournaledRun,
         options: RunOptions,
         force: bool,
         elapsed: std::time::Duration,
-    ) -> Result<RunOutcome, JournalError> {
+    ) -> impl Future<Output = Result<RunOutcome, JournalError>> + Send + '_ {
         if let Some(parent) = &run.header.parent {
-            return Err(parent.not_resumable(&run.header.run_id));
+            return Either::Left(ready(Err(parent.not_resumable(&run.header.run_id))));
         }
         let plumbing = Plumbing {
             elapsed: Some(elapsed),
             ..Plumbing::default()
         };
-        self.go_on(run, options, force, plumbing).await
+        Either::Right(self.go_on(run, options, force, plumbing))
     }
 
     /// [`Agent::resume`], for a top-level run or (from its parent's call) a child journal.
-    pub(crate) async fn go_on(
+    ///
+    /// The journal is checked and replayed before the returned future is first polled, and what
+    /// the run needs then is handed to it boxed: an `async fn` kept its arguments, the journal's
+    /// header and the replayed machine in the future beside the driven run's own (5 KB every
+    /// resumed run held, the Restate worker's every run among them).
+    pub(crate) fn go_on(
         &self,
         run: JournaledRun,
         options: RunOptions,
         force: bool,
         plumbing: Plumbing,
-    ) -> Result<RunOutcome, JournalError> {
+    ) -> impl Future<Output = Result<RunOutcome, JournalError>> + Send + '_ {
+        let ready_to_go = match self.replay_to_go_on(run, options, force, plumbing) {
+            Ok(ready_to_go) => Box::new(ready_to_go),
+            Err(e) => return Either::Left(ready(Err(e))),
+        };
+        Either::Right(async move {
+            // Destructured, not kept whole: a `GoOn` borrowed across the await below would stay
+            // in this future, its machine with it (1.3 KB).
+            let GoOn {
+                machine,
+                resumed,
+                options,
+                plumbing,
+                log,
+                start,
+                seq,
+                approvals,
+                children,
+            } = *ready_to_go;
+            let parts = resumed.as_ref().unwrap_or(&self.inner);
+            let driver = Self::driver(parts, options, plumbing, log, start, seq, approvals);
+            Ok(driver.drive(machine, Some(children)).await)
+        })
+    }
+
+    /// [`Agent::go_on`]'s checks and replay: the journal's steps fed to a fresh machine.
+    fn replay_to_go_on(
+        &self,
+        run: JournaledRun,
+        options: RunOptions,
+        force: bool,
+        plumbing: Plumbing,
+    ) -> Result<GoOn, JournalError> {
         let JournaledRun {
             header,
             steps,
@@ -473,7 +517,6 @@ impl Agent {
                 model,
                 ..Parts::clone(&self.inner)
             });
-        let parts = resumed.as_ref().unwrap_or(&self.inner);
         let mut at = std::time::Duration::ZERO;
         let seq = steps.len() as u64;
         for step in steps {
@@ -493,11 +536,17 @@ impl Agent {
             .filter_map(|a| Some((a.request, a.answer?, a.reply)));
         let children = options.journal.as_ref().is_some_and(|j| j.holds_children());
         let approvals = Approvals::durable_with_replies(answers);
-        let mut driver = Self::driver(parts, options, plumbing, log, start, seq, approvals);
-        driver
-            .record(&mut machine, Input::Restarted { children })
-            .await;
-        Ok(driver.drive(machine).await)
+        Ok(GoOn {
+            machine,
+            resumed,
+            options,
+            plumbing,
+            log,
+            start,
+            seq,
+            approvals,
+            children,
+        })
     }
 
     /// The outcome of a journaled run that is over, from its steps alone (no model is called,
@@ -613,6 +662,20 @@ impl Stream for RunStream {
             Poll::Ready(None) | Poll::Pending => Poll::Pending,
         }
     }
+}
+
+/// A journaled run checked and replayed, ready to go on ([`Agent::go_on`]).
+struct GoOn {
+    machine: RunMachine,
+    /// The agent's parts with its model where the journal left it, when the model is a script.
+    resumed: Option<Parts>,
+    options: RunOptions,
+    plumbing: Plumbing,
+    log: Option<Box<RunLog>>,
+    start: Instant,
+    seq: u64,
+    approvals: Approvals,
+    children: bool,
 }
 
 /// The step log a run keeps when its caller asked for one (or, in the crate's tests, to check

@@ -340,12 +340,23 @@ impl<'a> Driver<'a> {
     /// twice (as passed, and moved into locals), which was 1.9 KB of every running run's
     /// future (the machine and the driver); an `async move` block uses what it captured in
     /// place.
+    ///
+    /// `restarted` is a resumed run's first step (`Input::Restarted`, with whether its journal
+    /// holds its children's), recorded here rather than by the caller, whose future would then
+    /// keep the machine and the driver beside this one.
     #[expect(
         clippy::manual_async_fn,
         reason = "an async fn keeps its arguments twice in its future"
     )]
-    pub(crate) fn drive(mut self, mut m: RunMachine) -> impl Future<Output = RunOutcome> {
+    pub(crate) fn drive(
+        mut self,
+        mut m: RunMachine,
+        restarted: Option<bool>,
+    ) -> impl Future<Output = RunOutcome> {
         async move {
+            if let Some(children) = restarted {
+                self.record(&mut m, Input::Restarted { children }).await;
+            }
             let observed = !self.sinks.is_empty();
             if observed {
                 let (run_id, call_id) = match self.parent.take() {
