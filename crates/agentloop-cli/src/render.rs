@@ -280,7 +280,7 @@ fn tool_finished(s: &mut ProgressState, tool: &str, call_id: &str, outcome: &Cal
     // The plan the model keeps, shown as it changes.
     if let Some(todos) = outcome
         .details
-        .as_ref()
+        .as_deref()
         .and_then(agentloop_tools::todo::todos_in)
     {
         for l in agentloop_tools::todo::render(&todos).lines() {

@@ -493,10 +493,10 @@ impl Otel {
             }
             return Status::Unset;
         }
-        let code = outcome
-            .code
-            .clone()
-            .unwrap_or_else(|| format!("{:?}", outcome.status).to_lowercase());
+        let code = match &outcome.code {
+            Some(code) => code.to_string(),
+            None => format!("{:?}", outcome.status).to_lowercase(),
+        };
         open.attributes.push(KeyValue::new(attr::ERROR_TYPE, code));
         // What the model read may quote the tool's own output: payload rules apply.
         let message = if self.payloads {

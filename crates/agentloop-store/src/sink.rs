@@ -363,7 +363,7 @@ impl Render for Records {
                     .end_span(&mut span.span, now, Some(outcome.duration), status, error);
                 if self.payloads {
                     span.output = outcome.output().map(output_value);
-                    span.details = outcome.details.as_ref().map(redact);
+                    span.details = outcome.details.as_deref().map(redact);
                 }
             }
             // A call that never started: its status is the core's (`decision.invalid` is
@@ -587,11 +587,11 @@ fn tool_status(outcome: &CallOutcome) -> (Status, Option<ErrorInfo>) {
         CallStatus::Fatal => Status::Fatal,
     };
     let message = match &outcome.diagnostic {
-        Some(d) => d.clone(),
+        Some(d) => d.to_string(),
         None => outcome.content.to_text(),
     };
     let error = ErrorInfo {
-        code: outcome.code.clone().unwrap_or_else(|| "tool.error".into()),
+        code: outcome.code.as_deref().unwrap_or("tool.error").to_owned(),
         message: redact_text(&message),
     };
     (status, Some(error))

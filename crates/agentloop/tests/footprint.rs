@@ -72,6 +72,15 @@ fn a_running_subagent_calls_future_stays_under_4_kb() {
     assert!(bytes <= 4_096, "a subagent call's future is {bytes} bytes");
 }
 
+/// Every call a run makes keeps its record until the run ends (a run of 15 calls holds 16
+/// records' room): what most calls leave empty (`code`, `diagnostic`, `details`) is boxed, so a
+/// record is 160 bytes, not the 200 it was with them inline.
+#[test]
+fn a_calls_record_stays_under_161_bytes() {
+    let bytes = std::mem::size_of::<agentloop::ToolCallRecord>();
+    assert!(bytes <= 160, "a call's record is {bytes} bytes");
+}
+
 /// A run's calls of a tool share one copy of its name (its records and its results), and no run
 /// shares it with another: a name every run's calls counted on would be one cache line that the
 /// cores of a multi-threaded runtime take from each other at every call.

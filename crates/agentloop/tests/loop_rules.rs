@@ -1121,8 +1121,8 @@ async fn details_reach_the_caller_but_never_the_model() {
     let model = ScriptedModel::new([calls(&[("a", "d", "{}")]), ModelResponse::text("ok")]);
     let out = agent(model, vec![t], Limits::default()).run("go").await;
     assert_eq!(
-        out.tool_calls[0].outcome.details,
-        Some(json!({"secret_internal": 42}))
+        out.tool_calls[0].outcome.details.as_deref(),
+        Some(&json!({"secret_internal": 42}))
     );
     let transcript = serde_json::to_string(&out.transcript).unwrap();
     assert!(!transcript.contains("secret_internal"));

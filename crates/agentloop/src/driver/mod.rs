@@ -1155,14 +1155,17 @@ fn not_journaled(step: &mut Step, e: &crate::journal::JournalError) -> Option<St
         message: e.to_string(),
     };
     if let Input::CallFinished { outcome, .. } = &mut step.input {
-        outcome.diagnostic = Some(format!(
-            "completed, but not recorded in the journal: {e}{}",
-            outcome
-                .diagnostic
-                .as_deref()
-                .map(|d| format!(" ({d})"))
-                .unwrap_or_default()
-        ));
+        outcome.diagnostic = Some(
+            format!(
+                "completed, but not recorded in the journal: {e}{}",
+                outcome
+                    .diagnostic
+                    .as_deref()
+                    .map(|d| format!(" ({d})"))
+                    .unwrap_or_default()
+            )
+            .into(),
+        );
         Some(Step {
             at: step.at,
             input: journal_failed,

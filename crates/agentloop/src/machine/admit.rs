@@ -611,7 +611,7 @@ impl RunMachine {
                 self.emit(|| EventKind::ToolRejected {
                     call_id: call.call_id.clone(),
                     tool: call.tool.clone(),
-                    code: outcome.code.clone().unwrap_or_default(),
+                    code: outcome.code.as_deref().unwrap_or_default().to_owned(),
                     reason: outcome.content.to_text(),
                     outcome: outcome.clone(),
                 });
@@ -665,7 +665,7 @@ fn rejected_event(slot: &Slot, o: &CallOutcome) -> EventKind {
     EventKind::ToolRejected {
         call_id: slot.call_id.to_string(),
         tool: slot.tool.to_string(),
-        code: o.code.clone().unwrap_or_default(),
+        code: o.code.as_deref().unwrap_or_default().to_owned(),
         reason: o.content.to_text(),
         outcome: o.clone(),
     }

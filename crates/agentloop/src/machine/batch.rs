@@ -255,15 +255,18 @@ impl RunMachine {
             let code = format!("subagent.{}", sub.stop_reason);
             if sub.fatal {
                 outcome.status = CallStatus::Fatal;
-                outcome.diagnostic = Some(format!(
-                    "the subagent {} stopped: {}",
-                    sub.agent,
-                    sub.error.as_deref().unwrap_or(&sub.stop_reason)
-                ));
+                outcome.diagnostic = Some(
+                    format!(
+                        "the subagent {} stopped: {}",
+                        sub.agent,
+                        sub.error.as_deref().unwrap_or(&sub.stop_reason)
+                    )
+                    .into(),
+                );
             } else {
                 outcome.status = CallStatus::Error;
             }
-            outcome.code = Some(code);
+            outcome.code = Some(code.into());
         }
         outcome
     }
@@ -277,7 +280,7 @@ impl RunMachine {
         {
             let name = self.tools.spec(index).map_or("", |s| s.name.as_str());
             return CallOutcome {
-                diagnostic: Some(format!("output: {}", outcome.content.to_text())),
+                diagnostic: Some(format!("output: {}", outcome.content.to_text()).into()),
                 details: outcome.details,
                 duration: outcome.duration,
                 retries: outcome.retries,

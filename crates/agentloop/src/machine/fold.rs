@@ -57,7 +57,7 @@ impl RunMachine {
                 handoff = Some((call, run.clone(), outcome.content.clone()));
             }
             if outcome.status == CallStatus::Fatal && fatal.is_none() {
-                let message = outcome.diagnostic.clone().unwrap_or_default();
+                let message = outcome.diagnostic.as_deref().unwrap_or_default().to_owned();
                 let (tool, call_id) = (slot.tool.to_string(), slot.call_id.to_string());
                 fatal = Some(if outcome.code.as_deref() == Some(codes::TOOL_PANICKED) {
                     RunError::ToolPanicked {

@@ -88,7 +88,7 @@ impl CallOutcome {
             code: None,
             content: output.content,
             diagnostic: None,
-            details: output.details,
+            details: output.details.map(Box::new),
             terminate: output.terminate,
             duration: Duration::ZERO,
             retries: 0,
