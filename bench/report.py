@@ -169,14 +169,26 @@ def main():
                    f"{p['less_cpu']:,.1f}× less than the fastest Python peer ({p['fastest_peer']}, "
                    f"{fmt_us(p['fastest_peer_cpu_us_per_turn'])}); goal {p['goal']:.0f}×: "
                    f"{'met' if p['less_cpu'] >= p['goal'] else 'not met'}")
+    runtimes = {"multi": "a multi-thread runtime", "per-core": "a current-thread runtime a core",
+                "current": "one current-thread runtime"}
     for s in scale:
         out.append("")
-        out.append(f"scale, {s['system']}: {s['runs']:,} concurrent runs × {s['turns']} tool turns and a final answer (model {s['model_ms']} ms, "
+        out.append(f"scale, {s['system']}, {runtimes.get(s.get('runtime', 'multi'), s.get('runtime'))}: {s['runs']:,} concurrent runs × {s['turns']} tool turns and a final answer (model {s['model_ms']} ms, "
                    f"{s['calls']} tools × {s['tool_ms']} ms): wall {s['wall_s'] * 1e3:,.0f} ms against an ideal of "
                    f"{s['ideal_s'] * 1e3:,.0f} ms ({s['wall_s'] / s['ideal_s']:.2f}×), CPU {s['cpu_s'] * 1e3:,.0f} ms, "
                    f"peak RSS {s['peak_rss_kb'] / 1024:,.1f} MiB, {s['rss_per_run_kb']:,.1f} KiB per run "
                    f"above the {s['baseline_rss_kb'] / 1024:,.1f} MiB baseline"
                    + (f"; a run's future {s['run_future_bytes']:,} bytes" if s.get('run_future_bytes') else ""))
+    for runtime in dict.fromkeys(s.get("runtime", "multi") for s in scale):
+        on = [s for s in scale if s.get("runtime", "multi") == runtime]
+        loop = next((s for s in on if s["system"] == "agentloop"), None)
+        floor = next((s for s in on if s["system"] != "agentloop"), None)
+        if loop and floor:
+            out.append("")
+            out.append(f"scale against the floor, {runtimes.get(runtime, runtime)}: the loop takes "
+                       f"{loop['wall_s'] / floor['wall_s']:.2f}× the floor's wall time "
+                       f"({loop['wall_s'] * 1e3:,.0f} against {floor['wall_s'] * 1e3:,.0f} ms), "
+                       f"{loop['rss_per_run_kb']:,.1f} KiB a run")
     for s in allocs:
         out.append("")
         out.append(f"allocations, agentloop, N={s['runs']} T={s['turns']} K={s['calls']}: "

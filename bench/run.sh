@@ -118,6 +118,9 @@ if [ "$SCALE" = 1 ]; then
   "$AL" scale "${SCALE_ARGS[@]}" --turns 5 --calls 3 --model-ms 20 --tool-ms 5 >>"$RAW"
   # The floor: the same timers in the same shape with no agent loop around them.
   "$AL" scale "${SCALE_ARGS[@]}" --turns 5 --calls 3 --model-ms 20 --tool-ms 5 --bare true >>"$RAW"
+  # Both again with each run kept on one core: a current-thread runtime a core, no work stealing.
+  "$AL" scale "${SCALE_ARGS[@]}" --turns 5 --calls 3 --model-ms 20 --tool-ms 5 --runtime per-core >>"$RAW"
+  "$AL" scale "${SCALE_ARGS[@]}" --turns 5 --calls 3 --model-ms 20 --tool-ms 5 --runtime per-core --bare true >>"$RAW"
 fi
 if [ "$STREAMS" = 1 ]; then
   log "stream parsing over the provider fixtures"

@@ -5,7 +5,11 @@
 //! - `loop`: N runs, one after another, of T tool turns × K parallel no-op calls, then a final text
 //!   turn; wall and CPU time per model call, peak RSS.
 //! - `scale`: N runs at once, each T turns of a model that takes `model-ms` and K tools that take
-//!   `tool-ms` (tokio timers); wall time against the ideal, RSS per concurrent run.
+//!   `tool-ms` (tokio timers); wall time against the ideal, RSS per concurrent run. `--polls true`
+//!   also counts how often the runtime polled each run (a diagnostic: the count is one atomic
+//!   shared by both cores, so its times are not comparable with a plain run's). `--runtime
+//!   per-core`: one current-thread runtime a core, each with its share of the runs, in place of
+//!   one multi-thread runtime (`multi`, the default) or one thread (`current`).
 //! - `journal`: the `loop` workload, 1, 10 and 100 runs at once, plain and journaled into one
 //!   SQLite file at each durability level; steps per second and CPU per step.
 //! - `allocs`: heap allocations (a counting global allocator) per turn, per tool call, per event
@@ -340,15 +344,30 @@ fn bench_scale(opts: &Opts) -> Result<(), String> {
     let tool_ms = opts.num("tool-ms", 5)?;
     let threads = usize::try_from(opts.num("threads", 0)?).map_err(|e| e.to_string())?;
     let runtime = opts.text("runtime", "multi");
-    let mut builder = match runtime.as_str() {
-        "multi" => tokio::runtime::Builder::new_multi_thread(),
-        "current" => tokio::runtime::Builder::new_current_thread(),
-        other => return Err(format!("--runtime is multi or current, not {other}")),
+    // `per-core`: one current-thread runtime on a thread of its own per core (`--threads`, else
+    // every core), each running its share of the runs: no run's state ever crosses a core.
+    let cores = match threads {
+        0 => std::thread::available_parallelism().map_or(1, usize::from),
+        n => n,
     };
-    if threads > 0 && runtime == "multi" {
-        builder.worker_threads(threads);
-    }
-    let rt = builder.enable_all().build().map_err(|e| e.to_string())?;
+    let runtimes = match runtime.as_str() {
+        "multi" => {
+            let mut builder = tokio::runtime::Builder::new_multi_thread();
+            if threads > 0 {
+                builder.worker_threads(threads);
+            }
+            vec![builder.enable_all().build().map_err(|e| e.to_string())?]
+        }
+        "current" => vec![current_thread_runtime()?],
+        "per-core" => (0..cores)
+            .map(|_| current_thread_runtime())
+            .collect::<Result<_, _>>()?,
+        other => {
+            return Err(format!(
+                "--runtime is multi, current or per-core, not {other}"
+            ));
+        }
+    };
     // Every model call waits `model-ms`, the final text answer's too: the ideal is
     // `turns` × (model + tool latency) + one more model latency.
     let work = Workload::new(
@@ -360,6 +379,7 @@ fn bench_scale(opts: &Opts) -> Result<(), String> {
     let model_delay = Duration::from_millis(model_ms);
     let baseline_kb = sys::current_rss_kb();
     let bare = opts.text("bare", "false") == "true";
+    let count_polls = opts.text("polls", "false") == "true";
     let tool_delay = Duration::from_millis(tool_ms);
     // `--rounds 2`: the runs again in the same process, timed alone, on a heap the first round
     // grew (a serving process's state); the default times a fresh process's first round.
@@ -370,15 +390,34 @@ fn bench_scale(opts: &Opts) -> Result<(), String> {
         work.reset();
         let cpu0 = sys::cpu_time();
         let t0 = Instant::now();
-        let failures = rt.block_on(scale_round(
-            &work,
-            runs,
-            bare,
-            turns,
-            calls,
-            model_delay,
-            tool_delay,
-        ));
+        POLLS.store(0, Ordering::Relaxed);
+        let round = |rt: &tokio::runtime::Runtime, share: u32| {
+            rt.block_on(scale_round(
+                &work,
+                share,
+                bare,
+                count_polls,
+                (turns, calls),
+                (model_delay, tool_delay),
+            ))
+        };
+        let failures: Vec<String> = match runtimes.as_slice() {
+            [rt] => round(rt, runs),
+            _ => std::thread::scope(|scope| {
+                let rounds: Vec<_> = runtimes
+                    .iter()
+                    .zip(split(runs, runtimes.len()))
+                    .map(|(rt, share)| scope.spawn(move || round(rt, share)))
+                    .collect();
+                rounds
+                    .into_iter()
+                    .flat_map(|r| {
+                        r.join()
+                            .unwrap_or_else(|_| vec!["a runtime's thread panicked".into()])
+                    })
+                    .collect()
+            }),
+        };
         wall = t0.elapsed();
         cpu = sys::cpu_time().saturating_sub(cpu0);
         if let Some(first) = failures.first() {
@@ -392,11 +431,11 @@ fn bench_scale(opts: &Opts) -> Result<(), String> {
     // What each spawned run holds inline, whatever it waits on: the run's future.
     let future_bytes = std::mem::size_of_val(&work.run_once(turns, calls));
     let ideal = (model_delay + Duration::from_millis(tool_ms)) * turns + model_delay;
-    let line = json!({
+    let mut line = json!({
         "system": if bare { "tokio alone (no agent loop)" } else { "agentloop" },
         "bench": "scale",
         "runs": runs, "turns": turns, "calls": calls,
-        "model_ms": model_ms, "tool_ms": tool_ms, "runtime": runtime, "rounds": rounds,
+        "model_ms": model_ms, "tool_ms": tool_ms, "runtime": runtime, "runtimes": runtimes.len(), "rounds": rounds,
         "model_calls": work.model_calls.load(Ordering::Relaxed),
         "tool_executions": work.tool_executions.load(Ordering::Relaxed),
         "wall_s": wall.as_secs_f64(),
@@ -407,8 +446,28 @@ fn bench_scale(opts: &Opts) -> Result<(), String> {
         "rss_per_run_kb": peak_kb.saturating_sub(baseline_kb) as f64 / f64::from(runs.max(1)),
         "run_future_bytes": if bare { 0 } else { future_bytes },
     });
+    if count_polls {
+        line["polls_per_run"] =
+            json!(POLLS.load(Ordering::Relaxed) as f64 / f64::from(runs.max(1)));
+    }
     println!("{line}");
     Ok(())
+}
+
+/// A current-thread runtime with timers.
+fn current_thread_runtime() -> Result<tokio::runtime::Runtime, String> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())
+}
+
+/// `runs` split as evenly as can be into `parts` shares.
+fn split(runs: u32, parts: usize) -> Vec<u32> {
+    let parts = u32::try_from(parts.max(1)).unwrap_or(u32::MAX);
+    (0..parts)
+        .map(|i| runs / parts + u32::from(i < runs % parts))
+        .collect()
 }
 
 /// One round of the scale test: `runs` runs at once, each its own task; the failures.
@@ -416,21 +475,22 @@ async fn scale_round(
     work: &Workload,
     runs: u32,
     bare: bool,
-    turns: u32,
-    calls: u32,
-    model_delay: Duration,
-    tool_delay: Duration,
+    count_polls: bool,
+    (turns, calls): (u32, u32),
+    (model_delay, tool_delay): (Duration, Duration),
 ) -> Vec<String> {
     let mut set = tokio::task::JoinSet::new();
     for _ in 0..runs {
         let work = work.clone();
         if bare {
-            set.spawn(async move {
+            let run = async move {
                 bare_run(&work, turns, calls, model_delay, tool_delay).await;
                 Ok(())
-            });
+            };
+            spawn(&mut set, run, count_polls);
         } else {
-            set.spawn(async move { work.run_once(turns, calls).await.map(|_| ()) });
+            let run = async move { work.run_once(turns, calls).await.map(|_| ()) };
+            spawn(&mut set, run, count_polls);
         }
     }
     let mut failures = Vec::new();
@@ -442,6 +502,38 @@ async fn scale_round(
         }
     }
     failures
+}
+
+/// Spawns a run, counting its polls when asked (boxed then: the count is a diagnostic, and a
+/// plain run's task is left as it was).
+fn spawn<F>(set: &mut tokio::task::JoinSet<Result<(), String>>, run: F, count_polls: bool)
+where
+    F: Future<Output = Result<(), String>> + Send + 'static,
+{
+    if count_polls {
+        set.spawn(Counted(Box::pin(run)));
+    } else {
+        set.spawn(run);
+    }
+}
+
+/// Polls of the runs, summed over the round (`scale --polls true`).
+static POLLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// A run whose polls are counted in [`POLLS`]: a run that the loop wakes more often than its
+/// timers would (a spurious or repeated wake) shows as more polls a run than the floor's.
+struct Counted<F>(F);
+
+impl<F: Future + Unpin> Future for Counted<F> {
+    type Output = F::Output;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<F::Output> {
+        POLLS.fetch_add(1, Ordering::Relaxed);
+        std::pin::Pin::new(&mut self.0).poll(cx)
+    }
 }
 
 /// The scale test's floor: the same timers in the same shape (a model wait, then the calls' waits
