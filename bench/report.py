@@ -170,7 +170,7 @@ def main():
                    f"{fmt_us(p['fastest_peer_cpu_us_per_turn'])}); goal {p['goal']:.0f}×: "
                    f"{'met' if p['less_cpu'] >= p['goal'] else 'not met'}")
     runtimes = {"multi": "a multi-thread runtime", "per-core": "a current-thread runtime a core",
-                "current": "one current-thread runtime"}
+                "current": "one current-thread runtime", "pinned": "tokio_util's LocalPoolHandle"}
     for s in scale:
         out.append("")
         out.append(f"scale, {s['system']}, {runtimes.get(s.get('runtime', 'multi'), s.get('runtime'))}: {s['runs']:,} concurrent runs × {s['turns']} tool turns and a final answer (model {s['model_ms']} ms, "

@@ -9,7 +9,8 @@
 //!   also counts how often the runtime polled each run (a diagnostic: the count is one atomic
 //!   shared by both cores, so its times are not comparable with a plain run's). `--runtime
 //!   per-core`: one current-thread runtime a core, each with its share of the runs, in place of
-//!   one multi-thread runtime (`multi`, the default) or one thread (`current`).
+//!   one multi-thread runtime (`multi`, the default) or one thread (`current`); `pinned`: the runs
+//!   handed to `tokio_util`'s `LocalPoolHandle`, a thread a core.
 //! - `journal`: the `loop` workload, 1, 10 and 100 runs at once, plain and journaled into one
 //!   SQLite file at each durability level; steps per second and CPU per step.
 //! - `allocs`: heap allocations (a counting global allocator) per turn, per tool call, per event
@@ -362,9 +363,11 @@ fn bench_scale(opts: &Opts) -> Result<(), String> {
         "per-core" => (0..cores)
             .map(|_| current_thread_runtime())
             .collect::<Result<_, _>>()?,
+        // The runs are handed to `tokio_util`'s pool from this thread's runtime.
+        "pinned" => vec![current_thread_runtime()?],
         other => {
             return Err(format!(
-                "--runtime is multi, current or per-core, not {other}"
+                "--runtime is multi, current, per-core or pinned, not {other}"
             ));
         }
     };
@@ -391,7 +394,18 @@ fn bench_scale(opts: &Opts) -> Result<(), String> {
         let cpu0 = sys::cpu_time();
         let t0 = Instant::now();
         POLLS.store(0, Ordering::Relaxed);
+        let pool = (runtime == "pinned").then(|| tokio_util::task::LocalPoolHandle::new(cores));
         let round = |rt: &tokio::runtime::Runtime, share: u32| {
+            if let Some(pool) = &pool {
+                return rt.block_on(pinned_round(
+                    pool,
+                    &work,
+                    share,
+                    bare,
+                    (turns, calls),
+                    (model_delay, tool_delay),
+                ));
+            }
             rt.block_on(scale_round(
                 &work,
                 share,
@@ -496,6 +510,39 @@ async fn scale_round(
     let mut failures = Vec::new();
     while let Some(joined) = set.join_next().await {
         match joined {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => failures.push(e),
+            Err(e) => failures.push(e.to_string()),
+        }
+    }
+    failures
+}
+
+/// One round on `tokio_util`'s pool of threads, each run kept on the thread it started on.
+async fn pinned_round(
+    pool: &tokio_util::task::LocalPoolHandle,
+    work: &Workload,
+    runs: u32,
+    bare: bool,
+    (turns, calls): (u32, u32),
+    (model_delay, tool_delay): (Duration, Duration),
+) -> Vec<String> {
+    let handles: Vec<_> = (0..runs)
+        .map(|_| {
+            let work = work.clone();
+            pool.spawn_pinned(move || async move {
+                if bare {
+                    bare_run(&work, turns, calls, model_delay, tool_delay).await;
+                    Ok(())
+                } else {
+                    work.run_once(turns, calls).await.map(|_| ())
+                }
+            })
+        })
+        .collect();
+    let mut failures = Vec::new();
+    for handle in handles {
+        match handle.await {
             Ok(Ok(())) => {}
             Ok(Err(e)) => failures.push(e),
             Err(e) => failures.push(e.to_string()),
