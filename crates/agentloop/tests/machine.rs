@@ -385,6 +385,54 @@ fn a_refused_response_runs_none_of_its_calls_and_is_not_finished() {
 }
 
 #[test]
+fn the_calls_of_a_refused_response_are_not_run_cancelled_and_announced() {
+    // `not_run` has one status wherever it is given (the code table's `cancelled`), and the calls
+    // of a refused response are still announced, each as rejected.
+    let mut m = RunMachine::new(
+        Arc::clone(agent(Limits::default()).config()),
+        RunStart {
+            run_id: Arc::from("r"),
+            ids: Arc::new(SequentialIds::default()),
+            seams: Seams::default(),
+            limits: None,
+            transcript: Vec::new(),
+            input: Some(Message::user("hi")),
+            observed: true,
+        },
+    );
+    let mut r = ModelResponse::tool_calls([("a", "echo", "{}"), ("b", "echo", "{}")]);
+    r.finish_reason = agentloop::model::FinishReason::Refusal;
+    respond(&mut m, 1, r);
+    let rejected: Vec<(String, CallStatus)> = m
+        .drain_events()
+        .filter_map(|(_, k)| match k {
+            agentloop::event::EventKind::ToolRejected {
+                call_id,
+                code,
+                outcome,
+                ..
+            } => {
+                assert_eq!(code, "not_run");
+                Some((call_id, outcome.status))
+            }
+            _ => None,
+        })
+        .collect();
+    let cancelled = CallStatus::Cancelled;
+    assert_eq!(
+        rejected,
+        [("a".to_owned(), cancelled), ("b".to_owned(), cancelled)]
+    );
+    let out = m.into_outcome(Duration::ZERO);
+    for record in &out.tool_calls {
+        assert_eq!(record.outcome.status, cancelled);
+        assert_eq!(record.outcome.code.as_deref(), Some("not_run"));
+        assert_eq!(record.outcome.status, CallOutcome::not_run().status);
+    }
+    assert_eq!(out.tool_calls.len(), 2);
+}
+
+#[test]
 fn on_limit_answer_makes_one_last_call_without_tools_and_keeps_the_limit_as_the_stop() {
     let mut m = machine(Limits {
         max_turns: Some(1),

@@ -1125,10 +1125,6 @@ impl<'a> Driver<'a> {
     }
 }
 
-/// A step the journal could not keep becomes the journal's failure. A call that did complete
-/// keeps its outcome, which says so (and that the journal does not hold it, so a resume answers
-/// it interrupted), and the failure follows it: the run stops on the journal's failure next,
-/// instead of calling a finished call cancelled.
 /// What a subagent call needs of the run above its budget, carried on its scope.
 pub(crate) struct Tree {
     /// The run's journal, when its subagents are journaled with it (as child journals).
@@ -1150,6 +1146,10 @@ fn finished_now<F: Future<Output = CallDone>>(
     ready
 }
 
+/// A step the journal could not keep becomes the journal's failure. A call that did complete
+/// keeps its outcome, which says so (and that the journal does not hold it, so a resume answers
+/// it interrupted), and the failure follows it: the run stops on the journal's failure next,
+/// instead of calling a finished call cancelled.
 fn not_journaled(step: &mut Step, e: &crate::journal::JournalError) -> Option<Step> {
     let journal_failed = Input::JournalFailed {
         message: e.to_string(),

@@ -154,13 +154,14 @@ impl RunMachine {
         if message.tool_calls.is_empty() {
             self.kept.transcript.push(Message::Assistant(message));
         } else {
-            self.answer_all(
-                message,
-                &CallOutcome::refused(
-                    codes::NOT_RUN,
-                    format!("not run: the response that made this call {what}"),
-                ),
+            // `not_run` is `cancelled` wherever it is given; these calls are announced as
+            // rejected all the same, as the response's refusal is what kept them from running.
+            let outcome = CallOutcome::decided(
+                CallStatus::Cancelled,
+                codes::NOT_RUN,
+                format!("not run: the response that made this call {what}"),
             );
+            self.answer_all(message, &outcome, true);
         }
     }
 
@@ -224,7 +225,7 @@ impl RunMachine {
             self.kept.transcript.push(Message::Assistant(message));
         } else {
             message.tool_calls = calls;
-            self.answer_all(message, &CallOutcome::limited(hit.limit, true));
+            self.answer_all(message, &CallOutcome::limited(hit.limit, true), true);
         }
         self.finish(super::limit_stop(hit.limit));
     }
@@ -306,7 +307,7 @@ impl RunMachine {
         // no tool: no model call would read the results.
         if let Some(h) = self.limit_before_tools() {
             let outcome = CallOutcome::limited(h.limit, self.answers_on(h.limit));
-            self.answer_all(message, &outcome);
+            self.answer_all(message, &outcome, true);
             self.stop_on_limit(h);
             return;
         }
@@ -348,7 +349,7 @@ impl RunMachine {
         self.handoffs_alone(&mut calls, &mut slots);
         let admitted = calls.len() as u32;
         if let Some((h, outcome)) = self.tool_call_budget(admitted) {
-            self.answer_all(message, &outcome);
+            self.answer_all(message, &outcome, true);
             self.stop_on_limit(h);
             return;
         }
@@ -497,6 +498,7 @@ impl RunMachine {
         self.answer_all(
             message,
             &CallOutcome::refused(codes::DECISION_INVALID, text),
+            true,
         );
         self.fail(RunError::InvalidDecision { reason });
     }
@@ -593,8 +595,13 @@ impl RunMachine {
     }
 
     /// Pushes the assistant message and `outcome` for each of its calls, so the transcript stays
-    /// valid to continue later.
-    pub(super) fn answer_all(&mut self, message: AssistantMessage, outcome: &CallOutcome) {
+    /// valid to continue later; `announce` emits a `ToolRejected` for each.
+    pub(super) fn answer_all(
+        &mut self,
+        message: AssistantMessage,
+        outcome: &CallOutcome,
+        announce: bool,
+    ) {
         let turn = self.counters.turn;
         let mut results = Vec::with_capacity(message.tool_calls.len());
         for call in &message.tool_calls {
@@ -607,7 +614,7 @@ impl RunMachine {
                 turn,
                 outcome: outcome.clone(),
             };
-            if outcome.status == CallStatus::Refused {
+            if announce {
                 self.emit(|| EventKind::ToolRejected {
                     call_id: call.call_id.clone(),
                     tool: call.tool.clone(),

@@ -729,7 +729,7 @@ impl RunMachine {
         if let Some(e) = self.hook_failures(failures) {
             // The response stays in the transcript, each of its calls answered, so the
             // conversation can be continued.
-            self.answer_all(response.message, &CallOutcome::not_run());
+            self.answer_all(response.message, &CallOutcome::not_run(), false);
             self.fail(e);
             return;
         }
@@ -758,7 +758,7 @@ impl RunMachine {
                     return;
                 }
             }
-            Phase::Review(r) => self.answer_all(r.message, &CallOutcome::not_run()),
+            Phase::Review(r) => self.answer_all(r.message, &CallOutcome::not_run(), false),
             Phase::CallModel | Phase::Prepare => self.end_model_call(),
             _ => {}
         }
