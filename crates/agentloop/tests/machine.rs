@@ -35,6 +35,11 @@ fn machine_with(limits: Limits, seams: Seams) -> RunMachine {
 
 /// A fresh run of `agent`, asked "hi".
 fn machine_of(agent: &Agent, seams: Seams) -> RunMachine {
+    started(agent, seams, false)
+}
+
+/// A fresh run of `agent`, asked "hi", its events kept when `observed`.
+fn started(agent: &Agent, seams: Seams, observed: bool) -> RunMachine {
     RunMachine::new(
         Arc::clone(agent.config()),
         RunStart {
@@ -44,7 +49,7 @@ fn machine_of(agent: &Agent, seams: Seams) -> RunMachine {
             limits: None,
             transcript: Vec::new(),
             input: Some(Message::user("hi")),
-            observed: false,
+            observed,
         },
     )
 }
@@ -388,18 +393,7 @@ fn a_refused_response_runs_none_of_its_calls_and_is_not_finished() {
 fn the_calls_of_a_refused_response_are_not_run_cancelled_and_announced() {
     // `not_run` has one status wherever it is given (the code table's `cancelled`), and the calls
     // of a refused response are still announced, each as rejected.
-    let mut m = RunMachine::new(
-        Arc::clone(agent(Limits::default()).config()),
-        RunStart {
-            run_id: Arc::from("r"),
-            ids: Arc::new(SequentialIds::default()),
-            seams: Seams::default(),
-            limits: None,
-            transcript: Vec::new(),
-            input: Some(Message::user("hi")),
-            observed: true,
-        },
-    );
+    let mut m = started(&agent(Limits::default()), Seams::default(), true);
     let mut r = ModelResponse::tool_calls([("a", "echo", "{}"), ("b", "echo", "{}")]);
     r.finish_reason = agentloop::model::FinishReason::Refusal;
     respond(&mut m, 1, r);
