@@ -6,8 +6,9 @@
 )]
 //! The agent cannot rewrite itself: with the file tools rooted in the agent's own folder (the
 //! default root), a scripted model tries to write every one of the agent's own files (the agent
-//! file, a subagent's file, instructions, the script, a command tool's program, the permission
-//! store, the journal and the trace the run writes). Each write is refused with
+//! file, a subagent's file, instructions, the script, a command tool's program and a new module
+//! beside it, the permission store, the journal and the trace the run writes). Each write is
+//! refused with
 //! `workspace.protected` and the file is left as it was, while a write to an ordinary file and a
 //! read of the agent file go through.
 
@@ -33,7 +34,7 @@ builtin = "read_file"
 
 [[tools]]
 name = "count_words"
-command = ["python3", "tools/count.py"]
+command = ["python3", "tools/count.py", "data/words.txt"]
 
 [[tools]]
 name = "helper"
@@ -58,7 +59,9 @@ async fn the_write_tools_refuse_the_agents_own_files_wherever_the_root_is() {
     let dir = AgentDir::new(SELF_EDITING_AGENT);
     std::fs::create_dir_all(dir.path("tools")).unwrap();
     std::fs::create_dir_all(dir.path("helpers")).unwrap();
-    dir.write("tools/count.py", "print(3)\n");
+    dir.write("tools/count.py", "import json\nprint(3)\n");
+    std::fs::create_dir_all(dir.path("data")).unwrap();
+    dir.write("data/words.txt", "a b c\n");
     dir.write("instructions.md", "Count words.\n");
     dir.write("helpers/child.toml", CHILD);
     dir.write("helpers/child.json", "[]");
@@ -73,11 +76,18 @@ async fn the_write_tools_refuse_the_agents_own_files_wherever_the_root_is() {
         ("p7", "run.db"),
         ("p8", "trace.ndjson"),
         ("p9", "run.db-wal"),
+        // Beside a script, a new module would be loaded by it (`import json` finds
+        // `tools/json.py` or `tools/json/` first): the script's whole folder is the agent's.
+        ("p10", "tools/json.py"),
+        ("p11", "tools/json/__init__.py"),
+        // A data file a command names is the agent's, not its folder.
+        ("p12", "data/words.txt"),
     ];
     let mut calls: Vec<Value> = protected.iter().map(|(id, p)| write(id, p)).collect();
     calls.push(json!({"id": "e1", "name": "edit_file", "arguments": {
         "path": "agent.toml", "old_string": "self-editor", "new_string": "owned"}}));
     calls.push(write("ok", "notes/plan.md"));
+    calls.push(write("ok2", "data/other.txt"));
     calls.push(json!({"id": "r", "name": "read_file", "arguments": {"path": "agent.toml"}}));
     dir.write(
         "script.json",
@@ -86,6 +96,7 @@ async fn the_write_tools_refuse_the_agents_own_files_wherever_the_root_is() {
     let before: Vec<(String, String)> = [
         "agent.toml",
         "tools/count.py",
+        "data/words.txt",
         "instructions.md",
         "script.json",
         "permissions.json",
@@ -118,6 +129,8 @@ async fn the_write_tools_refuse_the_agents_own_files_wherever_the_root_is() {
         assert_eq!(r["error"]["code"], "workspace.protected", "{r}");
     }
     assert_eq!(record("ok")["ok"], true);
+    assert_eq!(record("ok2")["ok"], true);
+    assert!(!dir.path("tools/json.py").exists() && !dir.path("tools/json").exists());
     assert_eq!(
         std::fs::read_to_string(dir.path("notes/plan.md")).unwrap(),
         "import os\n"

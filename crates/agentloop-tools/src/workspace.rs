@@ -51,10 +51,11 @@ pub enum PathError {
         /// The path as given.
         path: String,
     },
-    /// The path is one of the agent's own files (its agent file, scripts, instructions, stores):
-    /// tools may read it but never write it, so the model cannot rewrite the program it runs in.
+    /// The path is one of the agent's own files (its agent file, scripts, instructions, stores)
+    /// or lies in a folder of its scripts: tools may read it but never write it, so the model
+    /// cannot rewrite the program it runs in, nor add a module that program would load.
     #[error(
-        "{path:?} is one of the agent's own files (its definition, scripts or stores): it can be read but not written"
+        "{path:?} is one of the agent's own files (its definition, scripts or stores), or in the folder of one of its scripts: it can be read but not written"
     )]
     Protected {
         /// The path as given.

@@ -91,9 +91,9 @@ impl AgentFile {
 
     /// The agent's own files, for this file and every subagent file below it: the agent files,
     /// instruction files, scripts, the files its command tools and stdio MCP servers name in
-    /// their commands (programs and scripts), the permission store and the response cache
-    /// (SQLite's side files included). What the model must never be able to rewrite, since the
-    /// next call or run would execute it.
+    /// their commands (programs and scripts) and the folders of those that run, the permission
+    /// store and the response cache (SQLite's side files included). What the model must never be
+    /// able to rewrite or add to, since the next call or run would execute it.
     pub fn own_files(&self) -> Vec<PathBuf> {
         let mut out = vec![self.path.clone()];
         let spec = &self.spec;
@@ -129,12 +129,22 @@ impl AgentFile {
         for command in commands {
             // Any word of a command that names a file beside the agent is a program or a script
             // the tool runs (`python3 tools/x.py`, `./server.sh`); other words name nothing.
-            out.extend(
-                command
-                    .iter()
-                    .map(|word| self.resolve(word))
-                    .filter(|p| p.is_file()),
-            );
+            for file in command
+                .iter()
+                .map(|word| self.resolve(word))
+                .filter(|p| p.is_file())
+            {
+                // A script loads what lies beside it before anything it names: Python puts its
+                // folder first on the import path, Node and shell scripts read their neighbours
+                // by relative path. A `json.py` written next to `tools/count.py` would run as the
+                // tool, so a script's whole folder is the agent's.
+                if is_program(&file)
+                    && let Some(folder) = file.parent()
+                {
+                    out.push(folder.to_path_buf());
+                }
+                out.push(file);
+            }
         }
         let handed = self.handoff_files.iter().map(|(_, f)| f);
         for child in self.subagents.iter().map(|(_, f)| f).chain(handed) {
@@ -418,6 +428,32 @@ impl AgentFile {
 /// A file's canonical path, or the path as given when it cannot be resolved.
 fn canonical(path: &Path) -> PathBuf {
     std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf())
+}
+
+/// True for a file that runs: an executable, or a script by its extension (an interpreter's
+/// argument such as `tools/x.py` is seldom executable). A data file a command names
+/// (`notes.json`) is protected alone, its folder left writable.
+fn is_program(path: &Path) -> bool {
+    const SCRIPTS: &[&str] = &[
+        "py", "pyw", "js", "mjs", "cjs", "ts", "mts", "cts", "rb", "pl", "pm", "sh", "bash", "zsh",
+        "fish", "lua", "php", "r", "jl", "tcl", "ps1",
+    ];
+    let script = path
+        .extension()
+        .and_then(|e| e.to_str())
+        .is_some_and(|e| SCRIPTS.iter().any(|s| s.eq_ignore_ascii_case(e)));
+    script || is_executable(path)
+}
+
+#[cfg(unix)]
+fn is_executable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).is_ok_and(|m| m.permissions().mode() & 0o111 != 0)
+}
+
+#[cfg(not(unix))]
+fn is_executable(_path: &Path) -> bool {
+    false
 }
 
 fn sqlite_files(path: &Path) -> [PathBuf; 4] {
