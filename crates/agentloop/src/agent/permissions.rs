@@ -200,11 +200,15 @@ fn runs_with_words(part: &str, prefix: &str) -> bool {
         .filter(|w: &String| !w.is_empty())
         .collect();
     for (i, word) in words.iter().enumerate() {
+        if may_expand(word) {
+            // `$x`, `/bin/r[m]`, `{rm,ls}`: the shell makes the program (and maybe more words)
+            // of it, which no reading of the text can know. A deny or ask rule fails closed.
+            return true;
+        }
         let program = word.rsplit('/').next().unwrap_or(word);
         let rest = words.get(i + 1..).unwrap_or_default();
         if wanted.first() == Some(&program)
-            && wanted.len() <= rest.len() + 1
-            && wanted.iter().skip(1).zip(rest).all(|(w, r)| w == r)
+            && rest_runs_with(wanted.get(1..).unwrap_or_default(), rest)
         {
             return true;
         }
@@ -213,6 +217,62 @@ fn runs_with_words(part: &str, prefix: &str) -> bool {
         }
     }
     false
+}
+
+/// True when the words after a program (`rest`) begin as the prefix's words after it
+/// (`wanted`) do, read as a deny or ask rule must: a word the shell expands matches whatever is
+/// left, and a one-letter option (`-c`) matches it inside a cluster (`-Ic`), with its value
+/// attached (`-cprint(1)`) or after other options and their values (`-I -W ignore -c`). Which
+/// option takes a value is the program's to say: any may here, so a deny rule errs towards
+/// matching (`python3 -I script.py -c x` is denied by `python3 -c`).
+fn rest_runs_with(wanted: &[&str], rest: &[String]) -> bool {
+    let mut words = rest.iter();
+    for w in wanted {
+        let letter = short_option(w);
+        // True right after another option, whose value the next word may be (`-W ignore`).
+        let mut after_option = false;
+        loop {
+            let Some(word) = words.next() else {
+                return false;
+            };
+            if may_expand(word) {
+                return true;
+            }
+            if word == w {
+                break;
+            }
+            let Some(letter) = letter else {
+                return false;
+            };
+            let cluster = word
+                .strip_prefix('-')
+                .filter(|c| !c.is_empty() && !c.starts_with('-'));
+            match cluster {
+                Some(c) if c.contains(letter) => break,
+                // Another option before the one wanted: read on.
+                Some(_) => after_option = true,
+                None if word.starts_with("--") => after_option = true,
+                None if after_option => after_option = false,
+                None => return false,
+            }
+        }
+    }
+    true
+}
+
+/// The letter of a one-letter option (`-c`), which a shell command may write in a cluster.
+fn short_option(word: &str) -> Option<char> {
+    let mut chars = word.strip_prefix('-')?.chars();
+    match (chars.next(), chars.next()) {
+        (Some(c), None) if c.is_ascii_alphanumeric() => Some(c),
+        _ => None,
+    }
+}
+
+/// True when a shell would expand the word into something else: a parameter (`$x`, `${x}`), a
+/// glob (`*`, `?`, `[…]`) or braces (`{a,b}`; a lone `{` opens a group).
+fn may_expand(word: &str) -> bool {
+    word.contains(['$', '*', '?', '[']) || (word.contains('{') && word != "{")
 }
 
 /// A word a shell command can begin with that runs what comes after it rather than being the
@@ -1052,6 +1112,38 @@ mod tests {
     }
 
     #[test]
+    fn a_deny_prefixs_one_letter_option_is_found_in_a_cluster_and_after_other_options() {
+        let mut store = PermissionStore::new(Permission::Allow);
+        store.configure(rule("shell", prefix("python3 -c"), Permission::Deny));
+        for code in [
+            "python3 -c 'import os'",
+            "python3 -Ic 'import os'",
+            "python3 -cimport\\ os",
+            "python3 -I -c 'import os'",
+            "python3 -I --check-hash-based-pycs never -c x",
+            "python3 -I -S -E -c x",
+            "python3 -W ignore -c x",
+        ] {
+            assert_eq!(
+                store.decide("shell", &command(code)),
+                Permission::Deny,
+                "{code:?}"
+            );
+        }
+        for fine in [
+            "python3 script.py -c x",
+            "python3 -I script.py",
+            "python3 --version",
+        ] {
+            assert_eq!(
+                store.decide("shell", &command(fine)),
+                Permission::Ask,
+                "{fine:?}"
+            );
+        }
+    }
+
+    #[test]
     fn a_deny_prefix_sees_the_program_behind_quotes_paths_and_launchers() {
         let mut store = PermissionStore::new(Permission::Allow);
         store
@@ -1085,6 +1177,22 @@ mod tests {
                 "{hidden:?}"
             );
         }
+        // What the shell expands cannot be read: a deny rule fails closed on it.
+        for expanded in [
+            "/bin/r[m] -rf .",
+            "/bin/r? -rf .",
+            "/bin/r* -rf .",
+            "x=rm; $x -rf .",
+            "${X} -rf .",
+            "{rm,ls} -rf .",
+            "git $sub origin",
+        ] {
+            assert_eq!(
+                store.decide("shell", &command(expanded)),
+                Permission::Deny,
+                "{expanded:?}"
+            );
+        }
         for pushed in ["git push", "command git push origin", "/usr/bin/git push"] {
             assert_eq!(
                 store.decide("shell", &command(pushed)),
@@ -1100,6 +1208,9 @@ mod tests {
             "rmdir x",
             "git pull",
             "cat push",
+            "ls *.txt",
+            "git status $x",
+            "echo $HOME",
         ] {
             // Matched by no rule: what unmatched calls of a tool with argument rules get.
             assert_eq!(
