@@ -1111,36 +1111,39 @@ mod tests {
         );
     }
 
+    /// Asserts that the store decides `want` for each shell command.
+    fn decides(store: &PermissionStore, commands: &[&str], want: Permission) {
+        for c in commands {
+            assert_eq!(store.decide("shell", &command(c)), want, "{c:?}");
+        }
+    }
+
     #[test]
     fn a_deny_prefixs_one_letter_option_is_found_in_a_cluster_and_after_other_options() {
         let mut store = PermissionStore::new(Permission::Allow);
         store.configure(rule("shell", prefix("python3 -c"), Permission::Deny));
-        for code in [
-            "python3 -c 'import os'",
-            "python3 -Ic 'import os'",
-            "python3 -cimport\\ os",
-            "python3 -I -c 'import os'",
-            "python3 -I --check-hash-based-pycs never -c x",
-            "python3 -I -S -E -c x",
-            "python3 -W ignore -c x",
-        ] {
-            assert_eq!(
-                store.decide("shell", &command(code)),
-                Permission::Deny,
-                "{code:?}"
-            );
-        }
-        for fine in [
-            "python3 script.py -c x",
-            "python3 -I script.py",
-            "python3 --version",
-        ] {
-            assert_eq!(
-                store.decide("shell", &command(fine)),
-                Permission::Ask,
-                "{fine:?}"
-            );
-        }
+        decides(
+            &store,
+            &[
+                "python3 -c 'import os'",
+                "python3 -Ic 'import os'",
+                "python3 -cimport\\ os",
+                "python3 -I -c 'import os'",
+                "python3 -I --check-hash-based-pycs never -c x",
+                "python3 -I -S -E -c x",
+                "python3 -W ignore -c x",
+            ],
+            Permission::Deny,
+        );
+        decides(
+            &store,
+            &[
+                "python3 script.py -c x",
+                "python3 -I script.py",
+                "python3 --version",
+            ],
+            Permission::Ask,
+        );
     }
 
     #[test]
@@ -1149,57 +1152,51 @@ mod tests {
         store
             .configure(rule("shell", prefix("rm"), Permission::Deny))
             .configure(rule("shell", prefix("git push"), Permission::Deny));
-        for hidden in [
-            "rm -rf .",
-            "\\rm -rf .",
-            "'rm' -rf .",
-            "\"rm\" -rf .",
-            "r\\m -rf .",
-            "/bin/rm -rf .",
-            "./rm x",
-            "command rm -rf .",
-            "env rm -rf .",
-            "env -i X=1 rm -rf .",
-            "X=1 rm -rf .",
-            "sudo -n rm -rf .",
-            "nohup nice -n 5 rm -rf .",
-            "timeout 5s rm -rf .",
-            "sh -c 'rm -rf .'",
-            "bash -c \"rm -rf .\"",
-            "find . | xargs rm",
-            "if true; then rm -rf .; fi",
-            "{ rm -rf .; }",
-            "exec /usr/bin/rm x",
-        ] {
-            assert_eq!(
-                store.decide("shell", &command(hidden)),
-                Permission::Deny,
-                "{hidden:?}"
-            );
-        }
+        decides(
+            &store,
+            &[
+                "rm -rf .",
+                "\\rm -rf .",
+                "'rm' -rf .",
+                "\"rm\" -rf .",
+                "r\\m -rf .",
+                "/bin/rm -rf .",
+                "./rm x",
+                "command rm -rf .",
+                "env rm -rf .",
+                "env -i X=1 rm -rf .",
+                "X=1 rm -rf .",
+                "sudo -n rm -rf .",
+                "nohup nice -n 5 rm -rf .",
+                "timeout 5s rm -rf .",
+                "sh -c 'rm -rf .'",
+                "bash -c \"rm -rf .\"",
+                "find . | xargs rm",
+                "if true; then rm -rf .; fi",
+                "{ rm -rf .; }",
+                "exec /usr/bin/rm x",
+            ],
+            Permission::Deny,
+        );
         // What the shell expands cannot be read: a deny rule fails closed on it.
-        for expanded in [
-            "/bin/r[m] -rf .",
-            "/bin/r? -rf .",
-            "/bin/r* -rf .",
-            "x=rm; $x -rf .",
-            "${X} -rf .",
-            "{rm,ls} -rf .",
-            "git $sub origin",
-        ] {
-            assert_eq!(
-                store.decide("shell", &command(expanded)),
-                Permission::Deny,
-                "{expanded:?}"
-            );
-        }
-        for pushed in ["git push", "command git push origin", "/usr/bin/git push"] {
-            assert_eq!(
-                store.decide("shell", &command(pushed)),
-                Permission::Deny,
-                "{pushed:?}"
-            );
-        }
+        decides(
+            &store,
+            &[
+                "/bin/r[m] -rf .",
+                "/bin/r? -rf .",
+                "/bin/r* -rf .",
+                "x=rm; $x -rf .",
+                "${X} -rf .",
+                "{rm,ls} -rf .",
+                "git $sub origin",
+            ],
+            Permission::Deny,
+        );
+        decides(
+            &store,
+            &["git push", "command git push origin", "/usr/bin/git push"],
+            Permission::Deny,
+        );
         for fine in [
             "ls rm",
             "echo rm -rf .",
