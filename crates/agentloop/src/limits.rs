@@ -52,7 +52,9 @@ pub struct Limits {
     pub max_turns: Option<u32>,
     /// The most tool calls that may run.
     pub max_tool_calls: Option<u32>,
-    /// The most model calls (including those that re-ask for a valid structured answer).
+    /// The most model calls (including those that re-ask for a valid structured answer, and
+    /// compaction's summary calls: a summary is made only while the turn's own call still fits
+    /// after it, and otherwise the compaction drops old tool results instead).
     pub max_model_calls: Option<u32>,
     /// The most tokens over the run: input plus output, counted the same on every provider (input
     /// includes cached input and cache writes; see [`Usage`]). The response that crosses it does

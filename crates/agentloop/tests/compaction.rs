@@ -283,6 +283,14 @@ async fn dropping_tool_results_keeps_each_call_answered_and_the_latest_turns_who
     assert_eq!(compaction::expand(t, &out.compactions), plain.transcript);
 }
 
+/// The run's first compaction dropped tool results instead of summarizing, saying `why`.
+fn assert_fell_back(out: &agentloop::RunOutcome, why: &str) {
+    let first = &out.compactions[0];
+    assert_eq!(first.policy, CompactionPolicy::DropToolResults);
+    let fallback = first.fallback.as_deref().unwrap_or_default();
+    assert!(fallback.contains(why), "{first:?}");
+}
+
 #[tokio::test]
 async fn a_failed_summary_falls_back_to_dropping_tool_results() {
     let (plain, peak) = uncompacted().await;
@@ -295,21 +303,57 @@ async fn a_failed_summary_falls_back_to_dropping_tool_results() {
     .await;
     assert_eq!(out.stop_reason, StopReason::Finished, "{out:?}");
     assert!(!seen.lock().unwrap().summaries.is_empty());
-    let first = &out.compactions[0];
-    assert_eq!(first.policy, CompactionPolicy::DropToolResults);
-    assert!(
-        first
-            .fallback
-            .as_deref()
-            .unwrap()
-            .contains("summarizer is down"),
-        "{first:?}"
-    );
+    assert_fell_back(&out, "summarizer is down");
     check_transcript(&out.transcript).unwrap();
     assert_eq!(
         compaction::expand(&out.transcript, &out.compactions),
         plain.transcript
     );
+}
+
+#[tokio::test]
+async fn a_summary_is_a_model_call_and_is_not_made_without_room_for_the_turns_own() {
+    let (_, peak) = uncompacted().await;
+    let c = Compaction::new(peak / 2 + 100).reserve_tokens(100);
+    let run = |max_model_calls: Option<u32>, seen: &Arc<Mutex<Seen>>| {
+        let agent = Agent::builder()
+            .model(model(seen, false, None))
+            .tool(lookup())
+            .instructions("Look things up.")
+            .compaction(c.clone())
+            .limits(agentloop::Limits {
+                max_model_calls,
+                ..Default::default()
+            })
+            .build()
+            .unwrap();
+        async move { agent.run("look up six keys").await }
+    };
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let free = run(None, &seen).await;
+    assert_eq!(free.stop_reason, StopReason::Finished, "{free:?}");
+    let (turns, summaries) = {
+        let s = seen.lock().unwrap();
+        (s.turns.len(), s.summaries.len())
+    };
+    assert!(summaries > 0);
+    assert_eq!(
+        free.model_calls as usize,
+        turns + summaries,
+        "every call counts"
+    );
+
+    // Room for the turns before the first compaction and that turn's own call, not for a
+    // summary too: the compaction drops tool results instead, and the limit holds.
+    let k = free.compactions[0].turn;
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let tight = run(Some(k), &seen).await;
+    let s = seen.lock().unwrap();
+    assert!(s.summaries.is_empty(), "{:?}", s.summaries);
+    assert_eq!(s.turns.len() as u32, tight.model_calls);
+    assert!(tight.model_calls <= k);
+    assert_fell_back(&tight, "max_model_calls");
+    check_transcript(&tight.transcript).unwrap();
 }
 
 #[tokio::test]

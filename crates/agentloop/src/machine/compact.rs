@@ -61,7 +61,12 @@ impl RunMachine {
         if tokens <= budget {
             return false;
         }
+        // A summary call is a model call like any other: it counts against `max_model_calls`,
+        // and is made only when the turn's own call still fits after it.
+        let calls_left = self.remaining().model_calls;
+        let summary_fits = calls_left.is_none_or(|left| left >= 2);
         if c.policy == CompactionPolicy::Summarize
+            && summary_fits
             && let Some(cut) = compaction::split_point(&self.kept.transcript, c.keep_turns)
         {
             let older = self.kept.transcript.get(..cut).unwrap_or_default();
@@ -72,11 +77,18 @@ impl RunMachine {
                 messages: vec![Message::user(compaction::render_for_summary(older))],
                 settings: compaction::summary_settings(c, &self.cfg.settings),
             };
+            self.counters.model_calls += 1;
             self.phase = Phase::Summarize(Box::new(job));
             return true;
         }
-        let fallback = (c.policy == CompactionPolicy::Summarize)
-            .then(|| "nothing older than the latest turns to summarize".to_owned());
+        let fallback = (c.policy == CompactionPolicy::Summarize).then(|| {
+            if summary_fits {
+                "nothing older than the latest turns to summarize".to_owned()
+            } else {
+                "no model call left for a summary beside the turn's own (max_model_calls)"
+                    .to_owned()
+            }
+        });
         self.drop_results(tokens, budget, None, fallback);
         false
     }
