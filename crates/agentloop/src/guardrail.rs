@@ -1,6 +1,8 @@
 //! Guardrails: input guardrails check the input before the first model call; output guardrails
 //! check the final output. One that trips stops the run with [`crate::StopReason::Guardrail`],
-//! carrying its name and message.
+//! carrying its name and message. A tripped output guardrail withholds the output:
+//! [`crate::RunOutcome::output`] and `structured_output` are `None`, and the model's text is only
+//! in the transcript (a streamed run's text deltas were sent before the check).
 
 use std::sync::Arc;
 

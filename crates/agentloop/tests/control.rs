@@ -429,10 +429,13 @@ async fn a_tripped_output_guardrail_stops_the_run_with_its_reason() {
     assert!(
         matches!(out.stop_reason, StopReason::Guardrail { ref name, .. } if name == "no-numbers")
     );
+    assert_eq!(out.output, None, "what the guardrail stopped is withheld");
+    assert_eq!(out.structured_output, None);
+    let last = out.transcript.last().and_then(Message::as_assistant);
     assert_eq!(
-        out.output.as_deref(),
+        last.map(|a| a.text.as_str()),
         Some("I think it's 451"),
-        "the output is kept"
+        "the transcript keeps it"
     );
 }
 

@@ -86,6 +86,10 @@ impl RunMachine {
 
     pub(super) fn trip(&mut self, trip: Trip) {
         let Trip { name, message } = trip;
+        // What a guardrail stopped is withheld from the outcome a caller shows: the text stays in
+        // the transcript, for a caller that looks for it on purpose.
+        self.ending.output = None;
+        self.ending.structured = None;
         self.ending.error = Some(Box::new(RunError::Guardrail {
             name: name.clone(),
             message: message.clone(),
