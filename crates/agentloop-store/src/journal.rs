@@ -827,8 +827,14 @@ fn read_log(file: &std::fs::File, len: Option<u64>) -> Result<Vec<u8>, JournalEr
     Ok(bytes)
 }
 
+/// The name of the lock file of `id` (a run's, a session's): the id itself when it is safe in
+/// a file name, else a bounded digest of it.
+pub(crate) fn lock_name(id: &str) -> String {
+    log::name_of(id)
+}
+
 /// True when `file` is the file at `path` now (not one deleted or replaced since it was opened).
-fn is_at(file: &std::fs::File, path: &Path) -> bool {
+pub(crate) fn is_at(file: &std::fs::File, path: &Path) -> bool {
     use std::os::unix::fs::MetadataExt;
     match (file.metadata(), std::fs::metadata(path)) {
         (Ok(open), Ok(there)) => open.dev() == there.dev() && open.ino() == there.ino(),

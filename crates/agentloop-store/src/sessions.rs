@@ -294,28 +294,82 @@ impl SessionStore for SqliteSessions {
     fn lock(&self, id: &str) -> Result<Box<dyn SessionLock>, SessionError> {
         static NEXT: AtomicU64 = AtomicU64::new(0);
         let pid = std::process::id();
+        // `file-`: a writer that holds the session's lock file (see below).
         let owner = format!(
-            "{pid}-{}-{}",
+            "file-{pid}-{}-{}",
             now_ms(),
             NEXT.fetch_add(1, Ordering::Relaxed)
         );
-        for _ in 0..2 {
-            let taken = self.with(|c| {
+        // The writer holds an exclusive lock on a file of the session's own for as long as it
+        // writes: the system lets it go when the writer dies, wherever its process id can or
+        // cannot be seen (another container, another host on the same file system). The row
+        // says who holds it, for the message a second writer reads.
+        let path = lock_file(&self.path, id);
+        for _ in 0..32 {
+            let file = match open_lock_file(&path) {
+                Ok(file) => file,
+                // A releasing writer removed the folder with its file: make it again.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(io(e)),
+            };
+            match fs4::fs_std::FileExt::try_lock_exclusive(&file) {
+                Ok(true) if crate::journal::is_at(&file, &path) => {}
+                // Locked by a writer that has let the session go since this opened it (its file
+                // was deleted): the file at the path now is the one to take.
+                Ok(true) => continue,
+                Ok(false) if !crate::journal::is_at(&file, &path) => continue,
+                Ok(false) => return Err(self.busy(id)),
+                Err(e) => return Err(io(e)),
+            }
+            let row: Option<(String, u32)> = self.with(|c| {
+                c.query_row(
+                    "SELECT owner, pid FROM session_locks WHERE id = ?1",
+                    [id],
+                    |r| Ok((r.get(0)?, r.get(1)?)),
+                )
+                .optional()
+                .map_err(io)
+            })?;
+            // A writer of the version before these files took no file lock: its row, while its
+            // process visibly lives, still holds the session. A row of a writer that held the
+            // file is stale now that the file is ours.
+            let legacy = row.filter(|(o, p)| !o.starts_with("file-") && *p != pid && alive(*p));
+            if let Some((_, holder)) = legacy {
+                let _ = std::fs::remove_file(&path);
+                return Err(SessionError::Busy {
+                    id: id.to_owned(),
+                    holder: format!("process {holder}"),
+                });
+            }
+            self.with(|c| {
                 c.execute(
                     "INSERT INTO session_locks (id, owner, pid, acquired_ms) VALUES (?1, ?2, ?3, ?4) \
-                     ON CONFLICT (id) DO NOTHING",
+                     ON CONFLICT (id) DO UPDATE SET owner = excluded.owner, pid = excluded.pid, \
+                     acquired_ms = excluded.acquired_ms",
                     params![id, owner, pid, now_ms()],
                 )
                 .map_err(io)
             })?;
-            if taken == 1 {
-                return Ok(Box::new(Lock {
-                    conn: Arc::clone(&self.conn),
-                    id: id.to_owned(),
-                    owner,
-                }));
-            }
-            let holder: Option<(u32, i64)> = self.with(|c| {
+            return Ok(Box::new(Lock {
+                conn: Arc::clone(&self.conn),
+                id: id.to_owned(),
+                owner,
+                path,
+                _file: file,
+            }));
+        }
+        Err(SessionError::Busy {
+            id: id.to_owned(),
+            holder: "another writer".into(),
+        })
+    }
+}
+
+impl SqliteSessions {
+    /// Why a session is busy: who holds it, as its row says.
+    fn busy(&self, id: &str) -> SessionError {
+        let holder: Option<(u32, i64)> = self
+            .with(|c| {
                 c.query_row(
                     "SELECT pid, acquired_ms FROM session_locks WHERE id = ?1",
                     [id],
@@ -323,34 +377,39 @@ impl SessionStore for SqliteSessions {
                 )
                 .optional()
                 .map_err(io)
-            })?;
-            let Some((holder_pid, since)) = holder else {
-                continue;
-            };
-            if holder_pid != pid && !alive(holder_pid) {
-                // Its writer died: the lock is stale.
-                self.with(|c| {
-                    c.execute(
-                        "DELETE FROM session_locks WHERE id = ?1 AND pid = ?2",
-                        params![id, holder_pid],
-                    )
-                    .map_err(io)
-                })?;
-                continue;
-            }
-            return Err(SessionError::Busy {
-                id: id.to_owned(),
-                holder: format!(
-                    "process {holder_pid} (for {} s)",
-                    (now_ms() - since).max(0) / 1000
-                ),
-            });
-        }
-        Err(SessionError::Busy {
+            })
+            .ok()
+            .flatten();
+        SessionError::Busy {
             id: id.to_owned(),
-            holder: "another writer".into(),
-        })
+            holder: match holder {
+                Some((pid, since)) => {
+                    format!("process {pid} (for {} s)", (now_ms() - since).max(0) / 1000)
+                }
+                None => "another writer".into(),
+            },
+        }
     }
+}
+
+/// The lock file of session `id`: in a folder beside the store, named as a journal names a run's.
+fn lock_file(store: &Path, id: &str) -> PathBuf {
+    let mut folder = store.as_os_str().to_owned();
+    folder.push(".locks");
+    PathBuf::from(folder).join(crate::journal::lock_name(id))
+}
+
+fn open_lock_file(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    if let Some(folder) = path.parent() {
+        std::fs::create_dir_all(folder)?;
+    }
+    std::fs::OpenOptions::new()
+        .create(true)
+        .read(true)
+        .append(true)
+        .mode(crate::PRIVATE_MODE)
+        .open(path)
 }
 
 /// Whether a process lives; without `/proc`, every process is taken to live.
@@ -363,6 +422,10 @@ struct Lock {
     conn: Arc<Mutex<Connection>>,
     id: String,
     owner: String,
+    /// The lock file, removed on release while still locked (so no file a session is left
+    /// behind); the open file holds the lock until it is dropped after that.
+    path: PathBuf,
+    _file: std::fs::File,
 }
 
 impl SessionLock for Lock {}
@@ -374,5 +437,6 @@ impl Drop for Lock {
             "DELETE FROM session_locks WHERE id = ?1 AND owner = ?2",
             params![self.id, self.owner],
         );
+        let _ = std::fs::remove_file(&self.path);
     }
 }

@@ -43,6 +43,36 @@ fn one_writer_at_a_time_and_a_dead_writers_lock_is_taken_over() {
 }
 
 #[test]
+fn a_live_writer_holds_its_session_even_where_its_process_cannot_be_seen() {
+    // A writer in another container (or on another host) has a process id this one cannot
+    // see: its lock must hold all the same, for as long as it lives.
+    let path = scratch("unseen");
+    let store = SqliteSessions::open(&path).unwrap();
+    let held = store.lock("s").unwrap();
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    conn.execute("UPDATE session_locks SET pid = 4000000 WHERE id = 's'", [])
+        .unwrap();
+    let other = SqliteSessions::open(&path).unwrap();
+    match other.lock("s") {
+        Err(SessionError::Busy { id, holder }) => {
+            assert_eq!(id, "s");
+            assert!(holder.contains("4000000"), "{holder}");
+        }
+        Err(e) => panic!("{e:?}"),
+        Ok(_) => panic!("a live writer's session was taken from it"),
+    }
+    drop(held);
+    drop(other.lock("s").unwrap());
+    // Released, a session leaves no lock file behind.
+    let locks = path.with_file_name("sessions.db.locks");
+    assert_eq!(std::fs::read_dir(&locks).unwrap().count(), 0);
+    let rows: i64 = conn
+        .query_row("SELECT count(*) FROM session_locks", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(rows, 0);
+}
+
+#[test]
 fn sessions_round_trip_and_foreign_files_are_refused() {
     let path = scratch("round");
     let store = SqliteSessions::open(&path).unwrap();

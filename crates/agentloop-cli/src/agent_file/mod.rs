@@ -157,7 +157,8 @@ impl AgentFile {
 
     /// Adds `paths` (files the run writes: its journal, session store, trace) to what the tools
     /// of this file and of every subagent file below it may not write. A SQLite file's side files
-    /// (`-wal`, `-shm`, `-journal`) are added with it.
+    /// (`-wal`, `-shm`, `-journal`) and the stores' lock folders (`.owners`, `.locks`) are added
+    /// with it.
     pub fn protect(&mut self, paths: &[PathBuf]) {
         for p in paths {
             for f in sqlite_files(p) {
@@ -456,7 +457,9 @@ fn is_executable(_path: &Path) -> bool {
     false
 }
 
-fn sqlite_files(path: &Path) -> [PathBuf; 4] {
+/// A store's file and what lies beside it: SQLite's side files, and the folders of lock files
+/// and step logs the journal (`.owners`) and the session store (`.locks`) keep next to it.
+fn sqlite_files(path: &Path) -> [PathBuf; 6] {
     let with = |suffix: &str| {
         let mut name = path.as_os_str().to_owned();
         name.push(suffix);
@@ -467,6 +470,8 @@ fn sqlite_files(path: &Path) -> [PathBuf; 4] {
         with("-wal"),
         with("-shm"),
         with("-journal"),
+        with(".owners"),
+        with(".locks"),
     ]
 }
 

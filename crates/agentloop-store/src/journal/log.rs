@@ -62,7 +62,7 @@ fn safe(c: char) -> char {
     }
 }
 
-fn name_of(run_id: &str) -> String {
+pub(super) fn name_of(run_id: &str) -> String {
     if !run_id.is_empty() && run_id.len() <= PLAIN_MOST && run_id.chars().all(|c| safe(c) == c) {
         return format!("{run_id}.lock");
     }
