@@ -120,7 +120,8 @@ impl NativeAgent {
     /// permissions hold for them. A call that needs approval asks `approve` (a callable given
     /// the requests' JSON, answering one word per request), or, with none, is denied, or
     /// suspends a journaled run. Its runs are exported as OpenTelemetry spans when the file
-    /// says `otel = true`, or as `otel` says when given.
+    /// says `otel = true`, or as `otel` says when given. When its tools can start processes,
+    /// this process is first made non-dumpable ([`crate::protect`]).
     #[staticmethod]
     #[pyo3(signature = (path, approve=None, tools=Vec::new(), dispatcher=None, otel=None, otel_payloads=false))]
     fn from_file(
@@ -158,6 +159,10 @@ impl NativeAgent {
             agentloop_cli::agent_file::LoadError::Read { .. } => error("agent_file.unreadable", e),
             agentloop_cli::agent_file::LoadError::Invalid(_) => error("agent_file.invalid", e),
         })?;
+        // Before its MCP servers start and before any of its tools can run (what `agentloop`
+        // does first thing in `main`), and only for files whose tools start processes: see
+        // crate::protect.
+        crate::protect::protect_for(&file)?;
         let approval = match approve {
             Some(f) => Approval::Prompter(Arc::new(PythonPrompter(Arc::new(f)))),
             None => Approval::Nobody("no approval callback was given"),
