@@ -18,7 +18,7 @@ functions.
 """
 
 from ._agent import Agent, ApprovalRequest, Limits, RunStream
-from ._agentloop import __version__
+from ._agentloop import __version__, protect_process
 from ._models import FunctionModel, ModelRequest, Provider, Reply, ScriptedModel, ToolCall
 from ._outcome import (
     STOP_REASONS,
@@ -59,5 +59,6 @@ __all__ = [
     "ToolError",
     "Usage",
     "__version__",
+    "protect_process",
     "tool",
 ]

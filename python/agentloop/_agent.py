@@ -136,7 +136,10 @@ class Agent:
         call its permissions ask about goes to ``approve``; with none it is denied, and a
         journaled run suspends instead (resume it once the answer is recorded). Its runs are
         exported as OpenTelemetry spans when the file says ``otel = true`` (``otel`` given
-        overrides the file; see :class:`Agent`)."""
+        overrides the file; see :class:`Agent`). When the file's tools (or its subagents' and
+        hand-offs') can start processes (command tools, ``shell``, stdio MCP servers), this
+        process is first made non-dumpable, as ``agentloop`` makes itself: see
+        :func:`agentloop.protect_process`."""
         agent = cls.__new__(cls)
         agent.tools = [as_tool(t) for t in tools]
         agent._dispatcher = Dispatcher(agent.tools)

@@ -10,6 +10,9 @@ _End = Tuple[Optional[Any], Optional[str], Optional[str]]
 _OnDone = Callable[[Optional[Any], Optional[str], Optional[str]], None]
 
 def answer(journal: str, run_id: str, call_id: str, word: str) -> None: ...
+def protect_process() -> None:
+    """Makes this process non-dumpable (Linux; nothing elsewhere): no process it starts can read
+    its environment or memory. Raises ``AgentloopError`` (``sandbox.protect``) if it cannot."""
 
 class ToolReply:
     def text(self, text: str) -> None: ...

@@ -9,7 +9,7 @@ process's pid and its dumpable flag after the run.
 
 ``protect_child.py quiet AGENT_FILE``: the dumpable flag after importing the package, after a
 run of an agent of Python tools, after loading and running AGENT_FILE (an agent file whose tools
-start no process).
+start no process), and after ``agentloop.protect_process()``.
 
 ``protect_child.py load AGENT_FILE``: the dumpable flag after loading AGENT_FILE, and the code
 of the error loading it raised, if any.
@@ -77,6 +77,8 @@ def quiet(agent_file: str) -> None:
     finally:
         agent.close()
     flags["file_without_processes"] = dumpable()
+    agentloop.protect_process()
+    flags["protect_process"] = dumpable()
     print(json.dumps(flags))
 
 

@@ -93,6 +93,8 @@ def test_importing_or_running_agents_without_process_tools_leaves_the_process_du
         "import": 1,
         "python_tools": 1,
         "file_without_processes": 1,
+        # Asked for explicitly, it is protected.
+        "protect_process": 0,
     }
 
 

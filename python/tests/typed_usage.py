@@ -18,6 +18,7 @@ from agentloop import (
     RunOutcome,
     ScriptedModel,
     ToolCall,
+    protect_process,
     tool,
 )
 
@@ -33,6 +34,7 @@ def answer(request: ModelRequest) -> Reply:
 
 
 def use() -> Optional[str]:
+    protect_process()
     agent = Agent(
         model=ScriptedModel([[ToolCall("get_weather", {"city": "Paris"})], "18 °C"]),
         instructions="Answer.",
