@@ -12,6 +12,7 @@ use serde_json::value::RawValue;
 
 use crate::message::ToolContent;
 use crate::model::Usage;
+use crate::tool::bounded_text;
 
 /// How one tool call ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -200,35 +201,6 @@ pub mod codes {
     pub fn limit(kind: crate::limits::LimitKind) -> String {
         format!("limit.{}", kind.as_str())
     }
-}
-
-/// Cuts `text` to at most `max` bytes, keeping its head and its tail (at character boundaries)
-/// and saying how much of the middle went: a failing test run or build says what it ran first and
-/// its verdict last, and both matter to the model.
-fn bounded_text(text: String, max: usize) -> String {
-    if text.len() <= max {
-        return text;
-    }
-    let total = text.len();
-    let note = |cut: usize| {
-        format!("\n[... {cut} bytes cut from the middle ({total} bytes in all) ...]\n")
-    };
-    // The cut is never more than the whole, so the note is never longer than this.
-    let room = max.saturating_sub(note(total).len());
-    let mut head_end = room / 2;
-    while head_end > 0 && !text.is_char_boundary(head_end) {
-        head_end -= 1;
-    }
-    let mut tail_start = total - (room - room / 2);
-    while tail_start < total && !text.is_char_boundary(tail_start) {
-        tail_start += 1;
-    }
-    format!(
-        "{}{}{}",
-        text.get(..head_end).unwrap_or_default(),
-        note(tail_start - head_end),
-        text.get(tail_start..).unwrap_or_default()
-    )
 }
 
 fn bounded_code(code: &str) -> String {

@@ -15,6 +15,7 @@ use serde_json::Value;
 use crate::retry::RetryPolicy;
 
 mod args;
+mod bound;
 mod context;
 mod error;
 mod handler;
@@ -24,6 +25,7 @@ mod source;
 mod spec;
 
 pub use args::Arguments;
+pub use bound::bounded_text;
 pub use context::{ProgressSender, ToolContext};
 pub use error::{ToolDefinitionError, ToolError};
 use handler::TypedHandler;
