@@ -13,6 +13,10 @@ use crate::McpError;
 /// The default time a call (and the server's start) may take.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// The default bound of what one call's result hands the model, in bytes (64 KiB): the command
+/// tool's stdout bound, since a server's output is as untrusted as a program's.
+pub const DEFAULT_MAX_OUTPUT_BYTES: usize = agentloop_tools::DEFAULT_MAX_OUTPUT_BYTES;
+
 /// How many times a server that died is started again before its tools give up.
 pub const MAX_RESTARTS: u32 = 5;
 
@@ -71,6 +75,13 @@ pub struct ServerConfig {
     /// count as not mutating. Default false: a server is another program, and a wrong hint would
     /// repeat a side effect.
     pub trust_hints: bool,
+    /// The most bytes a call's result hands the model, the run's record and its journal
+    /// (default [`DEFAULT_MAX_OUTPUT_BYTES`]; 0 is refused): longer text (an error's too) keeps
+    /// its head and tail with a note of what was cut, structured content beyond it is handed as
+    /// its JSON text, so cut, and an image that does not fit beside the text is named instead of
+    /// sent. A server is another program, and 500 MB of answer would otherwise be kept and sent
+    /// whole.
+    pub max_output_bytes: usize,
 }
 
 impl ServerConfig {
@@ -107,6 +118,7 @@ impl ServerConfig {
             prefix: None,
             rename: BTreeMap::new(),
             trust_hints: false,
+            max_output_bytes: DEFAULT_MAX_OUTPUT_BYTES,
         }
     }
 

@@ -340,9 +340,14 @@ impl McpServer {
             Ok(_) => Err(ServiceError::UnexpectedResponse),
             Err(e) => Err(e),
         };
+        let max = self.inner.config.max_output_bytes;
         match result {
-            Ok(result) => tools::output(result).map(|out| with_stderr(out, capture.take())),
-            Err(ServiceError::McpError(e)) => Err(ToolError::new("mcp.error", e.message)),
+            Ok(result) => tools::output(result, max).map(|out| with_stderr(out, capture.take())),
+            // The server's words too: bounded like its results.
+            Err(ServiceError::McpError(e)) => Err(ToolError::new(
+                "mcp.error",
+                agentloop::tool::bounded_text(e.message.into_owned(), max),
+            )),
             Err(ServiceError::TransportClosed | ServiceError::TransportSend(_)) => {
                 let then = match self.inner.config.restart {
                     Restart::OnFailure => "it is started again on the next call",
@@ -670,6 +675,10 @@ fn check(config: &ServerConfig) -> Result<(), McpError> {
             ))
         }
         _ if config.timeout.is_zero() => Err(config_error(config, "the timeout is zero".into())),
+        _ if config.max_output_bytes == 0 => Err(config_error(
+            config,
+            "max_output_bytes is zero: no result could be read".into(),
+        )),
         _ => Ok(()),
     }
 }

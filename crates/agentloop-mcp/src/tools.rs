@@ -1,14 +1,14 @@
 //! A server's tool as an agentloop [`Tool`], and a `tools/call` result as agentloop's result: the
 //! structured content when there is one (the core checks it against the tool's `outputSchema`),
 //! the content blocks as text and images otherwise, and an `isError` result as a recoverable
-//! error the model reads.
+//! error the model reads; each within the server's `max_output_bytes`.
 
-use std::fmt::Write as _;
 use std::sync::Arc;
 
 use agentloop::message::{ContentPart, ToolContent};
+use agentloop::tool::bounded_text;
 use agentloop::{Tool, ToolError, ToolOutput};
-use rmcp::model::{CallToolResult, ContentBlock, ResourceContents};
+use rmcp::model::{CallToolResult, ContentBlock, ImageContent, ResourceContents};
 use serde_json::Value;
 
 use crate::McpServer;
@@ -49,26 +49,97 @@ pub(crate) fn tool(server: &McpServer, config: &ServerConfig, listed: &rmcp::mod
     )
 }
 
-/// A `tools/call` result as agentloop's.
-pub(crate) fn output(result: CallToolResult) -> Result<ToolOutput, ToolError> {
+/// A `tools/call` result as agentloop's, within `max` bytes (the server's `max_output_bytes`):
+/// what a server answers is another program's output, kept in the run's record and journal and
+/// sent to the model, so it is bounded here, before any of that.
+pub(crate) fn output(result: CallToolResult, max: usize) -> Result<ToolOutput, ToolError> {
     if result.is_error == Some(true) {
-        let mut text = String::new();
-        for block in &result.content {
-            push_text(&mut text, block);
-        }
+        let mut text = joined_text(result.content);
         if text.is_empty() {
             text = "the tool reported an error and said nothing more".into();
         }
-        return Err(ToolError::new("mcp.tool_error", text));
+        return Err(ToolError::new("mcp.tool_error", bounded_text(text, max)));
     }
     if let Some(structured) = result.structured_content {
-        return Ok(ToolOutput::json(structured));
+        return Ok(structured_output(structured, max));
+    }
+    Ok(content_output(result.content, max))
+}
+
+/// Structured content as it is, or, past the bound, the head and tail of its JSON text with a
+/// note saying so: the model reads what it can of it. (For a tool that declared an output schema,
+/// that text then fails the core's check, `invalid_output`, as any output that is not its JSON.)
+fn structured_output(value: Value, max: usize) -> ToolOutput {
+    let json = value.to_string();
+    if json.len() <= max {
+        return ToolOutput::json(value);
+    }
+    let note = format!(
+        "[structured content of {} bytes of JSON, over the output bound of {max} bytes: its text, cut]\n",
+        json.len()
+    );
+    let cut = bounded_text(json, max.saturating_sub(note.len()));
+    ToolOutput::text(note + &cut)
+}
+
+/// One block of a result as the model reads it: text, or an image sent as one.
+enum Piece {
+    Text(String),
+    Image(ImageContent),
+}
+
+/// The content blocks as text and image parts: the text (every block that is not an image, joined)
+/// first takes the bound; an image is sent only when it fits in what is left, in order, and is
+/// named otherwise (its type and size), so that the model knows what it did not see.
+fn content_output(blocks: Vec<ContentBlock>, max: usize) -> ToolOutput {
+    let mut pieces = Vec::with_capacity(blocks.len());
+    let mut text_len = 0;
+    for block in blocks {
+        match block {
+            ContentBlock::Image(image) => pieces.push(Piece::Image(image)),
+            other => {
+                let text = block_text(other);
+                text_len += text.len() + 1;
+                pieces.push(Piece::Text(text));
+            }
+        }
+    }
+    let mut left = max.saturating_sub(text_len);
+    for piece in &mut pieces {
+        let Piece::Image(image) = piece else { continue };
+        let size = image.data.len() + image.mime_type.len();
+        if size <= left {
+            left -= size;
+            continue;
+        }
+        let note = format!(
+            "[an image ({}, {} bytes of base64) left out: over the output bound of {max} bytes]",
+            image.mime_type,
+            image.data.len()
+        );
+        text_len += note.len() + 1;
+        *piece = Piece::Text(note);
+    }
+    let kept_image = pieces.iter().any(|p| matches!(p, Piece::Image(_)));
+    // Text alone, or text that the notes took past the bound: one text, its head and tail kept.
+    if !kept_image || text_len > max {
+        let mut text = String::new();
+        for piece in pieces {
+            if !text.is_empty() {
+                text.push('\n');
+            }
+            match piece {
+                Piece::Text(t) => text.push_str(&t),
+                Piece::Image(image) => text.push_str(&image_name(&image)),
+            }
+        }
+        return ToolOutput::text(bounded_text(text, max));
     }
     let mut parts = Vec::new();
     let mut text = String::new();
-    for block in &result.content {
-        match block {
-            ContentBlock::Image(image) => {
+    for piece in pieces {
+        match piece {
+            Piece::Image(image) => {
                 if !text.is_empty() {
                     parts.push(ContentPart::Text {
                         text: std::mem::take(&mut text),
@@ -76,52 +147,58 @@ pub(crate) fn output(result: CallToolResult) -> Result<ToolOutput, ToolError> {
                 }
                 parts.push(ContentPart::Image {
                     url: format!("data:{};base64,{}", image.mime_type, image.data),
-                    media_type: Some(image.mime_type.clone()),
+                    media_type: Some(image.mime_type),
                 });
             }
-            other => push_text(&mut text, other),
+            Piece::Text(t) => {
+                if !text.is_empty() {
+                    text.push('\n');
+                }
+                text.push_str(&t);
+            }
         }
-    }
-    if parts.is_empty() {
-        return Ok(ToolOutput::text(text));
     }
     if !text.is_empty() {
         parts.push(ContentPart::Text { text });
     }
-    Ok(agentloop::tool::IntoToolOutput::into_tool_output(
-        ToolContent::Parts(parts),
-    ))
+    agentloop::tool::IntoToolOutput::into_tool_output(ToolContent::Parts(parts))
 }
 
-/// Appends a block as text: what cannot be shown as text is named, not dropped unseen.
-fn push_text(out: &mut String, block: &ContentBlock) {
-    if !out.is_empty() {
-        out.push('\n');
-    }
+/// Every block as text, one a line.
+fn joined_text(blocks: Vec<ContentBlock>) -> String {
+    blocks
+        .into_iter()
+        .map(block_text)
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn image_name(image: &ImageContent) -> String {
+    format!("[an image, {}]", image.mime_type)
+}
+
+/// A block as text: what cannot be shown as text is named, not dropped unseen.
+fn block_text(block: ContentBlock) -> String {
     match block {
-        ContentBlock::Text(t) => out.push_str(&t.text),
-        ContentBlock::Image(i) => {
-            let _ = write!(out, "[an image, {}]", i.mime_type);
-        }
-        ContentBlock::Audio(a) => {
-            let _ = write!(out, "[audio, {}]", a.mime_type);
-        }
-        ContentBlock::Resource(r) => match &r.resource {
+        ContentBlock::Text(t) => t.text,
+        ContentBlock::Image(i) => image_name(&i),
+        ContentBlock::Audio(a) => format!("[audio, {}]", a.mime_type),
+        ContentBlock::Resource(r) => match r.resource {
             ResourceContents::TextResourceContents { uri, text, .. } => {
-                let _ = write!(out, "[resource {uri}]\n{text}");
+                format!("[resource {uri}]\n{text}")
             }
             ResourceContents::BlobResourceContents { uri, mime_type, .. } => {
                 let kind = mime_type.as_deref().unwrap_or("binary");
-                let _ = write!(out, "[resource {uri}, {kind}]");
+                format!("[resource {uri}, {kind}]")
             }
             #[allow(unreachable_patterns)]
-            _ => out.push_str("[a resource]"),
+            _ => "[a resource]".to_owned(),
         },
         ContentBlock::ResourceLink(link) => {
-            let _ = write!(out, "[resource link {} ({})]", link.uri, link.name);
+            format!("[resource link {} ({})]", link.uri, link.name)
         }
         #[allow(unreachable_patterns)]
-        _ => out.push_str("[content of a kind agentloop does not read]"),
+        _ => "[content of a kind agentloop does not read]".to_owned(),
     }
 }
 
@@ -131,6 +208,8 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    const DEFAULT: usize = crate::DEFAULT_MAX_OUTPUT_BYTES;
+
     fn result(value: Value) -> CallToolResult {
         serde_json::from_value(value).unwrap()
     }
@@ -139,7 +218,7 @@ mod tests {
     fn an_is_error_result_is_a_recoverable_error_with_its_text() {
         let r =
             result(json!({"content": [{"type": "text", "text": "no such file"}], "isError": true}));
-        match output(r).unwrap_err() {
+        match output(r, DEFAULT).unwrap_err() {
             ToolError::Recoverable { code, message, .. } => {
                 assert_eq!(code, "mcp.tool_error");
                 assert_eq!(message, "no such file");
@@ -154,13 +233,16 @@ mod tests {
             json!({"content": [{"type": "text", "text": "{}"}], "structuredContent": {"a": 1}}),
         );
         assert_eq!(
-            output(r).unwrap().content,
+            output(r, DEFAULT).unwrap().content,
             ToolContent::Json(json!({"a": 1}))
         );
         let r = result(
             json!({"content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}),
         );
-        assert_eq!(output(r).unwrap().content, ToolContent::Text("a\nb".into()));
+        assert_eq!(
+            output(r, DEFAULT).unwrap().content,
+            ToolContent::Text("a\nb".into())
+        );
     }
 
     #[test]
@@ -169,12 +251,165 @@ mod tests {
             {"type": "text", "text": "look"},
             {"type": "image", "data": "AAAA", "mimeType": "image/png"}
         ]}));
-        let ToolContent::Parts(parts) = output(r).unwrap().content else {
+        let ToolContent::Parts(parts) = output(r, DEFAULT).unwrap().content else {
             panic!("not parts")
         };
         assert_eq!(parts.len(), 2);
         assert!(
             matches!(&parts[1], ContentPart::Image { url, .. } if url == "data:image/png;base64,AAAA")
         );
+    }
+
+    /// A text of `len` bytes that starts with `head`, ends with `tail`, and has two-byte
+    /// characters everywhere a cut could fall.
+    fn long(head: &str, len: usize, tail: &str) -> String {
+        let middle = "é".repeat((len - head.len() - tail.len()) / 2);
+        format!("{head}{middle}{tail}")
+    }
+
+    fn marker(total: usize) -> String {
+        format!("bytes cut from the middle ({total} bytes in all) ...]")
+    }
+
+    #[test]
+    fn long_text_blocks_are_joined_then_cut_to_the_bound_keeping_head_and_tail() {
+        let first = long("FIRST BLOCK", 100_000, "end of first");
+        let second = long("second block", 100_000, "LAST WORDS");
+        let joined = format!("{first}\n{second}");
+        let r = result(json!({"content": [
+            {"type": "text", "text": first},
+            {"type": "text", "text": second}
+        ]}));
+        let ToolContent::Text(shown) = output(r, DEFAULT).unwrap().content else {
+            panic!("not text")
+        };
+        assert!(shown.len() <= DEFAULT, "{}", shown.len());
+        assert!(
+            shown.len() > DEFAULT - 64,
+            "the bound is used: {}",
+            shown.len()
+        );
+        assert!(shown.starts_with("FIRST BLOCK"), "{}", &shown[..40]);
+        assert!(shown.ends_with("LAST WORDS"));
+        assert!(shown.contains(&marker(joined.len())), "no marker");
+
+        // A server's own bound, smaller than the default.
+        let r = result(json!({"content": [{"type": "text", "text": joined}]}));
+        let shown = output(r, 1000).unwrap().content.to_text();
+        assert!(shown.len() <= 1000, "{}", shown.len());
+        assert!(shown.starts_with("FIRST BLOCK") && shown.ends_with("LAST WORDS"));
+        assert!(shown.contains(&marker(joined.len())), "{shown}");
+
+        // Within the bound, nothing changes.
+        let r = result(json!({"content": [{"type": "text", "text": "a".repeat(1000)}]}));
+        assert_eq!(output(r, 1000).unwrap().content.to_text(), "a".repeat(1000));
+    }
+
+    #[test]
+    fn structured_content_past_the_bound_is_its_json_text_cut_and_says_so() {
+        let rows: Vec<Value> = (0..20_000)
+            .map(|i| json!({"row": i, "name": "é"}))
+            .collect();
+        let value = json!({"first": "HEAD", "rows": rows, "zlast": "TAIL"});
+        let json_len = value.to_string().len();
+        assert!(json_len > DEFAULT);
+        let r = result(json!({"content": [], "structuredContent": value}));
+        let ToolContent::Text(shown) = output(r, DEFAULT).unwrap().content else {
+            panic!("not text")
+        };
+        assert!(shown.len() <= DEFAULT, "{}", shown.len());
+        assert!(
+            shown.starts_with(&format!(
+                "[structured content of {json_len} bytes of JSON, over the output bound of {DEFAULT} bytes: its text, cut]\n{{\"first\":\"HEAD\""
+            )),
+            "{}",
+            &shown[..200]
+        );
+        assert!(
+            shown.ends_with(r#""zlast":"TAIL"}"#),
+            "{}",
+            &shown[shown.len() - 50..]
+        );
+        assert!(shown.contains(&marker(json_len)));
+
+        // At the bound exactly, it stays structured.
+        let small = json!({"a": "b"});
+        let r = result(json!({"content": [], "structuredContent": small}));
+        let len = small.to_string().len();
+        assert_eq!(output(r, len).unwrap().content, ToolContent::Json(small));
+    }
+
+    #[test]
+    fn an_image_past_what_the_text_leaves_of_the_bound_is_named_not_sent() {
+        let big = "A".repeat(100_000);
+        let r = result(json!({"content": [
+            {"type": "text", "text": "look"},
+            {"type": "image", "data": "BBBB", "mimeType": "image/png"},
+            {"type": "image", "data": big, "mimeType": "image/jpeg"}
+        ]}));
+        let ToolContent::Parts(parts) = output(r, DEFAULT).unwrap().content else {
+            panic!("not parts")
+        };
+        assert_eq!(parts.len(), 3, "{parts:?}");
+        assert!(
+            matches!(&parts[1], ContentPart::Image { url, .. } if url == "data:image/png;base64,BBBB")
+        );
+        let ContentPart::Text { text } = &parts[2] else {
+            panic!("{:?}", parts[2])
+        };
+        assert_eq!(
+            text,
+            &format!(
+                "[an image (image/jpeg, 100000 bytes of base64) left out: over the output bound of {DEFAULT} bytes]"
+            )
+        );
+
+        // Text that takes the whole bound leaves no room for an image: all is text.
+        let r = result(json!({"content": [
+            {"type": "text", "text": "x".repeat(DEFAULT)},
+            {"type": "image", "data": "BBBB", "mimeType": "image/png"}
+        ]}));
+        let ToolContent::Text(shown) = output(r, DEFAULT).unwrap().content else {
+            panic!("not text")
+        };
+        assert!(shown.len() <= DEFAULT, "{}", shown.len());
+        assert!(shown.ends_with("[an image (image/png, 4 bytes of base64) left out: over the output bound of 65536 bytes]"));
+    }
+
+    #[test]
+    fn many_images_left_out_still_make_a_text_within_the_bound() {
+        let image = json!({"type": "image", "data": "C".repeat(500), "mimeType": "image/gif"});
+        let r = result(json!({"content": vec![image; 10_000]}));
+        let ToolContent::Text(shown) = output(r, 4096).unwrap().content else {
+            panic!("not text: the notes took the text past the bound")
+        };
+        assert!(shown.len() <= 4096, "{}", shown.len());
+        assert!(
+            shown.starts_with("[an image, image/gif]\n"),
+            "{}",
+            &shown[..100]
+        );
+        assert!(shown.ends_with(
+            "(image/gif, 500 bytes of base64) left out: over the output bound of 4096 bytes]"
+        ));
+        assert!(shown.contains("bytes cut from the middle"));
+    }
+
+    #[test]
+    fn a_long_error_result_is_cut_to_the_bound_keeping_head_and_tail() {
+        let text = long(
+            "Traceback (most recent call last):",
+            300_000,
+            "ValueError: bad input",
+        );
+        let r = result(json!({"content": [{"type": "text", "text": text}], "isError": true}));
+        let ToolError::Recoverable { code, message, .. } = output(r, DEFAULT).unwrap_err() else {
+            panic!("not recoverable")
+        };
+        assert_eq!(code, "mcp.tool_error");
+        assert!(message.len() <= DEFAULT, "{}", message.len());
+        assert!(message.starts_with("Traceback (most recent call last):"));
+        assert!(message.ends_with("ValueError: bad input"));
+        assert!(message.contains(&marker(text.len())));
     }
 }
