@@ -831,3 +831,53 @@ async fn a_servers_progress_notifications_become_the_calls_progress_events() {
     assert_eq!(events[0]["total"], 2.0, "{events:?}");
     server.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_result_reaches_the_runs_record_cut_to_the_servers_bound() {
+    // server-everything's echo answers `Echo: <message>`: a message of 200 000 bytes is an answer
+    // that large, which the server's bound of 8 KiB cuts, keeping its head and tail.
+    const BOUND: usize = 8 * 1024;
+    let message = format!("HEAD-{}-TAIL", "é".repeat(100_000));
+    let mut cfg = everything_stdio("big");
+    cfg.max_output_bytes = BOUND;
+    let server = McpServer::connect(cfg).await.unwrap();
+    let agent = Agent::builder()
+        .model(ScriptedModel::new([
+            ModelResponse::tool_calls([(
+                "c1".to_owned(),
+                "big__echo".to_owned(),
+                json!({ "message": message }).to_string(),
+            )]),
+            ModelResponse::text("done"),
+        ]))
+        .tools(server.tools())
+        .build()
+        .unwrap();
+    let outcome = tokio::time::timeout(TIMEOUT, agent.run("echo it"))
+        .await
+        .expect("the run hung");
+    let record = &outcome.tool_calls[0];
+    assert_eq!(
+        record.outcome.status,
+        CallStatus::Ok,
+        "{:?}",
+        record.outcome.code
+    );
+    let shown = record.outcome.content.to_text();
+    assert!(shown.len() <= BOUND, "{} bytes", shown.len());
+    assert!(shown.starts_with("Echo: HEAD-é"), "{}", &shown[..40]);
+    assert!(shown.ends_with("é-TAIL"));
+    let total = "Echo: ".len() + message.len();
+    assert!(
+        shown.contains(&format!("bytes cut from the middle ({total} bytes in all)")),
+        "no note of the cut"
+    );
+    server.shutdown().await;
+
+    // A bound of 0 could read nothing: refused before the server starts.
+    let mut zero = everything_stdio("zero");
+    zero.max_output_bytes = 0;
+    let err = McpServer::connect(zero).await.unwrap_err();
+    assert_eq!(err.code(), "mcp.config", "{err}");
+    assert!(err.to_string().contains("max_output_bytes"), "{err}");
+}
