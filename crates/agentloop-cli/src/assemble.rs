@@ -605,6 +605,13 @@ pub fn mcp_declarations(file: &AgentFile) -> serde_json::Value {
                 // Only when set: the fingerprints of files without it stay as they were.
                 map.insert("deferred".into(), json!(true));
             }
+            if c.max_output_bytes != agentloop_mcp::DEFAULT_MAX_OUTPUT_BYTES
+                && let Some(map) = server.as_object_mut()
+            {
+                // What the model reads of a result, so part of the definition; only when not the
+                // default, so that the fingerprints of files without it stay as they were.
+                map.insert("max_output_bytes".into(), json!(c.max_output_bytes));
+            }
             server
         })
         .collect::<Vec<_>>()

@@ -709,8 +709,8 @@ fn render_tools(out: &mut String, tools: &[Value], deferred: &str) {
     }
 }
 
-/// The plan's `mcp` lines: each server's transport, restart, timeout, names, sandbox and the
-/// variables it reads.
+/// The plan's `mcp` lines: each server's transport, restart, timeout, names, output bound (when
+/// not the default), sandbox and the variables it reads.
 fn render_mcp(out: &mut String, mcp: &Value, deferred: &str) {
     let servers = mcp.as_array().map(Vec::as_slice).unwrap_or_default();
     if !servers.is_empty() {
@@ -736,6 +736,9 @@ fn render_mcp(out: &mut String, mcp: &Value, deferred: &str) {
             let _ = writeln!(out, "        tools named {}", show(&s["tools_named"]));
             if s["deferred"] == true {
                 let _ = writeln!(out, "        {deferred}");
+            }
+            if let Some(max) = s["max_output_bytes"].as_u64() {
+                let _ = writeln!(out, "        results cut to {max} bytes");
             }
             if let Some(sandbox) = t["sandbox"].as_object() {
                 let _ = writeln!(out, "        sandbox: {}", sandbox_words(sandbox));

@@ -143,6 +143,7 @@ script = "script.json"
 name = "remote"
 url = "http://127.0.0.1:9/mcp"
 headers = { Authorization = "Bearer ${AGENTLOOP_TEST_KEY}" }
+max_output_bytes = 4096
 
 [permissions]
 ask = ["remote__delete"]
@@ -164,8 +165,10 @@ ask = ["remote__delete"]
             let v = stdout_json(&out);
             assert_eq!(v["mcp"][0]["name"], "remote");
             assert_eq!(v["mcp"][0]["tools_named"], "remote__*");
+            assert_eq!(v["mcp"][0]["max_output_bytes"], 4096);
         } else {
             assert!(all.contains("remote (url http://127.0.0.1:9/mcp"), "{all}");
+            assert!(all.contains("results cut to 4096 bytes"), "{all}");
         }
     }
 }
@@ -205,7 +208,7 @@ async fn an_mcp_entry_is_checked_with_the_file_and_permissions_may_name_only_its
     assert!(stderr(&out).contains("mcp[1].restart"), "{}", stderr(&out));
 
     // Then the rules, all of them at once.
-    let dir = broken_mcp_agent("");
+    let dir = broken_mcp_agent("max_output_bytes = 0");
     let out = agentloop(args(&["plan", dir.agent().to_str().unwrap()])).await;
     assert_eq!(out.status.code(), Some(3));
     let err = stderr(&out);
@@ -214,6 +217,8 @@ async fn an_mcp_entry_is_checked_with_the_file_and_permissions_may_name_only_its
         "not both",
         "mcp[1].url",
         "mcp[1].env",
+        "mcp[1].max_output_bytes",
+        "max_output_bytes must be at least 1",
         "permissions.deny[1]",
         "other__rm",
     ] {

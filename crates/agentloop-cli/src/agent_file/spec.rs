@@ -437,6 +437,10 @@ section! {
         restart: Option<RestartSpec>,
         /// How long a call, and the server's start, may take, in seconds (default 60).
         timeout_secs: Option<Spanned<f64>>,
+        /// The most bytes of a call's result the model reads (default 65536, 64 KiB; at least
+        /// 1): longer text keeps its head and tail, saying what was cut; structured content past
+        /// it is read as its JSON text, so cut; an image that does not fit is named, not sent.
+        max_output_bytes: Option<Spanned<usize>>,
         /// Put before each tool's name instead of `NAME__` (`""` keeps the server's names).
         prefix: Option<Spanned<String>>,
         /// Names for some of its tools, by the server's name for them, used as they are.
@@ -588,6 +592,9 @@ impl McpFileSpec {
             .and_then(|s| std::time::Duration::try_from_secs_f64(*s.get_ref()).ok())
         {
             config.timeout = t;
+        }
+        if let Some(max) = &self.max_output_bytes {
+            config.max_output_bytes = *max.get_ref();
         }
         config.prefix = self.prefix.as_ref().map(|p| p.get_ref().clone());
         config.trust_hints = self.trust_hints.unwrap_or(false);

@@ -1,4 +1,5 @@
-//! `[[mcp]]`: each server's name, transport, keys, timeout, prefix, renames and templates.
+//! `[[mcp]]`: each server's name, transport, keys, timeout, prefix, renames, templates and
+//! output bound.
 
 use std::path::Path;
 
@@ -9,7 +10,7 @@ use crate::agent_file::spec::McpFileSpec;
 
 /// `[[mcp]]`: a name a tool name may start with, used once; a command or a URL, not both, with
 /// only the keys its kind takes; a timeout, a prefix and renames that make valid names; templates
-/// that expand.
+/// that expand; an output bound of at least 1 byte.
 pub(super) fn check_mcp(servers: &[McpFileSpec], dir: &Path, problems: &mut Problems) {
     let mut seen: Vec<&str> = Vec::new();
     for (i, server) in servers.iter().enumerate() {
@@ -33,6 +34,21 @@ pub(super) fn check_mcp(servers: &[McpFileSpec], dir: &Path, problems: &mut Prob
         check_sandbox(server, &path, problems);
         check_templates(server, name, &path, problems);
         check_names_and_timeout(server, &path, problems);
+        check_output_bound(server, &path, problems);
+    }
+}
+
+/// `max_output_bytes`: 0 would leave the model nothing of any result (the library refuses it
+/// too, but only when the server starts; here it is found with the file's other problems).
+fn check_output_bound(server: &McpFileSpec, path: &str, problems: &mut Problems) {
+    if let Some(max) = &server.max_output_bytes
+        && *max.get_ref() == 0
+    {
+        problems.at(
+            &join(path, "max_output_bytes"),
+            span_of(max),
+            "max_output_bytes must be at least 1: it is the most bytes of a result the model reads",
+        );
     }
 }
 
