@@ -267,6 +267,19 @@ mod tests {
         format!("{head}{middle}{tail}")
     }
 
+    /// The text output of `r` under the bound `max`, checked to be one text within it.
+    fn text_within(r: CallToolResult, max: usize) -> String {
+        let ToolContent::Text(shown) = output(r, max).unwrap().content else {
+            panic!("not one text")
+        };
+        assert!(
+            shown.len() <= max,
+            "{} bytes over a bound of {max}",
+            shown.len()
+        );
+        shown.to_string()
+    }
+
     fn marker(total: usize) -> String {
         format!("bytes cut from the middle ({total} bytes in all) ...]")
     }
@@ -280,10 +293,7 @@ mod tests {
             {"type": "text", "text": first},
             {"type": "text", "text": second}
         ]}));
-        let ToolContent::Text(shown) = output(r, DEFAULT).unwrap().content else {
-            panic!("not text")
-        };
-        assert!(shown.len() <= DEFAULT, "{}", shown.len());
+        let shown = text_within(r, DEFAULT);
         assert!(
             shown.len() > DEFAULT - 64,
             "the bound is used: {}",
@@ -295,8 +305,7 @@ mod tests {
 
         // A server's own bound, smaller than the default.
         let r = result(json!({"content": [{"type": "text", "text": joined}]}));
-        let shown = output(r, 1000).unwrap().content.to_text();
-        assert!(shown.len() <= 1000, "{}", shown.len());
+        let shown = text_within(r, 1000);
         assert!(shown.starts_with("FIRST BLOCK") && shown.ends_with("LAST WORDS"));
         assert!(shown.contains(&marker(joined.len())), "{shown}");
 
@@ -314,10 +323,7 @@ mod tests {
         let json_len = value.to_string().len();
         assert!(json_len > DEFAULT);
         let r = result(json!({"content": [], "structuredContent": value}));
-        let ToolContent::Text(shown) = output(r, DEFAULT).unwrap().content else {
-            panic!("not text")
-        };
-        assert!(shown.len() <= DEFAULT, "{}", shown.len());
+        let shown = text_within(r, DEFAULT);
         assert!(
             shown.starts_with(&format!(
                 "[structured content of {json_len} bytes of JSON, over the output bound of {DEFAULT} bytes: its text, cut]\n{{\"first\":\"HEAD\""
@@ -369,10 +375,7 @@ mod tests {
             {"type": "text", "text": "x".repeat(DEFAULT)},
             {"type": "image", "data": "BBBB", "mimeType": "image/png"}
         ]}));
-        let ToolContent::Text(shown) = output(r, DEFAULT).unwrap().content else {
-            panic!("not text")
-        };
-        assert!(shown.len() <= DEFAULT, "{}", shown.len());
+        let shown = text_within(r, DEFAULT);
         assert!(shown.ends_with("[an image (image/png, 4 bytes of base64) left out: over the output bound of 65536 bytes]"));
     }
 
@@ -380,10 +383,7 @@ mod tests {
     fn many_images_left_out_still_make_a_text_within_the_bound() {
         let image = json!({"type": "image", "data": "C".repeat(500), "mimeType": "image/gif"});
         let r = result(json!({"content": vec![image; 10_000]}));
-        let ToolContent::Text(shown) = output(r, 4096).unwrap().content else {
-            panic!("not text: the notes took the text past the bound")
-        };
-        assert!(shown.len() <= 4096, "{}", shown.len());
+        let shown = text_within(r, 4096);
         assert!(
             shown.starts_with("[an image, image/gif]\n"),
             "{}",

@@ -101,6 +101,21 @@ fn recoverable(e: ToolError) -> (String, String) {
     }
 }
 
+/// A run of an agent on `tools` whose model calls `name` once with `args`, then says "done".
+async fn run_one_call(tools: Vec<Tool>, name: &str, args: &str) -> agentloop::RunOutcome {
+    let agent = Agent::builder()
+        .model(ScriptedModel::new([
+            ModelResponse::tool_calls([("c1".to_owned(), name.to_owned(), args.to_owned())]),
+            ModelResponse::text("done"),
+        ]))
+        .tools(tools)
+        .build()
+        .unwrap();
+    tokio::time::timeout(TIMEOUT, agent.run("go"))
+        .await
+        .expect("the run hung")
+}
+
 fn everything_stdio(name: &str) -> ServerConfig {
     config(name, vec![npm_bin("mcp-server-everything"), "stdio".into()])
 }
@@ -224,19 +239,12 @@ async fn time_server_structured_content_is_checked_against_its_output_schema_in_
     assert_eq!(value["timezone"], "Europe/Paris");
 
     // Through a run: the core checks the structured content against the output schema.
-    let agent = Agent::builder()
-        .model(ScriptedModel::new([
-            ModelResponse::tool_calls([(
-                "c1".to_owned(),
-                "time__get_current_time".to_owned(),
-                r#"{"timezone": "Asia/Tokyo"}"#.to_owned(),
-            )]),
-            ModelResponse::text("done"),
-        ]))
-        .tools(tools.clone())
-        .build()
-        .unwrap();
-    let outcome = agent.run("what time is it in Tokyo?").await;
+    let outcome = run_one_call(
+        tools.clone(),
+        "time__get_current_time",
+        r#"{"timezone": "Asia/Tokyo"}"#,
+    )
+    .await;
     let record = &outcome.tool_calls[0];
     assert_eq!(
         record.outcome.status,
@@ -632,21 +640,12 @@ async fn a_call_past_its_timeout_is_a_tool_timeout_and_cancellation_ends_a_call(
     let mut policy = long.policy().clone();
     policy.timeout = Some(Duration::from_secs(3));
     let long = long.with_policy(policy);
-    let agent = Agent::builder()
-        .model(ScriptedModel::new([
-            ModelResponse::tool_calls([(
-                "c1".to_owned(),
-                "slow__trigger-long-running-operation".to_owned(),
-                r#"{"duration": 600, "steps": 2}"#.to_owned(),
-            )]),
-            ModelResponse::text("done"),
-        ]))
-        .tool(long.clone())
-        .build()
-        .unwrap();
-    let outcome = tokio::time::timeout(TIMEOUT, agent.run("go"))
-        .await
-        .expect("the run hung");
+    let outcome = run_one_call(
+        vec![long.clone()],
+        "slow__trigger-long-running-operation",
+        r#"{"duration": 600, "steps": 2}"#,
+    )
+    .await;
     let record = &outcome.tool_calls[0];
     assert_eq!(
         record.outcome.code.as_deref(),
@@ -841,21 +840,12 @@ async fn a_large_result_reaches_the_runs_record_cut_to_the_servers_bound() {
     let mut cfg = everything_stdio("big");
     cfg.max_output_bytes = BOUND;
     let server = McpServer::connect(cfg).await.unwrap();
-    let agent = Agent::builder()
-        .model(ScriptedModel::new([
-            ModelResponse::tool_calls([(
-                "c1".to_owned(),
-                "big__echo".to_owned(),
-                json!({ "message": message }).to_string(),
-            )]),
-            ModelResponse::text("done"),
-        ]))
-        .tools(server.tools())
-        .build()
-        .unwrap();
-    let outcome = tokio::time::timeout(TIMEOUT, agent.run("echo it"))
-        .await
-        .expect("the run hung");
+    let outcome = run_one_call(
+        server.tools(),
+        "big__echo",
+        &json!({ "message": message }).to_string(),
+    )
+    .await;
     let record = &outcome.tool_calls[0];
     assert_eq!(
         record.outcome.status,
