@@ -125,12 +125,9 @@ fn content_output(blocks: Vec<ContentBlock>, max: usize) -> ToolOutput {
     if !kept_image || text_len > max {
         let mut text = String::new();
         for piece in pieces {
-            if !text.is_empty() {
-                text.push('\n');
-            }
             match piece {
-                Piece::Text(t) => text.push_str(&t),
-                Piece::Image(image) => text.push_str(&image_name(&image)),
+                Piece::Text(t) => push_line(&mut text, &t),
+                Piece::Image(image) => push_line(&mut text, &image_name(&image)),
             }
         }
         return ToolOutput::text(bounded_text(text, max));
@@ -150,12 +147,7 @@ fn content_output(blocks: Vec<ContentBlock>, max: usize) -> ToolOutput {
                     media_type: Some(image.mime_type),
                 });
             }
-            Piece::Text(t) => {
-                if !text.is_empty() {
-                    text.push('\n');
-                }
-                text.push_str(&t);
-            }
+            Piece::Text(t) => push_line(&mut text, &t),
         }
     }
     if !text.is_empty() {
@@ -166,13 +158,22 @@ fn content_output(blocks: Vec<ContentBlock>, max: usize) -> ToolOutput {
 
 /// Every block as text, one a line.
 fn joined_text(blocks: Vec<ContentBlock>) -> String {
-    blocks
-        .into_iter()
-        .map(block_text)
-        .collect::<Vec<_>>()
-        .join("\n")
+    let mut text = String::new();
+    for block in blocks {
+        push_line(&mut text, &block_text(block));
+    }
+    text
 }
 
+/// Appends a block's text on a line of its own; empty leading blocks leave no blank line.
+fn push_line(out: &mut String, line: &str) {
+    if !out.is_empty() {
+        out.push('\n');
+    }
+    out.push_str(line);
+}
+
+/// How an image reads in a text.
 fn image_name(image: &ImageContent) -> String {
     format!("[an image, {}]", image.mime_type)
 }
