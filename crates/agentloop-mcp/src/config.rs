@@ -78,8 +78,8 @@ pub struct ServerConfig {
     /// The most bytes a call's result hands the model, the run's record and its journal
     /// (default [`DEFAULT_MAX_OUTPUT_BYTES`]; 0 is refused): longer text (an error's too) keeps
     /// its head and tail with a note of what was cut, structured content beyond it is handed as
-    /// its JSON text, so cut, and an image that does not fit beside the text is named instead of
-    /// sent. A server is another program, and 500 MB of answer would otherwise be kept and sent
+    /// its JSON text, so cut. Images have a bound of their own (5 MiB of base64 together, or this
+    /// one when larger), and one past it is named instead of sent. A server is another program, and 500 MB of answer would otherwise be kept and sent
     /// whole.
     pub max_output_bytes: usize,
 }

@@ -88,9 +88,15 @@ enum Piece {
     Image(ImageContent),
 }
 
+/// The most bytes of base64 a result's images may take together, whatever a smaller text bound
+/// says: a screenshot is usually past 64 KiB, and its cost to the model is its resolution, not its
+/// bytes. 5 MiB is the largest image the providers take (Anthropic's limit for one).
+pub(crate) const IMAGE_BYTES: usize = 5 * 1024 * 1024;
+
 /// The content blocks as text and image parts: the text (every block that is not an image, joined)
-/// first takes the bound; an image is sent only when it fits in what is left, in order, and is
-/// named otherwise (its type and size), so that the model knows what it did not see.
+/// is held to the bound; the images, in order, to [`IMAGE_BYTES`] together (or the bound, when it
+/// is larger), and one past that is named instead (its type and size), so that the model knows
+/// what it did not see.
 fn content_output(blocks: Vec<ContentBlock>, max: usize) -> ToolOutput {
     let mut pieces = Vec::with_capacity(blocks.len());
     let mut text_len = 0;
@@ -104,7 +110,8 @@ fn content_output(blocks: Vec<ContentBlock>, max: usize) -> ToolOutput {
             }
         }
     }
-    let mut left = max.saturating_sub(text_len);
+    let images = max.max(IMAGE_BYTES);
+    let mut left = images;
     for piece in &mut pieces {
         let Piece::Image(image) = piece else { continue };
         let size = image.data.len() + image.mime_type.len();
@@ -113,7 +120,7 @@ fn content_output(blocks: Vec<ContentBlock>, max: usize) -> ToolOutput {
             continue;
         }
         let note = format!(
-            "[an image ({}, {} bytes of base64) left out: over the output bound of {max} bytes]",
+            "[an image ({}, {} bytes of base64) left out: over the bound of {images} bytes of images]",
             image.mime_type,
             image.data.len()
         );
@@ -347,8 +354,8 @@ mod tests {
     }
 
     #[test]
-    fn an_image_past_what_the_text_leaves_of_the_bound_is_named_not_sent() {
-        let big = "A".repeat(100_000);
+    fn an_image_past_the_images_bound_is_named_not_sent() {
+        let big = "A".repeat(IMAGE_BYTES);
         let r = result(json!({"content": [
             {"type": "text", "text": "look"},
             {"type": "image", "data": "BBBB", "mimeType": "image/png"},
@@ -367,32 +374,35 @@ mod tests {
         assert_eq!(
             text,
             &format!(
-                "[an image (image/jpeg, 100000 bytes of base64) left out: over the output bound of {DEFAULT} bytes]"
+                "[an image (image/jpeg, {IMAGE_BYTES} bytes of base64) left out: over the bound of {IMAGE_BYTES} bytes of images]"
             )
         );
 
-        // Text that takes the whole bound leaves no room for an image: all is text.
+        // A screenshot past the text's bound is still sent: images have their own.
+        let shot = "S".repeat(DEFAULT * 4);
         let r = result(json!({"content": [
-            {"type": "text", "text": "x".repeat(DEFAULT)},
-            {"type": "image", "data": "BBBB", "mimeType": "image/png"}
+            {"type": "text", "text": "the page"},
+            {"type": "image", "data": shot, "mimeType": "image/png"}
         ]}));
-        let shown = text_within(r, DEFAULT);
-        assert!(shown.ends_with("[an image (image/png, 4 bytes of base64) left out: over the output bound of 65536 bytes]"));
+        let ToolContent::Parts(parts) = output(r, DEFAULT).unwrap().content else {
+            panic!("not parts")
+        };
+        assert!(matches!(&parts[1], ContentPart::Image { url, .. } if url.len() > DEFAULT * 4));
     }
 
     #[test]
     fn many_images_left_out_still_make_a_text_within_the_bound() {
-        let image = json!({"type": "image", "data": "C".repeat(500), "mimeType": "image/gif"});
-        let r = result(json!({"content": vec![image; 10_000]}));
+        let image = json!({"type": "image", "data": "C".repeat(5000), "mimeType": "image/gif"});
+        let r = result(json!({"content": vec![image; 2_000]}));
         let shown = text_within(r, 4096);
         assert!(
             shown.starts_with("[an image, image/gif]\n"),
             "{}",
             &shown[..100]
         );
-        assert!(shown.ends_with(
-            "(image/gif, 500 bytes of base64) left out: over the output bound of 4096 bytes]"
-        ));
+        assert!(shown.ends_with(&format!(
+            "(image/gif, 5000 bytes of base64) left out: over the bound of {IMAGE_BYTES} bytes of images]"
+        )));
         assert!(shown.contains("bytes cut from the middle"));
     }
 
