@@ -1831,8 +1831,9 @@ async fn a_permanent_tool_error_is_not_retried() {
     assert!(ToolError::fatal("x").permanent().is_fatal());
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_blocking_tool_on_its_own_task_does_not_hold_up_the_deadline() {
+/// A tool on its own task that blocks its thread for 1.5 s, a model that calls it once, and a
+/// deadline of 100 ms with a grace period of 100 ms.
+fn blocked_past_the_deadline() -> (Tool, ScriptedModel, Limits) {
     let blocking = Tool::builder("blocking")
         .description("Blocks its thread.")
         .own_task(true)
@@ -1849,11 +1850,38 @@ async fn a_blocking_tool_on_its_own_task_does_not_hold_up_the_deadline() {
         grace_period: Duration::from_millis(100),
         ..Limits::default()
     };
+    (blocking, model, limits)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blocking_tool_on_its_own_task_does_not_hold_up_the_deadline() {
+    let (blocking, model, limits) = blocked_past_the_deadline();
     let started = std::time::Instant::now();
     let out = agent(model, vec![blocking], limits).run("go").await;
+    assert_cut_at_the_deadline(&out, started);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streamed_run_ends_at_its_deadline_past_a_blocking_tool_on_its_own_task() {
+    // The stream, not only `run`: its last item, the outcome, comes at the deadline and the
+    // grace period, while the handler still blocks its thread.
+    let (blocking, model, limits) = blocked_past_the_deadline();
+    let started = std::time::Instant::now();
+    let items: Vec<StreamItem> = agent(model, vec![blocking], limits)
+        .stream("go")
+        .collect()
+        .await;
+    let Some(StreamItem::Outcome(out)) = items.last() else {
+        panic!("the last item is the outcome: {items:?}")
+    };
+    assert_cut_at_the_deadline(out, started);
+}
+
+/// The run stopped at its deadline with the blocking call cancelled, at the deadline and the
+/// grace period, not the 1.5 s the handler blocks for.
+fn assert_cut_at_the_deadline(out: &agentloop::RunOutcome, started: std::time::Instant) {
     assert_eq!(out.stop_reason, StopReason::Deadline);
     assert_eq!(out.tool_calls[0].outcome.status, CallStatus::Cancelled);
-    // The deadline and the grace period, not the 1.5 s the handler blocks for.
     assert!(
         started.elapsed() < Duration::from_millis(1200),
         "{:?}",
