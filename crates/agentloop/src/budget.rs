@@ -198,6 +198,10 @@ pub(crate) struct Scope {
     pub(crate) depth: u32,
     pub(crate) max_depth: u32,
     pub(crate) deadline: Option<Instant>,
+    /// The run's grace period: how long its cancelled calls get to finish. A child's is at most
+    /// half of it, so that a child cut short reports what it spent before its parent stops
+    /// waiting for it.
+    pub(crate) grace: std::time::Duration,
     pub(crate) pool: Mutex<Pool>,
     /// For a hand-off's call: the conversation it passes on (`RunMachine::handoff_history`).
     pub(crate) history: Option<Vec<crate::message::Message>>,
@@ -270,6 +274,7 @@ pub(crate) struct Place {
     pub(crate) depth: u32,
     pub(crate) max_depth: u32,
     pub(crate) deadline: Option<Instant>,
+    pub(crate) grace: std::time::Duration,
     pub(crate) tree: Arc<dyn Any + Send + Sync>,
     pub(crate) history: Option<Vec<crate::message::Message>>,
 }
@@ -283,6 +288,7 @@ pub(crate) fn scope(place: Place, pool: Pool) -> Arc<Scope> {
         depth: place.depth,
         max_depth: place.max_depth,
         deadline: place.deadline,
+        grace: place.grace,
         pool: Mutex::new(pool),
         history: place.history,
         tree: place.tree,

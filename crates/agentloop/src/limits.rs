@@ -75,7 +75,9 @@ pub struct Limits {
     pub stuck_loop_threshold: u32,
     /// The most tool calls running at once.
     pub max_concurrency: usize,
-    /// How long cancelled handlers get to finish.
+    /// How long cancelled handlers get to finish. A subagent's is at most half its parent's, so
+    /// that a child cut short with its parent returns (with what it spent) before the parent
+    /// stops waiting for it.
     #[serde(with = "crate::serde_duration")]
     pub grace_period: Duration,
     /// How often an invalid structured answer (or one a hook rejected) is sent back before the

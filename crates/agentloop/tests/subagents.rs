@@ -252,9 +252,58 @@ async fn a_fatal_subagent_fails_its_parent() {
     assert_eq!(out.error.unwrap().code(), "tool.fatal");
 }
 
+/// A leaf agent: calls its tool `count` once, then answers. Each model call uses 10 in and 5 out.
+fn leaf(count: Tool) -> Agent {
+    let model = FunctionModel::new(|req| {
+        let response = match last_result(req.messages) {
+            Some(_) => ModelResponse::text("late"),
+            None => calls(&[("x", "count", "{}")]),
+        };
+        Ok(response.with_usage(usage(10, 5)))
+    });
+    Agent::builder()
+        .name("leaf")
+        .model(model)
+        .tool(count)
+        .build()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_child_cut_short_at_the_deadline_reports_what_it_spent_before_its_parent_stops_waiting() {
+    // The leaf's tool ignores cancellation: the leaf waits out its grace period for it. Were
+    // that as long as its parent's, the parent would drop the leaf first and lose its spend.
+    let leaf = leaf(Tool::dynamic(
+        "count",
+        "Takes ten seconds, whatever it is told.",
+        json!({"type": "object"}),
+        |_a: Value, _ctx| async move {
+            tokio::time::sleep(Duration::from_secs(10)).await;
+            Ok(ToolOutput::text("late"))
+        },
+    ));
+    let limits = Limits {
+        timeout: Some(Duration::from_millis(300)),
+        grace_period: Duration::from_millis(600),
+        ..Limits::default()
+    };
+    let parent = coordinator(1, vec![leaf.as_tool("delegate", "Delegates.")], limits);
+    let out = tokio::time::timeout(Duration::from_secs(5), parent.run("go"))
+        .await
+        .unwrap();
+    assert_eq!(out.stop_reason, StopReason::Deadline);
+    assert_eq!(out.subagents.len(), 1, "{:?}", out.tool_calls);
+    assert_eq!(out.subagents[0].usage, usage(10, 5));
+    assert_eq!(
+        out.usage,
+        usage(110, 55),
+        "the parent's call and the leaf's"
+    );
+}
+
 #[tokio::test]
 async fn cancelling_the_top_run_drains_every_level() {
-    let slow = Tool::dynamic(
+    let leaf = leaf(Tool::dynamic(
         "count",
         "Waits until cancelled.",
         json!({"type": "object"}),
@@ -262,19 +311,7 @@ async fn cancelling_the_top_run_drains_every_level() {
             ctx.cancel.cancelled().await;
             Ok(ToolOutput::text("cancelled"))
         },
-    );
-    let leaf_model = FunctionModel::new(|req| {
-        Ok(match last_result(req.messages) {
-            Some(_) => ModelResponse::text("late"),
-            None => calls(&[("x", "count", "{}")]),
-        })
-    });
-    let leaf = Agent::builder()
-        .name("leaf")
-        .model(leaf_model)
-        .tool(slow)
-        .build()
-        .unwrap();
+    ));
     let middle = coordinator(
         1,
         vec![leaf.as_tool("delegate", "Delegates.")],

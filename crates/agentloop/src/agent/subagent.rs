@@ -202,7 +202,13 @@ impl SubagentTool {
             (None, _) => cap,
         };
         let deadline = scope.as_ref().and_then(|s| s.deadline);
-        let limits = self.child_limits(&own, &grant, deadline, max_depth);
+        let mut limits = self.child_limits(&own, &grant, deadline, max_depth);
+        if let Some(s) = &scope {
+            // Cancelled with its parent, a child that waits out a grace period as long as its
+            // parent's is dropped by the parent first, and what it spent is lost from the
+            // parent's totals: it gets half, and returns its outcome in time.
+            limits.grace_period = limits.grace_period.min(s.grace / 2);
+        }
         let child_cancel = CancellationToken::new();
         let options = RunOptions {
             cancel: Some(child_cancel.clone()),

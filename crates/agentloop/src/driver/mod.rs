@@ -965,6 +965,7 @@ impl<'a> Driver<'a> {
             depth: self.depth,
             max_depth: m.limits().max_depth,
             deadline,
+            grace: m.limits().grace_period,
             tree: Arc::new(Tree {
                 // Children are journaled with the run while it journals, in a journal that
                 // reads them back.
