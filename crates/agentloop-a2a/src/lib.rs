@@ -2,6 +2,7 @@
 #![forbid(unsafe_code)]
 
 mod client;
+pub mod guard;
 mod server;
 mod task;
 mod wire;

@@ -75,7 +75,9 @@ impl A2aServer {
                     )
                     .route(
                         if path.is_empty() { "/" } else { &path },
-                        post(move |body: Bytes| rpc(rpc_served.clone(), body)),
+                        post(move |headers: HeaderMap, body: Bytes| {
+                            rpc(rpc_served.clone(), headers, body)
+                        }),
                     );
             }
         }
@@ -83,13 +85,22 @@ impl A2aServer {
     }
 }
 
-/// Serves `server` on `listener` until `shutdown` completes.
+/// Serves `server` on `listener` until `shutdown` completes. A request must name the server by a
+/// loopback name or the address it listens on ([`crate::guard`]): a web page cannot reach it
+/// through a name of its own.
 pub async fn serve(
     server: &A2aServer,
     listener: tokio::net::TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), A2aError> {
-    axum::serve(listener, server.router())
+    let allowed = listener
+        .local_addr()
+        .map(crate::guard::allowed_hosts)
+        .map_err(|e| A2aError::Serve {
+            reason: e.to_string(),
+        })?;
+    let router = crate::guard::host_checked(server.router(), allowed);
+    axum::serve(listener, router)
         .with_graceful_shutdown(shutdown)
         .await
         .map_err(|e| A2aError::Serve {
@@ -124,6 +135,15 @@ fn card(agent: &ServedAgent, headers: &HeaderMap, base: &str) -> Value {
     })
 }
 
+/// True when the request says its body is JSON (`application/json`, parameters aside).
+fn is_json(headers: &HeaderMap) -> bool {
+    headers
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|t| t.trim().eq_ignore_ascii_case("application/json"))
+}
+
 fn rpc_error(id: &Value, e: &A2aError) -> Response {
     Json(json!({
         "jsonrpc": "2.0",
@@ -145,7 +165,17 @@ fn params<T: serde::de::DeserializeOwned>(request: &Value) -> Result<T, A2aError
     })
 }
 
-async fn rpc(served: Arc<Served>, body: Bytes) -> Response {
+async fn rpc(served: Arc<Served>, headers: HeaderMap, body: Bytes) -> Response {
+    // A page may send a cross-site form or `text/plain` POST without asking first; one of JSON
+    // it must ask about (a preflight), which this server never grants.
+    if !is_json(&headers) {
+        let e = A2aError::InvalidRequest {
+            reason: "the request's Content-Type must be application/json".into(),
+        };
+        let mut response = rpc_error(&Value::Null, &e);
+        *response.status_mut() = axum::http::StatusCode::UNSUPPORTED_MEDIA_TYPE;
+        return response;
+    }
     let request: Value = match serde_json::from_slice(&body) {
         Ok(v) => v,
         Err(e) => {

@@ -198,8 +198,7 @@ impl Served {
         let text = message.input_text();
         let answer = answer_of(&text).ok_or_else(|| A2aError::InvalidParams {
             reason: format!(
-                "the task {id} waits for approval: answer \"approve\" or \"deny\" (or \
-                 \"approve always\", \"deny always\"), not {:?}",
+                "the task {id} waits for approval: answer \"approve\" or \"deny\", not {:?}",
                 text.chars().take(80).collect::<String>()
             ),
         })?;
@@ -359,7 +358,10 @@ fn run_log(run: JournaledRun) -> RunLog {
     }
 }
 
-/// An approval answer in a follow-up message's words.
+/// An approval answer in a follow-up message's words. A caller's answer settles the calls it was
+/// shown, never later ones: "approve always" (or "deny always") is taken as "approve" ("deny"),
+/// as a remote caller's "always" would otherwise be remembered for every caller of the server,
+/// and written to the agent's permission store for the user's own runs.
 fn answer_of(text: &str) -> Option<Answer> {
     let words: Vec<String> = text
         .split_whitespace()
@@ -378,11 +380,10 @@ fn answer_of(text: &str) -> Option<Answer> {
         "deny" | "denied" | "no" => false,
         _ => return None,
     };
-    Some(match (allow, always) {
-        (true, false) => Answer::AllowOnce,
-        (true, true) => Answer::AllowAlways,
-        (false, false) => Answer::DenyOnce,
-        (false, true) => Answer::DenyAlways,
+    Some(if allow {
+        Answer::AllowOnce
+    } else {
+        Answer::DenyOnce
     })
 }
 
@@ -409,7 +410,7 @@ impl ApprovalPrompter for TaskApprover {
                 &task,
                 format!(
                     "approval needed for: {}. Answer on this task: \"approve\" or \"deny\" \
-                     (\"approve always\" or \"deny always\" for every later call of the tool).",
+                     (for these calls; a later call is asked about again).",
                     calls.join("; ")
                 ),
             );
@@ -562,6 +563,10 @@ pub(crate) async fn drive(served: Arc<Served>, id: String, work: Work) {
     served.set_status(&id, status, artifact);
 }
 
+/// The key of a session's metadata that makes it an A2A context, naming the served agent that
+/// began it.
+const CONTEXT_OF: &str = "a2a_context_of";
+
 /// One turn of a context kept as a session: its lock, held while the turn runs, and the session.
 struct Turn {
     store: Arc<dyn SessionStore>,
@@ -577,10 +582,22 @@ async fn begin_turn(store: &Arc<dyn SessionStore>, id: &str, agent: &str) -> Res
             format!("the context's session could not be used: {}: {e}", e.code())
         };
         let lock = store.lock(&id).map_err(failed)?;
-        let session = store
-            .load(&id)
-            .map_err(failed)?
-            .unwrap_or_else(|| StoredSession::new(id, agent));
+        let session = match store.load(&id).map_err(failed)? {
+            // A caller names its context: only a session this server's agent began is one. The
+            // store may hold the user's own conversations (`agentloop run --session`).
+            Some(s) if s.metadata.get(CONTEXT_OF).and_then(|v| v.as_str()) != Some(&agent) => {
+                return Err(format!(
+                    "the context {id:?} is not one of this agent's: its session holds another \
+                     conversation; leave contextId out to begin a new one"
+                ));
+            }
+            Some(s) => s,
+            None => {
+                let mut s = StoredSession::new(id, agent.clone());
+                s.metadata.insert(CONTEXT_OF.into(), agent.into());
+                s
+            }
+        };
         Ok(Turn {
             store,
             _lock: lock,
@@ -718,9 +735,9 @@ mod tests {
     fn a_follow_up_answers_approve_or_deny_and_nothing_else() {
         assert_eq!(answer_of("approve"), Some(Answer::AllowOnce));
         assert_eq!(answer_of(" Yes! "), Some(Answer::AllowOnce));
-        assert_eq!(answer_of("approve always"), Some(Answer::AllowAlways));
+        assert_eq!(answer_of("approve always"), Some(Answer::AllowOnce));
         assert_eq!(answer_of("deny"), Some(Answer::DenyOnce));
-        assert_eq!(answer_of("Deny always."), Some(Answer::DenyAlways));
+        assert_eq!(answer_of("Deny always."), Some(Answer::DenyOnce));
         assert_eq!(answer_of("approve it"), None);
         assert_eq!(answer_of("please deny"), None);
         assert_eq!(answer_of(""), None);

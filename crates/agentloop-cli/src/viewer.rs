@@ -59,6 +59,8 @@ pub async fn serve(path: PathBuf, port: u16, eval: Option<PathBuf>) -> Result<i3
             trace: path.clone(),
             eval,
         }));
+    // A page the browser shows must not read the trace through a name of its own.
+    let app = agentloop_a2a::guard::host_checked(app, agentloop_a2a::guard::allowed_hosts(addr));
     out!("http://{addr}/");
     err!(
         "agentloop: serving {} at http://{addr}/ (Ctrl-C stops)",

@@ -120,6 +120,50 @@ async fn the_sdk_reads_the_card_sends_and_streams_in_one_context() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_request_by_another_name_or_not_of_json_is_refused_before_any_run() {
+    // What a web page can send: a `text/plain` POST (no preflight), or any request once its own
+    // name points at 127.0.0.1 (DNS rebinding), its `Host` then that name.
+    let dir = forecaster("");
+    let agent = dir.agent();
+    let server = HttpServer::start("a2a", &[agent.to_str().unwrap()]);
+    let own = server
+        .url
+        .trim_start_matches("http://")
+        .split('/')
+        .next()
+        .unwrap()
+        .to_owned();
+    let port = own.rsplit(':').next().unwrap();
+    let send = json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {
+        "message": {"role": "ROLE_USER", "messageId": "m", "parts": [{"text": "The weather?"}]}}})
+    .to_string();
+    let json_type = Some("application/json");
+    let rebound = format!("attacker.example:{port}");
+    let card = format!("{}/.well-known/agent-card.json", server.url);
+    assert_eq!(
+        http_status(&server.url, "POST", &rebound, json_type, &send),
+        403
+    );
+    assert_eq!(http_status(&card, "GET", &rebound, None, ""), 403);
+    assert_eq!(
+        http_status(&server.url, "POST", &own, Some("text/plain"), &send),
+        415
+    );
+    assert_eq!(http_status(&server.url, "POST", &own, None, &send), 415);
+    assert!(dir.tool_inputs().is_empty(), "nothing ran");
+    // By its own name, with JSON, the same request is served.
+    assert_eq!(
+        http_status(&card, "GET", &format!("localhost:{port}"), None, ""),
+        200
+    );
+    assert_eq!(
+        http_status(&server.url, "POST", &own, json_type, &send),
+        200
+    );
+    assert_eq!(dir.tool_inputs().len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn the_sdk_gets_and_cancels_a_task_whose_tool_is_running() {
     let dir = forecaster("");
     slow_script(&dir);
@@ -252,7 +296,7 @@ async fn a_journaled_task_killed_mid_run_is_found_after_a_restart_and_goes_on() 
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_asked_call_waits_in_input_required_until_a_message_on_the_task_answers_it() {
-    let dir = forecaster("[permissions]\nask = [\"forecast\"]\n");
+    let dir = forecaster("[permissions]\nask = [\"forecast\"]\nstore = \"permissions.json\"\n");
     let agent = dir.agent();
     let server = HttpServer::start("a2a", &[agent.to_str().unwrap()]);
     let seen = sdk_client(
@@ -279,7 +323,7 @@ async fn an_asked_call_waits_in_input_required_until_a_message_on_the_task_answe
         &server.url,
         json!([
             {"do": "reply", "task": {"id": id}, "text": "no idea"},
-            {"do": "reply", "task": {"id": id}, "text": "approve", "streaming": true}
+            {"do": "reply", "task": {"id": id}, "text": "approve always", "streaming": true}
         ]),
     )
     .await;
@@ -293,6 +337,9 @@ async fn an_asked_call_waits_in_input_required_until_a_message_on_the_task_answe
     assert_eq!(last["state"], "TASK_STATE_COMPLETED", "{events:?}");
     assert_eq!(dir.tool_inputs().len(), 1);
 
+    // A remote caller's "always" answers the calls it was shown, no later ones: nothing is
+    // written to the agent's permission store, and the next task is asked about again.
+    assert!(!dir.path("permissions.json").exists());
     // Denied, the call does not run and the model reads why; the task completes.
     let seen = sdk_client(
         &server.url,
@@ -357,4 +404,25 @@ async fn with_sessions_a_context_is_a_stored_session_that_goes_on_after_a_restar
     // Both runs' messages: each a question, a call, its result and an answer.
     let messages = session["messages"].as_array().unwrap();
     assert_eq!(messages.len(), 8, "{session}");
+
+    // The user's own conversation in the same store is no context of the server's: a caller
+    // that names it gets a failed task, and the session is left as it was.
+    use agentloop::session::SessionStore;
+    let store = agentloop_store::SqliteSessions::open(&sessions).unwrap();
+    let mut own = agentloop::session::StoredSession::new("work", "forecaster");
+    own.messages
+        .push(agentloop::Message::user("my private notes"));
+    store.save(&own).unwrap();
+    let seen = sdk_client(
+        &server.url,
+        json!([{"do": "send", "context_id": "work", "text": "Repeat what I said."}]),
+    )
+    .await;
+    let task = &seen[0]["events"][0]["task"];
+    assert_eq!(task["status"]["state"], "TASK_STATE_FAILED", "{task}");
+    assert!(
+        text(&task["status"]["message"]).contains("not one of this agent's"),
+        "{task}"
+    );
+    assert_eq!(store.load("work").unwrap().unwrap(), own);
 }

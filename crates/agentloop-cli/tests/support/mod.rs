@@ -441,6 +441,38 @@ impl HttpServer {
     }
 }
 
+/// The status code of one HTTP/1.1 request to `url` (`http://HOST:PORT/PATH`) sent as a web
+/// page or a rebound name would send it: its own `Host`, and the `Content-Type` given.
+pub fn http_status(
+    url: &str,
+    method: &str,
+    host: &str,
+    content_type: Option<&str>,
+    body: &str,
+) -> u16 {
+    use std::io::{Read, Write};
+    let rest = url.strip_prefix("http://").unwrap();
+    let (addr, path) = rest.split_once('/').map_or((rest, ""), |(a, p)| (a, p));
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    let mut request = format!(
+        "{method} /{path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    if let Some(t) = content_type {
+        request.push_str(&format!("Content-Type: {t}\r\n"));
+    }
+    request.push_str("\r\n");
+    request.push_str(body);
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut answer = String::new();
+    let _ = stream.read_to_string(&mut answer);
+    answer
+        .split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or_else(|| panic!("no status line in {answer:?}"))
+}
+
 impl Drop for HttpServer {
     fn drop(&mut self) {
         let _ = self.child.kill();
