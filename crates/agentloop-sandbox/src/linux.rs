@@ -518,7 +518,61 @@ fn compile_seccomp(network: bool, refuse_unix: bool) -> Result<BpfProgram, Sandb
         arch,
     )
     .map_err(seccomp)?;
-    filter.try_into().map_err(seccomp)
+    let mut program: BpfProgram = filter.try_into().map_err(seccomp)?;
+    refuse_x32(&mut program)?;
+    Ok(program)
+}
+
+/// On x86-64, every call of the x32 ABI fails with `EPERM`. An x32 call reports the x86-64
+/// architecture and its number with bit 30 set (`setsid` is `0x40000070`), so it matches none of
+/// the filter's numbers and would be allowed: on a kernel built with x32, the filter would refuse
+/// nothing. The check goes right after the filter's own check of the architecture, which jumps
+/// past its `KILL` to the fourth instruction; the filter's body loads the number again itself.
+fn refuse_x32(program: &mut BpfProgram) -> Result<(), SandboxError> {
+    if !cfg!(target_arch = "x86_64") {
+        return Ok(());
+    }
+    // BPF_LD | BPF_W | BPF_ABS, BPF_JMP | BPF_JGE | BPF_K, BPF_RET | BPF_K.
+    const LD_W_ABS: u16 = 0x20;
+    const JMP_JGE_K: u16 = 0x35;
+    const RET_K: u16 = 0x06;
+    const ARCH_OFFSET: u32 = 4;
+    const X32_BIT: u32 = 0x4000_0000;
+    let arch_checked = program.len() >= 3
+        && program
+            .first()
+            .is_some_and(|i| i.code == LD_W_ABS && i.k == ARCH_OFFSET)
+        && program.get(2).is_some_and(|i| i.code == RET_K);
+    if !arch_checked {
+        // Another shape than seccompiler's: refuse to confine with a filter this cannot vouch for.
+        return Err(setup(
+            "seccomp",
+            "the filter does not begin with its architecture check",
+        ));
+    }
+    let errno = libc::SECCOMP_RET_ERRNO | u32::try_from(libc::EPERM).unwrap_or(1);
+    let block = [
+        seccompiler::sock_filter {
+            code: LD_W_ABS,
+            jt: 0,
+            jf: 0,
+            k: 0,
+        },
+        seccompiler::sock_filter {
+            code: JMP_JGE_K,
+            jt: 0,
+            jf: 1,
+            k: X32_BIT,
+        },
+        seccompiler::sock_filter {
+            code: RET_K,
+            jt: 0,
+            jf: 0,
+            k: errno,
+        },
+    ];
+    program.splice(3..3, block);
+    Ok(())
 }
 
 pub(crate) fn protect_process() -> io::Result<()> {

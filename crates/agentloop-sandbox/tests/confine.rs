@@ -134,6 +134,34 @@ fn setsid_and_inet_sockets_are_refused_socket_pairs_are_not() {
     assert!(said.contains("setsid refused 1"), "{said}");
 }
 
+/// A call of the x32 ABI (its number with bit 30 set) would match none of the filter's numbers:
+/// it fails with EPERM, where an unconfined process gets ENOSYS (a kernel without x32) or runs it.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn calls_of_the_x32_abi_are_refused() {
+    if !supported() {
+        return;
+    }
+    let root = tempfile::tempdir().unwrap();
+    let probe = "import ctypes\n\
+        libc = ctypes.CDLL(None, use_errno=True)\n\
+        for name, nr in [('getpid', 39), ('setsid', 112), ('socket', 41)]:\n\
+        \x20   r = libc.syscall(0x40000000 | nr, 2, 2, 0)\n\
+        \x20   print('x32', name, r, ctypes.get_errno())\n";
+    std::fs::write(root.path().join("probe.py"), probe).unwrap();
+    let said = text(&sh(&write(root.path()), root.path(), "python3 probe.py"));
+    for name in ["getpid", "setsid", "socket"] {
+        assert!(said.contains(&format!("x32 {name} -1 1\n")), "{said}");
+    }
+    let open = Command::new("python3")
+        .arg("probe.py")
+        .current_dir(root.path())
+        .output()
+        .unwrap();
+    let said = text(&open);
+    assert!(!said.contains("x32 getpid -1 1\n"), "unconfined: {said}");
+}
+
 /// A daemon's socket outside the tool's roots (as `/var/run/docker.sock` or an SSH agent's) is
 /// out of reach unless `unix_sockets` is set, with or without network; `off` reaches it.
 #[test]
