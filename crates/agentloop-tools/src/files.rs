@@ -60,6 +60,37 @@ fn io_error(shown: &str, e: &std::io::Error) -> ToolError {
     }
 }
 
+/// Opens a file to read, refusing what is not a regular file: a named pipe would hold the open
+/// (and the call, and a blocking thread) until a writer came, a device would never end. Opened
+/// without waiting, then judged by the open handle, so a file swapped for a pipe after a check by
+/// name is refused too.
+fn open_regular(path: &Path, shown: &str) -> Result<(std::fs::File, std::fs::Metadata), ToolError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| io_error(shown, &e))?;
+    let meta = file.metadata().map_err(|e| io_error(shown, &e))?;
+    if meta.is_dir() {
+        return Err(ToolError::new(
+            "is_a_folder",
+            format!("{shown} is a folder: use list_dir to see what it holds"),
+        )
+        .permanent());
+    }
+    if !meta.is_file() {
+        return Err(ToolError::new(
+            "not_a_file",
+            format!(
+                "{shown} is not a regular file (a pipe, a device or a socket): it cannot be read"
+            ),
+        )
+        .permanent());
+    }
+    Ok((file, meta))
+}
+
 fn binary_error(shown: &str) -> ToolError {
     ToolError::new(
         "binary_file",
@@ -131,14 +162,7 @@ pub(crate) fn read_file(name: &str, limits: &FileLimits) -> Tool {
 fn read_file_body(limits: &FileLimits, args: ReadFileArgs) -> Result<ToolOutput, ToolError> {
     let path = limits.workspace.resolve(&args.path)?;
     let shown = limits.workspace.display(&path);
-    if path.is_dir() {
-        return Err(ToolError::new(
-            "is_a_folder",
-            format!("{shown} is a folder: use list_dir to see what it holds"),
-        )
-        .permanent());
-    }
-    let file = std::fs::File::open(&path).map_err(|e| io_error(&shown, &e))?;
+    let (file, _) = open_regular(&path, &shown)?;
     let mut reader = std::io::BufReader::new(file);
     if looks_binary(reader.fill_buf().map_err(|e| io_error(&shown, &e))?) {
         return Err(binary_error(&shown));
@@ -150,17 +174,35 @@ fn read_file_body(limits: &FileLimits, args: ReadFileArgs) -> Result<ToolOutput,
     let mut shown_lines = 0usize;
     let mut line = Vec::new();
     let mut cut_note = None;
+    // No line is taken into memory past the cap (a file of one line of gigabytes): the lines
+    // before `offset` are skipped unread, and of a longer line only the cap and a byte are read,
+    // which the cap below cuts.
+    let cap = limits.max_bytes.saturating_add(1) as u64;
     loop {
+        if line_no + 1 < first {
+            let n = reader.skip_until(b'\n').map_err(|e| io_error(&shown, &e))?;
+            if n == 0 {
+                break;
+            }
+            line_no += 1;
+            continue;
+        }
         line.clear();
-        let n = reader
+        let n = (&mut reader)
+            .take(cap)
             .read_until(b'\n', &mut line)
             .map_err(|e| io_error(&shown, &e))?;
         if n == 0 {
             break;
         }
         line_no += 1;
-        if line_no < first {
-            continue;
+        if !line.ends_with(b"\n") && n as u64 == cap {
+            // Cut inside the line, perhaps inside a character: its whole characters are kept.
+            if let Err(e) = std::str::from_utf8(&line)
+                && e.error_len().is_none()
+            {
+                line.truncate(e.valid_up_to());
+            }
         }
         if shown_lines == limit {
             cut_note = Some(format!(
@@ -281,12 +323,7 @@ pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 
 /// A whole text file, refused when binary or too large to edit.
 fn read_text(path: &Path, shown: &str) -> Result<String, ToolError> {
-    let meta = std::fs::metadata(path).map_err(|e| io_error(shown, &e))?;
-    if meta.is_dir() {
-        return Err(
-            ToolError::new("is_a_folder", format!("{shown} is a folder, not a file")).permanent(),
-        );
-    }
+    let (file, meta) = open_regular(path, shown)?;
     if meta.len() > MAX_WHOLE_FILE_BYTES {
         return Err(ToolError::new(
             "file_too_large",
@@ -298,9 +335,17 @@ fn read_text(path: &Path, shown: &str) -> Result<String, ToolError> {
         .permanent());
     }
     let mut bytes = Vec::new();
-    std::fs::File::open(path)
-        .and_then(|mut f| f.read_to_end(&mut bytes))
+    // Bounded again as it is read: the file may have grown since its size was taken.
+    file.take(MAX_WHOLE_FILE_BYTES + 1)
+        .read_to_end(&mut bytes)
         .map_err(|e| io_error(shown, &e))?;
+    if bytes.len() as u64 > MAX_WHOLE_FILE_BYTES {
+        return Err(ToolError::new(
+            "file_too_large",
+            format!("{shown} has more than the {MAX_WHOLE_FILE_BYTES} bytes this tool takes"),
+        )
+        .permanent());
+    }
     if looks_binary(&bytes) {
         return Err(binary_error(shown));
     }
@@ -691,15 +736,20 @@ fn grep_body(limits: &FileLimits, args: GrepArgs) -> Result<ToolOutput, ToolErro
         {
             continue;
         }
-        let Ok(meta) = std::fs::metadata(&file) else {
+        let Ok((opened, meta)) = open_regular(&file, "") else {
             continue;
         };
         if meta.len() > MAX_WHOLE_FILE_BYTES {
             continue;
         }
-        let Ok(bytes) = std::fs::read(&file) else {
+        let mut bytes = Vec::new();
+        if opened
+            .take(MAX_WHOLE_FILE_BYTES)
+            .read_to_end(&mut bytes)
+            .is_err()
+        {
             continue;
-        };
+        }
         if looks_binary(&bytes) {
             continue;
         }
@@ -852,6 +902,64 @@ mod tests {
             .await
             .unwrap();
         assert!(wide.contains("longer than the 40 byte cap"), "{wide}");
+        // Read only to the cap, a line of two-byte characters is cut between two of them, not
+        // taken for a binary file.
+        std::fs::write(f.root().join("accents.txt"), "é".repeat(500)).unwrap();
+        let cut = f
+            .call(read_file, json!({"path": "accents.txt"}))
+            .await
+            .unwrap();
+        assert!(cut.contains("longer than the 40 byte cap"), "{cut}");
+        assert!(cut.contains("éé"), "{cut}");
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_named_pipe_is_refused_at_once_not_waited_on() {
+        let f = Fixture::new();
+        let fifo = f.root().join("pipe");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap();
+        assert!(made.success());
+        // Were the open to wait for a writer, this one comes after 3 s and lets it go on, so the
+        // test fails rather than hangs (without a reader waiting, its own open fails at once).
+        let writer = {
+            let fifo = fifo.clone();
+            std::thread::spawn(move || {
+                use std::os::unix::fs::OpenOptionsExt;
+                std::thread::sleep(std::time::Duration::from_secs(3));
+                let _ = std::fs::OpenOptions::new()
+                    .write(true)
+                    .custom_flags(libc::O_NONBLOCK)
+                    .open(fifo);
+            })
+        };
+        let started = std::time::Instant::now();
+        let read = f
+            .call(read_file, json!({"path": "pipe"}))
+            .await
+            .unwrap_err();
+        assert_eq!(code(&read), "not_a_file", "{read}");
+        let grep = f
+            .call(grep, json!({"pattern": "x", "path": "pipe"}))
+            .await
+            .unwrap();
+        assert!(!grep.contains("pipe:"), "{grep}");
+        let edit = f
+            .call(
+                edit_file,
+                json!({"path": "pipe", "old_string": "a", "new_string": "b"}),
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(code(&edit), "not_a_file", "{edit}");
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(3),
+            "{:?}",
+            started.elapsed()
+        );
+        writer.join().unwrap();
     }
 
     #[tokio::test]
