@@ -8,7 +8,7 @@
 //! the runtime that drives the run.
 
 use std::fmt::Write as _;
-use std::io::{BufRead, Read, Write};
+use std::io::{BufRead, Read};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -49,6 +49,15 @@ async fn blocking<T: Send + 'static>(
 /// An I/O error on `shown` (the path as the model knows it), as the model reads it.
 fn io_error(shown: &str, e: &std::io::Error) -> ToolError {
     use std::io::ErrorKind;
+    if crate::beneath::is_link_on_the_way(e) {
+        return ToolError::new(
+            "path_changed",
+            format!(
+                "{shown}: a link appeared on the path after it was checked (another process \
+                 changed the folder): nothing was read or written"
+            ),
+        );
+    }
     match e.kind() {
         ErrorKind::NotFound => {
             ToolError::new("not_found", format!("{shown}: no such file or folder")).permanent()
@@ -64,13 +73,12 @@ fn io_error(shown: &str, e: &std::io::Error) -> ToolError {
 /// (and the call, and a blocking thread) until a writer came, a device would never end. Opened
 /// without waiting, then judged by the open handle, so a file swapped for a pipe after a check by
 /// name is refused too.
-fn open_regular(path: &Path, shown: &str) -> Result<(std::fs::File, std::fs::Metadata), ToolError> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(path)
-        .map_err(|e| io_error(shown, &e))?;
+fn open_regular(
+    root: &Path,
+    path: &Path,
+    shown: &str,
+) -> Result<(std::fs::File, std::fs::Metadata), ToolError> {
+    let file = crate::beneath::open_read(root, path).map_err(|e| io_error(shown, &e))?;
     let meta = file.metadata().map_err(|e| io_error(shown, &e))?;
     if meta.is_dir() {
         return Err(ToolError::new(
@@ -162,7 +170,7 @@ pub(crate) fn read_file(name: &str, limits: &FileLimits) -> Tool {
 fn read_file_body(limits: &FileLimits, args: ReadFileArgs) -> Result<ToolOutput, ToolError> {
     let path = limits.workspace.resolve(&args.path)?;
     let shown = limits.workspace.display(&path);
-    let (file, _) = open_regular(&path, &shown)?;
+    let (file, _) = open_regular(limits.workspace.root(), &path, &shown)?;
     let mut reader = std::io::BufReader::new(file);
     if looks_binary(reader.fill_buf().map_err(|e| io_error(&shown, &e))?) {
         return Err(binary_error(&shown));
@@ -289,7 +297,8 @@ fn write_file_body(limits: &FileLimits, args: WriteFileArgs) -> Result<ToolOutpu
         );
     }
     let existed = path.exists();
-    write_atomic(&path, args.content.as_bytes()).map_err(|e| io_error(&shown, &e))?;
+    crate::beneath::replace(limits.workspace.root(), &path, args.content.as_bytes())
+        .map_err(|e| io_error(&shown, &e))?;
     Ok(ToolOutput::text(format!(
         "{} {shown} ({} bytes, {} lines)",
         if existed { "replaced" } else { "created" },
@@ -298,32 +307,9 @@ fn write_file_body(limits: &FileLimits, args: WriteFileArgs) -> Result<ToolOutpu
     )))
 }
 
-/// Writes `bytes` to `path` atomically: a temporary file beside it, synced, renamed over it, and
-/// the folder synced so the rename lasts. An existing file keeps its permissions.
-pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let dir = path
-        .parent()
-        .ok_or_else(|| std::io::Error::other("the path has no parent folder"))?;
-    std::fs::create_dir_all(dir)?;
-    let mut tmp = tempfile::Builder::new()
-        .prefix(".agentloop-write-")
-        .tempfile_in(dir)?;
-    tmp.write_all(bytes)?;
-    if let Ok(meta) = std::fs::metadata(path) {
-        tmp.as_file().set_permissions(meta.permissions())?;
-    }
-    tmp.as_file().sync_all()?;
-    tmp.persist(path).map_err(|e| e.error)?;
-    if let Ok(d) = std::fs::File::open(dir) {
-        // Not every file system syncs a folder; the file itself is already safe.
-        let _ = d.sync_all();
-    }
-    Ok(())
-}
-
 /// A whole text file, refused when binary or too large to edit.
-fn read_text(path: &Path, shown: &str) -> Result<String, ToolError> {
-    let (file, meta) = open_regular(path, shown)?;
+fn read_text(root: &Path, path: &Path, shown: &str) -> Result<String, ToolError> {
+    let (file, meta) = open_regular(root, path, shown)?;
     if meta.len() > MAX_WHOLE_FILE_BYTES {
         return Err(ToolError::new(
             "file_too_large",
@@ -397,7 +383,7 @@ fn edit_file_body(limits: &FileLimits, args: EditFileArgs) -> Result<ToolOutput,
         )
         .permanent());
     }
-    let text = read_text(&path, &shown)?;
+    let text = read_text(limits.workspace.root(), &path, &shown)?;
     let positions: Vec<usize> = text
         .match_indices(args.old_string.as_str())
         .map(|(at, _)| at)
@@ -433,7 +419,8 @@ fn edit_file_body(limits: &FileLimits, args: EditFileArgs) -> Result<ToolOutput,
         _ => {}
     }
     let new_text = text.replace(args.old_string.as_str(), &args.new_string);
-    write_atomic(&path, new_text.as_bytes()).map_err(|e| io_error(&shown, &e))?;
+    crate::beneath::replace(limits.workspace.root(), &path, new_text.as_bytes())
+        .map_err(|e| io_error(&shown, &e))?;
     let n = positions.len();
     let diff = edit_diff(&text, &positions, &args.old_string, &args.new_string);
     Ok(ToolOutput::text(format!(
@@ -736,7 +723,7 @@ fn grep_body(limits: &FileLimits, args: GrepArgs) -> Result<ToolOutput, ToolErro
         {
             continue;
         }
-        let Ok((opened, meta)) = open_regular(&file, "") else {
+        let Ok((opened, meta)) = open_regular(limits.workspace.root(), &file, "") else {
             continue;
         };
         if meta.len() > MAX_WHOLE_FILE_BYTES {

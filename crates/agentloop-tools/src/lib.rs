@@ -7,6 +7,7 @@
 //! deferred tools the model finds with `search_tools`.
 #![forbid(unsafe_code)]
 
+mod beneath;
 pub mod builtin;
 pub mod command;
 pub mod files;

@@ -14,8 +14,9 @@
 //! Canonical forms are compared, so on a case-insensitive file system a path spelled in another
 //! case resolves to the same canonical root and is accepted, and nothing else is.
 //!
-//! What this cannot stop: a process outside the agent that swaps a folder for a link between the
-//! check and the use. The tools guard against the model, not against a hostile neighbour.
+//! A folder swapped for a link between the check and the use (by the model's own shell, in a
+//! sibling call) is caught where the file tools open and replace files: they walk the resolved
+//! path from the root one folder at a time, refusing links (`beneath.rs`).
 
 use std::ffi::OsString;
 use std::path::{Component, Path, PathBuf};

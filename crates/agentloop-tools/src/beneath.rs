@@ -1,0 +1,228 @@
+//! Reading and replacing a file the workspace resolved, by exactly the path it resolved: each
+//! folder on the way is opened from the one before it, from the root down, and a link on the way
+//! is refused (`O_NOFOLLOW`). The path [`crate::workspace::Workspace::resolve`] returns holds no
+//! link (they are all followed), so a link found here was put there after the check, by another
+//! process sharing the root (the model's own shell, in a sibling call): the call fails rather
+//! than reach outside the root.
+
+use std::ffi::OsString;
+use std::io::{self, Write};
+use std::os::fd::OwnedFd;
+use std::path::{Component, Path};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use rustix::fs::{AtFlags, Mode, OFlags};
+
+/// The open folder a file is in, and the file's name in it.
+struct Parent {
+    dir: OwnedFd,
+    name: OsString,
+}
+
+fn open_dir(dir: &OwnedFd, name: &OsString) -> io::Result<OwnedFd> {
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    match rustix::fs::openat(dir, name.as_os_str(), flags, Mode::empty()) {
+        Ok(fd) => Ok(fd),
+        // Linux answers a link met with `O_DIRECTORY` as "not a folder": told apart from a file
+        // here, as the link is the path changed under the check.
+        Err(rustix::io::Errno::NOTDIR) if is_link(dir, name) => Err(rustix::io::Errno::LOOP.into()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn is_link(dir: &OwnedFd, name: &OsString) -> bool {
+    rustix::fs::statat(dir, name.as_os_str(), AtFlags::SYMLINK_NOFOLLOW).is_ok_and(|st| {
+        rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Symlink
+    })
+}
+
+fn open_root(root: &Path) -> io::Result<OwnedFd> {
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+    Ok(rustix::fs::open(root, flags, Mode::empty())?)
+}
+
+/// The parts of `path` below `root`, or an error when it is not below it.
+fn parts(root: &Path, path: &Path) -> io::Result<Vec<OsString>> {
+    let below = path
+        .strip_prefix(root)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "the path is outside the root"))?;
+    below
+        .components()
+        .map(|c| match c {
+            Component::Normal(p) => Ok(p.to_owned()),
+            _ => Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "the path is not a plain path below the root",
+            )),
+        })
+        .collect()
+}
+
+/// The folder holding `path` (under `root`), opened one folder at a time from the root; the
+/// folders missing on the way are made when `create`. `None` for the root itself.
+fn parent_of(root: &Path, path: &Path, create: bool) -> io::Result<Option<Parent>> {
+    let mut parts = parts(root, path)?;
+    let Some(name) = parts.pop() else {
+        return Ok(None);
+    };
+    let mut dir = open_root(root)?;
+    for part in parts {
+        dir = match open_dir(&dir, &part) {
+            Err(e) if create && e.kind() == io::ErrorKind::NotFound => {
+                match rustix::fs::mkdirat(&dir, part.as_os_str(), Mode::from_raw_mode(0o777)) {
+                    Ok(()) | Err(rustix::io::Errno::EXIST) => {}
+                    Err(e) => return Err(e.into()),
+                }
+                open_dir(&dir, &part)?
+            }
+            other => other?,
+        };
+    }
+    Ok(Some(Parent { dir, name }))
+}
+
+/// Opens `path` (under `root`) to read, without waiting (a named pipe opens at once, and its
+/// caller refuses it by the handle's type). The root itself opens as a folder.
+pub(crate) fn open_read(root: &Path, path: &Path) -> io::Result<std::fs::File> {
+    let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
+    let fd = match parent_of(root, path, false)? {
+        Some(p) => rustix::fs::openat(&p.dir, p.name.as_os_str(), flags, Mode::empty())?,
+        None => open_root(root)?,
+    };
+    Ok(std::fs::File::from(fd))
+}
+
+/// Replaces `path` (under `root`) with `bytes` atomically: a new file beside it, synced, renamed
+/// over it (a link at its name is replaced, never followed), and the folder synced so that the
+/// rename lasts. An existing file keeps its permissions; missing folders are made.
+pub(crate) fn replace(root: &Path, path: &Path, bytes: &[u8]) -> io::Result<()> {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let parent = parent_of(root, path, true)?.ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::IsADirectory,
+            "the root is a folder, not a file",
+        )
+    })?;
+    let mode = match rustix::fs::statat(
+        &parent.dir,
+        parent.name.as_os_str(),
+        AtFlags::SYMLINK_NOFOLLOW,
+    ) {
+        Ok(st)
+            if rustix::fs::FileType::from_raw_mode(st.st_mode)
+                == rustix::fs::FileType::RegularFile =>
+        {
+            Some(Mode::from_raw_mode(st.st_mode & 0o7777))
+        }
+        _ => None,
+    };
+    let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let (tmp_name, fd) = loop {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let name = format!(".agentloop-write-{}-{n}", std::process::id());
+        match rustix::fs::openat(
+            &parent.dir,
+            name.as_str(),
+            flags,
+            Mode::from_raw_mode(0o666),
+        ) {
+            Ok(fd) => break (name, fd),
+            Err(rustix::io::Errno::EXIST) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    };
+    let written = (|| -> io::Result<()> {
+        if let Some(mode) = mode {
+            rustix::fs::fchmod(&fd, mode)?;
+        }
+        let mut file = std::fs::File::from(fd);
+        file.write_all(bytes)?;
+        file.sync_all()?;
+        rustix::fs::renameat(
+            &parent.dir,
+            tmp_name.as_str(),
+            &parent.dir,
+            parent.name.as_os_str(),
+        )?;
+        Ok(())
+    })();
+    if let Err(e) = written {
+        let _ = rustix::fs::unlinkat(&parent.dir, tmp_name.as_str(), AtFlags::empty());
+        return Err(e);
+    }
+    // Not every file system syncs a folder; the file itself is already safe.
+    let _ = rustix::fs::fsync(&parent.dir);
+    Ok(())
+}
+
+/// True for the error of a link found on the way: the path changed after it was checked.
+pub(crate) fn is_link_on_the_way(e: &io::Error) -> bool {
+    e.raw_os_error() == Some(libc::ELOOP)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::workspace::Workspace;
+
+    /// A folder `d` in the root, checked by the workspace, then swapped for a link to a folder
+    /// outside, as a shell in a sibling call could between the check and the use.
+    fn swapped() -> (tempfile::TempDir, Workspace, std::path::PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let (root, outside) = (dir.path().join("root"), dir.path().join("outside"));
+        std::fs::create_dir_all(root.join("d")).unwrap();
+        std::fs::create_dir_all(&outside).unwrap();
+        std::fs::write(root.join("d/notes.txt"), "inside\n").unwrap();
+        std::fs::write(outside.join("notes.txt"), "outside secret\n").unwrap();
+        let ws = Workspace::new(&root).unwrap();
+        let checked = ws.resolve_for_write("d/notes.txt").unwrap();
+        std::fs::rename(root.join("d"), root.join("d-was")).unwrap();
+        std::os::unix::fs::symlink(&outside, root.join("d")).unwrap();
+        (dir, ws, checked)
+    }
+
+    #[test]
+    fn a_folder_swapped_for_a_link_after_the_check_is_neither_written_nor_read() {
+        let (dir, ws, checked) = swapped();
+        let e = replace(ws.root(), &checked, b"owned\n").unwrap_err();
+        assert!(is_link_on_the_way(&e), "{e}");
+        let outside = dir.path().join("outside");
+        assert_eq!(
+            std::fs::read_to_string(outside.join("notes.txt")).unwrap(),
+            "outside secret\n"
+        );
+        assert_eq!(
+            std::fs::read_dir(&outside).unwrap().count(),
+            1,
+            "no file left there"
+        );
+        let e = open_read(ws.root(), &checked).unwrap_err();
+        assert!(is_link_on_the_way(&e), "{e}");
+    }
+
+    #[test]
+    fn a_link_at_the_files_own_name_is_replaced_not_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let (root, outside) = (dir.path().join("root"), dir.path().join("outside.txt"));
+        std::fs::create_dir_all(&root).unwrap();
+        std::fs::write(&outside, "outside\n").unwrap();
+        let ws = Workspace::new(&root).unwrap();
+        let checked = ws.resolve_for_write("new/deep/file.txt").unwrap();
+        replace(ws.root(), &checked, b"one\n").unwrap();
+        assert_eq!(std::fs::read_to_string(&checked).unwrap(), "one\n");
+        std::fs::remove_file(&checked).unwrap();
+        std::os::unix::fs::symlink(&outside, &checked).unwrap();
+        replace(ws.root(), &checked, b"two\n").unwrap();
+        assert_eq!(std::fs::read_to_string(&outside).unwrap(), "outside\n");
+        assert!(!std::fs::symlink_metadata(&checked).unwrap().is_symlink());
+        assert_eq!(std::fs::read_to_string(&checked).unwrap(), "two\n");
+        assert!(
+            open_read(ws.root(), ws.root())
+                .unwrap()
+                .metadata()
+                .unwrap()
+                .is_dir()
+        );
+    }
+}
