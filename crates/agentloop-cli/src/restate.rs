@@ -52,6 +52,17 @@ pub struct ServeArgs {
     /// takes it.
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9080")]
     restate_endpoint: SocketAddr,
+    /// A public key of the Restate server (`publickeyv1_…`, its
+    /// `request-identity-private-key-pem-file`'s): the endpoint answers only requests it signed.
+    /// Repeatable; without one, anyone who reaches the endpoint can run the agents, so it stays
+    /// on loopback.
+    #[arg(
+        long,
+        value_name = "KEY",
+        env = "AGENTLOOP_RESTATE_IDENTITY_KEYS",
+        value_delimiter = ','
+    )]
+    identity_key: Vec<String>,
     /// Registers the endpoint with the Restate admin API at this URL (http://127.0.0.1:9070).
     #[arg(long, value_name = "ADMIN_URL")]
     register: Option<String>,
@@ -209,11 +220,17 @@ pub async fn serve(args: ServeArgs) -> Result<i32, CliError> {
     options.ingress = Some(args.ingress.ingress()?);
     options.heartbeat = Duration::from_secs_f64(args.heartbeat_secs);
     options.news_retention = Duration::from_secs(args.news_retention_secs);
+    options.identity_keys = args.identity_key.clone();
+    if options.identity_keys.is_empty()
+        && let Some(warning) = crate::served::exposed_warning(args.restate_endpoint)
+    {
+        err!("{warning}, or --identity-key to answer only your Restate server");
+    }
     let served = Arc::new(Served {
         files,
         trace: trace.clone(),
     });
-    let endpoint = agentloop_restate::endpoint(served.clone(), options);
+    let endpoint = agentloop_restate::endpoint(served.clone(), options).map_err(restate_error)?;
     let listener = agentloop_restate::listener(args.restate_endpoint).map_err(restate_error)?;
     let url = format!("http://{}", args.restate_endpoint);
     err!("serving {} at {url}", names.join(", "));

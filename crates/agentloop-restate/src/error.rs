@@ -4,6 +4,12 @@
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum RestateError {
+    /// A Restate identity key that is not one (`publickeyv1_` and the key).
+    #[error("not a Restate identity key: {message}")]
+    IdentityKey {
+        /// Why.
+        message: String,
+    },
     /// The ingress could not be reached, or refused the request.
     #[error("the Restate ingress at {url}: {message}")]
     Ingress {
@@ -71,6 +77,7 @@ impl RestateError {
             RestateError::Admin { .. } => "restate.admin",
             RestateError::Response { .. } => "restate.response",
             RestateError::Endpoint { .. } => "restate.endpoint",
+            RestateError::IdentityKey { .. } => "restate.identity_key",
             RestateError::NoSuchCall { .. } => "restate.no_such_call",
             RestateError::Question { .. } => "restate.question",
             RestateError::NotAQuestion { .. } => "restate.not_a_question",

@@ -69,6 +69,7 @@
 //! | `restate.admin` | the Restate admin API could not be reached or refused the request |
 //! | `restate.response` | an answer from Restate could not be read |
 //! | `restate.endpoint` | the service endpoint could not listen on its address |
+//! | `restate.identity_key` | an identity key given to the endpoint is not a Restate public key |
 //! | `restate.no_such_call` | the run waits on no approval or question of this call |
 //! | `restate.question` | the call is a question: it takes an answer, not an approval |
 //! | `restate.not_a_question` | the call waits for approval, not for an answer |

@@ -71,6 +71,11 @@ pub struct EndpointOptions {
     pub heartbeat: Duration,
     /// How long a run's news (its events, for `attach`) is kept after the run ends.
     pub news_retention: Duration,
+    /// The public keys of the Restate servers the endpoint answers (`publickeyv1_…`): a request
+    /// must carry the signature of one of them. None: the endpoint answers whoever reaches it,
+    /// and whoever does can run its agents and supply their journals (approvals included), so it
+    /// belongs on loopback.
+    pub identity_keys: Vec<String>,
     /// For the crash tests only: right after step N of a run is journaled, the worker says so on
     /// stderr (`agentloop-restate: fault: paused after step N`) and that run goes no further,
     /// for the test to kill the process. Set from `AGENTLOOP_TEST_RESTATE_CRASH_AFTER_STEP` by
@@ -101,6 +106,7 @@ impl Default for EndpointOptions {
             retry_max: Duration::from_secs(10),
             heartbeat: Duration::from_secs(5),
             news_retention: Duration::from_secs(24 * 60 * 60),
+            identity_keys: Vec::new(),
             crash_after_step: crash_after_step_from_env(),
         }
     }
@@ -609,19 +615,31 @@ impl RunsObject {
     }
 }
 
-/// The endpoint serving `agents`: the conversations and the runs' news.
-pub fn endpoint(agents: Arc<dyn Agents>, options: EndpointOptions) -> Endpoint {
+/// The endpoint serving `agents`: the conversations and the runs' news; with
+/// [`EndpointOptions::identity_keys`], only to requests a Restate server of those keys signed.
+pub fn endpoint(
+    agents: Arc<dyn Agents>,
+    options: EndpointOptions,
+) -> Result<Endpoint, RestateError> {
     let retries = ServiceOptions::default()
         .retry_policy_initial_interval(options.retry_initial)
         .retry_policy_exponentiation_factor(2.0)
         .retry_policy_max_interval(options.retry_max);
+    let mut builder = Endpoint::builder();
+    for key in &options.identity_keys {
+        builder = builder
+            .identity_key(key)
+            .map_err(|e| RestateError::IdentityKey {
+                message: e.to_string(),
+            })?;
+    }
     let sessions = SessionObject {
         agents,
         options: Arc::new(options),
     }
     .into_service_definition()
     .options(retries);
-    Endpoint::builder().bind(sessions).bind(RunsObject).build()
+    Ok(builder.bind(sessions).bind(RunsObject).build())
 }
 
 /// A listener on `addr` that other worker processes on this machine may share (`SO_REUSEPORT`):
