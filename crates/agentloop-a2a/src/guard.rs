@@ -14,21 +14,31 @@ use axum::response::{IntoResponse, Response};
 
 /// The names a request may give its server by: `localhost`, `127.0.0.1`, `::1`, and the address
 /// `addr` when it is another one (a server that listens on a LAN address is reached by it).
-pub fn allowed_hosts(addr: SocketAddr) -> Vec<String> {
+/// `None` for a server that listens on every address (`0.0.0.0`, `[::]`): it is meant to be
+/// reached from elsewhere, by names it cannot know, and anyone may reach it directly anyway (its
+/// operator was warned); the check is there for a server kept on this machine.
+pub fn allowed_hosts(addr: SocketAddr) -> Option<Vec<String>> {
+    let ip = addr.ip();
+    if ip.is_unspecified() {
+        return None;
+    }
     let mut hosts = vec![
         "localhost".to_owned(),
         "127.0.0.1".to_owned(),
         "::1".to_owned(),
     ];
-    let ip = addr.ip();
-    if !ip.is_unspecified() && !ip.is_loopback() {
+    if !ip.is_loopback() {
         hosts.push(ip.to_string());
     }
-    hosts
+    Some(hosts)
 }
 
-/// `router`, answering 403 to a request whose `Host` is none of `allowed` (a port in it aside).
-pub fn host_checked(router: Router, allowed: Vec<String>) -> Router {
+/// `router`, answering 403 to a request whose `Host` is none of `allowed` (a port in it aside);
+/// `router` as it is when `allowed` is `None` (see [`allowed_hosts`]).
+pub fn host_checked(router: Router, allowed: Option<Vec<String>>) -> Router {
+    let Some(allowed) = allowed else {
+        return router;
+    };
     let allowed: Arc<[String]> = allowed.into();
     router.layer(axum::middleware::from_fn(
         move |request: Request, next: Next| {
@@ -87,7 +97,7 @@ mod tests {
     #[test]
     fn loopback_names_and_the_listening_address_pass_and_nothing_else() {
         let lan: SocketAddr = "192.168.1.5:9000".parse().unwrap();
-        let allowed = allowed_hosts(lan);
+        let allowed = allowed_hosts(lan).unwrap();
         for ok in [
             "127.0.0.1:9000",
             "localhost:9000",
@@ -107,7 +117,8 @@ mod tests {
             assert!(!host_allowed(&with_host(no), &allowed), "{no}");
         }
         assert!(!host_allowed(&HeaderMap::new(), &allowed), "no Host at all");
-        let local = allowed_hosts("127.0.0.1:9000".parse().unwrap());
+        let local = allowed_hosts("127.0.0.1:9000".parse().unwrap()).unwrap();
         assert!(!host_allowed(&with_host("192.168.1.5:9000"), &local));
+        assert_eq!(allowed_hosts("0.0.0.0:9000".parse().unwrap()), None);
     }
 }

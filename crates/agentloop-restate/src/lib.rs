@@ -53,7 +53,7 @@
 //! # async fn worker() -> Result<(), RestateError> {
 //! let mut options = EndpointOptions::default();
 //! options.ingress = Some(Ingress::new("http://127.0.0.1:8080")?);
-//! let endpoint = agentloop_restate::endpoint(Arc::new(Hello), options);
+//! let endpoint = agentloop_restate::endpoint(Arc::new(Hello), options)?;
 //! let addr = "127.0.0.1:9080".parse().expect("an address");
 //! let listener = agentloop_restate::listener(addr)?;
 //! // Restate discovers the services at the endpoint's address: serve, then register.
