@@ -278,9 +278,14 @@ impl Served {
         let run = journal.load(id).await.map_err(|e| A2aError::Internal {
             reason: format!("{}: {e}", e.code()),
         })?;
-        let Some(run) =
-            run.filter(|r| r.header.agent == self.agent.name && r.header.parent.is_none())
-        else {
+        // A run suspended for approvals is waiting for whoever ran it (`agentloop approve`),
+        // never this server's runs (their questions go to the task's caller, in the process): a
+        // caller that found its id must not answer them.
+        let Some(run) = run.filter(|r| {
+            r.header.agent == self.agent.name
+                && r.header.parent.is_none()
+                && r.status != RunStatus::Suspended
+        }) else {
             return Ok(false);
         };
         let context_id = run.header.session.clone().unwrap_or_else(|| id.to_owned());

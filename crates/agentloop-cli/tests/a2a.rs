@@ -360,6 +360,38 @@ async fn an_asked_call_waits_in_input_required_until_a_message_on_the_task_answe
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_run_suspended_for_its_own_approver_is_no_task_of_the_server() {
+    // `agentloop run --journal` stopped at an asked call, waiting for `agentloop approve`; a
+    // server on the same journal must not take it up, and hand its approval to a caller.
+    let dir = forecaster("[permissions]\nask = [\"forecast\"]\n");
+    let (agent, journal) = (dir.agent(), dir.path("journal.db"));
+    let out = agentloop(args(&[
+        "run",
+        agent.to_str().unwrap(),
+        "--journal",
+        journal.to_str().unwrap(),
+        "--json",
+        "--input",
+        "The weather in Paris?",
+    ]))
+    .await;
+    let suspended = stdout_json(&out);
+    assert_eq!(suspended["stop_reason"], "suspended", "{suspended}");
+    let id = suspended["run_id"].as_str().unwrap().to_owned();
+    let server = HttpServer::start(
+        "a2a",
+        &[
+            agent.to_str().unwrap(),
+            "--journal",
+            journal.to_str().unwrap(),
+        ],
+    );
+    let seen = sdk_client(&server.url, json!([{"do": "get", "task": {"id": id}}])).await;
+    assert_eq!(seen[0]["error"]["type"], "TaskNotFoundError", "{}", seen[0]);
+    assert!(dir.tool_inputs().is_empty(), "the asked call did not run");
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn with_sessions_a_context_is_a_stored_session_that_goes_on_after_a_restart() {
     let dir = forecaster("");
     let (agent, sessions) = (dir.agent(), dir.path("sessions.db"));
