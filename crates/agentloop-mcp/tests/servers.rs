@@ -102,6 +102,18 @@ fn recoverable(e: ToolError) -> (String, String) {
 }
 
 /// A run of an agent on `tools` whose model calls `name` once with `args`, then says "done".
+/// The run's first call, asserted to have ended well.
+fn the_only_call_ok(outcome: &agentloop::RunOutcome) -> &agentloop::ToolCallRecord {
+    let record = &outcome.tool_calls[0];
+    assert_eq!(
+        record.outcome.status,
+        CallStatus::Ok,
+        "{:?}",
+        record.outcome
+    );
+    record
+}
+
 async fn run_one_call(tools: Vec<Tool>, name: &str, args: &str) -> agentloop::RunOutcome {
     let agent = Agent::builder()
         .model(ScriptedModel::new([
@@ -245,13 +257,7 @@ async fn time_server_structured_content_is_checked_against_its_output_schema_in_
         r#"{"timezone": "Asia/Tokyo"}"#,
     )
     .await;
-    let record = &outcome.tool_calls[0];
-    assert_eq!(
-        record.outcome.status,
-        CallStatus::Ok,
-        "{:?}",
-        record.outcome
-    );
+    let record = the_only_call_ok(&outcome);
     assert!(record.outcome.content.to_text().contains("Asia/Tokyo"));
 
     // A server's own error: an unknown timezone.
@@ -846,13 +852,7 @@ async fn a_large_result_reaches_the_runs_record_cut_to_the_servers_bound() {
         &json!({ "message": message }).to_string(),
     )
     .await;
-    let record = &outcome.tool_calls[0];
-    assert_eq!(
-        record.outcome.status,
-        CallStatus::Ok,
-        "{:?}",
-        record.outcome.code
-    );
+    let record = the_only_call_ok(&outcome);
     let shown = record.outcome.content.to_text();
     assert!(shown.len() <= BOUND, "{} bytes", shown.len());
     assert!(shown.starts_with("Echo: HEAD-é"), "{}", &shown[..40]);
