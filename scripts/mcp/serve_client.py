@@ -11,6 +11,8 @@ STEPS is a JSON list, each step one of:
     {"do": "cancel", "tool": T, "arguments": A, "after": TEXT, "when_exists": PATH}
         calls, and cancels the call (the SDK sends notifications/cancelled) once a progress
         message holds TEXT and then the file PATH (optional) exists
+    {"do": "together", "calls": [CALL, ...]}             the call steps made at once, their
+        results in the order given
 A call step may hold "elicit": {"action": "accept"|"decline"|"cancel", "content": {...}}: the
 answer to each elicitation the server sends during the call (the requests are returned, as
 "elicited"). The client declares elicitation only when a step holds such an answer.
@@ -94,6 +96,18 @@ async def cancel(session, step):
     return outcome
 
 
+async def together(session, steps):
+    results = [None] * len(steps)
+
+    async def one(i, step):
+        results[i] = await call(session, step)
+
+    async with anyio.create_task_group() as group:
+        for i, step in enumerate(steps):
+            group.start_soon(one, i, step)
+    return results
+
+
 async def main():
     mode, target, steps = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
     if mode == "stdio":
@@ -117,6 +131,8 @@ async def main():
                     out.append(await call(session, step))
                 elif step["do"] == "cancel":
                     out.append(await cancel(session, step))
+                elif step["do"] == "together":
+                    out.append({"results": await together(session, step["calls"])})
                 else:
                     raise SystemExit(f"unknown step {step['do']!r}")
     print(json.dumps(out))

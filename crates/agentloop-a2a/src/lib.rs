@@ -9,7 +9,7 @@ mod wire;
 
 pub use client::{A2aClient, AgentCard};
 pub use server::{A2aServer, serve};
-pub use task::{BuildAgent, ClaimRun, RunOptionsFor, ServedAgent};
+pub use task::{BuildAgent, ClaimRun, DEFAULT_MAX_RUNS, RunOptionsFor, ServedAgent};
 pub use wire::{PROTOCOL_VERSION, TaskState};
 
 /// Why an A2A request failed, with its JSON-RPC code (A2A's own codes where it has one).
@@ -68,6 +68,14 @@ pub enum A2aError {
         /// Why.
         reason: String,
     },
+    /// The server runs as many tasks as it may at once: the message starts none.
+    #[error(
+        "the server is running its most tasks at once ({most}); send the message again when one ends"
+    )]
+    Busy {
+        /// The most runs at once.
+        most: usize,
+    },
     /// The address could not be served.
     #[error("cannot serve A2A: {reason}")]
     Serve {
@@ -88,6 +96,7 @@ impl A2aError {
             A2aError::TaskNotCancelable { .. } => "a2a.task_not_cancelable",
             A2aError::Internal { .. } => "a2a.internal",
             A2aError::Serve { .. } => "a2a.serve",
+            A2aError::Busy { .. } => "a2a.busy",
             A2aError::Card { .. } => "a2a.card",
         }
     }
@@ -101,6 +110,8 @@ impl A2aError {
             A2aError::InvalidParams { .. } => -32602,
             A2aError::TaskNotFound { .. } => -32001,
             A2aError::TaskNotCancelable { .. } => -32002,
+            // JSON-RPC's range for a server's own errors; the protocol names none for this.
+            A2aError::Busy { .. } => -32000,
             A2aError::Internal { .. } | A2aError::Serve { .. } | A2aError::Card { .. } => -32603,
         }
     }

@@ -20,7 +20,7 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc::{UnboundedSender, unbounded_channel};
 
 use crate::A2aError;
-use crate::task::{Served, ServedAgent, Work, drive, settled};
+use crate::task::{DEFAULT_MAX_RUNS, RunSlots, Served, ServedAgent, Work, settled};
 use crate::wire::{
     PROTOCOL_VERSION, SendMessageRequest, StreamResponse, Task, TaskIdRequest, TaskState,
     TaskStatus, with_history,
@@ -30,6 +30,7 @@ use crate::wire::{
 #[derive(Clone)]
 pub struct A2aServer {
     agents: Vec<Arc<Served>>,
+    runs: Arc<RunSlots>,
 }
 
 impl A2aServer {
@@ -45,12 +46,23 @@ impl A2aServer {
         agents: Vec<ServedAgent>,
         sessions: Option<Arc<dyn agentloop::session::SessionStore>>,
     ) -> Self {
+        let runs = Arc::new(RunSlots::new(DEFAULT_MAX_RUNS));
         A2aServer {
             agents: agents
                 .into_iter()
-                .map(|agent| Arc::new(Served::new(agent, sessions.clone())))
+                .map(|agent| Arc::new(Served::new(agent, sessions.clone(), runs.clone())))
                 .collect(),
+            runs,
         }
+    }
+
+    /// The server drives at most `most` runs at once, all its agents' together (at least one;
+    /// [`DEFAULT_MAX_RUNS`] unless set): a message that would start one more is answered
+    /// [`A2aError::Busy`] (HTTP 429), and starts nothing. A task waiting for its caller's
+    /// approval holds its place.
+    pub fn with_max_runs(self, most: usize) -> Self {
+        self.runs.set_most(most);
+        self
     }
 
     /// The router: for each agent its card and its JSON-RPC endpoint.
@@ -85,27 +97,31 @@ impl A2aServer {
     }
 }
 
-/// Serves `server` on `listener` until `shutdown` completes. A request must name the server by a
-/// loopback name or the address it listens on ([`crate::guard`]): a web page cannot reach it
-/// through a name of its own.
+/// Serves `server` on `listener` until `shutdown` completes, within `agentloop-serve`'s bounds
+/// (request heads in bounded time, a bound on connections, a bounded stop). A request must name
+/// the server by a loopback name or the address it listens on ([`crate::guard`]): a web page
+/// cannot reach it through a name of its own.
 pub async fn serve(
     server: &A2aServer,
     listener: tokio::net::TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), A2aError> {
+    let failed = |e: std::io::Error| A2aError::Serve {
+        reason: e.to_string(),
+    };
     let allowed = listener
         .local_addr()
-        .map(crate::guard::allowed_hosts)
-        .map_err(|e| A2aError::Serve {
-            reason: e.to_string(),
-        })?;
-    let router = crate::guard::host_checked(server.router(), allowed);
-    axum::serve(listener, router)
-        .with_graceful_shutdown(shutdown)
-        .await
-        .map_err(|e| A2aError::Serve {
-            reason: e.to_string(),
-        })
+        .map(agentloop_serve::allowed_hosts)
+        .map_err(failed)?;
+    let router = agentloop_serve::host_checked(server.router(), allowed);
+    agentloop_serve::serve(
+        listener,
+        router,
+        shutdown,
+        agentloop_serve::Limits::default(),
+    )
+    .await
+    .map_err(failed)
 }
 
 /// The agent card: its interface at the URL the caller reached it by.
@@ -145,12 +161,22 @@ fn is_json(headers: &HeaderMap) -> bool {
 }
 
 fn rpc_error(id: &Value, e: &A2aError) -> Response {
-    Json(json!({
+    let mut response = Json(json!({
         "jsonrpc": "2.0",
         "id": id,
         "error": {"code": e.rpc_code(), "message": e.to_string(), "data": {"code": e.code()}},
     }))
-    .into_response()
+    .into_response();
+    if matches!(e, A2aError::Busy { .. }) {
+        // What HTTP says of a client that asks too much at once, so that a client or proxy that
+        // knows nothing of JSON-RPC waits before it asks again.
+        *response.status_mut() = axum::http::StatusCode::TOO_MANY_REQUESTS;
+        response.headers_mut().insert(
+            axum::http::header::RETRY_AFTER,
+            axum::http::HeaderValue::from_static("1"),
+        );
+    }
+    response
 }
 
 fn rpc_result(id: &Value, result: impl serde::Serialize) -> Value {
@@ -261,6 +287,7 @@ async fn take(
             reason: "the message has no text".into(),
         });
     }
+    let slot = served.runs.take()?;
     let context_id = message
         .context_id
         .clone()
@@ -280,7 +307,7 @@ async fn take(
         history: vec![message],
     };
     served.add(task, watcher);
-    tokio::spawn(drive(served.clone(), id.clone(), Work::Fresh(input)));
+    served.start(id.clone(), Work::Fresh(input), slot);
     Ok((id, answering))
 }
 

@@ -5,7 +5,7 @@
 //! task's events reach every stream that watches it.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use agentloop::driver::replay::{RunLog, replay};
@@ -16,7 +16,7 @@ use agentloop::{Agent, CancellationToken, Event, EventKind, EventSink, RunOption
 use futures::future::BoxFuture;
 use serde_json::json;
 use tokio::sync::mpsc::UnboundedSender;
-use tokio::sync::{oneshot, watch};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot, watch};
 
 use crate::A2aError;
 use crate::wire::{Artifact, Message, Part, StreamResponse, Task, TaskState, TaskStatus};
@@ -57,6 +57,47 @@ pub type ClaimRun = Arc<dyn Fn(&str) -> Result<(), String> + Send + Sync + 'stat
 /// are always kept.
 pub(crate) const MAX_TASKS: usize = 10_000;
 
+/// The most runs a server drives at once unless told otherwise ([`crate::A2aServer::with_max_runs`]).
+pub const DEFAULT_MAX_RUNS: usize = agentloop_serve::DEFAULT_MAX_RUNS;
+
+/// The server's bound on the runs it drives at once, shared by its agents: each run costs its
+/// model's tokens, so a caller who sends a thousand messages gets [`A2aError::Busy`] past the
+/// bound rather than a thousand paid runs.
+pub(crate) struct RunSlots {
+    free: Arc<Semaphore>,
+    most: AtomicUsize,
+}
+
+impl RunSlots {
+    pub(crate) fn new(most: usize) -> RunSlots {
+        let most = most.max(1);
+        RunSlots {
+            free: Arc::new(Semaphore::new(most)),
+            most: AtomicUsize::new(most),
+        }
+    }
+
+    /// Sets the bound (at least one), as the server is built, before any run holds a slot.
+    pub(crate) fn set_most(&self, most: usize) {
+        let most = most.max(1);
+        let was = self.most.swap(most, Ordering::Relaxed);
+        if most > was {
+            self.free.add_permits(most - was);
+        } else {
+            self.free.forget_permits(was - most);
+        }
+    }
+
+    /// A slot for one run, held until the run ends, or why there is none.
+    pub(crate) fn take(&self) -> Result<OwnedSemaphorePermit, A2aError> {
+        Arc::clone(&self.free)
+            .try_acquire_owned()
+            .map_err(|_| A2aError::Busy {
+                most: self.most.load(Ordering::Relaxed),
+            })
+    }
+}
+
 /// One served agent and its tasks.
 pub(crate) struct Served {
     pub(crate) agent: ServedAgent,
@@ -68,6 +109,8 @@ pub(crate) struct Served {
     created: AtomicU64,
     /// Each context's transcript; its lock keeps the runs of one context one at a time.
     contexts: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Vec<agentloop::Message>>>>>,
+    /// The server's bound on runs at once.
+    pub(crate) runs: Arc<RunSlots>,
 }
 
 pub(crate) struct TaskEntry {
@@ -80,6 +123,9 @@ pub(crate) struct TaskEntry {
     asking: Option<oneshot::Sender<Answer>>,
     /// The order it was created in, for forgetting the oldest ended tasks first.
     created: u64,
+    /// Its place among the server's runs at once, held while it works: a task that waits for
+    /// its caller's answer, or ended, holds none.
+    slot: Option<OwnedSemaphorePermit>,
 }
 
 /// What a task's run does: start on a message, or go on with a journaled run.
@@ -110,7 +156,11 @@ pub(crate) fn forget_oldest(tasks: &mut HashMap<String, TaskEntry>) {
 }
 
 impl Served {
-    pub(crate) fn new(agent: ServedAgent, sessions: Option<Arc<dyn SessionStore>>) -> Served {
+    pub(crate) fn new(
+        agent: ServedAgent,
+        sessions: Option<Arc<dyn SessionStore>>,
+        runs: Arc<RunSlots>,
+    ) -> Served {
         let journal = (agent.options)().journal;
         Served {
             agent,
@@ -119,7 +169,23 @@ impl Served {
             tasks: Mutex::default(),
             created: AtomicU64::new(0),
             contexts: Mutex::default(),
+            runs,
         }
+    }
+
+    /// Drives task `id`'s run on a task of its own, the task holding `slot` while it works.
+    pub(crate) fn start(self: &Arc<Self>, id: String, work: Work, slot: OwnedSemaphorePermit) {
+        if let Some(e) = self.tasks().get_mut(&id) {
+            e.slot = Some(slot);
+        }
+        let served = Arc::clone(self);
+        tokio::spawn(async move {
+            drive(served.clone(), id.clone(), work).await;
+            // However the run ended, its place is free.
+            if let Some(e) = served.tasks().get_mut(&id) {
+                e.slot = None;
+            }
+        });
     }
 
     fn tasks(&self) -> std::sync::MutexGuard<'_, HashMap<String, TaskEntry>> {
@@ -168,6 +234,7 @@ impl Served {
                 watchers,
                 asking: None,
                 created,
+                slot: None,
             },
         );
         forget_oldest(&mut tasks);
@@ -202,9 +269,12 @@ impl Served {
                 text.chars().take(80).collect::<String>()
             ),
         })?;
+        // The run works again: it takes a place among the runs at once, or the answer waits.
+        let slot = self.runs.take()?;
         let asking = entry.asking.take().ok_or_else(|| A2aError::Internal {
             reason: format!("the task {id} has nobody waiting on its answer"),
         })?;
+        entry.slot = Some(slot);
         let _ = asking.send(answer);
         entry.task.history.push(message);
         entry.task.status = TaskStatus {
@@ -253,6 +323,8 @@ impl Served {
         e.watchers.retain(|tx| tx.send(update.clone()).is_ok());
         if settled(status.state) {
             e.watchers.clear();
+            // Waiting for its caller, or ended, it costs nothing: another run may take its place.
+            e.slot = None;
         }
         if status.state.is_terminal() {
             e.asking = None;
@@ -334,6 +406,8 @@ impl Served {
             return Ok(true);
         }
         task.history = history;
+        // Going on with it is a run like any other: it waits for a slot like a new one.
+        let slot = self.runs.take()?;
         if let Some(claim) = &self.agent.claim {
             claim(id).map_err(|reason| A2aError::Internal {
                 reason: format!("the task's run cannot go on here: {reason}"),
@@ -341,11 +415,7 @@ impl Served {
         }
         // Another request may have found it meanwhile: one of them resumes it.
         if self.add(task, None) {
-            tokio::spawn(drive(
-                self.clone(),
-                id.to_owned(),
-                Work::Resume(Box::new(run)),
-            ));
+            self.start(id.to_owned(), Work::Resume(Box::new(run)), slot);
         }
         Ok(true)
     }
@@ -706,6 +776,7 @@ mod tests {
             watchers: Vec::new(),
             asking: None,
             created,
+            slot: None,
         };
         (id, entry)
     }

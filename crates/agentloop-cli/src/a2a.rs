@@ -108,7 +108,7 @@ async fn serve_files(args: &ServeArgs, served: &ServedFiles) -> Result<i32, CliE
         ),
         None => None,
     };
-    let server = A2aServer::with_sessions(agents, sessions);
+    let server = A2aServer::with_sessions(agents, sessions).with_max_runs(args.served.max_runs);
     agentloop_a2a::serve(&server, listener, crate::runs::terminated())
         .await
         .map_err(|e| CliError::Setup {

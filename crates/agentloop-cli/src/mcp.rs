@@ -205,7 +205,7 @@ fn offer(args: &ServeArgs, served: &ServedFiles) -> Result<Offer, CliError> {
 /// Serves until the client leaves (stdio), or Ctrl-C or SIGTERM.
 async fn serve_offer(args: &ServeArgs, offer: Offer) -> Result<i32, CliError> {
     let names: Vec<String> = offer.names().map(str::to_owned).collect();
-    let server = AgentServer::new(offer);
+    let server = AgentServer::new(offer).with_max_runs(args.served.max_runs);
     let shutdown = CancellationToken::new();
     let stop = shutdown.clone();
     let signals = tokio::spawn(async move {

@@ -26,6 +26,13 @@ pub(crate) struct ServedArgs {
     /// Records each run to this trace file (.ndjson, or .sqlite/.db).
     #[arg(long, value_name = "PATH")]
     pub(crate) trace: Option<PathBuf>,
+    /// The most runs the server drives at once, all its agents' together: a request that would
+    /// start one more is refused (A2A: HTTP 429 and `a2a.busy`; MCP: an error result) and
+    /// starts nothing. A task waiting for its caller's approval holds no place.
+    #[arg(long, value_name = "N", default_value_t = agentloop_serve::DEFAULT_MAX_RUNS,
+          value_parser = clap::builder::TypedValueParser::map(
+              clap::value_parser!(u32).range(1..), |n| n as usize))]
+    pub(crate) max_runs: usize,
 }
 
 /// An agent file with its started MCP servers, shared by the runs of it.

@@ -60,16 +60,16 @@ pub async fn serve(path: PathBuf, port: u16, eval: Option<PathBuf>) -> Result<i3
             eval,
         }));
     // A page the browser shows must not read the trace through a name of its own.
-    let app = agentloop_a2a::guard::host_checked(app, agentloop_a2a::guard::allowed_hosts(addr));
+    let app = agentloop_serve::host_checked(app, agentloop_serve::allowed_hosts(addr));
     out!("http://{addr}/");
     err!(
         "agentloop: serving {} at http://{addr}/ (Ctrl-C stops)",
         path.display()
     );
-    axum::serve(listener, app)
-        .with_graceful_shutdown(async {
-            let _ = tokio::signal::ctrl_c().await;
-        })
+    let stop = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    agentloop_serve::serve(listener, app, stop, agentloop_serve::Limits::default())
         .await
         .map_err(|e| CliError::Io {
             message: format!("the viewer stopped: {e}"),

@@ -458,3 +458,100 @@ async fn with_sessions_a_context_is_a_stored_session_that_goes_on_after_a_restar
     );
     assert_eq!(store.load("work").unwrap().unwrap(), own);
 }
+
+/// A JSON-RPC request to the server at `url` by its own name: its status and its JSON answer.
+fn rpc_call(url: &str, request: Value) -> (u16, Value) {
+    let host = url.trim_start_matches("http://").split('/').next().unwrap();
+    let (status, body) = http_answer(
+        url,
+        "POST",
+        host,
+        Some("application/json"),
+        &request.to_string(),
+    );
+    let answer = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{e}: {body:?}"));
+    (status, answer)
+}
+
+/// A message that starts a task (or, with `task`, answers one) and returns while it works.
+fn message(text: &str, task: Option<&str>) -> Value {
+    json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {
+        "message": {"role": "ROLE_USER", "messageId": uuid_like(), "taskId": task,
+                    "parts": [{"text": text}]},
+        "configuration": {"returnImmediately": true}}})
+}
+
+fn uuid_like() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    format!("m{}", N.fetch_add(1, Ordering::Relaxed))
+}
+
+/// The state of task `id`, once it is no longer submitted or working (at most 60 s).
+async fn settled_state(url: &str, id: &str) -> String {
+    for _ in 0..600 {
+        let (_, answer) = rpc_call(
+            url,
+            json!({"jsonrpc": "2.0", "id": 2, "method": "GetTask", "params": {"id": id}}),
+        );
+        let state = answer["result"]["status"]["state"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        if SETTLED.contains(&state.as_str()) {
+            return state;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("task {id} never settled");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn past_its_most_runs_the_server_refuses_a_new_run_and_a_waiting_task_holds_no_place() {
+    // Every run asks about `slow` first, then runs it (8 s).
+    let dir = forecaster("[permissions]\nask = [\"slow\"]\n");
+    slow_script(&dir);
+    let agent = dir.agent();
+    let server = HttpServer::start("a2a", &[agent.to_str().unwrap(), "--max-runs", "1"]);
+    let url = &server.url;
+
+    // Two tasks wait for their caller's answer at once: waiting costs nothing, so neither holds
+    // the server's one place.
+    let (status, first) = rpc_call(url, message("Take your time.", None));
+    assert_eq!(status, 200, "{first}");
+    let first = first["result"]["task"]["id"].as_str().unwrap().to_owned();
+    assert_eq!(
+        settled_state(url, &first).await,
+        "TASK_STATE_INPUT_REQUIRED"
+    );
+    let (status, second) = rpc_call(url, message("And you too.", None));
+    assert_eq!(status, 200, "{second}");
+    let second = second["result"]["task"]["id"].as_str().unwrap().to_owned();
+    assert_eq!(
+        settled_state(url, &second).await,
+        "TASK_STATE_INPUT_REQUIRED"
+    );
+
+    // Approved, the first works (its slow tool runs) and holds the place.
+    let (status, answer) = rpc_call(url, message("approve", Some(&first)));
+    assert_eq!(status, 200, "{answer}");
+    until_exists(&dir.path("started")).await;
+
+    // While it works, a new message is refused before any run starts, and so is the answer that
+    // would set the second working again; the second still waits.
+    let (status, busy) = rpc_call(url, message("One more.", None));
+    assert_eq!(status, 429, "{busy}");
+    assert_eq!(busy["error"]["data"]["code"], "a2a.busy", "{busy}");
+    let (status, busy) = rpc_call(url, message("approve", Some(&second)));
+    assert_eq!(status, 429, "{busy}");
+    assert_eq!(busy["error"]["code"], -32000, "{busy}");
+    assert_eq!(
+        settled_state(url, &second).await,
+        "TASK_STATE_INPUT_REQUIRED"
+    );
+
+    // Once the first ended, its place is free: the second's answer is taken.
+    assert_eq!(settled_state(url, &first).await, "TASK_STATE_COMPLETED");
+    let (status, answer) = rpc_call(url, message("approve", Some(&second)));
+    assert_eq!(status, 200, "{answer}");
+}

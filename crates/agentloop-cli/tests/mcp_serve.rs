@@ -479,3 +479,31 @@ async fn a_served_tools_call_is_never_journaled() {
     assert!(stderr(&out).contains("--journal"), "{}", stderr(&out));
     assert!(!journal.exists());
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn past_its_most_runs_a_call_is_an_error_result_and_starts_nothing() {
+    let dir = forecaster("");
+    slow_script(&dir);
+    let agent = dir.agent();
+    let call =
+        json!({"do": "call", "tool": "forecaster", "arguments": {"task": "Take your time."}});
+    let seen = python_client(
+        &Transport::Http,
+        &[agent.to_str().unwrap(), "--max-runs", "1"],
+        json!([{"do": "together", "calls": [call, call]}]),
+    )
+    .await;
+    let results: Vec<&Value> = seen[0]["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| &r["result"])
+        .collect();
+    let (busy, ran): (Vec<&Value>, Vec<&Value>) = results
+        .into_iter()
+        .partition(|r| text_of(r).contains("most calls at once"));
+    assert_eq!((busy.len(), ran.len()), (1, 1), "{seen:?}");
+    assert_eq!(busy[0]["isError"], true, "{}", busy[0]);
+    assert_eq!(ran[0]["isError"], false, "{}", ran[0]);
+    assert!(text_of(ran[0]).contains("late"), "{}", ran[0]);
+}

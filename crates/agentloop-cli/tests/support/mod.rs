@@ -450,6 +450,17 @@ pub fn http_status(
     content_type: Option<&str>,
     body: &str,
 ) -> u16 {
+    http_answer(url, method, host, content_type, body).0
+}
+
+/// [`http_status`], with the answer's body.
+pub fn http_answer(
+    url: &str,
+    method: &str,
+    host: &str,
+    content_type: Option<&str>,
+    body: &str,
+) -> (u16, String) {
     use std::io::{Read, Write};
     let rest = url.strip_prefix("http://").unwrap();
     let (addr, path) = rest.split_once('/').map_or((rest, ""), |(a, p)| (a, p));
@@ -466,11 +477,16 @@ pub fn http_status(
     stream.write_all(request.as_bytes()).unwrap();
     let mut answer = String::new();
     let _ = stream.read_to_string(&mut answer);
-    answer
+    let status = answer
         .split_whitespace()
         .nth(1)
         .and_then(|code| code.parse().ok())
-        .unwrap_or_else(|| panic!("no status line in {answer:?}"))
+        .unwrap_or_else(|| panic!("no status line in {answer:?}"));
+    let body = answer
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    (status, body)
 }
 
 impl Drop for HttpServer {

@@ -210,16 +210,35 @@ impl Offer {
 #[derive(Clone)]
 pub struct AgentServer {
     offer: Arc<Offer>,
+    /// The places of the calls that run at once, shared by every session's handler.
+    runs: Arc<tokio::sync::Semaphore>,
+    most: usize,
 }
 
 impl AgentServer {
-    /// A server of this offer.
+    /// A server of this offer, running at most [`DEFAULT_MAX_RUNS`] calls at once.
     pub fn new(offer: Offer) -> Self {
         AgentServer {
             offer: Arc::new(offer),
+            runs: Arc::new(tokio::sync::Semaphore::new(DEFAULT_MAX_RUNS)),
+            most: DEFAULT_MAX_RUNS,
         }
     }
+
+    /// The server runs at most `most` calls at once, whichever sessions they come from (at
+    /// least one): each is a run of an agent, or of one of its tools, so a client that calls a
+    /// thousand times at once gets an error result past the bound rather than a thousand paid
+    /// runs. Set it as the server is built: the handlers cloned before keep the old bound.
+    pub fn with_max_runs(mut self, most: usize) -> Self {
+        let most = most.max(1);
+        self.runs = Arc::new(tokio::sync::Semaphore::new(most));
+        self.most = most;
+        self
+    }
 }
+
+/// The most calls a server runs at once unless told otherwise ([`AgentServer::with_max_runs`]).
+pub const DEFAULT_MAX_RUNS: usize = agentloop_serve::DEFAULT_MAX_RUNS;
 
 impl ServerHandler for AgentServer {
     fn get_info(&self) -> ServerConfig {
@@ -264,6 +283,12 @@ impl ServerHandler for AgentServer {
                 format!("no tool named {:?}", request.name),
                 None,
             ));
+        };
+        let Ok(_slot) = Arc::clone(&self.runs).try_acquire_owned() else {
+            return Ok(CallToolResponse::Complete(error_result(format!(
+                "the server is running its most calls at once ({}); call again when one ends",
+                self.most
+            ))));
         };
         let arguments = Value::Object(request.arguments.clone().unwrap_or_default());
         let token = request

@@ -1,6 +1,7 @@
 //! The transports a served offer speaks: stdio (the client started this process; stdout carries
 //! only protocol messages) and streamable HTTP at `/mcp` (sessions kept in memory; the `Host`
-//! header checked against loopback and the bound address, against DNS rebinding).
+//! header checked against loopback and the bound address, against DNS rebinding; none on every
+//! address), within `agentloop-serve`'s bounds.
 
 use std::sync::Arc;
 
@@ -34,28 +35,27 @@ pub async fn serve_http(
     listener: tokio::net::TcpListener,
     shutdown: CancellationToken,
 ) -> Result<(), ServeError> {
-    let mut hosts = vec![
-        "localhost".to_owned(),
-        "127.0.0.1".to_owned(),
-        "::1".to_owned(),
-    ];
-    if let Ok(addr) = listener.local_addr()
-        && !addr.ip().is_unspecified()
-        && !addr.ip().is_loopback()
-    {
-        hosts.push(addr.ip().to_string());
-    }
-    let config = StreamableHttpServerConfig::default()
-        .with_cancellation_token(shutdown.child_token())
-        .with_allowed_hosts(hosts);
+    let addr = listener.local_addr().map_err(transport_error)?;
+    // One list of names for every agentloop server (`agentloop-serve`); rmcp checks it here, as
+    // it answers a wrong `Host` in MCP's own terms. A server on every address checks none.
+    let config =
+        StreamableHttpServerConfig::default().with_cancellation_token(shutdown.child_token());
+    let config = match agentloop_serve::allowed_hosts(addr) {
+        Some(hosts) => config.with_allowed_hosts(hosts),
+        None => config.disable_allowed_hosts(),
+    };
     let service = StreamableHttpService::new(
         move || Ok(server.clone()),
         Arc::new(LocalSessionManager::default()),
         config,
     );
     let router = axum::Router::new().nest_service("/mcp", service);
-    axum::serve(listener, router)
-        .with_graceful_shutdown(async move { shutdown.cancelled().await })
-        .await
-        .map_err(transport_error)
+    agentloop_serve::serve(
+        listener,
+        router,
+        async move { shutdown.cancelled().await },
+        agentloop_serve::Limits::default(),
+    )
+    .await
+    .map_err(transport_error)
 }
