@@ -9,7 +9,6 @@ use std::sync::Arc;
 use agentloop::{Tool, ToolSource, tool::RefreshFuture};
 
 use crate::agent_file::{AgentFile, ToolSearchSpec};
-use crate::error::CliError;
 
 /// The agent's tools and its servers': the servers' tools join the agent's, and each turn of a
 /// run lists them again where a server said they changed. Deferred tools and servers' tools
@@ -158,12 +157,12 @@ pub fn split_servers(
 }
 
 /// The tools of the file's first request, as `plan` and `run --dry-run` show it: its own tools
-/// but the deferred ones, `search_tools` when it defers any, its hand-offs, then `mcp`, the
-/// tools of its servers that are not deferred. With the provider's own search, its own tools
-/// all, the deferred ones marked.
-pub fn request_tools(file: &AgentFile, mcp: Vec<Tool>) -> Result<Vec<Tool>, CliError> {
+/// (`own`, the file's `[[tools]]` in order) but the deferred ones, `search_tools` when it defers
+/// any, its hand-offs, then `mcp`, the tools of its servers that are not deferred. With the
+/// provider's own search, its own tools all, the deferred ones marked.
+pub fn request_tools(file: &AgentFile, own: Vec<Tool>, mcp: Vec<Tool>) -> Vec<Tool> {
     if native(file) {
-        let mut out: Vec<Tool> = crate::assemble::tools(file)?
+        let mut out: Vec<Tool> = own
             .into_iter()
             .zip(file.tools())
             .map(|(tool, t)| {
@@ -175,9 +174,9 @@ pub fn request_tools(file: &AgentFile, mcp: Vec<Tool>) -> Result<Vec<Tool>, CliE
             })
             .collect();
         out.extend(mcp);
-        return Ok(out);
+        return out;
     }
-    let mut out: Vec<Tool> = crate::assemble::tools(file)?
+    let mut out: Vec<Tool> = own
         .into_iter()
         .zip(file.tools())
         .filter(|(_, t)| t.defer != Some(true))
@@ -188,5 +187,5 @@ pub fn request_tools(file: &AgentFile, mcp: Vec<Tool>) -> Result<Vec<Tool>, CliE
     }
     out.extend(crate::handoff::tools(file, None));
     out.extend(mcp);
-    Ok(out)
+    out
 }

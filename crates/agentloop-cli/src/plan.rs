@@ -136,7 +136,8 @@ pub fn first_request_view(
     input: &str,
     mcp: Vec<Tool>,
 ) -> Result<Value, CliError> {
-    let tools = tool_set(crate::deferred::request_tools(file, mcp)?)?;
+    let own = crate::assemble::tools(file)?;
+    let tools = tool_set(crate::deferred::request_tools(file, own, mcp))?;
     let settings = assemble::settings(file);
     let messages = [Message::user(input)];
     let output_schema = file

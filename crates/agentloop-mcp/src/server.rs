@@ -221,10 +221,43 @@ impl McpServer {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone();
-        listed
-            .iter()
-            .map(|t| tools::tool(self, &self.inner.config, t))
-            .collect()
+        listed.iter().map(|t| self.tool(t)).collect()
+    }
+
+    /// The agentloop tool for one listed tool of this server.
+    fn tool(&self, listed: &rmcp::model::Tool) -> Tool {
+        let config = &self.inner.config;
+        let remote: Arc<str> = Arc::from(listed.name.as_ref());
+        let description = listed
+            .description
+            .as_deref()
+            .or(listed.title.as_deref())
+            .unwrap_or_default()
+            .to_owned();
+        // A tool that says nothing, or whose server is not trusted, is taken as changing the world
+        // and as unsafe to repeat (the protocol's default): hints are the server's claims.
+        let hints = listed
+            .annotations
+            .clone()
+            .filter(|_| config.trust_hints)
+            .unwrap_or_default();
+        let mut builder = Tool::builder(config.tool_name(&remote))
+            .description(description)
+            .timeout(config.timeout)
+            .mutating(hints.read_only_hint != Some(true))
+            .idempotent(hints.idempotent_hint == Some(true) || hints.read_only_hint == Some(true));
+        if let Some(schema) = &listed.output_schema {
+            builder = builder.output_schema(Value::Object((**schema).clone()));
+        }
+        let server = self.clone();
+        builder.dynamic(
+            Value::Object((*listed.input_schema).clone()),
+            move |args, ctx| {
+                let server = server.clone();
+                let remote = remote.clone();
+                async move { server.call(&remote, args, ctx).await }
+            },
+        )
     }
 
     /// What the server wrote on stderr outside any call since this was last asked (a line says

@@ -1,53 +1,13 @@
-//! A server's tool as an agentloop [`Tool`], and a `tools/call` result as agentloop's result: the
+//! A `tools/call` result as agentloop's result: the
 //! structured content when there is one (the core checks it against the tool's `outputSchema`),
 //! the content blocks as text and images otherwise, and an `isError` result as a recoverable
 //! error the model reads; each within the server's `max_output_bytes`.
 
-use std::sync::Arc;
-
 use agentloop::message::{ContentPart, ToolContent};
 use agentloop::tool::bounded_text;
-use agentloop::{Tool, ToolError, ToolOutput};
+use agentloop::{ToolError, ToolOutput};
 use rmcp::model::{CallToolResult, ContentBlock, ImageContent, ResourceContents};
 use serde_json::Value;
-
-use crate::McpServer;
-use crate::config::ServerConfig;
-
-/// The agentloop tool for one listed tool of `server`.
-pub(crate) fn tool(server: &McpServer, config: &ServerConfig, listed: &rmcp::model::Tool) -> Tool {
-    let remote: Arc<str> = Arc::from(listed.name.as_ref());
-    let description = listed
-        .description
-        .as_deref()
-        .or(listed.title.as_deref())
-        .unwrap_or_default()
-        .to_owned();
-    // A tool that says nothing, or whose server is not trusted, is taken as changing the world
-    // and as unsafe to repeat (the protocol's default): hints are the server's claims.
-    let hints = listed
-        .annotations
-        .clone()
-        .filter(|_| config.trust_hints)
-        .unwrap_or_default();
-    let mut builder = Tool::builder(config.tool_name(&remote))
-        .description(description)
-        .timeout(config.timeout)
-        .mutating(hints.read_only_hint != Some(true))
-        .idempotent(hints.idempotent_hint == Some(true) || hints.read_only_hint == Some(true));
-    if let Some(schema) = &listed.output_schema {
-        builder = builder.output_schema(Value::Object((**schema).clone()));
-    }
-    let server = server.clone();
-    builder.dynamic(
-        Value::Object((*listed.input_schema).clone()),
-        move |args, ctx| {
-            let server = server.clone();
-            let remote = remote.clone();
-            async move { server.call(&remote, args, ctx).await }
-        },
-    )
-}
 
 /// A `tools/call` result as agentloop's, within `max` bytes (the server's `max_output_bytes`):
 /// what a server answers is another program's output, kept in the run's record and journal and

@@ -8,7 +8,7 @@
 //!   program path with a `/` in it is taken relative to that directory.
 //! - Its environment is an allow list picked from this process's (or the one given with
 //!   [`CommandTool::base_env`]): the shell's ([`DEFAULT_SHELL_ENV`]: `PATH`, `HOME`, `LANG`, ...)
-//!   and the names given with [`CommandTool::allow_env`], never a secret ([`is_secret_env`]:
+//!   and the names given with [`CommandTool::allow_env`], never a secret ([`is_secret_env`](crate::is_secret_env):
 //!   `*_API_KEY`, `*_TOKEN`, `*_SECRET`, ...) nor a name given with [`CommandTool::hide_env`] (the
 //!   CLI passes the agent's `api_key_env`).
 //! - It runs in a sandbox ([`CommandTool::sandbox`]; `workspace-write` without network by
@@ -43,27 +43,6 @@ use crate::shell::DEFAULT_SHELL_ENV;
 pub const DEFAULT_MAX_OUTPUT_BYTES: usize = 64 * 1024;
 /// The most stderr bytes a result holds (4 KiB).
 pub const DEFAULT_MAX_ERROR_BYTES: usize = 4 * 1024;
-
-/// True for a variable no tool process ever sees, whatever a configuration says
-/// (case-insensitive): `API_KEY`, `TOKEN`, `SECRET`, `PASSWORD` and any name ending in `_KEY`
-/// (`OPENAI_API_KEY`, `AWS_SECRET_ACCESS_KEY`), `_TOKEN` (`GITHUB_TOKEN`), `_SECRET`, `_PAT`
-/// or `_PASSWORD`; OpenTelemetry exporter headers (`OTEL_EXPORTER_OTLP_HEADERS` and the
-/// per-signal ones), which carry collector credentials; and `AGENTLOOP_RESTATE`, whose URL may
-/// hold a user and password.
-pub fn is_secret_env(name: &str) -> bool {
-    let upper = name.to_ascii_uppercase();
-    const EXACT: [&str; 5] = [
-        "API_KEY",
-        "TOKEN",
-        "SECRET",
-        "PASSWORD",
-        "AGENTLOOP_RESTATE",
-    ];
-    const SUFFIXES: [&str; 5] = ["_KEY", "_TOKEN", "_SECRET", "_PAT", "_PASSWORD"];
-    EXACT.contains(&upper.as_str())
-        || SUFFIXES.iter().any(|s| upper.ends_with(s))
-        || (upper.starts_with("OTEL_EXPORTER_OTLP_") && upper.ends_with("HEADERS"))
-}
 
 /// Why a command tool could not be built.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -201,7 +180,7 @@ impl CommandTool {
     }
 
     /// Also passes this variable through, when it is set and is not a secret
-    /// ([`is_secret_env`]).
+    /// ([`is_secret_env`](crate::is_secret_env)).
     pub fn allow_env(mut self, name: impl Into<String>) -> Self {
         self.allowed_env.push(name.into());
         self

@@ -22,8 +22,9 @@ pub mod workspace;
 pub use agentloop_sandbox::{Resources, Sandbox, SandboxError, SandboxMode, SandboxPolicy};
 pub use builtin::{Builtin, BuiltinError, BuiltinOptions};
 pub use command::{
-    CommandTool, CommandToolError, DEFAULT_MAX_ERROR_BYTES, DEFAULT_MAX_OUTPUT_BYTES, is_secret_env,
+    CommandTool, CommandToolError, DEFAULT_MAX_ERROR_BYTES, DEFAULT_MAX_OUTPUT_BYTES,
 };
+pub use process::is_secret_env;
 pub use search::{SEARCH_TOOLS, ToolSearch};
 pub use shell::ShellTool;
 pub use web::{WebFetchError, WebFetchTool, is_refused_ip};

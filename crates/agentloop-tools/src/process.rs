@@ -13,6 +13,27 @@ use agentloop_sandbox::{Sandbox, SandboxError};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::process::Command;
 
+/// True for a variable no tool process ever sees, whatever a configuration says
+/// (case-insensitive): `API_KEY`, `TOKEN`, `SECRET`, `PASSWORD` and any name ending in `_KEY`
+/// (`OPENAI_API_KEY`, `AWS_SECRET_ACCESS_KEY`), `_TOKEN` (`GITHUB_TOKEN`), `_SECRET`, `_PAT`
+/// or `_PASSWORD`; OpenTelemetry exporter headers (`OTEL_EXPORTER_OTLP_HEADERS` and the
+/// per-signal ones), which carry collector credentials; and `AGENTLOOP_RESTATE`, whose URL may
+/// hold a user and password.
+pub fn is_secret_env(name: &str) -> bool {
+    let upper = name.to_ascii_uppercase();
+    const EXACT: [&str; 5] = [
+        "API_KEY",
+        "TOKEN",
+        "SECRET",
+        "PASSWORD",
+        "AGENTLOOP_RESTATE",
+    ];
+    const SUFFIXES: [&str; 5] = ["_KEY", "_TOKEN", "_SECRET", "_PAT", "_PASSWORD"];
+    EXACT.contains(&upper.as_str())
+        || SUFFIXES.iter().any(|s| upper.ends_with(s))
+        || (upper.starts_with("OTEL_EXPORTER_OTLP_") && upper.ends_with("HEADERS"))
+}
+
 /// Kills a process group once: when the program exits (its leftovers), or when dropped (the call
 /// was cancelled or timed out). After one kill it is disarmed, so a recycled group id is never
 /// signalled.
@@ -287,7 +308,7 @@ pub(crate) fn env_pairs(
 }
 
 /// The variables of `base` (this process's when `None`) whose names `keep` accepts; a secret
-/// ([`crate::is_secret_env`]) never, whatever `keep` says.
+/// ([`is_secret_env`]) never, whatever `keep` says.
 pub(crate) fn scrubbed_env(
     base: Option<Vec<(OsString, OsString)>>,
     keep: impl Fn(&str) -> bool,
@@ -296,7 +317,7 @@ pub(crate) fn scrubbed_env(
         .into_iter()
         .filter(|(k, _)| {
             let name = k.to_string_lossy();
-            !crate::is_secret_env(&name) && keep(&name)
+            !is_secret_env(&name) && keep(&name)
         })
         .collect()
 }
