@@ -11,8 +11,9 @@ use std::fmt::Write as _;
 use std::io::{BufRead, Read};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
-use agentloop::{Tool, ToolContext, ToolError, ToolOutput, tool::ExecutionMode};
+use agentloop::{CancellationToken, Tool, ToolContext, ToolError, ToolOutput, tool::ExecutionMode};
 use schemars::JsonSchema;
 use serde::Deserialize;
 
@@ -39,11 +40,46 @@ pub(crate) struct FileLimits {
 
 /// Runs file-system work on a blocking task.
 async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> Result<T, ToolError> + Send + 'static,
+    cancel: CancellationToken,
+    f: impl FnOnce(&Wanted) -> Result<T, ToolError> + Send + 'static,
 ) -> Result<T, ToolError> {
-    tokio::task::spawn_blocking(f)
+    let wanted = Wanted {
+        dropped: Arc::new(AtomicBool::new(false)),
+        cancel,
+    };
+    let _dropped = DropFlag(wanted.dropped.clone());
+    tokio::task::spawn_blocking(move || f(&wanted))
         .await
         .map_err(|e| ToolError::new("internal", format!("the file operation failed: {e}")))?
+}
+
+/// Whether the call a blocking body serves is still wanted: its run goes on, and its future was
+/// not dropped (a call's timeout drops it). A blocking thread cannot be stopped from outside, so
+/// a walk of a large tree asks between entries rather than go on for nobody.
+struct Wanted {
+    dropped: Arc<AtomicBool>,
+    cancel: CancellationToken,
+}
+
+impl Wanted {
+    fn check(&self) -> Result<(), ToolError> {
+        if self.dropped.load(Ordering::Relaxed) || self.cancel.is_cancelled() {
+            return Err(ToolError::new(
+                "cancelled",
+                "the call was cancelled or timed out before the search ended",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Raises its flag when the call's future goes, whether it ended or was dropped.
+struct DropFlag(Arc<AtomicBool>);
+
+impl Drop for DropFlag {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
 }
 
 /// An I/O error on `shown` (the path as the model knows it), as the model reads it.
@@ -122,18 +158,16 @@ fn file_tool<A>(
     description: &str,
     limits: &FileLimits,
     shape: impl FnOnce(agentloop::tool::ToolBuilder) -> agentloop::tool::ToolBuilder,
-    body: fn(&FileLimits, A) -> Result<ToolOutput, ToolError>,
+    body: fn(&FileLimits, A, &Wanted) -> Result<ToolOutput, ToolError>,
 ) -> Tool
 where
     A: serde::de::DeserializeOwned + JsonSchema + Send + 'static,
 {
     let limits = Arc::new(limits.clone());
-    shape(Tool::builder(name).description(description)).handler(
-        move |args: A, _ctx: ToolContext| {
-            let limits = limits.clone();
-            blocking(move || body(&limits, args))
-        },
-    )
+    shape(Tool::builder(name).description(description)).handler(move |args: A, ctx: ToolContext| {
+        let limits = limits.clone();
+        blocking(ctx.cancel, move |wanted| body(&limits, args, wanted))
+    })
 }
 
 // `read_file`'s arguments (a plain comment: a doc comment would become the schema's description).
@@ -167,7 +201,11 @@ pub(crate) fn read_file(name: &str, limits: &FileLimits) -> Tool {
     )
 }
 
-fn read_file_body(limits: &FileLimits, args: ReadFileArgs) -> Result<ToolOutput, ToolError> {
+fn read_file_body(
+    limits: &FileLimits,
+    args: ReadFileArgs,
+    _: &Wanted,
+) -> Result<ToolOutput, ToolError> {
     let path = limits.workspace.resolve(&args.path)?;
     let shown = limits.workspace.display(&path);
     let (file, _) = open_regular(limits.workspace.root(), &path, &shown)?;
@@ -288,7 +326,11 @@ pub(crate) fn write_file(name: &str, limits: &FileLimits) -> Tool {
     )
 }
 
-fn write_file_body(limits: &FileLimits, args: WriteFileArgs) -> Result<ToolOutput, ToolError> {
+fn write_file_body(
+    limits: &FileLimits,
+    args: WriteFileArgs,
+    _: &Wanted,
+) -> Result<ToolOutput, ToolError> {
     let path = limits.workspace.resolve_for_write(&args.path)?;
     let shown = limits.workspace.display(&path);
     if path.is_dir() {
@@ -366,7 +408,11 @@ pub(crate) fn edit_file(name: &str, limits: &FileLimits) -> Tool {
     )
 }
 
-fn edit_file_body(limits: &FileLimits, args: EditFileArgs) -> Result<ToolOutput, ToolError> {
+fn edit_file_body(
+    limits: &FileLimits,
+    args: EditFileArgs,
+    _: &Wanted,
+) -> Result<ToolOutput, ToolError> {
     let path = limits.workspace.resolve_for_write(&args.path)?;
     let shown = limits.workspace.display(&path);
     if args.old_string.is_empty() {
@@ -523,7 +569,11 @@ pub(crate) fn list_dir(name: &str, limits: &FileLimits) -> Tool {
     )
 }
 
-fn list_dir_body(limits: &FileLimits, args: ListDirArgs) -> Result<ToolOutput, ToolError> {
+fn list_dir_body(
+    limits: &FileLimits,
+    args: ListDirArgs,
+    _: &Wanted,
+) -> Result<ToolOutput, ToolError> {
     let path = limits
         .workspace
         .resolve(args.path.as_deref().unwrap_or("."))?;
@@ -611,7 +661,11 @@ fn walk(base: &Path) -> impl Iterator<Item = walkdir::DirEntry> {
         .filter_map(Result::ok)
 }
 
-fn glob_body(limits: &FileLimits, args: GlobArgs) -> Result<ToolOutput, ToolError> {
+fn glob_body(
+    limits: &FileLimits,
+    args: GlobArgs,
+    wanted: &Wanted,
+) -> Result<ToolOutput, ToolError> {
     let matcher = compile_glob(&args.pattern)?;
     let base = limits
         .workspace
@@ -625,6 +679,7 @@ fn glob_body(limits: &FileLimits, args: GlobArgs) -> Result<ToolOutput, ToolErro
     let mut found = Vec::new();
     let mut more = 0usize;
     for entry in walk(&base) {
+        wanted.check()?;
         if entry.file_type().is_dir() {
             continue;
         }
@@ -689,7 +744,11 @@ pub(crate) fn grep(name: &str, limits: &FileLimits) -> Tool {
     )
 }
 
-fn grep_body(limits: &FileLimits, args: GrepArgs) -> Result<ToolOutput, ToolError> {
+fn grep_body(
+    limits: &FileLimits,
+    args: GrepArgs,
+    wanted: &Wanted,
+) -> Result<ToolOutput, ToolError> {
     let regex = regex::RegexBuilder::new(&args.pattern)
         .case_insensitive(args.case_insensitive)
         .size_limit(1 << 20)
@@ -718,6 +777,7 @@ fn grep_body(limits: &FileLimits, args: GrepArgs) -> Result<ToolOutput, ToolErro
         Box::new(std::iter::once(base.clone()))
     };
     'files: for file in files {
+        wanted.check()?;
         if let (Some(filter), Ok(rel)) = (&filter, file.strip_prefix(&base))
             && !filter.is_match(rel)
         {
@@ -1157,6 +1217,56 @@ mod tests {
             got.ends_with("@@ -3,1 +3,1 @@\n-    println!(\"{x}\");\n+    eprintln!(\"{x}\");\n"),
             "{got}"
         );
+    }
+
+    #[tokio::test]
+    async fn a_search_whose_run_was_cancelled_stops_walking() {
+        let f = Fixture::new();
+        let ctx = ToolContext::detached("c", "t");
+        ctx.cancel.cancel();
+        for (make, args) in [
+            (
+                glob as fn(&str, &FileLimits) -> Tool,
+                json!({"pattern": "**/*.rs"}),
+            ),
+            (grep, json!({"pattern": "main"})),
+        ] {
+            let e = make("t", &f.limits)
+                .call(args, ctx.clone())
+                .await
+                .unwrap_err();
+            assert_eq!(code(&e), "cancelled", "{e}");
+        }
+        // Not cancelled, the same searches find the file.
+        let found = f.call(glob, json!({"pattern": "**/*.rs"})).await.unwrap();
+        assert_eq!(found, "src/main.rs");
+    }
+
+    #[tokio::test]
+    async fn a_body_whose_call_was_dropped_is_told_to_stop() {
+        // A timeout drops the call's future; the blocking thread is told, and stops.
+        let (tx, rx) = std::sync::mpsc::channel();
+        let call = blocking(CancellationToken::new(), move |wanted| {
+            let start = std::time::Instant::now();
+            while wanted.check().is_ok() {
+                if start.elapsed() > std::time::Duration::from_secs(20) {
+                    let _ = tx.send(false);
+                    return Ok(());
+                }
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            let _ = tx.send(true);
+            Ok(())
+        });
+        let dropped = tokio::time::timeout(std::time::Duration::from_millis(50), call).await;
+        assert!(dropped.is_err(), "the body ended on its own");
+        let stopped = tokio::task::spawn_blocking(move || {
+            rx.recv_timeout(std::time::Duration::from_secs(30))
+        })
+        .await
+        .unwrap()
+        .unwrap();
+        assert!(stopped, "the body was never told its call was dropped");
     }
 
     #[tokio::test]
