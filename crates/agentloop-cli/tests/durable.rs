@@ -614,3 +614,61 @@ fn an_approval_unanswered_at_the_deadline_ends_the_run_there_as_on_restate() {
     let listed = json_of(&cli(&dir, &["approvals", "list", "--journal", j, "--json"]));
     assert_eq!(listed, json!([]), "nothing waits any more");
 }
+
+#[test]
+fn a_tool_running_when_its_run_is_killed_dies_with_it_and_acts_no_more_after_the_resume() {
+    // `slow` logs its start, works for two seconds, then logs its effect.
+    let dir = AgentDir::new(
+        r#"name = "slow"
+[model]
+provider = "scripted"
+script = "script.json"
+[[tools]]
+name = "slow"
+command = ["sh", "-c", "echo start >> side.log; sleep 2; echo effect >> side.log; echo done"]
+input_schema = { type = "object", properties = {} }
+"#,
+    );
+    dir.write(
+        "script.json",
+        &json!([
+            {"tool_calls": [{"id": "s1", "name": "slow", "arguments": {}}]},
+            {"text": "Over."}
+        ])
+        .to_string(),
+    );
+    let journal = dir.path("runs.db");
+    let mut run = run_cmd(&dir, &journal, &[])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = (0..200).any(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        side_log(&dir).iter().any(|l| l == "start")
+    });
+    assert!(started, "the tool started");
+    run.kill().unwrap(); // SIGKILL, while the tool works
+    run.wait().unwrap();
+    let id = run_ids(&dir, &journal)[0]["run_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let out = resume_json(&dir, &journal, &id);
+    exited(&out, 0, "the resume");
+    let resumed = json_of(&out);
+    let transcript = resumed["transcript"].as_array().unwrap();
+    assert!(
+        transcript
+            .iter()
+            .any(|m| m["call_id"] == "s1" && is_interrupted(m)),
+        "the model reads that the call was interrupted: {transcript:#?}"
+    );
+    // Past the time the tool would have taken: it never acted behind the resumed run's back.
+    std::thread::sleep(std::time::Duration::from_millis(2500));
+    assert_eq!(
+        side_log(&dir),
+        ["start"],
+        "the killed run's tool died with it"
+    );
+}

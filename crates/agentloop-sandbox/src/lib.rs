@@ -327,6 +327,20 @@ impl Confinement {
         self.note.as_deref()
     }
 
+    /// Makes the child die with this process (on Linux, `PR_SET_PDEATHSIG` SIGKILL; elsewhere
+    /// nothing): for a child that its caller awaits to its end, such as a tool call's process,
+    /// which must not go on acting after agentloop was killed and another process resumed its
+    /// run. The signal comes when the thread that starts the child ends, so a child that must
+    /// outlive that thread (a server kept for later runs) does not ask for it. Call it before
+    /// [`Confinement::install`].
+    #[must_use]
+    pub fn dying_with_parent(mut self) -> Self {
+        if let Some(hook) = self.hook.as_mut() {
+            hook.die_with_parent();
+        }
+        self
+    }
+
     /// Makes `command` start its child confined: sets `TMPDIR` to the private temporary folder
     /// and adds the hook that the child runs before `exec`. A second call does nothing: one
     /// confinement serves one command.

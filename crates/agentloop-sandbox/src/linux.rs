@@ -159,6 +159,9 @@ pub(crate) struct ChildHook {
     landlock: Option<OwnedFd>,
     /// The seccomp program to install (compiled once per network setting).
     seccomp: Option<Arc<BpfProgram>>,
+    /// The agentloop process's id, read in the parent, when the child dies with it (see
+    /// [`die_with_parent`]).
+    parent: Option<libc::pid_t>,
 }
 
 impl ChildHook {
@@ -169,6 +172,7 @@ impl ChildHook {
             no_new_privs: false,
             landlock: None,
             seccomp: None,
+            parent: None,
         }
     }
 
@@ -196,12 +200,16 @@ impl ChildHook {
             no_new_privs: true,
             landlock,
             seccomp,
+            parent: None,
         })
     }
 
     /// Runs in the child: only async-signal-safe system calls, no allocation (an error is a raw
     /// OS error).
     fn enter(&self) -> io::Result<()> {
+        if let Some(parent) = self.parent {
+            die_with_parent(parent)?;
+        }
         for &(resource, value) in &self.limits {
             let limit = libc::rlimit {
                 rlim_cur: value,
@@ -246,6 +254,41 @@ impl ChildHook {
         }
         Ok(())
     }
+}
+
+impl ChildHook {
+    /// The child will die with this process (see [`die_with_parent`]).
+    pub(crate) fn die_with_parent(&mut self) {
+        self.parent = Some(libc::pid_t::try_from(std::process::id()).unwrap_or(0));
+    }
+}
+
+/// Runs in the child: it gets SIGKILL when the agentloop process dies. Why: a journaled run
+/// whose process is killed (SIGKILL, the OOM killer) is resumed by another process, which
+/// answers a call that was running "interrupted" (or, for an idempotent tool, runs it again);
+/// a tool left running past its agentloop would go on acting after that answer, alongside the
+/// resumed run (a cancelled or timed-out call's group is killed; a killed agentloop could kill
+/// nothing). The signal comes when the thread that started the child ends, so only a child
+/// whose caller awaits it to its end asks for it (a tool call's process, not a server kept
+/// for later runs). Only this child gets it, not what it started in its group. When the parent
+/// died before the signal was asked for (between `fork` and here), the child does not run its
+/// program.
+fn die_with_parent(parent: libc::pid_t) -> io::Result<()> {
+    // SAFETY: prctl(PR_SET_PDEATHSIG, SIGKILL) takes no pointer; getppid takes nothing.
+    #[allow(unsafe_code)]
+    let (rc, now) = unsafe {
+        (
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0),
+            libc::getppid(),
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if parent != 0 && now != parent {
+        return Err(io::Error::from_raw_os_error(libc::ESRCH));
+    }
+    Ok(())
 }
 
 pub(crate) fn install(hook: ChildHook, command: &mut std::process::Command) {

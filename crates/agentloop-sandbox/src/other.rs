@@ -47,6 +47,9 @@ impl ChildHook {
     ) -> Result<Self, SandboxError> {
         Ok(ChildHook)
     }
+
+    /// No parent-death signal here: a child may outlive a killed agentloop.
+    pub(crate) fn die_with_parent(&mut self) {}
 }
 
 pub(crate) fn install(_hook: ChildHook, _command: &mut std::process::Command) {}

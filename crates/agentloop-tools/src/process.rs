@@ -244,7 +244,14 @@ impl GroupCommand<'_> {
         stdout: O,
         stderr: E,
     ) -> Result<impl Future<Output = Finished<O, E>> + Send + use<O, E>, SpawnError> {
-        let mut confinement = self.sandbox.prepare().map_err(SpawnError::Sandbox)?;
+        // The child dies with agentloop: a killed journaled run is resumed elsewhere, which
+        // answers this call "interrupted" (or runs it again when idempotent), so the process
+        // must not go on acting behind that answer. Its caller awaits it to its end.
+        let mut confinement = self
+            .sandbox
+            .prepare()
+            .map_err(SpawnError::Sandbox)?
+            .dying_with_parent();
         let mut cmd = Command::new(self.program);
         cmd.args(self.args)
             .current_dir(self.working_dir)
