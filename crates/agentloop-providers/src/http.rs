@@ -92,9 +92,13 @@ pub struct HttpConfig {
     pub max_error_body_bytes: usize,
     /// The largest single server-sent event (a line longer than this fails the stream).
     pub max_event_bytes: usize,
+    /// The largest whole (non-streamed) response body read; a larger one fails as it arrives,
+    /// rather than being held in memory whole (a server that never ends its body).
+    pub max_response_bytes: usize,
 }
 
-/// Defaults: 10 s to connect, no limit on the whole request, 5 min of silence, 8 MiB bodies.
+/// Defaults: 10 s to connect, no limit on the whole request, 5 min of silence, 8 MiB requests,
+/// 16 MiB events and 32 MiB whole responses.
 impl Default for HttpConfig {
     fn default() -> Self {
         HttpConfig {
@@ -108,6 +112,7 @@ impl Default for HttpConfig {
             max_request_bytes: 8 * 1024 * 1024,
             max_error_body_bytes: 64 * 1024,
             max_event_bytes: 16 * 1024 * 1024,
+            max_response_bytes: 32 * 1024 * 1024,
         }
     }
 }
@@ -415,12 +420,36 @@ impl HttpClient {
         }
     }
 
-    /// Reads a whole (non-streamed) response body.
-    pub async fn read_body(&self, response: reqwest::Response) -> Result<Bytes, ModelError> {
-        response
-            .bytes()
+    /// Reads a whole (non-streamed) response body, within the response budget: the idle timeout
+    /// bounds a silence, not a server that keeps sending, so without a budget a body that never
+    /// ends would be held in memory until the process runs out of it.
+    pub async fn read_body(&self, mut response: reqwest::Response) -> Result<Bytes, ModelError> {
+        let max = self.config.max_response_bytes;
+        let too_large = || {
+            self.error(
+                ModelErrorKind::Decode,
+                format!("the response body is larger than the budget of {max} bytes"),
+            )
+        };
+        // A declared length over the budget fails before a byte of the body is read.
+        if response
+            .content_length()
+            .is_some_and(|n| n > u64::try_from(max).unwrap_or(u64::MAX))
+        {
+            return Err(too_large());
+        }
+        let mut body = Vec::new();
+        while let Some(chunk) = response
+            .chunk()
             .await
-            .map_err(|e| transport_error(&self.provider, &e))
+            .map_err(|e| transport_error(&self.provider, &e))?
+        {
+            if chunk.len() > max.saturating_sub(body.len()) {
+                return Err(too_large());
+            }
+            body.extend_from_slice(&chunk);
+        }
+        Ok(Bytes::from(body))
     }
 }
 

