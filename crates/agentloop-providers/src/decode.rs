@@ -16,10 +16,11 @@ use agentloop::{
     ModelError, ModelResponse,
     model::{ModelEvent, ModelStream, ResponseAccumulator},
 };
+use bytes::Bytes;
 use futures::{StreamExt, stream};
 
 use crate::http::HttpClient;
-use crate::sse::{SseStream, sse, sse_of_body};
+use crate::sse::{SseStream, sse, sse_of_body, sse_of_chunks};
 
 /// A pure parser of one provider's event stream.
 pub(crate) trait StreamDecoder: Send {
@@ -80,7 +81,9 @@ pub(crate) fn decoded_events<'a, D: StreamDecoder + 'a>(
 ///
 /// The answer is read as what the server sent, not as what was asked: servers and gateways that
 /// ignore `stream: true` answer one JSON body, and some answer a non-streamed request with an
-/// event stream; either is read whole, with a warning, rather than failed.
+/// event stream; either is read whole, with a warning, rather than failed. A streamed answer
+/// labelled as neither is told by its first bytes: events stream, anything else is read whole
+/// (so an error object keeps its kind, and an HTML page fails to decode).
 pub(crate) fn post_and_decode<'a, D: StreamDecoder + 'a>(
     client: &'a HttpClient,
     path: &'a str,
@@ -91,10 +94,24 @@ pub(crate) fn post_and_decode<'a, D: StreamDecoder + 'a>(
     opened(async move {
         let response = client.post_json(path, body?).await?;
         let media = media_type(&response);
-        if stream && media != Media::Json {
+        if stream && media == Media::EventStream {
             return Ok(decoded_events(sse(client, response), decoder));
         }
-        let bytes = client.read_body(response).await?;
+        let declared = response.content_length();
+        let mut chunks = client.body_chunks(response);
+        let mut head = Bytes::new();
+        if stream && media == Media::Other {
+            // Labelled neither JSON nor an event stream (text/plain, text/html, no label): the
+            // first bytes say which it is. Read as events, a gateway's error object under a 200
+            // would carry none and end as a bare "stream ended early", its kind and message lost.
+            head = first_bytes(&mut chunks, client.config().max_event_bytes).await?;
+            if starts_like_sse(&head) || head.iter().all(u8::is_ascii_whitespace) {
+                let events = stream::iter([Ok(head)]).chain(chunks);
+                return Ok(decoded_events(sse_of_chunks(client, events), decoder));
+            }
+        }
+        let rest = stream::iter([Ok(head)]).chain(chunks);
+        let bytes = client.collect_body(rest, declared).await?;
         let looks_like_sse = media == Media::EventStream || starts_like_sse(&bytes);
         let mut response = if looks_like_sse {
             accumulate_sse(&bytes, client.provider(), decoder)?
@@ -150,9 +167,27 @@ fn starts_like_sse(bytes: &[u8]) -> bool {
         .position(|b| !b.is_ascii_whitespace())
         .and_then(|i| bytes.get(i..))
         .unwrap_or_default();
-    [b"data:".as_slice(), b"event:", b":"]
+    [b"data:".as_slice(), b"event:", b":", b"id:", b"retry:"]
         .iter()
         .any(|p| start.starts_with(p))
+}
+
+/// The body's first chunks, joined: read until they hold a byte other than whitespace (enough to
+/// tell an event stream from a JSON or HTML body), the body ends, or `max` bytes are read.
+async fn first_bytes<S>(chunks: &mut S, max: usize) -> Result<Bytes, ModelError>
+where
+    S: futures::Stream<Item = Result<Bytes, ModelError>> + Unpin,
+{
+    let mut head = Vec::new();
+    while let Some(chunk) = chunks.next().await {
+        head.extend_from_slice(&chunk?);
+        // Six bytes tell `retry:` from `{`; fewer may still be a cut `data:`.
+        let seen = head.iter().skip_while(|b| b.is_ascii_whitespace()).count();
+        if seen >= 6 || head.len() >= max {
+            break;
+        }
+    }
+    Ok(Bytes::from(head))
 }
 
 /// A stream of exactly one event.

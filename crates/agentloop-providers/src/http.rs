@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use agentloop::{ModelError, model::ModelErrorKind};
 use bytes::Bytes;
+use futures::{Stream, StreamExt};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 
 use crate::error::{classify_http_error, transport_error};
@@ -423,7 +424,33 @@ impl HttpClient {
     /// Reads a whole (non-streamed) response body, within the response budget: the idle timeout
     /// bounds a silence, not a server that keeps sending, so without a budget a body that never
     /// ends would be held in memory until the process runs out of it.
-    pub async fn read_body(&self, mut response: reqwest::Response) -> Result<Bytes, ModelError> {
+    pub async fn read_body(&self, response: reqwest::Response) -> Result<Bytes, ModelError> {
+        let declared = response.content_length();
+        self.collect_body(self.body_chunks(response), declared)
+            .await
+    }
+
+    /// The chunks of a response body as they arrive, a transport failure classified.
+    pub(crate) fn body_chunks(
+        &self,
+        response: reqwest::Response,
+    ) -> impl Stream<Item = Result<Bytes, ModelError>> + Send + Unpin + 'static {
+        let provider = self.provider.clone();
+        response
+            .bytes_stream()
+            .map(move |r| r.map_err(|e| transport_error(&provider, &e)))
+    }
+
+    /// Collects body chunks within the response budget; `declared` is the body's
+    /// `content-length`, if it has one (a length over the budget fails before a byte is read).
+    pub(crate) async fn collect_body<S>(
+        &self,
+        mut chunks: S,
+        declared: Option<u64>,
+    ) -> Result<Bytes, ModelError>
+    where
+        S: Stream<Item = Result<Bytes, ModelError>> + Unpin,
+    {
         let max = self.config.max_response_bytes;
         let too_large = || {
             self.error(
@@ -431,19 +458,12 @@ impl HttpClient {
                 format!("the response body is larger than the budget of {max} bytes"),
             )
         };
-        // A declared length over the budget fails before a byte of the body is read.
-        if response
-            .content_length()
-            .is_some_and(|n| n > u64::try_from(max).unwrap_or(u64::MAX))
-        {
+        if declared.is_some_and(|n| n > u64::try_from(max).unwrap_or(u64::MAX)) {
             return Err(too_large());
         }
         let mut body = Vec::new();
-        while let Some(chunk) = response
-            .chunk()
-            .await
-            .map_err(|e| transport_error(&self.provider, &e))?
-        {
+        while let Some(chunk) = chunks.next().await {
+            let chunk = chunk?;
             if chunk.len() > max.saturating_sub(body.len()) {
                 return Err(too_large());
             }

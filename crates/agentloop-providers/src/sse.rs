@@ -15,7 +15,6 @@ use agentloop::{ModelError, model::ModelErrorKind};
 use bytes::Bytes;
 use futures::{Stream, StreamExt, stream};
 
-use crate::error::transport_error;
 use crate::http::HttpClient;
 
 /// A blank line appended to every event stream: a body whose last event lacks the closing blank
@@ -27,13 +26,17 @@ const FINAL_BLANK_LINE: &[u8] = b"\n\n";
 /// Reads a streamed response as server-sent events with the client's idle timeout and event
 /// budget, dispatching a final event that lacks its closing blank line.
 pub(crate) fn sse(client: &HttpClient, response: reqwest::Response) -> SseStream {
-    let provider = client.provider().to_owned();
-    let bytes = response
-        .bytes_stream()
-        .map(move |r| r.map_err(|e| transport_error(&provider, &e)))
-        .chain(stream::once(async {
-            Ok(Bytes::from_static(FINAL_BLANK_LINE))
-        }));
+    sse_of_chunks(client, client.body_chunks(response))
+}
+
+/// [`sse`] over a body's chunks (some of them possibly read already to see what the body is).
+pub(crate) fn sse_of_chunks<S>(client: &HttpClient, chunks: S) -> SseStream
+where
+    S: Stream<Item = Result<Bytes, ModelError>> + Send + 'static,
+{
+    let bytes = chunks.chain(stream::once(async {
+        Ok(Bytes::from_static(FINAL_BLANK_LINE))
+    }));
     let config = client.config();
     SseStream::new(
         bytes,

@@ -80,6 +80,16 @@ struct Reply {
     endless: Option<&'static [u8]>,
 }
 
+impl Reply {
+    fn whole(content_type: &'static str, body: &[u8]) -> Self {
+        Reply {
+            content_type,
+            body: body.to_vec(),
+            endless: None,
+        }
+    }
+}
+
 /// A server answering each request (one a connection) with the next reply.
 async fn serve(replies: Vec<Reply>) -> String {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -169,5 +179,40 @@ async fn a_whole_body_that_never_ends_fails_at_the_response_budget() {
         let err = ask(model.as_ref()).await.unwrap_err();
         assert_eq!(err.kind, ModelErrorKind::Decode, "{err}");
         assert!(err.message.contains("budget"), "{err}");
+    }
+}
+
+#[tokio::test]
+async fn an_error_object_under_a_200_labelled_neither_json_nor_events_keeps_its_kind() {
+    // A gateway's error answered with status 200 to a stream request, labelled text/plain, HTML
+    // or nothing: read as an event stream it has no event, and would end as a bare "stream ended
+    // early" that is never retried; it is the rate limit it says it is.
+    let body = br#"{"error":{"message":"slow down","code":429}}"#;
+    for content_type in ["text/plain", "", "text/html; charset=utf-8"] {
+        let uri = serve(vec![Reply::whole(content_type, body)]).await;
+        let err = ask(&chat(&uri, true)).await.unwrap_err();
+        assert_eq!(
+            err.kind,
+            ModelErrorKind::RateLimited,
+            "{content_type}: {err}"
+        );
+        assert_eq!(err.message, "slow down");
+        assert!(err.is_retryable());
+    }
+    // A proxy's HTML page under a 200 is no answer: a decode error, not an empty stream.
+    let uri = serve(vec![Reply::whole(
+        "text/html",
+        b"\n<html><body>Sign in to continue</body></html>",
+    )])
+    .await;
+    let err = ask(&chat(&uri, true)).await.unwrap_err();
+    assert_eq!(err.kind, ModelErrorKind::Decode, "{err}");
+    // An event stream under the wrong label is still read as one, as it arrives.
+    let sse = b"\ndata: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n";
+    for content_type in ["text/plain", ""] {
+        let uri = serve(vec![Reply::whole(content_type, sse)]).await;
+        let response = ask(&chat(&uri, true)).await.unwrap();
+        assert_eq!(response.message.text, "hi");
+        assert!(response.warnings.is_empty(), "{:?}", response.warnings);
     }
 }
