@@ -82,12 +82,30 @@ pub(crate) fn reported_error(provider: &str, body: &[u8]) -> ModelError {
 
 /// An error object inside a successful answer (`{"error": {...}}` in a 200 stream chunk or
 /// body), classified without an HTTP status (a numeric code stands for one).
-#[cfg(any(feature = "openai", feature = "openai-responses"))]
+#[cfg(any(
+    feature = "openai",
+    feature = "openai-responses",
+    feature = "anthropic"
+))]
 pub(crate) fn in_body_error(provider: &str, error: &Value) -> ModelError {
     let wrapped = serde_json::json!({ "error": error });
     ProviderError::from_value(&wrapped)
         .unwrap_or_default()
         .into_model_error(provider, None)
+}
+
+/// The error object of an event or body that is a bare error envelope (`{"error": {...}}`, no
+/// `type`): what gateways relaying an API send, under a 200, when their upstream fails.
+#[cfg(any(feature = "anthropic", feature = "openai-responses"))]
+pub(crate) fn error_envelope(data: &[u8]) -> Option<Value> {
+    #[derive(Deserialize)]
+    struct Envelope {
+        error: Value,
+    }
+    serde_json::from_slice::<Envelope>(data)
+        .ok()
+        .map(|e| e.error)
+        .filter(|e| !e.is_null())
 }
 
 /// A provider's error object, as the OpenAI and Anthropic envelopes carry it.

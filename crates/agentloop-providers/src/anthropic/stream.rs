@@ -9,14 +9,14 @@ use std::collections::VecDeque;
 use agentloop::{
     ModelError, ModelResponse,
     message::Reasoning,
-    model::{FinishReason, ModelEvent, Usage},
+    model::{FinishReason, ModelErrorKind, ModelEvent, Usage},
 };
 use serde::Deserialize;
 use serde_json::Value;
 
 use super::PROVIDER;
 use crate::decode::{StreamDecoder, accumulate_sse, accumulate_whole};
-use crate::error::{decode_error, reported_error, stream_error};
+use crate::error::{decode_error, error_envelope, in_body_error, reported_error, stream_error};
 
 /// Anthropic's usage object. Its `input_tokens` leaves out cache reads and writes; later events
 /// repeat or add counts, so the parser keeps the latest of each and converts at the wire.
@@ -455,10 +455,18 @@ impl AnthropicStreamParser {
         if self.stopped || self.failed {
             return Ok(()); // nothing after message_stop or an error counts
         }
-        let event: InEvent<'_> = serde_json::from_str(data).map_err(|e| {
-            self.failed = true;
-            decode_error(PROVIDER, "stream event", &e)
-        })?;
+        let event: InEvent<'_> = match serde_json::from_str(data) {
+            Ok(event) => event,
+            Err(e) => {
+                self.failed = true;
+                // A gateway's error envelope in a 200 stream (`{"error": {...}}`, no `type`):
+                // the error it reports, not a malformed event.
+                return Err(match error_envelope(data.as_bytes()) {
+                    Some(error) => in_body_error(PROVIDER, &error),
+                    None => decode_error(PROVIDER, "stream event", &e),
+                });
+            }
+        };
         let result = self.apply(event, data, out);
         if result.is_err() {
             self.failed = true;
@@ -536,14 +544,44 @@ impl StreamDecoder for AnthropicStreamParser {
     fn whole(&mut self, body: &[u8], out: &mut VecDeque<ModelEvent>) -> Result<(), ModelError> {
         let message: WholeMessage<'_> = serde_json::from_slice(body)
             .map_err(|e| decode_error(PROVIDER, "response body", &e))?;
-        if message.kind.as_deref() == Some("error") {
+        let is_message = message.kind.as_deref() == Some("message");
+        // An error body (`"type": "error"`), or a gateway's bare envelope answered with HTTP 200
+        // (`{"error": {...}}`): read as a message either would be an empty success.
+        if message.kind.as_deref() == Some("error")
+            || (!is_message && message.error.as_ref().is_some_and(|e| !e.is_null()))
+        {
             return Err(reported_error(PROVIDER, body));
         }
-        self.message_start(message.head, out);
-        let stop_reason = message.stop_reason.map(Cow::into_owned);
+        // Any other JSON that is no message (`{}`, a proxy's `{"detail": ...}`) is no answer.
+        let content = match message.content {
+            Some(content) => content,
+            None if is_message => Vec::new(),
+            None => {
+                return Err(ModelError::new(
+                    ModelErrorKind::Decode,
+                    "the response body is no message: it has neither a type nor content",
+                )
+                .with_provider(PROVIDER));
+            }
+        };
+        self.whole_blocks(message.head, content, message.stop_reason, out)
+    }
+}
+
+impl AnthropicStreamParser {
+    /// A whole message's head, blocks and stop reason, as the events of its stream.
+    fn whole_blocks(
+        &mut self,
+        head: MessageHead<'_>,
+        content: Vec<InBlock<'_>>,
+        stop_reason: Option<Cow<'_, str>>,
+        out: &mut VecDeque<ModelEvent>,
+    ) -> Result<(), ModelError> {
+        self.message_start(head, out);
+        let stop_reason = stop_reason.map(Cow::into_owned);
         let length = stop_reason.as_deref().map(map_stop_reason) == Some(FinishReason::Length);
-        let last = message.content.len().saturating_sub(1);
-        for (position, (index, mut block)) in (0u32..).zip(message.content).enumerate() {
+        let last = content.len().saturating_sub(1);
+        for (position, (index, mut block)) in (0u32..).zip(content).enumerate() {
             // The limit hit while the last block was being written: a final tool_use holds only
             // part of its input, so it is cut off.
             let cut = length && position == last && block.kind == "tool_use";
@@ -614,9 +652,11 @@ struct WholeMessage<'a> {
     #[serde(flatten, borrow)]
     head: MessageHead<'a>,
     #[serde(default, borrow)]
-    content: Vec<InBlock<'a>>,
+    content: Option<Vec<InBlock<'a>>>,
     #[serde(default, borrow)]
     stop_reason: Option<Cow<'a, str>>,
+    #[serde(default)]
+    error: Option<Value>,
 }
 
 /// Parses a whole (non-streamed) Messages response body, through the stream parser and the
@@ -636,7 +676,6 @@ pub fn parse_stream_bytes(bytes: &[u8]) -> Result<ModelResponse, ModelError> {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
-    use agentloop::model::ModelErrorKind;
 
     fn events(lines: &[&str]) -> Result<Vec<ModelEvent>, ModelError> {
         crate::decode::decode_all(AnthropicStreamParser::new(), lines)
@@ -734,6 +773,35 @@ mod tests {
                 raw: Some("tool_use".into())
             })
         );
+    }
+
+    #[test]
+    fn an_error_envelope_under_a_200_is_the_error_it_reports_whole_or_streamed() {
+        // What gateways relaying the Messages API send when their upstream fails after the 200:
+        // no `type`, so read as a message it was an empty success, and as an event a decode error.
+        let envelope = r#"{"error":{"message":"upstream overloaded","type":"overloaded_error"}}"#;
+        let err = parse_message(envelope.as_bytes()).unwrap_err();
+        assert_eq!(err.kind, ModelErrorKind::Overloaded);
+        assert_eq!(err.message, "upstream overloaded");
+        let err = parse_stream_bytes(format!("data: {envelope}\n\n").as_bytes()).unwrap_err();
+        assert_eq!(err.kind, ModelErrorKind::Overloaded);
+        let err = events(&[
+            r#"{"type":"message_start","message":{"id":"m"}}"#,
+            r#"{"error":{"message":"rate limited","code":429}}"#,
+        ])
+        .unwrap_err();
+        assert_eq!(err.kind, ModelErrorKind::RateLimited);
+        // JSON that is no message at all is no answer either.
+        for body in [&b"{}"[..], br#"{"detail":"Not Found"}"#] {
+            assert_eq!(
+                parse_message(body).unwrap_err().kind,
+                ModelErrorKind::Decode
+            );
+        }
+        // A message (by its type, or by its content) is read as before, even empty.
+        let r = parse_message(br#"{"type":"message","stop_reason":"end_turn"}"#).unwrap();
+        assert_eq!(r.finish_reason, FinishReason::Stop);
+        parse_message(br#"{"content":[],"stop_reason":"end_turn"}"#).unwrap();
     }
 
     #[test]

@@ -15,7 +15,9 @@ use serde_json::Value;
 
 use super::PROVIDER;
 use crate::decode::{StreamDecoder, accumulate_sse, accumulate_whole};
-use crate::error::{ProviderError, decode_error, in_body_error, reported_error, stream_error};
+use crate::error::{
+    ProviderError, decode_error, error_envelope, in_body_error, reported_error, stream_error,
+};
 
 #[derive(Deserialize, Default, Clone, Copy)]
 struct TokenDetails {
@@ -314,18 +316,6 @@ fn failure(error: Option<Value>) -> ModelError {
         error.message = "the response failed".to_owned();
     }
     error
-}
-
-/// The error object of an event that is a bare error envelope (`{"error": {...}}`).
-fn error_envelope(data: &[u8]) -> Option<Value> {
-    #[derive(Deserialize)]
-    struct Envelope {
-        error: Value,
-    }
-    serde_json::from_slice::<Envelope>(data)
-        .ok()
-        .map(|e| e.error)
-        .filter(|e| !e.is_null())
 }
 
 #[derive(Debug)]
