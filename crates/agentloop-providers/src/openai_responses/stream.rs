@@ -8,7 +8,7 @@ use std::collections::VecDeque;
 use agentloop::{
     ModelError, ModelResponse,
     message::Reasoning,
-    model::{FinishReason, ModelEvent, Usage},
+    model::{FinishReason, ModelErrorKind, ModelEvent, Usage},
 };
 use serde::Deserialize;
 use serde_json::Value;
@@ -616,6 +616,15 @@ impl StreamDecoder for ResponsesStreamParser {
         if status == "failed" || (envelope && response.head.error.is_some()) {
             return Err(failure(response.head.error));
         }
+        // Neither a status nor an output (`{}`, a proxy's `{"detail": ...}`): no response at all,
+        // which read as one would be an empty success.
+        if envelope {
+            return Err(ModelError::new(
+                ModelErrorKind::Decode,
+                "the response body is no response: it has neither a status nor an output",
+            )
+            .with_provider(PROVIDER));
+        }
         self.started = true;
         out.push_back(ModelEvent::Start {
             id: response.head.id.as_deref().map(str::to_owned),
@@ -654,7 +663,6 @@ pub fn parse_stream_bytes(bytes: &[u8]) -> Result<ModelResponse, ModelError> {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
-    use agentloop::model::ModelErrorKind;
 
     fn events(lines: &[&str]) -> Result<Vec<ModelEvent>, ModelError> {
         crate::decode::decode_all(ResponsesStreamParser::new(), lines)
@@ -759,5 +767,20 @@ mod tests {
             parse_response(failed).unwrap_err().kind,
             ModelErrorKind::Server
         );
+    }
+
+    #[test]
+    fn a_whole_body_with_neither_status_nor_output_is_no_response() {
+        for body in [
+            &b"{}"[..],
+            br#"{"detail":"Not Found"}"#,
+            br#"{"id":"r","output":[]}"#,
+        ] {
+            let err = parse_response(body).unwrap_err();
+            assert_eq!(err.kind, ModelErrorKind::Decode, "{err}");
+        }
+        // A status alone is a response, even an empty one.
+        let r = parse_response(br#"{"status":"completed","output":[]}"#).unwrap();
+        assert_eq!(r.finish_reason, FinishReason::Stop);
     }
 }
