@@ -255,6 +255,40 @@ fn push_all(
     Ok(())
 }
 
+/// A token count as a server sends it, read leniently: usage is accounting beside the answer, and
+/// it rides on the same chunk or body as the answer's end, so a count that is no non-negative
+/// integer (`-1`, `12.0`, `1e30`, a number past `u64`, `"12"`) must not cost the answer. A
+/// negative or non-numeric count reads as absent, a fraction is cut to its integer, a count past
+/// `u64::MAX` saturates there (the core's sums saturate too).
+pub(crate) fn lenient_count<'de, D>(deserializer: D) -> Result<Option<u64>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    use serde::Deserialize as _;
+    Ok(match serde_json::Value::deserialize(deserializer)? {
+        serde_json::Value::Number(n) => match (n.as_u64(), n.as_f64()) {
+            (Some(count), _) => Some(count),
+            // `as` saturates at u64::MAX; a negative or non-finite number is no count.
+            (None, Some(f)) if f.is_finite() && f >= 0.0 => Some(f as u64),
+            _ => None,
+        },
+        serde_json::Value::String(s) => s.trim().parse().ok(),
+        _ => None,
+    })
+}
+
+/// A usage object (or its details) read leniently: one of the wrong shape (`"usage": "n/a"`,
+/// a list) reads as absent rather than failing the chunk or body that carries the answer.
+pub(crate) fn lenient<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: serde::de::DeserializeOwned,
+{
+    use serde::Deserialize as _;
+    let value = serde_json::Value::deserialize(deserializer)?;
+    Ok(serde_json::from_value(value).ok())
+}
+
 /// Runs a decoder over event payloads and the end of the stream, collecting what it emits.
 #[cfg(test)]
 pub(crate) fn decode_all<D: StreamDecoder>(

@@ -216,3 +216,66 @@ async fn an_error_object_under_a_200_labelled_neither_json_nor_events_keeps_its_
         assert!(response.warnings.is_empty(), "{:?}", response.warnings);
     }
 }
+
+#[test]
+fn a_token_count_of_the_wrong_shape_never_costs_the_answer() {
+    // The usage rides on the chunk or body that ends the answer: a count that is negative, a
+    // float, past u64, a string, or a usage of the wrong shape is read leniently (absent, cut,
+    // saturated) rather than failing the whole response.
+    let cases: [(&str, u64); 7] = [
+        ("-1", 0),
+        ("12.0", 12),
+        ("12.7", 12),
+        ("1e30", u64::MAX),
+        ("99999999999999999999999", u64::MAX),
+        (r#""12""#, 12),
+        ("null", 0),
+    ];
+    for (count, read) in cases {
+        let chat = format!(
+            "data: {{\"id\":\"c\",\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"hi\"}},\"finish_reason\":\"stop\"}}],\"usage\":{{\"prompt_tokens\":{count},\"completion_tokens\":3,\"prompt_tokens_details\":{{\"cached_tokens\":{count}}}}}}}\n\ndata: [DONE]\n\n"
+        );
+        let r = agentloop_providers::openai_chat::parse_stream_bytes(chat.as_bytes())
+            .unwrap_or_else(|e| panic!("chat, {count}: {e}"));
+        assert_eq!(r.message.text, "hi");
+        assert_eq!(
+            (r.usage.input_tokens, r.usage.output_tokens),
+            (read, 3),
+            "chat, {count}"
+        );
+        assert_eq!(r.usage.cached_input_tokens, read, "chat, {count}");
+
+        let anthropic = format!(
+            "data: {{\"type\":\"message_start\",\"message\":{{\"id\":\"m\",\"usage\":{{\"input_tokens\":{count},\"output_tokens\":1}}}}}}\n\n\
+             data: {{\"type\":\"content_block_start\",\"index\":0,\"content_block\":{{\"type\":\"text\",\"text\":\"hi\"}}}}\n\n\
+             data: {{\"type\":\"content_block_stop\",\"index\":0}}\n\n\
+             data: {{\"type\":\"message_delta\",\"delta\":{{\"stop_reason\":\"end_turn\"}},\"usage\":{{\"output_tokens\":{count}}}}}\n\n\
+             data: {{\"type\":\"message_stop\"}}\n\n"
+        );
+        let r = agentloop_providers::anthropic::parse_stream_bytes(anthropic.as_bytes())
+            .unwrap_or_else(|e| panic!("anthropic, {count}: {e}"));
+        assert_eq!(r.message.text, "hi");
+        assert_eq!(r.usage.input_tokens, read, "anthropic, {count}");
+        // An unreadable later count keeps the earlier one.
+        let output = if read == 0 { 1 } else { read };
+        assert_eq!(r.usage.output_tokens, output, "anthropic, {count}");
+
+        let responses = format!(
+            "data: {{\"type\":\"response.output_text.delta\",\"output_index\":0,\"delta\":\"hi\"}}\n\n\
+             data: {{\"type\":\"response.completed\",\"response\":{{\"status\":\"completed\",\"usage\":{{\"input_tokens\":{count},\"output_tokens\":3,\"output_tokens_details\":{{\"reasoning_tokens\":{count}}}}}}}}}\n\n"
+        );
+        let r = agentloop_providers::openai_responses::parse_stream_bytes(responses.as_bytes())
+            .unwrap_or_else(|e| panic!("responses, {count}: {e}"));
+        assert_eq!(r.message.text, "hi");
+        assert_eq!(
+            (r.usage.input_tokens, r.usage.output_tokens),
+            (read, 3),
+            "responses, {count}"
+        );
+        assert_eq!(r.usage.reasoning_tokens, read, "responses, {count}");
+    }
+    // A usage of the wrong shape altogether reads as none.
+    let chat = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"},\"finish_reason\":\"stop\"}],\"usage\":\"n/a\"}\n\n";
+    let r = agentloop_providers::openai_chat::parse_stream_bytes(chat.as_bytes()).unwrap();
+    assert_eq!((r.message.text.as_str(), r.usage.input_tokens), ("hi", 0));
+}

@@ -22,13 +22,13 @@ use crate::error::{decode_error, error_envelope, in_body_error, reported_error, 
 /// repeat or add counts, so the parser keeps the latest of each and converts at the wire.
 #[derive(Debug, Deserialize, Default, Clone, Copy)]
 struct WireUsage {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::decode::lenient_count")]
     input_tokens: Option<u64>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::decode::lenient_count")]
     output_tokens: Option<u64>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::decode::lenient_count")]
     cache_read_input_tokens: Option<u64>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::decode::lenient_count")]
     cache_creation_input_tokens: Option<u64>,
 }
 
@@ -95,7 +95,7 @@ struct MessageHead<'a> {
     id: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
     model: Option<Cow<'a, str>>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::decode::lenient")]
     usage: Option<WireUsage>,
 }
 
@@ -129,7 +129,7 @@ struct InEvent<'a> {
     content_block: Option<InBlock<'a>>,
     #[serde(default, borrow)]
     delta: Option<InDelta<'a>>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::decode::lenient")]
     usage: Option<WireUsage>,
 }
 

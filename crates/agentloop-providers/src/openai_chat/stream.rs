@@ -25,7 +25,7 @@ struct WireCompletion<'a> {
     model: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
     choices: Option<Vec<WireChoice<'a>>>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::decode::lenient")]
     usage: Option<WireUsage>,
     /// Groq reports a stream's usage here, on its last chunk, rather than in `usage`.
     #[serde(default)]
@@ -36,7 +36,7 @@ struct WireCompletion<'a> {
 
 #[derive(Deserialize)]
 struct GroqExtra {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::decode::lenient")]
     usage: Option<WireUsage>,
 }
 
@@ -226,28 +226,28 @@ impl<'de: 'a, 'a> Deserialize<'de> for Arguments<'a> {
 
 #[derive(Deserialize, Default)]
 struct WireUsage {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::decode::lenient_count")]
     prompt_tokens: Option<u64>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::decode::lenient_count")]
     completion_tokens: Option<u64>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::decode::lenient")]
     prompt_tokens_details: Option<PromptDetails>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::decode::lenient")]
     completion_tokens_details: Option<CompletionDetails>,
     /// DeepSeek's own count of cached prompt tokens.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::decode::lenient_count")]
     prompt_cache_hit_tokens: Option<u64>,
 }
 
 #[derive(Deserialize, Default)]
 struct PromptDetails {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::decode::lenient_count")]
     cached_tokens: Option<u64>,
 }
 
 #[derive(Deserialize, Default)]
 struct CompletionDetails {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::decode::lenient_count")]
     reasoning_tokens: Option<u64>,
 }
 

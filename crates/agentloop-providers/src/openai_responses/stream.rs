@@ -21,21 +21,21 @@ use crate::error::{
 
 #[derive(Deserialize, Default, Clone, Copy)]
 struct TokenDetails {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::decode::lenient_count")]
     cached_tokens: Option<u64>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::decode::lenient_count")]
     reasoning_tokens: Option<u64>,
 }
 
 #[derive(Deserialize, Default, Clone, Copy)]
 struct WireUsage {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::decode::lenient_count")]
     input_tokens: Option<u64>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::decode::lenient_count")]
     output_tokens: Option<u64>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::decode::lenient")]
     input_tokens_details: Option<TokenDetails>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::decode::lenient")]
     output_tokens_details: Option<TokenDetails>,
 }
 
@@ -231,7 +231,7 @@ struct ResponseHead<'a> {
     id: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
     model: Option<Cow<'a, str>>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::decode::lenient")]
     usage: Option<WireUsage>,
     #[serde(default, borrow)]
     incomplete_details: Option<IncompleteDetails<'a>>,
