@@ -377,7 +377,17 @@ impl ChatStreamParser {
         let found = if whole {
             None
         } else if let Some(id) = id {
-            self.slots.iter().position(|s| s.id == id)
+            self.slots.iter().position(|s| s.id == id).or_else(|| {
+                // An id first seen on a fragment that names no tool, at the index (or, without
+                // one, on the newest call) of a call opened without an id: that call's id, arriving
+                // late. A new call would open with its name.
+                let open = if wire.is_some() {
+                    known_wire
+                } else {
+                    self.slots.len().checked_sub(1)
+                };
+                open.filter(|&at| !named && self.slots.get(at).is_some_and(|s| s.id.is_empty()))
+            })
         } else if wire.is_some() {
             known_wire
         } else if named {
@@ -400,6 +410,11 @@ impl ChatStreamParser {
             // A reused index now continues the newest call opened at it.
             if wire.is_some() {
                 slot.wire_index = wire;
+            }
+            if slot.id.is_empty()
+                && let Some(id) = id
+            {
+                slot.id = id.to_owned();
             }
         }
         at
@@ -708,6 +723,56 @@ mod tests {
             .position(|e| matches!(e, ModelEvent::Usage(_)))
             .unwrap();
         assert_eq!(usage_at, kinds.len() - 2);
+    }
+
+    #[test]
+    fn an_id_arriving_after_its_calls_name_joins_that_call() {
+        // The name first, the id on a later fragment of the same index (or, without an index, of
+        // the newest call): one call, not a nameless second one.
+        for index in [r#""index":0,"#, ""] {
+            let chunk = |call: &str, finish: &str| {
+                format!(
+                    r#"{{"id":"c","choices":[{{"index":0,"delta":{{"tool_calls":[{{{index}{call}}}]}}{finish}}}]}}"#
+                )
+            };
+            let body = [
+                chunk(
+                    r#""type":"function","function":{"name":"f","arguments":""}"#,
+                    "",
+                ),
+                chunk(r#""id":"call_1","function":{"arguments":"{\"a\":"}"#, ""),
+                chunk(
+                    r#""function":{"arguments":"1}"}"#,
+                    r#","finish_reason":"tool_calls""#,
+                ),
+            ]
+            .map(|c| format!("data: {c}\n\n"))
+            .concat();
+            let r = parse_stream_bytes(body.as_bytes()).unwrap();
+            assert_eq!(r.message.tool_calls.len(), 1, "{index}");
+            let call = &r.message.tool_calls[0];
+            assert_eq!(
+                (
+                    call.call_id.as_str(),
+                    call.tool.as_str(),
+                    call.arguments.as_str()
+                ),
+                ("call_1", "f", r#"{"a":1}"#)
+            );
+        }
+        // A named fragment with a new id is a new call, even at a reused index.
+        let body = concat!(
+            "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"name\":\"f\",\"arguments\":\"{}\"}}]}}]}\n\n",
+            "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"b\",\"function\":{\"name\":\"g\",\"arguments\":\"{}\"}}]},\"finish_reason\":\"tool_calls\"}]}\n\n",
+        );
+        let r = parse_stream_bytes(body.as_bytes()).unwrap();
+        let names: Vec<&str> = r
+            .message
+            .tool_calls
+            .iter()
+            .map(|c| c.tool.as_str())
+            .collect();
+        assert_eq!(names, ["f", "g"]);
     }
 
     #[test]
