@@ -385,9 +385,12 @@ impl HttpClient {
             return Ok(response);
         }
         let headers = response.headers().clone();
-        let body = read_limited(response, self.config.max_error_body_bytes)
-            .await
-            .unwrap_or_default();
+        let body = read_limited(
+            response,
+            self.config.max_error_body_bytes,
+            self.config.idle_timeout,
+        )
+        .await;
         let mut error = classify_http_error(&self.provider, status.as_u16(), &headers, &body);
         self.scrub(&mut error);
         Err(error)
@@ -500,19 +503,24 @@ pub fn check_budget(provider: &str, len: usize, max: usize) -> Result<(), ModelE
     Ok(())
 }
 
-async fn read_limited(
-    mut response: reqwest::Response,
-    max: usize,
-) -> Result<Vec<u8>, reqwest::Error> {
+/// At most `max` bytes of an error body, read for at most `within`: the body only names the
+/// error, so a server that drips it (each byte inside the idle timeout, never ending) must not
+/// hold the call, and its retry, for ever. What arrived by then (or before the body broke off)
+/// is classified.
+async fn read_limited(mut response: reqwest::Response, max: usize, within: Duration) -> Vec<u8> {
     let mut out = Vec::new();
-    while let Some(chunk) = response.chunk().await? {
-        let room = max.saturating_sub(out.len());
-        out.extend_from_slice(chunk.get(..room.min(chunk.len())).unwrap_or_default());
-        if out.len() >= max {
-            break;
+    let read = async {
+        while let Ok(Some(chunk)) = response.chunk().await {
+            let room = max.saturating_sub(out.len());
+            out.extend_from_slice(chunk.get(..room.min(chunk.len())).unwrap_or_default());
+            if out.len() >= max {
+                break;
+            }
         }
-    }
-    Ok(out)
+    };
+    // `timeout` (unlike an `Instant` plus the duration) takes any duration without overflow.
+    let _ = tokio::time::timeout(within, read).await;
+    out
 }
 #[cfg(test)]
 mod tests {

@@ -279,3 +279,38 @@ fn a_token_count_of_the_wrong_shape_never_costs_the_answer() {
     let r = agentloop_providers::openai_chat::parse_stream_bytes(chat.as_bytes()).unwrap();
     assert_eq!((r.message.text.as_str(), r.usage.input_tokens), ("hi", 0));
 }
+
+#[tokio::test]
+async fn an_error_body_dripped_for_ever_is_classified_within_the_idle_timeout() {
+    // A 503 whose body comes a byte at a time, each inside the idle timeout, never ending: the
+    // body only names the error, so the call fails (retryably, by its status) once the idle
+    // timeout has passed, instead of waiting on the drip.
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let (mut socket, _) = listener.accept().await.unwrap();
+        read_request(&mut socket).await;
+        let head = b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: 1000000\r\n\r\n{\"error\":{\"message\":\"busy";
+        socket.write_all(head).await.unwrap();
+        while socket.write_all(b" ").await.is_ok() {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+    let uri = format!("http://{addr}");
+    let mut config = small_config(&uri);
+    config.idle_timeout = Duration::from_secs(1);
+    let model = OpenAiChat::compatible("local", &uri, "m")
+        .http_config(config)
+        .build()
+        .unwrap();
+    let started = std::time::Instant::now();
+    let err = ask(&model).await.unwrap_err();
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(err.kind, ModelErrorKind::Server, "{err}");
+    assert_eq!(err.status, Some(503));
+    assert!(err.is_retryable());
+}
