@@ -14,13 +14,13 @@ use std::future::Future;
 
 use agentloop::{
     ModelError, ModelResponse,
-    model::{ModelEvent, ModelStream, ResponseAccumulator},
+    model::{ModelErrorKind, ModelEvent, ModelStream, ResponseAccumulator},
 };
 use bytes::Bytes;
 use futures::{StreamExt, stream};
 
 use crate::http::HttpClient;
-use crate::sse::{SseStream, sse, sse_of_body, sse_of_chunks};
+use crate::sse::{SseStream, sse, sse_of_body};
 
 /// A pure parser of one provider's event stream.
 pub(crate) trait StreamDecoder: Send {
@@ -81,9 +81,10 @@ pub(crate) fn decoded_events<'a, D: StreamDecoder + 'a>(
 ///
 /// The answer is read as what the server sent, not as what was asked: servers and gateways that
 /// ignore `stream: true` answer one JSON body, and some answer a non-streamed request with an
-/// event stream; either is read whole, with a warning, rather than failed. A streamed answer
-/// labelled as neither is told by its first bytes: events stream, anything else is read whole
-/// (so an error object keeps its kind, and an HTML page fails to decode).
+/// event stream; either is read whole, with a warning, rather than failed. A streamed answer is
+/// told by its first bytes as much as by its label: one that opens as a JSON document is read
+/// whole whatever its label (so an error object keeps its kind), and one labelled neither JSON
+/// nor events streams only when it opens as events do.
 pub(crate) fn post_and_decode<'a, D: StreamDecoder + 'a>(
     client: &'a HttpClient,
     path: &'a str,
@@ -94,25 +95,42 @@ pub(crate) fn post_and_decode<'a, D: StreamDecoder + 'a>(
     opened(async move {
         let response = client.post_json(path, body?).await?;
         let media = media_type(&response);
-        if stream && media == Media::EventStream {
-            return Ok(decoded_events(sse(client, response), decoder));
-        }
         let declared = response.content_length();
         let mut chunks = client.body_chunks(response);
         let mut head = Bytes::new();
-        if stream && media == Media::Other {
-            // Labelled neither JSON nor an event stream (text/plain, text/html, no label): the
-            // first bytes say which it is. Read as events, a gateway's error object under a 200
-            // would carry none and end as a bare "stream ended early", its kind and message lost.
-            head = first_bytes(&mut chunks, client.config().max_event_bytes).await?;
-            if starts_like_sse(&head) || head.iter().all(u8::is_ascii_whitespace) {
+        if stream && media != Media::Json {
+            // The label is a claim; the first bytes say what the body is. An event stream opens
+            // with a field or a comment, never with `{`, `[` or `<`: a body that does is a JSON
+            // document (a gateway's error object under a 200, which read as events would carry
+            // none and end as a bare "stream ended early", its kind and message lost) or an HTML
+            // page. Unlabelled (text/plain, no label), a body is events only when it opens as
+            // they do; labelled as events, one byte decides, so no event waits on the peek.
+            let labelled = media == Media::EventStream;
+            let enough = if labelled { 1 } else { SSE_PREFIX_BYTES };
+            // The peek is the stream's first read: the same idle timeout bounds it.
+            let idle = client.config().idle_timeout;
+            let peek = first_bytes(&mut chunks, enough, client.config().max_event_bytes);
+            head = tokio::time::timeout(idle, peek).await.map_err(|_| {
+                ModelError::new(
+                    ModelErrorKind::Timeout,
+                    format!("the stream was idle for {} s", idle.as_secs_f64()),
+                )
+                .with_provider(client.provider())
+            })??;
+            let events = if labelled {
+                !opens_as_document(&head)
+            } else {
+                starts_like_sse(&head) || head.iter().all(u8::is_ascii_whitespace)
+            };
+            if events {
                 let events = stream::iter([Ok(head)]).chain(chunks);
-                return Ok(decoded_events(sse_of_chunks(client, events), decoder));
+                return Ok(decoded_events(sse(client, events), decoder));
             }
         }
         let rest = stream::iter([Ok(head)]).chain(chunks);
         let bytes = client.collect_body(rest, declared).await?;
-        let looks_like_sse = media == Media::EventStream || starts_like_sse(&bytes);
+        let looks_like_sse =
+            !opens_as_document(&bytes) && (media == Media::EventStream || starts_like_sse(&bytes));
         let mut response = if looks_like_sse {
             accumulate_sse(&bytes, client.provider(), decoder)?
         } else {
@@ -172,18 +190,29 @@ fn starts_like_sse(bytes: &[u8]) -> bool {
         .any(|p| start.starts_with(p))
 }
 
-/// The body's first chunks, joined: read until they hold a byte other than whitespace (enough to
-/// tell an event stream from a JSON or HTML body), the body ends, or `max` bytes are read.
-async fn first_bytes<S>(chunks: &mut S, max: usize) -> Result<Bytes, ModelError>
+/// The longest prefix [`starts_like_sse`] looks for (`retry:`).
+const SSE_PREFIX_BYTES: usize = 6;
+
+/// True when a body opens (after whitespace) as a JSON document or an HTML page does, which an
+/// event stream never does.
+fn opens_as_document(bytes: &[u8]) -> bool {
+    matches!(
+        bytes.iter().find(|b| !b.is_ascii_whitespace()),
+        Some(b'{' | b'[' | b'<')
+    )
+}
+
+/// The body's first chunks, joined: read until they hold `enough` bytes other than leading
+/// whitespace, the body ends, or `max` bytes are read.
+async fn first_bytes<S>(chunks: &mut S, enough: usize, max: usize) -> Result<Bytes, ModelError>
 where
     S: futures::Stream<Item = Result<Bytes, ModelError>> + Unpin,
 {
     let mut head = Vec::new();
     while let Some(chunk) = chunks.next().await {
         head.extend_from_slice(&chunk?);
-        // Six bytes tell `retry:` from `{`; fewer may still be a cut `data:`.
         let seen = head.iter().skip_while(|b| b.is_ascii_whitespace()).count();
-        if seen >= 6 || head.len() >= max {
+        if seen >= enough || head.len() >= max {
             break;
         }
     }

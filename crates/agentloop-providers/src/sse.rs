@@ -23,14 +23,10 @@ use crate::http::HttpClient;
 /// so nothing half-received is ever applied.
 const FINAL_BLANK_LINE: &[u8] = b"\n\n";
 
-/// Reads a streamed response as server-sent events with the client's idle timeout and event
-/// budget, dispatching a final event that lacks its closing blank line.
-pub(crate) fn sse(client: &HttpClient, response: reqwest::Response) -> SseStream {
-    sse_of_chunks(client, client.body_chunks(response))
-}
-
-/// [`sse`] over a body's chunks (some of them possibly read already to see what the body is).
-pub(crate) fn sse_of_chunks<S>(client: &HttpClient, chunks: S) -> SseStream
+/// Reads a streamed response's body chunks (some of them possibly read already, to see what the
+/// body is) as server-sent events with the client's idle timeout and event budget, dispatching a
+/// final event that lacks its closing blank line.
+pub(crate) fn sse<S>(client: &HttpClient, chunks: S) -> SseStream
 where
     S: Stream<Item = Result<Bytes, ModelError>> + Send + 'static,
 {

@@ -314,3 +314,51 @@ async fn an_error_body_dripped_for_ever_is_classified_within_the_idle_timeout() 
     assert_eq!(err.status, Some(503));
     assert!(err.is_retryable());
 }
+
+#[tokio::test]
+async fn a_json_error_labelled_as_an_event_stream_keeps_its_kind() {
+    // A relay that labels everything text/event-stream, answering an error object with no
+    // `data:` framing: read as events it has none. It opens as a JSON document, which no event
+    // stream does, so it is read whole, on every provider.
+    let body = br#"  {"error":{"message":"slow down","type":"rate_limit_error","code":429}}"#;
+    let mut models: Vec<Box<dyn Model>> = Vec::new();
+    for stream in [true, false] {
+        let reply = || Reply::whole("text/event-stream", body);
+        models.push(Box::new(chat(&serve(vec![reply()]).await, stream)));
+        models.push(Box::new(anthropic(&serve(vec![reply()]).await, stream)));
+        models.push(Box::new(responses(&serve(vec![reply()]).await, stream)));
+    }
+    for model in &models {
+        let err = ask(model.as_ref()).await.unwrap_err();
+        assert_eq!(
+            err.kind,
+            ModelErrorKind::RateLimited,
+            "{}: {err}",
+            model.provider()
+        );
+        assert_eq!(err.message, "slow down");
+    }
+}
+
+#[tokio::test]
+async fn silence_before_the_first_byte_of_a_stream_is_the_idle_timeout() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let (mut socket, _) = listener.accept().await.unwrap();
+        read_request(&mut socket).await;
+        let head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n";
+        socket.write_all(head).await.unwrap();
+        tokio::time::sleep(Duration::from_secs(30)).await;
+    });
+    let uri = format!("http://{addr}");
+    let mut config = small_config(&uri);
+    config.idle_timeout = Duration::from_millis(300);
+    let model = OpenAiChat::compatible("local", &uri, "m")
+        .http_config(config)
+        .build()
+        .unwrap();
+    let err = ask(&model).await.unwrap_err();
+    assert_eq!(err.kind, ModelErrorKind::Timeout, "{err}");
+    assert!(err.message.contains("idle"), "{err}");
+}
