@@ -136,3 +136,58 @@ input_schema = { type = "object", properties = { command = { type = "string" } }
     assert!(!recorded.contains(token), "{recorded}");
     assert!(!recorded.contains("sk-proj-"), "{recorded}");
 }
+
+/// The credentials the URLs of these tests carry, each distinctive: none may be found in what a
+/// run prints or writes.
+const URL_PASSWORD: &str = "LEAKPASS-5150";
+const URL_QUERY_KEY: &str = "LEAKQUERY-8086";
+
+/// A URL at `uri` with a user and password and a key in its query.
+fn credentialed(uri: &str, path: &str) -> String {
+    let host = uri.strip_prefix("http://").unwrap();
+    format!("http://leakuser:{URL_PASSWORD}@{host}{path}?key={URL_QUERY_KEY}")
+}
+
+fn assert_no_secret(what: &str, text: &str) {
+    for secret in [TEST_KEY, URL_PASSWORD, URL_QUERY_KEY] {
+        assert!(!text.contains(secret), "{what} holds {secret}: {text}");
+    }
+}
+
+/// A loopback port nothing listens on.
+fn closed_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_mcp_servers_url_token_reaches_no_error_when_it_cannot_be_reached() {
+    let url = credentialed(&format!("http://127.0.0.1:{}", closed_port()), "/mcp");
+    let dir = AgentDir::new(&format!(
+        r#"name = "caller"
+[model]
+provider = "scripted"
+script = "script.json"
+[[mcp]]
+name = "tracker"
+url = "{url}"
+timeout_secs = 10
+"#
+    ));
+    dir.write("script.json", r#"[{"text": "done"}]"#);
+    let agent = dir.agent();
+    let agent = agent.to_str().unwrap();
+    for command in [
+        vec!["run", agent, "--input", "hi", "--json"],
+        vec!["mcp", "list", agent],
+    ] {
+        let out = agentloop(args(&command)).await;
+        assert_ne!(out.status.code(), Some(0), "{command:?}: {}", stdout(&out));
+        let shown = format!("{}{}", stdout(&out), stderr(&out));
+        assert!(shown.contains("mcp.start"), "{command:?}: {shown}");
+        assert_no_secret(&format!("{command:?}"), &shown);
+    }
+}

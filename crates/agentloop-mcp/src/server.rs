@@ -400,7 +400,10 @@ impl McpServer {
                     timeout.as_secs_f64()
                 ),
             )),
-            Err(e) => Err(ToolError::new("mcp.request", e.to_string())),
+            Err(e) => Err(ToolError::new(
+                "mcp.request",
+                scrubbed(&self.inner.config, &e.to_string()),
+            )),
         }
     }
 
@@ -485,7 +488,7 @@ impl McpServer {
             .map_err(|e| McpError::Request {
                 server: self.name().to_owned(),
                 what: "tools/list",
-                reason: e.to_string(),
+                reason: scrubbed(&self.inner.config, &e.to_string()),
             })?;
         *self
             .inner
@@ -599,7 +602,7 @@ impl McpServer {
             Ok(Ok(service)) => Ok(service),
             Ok(Err(e)) => {
                 let tail = self.stderr_tail();
-                let mut reason = e.to_string();
+                let mut reason = scrubbed(config, &e.to_string());
                 if !tail.is_empty() {
                     reason = format!("{reason}; its stderr ends:\n{tail}");
                 }
@@ -683,6 +686,25 @@ fn http_headers(
     Ok(custom)
 }
 
+/// `text` without the credentials of an HTTP server's declaration: its URL's user info and
+/// query values (the transport's reqwest errors print the URL whole: `error sending request for
+/// url (https://host/mcp?token=...)`) and the values its header templates read.
+fn scrubbed(config: &ServerConfig, text: &str) -> String {
+    let Transport::Http { url, headers } = &config.transport else {
+        return text.to_owned();
+    };
+    let mut secrets = agentloop::url_secrets::secrets(url);
+    secrets.extend(
+        headers
+            .values()
+            .flat_map(|t| crate::config::template_vars(t))
+            .filter_map(|var| std::env::var(var).ok()),
+    );
+    // Longest first, so that a secret holding another is replaced whole.
+    secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
+    agentloop::url_secrets::scrub(text, &secrets)
+}
+
 fn config_error(config: &ServerConfig, reason: String) -> McpError {
     McpError::Config {
         server: config.name.clone(),
@@ -704,7 +726,10 @@ fn check(config: &ServerConfig) -> Result<(), McpError> {
         {
             Err(config_error(
                 config,
-                format!("the url {url:?} is not http or https"),
+                format!(
+                    "the url {:?} is not http or https",
+                    agentloop::url_secrets::shown(url)
+                ),
             ))
         }
         _ if config.timeout.is_zero() => Err(config_error(config, "the timeout is zero".into())),

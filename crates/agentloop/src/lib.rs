@@ -27,6 +27,7 @@ mod serde_duration;
 pub mod steering;
 pub mod testing;
 pub mod tool;
+pub mod url_secrets;
 
 // What an application uses; everything else is at its module's path.
 pub use agent::{Agent, AgentBuilder, RunOptions, RunStream, Session, StreamItem};
