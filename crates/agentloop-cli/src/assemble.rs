@@ -489,7 +489,7 @@ pub fn definition_parts(file: &AgentFile) -> Vec<(&'static str, serde_json::Valu
         .map(|t| {
             let how = match (&t.command, &t.agent, &t.builtin) {
                 (None, None, None) if t.a2a.is_some() => {
-                    json!({"a2a": t.a2a.as_ref().map(|u| u.get_ref())})
+                    json!({"a2a": t.a2a.as_ref().map(|u| agentloop::url_secrets::shown(u.get_ref()))})
                 }
                 (Some(c), _, _) => json!(c.get_ref()),
                 // A change in the subagent's file changes this agent's definition too.
@@ -526,7 +526,9 @@ pub fn definition_parts(file: &AgentFile) -> Vec<(&'static str, serde_json::Valu
     let model = json!({
         "provider": m.provider.get_ref().as_str(),
         "name": m.name.as_ref().map(|n| n.get_ref()),
-        "base_url": m.base_url.as_ref().map(|u| u.get_ref()),
+        // The journal keeps the definition whole: the server, not a credential in its URL (a
+        // changed key is not a changed agent either).
+        "base_url": m.base_url.as_ref().map(|u| agentloop::url_secrets::shown(u.get_ref())),
     });
     let mut parts = vec![
         ("model", model),
@@ -584,7 +586,7 @@ pub fn mcp_declarations(file: &AgentFile) -> serde_json::Value {
                     json!({"command": command, "env_reads": vars(env), "sandbox": sandbox})
                 }
                 agentloop_mcp::Transport::Http { url, headers } => {
-                    json!({"url": url, "headers_read": vars(headers)})
+                    json!({"url": agentloop::url_secrets::shown(url), "headers_read": vars(headers)})
                 }
             };
             let mut server = json!({

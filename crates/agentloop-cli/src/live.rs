@@ -280,7 +280,8 @@ pub fn first_request(
     }
     Ok(json!({
         "method": "POST",
-        "url": url,
+        // Shown like the key: a credential in the URL (`?key=`, `user:pass@`) is redacted.
+        "url": agentloop::url_secrets::shown(&url),
         "headers": headers,
         "body": body,
     }))

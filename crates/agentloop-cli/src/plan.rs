@@ -246,7 +246,7 @@ pub fn plan(file: &AgentFile) -> Result<Plan, CliError> {
                 "command": t.command.as_ref().map(|c| c.get_ref()),
                 "agent": t.agent.as_ref().map(|a| a.get_ref()),
                 "builtin": t.builtin.as_ref().map(|b| b.get_ref()),
-                "a2a": t.a2a.as_ref().map(|u| u.get_ref()),
+                "a2a": t.a2a.as_ref().map(|u| agentloop::url_secrets::shown(u.get_ref())),
                 "root": builtin_root(file, t),
                 "sandbox": tool_sandbox(file, t),
                 "fatal": t.fatal.unwrap_or(false),
@@ -271,7 +271,8 @@ pub fn plan(file: &AgentFile) -> Result<Plan, CliError> {
     let model = json!({
         "provider": provider.as_str(),
         "name": m.name.as_ref().map(|n| n.get_ref()),
-        "base_url": m.base_url.as_ref().map(|u| u.get_ref().clone()),
+        // A key in the URL (`?key=`, `user:pass@`) is not shown: only which server it is.
+        "base_url": m.base_url.as_ref().map(|u| agentloop::url_secrets::shown(u.get_ref())),
         "api_key_env": key_env,
         "api_key_set": key_env.as_deref().map(|v| std::env::var_os(v).is_some_and(|x| !x.is_empty())),
         "stream": m.stream.unwrap_or(true),

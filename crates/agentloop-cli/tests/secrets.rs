@@ -154,6 +154,73 @@ fn assert_no_secret(what: &str, text: &str) {
     }
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn plan_dry_run_and_the_journal_show_urls_without_their_credentials() {
+    let provider = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(Replies {
+            bodies: vec![completion(json!({"role": "assistant", "content": "done"}))],
+            next: Default::default(),
+        })
+        .mount(&provider)
+        .await;
+    let mcp = credentialed(&provider.uri(), "/mcp");
+    let dir = AgentDir::new(&format!(
+        r#"name = "urls"
+[model]
+provider = "openai"
+name = "gpt-4o"
+base_url = "{}"
+api_key_env = "AGENTLOOP_TEST_KEY"
+stream = false
+[[mcp]]
+name = "tracker"
+url = "{mcp}"
+"#,
+        credentialed(&provider.uri(), "/v1")
+    ));
+    let plain = AgentDir::new(&format!(
+        r#"name = "urls"
+[model]
+provider = "openai"
+name = "gpt-4o"
+base_url = "{}"
+api_key_env = "AGENTLOOP_TEST_KEY"
+stream = false
+"#,
+        credentialed(&provider.uri(), "/v1")
+    ));
+    let (agent, plain_agent) = (dir.agent(), plain.agent());
+    let (agent, plain_agent) = (agent.to_str().unwrap(), plain_agent.to_str().unwrap());
+    for command in [
+        vec!["plan", agent, "--json"],
+        vec!["plan", agent],
+        vec!["run", plain_agent, "--input", "hi", "--dry-run"],
+    ] {
+        let out = agentloop(args(&command)).await;
+        assert_eq!(out.status.code(), Some(0), "{command:?}: {}", stderr(&out));
+        assert!(stdout(&out).contains("[redacted]"), "{}", stdout(&out));
+        assert_no_secret(&format!("{command:?}"), &stdout(&out));
+        assert_no_secret(&format!("{command:?}"), &stderr(&out));
+    }
+    // A journaled run keeps the agent's definition: the servers, not their credentials.
+    let journal = dir.path("run.db");
+    let out = agentloop(args(&[
+        "run",
+        plain_agent,
+        "--input",
+        "hi",
+        "--json",
+        "--journal",
+        journal.to_str().unwrap(),
+    ]))
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let written = String::from_utf8_lossy(&std::fs::read(&journal).unwrap()).into_owned();
+    assert!(written.contains("key=[redacted]"), "the definition is kept");
+    assert_no_secret("the journal", &written);
+}
+
 /// A loopback port nothing listens on.
 fn closed_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
