@@ -148,10 +148,77 @@ fn credentialed(uri: &str, path: &str) -> String {
     format!("http://leakuser:{URL_PASSWORD}@{host}{path}?key={URL_QUERY_KEY}")
 }
 
+/// A server that refuses every request with 401 and quotes it whole in its error message, as
+/// some gateways do: its URL (query and all) and its headers (the key).
+struct Echo401;
+
+impl wiremock::Respond for Echo401 {
+    fn respond(&self, request: &wiremock::Request) -> ResponseTemplate {
+        let headers: Vec<String> = request
+            .headers
+            .iter()
+            .map(|(k, v)| format!("{k}: {}", v.to_str().unwrap_or_default()))
+            .collect();
+        let message = format!(
+            "Incorrect API key provided: {} sent to {}",
+            headers.join("; "),
+            request.url
+        );
+        ResponseTemplate::new(401).set_body_json(json!({"error": {
+            "message": message,
+            "type": "invalid_request_error",
+            "code": "invalid_api_key",
+            "param": request.url.to_string(),
+        }}))
+    }
+}
+
 fn assert_no_secret(what: &str, text: &str) {
     for secret in [TEST_KEY, URL_PASSWORD, URL_QUERY_KEY] {
         assert!(!text.contains(secret), "{what} holds {secret}: {text}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_providers_401_that_echoes_the_base_urls_key_reaches_no_error_or_record() {
+    let provider = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(Echo401)
+        .mount(&provider)
+        .await;
+    let dir = AgentDir::new(&openai_agent(&provider.uri(), "stream = false"));
+    let agent = std::fs::read_to_string(dir.agent()).unwrap().replace(
+        &format!("base_url = \"{}/v1\"", provider.uri()),
+        &format!("base_url = \"{}\"", credentialed(&provider.uri(), "/v1")),
+    );
+    dir.write("agent.toml", &agent);
+    let (journal, trace) = (dir.path("run.db"), dir.path("run.ndjson"));
+    let out = agentloop(args(&[
+        "run",
+        dir.agent().to_str().unwrap(),
+        "--input",
+        "hi",
+        "--json",
+        "--journal",
+        journal.to_str().unwrap(),
+        "--trace",
+        trace.to_str().unwrap(),
+        "--trace-payloads",
+    ]))
+    .await;
+    let v = stdout_json(&out);
+    assert_eq!(v["error"]["code"], "model.authentication", "{v}");
+    // The server did quote them: the message says so, with the credentials cut out.
+    let message = v["error"]["message"].as_str().unwrap();
+    assert!(message.contains("key=[redacted]"), "{message}");
+    assert!(message.contains("Bearer [redacted]"), "{message}");
+    assert_no_secret("stdout", &stdout(&out));
+    assert_no_secret("stderr", &stderr(&out));
+    assert_no_secret("the trace", &std::fs::read_to_string(&trace).unwrap());
+    assert_no_secret(
+        "the journal",
+        &String::from_utf8_lossy(&std::fs::read(&journal).unwrap()),
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -396,21 +396,25 @@ impl HttpClient {
         Err(error)
     }
 
-    /// Removes the API key from an error's text fields, should a server echo it back.
+    /// Removes the API key, and the credentials the base URL carries (its user info, its query
+    /// values: some gateways take the key as `?key=`), from an error's text fields, should a
+    /// server echo them back (a 401 body that quotes the key, or the URL it was sent to).
     fn scrub(&self, error: &mut ModelError) {
         let key = match &self.config.key {
-            KeySource::None => return,
+            KeySource::None => String::new(),
             KeySource::Value(k) => k.expose().trim().to_owned(),
             KeySource::Env(var) => std::env::var(var).unwrap_or_default().trim().to_owned(),
         };
-        if key.len() < 4 {
+        let mut secrets = agentloop::url_secrets::secrets(&self.config.base_url);
+        if key.len() >= 4 {
+            secrets.push(key);
+            // Longest first, so that a secret holding another is replaced whole.
+            secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
+        }
+        if secrets.is_empty() {
             return;
         }
-        let clean = |s: &mut String| {
-            if s.contains(key.as_str()) {
-                *s = s.replace(key.as_str(), "[redacted]");
-            }
-        };
+        let clean = |s: &mut String| *s = agentloop::url_secrets::scrub(s, &secrets);
         clean(&mut error.message);
         for field in [
             &mut error.error_type,
