@@ -160,13 +160,16 @@ impl A2aClient {
             .default_headers(headers)
             .build()
             .map_err(|e| A2aError::Card {
-                url: url.to_owned(),
-                reason: e.to_string(),
+                url: agentloop::url_secrets::shown(url),
+                reason: e.without_url().to_string(),
             })?;
         let card_url = format!("{}/.well-known/agent-card.json", url.trim_end_matches('/'));
+        // The URL may carry a token (`?token=`, `user:pass@`): the error names the agent by
+        // the rest of it, and whatever the server echoes of the token is cut from the reason.
+        let secrets = agentloop::url_secrets::secrets(url);
         let failed = |reason: String| A2aError::Card {
-            url: url.to_owned(),
-            reason,
+            url: agentloop::url_secrets::shown(url),
+            reason: agentloop::url_secrets::scrub(&reason, &secrets),
         };
         let response = http
             .get(&card_url)
@@ -224,8 +227,13 @@ impl A2aClient {
     /// reached before a call (a plan, a list of tools). Its description is `description`, or one
     /// naming the URL.
     pub fn tool_at(url: &str, builder: ToolBuilder, description: Option<String>) -> Tool {
-        let description = description
-            .unwrap_or_else(|| format!("Hands a task to the remote A2A agent at {url}."));
+        // The model reads the description: the URL's credentials never go in it.
+        let description = description.unwrap_or_else(|| {
+            format!(
+                "Hands a task to the remote A2A agent at {}.",
+                agentloop::url_secrets::shown(url)
+            )
+        });
         let url: Arc<str> = url.into();
         let client: Arc<tokio::sync::OnceCell<A2aClient>> = Arc::default();
         builder.description(description).dynamic(

@@ -298,6 +298,42 @@ fn closed_port() -> u16 {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_remote_a2a_agents_url_token_reaches_neither_its_error_nor_the_models_tools() {
+    let remote = MockServer::start().await;
+    Mock::given(method("GET"))
+        .respond_with(Echo401)
+        .mount(&remote)
+        .await;
+    let dir = AgentDir::new(&format!(
+        r#"name = "caller"
+[model]
+provider = "scripted"
+script = "script.json"
+[[tools]]
+name = "remote"
+a2a = "{}"
+"#,
+        credentialed(&remote.uri(), "/a2a")
+    ));
+    dir.write("script.json", r#"[{"text": "done"}]"#);
+    let agent = dir.agent();
+    let agent = agent.to_str().unwrap();
+    let out = agentloop(args(&["run", agent, "--input", "hi", "--json"])).await;
+    let v = stdout_json(&out);
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains("a2a.card"),
+        "{v}"
+    );
+    assert_no_secret("the error", &stdout(&out));
+    assert_no_secret("stderr", &stderr(&out));
+    // The description the model would read names the agent by its URL without the token.
+    let out = agentloop(args(&["plan", agent, "--json"])).await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(stdout(&out).contains("key=[redacted]"), "{}", stdout(&out));
+    assert_no_secret("plan", &stdout(&out));
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn an_mcp_servers_url_token_reaches_no_error_when_it_cannot_be_reached() {
     let url = credentialed(&format!("http://127.0.0.1:{}", closed_port()), "/mcp");
     let dir = AgentDir::new(&format!(
