@@ -425,7 +425,8 @@ async fn follow(
                     .map(|s| format!(" (answer matching {s})"))
                     .unwrap_or_default(),
                 p.request.call_id,
-                ingress.url().trim_end_matches('/'),
+                // Without its user and password: the user has them, a terminal's log need not.
+                agentloop_restate::ingress::shown(ingress.url()).trim_end_matches('/'),
             );
         } else {
             err!(
@@ -434,7 +435,8 @@ async fn follow(
                 p.request.tool,
                 p.request.arguments,
                 p.request.call_id,
-                ingress.url().trim_end_matches('/'),
+                // Without its user and password: the user has them, a terminal's log need not.
+                agentloop_restate::ingress::shown(ingress.url()).trim_end_matches('/'),
             );
         }
     }
