@@ -121,14 +121,25 @@ impl Default for HttpConfig {
 impl HttpConfig {
     /// Settings for this base URL, with the defaults above.
     pub fn new(base_url: impl Into<String>) -> Self {
-        let mut base_url = base_url.into();
-        while base_url.ends_with('/') {
-            base_url.pop();
-        }
+        let base_url = base_url.into();
+        // The slashes that end the path go (the API's paths start with one), before any query.
+        let base_url = match base_url.split_once('?') {
+            Some((path, query)) => format!("{}?{query}", path.trim_end_matches('/')),
+            None => base_url.trim_end_matches('/').to_owned(),
+        };
         HttpConfig {
             base_url,
             ..Default::default()
         }
+    }
+}
+
+/// `base_url` with the API's `path` after its own path: before its query, which a gateway may
+/// need on every request (`?key=...`, `?api-version=...`), rather than after it.
+fn endpoint(base_url: &str, path: &str) -> String {
+    match base_url.split_once('?') {
+        Some((base, query)) => format!("{base}{path}?{query}"),
+        None => format!("{base_url}{path}"),
     }
 }
 
@@ -371,7 +382,7 @@ impl HttpClient {
         if let Some((name, value)) = self.auth_header()? {
             headers.insert(name, value);
         }
-        let url = format!("{}{}", self.config.base_url, path);
+        let url = endpoint(&self.config.base_url, path);
         let response = self
             .client
             .post(url)

@@ -826,3 +826,19 @@ async fn a_hostile_token_count_saturates_and_trips_the_token_budget_without_a_pa
     assert_eq!(outcome.usage.input_tokens, u64::MAX);
     assert_eq!(outcome.usage.total_tokens(), u64::MAX);
 }
+
+#[tokio::test]
+async fn a_base_url_with_a_query_keeps_it_after_the_api_path() {
+    // A gateway that wants a key or a version on every request (`?key=...`, `?api-version=...`).
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .and(wiremock::matchers::query_param("api-version", "2024-10-21"))
+        .respond_with(text_sse())
+        .expect(1)
+        .mount(&server)
+        .await;
+    let model = model(&format!("{}/v1/?api-version=2024-10-21", server.uri()));
+    let response = ask(&model).await.unwrap();
+    assert!(!response.message.text.is_empty());
+}
