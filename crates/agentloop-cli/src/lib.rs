@@ -19,3 +19,4 @@ pub mod permission_file;
 pub mod permission_paths;
 pub mod render;
 pub mod terminal;
+pub mod text_file;

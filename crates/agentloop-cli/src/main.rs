@@ -27,6 +27,7 @@ macro_rules! err {
 // The agent files' loader and assembler are the library's, shared with the Python package.
 #[cfg(test)]
 use agentloop_cli::permission_file;
+use agentloop_cli::text_file::{MAX_INPUT_BYTES, read_bounded, read_text_or_pipe};
 use agentloop_cli::{agent_file, assemble, deferred, error, live, render, terminal};
 
 /// mimalloc's thread-local pages rather than glibc's shared arenas: at 10,000 concurrent runs the
@@ -51,7 +52,7 @@ mod served;
 mod sessions;
 mod viewer;
 
-use std::io::{IsTerminal, Read, Write};
+use std::io::{IsTerminal, Write};
 use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -159,7 +160,7 @@ fn read_input(args: &RunArgs) -> Result<String, CliError> {
         return Ok(text.clone());
     }
     if let Some(path) = &args.input_file {
-        return std::fs::read_to_string(path).map_err(|e| CliError::Io {
+        return read_text_or_pipe(path, MAX_INPUT_BYTES).map_err(|e| CliError::Io {
             message: format!("cannot read the input file {}: {e}", path.display()),
         });
     }
@@ -170,13 +171,10 @@ fn read_input(args: &RunArgs) -> Result<String, CliError> {
                 .into(),
         });
     }
-    let mut text = String::new();
-    stdin
-        .lock()
-        .read_to_string(&mut text)
-        .map_err(|e| CliError::Io {
-            message: format!("cannot read stdin: {e}"),
-        })?;
+    // Bounded: `agentloop run a.toml < /dev/zero` (or `yes |`) would never end otherwise.
+    let text = read_bounded(stdin.lock(), MAX_INPUT_BYTES).map_err(|e| CliError::Io {
+        message: format!("cannot read stdin: {e}"),
+    })?;
     if text.trim().is_empty() {
         return Err(CliError::Usage {
             message: "no input: stdin was empty; give --input TEXT or --input-file FILE".into(),

@@ -47,11 +47,11 @@ pub fn open(
 
 /// The rules kept in `path`; none when the file does not exist.
 fn read(path: &Path) -> Result<Vec<PermissionRule>, PermissionStoreError> {
-    match std::fs::read_to_string(path) {
+    match crate::text_file::read_text(path, crate::text_file::MAX_AGENT_TEXT_BYTES) {
         Ok(text) => serde_json::from_str::<SavedRules>(&text)
             .map(|s| s.rules)
             .map_err(|e| error(path, e.to_string())),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+        Err(e) if e.is_not_found() => Ok(Vec::new()),
         Err(e) => Err(error(path, e.to_string())),
     }
 }

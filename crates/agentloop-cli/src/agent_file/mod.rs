@@ -174,10 +174,11 @@ impl AgentFile {
     }
 
     fn load_in(path: &Path, chain: &mut Vec<PathBuf>) -> Result<AgentFile, LoadError> {
-        let text = std::fs::read_to_string(path).map_err(|e| LoadError::Read {
-            path: path.display().to_string(),
-            message: e.to_string(),
-        })?;
+        let text = crate::text_file::read_text(path, crate::text_file::MAX_AGENT_TEXT_BYTES)
+            .map_err(|e| LoadError::Read {
+                path: path.display().to_string(),
+                message: e.to_string(),
+            })?;
         let mut file = Self::parse(path, &text).map_err(LoadError::Invalid)?;
         let key = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
         chain.push(key(path));
@@ -272,7 +273,10 @@ impl AgentFile {
         for (i, h) in entries.iter().enumerate() {
             let at = format!("handoffs[{i}].agent");
             let target = self.resolve(h.agent.get_ref());
-            let text = match std::fs::read_to_string(&target) {
+            let text = match crate::text_file::read_text(
+                &target,
+                crate::text_file::MAX_AGENT_TEXT_BYTES,
+            ) {
                 Ok(t) => t,
                 Err(e) => {
                     let msg = format!("cannot read the agent file {}: {e}", target.display());

@@ -52,7 +52,10 @@ pub(super) fn check_rules(
             None
         }
         (Some(text), None) => Some(text.get_ref().clone()),
-        (None, Some(file)) => match std::fs::read_to_string(dir.join(file.get_ref())) {
+        (None, Some(file)) => match crate::text_file::read_text(
+            &dir.join(file.get_ref()),
+            crate::text_file::MAX_AGENT_TEXT_BYTES,
+        ) {
             Ok(text) => Some(text),
             Err(e) => {
                 problems.at(

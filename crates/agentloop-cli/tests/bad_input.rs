@@ -1,0 +1,153 @@
+#![allow(
+    clippy::indexing_slicing,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic
+)]
+//! Bad input of any kind gets a clear error and loses no data: it never crashes, hangs or grows
+//! the process without bound. Each test gives `agentloop` one kind of bad input and holds it to a
+//! prompt end with a documented exit code and a message, never a panic or an abort. The process
+//! runs under a time limit (a hang fails the test instead of hanging it) and a memory limit.
+
+mod support;
+
+use std::io::Read;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use support::bin;
+
+/// Runs `agentloop ARGS` in `dir` with stdin from `stdin` (or nothing), under `ulimit -v` (3 GiB)
+/// and killed after `limit`: `None` when it was still running then.
+fn bounded(dir: &Path, args: &[&str], stdin: Option<&Path>, limit: Duration) -> Option<Output> {
+    let mut cmd = Command::new("sh");
+    cmd.arg("-c")
+        .arg("ulimit -v 3145728; exec \"$0\" \"$@\"")
+        .arg(bin())
+        .args(args)
+        .current_dir(dir)
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("ANTHROPIC_API_KEY")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    match stdin {
+        Some(p) => cmd.stdin(std::fs::File::open(p).unwrap()),
+        None => cmd.stdin(Stdio::null()),
+    };
+    let mut child = cmd.spawn().unwrap();
+    let start = Instant::now();
+    loop {
+        if child.try_wait().unwrap().is_some() {
+            break;
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut stdout = Vec::new();
+    let mut stderr = Vec::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_end(&mut stdout)
+        .unwrap();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_end(&mut stderr)
+        .unwrap();
+    Some(Output {
+        status: child.wait().unwrap(),
+        stdout,
+        stderr,
+    })
+}
+
+/// [`bounded`], which must end within 20 s with `code`, no panic, and stderr naming `says`.
+fn ends_with(dir: &Path, args: &[&str], stdin: Option<&Path>, code: i32, says: &str) -> String {
+    let out = bounded(dir, args, stdin, Duration::from_secs(20))
+        .unwrap_or_else(|| panic!("agentloop {args:?} did not end within 20 s"));
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(code), "{args:?}: stderr: {err}");
+    assert!(!err.contains("panicked"), "{args:?}: {err}");
+    assert!(
+        err.contains(says),
+        "{args:?}: stderr does not say {says:?}: {err}"
+    );
+    err
+}
+
+fn mkfifo(path: &Path) -> bool {
+    Command::new("mkfifo")
+        .arg(path)
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+const SCRIPTED: &str = "name = \"a\"\n[model]\nprovider = \"scripted\"\nscript = \"s.json\"\n";
+
+fn scripted_dir() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("agent.toml"), SCRIPTED).unwrap();
+    std::fs::write(dir.path().join("s.json"), r#"[{"text": "hi"}]"#).unwrap();
+    dir
+}
+
+#[test]
+fn agent_files_that_are_fifos_devices_or_huge_are_refused_without_reading_them() {
+    let dir = scripted_dir();
+    let d = dir.path();
+    assert!(mkfifo(&d.join("fifo.toml")), "mkfifo");
+    // A FIFO nobody writes would block the open forever; /dev/zero would be read forever.
+    for (file, says) in [
+        ("fifo.toml", "FIFO"),
+        ("/dev/zero", "character device"),
+        (".", "folder"),
+    ] {
+        ends_with(d, &["plan", file], None, 3, says);
+    }
+    let huge = d.join("huge.toml");
+    let mut text = SCRIPTED.to_owned();
+    text.push_str(&format!("# {}\n", "x".repeat(17 * 1024 * 1024)));
+    std::fs::write(&huge, text).unwrap();
+    ends_with(d, &["plan", "huge.toml"], None, 3, "larger than");
+    // The files the agent file names are read the same way: every one is a problem at its key.
+    std::fs::write(
+        d.join("named.toml"),
+        "name = \"a\"\ninstructions_file = \"/dev/zero\"\n[model]\nprovider = \"scripted\"\n\
+         script = \"fifo.toml\"\n[permissions]\nstore = \"/dev/urandom\"\n",
+    )
+    .unwrap();
+    let err = ends_with(d, &["plan", "named.toml"], None, 3, "3 problems");
+    for key in ["instructions_file", "model.script", "permissions.store"] {
+        assert!(err.contains(key), "{key}: {err}");
+    }
+}
+
+#[test]
+fn an_input_that_never_ends_stops_at_the_bound() {
+    let dir = scripted_dir();
+    let d = dir.path();
+    let zero = Path::new("/dev/zero");
+    ends_with(
+        d,
+        &["run", "agent.toml", "--input-file", "/dev/zero"],
+        None,
+        1,
+        "larger than",
+    );
+    ends_with(d, &["run", "agent.toml"], Some(zero), 1, "larger than");
+    ends_with(
+        d,
+        &["run", "agent.toml", "--input-file", "."],
+        None,
+        1,
+        "folder",
+    );
+}
