@@ -782,10 +782,72 @@ pub fn agent_with(
 /// The agent's definition fingerprint, as a journaled run of it records it; needs no
 /// credentials (the model's part of the definition is the file's `[model]`).
 pub fn fingerprint(file: &AgentFile) -> Result<String, CliError> {
+    // A file's definition holds each subagent's fingerprint, and building it builds each subagent
+    // too, which computes its own subagents' fingerprints again: twice per level, so a chain of
+    // 30 files took 2^30 builds (an endless hang). Each file's fingerprint is computed once per
+    // outermost call instead.
+    let memo = FingerprintMemo::enter();
+    if let Some(hit) = memo.get(file) {
+        return Ok(hit);
+    }
     let stand_in = Arc::new(ScriptedModel::new([]));
-    Ok(builder(file, stand_in, None, Kids::StandIn)?
+    let print = builder(file, stand_in, None, Kids::StandIn)?
         .definition()
-        .fingerprint())
+        .fingerprint();
+    memo.put(file, &print);
+    Ok(print)
+}
+
+thread_local! {
+    /// The fingerprints computed during the outermost [`fingerprint`] call on this thread, by the
+    /// address of their file; `None` outside one.
+    static FINGERPRINTS: std::cell::RefCell<Option<Vec<(usize, String)>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// A scope of [`FINGERPRINTS`]: the outermost one clears it when it ends (a panic included).
+/// Addresses are sound keys within it: the outermost call borrows the whole tree of files, so
+/// none can move, change or be freed (and another take its address) before the memo is cleared.
+struct FingerprintMemo {
+    outermost: bool,
+}
+
+impl FingerprintMemo {
+    fn enter() -> FingerprintMemo {
+        let outermost =
+            FINGERPRINTS.with_borrow_mut(|m| m.is_none().then(|| *m = Some(Vec::new())).is_some());
+        FingerprintMemo { outermost }
+    }
+
+    fn key(file: &AgentFile) -> usize {
+        std::ptr::from_ref(file) as usize
+    }
+
+    fn get(&self, file: &AgentFile) -> Option<String> {
+        let key = Self::key(file);
+        FINGERPRINTS.with_borrow(|m| {
+            m.as_ref()
+                .and_then(|all| all.iter().find(|(k, _)| *k == key))
+                .map(|(_, print)| print.clone())
+        })
+    }
+
+    fn put(&self, file: &AgentFile, print: &str) {
+        let key = Self::key(file);
+        FINGERPRINTS.with_borrow_mut(|m| {
+            if let Some(all) = m {
+                all.push((key, print.to_owned()));
+            }
+        });
+    }
+}
+
+impl Drop for FingerprintMemo {
+    fn drop(&mut self) {
+        if self.outermost {
+            FINGERPRINTS.with_borrow_mut(|m| *m = None);
+        }
+    }
 }
 
 /// An `agent` tool: it runs the agent its file describes.

@@ -151,3 +151,56 @@ fn an_input_that_never_ends_stops_at_the_bound() {
         "folder",
     );
 }
+
+/// Writes `n` agent files, `d0.toml` … `d{n-1}.toml`, each running the next as a subagent.
+fn chain_of_subagents(dir: &Path, n: usize) {
+    std::fs::write(dir.join("s.json"), r#"[{"text": "hi"}]"#).unwrap();
+    for i in 0..n {
+        let mut text = format!(
+            "name = \"d{i}\"\n[model]\nprovider = \"scripted\"\nscript = \"s.json\"\n\
+             [limits]\nmax_depth = 32\n"
+        );
+        if i + 1 < n {
+            text.push_str(&format!(
+                "[[tools]]\nname = \"sub\"\nagent = \"d{}.toml\"\n",
+                i + 1
+            ));
+        }
+        std::fs::write(dir.join(format!("d{i}.toml")), text).unwrap();
+    }
+}
+
+#[test]
+fn a_deep_chain_of_subagent_files_is_planned_promptly_and_a_deeper_one_refused() {
+    // 33 files: the top agent and 32 levels of subagents, as deep as `max_depth` goes. Each
+    // file's fingerprint holds its subagent's, and was computed twice per level (2^32 builds).
+    let deep = tempfile::tempdir().unwrap();
+    chain_of_subagents(deep.path(), 33);
+    let out = bounded(
+        deep.path(),
+        &["plan", "d0.toml"],
+        None,
+        Duration::from_secs(30),
+    )
+    .expect("plan of 33 nested files did not end within 30 s");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // 3000 files overflowed the stack while loading them (an abort): now refused at the line
+    // that goes past the bound.
+    let deeper = tempfile::tempdir().unwrap();
+    chain_of_subagents(deeper.path(), 3000);
+    for command in ["plan", "run"] {
+        let err = ends_with(
+            deeper.path(),
+            &[command, "d0.toml", "--input", "hi"][..if command == "plan" { 2 } else { 4 }],
+            None,
+            3,
+            "subagent files nest more than 32 deep",
+        );
+        assert!(err.contains("tools[0].agent"), "{err}");
+    }
+}

@@ -39,6 +39,11 @@ pub struct HandoffTo {
     pub history: agentloop::handoff::HandoffHistory,
 }
 
+/// How deep subagent files may name each other (a file naming a file naming a file ...). Far
+/// past any real tree (`[limits] max_depth` is 3 by default), and shallow enough that walking a
+/// tree by recursion (loading it, assembling it, planning it) never overflows the stack.
+pub const MAX_AGENT_FILE_NESTING: usize = 32;
+
 /// A checked agent file, with the directory its paths are relative to.
 #[derive(Debug, Clone)]
 pub struct AgentFile {
@@ -191,6 +196,22 @@ impl AgentFile {
         for (i, name, agent) in agents {
             let child_path = file.resolve(agent.get_ref());
             let child_key = key(&child_path);
+            // A chain of files each naming the next (no cycle) is walked by recursion here, and
+            // again wherever the tree is assembled: bounded, so that a long chain is a problem
+            // at its line, never a stack overflow.
+            if chain.len() > MAX_AGENT_FILE_NESTING {
+                let mut problems = Problems::new(path, &text);
+                problems.at(
+                    &format!("tools[{i}].agent"),
+                    Some(agent.span()),
+                    format!(
+                        "subagent files nest more than {MAX_AGENT_FILE_NESTING} deep: this \
+                         file's subagent would be at depth {} of the tree",
+                        chain.len()
+                    ),
+                );
+                return Err(LoadError::Invalid(problems.sorted()));
+            }
             if let Some(at) = chain.iter().position(|p| *p == child_key) {
                 let cycle: Vec<String> = chain
                     .get(at..)
