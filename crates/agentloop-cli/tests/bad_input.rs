@@ -204,3 +204,62 @@ fn a_deep_chain_of_subagent_files_is_planned_promptly_and_a_deeper_one_refused()
         assert!(err.contains("tools[0].agent"), "{err}");
     }
 }
+
+#[test]
+fn a_max_depth_past_the_bound_is_refused_before_agents_hand_off_into_a_stack_overflow() {
+    // Two agents that hand the conversation back and forth, each hand-off a level deeper: under
+    // `max_depth = 1000` the run overflowed the stack and aborted after about a hundred.
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    for (me, other) in [("a", "b"), ("b", "a")] {
+        let calls: Vec<serde_json::Value> = (0..400)
+            .map(|i| {
+                serde_json::json!({"tool_calls": [
+                    {"id": format!("c{i}"), "name": format!("transfer_to_{other}"), "arguments": {}}
+                ]})
+            })
+            .collect();
+        std::fs::write(
+            d.join(format!("{me}.json")),
+            serde_json::to_string(&calls).unwrap(),
+        )
+        .unwrap();
+        std::fs::write(
+            d.join(format!("{me}.toml")),
+            format!(
+                "name = \"{me}\"\n[model]\nprovider = \"scripted\"\nscript = \"{me}.json\"\n\
+                 [limits]\nmax_depth = 1000\nmax_turns = 0\nmax_model_calls = 0\n\
+                 max_tool_calls = 0\n[[handoffs]]\nagent = \"{other}.toml\"\n"
+            ),
+        )
+        .unwrap();
+    }
+    let err = ends_with(
+        d,
+        &["run", "a.toml", "--input", "hi"],
+        None,
+        3,
+        "max_depth is at most 32",
+    );
+    assert!(err.contains("limits.max_depth"), "{err}");
+    // At the bound, the hand-offs run until the depth stops them: an error, not an abort.
+    for me in ["a", "b"] {
+        let path = d.join(format!("{me}.toml"));
+        let text = std::fs::read_to_string(&path).unwrap();
+        std::fs::write(&path, text.replace("max_depth = 1000", "max_depth = 32")).unwrap();
+    }
+    let out = bounded(
+        d,
+        &["run", "a.toml", "--input", "hi", "--json"],
+        None,
+        Duration::from_secs(60),
+    )
+    .expect("the run did not end within 60 s");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        matches!(out.status.code(), Some(1..=13)),
+        "{:?}: {err}",
+        out.status
+    );
+    assert!(!err.contains("overflow"), "{err}");
+}

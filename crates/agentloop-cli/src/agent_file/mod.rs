@@ -39,6 +39,12 @@ pub struct HandoffTo {
     pub history: agentloop::handoff::HandoffHistory,
 }
 
+/// The most `[limits] max_depth` may be. Each level of subagents or hand-offs runs inside its
+/// parent's call, on the same thread's stack: agents handing off to each other under
+/// `max_depth = 1000` overflowed it (an abort, not an error) after about a hundred hand-offs in a
+/// debug build. 32 levels run in a debug build with room to spare.
+pub const MAX_DEPTH: u32 = 32;
+
 /// How deep subagent files may name each other (a file naming a file naming a file ...). Far
 /// past any real tree (`[limits] max_depth` is 3 by default), and shallow enough that walking a
 /// tree by recursion (loading it, assembling it, planning it) never overflows the stack.

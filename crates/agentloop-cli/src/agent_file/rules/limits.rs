@@ -1,6 +1,7 @@
 //! `[limits]`: each bound in range, and a cost budget only where answers are priced.
 
 use super::{span_of, valid_seconds};
+use crate::agent_file::MAX_DEPTH;
 use crate::agent_file::check::Problems;
 use crate::agent_file::spec::{LimitsSpec, ModelSpec, Provider};
 
@@ -21,6 +22,15 @@ pub(super) fn check_limits(limits: &LimitsSpec, problems: &mut Problems) {
             "limits.stuck_loop_threshold",
             span_of(t),
             "stuck_loop_threshold must be at least 2 (or 0 to turn the rule off): at 1 every call would be a loop",
+        );
+    }
+    if let Some(d) = &limits.max_depth
+        && *d.get_ref() > MAX_DEPTH
+    {
+        problems.at(
+            "limits.max_depth",
+            span_of(d),
+            format!("max_depth is at most {MAX_DEPTH}"),
         );
     }
     if let Some(t) = &limits.timeout_secs
