@@ -263,3 +263,40 @@ fn a_max_depth_past_the_bound_is_refused_before_agents_hand_off_into_a_stack_ove
     );
     assert!(!err.contains("overflow"), "{err}");
 }
+
+#[test]
+fn a_glob_too_large_to_compile_is_refused_at_its_line_before_the_run() {
+    // It parsed, so the file was accepted, and matching a call panicked inside the permissions
+    // gate (exit 7 with the whole regex in the message).
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(
+        d.join("s.json"),
+        r#"[{"tool_calls": [{"id": "c1", "name": "t", "arguments": {"path": "a.txt"}}]}, {"text": "done"}]"#,
+    )
+    .unwrap();
+    std::fs::write(
+        d.join("agent.toml"),
+        format!(
+            "name = \"a\"\n[model]\nprovider = \"scripted\"\nscript = \"s.json\"\n\
+             [[tools]]\nname = \"t\"\ncommand = [\"true\"]\n\
+             input_schema = {{ type = \"object\", properties = {{ path = {{ type = \"string\" }} }} }}\n\
+             [[permissions.rules]]\ntool = \"t\"\npermission = \"deny\"\n\
+             path_glob = {{ field = \"path\", glob = \"{}\" }}\n",
+            "*a".repeat(500_000)
+        ),
+    )
+    .unwrap();
+    let err = ends_with(
+        d,
+        &["run", "agent.toml", "--input", "hi"],
+        None,
+        3,
+        "permissions.rules[0].path_glob.glob: not a valid glob",
+    );
+    assert!(
+        err.len() < 2000,
+        "the message is short: {} bytes",
+        err.len()
+    );
+}

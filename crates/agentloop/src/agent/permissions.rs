@@ -109,13 +109,18 @@ impl ArgumentMatch {
                 let Some(path) = string_arg(args, field) else {
                     return false;
                 };
-                let Ok(glob) = globset::GlobBuilder::new(glob)
+                // `Glob::compile_matcher` panics when the glob's regex is too large to compile
+                // (a glob of megabytes); a set returns the error. A glob that cannot be matched
+                // matches every path for a `deny` or `ask` (never silently lets a call through)
+                // and none for an `allow`.
+                let Some(glob) = globset::GlobBuilder::new(glob)
                     .literal_separator(true)
                     .build()
+                    .ok()
+                    .and_then(|g| globset::GlobSetBuilder::new().add(g).build().ok())
                 else {
-                    return false;
+                    return permission != Permission::Allow && string_arg(args, field).is_some();
                 };
-                let glob = glob.compile_matcher();
                 let hit = |forms: &[String]| forms.iter().any(|form| glob.is_match(form));
                 let Some(resolver) = paths.resolver else {
                     let resolved = ResolvedPath::new(&path, paths.root);
@@ -947,6 +952,20 @@ mod tests {
 
     fn path(p: &str) -> Value {
         json!({ "path": p })
+    }
+
+    #[test]
+    fn a_glob_too_large_to_compile_denies_for_a_deny_rule_and_admits_nothing_for_an_allow() {
+        // Its regex is past the size limit: `Glob::compile_matcher` panicked on it.
+        let huge = "*a".repeat(500_000);
+        let mut deny = PermissionStore::new(Permission::Allow);
+        deny.configure(rule("read", glob(&huge), Permission::Deny));
+        assert_eq!(deny.decide("read", &path("src/a.rs")), Permission::Deny);
+        // A call without the argument is one no rule matches: a tool with rules asks about it.
+        assert_eq!(deny.decide("read", &json!({})), Permission::Ask);
+        let mut allow = PermissionStore::new(Permission::Ask);
+        allow.configure(rule("read", glob(&huge), Permission::Allow));
+        assert_eq!(allow.decide("read", &path("src/a.rs")), Permission::Ask);
     }
 
     #[test]

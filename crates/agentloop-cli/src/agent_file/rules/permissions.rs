@@ -10,6 +10,10 @@ use super::span_of;
 use crate::agent_file::check::{Problems, join};
 use crate::agent_file::spec::{PermissionRuleSpec, PermissionsSpec, ToolFileSpec};
 
+/// The longest `path_glob` glob: far past any real one (`src/**/*.{rs,toml}`), and short enough to
+/// compile promptly.
+const MAX_GLOB_BYTES: usize = 4096;
+
 /// The tools a file declares: its `[[tools]]` by name and `[[mcp]]` renames, and its MCP servers'
 /// tools by prefix (which tools a server has is known only once it runs).
 pub(super) struct Declared<'a> {
@@ -185,14 +189,29 @@ fn check_permission_rule(
             );
         }
         let g = &glob.get_ref().glob;
-        if let Err(e) = globset::GlobBuilder::new(g.get_ref())
-            .literal_separator(true)
-            .build()
-        {
+        // Parsing a glob is not enough: its regex may still be too large to compile (a glob of
+        // megabytes), which failed only when a call was matched, at run time. A glob is
+        // compiled here the way it is matched, and bounded first so that checking it is prompt.
+        let compiled = if g.get_ref().len() > MAX_GLOB_BYTES {
+            Err(format!("it is longer than {MAX_GLOB_BYTES} bytes"))
+        } else {
+            globset::GlobBuilder::new(g.get_ref())
+                .literal_separator(true)
+                .build()
+                .map_err(|e| e.kind().to_string())
+                .and_then(|glob| {
+                    globset::GlobSetBuilder::new()
+                        .add(glob)
+                        .build()
+                        .map(drop)
+                        .map_err(|_| "it compiles to a pattern too large to match".to_owned())
+                })
+        };
+        if let Err(why) = compiled {
             problems.at(
                 &join(path, "path_glob.glob"),
                 span_of(g),
-                format!("not a valid glob: {}", e.kind()),
+                format!("not a valid glob: {why}"),
             );
         }
     }
