@@ -300,3 +300,82 @@ fn a_glob_too_large_to_compile_is_refused_at_its_line_before_the_run() {
         err.len()
     );
 }
+
+/// The tables of the SQLite file at `path`, sorted, and its journal mode.
+fn sqlite_shape(path: &Path) -> (Vec<String>, String) {
+    let conn = rusqlite::Connection::open(path).unwrap();
+    let mut tables: Vec<String> = conn
+        .prepare("SELECT name FROM sqlite_master WHERE type = 'table'")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    tables.sort();
+    let mode: String = conn
+        .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+        .unwrap();
+    (tables, mode)
+}
+
+#[test]
+fn a_trace_is_never_written_into_another_sqlite_database() {
+    let dir = scripted_dir();
+    let d = dir.path();
+    // Another program's database, and a session store of agentloop's own.
+    let other = d.join("app.db");
+    rusqlite::Connection::open(&other)
+        .unwrap()
+        .execute_batch("CREATE TABLE notes (id INTEGER PRIMARY KEY, body TEXT); INSERT INTO notes (body) VALUES ('keep me');")
+        .unwrap();
+    let out = bounded(
+        d,
+        &[
+            "run",
+            "agent.toml",
+            "--input",
+            "hi",
+            "--session",
+            "s",
+            "--sessions",
+            "sessions.db",
+        ],
+        None,
+        Duration::from_secs(20),
+    )
+    .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for file in ["app.db", "sessions.db"] {
+        let before = sqlite_shape(&d.join(file));
+        // Its tables were created beside the file's own (`IF NOT EXISTS`), and the run went on.
+        ends_with(
+            d,
+            &["run", "agent.toml", "--input", "hi", "--trace", file],
+            None,
+            1,
+            "is not an agentloop trace",
+        );
+        assert_eq!(sqlite_shape(&d.join(file)), before, "{file} was changed");
+    }
+    // A new file, or a trace, is written as before.
+    for _ in 0..2 {
+        let out = bounded(
+            d,
+            &["run", "agent.toml", "--input", "hi", "--trace", "t.db"],
+            None,
+            Duration::from_secs(20),
+        )
+        .unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}

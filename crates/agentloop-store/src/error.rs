@@ -11,6 +11,7 @@
 //! | `trace.run_not_found` | no run in the trace matches the id asked for |
 //! | `trace.ambiguous_run` | several runs match the id prefix asked for |
 //! | `trace.render` | a view could not be encoded as JSON |
+//! | `trace.not_a_trace` | the file exists and holds something else (another SQLite database) |
 
 use std::path::Path;
 
@@ -88,6 +89,14 @@ pub enum TraceError {
     /// A view could not be encoded as JSON.
     #[error("cannot encode the view as JSON: {0}")]
     Render(#[source] serde_json::Error),
+    /// The file exists and is not a trace: it is left as it was.
+    #[error("{path} is not an agentloop trace: {reason}")]
+    NotATrace {
+        /// The file.
+        path: String,
+        /// What it is instead.
+        reason: String,
+    },
 }
 
 impl TraceError {
@@ -103,6 +112,7 @@ impl TraceError {
             TraceError::RunNotFound { .. } => "trace.run_not_found",
             TraceError::AmbiguousRun { .. } => "trace.ambiguous_run",
             TraceError::Render(_) => "trace.render",
+            TraceError::NotATrace { .. } => "trace.not_a_trace",
         }
     }
 

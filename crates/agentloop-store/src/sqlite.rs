@@ -116,6 +116,7 @@ impl SqliteWriter {
         let mut conn = Connection::open(path).map_err(err)?;
         conn.busy_timeout(std::time::Duration::from_secs(5))
             .map_err(err)?;
+        refuse_other_databases(&conn, path)?;
         // WAL with NORMAL sync: a commit per record is cheap, and a crash of the process loses
         // nothing committed.
         conn.query_row("PRAGMA journal_mode = WAL", [], |_| Ok(()))
@@ -136,6 +137,41 @@ impl SqliteWriter {
             next_seq,
         })
     }
+}
+
+/// Refuses an SQLite file that holds tables of its own (a journal, a session store, another
+/// program's database), before anything is written: the schema below is created with `IF NOT
+/// EXISTS`, so a session store given as `--trace sessions.db` got the trace's tables and rows
+/// beside its own, and any database was switched to WAL mode.
+fn refuse_other_databases(conn: &Connection, path: &Path) -> Result<(), TraceError> {
+    let tables: Vec<String> = conn
+        .prepare("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")
+        .and_then(|mut s| {
+            s.query_map([], |r| r.get::<_, String>(0))?
+                .collect::<Result<_, _>>()
+        })
+        .map_err(|e| TraceError::sqlite(path, e))?;
+    let version = schema_version(conn, path)?;
+    let others: Vec<&str> = tables
+        .iter()
+        .map(String::as_str)
+        .filter(|t| !TABLES.contains(t))
+        .collect();
+    if others.is_empty() && (version > 0 || tables.is_empty()) {
+        return Ok(());
+    }
+    let shown: Vec<&str> = if others.is_empty() {
+        tables.iter().map(String::as_str).collect()
+    } else {
+        others
+    };
+    Err(TraceError::NotATrace {
+        path: path.display().to_string(),
+        reason: format!(
+            "it is an SQLite database with other tables ({})",
+            shown.join(", ")
+        ),
+    })
 }
 
 /// The file's schema version, refused when newer than this crate's.
