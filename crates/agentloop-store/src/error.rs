@@ -11,7 +11,7 @@
 //! | `trace.run_not_found` | no run in the trace matches the id asked for |
 //! | `trace.ambiguous_run` | several runs match the id prefix asked for |
 //! | `trace.render` | a view could not be encoded as JSON |
-//! | `trace.not_a_trace` | the file exists and holds something else (another SQLite database) |
+//! | `trace.not_a_trace` | the file exists and holds something else (another SQLite database; for NDJSON, a file whose first line is no record), or is no regular file (a named pipe, a device) |
 
 use std::path::Path;
 

@@ -1235,3 +1235,61 @@ fn a_tool_change_and_a_sources_output_survive_ndjson_and_sqlite() {
     let b = read_trace(dir.join("converted.sqlite")).unwrap();
     assert_eq!(a.records, b.records);
 }
+
+#[tokio::test]
+async fn an_ndjson_trace_is_never_appended_to_a_file_that_holds_something_else() {
+    let dir = scratch("ndjson-other");
+    // An image, and a log, given as `--trace` by mistake: left byte for byte as they were.
+    let image = dir.join("photo.ndjson");
+    let png = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR".to_vec();
+    std::fs::write(&image, &png).unwrap();
+    let log = dir.join("server.ndjson");
+    std::fs::write(&log, "2026-12-05 started\n").unwrap();
+    for path in [&image, &log] {
+        let e = TraceSink::open(path, TraceOptions::default()).unwrap_err();
+        assert_eq!(e.code(), "trace.not_a_trace", "{e}");
+    }
+    assert_eq!(std::fs::read(&image).unwrap(), png);
+    assert_eq!(
+        std::fs::read_to_string(&log).unwrap(),
+        "2026-12-05 started\n"
+    );
+
+    // A trace whose only line a crash cut off is still a trace: the next run appends to it.
+    let cut = dir.join("cut.ndjson");
+    std::fs::write(&cut, "{\"type\":\"run_sta").unwrap();
+    TraceSink::open(&cut, TraceOptions::default()).unwrap();
+
+    // A named pipe is refused at once, by the writer and the reader, rather than waited on.
+    let fifo = dir.join("pipe.ndjson");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let e = TraceSink::open(&fifo, TraceOptions::default()).unwrap_err();
+    assert_eq!(e.code(), "trace.not_a_trace", "{e}");
+    let e = read_trace(&fifo).unwrap_err();
+    assert_eq!(e.code(), "trace.not_a_trace", "{e}");
+}
+
+#[tokio::test]
+async fn a_line_too_long_to_be_a_record_is_skipped_not_held() {
+    let dir = scratch("ndjson-long");
+    let path = dir.join("runs.ndjson");
+    let (_, whole) = traced_run(&path, false).await;
+    // 20 MB of one line without an end, put between the records.
+    let text = std::fs::read_to_string(&path).unwrap();
+    let (first, rest) = text.split_once('\n').unwrap();
+    let long = "x".repeat(20 * 1024 * 1024);
+    std::fs::write(&path, format!("{first}\n{long}\n{rest}")).unwrap();
+    let read = read_trace(&path).unwrap();
+    assert_eq!(read.records.len(), whole.records.len());
+    assert!(
+        read.warnings
+            .iter()
+            .any(|w| w.contains("line 2 is longer than")),
+        "{:?}",
+        read.warnings
+    );
+}
