@@ -146,12 +146,14 @@ pub(crate) async fn eval(args: EvalArgs) -> Result<i32, CliError> {
 }
 
 fn read_baseline(path: &Path) -> Result<Report, CliError> {
-    let text = std::fs::read_to_string(path).map_err(|e| {
-        eval_error(EvalError::Baseline {
-            path: path.display().to_string(),
-            message: e.to_string(),
-        })
-    })?;
+    let text =
+        agentloop_cli::text_file::read_text(path, agentloop_cli::text_file::MAX_REPORT_BYTES)
+            .map_err(|e| {
+                eval_error(EvalError::Baseline {
+                    path: path.display().to_string(),
+                    message: e.to_string(),
+                })
+            })?;
     Report::from_json(&text, &path.display().to_string()).map_err(eval_error)
 }
 

@@ -17,6 +17,10 @@ pub const MAX_AGENT_TEXT_BYTES: u64 = 16 * 1024 * 1024;
 /// MiB of text at most, so an input past this is a mistake (`/dev/zero`, a wrong file).
 pub const MAX_INPUT_BYTES: u64 = 64 * 1024 * 1024;
 
+/// The largest evaluation report read (`eval --baseline`, the viewer's `--eval`): a report of
+/// thousands of cases and runs is a few MiB.
+pub const MAX_REPORT_BYTES: u64 = 256 * 1024 * 1024;
+
 /// Why a text file could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum TextFileError {

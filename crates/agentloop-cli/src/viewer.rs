@@ -115,8 +115,9 @@ async fn runs(State(served): State<Arc<Served>>) -> Response {
 }
 
 fn read_report(path: &Path) -> Result<agentloop_eval::Report, String> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("cannot read the evaluation {}: {e}", path.display()))?;
+    let text =
+        agentloop_cli::text_file::read_text(path, agentloop_cli::text_file::MAX_REPORT_BYTES)
+            .map_err(|e| format!("cannot read the evaluation {}: {e}", path.display()))?;
     agentloop_eval::Report::from_json(&text, &path.display().to_string()).map_err(|e| e.to_string())
 }
 

@@ -103,12 +103,40 @@ struct TomlDataset {
     cases: Vec<Case>,
 }
 
+/// The largest dataset read: thousands of cases are a few MiB; past this it is a mistake.
+pub const MAX_DATASET_BYTES: u64 = 256 * 1024 * 1024;
+
+/// The text of a dataset file, from a regular file of at most [`MAX_DATASET_BYTES`]: a path
+/// given by mistake that names a named pipe (whose open waits for a writer) or `/dev/zero`
+/// (which never ends) gets an error, not a hang.
+fn read_cases(path: &Path) -> Result<String, String> {
+    use std::io::Read as _;
+    let not_a_file = || "it is not a regular file".to_owned();
+    if !std::fs::metadata(path)
+        .map_err(|e| e.to_string())?
+        .is_file()
+    {
+        return Err(not_a_file());
+    }
+    let file = std::fs::File::open(path).map_err(|e| e.to_string())?;
+    let mut bytes = Vec::new();
+    file.take(MAX_DATASET_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| e.to_string())?;
+    if bytes.len() as u64 > MAX_DATASET_BYTES {
+        return Err(format!(
+            "it is larger than {MAX_DATASET_BYTES} bytes, the most read"
+        ));
+    }
+    String::from_utf8(bytes).map_err(|_| "it is not UTF-8 text".to_owned())
+}
+
 impl Dataset {
     /// Reads a dataset: `.jsonl` (or `.ndjson`) as JSON Lines, anything else as TOML.
     pub fn load(path: &Path) -> Result<Dataset, EvalError> {
-        let text = std::fs::read_to_string(path).map_err(|e| EvalError::Read {
+        let text = read_cases(path).map_err(|message| EvalError::Read {
             path: path.display().to_string(),
-            message: e.to_string(),
+            message,
         })?;
         let stem = path
             .file_stem()
@@ -214,6 +242,26 @@ impl Dataset {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
     use super::*;
+
+    #[test]
+    fn a_dataset_path_that_names_no_regular_file_is_refused_at_once() {
+        let dir = std::env::temp_dir().join(format!("agentloop-eval-fifo-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let fifo = dir.join("cases.toml");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap();
+        assert!(made.success());
+        // Neither waits: the pipe for a writer, the device for an end.
+        for path in [fifo.as_path(), Path::new("/dev/zero")] {
+            let e = Dataset::load(path).unwrap_err();
+            assert_eq!(e.code(), "eval.read");
+            assert!(e.to_string().contains("not a regular file"), "{e}");
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn a_toml_dataset_gives_every_case_the_shared_checks_first() {
