@@ -144,15 +144,14 @@ impl Default for Limits {
 }
 
 /// Serves `router` on `listener` within `limits` until `shutdown` completes, then stops as
-/// [`Limits::stop_grace`] says. Errors only when the listener's own address cannot be read; a
-/// connection's failure is that connection's.
+/// [`Limits::stop_grace`] says. A failed accept or connection is that connection's own: the
+/// server goes on (the `Result` is axum's `serve`'s shape, kept for a listener error to come).
 pub async fn serve(
     listener: TcpListener,
     router: Router,
     shutdown: impl Future<Output = ()> + Send + 'static,
     limits: Limits,
 ) -> std::io::Result<()> {
-    listener.local_addr()?;
     let connections = Arc::new(Semaphore::new(limits.max_connections.max(1)));
     let graceful = GracefulShutdown::new();
     let mut http = hyper::server::conn::http1::Builder::new();
