@@ -207,6 +207,10 @@ class Dispatcher:
         try:
             result = await t.fn(**t.convert(arguments))
         except asyncio.CancelledError:
+            # Answered before the task ends cancelled: the run may still wait for the call (a
+            # tool that awaited a future someone else cancelled raises this too, unasked), and
+            # an unanswered call would hold it until its deadline, or forever without one.
+            reply.error("cancelled", "CancelledError: the tool's task was cancelled")
             raise
         except BaseException as e:  # noqa: BLE001
             self._failed(t, e, key, reply)

@@ -14,6 +14,7 @@ from agentloop import (
     EXCEPTION_CODE,
     Agent,
     FunctionModel,
+    Limits,
     ModelRequest,
     ScriptedModel,
     ToolCall,
@@ -272,3 +273,24 @@ def test_a_sequential_tool_never_runs_beside_another() -> None:
     out = Agent(model=ScriptedModel([calls, "ok"]), tools=[one_at_a_time]).run("Go.")
     assert [c.output for c in out.tool_calls] == [0, 1, 2]
     assert running["most"] == 1
+
+
+def test_an_async_tool_that_raises_cancelled_error_of_its_own_does_not_hold_the_run() -> None:
+    # A coroutine that awaits a future someone else cancelled raises CancelledError though the
+    # run never cancelled it: the call is answered at once and the run goes on (without the
+    # deadline set here, it would have waited forever).
+    @tool
+    async def fetch() -> str:
+        """Awaits a cancelled future."""
+        future: "asyncio.Future[str]" = asyncio.get_running_loop().create_future()
+        future.cancel()
+        return await future
+
+    def agent() -> Agent:
+        script = ScriptedModel([[ToolCall("fetch", {})], "it was cancelled"])
+        return Agent(model=script, tools=[fetch], limits=Limits(timeout=5))
+
+    for out in (agent().run("Go."), asyncio.run(agent().run_async("Go."))):
+        assert out.stop_reason == "finished", out
+        [call] = out.tool_calls
+        assert call.error is not None and call.error.code == "cancelled"
