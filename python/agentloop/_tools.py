@@ -14,6 +14,7 @@ import dataclasses
 import inspect
 import json
 import logging
+import queue
 import sys
 import threading
 import traceback
@@ -134,17 +135,63 @@ def as_tool(t: Union[Tool, Callable[..., Any]]) -> Tool:
     return t if isinstance(t, Tool) else tool(t)
 
 
-_executor: Optional[concurrent.futures.ThreadPoolExecutor] = None
 _background: Optional[asyncio.AbstractEventLoop] = None
 _lock = threading.Lock()
 
 
-def _thread_pool() -> concurrent.futures.ThreadPoolExecutor:
-    global _executor
-    with _lock:
-        if _executor is None:
-            _executor = concurrent.futures.ThreadPoolExecutor(thread_name_prefix="agentloop-tool")
-        return _executor
+#: A sync call waiting for a thread: its future, the function and its arguments.
+_Work = Tuple["concurrent.futures.Future[None]", Callable[..., None], Tuple[Any, ...]]
+
+
+class _ToolThreads:
+    """The threads sync tools run on: daemon threads, one per call running (an idle one is
+    reused, and leaves after a minute idle). Unbounded on purpose: a call that blocks past its
+    timeout keeps its thread (Python cannot stop a thread), and in a bounded pool a few such calls
+    would leave every later sync call of the process waiting for a free one; and daemon, so that
+    such a call does not keep the process from exiting (a ``ThreadPoolExecutor`` joins its threads
+    at exit, however long they block)."""
+
+    IDLE_SECONDS = 60.0
+
+    def __init__(self) -> None:
+        self._work: "queue.SimpleQueue[_Work]" = queue.SimpleQueue()
+        self._idle = 0
+        self._lock = threading.Lock()
+
+    def submit(self, fn: Callable[..., None], *args: Any) -> "concurrent.futures.Future[None]":
+        """Runs ``fn(*args)`` on a thread; its future, cancelled before it starts, never runs it."""
+        future: "concurrent.futures.Future[None]" = concurrent.futures.Future()
+        with self._lock:
+            self._work.put((future, fn, args))
+            if self._idle > 0:
+                self._idle -= 1
+                return future
+        threading.Thread(target=self._serve, name="agentloop-tool", daemon=True).start()
+        return future
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                future, fn, args = self._work.get(timeout=self.IDLE_SECONDS)
+            except queue.Empty:
+                with self._lock:
+                    # Leave only when nothing waits: work put meanwhile counted on this thread.
+                    if self._idle > 0 and self._work.empty():
+                        self._idle -= 1
+                        return
+                continue
+            if future.set_running_or_notify_cancel():
+                try:
+                    fn(*args)
+                    future.set_result(None)
+                except BaseException as e:  # noqa: BLE001 - the call's own failure is answered by fn
+                    future.set_exception(e)
+            del future, fn, args
+            with self._lock:
+                self._idle += 1
+
+
+_threads = _ToolThreads()
 
 
 def background_loop() -> asyncio.AbstractEventLoop:
@@ -175,7 +222,7 @@ class Dispatcher:
         """Starts a call of a sync function on the thread pool; the runtime cancels the future
         it gets back when it stops waiting."""
         t = self.tools[index]
-        return _thread_pool().submit(self._run_sync, t, arguments, (run_id, call_id), reply)
+        return _threads.submit(self._run_sync, t, arguments, (run_id, call_id), reply)
 
     def start_async(
         self, index: int, arguments: Dict[str, Any], run_id: str, call_id: str, reply: Any

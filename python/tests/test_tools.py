@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import pathlib
+import subprocess
+import sys
 import threading
+import time
 from typing import List, Literal, Optional
 
 import pytest
@@ -294,3 +298,53 @@ def test_an_async_tool_that_raises_cancelled_error_of_its_own_does_not_hold_the_
         assert out.stop_reason == "finished", out
         [call] = out.tool_calls
         assert call.error is not None and call.error.code == "cancelled"
+
+
+def test_sync_tools_that_block_past_their_timeout_never_starve_later_calls() -> None:
+    # Python cannot stop a thread: each call that times out keeps its thread while it blocks.
+    # More of them than a thread pool's workers must not leave a later sync call waiting.
+    release = threading.Event()
+
+    @tool(timeout=0.2)
+    def stuck(i: int) -> str:
+        """Blocks until the test ends."""
+        release.wait(30)
+        return "late"
+
+    @tool
+    def quick() -> str:
+        """Answers at once."""
+        return "quick"
+
+    try:
+        calls = [ToolCall("stuck", {"i": i}) for i in range(40)]
+        blocked = Agent(
+            model=ScriptedModel([calls, "they timed out"]), tools=[stuck], limits=Limits(max_concurrency=64)
+        ).run("Go.")
+        assert {c.error.code for c in blocked.tool_calls if c.error} == {"timeout"}
+        out = Agent(
+            model=ScriptedModel([[ToolCall("quick", {})], "done"]), tools=[quick], limits=Limits(timeout=5)
+        ).run("Go.")
+        assert out.stop_reason == "finished", out
+        assert out.tool_calls[0].output == "quick"
+    finally:
+        release.set()
+
+
+def test_a_sync_tool_still_blocking_does_not_keep_the_process_from_exiting(tmp_path: pathlib.Path) -> None:
+    script = tmp_path / "blocked.py"
+    script.write_text(
+        "import time\n"
+        "from agentloop import Agent, ScriptedModel, ToolCall, tool\n"
+        "@tool(timeout=0.2)\n"
+        "def stuck() -> str:\n"
+        "    time.sleep(60)\n"
+        "    return 'late'\n"
+        "out = Agent(model=ScriptedModel([[ToolCall('stuck', {})], 'done']), tools=[stuck]).run('Go.')\n"
+        "print(out.tool_calls[0].error.code)\n"
+    )
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=50)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "timeout"
+    assert time.monotonic() - started < 20
