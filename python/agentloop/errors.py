@@ -3,6 +3,8 @@ same codes the CLI prints), so callers match on ``e.code``, never on the message
 
 from __future__ import annotations
 
+from typing import Any, Tuple
+
 
 class AgentloopError(Exception):
     """An error of the runtime: an agent that cannot be built, a journal or session that cannot be
@@ -14,6 +16,11 @@ class AgentloopError(Exception):
         self.code = code
         self.message = message
 
+    def __reduce__(self) -> Tuple[Any, ...]:
+        # Pickled (multiprocessing, a process pool) and copied with its code and message: the
+        # default would call ``__init__`` with the one joined text.
+        return (type(self), (self.code, self.message), self.__dict__)
+
 
 class RunStopped(AgentloopError):
     """A run that did not finish, raised by :meth:`RunOutcome.raise_for_stop`. ``code`` is the
@@ -23,6 +30,9 @@ class RunStopped(AgentloopError):
     def __init__(self, code: str, message: str, outcome: object) -> None:
         super().__init__(code, message)
         self.outcome = outcome
+
+    def __reduce__(self) -> Tuple[Any, ...]:
+        return (type(self), (self.code, self.message, self.outcome), self.__dict__)
 
 
 class ToolError(Exception):
@@ -34,6 +44,9 @@ class ToolError(Exception):
         super().__init__(f"{code}: {message}")
         self.code = code
         self.message = message
+
+    def __reduce__(self) -> Tuple[Any, ...]:
+        return (type(self), (self.code, self.message), self.__dict__)
 
 
 class FatalToolError(Exception):

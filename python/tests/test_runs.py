@@ -4,9 +4,11 @@ errors' codes."""
 from __future__ import annotations
 
 import asyncio
+import copy
 import dataclasses
 import json
 import pathlib
+import pickle
 import threading
 from typing import List, Tuple
 
@@ -24,6 +26,7 @@ from agentloop import (
     ScriptedModel,
     ToolCall,
     ToolCallRecord,
+    ToolError,
     tool,
 )
 
@@ -391,3 +394,17 @@ def test_an_agent_file_takes_python_tools_beside_its_own(tmp_path: pathlib.Path)
     with pytest.raises(AgentloopError) as refused:
         Agent.from_file(tmp_path / "agent.toml", tools=[risky])
     assert refused.value.code == "agent_file.invalid"
+
+
+def test_errors_survive_pickling_and_copying_with_their_code() -> None:
+    # As multiprocessing, a process pool or a task queue sends them, and copy.deepcopy copies them.
+    outcome = Agent(model=FunctionModel(forever), tools=[noop], limits=Limits(max_turns=1)).run("Go.")
+    with pytest.raises(RunStopped) as stopped:
+        outcome.raise_for_stop()
+    errors = [AgentloopError("journal.unknown_run", "no run abc"), ToolError("unknown_city", "no such city"), stopped.value]
+    for e in errors:
+        for copied in (pickle.loads(pickle.dumps(e)), copy.deepcopy(e), copy.copy(e)):
+            assert type(copied) is type(e)
+            assert (copied.code, copied.message, str(copied)) == (e.code, e.message, str(e))
+    copied_stop = pickle.loads(pickle.dumps(stopped.value))
+    assert copied_stop.outcome == outcome and copied_stop.outcome.stop_reason == "max_turns"
