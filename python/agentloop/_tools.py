@@ -9,8 +9,11 @@ Neither ever blocks the runtime or another run. The answer goes back through the
 from __future__ import annotations
 
 import asyncio
+import base64
 import concurrent.futures
 import dataclasses
+import datetime
+import enum
 import inspect
 import json
 import logging
@@ -285,9 +288,31 @@ def _answer(reply: Any, result: Any) -> None:
     if callable(dump):
         reply.json(dump())
         return
-    if dataclasses.is_dataclass(result) and not isinstance(result, type):
-        result = dataclasses.asdict(result)
     try:
-        reply.json(json.dumps(result, default=str))
+        reply.json(json.dumps(result, default=_json_value, allow_nan=False))
     except (TypeError, ValueError) as e:
         reply.error("tool.output_not_json", f"the tool's result is not JSON: {e}")
+
+
+def _json_value(value: Any) -> Any:
+    """The JSON form of what ``json`` cannot write, wherever it is in a tool's result (a list of
+    dataclasses, a dict of enums): pydantic models and dataclasses as objects, enums as their
+    values, sets as arrays, dates and times in ISO 8601, bytes as UTF-8 text (else base64), and
+    anything else as its ``str``."""
+    dump = getattr(value, "model_dump", None)
+    if callable(dump) and not isinstance(value, type):
+        return dump(mode="json")
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, (set, frozenset)):
+        return list(value)
+    if isinstance(value, (datetime.date, datetime.time)):
+        return value.isoformat()
+    if isinstance(value, (bytes, bytearray)):
+        try:
+            return bytes(value).decode("utf-8")
+        except UnicodeDecodeError:
+            return base64.b64encode(value).decode("ascii")
+    return str(value)

@@ -4,6 +4,8 @@ a function receives, what its result or exception becomes, and parallel coroutin
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import datetime
 import enum
 import pathlib
 import subprocess
@@ -348,3 +350,57 @@ def test_a_sync_tool_still_blocking_does_not_keep_the_process_from_exiting(tmp_p
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "timeout"
     assert time.monotonic() - started < 20
+
+
+def test_a_result_reaches_the_model_as_json_with_nested_dataclasses_enums_and_sets() -> None:
+    @dataclasses.dataclass
+    class Reading:
+        station: str
+        unit: Unit
+        at: datetime.datetime
+
+    at = datetime.datetime(2024, 5, 1, 12, 30)
+
+    @tool
+    def readings() -> dict:
+        """The last readings."""
+        return {
+            "readings": [Reading("Paris", Unit.CELSIUS, at), Reading("Oslo", Unit.FAHRENHEIT, at)],
+            "units": {Unit.CELSIUS},
+            "raw": b"18.5",
+        }
+
+    @tool
+    def not_a_number() -> float:
+        """Not JSON."""
+        return float("nan")
+
+    calls = [ToolCall("readings", {}), ToolCall("not_a_number", {})]
+    out = Agent(model=ScriptedModel([calls, "done"]), tools=[readings, not_a_number]).run("Go.")
+    first, second = out.tool_calls
+    assert first.output == {
+        "readings": [
+            {"station": "Paris", "unit": "celsius", "at": "2024-05-01T12:30:00"},
+            {"station": "Oslo", "unit": "fahrenheit", "at": "2024-05-01T12:30:00"},
+        ],
+        "units": ["celsius"],
+        "raw": "18.5",
+    }
+    assert second.error is not None and second.error.code == "tool.output_not_json"
+    assert "not JSON compliant" in second.error.message
+
+
+def test_a_result_of_pydantic_models_in_a_list_reaches_the_model_as_json() -> None:
+    pydantic = pytest.importorskip("pydantic")
+
+    class City(pydantic.BaseModel):
+        name: str
+        unit: Unit
+
+    @tool
+    def cities() -> list:
+        """Cities."""
+        return [City(name="Paris", unit=Unit.CELSIUS)]
+
+    out = Agent(model=ScriptedModel([[ToolCall("cities", {})], "done"]), tools=[cities]).run("Go.")
+    assert out.tool_calls[0].output == [{"name": "Paris", "unit": "celsius"}]
