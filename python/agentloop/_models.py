@@ -145,11 +145,9 @@ class FunctionModel:
     ) -> "Union[_NativeAnswer, concurrent.futures.Future[_NativeAnswer]]":
         answer = self.fn(ModelRequest(request_json, tail_json))
         if inspect.isawaitable(answer):
-            if asyncio._get_running_loop() is not None:
-                # Asked on an event loop's thread (a run driven there): that loop must not be
-                # blocked, so the runtime awaits the future of the answer instead.
-                return _answer_later(answer)
-            answer = _awaited(answer)
+            # The runtime awaits the future of the answer: neither the event loop of a run driven
+            # there nor a thread of the runtime (a blocking ``run``'s) waits blocked for it.
+            return _answer_later(answer)
         return _native_answer(answer)
 
     def _native(self) -> Tuple[str, str, str, Optional[Callable[..., Any]]]:
@@ -164,17 +162,6 @@ def _answer_later(answer: Awaitable[Answer]) -> "concurrent.futures.Future[_Nati
         return _native_answer(await answer)
 
     return asyncio.run_coroutine_threadsafe(wait(), background_loop())
-
-
-def _awaited(answer: Awaitable[Answer]) -> Answer:
-    """An async function model's answer, awaited on the package's event loop from the runtime's
-    thread (which holds no loop of its own)."""
-    from ._tools import background_loop
-
-    async def wait() -> Answer:
-        return await answer
-
-    return asyncio.run_coroutine_threadsafe(wait(), background_loop()).result()
 
 
 def _toml_value(v: Any) -> str:

@@ -10,6 +10,7 @@ import json
 import pathlib
 import pickle
 import threading
+import time
 from typing import List, Tuple
 
 import pytest
@@ -408,3 +409,31 @@ def test_errors_survive_pickling_and_copying_with_their_code() -> None:
             assert (copied.code, copied.message, str(copied)) == (e.code, e.message, str(e))
     copied_stop = pickle.loads(pickle.dumps(stopped.value))
     assert copied_stop.outcome == outcome and copied_stop.outcome.stop_reason == "max_turns"
+
+
+def test_async_function_models_of_blocking_runs_never_hold_the_runtimes_threads() -> None:
+    # Blocking runs (from threads) whose async model takes its time: a run beside them goes on.
+    release = threading.Event()
+
+    async def slow(request: ModelRequest) -> str:
+        while not release.is_set():
+            await asyncio.sleep(0.01)
+        return "slow"
+
+    outputs: List[object] = []
+    slow_runs = [threading.Thread(target=lambda: outputs.append(Agent(model=slow).run("Go.").output)) for _ in range(3)]
+    for t in slow_runs:
+        t.start()
+    # Should the quick run wait for them, they end anyway (the test fails rather than hangs).
+    threading.Timer(5, release.set).start()
+    try:
+        time.sleep(0.3)
+        started = time.monotonic()
+        quick = Agent(model=ScriptedModel(["quick"]), limits=Limits(timeout=10)).run("Go.")
+        assert quick.output == "quick"
+        assert time.monotonic() - started < 1.0
+    finally:
+        release.set()
+        for t in slow_runs:
+            t.join()
+    assert outputs == ["slow"] * 3
