@@ -56,8 +56,10 @@ class Limits:
             value = getattr(self, f.name)
             if value is None:
                 continue
-            # 0 lifts a bound, as in an agent file.
-            if value == 0 and f.name.startswith("max_") and f.name != "max_concurrency":
+            # 0 lifts a bound, as in an agent file (the deadline's too, as this class says:
+            # not a deadline already passed).
+            lifts = f.name == "timeout" or (f.name.startswith("max_") and f.name != "max_concurrency")
+            if value == 0 and lifts:
                 value = None
             set_fields[f.name] = value
         return json.dumps(set_fields)

@@ -437,3 +437,10 @@ def test_async_function_models_of_blocking_runs_never_hold_the_runtimes_threads(
         for t in slow_runs:
             t.join()
     assert outputs == ["slow"] * 3
+
+
+def test_zero_lifts_every_bound_the_deadline_included() -> None:
+    limits = Limits(max_turns=0, max_tool_calls=0, max_model_calls=0, max_cost_usd=0, timeout=0)
+    out = Agent(model=ScriptedModel([[ToolCall("noop", {"n": 1})], "done"]), tools=[noop], limits=limits).run("Go.")
+    assert out.stop_reason == "finished", out
+    assert out.output == "done"
