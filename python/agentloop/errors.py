@@ -3,7 +3,10 @@ same codes the CLI prints), so callers match on ``e.code``, never on the message
 
 from __future__ import annotations
 
-from typing import Any, Tuple
+from typing import TYPE_CHECKING, Any, Tuple
+
+if TYPE_CHECKING:  # the outcome's module imports this one
+    from ._outcome import RunOutcome
 
 
 class AgentloopError(Exception):
@@ -27,9 +30,9 @@ class RunStopped(AgentloopError):
     run error's code when it failed (``model.authentication``, ...), else ``stop.<reason>``
     (``stop.max_turns``); ``outcome`` is the whole outcome."""
 
-    def __init__(self, code: str, message: str, outcome: object) -> None:
+    def __init__(self, code: str, message: str, outcome: "RunOutcome") -> None:
         super().__init__(code, message)
-        self.outcome = outcome
+        self.outcome: "RunOutcome" = outcome
 
     def __reduce__(self) -> Tuple[Any, ...]:
         return (type(self), (self.code, self.message, self.outcome), self.__dict__)

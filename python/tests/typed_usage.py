@@ -16,6 +16,7 @@ from agentloop import (
     Provider,
     Reply,
     RunOutcome,
+    RunStopped,
     ScriptedModel,
     ToolCall,
     protect_process,
@@ -43,6 +44,11 @@ def use() -> Optional[str]:
     )
     out: RunOutcome = agent.run("Weather?")
     codes: List[str] = [c.error.code for c in out.tool_calls if c.error is not None]
+    try:
+        out.raise_for_stop()
+    except RunStopped as e:
+        stopped: RunOutcome = e.outcome
+        codes.append(stopped.stop_reason)
     try:
         Agent(model=Provider("openai", "gpt-4.1-mini", api_key_env="OPENAI_API_KEY"))
     except AgentloopError as e:
