@@ -154,7 +154,7 @@ def _plain_schema(
 ) -> Tuple[Dict[str, Any], Callable[[Dict[str, Any]], Dict[str, Any]]]:
     properties: Dict[str, Any] = {}
     required: List[str] = []
-    enums: Dict[str, Any] = {}
+    converters: Dict[str, Callable[[Any], Any]] = {}
     for name, hint, default in params:
         prop = _type_schema(hint)
         if name in docs and docs[name]:
@@ -164,24 +164,70 @@ def _plain_schema(
         elif default is None or isinstance(default, (str, int, float, bool)):
             prop["default"] = default
         properties[name] = prop
-        base = _strip_optional(hint)
-        if isinstance(base, type) and issubclass(base, enum.Enum):
-            enums[name] = base
+        converter = _converter(hint)
+        if converter is not None:
+            converters[name] = converter
     schema: Dict[str, Any] = {
         "type": "object",
         "properties": properties,
         "required": required,
         "additionalProperties": False,
     }
+    if not converters:
+        return schema, _unchanged
 
     def convert(args: Dict[str, Any]) -> Dict[str, Any]:
         out = dict(args)
-        for name, cls in enums.items():
-            if out.get(name) is not None:
-                out[name] = cls(out[name])
+        for name, converter in converters.items():
+            if name in out:
+                out[name] = converter(out[name])
         return out
 
     return schema, convert
+
+
+def _converter(hint: Any) -> Optional[Callable[[Any], Any]]:
+    """How a validated JSON value becomes the Python value ``hint`` says, wherever the two differ
+    (an enum, a float given as an integer, a set, a tuple), or ``None`` where they never do."""
+    if typing.get_origin(hint) is typing.Annotated:
+        return _converter(typing.get_args(hint)[0])
+    if isinstance(hint, type) and issubclass(hint, enum.Enum):
+        cls = hint
+        return lambda v: cls(v)
+    if hint is float:
+        return lambda v: float(v) if isinstance(v, int) and not isinstance(v, bool) else v
+    if _is_union(hint):
+        base = _strip_optional(hint)
+        inner = _converter(base) if base is not hint else None
+        if inner is None:
+            return None
+        return lambda v: None if v is None else inner(v)
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if origin in (list, set, frozenset) or hint in (set, frozenset):
+        item = _converter(args[0]) if args else None
+        container: Callable[[Any], Any] = origin or hint
+        if item is None:
+            return None if container is list else container
+        return lambda v: container(item(x) for x in v)
+    if origin is tuple:
+        if len(args) == 2 and args[1] is Ellipsis:
+            each = _converter(args[0])
+            if each is None:
+                return tuple
+            return lambda v: tuple(each(x) for x in v)
+        items = [_converter(a) or _unchanged_value for a in args]
+        return lambda v: tuple(f(x) for f, x in zip(items, v))
+    if origin is dict and len(args) == 2:
+        value = _converter(args[1])
+        if value is None:
+            return None
+        return lambda v: {k: value(x) for k, x in v.items()}
+    return None
+
+
+def _unchanged_value(value: Any) -> Any:
+    return value
 
 
 def _strip_optional(hint: Any) -> Any:

@@ -12,7 +12,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import List, Literal, Optional
+from typing import Dict, List, Literal, Optional, Set, Tuple
 
 import pytest
 
@@ -404,3 +404,41 @@ def test_a_result_of_pydantic_models_in_a_list_reaches_the_model_as_json() -> No
 
     out = Agent(model=ScriptedModel([[ToolCall("cities", {})], "done"]), tools=[cities]).run("Go.")
     assert out.tool_calls[0].output == [{"name": "Paris", "unit": "celsius"}]
+
+
+@pytest.mark.parametrize("use_pydantic", [True, False])
+def test_nested_enums_floats_sets_and_tuples_arrive_as_their_types(
+    use_pydantic: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The README's types without pydantic too: an enum inside a list or a dict is the enum, a
+    # float given as 2 is 2.0, a set and a tuple are a set and a tuple.
+    if not use_pydantic:
+        monkeypatch.setattr(_schema, "pydantic", None)
+    seen: List[tuple] = []
+
+    def convert(
+        units: List[Unit],
+        by_city: Dict[str, Unit],
+        scale: float,
+        tags: Set[str],
+        point: Tuple[float, float],
+        maybe: Optional[List[Unit]] = None,
+    ) -> str:
+        """Converts."""
+        seen.append((units, by_city, scale, tags, point, maybe))
+        return "ok"
+
+    args = {
+        "units": ["celsius"],
+        "by_city": {"Oslo": "fahrenheit"},
+        "scale": 2,
+        "tags": ["a", "b"],
+        "point": [1, 2.5],
+        "maybe": ["fahrenheit"],
+    }
+    out = Agent(model=ScriptedModel([[ToolCall("convert", args)], "done"]), tools=[convert]).run("Go.")
+    assert out.tool_calls[0].ok, out.tool_calls
+    [(units, by_city, scale, tags, point, maybe)] = seen
+    assert units == [Unit.CELSIUS] and by_city == {"Oslo": Unit.FAHRENHEIT} and maybe == [Unit.FAHRENHEIT]
+    assert type(scale) is float and scale == 2.0
+    assert tags == {"a", "b"} and point == (1.0, 2.5) and type(point[0]) is float
