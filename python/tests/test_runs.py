@@ -444,3 +444,64 @@ def test_zero_lifts_every_bound_the_deadline_included() -> None:
     out = Agent(model=ScriptedModel([[ToolCall("noop", {"n": 1})], "done"]), tools=[noop], limits=limits).run("Go.")
     assert out.stop_reason == "finished", out
     assert out.output == "done"
+
+
+def test_a_cancelled_run_tells_its_running_tool_at_once_and_its_cleanup_ends_before_the_run() -> None:
+    # Not at the end of the run's grace period (2 s): the tool's `finally` runs first, and the
+    # run ends after it (its subprocesses stopped, its files closed).
+    told: List[float] = []
+    cleaned: List[float] = []
+
+    @tool
+    async def hang() -> str:
+        """Never returns."""
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            told.append(time.monotonic())
+            raise
+        finally:
+            await asyncio.sleep(0.1)
+            cleaned.append(time.monotonic())
+        return "never"
+
+    def agent(limits: Limits = Limits()) -> Agent:
+        return Agent(model=ScriptedModel([[ToolCall("hang", {})], "never"]), tools=[hang], limits=limits)
+
+    async def cancelled() -> float:
+        task = asyncio.ensure_future(agent().run_async("Go."))
+        await asyncio.sleep(0.3)
+        at = time.monotonic()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert cleaned, "the run ended before the tool's cleanup"
+        return at
+
+    at = asyncio.run(cancelled())
+    assert told[0] - at < 1.0
+
+    started = time.monotonic()
+    out = agent(Limits(timeout=0.3)).run("Go.")
+    assert out.stop_reason == "deadline" and out.tool_calls[0].status == "cancelled"
+    assert len(cleaned) == 2 and told[1] - started < 1.3
+
+
+def test_a_call_that_answers_after_the_run_is_cancelled_is_reported_at_once() -> None:
+    # A sync call cannot be stopped: when it answers (here its own error) within the grace
+    # period, the run ends with it, rather than at the end of the period.
+    @tool
+    def slow() -> str:
+        """Fails after a while."""
+        time.sleep(0.5)
+        raise ValueError("too late")
+
+    started = time.monotonic()
+    out = Agent(
+        model=ScriptedModel([[ToolCall("slow", {})], "never"]), tools=[slow], limits=Limits(timeout=0.2)
+    ).run("Go.")
+    assert out.stop_reason == "deadline"
+    [call] = out.tool_calls
+    assert call.error is not None and call.error.code == "tool.exception", call
+    assert time.monotonic() - started < 1.5
+

@@ -60,6 +60,9 @@ tokio::task_local! {
     pub(crate) static EVENT_LOOP: Arc<Outbox>;
 }
 
+/// The code a coroutine call answers with when its task was cancelled (`_tools.py`).
+const CANCELLED: &str = "cancelled";
+
 /// A call in flight, to cancel if the run stops waiting for it.
 enum InFlight {
     /// A sync call: the dispatcher's handle (a `concurrent.futures.Future`).
@@ -72,8 +75,10 @@ enum InFlight {
 /// once the call answered.
 struct CancelOnDrop(Option<InFlight>);
 
-impl Drop for CancelOnDrop {
-    fn drop(&mut self) {
+impl CancelOnDrop {
+    /// Cancels the call now: a task is cancelled on its loop, a sync call that has not started
+    /// never starts (one running keeps its thread: Python cannot stop it).
+    fn cancel(&mut self) {
         match self.0.take() {
             Some(InFlight::Sync(handle)) => Python::attach(|py| {
                 if let Err(e) = handle.call_method0(py, "cancel") {
@@ -82,6 +87,44 @@ impl Drop for CancelOnDrop {
             }),
             Some(InFlight::Async(state)) => state.cancel(),
             None => {}
+        }
+    }
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        self.cancel();
+    }
+}
+
+/// Waits for a call's reply. When the run is cancelled or its deadline passes, the Python side
+/// is told at once (its task cancelled), not when the run's grace period is over and drops the
+/// call: its cleanup (`except CancelledError`, `finally`) runs within that period, before the
+/// run ends. A call that still answers (a result, or its own error) is reported; one cut short
+/// (its task cancelled, or never started) is left for the grace period to end, so that the run
+/// records it `cancelled`, as any call the run stopped.
+async fn reply_of(
+    rx: &mut oneshot::Receiver<Reply>,
+    guard: &mut CancelOnDrop,
+    ctx: &ToolContext,
+) -> Reply {
+    let never_answered = || Err(ToolError::fatal("the tool's Python side never answered"));
+    tokio::select! {
+        biased;
+        reply = &mut *rx => {
+            // Answered: nothing to cancel.
+            guard.0 = None;
+            reply.unwrap_or_else(|_| never_answered())
+        }
+        () = ctx.cancel.cancelled() => {
+            guard.cancel();
+            match rx.await {
+                Ok(Err(ToolError::Recoverable { code, .. })) if code == CANCELLED => {
+                    std::future::pending().await
+                }
+                Ok(reply) => reply,
+                Err(_) => std::future::pending().await,
+            }
         }
     }
 }
@@ -127,7 +170,7 @@ async fn call_async(
     args: &Value,
     ctx: &ToolContext,
 ) -> Reply {
-    let (tx, rx) = oneshot::channel();
+    let (tx, mut rx) = oneshot::channel();
     let state = Arc::new(CallState::default());
     let outbox = EVENT_LOOP
         .try_with(Arc::clone)
@@ -142,15 +185,12 @@ async fn call_async(
         state: Arc::clone(&state),
     });
     let mut guard = CancelOnDrop(Some(InFlight::Async(state)));
-    let reply = rx.await;
-    // Answered: nothing to cancel.
-    guard.0 = None;
-    reply.unwrap_or_else(|_| Err(ToolError::fatal("the tool's Python side never answered")))
+    reply_of(&mut rx, &mut guard, ctx).await
 }
 
 /// A sync call: on the dispatcher's thread pool.
 async fn call(dispatcher: &Py<PyAny>, index: usize, args: &Value, ctx: &ToolContext) -> Reply {
-    let (tx, rx) = oneshot::channel();
+    let (tx, mut rx) = oneshot::channel();
     let started = Python::attach(|py| {
         let reply = Py::new(
             py,
@@ -180,8 +220,5 @@ async fn call(dispatcher: &Py<PyAny>, index: usize, args: &Value, ctx: &ToolCont
         }
     };
     let mut guard = CancelOnDrop(Some(InFlight::Sync(handle)));
-    let reply = rx.await;
-    // Answered: nothing to cancel.
-    guard.0 = None;
-    reply.unwrap_or_else(|_| Err(ToolError::fatal("the tool's Python side never answered")))
+    reply_of(&mut rx, &mut guard, ctx).await
 }
