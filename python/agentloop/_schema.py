@@ -42,13 +42,20 @@ def describe(fn: Callable[..., Any], description: Optional[str] = None) -> Signa
     params: List[Tuple[str, Any, Any]] = []
     for p in inspect.signature(fn).parameters.values():
         if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
-            raise TypeError(f"tool {fn.__name__}: *args and **kwargs have no schema")
+            raise TypeError(f"tool {name_of(fn)}: *args and **kwargs have no schema")
         params.append((p.name, hints.get(p.name, Any), p.default))
     if pydantic is not None:
         schema, convert = _pydantic_schema(fn, params, param_docs)
     else:
         schema, convert = _plain_schema(params, param_docs)
     return Signature(description if description is not None else summary, schema, convert)
+
+
+def name_of(fn: Callable[..., Any]) -> str:
+    """A callable's name: a function's, a ``functools.partial``'s function's, or the class of a
+    callable object."""
+    name = getattr(fn, "__name__", None) or getattr(getattr(fn, "func", None), "__name__", None)
+    return name if isinstance(name, str) else type(fn).__name__
 
 
 def _hints(fn: Callable[..., Any]) -> Dict[str, Any]:
@@ -111,7 +118,7 @@ def _pydantic_schema(
         )
         fields[name] = (hint, info)
     model = pydantic.create_model(
-        f"{fn.__name__}_arguments",
+        f"{name_of(fn)}_arguments",
         __config__=pydantic.ConfigDict(extra="forbid", arbitrary_types_allowed=False),
         **fields,
     )

@@ -21,9 +21,9 @@ import queue
 import sys
 import threading
 import traceback
-from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar, Union, overload
+from typing import Any, Awaitable, Callable, Dict, List, Optional, Tuple, TypeVar, Union, overload
 
-from ._schema import Signature, describe
+from ._schema import Signature, describe, name_of
 from .errors import FatalToolError, ToolError
 
 log = logging.getLogger("agentloop")
@@ -54,8 +54,11 @@ class Tool:
 
     @property
     def is_async(self) -> bool:
-        """True for a coroutine function: it runs on the run's event loop."""
-        return inspect.iscoroutinefunction(self.fn)
+        """True for a coroutine function (or an object whose ``__call__`` is one): it runs on the
+        run's event loop."""
+        return inspect.iscoroutinefunction(self.fn) or inspect.iscoroutinefunction(
+            getattr(self.fn, "__call__", None)
+        )
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.fn(*args, **kwargs)
@@ -117,7 +120,7 @@ def tool(
         sig: Signature = describe(f, description)
         return Tool(
             fn=f,
-            name=name or f.__name__,
+            name=name or name_of(f),
             description=sig.description,
             schema=sig.schema,
             idempotent=idempotent,
@@ -246,6 +249,10 @@ class Dispatcher:
     def _run_sync(self, t: Tool, arguments: Dict[str, Any], key: Tuple[str, str], reply: Any) -> None:
         try:
             result = t.fn(**t.convert(arguments))
+            if inspect.isawaitable(result):
+                # A sync callable that returns an awaitable (a wrapper of a coroutine function):
+                # its answer is what the awaitable gives, awaited on the package's loop.
+                result = asyncio.run_coroutine_threadsafe(_awaited(result), background_loop()).result()
         except BaseException as e:  # noqa: BLE001 - every failure is the model's to read
             self._failed(t, e, key, reply)
             return
@@ -278,6 +285,10 @@ class Dispatcher:
             self.tracebacks[key] = tb
             log.warning("tool %s (call %s) raised:\n%s", t.name, key[1], tb)
             reply.error(EXCEPTION_CODE, f"{type(e).__name__}: {e}")
+
+
+async def _awaited(awaitable: Awaitable[Any]) -> Any:
+    return await awaitable
 
 
 def _answer(reply: Any, result: Any) -> None:

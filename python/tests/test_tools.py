@@ -7,6 +7,7 @@ import asyncio
 import dataclasses
 import datetime
 import enum
+import functools
 import pathlib
 import subprocess
 import sys
@@ -442,3 +443,31 @@ def test_nested_enums_floats_sets_and_tuples_arrive_as_their_types(
     assert units == [Unit.CELSIUS] and by_city == {"Oslo": Unit.FAHRENHEIT} and maybe == [Unit.FAHRENHEIT]
     assert type(scale) is float and scale == 2.0
     assert tags == {"a", "b"} and point == (1.0, 2.5) and type(point[0]) is float
+
+
+def test_callable_objects_partials_and_wrappers_of_coroutines_are_tools() -> None:
+    class Fetcher:
+        """Fetches a page."""
+
+        async def __call__(self, url: str) -> str:
+            await asyncio.sleep(0)
+            return f"fetched {url}"
+
+    def scaled(factor: int, x: int) -> int:
+        return factor * x
+
+    async def lookup(city: str) -> str:
+        await asyncio.sleep(0)
+        return f"18 in {city}"
+
+    def logged(city: str) -> "asyncio.Future[str]":
+        # A sync wrapper (as some decorators make) whose call returns the coroutine.
+        return lookup(city)  # type: ignore[return-value]
+
+    fetch = tool(Fetcher())
+    assert fetch.name == "Fetcher" and fetch.is_async and fetch.description == "Fetches a page."
+    triple = tool(name="triple")(functools.partial(scaled, 3))
+    assert triple.schema["required"] == ["x"]
+    calls = [ToolCall("Fetcher", {"url": "a.org"}), ToolCall("triple", {"x": 2}), ToolCall("logged", {"city": "Oslo"})]
+    out = Agent(model=ScriptedModel([calls, "done"]), tools=[fetch, triple, logged]).run("Go.")
+    assert [c.output for c in out.tool_calls] == ["fetched a.org", 6, "18 in Oslo"], out.tool_calls
