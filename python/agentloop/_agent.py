@@ -221,7 +221,9 @@ class Agent:
         trace: Optional[PathLike] = None,
     ) -> "RunStream":
         """The run's events as they happen: ``async for event in agent.stream(input)``; the
-        outcome is ``stream.outcome`` afterwards. Leaving the loop early cancels the run."""
+        outcome is ``stream.outcome`` afterwards. Leaving the loop early cancels the run; once
+        the iterator is closed (``aclose()``, or when it is collected), ``stream.outcome`` is the
+        cancelled run's."""
         return RunStream(self, input, journal, session, sessions, trace)
 
     def resume(self, run_id: str, *, journal: PathLike, force: bool = False) -> RunOutcome:
@@ -287,7 +289,12 @@ class Agent:
         loop = asyncio.get_running_loop()
         done: "asyncio.Future[_End]" = loop.create_future()
         handle = start(_settle_on(loop, done), loop)
-        return self._outcome(await _until_done(handle, done))
+        try:
+            return self._outcome(await _until_done(handle, done))
+        except asyncio.CancelledError:
+            if done.done() and not done.cancelled():
+                self._discard(done.result())
+            raise
 
     def _wait(self, handle: Any) -> RunOutcome:
         try:
@@ -297,9 +304,19 @@ class Agent:
                     return self._outcome(end)
         except KeyboardInterrupt:
             handle.cancel()
-            while handle.wait(0.1) is None:
-                pass
-            raise
+            while True:
+                end = handle.wait(0.1)
+                if end is not None:
+                    self._discard(end)
+                    raise
+
+    def _discard(self, end: _End) -> Optional[RunOutcome]:
+        """The outcome of a run nobody waits for any more (cancelled by its caller), read all
+        the same: the tracebacks its calls left are taken with it, not kept for good."""
+        try:
+            return self._outcome(end)
+        except AgentloopError:
+            return None
 
     def _outcome(self, end: _End) -> RunOutcome:
         raw, code, message = end
@@ -353,8 +370,12 @@ class RunStream:
                 # The consumer left early (break, an exception, a cancelled task): the run stops,
                 # and its tools with it, before the stream is gone.
                 handle.cancel()
-                while not (await queue.get())[0]:
-                    pass
+                while True:
+                    is_end, payload = await queue.get()
+                    if is_end:
+                        # The cancelled run's outcome (``stop_reason`` ``cancelled``, what it did).
+                        self.outcome = self._agent._discard(payload)
+                        break
 
 
 def _call_soon(loop: asyncio.AbstractEventLoop, fn: Callable[..., Any], *args: Any) -> None:

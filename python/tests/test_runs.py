@@ -505,3 +505,46 @@ def test_a_call_that_answers_after_the_run_is_cancelled_is_reported_at_once() ->
     assert call.error is not None and call.error.code == "tool.exception", call
     assert time.monotonic() - started < 1.5
 
+
+def test_a_stream_left_early_keeps_the_cancelled_runs_outcome_and_no_traceback() -> None:
+    # A server whose clients leave mid-stream: what their runs' failed calls left (tracebacks)
+    # goes with the runs, and each stream has its run's outcome all the same.
+    @tool
+    def boom(n: int) -> str:
+        """Always fails."""
+        raise ValueError(f"failure {n}")
+
+    @tool
+    async def hang() -> str:
+        """Never returns."""
+        await asyncio.sleep(60)
+        return "never"
+
+    def model(request: ModelRequest) -> List[ToolCall]:
+        if request.last_tool_results():
+            return [ToolCall("hang", {})]
+        return [ToolCall("boom", {"n": len(request.messages)})]
+
+    agent = Agent(model=model, tools=[boom, hang])
+
+    async def main() -> List[object]:
+        outcomes: List[object] = []
+        for _ in range(2):
+            stream = agent.stream("Go.")
+            events = stream.__aiter__()
+            async for event in events:
+                if event.type == "tool_finished":
+                    break
+            await events.aclose()  # type: ignore[attr-defined]
+            outcomes.append(stream.outcome)
+        cancelled = asyncio.ensure_future(agent.run_async("Go."))
+        while not agent._dispatcher.tracebacks:
+            await asyncio.sleep(0.01)
+        cancelled.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await cancelled
+        return outcomes
+
+    outcomes = asyncio.run(main())
+    assert all(isinstance(o, RunOutcome) and o.tool_calls for o in outcomes), outcomes
+    assert agent._dispatcher.tracebacks == {}
