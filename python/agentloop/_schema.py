@@ -110,13 +110,17 @@ def _pydantic_schema(
     docs: Dict[str, str],
 ) -> Tuple[Dict[str, Any], Callable[[Dict[str, Any]], Dict[str, Any]]]:
     assert pydantic is not None
+    # Each parameter is a field of a name of ours, its own name the alias: a parameter may be
+    # named as BaseModel's attributes (``json``, ``copy``, ``schema``, ``model_config``) or begin
+    # with ``_``, which a field's name may not.
     fields: Dict[str, Any] = {}
-    for name, hint, default in params:
+    for i, (name, hint, default) in enumerate(params):
         info = pydantic.Field(
             default=... if default is inspect.Parameter.empty else default,
             description=docs.get(name),
+            alias=name,
         )
-        fields[name] = (hint, info)
+        fields[f"p{i}"] = (hint, info)
     model = pydantic.create_model(
         f"{name_of(fn)}_arguments",
         __config__=pydantic.ConfigDict(extra="forbid", arbitrary_types_allowed=False),
@@ -129,7 +133,7 @@ def _pydantic_schema(
 
     def convert(args: Dict[str, Any]) -> Dict[str, Any]:
         validated = model.model_validate(args)
-        return {name: getattr(validated, name) for name, _, _ in params}
+        return {name: getattr(validated, f"p{i}") for i, (name, _, _) in enumerate(params)}
 
     # The runtime has validated the arguments against the schema already: JSON values of plain
     # types need no second pass (a tool call's hot path).

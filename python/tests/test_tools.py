@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 from typing import Dict, List, Literal, Optional, Set, Tuple
 
 import pytest
@@ -471,3 +472,22 @@ def test_callable_objects_partials_and_wrappers_of_coroutines_are_tools() -> Non
     calls = [ToolCall("Fetcher", {"url": "a.org"}), ToolCall("triple", {"x": 2}), ToolCall("logged", {"city": "Oslo"})]
     out = Agent(model=ScriptedModel([calls, "done"]), tools=[fetch, triple, logged]).run("Go.")
     assert [c.output for c in out.tool_calls] == ["fetched a.org", 6, "18 in Oslo"], out.tool_calls
+
+
+def test_parameters_named_as_pydantics_attributes_or_with_an_underscore_are_kept() -> None:
+    pytest.importorskip("pydantic")
+    seen: List[tuple] = []
+
+    def lookup(schema: str, model_config: str, json: bool, _cursor: int, unit: Unit = Unit.CELSIUS) -> str:
+        """Looks up a database schema."""
+        seen.append((schema, model_config, json, _cursor, unit))
+        return "ok"
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "shadows an attribute in parent BaseModel"
+        t = tool(lookup)
+    assert sorted(t.schema["required"]) == ["_cursor", "json", "model_config", "schema"]
+    args = {"schema": "public", "model_config": "strict", "json": True, "_cursor": 4, "unit": "fahrenheit"}
+    out = Agent(model=ScriptedModel([[ToolCall("lookup", args)], "done"]), tools=[t]).run("Go.")
+    assert out.tool_calls[0].ok, out.tool_calls
+    assert seen == [("public", "strict", True, 4, Unit.FAHRENHEIT)]
