@@ -21,7 +21,7 @@ from typing import (
 from . import _agentloop
 from ._models import Model, native_model
 from ._outcome import Event, RunOutcome
-from ._tools import Dispatcher, Tool, as_tool
+from ._tools import Dispatcher, Tool, as_tool, loop_for_blocking_run
 from .errors import AgentloopError
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -192,7 +192,8 @@ class Agent:
         name in ``sessions`` (created on first use). ``trace``: a trace file of the run, as
         ``agentloop run --trace`` writes (``.ndjson`` or ``.db``; ``agentloop trace`` reads it).
         Ctrl-C cancels the run."""
-        handle = self._start(input, None, journal, session, sessions, trace=trace)
+        loop = loop_for_blocking_run()
+        handle = self._start(input, None, journal, session, sessions, trace=trace, loop=loop)
         return self._wait(handle)
 
     async def run_async(
@@ -232,7 +233,9 @@ class Agent:
         runs again; one in flight re-runs only if its tool is idempotent, otherwise the model
         reads that it was interrupted. Refused when the agent's definition changed, unless
         ``force``."""
-        handle = self._native.resume(run_id, os.fspath(journal), force=force, objects=True)
+        handle = self._native.resume(
+            run_id, os.fspath(journal), event_loop=loop_for_blocking_run(), force=force, objects=True
+        )
         return self._wait(handle)
 
     async def resume_async(self, run_id: str, *, journal: PathLike, force: bool = False) -> RunOutcome:

@@ -141,7 +141,8 @@ def as_tool(t: Union[Tool, Callable[..., Any]]) -> Tool:
     return t if isinstance(t, Tool) else tool(t)
 
 
-_background: Optional[asyncio.AbstractEventLoop] = None
+#: The package's event loops (:func:`background_loop`), by level.
+_loops: List[asyncio.AbstractEventLoop] = []
 _lock = threading.Lock()
 
 
@@ -200,18 +201,31 @@ class _ToolThreads:
 _threads = _ToolThreads()
 
 
-def background_loop() -> asyncio.AbstractEventLoop:
+def background_loop(level: int = 0) -> asyncio.AbstractEventLoop:
     """The package's own event loop, on a daemon thread: where coroutine tools of a blocking
-    ``run`` execute."""
-    global _background
+    ``run`` execute. ``level`` > 0: another such loop, for the runs a coroutine tool of level - 1
+    starts with the blocking ``run`` (see :func:`loop_for_blocking_run`)."""
     with _lock:
-        if _background is None:
+        while len(_loops) <= level:
             loop = asyncio.new_event_loop()
             threading.Thread(
-                target=loop.run_forever, name="agentloop-loop", daemon=True
+                target=loop.run_forever, name=f"agentloop-loop-{len(_loops)}", daemon=True
             ).start()
-            _background = loop
-        return _background
+            _loops.append(loop)
+        return _loops[level]
+
+
+def loop_for_blocking_run() -> Optional[asyncio.AbstractEventLoop]:
+    """Where the coroutine tools of a blocking ``run`` started on this thread go: the package's
+    first loop (``None``: the runtime asks for it when a tool needs it), unless this thread runs
+    one of the package's loops (a coroutine tool of a blocking run runs an agent with ``run``):
+    that loop waits for the run and could not run its tools, so the next one does."""
+    running = asyncio._get_running_loop()
+    if running is None:
+        return None
+    with _lock:
+        level = next((i for i, loop in enumerate(_loops) if loop is running), None)
+    return None if level is None else background_loop(level + 1)
 
 
 class Dispatcher:

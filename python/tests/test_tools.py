@@ -491,3 +491,32 @@ def test_parameters_named_as_pydantics_attributes_or_with_an_underscore_are_kept
     out = Agent(model=ScriptedModel([[ToolCall("lookup", args)], "done"]), tools=[t]).run("Go.")
     assert out.tool_calls[0].ok, out.tool_calls
     assert seen == [("public", "strict", True, 4, Unit.FAHRENHEIT)]
+
+
+def test_a_coroutine_tool_of_a_blocking_run_can_run_an_agent_with_run() -> None:
+    # Agents as tools, two levels deep, each run blocking: the loop that runs the outer run's
+    # coroutine tools waits for the inner run, whose coroutine tools must run elsewhere.
+    @tool
+    async def leaf() -> str:
+        """The deepest tool."""
+        await asyncio.sleep(0)
+        return "leaf"
+
+    def agent_calling(name: str, tools: list, answer: str) -> Agent:
+        return Agent(model=ScriptedModel([[ToolCall(name, {})], answer]), tools=tools, limits=Limits(timeout=5))
+
+    @tool
+    async def middle() -> str:
+        """Runs an agent."""
+        await asyncio.sleep(0)
+        return agent_calling("leaf", [leaf], "middle done").run("Go.").output or ""
+
+    @tool
+    async def top() -> str:
+        """Runs an agent that runs an agent."""
+        await asyncio.sleep(0)
+        return agent_calling("middle", [middle], "top done").run("Go.").output or ""
+
+    out = agent_calling("top", [top], "all done").run("Go.")
+    assert out.stop_reason == "finished", out
+    assert out.tool_calls[0].output == "top done", out.tool_calls
