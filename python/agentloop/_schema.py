@@ -33,12 +33,17 @@ class Signature:
     convert: Callable[[Dict[str, Any]], Dict[str, Any]]
 
 
-def describe(fn: Callable[..., Any], description: Optional[str] = None) -> Signature:
+def describe(
+    fn: Callable[..., Any],
+    description: Optional[str] = None,
+    localns: Optional[Dict[str, Any]] = None,
+) -> Signature:
     """The schema of ``fn``'s parameters and its description (the docstring's text before its
-    parameter section, unless ``description`` is given)."""
+    parameter section, unless ``description`` is given). ``localns``: the names of the scope it
+    was made in, for annotations that name its local classes."""
     doc = inspect.getdoc(fn) or ""
     summary, param_docs = _parse_docstring(doc)
-    hints = _hints(fn)
+    hints = _hints(fn, localns)
     params: List[Tuple[str, Any, Any]] = []
     for p in inspect.signature(fn).parameters.values():
         if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
@@ -58,11 +63,24 @@ def name_of(fn: Callable[..., Any]) -> str:
     return name if isinstance(name, str) else type(fn).__name__
 
 
-def _hints(fn: Callable[..., Any]) -> Dict[str, Any]:
+def _hints(fn: Callable[..., Any], localns: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+    """Its parameters' type hints, string annotations (``from __future__ import annotations``)
+    resolved in its module and ``localns``; one that cannot be resolved stays a string, the others
+    resolved all the same."""
     try:
-        return typing.get_type_hints(fn, include_extras=True)
-    except Exception:  # unresolvable forward references: fall back to the raw annotations
-        return dict(getattr(fn, "__annotations__", {}))
+        return typing.get_type_hints(fn, localns=localns, include_extras=True)
+    except Exception:  # an unresolvable forward reference: resolve the others one by one
+        pass
+    globalns = getattr(fn, "__globals__", None) or getattr(getattr(fn, "func", None), "__globals__", {})
+    hints: Dict[str, Any] = {}
+    for name, annotation in dict(getattr(fn, "__annotations__", {})).items():
+        if isinstance(annotation, str):
+            try:
+                annotation = eval(annotation, dict(globalns), dict(localns or {}))  # noqa: S307
+            except Exception:
+                pass
+        hints[name] = annotation
+    return hints
 
 
 _SECTION = re.compile(r"^(Args|Arguments|Parameters|Params):\s*$")

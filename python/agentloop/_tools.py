@@ -21,6 +21,7 @@ import queue
 import sys
 import threading
 import traceback
+from types import FrameType
 from typing import Any, Awaitable, Callable, Dict, List, Optional, Tuple, TypeVar, Union, overload
 
 from ._schema import Signature, describe, name_of
@@ -116,8 +117,11 @@ def tool(
     ``ask``: each call needs a person's approval (the agent's ``approve`` callback; without one
     the call is denied, or a journaled run suspends until :meth:`Agent.answer` records it)."""
 
+    # The scope the tool is made in: its annotations may name its local classes.
+    localns = _caller_locals()
+
     def wrap(f: F) -> Tool:
-        sig: Signature = describe(f, description)
+        sig: Signature = describe(f, description, localns)
         return Tool(
             fn=f,
             name=name or name_of(f),
@@ -134,6 +138,21 @@ def tool(
     if fn is not None:
         return wrap(fn)
     return wrap
+
+
+def _caller_locals() -> Optional[Dict[str, Any]]:
+    """The local names of the user's function that made the tool (with :func:`tool`, or giving
+    the function to an :class:`Agent`); ``None`` at a module's level, whose names are the
+    function's globals already."""
+    try:
+        frame: Optional[FrameType] = sys._getframe(2)
+    except (AttributeError, ValueError):  # an interpreter without frames
+        return None
+    while frame is not None and str(frame.f_globals.get("__name__", "")).startswith("agentloop."):
+        frame = frame.f_back
+    if frame is None or frame.f_globals is frame.f_locals:
+        return None
+    return dict(frame.f_locals)
 
 
 def as_tool(t: Union[Tool, Callable[..., Any]]) -> Tool:

@@ -520,3 +520,34 @@ def test_a_coroutine_tool_of_a_blocking_run_can_run_an_agent_with_run() -> None:
     out = agent_calling("top", [top], "all done").run("Go.")
     assert out.stop_reason == "finished", out
     assert out.tool_calls[0].output == "top done", out.tool_calls
+
+
+@pytest.mark.parametrize("use_pydantic", [True, False])
+def test_annotations_naming_local_classes_are_resolved(use_pydantic: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    # This module has `from __future__ import annotations`: every annotation is a string, and
+    # these name classes local to the test.
+    if not use_pydantic:
+        monkeypatch.setattr(_schema, "pydantic", None)
+
+    class Mode(enum.Enum):
+        FAST = "fast"
+        SAFE = "safe"
+
+    seen: List[tuple] = []
+
+    @tool
+    def move(mode: Mode, steps: int = 1, note: Optional[str] = None) -> str:
+        """Moves."""
+        seen.append((mode, steps, note))
+        return "moved"
+
+    def stop(mode: Mode) -> str:
+        """Stops."""
+        seen.append((mode,))
+        return "stopped"
+
+    assert move.schema["properties"]["steps"]["type"] == "integer"
+    calls = [ToolCall("move", {"mode": "safe", "steps": 2}), ToolCall("stop", {"mode": "fast"})]
+    out = Agent(model=ScriptedModel([calls, "done"]), tools=[move, stop]).run("Go.")
+    assert [c.output for c in out.tool_calls] == ["moved", "stopped"], out.tool_calls
+    assert sorted(seen, key=len) == [(Mode.FAST,), (Mode.SAFE, 2, None)]
