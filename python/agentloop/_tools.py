@@ -3,7 +3,7 @@
 The Rust runtime admits a batch of calls (arguments validated against the schema, limits and
 permissions checked) and hands each admitted call to :class:`Dispatcher`, which starts it and
 returns at once: a coroutine on the run's event loop (the caller's, for ``run_async`` and
-``stream``; the package's own background loop for ``run``), a sync function on a thread pool.
+``stream``; the package's own background loop for ``run``), a sync function on a daemon thread.
 Neither ever blocks the runtime or another run. The answer goes back through the call's reply."""
 
 from __future__ import annotations
@@ -258,7 +258,7 @@ class Dispatcher:
     def __call__(
         self, index: int, arguments: Dict[str, Any], run_id: str, call_id: str, reply: Any
     ) -> "concurrent.futures.Future[None]":
-        """Starts a call of a sync function on the thread pool; the runtime cancels the future
+        """Starts a call of a sync function on a thread of its own; the runtime cancels the future
         it gets back when it stops waiting."""
         t = self.tools[index]
         return _threads.submit(self._run_sync, t, arguments, (run_id, call_id), reply)
