@@ -13,6 +13,7 @@
     clippy::panic
 )]
 
+mod raw_http;
 #[path = "quirks/server.rs"]
 mod server;
 

@@ -19,8 +19,11 @@ use agentloop_providers::OpenAiChat;
 use agentloop_providers::anthropic::Anthropic;
 use agentloop_providers::http::HttpConfig;
 use agentloop_providers::openai_responses::OpenAiResponses;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpListener;
+
+mod raw_http;
+use raw_http::read_request;
 
 async fn ask(model: &dyn Model) -> Result<ModelResponse, ModelError> {
     let messages = [Message::user("hello")];
@@ -35,34 +38,6 @@ async fn ask(model: &dyn Model) -> Result<ModelResponse, ModelError> {
     tokio::time::timeout(Duration::from_secs(20), complete(model, request))
         .await
         .expect("the call hung")
-}
-
-async fn read_request(socket: &mut TcpStream) {
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 4096];
-    loop {
-        let n = socket.read(&mut chunk).await.unwrap();
-        if n == 0 {
-            return;
-        }
-        buf.extend_from_slice(&chunk[..n]);
-        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
-            let len: usize = head
-                .lines()
-                .find_map(|l| l.strip_prefix("content-length:"))
-                .map(|v| v.trim().parse().unwrap())
-                .unwrap_or(0);
-            while buf.len() < end + 4 + len {
-                let n = socket.read(&mut chunk).await.unwrap();
-                if n == 0 {
-                    return;
-                }
-                buf.extend_from_slice(&chunk[..n]);
-            }
-            return;
-        }
-    }
 }
 
 fn http_chunk(data: &[u8]) -> Vec<u8> {

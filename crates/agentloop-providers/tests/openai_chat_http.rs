@@ -20,10 +20,13 @@ use agentloop::{
 };
 use agentloop_providers::{Fallback, OpenAiChat, Retry, RetryPolicy};
 use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
 use wiremock::matchers::{method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
+
+mod raw_http;
+use raw_http::read_request;
 
 const API_KEY: &str = "sk-test-secret-abcdefghijklmnop";
 
@@ -493,35 +496,6 @@ async fn fallback_does_not_move_on_for_a_bad_request() {
         ModelErrorKind::InvalidRequest
     );
     assert!(backup.received_requests().await.unwrap().is_empty());
-}
-
-/// Reads one HTTP request (headers and a content-length body) from a raw socket.
-async fn read_request(socket: &mut tokio::net::TcpStream) -> Vec<u8> {
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 4096];
-    loop {
-        let n = socket.read(&mut chunk).await.unwrap();
-        if n == 0 {
-            return buf;
-        }
-        buf.extend_from_slice(&chunk[..n]);
-        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
-            let len: usize = head
-                .lines()
-                .find_map(|l| l.strip_prefix("content-length:"))
-                .map(|v| v.trim().parse().unwrap())
-                .unwrap_or(0);
-            while buf.len() < end + 4 + len {
-                let n = socket.read(&mut chunk).await.unwrap();
-                if n == 0 {
-                    break;
-                }
-                buf.extend_from_slice(&chunk[..n]);
-            }
-            return buf;
-        }
-    }
 }
 
 const SSE_HEAD: &[u8] =

@@ -12,6 +12,7 @@
     clippy::panic
 )]
 
+mod raw_http;
 #[path = "quirks/server.rs"]
 mod server;
 
