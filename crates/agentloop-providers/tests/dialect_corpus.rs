@@ -13,7 +13,6 @@
     clippy::panic
 )]
 
-mod raw_http;
 #[path = "quirks/server.rs"]
 mod server;
 

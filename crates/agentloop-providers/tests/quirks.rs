@@ -12,7 +12,6 @@
     clippy::panic
 )]
 
-mod raw_http;
 #[path = "quirks/server.rs"]
 mod server;
 

@@ -16,11 +16,15 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::raw_http::read_request;
 use serde::Deserialize;
 use serde_json::Value;
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
+
+// Every test crate that includes this file gets the reader with it.
+#[path = "../raw_http/mod.rs"]
+mod raw_http;
+use raw_http::read_request;
 
 /// One reply of a case, as `case.json` describes it.
 #[derive(Debug, Clone, Deserialize)]
