@@ -379,3 +379,61 @@ fn a_trace_is_never_written_into_another_sqlite_database() {
         );
     }
 }
+
+#[test]
+fn an_ndjson_trace_is_never_appended_to_a_file_that_holds_something_else() {
+    let dir = scripted_dir();
+    let d = dir.path();
+    let png = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR".to_vec();
+    std::fs::write(d.join("photo.ndjson"), &png).unwrap();
+    std::fs::write(d.join("server.ndjson"), "2026-12-05 started\n").unwrap();
+    for file in ["photo.ndjson", "server.ndjson"] {
+        ends_with(
+            d,
+            &["run", "agent.toml", "--input", "hi", "--trace", file],
+            None,
+            1,
+            "is not an agentloop trace",
+        );
+    }
+    assert_eq!(std::fs::read(d.join("photo.ndjson")).unwrap(), png);
+    assert_eq!(
+        std::fs::read_to_string(d.join("server.ndjson")).unwrap(),
+        "2026-12-05 started\n"
+    );
+    // A named pipe is refused at once, by `run` and by `trace show`, rather than waited on.
+    if mkfifo(&d.join("pipe.ndjson")) {
+        for args in [
+            &[
+                "run",
+                "agent.toml",
+                "--input",
+                "hi",
+                "--trace",
+                "pipe.ndjson",
+            ][..],
+            &["trace", "show", "pipe.ndjson"][..],
+        ] {
+            ends_with(d, args, None, 1, "not a regular file");
+        }
+    }
+}
+
+#[test]
+fn an_eval_dataset_that_is_a_pipe_or_a_device_is_refused_at_once() {
+    let dir = scripted_dir();
+    let d = dir.path();
+    let mut cases = vec!["/dev/zero".to_owned()];
+    if mkfifo(&d.join("cases.toml")) {
+        cases.push("cases.toml".to_owned());
+    }
+    for path in &cases {
+        ends_with(
+            d,
+            &["eval", "agent.toml", "--cases", path],
+            None,
+            3,
+            "not a regular file",
+        );
+    }
+}
