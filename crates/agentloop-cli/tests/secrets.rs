@@ -91,20 +91,7 @@ input_schema = { type = "object", properties = { command = { type = "string" } }
     );
     let agent = dir.agent();
     let agent = agent.to_str().unwrap();
-    let (journal, trace) = (dir.path("run.db"), dir.path("run.ndjson"));
-    let out = agentloop(args(&[
-        "run",
-        agent,
-        "--input",
-        "deploy",
-        "--json",
-        "--journal",
-        journal.to_str().unwrap(),
-        "--trace",
-        trace.to_str().unwrap(),
-        "--trace-payloads",
-    ]))
-    .await;
+    let (out, journal, trace) = recorded_run(&dir, agent, "deploy").await;
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let (sessions, sqlite_trace) = (dir.path("s.db"), dir.path("t.sqlite"));
     let out = agentloop(args(&[
@@ -192,20 +179,7 @@ async fn a_providers_401_that_echoes_the_base_urls_key_reaches_no_error_or_recor
         &format!("base_url = \"{}\"", credentialed(&provider.uri(), "/v1")),
     );
     dir.write("agent.toml", &agent);
-    let (journal, trace) = (dir.path("run.db"), dir.path("run.ndjson"));
-    let out = agentloop(args(&[
-        "run",
-        dir.agent().to_str().unwrap(),
-        "--input",
-        "hi",
-        "--json",
-        "--journal",
-        journal.to_str().unwrap(),
-        "--trace",
-        trace.to_str().unwrap(),
-        "--trace-payloads",
-    ]))
-    .await;
+    let (out, journal, trace) = recorded_run(&dir, dir.agent().to_str().unwrap(), "hi").await;
     let v = stdout_json(&out);
     assert_eq!(v["error"]["code"], "model.authentication", "{v}");
     // The server did quote them: the message says so, with the credentials cut out.
@@ -360,4 +334,28 @@ timeout_secs = 10
         assert!(shown.contains("mcp.start"), "{command:?}: {shown}");
         assert_no_secret(&format!("{command:?}"), &shown);
     }
+}
+
+/// `agentloop run AGENT --input INPUT --json`, journaled (`run.db`) and traced with payloads
+/// (`run.ndjson`) in `dir`: every place a secret could be written. The output, and the two paths.
+async fn recorded_run(
+    dir: &AgentDir,
+    agent: &str,
+    input: &str,
+) -> (std::process::Output, std::path::PathBuf, std::path::PathBuf) {
+    let (journal, trace) = (dir.path("run.db"), dir.path("run.ndjson"));
+    let out = agentloop(args(&[
+        "run",
+        agent,
+        "--input",
+        input,
+        "--json",
+        "--journal",
+        journal.to_str().unwrap(),
+        "--trace",
+        trace.to_str().unwrap(),
+        "--trace-payloads",
+    ]))
+    .await;
+    (out, journal, trace)
 }
