@@ -672,3 +672,112 @@ input_schema = { type = "object", properties = {} }
         "the killed run's tool died with it"
     );
 }
+
+/// The call's tree: a background subshell that writes `marker` after two seconds and, where the
+/// sandbox lets it (`off`), a `setsid` child out of the group that writes `escaped` the same way.
+/// The shell logs its group and the children's ids first, then waits for them.
+const TREE: &str = r#"cut -d' ' -f5 /proc/$$/stat > group.id
+(sleep 2; touch marker) &
+echo $! > background.pid
+setsid sh -c 'echo $$ > escaped.pid; sleep 2; touch escaped' 2>/dev/null &
+sleep 0.3
+echo start >> side.log
+wait
+"#;
+
+/// Every live process (not a zombie) whose process group is one of `groups`, as `pid (name)`.
+fn live_in_groups(groups: &[&str]) -> Vec<String> {
+    let mut live = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        let Some(close) = stat.rfind(')') else {
+            continue;
+        };
+        let fields: Vec<&str> = stat[close + 1..].split_whitespace().collect();
+        if fields.len() > 2 && fields[0] != "Z" && groups.contains(&fields[2]) {
+            live.push(stat[..=close].to_owned());
+        }
+    }
+    live
+}
+
+#[test]
+fn what_a_killed_run_s_tool_started_dies_with_it_in_and_out_of_the_sandbox() {
+    let mut modes = vec!["off"];
+    if agentloop_sandbox::Support::missing(agentloop_sandbox::SandboxPolicy::new(
+        agentloop_sandbox::SandboxMode::WorkspaceWrite,
+    ))
+    .is_empty()
+    {
+        modes.push("workspace-write");
+    }
+    for mode in modes {
+        let dir = AgentDir::new(&format!(
+            r#"name = "tree"
+[model]
+provider = "scripted"
+script = "script.json"
+[[tools]]
+name = "tree"
+command = ["sh", "tree.sh"]
+input_schema = {{ type = "object", properties = {{}} }}
+sandbox = "{mode}"
+"#
+        ));
+        dir.write("tree.sh", TREE);
+        dir.write(
+            "script.json",
+            &json!([
+                {"tool_calls": [{"id": "t1", "name": "tree", "arguments": {}}]},
+                {"text": "Over."}
+            ])
+            .to_string(),
+        );
+        let journal = dir.path("runs.db");
+        let mut run = run_cmd(&dir, &journal, &[])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let started = (0..200).any(|_| {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            side_log(&dir).iter().any(|l| l == "start")
+        });
+        assert!(started, "{mode}: the tool started");
+        run.kill().unwrap(); // SIGKILL, while the tool and its children work
+        run.wait().unwrap();
+        let read = |name: &str| {
+            std::fs::read_to_string(dir.path(name))
+                .unwrap_or_default()
+                .trim()
+                .to_owned()
+        };
+        let group = read("group.id");
+        let escaped = read("escaped.pid");
+        assert!(!group.is_empty(), "{mode}: the tool logged its group");
+        assert!(!read("background.pid").is_empty(), "{mode}");
+        // Only unconfined may a child leave the group (the control of the second half).
+        assert_eq!(escaped.is_empty(), mode != "off", "{mode}: {escaped:?}");
+        // Past the time the children would have taken.
+        std::thread::sleep(std::time::Duration::from_millis(2500));
+        let mut groups = vec![group.as_str()];
+        if !escaped.is_empty() {
+            groups.push(escaped.as_str());
+        }
+        let live = live_in_groups(&groups);
+        for pid in live.iter().filter_map(|p| p.split(' ').next()) {
+            let _ = Command::new("kill").args(["-9", pid]).status();
+        }
+        assert!(
+            !dir.path("marker").exists(),
+            "{mode}: the background child acted after agentloop died"
+        );
+        assert!(
+            !dir.path("escaped").exists(),
+            "{mode}: the child that left the group acted after agentloop died"
+        );
+        assert!(live.is_empty(), "{mode}: still alive: {live:?}");
+    }
+}

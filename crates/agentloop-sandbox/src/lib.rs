@@ -327,12 +327,15 @@ impl Confinement {
         self.note.as_deref()
     }
 
-    /// Makes the child die with this process (on Linux, `PR_SET_PDEATHSIG` SIGKILL; elsewhere
-    /// nothing): for a child that its caller awaits to its end, such as a tool call's process,
-    /// which must not go on acting after agentloop was killed and another process resumed its
-    /// run. The signal comes when the thread that starts the child ends, so a child that must
-    /// outlive that thread (a server kept for later runs) does not ask for it. Call it before
-    /// [`Confinement::install`].
+    /// Makes the child, and every process it starts, die with this process (elsewhere than
+    /// Linux, nothing): for a child that its caller awaits to its end, such as a tool call's
+    /// process, which must not go on acting after agentloop was killed and another process
+    /// resumed its run. On Linux the child becomes a small supervisor that runs the program as
+    /// its own child (the pid the caller sees is the supervisor's, which exits as the program
+    /// did) and, when this process dies, kills the child's process group and what came to it as
+    /// an orphan; it works best on a command that leads its own process group
+    /// (`process_group(0)`), which is all it kills when the program exits. What escapes it is in
+    /// `docs/sandbox.md`. Call it before [`Confinement::install`].
     #[must_use]
     pub fn dying_with_parent(mut self) -> Self {
         if let Some(hook) = self.hook.as_mut() {

@@ -3,7 +3,10 @@
 //! sockets on older kernels, leaving the process group, tracing, terminal injection);
 //! capabilities dropped and resource limits set in every child. The parent builds the ruleset,
 //! opens the paths, compiles the filter and works out the limits; the child only makes system
-//! calls.
+//! calls. A tool call's process is split in two before `exec`: a supervisor that kills the
+//! whole tree when agentloop dies, and the program ([`supervisor`]).
+
+mod supervisor;
 
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -159,9 +162,9 @@ pub(crate) struct ChildHook {
     landlock: Option<OwnedFd>,
     /// The seccomp program to install (compiled once per network setting).
     seccomp: Option<Arc<BpfProgram>>,
-    /// The agentloop process's id, read in the parent, when the child dies with it (see
-    /// [`die_with_parent`]).
-    parent: Option<libc::pid_t>,
+    /// When the child's whole tree dies with the agentloop process ([`supervisor`]): that
+    /// process's id and the bound of its file descriptors, read in the parent.
+    parent: Option<(libc::pid_t, libc::c_int)>,
 }
 
 impl ChildHook {
@@ -207,9 +210,12 @@ impl ChildHook {
     /// Runs in the child: only async-signal-safe system calls, no allocation (an error is a raw
     /// OS error).
     fn enter(&self) -> io::Result<()> {
-        if let Some(parent) = self.parent {
-            die_with_parent(parent)?;
-        }
+        // First, so that a parent dying from here on is seen; the split comes last, so that the
+        // supervisor and the program are both confined.
+        let supervised = match self.parent {
+            Some((parent, fd_bound)) => Some(supervisor::arm(parent, fd_bound)?),
+            None => None,
+        };
         for &(resource, value) in &self.limits {
             let limit = libc::rlimit {
                 rlim_cur: value,
@@ -252,50 +258,44 @@ impl ChildHook {
                 Err(_) => return Err(io::Error::from_raw_os_error(libc::EINVAL)),
             }
         }
+        // The seccomp filter refuses nothing the supervisor needs (`clone`, `prctl`, `wait4`,
+        // `kill`, `rt_sigtimedwait`, reading `/proc`), and Landlock lets it signal its own
+        // domain, which the program's tree shares or nests in.
+        if let Some(supervised) = supervised {
+            supervised.split()?;
+        }
         Ok(())
     }
 }
 
 impl ChildHook {
-    /// The child will die with this process (see [`die_with_parent`]).
+    /// The child and all it starts will die with this process ([`supervisor`]).
     pub(crate) fn die_with_parent(&mut self) {
-        self.parent = Some(libc::pid_t::try_from(std::process::id()).unwrap_or(0));
+        let parent = libc::pid_t::try_from(std::process::id()).unwrap_or(0);
+        let mut own = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: getrlimit writes one rlimit through a pointer to our stack variable.
+        #[allow(unsafe_code)]
+        let rc = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut own) };
+        // Only where `close_range` is missing does the supervisor close descriptors one by one,
+        // up to this: no descriptor of this process is above its soft limit.
+        let fd_bound = if rc == 0 {
+            libc::c_int::try_from(own.rlim_cur.min(1 << 20)).unwrap_or(1 << 20)
+        } else {
+            1 << 16
+        };
+        self.parent = Some((parent, fd_bound));
     }
-}
-
-/// Runs in the child: it gets SIGKILL when the agentloop process dies. Why: a journaled run
-/// whose process is killed (SIGKILL, the OOM killer) is resumed by another process, which
-/// answers a call that was running "interrupted" (or, for an idempotent tool, runs it again);
-/// a tool left running past its agentloop would go on acting after that answer, alongside the
-/// resumed run (a cancelled or timed-out call's group is killed; a killed agentloop could kill
-/// nothing). The signal comes when the thread that started the child ends, so only a child
-/// whose caller awaits it to its end asks for it (a tool call's process, not a server kept
-/// for later runs). Only this child gets it, not what it started in its group. When the parent
-/// died before the signal was asked for (between `fork` and here), the child does not run its
-/// program.
-fn die_with_parent(parent: libc::pid_t) -> io::Result<()> {
-    // SAFETY: prctl(PR_SET_PDEATHSIG, SIGKILL) takes no pointer; getppid takes nothing.
-    #[allow(unsafe_code)]
-    let (rc, now) = unsafe {
-        (
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0),
-            libc::getppid(),
-        )
-    };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    if parent != 0 && now != parent {
-        return Err(io::Error::from_raw_os_error(libc::ESRCH));
-    }
-    Ok(())
 }
 
 pub(crate) fn install(hook: ChildHook, command: &mut std::process::Command) {
     // SAFETY: the closure runs in the child between fork and exec, where only async-signal-safe
     // calls are allowed: `enter` makes raw system calls (prctl, capget, capset,
-    // landlock_restrict_self, seccomp) on data the parent prepared, allocates nothing, takes no
-    // lock and builds its errors from raw OS error numbers.
+    // landlock_restrict_self, seccomp, and the supervisor's clone, signal, wait and /proc calls)
+    // on data the parent prepared, allocates nothing, takes no lock and builds its errors from
+    // raw OS error numbers.
     #[allow(unsafe_code)]
     unsafe {
         command.pre_exec(move || hook.enter());

@@ -2,7 +2,10 @@
 //! process group, which is killed whole when the child exits (its leftovers), when the call is
 //! cancelled or times out, or when the call's future is dropped; it runs in the tool's sandbox
 //! ([`agentloop_sandbox`]), whose seccomp filter keeps every descendant in that group; its output
-//! is read into bounded captures while it runs, so a chatty child never fills memory.
+//! is read into bounded captures while it runs, so a chatty child never fills memory. On Linux it
+//! and all it starts die with a killed agentloop: the pid seen here is a supervisor's, which runs
+//! the program as its child and exits as the program did (`agentloop_sandbox`'s
+//! `Confinement::dying_with_parent`, whose limits `docs/sandbox.md` lists).
 
 use std::collections::VecDeque;
 use std::ffi::OsString;
@@ -244,9 +247,9 @@ impl GroupCommand<'_> {
         stdout: O,
         stderr: E,
     ) -> Result<impl Future<Output = Finished<O, E>> + Send + use<O, E>, SpawnError> {
-        // The child dies with agentloop: a killed journaled run is resumed elsewhere, which
-        // answers this call "interrupted" (or runs it again when idempotent), so the process
-        // must not go on acting behind that answer. Its caller awaits it to its end.
+        // The child and its tree die with agentloop: a killed journaled run is resumed
+        // elsewhere, which answers this call "interrupted" (or runs it again when idempotent),
+        // so nothing of the call may go on acting behind that answer.
         let mut confinement = self
             .sandbox
             .prepare()

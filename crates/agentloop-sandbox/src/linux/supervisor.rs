@@ -1,0 +1,539 @@
+//! The supervisor of a tool call's process: what makes the whole tree of a call die with a killed
+//! agentloop, not only the process agentloop started.
+//!
+//! Why: a journaled run whose agentloop is killed (SIGKILL, the OOM killer) is resumed by another
+//! process, which answers a call that was running "interrupted" (or runs it again). The call's
+//! program gets `PR_SET_PDEATHSIG` SIGKILL, but what it started (`sh -c '(sleep 2; touch x) &
+//! wait'`) does not, and a killed agentloop can kill nothing, so that background child would go
+//! on acting behind the resumed run's back.
+//!
+//! How: the child agentloop forks (in its own process group, confined) forks once more before
+//! `exec`. The grandchild runs the program, in the same group, with SIGKILL as its parent-death
+//! signal against the supervisor. The supervisor never returns to `exec`: it closes every file
+//! descriptor (so the output pipes and std's exec-error pipe close when the program's side
+//! does), becomes the subreaper of what the program starts (`PR_SET_CHILD_SUBREAPER`: orphans
+//! come to it, not to init) and waits. When the program exits, it kills what is left of the group
+//! and exits as the program did (the same code, or the same signal raised on itself), so a call's
+//! result reads as before. When agentloop dies (its parent-death signal, a catchable one kept
+//! blocked, then `getppid` changed), it kills the group and every process that came to it as an
+//! orphan, then the group again, itself included. The pid agentloop sees is the supervisor's, which
+//! leads the group, so the group kill at a timeout or a cancellation still reaches everything.
+//!
+//! The parent-death signal comes when the agentloop *thread* that started the child ends, not
+//! only the process; the supervisor tells the two apart with `getppid` (a thread's children pass
+//! to another thread of the same process), so a call no longer dies with a thread that ended
+//! while the process lives, and the program's own signal is against the supervisor, a process of
+//! one thread.
+//!
+//! The supervisor is a copy of the agentloop process that never runs another program, so it holds
+//! agentloop's memory and environment: it makes itself non-dumpable, which keeps its `/proc` files
+//! and `ptrace` from every process without `CAP_SYS_PTRACE` (which the sandbox drops), even in an
+//! application that did not call [`crate::protect_process`].
+//!
+//! Everything here runs between `fork` and `exec`, in a process of one thread: raw system calls
+//! only, no allocation, no lock.
+//!
+//! What remains:
+//! - A process that leaves both the group and the supervisor's tree: under `off` (and
+//!   `best-effort` without seccomp) a `setsid` child is out of the group; it is killed when
+//!   agentloop dies only if it came to the supervisor as an orphan (its parent died), not while
+//!   its parent, outside the group too, still lives. A process another one starts on the tool's
+//!   behalf (a daemon reached through a socket, `systemd-run`, `at`) is no descendant at all.
+//! - When the program exits normally, what left the group (under `off`) is left running, as
+//!   before: only the group is the call's.
+//! - Killing what came to the supervisor needs `/proc` (it is read for each process's parent and
+//!   group); without it, only the group is killed. A tree that forks faster than the supervisor
+//!   kills outside the group is given up on after a bounded number of rounds; inside it, the last
+//!   group kill is atomic.
+//! - A timeout, a cancellation or a kill of the supervisor itself (SIGKILL, by agentloop's group
+//!   kill or anyone's) leaves it no time: the group dies with it, the orphans it held go to
+//!   init.
+
+use std::io;
+
+use libc::{c_int, pid_t};
+
+/// The supervisor's parent-death signal: catchable, so that it can kill the tree first; kept
+/// blocked and taken with `sigtimedwait`.
+const DEATH_SIGNAL: c_int = libc::SIGUSR1;
+
+/// How many times the supervisor looks for processes to kill and kills them, at most, before it
+/// gives up on a tree that forks faster than it kills.
+const KILL_ROUNDS: u32 = 500;
+
+/// The pause between two rounds, for killed processes to be gone (1 ms).
+const ROUND_PAUSE: libc::timespec = libc::timespec {
+    tv_sec: 0,
+    tv_nsec: 1_000_000,
+};
+
+/// How long the supervisor sleeps at most before it checks again whether agentloop lives; the
+/// signals wake it at once, this only bounds a missed one.
+const CHECK_EVERY: libc::timespec = libc::timespec {
+    tv_sec: 1,
+    tv_nsec: 0,
+};
+
+/// The exit code of a supervisor whose agentloop died (nobody reads it): SIGKILL's shell code.
+const ORPHANED_EXIT: c_int = 128 + libc::SIGKILL;
+
+/// The name the supervisor shows in `ps` and `top` (at most 15 bytes).
+const NAME: &std::ffi::CStr = c"agentloop-reap";
+
+/// The signals the supervisor takes, and what the program's process gets back before `exec`.
+pub(super) struct Armed {
+    /// The agentloop process.
+    parent: pid_t,
+    /// Where to stop closing file descriptors when `close_range` is missing (Linux before 5.9).
+    fd_bound: c_int,
+    /// The signal mask std set before the hook ran, restored in the program's process.
+    mask: libc::sigset_t,
+    /// The dispositions of SIGCHLD and [`DEATH_SIGNAL`] before, restored there too.
+    actions: [(c_int, libc::sigaction); 2],
+}
+
+/// First thing in the child agentloop forks, before the sandbox closes in: blocks the
+/// supervisor's two signals (with their default dispositions, so that exited children wait as
+/// zombies), asks for [`DEATH_SIGNAL`] when the parent dies (and fails with `ESRCH` when it
+/// already has), becomes a subreaper and non-dumpable.
+pub(super) fn arm(parent: pid_t, fd_bound: c_int) -> io::Result<Armed> {
+    let mut set = empty_set();
+    add(&mut set, libc::SIGCHLD);
+    add(&mut set, DEATH_SIGNAL);
+    let mut mask = empty_set();
+    // SAFETY: sigprocmask reads one set and writes one, both on our stack.
+    #[allow(unsafe_code)]
+    let rc = unsafe { libc::sigprocmask(libc::SIG_BLOCK, &set, &mut mask) };
+    check(rc)?;
+    let actions = [
+        (libc::SIGCHLD, set_default(libc::SIGCHLD)?),
+        (DEATH_SIGNAL, set_default(DEATH_SIGNAL)?),
+    ];
+    prctl(libc::PR_SET_PDEATHSIG, DEATH_SIGNAL as libc::c_ulong)?;
+    if getppid() != parent {
+        return Err(io::Error::from_raw_os_error(libc::ESRCH));
+    }
+    prctl(libc::PR_SET_CHILD_SUBREAPER, 1)?;
+    prctl(libc::PR_SET_DUMPABLE, 0)?;
+    Ok(Armed {
+        parent,
+        fd_bound,
+        mask,
+        actions,
+    })
+}
+
+impl Armed {
+    /// Last thing, once the sandbox holds this process: forks. Returns in the grandchild, which
+    /// goes on to `exec` the program with the mask and dispositions std left and SIGKILL as its
+    /// parent-death signal; the supervisor never returns.
+    pub(super) fn split(self) -> io::Result<()> {
+        let me = getpid();
+        if getppid() != self.parent {
+            return Err(io::Error::from_raw_os_error(libc::ESRCH));
+        }
+        let program = fork()?;
+        if program != 0 {
+            supervise(self.parent, me, program, self.fd_bound);
+        }
+        for (signal, action) in &self.actions {
+            // SAFETY: sigaction reads one struct from self; no old action is asked for.
+            #[allow(unsafe_code)]
+            let rc = unsafe { libc::sigaction(*signal, action, std::ptr::null_mut()) };
+            check(rc)?;
+        }
+        // SAFETY: sigprocmask reads one set from self.
+        #[allow(unsafe_code)]
+        let rc = unsafe { libc::sigprocmask(libc::SIG_SETMASK, &self.mask, std::ptr::null_mut()) };
+        check(rc)?;
+        prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong)?;
+        // The supervisor died before the signal was asked for: the program does not run.
+        if getppid() != me {
+            return Err(io::Error::from_raw_os_error(libc::ESRCH));
+        }
+        Ok(())
+    }
+}
+
+/// The supervisor's life: see the module's docs.
+fn supervise(parent: pid_t, me: pid_t, program: pid_t, fd_bound: c_int) -> ! {
+    close_all(fd_bound);
+    // SAFETY: PR_SET_NAME reads a NUL-terminated string of at most 16 bytes, a static here.
+    #[allow(unsafe_code)]
+    unsafe {
+        libc::prctl(libc::PR_SET_NAME, NAME.as_ptr(), 0, 0, 0);
+    }
+    // Every other signal waits, blocked: the supervisor must not die of a stray one (a hang-up
+    // of an orphaned group) before it has killed the tree. SIGKILL still ends it.
+    let mut all = empty_set();
+    // SAFETY: sigfillset and sigprocmask write and read one set on our stack.
+    #[allow(unsafe_code)]
+    unsafe {
+        libc::sigfillset(&mut all);
+        libc::sigprocmask(libc::SIG_BLOCK, &all, std::ptr::null_mut());
+    }
+    let mut wake = empty_set();
+    add(&mut wake, libc::SIGCHLD);
+    add(&mut wake, DEATH_SIGNAL);
+    // Only a group of its own is killed; a caller that did not ask for one keeps its own.
+    // SAFETY: getpgrp takes nothing.
+    #[allow(unsafe_code)]
+    let group = (unsafe { libc::getpgrp() } == me).then_some(me);
+    let mut status = None;
+    loop {
+        reap(program, &mut status);
+        if getppid() != parent {
+            kill_leftovers(me, group, true);
+            if let Some(group) = group {
+                // Last, this process with them.
+                // SAFETY: killpg takes two integers.
+                #[allow(unsafe_code)]
+                unsafe {
+                    libc::killpg(group, libc::SIGKILL);
+                }
+            }
+            exit(ORPHANED_EXIT);
+        }
+        if let Some(status) = status {
+            kill_leftovers(me, group, false);
+            mirror(me, status);
+        }
+        // SAFETY: sigtimedwait reads a set and a timeout on our stack; no info is asked for.
+        // Whichever signal woke it, or none, the loop looks again.
+        #[allow(unsafe_code)]
+        unsafe {
+            libc::sigtimedwait(&wake, std::ptr::null_mut(), &CHECK_EVERY);
+        }
+    }
+}
+
+/// Reaps every child that has ended; the program's status is kept.
+fn reap(program: pid_t, status: &mut Option<c_int>) {
+    loop {
+        let mut st: c_int = 0;
+        // SAFETY: waitpid writes one int on our stack.
+        #[allow(unsafe_code)]
+        let pid = unsafe { libc::waitpid(-1, &mut st, libc::WNOHANG) };
+        if pid <= 0 {
+            return;
+        }
+        if pid == program {
+            *status = Some(st);
+        }
+    }
+}
+
+/// Kills, with SIGKILL, every live process of the group (but this one) and, with `orphans`,
+/// every child of this process, round after round until none is left (what a killed process
+/// leaves comes here as an orphan), reaping as it goes.
+fn kill_leftovers(me: pid_t, group: Option<pid_t>, orphans: bool) {
+    if group.is_none() && !orphans {
+        return;
+    }
+    let mut ignored = None;
+    for _ in 0..KILL_ROUNDS {
+        let mut killed = 0u32;
+        let read = each_process(|p| {
+            let ours = group == Some(p.pgrp) || (orphans && p.ppid == me);
+            if p.pid == me || !ours || matches!(p.state, b'Z' | b'X' | b'x') {
+                return;
+            }
+            // SAFETY: kill takes two integers. ESRCH (gone) and EPERM (out of reach) are not
+            // counted: only a process that will die makes the next round worth it.
+            #[allow(unsafe_code)]
+            let rc = unsafe { libc::kill(p.pid, libc::SIGKILL) };
+            if rc == 0 {
+                killed += 1;
+            }
+        });
+        reap(0, &mut ignored);
+        if !read || killed == 0 {
+            return;
+        }
+        // SAFETY: nanosleep reads one timespec, a constant.
+        #[allow(unsafe_code)]
+        unsafe {
+            libc::nanosleep(&ROUND_PAUSE, std::ptr::null_mut());
+        }
+    }
+}
+
+/// Ends this process as the program ended: with its exit code, or killed by its signal.
+fn mirror(me: pid_t, status: c_int) -> ! {
+    if libc::WIFEXITED(status) {
+        exit(libc::WEXITSTATUS(status));
+    }
+    if libc::WIFSIGNALED(status) {
+        let signal = libc::WTERMSIG(status);
+        let _ = set_default(signal);
+        let mut set = empty_set();
+        add(&mut set, signal);
+        // SAFETY: sigprocmask reads one set on our stack; kill takes two integers. The signal,
+        // unblocked with its default action, ends this process before kill returns.
+        #[allow(unsafe_code)]
+        unsafe {
+            libc::sigprocmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+            libc::kill(me, signal);
+        }
+        exit(128 + signal);
+    }
+    exit(1);
+}
+
+/// Closes every file descriptor: the ends of the program's pipes and std's exec-error pipe
+/// must close when the program's side does, or agentloop would wait on them.
+fn close_all(fd_bound: c_int) {
+    // SAFETY: close_range takes three integers.
+    #[allow(unsafe_code)]
+    let rc = unsafe { libc::syscall(libc::SYS_close_range, 0u32, u32::MAX, 0u32) };
+    if rc == 0 {
+        return;
+    }
+    for fd in 0..fd_bound {
+        // SAFETY: close takes an integer; EBADF for a descriptor not open is fine.
+        #[allow(unsafe_code)]
+        unsafe {
+            libc::close(fd);
+        }
+    }
+}
+
+/// What `/proc/<pid>/stat` tells of a process.
+struct Process {
+    pid: pid_t,
+    state: u8,
+    ppid: pid_t,
+    pgrp: pid_t,
+}
+
+/// Calls `each` for every process `/proc` lists; false when `/proc` cannot be read.
+fn each_process(mut each: impl FnMut(Process)) -> bool {
+    // SAFETY: open reads a static NUL-terminated path.
+    #[allow(unsafe_code)]
+    let dir = unsafe {
+        libc::open(
+            c"/proc".as_ptr(),
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        )
+    };
+    if dir < 0 {
+        return false;
+    }
+    let mut entries = [0u8; 4096];
+    loop {
+        // SAFETY: getdents64 writes at most entries.len() bytes into our stack buffer.
+        #[allow(unsafe_code)]
+        let n = unsafe {
+            libc::syscall(
+                libc::SYS_getdents64,
+                dir,
+                entries.as_mut_ptr(),
+                entries.len(),
+            )
+        };
+        let Ok(n) = usize::try_from(n) else { break };
+        if n == 0 {
+            break;
+        }
+        // Each record: inode (8 bytes), offset (8), length (2), type (1), NUL-terminated name.
+        let mut at = 0;
+        while let Some(record) = entries.get(at..n.min(entries.len())) {
+            let Some(&[lo, hi]) = record.get(16..18) else {
+                break;
+            };
+            let len = usize::from(u16::from_ne_bytes([lo, hi]));
+            if len == 0 {
+                break;
+            }
+            if let Some(name) = record.get(19..len.min(record.len())) {
+                let name = name.split(|&b| b == 0).next().unwrap_or_default();
+                if let Some(p) = read_stat(dir, name) {
+                    each(p);
+                }
+            }
+            at += len;
+        }
+    }
+    // SAFETY: close takes the descriptor opened above.
+    #[allow(unsafe_code)]
+    unsafe {
+        libc::close(dir);
+    }
+    true
+}
+
+/// Reads `<name>/stat` under the open `/proc`, when `name` is a process id.
+fn read_stat(dir: c_int, name: &[u8]) -> Option<Process> {
+    let pid = number(name)?;
+    let mut path = [0u8; 32];
+    let suffix = b"/stat\0";
+    path.get_mut(..name.len())?.copy_from_slice(name);
+    path.get_mut(name.len()..name.len() + suffix.len())?
+        .copy_from_slice(suffix);
+    // SAFETY: openat reads the NUL-terminated path on our stack, under the open directory.
+    #[allow(unsafe_code)]
+    let fd = unsafe { libc::openat(dir, path.as_ptr().cast(), libc::O_RDONLY | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return None;
+    }
+    // `pid (comm) S ppid pgrp ...`: the name is at most 16 bytes, so this holds the fields
+    // needed.
+    let mut line = [0u8; 256];
+    // SAFETY: read writes at most line.len() bytes into our stack buffer; close takes the
+    // descriptor just opened.
+    #[allow(unsafe_code)]
+    let n = unsafe {
+        let n = libc::read(fd, line.as_mut_ptr().cast(), line.len());
+        libc::close(fd);
+        n
+    };
+    let line = line.get(..usize::try_from(n).ok()?)?;
+    // The name may hold any byte, `)` too; the fields after it do not.
+    let close = line.iter().rposition(|&b| b == b')')?;
+    let mut fields = line.get(close + 1..)?.split(|&b| b == b' ').skip(1);
+    let state = *fields.next()?.first()?;
+    let ppid = number(fields.next()?)?;
+    let pgrp = number(fields.next()?)?;
+    Some(Process {
+        pid,
+        state,
+        ppid,
+        pgrp,
+    })
+}
+
+/// A decimal number of digits only.
+fn number(digits: &[u8]) -> Option<pid_t> {
+    if digits.is_empty() || digits.len() > 10 {
+        return None;
+    }
+    let mut n: pid_t = 0;
+    for &d in digits {
+        if !d.is_ascii_digit() {
+            return None;
+        }
+        n = n.checked_mul(10)?.checked_add(pid_t::from(d - b'0'))?;
+    }
+    Some(n)
+}
+
+/// `fork` as a raw `clone`: no `pthread_atfork` handler runs (they may take locks or allocate),
+/// and the child, like this one, has one thread.
+fn fork() -> io::Result<pid_t> {
+    let flags = libc::SIGCHLD as libc::c_ulong;
+    // SAFETY: clone without CLONE_VM and without a stack is fork: the child gets a copy of this
+    // process and goes on from here; no pointer is passed (s390x takes the stack first).
+    #[allow(unsafe_code)]
+    let rc = unsafe {
+        if cfg!(target_arch = "s390x") {
+            libc::syscall(libc::SYS_clone, 0, flags, 0, 0, 0)
+        } else {
+            libc::syscall(libc::SYS_clone, flags, 0, 0, 0, 0)
+        }
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    pid_t::try_from(rc).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
+}
+
+fn empty_set() -> libc::sigset_t {
+    // SAFETY: a sigset_t is plain bits; sigemptyset then writes it whole.
+    #[allow(unsafe_code)]
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        set
+    }
+}
+
+fn add(set: &mut libc::sigset_t, signal: c_int) {
+    // SAFETY: sigaddset writes one bit of the set it is given.
+    #[allow(unsafe_code)]
+    unsafe {
+        libc::sigaddset(set, signal);
+    }
+}
+
+/// Gives `signal` its default action; answers the one it had.
+fn set_default(signal: c_int) -> io::Result<libc::sigaction> {
+    // SAFETY: a sigaction is plain data; all zero is SIG_DFL with no flag and an empty mask.
+    #[allow(unsafe_code)]
+    let (default, mut old): (libc::sigaction, libc::sigaction) =
+        unsafe { (std::mem::zeroed(), std::mem::zeroed()) };
+    // SAFETY: sigaction reads one struct and writes one, both on our stack.
+    #[allow(unsafe_code)]
+    let rc = unsafe { libc::sigaction(signal, &default, &mut old) };
+    check(rc)?;
+    Ok(old)
+}
+
+fn prctl(option: c_int, arg: libc::c_ulong) -> io::Result<()> {
+    // SAFETY: these prctl options take integers only.
+    #[allow(unsafe_code)]
+    let rc = unsafe { libc::prctl(option, arg, 0, 0, 0) };
+    check(rc)
+}
+
+fn getpid() -> pid_t {
+    // SAFETY: getpid takes nothing and cannot fail.
+    #[allow(unsafe_code)]
+    unsafe {
+        libc::getpid()
+    }
+}
+
+fn getppid() -> pid_t {
+    // SAFETY: getppid takes nothing and cannot fail.
+    #[allow(unsafe_code)]
+    unsafe {
+        libc::getppid()
+    }
+}
+
+fn exit(code: c_int) -> ! {
+    // SAFETY: _exit ends the process at once: no atexit handler, no buffer flushed (they are
+    // agentloop's, copied by fork).
+    #[allow(unsafe_code)]
+    unsafe {
+        libc::_exit(code)
+    }
+}
+
+fn check(rc: c_int) -> io::Result<()> {
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn numbers_are_digits_only() {
+        assert_eq!(number(b"4711"), Some(4711));
+        assert_eq!(number(b""), None);
+        assert_eq!(number(b"self"), None);
+        assert_eq!(number(b"12a"), None);
+        assert_eq!(number(b"99999999999"), None);
+    }
+
+    #[test]
+    fn this_process_is_listed_with_its_parent_and_group() {
+        let me = getpid();
+        let mut seen = None;
+        assert!(each_process(|p| {
+            if p.pid == me {
+                seen = Some((p.ppid, p.pgrp));
+            }
+        }));
+        // SAFETY: getpgrp takes nothing.
+        #[allow(unsafe_code)]
+        let group = unsafe { libc::getpgrp() };
+        assert_eq!(seen, Some((getppid(), group)));
+    }
+}
