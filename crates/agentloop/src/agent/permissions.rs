@@ -93,8 +93,8 @@ impl ArgumentMatch {
                 let Some(command) = string_arg(args, field) else {
                     return false;
                 };
-                let mut parts = command.split(|c: char| ";&|`()<>\n\r".contains(c));
                 if permission == Permission::Allow {
+                    let mut parts = command.split(|c: char| CHAIN_SPLIT.contains(c));
                     (*allow_chaining || !Self::is_chained(&command))
                         && parts
                             .next()
@@ -102,7 +102,7 @@ impl ArgumentMatch {
                 } else {
                     // Whatever an allow rule would refuse to look behind, a deny or ask rule
                     // looks at: each part of the chain, and the command each part really runs.
-                    parts.any(|part| runs_with_words(part, prefix))
+                    chain_runs_with_words(&command, prefix)
                 }
             }
             ArgumentMatch::PathGlob { field, glob } => {
@@ -184,6 +184,66 @@ fn starts_with_words(command: &str, prefix: &str) -> bool {
     wanted.peek().is_some() && wanted.all(|w| words.next() == Some(w))
 }
 
+/// What splits a command into the parts of a chain (see [`CHAINING`]), and a subshell's or a
+/// substitution's parentheses.
+const CHAIN_SPLIT: &str = ";&|`()<>\n\r";
+
+/// True when some part of `command` runs the prefix's words, read as a deny or ask rule must
+/// (see [`runs_with_words`]). A backslash before a line break joins the lines (`r\` then `m`
+/// is `rm` to a shell), so it is taken out before the command is split. When the command is a
+/// chain and a part of it runs a launcher (`… | sh`, `… | xargs env`), what that launcher runs
+/// comes from another part, which no reading of one part sees: then any word of the whole
+/// command that runs the prefix's words matches.
+fn chain_runs_with_words(command: &str, prefix: &str) -> bool {
+    let joined = command.replace("\\\r\n", "").replace("\\\n", "");
+    let parts: Vec<&str> = joined.split(|c: char| CHAIN_SPLIT.contains(c)).collect();
+    if parts.iter().any(|part| runs_with_words(part, prefix)) {
+        return true;
+    }
+    let wanted: Vec<&str> = prefix.split_whitespace().collect();
+    let launches = |part: &&str| {
+        shell_words(part)
+            .first()
+            .is_some_and(|w| LAUNCHERS.contains(&program_name(w)))
+    };
+    if parts.len() < 2 || !parts.iter().any(launches) {
+        return false;
+    }
+    let words: Vec<String> = parts.iter().flat_map(|part| shell_words(part)).collect();
+    (0..words.len()).any(|i| word_runs(&words, i, &wanted))
+}
+
+/// The words of a part of a command, quotes and backslashes taken out.
+fn shell_words(part: &str) -> Vec<String> {
+    part.split_whitespace()
+        .map(|w| {
+            w.chars()
+                .filter(|c| !matches!(c, '\\' | '\'' | '"'))
+                .collect()
+        })
+        .filter(|w: &String| !w.is_empty())
+        .collect()
+}
+
+/// A program's file name: `rm` of `/bin/rm`.
+fn program_name(word: &str) -> &str {
+    word.rsplit('/').next().unwrap_or(word)
+}
+
+/// True when the word at `i` (or the value of its `--option=`) runs the prefix's words.
+fn word_runs(words: &[String], i: usize, wanted: &[&str]) -> bool {
+    let Some(word) = words.get(i) else {
+        return false;
+    };
+    let rest = words.get(i + 1..).unwrap_or_default();
+    let runs = |candidate: &str| {
+        wanted.first() == Some(&program_name(candidate))
+            && rest_runs_with(wanted.get(1..).unwrap_or_default(), rest)
+    };
+    // `env --split-string=rm …`: a launcher's option whose value is the program.
+    runs(word) || (word.starts_with('-') && word.split_once('=').is_some_and(|(_, v)| runs(v)))
+}
+
 /// True when the command a shell would run for `part` starts with the prefix's words, seen the
 /// way a deny or ask rule must see them: quotes and backslashes gone (`\\rm`, `'rm'`), the
 /// program by its file name (`/bin/rm`), and behind what only starts another program or sets
@@ -192,32 +252,45 @@ fn starts_with_words(command: &str, prefix: &str) -> bool {
 /// words as written, and anything else falls through.
 fn runs_with_words(part: &str, prefix: &str) -> bool {
     let wanted: Vec<&str> = prefix.split_whitespace().collect();
-    if wanted.is_empty() {
-        return false;
+    !wanted.is_empty() && words_run(&shell_words(part), &wanted)
+}
+
+/// [`runs_with_words`] on the words of a part.
+fn words_run(words: &[String], wanted: &[&str]) -> bool {
+    if words.first().is_some_and(|w| program_name(w) == "find") {
+        // `find . -name x -exec rm {} ;`: its paths and tests come first, and only what follows
+        // an `-exec` is a program.
+        return words.iter().enumerate().any(|(i, w)| {
+            FIND_RUNS.contains(&w.as_str())
+                && words_run(words.get(i + 1..).unwrap_or_default(), wanted)
+        });
     }
-    let words: Vec<String> = part
-        .split_whitespace()
-        .map(|w| {
-            w.chars()
-                .filter(|c| !matches!(c, '\\' | '\'' | '"'))
-                .collect()
-        })
-        .filter(|w: &String| !w.is_empty())
-        .collect();
+    // After a launcher's option, its value (`sudo -u root`, `timeout -s KILL`, `env -C /`).
+    let mut after_option = false;
+    // What a launcher takes before the program it runs (`chroot DIR`, `flock FILE`).
+    let mut positional = 0usize;
     for (i, word) in words.iter().enumerate() {
         if may_expand(word) {
             // `$x`, `/bin/r[m]`, `{rm,ls}`: the shell makes the program (and maybe more words)
             // of it, which no reading of the text can know. A deny or ask rule fails closed.
             return true;
         }
-        let program = word.rsplit('/').next().unwrap_or(word);
-        let rest = words.get(i + 1..).unwrap_or_default();
-        if wanted.first() == Some(&program)
-            && rest_runs_with(wanted.get(1..).unwrap_or_default(), rest)
-        {
+        if word_runs(words, i, wanted) {
             return true;
         }
-        if !starts_another(program) {
+        let program = program_name(word);
+        if let Some(takes) = LAUNCHER_POSITIONALS
+            .iter()
+            .find_map(|(name, n)| (*name == program).then_some(*n))
+        {
+            (positional, after_option) = (takes, false);
+        } else if starts_another(program) {
+            after_option = program.starts_with('-') && !program.contains('=');
+        } else if after_option {
+            after_option = false;
+        } else if positional > 0 {
+            positional -= 1;
+        } else {
             return false;
         }
     }
@@ -280,17 +353,89 @@ fn may_expand(word: &str) -> bool {
     word.contains(['$', '*', '?', '[']) || (word.contains('{') && word != "{")
 }
 
+/// Programs and shell words that run the program that comes after them (with their options, see
+/// [`starts_another`]): launchers, tracers, privilege and namespace changers, shells, the shell's
+/// keywords, and `trap` and `coproc`, whose words the shell runs.
+const LAUNCHERS: &[&str] = &[
+    "command",
+    "builtin",
+    "exec",
+    "eval",
+    "env",
+    "nohup",
+    "sudo",
+    "doas",
+    "time",
+    "nice",
+    "ionice",
+    "timeout",
+    "xargs",
+    "stdbuf",
+    "setsid",
+    "chroot",
+    "busybox",
+    "sh",
+    "bash",
+    "dash",
+    "zsh",
+    "ksh",
+    "fish",
+    "then",
+    "else",
+    "elif",
+    "do",
+    "if",
+    "while",
+    "until",
+    "!",
+    "{",
+    "}",
+    "trap",
+    "coproc",
+    "watch",
+    "flock",
+    "strace",
+    "ltrace",
+    "unshare",
+    "nsenter",
+    "setpriv",
+    "runuser",
+    "su",
+    "script",
+    "taskset",
+    "chrt",
+    "fakeroot",
+    "parallel",
+    "unbuffer",
+    "pkexec",
+    "systemd-run",
+    "firejail",
+    "bwrap",
+    "proot",
+    "faketime",
+    "numactl",
+    "catchsegv",
+    "caffeinate",
+];
+
+/// Launchers that take words of their own before the program they run, and how many: `chroot
+/// DIR rm`, `flock FILE rm`, `taskset MASK rm`, `chrt PRIORITY rm`, `su USER -c rm`.
+const LAUNCHER_POSITIONALS: &[(&str, usize)] = &[
+    ("chroot", 1),
+    ("flock", 1),
+    ("taskset", 1),
+    ("chrt", 1),
+    ("su", 1),
+];
+
+/// The tests of `find` after which come a program and its arguments.
+const FIND_RUNS: &[&str] = &["-exec", "-execdir", "-ok", "-okdir"];
+
 /// A word a shell command can begin with that runs what comes after it rather than being the
 /// program itself: a launcher, a shell keyword, an option or argument of one (`-n`, `5s`), or an
 /// environment assignment (`X=1`). Reading past one of them can only make a deny or ask rule
 /// match more often.
 fn starts_another(word: &str) -> bool {
-    const LAUNCHERS: &[&str] = &[
-        "command", "builtin", "exec", "eval", "env", "nohup", "sudo", "doas", "time", "nice",
-        "ionice", "timeout", "xargs", "stdbuf", "setsid", "chroot", "busybox", "sh", "bash",
-        "dash", "zsh", "ksh", "fish", "then", "else", "elif", "do", "if", "while", "until", "!",
-        "{", "}",
-    ];
     LAUNCHERS.contains(&word)
         || word.starts_with('-')
         || word.contains('=')
@@ -1235,6 +1380,65 @@ mod tests {
                 "{fine:?}"
             );
         }
+    }
+
+    #[test]
+    fn a_deny_prefix_sees_past_launcher_options_their_values_and_joined_lines() {
+        let mut store = PermissionStore::new(Permission::Allow);
+        store
+            .configure(rule("shell", prefix("rm"), Permission::Deny))
+            .configure(rule("shell", prefix("git push"), Permission::Deny))
+            .set("shell", Permission::Allow);
+        decides(
+            &store,
+            &[
+                // A launcher's option with its value before the program.
+                "env -u HOME rm -rf .",
+                "env -C / rm -rf .",
+                "env --split-string='rm -rf .'",
+                "sudo -u root rm -rf .",
+                "timeout -s KILL 5 rm -rf .",
+                "timeout --signal KILL 5 rm -rf .",
+                "xargs -a list.txt rm",
+                "exec -a name rm -rf .",
+                "stdbuf -o L rm x",
+                "ionice -c idle rm x",
+                "sudo -u root git push origin",
+                // Launchers that take words of their own, and more launchers.
+                "chroot / rm -rf .",
+                "flock /tmp/lock rm -rf .",
+                "su root -c 'rm -rf .'",
+                "find . -name '*.o' -exec rm -f x ;",
+                "find . -execdir rm x ;",
+                "trap 'rm -rf .' EXIT",
+                "bash -c 'coproc rm -rf .'",
+                "watch rm x",
+                "strace -f -o log rm x",
+                "unshare -r rm x",
+                "setpriv --reuid 0 rm x",
+                // A backslash before a line break joins the lines.
+                "r\\\nm -rf .",
+                "git pu\\\nsh origin",
+                // A command another part of the chain feeds to a launcher.
+                "echo 'rm -rf .' | sh",
+                "printf 'rm -rf .\\n' | bash -s",
+                "echo rm -rf . | xargs env",
+            ],
+            Permission::Deny,
+        );
+        decides(
+            &store,
+            &[
+                "echo rm -rf .",
+                "sudo -u root ls",
+                "timeout -s KILL 5 cargo test",
+                "find . -name rm",
+                "git -c x=y rm x",
+                "ls | grep rm",
+                "echo done\\\n",
+            ],
+            Permission::Allow,
+        );
     }
 
     #[test]
