@@ -1,10 +1,10 @@
 //! Linux: Landlock for the filesystem, TCP and scopes (signals, abstract UNIX sockets) and, from
 //! ABI 9, pathname UNIX sockets; seccomp for what Landlock does not reach (non-UNIX sockets, UNIX
-//! sockets on older kernels, leaving the process group, tracing, terminal injection);
-//! capabilities dropped and resource limits set in every child. The parent builds the ruleset,
-//! opens the paths, compiles the filter and works out the limits; the child only makes system
-//! calls. A tool call's process is split in two before `exec`: a supervisor that kills the
-//! whole tree when agentloop dies, and the program ([`supervisor`]).
+//! sockets on older kernels, leaving the process group, tracing, terminal injection, namespaces
+//! and mounts); capabilities dropped and resource limits set in every child. The parent builds
+//! the ruleset, opens the paths, compiles the filter and works out the limits; the child only
+//! makes system calls. A tool call's process is split in two before `exec`: a supervisor that
+//! kills the whole tree when agentloop dies, and the program ([`supervisor`]).
 
 mod supervisor;
 
@@ -498,8 +498,23 @@ fn compile_seccomp(network: bool, refuse_unix: bool) -> Result<BpfProgram, Sandb
     let seccomp = |e: seccompiler::BackendError| setup("seccomp", e);
     // Unconditionally refused: leaving the call's process group (so that the group kill reaches
     // every descendant), tracing or reading other processes, io_uring (its operations bypass
-    // this filter), kernel keyrings, BPF and perf programs, kernel modules.
+    // this filter), kernel keyrings, BPF and perf programs, kernel modules, and entering or
+    // making namespaces and mounts: a new user namespace hands the process every capability
+    // over what it creates (network namespaces, file systems with `fsopen`), which is kernel
+    // surface no tool needs; Landlock refuses `mount` but not all of the new mount API.
     let denied = [
+        libc::SYS_unshare,
+        libc::SYS_setns,
+        libc::SYS_mount,
+        libc::SYS_umount2,
+        libc::SYS_pivot_root,
+        libc::SYS_open_tree,
+        libc::SYS_move_mount,
+        libc::SYS_fsopen,
+        libc::SYS_fsconfig,
+        libc::SYS_fsmount,
+        libc::SYS_fspick,
+        libc::SYS_mount_setattr,
         libc::SYS_setsid,
         libc::SYS_setpgid,
         libc::SYS_ptrace,
@@ -527,6 +542,15 @@ fn compile_seccomp(network: bool, refuse_unix: bool) -> Result<BpfProgram, Sandb
             SeccompCondition::new(index, SeccompCmpArgLen::Dword, op, value).map_err(seccomp)?;
         SeccompRule::new(vec![condition]).map_err(seccomp)
     };
+    // `clone` into new namespaces (`clone3`, whose flags are behind a pointer the filter cannot
+    // read, is answered "not implemented" before the filter's body: see `prologue`).
+    rules.insert(
+        libc::SYS_clone,
+        NAMESPACE_FLAGS
+            .into_iter()
+            .map(|flag| arg_is(0, SeccompCmpOp::MaskedEq(flag), flag))
+            .collect::<Result<_, _>>()?,
+    );
     // Typing into the terminal's input queue (TIOCSTI) or the console (TIOCLINUX).
     rules.insert(
         libc::SYS_ioctl,
@@ -562,22 +586,40 @@ fn compile_seccomp(network: bool, refuse_unix: bool) -> Result<BpfProgram, Sandb
     )
     .map_err(seccomp)?;
     let mut program: BpfProgram = filter.try_into().map_err(seccomp)?;
-    refuse_x32(&mut program)?;
+    prologue(&mut program)?;
     Ok(program)
 }
 
-/// On x86-64, every call of the x32 ABI fails with `EPERM`. An x32 call reports the x86-64
-/// architecture and its number with bit 30 set (`setsid` is `0x40000070`), so it matches none of
-/// the filter's numbers and would be allowed: on a kernel built with x32, the filter would refuse
-/// nothing. The check goes right after the filter's own check of the architecture, which jumps
-/// past its `KILL` to the fourth instruction; the filter's body loads the number again itself.
-fn refuse_x32(program: &mut BpfProgram) -> Result<(), SandboxError> {
-    if !cfg!(target_arch = "x86_64") {
-        return Ok(());
-    }
-    // BPF_LD | BPF_W | BPF_ABS, BPF_JMP | BPF_JGE | BPF_K, BPF_RET | BPF_K.
+/// The `clone` flags that make a new namespace (`CLONE_NEWNS`, `CLONE_NEWCGROUP`,
+/// `CLONE_NEWUTS`, `CLONE_NEWIPC`, `CLONE_NEWUSER`, `CLONE_NEWPID`, `CLONE_NEWNET`).
+const NAMESPACE_FLAGS: [u64; 7] = [
+    0x0002_0000,
+    0x0200_0000,
+    0x0400_0000,
+    0x0800_0000,
+    0x1000_0000,
+    0x2000_0000,
+    0x4000_0000,
+];
+
+/// Checks that go before the filter's body, as it answers only `EPERM`:
+///
+/// - `clone3` fails with `ENOSYS`: its flags (a new namespace among them) are in a structure
+///   behind a pointer, which a filter cannot read, and on `ENOSYS` the C library starts threads
+///   and processes with `clone`, whose flags the body checks (on `EPERM` it would give up);
+/// - on x86-64, every call of the x32 ABI fails with `EPERM`. An x32 call reports the x86-64
+///   architecture and its number with bit 30 set (`setsid` is `0x40000070`), so it matches none
+///   of the filter's numbers and would be allowed: on a kernel built with x32, the filter would
+///   refuse nothing.
+///
+/// They go right after the filter's own check of the architecture, which jumps past its `KILL`
+/// to the fourth instruction; the filter's body loads the number again itself.
+fn prologue(program: &mut BpfProgram) -> Result<(), SandboxError> {
+    // BPF_LD | BPF_W | BPF_ABS, BPF_JMP | BPF_JGE | BPF_K, BPF_JMP | BPF_JEQ | BPF_K,
+    // BPF_RET | BPF_K.
     const LD_W_ABS: u16 = 0x20;
     const JMP_JGE_K: u16 = 0x35;
+    const JMP_JEQ_K: u16 = 0x15;
     const RET_K: u16 = 0x06;
     const ARCH_OFFSET: u32 = 4;
     const X32_BIT: u32 = 0x4000_0000;
@@ -593,27 +635,17 @@ fn refuse_x32(program: &mut BpfProgram) -> Result<(), SandboxError> {
             "the filter does not begin with its architecture check",
         ));
     }
-    let errno = libc::SECCOMP_RET_ERRNO | u32::try_from(libc::EPERM).unwrap_or(1);
-    let block = [
-        seccompiler::sock_filter {
-            code: LD_W_ABS,
-            jt: 0,
-            jf: 0,
-            k: 0,
-        },
-        seccompiler::sock_filter {
-            code: JMP_JGE_K,
-            jt: 0,
-            jf: 1,
-            k: X32_BIT,
-        },
-        seccompiler::sock_filter {
-            code: RET_K,
-            jt: 0,
-            jf: 0,
-            k: errno,
-        },
+    let errno = |e: i32| libc::SECCOMP_RET_ERRNO | u32::try_from(e).unwrap_or(1);
+    let op = |code: u16, jf: u8, k: u32| seccompiler::sock_filter { code, jt: 0, jf, k };
+    let clone3 = u32::try_from(libc::SYS_clone3).map_err(|e| setup("seccomp", e))?;
+    let mut block = vec![
+        op(LD_W_ABS, 0, 0),
+        op(JMP_JEQ_K, 1, clone3),
+        op(RET_K, 0, errno(libc::ENOSYS)),
     ];
+    if cfg!(target_arch = "x86_64") {
+        block.extend([op(JMP_JGE_K, 1, X32_BIT), op(RET_K, 0, errno(libc::EPERM))]);
+    }
     program.splice(3..3, block);
     Ok(())
 }

@@ -162,6 +162,49 @@ fn calls_of_the_x32_abi_are_refused() {
     assert!(!said.contains("x32 getpid -1 1\n"), "unconfined: {said}");
 }
 
+/// No new namespace, by `unshare`, `clone` or `clone3`, and no mount, by the old or the new
+/// mount API: a user namespace would hand the process every capability over what it makes.
+/// `clone3` answers ENOSYS, so that threads and processes still start (by `clone`).
+#[test]
+fn namespaces_and_mounts_are_refused_threads_and_processes_still_start() {
+    if !supported() {
+        return;
+    }
+    let root = tempfile::tempdir().unwrap();
+    let probe = "import ctypes, os, threading, subprocess\n\
+        libc = ctypes.CDLL(None, use_errno=True)\n\
+        def call(name, *args):\n\
+        \x20   r = libc.syscall(*args); print(name, r, ctypes.get_errno() if r < 0 else 0)\n\
+        \x20   if r == 0 and name == 'clone': os._exit(0)\n\
+        fd = os.open('/proc/self/ns/net', os.O_RDONLY)\n\
+        nr = {'x86_64': (272, 308, 56, 435, 430, 428, 165), 'aarch64': (97, 268, 220, 435, 430, 428, 40)}[os.uname().machine]\n\
+        call('unshare', nr[0], 0x10000000)\n\
+        call('setns', nr[1], fd, 0)\n\
+        call('clone', nr[2], 0x10000000 | 17, 0, 0, 0, 0)\n\
+        call('clone3', nr[3], 0, 0)\n\
+        call('fsopen', nr[4], b'tmpfs', 0)\n\
+        call('open_tree', nr[5], -100, b'/', 1)\n\
+        call('mount', nr[6], b'none', b'/tmp', b'tmpfs', 0, 0)\n\
+        t = threading.Thread(target=lambda: print('thread ok')); t.start(); t.join()\n\
+        print(subprocess.run(['echo', 'process ok'], capture_output=True, text=True).stdout.strip())\n";
+    std::fs::write(root.path().join("probe.py"), probe).unwrap();
+    let said = text(&sh(&write(root.path()), root.path(), "python3 probe.py"));
+    for name in ["unshare", "setns", "clone", "fsopen", "open_tree", "mount"] {
+        assert!(said.contains(&format!("{name} -1 1\n")), "{name}: {said}");
+    }
+    assert!(said.contains("clone3 -1 38\n"), "{said}");
+    assert!(said.contains("thread ok\n"), "{said}");
+    assert!(said.contains("process ok"), "{said}");
+    let open = Command::new("python3")
+        .arg("probe.py")
+        .current_dir(root.path())
+        .output()
+        .unwrap();
+    let said = text(&open);
+    assert!(!said.contains("clone3 -1 38\n"), "unconfined: {said}");
+    assert!(said.contains("thread ok\n"), "unconfined: {said}");
+}
+
 /// A daemon's socket outside the tool's roots (as `/var/run/docker.sock` or an SSH agent's) is
 /// out of reach unless `unix_sockets` is set, with or without network; `off` reaches it.
 #[test]
