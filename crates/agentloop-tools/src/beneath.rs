@@ -1,17 +1,18 @@
-//! Reading and replacing a file the workspace resolved, by exactly the path it resolved: each
-//! folder on the way is opened from the one before it, from the root down, and a link on the way
-//! is refused (`O_NOFOLLOW`). The path [`crate::workspace::Workspace::resolve`] returns holds no
+//! Reading, replacing, listing and walking what the workspace resolved, by exactly the path it
+//! resolved: each folder on the way is opened from the one before it, from the root down, and a
+//! link on the way is refused (`O_NOFOLLOW`). The path [`crate::workspace::Workspace::resolve`] returns holds no
 //! link (they are all followed), so a link found here was put there after the check, by another
 //! process sharing the root (the model's own shell, in a sibling call): the call fails rather
 //! than reach outside the root.
 
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
 use std::io::{self, Write};
 use std::os::fd::OwnedFd;
-use std::path::{Component, Path};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Component, Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use rustix::fs::{AtFlags, Mode, OFlags};
+use rustix::fs::{AtFlags, FileType, Mode, OFlags};
 
 /// The open folder a file is in, and the file's name in it.
 struct Parent {
@@ -153,6 +154,110 @@ pub(crate) fn replace(root: &Path, path: &Path, bytes: &[u8]) -> io::Result<()> 
     // Not every file system syncs a folder; the file itself is already safe.
     let _ = rustix::fs::fsync(&parent.dir);
     Ok(())
+}
+
+/// Opens the folder `path` (under `root`): each folder on the way, and the folder itself, opened
+/// from the one before it without following a link. The root itself opens as it is.
+pub(crate) fn open_folder(root: &Path, path: &Path) -> io::Result<OwnedFd> {
+    match parent_of(root, path, false)? {
+        Some(p) => open_dir(&p.dir, &p.name),
+        None => open_root(root),
+    }
+}
+
+/// The entries of an open folder, in name order, `.` and `..` left out: each name with its type,
+/// a link being a link (never followed).
+pub(crate) fn entries(dir: &OwnedFd) -> io::Result<Vec<(OsString, FileType)>> {
+    let mut out = Vec::new();
+    for entry in rustix::fs::Dir::read_from(dir)? {
+        let entry = entry?;
+        let name = OsStr::from_bytes(entry.file_name().to_bytes());
+        if name == "." || name == ".." {
+            continue;
+        }
+        let kind = match entry.file_type() {
+            // Some file systems do not say: asked of the entry itself.
+            FileType::Unknown => rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW)
+                .map_or(FileType::Unknown, |st| FileType::from_raw_mode(st.st_mode)),
+            kind => kind,
+        };
+        out.push((name.to_owned(), kind));
+    }
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(out)
+}
+
+/// The size of the entry `name` of an open folder, a link's own (never followed).
+pub(crate) fn size_of(dir: &OwnedFd, name: &OsStr) -> Option<u64> {
+    rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW)
+        .ok()
+        .map(|st| st.st_size.unsigned_abs())
+}
+
+/// One entry met by a [`Walk`]: its path (under the folder walked) and its type.
+pub(crate) struct WalkEntry {
+    pub(crate) path: PathBuf,
+    pub(crate) kind: FileType,
+}
+
+/// The entries under a folder, depth first in name order, folders named `.git` skipped: each
+/// folder is opened from the one above it without following a link, so a folder swapped for a
+/// link while the walk goes on is not entered (nor anything outside the root reached by it).
+pub(crate) struct Walk {
+    levels: Vec<Level>,
+}
+
+/// A folder being walked: the open folder, its path, and its entries not yet met.
+struct Level {
+    dir: OwnedFd,
+    path: PathBuf,
+    rest: std::vec::IntoIter<(OsString, FileType)>,
+}
+
+impl Walk {
+    /// A walk of the folder `base` (under `root`), which is opened as [`open_folder`] opens it.
+    pub(crate) fn new(root: &Path, base: &Path) -> io::Result<Walk> {
+        let dir = open_folder(root, base)?;
+        let rest = entries(&dir)?.into_iter();
+        Ok(Walk {
+            levels: vec![Level {
+                dir,
+                path: base.to_path_buf(),
+                rest,
+            }],
+        })
+    }
+}
+
+impl Iterator for Walk {
+    type Item = WalkEntry;
+
+    fn next(&mut self) -> Option<WalkEntry> {
+        loop {
+            let level = self.levels.last_mut()?;
+            let Some((name, kind)) = level.rest.next() else {
+                self.levels.pop();
+                continue;
+            };
+            let path = level.path.join(&name);
+            if kind == FileType::Directory {
+                if name == ".git" {
+                    continue;
+                }
+                // A folder that cannot be opened (gone, swapped for a link, no permission) is
+                // met but not entered.
+                let below = open_dir(&level.dir, &name).and_then(|dir| Ok((entries(&dir)?, dir)));
+                if let Ok((rest, dir)) = below {
+                    self.levels.push(Level {
+                        dir,
+                        path: path.clone(),
+                        rest: rest.into_iter(),
+                    });
+                }
+            }
+            return Some(WalkEntry { path, kind });
+        }
+    }
 }
 
 /// True for the error of a link found on the way: the path changed after it was checked.

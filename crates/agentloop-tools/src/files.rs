@@ -578,23 +578,26 @@ fn list_dir_body(
         .workspace
         .resolve(args.path.as_deref().unwrap_or("."))?;
     let shown = limits.workspace.display(&path);
-    let mut entries: Vec<(String, String)> = std::fs::read_dir(&path)
+    // Opened from the root one folder at a time, links refused: a folder swapped for a link
+    // since the check is not listed.
+    let dir = crate::beneath::open_folder(limits.workspace.root(), &path)
+        .map_err(|e| io_error(&shown, &e))?;
+    let entries: Vec<(String, String)> = crate::beneath::entries(&dir)
         .map_err(|e| io_error(&shown, &e))?
-        .filter_map(Result::ok)
-        .map(|entry| {
-            let name = entry.file_name().to_string_lossy().into_owned();
-            let line = match entry.file_type() {
-                Ok(t) if t.is_symlink() => format!("{name}@"),
-                Ok(t) if t.is_dir() => format!("{name}/"),
-                _ => match entry.metadata() {
-                    Ok(m) => format!("{name} ({} bytes)", m.len()),
-                    Err(_) => name.clone(),
+        .into_iter()
+        .map(|(name, kind)| {
+            let text = name.to_string_lossy().into_owned();
+            let line = match kind {
+                rustix::fs::FileType::Symlink => format!("{text}@"),
+                rustix::fs::FileType::Directory => format!("{text}/"),
+                _ => match crate::beneath::size_of(&dir, &name) {
+                    Some(size) => format!("{text} ({size} bytes)"),
+                    None => text.clone(),
                 },
             };
-            (name, line)
+            (text, line)
         })
         .collect();
-    entries.sort();
     let total = entries.len();
     if total == 0 {
         return Ok(ToolOutput::text(format!("({shown} is empty)")));
@@ -651,14 +654,10 @@ fn compile_glob(pattern: &str) -> Result<globset::GlobMatcher, ToolError> {
         })
 }
 
-/// The entries under `base`, links not followed, `.git` folders skipped, in name order.
-fn walk(base: &Path) -> impl Iterator<Item = walkdir::DirEntry> {
-    walkdir::WalkDir::new(base)
-        .follow_links(false)
-        .sort_by_file_name()
-        .into_iter()
-        .filter_entry(|e| !(e.file_type().is_dir() && e.file_name() == ".git"))
-        .filter_map(Result::ok)
+/// The entries under `base` (a folder the workspace resolved), links not followed, `.git` folders
+/// skipped, in name order; every folder opened from the root down, links refused.
+fn walk(limits: &FileLimits, base: &Path, shown: &str) -> Result<crate::beneath::Walk, ToolError> {
+    crate::beneath::Walk::new(limits.workspace.root(), base).map_err(|e| io_error(shown, &e))
 }
 
 fn glob_body(
@@ -678,17 +677,17 @@ fn glob_body(
     }
     let mut found = Vec::new();
     let mut more = 0usize;
-    for entry in walk(&base) {
+    for entry in walk(limits, &base, &shown_base)? {
         wanted.check()?;
-        if entry.file_type().is_dir() {
+        if entry.kind == rustix::fs::FileType::Directory {
             continue;
         }
-        let Ok(rel) = entry.path().strip_prefix(&base) else {
+        let Ok(rel) = entry.path.strip_prefix(&base) else {
             continue;
         };
         if matcher.is_match(rel) {
             if found.len() < limits.max_results {
-                found.push(limits.workspace.display(entry.path()));
+                found.push(limits.workspace.display(&entry.path));
             } else {
                 more += 1;
             }
@@ -769,9 +768,9 @@ fn grep_body(
     let mut stopped = None;
     let files: Box<dyn Iterator<Item = PathBuf>> = if base.is_dir() {
         Box::new(
-            walk(&base)
-                .filter(|e| e.file_type().is_file())
-                .map(walkdir::DirEntry::into_path),
+            walk(limits, &base, &limits.workspace.display(&base))?
+                .filter(|e| e.kind == rustix::fs::FileType::RegularFile)
+                .map(|e| e.path),
         )
     } else {
         Box::new(std::iter::once(base.clone()))
@@ -1095,6 +1094,63 @@ mod tests {
         assert!(found.starts_with("no lines match"), "{found}");
         let listed = f.call(glob, json!({"pattern": "**"})).await.unwrap();
         assert!(!listed.contains("secret"), "{listed}");
+    }
+
+    /// A folder `d` that another process keeps swapping with a link to a folder outside (one
+    /// atomic rename each time), as the model's own shell could: listing, globbing and grepping
+    /// it never show what is outside, whenever the swap falls.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_folder_swapped_for_a_link_while_listed_or_walked_shows_nothing_outside() {
+        let f = Fixture::new();
+        std::fs::create_dir_all(f.root().join("d/sub")).unwrap();
+        std::fs::write(f.root().join("d/sub/inside.txt"), "inside\n").unwrap();
+        std::fs::create_dir_all(f.outside().join("sub")).unwrap();
+        std::fs::write(f.outside().join("sub/secret.txt"), "top secret\n").unwrap();
+        symlink(f.outside(), f.root().join("swap")).unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let swapper = {
+            let (stop, root) = (stop.clone(), f.root());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    rustix::fs::renameat_with(
+                        rustix::fs::CWD,
+                        root.join("d"),
+                        rustix::fs::CWD,
+                        root.join("swap"),
+                        rustix::fs::RenameFlags::EXCHANGE,
+                    )
+                    .unwrap();
+                }
+            })
+        };
+        let mut leaks = Vec::new();
+        for _ in 0..300 {
+            for (tool, args) in [
+                (
+                    list_dir as fn(&str, &FileLimits) -> Tool,
+                    json!({"path": "d"}),
+                ),
+                (list_dir, json!({"path": "d/sub"})),
+                (glob, json!({"pattern": "**", "path": "d"})),
+                (glob, json!({"pattern": "**"})),
+                (grep, json!({"pattern": "secret"})),
+                (grep, json!({"pattern": "secret", "path": "d"})),
+            ] {
+                if let Ok(text) = f.call(tool, args.clone()).await
+                    && (text.contains("secret.txt") || text.contains("top secret"))
+                {
+                    leaks.push(format!("{args}: {text}"));
+                }
+            }
+        }
+        stop.store(true, Ordering::Relaxed);
+        swapper.join().unwrap();
+        assert!(
+            leaks.is_empty(),
+            "{} leaks, first: {:?}",
+            leaks.len(),
+            leaks.first()
+        );
     }
 
     #[tokio::test]

@@ -15,8 +15,8 @@
 //! case resolves to the same canonical root and is accepted, and nothing else is.
 //!
 //! A folder swapped for a link between the check and the use (by the model's own shell, in a
-//! sibling call) is caught where the file tools open and replace files: they walk the resolved
-//! path from the root one folder at a time, refusing links (`beneath.rs`).
+//! sibling call) is caught where the file tools open, replace, list and walk: they open the
+//! resolved path from the root one folder at a time, refusing links (`beneath.rs`).
 
 use std::ffi::OsString;
 use std::path::{Component, Path, PathBuf};
