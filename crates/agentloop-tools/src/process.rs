@@ -18,8 +18,10 @@ use tokio::process::Command;
 
 /// True for a variable no tool process ever sees, whatever a configuration says
 /// (case-insensitive): `API_KEY`, `TOKEN`, `SECRET`, `PASSWORD` and any name ending in `_KEY`
-/// (`OPENAI_API_KEY`, `AWS_SECRET_ACCESS_KEY`), `_TOKEN` (`GITHUB_TOKEN`), `_SECRET`, `_PAT`
-/// or `_PASSWORD`; OpenTelemetry exporter headers (`OTEL_EXPORTER_OTLP_HEADERS` and the
+/// (`OPENAI_API_KEY`, `AWS_SECRET_ACCESS_KEY`), `_TOKEN` (`GITHUB_TOKEN`), `_SECRET`, `_PAT`,
+/// `PASSWORD` (`DB_PASSWORD`, and libpq's `PGPASSWORD`), `_PASSWD`, `_PWD` (MySQL's
+/// `MYSQL_PWD`), `APIKEY` or `_CONNECTION_STRING` (Azure's, which holds the account key);
+/// OpenTelemetry exporter headers (`OTEL_EXPORTER_OTLP_HEADERS` and the
 /// per-signal ones), which carry collector credentials; and `AGENTLOOP_RESTATE`, whose URL may
 /// hold a user and password.
 pub fn is_secret_env(name: &str) -> bool {
@@ -31,7 +33,17 @@ pub fn is_secret_env(name: &str) -> bool {
         "PASSWORD",
         "AGENTLOOP_RESTATE",
     ];
-    const SUFFIXES: [&str; 5] = ["_KEY", "_TOKEN", "_SECRET", "_PAT", "_PASSWORD"];
+    const SUFFIXES: [&str; 9] = [
+        "_KEY",
+        "_TOKEN",
+        "_SECRET",
+        "_PAT",
+        "PASSWORD",
+        "_PASSWD",
+        "_PWD",
+        "APIKEY",
+        "_CONNECTION_STRING",
+    ];
     EXACT.contains(&upper.as_str())
         || SUFFIXES.iter().any(|s| upper.ends_with(s))
         || (upper.starts_with("OTEL_EXPORTER_OTLP_") && upper.ends_with("HEADERS"))

@@ -267,6 +267,11 @@ fn secret_rule_covers_keys_tokens_secrets_and_collector_headers() {
         "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
         "AGENTLOOP_RESTATE",
         "token",
+        "PGPASSWORD",
+        "MYSQL_PWD",
+        "SMTP_PASSWD",
+        "SERVICE_APIKEY",
+        "AZURE_STORAGE_CONNECTION_STRING",
     ] {
         assert!(is_secret_env(name), "{name}");
     }
@@ -274,6 +279,8 @@ fn secret_rule_covers_keys_tokens_secrets_and_collector_headers() {
     assert!(!is_secret_env("HOME"));
     assert!(!is_secret_env("OTEL_EXPORTER_OTLP_ENDPOINT"));
     assert!(!is_secret_env("KEYBOARD"));
+    assert!(!is_secret_env("PWD"));
+    assert!(!is_secret_env("OLDPWD"));
 }
 
 #[tokio::test]
