@@ -6,7 +6,9 @@
 )]
 //! Credentials stay where they belong: a provider's key is never sent to another host on a
 //! redirect; the files a run writes (journal, sessions, response cache, trace) are readable by
-//! their owner only; a credential inside a tool's arguments is redacted in a trace with payloads.
+//! their owner only; a credential inside a tool's arguments is redacted in a trace with payloads;
+//! a provider's error that quotes the key (a 401's body, an error event in a stream) shows it
+//! nowhere.
 
 mod support;
 
@@ -193,6 +195,68 @@ async fn a_providers_401_that_echoes_the_base_urls_key_reaches_no_error_or_recor
         "the journal",
         &String::from_utf8_lossy(&std::fs::read(&journal).unwrap()),
     );
+}
+
+/// A server that answers every request with a 200 event stream in the dialect of `api` (`chat`,
+/// `anthropic`, `responses`) whose error event quotes the request's headers, the key among them:
+/// what a gateway relaying its upstream's failure into the stream may send.
+struct EchoInStream(&'static str);
+
+impl wiremock::Respond for EchoInStream {
+    fn respond(&self, request: &wiremock::Request) -> ResponseTemplate {
+        let headers: Vec<String> = request
+            .headers
+            .iter()
+            .map(|(k, v)| format!("{k}: {}", v.to_str().unwrap_or_default()))
+            .collect();
+        let message = format!("Incorrect API key provided: {}", headers.join("; "));
+        let events = match self.0 {
+            "chat" => vec![
+                json!({"id": "c", "choices": [{"index": 0, "delta": {"content": "hi"}}]}),
+                json!({"error": {"message": message, "type": "invalid_request_error",
+                    "code": "invalid_api_key"}}),
+            ],
+            "anthropic" => vec![
+                json!({"type": "message_start", "message": {"id": "m"}}),
+                json!({"type": "error", "error": {"type": "authentication_error",
+                    "message": message}}),
+            ],
+            _ => vec![json!({"type": "error", "code": "invalid_api_key", "message": message})],
+        };
+        let body: String = events.iter().map(|e| format!("data: {e}\n\n")).collect();
+        ResponseTemplate::new(200).set_body_raw(body, "text/event-stream")
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_error_event_that_echoes_the_key_in_a_stream_reaches_no_error_or_record() {
+    for api in ["chat", "anthropic", "responses"] {
+        let provider = MockServer::start().await;
+        Mock::given(method("POST"))
+            .respond_with(EchoInStream(api))
+            .mount(&provider)
+            .await;
+        let agent = match api {
+            "chat" => openai_agent(&provider.uri(), ""),
+            "anthropic" => anthropic_agent(&provider.uri(), "tool"),
+            _ => openai_agent(&provider.uri(), "")
+                .replace("provider = \"openai\"", "provider = \"openai-responses\""),
+        };
+        let dir = AgentDir::new(&agent);
+        let (out, journal, trace) = recorded_run(&dir, dir.agent().to_str().unwrap(), "hi").await;
+        let v = stdout_json(&out);
+        assert_eq!(v["stop_reason"], "failed", "{api}: {v}");
+        // The server did quote the key: the message says so, with the key cut out.
+        let message = v["error"]["message"].as_str().unwrap();
+        assert!(message.contains("[redacted]"), "{api}: {message}");
+        assert_no_secret(api, &stdout(&out));
+        assert_no_secret(api, &stderr(&out));
+        assert_no_secret(api, &std::fs::read_to_string(&trace).unwrap());
+        assert_no_secret(
+            api,
+            &String::from_utf8_lossy(&std::fs::read(&journal).unwrap()),
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -92,7 +92,7 @@ pub(crate) fn post_and_decode<'a, D: StreamDecoder + 'a>(
     decoder: D,
     stream: bool,
 ) -> ModelStream<'a> {
-    opened(async move {
+    let answer = opened(async move {
         let response = client.post_json(path, body?).await?;
         let media = media_type(&response);
         let declared = response.content_length();
@@ -146,7 +146,15 @@ pub(crate) fn post_and_decode<'a, D: StreamDecoder + 'a>(
             );
         }
         Ok(one_event(ModelEvent::Response(response)))
-    })
+    });
+    // Whatever failed, the key goes before the error leaves: an error event or an error body
+    // under a 200 is the server's text as much as a 401's body is, and may quote the request.
+    Box::pin(answer.map(move |item| {
+        item.map_err(|mut e| {
+            client.scrub(&mut e);
+            e
+        })
+    }))
 }
 
 #[derive(Debug, PartialEq, Eq)]

@@ -409,8 +409,9 @@ impl HttpClient {
 
     /// Removes the API key, and the credentials the base URL carries (its user info, its query
     /// values: some gateways take the key as `?key=`), from an error's text fields, should a
-    /// server echo them back (a 401 body that quotes the key, or the URL it was sent to).
-    fn scrub(&self, error: &mut ModelError) {
+    /// server echo them back (a 401 body that quotes the key, or the URL it was sent to, or an
+    /// error event in a stream that quotes the request's headers).
+    pub(crate) fn scrub(&self, error: &mut ModelError) {
         let key = match &self.config.key {
             KeySource::None => String::new(),
             KeySource::Value(k) => k.expose().trim().to_owned(),

@@ -7,6 +7,12 @@ use tokio::net::TcpStream;
 /// Reads one request (its head and a `content-length` body) from a raw socket and returns its
 /// body; `None` when the client closed or failed before a whole head.
 pub async fn read_request(socket: &mut TcpStream) -> Option<Vec<u8>> {
+    read_request_with_head(socket).await.map(|(_, body)| body)
+}
+
+/// Like [`read_request`], with the request's head (its request line and headers, lowercased)
+/// beside its body: for a server that answers by what the request carried.
+pub async fn read_request_with_head(socket: &mut TcpStream) -> Option<(String, Vec<u8>)> {
     let mut buf = Vec::new();
     let mut chunk = [0u8; 8192];
     let head_end = loop {
@@ -32,5 +38,5 @@ pub async fn read_request(socket: &mut TcpStream) -> Option<Vec<u8>> {
         }
         buf.extend_from_slice(chunk.get(..n)?);
     }
-    buf.get(head_end..).map(<[u8]>::to_vec)
+    Some((head, buf.get(head_end..)?.to_vec()))
 }

@@ -1,0 +1,207 @@
+//! Hostile event streams over raw loopback HTTP, on every provider: errors that quote the
+//! request's key.
+#![allow(
+    clippy::indexing_slicing,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic
+)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use agentloop::model::complete;
+use agentloop::{
+    Message, Model, ModelError, ModelResponse,
+    model::{ModelRequest, ModelSettings},
+};
+use agentloop_providers::OpenAiChat;
+use agentloop_providers::anthropic::Anthropic;
+use agentloop_providers::http::HttpConfig;
+use agentloop_providers::openai_responses::OpenAiResponses;
+use serde_json::json;
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpListener;
+
+#[allow(dead_code)] // The reader of the body alone is for the servers that ignore the request.
+mod raw_http;
+use raw_http::read_request_with_head;
+
+/// The key every model here sends (lowercase: the server reads the request's head lowercased).
+const KEY: &str = "sk-stream-leak-0123456789abcdef";
+
+async fn ask(model: &dyn Model) -> Result<ModelResponse, ModelError> {
+    let messages = [Message::user("hello")];
+    let settings = ModelSettings::default();
+    let request = ModelRequest {
+        instructions: None,
+        messages: &messages,
+        tools: &[],
+        output_schema: None,
+        settings: &settings,
+    };
+    tokio::time::timeout(Duration::from_secs(60), complete(model, request))
+        .await
+        .expect("the call hung")
+}
+
+/// A server answering each of `count` requests (one a connection) with a 200 whose content type
+/// and body `reply` makes of the request's head.
+async fn serve<F>(count: usize, reply: F) -> String
+where
+    F: Fn(&str) -> (&'static str, Vec<u8>) + Send + Sync + 'static,
+{
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let reply = Arc::new(reply);
+    tokio::spawn(async move {
+        for _ in 0..count {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            let reply = reply.clone();
+            tokio::spawn(async move {
+                let Some((head, _)) = read_request_with_head(&mut socket).await else {
+                    return;
+                };
+                let (content_type, body) = reply(&head);
+                let answer = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                    body.len()
+                );
+                if socket.write_all(answer.as_bytes()).await.is_ok() {
+                    let _ = socket.write_all(&body).await;
+                    let _ = socket.flush().await;
+                }
+            });
+        }
+    });
+    format!("http://{addr}")
+}
+
+/// An event stream of these data lines, as they are (their escapes untouched).
+fn sse<S: AsRef<str>>(events: &[S]) -> Vec<u8> {
+    events
+        .iter()
+        .map(|e| format!("data: {}\n\n", e.as_ref()))
+        .collect::<String>()
+        .into_bytes()
+}
+
+fn config(uri: &str) -> HttpConfig {
+    let mut config = HttpConfig::new(uri);
+    config.idle_timeout = Duration::from_secs(30);
+    config
+}
+
+fn chat(uri: &str, stream: bool) -> OpenAiChat {
+    OpenAiChat::compatible("local", uri, "m")
+        .http_config(config(uri))
+        .api_key(KEY)
+        .stream(stream)
+        .build()
+        .unwrap()
+}
+
+fn anthropic(uri: &str, stream: bool) -> Anthropic {
+    Anthropic::builder("claude-test")
+        .http_config(config(uri))
+        .api_key(KEY)
+        .stream(stream)
+        .build()
+        .unwrap()
+}
+
+fn responses(uri: &str, stream: bool) -> OpenAiResponses {
+    OpenAiResponses::builder("gpt-test")
+        .http_config(config(uri))
+        .api_key(KEY)
+        .stream(stream)
+        .build()
+        .unwrap()
+}
+
+/// What a server that quotes the request's credentials puts in its error: the header lines that
+/// carry the key (`authorization: bearer ...`, `x-api-key: ...`).
+fn quoted_key(head: &str) -> String {
+    let quoted: Vec<&str> = head
+        .lines()
+        .filter(|l| l.starts_with("authorization:") || l.starts_with("x-api-key:"))
+        .collect();
+    assert!(!quoted.is_empty(), "no key in {head}");
+    quoted.join("; ")
+}
+
+#[tokio::test]
+async fn an_error_streamed_or_sent_under_a_200_that_quotes_the_key_never_shows_it() {
+    // The 401 path has always cut the key out of what the server says; an error event in the
+    // stream, or an error body under a 200, is the server's text as much, and must be cut the
+    // same: in every field of the error, on every provider.
+    let chat_error = |q: &str| {
+        json!({"error": {"message": format!("invalid key: {q}"), "type": "invalid_request_error",
+            "code": q, "param": q}})
+        .to_string()
+    };
+    let anthropic_error = |q: &str| {
+        json!({"type": "error", "error": {"type": "authentication_error",
+            "message": format!("invalid key: {q}")}, "request_id": q})
+        .to_string()
+    };
+    let responses_error = |q: &str| {
+        json!({"type": "error", "code": q, "message": format!("invalid key: {q}"), "param": q})
+            .to_string()
+    };
+    let responses_failed = |q: &str| {
+        json!({"type": "response.failed", "response": {"status": "failed",
+            "error": {"code": q, "message": format!("invalid key: {q}")}}})
+        .to_string()
+    };
+    let mut models: Vec<(&str, Box<dyn Model>)> = Vec::new();
+    let uri = serve(1, move |head| {
+        let first = r#"{"id":"c","choices":[{"index":0,"delta":{"content":"hi"}}]}"#;
+        let error = chat_error(&quoted_key(head));
+        ("text/event-stream", sse(&[first, &error]))
+    })
+    .await;
+    models.push(("chat, streamed", Box::new(chat(&uri, true))));
+    let uri = serve(1, move |head| {
+        (
+            "application/json",
+            chat_error(&quoted_key(head)).into_bytes(),
+        )
+    })
+    .await;
+    models.push(("chat, whole", Box::new(chat(&uri, false))));
+    let uri = serve(1, move |head| {
+        let start = r#"{"type":"message_start","message":{"id":"m"}}"#;
+        let error = anthropic_error(&quoted_key(head));
+        ("text/event-stream", sse(&[start, &error]))
+    })
+    .await;
+    models.push(("anthropic, streamed", Box::new(anthropic(&uri, true))));
+    let uri = serve(1, move |head| {
+        (
+            "application/json",
+            anthropic_error(&quoted_key(head)).into_bytes(),
+        )
+    })
+    .await;
+    models.push(("anthropic, whole", Box::new(anthropic(&uri, false))));
+    let uri = serve(1, move |head| {
+        let error = responses_error(&quoted_key(head));
+        ("text/event-stream", sse(&[&error]))
+    })
+    .await;
+    models.push(("responses, error event", Box::new(responses(&uri, true))));
+    let uri = serve(1, move |head| {
+        let failed = responses_failed(&quoted_key(head));
+        ("text/event-stream", sse(&[&failed]))
+    })
+    .await;
+    models.push(("responses, failed", Box::new(responses(&uri, true))));
+    for (what, model) in &models {
+        let err = ask(model.as_ref()).await.unwrap_err();
+        let shown = format!("{err}\n{err:?}\n{}", serde_json::to_string(&err).unwrap());
+        assert!(!shown.contains(KEY), "{what}: {shown}");
+        // The server did quote it: the message says where, with the key cut out.
+        assert!(err.message.contains("[redacted]"), "{what}: {shown}");
+    }
+}
