@@ -1,5 +1,5 @@
 //! Hostile event streams over raw loopback HTTP, on every provider: errors that quote the
-//! request's key.
+//! request's key, and final events whose response is not over.
 #![allow(
     clippy::indexing_slicing,
     clippy::unwrap_used,
@@ -13,13 +13,13 @@ use std::time::Duration;
 use agentloop::model::complete;
 use agentloop::{
     Message, Model, ModelError, ModelResponse,
-    model::{ModelRequest, ModelSettings},
+    model::{FinishReason, ModelErrorKind, ModelRequest, ModelSettings},
 };
 use agentloop_providers::OpenAiChat;
 use agentloop_providers::anthropic::Anthropic;
 use agentloop_providers::http::HttpConfig;
 use agentloop_providers::openai_responses::OpenAiResponses;
-use serde_json::json;
+use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
 
@@ -84,6 +84,12 @@ fn sse<S: AsRef<str>>(events: &[S]) -> Vec<u8> {
         .map(|e| format!("data: {}\n\n", e.as_ref()))
         .collect::<String>()
         .into_bytes()
+}
+
+/// A server answering one request with this event stream.
+async fn serve_sse<S: AsRef<str>>(events: &[S]) -> String {
+    let body = sse(events);
+    serve(1, move |_| ("text/event-stream", body.clone())).await
 }
 
 fn config(uri: &str) -> HttpConfig {
@@ -204,4 +210,70 @@ async fn an_error_streamed_or_sent_under_a_200_that_quotes_the_key_never_shows_i
         // The server did quote it: the message says where, with the key cut out.
         assert!(err.message.contains("[redacted]"), "{what}: {shown}");
     }
+}
+
+#[tokio::test]
+async fn a_final_event_whose_response_is_not_done_is_an_error_not_an_answer() {
+    // `response.completed` carrying a response that failed, was cancelled, or is still queued or
+    // in progress: none of them is an answer, so none may end as one (finish reason `Other`).
+    let completed = |status: &str, error: Value| {
+        json!({"type": "response.completed", "response": {"id": "r", "status": status,
+            "error": error}})
+        .to_string()
+    };
+    let text = r#"{"type":"response.output_text.delta","output_index":0,"delta":"partial"}"#;
+    let failed = json!({"code": "server_error", "message": "the model crashed"});
+    let cases = [
+        (
+            "failed",
+            failed.clone(),
+            ModelErrorKind::Server,
+            "the model crashed",
+        ),
+        (
+            "cancelled",
+            Value::Null,
+            ModelErrorKind::Other,
+            "the response was cancelled",
+        ),
+        (
+            "queued",
+            Value::Null,
+            ModelErrorKind::Stream,
+            "\"queued\", which is not an end",
+        ),
+        (
+            "in_progress",
+            Value::Null,
+            ModelErrorKind::Stream,
+            "\"in_progress\", which is not an end",
+        ),
+    ];
+    for (status, error, kind, message) in cases {
+        let uri = serve_sse(&[text, &completed(status, error.clone())]).await;
+        let err = ask(&responses(&uri, true)).await.unwrap_err();
+        assert_eq!(err.kind, kind, "{status}: {err}");
+        assert!(err.message.contains(message), "{status}: {err}");
+        // A whole body with that status is no answer either.
+        let body =
+            json!({"id": "r", "status": status, "error": error, "output": [{"type": "message",
+            "content": [{"type": "output_text", "text": "partial"}]}]})
+            .to_string();
+        let uri = serve(1, move |_| ("application/json", body.clone().into_bytes())).await;
+        let err = ask(&responses(&uri, false)).await.unwrap_err();
+        let whole_kind = if kind == ModelErrorKind::Stream {
+            ModelErrorKind::Decode
+        } else {
+            kind
+        };
+        assert_eq!(err.kind, whole_kind, "{status}, whole: {err}");
+        assert!(err.message.contains(message), "{status}, whole: {err}");
+    }
+    // The statuses that end a response still do.
+    let uri = serve_sse(&[text, &completed("completed", Value::Null)]).await;
+    let r = ask(&responses(&uri, true)).await.unwrap();
+    assert_eq!(
+        (r.message.text.as_str(), r.finish_reason),
+        ("partial", FinishReason::Stop)
+    );
 }

@@ -307,15 +307,48 @@ fn finish_of(
     }
 }
 
-fn failure(error: Option<Value>) -> ModelError {
+fn failure(error: Option<&Value>) -> ModelError {
     let mut error = match error {
-        Some(e) => in_body_error(PROVIDER, &e),
+        Some(e) => in_body_error(PROVIDER, e),
         None => ProviderError::default().into_model_error(PROVIDER, None),
     };
     if error.message == "the provider reported an error" {
         error.message = "the response failed".to_owned();
     }
     error
+}
+
+/// The error a response that says it is over carries when its status is no answer: `failed`
+/// (the provider's error), `cancelled` (cancelled on the server's side: an error, never an
+/// empty answer), or a status that is not an end at all (`queued`, `in_progress`: a server that
+/// broke the protocol, of kind `malformed`). `None` for `completed`, `incomplete` and statuses
+/// this client does not know (their finish is [`FinishReason::Other`]).
+fn unfinished(
+    status: &str,
+    error: Option<&Value>,
+    malformed: ModelErrorKind,
+) -> Option<ModelError> {
+    match status {
+        "failed" => Some(failure(error)),
+        "cancelled" => {
+            let mut error = failure(error);
+            if error.message == "the response failed" {
+                error.message = "the response was cancelled".to_owned();
+            }
+            Some(error)
+        }
+        "queued" | "in_progress" => Some(
+            ModelError::new(
+                malformed,
+                format!(
+                    "the response ended with status {status:?}, which is not an end: the server \
+                     sent its final event before the response was done"
+                ),
+            )
+            .with_provider(PROVIDER),
+        ),
+        _ => None,
+    }
 }
 
 #[derive(Debug)]
@@ -476,13 +509,17 @@ impl ResponsesStreamParser {
                 // Some servers name every end `response.completed`, whatever the status it
                 // carries (`incomplete` after the output limit, `failed`): the status decides.
                 let status = head.status.as_deref().unwrap_or(named).to_owned();
-                if status == "failed" {
-                    return Err(failure(head.error));
+                if let Some(error) =
+                    unfinished(&status, head.error.as_ref(), ModelErrorKind::Stream)
+                {
+                    return Err(error);
                 }
                 self.finish(&status, &head, out);
             }
             "response.failed" => {
-                return Err(failure(event.response.and_then(|r| r.error)));
+                return Err(failure(
+                    event.response.as_ref().and_then(|r| r.error.as_ref()),
+                ));
             }
             "error" => return Err(reported_error(PROVIDER, data.as_bytes())),
             _ => {}
@@ -613,8 +650,13 @@ impl StreamDecoder for ResponsesStreamParser {
         // A failed response, or a gateway's error envelope answered with HTTP 200 (no status,
         // no output: read as a response it would be an empty success).
         let envelope = response.head.status.is_none() && response.output.is_empty();
-        if status == "failed" || (envelope && response.head.error.is_some()) {
-            return Err(failure(response.head.error));
+        if envelope && response.head.error.is_some() {
+            return Err(failure(response.head.error.as_ref()));
+        }
+        if let Some(error) =
+            unfinished(status, response.head.error.as_ref(), ModelErrorKind::Decode)
+        {
+            return Err(error);
         }
         // Neither a status nor an output (`{}`, a proxy's `{"detail": ...}`): no response at all,
         // which read as one would be an empty success.
