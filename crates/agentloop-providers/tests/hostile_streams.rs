@@ -1,5 +1,5 @@
 //! Hostile event streams over raw loopback HTTP, on every provider: errors that quote the
-//! request's key, and final events whose response is not over.
+//! request's key, final events whose response is not over, and responses of very many tool calls.
 #![allow(
     clippy::indexing_slicing,
     clippy::unwrap_used,
@@ -276,4 +276,76 @@ async fn a_final_event_whose_response_is_not_done_is_an_error_not_an_answer() {
         (r.message.text.as_str(), r.finish_reason),
         ("partial", FinishReason::Stop)
     );
+}
+/// As many calls as a response is tested with: enough that finding each delta's call by a scan
+/// of every call (n² steps: 10¹⁰ here) holds the call past its hang guard (`ask`), while reading
+/// them once takes seconds even in a debug build. Nothing is timed on the way.
+const MANY: u32 = 100_000;
+
+fn assert_many_calls(r: &ModelResponse, what: &str) {
+    assert_eq!(r.message.tool_calls.len(), MANY as usize, "{what}");
+    for (n, call) in (0..MANY).zip(&r.message.tool_calls) {
+        assert_eq!(call.call_id, format!("call_{n}"), "{what}");
+        assert_eq!(call.arguments, format!(r#"{{"n":{n}}}"#), "{what}");
+    }
+    assert_eq!(r.finish_reason, FinishReason::ToolCalls, "{what}");
+}
+
+#[tokio::test]
+async fn a_response_of_very_many_tool_calls_is_read_in_one_pass() {
+    // A server streaming a hundred thousand calls, each opened by one event and continued by
+    // another: each delta finds its call by its index or id, not by a scan of every call, in
+    // the decoder and in the accumulator.
+    let mut chat_events = Vec::new();
+    let mut anthropic_events = vec![r#"{"type":"message_start","message":{"id":"m"}}"#.to_owned()];
+    let mut responses_events = Vec::new();
+    for n in 0..MANY {
+        chat_events.extend([
+            format!(
+                r#"{{"choices":[{{"index":0,"delta":{{"tool_calls":[{{"index":{n},"id":"call_{n}","type":"function","function":{{"name":"f","arguments":""}}}}]}}}}]}}"#
+            ),
+            format!(
+                r#"{{"choices":[{{"index":0,"delta":{{"tool_calls":[{{"index":{n},"function":{{"arguments":"{{\"n\":{n}}}"}}}}]}}}}]}}"#
+            ),
+        ]);
+        anthropic_events.extend([
+            format!(
+                r#"{{"type":"content_block_start","index":{n},"content_block":{{"type":"tool_use","id":"call_{n}","name":"f","input":{{}}}}}}"#
+            ),
+            format!(
+                r#"{{"type":"content_block_delta","index":{n},"delta":{{"type":"input_json_delta","partial_json":"{{\"n\":{n}}}"}}}}"#
+            ),
+            format!(r#"{{"type":"content_block_stop","index":{n}}}"#),
+        ]);
+        responses_events.extend([
+            format!(
+                r#"{{"type":"response.output_item.added","output_index":{n},"item":{{"type":"function_call","call_id":"call_{n}","name":"f","arguments":""}}}}"#
+            ),
+            format!(
+                r#"{{"type":"response.function_call_arguments.delta","output_index":{n},"delta":"{{\"n\":{n}}}"}}"#
+            ),
+        ]);
+    }
+    chat_events.extend([
+        r#"{"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}"#.to_owned(),
+        "[DONE]".to_owned(),
+    ]);
+    anthropic_events.extend([
+        r#"{"type":"message_delta","delta":{"stop_reason":"tool_use"}}"#.to_owned(),
+        r#"{"type":"message_stop"}"#.to_owned(),
+    ]);
+    responses_events
+        .push(r#"{"type":"response.completed","response":{"status":"completed"}}"#.to_owned());
+    let r = ask(&chat(&serve_sse(&chat_events).await, true))
+        .await
+        .unwrap();
+    assert_many_calls(&r, "chat");
+    let r = ask(&anthropic(&serve_sse(&anthropic_events).await, true))
+        .await
+        .unwrap();
+    assert_many_calls(&r, "anthropic");
+    let r = ask(&responses(&serve_sse(&responses_events).await, true))
+        .await
+        .unwrap();
+    assert_many_calls(&r, "responses");
 }

@@ -4,7 +4,7 @@
 //! [`agentloop::model::Usage`] has on every provider.
 
 use std::borrow::Cow;
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 
 use agentloop::{
     ModelError, ModelResponse,
@@ -178,7 +178,11 @@ enum BlockState {
 /// event's `data` in order, then call [`AnthropicStreamParser::end`] when the stream ends.
 #[derive(Debug, Default)]
 pub struct AnthropicStreamParser {
+    /// The blocks in the order they started.
     blocks: Vec<(u32, BlockState)>,
+    /// Where each block index is in `blocks`: a stream of many blocks is not scanned for each of
+    /// their events.
+    block_at: HashMap<u32, usize>,
     /// The latest count of each kind, as Anthropic reports them.
     usage: WireUsage,
     stop_reason: Option<String>,
@@ -193,9 +197,9 @@ impl AnthropicStreamParser {
     }
 
     fn block_mut(&mut self, index: u32) -> Result<&mut BlockState, ModelError> {
-        self.blocks
-            .iter_mut()
-            .find(|(i, _)| *i == index)
+        self.block_at
+            .get(&index)
+            .and_then(|&at| self.blocks.get_mut(at))
             .map(|(_, b)| b)
             .ok_or_else(|| {
                 stream_error(
@@ -211,7 +215,7 @@ impl AnthropicStreamParser {
         block: InBlock<'_>,
         out: &mut VecDeque<ModelEvent>,
     ) -> Result<(), ModelError> {
-        if self.blocks.iter().any(|(i, _)| *i == index) {
+        if self.block_at.contains_key(&index) {
             return Err(stream_error(
                 PROVIDER,
                 format!("content block {index} started twice"),
@@ -278,6 +282,7 @@ impl AnthropicStreamParser {
                 BlockState::Ignored
             }
         };
+        self.block_at.insert(index, self.blocks.len());
         self.blocks.push((index, state));
         Ok(())
     }

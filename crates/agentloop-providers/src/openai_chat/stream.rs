@@ -3,7 +3,7 @@
 //! into [`ModelEvent`]s for the live stream, the in-memory path and whole bodies alike.
 
 use std::borrow::Cow;
-use std::collections::VecDeque;
+use std::collections::{BTreeSet, HashMap, VecDeque};
 
 use agentloop::{
     ModelError, ModelResponse,
@@ -297,6 +297,11 @@ pub struct ChatStreamParser {
     started: bool,
     /// One slot per call, in the order the calls began; a slot's number is the event's index.
     slots: Vec<CallSlot>,
+    /// The first slot of each call id: a server streaming many calls is not scanned for each
+    /// of their fragments.
+    by_id: HashMap<String, usize>,
+    /// The slots each wire `index` now continues (the newest is the last).
+    by_wire: HashMap<u32, BTreeSet<usize>>,
     saw_tool_call: bool,
     /// A `refusal` came instead of content: the response ends as a refusal, though the wire
     /// says `stop`.
@@ -326,6 +331,8 @@ impl ChatStreamParser {
             provider: provider.to_owned(),
             started: false,
             slots: Vec::new(),
+            by_id: HashMap::new(),
+            by_wire: HashMap::new(),
             saw_tool_call: false,
             saw_refusal: false,
             finish: None,
@@ -372,12 +379,13 @@ impl ChatStreamParser {
 
     /// The slot a tool-call delta belongs to, opening one when it begins a call.
     fn slot(&mut self, wire: Option<u32>, id: Option<&str>, named: bool, whole: bool) -> usize {
-        let known_wire =
-            wire.and_then(|w| self.slots.iter().rposition(|s| s.wire_index == Some(w)));
+        let known_wire = wire
+            .and_then(|w| self.by_wire.get(&w))
+            .and_then(|at| at.last().copied());
         let found = if whole {
             None
         } else if let Some(id) = id {
-            self.slots.iter().position(|s| s.id == id).or_else(|| {
+            self.by_id.get(id).copied().or_else(|| {
                 // An id first seen on a fragment that names no tool, at the index (or, without
                 // one, on the newest call) of a call opened without an id: that call's id, arriving
                 // late. A new call would open with its name.
@@ -398,8 +406,9 @@ impl ChatStreamParser {
         let at = match found {
             Some(at) => at,
             None => {
+                // The id and the wire index are set below, with their maps.
                 self.slots.push(CallSlot {
-                    id: id.unwrap_or_default().to_owned(),
+                    id: String::new(),
                     wire_index: None,
                     extra_content: None,
                 });
@@ -408,13 +417,23 @@ impl ChatStreamParser {
         };
         if let Some(slot) = self.slots.get_mut(at) {
             // A reused index now continues the newest call opened at it.
-            if wire.is_some() {
+            if let Some(w) = wire
+                && slot.wire_index != wire
+            {
+                if let Some(old) = slot.wire_index
+                    && let Some(slots) = self.by_wire.get_mut(&old)
+                {
+                    slots.remove(&at);
+                }
                 slot.wire_index = wire;
+                self.by_wire.entry(w).or_default().insert(at);
             }
             if slot.id.is_empty()
                 && let Some(id) = id
             {
                 slot.id = id.to_owned();
+                let first = self.by_id.entry(id.to_owned()).or_insert(at);
+                *first = (*first).min(at);
             }
         }
         at

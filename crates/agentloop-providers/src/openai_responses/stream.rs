@@ -3,7 +3,7 @@
 //! the in-memory path and whole bodies alike.
 
 use std::borrow::Cow;
-use std::collections::VecDeque;
+use std::collections::{HashMap, HashSet, VecDeque};
 
 use agentloop::{
     ModelError, ModelResponse,
@@ -353,7 +353,6 @@ fn unfinished(
 
 #[derive(Debug)]
 struct CallState {
-    output_index: u32,
     got_arguments: bool,
 }
 
@@ -361,9 +360,11 @@ struct CallState {
 /// each event's `data` in order, then call [`ResponsesStreamParser::end`] when the stream ends.
 #[derive(Debug, Default)]
 pub struct ResponsesStreamParser {
-    calls: Vec<CallState>,
+    /// The function calls by output index: a stream of many calls is not scanned for each of
+    /// their events.
+    calls: HashMap<u32, CallState>,
     /// Output indexes of message items whose text was streamed as deltas.
-    streamed_text: Vec<u32>,
+    streamed_text: HashSet<u32>,
     reasoning_streamed: bool,
     refused: bool,
     started: bool,
@@ -402,9 +403,7 @@ impl ResponsesStreamParser {
     }
 
     fn call_mut(&mut self, output_index: u32) -> Option<&mut CallState> {
-        self.calls
-            .iter_mut()
-            .find(|c| c.output_index == output_index)
+        self.calls.get_mut(&output_index)
     }
 
     fn start_call(&mut self, index: u32, item: &InItem<'_>, out: &mut VecDeque<ModelEvent>) {
@@ -413,10 +412,12 @@ impl ResponsesStreamParser {
             id: item.call_id.as_deref().unwrap_or_default().to_owned(),
             name: item.name.as_deref().unwrap_or_default().to_owned(),
         });
-        self.calls.push(CallState {
-            output_index: index,
-            got_arguments: false,
-        });
+        self.calls.insert(
+            index,
+            CallState {
+                got_arguments: false,
+            },
+        );
     }
 
     fn apply(
@@ -462,9 +463,7 @@ impl ResponsesStreamParser {
                 if event.kind == "response.refusal.delta" {
                     self.refused = true;
                 }
-                if !self.streamed_text.contains(&index) {
-                    self.streamed_text.push(index);
-                }
+                self.streamed_text.insert(index);
                 if let Some(d) = event.delta.filter(|d| !d.is_empty()) {
                     out.push_back(ModelEvent::TextDelta(d.into_owned()));
                 }

@@ -1,6 +1,7 @@
 //! Events into one response: the accumulator every provider uses, so that a stream and a whole
 //! body end in the same [`ModelResponse`].
 
+use std::collections::HashMap;
 use std::fmt;
 
 use super::{FinishReason, ModelError, ModelErrorKind, ModelEvent, ModelResponse, Usage};
@@ -34,6 +35,9 @@ pub struct ResponseAccumulator {
     reasoning: Vec<Reasoning>,
     pending_reasoning: String,
     calls: Vec<PartialCall>,
+    /// Where each index's call is in `calls`: a response of many calls is not scanned for each
+    /// of their deltas.
+    call_at: HashMap<u32, usize>,
     whole_calls: Vec<(usize, ToolCall)>,
     usage: Usage,
     finish: Option<(FinishReason, Option<String>)>,
@@ -91,35 +95,31 @@ impl ResponseAccumulator {
                 }
                 self.reasoning.push(r);
             }
-            ModelEvent::ToolCallStart { index, id, name } => {
-                match self.calls.iter_mut().find(|c| c.index == index) {
-                    Some(call) => {
-                        if !id.is_empty() {
-                            call.id = id;
-                        }
-                        if !name.is_empty() {
-                            call.name = name;
-                        }
+            ModelEvent::ToolCallStart { index, id, name } => match self.call_mut(index) {
+                Some(call) => {
+                    if !id.is_empty() {
+                        call.id = id;
                     }
-                    None => self.calls.push(PartialCall {
-                        index,
-                        id,
-                        name,
-                        arguments: String::new(),
-                    }),
+                    if !name.is_empty() {
+                        call.name = name;
+                    }
                 }
-            }
-            ModelEvent::ToolCallDelta { index, arguments } => {
-                match self.calls.iter_mut().find(|c| c.index == index) {
-                    Some(call) => call.arguments.push_str(&arguments),
-                    None => self.calls.push(PartialCall {
-                        index,
-                        id: String::new(),
-                        name: String::new(),
-                        arguments,
-                    }),
-                }
-            }
+                None => self.open_call(PartialCall {
+                    index,
+                    id,
+                    name,
+                    arguments: String::new(),
+                }),
+            },
+            ModelEvent::ToolCallDelta { index, arguments } => match self.call_mut(index) {
+                Some(call) => call.arguments.push_str(&arguments),
+                None => self.open_call(PartialCall {
+                    index,
+                    id: String::new(),
+                    name: String::new(),
+                    arguments,
+                }),
+            },
             ModelEvent::ToolCall(call) => {
                 let position = self.calls.len() + self.whole_calls.len();
                 self.whole_calls.push((position, call));
@@ -131,6 +131,16 @@ impl ResponseAccumulator {
             ModelEvent::Response(r) => self.whole = Some(Box::new(r)),
         }
         Ok(())
+    }
+
+    fn call_mut(&mut self, index: u32) -> Option<&mut PartialCall> {
+        let at = *self.call_at.get(&index)?;
+        self.calls.get_mut(at)
+    }
+
+    fn open_call(&mut self, call: PartialCall) {
+        self.call_at.insert(call.index, self.calls.len());
+        self.calls.push(call);
     }
 
     /// Finishes the response. A stream that never said it was complete is an error, never a
@@ -201,10 +211,21 @@ impl ResponseAccumulator {
                 arguments: call.arguments,
             });
         }
+        // Each whole call goes back where it came among the calls (at its position, or last when
+        // fewer came before it): a merge, not an insert per call, which would move every call
+        // after it.
+        let mut streamed = tool_calls.into_iter();
+        let mut tool_calls = Vec::with_capacity(streamed.len() + self.whole_calls.len());
         for (position, call) in self.whole_calls {
-            let at = position.min(tool_calls.len());
-            tool_calls.insert(at, call);
+            while tool_calls.len() < position {
+                match streamed.next() {
+                    Some(before) => tool_calls.push(before),
+                    None => break,
+                }
+            }
+            tool_calls.push(call);
         }
+        tool_calls.extend(streamed);
         Ok(ModelResponse {
             message: AssistantMessage {
                 reasoning: self.reasoning,
@@ -298,6 +319,43 @@ mod tests {
         assert_eq!(r.message.tool_calls[1].call_id, "b");
         assert_eq!(r.message.text, "hi");
         assert_eq!(r.usage.output_tokens, 4);
+    }
+
+    #[test]
+    fn whole_calls_keep_their_place_among_the_streamed_ones() {
+        let whole = |id: &str| {
+            ModelEvent::ToolCall(ToolCall {
+                call_id: id.into(),
+                tool: "w".into(),
+                arguments: "{}".into(),
+            })
+        };
+        let start = |index: u32, id: &str| ModelEvent::ToolCallStart {
+            index,
+            id: id.into(),
+            name: "s".into(),
+        };
+        let mut acc = ResponseAccumulator::new();
+        for e in [
+            whole("a"),
+            start(0, "s1"),
+            whole("b"),
+            start(5, "s2"),
+            start(6, "s3"),
+            whole("c"),
+            whole("d"),
+            finish(FinishReason::ToolCalls),
+        ] {
+            acc.push(e).unwrap();
+        }
+        let r = acc.finish().unwrap();
+        let ids: Vec<&str> = r
+            .message
+            .tool_calls
+            .iter()
+            .map(|c| c.call_id.as_str())
+            .collect();
+        assert_eq!(ids, ["a", "s1", "b", "s2", "s3", "c", "d"]);
     }
 
     #[test]
