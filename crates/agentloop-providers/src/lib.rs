@@ -10,7 +10,8 @@
 //!   `error.rs`: how a failed call becomes a classified [`agentloop::ModelError`];
 //!   `sse.rs`: the event-stream reader and the one `sse()` every streamed call goes through.
 //! - `decode.rs`: the `StreamDecoder` each provider implements, and the one path from an HTTP
-//!   answer (streamed or whole) through the decoder and the core's accumulator.
+//!   answer (streamed or whole) through the decoder and the core's accumulator;
+//!   `wire_text.rs`: delta strings whose JSON escapes split a character between two events.
 //! - `openai_chat/`, `openai_responses/`, `anthropic/`: per provider, `mod.rs` (the model and its
 //!   builder), `request.rs` (the request body) and `stream.rs` (its answers, streamed or whole,
 //!   with usage converted to what [`agentloop::model::Usage`] means on every provider).
@@ -38,6 +39,12 @@ pub mod http;
 mod layer;
 pub mod pricing;
 pub mod sse;
+#[cfg(any(
+    feature = "openai",
+    feature = "anthropic",
+    feature = "openai-responses"
+))]
+mod wire_text;
 
 #[cfg(feature = "anthropic")]
 pub mod anthropic;

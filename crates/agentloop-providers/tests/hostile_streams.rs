@@ -1,5 +1,6 @@
 //! Hostile event streams over raw loopback HTTP, on every provider: errors that quote the
-//! request's key, final events whose response is not over, and responses of very many tool calls.
+//! request's key, final events whose response is not over, responses of very many tool calls,
+//! and escapes that split a character between two events.
 #![allow(
     clippy::indexing_slicing,
     clippy::unwrap_used,
@@ -348,4 +349,134 @@ async fn a_response_of_very_many_tool_calls_is_read_in_one_pass() {
         .await
         .unwrap();
     assert_many_calls(&r, "responses");
+}
+
+/// The arguments the split escapes below spell: the character split between two events'
+/// escapes (`raw`), and split between two events' text of the arguments' own escapes
+/// (`escaped`).
+fn smiles() -> Value {
+    json!({"raw": "\u{1F600}", "escaped": "\u{1F600}"})
+}
+
+fn assert_smiles(r: &ModelResponse, what: &str) {
+    assert_eq!(r.message.text, "smile \u{1F600}!", "{what}");
+    assert_eq!(r.message.reasoning[0].text, "r\u{1F600}", "{what}");
+    assert_eq!(r.message.tool_calls.len(), 1, "{what}");
+    let arguments: Value = serde_json::from_str(&r.message.tool_calls[0].arguments)
+        .unwrap_or_else(|e| panic!("{what}: {e}: {}", r.message.tool_calls[0].arguments));
+    assert_eq!(arguments, smiles(), "{what}");
+}
+
+#[tokio::test]
+async fn a_character_whose_escape_is_split_between_two_events_comes_out_whole() {
+    // A gateway that cuts its deltas by UTF-16 code units ends one event with `\ud83d` and
+    // begins the next with `\ude00`: neither event alone is a UTF-8 string, and the text, the
+    // reasoning and a call's arguments must each come out with U+1F600, not fail or lose it.
+    let chat_events = [
+        r#"{"id":"c","model":"m","choices":[{"index":0,"delta":{"role":"assistant","content":"smile \ud83d","reasoning_content":"r\ud83d"}}]}"#,
+        r#"{"id":"c","choices":[{"index":0,"delta":{"content":"\ude00!","reasoning_content":"\ude00"}}]}"#,
+        r#"{"id":"c","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"f","arguments":"{\"raw\":\"\ud83d"}}]}}]}"#,
+        r#"{"id":"c","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"\ude00\",\"escaped\":\"\\ud83d"}}]}}]}"#,
+        r#"{"id":"c","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"\\ude00\"}"}}]},"finish_reason":"tool_calls"}]}"#,
+        "[DONE]",
+    ];
+    let r = ask(&chat(&serve_sse(&chat_events).await, true))
+        .await
+        .unwrap();
+    assert_smiles(&r, "chat");
+
+    let anthropic_events = [
+        r#"{"type":"message_start","message":{"id":"m","model":"c","usage":{"input_tokens":1,"output_tokens":1}}}"#,
+        r#"{"type":"content_block_start","index":0,"content_block":{"type":"thinking","thinking":""}}"#,
+        r#"{"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":"r\ud83d"}}"#,
+        r#"{"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":"\ude00"}}"#,
+        r#"{"type":"content_block_delta","index":0,"delta":{"type":"signature_delta","signature":"sig"}}"#,
+        r#"{"type":"content_block_stop","index":0}"#,
+        r#"{"type":"content_block_start","index":1,"content_block":{"type":"text","text":""}}"#,
+        r#"{"type":"content_block_delta","index":1,"delta":{"type":"text_delta","text":"smile \ud83d"}}"#,
+        r#"{"type":"content_block_delta","index":1,"delta":{"type":"text_delta","text":"\ude00!"}}"#,
+        r#"{"type":"content_block_stop","index":1}"#,
+        r#"{"type":"content_block_start","index":2,"content_block":{"type":"tool_use","id":"t1","name":"f","input":{}}}"#,
+        r#"{"type":"content_block_delta","index":2,"delta":{"type":"input_json_delta","partial_json":"{\"raw\":\"\ud83d"}}"#,
+        r#"{"type":"content_block_delta","index":2,"delta":{"type":"input_json_delta","partial_json":"\ude00\",\"escaped\":\"\\ud83d"}}"#,
+        r#"{"type":"content_block_delta","index":2,"delta":{"type":"input_json_delta","partial_json":"\\ude00\"}"}}"#,
+        r#"{"type":"content_block_stop","index":2}"#,
+        r#"{"type":"message_delta","delta":{"stop_reason":"tool_use"},"usage":{"output_tokens":9}}"#,
+        r#"{"type":"message_stop"}"#,
+    ];
+    let r = ask(&anthropic(&serve_sse(&anthropic_events).await, true))
+        .await
+        .unwrap();
+    assert_smiles(&r, "anthropic");
+
+    let responses_events = [
+        r#"{"type":"response.created","response":{"id":"r","model":"g"}}"#,
+        r#"{"type":"response.reasoning_summary_text.delta","output_index":0,"delta":"r\ud83d"}"#,
+        r#"{"type":"response.reasoning_summary_text.delta","output_index":0,"delta":"\ude00"}"#,
+        r#"{"type":"response.output_item.done","output_index":0,"item":{"type":"reasoning","id":"rs","summary":[]}}"#,
+        r#"{"type":"response.output_text.delta","output_index":1,"delta":"smile \ud83d"}"#,
+        r#"{"type":"response.output_text.delta","output_index":1,"delta":"\ude00!"}"#,
+        r#"{"type":"response.output_item.added","output_index":2,"item":{"type":"function_call","call_id":"c1","name":"f","arguments":""}}"#,
+        r#"{"type":"response.function_call_arguments.delta","output_index":2,"delta":"{\"raw\":\"\ud83d"}"#,
+        r#"{"type":"response.function_call_arguments.delta","output_index":2,"delta":"\ude00\",\"escaped\":\"\\ud83d"}"#,
+        r#"{"type":"response.function_call_arguments.delta","output_index":2,"delta":"\\ude00\"}"}"#,
+        r#"{"type":"response.completed","response":{"status":"completed"}}"#,
+    ];
+    let r = ask(&responses(&serve_sse(&responses_events).await, true))
+        .await
+        .unwrap();
+    assert_smiles(&r, "responses");
+}
+
+#[tokio::test]
+async fn a_half_character_the_stream_never_completes_is_a_replacement_character() {
+    // The stream ends (or the block does) with a high surrogate whose low half never comes, or
+    // a delta opens with a low half no high one came before: each is U+FFFD, never an error.
+    let cases: [(&str, Box<dyn Model>); 3] = [
+        (
+            "chat",
+            Box::new(chat(
+                &serve_sse(&[
+                    r#"{"id":"c","choices":[{"index":0,"delta":{"content":"\ude00end \ud83d"}}]}"#,
+                    r#"{"id":"c","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}"#,
+                    "[DONE]",
+                ])
+                .await,
+                true,
+            )),
+        ),
+        (
+            "anthropic",
+            Box::new(anthropic(
+                &serve_sse(&[
+                    r#"{"type":"message_start","message":{"id":"m"}}"#,
+                    r#"{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#,
+                    r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"\ude00end \ud83d"}}"#,
+                    r#"{"type":"content_block_stop","index":0}"#,
+                    r#"{"type":"message_delta","delta":{"stop_reason":"end_turn"}}"#,
+                    r#"{"type":"message_stop"}"#,
+                ])
+                .await,
+                true,
+            )),
+        ),
+        (
+            "responses",
+            Box::new(responses(
+                &serve_sse(&[
+                    r#"{"type":"response.output_text.delta","output_index":0,"delta":"\ude00end \ud83d"}"#,
+                    r#"{"type":"response.completed","response":{"status":"completed"}}"#,
+                ])
+                .await,
+                true,
+            )),
+        ),
+    ];
+    for (what, model) in cases {
+        let r = ask(model.as_ref())
+            .await
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert_eq!(r.message.text, "\u{fffd}end \u{fffd}", "{what}");
+        assert_eq!(r.finish_reason, FinishReason::Stop, "{what}");
+    }
 }

@@ -17,6 +17,7 @@ use serde_json::Value;
 use super::PROVIDER;
 use crate::decode::{StreamDecoder, accumulate_sse, accumulate_whole};
 use crate::error::{decode_error, error_envelope, in_body_error, reported_error, stream_error};
+use crate::wire_text::{Channel, Pairs, WireText};
 
 /// Anthropic's usage object. Its `input_tokens` leaves out cache reads and writes; later events
 /// repeat or add counts, so the parser keeps the latest of each and converts at the wire.
@@ -105,11 +106,11 @@ struct InDelta<'a> {
     #[serde(default, rename = "type", borrow)]
     kind: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
-    text: Option<Cow<'a, str>>,
+    text: Option<WireText<'a>>,
     #[serde(default, borrow)]
-    partial_json: Option<Cow<'a, str>>,
+    partial_json: Option<WireText<'a>>,
     #[serde(default, borrow)]
-    thinking: Option<Cow<'a, str>>,
+    thinking: Option<WireText<'a>>,
     #[serde(default, borrow)]
     signature: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
@@ -188,25 +189,14 @@ pub struct AnthropicStreamParser {
     stop_reason: Option<String>,
     stopped: bool,
     failed: bool,
+    /// Characters split between two deltas' escapes, half received.
+    pairs: Pairs,
 }
 
 impl AnthropicStreamParser {
     /// A parser at the start of a stream.
     pub fn new() -> Self {
         Self::default()
-    }
-
-    fn block_mut(&mut self, index: u32) -> Result<&mut BlockState, ModelError> {
-        self.block_at
-            .get(&index)
-            .and_then(|&at| self.blocks.get_mut(at))
-            .map(|(_, b)| b)
-            .ok_or_else(|| {
-                stream_error(
-                    PROVIDER,
-                    format!("an event refers to content block {index}, which never started"),
-                )
-            })
     }
 
     fn start_block(
@@ -293,16 +283,22 @@ impl AnthropicStreamParser {
         delta: InDelta<'_>,
         out: &mut VecDeque<ModelEvent>,
     ) -> Result<(), ModelError> {
-        let block = self.block_mut(index)?;
+        let block = find_block(&mut self.blocks, &self.block_at, index)?;
+        let pairs = &mut self.pairs;
         match delta.kind.as_deref() {
             Some("text_delta") => {
                 if let Some(t) = delta.text.filter(|t| !t.is_empty()) {
-                    out.push_back(ModelEvent::TextDelta(t.into_owned()));
+                    let text = pairs.join(Channel::Text, t);
+                    if !text.is_empty() {
+                        out.push_back(ModelEvent::TextDelta(text));
+                    }
                 }
             }
             Some("input_json_delta") => {
                 if let BlockState::SearchUse { json, .. } = block {
-                    json.push_str(delta.partial_json.as_deref().unwrap_or(""));
+                    if let Some(part) = delta.partial_json {
+                        json.push_str(&pairs.join(Channel::Arguments(index), part));
+                    }
                     return Ok(());
                 }
                 let BlockState::ToolUse { got_args, .. } = block else {
@@ -315,15 +311,18 @@ impl AnthropicStreamParser {
                 };
                 if let Some(json) = delta.partial_json.filter(|j| !j.is_empty()) {
                     *got_args = true;
-                    out.push_back(ModelEvent::ToolCallDelta {
-                        index,
-                        arguments: json.into_owned(),
-                    });
+                    let arguments = pairs.join(Channel::Arguments(index), json);
+                    if !arguments.is_empty() {
+                        out.push_back(ModelEvent::ToolCallDelta { index, arguments });
+                    }
                 }
             }
             Some("thinking_delta") => {
                 if let Some(t) = delta.thinking.filter(|t| !t.is_empty()) {
-                    out.push_back(ModelEvent::ReasoningDelta(t.into_owned()));
+                    let text = pairs.join(Channel::Reasoning, t);
+                    if !text.is_empty() {
+                        out.push_back(ModelEvent::ReasoningDelta(text));
+                    }
                 }
             }
             Some("signature_delta") => {
@@ -337,7 +336,21 @@ impl AnthropicStreamParser {
     }
 
     fn stop_block(&mut self, index: u32, out: &mut VecDeque<ModelEvent>) -> Result<(), ModelError> {
-        match self.block_mut(index)? {
+        let block = find_block(&mut self.blocks, &self.block_at, index)?;
+        // A character the block's deltas left half of ends with the block: in its text, in the
+        // reasoning its block is about to take, in its call's arguments (or its search's input).
+        for channel in [Channel::Text, Channel::Reasoning, Channel::Arguments(index)] {
+            match (self.pairs.flush(channel), &mut *block) {
+                (Some(half), BlockState::SearchUse { json, .. })
+                    if channel == Channel::Arguments(index) =>
+                {
+                    json.push_str(&half);
+                }
+                (Some(half), _) => out.push_back(channel.event(half)),
+                (None, _) => {}
+            }
+        }
+        match block {
             BlockState::ToolUse {
                 got_args,
                 initial_input,
@@ -420,6 +433,7 @@ impl AnthropicStreamParser {
 
     fn message_stop(&mut self, out: &mut VecDeque<ModelEvent>) {
         self.stopped = true;
+        out.extend(self.pairs.flush_all());
         let mut cut_off = false;
         let mut has_tools = false;
         for (_, block) in &self.blocks {
@@ -607,6 +621,24 @@ impl AnthropicStreamParser {
         self.message_stop(out);
         Ok(())
     }
+}
+
+/// The block started at `index`, found through its position.
+fn find_block<'b>(
+    blocks: &'b mut [(u32, BlockState)],
+    block_at: &HashMap<u32, usize>,
+    index: u32,
+) -> Result<&'b mut BlockState, ModelError> {
+    block_at
+        .get(&index)
+        .and_then(|&at| blocks.get_mut(at))
+        .map(|(_, b)| b)
+        .ok_or_else(|| {
+            stream_error(
+                PROVIDER,
+                format!("an event refers to content block {index}, which never started"),
+            )
+        })
 }
 
 /// The arguments a whole response's `tool_use` input stands for. A cut-off input arrives parsed

@@ -11,10 +11,12 @@ use agentloop::{
 };
 use serde::Deserialize;
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 use super::dialect::{DialectReader, ToolDialect};
 use crate::decode::{StreamDecoder, accumulate_sse, accumulate_whole};
 use crate::error::{decode_error, in_body_error, stream_error};
+use crate::wire_text::{Channel, Pairs, WireText, wire_text_of};
 
 /// A whole response or one stream chunk: the same shape, with `message` or `delta` in each choice.
 #[derive(Deserialize)]
@@ -57,12 +59,12 @@ struct WireDelta<'a> {
     #[serde(default, borrow)]
     content: Option<Content<'a>>,
     #[serde(default, borrow)]
-    reasoning_content: Option<Cow<'a, str>>,
+    reasoning_content: Option<WireText<'a>>,
     /// OpenRouter and some servers name it `reasoning`.
     #[serde(default, borrow)]
-    reasoning: Option<Cow<'a, str>>,
+    reasoning: Option<WireText<'a>>,
     #[serde(default, borrow)]
-    refusal: Option<Cow<'a, str>>,
+    refusal: Option<WireText<'a>>,
     #[serde(default, borrow)]
     tool_calls: Option<Vec<WireToolCallIn<'a>>>,
 }
@@ -85,45 +87,42 @@ struct WireToolCallIn<'a> {
 /// Magistral sends `text` and `thinking` parts), read into its text and its reasoning.
 #[derive(Default)]
 struct Content<'a> {
-    text: Cow<'a, str>,
+    text: WireText<'a>,
     reasoning: String,
 }
 
-impl<'a> Content<'a> {
-    fn text(text: Cow<'a, str>) -> Self {
+impl Content<'_> {
+    fn of_parts(parts: &Value) -> Self {
+        let mut text = String::new();
+        let mut reasoning = String::new();
+        add_part(parts, &mut text, &mut reasoning);
         Content {
-            text,
-            reasoning: String::new(),
+            text: WireText::plain(text),
+            reasoning,
         }
     }
+}
 
-    fn of_parts(parts: &Value) -> Self {
-        let mut content = Content::default();
-        content.add_part(parts);
-        content
-    }
-
-    fn add_part(&mut self, part: &Value) {
-        match part {
-            Value::String(s) => self.text.to_mut().push_str(s),
-            Value::Object(map) => {
-                let kind = map.get("type").and_then(Value::as_str).unwrap_or("text");
-                match kind {
-                    "thinking" | "reasoning" => {
-                        if let Some(inner) = map.get("thinking").or_else(|| map.get("text")) {
-                            collect_text(inner, &mut self.reasoning);
-                        }
+fn add_part(part: &Value, text: &mut String, reasoning: &mut String) {
+    match part {
+        Value::String(s) => text.push_str(s),
+        Value::Object(map) => {
+            let kind = map.get("type").and_then(Value::as_str).unwrap_or("text");
+            match kind {
+                "thinking" | "reasoning" => {
+                    if let Some(inner) = map.get("thinking").or_else(|| map.get("text")) {
+                        collect_text(inner, reasoning);
                     }
-                    _ => {
-                        if let Some(Value::String(t)) = map.get("text") {
-                            self.text.to_mut().push_str(t);
-                        }
+                }
+                _ => {
+                    if let Some(Value::String(t)) = map.get("text") {
+                        text.push_str(t);
                     }
                 }
             }
-            Value::Array(parts) => parts.iter().for_each(|p| self.add_part(p)),
-            _ => {}
         }
+        Value::Array(parts) => parts.iter().for_each(|p| add_part(p, text, reasoning)),
+        _ => {}
     }
 }
 
@@ -141,42 +140,26 @@ fn collect_text(value: &Value, out: &mut String) {
     }
 }
 
+/// A string is read first as itself (its escapes may split a character with the next chunk's:
+/// see [`WireText`]); a list or an object, as the parts it holds.
 impl<'de: 'a, 'a> Deserialize<'de> for Content<'a> {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct Visit;
-        impl<'de> serde::de::Visitor<'de> for Visit {
-            type Value = Content<'de>;
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("a string or a list of content parts")
-            }
-            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Self::Value, E> {
-                Ok(Content::text(Cow::Borrowed(v)))
-            }
-            fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
-                Ok(Content::text(Cow::Owned(v.to_owned())))
-            }
-            fn visit_string<E>(self, v: String) -> Result<Self::Value, E> {
-                Ok(Content::text(Cow::Owned(v)))
-            }
-            fn visit_unit<E>(self) -> Result<Self::Value, E> {
-                Ok(Content::default())
-            }
-            fn visit_seq<A: serde::de::SeqAccess<'de>>(
-                self,
-                seq: A,
-            ) -> Result<Self::Value, A::Error> {
-                Value::deserialize(serde::de::value::SeqAccessDeserializer::new(seq))
-                    .map(|parts| Content::of_parts(&parts))
-            }
-            fn visit_map<A: serde::de::MapAccess<'de>>(
-                self,
-                map: A,
-            ) -> Result<Self::Value, A::Error> {
-                Value::deserialize(serde::de::value::MapAccessDeserializer::new(map))
-                    .map(|part| Content::of_parts(&part))
-            }
+        use serde::de::Error as _;
+        let raw = <&'a RawValue>::deserialize(deserializer)?;
+        if raw.get().starts_with('"') {
+            let text = wire_text_of(raw).map_err(D::Error::custom)?;
+            return Ok(Content {
+                text,
+                reasoning: String::new(),
+            });
         }
-        deserializer.deserialize_any(Visit)
+        match serde_json::from_str::<Value>(raw.get()).map_err(D::Error::custom)? {
+            Value::Null => Ok(Content::default()),
+            parts @ (Value::Array(_) | Value::Object(_)) => Ok(Content::of_parts(&parts)),
+            _ => Err(D::Error::custom(
+                "invalid content: expected a string or a list of content parts",
+            )),
+        }
     }
 }
 
@@ -188,39 +171,25 @@ struct WireFunctionIn<'a> {
     arguments: Option<Arguments<'a>>,
 }
 
-/// A tool call's arguments: a JSON string on OpenAI (borrowed when it has no escapes); some
-/// servers send an object, which is kept as its JSON text.
-struct Arguments<'a>(Cow<'a, str>);
+/// A tool call's arguments: a JSON string on OpenAI (borrowed when it has no escapes, its
+/// escapes read as [`WireText`] reads them); some servers send an object, which is kept as its
+/// JSON text.
+struct Arguments<'a>(WireText<'a>);
 
 impl<'de: 'a, 'a> Deserialize<'de> for Arguments<'a> {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct Visit;
-        impl<'de> serde::de::Visitor<'de> for Visit {
-            type Value = Arguments<'de>;
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("a JSON string or object")
-            }
-            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Self::Value, E> {
-                Ok(Arguments(Cow::Borrowed(v)))
-            }
-            fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
-                Ok(Arguments(Cow::Owned(v.to_owned())))
-            }
-            fn visit_string<E>(self, v: String) -> Result<Self::Value, E> {
-                Ok(Arguments(Cow::Owned(v)))
-            }
-            fn visit_unit<E>(self) -> Result<Self::Value, E> {
-                Ok(Arguments(Cow::Borrowed("")))
-            }
-            fn visit_map<A: serde::de::MapAccess<'de>>(
-                self,
-                map: A,
-            ) -> Result<Self::Value, A::Error> {
-                let value = Value::deserialize(serde::de::value::MapAccessDeserializer::new(map))?;
-                Ok(Arguments(Cow::Owned(value.to_string())))
-            }
+        use serde::de::Error as _;
+        let raw = <&'a RawValue>::deserialize(deserializer)?;
+        if raw.get().starts_with('"') {
+            return wire_text_of(raw).map(Arguments).map_err(D::Error::custom);
         }
-        deserializer.deserialize_any(Visit)
+        match serde_json::from_str::<Value>(raw.get()).map_err(D::Error::custom)? {
+            Value::Null => Ok(Arguments(WireText::default())),
+            object @ Value::Object(_) => Ok(Arguments(WireText::plain(object.to_string()))),
+            _ => Err(D::Error::custom(
+                "invalid arguments: expected a JSON string or object",
+            )),
+        }
     }
 }
 
@@ -310,6 +279,8 @@ pub struct ChatStreamParser {
     done: bool,
     /// Reads tool calls out of the text, for a model that writes them in a plain-text dialect.
     dialect: Option<DialectReader>,
+    /// Characters split between two chunks' escapes, half received.
+    pairs: Pairs,
 }
 
 #[derive(Debug)]
@@ -338,6 +309,7 @@ impl ChatStreamParser {
             finish: None,
             done: false,
             dialect: None,
+            pairs: Pairs::default(),
         }
     }
 
@@ -360,9 +332,13 @@ impl ChatStreamParser {
         self
     }
 
-    /// The text ended: the dialect reader gives up what it held, and a response whose calls
-    /// were all in its text finishes as tool calls.
+    /// The text ended: a character whose second half never came is U+FFFD, the dialect reader
+    /// gives up what it held, and a response whose calls were all in its text finishes as tool
+    /// calls.
     fn close_dialect(&mut self, out: &mut VecDeque<ModelEvent>) {
+        for event in self.pairs.flush_all() {
+            self.emit(event, out);
+        }
         let Some(reader) = &mut self.dialect else {
             return;
         };
@@ -374,6 +350,14 @@ impl ChatStreamParser {
             {
                 *reason = FinishReason::ToolCalls;
             }
+        }
+    }
+
+    /// Emits a delta, the text through the dialect reader when there is one.
+    fn emit(&mut self, event: ModelEvent, out: &mut VecDeque<ModelEvent>) {
+        match (event, &mut self.dialect) {
+            (ModelEvent::TextDelta(text), Some(reader)) => reader.push(&text, out),
+            (event, _) => out.push_back(event),
         }
     }
 
@@ -537,23 +521,29 @@ impl ChatStreamParser {
         for reasoning in [delta.reasoning_content, delta.reasoning]
             .into_iter()
             .flatten()
-            .chain(part_reasoning.map(Cow::Owned))
+            .chain(part_reasoning.map(WireText::plain))
         {
             if !reasoning.is_empty() {
-                out.push_back(ModelEvent::ReasoningDelta(reasoning.into_owned()));
+                let text = self.pairs.join(Channel::Reasoning, reasoning);
+                if !text.is_empty() {
+                    out.push_back(ModelEvent::ReasoningDelta(text));
+                }
             }
         }
         if delta.refusal.as_ref().is_some_and(|r| !r.is_empty()) {
             self.saw_refusal = true;
         }
         if let Some(text) = content.filter(|t| !t.is_empty()) {
-            match &mut self.dialect {
-                Some(reader) => reader.push(&text, out),
-                None => out.push_back(ModelEvent::TextDelta(text.into_owned())),
+            let text = self.pairs.join(Channel::Text, text);
+            if !text.is_empty() {
+                self.emit(ModelEvent::TextDelta(text), out);
             }
         }
         if let Some(refusal) = delta.refusal.filter(|t| !t.is_empty()) {
-            out.push_back(ModelEvent::TextDelta(refusal.into_owned()));
+            let text = self.pairs.join(Channel::Text, refusal);
+            if !text.is_empty() {
+                out.push_back(ModelEvent::TextDelta(text));
+            }
         }
         for call in delta.tool_calls.into_iter().flatten() {
             self.saw_tool_call = true;
@@ -582,10 +572,10 @@ impl ChatStreamParser {
             if let Some(arguments) = arguments
                 && !arguments.is_empty()
             {
-                out.push_back(ModelEvent::ToolCallDelta {
-                    index,
-                    arguments: arguments.into_owned(),
-                });
+                let arguments = self.pairs.join(Channel::Arguments(index), arguments);
+                if !arguments.is_empty() {
+                    out.push_back(ModelEvent::ToolCallDelta { index, arguments });
+                }
             }
         }
     }

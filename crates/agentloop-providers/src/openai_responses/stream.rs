@@ -18,6 +18,7 @@ use crate::decode::{StreamDecoder, accumulate_sse, accumulate_whole};
 use crate::error::{
     ProviderError, decode_error, error_envelope, in_body_error, reported_error, stream_error,
 };
+use crate::wire_text::{Channel, Pairs, WireText};
 
 #[derive(Deserialize, Default, Clone, Copy)]
 struct TokenDetails {
@@ -253,7 +254,7 @@ struct InEvent<'a> {
     #[serde(default)]
     summary_index: Option<u32>,
     #[serde(default, borrow)]
-    delta: Option<Cow<'a, str>>,
+    delta: Option<WireText<'a>>,
     #[serde(default, borrow)]
     arguments: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
@@ -370,6 +371,8 @@ pub struct ResponsesStreamParser {
     started: bool,
     finished: bool,
     failed: bool,
+    /// Characters split between two deltas' escapes, half received.
+    pairs: Pairs,
 }
 
 impl ResponsesStreamParser {
@@ -455,7 +458,7 @@ impl ResponsesStreamParser {
                     }
                     self.start_call(index, &item, out);
                     if let Some(args) = item.arguments_text().filter(|a| !a.is_empty()) {
-                        self.arguments(index, args.to_owned(), out)?;
+                        self.arguments(index, WireText::plain(args), out)?;
                     }
                 }
             }
@@ -465,12 +468,12 @@ impl ResponsesStreamParser {
                 }
                 self.streamed_text.insert(index);
                 if let Some(d) = event.delta.filter(|d| !d.is_empty()) {
-                    out.push_back(ModelEvent::TextDelta(d.into_owned()));
+                    self.delta(Channel::Text, d, out);
                 }
             }
             "response.function_call_arguments.delta" => {
                 if let Some(d) = event.delta.filter(|d| !d.is_empty()) {
-                    self.arguments(index, d.into_owned(), out)?;
+                    self.arguments(index, d, out)?;
                 }
             }
             "response.function_call_arguments.done" => {
@@ -478,16 +481,16 @@ impl ResponsesStreamParser {
                 if !call.got_arguments
                     && let Some(args) = event.arguments.filter(|a| !a.is_empty())
                 {
-                    self.arguments(index, args.into_owned(), out)?;
+                    self.arguments(index, WireText::plain(args), out)?;
                 }
             }
             "response.reasoning_summary_part.added" if event.summary_index.unwrap_or(0) > 0 => {
-                out.push_back(ModelEvent::ReasoningDelta("\n\n".to_owned()));
+                self.delta(Channel::Reasoning, WireText::plain("\n\n"), out);
             }
             "response.reasoning_summary_text.delta" | "response.reasoning_text.delta" => {
                 self.reasoning_streamed = true;
                 if let Some(d) = event.delta.filter(|d| !d.is_empty()) {
-                    out.push_back(ModelEvent::ReasoningDelta(d.into_owned()));
+                    self.delta(Channel::Reasoning, d, out);
                 }
             }
             "response.output_item.done" => {
@@ -528,6 +531,8 @@ impl ResponsesStreamParser {
 
     /// The response ended with this status: its usage, then its finish.
     fn finish(&mut self, status: &str, head: &ResponseHead<'_>, out: &mut VecDeque<ModelEvent>) {
+        // A character whose second half never came ends the text it was in.
+        out.extend(self.pairs.flush_all());
         if let Some(u) = head.usage {
             out.push_back(ModelEvent::Usage(u.into()));
         }
@@ -546,18 +551,24 @@ impl ResponsesStreamParser {
         self.finished = true;
     }
 
+    /// Adds a delta's text to its channel (what it completes of a character split with the last
+    /// one, without the half it leaves for the next).
+    fn delta(&mut self, channel: Channel, delta: WireText<'_>, out: &mut VecDeque<ModelEvent>) {
+        let text = self.pairs.join(channel, delta);
+        if !text.is_empty() {
+            out.push_back(channel.event(text));
+        }
+    }
+
     fn arguments(
         &mut self,
         index: u32,
-        args: String,
+        args: WireText<'_>,
         out: &mut VecDeque<ModelEvent>,
     ) -> Result<(), ModelError> {
         let call = self.call_mut(index).ok_or_else(|| unknown_call(index))?;
         call.got_arguments = true;
-        out.push_back(ModelEvent::ToolCallDelta {
-            index,
-            arguments: args,
-        });
+        self.delta(Channel::Arguments(index), args, out);
         Ok(())
     }
 
@@ -567,6 +578,13 @@ impl ResponsesStreamParser {
         item: &InItem<'_>,
         out: &mut VecDeque<ModelEvent>,
     ) -> Result<(), ModelError> {
+        // A character the item's deltas left half of ends with the item: in its text, in the
+        // reasoning its block is about to take, in its call's arguments.
+        for channel in [Channel::Text, Channel::Reasoning, Channel::Arguments(index)] {
+            if let Some(half) = self.pairs.flush(channel) {
+                out.push_back(channel.event(half));
+            }
+        }
         match &*item.kind {
             "function_call" => {
                 if self.call_mut(index).is_none() {
@@ -574,7 +592,7 @@ impl ResponsesStreamParser {
                 }
                 let got = self.call_mut(index).is_some_and(|c| c.got_arguments);
                 if !got && let Some(args) = item.arguments_text().filter(|a| !a.is_empty()) {
-                    self.arguments(index, args.to_owned(), out)?;
+                    self.arguments(index, WireText::plain(args), out)?;
                 }
             }
             "reasoning" => {
