@@ -400,6 +400,37 @@ timeout_secs = 10
     }
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn a_restate_ingress_url_token_reaches_no_error_the_cli_prints() {
+    // An ingress that refuses and quotes the request (query and all), and one nothing answers.
+    let ingress = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(Echo401)
+        .mount(&ingress)
+        .await;
+    let closed = format!("http://127.0.0.1:{}", closed_port());
+    for uri in [ingress.uri(), closed] {
+        let url = credentialed(&uri, "/");
+        let out = agentloop(args(&[
+            "approvals",
+            "list",
+            "--restate",
+            &url,
+            "--run",
+            "run-1",
+        ]))
+        .await;
+        assert_ne!(out.status.code(), Some(0), "{}", stdout(&out));
+        let err = stderr(&out);
+        assert!(err.contains("Restate ingress"), "{err}");
+        assert!(
+            err.contains("key=[redacted]"),
+            "the ingress is named: {err}"
+        );
+        assert_no_secret("stderr", &err);
+    }
+}
+
 /// `agentloop run AGENT --input INPUT --json`, journaled (`run.db`) and traced with payloads
 /// (`run.ndjson`) in `dir`: every place a secret could be written. The output, and the two paths.
 async fn recorded_run(

@@ -130,10 +130,13 @@ impl Ingress {
         url
     }
 
+    /// An ingress error; the ingress's answer may quote the request, so its URL's credentials
+    /// are taken out of the message as well.
     fn failed(&self, message: impl std::fmt::Display) -> RestateError {
+        let secrets = agentloop::url_secrets::secrets(self.base.as_str());
         RestateError::Ingress {
             url: shown(self.base.as_str()),
-            message: message.to_string(),
+            message: agentloop::url_secrets::scrub(&message.to_string(), &secrets),
         }
     }
 
@@ -279,14 +282,12 @@ impl Ingress {
     }
 }
 
-/// A URL as errors and logs show it: without its user and password.
+/// A URL as errors and logs show it: its user info and every query value redacted, as the
+/// core shows every configured URL ([`agentloop::url_secrets::shown`]): an ingress behind a
+/// gateway may take its key in the query (`?token=...`) as well as in the user info.
 pub fn shown(url: &str) -> String {
     match Url::parse(url) {
-        Ok(mut u) => {
-            let _ = u.set_username("");
-            let _ = u.set_password(None);
-            u.to_string()
-        }
+        Ok(u) => agentloop::url_secrets::shown(u.as_str()),
         // Not a URL at all: whatever it says, nothing of it is shown.
         Err(_) => "(not a URL)".into(),
     }
