@@ -176,6 +176,37 @@ async fn a_price_that_is_not_a_price_is_refused_with_its_key_path_and_line() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_price_whose_cost_could_overflow_is_refused_and_the_largest_one_prices_a_run() {
+    // 1e308 USD per million tokens: a million tokens would cost more than any f64 holds.
+    let dir = scripted("price = { input = 1e308, output = 1 }", "max_turns = 4");
+    let line = line_of(&dir, "price") as u64;
+    let (code, v, said) = run_json(&dir).await;
+    assert_eq!(code, Some(3), "{v} {said}");
+    let problem = &v["error"]["problems"][0];
+    assert_eq!(problem["path"], "model.price.input", "{v}");
+    assert_eq!(problem["line"], line, "{v}");
+    assert!(
+        problem["message"]
+            .as_str()
+            .unwrap()
+            .contains("zero or more and at most 1000000"),
+        "{v}"
+    );
+    assert!(!dir.path("stdin.log").exists(), "nothing ran");
+
+    // The largest price there may be: the cost is a number, and the budget stops the run.
+    let dir = scripted(
+        "price = { input = 1000000, output = 1000000 }",
+        "max_cost_usd = 500000",
+    );
+    let (code, v, _) = run_json(&dir).await;
+    assert_eq!(code, Some(5), "{v}");
+    assert_eq!(v["stop_reason"], "budget", "{v}");
+    assert_eq!(v["cost_usd"], 1_000_000.0, "{v}");
+    assert_eq!(v["model_calls"], 1, "{v}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn plan_shows_the_price_and_where_it_comes_from() {
     let plan = |dir: &AgentDir, json: bool| {
         let agent = dir.agent();

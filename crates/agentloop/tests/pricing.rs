@@ -254,3 +254,106 @@ async fn under_a_cost_budget_an_answer_of_unknown_cost_stops_the_run_before_its_
     assert_eq!(out.tool_calls.len(), 2);
     assert!(!out.tool_calls[1].ok(), "{:?}", out.tool_calls[1]);
 }
+
+/// A model that asks for one call of `probe`, then answers; each answer reports a million input
+/// tokens.
+fn probing() -> FunctionModel {
+    let asked = Arc::new(AtomicUsize::new(0));
+    FunctionModel::new(move |_| {
+        let usage = Usage {
+            input_tokens: 1_000_000,
+            ..Usage::default()
+        };
+        let r = if asked.fetch_add(1, Ordering::SeqCst) == 0 {
+            ModelResponse::tool_calls([("c1", "probe", "{}")])
+        } else {
+            ModelResponse::text("done")
+        };
+        Ok(r.with_usage(usage))
+    })
+    .with_id("local-model")
+}
+
+fn probe() -> agentloop::Tool {
+    agentloop::Tool::dynamic(
+        "probe",
+        "Probes.",
+        serde_json::json!({"type": "object"}),
+        |_args: serde_json::Value, _ctx| async { Ok(agentloop::ToolOutput::text("ok")) },
+    )
+}
+
+#[tokio::test]
+async fn a_cost_that_overflows_is_unknown_never_infinite_and_a_budget_still_stops_the_run() {
+    // 1e308 USD per million tokens, times a million tokens: past the largest f64.
+    let huge = || PriceTable::new().with("local-model", Price::new(1e308, 0.0));
+    let out = Agent::builder()
+        .model(probing())
+        .tool(probe())
+        .pricing(huge())
+        .build()
+        .unwrap()
+        .run("go")
+        .await;
+    assert_eq!(out.stop_reason, StopReason::Finished);
+    assert!(out.cost_usd.is_finite(), "{}", out.cost_usd);
+    assert_eq!(
+        out.unpriced_model_calls, 2,
+        "both answers' costs are unknown"
+    );
+    // What a JSON outcome shows: a number, not null.
+    assert!(serde_json::json!(out.cost_usd).is_number());
+
+    // Under a budget, the first answer of unknown cost stops the run before its call runs.
+    let out = Agent::builder()
+        .model(probing())
+        .tool(probe())
+        .pricing(huge())
+        .limits(Limits {
+            max_cost_usd: Some(1e300),
+            ..Limits::default()
+        })
+        .build()
+        .unwrap()
+        .run("go")
+        .await;
+    assert_eq!(out.stop_reason, StopReason::Budget);
+    assert_eq!(
+        out.error.as_ref().map(RunError::code),
+        Some("limit.cost_unknown")
+    );
+    assert_eq!(out.model_calls, 1);
+
+    // NaN and a negative cost are no costs either: neither makes the run's cost NaN nor gives
+    // the budget money back.
+    for cost in [f64::NAN, -5.0, f64::INFINITY] {
+        let out = Agent::builder()
+            .model(probing())
+            .tool(probe())
+            .pricing(move |_: &str, _: &str, _: &Usage| Some(cost))
+            .limits(budget())
+            .build()
+            .unwrap()
+            .run("go")
+            .await;
+        assert_eq!(out.stop_reason, StopReason::Budget, "{cost}");
+        assert_eq!(out.cost_usd, 0.0, "{cost}");
+    }
+}
+
+#[tokio::test]
+async fn finite_costs_that_add_up_past_the_largest_number_stay_a_number_over_any_budget() {
+    let out = Agent::builder()
+        .model(probing())
+        .tool(probe())
+        .pricing(|_: &str, _: &str, _: &Usage| Some(f64::MAX))
+        .build()
+        .unwrap()
+        .run("go")
+        .await;
+    assert_eq!(out.stop_reason, StopReason::Finished);
+    assert_eq!(out.cost_usd, f64::MAX);
+    assert_eq!(out.unpriced_model_calls, 0);
+    // What a JSON outcome shows: a number, not null.
+    assert!(serde_json::json!(out.cost_usd).is_number());
+}

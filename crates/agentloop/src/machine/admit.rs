@@ -23,11 +23,24 @@ use crate::tool::{Arguments, ExecutionMode, Rejected, ToolCatalog, join_violatio
 /// The largest output limit a cut answer is asked again with.
 pub(super) const MAX_RAISED_OUTPUT_TOKENS: u32 = 32_768;
 
+/// A priced answer's cost, when it is an amount of dollars. A pricing that answers infinity, NaN
+/// or less than nothing (a price so large that the product overflows, a bug) gives no cost the
+/// run can count: added up, it would make the run's cost NaN or infinite (`null` in JSON, and
+/// never over a budget when NaN), or give a budget money back. Such an answer's cost is unknown,
+/// as an unpriced one's is: reported, and a stop under a cost budget.
+pub(super) fn known_cost(cost: Option<f64>) -> Option<f64> {
+    cost.filter(|c| c.is_finite() && *c >= 0.0)
+}
+
 impl RunMachine {
     /// The model answered: count its usage and cost, then judge it (after the hooks' review).
     pub(super) fn on_model_response(&mut self, response: Box<ModelResponse>, cost: Option<f64>) {
         // A cached answer cost nothing this time.
-        let cost = if response.cached { Some(0.0) } else { cost };
+        let cost = if response.cached {
+            Some(0.0)
+        } else {
+            known_cost(cost)
+        };
         self.counters.usage.add(&response.usage);
         self.count_cost(cost, response.model.as_deref());
         self.note_context(&response);
@@ -51,8 +64,10 @@ impl RunMachine {
     /// Adds an answer's cost to the run's, or counts it unpriced when its cost is unknown (the
     /// pricing has no price for `model`): never as a silent zero.
     pub(super) fn count_cost(&mut self, cost: Option<f64>, model: Option<&str>) {
-        match cost {
-            Some(c) => self.counters.cost += c,
+        match known_cost(cost) {
+            // Finite costs can still add up past the largest finite number: the run's cost
+            // stays a number (the largest), which any budget has reached.
+            Some(c) => self.counters.cost = (self.counters.cost + c).min(f64::MAX),
             None => {
                 self.counters.unpriced.0 = self.counters.unpriced.0.saturating_add(1);
                 if self.counters.unpriced.1.is_none() {

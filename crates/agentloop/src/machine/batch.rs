@@ -233,7 +233,7 @@ impl RunMachine {
             return outcome;
         };
         self.counters.usage.add(&sub.usage);
-        self.counters.cost += sub.cost_usd;
+        self.count_cost(Some(sub.cost_usd), None);
         // The subtree's answers of unknown cost leave the run's cost unknown too (and stop a
         // budgeted run at its next check).
         self.counters.unpriced.0 = self

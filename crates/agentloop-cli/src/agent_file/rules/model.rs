@@ -253,7 +253,13 @@ fn check_live_model(model: &ModelSpec, problems: &mut Problems) {
     }
 }
 
-/// `[model] price`: every part a number of USD per million tokens, zero or more.
+/// The most a price may be, in USD per million tokens: a dollar a token, thousands of times the
+/// dearest model's. Bounded so that a run's cost stays a number: `1e308` a token times a
+/// million tokens is infinite, which `--json` could only show as `null` and a budget could
+/// not compare.
+pub(crate) const MAX_PRICE: f64 = 1_000_000.0;
+
+/// `[model] price`: every part a number of USD per million tokens, from zero to [`MAX_PRICE`].
 fn check_price(p: &PriceSpec, problems: &mut Problems) {
     let parts = [
         ("input", Some(&p.input)),
@@ -263,12 +269,15 @@ fn check_price(p: &PriceSpec, problems: &mut Problems) {
     ];
     for (key, value) in parts {
         if let Some(v) = value
-            && !(v.get_ref().is_finite() && *v.get_ref() >= 0.0)
+            && !(v.get_ref().is_finite() && (0.0..=MAX_PRICE).contains(v.get_ref()))
         {
             problems.at(
                 &format!("model.price.{key}"),
                 span_of(v),
-                "a price must be a number of USD per million tokens, zero or more",
+                format!(
+                    "a price must be a number of USD per million tokens, zero or more and at \
+                     most {MAX_PRICE}"
+                ),
             );
         }
     }
