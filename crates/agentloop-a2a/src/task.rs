@@ -52,6 +52,10 @@ pub struct ServedAgent {
 /// Takes journaled run `run_id` for this process, or says why it cannot.
 pub type ClaimRun = Arc<dyn Fn(&str) -> Result<(), String> + Send + Sync + 'static>;
 
+/// What a task's journaled run names as the service that started it
+/// ([`agentloop::journal::JournalHeader::served_by`]): the server finds only such runs there.
+pub(crate) const SERVED_BY: &str = "a2a";
+
 /// The most tasks a served agent keeps: past it, the oldest that ended are forgotten (a
 /// `GetTask` of one then answers from the journal, or that no such task exists). Running tasks
 /// are always kept.
@@ -353,8 +357,12 @@ impl Served {
         // A run suspended for approvals is waiting for whoever ran it (`agentloop approve`),
         // never this server's runs (their questions go to the task's caller, in the process): a
         // caller that found its id must not answer them.
+        // Only a run this server's agent started for a caller is a task: the journal may be
+        // shared with the user's own runs (`agentloop run --journal`), which a caller who names
+        // their id must neither read nor, when they were cut short, drive on.
         let Some(run) = run.filter(|r| {
             r.header.agent == self.agent.name
+                && r.header.served_by.as_deref() == Some(SERVED_BY)
                 && r.header.parent.is_none()
                 && r.status != RunStatus::Suspended
         }) else {
@@ -589,6 +597,7 @@ pub(crate) async fn drive(served: Arc<Served>, id: String, work: Work) {
             options.cancel = Some(cancel);
             options.run_id = Some(id.clone());
             options.session = Some(task.context_id.clone());
+            options.served_by = Some(SERVED_BY.to_owned());
             options.sinks.push(Arc::new(StatusSink {
                 served: served.clone(),
                 task: task.clone(),

@@ -555,3 +555,95 @@ async fn past_its_most_runs_the_server_refuses_a_new_run_and_a_waiting_task_hold
     let (status, answer) = rpc_call(url, message("approve", Some(&second)));
     assert_eq!(status, 200, "{answer}");
 }
+
+/// The runs of `journal`, as `agentloop journal list --json` shows them.
+async fn journaled_runs(journal: &std::path::Path) -> Vec<Value> {
+    let out = agentloop(args(&[
+        "journal",
+        "list",
+        "--json",
+        "--journal",
+        journal.to_str().unwrap(),
+    ]))
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    stdout_json(&out).as_array().unwrap().clone()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_the_user_started_on_the_shared_journal_is_no_task_of_the_server() {
+    let dir = forecaster("");
+    slow_script(&dir);
+    let (agent, journal) = (dir.agent(), dir.path("journal.db"));
+    let (agent, journal_arg) = (agent.to_str().unwrap(), journal.to_str().unwrap());
+    // `agentloop run --journal`, killed in its slow tool call (a crash: the run is unfinished).
+    let mut run = std::process::Command::new(bin())
+        .args(["run", agent, "--journal", journal_arg, "--input", "Slowly."])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    until_exists(&dir.path("started")).await;
+    run.kill().unwrap();
+    run.wait().unwrap();
+    let runs = journaled_runs(&journal).await;
+    let crashed = runs[0]["run_id"].as_str().unwrap().to_owned();
+    assert_eq!(runs[0]["status"], "running", "{runs:?}");
+    // And a run of the same agent that finished.
+    std::fs::remove_file(dir.path("started")).unwrap();
+    dir.write("script.json", r#"[{"text": "{\"forecast\": \"my own\"}"}]"#);
+    let out = agentloop(args(&[
+        "run",
+        agent,
+        "--journal",
+        journal_arg,
+        "--json",
+        "--input",
+        "Mine.",
+    ]))
+    .await;
+    let finished = stdout_json(&out)["run_id"].as_str().unwrap().to_owned();
+
+    let server = HttpServer::start("a2a", &[agent, "--journal", journal_arg]);
+    for id in [&crashed, &finished] {
+        let (_, answer) = rpc_call(
+            &server.url,
+            json!({"jsonrpc": "2.0", "id": 2, "method": "GetTask", "params": {"id": id}}),
+        );
+        assert_eq!(answer["error"]["code"], -32001, "GetTask {id}: {answer}");
+        let (_, answer) = rpc_call(&server.url, message("approve", Some(id)));
+        assert_eq!(
+            answer["error"]["code"], -32001,
+            "SendMessage {id}: {answer}"
+        );
+    }
+    // The crashed run was not driven on behind its user's back: it is as the kill left it.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let after = journaled_runs(&journal).await;
+    assert_eq!(after[0]["run_id"], crashed.as_str());
+    assert_eq!(after[0]["status"], "running", "{after:?}");
+    assert_eq!(after[0]["steps"], runs[0]["steps"], "{after:?}");
+    assert!(
+        !dir.path("started").exists(),
+        "the slow tool did not start again"
+    );
+
+    // The server's own tasks are found there as before.
+    let (_, answer) = rpc_call(&server.url, message("Mine too.", None));
+    let id = answer["result"]["task"]["id"].as_str().unwrap().to_owned();
+    assert_eq!(
+        settled_state(&server.url, &id).await,
+        "TASK_STATE_COMPLETED"
+    );
+    drop(server);
+    let server = HttpServer::start("a2a", &[agent, "--journal", journal_arg]);
+    let (_, answer) = rpc_call(
+        &server.url,
+        json!({"jsonrpc": "2.0", "id": 2, "method": "GetTask", "params": {"id": id}}),
+    );
+    assert_eq!(
+        answer["result"]["status"]["state"], "TASK_STATE_COMPLETED",
+        "{answer}"
+    );
+}

@@ -81,6 +81,12 @@ pub struct JournalHeader {
     /// ([`crate::RunOptions::session`]: an A2A context).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session: Option<String>,
+    /// The service that started the run for its callers ([`crate::RunOptions::served_by`]:
+    /// `a2a` for an A2A server's task); `None` for a run its application started itself. A
+    /// service goes on only with runs it started: a caller who names another run's id finds no
+    /// task there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub served_by: Option<String>,
 }
 
 /// The call of a parent run that started a subagent's run.

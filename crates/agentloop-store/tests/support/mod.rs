@@ -17,6 +17,7 @@ pub fn header(run_id: &str) -> JournalHeader {
         origin: None,
         parent: None,
         session: None,
+        served_by: None,
     }
 }
 

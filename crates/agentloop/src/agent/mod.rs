@@ -92,6 +92,10 @@ pub struct RunOptions {
     /// The conversation this run is a turn of (a session's id, an A2A context's), kept in the
     /// journal's header so that whoever finds the run there knows it.
     pub session: Option<String>,
+    /// The service that starts this run for its callers (`a2a`), kept in the journal's header:
+    /// a service finds there only the runs it started, never a run of the application's own
+    /// (`agentloop run --journal`) that a caller names by its id.
+    pub served_by: Option<String>,
 }
 
 /// Where a run sits, as the runtime sets it (never the application): its place in a tree of
@@ -266,6 +270,7 @@ impl Agent {
                     origin: options.origin.take(),
                     parent: plumbing.parent.clone(),
                     session: options.session.take(),
+                    served_by: options.served_by.take(),
                 };
                 if let Err(e) = journal.begin(&header).await {
                     let error = RunError::Journal {
