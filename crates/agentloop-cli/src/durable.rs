@@ -86,8 +86,14 @@ pub struct JournalArg {
 }
 
 impl JournalArg {
+    /// The journal, to record answers in: a file that is no journal is refused, never made one.
     pub(crate) fn reader(&self) -> Result<JournalReader, CliError> {
         Ok(JournalReader::open(&self.path)?)
+    }
+
+    /// The journal, to read only: a file that is no journal is refused and left unchanged.
+    pub(crate) fn read_only(&self) -> Result<JournalReader, CliError> {
+        Ok(JournalReader::open_read_only(&self.path)?)
     }
 }
 
@@ -127,7 +133,7 @@ impl WaitingArgs {
     ) -> Result<i32, CliError> {
         let waiting = match (&self.restate, &self.run) {
             (Some(url), Some(run)) => crate::restate::waiting(url, run).await?,
-            _ => self.journal.reader()?.pending()?,
+            _ => self.journal.read_only()?.pending()?,
         };
         let waiting: Vec<WaitingCall> = waiting.into_iter().filter(|w| keep(w)).collect();
         if self.json {
@@ -308,7 +314,10 @@ pub fn how_to_go_on(
     err!("  then:         agentloop resume {id} --journal {path}");
 }
 
-/// Reads run `wanted` (an id or a unique prefix) off the async workers.
+/// Reads run `wanted` (an id or a unique prefix) off the async workers. The commands that write
+/// the journal read it with a writer's access (still refusing a file that is no journal): the
+/// connection that closes last folds the file's write-ahead log into it, which a read-only one
+/// cannot do.
 async fn read_run(path: &Path, wanted: &str) -> Result<JournaledRun, CliError> {
     let (path, wanted) = (path.to_path_buf(), wanted.to_owned());
     tokio::task::spawn_blocking(move || {
@@ -549,7 +558,7 @@ pub async fn journal(cmd: JournalCommand) -> Result<i32, CliError> {
     match cmd {
         JournalCommand::Fork(args) => fork(args).await,
         JournalCommand::List { journal, json } => {
-            let runs = journal.reader()?.runs()?;
+            let runs = journal.read_only()?.runs()?;
             if json {
                 out!(
                     "{}",
@@ -585,7 +594,7 @@ pub async fn journal(cmd: JournalCommand) -> Result<i32, CliError> {
             journal,
             json,
         } => {
-            let reader = journal.reader()?;
+            let reader = journal.read_only()?;
             let run_id = reader.find(&run_id)?;
             let (run, damage) = reader.load_intact(&run_id)?;
             if json {

@@ -437,3 +437,91 @@ fn an_eval_dataset_that_is_a_pipe_or_a_device_is_refused_at_once() {
         );
     }
 }
+
+/// A file's bytes and modification time, and the names in its folder: what a command that
+/// refuses the file must leave as it was.
+fn untouched(path: &Path) -> (Vec<u8>, std::time::SystemTime, Vec<std::ffi::OsString>) {
+    let mut names: Vec<_> = std::fs::read_dir(path.parent().unwrap())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    names.sort();
+    let modified = std::fs::metadata(path).unwrap().modified().unwrap();
+    (std::fs::read(path).unwrap(), modified, names)
+}
+
+#[test]
+fn a_file_that_is_no_journal_is_refused_by_every_journal_command_and_left_unchanged() {
+    let dir = scripted_dir();
+    let d = dir.path();
+    // An empty file, a text file, and another program's SQLite database with no tables yet.
+    std::fs::write(d.join("empty.db"), b"").unwrap();
+    std::fs::write(d.join("notes.db"), "my notes\n").unwrap();
+    rusqlite::Connection::open(d.join("app.db"))
+        .unwrap()
+        .execute_batch("PRAGMA user_version = 7;")
+        .unwrap();
+    for file in ["empty.db", "notes.db", "app.db"] {
+        let reading: [&[&str]; 8] = [
+            &["journal", "list", "--journal", file],
+            &["journal", "list", "--json", "--journal", file],
+            &["journal", "show", "r1", "--journal", file],
+            &["approvals", "list", "--journal", file],
+            &["questions", "list", "--journal", file],
+            &["resume", "r1", "--journal", file],
+            &["journal", "fork", "r1", "--at", "0", "--journal", file],
+            &[
+                "approve",
+                "r1",
+                "--call",
+                "c1",
+                "--allow",
+                "--journal",
+                file,
+            ],
+        ];
+        for args in reading {
+            let before = untouched(&d.join(file));
+            // The mtime has a resolution: a write within it would not show.
+            std::thread::sleep(Duration::from_millis(20));
+            ends_with(d, args, None, 9, "is not an agentloop journal");
+            assert!(
+                untouched(&d.join(file)) == before,
+                "{args:?} changed {file}"
+            );
+        }
+    }
+    // A run may make a new (or empty) file its journal, never a file that holds something else.
+    for file in ["notes.db", "app.db"] {
+        let before = untouched(&d.join(file));
+        std::thread::sleep(Duration::from_millis(20));
+        ends_with(
+            d,
+            &["run", "agent.toml", "--input", "hi", "--journal", file],
+            None,
+            9,
+            "is not an agentloop journal",
+        );
+        assert!(untouched(&d.join(file)) == before, "run changed {file}");
+    }
+    for file in ["empty.db", "new.db"] {
+        let out = bounded(
+            d,
+            &["run", "agent.toml", "--input", "hi", "--journal", file],
+            None,
+            Duration::from_secs(20),
+        )
+        .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{file}: {err}");
+        let out = bounded(
+            d,
+            &["journal", "list", "--journal", file],
+            None,
+            Duration::from_secs(20),
+        )
+        .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{file}");
+        assert!(String::from_utf8_lossy(&out.stdout).contains("finished"));
+    }
+}

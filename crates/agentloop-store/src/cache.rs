@@ -9,7 +9,7 @@ use agentloop::ModelResponse;
 use agentloop::model::cache::ResponseCache;
 use rusqlite::{Connection, OptionalExtension, params};
 
-use crate::journal::{FileKind, now_ms, open_kind};
+use crate::journal::{Access, FileKind, now_ms, open_kind};
 
 /// The `format` a response cache's meta table names.
 pub const CACHE_FORMAT: &str = "agentloop-response-cache";
@@ -49,7 +49,7 @@ impl SqliteResponseCache {
     /// Opens (or creates) the cache at `path`; a file that is not a response cache is refused.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, String> {
         let path = path.as_ref().to_path_buf();
-        let conn = open_kind(&path, true, &KIND).map_err(|e| match e {
+        let conn = open_kind(&path, Access::Create, &KIND).map_err(|e| match e {
             agentloop::journal::JournalError::Foreign { path, reason } => {
                 format!("{path} is not an agentloop response cache: {reason}")
             }

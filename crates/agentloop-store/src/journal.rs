@@ -292,17 +292,30 @@ const JOURNAL: FileKind = FileKind {
     page_size: Some(2048),
 };
 
-/// Opens a journal file, creating its schema when the file is new (or empty), and refusing a
-/// file that is something else.
-fn open_checked(path: &Path, create: bool) -> Result<Connection, JournalError> {
-    open_kind(path, create, &JOURNAL)
+/// How a file of this crate is opened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Access {
+    /// For writing, made when it does not exist or is empty: a writer's (`run --journal`).
+    Create,
+    /// For writing, only when it is a file of the kind already (recording an answer).
+    Write,
+    /// For reading only (listing, showing, loading): the file is never changed, unless it is
+    /// one of the kind in an older format, which is brought up to this one first.
+    Read,
 }
 
-/// Opens a file of `kind`, creating its schema when the file is new (or empty), and refusing a
-/// file that is something else (errors as a journal's: the sessions store maps them).
+/// Opens a journal file (see [`open_kind`]).
+fn open_checked(path: &Path, access: Access) -> Result<Connection, JournalError> {
+    open_kind(path, access, &JOURNAL)
+}
+
+/// Opens a file of `kind`, refusing a file that is something else, before anything is written
+/// to it: whatever does not hold the kind's meta table, an empty file included, unless `access`
+/// may create one and the file is new or empty (then its schema is made). Errors are a
+/// journal's: the sessions store and the cache map them.
 pub(crate) fn open_kind(
     path: &Path,
-    create: bool,
+    access: Access,
     kind: &FileKind,
 ) -> Result<Connection, JournalError> {
     let shown = path.display().to_string();
@@ -313,17 +326,19 @@ pub(crate) fn open_kind(
     // No SQLite mutex on the connection: a `Connection` is used by one thread at a time (it is
     // not `Sync`; the writer's is behind a lock), so SQLite's own locking of each call (as
     // rusqlite's default flags also leave out) would only cost every step a few lock pairs.
-    let flags = if create {
-        OpenFlags::SQLITE_OPEN_READ_WRITE
-            | OpenFlags::SQLITE_OPEN_CREATE
-            | OpenFlags::SQLITE_OPEN_NO_MUTEX
-    } else {
-        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX
+    let flags = match access {
+        Access::Create => {
+            OpenFlags::SQLITE_OPEN_READ_WRITE
+                | OpenFlags::SQLITE_OPEN_CREATE
+                | OpenFlags::SQLITE_OPEN_NO_MUTEX
+        }
+        Access::Write => OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        Access::Read => OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
     };
-    if !create && !path.exists() {
+    if access != Access::Create && !path.exists() {
         return Err(io(format!("no journal at {shown}")));
     }
-    if create {
+    if access == Access::Create {
         crate::create_private(path).map_err(|e| io(format!("cannot create {shown}: {e}")))?;
     }
     let conn = Connection::open_with_flags(path, flags)
@@ -331,15 +346,36 @@ pub(crate) fn open_kind(
     conn.busy_timeout(std::time::Duration::from_secs(5))
         .map_err(io)?;
     // Reading the schema is the first thing that touches the file: a file that is not SQLite
-    // fails here.
-    let tables: Vec<String> = conn
-        .prepare("SELECT name FROM sqlite_master WHERE type = 'table'")
+    // fails here. Every entry counts (a view, a trigger): a database of anything is no new file.
+    let (tables, entries): (Vec<String>, usize) = conn
+        .prepare("SELECT type, name FROM sqlite_master")
         .and_then(|mut s| {
-            s.query_map([], |r| r.get::<_, String>(0))?
-                .collect::<Result<_, _>>()
+            let rows: Vec<(String, String)> = s
+                .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+                .collect::<Result<_, _>>()?;
+            let n = rows.len();
+            let tables = rows
+                .into_iter()
+                .filter(|(t, _)| t == "table")
+                .map(|(_, name)| name)
+                .collect();
+            Ok((tables, n))
         })
         .map_err(|e| foreign(format!("it cannot be read as SQLite ({e})")))?;
-    if tables.is_empty() {
+    if entries == 0 {
+        // No page at all: an empty file, which only a writer may make its own. A database of
+        // pages but no schema is another program's (its settings made, its tables to come).
+        let pages: i64 = conn
+            .query_row("PRAGMA page_count", [], |r| r.get(0))
+            .map_err(|e| foreign(format!("it cannot be read as SQLite ({e})")))?;
+        if pages > 0 {
+            return Err(foreign(
+                "it is an SQLite database without the tables of one".into(),
+            ));
+        }
+        if access != Access::Create {
+            return Err(foreign("it is empty".into()));
+        }
         if let Some(size) = kind.page_size {
             // Before WAL mode, which fixes the page size of a new file.
             conn.pragma_update(None, "page_size", size).map_err(io)?;
@@ -383,6 +419,16 @@ pub(crate) fn open_kind(
             "its format version {version} is newer than this program's ({})",
             kind.version
         )));
+    }
+    if access == Access::Read {
+        if version < kind.version {
+            // An older file is brought up to this format by whoever opens it first, as it
+            // would be by a writer: then read.
+            drop(conn);
+            return open_kind(path, Access::Write, kind)
+                .and_then(|_| open_kind(path, Access::Read, kind));
+        }
+        return Ok(conn);
     }
     conn.execute_batch("PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL;")
         .map_err(io)?;
@@ -880,7 +926,7 @@ impl SqliteJournal {
     pub fn open(path: impl AsRef<Path>) -> Result<Self, JournalError> {
         let path = path.as_ref().to_path_buf();
         let fault = Fault::from_env();
-        let writer = writer::writer_for(&path, fault, || open_checked(&path, true))?;
+        let writer = writer::writer_for(&path, fault, || open_checked(&path, Access::Create))?;
         Ok(SqliteJournal {
             path,
             writer,
@@ -1406,10 +1452,21 @@ impl std::fmt::Debug for JournalReader {
 }
 
 impl JournalReader {
-    /// Opens an existing journal.
+    /// Opens an existing journal, to read it and record answers in it. A file that is not a
+    /// journal (an empty one included) is refused, and left as it is.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, JournalError> {
         Ok(JournalReader {
-            conn: open_checked(path.as_ref(), false)?,
+            conn: open_checked(path.as_ref(), Access::Write)?,
+            path: path.as_ref().to_path_buf(),
+        })
+    }
+
+    /// Opens an existing journal to read it only ([`JournalReader::answer`] and
+    /// [`JournalReader::reply`] then fail): a file that is not a journal is refused, and
+    /// nothing of it is changed. A journal in an older format is brought up to this one first.
+    pub fn open_read_only(path: impl AsRef<Path>) -> Result<Self, JournalError> {
+        Ok(JournalReader {
+            conn: open_checked(path.as_ref(), Access::Read)?,
             path: path.as_ref().to_path_buf(),
         })
     }

@@ -15,7 +15,7 @@ use agentloop::session::{
 };
 use rusqlite::{Connection, OptionalExtension, params};
 
-use crate::journal::{FileKind, now_ms, open_kind};
+use crate::journal::{Access, FileKind, now_ms, open_kind};
 
 /// The `format` a session store's meta table names.
 pub const SESSIONS_FORMAT: &str = "agentloop-sessions";
@@ -87,7 +87,7 @@ impl SqliteSessions {
     /// Opens (or creates) the store at `path`; a file that is not a session store is refused.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, SessionError> {
         let path = path.as_ref().to_path_buf();
-        let conn = open_kind(&path, true, &KIND).map_err(from_journal)?;
+        let conn = open_kind(&path, Access::Create, &KIND).map_err(from_journal)?;
         Ok(SqliteSessions {
             path,
             conn: Arc::new(Mutex::new(conn)),

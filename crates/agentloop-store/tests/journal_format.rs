@@ -217,6 +217,15 @@ fn a_version_1_file_is_carried_over_and_its_runs_resume_and_read_as_before() {
     assert_eq!(v1_rows.len(), cut + 4 + 1);
     drop(conn);
 
+    // A reader that opens it read-only (`journal list`) has it carried over first, then reads it.
+    let copy = dir.join("v1-read.db");
+    std::fs::copy(&path, &copy).unwrap();
+    let read = JournalReader::open_read_only(&copy)
+        .unwrap()
+        .runs()
+        .unwrap();
+    assert_eq!(read.len(), 3, "{read:?}");
+
     // Opened by this version: carried over to version 2's tables (and on to version 3, which
     // adds none).
     let journal = Arc::new(SqliteJournal::open(&path).unwrap());
