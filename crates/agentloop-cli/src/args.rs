@@ -212,7 +212,10 @@ impl TraceArgs {
         TraceSink::open(path, options)
             .map(|s| Some(Arc::new(s)))
             .map_err(|e| CliError::Io {
-                message: format!("cannot open the trace {}: {e}", path.display()),
+                message: format!(
+                    "cannot open the trace {}: {e}",
+                    crate::terminal::shown_path(path)
+                ),
             })
     }
 }

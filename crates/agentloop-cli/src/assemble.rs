@@ -680,7 +680,7 @@ impl StartedMcp {
                     let file = if f.path == file.path {
                         String::new()
                     } else {
-                        format!("{}: ", f.path.display())
+                        format!("{}: ", crate::terminal::shown_path(&f.path))
                     };
                     return Err(CliError::Setup {
                         message: format!("{file}{}: {e}", e.code()),
@@ -761,7 +761,10 @@ pub fn agent_with(
     while let Some((key, target)) = targets.unset() {
         let Some(f) = file.handoff_file(&key) else {
             return Err(CliError::Setup {
-                message: format!("the agent file {} was not loaded", key.display()),
+                message: format!(
+                    "the agent file {} was not loaded",
+                    crate::terminal::shown_path(&key)
+                ),
             });
         };
         let built = if std::ptr::eq(f, file) {
@@ -771,7 +774,11 @@ pub fn agent_with(
             builder(f, self::model(f)?, self::gate(f, approval)?, kids)?
                 .build()
                 .map_err(|e| CliError::Setup {
-                    message: format!("{}: {}: {e}", f.path.display(), e.code()),
+                    message: format!(
+                        "{}: {}: {e}",
+                        crate::terminal::shown_path(&f.path),
+                        e.code()
+                    ),
                 })?
         };
         target.set(built);
@@ -871,7 +878,11 @@ fn subagent_tool(file: &AgentFile, t: &ToolFileSpec, kids: Kids<'_>) -> Result<T
         });
     }
     let sub = sub.build().map_err(|e| CliError::Setup {
-        message: format!("{}: {}: {e}", child.path.display(), e.code()),
+        message: format!(
+            "{}: {}: {e}",
+            crate::terminal::shown_path(&child.path),
+            e.code()
+        ),
     })?;
     let description =
         t.description.clone().unwrap_or_else(|| {

@@ -274,7 +274,7 @@ pub fn how_to_go_on(
     waiting: &[ApprovalRequest],
     quiet: bool,
 ) {
-    let path = journal.display();
+    let path = crate::terminal::shown_path(journal);
     let id = &outcome.run_id;
     if !quiet {
         err!("■ journaled as run {id} in {path}");
@@ -544,7 +544,7 @@ pub(crate) fn what_is_left(
 ) -> Result<i32, CliError> {
     let run = reader.load(run_id)?;
     let left: Vec<&str> = run.unanswered().map(|r| r.call_id.as_str()).collect();
-    let path = journal.display();
+    let path = crate::terminal::shown_path(journal);
     if left.is_empty() {
         err!("■ every call is answered: agentloop resume {run_id} --journal {path}");
     } else {

@@ -87,7 +87,10 @@ fn eval_error(e: EvalError) -> CliError {
 
 fn io_error(what: &str, path: &Path, e: impl std::fmt::Display) -> CliError {
     CliError::Io {
-        message: format!("cannot write the {what} {}: {e}", path.display()),
+        message: format!(
+            "cannot write the {what} {}: {e}",
+            crate::terminal::shown_path(path)
+        ),
     }
 }
 
@@ -150,7 +153,7 @@ fn read_baseline(path: &Path) -> Result<Report, CliError> {
         agentloop_cli::text_file::read_text(path, agentloop_cli::text_file::MAX_REPORT_BYTES)
             .map_err(|e| {
                 eval_error(EvalError::Baseline {
-                    path: path.display().to_string(),
+                    path: crate::terminal::shown_path(path),
                     message: e.to_string(),
                 })
             })?;

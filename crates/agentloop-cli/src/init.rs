@@ -112,7 +112,7 @@ pub fn init(args: &InitArgs) -> Result<i32, CliError> {
         return Err(CliError::Usage {
             message: format!(
                 "{} already holds {}: choose another folder, or pass --force to replace them",
-                args.dir.display(),
+                crate::terminal::shown_path(&args.dir),
                 existing.join(", ")
             ),
         });
@@ -144,7 +144,7 @@ pub fn init(args: &InitArgs) -> Result<i32, CliError> {
 
 fn write(path: &Path, text: &str) -> Result<(), CliError> {
     let io = |e: std::io::Error| CliError::Io {
-        message: format!("cannot write {}: {e}", path.display()),
+        message: format!("cannot write {}: {e}", crate::terminal::shown_path(path)),
     };
     if let Some(parent) = path.parent() {
         std::fs::create_dir_all(parent).map_err(io)?;

@@ -16,11 +16,14 @@ macro_rules! out {
 }
 
 /// `eprintln!` that never panics: a closed stderr (`agentloop attach … 2>&-`, a reader that went
-/// away) loses the line, not the process.
+/// away) loses the line, not the process. Its control characters but line breaks and tabs are
+/// shown as escapes: a message may quote a name the command was given or found (a file's), and
+/// the terminal must not run the escape sequences such a name can hold.
 macro_rules! err {
     ($($arg:tt)*) => {{
         use std::io::Write as _;
-        let _ = writeln!(std::io::stderr().lock(), $($arg)*);
+        let line = agentloop_cli::terminal::escape_controls(&format!($($arg)*));
+        let _ = writeln!(std::io::stderr().lock(), "{line}");
     }};
 }
 
@@ -161,7 +164,10 @@ fn read_input(args: &RunArgs) -> Result<String, CliError> {
     }
     if let Some(path) = &args.input_file {
         return read_text_or_pipe(path, MAX_INPUT_BYTES).map_err(|e| CliError::Io {
-            message: format!("cannot read the input file {}: {e}", path.display()),
+            message: format!(
+                "cannot read the input file {}: {e}",
+                terminal::shown_path(path)
+            ),
         });
     }
     let stdin = std::io::stdin();
@@ -428,7 +434,7 @@ fn plan_command(args: &PlanArgs) -> Result<i32, CliError> {
 
 fn trace_command(cmd: TraceCommand) -> Result<i32, CliError> {
     let trace_error = |path: &Path, e: agentloop_store::TraceError| CliError::Io {
-        message: format!("cannot read the trace {}: {e}", path.display()),
+        message: format!("cannot read the trace {}: {e}", terminal::shown_path(path)),
     };
     match cmd {
         TraceCommand::List { path, json } => {

@@ -71,7 +71,7 @@ async fn list(path: PathBuf, as_json: bool) -> Result<i32, CliError> {
         } else {
             out!(
                 "{} and its subagents' files declare no [[mcp]] servers",
-                file.path.display()
+                crate::terminal::shown_path(&file.path)
             );
         }
         return Ok(code::OK);

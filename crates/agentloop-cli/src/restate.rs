@@ -207,7 +207,10 @@ pub async fn serve(args: ServeArgs) -> Result<i32, CliError> {
         Some(path) => Some(Arc::new(
             agentloop_store::TraceSink::open(path, agentloop_store::TraceOptions::default())
                 .map_err(|e| CliError::Io {
-                    message: format!("cannot open the trace {}: {e}", path.display()),
+                    message: format!(
+                        "cannot open the trace {}: {e}",
+                        crate::terminal::shown_path(path)
+                    ),
                 })?,
         )),
         None => None,

@@ -99,7 +99,10 @@ impl StoreArg {
     fn open(&self) -> Result<SqliteSessions, CliError> {
         if !self.sessions.exists() {
             return Err(CliError::Session(SessionError::Io {
-                message: format!("no session store at {}", self.sessions.display()),
+                message: format!(
+                    "no session store at {}",
+                    crate::terminal::shown_path(&self.sessions)
+                ),
             }));
         }
         Ok(SqliteSessions::open(&self.sessions)?)

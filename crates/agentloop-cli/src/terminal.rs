@@ -38,6 +38,35 @@ pub fn escape_invisible(text: &str) -> String {
     out
 }
 
+/// The text with every control character but line breaks and tabs written as `\u{…}`: what the
+/// command prints to the operator of its own (its messages, errors and warnings) may quote a
+/// name it was given or found (a file's, a run's), and a name can hold a terminal's escape
+/// sequences (`ESC ] 0 ; … BEL` sets the window title; others rewrite the screen). Unlike
+/// [`escape_invisible`] it keeps a message's own lines.
+pub fn escape_controls(text: &str) -> String {
+    if !text
+        .chars()
+        .any(|c| c.is_control() && c != '\n' && c != '\t')
+    {
+        return text.to_owned();
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if c.is_control() && c != '\n' && c != '\t' {
+            out.push_str(&format!("\\u{{{:x}}}", u32::from(c)));
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// A path as a message shows it: every invisible character (a line break too, which would
+/// forge a line of the message) written as `\u{…}` (see [`escape_invisible`]).
+pub fn shown_path(path: &std::path::Path) -> String {
+    escape_invisible(&path.display().to_string())
+}
+
 /// Where an [`EscapeFilter`] is within a sequence.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 enum State {
@@ -120,6 +149,19 @@ mod tests {
             "a\\u{200b}b\\u{feff}c\\u{1b}[31m\\u{9b}\\u{7f}\\u{2028}"
         );
         assert_eq!(escape_invisible("naïve 日本 ✓"), "naïve 日本 ✓");
+    }
+
+    #[test]
+    fn controls_but_line_breaks_and_tabs_are_shown_as_escapes_in_messages() {
+        assert_eq!(
+            escape_controls("cannot read a\u{1b}]0;pwned\u{7}.toml:\n\tno\r\u{9b}2J"),
+            "cannot read a\\u{1b}]0;pwned\\u{7}.toml:\n\tno\\u{d}\\u{9b}2J"
+        );
+        assert_eq!(escape_controls("naïve ✓\n"), "naïve ✓\n");
+        assert_eq!(
+            shown_path(std::path::Path::new("a\u{1b}[2J\nb\u{202e}.toml")),
+            "a\\u{1b}[2J\\u{a}b\\u{202e}.toml"
+        );
     }
 
     #[test]

@@ -38,7 +38,10 @@ struct Served {
 pub async fn serve(path: PathBuf, port: u16, eval: Option<PathBuf>) -> Result<i32, CliError> {
     // A trace that cannot be read at all is refused now rather than shown as an error page.
     agentloop_store::read_trace(&path).map_err(|e| CliError::Io {
-        message: format!("cannot read the trace {}: {e}", path.display()),
+        message: format!(
+            "cannot read the trace {}: {e}",
+            crate::terminal::shown_path(&path)
+        ),
     })?;
     if let Some(report) = &eval {
         read_report(report).map_err(|message| CliError::Io { message })?;
@@ -64,7 +67,7 @@ pub async fn serve(path: PathBuf, port: u16, eval: Option<PathBuf>) -> Result<i3
     out!("http://{addr}/");
     err!(
         "agentloop: serving {} at http://{addr}/ (Ctrl-C stops)",
-        path.display()
+        crate::terminal::shown_path(&path)
     );
     let stop = async {
         let _ = tokio::signal::ctrl_c().await;
@@ -117,7 +120,12 @@ async fn runs(State(served): State<Arc<Served>>) -> Response {
 fn read_report(path: &Path) -> Result<agentloop_eval::Report, String> {
     let text =
         agentloop_cli::text_file::read_text(path, agentloop_cli::text_file::MAX_REPORT_BYTES)
-            .map_err(|e| format!("cannot read the evaluation {}: {e}", path.display()))?;
+            .map_err(|e| {
+                format!(
+                    "cannot read the evaluation {}: {e}",
+                    crate::terminal::shown_path(path)
+                )
+            })?;
     agentloop_eval::Report::from_json(&text, &path.display().to_string()).map_err(|e| e.to_string())
 }
 

@@ -525,3 +525,64 @@ fn a_file_that_is_no_journal_is_refused_by_every_journal_command_and_left_unchan
         assert!(String::from_utf8_lossy(&out.stdout).contains("finished"));
     }
 }
+
+/// A file name that sets a terminal's window title when printed raw (OSC 0, ended by BEL).
+const PWNED: &str = "x\u{1b}]0;pwned\u{7}";
+
+#[test]
+fn a_path_holding_terminal_escapes_is_shown_escaped_in_every_message() {
+    let dir = scripted_dir();
+    let d = dir.path();
+    let named = |ext: &str| format!("{PWNED}.{ext}");
+    // An agent file by that name with a problem in it, an empty "journal", and names of files
+    // that do not exist.
+    std::fs::write(
+        d.join(named("toml")),
+        format!("{SCRIPTED}unknown_key = 1\n"),
+    )
+    .unwrap();
+    std::fs::write(d.join(named("db")), b"").unwrap();
+    let (toml, db, missing) = (named("toml"), named("db"), format!("missing-{PWNED}.txt"));
+    let commands: [(&[&str], i32); 7] = [
+        (&["plan", &toml], 3),
+        (&["plan", &missing], 3),
+        (&["run", "agent.toml", "--input-file", &missing], 1),
+        (&["journal", "list", "--journal", &db], 9),
+        (&["trace", "show", &missing], 1),
+        (&["eval", "agent.toml", "--cases", &missing], 3),
+        (
+            &[
+                "run",
+                "agent.toml",
+                "--input",
+                "hi",
+                "--trace",
+                &format!("{missing}/t.ndjson"),
+            ],
+            1,
+        ),
+    ];
+    for (args, code) in commands {
+        let out = bounded(d, args, None, Duration::from_secs(20)).unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(code), "{args:?}: {err:?}");
+        assert!(
+            !err.contains('\u{1b}') && !err.contains('\u{7}'),
+            "{args:?} printed the escape raw: {err:?}"
+        );
+        assert!(
+            err.contains("x\\u{1b}]0;pwned\\u{7}"),
+            "{args:?} does not name the file: {err:?}"
+        );
+    }
+    // A line break in a path the command was given forges no line of its message either.
+    let forged = "a\nagentloop: all is well.toml";
+    let out = bounded(d, &["plan", forged], None, Duration::from_secs(20)).unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{err:?}");
+    assert!(
+        err.contains("a\\u{a}agentloop: all is well.toml"),
+        "{err:?}"
+    );
+    assert!(!err.contains("\nagentloop: all is well"), "{err:?}");
+}

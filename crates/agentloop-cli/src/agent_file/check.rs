@@ -37,7 +37,7 @@ pub struct Problems {
 impl Problems {
     pub(super) fn new(file: &Path, text: &str) -> Self {
         Problems {
-            file: file.display().to_string(),
+            file: crate::terminal::shown_path(file),
             text: text.to_owned(),
             list: Vec::new(),
         }

@@ -187,7 +187,7 @@ impl AgentFile {
     fn load_in(path: &Path, chain: &mut Vec<PathBuf>) -> Result<AgentFile, LoadError> {
         let text = crate::text_file::read_text(path, crate::text_file::MAX_AGENT_TEXT_BYTES)
             .map_err(|e| LoadError::Read {
-                path: path.display().to_string(),
+                path: crate::terminal::shown_path(path),
                 message: e.to_string(),
             })?;
         let mut file = Self::parse(path, &text).map_err(LoadError::Invalid)?;
@@ -306,7 +306,10 @@ impl AgentFile {
             ) {
                 Ok(t) => t,
                 Err(e) => {
-                    let msg = format!("cannot read the agent file {}: {e}", target.display());
+                    let msg = format!(
+                        "cannot read the agent file {}: {e}",
+                        crate::terminal::shown_path(&target)
+                    );
                     problems.at(&at, Some(h.agent.span()), msg);
                     continue;
                 }
@@ -314,7 +317,10 @@ impl AgentFile {
             let parsed = match Self::parse(&target, &text) {
                 Ok(f) => f,
                 Err(p) => {
-                    let msg = format!("the agent file {} is invalid:\n{p}", target.display());
+                    let msg = format!(
+                        "the agent file {} is invalid:\n{p}",
+                        crate::terminal::shown_path(&target)
+                    );
                     problems.at(&at, Some(h.agent.span()), msg);
                     continue;
                 }

@@ -36,6 +36,7 @@ pub fn price(model: &ModelSpec) -> Option<(Price, PriceSource)> {
 /// A scripted model's script file: the core reads JSON, the CLI reads the file.
 pub fn read_script(path: &std::path::Path) -> Result<ScriptedModel, String> {
     let text = crate::text_file::read_text(path, crate::text_file::MAX_AGENT_TEXT_BYTES)
-        .map_err(|e| format!("script {}: {e}", path.display()))?;
-    ScriptedModel::from_json(&text).map_err(|e| format!("script {}: {e}", path.display()))
+        .map_err(|e| format!("script {}: {e}", crate::terminal::shown_path(path)))?;
+    ScriptedModel::from_json(&text)
+        .map_err(|e| format!("script {}: {e}", crate::terminal::shown_path(path)))
 }

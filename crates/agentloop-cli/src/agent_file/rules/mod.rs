@@ -61,7 +61,10 @@ pub(super) fn check_rules(
                 problems.at(
                     "instructions_file",
                     span_of(file),
-                    format!("cannot read {}: {e}", dir.join(file.get_ref()).display()),
+                    format!(
+                        "cannot read {}: {e}",
+                        crate::terminal::shown_path(&dir.join(file.get_ref()))
+                    ),
                 );
                 None
             }

@@ -33,7 +33,7 @@ pub(super) fn check_command(
             span_of(command),
             format!(
                 "the program {program} does not exist (looked at {})",
-                dir.join(program).display()
+                crate::terminal::shown_path(&dir.join(program))
             ),
         ),
         Some(_) => {}
@@ -66,7 +66,10 @@ fn check_agent_tool(
         problems.at(
             &join(path, "agent"),
             span_of(agent),
-            format!("the agent file {} does not exist", file.display()),
+            format!(
+                "the agent file {} does not exist",
+                crate::terminal::shown_path(&file)
+            ),
         );
     }
     let command_only = [
@@ -262,7 +265,7 @@ fn check_root(tool: &ToolFileSpec, path: &str, dir: &Path, problems: &mut Proble
             span_of(root),
             format!(
                 "the root {} is not an existing folder",
-                dir.join(root.get_ref()).display()
+                crate::terminal::shown_path(&dir.join(root.get_ref()))
             ),
         );
     }
