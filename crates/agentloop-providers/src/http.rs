@@ -96,10 +96,15 @@ pub struct HttpConfig {
     /// The largest whole (non-streamed) response body read; a larger one fails as it arrives,
     /// rather than being held in memory whole (a server that never ends its body).
     pub max_response_bytes: usize,
+    /// The most bytes a streamed response's body may carry in all: a server that streams without
+    /// end, each event within the idle timeout, fails once past it rather than growing the
+    /// answer in memory for ever. Generous: an event stream repeats its envelope with every
+    /// token, so a 128k-token answer is tens of MiB of events.
+    pub max_stream_bytes: usize,
 }
 
 /// Defaults: 10 s to connect, no limit on the whole request, 5 min of silence, 8 MiB requests,
-/// 16 MiB events and 32 MiB whole responses.
+/// 16 MiB events, 32 MiB whole responses and 256 MiB streamed ones.
 impl Default for HttpConfig {
     fn default() -> Self {
         HttpConfig {
@@ -114,6 +119,7 @@ impl Default for HttpConfig {
             max_error_body_bytes: 64 * 1024,
             max_event_bytes: 16 * 1024 * 1024,
             max_response_bytes: 32 * 1024 * 1024,
+            max_stream_bytes: 256 * 1024 * 1024,
         }
     }
 }

@@ -40,6 +40,7 @@ where
         Some(config.idle_timeout),
         config.max_event_bytes,
     )
+    .with_max_bytes(config.max_stream_bytes)
 }
 
 /// Reads a whole event-stream body held in memory, without a runtime, with the same final blank
@@ -74,6 +75,8 @@ pub struct SseStream {
     sleep: Option<Pin<Box<tokio::time::Sleep>>>,
     provider: String,
     done: bool,
+    /// The bytes the body may still carry (see [`SseStream::with_max_bytes`]).
+    budget: usize,
 }
 
 impl fmt::Debug for SseStream {
@@ -99,7 +102,17 @@ impl SseStream {
             sleep: None,
             provider: provider.to_owned(),
             done: false,
+            budget: usize::MAX,
         }
+    }
+
+    /// Fails the stream (with [`ModelErrorKind::Decode`], as a whole body over its budget does)
+    /// once its body has carried more than `max` bytes in all: the bound on a stream that never
+    /// ends, which the idle timeout and the event budget alone do not give.
+    #[must_use]
+    pub fn with_max_bytes(mut self, max: usize) -> Self {
+        self.budget = max;
+        self
     }
 
     /// Reads events from bytes already in memory, without a runtime: the parsing path that
@@ -138,6 +151,16 @@ impl Stream for SseStream {
             match self.bytes.as_mut().poll_next(cx) {
                 Poll::Ready(Some(Ok(chunk))) => {
                     self.sleep = None;
+                    let Some(left) = self.budget.checked_sub(chunk.len()) else {
+                        self.done = true;
+                        return Poll::Ready(Some(Err(ModelError::new(
+                            ModelErrorKind::Decode,
+                            "the event stream is larger than the budget of its response \
+                             (max_stream_bytes)",
+                        )
+                        .with_provider(self.provider.clone()))));
+                    };
+                    self.budget = left;
                     if let Err(message) = self.framer.feed(&chunk) {
                         return self.fail(message);
                     }

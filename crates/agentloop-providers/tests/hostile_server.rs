@@ -107,6 +107,7 @@ fn small_config(uri: &str) -> HttpConfig {
     config.idle_timeout = Duration::from_secs(5);
     config.max_event_bytes = 1024 * 1024;
     config.max_response_bytes = 1024 * 1024;
+    config.max_stream_bytes = 2 * 1024 * 1024;
     config
 }
 
@@ -154,6 +155,59 @@ async fn a_whole_body_that_never_ends_fails_at_the_response_budget() {
         let err = ask(model.as_ref()).await.unwrap_err();
         assert_eq!(err.kind, ModelErrorKind::Decode, "{err}");
         assert!(err.message.contains("budget"), "{err}");
+    }
+}
+
+#[tokio::test]
+async fn an_event_stream_that_never_ends_fails_at_the_stream_budget() {
+    // Well-formed text deltas, each event small and the next one at once (so neither the event
+    // budget nor the idle timeout fires): the answer would grow in memory for as long as the
+    // server likes. It fails once the stream passes its budget, on every provider.
+    let chat_events = Reply {
+        content_type: "text/event-stream",
+        body: b"data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\"}}]}\n\n"
+            .to_vec(),
+        endless: Some(b"data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"aaaa\"}}]}\n\n"),
+    };
+    let anthropic_events = Reply {
+        content_type: "text/event-stream",
+        body: concat!(
+            "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"m\",",
+            "\"type\":\"message\",\"role\":\"assistant\",\"content\":[],\"model\":\"c\",",
+            "\"usage\":{\"input_tokens\":1,\"output_tokens\":1}}}\n\n",
+            "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,",
+            "\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n",
+        )
+        .as_bytes()
+        .to_vec(),
+        endless: Some(
+            b"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"aaaa\"}}\n\n",
+        ),
+    };
+    let responses_events = Reply {
+        content_type: "text/event-stream",
+        body: concat!(
+            "event: response.created\ndata: {\"type\":\"response.created\",\"response\":",
+            "{\"id\":\"r\",\"status\":\"in_progress\",\"output\":[]}}\n\n",
+            "event: response.output_item.added\ndata: {\"type\":\"response.output_item.added\",",
+            "\"output_index\":0,\"item\":{\"type\":\"message\",\"id\":\"m\",\"role\":\"assistant\",",
+            "\"content\":[]}}\n\n",
+        )
+        .as_bytes()
+        .to_vec(),
+        endless: Some(
+            b"event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"item_id\":\"m\",\"output_index\":0,\"content_index\":0,\"delta\":\"aaaa\"}\n\n",
+        ),
+    };
+    let models: Vec<Box<dyn Model>> = vec![
+        Box::new(chat(&serve(vec![chat_events]).await, true)),
+        Box::new(anthropic(&serve(vec![anthropic_events]).await, true)),
+        Box::new(responses(&serve(vec![responses_events]).await, true)),
+    ];
+    for model in &models {
+        let err = ask(model.as_ref()).await.unwrap_err();
+        assert_eq!(err.kind, ModelErrorKind::Decode, "{err}");
+        assert!(err.message.contains("max_stream_bytes"), "{err}");
     }
 }
 
