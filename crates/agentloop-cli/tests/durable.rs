@@ -781,3 +781,28 @@ sandbox = "{mode}"
         assert!(live.is_empty(), "{mode}: still alive: {live:?}");
     }
 }
+
+#[test]
+fn a_finished_journaled_run_leaves_its_journal_whole_in_one_file() {
+    // The journal's writer thread closes its connection (which moves the WAL back into the file
+    // and removes it) before the process ends: the file alone holds every step, so a copy of it
+    // is the whole journal. The race it lost before came out about one run in two.
+    for level in [None, Some("process")] {
+        let dir = crash_dir_at(level);
+        for round in 0..5 {
+            let journal = dir.path(&format!("runs-{round}.db"));
+            let out = run_cmd(&dir, &journal, &[]).output().unwrap();
+            exited(&out, 0, "the command");
+            for leftover in ["-wal", "-shm"] {
+                let mut side = journal.as_os_str().to_owned();
+                side.push(leftover);
+                assert!(
+                    !Path::new(&side).exists(),
+                    "{level:?}, run {round}: {} is left beside the journal",
+                    Path::new(&side).display()
+                );
+            }
+            assert_eq!(run_ids(&dir, &journal).len(), 1);
+        }
+    }
+}

@@ -230,6 +230,8 @@ pub(super) enum Queued {
     Checkpoint,
     /// A run let go: the writer forgets what it knew of it.
     Forget(String),
+    /// The last handle is gone: the writer commits what came before and ends.
+    Stop,
 }
 
 /// The file's connection and what its writer knows, used by one committer at a time.
@@ -249,6 +251,29 @@ pub(super) struct WriterHandle {
     /// How many gathered commits were asked for, and how many writes the last one held.
     asked: AtomicUsize,
     last_group: AtomicUsize,
+    /// The writer thread, joined when the handle goes.
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+/// The writer's last commits are waited for, so that the connection closes here, before the
+/// process can end: closing it is what moves the WAL back into the file and removes it. A
+/// process that ended first (the CLI's `main` returned while the thread still ran) left its
+/// last steps in `FILE-wal`, where a copy of the file alone would miss them.
+impl Drop for WriterHandle {
+    fn drop(&mut self) {
+        let jobs = std::mem::take(&mut *lock(&self.gathered));
+        if !jobs.is_empty() {
+            let _ = self.tx.send(Queued::Many(jobs));
+        }
+        let _ = self.tx.send(Queued::Stop);
+        // Never on the writer's own thread (a job holding the last handle): it would wait on
+        // itself.
+        if let Some(thread) = self.thread.take()
+            && thread.thread().id() != std::thread::current().id()
+        {
+            let _ = thread.join();
+        }
+    }
 }
 
 /// How often a write that would commit alone still waits a pass of the scheduler for others.
@@ -430,7 +455,7 @@ pub(super) fn writer_for(
     }));
     let (tx, rx) = mpsc::channel::<Queued>();
     let serving = Arc::clone(&shared);
-    std::thread::Builder::new()
+    let thread = std::thread::Builder::new()
         .name("agentloop-journal".into())
         .spawn(move || serve(&serving, &rx))
         .map_err(io)?;
@@ -440,6 +465,7 @@ pub(super) fn writer_for(
         gathered: Mutex::new(Vec::new()),
         asked: AtomicUsize::new(0),
         last_group: AtomicUsize::new(0),
+        thread: Some(thread),
     });
     if fault.is_none()
         && let Some(key) = key.or_else(|| std::fs::canonicalize(path).ok())
@@ -509,14 +535,20 @@ fn serve(shared: &Mutex<Shared>, rx: &mpsc::Receiver<Queued>) {
         Queued::Many(jobs) => group.extend(jobs),
         Queued::Checkpoint => {}
         Queued::Forget(run_id) => forgotten.push(run_id),
+        Queued::Stop => {}
     };
-    while let Ok(first) = rx.recv() {
+    let mut stopping = false;
+    while !stopping && let Ok(first) = rx.recv() {
         let mut group = Vec::new();
         let mut forgotten = Vec::new();
+        stopping = matches!(first, Queued::Stop);
         take(&mut group, &mut forgotten, first);
-        while group.len() < MAX_GROUP {
+        while !stopping && group.len() < MAX_GROUP {
             match rx.try_recv() {
-                Ok(queued) => take(&mut group, &mut forgotten, queued),
+                Ok(queued) => {
+                    stopping = matches!(queued, Queued::Stop);
+                    take(&mut group, &mut forgotten, queued);
+                }
                 Err(_) => break,
             }
         }
