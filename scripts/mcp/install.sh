@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Installs the MCP servers the tests run, and the MCP clients that test `agentloop mcp serve` (the
-# Inspector's CLI, the official Python SDK), at the versions pinned beside this script
+# Installs the MCP servers the tests run, the MCP clients that test `agentloop mcp serve` (the
+# Inspector's CLI, the official Python SDK), and the official MCP conformance suite (its
+# `conformance` command judges both sides of agentloop), at the versions pinned beside this script
 # (package.json and package-lock.json for npm, requirements.txt and constraints.txt for PyPI: their
 # dependencies too), once, into $AGENTLOOP_CACHE/mcp-servers. Registries only.
 # Prints that folder on stdout: node_modules/.bin/ and venv/bin/ hold the servers' commands, and
-# venv/bin/node is the Node.js (from PyPI) the Inspector runs on.
+# venv/bin/node is the Node.js (from PyPI) the Inspector and the conformance suite run on.
 # Safe to run from tests in parallel: one installer at a time, and a stamp of what was installed.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
