@@ -9,7 +9,7 @@ mod transport;
 
 use std::sync::Arc;
 
-use agentloop::message::ToolContent;
+use agentloop::message::{ContentPart, ToolContent};
 use agentloop::model::ModelResponse;
 use agentloop::permissions::ApprovalPrompter;
 use agentloop::testing::ScriptedModel;
@@ -446,6 +446,70 @@ async fn run_tool(
             }
             r
         }
-        other => CallToolResult::success(vec![ContentBlock::text(other.to_text())]),
+        other => CallToolResult::success(content_blocks(other)),
+    }
+}
+
+/// A call's content as MCP content blocks: its images stay images (an MCP server's screenshot
+/// served again reaches the client as one), the rest is text.
+fn content_blocks(content: &ToolContent) -> Vec<ContentBlock> {
+    let ToolContent::Parts(parts) = content else {
+        return vec![ContentBlock::text(content.to_text())];
+    };
+    parts
+        .iter()
+        .map(|part| match part {
+            ContentPart::Text { text } => ContentBlock::text(text.clone()),
+            ContentPart::Image { url, media_type } => match base64_data(url) {
+                Some((mime, data)) => {
+                    ContentBlock::image(data, media_type.as_deref().unwrap_or(mime))
+                }
+                // An image by address is not MCP image content (that is base64): it is named.
+                None => ContentBlock::text(format!("[image: {url}]")),
+            },
+        })
+        .collect()
+}
+
+/// The media type and the base64 data of a `data:MEDIA;base64,DATA` URL.
+fn base64_data(url: &str) -> Option<(&str, &str)> {
+    url.strip_prefix("data:")?.split_once(";base64,")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_results_images_are_served_as_mcp_images_and_its_text_as_text() {
+        let content = ToolContent::Parts(vec![
+            ContentPart::Text {
+                text: "a screenshot".into(),
+            },
+            ContentPart::Image {
+                url: "data:image/png;base64,iVBORw0KGgo=".into(),
+                media_type: Some("image/png".into()),
+            },
+            ContentPart::Image {
+                url: "https://example.com/cat.jpg".into(),
+                media_type: None,
+            },
+        ]);
+        let blocks = serde_json::to_value(content_blocks(&content)).unwrap_or_default();
+        assert_eq!(
+            blocks,
+            json!([
+                {"type": "text", "text": "a screenshot"},
+                {"type": "image", "data": "iVBORw0KGgo=", "mimeType": "image/png"},
+                {"type": "text", "text": "[image: https://example.com/cat.jpg]"}
+            ])
+        );
+    }
+
+    #[test]
+    fn text_and_json_content_is_one_text_block() {
+        let blocks = serde_json::to_value(content_blocks(&ToolContent::Text("hi".into())))
+            .unwrap_or_default();
+        assert_eq!(blocks, json!([{"type": "text", "text": "hi"}]));
     }
 }
