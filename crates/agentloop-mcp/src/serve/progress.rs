@@ -1,7 +1,7 @@
 //! What a served call tells its client while it runs, and what it cannot ask it. A run's events
-//! become MCP progress notifications (one per turn, tool start and end, and the run's end, never
-//! a model's deltas), sent in order from a task of their own so that the loop never waits on
-//! the client. A call the agent's permissions `ask` about has nobody to answer it at the server:
+//! become MCP progress notifications (one per turn, tool start, progress and end, and the run's
+//! end, never a model's deltas), sent in order from a task of their own so that the loop never
+//! waits on the client. A call the agent's permissions `ask` about has nobody to answer it at the server:
 //! a client that declared elicitation (form mode) is asked (approve, or not; a declined question
 //! denies the call, a cancelled one stops the run), and with any other client the run is stopped
 //! and the client reads an error result naming the tool.
@@ -114,6 +114,11 @@ fn describe(event: &Event, detail: Detail) -> Option<String> {
     Some(match &event.kind {
         EventKind::TurnStarted if detail == Detail::Run => format!("turn {}", event.turn),
         EventKind::ToolStarted { tool, .. } => format!("calling {tool}"),
+        // What a running tool reports (an MCP server's tool's own progress among it) goes on to
+        // the client: a long call otherwise says nothing between its start and its end.
+        EventKind::ToolProgress { tool, progress, .. } => {
+            format!("{tool}: {}", progress_text(progress))
+        }
         EventKind::ToolFinished { tool, outcome, .. } => {
             let status = serde_json::to_value(outcome.status).unwrap_or_default();
             format!("{tool}: {}", status.as_str().unwrap_or("ended"))
@@ -124,6 +129,24 @@ fn describe(event: &Event, detail: Detail) -> Option<String> {
         }
         _ => return None,
     })
+}
+
+/// A tool's progress report as a line: its message, else how far it is (`50/100`), else its
+/// JSON.
+fn progress_text(progress: &Value) -> String {
+    if let Some(text) = progress.as_str() {
+        return text.to_owned();
+    }
+    if let Some(message) = progress.get("message").and_then(Value::as_str) {
+        return message.to_owned();
+    }
+    match (progress.get("progress"), progress.get("total")) {
+        (Some(done), Some(total)) if done.is_number() && total.is_number() => {
+            format!("{done}/{total}")
+        }
+        (Some(done), _) if done.is_number() => done.to_string(),
+        _ => progress.to_string(),
+    }
 }
 
 /// The approver of a served call: the client, by elicitation, where it takes it; else nobody,
@@ -238,6 +261,51 @@ async fn elicit(
             // Cancelled: the client stops the whole call.
             cancel.cancel();
             Err("the client cancelled the question".to_owned())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn progress(report: Value) -> Event {
+        Event {
+            run_id: "r1".into(),
+            turn: 1,
+            kind: EventKind::ToolProgress {
+                call_id: "c1".into(),
+                tool: "render".into(),
+                progress: report,
+            },
+        }
+    }
+
+    #[test]
+    fn a_tools_progress_is_a_line_for_the_client_in_either_detail() {
+        for detail in [Detail::Run, Detail::Calls] {
+            let seen: Vec<Option<String>> = [
+                json!({"progress": 50, "total": 100, "message": null}),
+                json!({"progress": 2, "total": null, "message": null}),
+                json!({"progress": 1, "total": 3, "message": "page 1 of 3"}),
+                json!("halfway"),
+                json!({"rows": 10}),
+            ]
+            .into_iter()
+            .map(|r| describe(&progress(r), detail))
+            .collect();
+            assert_eq!(
+                seen,
+                [
+                    "render: 50/100",
+                    "render: 2",
+                    "render: page 1 of 3",
+                    "render: halfway",
+                    "render: {\"rows\":10}"
+                ]
+                .map(|s| Some(s.to_owned()))
+            );
         }
     }
 }
