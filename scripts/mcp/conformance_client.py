@@ -1,0 +1,60 @@
+# The MCP conformance suite's client under test: agentloop's own MCP client, through the
+# `agentloop` command, as an agent file's `[[mcp]]` entry uses it.
+# Usage: conformance_client.py AGENTLOOP URL (the suite appends URL and names the scenario in
+# MCP_CONFORMANCE_SCENARIO). It writes an agent file whose one MCP server is URL, lists its tools
+# (`agentloop mcp list --json`), and, where the scenario wants calls, runs a scripted agent that
+# makes them (`agentloop run --json`): `tools_call` adds two numbers, `sse-retry` calls the tool
+# whose stream the suite cuts, `json-schema-2020-12-preservation` echoes the schema agentloop
+# listed. Exits as the last command did. Used by crates/agentloop-cli/tests/mcp_conformance.rs.
+import json, os, subprocess, sys, tempfile
+
+
+def agentloop_run(*args):
+    done = subprocess.run([agentloop, *args], capture_output=True, text=True)
+    sys.stderr.write(done.stderr)
+    print(done.stdout)
+    return done
+
+
+def calls_for(scenario, tools):
+    if scenario == "tools_call":
+        return [("add_numbers", {"a": 5, "b": 3})]
+    if scenario == "sse-retry":
+        return [("test_reconnection", {})]
+    if scenario == "json-schema-2020-12-preservation":
+        return [("json_schema_echo", {"schema": tools["json_schema_2020_12_tool"]["input_schema"]})]
+    return []
+
+
+agentloop, url = sys.argv[1], sys.argv[-1]
+scenario = os.environ.get("MCP_CONFORMANCE_SCENARIO", "")
+with tempfile.TemporaryDirectory(prefix="agentloop-conformance-") as work:
+    agent = os.path.join(work, "agent.toml")
+    script = os.path.join(work, "script.json")
+    with open(agent, "w") as f:
+        f.write(f"""name = "conformance-client"
+[model]
+provider = "scripted"
+script = "script.json"
+
+[[mcp]]
+name = "server"
+url = {json.dumps(url)}
+prefix = ""
+""")
+    # Listing needs no model, but the file names its script: an empty one until the calls are known.
+    with open(script, "w") as f:
+        f.write("[]")
+    listed = agentloop_run("mcp", "list", "--json", agent)
+    if listed.returncode != 0:
+        sys.exit(listed.returncode)
+    tools = {t["name"]: t for s in json.loads(listed.stdout)["servers"] for t in s["tools"]}
+    calls = calls_for(scenario, tools)
+    if not calls:
+        sys.exit(0)
+    with open(script, "w") as f:
+        json.dump([
+            {"tool_calls": [{"id": f"c{i}", "name": n, "arguments": a} for i, (n, a) in enumerate(calls)]},
+            {"text": "done"},
+        ], f)
+    sys.exit(agentloop_run("run", "--json", "--input", "Call the tools.", agent).returncode)
