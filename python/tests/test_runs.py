@@ -3,6 +3,7 @@ errors' codes."""
 
 from __future__ import annotations
 
+import _thread
 import asyncio
 import copy
 import dataclasses
@@ -485,6 +486,70 @@ def test_a_cancelled_run_tells_its_running_tool_at_once_and_its_cleanup_ends_bef
     out = agent(Limits(timeout=0.3)).run("Go.")
     assert out.stop_reason == "deadline" and out.tool_calls[0].status == "cancelled"
     assert len(cleaned) == 2 and told[1] - started < 1.3
+
+
+def test_a_cancelled_run_ends_as_soon_as_its_tools_have_stopped() -> None:
+    # The run's grace period (2 s) bounds the tools that do not stop when told; a run whose
+    # tools stop (their `finally` done) ends then, its call recorded `cancelled` all the same.
+    agent, started, cancelled = hanging_agent()
+
+    async def cancel_the_task() -> float:
+        task = asyncio.ensure_future(agent.run_async("Go."))
+        while not started.is_set():
+            await asyncio.sleep(0.01)
+        at = time.monotonic()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return time.monotonic() - at
+
+    assert asyncio.run(cancel_the_task()) < 1.5
+    assert cancelled == [True]
+
+    agent, started, cancelled = hanging_agent()
+
+    async def leave_the_stream() -> Tuple[float, object]:
+        stream = agent.stream("Go.")
+        events = stream.__aiter__()
+        async for event in events:
+            if event.type == "tool_started":
+                while not started.is_set():
+                    await asyncio.sleep(0.01)
+                break
+        at = time.monotonic()
+        await events.aclose()  # type: ignore[attr-defined]
+        return time.monotonic() - at, stream.outcome
+
+    took, outcome = asyncio.run(leave_the_stream())
+    assert took < 1.5
+    assert isinstance(outcome, RunOutcome) and outcome.stop_reason == "cancelled", outcome
+    assert [c.status for c in outcome.tool_calls] == ["cancelled"], outcome.tool_calls
+    assert cancelled == [True]
+
+    # Ctrl-C in a blocking run: the run is cancelled, its tool stops, and the interrupt goes on.
+    agent, started, cancelled = hanging_agent()
+    interrupted: List[float] = []
+
+    def press_ctrl_c() -> None:
+        if started.wait(10):
+            interrupted.append(time.monotonic())
+            _thread.interrupt_main()
+
+    threading.Thread(target=press_ctrl_c, daemon=True).start()
+    with pytest.raises(KeyboardInterrupt):
+        agent.run("Go.")
+    assert time.monotonic() - interrupted[0] < 1.5
+    assert cancelled == [True]
+
+    agent, started, cancelled = hanging_agent()
+    out = Agent(
+        model=ScriptedModel([[ToolCall("hang", {})], "never"]),
+        tools=agent.tools,
+        limits=Limits(timeout=0.3),
+    ).run("Go.")
+    assert out.stop_reason == "deadline" and out.duration_ms < 1500, out
+    assert [c.status for c in out.tool_calls] == ["cancelled"]
+    assert cancelled == [True]
 
 
 def test_a_call_that_answers_after_the_run_is_cancelled_is_reported_at_once() -> None:

@@ -60,7 +60,9 @@ tokio::task_local! {
     pub(crate) static EVENT_LOOP: Arc<Outbox>;
 }
 
-/// The code a coroutine call answers with when its task was cancelled (`_tools.py`).
+/// The code a coroutine call answers with when its task was cancelled (`_tools.py`), and a call
+/// cancelled before it started: the run records such a call `cancelled` (the core's
+/// `codes::CANCELLED`).
 const CANCELLED: &str = "cancelled";
 
 /// A call in flight, to cancel if the run stops waiting for it.
@@ -100,31 +102,26 @@ impl Drop for CancelOnDrop {
 /// Waits for a call's reply. When the run is cancelled or its deadline passes, the Python side
 /// is told at once (its task cancelled), not when the run's grace period is over and drops the
 /// call: its cleanup (`except CancelledError`, `finally`) runs within that period, before the
-/// run ends. A call that still answers (a result, or its own error) is reported; one cut short
-/// (its task cancelled, or never started) is left for the grace period to end, so that the run
-/// records it `cancelled`, as any call the run stopped.
+/// run ends. Whatever it answers then is reported as soon as it answers, so a run whose tools
+/// all stopped when told ends without waiting out the period: a call cut short (its task
+/// cancelled, or never started) answers `cancelled`, which the run records as any call it
+/// stopped. The grace period stays the bound for a call that does not stop.
 async fn reply_of(
     rx: &mut oneshot::Receiver<Reply>,
     guard: &mut CancelOnDrop,
     ctx: &ToolContext,
 ) -> Reply {
-    let never_answered = || Err(ToolError::fatal("the tool's Python side never answered"));
     tokio::select! {
         biased;
         reply = &mut *rx => {
             // Answered: nothing to cancel.
             guard.0 = None;
-            reply.unwrap_or_else(|_| never_answered())
+            reply.unwrap_or_else(|_| Err(ToolError::fatal("the tool's Python side never answered")))
         }
         () = ctx.cancel.cancelled() => {
             guard.cancel();
-            match rx.await {
-                Ok(Err(ToolError::Recoverable { code, .. })) if code == CANCELLED => {
-                    std::future::pending().await
-                }
-                Ok(reply) => reply,
-                Err(_) => std::future::pending().await,
-            }
+            // A call dropped unanswered (cancelled before it started) was cut short as well.
+            rx.await.unwrap_or_else(|_| Err(ToolError::new(CANCELLED, "the call was cancelled before it started")))
         }
     }
 }

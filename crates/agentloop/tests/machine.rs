@@ -704,6 +704,60 @@ fn an_interrupted_batch_drains_then_cancels_what_still_runs() {
 }
 
 #[test]
+fn a_call_that_answers_cancelled_once_interrupted_is_recorded_cancelled() {
+    // A tool that stops when told (its task cancelled) answers `cancelled` at once: the run
+    // records it as it records a call the grace period cut short, and ends without that wait.
+    let mut m = machine(Limits::default());
+    respond(
+        &mut m,
+        0,
+        ModelResponse::tool_calls([("a", "echo", "{}"), ("b", "echo", r#"{"x":1}"#)]),
+    );
+    for position in [0, 1] {
+        feed(&mut m, 0, Input::CallStarted { position });
+    }
+    // Before any interruption, `cancelled` is the tool's own error (an awaited future that
+    // someone else cancelled): the model reads it as any error.
+    feed(
+        &mut m,
+        5,
+        Input::CallFinished {
+            position: 1,
+            outcome: CallOutcome::error("cancelled", "CancelledError"),
+            failures: Vec::new(),
+        },
+    );
+    feed(
+        &mut m,
+        10,
+        Input::Interrupted {
+            by: Interrupt::Cancelled,
+        },
+    );
+    assert!(matches!(m.action(), Action::Drain { .. }));
+    feed(
+        &mut m,
+        20,
+        Input::CallFinished {
+            position: 0,
+            outcome: CallOutcome::error("cancelled", "CancelledError: the task was cancelled"),
+            failures: Vec::new(),
+        },
+    );
+    assert!(
+        !matches!(m.action(), Action::Drain { .. }),
+        "the batch is over once its calls answered"
+    );
+    let out = m.into_outcome(Duration::from_millis(20));
+    assert_eq!(out.stop_reason, StopReason::Cancelled);
+    let [cut, own] = [&out.tool_calls[0].outcome, &out.tool_calls[1].outcome];
+    assert_eq!(cut.status, CallStatus::Cancelled);
+    assert_eq!(cut.code.as_deref(), Some("cancelled"));
+    assert_eq!(own.status, CallStatus::Error);
+    assert_every_call_answered(&out.transcript);
+}
+
+#[test]
 fn an_input_that_answers_another_step_fails_the_run_instead_of_guessing() {
     let mut m = machine(Limits::default());
     feed(&mut m, 0, Input::GraceOver);

@@ -187,6 +187,16 @@ impl RunMachine {
         if outcome.subagent.is_some() {
             outcome = self.roll_up(outcome);
         }
+        // A call of an interrupted batch that answers `cancelled` stopped because it was told
+        // to: it was cut short, as one the grace period ends is, not a failure of its own. So
+        // a tool that stops at once when told is recorded as the tools the run had to drop are,
+        // and the run need not wait out the grace period for the same record.
+        if p.interrupted.is_some()
+            && outcome.status == CallStatus::Error
+            && outcome.code.as_deref() == Some(codes::CANCELLED)
+        {
+            outcome.status = CallStatus::Cancelled;
+        }
         let Some(slot) = p
             .slots
             .get_mut(position)
