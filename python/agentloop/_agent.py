@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import dataclasses
+import inspect
 import json
 import os
 from typing import (
     Any,
     AsyncIterator,
+    Awaitable,
     Callable,
     Dict,
     List,
@@ -75,9 +78,15 @@ class ApprovalRequest:
     agent: str = ""
 
 
-#: An approval callback: one answer per request, ``True``/``"allow"`` runs the call,
+#: The answers to approval requests: one per request, ``True``/``"allow"`` runs the call,
 #: ``False``/``"deny"`` refuses it, ``"allow_always"``/``"deny_always"`` answers for the tool.
-Approve = Callable[[List[ApprovalRequest]], Sequence[Union[bool, str]]]
+Answers = Sequence[Union[bool, str]]
+
+#: An approval callback: given the requests, their :data:`Answers`. It may be an ``async def``:
+#: it is then awaited on the run's event loop (yours for ``run_async`` and ``stream``, the
+#: package's own for ``run``), the run waiting for it without blocking that loop. A callback that
+#: raises denies the calls it was asked about, its exception their reason.
+Approve = Callable[[List[ApprovalRequest]], Union[Answers, Awaitable[Answers]]]
 
 
 class Agent:
@@ -414,13 +423,30 @@ async def _until_done(handle: Any, done: "asyncio.Future[_End]") -> _End:
         raise
 
 
-def _approval_callback(approve: Approve) -> Callable[[str], List[str]]:
-    def ask(requests_json: str) -> List[str]:
+def _approval_callback(
+    approve: Approve,
+) -> Callable[[str, asyncio.AbstractEventLoop], "Union[List[str], concurrent.futures.Future[List[str]]]"]:
+    """The callback as the runtime calls it: given the requests' JSON and the run's loop, the
+    answers' words, or (an async callback) the future of them, awaited on that loop."""
+
+    def words(answers: Answers) -> List[str]:
+        return [("allow" if a else "deny") if isinstance(a, bool) else str(a) for a in answers]
+
+    def ask(
+        requests_json: str, loop: asyncio.AbstractEventLoop
+    ) -> "Union[List[str], concurrent.futures.Future[List[str]]]":
         requests = [
             ApprovalRequest(r["call_id"], r["tool"], r.get("arguments"), r.get("agent", ""))
             for r in json.loads(requests_json)
         ]
-        answers = list(approve(requests))
-        return [("allow" if a else "deny") if isinstance(a, bool) else str(a) for a in answers]
+        answers = approve(requests)
+        if inspect.isawaitable(answers):
+            awaited = answers
+
+            async def later() -> List[str]:
+                return words(await awaited)
+
+            return asyncio.run_coroutine_threadsafe(later(), loop)
+        return words(answers)
 
     return ask

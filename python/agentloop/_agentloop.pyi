@@ -1,13 +1,17 @@
 """The native module (Rust, PyO3): what the pure-Python part of the package calls. Users use the
 ``agentloop`` package's classes instead."""
 
-from typing import Any, Callable, Dict, List, Optional, Tuple
+import concurrent.futures
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 __version__: str
 
 # The outcome is its JSON text, or with ``objects=True`` the object itself.
 _End = Tuple[Optional[Any], Optional[str], Optional[str]]
 _OnDone = Callable[[Optional[Any], Optional[str], Optional[str]], None]
+# An approval callback: given the requests' JSON and the run's event loop, the answers' words or
+# (an async callback) a ``concurrent.futures.Future`` of them.
+_Approve = Callable[[str, Any], Union[List[str], "concurrent.futures.Future[List[str]]"]]
 
 def answer(journal: str, run_id: str, call_id: str, word: str) -> None: ...
 def protect_process() -> None:
@@ -37,14 +41,14 @@ class NativeAgent:
         tools: List[Dict[str, Any]],
         dispatcher: Callable[..., Any],
         limits: str,
-        approve: Optional[Callable[[str], List[str]]] = None,
+        approve: Optional[_Approve] = None,
         otel: bool = False,
         otel_payloads: bool = False,
     ) -> None: ...
     @staticmethod
     def from_file(
         path: str,
-        approve: Optional[Callable[[str], List[str]]] = None,
+        approve: Optional[_Approve] = None,
         tools: List[Dict[str, Any]] = ...,
         dispatcher: Optional[Callable[..., Any]] = None,
         otel: Optional[bool] = None,

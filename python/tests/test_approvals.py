@@ -4,10 +4,11 @@ recorded."""
 
 from __future__ import annotations
 
+import asyncio
 import pathlib
-from typing import List
+from typing import List, Tuple, Union
 
-from agentloop import Agent, ApprovalRequest, ScriptedModel, ToolCall, tool
+from agentloop import Agent, ApprovalRequest, RunOutcome, ScriptedModel, ToolCall, tool
 
 
 def deleting_agent(deleted: List[str], approve=None) -> Agent:
@@ -66,4 +67,53 @@ def test_without_a_callback_or_journal_the_call_is_denied() -> None:
     deleted: List[str] = []
     out = deleting_agent(deleted).run("Clean up.")
     assert out.tool_calls[1].status == "denied"
+    assert deleted == []
+
+
+def test_an_async_callback_is_awaited_on_the_runs_loop_and_its_answer_holds() -> None:
+    deleted: List[str] = []
+    loops: List[asyncio.AbstractEventLoop] = []
+
+    async def approve(requests: List[ApprovalRequest]) -> List[Union[bool, str]]:
+        loops.append(asyncio.get_running_loop())
+        await asyncio.sleep(0.01)  # a person answering in a UI, elsewhere on the loop
+        return [r.arguments == {"path": "a"} for r in requests]
+
+    agent = deleting_agent(deleted, approve)
+    out = agent.run("Clean up.")
+    assert [c.status for c in out.tool_calls] == ["ok", "ok"], out.tool_calls
+    assert deleted == ["a"]
+
+    async def on_my_loop() -> Tuple[RunOutcome, asyncio.AbstractEventLoop]:
+        return await agent.run_async("Clean up."), asyncio.get_running_loop()
+
+    out, mine = asyncio.run(on_my_loop())
+    assert [c.status for c in out.tool_calls] == ["ok", "ok"], out.tool_calls
+    assert deleted == ["a", "a"]
+    assert len(loops) == 2 and loops[1] is mine
+
+    async def deny(requests: List[ApprovalRequest]) -> List[str]:
+        return ["deny" for _ in requests]
+
+    out = deleting_agent(deleted, deny).run("Clean up.")
+    assert out.tool_calls[1].status == "denied"
+    assert deleted == ["a", "a"]
+
+
+def test_an_async_callback_that_raises_denies_with_its_error() -> None:
+    deleted: List[str] = []
+
+    async def approve(requests: List[ApprovalRequest]) -> List[bool]:
+        await asyncio.sleep(0)
+        raise RuntimeError("the approval service is down")
+
+    for run in (
+        lambda a: a.run("Clean up."),
+        lambda a: asyncio.run(a.run_async("Clean up.")),
+    ):
+        out = run(deleting_agent(deleted, approve))
+        assert out.stop_reason == "finished"
+        delete = out.tool_calls[1]
+        assert delete.status == "denied" and delete.error is not None
+        assert "RuntimeError: the approval service is down" in delete.error.message
     assert deleted == []

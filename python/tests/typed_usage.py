@@ -9,6 +9,7 @@ from typing import List, Optional
 from agentloop import (
     Agent,
     AgentloopError,
+    ApprovalRequest,
     Event,
     FunctionModel,
     Limits,
@@ -34,6 +35,15 @@ def answer(request: ModelRequest) -> Reply:
     return Reply(text="done", input_tokens=len(request.messages))
 
 
+def allow_reads(requests: List[ApprovalRequest]) -> List[bool]:
+    return [r.tool == "read" for r in requests]
+
+
+async def ask_a_person(requests: List[ApprovalRequest]) -> List[str]:
+    await asyncio.sleep(0)
+    return ["allow_always" if r.tool == "read" else "deny" for r in requests]
+
+
 def use() -> Optional[str]:
     protect_process()
     agent = Agent(
@@ -54,6 +64,8 @@ def use() -> Optional[str]:
     except AgentloopError as e:
         codes.append(e.code)
     Agent(model=FunctionModel(answer))
+    Agent(model=FunctionModel(answer), approve=allow_reads)
+    Agent(model=FunctionModel(answer), approve=ask_a_person)
     exported: bool = Agent(model=FunctionModel(answer), otel=True, otel_payloads=False).otel
 
     async def events() -> List[Event]:

@@ -17,6 +17,7 @@ use agentloop_store::{JournalReader, SqliteJournal, SqliteSessions, TraceOptions
 use futures::future::BoxFuture;
 use pyo3::prelude::*;
 use serde_json::Value;
+use tokio::sync::oneshot;
 
 use crate::drive::Driven;
 use crate::otel::Otel;
@@ -580,8 +581,10 @@ impl EventSink for PythonSink {
     }
 }
 
-/// Approvals from a Python callable: it gets the requests' JSON and answers one of `allow`,
-/// `allow_always`, `deny`, `deny_always` per request; anything else, or an exception, denies.
+/// Approvals from a Python callable: given the requests' JSON and the run's event loop, it
+/// answers one of `allow`, `allow_always`, `deny`, `deny_always` per request, or a
+/// `concurrent.futures.Future` of those words (an `async def` callback, awaited on that loop);
+/// anything else, or an exception, denies, with the exception's text as the reason.
 struct PythonPrompter(Arc<Py<PyAny>>);
 
 impl ApprovalPrompter for PythonPrompter {
@@ -592,17 +595,43 @@ impl ApprovalPrompter for PythonPrompter {
         let f = Arc::clone(&self.0);
         let json = serde_json::to_string(requests).unwrap_or_default();
         let n = requests.len();
+        // The run's loop (the caller's for `run_async` and `stream`, the package's for `run`):
+        // where an async callback is awaited, as the run's coroutine tools are.
+        let outbox = EVENT_LOOP
+            .try_with(Arc::clone)
+            .unwrap_or_else(|_| Arc::new(Outbox::new(None)));
         Box::pin(async move {
             // The callable may block (a person at a prompt): off the runtime's workers.
-            let words = tokio::task::spawn_blocking(move || {
-                Python::attach(|py| {
-                    f.call1(py, (json,))
-                        .and_then(|r| r.extract::<Vec<String>>(py))
-                        .map_err(|e| crate::model::python_error_text(py, &e))
+            let asked = tokio::task::spawn_blocking(move || {
+                Python::attach(|py| -> Result<Asked, String> {
+                    let asked = outbox
+                        .event_loop(py)
+                        .and_then(|event_loop| f.call1(py, (json, event_loop.clone_ref(py))))
+                        .map_err(|e| crate::model::python_error_text(py, &e))?;
+                    if let Ok(words) = asked.extract::<Vec<String>>(py) {
+                        return Ok(Asked::Now(words));
+                    }
+                    // An async callback's answer, to come: the run waits for it without a thread.
+                    let (tx, rx) = oneshot::channel();
+                    Py::new(py, Answered(Mutex::new(Some(tx))))
+                        .and_then(|a| asked.call_method1(py, "add_done_callback", (a,)))
+                        .map_err(|e| crate::model::python_error_text(py, &e))?;
+                    Ok(Asked::Later(rx, CancelAsked(Some(asked))))
                 })
             })
             .await
             .map_err(|e| e.to_string())??;
+            let words = match asked {
+                Asked::Now(words) => words,
+                Asked::Later(rx, mut pending) => {
+                    let words = rx
+                        .await
+                        .unwrap_or_else(|_| Err("the approval callback never answered".into()));
+                    // Answered: nothing to cancel.
+                    pending.0 = None;
+                    words?
+                }
+            };
             if words.len() != n {
                 return Err(format!(
                     "the approval callback answered {} of {n} requests",
@@ -611,5 +640,50 @@ impl ApprovalPrompter for PythonPrompter {
             }
             words.iter().map(|w| answer_of(w)).collect()
         })
+    }
+}
+
+/// An approval callback's words, or why it gave none.
+type Words = Result<Vec<String>, String>;
+
+/// An approval callback's words: given, or to come from an async callback's future.
+enum Asked {
+    Now(Vec<String>),
+    Later(oneshot::Receiver<Words>, CancelAsked),
+}
+
+/// An async approval callback's future, cancelled when the run stops waiting for it (the run
+/// was cancelled, or its deadline passed): the coroutine does not go on asking for nothing.
+struct CancelAsked(Option<Py<PyAny>>);
+
+impl Drop for CancelAsked {
+    fn drop(&mut self) {
+        if let Some(future) = self.0.take() {
+            Python::attach(|py| {
+                if let Err(e) = future.call_method0(py, "cancel") {
+                    e.write_unraisable(py, None);
+                }
+            });
+        }
+    }
+}
+
+/// The done callback of an async approval callback's future (a `concurrent.futures.Future` of
+/// its words).
+#[pyclass(module = "agentloop._agentloop", frozen)]
+pub(crate) struct Answered(Mutex<Option<oneshot::Sender<Words>>>);
+
+#[pymethods]
+impl Answered {
+    fn __call__(&self, py: Python<'_>, future: Py<PyAny>) {
+        let words = future
+            .call_method0(py, "result")
+            .and_then(|r| r.extract::<Vec<String>>(py))
+            .map_err(|e| crate::model::python_error_text(py, &e));
+        let tx = crate::outbox::lock(&self.0).take();
+        if let Some(tx) = tx {
+            // The run may have stopped waiting: then nobody reads the answer.
+            let _ = tx.send(words);
+        }
     }
 }

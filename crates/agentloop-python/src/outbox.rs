@@ -118,7 +118,8 @@ impl Outbox {
         }
     }
 
-    fn event_loop(&self, py: Python<'_>) -> PyResult<&Py<PyAny>> {
+    /// The run's loop: the one it was given, else (first asked) the package's background loop.
+    pub(crate) fn event_loop(&self, py: Python<'_>) -> PyResult<&Py<PyAny>> {
         if let Some(l) = self.event_loop.get() {
             return Ok(l);
         }
