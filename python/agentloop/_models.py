@@ -77,7 +77,10 @@ def _step(answer: Answer) -> Dict[str, Any]:
 
 
 class ScriptedModel:
-    """A model that answers with ``answers`` in order, then fails (``model.exhausted``). A
+    """A model that answers with ``answers`` in order, then fails (``model.exhausted``). Each run
+    of an agent starts the script from its first answer, as each ``agentloop run`` of an agent
+    file does: runs one after the other, or at once, each get the whole script (a conversation
+    over several runs, with ``session``, is scripted with a :class:`FunctionModel` instead). A
     resumed run goes on where its journal left the script."""
 
     def __init__(self, answers: Sequence[Answer]) -> None:

@@ -292,6 +292,26 @@ def test_an_agent_file_runs_as_the_cli_runs_it(repo_root: pathlib.Path) -> None:
     assert out.usage.input_tokens > 0
 
 
+def test_each_run_of_a_scripted_agent_starts_the_script_over(repo_root: pathlib.Path) -> None:
+    agent = Agent(model=ScriptedModel([[ToolCall("noop", {"n": 1})], "done"]), tools=[noop])
+    first, second = agent.run("Go."), agent.run("Again.")
+    for out in (first, second):
+        assert out.stop_reason == "finished" and out.output == "done", out
+        assert [c.tool for c in out.tool_calls] == ["noop"]
+
+    async def at_once() -> List[RunOutcome]:
+        return list(await asyncio.gather(*(agent.run_async(f"Run {i}.") for i in range(4))))
+
+    for out in asyncio.run(at_once()):
+        assert out.output == "done" and [c.tool for c in out.tool_calls] == ["noop"], out
+
+    # An agent file's script too, as each `agentloop run` of the file starts it.
+    weather = Agent.from_file(repo_root / "examples/quickstart/agent.toml")
+    outputs = [weather.run("Paris and Lisbon, in Fahrenheit?").output for _ in range(2)]
+    weather.close()
+    assert all(o is not None and "73.4" in o for o in outputs), outputs
+
+
 def test_errors_carry_the_runtimes_codes(tmp_path: pathlib.Path) -> None:
     with pytest.raises(AgentloopError) as e:
         Agent.from_file(tmp_path / "missing.toml")

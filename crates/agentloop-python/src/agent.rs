@@ -20,6 +20,7 @@ use serde_json::Value;
 use tokio::sync::oneshot;
 
 use crate::drive::Driven;
+use crate::model::RUN_MODELS;
 use crate::otel::Otel;
 use crate::outbox::Outbox;
 use crate::tool::{EVENT_LOOP, ToolDef};
@@ -172,7 +173,7 @@ impl NativeAgent {
         let built: Result<(Agent, StartedMcp), (String, String)> = py.detach(|| {
             rt.block_on(async {
                 let fail = |e: agentloop_cli::error::CliError| (e.code().to_owned(), e.to_string());
-                let model = assemble::model(&file).map_err(fail)?;
+                let model = crate::model::per_run(assemble::model(&file).map_err(fail)?);
                 let mcp = StartedMcp::start(&file).await.map_err(fail)?;
                 match assemble::agent_with(&file, model, &approval, &mcp, tools) {
                     Ok(agent) => Ok((agent, mcp)),
@@ -397,6 +398,8 @@ impl NativeAgent {
             }
             let _ = tx.send(ended);
         };
+        // Each run starts its own script (crate::model::per_run).
+        let task = RUN_MODELS.scope(Mutex::new(Vec::new()), task);
         match launch.event_loop {
             Some(event_loop) if launch.drive && running_here(py, &event_loop)? => {
                 let outbox = Arc::new(Outbox::driven(event_loop.clone_ref(py)));

@@ -2,8 +2,14 @@
 //! own agent-file loader, so a key means the same thing in both), a scripted model (the same
 //! script format as an agent file's `script.json`), or a Python callable answering each request
 //! (a function model, for users' own tests).
+//!
+//! A model whose answers depend on the calls made before (a script) starts over with each run of
+//! the agent ([`PerRun`]), as each `agentloop run` of an agent file does: runs of one agent, one
+//! after the other or at once, each get the whole script, and a resumed run goes on where its
+//! journal left it.
 
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use agentloop::message::{AssistantMessage, ToolCall};
@@ -15,6 +21,7 @@ use agentloop::testing::ScriptedModel;
 use agentloop::tool::ToolSpec;
 use agentloop::{Message, Model};
 use agentloop_cli::agent_file::AgentFile;
+use futures::StreamExt;
 use pyo3::prelude::*;
 use serde::Serialize;
 use tokio::sync::oneshot;
@@ -38,11 +45,11 @@ pub(crate) fn build(
             let file = AgentFile::parse(&Path::new(base).join("agent.toml"), spec)
                 .map_err(|p| error("agent_file.invalid", p))?;
             let model = agentloop_cli::assemble::model(&file).map_err(|e| error(e.code(), e))?;
-            Ok((model, Some(file)))
+            Ok((per_run(model), Some(file)))
         }
         // Streamed, as an agent file's script is by default: its text arrives as deltas.
         ("scripted", _) => ScriptedModel::from_json(spec)
-            .map(|m| (Arc::new(m.streaming(true)) as Arc<dyn Model>, None))
+            .map(|m| (per_run(Arc::new(m.streaming(true))), None))
             .map_err(|e| error("model.script_invalid", e)),
         ("function", Some(f)) => Ok((
             Arc::new(PythonModel {
@@ -55,6 +62,83 @@ pub(crate) fn build(
             "model.unknown",
             format!("no model of kind {kind:?} (a function model needs its callable)"),
         )),
+    }
+}
+
+/// `model`, started over by each run when its answers depend on the calls made before (it has a
+/// [`Model::resumed`] form: a script), else as it is.
+pub(crate) fn per_run(model: Arc<dyn Model>) -> Arc<dyn Model> {
+    if model.resumed(0).is_none() {
+        return model;
+    }
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    Arc::new(PerRun {
+        id: NEXT.fetch_add(1, Ordering::Relaxed),
+        model,
+    })
+}
+
+tokio::task_local! {
+    /// The models the run this task drives started for itself ([`PerRun`]), by their [`PerRun`]'s
+    /// id: set by `NativeAgent::launch` around each run.
+    pub(crate) static RUN_MODELS: Mutex<Vec<(u64, Arc<dyn Model>)>>;
+}
+
+/// A model each run starts over ([`per_run`]): the first call of a run takes the model's
+/// `resumed(0)`, which the run's later calls go on with. Outside a run's task (nothing of the
+/// package calls it there) the model itself answers.
+struct PerRun {
+    /// Which model of the run's [`RUN_MODELS`] is this one's.
+    id: u64,
+    model: Arc<dyn Model>,
+}
+
+impl PerRun {
+    /// This run's own model, made at its first call.
+    fn this_run(&self) -> Option<Arc<dyn Model>> {
+        RUN_MODELS
+            .try_with(|models| {
+                let mut models = models.lock().unwrap_or_else(|p| p.into_inner());
+                if let Some((_, m)) = models.iter().find(|(id, _)| *id == self.id) {
+                    return Arc::clone(m);
+                }
+                let fresh = self
+                    .model
+                    .resumed(0)
+                    .unwrap_or_else(|| Arc::clone(&self.model));
+                models.push((self.id, Arc::clone(&fresh)));
+                fresh
+            })
+            .ok()
+    }
+}
+
+impl Model for PerRun {
+    fn id(&self) -> &str {
+        self.model.id()
+    }
+
+    fn provider(&self) -> &str {
+        self.model.provider()
+    }
+
+    fn stream<'a>(&'a self, request: ModelRequest<'a>) -> ModelStream<'a> {
+        let Some(model) = self.this_run() else {
+            return self.model.stream(request);
+        };
+        // The run's model is owned here, not by `self`: its answer is read whole, then given
+        // (a script's answer is ready at once, or after its delay, in one piece anyway).
+        Box::pin(
+            futures::stream::once(async move {
+                let events: Vec<_> = model.stream(request).collect().await;
+                futures::stream::iter(events)
+            })
+            .flatten(),
+        )
+    }
+
+    fn resumed(&self, model_calls: usize) -> Option<Arc<dyn Model>> {
+        self.model.resumed(model_calls)
     }
 }
 
