@@ -572,6 +572,35 @@ def test_a_cancelled_run_ends_as_soon_as_its_tools_have_stopped() -> None:
     assert cancelled == [True]
 
 
+def test_an_async_model_call_is_cancelled_with_its_run() -> None:
+    # A run that stops while an async function model is answering (a request to a provider, in
+    # a user's own model) cancels that coroutine: it does not go on for nobody.
+    told: List[str] = []
+
+    async def slow_model(request: ModelRequest) -> str:
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            told.append("cancelled")
+            raise
+        return "late"
+
+    async def cancel_the_task() -> None:
+        task = asyncio.ensure_future(Agent(model=slow_model).run_async("Go."))
+        await asyncio.sleep(0.3)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(cancel_the_task())
+    out = Agent(model=slow_model, limits=Limits(timeout=0.3)).run("Go.")
+    assert out.stop_reason == "deadline"
+    waited = time.monotonic() + 5
+    while len(told) < 2 and time.monotonic() < waited:
+        time.sleep(0.01)
+    assert told == ["cancelled", "cancelled"]
+
+
 def test_a_call_that_answers_after_the_run_is_cancelled_is_reported_at_once() -> None:
     # A sync call cannot be stopped: when it answers (here its own error) within the grace
     # period, the run ends with it, rather than at the end of the period.

@@ -20,7 +20,7 @@ use serde_json::Value;
 use tokio::sync::oneshot;
 
 use crate::drive::Driven;
-use crate::model::RUN_MODELS;
+use crate::model::{CancelPending, RUN_MODELS};
 use crate::otel::Otel;
 use crate::outbox::Outbox;
 use crate::tool::{EVENT_LOOP, ToolDef};
@@ -619,7 +619,7 @@ impl ApprovalPrompter for PythonPrompter {
                     Py::new(py, Answered(Mutex::new(Some(tx))))
                         .and_then(|a| asked.call_method1(py, "add_done_callback", (a,)))
                         .map_err(|e| crate::model::python_error_text(py, &e))?;
-                    Ok(Asked::Later(rx, CancelAsked(Some(asked))))
+                    Ok(Asked::Later(rx, CancelPending(Some(asked))))
                 })
             })
             .await
@@ -652,23 +652,7 @@ type Words = Result<Vec<String>, String>;
 /// An approval callback's words: given, or to come from an async callback's future.
 enum Asked {
     Now(Vec<String>),
-    Later(oneshot::Receiver<Words>, CancelAsked),
-}
-
-/// An async approval callback's future, cancelled when the run stops waiting for it (the run
-/// was cancelled, or its deadline passed): the coroutine does not go on asking for nothing.
-struct CancelAsked(Option<Py<PyAny>>);
-
-impl Drop for CancelAsked {
-    fn drop(&mut self) {
-        if let Some(future) = self.0.take() {
-            Python::attach(|py| {
-                if let Err(e) = future.call_method0(py, "cancel") {
-                    e.write_unraisable(py, None);
-                }
-            });
-        }
-    }
+    Later(oneshot::Receiver<Words>, CancelPending),
 }
 
 /// The done callback of an async approval callback's future (a `concurrent.futures.Future` of

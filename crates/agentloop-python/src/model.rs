@@ -205,16 +205,21 @@ impl PythonModel {
             answer
                 .call_method1(py, "add_done_callback", (settled,))
                 .map_err(|e| failed(py, &e))?;
-            Ok(Asked::Later(rx))
+            Ok(Asked::Later(rx, CancelPending(Some(answer))))
         })?;
         match later {
             Asked::Now(now) => Ok(now),
-            Asked::Later(rx) => rx.await.unwrap_or_else(|_| {
-                Err(
-                    ModelError::new(ModelErrorKind::Other, "the function model never answered")
-                        .with_provider("function"),
-                )
-            }),
+            Asked::Later(rx, mut pending) => {
+                let answer = rx.await.unwrap_or_else(|_| {
+                    Err(
+                        ModelError::new(ModelErrorKind::Other, "the function model never answered")
+                            .with_provider("function"),
+                    )
+                });
+                // Answered: nothing to cancel.
+                pending.0 = None;
+                answer
+            }
         }
     }
 }
@@ -222,7 +227,25 @@ impl PythonModel {
 /// A function model's answer: given, or to come from its loop.
 enum Asked {
     Now(Answer),
-    Later(oneshot::Receiver<Result<Answer, ModelError>>),
+    Later(oneshot::Receiver<Result<Answer, ModelError>>, CancelPending),
+}
+
+/// The `concurrent.futures.Future` of a Python coroutine the run waits for (an async function
+/// model's answer, an async approval callback's), cancelled when the run stops waiting (it was
+/// cancelled, or its deadline passed): the coroutine is told (`CancelledError`) instead of going
+/// on for nobody, a model's request with it.
+pub(crate) struct CancelPending(pub(crate) Option<Py<PyAny>>);
+
+impl Drop for CancelPending {
+    fn drop(&mut self) {
+        if let Some(future) = self.0.take() {
+            Python::attach(|py| {
+                if let Err(e) = future.call_method0(py, "cancel") {
+                    e.write_unraisable(py, None);
+                }
+            });
+        }
+    }
 }
 
 /// A Python exception of a function model, as the model's error.
