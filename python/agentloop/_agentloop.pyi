@@ -37,7 +37,7 @@ class NativeAgent:
         model_kind: str,
         model_spec: str,
         model_base: str,
-        model_callable: Optional[Callable[[str, str], Any]],
+        model_callable: Optional[Callable[[str, str, Any], Any]],
         tools: List[Dict[str, Any]],
         dispatcher: Callable[..., Any],
         limits: str,

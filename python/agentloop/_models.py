@@ -144,27 +144,31 @@ class FunctionModel:
         self.model_id = model_id
 
     def _call(
-        self, request_json: str, tail_json: str
+        self, request_json: str, tail_json: str, run_loop: Optional[asyncio.AbstractEventLoop] = None
     ) -> "Union[_NativeAnswer, concurrent.futures.Future[_NativeAnswer]]":
         answer = self.fn(ModelRequest(request_json, tail_json))
         if inspect.isawaitable(answer):
             # The runtime awaits the future of the answer: neither the event loop of a run driven
             # there nor a thread of the runtime (a blocking ``run``'s) waits blocked for it.
-            return _answer_later(answer)
+            return _answer_later(answer, run_loop)
         return _native_answer(answer)
 
     def _native(self) -> Tuple[str, str, str, Optional[Callable[..., Any]]]:
         return ("function", self.model_id, os.getcwd(), self._call)
 
 
-def _answer_later(answer: Awaitable[Answer]) -> "concurrent.futures.Future[_NativeAnswer]":
-    """An async function model's answer, on the package's event loop, as a future."""
-    from ._tools import background_loop
+def _answer_later(
+    answer: Awaitable[Answer], run_loop: Optional[asyncio.AbstractEventLoop]
+) -> "concurrent.futures.Future[_NativeAnswer]":
+    """An async function model's answer, on the package's event loop, as a future: the one of the
+    run when it has one of the package's own (a blocking ``run`` started by a coroutine tool of
+    another: the first loop waits for that run, and could not answer for it)."""
+    from ._tools import package_loop
 
     async def wait() -> _NativeAnswer:
         return _native_answer(await answer)
 
-    return asyncio.run_coroutine_threadsafe(wait(), background_loop())
+    return asyncio.run_coroutine_threadsafe(wait(), package_loop(run_loop))
 
 
 def _toml_value(v: Any) -> str:

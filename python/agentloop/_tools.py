@@ -234,6 +234,15 @@ def background_loop(level: int = 0) -> asyncio.AbstractEventLoop:
         return _loops[level]
 
 
+def package_loop(run_loop: Optional[asyncio.AbstractEventLoop]) -> asyncio.AbstractEventLoop:
+    """``run_loop`` when it is one of the package's loops (a blocking ``run``'s, see
+    :func:`loop_for_blocking_run`), else the first of them."""
+    with _lock:
+        if run_loop is not None and any(loop is run_loop for loop in _loops):
+            return run_loop
+    return background_loop()
+
+
 def loop_for_blocking_run() -> Optional[asyncio.AbstractEventLoop]:
     """Where the coroutine tools of a blocking ``run`` started on this thread go: the package's
     first loop (``None``: the runtime asks for it when a tool needs it), unless this thread runs

@@ -601,6 +601,25 @@ def test_an_async_model_call_is_cancelled_with_its_run() -> None:
     assert told == ["cancelled", "cancelled"]
 
 
+def test_an_async_model_of_a_run_a_coroutine_tool_started_answers() -> None:
+    # A coroutine tool of a blocking run holds the package's loop while it runs another agent
+    # with the blocking `run`: that run's async function model answers on another of the
+    # package's loops (as its coroutine tools do), not on the one held, where it waited forever.
+    async def inner_model(request: ModelRequest) -> str:
+        await asyncio.sleep(0)
+        return "inner done"
+
+    @tool
+    async def nested() -> str:
+        """Runs another agent."""
+        out = Agent(model=inner_model, limits=Limits(timeout=5)).run("Hi.")
+        return f"{out.stop_reason}: {out.output}"
+
+    out = Agent(model=ScriptedModel([[ToolCall("nested", {})], "ok"]), tools=[nested]).run("Go.")
+    assert out.stop_reason == "finished", out
+    assert [c.output for c in out.tool_calls] == ["finished: inner done"]
+
+
 def test_a_call_that_answers_after_the_run_is_cancelled_is_reported_at_once() -> None:
     # A sync call cannot be stopped: when it answers (here its own error) within the grace
     # period, the run ends with it, rather than at the end of the period.

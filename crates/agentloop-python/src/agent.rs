@@ -20,7 +20,7 @@ use serde_json::Value;
 use tokio::sync::oneshot;
 
 use crate::drive::Driven;
-use crate::model::{CancelPending, RUN_MODELS};
+use crate::model::{CancelPending, RUN_MODELS, RunModels};
 use crate::otel::Otel;
 use crate::outbox::Outbox;
 use crate::tool::{EVENT_LOOP, ToolDef};
@@ -398,8 +398,9 @@ impl NativeAgent {
             }
             let _ = tx.send(ended);
         };
-        // Each run starts its own script (crate::model::per_run).
-        let task = RUN_MODELS.scope(Mutex::new(Vec::new()), task);
+        // Each run starts its own script (crate::model::per_run), and knows its loop.
+        let run_models = RunModels::new(launch.event_loop.as_ref().map(|l| l.clone_ref(py)));
+        let task = RUN_MODELS.scope(run_models, task);
         match launch.event_loop {
             Some(event_loop) if launch.drive && running_here(py, &event_loop)? => {
                 let outbox = Arc::new(Outbox::driven(event_loop.clone_ref(py)));

@@ -79,16 +79,36 @@ pub(crate) fn per_run(model: Arc<dyn Model>) -> Arc<dyn Model> {
 }
 
 tokio::task_local! {
-    /// The models the run this task drives started for itself ([`PerRun`]), by their [`PerRun`]'s
-    /// id: set by `NativeAgent::launch` around each run.
-    pub(crate) static RUN_MODELS: Mutex<Vec<(u64, Arc<dyn Model>)>>;
+    /// What the models of the run this task drives keep for it: set by `NativeAgent::launch`
+    /// around each run.
+    pub(crate) static RUN_MODELS: RunModels;
+}
+
+/// What the models of one run keep for it.
+pub(crate) struct RunModels {
+    /// The loop the run was given (`run_async`'s and `stream`'s; for a blocking `run`, the
+    /// package's loop for it when it is not the first one): where the package's loops are
+    /// concerned, an async function model answers on it (`FunctionModel._call`).
+    event_loop: Option<Py<PyAny>>,
+    /// The models the run started for itself ([`PerRun`]), by their [`PerRun`]'s id.
+    started: Mutex<Vec<(u64, Arc<dyn Model>)>>,
+}
+
+impl RunModels {
+    /// A run's, on `event_loop` when it was given one.
+    pub(crate) fn new(event_loop: Option<Py<PyAny>>) -> RunModels {
+        RunModels {
+            event_loop,
+            started: Mutex::new(Vec::new()),
+        }
+    }
 }
 
 /// A model each run starts over ([`per_run`]): the first call of a run takes the model's
 /// `resumed(0)`, which the run's later calls go on with. Outside a run's task (nothing of the
 /// package calls it there) the model itself answers.
 struct PerRun {
-    /// Which model of the run's [`RUN_MODELS`] is this one's.
+    /// Which model a run started ([`RunModels`]) is this one's.
     id: u64,
     model: Arc<dyn Model>,
 }
@@ -97,8 +117,8 @@ impl PerRun {
     /// This run's own model, made at its first call.
     fn this_run(&self) -> Option<Arc<dyn Model>> {
         RUN_MODELS
-            .try_with(|models| {
-                let mut models = models.lock().unwrap_or_else(|p| p.into_inner());
+            .try_with(|run| {
+                let mut models = run.started.lock().unwrap_or_else(|p| p.into_inner());
                 if let Some((_, m)) = models.iter().find(|(id, _)| *id == self.id) {
                     return Arc::clone(m);
                 }
@@ -191,9 +211,13 @@ impl PythonModel {
         .map_err(|e| ModelError::new(ModelErrorKind::Other, format!("function model: {e}")))?;
         let tail = serde_json::to_string(tail).unwrap_or_else(|_| "[]".into());
         let later = Python::attach(|py| {
+            let run_loop = RUN_MODELS
+                .try_with(|run| run.event_loop.as_ref().map(|l| l.clone_ref(py)))
+                .ok()
+                .flatten();
             let answer = self
                 .f
-                .call1(py, (request, tail))
+                .call1(py, (request, tail, run_loop))
                 .map_err(|e| failed(py, &e))?;
             if let Ok(now) = answer.extract::<Answer>(py) {
                 return Ok(Asked::Now(now));
