@@ -123,7 +123,11 @@ async fn the_shell_writes_inside_its_root_and_not_outside() {
     for (id, path) in [("c1", &escape), ("c2", &beside)] {
         let out = output(&calls, id);
         assert!(out.contains("status 2"), "{id}: {out}");
-        assert!(out.contains("Permission denied"), "{id}: {out}");
+        // Refused by the read-only view first where the system gives one, else by Landlock.
+        assert!(
+            out.contains("Read-only file system") || out.contains("Permission denied"),
+            "{id}: {out}"
+        );
         assert!(!path.exists(), "{} was written", path.display());
     }
     let tmp = output(&calls, "c3");
@@ -609,4 +613,87 @@ resources = { memory_mb = 0 }
     ] {
         assert!(err.contains(expected), "missing {expected:?} in:\n{err}");
     }
+}
+
+#[path = "../../agentloop-sandbox/tests/metadata/mod.rs"]
+mod metadata;
+
+/// Under `workspace-write` a shell call cannot change a file outside its root: not its mode
+/// (`chmod 666`, a set-user-ID bit on a copy of a shell), owner, times or extended attributes,
+/// which Landlock does not cover; the read-only view of the file system refuses them
+/// (`EROFS`), while inside the root `chmod +x`, creating, renaming and deleting work. Run as
+/// root (as here), where a set-user-ID shell or a writable `/etc/passwd` would be a way to root.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_shell_changes_no_file_s_metadata_outside_its_root() {
+    let dir = agent(SHELL);
+    let outside = tempfile::tempdir().unwrap();
+    let files = metadata::Outside::new(outside.path());
+    let uid = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(outside.path()).unwrap());
+    let script = metadata::script(&files, (uid == 0).then_some(65534));
+    shell_script(&dir, "shell", &[&script]);
+    let calls = run(&dir).await;
+    let said = output(&calls, "c0");
+    metadata::assert_refused_outside_and_done_inside(
+        &format!("{said}\n"),
+        &files,
+        &dir.path("work"),
+    );
+}
+
+/// The same, run by an ordinary user (the agentloop process without `CAP_SYS_ADMIN`), whose
+/// tools get the view from a user namespace where the kernel allows one; where it does not,
+/// each result says what is not enforced.
+#[tokio::test(flavor = "multi_thread")]
+async fn as_an_ordinary_user_the_shell_changes_no_file_s_metadata_outside_its_root() {
+    const USER: u32 = 4242;
+    let uid = std::process::Command::new("id").arg("-u").output().unwrap();
+    let setpriv = std::path::Path::new("/usr/bin/setpriv");
+    if String::from_utf8_lossy(&uid.stdout).trim() != "0" || !setpriv.exists() {
+        // Not root: the test above already runs as an ordinary user.
+        return;
+    }
+    let dir = agent(SHELL);
+    let outside = tempfile::tempdir().unwrap();
+    let files = metadata::Outside::new(outside.path()).owned_by(USER);
+    shell_script(&dir, "shell", &[&metadata::script(&files, None)]);
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::os::unix::fs::chown(dir.path("work"), Some(USER), Some(USER)).unwrap();
+    for file in ["agent.toml", "script.json"] {
+        std::fs::set_permissions(dir.path(file), std::fs::Permissions::from_mode(0o644)).unwrap();
+    }
+    let agent_file = dir.agent();
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("/usr/bin/setpriv")
+            .args([
+                &format!("--reuid={USER}"),
+                &format!("--regid={USER}"),
+                "--clear-groups",
+            ])
+            .arg(env!("CARGO_BIN_EXE_agentloop"))
+            .args([
+                "run",
+                agent_file.to_str().unwrap(),
+                "--input",
+                "go",
+                "--json",
+            ])
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    let v = stdout_json(&out);
+    let said = v["tool_calls"][0]["output"].as_str().unwrap_or_default();
+    if said.contains("not enforced on this system: read-only mounts") {
+        // No user namespace for an ordinary user here: said, not hidden.
+        return;
+    }
+    metadata::assert_refused_outside_and_done_inside(
+        &format!("{said}\n"),
+        &files,
+        &dir.path("work"),
+    );
 }

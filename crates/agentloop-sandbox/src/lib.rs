@@ -10,8 +10,9 @@
 //! async-signal-safe system calls only. What the child then can and cannot do, for each mode, is
 //! in `docs/sandbox.md`; in short, under `workspace-write` a process and every child it starts
 //! may read the system, write only under the writable roots, its private temporary folder and
-//! `/dev/null`, open no network connection unless the policy allows it, and cannot see, trace or
-//! signal the agentloop process.
+//! `/dev/null`, open no network connection unless the policy allows it, cannot change a file
+//! outside those (its mode, owner, times and extended attributes included) and cannot see, trace
+//! or signal the agentloop process.
 //!
 //! Whatever the mode, even `off`, every child loses the capabilities that read another process's
 //! memory (`CAP_SYS_PTRACE`, `CAP_SYS_RAWIO`, ...) before it runs its program, so that a tool
@@ -20,7 +21,9 @@
 //! that embeds agentloop's tools should too).
 //!
 //! On Linux the sandbox is Landlock (ABI 6, Linux 6.12, for the strict modes) plus a seccomp
-//! filter. Elsewhere only [`SandboxMode::Off`] and [`SandboxMode::BestEffort`] run (the latter
+//! filter, under a read-only view of the file system outside the writable roots (a mount
+//! namespace of the process's own, where the system allows one: see [`ReadOnlyMounts`]; a strict
+//! mode runs without it where it does not, and says so in [`Confinement::note`]). Elsewhere only [`SandboxMode::Off`] and [`SandboxMode::BestEffort`] run (the latter
 //! unconfined, saying so): a strict mode refuses with [`SandboxError::Unsupported`].
 #![deny(unsafe_code)]
 
@@ -293,9 +296,13 @@ impl Sandbox {
         }
         writable.push(tmp.path().to_path_buf());
         let hook = platform::ChildHook::confined(self.policy, &writable)?;
+        // What a strict mode runs without rather than refuse: said, as best-effort says all it
+        // lacks.
+        missing.extend(platform::partial(self.policy.mode));
         let note = (!missing.is_empty()).then(|| {
             format!(
-                "sandbox best-effort: not enforced on this system: {}",
+                "sandbox {}: not enforced on this system: {}",
+                self.policy.mode,
                 missing.join(", ")
             )
         });
@@ -322,7 +329,10 @@ impl Confinement {
         self.tmp.as_ref().map(tempfile::TempDir::path)
     }
 
-    /// Under `best-effort`, what this system could not enforce; `None` when all of it holds.
+    /// What this system could not enforce: under `best-effort`, all it lacks; under a strict
+    /// mode (which refuses to run without the rest), the read-only view of the file system
+    /// outside the roots where the system cannot give one ([`Support::read_only_mounts`]).
+    /// `None` when all of it holds.
     pub fn note(&self) -> Option<&str> {
         self.note.as_deref()
     }
@@ -367,13 +377,34 @@ pub fn protect_process() -> std::io::Result<()> {
 }
 
 /// What this system supports, for `plan`-like reports and tests: on Linux the Landlock ABI
-/// (0 when Landlock is missing or disabled) and whether seccomp filters can be installed.
+/// (0 when Landlock is missing or disabled), whether seccomp filters can be installed and how a
+/// confined process's file system is made read-only outside its roots.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Support {
     /// The Landlock ABI of the running kernel (0: none).
     pub landlock_abi: i32,
     /// Seccomp filters are available.
     pub seccomp: bool,
+    /// How a confined process gets a read-only view of the file system outside its writable
+    /// roots (found once by trying it); `None` where it cannot, and the mode, owner, times and
+    /// extended attributes of files outside the roots stay changeable.
+    pub read_only_mounts: Option<ReadOnlyMounts>,
+}
+
+/// How a confined process's file system is made read-only outside its writable roots and its
+/// private temporary folder, so that changing a file there (its mode, owner, times, extended
+/// attributes, which Landlock has no right for) fails with `EROFS`: a mount namespace of its own
+/// in which every mount is read-only but copies of the roots'.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ReadOnlyMounts {
+    /// A mount namespace: this process has `CAP_SYS_ADMIN` (root has).
+    MountNamespace,
+    /// A user namespace, then a mount namespace in it: an ordinary user, where the kernel
+    /// allows unprivileged user namespaces. The process is not mapped in it: it sees itself and
+    /// every file's owner as the overflow user (`nobody`), while the kernel still checks its
+    /// real user (`docs/sandbox.md` says why).
+    UserNamespace,
 }
 
 impl Support {

@@ -1,4 +1,5 @@
-//! Linux: Landlock for the filesystem, TCP and scopes (signals, abstract UNIX sockets) and, from
+//! Linux: a read-only view of the file system outside the writable roots ([`mounts`]), Landlock
+//! for the filesystem, TCP and scopes (signals, abstract UNIX sockets) and, from
 //! ABI 9, pathname UNIX sockets; seccomp for what Landlock does not reach (non-UNIX sockets, UNIX
 //! sockets on older kernels, leaving the process group, tracing, terminal injection, namespaces
 //! and mounts); capabilities dropped and resource limits set in every child. The parent builds
@@ -6,6 +7,7 @@
 //! makes system calls. A tool call's process is split in two before `exec`: a supervisor that
 //! kills the whole tree when agentloop dies, and the program ([`supervisor`]).
 
+mod mounts;
 mod supervisor;
 
 use std::io;
@@ -23,7 +25,7 @@ use seccompiler::{
     SeccompRule,
 };
 
-use crate::{Resources, SandboxError, SandboxPolicy, Support};
+use crate::{Resources, SandboxError, SandboxMode, SandboxPolicy, Support};
 
 /// The Landlock ABI the strict modes need: 3 for truncation, 4 for TCP, 5 for device ioctls and
 /// 6 for the scopes that keep signals and abstract UNIX sockets inside the sandbox.
@@ -59,6 +61,7 @@ pub(crate) fn support() -> Support {
     *SUPPORT.get_or_init(|| Support {
         landlock_abi: landlock_abi(),
         seccomp: seccomp_available(),
+        read_only_mounts: mounts::available(),
     })
 }
 
@@ -112,6 +115,17 @@ pub(crate) fn missing() -> Vec<String> {
     missing
 }
 
+/// What a strict mode runs without where this system cannot give it (rather than refuse to run
+/// at all): the read-only view of the file system outside the roots, which needs
+/// `CAP_SYS_ADMIN` or user namespaces.
+pub(crate) fn partial(mode: SandboxMode) -> Vec<String> {
+    if mode.confines() && support().read_only_mounts.is_none() {
+        vec![mounts::unavailable()]
+    } else {
+        Vec::new()
+    }
+}
+
 /// Linux applies every resource limit.
 pub(crate) fn missing_resources(_resources: Resources) -> Vec<String> {
     Vec::new()
@@ -158,6 +172,8 @@ pub(crate) struct ChildHook {
     /// Set `no_new_privs` (needed by Landlock and seccomp; also keeps set-user-ID programs from
     /// raising the child's privileges).
     no_new_privs: bool,
+    /// The read-only view of the file system outside the writable roots, made first.
+    view: Option<mounts::ReadOnlyView>,
     /// The Landlock ruleset to restrict the child with.
     landlock: Option<OwnedFd>,
     /// The seccomp program to install (compiled once per network setting).
@@ -173,6 +189,7 @@ impl ChildHook {
         ChildHook {
             limits: limits(resources),
             no_new_privs: false,
+            view: None,
             landlock: None,
             seccomp: None,
             parent: None,
@@ -198,9 +215,14 @@ impl ChildHook {
         } else {
             None
         };
+        let view = match s.read_only_mounts {
+            Some(how) => mounts::ReadOnlyView::new(how, writable)?,
+            None => None,
+        };
         Ok(ChildHook {
             limits: limits(policy.resources),
             no_new_privs: true,
+            view,
             landlock,
             seccomp,
             parent: None,
@@ -209,8 +231,14 @@ impl ChildHook {
 
     /// Runs in the child: only async-signal-safe system calls, no allocation (an error is a raw
     /// OS error).
-    fn enter(&self) -> io::Result<()> {
-        // First, so that a parent dying from here on is seen; the split comes last, so that the
+    fn enter(&mut self) -> io::Result<()> {
+        // Before all: it needs CAP_SYS_ADMIN (dropped below) and the mount calls seccomp
+        // refuses, and it may enter a user namespace, a change of credentials that the
+        // parent-death signal asked for next must come after.
+        if let Some(view) = &mut self.view {
+            view.enter()?;
+        }
+        // Then, so that a parent dying from here on is seen; the split comes last, so that the
         // supervisor and the program are both confined.
         let supervised = match self.parent {
             Some((parent, fd_bound)) => Some(supervisor::arm(parent, fd_bound)?),
@@ -290,12 +318,12 @@ impl ChildHook {
     }
 }
 
-pub(crate) fn install(hook: ChildHook, command: &mut std::process::Command) {
+pub(crate) fn install(mut hook: ChildHook, command: &mut std::process::Command) {
     // SAFETY: the closure runs in the child between fork and exec, where only async-signal-safe
-    // calls are allowed: `enter` makes raw system calls (prctl, capget, capset,
-    // landlock_restrict_self, seccomp, and the supervisor's clone, signal, wait and /proc calls)
-    // on data the parent prepared, allocates nothing, takes no lock and builds its errors from
-    // raw OS error numbers.
+    // calls are allowed: `enter` makes raw system calls (unshare and the mount calls, prctl,
+    // capget, capset, landlock_restrict_self, seccomp, and the supervisor's clone, signal, wait
+    // and /proc calls) on data the parent prepared, allocates nothing, takes no lock and builds
+    // its errors from raw OS error numbers.
     #[allow(unsafe_code)]
     unsafe {
         command.pre_exec(move || hook.enter());

@@ -3,10 +3,13 @@
 //! only; on a kernel without Landlock ABI 6 the strict modes must refuse, which is checked too.
 #![cfg(target_os = "linux")]
 
+mod metadata;
+
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::process::{Command, Output};
 
-use agentloop_sandbox::{Resources, Sandbox, SandboxMode, SandboxPolicy, Support};
+use agentloop_sandbox::{ReadOnlyMounts, Resources, Sandbox, SandboxMode, SandboxPolicy, Support};
 
 fn supported() -> bool {
     Support::missing(SandboxPolicy::new(SandboxMode::WorkspaceWrite)).is_empty()
@@ -334,4 +337,54 @@ fn the_private_tmpdir_is_removed_with_its_confinement() {
     let tmp = String::from_utf8_lossy(&out.stdout).trim().to_owned();
     assert!(tmp.contains("agentloop-tool-"), "{tmp}");
     assert!(!Path::new(&tmp).exists(), "{tmp} was left behind");
+}
+
+/// Landlock has no right for a file's metadata: what refuses changing it outside the roots is
+/// the read-only view of the file system. Its mode, owner, times, a set-user-ID bit (on a copy of
+/// a shell, which would make a way to root for anyone when root runs the tool) and its extended
+/// attributes stay as they were, while inside the root `chmod +x`, creating, renaming and
+/// deleting work, and `/dev/null` takes writes. Run as root here: the plain mount namespace;
+/// `unprivileged.rs` runs the same as an ordinary user.
+#[test]
+fn files_outside_the_roots_keep_their_mode_owner_times_and_attributes() {
+    if !supported() {
+        return;
+    }
+    let root = tempfile::tempdir().unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    let sandbox = write(root.path());
+    let confinement = sandbox.prepare().unwrap();
+    let Some(how) = Support::current().read_only_mounts else {
+        // A system that cannot: the process runs, saying so.
+        let note = confinement.note().unwrap_or_default();
+        assert!(note.contains("read-only mounts"), "{note}");
+        assert!(
+            !has_cap_sys_admin(),
+            "CAP_SYS_ADMIN, yet no mount namespace"
+        );
+        return;
+    };
+    if has_cap_sys_admin() {
+        assert_eq!(how, ReadOnlyMounts::MountNamespace);
+    }
+    assert_eq!(confinement.note(), None);
+    drop(confinement);
+    let uid = std::fs::metadata(root.path()).unwrap().uid();
+    let chown_to = (uid == 0).then_some(65534);
+    let files = metadata::Outside::new(outside.path());
+    let said = text(&sh(
+        &sandbox,
+        root.path(),
+        &metadata::script(&files, chown_to),
+    ));
+    metadata::assert_refused_outside_and_done_inside(&said, &files, root.path());
+}
+
+fn has_cap_sys_admin() -> bool {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|m| u64::from_str_radix(m.trim(), 16).ok())
+        .is_some_and(|m| m & (1 << 21) != 0)
 }

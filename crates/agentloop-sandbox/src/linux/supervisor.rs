@@ -419,7 +419,7 @@ fn number(digits: &[u8]) -> Option<pid_t> {
 
 /// `fork` as a raw `clone`: no `pthread_atfork` handler runs (they may take locks or allocate),
 /// and the child, like this one, has one thread.
-fn fork() -> io::Result<pid_t> {
+pub(super) fn fork() -> io::Result<pid_t> {
     let flags = libc::SIGCHLD as libc::c_ulong;
     // SAFETY: clone without CLONE_VM and without a stack is fork: the child gets a copy of this
     // process and goes on from here; no pointer is passed (s390x takes the stack first).
