@@ -615,6 +615,31 @@ fn an_approval_unanswered_at_the_deadline_ends_the_run_there_as_on_restate() {
     assert_eq!(listed, json!([]), "nothing waits any more");
 }
 
+/// Runs the agent on a script of one call of `tool` (which writes `start` to `side.log` first),
+/// and kills the process with SIGKILL once the tool has started, while it works.
+fn kill_while_the_tool_runs(dir: &AgentDir, journal: &Path, tool: &str, started_msg: &str) {
+    dir.write(
+        "script.json",
+        &json!([
+            {"tool_calls": [{"id": "t1", "name": tool, "arguments": {}}]},
+            {"text": "Over."}
+        ])
+        .to_string(),
+    );
+    let mut run = run_cmd(dir, journal, &[])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = (0..200).any(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        side_log(dir).iter().any(|l| l == "start")
+    });
+    assert!(started, "{started_msg}");
+    run.kill().unwrap();
+    run.wait().unwrap();
+}
+
 #[test]
 fn a_tool_running_when_its_run_is_killed_dies_with_it_and_acts_no_more_after_the_resume() {
     // `slow` logs its start, works for two seconds, then logs its effect.
@@ -629,27 +654,8 @@ command = ["sh", "-c", "echo start >> side.log; sleep 2; echo effect >> side.log
 input_schema = { type = "object", properties = {} }
 "#,
     );
-    dir.write(
-        "script.json",
-        &json!([
-            {"tool_calls": [{"id": "s1", "name": "slow", "arguments": {}}]},
-            {"text": "Over."}
-        ])
-        .to_string(),
-    );
     let journal = dir.path("runs.db");
-    let mut run = run_cmd(&dir, &journal, &[])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let started = (0..200).any(|_| {
-        std::thread::sleep(std::time::Duration::from_millis(50));
-        side_log(&dir).iter().any(|l| l == "start")
-    });
-    assert!(started, "the tool started");
-    run.kill().unwrap(); // SIGKILL, while the tool works
-    run.wait().unwrap();
+    kill_while_the_tool_runs(&dir, &journal, "slow", "the tool started");
     let id = run_ids(&dir, &journal)[0]["run_id"]
         .as_str()
         .unwrap()
@@ -661,7 +667,7 @@ input_schema = { type = "object", properties = {} }
     assert!(
         transcript
             .iter()
-            .any(|m| m["call_id"] == "s1" && is_interrupted(m)),
+            .any(|m| m["call_id"] == "t1" && is_interrupted(m)),
         "the model reads that the call was interrupted: {transcript:#?}"
     );
     // Past the time the tool would have taken: it never acted behind the resumed run's back.
@@ -727,27 +733,8 @@ sandbox = "{mode}"
 "#
         ));
         dir.write("tree.sh", TREE);
-        dir.write(
-            "script.json",
-            &json!([
-                {"tool_calls": [{"id": "t1", "name": "tree", "arguments": {}}]},
-                {"text": "Over."}
-            ])
-            .to_string(),
-        );
         let journal = dir.path("runs.db");
-        let mut run = run_cmd(&dir, &journal, &[])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let started = (0..200).any(|_| {
-            std::thread::sleep(std::time::Duration::from_millis(50));
-            side_log(&dir).iter().any(|l| l == "start")
-        });
-        assert!(started, "{mode}: the tool started");
-        run.kill().unwrap(); // SIGKILL, while the tool and its children work
-        run.wait().unwrap();
+        kill_while_the_tool_runs(&dir, &journal, "tree", &format!("{mode}: the tool started"));
         let read = |name: &str| {
             std::fs::read_to_string(dir.path(name))
                 .unwrap_or_default()
