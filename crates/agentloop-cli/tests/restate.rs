@@ -488,7 +488,7 @@ fn a_worker_that_cannot_register_exits_with_the_restate_code_and_shows_no_creden
     assert_eq!(out.status.code(), Some(11), "{}", stderr(&out));
     let err = stderr(&out);
     assert!(
-        err.contains("the Restate admin API at http://127.0.0.1:1/"),
+        err.contains("the Restate admin API at http://[redacted]@127.0.0.1:1/"),
         "{err}"
     );
     assert!(
