@@ -109,49 +109,105 @@ impl ArgumentMatch {
                 let Some(path) = string_arg(args, field) else {
                     return false;
                 };
-                // `Glob::compile_matcher` panics when the glob's regex is too large to compile
-                // (a glob of megabytes); a set returns the error. A glob that cannot be matched
-                // matches every path for a `deny` or `ask` (never silently lets a call through)
-                // and none for an `allow`.
-                let Some(glob) = globset::GlobBuilder::new(glob)
-                    .literal_separator(true)
-                    .build()
-                    .ok()
-                    .and_then(|g| globset::GlobSetBuilder::new().add(g).build().ok())
-                else {
-                    return permission != Permission::Allow && string_arg(args, field).is_some();
-                };
-                let hit = |forms: &[String]| forms.iter().any(|form| glob.is_match(form));
-                let Some(resolver) = paths.resolver else {
-                    let resolved = ResolvedPath::new(&path, paths.root);
-                    if resolved.outside && permission == Permission::Allow {
-                        return false;
-                    }
-                    return hit(&resolved.forms);
-                };
-                // The tool's own resolution decides what it touches: the file behind the
-                // links, under the tool's root.
-                let tool_root = resolver.root();
-                let lexical = ResolvedPath::new(&path, Some(tool_root));
-                let real = resolver
-                    .resolve(&path)
-                    .map(|file| ResolvedPath::resolved(&file, tool_root));
-                if permission == Permission::Allow {
-                    // Only a file the tool would open inside its root, judged by what it is.
-                    return match real {
-                        Some(real) if !real.outside => hit(&real.forms),
-                        _ => false,
-                    };
-                }
-                // A deny or ask looks at every name of the file: as given, as the tool resolves
-                // it, and relative to the store's root (where the rules were written).
-                let mut forms = lexical.forms;
-                if let Some(real) = real {
-                    forms.extend(real.forms);
-                }
-                forms.extend(ResolvedPath::new(&path, paths.root).forms);
-                hit(&forms)
+                path_matches(compile_path_glob(glob).as_ref(), &path, permission, paths)
             }
+        }
+    }
+}
+
+/// A path rule's glob, compiled; `None` when it cannot be. `Glob::compile_matcher` panics when
+/// the glob's regex is too large to compile (a glob of megabytes); a set returns the error.
+fn compile_path_glob(glob: &str) -> Option<globset::GlobSet> {
+    globset::GlobBuilder::new(glob)
+        .literal_separator(true)
+        .build()
+        .ok()
+        .and_then(|g| globset::GlobSetBuilder::new().add(g).build().ok())
+}
+
+/// True when a path rule's glob (`None`: one that could not be compiled) matches the path argument
+/// `path` for a rule of `permission`.
+fn path_matches(
+    glob: Option<&globset::GlobSet>,
+    path: &str,
+    permission: Permission,
+    paths: Paths<'_>,
+) -> bool {
+    // A glob that cannot be matched matches every path for a `deny` or `ask` (never silently
+    // lets a call through) and none for an `allow`.
+    let Some(glob) = glob else {
+        return permission != Permission::Allow;
+    };
+    let hit = |forms: &[String]| forms.iter().any(|form| glob.is_match(form));
+    let Some(resolver) = paths.resolver else {
+        let resolved = ResolvedPath::new(path, paths.root);
+        if resolved.outside && permission == Permission::Allow {
+            return false;
+        }
+        return hit(&resolved.forms);
+    };
+    // The tool's own resolution decides what it touches: the file behind the links, under the
+    // tool's root.
+    let tool_root = resolver.root();
+    let lexical = ResolvedPath::new(path, Some(tool_root));
+    let real = resolver
+        .resolve(path)
+        .map(|file| ResolvedPath::resolved(&file, tool_root));
+    if permission == Permission::Allow {
+        // Only a file the tool would open inside its root, judged by what it is.
+        return match real {
+            Some(real) if !real.outside => hit(&real.forms),
+            _ => false,
+        };
+    }
+    // A deny or ask looks at every name of the file: as given, as the tool resolves it, and
+    // relative to the store's root (where the rules were written).
+    let mut forms = lexical.forms;
+    if let Some(real) = real {
+        forms.extend(real.forms);
+    }
+    forms.extend(ResolvedPath::new(path, paths.root).forms);
+    hit(&forms)
+}
+
+/// The `deny` and `ask` path rules of a store on one argument of one tool, compiled once: what a
+/// tool that walks a folder (a search, a listing) judges each path it meets by, since it cannot
+/// stop to ask about each one. Made by [`PermissionStore::path_rules`]; a path is judged as the
+/// rules judge a call whose argument is that path ([`PermissionStore::decide`]), with the same
+/// root and the tool's own [`ResolvePaths`].
+#[derive(Debug, Clone)]
+pub struct PathRules {
+    /// Each rule's permission (deny or ask) and glob (`None`: it could not be compiled, so it
+    /// matches every path).
+    rules: Vec<(Permission, Option<globset::GlobSet>)>,
+    root: Option<PathBuf>,
+    resolver: Option<Arc<dyn ResolvePaths>>,
+}
+
+impl PathRules {
+    /// True when no rule is there to match: nothing is ever withheld.
+    pub fn is_empty(&self) -> bool {
+        self.rules.is_empty()
+    }
+
+    /// What the rules say about a call whose argument is `path`: [`Permission::Deny`] when a
+    /// deny rule matches it, else [`Permission::Ask`] when an ask rule does, else `None`.
+    pub fn judge(&self, path: &str) -> Option<Permission> {
+        let paths = Paths {
+            root: self.root.as_deref(),
+            resolver: self.resolver.as_deref(),
+        };
+        let matched = |wanted: Permission| {
+            self.rules
+                .iter()
+                .any(|(p, glob)| *p == wanted && path_matches(glob.as_ref(), path, *p, paths))
+        };
+        if matched(Permission::Deny) {
+            Some(Permission::Deny)
+        } else if matched(Permission::Ask) {
+            Some(Permission::Ask)
+        } else {
+            None
         }
     }
 }
@@ -736,6 +792,34 @@ impl PermissionStore {
     /// The fallback.
     pub fn fallback(&self) -> Permission {
         self.fallback
+    }
+
+    /// The `deny` and `ask` path rules, saved or configured, that apply to the argument `field`
+    /// of `tool` (rules for `tool` or `*`), compiled, with the root and the tool's way of
+    /// resolving paths: what a tool that walks folders leaves out of what it finds. Allow rules
+    /// are not in it: a walk judges nothing it could be allowed to see.
+    pub fn path_rules(&self, tool: &str, field: &str) -> PathRules {
+        let rules = self
+            .rules
+            .iter()
+            .chain(&self.configured)
+            .filter(|r| r.permission != Permission::Allow && (r.tool == "*" || r.tool == tool))
+            .filter_map(|r| match &r.arguments {
+                Some(ArgumentMatch::PathGlob { field: f, glob }) if f == field => {
+                    Some((r.permission, compile_path_glob(glob)))
+                }
+                _ => None,
+            })
+            .collect();
+        PathRules {
+            rules,
+            root: self.root.clone(),
+            resolver: self
+                .resolvers
+                .get(tool)
+                .or_else(|| self.resolvers.get("*"))
+                .cloned(),
+        }
     }
 
     /// What the rules say about a call, in this order:
@@ -1670,6 +1754,50 @@ mod tests {
         wild.resolve_paths("*", Arc::new(Linked(PathBuf::from("/agent"))));
         wild.configure(rule("other", glob("secrets/**"), Permission::Deny));
         assert_eq!(wild.decide("other", &path("link/key")), Permission::Deny);
+    }
+
+    #[test]
+    fn path_rules_hold_the_deny_and_ask_globs_of_a_tool_s_field_and_judge_as_decide_does() {
+        let mut store = PermissionStore::new(Permission::Allow);
+        store.root("/agent");
+        store
+            .resolve_paths("read", Arc::new(Linked(PathBuf::from("/ws"))))
+            .configure(rule("*", glob("**/.env"), Permission::Deny))
+            .configure(rule("read", glob("secrets/**"), Permission::Deny))
+            .configure(rule("read", glob("drafts/**"), Permission::Ask))
+            .configure(rule("read", glob("**"), Permission::Allow))
+            .configure(rule("other", glob("notes/**"), Permission::Deny))
+            .configure(rule("read", prefix("rm"), Permission::Deny));
+        let read = store.path_rules("read", "path");
+        assert!(!read.is_empty());
+        for (p, want) in [
+            (".env", Some(Permission::Deny)),
+            ("deep/er/.env", Some(Permission::Deny)),
+            ("link/key", Some(Permission::Deny)),
+            ("drafts/a", Some(Permission::Ask)),
+            ("notes/a", None),
+            ("src/main.rs", None),
+        ] {
+            assert_eq!(read.judge(p), want, "{p}");
+            let decided = store.decide("read", &path(p));
+            assert_eq!(
+                want.unwrap_or(Permission::Allow),
+                decided,
+                "{p}: judged as a call is decided"
+            );
+        }
+        assert_eq!(
+            store.path_rules("other", "path").judge("notes/a"),
+            Some(Permission::Deny)
+        );
+        assert!(store.path_rules("read", "file").is_empty(), "another field");
+        let mut broken = PermissionStore::new(Permission::Allow);
+        broken.configure(rule("read", glob(&"*a".repeat(500_000)), Permission::Deny));
+        assert_eq!(
+            broken.path_rules("read", "path").judge("src/a.rs"),
+            Some(Permission::Deny),
+            "a glob that cannot be compiled withholds everything"
+        );
     }
 
     #[derive(Debug, Default)]
