@@ -173,6 +173,7 @@ pub fn builtin_options(file: &AgentFile, t: &ToolFileSpec) -> BuiltinOptions {
             .collect(),
         protected: file.protected.clone(),
         sandbox: t.sandbox(file.sandbox()),
+        withhold: None,
     }
 }
 

@@ -203,8 +203,10 @@ pub(crate) struct WalkEntry {
 /// The entries under a folder, depth first in name order, folders named `.git` skipped: each
 /// folder is opened from the one above it without following a link, so a folder swapped for a
 /// link while the walk goes on is not entered (nor anything outside the root reached by it).
-pub(crate) struct Walk {
+pub(crate) struct Walk<'a> {
     levels: Vec<Level>,
+    /// Entries left out: neither met nor, for a folder, entered.
+    skip: Option<&'a dyn Fn(&Path) -> bool>,
 }
 
 /// A folder being walked: the open folder, its path, and its entries not yet met.
@@ -214,9 +216,9 @@ struct Level {
     rest: std::vec::IntoIter<(OsString, FileType)>,
 }
 
-impl Walk {
+impl<'a> Walk<'a> {
     /// A walk of the folder `base` (under `root`), which is opened as [`open_folder`] opens it.
-    pub(crate) fn new(root: &Path, base: &Path) -> io::Result<Walk> {
+    pub(crate) fn new(root: &Path, base: &Path) -> io::Result<Walk<'a>> {
         let dir = open_folder(root, base)?;
         let rest = entries(&dir)?.into_iter();
         Ok(Walk {
@@ -225,11 +227,19 @@ impl Walk {
                 path: base.to_path_buf(),
                 rest,
             }],
+            skip: None,
         })
+    }
+
+    /// The same walk, leaving out the entries (by path) for which `skip` is true: a folder left
+    /// out is not entered.
+    pub(crate) fn skipping(mut self, skip: &'a dyn Fn(&Path) -> bool) -> Self {
+        self.skip = Some(skip);
+        self
     }
 }
 
-impl Iterator for Walk {
+impl Iterator for Walk<'_> {
     type Item = WalkEntry;
 
     fn next(&mut self) -> Option<WalkEntry> {
@@ -240,10 +250,13 @@ impl Iterator for Walk {
                 continue;
             };
             let path = level.path.join(&name);
+            if kind == FileType::Directory && name == ".git" {
+                continue;
+            }
+            if self.skip.is_some_and(|skip| skip(&path)) {
+                continue;
+            }
             if kind == FileType::Directory {
-                if name == ".git" {
-                    continue;
-                }
                 // A folder that cannot be opened (gone, swapped for a link, no permission) is
                 // met but not entered.
                 let below = open_dir(&level.dir, &name).and_then(|dir| Ok((entries(&dir)?, dir)));

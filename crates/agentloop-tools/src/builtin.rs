@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use agentloop::Tool;
-use agentloop::permissions::Permission;
+use agentloop::permissions::{Permission, PermissionStore};
 use agentloop_sandbox::SandboxPolicy;
 
 use crate::files::{self, DEFAULT_MAX_READ_BYTES, DEFAULT_MAX_RESULTS, FileLimits};
@@ -94,6 +94,13 @@ impl Builtin {
         !matches!(self, Builtin::WebFetch | Builtin::Todo | Builtin::AskUser)
     }
 
+    /// True for the tools that walk folders (`list_dir`, `glob`, `grep`): they meet files no
+    /// call named, and leave out those [`BuiltinOptions::withhold`]'s path rules deny or ask
+    /// about.
+    pub fn walks(self) -> bool {
+        matches!(self, Builtin::ListDir | Builtin::Glob | Builtin::Grep)
+    }
+
     /// The tool, under its own name.
     pub fn tool(self, options: &BuiltinOptions) -> Result<Tool, BuiltinError> {
         self.tool_named(self.name(), options)
@@ -120,7 +127,10 @@ impl Builtin {
             }
             return Ok(tool.into_tool(name));
         }
-        let workspace = Workspace::new(&options.root)?.protect(&options.protected);
+        let mut workspace = Workspace::new(&options.root)?.protect(&options.protected);
+        if let Some(rules) = &options.withhold {
+            workspace = workspace.withhold(rules);
+        }
         if self == Builtin::Shell {
             let mut tool = ShellTool::new(workspace).sandbox(options.sandbox);
             for var in &options.env {
@@ -138,6 +148,7 @@ impl Builtin {
             workspace,
             max_bytes: options.max_bytes.unwrap_or(DEFAULT_MAX_READ_BYTES),
             max_results: options.max_results.unwrap_or(DEFAULT_MAX_RESULTS),
+            withheld: None,
         };
         let make = match self {
             Builtin::ReadFile => files::read_file,
@@ -179,6 +190,10 @@ pub struct BuiltinOptions {
     pub protected: Vec<PathBuf>,
     /// Shell: the sandbox of its commands (default `workspace-write`, no network).
     pub sandbox: SandboxPolicy,
+    /// list_dir, glob, grep: the permission rules whose `deny` and `ask` path rules they apply
+    /// to each entry they walk, leaving out what those match ([`Workspace::withhold`]); give the
+    /// store the gate decides with.
+    pub withhold: Option<PermissionStore>,
 }
 
 impl Default for BuiltinOptions {
@@ -192,6 +207,7 @@ impl Default for BuiltinOptions {
             env: Vec::new(),
             protected: Vec::new(),
             sandbox: SandboxPolicy::default(),
+            withhold: None,
         }
     }
 }

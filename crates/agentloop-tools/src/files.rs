@@ -2,7 +2,9 @@
 //! confined to a [`Workspace`] (every path goes through [`Workspace::resolve`]) and bounded (a
 //! size cap on what the model reads, a cap on listed entries and matches). Writes are atomic: a
 //! temporary file in the target's folder, synced, then renamed over the target, so a reader never
-//! sees half a file and a crash leaves the old one.
+//! sees half a file and a crash leaves the old one. The tools that walk a folder (`list_dir`,
+//! `glob`, `grep`) leave out what the workspace's permission rules deny or ask about for them
+//! ([`Workspace::withhold`]): a rule on a call's `path` also holds for the files a walk meets.
 //!
 //! The file system is used from blocking tasks (`spawn_blocking`), so a large folder never stalls
 //! the runtime that drives the run.
@@ -13,6 +15,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use agentloop::permissions::PathRules;
 use agentloop::{CancellationToken, Tool, ToolContext, ToolError, ToolOutput, tool::ExecutionMode};
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -36,6 +39,49 @@ pub(crate) struct FileLimits {
     pub(crate) workspace: Workspace,
     pub(crate) max_bytes: usize,
     pub(crate) max_results: usize,
+    /// The tool's path rules that `list_dir`, `glob` and `grep` leave out what they match by,
+    /// compiled once when the tool is made ([`file_tool`]).
+    pub(crate) withheld: Option<Arc<PathRules>>,
+}
+
+/// What a tool that walks folders leaves out: the entries its workspace's path rules deny or ask
+/// about ([`Workspace::withhold`]), counted for the note the model reads.
+struct Withheld<'a> {
+    rules: Option<&'a PathRules>,
+    workspace: &'a Workspace,
+    count: std::cell::Cell<usize>,
+}
+
+impl<'a> Withheld<'a> {
+    fn new(rules: Option<&'a PathRules>, workspace: &'a Workspace) -> Self {
+        Withheld {
+            rules,
+            workspace,
+            count: std::cell::Cell::new(0),
+        }
+    }
+
+    /// True (and counted) when the entry at `path` (resolved, under the root) is left out: a
+    /// rule judges it as it judges a call whose `path` is its path relative to the root.
+    fn skips(&self, path: &Path) -> bool {
+        let Some(rules) = self.rules else {
+            return false;
+        };
+        let left_out = rules.judge(&self.workspace.display(path)).is_some();
+        if left_out {
+            self.count.set(self.count.get() + 1);
+        }
+        left_out
+    }
+
+    /// The note that ends an answer when entries were left out: how many, never which.
+    fn note(&self) -> Option<String> {
+        match self.count.get() {
+            0 => None,
+            1 => Some("[1 entry left out by the permission rules]".to_owned()),
+            n => Some(format!("[{n} entries left out by the permission rules]")),
+        }
+    }
 }
 
 /// Runs file-system work on a blocking task.
@@ -163,7 +209,11 @@ fn file_tool<A>(
 where
     A: serde::de::DeserializeOwned + JsonSchema + Send + 'static,
 {
-    let limits = Arc::new(limits.clone());
+    // The rules name the tool as the model calls it, on its `path` argument.
+    let limits = Arc::new(FileLimits {
+        withheld: limits.workspace.withheld(name, "path").map(Arc::new),
+        ..limits.clone()
+    });
     shape(Tool::builder(name).description(description)).handler(move |args: A, ctx: ToolContext| {
         let limits = limits.clone();
         blocking(ctx.cancel, move |wanted| body(&limits, args, wanted))
@@ -582,9 +632,11 @@ fn list_dir_body(
     // since the check is not listed.
     let dir = crate::beneath::open_folder(limits.workspace.root(), &path)
         .map_err(|e| io_error(&shown, &e))?;
+    let withheld = Withheld::new(limits.withheld.as_deref(), &limits.workspace);
     let entries: Vec<(String, String)> = crate::beneath::entries(&dir)
         .map_err(|e| io_error(&shown, &e))?
         .into_iter()
+        .filter(|(name, _)| !withheld.skips(&path.join(name)))
         .map(|(name, kind)| {
             let text = name.to_string_lossy().into_owned();
             let line = match kind {
@@ -600,7 +652,11 @@ fn list_dir_body(
         .collect();
     let total = entries.len();
     if total == 0 {
-        return Ok(ToolOutput::text(format!("({shown} is empty)")));
+        let text = match withheld.note() {
+            Some(note) => format!("(nothing in {shown} to show)\n{note}"),
+            None => format!("({shown} is empty)"),
+        };
+        return Ok(ToolOutput::text(text));
     }
     let mut out: Vec<String> = entries
         .into_iter()
@@ -613,6 +669,7 @@ fn list_dir_body(
             total - limits.max_results
         ));
     }
+    out.extend(withheld.note());
     Ok(ToolOutput::text(out.join("\n")))
 }
 
@@ -655,9 +712,17 @@ fn compile_glob(pattern: &str) -> Result<globset::GlobMatcher, ToolError> {
 }
 
 /// The entries under `base` (a folder the workspace resolved), links not followed, `.git` folders
-/// skipped, in name order; every folder opened from the root down, links refused.
-fn walk(limits: &FileLimits, base: &Path, shown: &str) -> Result<crate::beneath::Walk, ToolError> {
-    crate::beneath::Walk::new(limits.workspace.root(), base).map_err(|e| io_error(shown, &e))
+/// and the entries `skip` is true for left out, in name order; every folder opened from the root
+/// down, links refused.
+fn walk<'a>(
+    limits: &FileLimits,
+    base: &Path,
+    shown: &str,
+    skip: &'a dyn Fn(&Path) -> bool,
+) -> Result<crate::beneath::Walk<'a>, ToolError> {
+    crate::beneath::Walk::new(limits.workspace.root(), base)
+        .map(|w| w.skipping(skip))
+        .map_err(|e| io_error(shown, &e))
 }
 
 fn glob_body(
@@ -675,9 +740,11 @@ fn glob_body(
             ToolError::new("not_a_folder", format!("{shown_base} is not a folder")).permanent(),
         );
     }
+    let withheld = Withheld::new(limits.withheld.as_deref(), &limits.workspace);
+    let skip = |path: &Path| withheld.skips(path);
     let mut found = Vec::new();
     let mut more = 0usize;
-    for entry in walk(limits, &base, &shown_base)? {
+    for entry in walk(limits, &base, &shown_base, &skip)? {
         wanted.check()?;
         if entry.kind == rustix::fs::FileType::Directory {
             continue;
@@ -693,18 +760,19 @@ fn glob_body(
             }
         }
     }
-    if found.is_empty() {
-        return Ok(ToolOutput::text(format!(
-            "no files match {:?} under {shown_base}",
-            args.pattern
-        )));
-    }
-    let mut text = found.join("\n");
+    let mut text = if found.is_empty() {
+        format!("no files match {:?} under {shown_base}", args.pattern)
+    } else {
+        found.join("\n")
+    };
     if more > 0 {
         let _ = write!(
             text,
             "\n[{more} more matches not shown: narrow the pattern]"
         );
+    }
+    if let Some(note) = withheld.note() {
+        let _ = write!(text, "\n{note}");
     }
     Ok(ToolOutput::text(text))
 }
@@ -766,9 +834,12 @@ fn grep_body(
     let mut out = String::new();
     let mut count = 0usize;
     let mut stopped = None;
-    let files: Box<dyn Iterator<Item = PathBuf>> = if base.is_dir() {
+    let withheld = Withheld::new(limits.withheld.as_deref(), &limits.workspace);
+    let skip = |path: &Path| withheld.skips(path);
+    // A single file was judged with the call itself, by the gate: only a walk leaves out.
+    let files: Box<dyn Iterator<Item = PathBuf> + '_> = if base.is_dir() {
         Box::new(
-            walk(limits, &base, &limits.workspace.display(&base))?
+            walk(limits, &base, &limits.workspace.display(&base), &skip)?
                 .filter(|e| e.kind == rustix::fs::FileType::RegularFile)
                 .map(|e| e.path),
         )
@@ -832,12 +903,13 @@ fn grep_body(
         }
     }
     if count == 0 && stopped.is_none() {
-        return Ok(ToolOutput::text(format!(
-            "no lines match {:?}",
-            args.pattern
-        )));
+        let _ = writeln!(out, "no lines match {:?}", args.pattern);
     }
     if let Some(note) = stopped {
+        out.push_str(&note);
+        out.push('\n');
+    }
+    if let Some(note) = withheld.note() {
         out.push_str(&note);
     }
     Ok(ToolOutput::text(out.trim_end().to_owned()))
@@ -854,6 +926,7 @@ mod tests {
     )]
     use super::*;
     use crate::testing::{call, code};
+    use agentloop::permissions::{ArgumentMatch, Permission, PermissionRule, PermissionStore};
     use serde_json::{Value, json};
     use std::os::unix::fs::symlink;
 
@@ -877,6 +950,7 @@ mod tests {
                 workspace: Workspace::new(dir.path().join("root")).unwrap(),
                 max_bytes: DEFAULT_MAX_READ_BYTES,
                 max_results: DEFAULT_MAX_RESULTS,
+                withheld: None,
             };
             Fixture { dir, limits }
         }
@@ -1367,6 +1441,130 @@ mod tests {
             listed.ends_with("[2 more entries not shown: 3 in all]"),
             "{listed}"
         );
+    }
+
+    /// Paths as the workspace resolves them, as the CLI gives its store for a built-in tool.
+    #[derive(Debug)]
+    struct Resolver(Workspace);
+
+    impl agentloop::permissions::ResolvePaths for Resolver {
+        fn root(&self) -> &Path {
+            self.0.root()
+        }
+        fn resolve(&self, path: &str) -> Option<PathBuf> {
+            self.0.resolve(path).ok()
+        }
+    }
+
+    fn path_rule(tool: &str, glob: &str, permission: Permission) -> PermissionRule {
+        PermissionRule {
+            tool: tool.into(),
+            arguments: Some(ArgumentMatch::PathGlob {
+                field: "path".into(),
+                glob: glob.into(),
+            }),
+            permission,
+        }
+    }
+
+    #[tokio::test]
+    async fn walks_leave_out_what_the_deny_and_ask_path_rules_match_for_the_tool() {
+        let mut f = Fixture::new();
+        for folder in ["sub", "secrets", "drafts", "private"] {
+            std::fs::create_dir_all(f.root().join(folder)).unwrap();
+        }
+        for (file, text) in [
+            (".env", "KEY=root-secret\n"),
+            ("sub/.env", "KEY=sub-secret\n"),
+            ("sub/ok.txt", "KEY=fine\n"),
+            ("secrets/key.txt", "KEY=pem-secret\n"),
+            ("drafts/plan.txt", "KEY=draft-secret\n"),
+            ("private/x.txt", "KEY=private-secret\n"),
+        ] {
+            std::fs::write(f.root().join(file), text).unwrap();
+        }
+        symlink(".env", f.root().join("alias")).unwrap();
+        let mut store = PermissionStore::new(Permission::Allow);
+        store
+            .resolve_paths("*", Arc::new(Resolver(f.limits.workspace.clone())))
+            .configure(path_rule("*", "**/.env", Permission::Deny))
+            .configure(path_rule("t", "secrets/**", Permission::Deny))
+            .configure(path_rule("t", "drafts/**", Permission::Ask))
+            // The folder itself: it is not entered, so nothing below it is met.
+            .configure(path_rule("t", "private", Permission::Deny))
+            .configure(path_rule("t", "**", Permission::Allow))
+            .configure(path_rule("other", "**/ok.txt", Permission::Deny));
+        // Without the rules the walks find everything: what the rules must hide is there.
+        let open = f.call(grep, json!({"pattern": "KEY"})).await.unwrap();
+        for secret in ["root-secret", "sub-secret", "pem-secret", "draft-secret"] {
+            assert!(open.contains(secret), "{open}");
+        }
+        f.limits.workspace = f.limits.workspace.clone().withhold(&store);
+
+        let hits = f
+            .call(grep, json!({"pattern": "KEY", "path": "."}))
+            .await
+            .unwrap();
+        assert_eq!(
+            hits,
+            "sub/ok.txt:1: KEY=fine\n[6 entries left out by the permission rules]"
+        );
+        let found = f.call(glob, json!({"pattern": "**/*"})).await.unwrap();
+        assert_eq!(
+            found,
+            "src/main.rs\nsub/ok.txt\n[6 entries left out by the permission rules]"
+        );
+        let listed = f.call(list_dir, json!({"path": "."})).await.unwrap();
+        assert_eq!(
+            listed, "drafts/\nsecrets/\nsrc/\nsub/\n[3 entries left out by the permission rules]",
+            "neither the file nor a link to it, nor the denied folder"
+        );
+        let listed = f.call(list_dir, json!({"path": "secrets"})).await.unwrap();
+        assert_eq!(
+            listed,
+            "(nothing in secrets to show)\n[1 entry left out by the permission rules]"
+        );
+        let found = f
+            .call(glob, json!({"pattern": "*.txt", "path": "sub"}))
+            .await
+            .unwrap();
+        assert_eq!(
+            found,
+            "sub/ok.txt\n[1 entry left out by the permission rules]"
+        );
+        let found = f
+            .call(glob, json!({"pattern": "*.rs", "path": "src"}))
+            .await
+            .unwrap();
+        assert_eq!(found, "src/main.rs", "nothing left out: no note");
+
+        // The rules of another tool name are that tool's: `*` still holds for it.
+        let other = call(
+            &grep("other", &f.limits),
+            json!({"pattern": "KEY", "glob": "**/*.txt"}),
+        )
+        .await
+        .unwrap()
+        .0;
+        assert!(
+            !other.contains("fine") && !other.contains("-secret\n.env"),
+            "{other}"
+        );
+        assert!(
+            other.contains("pem-secret") && other.contains("draft-secret"),
+            "{other}"
+        );
+        assert!(
+            !other.contains("root-secret") && !other.contains("sub-secret"),
+            "{other}"
+        );
+
+        // A single file named by the call is the gate's to judge, not the walk's.
+        let one = f
+            .call(grep, json!({"pattern": "KEY", "path": "sub/ok.txt"}))
+            .await
+            .unwrap();
+        assert_eq!(one, "sub/ok.txt:1: KEY=fine");
     }
 
     #[test]

@@ -21,6 +21,8 @@
 use std::ffi::OsString;
 use std::path::{Component, Path, PathBuf};
 
+use agentloop::permissions::{PathRules, PermissionStore};
+
 /// Why a path was refused. The message is what the model reads: it names the path as the model
 /// gave it, never the absolute root.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -110,14 +112,32 @@ impl WorkspaceError {
     }
 }
 
-/// A folder the tools may not leave, and the files in it they may not write. Cheap to clone.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A folder the tools may not leave, the files in it they may not write, and the permission rules
+/// whose denied paths the tools that walk folders leave out. Cheap to clone.
+#[derive(Debug, Clone)]
 pub struct Workspace {
     root: PathBuf,
     /// Canonical paths (links followed as far as they exist) that writes refuse, with everything
     /// below them.
     protected: std::sync::Arc<[PathBuf]>,
+    /// The rules whose `deny` and `ask` path rules `list_dir`, `glob` and `grep` apply to each
+    /// entry they meet ([`Workspace::withhold`]).
+    withheld: Option<std::sync::Arc<PermissionStore>>,
 }
+
+impl PartialEq for Workspace {
+    fn eq(&self, other: &Self) -> bool {
+        // A store has no equality of its own: the same rules are the same store.
+        let same_rules = match (&self.withheld, &other.withheld) {
+            (None, None) => true,
+            (Some(a), Some(b)) => std::sync::Arc::ptr_eq(a, b),
+            _ => false,
+        };
+        self.root == other.root && self.protected == other.protected && same_rules
+    }
+}
+
+impl Eq for Workspace {}
 
 impl Workspace {
     /// Opens the folder `root` (which must exist), canonicalized once.
@@ -134,6 +154,7 @@ impl Workspace {
         Ok(Workspace {
             root,
             protected: std::sync::Arc::from(Vec::new()),
+            withheld: None,
         })
     }
 
@@ -148,6 +169,32 @@ impl Workspace {
         all.dedup();
         self.protected = std::sync::Arc::from(all);
         self
+    }
+
+    /// The same workspace, whose tools that walk folders (`list_dir`, `glob`, `grep`) leave out
+    /// every entry a `deny` or `ask` path rule of `rules` matches for them: a rule for the tool's
+    /// name or `*`, on its `path` argument, matched as [`PermissionStore::decide`] matches a call
+    /// whose `path` is the entry's path relative to the root (with the store's root and the
+    /// resolver it has for the tool, so a link to a denied file is left out too). A walk cannot
+    /// stop to ask about each file, so a file a rule would ask about is left out as a denied one
+    /// is; a folder left out is not entered. The listing ends with a note of how many entries
+    /// were left out, never their names. Without this, or with no such rule, nothing is left out.
+    ///
+    /// The store is taken as it is now: rules added to it later are not seen. A hard link to a
+    /// denied file is another name of the same file, which no rule names: it is not left out
+    /// (finding every name of a file would take a search of the whole file system).
+    pub fn withhold(mut self, rules: &PermissionStore) -> Self {
+        self.withheld = Some(std::sync::Arc::new(rules.clone()));
+        self
+    }
+
+    /// The `deny` and `ask` path rules of the tool `tool` on its argument `field`, compiled: what
+    /// its walks leave out ([`Self::withhold`]); `None` when none apply.
+    pub fn withheld(&self, tool: &str, field: &str) -> Option<PathRules> {
+        self.withheld
+            .as_ref()
+            .map(|store| store.path_rules(tool, field))
+            .filter(|rules| !rules.is_empty())
     }
 
     /// The protected paths, canonical.
