@@ -190,7 +190,12 @@ fn builtin_tool(file: &AgentFile, t: &ToolFileSpec, builtin: &str) -> Result<Too
     let kind = Builtin::from_name(builtin).ok_or_else(|| CliError::Setup {
         message: format!("no built-in tool {builtin:?}"),
     })?;
-    kind.tool_named(t.name(), &builtin_options(file, t))
+    let mut options = builtin_options(file, t);
+    // A walk meets files no call named: it leaves out those the gate would deny or ask about.
+    if kind.walks() && file.permissions().is_some() {
+        options.withhold = Some(permission_store(file)?);
+    }
+    kind.tool_named(t.name(), &options)
         .map_err(|e| CliError::Setup {
             message: format!("tool {}: {}: {e}", t.name(), e.code()),
         })

@@ -851,6 +851,83 @@ path_glob = { field = "path", glob = "ok/**" }
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn grep_glob_and_list_dir_on_the_root_never_reveal_a_denied_file() {
+    let dir = AgentDir::new(
+        r#"name = "walks"
+[model]
+provider = "scripted"
+script = "script.json"
+[[tools]]
+builtin = "grep"
+root = "work"
+[[tools]]
+builtin = "glob"
+root = "work"
+[[tools]]
+builtin = "list_dir"
+root = "work"
+[[permissions.rules]]
+tool = "*"
+permission = "deny"
+path_glob = { field = "path", glob = "**/.env" }
+[[permissions.rules]]
+tool = "*"
+permission = "ask"
+path_glob = { field = "path", glob = "drafts/**" }
+"#,
+    );
+    for folder in ["work/sub", "work/drafts"] {
+        std::fs::create_dir_all(dir.path(folder)).unwrap();
+    }
+    dir.write("work/.env", "KEY=root-hidden\n");
+    dir.write("work/sub/.env", "KEY=sub-hidden\n");
+    dir.write("work/drafts/plan.md", "KEY=draft-hidden\n");
+    dir.write("work/notes.md", "KEY=notes-found\n");
+    dir.write("work/sub/app.toml", "KEY=app-found\n");
+    // Another name of a denied file, inside the workspace: the rule sees where it leads.
+    std::os::unix::fs::symlink(".env", dir.path("work/alias")).unwrap();
+    let calls = [
+        ("grep", json!({"pattern": "KEY", "path": "."})),
+        ("glob", json!({"pattern": "**/*", "path": "."})),
+        ("list_dir", json!({"path": "."})),
+        ("list_dir", json!({"path": "sub"})),
+    ];
+    let calls: Vec<Value> = calls
+        .iter()
+        .enumerate()
+        .map(|(i, (tool, a))| json!({"id": format!("c{i}"), "name": tool, "arguments": a}))
+        .collect();
+    dir.write(
+        "script.json",
+        &json!([{ "tool_calls": calls }, { "text": "done" }]).to_string(),
+    );
+    let (_, v) = run_json(&dir, &[]).await;
+    assert_eq!(call_statuses(&v), ["ok", "ok", "ok", "ok"], "{v}");
+    let output = |i: usize| v["tool_calls"][i]["output"].as_str().unwrap().to_owned();
+    assert_eq!(
+        output(0),
+        "notes.md:1: KEY=notes-found\nsub/app.toml:1: KEY=app-found\n\
+         [4 entries left out by the permission rules]"
+    );
+    assert_eq!(
+        output(1),
+        "notes.md\nsub/app.toml\n[4 entries left out by the permission rules]"
+    );
+    assert_eq!(
+        output(2),
+        "drafts/\nnotes.md (16 bytes)\nsub/\n[2 entries left out by the permission rules]"
+    );
+    assert_eq!(
+        output(3),
+        "app.toml (14 bytes)\n[1 entry left out by the permission rules]"
+    );
+    let all = v.to_string();
+    for hidden in ["hidden", ".env", "plan.md", "alias"] {
+        assert!(!all.contains(hidden), "{hidden} shown: {v}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn an_approval_answers_only_its_own_call_never_a_later_one_reusing_its_id() {
     // The provider sends the id `c0` in both turns: the first call is approved, once; the second,
     // another command under the same id, must be asked about again, not run on the old answer.
