@@ -64,12 +64,16 @@ def child(mode: str, path: pathlib.Path, env: Dict[str, str]) -> Dict[str, Any]:
 
 def test_a_command_tool_cannot_read_the_key_of_the_python_process(folder: pathlib.Path) -> None:
     # Unsandboxed, and what the tool writes to stderr (a refusal) reaches stdout, which the
-    # model reads; its pid line says whose environ it looked at.
+    # model reads. The tool's parent is the supervisor agentloop forks for each call (a copy of
+    # the Python process, its environment included) and its grandparent the Python process: it
+    # tries both; its pid line says whose environ it looked at last.
     path = agent_file(
         folder,
         '[[tools]]\nname = "peek"\ndescription = "Reads the parent\'s environment."\n'
         'sandbox = "off"\n'
-        "command = [\"sh\", \"-c\", \"cat /proc/$PPID/environ 2>&1 | tr '\\\\0' '\\\\n'; echo pid=$PPID\"]\n",
+        "command = [\"sh\", \"-c\", \"g=$(cut -d' ' -f4 /proc/$PPID/stat); "
+        "for p in $PPID $g; do cat /proc/$p/environ 2>&1 | tr '\\\\0' '\\\\n'; done; "
+        "echo pid=$g\"]\n",
         [{"id": "c1", "name": "peek", "arguments": {}}],
     )
     secret = "sk-agentloop-test-" + secrets.token_hex(12)

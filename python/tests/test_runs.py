@@ -547,11 +547,18 @@ def test_a_cancelled_run_ends_as_soon_as_its_tools_have_stopped() -> None:
     assert cancelled == [True]
 
     # Ctrl-C in a blocking run: the run is cancelled, its tool stops, and the interrupt goes on.
+    # The run has a deadline far past the test's bounds: an interrupt that never came (this
+    # hung once in CI, the tool's start not seen in 10 s) fails the test rather than hanging it.
     agent, started, cancelled = hanging_agent()
+    agent = Agent(
+        model=ScriptedModel([[ToolCall("hang", {})], "never"]),
+        tools=agent.tools,
+        limits=Limits(timeout=60),
+    )
     interrupted: List[float] = []
 
     def press_ctrl_c() -> None:
-        if started.wait(10):
+        if started.wait(30):
             interrupted.append(time.monotonic())
             _thread.interrupt_main()
 
