@@ -10,6 +10,7 @@ import dataclasses
 import json
 import pathlib
 import pickle
+import signal
 import threading
 import time
 from typing import List, Tuple
@@ -547,8 +548,8 @@ def test_a_cancelled_run_ends_as_soon_as_its_tools_have_stopped() -> None:
     assert cancelled == [True]
 
     # Ctrl-C in a blocking run: the run is cancelled, its tool stops, and the interrupt goes on.
-    # The run has a deadline far past the test's bounds: an interrupt that never came (this
-    # hung once in CI, the tool's start not seen in 10 s) fails the test rather than hanging it.
+    # The run has a deadline far past the test's bounds: an interrupt that never came fails the
+    # test rather than hanging it.
     agent, started, cancelled = hanging_agent()
     agent = Agent(
         model=ScriptedModel([[ToolCall("hang", {})], "never"]),
@@ -562,9 +563,16 @@ def test_a_cancelled_run_ends_as_soon_as_its_tools_have_stopped() -> None:
             interrupted.append(time.monotonic())
             _thread.interrupt_main()
 
-    threading.Thread(target=press_ctrl_c, daemon=True).start()
-    with pytest.raises(KeyboardInterrupt):
-        agent.run("Go.")
+    # Python's own Ctrl-C handler, whatever this process inherited: a process started in the
+    # background by a non-interactive shell ignores SIGINT, and then `interrupt_main` does
+    # nothing (which is what hung this case under such a CI run).
+    inherited = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        threading.Thread(target=press_ctrl_c, daemon=True).start()
+        with pytest.raises(KeyboardInterrupt):
+            agent.run("Go.")
+    finally:
+        signal.signal(signal.SIGINT, inherited)
     assert time.monotonic() - interrupted[0] < 1.5
     assert cancelled == [True]
 
