@@ -11,7 +11,9 @@
 //!   `sse.rs`: the event-stream reader and the one `sse()` every streamed call goes through.
 //! - `decode.rs`: the `StreamDecoder` each provider implements, and the one path from an HTTP
 //!   answer (streamed or whole) through the decoder and the core's accumulator;
-//!   `wire_text.rs`: delta strings whose JSON escapes split a character between two events.
+//!   `wire_text.rs`: delta strings whose JSON escapes split a character between two events;
+//!   `surrogates.rs`: bodies and events whose escapes hold a lone half of a character, read with
+//!   it as U+FFFD instead of failing.
 //! - `openai_chat/`, `openai_responses/`, `anthropic/`: per provider, `mod.rs` (the model and its
 //!   builder), `request.rs` (the request body) and `stream.rs` (its answers, streamed or whole,
 //!   with usage converted to what [`agentloop::model::Usage`] means on every provider).
@@ -39,6 +41,7 @@ pub mod http;
 mod layer;
 pub mod pricing;
 pub mod sse;
+mod surrogates;
 #[cfg(any(
     feature = "openai",
     feature = "anthropic",

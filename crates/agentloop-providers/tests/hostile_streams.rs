@@ -1,6 +1,7 @@
 //! Hostile event streams over raw loopback HTTP, on every provider: errors that quote the
 //! request's key, final events whose response is not over, responses of very many tool calls,
-//! and escapes that split a character between two events.
+//! escapes that split a character between two events, and lone halves of a character in what is
+//! read whole (bodies, whole-text events).
 #![allow(
     clippy::indexing_slicing,
     clippy::unwrap_used,
@@ -91,6 +92,21 @@ fn sse<S: AsRef<str>>(events: &[S]) -> Vec<u8> {
 async fn serve_sse<S: AsRef<str>>(events: &[S]) -> String {
     let body = sse(events);
     serve(1, move |_| ("text/event-stream", body.clone())).await
+}
+
+/// A server answering its requests, in order, with these whole JSON bodies, as they are (their
+/// escapes untouched): the n-th request gets the n-th body.
+async fn serve_json<S: AsRef<str>>(bodies: &[S]) -> String {
+    let bodies: Vec<Vec<u8>> = bodies
+        .iter()
+        .map(|b| b.as_ref().as_bytes().to_vec())
+        .collect();
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    serve(bodies.len(), move |_| {
+        let n = next.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        ("application/json", bodies[n].clone())
+    })
+    .await
 }
 
 fn config(uri: &str) -> HttpConfig {
@@ -478,5 +494,195 @@ async fn a_half_character_the_stream_never_completes_is_a_replacement_character(
             .unwrap_or_else(|e| panic!("{what}: {e}"));
         assert_eq!(r.message.text, "\u{fffd}end \u{fffd}", "{what}");
         assert_eq!(r.finish_reason, FinishReason::Stop, "{what}");
+    }
+}
+
+/// The text every lone-half case below spells: a lone high half, an escaped backslash before
+/// `ud83d` (text, no escape), and a pair.
+const LONE_TEXT: &str = "smile \u{fffd}! \\ud83d \u{1F600}";
+
+/// The arguments of the lone-half cases: a lone high half, a pair, a lone low half, and (where
+/// the arguments are JSON text inside a string) a pair spelt by the arguments' own escapes.
+fn lone_arguments(escaped: &str) -> Value {
+    json!({"raw": "\u{fffd}", "pair": "\u{1F600}", "low": "\u{fffd}x", "escaped": escaped})
+}
+
+fn assert_lone(r: &ModelResponse, id: &str, escaped: &str, what: &str) {
+    assert_eq!(r.message.text, LONE_TEXT, "{what}");
+    assert_eq!(r.message.reasoning[0].text, "r\u{fffd}", "{what}");
+    assert_eq!(r.id.as_deref(), Some(id), "{what}");
+    assert_eq!(r.message.tool_calls.len(), 1, "{what}");
+    let arguments: Value = serde_json::from_str(&r.message.tool_calls[0].arguments)
+        .unwrap_or_else(|e| panic!("{what}: {e}: {}", r.message.tool_calls[0].arguments));
+    assert_eq!(arguments, lone_arguments(escaped), "{what}");
+    assert_eq!(r.finish_reason, FinishReason::ToolCalls, "{what}");
+}
+
+/// The arguments as JSON text inside a JSON string (Chat, Responses): the arguments' own escape
+/// of a pair is `\\ud83d\\ude00` in the body.
+const LONE_ARGUMENTS_TEXT: &str = r#""{\"raw\":\"\ud83d\",\"pair\":\"\ud83d\ude00\",\"low\":\"\ude00x\",\"escaped\":\"\\ud83d\\ude00\"}""#;
+
+#[tokio::test]
+async fn a_lone_surrogate_in_a_whole_body_is_a_replacement_character_on_every_api() {
+    // A body whose text, reasoning, tool-call arguments and id each hold half a character (a
+    // model cut at its limit, a server that slices UTF-16): serde_json refuses such a string,
+    // and the whole answer failed for one character. Each half is U+FFFD; a pair, and an
+    // escaped backslash before `ud83d`, are kept as they were.
+    let text = r#""smile \ud83d! \\ud83d \ud83d\ude00""#;
+    let chat_body = format!(
+        r#"{{"id":"chat\ud83d","model":"m","choices":[{{"index":0,"message":{{"role":"assistant","content":{text},"reasoning_content":"r\ude00","tool_calls":[{{"id":"call_1","type":"function","function":{{"name":"f","arguments":{LONE_ARGUMENTS_TEXT}}}}}]}},"finish_reason":"tool_calls"}}]}}"#
+    );
+    let r = ask(&chat(&serve_json(&[chat_body]).await, false))
+        .await
+        .unwrap();
+    assert_lone(&r, "chat\u{fffd}", "\u{1F600}", "chat");
+
+    // Mistral's typed content parts are read through a JSON tree, not as a delta string.
+    let parts_body = r#"{"id":"p","choices":[{"index":0,"message":{"role":"assistant","content":[{"type":"thinking","thinking":[{"type":"text","text":"r\ude00"}]},{"type":"text","text":"smile \ud83d! \\ud83d \ud83d\ude00"}]},"finish_reason":"stop"}]}"#;
+    let r = ask(&chat(&serve_json(&[parts_body]).await, false))
+        .await
+        .unwrap();
+    assert_eq!(r.message.text, LONE_TEXT, "chat parts");
+    assert_eq!(r.message.reasoning[0].text, "r\u{fffd}", "chat parts");
+
+    let responses_body = format!(
+        r#"{{"id":"resp\ude00","model":"g","status":"completed","output":[{{"type":"reasoning","id":"rs","summary":[{{"type":"summary_text","text":"r\ude00"}}]}},{{"type":"message","id":"msg","role":"assistant","content":[{{"type":"output_text","text":{text}}}]}},{{"type":"function_call","id":"fc","call_id":"c1","name":"f","arguments":{LONE_ARGUMENTS_TEXT}}}]}}"#
+    );
+    let r = ask(&responses(&serve_json(&[responses_body]).await, false))
+        .await
+        .unwrap();
+    assert_lone(&r, "resp\u{fffd}", "\u{1F600}", "responses");
+
+    // Anthropic's input is an object: the body's `\\ud83d` in it is text, not an escape.
+    let anthropic_body = format!(
+        r#"{{"id":"msg\ud83d","type":"message","role":"assistant","model":"c","content":[{{"type":"thinking","thinking":"r\ude00","signature":"sig"}},{{"type":"text","text":{text}}},{{"type":"tool_use","id":"t1","name":"f","input":{{"raw":"\ud83d","pair":"\ud83d\ude00","low":"\ude00x","escaped":"\\ud83d\\ude00"}}}}],"stop_reason":"tool_use","usage":{{"input_tokens":1,"output_tokens":1}}}}"#
+    );
+    let r = ask(&anthropic(&serve_json(&[anthropic_body]).await, false))
+        .await
+        .unwrap();
+    assert_lone(&r, "msg\u{fffd}", "\\ud83d\\ude00", "anthropic");
+}
+
+#[tokio::test]
+async fn a_lone_surrogate_in_a_field_a_stream_carries_whole_is_a_replacement_character() {
+    // The events that carry a whole string rather than a delta: the Responses stream's `*.done`
+    // events and its final response, Anthropic's block starts with their text or input, a Chat
+    // chunk's id and typed parts. A half in any of them fails the stream no more than a half
+    // in a delta does.
+    let chat_events = [
+        r#"{"id":"c\ud83d","model":"m","choices":[{"index":0,"delta":{"role":"assistant","content":[{"type":"thinking","thinking":"r\ude00"},{"type":"text","text":"smile \ud83d! \\ud83d \ud83d\ude00"}]}}]}"#,
+        &format!(
+            r#"{{"id":"c\ud83d","choices":[{{"index":0,"delta":{{"tool_calls":[{{"index":0,"id":"call_1","type":"function","function":{{"name":"f","arguments":{LONE_ARGUMENTS_TEXT}}}}}]}},"finish_reason":"tool_calls"}}]}}"#
+        ),
+        "[DONE]",
+    ];
+    let r = ask(&chat(&serve_sse(&chat_events).await, true))
+        .await
+        .unwrap();
+    assert_lone(&r, "c\u{fffd}", "\u{1F600}", "chat");
+
+    let anthropic_events = [
+        r#"{"type":"message_start","message":{"id":"msg\ud83d","model":"c","usage":{"input_tokens":1,"output_tokens":1}}}"#,
+        r#"{"type":"content_block_start","index":0,"content_block":{"type":"thinking","thinking":""}}"#,
+        r#"{"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":"r\ude00"}}"#,
+        r#"{"type":"content_block_stop","index":0}"#,
+        r#"{"type":"content_block_start","index":1,"content_block":{"type":"text","text":"smile \ud83d! \\ud83d \ud83d\ude00"}}"#,
+        r#"{"type":"content_block_stop","index":1}"#,
+        r#"{"type":"content_block_start","index":2,"content_block":{"type":"tool_use","id":"t1","name":"f","input":{"raw":"\ud83d","pair":"\ud83d\ude00","low":"\ude00x","escaped":"\\ud83d\\ude00"}}}"#,
+        r#"{"type":"content_block_stop","index":2}"#,
+        r#"{"type":"message_delta","delta":{"stop_reason":"tool_use"},"usage":{"output_tokens":9}}"#,
+        r#"{"type":"message_stop"}"#,
+    ];
+    let r = ask(&anthropic(&serve_sse(&anthropic_events).await, true))
+        .await
+        .unwrap();
+    assert_lone(&r, "msg\u{fffd}", "\\ud83d\\ude00", "anthropic");
+
+    let text = r#""smile \ud83d! \\ud83d \ud83d\ude00""#;
+    let responses_events = [
+        r#"{"type":"response.created","response":{"id":"resp\ude00","model":"g","status":"in_progress","output":[]}}"#,
+        r#"{"type":"response.output_item.done","output_index":0,"item":{"type":"reasoning","id":"rs","summary":[{"type":"summary_text","text":"r\ude00"}]}}"#,
+        &format!(
+            r#"{{"type":"response.output_text.done","output_index":1,"content_index":0,"text":{text}}}"#
+        ),
+        &format!(
+            r#"{{"type":"response.output_item.done","output_index":1,"item":{{"type":"message","id":"msg","role":"assistant","content":[{{"type":"output_text","text":{text}}}]}}}}"#
+        ),
+        r#"{"type":"response.output_item.added","output_index":2,"item":{"type":"function_call","id":"fc","call_id":"c1","name":"f","arguments":""}}"#,
+        &format!(
+            r#"{{"type":"response.function_call_arguments.done","output_index":2,"arguments":{LONE_ARGUMENTS_TEXT}}}"#
+        ),
+        &format!(
+            r#"{{"type":"response.output_item.done","output_index":2,"item":{{"type":"function_call","id":"fc","call_id":"c1","name":"f","arguments":{LONE_ARGUMENTS_TEXT}}}}}"#
+        ),
+        &format!(
+            r#"{{"type":"response.completed","response":{{"id":"resp\ude00","status":"completed","output":[{{"type":"message","id":"msg","role":"assistant","content":[{{"type":"output_text","text":{text}}}]}}]}}}}"#
+        ),
+    ];
+    let r = ask(&responses(&serve_sse(&responses_events).await, true))
+        .await
+        .unwrap();
+    assert_lone(&r, "resp\u{fffd}", "\u{1F600}", "responses");
+}
+
+/// What [`echo`] was called with, by the runs below.
+static ECHOED: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+/// Says the text back.
+#[agentloop::tool]
+async fn echo(
+    /// The text.
+    text: String,
+) -> String {
+    ECHOED.lock().unwrap().push(text.clone());
+    text
+}
+
+#[tokio::test]
+async fn a_call_whose_arguments_hold_a_lone_surrogate_still_runs_on_every_api() {
+    // The model's call runs with U+FFFD where the half was (the character was lost before the
+    // text reached the client), and the run goes on to its answer, on each API's whole body.
+    let chat_call = r#"{"id":"c\ud83d","model":"m","choices":[{"index":0,"message":{"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"echo","arguments":"{\"text\":\"a\ud83db\ud83d\ude00\"}"}}]},"finish_reason":"tool_calls"}]}"#;
+    let chat_done = r#"{"id":"c2","model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"done"},"finish_reason":"stop"}]}"#;
+    let responses_call = r#"{"id":"r","model":"g","status":"completed","output":[{"type":"function_call","id":"fc","call_id":"c1","name":"echo","arguments":"{\"text\":\"a\ud83db\ud83d\ude00\"}"}]}"#;
+    let responses_done = r#"{"id":"r2","model":"g","status":"completed","output":[{"type":"message","id":"m","role":"assistant","content":[{"type":"output_text","text":"done"}]}]}"#;
+    let anthropic_call = r#"{"id":"m","type":"message","role":"assistant","model":"c","content":[{"type":"tool_use","id":"t1","name":"echo","input":{"text":"a\ud83db\ud83d\ude00"}}],"stop_reason":"tool_use","usage":{"input_tokens":1,"output_tokens":1}}"#;
+    let anthropic_done = r#"{"id":"m2","type":"message","role":"assistant","model":"c","content":[{"type":"text","text":"done"}],"stop_reason":"end_turn","usage":{"input_tokens":1,"output_tokens":1}}"#;
+    let models: [(&str, Box<dyn Model>); 3] = [
+        (
+            "chat",
+            Box::new(chat(&serve_json(&[chat_call, chat_done]).await, false)),
+        ),
+        (
+            "responses",
+            Box::new(responses(
+                &serve_json(&[responses_call, responses_done]).await,
+                false,
+            )),
+        ),
+        (
+            "anthropic",
+            Box::new(anthropic(
+                &serve_json(&[anthropic_call, anthropic_done]).await,
+                false,
+            )),
+        ),
+    ];
+    for (what, model) in models {
+        let agent = agentloop::Agent::builder()
+            .model(model)
+            .tool(echo_tool())
+            .build()
+            .unwrap();
+        let outcome = agent.run("say it").await;
+        assert!(outcome.error.is_none(), "{what}: {:?}", outcome.error);
+        assert_eq!(outcome.tool_calls_run, 1, "{what}");
+        assert_eq!(outcome.output.as_deref(), Some("done"), "{what}");
+        let echoed = ECHOED.lock().unwrap().pop();
+        assert_eq!(
+            echoed.as_deref(),
+            Some("a\u{fffd}b\u{1F600}"),
+            "{what}: the tool ran with what the model wrote, the half replaced"
+        );
     }
 }

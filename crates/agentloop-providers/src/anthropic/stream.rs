@@ -17,6 +17,7 @@ use serde_json::Value;
 use super::PROVIDER;
 use crate::decode::{StreamDecoder, accumulate_sse, accumulate_whole};
 use crate::error::{decode_error, error_envelope, in_body_error, reported_error, stream_error};
+use crate::surrogates;
 use crate::wire_text::{Channel, Pairs, WireText};
 
 /// Anthropic's usage object. Its `input_tokens` leaves out cache reads and writes; later events
@@ -474,7 +475,10 @@ impl AnthropicStreamParser {
         if self.stopped || self.failed {
             return Ok(()); // nothing after message_stop or an error counts
         }
-        let event: InEvent<'_> = match serde_json::from_str(data) {
+        // A lone half of a character in a field read whole (a block's text, a tool_use's
+        // input, an id) costs that character, not the event.
+        let mut repaired = None;
+        let event: InEvent<'_> = match surrogates::from_str(data, &mut repaired) {
             Ok(event) => event,
             Err(e) => {
                 self.failed = true;
@@ -561,7 +565,10 @@ impl StreamDecoder for AnthropicStreamParser {
     /// A whole message is read as the stream of it: `message_start`, each block started and
     /// stopped, the stop reason, `message_stop`.
     fn whole(&mut self, body: &[u8], out: &mut VecDeque<ModelEvent>) -> Result<(), ModelError> {
-        let message: WholeMessage<'_> = serde_json::from_slice(body)
+        // A lone half of a character anywhere in the body (text, thinking, a tool_use's input,
+        // an id) is U+FFFD: one damaged character does not cost the answer.
+        let mut repaired = None;
+        let message: WholeMessage<'_> = surrogates::from_slice(body, &mut repaired)
             .map_err(|e| decode_error(PROVIDER, "response body", &e))?;
         let is_message = message.kind.as_deref() == Some("message");
         // An error body (`"type": "error"`), or a gateway's bare envelope answered with HTTP 200

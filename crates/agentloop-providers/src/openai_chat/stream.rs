@@ -16,6 +16,7 @@ use serde_json::value::RawValue;
 use super::dialect::{DialectReader, ToolDialect};
 use crate::decode::{StreamDecoder, accumulate_sse, accumulate_whole};
 use crate::error::{decode_error, in_body_error, stream_error};
+use crate::surrogates;
 use crate::wire_text::{Channel, Pairs, WireText, wire_text_of};
 
 /// A whole response or one stream chunk: the same shape, with `message` or `delta` in each choice.
@@ -462,7 +463,10 @@ impl ChatStreamParser {
         if data.starts_with(':') {
             return Ok(());
         }
-        let chunk: WireCompletion<'_> = serde_json::from_str(data)
+        // A lone half of a character in a field read whole (an id, a name, a list of content
+        // parts) costs that character, not the chunk.
+        let mut repaired = None;
+        let chunk: WireCompletion<'_> = surrogates::from_str(data, &mut repaired)
             .map_err(|e| stream_error(&self.provider, format!("malformed stream chunk: {e}")))?;
         self.apply(chunk, out, false)
     }
@@ -642,7 +646,10 @@ impl StreamDecoder for ChatStreamParser {
     /// A whole response is one chunk whose choices carry `message`; without a `finish_reason` it
     /// ends as the calls it made say.
     fn whole(&mut self, body: &[u8], out: &mut VecDeque<ModelEvent>) -> Result<(), ModelError> {
-        let completion: WireCompletion<'_> = serde_json::from_slice(body)
+        // A lone half of a character anywhere in the body (text, arguments, reasoning, an id)
+        // is U+FFFD: one damaged character does not cost the answer.
+        let mut repaired = None;
+        let completion: WireCompletion<'_> = surrogates::from_slice(body, &mut repaired)
             .map_err(|e| decode_error(&self.provider, "response body", &e))?;
         let has_choice = completion
             .choices

@@ -18,6 +18,7 @@ use crate::decode::{StreamDecoder, accumulate_sse, accumulate_whole};
 use crate::error::{
     ProviderError, decode_error, error_envelope, in_body_error, reported_error, stream_error,
 };
+use crate::surrogates;
 use crate::wire_text::{Channel, Pairs, WireText};
 
 #[derive(Deserialize, Default, Clone, Copy)]
@@ -386,7 +387,10 @@ impl ResponsesStreamParser {
         if self.finished || self.failed {
             return Ok(());
         }
-        let result = match serde_json::from_str::<InEvent<'_>>(data) {
+        // A lone half of a character in a field read whole (an item's text or arguments, the
+        // `*.done` events' whole text) costs that character, not the event.
+        let mut repaired = None;
+        let result = match surrogates::from_str::<InEvent<'_>>(data, &mut repaired) {
             Ok(event) => self.apply(event, data, out),
             Err(e) => match serde_json::from_str::<KindOnly<'_>>(data) {
                 // An event we do not read may have any shape.
@@ -661,7 +665,10 @@ impl StreamDecoder for ResponsesStreamParser {
     /// A whole response is read as the stream of it: its head, each output item done, then its
     /// final status.
     fn whole(&mut self, body: &[u8], out: &mut VecDeque<ModelEvent>) -> Result<(), ModelError> {
-        let response: WholeResponse<'_> = serde_json::from_slice(body)
+        // A lone half of a character anywhere in the body (text, arguments, a summary, an id)
+        // is U+FFFD: one damaged character does not cost the answer.
+        let mut repaired = None;
+        let response: WholeResponse<'_> = surrogates::from_slice(body, &mut repaired)
             .map_err(|e| decode_error(PROVIDER, "response body", &e))?;
         let status = response.head.status.as_deref().unwrap_or("completed");
         // A failed response, or a gateway's error envelope answered with HTTP 200 (no status,
