@@ -1,7 +1,7 @@
 //! Hostile event streams over raw loopback HTTP, on every provider: errors that quote the
 //! request's key, final events whose response is not over, responses of very many tool calls,
 //! escapes that split a character between two events, and lone halves of a character in what is
-//! read whole (bodies, whole-text events).
+//! read whole (bodies, whole-text events, a plain-text dialect's JSON).
 #![allow(
     clippy::indexing_slicing,
     clippy::unwrap_used,
@@ -20,6 +20,7 @@ use agentloop::{
 use agentloop_providers::OpenAiChat;
 use agentloop_providers::anthropic::Anthropic;
 use agentloop_providers::http::HttpConfig;
+use agentloop_providers::openai_chat::{OpenAiChatBuilder, ToolDialect};
 use agentloop_providers::openai_responses::OpenAiResponses;
 use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt;
@@ -116,12 +117,15 @@ fn config(uri: &str) -> HttpConfig {
 }
 
 fn chat(uri: &str, stream: bool) -> OpenAiChat {
+    chat_builder(uri, stream).build().unwrap()
+}
+
+/// The builder of [`chat`], for a test that sets more (a tool dialect).
+fn chat_builder(uri: &str, stream: bool) -> OpenAiChatBuilder {
     OpenAiChat::compatible("local", uri, "m")
         .http_config(config(uri))
         .api_key(KEY)
         .stream(stream)
-        .build()
-        .unwrap()
 }
 
 fn anthropic(uri: &str, stream: bool) -> Anthropic {
@@ -641,17 +645,28 @@ async fn echo(
 #[tokio::test]
 async fn a_call_whose_arguments_hold_a_lone_surrogate_still_runs_on_every_api() {
     // The model's call runs with U+FFFD where the half was (the character was lost before the
-    // text reached the client), and the run goes on to its answer, on each API's whole body.
+    // text reached the client), and the run goes on to its answer: on each API's whole body,
+    // and in a plain-text dialect whose JSON the model wrote with the half as its own escape.
     let chat_call = r#"{"id":"c\ud83d","model":"m","choices":[{"index":0,"message":{"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"echo","arguments":"{\"text\":\"a\ud83db\ud83d\ude00\"}"}}]},"finish_reason":"tool_calls"}]}"#;
     let chat_done = r#"{"id":"c2","model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"done"},"finish_reason":"stop"}]}"#;
+    let hermes_call = r#"{"id":"h","model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"<tool_call>{\"name\": \"echo\", \"arguments\": {\"text\": \"a\\ud83db\\ud83d\\ude00\"}}</tool_call>"},"finish_reason":"stop"}]}"#;
     let responses_call = r#"{"id":"r","model":"g","status":"completed","output":[{"type":"function_call","id":"fc","call_id":"c1","name":"echo","arguments":"{\"text\":\"a\ud83db\ud83d\ude00\"}"}]}"#;
     let responses_done = r#"{"id":"r2","model":"g","status":"completed","output":[{"type":"message","id":"m","role":"assistant","content":[{"type":"output_text","text":"done"}]}]}"#;
     let anthropic_call = r#"{"id":"m","type":"message","role":"assistant","model":"c","content":[{"type":"tool_use","id":"t1","name":"echo","input":{"text":"a\ud83db\ud83d\ude00"}}],"stop_reason":"tool_use","usage":{"input_tokens":1,"output_tokens":1}}"#;
     let anthropic_done = r#"{"id":"m2","type":"message","role":"assistant","model":"c","content":[{"type":"text","text":"done"}],"stop_reason":"end_turn","usage":{"input_tokens":1,"output_tokens":1}}"#;
-    let models: [(&str, Box<dyn Model>); 3] = [
+    let models: [(&str, Box<dyn Model>); 4] = [
         (
             "chat",
             Box::new(chat(&serve_json(&[chat_call, chat_done]).await, false)),
+        ),
+        (
+            "chat hermes",
+            Box::new(
+                chat_builder(&serve_json(&[hermes_call, chat_done]).await, false)
+                    .tool_dialect(ToolDialect::Hermes)
+                    .build()
+                    .unwrap(),
+            ),
         ),
         (
             "responses",

@@ -10,6 +10,8 @@
 
 use serde_json::{Number, Value};
 
+use crate::surrogates;
+
 /// One call read out of text: its tool, its raw arguments (JSON text), and the id the model gave
 /// it, if any.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -166,7 +168,7 @@ fn call_of(v: &Value) -> Option<TextCall> {
         None | Some(Value::Null) => "{}".to_owned(),
         // Arguments given as JSON text are kept as the model wrote them unless they are an
         // object, which is written the one way objects are.
-        Some(Value::String(s)) => match serde_json::from_str::<Value>(s) {
+        Some(Value::String(s)) => match surrogates::from_str::<Value>(s, &mut None) {
             Ok(object @ Value::Object(_)) => object.to_string(),
             _ => s.clone(),
         },
@@ -200,9 +202,17 @@ pub(super) fn json_values(mut text: &str) -> Option<Vec<Value>> {
 fn first_json_value(text: &str) -> Option<(Value, usize)> {
     let offset = text.len() - text.trim_start().len();
     let text = text.trim_start();
-    let mut stream = serde_json::Deserializer::from_str(text).into_iter::<Value>();
-    if let Some(Ok(value)) = stream.next() {
-        return Some((value, offset + stream.byte_offset()));
+    if let Some((value, used)) = whole_json_value(text) {
+        return Some((value, offset + used));
+    }
+    // A lone half of a character in a string is U+FFFD, as in an API's JSON. The repair keeps
+    // the text's length, so what the value took of it is still where it was.
+    let lone_repaired = surrogates::replace_lone_str(text);
+    let text = lone_repaired.as_deref().unwrap_or(text);
+    if lone_repaired.is_some()
+        && let Some((value, used)) = whole_json_value(text)
+    {
+        return Some((value, offset + used));
     }
     if !text.starts_with(['{', '[']) {
         return None;
@@ -215,6 +225,13 @@ fn first_json_value(text: &str) -> Option<(Value, usize)> {
     let repaired = drop_trailing_commas(text.get(..end)?) + &closers;
     let value = serde_json::from_str::<Value>(&repaired).ok()?;
     Some((value, offset + end))
+}
+
+/// The JSON value that `text` starts with, as it is, and the bytes it took.
+fn whole_json_value(text: &str) -> Option<(Value, usize)> {
+    let mut stream = serde_json::Deserializer::from_str(text).into_iter::<Value>();
+    let value = stream.next()?.ok()?;
+    Some((value, stream.byte_offset()))
 }
 
 /// Which quotes open a string while scanning.
@@ -529,6 +546,25 @@ mod tests {
         );
         // Inside a string nothing can be closed for the model.
         assert!(calls_in(r#"{"name": "f", "arguments": {"x": "a"#, &any).is_none());
+    }
+
+    #[test]
+    fn a_lone_surrogate_escape_in_a_call_is_a_replacement_character() {
+        // The model's own JSON holds half a character: in an arguments object, in arguments
+        // given as JSON text, and before a second call (the repair keeps every offset).
+        let lone = serde_json::json!({"x": "a\u{fffd}b\u{1F600}"});
+        for text in [
+            r#"{"name": "f", "arguments": {"x": "a\ud83db\ud83d\ude00"}}"#,
+            r#"{"name": "f", "arguments": "{\"x\": \"a\\ud83db\\ud83d\\ude00\"}"}"#,
+            r#"[TOOL_CALLS]f[ARGS]{"x": "a\ude00b\ud83d\ude00"}"#,
+            r#"{"name": "f", "arguments": {"x": "a\ud83db\ud83d\ude00",}}"#,
+        ] {
+            assert_eq!(read(text), vec![("f".to_owned(), lone.clone())], "{text}");
+        }
+        let two =
+            read(r#"[TOOL_CALLS]f[ARGS]{"x": "a\ud83db\ud83d\ude00"}[TOOL_CALLS]g[ARGS]{"y": 1}"#);
+        assert_eq!(two[0], ("f".to_owned(), lone));
+        assert_eq!(two[1], ("g".to_owned(), serde_json::json!({"y": 1})));
     }
 
     #[test]
