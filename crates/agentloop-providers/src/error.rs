@@ -102,7 +102,8 @@ pub(crate) fn error_envelope(data: &[u8]) -> Option<Value> {
     struct Envelope {
         error: Value,
     }
-    serde_json::from_slice::<Envelope>(data)
+    let mut repaired = None;
+    crate::surrogates::from_slice::<Envelope>(data, &mut repaired)
         .ok()
         .map(|e| e.error)
         .filter(|e| !e.is_null())
@@ -155,7 +156,9 @@ impl ProviderError {
     /// bare `{"type", "code", "message"}` object (the Responses `error` event). `None` when the
     /// bytes hold none of these.
     pub fn parse(body: &[u8]) -> Option<ProviderError> {
-        let envelope: RawErrorEnvelope = serde_json::from_slice(body).ok()?;
+        // A lone half of a character in the message costs that character, not the error's kind.
+        let mut repaired = None;
+        let envelope: RawErrorEnvelope = crate::surrogates::from_slice(body, &mut repaired).ok()?;
         Self::from_envelope(envelope)
     }
 
@@ -475,6 +478,15 @@ mod tests {
             classify(422, r#"{"error":"model 'llama9' not found"}"#).message,
             "model 'llama9' not found"
         );
+    }
+
+    #[test]
+    fn an_error_body_whose_message_holds_a_lone_surrogate_keeps_its_kind() {
+        // A 400 whose message quotes the prompt cut in the middle of a character.
+        let ctx = r#"{"error":{"message":"prompt is too long: \ud83d","type":"invalid_request_error","code":"context_length_exceeded"}}"#;
+        let e = classify(400, ctx);
+        assert_eq!(e.kind, ModelErrorKind::ContextLength);
+        assert_eq!(e.message, "prompt is too long: \u{fffd}");
     }
 
     #[test]

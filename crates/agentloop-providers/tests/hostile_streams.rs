@@ -701,3 +701,37 @@ async fn a_call_whose_arguments_hold_a_lone_surrogate_still_runs_on_every_api() 
         );
     }
 }
+
+#[tokio::test]
+async fn an_error_whose_message_holds_a_lone_surrogate_keeps_its_kind_and_message() {
+    // An error object under a 200 (a gateway's envelope, an error event mid-stream) whose
+    // message holds half a character: read strictly it is no error object at all, and the
+    // rate limit became an unretried "malformed" failure without its message.
+    let envelope =
+        r#"{"error":{"message":"slow \ud83d down","type":"rate_limit_error","code":429}}"#;
+    let error_event =
+        r#"{"type":"error","error":{"type":"rate_limit_error","message":"slow \ud83d down"}}"#;
+    let models: [(&str, Box<dyn Model>); 4] = [
+        (
+            "chat",
+            Box::new(chat(&serve_json(&[envelope]).await, false)),
+        ),
+        (
+            "anthropic",
+            Box::new(anthropic(&serve_json(&[envelope]).await, false)),
+        ),
+        (
+            "anthropic stream",
+            Box::new(anthropic(&serve_sse(&[error_event]).await, true)),
+        ),
+        (
+            "responses",
+            Box::new(responses(&serve_json(&[envelope]).await, false)),
+        ),
+    ];
+    for (what, model) in models {
+        let err = ask(model.as_ref()).await.unwrap_err();
+        assert_eq!(err.kind, ModelErrorKind::RateLimited, "{what}: {err}");
+        assert_eq!(err.message, "slow \u{fffd} down", "{what}");
+    }
+}
