@@ -691,24 +691,6 @@ echo start >> side.log
 wait
 "#;
 
-/// Every live process (not a zombie) whose process group is one of `groups`, as `pid (name)`.
-fn live_in_groups(groups: &[&str]) -> Vec<String> {
-    let mut live = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
-            continue;
-        };
-        let Some(close) = stat.rfind(')') else {
-            continue;
-        };
-        let fields: Vec<&str> = stat[close + 1..].split_whitespace().collect();
-        if fields.len() > 2 && fields[0] != "Z" && groups.contains(&fields[2]) {
-            live.push(stat[..=close].to_owned());
-        }
-    }
-    live
-}
-
 #[test]
 fn what_a_killed_run_s_tool_started_dies_with_it_in_and_out_of_the_sandbox() {
     let mut modes = vec!["off"];

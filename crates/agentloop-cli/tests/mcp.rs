@@ -594,3 +594,102 @@ trust_hints = {trust}
         assert_eq!(stdout_json(&plan)["mcp"][0]["trust_hints"], trust);
     }
 }
+
+/// A stdio server's tree (`server.sh`, given the growing server's path): it logs its process
+/// group, starts a background subshell that writes `marker` two seconds after the run's `wait`
+/// tool started (its `side.log`) and, where the sandbox lets it (`off`), a `setsid` child out of
+/// the group that writes `escaped` the same way, then becomes the growing server.
+const SERVER_TREE: &str = r#"cut -d' ' -f5 /proc/$$/stat > group.id
+(while [ ! -e side.log ]; do sleep 0.1; done; sleep 2; touch marker) </dev/null >/dev/null 2>&1 &
+setsid sh -c 'echo $$ > escaped.pid; while [ ! -e side.log ]; do sleep 0.1; done; sleep 2; touch escaped' </dev/null >/dev/null 2>&1 &
+exec python3 "$1"
+"#;
+
+#[test]
+fn a_stdio_servers_tree_dies_with_a_killed_agentloop_in_and_out_of_the_sandbox() {
+    let mut modes = vec!["off"];
+    if agentloop_sandbox::Support::missing(agentloop_sandbox::SandboxPolicy::new(
+        agentloop_sandbox::SandboxMode::WorkspaceWrite,
+    ))
+    .is_empty()
+    {
+        modes.push("workspace-write");
+    }
+    for mode in modes {
+        let dir = AgentDir::new(&format!(
+            r#"name = "tree"
+[model]
+provider = "scripted"
+script = "script.json"
+
+[[tools]]
+name = "wait"
+command = ["sh", "-c", "echo start >> side.log; sleep 30"]
+input_schema = {{ type = "object", properties = {{}} }}
+
+[[mcp]]
+name = "grow"
+command = ["sh", "server.sh", "{}"]
+sandbox = "{mode}"
+"#,
+            growing_server().display()
+        ));
+        dir.write("server.sh", SERVER_TREE);
+        // The server answers a call first, then the run waits in its command tool.
+        dir.write(
+            "script.json",
+            &json!([
+                {"tool_calls": [{"id": "a", "name": "grow__add_tool", "arguments": {}}]},
+                {"tool_calls": [{"id": "w", "name": "wait", "arguments": {}}]},
+                {"text": "Over."}
+            ])
+            .to_string(),
+        );
+        let mut run = std::process::Command::new(bin())
+            .args(["run", dir.agent().to_str().unwrap(), "--input", "go"])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let started = (0..400).any(|_| {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            dir.path("side.log").exists()
+        });
+        assert!(started, "{mode}: the run did not reach its wait tool");
+        run.kill().unwrap();
+        run.wait().unwrap();
+        let read = |name: &str| {
+            std::fs::read_to_string(dir.path(name))
+                .unwrap_or_default()
+                .trim()
+                .to_owned()
+        };
+        let group = read("group.id");
+        let escaped = read("escaped.pid");
+        assert!(!group.is_empty(), "{mode}: the server logged its group");
+        // Only unconfined may a child leave the group (the control of the second half).
+        assert_eq!(escaped.is_empty(), mode != "off", "{mode}: {escaped:?}");
+        // Past the time the children would have taken.
+        std::thread::sleep(std::time::Duration::from_millis(2500));
+        let mut groups = vec![group.as_str()];
+        if !escaped.is_empty() {
+            groups.push(escaped.as_str());
+        }
+        let live = live_in_groups(&groups);
+        for pid in live.iter().filter_map(|p| p.split(' ').next()) {
+            let _ = std::process::Command::new("kill")
+                .args(["-9", pid])
+                .status();
+        }
+        assert!(
+            !dir.path("marker").exists(),
+            "{mode}: the server's background child acted after agentloop died"
+        );
+        assert!(
+            !dir.path("escaped").exists(),
+            "{mode}: the server's child that left the group acted after agentloop died"
+        );
+        assert!(live.is_empty(), "{mode}: still alive: {live:?}");
+    }
+}

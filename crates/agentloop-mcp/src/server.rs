@@ -1,7 +1,9 @@
 //! One connection to one MCP server ([`McpServer`]): started (a child process or an HTTP
 //! session), its tools listed, their calls made, and started again after it dies when its policy
 //! says so. A child's stderr goes to `tracing` (target `agentloop_mcp::stderr`), never to this
-//! process's terminal; its last lines explain a death or a failed start.
+//! process's terminal; its last lines explain a death or a failed start. On Linux a child and
+//! all it starts die with this process, a SIGKILLed one too (`agentloop_sandbox`'s
+//! `Confinement::dying_with_parent`).
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::process::Stdio;
@@ -526,6 +528,13 @@ impl McpServer {
                     Some(cwd) => cwd.clone(),
                     None => std::env::current_dir().map_err(|e| start_error(e.to_string()))?,
                 };
+                // The server and all it starts die with this process, as a tool call's tree
+                // does: a killed agentloop can stop nothing, and a server left running (or what
+                // it started in the background) would go on acting for a run that is over, or
+                // that another process resumed. The pid rmcp sees is the supervisor's, which
+                // leads the group below and exits as the server did, so a normal shutdown (stdin
+                // closed, SIGTERM to the group, then SIGKILL to it) is unchanged; a server that
+                // exits leaves nothing running in its group.
                 let mut confinement = agentloop_sandbox::Sandbox::new(*sandbox)
                     .writable(root)
                     .prepare()
@@ -533,7 +542,8 @@ impl McpServer {
                         server: config.name.clone(),
                         code: e.code(),
                         reason: e.to_string(),
-                    })?;
+                    })?
+                    .dying_with_parent();
                 if let Some(note) = confinement.note() {
                     tracing::warn!(server = %config.name, "{note}");
                 }
@@ -555,8 +565,8 @@ impl McpServer {
                     .confinement
                     .lock()
                     .unwrap_or_else(PoisonError::into_inner) = Some(confinement);
-                // A group of its own: a server started through `npx`, `uvx` or a shell dies whole
-                // when it is stopped, leaving no grandchild behind.
+                // A group of its own, led by the supervisor: a server started through `npx`,
+                // `uvx` or a shell dies whole when it is stopped, leaving no grandchild behind.
                 let mut cmd = process_wrap::tokio::CommandWrap::from(cmd);
                 cmd.wrap(process_wrap::tokio::ProcessGroup::leader());
                 let (process, stderr) = TokioChildProcess::builder(cmd)

@@ -872,3 +872,85 @@ async fn a_large_result_reaches_the_runs_record_cut_to_the_servers_bound() {
     assert_eq!(err.code(), "mcp.config", "{err}");
     assert!(err.to_string().contains("max_output_bytes"), "{err}");
 }
+
+/// A stdio server deaf to the end of its input, which only SIGTERM stops (it writes `termed`
+/// then): it lists no tool, starts `sleep 60` in its group ignoring SIGTERM, and writes its own
+/// pid and that child's to `pids`.
+const DEAF_SERVER: &str = r#"import json, os, signal, subprocess, sys, time
+def term(*_):
+    open("termed", "w").write("yes")
+    sys.exit(0)
+signal.signal(signal.SIGTERM, term)
+left = subprocess.Popen(["sh", "-c", "trap '' TERM; exec sleep 60"])
+open("pids", "w").write(f"{os.getpid()} {left.pid}")
+def send(msg):
+    sys.stdout.write(json.dumps(msg) + "\n")
+    sys.stdout.flush()
+for line in sys.stdin:
+    msg = json.loads(line)
+    if msg.get("id") is None:
+        continue
+    if msg.get("method") == "initialize":
+        send({"jsonrpc": "2.0", "id": msg["id"], "result": {"protocolVersion": "2025-06-18",
+              "capabilities": {"tools": {}}, "serverInfo": {"name": "deaf", "version": "1"}}})
+    elif msg.get("method") == "tools/list":
+        send({"jsonrpc": "2.0", "id": msg["id"], "result": {"tools": []}})
+    else:
+        send({"jsonrpc": "2.0", "id": msg["id"], "error": {"code": -32601, "message": "no"}})
+while True:
+    time.sleep(1)
+"#;
+
+/// True once no live process (a zombie is dead) has this id, within `within`.
+async fn gone_within(pid: &str, within: Duration) -> bool {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let dead = stat
+            .rfind(')')
+            .is_none_or(|at| stat[at + 1..].trim_start().starts_with('Z'));
+        if dead {
+            return true;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shutdown_asks_the_server_to_stop_and_leaves_nothing_of_its_group() {
+    // The server runs under the supervisor that makes it die with this process: its stop is
+    // still the protocol's (its input closed, then SIGTERM to its group), and what it left in
+    // its group goes with it.
+    let dir = tempfile_dir("deaf");
+    std::fs::write(dir.join("deaf.py"), DEAF_SERVER).unwrap();
+    let server = McpServer::connect(working_in(
+        config("deaf", vec!["python3".into(), "deaf.py".into()]),
+        &dir,
+    ))
+    .await
+    .unwrap();
+    assert!(server.tools().is_empty());
+    let pids = std::fs::read_to_string(dir.join("pids")).unwrap();
+    let pids: Vec<&str> = pids.split_whitespace().collect();
+    let [server_pid, left] = pids[..] else {
+        panic!("pids: {pids:?}")
+    };
+    server.shutdown().await;
+    let server_gone = gone_within(server_pid, TIMEOUT).await;
+    let left_gone = gone_within(left, Duration::from_secs(2)).await;
+    for pid in [server_pid, left] {
+        let _ = std::process::Command::new("kill")
+            .args(["-9", pid])
+            .status();
+    }
+    assert!(server_gone, "the server outlived its shutdown");
+    assert!(
+        dir.join("termed").exists(),
+        "the server was killed without being sent SIGTERM first"
+    );
+    assert!(left_gone, "what the server left in its group outlived it");
+}

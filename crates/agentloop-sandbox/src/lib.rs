@@ -340,7 +340,7 @@ impl Confinement {
     /// Makes the child, and every process it starts, die with this process (elsewhere than
     /// Linux, nothing): for a child that its caller awaits to its end, such as a tool call's
     /// process, which must not go on acting after agentloop was killed and another process
-    /// resumed its run. On Linux the child becomes a small supervisor that runs the program as
+    /// resumed its run, or a stdio MCP server's. On Linux the child becomes a small supervisor that runs the program as
     /// its own child (the pid the caller sees is the supervisor's, which exits as the program
     /// did) and, when this process dies, kills the child's process group and what came to it as
     /// an orphan; it works best on a command that leads its own process group

@@ -560,3 +560,21 @@ pub fn completion(message: Value) -> Value {
 pub fn chat_call(id: &str, name: &str, arguments: Value) -> Value {
     serde_json::json!({"id": id, "type": "function", "function": {"name": name, "arguments": arguments.to_string()}})
 }
+
+/// Every live process (not a zombie) whose process group is one of `groups`, as `pid (name)`.
+pub fn live_in_groups(groups: &[&str]) -> Vec<String> {
+    let mut live = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        let Some(close) = stat.rfind(')') else {
+            continue;
+        };
+        let fields: Vec<&str> = stat[close + 1..].split_whitespace().collect();
+        if fields.len() > 2 && fields[0] != "Z" && groups.contains(&fields[2]) {
+            live.push(stat[..=close].to_owned());
+        }
+    }
+    live
+}

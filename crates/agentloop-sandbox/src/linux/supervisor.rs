@@ -1,5 +1,5 @@
-//! The supervisor of a tool call's process: what makes the whole tree of a call die with a killed
-//! agentloop, not only the process agentloop started.
+//! The supervisor of a tool call's process (and of a stdio MCP server's): what makes the whole tree
+//! of a call die with a killed agentloop, not only the process agentloop started.
 //!
 //! Why: a journaled run whose agentloop is killed (SIGKILL, the OOM killer) is resumed by another
 //! process, which answers a call that was running "interrupted" (or runs it again). The call's
