@@ -751,6 +751,76 @@ sandbox = "{mode}"
     }
 }
 
+/// A program whose main thread ends while another thread runs on (`pthread_exit`): `/proc` shows
+/// the process as a zombie, yet it lives. The thread writes `marker` two seconds after the run's
+/// tool said it started.
+const MAIN_THREAD_ENDS: &str = r#"import ctypes, os, threading, time
+def late():
+    while not os.path.exists("side.log"):
+        time.sleep(0.05)
+    time.sleep(2)
+    open("marker", "w").write("acted")
+threading.Thread(target=late).start()
+open("lead.pid", "w").write(str(os.getpid()))
+ctypes.CDLL(None).pthread_exit(None)
+"#;
+
+#[test]
+fn a_killed_run_s_tool_child_whose_main_thread_ended_dies_with_it() {
+    // Out of the group (`setsid`, which `off` allows), it is killed only as what came to the
+    // supervisor; it must not be taken for a dead process there.
+    let dir = AgentDir::new(
+        r#"name = "lead"
+[model]
+provider = "scripted"
+script = "script.json"
+[[tools]]
+name = "lead"
+command = ["sh", "lead.sh"]
+input_schema = { type = "object", properties = {} }
+sandbox = "off"
+"#,
+    );
+    dir.write("lead.py", MAIN_THREAD_ENDS);
+    dir.write(
+        "lead.sh",
+        "setsid python3 lead.py &\n\
+         while [ ! -s lead.pid ]; do sleep 0.05; done\n\
+         sleep 0.3\n\
+         cut -d' ' -f3 /proc/$(cat lead.pid)/stat > lead.state\n\
+         echo start >> side.log\n\
+         wait\n",
+    );
+    let journal = dir.path("runs.db");
+    kill_while_the_tool_runs(&dir, &journal, "lead", "the tool started");
+    let read = |name: &str| {
+        std::fs::read_to_string(dir.path(name))
+            .unwrap_or_default()
+            .trim()
+            .to_owned()
+    };
+    // The control: its main thread had ended, so `/proc` called it a zombie.
+    assert_eq!(read("lead.state"), "Z");
+    let lead = read("lead.pid");
+    // Past the time its thread would have taken.
+    std::thread::sleep(std::time::Duration::from_millis(2500));
+    // Alive: listed, and not a zombie, or a zombie that still counts a thread beside its own.
+    let stat = std::fs::read_to_string(format!("/proc/{lead}/stat")).unwrap_or_default();
+    let fields: Vec<&str> = stat
+        .rfind(')')
+        .map(|at| stat[at + 1..].split_whitespace().collect())
+        .unwrap_or_default();
+    let alive = fields.len() > 17 && (fields[0] != "Z" || fields[17] != "1");
+    if alive {
+        let _ = Command::new("kill").args(["-9", &lead]).status();
+    }
+    assert!(
+        !dir.path("marker").exists(),
+        "the child whose main thread ended acted after agentloop died"
+    );
+    assert!(!alive, "still alive: {stat}");
+}
+
 #[test]
 fn a_finished_journaled_run_leaves_its_journal_whole_in_one_file() {
     // The journal's writer thread closes its connection (which moves the WAL back into the file

@@ -34,11 +34,13 @@
 //! only, no allocation, no lock.
 //!
 //! What remains:
-//! - A process that leaves both the group and the supervisor's tree: under `off` (and
-//!   `best-effort` without seccomp) a `setsid` child is out of the group; it is killed when
-//!   agentloop dies only if it came to the supervisor as an orphan (its parent died), not while
-//!   its parent, outside the group too, still lives. A process another one starts on the tool's
-//!   behalf (a daemon reached through a socket, `systemd-run`, `at`) is no descendant at all.
+//! - A process that leaves the group: under `off` (and `best-effort` without seccomp) a `setsid`
+//!   child is out of it, and is killed when agentloop dies as an orphan that came to the
+//!   supervisor, which it is once its parent is killed (in the group, or such an orphan itself):
+//!   a round for each level of the tree out of the group. A process whose first thread ended
+//!   while others run is listed as a zombie; its thread count tells it from a dead one. A
+//!   process another one starts on the tool's behalf (a daemon reached through a socket,
+//!   `systemd-run`, `at`) is no descendant at all.
 //! - When the program exits normally, what left the group (under `off`) is left running, as
 //!   before: only the group is the call's.
 //! - Killing what came to the supervisor needs `/proc` (it is read for each process's parent and
@@ -235,7 +237,7 @@ fn kill_leftovers(me: pid_t, group: Option<pid_t>, orphans: bool) {
         let mut killed = 0u32;
         let read = each_process(|p| {
             let ours = group == Some(p.pgrp) || (orphans && p.ppid == me);
-            if p.pid == me || !ours || matches!(p.state, b'Z' | b'X' | b'x') {
+            if p.pid == me || !ours || p.ended() {
                 return;
             }
             // SAFETY: kill takes two integers. ESRCH (gone) and EPERM (out of reach) are not
@@ -304,6 +306,18 @@ struct Process {
     state: u8,
     ppid: pid_t,
     pgrp: pid_t,
+    /// Its threads, its first one counted while the others run (`None` when the line was cut
+    /// before the field).
+    threads: Option<pid_t>,
+}
+
+impl Process {
+    /// True when nothing of it runs any more. A process whose first thread ended while others
+    /// run on (`pthread_exit` in `main`) is shown as a zombie until the last one ends: it is
+    /// alive, and a SIGKILL to its pid ends them all.
+    fn ended(&self) -> bool {
+        matches!(self.state, b'Z' | b'X' | b'x') && self.threads.is_none_or(|n| n <= 1)
+    }
 }
 
 /// Calls `each` for every process `/proc` lists; false when `/proc` cannot be read.
@@ -376,9 +390,9 @@ fn read_stat(dir: c_int, name: &[u8]) -> Option<Process> {
     if fd < 0 {
         return None;
     }
-    // `pid (comm) S ppid pgrp ...`: the name is at most 16 bytes, so this holds the fields
-    // needed.
-    let mut line = [0u8; 256];
+    // `pid (comm) S ppid pgrp ... num_threads ...`: the name is at most 16 bytes and each of
+    // the 18 fields up to the thread count at most 21, so this holds the fields needed.
+    let mut line = [0u8; 512];
     // SAFETY: read writes at most line.len() bytes into our stack buffer; close takes the
     // descriptor just opened.
     #[allow(unsafe_code)]
@@ -394,11 +408,15 @@ fn read_stat(dir: c_int, name: &[u8]) -> Option<Process> {
     let state = *fields.next()?.first()?;
     let ppid = number(fields.next()?)?;
     let pgrp = number(fields.next()?)?;
+    // After the group: session, tty, tpgid, flags, four fault counts, four times, priority and
+    // nice (tpgid, priority and nice may be negative; none is read), then the thread count.
+    let threads = fields.nth(14).and_then(number);
     Some(Process {
         pid,
         state,
         ppid,
         pgrp,
+        threads,
     })
 }
 
@@ -514,6 +532,23 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_zombie_is_ended_unless_other_threads_of_it_run() {
+        let process = |state, threads| Process {
+            pid: 2,
+            state,
+            ppid: 1,
+            pgrp: 2,
+            threads,
+        };
+        assert!(process(b'Z', Some(1)).ended());
+        assert!(process(b'X', Some(1)).ended());
+        assert!(process(b'Z', None).ended());
+        assert!(!process(b'Z', Some(2)).ended());
+        assert!(!process(b'S', Some(1)).ended());
+        assert!(!process(b'R', None).ended());
+    }
+
+    #[test]
     fn numbers_are_digits_only() {
         assert_eq!(number(b"4711"), Some(4711));
         assert_eq!(number(b""), None);
@@ -528,12 +563,12 @@ mod tests {
         let mut seen = None;
         assert!(each_process(|p| {
             if p.pid == me {
-                seen = Some((p.ppid, p.pgrp));
+                seen = Some((p.ppid, p.pgrp, p.threads.is_some_and(|n| n >= 1), p.ended()));
             }
         }));
         // SAFETY: getpgrp takes nothing.
         #[allow(unsafe_code)]
         let group = unsafe { libc::getpgrp() };
-        assert_eq!(seen, Some((getppid(), group)));
+        assert_eq!(seen, Some((getppid(), group, true, false)));
     }
 }
