@@ -205,15 +205,6 @@ fn first_json_value(text: &str) -> Option<(Value, usize)> {
     if let Some((value, used)) = whole_json_value(text) {
         return Some((value, offset + used));
     }
-    // A lone half of a character in a string is U+FFFD, as in an API's JSON. The repair keeps
-    // the text's length, so what the value took of it is still where it was.
-    let lone_repaired = surrogates::replace_lone_str(text);
-    let text = lone_repaired.as_deref().unwrap_or(text);
-    if lone_repaired.is_some()
-        && let Some((value, used)) = whole_json_value(text)
-    {
-        return Some((value, offset + used));
-    }
     if !text.starts_with(['{', '[']) {
         return None;
     }
@@ -222,7 +213,20 @@ fn first_json_value(text: &str) -> Option<(Value, usize)> {
         Scan::Open { closers } => (text.len(), closers),
         Scan::Invalid => return None,
     };
-    let repaired = drop_trailing_commas(text.get(..end)?) + &closers;
+    // Only this value is repaired: the callers read a text value after value, and repairing all
+    // that is left at each one would make a text of many values quadratic.
+    let value_text = text.get(..end)?;
+    // A lone half of a character in a string is U+FFFD, as in an API's JSON. The repair keeps
+    // the text's length, so the value still ends where it did.
+    let lone_repaired = surrogates::replace_lone_str(value_text);
+    let value_text = lone_repaired.as_deref().unwrap_or(value_text);
+    if lone_repaired.is_some()
+        && closers.is_empty()
+        && let Ok(value) = serde_json::from_str::<Value>(value_text)
+    {
+        return Some((value, offset + end));
+    }
+    let repaired = drop_trailing_commas(value_text) + &closers;
     let value = serde_json::from_str::<Value>(&repaired).ok()?;
     Some((value, offset + end))
 }
@@ -565,6 +569,17 @@ mod tests {
             read(r#"[TOOL_CALLS]f[ARGS]{"x": "a\ud83db\ud83d\ude00"}[TOOL_CALLS]g[ARGS]{"y": 1}"#);
         assert_eq!(two[0], ("f".to_owned(), lone));
         assert_eq!(two[1], ("g".to_owned(), serde_json::json!({"y": 1})));
+    }
+
+    #[test]
+    fn many_calls_with_lone_halves_are_each_repaired() {
+        // Each value is repaired alone (the text after it is not copied at every value).
+        let one = r#"{"name": "f", "arguments": {"x": "a\ud83d"}}"#;
+        let text = format!("```json\n{}\n```", [one; 2_000].join("\n"));
+        let calls = read(&text);
+        assert_eq!(calls.len(), 2_000);
+        let lone = serde_json::json!({"x": "a\u{fffd}"});
+        assert!(calls.iter().all(|c| c == &("f".to_owned(), lone.clone())));
     }
 
     #[test]
