@@ -3,9 +3,11 @@
 //!
 //! A model chooses the URL, so the tool refuses to be a door into the networks around it: every
 //! address a host resolves to is checked before anything connects ([`is_refused_ip`]: loopback,
-//! private, link-local, unique-local, CGNAT, multicast, unspecified and reserved ranges, and the
-//! IPv6 forms that embed an IPv4 address), and the connection goes to the checked addresses only
-//! (the request's client is pinned to them, so a second DNS answer cannot rebind the name).
+//! private, link-local, unique-local, CGNAT, multicast, unspecified and reserved ranges, the
+//! other special-purpose blocks that are not globally reachable (Teredo, local-use NAT64,
+//! benchmarking, documentation, SRv6, ...), and the IPv6 forms that embed an IPv4 address), and
+//! the connection goes to the checked addresses only (the request's client is pinned to them,
+//! so a second DNS answer cannot rebind the name).
 //! Redirects are followed by the tool itself, each hop checked the same way, at most
 //! [`MAX_REDIRECTS`]. Proxies from the environment are not used: they would connect for us.
 //! An explicit allow list ([`WebFetchTool::allow`]) opens hosts or networks, for tests and
@@ -62,6 +64,8 @@ pub fn is_refused_ip(ip: IpAddr) -> bool {
     }
 }
 
+/// The IPv4 side of [`is_refused_ip`]: every block of the IANA IPv4 Special-Purpose Address
+/// Registry that is not globally reachable, multicast, and the deprecated 6to4 relay anycast.
 fn is_refused_v4(ip: Ipv4Addr) -> bool {
     let [a, b, c, _] = ip.octets();
     ip.is_unspecified()
@@ -73,23 +77,69 @@ fn is_refused_v4(ip: Ipv4Addr) -> bool {
         || ip.is_documentation()
         || a == 0 // "this network"
         || (a == 100 && (64..128).contains(&b)) // CGNAT, 100.64.0.0/10
-        || (a == 192 && b == 0 && c == 0) // IETF protocol assignments
+        // IETF protocol assignments, 192.0.0.0/24, whole: the registry calls its PCP and TURN
+        // anycast addresses (.9, .10) global, but an anycast address reaches the nearest server,
+        // which is commonly the local network's own router.
+        || (a == 192 && b == 0 && c == 0)
+        // 6to4 relay anycast, 192.88.99.0/24: deprecated (RFC 7526), and anycast as above.
+        || (a == 192 && b == 88 && c == 99)
         || (a == 198 && (b == 18 || b == 19)) // benchmarking
         || a >= 240 // reserved
 }
 
+/// Global unicast, 2000::/3: the rest of the IPv6 space is reserved by the IETF or has a use of
+/// its own (unique local, link-local, multicast, ...), none of it routed on the internet.
+const GLOBAL_UNICAST: (u16, u16, u16, u8) = (0x2000, 0, 0, 3);
+
+/// The IPv6 prefixes refused whole (outside [`GLOBAL_UNICAST`] too, to name them): the blocks
+/// of the IANA IPv6 Special-Purpose Address Registry that are not globally reachable. The IETF
+/// protocol assignments (2001::/23) are refused apart from [`GLOBAL_IN_IETF_BLOCK`].
+const REFUSED_V6: [(u16, u16, u16, u8); 10] = [
+    // Local-use IPv4/IPv6 translation (RFC 8215): a network's own NAT64, to its own IPv4.
+    (0x0064, 0xff9b, 0x0001, 48),
+    // Discard-only (RFC 6666); 100:0:0:1::/64, the dummy prefix (RFC 9780), is beside it.
+    (0x0100, 0, 0, 63),
+    // IETF protocol assignments (RFC 2928): Teredo (2001::/32, whose server and client IPv4
+    // addresses are inside: refused whole), benchmarking (2001:2::/48), ORCHID (2001:10::/28),
+    // and the anycast PCP, TURN and DNS-SD addresses (2001:1::1, 2, 3: the nearest server is
+    // commonly the local network's router).
+    (0x2001, 0, 0, 23),
+    (0x2001, 0x0db8, 0, 32), // documentation (RFC 3849)
+    (0x3fff, 0, 0, 20),      // documentation (RFC 9637)
+    (0x5f00, 0, 0, 16),      // segment routing (SRv6) SIDs (RFC 9602)
+    (0xfc00, 0, 0, 7),       // unique local
+    (0xfe80, 0, 0, 10),      // link-local
+    (0xfec0, 0, 0, 10),      // site-local (deprecated)
+    (0xff00, 0, 0, 8),       // multicast
+];
+
+/// The blocks inside 2001::/23 that the registry marks globally reachable, and that are not
+/// anycast to a nearby server: AMT (2001:3::/32, RFC 7450), AS112-v6 (2001:4:112::/48, RFC
+/// 7535), ORCHIDv2 (2001:20::/28, RFC 7343) and drone remote ID tags (2001:30::/28, RFC 9374).
+const GLOBAL_IN_IETF_BLOCK: [(u16, u16, u16, u8); 4] = [
+    (0x2001, 0x0003, 0, 32),
+    (0x2001, 0x0004, 0x0112, 48),
+    (0x2001, 0x0020, 0, 28),
+    (0x2001, 0x0030, 0, 28),
+];
+
+/// True when `ip` is inside the prefix `(first three segments, length)`.
+fn in_prefix(ip: Ipv6Addr, (a, b, c, len): (u16, u16, u16, u8)) -> bool {
+    let net = Ipv6Addr::new(a, b, c, 0, 0, 0, 0, 0);
+    ipnet::Ipv6Net::new(net, len).is_ok_and(|n| n.contains(&ip))
+}
+
+/// The IPv6 side of [`is_refused_ip`]. An address that carries an IPv4 one (see
+/// [`embedded_v4`]) is judged by that address; the rest of the space outside global unicast is
+/// refused, the unspecified and loopback addresses with it.
 fn is_refused_v6(ip: Ipv6Addr) -> bool {
     if let Some(v4) = embedded_v4(ip) {
         return is_refused_v4(v4);
     }
-    let first = ip.segments().first().copied().unwrap_or(0);
-    ip.is_unspecified()
-        || ip.is_loopback()
-        || ip.is_multicast()
-        || (first & 0xfe00) == 0xfc00 // unique local, fc00::/7
-        || (first & 0xffc0) == 0xfe80 // link-local, fe80::/10
-        || (first & 0xffc0) == 0xfec0 // site-local (deprecated), fec0::/10
-        || (first == 0x2001 && ip.segments().get(1) == Some(&0x0db8)) // documentation
+    if GLOBAL_IN_IETF_BLOCK.iter().any(|p| in_prefix(ip, *p)) {
+        return false;
+    }
+    !in_prefix(ip, GLOBAL_UNICAST) || REFUSED_V6.iter().any(|p| in_prefix(ip, *p))
 }
 
 /// The IPv4 address an IPv6 address carries: IPv4-mapped (`::ffff:a.b.c.d`), IPv4-compatible
@@ -494,6 +544,80 @@ mod tests {
         }
     }
 
+    #[test]
+    fn special_purpose_blocks_that_are_not_globally_reachable_are_refused() {
+        for ip in [
+            // IPv4: IETF protocol assignments (DS-Lite, PCP anycast), deprecated 6to4 relay
+            // anycast, benchmarking, the three documentation nets, reserved, "this network".
+            "192.0.0.1",
+            "192.0.0.9",
+            "192.0.0.170",
+            "192.88.99.1",
+            "198.18.0.1",
+            "198.19.255.254",
+            "192.0.2.1",
+            "198.51.100.7",
+            "203.0.113.9",
+            "250.1.2.3",
+            "0.1.2.3",
+            // Teredo: the server's IPv4 address follows the prefix, the client's comes
+            // obfuscated at the end (a server of 127.0.0.1, then RFC 4380's public example):
+            // the prefix is refused whole, whatever they are.
+            "2001:0:7f00:1::",
+            "2001:0:4136:e378:8000:63bf:f5ff:fffe",
+            "2001::1",
+            // Local-use NAT64 (RFC 8215), whatever IPv4 address it carries.
+            "64:ff9b:1::101:101",
+            "64:ff9b:1:ffff::a00:1",
+            // Discard-only and the dummy prefix.
+            "100::1",
+            "100::1:0:0:1",
+            // PCP, TURN and DNS-SD anycast; benchmarking; ORCHID (deprecated).
+            "2001:1::1",
+            "2001:1::3",
+            "2001:2::1",
+            "2001:2:0:ffff::1",
+            "2001:10::1",
+            "2001:1f:ffff::1",
+            // The rest of the IETF protocol assignments, 2001::/23.
+            "2001:1ff::1",
+            // Documentation, old and new; SRv6 SIDs; what is not global unicast.
+            "2001:db8::1",
+            "3fff::1",
+            "3fff:fff::1",
+            "5f00::1",
+            "4000::1",
+            "8000::1",
+            "1::1",
+            "::ffff:0:a00:1",
+        ] {
+            assert!(is_refused_ip(ip.parse().unwrap()), "{ip} is not refused");
+        }
+        // What the registry marks globally reachable, beside plain global unicast: the NAT64
+        // well-known prefix to a public IPv4 address, AMT, AS112-v6, ORCHIDv2, drone tags, and
+        // the IPv4 AS112 and AMT nets; and the addresses just past the refused blocks.
+        for ip in [
+            "64:ff9b::101:101",
+            "2001:3::1",
+            "2001:4:112::1",
+            "2001:20::1",
+            "2001:2f:ffff::1",
+            "2001:30::1",
+            "2001:200::1",
+            "2001:db9::1",
+            "3fff:1000::1",
+            "2a00:1450:4001::200e",
+            "192.31.196.1",
+            "192.52.193.1",
+            "192.175.48.1",
+            "192.0.1.1",
+            "198.20.0.1",
+            "100.128.0.1",
+        ] {
+            assert!(!is_refused_ip(ip.parse().unwrap()), "{ip} is refused");
+        }
+    }
+
     async fn fetch(
         tool: &Tool,
         url: &str,
@@ -512,6 +636,14 @@ mod tests {
             "http://10.0.0.1/",
             "http://[::ffff:127.0.0.1]:9/",
             "http://localhost:9/",
+            // Teredo (its server 127.0.0.1), local-use NAT64 (to 127.0.0.1), discard-only,
+            // SRv6 and the new documentation prefix: refused before a connection is tried.
+            "http://[2001:0:7f00:1::]:9/",
+            "http://[64:ff9b:1::7f00:1]:9/",
+            "http://[100::1]:9/",
+            "http://[5f00::1]:9/",
+            "http://[3fff::1]:9/",
+            "http://192.88.99.1:9/",
         ] {
             let e = fetch(&tool, url).await.unwrap_err();
             assert_eq!(code(&e), "address_refused", "{url}: {e}");
