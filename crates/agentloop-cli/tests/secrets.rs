@@ -194,6 +194,77 @@ async fn a_providers_401_that_echoes_the_base_urls_key_reaches_no_error_or_recor
     assert_no_secret("the journal", &journal_text(&journal));
 }
 
+/// A server that refuses every request with 400 and quotes its `Authorization` header in the
+/// body, as a gateway's "bad credentials" page may.
+struct EchoAuthorization;
+
+impl wiremock::Respond for EchoAuthorization {
+    fn respond(&self, request: &wiremock::Request) -> ResponseTemplate {
+        let auth = request
+            .headers
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("(none)");
+        ResponseTemplate::new(400).set_body_json(json!({"error": {
+            "message": format!("cannot use Authorization: {auth}"),
+            "type": "invalid_request_error",
+        }}))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_basic_credentials_made_of_a_base_urls_user_info_are_not_shown_when_echoed() {
+    let provider = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(EchoAuthorization)
+        .mount(&provider)
+        .await;
+    // No `api_key_env`: a compatible server gets no key, so the client sends the user info as
+    // `Authorization: Basic base64(user:password)`.
+    let agent = openai_agent(&provider.uri(), "stream = false")
+        .replace("api_key_env = \"AGENTLOOP_TEST_KEY\"\n", "")
+        .replace(
+            &format!("base_url = \"{}/v1\"", provider.uri()),
+            &format!("base_url = \"{}\"", credentialed(&provider.uri(), "/v1")),
+        );
+    let dir = AgentDir::new(&agent);
+    let (out, journal, trace) = recorded_run(&dir, dir.agent().to_str().unwrap(), "hi").await;
+    // base64("leakuser:LEAKPASS-5150"): the server's log below shows it is what was sent.
+    let basic = "bGVha3VzZXI6TEVBS1BBU1MtNTE1MA==";
+    let sent: Vec<String> = provider
+        .received_requests()
+        .await
+        .unwrap()
+        .iter()
+        .filter_map(|r| {
+            r.headers
+                .get("authorization")?
+                .to_str()
+                .ok()
+                .map(str::to_owned)
+        })
+        .collect();
+    assert!(
+        sent.iter().any(|h| *h == format!("Basic {basic}")),
+        "the client sent the user info as Basic credentials: {sent:?}"
+    );
+    let v = stdout_json(&out);
+    assert_eq!(v["stop_reason"], "failed", "{v}");
+    // The server did quote them: the message says so, with the credentials cut out.
+    let message = v["error"]["message"].as_str().unwrap();
+    assert!(message.contains("Basic [redacted]"), "{message}");
+    let unpadded = basic.trim_end_matches('=');
+    for (what, text) in [
+        ("stdout", stdout(&out)),
+        ("stderr", stderr(&out)),
+        ("the trace", std::fs::read_to_string(&trace).unwrap()),
+        ("the journal", journal_text(&journal)),
+    ] {
+        assert_no_secret(what, &text);
+        assert!(!text.contains(unpadded), "{what} holds {unpadded}: {text}");
+    }
+}
+
 /// A server that answers every request with a 200 event stream in the dialect of `api` (`chat`,
 /// `anthropic`, `responses`) whose error event quotes the request's headers, the key among them:
 /// what a gateway relaying its upstream's failure into the stream may send.

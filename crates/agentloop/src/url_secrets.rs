@@ -4,11 +4,16 @@
 //! can hold a credential in its user info (`https://user:pass@host`) or its query
 //! (`?key=...`, `?token=...`). HTTP clients print the whole URL in their errors (reqwest does), a
 //! server may echo the URL back in an error body, and a definition written to a journal or shown
-//! by `plan` would hold it whole. [`shown`] is the URL with those parts replaced; [`secrets`] are
-//! the parts themselves, which [`scrub`] removes from any text.
+//! by `plan` would hold it whole. An HTTP client also sends the user info on as an
+//! `Authorization: Basic base64(user:password)` header (reqwest does), which a server may echo
+//! back in turn. [`shown`] is the URL with those parts replaced; [`secrets`] are the parts
+//! themselves, and the Basic credentials made of them, which [`scrub`] removes from any text.
 //!
 //! The parsing is by hand and never fails: a string that is not a URL has no secrets found in it
-//! and is shown as it is (it was refused or will be refused elsewhere).
+//! and is shown as it is (it was refused or will be refused elsewhere). A URL parser (the `url`
+//! crate) would not do: it refuses some of what must still be shown, it rewrites what it shows
+//! (a `/` added, a host lowercased, characters escaped), which would change what `plan` and the
+//! journal's definitions hold, and it would bring its IDNA tables into the core.
 
 /// What a credential of a URL becomes when shown.
 pub const REDACTED: &str = "[redacted]";
@@ -87,36 +92,61 @@ pub fn shown(url: &str) -> String {
 }
 
 /// The credentials a URL carries: its user name and password, and its query parameters'
-/// values, each as written and percent-decoded (a client or server may print either). Values
-/// shorter than four characters are left out (see [`scrub`]).
+/// values, each as written and percent-decoded (a client or server may print either); and the
+/// user name and password as an HTTP client sends them in a Basic `Authorization` header,
+/// `base64(user:password)`, with and without its padding. Values shorter than four characters
+/// are left out (see [`scrub`]).
 pub fn secrets(url: &str) -> Vec<String> {
     let Some((_, userinfo, _, _, query, _)) = parts(url) else {
         return Vec::new();
     };
-    let mut raw: Vec<&str> = Vec::new();
+    let mut found: Vec<String> = Vec::new();
     if let Some(info) = userinfo {
-        match info.split_once(':') {
-            Some((user, password)) => raw.extend([user, password]),
-            None => raw.push(info),
+        let (user, password) = match info.split_once(':') {
+            Some((user, password)) => (user, Some(password)),
+            None => (info, None),
+        };
+        for part in [Some(user), password].into_iter().flatten() {
+            found.extend([part.to_owned(), percent_decoded(part)]);
         }
+        found.extend(basic_credentials(user, password));
     }
     if let Some(query) = query {
-        raw.extend(
-            query
-                .split('&')
-                .filter_map(|p| p.split_once('=').map(|(_, v)| v)),
-        );
+        for value in query
+            .split('&')
+            .filter_map(|p| p.split_once('=').map(|(_, v)| v))
+        {
+            // A query writes a space as `+`; user info does not.
+            found.extend([value.to_owned(), percent_decoded(&value.replace('+', " "))]);
+        }
     }
     let mut out: Vec<String> = Vec::new();
-    for value in raw {
-        for v in [value.to_owned(), percent_decoded(value)] {
-            if v.chars().count() >= MIN_SECRET_LEN && !out.contains(&v) {
-                out.push(v);
-            }
+    for v in found {
+        if v.chars().count() >= MIN_SECRET_LEN && !out.contains(&v) {
+            out.push(v);
         }
     }
     // Longest first: a secret that holds another is replaced whole.
     out.sort_by_key(|s| std::cmp::Reverse(s.len()));
+    out
+}
+
+/// What a client sends for this user info in a Basic `Authorization` header: `user:password`
+/// (`user:` without a password), percent-decoded as reqwest does it, in base64 with and without
+/// its padding; and the same of the user info as written, should a client not decode it.
+fn basic_credentials(user: &str, password: Option<&str>) -> Vec<String> {
+    let pair = |user: &str, password: Option<&str>| format!("{user}:{}", password.unwrap_or(""));
+    let decoded = pair(
+        &percent_decoded(user),
+        password.map(percent_decoded).as_deref(),
+    );
+    let written = pair(user, password);
+    let mut out = Vec::new();
+    for plain in [decoded, written] {
+        for encoding in [&data_encoding::BASE64, &data_encoding::BASE64_NOPAD] {
+            out.push(encoding.encode(plain.as_bytes()));
+        }
+    }
     out
 }
 
@@ -131,35 +161,12 @@ pub fn scrub(text: &str, secrets: &[String]) -> String {
     out
 }
 
-/// `%XX` sequences decoded (and `+` as a space, as a query writes it); an invalid sequence or
-/// a result that is not UTF-8 is kept as written.
+/// `%XX` sequences decoded; an invalid sequence is kept as written, and a result that is not
+/// UTF-8 is the string as written.
 fn percent_decoded(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while let Some(&b) = bytes.get(i) {
-        let hex = |at: usize| {
-            bytes
-                .get(at)
-                .and_then(|c| char::from(*c).to_digit(16))
-                .and_then(|d| u8::try_from(d).ok())
-        };
-        match (b, hex(i + 1), hex(i + 2)) {
-            (b'%', Some(hi), Some(lo)) => {
-                out.push(hi * 16 + lo);
-                i += 3;
-            }
-            (b'+', _, _) => {
-                out.push(b' ');
-                i += 1;
-            }
-            _ => {
-                out.push(b);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8(out).unwrap_or_else(|_| s.to_owned())
+    percent_encoding::percent_decode_str(s)
+        .decode_utf8()
+        .map_or_else(|_| s.to_owned(), std::borrow::Cow::into_owned)
 }
 
 #[cfg(test)]
@@ -192,5 +199,23 @@ mod tests {
             "sent [redacted] and ?key=[redacted] to bob"
         );
         assert!(secrets("http://127.0.0.1:8080/v1").is_empty());
+        // A query's `+` is a space.
+        assert!(secrets("http://h/?q=a+secret").contains(&"a secret".to_owned()));
+    }
+
+    #[test]
+    fn the_basic_credentials_a_client_sends_for_the_user_info_are_secrets_too() {
+        // reqwest sends `Authorization: Basic base64("bob:pa@ss-word")`, the user info decoded.
+        let s = secrets("https://bob:pa%40ss-word@host/v1");
+        for want in ["Ym9iOnBhQHNzLXdvcmQ=", "Ym9iOnBhQHNzLXdvcmQ"] {
+            assert!(s.iter().any(|v| v == want), "{want} not in {s:?}");
+        }
+        assert_eq!(
+            scrub("echo: Authorization: Basic Ym9iOnBhQHNzLXdvcmQ=", &s),
+            "echo: Authorization: Basic [redacted]"
+        );
+        // A user without a password is sent as `user:`.
+        let s = secrets("https://token-1234@host/");
+        assert!(s.iter().any(|v| v == "dG9rZW4tMTIzNDo="), "{s:?}");
     }
 }
