@@ -845,3 +845,42 @@ fn a_finished_journaled_run_leaves_its_journal_whole_in_one_file() {
         }
     }
 }
+
+#[test]
+fn read_only_journal_commands_leave_the_journals_folder_as_they_found_it() {
+    // SQLite makes a `-wal` and a `-shm` beside a WAL file for a read-only connection too, and
+    // only a connection that may write removes them: `journal list` left both behind.
+    let dir = crash_dir("");
+    let journal = dir.path("runs.db");
+    exited(
+        &run_cmd(&dir, &journal, &[]).output().unwrap(),
+        0,
+        "the run",
+    );
+    let alone = tempfile::tempdir().unwrap();
+    let copy = alone.path().join("runs.db");
+    std::fs::copy(&journal, &copy).unwrap();
+    let copy = copy.to_str().unwrap();
+    let id = run_ids(&dir, Path::new(copy))[0]["run_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let folder = || -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(alone.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    };
+    assert_eq!(folder(), ["runs.db"], "journal list --json");
+    for command in [
+        vec!["journal", "list", "--journal", copy],
+        vec!["journal", "show", &id, "--journal", copy],
+        vec!["journal", "show", &id, "--json", "--journal", copy],
+        vec!["approvals", "list", "--journal", copy],
+    ] {
+        exited(&cli(&dir, &command), 0, &format!("{command:?}"));
+        assert_eq!(folder(), ["runs.db"], "{command:?}");
+    }
+}

@@ -300,8 +300,17 @@ pub(crate) enum Access {
     /// For writing, only when it is a file of the kind already (recording an answer).
     Write,
     /// For reading only (listing, showing, loading): the file is never changed, unless it is
-    /// one of the kind in an older format, which is brought up to this one first.
+    /// one of the kind in an older format, which is brought up to this one first; and the
+    /// folder is left as it was found (no `-wal` or `-shm` left beside the file).
     Read,
+}
+
+/// True when the write-ahead log of the SQLite file at `path` is there: a connection has it
+/// open, or the last one ended without moving it into the file.
+fn wal_beside(path: &Path) -> bool {
+    let mut wal = path.as_os_str().to_owned();
+    wal.push("-wal");
+    Path::new(&wal).exists()
 }
 
 /// Opens a journal file (see [`open_kind`]).
@@ -333,7 +342,16 @@ pub(crate) fn open_kind(
                 | OpenFlags::SQLITE_OPEN_NO_MUTEX
         }
         Access::Write => OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-        Access::Read => OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        // SQLite makes a WAL file's `-wal` and `-shm` beside it for every connection, a
+        // read-only one too, and only a connection that may write removes them when it closes
+        // last: a reader opened read-only left both behind. Where there is no `-wal` (no
+        // connection is open, every step is in the file), the reader opens the file read-write
+        // and refuses to write (`query_only`), so that it removes what its opening made; where
+        // there is one, read-only, so that it leaves what it found.
+        Access::Read if wal_beside(path) => {
+            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX
+        }
+        Access::Read => OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
     };
     if access != Access::Create && !path.exists() {
         return Err(io(format!("no journal at {shown}")));
@@ -345,6 +363,9 @@ pub(crate) fn open_kind(
         .map_err(|e| io(format!("cannot open {shown}: {e}")))?;
     conn.busy_timeout(std::time::Duration::from_secs(5))
         .map_err(io)?;
+    if access == Access::Read {
+        conn.pragma_update(None, "query_only", true).map_err(io)?;
+    }
     // Reading the schema is the first thing that touches the file: a file that is not SQLite
     // fails here. Every entry counts (a view, a trigger): a database of anything is no new file.
     let (tables, entries): (Vec<String>, usize) = conn
