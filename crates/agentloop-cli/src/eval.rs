@@ -157,7 +157,7 @@ fn read_baseline(path: &Path) -> Result<Report, CliError> {
                     message: e.to_string(),
                 })
             })?;
-    Report::from_json(&text, &path.display().to_string()).map_err(eval_error)
+    Report::from_json(&text, &crate::terminal::shown_path(path)).map_err(eval_error)
 }
 
 fn suite(dataset: &Dataset, judges: &HashMap<String, Agent>) -> Result<Suite, CliError> {

@@ -10,33 +10,7 @@
 //!   other control characters but line breaks and tabs. A sequence may be split across the
 //!   pieces of a stream, so the filter keeps its state between them.
 
-use unicode_general_category::{GeneralCategory, get_general_category};
-
-/// True for a character a terminal does not show as itself: a control (Cc), a format
-/// character (Cf), or a line or paragraph separator (Zl, Zp).
-fn invisible(c: char) -> bool {
-    matches!(
-        get_general_category(c),
-        GeneralCategory::Control
-            | GeneralCategory::Format
-            | GeneralCategory::LineSeparator
-            | GeneralCategory::ParagraphSeparator
-    )
-}
-
-/// The text with every invisible character written as `\u{…}` (its code point in hex), so that
-/// what a person reads is what the text holds.
-pub fn escape_invisible(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        if invisible(c) {
-            out.push_str(&format!("\\u{{{:x}}}", u32::from(c)));
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
+pub use agentloop::printable::escape_invisible;
 
 /// The text with every control character but line breaks and tabs written as `\u{…}`: what the
 /// command prints to the operator of its own (its messages, errors and warnings) may quote a
@@ -62,9 +36,10 @@ pub fn escape_controls(text: &str) -> String {
 }
 
 /// A path as a message shows it: every invisible character (a line break too, which would
-/// forge a line of the message) written as `\u{…}` (see [`escape_invisible`]).
+/// forge a line of the message) written as `\u{…}` (see [`escape_invisible`]); as the store's
+/// and eval's errors show it ([`agentloop::printable::path`]).
 pub fn shown_path(path: &std::path::Path) -> String {
-    escape_invisible(&path.display().to_string())
+    agentloop::printable::path(path)
 }
 
 /// Where an [`EscapeFilter`] is within a sequence.

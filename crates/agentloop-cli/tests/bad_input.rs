@@ -586,3 +586,64 @@ fn a_path_holding_terminal_escapes_is_shown_escaped_in_every_message() {
     );
     assert!(!err.contains("\nagentloop: all is well"), "{err:?}");
 }
+
+#[test]
+fn a_line_break_in_a_path_forges_no_line_of_the_stores_or_evals_errors() {
+    // The store and eval name the file in their own errors and warnings, which the command
+    // prints after its own words: they show the path as the command does, escaped.
+    let dir = scripted_dir();
+    let d = dir.path();
+    let forged = |stem: &str, ext: &str| format!("{stem}\nagentloop: all is well.{ext}");
+    let (db, missing, cases, baseline, trace, lines) = (
+        forged("empty", "db"),
+        forged("missing", "db"),
+        forged("cases", "toml"),
+        forged("baseline", "json"),
+        forged("folder", "ndjson"),
+        forged("lines", "ndjson"),
+    );
+    std::fs::write(d.join(&db), b"").unwrap();
+    std::fs::write(d.join(&cases), "cases = 1\n").unwrap();
+    std::fs::write(
+        d.join("cases.toml"),
+        "[[cases]]\nname = \"c\"\ninput = \"hi\"\n",
+    )
+    .unwrap();
+    std::fs::write(d.join(&baseline), "not json").unwrap();
+    std::fs::create_dir(d.join(&trace)).unwrap();
+    std::fs::write(d.join(&lines), "not a record\n").unwrap();
+    let missing_cases = forged("missing", "toml");
+    let commands: [(&[&str], i32); 8] = [
+        (&["journal", "list", "--journal", &db], 9),
+        (&["journal", "list", "--journal", &missing], 9),
+        (&["journal", "show", "r1", "--journal", &db], 9),
+        (&["trace", "show", &trace], 1),
+        (&["trace", "list", &lines], 0),
+        (&["eval", "agent.toml", "--cases", &cases], 3),
+        (&["eval", "agent.toml", "--cases", &missing_cases], 3),
+        (
+            &[
+                "eval",
+                "agent.toml",
+                "--cases",
+                "cases.toml",
+                "--baseline",
+                &baseline,
+            ],
+            3,
+        ),
+    ];
+    for (args, code) in commands {
+        let out = bounded(d, args, None, Duration::from_secs(20)).unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(code), "{args:?}: {err:?}");
+        assert!(
+            err.contains("\\u{a}agentloop: all is well"),
+            "{args:?} does not name the file: {err:?}"
+        );
+        assert!(
+            !err.contains("\nagentloop: all is well"),
+            "{args:?} printed the line break raw: {err:?}"
+        );
+    }
+}

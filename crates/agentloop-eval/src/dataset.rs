@@ -135,7 +135,7 @@ impl Dataset {
     /// Reads a dataset: `.jsonl` (or `.ndjson`) as JSON Lines, anything else as TOML.
     pub fn load(path: &Path) -> Result<Dataset, EvalError> {
         let text = read_cases(path).map_err(|message| EvalError::Read {
-            path: path.display().to_string(),
+            path: agentloop::printable::path(path),
             message,
         })?;
         let stem = path
@@ -146,7 +146,7 @@ impl Dataset {
             .parent()
             .map(Path::to_path_buf)
             .unwrap_or_else(|| PathBuf::from("."));
-        let where_ = path.display().to_string();
+        let where_ = agentloop::printable::path(path);
         let lines = matches!(
             path.extension().and_then(|e| e.to_str()),
             Some("jsonl" | "ndjson")

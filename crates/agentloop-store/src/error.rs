@@ -118,21 +118,21 @@ impl TraceError {
 
     pub(crate) fn io(path: &Path, source: std::io::Error) -> Self {
         TraceError::Io {
-            path: path.display().to_string(),
+            path: agentloop::printable::path(path),
             source,
         }
     }
 
     pub(crate) fn sqlite(path: &Path, source: rusqlite::Error) -> Self {
         TraceError::Sqlite {
-            path: path.display().to_string(),
+            path: agentloop::printable::path(path),
             source,
         }
     }
 
     pub(crate) fn json(path: &Path, source: serde_json::Error) -> Self {
         TraceError::Json {
-            path: path.display().to_string(),
+            path: agentloop::printable::path(path),
             source,
         }
     }

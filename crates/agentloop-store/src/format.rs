@@ -28,7 +28,7 @@ impl TraceFormat {
             Some("ndjson") => Ok(TraceFormat::Ndjson),
             Some("sqlite" | "db") => Ok(TraceFormat::Sqlite),
             _ => Err(TraceError::UnknownFormat {
-                path: path.display().to_string(),
+                path: agentloop::printable::path(path),
             }),
         }
     }

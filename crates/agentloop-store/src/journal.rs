@@ -327,7 +327,7 @@ pub(crate) fn open_kind(
     access: Access,
     kind: &FileKind,
 ) -> Result<Connection, JournalError> {
-    let shown = path.display().to_string();
+    let shown = agentloop::printable::path(path);
     let foreign = |reason: String| JournalError::Foreign {
         path: shown.clone(),
         reason,
@@ -642,7 +642,7 @@ impl SqliteJournal {
         }
         Err(io(format!(
             "{} kept changing while it was being locked",
-            path.display()
+            agentloop::printable::path(&path)
         )))
     }
 

@@ -30,7 +30,7 @@ const FIRST_LINE_BYTES: u64 = 1024 * 1024;
 /// one cut off by a crash. An empty file is a new trace.
 fn refuse_other_files(file: &mut File, path: &Path) -> Result<(), TraceError> {
     let not_a_trace = |reason: &str| TraceError::NotATrace {
-        path: path.display().to_string(),
+        path: agentloop::printable::path(path),
         reason: reason.to_owned(),
     };
     let meta = file.metadata().map_err(|e| TraceError::io(path, e))?;
@@ -125,7 +125,7 @@ pub(crate) fn read(path: &Path) -> Result<(Vec<TraceRecord>, Vec<String>), Trace
         .is_file()
     {
         return Err(TraceError::NotATrace {
-            path: path.display().to_string(),
+            path: agentloop::printable::path(path),
             reason: "it is not a regular file".into(),
         });
     }
@@ -150,7 +150,7 @@ pub(crate) fn read(path: &Path) -> Result<(Vec<TraceRecord>, Vec<String>), Trace
             warnings.push(format!(
                 "{}: line {number} is longer than {MAX_LINE_BYTES} bytes (no trace record is) and \
                  was skipped",
-                path.display()
+                agentloop::printable::path(path)
             ));
             continue;
         }
@@ -164,11 +164,11 @@ pub(crate) fn read(path: &Path) -> Result<(Vec<TraceRecord>, Vec<String>), Trace
             Ok(r) => records.push(r),
             Err(e) if !terminated => warnings.push(format!(
                 "{}: line {number} is cut off (the writer stopped mid-line) and was skipped: {e}",
-                path.display()
+                agentloop::printable::path(path)
             )),
             Err(e) => warnings.push(format!(
                 "{}: line {number} is not a trace record and was skipped: {e}",
-                path.display()
+                agentloop::printable::path(path)
             )),
         }
     }

@@ -166,7 +166,7 @@ fn refuse_other_databases(conn: &Connection, path: &Path) -> Result<(), TraceErr
         others
     };
     Err(TraceError::NotATrace {
-        path: path.display().to_string(),
+        path: agentloop::printable::path(path),
         reason: format!(
             "it is an SQLite database with other tables ({})",
             shown.join(", ")
@@ -181,7 +181,7 @@ fn schema_version(conn: &Connection, path: &Path) -> Result<i64, TraceError> {
         .map_err(|e| TraceError::sqlite(path, e))?;
     if version > SCHEMA_VERSION {
         return Err(TraceError::NewerSchema {
-            path: path.display().to_string(),
+            path: agentloop::printable::path(path),
             found: version,
             supported: SCHEMA_VERSION,
         });
@@ -593,7 +593,7 @@ pub(crate) fn read(path: &Path) -> Result<(Vec<TraceRecord>, Vec<String>), Trace
             Vec::new(),
             vec![format!(
                 "{}: holds no agentloop trace tables",
-                path.display()
+                agentloop::printable::path(path)
             )],
         ));
     }
@@ -626,7 +626,7 @@ pub(crate) fn read(path: &Path) -> Result<(Vec<TraceRecord>, Vec<String>), Trace
                 // One damaged row costs that row, not the trace.
                 Err(e) => warnings.push(format!(
                     "{}: row {} of {table} is not a trace record and was skipped: {e}",
-                    path.display(),
+                    agentloop::printable::path(path),
                     i + 1
                 )),
             }

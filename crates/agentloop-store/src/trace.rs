@@ -66,7 +66,7 @@ pub fn convert(from: impl AsRef<Path>, to: impl AsRef<Path>) -> Result<Trace, Tr
     TraceFormat::from_path(to)?;
     if to.exists() {
         return Err(TraceError::DestinationExists {
-            path: to.display().to_string(),
+            path: agentloop::printable::path(to),
         });
     }
     let trace = read_trace(from)?;

@@ -22,6 +22,7 @@ pub mod message;
 pub mod model;
 pub mod outcome;
 mod panic;
+pub mod printable;
 mod retry;
 mod serde_duration;
 pub mod steering;
