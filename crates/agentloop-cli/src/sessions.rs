@@ -96,16 +96,10 @@ pub struct StoreArg {
 }
 
 impl StoreArg {
+    /// The store, which must be one already: these commands read or change stored sessions, so
+    /// a path with nothing there, or an empty file, is a mistake to report, not a store to make.
     fn open(&self) -> Result<SqliteSessions, CliError> {
-        if !self.sessions.exists() {
-            return Err(CliError::Session(SessionError::Io {
-                message: format!(
-                    "no session store at {}",
-                    crate::terminal::shown_path(&self.sessions)
-                ),
-            }));
-        }
-        Ok(SqliteSessions::open(&self.sessions)?)
+        Ok(SqliteSessions::open_existing(&self.sessions)?)
     }
 }
 

@@ -274,3 +274,48 @@ command = ["python3", "tool.py"]
         String::from_utf8_lossy(&shown.stderr)
     );
 }
+
+#[test]
+fn a_sessions_command_on_a_missing_or_empty_store_says_so_and_makes_nothing() {
+    // A mistyped `--sessions` path (or the default `sessions.db` where there is none) is an
+    // error: an empty file given is left empty, not made a store, and nothing else appears.
+    let dir = AgentDir::new("name = \"unused\"\n");
+    let files = || -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(dir.path("."))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    };
+    dir.write("empty.db", "");
+    let before = files();
+    for store in ["typo.db", "empty.db"] {
+        for command in [
+            vec!["list"],
+            vec!["list", "--json"],
+            vec!["show", "s1"],
+            vec!["delete", "s1"],
+            vec!["fork", "s1", "s2"],
+        ] {
+            let mut args = command.clone();
+            args.extend(["--sessions", store]);
+            let out = sessions(&dir, &args);
+            let err = stderr(&out);
+            assert_eq!(out.status.code(), Some(10), "{args:?}: {err}");
+            let said = if store == "typo.db" {
+                "no session store at typo.db"
+            } else {
+                "empty.db is not an agentloop session store: it is empty"
+            };
+            assert!(err.contains(said), "{args:?}: {err}");
+            assert_eq!(files(), before, "{args:?} left the folder changed");
+            assert_eq!(std::fs::metadata(dir.path("empty.db")).unwrap().len(), 0);
+        }
+    }
+    // The default store, where there is none.
+    let out = sessions(&dir, &["list"]);
+    assert_eq!(out.status.code(), Some(10), "{}", stderr(&out));
+    assert!(stderr(&out).contains("no session store at sessions.db"));
+    assert_eq!(files(), before);
+}

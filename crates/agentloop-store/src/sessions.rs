@@ -94,6 +94,23 @@ impl SqliteSessions {
         })
     }
 
+    /// Opens the store at `path` only if it is one already: a path where there is nothing, or
+    /// an empty file, is refused and left as it is (a mistyped path to `agentloop sessions`
+    /// must not become a new store).
+    pub fn open_existing(path: impl AsRef<Path>) -> Result<Self, SessionError> {
+        let path = path.as_ref().to_path_buf();
+        if !path.exists() {
+            return Err(SessionError::Io {
+                message: format!("no session store at {}", agentloop::printable::path(&path)),
+            });
+        }
+        let conn = open_kind(&path, Access::Write, &KIND).map_err(from_journal)?;
+        Ok(SqliteSessions {
+            path,
+            conn: Arc::new(Mutex::new(conn)),
+        })
+    }
+
     /// The file.
     pub fn path(&self) -> &Path {
         &self.path
