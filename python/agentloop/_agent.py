@@ -125,8 +125,8 @@ class Agent:
             model_callable=call,
             tools=[t.definition() for t in self.tools],
             dispatcher=self._dispatcher,
-            limits=(limits or Limits()).to_json(),
-            approve=_approval_callback(approve) if approve else None,
+            limits=(limits if limits is not None else Limits()).to_json(),
+            approve=_approval_callback(approve) if approve is not None else None,
             otel=otel,
             otel_payloads=otel_payloads,
         )
@@ -156,7 +156,7 @@ class Agent:
         agent._dispatcher = Dispatcher(agent.tools)
         agent._native = _agentloop.NativeAgent.from_file(
             os.fspath(path),
-            _approval_callback(approve) if approve else None,
+            _approval_callback(approve) if approve is not None else None,
             tools=[t.definition() for t in agent.tools],
             dispatcher=agent._dispatcher,
             otel=otel,

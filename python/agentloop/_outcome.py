@@ -142,7 +142,8 @@ class RunOutcome:
     @classmethod
     def from_raw(cls, raw: Dict[str, Any], tracebacks: Optional[Dict[Any, str]] = None) -> "RunOutcome":
         """The outcome of the runtime's ``--json`` object, already parsed (kept as :attr:`raw`)."""
-        tracebacks = tracebacks or {}
+        if tracebacks is None:
+            tracebacks = {}
         run_id = raw.get("run_id")
         calls = []
         for c in raw.get("tool_calls", []):

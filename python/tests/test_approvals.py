@@ -5,10 +5,12 @@ recorded."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import json
 import pathlib
 from typing import List, Tuple, Union
 
-from agentloop import Agent, ApprovalRequest, RunOutcome, ScriptedModel, ToolCall, tool
+from agentloop import Agent, ApprovalRequest, Limits, RunOutcome, ScriptedModel, ToolCall, tool
 
 
 def deleting_agent(deleted: List[str], approve=None) -> Agent:
@@ -117,3 +119,77 @@ def test_an_async_callback_that_raises_denies_with_its_error() -> None:
         assert delete.status == "denied" and delete.error is not None
         assert "RuntimeError: the approval service is down" in delete.error.message
     assert deleted == []
+
+
+class FalsyApprover:
+    """An approval callback that is a callable object false as a bool: a queue of a person's
+    answers (``__len__``: how many wait), or an object with a ``__bool__`` of its own. Being
+    falsy says nothing about being given."""
+
+    def __init__(self, by: str) -> None:
+        self.by = by
+        self.asked: List[str] = []
+
+    def __call__(self, requests: List[ApprovalRequest]) -> List[bool]:
+        self.asked.extend(r.call_id for r in requests)
+        return [True for _ in requests]
+
+    def __bool__(self) -> bool:
+        if self.by == "__bool__":
+            return False
+        return len(self) > 0
+
+    def __len__(self) -> int:
+        return 0
+
+
+def test_a_falsy_callable_is_an_approval_callback_all_the_same(tmp_path: pathlib.Path) -> None:
+    for by in ("__bool__", "__len__"):
+        approver = FalsyApprover(by)
+        assert not approver
+        deleted: List[str] = []
+        out = deleting_agent(deleted, approver).run("Clean up.")
+        assert approver.asked == ["c2"], by
+        assert [c.status for c in out.tool_calls] == ["ok", "ok"], (by, out.tool_calls)
+        assert deleted == ["a"]
+
+    # An agent file's permissions ask it too.
+    (tmp_path / "agent.toml").write_text(
+        'name = "cleaner"\n[model]\nprovider = "scripted"\nscript = "script.json"\n'
+        '[[tools]]\nname = "delete"\ndescription = "Deletes a file."\n'
+        'command = ["python3", "-c", "print(\'deleted\')"]\n'
+        'input_schema = { type = "object", properties = { path = { type = "string" } } }\n'
+        '[permissions]\nask = ["delete"]\n'
+    )
+    calls = [{"id": "c1", "name": "delete", "arguments": {"path": "b"}}]
+    (tmp_path / "script.json").write_text(json.dumps([{"tool_calls": calls}, {"text": "done"}]))
+    approver = FalsyApprover("__len__")
+    agent = Agent.from_file(tmp_path / "agent.toml", approve=approver)
+    out = agent.run("Clean up.")
+    agent.close()
+    assert approver.asked == ["c1"]
+    assert [c.status for c in out.tool_calls] == ["ok"], out.tool_calls
+    assert "deleted" in str(out.tool_calls[0].output)
+
+
+def test_falsy_limits_still_bound_the_run() -> None:
+    @dataclasses.dataclass(frozen=True)
+    class NamedLimits(Limits):
+        """Limits with a label, empty (falsy) when it has none."""
+
+        label: str = ""
+
+        def __len__(self) -> int:
+            return len(self.label)
+
+    limits = NamedLimits(max_turns=1)
+    assert not limits
+    script = ScriptedModel([[ToolCall("look", {"path": "a"})], [ToolCall("look", {"path": "b"})], "done"])
+
+    @tool
+    def look(path: str) -> str:
+        """Looks at a file."""
+        return "a file"
+
+    out = Agent(model=script, tools=[look], limits=limits).run("Look.")
+    assert out.stop_reason == "max_turns", out
