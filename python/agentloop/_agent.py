@@ -24,7 +24,7 @@ from typing import (
 from . import _agentloop
 from ._models import Model, native_model
 from ._outcome import Event, RunOutcome
-from ._tools import Dispatcher, Tool, as_tool, loop_for_blocking_run
+from ._tools import Dispatcher, RunScope, Tool, as_tool, loop_for_blocking_run
 from .errors import AgentloopError
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -202,8 +202,9 @@ class Agent:
         ``agentloop run --trace`` writes (``.ndjson`` or ``.db``; ``agentloop trace`` reads it).
         Ctrl-C cancels the run."""
         loop = loop_for_blocking_run()
-        handle = self._start(input, None, journal, session, sessions, trace=trace, loop=loop)
-        return self._wait(handle)
+        scope = self._dispatcher.run_scope()
+        handle = self._start(input, None, journal, session, sessions, trace, loop, scope=scope)
+        return self._wait(handle, scope)
 
     async def run_async(
         self,
@@ -218,7 +219,9 @@ class Agent:
         cancels the run (its running tools are cancelled) and raises ``CancelledError`` once it
         has stopped."""
         return await self._on_this_loop(
-            lambda on_done, loop: self._start(input, on_done, journal, session, sessions, trace, loop)
+            lambda on_done, loop, scope: self._start(
+                input, on_done, journal, session, sessions, trace, loop, scope=scope
+            )
         )
 
     def stream(
@@ -242,21 +245,28 @@ class Agent:
         runs again; one in flight re-runs only if its tool is idempotent, otherwise the model
         reads that it was interrupted. Refused when the agent's definition changed, unless
         ``force``."""
+        scope = self._dispatcher.run_scope()
         handle = self._native.resume(
-            run_id, os.fspath(journal), event_loop=loop_for_blocking_run(), force=force, objects=True
+            run_id,
+            os.fspath(journal),
+            event_loop=loop_for_blocking_run(),
+            force=force,
+            objects=True,
+            scope=scope,
         )
-        return self._wait(handle)
+        return self._wait(handle, scope)
 
     async def resume_async(self, run_id: str, *, journal: PathLike, force: bool = False) -> RunOutcome:
         """:meth:`resume` for asyncio."""
         return await self._on_this_loop(
-            lambda on_done, loop: self._native.resume(
+            lambda on_done, loop, scope: self._native.resume(
                 run_id,
                 os.fspath(journal),
                 on_done=on_done,
                 event_loop=loop,
                 force=force,
                 objects=True,
+                scope=scope,
             )
         )
 
@@ -280,6 +290,7 @@ class Agent:
         trace: Optional[PathLike] = None,
         loop: Optional[asyncio.AbstractEventLoop] = None,
         on_event: Optional[Callable[[str], None]] = None,
+        scope: Optional[RunScope] = None,
     ) -> Any:
         return self._native.start(
             input,
@@ -291,50 +302,55 @@ class Agent:
             session=session,
             trace=os.fspath(trace) if trace is not None else None,
             objects=True,
+            scope=scope,
         )
 
     async def _on_this_loop(
-        self, start: Callable[[_OnDone, asyncio.AbstractEventLoop], Any]
+        self, start: Callable[[_OnDone, asyncio.AbstractEventLoop, RunScope], Any]
     ) -> RunOutcome:
-        """Starts a run with ``start(on_done, loop)`` on the running event loop and awaits its
-        outcome; cancelling the awaiting task cancels the run, once it has stopped."""
+        """Starts a run with ``start(on_done, loop, scope)`` on the running event loop and awaits
+        its outcome; cancelling the awaiting task cancels the run, once it has stopped."""
         loop = asyncio.get_running_loop()
         done: "asyncio.Future[_End]" = loop.create_future()
-        handle = start(_settle_on(loop, done), loop)
+        scope = self._dispatcher.run_scope()
+        handle = start(_settle_on(loop, done), loop, scope)
         try:
-            return self._outcome(await _until_done(handle, done))
+            return self._outcome(await _until_done(handle, done), scope)
         except asyncio.CancelledError:
             if done.done() and not done.cancelled():
-                self._discard(done.result())
+                self._discard(done.result(), scope)
             raise
 
-    def _wait(self, handle: Any) -> RunOutcome:
+    def _wait(self, handle: Any, scope: RunScope) -> RunOutcome:
         try:
             while True:
                 end = handle.wait(0.1)
                 if end is not None:
-                    return self._outcome(end)
+                    return self._outcome(end, scope)
         except KeyboardInterrupt:
             handle.cancel()
             while True:
                 end = handle.wait(0.1)
                 if end is not None:
-                    self._discard(end)
+                    self._discard(end, scope)
                     raise
 
-    def _discard(self, end: _End) -> Optional[RunOutcome]:
+    def _discard(self, end: _End, scope: RunScope) -> Optional[RunOutcome]:
         """The outcome of a run nobody waits for any more (cancelled by its caller), read all
-        the same: the tracebacks its calls left are taken with it, not kept for good."""
+        the same: the tracebacks its calls left end with it."""
         try:
-            return self._outcome(end)
+            return self._outcome(end, scope)
         except AgentloopError:
             return None
 
-    def _outcome(self, end: _End) -> RunOutcome:
+    def _outcome(self, end: _End, scope: RunScope) -> RunOutcome:
+        """The run's outcome, with the tracebacks of its failed calls; a run that ended in an
+        error drops them (and those of calls that fail later), as a finished one does."""
+        tracebacks = scope.take()
         raw, code, message = end
         if raw is None:
             raise AgentloopError(code or "run.failed", message or "")
-        return RunOutcome.from_raw(raw, self._dispatcher.tracebacks)
+        return RunOutcome.from_raw(raw, tracebacks)
 
 
 class RunStream:
@@ -367,14 +383,17 @@ class RunStream:
             _call_soon(loop, queue.put_nowait, (True, (raw, code, message)))
 
         input, journal, session, sessions, trace = self._args
-        handle = self._agent._start(input, on_done, journal, session, sessions, trace, loop, on_event)
+        scope = self._agent._dispatcher.run_scope()
+        handle = self._agent._start(
+            input, on_done, journal, session, sessions, trace, loop, on_event, scope
+        )
         ended = False
         try:
             while True:
                 is_end, payload = await queue.get()
                 if is_end:
                     ended = True
-                    self.outcome = self._agent._outcome(payload)
+                    self.outcome = self._agent._outcome(payload, scope)
                     return
                 yield Event.from_json(payload)
         finally:
@@ -386,7 +405,7 @@ class RunStream:
                     is_end, payload = await queue.get()
                     if is_end:
                         # The cancelled run's outcome (``stop_reason`` ``cancelled``, what it did).
-                        self.outcome = self._agent._discard(payload)
+                        self.outcome = self._agent._discard(payload, scope)
                         break
 
 

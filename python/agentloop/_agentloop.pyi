@@ -12,6 +12,8 @@ _OnDone = Callable[[Optional[Any], Optional[str], Optional[str]], None]
 # An approval callback: given the requests' JSON and the run's event loop, the answers' words or
 # (an async callback) a ``concurrent.futures.Future`` of them.
 _Approve = Callable[[str, Any], Union[List[str], "concurrent.futures.Future[List[str]]"]]
+# A run's ``scope`` (``agentloop._tools.RunScope``) goes with each of its tool calls to the
+# dispatcher, as its last argument.
 
 def answer(journal: str, run_id: str, call_id: str, word: str) -> None: ...
 def protect_process() -> None:
@@ -73,6 +75,7 @@ class NativeAgent:
         trace: Optional[str] = None,
         trace_payloads: bool = False,
         objects: bool = False,
+        scope: Optional[Any] = None,
     ) -> RunHandle: ...
     def resume(
         self,
@@ -86,5 +89,6 @@ class NativeAgent:
         trace: Optional[str] = None,
         trace_payloads: bool = False,
         objects: bool = False,
+        scope: Optional[Any] = None,
     ) -> RunHandle: ...
     def close(self) -> None: ...

@@ -21,6 +21,7 @@ import queue
 import sys
 import threading
 import traceback
+import weakref
 from types import FrameType
 from typing import Any, Awaitable, Callable, Dict, List, Optional, Tuple, TypeVar, Union, overload
 
@@ -256,30 +257,92 @@ def loop_for_blocking_run() -> Optional[asyncio.AbstractEventLoop]:
     return None if level is None else background_loop(level + 1)
 
 
+class RunScope:
+    """What the tool calls of one run share: the tracebacks of those that failed, by run and call
+    id, until the run ends. Its outcome then takes them (:meth:`take`), whatever way it ended
+    (finished, failed, cancelled, a limit), and a call that fails later (one the run stopped
+    waiting for: Python cannot stop a thread) leaves nothing: no traceback outlives its run, or
+    shows in another's outcome (a resumed run keeps its id)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._tracebacks: Dict[Tuple[str, str], str] = {}
+        self._ended = False
+
+    def add(self, key: Tuple[str, str], tb: str) -> None:
+        """Keeps a failed call's traceback, unless the run has ended."""
+        with self._lock:
+            if not self._ended:
+                self._tracebacks[key] = tb
+
+    def take(self) -> Dict[Tuple[str, str], str]:
+        """Ends the run: the tracebacks kept, handed out once; none is kept after."""
+        with self._lock:
+            self._ended = True
+            taken, self._tracebacks = self._tracebacks, {}
+        return taken
+
+    def kept(self) -> Dict[Tuple[str, str], str]:
+        """The tracebacks kept so far."""
+        with self._lock:
+            return dict(self._tracebacks)
+
+
 class Dispatcher:
-    """Starts the calls of one agent's tools. Keeps each failed call's traceback, by run and call
-    id, for the operator (:attr:`ToolCallRecord.traceback`)."""
+    """Starts the calls of one agent's tools. Each failed call's traceback goes to its run's
+    :class:`RunScope`, for the operator (:attr:`ToolCallRecord.traceback`)."""
 
     def __init__(self, tools: List[Tool]) -> None:
         self.tools = tools
-        self.tracebacks: Dict[Tuple[str, str], str] = {}
+        # Weak: a run nobody reads the end of (its waiter interrupted) takes its scope with it.
+        self._runs: "weakref.WeakSet[RunScope]" = weakref.WeakSet()
+        self._runs_lock = threading.Lock()
+
+    def run_scope(self) -> RunScope:
+        """The scope of a run about to start."""
+        scope = RunScope()
+        with self._runs_lock:
+            self._runs.add(scope)
+        return scope
+
+    @property
+    def tracebacks(self) -> Dict[Tuple[str, str], str]:
+        """The tracebacks the runs not ended yet keep, by run and call id."""
+        with self._runs_lock:
+            runs = list(self._runs)
+        kept: Dict[Tuple[str, str], str] = {}
+        for scope in runs:
+            kept.update(scope.kept())
+        return kept
 
     def __call__(
-        self, index: int, arguments: Dict[str, Any], run_id: str, call_id: str, reply: Any
+        self,
+        index: int,
+        arguments: Dict[str, Any],
+        run_id: str,
+        call_id: str,
+        reply: Any,
+        scope: Optional[RunScope] = None,
     ) -> "concurrent.futures.Future[None]":
         """Starts a call of a sync function on a thread of its own; the runtime cancels the future
         it gets back when it stops waiting."""
         t = self.tools[index]
-        return _threads.submit(self._run_sync, t, arguments, (run_id, call_id), reply)
+        return _threads.submit(self._run_sync, t, arguments, (run_id, call_id), reply, scope)
 
     def start_async(
-        self, index: int, arguments: Dict[str, Any], run_id: str, call_id: str, reply: Any
+        self,
+        index: int,
+        arguments: Dict[str, Any],
+        run_id: str,
+        call_id: str,
+        reply: Any,
+        scope: Optional[RunScope] = None,
     ) -> "Optional[asyncio.Task[None]]":
         """Starts a call of a coroutine function, on the running loop's thread (the runtime
         hands it a batch's calls at once): as a task, begun at once where Python can (3.12's
         eager tasks: a coroutine that never waits finishes here and ``None`` is returned)."""
         t = self.tools[index]
-        coro = self._run_async(t, arguments, (run_id, call_id), reply)
+        coro = self._run_async(t, arguments, (run_id, call_id), reply, scope)
         loop = asyncio.get_running_loop()
         if sys.version_info >= (3, 12):
             task = asyncio.Task(coro, loop=loop, eager_start=True)
@@ -288,7 +351,14 @@ class Dispatcher:
         # find no current task, and ``asyncio.timeout`` or a ``TaskGroup`` in the tool would fail.
         return loop.create_task(coro)
 
-    def _run_sync(self, t: Tool, arguments: Dict[str, Any], key: Tuple[str, str], reply: Any) -> None:
+    def _run_sync(
+        self,
+        t: Tool,
+        arguments: Dict[str, Any],
+        key: Tuple[str, str],
+        reply: Any,
+        scope: Optional[RunScope],
+    ) -> None:
         try:
             result = t.fn(**t.convert(arguments))
             if inspect.isawaitable(result):
@@ -296,12 +366,17 @@ class Dispatcher:
                 # its answer is what the awaitable gives, awaited on the package's loop.
                 result = asyncio.run_coroutine_threadsafe(_awaited(result), background_loop()).result()
         except BaseException as e:  # noqa: BLE001 - every failure is the model's to read
-            self._failed(t, e, key, reply)
+            self._failed(t, e, key, reply, scope)
             return
         _answer(reply, result)
 
     async def _run_async(
-        self, t: Tool, arguments: Dict[str, Any], key: Tuple[str, str], reply: Any
+        self,
+        t: Tool,
+        arguments: Dict[str, Any],
+        key: Tuple[str, str],
+        reply: Any,
+        scope: Optional[RunScope],
     ) -> None:
         try:
             result = await t.fn(**t.convert(arguments))
@@ -312,19 +387,23 @@ class Dispatcher:
             reply.error("cancelled", "CancelledError: the tool's task was cancelled")
             raise
         except BaseException as e:  # noqa: BLE001
-            self._failed(t, e, key, reply)
+            self._failed(t, e, key, reply, scope)
             return
         _answer(reply, result)
 
-    def _failed(self, t: Tool, e: BaseException, key: Tuple[str, str], reply: Any) -> None:
+    def _failed(
+        self, t: Tool, e: BaseException, key: Tuple[str, str], reply: Any, scope: Optional[RunScope]
+    ) -> None:
         if isinstance(e, ToolError):
             reply.error(e.code, e.message)
         elif isinstance(e, FatalToolError):
-            self.tracebacks[key] = traceback.format_exc()
+            if scope is not None:
+                scope.add(key, traceback.format_exc())
             reply.fatal(f"{type(e).__name__}: {e}")
         else:
             tb = traceback.format_exc()
-            self.tracebacks[key] = tb
+            if scope is not None:
+                scope.add(key, tb)
             log.warning("tool %s (call %s) raised:\n%s", t.name, key[1], tb)
             reply.error(EXCEPTION_CODE, f"{type(e).__name__}: {e}")
 

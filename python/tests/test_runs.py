@@ -8,6 +8,7 @@ import asyncio
 import copy
 import dataclasses
 import json
+import logging
 import pathlib
 import pickle
 import signal
@@ -21,6 +22,7 @@ from agentloop import (
     Agent,
     AgentloopError,
     Event,
+    FatalToolError,
     FunctionModel,
     Limits,
     ModelRequest,
@@ -695,4 +697,57 @@ def test_a_stream_left_early_keeps_the_cancelled_runs_outcome_and_no_traceback()
 
     outcomes = asyncio.run(main())
     assert all(isinstance(o, RunOutcome) and o.tool_calls for o in outcomes), outcomes
+    assert agent._dispatcher.tracebacks == {}
+
+
+def test_a_runs_tracebacks_end_with_it_whatever_way_it_ends(caplog: pytest.LogCaptureFixture) -> None:
+    # The tracebacks of a run's failed calls are for its outcome: a run that failed, or one whose
+    # call failed only after the run stopped waiting for it (its deadline, its task cancelled:
+    # Python cannot stop a thread), leaves none behind in the agent, for good.
+    caplog.set_level(logging.WARNING, logger="agentloop")
+
+    @tool
+    def broken() -> str:
+        """Fails for good."""
+        raise FatalToolError("the disk is gone")
+
+    agent = Agent(model=ScriptedModel([[ToolCall("broken", {})], "never"]), tools=[broken])
+    out = agent.run("Go.")
+    assert out.stop_reason == "failed", out
+    assert agent._dispatcher.tracebacks == {}
+
+    @tool
+    def late() -> str:
+        """Fails past the run's grace period (2 s)."""
+        time.sleep(2.4)
+        raise ValueError("too late for the run")
+
+    def raised() -> int:
+        return sum("raised" in r.getMessage() and "too late for the run" in r.getMessage() for r in caplog.records)
+
+    def after_it_raised(count: int) -> None:
+        waited = time.monotonic() + 5
+        while raised() < count and time.monotonic() < waited:
+            time.sleep(0.01)
+        assert raised() == count
+
+    agent = Agent(
+        model=ScriptedModel([[ToolCall("late", {})], "never"]), tools=[late], limits=Limits(timeout=0.2)
+    )
+    out = agent.run("Go.")
+    assert out.stop_reason == "deadline", out
+    after_it_raised(1)
+    assert agent._dispatcher.tracebacks == {}
+
+    agent = Agent(model=ScriptedModel([[ToolCall("late", {})], "never"]), tools=[late])
+
+    async def cancelled() -> None:
+        task = asyncio.ensure_future(agent.run_async("Go."))
+        await asyncio.sleep(0.2)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(cancelled())
+    after_it_raised(2)
     assert agent._dispatcher.tracebacks == {}

@@ -23,7 +23,7 @@ use crate::drive::Driven;
 use crate::model::{CancelPending, RUN_MODELS, RunModels};
 use crate::otel::Otel;
 use crate::outbox::Outbox;
-use crate::tool::{EVENT_LOOP, ToolDef};
+use crate::tool::{EVENT_LOOP, RUN_SCOPE, ToolDef};
 use crate::{error, runtime};
 
 /// How a run ended: the outcome's `--json` object, or an error's code and message.
@@ -216,9 +216,10 @@ impl NativeAgent {
     /// Starts a run of `input`. With `journal`, the run is durable there; with `sessions` and
     /// `session`, it goes on with that stored conversation. `on_event` gets each event's JSON;
     /// `on_done` gets the end (see [`RunHandle::wait`]); `event_loop` is where coroutine tools
-    /// run.
+    /// run; `scope` (the Python side's `RunScope`) goes with each of the run's tool calls to the
+    /// dispatcher.
     /// With `objects`, the outcome reaches Python as its objects (dicts and lists), not JSON text.
-    #[pyo3(signature = (input, *, on_done=None, on_event=None, event_loop=None, journal=None, sessions=None, session=None, trace=None, trace_payloads=false, objects=false))]
+    #[pyo3(signature = (input, *, on_done=None, on_event=None, event_loop=None, journal=None, sessions=None, session=None, trace=None, trace_payloads=false, objects=false, scope=None))]
     #[allow(clippy::too_many_arguments)]
     fn start(
         &self,
@@ -233,6 +234,7 @@ impl NativeAgent {
         trace: Option<PathBuf>,
         trace_payloads: bool,
         objects: bool,
+        scope: Option<Py<PyAny>>,
     ) -> PyResult<RunHandle> {
         let journal = journal.map(open_journal).transpose()?;
         let store = sessions
@@ -258,6 +260,7 @@ impl NativeAgent {
                 journal,
                 drive,
                 objects,
+                scope,
             },
             move |options| -> BoxFuture<'static, Result<RunOutcome, (String, String)>> {
                 Box::pin(async move {
@@ -278,7 +281,7 @@ impl NativeAgent {
     /// Goes on with the journaled run `run_id` (an id or a unique prefix) in this process: a
     /// finished call never runs again, one in flight at the crash re-runs only if its tool is
     /// idempotent.
-    #[pyo3(signature = (run_id, journal, *, on_done=None, on_event=None, event_loop=None, force=false, trace=None, trace_payloads=false, objects=false))]
+    #[pyo3(signature = (run_id, journal, *, on_done=None, on_event=None, event_loop=None, force=false, trace=None, trace_payloads=false, objects=false, scope=None))]
     #[allow(clippy::too_many_arguments)]
     fn resume(
         &self,
@@ -292,6 +295,7 @@ impl NativeAgent {
         trace: Option<PathBuf>,
         trace_payloads: bool,
         objects: bool,
+        scope: Option<Py<PyAny>>,
     ) -> PyResult<RunHandle> {
         let writer = open_journal(journal.clone())?;
         let run = JournalReader::open(&journal)
@@ -312,6 +316,7 @@ impl NativeAgent {
             journal: Some(writer),
             drive: false,
             objects,
+            scope,
         };
         self.launch(py, launch, move |options| {
             Box::pin(async move {
@@ -401,6 +406,7 @@ impl NativeAgent {
         // Each run starts its own script (crate::model::per_run), and knows its loop.
         let run_models = RunModels::new(launch.event_loop.as_ref().map(|l| l.clone_ref(py)));
         let task = RUN_MODELS.scope(run_models, task);
+        let task = RUN_SCOPE.scope(launch.scope.map(Arc::new), task);
         match launch.event_loop {
             Some(event_loop) if launch.drive && running_here(py, &event_loop)? => {
                 let outbox = Arc::new(Outbox::driven(event_loop.clone_ref(py)));
@@ -430,6 +436,8 @@ struct Launch {
     drive: bool,
     /// The outcome reaches Python as objects, not JSON text.
     objects: bool,
+    /// What its tool calls hand the dispatcher (the Python side's `RunScope`).
+    scope: Option<Py<PyAny>>,
 }
 
 /// Whether `event_loop` is the loop running on this thread (`run_async` and `stream` start their

@@ -42,6 +42,8 @@ pub(crate) struct Waiting {
     pub(crate) arguments: Value,
     pub(crate) run_id: Arc<str>,
     pub(crate) call_id: Arc<str>,
+    /// The run's `RunScope` ([`crate::tool::RUN_SCOPE`]), handed to the dispatcher.
+    pub(crate) scope: Option<Arc<Py<PyAny>>>,
     pub(crate) tx: oneshot::Sender<Reply>,
     pub(crate) state: Arc<CallState>,
 }
@@ -193,6 +195,7 @@ fn start(py: Python<'_>, outbox: &Arc<Outbox>, call: Waiting) {
                 &*call.run_id,
                 &*call.call_id,
                 reply.clone_ref(py),
+                call.scope.as_deref(),
             ),
         )
     });

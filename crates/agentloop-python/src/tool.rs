@@ -58,6 +58,16 @@ tokio::task_local! {
     /// Where the coroutine tools of the run this task drives go: its event loop (`run_async`,
     /// `stream`; the package's own for a blocking `run`).
     pub(crate) static EVENT_LOOP: Arc<Outbox>;
+
+    /// What the tool calls of the run this task drives hand the dispatcher: the Python side's
+    /// `RunScope` of the run (where their tracebacks go, so that they end with the run), or
+    /// `None` for a run started without one.
+    pub(crate) static RUN_SCOPE: Option<Arc<Py<PyAny>>>;
+}
+
+/// The `RunScope` of the run this task drives, if it has one.
+fn run_scope() -> Option<Arc<Py<PyAny>>> {
+    RUN_SCOPE.try_with(Clone::clone).ok().flatten()
 }
 
 /// The code a coroutine call answers with when its task was cancelled (`_tools.py`), and a call
@@ -126,10 +136,10 @@ async fn reply_of(
     }
 }
 
-/// The tool, over the Python dispatcher: `dispatcher(index, arguments, run_id, call_id, reply)`
-/// (the arguments as a dict) starts sync call `index` of the agent's tools on the thread pool and returns its
-/// future; `dispatcher.start_async(...)`, with the same arguments, a coroutine call on the loop
-/// (see [`crate::outbox`]).
+/// The tool, over the Python dispatcher: `dispatcher(index, arguments, run_id, call_id, reply,
+/// scope)` (the arguments as a dict, `scope` the run's [`RUN_SCOPE`]) starts sync call `index` of
+/// the agent's tools on the thread pool and returns its future; `dispatcher.start_async(...)`,
+/// with the same arguments, a coroutine call on the loop (see [`crate::outbox`]).
 pub(crate) fn tool(def: ToolDef, index: usize, dispatcher: Arc<Py<PyAny>>) -> PyResult<Tool> {
     let schema: Value = serde_json::from_str(&def.schema)
         .map_err(|e| crate::error("tool.schema_invalid", format!("{}: {e}", def.name)))?;
@@ -178,6 +188,7 @@ async fn call_async(
         arguments: args.clone(),
         run_id: Arc::clone(&ctx.run_id),
         call_id: Arc::clone(&ctx.call_id),
+        scope: run_scope(),
         tx,
         state: Arc::clone(&state),
     });
@@ -188,6 +199,7 @@ async fn call_async(
 /// A sync call: on the dispatcher's thread pool.
 async fn call(dispatcher: &Py<PyAny>, index: usize, args: &Value, ctx: &ToolContext) -> Reply {
     let (tx, mut rx) = oneshot::channel();
+    let scope = run_scope();
     let started = Python::attach(|py| {
         let reply = Py::new(
             py,
@@ -204,6 +216,7 @@ async fn call(dispatcher: &Py<PyAny>, index: usize, args: &Value, ctx: &ToolCont
                 &*ctx.run_id,
                 &*ctx.call_id,
                 reply,
+                scope.as_deref(),
             ),
         )
     });
