@@ -202,7 +202,7 @@ class Agent:
         ``agentloop run --trace`` writes (``.ndjson`` or ``.db``; ``agentloop trace`` reads it).
         Ctrl-C cancels the run."""
         loop = loop_for_blocking_run()
-        scope = self._dispatcher.run_scope()
+        scope = self._dispatcher.run_scope(loop)
         handle = self._start(input, None, journal, session, sessions, trace, loop, scope=scope)
         return self._wait(handle, scope)
 
@@ -215,7 +215,9 @@ class Agent:
         sessions: PathLike = "sessions.db",
         trace: Optional[PathLike] = None,
     ) -> RunOutcome:
-        """:meth:`run` for asyncio: coroutine tools run on this event loop. Cancelling the task
+        """:meth:`run` for asyncio: your coroutines of the run (an async model, coroutine tools
+        and a sync tool's awaitable, an async approval callback) run on this event loop, so they
+        may await its objects (futures, queues, client sessions made on it). Cancelling the task
         cancels the run (its running tools are cancelled) and raises ``CancelledError`` once it
         has stopped."""
         return await self._on_this_loop(
@@ -245,11 +247,12 @@ class Agent:
         runs again; one in flight re-runs only if its tool is idempotent, otherwise the model
         reads that it was interrupted. Refused when the agent's definition changed, unless
         ``force``."""
-        scope = self._dispatcher.run_scope()
+        loop = loop_for_blocking_run()
+        scope = self._dispatcher.run_scope(loop)
         handle = self._native.resume(
             run_id,
             os.fspath(journal),
-            event_loop=loop_for_blocking_run(),
+            event_loop=loop,
             force=force,
             objects=True,
             scope=scope,
@@ -312,7 +315,7 @@ class Agent:
         its outcome; cancelling the awaiting task cancels the run, once it has stopped."""
         loop = asyncio.get_running_loop()
         done: "asyncio.Future[_End]" = loop.create_future()
-        scope = self._dispatcher.run_scope()
+        scope = self._dispatcher.run_scope(loop)
         handle = start(_settle_on(loop, done), loop, scope)
         try:
             return self._outcome(await _until_done(handle, done), scope)
@@ -383,7 +386,7 @@ class RunStream:
             _call_soon(loop, queue.put_nowait, (True, (raw, code, message)))
 
         input, journal, session, sessions, trace = self._args
-        scope = self._agent._dispatcher.run_scope()
+        scope = self._agent._dispatcher.run_scope(loop)
         handle = self._agent._start(
             input, on_done, journal, session, sessions, trace, loop, on_event, scope
         )

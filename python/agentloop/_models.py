@@ -136,8 +136,10 @@ class FunctionModel:
     """A Python function as the model: it gets a :class:`ModelRequest` and answers text, a list
     of :class:`ToolCall`, or a :class:`Reply`. A plain function runs on the thread that drives the
     run (the event loop's for ``run_async`` and ``stream``, the runtime's for ``run``), so keep it
-    quick (it is for tests); a coroutine function (``async def``) runs on the package's own event
-    loop, the run waiting for it without the GIL (and, from an event loop, without blocking it)."""
+    quick (it is for tests); a coroutine function (``async def``) runs on the run's event loop:
+    yours for ``run_async`` and ``stream`` (it may await what belongs to that loop: a future, a
+    queue, a client session made on it), the package's own for ``run``; the run waits for it
+    without the GIL, and without blocking the loop."""
 
     def __init__(self, fn: ModelFunction, model_id: str = "function") -> None:
         self.fn = fn
@@ -160,15 +162,14 @@ class FunctionModel:
 def _answer_later(
     answer: Awaitable[Answer], run_loop: Optional[asyncio.AbstractEventLoop]
 ) -> "concurrent.futures.Future[_NativeAnswer]":
-    """An async function model's answer, on the package's event loop, as a future: the one of the
-    run when it has one of the package's own (a blocking ``run`` started by a coroutine tool of
-    another: the first loop waits for that run, and could not answer for it)."""
-    from ._tools import package_loop
+    """An async function model's answer, as a future, awaited on the run's loop (see
+    :func:`agentloop._tools.on_run_loop`)."""
+    from ._tools import on_run_loop
 
     async def wait() -> _NativeAnswer:
         return _native_answer(await answer)
 
-    return asyncio.run_coroutine_threadsafe(wait(), package_loop(run_loop))
+    return on_run_loop(wait(), run_loop)
 
 
 def _toml_value(v: Any) -> str:

@@ -3,7 +3,8 @@
 The Rust runtime admits a batch of calls (arguments validated against the schema, limits and
 permissions checked) and hands each admitted call to :class:`Dispatcher`, which starts it and
 returns at once: a coroutine on the run's event loop (the caller's, for ``run_async`` and
-``stream``; the package's own background loop for ``run``), a sync function on a daemon thread.
+``stream``; the package's own background loop for ``run``), a sync function on a daemon thread
+(an awaitable it returns is awaited on the run's loop too).
 Neither ever blocks the runtime or another run. The answer goes back through the call's reply."""
 
 from __future__ import annotations
@@ -23,7 +24,19 @@ import threading
 import traceback
 import weakref
 from types import FrameType
-from typing import Any, Awaitable, Callable, Dict, List, Optional, Tuple, TypeVar, Union, overload
+from typing import (
+    Any,
+    Awaitable,
+    Callable,
+    Coroutine,
+    Dict,
+    List,
+    Optional,
+    Tuple,
+    TypeVar,
+    Union,
+    overload,
+)
 
 from ._schema import Signature, describe, name_of
 from .errors import FatalToolError, ToolError
@@ -31,6 +44,7 @@ from .errors import FatalToolError, ToolError
 log = logging.getLogger("agentloop")
 
 F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
 
 #: The code of a tool call whose function raised an exception other than :class:`ToolError`.
 EXCEPTION_CODE = "tool.exception"
@@ -235,13 +249,20 @@ def background_loop(level: int = 0) -> asyncio.AbstractEventLoop:
         return _loops[level]
 
 
-def package_loop(run_loop: Optional[asyncio.AbstractEventLoop]) -> asyncio.AbstractEventLoop:
-    """``run_loop`` when it is one of the package's loops (a blocking ``run``'s, see
-    :func:`loop_for_blocking_run`), else the first of them."""
-    with _lock:
-        if run_loop is not None and any(loop is run_loop for loop in _loops):
-            return run_loop
-    return background_loop()
+def on_run_loop(
+    coro: "Coroutine[Any, Any, T]", run_loop: Optional[asyncio.AbstractEventLoop]
+) -> "concurrent.futures.Future[T]":
+    """Runs ``coro``, the user's code of a run (an async model's answer, a sync tool's
+    awaitable), on the run's loop, and gives its future: ``run_loop`` when the run has one (the
+    caller's for ``run_async`` and ``stream``, whose objects that code may await; for a blocking
+    ``run`` started by a coroutine tool of another, the package's next loop), else the package's
+    first loop (a blocking ``run``'s)."""
+    loop = run_loop if run_loop is not None else background_loop()
+    try:
+        return asyncio.run_coroutine_threadsafe(coro, loop)
+    except RuntimeError:  # the loop is closed: the coroutine never runs
+        coro.close()
+        raise
 
 
 def loop_for_blocking_run() -> Optional[asyncio.AbstractEventLoop]:
@@ -258,13 +279,15 @@ def loop_for_blocking_run() -> Optional[asyncio.AbstractEventLoop]:
 
 
 class RunScope:
-    """What the tool calls of one run share: the tracebacks of those that failed, by run and call
-    id, until the run ends. Its outcome then takes them (:meth:`take`), whatever way it ended
+    """What the tool calls of one run share: its event loop (``loop``: the caller's for
+    ``run_async`` and ``stream``; ``None`` for the package's first one), and the tracebacks of
+    those that failed, by run and call id, until the run ends. Its outcome then takes them (:meth:`take`), whatever way it ended
     (finished, failed, cancelled, a limit), and a call that fails later (one the run stopped
     waiting for: Python cannot stop a thread) leaves nothing: no traceback outlives its run, or
     shows in another's outcome (a resumed run keeps its id)."""
 
-    def __init__(self) -> None:
+    def __init__(self, loop: Optional[asyncio.AbstractEventLoop] = None) -> None:
+        self.loop = loop
         self._lock = threading.Lock()
         self._tracebacks: Dict[Tuple[str, str], str] = {}
         self._ended = False
@@ -298,9 +321,9 @@ class Dispatcher:
         self._runs: "weakref.WeakSet[RunScope]" = weakref.WeakSet()
         self._runs_lock = threading.Lock()
 
-    def run_scope(self) -> RunScope:
-        """The scope of a run about to start."""
-        scope = RunScope()
+    def run_scope(self, loop: Optional[asyncio.AbstractEventLoop]) -> RunScope:
+        """The scope of a run about to start on ``loop`` (see :class:`RunScope`)."""
+        scope = RunScope(loop)
         with self._runs_lock:
             self._runs.add(scope)
         return scope
@@ -363,8 +386,9 @@ class Dispatcher:
             result = t.fn(**t.convert(arguments))
             if inspect.isawaitable(result):
                 # A sync callable that returns an awaitable (a wrapper of a coroutine function):
-                # its answer is what the awaitable gives, awaited on the package's loop.
-                result = asyncio.run_coroutine_threadsafe(_awaited(result), background_loop()).result()
+                # its answer is what the awaitable gives, awaited on the run's loop.
+                run_loop = scope.loop if scope is not None else None
+                result = on_run_loop(_awaited(result), run_loop).result()
         except BaseException as e:  # noqa: BLE001 - every failure is the model's to read
             self._failed(t, e, key, reply, scope)
             return

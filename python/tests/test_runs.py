@@ -179,7 +179,7 @@ def test_a_run_on_the_callers_loop_calls_its_model_there_and_never_blocks_it() -
     # The function model is a plain call on the loop's thread; a sync tool still runs on the pool.
     assert threads["model"] == {threads["loop"]}
     assert threads["tool"] != threads["loop"]
-    # An async function model's 0.3 s on the package's loop left the caller's loop running.
+    # An async function model's 0.3 s on the caller's loop left that loop running.
     assert ticks >= 10
 
 
@@ -380,7 +380,7 @@ def test_an_async_function_is_a_model_and_its_answers_drive_the_run() -> None:
         out = await Agent(model=FunctionModel(greeting)).run_async("Hi.")
         return str(out.output)
 
-    # From a running event loop too: the model's coroutine runs on the package's own loop.
+    # From a running event loop too: the model's coroutine runs on that loop.
     assert asyncio.run(inside()) == "hello after 1 message(s)"
 
 
@@ -751,3 +751,62 @@ def test_a_runs_tracebacks_end_with_it_whatever_way_it_ends(caplog: pytest.LogCa
     asyncio.run(cancelled())
     after_it_raised(2)
     assert agent._dispatcher.tracebacks == {}
+
+
+def test_run_async_awaits_the_users_coroutines_on_the_callers_loop(tmp_path: pathlib.Path) -> None:
+    # An async model (and a sync tool's awaitable, an async tool, an approval) of a run on the
+    # caller's loop runs there: it can await that loop's objects (a future, a queue, a client
+    # session made on it), here a future made before the run and resolved by a task of the loop
+    # while the run waits for the model.
+    loops: List[str] = []
+
+    async def main(how: str) -> RunOutcome:
+        loop = asyncio.get_running_loop()
+        answer: "asyncio.Future[str]" = loop.create_future()
+        results: "asyncio.Queue[str]" = asyncio.Queue()
+
+        async def model(request: ModelRequest):
+            loops.append("caller" if asyncio.get_running_loop() is loop else "other")
+            results_now = request.last_tool_results()
+            if not results_now:
+                return [ToolCall("fetch", {}, id="c1")]
+            return f"{await answer} / {await results.get()}"
+
+        async def fetch_async() -> str:
+            loops.append("caller" if asyncio.get_running_loop() is loop else "other")
+            await results.put("queued on the caller's loop")
+            return "fetched"
+
+        @tool
+        def fetch():
+            """A sync wrapper of a coroutine function: its awaitable is awaited on the run's loop."""
+            return fetch_async()
+
+        async def resolve() -> None:
+            await asyncio.sleep(0.05)
+            answer.set_result("resolved by the caller's loop")
+
+        resolver = asyncio.ensure_future(resolve())
+        agent = Agent(model=model, tools=[fetch], limits=Limits(timeout=10))
+        if how == "stream":
+            stream = agent.stream("Go.")
+            async for _ in stream:
+                pass
+            out = stream.outcome
+            assert out is not None
+        elif how == "traced":
+            # A run that writes a trace is not driven on the loop's thread, but its coroutines
+            # still run on the loop.
+            out = await agent.run_async("Go.", trace=tmp_path / "trace.ndjson")
+        else:
+            out = await agent.run_async("Go.")
+        await resolver
+        return out
+
+    for how in ("run_async", "stream", "traced"):
+        out = asyncio.run(main(how))
+        assert out.stop_reason == "finished", (how, out)
+        assert out.output == "resolved by the caller's loop / queued on the caller's loop", (how, out)
+        assert out.tool_calls[0].output == "fetched"
+    # Two model calls and one call of the tool, each run.
+    assert loops == ["caller"] * 9

@@ -86,9 +86,9 @@ tokio::task_local! {
 
 /// What the models of one run keep for it.
 pub(crate) struct RunModels {
-    /// The loop the run was given (`run_async`'s and `stream`'s; for a blocking `run`, the
-    /// package's loop for it when it is not the first one): where the package's loops are
-    /// concerned, an async function model answers on it (`FunctionModel._call`).
+    /// The loop the run was given (`run_async`'s and `stream`'s, the caller's; for a blocking
+    /// `run`, the package's loop for it when it is not the first one): an async function model
+    /// answers on it (`FunctionModel._call`), else on the package's first loop.
     event_loop: Option<Py<PyAny>>,
     /// The models the run started for itself ([`PerRun`]), by their [`PerRun`]'s id.
     started: Mutex<Vec<(u64, Arc<dyn Model>)>>,
