@@ -14,7 +14,7 @@ import pickle
 import signal
 import threading
 import time
-from typing import List, Tuple
+from typing import Any, List, Tuple
 
 import pytest
 
@@ -419,6 +419,51 @@ def test_an_agent_file_takes_python_tools_beside_its_own(tmp_path: pathlib.Path)
     with pytest.raises(AgentloopError) as refused:
         Agent.from_file(tmp_path / "agent.toml", tools=[risky])
     assert refused.value.code == "agent_file.invalid"
+
+
+def test_an_agent_files_permissions_govern_the_python_tools_beside_it(tmp_path: pathlib.Path) -> None:
+    # The file declares no tools of its own; its permissions ask about the Python tool and
+    # deny it a path.
+    (tmp_path / "agent.toml").write_text(
+        'name = "cleaner"\n[model]\nprovider = "scripted"\nscript = "script.json"\n'
+        '[permissions]\nask = ["remove"]\n'
+        '[[permissions.rules]]\ntool = "remove"\npermission = "deny"\n'
+        'path_glob = { field = "path", glob = "secrets/**" }\n'
+    )
+    calls = [
+        {"id": "a", "name": "remove", "arguments": {"path": "notes.txt"}},
+        {"id": "b", "name": "remove", "arguments": {"path": "secrets/key"}},
+    ]
+    (tmp_path / "script.json").write_text(json.dumps([{"tool_calls": calls}, {"text": "done"}]))
+    removed: List[str] = []
+    asked: List[str] = []
+
+    @tool
+    def remove(path: str) -> str:
+        """Removes a file."""
+        removed.append(path)
+        return "removed"
+
+    def approve(requests: List[Any]) -> List[bool]:
+        asked.extend(r.call_id for r in requests)
+        return [True for _ in requests]
+
+    agent = Agent.from_file(tmp_path / "agent.toml", tools=[remove], approve=approve)
+    out = agent.run("Clean up.")
+    agent.close()
+    assert out.stop_reason == "finished", out
+    assert asked == ["a"]
+    assert [c.status for c in out.tool_calls] == ["ok", "denied"], out.tool_calls
+    assert removed == ["notes.txt"]
+
+    # A rule on an argument the Python tool does not take is refused when the file loads.
+    (tmp_path / "agent.toml").write_text(
+        (tmp_path / "agent.toml").read_text().replace('field = "path"', 'field = "file"')
+    )
+    with pytest.raises(AgentloopError) as refused:
+        Agent.from_file(tmp_path / "agent.toml", tools=[remove])
+    assert refused.value.code == "agent_file.invalid"
+    assert "file" in str(refused.value)
 
 
 def test_errors_survive_pickling_and_copying_with_their_code() -> None:

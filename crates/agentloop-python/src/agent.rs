@@ -145,6 +145,8 @@ impl NativeAgent {
                 ),
             ));
         }
+        // The file's `[permissions]` may name the Python tools as they name its own.
+        let host: Vec<_> = tools.iter().map(ToolDef::host_tool).collect();
         let tools = match dispatcher {
             Some(d) => {
                 let dispatcher = Arc::new(d);
@@ -157,7 +159,7 @@ impl NativeAgent {
             None if tools.is_empty() => Vec::new(),
             None => return Err(error("agent.invalid", "Python tools need their dispatcher")),
         };
-        let file = AgentFile::load(&path).map_err(|e| match e {
+        let file = AgentFile::load_beside(&path, &host).map_err(|e| match e {
             agentloop_cli::agent_file::LoadError::Read { .. } => error("agent_file.unreadable", e),
             agentloop_cli::agent_file::LoadError::Invalid(_) => error("agent_file.invalid", e),
         })?;

@@ -52,6 +52,21 @@ impl ToolDef {
     pub(crate) fn name(&self) -> &str {
         &self.name
     }
+
+    /// The tool as an agent file's checks see it: its name and the top-level `properties` of
+    /// its schema (`None` when the schema lists none, so no argument match is refused).
+    pub(crate) fn host_tool(&self) -> agentloop_cli::agent_file::HostTool {
+        let arguments = serde_json::from_str::<serde_json::Value>(&self.schema)
+            .ok()
+            .and_then(|schema| {
+                let properties = schema.get("properties")?.as_object()?;
+                Some(properties.keys().cloned().collect())
+            });
+        agentloop_cli::agent_file::HostTool {
+            name: self.name.clone(),
+            arguments,
+        }
+    }
 }
 
 tokio::task_local! {

@@ -24,6 +24,16 @@ pub use spec::{
     ToolFileSpec, ToolSearchSpec,
 };
 
+/// A tool the program adds beside an agent file's own (see [`AgentFile::load_beside`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostTool {
+    /// Its name, as the model calls it.
+    pub name: String,
+    /// The arguments it takes (the top-level `properties` of its input schema), when known:
+    /// a permission rule's argument matches are checked against them.
+    pub arguments: Option<Vec<String>>,
+}
+
 /// One `[[handoffs]]` entry, its target file read.
 #[derive(Debug, Clone)]
 pub struct HandoffTo {
@@ -79,7 +89,15 @@ impl AgentFile {
     /// down; files that name each other in a cycle are refused. Every problem of a file is
     /// reported, or none.
     pub fn load(path: &Path) -> Result<AgentFile, LoadError> {
-        let mut file = Self::load_in(path, &mut Vec::new())?;
+        Self::load_beside(path, &[])
+    }
+
+    /// [`AgentFile::load`] for an agent whose program adds `host` tools beside the file's own
+    /// (the Python package's `Agent.from_file(tools=...)`): the file's `[permissions]` and
+    /// `tool_choice` may name them as they name the tools it declares. Its subagents' and
+    /// hand-offs' files do not get them.
+    pub fn load_beside(path: &Path, host: &[HostTool]) -> Result<AgentFile, LoadError> {
+        let mut file = Self::load_in(path, &mut Vec::new(), host)?;
         // Hand-offs may name each other in a cycle (billing hands back to triage): each file is
         // loaded once, by its canonical path, so the walk ends.
         let root = canonical(path);
@@ -89,7 +107,7 @@ impl AgentFile {
             if key == root || loaded.iter().any(|(k, _)| *k == key) {
                 continue;
             }
-            let target = Self::load_in(&key, &mut Vec::new())?;
+            let target = Self::load_in(&key, &mut Vec::new(), &[])?;
             queue.extend(target.handoff_keys());
             loaded.push((key, target));
         }
@@ -184,13 +202,17 @@ impl AgentFile {
         }
     }
 
-    fn load_in(path: &Path, chain: &mut Vec<PathBuf>) -> Result<AgentFile, LoadError> {
+    fn load_in(
+        path: &Path,
+        chain: &mut Vec<PathBuf>,
+        host: &[HostTool],
+    ) -> Result<AgentFile, LoadError> {
         let text = crate::text_file::read_text(path, crate::text_file::MAX_AGENT_TEXT_BYTES)
             .map_err(|e| LoadError::Read {
                 path: crate::terminal::shown_path(path),
                 message: e.to_string(),
             })?;
-        let mut file = Self::parse(path, &text).map_err(LoadError::Invalid)?;
+        let mut file = Self::parse_beside(path, &text, host).map_err(LoadError::Invalid)?;
         let key = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
         chain.push(key(path));
         let agents: Vec<(usize, String, toml::Spanned<String>)> = file
@@ -237,7 +259,7 @@ impl AgentFile {
                 );
                 return Err(LoadError::Invalid(problems.sorted()));
             }
-            let child = Self::load_in(&child_path, chain)?;
+            let child = Self::load_in(&child_path, chain, &[])?;
             file.subagents.push((name, child));
         }
         chain.pop();
@@ -381,6 +403,15 @@ impl AgentFile {
 
     /// Checks agent file text; `path` locates relative paths and names the file in messages.
     pub fn parse(path: &Path, text: &str) -> Result<AgentFile, Problems> {
+        Self::parse_beside(path, text, &[])
+    }
+
+    /// [`AgentFile::parse`] with `host` tools beside the file's (see [`AgentFile::load_beside`]).
+    pub fn parse_beside(
+        path: &Path,
+        text: &str,
+        host: &[HostTool],
+    ) -> Result<AgentFile, Problems> {
         let mut problems = Problems::new(path, text);
         let (root, syntax) = DeTable::parse_recoverable(text);
         if !syntax.is_empty() {
@@ -396,7 +427,7 @@ impl AgentFile {
             .filter(|p| !p.as_os_str().is_empty())
             .unwrap_or_else(|| PathBuf::from("."));
         if !problems.is_empty() {
-            check_clean_sections(root.get_ref(), &dir, &mut problems);
+            check_clean_sections(root.get_ref(), &dir, host, &mut problems);
             return Err(problems.sorted());
         }
         let spec: AgentFileSpec = match toml::from_str(text) {
@@ -406,7 +437,7 @@ impl AgentFile {
                 return Err(problems.sorted());
             }
         };
-        let instructions = check_rules(&spec, &dir, &mut problems);
+        let instructions = check_rules(&spec, &dir, host, &mut problems);
         if !problems.is_empty() {
             return Err(problems.sorted());
         }

@@ -20,6 +20,7 @@ use serde::Deserialize;
 use toml::Spanned;
 use toml::de::{DeTable, DeValue, ValueDeserializer};
 
+use super::HostTool;
 use super::check::Problems;
 use super::spec::{AgentFileSpec, LimitsSpec, ModelSpec, PermissionsSpec, ToolFileSpec};
 use limits::{check_budget_priced, check_limits};
@@ -36,6 +37,7 @@ fn span_of<T>(s: &Spanned<T>) -> Option<Range<usize>> {
 pub(super) fn check_rules(
     spec: &AgentFileSpec,
     dir: &Path,
+    host: &[HostTool],
     problems: &mut Problems,
 ) -> Option<String> {
     let name = &spec.name;
@@ -102,6 +104,7 @@ pub(super) fn check_rules(
             .iter()
             .flat_map(|r| r.get_ref().values().map(String::as_str))
     }));
+    names.extend(host.iter().map(|t| t.name.as_str()));
     let prefixes: Vec<String> = servers
         .iter()
         .map(|s| s.config(dir).tool_name(""))
@@ -109,7 +112,7 @@ pub(super) fn check_rules(
     // A file with no tools at all is a `[model]` table for tools given elsewhere (the Python
     // package's `Provider`): the agent's builder checks the name against them.
     if let Some(choice) = &spec.model.get_ref().tool_choice
-        && !(tools.is_empty() && servers.is_empty())
+        && !(tools.is_empty() && servers.is_empty() && host.is_empty())
     {
         check_tool_choice(choice, &names, &prefixes, problems);
     }
@@ -117,6 +120,7 @@ pub(super) fn check_rules(
         let arguments: Vec<(&str, Option<Vec<String>>)> = tools
             .iter()
             .map(|(_, t)| (t.name(), tool_arguments(t)))
+            .chain(host.iter().map(|t| (t.name.as_str(), t.arguments.clone())))
             .collect();
         let declared = Declared {
             names: &names,
@@ -201,7 +205,12 @@ fn raw_mcp_prefixes(root: &DeTable<'_>) -> Vec<String> {
 
 /// When the file's shape has problems, the rules still run on every section whose shape is
 /// right, so that one pass reports all it can.
-pub(super) fn check_clean_sections(root: &DeTable<'_>, dir: &Path, problems: &mut Problems) {
+pub(super) fn check_clean_sections(
+    root: &DeTable<'_>,
+    dir: &Path,
+    host: &[HostTool],
+    problems: &mut Problems,
+) {
     let dirty = |problems: &Problems, prefix: &str| {
         problems.list().iter().any(|p| {
             p.path == prefix
@@ -231,7 +240,11 @@ pub(super) fn check_clean_sections(root: &DeTable<'_>, dir: &Path, problems: &mu
         && let Ok(permissions) = PermissionsSpec::deserialize(ValueDeserializer::from(v))
     {
         let names = raw_tool_names(root);
-        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        let names: Vec<&str> = names
+            .iter()
+            .map(String::as_str)
+            .chain(host.iter().map(|t| t.name.as_str()))
+            .collect();
         let prefixes = raw_mcp_prefixes(root);
         // Only the tools whose shape is right say what their arguments are.
         let items = get("tools");
@@ -249,6 +262,7 @@ pub(super) fn check_clean_sections(root: &DeTable<'_>, dir: &Path, problems: &mu
         let arguments: Vec<(&str, Option<Vec<String>>)> = clean
             .iter()
             .map(|t| (t.name(), tool_arguments(t)))
+            .chain(host.iter().map(|t| (t.name.as_str(), t.arguments.clone())))
             .collect();
         let declared = Declared {
             names: &names,
@@ -291,7 +305,8 @@ pub const MAX_TOOL_RETRIES: u32 = 10;
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
-    use super::super::AgentFile;
+    use super::super::{AgentFile, HostTool};
+    use std::path::Path;
     use super::super::tests::{TWO_TOOLS, located, problems};
 
     #[test]
@@ -520,6 +535,55 @@ path_glob = {{ field = "path", glob = "src/[" }}
             "{got:?}"
         );
         assert!(got[1].2.contains("already listed in `allow`"), "{got:?}");
+    }
+
+    #[test]
+    fn permissions_may_name_the_tools_a_program_adds_beside_the_files() {
+        // A file of no tools whose permissions name the Python package's `tools=[...]`.
+        let text = r#"name = "x"
+[model]
+provider = "openai"
+name = "m"
+tool_choice = "delete"
+[permissions]
+ask = ["delete"]
+[[permissions.rules]]
+tool = "delete"
+permission = "deny"
+path_glob = { field = "path", glob = "secrets/**" }
+"#;
+        let path = Path::new("agent.toml");
+        let alone = AgentFile::parse(path, text).unwrap_err().list().to_vec();
+        assert!(
+            alone.iter().any(|p| p.message.contains("no tool named \"delete\"")),
+            "{alone:?}"
+        );
+        let host = |arguments: Option<Vec<String>>| {
+            [HostTool {
+                name: "delete".to_owned(),
+                arguments,
+            }]
+        };
+        let beside = AgentFile::parse_beside(path, text, &host(Some(vec!["path".to_owned()])));
+        assert!(beside.is_ok(), "{:?}", beside.err());
+        // A rule on an argument the added tool does not take is still refused; one whose
+        // arguments are not known is taken.
+        let wrong = AgentFile::parse_beside(path, text, &host(Some(vec!["file".to_owned()])))
+            .unwrap_err()
+            .list()
+            .to_vec();
+        assert!(
+            wrong.iter().any(|p| p.path == "permissions.rules[0].path_glob.field"),
+            "{wrong:?}"
+        );
+        assert!(AgentFile::parse_beside(path, text, &host(None)).is_ok());
+        // The same with another section wrong: the permissions are still judged with them.
+        let dirty = format!("colour = 1\n{text}");
+        let got = AgentFile::parse_beside(path, &dirty, &host(None))
+            .unwrap_err()
+            .list()
+            .to_vec();
+        assert_eq!(got.len(), 1, "{got:?}");
     }
 
     #[test]
