@@ -20,6 +20,17 @@ pub const DEFAULT_MAX_OUTPUT_BYTES: usize = agentloop_tools::DEFAULT_MAX_OUTPUT_
 /// How many times a server that died is started again before its tools give up.
 pub const MAX_RESTARTS: u32 = 5;
 
+/// The MCP versions a server's `protocol_version` may name, oldest first: those before
+/// 2026-07-28 open with the `initialize` handshake, 2026-07-28 is stateless (`server/discover`,
+/// then each request carries its own `_meta`).
+pub const PROTOCOL_VERSIONS: &[&str] = &[
+    "2024-11-05",
+    "2025-03-26",
+    "2025-06-18",
+    "2025-11-25",
+    "2026-07-28",
+];
+
 /// How to reach a server.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Transport {
@@ -82,6 +93,14 @@ pub struct ServerConfig {
     /// one when larger), and one past it is named instead of sent. A server is another program, and 500 MB of answer would otherwise be kept and sent
     /// whole.
     pub max_output_bytes: usize,
+    /// The MCP version spoken with it, one of [`PROTOCOL_VERSIONS`]. `None` (the default)
+    /// negotiates: 2026-07-28 is offered with `server/discover`, and a server that answers it
+    /// with an error (or not within 10 s) is spoken to with the `initialize` handshake at
+    /// 2025-11-25 or the older version it answers. A version before 2026-07-28 skips the probe
+    /// and offers that version to `initialize` (the server may answer an older one); 2026-07-28
+    /// speaks only that, and a server without it fails to start. For a server that stalls or
+    /// dies on a request it does not know before `initialize`, or whose newer wire misbehaves.
+    pub protocol_version: Option<String>,
 }
 
 impl ServerConfig {
@@ -119,6 +138,7 @@ impl ServerConfig {
             rename: BTreeMap::new(),
             trust_hints: false,
             max_output_bytes: DEFAULT_MAX_OUTPUT_BYTES,
+            protocol_version: None,
         }
     }
 

@@ -16,15 +16,16 @@ use agentloop::{Tool, ToolContext, ToolError, ToolOutput};
 use futures::StreamExt;
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CancelledNotificationParam, ClientConfig,
-    ClientRequest, Implementation, ProgressNotificationParam, ProgressToken, RequestId,
-    ServerResult,
+    ClientRequest, Implementation, ProgressNotificationParam, ProgressToken, ProtocolVersion,
+    RequestId, ServerNotification, ServerResult, SubscriptionFilter,
 };
 use rmcp::service::{
-    NotificationContext, PeerRequestOptions, RoleClient, RunningService, ServiceError,
+    ClientLifecycleMode, ClientServiceExt, NotificationContext, PeerRequestOptions, RoleClient,
+    RunningService, ServiceError,
 };
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
-use rmcp::{ClientHandler, Peer, ServiceExt};
+use rmcp::{ClientHandler, Peer};
 use serde_json::Value;
 use tokio_util::codec::{FramedRead, LinesCodec};
 
@@ -122,6 +123,9 @@ impl Drop for Capture {
 #[derive(Default)]
 struct Conn {
     service: Option<RunningService<RoleClient, Notified>>,
+    /// At 2026-07-28, the subscription that hears the server's tool list change; it ends with
+    /// the connection it listens on.
+    listener: Option<Listener>,
     /// Counts starts, so that a call that saw one connection die never drops a newer one.
     generation: u64,
     restarts: u32,
@@ -130,7 +134,22 @@ struct Conn {
 }
 
 /// The progress senders of the calls in flight, by the progress token of their request.
-type Progress = Arc<Mutex<HashMap<ProgressToken, ProgressSender>>>;
+type Progress = Arc<Mutex<ProgressRoutes>>;
+
+/// Where progress goes. rmcp sends a request before its caller holds the token, and hands each
+/// notification to the handler on a task of its own, so a fast server's first progress can come
+/// before the call's route: it waits in `early` until the route takes it.
+#[derive(Default)]
+struct ProgressRoutes {
+    routes: HashMap<ProgressToken, ProgressSender>,
+    early: HashMap<ProgressToken, Vec<Value>>,
+}
+
+/// The most tokens whose progress waits for a route, and the most notifications each keeps: a
+/// server may send progress under a token no call holds (a call already answered), and such
+/// progress is kept no further.
+const EARLY_PROGRESS_TOKENS: usize = 64;
+const EARLY_PROGRESS_EACH: usize = 16;
 
 /// The client side of the protocol: it hears that the tool list changed, and the progress of
 /// calls, which becomes their `ToolProgress` events.
@@ -139,6 +158,8 @@ struct Notified {
     changed: Arc<AtomicBool>,
     progress: Progress,
     server: Arc<str>,
+    /// The version `initialize` offers (2025-11-25 unless the config pins an older one).
+    offered: ProtocolVersion,
 }
 
 impl ClientHandler for Notified {
@@ -156,18 +177,21 @@ impl ClientHandler for Notified {
         params: ProgressNotificationParam,
         _context: NotificationContext<RoleClient>,
     ) -> impl Future<Output = ()> + Send + '_ {
-        let sender = self
-            .progress
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(&params.progress_token)
-            .cloned();
-        if let Some(sender) = sender {
-            sender.send(serde_json::json!({
-                "progress": params.progress,
-                "total": params.total,
-                "message": params.message,
-            }));
+        let progress = serde_json::json!({
+            "progress": params.progress,
+            "total": params.total,
+            "message": params.message,
+        });
+        let mut routes = self.progress.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(sender) = routes.routes.get(&params.progress_token) {
+            sender.send(progress);
+        } else if routes.early.len() < EARLY_PROGRESS_TOKENS
+            || routes.early.contains_key(&params.progress_token)
+        {
+            let early = routes.early.entry(params.progress_token).or_default();
+            if early.len() < EARLY_PROGRESS_EACH {
+                early.push(progress);
+            }
         }
         std::future::ready(())
     }
@@ -177,6 +201,7 @@ impl ClientHandler for Notified {
             Default::default(),
             Implementation::new("agentloop", env!("CARGO_PKG_VERSION")),
         )
+        .with_protocol_version(self.offered.clone())
     }
 }
 
@@ -198,6 +223,7 @@ impl McpServer {
         let peer = service.peer().clone();
         {
             let mut conn = server.inner.conn.lock().await;
+            conn.listener = server.listen(&peer);
             conn.service = Some(service);
             conn.generation += 1;
         }
@@ -213,6 +239,14 @@ impl McpServer {
     /// Its declaration.
     pub fn config(&self) -> &ServerConfig {
         &self.inner.config
+    }
+
+    /// The MCP version the running connection speaks (`"2026-07-28"`, `"2025-11-25"`, ...), as
+    /// negotiated when it started; `None` when it is not running.
+    pub async fn protocol_version(&self) -> Option<String> {
+        let conn = self.inner.conn.lock().await;
+        let info = conn.service.as_ref()?.peer().peer_info()?;
+        Some(info.protocol_version.to_string())
     }
 
     /// Its tools as last listed, as agentloop tools (named per its config, with its timeout).
@@ -301,6 +335,7 @@ impl McpServer {
         let service = {
             let mut conn = self.inner.conn.lock().await;
             conn.down = Some("it was shut down".into());
+            conn.listener = None;
             conn.service.take()
         };
         if let Some(mut service) = service {
@@ -372,6 +407,18 @@ impl McpServer {
             Ok(ServerResult::CallToolResult(r)) => Ok(r),
             // A result with no field at all reads as an empty one.
             Ok(ServerResult::EmptyResult(_)) => Ok(rmcp::model::CallToolResult::default()),
+            // At 2026-07-28 a tool may answer that it needs its client's input (an elicitation,
+            // sampling, roots) and wait for a retry holding it: this client has nobody to ask.
+            Ok(ServerResult::InputRequiredResult(_)) => {
+                return Err(ToolError::new(
+                    "mcp.input_required",
+                    format!(
+                        "the tool asked agentloop for input (a form, a model's answer or roots) \
+                         before it answers; agentloop gives MCP servers none, so the MCP server \
+                         {name} cannot complete this call"
+                    ),
+                ));
+            }
             Ok(_) => Err(ServiceError::UnexpectedResponse),
             Err(e) => Err(e),
         };
@@ -425,6 +472,7 @@ impl McpServer {
                 reason: reason.clone(),
             });
         }
+        conn.listener = None;
         if conn.service.take().is_some() {
             self.report_exit("between calls");
         }
@@ -443,6 +491,7 @@ impl McpServer {
         tracing::warn!(target: "agentloop_mcp", server = %server, restart = conn.restarts, "starting the MCP server again");
         let service = self.start().await?;
         let peer = service.peer().clone();
+        conn.listener = self.listen(&peer);
         conn.service = Some(service);
         conn.generation += 1;
         // Its tools may differ now: the next refresh lists them.
@@ -457,6 +506,7 @@ impl McpServer {
         if conn.generation == generation
             && let Some(mut service) = conn.service.take()
         {
+            conn.listener = None;
             let _ = service.close_with_timeout(Duration::from_secs(1)).await;
         }
     }
@@ -473,6 +523,27 @@ impl McpServer {
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         tail.tail.iter().cloned().collect::<Vec<_>>().join("\n")
+    }
+
+    /// At 2026-07-28 a server announces a change of its tools only on a `subscriptions/listen`
+    /// stream: one is kept open while the connection lives, when the server says its list can
+    /// change. Before that wire the announcement comes on the connection itself.
+    fn listen(&self, peer: &Peer<RoleClient>) -> Option<Listener> {
+        let info = peer.peer_info()?;
+        let announces = info
+            .capabilities
+            .tools
+            .as_ref()
+            .is_some_and(|t| t.list_changed == Some(true));
+        if info.protocol_version.has_initialize() || !announces {
+            return None;
+        }
+        let task = tokio::spawn(listen_for_tool_changes(
+            peer.clone(),
+            self.inner.changed.clone(),
+            self.name().to_owned(),
+        ));
+        Some(Listener(task))
     }
 
     /// Lists the tools. The flag is cleared first: a change announced while the list is under
@@ -503,10 +574,18 @@ impl McpServer {
     /// Starts the server and completes the handshake within the timeout.
     async fn start(&self) -> Result<RunningService<RoleClient, Notified>, McpError> {
         let config = &self.inner.config;
+        let lifecycle = lifecycle(config.protocol_version.as_deref());
         let handler = Notified {
             changed: self.inner.changed.clone(),
             progress: self.inner.progress.clone(),
             server: Arc::from(config.name.as_str()),
+            offered: match &lifecycle {
+                ClientLifecycleMode::Initialize => config
+                    .protocol_version
+                    .as_deref()
+                    .map_or(ProtocolVersion::LATEST_WITH_INITIALIZE, known_version),
+                _ => ProtocolVersion::LATEST_WITH_INITIALIZE,
+            },
         };
         let start_error = |reason: String| McpError::Start {
             server: config.name.clone(),
@@ -580,25 +659,30 @@ impl McpServer {
                         self.inner.stderr.clone(),
                     )));
                 }
-                let process = Watched {
-                    inner: process,
-                    changed: self.inner.changed.clone(),
-                };
-                tokio::time::timeout(config.timeout, handler.serve(process)).await
+                let process = Watched::new(process, self.inner.changed.clone());
+                tokio::time::timeout(
+                    config.timeout,
+                    handler.serve_with_lifecycle(process, lifecycle),
+                )
+                .await
             }
             Transport::Http { url, headers } => {
                 // reqwest 0.13 is built without a TLS provider of its own: the process's
                 // default, or the ring one the workspace's rustls has.
                 let _ = rustls::crypto::ring::default_provider().install_default();
                 let custom = http_headers(config, headers)?;
-                let transport = Watched {
-                    inner: StreamableHttpClientTransport::from_config(
+                let transport = Watched::new(
+                    StreamableHttpClientTransport::from_config(
                         StreamableHttpClientTransportConfig::with_uri(url.as_str())
                             .custom_headers(custom),
                     ),
-                    changed: self.inner.changed.clone(),
-                };
-                tokio::time::timeout(config.timeout, handler.serve(transport)).await
+                    self.inner.changed.clone(),
+                );
+                tokio::time::timeout(
+                    config.timeout,
+                    handler.serve_with_lifecycle(transport, lifecycle),
+                )
+                .await
             }
         };
         if !matches!(served, Ok(Ok(_)))
@@ -620,10 +704,93 @@ impl McpServer {
             }
             Err(_) => Err(McpError::Timeout {
                 server: config.name.clone(),
-                what: "the MCP handshake",
+                // Negotiating waits up to 10 s for the answer to `server/discover` before the
+                // handshake: a server that ignores it needs a pinned version or a longer timeout.
+                what: if config.protocol_version.is_none() {
+                    "server/discover and the MCP handshake (a server that ignores server/discover \
+                     starts without the wait with protocol_version = \"2025-11-25\")"
+                } else {
+                    "the MCP handshake"
+                },
                 secs: config.timeout.as_secs_f64(),
             }),
         }
+    }
+}
+
+/// How a connection starts, by the config's `protocol_version`: negotiated (2026-07-28 offered
+/// by `server/discover`, then the `initialize` handshake at 2025-11-25 for a server that refuses
+/// it), or pinned to one version, with or without the handshake.
+fn lifecycle(pinned: Option<&str>) -> ClientLifecycleMode {
+    match pinned.map(known_version) {
+        None => ClientLifecycleMode::Auto {
+            preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+            legacy_version: Some(ProtocolVersion::LATEST_WITH_INITIALIZE),
+        },
+        Some(version) if version.has_initialize() => ClientLifecycleMode::Initialize,
+        Some(version) => ClientLifecycleMode::Discover {
+            preferred_versions: vec![version],
+        },
+    }
+}
+
+/// The rmcp version named `name` (checked against [`crate::PROTOCOL_VERSIONS`] before a
+/// server starts; the newest with a handshake otherwise).
+fn known_version(name: &str) -> ProtocolVersion {
+    ProtocolVersion::KNOWN_VERSIONS
+        .iter()
+        .find(|v| v.as_str() == name)
+        .cloned()
+        .unwrap_or(ProtocolVersion::LATEST_WITH_INITIALIZE)
+}
+
+/// The task that holds a connection's `subscriptions/listen` stream; dropped with the
+/// connection, it ends.
+struct Listener(tokio::task::JoinHandle<()>);
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// How many times in a row a subscription may fail to open before the server's announcements
+/// are given up (its tools are then listed once, as at a server that announces nothing).
+const LISTEN_ATTEMPTS: u32 = 3;
+
+/// Keeps a `subscriptions/listen` stream for `notifications/tools/list_changed` open on `peer`,
+/// marking the list stale at each. A stream that ends while the connection lives is opened
+/// again, and the list is marked stale, since a change may have come between the two.
+async fn listen_for_tool_changes(peer: Peer<RoleClient>, changed: Arc<AtomicBool>, server: String) {
+    let mut failures = 0;
+    while !peer.is_transport_closed() && failures < LISTEN_ATTEMPTS {
+        let filter = SubscriptionFilter::builder().tools_list_changed().build();
+        let mut subscription = match peer.listen(filter).await {
+            Ok(s) if s.acknowledged().tools_list_changed == Some(true) => s,
+            Ok(_) => {
+                tracing::debug!(target: "agentloop_mcp", server = %server, "the server does not announce tool changes on a subscription");
+                return;
+            }
+            Err(e) => {
+                failures += 1;
+                tracing::warn!(target: "agentloop_mcp", server = %server, error = %e, "cannot listen for tool changes");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                continue;
+            }
+        };
+        failures = 0;
+        loop {
+            match subscription.next().await {
+                Ok(Some(ServerNotification::ToolListChangedNotification(_))) => {
+                    tracing::debug!(target: "agentloop_mcp", server = %server, "tools/list_changed");
+                    changed.store(true, Ordering::Release);
+                }
+                Ok(Some(_)) => {}
+                Ok(None) | Err(_) => break,
+            }
+        }
+        changed.store(true, Ordering::Release);
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
@@ -635,10 +802,12 @@ struct ProgressRoute {
 
 impl ProgressRoute {
     fn new(routes: &Progress, token: ProgressToken, sender: ProgressSender) -> Self {
-        routes
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(token.clone(), sender);
+        let mut all = routes.lock().unwrap_or_else(PoisonError::into_inner);
+        for progress in all.early.remove(&token).unwrap_or_default() {
+            sender.send(progress);
+        }
+        all.routes.insert(token.clone(), sender);
+        drop(all);
         ProgressRoute {
             routes: routes.clone(),
             token,
@@ -648,10 +817,9 @@ impl ProgressRoute {
 
 impl Drop for ProgressRoute {
     fn drop(&mut self) {
-        self.routes
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(&self.token);
+        let mut all = self.routes.lock().unwrap_or_else(PoisonError::into_inner);
+        all.routes.remove(&self.token);
+        all.early.remove(&self.token);
     }
 }
 
@@ -747,6 +915,20 @@ fn check(config: &ServerConfig) -> Result<(), McpError> {
             config,
             "max_output_bytes is zero: no result could be read".into(),
         )),
+        _ if config
+            .protocol_version
+            .as_deref()
+            .is_some_and(|v| !crate::PROTOCOL_VERSIONS.contains(&v)) =>
+        {
+            Err(config_error(
+                config,
+                format!(
+                    "protocol_version {:?} is not one of {}",
+                    config.protocol_version.as_deref().unwrap_or_default(),
+                    crate::PROTOCOL_VERSIONS.join(", ")
+                ),
+            ))
+        }
         _ => Ok(()),
     }
 }
@@ -765,9 +947,26 @@ fn inherited_env() -> Vec<(String, String)> {
 /// the stream's order. rmcp hands a notification to the handler on a task of its own, so the
 /// response that follows it could reach its caller first, and the next turn (which asks at once)
 /// would miss the change the server announced before it answered.
+///
+/// It also turns a success answer to `server/discover` that is not a discover result (a server
+/// before 2026-07-28 that answers every method it does not know with `{}`) into the "method not
+/// found" error a server of the older wire is expected to give: rmcp falls back to `initialize`
+/// only on an error, and would otherwise fail the start of a server that speaks the older wire.
 struct Watched<T> {
     inner: T,
     changed: Arc<AtomicBool>,
+    /// The id of the `server/discover` request in flight.
+    discover: Option<RequestId>,
+}
+
+impl<T> Watched<T> {
+    fn new(inner: T, changed: Arc<AtomicBool>) -> Self {
+        Watched {
+            inner,
+            changed,
+            discover: None,
+        }
+    }
 }
 
 impl<T: rmcp::transport::Transport<RoleClient>> rmcp::transport::Transport<RoleClient>
@@ -783,6 +982,11 @@ impl<T: rmcp::transport::Transport<RoleClient>> rmcp::transport::Transport<RoleC
         &mut self,
         item: rmcp::service::TxJsonRpcMessage<RoleClient>,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        if let rmcp::model::JsonRpcMessage::Request(r) = &item
+            && matches!(r.request, ClientRequest::DiscoverRequest(_))
+        {
+            self.discover = Some(r.id.clone());
+        }
         self.inner.send(item)
     }
 
@@ -790,16 +994,34 @@ impl<T: rmcp::transport::Transport<RoleClient>> rmcp::transport::Transport<RoleC
         &mut self,
     ) -> impl Future<Output = Option<rmcp::service::RxJsonRpcMessage<RoleClient>>> + Send {
         let changed = Arc::clone(&self.changed);
+        let discover = self.discover.clone();
         let next = self.inner.receive();
         async move {
             let message = next.await;
-            if let Some(rmcp::model::JsonRpcMessage::Notification(n)) = &message
-                && matches!(
-                    n.notification,
-                    rmcp::model::ServerNotification::ToolListChangedNotification(_)
-                )
-            {
-                changed.store(true, Ordering::Release);
+            match &message {
+                Some(rmcp::model::JsonRpcMessage::Notification(n))
+                    if matches!(
+                        n.notification,
+                        ServerNotification::ToolListChangedNotification(_)
+                    ) =>
+                {
+                    changed.store(true, Ordering::Release);
+                }
+                Some(rmcp::model::JsonRpcMessage::Response(r))
+                    if Some(&r.id) == discover.as_ref()
+                        && !matches!(r.result, ServerResult::DiscoverResult(_)) =>
+                {
+                    return Some(rmcp::model::JsonRpcMessage::error(
+                        rmcp::model::ErrorData::new(
+                            rmcp::model::ErrorCode::METHOD_NOT_FOUND,
+                            "server/discover was answered with something else than a discover \
+                             result",
+                            None,
+                        ),
+                        Some(r.id.clone()),
+                    ));
+                }
+                _ => {}
             }
             message
         }

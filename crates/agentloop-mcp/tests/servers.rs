@@ -1,6 +1,10 @@
 //! Real MCP servers, installed at pinned versions by `scripts/mcp/install.sh` and run on
 //! loopback: the filesystem, everything (stdio and streamable HTTP), time and fetch servers.
 //! Nothing here is skipped: a server that cannot be installed fails the test that needs it.
+//! The wire each speaks is what the client negotiates with it: the npm servers' SDK
+//! (`@modelcontextprotocol/sdk` 1.32) knows only the `initialize` handshake, up to 2025-11-25,
+//! so they are reached by the client's fallback; the Python ones' (`mcp` 2.3) answers
+//! `server/discover`, so they speak 2026-07-28.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -237,6 +241,10 @@ async fn time_server_structured_content_is_checked_against_its_output_schema_in_
     ))
     .await
     .unwrap();
+    assert_eq!(
+        server.protocol_version().await.as_deref(),
+        Some("2026-07-28")
+    );
     let tools = server.tools();
     let now = tool(&tools, "time__get_current_time");
     assert!(
@@ -327,6 +335,11 @@ async fn everything_server_over_stdio_echoes_and_honours_list_changed_on_refresh
     cfg.prefix = Some("e_".into());
     cfg.rename.insert("get-sum".into(), "add_numbers".into());
     let servers = McpServers::connect([cfg]).await.unwrap();
+    // Its SDK does not know server/discover: the client falls back to the handshake.
+    assert_eq!(
+        servers.servers()[0].protocol_version().await.as_deref(),
+        Some("2025-11-25")
+    );
     let tools = servers.tools();
     let out = call(tool(&tools, "e_echo"), json!({"message": "hi there"}))
         .await
@@ -436,6 +449,235 @@ async fn a_tool_a_server_adds_during_a_run_is_offered_and_called_in_the_next_tur
     servers.shutdown().await;
 }
 
+/// A run whose model calls `add_tool` of a growing server, then `new_tool`; `offered` holds the
+/// tool names of each request.
+async fn grow_and_call(
+    servers: &McpServers,
+    name: &str,
+) -> (agentloop::RunOutcome, Vec<Vec<String>>) {
+    let (model, offered) = offering_model(vec![
+        ModelResponse::tool_calls([("a", format!("{name}__add_tool"), "{}".to_owned())]),
+        ModelResponse::tool_calls([("n", format!("{name}__new_tool"), "{}".to_owned())]),
+    ]);
+    let agent = Agent::builder()
+        .model(model)
+        .tool_source(Arc::new(servers.clone()))
+        .build()
+        .unwrap();
+    let out = tokio::time::timeout(TIMEOUT, agent.run("grow a tool and use it"))
+        .await
+        .expect("the run hung");
+    let offered = offered.lock().unwrap().clone();
+    (out, offered)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_an_sdk_server_adds_is_offered_in_the_next_turn_at_2026_07_28_and_at_2025_11_25() {
+    // The official Python SDK's server announces a change on the `subscriptions/listen` stream a
+    // 2026-07-28 client opened (never on the connection itself), and as
+    // `notifications/tools/list_changed` to a client of the handshake.
+    for (pinned, spoken) in [(None, "2026-07-28"), (Some("2025-11-25"), "2025-11-25")] {
+        let dir = tempfile_dir("grow-sdk");
+        let mut cfg = sdk_server(&dir, pinned);
+        cfg.name = "grow".into();
+        let servers = McpServers::connect([cfg]).await.unwrap();
+        let server = &servers.servers()[0];
+        assert_eq!(server.protocol_version().await.as_deref(), Some(spoken));
+        let (out, offered) = grow_and_call(&servers, "grow").await;
+        assert_eq!(
+            out.stop_reason,
+            agentloop::StopReason::Finished,
+            "{spoken}: {out:?}"
+        );
+        assert!(
+            !offered[0].contains(&"grow__new_tool".to_owned()),
+            "{spoken}"
+        );
+        let mut after = offered[0].clone();
+        after.push("grow__new_tool".into());
+        assert_eq!(offered[1], after, "{spoken}");
+        let call = out.tool_calls.iter().find(|r| &*r.call_id == "n").unwrap();
+        assert_eq!(
+            call.outcome.status,
+            CallStatus::Ok,
+            "{spoken}: {:?}",
+            call.outcome
+        );
+        assert!(dir.join("new_tool.ran").exists(), "{spoken}");
+        servers.shutdown().await;
+    }
+}
+
+/// The official Python SDK's server (`scripts/mcp/sdk_server.py`), run in `dir`, at `pinned`.
+fn sdk_server(dir: &Path, pinned: Option<&str>) -> ServerConfig {
+    let script = repo().join("scripts/mcp/sdk_server.py");
+    let mut cfg = working_in(
+        config("sdk", vec![py_bin("python"), script.display().to_string()]),
+        dir,
+    );
+    cfg.protocol_version = pinned.map(str::to_owned);
+    cfg
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_images_progress_errors_timeouts_and_cancellation_work_at_2026_07_28_and_at_2025_11_25()
+ {
+    for (pinned, spoken) in [(None, "2026-07-28"), (Some("2025-11-25"), "2025-11-25")] {
+        let dir = tempfile_dir("sdk");
+        let server = McpServer::connect(sdk_server(&dir, pinned)).await.unwrap();
+        assert_eq!(server.protocol_version().await.as_deref(), Some(spoken));
+        let tools = server.tools();
+
+        // Progress: each notification under the call's token is one of its events.
+        let (sink, events) = recorder();
+        let agent = Agent::builder()
+            .model(ScriptedModel::new([
+                ModelResponse::tool_calls([
+                    ("p".to_owned(), "sdk__steps".to_owned(), "{}".to_owned()),
+                    ("i".to_owned(), "sdk__picture".to_owned(), "{}".to_owned()),
+                    ("f".to_owned(), "sdk__fail".to_owned(), "{}".to_owned()),
+                ]),
+                ModelResponse::text("done"),
+            ]))
+            .tools(tools.clone())
+            .sink(sink)
+            .build()
+            .unwrap();
+        let out = tokio::time::timeout(TIMEOUT, agent.run("go"))
+            .await
+            .expect("the run hung");
+        let by_id = |id: &str| {
+            out.tool_calls
+                .iter()
+                .find(|r| &*r.call_id == id)
+                .unwrap()
+                .outcome
+                .clone()
+        };
+        let steps = by_id("p");
+        assert_eq!(steps.status, CallStatus::Ok, "{spoken}: {steps:?}");
+        assert!(
+            steps.content.to_text().contains("three steps done"),
+            "{spoken}"
+        );
+        let progress: Vec<Value> = events
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(|e| match &e.kind {
+                EventKind::ToolProgress { progress, .. } => Some(progress.clone()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            progress
+                .iter()
+                .map(|p| p["message"].clone())
+                .collect::<Vec<_>>(),
+            [json!("step 1"), json!("step 2"), json!("step 3")],
+            "{spoken}: {progress:?}"
+        );
+        assert_eq!(progress[2]["total"], 3.0, "{spoken}");
+        // An image stays an image.
+        let picture = by_id("i");
+        assert_eq!(picture.status, CallStatus::Ok, "{spoken}: {picture:?}");
+        assert!(
+            format!("{:?}", picture.content).contains("image/png"),
+            "{spoken}: {:?}",
+            picture.content
+        );
+        // The server's error result is one the model reads.
+        let fail = by_id("f");
+        assert_eq!(
+            fail.code.as_deref(),
+            Some("mcp.tool_error"),
+            "{spoken}: {fail:?}"
+        );
+        assert!(
+            fail.content.to_text().contains("Error executing tool fail"),
+            "{spoken}: {:?}",
+            fail.content
+        );
+
+        // A call past its timeout is a tool timeout, and the server is told to stop it.
+        let sleep = tool(&tools, "sdk__sleep").clone();
+        let mut policy = sleep.policy().clone();
+        policy.timeout = Some(Duration::from_secs(2));
+        let short = sleep.clone().with_policy(policy);
+        let outcome = run_one_call(vec![short], "sdk__sleep", r#"{"secs": 600}"#).await;
+        assert_eq!(
+            outcome.tool_calls[0].outcome.code.as_deref(),
+            Some("timeout"),
+            "{spoken}: {:?}",
+            outcome.tool_calls[0].outcome
+        );
+        let cancelled = dir.join("sleep.cancelled");
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while !cancelled.exists() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{spoken}: the server never heard that the timed-out call was cancelled"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        std::fs::remove_file(&cancelled).unwrap();
+
+        // Cancelling the call's token ends it at once, and the server hears of it too.
+        let ctx = ToolContext::detached("c2", sleep.name());
+        let cancel = ctx.cancel.clone();
+        let call = tokio::spawn(sleep.call(json!({"secs": 600}), ctx));
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        cancel.cancel();
+        let result = tokio::time::timeout(TIMEOUT, call)
+            .await
+            .expect("cancellation hung")
+            .unwrap();
+        assert_eq!(recoverable(result.unwrap_err()).0, "cancelled", "{spoken}");
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while !cancelled.exists() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{spoken}: the server never heard that the call was cancelled"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        server.shutdown().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pinned_protocol_version_is_spoken_or_the_server_does_not_start() {
+    // The time server speaks every version: the pinned one is the one spoken.
+    for version in ["2026-07-28", "2025-11-25", "2025-06-18"] {
+        let mut cfg = config(
+            "time",
+            vec![py_bin("mcp-server-time"), "--local-timezone=UTC".into()],
+        );
+        cfg.protocol_version = Some(version.to_owned());
+        let server = McpServer::connect(cfg).await.unwrap();
+        assert_eq!(server.protocol_version().await.as_deref(), Some(version));
+        let out = call(
+            tool(&server.tools(), "time__get_current_time"),
+            json!({"timezone": "UTC"}),
+        )
+        .await
+        .unwrap();
+        assert!(text(&out).contains("UTC"), "{version}: {}", text(&out));
+        server.shutdown().await;
+    }
+    // A server of the handshake only cannot speak a pinned 2026-07-28: no fallback.
+    let mut cfg = everything_stdio("every");
+    cfg.protocol_version = Some("2026-07-28".into());
+    let err = McpServer::connect(cfg).await.unwrap_err();
+    assert_eq!(err.code(), "mcp.start", "{err}");
+    // A version the client does not know is refused before anything starts.
+    let mut cfg = everything_stdio("every");
+    cfg.protocol_version = Some("2027-01-01".into());
+    let err = McpServer::connect(cfg).await.unwrap_err();
+    assert_eq!(err.code(), "mcp.config", "{err}");
+    assert!(err.to_string().contains("2026-07-28"), "{err}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn everythings_list_changed_before_a_run_is_honoured_at_its_first_turn() {
     let servers = McpServers::connect([everything_stdio("every")])
@@ -528,6 +770,10 @@ async fn everything_server_over_streamable_http_lists_and_calls_with_headers_fro
         headers.insert("X-Test-Token".into(), "token ${PATH}".into());
     }
     let server = McpServer::connect(cfg).await.unwrap();
+    assert_eq!(
+        server.protocol_version().await.as_deref(),
+        Some("2025-11-25")
+    );
     let tools = server.tools();
     let out = call(tool(&tools, "web__echo"), json!({"message": "over http"}))
         .await
