@@ -620,6 +620,12 @@ pub fn mcp_declarations(file: &AgentFile) -> serde_json::Value {
                 // default, so that the fingerprints of files without it stay as they were.
                 map.insert("max_output_bytes".into(), json!(c.max_output_bytes));
             }
+            if let Some(version) = &c.protocol_version
+                && let Some(map) = server.as_object_mut()
+            {
+                // Only when pinned, as above.
+                map.insert("protocol_version".into(), json!(version));
+            }
             server
         })
         .collect::<Vec<_>>()

@@ -76,19 +76,22 @@ async fn list(path: PathBuf, as_json: bool) -> Result<i32, CliError> {
         }
         return Ok(code::OK);
     }
-    let listed: Vec<Value> = started
-        .files()
-        .flat_map(|(path, servers)| {
-            servers.servers().iter().map(move |s| {
-                let tools: Vec<Value> = s
-                    .tools()
-                    .iter()
-                    .map(|t| serde_json::to_value(t.spec()).unwrap_or_default())
-                    .collect();
-                json!({"name": s.name(), "file": path.display().to_string(), "tools": tools})
-            })
-        })
-        .collect();
+    let mut listed: Vec<Value> = Vec::new();
+    for (path, servers) in started.files() {
+        for s in servers.servers() {
+            let tools: Vec<Value> = s
+                .tools()
+                .iter()
+                .map(|t| serde_json::to_value(t.spec()).unwrap_or_default())
+                .collect();
+            listed.push(json!({
+                "name": s.name(),
+                "file": path.display().to_string(),
+                "protocol_version": s.protocol_version().await,
+                "tools": tools,
+            }));
+        }
+    }
     started.shutdown().await;
     if as_json {
         out!("{}", json!({"servers": listed}));
@@ -106,8 +109,12 @@ async fn list(path: PathBuf, as_json: bool) -> Result<i32, CliError> {
         } else {
             format!(" (of {of})")
         };
+        let version = server["protocol_version"]
+            .as_str()
+            .map(|v| format!(", MCP {v}"))
+            .unwrap_or_default();
         out!(
-            "{name}{of} — {} tool{}",
+            "{name}{of} — {} tool{}{version}",
             tools.len(),
             if tools.len() == 1 { "" } else { "s" }
         );

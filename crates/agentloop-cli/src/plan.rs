@@ -742,6 +742,9 @@ fn render_mcp(out: &mut String, mcp: &Value, deferred: &str) {
             if let Some(max) = s["max_output_bytes"].as_u64() {
                 let _ = writeln!(out, "        results cut to {max} bytes");
             }
+            if let Some(version) = s["protocol_version"].as_str() {
+                let _ = writeln!(out, "        speaks MCP {version} only");
+            }
             if let Some(sandbox) = t["sandbox"].as_object() {
                 let _ = writeln!(out, "        sandbox: {}", sandbox_words(sandbox));
             }

@@ -507,3 +507,83 @@ async fn past_its_most_runs_a_call_is_an_error_result_and_starts_nothing() {
     assert_eq!(ran[0]["isError"], false, "{}", ran[0]);
     assert!(text_of(ran[0]).contains("late"), "{}", ran[0]);
 }
+
+/// agentloop's own MCP client (an `[[mcp]]` entry) against `agentloop mcp serve`, over `transport`,
+/// at each wire: negotiated (2026-07-28, which both ends speak) and each pinned one. It lists the
+/// served agent and calls it; the answer is the served agent's structured output, which only its
+/// run makes.
+async fn agentloops_client_speaks_each_wire(transport: Transport) {
+    let dir = forecaster("");
+    let served = dir.agent();
+    let served = served.to_str().unwrap();
+    let server = match transport {
+        Transport::Http => Some(HttpServer::start("mcp", &[served])),
+        Transport::Stdio => None,
+    };
+    // The client's file sits beside the served one, which the stdio server runs in.
+    let reach = match &server {
+        Some(http) => format!(
+            "url = {:?}\nheaders = {{ X-Caller = \"agentloop ${{HOME}}\" }}",
+            http.url
+        ),
+        None => format!("command = {:?}", [bin(), "mcp", "serve", served]),
+    };
+    dir.write(
+        "caller.json",
+        &json!([
+            {"tool_calls": [{"id": "c1", "name": "fc__forecaster", "arguments": {"task": "Paris?"}}]},
+            {"text": "done"}
+        ])
+        .to_string(),
+    );
+    for (pinned, spoken) in [
+        (None, "2026-07-28"),
+        (Some("2025-11-25"), "2025-11-25"),
+        (Some("2026-07-28"), "2026-07-28"),
+    ] {
+        let pin = pinned
+            .map(|v| format!("protocol_version = {v:?}"))
+            .unwrap_or_default();
+        dir.write(
+            "caller.toml",
+            &format!(
+                "name = \"caller\"\n[model]\nprovider = \"scripted\"\nscript = \"caller.json\"\n\n\
+                 [[mcp]]\nname = \"fc\"\n{reach}\n{pin}\n"
+            ),
+        );
+        let caller = dir.path("caller.toml");
+        let caller = caller.to_str().unwrap();
+        let listed = Command::new(bin())
+            .args(["mcp", "list", "--json", caller])
+            .output()
+            .unwrap();
+        assert!(listed.status.success(), "{spoken}: {}", stderr(&listed));
+        let listed = stdout_json(&listed);
+        let server = &listed["servers"][0];
+        assert_eq!(server["protocol_version"], spoken, "{listed}");
+        assert_eq!(server["tools"][0]["name"], "fc__forecaster", "{listed}");
+        let ran = Command::new(bin())
+            .args(["run", "--json", "--input", "go", caller])
+            .output()
+            .unwrap();
+        assert!(ran.status.success(), "{spoken}: {}", stderr(&ran));
+        let ran = stdout_json(&ran);
+        let call = &ran["tool_calls"][0];
+        assert_eq!(call["status"], "ok", "{spoken}: {ran}");
+        assert_eq!(
+            call["output"],
+            json!({"forecast": "18 degrees and sunny"}),
+            "{spoken}: {ran}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn agentloops_client_speaks_each_wire_with_mcp_serve_over_stdio() {
+    agentloops_client_speaks_each_wire(Transport::Stdio).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn agentloops_client_speaks_each_wire_with_mcp_serve_over_http() {
+    agentloops_client_speaks_each_wire(Transport::Http).await;
+}

@@ -457,6 +457,12 @@ section! {
         unix_sockets: Option<Spanned<bool>>,
         /// A stdio server: the most its process may use.
         resources: Option<Spanned<ResourcesSpec>>,
+        /// The MCP version spoken with the server: `"2026-07-28"` (stateless), or one with the
+        /// `initialize` handshake (`"2025-11-25"`, `"2025-06-18"`, `"2025-03-26"`,
+        /// `"2024-11-05"`). Unset (the default), 2026-07-28 is offered and a server without
+        /// it is spoken to at 2025-11-25 or older; pin one for a server that stalls on the
+        /// offer.
+        protocol_version: Option<Spanned<String>>,
     }
 }
 
@@ -598,6 +604,7 @@ impl McpFileSpec {
         }
         config.prefix = self.prefix.as_ref().map(|p| p.get_ref().clone());
         config.trust_hints = self.trust_hints.unwrap_or(false);
+        config.protocol_version = self.protocol_version.as_ref().map(|v| v.get_ref().clone());
         config.rename = self
             .rename
             .as_ref()

@@ -35,6 +35,25 @@ pub(super) fn check_mcp(servers: &[McpFileSpec], dir: &Path, problems: &mut Prob
         check_templates(server, name, &path, problems);
         check_names_and_timeout(server, &path, problems);
         check_output_bound(server, &path, problems);
+        check_protocol_version(server, &path, problems);
+    }
+}
+
+/// `protocol_version`: one of the versions the client speaks (the library refuses another too,
+/// but only when the server starts).
+fn check_protocol_version(server: &McpFileSpec, path: &str, problems: &mut Problems) {
+    if let Some(version) = &server.protocol_version
+        && !agentloop_mcp::PROTOCOL_VERSIONS.contains(&version.get_ref().as_str())
+    {
+        problems.at(
+            &join(path, "protocol_version"),
+            span_of(version),
+            format!(
+                "unknown MCP protocol_version {:?}: one of {}",
+                version.get_ref(),
+                agentloop_mcp::PROTOCOL_VERSIONS.join(", ")
+            ),
+        );
     }
 }
 
