@@ -14,7 +14,10 @@
 //! (the `initialize` handshake and sessions) and 2026-07-28 (stateless, per-request `_meta`).
 //! The client: `scripts/mcp/conformance_client.py` drives agentloop's own MCP client through the
 //! `agentloop` command (`mcp list`, and a `run` of a scripted agent that makes the scenario's
-//! calls), in one invocation at 2025-11-25, the wire agentloop's client speaks.
+//! calls), in one invocation per wire: the client negotiates (no `protocol_version` pinned), so
+//! at 2025-11-25 the suite's servers, which know nothing of `server/discover`, are reached by its
+//! fallback to `initialize`, and at 2026-07-28 by discovery (the script fails a scenario whose
+//! negotiated version is not the suite's).
 //!
 //! Every scenario the suite runs is named below: applicable (each of its checks passes, but the
 //! few waived with their reason) or skipped with why. A scenario a newer suite adds fails the
@@ -168,18 +171,41 @@ const CLIENT_SKIPPED: &[(&str, &str)] = &[
          server's form",
     ),
     (
+        "sep-2322-client-request-state",
+        "a tool that asks its client for input in rounds (an elicitation, 2026-07-28): as \
+         above, agentloop's client has nobody to answer, and such a call is an \
+         `mcp.input_required` error result",
+    ),
+    (
         "auth/",
         "agentloop's client sends the agent file's headers (a token from the environment), no \
          OAuth flow",
     ),
 ];
 
-/// Client scenarios that apply to a client of tools (at 2025-11-25).
-const CLIENT_APPLICABLE: &[&str] = &[
-    "initialize",
-    "tools_call",
-    "sse-retry",
-    "json-schema-2020-12-preservation",
+/// Client scenarios that apply to a client of tools, by wire.
+const CLIENT_APPLICABLE: &[(&str, &[&str])] = &[
+    (
+        "2025-11-25",
+        &[
+            "initialize",
+            "tools_call",
+            "sse-retry",
+            "json-schema-2020-12-preservation",
+        ],
+    ),
+    (
+        "2026-07-28",
+        &[
+            "tools_call",
+            "request-metadata",
+            "http-standard-headers",
+            "http-custom-headers",
+            "http-invalid-tool-headers",
+            "json-schema-ref-no-deref",
+            "json-schema-2020-12-preservation",
+        ],
+    ),
 ];
 
 /// A check whose WARNING the suite itself does not count as a failure: the reconnection came a
@@ -383,35 +409,38 @@ async fn the_conformance_suites_server_scenarios_pass_against_mcp_serve() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_conformance_suites_client_scenarios_pass_with_agentloops_mcp_client() {
-    let out = scratch("conformance-client");
     let client = repo().join("scripts/mcp/conformance_client.py");
     // The suite splits the command at spaces and appends the URL.
     let command = format!("python3 {} {}", client.display(), bin());
-    let printed = conformance(
-        [
-            "client",
-            "--command",
-            &command,
-            "--suite",
-            "all",
-            "--spec-version",
-            "2025-11-25",
-            "-o",
-            out.to_str().unwrap(),
-        ]
-        .map(String::from)
-        .to_vec(),
-    )
-    .await;
-    let found = results(&out);
-    assert!(!found.is_empty(), "the suite saved no results:\n{printed}");
-    let problems = problems(
-        "2025-11-25",
-        &found,
-        CLIENT_APPLICABLE,
-        CLIENT_SKIPPED,
-        CLIENT_WAIVED,
-    );
-    let _ = std::fs::remove_dir_all(&out);
-    assert!(problems.is_empty(), "{}", problems.join("\n"));
+    let mut all = Vec::new();
+    for (wire, applicable) in CLIENT_APPLICABLE {
+        let out = scratch(&format!("conformance-client-{wire}"));
+        let printed = conformance(
+            [
+                "client",
+                "--command",
+                &command,
+                "--suite",
+                "all",
+                "--spec-version",
+                wire,
+                "-o",
+                out.to_str().unwrap(),
+            ]
+            .map(String::from)
+            .to_vec(),
+        )
+        .await;
+        let found = results(&out);
+        assert!(!found.is_empty(), "the suite saved no results:\n{printed}");
+        all.extend(problems(
+            wire,
+            &found,
+            applicable,
+            CLIENT_SKIPPED,
+            CLIENT_WAIVED,
+        ));
+        let _ = std::fs::remove_dir_all(&out);
+    }
+    assert!(all.is_empty(), "{}", all.join("\n"));
 }
