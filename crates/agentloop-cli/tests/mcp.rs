@@ -208,7 +208,7 @@ async fn an_mcp_entry_is_checked_with_the_file_and_permissions_may_name_only_its
     assert!(stderr(&out).contains("mcp[1].restart"), "{}", stderr(&out));
 
     // Then the rules, all of them at once.
-    let dir = broken_mcp_agent("max_output_bytes = 0");
+    let dir = broken_mcp_agent("max_output_bytes = 0\nprotocol_version = \"2027-01-01\"");
     let out = agentloop(args(&["plan", dir.agent().to_str().unwrap()])).await;
     assert_eq!(out.status.code(), Some(3));
     let err = stderr(&out);
@@ -219,6 +219,8 @@ async fn an_mcp_entry_is_checked_with_the_file_and_permissions_may_name_only_its
         "mcp[1].env",
         "mcp[1].max_output_bytes",
         "max_output_bytes must be at least 1",
+        "mcp[1].protocol_version",
+        "unknown MCP protocol_version \"2027-01-01\"",
         "permissions.deny[1]",
         "other__rm",
     ] {
