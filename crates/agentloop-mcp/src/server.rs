@@ -63,6 +63,9 @@ struct Inner {
     stderr: Arc<Mutex<Stderr>>,
     /// A stdio server's sandbox, kept while it runs (its private temporary folder goes with it).
     confinement: Mutex<Option<agentloop_sandbox::Confinement>>,
+    /// Set when a negotiating start found a stdio server that ends its session at
+    /// `server/discover`: its restarts go straight to the `initialize` handshake.
+    handshake_only: AtomicBool,
 }
 
 /// What a child wrote on stderr: its last lines (to explain its death), the lines of each call
@@ -216,6 +219,7 @@ impl McpServer {
             conn: tokio::sync::Mutex::new(Conn::default()),
             stderr: Arc::new(Mutex::new(Stderr::default())),
             confinement: Mutex::new(None),
+            handshake_only: AtomicBool::new(false),
             config,
         });
         let server = McpServer { inner };
@@ -572,18 +576,59 @@ impl McpServer {
     }
 
     /// Starts the server and completes the handshake within the timeout.
+    ///
+    /// Negotiating, a stdio server whose session ends at `server/discover` is started again
+    /// and spoken to with the `initialize` handshake alone: servers of the older wire should
+    /// answer an unknown request with an error (and then get the handshake on the same
+    /// connection), but some end instead. The Python SDK before 1.10 does, its request
+    /// validation ending the session, and such servers are common; they worked with the
+    /// handshake alone, so they keep working.
     async fn start(&self) -> Result<RunningService<RoleClient, Notified>, McpError> {
         let config = &self.inner.config;
-        let lifecycle = lifecycle(config.protocol_version.as_deref());
+        let handshake = ProtocolVersion::LATEST_WITH_INITIALIZE;
+        if config.protocol_version.is_some() || self.inner.handshake_only.load(Ordering::Relaxed)
+        {
+            let pinned = config.protocol_version.as_deref();
+            return self.start_as(pinned.or(Some(handshake.as_str()))).await;
+        }
+        match self.start_as(None).await {
+            Err(first @ McpError::Start { .. })
+                if matches!(config.transport, Transport::Stdio { .. }) =>
+            {
+                tracing::warn!(
+                    server = %config.name,
+                    "the server ended its session at server/discover; starting it again with \
+                     the MCP handshake alone"
+                );
+                match self.start_as(Some(handshake.as_str())).await {
+                    Ok(service) => {
+                        self.inner.handshake_only.store(true, Ordering::Relaxed);
+                        Ok(service)
+                    }
+                    // Not a server of the older wire either: the first failure says more.
+                    Err(_) => Err(first),
+                }
+            }
+            other => other,
+        }
+    }
+
+    /// Starts the server speaking `version` (negotiating when `None`) and completes the
+    /// handshake within the timeout.
+    async fn start_as(
+        &self,
+        version: Option<&str>,
+    ) -> Result<RunningService<RoleClient, Notified>, McpError> {
+        let config = &self.inner.config;
+        let lifecycle = lifecycle(version);
         let handler = Notified {
             changed: self.inner.changed.clone(),
             progress: self.inner.progress.clone(),
             server: Arc::from(config.name.as_str()),
             offered: match &lifecycle {
-                ClientLifecycleMode::Initialize => config
-                    .protocol_version
-                    .as_deref()
-                    .map_or(ProtocolVersion::LATEST_WITH_INITIALIZE, known_version),
+                ClientLifecycleMode::Initialize => {
+                    version.map_or(ProtocolVersion::LATEST_WITH_INITIALIZE, known_version)
+                }
                 _ => ProtocolVersion::LATEST_WITH_INITIALIZE,
             },
         };
@@ -706,7 +751,7 @@ impl McpServer {
                 server: config.name.clone(),
                 // Negotiating waits up to 10 s for the answer to `server/discover` before the
                 // handshake: a server that ignores it needs a pinned version or a longer timeout.
-                what: if config.protocol_version.is_none() {
+                what: if version.is_none() {
                     "server/discover and the MCP handshake (a server that ignores server/discover \
                      starts without the wait with protocol_version = \"2025-11-25\")"
                 } else {

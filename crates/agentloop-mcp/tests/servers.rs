@@ -508,6 +508,31 @@ async fn a_tool_an_sdk_server_adds_is_offered_in_the_next_turn_at_2026_07_28_and
     }
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_ends_its_session_at_server_discover_is_reached_with_the_handshake() {
+    // The Python SDK before 1.10 ends the session at a request it does not know (it stays
+    // alive, answering nothing): negotiating starts it again with the handshake alone.
+    let dir = tempfile_dir("legacy");
+    let python = servers().join("venv-legacy/bin/python").display().to_string();
+    let script = repo().join("scripts/mcp/legacy_server.py");
+    let mut cfg = working_in(
+        config("legacy", vec![python, script.display().to_string()]),
+        &dir,
+    );
+    cfg.timeout = Duration::from_secs(60);
+    let server = McpServer::connect(cfg).await.unwrap();
+    assert_eq!(
+        server.protocol_version().await.as_deref(),
+        Some("2025-03-26")
+    );
+    let tools = server.tools();
+    let out = call(tool(&tools, "legacy__add"), json!({"a": 2, "b": 3}))
+        .await
+        .unwrap();
+    assert_eq!(text(&out), "5");
+    server.shutdown().await;
+}
+
 /// The official Python SDK's server (`scripts/mcp/sdk_server.py`), run in `dir`, at `pinned`.
 fn sdk_server(dir: &Path, pinned: Option<&str>) -> ServerConfig {
     let script = repo().join("scripts/mcp/sdk_server.py");
