@@ -9,7 +9,7 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use super::call_ids::ToolNames;
-use super::{Batch, Pending, Phase, RunMachine, Slot, hit};
+use super::{Batch, Pending, Phase, RunMachine, Slot, Slots, hit};
 use crate::config::OnInvalidCall;
 use crate::error::RunError;
 use crate::event::EventKind;
@@ -329,10 +329,28 @@ impl RunMachine {
 
         // Taken out for the admissions, which borrow the run; given back before anything else.
         let mut names = std::mem::take(&mut self.tool_names);
-        let mut slots: Vec<Slot> = Vec::with_capacity(message.tool_calls.len());
-        let mut calls: Vec<AdmittedCall> = Vec::with_capacity(message.tool_calls.len());
+        // The batch's box is made first and its slots written in it: inline, they would be
+        // copied with every move of the batch.
+        let mut pending = Box::new(Pending {
+            turn: self.counters.turn,
+            slots: Slots::new(),
+            batch: Batch {
+                turn: self.counters.turn,
+                calls: Vec::with_capacity(message.tool_calls.len()),
+                sequential: false,
+            },
+            gate: 0,
+            next: 0,
+            running: 0,
+            open: true,
+            failure: None,
+            interrupted: None,
+            cut: false,
+            restart: Vec::new(),
+        });
+        let p = &mut *pending;
+        p.slots.reserve_exact(message.tool_calls.len());
         let mut fatal: Option<String> = None;
-        let mut sequential = false;
         for (position, call) in message.tool_calls.iter().enumerate() {
             let cut_off = position
                 .checked_sub(complete)
@@ -343,15 +361,15 @@ impl RunMachine {
                     slot,
                     sequential: s,
                 } => {
-                    sequential |= s;
-                    calls.push(call);
-                    slots.push(slot);
+                    p.batch.sequential |= s;
+                    p.batch.calls.push(call);
+                    p.slots.push(slot);
                 }
                 Admission::Decided { slot, fails } => {
                     if fatal.is_none() {
                         fatal = fails;
                     }
-                    slots.push(slot);
+                    p.slots.push(slot);
                 }
             }
         }
@@ -361,38 +379,22 @@ impl RunMachine {
             self.refuse_decision(message, reason);
             return;
         }
-        self.handoffs_alone(&mut calls, &mut slots);
-        let admitted = calls.len() as u32;
+        self.handoffs_alone(&mut p.batch.calls, &mut p.slots);
+        let admitted = p.batch.calls.len() as u32;
         if let Some((h, outcome)) = self.tool_call_budget(admitted) {
             self.answer_all(message, &outcome, true);
             self.stop_on_limit(h);
             return;
         }
         self.counters.tool_calls_used += admitted;
-        let slot_count = slots.len();
-        for slot in &slots {
+        let slot_count = p.slots.len();
+        for slot in &p.slots {
             if let Some(o) = &slot.outcome {
                 self.emit(|| rejected_event(slot, o));
             }
         }
         self.kept.transcript.push(Message::Assistant(message));
-        let pending = Box::new(Pending {
-            turn: self.counters.turn,
-            slots,
-            batch: Batch {
-                turn: self.counters.turn,
-                calls,
-                sequential,
-            },
-            gate: 0,
-            next: 0,
-            running: 0,
-            open: true,
-            failure: None,
-            interrupted: None,
-            cut: complete < slot_count,
-            restart: Vec::new(),
-        });
+        p.cut = complete < slot_count;
         if pending.batch.calls.is_empty() {
             self.end_batch(pending);
         } else if self.gates() > 0 {

@@ -10,14 +10,15 @@ use crate::message::{Message, ToolContent, ToolResult};
 use crate::outcome::{CallOutcome, CallStatus, StopReason, SubagentRun, ToolCallRecord, codes};
 
 impl RunMachine {
-    pub(super) fn fold(&mut self, pending: Pending) {
-        let Pending {
-            turn, slots, batch, ..
-        } = pending;
+    pub(super) fn fold(&mut self, mut pending: Box<Pending>) {
+        // Folded in its box: its slots are inline there, and moving the batch out would copy
+        // them.
+        let turn = pending.turn;
         // The batch lent the arguments to the handlers; dropped first, so that each record takes
         // its call's text rather than a copy.
-        drop(batch);
-        let mut all_terminate = !slots.is_empty();
+        pending.batch.calls = Vec::new();
+        let mut all_terminate = !pending.slots.is_empty();
+        let slots = pending.slots.drain(..);
         let mut terminate_output: Option<String> = None;
         let mut fatal: Option<RunError> = None;
         let mut handoff: Option<(Slot, SubagentRun, ToolContent)> = None;

@@ -71,7 +71,7 @@ pub const MAX_CALL_ID_LEN: usize = 256;
 #[derive(Debug)]
 struct Pending {
     turn: u32,
-    slots: Vec<Slot>,
+    slots: Slots,
     /// The calls still admitted.
     batch: Batch,
     /// Admission: the next gate to ask.
@@ -92,6 +92,10 @@ struct Pending {
     /// that were running when a durable run's process stopped.
     restart: Vec<usize>,
 }
+
+/// A batch's slots, one a call, inline in its box up to four calls (most responses call a few
+/// tools): one allocation a tool turn fewer, and nothing kept once the batch is folded.
+type Slots = smallvec::SmallVec<[Slot; 4]>;
 
 #[derive(Debug)]
 struct Slot {
@@ -752,7 +756,7 @@ impl RunMachine {
     fn finish(&mut self, reason: StopReason) {
         match std::mem::replace(&mut self.phase, Phase::Done) {
             Phase::Admit(p) | Phase::Run(p) => {
-                self.fold(*p);
+                self.fold(p);
                 if self.ending.stop.is_some() {
                     // The batch decided the stop itself (a fatal failure).
                     return;
@@ -785,7 +789,7 @@ impl RunMachine {
         let interrupted = p.interrupted.map(|(by, _)| by);
         let first = self.kept.records.len();
         let cut = p.cut;
-        self.fold(*p);
+        self.fold(p);
         if let Some(e) = failure {
             self.fail(e);
             return;

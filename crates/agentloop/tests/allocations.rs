@@ -1,0 +1,70 @@
+//! What a tool turn allocates, counted: each allocation of a turn is paid again at every turn of
+//! every run, and at ten thousand runs at once with cold caches (`agentloop-bench allocs` and
+//! `scale`, BENCHMARKS.md under #30). The bound is today's count, so that an allocation a turn
+//! that comes back fails here, not only in the bench.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::alloc::System;
+
+use agentloop::{Agent, ModelResponse, StopReason, Tool, ToolError, testing::ScriptedModel};
+use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
+
+#[global_allocator]
+static ALLOCATOR: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
+
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct Count {
+    n: u32,
+}
+
+/// A run of `turns` tool turns of three calls each, then a text answer; its allocations, on a
+/// runtime of the calling thread (the counts are the process's: this file holds one test).
+fn allocations_of_a_run(turns: usize) -> usize {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let responses = (0..turns)
+        .map(|t| {
+            ModelResponse::tool_calls((0..3).map(|k| {
+                (
+                    format!("t{t}_{k}"),
+                    "count",
+                    format!(r#"{{"n":{}}}"#, t * 3 + k),
+                )
+            }))
+        })
+        .chain([ModelResponse::text("done")]);
+    let agent = Agent::builder()
+        .name("allocations")
+        .model(ScriptedModel::new(responses))
+        .tool(
+            Tool::builder("count")
+                .description("Counts.")
+                .handler(|args: Count, _ctx| async move { Ok::<_, ToolError>(args.n) }),
+        )
+        .build()
+        .unwrap();
+    let region = Region::new(ALLOCATOR);
+    let out = rt.block_on(agent.run("go"));
+    let change = region.change();
+    assert_eq!(out.stop_reason, StopReason::Finished, "{out:?}");
+    assert_eq!(out.tool_calls.len(), 3 * turns);
+    change.allocations + change.reallocations
+}
+
+/// A tool turn's own allocations: a run of three tool turns against one of two. Its batch's
+/// slots are inline in the batch's box (one allocation for both up to four calls).
+#[test]
+fn a_tool_turn_of_three_calls_allocates_no_more_than_it_did() {
+    // Warm what is made once a process (the thread's argument view, the runtime's statics).
+    let _ = allocations_of_a_run(1);
+    let two = allocations_of_a_run(2);
+    let three = allocations_of_a_run(3);
+    let turn = three.saturating_sub(two);
+    eprintln!("a tool turn of three calls: {turn} allocations");
+    // 65 in a debug build of the test (67 with the slots in a vector of their own).
+    assert!(
+        turn <= 65,
+        "a tool turn of three calls made {turn} allocations"
+    );
+}
