@@ -586,8 +586,7 @@ impl McpServer {
     async fn start(&self) -> Result<RunningService<RoleClient, Notified>, McpError> {
         let config = &self.inner.config;
         let handshake = ProtocolVersion::LATEST_WITH_INITIALIZE;
-        if config.protocol_version.is_some() || self.inner.handshake_only.load(Ordering::Relaxed)
-        {
+        if config.protocol_version.is_some() || self.inner.handshake_only.load(Ordering::Relaxed) {
             let pinned = config.protocol_version.as_deref();
             return self.start_as(pinned.or(Some(handshake.as_str()))).await;
         }

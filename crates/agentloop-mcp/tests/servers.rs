@@ -513,7 +513,10 @@ async fn a_server_that_ends_its_session_at_server_discover_is_reached_with_the_h
     // The Python SDK before 1.10 ends the session at a request it does not know (it stays
     // alive, answering nothing): negotiating starts it again with the handshake alone.
     let dir = tempfile_dir("legacy");
-    let python = servers().join("venv-legacy/bin/python").display().to_string();
+    let python = servers()
+        .join("venv-legacy/bin/python")
+        .display()
+        .to_string();
     let script = repo().join("scripts/mcp/legacy_server.py");
     let mut cfg = working_in(
         config("legacy", vec![python, script.display().to_string()]),

@@ -407,11 +407,7 @@ impl AgentFile {
     }
 
     /// [`AgentFile::parse`] with `host` tools beside the file's (see [`AgentFile::load_beside`]).
-    pub fn parse_beside(
-        path: &Path,
-        text: &str,
-        host: &[HostTool],
-    ) -> Result<AgentFile, Problems> {
+    pub fn parse_beside(path: &Path, text: &str, host: &[HostTool]) -> Result<AgentFile, Problems> {
         let mut problems = Problems::new(path, text);
         let (root, syntax) = DeTable::parse_recoverable(text);
         if !syntax.is_empty() {

@@ -305,9 +305,9 @@ pub const MAX_TOOL_RETRIES: u32 = 10;
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::super::tests::{TWO_TOOLS, located, problems};
     use super::super::{AgentFile, HostTool};
     use std::path::Path;
-    use super::super::tests::{TWO_TOOLS, located, problems};
 
     #[test]
     fn builtin_tools_take_their_own_name_and_only_the_keys_they_read() {
@@ -555,7 +555,9 @@ path_glob = { field = "path", glob = "secrets/**" }
         let path = Path::new("agent.toml");
         let alone = AgentFile::parse(path, text).unwrap_err().list().to_vec();
         assert!(
-            alone.iter().any(|p| p.message.contains("no tool named \"delete\"")),
+            alone
+                .iter()
+                .any(|p| p.message.contains("no tool named \"delete\"")),
             "{alone:?}"
         );
         let host = |arguments: Option<Vec<String>>| {
@@ -573,7 +575,9 @@ path_glob = { field = "path", glob = "secrets/**" }
             .list()
             .to_vec();
         assert!(
-            wrong.iter().any(|p| p.path == "permissions.rules[0].path_glob.field"),
+            wrong
+                .iter()
+                .any(|p| p.path == "permissions.rules[0].path_glob.field"),
             "{wrong:?}"
         );
         assert!(AgentFile::parse_beside(path, text, &host(None)).is_ok());
