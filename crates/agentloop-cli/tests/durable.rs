@@ -693,15 +693,7 @@ wait
 
 #[test]
 fn what_a_killed_run_s_tool_started_dies_with_it_in_and_out_of_the_sandbox() {
-    let mut modes = vec!["off"];
-    if agentloop_sandbox::Support::missing(agentloop_sandbox::SandboxPolicy::new(
-        agentloop_sandbox::SandboxMode::WorkspaceWrite,
-    ))
-    .is_empty()
-    {
-        modes.push("workspace-write");
-    }
-    for mode in modes {
+    for mode in sandbox_modes_here() {
         let dir = AgentDir::new(&format!(
             r#"name = "tree"
 [model]

@@ -609,15 +609,7 @@ exec python3 "$1"
 
 #[test]
 fn a_stdio_servers_tree_dies_with_a_killed_agentloop_in_and_out_of_the_sandbox() {
-    let mut modes = vec!["off"];
-    if agentloop_sandbox::Support::missing(agentloop_sandbox::SandboxPolicy::new(
-        agentloop_sandbox::SandboxMode::WorkspaceWrite,
-    ))
-    .is_empty()
-    {
-        modes.push("workspace-write");
-    }
-    for mode in modes {
+    for mode in sandbox_modes_here() {
         let dir = AgentDir::new(&format!(
             r#"name = "tree"
 [model]

@@ -561,6 +561,20 @@ pub fn chat_call(id: &str, name: &str, arguments: Value) -> Value {
     serde_json::json!({"id": id, "type": "function", "function": {"name": name, "arguments": arguments.to_string()}})
 }
 
+/// The agent file's `sandbox` values this machine runs a tool under: `off`, and
+/// `workspace-write` where the sandbox has all it needs.
+pub fn sandbox_modes_here() -> Vec<&'static str> {
+    let mut modes = vec!["off"];
+    if agentloop_sandbox::Support::missing(agentloop_sandbox::SandboxPolicy::new(
+        agentloop_sandbox::SandboxMode::WorkspaceWrite,
+    ))
+    .is_empty()
+    {
+        modes.push("workspace-write");
+    }
+    modes
+}
+
 /// Every live process (not a zombie) whose process group is one of `groups`, as `pid (name)`.
 pub fn live_in_groups(groups: &[&str]) -> Vec<String> {
     let mut live = Vec::new();
