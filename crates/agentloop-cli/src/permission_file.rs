@@ -58,7 +58,7 @@ fn read(path: &Path) -> Result<Vec<PermissionRule>, PermissionStoreError> {
 
 fn error(path: &Path, message: impl Into<String>) -> PermissionStoreError {
     PermissionStoreError {
-        path: path.display().to_string(),
+        path: agentloop::printable::path(path),
         message: message.into(),
     }
 }
