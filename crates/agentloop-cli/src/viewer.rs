@@ -126,7 +126,8 @@ fn read_report(path: &Path) -> Result<agentloop_eval::Report, String> {
                     crate::terminal::shown_path(path)
                 )
             })?;
-    agentloop_eval::Report::from_json(&text, &crate::terminal::shown_path(path)).map_err(|e| e.to_string())
+    agentloop_eval::Report::from_json(&text, &crate::terminal::shown_path(path))
+        .map_err(|e| e.to_string())
 }
 
 async fn run(State(served): State<Arc<Served>>, UrlPath(id): UrlPath<String>) -> Response {

@@ -697,3 +697,45 @@ async fn as_an_ordinary_user_the_shell_changes_no_file_s_metadata_outside_its_ro
         &dir.path("work"),
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_agentloop_run_inside_a_sandbox_says_why_its_tools_cannot_start() {
+    // The sandbox lets no process leave a call's group (seccomp refuses setpgid), so an
+    // agentloop started from a sandboxed tool cannot start its own tools, each of which leads a
+    // group of its own: its tools' errors say so and what to do, not "is it executable?".
+    if !sandbox_modes_here().contains(&"workspace-write") {
+        eprintln!("skipped: this machine has no sandbox");
+        return;
+    }
+    let dir = agent(SHELL);
+    dir.write(
+        "work/inner.toml",
+        r#"name = "inner"
+[model]
+provider = "scripted"
+script = "inner.json"
+[[tools]]
+name = "hello"
+command = ["sh", "-c", "echo hello"]
+input_schema = { type = "object", properties = {} }
+"#,
+    );
+    dir.write(
+        "work/inner.json",
+        &json!([
+            {"tool_calls": [{"id": "h1", "name": "hello", "arguments": {}}]},
+            {"text": "inner done"}
+        ])
+        .to_string(),
+    );
+    let inner = format!("{} run inner.toml --input go --json", bin());
+    shell_script(&dir, "shell", &[&inner]);
+    let calls = run(&dir).await;
+    let out = output(&calls, "c0");
+    assert!(out.contains("inner done"), "{out}");
+    assert!(
+        out.contains("command_not_executable") && out.contains("another agentloop's sandbox"),
+        "{out}"
+    );
+    assert!(!out.contains("is it executable?"), "{out}");
+}

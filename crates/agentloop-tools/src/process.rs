@@ -320,6 +320,19 @@ impl GroupCommand<'_> {
     }
 }
 
+/// What to add to a spawn error that may be a refused process group: `EPERM` from a spawn is
+/// `setpgid` refused by a seccomp filter, which an agentloop sandbox this process runs in (an
+/// agentloop started as a sandboxed MCP server or from a sandboxed tool) applies so that nothing
+/// leaves a call's group. A program that cannot be executed is `EACCES`, not this.
+pub(crate) fn nested_sandbox_hint(e: &std::io::Error) -> Option<&'static str> {
+    (e.raw_os_error() == Some(libc::EPERM)).then_some(
+        "the system refused to start it in a process group of its own (EPERM): this agentloop \
+         likely runs inside another agentloop's sandbox (as a sandboxed MCP server, or from a \
+         sandboxed tool), which lets no process leave its group; give that outer entry \
+         `sandbox = \"off\"` (this agentloop still confines its own tools)",
+    )
+}
+
 /// An environment given as pairs, owned.
 pub(crate) fn env_pairs(
     vars: impl IntoIterator<Item = (impl Into<OsString>, impl Into<OsString>)>,
