@@ -699,10 +699,11 @@ async fn as_an_ordinary_user_the_shell_changes_no_file_s_metadata_outside_its_ro
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn an_agentloop_run_inside_a_sandbox_says_why_its_tools_cannot_start() {
+async fn an_agentloop_run_inside_a_sandbox_starts_its_own_tools() {
     // The sandbox lets no process leave a call's group (seccomp refuses setpgid), so an
-    // agentloop started from a sandboxed tool cannot start its own tools, each of which leads a
-    // group of its own: its tools' errors say so and what to do, not "is it executable?".
+    // agentloop started from a sandboxed tool (or served as a sandboxed MCP server) could start
+    // none of its own tools, each of which led a group of its own ("permission denied (is it
+    // executable?)"). Its tools now start in the group they are in, still confined.
     if !sandbox_modes_here().contains(&"workspace-write") {
         eprintln!("skipped: this machine has no sandbox");
         return;
@@ -716,7 +717,7 @@ provider = "scripted"
 script = "inner.json"
 [[tools]]
 name = "hello"
-command = ["sh", "-c", "echo hello"]
+command = ["sh", "-c", "echo hello from inside > inner.out; echo said hello"]
 input_schema = { type = "object", properties = {} }
 "#,
     );
@@ -732,10 +733,23 @@ input_schema = { type = "object", properties = {} }
     shell_script(&dir, "shell", &[&inner]);
     let calls = run(&dir).await;
     let out = output(&calls, "c0");
-    assert!(out.contains("inner done"), "{out}");
+    let json_start = out.find('{').unwrap_or_else(|| panic!("no JSON in {out}"));
+    let inner: Value = serde_json::Deserializer::from_str(&out[json_start..])
+        .into_iter::<Value>()
+        .next()
+        .unwrap()
+        .unwrap();
+    assert_eq!(inner["output"], "inner done", "{out}");
+    assert_eq!(inner["tool_calls"][0]["ok"], true, "{out}");
     assert!(
-        out.contains("command_not_executable") && out.contains("another agentloop's sandbox"),
+        inner["tool_calls"][0]["output"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("said hello"),
         "{out}"
     );
-    assert!(!out.contains("is it executable?"), "{out}");
+    assert_eq!(
+        std::fs::read_to_string(dir.path("work/inner.out")).unwrap(),
+        "hello from inside\n"
+    );
 }

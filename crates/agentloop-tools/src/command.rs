@@ -421,12 +421,7 @@ impl Runner {
             ),
             std::io::ErrorKind::PermissionDenied => ToolError::new(
                 "command_not_executable",
-                match crate::process::nested_sandbox_hint(e) {
-                    Some(hint) => format!("cannot start `{program}`: {hint}"),
-                    None => {
-                        format!("cannot start `{program}`: permission denied (is it executable?)")
-                    }
-                },
+                format!("cannot start `{program}`: permission denied (is it executable?)"),
             ),
             _ => {
                 return ToolError::new(

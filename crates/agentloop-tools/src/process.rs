@@ -259,31 +259,24 @@ impl GroupCommand<'_> {
         stdout: O,
         stderr: E,
     ) -> Result<impl Future<Output = Finished<O, E>> + Send + use<O, E>, SpawnError> {
-        // The child and its tree die with agentloop: a killed journaled run is resumed
-        // elsewhere, which answers this call "interrupted" (or runs it again when idempotent),
-        // so nothing of the call may go on acting behind that answer.
-        let mut confinement = self
-            .sandbox
-            .prepare()
-            .map_err(SpawnError::Sandbox)?
-            .dying_with_parent();
-        let mut cmd = Command::new(self.program);
-        cmd.args(self.args)
-            .current_dir(self.working_dir)
-            .env_clear()
-            .envs(self.env.iter().map(|(k, v)| (k, v)))
-            .stdin(if self.stdin.is_some() {
-                Stdio::piped()
-            } else {
-                Stdio::null()
-            })
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .process_group(0);
-        confinement.install(cmd.as_std_mut());
-        let mut child = cmd.spawn().map_err(SpawnError::Io)?;
-        let group = GroupKill::new(child.id());
+        let (mut child, confinement, own_group) = match self.start(true) {
+            // Inside another agentloop's sandbox (this agentloop served as a sandboxed MCP
+            // server, or run by a sandboxed tool) seccomp refuses a new process group, and no
+            // tool could start. The child then stays in this process's group, which is the outer
+            // call's: its supervisor still takes its orphans and kills them if this process dies,
+            // a timeout kills the supervisor (and with it the program), and what the program left
+            // running goes with the outer call's group at the latest. A program that cannot be
+            // executed fails with `EACCES`, not this.
+            Err(SpawnError::Io(e)) if e.raw_os_error() == Some(libc::EPERM) => {
+                let (child, confinement) = self.start(false)?;
+                (child, confinement, false)
+            }
+            started => {
+                let (child, confinement) = started?;
+                (child, confinement, true)
+            }
+        };
+        let group = GroupKill::new(child.id().filter(|_| own_group));
         let stdin_pipe = child.stdin.take();
         let out_pipe = child.stdout.take();
         let err_pipe = child.stderr.take();
@@ -320,17 +313,40 @@ impl GroupCommand<'_> {
     }
 }
 
-/// What to add to a spawn error that may be a refused process group: `EPERM` from a spawn is
-/// `setpgid` refused by a seccomp filter, which an agentloop sandbox this process runs in (an
-/// agentloop started as a sandboxed MCP server or from a sandboxed tool) applies so that nothing
-/// leaves a call's group. A program that cannot be executed is `EACCES`, not this.
-pub(crate) fn nested_sandbox_hint(e: &std::io::Error) -> Option<&'static str> {
-    (e.raw_os_error() == Some(libc::EPERM)).then_some(
-        "the system refused to start it in a process group of its own (EPERM): this agentloop \
-         likely runs inside another agentloop's sandbox (as a sandboxed MCP server, or from a \
-         sandboxed tool), which lets no process leave its group; give that outer entry \
-         `sandbox = \"off\"` (this agentloop still confines its own tools)",
-    )
+impl GroupCommand<'_> {
+    /// Spawns the child confined, leading a process group of its own when `own_group`.
+    fn start(
+        &self,
+        own_group: bool,
+    ) -> Result<(tokio::process::Child, agentloop_sandbox::Confinement), SpawnError> {
+        // The child and its tree die with agentloop: a killed journaled run is resumed
+        // elsewhere, which answers this call "interrupted" (or runs it again when idempotent),
+        // so nothing of the call may go on acting behind that answer.
+        let mut confinement = self
+            .sandbox
+            .prepare()
+            .map_err(SpawnError::Sandbox)?
+            .dying_with_parent();
+        let mut cmd = Command::new(self.program);
+        cmd.args(self.args)
+            .current_dir(self.working_dir)
+            .env_clear()
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .stdin(if self.stdin.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        if own_group {
+            cmd.process_group(0);
+        }
+        confinement.install(cmd.as_std_mut());
+        let child = cmd.spawn().map_err(SpawnError::Io)?;
+        Ok((child, confinement))
+    }
 }
 
 /// An environment given as pairs, owned.

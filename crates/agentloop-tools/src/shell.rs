@@ -176,9 +176,7 @@ impl ShellRunner {
         let stderr = Arc::new(Mutex::new(HeadTail::new(self.max_output_bytes)));
         let work = command.spawn(stdout.clone(), stderr.clone()).map_err(|e| {
             e.into_tool_error(|e| {
-                let hint = crate::process::nested_sandbox_hint(&e)
-                    .map_or_else(String::new, |hint| format!(": {hint}"));
-                ToolError::new("shell_not_started", format!("cannot start sh: {e}{hint}"))
+                ToolError::new("shell_not_started", format!("cannot start sh: {e}"))
             })
         })?;
         let finished = run_until(work, &ctx.cancel, Some(self.timeout)).await;
