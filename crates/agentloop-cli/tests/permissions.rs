@@ -634,6 +634,50 @@ command_prefix = {{ field = "command", prefix = "git status"{chaining} }}
     );
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn an_allowed_program_cannot_hide_a_second_command_nor_a_denied_subcommand_behind_options() {
+    let dir = scripted_shell(
+        r#"[permissions]
+default = "ask"
+[[permissions.rules]]
+tool = "shell"
+permission = "deny"
+command_prefix = { field = "command", prefix = "git push" }
+[[permissions.rules]]
+tool = "shell"
+permission = "allow"
+command_prefix = { field = "command", prefix = "ls" }
+[[permissions.rules]]
+tool = "shell"
+permission = "allow"
+command_prefix = { field = "command", prefix = "git" }
+"#,
+        &[
+            // Where `sh` is bash, `@P` runs the `$(rm -rf .)` spelled in `x`'s value.
+            json!({"command": r"ls ${x:=$'\x24\x28rm\x20-rf\x20.\x29'} ${x@P}"}),
+            json!({"command": "ls $((a[x]))"}),
+            json!({"command": "git -C . push --force"}),
+            json!({"command": "git --no-pager push"}),
+            json!({"command": "ls ${HOME}"}),
+            json!({"command": "git -C . status"}),
+        ],
+    );
+    let (statuses, mut ran) = statuses(&dir).await;
+    assert_eq!(
+        statuses,
+        ["denied", "denied", "denied", "denied", "ok", "ok"]
+    );
+    // The batch's calls run in parallel: the tool saw them in any order.
+    ran.sort_by_key(|v| v["command"].as_str().map(str::to_owned));
+    assert_eq!(
+        ran,
+        [
+            json!({"command": "git -C . status"}),
+            json!({"command": "ls ${HOME}"})
+        ]
+    );
+}
+
 /// A scripted agent with the built-in `shell` and `read_file`, both rooted in `work/`, whose `[permissions]` are `permissions`; its model makes `calls` (each
 /// `[tool, arguments]`) in one batch, then answers.
 fn scripted_builtins(permissions: &str, calls: &[(&str, Value)]) -> AgentDir {

@@ -78,9 +78,11 @@ pub enum ArgumentMatch {
 
 impl ArgumentMatch {
     /// True when a command joins another command to itself or redirects: any of `;`, `&`, `|`, a
-    /// backtick, `$(`, `>`, `<` or a line break, anywhere in it.
+    /// backtick, `$(`, `>`, `<` or a line break, anywhere in it; or when it holds an expansion
+    /// that runs code in some shells (see [`runs_hidden_code`]), which can hide a second command
+    /// where none of those can be seen.
     pub fn is_chained(command: &str) -> bool {
-        CHAINING.iter().any(|c| command.contains(c))
+        CHAINING.iter().any(|c| command.contains(c)) || runs_hidden_code(command)
     }
 
     fn matches(&self, args: &Value, permission: Permission, paths: Paths<'_>) -> bool {
@@ -251,6 +253,12 @@ const CHAIN_SPLIT: &str = ";&|`()<>\n\r";
 /// comes from another part, which no reading of one part sees: then any word of the whole
 /// command that runs the prefix's words matches.
 fn chain_runs_with_words(command: &str, prefix: &str) -> bool {
+    if runs_hidden_code(command) {
+        // What such an expansion runs is built when the shell runs it (`${x@P}` of a value
+        // made of `\x24\x28rm…`): no reading of the text sees it, so a deny or ask rule fails
+        // closed, as it does for a program the shell expands.
+        return true;
+    }
     let joined = command.replace("\\\r\n", "").replace("\\\n", "");
     let parts: Vec<&str> = joined.split(|c: char| CHAIN_SPLIT.contains(c)).collect();
     if parts.iter().any(|part| runs_with_words(part, prefix)) {
@@ -267,6 +275,25 @@ fn chain_runs_with_words(command: &str, prefix: &str) -> bool {
     }
     let words: Vec<String> = parts.iter().flat_map(|part| shell_words(part)).collect();
     (0..words.len()).any(|i| word_runs(&words, i, &wanted))
+}
+
+/// True when `command` holds an expansion that can run code in bash (the `sh` of some systems),
+/// though no `$(` or backtick appears in it: a `${…}` that is more than a plain name (`${x@P}`
+/// expands a prompt, which runs the command substitutions in `x`'s value; `${!x}` and `${a[…]}`
+/// evaluate subscripts; `${x:=…}` assigns what a later word expands), arithmetic (`$((…))`,
+/// `$[…]`: a variable named in it is evaluated as an expression, subscripts included). `$x` and
+/// `${x}` only substitute a value and run nothing.
+fn runs_hidden_code(command: &str) -> bool {
+    if command.contains("$((") || command.contains("$[") {
+        return true;
+    }
+    command.match_indices("${").any(|(at, _)| {
+        let rest = command.get(at + 2..).unwrap_or_default();
+        let name = rest
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .unwrap_or(rest.len());
+        !(name > 0 && rest.get(name..name + 1) == Some("}"))
+    })
 }
 
 /// The words of a part of a command, quotes and backslashes taken out.
@@ -358,11 +385,14 @@ fn words_run(words: &[String], wanted: &[&str]) -> bool {
 /// left, and a one-letter option (`-c`) matches it inside a cluster (`-Ic`), with its value
 /// attached (`-cprint(1)`) or after other options and their values (`-I -W ignore -c`). Which
 /// option takes a value is the program's to say: any may here, so a deny rule errs towards
-/// matching (`python3 -I script.py -c x` is denied by `python3 -c`).
+/// matching (`python3 -I script.py -c x` is denied by `python3 -c`). A word that is not an
+/// option (a subcommand: `push` of `git push`) is found after the program's own options and
+/// their values too (`git -C . push`, `git -c a=b push`, `git --no-pager push`).
 fn rest_runs_with(wanted: &[&str], rest: &[String]) -> bool {
     let mut words = rest.iter();
     for w in wanted {
         let letter = short_option(w);
+        let subcommand = !w.starts_with('-');
         // True right after another option, whose value the next word may be (`-W ignore`).
         let mut after_option = false;
         loop {
@@ -374,6 +404,17 @@ fn rest_runs_with(wanted: &[&str], rest: &[String]) -> bool {
             }
             if word == w {
                 break;
+            }
+            if subcommand {
+                match word.strip_prefix('-') {
+                    // `-C`, `--git-dir`: an option, whose value the next word may be.
+                    Some(o) if !o.is_empty() && !o.contains('=') => after_option = true,
+                    // `--git-dir=x`, `-cx=y`: an option with its value.
+                    Some(o) if !o.is_empty() => after_option = false,
+                    _ if after_option => after_option = false,
+                    _ => return false,
+                }
+                continue;
             }
             let Some(letter) = letter else {
                 return false;
@@ -1576,6 +1617,67 @@ mod tests {
         assert_eq!(
             bare.decide("shell", &json!({"command": ["git", "status", ";", "rm"]})),
             Permission::Deny
+        );
+    }
+
+    #[test]
+    fn an_expansion_that_runs_code_is_never_admitted_by_an_allow_prefix_and_matches_a_deny() {
+        let hidden = [
+            // bash: `@P` expands the value as a prompt, running the `$(rm -rf .)` that `$'…'`
+            // spelled without a `$(` in the text.
+            r"ls ${x:=$'\x24\x28rm\x20-rf\x20.\x29'} ${x@P}",
+            "ls ${!x}",
+            "ls ${a[x]}",
+            "ls ${x:-y}",
+            "ls $((x))",
+            "ls $[x]",
+        ];
+        let mut store = PermissionStore::new(Permission::Ask);
+        store.configure(rule("shell", prefix("ls"), Permission::Allow));
+        decides(&store, &hidden, Permission::Ask);
+        decides(
+            &store,
+            &["ls", "ls $HOME", "ls ${HOME}", "ls ${HOME}/x $x_1"],
+            Permission::Allow,
+        );
+        let mut deny = PermissionStore::new(Permission::Allow);
+        deny.configure(rule("shell", prefix("rm"), Permission::Deny))
+            .configure(rule("shell", None, Permission::Allow));
+        decides(&deny, &hidden, Permission::Deny);
+        decides(&deny, &["ls ${HOME}", "echo $x"], Permission::Allow);
+    }
+
+    #[test]
+    fn a_deny_prefixs_subcommand_is_found_after_the_program_s_own_options() {
+        let mut store = PermissionStore::new(Permission::Allow);
+        store
+            .configure(rule("shell", prefix("git push"), Permission::Deny))
+            .configure(rule("shell", prefix("npm publish"), Permission::Deny))
+            .configure(rule("shell", prefix("kubectl delete"), Permission::Deny))
+            .configure(rule("shell", None, Permission::Allow));
+        decides(
+            &store,
+            &[
+                "git -C . push --force",
+                "git -c core.sshCommand=x push",
+                "git --no-pager push",
+                "git --git-dir=.git push",
+                "git -C . -c a=b --no-pager push origin",
+                "npm --prefix . publish",
+                "kubectl -n prod delete pod x",
+            ],
+            Permission::Deny,
+        );
+        decides(
+            &store,
+            &[
+                "git log push",
+                "git -C . status",
+                "git commit -m push",
+                "npm run publish-docs",
+                "kubectl get pods",
+            ],
+            Permission::Allow,
         );
     }
 
