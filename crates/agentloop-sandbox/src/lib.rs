@@ -344,8 +344,11 @@ impl Confinement {
     /// its own child (the pid the caller sees is the supervisor's, which exits as the program
     /// did) and, when this process dies, kills the child's process group and what came to it as
     /// an orphan; it works best on a command that leads its own process group
-    /// (`process_group(0)`), which is all it kills when the program exits. What escapes it is in
-    /// `docs/sandbox.md`. Call it before [`Confinement::install`].
+    /// (`process_group(0)`), which is all it kills when the program exits. A command left in
+    /// this process's group (where a sandbox around this process refuses a new one) has, when
+    /// the program exits, what came to the supervisor as an orphan killed instead, and a SIGTERM
+    /// to the supervisor passed on to the program. What escapes it is in `docs/sandbox.md`. Call
+    /// it before [`Confinement::install`].
     #[must_use]
     pub fn dying_with_parent(mut self) -> Self {
         if let Some(hook) = self.hook.as_mut() {

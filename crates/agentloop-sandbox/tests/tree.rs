@@ -173,3 +173,96 @@ fn a_call_outlives_the_thread_that_started_it() {
         assert_eq!(out.stdout, b"lived\n", "{mode}");
     }
 }
+
+/// `sh -c script` in `dir`, dying with this process, in this process's group (as where a
+/// sandbox around this process refuses a new one): the supervisor has no group to kill.
+fn in_this_group(mode: SandboxMode, dir: &Path, script: &str) -> std::process::Child {
+    let mut confinement = Sandbox::new(SandboxPolicy::new(mode))
+        .writable(dir)
+        .prepare()
+        .unwrap()
+        .dying_with_parent();
+    let mut command = Command::new("sh");
+    command
+        .args(["-c", script])
+        .current_dir(dir)
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    confinement.install(&mut command);
+    let child = command.spawn().unwrap();
+    // The private temporary folder may go: the script uses none.
+    drop(confinement);
+    child
+}
+
+/// The child's end within five seconds, or `None` (and it is killed).
+fn ended_within_5s(child: &mut std::process::Child) -> Option<std::process::ExitStatus> {
+    for _ in 0..250 {
+        if let Some(status) = child.try_wait().unwrap() {
+            return Some(status);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    None
+}
+
+#[test]
+fn without_a_group_of_its_own_what_the_program_left_dies_when_it_exits() {
+    // No group to kill: what the program left comes to the supervisor as an orphan (its
+    // children, then theirs), and goes.
+    let dir = tempfile::tempdir().unwrap();
+    for mode in modes() {
+        let _ = std::fs::remove_file(dir.path().join("left.pid"));
+        let mut child = in_this_group(
+            mode,
+            dir.path(),
+            "sh -c 'sleep 30 & echo $! > left.pid; wait' & while [ ! -s left.pid ]; do sleep 0.05; done; exit 3",
+        );
+        let status = ended_within_5s(&mut child);
+        assert_eq!(status.and_then(|s| s.code()), Some(3), "{mode}: {status:?}");
+        let left = std::fs::read_to_string(dir.path().join("left.pid")).unwrap();
+        let left = left.trim();
+        let dead = gone(left);
+        if !dead {
+            let _ = Command::new("kill").args(["-9", left]).status();
+        }
+        assert!(dead, "{mode}: the grandchild {left} outlived the program");
+    }
+}
+
+#[test]
+fn without_a_group_of_its_own_a_sigterm_to_the_supervisor_reaches_the_program() {
+    // With a group, a SIGTERM to it reaches the program (an MCP server's polite stop); without
+    // one, it goes to the supervisor's pid only, which passes it on.
+    let dir = tempfile::tempdir().unwrap();
+    for mode in modes() {
+        let _ = std::fs::remove_file(dir.path().join("ready"));
+        let _ = std::fs::remove_file(dir.path().join("termed"));
+        let mut child = in_this_group(
+            mode,
+            dir.path(),
+            "trap 'echo yes > termed; exit 0' TERM; touch ready; while :; do sleep 0.05; done",
+        );
+        let ready = (0..250).any(|_| {
+            std::thread::sleep(Duration::from_millis(20));
+            dir.path().join("ready").exists()
+        });
+        assert!(ready, "{mode}: the program did not start");
+        let pid = child.id().to_string();
+        assert!(
+            Command::new("kill")
+                .args(["-TERM", &pid])
+                .status()
+                .unwrap()
+                .success()
+        );
+        let status = ended_within_5s(&mut child);
+        assert_eq!(status.and_then(|s| s.code()), Some(0), "{mode}: {status:?}");
+        assert!(dir.path().join("termed").exists(), "{mode}");
+    }
+}

@@ -19,6 +19,12 @@
 //! orphan, then the group again, itself included. The pid agentloop sees is the supervisor's, which
 //! leads the group, so the group kill at a timeout or a cancellation still reaches everything.
 //!
+//! Without a group of its own (an agentloop inside another's sandbox, whose seccomp refuses
+//! `setpgid`, starts its children in the group it is in), the supervisor kills no group: when
+//! the program exits it kills what came to it as an orphan instead (all the program's tree by
+//! then, round after round), and it passes a SIGTERM sent to it on to the program, which a
+//! group's SIGTERM would have reached (an MCP server's polite stop).
+//!
 //! The parent-death signal comes when the agentloop *thread* that started the child ends, not
 //! only the process; the supervisor tells the two apart with `getppid` (a thread's children pass
 //! to another thread of the same process), so a call no longer dies with a thread that ended
@@ -43,6 +49,9 @@
 //!   `systemd-run`, `at`) is no descendant at all.
 //! - When the program exits normally, what left the group (under `off`) is left running, as
 //!   before: only the group is the call's.
+//! - Without a group of its own, a SIGKILL of the supervisor (agentloop's kill at a timeout, or
+//!   of an MCP server deaf to SIGTERM) leaves the program's tree to the next subreaper above
+//!   (the outer call's supervisor) or init; the program itself dies with the supervisor.
 //! - Killing what came to the supervisor needs `/proc` (it is read for each process's parent and
 //!   group); without it, only the group is killed. A tree that forks faster than the supervisor
 //!   kills outside the group is given up on after a bounded number of rounds; inside it, the last
@@ -174,13 +183,14 @@ fn supervise(parent: pid_t, me: pid_t, program: pid_t, fd_bound: c_int) -> ! {
         libc::sigfillset(&mut all);
         libc::sigprocmask(libc::SIG_BLOCK, &all, std::ptr::null_mut());
     }
-    let mut wake = empty_set();
-    add(&mut wake, libc::SIGCHLD);
-    add(&mut wake, DEATH_SIGNAL);
     // Only a group of its own is killed; a caller that did not ask for one keeps its own.
     // SAFETY: getpgrp takes nothing.
     #[allow(unsafe_code)]
     let group = (unsafe { libc::getpgrp() } == me).then_some(me);
+    let mut wake = empty_set();
+    add(&mut wake, libc::SIGTERM);
+    add(&mut wake, libc::SIGCHLD);
+    add(&mut wake, DEATH_SIGNAL);
     let mut status = None;
     loop {
         reap(program, &mut status);
@@ -197,14 +207,26 @@ fn supervise(parent: pid_t, me: pid_t, program: pid_t, fd_bound: c_int) -> ! {
             exit(ORPHANED_EXIT);
         }
         if let Some(status) = status {
-            kill_leftovers(me, group, false);
+            // What the program left: its group or, without one, what came here as an orphan,
+            // which is all of its tree once it has exited (the group's kill under `off` spares
+            // what left it; without a group nothing tells such a process apart).
+            kill_leftovers(me, group, group.is_none());
             mirror(me, status);
         }
         // SAFETY: sigtimedwait reads a set and a timeout on our stack; no info is asked for.
         // Whichever signal woke it, or none, the loop looks again.
         #[allow(unsafe_code)]
-        unsafe {
-            libc::sigtimedwait(&wake, std::ptr::null_mut(), &CHECK_EVERY);
+        let taken = unsafe { libc::sigtimedwait(&wake, std::ptr::null_mut(), &CHECK_EVERY) };
+        if taken == libc::SIGTERM && group.is_none() {
+            // A SIGTERM to the pid the caller sees, the polite stop of an MCP server, would
+            // have reached the program with the group's; without one it is passed on (the
+            // program is not reaped yet, so its pid is still its own). With a group, the
+            // program had its own and this one is dropped.
+            // SAFETY: kill takes two integers.
+            #[allow(unsafe_code)]
+            unsafe {
+                libc::kill(program, libc::SIGTERM);
+            }
         }
     }
 }
