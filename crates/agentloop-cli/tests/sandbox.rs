@@ -753,3 +753,123 @@ input_schema = { type = "object", properties = {} }
         "hello from inside\n"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_agentloop_run_inside_a_sandbox_starts_its_own_stdio_mcp_servers() {
+    // A stdio MCP server led a process group of its own, which the outer sandbox refuses
+    // (seccomp, `setpgid`: EPERM): an agentloop run from a sandboxed tool (or served as a
+    // sandboxed MCP server) could start none. It now starts in the group it is in, still
+    // confined and supervised: its tools answer, and what it left running dies when it exits,
+    // not only with the outer call.
+    if !sandbox_modes_here().contains(&"workspace-write") {
+        eprintln!("skipped: this machine has no sandbox");
+        return;
+    }
+    let dir = agent(SHELL);
+    let server = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../scripts/mcp/growing_server.py");
+    dir.write(
+        "work/inner.toml",
+        r#"name = "inner"
+[model]
+provider = "scripted"
+script = "inner.json"
+[[mcp]]
+name = "grow"
+command = ["sh", "server.sh"]
+"#,
+    );
+    // The server leaves a child running in the background, then becomes the growing server.
+    dir.write(
+        "work/server.sh",
+        &format!(
+            "sleep 60 </dev/null >/dev/null 2>&1 &\necho $! > left.pid\nexec python3 {:?}\n",
+            server.display().to_string()
+        ),
+    );
+    dir.write(
+        "work/inner.json",
+        &json!([
+            {"tool_calls": [{"id": "a", "name": "grow__add_tool", "arguments": {}}]},
+            {"tool_calls": [{"id": "n", "name": "grow__new_tool", "arguments": {}}]},
+            {"text": "inner done"}
+        ])
+        .to_string(),
+    );
+    // After the inner run, still inside the outer call: is the server's child alive?
+    let inner = format!(
+        "{} run inner.toml --input go --json; sleep 0.5; \
+         left=$(cat left.pid) && state=$(cut -d' ' -f3 /proc/$left/stat 2>/dev/null); \
+         echo \"left: ${{state:-gone}}\"",
+        bin()
+    );
+    // And a run SIGKILLed while it waits in a command tool, its server started: the server's
+    // tree dies with it, though it is in no group of its own.
+    dir.write(
+        "work/killed.toml",
+        r#"name = "killed"
+[model]
+provider = "scripted"
+script = "killed.json"
+[[mcp]]
+name = "grow"
+command = ["sh", "server.sh"]
+[[tools]]
+name = "wait"
+command = ["sh", "-c", "echo start > side.log; sleep 30"]
+input_schema = { type = "object", properties = {} }
+"#,
+    );
+    dir.write(
+        "work/killed.json",
+        &json!([
+            {"tool_calls": [{"id": "a", "name": "grow__add_tool", "arguments": {}}]},
+            {"tool_calls": [{"id": "w", "name": "wait", "arguments": {}}]},
+            {"text": "never"}
+        ])
+        .to_string(),
+    );
+    let killed = format!(
+        "rm -f left.pid; {} run killed.toml --input go >/dev/null 2>&1 & run=$!; i=0; \
+         while [ ! -e side.log ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done; \
+         kill -9 $run; sleep 1; left=$(cat left.pid) && state=$(cut -d' ' -f3 /proc/$left/stat 2>/dev/null); \
+         echo \"left: ${{state:-gone}}\"",
+        bin()
+    );
+    shell_script(&dir, "shell", &[&inner, &killed]);
+    let calls = run(&dir).await;
+    let out = output(&calls, "c1");
+    assert!(
+        dir.path("work/side.log").exists(),
+        "the killed run did not reach its wait tool: {out}"
+    );
+    assert!(
+        out.contains("left: gone") || out.contains("left: Z"),
+        "the killed run's server's background child outlived it: {out}"
+    );
+    let out = output(&calls, "c0");
+    let json_start = out.find('{').unwrap_or_else(|| panic!("no JSON in {out}"));
+    let inner: Value = serde_json::Deserializer::from_str(&out[json_start..])
+        .into_iter::<Value>()
+        .next()
+        .unwrap()
+        .unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert_eq!(inner["output"], "inner done", "{out}");
+    assert_eq!(inner["tool_calls"][0]["ok"], true, "{out}");
+    assert_eq!(inner["tool_calls"][1]["ok"], true, "{out}");
+    assert!(
+        inner["tool_calls"][1]["output"]
+            .to_string()
+            .contains("new_tool ran"),
+        "{out}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.path("work/new_tool.ran")).unwrap(),
+        "yes"
+    );
+    // Gone, or dead and not yet reaped by the outer call's supervisor.
+    assert!(
+        out.contains("left: gone") || out.contains("left: Z"),
+        "the server's background child outlived it: {out}"
+    );
+}
