@@ -575,6 +575,15 @@ async fn agentloops_client_speaks_each_wire(transport: Transport) {
             json!({"forecast": "18 degrees and sunny"}),
             "{spoken}: {ran}"
         );
+        // The scripted answer comes whatever the tool did: its log shows that it ran (over
+        // stdio the served agentloop runs in the entry's sandbox, inside which its tool starts
+        // in no group of its own).
+        assert_eq!(
+            dir.tool_inputs(),
+            vec![json!({"city": "Paris"})],
+            "{spoken}: the served agent's command tool did not run: {ran}"
+        );
+        std::fs::remove_file(dir.path("stdin.log")).unwrap();
     }
 }
 
