@@ -287,8 +287,8 @@ impl ChildHook {
             }
         }
         // The seccomp filter refuses nothing the supervisor needs (`clone`, `prctl`, `wait4`,
-        // `kill`, `rt_sigtimedwait`, reading `/proc`), and Landlock lets it signal its own
-        // domain, which the program's tree shares or nests in.
+        // `kill`, `pidfd_open`, `pidfd_send_signal`, `rt_sigtimedwait`, reading `/proc`), and
+        // Landlock lets it signal its own domain, which the program's tree shares or nests in.
         if let Some(supervised) = supervised {
             supervised.split()?;
         }

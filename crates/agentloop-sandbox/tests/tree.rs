@@ -266,3 +266,27 @@ fn without_a_group_of_its_own_a_sigterm_to_the_supervisor_reaches_the_program() 
         assert!(dir.path().join("termed").exists(), "{mode}");
     }
 }
+
+#[test]
+fn the_sandbox_lets_the_supervisor_kill_through_a_pidfd() {
+    // The supervisor runs under the program's seccomp filter: it must allow `pidfd_open` and
+    // `pidfd_send_signal` (where they are missing the supervisor falls back to `kill`, which a
+    // refusal would make it do silently). The program, under the same filter, tries both.
+    let dir = tempfile::tempdir().unwrap();
+    let probe = "import os, signal, subprocess\n\
+                 p = subprocess.Popen(['sleep', '30'])\n\
+                 try:\n    fd = os.pidfd_open(p.pid)\n\
+                 except OSError as e:\n    p.kill(); p.wait(); print('open', e.errno); raise SystemExit(1)\n\
+                 signal.pidfd_send_signal(fd, signal.SIGKILL)\n\
+                 print(p.wait())\n";
+    for mode in modes() {
+        let out = command(mode, dir.path(), "python3", &["-c", probe]);
+        let said = text(&out);
+        if said.contains(&format!("open {}", libc::ENOSYS)) {
+            eprintln!("skipped: no pidfd_open on this kernel");
+            return;
+        }
+        assert_eq!(out.status.code(), Some(0), "{mode}: {said}");
+        assert_eq!(said.trim(), "-9", "{mode}");
+    }
+}

@@ -56,6 +56,10 @@
 //!   group); without it, only the group is killed. A tree that forks faster than the supervisor
 //!   kills outside the group is given up on after a bounded number of rounds; inside it, the last
 //!   group kill is atomic.
+//! - A listed process is killed through a pidfd once its `/proc` line, read after the pidfd was
+//!   opened, still shows it in the group (or a child of this process) with the start time
+//!   listed, so a pid another process took over since the listing is spared. Where `pidfd_open`
+//!   is missing (before Linux 5.3) or refused, it is `kill`, which such a pid would get.
 //! - A timeout, a cancellation or a kill of the supervisor itself (SIGKILL, by agentloop's group
 //!   kill or anyone's) leaves it no time: the group dies with it, the orphans it held go to
 //!   init.
@@ -257,16 +261,14 @@ fn kill_leftovers(me: pid_t, group: Option<pid_t>, orphans: bool) {
     let mut ignored = None;
     for _ in 0..KILL_ROUNDS {
         let mut killed = 0u32;
-        let read = each_process(|p| {
-            let ours = group == Some(p.pgrp) || (orphans && p.ppid == me);
-            if p.pid == me || !ours || p.ended() {
+        let ours = |p: &Process| group == Some(p.pgrp) || (orphans && p.ppid == me);
+        let read = each_process(|proc_dir, p| {
+            if p.pid == me || !ours(&p) || p.ended() {
                 return;
             }
-            // SAFETY: kill takes two integers. ESRCH (gone) and EPERM (out of reach) are not
-            // counted: only a process that will die makes the next round worth it.
-            #[allow(unsafe_code)]
-            let rc = unsafe { libc::kill(p.pid, libc::SIGKILL) };
-            if rc == 0 {
+            // Gone, out of reach (EPERM) or no longer the listed process: not counted, as only
+            // a process that will die makes the next round worth it.
+            if kill_if_still(proc_dir, &p, ours) {
                 killed += 1;
             }
         });
@@ -279,6 +281,89 @@ fn kill_leftovers(me: pid_t, group: Option<pid_t>, orphans: bool) {
         unsafe {
             libc::nanosleep(&ROUND_PAUSE, std::ptr::null_mut());
         }
+    }
+}
+
+/// Sends SIGKILL to `listed` if the process its pid names is still the one listed (the same
+/// start time) and still `ours`; true when the signal was sent.
+///
+/// Between the listing and the kill the process may end and its pid go to another process of
+/// the user's (a group member is not this process's child, so nothing holds its pid; under
+/// `off` nothing else keeps such a process out of reach either). A pidfd names one process for
+/// good: its `/proc` line, read after it was opened, is that process's while it lives, so a
+/// match means the signal reaches the listed one; a process that ended since cannot be
+/// signalled through it. Where `pidfd_open` is missing (`ENOSYS`, Linux before 5.3) or refused
+/// (a container's seccomp profile, `EPERM`), it is `kill` as before: a kill that might miss is
+/// better than a leftover that acts.
+fn kill_if_still(proc_dir: c_int, listed: &Process, ours: impl Fn(&Process) -> bool) -> bool {
+    // SAFETY: pidfd_open takes a pid and flags; it returns a descriptor this function closes.
+    #[allow(unsafe_code)]
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, listed.pid, 0u32) };
+    let Ok(fd) = c_int::try_from(fd) else {
+        return false;
+    };
+    if fd < 0 {
+        return match io::Error::last_os_error().raw_os_error() {
+            Some(libc::ENOSYS | libc::EPERM) => {
+                // SAFETY: kill takes two integers.
+                #[allow(unsafe_code)]
+                let rc = unsafe { libc::kill(listed.pid, libc::SIGKILL) };
+                rc == 0
+            }
+            // ESRCH: gone. Anything else (no descriptor left): the next round tries again.
+            _ => false,
+        };
+    }
+    let now = pid_name(listed.pid).and_then(|name| read_stat(proc_dir, name.as_slice()));
+    let same = now.is_some_and(|now| now.start == listed.start && ours(&now));
+    let sent = same && {
+        // SAFETY: pidfd_send_signal takes the descriptor opened above, a signal, no siginfo (a
+        // null pointer: the kernel fills in a kill's) and flags 0.
+        #[allow(unsafe_code)]
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_pidfd_send_signal,
+                fd,
+                libc::SIGKILL,
+                std::ptr::null::<libc::siginfo_t>(),
+                0u32,
+            )
+        };
+        rc == 0
+    };
+    // SAFETY: close takes the descriptor opened above.
+    #[allow(unsafe_code)]
+    unsafe {
+        libc::close(fd);
+    }
+    sent
+}
+
+/// A pid's decimal digits, as `/proc` names its folder.
+fn pid_name(pid: pid_t) -> Option<PidName> {
+    let mut digits = [0u8; 10];
+    let mut at = digits.len();
+    let mut n = u32::try_from(pid).ok()?;
+    loop {
+        at = at.checked_sub(1)?;
+        *digits.get_mut(at)? = b'0' + u8::try_from(n % 10).ok()?;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    Some(PidName { digits, at })
+}
+
+/// A pid's name in `/proc`, on the stack (the supervisor allocates nothing).
+struct PidName {
+    digits: [u8; 10],
+    at: usize,
+}
+
+impl PidName {
+    fn as_slice(&self) -> &[u8] {
+        self.digits.get(self.at..).unwrap_or_default()
     }
 }
 
@@ -323,6 +408,7 @@ fn close_all(fd_bound: c_int) {
 }
 
 /// What `/proc/<pid>/stat` tells of a process.
+#[derive(Clone, Copy)]
 struct Process {
     pid: pid_t,
     state: u8,
@@ -331,6 +417,9 @@ struct Process {
     /// Its threads, its first one counted while the others run (`None` when the line was cut
     /// before the field).
     threads: Option<pid_t>,
+    /// When it started, in clock ticks after boot: with the pid, what tells it from a process
+    /// that took the pid over later (`None` when the line was cut before the field).
+    start: Option<u64>,
 }
 
 impl Process {
@@ -342,8 +431,8 @@ impl Process {
     }
 }
 
-/// Calls `each` for every process `/proc` lists; false when `/proc` cannot be read.
-fn each_process(mut each: impl FnMut(Process)) -> bool {
+/// Calls `each` for every process `/proc` lists, with `/proc` open; false when it cannot be read.
+fn each_process(mut each: impl FnMut(c_int, Process)) -> bool {
     // SAFETY: open reads a static NUL-terminated path.
     #[allow(unsafe_code)]
     let dir = unsafe {
@@ -384,7 +473,7 @@ fn each_process(mut each: impl FnMut(Process)) -> bool {
             if let Some(name) = record.get(19..len.min(record.len())) {
                 let name = name.split(|&b| b == 0).next().unwrap_or_default();
                 if let Some(p) = read_stat(dir, name) {
-                    each(p);
+                    each(dir, p);
                 }
             }
             at += len;
@@ -412,8 +501,9 @@ fn read_stat(dir: c_int, name: &[u8]) -> Option<Process> {
     if fd < 0 {
         return None;
     }
-    // `pid (comm) S ppid pgrp ... num_threads ...`: the name is at most 16 bytes and each of
-    // the 18 fields up to the thread count at most 21, so this holds the fields needed.
+    // `pid (comm) S ppid pgrp ... num_threads itrealvalue starttime ...`: the name is at most
+    // 16 bytes and each of the 20 fields up to the start time at most 21, so this holds the
+    // fields needed.
     let mut line = [0u8; 512];
     // SAFETY: read writes at most line.len() bytes into our stack buffer; close takes the
     // descriptor just opened.
@@ -433,26 +523,37 @@ fn read_stat(dir: c_int, name: &[u8]) -> Option<Process> {
     // After the group: session, tty, tpgid, flags, four fault counts, four times, priority and
     // nice (tpgid, priority and nice may be negative; none is read), then the thread count.
     let threads = fields.nth(14).and_then(number);
+    // Then `itrealvalue` (always 0) and the start time.
+    let start = fields.nth(1).and_then(number_u64);
     Some(Process {
         pid,
         state,
         ppid,
         pgrp,
         threads,
+        start,
     })
 }
 
 /// A decimal number of digits only.
 fn number(digits: &[u8]) -> Option<pid_t> {
-    if digits.is_empty() || digits.len() > 10 {
+    if digits.len() > 10 {
         return None;
     }
-    let mut n: pid_t = 0;
+    pid_t::try_from(number_u64(digits)?).ok()
+}
+
+/// A decimal number of digits only, at most `u64::MAX`.
+fn number_u64(digits: &[u8]) -> Option<u64> {
+    if digits.is_empty() {
+        return None;
+    }
+    let mut n: u64 = 0;
     for &d in digits {
         if !d.is_ascii_digit() {
             return None;
         }
-        n = n.checked_mul(10)?.checked_add(pid_t::from(d - b'0'))?;
+        n = n.checked_mul(10)?.checked_add(u64::from(d - b'0'))?;
     }
     Some(n)
 }
@@ -561,6 +662,7 @@ mod tests {
             ppid: 1,
             pgrp: 2,
             threads,
+            start: Some(1),
         };
         assert!(process(b'Z', Some(1)).ended());
         assert!(process(b'X', Some(1)).ended());
@@ -580,10 +682,69 @@ mod tests {
     }
 
     #[test]
+    fn a_listed_process_is_killed_only_while_its_pid_names_the_one_listed() {
+        use std::os::unix::process::{CommandExt, ExitStatusExt};
+        // A leftover of a call: a process of its own group, not a child of the killer's.
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let pid = pid_t::try_from(child.id()).unwrap();
+        let ours = |p: &Process| p.pgrp == pid;
+        // SAFETY: open reads a static NUL-terminated path.
+        #[allow(unsafe_code)]
+        let proc_dir = unsafe {
+            libc::open(
+                c"/proc".as_ptr(),
+                libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+            )
+        };
+        assert!(proc_dir >= 0);
+        let listed = read_stat(proc_dir, pid_name(pid).unwrap().as_slice()).unwrap();
+        assert!(listed.start.is_some());
+        // The pid listed with another start time: a process that has taken the pid over since.
+        let other = Process {
+            start: listed.start.map(|s| s + 1),
+            ..listed
+        };
+        assert!(!kill_if_still(proc_dir, &other, ours));
+        // The same process, out of the group by now.
+        assert!(!kill_if_still(proc_dir, &listed, |p: &Process| p.pgrp != pid));
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        let refused = child.try_wait().unwrap().is_none();
+        // The one listed, still in its group: killed.
+        let sent = kill_if_still(proc_dir, &listed, ours);
+        if !sent {
+            let _ = child.kill();
+        }
+        let status = child.wait().unwrap();
+        // Reaped, its pid names no process: nothing is sent.
+        let after = kill_if_still(proc_dir, &listed, ours);
+        // SAFETY: close takes the descriptor opened above.
+        #[allow(unsafe_code)]
+        unsafe {
+            libc::close(proc_dir);
+        }
+        assert!(refused, "a process not the listed one was killed");
+        assert!(sent, "the listed process was not signalled");
+        assert_eq!(status.signal(), Some(libc::SIGKILL));
+        assert!(!after);
+    }
+
+    #[test]
+    fn pids_are_named_as_proc_names_them() {
+        assert_eq!(pid_name(1).unwrap().as_slice(), b"1");
+        assert_eq!(pid_name(4_194_304).unwrap().as_slice(), b"4194304");
+        assert_eq!(pid_name(pid_t::MAX).unwrap().as_slice(), b"2147483647");
+        assert!(pid_name(-1).is_none());
+    }
+
+    #[test]
     fn this_process_is_listed_with_its_parent_and_group() {
         let me = getpid();
         let mut seen = None;
-        assert!(each_process(|p| {
+        assert!(each_process(|_, p| {
             if p.pid == me {
                 seen = Some((p.ppid, p.pgrp, p.threads.is_some_and(|n| n >= 1), p.ended()));
             }
