@@ -238,6 +238,25 @@ impl LocalAgent {
         agent
     }
 
+    /// The same agent sampling: temperature 0.7 and no seed in place of the example's 0 and 42,
+    /// so that each model call is a new draw.
+    fn sampled(base_url: &str) -> LocalAgent {
+        let agent = LocalAgent::new(base_url);
+        let file = agent.dir.path().join("agent.toml");
+        let text = std::fs::read_to_string(&file).unwrap();
+        for needle in ["temperature = 0.0\n", "seed = 42\n"] {
+            assert!(
+                text.contains(needle),
+                "examples/local/agent.toml has no {needle:?}"
+            );
+        }
+        let sampled = text
+            .replace("temperature = 0.0\n", "temperature = 0.7\n")
+            .replace("seed = 42\n", "");
+        std::fs::write(&file, sampled).unwrap();
+        agent
+    }
+
     /// The notes in the agent's store (`notes.jsonl`), lowercased, in order.
     fn saved_notes(&self) -> Vec<String> {
         let notes = std::fs::read_to_string(self.dir.path().join("notes.jsonl")).unwrap();
@@ -896,6 +915,8 @@ fn tool_the_model_was_not_given_is_fed_back_naming_the_valid_tools_and_the_run_g
     assert_eq!(run.json["usage"]["input_tokens"], 493 + 493 + 571, "{d}");
 }
 
+/// The example's settings (temperature 0, seed 42) make the same output on a retry: the parse
+/// error is not retried.
 #[test]
 fn a_streamed_parse_error_is_not_retried_and_names_the_tool_dialect() {
     let fake = LoopbackLlama::start(vec![parse_error_stream(), parse_error_stream()]);
@@ -919,6 +940,33 @@ fn a_non_streamed_parse_error_http_500_is_not_retried_and_names_the_tool_dialect
         "{requests:?}"
     );
     run.assert_failed_on_the_servers_parse_error();
+}
+
+/// Sampling (temperature 0.7, no seed, as the local-model suite runs), a retry is a new draw:
+/// the parse error is retried by the `[model]` retry policy, the same request sent again, and
+/// the draw that parses runs its tool and the run finishes.
+#[test]
+fn a_streamed_parse_error_of_a_sampled_request_is_drawn_again_and_the_run_finishes() {
+    let fake = LoopbackLlama::start(vec![
+        parse_error_stream(),
+        tool_call_stream("get_weather", &["{\"city\": ", "\"Paris\"}"]),
+        text_stream(&["It is ", "18 degrees ", "in Paris."]),
+    ]);
+    let run = LocalAgent::sampled(&fake.base_url()).run("What is the weather in Paris?", &[]);
+    let d = run.dump();
+    assert_eq!(run.code, Some(0), "{d}");
+    assert_eq!(run.stop_reason(), "finished", "{d}");
+    assert_eq!(run.json["error"], Value::Null, "{d}");
+    let calls = run.calls();
+    assert_eq!(calls.len(), 1, "{d}");
+    assert_eq!(calls[0]["tool"], "get_weather", "{d}");
+    assert_eq!(calls[0]["status"], "ok", "{d}");
+    assert!(has_number(run.output(), "18"), "{d}");
+    let requests = fake.requests();
+    assert_eq!(requests.len(), 3, "{d}");
+    assert_eq!(requests[0], requests[1], "the retry is the same request");
+    assert_eq!(requests[0]["temperature"], 0.7, "{:#}", requests[0]);
+    assert_eq!(requests[0].get("seed"), None, "{:#}", requests[0]);
 }
 
 #[test]
@@ -1332,19 +1380,8 @@ fn the_coder_example_on_the_1_5b_model_writes_calc_py_runs_it_and_answers_with_w
 fn the_local_model_suite() {
     let _turn = serial();
     let server = LlamaServer::start();
-    let agent = LocalAgent::new(&server.base_url());
+    let agent = LocalAgent::sampled(&server.base_url());
     let file = agent.dir.path().join("agent.toml");
-    let text = std::fs::read_to_string(&file).unwrap();
-    for needle in ["temperature = 0.0\n", "seed = 42\n"] {
-        assert!(
-            text.contains(needle),
-            "examples/local/agent.toml has no {needle:?}"
-        );
-    }
-    let sampled = text
-        .replace("temperature = 0.0\n", "temperature = 0.7\n")
-        .replace("seed = 42\n", "");
-    std::fs::write(&file, sampled).unwrap();
     let baseline = repo_root().join("examples/local/evals-baseline.json");
     let write = std::env::var_os("AGENTLOOP_WRITE_BASELINE").is_some();
     assert!(

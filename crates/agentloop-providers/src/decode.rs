@@ -19,6 +19,7 @@ use agentloop::{
 use bytes::Bytes;
 use futures::{StreamExt, stream};
 
+use crate::error::redraw_unparsed;
 use crate::http::HttpClient;
 use crate::sse::{SseStream, sse, sse_of_body};
 
@@ -85,67 +86,31 @@ pub(crate) fn decoded_events<'a, D: StreamDecoder + 'a>(
 /// told by its first bytes as much as by its label: one that opens as a JSON document is read
 /// whole whatever its label (so an error object keeps its kind), and one labelled neither JSON
 /// nor events streams only when it opens as events do.
+///
+/// `sampled` says the request samples (see [`crate::error::samples`]): then a local server's
+/// refusal of the model's tool call, whether as an HTTP error or inside the answer, is retryable,
+/// as a retry is a new draw.
 pub(crate) fn post_and_decode<'a, D: StreamDecoder + 'a>(
     client: &'a HttpClient,
     path: &'a str,
     body: Result<Vec<u8>, ModelError>,
     decoder: D,
     stream: bool,
+    sampled: bool,
 ) -> ModelStream<'a> {
     let answer = opened(async move {
-        let response = client.post_json(path, body?).await?;
-        let media = media_type(&response);
-        let declared = response.content_length();
-        let mut chunks = client.body_chunks(response);
-        let mut head = Bytes::new();
-        if stream && media != Media::Json {
-            // The label is a claim; the first bytes say what the body is. An event stream opens
-            // with a field or a comment, never with `{`, `[` or `<`: a body that does is a JSON
-            // document (a gateway's error object under a 200, which read as events would carry
-            // none and end as a bare "stream ended early", its kind and message lost) or an HTML
-            // page. Unlabelled (text/plain, no label), a body is events only when it opens as
-            // they do; labelled as events, one byte decides, so no event waits on the peek.
-            let labelled = media == Media::EventStream;
-            let enough = if labelled { 1 } else { SSE_PREFIX_BYTES };
-            // The peek is the stream's first read: the same idle timeout bounds it.
-            let idle = client.config().idle_timeout;
-            let peek = first_bytes(&mut chunks, enough, client.config().max_event_bytes);
-            head = tokio::time::timeout(idle, peek).await.map_err(|_| {
-                ModelError::new(
-                    ModelErrorKind::Timeout,
-                    format!("the stream was idle for {} s", idle.as_secs_f64()),
-                )
-                .with_provider(client.provider())
-            })??;
-            let events = if labelled {
-                !opens_as_document(&head)
-            } else {
-                starts_like_sse(&head) || head.iter().all(u8::is_ascii_whitespace)
-            };
-            if events {
-                let events = stream::iter([Ok(head)]).chain(chunks);
-                return Ok(decoded_events(sse(client, events), decoder));
-            }
+        let response = client.post_json_of(path, body?, sampled).await?;
+        let answer = read_answer(client, response, decoder, stream);
+        if !sampled {
+            return answer.await;
         }
-        let rest = stream::iter([Ok(head)]).chain(chunks);
-        let bytes = client.collect_body(rest, declared).await?;
-        let looks_like_sse =
-            !opens_as_document(&bytes) && (media == Media::EventStream || starts_like_sse(&bytes));
-        let mut response = if looks_like_sse {
-            accumulate_sse(&bytes, client.provider(), decoder)?
-        } else {
-            accumulate_whole(&bytes, decoder)?
+        // An error inside the answer carries no `x-should-retry` to overrule the new draw.
+        let redraw = |mut e: ModelError| {
+            redraw_unparsed(&mut e);
+            e
         };
-        if stream {
-            response
-                .warnings
-                .push("asked for a stream, the server answered with one JSON body".to_owned());
-        } else if looks_like_sse {
-            response.warnings.push(
-                "asked for one JSON body, the server answered with an event stream".to_owned(),
-            );
-        }
-        Ok(one_event(ModelEvent::Response(response)))
+        let events = answer.await.map_err(redraw)?;
+        Ok(Box::pin(events.map(move |item| item.map_err(redraw))) as ModelStream<'a>)
     });
     // Whatever failed, the key goes before the error leaves: an error event or an error body
     // under a 200 is the server's text as much as a 401's body is, and may quote the request.
@@ -155,6 +120,67 @@ pub(crate) fn post_and_decode<'a, D: StreamDecoder + 'a>(
             e
         })
     }))
+}
+
+/// Reads a 2xx answer with `decoder`, as events or as one whole body (see [`post_and_decode`]).
+async fn read_answer<'a, D: StreamDecoder + 'a>(
+    client: &'a HttpClient,
+    response: reqwest::Response,
+    decoder: D,
+    stream: bool,
+) -> Result<ModelStream<'a>, ModelError> {
+    let media = media_type(&response);
+    let declared = response.content_length();
+    let mut chunks = client.body_chunks(response);
+    let mut head = Bytes::new();
+    if stream && media != Media::Json {
+        // The label is a claim; the first bytes say what the body is. An event stream opens
+        // with a field or a comment, never with `{`, `[` or `<`: a body that does is a JSON
+        // document (a gateway's error object under a 200, which read as events would carry
+        // none and end as a bare "stream ended early", its kind and message lost) or an HTML
+        // page. Unlabelled (text/plain, no label), a body is events only when it opens as
+        // they do; labelled as events, one byte decides, so no event waits on the peek.
+        let labelled = media == Media::EventStream;
+        let enough = if labelled { 1 } else { SSE_PREFIX_BYTES };
+        // The peek is the stream's first read: the same idle timeout bounds it.
+        let idle = client.config().idle_timeout;
+        let peek = first_bytes(&mut chunks, enough, client.config().max_event_bytes);
+        head = tokio::time::timeout(idle, peek).await.map_err(|_| {
+            ModelError::new(
+                ModelErrorKind::Timeout,
+                format!("the stream was idle for {} s", idle.as_secs_f64()),
+            )
+            .with_provider(client.provider())
+        })??;
+        let events = if labelled {
+            !opens_as_document(&head)
+        } else {
+            starts_like_sse(&head) || head.iter().all(u8::is_ascii_whitespace)
+        };
+        if events {
+            let events = stream::iter([Ok(head)]).chain(chunks);
+            return Ok(decoded_events(sse(client, events), decoder));
+        }
+    }
+    let rest = stream::iter([Ok(head)]).chain(chunks);
+    let bytes = client.collect_body(rest, declared).await?;
+    let looks_like_sse =
+        !opens_as_document(&bytes) && (media == Media::EventStream || starts_like_sse(&bytes));
+    let mut response = if looks_like_sse {
+        accumulate_sse(&bytes, client.provider(), decoder)?
+    } else {
+        accumulate_whole(&bytes, decoder)?
+    };
+    if stream {
+        response
+            .warnings
+            .push("asked for a stream, the server answered with one JSON body".to_owned());
+    } else if looks_like_sse {
+        response
+            .warnings
+            .push("asked for one JSON body, the server answered with an event stream".to_owned());
+    }
+    Ok(one_event(ModelEvent::Response(response)))
 }
 
 #[derive(Debug, PartialEq, Eq)]

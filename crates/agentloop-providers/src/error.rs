@@ -289,7 +289,8 @@ impl ProviderError {
         let mut error = ModelError::new(kind, message).with_provider(provider);
         if unparsed {
             // The same prompt gives the same unparseable output (at temperature 0, always): a
-            // retry spends a model call to fail again. The way out is the hint's.
+            // retry spends a model call to fail again. The way out is the hint's. A provider
+            // whose request samples makes it retryable again ([`redraw_unparsed`]).
             error.should_retry = Some(false);
         }
         error.status = status;
@@ -310,6 +311,23 @@ pub fn is_unparsed_tool_output(message: &str) -> bool {
     (m.contains("does not match the expected") && m.contains("format"))
         || m.contains("failed to parse input at pos")
         || m.contains("error parsing tool call")
+}
+
+/// Whether a request with this temperature and seed (as sent: `None` when the request carries
+/// none) samples: no seed and a temperature other than 0. No temperature leaves the server's
+/// default, which samples (llama-server's is 0.8, OpenAI's 1).
+pub(crate) fn samples(temperature: Option<f64>, seed: Option<i64>) -> bool {
+    seed.is_none() && temperature != Some(0.0)
+}
+
+/// Makes a local server's refusal of the model's tool call ([`is_unparsed_tool_output`])
+/// retryable, for a request that [`samples`]: its retry is a new draw, which may well parse,
+/// where a greedy or seeded request would get the same output again. The server's own word
+/// (`x-should-retry`) is applied after this, so it still wins.
+pub(crate) fn redraw_unparsed(error: &mut ModelError) {
+    if error.should_retry == Some(false) && is_unparsed_tool_output(&error.message) {
+        error.should_retry = Some(true);
+    }
 }
 
 /// Appended to such an error: what the user can change.
@@ -333,8 +351,23 @@ pub fn classify_http_error(
     headers: &HeaderMap,
     body: &[u8],
 ) -> ModelError {
+    classify_http_error_of(provider, status, headers, body, false)
+}
+
+/// [`classify_http_error`] for a request that [`samples`] or not: a sampled request's refused
+/// tool call is worth a new draw ([`redraw_unparsed`]).
+pub(crate) fn classify_http_error_of(
+    provider: &str,
+    status: u16,
+    headers: &HeaderMap,
+    body: &[u8],
+    sampled: bool,
+) -> ModelError {
     let parsed = ProviderError::parse(body).unwrap_or_default();
     let mut error = parsed.into_model_error(provider, Some(status));
+    if sampled {
+        redraw_unparsed(&mut error);
+    }
     if let Some(id) = request_id(headers) {
         error.request_id = Some(id);
     }
@@ -441,6 +474,29 @@ mod tests {
         let other = r#"{"error":{"code":500,"message":"slot unavailable","type":"server_error"}}"#;
         assert!(classify(500, other).is_retryable());
         assert!(!classify(500, other).message.contains("tool_dialect"));
+    }
+
+    #[test]
+    fn a_sampled_requests_tool_parse_failure_is_retried_unless_the_server_says_not() {
+        let llama = br#"{"error":{"code":500,"message":"The model produced output that does not match the expected peg-native format","type":"server_error"}}"#;
+        let sampled = |headers: &HeaderMap| classify_http_error_of("p", 500, headers, llama, true);
+        let e = sampled(&HeaderMap::new());
+        assert!(e.is_retryable());
+        assert!(
+            e.message.contains("tool_dialect = \"auto\""),
+            "{}",
+            e.message
+        );
+        assert!(!sampled(&headers(&[("x-should-retry", "false")])).is_retryable());
+        // Only the refused tool call is lifted: a bad request stays one.
+        let bad = br#"{"error":{"message":"bad","type":"invalid_request_error"}}"#;
+        assert!(!classify_http_error_of("p", 400, &HeaderMap::new(), bad, true).is_retryable());
+        assert!(samples(None, None));
+        assert!(samples(Some(0.7), None));
+        assert!(!samples(Some(0.0), None));
+        assert!(!samples(Some(-0.0), None));
+        assert!(!samples(Some(0.7), Some(42)));
+        assert!(!samples(None, Some(0)));
     }
 
     #[test]

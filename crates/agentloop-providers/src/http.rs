@@ -14,7 +14,7 @@ use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 
-use crate::error::{classify_http_error, transport_error};
+use crate::error::{classify_http_error_of, transport_error};
 
 /// The environment variable OpenAI's key is read from by default (Chat Completions and Responses).
 pub const OPENAI_API_KEY_ENV: &str = "OPENAI_API_KEY";
@@ -364,6 +364,17 @@ impl HttpClient {
         path: &str,
         body: Vec<u8>,
     ) -> Result<reqwest::Response, ModelError> {
+        self.post_json_of(path, body, false).await
+    }
+
+    /// [`HttpClient::post_json`] for a request that samples or not: the error of a sampled
+    /// request's unparseable tool call is retryable (see [`crate::error::redraw_unparsed`]).
+    pub(crate) async fn post_json_of(
+        &self,
+        path: &str,
+        body: Vec<u8>,
+        sampled: bool,
+    ) -> Result<reqwest::Response, ModelError> {
         check_budget(&self.provider, body.len(), self.config.max_request_bytes)?;
         let mut headers = HeaderMap::new();
         headers.insert(
@@ -408,7 +419,8 @@ impl HttpClient {
             self.config.idle_timeout,
         )
         .await;
-        let mut error = classify_http_error(&self.provider, status.as_u16(), &headers, &body);
+        let mut error =
+            classify_http_error_of(&self.provider, status.as_u16(), &headers, &body, sampled);
         self.scrub(&mut error);
         Err(error)
     }

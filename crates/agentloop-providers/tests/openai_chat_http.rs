@@ -816,3 +816,182 @@ async fn a_base_url_with_a_query_keeps_it_after_the_api_path() {
     let response = ask(&model).await.unwrap();
     assert!(!response.message.text.is_empty());
 }
+
+// ---- a local server's refusal of the model's tool call: retried only when the request samples ----
+
+/// llama-server's refusal of its own parse of the model's tool call (recorded verbatim).
+const LLAMA_PARSE_ERROR: &str = r#"{"error":{"code":500,"message":"The model produced output that does not match the expected peg-native format","type":"server_error"}}"#;
+
+/// That refusal as llama-server sends it: an HTTP 500 to a whole-body request; a 200, the role
+/// chunk, then the error as an event to a streamed one.
+fn llama_parse_error(stream: bool) -> ResponseTemplate {
+    if stream {
+        let body = format!(
+            "data: {{\"choices\":[{{\"finish_reason\":null,\"index\":0,\"delta\":{{\"role\":\"assistant\",\"content\":null}}}}],\"created\":1795962666,\"id\":\"chatcmpl-1\",\"model\":\"local\",\"object\":\"chat.completion.chunk\"}}\n\ndata: {LLAMA_PARSE_ERROR}\n\n"
+        );
+        ResponseTemplate::new(200).set_body_raw(body, "text/event-stream")
+    } else {
+        ResponseTemplate::new(500)
+            .set_body_raw(LLAMA_PARSE_ERROR, "application/json; charset=utf-8")
+    }
+}
+
+fn tool_call_answer(stream: bool) -> ResponseTemplate {
+    if stream {
+        ResponseTemplate::new(200).set_body_raw(
+            fixture("openai_chat/oai_chat_s_single_tool.sse"),
+            "text/event-stream",
+        )
+    } else {
+        ResponseTemplate::new(200).set_body_raw(
+            fixture("openai_chat/oai_chat_ns_single_tool.json"),
+            "application/json",
+        )
+    }
+}
+
+/// A server that refuses the first request's tool call, then answers with one.
+async fn refuses_once_then_calls(stream: bool) -> MockServer {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(llama_parse_error(stream))
+        .up_to_n_times(1)
+        .mount(&server)
+        .await;
+    Mock::given(method("POST"))
+        .respond_with(tool_call_answer(stream))
+        .mount(&server)
+        .await;
+    server
+}
+
+/// The events logged while it is installed on this thread, one line each: the message and its
+/// fields. The `Retry` layer reports each retry there ("model call failed; retrying").
+#[derive(Clone, Default)]
+struct Logged(std::sync::Arc<std::sync::Mutex<Vec<String>>>);
+
+impl Logged {
+    fn retries(&self) -> Vec<String> {
+        self.0
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|l| l.contains("retrying"))
+            .cloned()
+            .collect()
+    }
+}
+
+struct Fields(String);
+
+impl tracing::field::Visit for Fields {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        self.0.push_str(&format!("{}={value:?} ", field.name()));
+    }
+}
+
+impl tracing::Subscriber for Logged {
+    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+        true
+    }
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, event: &tracing::Event<'_>) {
+        let mut fields = Fields(String::new());
+        event.record(&mut fields);
+        self.0.lock().unwrap().push(fields.0);
+    }
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
+}
+
+/// Asks with `settings` through a retry layer of 3 attempts, the retries logged on this thread.
+async fn ask_logged(
+    server: &MockServer,
+    stream: bool,
+    settings: &ModelSettings,
+) -> (Result<ModelResponse, ModelError>, Vec<String>) {
+    let logged = Logged::default();
+    let _installed = tracing::subscriber::set_default(logged.clone());
+    let chat = OpenAiChat::builder("local")
+        .base_url(server.uri())
+        .no_api_key()
+        .stream(stream)
+        .build()
+        .unwrap();
+    let retry = Retry::with_policy(chat, fast_retry(3));
+    let messages = [Message::user("What is the weather in Paris?")];
+    let tools = [tool_spec("get_weather", json!({"type": "object"}))];
+    let request = ModelRequest {
+        instructions: None,
+        messages: &messages,
+        tools: &tools,
+        output_schema: None,
+        settings,
+    };
+    let result = complete(&retry, request).await;
+    (result, logged.retries())
+}
+
+fn settings(temperature: Option<f64>, seed: Option<i64>) -> ModelSettings {
+    ModelSettings {
+        temperature,
+        seed,
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn a_refused_tool_call_of_a_sampled_request_is_drawn_again_and_the_retry_is_logged() {
+    // No seed, and a temperature above 0 or none (llama-server's default is 0.8): each
+    // attempt is a new draw.
+    for stream in [true, false] {
+        for (temperature, seed) in [(Some(0.7), None), (None, None)] {
+            let case = format!("stream {stream}, temperature {temperature:?}, seed {seed:?}");
+            let server = refuses_once_then_calls(stream).await;
+            let (result, retries) = ask_logged(&server, stream, &settings(temperature, seed)).await;
+            let response = result.unwrap_or_else(|e| panic!("{case}: {e:?}"));
+            assert_eq!(response.message.tool_calls.len(), 1, "{case}");
+            let requests = server.received_requests().await.unwrap();
+            assert_eq!(requests.len(), 2, "{case}");
+            let sent: Value = serde_json::from_slice(&requests[0].body).unwrap();
+            assert_eq!(sent.get("seed"), None, "{case}");
+            assert_eq!(sent.get("temperature").and_then(Value::as_f64), temperature);
+            assert_eq!(retries.len(), 1, "{case}: {retries:?}");
+            assert!(
+                retries[0].contains("attempt=1 ")
+                    && retries[0].contains("code=\"model.server_error\""),
+                "{case}: {retries:?}"
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_refused_tool_call_of_a_greedy_or_seeded_request_fails_at_once_naming_the_way_out() {
+    // At temperature 0, or with a seed, a retry gets the same output and the same refusal.
+    for stream in [true, false] {
+        for (temperature, seed) in [
+            (Some(0.0), Some(42)),
+            (Some(0.0), None),
+            (Some(0.7), Some(42)),
+        ] {
+            let case = format!("stream {stream}, temperature {temperature:?}, seed {seed:?}");
+            let server = refuses_once_then_calls(stream).await;
+            let (result, retries) = ask_logged(&server, stream, &settings(temperature, seed)).await;
+            let err = result.err().unwrap_or_else(|| panic!("{case}: answered"));
+            assert_eq!(err.kind, ModelErrorKind::Server, "{case}");
+            assert!(!err.is_retryable(), "{case}");
+            assert!(
+                err.message.contains("tool_dialect = \"auto\""),
+                "{case}: {}",
+                err.message
+            );
+            assert_eq!(server.received_requests().await.unwrap().len(), 1, "{case}");
+            assert!(retries.is_empty(), "{case}: {retries:?}");
+        }
+    }
+}

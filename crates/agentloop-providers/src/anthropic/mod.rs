@@ -26,6 +26,7 @@ use agentloop::{
 };
 
 use crate::decode::post_and_decode;
+use crate::error::samples;
 use crate::http::{ANTHROPIC_API_KEY_ENV, AuthStyle, HttpClient, HttpConfig, KeySource};
 
 pub use stream::{AnthropicStreamParser, map_stop_reason, parse_message, parse_stream_bytes};
@@ -237,6 +238,8 @@ impl Model for Anthropic {
         } else {
             &self.client
         };
-        post_and_decode(client, "/v1/messages", body, decoder, self.stream)
+        // The Messages API takes no seed: the server draws its own.
+        let sampled = samples(request.settings.temperature, None);
+        post_and_decode(client, "/v1/messages", body, decoder, self.stream, sampled)
     }
 }

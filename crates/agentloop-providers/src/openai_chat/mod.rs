@@ -29,6 +29,7 @@ use agentloop::{
 };
 
 use crate::decode::post_and_decode;
+use crate::error::samples;
 use crate::http::{HttpClient, HttpConfig, KeySource};
 
 pub use dialect::ToolDialect;
@@ -308,12 +309,15 @@ impl Model for OpenAiChat {
             self.compat.tool_dialect,
             request.tools.iter().map(|t| t.name.clone()),
         );
+        // The seed goes out with the request whenever it is set (see `wire_request`).
+        let sampled = samples(request.settings.temperature, request.settings.seed);
         post_and_decode(
             &self.client,
             "/chat/completions",
             body,
             decoder,
             self.stream,
+            sampled,
         )
     }
 }

@@ -20,6 +20,7 @@ use agentloop::{
 };
 
 use crate::decode::post_and_decode;
+use crate::error::samples;
 use crate::http::{AuthStyle, HttpClient, HttpConfig, KeySource, OPENAI_API_KEY_ENV};
 
 pub use stream::{ResponsesStreamParser, parse_response, parse_stream_bytes};
@@ -133,12 +134,15 @@ impl Model for OpenAiResponses {
     fn stream<'a>(&'a self, request: ModelRequest<'a>) -> ModelStream<'a> {
         let body = self.encode_request(&request);
         let decoder = ResponsesStreamParser::new();
+        // The Responses API takes no seed: the server draws its own.
+        let sampled = samples(request.settings.temperature, None);
         post_and_decode(
             &self.client,
             "/responses",
             body,
             decoder,
             self.options.stream,
+            sampled,
         )
     }
 }
