@@ -17,7 +17,8 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 /// tool's stdout bound, since a server's output is as untrusted as a program's.
 pub const DEFAULT_MAX_OUTPUT_BYTES: usize = agentloop_tools::DEFAULT_MAX_OUTPUT_BYTES;
 
-/// How many times a server that died is started again before its tools give up.
+/// How many times a server that died is started again before its tools give up (counted
+/// afresh after a connection that ran healthy for 10 minutes).
 pub const MAX_RESTARTS: u32 = 5;
 
 /// The MCP versions a server's `protocol_version` may name, oldest first: those before

@@ -88,6 +88,9 @@ struct Stderr {
 /// The most stderr lines written outside calls that wait to be taken.
 const STDERR_OUTSIDE_LINES: usize = 200;
 
+/// How long a failed HTTP request waits to see whether its session ended with it.
+const CLOSE_GRACE: Duration = Duration::from_secs(1);
+
 /// The most stderr lines one call's details keep.
 const STDERR_CALL_LINES: usize = 100;
 
@@ -133,9 +136,41 @@ struct Conn {
     listener: Option<Listener>,
     /// Counts starts, so that a call that saw one connection die never drops a newer one.
     generation: u64,
+    /// Restarts since the server last ran healthy (see [`HEALTHY_RUN`]).
     restarts: u32,
+    /// When the running connection started.
+    started: Option<std::time::Instant>,
     /// Why it is down for good.
     down: Option<String>,
+}
+
+/// A connection that ran this long before it ended was a healthy one: the restarts counted
+/// before it are forgiven, so that a server that fails now and then over a long-lived process
+/// does not use up its [`MAX_RESTARTS`], while one that dies again soon after each start does.
+const HEALTHY_RUN: Duration = Duration::from_secs(10 * 60);
+
+impl Conn {
+    /// Takes the running connection (one that ended), forgiving the restarts before it when it
+    /// ran healthy long enough.
+    fn take(&mut self) -> Option<RunningService<RoleClient, Notified>> {
+        if self
+            .started
+            .take()
+            .is_some_and(|started| started.elapsed() >= HEALTHY_RUN)
+        {
+            self.restarts = 0;
+        }
+        self.listener = None;
+        self.service.take()
+    }
+
+    /// Makes `service` the running connection.
+    fn run(&mut self, service: RunningService<RoleClient, Notified>, listener: Option<Listener>) {
+        self.listener = listener;
+        self.service = Some(service);
+        self.started = Some(std::time::Instant::now());
+        self.generation += 1;
+    }
 }
 
 /// The progress senders of the calls in flight, by the progress token of their request.
@@ -229,9 +264,8 @@ impl McpServer {
         let peer = service.peer().clone();
         {
             let mut conn = server.inner.conn.lock().await;
-            conn.listener = server.listen(&peer);
-            conn.service = Some(service);
-            conn.generation += 1;
+            let listener = server.listen(&peer);
+            conn.run(service, listener);
         }
         server.list(&peer).await?;
         Ok(server)
@@ -436,6 +470,20 @@ impl McpServer {
                 "mcp.error",
                 agentloop::tool::bounded_text(e.message.into_owned(), max),
             )),
+            Err(e @ (ServiceError::TransportClosed | ServiceError::TransportSend(_)))
+                if !self.connection_ended(&peer).await =>
+            {
+                // One request failed (a proxy's 502, a reset connection, a response stream cut
+                // short) on a connection that lives: this call's error, which its tool's retries
+                // may try again; the calls beside it go on.
+                Err(ToolError::new(
+                    "mcp.request",
+                    format!(
+                        "the request to the MCP server {name} failed: {}",
+                        scrubbed(&self.inner.config, &e.to_string())
+                    ),
+                ))
+            }
             Err(ServiceError::TransportClosed | ServiceError::TransportSend(_)) => {
                 let then = match self.inner.config.restart {
                     Restart::OnFailure => "it is started again on the next call",
@@ -478,8 +526,7 @@ impl McpServer {
                 reason: reason.clone(),
             });
         }
-        conn.listener = None;
-        if conn.service.take().is_some() {
+        if conn.take().is_some() {
             self.report_exit("between calls");
         }
         let reason = match self.inner.config.restart {
@@ -497,12 +544,31 @@ impl McpServer {
         tracing::warn!(target: "agentloop_mcp", server = %server, restart = conn.restarts, "starting the MCP server again");
         let service = self.start().await?;
         let peer = service.peer().clone();
-        conn.listener = self.listen(&peer);
-        conn.service = Some(service);
-        conn.generation += 1;
+        let listener = self.listen(&peer);
+        conn.run(service, listener);
         // Its tools may differ now: the next refresh lists them.
         self.inner.changed.store(true, Ordering::Release);
         Ok((peer, conn.generation))
+    }
+
+    /// Whether the connection a request failed on has ended (the server exited, the HTTP
+    /// session ended), rather than that request alone. A child's pipes fail only when it goes
+    /// away. Over HTTP each request is a request of its own: rmcp hands a failed POST, or a
+    /// response stream cut short, to that request alone and the session lives on; when the
+    /// session itself ends its transport closes, which is awaited a little, the failure of the
+    /// request coming a moment before it.
+    async fn connection_ended(&self, peer: &Peer<RoleClient>) -> bool {
+        if matches!(self.inner.config.transport, Transport::Stdio { .. }) {
+            return true;
+        }
+        let deadline = tokio::time::Instant::now() + CLOSE_GRACE;
+        while !peer.is_transport_closed() {
+            if tokio::time::Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        true
     }
 
     /// Drops a connection whose transport failed (the server died), unless a newer one already
@@ -510,9 +576,8 @@ impl McpServer {
     async fn forget(&self, generation: u64) {
         let mut conn = self.inner.conn.lock().await;
         if conn.generation == generation
-            && let Some(mut service) = conn.service.take()
+            && let Some(mut service) = conn.take()
         {
-            conn.listener = None;
             let _ = service.close_with_timeout(Duration::from_secs(1)).await;
         }
     }
@@ -1100,5 +1165,26 @@ async fn forward_stderr(
             s.tail.pop_front();
         }
         s.tail.push_back(line);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_connection_that_ran_healthy_forgives_the_restarts_before_it() {
+        let mut conn = Conn {
+            restarts: MAX_RESTARTS,
+            started: std::time::Instant::now().checked_sub(HEALTHY_RUN),
+            ..Conn::default()
+        };
+        conn.take();
+        assert_eq!(conn.restarts, 0);
+        // One that died soon after its start does not.
+        conn.restarts = 3;
+        conn.started = Some(std::time::Instant::now());
+        conn.take();
+        assert_eq!(conn.restarts, 3);
     }
 }

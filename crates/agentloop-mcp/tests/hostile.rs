@@ -1,0 +1,117 @@
+//! Broken and hostile MCP servers (`scripts/mcp/hostile_server.py`, plain Python, over stdio and
+//! streamable HTTP on loopback): the client holds up against each, and a healthy server is not
+//! taken down by one failed request.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use agentloop::{Tool, ToolContext, ToolError, ToolOutput};
+use agentloop_mcp::{McpServer, ServerConfig};
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+const TIMEOUT: Duration = Duration::from_secs(30);
+
+fn script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/mcp/hostile_server.py")
+}
+
+/// The hostile server over HTTP with `flags`; killed when dropped.
+struct Http {
+    _child: tokio::process::Child,
+    url: String,
+}
+
+async fn http(flags: &[&str]) -> Http {
+    let mut child = tokio::process::Command::new("python3")
+        .arg(script())
+        .arg("--http")
+        .args(flags)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let port = tokio::time::timeout(TIMEOUT, async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            if let Some(rest) = line.strip_prefix("agentloop-listening 127.0.0.1 ") {
+                return rest.parse::<u16>().unwrap();
+            }
+        }
+        panic!("the hostile server ended before it listened")
+    })
+    .await
+    .expect("the hostile server did not listen in time");
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    Http {
+        _child: child,
+        url: format!("http://127.0.0.1:{port}/mcp"),
+    }
+}
+
+fn tool<'a>(tools: &'a [Tool], name: &str) -> &'a Tool {
+    tools.iter().find(|t| t.name() == name).unwrap_or_else(|| {
+        let names: Vec<_> = tools.iter().map(Tool::name).collect();
+        panic!("no tool {name} among {names:?}")
+    })
+}
+
+async fn call(tool: &Tool, args: Value) -> Result<ToolOutput, ToolError> {
+    tokio::time::timeout(
+        TIMEOUT,
+        tool.call(args, ToolContext::detached("c1", tool.name())),
+    )
+    .await
+    .expect("the call hung")
+}
+
+fn code(e: ToolError) -> (String, String) {
+    match e {
+        ToolError::Recoverable { code, message, .. } => (code, message),
+        ToolError::Fatal { message } => panic!("fatal: {message}"),
+    }
+}
+
+mod mcpfix {
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn one_failed_http_request_fails_that_call_alone_and_the_server_stays_up() {
+        // The second tools/call is answered 502 (a proxy's blip); the server is healthy.
+        let server = http(&["--fail-call", "2"]).await;
+        let mut cfg = ServerConfig::http("h", server.url.clone());
+        cfg.timeout = TIMEOUT;
+        // The default policy, `never`: a server taken for dead would be down for good.
+        let mcp = McpServer::connect(cfg).await.unwrap();
+        let tools = mcp.tools();
+        let slow = tool(&tools, "h__slow").clone();
+        let in_flight = tokio::spawn(async move { call(&slow, json!({"secs": 2})).await });
+        tokio::time::sleep(Duration::from_millis(500)).await;
+
+        let (code, message) = code(
+            call(tool(&tools, "h__echo"), json!({"message": "blip"}))
+                .await
+                .unwrap_err(),
+        );
+        assert_eq!(code, "mcp.request", "{message}");
+        assert!(message.contains("502"), "{message}");
+
+        // The call beside it is answered, and later calls are too.
+        let slept = in_flight.await.unwrap().unwrap();
+        assert_eq!(slept.content.to_text(), "slept");
+        let out = call(tool(&tools, "h__echo"), json!({"message": "after"}))
+            .await
+            .unwrap();
+        assert_eq!(out.content.to_text(), "after");
+        mcp.shutdown().await;
+    }
+}
