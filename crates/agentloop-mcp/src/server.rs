@@ -644,31 +644,46 @@ impl McpServer {
 
     /// Starts the server and completes the handshake within the timeout.
     ///
-    /// Negotiating, a stdio server whose session ends at `server/discover` is started again
-    /// and spoken to with the `initialize` handshake alone: servers of the older wire should
-    /// answer an unknown request with an error (and then get the handshake on the same
-    /// connection), but some end instead. The Python SDK before 1.10 does, its request
-    /// validation ending the session, and such servers are common; they worked with the
-    /// handshake alone, so they keep working.
+    /// Negotiating, a stdio server whose session ended while `server/discover` went unanswered
+    /// is started again and spoken to with the `initialize` handshake alone: servers of the
+    /// older wire should answer an unknown request with an error (and then get the handshake on
+    /// the same connection), but some end instead. The Python SDK before 1.10 does: it answers
+    /// nothing to the offer and ends its session at the handshake rmcp sends after its 10 s
+    /// wait. That signature is kept for the server's restarts, which go straight to the
+    /// handshake (a server that never answered the offer will not at its next start). A
+    /// session that ended at the offer itself (a crash at the first start, a server that exits
+    /// at an unknown request) gets the handshake for this start only: its restarts negotiate.
+    /// Any other failure (an error answer, a late answer, a timeout) is the start's failure: a
+    /// server slower than the 10 s wait has its late discover answer dropped (see [`Watched`])
+    /// and speaks the handshake on the same connection, this time.
     async fn start(&self) -> Result<RunningService<RoleClient, Notified>, McpError> {
         let config = &self.inner.config;
         let handshake = ProtocolVersion::LATEST_WITH_INITIALIZE;
         if config.protocol_version.is_some() || self.inner.handshake_only.load(Ordering::Relaxed) {
             let pinned = config.protocol_version.as_deref();
-            return self.start_as(pinned.or(Some(handshake.as_str()))).await;
+            return self
+                .start_as(pinned.or(Some(handshake.as_str())), None)
+                .await;
         }
-        match self.start_as(None).await {
+        let opening = Arc::new(Mutex::new(Opening::default()));
+        match self.start_as(None, Some(&opening)).await {
             Err(first @ McpError::Start { .. })
                 if matches!(config.transport, Transport::Stdio { .. }) =>
             {
+                let seen = *opening.lock().unwrap_or_else(PoisonError::into_inner);
+                if !seen.ended_at_discover() {
+                    return Err(first);
+                }
                 tracing::warn!(
                     server = %config.name,
                     "the server ended its session at server/discover; starting it again with \
                      the MCP handshake alone"
                 );
-                match self.start_as(Some(handshake.as_str())).await {
+                match self.start_as(Some(handshake.as_str()), None).await {
                     Ok(service) => {
-                        self.inner.handshake_only.store(true, Ordering::Relaxed);
+                        if seen.initialize_sent {
+                            self.inner.handshake_only.store(true, Ordering::Relaxed);
+                        }
                         Ok(service)
                     }
                     // Not a server of the older wire either: the first failure says more.
@@ -684,7 +699,9 @@ impl McpServer {
     async fn start_as(
         &self,
         version: Option<&str>,
+        opening: Option<&Arc<Mutex<Opening>>>,
     ) -> Result<RunningService<RoleClient, Notified>, McpError> {
+        let opening = opening.cloned().unwrap_or_default();
         let config = &self.inner.config;
         let lifecycle = lifecycle(version);
         let handler = Notified {
@@ -703,6 +720,7 @@ impl McpServer {
             reason,
         };
         let mut stderr_task = None;
+        let mut child = None;
         let served = match &config.transport {
             Transport::Stdio {
                 command,
@@ -731,6 +749,7 @@ impl McpServer {
                 };
                 let (process, stderr) =
                     spawned.map_err(|e| start_error(format!("cannot run {program}: {e}")))?;
+                child = process.id();
                 if let Some(stderr) = stderr {
                     stderr_task = Some(tokio::spawn(forward_stderr(
                         stderr,
@@ -738,7 +757,7 @@ impl McpServer {
                         self.inner.stderr.clone(),
                     )));
                 }
-                let process = Watched::new(process, self.inner.changed.clone());
+                let process = Watched::new(process, self.inner.changed.clone(), opening);
                 tokio::time::timeout(
                     config.timeout,
                     handler.serve_with_lifecycle(process, lifecycle),
@@ -756,6 +775,7 @@ impl McpServer {
                             .custom_headers(custom),
                     ),
                     self.inner.changed.clone(),
+                    opening,
                 );
                 tokio::time::timeout(
                     config.timeout,
@@ -770,6 +790,13 @@ impl McpServer {
             // A child that failed has closed its stderr, or is killed with the transport just
             // dropped: its last lines, read to the end, say why.
             let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
+        }
+        if !matches!(served, Ok(Ok(_)))
+            && let Some(pid) = child
+        {
+            // rmcp kills a child whose start failed on a task of its own: it is gone before
+            // the next start replaces its confinement (and deletes its temporary folder).
+            reaped(pid, Duration::from_secs(10)).await;
         }
         match served {
             Ok(Ok(service)) => Ok(service),
@@ -870,6 +897,20 @@ async fn listen_for_tool_changes(peer: Peer<RoleClient>, changed: Arc<AtomicBool
         }
         changed.store(true, Ordering::Release);
         tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Waits, up to `within`, until the child `pid` has exited and been reaped (by rmcp's task that
+/// kills a child whose transport was dropped).
+async fn reaped(pid: u32, within: Duration) {
+    let Ok(pid) = i32::try_from(pid) else {
+        return;
+    };
+    let pid = nix::unistd::Pid::from_raw(pid);
+    let deadline = tokio::time::Instant::now() + within;
+    // No signal: whether the process still exists (a zombie not yet reaped does).
+    while nix::sys::signal::kill(pid, None).is_ok() && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 
@@ -1031,19 +1072,44 @@ fn inherited_env() -> Vec<(String, String)> {
 /// before 2026-07-28 that answers every method it does not know with `{}`) into the "method not
 /// found" error a server of the older wire is expected to give: rmcp falls back to `initialize`
 /// only on an error, and would otherwise fail the start of a server that speaks the older wire.
+///
+/// It follows the opening ([`Opening`]), and drops an answer to `server/discover` that comes
+/// after rmcp gave up waiting and sent `initialize` (a server slower than rmcp's 10 s wait, a
+/// first `npx -y` download): the handshake expects the answer to `initialize` first and would
+/// fail the start on it.
 struct Watched<T> {
     inner: T,
     changed: Arc<AtomicBool>,
     /// The id of the `server/discover` request in flight.
     discover: Option<RequestId>,
+    opening: Arc<Mutex<Opening>>,
+}
+
+/// What one start's opening saw, to tell a server that ends its session at the offer of
+/// 2026-07-28 from one that failed otherwise.
+#[derive(Default, Clone, Copy)]
+struct Opening {
+    discover_sent: bool,
+    discover_answered: bool,
+    /// `initialize` was sent after `server/discover` (rmcp's fallback after its wait).
+    initialize_sent: bool,
+    /// The server ended the session (its output closed).
+    closed: bool,
+}
+
+impl Opening {
+    fn ended_at_discover(&self) -> bool {
+        self.discover_sent && !self.discover_answered && self.closed
+    }
 }
 
 impl<T> Watched<T> {
-    fn new(inner: T, changed: Arc<AtomicBool>) -> Self {
+    fn new(inner: T, changed: Arc<AtomicBool>, opening: Arc<Mutex<Opening>>) -> Self {
         Watched {
             inner,
             changed,
             discover: None,
+            opening,
         }
     }
 }
@@ -1061,10 +1127,18 @@ impl<T: rmcp::transport::Transport<RoleClient>> rmcp::transport::Transport<RoleC
         &mut self,
         item: rmcp::service::TxJsonRpcMessage<RoleClient>,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
-        if let rmcp::model::JsonRpcMessage::Request(r) = &item
-            && matches!(r.request, ClientRequest::DiscoverRequest(_))
-        {
-            self.discover = Some(r.id.clone());
+        if let rmcp::model::JsonRpcMessage::Request(r) = &item {
+            let mut opening = self.opening.lock().unwrap_or_else(PoisonError::into_inner);
+            match r.request {
+                ClientRequest::DiscoverRequest(_) => {
+                    self.discover = Some(r.id.clone());
+                    opening.discover_sent = true;
+                }
+                ClientRequest::InitializeRequest(_) if opening.discover_sent => {
+                    opening.initialize_sent = true;
+                }
+                _ => {}
+            }
         }
         self.inner.send(item)
     }
@@ -1074,9 +1148,33 @@ impl<T: rmcp::transport::Transport<RoleClient>> rmcp::transport::Transport<RoleC
     ) -> impl Future<Output = Option<rmcp::service::RxJsonRpcMessage<RoleClient>>> + Send {
         let changed = Arc::clone(&self.changed);
         let discover = self.discover.clone();
-        let next = self.inner.receive();
+        let opening = Arc::clone(&self.opening);
+        let inner = &mut self.inner;
         async move {
-            let message = next.await;
+            let mut message = inner.receive().await;
+            loop {
+                let answers_discover = match &message {
+                    Some(rmcp::model::JsonRpcMessage::Response(r)) => {
+                        Some(&r.id) == discover.as_ref()
+                    }
+                    Some(rmcp::model::JsonRpcMessage::Error(e)) => {
+                        e.id.is_some() && e.id.as_ref() == discover.as_ref()
+                    }
+                    _ => false,
+                };
+                let late = {
+                    let mut opening = opening.lock().unwrap_or_else(PoisonError::into_inner);
+                    opening.closed |= message.is_none();
+                    let late = answers_discover && opening.initialize_sent;
+                    opening.discover_answered |= answers_discover;
+                    late
+                };
+                if !late {
+                    break;
+                }
+                tracing::debug!(target: "agentloop_mcp", "an answer to server/discover came after the MCP handshake began; dropped");
+                message = inner.receive().await;
+            }
             match &message {
                 Some(rmcp::model::JsonRpcMessage::Notification(n))
                     if matches!(

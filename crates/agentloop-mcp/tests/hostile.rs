@@ -13,7 +13,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use agentloop::{Tool, ToolContext, ToolError, ToolOutput};
-use agentloop_mcp::{McpServer, ServerConfig};
+use agentloop_mcp::{McpServer, Restart, ServerConfig, Transport};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
@@ -21,6 +21,18 @@ const TIMEOUT: Duration = Duration::from_secs(30);
 
 fn script() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/mcp/hostile_server.py")
+}
+
+/// The hostile server over stdio with `flags`, run in `dir`.
+fn stdio(name: &str, dir: &Path, flags: &[&str]) -> ServerConfig {
+    let mut command = vec!["python3".to_owned(), script().display().to_string()];
+    command.extend(flags.iter().map(|f| (*f).to_owned()));
+    let mut c = ServerConfig::stdio(name, command);
+    c.timeout = TIMEOUT;
+    if let Transport::Stdio { cwd, .. } = &mut c.transport {
+        *cwd = Some(dir.to_path_buf());
+    }
+    c
 }
 
 /// The hostile server over HTTP with `flags`; killed when dropped.
@@ -81,6 +93,18 @@ fn code(e: ToolError) -> (String, String) {
     }
 }
 
+fn tempdir(tag: &str) -> PathBuf {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "agentloop-mcp-hostile-{tag}-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.canonicalize().unwrap()
+}
+
 mod mcpfix {
     use super::*;
 
@@ -112,6 +136,72 @@ mod mcpfix {
             .await
             .unwrap();
         assert_eq!(out.content.to_text(), "after");
+        mcp.shutdown().await;
+    }
+
+    async fn pid_of(tools: &[Tool], name: &str) -> String {
+        call(tool(tools, name), json!({}))
+            .await
+            .unwrap()
+            .content
+            .to_text()
+    }
+
+    async fn kill(pid: &str) {
+        let status = tokio::process::Command::new("kill")
+            .args(["-9", pid])
+            .status()
+            .await
+            .unwrap();
+        assert!(status.success());
+    }
+
+    /// Restarts the server behind `tools` (killed, then called again) and says what it speaks.
+    async fn restarted(mcp: &McpServer, tools: &[Tool], whoami: &str) -> String {
+        kill(&pid_of(tools, whoami).await).await;
+        // The call that finds it dead (or sees it die) fails; the next starts it again.
+        let _ = call(tool(tools, whoami), json!({})).await;
+        pid_of(tools, whoami).await;
+        mcp.protocol_version().await.unwrap()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_crash_at_the_first_start_does_not_hold_later_starts_to_the_handshake() {
+        let dir = tempdir("crash");
+        let marker = dir.join("crashed").display().to_string();
+        let mut cfg = stdio("c", &dir, &["--modern", "--crash-first", &marker]);
+        cfg.restart = Restart::OnFailure;
+        // The first process crashes at the offer: this start gets the handshake alone.
+        let mcp = McpServer::connect(cfg).await.unwrap();
+        assert_eq!(mcp.protocol_version().await.as_deref(), Some("2025-06-18"));
+        // Started again, it negotiates, and speaks 2026-07-28.
+        assert_eq!(
+            restarted(&mcp, &mcp.tools(), "c__whoami").await,
+            "2026-07-28"
+        );
+        mcp.shutdown().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_server_slower_than_the_discover_wait_starts_once_and_negotiates_later() {
+        // It reads nothing for 12 s (a first `npx -y` download), past rmcp's 10 s wait for the
+        // answer to server/discover, then answers it late, and the handshake after it.
+        let dir = tempdir("slow");
+        let marker = dir.join("started").display().to_string();
+        let mut cfg = stdio(
+            "s",
+            &dir,
+            &["--modern", "--log-starts", "--slow-start", "12", &marker],
+        );
+        cfg.restart = Restart::OnFailure;
+        let mcp = McpServer::connect(cfg).await.unwrap();
+        assert_eq!(mcp.protocol_version().await.as_deref(), Some("2025-06-18"));
+        let starts = std::fs::read_to_string(dir.join("starts")).unwrap();
+        assert_eq!(starts.lines().count(), 1, "started once: {starts}");
+        assert_eq!(
+            restarted(&mcp, &mcp.tools(), "s__whoami").await,
+            "2026-07-28"
+        );
         mcp.shutdown().await;
     }
 }
