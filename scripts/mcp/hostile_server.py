@@ -27,6 +27,8 @@ p.add_argument("--pages", type=int, default=0, metavar="N",
 p.add_argument("--cycle", action="store_true", help="every page's nextCursor is the same")
 p.add_argument("--huge", type=int, default=0, metavar="BYTES",
                help="one more tool, `huge`, whose description is BYTES long")
+p.add_argument("--huge-schema", type=int, default=0, metavar="BYTES",
+               help="one more tool, `huge`, whose input schema is about BYTES long")
 p.add_argument("--list-fails", type=int, default=0, metavar="N",
                help="answer the Nth tools/list with an error")
 p.add_argument("--stray", type=int, default=100, metavar="N", help="tokens `stray` sends under")
@@ -70,6 +72,10 @@ tools = [
 ]
 if args.huge:
     tools.append({"name": "huge", "description": "x" * args.huge, "inputSchema": obj})
+if args.huge_schema:
+    props = {f"p{i}": {"type": "string"} for i in range(args.huge_schema // 24)}
+    tools.append({"name": "huge", "description": "Wide.",
+                  "inputSchema": {"type": "object", "properties": props}})
 lock = threading.Lock()
 counts = {"tools/call": 0, "tools/list": 0}
 out_lock = threading.Lock()

@@ -622,7 +622,7 @@ impl McpServer {
     async fn list(&self, peer: &Peer<RoleClient>) -> Result<(), McpError> {
         self.inner.changed.store(false, Ordering::Release);
         let timeout = self.inner.config.timeout;
-        let listed = tokio::time::timeout(timeout, peer.list_all_tools())
+        let listed = tokio::time::timeout(timeout, self.list_pages(peer))
             .await
             .map_err(|_| McpError::Timeout {
                 server: self.name().to_owned(),
@@ -640,6 +640,51 @@ impl McpServer {
             .lock()
             .unwrap_or_else(PoisonError::into_inner) = listed;
         Ok(())
+    }
+
+    /// Follows `nextCursor` page by page, within bounds: a server may page forever, repeat a
+    /// cursor (which rmcp's response cache may then answer with no I/O at all) or list tools
+    /// without end. Past [`MAX_LIST_PAGES`] pages or [`MAX_TOOLS`] tools, or at a cursor seen
+    /// before, the listing ends there with a warning, keeping what came; a tool listed twice
+    /// keeps its first entry; each tool is bounded by [`bounded_tool`].
+    async fn list_pages(
+        &self,
+        peer: &Peer<RoleClient>,
+    ) -> Result<Vec<rmcp::model::Tool>, ServiceError> {
+        let server = self.name();
+        let mut tools: Vec<rmcp::model::Tool> = Vec::new();
+        let mut names = std::collections::HashSet::new();
+        let mut cursors = std::collections::HashSet::new();
+        let mut cursor = None;
+        for page in 1..=MAX_LIST_PAGES {
+            let params = rmcp::model::PaginatedRequestParams::default().with_cursor(cursor.take());
+            let listed = peer.list_tools(Some(params)).await?;
+            for tool in listed.tools {
+                if tools.len() == MAX_TOOLS {
+                    tracing::warn!(target: "agentloop_mcp", server = %server, "the server lists more than {MAX_TOOLS} tools: the rest are left out");
+                    return Ok(tools);
+                }
+                if !names.insert(tool.name.clone()) {
+                    tracing::warn!(target: "agentloop_mcp", server = %server, tool = %tool.name, "the server lists a tool twice: its first entry is kept");
+                    continue;
+                }
+                if let Some(tool) = bounded_tool(server, tool) {
+                    tools.push(tool);
+                }
+            }
+            match listed.next_cursor {
+                None => return Ok(tools),
+                Some(next) if !cursors.insert(next.clone()) => {
+                    tracing::warn!(target: "agentloop_mcp", server = %server, "the server's tools/list repeats a cursor: the listing ends there");
+                    return Ok(tools);
+                }
+                Some(_) if page == MAX_LIST_PAGES => {
+                    tracing::warn!(target: "agentloop_mcp", server = %server, "the server's tools/list goes past {MAX_LIST_PAGES} pages: the rest are left out");
+                }
+                Some(next) => cursor = Some(next),
+            }
+        }
+        Ok(tools)
     }
 
     /// Starts the server and completes the handshake within the timeout.
@@ -822,6 +867,36 @@ impl McpServer {
             }),
         }
     }
+}
+
+/// The most pages one `tools/list` follows.
+const MAX_LIST_PAGES: usize = 100;
+/// The most tools one server lists.
+const MAX_TOOLS: usize = 1000;
+/// The longest tool description kept whole (longer ones keep their head and tail): the model
+/// reads every description at every turn.
+const MAX_DESCRIPTION_BYTES: usize = 16 * 1024;
+/// The largest input and output schemas of one tool together, as JSON: a tool past it is left
+/// out (a schema cut short would not be one).
+const MAX_SCHEMA_BYTES: usize = 256 * 1024;
+
+/// `tool` with its description (and title) cut to [`MAX_DESCRIPTION_BYTES`], or `None`, with a
+/// warning, when its schemas are past [`MAX_SCHEMA_BYTES`].
+fn bounded_tool(server: &str, mut tool: rmcp::model::Tool) -> Option<rmcp::model::Tool> {
+    let schemas = serde_json::to_string(&tool.input_schema).map_or(0, |s| s.len())
+        + tool
+            .output_schema
+            .as_ref()
+            .and_then(|s| serde_json::to_string(s).ok())
+            .map_or(0, |s| s.len());
+    if schemas > MAX_SCHEMA_BYTES {
+        tracing::warn!(target: "agentloop_mcp", server = %server, tool = %tool.name, "the tool's schemas are {schemas} bytes, past {MAX_SCHEMA_BYTES}: it is left out");
+        return None;
+    }
+    let cut = |text: String| agentloop::tool::bounded_text(text, MAX_DESCRIPTION_BYTES);
+    tool.description = tool.description.map(|d| cut(d.into_owned()).into());
+    tool.title = tool.title.map(cut);
+    Some(tool)
 }
 
 /// How a connection starts, by the config's `protocol_version`: negotiated (2026-07-28 offered

@@ -204,4 +204,45 @@ mod mcpfix {
         );
         mcp.shutdown().await;
     }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_tool_list_that_pages_forever_or_repeats_a_cursor_or_a_huge_tool_is_bounded() {
+        let dir = tempdir("pages");
+        let short = |mut c: ServerConfig| {
+            // Unbounded, the listing would run until the start's timeout.
+            c.timeout = Duration::from_secs(10);
+            c
+        };
+        // A cursor that comes back: the listing ends there, each tool once.
+        let mcp = McpServer::connect(short(stdio("cyc", &dir, &["--pages", "2", "--cycle"])))
+            .await
+            .unwrap();
+        let names: Vec<String> = mcp.tools().iter().map(|t| t.name().to_owned()).collect();
+        assert_eq!(names, ["cyc__tool_0"]);
+        mcp.shutdown().await;
+
+        // Pages without end: the first 100 are listed.
+        let mcp = McpServer::connect(short(stdio("many", &dir, &["--pages", "100000"])))
+            .await
+            .unwrap();
+        assert_eq!(mcp.tools().len(), 100);
+        mcp.shutdown().await;
+
+        // A description of 2 MB is cut (head and tail kept); a schema of 1 MB leaves its tool out.
+        let mcp = McpServer::connect(short(stdio("big", &dir, &["--huge", "2000000"])))
+            .await
+            .unwrap();
+        let tools = mcp.tools();
+        let huge = tool(&tools, "big__huge").spec().description.clone();
+        assert!(huge.len() <= 16 * 1024, "{}", huge.len());
+        assert!(huge.starts_with("xxx") && huge.ends_with("xxx"));
+        mcp.shutdown().await;
+        let mcp = McpServer::connect(short(stdio("wide", &dir, &["--huge-schema", "1000000"])))
+            .await
+            .unwrap();
+        let tools = mcp.tools();
+        assert!(tools.iter().all(|t| t.name() != "wide__huge"));
+        tool(&tools, "wide__echo");
+        mcp.shutdown().await;
+    }
 }
