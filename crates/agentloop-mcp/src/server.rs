@@ -618,9 +618,11 @@ impl McpServer {
     }
 
     /// Lists the tools. The flag is cleared first: a change announced while the list is under
-    /// way is listed again next time rather than lost.
+    /// way is listed again next time rather than lost. A listing that fails, times out or is
+    /// dropped (a run's deadline) sets it again: the change is still to be listed.
     async fn list(&self, peer: &Peer<RoleClient>) -> Result<(), McpError> {
         self.inner.changed.store(false, Ordering::Release);
+        let mut unlisted = StillChanged(Some(&self.inner.changed));
         let timeout = self.inner.config.timeout;
         let listed = tokio::time::timeout(timeout, self.list_pages(peer))
             .await
@@ -639,6 +641,7 @@ impl McpServer {
             .listed
             .lock()
             .unwrap_or_else(PoisonError::into_inner) = listed;
+        unlisted.0 = None;
         Ok(())
     }
 
@@ -865,6 +868,17 @@ impl McpServer {
                 },
                 secs: config.timeout.as_secs_f64(),
             }),
+        }
+    }
+}
+
+/// Marks the tool list stale again when dropped armed: a listing that did not complete.
+struct StillChanged<'a>(Option<&'a AtomicBool>);
+
+impl Drop for StillChanged<'_> {
+    fn drop(&mut self) {
+        if let Some(changed) = self.0 {
+            changed.store(true, Ordering::Release);
         }
     }
 }

@@ -245,4 +245,23 @@ mod mcpfix {
         tool(&tools, "wide__echo");
         mcp.shutdown().await;
     }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_failed_refresh_keeps_the_change_for_the_next_one() {
+        // Its second tools/list (the refresh after the change) fails.
+        let dir = tempdir("relist");
+        let mcp = McpServer::connect(stdio("r", &dir, &["--list-fails", "2"]))
+            .await
+            .unwrap();
+        call(tool(&mcp.tools(), "r__change"), json!({}))
+            .await
+            .unwrap();
+        assert!(mcp.tools_changed());
+        let err = mcp.refresh().await.unwrap_err();
+        assert_eq!(err.code(), "mcp.request", "{err}");
+        assert!(mcp.tools_changed(), "the change is still to be listed");
+        assert!(mcp.refresh().await.unwrap());
+        tool(&mcp.tools(), "r__added");
+        mcp.shutdown().await;
+    }
 }
