@@ -60,8 +60,6 @@ struct Inner {
     listed: Mutex<Vec<rmcp::model::Tool>>,
     /// Set by the server's `tools/list_changed` (and by a restart): the next refresh lists again.
     changed: Arc<AtomicBool>,
-    /// Where the progress of each call in flight goes, by its progress token.
-    progress: Progress,
     stderr: Arc<Mutex<Stderr>>,
     /// A stdio server's sandbox, kept while it runs (its private temporary folder goes with it).
     confinement: Mutex<Option<agentloop_sandbox::Confinement>>,
@@ -173,7 +171,9 @@ impl Conn {
     }
 }
 
-/// The progress senders of the calls in flight, by the progress token of their request.
+/// The progress senders of one connection's calls in flight, by the progress token of their
+/// request. Each connection has its own: rmcp numbers progress tokens from 0 on each, so a
+/// restarted server's call would otherwise be handed what its previous connection sent.
 type Progress = Arc<Mutex<ProgressRoutes>>;
 
 /// Where progress goes. rmcp sends a request before its caller holds the token, and hands each
@@ -182,14 +182,51 @@ type Progress = Arc<Mutex<ProgressRoutes>>;
 #[derive(Default)]
 struct ProgressRoutes {
     routes: HashMap<ProgressToken, ProgressSender>,
-    early: HashMap<ProgressToken, Vec<Value>>,
+    early: HashMap<ProgressToken, Early>,
 }
 
-/// The most tokens whose progress waits for a route, and the most notifications each keeps: a
-/// server may send progress under a token no call holds (a call already answered), and such
-/// progress is kept no further.
+/// Progress under a token no call holds yet, since when it waits.
+struct Early {
+    since: std::time::Instant,
+    progress: Vec<Value>,
+}
+
+/// The most tokens whose progress waits for a route, the most notifications each keeps, and
+/// how long they wait: a server may send progress under a token no call holds (a call already
+/// answered, a token of its own making). Past the count the oldest waiting token gives way, so
+/// that such progress never stops a call's early progress from being kept.
 const EARLY_PROGRESS_TOKENS: usize = 64;
 const EARLY_PROGRESS_EACH: usize = 16;
+const EARLY_PROGRESS_AGE: Duration = Duration::from_secs(30);
+/// The longest progress message kept whole (a server's text, read into the run's events).
+const PROGRESS_MESSAGE_BYTES: usize = 1024;
+
+impl ProgressRoutes {
+    /// Keeps `progress` under `token`, which no call holds yet.
+    fn keep_early(&mut self, token: ProgressToken, progress: Value) {
+        let now = std::time::Instant::now();
+        if !self.early.contains_key(&token) {
+            self.early
+                .retain(|_, e| now.duration_since(e.since) < EARLY_PROGRESS_AGE);
+            if self.early.len() >= EARLY_PROGRESS_TOKENS
+                && let Some(oldest) = self
+                    .early
+                    .iter()
+                    .min_by_key(|(_, e)| e.since)
+                    .map(|(t, _)| t.clone())
+            {
+                self.early.remove(&oldest);
+            }
+        }
+        let early = self.early.entry(token).or_insert_with(|| Early {
+            since: now,
+            progress: Vec::new(),
+        });
+        if early.progress.len() < EARLY_PROGRESS_EACH {
+            early.progress.push(progress);
+        }
+    }
+}
 
 /// The client side of the protocol: it hears that the tool list changed, and the progress of
 /// calls, which becomes their `ToolProgress` events.
@@ -217,21 +254,19 @@ impl ClientHandler for Notified {
         params: ProgressNotificationParam,
         _context: NotificationContext<RoleClient>,
     ) -> impl Future<Output = ()> + Send + '_ {
+        let message = params
+            .message
+            .map(|m| agentloop::tool::bounded_text(m, PROGRESS_MESSAGE_BYTES));
         let progress = serde_json::json!({
             "progress": params.progress,
             "total": params.total,
-            "message": params.message,
+            "message": message,
         });
         let mut routes = self.progress.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(sender) = routes.routes.get(&params.progress_token) {
             sender.send(progress);
-        } else if routes.early.len() < EARLY_PROGRESS_TOKENS
-            || routes.early.contains_key(&params.progress_token)
-        {
-            let early = routes.early.entry(params.progress_token).or_default();
-            if early.len() < EARLY_PROGRESS_EACH {
-                early.push(progress);
-            }
+        } else {
+            routes.keep_early(params.progress_token, progress);
         }
         std::future::ready(())
     }
@@ -251,7 +286,6 @@ impl McpServer {
         check(&config)?;
         let inner = Arc::new(Inner {
             changed: Arc::new(AtomicBool::new(false)),
-            progress: Progress::default(),
             listed: Mutex::new(Vec::new()),
             conn: tokio::sync::Mutex::new(Conn::default()),
             stderr: Arc::new(Mutex::new(Stderr::default())),
@@ -365,7 +399,7 @@ impl McpServer {
         if !self.tools_changed() {
             return Ok(false);
         }
-        let (peer, _) = self.peer().await?;
+        let (peer, ..) = self.peer().await?;
         self.list(&peer).await?;
         Ok(true)
     }
@@ -393,7 +427,7 @@ impl McpServer {
         ctx: ToolContext,
     ) -> Result<ToolOutput, ToolError> {
         let name = self.name().to_owned();
-        let (peer, generation) = self.peer().await.map_err(|e| {
+        let (peer, generation, progress) = self.peer().await.map_err(|e| {
             // The operator's diagnostic (a start's stderr, say) goes to the log; the model reads
             // what it can act on.
             tracing::warn!(target: "agentloop_mcp", server = %name, error = %e, "a call found the MCP server unavailable");
@@ -424,7 +458,7 @@ impl McpServer {
                 // Until the answer: progress reaches the call's events, and a call that is
                 // cancelled, or dropped (its timeout), tells the server to stop.
                 let _progress = ProgressRoute::new(
-                    &self.inner.progress,
+                    &progress,
                     handle.progress_token.clone(),
                     ctx.progress.clone(),
                 );
@@ -510,14 +544,16 @@ impl McpServer {
         }
     }
 
-    /// A handle on the running server: started again first when it died and its policy allows.
-    async fn peer(&self) -> Result<(Peer<RoleClient>, u64), McpError> {
+    /// A handle on the running server (its connection's number and progress routes beside
+    /// it): started again first when it died and its policy allows.
+    async fn peer(&self) -> Result<(Peer<RoleClient>, u64, Progress), McpError> {
         let mut conn = self.inner.conn.lock().await;
         if let Some(service) = &conn.service
             && !service.is_closed()
             && !service.peer().is_transport_closed()
         {
-            return Ok((service.peer().clone(), conn.generation));
+            let progress = service.service().progress.clone();
+            return Ok((service.peer().clone(), conn.generation, progress));
         }
         let server = self.name().to_owned();
         if let Some(reason) = &conn.down {
@@ -544,11 +580,12 @@ impl McpServer {
         tracing::warn!(target: "agentloop_mcp", server = %server, restart = conn.restarts, "starting the MCP server again");
         let service = self.start().await?;
         let peer = service.peer().clone();
+        let progress = service.service().progress.clone();
         let listener = self.listen(&peer);
         conn.run(service, listener);
         // Its tools may differ now: the next refresh lists them.
         self.inner.changed.store(true, Ordering::Release);
-        Ok((peer, conn.generation))
+        Ok((peer, conn.generation, progress))
     }
 
     /// Whether the connection a request failed on has ended (the server exited, the HTTP
@@ -754,7 +791,7 @@ impl McpServer {
         let lifecycle = lifecycle(version);
         let handler = Notified {
             changed: self.inner.changed.clone(),
-            progress: self.inner.progress.clone(),
+            progress: Progress::default(),
             server: Arc::from(config.name.as_str()),
             offered: match &lifecycle {
                 ClientLifecycleMode::Initialize => {
@@ -1012,7 +1049,12 @@ struct ProgressRoute {
 impl ProgressRoute {
     fn new(routes: &Progress, token: ProgressToken, sender: ProgressSender) -> Self {
         let mut all = routes.lock().unwrap_or_else(PoisonError::into_inner);
-        for progress in all.early.remove(&token).unwrap_or_default() {
+        for progress in all
+            .early
+            .remove(&token)
+            .map(|e| e.progress)
+            .unwrap_or_default()
+        {
             sender.send(progress);
         }
         all.routes.insert(token.clone(), sender);
@@ -1358,6 +1400,26 @@ async fn forward_stderr(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn progress_under_tokens_no_call_holds_gives_way_oldest_first() {
+        let token = |n: i64| ProgressToken(rmcp::model::NumberOrString::Number(n));
+        let mut routes = ProgressRoutes::default();
+        for n in 0..1000 {
+            routes.keep_early(token(n), Value::from(n));
+        }
+        assert_eq!(routes.early.len(), EARLY_PROGRESS_TOKENS);
+        // The newest are kept, so a call's own early progress still is.
+        assert!(routes.early.contains_key(&token(999)));
+        assert!(!routes.early.contains_key(&token(0)));
+        for _ in 0..100 {
+            routes.keep_early(token(999), Value::Null);
+        }
+        assert_eq!(
+            routes.early[&token(999)].progress.len(),
+            EARLY_PROGRESS_EACH
+        );
+    }
 
     #[test]
     fn a_connection_that_ran_healthy_forgives_the_restarts_before_it() {

@@ -12,7 +12,10 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
-use agentloop::{Tool, ToolContext, ToolError, ToolOutput};
+use std::sync::{Arc, Mutex};
+
+use agentloop::testing::ScriptedModel;
+use agentloop::{Agent, Event, EventKind, ModelResponse, Tool, ToolContext, ToolError, ToolOutput};
 use agentloop_mcp::{McpServer, Restart, ServerConfig, Transport};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -262,6 +265,53 @@ mod mcpfix {
         assert!(mcp.tools_changed(), "the change is still to be listed");
         assert!(mcp.refresh().await.unwrap());
         tool(&mcp.tools(), "r__added");
+        mcp.shutdown().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn progress_a_dead_connection_was_sent_never_reaches_a_call_of_the_next() {
+        let dir = tempdir("stray");
+        let mut cfg = stdio("p", &dir, &["--stray", "50"]);
+        cfg.restart = Restart::OnFailure;
+        let mcp = McpServer::connect(cfg).await.unwrap();
+        // Progress under the tokens 0..49, which no call holds (but one): it waits for a route.
+        call(tool(&mcp.tools(), "p__stray"), json!({}))
+            .await
+            .unwrap();
+        restarted(&mcp, &mcp.tools(), "p__whoami").await;
+
+        // Calls on the new connection, whose tokens the old one's progress was sent under.
+        let seen = Arc::new(Mutex::new(Vec::<Value>::new()));
+        let kept = seen.clone();
+        let agent = Agent::builder()
+            .model(ScriptedModel::new([
+                // Several, so that some hold tokens the old connection's progress waits under.
+                ModelResponse::tool_calls((0..5).map(|n| {
+                    (
+                        format!("c{n}"),
+                        "p__echo".to_owned(),
+                        r#"{"message": "fresh"}"#.to_owned(),
+                    )
+                })),
+                ModelResponse::text("done"),
+            ]))
+            .tools(mcp.tools())
+            .sink(move |e: &Event| {
+                if let EventKind::ToolProgress { progress, .. } = &e.kind {
+                    kept.lock().unwrap().push(progress.clone());
+                }
+            })
+            .build()
+            .unwrap();
+        let outcome = tokio::time::timeout(TIMEOUT, agent.run("go"))
+            .await
+            .unwrap();
+        assert_eq!(outcome.tool_calls.len(), 5);
+        for call in &outcome.tool_calls {
+            assert_eq!(call.outcome.content.to_text(), "fresh");
+        }
+        let seen = seen.lock().unwrap().clone();
+        assert!(seen.is_empty(), "stale progress reached the call: {seen:?}");
         mcp.shutdown().await;
     }
 }
