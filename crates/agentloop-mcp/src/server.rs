@@ -393,15 +393,17 @@ impl McpServer {
         self.inner.changed.load(Ordering::Acquire)
     }
 
-    /// Lists the tools again if they changed; true when it did. Between runs or turns (an
-    /// agent's tool source asks at each turn boundary): a turn's tools never change under it.
+    /// Lists the tools again if they changed; true when the list it got differs from the last
+    /// (a server that said its tools changed, or a subscription opened again, may list the same
+    /// tools: that is no change, and a run does not take, nor journal, its tools again). Between
+    /// runs or turns (an agent's tool source asks at each turn boundary): a turn's tools never
+    /// change under it.
     pub async fn refresh(&self) -> Result<bool, McpError> {
         if !self.tools_changed() {
             return Ok(false);
         }
         let (peer, ..) = self.peer().await?;
-        self.list(&peer).await?;
-        Ok(true)
+        self.list(&peer).await
     }
 
     /// Ends the server: the child is stopped, the HTTP session closed.
@@ -657,7 +659,7 @@ impl McpServer {
     /// Lists the tools. The flag is cleared first: a change announced while the list is under
     /// way is listed again next time rather than lost. A listing that fails, times out or is
     /// dropped (a run's deadline) sets it again: the change is still to be listed.
-    async fn list(&self, peer: &Peer<RoleClient>) -> Result<(), McpError> {
+    async fn list(&self, peer: &Peer<RoleClient>) -> Result<bool, McpError> {
         self.inner.changed.store(false, Ordering::Release);
         let mut unlisted = StillChanged(Some(&self.inner.changed));
         let timeout = self.inner.config.timeout;
@@ -673,13 +675,15 @@ impl McpServer {
                 what: "tools/list",
                 reason: scrubbed(&self.inner.config, &e.to_string()),
             })?;
-        *self
+        let mut kept = self
             .inner
             .listed
             .lock()
-            .unwrap_or_else(PoisonError::into_inner) = listed;
+            .unwrap_or_else(PoisonError::into_inner);
+        let differs = *kept != listed;
+        *kept = listed;
         unlisted.0 = None;
-        Ok(())
+        Ok(differs)
     }
 
     /// Follows `nextCursor` page by page, within bounds: a server may page forever, repeat a
@@ -990,11 +994,21 @@ impl Drop for Listener {
 /// are given up (its tools are then listed once, as at a server that announces nothing).
 const LISTEN_ATTEMPTS: u32 = 3;
 
+/// The wait before a subscription that ended is opened again: doubled at each one that ends
+/// early (before [`LISTEN_HEALTHY`]), up to [`LISTEN_REOPEN_MAX`]; a server that acknowledges
+/// and ends its stream at once is asked again at most once a minute, not ten times a second
+/// (each reopening marks the list stale, a listing the next turn).
+const LISTEN_REOPEN_FIRST: Duration = Duration::from_millis(100);
+const LISTEN_REOPEN_MAX: Duration = Duration::from_secs(60);
+/// A subscription that lasted this long was a good one: the next reopening waits the least.
+const LISTEN_HEALTHY: Duration = Duration::from_secs(60);
+
 /// Keeps a `subscriptions/listen` stream for `notifications/tools/list_changed` open on `peer`,
 /// marking the list stale at each. A stream that ends while the connection lives is opened
 /// again, and the list is marked stale, since a change may have come between the two.
 async fn listen_for_tool_changes(peer: Peer<RoleClient>, changed: Arc<AtomicBool>, server: String) {
     let mut failures = 0;
+    let mut reopen = LISTEN_REOPEN_FIRST;
     while !peer.is_transport_closed() && failures < LISTEN_ATTEMPTS {
         let filter = SubscriptionFilter::builder().tools_list_changed().build();
         let mut subscription = match peer.listen(filter).await {
@@ -1011,6 +1025,7 @@ async fn listen_for_tool_changes(peer: Peer<RoleClient>, changed: Arc<AtomicBool
             }
         };
         failures = 0;
+        let opened = std::time::Instant::now();
         loop {
             match subscription.next().await {
                 Ok(Some(ServerNotification::ToolListChangedNotification(_))) => {
@@ -1022,7 +1037,13 @@ async fn listen_for_tool_changes(peer: Peer<RoleClient>, changed: Arc<AtomicBool
             }
         }
         changed.store(true, Ordering::Release);
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        reopen = if opened.elapsed() >= LISTEN_HEALTHY {
+            LISTEN_REOPEN_FIRST
+        } else {
+            (reopen * 2).min(LISTEN_REOPEN_MAX)
+        };
+        tracing::debug!(target: "agentloop_mcp", server = %server, "the tool-change subscription ended; opened again in {:.1} s", reopen.as_secs_f64());
+        tokio::time::sleep(reopen).await;
     }
 }
 

@@ -314,4 +314,27 @@ mod mcpfix {
         assert!(seen.is_empty(), "stale progress reached the call: {seen:?}");
         mcp.shutdown().await;
     }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_subscription_that_ends_at_once_is_opened_again_ever_more_slowly() {
+        // At 2026-07-28 it acknowledges subscriptions/listen, then ends the stream at once.
+        let dir = tempdir("listen");
+        let mcp = McpServer::connect(stdio("l", &dir, &["--modern", "--listen-ends"]))
+            .await
+            .unwrap();
+        assert_eq!(mcp.protocol_version().await.as_deref(), Some("2026-07-28"));
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let listens = std::fs::read_to_string(dir.join("listens")).unwrap_or_default();
+        // 0, 0.2, 0.6, 1.4 s and 3.0 s: not every 100 ms (some 25 times).
+        assert!(
+            listens.lines().count() <= 6,
+            "{} listens in 3 s",
+            listens.lines().count()
+        );
+        // Each reopening marks the list stale, but the same tools listed again are no change.
+        assert!(mcp.tools_changed());
+        assert!(!mcp.refresh().await.unwrap());
+        assert!(!mcp.tools_changed());
+        mcp.shutdown().await;
+    }
 }
