@@ -427,7 +427,9 @@ fn plan_command(args: &PlanArgs) -> Result<i32, CliError> {
             serde_json::to_string_pretty(&plan).unwrap_or_default()
         );
     } else {
-        print!("{}", plan::render_plan(&plan));
+        // An agent file's descriptions are its author's text, and a file may come from anyone.
+        let shown = terminal::escape_controls(&plan::render_plan(&plan));
+        let _ = std::io::stdout().lock().write_all(shown.as_bytes());
     }
     Ok(code::OK)
 }

@@ -97,6 +97,14 @@ async fn list(path: PathBuf, as_json: bool) -> Result<i32, CliError> {
         out!("{}", json!({"servers": listed}));
         return Ok(code::OK);
     }
+    // A server's text (its tools' names and descriptions) reaches a terminal: a description can
+    // hold escape sequences (OSC 52 writes the clipboard, others the title or the screen), shown
+    // as `\u{…}` instead. `--json` escapes them as JSON does.
+    let mut text = String::new();
+    let mut out = |line: String| {
+        text.push_str(&line);
+        text.push('\n');
+    };
     for server in &listed {
         let tools = server["tools"]
             .as_array()
@@ -113,26 +121,30 @@ async fn list(path: PathBuf, as_json: bool) -> Result<i32, CliError> {
             .as_str()
             .map(|v| format!(", MCP {v}"))
             .unwrap_or_default();
-        out!(
+        out(format!(
             "{name}{of} — {} tool{}{version}",
             tools.len(),
             if tools.len() == 1 { "" } else { "s" }
-        );
+        ));
         for tool in tools {
-            out!("");
-            out!("  {}", tool["name"].as_str().unwrap_or_default());
+            out(String::new());
+            out(format!("  {}", tool["name"].as_str().unwrap_or_default()));
             let description = tool["description"].as_str().unwrap_or_default();
             for line in description.lines().filter(|l| !l.trim().is_empty()) {
-                out!("    {line}");
+                out(format!("    {line}"));
             }
             for (label, key) in [("input", "input_schema"), ("output", "output_schema")] {
                 if let Some(schema) = tool.get(key) {
-                    out!("    {label} schema: {schema}");
+                    out(format!("    {label} schema: {schema}"));
                 }
             }
         }
-        out!("");
+        out(String::new());
     }
+    let _ = std::io::Write::write_all(
+        &mut std::io::stdout().lock(),
+        crate::terminal::escape_controls(&text).as_bytes(),
+    );
     Ok(code::OK)
 }
 
