@@ -38,6 +38,8 @@ p.add_argument("--listen-ends", action="store_true",
 p.add_argument("--description", default="Echoes its message.", help="echo's description")
 p.add_argument("--stderr-env", metavar="VAR",
                help="write VAR's value on stderr and exit 1 at start")
+p.add_argument("--echo-env", metavar="VAR",
+               help="echo writes VAR's value on stderr before it answers")
 args = p.parse_args()
 
 if args.stderr_env:
@@ -135,6 +137,11 @@ def handle(msg, notify):
     if method == "tools/call":
         name, a = params.get("name"), params.get("arguments") or {}
         if name == "echo":
+            if args.echo_env:
+                sys.stderr.write(f"hostile: echo with token {os.environ.get(args.echo_env)}\n")
+                sys.stderr.flush()
+                # The pause lets the client's reader take the line before the answer.
+                time.sleep(0.3)
             return text(id, str(a.get("message")))
         if name == "slow":
             time.sleep(float(a.get("secs", 1)))

@@ -651,7 +651,7 @@ impl McpServer {
         let task = tokio::spawn(listen_for_tool_changes(
             peer.clone(),
             self.inner.changed.clone(),
-            self.name().to_owned(),
+            self.inner.config.clone(),
         ));
         Some(Listener(task))
     }
@@ -843,6 +843,7 @@ impl McpServer {
                     stderr_task = Some(tokio::spawn(forward_stderr(
                         stderr,
                         config.name.clone(),
+                        secrets(config),
                         self.inner.stderr.clone(),
                     )));
                 }
@@ -1006,7 +1007,12 @@ const LISTEN_HEALTHY: Duration = Duration::from_secs(60);
 /// Keeps a `subscriptions/listen` stream for `notifications/tools/list_changed` open on `peer`,
 /// marking the list stale at each. A stream that ends while the connection lives is opened
 /// again, and the list is marked stale, since a change may have come between the two.
-async fn listen_for_tool_changes(peer: Peer<RoleClient>, changed: Arc<AtomicBool>, server: String) {
+async fn listen_for_tool_changes(
+    peer: Peer<RoleClient>,
+    changed: Arc<AtomicBool>,
+    config: ServerConfig,
+) {
+    let server = &config.name;
     let mut failures = 0;
     let mut reopen = LISTEN_REOPEN_FIRST;
     while !peer.is_transport_closed() && failures < LISTEN_ATTEMPTS {
@@ -1019,7 +1025,8 @@ async fn listen_for_tool_changes(peer: Peer<RoleClient>, changed: Arc<AtomicBool
             }
             Err(e) => {
                 failures += 1;
-                tracing::warn!(target: "agentloop_mcp", server = %server, error = %e, "cannot listen for tool changes");
+                let error = scrubbed(&config, &e.to_string());
+                tracing::warn!(target: "agentloop_mcp", server = %server, error = %error, "cannot listen for tool changes");
                 tokio::time::sleep(Duration::from_millis(500)).await;
                 continue;
             }
@@ -1136,23 +1143,29 @@ fn http_headers(
     Ok(custom)
 }
 
-/// `text` without the credentials of an HTTP server's declaration: its URL's user info and
-/// query values (the transport's reqwest errors print the URL whole: `error sending request for
-/// url (https://host/mcp?token=...)`) and the values its header templates read.
+/// `text` without the credentials of a server's declaration (see [`secrets`]).
 fn scrubbed(config: &ServerConfig, text: &str) -> String {
-    let Transport::Http { url, headers } = &config.transport else {
-        return text.to_owned();
+    agentloop::url_secrets::scrub(text, &secrets(config))
+}
+
+/// The credentials of a server's declaration, longest first (so that a secret holding another
+/// is replaced whole): for HTTP its URL's user info and query values (the transport's reqwest
+/// errors print the URL whole: `error sending request for url (https://host/mcp?token=...)`)
+/// and the values its header templates read; for stdio the values its `env` templates read (a
+/// server may print its environment on stderr, which goes into errors, logs and call details).
+fn secrets(config: &ServerConfig) -> Vec<String> {
+    let (mut secrets, templates) = match &config.transport {
+        Transport::Http { url, headers } => (agentloop::url_secrets::secrets(url), headers),
+        Transport::Stdio { env, .. } => (Vec::new(), env),
     };
-    let mut secrets = agentloop::url_secrets::secrets(url);
     secrets.extend(
-        headers
+        templates
             .values()
             .flat_map(|t| crate::config::template_vars(t))
             .filter_map(|var| std::env::var(var).ok()),
     );
-    // Longest first, so that a secret holding another is replaced whole.
     secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
-    agentloop::url_secrets::scrub(text, &secrets)
+    secrets
 }
 
 fn config_error(config: &ServerConfig, reason: String) -> McpError {
@@ -1386,6 +1399,7 @@ fn with_stderr(mut out: ToolOutput, lines: Vec<String>) -> ToolOutput {
 async fn forward_stderr(
     stderr: tokio::process::ChildStderr,
     server: String,
+    secrets: Vec<String>,
     tail: Arc<Mutex<Stderr>>,
 ) {
     let mut lines = FramedRead::new(stderr, LinesCodec::new_with_max_length(STDERR_LINE_BYTES));
@@ -1397,6 +1411,8 @@ async fn forward_stderr(
             }
             Err(tokio_util::codec::LinesCodecError::Io(_)) => break,
         };
+        // Its environment's secrets never reach a log, an error or a call's details.
+        let line = agentloop::url_secrets::scrub(&line, &secrets);
         tracing::info!(target: "agentloop_mcp::stderr", server = %server, "{line}");
         let mut s = tail.lock().unwrap_or_else(PoisonError::into_inner);
         for call in s.calls.values_mut() {

@@ -337,4 +337,34 @@ mod mcpfix {
         assert!(!mcp.tools_changed());
         mcp.shutdown().await;
     }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_stdio_servers_env_secrets_never_reach_its_start_error_or_a_calls_details() {
+        // A variable cargo sets for the test, read by the server's env template.
+        let secret = std::env::var("CARGO_MANIFEST_DIR").unwrap();
+        let with_token = |mut c: ServerConfig| {
+            if let Transport::Stdio { env, .. } = &mut c.transport {
+                env.insert("TOKEN".into(), "${CARGO_MANIFEST_DIR}".into());
+            }
+            c
+        };
+        let dir = tempdir("secret");
+        let err = McpServer::connect(with_token(stdio("s", &dir, &["--stderr-env", "TOKEN"])))
+            .await
+            .unwrap_err();
+        let err = err.to_string();
+        assert!(err.contains("cannot start with token [redacted]"), "{err}");
+        assert!(!err.contains(&secret), "{err}");
+
+        let mcp = McpServer::connect(with_token(stdio("s", &dir, &["--echo-env", "TOKEN"])))
+            .await
+            .unwrap();
+        let out = call(tool(&mcp.tools(), "s__echo"), json!({"message": "m"}))
+            .await
+            .unwrap();
+        let details = out.details.unwrap().to_string();
+        assert!(details.contains("echo with token [redacted]"), "{details}");
+        assert!(!details.contains(&secret), "{details}");
+        mcp.shutdown().await;
+    }
 }
