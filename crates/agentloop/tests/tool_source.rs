@@ -458,3 +458,160 @@ async fn a_journaled_run_whose_tools_changed_resumes_from_any_step_to_the_same_t
         }
     }
 }
+
+/// A tool named `name` that answers `said`: two of one name tell by their answers which ran.
+fn saying(name: &str, said: &'static str, mutating: bool) -> Tool {
+    Tool::builder(name)
+        .description(format!("Answers {said}."))
+        .mutating(mutating)
+        .dynamic(object(), move |_a: Value, _c| async move {
+            Ok(ToolOutput::text(said))
+        })
+}
+
+/// A model that calls `grow`, then `lookup`, then is done; and the run's events.
+async fn grow_then_lookup(source: Arc<Listed>) -> (agentloop::RunOutcome, Vec<agentloop::Event>) {
+    let model = FunctionModel::new(move |req| {
+        let answered = req
+            .messages
+            .iter()
+            .filter(|m| m.as_assistant().is_some())
+            .count();
+        Ok(match answered {
+            0 => ModelResponse::tool_calls([("g", "grow", "{}")]),
+            1 => ModelResponse::tool_calls([("l", "lookup", "{}")]),
+            _ => ModelResponse::text("done"),
+        })
+    });
+    let events = Arc::new(Mutex::new(Vec::new()));
+    let agent = {
+        let events = Arc::clone(&events);
+        Agent::builder()
+            .model(model)
+            .tool_source(source)
+            .sink(move |e: &agentloop::Event| events.lock().unwrap().push(e.clone()))
+            .build()
+            .unwrap()
+    };
+    let out = agent
+        .run_with(Vec::new(), Some(Message::user("go")), RunOptions::default())
+        .await;
+    let events = events.lock().unwrap().clone();
+    (out, events)
+}
+
+/// `grow`, which lists `tools` after it in its source (as a server that announces
+/// tools/list_changed); `fixed` is listed from the start.
+fn growing_into(fixed: Vec<Tool>, later: Vec<Tool>) -> Arc<Listed> {
+    let source = Arc::new(Listed::default());
+    let weak = Arc::downgrade(&source);
+    let grow = Tool::dynamic("grow", "Adds tools.", object(), move |_a: Value, _c| {
+        let (weak, later) = (weak.clone(), later.clone());
+        async move {
+            if let Some(s) = weak.upgrade() {
+                let mut tools = s.tools();
+                tools.extend(later);
+                s.set(tools);
+            }
+            Ok(ToolOutput::text("grown"))
+        }
+    });
+    let mut tools = vec![grow];
+    tools.extend(fixed);
+    source.set(tools);
+    source
+}
+
+fn lookup_call(out: &agentloop::RunOutcome) -> &CallOutcome {
+    &out.tool_calls
+        .iter()
+        .find(|r| &*r.call_id == "l")
+        .expect("the lookup call")
+        .outcome
+}
+
+fn refused(events: &[agentloop::Event]) -> Vec<String> {
+    events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::ToolsChanged { refused, .. } => Some(refused.clone()),
+            _ => None,
+        })
+        .flatten()
+        .collect()
+}
+
+#[tokio::test]
+async fn collide_a_tool_listed_later_under_a_taken_name_never_runs_in_place_of_the_first() {
+    // A trusted read-only `lookup`, then one of the same name that another origin adds during the
+    // run: the model and the gates have the first's spec, so the first's handler must run.
+    let source = growing_into(
+        vec![saying("lookup", "first", false)],
+        vec![saying("lookup", "second", true)],
+    );
+    let (out, events) = grow_then_lookup(source).await;
+    assert_eq!(out.stop_reason, StopReason::Finished, "{:?}", out.error);
+    let call = lookup_call(&out);
+    assert_eq!(call.status, CallStatus::Ok, "{call:?}");
+    assert_eq!(
+        call.content.to_text(),
+        "first",
+        "the later tool's handler ran"
+    );
+    let refused = refused(&events);
+    assert!(
+        refused.len() == 1 && refused[0].starts_with("lookup: "),
+        "the later one is refused, and said so: {refused:?}"
+    );
+}
+
+#[tokio::test]
+async fn collide_two_tools_of_one_name_listed_at_build_run_the_first_and_the_second_is_refused() {
+    // Both listed when the agent is built: the agent builds (a source's list is not the
+    // application's to fix), the run reports the second at its first turn, the first runs.
+    let source = growing_into(
+        vec![
+            saying("lookup", "first", false),
+            saying("lookup", "second", true),
+        ],
+        Vec::new(),
+    );
+    let (out, events) = grow_then_lookup(source).await;
+    assert_eq!(out.stop_reason, StopReason::Finished, "{:?}", out.error);
+    assert_eq!(lookup_call(&out).content.to_text(), "first");
+    // Said at the first turn (and again at each listing after, `grow` relisting).
+    let first = events
+        .iter()
+        .find(|e| matches!(e.kind, EventKind::ToolsChanged { .. }))
+        .unwrap();
+    assert!(
+        matches!(&first.kind, EventKind::ToolsChanged { added, refused, .. }
+            if first.turn == 1 && added.is_empty() && refused.len() == 1
+                && refused[0].starts_with("lookup: ")),
+        "{first:?}"
+    );
+}
+
+#[tokio::test]
+async fn collide_a_name_whose_first_tool_is_refused_is_not_given_to_a_later_one() {
+    // The first `lookup` has a schema no tool may have: the catalog refuses it. A later `lookup`
+    // does not take its place: both are refused, so no call runs a handler whose spec the model
+    // never saw.
+    let bad = Tool::dynamic(
+        "lookup",
+        "Bad schema.",
+        json!({"type": "object", "properties": {"a": {"type": 12}}}),
+        |_a: Value, _c| async { Ok(ToolOutput::text("bad")) },
+    );
+    let source = growing_into(Vec::new(), vec![bad, saying("lookup", "second", false)]);
+    let (out, events) = grow_then_lookup(source).await;
+    let call = lookup_call(&out);
+    assert_eq!(call.status, CallStatus::Rejected, "{call:?}");
+    assert_eq!(call.code.as_deref(), Some("unknown_tool"), "{call:?}");
+    let refused = refused(&events);
+    assert_eq!(refused.len(), 2, "{refused:?}");
+    assert!(
+        refused.iter().all(|r| r.starts_with("lookup: ")),
+        "{refused:?}"
+    );
+}

@@ -303,7 +303,13 @@ impl AgentBuilder {
         let own_tools = self.tools.len();
         if let Some(source) = &self.source {
             for tool in source.tools() {
-                self.tools.register(tool)?;
+                // A source's tool whose name is taken is left out, as a run leaves it out of a
+                // list that changed: its first turn lists the source's tools and says which
+                // were refused. Two servers may each have a `search`; the agent still builds.
+                match self.tools.register(tool) {
+                    Ok(()) | Err(crate::tool::ToolDefinitionError::Duplicate { .. }) => {}
+                    Err(e) => return Err(e.into()),
+                }
             }
         }
         // A source's tools can change during a run (found, listed anew): a choice naming one of

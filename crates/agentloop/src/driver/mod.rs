@@ -1177,12 +1177,16 @@ fn not_journaled(step: &mut Step, e: &crate::journal::JournalError) -> Option<St
     }
 }
 
-/// Tools by name under their layers.
+/// Tools by name under their layers: of two of one name, the first listed, as the machine's
+/// catalog keeps the first listed spec of a name ([`RunMachine::tools`]). A later one kept here
+/// would run under the first's spec: the one the model, the gates and the read-only flags saw.
 fn handlers(tools: Vec<Tool>) -> HashMap<String, Layered> {
-    tools
-        .into_iter()
-        .map(|t| (t.name().to_owned(), t.layered()))
-        .collect()
+    let mut out = HashMap::with_capacity(tools.len());
+    for t in tools {
+        out.entry(t.name().to_owned())
+            .or_insert_with(|| t.layered());
+    }
+    out
 }
 
 /// A call that finished, or the end of a set that ran dry (the machine folds what it has).

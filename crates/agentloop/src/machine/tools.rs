@@ -1,5 +1,6 @@
 //! The run's tools when its tool source changes them.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use super::RunMachine;
@@ -11,13 +12,25 @@ impl RunMachine {
     /// these. A spec that fails the checks of a registration (a bad name or schema, a name
     /// taken) is left out, and said so; calls of a tool that went away are unknown-tool errors
     /// the model reads.
+    ///
+    /// A name belongs to the first spec listed with it, even one refused: the driver runs the
+    /// first listed tool of a name, so a later spec kept in its place would have another
+    /// tool's handler run under it.
     #[cold]
     #[inline(never)]
     pub(super) fn switch_tools(&mut self, specs: Vec<crate::tool::ToolSpec>) {
         let mut tools = self.cfg.tools.prefix(self.cfg.own_tools);
         let mut refused = Vec::new();
+        let mut listed: HashSet<String> = HashSet::with_capacity(specs.len());
         for spec in specs {
             let name = spec.name.clone();
+            if !listed.insert(name.clone()) && tools.index_of(&name).is_none() {
+                refused.push(format!(
+                    "{name}: an earlier tool of this name was refused, and its name is not \
+                     given to a later one"
+                ));
+                continue;
+            }
             if let Err(e) = tools.add(spec) {
                 refused.push(format!("{name}: {e}"));
             }
