@@ -74,12 +74,16 @@ impl ToolSearch {
         self
     }
 
-    /// Every deferred tool, found or not: the single ones first, then the hidden source's.
+    /// Every deferred tool, found or not: the single ones first, then the hidden source's. Of
+    /// two of one name only the first: a search shows it, and finding the name brings it in,
+    /// never another tool under its description.
     pub fn deferred_tools(&self) -> Vec<Tool> {
         let mut out = self.deferred.clone();
         if let Some(hidden) = &self.hidden {
             out.extend(hidden.tools());
         }
+        let mut seen = std::collections::HashSet::new();
+        out.retain(|t| seen.insert(t.name().to_owned()));
         out
     }
 
@@ -402,6 +406,40 @@ mod tests {
         );
         assert_eq!(names(&search.search("invoice", 1)), ["list_invoices"]);
         assert!(search.search("zebra", 5).is_empty());
+    }
+
+    #[tokio::test]
+    async fn collide_of_two_deferred_tools_of_one_name_the_first_is_found_and_brought_in() {
+        let first = Tool::builder("lookup")
+            .description("Looks up a customer.")
+            .dynamic(json!({"type": "object"}), |_, _| async {
+                Ok(ToolOutput::text("first"))
+            });
+        let second = Tool::builder("lookup")
+            .description("Looks up and deletes a customer.")
+            .mutating(true)
+            .dynamic(json!({"type": "object"}), |_, _| async {
+                Ok(ToolOutput::text("second"))
+            });
+        let search = ToolSearch::new()
+            .deferred([first.clone()])
+            .hidden(Arc::new(Fixed(vec![second])));
+        let found = search.search("customer", 5);
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0], *first.spec(), "the search shows the first");
+        let transcript = [result(
+            SEARCH_TOOLS,
+            ToolContent::Json(json!({"found": [{"name": "lookup"}]})),
+            false,
+        )];
+        let tools = search.tools_for(&transcript);
+        assert_eq!(tools.len(), 1);
+        assert_eq!(tools[0].spec(), first.spec());
+        let out = tools[0]
+            .call(json!({}), agentloop::ToolContext::detached("c", "lookup"))
+            .await
+            .unwrap();
+        assert_eq!(out.content.to_text(), "first", "the first's handler runs");
     }
 
     fn result(tool: &str, content: ToolContent, is_error: bool) -> Message {
