@@ -165,6 +165,77 @@ impl ServerConfig {
     }
 }
 
+/// Two MCP tools that would have one name in a run: the later listed is left out, so that the
+/// spec the model and the permission gates see and the handler a call runs are always one
+/// tool's. Within a server, its naming gave two of its tools one name (`get.user` and
+/// `get_user` are both `srv__get_user`; two renames to one name); across servers, two servers'
+/// tools have one name (empty or equal prefixes, renames).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NameCollision {
+    /// The name both would have.
+    pub name: String,
+    /// The server of the tool kept: the first listed (servers in declaration order).
+    pub kept_server: String,
+    /// That server's own name of the tool kept.
+    pub kept_tool: String,
+    /// The server of the tool left out.
+    pub dropped_server: String,
+    /// That server's own name of the tool left out.
+    pub dropped_tool: String,
+}
+
+impl std::fmt::Display for NameCollision {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let NameCollision {
+            name,
+            kept_server,
+            kept_tool,
+            dropped_server,
+            dropped_tool,
+        } = self;
+        write!(
+            f,
+            "the MCP tools {dropped_tool:?} of {dropped_server} and {kept_tool:?} of \
+             {kept_server} would both be named {name}: {dropped_tool:?} is left out, as it is \
+             listed later"
+        )
+    }
+}
+
+impl ServerConfig {
+    /// The names of a listing's tools, in the server's order ([`ServerConfig::tool_name`]):
+    /// `None` for a tool whose name an earlier tool of the listing has, which is left out, with
+    /// the collision that says so.
+    pub fn tool_names<'a>(
+        &self,
+        remotes: impl IntoIterator<Item = &'a str>,
+    ) -> (Vec<Option<String>>, Vec<NameCollision>) {
+        let mut names = Vec::new();
+        let mut collisions = Vec::new();
+        let mut first: BTreeMap<String, &'a str> = BTreeMap::new();
+        for remote in remotes {
+            let name = self.tool_name(remote);
+            match first.get(&name) {
+                Some(kept) => {
+                    collisions.push(NameCollision {
+                        name,
+                        kept_server: self.name.clone(),
+                        kept_tool: (*kept).to_owned(),
+                        dropped_server: self.name.clone(),
+                        dropped_tool: remote.to_owned(),
+                    });
+                    names.push(None);
+                }
+                None => {
+                    first.insert(name.clone(), remote);
+                    names.push(Some(name));
+                }
+            }
+        }
+        (names, collisions)
+    }
+}
+
 /// Expands `${VAR}` in a template from the environment `lookup` reads. A variable that is not
 /// set is an error naming it (never a value); `$$` is a `$`.
 pub fn expand_template(
@@ -250,5 +321,28 @@ mod tests {
         assert_eq!(c.tool_name("read_file"), "read_file");
         c.rename.insert("read_file".into(), "read".into());
         assert_eq!(c.tool_name("read_file"), "read");
+    }
+
+    #[test]
+    fn collide_two_tools_of_a_server_named_alike_keep_the_first_listed() {
+        let mut c = ServerConfig::stdio("srv", vec!["x".into()]);
+        c.rename.insert("fetch".into(), "srv__get_user".into());
+        let (names, collisions) = c.tool_names(["get.user", "list", "get_user", "fetch"]);
+        assert_eq!(
+            names,
+            [
+                Some("srv__get_user".to_owned()),
+                Some("srv__list".into()),
+                None,
+                None
+            ]
+        );
+        assert_eq!(collisions.len(), 2);
+        assert_eq!(
+            collisions[0].to_string(),
+            "the MCP tools \"get_user\" of srv and \"get.user\" of srv would both be named \
+             srv__get_user: \"get_user\" is left out, as it is listed later"
+        );
+        assert_eq!(collisions[1].dropped_tool, "fetch");
     }
 }

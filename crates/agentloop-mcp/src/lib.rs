@@ -8,8 +8,8 @@ mod server;
 mod tools;
 
 pub use config::{
-    DEFAULT_MAX_OUTPUT_BYTES, DEFAULT_TIMEOUT, MAX_RESTARTS, PROTOCOL_VERSIONS, Restart,
-    ServerConfig, Transport, expand_template, template_vars,
+    DEFAULT_MAX_OUTPUT_BYTES, DEFAULT_TIMEOUT, MAX_RESTARTS, NameCollision, PROTOCOL_VERSIONS,
+    Restart, ServerConfig, Transport, expand_template, template_vars,
 };
 pub use error::McpError;
 pub use server::McpServer;
@@ -60,6 +60,40 @@ impl McpServers {
     /// Every server's tools, in declaration order.
     pub fn tools(&self) -> Vec<agentloop::Tool> {
         self.servers.iter().flat_map(McpServer::tools).collect()
+    }
+
+    /// The tools of the servers as last listed that a run leaves out, each as a collision
+    /// with the tool that keeps the name: a later tool of one server that its naming gave an
+    /// earlier one's name (left out of [`McpServer::tools`]), and a later server's tool with an
+    /// earlier server's tool's name (left out by the run, which keeps the first listed of a
+    /// name and reports the rest refused).
+    pub fn collisions(&self) -> Vec<NameCollision> {
+        let mut out = Vec::new();
+        let mut first: std::collections::BTreeMap<String, (String, String)> =
+            std::collections::BTreeMap::new();
+        for server in &self.servers {
+            let remotes = server.remote_names();
+            let (names, within) = server
+                .config()
+                .tool_names(remotes.iter().map(String::as_str));
+            out.extend(within);
+            for (name, remote) in names.into_iter().zip(&remotes) {
+                let Some(name) = name else { continue };
+                match first.get(&name) {
+                    Some((kept_server, kept_tool)) => out.push(NameCollision {
+                        name,
+                        kept_server: kept_server.clone(),
+                        kept_tool: kept_tool.clone(),
+                        dropped_server: server.name().to_owned(),
+                        dropped_tool: remote.clone(),
+                    }),
+                    None => {
+                        first.insert(name, (server.name().to_owned(), remote.clone()));
+                    }
+                }
+            }
+        }
+        out
     }
 
     /// Lists again the tools of every server that said they changed; true when any did. A

@@ -324,6 +324,8 @@ impl McpServer {
     }
 
     /// Its tools as last listed, as agentloop tools (named per its config, with its timeout).
+    /// Of two that its naming gives one name, the later listed is left out, with a warning
+    /// ([`ServerConfig::tool_names`]; [`crate::McpServers::collisions`] has them).
     pub fn tools(&self) -> Vec<Tool> {
         let listed = self
             .inner
@@ -331,7 +333,30 @@ impl McpServer {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone();
-        listed.iter().map(|t| self.tool(t)).collect()
+        let (names, collisions) = self
+            .inner
+            .config
+            .tool_names(listed.iter().map(|t| t.name.as_ref()));
+        for c in &collisions {
+            tracing::warn!(target: "agentloop_mcp", server = %self.name(), "{c}");
+        }
+        listed
+            .iter()
+            .zip(names)
+            .filter(|(_, name)| name.is_some())
+            .map(|(t, _)| self.tool(t))
+            .collect()
+    }
+
+    /// The server's own names of its tools as last listed, in its order.
+    pub(crate) fn remote_names(&self) -> Vec<String> {
+        self.inner
+            .listed
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .map(|t| t.name.to_string())
+            .collect()
     }
 
     /// The agentloop tool for one listed tool of this server.
