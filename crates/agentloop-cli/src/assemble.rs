@@ -719,6 +719,25 @@ impl StartedMcp {
             .map(|(_, s)| s)
     }
 
+    /// The tools of the started servers that their agents' runs leave out, as the warnings
+    /// that say which tool keeps each name; those of a subagent's file, not `top`, name it.
+    pub fn collision_warnings(&self, top: &AgentFile) -> Vec<String> {
+        self.by_file
+            .iter()
+            .flat_map(|(path, servers)| {
+                let file = if *path == top.path {
+                    String::new()
+                } else {
+                    format!("{}: ", crate::terminal::shown_path(path))
+                };
+                servers
+                    .collisions()
+                    .into_iter()
+                    .map(move |c| format!("{file}{c}"))
+            })
+            .collect()
+    }
+
     /// Each file with its started servers, in the order of the tree.
     pub fn files(&self) -> impl Iterator<Item = (&std::path::Path, &agentloop_mcp::McpServers)> {
         self.by_file.iter().map(|(p, s)| (p.as_path(), s))

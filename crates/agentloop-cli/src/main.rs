@@ -207,6 +207,7 @@ async fn run(args: RunArgs) -> Result<i32, CliError> {
         // The servers' tools are part of the request: they are started (their variables are
         // needed, as for a run; the model's key is not) and stopped again.
         let mcp = assemble::StartedMcp::start(&file).await?;
+        warn_collisions(&file, &mcp);
         // A deferred server's tools are not in it (the model finds them with `search_tools`),
         // or are, marked, where the provider searches them itself.
         let tools = mcp
@@ -241,6 +242,7 @@ async fn run(args: RunArgs) -> Result<i32, CliError> {
         approval_for(&args.approval, args.json, &progress, &slot)
     };
     let mcp = assemble::StartedMcp::start(&file).await?;
+    warn_collisions(&file, &mcp);
     let agent = assemble::agent(&file, model, &approval, &mcp)?;
     let trace = args.trace.open()?;
     let otel = args.trace.open_otel(&file)?;
@@ -283,6 +285,15 @@ async fn run(args: RunArgs) -> Result<i32, CliError> {
     Ok(outcome_exit_code(&outcome))
 }
 
+/// Says which tools of the started servers their runs leave out, their names taken by tools
+/// listed before them (a run keeps the first listed of a name; its first turn reports the
+/// others refused, without naming the servers' own names).
+fn warn_collisions(file: &agentloop_cli::agent_file::AgentFile, mcp: &assemble::StartedMcp) {
+    for w in mcp.collision_warnings(file) {
+        err!("agentloop: warning: {w}");
+    }
+}
+
 async fn chat(args: ChatArgs) -> Result<i32, CliError> {
     let mut file = args.agent.load()?;
     let priced = assemble::has_pricing(file.model());
@@ -308,6 +319,7 @@ async fn chat(args: ChatArgs) -> Result<i32, CliError> {
         Approval::Nobody(NO_TERMINAL_REASON)
     };
     let mcp = assemble::StartedMcp::start(&file).await?;
+    warn_collisions(&file, &mcp);
     // The servers are the agent's tool source: each turn of each run lists again the tools of a
     // server that said they changed, so the agent is built once.
     let agent = assemble::agent(&file, model, &approval, &mcp)?;

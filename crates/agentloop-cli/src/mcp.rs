@@ -76,6 +76,20 @@ async fn list(path: PathBuf, as_json: bool) -> Result<i32, CliError> {
         }
         return Ok(code::OK);
     }
+    let collisions: Vec<Value> = started
+        .files()
+        .flat_map(|(path, servers)| {
+            servers.collisions().into_iter().map(move |c| {
+                json!({
+                    "name": c.name,
+                    "kept": {"server": c.kept_server, "tool": c.kept_tool},
+                    "dropped": {"server": c.dropped_server, "tool": c.dropped_tool},
+                    "file": path.display().to_string(),
+                })
+            })
+        })
+        .collect();
+    let warnings = started.collision_warnings(&file);
     let mut listed: Vec<Value> = Vec::new();
     for (path, servers) in started.files() {
         for s in servers.servers() {
@@ -94,7 +108,7 @@ async fn list(path: PathBuf, as_json: bool) -> Result<i32, CliError> {
     }
     started.shutdown().await;
     if as_json {
-        out!("{}", json!({"servers": listed}));
+        out!("{}", json!({"servers": listed, "collisions": collisions}));
         return Ok(code::OK);
     }
     // A server's text (its tools' names and descriptions) reaches a terminal: a description can
@@ -105,6 +119,10 @@ async fn list(path: PathBuf, as_json: bool) -> Result<i32, CliError> {
         text.push_str(&line);
         text.push('\n');
     };
+    for w in warnings {
+        out(format!("warning: {w}"));
+        out(String::new());
+    }
     for server in &listed {
         let tools = server["tools"]
             .as_array()

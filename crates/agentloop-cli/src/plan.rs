@@ -117,12 +117,20 @@ fn render_tree(out: &mut String, nodes: &[Value], depth: usize) {
     }
 }
 
+/// The tools of a request: of two of one name (a server's tool named as another's, or as the
+/// agent's own), the first, as a run keeps it ([`crate::assemble::StartedMcp::collision_warnings`]
+/// names the others).
 fn tool_set(tools: Vec<Tool>) -> Result<ToolSet, CliError> {
     let mut set = ToolSet::new();
     for tool in tools {
-        set.register(tool).map_err(|e| CliError::Setup {
-            message: e.to_string(),
-        })?;
+        match set.register(tool) {
+            Ok(()) | Err(agentloop::tool::ToolDefinitionError::Duplicate { .. }) => {}
+            Err(e) => {
+                return Err(CliError::Setup {
+                    message: e.to_string(),
+                });
+            }
+        }
     }
     Ok(set)
 }

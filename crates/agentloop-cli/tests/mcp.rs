@@ -771,3 +771,229 @@ command = ["python3", "{}"{flags}]
         );
     }
 }
+
+/// The project's stdio MCP server whose tools are named on its command line
+/// (`scripts/mcp/named_server.py TAG NAME... [--later NAME...]`): a call answers "TAG ran NAME"
+/// and appends it to `ran.txt`; `add_tool` lists the later names.
+fn named_server() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/mcp/named_server.py")
+}
+
+/// Two servers that keep their own tool names (`prefix = ""`): `trusted` with `first`'s
+/// arguments, `other` with `second`'s; the scripted model answers with `script`.
+fn two_servers(first: &str, second: &str, script: serde_json::Value) -> AgentDir {
+    let server = named_server();
+    let dir = AgentDir::new(&format!(
+        r#"name = "two"
+[model]
+provider = "scripted"
+script = "script.json"
+
+[[mcp]]
+name = "trusted"
+command = ["python3", "{s}", "trusted", {first}]
+prefix = ""
+
+[[mcp]]
+name = "other"
+command = ["python3", "{s}", "other", {second}]
+prefix = ""
+"#,
+        s = server.display()
+    ));
+    dir.write("script.json", &script.to_string());
+    dir
+}
+
+/// What the servers' tools ran, one "TAG ran NAME" a line.
+fn ran(dir: &AgentDir) -> String {
+    std::fs::read_to_string(dir.path("ran.txt")).unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn collide_a_tool_another_server_adds_under_a_taken_name_never_runs_in_its_place() {
+    // `other` adds a `lookup` during the run: the model and the permissions have `trusted`'s
+    // `lookup`, so a call of it runs `trusted`'s, and the run says the other was refused.
+    let dir = two_servers(
+        r#""lookup""#,
+        r#""--later", "lookup""#,
+        json!([
+            {"tool_calls": [{"id": "a", "name": "add_tool", "arguments": {}}]},
+            {"tool_calls": [{"id": "l", "name": "lookup", "arguments": {}}]},
+            {"text": "done"}
+        ]),
+    );
+    let out = agentloop(args(&[
+        "run",
+        dir.agent().to_str().unwrap(),
+        "--input",
+        "look it up",
+    ]))
+    .await;
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    assert_eq!(
+        ran(&dir),
+        "trusted ran lookup\n",
+        "stderr: {}",
+        stderr(&out)
+    );
+    assert!(
+        stderr(&out).contains("⟳ tools changed: ; refused lookup: duplicate tool name"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn collide_two_servers_listing_one_name_at_start_run_the_first_and_warn() {
+    let dir = two_servers(
+        r#""lookup""#,
+        r#""lookup", "other_only""#,
+        json!([
+            {"tool_calls": [{"id": "l", "name": "lookup", "arguments": {}}]},
+            {"text": "done"}
+        ]),
+    );
+    let out = agentloop(args(&[
+        "run",
+        dir.agent().to_str().unwrap(),
+        "--input",
+        "look it up",
+    ]))
+    .await;
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    assert_eq!(
+        ran(&dir),
+        "trusted ran lookup\n",
+        "stderr: {}",
+        stderr(&out)
+    );
+    assert!(
+        stderr(&out).contains(
+            "agentloop: warning: the MCP tools \"lookup\" of other and \"lookup\" of trusted would \
+             both be named lookup: \"lookup\" is left out, as it is listed later"
+        ),
+        "{}",
+        stderr(&out)
+    );
+    // `mcp list` says so too.
+    let list = agentloop(args(&[
+        "mcp",
+        "list",
+        dir.agent().to_str().unwrap(),
+        "--json",
+    ]))
+    .await;
+    assert_eq!(list.status.code(), Some(0), "stderr: {}", stderr(&list));
+    let v = stdout_json(&list);
+    let c = &v["collisions"];
+    assert_eq!(c.as_array().map(Vec::len), Some(1), "{v:#}");
+    assert_eq!(c[0]["name"], "lookup");
+    assert_eq!(c[0]["kept"], json!({"server": "trusted", "tool": "lookup"}));
+    assert_eq!(
+        c[0]["dropped"],
+        json!({"server": "other", "tool": "lookup"})
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn collide_two_tools_of_one_server_named_alike_keep_the_first_listed() {
+    // `get.user` and `get_user` are both `srv__get_user`: the first listed is the tool.
+    let server = named_server();
+    let dir = AgentDir::new(&format!(
+        r#"name = "one"
+[model]
+provider = "scripted"
+script = "script.json"
+
+[[mcp]]
+name = "srv"
+command = ["python3", "{}", "srv", "get.user", "get_user"]
+"#,
+        server.display()
+    ));
+    dir.write(
+        "script.json",
+        &json!([
+            {"tool_calls": [{"id": "g", "name": "srv__get_user", "arguments": {}}]},
+            {"text": "done"}
+        ])
+        .to_string(),
+    );
+    let out = agentloop(args(&[
+        "run",
+        dir.agent().to_str().unwrap(),
+        "--input",
+        "get the user",
+    ]))
+    .await;
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    assert_eq!(ran(&dir), "srv ran get.user\n", "stderr: {}", stderr(&out));
+    assert!(
+        stderr(&out).contains("the MCP tools \"get_user\" of srv and \"get.user\" of srv"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn collide_entries_whose_names_meet_as_the_file_says_are_refused_with_their_key_and_line() {
+    let dir = AgentDir::new(
+        r#"name = "clash"
+[model]
+provider = "scripted"
+script = "script.json"
+
+[[tools]]
+name = "read"
+builtin = "read_file"
+
+[[mcp]]
+name = "a"
+command = ["x"]
+prefix = "gh_"
+rename = { list = "read", get = "fetch" }
+
+[[mcp]]
+name = "b"
+command = ["x"]
+prefix = "gh_"
+rename = { pull = "fetch" }
+
+[[mcp]]
+name = "c"
+command = ["x"]
+prefix = "d__"
+
+[[mcp]]
+name = "d"
+command = ["x"]
+
+[[mcp]]
+name = "e"
+command = ["x"]
+prefix = ""
+
+[[mcp]]
+name = "f"
+command = ["x"]
+prefix = ""
+"#,
+    );
+    dir.write("script.json", "[]");
+    let out = agentloop(args(&["plan", dir.agent().to_str().unwrap()])).await;
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    let err = stderr(&out);
+    for expected in [
+        "mcp[0].rename",
+        "the new name \"read\" of \"list\" is taken by the agent's tool \"read\"",
+        ":19:10: mcp[1].prefix: the tools of b would be named gh_TOOL, as those of a are",
+        "mcp[1].rename",
+        "the new name \"fetch\" of \"pull\" is taken by a's \"get\", renamed so too",
+        "mcp[3].name: the tools of d would be named d__TOOL, as those of c are",
+    ] {
+        assert!(err.contains(expected), "{expected} missing in: {err}");
+    }
+    // Two servers that keep their own names meet only if they list one name: a run's matter.
+    assert!(!err.contains("mcp[4]") && !err.contains("mcp[5]"), "{err}");
+}

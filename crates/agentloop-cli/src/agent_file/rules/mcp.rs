@@ -39,6 +39,66 @@ pub(super) fn check_mcp(servers: &[McpFileSpec], dir: &Path, problems: &mut Prob
     }
 }
 
+/// Names that two tools would have, as far as the file says: a rename to the name of one of the
+/// agent's own tools (`own`) or of another rename, and a prefix that another server's tools
+/// have too (an explicit one, or a server's default `NAME__`). A run keeps the first tool of a
+/// name and leaves the other out; found here, it is a problem of the file instead. Two servers
+/// with `prefix = ""` are not: whether their tools' names meet is known when they list them.
+pub(super) fn check_mcp_collisions(servers: &[McpFileSpec], own: &[&str], problems: &mut Problems) {
+    let mut renamed: Vec<(&str, &str, &str)> = Vec::new();
+    let mut prefixes: Vec<(String, &str)> = Vec::new();
+    for (i, server) in servers.iter().enumerate() {
+        let path = format!("mcp[{i}]");
+        let name = server.name.get_ref().as_str();
+        let default = format!("{name}__");
+        let prefix = server
+            .prefix
+            .as_ref()
+            .map_or(default.as_str(), |p| p.get_ref().as_str());
+        if !prefix.is_empty() {
+            if let Some((_, other)) = prefixes.iter().find(|(p, _)| p == prefix) {
+                let (key, span) = match &server.prefix {
+                    Some(p) => ("prefix", span_of(p)),
+                    None => ("name", span_of(&server.name)),
+                };
+                problems.at(
+                    &join(&path, key),
+                    span,
+                    format!(
+                        "the tools of {name} would be named {prefix}TOOL, as those of {other} are: \
+                         a tool of each with one name would collide; give one a `prefix` of its own"
+                    ),
+                );
+            }
+            prefixes.push((prefix.to_owned(), name));
+        }
+        let Some(rename) = &server.rename else {
+            continue;
+        };
+        for (from, to) in rename.get_ref() {
+            let taken = if own.contains(&to.as_str()) {
+                Some(format!("the agent's tool {to:?}"))
+            } else {
+                renamed
+                    .iter()
+                    .find(|(_, _, t)| *t == to)
+                    .map(|(s, f, _)| format!("{s}'s {f:?}, renamed so too"))
+            };
+            if let Some(taken) = taken {
+                problems.at(
+                    &join(&path, "rename"),
+                    span_of(rename),
+                    format!(
+                        "the new name {to:?} of {from:?} is taken by {taken}: two tools would have \
+                         one name"
+                    ),
+                );
+            }
+            renamed.push((name, from, to));
+        }
+    }
+}
+
 /// `protocol_version`: one of the versions the client speaks (the library refuses another too,
 /// but only when the server starts).
 fn check_protocol_version(server: &McpFileSpec, path: &str, problems: &mut Problems) {

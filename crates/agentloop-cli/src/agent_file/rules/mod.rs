@@ -24,7 +24,7 @@ use super::HostTool;
 use super::check::Problems;
 use super::spec::{AgentFileSpec, LimitsSpec, ModelSpec, PermissionsSpec, ToolFileSpec};
 use limits::{check_budget_priced, check_limits};
-use mcp::check_mcp;
+use mcp::{check_mcp, check_mcp_collisions};
 use model::check_model;
 use permissions::{Declared, check_permissions, tool_arguments};
 use tools::check_tools;
@@ -105,6 +105,12 @@ pub(super) fn check_rules(
             .flat_map(|r| r.get_ref().values().map(String::as_str))
     }));
     names.extend(host.iter().map(|t| t.name.as_str()));
+    let own: Vec<&str> = tools
+        .iter()
+        .map(|(_, t)| t.name())
+        .chain(host.iter().map(|t| t.name.as_str()))
+        .collect();
+    check_mcp_collisions(servers, &own, problems);
     let prefixes: Vec<String> = servers
         .iter()
         .map(|s| s.config(dir).tool_name(""))
