@@ -79,8 +79,8 @@ pub enum ArgumentMatch {
 impl ArgumentMatch {
     /// True when a command joins another command to itself or redirects: any of `;`, `&`, `|`, a
     /// backtick, `$(`, `>`, `<` or a line break, anywhere in it; or when it holds an expansion
-    /// that runs code in some shells (see [`runs_hidden_code`]), which can hide a second command
-    /// where none of those can be seen.
+    /// that runs code in bash (a `${…}` that is more than a plain name, `$((…))`, `$[…]`), which
+    /// can hide a second command where none of those can be seen.
     pub fn is_chained(command: &str) -> bool {
         CHAINING.iter().any(|c| command.contains(c)) || runs_hidden_code(command)
     }
