@@ -529,7 +529,13 @@ fn compile_seccomp(network: bool, refuse_unix: bool) -> Result<BpfProgram, Sandb
     // this filter), kernel keyrings, BPF and perf programs, kernel modules, and entering or
     // making namespaces and mounts: a new user namespace hands the process every capability
     // over what it creates (network namespaces, file systems with `fsopen`), which is kernel
-    // surface no tool needs; Landlock refuses `mount` but not all of the new mount API.
+    // surface no tool needs; Landlock refuses `mount` but not all of the new mount API. Then
+    // what changes the machine rather than files, which root keeps the right to do only through
+    // capabilities the child drops (this is the second wall, should a capability be kept):
+    // rebooting, swap, process accounting, the kernel log, the clock (`adjtimex` and
+    // `clock_adjtime` even when they only read it: their mode is behind a pointer), quotas,
+    // hanging up the terminal, I/O ports, changing the root folder, and opening a file by its
+    // handle, which bypasses every path check (Landlock's, the read-only view's).
     let denied = [
         libc::SYS_unshare,
         libc::SYS_setns,
@@ -562,6 +568,28 @@ fn compile_seccomp(network: bool, refuse_unix: bool) -> Result<BpfProgram, Sandb
         libc::SYS_init_module,
         libc::SYS_finit_module,
         libc::SYS_delete_module,
+        SYS_KEXEC_FILE_LOAD,
+        libc::SYS_reboot,
+        libc::SYS_swapon,
+        libc::SYS_swapoff,
+        libc::SYS_acct,
+        libc::SYS_syslog,
+        libc::SYS_settimeofday,
+        libc::SYS_clock_settime,
+        libc::SYS_clock_adjtime,
+        libc::SYS_adjtimex,
+        libc::SYS_quotactl,
+        libc::SYS_quotactl_fd,
+        libc::SYS_vhangup,
+        libc::SYS_nfsservctl,
+        libc::SYS_lookup_dcookie,
+        libc::SYS_open_by_handle_at,
+        libc::SYS_name_to_handle_at,
+        libc::SYS_chroot,
+        #[cfg(target_arch = "x86_64")]
+        libc::SYS_iopl,
+        #[cfg(target_arch = "x86_64")]
+        libc::SYS_ioperm,
     ];
     let mut rules: std::collections::BTreeMap<i64, Vec<SeccompRule>> =
         denied.into_iter().map(|nr| (nr, Vec::new())).collect();
@@ -579,6 +607,18 @@ fn compile_seccomp(network: bool, refuse_unix: bool) -> Result<BpfProgram, Sandb
             .map(|flag| arg_is(0, SeccompCmpOp::MaskedEq(flag), flag))
             .collect::<Result<_, _>>()?,
     );
+    // Making a block or a character device node, through which root would read and write a
+    // disk or memory beneath Landlock and the read-only view (FIFOs, sockets and regular files
+    // stay allowed). The kernel reads only the low 16 bits of the mode, which the mask covers.
+    let device_node = |index: u8| -> Result<Vec<SeccompRule>, SandboxError> {
+        [S_IFBLK, S_IFCHR]
+            .into_iter()
+            .map(|kind| arg_is(index, SeccompCmpOp::MaskedEq(S_IFMT), kind))
+            .collect()
+    };
+    rules.insert(libc::SYS_mknodat, device_node(2)?);
+    #[cfg(target_arch = "x86_64")]
+    rules.insert(libc::SYS_mknod, device_node(1)?);
     // Typing into the terminal's input queue (TIOCSTI) or the console (TIOCLINUX).
     rules.insert(
         libc::SYS_ioctl,
@@ -617,6 +657,18 @@ fn compile_seccomp(network: bool, refuse_unix: bool) -> Result<BpfProgram, Sandb
     prologue(&mut program)?;
     Ok(program)
 }
+
+/// A file's type in its mode (`S_IFMT`), and the two types of device node.
+const S_IFMT: u64 = 0o170_000;
+const S_IFBLK: u64 = 0o060_000;
+const S_IFCHR: u64 = 0o020_000;
+
+/// `kexec_file_load`, which the `libc` crate names on x86-64 and aarch64 only; the other
+/// architectures seccomp runs on here (riscv64) number it as the generic table does.
+#[cfg(target_arch = "x86_64")]
+const SYS_KEXEC_FILE_LOAD: libc::c_long = libc::SYS_kexec_file_load;
+#[cfg(not(target_arch = "x86_64"))]
+const SYS_KEXEC_FILE_LOAD: libc::c_long = 294;
 
 /// The `clone` flags that make a new namespace (`CLONE_NEWNS`, `CLONE_NEWCGROUP`,
 /// `CLONE_NEWUTS`, `CLONE_NEWIPC`, `CLONE_NEWUSER`, `CLONE_NEWPID`, `CLONE_NEWNET`).
@@ -688,3 +740,6 @@ pub(crate) fn protect_process() -> io::Result<()> {
         Err(io::Error::last_os_error())
     }
 }
+
+#[cfg(test)]
+mod tests;
