@@ -466,10 +466,13 @@ fn ruleset(
     for device_path in WRITABLE_DEVICES {
         created = add(created, Path::new(device_path), device)?;
     }
+    // Every right under the roots but making a block or character device, through which root
+    // would read and write a disk beneath every rule here (FIFOs and sockets stay allowed).
+    let under_roots = all & !AccessFs::MakeBlock & !AccessFs::MakeChar;
     for root in writable {
         let fd = PathFd::new(root).map_err(|e| setup(&root.display().to_string(), e))?;
         created = created
-            .add_rule(PathBeneath::new(fd, all))
+            .add_rule(PathBeneath::new(fd, under_roots))
             .map_err(landlock)?;
     }
     let fd: Option<OwnedFd> = created.into();
