@@ -388,3 +388,53 @@ fn has_cap_sys_admin() -> bool {
         .and_then(|m| u64::from_str_radix(m.trim(), 16).ok())
         .is_some_and(|m| m & (1 << 21) != 0)
 }
+
+/// The roots' copies in the read-only view are `nodev` and `nosuid`: a device node already in a
+/// root (here one with `/dev/null`'s numbers, made by root beforehand; of a disk it would write
+/// the disk beneath Landlock) does not open, and the root's mount says both. The node is made
+/// unconfined, as the sandbox lets no process make one.
+#[test]
+fn a_device_node_in_a_root_does_not_open_and_the_roots_are_nosuid() {
+    if !supported() || Support::current().read_only_mounts.is_none() || !is_root() {
+        eprintln!("skipped: no read-only view here, or not root");
+        return;
+    }
+    let root = tempfile::tempdir().unwrap();
+    let made = Command::new("mknod")
+        .args(["node", "c", "1", "3"])
+        .current_dir(root.path())
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let said = text(&sh(
+        &write(root.path()),
+        root.path(),
+        "echo x > node; echo write $?; cat /proc/self/mountinfo",
+    ));
+    assert!(said.contains("write 2\n"), "{said}");
+    assert!(said.contains("Permission denied"), "{said}");
+    let canonical = std::fs::canonicalize(root.path()).unwrap();
+    let options = said
+        .lines()
+        .map(|l| l.split(' ').collect::<Vec<_>>())
+        .find(|f| f.get(4).copied() == canonical.to_str())
+        .and_then(|f| {
+            f.get(5)
+                .map(|o| o.split(',').map(str::to_owned).collect::<Vec<_>>())
+        })
+        .unwrap_or_else(|| panic!("no mount at {}: {said}", canonical.display()));
+    for flag in ["rw", "nodev", "nosuid"] {
+        assert!(options.iter().any(|o| o == flag), "{flag}: {options:?}");
+    }
+    // Unconfined, the same node takes the write: the refusal is the view's.
+    let open = Command::new("sh")
+        .args(["-c", "echo x > node; echo write $?"])
+        .current_dir(root.path())
+        .output()
+        .unwrap();
+    assert!(text(&open).contains("write 0\n"), "{}", text(&open));
+}
+
+fn is_root() -> bool {
+    std::fs::metadata("/proc/self").unwrap().uid() == 0
+}

@@ -9,11 +9,14 @@
 //! where this process lacks `CAP_SYS_ADMIN`), propagation made private so that nothing reaches
 //! the system's mounts, a copy of each root's mounts taken (`open_tree`), the whole tree made
 //! read-only (`mount_setattr(AT_RECURSIVE, MOUNT_ATTR_RDONLY)`, Linux 5.12), then each copy
-//! mounted back over its root, read-write as it was. The namespace is the call's: it goes when
-//! its last process ends.
+//! mounted back over its root, read-write as it was but `nodev` and `nosuid`. The namespace is
+//! the call's: it goes when its last process ends.
 //!
 //! A read-only mount still lets a process write into device nodes and FIFOs (`/dev/null`), only
-//! not change them; `/proc` and `/sys`, read-only under Landlock already, lose nothing more.
+//! not change them; `/proc` and `/sys`, read-only under Landlock already, lose nothing more. In
+//! the roots' copies no device node opens at all (`nodev`: a node root made or found there, of
+//! a disk, would write it beneath Landlock) and no set-user-ID or file capability takes effect
+//! (`nosuid`).
 //!
 //! The user namespace gets no uid or gid map. Writing `/proc/self/uid_map` needs the process to
 //! be dumpable (a non-dumpable process's `/proc` files are root's), and this process is a copy of
@@ -204,6 +207,31 @@ impl ReadOnlyView {
                 unsafe { libc::syscall(libc::SYS_open_tree, libc::AT_FDCWD, root.as_ptr(), flags) };
             *tree = c_int::try_from(fd).map_err(|_| io::Error::last_os_error())?;
             if *tree < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            // No device node and no set-user-ID bit in a root works through the copy: root
+            // could make a node of a disk there (or find one) and write the disk beneath
+            // Landlock, and a set-user-ID program made there would run as its owner.
+            let attr = libc::mount_attr {
+                attr_set: libc::MOUNT_ATTR_NODEV | libc::MOUNT_ATTR_NOSUID,
+                attr_clr: 0,
+                propagation: 0,
+                userns_fd: 0,
+            };
+            // SAFETY: mount_setattr takes the copy's descriptor, an empty static path and the
+            // attribute struct on our stack, whose size it is given.
+            #[allow(unsafe_code)]
+            let rc = unsafe {
+                libc::syscall(
+                    libc::SYS_mount_setattr,
+                    *tree,
+                    c"".as_ptr(),
+                    c_uint::try_from(libc::AT_EMPTY_PATH | libc::AT_RECURSIVE).unwrap_or(0),
+                    &attr as *const libc::mount_attr,
+                    std::mem::size_of::<libc::mount_attr>(),
+                )
+            };
+            if rc != 0 {
                 return Err(io::Error::last_os_error());
             }
         }
