@@ -873,3 +873,95 @@ input_schema = { type = "object", properties = {} }
         "the server's background child outlived it: {out}"
     );
 }
+
+/// `reboot(2)` with a wrong magic number: it reboots nothing, answers `EINVAL` (22) to a caller
+/// the kernel lets reboot and `EPERM` (1) to one it does not.
+const REBOOT_PROBE: &str = "python3 -c \"import ctypes, os; libc = ctypes.CDLL(None, use_errno=True); \
+     nr = {'x86_64': 169, 'aarch64': 142, 'riscv64': 142}[os.uname().machine]; \
+     r = libc.syscall(nr, 0, 0, 0, None); print('reboot', r, ctypes.get_errno())\"";
+
+/// Raising the open-files limit above its hard limit (256, from the entry's `resources`).
+const RAISE_PROBE: &str = "python3 -c \"import resource as r; \
+     r.setrlimit(r.RLIMIT_NOFILE, (256, 257)); print('raised')\" 2>&1 | tail -n 1";
+
+/// Run as root, a sandboxed shell cannot change the machine: it makes no block device (which
+/// would let it write the disk beneath the sandbox), cannot reboot, raise its resource limits
+/// back or set the clock; while git, python3 and `mkfifo` work as before. A shell with
+/// `sandbox = "off"` (root's capabilities but those that read memory) reaches reboot's magic
+/// number check and raises the limit (where root may): the probes can tell.
+#[tokio::test(flavor = "multi_thread")]
+async fn as_root_a_sandboxed_shell_cannot_make_devices_reboot_or_set_the_clock() {
+    let uid = std::process::Command::new("id").arg("-u").output().unwrap();
+    if String::from_utf8_lossy(&uid.stdout).trim() != "0"
+        || !sandbox_modes_here().contains(&"workspace-write")
+    {
+        eprintln!("skipped: not root, or no sandbox here");
+        return;
+    }
+    let limited = "timeout_secs = 20\nresources = { open_files = 256 }";
+    let dir = agent(
+        &format!(
+            "{SHELL}\n[[tools]]\nname = \"shell_off\"\nbuiltin = \"shell\"\nroot = \"work\"\n\
+             sandbox = \"off\"\n{limited}\n"
+        )
+        .replacen("timeout_secs = 20", limited, 1)
+        .replace("allow = [\"shell\"]", "allow = [\"shell\", \"shell_off\"]"),
+    );
+    let work = "git init -q repo && cd repo && echo a > a && git add a && \
+        git -c user.name=t -c user.email=t@t commit -q -m a && git log --oneline | wc -l && \
+        python3 -c \"open('py.txt', 'w').write('py')\" && mkfifo fifo && test -p fifo && \
+        echo work-ok";
+    let calls: Vec<Value> = [
+        ("mknod", "shell", "mknod disk b 8 0; echo status $?"),
+        ("reboot", "shell", REBOOT_PROBE),
+        ("raise", "shell", RAISE_PROBE),
+        ("date", "shell", "date -s @$(date +%s); echo status $?"),
+        ("work", "shell", work),
+        ("reboot_off", "shell_off", REBOOT_PROBE),
+        ("raise_off", "shell_off", RAISE_PROBE),
+    ]
+    .into_iter()
+    .map(|(id, tool, c)| json!({"id": id, "name": tool, "arguments": {"command": c}}))
+    .collect();
+    dir.write(
+        "script.json",
+        &json!([{"tool_calls": calls}, {"text": "done"}]).to_string(),
+    );
+    let calls = run(&dir).await;
+    let mknod = output(&calls, "mknod");
+    assert!(mknod.contains("Operation not permitted"), "{mknod}");
+    assert!(mknod.contains("status 1"), "{mknod}");
+    assert!(!dir.path("work/disk").exists());
+    assert!(
+        output(&calls, "reboot").contains("reboot -1 1"),
+        "{calls:?}"
+    );
+    let raise = output(&calls, "raise");
+    assert!(
+        raise.contains("not allowed to raise maximum limit"),
+        "{raise}"
+    );
+    let date = output(&calls, "date");
+    assert!(date.contains("Operation not permitted"), "{date}");
+    assert!(date.contains("status 1"), "{date}");
+    let work = output(&calls, "work");
+    assert!(work.contains("1\nwork-ok"), "{work}");
+    assert_eq!(
+        std::fs::read_to_string(dir.path("work/repo/py.txt")).unwrap(),
+        "py"
+    );
+    assert!(
+        output(&calls, "reboot_off").contains("reboot -1 22"),
+        "{calls:?}"
+    );
+    // A container's root may lack CAP_SYS_RESOURCE itself (this machine's does).
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let effective = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|m| u64::from_str_radix(m.trim(), 16).ok())
+        .unwrap_or(0);
+    if effective & (1 << 24) != 0 {
+        assert!(output(&calls, "raise_off").contains("raised"), "{calls:?}");
+    }
+}

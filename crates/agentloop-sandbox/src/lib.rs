@@ -18,7 +18,10 @@
 //! memory (`CAP_SYS_PTRACE`, `CAP_SYS_RAWIO`, ...) before it runs its program, so that a tool
 //! started by root still cannot read the agentloop process's environment or memory once the
 //! process has called [`protect_process`] (the CLI does, first thing in `main`; an application
-//! that embeds agentloop's tools should too).
+//! that embeds agentloop's tools should too). A confined child (every mode but `off`) loses
+//! every capability but root's power over files (`CAP_CHOWN`, `CAP_DAC_OVERRIDE`,
+//! `CAP_FOWNER`), so that a tool run as root cannot make devices, reboot, set the clock or raise
+//! its resource limits back.
 //!
 //! On Linux the sandbox is Landlock (ABI 6, Linux 6.12, for the strict modes) plus a seccomp
 //! filter, under a read-only view of the file system outside the writable roots (a mount

@@ -2,7 +2,9 @@
 //! for the filesystem, TCP and scopes (signals, abstract UNIX sockets) and, from
 //! ABI 9, pathname UNIX sockets; seccomp for what Landlock does not reach (non-UNIX sockets, UNIX
 //! sockets on older kernels, leaving the process group, tracing, terminal injection, namespaces
-//! and mounts); capabilities dropped and resource limits set in every child. The parent builds
+//! and mounts, and what changes the machine: rebooting, the clock, device nodes...);
+//! capabilities dropped (all but root's power over files, in a confined child) and resource
+//! limits set in every child. The parent builds
 //! the ruleset, opens the paths, compiles the filter and works out the limits; the child only
 //! makes system calls. A tool call's process is split in two before `exec`: a supervisor that
 //! kills the whole tree when agentloop dies, and the program ([`supervisor`]).
@@ -39,9 +41,9 @@ const HIGHEST_ABI: ABI = ABI::V9;
 /// every `socket(AF_UNIX)` of a process that may not reach the system's sockets.
 const UNIX_SOCKET_ABI: i32 = 9;
 
-/// The capabilities every child loses: those that read or write another process's memory or
-/// the kernel's (`ptrace`, `/proc/<pid>/mem` of a non-dumpable process, `/dev/mem`, kernel
-/// modules, BPF and perf programs that read any memory).
+/// The capabilities every child loses, `off`'s included: those that read or write another
+/// process's memory or the kernel's (`ptrace`, `/proc/<pid>/mem` of a non-dumpable process,
+/// `/dev/mem`, kernel modules, BPF and perf programs that read any memory).
 const DROPPED_CAPS: [u32; 6] = [
     16, // CAP_SYS_MODULE
     17, // CAP_SYS_RAWIO
@@ -50,6 +52,49 @@ const DROPPED_CAPS: [u32; 6] = [
     38, // CAP_PERFMON
     39, // CAP_BPF
 ];
+
+/// The only capabilities a confined child keeps (it loses every other one the kernel has):
+/// those by which root owns files whatever their owner and mode, so that a tool run as root
+/// still reads, writes, `chmod`s and `chown`s in a root that another user owns (a checkout
+/// under `sudo`, a folder a container mounted from its host), as `tar` and `cp -a` do. Where
+/// they reach is bounded by Landlock (writes in the roots only) and the read-only view (no
+/// metadata changed outside them); reading stays as wide as root's, which the sandbox never
+/// limited. Every capability that changes the machine rather than a file goes: devices
+/// (`CAP_MKNOD`), rebooting, the clock, resource limits, networking, other users' identities.
+const KEPT_CAPS: [u32; 3] = [
+    0, // CAP_CHOWN
+    1, // CAP_DAC_OVERRIDE
+    3, // CAP_FOWNER
+];
+
+/// Every capability from 0 to `last` as a mask.
+fn cap_mask_up_to(last: u32) -> u64 {
+    if last >= 63 {
+        u64::MAX
+    } else {
+        (1 << (last + 1)) - 1
+    }
+}
+
+/// The set of `caps` as a mask, bit N for capability N.
+fn cap_mask(caps: &[u32]) -> u64 {
+    caps.iter()
+        .filter(|&&cap| cap < 64)
+        .fold(0, |mask, &cap| mask | (1 << cap))
+}
+
+/// The highest capability this kernel knows (`/proc/sys/kernel/cap_last_cap`), read once in the
+/// parent; 63, the most a `capset` can name, where it cannot be read (dropping one the kernel
+/// does not know fails harmlessly).
+fn last_cap() -> u32 {
+    static LAST: OnceLock<u32> = OnceLock::new();
+    *LAST.get_or_init(|| {
+        std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
+            .ok()
+            .and_then(|s| s.trim().parse::<u32>().ok())
+            .map_or(63, |last| last.min(63))
+    })
+}
 
 /// The devices a confined process may read and write besides its roots.
 const WRITABLE_DEVICES: [&str; 3] = ["/dev/null", "/dev/zero", "/dev/full"];
@@ -181,6 +226,8 @@ pub(crate) struct ChildHook {
     /// When the child's whole tree dies with the agentloop process ([`supervisor`]): that
     /// process's id and the bound of its file descriptors, read in the parent.
     parent: Option<(libc::pid_t, libc::c_int)>,
+    /// The capabilities it drops, bit N for capability N, up to [`last_cap`].
+    drop_caps: u64,
 }
 
 impl ChildHook {
@@ -193,6 +240,7 @@ impl ChildHook {
             landlock: None,
             seccomp: None,
             parent: None,
+            drop_caps: cap_mask(&DROPPED_CAPS),
         }
     }
 
@@ -226,6 +274,7 @@ impl ChildHook {
             landlock,
             seccomp,
             parent: None,
+            drop_caps: cap_mask_up_to(last_cap()) & !cap_mask(&KEPT_CAPS),
         })
     }
 
@@ -256,7 +305,7 @@ impl ChildHook {
                 return Err(io::Error::last_os_error());
             }
         }
-        drop_capabilities()?;
+        drop_capabilities(self.drop_caps)?;
         if self.no_new_privs {
             // SAFETY: prctl(PR_SET_NO_NEW_PRIVS, 1) takes no pointer.
             #[allow(unsafe_code)]
@@ -345,12 +394,14 @@ struct CapData {
     inheritable: u32,
 }
 
-/// Drops [`DROPPED_CAPS`] from the bounding set (so that no `exec`, root's included, gets them
-/// back), from the ambient set, and from the effective, permitted and inheritable sets. A
-/// process without `CAP_SETPCAP` cannot shrink its bounding set; that only matters for root
-/// (whose `exec` draws its capabilities from it), which is then refused.
-fn drop_capabilities() -> io::Result<()> {
-    for cap in DROPPED_CAPS {
+/// Drops the capabilities of `mask` from the bounding set (so that no `exec`, root's included,
+/// gets them back), from the ambient set, and from the effective, permitted and inheritable
+/// sets (a root `exec` adds the inheritable ones whatever the bounding set). A process without
+/// `CAP_SETPCAP` cannot shrink its bounding set; that only matters for root (whose `exec` draws
+/// its capabilities from it), which is then refused.
+fn drop_capabilities(mask: u64) -> io::Result<()> {
+    let dropped = |cap: u32| cap < 64 && mask & (1 << cap) != 0;
+    for cap in (0..64).filter(|&cap| dropped(cap)) {
         // SAFETY: prctl(PR_CAPBSET_DROP, cap) takes no pointer. EINVAL (a capability this
         // kernel does not know) and EPERM (no CAP_SETPCAP) are checked below.
         #[allow(unsafe_code)]
@@ -391,14 +442,12 @@ fn drop_capabilities() -> io::Result<()> {
     if rc != 0 {
         return Err(io::Error::last_os_error());
     }
-    for cap in DROPPED_CAPS {
-        let word = usize::try_from(cap / 32).unwrap_or(0);
-        let bit = 1u32 << (cap % 32);
-        if let Some(d) = data.get_mut(word) {
-            d.effective &= !bit;
-            d.permitted &= !bit;
-            d.inheritable &= !bit;
-        }
+    for (word, d) in data.iter_mut().enumerate() {
+        // The 32 bits of this word's capabilities (word 0: 0 to 31, word 1: 32 to 63).
+        let bits = u32::try_from((mask >> (32 * word)) & u64::from(u32::MAX)).unwrap_or(u32::MAX);
+        d.effective &= !bits;
+        d.permitted &= !bits;
+        d.inheritable &= !bits;
     }
     // SAFETY: capset reads the header and two CapData from our stack; lowering sets needs no
     // privilege.
@@ -411,8 +460,9 @@ fn drop_capabilities() -> io::Result<()> {
     #[allow(unsafe_code)]
     let root = unsafe { libc::geteuid() } == 0;
     if root {
-        for cap in DROPPED_CAPS {
-            // SAFETY: prctl(PR_CAPBSET_READ, cap) takes no pointer; 1 means still there.
+        for cap in (0..64).filter(|&cap| dropped(cap)) {
+            // SAFETY: prctl(PR_CAPBSET_READ, cap) takes no pointer; 1 means still there (a
+            // capability the kernel does not know answers -1).
             #[allow(unsafe_code)]
             let kept =
                 unsafe { libc::prctl(libc::PR_CAPBSET_READ, libc::c_ulong::from(cap), 0, 0, 0) };

@@ -381,12 +381,17 @@ fn files_outside_the_roots_keep_their_mode_owner_times_and_attributes() {
 }
 
 fn has_cap_sys_admin() -> bool {
+    has_cap(21)
+}
+
+/// This process holds capability `cap` in its effective set.
+fn has_cap(cap: u32) -> bool {
     let status = std::fs::read_to_string("/proc/self/status").unwrap();
     status
         .lines()
         .find_map(|l| l.strip_prefix("CapEff:"))
         .and_then(|m| u64::from_str_radix(m.trim(), 16).ok())
-        .is_some_and(|m| m & (1 << 21) != 0)
+        .is_some_and(|m| m & (1 << cap) != 0)
 }
 
 /// The roots' copies in the read-only view are `nodev` and `nosuid`: a device node already in a
@@ -437,4 +442,71 @@ fn a_device_node_in_a_root_does_not_open_and_the_roots_are_nosuid() {
 
 fn is_root() -> bool {
     std::fs::metadata("/proc/self").unwrap().uid() == 0
+}
+
+/// `CAP_CHOWN`, `CAP_DAC_OVERRIDE` and `CAP_FOWNER`: all a confined root keeps.
+const KEPT_CAPS: u64 = 0b1011;
+
+/// Run as root, a confined process holds no capability but its power over files, in no set (the
+/// bounding and inheritable ones included, so no `exec` gets one back): it cannot raise its
+/// resource limits back (`CAP_SYS_RESOURCE`), which `off` still can, nor make a device node
+/// (`CAP_MKNOD`, Landlock and seccomp refuse it too). Ordinary work goes on: git, python3,
+/// `mkfifo`, `cp`, `chmod`; and in its root it still writes, `chmod`s and `chown`s a file
+/// another user owns, as under `sudo` in that user's checkout.
+#[test]
+fn a_confined_root_keeps_only_its_power_over_files() {
+    if !supported() || !is_root() {
+        eprintln!("skipped: no sandbox here, or not root");
+        return;
+    }
+    let root = tempfile::tempdir().unwrap();
+    let theirs = root.path().join("theirs.txt");
+    std::fs::write(&theirs, "theirs\n").unwrap();
+    std::os::unix::fs::chown(&theirs, Some(4242), Some(4242)).unwrap();
+    let limits = Resources {
+        open_files: Some(64),
+        ..Resources::default()
+    };
+    let raise = "python3 -c \"import resource as r; r.setrlimit(r.RLIMIT_NOFILE, (64, 65)); \
+                 print('raised')\" 2>&1 | tail -n 1";
+    let script = format!(
+        "grep -E '^Cap(Inh|Prm|Eff|Bnd|Amb)' /proc/self/status; {raise}; \
+         mknod blk b 0 0; echo mknod $?; \
+         git init -q repo && cd repo && echo a > a && git add a && \
+         git -c user.name=t -c user.email=t@t commit -q -m a && git log --oneline | wc -l && cd .. && \
+         python3 -c \"open('py.txt', 'w').write('py')\" && mkfifo fifo && test -p fifo && \
+         cp py.txt copy.txt && chmod 600 copy.txt && echo work-ok; \
+         echo more >> theirs.txt && chmod 755 theirs.txt && chown 4243 theirs.txt && echo theirs-ok"
+    );
+    let sandbox = Sandbox::new(SandboxPolicy::new(SandboxMode::WorkspaceWrite).resources(limits))
+        .writable(root.path());
+    let said = text(&sh(&sandbox, root.path(), &script));
+    let mut sets = 0;
+    for line in said.lines().filter(|l| l.starts_with("Cap")) {
+        let mask = u64::from_str_radix(line.split_whitespace().last().unwrap(), 16).unwrap();
+        assert_eq!(mask & !KEPT_CAPS, 0, "{line}: {said}");
+        if line.starts_with("CapEff") || line.starts_with("CapBnd") {
+            assert_eq!(mask, KEPT_CAPS, "{line}: {said}");
+        }
+        sets += 1;
+    }
+    assert_eq!(sets, 5, "{said}");
+    assert!(
+        said.contains("not allowed to raise maximum limit"),
+        "{said}"
+    );
+    assert!(!said.contains("raised"), "{said}");
+    assert!(said.contains("mknod 1\n"), "{said}");
+    assert!(!root.path().join("blk").exists());
+    assert!(said.contains("\n1\nwork-ok\n"), "{said}");
+    assert!(said.contains("theirs-ok"), "{said}");
+    let meta = std::fs::metadata(&theirs).unwrap();
+    assert_eq!(std::fs::read_to_string(&theirs).unwrap(), "theirs\nmore\n");
+    assert_eq!((meta.mode() & 0o7777, meta.uid()), (0o755, 4243));
+    // `off` keeps root's other capabilities: it raises the limit, where this process may (a
+    // container's root may lack `CAP_SYS_RESOURCE`: then the capability sets above tell).
+    if has_cap(24) {
+        let off = Sandbox::new(SandboxPolicy::new(SandboxMode::Off).resources(limits));
+        assert!(text(&sh(&off, root.path(), raise)).contains("raised"));
+    }
 }
