@@ -244,6 +244,7 @@ fn command_tool(
         .retries(t.retries.as_ref().map_or(0, |r| *r.get_ref()))
         .working_dir(&file.dir)
         .root(command_root(file, t))
+        .read_only(file.kept_from_processes())
         .sandbox(t.sandbox(file.sandbox()));
     for var in t.env.as_deref().unwrap_or_default() {
         tool = tool.allow_env(var.get_ref().clone());
@@ -435,6 +436,39 @@ pub enum Approval {
     Person(Arc<dyn ApprovalPrompter>, Arc<dyn Answerer>),
     /// Nobody: an asked call is denied with this reason.
     Nobody(&'static str),
+}
+
+/// Creates the permission store of each file of the tree that names one, when it is missing and
+/// lies where one of that file's processes may write ([`AgentFile::process_roots`]): a process
+/// sees the store read-only only if it exists when the process starts; missing, the model could
+/// have it created with an allow-all rule for the next run.
+pub fn create_exposed_stores(file: &AgentFile) -> Result<(), CliError> {
+    let mut files = vec![file];
+    let mut at = 0;
+    while let Some(f) = files.get(at).copied() {
+        files.extend(f.subagents.iter().map(|(_, child)| child));
+        files.extend(f.handoff_files.iter().map(|(_, target)| target));
+        at += 1;
+    }
+    for f in files {
+        let Some(store) = f.permissions().and_then(|p| p.store.as_ref()) else {
+            continue;
+        };
+        let store = f.resolve(store.get_ref());
+        let Some(folder) = store.parent().and_then(|d| std::fs::canonicalize(d).ok()) else {
+            continue;
+        };
+        if store.exists() || !f.process_roots().iter().any(|r| folder.starts_with(r)) {
+            continue;
+        }
+        crate::permission_file::create_empty(&store).map_err(|e| CliError::Setup {
+            message: format!(
+                "cannot create the permission store {}: {e}",
+                crate::terminal::shown_path(&store)
+            ),
+        })?;
+    }
+    Ok(())
 }
 
 /// True when the file's calls go through a permission gate: it has a `[permissions]` table, or
@@ -655,7 +689,16 @@ impl StartedMcp {
     /// Reads the cards of the `a2a` tools of `file` and of every subagent's file below it (a card
     /// that cannot be read stops the start), then starts their MCP servers (a file named twice in
     /// the tree starts its servers once). The first that fails stops those already started.
+    /// Before that, it creates the permission stores its processes could otherwise create
+    /// ([`create_exposed_stores`]).
     pub async fn start(file: &AgentFile) -> Result<StartedMcp, CliError> {
+        create_exposed_stores(file)?;
+        Self::start_servers(file).await
+    }
+
+    /// [`StartedMcp::start`] without creating the stores: for a dry run, where no tool runs and
+    /// nothing is written.
+    pub async fn start_servers(file: &AgentFile) -> Result<StartedMcp, CliError> {
         let mut files = vec![file];
         let mut at = 0;
         while let Some(f) = files.get(at).copied() {
@@ -755,7 +798,14 @@ impl StartedMcp {
 pub fn mcp_configs(file: &AgentFile) -> Vec<agentloop_mcp::ServerConfig> {
     file.mcp()
         .iter()
-        .map(|m| m.server_config(&file.dir, file.sandbox()))
+        .map(|m| {
+            let mut config = m.server_config(&file.dir, file.sandbox());
+            // The server may write its folder, the agent's: never the agent's own files in it.
+            if let agentloop_mcp::Transport::Stdio { read_only, .. } = &mut config.transport {
+                *read_only = file.kept_from_processes();
+            }
+            config
+        })
         .collect()
 }
 

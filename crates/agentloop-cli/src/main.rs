@@ -206,7 +206,7 @@ async fn run(args: RunArgs) -> Result<i32, CliError> {
     if args.dry_run && provider != Provider::Scripted {
         // The servers' tools are part of the request: they are started (their variables are
         // needed, as for a run; the model's key is not) and stopped again.
-        let mcp = assemble::StartedMcp::start(&file).await?;
+        let mcp = assemble::StartedMcp::start_servers(&file).await?;
         warn_collisions(&file, &mcp);
         // A deferred server's tools are not in it (the model finds them with `search_tools`),
         // or are, marked, where the provider searches them itself.
@@ -241,7 +241,11 @@ async fn run(args: RunArgs) -> Result<i32, CliError> {
     } else {
         approval_for(&args.approval, args.json, &progress, &slot)
     };
-    let mcp = assemble::StartedMcp::start(&file).await?;
+    let mcp = if args.dry_run {
+        assemble::StartedMcp::start_servers(&file).await?
+    } else {
+        assemble::StartedMcp::start(&file).await?
+    };
     warn_collisions(&file, &mcp);
     let agent = assemble::agent(&file, model, &approval, &mcp)?;
     let trace = args.trace.open()?;

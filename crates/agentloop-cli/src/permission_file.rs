@@ -56,6 +56,23 @@ fn read(path: &Path) -> Result<Vec<PermissionRule>, PermissionStoreError> {
     }
 }
 
+/// Creates the store at `path` holding no rule (what a missing store means) when it does not
+/// exist yet and its folder does: a process that may write that folder could otherwise create
+/// it with rules of its own, while an existing file can be kept read-only for it.
+pub fn create_empty(path: &Path) -> std::io::Result<()> {
+    let made = File::options().write(true).create_new(true).open(path);
+    match made {
+        Ok(mut f) => {
+            let text = serde_json::to_string_pretty(&SavedRules::default())
+                .map_err(std::io::Error::other)?;
+            f.write_all(text.as_bytes())?;
+            f.sync_all()
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
 fn error(path: &Path, message: impl Into<String>) -> PermissionStoreError {
     PermissionStoreError {
         path: agentloop::printable::path(path),

@@ -514,6 +514,12 @@ async fn past_its_most_runs_a_call_is_an_error_result_and_starts_nothing() {
 /// run makes.
 async fn agentloops_client_speaks_each_wire(transport: Transport) {
     let dir = forecaster("");
+    // Its tools write their folder, which holds its own files: an agentloop started by a tool
+    // (here by the stdio MCP client) cannot make the view that keeps those read-only, so the
+    // file would be refused at load. Unconfined by their own sandbox, they are still confined
+    // by the client's, around the whole server.
+    let text = std::fs::read_to_string(dir.agent()).unwrap();
+    dir.write("agent.toml", &format!("sandbox = \"off\"\n{text}"));
     let served = dir.agent();
     let served = served.to_str().unwrap();
     let server = match transport {

@@ -717,10 +717,14 @@ provider = "scripted"
 script = "inner.json"
 [[tools]]
 name = "hello"
-command = ["sh", "-c", "echo hello from inside > inner.out; echo said hello"]
+command = ["sh", "-c", "echo hello from inside > out/inner.out; echo said hello"]
 input_schema = { type = "object", properties = {} }
+root = "out"
 "#,
     );
+    // A root apart from the inner agent's files: inside a sandbox no view can keep them
+    // read-only for its tool, so its folder as root would be refused at load.
+    std::fs::create_dir(dir.path("work/out")).unwrap();
     dir.write(
         "work/inner.json",
         &json!([
@@ -749,7 +753,7 @@ input_schema = { type = "object", properties = {} }
         "{out}"
     );
     assert_eq!(
-        std::fs::read_to_string(dir.path("work/inner.out")).unwrap(),
+        std::fs::read_to_string(dir.path("work/out/inner.out")).unwrap(),
         "hello from inside\n"
     );
 }

@@ -47,6 +47,9 @@ pub enum Transport {
         cwd: Option<PathBuf>,
         /// Its sandbox (default `workspace-write`, no network).
         sandbox: agentloop_sandbox::SandboxPolicy,
+        /// Paths under its working folder it may not write, replace or remove (the agent's own
+        /// files: `agentloop_sandbox::Sandbox::read_only`); it may write the rest.
+        read_only: Vec<PathBuf>,
     },
     /// A streamable HTTP endpoint.
     Http {
@@ -114,6 +117,7 @@ impl ServerConfig {
                 env: BTreeMap::new(),
                 cwd: None,
                 sandbox: agentloop_sandbox::SandboxPolicy::default(),
+                read_only: Vec::new(),
             },
         )
     }

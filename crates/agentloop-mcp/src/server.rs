@@ -841,6 +841,7 @@ impl McpServer {
                 env,
                 cwd,
                 sandbox,
+                read_only,
             } => {
                 let Some((program, args)) = command.split_first() else {
                     return Err(start_error("the command is empty".into()));
@@ -854,10 +855,12 @@ impl McpServer {
                 // through the supervisor. Only a SIGKILL of the supervisor (a server deaf to
                 // both) leaves what it started to the outer call's group. A program that cannot
                 // be executed fails with `EACCES`, not this.
-                let spawned = match self.spawn_stdio(program, args, env, cwd, *sandbox, true)? {
+                let spawned = match self
+                    .spawn_stdio(program, args, env, cwd, read_only, *sandbox, true)?
+                {
                     Err(e) if e.raw_os_error() == Some(libc::EPERM) => {
                         tracing::debug!(server = %config.name, "no process group of its own (EPERM): the server starts in this process's group");
-                        self.spawn_stdio(program, args, env, cwd, *sandbox, false)?
+                        self.spawn_stdio(program, args, env, cwd, read_only, *sandbox, false)?
                     }
                     spawned => spawned,
                 };

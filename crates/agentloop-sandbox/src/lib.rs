@@ -226,6 +226,8 @@ impl SandboxError {
 pub struct Sandbox {
     policy: SandboxPolicy,
     writable: Vec<PathBuf>,
+    /// Paths under the writable roots kept read-only.
+    read_only: Vec<PathBuf>,
 }
 
 impl Sandbox {
@@ -234,6 +236,7 @@ impl Sandbox {
         Sandbox {
             policy,
             writable: Vec::new(),
+            read_only: Vec::new(),
         }
     }
 
@@ -241,6 +244,20 @@ impl Sandbox {
     #[must_use]
     pub fn writable(mut self, root: impl Into<PathBuf>) -> Self {
         self.writable.push(root.into());
+        self
+    }
+
+    /// Keeps `paths` read-only where they lie under a writable root (the agent's own files: its
+    /// agent file, its tools' programs, its stores), so that its processes may write the rest of
+    /// the root but never rewrite, replace or remove these. Each existing path is bound
+    /// read-only over itself in the process's view of the file system (and each folder between
+    /// the root and it over itself, so that it cannot be renamed away with the path inside); a
+    /// path missing when the process starts is not kept. Where the system gives no view
+    /// ([`Support::read_only_mounts`]) and such a path lies under a root, a strict mode refuses
+    /// to start the process ([`SandboxError::Unsupported`]) and `best-effort` says so.
+    #[must_use]
+    pub fn read_only(mut self, paths: impl IntoIterator<Item = impl Into<PathBuf>>) -> Self {
+        self.read_only.extend(paths.into_iter().map(Into::into));
         self
     }
 
@@ -291,14 +308,32 @@ impl Sandbox {
             })?;
         let mut writable = Vec::with_capacity(self.writable_roots().len() + 1);
         for root in self.writable_roots() {
-            writable.push(
-                std::fs::canonicalize(root).map_err(|e| SandboxError::Setup {
-                    reason: format!("the writable root {}: {e}", root.display()),
-                })?,
-            );
+            let canonical = std::fs::canonicalize(root).map_err(|e| SandboxError::Setup {
+                reason: format!("the writable root {}: {e}", root.display()),
+            })?;
+            writable.push(canonical);
+        }
+        let kept = kept_read_only(&self.read_only, &writable);
+        if !kept.is_empty() && platform::support().read_only_mounts.is_none() {
+            missing.push(format!(
+                "keeping the agent's own files under the writable root read-only ({}): it needs \
+                 {}",
+                kept.iter()
+                    .map(|p| p.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                "the read-only view of the file system (CAP_SYS_ADMIN, or user namespaces for \
+                 an ordinary user, and Linux 5.12)"
+            ));
+            if self.policy.mode != SandboxMode::BestEffort {
+                return Err(SandboxError::Unsupported {
+                    mode: self.policy.mode,
+                    missing: missing.join(", "),
+                });
+            }
         }
         writable.push(tmp.path().to_path_buf());
-        let hook = platform::ChildHook::confined(self.policy, &writable)?;
+        let hook = platform::ChildHook::confined(self.policy, &writable, &kept)?;
         // What a strict mode runs without rather than refuse: said, as best-effort says all it
         // lacks.
         missing.extend(platform::partial(self.policy.mode));
@@ -315,6 +350,33 @@ impl Sandbox {
             note,
         })
     }
+}
+
+/// The canonical paths of `read_only` that lie under one of the `roots` (canonical), or hold one
+/// (then the root itself is kept read-only: all under it is the agent's), deduplicated.
+fn kept_read_only(read_only: &[PathBuf], roots: &[PathBuf]) -> Vec<PathBuf> {
+    let mut kept: Vec<PathBuf> = Vec::new();
+    for path in read_only {
+        let Ok(path) = std::fs::canonicalize(path) else {
+            continue;
+        };
+        for root in roots {
+            let inside = if path.starts_with(root) {
+                Some(path.clone())
+            } else if root.starts_with(&path) {
+                Some(root.clone())
+            } else {
+                None
+            };
+            if let Some(p) = inside
+                && !kept.contains(&p)
+            {
+                kept.push(p);
+            }
+        }
+    }
+    kept.sort();
+    kept
 }
 
 /// What confines one child process, prepared by [`Sandbox::prepare`]. Keep it alive until the

@@ -245,10 +245,12 @@ impl ChildHook {
     }
 
     /// A confined mode: whatever of Landlock and seccomp the system has (the caller refused a
-    /// strict mode the system cannot enforce whole). `writable` holds canonical paths.
+    /// strict mode the system cannot enforce whole). `writable` holds canonical paths;
+    /// `read_only`, the canonical paths under them kept read-only in the view.
     pub(crate) fn confined(
         policy: SandboxPolicy,
         writable: &[PathBuf],
+        read_only: &[PathBuf],
     ) -> Result<Self, SandboxError> {
         let s = support();
         let landlock = if s.landlock_abi > 0 {
@@ -264,7 +266,7 @@ impl ChildHook {
             None
         };
         let view = match s.read_only_mounts {
-            Some(how) => mounts::ReadOnlyView::new(how, writable)?,
+            Some(how) => mounts::ReadOnlyView::new(how, writable, read_only)?,
             None => None,
         };
         Ok(ChildHook {

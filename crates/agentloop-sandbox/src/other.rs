@@ -50,6 +50,7 @@ impl ChildHook {
     pub(crate) fn confined(
         _policy: SandboxPolicy,
         _writable: &[PathBuf],
+        _read_only: &[PathBuf],
     ) -> Result<Self, SandboxError> {
         Ok(ChildHook)
     }

@@ -80,6 +80,7 @@ pub struct CommandTool {
     retries: u32,
     working_dir: PathBuf,
     root: Option<PathBuf>,
+    read_only: Vec<PathBuf>,
     allowed_env: Vec<String>,
     hidden_env: Vec<String>,
     base_env: Option<Vec<(OsString, OsString)>>,
@@ -106,6 +107,7 @@ impl CommandTool {
             retries: 0,
             working_dir: PathBuf::from("."),
             root: None,
+            read_only: Vec::new(),
             allowed_env: DEFAULT_SHELL_ENV.iter().map(|s| (*s).to_owned()).collect(),
             hidden_env: Vec::new(),
             base_env: None,
@@ -176,6 +178,13 @@ impl CommandTool {
     /// directory).
     pub fn root(mut self, root: impl Into<PathBuf>) -> Self {
         self.root = Some(root.into());
+        self
+    }
+
+    /// Paths under its root that its process may not write, replace or remove (the agent's own
+    /// files: [`crate::Sandbox::read_only`]); it may write the rest of the root.
+    pub fn read_only(mut self, paths: impl IntoIterator<Item = impl Into<PathBuf>>) -> Self {
+        self.read_only.extend(paths.into_iter().map(Into::into));
         self
     }
 
@@ -265,8 +274,9 @@ impl From<CommandTool> for Runner {
             allowed.iter().any(|a| a == name) && !hidden.iter().any(|h| h == name)
         });
         let root = t.root.unwrap_or_else(|| t.working_dir.clone());
+        let sandbox = Sandbox::new(t.sandbox).writable(root);
         Runner {
-            sandbox: Sandbox::new(t.sandbox).writable(root),
+            sandbox: sandbox.read_only(t.read_only),
             program,
             args: argv.collect(),
             working_dir: t.working_dir,

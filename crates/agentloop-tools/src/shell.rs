@@ -112,7 +112,10 @@ impl ShellTool {
         );
         let allowed = self.allowed_env;
         let env = scrubbed_env(self.base_env, |name| allowed.iter().any(|a| a == name));
-        let sandbox = Sandbox::new(self.sandbox).writable(self.workspace.root());
+        // The agent's own files under the root stay read-only.
+        let sandbox = Sandbox::new(self.sandbox)
+            .writable(self.workspace.root())
+            .read_only(self.workspace.protected().iter().cloned());
         let runner = Arc::new(ShellRunner {
             sandbox,
             workspace: self.workspace,

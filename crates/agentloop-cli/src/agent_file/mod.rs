@@ -13,6 +13,7 @@ mod spec;
 
 use std::path::{Path, PathBuf};
 
+use agentloop_tools::{SandboxMode, SandboxPolicy};
 use toml::de::DeTable;
 
 use check::check_keys;
@@ -146,16 +147,7 @@ impl AgentFile {
                 .unwrap_or_else(|| self.resolve("responses.db"));
             out.extend(sqlite_files(&cache));
         }
-        let commands = self
-            .tools()
-            .iter()
-            .filter_map(|t| t.command.as_ref().map(|c| c.get_ref()))
-            .chain(
-                self.mcp()
-                    .iter()
-                    .filter_map(|m| m.command.as_ref().map(|c| c.get_ref())),
-            );
-        for command in commands {
+        for command in self.commands() {
             // Any word of a command that names a file beside the agent is a program or a script
             // the tool runs (`python3 tools/x.py`, `./server.sh`); other words name nothing.
             for file in command
@@ -182,6 +174,54 @@ impl AgentFile {
         out.sort();
         out.dedup();
         out
+    }
+
+    /// What the processes its tools start (command tools, stdio MCP servers, the shell) may not
+    /// write where their root holds it, bound read-only in their view of the file system:
+    /// [`AgentFile::protected`] but the folders of the programs its commands name. A process
+    /// keeps the rest of its root writable, and a program's folder is often where its tool
+    /// writes (`sh tool.sh` writing `log.txt` beside it); what a program reads of its folder
+    /// without naming it (a `json.py` beside a Python script) cannot be listed in general, and
+    /// `docs/security.md` says so.
+    pub fn kept_from_processes(&self) -> Vec<PathBuf> {
+        let folders = self.program_folders();
+        self.protected
+            .iter()
+            .filter(|p| !folders.contains(p))
+            .cloned()
+            .collect()
+    }
+
+    /// The folders of the programs the commands of this file and of its tree name (see
+    /// [`AgentFile::own_files`]).
+    fn program_folders(&self) -> Vec<PathBuf> {
+        let mut out = Vec::new();
+        for command in self.commands() {
+            for file in command
+                .iter()
+                .map(|word| self.resolve(word))
+                .filter(|p| p.is_file() && is_program(p))
+            {
+                out.extend(file.parent().map(Path::to_path_buf));
+            }
+        }
+        let handed = self.handoff_files.iter().map(|(_, f)| f);
+        for child in self.subagents.iter().map(|(_, f)| f).chain(handed) {
+            out.extend(child.program_folders());
+        }
+        out
+    }
+
+    /// The commands of its command tools and stdio MCP servers.
+    fn commands(&self) -> impl Iterator<Item = &Vec<String>> {
+        self.tools()
+            .iter()
+            .filter_map(|t| t.command.as_ref().map(|c| c.get_ref()))
+            .chain(
+                self.mcp()
+                    .iter()
+                    .filter_map(|m| m.command.as_ref().map(|c| c.get_ref())),
+            )
     }
 
     /// Adds `paths` (files the run writes: its journal, session store, trace) to what the tools
@@ -266,6 +306,7 @@ impl AgentFile {
         let mut problems = Problems::new(path, &text);
         file.read_handoffs(&mut problems);
         file.check_shell_roots(&mut problems);
+        file.check_process_roots(&mut problems, view_here);
         if !problems.is_empty() {
             return Err(LoadError::Invalid(problems.sorted()));
         }
@@ -313,6 +354,118 @@ impl AgentFile {
                 ),
             );
         }
+    }
+
+    /// A command tool or stdio MCP server whose sandbox lets it write its root may keep its
+    /// root where the agent's own files are: its process sees them read-only (bound over
+    /// themselves in its view of the file system), and writes the rest. Where this system
+    /// gives no such view (`can_keep` answers for a mode), nothing would keep the process from
+    /// rewriting the agent for the next run, so the file is refused, naming the way out. A mode
+    /// this system cannot run at all is left to refuse each start, as it does.
+    fn check_process_roots(&self, problems: &mut Problems, can_keep: fn(SandboxPolicy) -> bool) {
+        let folders = self.program_folders();
+        let own: Vec<PathBuf> = self
+            .own_files()
+            .iter()
+            .filter(|p| !folders.contains(p))
+            .filter_map(|p| std::fs::canonicalize(p).ok())
+            .collect();
+        let inside = |root: &Path| -> Option<String> {
+            let root = std::fs::canonicalize(root).ok()?;
+            let f = own
+                .iter()
+                .find(|f| f.starts_with(&root) || root.starts_with(f))?;
+            Some(f.strip_prefix(&root).unwrap_or(f).display().to_string())
+        };
+        let writes_root = |policy: SandboxPolicy| {
+            matches!(
+                policy.mode,
+                SandboxMode::WorkspaceWrite | SandboxMode::BestEffort
+            )
+        };
+        for (i, t) in self.tools().iter().enumerate() {
+            let policy = t.sandbox(self.sandbox());
+            if t.command.is_none() || !writes_root(policy) {
+                continue;
+            }
+            let given = t.root.as_ref().map_or(".", |r| r.get_ref().as_str());
+            let Some(shown) = inside(&self.resolve(given)) else {
+                continue;
+            };
+            if can_keep(policy) {
+                continue;
+            }
+            problems.at(
+                &format!("tools[{i}].root"),
+                t.root
+                    .as_ref()
+                    .map(toml::Spanned::span)
+                    .or_else(|| t.name_span()),
+                format!(
+                    "the command tool may write everything under its root {given:?}, which holds \
+                     the agent's own file {shown}, and this system cannot keep that file \
+                     read-only for it ({}): give the tool a folder of its own (root = \
+                     \"work\"), or sandbox = \"read-only\"",
+                    no_view()
+                ),
+            );
+        }
+        for (i, m) in self.mcp().iter().enumerate() {
+            let policy = m.sandbox(self.sandbox());
+            let Some(command) = m.command.as_ref() else {
+                continue;
+            };
+            if !writes_root(policy) {
+                continue;
+            }
+            let Some(shown) = inside(&self.dir) else {
+                continue;
+            };
+            if can_keep(policy) {
+                continue;
+            }
+            problems.at(
+                &format!("mcp[{i}].command"),
+                Some(command.span()),
+                format!(
+                    "the MCP server may write everything in its folder (the agent file's), \
+                     which holds the agent's own file {shown}, and this system cannot keep that \
+                     file read-only for it ({}): give it sandbox = \"read-only\", or move the \
+                     agent file and its files to a folder of their own, apart from what the \
+                     server writes",
+                    no_view()
+                ),
+            );
+        }
+    }
+
+    /// The folders (canonical) its processes may write: the roots of its shell and command tools
+    /// and the folders of its stdio MCP servers, under a sandbox that writes its root
+    /// (`workspace-write`, `best-effort`) or none (`off`: everywhere, so every folder is one).
+    pub fn process_roots(&self) -> Vec<PathBuf> {
+        let mut roots = Vec::new();
+        let mut add = |policy: SandboxPolicy, root: PathBuf| {
+            if policy.mode != SandboxMode::ReadOnly
+                && let Ok(root) = std::fs::canonicalize(root)
+            {
+                roots.push(if policy.mode == SandboxMode::Off {
+                    PathBuf::from("/")
+                } else {
+                    root
+                });
+            }
+        };
+        for t in self.tools() {
+            let is_shell = t.builtin.as_ref().is_some_and(|b| b.get_ref() == "shell");
+            if t.command.is_some() || is_shell {
+                let given = t.root.as_ref().map_or(".", |r| r.get_ref().as_str());
+                add(t.sandbox(self.sandbox()), self.resolve(given));
+            }
+        }
+        for m in self.mcp().iter().filter(|m| m.command.is_some()) {
+            add(m.sandbox(self.sandbox()), self.dir.clone());
+        }
+        roots
     }
 
     /// Reads each `[[handoffs]]` target's name and description (the file checked, not its tree:
@@ -489,7 +642,25 @@ impl AgentFile {
     }
 }
 
-/// A file and the side files SQLite may keep beside it.
+/// True when a process of this policy, started here, would see the agent's own files under its
+/// root read-only: this system gives the read-only view a confined process needs. A strict mode
+/// this system cannot run at all answers true: each start of it is refused anyway.
+fn view_here(policy: SandboxPolicy) -> bool {
+    let support = agentloop_sandbox::Support::current();
+    if policy.mode == SandboxMode::WorkspaceWrite
+        && !agentloop_sandbox::Support::missing(policy).is_empty()
+    {
+        return true;
+    }
+    support.read_only_mounts.is_some()
+}
+
+/// Why a system gives no read-only view, for problems.
+fn no_view() -> &'static str {
+    "no read-only view of the file system: it needs CAP_SYS_ADMIN, or user namespaces for an \
+     ordinary user, and Linux 5.12"
+}
+
 /// A file's canonical path, or the path as given when it cannot be resolved.
 fn canonical(path: &Path) -> PathBuf {
     std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf())
@@ -588,6 +759,50 @@ command = ["sh"]
 name = "write"
 command = ["sh"]
 "#;
+
+    /// Where no read-only view keeps the agent's own files from a process that may write the
+    /// folder holding them, the file is refused at the entry's line; with a view, or with the
+    /// process's root elsewhere or read-only, it loads.
+    #[test]
+    fn a_process_that_could_rewrite_the_agent_is_refused_where_nothing_keeps_its_files() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("work")).unwrap();
+        std::fs::write(dir.path().join("s.json"), "[]").unwrap();
+        let path = dir.path().join("agent.toml");
+        let text = |tool: &str, server: &str| {
+            format!(
+                "name = \"x\"\n[model]\nprovider = \"scripted\"\nscript = \"s.json\"\n\
+                 [[tools]]\nname = \"t\"\ncommand = [\"true\"]\n{tool}\n\
+                 [[mcp]]\nname = \"m\"\ncommand = [\"true\"]\n{server}\n"
+            )
+        };
+        let found = |text: &str, can_keep: fn(SandboxPolicy) -> bool| {
+            std::fs::write(&path, text).unwrap();
+            let file = AgentFile::parse(&path, text).unwrap();
+            let mut problems = Problems::new(&path, text);
+            file.check_process_roots(&mut problems, can_keep);
+            problems
+                .list()
+                .iter()
+                .map(|p| (p.path.clone(), p.line, p.message.clone()))
+                .collect::<Vec<_>>()
+        };
+        let got = found(&text("", ""), |_| false);
+        let at: Vec<(&str, usize)> = got.iter().map(|(p, l, _)| (p.as_str(), *l)).collect();
+        assert_eq!(
+            at,
+            [("tools[0].root", 6), ("mcp[0].command", 11)],
+            "{got:?}"
+        );
+        assert!(
+            got.iter()
+                .all(|(_, _, m)| m.contains("agent.toml") && m.contains("read-only")),
+            "{got:?}"
+        );
+        assert_eq!(found(&text("", ""), |_| true), []);
+        let apart = text("root = \"work\"", "sandbox = \"read-only\"");
+        assert_eq!(found(&apart, |_| false), []);
+    }
 
     #[test]
     fn a_syntax_error_has_a_line() {

@@ -13,6 +13,7 @@ impl McpServer {
         args: &[String],
         env: &BTreeMap<String, String>,
         cwd: &Option<std::path::PathBuf>,
+        read_only: &[std::path::PathBuf],
         sandbox: agentloop_sandbox::SandboxPolicy,
         own_group: bool,
     ) -> Result<std::io::Result<(TokioChildProcess, Option<tokio::process::ChildStderr>)>, McpError>
@@ -34,6 +35,7 @@ impl McpServer {
         // SIGKILL to it) is unchanged; a server that exits leaves nothing running in its group.
         let mut confinement = agentloop_sandbox::Sandbox::new(sandbox)
             .writable(root)
+            .read_only(read_only.iter().cloned())
             .prepare()
             .map_err(|e| McpError::Sandbox {
                 server: config.name.clone(),

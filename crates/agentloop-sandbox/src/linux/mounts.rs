@@ -91,6 +91,7 @@ fn works(how: ReadOnlyMounts) -> bool {
         flags: unshare_flags(how),
         roots: vec![slash],
         trees: vec![-1],
+        pins: Vec::new(),
     };
     let child = match supervisor::fork() {
         Ok(0) => {
@@ -149,30 +150,73 @@ pub(super) struct ReadOnlyView {
     /// The copies of their mounts, one descriptor per root, filled in the child (allocated
     /// here, as the child may not).
     trees: Vec<c_int>,
+    /// Paths under the roots bound over themselves once the roots are back, outer first: the
+    /// agent's own files read-only (`true`), and each folder between a root and one of them
+    /// left writable (`false`), made a mount point so that it cannot be renamed or removed with
+    /// the file inside.
+    pins: Vec<(CString, bool)>,
 }
 
 impl ReadOnlyView {
-    /// The view of a process that may write `writable` (canonical paths); `None` when one of
-    /// them is `/` itself, which leaves nothing to make read-only.
+    /// The view of a process that may write `writable` (canonical paths) but not `read_only`
+    /// (canonical paths under them); `None` when one of the roots is `/` itself, which leaves
+    /// nothing to make read-only (refused when something under it must be).
     pub(super) fn new(
         how: ReadOnlyMounts,
         writable: &[PathBuf],
+        read_only: &[PathBuf],
     ) -> Result<Option<Self>, SandboxError> {
+        let c_path = |path: &Path| {
+            CString::new(path.as_os_str().as_bytes()).map_err(|e| SandboxError::Setup {
+                reason: format!("the path {}: {e}", path.display()),
+            })
+        };
         if writable.iter().any(|root| root == Path::new("/")) {
-            return Ok(None);
+            if read_only.is_empty() {
+                return Ok(None);
+            }
+            return Err(SandboxError::Setup {
+                reason: "a writable root of / cannot keep the agent's own files read-only".into(),
+            });
         }
         let roots = writable
             .iter()
-            .map(|root| {
-                CString::new(root.as_os_str().as_bytes()).map_err(|e| SandboxError::Setup {
-                    reason: format!("the writable root {}: {e}", root.display()),
-                })
-            })
+            .map(|root| c_path(root))
             .collect::<Result<Vec<_>, _>>()?;
+        let mut pins: Vec<(PathBuf, bool)> = Vec::new();
+        for path in read_only {
+            let root = writable.iter().find(|r| path.starts_with(r));
+            let mut folder = path.parent();
+            while let (Some(f), Some(r)) = (folder, root) {
+                if f == r.as_path() || !f.starts_with(r) {
+                    break;
+                }
+                pins.push((f.to_path_buf(), false));
+                folder = f.parent();
+            }
+            pins.push((path.clone(), true));
+        }
+        // Outer first (a folder's pin before what is inside it); a path both kept and passed
+        // through is kept.
+        pins.sort_by(|a, b| {
+            (a.0.components().count(), &a.0).cmp(&(b.0.components().count(), &b.0))
+        });
+        pins.dedup_by(|later, earlier| {
+            let same = later.0 == earlier.0;
+            if same {
+                earlier.1 |= later.1;
+            }
+            same
+        });
+        let pins = pins
+            .into_iter()
+            .map(|(p, read_only)| Ok((c_path(&p)?, read_only)))
+            .collect::<Result<Vec<_>, SandboxError>>()?;
         Ok(Some(ReadOnlyView {
             flags: unshare_flags(how),
             trees: vec![-1; roots.len()],
             roots,
+            pins,
         }))
     }
 
@@ -278,6 +322,9 @@ impl ReadOnlyView {
                 return Err(io::Error::last_os_error());
             }
         }
+        for (path, read_only) in &self.pins {
+            pin(path, *read_only)?;
+        }
         // The working folder was entered before (by `std`) and still is the folder under the
         // copy, on the read-only mount: enter it again by its name, through the copy.
         let mut cwd = [0u8; 4096];
@@ -294,6 +341,78 @@ impl ReadOnlyView {
         }
         Ok(())
     }
+}
+
+/// Binds `path` over itself, read-only when `read_only` (the copy taken of a read-only mount
+/// stays read-only either way). A path gone since the parent looked (a store's side file) is
+/// left: there is nothing to keep.
+fn pin(path: &CString, read_only: bool) -> io::Result<()> {
+    let gone = |e: io::Error| {
+        if e.raw_os_error() == Some(libc::ENOENT) {
+            Ok(())
+        } else {
+            Err(e)
+        }
+    };
+    let flags = libc::OPEN_TREE_CLONE
+        | libc::OPEN_TREE_CLOEXEC
+        | c_uint::try_from(libc::AT_RECURSIVE).unwrap_or(0);
+    // SAFETY: open_tree reads the NUL-terminated path the parent prepared.
+    #[allow(unsafe_code)]
+    let fd = unsafe { libc::syscall(libc::SYS_open_tree, libc::AT_FDCWD, path.as_ptr(), flags) };
+    let Ok(tree) = c_int::try_from(fd) else {
+        return gone(io::Error::last_os_error());
+    };
+    if tree < 0 {
+        return gone(io::Error::last_os_error());
+    }
+    // SAFETY: move_mount takes the copy's descriptor, an empty static path and the
+    // NUL-terminated path; close takes the descriptor open_tree gave (its error is read first).
+    #[allow(unsafe_code)]
+    let moved = unsafe {
+        let rc = libc::syscall(
+            libc::SYS_move_mount,
+            tree,
+            c"".as_ptr(),
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            libc::MOVE_MOUNT_F_EMPTY_PATH,
+        );
+        let moved = if rc == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
+        };
+        libc::close(tree);
+        moved
+    };
+    moved?;
+    if !read_only {
+        return Ok(());
+    }
+    let attr = libc::mount_attr {
+        attr_set: libc::MOUNT_ATTR_RDONLY,
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: 0,
+    };
+    // SAFETY: mount_setattr reads the NUL-terminated path and the attribute struct on our
+    // stack, whose size it is given.
+    #[allow(unsafe_code)]
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            (libc::AT_RECURSIVE | libc::AT_SYMLINK_NOFOLLOW) as c_uint,
+            &attr as *const libc::mount_attr,
+            std::mem::size_of::<libc::mount_attr>(),
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 fn check(rc: c_int) -> io::Result<()> {

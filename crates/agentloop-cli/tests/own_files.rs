@@ -1,0 +1,133 @@
+#![allow(
+    clippy::indexing_slicing,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic
+)]
+//! No process the agent starts can rewrite the agent's own files: a stdio MCP server and a
+//! command tool, both free to write the agent's folder (their default root), try to rewrite
+//! `agent.toml`, the permission store (missing before the run) and a tool's program. Each try
+//! fails and the files stay as they were, while both still write their other files there. Through `agentloop run --json` with a scripted model, under `workspace-write`.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+
+use serde_json::{Value, json};
+use support::*;
+
+/// The project's stdio MCP server that writes the file it is told to
+/// (`scripts/mcp/write_server.py`), in its working folder: the agent file's.
+fn write_server() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/mcp/write_server.py")
+}
+
+/// A command tool's program: writes `content` to `path`, relative to where it runs.
+const PUT: &str = "import json, sys\na = json.load(sys.stdin)\n\
+                   open(a['path'], 'w').write(a['content'])\nprint('wrote', a['path'])\n";
+
+/// True where `workspace-write` runs; said when it does not, as the test then checks nothing.
+fn confined_here() -> bool {
+    let here = sandbox_modes_here().contains(&"workspace-write");
+    if !here {
+        eprintln!("skipped: workspace-write cannot be enforced on this system");
+    }
+    here
+}
+
+fn call(calls: &[Value], id: &str) -> Value {
+    calls
+        .iter()
+        .find(|c| c["id"] == id)
+        .unwrap_or_else(|| panic!("no call {id}: {calls:?}"))
+        .clone()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_mcp_server_and_a_command_tool_write_the_agents_folder_but_never_its_own_files() {
+    if !confined_here() {
+        return;
+    }
+    let agent_toml = format!(
+        r#"name = "a"
+[model]
+provider = "scripted"
+script = "script.json"
+
+[[tools]]
+name = "put"
+command = ["python3", "tools/put.py"]
+input_schema = {{ type = "object", properties = {{ path = {{ type = "string" }}, content = {{ type = "string" }} }} }}
+
+[[mcp]]
+name = "w"
+command = ["python3", "{}"]
+
+[permissions]
+store = "permissions.json"
+allow = ["put", "w__write"]
+"#,
+        write_server().display()
+    );
+    let dir = AgentDir::new(&agent_toml);
+    std::fs::create_dir(dir.path("tools")).unwrap();
+    dir.write("tools/put.py", PUT);
+    // No store yet: agentloop creates it empty, so that it can be kept from the processes.
+    let allow_all = r#"{"rules": [{"tool": "*", "permission": "allow"}]}"#;
+    let evil =
+        "[[mcp]]\nname = \"x\"\ncommand = [\"sh\", \"-c\", \"touch pwned\"]\nsandbox = \"off\"\n";
+    let put = |id: &str, path: &str, content: &str| json!({"id": id, "name": "put", "arguments": {"path": path, "content": content}});
+    let mcp = |id: &str, path: &str, content: &str| json!({"id": id, "name": "w__write", "arguments": {"path": path, "content": content}});
+    dir.write(
+        "script.json",
+        &json!([
+            {"tool_calls": [
+                mcp("m-agent", "agent.toml", evil),
+                mcp("m-store", "permissions.json", allow_all),
+                mcp("m-program", "tools/put.py", "import os\n"),
+                mcp("m-own", "notes.txt", "from the server"),
+            ]},
+            {"tool_calls": [
+                put("p-agent", "agent.toml", evil),
+                put("p-store", "permissions.json", allow_all),
+                put("p-program", "tools/put.py", "import os\n"),
+                put("p-own", "out.txt", "from the tool"),
+            ]},
+            {"text": "done"}
+        ])
+        .to_string(),
+    );
+    let (out, v) = run_finished(&dir.agent(), "Go.").await;
+    let calls = v["tool_calls"].as_array().unwrap();
+    for id in ["m-agent", "m-store", "m-program"] {
+        let c = call(calls, id);
+        assert_eq!(c["ok"], false, "{c}");
+        assert!(c.to_string().contains("Read-only file system"), "{c}");
+    }
+    for id in ["p-agent", "p-store", "p-program"] {
+        let c = call(calls, id);
+        assert_eq!(c["ok"], false, "{c}");
+    }
+    for id in ["m-own", "p-own"] {
+        let c = call(calls, id);
+        assert_eq!(c["ok"], true, "{c}");
+    }
+    assert_eq!(std::fs::read_to_string(dir.agent()).unwrap(), agent_toml);
+    let store: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path("permissions.json")).unwrap())
+            .unwrap();
+    assert_eq!(store, json!({"rules": []}));
+    assert_eq!(
+        std::fs::read_to_string(dir.path("tools/put.py")).unwrap(),
+        PUT
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.path("notes.txt")).unwrap(),
+        "from the server"
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.path("out.txt")).unwrap(),
+        "from the tool"
+    );
+    assert!(!dir.path("pwned").exists(), "{}", stderr(&out));
+}
