@@ -7,7 +7,10 @@
 //! No process the agent starts can rewrite the agent's own files: a stdio MCP server and a
 //! command tool, both free to write the agent's folder (their default root), try to rewrite
 //! `agent.toml`, the permission store (missing before the run) and a tool's program. Each try
-//! fails and the files stay as they were, while both still write their other files there. Through `agentloop run --json` with a scripted model, under `workspace-write`.
+//! fails and the files stay as they were, while both still write their other files there. And a
+//! root swapped for a link between two calls does not let the next call of a command tool, the
+//! shell or `write_file` write where the link leads. Through `agentloop run --json` with a
+//! scripted model, under `workspace-write`.
 
 mod support;
 
@@ -130,4 +133,68 @@ allow = ["put", "w__write"]
         "from the tool"
     );
     assert!(!dir.path("pwned").exists(), "{}", stderr(&out));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_root_swapped_for_a_link_between_calls_is_refused_not_followed() {
+    if !confined_here() {
+        return;
+    }
+    let outside = tempfile::tempdir().unwrap();
+    let dir = AgentDir::new(
+        r#"name = "a"
+[model]
+provider = "scripted"
+script = "script.json"
+[limits]
+max_turns = 8
+
+[[tools]]
+name = "swap"
+command = ["sh", "-c", "mv work work.old && ln -s \"$(cat target)\" work"]
+
+[[tools]]
+name = "put"
+command = ["sh", "-c", "echo x > work/x"]
+root = "work"
+
+[[tools]]
+builtin = "shell"
+root = "work"
+
+[[tools]]
+builtin = "write_file"
+root = "work"
+
+[permissions]
+allow = ["swap", "put", "shell", "write_file"]
+"#,
+    );
+    std::fs::create_dir(dir.path("work")).unwrap();
+    let target = std::fs::canonicalize(outside.path()).unwrap();
+    dir.write("target", target.to_str().unwrap());
+    dir.write(
+        "script.json",
+        &json!([
+            {"tool_calls": [{"id": "s", "name": "swap", "arguments": {}}]},
+            {"tool_calls": [
+                {"id": "put", "name": "put", "arguments": {}},
+                {"id": "sh", "name": "shell", "arguments": {"command": "echo y > y"}},
+                {"id": "wf", "name": "write_file", "arguments": {"path": "z", "content": "z"}}
+            ]},
+            {"text": "done"}
+        ])
+        .to_string(),
+    );
+    let (_, v) = run_finished(&dir.agent(), "Go.").await;
+    let calls = v["tool_calls"].as_array().unwrap();
+    assert_eq!(call(calls, "s")["ok"], true, "{}", call(calls, "s"));
+    assert!(dir.path("work").is_symlink());
+    for id in ["put", "sh", "wf"] {
+        let c = call(calls, id);
+        assert_eq!(c["ok"], false, "{c}");
+    }
+    for name in ["x", "y", "z"] {
+        assert!(!target.join(name).exists(), "{name} was written outside");
+    }
 }

@@ -226,6 +226,8 @@ impl SandboxError {
 pub struct Sandbox {
     policy: SandboxPolicy,
     writable: Vec<PathBuf>,
+    /// Roots resolved once by the caller, which must still resolve to themselves.
+    resolved: Vec<PathBuf>,
     /// Paths under the writable roots kept read-only.
     read_only: Vec<PathBuf>,
 }
@@ -236,6 +238,7 @@ impl Sandbox {
         Sandbox {
             policy,
             writable: Vec::new(),
+            resolved: Vec::new(),
             read_only: Vec::new(),
         }
     }
@@ -244,6 +247,19 @@ impl Sandbox {
     #[must_use]
     pub fn writable(mut self, root: impl Into<PathBuf>) -> Self {
         self.writable.push(root.into());
+        self
+    }
+
+    /// Also lets its processes write under `root`, a canonical path the caller resolved once
+    /// (when the agent was loaded): a process that could write where the root lies may put a
+    /// link in its place between two calls, and the next process would then write wherever the
+    /// link leads. [`Sandbox::prepare`] refuses a root that no longer resolves to itself, and
+    /// opens it without following any link.
+    #[must_use]
+    pub fn writable_resolved(mut self, root: impl Into<PathBuf>) -> Self {
+        let root = root.into();
+        self.resolved.push(root.clone());
+        self.writable.push(root);
         self
     }
 
@@ -311,6 +327,16 @@ impl Sandbox {
             let canonical = std::fs::canonicalize(root).map_err(|e| SandboxError::Setup {
                 reason: format!("the writable root {}: {e}", root.display()),
             })?;
+            if self.resolved.contains(root) && canonical != *root {
+                return Err(SandboxError::Setup {
+                    reason: format!(
+                        "the writable root {} now leads to {} (a link was put in its place \
+                         since it was resolved): refused",
+                        root.display(),
+                        canonical.display()
+                    ),
+                });
+            }
             writable.push(canonical);
         }
         let kept = kept_read_only(&self.read_only, &writable);

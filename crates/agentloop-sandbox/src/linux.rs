@@ -522,13 +522,58 @@ fn ruleset(
     // would read and write a disk beneath every rule here (FIFOs and sockets stay allowed).
     let under_roots = all & !AccessFs::MakeBlock & !AccessFs::MakeChar;
     for root in writable {
-        let fd = PathFd::new(root).map_err(|e| setup(&root.display().to_string(), e))?;
+        let fd = open_without_links(root).map_err(|e| setup(&root.display().to_string(), e))?;
         created = created
             .add_rule(PathBeneath::new(fd, under_roots))
             .map_err(landlock)?;
     }
     let fd: Option<OwnedFd> = created.into();
     fd.ok_or_else(|| setup("Landlock", "the kernel gave no ruleset"))
+}
+
+/// A writable root (a canonical path), opened refusing any link on the way (`openat2` with
+/// `RESOLVE_NO_SYMLINKS`): a link put in the place of a folder after the root was resolved would
+/// otherwise grant what lies behind it. Before Linux 5.6 (no `openat2`), the path as it is.
+fn open_without_links(root: &Path) -> io::Result<OwnedFd> {
+    use std::os::fd::FromRawFd;
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(root.as_os_str().as_bytes())
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+    // `struct open_how` (libc's is non-exhaustive, so it cannot be built here).
+    #[repr(C)]
+    struct OpenHow {
+        flags: u64,
+        mode: u64,
+        resolve: u64,
+    }
+    let how = OpenHow {
+        flags: (libc::O_PATH | libc::O_CLOEXEC) as u64,
+        mode: 0,
+        resolve: libc::RESOLVE_NO_SYMLINKS,
+    };
+    // SAFETY: openat2 reads the NUL-terminated path and the open_how on our stack, whose size it
+    // is given; it returns a new descriptor or -1.
+    #[allow(unsafe_code)]
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            &how as *const OpenHow,
+            std::mem::size_of::<OpenHow>(),
+        )
+    };
+    if fd < 0 {
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::ENOSYS) {
+            return Ok(OwnedFd::from(std::fs::File::open(root)?));
+        }
+        return Err(e);
+    }
+    let fd = libc::c_int::try_from(fd).map_err(io::Error::other)?;
+    // SAFETY: the descriptor openat2 just gave is ours alone.
+    #[allow(unsafe_code)]
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 /// Adds a rule for a path that may be missing (a device, an entry of `/` that vanished).

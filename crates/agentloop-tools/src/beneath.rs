@@ -37,8 +37,23 @@ fn is_link(dir: &OwnedFd, name: &OsString) -> bool {
     })
 }
 
+/// The root, a canonical path resolved once when the workspace was made: opened refusing any
+/// link on the way (`RESOLVE_NO_SYMLINKS`), so that a link put in its place (or in the place of
+/// a folder above it) since then is refused rather than followed out of the root. Before Linux
+/// 5.6 (no `openat2`), the path as it is.
 fn open_root(root: &Path) -> io::Result<OwnedFd> {
     let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    match rustix::fs::openat2(
+        rustix::fs::CWD,
+        root,
+        flags,
+        Mode::empty(),
+        rustix::fs::ResolveFlags::NO_SYMLINKS,
+    ) {
+        Err(rustix::io::Errno::NOSYS) => {}
+        other => return Ok(other?),
+    }
     Ok(rustix::fs::open(root, flags, Mode::empty())?)
 }
 

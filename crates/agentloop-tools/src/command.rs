@@ -274,7 +274,11 @@ impl From<CommandTool> for Runner {
             allowed.iter().any(|a| a == name) && !hidden.iter().any(|h| h == name)
         });
         let root = t.root.unwrap_or_else(|| t.working_dir.clone());
-        let sandbox = Sandbox::new(t.sandbox).writable(root);
+        // Resolved once, here: a link put in the root's place later is refused, not followed.
+        let sandbox = match std::fs::canonicalize(&root) {
+            Ok(root) => Sandbox::new(t.sandbox).writable_resolved(root),
+            Err(_) => Sandbox::new(t.sandbox).writable(root),
+        };
         Runner {
             sandbox: sandbox.read_only(t.read_only),
             program,

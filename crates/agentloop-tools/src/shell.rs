@@ -112,9 +112,9 @@ impl ShellTool {
         );
         let allowed = self.allowed_env;
         let env = scrubbed_env(self.base_env, |name| allowed.iter().any(|a| a == name));
-        // The agent's own files under the root stay read-only.
+        // The workspace resolved its root once; the agent's own files under it stay read-only.
         let sandbox = Sandbox::new(self.sandbox)
-            .writable(self.workspace.root())
+            .writable_resolved(self.workspace.root())
             .read_only(self.workspace.protected().iter().cloned());
         let runner = Arc::new(ShellRunner {
             sandbox,
