@@ -198,3 +198,71 @@ allow = ["swap", "put", "shell", "write_file"]
         assert!(!target.join(name).exists(), "{name} was written outside");
     }
 }
+
+/// The run's stores lie under the shell's root when the run is started there (`runs.db` and
+/// `sessions.db` default to the working folder): the shell sees them read-only, so it cannot
+/// rewrite the journal's steps or the session's history, while it writes the rest of its root.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_shell_cannot_rewrite_the_runs_stores_under_its_root() {
+    if !confined_here() {
+        return;
+    }
+    let dir = AgentDir::new(
+        r#"name = "a"
+[model]
+provider = "scripted"
+script = "script.json"
+
+[[tools]]
+builtin = "shell"
+root = "work"
+
+[permissions]
+allow = ["shell"]
+"#,
+    );
+    std::fs::create_dir(dir.path("work")).unwrap();
+    let rewrite = "for f in runs.db trace.ndjson; do echo junk > $f || echo refused $f; done; \
+                   echo mine > mine.txt";
+    dir.write(
+        "script.json",
+        &json!([
+            {"tool_calls": [{"id": "sh", "name": "shell", "arguments": {"command": rewrite}}]},
+            {"text": "done"}
+        ])
+        .to_string(),
+    );
+    let (journal, trace) = (dir.path("work/runs.db"), dir.path("work/trace.ndjson"));
+    let out = agentloop(args(&[
+        "run",
+        dir.agent().to_str().unwrap(),
+        "--input",
+        "go",
+        "--json",
+        "--journal",
+        journal.to_str().unwrap(),
+        "--trace",
+        trace.to_str().unwrap(),
+    ]))
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let v = stdout_json(&out);
+    let said = call(v["tool_calls"].as_array().unwrap(), "sh")["output"].to_string();
+    assert!(
+        said.contains("refused runs.db") && said.contains("refused trace.ndjson"),
+        "{said}"
+    );
+    let head = std::fs::read(&journal).unwrap();
+    assert!(
+        head.starts_with(b"SQLite format 3\0"),
+        "the journal was rewritten"
+    );
+    assert!(
+        !std::fs::read_to_string(&trace).unwrap().starts_with("junk"),
+        "the trace was rewritten"
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.path("work/mine.txt")).unwrap(),
+        "mine\n"
+    );
+}
