@@ -770,6 +770,11 @@ async fn an_agentloop_run_inside_a_sandbox_starts_its_own_stdio_mcp_servers() {
         return;
     }
     let dir = agent(SHELL);
+    // Inside a sandbox no view can keep the inner agent's files read-only for its processes, so
+    // a process whose folder holds them is refused at load: the inner server runs unconfined
+    // (still inside the outer call's sandbox: what this test is about is its process group),
+    // the inner tool with a root apart.
+    std::fs::create_dir_all(dir.path("work/out")).unwrap();
     let server = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../../scripts/mcp/growing_server.py");
     dir.write(
@@ -781,6 +786,7 @@ script = "inner.json"
 [[mcp]]
 name = "grow"
 command = ["sh", "server.sh"]
+sandbox = "off"
 "#,
     );
     // The server leaves a child running in the background, then becomes the growing server.
@@ -818,10 +824,12 @@ script = "killed.json"
 [[mcp]]
 name = "grow"
 command = ["sh", "server.sh"]
+sandbox = "off"
 [[tools]]
 name = "wait"
-command = ["sh", "-c", "echo start > side.log; sleep 30"]
+command = ["sh", "-c", "echo start > out/side.log; sleep 30"]
 input_schema = { type = "object", properties = {} }
+root = "out"
 "#,
     );
     dir.write(
@@ -835,7 +843,7 @@ input_schema = { type = "object", properties = {} }
     );
     let killed = format!(
         "rm -f left.pid; {} run killed.toml --input go >/dev/null 2>&1 & run=$!; i=0; \
-         while [ ! -e side.log ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done; \
+         while [ ! -e out/side.log ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done; \
          kill -9 $run; sleep 1; left=$(cat left.pid) && state=$(cut -d' ' -f3 /proc/$left/stat 2>/dev/null); \
          echo \"left: ${{state:-gone}}\"",
         bin()
@@ -844,7 +852,7 @@ input_schema = { type = "object", properties = {} }
     let calls = run(&dir).await;
     let out = output(&calls, "c1");
     assert!(
-        dir.path("work/side.log").exists(),
+        dir.path("work/out/side.log").exists(),
         "the killed run did not reach its wait tool: {out}"
     );
     assert!(
