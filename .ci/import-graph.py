@@ -53,7 +53,7 @@ LAYERS = [
     ("vocabulary", [
         "message", "ids", "serde_duration", "panic", "fingerprint", "retry", "limits", "error",
         "model", "tool", "outcome", "event", "budget", "compaction", "config", "hooks",
-        "guardrail", "steering", "url_secrets", "printable",
+        "guardrail", "steering", "url_secrets", "printable", "surrogates",
     ]),
     ("machine", ["machine"]),
     ("seams over the machine", ["gate", "journal"]),

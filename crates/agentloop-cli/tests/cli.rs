@@ -496,6 +496,41 @@ command = ["python3", "tool.py"]
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_lone_surrogate_in_a_calls_arguments_reaches_the_tool_as_the_replacement_character() {
+    let dir = AgentDir::new(
+        r#"name = "s"
+[model]
+provider = "scripted"
+script = "script.json"
+[[tools]]
+name = "get_weather"
+command = ["python3", "tool.py"]
+"#,
+    );
+    // The arguments' own JSON text (what the model wrote) holds a high half with no low half
+    // after it, beside a whole pair.
+    dir.write(
+        "script.json",
+        r#"[{"tool_calls": [{"id": "c1", "name": "get_weather", "arguments": "{\"city\": \"Oslo\\ud83d\", \"icon\": \"\\ud83d\\ude00\"}"}]}, {"text": "done"}]"#,
+    );
+    let out = agentloop(args(&[
+        "run",
+        dir.agent().to_str().unwrap(),
+        "--input",
+        "x",
+        "--json",
+    ]))
+    .await;
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    let v = stdout_json(&out);
+    let call = &v["tool_calls"][0];
+    assert_eq!(call["ok"], true, "{call}");
+    let expected = json!({"city": "Oslo\u{fffd}", "icon": "\u{1F600}"});
+    assert_eq!(call["input"], expected);
+    assert_eq!(dir.tool_inputs(), vec![expected]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn an_invalid_file_is_reported_with_key_paths_and_lines() {
     let dir = AgentDir::new(
         r#"name = "bad"

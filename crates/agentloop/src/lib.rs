@@ -26,6 +26,7 @@ pub mod printable;
 mod retry;
 mod serde_duration;
 pub mod steering;
+pub mod surrogates;
 pub mod testing;
 pub mod tool;
 pub mod url_secrets;

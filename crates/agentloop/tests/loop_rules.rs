@@ -26,6 +26,40 @@ use futures::StreamExt;
 use serde_json::{Value, json};
 
 #[tokio::test]
+async fn a_lone_surrogate_in_a_calls_arguments_runs_the_tool_with_the_replacement_character() {
+    let log = CallLog::default();
+    let model = ScriptedModel::new([
+        calls(&[
+            ("a", "echo", r#"{"tag": "x\ud800y"}"#),
+            ("b", "echo", r#"{"tag": "\ud83d\ude00\udc00"}"#),
+            ("c", "missing", r#"{"tag": "\ud800"}"#),
+        ]),
+        ModelResponse::text("done"),
+    ]);
+    let out = agent(model, vec![sleeper("echo", &log)], Limits::default())
+        .run("go")
+        .await;
+    assert_eq!(out.stop_reason, StopReason::Finished);
+    // Both calls ran, each with U+FFFD where its lone half was and a pair read as its character.
+    assert_eq!(log.len(), 2);
+    for (record, tag) in out
+        .tool_calls
+        .iter()
+        .zip(["x\u{fffd}y", "\u{1F600}\u{fffd}"])
+    {
+        assert!(record.ok(), "{record:?}");
+        assert_eq!(record.arguments, json!({"tag": tag}));
+        assert_eq!(
+            record.outcome.content,
+            agentloop::message::ToolContent::Json(json!({"tag": tag}))
+        );
+    }
+    // A call refused before its arguments are checked records them read the same way.
+    assert_eq!(out.tool_calls[2].outcome.status, CallStatus::Rejected);
+    assert_eq!(out.tool_calls[2].arguments, json!({"tag": "\u{fffd}"}));
+}
+
+#[tokio::test]
 async fn invalid_args_in_batch_start_no_handler() {
     let n = Arc::new(AtomicUsize::new(0));
     let model = ScriptedModel::new([

@@ -758,12 +758,13 @@ fn check_arguments(
         })
 }
 
-/// The arguments as the model sent them: parsed when they are JSON, else the raw text.
+/// The arguments as the model sent them: parsed when they are JSON (a lone half of a UTF-16 pair
+/// read as U+FFFD, as the tool would have read it), else the raw text.
 fn raw_arguments(raw: &str) -> Value {
     if raw.trim().is_empty() {
         return Value::Object(Default::default());
     }
-    serde_json::from_str(raw).unwrap_or_else(|_| Value::String(raw.to_owned()))
+    crate::surrogates::from_str(raw, &mut None).unwrap_or_else(|_| Value::String(raw.to_owned()))
 }
 
 /// Parses a final answer as JSON, allowing a fenced code block around it.

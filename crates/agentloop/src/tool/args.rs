@@ -27,6 +27,7 @@ use serde::ser::{Serialize, SerializeMap, SerializeSeq, Serializer};
 use serde_json::{Number, Value};
 
 use crate::outcome::CallArguments;
+use crate::surrogates;
 
 /// A call's validated arguments, shared by the batch, the handler and the record: the compact
 /// JSON text (each object's keys sorted, as `serde_json::Value` writes them), and the parsed
@@ -201,9 +202,31 @@ fn parse_into<T>(
     f: impl FnOnce(Result<ArgNode<'_>, serde_json::Error>) -> T,
 ) -> T {
     tape.clear();
-    let root = tape.read(raw);
+    let root = match tape.read(raw) {
+        Ok(root) => root,
+        // A lone half of a UTF-16 pair in a string the model wrote (`"\ud83d"`) is that
+        // character lost, not the call: read as U+FFFD, as the providers read the fields they
+        // read whole (`surrogates`). Only a failed read looks for one.
+        Err(e) => {
+            let Some(repaired) = surrogates::replace_lone_str(raw) else {
+                return f(Err(e));
+            };
+            tape.clear();
+            let root = tape.read(&repaired);
+            let tape: &Tape = tape;
+            return f(root.map(|at| {
+                ArgNode::At(
+                    Doc {
+                        tape,
+                        raw: &repaired,
+                    },
+                    at,
+                )
+            }));
+        }
+    };
     let tape: &Tape = tape;
-    f(root.map(|at| ArgNode::At(Doc { tape, raw }, at)))
+    f(Ok(ArgNode::At(Doc { tape, raw }, root)))
 }
 
 impl Tape {
@@ -767,10 +790,11 @@ mod tests {
         })
     }
 
-    /// The same through a `Value`, as the run read arguments before the tape.
+    /// The same through a `Value`, as the run read arguments before the tape (a lone surrogate
+    /// escape read as U+FFFD, as the tape reads it).
     fn read_as_value(raw: &str) -> Result<(String, Value), String> {
         let raw = if raw.trim().is_empty() { "{}" } else { raw };
-        serde_json::from_str::<Value>(raw)
+        crate::surrogates::from_str::<Value>(raw, &mut None)
             .map(|v| (CallArguments::new(&v).as_str().to_owned(), v))
             .map_err(|e| e.to_string())
     }
@@ -814,10 +838,41 @@ mod tests {
             "[1, 2,]",
             r#"{"a": 1e999}"#,
             "nul",
-            r#""\ud800""#,
         ] {
             assert_eq!(read(bad), read_as_value(bad), "{bad}");
             assert!(read(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_lone_surrogate_reads_as_the_replacement_character_and_a_pair_as_its_character() {
+        // A high half at a string's end, a low half alone, one in a key, one before text; the
+        // unescaped strings beside them are read from the repaired text.
+        let raw = r#"{"s": "a\ud800", "k\udc00": ["\ud83d\ude00", "\ud83dx", "plain"], "n": 1}"#;
+        let (text, value) = read(raw).unwrap();
+        let expected = json!({
+            "s": "a\u{fffd}",
+            "k\u{fffd}": ["\u{1F600}", "\u{fffd}x", "plain"],
+            "n": 1,
+        });
+        assert_eq!(value, expected);
+        assert_eq!(text, expected.to_string());
+        assert_eq!(read(r#""\ud800""#).unwrap().1, json!("\u{fffd}"));
+        // A pair, and an escaped backslash before `ud800`, are not lone halves: read as before.
+        for kept in [r#"{"p": "\ud83d\ude00"}"#, r#"{"p": "\\ud800"}"#] {
+            assert_eq!(read(kept), read_as_value(kept), "{kept}");
+        }
+        // Text that is not JSON for another reason fails as it did, whatever halves it holds.
+        for bad in [
+            r#"{"s": "\ud800",}"#,
+            r#"{"s": "\ud800"} x"#,
+            r#"{"s": "\ud800"#,
+        ] {
+            let e = read(bad).unwrap_err();
+            assert!(
+                !e.contains("surrogate") && !e.contains("hex escape"),
+                "{bad}: {e}"
+            );
         }
     }
 
