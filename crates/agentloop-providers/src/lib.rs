@@ -13,7 +13,7 @@
 //!   answer (streamed or whole) through the decoder and the core's accumulator;
 //!   `wire_text.rs`: delta strings whose JSON escapes split a character between two events;
 //!   `surrogates.rs`: bodies and events whose escapes hold a lone half of a character, read with
-//!   it as U+FFFD instead of failing.
+//!   it as U+FFFD instead of failing (the core's repair; an event's delta keeps its halves).
 //! - `openai_chat/`, `openai_responses/`, `anthropic/`: per provider, `mod.rs` (the model and its
 //!   builder), `request.rs` (the request body) and `stream.rs` (its answers, streamed or whole,
 //!   with usage converted to what [`agentloop::model::Usage`] means on every provider).

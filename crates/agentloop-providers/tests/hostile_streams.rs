@@ -449,6 +449,27 @@ async fn a_character_whose_escape_is_split_between_two_events_comes_out_whole() 
 }
 
 #[tokio::test]
+async fn a_split_character_comes_out_whole_when_its_event_holds_a_lone_half_elsewhere() {
+    // The chunks that end a delta with `\ud83d` also hold a lone half in a field read whole
+    // (the id and the model, which Chat servers repeat in every chunk; a call's name): that
+    // half is U+FFFD, and the split one still joins the next chunk's `\ude00` into U+1F600.
+    let chat_events = [
+        r#"{"id":"c\ud800","model":"m\udc00","choices":[{"index":0,"delta":{"role":"assistant","content":"smile \ud83d","reasoning_content":"r\ud83d"}}]}"#,
+        r#"{"id":"c","choices":[{"index":0,"delta":{"content":"\ude00!","reasoning_content":"\ude00"}}]}"#,
+        r#"{"id":"c\ud800","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"f","arguments":"{\"raw\":\"\ud83d"}}]}}]}"#,
+        r#"{"id":"c","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"\ude00\",\"escaped\":\"\\ud83d"}}]}}]}"#,
+        r#"{"id":"c","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"\\ude00\"}"}}]},"finish_reason":"tool_calls"}]}"#,
+        "[DONE]",
+    ];
+    let r = ask(&chat(&serve_sse(&chat_events).await, true))
+        .await
+        .unwrap();
+    assert_smiles(&r, "chat");
+    assert_eq!(r.id.as_deref(), Some("c\u{fffd}"));
+    assert_eq!(r.model.as_deref(), Some("m\u{fffd}"));
+}
+
+#[tokio::test]
 async fn a_half_character_the_stream_never_completes_is_a_replacement_character() {
     // The stream ends (or the block does) with a high surrogate whose low half never comes, or
     // a delta opens with a low half no high one came before: each is U+FFFD, never an error.

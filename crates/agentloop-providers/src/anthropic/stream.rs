@@ -476,9 +476,11 @@ impl AnthropicStreamParser {
             return Ok(()); // nothing after message_stop or an error counts
         }
         // A lone half of a character in a field read whole (a block's text, a tool_use's
-        // input, an id) costs that character, not the event.
+        // input, an id) costs that character, not the event, nor a delta's half of a split one.
         let mut repaired = None;
-        let event: InEvent<'_> = match surrogates::from_str(data, &mut repaired) {
+        let event: InEvent<'_> = match surrogates::event_from_str(data, &mut repaired, |t| {
+            serde_json::from_str::<InEvent<'_>>(t).map(drop)
+        }) {
             Ok(event) => event,
             Err(e) => {
                 self.failed = true;

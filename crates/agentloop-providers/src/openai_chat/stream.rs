@@ -464,10 +464,12 @@ impl ChatStreamParser {
             return Ok(());
         }
         // A lone half of a character in a field read whole (an id, a name, a list of content
-        // parts) costs that character, not the chunk.
+        // parts) costs that character, not the chunk, nor a delta's half of a split one.
         let mut repaired = None;
-        let chunk: WireCompletion<'_> = surrogates::from_str(data, &mut repaired)
-            .map_err(|e| stream_error(&self.provider, format!("malformed stream chunk: {e}")))?;
+        let chunk: WireCompletion<'_> = surrogates::event_from_str(data, &mut repaired, |t| {
+            serde_json::from_str::<WireCompletion<'_>>(t).map(drop)
+        })
+        .map_err(|e| stream_error(&self.provider, format!("malformed stream chunk: {e}")))?;
         self.apply(chunk, out, false)
     }
 

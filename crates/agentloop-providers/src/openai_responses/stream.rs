@@ -388,9 +388,13 @@ impl ResponsesStreamParser {
             return Ok(());
         }
         // A lone half of a character in a field read whole (an item's text or arguments, the
-        // `*.done` events' whole text) costs that character, not the event.
+        // `*.done` events' whole text) costs that character, not the event, nor a delta's half
+        // of a split one.
         let mut repaired = None;
-        let result = match surrogates::from_str::<InEvent<'_>>(data, &mut repaired) {
+        let parsed = surrogates::event_from_str::<InEvent<'_>>(data, &mut repaired, |t| {
+            serde_json::from_str::<InEvent<'_>>(t).map(drop)
+        });
+        let result = match parsed {
             Ok(event) => self.apply(event, data, out),
             Err(e) => match serde_json::from_str::<KindOnly<'_>>(data) {
                 // An event we do not read may have any shape.
