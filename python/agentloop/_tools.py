@@ -130,7 +130,17 @@ def tool(
     ``sequential``: never runs beside other calls of its batch. ``timeout``: seconds an attempt
     may take (then the model reads ``timeout``). ``retries``: more attempts after a failure.
     ``ask``: each call needs a person's approval (the agent's ``approve`` callback; without one
-    the call is denied, or a journaled run suspends until :meth:`Agent.answer` records it)."""
+    the call is denied, or a journaled run suspends until :meth:`Agent.answer` records it).
+    ``name``: the tool's name, the function's when unset (``None``); an empty one is a
+    ``ValueError``, as the runtime refuses it (``tool.invalid_name``)."""
+
+    # Refused here, where it is written: falling back to the function's name would register a
+    # tool under a name the caller did not give.
+    if name is not None and not name:
+        raise ValueError(
+            'tool.invalid_name: invalid tool name "": the name is empty '
+            "(leave name unset to name the tool after its function)"
+        )
 
     # The scope the tool is made in: its annotations may name its local classes.
     localns = _caller_locals()
@@ -139,7 +149,7 @@ def tool(
         sig: Signature = describe(f, description, localns)
         return Tool(
             fn=f,
-            name=name or name_of(f),
+            name=name_of(f) if name is None else name,
             description=sig.description,
             schema=sig.schema,
             idempotent=idempotent,

@@ -21,6 +21,7 @@ import pytest
 from agentloop import (
     EXCEPTION_CODE,
     Agent,
+    AgentloopError,
     FunctionModel,
     Limits,
     ModelRequest,
@@ -472,6 +473,26 @@ def test_callable_objects_partials_and_wrappers_of_coroutines_are_tools() -> Non
     calls = [ToolCall("Fetcher", {"url": "a.org"}), ToolCall("triple", {"x": 2}), ToolCall("logged", {"city": "Oslo"})]
     out = Agent(model=ScriptedModel([calls, "done"]), tools=[fetch, triple, logged]).run("Go.")
     assert [c.output for c in out.tool_calls] == ["fetched a.org", 6, "18 in Oslo"], out.tool_calls
+
+
+def test_an_empty_tool_name_is_a_value_error_as_the_runtime_refuses_it() -> None:
+    def weather(city: str) -> str:
+        return city
+
+    said = r'^tool\.invalid_name: invalid tool name "": the name is empty'
+    with pytest.raises(ValueError, match=said):
+        tool(name="")(weather)
+    with pytest.raises(ValueError, match=said):
+        tool(weather, name="")
+    # Unset is the function's name, as before.
+    assert tool(weather).name == "weather"
+    assert tool(name=None)(weather).name == "weather"
+    # The runtime's own words and code for a tool made with an empty name some other way.
+    unnamed = dataclasses.replace(tool(weather), name="")
+    with pytest.raises(AgentloopError) as e:
+        Agent(model=ScriptedModel(["done"]), tools=[unnamed])
+    assert e.value.code == "tool.invalid_name"
+    assert 'invalid tool name "": the name is empty' in e.value.message
 
 
 def test_parameters_named_as_pydantics_attributes_or_with_an_underscore_are_kept() -> None:
