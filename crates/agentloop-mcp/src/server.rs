@@ -836,14 +836,8 @@ impl McpServer {
         let mut stderr_task = None;
         let mut child = None;
         let served = match &config.transport {
-            Transport::Stdio {
-                command,
-                env,
-                cwd,
-                sandbox,
-                read_only,
-            } => {
-                let Some((program, args)) = command.split_first() else {
+            Transport::Stdio { command, .. } => {
+                let Some((program, _)) = command.split_first() else {
                     return Err(start_error("the command is empty".into()));
                 };
                 // Inside another agentloop's sandbox (this agentloop served as a sandboxed MCP
@@ -855,12 +849,10 @@ impl McpServer {
                 // through the supervisor. Only a SIGKILL of the supervisor (a server deaf to
                 // both) leaves what it started to the outer call's group. A program that cannot
                 // be executed fails with `EACCES`, not this.
-                let spawned = match self
-                    .spawn_stdio(program, args, env, cwd, read_only, *sandbox, true)?
-                {
+                let spawned = match self.spawn_stdio(true)? {
                     Err(e) if e.raw_os_error() == Some(libc::EPERM) => {
                         tracing::debug!(server = %config.name, "no process group of its own (EPERM): the server starts in this process's group");
-                        self.spawn_stdio(program, args, env, cwd, read_only, *sandbox, false)?
+                        self.spawn_stdio(false)?
                     }
                     spawned => spawned,
                 };

@@ -9,16 +9,28 @@ impl McpServer {
     /// inner one the spawn's, which the caller may answer by starting it again without a group.
     pub(super) fn spawn_stdio(
         &self,
-        program: &str,
-        args: &[String],
-        env: &BTreeMap<String, String>,
-        cwd: &Option<std::path::PathBuf>,
-        read_only: &[std::path::PathBuf],
-        sandbox: agentloop_sandbox::SandboxPolicy,
         own_group: bool,
     ) -> Result<std::io::Result<(TokioChildProcess, Option<tokio::process::ChildStderr>)>, McpError>
     {
         let config = &self.inner.config;
+        let start_error = |reason: String| McpError::Start {
+            server: config.name.clone(),
+            reason,
+        };
+        let Transport::Stdio {
+            command,
+            env,
+            cwd,
+            sandbox,
+            read_only,
+        } = &config.transport
+        else {
+            return Err(start_error("not a stdio server".into()));
+        };
+        let Some((program, args)) = command.split_first() else {
+            return Err(start_error("the command is empty".into()));
+        };
+        let sandbox = *sandbox;
         // Its writable root is its working folder.
         let root = match cwd {
             Some(cwd) => cwd.clone(),
