@@ -11,6 +11,7 @@
 
 use std::collections::VecDeque;
 use std::future::Future;
+use std::sync::Arc;
 
 use agentloop::{
     ModelError, ModelResponse,
@@ -338,6 +339,35 @@ where
         serde_json::Value::String(s) => s.trim().parse().ok(),
         _ => None,
     })
+}
+
+/// A call id read straight into the `Arc<str>` the call, its record and the run's set of ids
+/// share: one allocation. (An `Option<Cow<str>>` never borrows, whatever `#[serde(borrow)]`
+/// says: serde reads it into a `String`, which would then be copied into the `Arc`.)
+pub(crate) fn shared_id<'de, D>(deserializer: D) -> Result<Option<Arc<str>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    struct Id;
+    impl<'de> serde::de::Visitor<'de> for Id {
+        type Value = Option<Arc<str>>;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a string or null")
+        }
+        fn visit_none<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+            d.deserialize_str(self)
+        }
+        fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Self::Value, E> {
+            Ok(Some(Arc::from(v)))
+        }
+    }
+    deserializer.deserialize_option(Id)
 }
 
 /// A usage object (or its details) read leniently: one of the wrong shape (`"usage": "n/a"`,

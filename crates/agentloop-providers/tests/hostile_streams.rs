@@ -306,7 +306,7 @@ const MANY: u32 = 100_000;
 fn assert_many_calls(r: &ModelResponse, what: &str) {
     assert_eq!(r.message.tool_calls.len(), MANY as usize, "{what}");
     for (n, call) in (0..MANY).zip(&r.message.tool_calls) {
-        assert_eq!(call.call_id, format!("call_{n}"), "{what}");
+        assert_eq!(*call.call_id, format!("call_{n}"), "{what}");
         assert_eq!(call.arguments, format!(r#"{{"n":{n}}}"#), "{what}");
     }
     assert_eq!(r.finish_reason, FinishReason::ToolCalls, "{what}");

@@ -85,7 +85,7 @@ fn compare_response(id: &str, expected: &Value, got: &ModelResponse) -> Vec<Stri
                     call.call_id
                 ));
             }
-        } else if call.call_id != want_id {
+        } else if &*call.call_id != want_id {
             diff(format!(
                 "tool call id {:?}, expected {want_id:?}",
                 call.call_id

@@ -277,7 +277,7 @@ async fn run(case: &Case) -> Vec<String> {
         transcript.push(Message::Assistant(response.message.clone()));
         for c in &response.message.tool_calls {
             transcript.push(Message::Tool(ToolResult {
-                call_id: c.call_id.as_str().into(),
+                call_id: c.call_id.clone(),
                 tool: c.tool.as_str().into(),
                 content: ToolContent::Text("22 C, sunny".into()),
                 is_error: false,
@@ -359,7 +359,7 @@ fn check_response(r: &ModelResponse, e: &Expect, problems: &mut Vec<String>) {
         }
         for (got, want) in m.tool_calls.iter().zip(calls) {
             if let Some(id) = &want.id
-                && &got.call_id != id
+                && *got.call_id != **id
             {
                 problems.push(format!("call id {:?}, expected {id:?}", got.call_id));
             }

@@ -316,7 +316,7 @@ impl Answer {
         let tool_calls: Vec<ToolCall> = calls
             .into_iter()
             .map(|(call_id, tool, arguments)| ToolCall {
-                call_id,
+                call_id: call_id.into(),
                 tool,
                 arguments,
             })

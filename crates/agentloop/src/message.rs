@@ -118,14 +118,31 @@ pub struct Reasoning {
 /// One tool call as the model made it: the arguments are the raw string the provider sent.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ToolCall {
-    /// The call id, unique within the response; the result answers it.
-    #[serde(alias = "id")]
-    pub call_id: String,
+    /// The call id, unique within the response; the result answers it. Shared: the run's set of
+    /// call ids, the call's record and its result hold this one copy.
+    #[serde(alias = "id", deserialize_with = "shared_str")]
+    pub call_id: Arc<str>,
     /// The name of the tool the model asked for.
     #[serde(alias = "name")]
     pub tool: String,
     /// The raw JSON argument string (possibly empty, which means `{}`).
     pub arguments: String,
+}
+
+/// A text read straight into an `Arc<str>`: one allocation, where serde's own `Arc<str>` reads a
+/// `String` and then copies it into the `Arc`.
+fn shared_str<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Arc<str>, D::Error> {
+    struct Shared;
+    impl serde::de::Visitor<'_> for Shared {
+        type Value = Arc<str>;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a string")
+        }
+        fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Arc<str>, E> {
+            Ok(Arc::from(v))
+        }
+    }
+    deserializer.deserialize_str(Shared)
 }
 
 /// The result of one tool call, as the model will read it.

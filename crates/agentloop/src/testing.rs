@@ -96,7 +96,7 @@ impl ScriptFileStep {
             .tool_calls
             .into_iter()
             .map(|c| ToolCall {
-                call_id: c.id,
+                call_id: c.id.into(),
                 tool: c.name,
                 arguments: match c.arguments {
                     Value::String(raw) => raw,

@@ -537,7 +537,7 @@ fn assert_every_call_answered(transcript: &[Message]) {
                 .get(i)
                 .and_then(Message::as_tool_result)
                 .unwrap_or_else(|| panic!("call {} has no result: {transcript:?}", call.call_id));
-            assert_eq!(&*r.call_id, call.call_id.as_str());
+            assert_eq!(r.call_id, call.call_id);
             i += 1;
         }
     }
@@ -776,7 +776,7 @@ fn call_ids(transcript: &[Message]) -> Vec<String> {
     transcript
         .iter()
         .filter_map(|m| match m {
-            Message::Assistant(a) => Some(a.tool_calls.iter().map(|c| c.call_id.clone())),
+            Message::Assistant(a) => Some(a.tool_calls.iter().map(|c| c.call_id.to_string())),
             _ => None,
         })
         .flatten()
@@ -959,7 +959,7 @@ fn a_logged_run_and_its_raw_steps_replay_to_the_same_renamed_ids() {
         panic!("the second response: {:?}", log[5])
     };
     assert_eq!(
-        response.message.tool_calls[0].call_id, "c1_2",
+        &*response.message.tool_calls[0].call_id, "c1_2",
         "logged renamed"
     );
 
@@ -982,7 +982,7 @@ fn a_logged_run_and_its_raw_steps_replay_to_the_same_renamed_ids() {
 #[test]
 fn blank_ids_of_calls_cut_by_the_output_limit_are_drawn_before_the_step_is_logged() {
     let cut = |arguments: &str| agentloop::message::ToolCall {
-        call_id: String::new(),
+        call_id: "".into(),
         tool: "echo".into(),
         arguments: arguments.into(),
     };
@@ -1011,7 +1011,7 @@ fn blank_ids_of_calls_cut_by_the_output_limit_are_drawn_before_the_step_is_logge
         .tool_calls
         .iter()
         .chain(&response.cut_calls)
-        .map(|c| c.call_id.as_str())
+        .map(|c| &*c.call_id)
         .collect();
     assert!(ids.iter().all(|id| !id.is_empty()), "{ids:?}");
     ids.sort_unstable();

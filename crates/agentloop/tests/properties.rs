@@ -100,7 +100,7 @@ proptest! {
                 for (k, call) in a.tool_calls.iter().enumerate() {
                     let r = t.get(i + 1 + k).and_then(Message::as_tool_result);
                     prop_assert!(r.is_some(), "call {} unanswered", call.call_id);
-                    prop_assert_eq!(&*r.unwrap().call_id, call.call_id.as_str());
+                    prop_assert_eq!(&r.unwrap().call_id, &call.call_id);
                 }
                 calls_in_transcript += a.tool_calls.len();
                 i += 1 + a.tool_calls.len();

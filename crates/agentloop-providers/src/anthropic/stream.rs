@@ -5,6 +5,7 @@
 
 use std::borrow::Cow;
 use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
 
 use agentloop::{
     ModelError, ModelResponse,
@@ -73,8 +74,8 @@ struct InBlock<'a> {
     kind: Cow<'a, str>,
     #[serde(default, borrow)]
     text: Option<Cow<'a, str>>,
-    #[serde(default, borrow)]
-    id: Option<Cow<'a, str>>,
+    #[serde(default, deserialize_with = "crate::decode::shared_id")]
+    id: Option<Arc<str>>,
     #[serde(default, borrow)]
     name: Option<Cow<'a, str>>,
     #[serde(default)]
@@ -150,7 +151,8 @@ pub fn map_stop_reason(raw: &str) -> FinishReason {
 enum BlockState {
     Text,
     ToolUse {
-        id: String,
+        /// The call's id, shared with its event: a warning may name it.
+        id: Arc<str>,
         got_args: bool,
         initial_input: Option<String>,
         stopped: bool,
@@ -220,11 +222,12 @@ impl AnthropicStreamParser {
                 BlockState::Text
             }
             "tool_use" => {
-                let id = block.id.map(Cow::into_owned).unwrap_or_default();
+                // The id comes whole in this event, read into the `Arc` the call shares.
+                let id = block.id.unwrap_or_default();
                 let name = block.name.map(Cow::into_owned).unwrap_or_default();
                 out.push_back(ModelEvent::ToolCallStart {
                     index,
-                    id: id.clone(),
+                    id: Arc::clone(&id),
                     name,
                 });
                 let initial_input = block
@@ -256,7 +259,7 @@ impl AnthropicStreamParser {
                     .is_some_and(|n| n.starts_with("tool_search_tool")) =>
             {
                 BlockState::SearchUse {
-                    id: block.id.map(Cow::into_owned).unwrap_or_default(),
+                    id: block.id.as_deref().map(str::to_owned).unwrap_or_default(),
                     name: block.name.map(Cow::into_owned).unwrap_or_default(),
                     initial_input: block.input,
                     json: String::new(),
@@ -885,7 +888,7 @@ mod tests {
         let r = parse_message(body).unwrap();
         assert!(r.truncated);
         assert_eq!(r.message.tool_calls.len(), 1);
-        assert_eq!(r.message.tool_calls[0].call_id, "t1");
+        assert_eq!(&*r.message.tool_calls[0].call_id, "t1");
         assert_eq!(r.message.tool_calls[0].arguments, r#"{"a":1}"#);
         assert_eq!(r.warnings, ["tool call t2 (g) was cut off and dropped"]);
         assert_eq!(r.finish_reason, FinishReason::Length);

@@ -4,6 +4,7 @@
 
 use std::borrow::Cow;
 use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::sync::Arc;
 
 use agentloop::{
     ModelError, ModelResponse,
@@ -74,8 +75,8 @@ struct WireDelta<'a> {
 struct WireToolCallIn<'a> {
     #[serde(default)]
     index: Option<u32>,
-    #[serde(default, borrow)]
-    id: Option<Cow<'a, str>>,
+    #[serde(default, deserialize_with = "crate::decode::shared_id")]
+    id: Option<Arc<str>>,
     #[serde(default, borrow)]
     function: Option<WireFunctionIn<'a>>,
     /// Provider data on the call that must go back with it (Gemini's thought signature, as
@@ -269,7 +270,7 @@ pub struct ChatStreamParser {
     slots: Vec<CallSlot>,
     /// The first slot of each call id: a server streaming many calls is not scanned for each
     /// of their fragments.
-    by_id: HashMap<String, usize>,
+    by_id: HashMap<Arc<str>, usize>,
     /// The slots each wire `index` now continues (the newest is the last).
     by_wire: HashMap<u32, BTreeSet<usize>>,
     saw_tool_call: bool,
@@ -286,7 +287,8 @@ pub struct ChatStreamParser {
 
 #[derive(Debug)]
 struct CallSlot {
-    id: String,
+    /// The call's id, the one its events carry (empty until one comes).
+    id: Arc<str>,
     /// The wire `index` that last opened or continued this call.
     wire_index: Option<u32>,
     extra_content: Option<Value>,
@@ -363,14 +365,20 @@ impl ChatStreamParser {
     }
 
     /// The slot a tool-call delta belongs to, opening one when it begins a call.
-    fn slot(&mut self, wire: Option<u32>, id: Option<&str>, named: bool, whole: bool) -> usize {
+    fn slot(
+        &mut self,
+        wire: Option<u32>,
+        id: Option<&Arc<str>>,
+        named: bool,
+        whole: bool,
+    ) -> usize {
         let known_wire = wire
             .and_then(|w| self.by_wire.get(&w))
             .and_then(|at| at.last().copied());
         let found = if whole {
             None
         } else if let Some(id) = id {
-            self.by_id.get(id).copied().or_else(|| {
+            self.by_id.get(&**id).copied().or_else(|| {
                 // An id first seen on a fragment that names no tool, at the index (or, without
                 // one, on the newest call) of a call opened without an id: that call's id, arriving
                 // late. A new call would open with its name.
@@ -393,7 +401,7 @@ impl ChatStreamParser {
             None => {
                 // The id and the wire index are set below, with their maps.
                 self.slots.push(CallSlot {
-                    id: String::new(),
+                    id: Arc::default(),
                     wire_index: None,
                     extra_content: None,
                 });
@@ -416,8 +424,8 @@ impl ChatStreamParser {
             if slot.id.is_empty()
                 && let Some(id) = id
             {
-                slot.id = id.to_owned();
-                let first = self.by_id.entry(id.to_owned()).or_insert(at);
+                slot.id = Arc::clone(id);
+                let first = self.by_id.entry(Arc::clone(id)).or_insert(at);
                 *first = (*first).min(at);
             }
         }
@@ -432,7 +440,7 @@ impl ChatStreamParser {
             .enumerate()
             .filter_map(|(position, slot)| {
                 slot.extra_content.take().map(|extra| {
-                    serde_json::json!({"position": position, "id": slot.id, "extra_content": extra})
+                    serde_json::json!({"position": position, "id": &*slot.id, "extra_content": extra})
                 })
             })
             .collect();
@@ -557,10 +565,11 @@ impl ChatStreamParser {
                 Some(f) => (f.name, f.arguments.map(|a| a.0)),
                 None => (None, None),
             };
+            // The id comes whole in a fragment, read into the `Arc` its slot and call share.
             let id = call.id.filter(|s| !s.is_empty());
             let name = name.filter(|s| !s.is_empty());
             let opened = self.slots.len();
-            let at = self.slot(call.index, id.as_deref(), name.is_some(), whole);
+            let at = self.slot(call.index, id.as_ref(), name.is_some(), whole);
             let first = at >= opened;
             if let Some(extra) = call.extra_content
                 && let Some(slot) = self.slots.get_mut(at)
@@ -571,7 +580,7 @@ impl ChatStreamParser {
             if first || id.is_some() || name.is_some() {
                 out.push_back(ModelEvent::ToolCallStart {
                     index,
-                    id: id.map(Cow::into_owned).unwrap_or_default(),
+                    id: id.unwrap_or_default(),
                     name: name.map(Cow::into_owned).unwrap_or_default(),
                 });
             }
@@ -770,11 +779,7 @@ mod tests {
             assert_eq!(r.message.tool_calls.len(), 1, "{index}");
             let call = &r.message.tool_calls[0];
             assert_eq!(
-                (
-                    call.call_id.as_str(),
-                    call.tool.as_str(),
-                    call.arguments.as_str()
-                ),
+                (&*call.call_id, call.tool.as_str(), call.arguments.as_str()),
                 ("call_1", "f", r#"{"a":1}"#)
             );
         }
@@ -827,7 +832,7 @@ mod tests {
         let call = &response.message.tool_calls[0];
         assert_eq!(call.arguments, r#"{"a":1}"#);
         // A missing id is filled by the run from its injected id source (replays stay exact).
-        assert_eq!(call.call_id, "");
+        assert_eq!(&*call.call_id, "");
         assert_eq!(response.model.as_deref(), Some("llama3"));
     }
 

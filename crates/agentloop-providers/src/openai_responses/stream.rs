@@ -4,6 +4,7 @@
 
 use std::borrow::Cow;
 use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::Arc;
 
 use agentloop::{
     ModelError, ModelResponse,
@@ -82,8 +83,8 @@ struct InItem<'a> {
     kind: Cow<'a, str>,
     #[serde(default, borrow)]
     id: Option<Cow<'a, str>>,
-    #[serde(default, borrow)]
-    call_id: Option<Cow<'a, str>>,
+    #[serde(default, deserialize_with = "crate::decode::shared_id")]
+    call_id: Option<Arc<str>>,
     #[serde(default, borrow)]
     name: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
@@ -126,10 +127,10 @@ impl InItem<'_> {
         let mut map = serde_json::Map::with_capacity(6);
         map.insert("type".to_owned(), Value::String(self.kind.to_string()));
         let strings = [
-            ("id", &self.id),
-            ("call_id", &self.call_id),
-            ("execution", &self.execution),
-            ("status", &self.status),
+            ("id", self.id.as_deref()),
+            ("call_id", self.call_id.as_deref()),
+            ("execution", self.execution.as_deref()),
+            ("status", self.status.as_deref()),
         ];
         for (key, value) in strings {
             if let Some(v) = value {
@@ -420,7 +421,8 @@ impl ResponsesStreamParser {
     fn start_call(&mut self, index: u32, item: &InItem<'_>, out: &mut VecDeque<ModelEvent>) {
         out.push_back(ModelEvent::ToolCallStart {
             index,
-            id: item.call_id.as_deref().unwrap_or_default().to_owned(),
+            // The id comes whole in this event, read into the `Arc` the call shares.
+            id: item.call_id.clone().unwrap_or_default(),
             name: item.name.as_deref().unwrap_or_default().to_owned(),
         });
         self.calls.insert(

@@ -200,7 +200,7 @@ pub fn check(case: &Value, outcome: &Outcome) {
         "{id}: number of calls"
     );
     for (got, want) in response.message.tool_calls.iter().zip(&complete) {
-        assert_eq!(got.call_id, want["id"].as_str().unwrap(), "{id}: call id");
+        assert_eq!(&*got.call_id, want["id"].as_str().unwrap(), "{id}: call id");
         assert_eq!(got.tool, want["name"].as_str().unwrap(), "{id}: call name");
         if let Some(raw) = want["arguments_raw"].as_str() {
             assert_eq!(got.arguments, raw, "{id}: raw arguments");

@@ -194,8 +194,8 @@ pub trait SessionStore: Send + Sync {
 /// Checks that a transcript can be sent to any provider: every tool call answered once, by a
 /// result after it and before the next model turn, and no result without its call.
 pub fn check_transcript(messages: &[Message]) -> Result<(), String> {
-    let mut open: Vec<String> = Vec::new();
-    let mut seen: HashSet<String> = HashSet::new();
+    let mut open: Vec<&str> = Vec::new();
+    let mut seen: HashSet<&str> = HashSet::new();
     for (i, m) in messages.iter().enumerate() {
         match m {
             Message::Assistant(a) => {
@@ -205,13 +205,13 @@ pub fn check_transcript(messages: &[Message]) -> Result<(), String> {
                     ));
                 }
                 for c in &a.tool_calls {
-                    if !seen.insert(c.call_id.clone()) {
+                    if !seen.insert(&c.call_id) {
                         return Err(format!("message {i}: call id {} is used twice", c.call_id));
                     }
-                    open.push(c.call_id.clone());
+                    open.push(&c.call_id);
                 }
             }
-            Message::Tool(r) => match open.iter().position(|id| *id == *r.call_id) {
+            Message::Tool(r) => match open.iter().position(|id| **id == *r.call_id) {
                 Some(at) => {
                     open.remove(at);
                 }

@@ -1069,7 +1069,7 @@ impl<'a> Driver<'a> {
         }
         let mut stream = model.stream(request);
         let mut acc = ResponseAccumulator::new();
-        let mut names: Vec<(u32, String, String)> = Vec::new();
+        let mut names: Vec<(u32, Arc<str>, String)> = Vec::new();
         while let Some(event) = stream.next().await {
             let event = match event {
                 Ok(e) => e,
@@ -1099,7 +1099,7 @@ impl<'a> Driver<'a> {
         &self,
         m: &RunMachine,
         event: &ModelEvent,
-        names: &mut Vec<(u32, String, String)>,
+        names: &mut Vec<(u32, Arc<str>, String)>,
     ) {
         match event {
             ModelEvent::TextDelta(t) => self.emit(m, EventKind::TextDelta { text: t.clone() }),
@@ -1107,7 +1107,7 @@ impl<'a> Driver<'a> {
                 self.emit(m, EventKind::ReasoningDelta { text: t.clone() })
             }
             ModelEvent::ToolCallStart { index, id, name } => {
-                names.push((*index, id.clone(), name.clone()))
+                names.push((*index, Arc::clone(id), name.clone()))
             }
             ModelEvent::ToolCallDelta { index, arguments } => {
                 let known = names.iter().find(|(i, _, _)| i == index);
@@ -1115,7 +1115,7 @@ impl<'a> Driver<'a> {
                     m,
                     EventKind::ToolCallDelta {
                         index: *index,
-                        call_id: known.map(|k| k.1.clone()).filter(|s| !s.is_empty()),
+                        call_id: known.map(|k| k.1.to_string()).filter(|s| !s.is_empty()),
                         name: known.map(|k| k.2.clone()),
                         arguments: arguments.clone(),
                     },

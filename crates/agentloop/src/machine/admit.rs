@@ -415,7 +415,7 @@ impl RunMachine {
         call: &ToolCall,
         cut_off: Option<&str>,
     ) -> Admission {
-        let call_id = self.shared_call_id(&call.call_id);
+        let call_id = Arc::clone(&call.call_id);
         let policy = self.cfg.policy;
         if let Some(partial) = cut_off {
             let outcome = CallOutcome::rejected(
@@ -622,7 +622,7 @@ impl RunMachine {
         let turn = self.counters.turn;
         let mut results = Vec::with_capacity(message.tool_calls.len());
         for call in &message.tool_calls {
-            let call_id: Arc<str> = Arc::from(call.call_id.as_str());
+            let call_id = Arc::clone(&call.call_id);
             let tool: Arc<str> = Arc::from(call.tool.as_str());
             let record = ToolCallRecord {
                 call_id: Arc::clone(&call_id),
@@ -633,7 +633,7 @@ impl RunMachine {
             };
             if announce {
                 self.emit(|| EventKind::ToolRejected {
-                    call_id: call.call_id.clone(),
+                    call_id: call.call_id.to_string(),
                     tool: call.tool.clone(),
                     code: outcome.code.as_deref().unwrap_or_default().to_owned(),
                     reason: outcome.content.to_text(),
@@ -712,7 +712,7 @@ fn id_problem(message: &AssistantMessage) -> Option<String> {
         let repeated = if calls.len() <= SCAN_UP_TO {
             calls.iter().take(i).any(|c| c.call_id == call.call_id)
         } else {
-            !seen.insert(call.call_id.as_str())
+            !seen.insert(&call.call_id)
         };
         if repeated {
             return Some(format!(

@@ -46,7 +46,7 @@ impl RunMachine {
                 .chain(&response.cut_calls)
         };
         let blank = calls().any(|c| c.call_id.trim().is_empty());
-        let repeated = calls().any(|c| self.call_ids.contains(c.call_id.as_str()));
+        let repeated = calls().any(|c| self.call_ids.contains(&*c.call_id));
         if !blank && !repeated {
             return;
         }
@@ -58,27 +58,26 @@ impl RunMachine {
         let mut calls: Vec<&mut crate::message::ToolCall> = all.collect();
         for call in calls.iter_mut() {
             if call.call_id.trim().is_empty() {
-                call.call_id = self.ids.call_id();
+                call.call_id = self.ids.call_id().into();
             }
         }
-        let mut taken: std::collections::HashSet<String> =
-            calls.iter().map(|c| c.call_id.clone()).collect();
-        let mut renamed: std::collections::HashMap<String, String> =
+        let mut taken: std::collections::HashSet<Arc<str>> =
+            calls.iter().map(|c| Arc::clone(&c.call_id)).collect();
+        let mut renamed: std::collections::HashMap<Arc<str>, Arc<str>> =
             std::collections::HashMap::new();
         for call in calls {
-            if call.call_id.len() > MAX_CALL_ID_LEN
-                || !self.call_ids.contains(call.call_id.as_str())
-            {
+            if call.call_id.len() > MAX_CALL_ID_LEN || !self.call_ids.contains(&*call.call_id) {
                 continue;
             }
             let new = match renamed.get(&call.call_id) {
                 Some(new) => new.clone(),
                 None => {
-                    let new = fresh_call_id(&call.call_id, |id| {
+                    let new: Arc<str> = fresh_call_id(&call.call_id, |id| {
                         self.call_ids.contains(id) || taken.contains(id)
-                    });
-                    taken.insert(new.clone());
-                    renamed.insert(call.call_id.clone(), new.clone());
+                    })
+                    .into();
+                    taken.insert(Arc::clone(&new));
+                    renamed.insert(Arc::clone(&call.call_id), Arc::clone(&new));
                     new
                 }
             };
@@ -94,17 +93,9 @@ impl RunMachine {
             .iter()
             .chain(&response.cut_calls)
         {
-            if !self.call_ids.contains(call.call_id.as_str()) {
-                self.call_ids.insert(Arc::from(call.call_id.as_str()));
+            if !self.call_ids.contains(&call.call_id) {
+                self.call_ids.insert(Arc::clone(&call.call_id));
             }
-        }
-    }
-
-    /// The run's shared copy of a call id it noted ([`RunMachine::note_call_ids`]).
-    pub(super) fn shared_call_id(&self, id: &str) -> Arc<str> {
-        match self.call_ids.get(id) {
-            Some(shared) => Arc::clone(shared),
-            None => Arc::from(id),
         }
     }
 }
@@ -115,7 +106,7 @@ pub(super) fn transcript_call_ids(transcript: &[Message]) -> CallIds {
     for message in transcript {
         match message {
             Message::Assistant(a) => {
-                ids.extend(a.tool_calls.iter().map(|c| Arc::from(c.call_id.as_str())))
+                ids.extend(a.tool_calls.iter().map(|c| Arc::clone(&c.call_id)))
             }
             Message::Tool(r) => {
                 ids.insert(Arc::clone(&r.call_id));

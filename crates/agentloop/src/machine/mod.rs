@@ -260,8 +260,9 @@ pub struct RunMachine {
     context: ContextEstimate,
     /// Every call id the run has seen: in the transcript it continued and in each response since
     /// (compaction may drop a call from the transcript, never from here), so that an id a
-    /// provider repeats is renamed ([`RunMachine::assign_call_ids`]). Shared with the admitted
-    /// calls, their results and records, so that noting an id costs no copy of it.
+    /// provider repeats is renamed ([`RunMachine::assign_call_ids`]). Each is the response's own
+    /// `Arc`, shared with the admitted calls, their results and records: noting an id costs no
+    /// copy of it.
     call_ids: call_ids::CallIds,
     /// The names of the agent's tools this run called, the run's own copies: its admitted calls,
     /// their results and records share them, where sharing the agent's one copy with every run

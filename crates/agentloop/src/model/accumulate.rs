@@ -3,13 +3,14 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::sync::Arc;
 
 use super::{FinishReason, ModelError, ModelErrorKind, ModelEvent, ModelResponse, Usage};
 use crate::message::{AssistantMessage, Reasoning, ToolCall};
 
 struct PartialCall {
     index: u32,
-    id: String,
+    id: Arc<str>,
     name: String,
     arguments: String,
 }
@@ -115,7 +116,7 @@ impl ResponseAccumulator {
                 Some(call) => call.arguments.push_str(&arguments),
                 None => self.open_call(PartialCall {
                     index,
-                    id: String::new(),
+                    id: Arc::default(),
                     name: String::new(),
                     arguments,
                 }),
@@ -316,7 +317,7 @@ mod tests {
         let r = acc.finish().unwrap();
         assert_eq!(r.message.tool_calls[0].tool, "one");
         assert_eq!(r.message.tool_calls[0].arguments, "{\"x\":1}");
-        assert_eq!(r.message.tool_calls[1].call_id, "b");
+        assert_eq!(&*r.message.tool_calls[1].call_id, "b");
         assert_eq!(r.message.text, "hi");
         assert_eq!(r.usage.output_tokens, 4);
     }
@@ -349,12 +350,7 @@ mod tests {
             acc.push(e).unwrap();
         }
         let r = acc.finish().unwrap();
-        let ids: Vec<&str> = r
-            .message
-            .tool_calls
-            .iter()
-            .map(|c| c.call_id.as_str())
-            .collect();
+        let ids: Vec<&str> = r.message.tool_calls.iter().map(|c| &*c.call_id).collect();
         assert_eq!(ids, ["a", "s1", "b", "s2", "s3", "c", "d"]);
     }
 
@@ -414,7 +410,7 @@ mod tests {
         assert!(r.truncated);
         assert!(r.message.tool_calls.is_empty());
         assert_eq!(r.cut_calls.len(), 1);
-        assert_eq!(r.cut_calls[0].call_id, "cut");
+        assert_eq!(&*r.cut_calls[0].call_id, "cut");
 
         // Without the output limit, empty arguments are a call made with none.
         let mut acc = ResponseAccumulator::new();
@@ -437,14 +433,14 @@ mod tests {
         .unwrap();
         acc.push(ModelEvent::ToolCallStart {
             index: 0,
-            id: String::new(),
+            id: "".into(),
             name: "a".into(),
         })
         .unwrap();
         acc.push(finish(FinishReason::ToolCalls)).unwrap();
         let r = acc.finish().unwrap();
         // The run fills blank ids from its injected id source, so that a replay is exact.
-        assert_eq!(r.message.tool_calls[0].call_id, "");
+        assert_eq!(&*r.message.tool_calls[0].call_id, "");
         assert_eq!(r.message.reasoning[0].text, "think");
         assert_eq!(r.message.reasoning[0].signature.as_deref(), Some("sig"));
     }

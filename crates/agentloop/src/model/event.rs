@@ -1,6 +1,7 @@
 //! The events of a model's stream.
 
 use std::pin::Pin;
+use std::sync::Arc;
 
 use futures::Stream;
 
@@ -31,8 +32,9 @@ pub enum ModelEvent {
     ToolCallStart {
         /// The provider's position key for the call.
         index: u32,
-        /// The call id (may be empty; one is generated then).
-        id: String,
+        /// The call id (may be empty; one is generated then). An `Arc`: a decoder makes it from
+        /// the wire's text once, and the call, its record and the run's set of ids share it.
+        id: Arc<str>,
         /// The tool's name.
         name: String,
     },

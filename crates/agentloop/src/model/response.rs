@@ -1,5 +1,7 @@
 //! A whole model response: what the model said, its usage and why it stopped.
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 
 use crate::message::{AssistantMessage, ToolCall};
@@ -154,7 +156,7 @@ impl ModelResponse {
     pub fn tool_calls<I, S1, S2, S3>(calls: I) -> Self
     where
         I: IntoIterator<Item = (S1, S2, S3)>,
-        S1: Into<String>,
+        S1: Into<Arc<str>>,
         S2: Into<String>,
         S3: Into<String>,
     {

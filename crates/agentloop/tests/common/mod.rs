@@ -125,11 +125,7 @@ pub fn assert_tool_cycle(transcript: &[Message]) {
                         call.call_id
                     )
                 });
-                assert_eq!(
-                    &*r.call_id,
-                    call.call_id.as_str(),
-                    "results follow decision order"
-                );
+                assert_eq!(r.call_id, call.call_id, "results follow decision order");
             }
             i += 1 + a.tool_calls.len();
         } else {

@@ -9,6 +9,7 @@
 //! machine answers a call of an unknown tool with the names of the real ones.
 
 use std::collections::{HashSet, VecDeque};
+use std::sync::Arc;
 
 use agentloop::message::ToolCall;
 use agentloop::model::ModelEvent;
@@ -361,7 +362,7 @@ impl DialectReader {
         self.calls += 1;
         out.push_back(ModelEvent::ToolCall(ToolCall {
             // The machine gives calls without an id one of their own.
-            call_id: call.id.unwrap_or_default(),
+            call_id: call.id.map(Arc::from).unwrap_or_default(),
             tool: call.tool,
             arguments: call.arguments,
         }));

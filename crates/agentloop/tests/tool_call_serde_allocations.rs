@@ -1,0 +1,57 @@
+//! A `ToolCall` read back (a stored session, a journal's step, a non-streamed body) makes its id's
+//! `Arc<str>` straight from the text read: one allocation, where serde's own `Arc<str>` reads a
+//! `String` first and then copies it. Its serde form is a plain string, as it was when the id was
+//! a `String`.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::alloc::System;
+
+use agentloop::message::ToolCall;
+use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
+
+#[global_allocator]
+static ALLOCATOR: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
+
+/// The call read from `json`, and the allocations reading it took (the counts are the
+/// process's: this file holds one test).
+fn read(json: &str) -> (ToolCall, usize) {
+    let region = Region::new(ALLOCATOR);
+    let call: ToolCall = serde_json::from_str(json).unwrap();
+    let change = region.change();
+    (call, change.allocations + change.reallocations)
+}
+
+#[test]
+fn a_tool_call_reads_its_id_with_one_allocation_and_writes_it_as_before() {
+    let call = ToolCall {
+        call_id: "call_1".into(),
+        tool: "t".into(),
+        arguments: "{}".into(),
+    };
+    let written = serde_json::to_string(&call).unwrap();
+    assert_eq!(
+        written,
+        r#"{"call_id":"call_1","tool":"t","arguments":"{}"}"#
+    );
+    // One allocation for each of the three texts: the id borrowed from the text, copied out of
+    // serde_json's buffer for an escape (the buffer is the fourth), and under the wire's own key
+    // (`id`).
+    for (json, want) in [
+        (written.as_str(), 3),
+        (
+            r#"{"call_id":"call_\u0031","tool":"t","arguments":"{}"}"#,
+            4,
+        ),
+        (r#"{"id":"call_1","name":"t","arguments":"{}"}"#, 3),
+    ] {
+        let (read, allocations) = read(json);
+        assert_eq!(read, call, "{json}");
+        assert_eq!(allocations, want, "{json}");
+    }
+    // A value's owned string (a step decoded through a `Value`) reads too.
+    let value = serde_json::to_value(&call).unwrap();
+    assert_eq!(serde_json::from_value::<ToolCall>(value).unwrap(), call);
+    assert!(
+        serde_json::from_str::<ToolCall>(r#"{"call_id":7,"tool":"t","arguments":""}"#).is_err()
+    );
+}
