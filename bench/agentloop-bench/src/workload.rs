@@ -6,7 +6,13 @@
 //! The model keeps no state: it reads the turn from the id of the last tool result (`t{turn}_{k}`),
 //! so one agent serves any number of runs at once and each call costs the same whatever the
 //! transcript's length.
+//!
+//! It makes its calls as a provider's decoder does: each call id is written into one buffer an
+//! answer reuses for all its calls (a decoder's event buffer) and copied from there into the call's
+//! `Arc<str>`, one allocation an id; each call's arguments are a `String` of their own, as a
+//! decoder gathers them.
 
+use std::fmt::Write as _;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -69,9 +75,12 @@ impl WorkloadModel {
         if turn >= self.turns {
             return ModelResponse::text("done");
         }
+        let mut id = String::new();
         ModelResponse::tool_calls((0..self.calls).map(|k| {
+            id.clear();
+            let _ = write!(id, "t{turn}_{k}");
             (
-                format!("t{turn}_{k}"),
+                Arc::<str>::from(id.as_str()),
                 "noop",
                 format!(r#"{{"turn":{turn},"k":{k},"note":"no-op call"}}"#),
             )
