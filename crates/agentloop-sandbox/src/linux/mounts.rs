@@ -28,7 +28,7 @@
 //! capabilities over files (an unmapped root is nobody); root without `CAP_SYS_ADMIN` gets no
 //! read-only view (see [`available`]).
 
-use std::ffi::CString;
+use std::ffi::{CStr, CString};
 use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
@@ -256,51 +256,19 @@ impl ReadOnlyView {
             // No device node and no set-user-ID bit in a root works through the copy: root
             // could make a node of a disk there (or find one) and write the disk beneath
             // Landlock, and a set-user-ID program made there would run as its owner.
-            let attr = libc::mount_attr {
-                attr_set: libc::MOUNT_ATTR_NODEV | libc::MOUNT_ATTR_NOSUID,
-                attr_clr: 0,
-                propagation: 0,
-                userns_fd: 0,
-            };
-            // SAFETY: mount_setattr takes the copy's descriptor, an empty static path and the
-            // attribute struct on our stack, whose size it is given.
-            #[allow(unsafe_code)]
-            let rc = unsafe {
-                libc::syscall(
-                    libc::SYS_mount_setattr,
-                    *tree,
-                    c"".as_ptr(),
-                    c_uint::try_from(libc::AT_EMPTY_PATH | libc::AT_RECURSIVE).unwrap_or(0),
-                    &attr as *const libc::mount_attr,
-                    std::mem::size_of::<libc::mount_attr>(),
-                )
-            };
-            if rc != 0 {
-                return Err(io::Error::last_os_error());
-            }
+            set_mount_attr(
+                *tree,
+                c"",
+                libc::AT_EMPTY_PATH | libc::AT_RECURSIVE,
+                libc::MOUNT_ATTR_NODEV | libc::MOUNT_ATTR_NOSUID,
+            )?;
         }
-        let attr = libc::mount_attr {
-            attr_set: libc::MOUNT_ATTR_RDONLY,
-            attr_clr: 0,
-            propagation: 0,
-            userns_fd: 0,
-        };
-        // SAFETY: mount_setattr reads a static path and the attribute struct on our stack,
-        // whose size it is given.
-        #[allow(unsafe_code)]
-        let rc = unsafe {
-            libc::syscall(
-                libc::SYS_mount_setattr,
-                libc::AT_FDCWD,
-                c"/".as_ptr(),
-                libc::AT_RECURSIVE as c_uint,
-                &attr as *const libc::mount_attr,
-                std::mem::size_of::<libc::mount_attr>(),
-            )
-        };
-        if rc != 0 {
-            return Err(io::Error::last_os_error());
-        }
+        set_mount_attr(
+            libc::AT_FDCWD,
+            c"/",
+            libc::AT_RECURSIVE,
+            libc::MOUNT_ATTR_RDONLY,
+        )?;
         for (root, tree) in self.roots.iter().zip(self.trees.iter_mut()) {
             // SAFETY: move_mount takes the copy's descriptor, an empty static path and the
             // root's NUL-terminated path; close takes the descriptor open_tree gave.
@@ -390,21 +358,31 @@ fn pin(path: &CString, read_only: bool) -> io::Result<()> {
     if !read_only {
         return Ok(());
     }
+    set_mount_attr(
+        libc::AT_FDCWD,
+        path,
+        libc::AT_RECURSIVE | libc::AT_SYMLINK_NOFOLLOW,
+        libc::MOUNT_ATTR_RDONLY,
+    )
+}
+
+/// `mount_setattr(2)`: sets `attr_set` on the mount at `path` (from `dir`), with `flags`.
+fn set_mount_attr(dir: c_int, path: &CStr, flags: c_int, attr_set: u64) -> io::Result<()> {
     let attr = libc::mount_attr {
-        attr_set: libc::MOUNT_ATTR_RDONLY,
+        attr_set,
         attr_clr: 0,
         propagation: 0,
         userns_fd: 0,
     };
     // SAFETY: mount_setattr reads the NUL-terminated path and the attribute struct on our
-    // stack, whose size it is given.
+    // stack, whose size it is given; `dir` is a descriptor or AT_FDCWD, which it only reads.
     #[allow(unsafe_code)]
     let rc = unsafe {
         libc::syscall(
             libc::SYS_mount_setattr,
-            libc::AT_FDCWD,
+            dir,
             path.as_ptr(),
-            (libc::AT_RECURSIVE | libc::AT_SYMLINK_NOFOLLOW) as c_uint,
+            c_uint::try_from(flags).unwrap_or(0),
             &attr as *const libc::mount_attr,
             std::mem::size_of::<libc::mount_attr>(),
         )
