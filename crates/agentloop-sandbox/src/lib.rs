@@ -378,14 +378,33 @@ impl Sandbox {
     }
 }
 
+/// True when `path` lies on a read-only mount of this process's own view of the file system, so
+/// that no process started from here writes it, whatever its sandbox: such a path needs no
+/// read-only view of its own. It is how an agentloop started inside another's sandbox (a stdio
+/// MCP server `agentloop mcp serve`, a command tool running an agent), whose agent files that
+/// sandbox already binds read-only and where a view of its own cannot be made, still runs its
+/// process tools. A confined process cannot make such a mount writable again: it holds no
+/// capability to remount, and a mount inherited into a user namespace is locked read-only.
+///
+/// ```
+/// assert!(!agentloop_sandbox::on_read_only_mount(&std::env::temp_dir()));
+/// ```
+pub fn on_read_only_mount(path: &Path) -> bool {
+    platform::on_read_only_mount(path)
+}
+
 /// The canonical paths of `read_only` that lie under one of the `roots` (canonical), or hold one
-/// (then the root itself is kept read-only: all under it is the agent's), deduplicated.
+/// (then the root itself is kept read-only: all under it is the agent's), deduplicated; a path
+/// already on a read-only mount ([`on_read_only_mount`]) is left out.
 fn kept_read_only(read_only: &[PathBuf], roots: &[PathBuf]) -> Vec<PathBuf> {
     let mut kept: Vec<PathBuf> = Vec::new();
     for path in read_only {
         let Ok(path) = std::fs::canonicalize(path) else {
             continue;
         };
+        if on_read_only_mount(&path) {
+            continue;
+        }
         for root in roots {
             let inside = if path.starts_with(root) {
                 Some(path.clone())

@@ -110,6 +110,25 @@ pub(crate) fn support() -> Support {
     })
 }
 
+/// True when `path` lies on a read-only mount of this process's view of the file system.
+pub(crate) fn on_read_only_mount(path: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(c_path) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
+        return false;
+    };
+    let mut stat = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+    // SAFETY: statvfs reads the NUL-terminated path and writes one `statvfs` into `stat`, which
+    // is read only when it answered 0.
+    #[allow(unsafe_code)]
+    let stat = unsafe {
+        if libc::statvfs(c_path.as_ptr(), stat.as_mut_ptr()) != 0 {
+            return false;
+        }
+        stat.assume_init()
+    };
+    stat.f_flag & libc::ST_RDONLY != 0
+}
+
 /// The running kernel's Landlock ABI version, 0 when Landlock is missing or disabled.
 fn landlock_abi() -> i32 {
     const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1;

@@ -1,7 +1,7 @@
 //! Systems other than Linux: no sandbox. `off` and `best-effort` run their processes
 //! unconfined (the latter saying so); the strict modes refuse.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use crate::{Resources, SandboxError, SandboxPolicy, Support};
 
@@ -11,6 +11,11 @@ pub(crate) fn support() -> Support {
         seccomp: false,
         read_only_mounts: None,
     }
+}
+
+/// Not asked here: nothing keeps a path read-only for a process on this system.
+pub(crate) fn on_read_only_mount(_path: &Path) -> bool {
+    false
 }
 
 /// Nothing runs confined here: what is missing is all in [`missing`].

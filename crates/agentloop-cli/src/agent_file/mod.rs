@@ -323,6 +323,7 @@ impl AgentFile {
             .own_files()
             .iter()
             .filter_map(|p| std::fs::canonicalize(p).ok())
+            .filter(|p| !agentloop_sandbox::on_read_only_mount(p))
             .collect();
         for (i, t) in self.tools().iter().enumerate() {
             let is_shell = t.builtin.as_ref().is_some_and(|b| b.get_ref() == "shell");
@@ -360,7 +361,9 @@ impl AgentFile {
     /// root where the agent's own files are: its process sees them read-only (bound over
     /// themselves in its view of the file system), and writes the rest. Where this system
     /// gives no such view (`can_keep` answers for a mode), nothing would keep the process from
-    /// rewriting the agent for the next run, so the file is refused, naming the way out. A mode
+    /// rewriting the agent for the next run, so the file is refused, naming the way out; a file
+    /// already on a read-only mount here (an agentloop run inside another's sandbox, which binds
+    /// it so) needs no view and is left out. A mode
     /// this system cannot run at all is left to refuse each start, as it does.
     fn check_process_roots(&self, problems: &mut Problems, can_keep: fn(SandboxPolicy) -> bool) {
         let folders = self.program_folders();
@@ -369,6 +372,7 @@ impl AgentFile {
             .iter()
             .filter(|p| !folders.contains(p))
             .filter_map(|p| std::fs::canonicalize(p).ok())
+            .filter(|p| !agentloop_sandbox::on_read_only_mount(p))
             .collect();
         let inside = |root: &Path| -> Option<String> {
             let root = std::fs::canonicalize(root).ok()?;
