@@ -214,10 +214,20 @@ impl ResponseAccumulator {
         }
         // Each whole call goes back where it came among the calls (at its position, or last when
         // fewer came before it): a merge, not an insert per call, which would move every call
-        // after it.
+        // after it. A whole call is cut by the same rule as a streamed one: a decoder that reads
+        // calls out of text sends one the limit cut with the text it was cut from.
         let mut streamed = tool_calls.into_iter();
         let mut tool_calls = Vec::with_capacity(streamed.len() + self.whole_calls.len());
         for (position, call) in self.whole_calls {
+            if cut_by_the_limit(finish_reason, &call.arguments) {
+                truncated = true;
+                self.warnings.push(format!(
+                    "tool call {} ({}) was cut off and dropped",
+                    call.call_id, call.tool
+                ));
+                cut_calls.push(call);
+                continue;
+            }
             while tool_calls.len() < position {
                 match streamed.next() {
                     Some(before) => tool_calls.push(before),
@@ -443,6 +453,40 @@ mod tests {
         assert_eq!(&*r.message.tool_calls[0].call_id, "");
         assert_eq!(r.message.reasoning[0].text, "think");
         assert_eq!(r.message.reasoning[0].signature.as_deref(), Some("sig"));
+    }
+
+    #[test]
+    fn a_whole_call_cut_off_by_the_token_limit_is_dropped_like_a_streamed_one() {
+        let whole = |id: &str, arguments: &str| {
+            ModelEvent::ToolCall(ToolCall {
+                call_id: id.into(),
+                tool: "shell".into(),
+                arguments: arguments.into(),
+            })
+        };
+        let mut acc = ResponseAccumulator::new();
+        acc.push(whole("ok", r#"{"command":"ls"}"#)).unwrap();
+        acc.push(whole("cut", r#"{"command": "rm -rf build""#))
+            .unwrap();
+        acc.push(finish(FinishReason::Length)).unwrap();
+        let r = acc.finish().unwrap();
+        assert!(r.truncated);
+        let ids = |calls: &[ToolCall]| {
+            calls
+                .iter()
+                .map(|c| c.call_id.to_string())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(ids(&r.message.tool_calls), ["ok"]);
+        assert_eq!(ids(&r.cut_calls), ["cut"]);
+
+        // Without the limit the same call is the model's, to be checked against its schema.
+        let mut acc = ResponseAccumulator::new();
+        acc.push(whole("bad", "{")).unwrap();
+        acc.push(finish(FinishReason::ToolCalls)).unwrap();
+        let r = acc.finish().unwrap();
+        assert!(!r.truncated);
+        assert_eq!(r.message.tool_calls.len(), 1);
     }
 
     #[test]
