@@ -292,3 +292,59 @@ fn the_options_are_picked_from_the_model_and_the_host() {
     assert!(!local.reasoning_content);
     assert!(local.tool_call_extra);
 }
+
+/// A conversation whose latest turn made `calls` parallel calls, each answered.
+fn parallel_turn(calls: usize) -> Vec<Message> {
+    let mut messages = transcript();
+    let ids: Vec<String> = (0..calls).map(|i| format!("toolu_p{i}")).collect();
+    messages.push(Message::Assistant(AssistantMessage {
+        reasoning: Vec::new(),
+        text: "Checking them all.".into(),
+        tool_calls: ids
+            .iter()
+            .map(|id| ToolCall {
+                call_id: id.as_str().into(),
+                tool: "get_weather".into(),
+                arguments: r#"{"city":"Lyon"}"#.into(),
+            })
+            .collect(),
+    }));
+    for id in &ids {
+        messages.push(Message::Tool(ToolResult {
+            call_id: id.as_str().into(),
+            tool: "get_weather".into(),
+            content: ToolContent::Text("18 C".into()),
+            is_error: false,
+        }));
+    }
+    messages
+}
+
+#[tokio::test]
+async fn a_turn_past_the_cache_lookback_also_marks_where_the_previous_request_ended() {
+    let server = server(ANTHROPIC_REPLY).await;
+    let model = anthropic(&server);
+    // The previous request ended with the first result; ten parallel calls add 21 blocks after it.
+    ask(&model, "i", &parallel_turn(10)).await;
+    ask(&model, "i", &parallel_turn(2)).await;
+    let sent = bodies(&server).await;
+    let previous_end = |body: &Value| {
+        body["messages"][2]["content"][0]
+            .get("cache_control")
+            .cloned()
+    };
+    assert_eq!(
+        previous_end(&sent[0]),
+        Some(json!({"type": "ephemeral"})),
+        "the breakpoint the previous request wrote is bridged to"
+    );
+    assert_eq!(
+        breakpoints(&sent[0]),
+        4,
+        "Anthropic allows four: {}",
+        sent[0]
+    );
+    // A short turn is within reach of the previous breakpoint: no bridge.
+    assert_eq!(previous_end(&sent[1]), None);
+    assert_eq!(breakpoints(&sent[1]), 3);
+}

@@ -246,3 +246,33 @@ async fn assistant_text_goes_back_as_an_output_text_message() {
         json!({"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Hello!", "annotations": []}]})
     );
 }
+
+#[tokio::test]
+async fn encrypted_reasoning_is_asked_of_reasoning_models_and_not_of_their_chat_snapshots() {
+    let server = wiremock::MockServer::start().await;
+    let names = [
+        "gpt-5",
+        "gpt-5.4-mini",
+        "o3",
+        "gpt-5-chat-latest",
+        "gpt-4.1",
+    ];
+    for name in names {
+        // Only the request matters here: the empty server's 404 ends each call.
+        let _ = anthropic_responses_common::ask(&model(name, server.uri(), true)).await;
+    }
+    let bodies = request_bodies(&server).await;
+    let include: Vec<Option<&Value>> = bodies.iter().map(|b| b.get("include")).collect();
+    let encrypted = json!(["reasoning.encrypted_content"]);
+    // No reasoning, and a 400 for the include (pydantic/pydantic-ai#3326): the chat snapshot.
+    assert_eq!(
+        include,
+        [
+            Some(&encrypted),
+            Some(&encrypted),
+            Some(&encrypted),
+            None,
+            None
+        ]
+    );
+}

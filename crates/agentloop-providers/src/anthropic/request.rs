@@ -346,6 +346,35 @@ fn push_user_blocks<'a>(
     }
 }
 
+/// How many blocks before a breakpoint Anthropic looks back for an earlier cache entry (about
+/// 20), less a margin for the blocks a breakpoint cannot go on (thinking, server blocks).
+const CACHE_LOOKBACK_BLOCKS: usize = 18;
+
+/// Marks the message the previous request ended with (the one before the latest assistant turn)
+/// too, when the latest turn added more blocks than Anthropic looks back over: a turn of ten
+/// parallel calls adds about 21 (the calls, their results, the text), and without this second
+/// breakpoint the entry the previous request wrote is out of reach, so the whole conversation is
+/// written to the cache again at every such turn instead of read from it. The breakpoints are
+/// then four (tools, system, this, the latest turn), Anthropic's most.
+fn bridge_to_the_previous_turn(messages: &mut [WireMessage<'_>]) {
+    let Some(latest_answer) = messages.iter().rposition(|m| m.role == Role::Assistant) else {
+        return;
+    };
+    let Some(previous_end) = latest_answer.checked_sub(1) else {
+        return;
+    };
+    let added: usize = messages
+        .iter()
+        .skip(previous_end + 1)
+        .map(|m| m.content.len())
+        .sum();
+    if added > CACHE_LOOKBACK_BLOCKS
+        && let Some(previous) = messages.get_mut(previous_end)
+    {
+        previous.cache_last = true;
+    }
+}
+
 fn build_request<'a>(
     model: &'a str,
     request: &ModelRequest<'a>,
@@ -403,6 +432,7 @@ fn build_request<'a>(
         && let Some(last) = messages.last_mut()
     {
         last.cache_last = true;
+        bridge_to_the_previous_turn(&mut messages);
     }
     let settings = request.settings;
     let disable_parallel = settings.parallel_tool_calls == Some(false);

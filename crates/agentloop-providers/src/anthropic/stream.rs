@@ -305,6 +305,11 @@ impl AnthropicStreamParser {
                     }
                     return Ok(());
                 }
+                // The input of a block ignored at its start (a server tool other than tool
+                // search, an MCP call a gateway added) is ignored with it.
+                if matches!(block, BlockState::Ignored) {
+                    return Ok(());
+                }
                 let BlockState::ToolUse { got_args, .. } = block else {
                     return Err(stream_error(
                         PROVIDER,
@@ -860,6 +865,30 @@ mod tests {
         ])
         .unwrap_err();
         assert_eq!(err.kind, ModelErrorKind::Stream);
+    }
+
+    #[test]
+    fn the_input_of_an_ignored_server_tool_block_is_ignored_with_it() {
+        let got = events(&[
+            r#"{"type":"message_start","message":{"id":"m","model":"claude"}}"#,
+            r#"{"type":"content_block_start","index":0,"content_block":{"type":"server_tool_use","id":"srvtoolu_1","name":"web_search","input":{}}}"#,
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"{\"query\": \"rust\"}"}}"#,
+            r#"{"type":"content_block_stop","index":0}"#,
+            r#"{"type":"content_block_start","index":1,"content_block":{"type":"text","text":""}}"#,
+            r#"{"type":"content_block_delta","index":1,"delta":{"type":"text_delta","text":"Found it."}}"#,
+            r#"{"type":"content_block_stop","index":1}"#,
+            r#"{"type":"message_delta","delta":{"stop_reason":"end_turn"}}"#,
+            r#"{"type":"message_stop"}"#,
+        ])
+        .unwrap();
+        assert!(
+            got.iter()
+                .any(|e| matches!(e, ModelEvent::TextDelta(t) if t == "Found it."))
+        );
+        assert!(!got.iter().any(|e| matches!(
+            e,
+            ModelEvent::ToolCallStart { .. } | ModelEvent::ToolCallDelta { .. }
+        )));
     }
 
     #[test]

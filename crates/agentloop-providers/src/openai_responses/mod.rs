@@ -104,8 +104,9 @@ impl OpenAiResponsesBuilder {
     }
 
     /// Whether to request `reasoning.encrypted_content` when `store` is false. By default it is
-    /// requested for reasoning models (a reasoning effort set, or an `o*`/`gpt-5*`/`codex*` id);
-    /// models without reasoning reject it.
+    /// requested for reasoning models (a reasoning effort set, or an `o*`/`gpt-5*`/`codex*` id
+    /// that is not a `-chat` snapshot such as `gpt-5-chat-latest`); models without reasoning
+    /// reject it.
     pub fn encrypted_reasoning(mut self, include: bool) -> Self {
         self.options.encrypted_reasoning = Some(include);
         self

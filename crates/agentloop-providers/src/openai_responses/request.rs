@@ -23,11 +23,14 @@ impl OpenAiResponses {
         }
         self.options.encrypted_reasoning.unwrap_or_else(|| {
             // Models without reasoning reject the include; ask only where reasoning is in play.
+            // The chat snapshots of a reasoning family (`gpt-5-chat-latest`) have none, and
+            // refuse the include with a 400.
             let m = self.model.as_str();
             self.options.reasoning_effort.is_some()
-                || ["o1", "o3", "o4", "gpt-5", "codex"]
+                || (["o1", "o3", "o4", "gpt-5", "codex"]
                     .iter()
                     .any(|p| m.starts_with(p))
+                    && !m.contains("-chat"))
         })
     }
 
