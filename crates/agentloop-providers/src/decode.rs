@@ -22,17 +22,40 @@ use futures::{StreamExt, stream};
 
 use crate::error::redraw_unparsed;
 use crate::http::HttpClient;
-use crate::sse::{SseStream, sse, sse_of_body};
+use crate::sse::{ERROR_FIELD, SseEvent, SseStream, sse, sse_of_body};
 
 /// A pure parser of one provider's event stream.
 pub(crate) trait StreamDecoder: Send {
     /// Applies one event's data, pushing what it means onto `out`.
     fn event(&mut self, data: &str, out: &mut VecDeque<ModelEvent>) -> Result<(), ModelError>;
+    /// Applies the data of an event named `error` (an API's own error event, or llama.cpp's
+    /// non-standard `error:` field, see [`crate::sse`]): by default as any other event's data,
+    /// for an API whose error events say what they are in their data.
+    fn error_event(
+        &mut self,
+        data: &str,
+        out: &mut VecDeque<ModelEvent>,
+    ) -> Result<(), ModelError> {
+        self.event(data, out)
+    }
     /// The byte stream ended: an error unless the response was complete (or already failed).
     fn end(&mut self, out: &mut VecDeque<ModelEvent>) -> Result<(), ModelError>;
     /// Applies a whole (non-streamed) response body: the events its stream would have carried,
     /// through its `Finish`.
     fn whole(&mut self, body: &[u8], out: &mut VecDeque<ModelEvent>) -> Result<(), ModelError>;
+}
+
+/// Applies one server-sent event, by its name.
+fn apply_event<D: StreamDecoder + ?Sized>(
+    decoder: &mut D,
+    event: &SseEvent,
+    out: &mut VecDeque<ModelEvent>,
+) -> Result<(), ModelError> {
+    if event.event == ERROR_FIELD {
+        decoder.error_event(&event.data, out)
+    } else {
+        decoder.event(&event.data, out)
+    }
 }
 
 struct Decoding<D> {
@@ -62,7 +85,7 @@ pub(crate) fn decoded_events<'a, D: StreamDecoder + 'a>(
                 return None;
             }
             let step = match st.sse.next().await {
-                Some(Ok(event)) => st.decoder.event(&event.data, &mut st.queue),
+                Some(Ok(event)) => apply_event(&mut st.decoder, &event, &mut st.queue),
                 Some(Err(e)) => Err(e),
                 None => {
                     st.done = true;
@@ -287,7 +310,7 @@ pub(crate) fn accumulate_sse<D: StreamDecoder>(
     let mut queue = VecDeque::new();
     futures::executor::block_on(async {
         while let Some(event) = sse.next().await {
-            decoder.event(&event?.data, &mut queue)?;
+            apply_event(&mut decoder, &event?, &mut queue)?;
             push_all(&mut acc, &mut queue)?;
         }
         decoder.end(&mut queue)?;

@@ -207,6 +207,12 @@ impl Stream for SseStream {
 /// is dropped, `:` lines are comments, `data` lines join with LF, `event` names the event and a
 /// blank line dispatches it (unless its data is empty). `id` and `retry` are not used here.
 ///
+/// One field outside the format is read: `error: <value>`, which llama.cpp's `llama-server` sent
+/// in place of `data:` for a failure mid-stream (a context overflow among them) before
+/// ggml-org/llama.cpp#16109, is an event named `error` with that value as its data. Dropped as the
+/// format says, it would leave only the `[DONE]` that follows it, an empty answer that looks
+/// complete.
+///
 /// It also guards the stream: invalid UTF-8 fails as soon as its chunk arrives (rather than once
 /// its line ends), and so does a line that grows past the event budget (rather than without
 /// bound). Each chunk is checked once, as it is appended to the text still to read.
@@ -237,6 +243,8 @@ struct EventFields {
 }
 
 const NOT_UTF8: &str = "the event stream is not valid UTF-8";
+/// The non-standard field of llama.cpp's failures, and the name of the event it makes.
+pub(crate) const ERROR_FIELD: &str = "error";
 const EVENT_TOO_LARGE: &str = "an event of the stream is larger than the event budget";
 
 impl SseFramer {
@@ -365,6 +373,13 @@ impl EventFields {
             "event" => {
                 self.event.clear();
                 self.event.push_str(value);
+            }
+            ERROR_FIELD => {
+                self.event.clear();
+                self.event.push_str(ERROR_FIELD);
+                self.data.reserve(value.len() + 1);
+                self.data.push_str(value);
+                self.data.push('\n');
             }
             _ => {} // id, retry and unknown fields
         }

@@ -292,6 +292,77 @@ async fn streaming_request_asks_for_usage_and_compatible_servers_get_max_tokens(
 }
 
 #[tokio::test]
+async fn strict_mode_answers_with_nulls_for_left_out_optional_arguments_are_read_as_absent() {
+    // Strict mode made `limit` and `detail` required and nullable; the model writes null for
+    // them, which the tool's own schema does not accept. The call streams in fragments.
+    let call = concat!(
+        "data: {\"id\":\"c\",\"model\":\"gpt-4.1\",\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"call_1\",\"type\":\"function\",\"function\":{\"name\":\"search\",\"arguments\":\"{\\\"q\\\":\\\"x\\\",\"}}]}}]}\n\n",
+        "data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"arguments\":\"\\\"limit\\\":null,\\\"detail\\\":{\\\"level\\\":null}}\"}}]}}]}\n\n",
+        "data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"tool_calls\"}]}\n\n",
+        "data: [DONE]\n\n",
+    );
+    let answer = concat!(
+        "data: {\"id\":\"d\",\"model\":\"gpt-4.1\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"{\\\"city\\\":\\\"Paris\\\",\"}}]}\n\n",
+        "data: {\"id\":\"d\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"\\\"country\\\":null}\"},\"finish_reason\":\"stop\"}]}\n\n",
+        "data: [DONE]\n\n",
+    );
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(200).set_body_raw(call, "text/event-stream"))
+        .up_to_n_times(1)
+        .mount(&server)
+        .await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(200).set_body_raw(answer, "text/event-stream"))
+        .mount(&server)
+        .await;
+    let got = std::sync::Arc::new(std::sync::Mutex::new(None));
+    let seen = got.clone();
+    let tool = agentloop::Tool::dynamic(
+        "search",
+        "Searches.",
+        json!({
+            "type": "object",
+            "properties": {
+                "q": {"type": "string"},
+                "limit": {"type": "integer"},
+                "detail": {"type": "object", "properties": {"level": {"type": "string"}}}
+            },
+            "required": ["q"]
+        }),
+        move |args, _| {
+            *seen.lock().unwrap() = Some(args);
+            async { Ok(agentloop::ToolOutput::text("found")) }
+        },
+    );
+    let model = OpenAiChat::builder("gpt-4.1")
+        .base_url(server.uri())
+        .api_key(API_KEY)
+        .strict(true)
+        .build()
+        .unwrap();
+    let agent = agentloop::Agent::builder()
+        .model(model)
+        .tool(tool)
+        .output_schema(json!({
+            "type": "object",
+            "properties": {"city": {"type": "string"}, "country": {"type": "string"}},
+            "required": ["city"]
+        }))
+        .build()
+        .unwrap();
+    let outcome = agent.run("Find x").await;
+    assert!(outcome.error.is_none(), "{:?}", outcome.error);
+    assert_eq!(outcome.tool_calls_run, 1);
+    assert_eq!(
+        got.lock().unwrap().clone(),
+        Some(json!({"q": "x", "detail": {}}))
+    );
+    assert_eq!(outcome.structured_output, Some(json!({"city": "Paris"})));
+    assert_eq!(server.received_requests().await.unwrap().len(), 2);
+}
+
+#[tokio::test]
 async fn rate_limited_call_waits_for_retry_after_then_succeeds() {
     let server = MockServer::start().await;
     Mock::given(method("POST"))
@@ -773,6 +844,40 @@ async fn an_agent_runs_a_streamed_tool_call_and_answers_with_the_result() {
     assert_eq!(msgs[3]["tool_call_id"], "call_LwxJUB9KppVyogRRLQsamRJv");
     assert_eq!(msgs[3]["content"], "sunny in Mexico City");
     assert_eq!(second["tools"][0]["function"]["name"], "get_weather");
+}
+
+#[tokio::test]
+async fn a_text_tool_call_cut_by_the_output_limit_never_runs_and_the_limit_is_raised() {
+    // A Hermes block cut between two keys of its arguments: closing its brackets would make a
+    // whole-looking call of what the model had written so far.
+    let cut = concat!(
+        "data: {\"id\":\"c\",\"model\":\"qwen\",\"choices\":[{\"index\":0,\"delta\":{\"content\":",
+        "\"<tool_call>\\n{\\\"name\\\": \\\"get_weather\\\", \\\"arguments\\\": {\\\"city\\\": \\\"Paris\\\"\"}}]}\n\n",
+        "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"length\"}]}\n\n",
+        "data: [DONE]\n\n",
+    );
+    let server = tool_turn_then_text(cut.as_bytes().to_vec()).await;
+    let model = OpenAiChat::compatible("local", server.uri(), "qwen")
+        .tool_dialect(agentloop_providers::openai_chat::ToolDialect::Hermes)
+        .build()
+        .unwrap();
+    let agent = agentloop::Agent::builder()
+        .model(model)
+        .tool(get_weather_tool())
+        .settings(ModelSettings {
+            max_tokens: Some(256),
+            ..Default::default()
+        })
+        .build()
+        .unwrap();
+    let outcome = agent.run("Weather in Paris?").await;
+    assert_eq!(outcome.tool_calls_run, 0, "{outcome:?}");
+    assert!(!format!("{outcome:?}").contains("sunny in Paris"));
+    let requests = server.received_requests().await.unwrap();
+    assert_eq!(requests.len(), 2);
+    let second: Value = serde_json::from_slice(&requests[1].body).unwrap();
+    // Cut as a native call is cut: asked again with the output limit raised.
+    assert_eq!(second["max_tokens"], 512, "{second}");
 }
 
 #[tokio::test]

@@ -85,6 +85,11 @@ struct Expect {
     reasoning: Option<String>,
     #[serde(default)]
     tool_calls: Option<Vec<ExpectedCall>>,
+    /// The names of the calls the output limit cut (never run).
+    #[serde(default)]
+    cut_calls: Option<Vec<String>>,
+    #[serde(default)]
+    truncated: Option<bool>,
     #[serde(default)]
     finish: Option<String>,
     #[serde(default)]
@@ -381,6 +386,17 @@ fn check_response(r: &ModelResponse, e: &Expect, problems: &mut Vec<String>) {
                 ));
             }
         }
+    }
+    if let Some(cut) = &e.cut_calls {
+        let got: Vec<&str> = r.cut_calls.iter().map(|c| c.tool.as_str()).collect();
+        if got != *cut {
+            problems.push(format!("cut calls {got:?}, expected {cut:?}"));
+        }
+    }
+    if let Some(truncated) = e.truncated
+        && r.truncated != truncated
+    {
+        problems.push(format!("truncated {}, expected {truncated}", r.truncated));
     }
     if let Some(finish) = &e.finish
         && r.finish_reason.as_str() != finish

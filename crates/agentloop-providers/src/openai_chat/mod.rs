@@ -196,6 +196,11 @@ impl OpenAiChatBuilder {
 
     /// Strict mode: tool and output schemas are sent with `strict: true`, adapted to what strict
     /// mode accepts (every property required, optional ones nullable, `additionalProperties: false`).
+    /// The `null`s the model then writes for the optional properties it leaves out are taken out
+    /// of its calls' arguments and its structured answer (unless the original schema accepts
+    /// `null` there), so that they pass the run's check against the original schemas; for that,
+    /// the arguments and a structured answer's text arrive whole when the response ends, not as
+    /// deltas.
     pub fn strict(mut self, strict: bool) -> Self {
         self.strict = strict;
         self
@@ -305,10 +310,19 @@ impl Model for OpenAiChat {
 
     fn stream<'a>(&'a self, request: ModelRequest<'a>) -> ModelStream<'a> {
         let body = self.encode_request(&request);
-        let decoder = ChatStreamParser::new(&self.provider).with_dialect_tools(
+        let mut decoder = ChatStreamParser::new(&self.provider).with_dialect_tools(
             self.compat.tool_dialect,
             request.tools.iter().map(|t| t.name.clone()),
         );
+        if self.strict {
+            decoder = decoder.with_strict_schemas(
+                request
+                    .tools
+                    .iter()
+                    .map(|t| (t.name.clone(), t.input_schema.clone())),
+                request.output_schema.cloned(),
+            );
+        }
         // The seed goes out with the request whenever it is set (see `wire_request`).
         let sampled = samples(request.settings.temperature, request.settings.seed);
         post_and_decode(

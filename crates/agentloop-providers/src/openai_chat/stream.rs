@@ -3,7 +3,7 @@
 //! into [`ModelEvent`]s for the live stream, the in-memory path and whole bodies alike.
 
 use std::borrow::Cow;
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 
 use agentloop::{
@@ -15,6 +15,7 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 
 use super::dialect::{DialectReader, ToolDialect};
+use super::strict::drop_strict_nulls;
 use crate::decode::{StreamDecoder, accumulate_sse, accumulate_whole};
 use crate::error::{decode_error, in_body_error, stream_error};
 use crate::surrogates;
@@ -277,18 +278,39 @@ pub struct ChatStreamParser {
     /// A `refusal` came instead of content: the response ends as a refusal, though the wire
     /// says `stop`.
     saw_refusal: bool,
+    /// Some text, reasoning, refusal or call came: a stream that ends without a finish reason
+    /// is still an answer.
+    saw_answer: bool,
     finish: Option<(FinishReason, String)>,
     done: bool,
     /// Reads tool calls out of the text, for a model that writes them in a plain-text dialect.
     dialect: Option<DialectReader>,
     /// Characters split between two chunks' escapes, half received.
     pairs: Pairs,
+    /// The original schemas of a strict request, to read its answer back in their terms.
+    strict: Option<StrictSchemas>,
+}
+
+/// A strict request's original schemas, and what of the answer is held until it ends: strict
+/// mode makes the model write `null` for each optional property it leaves out, which the run's
+/// check against the original schema refuses, so a call's arguments (and a structured answer's
+/// text) are read whole and those nulls taken out before they go on.
+#[derive(Debug, Default)]
+struct StrictSchemas {
+    tools: HashMap<String, Value>,
+    output: Option<Value>,
+    /// Each call's arguments so far, by its event index.
+    arguments: BTreeMap<u32, String>,
+    /// The answer's text so far, when an output schema was made strict.
+    text: Option<String>,
 }
 
 #[derive(Debug)]
 struct CallSlot {
     /// The call's id, the one its events carry (empty until one comes).
     id: Arc<str>,
+    /// The tool's name (empty until it comes).
+    name: String,
     /// The wire `index` that last opened or continued this call.
     wire_index: Option<u32>,
     extra_content: Option<Value>,
@@ -309,11 +331,32 @@ impl ChatStreamParser {
             by_wire: HashMap::new(),
             saw_tool_call: false,
             saw_refusal: false,
+            saw_answer: false,
             finish: None,
             done: false,
             dialect: None,
             pairs: Pairs::default(),
+            strict: None,
         }
+    }
+
+    /// Reads the answer to a request sent in strict mode with these original schemas (each
+    /// tool's by its name, and the output's): the nulls strict mode made the model write for the
+    /// optional properties it left out are taken out of the calls' arguments and the structured
+    /// answer, which are then held until the response ends.
+    pub fn with_strict_schemas(
+        mut self,
+        tools: impl IntoIterator<Item = (String, Value)>,
+        output: Option<Value>,
+    ) -> Self {
+        let text = output.as_ref().map(|_| String::new());
+        self.strict = Some(StrictSchemas {
+            tools: tools.into_iter().collect(),
+            output,
+            arguments: BTreeMap::new(),
+            text,
+        });
+        self
     }
 
     /// Reads the text's tool calls in this plain-text dialect (none: the text is all text),
@@ -336,16 +379,18 @@ impl ChatStreamParser {
     }
 
     /// The text ended: a character whose second half never came is U+FFFD, the dialect reader
-    /// gives up what it held, and a response whose calls were all in its text finishes as tool
-    /// calls.
+    /// gives up what it held (a call the output limit cut as a cut call), and a response whose
+    /// calls were all in its text finishes as tool calls.
     fn close_dialect(&mut self, out: &mut VecDeque<ModelEvent>) {
         for event in self.pairs.flush_all() {
             self.emit(event, out);
         }
+        self.release_strict(out);
+        let cut_by_the_limit = matches!(self.finish, Some((FinishReason::Length, _)));
         let Some(reader) = &mut self.dialect else {
             return;
         };
-        reader.finish(out);
+        reader.finish(out, cut_by_the_limit);
         if reader.calls() > 0 {
             self.saw_tool_call = true;
             if let Some((reason, _)) = &mut self.finish
@@ -356,11 +401,56 @@ impl ChatStreamParser {
         }
     }
 
-    /// Emits a delta, the text through the dialect reader when there is one.
+    /// Emits a delta, the text through the dialect reader when there is one; held, of a strict
+    /// request, when it may hold a null strict mode added.
     fn emit(&mut self, event: ModelEvent, out: &mut VecDeque<ModelEvent>) {
+        let event = match (event, &mut self.strict) {
+            (
+                ModelEvent::TextDelta(text),
+                Some(StrictSchemas {
+                    text: Some(held), ..
+                }),
+            ) => {
+                held.push_str(&text);
+                return;
+            }
+            (ModelEvent::ToolCallDelta { index, arguments }, Some(strict)) => {
+                strict
+                    .arguments
+                    .entry(index)
+                    .or_default()
+                    .push_str(&arguments);
+                return;
+            }
+            (event, _) => event,
+        };
         match (event, &mut self.dialect) {
             (ModelEvent::TextDelta(text), Some(reader)) => reader.push(&text, out),
             (event, _) => out.push_back(event),
+        }
+    }
+
+    /// The answer of a strict request ended: what was held goes on, without the nulls strict mode
+    /// added (as the model wrote it when it parses to nothing else).
+    fn release_strict(&mut self, out: &mut VecDeque<ModelEvent>) {
+        let Some(strict) = &mut self.strict else {
+            return;
+        };
+        let arguments = std::mem::take(&mut strict.arguments);
+        let text = strict.text.take();
+        for (index, arguments) in arguments {
+            let schema = usize::try_from(index)
+                .ok()
+                .and_then(|at| self.slots.get(at))
+                .and_then(|slot| strict.tools.get(&slot.name));
+            out.push_back(ModelEvent::ToolCallDelta {
+                index,
+                arguments: without_strict_nulls(arguments, schema),
+            });
+        }
+        if let Some(text) = text.filter(|t| !t.is_empty()) {
+            let text = without_strict_nulls(text, strict.output.as_ref());
+            self.emit(ModelEvent::TextDelta(text), out);
         }
     }
 
@@ -379,15 +469,22 @@ impl ChatStreamParser {
             None
         } else if let Some(id) = id {
             self.by_id.get(&**id).copied().or_else(|| {
-                // An id first seen on a fragment that names no tool, at the index (or, without
-                // one, on the newest call) of a call opened without an id: that call's id, arriving
-                // late. A new call would open with its name.
-                let open = if wire.is_some() {
-                    known_wire
-                } else {
-                    self.slots.len().checked_sub(1)
-                };
-                open.filter(|&at| !named && self.slots.get(at).is_some_and(|s| s.id.is_empty()))
+                // An id first seen on a fragment that names no tool continues a call, since a new
+                // call would open with its name: at its index, the call there, whatever id it
+                // has (Poolside and mlx-openai-server give the arguments an id of their own);
+                // without one, the newest call, when it was opened without an id (its id,
+                // arriving late).
+                if named {
+                    return None;
+                }
+                match wire {
+                    Some(_) => known_wire,
+                    None => self
+                        .slots
+                        .len()
+                        .checked_sub(1)
+                        .filter(|&at| self.slots.get(at).is_some_and(|s| s.id.is_empty())),
+                }
             })
         } else if wire.is_some() {
             known_wire
@@ -402,6 +499,7 @@ impl ChatStreamParser {
                 // The id and the wire index are set below, with their maps.
                 self.slots.push(CallSlot {
                     id: Arc::default(),
+                    name: String::new(),
                     wire_index: None,
                     extra_content: None,
                 });
@@ -421,10 +519,14 @@ impl ChatStreamParser {
                 slot.wire_index = wire;
                 self.by_wire.entry(w).or_default().insert(at);
             }
-            if slot.id.is_empty()
-                && let Some(id) = id
+            // The call keeps its first id; a later one is another name for it, so that the
+            // fragments that carry it land here too.
+            if let Some(id) = id
+                && (slot.id.is_empty() || slot.id != *id)
             {
-                slot.id = Arc::clone(id);
+                if slot.id.is_empty() {
+                    slot.id = Arc::clone(id);
+                }
                 let first = self.by_id.entry(Arc::clone(id)).or_insert(at);
                 *first = (*first).min(at);
             }
@@ -532,12 +634,17 @@ impl ChatStreamParser {
             Some(c) => (Some(c.text), Some(c.reasoning)),
             None => (None, None),
         };
-        for reasoning in [delta.reasoning_content, delta.reasoning]
+        // A server may mirror one text into both fields (StepFun, relays): one of them is read.
+        let wire_reasoning = match (delta.reasoning_content, delta.reasoning) {
+            (Some(content), _) if !content.is_empty() => Some(content),
+            (_, other) => other,
+        };
+        for reasoning in wire_reasoning
             .into_iter()
-            .flatten()
             .chain(part_reasoning.map(WireText::plain))
         {
             if !reasoning.is_empty() {
+                self.saw_answer = true;
                 let text = self.pairs.join(Channel::Reasoning, reasoning);
                 if !text.is_empty() {
                     out.push_back(ModelEvent::ReasoningDelta(text));
@@ -546,8 +653,10 @@ impl ChatStreamParser {
         }
         if delta.refusal.as_ref().is_some_and(|r| !r.is_empty()) {
             self.saw_refusal = true;
+            self.saw_answer = true;
         }
         if let Some(text) = content.filter(|t| !t.is_empty()) {
+            self.saw_answer = true;
             let text = self.pairs.join(Channel::Text, text);
             if !text.is_empty() {
                 self.emit(ModelEvent::TextDelta(text), out);
@@ -561,6 +670,7 @@ impl ChatStreamParser {
         }
         for call in delta.tool_calls.into_iter().flatten() {
             self.saw_tool_call = true;
+            self.saw_answer = true;
             let (name, arguments) = match call.function {
                 Some(f) => (f.name, f.arguments.map(|a| a.0)),
                 None => (None, None),
@@ -571,12 +681,20 @@ impl ChatStreamParser {
             let opened = self.slots.len();
             let at = self.slot(call.index, id.as_ref(), name.is_some(), whole);
             let first = at >= opened;
+            if self.strict.is_some()
+                && let Some(name) = &name
+                && let Some(slot) = self.slots.get_mut(at)
+            {
+                slot.name = name.to_string();
+            }
             if let Some(extra) = call.extra_content
                 && let Some(slot) = self.slots.get_mut(at)
             {
                 slot.extra_content = Some(extra);
             }
             let index = u32::try_from(at).unwrap_or(u32::MAX);
+            // The call's own id, not another name it was given later.
+            let id = id.and_then(|_| self.slots.get(at).map(|s| Arc::clone(&s.id)));
             if first || id.is_some() || name.is_some() {
                 out.push_back(ModelEvent::ToolCallStart {
                     index,
@@ -589,7 +707,7 @@ impl ChatStreamParser {
             {
                 let arguments = self.pairs.join(Channel::Arguments(index), arguments);
                 if !arguments.is_empty() {
-                    out.push_back(ModelEvent::ToolCallDelta { index, arguments });
+                    self.emit(ModelEvent::ToolCallDelta { index, arguments }, out);
                 }
             }
         }
@@ -603,6 +721,15 @@ impl ChatStreamParser {
                 reason,
                 raw: Some(raw),
             }),
+            // Nothing but `[DONE]`: no answer came, whatever failed before it (an error the
+            // server sent in a shape not read here, a relay that lost its upstream). Read as an
+            // empty answer, it would finish a run with no output.
+            None if !self.saw_answer => {
+                return Err(stream_error(
+                    &self.provider,
+                    "the stream carried no answer: [DONE] came without text, a tool call or a finish_reason",
+                ));
+            }
             None => {
                 out.push_back(ModelEvent::Warning(
                     "the stream ended with [DONE] but no finish_reason".to_owned(),
@@ -650,6 +777,25 @@ impl StreamDecoder for ChatStreamParser {
         self.push(data, out)
     }
 
+    /// Chat has no error events of its own: one named so (llama.cpp's `error:` field) is a
+    /// failure, its data the error object (bare or in an envelope) or, not JSON, its message.
+    fn error_event(
+        &mut self,
+        data: &str,
+        _out: &mut VecDeque<ModelEvent>,
+    ) -> Result<(), ModelError> {
+        let mut repaired = None;
+        let error = match surrogates::from_str::<Value>(data, &mut repaired) {
+            Ok(Value::Object(mut map)) => match map.remove("error") {
+                Some(inner) if !inner.is_null() => inner,
+                _ => Value::Object(map),
+            },
+            Ok(other) if !other.is_null() => serde_json::json!({ "message": other.to_string() }),
+            _ => serde_json::json!({ "message": data.trim() }),
+        };
+        Err(in_body_error(&self.provider, &error))
+    }
+
     fn end(&mut self, out: &mut VecDeque<ModelEvent>) -> Result<(), ModelError> {
         ChatStreamParser::end(self, out)
     }
@@ -684,6 +830,24 @@ impl StreamDecoder for ChatStreamParser {
         };
         out.push_back(ModelEvent::Finish { reason, raw });
         Ok(())
+    }
+}
+
+/// `json` without the nulls strict mode added for what `schema` leaves optional; as it came when
+/// there is no schema, it is not JSON (a call the output limit cut), or nothing was taken out.
+fn without_strict_nulls(json: String, schema: Option<&Value>) -> String {
+    let Some(schema) = schema else {
+        return json;
+    };
+    match serde_json::from_str::<Value>(&json) {
+        Ok(mut value) => {
+            if drop_strict_nulls(&mut value, schema) {
+                value.to_string()
+            } else {
+                json
+            }
+        }
+        Err(_) => json,
     }
 }
 
@@ -817,6 +981,79 @@ mod tests {
             run(&[r#"{"error":{"message":"Provider returned error","code":429}}"#]).unwrap_err();
         assert_eq!(err.kind, ModelErrorKind::RateLimited);
         assert_eq!(err.status, None);
+    }
+
+    #[test]
+    fn a_stream_with_no_answer_before_done_is_an_error_and_an_empty_answer_that_says_stop_is_one() {
+        for chunks in [
+            &["[DONE]"][..],
+            &[
+                r#"{"id":"c","model":"m","choices":[{"index":0,"delta":{"role":"assistant"}}]}"#,
+                "[DONE]",
+            ],
+        ] {
+            let err = run(chunks).unwrap_err();
+            assert_eq!(err.kind, ModelErrorKind::Stream, "{chunks:?}");
+            assert!(err.message.contains("no answer"), "{err}");
+        }
+        // A legitimate empty answer: the server says it stopped.
+        let events = run(&[
+            r#"{"id":"c","model":"m","choices":[{"index":0,"delta":{"content":""},"finish_reason":"stop"}]}"#,
+            "[DONE]",
+        ])
+        .unwrap();
+        assert!(matches!(
+            events.last(),
+            Some(ModelEvent::Finish {
+                reason: FinishReason::Stop,
+                ..
+            })
+        ));
+        // Text without a finish reason is still an answer, with a warning.
+        let events = run(&[
+            r#"{"choices":[{"index":0,"delta":{"content":"hi"}}]}"#,
+            "[DONE]",
+        ])
+        .unwrap();
+        assert!(events.iter().any(|e| matches!(e, ModelEvent::Warning(_))));
+    }
+
+    #[test]
+    fn an_error_field_outside_the_data_is_a_classified_error_not_an_empty_answer() {
+        // llama.cpp before ggml-org/llama.cpp#16109: `error:` in place of `data:`, then [DONE].
+        let body = concat!(
+            "error: {\"code\":400,\"message\":\"the request exceeds the available context size, try increasing it\",\"type\":\"exceed_context_size_error\"}\n\n",
+            "data: [DONE]\n\n",
+        );
+        let err = parse_stream_bytes(body.as_bytes()).unwrap_err();
+        assert_eq!(err.kind, ModelErrorKind::ContextLength, "{err}");
+        // In an envelope, or not JSON at all.
+        let err = parse_stream_bytes(
+            b"error: {\"error\":{\"message\":\"busy\",\"code\":503}}\n\ndata: [DONE]\n\n",
+        )
+        .unwrap_err();
+        assert_eq!(err.kind, ModelErrorKind::Server, "{err}");
+        let err = parse_stream_bytes(b"error: model crashed\n\ndata: [DONE]\n\n").unwrap_err();
+        assert!(err.message.contains("model crashed"), "{err}");
+    }
+
+    #[test]
+    fn reasoning_mirrored_in_both_fields_is_read_once() {
+        let events = run(&[
+            r#"{"choices":[{"index":0,"delta":{"reasoning":"ab","reasoning_content":"ab"}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"reasoning":"c","reasoning_content":""}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"content":"x"},"finish_reason":"stop"}]}"#,
+            "[DONE]",
+        ])
+        .unwrap();
+        let reasoning: String = events
+            .iter()
+            .filter_map(|e| match e {
+                ModelEvent::ReasoningDelta(t) => Some(t.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(reasoning, "abc");
     }
 
     #[test]

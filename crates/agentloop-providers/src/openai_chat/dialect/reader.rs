@@ -7,6 +7,10 @@
 //! A block is calls only when every call in it names a tool the agent has, except in the shapes
 //! that a named dialect owns (its own marker), which are read whatever they name as before: the
 //! machine answers a call of an unknown tool with the names of the real ones.
+//!
+//! A block still open when the text ends is closed for the model (the stop token may have eaten
+//! its closers), unless the output limit ended the text: then a call whose brackets had to be
+//! closed is a cut call, as a native call with incomplete arguments is, and it never runs.
 
 use std::collections::{HashSet, VecDeque};
 use std::sync::Arc;
@@ -58,6 +62,8 @@ pub(crate) struct DialectReader {
     /// The answer so far is blanks and calls: a bare call here is the whole answer's start.
     only_calls_so_far: bool,
     calls: usize,
+    /// The output limit ended the text: a call it cut is not repaired into one that runs.
+    cut_by_the_limit: bool,
 }
 
 impl DialectReader {
@@ -71,6 +77,7 @@ impl DialectReader {
             line_start: true,
             only_calls_so_far: true,
             calls: 0,
+            cut_by_the_limit: false,
         }
     }
 
@@ -85,8 +92,10 @@ impl DialectReader {
         self.advance(out, false);
     }
 
-    /// The text ended: what is still held is calls (repaired if it must be) or text.
-    pub(crate) fn finish(&mut self, out: &mut VecDeque<ModelEvent>) {
+    /// The text ended (`cut_by_the_limit`: because the output limit was reached): what is still
+    /// held is calls (repaired if it must be, or, cut by the limit, sent as cut calls) or text.
+    pub(crate) fn finish(&mut self, out: &mut VecDeque<ModelEvent>, cut_by_the_limit: bool) {
+        self.cut_by_the_limit = cut_by_the_limit;
         self.advance(out, true);
         if !self.buf.is_empty() {
             let rest = std::mem::take(&mut self.buf);
@@ -295,6 +304,8 @@ impl DialectReader {
         };
         match (open, next) {
             ('{', '"' | '}') | ('[', '{') => Some(Some(Quotes::Json)),
+            // A Python dict (small models write their calls so).
+            ('{', '\'') => Some(Some(Quotes::Python)),
             ('[', c) if c.is_alphabetic() || c == '_' => {
                 let name_len = rest
                     .find(|c: char| !(c.is_alphanumeric() || matches!(c, '_' | '-' | '.')))
@@ -359,12 +370,20 @@ impl DialectReader {
     }
 
     fn emit_call(&mut self, call: TextCall, out: &mut VecDeque<ModelEvent>) {
-        self.calls += 1;
+        // A call the limit cut goes out with the text it was cut from, which is not complete
+        // JSON: the accumulator drops it as it drops a native call cut the same way.
+        let arguments = match call.cut {
+            Some(written) if self.cut_by_the_limit => written,
+            _ => {
+                self.calls += 1;
+                call.arguments
+            }
+        };
         out.push_back(ModelEvent::ToolCall(ToolCall {
             // The machine gives calls without an id one of their own.
             call_id: call.id.map(Arc::from).unwrap_or_default(),
             tool: call.tool,
-            arguments: call.arguments,
+            arguments,
         }));
     }
 }

@@ -3,7 +3,9 @@
 //! text; OpenAI's nested `function` shape), lists of them, the pythonic list
 //! `[name(arg=value, ...)]`, each maybe inside a fence, a `<tool_call>` block, after
 //! `[TOOL_CALLS]` or `<|python_tag|>`. The usual slips are repaired: a trailing comma, and
-//! brackets left open at the end of the text (the model stopped, or the stop token ate them).
+//! brackets left open at the end of the text (the model stopped, or the stop token ate them). A
+//! call whose brackets had to be closed keeps the text it was cut from ([`TextCall::cut`]), so
+//! that the reader can refuse to run it when the output limit, not the stop token, ended it.
 //!
 //! Nothing here decides which names are tools: the caller's `accept` does, so that text that
 //! merely looks like a call stays text.
@@ -19,6 +21,9 @@ pub(super) struct TextCall {
     pub(super) tool: String,
     pub(super) arguments: String,
     pub(super) id: Option<String>,
+    /// The text ended inside this call, and its brackets were closed for it: the call as the
+    /// model wrote it, up to that end (never complete JSON).
+    pub(super) cut: Option<String>,
 }
 
 pub(super) const TOOL_CALL_OPEN: &str = "<tool_call>";
@@ -74,15 +79,31 @@ fn calls_in_any(text: &str, depth: usize) -> Option<Vec<TextCall>> {
     {
         return Some(calls);
     }
+    let Some(values) = json_values(text) else {
+        return python_dict_call(text);
+    };
     let mut calls = Vec::new();
-    for value in json_values(text)? {
+    for (value, open) in values {
         match value {
             Value::Array(items) if !items.is_empty() => {
-                for item in &items {
-                    calls.push(call_of(item)?);
+                let last = items.len() - 1;
+                for (i, item) in items.iter().enumerate() {
+                    let mut call = call_of(item)?;
+                    // The list's own closer alone was missing: its last call is whole.
+                    if i == last
+                        && let Some(open) = &open
+                        && open.depth > 1
+                    {
+                        call.cut = Some(open.last_item.trim().to_owned());
+                    }
+                    calls.push(call);
                 }
             }
-            other => calls.push(call_of(&other)?),
+            other => {
+                let mut call = call_of(&other)?;
+                call.cut = open.map(|o| o.text.to_owned());
+                calls.push(call);
+            }
         }
     }
     Some(calls)
@@ -103,6 +124,21 @@ fn fence_body(text: &str) -> Option<&str> {
     }
 }
 
+/// A call written as a Python dict, as small models write one: `{'name': 'f', 'arguments':
+/// {'x': True}}` (or JSON with Python's `True`/`None`), read with Python's literals.
+fn python_dict_call(text: &str) -> Option<Vec<TextCall>> {
+    if !text.starts_with('{') {
+        return None;
+    }
+    let mut p = Py { text, at: 0 };
+    let value = p.value(0)?;
+    p.blank();
+    if p.at != text.len() {
+        return None;
+    }
+    Some(vec![call_of(&value)?])
+}
+
 /// `name[ARGS]{...}` after `[TOOL_CALLS]`, one or more times.
 fn mistral_named_calls(mut text: &str) -> Option<Vec<TextCall>> {
     let mut calls = Vec::new();
@@ -116,7 +152,7 @@ fn mistral_named_calls(mut text: &str) -> Option<Vec<TextCall>> {
         if !is_tool_name(name) {
             return None;
         }
-        let (value, used) = first_json_value(rest)?;
+        let (value, used, open) = first_json_value(rest)?;
         if !value.is_object() {
             return None;
         }
@@ -124,6 +160,7 @@ fn mistral_named_calls(mut text: &str) -> Option<Vec<TextCall>> {
             tool: name.to_owned(),
             arguments: value.to_string(),
             id: None,
+            cut: open.map(|o| o.text.to_owned()),
         });
         text = rest.get(used..)?;
     }
@@ -179,38 +216,58 @@ fn call_of(v: &Value) -> Option<TextCall> {
         tool: tool.to_owned(),
         arguments,
         id,
+        cut: None,
     })
 }
 
 /// The JSON values one after another in `text`, with blanks, `;` or `,` between them, each
-/// repaired if it needs it; `None` when anything else is there.
-pub(super) fn json_values(mut text: &str) -> Option<Vec<Value>> {
+/// repaired if it needs it (and then with where the text ended inside it); `None` when anything
+/// else is there.
+fn json_values(mut text: &str) -> Option<Vec<(Value, Option<OpenEnd<'_>>)>> {
     let mut values = Vec::new();
     loop {
         text = text.trim_start_matches(|c: char| c.is_whitespace() || c == ';' || c == ',');
         if text.is_empty() {
             return Some(values);
         }
-        let (value, used) = first_json_value(text)?;
-        values.push(value);
+        let (value, used, open) = first_json_value(text)?;
+        values.push((value, open));
         text = text.get(used..)?;
     }
 }
 
+/// A value the text ended inside, whose brackets were closed for it.
+struct OpenEnd<'a> {
+    /// The value as it was written.
+    text: &'a str,
+    /// Its last item (of a list, or entry of an object) as it was written.
+    last_item: &'a str,
+    /// How many brackets were open at the end: 1 when only the value's own closer was missing.
+    depth: usize,
+}
+
 /// The JSON value that `text` starts with and the bytes it took, repaired if it needs it: trailing
-/// commas dropped, and brackets left open at the end of the text closed.
-fn first_json_value(text: &str) -> Option<(Value, usize)> {
+/// commas dropped, and brackets left open at the end of the text closed (then also where the text
+/// ended inside it).
+fn first_json_value(text: &str) -> Option<(Value, usize, Option<OpenEnd<'_>>)> {
     let offset = text.len() - text.trim_start().len();
     let text = text.trim_start();
     if let Some((value, used)) = whole_json_value(text) {
-        return Some((value, offset + used));
+        return Some((value, offset + used, None));
     }
     if !text.starts_with(['{', '[']) {
         return None;
     }
-    let (end, closers) = match scan(text, Quotes::Json) {
-        Scan::Complete(end) => (end, String::new()),
-        Scan::Open { closers } => (text.len(), closers),
+    let (end, closers, open) = match scan(text, Quotes::Json) {
+        Scan::Complete(end) => (end, String::new(), None),
+        Scan::Open { closers, last_item } => {
+            let open = OpenEnd {
+                text,
+                last_item: text.get(last_item..).unwrap_or_default(),
+                depth: closers.chars().count(),
+            };
+            (text.len(), closers, Some(open))
+        }
         Scan::Invalid => return None,
     };
     // Only this value is repaired: the callers read a text value after value, and repairing all
@@ -224,11 +281,11 @@ fn first_json_value(text: &str) -> Option<(Value, usize)> {
         && closers.is_empty()
         && let Ok(value) = serde_json::from_str::<Value>(value_text)
     {
-        return Some((value, offset + end));
+        return Some((value, offset + end, None));
     }
     let repaired = drop_trailing_commas(value_text) + &closers;
     let value = serde_json::from_str::<Value>(&repaired).ok()?;
-    Some((value, offset + end))
+    Some((value, offset + end, open.filter(|o| o.depth > 0)))
 }
 
 /// The JSON value that `text` starts with, as it is, and the bytes it took.
@@ -253,8 +310,8 @@ pub(super) enum Scan {
     /// It ends at this byte (exclusive).
     Complete(usize),
     /// The text ends inside it; these closers (innermost first) would close it, when it is not
-    /// inside a string.
-    Open { closers: String },
+    /// inside a string. Its last item (of the outermost bracket) begins at `last_item`.
+    Open { closers: String, last_item: usize },
     /// A closer that does not match, or no bracket at the start.
     Invalid,
 }
@@ -264,6 +321,7 @@ pub(super) fn scan(text: &str, quotes: Quotes) -> Scan {
     let mut stack: Vec<char> = Vec::new();
     let mut string: Option<char> = None;
     let mut escaped = false;
+    let mut last_item = 0;
     for (i, c) in text.char_indices() {
         if let Some(q) = string {
             if escaped {
@@ -278,6 +336,14 @@ pub(super) fn scan(text: &str, quotes: Quotes) -> Scan {
         match c {
             '"' => string = Some(c),
             '\'' if quotes == Quotes::Python => string = Some(c),
+            '{' | '[' | '(' if stack.is_empty() => {
+                if c == '(' && quotes != Quotes::Python {
+                    return Scan::Invalid;
+                }
+                stack.push(closer_of(c));
+                last_item = i + 1;
+            }
+            ',' if stack.len() == 1 => last_item = i + 1,
             '{' => stack.push('}'),
             '[' => stack.push(']'),
             '(' if quotes == Quotes::Python => stack.push(')'),
@@ -302,6 +368,15 @@ pub(super) fn scan(text: &str, quotes: Quotes) -> Scan {
         } else {
             stack.iter().rev().collect()
         },
+        last_item,
+    }
+}
+
+fn closer_of(open: char) -> char {
+    match open {
+        '{' => '}',
+        '[' => ']',
+        _ => ')',
     }
 }
 
@@ -352,6 +427,7 @@ fn pythonic_calls(text: &str) -> Option<(Vec<TextCall>, usize)> {
             tool: tool.to_owned(),
             arguments: Value::Object(arguments.into_iter().collect()).to_string(),
             id: None,
+            cut: None,
         })
     })?;
     (!calls.is_empty()).then_some((calls, p.at))
@@ -596,6 +672,21 @@ mod tests {
             calls[1].1,
             serde_json::json!({"text": "it's \"ok\"", "tags": ["a", null], "m": {"k": 1.5}})
         );
+    }
+
+    #[test]
+    fn a_call_written_as_a_python_dict_is_read() {
+        let want = vec![(
+            "f".to_owned(),
+            serde_json::json!({"city": "Paris", "metric": true, "days": null}),
+        )];
+        for text in [
+            "{'name': 'f', 'arguments': {'city': 'Paris', 'metric': True, 'days': None}}",
+            r#"{"name": "f", "arguments": {"city": "Paris", "metric": True, "days": None}}"#,
+        ] {
+            assert_eq!(read(text), want, "{text}");
+        }
+        assert!(calls_in("{'name': 'f', 'arguments': {}} and more", &any).is_none());
     }
 
     #[test]

@@ -23,7 +23,7 @@ fn read_pieces<'a>(
     for piece in pieces {
         reader.push(piece, &mut out);
     }
-    reader.finish(&mut out);
+    reader.finish(&mut out, false);
     let mut got = (String::new(), Vec::new());
     for e in out {
         match e {
@@ -60,6 +60,78 @@ fn hermes_calls_are_read_out_of_text_split_anywhere() {
     assert_eq!(calls[0].tool, "get_weather");
     assert_eq!(calls[0].arguments, r#"{"city":"Paris"}"#);
     assert_eq!(calls[1].tool, "get_time");
+}
+
+/// Reads `text` whole as the text of a response the output limit ended: the calls that run,
+/// and the calls it cut (their arguments as the model wrote them).
+fn read_to_the_limit(dialect: ToolDialect, text: &str) -> (Vec<ToolCall>, Vec<ToolCall>) {
+    let mut reader = DialectReader::new(dialect, TOOLS.map(str::to_owned));
+    let mut out = VecDeque::new();
+    reader.push(text, &mut out);
+    reader.finish(&mut out, true);
+    let (cut, whole): (Vec<ToolCall>, Vec<ToolCall>) = out
+        .into_iter()
+        .filter_map(|e| match e {
+            ModelEvent::ToolCall(c) => Some(c),
+            _ => None,
+        })
+        .partition(|c| serde_json::from_str::<serde_json::Value>(&c.arguments).is_err());
+    assert_eq!(reader.calls(), whole.len(), "{text}");
+    (whole, cut)
+}
+
+#[test]
+fn a_block_the_output_limit_cut_is_a_cut_call_and_one_the_stop_token_cut_is_repaired() {
+    let cut_hermes =
+        "<tool_call>\n{\"name\": \"shell\", \"arguments\": {\"command\": \"rm -rf build\"";
+    let (whole, cut) = read_to_the_limit(ToolDialect::Hermes, cut_hermes);
+    assert!(whole.is_empty());
+    assert_eq!(cut[0].tool, "shell");
+    assert_eq!(
+        cut[0].arguments,
+        r#"{"name": "shell", "arguments": {"command": "rm -rf build""#
+    );
+    // Ended by the stop token, the same block is closed for the model.
+    let (_, calls) = read_every_split(ToolDialect::Hermes, cut_hermes);
+    assert_eq!(calls[0].arguments, r#"{"command":"rm -rf build"}"#);
+
+    // A list cut inside its second call: the first is whole and runs.
+    let (whole, cut) = read_to_the_limit(
+        ToolDialect::Auto,
+        "```json\n[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}, {\"name\": \"write_file\", \"arguments\": {\"paths\": [\"a\", \"b\"",
+    );
+    assert_eq!(whole.len(), 1);
+    assert_eq!(whole[0].arguments, r#"{"city":"Paris"}"#);
+    assert_eq!(cut.len(), 1);
+    assert_eq!(cut[0].tool, "write_file");
+    assert!(cut[0].arguments.starts_with(r#"{"name": "write_file""#));
+    // Cut right after a whole call, only the list's own closer missing: nothing was cut.
+    let (whole, cut) = read_to_the_limit(
+        ToolDialect::Mistral,
+        "[TOOL_CALLS][{\"name\": \"get_time\", \"arguments\": {}}",
+    );
+    assert_eq!((whole.len(), cut.len()), (1, 0));
+    // Mistral's named form keeps the arguments as written.
+    let (whole, cut) = read_to_the_limit(
+        ToolDialect::Mistral,
+        "[TOOL_CALLS]shell[ARGS]{\"command\": [\"ls\", \"-l\"",
+    );
+    assert!(whole.is_empty());
+    assert_eq!(cut[0].arguments, r#"{"command": ["ls", "-l""#);
+    // A call written whole runs, the limit or not; a missing `</tool_call>` alone cut nothing.
+    for (dialect, text) in [
+        (
+            ToolDialect::Llama3Json,
+            "{\"name\": \"shell\", \"parameters\": {\"command\": \"ls\"}}",
+        ),
+        (
+            ToolDialect::Hermes,
+            "<tool_call>\n{\"name\": \"shell\", \"arguments\": {\"command\": \"ls\"}}\n",
+        ),
+    ] {
+        let (whole, cut) = read_to_the_limit(dialect, text);
+        assert_eq!((whole.len(), cut.len()), (1, 0), "{text}");
+    }
 }
 
 #[test]
@@ -173,6 +245,17 @@ fn auto_reads_every_shape_small_models_write_and_keeps_the_text_around() {
             "",
         ),
         ("[get_weather(city='Paris')]", "", ""),
+        // A Python dict, in a fence or bare (small models write their calls so).
+        (
+            "Sure:\n```json\n{'name': 'get_weather', 'arguments': {'city': 'Paris'}}\n```",
+            "Sure:\n",
+            "",
+        ),
+        (
+            "{'name': 'get_weather', 'arguments': {'city': 'Paris'}}",
+            "",
+            "",
+        ),
         (
             "{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}}",
             "",
