@@ -17,7 +17,7 @@ use serde_json::value::RawValue;
 use super::dialect::{DialectReader, ToolDialect};
 use super::strict::drop_strict_nulls;
 use crate::decode::{StreamDecoder, accumulate_sse, accumulate_whole};
-use crate::error::{decode_error, in_body_error, stream_error};
+use crate::error::{decode_error, in_body_error, is_unparsed_tool_output, stream_error};
 use crate::surrogates;
 use crate::wire_text::{Channel, Pairs, WireText, wire_text_of};
 
@@ -591,6 +591,26 @@ impl ChatStreamParser {
         whole: bool,
     ) -> Result<(), ModelError> {
         if let Some(error) = &chunk.error {
+            let said = error
+                .get("message")
+                .and_then(Value::as_str)
+                .filter(|m| is_unparsed_tool_output(m));
+            // llama-server reads the model's calls as it writes them and streams each one it
+            // read, then judges the whole output at its end: text the model wrote after its
+            // calls (a closing code fence, a remark) fails that judgement, and the stream ends
+            // in this error after calls it already gave. Those calls are what the model asked
+            // for, and a retry cannot go back on what was streamed: they are the answer, as a
+            // cut call is (the run checks each one's arguments as it would any other), and the
+            // server's refusal is said, not hidden.
+            if let Some(said) = said.filter(|_| self.saw_tool_call) {
+                let said: String = said.chars().take(200).collect();
+                out.push_back(ModelEvent::Warning(format!(
+                    "the server refused the model's output after the tool calls it streamed \
+                     ({said}): those calls are the answer"
+                )));
+                self.finish = Some((FinishReason::ToolCalls, "error".to_owned()));
+                return Ok(());
+            }
             return Err(in_body_error(&self.provider, error));
         }
         // Azure's content-filter chunks carry an empty id and model: they start nothing.
@@ -981,6 +1001,35 @@ mod tests {
             run(&[r#"{"error":{"message":"Provider returned error","code":429}}"#]).unwrap_err();
         assert_eq!(err.kind, ModelErrorKind::RateLimited);
         assert_eq!(err.status, None);
+    }
+
+    #[test]
+    fn a_local_servers_refusal_after_the_calls_it_streamed_leaves_those_calls_as_the_answer() {
+        let refused = r#"{"error":{"code":500,"message":"The model produced output that does not match the expected peg-native format","type":"server_error"}}"#;
+        let call = r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"c1","type":"function","function":{"name":"add","arguments":"{\"a\": 1}"}}]}}]}"#;
+        let fence = r#"{"choices":[{"index":0,"delta":{"content":"```json\n"}}]}"#;
+        let events = run(&[fence, call, refused]).unwrap();
+        assert!(
+            events.iter().any(|e| matches!(e, ModelEvent::Warning(w)
+                if w.contains("peg-native format") && w.contains("those calls are the answer"))),
+            "{events:?}"
+        );
+        assert!(
+            matches!(
+                events.last(),
+                Some(ModelEvent::Finish {
+                    reason: FinishReason::ToolCalls,
+                    ..
+                })
+            ),
+            "{events:?}"
+        );
+        // Before any call, the refusal is the error it was (a sampled request retries it).
+        let err = run(&[fence, refused]).unwrap_err();
+        assert!(err.message.contains("peg-native format"), "{err:?}");
+        // Another error after a call is no answer.
+        let other = r#"{"error":{"code":500,"message":"out of memory","type":"server_error"}}"#;
+        assert!(run(&[call, other]).is_err());
     }
 
     #[test]
