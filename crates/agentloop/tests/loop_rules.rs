@@ -784,7 +784,14 @@ async fn a_handler_that_ignores_cancellation_is_abandoned_after_the_grace_period
         grace_period: Duration::from_millis(200),
         ..Limits::default()
     };
-    let a = agent(model, vec![stubborn], limits);
+    let events = Events::default();
+    let a = Agent::builder()
+        .model(model)
+        .tool(stubborn)
+        .limits(limits)
+        .sink(events.sink())
+        .build()
+        .unwrap();
     let start = tokio::time::Instant::now();
     let out = a.run("go").await;
     assert_eq!(out.stop_reason, StopReason::Deadline);
@@ -795,6 +802,28 @@ async fn a_handler_that_ignores_cancellation_is_abandoned_after_the_grace_period
     );
     assert_eq!(out.tool_calls[0].outcome.status, CallStatus::Cancelled);
     assert_tool_cycle(&out.transcript);
+    // The abandoned call's start has its finish, in the outcome's words, before the run's end:
+    // a sink pairing the two (a live view, a trace) closes it as `cancelled`, not left open.
+    let all = events.all();
+    let finished: Vec<_> = all
+        .iter()
+        .enumerate()
+        .filter_map(|(i, e)| match &e.kind {
+            EventKind::ToolFinished {
+                call_id, outcome, ..
+            } if call_id == "a" => Some((i, outcome.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(finished.len(), 1, "one finish for the one start: {all:#?}");
+    let (at, outcome) = &finished[0];
+    assert_eq!(outcome, &out.tool_calls[0].outcome);
+    assert_eq!(outcome.code.as_deref(), Some("cancelled"));
+    let ended = all
+        .iter()
+        .position(|e| matches!(e.kind, EventKind::RunFinished { .. }))
+        .unwrap();
+    assert!(*at < ended, "the finish comes before the run's end");
 }
 
 #[tokio::test(start_paused = true)]

@@ -3,7 +3,7 @@
 
 use serde_json::Value;
 
-use super::{HookFailure, Pending, Phase, RunMachine, Verdict};
+use super::{HookFailure, Pending, Phase, RunMachine, Slot, Verdict};
 use crate::config::OnToolPanic;
 use crate::error::RunError;
 use crate::event::EventKind;
@@ -207,16 +207,7 @@ impl RunMachine {
             self.fail(RunError::Other { message });
             return;
         };
-        if self.record_events {
-            self.events.push((
-                p.turn,
-                EventKind::ToolFinished {
-                    call_id: slot.call_id.to_string(),
-                    tool: slot.tool.to_string(),
-                    outcome: outcome.clone(),
-                },
-            ));
-        }
+        self.emit_finished(p.turn, slot, &outcome);
         if outcome.status == CallStatus::Fatal {
             // A fatal failure drains the batch without cancelling the siblings.
             p.open = false;
@@ -231,6 +222,21 @@ impl RunMachine {
             self.end_batch(p);
         } else {
             self.phase = Phase::Run(p);
+        }
+    }
+
+    /// A started call's `ToolFinished`, in the turn of its batch: once for each start, whatever
+    /// ended the call.
+    pub(super) fn emit_finished(&mut self, turn: u32, slot: &Slot, outcome: &CallOutcome) {
+        if self.record_events {
+            self.events.push((
+                turn,
+                EventKind::ToolFinished {
+                    call_id: slot.call_id.to_string(),
+                    tool: slot.tool.to_string(),
+                    outcome: outcome.clone(),
+                },
+            ));
         }
     }
 

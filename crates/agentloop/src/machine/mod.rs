@@ -741,11 +741,14 @@ impl RunMachine {
         self.decide(response, reask);
     }
 
-    /// The batch's grace period ended: the calls still running are cut short.
+    /// The batch's grace period ended: the calls still running are cut short, each finishing
+    /// `cancelled` (its `ToolFinished` too: every start has one, whoever ends the call).
     fn on_grace_over(&mut self, mut p: Box<Pending>) {
         for slot in p.slots.iter_mut() {
             if slot.started && slot.outcome.is_none() {
-                slot.outcome = Some(CallOutcome::cancelled());
+                let outcome = CallOutcome::cancelled();
+                self.emit_finished(p.turn, slot, &outcome);
+                slot.outcome = Some(outcome);
             }
         }
         p.running = 0;
