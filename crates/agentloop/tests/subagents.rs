@@ -303,15 +303,7 @@ async fn a_child_cut_short_at_the_deadline_reports_what_it_spent_before_its_pare
 
 #[tokio::test]
 async fn cancelling_the_top_run_drains_every_level() {
-    let leaf = leaf(Tool::dynamic(
-        "count",
-        "Waits until cancelled.",
-        json!({"type": "object"}),
-        |_a: Value, ctx: agentloop::ToolContext| async move {
-            ctx.cancel.cancelled().await;
-            Ok(ToolOutput::text("cancelled"))
-        },
-    ));
+    let leaf = waiting_leaf();
     let middle = coordinator(
         1,
         vec![leaf.as_tool("delegate", "Delegates.")],
@@ -341,6 +333,66 @@ async fn cancelling_the_top_run_drains_every_level() {
     let middle = &out.subagents[0];
     assert_eq!(middle.stop_reason, "cancelled");
     assert_eq!(middle.subagents[0].stop_reason, "cancelled");
+}
+
+/// A leaf whose one tool waits until it is cancelled.
+fn waiting_leaf() -> Agent {
+    leaf(Tool::dynamic(
+        "count",
+        "Waits until cancelled.",
+        json!({"type": "object"}),
+        |_a: Value, ctx: agentloop::ToolContext| async move {
+            ctx.cancel.cancelled().await;
+            Ok(ToolOutput::text("cancelled"))
+        },
+    ))
+}
+
+#[tokio::test]
+async fn a_subagent_cut_short_by_its_parents_cancel_or_deadline_is_cancelled_even_when_fatal() {
+    for fatal in [false, true] {
+        for deadline in [false, true] {
+            let case = format!("fatal {fatal}, deadline {deadline}");
+            let tool = SubagentTool::new(waiting_leaf(), "delegate", "Delegates.")
+                .fatal(fatal)
+                .into_tool();
+            let limits = Limits {
+                timeout: deadline.then_some(Duration::from_millis(200)),
+                ..Limits::default()
+            };
+            let parent = coordinator(1, vec![tool], limits);
+            let cancel = CancellationToken::new();
+            let options = RunOptions {
+                cancel: Some(cancel.clone()),
+                ..RunOptions::default()
+            };
+            let run = tokio::spawn(async move {
+                parent
+                    .run_with(Vec::new(), Some(Message::user("go")), options)
+                    .await
+            });
+            if !deadline {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                cancel.cancel();
+            }
+            let out = tokio::time::timeout(Duration::from_secs(5), run)
+                .await
+                .expect("the run drained")
+                .unwrap();
+            let (stop, code) = if deadline {
+                (StopReason::Deadline, "run.deadline")
+            } else {
+                (StopReason::Cancelled, "run.cancelled")
+            };
+            assert_eq!(out.stop_reason, stop, "{case}: {:?}", out.error);
+            assert_eq!(out.error.unwrap().code(), code, "{case}");
+            let call = &out.tool_calls[0].outcome;
+            assert_eq!(call.status, agentloop::CallStatus::Cancelled, "{case}");
+            assert_eq!(call.code.as_deref(), Some("cancelled"), "{case}");
+            assert_eq!(out.subagents.len(), 1, "{case}: its spend is charged");
+            assert_eq!(out.usage, usage(110, 55), "{case}");
+        }
+    }
 }
 
 proptest! {

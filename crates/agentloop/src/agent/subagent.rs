@@ -14,7 +14,8 @@
 //! Depth is bounded by [`crate::Limits::max_depth`]; cancellation and the deadline reach every
 //! level (a subagent runs under its call's cancellation, with the time its parent has left). A
 //! subagent that does not finish is an error result its parent's model reads, with its partial
-//! output, unless its tool is [`SubagentTool::fatal`].
+//! output, unless its tool is [`SubagentTool::fatal`]. One cut short by its parent's cancel or
+//! deadline is `cancelled`, fatal or not: the parent stops as the interrupt says.
 
 use std::sync::{Arc, OnceLock};
 
@@ -85,7 +86,8 @@ impl SubagentTool {
     }
 
     /// A subagent that does not finish fails its parent's run (by default its parent's model
-    /// reads an error result with its partial output).
+    /// reads an error result with its partial output). One cut short by its parent's cancel or
+    /// deadline does not: the call is `cancelled` and the run stops as the interrupt says.
     pub fn fatal(mut self, yes: bool) -> Self {
         self.fatal = yes;
         self

@@ -7,7 +7,7 @@ use super::{HookFailure, Pending, Phase, RunMachine, Slot, Verdict};
 use crate::config::OnToolPanic;
 use crate::error::RunError;
 use crate::event::EventKind;
-use crate::outcome::{CallOutcome, CallStatus, codes};
+use crate::outcome::{CallOutcome, CallStatus, StopReason, codes};
 use crate::tool::join_violations;
 
 impl RunMachine {
@@ -185,7 +185,7 @@ impl RunMachine {
             outcome = self.judge_outcome(call.index, outcome);
         }
         if outcome.subagent.is_some() {
-            outcome = self.roll_up(outcome);
+            outcome = self.roll_up(outcome, p.interrupted.is_some());
         }
         // A call of an interrupted batch that answers `cancelled` stopped because it was told
         // to: it was cut short, as one the grace period ends is, not a failure of its own. So
@@ -243,8 +243,10 @@ impl RunMachine {
     /// A subagent's run is charged to this one (one budget for the tree: its tokens, cost, turns,
     /// model calls and tool calls count against this run's limits from here on) and judged: one
     /// that did not finish is an error the model reads, its partial output kept, or fatal when
-    /// its tool says so.
-    pub(super) fn roll_up(&mut self, mut outcome: CallOutcome) -> CallOutcome {
+    /// its tool says so. In a batch the run's cancel or deadline `interrupted`, a child that
+    /// stopped `cancelled` or `deadline` was cut short with its parent: it is `cancelled`, as
+    /// any call the interrupt cut, never fatal, so the run ends as the interrupt says.
+    pub(super) fn roll_up(&mut self, mut outcome: CallOutcome, interrupted: bool) -> CallOutcome {
         let Some(sub) = outcome.subagent.as_deref() else {
             return outcome;
         };
@@ -268,6 +270,16 @@ impl RunMachine {
         self.kept.subagents.push(sub.clone());
         // A hand-off's run that did not finish ends this run as it ended (`handed_off`).
         if outcome.status == CallStatus::Ok && !sub.is_success() && sub.answered_by.is_none() {
+            let stopped = sub.stop_reason.as_str();
+            let cut_with_parent = interrupted
+                && (stopped == StopReason::Cancelled.as_str()
+                    || stopped == StopReason::Deadline.as_str());
+            if cut_with_parent {
+                // What the model reads keeps the child's partial output.
+                outcome.status = CallStatus::Cancelled;
+                outcome.code = Some(codes::CANCELLED.into());
+                return outcome;
+            }
             let code = format!("subagent.{}", sub.stop_reason);
             if sub.fatal {
                 outcome.status = CallStatus::Fatal;
