@@ -104,7 +104,8 @@ pub enum OnLimit {
     /// When the turn, tool-call, token, cost or stuck-loop limit stops the run, answer its
     /// pending calls "stopped" and make one last model call with tools disabled, so that the
     /// caller gets a final answer from the partial work. The stop reason still names the limit.
-    /// The model-call limit and the deadline stop at once.
+    /// The model-call limit and the deadline stop at once, and so does any limit reached when
+    /// no model call is left (the turn limit reached with the model-call limit).
     Answer,
 }
 

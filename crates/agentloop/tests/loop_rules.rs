@@ -2079,3 +2079,37 @@ async fn a_stop_condition_and_a_review_hook_steer_a_real_run() {
     assert_eq!(n.load(Ordering::SeqCst), 2);
     assert_tool_cycle(&out.transcript);
 }
+
+#[tokio::test]
+async fn on_limit_answer_makes_no_model_call_past_max_model_calls_when_the_turn_limit_trips_with_it()
+ {
+    // The second response reaches both the turn limit and the model-call limit. The turn limit
+    // is reported, but no model call is left for a last answer: the run stops at once.
+    let model = ScriptedModel::new([
+        calls(&[("a", "same", r#"{"n": 1}"#)]),
+        calls(&[("b", "same", r#"{"n": 2}"#)]),
+        ModelResponse::text("past the limit"),
+    ]);
+    let n = Arc::new(AtomicUsize::new(0));
+    let limits = Limits {
+        max_turns: Some(2),
+        max_model_calls: Some(2),
+        on_limit: agentloop::OnLimit::Answer,
+        ..Limits::default()
+    };
+    let out = agent(model.clone(), vec![constant_tool("same", &n)], limits)
+        .run("go")
+        .await;
+    assert_eq!(model.calls(), 2, "the model was called past its limit");
+    assert_eq!(out.model_calls, 2);
+    assert_eq!(out.stop_reason, StopReason::MaxTurns);
+    assert_eq!(out.output, None);
+    assert_eq!(
+        n.load(Ordering::SeqCst),
+        1,
+        "the last turn's call never ran"
+    );
+    let last = &out.tool_calls[1].outcome;
+    assert!(last.content.to_text().starts_with("not run:"), "{last:?}");
+    assert_tool_cycle(&out.transcript);
+}

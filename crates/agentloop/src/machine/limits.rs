@@ -114,10 +114,13 @@ impl RunMachine {
     }
 
     /// True when a limit of this kind asks the model for a last answer instead of stopping.
+    /// Never when no model call is left, whichever limit is reported: another (the turn limit,
+    /// a budget) can trip on the same response as the model-call limit and be reported first.
     pub(super) fn answers_on(&self, kind: LimitKind) -> bool {
         self.limits().on_limit == OnLimit::Answer
             && self.wrap_up.is_none()
             && !matches!(kind, LimitKind::ModelCalls | LimitKind::Deadline)
+            && self.model_call_hit().is_none()
             // A last answer of unknown cost would be spent unmetered too.
             && !(kind == LimitKind::Cost && self.counters.unpriced.0 > 0)
     }
