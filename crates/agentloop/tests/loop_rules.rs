@@ -2113,3 +2113,33 @@ async fn on_limit_answer_makes_no_model_call_past_max_model_calls_when_the_turn_
     assert!(last.content.to_text().starts_with("not run:"), "{last:?}");
     assert_tool_cycle(&out.transcript);
 }
+
+#[tokio::test]
+async fn a_dry_run_that_polls_the_same_call_is_not_a_stuck_loop() {
+    // The real tool would answer `running`, `running`, `done`; a dry run reads `skipped` each
+    // time, which says nothing of whether the real results would repeat.
+    let n = Arc::new(AtomicUsize::new(0));
+    let model = ScriptedModel::new([
+        calls(&[("a", "same", r#"{"n": 1}"#)]),
+        calls(&[("b", "same", r#"{"n": 1}"#)]),
+        calls(&[("c", "same", r#"{"n": 1}"#)]),
+        ModelResponse::text("the job is done"),
+    ]);
+    let options = RunOptions {
+        skip_tools: true,
+        ..RunOptions::default()
+    };
+    let out = agent(model, vec![constant_tool("same", &n)], Limits::default())
+        .run_with(Vec::new(), Some(Message::user("go")), options)
+        .await;
+    assert_eq!(out.stop_reason, StopReason::Finished, "{:?}", out.limit);
+    assert_eq!(out.output.as_deref(), Some("the job is done"));
+    assert_eq!(n.load(Ordering::SeqCst), 0, "nothing ran");
+    assert_eq!(out.tool_calls.len(), 3);
+    assert!(
+        out.tool_calls
+            .iter()
+            .all(|r| r.outcome.status == CallStatus::Skipped)
+    );
+    assert_tool_cycle(&out.transcript);
+}

@@ -590,9 +590,13 @@ impl RunMachine {
             && y.iter().all(|q| x.iter().any(|p| self.same_call(p, q)))
     }
 
-    /// The same call with the same result; a poller's arguments aside.
+    /// The same call with the same result; a poller's arguments aside. A call a dry run
+    /// skipped has no result to compare (every one reads the same text, whatever the tool would
+    /// have answered), so it is never the same as another: a dry run does not stop
+    /// `stuck_loop` where the real run would go on.
     fn same_call(&self, p: &ToolCallRecord, q: &ToolCallRecord) -> bool {
-        if p.tool != q.tool
+        if p.outcome.status == CallStatus::Skipped
+            || p.tool != q.tool
             || p.outcome.status != q.outcome.status
             || p.outcome.code != q.outcome.code
             || p.outcome.content != q.outcome.content
