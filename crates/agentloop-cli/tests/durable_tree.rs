@@ -253,8 +253,9 @@ fn a_subagents_question_suspends_the_tree_and_is_answered_on_the_top_run() {
 
 #[test]
 fn after_a_kill_inside_a_child_the_tree_spends_what_was_left_never_more() {
-    // The lead may make 5 model calls in all; its one subagent call is granted the 4 left after
-    // its own first, and its worker would go on for longer.
+    // The lead may make 5 model calls in all; its one subagent call is granted 3 of the 4 left
+    // after its own first (the lead keeps one to read the worker's result), and its worker would
+    // go on for longer.
     let tight = |dir: &AgentDir| {
         dir.write(
             "agent.toml",
@@ -282,9 +283,10 @@ fn after_a_kill_inside_a_child_the_tree_spends_what_was_left_never_more() {
     assert_eq!(base["model_calls"], 5, "the tree spent its budget: {base}");
     let worker = &base["subagents"][0];
     assert_eq!(
-        worker["model_calls"], 4,
+        worker["model_calls"], 3,
         "the worker spent its grant: {base}"
     );
+    assert_eq!(base["output"], "Done.", "the lead read it: {base}");
     let total: u64 = runs(&base_dir, &journal)
         .iter()
         .map(|r| r["steps"].as_u64().unwrap())
@@ -296,9 +298,17 @@ fn after_a_kill_inside_a_child_the_tree_spends_what_was_left_never_more() {
             tight(&dir);
             let journal = dir.path("runs.db");
             assert!(run_and_kill(&dir, &journal, &fault), "{fault}: reached");
-            let (id, running) = top_and_running_children(&runs(&dir, &journal));
+            let written = runs(&dir, &journal);
+            let (id, running) = top_and_running_children(&written);
             inside += running;
             let out = resume_json(&dir, &journal, &id);
+            if written.iter().all(|r| r["status"] == "finished") {
+                // The lead's answer is committed with its end: the tree is over, and resuming
+                // it is refused.
+                assert_eq!(fault, format!("after-write:{}", total - 1));
+                assert_eq!(out.status.code(), Some(9), "{fault}");
+                continue;
+            }
             assert_eq!(out.status.code(), code, "{fault}");
             let resumed = json_of(&out);
             assert_eq!(resumed["stop_reason"], base["stop_reason"], "{fault}");
@@ -308,7 +318,7 @@ fn after_a_kill_inside_a_child_the_tree_spends_what_was_left_never_more() {
             );
             assert_eq!(resumed["usage"], base["usage"], "{fault}");
             assert_eq!(
-                resumed["subagents"][0]["model_calls"], 4,
+                resumed["subagents"][0]["model_calls"], 3,
                 "{fault}: the worker went on within its grant"
             );
             let side = side_log(&dir);

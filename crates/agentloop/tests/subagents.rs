@@ -519,3 +519,75 @@ async fn a_subagents_ask_is_labelled_with_its_path_in_the_tree() {
     assert_eq!(asked.len(), 1);
     assert_eq!(asked[0].agent, "coordinator/worker");
 }
+
+/// A worker that never answers by itself: each turn it calls its tool again, until a limit
+/// stops it, so it spends all it is granted.
+fn greedy(counter: &Arc<AtomicUsize>) -> Agent {
+    let turn = Arc::new(AtomicUsize::new(0));
+    let model = FunctionModel::new(move |_req| {
+        let i = turn.fetch_add(1, Ordering::SeqCst);
+        Ok(calls(&[(
+            &format!("g{i}"),
+            "count",
+            &format!(r#"{{"n":{i}}}"#),
+        )]))
+    });
+    Agent::builder()
+        .name("greedy")
+        .model(model)
+        .tool(counting_tool("count", counter))
+        .build()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn subagents_leave_their_parent_a_turn_and_a_model_call_to_read_what_they_did() {
+    for (case, limits) in [
+        (
+            "max_turns",
+            Limits {
+                max_turns: Some(5),
+                ..Limits::default()
+            },
+        ),
+        (
+            "max_model_calls",
+            Limits {
+                max_model_calls: Some(5),
+                ..Limits::default()
+            },
+        ),
+    ] {
+        let counter = Arc::new(AtomicUsize::new(0));
+        let tool = greedy(&counter).as_tool("delegate", "Delegates.");
+        let out = coordinator(2, vec![tool], limits).run("go").await;
+        // Turn 1 asked both; of the 4 left, one is the parent's: the children share 3.
+        assert_eq!(
+            out.stop_reason,
+            StopReason::Finished,
+            "{case}: {:?}",
+            out.error
+        );
+        let spent: Vec<(u32, u32)> = out
+            .subagents
+            .iter()
+            .map(|s| (s.turns, s.model_calls))
+            .collect();
+        assert_eq!(
+            spent.iter().map(|s| s.0).sum::<u32>(),
+            3,
+            "{case}: {spent:?}"
+        );
+        assert_eq!(spent.iter().map(|s| s.1).sum::<u32>(), 3, "{case}");
+        assert!(
+            out.subagents.iter().all(|s| s.stop_reason == case),
+            "{case}"
+        );
+        let read = out.output.unwrap();
+        assert!(read.starts_with("read: "), "{case}: {read}");
+        assert_eq!(
+            out.model_calls, 5,
+            "{case}: the tree's whole budget, no more"
+        );
+    }
+}

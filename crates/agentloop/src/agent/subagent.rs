@@ -3,13 +3,15 @@
 //!
 //! A subagent's call draws its limits from what its parent has left when the call's batch
 //! starts: turns, model calls, tool calls, tokens, dollars and time, each capped further by the
-//! tool's own [`SubagentTool::cap`] and the subagent's own limits. The calls of one batch share
-//! that remainder and take from it atomically (a grant is held from the moment a subagent starts
-//! until it returns, then settled to what it spent), so subagents racing in parallel can never
-//! together spend more than their parent had: one that finds a resource exhausted does not start,
-//! and the model reads why. What a subagent spent is then charged to its parent's run (its
-//! machine counts it against every limit from there on, and so, up the tree, does every
-//! ancestor), and the parent's outcome carries the tree ([`crate::RunOutcome::subagents`]).
+//! tool's own [`SubagentTool::cap`] and the subagent's own limits. The parent keeps one turn and
+//! one model call back, to read what its subagents did (none for a hand-off, whose answer is the
+//! parent's). The calls of one batch share that remainder and take from it atomically (a grant
+//! is held from the moment a subagent starts until it returns, then settled to what it spent),
+//! so subagents racing in parallel can never together spend more than their parent had: one
+//! that finds a resource exhausted does not start, and the model reads why. What a subagent
+//! spent is then charged to its parent's run (its machine counts it against every limit from
+//! there on, and so, up the tree, does every ancestor), and the parent's outcome carries the
+//! tree ([`crate::RunOutcome::subagents`]).
 //!
 //! Depth is bounded by [`crate::Limits::max_depth`]; cancellation and the deadline reach every
 //! level (a subagent runs under its call's cancellation, with the time its parent has left). A

@@ -35,20 +35,30 @@ impl RunMachine {
     }
 
     /// The budget the subagent calls of the batch running now share: what is left of the run's,
-    /// split evenly among them as each starts (`waiting`: how many they are). The split's rule,
-    /// here so that every driver hands out the same; each child's journal records its grant.
+    /// less one turn and one model call held back for this run's next turn, split evenly among
+    /// them as each starts (`waiting`: how many they are). Children that used the last turn
+    /// would leave no model call to read their work, and the run would stop on its turn limit
+    /// with their answers unread: the rule that starts no tool whose result no model call would
+    /// read. A hand-off (always alone in its batch) keeps the whole: its answer is the run's.
+    /// Here so that every driver hands out the same; each child's journal records its grant.
     pub(crate) fn subagent_pool(&self) -> crate::budget::Pool {
         let calls: &[AdmittedCall] = match &self.phase {
             Phase::Run(p) => &p.batch.calls,
             _ => &[],
         };
-        let waiting = calls
-            .iter()
-            .filter(|c| self.tools.spec(c.index).is_some_and(|s| s.subagent))
-            .count();
+        let mut waiting = 0usize;
+        let mut hands_off = false;
+        for spec in calls.iter().filter_map(|c| self.tools.spec(c.index)) {
+            waiting += usize::from(spec.subagent);
+            hands_off |= spec.handoff;
+        }
+        let held = u32::from(!hands_off);
+        let left = self.remaining();
         crate::budget::Pool {
+            turns: left.turns.map(|n| n.saturating_sub(held)),
+            model_calls: left.model_calls.map(|n| n.saturating_sub(held)),
             waiting: u32::try_from(waiting).unwrap_or(u32::MAX),
-            ..self.remaining()
+            ..left
         }
     }
 
