@@ -80,6 +80,46 @@ pub fn redact_text(text: &str) -> String {
     redact_inline(&lines).unwrap_or(lines)
 }
 
+/// What the core's error for a refused, filtered or schema-failing answer says before it quotes
+/// the answer (`agentloop`'s `machine/admit.rs` writes them): what follows each is the model's
+/// words, or the answer's values that a schema violation names.
+const QUOTES_THE_ANSWER: &[&str] = &[
+    "the model refused to answer",
+    "the model was stopped by a content filter",
+    "the final answer does not match the output schema",
+];
+
+/// What stands in for the answer's words that [`error_text`] cut.
+pub const ANSWER_CUT: &str = "[the answer's words are recorded only with payloads]";
+
+/// A run's or a call's error text as a trace or a span keeps it. It is redacted always: it can
+/// quote what a tool read (a fatal tool's diagnostic, a subagent's error). Without `payloads`
+/// it is also cut where it starts quoting the model's answer (a refused or filtered answer's
+/// words, the values a schema violation names, at any depth of a subagent's error), which only
+/// payloads may record; the provider's finish reason in parentheses after the phrase stays.
+pub fn error_text(message: &str, payloads: bool) -> String {
+    if payloads {
+        return redact_text(message);
+    }
+    let cut = QUOTES_THE_ANSWER
+        .iter()
+        .filter_map(|p| message.find(p).map(|at| at + p.len()))
+        .min();
+    let Some(end) = cut else {
+        return redact_text(message);
+    };
+    let rest = message.get(end..).unwrap_or_default();
+    let reason = match rest.strip_prefix(" (") {
+        Some(r) => r.find(')').map_or(0, |i| i + 3),
+        None => 0,
+    };
+    let head = message.get(..end + reason).unwrap_or(message);
+    if head.len() == message.len() {
+        return redact_text(message);
+    }
+    redact_text(&format!("{head}: {ANSWER_CUT}"))
+}
+
 /// Text that is itself JSON, redacted as JSON (its strings as text); `None` for other text.
 fn redact_json_text(text: &str) -> Option<String> {
     let trimmed = text.trim_start();
@@ -260,6 +300,40 @@ mod url_tests {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn error_text_cuts_the_quoted_answer_without_payloads_and_redacts_always() {
+        let refused = "model error: the model refused to answer (refusal): I will not say sk-abcdefghijklmnopqrstuvwx";
+        let kept = error_text(refused, false);
+        assert_eq!(
+            kept,
+            format!("model error: the model refused to answer (refusal): {ANSWER_CUT}")
+        );
+        let with = error_text(refused, true);
+        assert!(with.contains("I will not say"), "{with}");
+        assert!(!with.contains("sk-abcdefghijklmnopqrstuvwx"), "{with}");
+        // Nested in a subagent's error, without a finish reason, and a schema's quoted values.
+        let nested = "tool ask (call c1) failed fatally: the subagent w stopped: model.content_filter: \
+                      model error: the model was stopped by a content filter: the filtered words";
+        assert!(!error_text(nested, false).contains("filtered words"));
+        let schema = "the final answer does not match the output schema: \"forty\" is not of type \"integer\"";
+        assert_eq!(
+            error_text(schema, false),
+            format!("the final answer does not match the output schema: {ANSWER_CUT}")
+        );
+        // Nothing quoted: only redacted, payloads or not.
+        let fatal = "tool t (call c) failed fatally: OPENAI_API_KEY=sk-abcdefghijklmnopqrstuvwx";
+        for payloads in [false, true] {
+            let shown = error_text(fatal, payloads);
+            assert!(
+                shown.starts_with("tool t (call c) failed fatally"),
+                "{shown}"
+            );
+            assert!(!shown.contains("sk-abcdefghijklmnopqrstuvwx"), "{shown}");
+        }
+        let bare = "model error: the model refused to answer (refusal)";
+        assert_eq!(error_text(bare, false), bare);
+    }
 
     #[test]
     fn credential_keys_are_redacted_at_any_depth() {

@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime};
 use agentloop::message::ToolContent;
 use agentloop::model::{FinishReason, Usage};
 use agentloop::{CallOutcome, CallStatus, Event, EventKind};
-use agentloop_observe::redact::{redact, redact_text};
+use agentloop_observe::redact::{error_text, redact, redact_text};
 use agentloop_observe::tracker::{
     ModelEnd, Opening, Parent, Render, RunEnd, RunHead, ToolEnd, Tracked, Tracker,
 };
@@ -215,7 +215,7 @@ impl Render for Otel {
             ModelEnd::Failed { code, message } => {
                 open.attributes
                     .push(KeyValue::new(attr::ERROR_TYPE, code.to_owned()));
-                Status::error(message.to_owned())
+                Status::error(error_text(message, self.payloads))
             }
             ModelEnd::Superseded => {
                 // The trace file's code for it too.
@@ -264,19 +264,21 @@ impl Render for Otel {
             .find(|kv| kv.key.as_str() == attr::TOOL_NAME)
             .map(|kv| kv.value.to_string())
             .unwrap_or_default();
-        let (name, status) = match end {
-            ToolEnd::Finished(outcome) => {
-                let status = self.tool_status(&mut open, outcome);
-                (format!("execute_tool {tool}"), status)
-            }
+        // However the call ended (a call its run left running too), the conventions' name.
+        let name = if tool.is_empty() {
+            "execute_tool".to_owned()
+        } else {
+            format!("execute_tool {tool}")
+        };
+        let status = match end {
+            ToolEnd::Finished(outcome) => self.tool_status(&mut open, outcome),
             ToolEnd::Rejected { code, reason, .. } => {
                 open.attributes
                     .push(KeyValue::new(attr::ERROR_TYPE, code.to_owned()));
-                let status = Status::error(first_line(reason));
-                (format!("execute_tool {tool}"), status)
+                Status::error(first_line(reason))
             }
             // A drained batch's calls end with their run.
-            ToolEnd::RunEnded(_) => ("execute_tool".to_owned(), Status::error("unfinished")),
+            ToolEnd::RunEnded(_) => Status::error("unfinished"),
         };
         let span = self.data(run, name.into(), SpanKind::Internal, open, status);
         self.out.push(span);
@@ -313,7 +315,9 @@ impl Render for Otel {
                     Some(e) => {
                         open.attributes
                             .push(KeyValue::new(attr::ERROR_TYPE, e.code.clone()));
-                        Status::error(first_line(&e.message))
+                        // A refused or filtered answer's error quotes the model's words: a
+                        // payload.
+                        Status::error(first_line(&error_text(&e.message, self.payloads)))
                     }
                     None => Status::Ok,
                 }
@@ -642,7 +646,7 @@ fn first_line(s: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
+    #![allow(clippy::unwrap_used, clippy::indexing_slicing, clippy::panic)]
     use std::sync::Arc;
 
     use agentloop::model::Usage;
@@ -818,6 +822,69 @@ mod tests {
         let trace = top.span_context.trace_id();
         assert_eq!(sub.span_context.trace_id(), trace);
         assert_eq!(call.span_context.trace_id(), trace);
+    }
+
+    #[test]
+    fn a_call_its_run_left_running_keeps_its_tool_in_the_span_name() {
+        let mut spans = Spans::new(false);
+        let events = [
+            run_started("r", None),
+            event_of(
+                "r",
+                1,
+                EventKind::ToolStarted {
+                    call_id: "a".into(),
+                    tool: "stubborn".into(),
+                    arguments: serde_json::json!({}),
+                },
+            ),
+            run_finished("r"),
+        ];
+        let ended: Vec<_> = events.iter().flat_map(|e| spans.on_event(e)).collect();
+        let names: Vec<&str> = ended.iter().map(|s| s.name.as_ref()).collect();
+        assert_eq!(names, ["execute_tool stubborn", "invoke_agent r"]);
+        assert_eq!(ended[0].status, Status::error("unfinished"));
+    }
+
+    #[test]
+    fn a_refused_answers_words_reach_the_agent_span_only_with_payloads() {
+        let words = "I will not help with that, sk-abcdefghijklmnopqrstuvwx";
+        for payloads in [false, true] {
+            let mut spans = Spans::new(payloads);
+            let refused = event_of(
+                "r",
+                1,
+                EventKind::RunFinished {
+                    stop_reason: StopReason::Refused,
+                    usage: Usage::default(),
+                    cost_usd: 0.0,
+                    turns: 1,
+                    error: Some(agentloop::event::ErrorSummary {
+                        code: "model.refused".into(),
+                        message: format!(
+                            "model error: the model refused to answer (refusal): {words}"
+                        ),
+                    }),
+                },
+            );
+            let ended: Vec<_> = [run_started("r", None), refused]
+                .iter()
+                .flat_map(|e| spans.on_event(e))
+                .collect();
+            let Status::Error { description } = &ended[0].status else {
+                panic!("{:?}", ended[0].status);
+            };
+            assert!(description.contains("refused to answer (refusal)"));
+            assert_eq!(
+                description.contains("I will not help"),
+                payloads,
+                "{description}"
+            );
+            assert!(
+                !description.contains("sk-abcdefghijklmnopqrstuvwx"),
+                "{description}"
+            );
+        }
     }
 
     #[test]

@@ -27,7 +27,7 @@ use crate::record::{
     CompactionSpan, ErrorInfo, ModelCallSpan, RunSpan, Span, Status, ToolCallSpan, ToolsChange,
     TraceRecord, TurnSpan,
 };
-use crate::redact::{redact, redact_text};
+use crate::redact::{error_text, redact, redact_text};
 use crate::trace::open_writer;
 
 /// What a trace records beyond the lifecycle of spans.
@@ -298,7 +298,7 @@ impl Render for Records {
             ModelEnd::Failed { code, message } => {
                 let error = ErrorInfo {
                     code: code.to_owned(),
-                    message: message.to_owned(),
+                    message: error_text(message, self.payloads),
                 };
                 run.data
                     .end_span(&mut call.span, now, None, Status::Error, Some(error));
@@ -354,7 +354,7 @@ impl Render for Records {
         let now = self.now;
         match end {
             ToolEnd::Finished(outcome) => {
-                let (status, error) = tool_status(outcome);
+                let (status, error) = tool_status(outcome, self.payloads);
                 // A recoverable error is the model's to handle; the turn itself went fine.
                 if status != Status::Error {
                     escalate_turn(run.turn_mut(), status);
@@ -369,7 +369,7 @@ impl Render for Records {
             // A call that never started: its status is the core's (`decision.invalid` is
             // `refused`, `not_run` `cancelled`), the same word `--json` and the transcript use.
             ToolEnd::Rejected { outcome, .. } => {
-                let (status, error) = tool_status(outcome);
+                let (status, error) = tool_status(outcome, self.payloads);
                 run.data
                     .end_span(&mut span.span, now, Some(Duration::ZERO), status, error);
             }
@@ -415,9 +415,11 @@ impl Render for Records {
                     StopReason::Cancelled => Status::Cancelled,
                     _ => Status::Error,
                 };
+                // A refused or filtered answer's error quotes the model's words, a fatal tool's
+                // what the tool read: the same rules as the tool spans' error text.
                 let error = error.map(|e| ErrorInfo {
                     code: e.code.clone(),
-                    message: e.message.clone(),
+                    message: error_text(&e.message, self.payloads),
                 });
                 (status, error)
             }
@@ -474,14 +476,15 @@ impl Render for Records {
                 hook,
                 stage,
                 message,
-            } => run
-                .data
-                .warnings
-                .push(format!("hook {hook} failed at {stage}: {message}")),
+            } => run.data.warnings.push(format!(
+                "hook {hook} failed at {stage}: {}",
+                error_text(message, payloads)
+            )),
             EventKind::AnswerRetried { reason } => {
-                run.data
-                    .warnings
-                    .push(format!("answer sent back: {reason}"));
+                run.data.warnings.push(format!(
+                    "answer sent back: {}",
+                    error_text(reason, payloads)
+                ));
             }
             kind @ EventKind::ToolsChanged { .. } => {
                 if let Some(t) = run.turn_mut() {
@@ -574,8 +577,8 @@ fn end(span: &mut Span, now: i64, duration_ms: f64, status: Status, error: Optio
 
 /// A tool call's status and error, from the core's typed outcome. The operator's diagnostic (a
 /// fatal error's or a panic's message) is what a trace keeps; error text can quote what a tool
-/// read (its stderr), so it is redacted like payloads.
-fn tool_status(outcome: &CallOutcome) -> (Status, Option<ErrorInfo>) {
+/// read (its stderr), or a subagent's answer, so it goes through [`error_text`].
+fn tool_status(outcome: &CallOutcome, payloads: bool) -> (Status, Option<ErrorInfo>) {
     let status = match outcome.status {
         CallStatus::Ok => return (Status::Ok, None),
         CallStatus::Skipped => Status::Skipped,
@@ -592,7 +595,7 @@ fn tool_status(outcome: &CallOutcome) -> (Status, Option<ErrorInfo>) {
     };
     let error = ErrorInfo {
         code: outcome.code.as_deref().unwrap_or("tool.error").to_owned(),
-        message: redact_text(&message),
+        message: error_text(&message, payloads),
     };
     (status, Some(error))
 }

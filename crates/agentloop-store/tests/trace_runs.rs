@@ -567,6 +567,69 @@ async fn a_failed_model_call_is_recorded_with_its_code() {
     );
 }
 
+/// A refused answer's error quotes the model's words, and a fatal tool's what the tool read:
+/// the run's error in the trace keeps the words only with payloads, and never a credential.
+#[tokio::test]
+async fn a_runs_error_text_keeps_the_answers_words_only_with_payloads_and_no_secret() {
+    let words = "I will not help with that";
+    let secret = "sk-abcdefghijklmnopqrstuvwx";
+    for payloads in [false, true] {
+        let dir = scratch(&format!("run-error-{payloads}"));
+        let mut refusal = ModelResponse::text(format!("{words}, {secret}"));
+        refusal.finish_reason = agentloop::model::FinishReason::Refusal;
+        refusal.raw_finish_reason = Some("refusal".into());
+        let path = dir.join("refused.ndjson");
+        let sink = Arc::new(TraceSink::open(&path, TraceOptions { payloads }).unwrap());
+        let outcome = run_traced(
+            &agent(ScriptedModel::new([refusal]), true),
+            &sink,
+            RunOptions::default(),
+        )
+        .await;
+        sink.finish().unwrap();
+        assert_eq!(outcome.stop_reason.as_str(), "refused");
+        let raw = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(raw.contains(words), payloads, "{raw}");
+        assert!(!raw.contains(secret), "{raw}");
+        let trace = read_trace(&path).unwrap();
+        let error = runs(&trace)[0].span.error.clone().unwrap();
+        assert_eq!(error.code, "model.refused");
+        assert!(
+            error.message.contains("refused to answer (refusal)"),
+            "{error:?}"
+        );
+        let shown = render_run(&trace.records, None).unwrap();
+        assert_eq!(shown.contains(words), payloads, "{shown}");
+
+        let fatal = Tool::dynamic(
+            "vault",
+            "Reads the vault.",
+            json!({"type": "object"}),
+            move |_args: Value, _ctx| async move {
+                Err::<ToolOutput, _>(ToolError::fatal(format!(
+                    "the vault answered OPENAI_API_KEY={secret}"
+                )))
+            },
+        );
+        let agent = Agent::builder()
+            .name("vaulted")
+            .model(ScriptedModel::new([ModelResponse::tool_calls([(
+                "v1", "vault", "{}",
+            )])]))
+            .tools(vec![fatal])
+            .build()
+            .unwrap();
+        let path = dir.join("fatal.ndjson");
+        let sink = Arc::new(TraceSink::open(&path, TraceOptions { payloads }).unwrap());
+        let outcome = run_traced(&agent, &sink, RunOptions::default()).await;
+        sink.finish().unwrap();
+        assert_eq!(outcome.error.as_ref().map(|e| e.code()), Some("tool.fatal"));
+        let raw = std::fs::read_to_string(&path).unwrap();
+        assert!(raw.contains("the vault answered"), "{raw}");
+        assert!(!raw.contains(secret), "{raw}");
+    }
+}
+
 #[tokio::test]
 async fn a_subagent_run_links_to_its_parent() {
     let path = scratch("subagent").join("trace.ndjson");
