@@ -7,7 +7,8 @@ use agentloop::EventSink;
 
 use crate::error::CliError;
 
-/// How long the end of a command waits for the last spans to reach the collector.
+/// How long the end of a command waits for the last spans to reach the collector, in all: what
+/// has not gone by then is reported unsent, not waited for.
 const FLUSH: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// The exporter of one command.
@@ -48,15 +49,37 @@ impl Otel {
         }
     }
 
-    /// Sends what waits and says on stderr what could not be sent.
+    /// Sends what waits (for [`FLUSH`] at most) and says on stderr what could not be sent. The
+    /// run's outcome is shown before: this wait holds only the exit. Ctrl-C ends the wait, and
+    /// the command, at once (exit 130).
     pub fn finish(self) {
         #[cfg(feature = "otel")]
         {
+            // The run's Ctrl-C handler is gone, and tokio's handler, once installed, keeps the
+            // default action away: without this one, Ctrl-C would do nothing here.
+            let quit = tokio::runtime::Handle::try_current().ok().map(|rt| {
+                rt.spawn(async {
+                    if tokio::signal::ctrl_c().await.is_ok() {
+                        err!("\nagentloop: not waiting for the OpenTelemetry export");
+                        std::process::exit(crate::error::code::CANCELLED);
+                    }
+                })
+            });
             let report = self.sink.shutdown(FLUSH);
+            if let Some(q) = quit {
+                q.abort();
+            }
             if report.dropped > 0 {
                 err!(
                     "agentloop: warning: OpenTelemetry: {} spans dropped (the export queue was full)",
                     report.dropped
+                );
+            }
+            if report.unsent > 0 {
+                err!(
+                    "agentloop: warning: OpenTelemetry: {} spans not exported: the collector did not answer within {} s",
+                    report.unsent,
+                    FLUSH.as_secs()
                 );
             }
             if report.failed > 0 {

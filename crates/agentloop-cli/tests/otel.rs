@@ -362,3 +362,45 @@ fn a_handoff_is_an_event_on_the_run_and_the_second_agent_nests_under_it() {
         "the event names the second agent's run: {billing:#}"
     );
 }
+
+/// A collector that accepts the connection and never answers (a hung proxy, a firewall that
+/// drops) holds each export for the exporter's timeout: the command still ends within its flush
+/// bound, its outcome printed, what was not exported said on stderr.
+#[test]
+fn a_collector_that_never_answers_holds_the_command_only_for_the_flush_bound() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    // Accepts, keeps every connection open, reads nothing and answers nothing.
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for conn in listener.incoming() {
+            held.push(conn);
+        }
+    });
+    let started = std::time::Instant::now();
+    let out = assert_cmd::Command::new(env!("CARGO_BIN_EXE_agentloop"))
+        .args(["run", QUICKSTART, "--input", QUESTION, "--json", "--otel"])
+        .current_dir(repo())
+        .env("OTEL_SERVICE_NAME", "agentloop-test")
+        .env(
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            format!("http://127.0.0.1:{port}"),
+        )
+        // Each export would wait a minute: the end of the command must not.
+        .env("OTEL_EXPORTER_OTLP_TIMEOUT", "60000")
+        .env_remove("OTEL_EXPORTER_OTLP_PROTOCOL")
+        .env_remove("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT")
+        .timeout(std::time::Duration::from_secs(90))
+        .output()
+        .unwrap();
+    let took = started.elapsed();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        took < std::time::Duration::from_secs(15),
+        "the command took {took:?}: {stderr}"
+    );
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let body: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(body["stop_reason"], "finished");
+    assert!(stderr.contains("spans not exported"), "{stderr}");
+}

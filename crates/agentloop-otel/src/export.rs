@@ -131,6 +131,9 @@ pub struct OtelReport {
     pub dropped: u64,
     /// Spans whose export failed (the collector was down or refused them).
     pub failed: u64,
+    /// Spans queued and neither exported nor failed yet: after [`OtelSink::shutdown`], those
+    /// still waiting or being exported when its time ran out (a collector that never answers).
+    pub unsent: u64,
     /// The last export error, if any.
     pub last_error: Option<String>,
 }
@@ -142,6 +145,8 @@ enum Msg {
 
 #[derive(Default)]
 struct Counters {
+    /// Spans that went into the queue.
+    queued: AtomicU64,
     exported: AtomicU64,
     dropped: AtomicU64,
     failed: AtomicU64,
@@ -154,6 +159,9 @@ pub struct OtelSink {
     tx: Mutex<Option<SyncSender<Msg>>>,
     counters: Arc<Counters>,
     worker: Mutex<Option<JoinHandle<()>>>,
+    /// Disconnected when the exporting thread ends: a wait on it can have a deadline, a join
+    /// cannot.
+    ended: Mutex<Option<Receiver<()>>>,
 }
 
 impl std::fmt::Debug for OtelSink {
@@ -183,9 +191,12 @@ impl OtelSink {
         let (ready_tx, ready_rx) = mpsc::channel();
         let worker_counters = Arc::clone(&counters);
         let (batch, interval) = (config.batch.max(1), config.interval);
+        let (ended_tx, ended) = mpsc::channel::<()>();
         let worker = std::thread::Builder::new()
             .name("agentloop-otel".into())
             .spawn(move || {
+                // Dropped when the thread ends, however it ends.
+                let _ended = ended_tx;
                 let runtime = match tokio::runtime::Builder::new_current_thread()
                     .enable_all()
                     .build()
@@ -237,27 +248,55 @@ impl OtelSink {
             tx: Mutex::new(Some(tx)),
             counters,
             worker: Mutex::new(Some(worker)),
+            ended: Mutex::new(Some(ended)),
         })
     }
 
-    /// Exports what waits, within `timeout`; true when it all went.
+    /// Exports what waits, within `timeout`; true when it all went. It never waits longer, a
+    /// full queue in front of a collector that does not answer included.
     pub fn flush(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
         let Some(tx) = self.sender() else {
             return true;
         };
         let (done_tx, done_rx) = mpsc::channel();
-        if tx.send(Msg::Flush(done_tx)).is_err() {
-            return false;
+        let mut flush = Msg::Flush(done_tx);
+        // A blocking send would wait on a full queue for as long as the exporter is stuck.
+        loop {
+            match tx.try_send(flush) {
+                Ok(()) => break,
+                Err(TrySendError::Disconnected(_)) => return false,
+                Err(TrySendError::Full(back)) => {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        return false;
+                    }
+                    flush = back;
+                    std::thread::sleep(left.min(Duration::from_millis(5)));
+                }
+            }
         }
-        done_rx.recv_timeout(timeout).is_ok()
+        done_rx
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            .is_ok()
     }
 
-    /// Exports what waits (within `timeout`), stops the exporting thread, and reports.
+    /// Exports what waits and stops the exporting thread, within `timeout` as a whole, and
+    /// reports. What is still queued or being exported when the time is up (a collector that
+    /// accepts and never answers holds each export for the exporter's own timeout) is not waited
+    /// for: it is counted in [`OtelReport::unsent`], and the thread is left to end on its own.
     pub fn shutdown(&self, timeout: Duration) -> OtelReport {
-        self.flush(timeout);
-        // Closing the queue ends the thread.
+        let deadline = Instant::now() + timeout;
+        // Closing the queue makes the thread export what it holds, then end.
         drop(self.tx.lock().unwrap_or_else(|p| p.into_inner()).take());
-        if let Some(worker) = self.worker.lock().unwrap_or_else(|p| p.into_inner()).take() {
+        let ended = self.ended.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let done = ended.is_none_or(|rx| {
+            let left = deadline.saturating_duration_since(Instant::now());
+            rx.recv_timeout(left) != Err(RecvTimeoutError::Timeout)
+        });
+        // A thread not done is detached (its handle dropped): the command ends without it.
+        let worker = self.worker.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let (true, Some(worker)) = (done, worker) {
             let _ = worker.join();
         }
         self.report()
@@ -266,10 +305,18 @@ impl OtelSink {
     /// What the exporter did so far.
     pub fn report(&self) -> OtelReport {
         let c = &self.counters;
+        let (exported, failed) = (
+            c.exported.load(Ordering::Relaxed),
+            c.failed.load(Ordering::Relaxed),
+        );
         OtelReport {
-            exported: c.exported.load(Ordering::Relaxed),
+            exported,
             dropped: c.dropped.load(Ordering::Relaxed),
-            failed: c.failed.load(Ordering::Relaxed),
+            failed,
+            unsent: c
+                .queued
+                .load(Ordering::Relaxed)
+                .saturating_sub(exported + failed),
             last_error: c
                 .last_error
                 .lock()
@@ -300,9 +347,12 @@ impl EventSink for OtelSink {
             return;
         };
         for span in finished {
+            // Counted before it goes: the thread may export it before `try_send` returns.
+            self.counters.queued.fetch_add(1, Ordering::Relaxed);
             match tx.try_send(Msg::Span(Box::new(span))) {
                 Ok(()) => {}
                 Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
+                    self.counters.queued.fetch_sub(1, Ordering::Relaxed);
                     self.counters.dropped.fetch_add(1, Ordering::Relaxed);
                 }
             }

@@ -16,7 +16,8 @@
 //! Exporting never blocks or slows the run: a finished span goes into a bounded queue (never
 //! waited on); a thread of its own batches the queue and exports it. A span that finds the queue
 //! full is dropped and counted, and [`OtelSink::shutdown`] reports what was exported, dropped and
-//! failed.
+//! failed. Shutting down takes at most the time it is given, whatever the collector does: what
+//! it had no time for is reported as unsent.
 //!
 //! Configuration follows the standard variables: `OTEL_EXPORTER_OTLP_ENDPOINT` (or
 //! `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`), `OTEL_EXPORTER_OTLP_HEADERS`,

@@ -42,6 +42,26 @@ fn event(kind: EventKind) -> Event {
     }
 }
 
+/// A run that starts, then `calls` rejected calls: each ends a span at once.
+fn emit_rejected_calls(sink: &OtelSink, calls: usize) {
+    sink.emit(&event(EventKind::RunStarted {
+        agent: "a".into(),
+        model: "m".into(),
+        parent_run_id: None,
+        parent_call_id: None,
+        input: "hi".into(),
+    }));
+    for i in 0..calls {
+        sink.emit(&event(EventKind::ToolRejected {
+            call_id: format!("c{i}"),
+            tool: "t".into(),
+            code: "tool.unknown".into(),
+            reason: "no such tool".into(),
+            outcome: agentloop::outcome::CallOutcome::rejected("tool.unknown", "no such tool"),
+        }));
+    }
+}
+
 #[test]
 fn a_stuck_exporter_never_blocks_the_run_and_drops_are_counted() {
     let (go, gate) = mpsc::channel();
@@ -57,23 +77,8 @@ fn a_stuck_exporter_never_blocks_the_run_and_drops_are_counted() {
         ..OtelConfig::default()
     };
     let sink = OtelSink::with_exporter(config, move || Ok(exporter)).unwrap();
-    sink.emit(&event(EventKind::RunStarted {
-        agent: "a".into(),
-        model: "m".into(),
-        parent_run_id: None,
-        parent_call_id: None,
-        input: "hi".into(),
-    }));
     const CALLS: usize = 100;
-    for i in 0..CALLS {
-        sink.emit(&event(EventKind::ToolRejected {
-            call_id: format!("c{i}"),
-            tool: "t".into(),
-            code: "tool.unknown".into(),
-            reason: "no such tool".into(),
-            outcome: agentloop::outcome::CallOutcome::rejected("tool.unknown", "no such tool"),
-        }));
-    }
+    emit_rejected_calls(&sink, CALLS);
     // Every emit above returned while the exporter was stuck.
     let before = sink.report();
     assert!(before.dropped >= (CALLS - 5) as u64, "{before:?}");
@@ -82,4 +87,30 @@ fn a_stuck_exporter_never_blocks_the_run_and_drops_are_counted() {
     assert_eq!(report.exported + report.dropped, CALLS as u64, "{report:?}");
     assert_eq!(got.lock().unwrap().len() as u64, report.exported);
     assert!(got.lock().unwrap().iter().all(|n| n == "execute_tool t"));
+}
+
+/// A collector that never answers holds each export for the exporter's own timeout (10 s by
+/// default); the end of a command must not wait for all of them.
+#[test]
+fn shutdown_keeps_to_its_time_while_an_export_hangs_and_counts_the_rest_unsent() {
+    // The go-ahead never comes: the first export hangs for as long as the test runs.
+    let (_go, gate) = mpsc::channel::<()>();
+    let exporter = Stuck {
+        gate: Mutex::new(Some(gate)),
+        got: Arc::new(Mutex::new(Vec::new())),
+    };
+    let config = OtelConfig {
+        batch: 1,
+        interval: Duration::from_millis(1),
+        ..OtelConfig::default()
+    };
+    let sink = OtelSink::with_exporter(config, move || Ok(exporter)).unwrap();
+    const CALLS: usize = 3;
+    emit_rejected_calls(&sink, CALLS);
+    let started = std::time::Instant::now();
+    let report = sink.shutdown(Duration::from_millis(300));
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(5), "shutdown took {took:?}");
+    assert_eq!(report.exported, 0, "{report:?}");
+    assert_eq!(report.unsent, CALLS as u64, "{report:?}");
 }
