@@ -479,6 +479,7 @@ async fn go_on(
         dry_run: false,
         journal: Some(&path),
         priced: assemble::has_pricing(file.model()),
+        unsaved: None,
     };
     print_outcome(&outcome, &shown, &progress);
     Ok(outcome_exit_code(&outcome))

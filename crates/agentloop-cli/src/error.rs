@@ -29,7 +29,8 @@ pub mod code {
     /// `--force`), or a run that cannot go on.
     pub const JOURNAL: i32 = 9;
     /// The session cannot be used: another process holds it, or its stored transcript is
-    /// damaged; or another live process drives the journaled run (`journal.busy`).
+    /// damaged, or it could not be saved after the run (whose outcome is still shown); or
+    /// another live process drives the journaled run (`journal.busy`).
     pub const SESSION: i32 = 10;
     /// Restate could not be reached or refused a request (`serve`, `submit`, `attach`,
     /// `approve --restate`).
@@ -59,7 +60,8 @@ Exit codes:
   9    the journal cannot be used (damaged, not a journal, unknown run, changed agent
        without --force, a run that is over or still waits for answers)
   10   the session cannot be used (another process holds it; a damaged transcript;
-       no such session), or another live process drives the journaled run (journal.busy)
+       no such session; not saved after the run, whose outcome is still shown), or
+       another live process drives the journaled run (journal.busy)
   11   Restate could not be reached or refused a request (serve, submit, attach)
   12   eval: the suite failed (fewer runs passed than --min-pass-rate; each failed
        check is named with its reason)

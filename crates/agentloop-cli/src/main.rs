@@ -60,6 +60,7 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
 
+use agentloop::session::SessionTurn;
 use agentloop::{CancellationToken, EventSink, Message, RunOptions};
 use clap::{CommandFactory, Parser};
 
@@ -261,22 +262,23 @@ async fn run(args: RunArgs) -> Result<i32, CliError> {
         origin: Some(durable::origin(&file.path)),
         ..RunOptions::default()
     };
-    let outcome = match args.session.open()? {
-        Some((store, name)) => agent.run_session(&store, &name, input, options).await,
-        None => Ok(agent
-            .run_with(Vec::new(), Some(Message::user(input)), options)
-            .await),
+    let ran = match args.session.open()? {
+        Some((store, name)) => agent.run_session_turn(&store, &name, input, options).await,
+        None => Ok(SessionTurn {
+            outcome: agent
+                .run_with(Vec::new(), Some(Message::user(input)), options)
+                .await,
+            unsaved: None,
+        }),
     };
     mcp.shutdown().await;
     signals.abort();
-    let outcome = outcome?;
+    // An error here means nothing ran (the session was busy, damaged or unreadable).
+    let SessionTurn { outcome, unsaved } = ran?;
     // A trace that could not be written is reported on stderr; the run's outcome still decides the
     // exit code, and stdout still holds only the outcome.
     if let Err(e) = finish_trace(trace.as_ref()) {
         err!("agentloop: warning: {e}");
-    }
-    if let Some(o) = otel {
-        o.finish();
     }
     let shown = Shown {
         json: args.json,
@@ -284,9 +286,18 @@ async fn run(args: RunArgs) -> Result<i32, CliError> {
         dry_run: args.dry_run,
         journal: args.journal.as_deref(),
         priced: assemble::has_pricing(file.model()),
+        unsaved: unsaved.as_ref(),
     };
+    // The outcome first: the spans' export may wait on a slow collector.
     print_outcome(&outcome, &shown, &progress);
-    Ok(outcome_exit_code(&outcome))
+    if let Some(o) = otel {
+        o.finish();
+    }
+    // The run happened, but the conversation lacks it: the session's code, not the run's.
+    Ok(match unsaved {
+        Some(e) => CliError::from(e).exit_code(),
+        None => outcome_exit_code(&outcome),
+    })
 }
 
 /// Says which tools of the started servers their runs leave out, their names taken by tools
@@ -373,17 +384,23 @@ async fn chat(args: ChatArgs) -> Result<i32, CliError> {
             sinks,
             ..RunOptions::default()
         };
+        let mut unsaved = None;
         let outcome = match &session {
             // A stored conversation is read again at each turn: another process may have added
             // to it since.
-            Some((store, name)) => match agent.run_session(store, name, input, options).await {
-                Ok(outcome) => outcome,
-                Err(e) => {
-                    err!("agentloop: {e}");
-                    last = CliError::from(e).exit_code();
-                    continue;
+            Some((store, name)) => {
+                match agent.run_session_turn(store, name, input, options).await {
+                    Ok(turn) => {
+                        unsaved = turn.unsaved;
+                        turn.outcome
+                    }
+                    Err(e) => {
+                        err!("agentloop: {e}");
+                        last = CliError::from(e).exit_code();
+                        continue;
+                    }
                 }
-            },
+            }
             None => {
                 agent
                     .run_with(
@@ -404,6 +421,12 @@ async fn chat(args: ChatArgs) -> Result<i32, CliError> {
             render::closing_line(&outcome, render::cost_unknown(&outcome, priced))
         );
         last = outcome_exit_code(&outcome);
+        // The answer is shown; the stored conversation lacks this turn, and the next one reads
+        // the store again.
+        if let Some(e) = unsaved {
+            err!("agentloop: {}", render::unsaved_session_message(&e));
+            last = CliError::from(e).exit_code();
+        }
         transcript = outcome.transcript;
     }
     mcp.shutdown().await;

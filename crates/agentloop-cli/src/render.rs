@@ -546,3 +546,25 @@ pub fn error_json(code: &str, message: &str, problems: Option<Value>) -> Value {
         "error": error,
     })
 }
+
+/// What is said of a run whose session could not be saved after it: the run happened (its tools
+/// ran, its spend is real), but the stored conversation does not have this turn.
+pub fn unsaved_session_message(e: &agentloop::session::SessionError) -> String {
+    format!(
+        "the run's session could not be saved, so the stored conversation does not have this turn: {e}"
+    )
+}
+
+/// The `--json` `error` of a run whose session could not be saved: the session's code, and the
+/// run's own error, when it had one, in the message.
+pub fn unsaved_session_json(outcome: &RunOutcome, e: &agentloop::session::SessionError) -> Value {
+    let mut message = unsaved_session_message(e);
+    if let Some(run) = &outcome.error {
+        message.push_str(&format!(
+            "; the run itself ended with {}: {}",
+            run.code(),
+            run.message()
+        ));
+    }
+    json!({"code": e.code(), "message": message})
+}

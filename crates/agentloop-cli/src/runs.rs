@@ -6,6 +6,7 @@ use std::io::{IsTerminal, Write};
 use std::path::Path;
 use std::sync::Arc;
 
+use agentloop::session::SessionError;
 use agentloop::{CancellationToken, EventSink, RunOutcome};
 use agentloop_store::TraceSink;
 
@@ -103,6 +104,8 @@ pub(crate) struct Shown<'a> {
     pub(crate) journal: Option<&'a Path>,
     /// The agent prices its answers ([`crate::assemble::has_pricing`]).
     pub(crate) priced: bool,
+    /// Why the run's session could not be saved after it, if it could not.
+    pub(crate) unsaved: Option<&'a SessionError>,
 }
 
 /// Approval asked of the person at the terminal, who also answers the model's questions:
@@ -216,6 +219,9 @@ pub(crate) fn print_outcome(outcome: &RunOutcome, args: &Shown<'_>, progress: &P
                 serde_json::to_value(&waiting).unwrap_or_default(),
             );
         }
+        if let (Some(e), Some(map)) = (args.unsaved, value.as_object_mut()) {
+            map.insert("error".into(), render::unsaved_session_json(outcome, e));
+        }
         out!("{value}");
         return;
     }
@@ -234,6 +240,9 @@ pub(crate) fn print_outcome(outcome: &RunOutcome, args: &Shown<'_>, progress: &P
             "{}",
             render::closing_line(outcome, render::cost_unknown(outcome, args.priced))
         );
+    }
+    if let Some(e) = args.unsaved {
+        err!("agentloop: {}", render::unsaved_session_message(e));
     }
 }
 

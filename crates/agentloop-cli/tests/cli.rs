@@ -457,18 +457,8 @@ async fn live_dry_run_prints_the_first_request_and_sends_nothing() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn scripted_dry_run_skips_every_tool() {
-    let dir = AgentDir::new(
-        r#"name = "s"
-[model]
-provider = "scripted"
-script = "script.json"
-[[tools]]
-name = "get_weather"
-command = ["python3", "tool.py"]
-"#,
-    );
-    dir.write(
-        "script.json",
+    let dir = scripted_weather(
+        "s",
         r#"[{"tool_calls": [{"id": "c1", "name": "get_weather", "arguments": {"city": "Oslo"}}, {"id": "c2", "name": "get_weather", "arguments": {"city": "Rome"}}]}, {"text": "done"}]"#,
     );
     let out = agentloop(args(&[
@@ -497,20 +487,10 @@ command = ["python3", "tool.py"]
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_lone_surrogate_in_a_calls_arguments_reaches_the_tool_as_the_replacement_character() {
-    let dir = AgentDir::new(
-        r#"name = "s"
-[model]
-provider = "scripted"
-script = "script.json"
-[[tools]]
-name = "get_weather"
-command = ["python3", "tool.py"]
-"#,
-    );
     // The arguments' own JSON text (what the model wrote) holds a high half with no low half
     // after it, beside a whole pair.
-    dir.write(
-        "script.json",
+    let dir = scripted_weather(
+        "s",
         r#"[{"tool_calls": [{"id": "c1", "name": "get_weather", "arguments": "{\"city\": \"Oslo\\ud83d\", \"icon\": \"\\ud83d\\ude00\"}"}]}, {"text": "done"}]"#,
     );
     let out = agentloop(args(&[
@@ -757,21 +737,10 @@ async fn help_documents_the_exit_codes() {
 }
 
 fn scripted_weather_agent() -> AgentDir {
-    let dir = AgentDir::new(
-        r#"name = "traced"
-[model]
-provider = "scripted"
-script = "script.json"
-[[tools]]
-name = "get_weather"
-command = ["python3", "tool.py"]
-"#,
-    );
-    dir.write(
-        "script.json",
+    scripted_weather(
+        "traced",
         r#"[{"tool_calls": [{"id": "c1", "name": "get_weather", "arguments": {"city": "Oslo-payload"}}], "usage": {"input_tokens": 10, "output_tokens": 5}}, {"text": "Answer-payload", "usage": {"input_tokens": 20, "output_tokens": 6}}]"#,
-    );
-    dir
+    )
 }
 
 async fn traced_run(dir: &AgentDir, trace: &str, payloads: bool) -> String {

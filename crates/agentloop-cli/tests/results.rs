@@ -68,29 +68,16 @@ sys.exit(1)
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_trace_records_the_status_the_core_gives_a_call_that_never_started() {
-    let dir = AgentDir::new(
-        r#"name = "ids"
-[model]
-provider = "scripted"
-script = "script.json"
-[[tools]]
-name = "get_weather"
-command = ["python3", "tool.py"]
-"#,
-    );
     // Two calls of one response share an id: the whole decision is refused
     // (`decision.invalid`), and no call starts.
-    dir.write(
-        "script.json",
-        &json!([
-            {"tool_calls": [
-                {"id": "same", "name": "get_weather", "arguments": {}},
-                {"id": "same", "name": "get_weather", "arguments": {}}
-            ]},
-            {"text": "done"}
-        ])
-        .to_string(),
-    );
+    let script = json!([
+        {"tool_calls": [
+            {"id": "same", "name": "get_weather", "arguments": {}},
+            {"id": "same", "name": "get_weather", "arguments": {}}
+        ]},
+        {"text": "done"}
+    ]);
+    let dir = scripted_weather("ids", &script.to_string());
     let trace = dir.path("t.ndjson");
     let out = agentloop(args(&[
         "run",

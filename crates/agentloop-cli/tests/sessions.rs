@@ -319,3 +319,57 @@ fn a_sessions_command_on_a_missing_or_empty_store_says_so_and_makes_nothing() {
     assert!(stderr(&out).contains("no session store at sessions.db"));
     assert_eq!(files(), before);
 }
+
+/// A run whose session cannot be written after it (a full disk, a store another program holds)
+/// still happened: its outcome is shown, with an error naming the failed save, and the exit code
+/// is the session's.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_whose_session_cannot_be_saved_still_shows_its_outcome() {
+    let script = serde_json::json!([
+        {"tool_calls": [{"id": "w", "name": "get_weather", "arguments": {"city": "Paris"}}]},
+        {"text": "18 degrees in Paris."}
+    ]);
+    let dir = scripted_weather("keeper", &script.to_string());
+    let first = run_in(&dir, "other", "Weather?");
+    assert_eq!(first.status.code(), Some(0), "{}", stderr(&first));
+    // From now on every write of a session fails, as on a full disk.
+    let store = rusqlite::Connection::open(dir.path("sessions.db")).unwrap();
+    store
+        .execute_batch(
+            "CREATE TRIGGER full BEFORE INSERT ON sessions \
+             BEGIN SELECT RAISE(ABORT, 'database or disk is full'); END;",
+        )
+        .unwrap();
+    drop(store);
+
+    let out = run_in(&dir, "trip", "Weather in Paris?");
+    assert_eq!(out.status.code(), Some(10), "{}", stderr(&out));
+    let v = stdout_json(&out);
+    assert_eq!(v["stop_reason"], "finished", "{v}");
+    assert_eq!(v["output"], "18 degrees in Paris.");
+    assert_eq!(v["turns"], 2);
+    assert_eq!(v["model_calls"], 2);
+    let calls = v["tool_calls"].as_array().unwrap();
+    assert_eq!(calls.len(), 1, "{v}");
+    assert_eq!(calls[0]["ok"], true, "{v}");
+    assert_eq!(dir.tool_inputs().len(), 2, "the tool ran in both runs");
+    assert_eq!(v["error"]["code"], "session.io");
+    let message = v["error"]["message"].as_str().unwrap();
+    assert!(message.contains("could not be saved"), "{message}");
+    assert!(message.contains("database or disk is full"), "{message}");
+
+    // Without --json: the answer on stdout, the failed save on stderr.
+    let text = Command::new(env!("CARGO_BIN_EXE_agentloop"))
+        .args(["run", dir.agent().to_str().unwrap(), "--input", "Again?"])
+        .args(["--session", "trip"])
+        .current_dir(dir.path("."))
+        .env_remove("AGENTLOOP_SESSIONS")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(text.status.code(), Some(10), "{}", stderr(&text));
+    assert_eq!(stdout(&text).trim(), "18 degrees in Paris.");
+    let said = stderr(&text);
+    assert!(said.contains("■ finished"), "{said}");
+    assert!(said.contains("database or disk is full"), "{said}");
+}

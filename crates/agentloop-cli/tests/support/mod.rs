@@ -189,6 +189,23 @@ impl AgentDir {
     }
 }
 
+/// A scripted agent named `name` whose one tool, `get_weather`, is the logging tool
+/// ([`LOGGING_TOOL`]), and whose model answers `script` (the text of its `script.json`).
+pub fn scripted_weather(name: &str, script: &str) -> AgentDir {
+    let dir = AgentDir::new(&format!(
+        r#"name = "{name}"
+[model]
+provider = "scripted"
+script = "script.json"
+[[tools]]
+name = "get_weather"
+command = ["python3", "tool.py"]
+"#
+    ));
+    dir.write("script.json", script);
+    dir
+}
+
 /// Runs `agentloop` with args, the test key set in `AGENTLOOP_TEST_KEY` and `OPENAI_API_KEY`,
 /// off the async runtime.
 pub async fn agentloop(args: Vec<String>) -> Output {

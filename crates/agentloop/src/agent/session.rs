@@ -243,18 +243,49 @@ fn now_ms() -> i64 {
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
+/// One turn of a stored conversation that ran ([`crate::Agent::run_session_turn`]): the run's
+/// outcome, and why the session could not be written afterwards, if it could not.
+#[derive(Debug, Clone)]
+pub struct SessionTurn {
+    /// The run's outcome, whether or not the session was written.
+    pub outcome: crate::RunOutcome,
+    /// Why the session was not written after the run. The run still happened (its tools ran,
+    /// its spend is real); only the stored conversation lacks this turn.
+    pub unsaved: Option<SessionError>,
+}
+
 impl crate::Agent {
     /// Runs one turn of a stored conversation: takes the session's lock, loads it (a new one
     /// when there is none; a damaged one is refused), runs `input` on its transcript, and writes
     /// the new transcript and what the run spent back. The lock is held for the whole turn, so
     /// two writers never interleave their turns.
+    ///
+    /// A session that cannot be written after the run is an error here, and the run's outcome
+    /// is lost with it: [`crate::Agent::run_session_turn`] keeps it.
     pub async fn run_session(
         &self,
         store: &dyn SessionStore,
         id: &str,
         input: impl Into<String>,
-        mut options: crate::RunOptions,
+        options: crate::RunOptions,
     ) -> Result<crate::RunOutcome, SessionError> {
+        let turn = self.run_session_turn(store, id, input, options).await?;
+        match turn.unsaved {
+            Some(e) => Err(e),
+            None => Ok(turn.outcome),
+        }
+    }
+
+    /// [`crate::Agent::run_session`], keeping the run's outcome when the session cannot be
+    /// written after it: an error is returned only when nothing ran (the session was busy,
+    /// damaged or unreadable), and a failed write is [`SessionTurn::unsaved`] beside the outcome.
+    pub async fn run_session_turn(
+        &self,
+        store: &dyn SessionStore,
+        id: &str,
+        input: impl Into<String>,
+        mut options: crate::RunOptions,
+    ) -> Result<SessionTurn, SessionError> {
         let _lock = store.lock(id)?;
         options.session.get_or_insert_with(|| id.to_owned());
         let mut session = store
@@ -266,8 +297,8 @@ impl crate::Agent {
             .run_with(transcript, Some(Message::user(input)), options)
             .await;
         session.record(self.config().name(), started_with, &outcome);
-        store.save(&session)?;
-        Ok(outcome)
+        let unsaved = store.save(&session).err();
+        Ok(SessionTurn { outcome, unsaved })
     }
 }
 
