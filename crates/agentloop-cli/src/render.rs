@@ -529,7 +529,8 @@ pub fn unknown_cost_warning(outcome: &RunOutcome) -> String {
     )
 }
 
-/// The `--json` object when the command failed before a run.
+/// The `--json` object when the command failed before a run: every field of a run's object
+/// ([`outcome_json`]), each empty (`null`, `0`, `[]`), so a reader finds the same keys.
 pub fn error_json(code: &str, message: &str, problems: Option<Value>) -> Value {
     let mut error = json!({"code": code, "message": message});
     if let (Some(p), Some(map)) = (problems, error.as_object_mut()) {
@@ -539,11 +540,26 @@ pub fn error_json(code: &str, message: &str, problems: Option<Value>) -> Value {
         "run_id": null,
         "stop_reason": null,
         "output": null,
+        "answered_by": null,
+        "structured_output": null,
         "turns": 0,
-        "usage": {"input_tokens": 0, "output_tokens": 0},
+        "model_calls": 0,
+        "usage": {
+            "input_tokens": 0,
+            "output_tokens": 0,
+            "cached_input_tokens": 0,
+            "reasoning_tokens": 0,
+        },
         "cost_usd": 0.0,
         "tool_calls": [],
+        "limit": null,
         "error": error,
+        "duration_ms": 0,
+        "dry_run": false,
+        "transcript": [],
+        "subagents": [],
+        "todos": null,
+        "compactions": [],
     })
 }
 

@@ -564,6 +564,42 @@ comand = ["echo"]
     );
 }
 
+/// A reader of `--json` finds the same keys whether the run happened or the command failed
+/// before it (then each is empty: `null`, `0`, `[]`).
+#[tokio::test(flavor = "multi_thread")]
+async fn the_json_of_a_failure_before_the_run_has_every_key_of_a_runs() {
+    let example = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/quickstart/agent.toml"
+    );
+    let ran = agentloop_env(
+        args(&["run", example, "--input", "Paris and Lisbon?", "--json"]),
+        vec![],
+    )
+    .await;
+    assert_eq!(ran.status.code(), Some(0), "stderr: {}", stderr(&ran));
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("no-such-agent.toml");
+    let failed = agentloop_env(
+        args(&["run", missing.to_str().unwrap(), "--input", "x", "--json"]),
+        vec![],
+    )
+    .await;
+    assert_eq!(failed.status.code(), Some(3), "stderr: {}", stderr(&failed));
+    let keys = |v: &Value| -> Vec<String> {
+        let mut k: Vec<String> = v.as_object().unwrap().keys().cloned().collect();
+        k.sort();
+        k
+    };
+    let (ran, failed) = (stdout_json(&ran), stdout_json(&failed));
+    assert_eq!(keys(&failed), keys(&ran));
+    assert_eq!(keys(&failed["usage"]), keys(&ran["usage"]));
+    assert_eq!(failed["model_calls"], 0);
+    assert_eq!(failed["limit"], Value::Null);
+    assert_eq!(failed["transcript"], json!([]));
+    assert_eq!(failed["usage"]["reasoning_tokens"], 0);
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn rule_problems_come_all_at_once() {
     let dir = AgentDir::new(
