@@ -465,6 +465,18 @@ command_prefix = { field = "command", prefix = "rm" }
     assert_eq!(ran, [json!({"command": "ls"})], "the rm never ran");
 }
 
+/// `[permissions]` under which the shell runs anything but `rm`, however it is spelled.
+const DENY_RM_ALLOW_THE_REST: &str = r#"[permissions]
+default = "allow"
+[[permissions.rules]]
+tool = "shell"
+permission = "deny"
+command_prefix = { field = "command", prefix = "rm" }
+[[permissions.rules]]
+tool = "shell"
+permission = "allow"
+"#;
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_deny_prefix_is_not_walked_around_by_quotes_paths_or_launchers() {
     let hidden = [
@@ -478,19 +490,7 @@ async fn a_deny_prefix_is_not_walked_around_by_quotes_paths_or_launchers() {
     ];
     let mut calls: Vec<Value> = hidden.iter().map(|c| json!({ "command": c })).collect();
     calls.push(json!({"command": "ls"}));
-    let dir = scripted_shell(
-        r#"[permissions]
-default = "allow"
-[[permissions.rules]]
-tool = "shell"
-permission = "deny"
-command_prefix = { field = "command", prefix = "rm" }
-[[permissions.rules]]
-tool = "shell"
-permission = "allow"
-"#,
-        &calls,
-    );
+    let dir = scripted_shell(DENY_RM_ALLOW_THE_REST, &calls);
     let (statuses, ran) = statuses(&dir).await;
     let mut want = vec!["denied"; hidden.len()];
     want.push("ok");
@@ -766,6 +766,38 @@ command_prefix = { field = "command", prefix = "echo" }
     let (statuses, _) = statuses(&dir).await;
     assert_eq!(statuses, ["ok"]);
     assert!(dir.path("work/listed").exists());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_backtick_substitution_in_the_program_s_place_is_denied_and_one_in_an_argument_runs() {
+    let dir = scripted_builtins(
+        DENY_RM_ALLOW_THE_REST,
+        &[
+            ("shell", json!({"command": "`echo rm` -f keep.txt"})),
+            ("shell", json!({"command": "r`printf m` -f keep.txt"})),
+            ("shell", json!({"command": "\"`echo rm`\" -f keep.txt"})),
+            (
+                "shell",
+                json!({"command": "echo '`' ; `echo rm` -f keep.txt"}),
+            ),
+            ("shell", json!({"command": "touch `echo made`"})),
+        ],
+    );
+    std::fs::write(dir.path("work/keep.txt"), "kept").unwrap();
+    let (_, v) = run_json(&dir, &[]).await;
+    assert_eq!(
+        call_statuses(&v),
+        ["denied", "denied", "denied", "denied", "ok"],
+        "{v}"
+    );
+    assert!(
+        dir.path("work/keep.txt").exists(),
+        "an rm behind backticks ran"
+    );
+    assert!(
+        dir.path("work/made").exists(),
+        "a substitution in an argument is not a program: it runs"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

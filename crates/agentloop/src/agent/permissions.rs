@@ -16,6 +16,7 @@
 //! [`PermissionStore::decide`] says the order. A recorded answer is for the call it was given
 //! for (its id, tool and arguments) and is used once ([`crate::gate::Approvals`]).
 
+use std::borrow::Cow;
 use std::path::{Component, Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -259,6 +260,11 @@ fn chain_runs_with_words(command: &str, prefix: &str) -> bool {
         // closed, as it does for a program the shell expands.
         return true;
     }
+    let Some(command) = backticks_as_dollar_parens(command) else {
+        // Which backtick opens a substitution and which closes it then hangs on reading the
+        // shell's quoting exactly; a reading one backtick off sees `` `echo rm` `` as text.
+        return true;
+    };
     let joined = command.replace("\\\r\n", "").replace("\\\n", "");
     let parts: Vec<&str> = joined.split(|c: char| CHAIN_SPLIT.contains(c)).collect();
     if parts.iter().any(|part| runs_with_words(part, prefix)) {
@@ -275,6 +281,32 @@ fn chain_runs_with_words(command: &str, prefix: &str) -> bool {
     }
     let words: Vec<String> = parts.iter().flat_map(|part| shell_words(part)).collect();
     (0..words.len()).any(|i| word_runs(&words, i, &wanted))
+}
+
+/// `command` with each backtick substitution spelled `$(…)`, so that it is read as that one is:
+/// split at its parentheses, with the `$` left beside the text before it (`` `echo rm` -rf . ``
+/// is `$(echo rm) -rf .`, whose program `$` may expand to anything). `None` when a backtick in
+/// it may be literal, where a backslash (`` \` ``), a single quote, a comment (`#`) or a
+/// here-document (`<<`) could put it: the backticks cannot then be paired by counting. Outside
+/// those, the shell opens and closes substitutions at alternate backticks, in double quotes too.
+fn backticks_as_dollar_parens(command: &str) -> Option<Cow<'_, str>> {
+    if !command.contains('`') {
+        return Some(Cow::Borrowed(command));
+    }
+    if command.contains(['\\', '\'', '#']) || command.contains("<<") {
+        return None;
+    }
+    let mut opens = true;
+    let mut spelled = String::with_capacity(command.len() + command.len() / 4);
+    for c in command.chars() {
+        if c == '`' {
+            spelled.push_str(if opens { "$(" } else { ")" });
+            opens = !opens;
+        } else {
+            spelled.push(c);
+        }
+    }
+    Some(Cow::Owned(spelled))
 }
 
 /// True when `command` holds an expansion that can run code in bash (the `sh` of some systems),
@@ -1645,6 +1677,63 @@ mod tests {
             .configure(rule("shell", None, Permission::Allow));
         decides(&deny, &hidden, Permission::Deny);
         decides(&deny, &["ls ${HOME}", "echo $x"], Permission::Allow);
+    }
+
+    #[test]
+    fn a_backtick_substitution_is_read_as_its_dollar_parens_twin_and_fails_closed() {
+        let mut deny = PermissionStore::new(Permission::Allow);
+        deny.configure(rule("shell", prefix("rm"), Permission::Deny))
+            .configure(rule("shell", prefix("git push"), Permission::Deny))
+            .configure(rule("shell", None, Permission::Allow));
+        let mut ask = PermissionStore::new(Permission::Allow);
+        ask.configure(rule("shell", prefix("rm"), Permission::Ask))
+            .configure(rule("shell", None, Permission::Allow));
+        // The program (or part of it) is what a substitution prints.
+        let in_command_position = [
+            "`echo rm` -rf ~",
+            "r`printf m` -rf .",
+            "`echo git` push --force",
+            "\"`echo rm`\" -rf .",
+            "ls; `echo rm` -rf .",
+            "sudo `echo rm` -rf .",
+            "ls && \"r`printf m`\" -rf .",
+        ];
+        decides(&deny, &in_command_position, Permission::Deny);
+        decides(&ask, &in_command_position, Permission::Ask);
+        // Where a backtick may be literal, counting cannot pair them: each of these runs
+        // `rm -rf .` in bash, behind a backtick that a count would have paired with the next.
+        let unpairable = [
+            "echo \\` ; `echo rm` -rf .",
+            "echo \"\\`\" ; `echo rm` -rf .",
+            "echo '`' ; `echo rm` -rf .",
+            "echo $'\\'' `echo rm` -rf .",
+            "echo #`\n`echo rm` -rf .",
+            "cat <<E\n`\nE\n`echo rm` -rf .",
+            "echo `echo \\`echo rm\\`` -rf .",
+        ];
+        decides(&deny, &unpairable, Permission::Deny);
+        decides(&ask, &unpairable, Permission::Ask);
+        // A plain substitution reads as its `$(…)` twin does: an argument made by a program the
+        // rules do not name runs, a named one inside is found.
+        for (ticks, parens, want) in [
+            ("echo `date`", "echo $(date)", Permission::Allow),
+            ("touch `echo made`", "touch $(echo made)", Permission::Allow),
+            ("echo \"`ls`\" x", "echo \"$(ls)\" x", Permission::Allow),
+            ("echo `rm x`", "echo $(rm x)", Permission::Deny),
+            (
+                "echo \"`git push`\"",
+                "echo \"$(git push)\"",
+                Permission::Deny,
+            ),
+            ("`echo rm` -rf .", "$(echo rm) -rf .", Permission::Deny),
+        ] {
+            assert_eq!(deny.decide("shell", &command(parens)), want, "{parens}");
+            assert_eq!(deny.decide("shell", &command(ticks)), want, "{ticks}");
+        }
+        // An allow prefix still never admits a command with a backtick.
+        let mut allow = PermissionStore::new(Permission::Ask);
+        allow.configure(rule("shell", prefix("echo"), Permission::Allow));
+        decides(&allow, &["echo `date`"], Permission::Ask);
     }
 
     #[test]
