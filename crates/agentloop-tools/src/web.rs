@@ -12,10 +12,15 @@
 //! [`MAX_REDIRECTS`]. Proxies from the environment are not used: they would connect for us.
 //! An explicit allow list ([`WebFetchTool::allow`]) opens hosts or networks, for tests and
 //! intranets.
+//!
+//! A page is turned into text off the async runtime, within the fetch's time (`web/text.rs`): a
+//! hostile page cannot hold a runtime worker, nor outlast the timeout or a cancellation.
+
+mod text;
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use agentloop::{Tool, ToolContext, ToolError, ToolOutput};
 use ipnet::IpNet;
@@ -32,6 +37,7 @@ pub const DEFAULT_FETCH_MAX_BYTES: usize = 1024 * 1024;
 pub const DEFAULT_FETCH_MAX_TEXT: usize = 64 * 1024;
 /// The default time one fetch may take, redirects included (30 s).
 pub const DEFAULT_FETCH_TIMEOUT: Duration = Duration::from_secs(30);
+pub use text::MAX_HTML_DEPTH;
 
 /// Why a web fetch tool could not be built.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -353,6 +359,9 @@ impl WebFetchTool {
     }
 
     async fn fetch(&self, raw: &str) -> Result<ToolOutput, ToolError> {
+        // The handler's timeout ends this future; the thread that makes the page's text is
+        // told the same deadline, as it outlives the future only until its next read.
+        let deadline = Instant::now() + self.timeout;
         let mut url = Url::parse(raw).map_err(|e| {
             ToolError::new("invalid_url", format!("{raw:?} is not a URL: {e}")).permanent()
         })?;
@@ -397,15 +406,18 @@ impl WebFetchTool {
             .unwrap_or("")
             .to_ascii_lowercase();
         let (body, cut) = self.read_body(response).await?;
-        let text = to_text(&content_type, &body).ok_or_else(|| {
-            ToolError::new(
-                "not_text",
-                format!("{url} answered {content_type:?}, which is not text"),
-            )
-            .permanent()
-        })?;
-        let mut text = text.trim().to_owned();
-        let mut notes = Vec::new();
+        let bytes = body.len();
+        let page = text::page_text(&content_type, body, deadline)
+            .await?
+            .ok_or_else(|| {
+                ToolError::new(
+                    "not_text",
+                    format!("{url} answered {content_type:?}, which is not text"),
+                )
+                .permanent()
+            })?;
+        let mut text = page.text.trim().to_owned();
+        let mut notes: Vec<String> = page.note.into_iter().collect();
         if cut {
             notes.push(format!("[the body was cut at {} bytes]", self.max_bytes));
         }
@@ -433,7 +445,7 @@ impl WebFetchTool {
             "url": url.as_str(),
             "status": status.as_u16(),
             "redirects": hops,
-            "bytes": body.len(),
+            "bytes": bytes,
             "cut": cut,
         })))
     }
@@ -461,35 +473,6 @@ impl WebFetchTool {
         }
         Ok((body, false))
     }
-}
-
-/// Readable text of a body by its content type; `None` for what is not text.
-fn to_text(content_type: &str, body: &[u8]) -> Option<String> {
-    let mime = content_type.split(';').next().unwrap_or("").trim();
-    let is_html = mime == "text/html" || mime == "application/xhtml+xml";
-    let sniffed_html = mime.is_empty() && {
-        let start = String::from_utf8_lossy(body.get(..body.len().min(512)).unwrap_or_default())
-            .to_ascii_lowercase();
-        start.contains("<html") || start.contains("<!doctype html")
-    };
-    if is_html || sniffed_html {
-        return html2text::from_read(body, 100).ok();
-    }
-    let texty = mime.is_empty()
-        || mime.starts_with("text/")
-        || mime.ends_with("+json")
-        || mime.ends_with("+xml")
-        || matches!(
-            mime,
-            "application/json"
-                | "application/xml"
-                | "application/javascript"
-                | "application/x-yaml"
-        );
-    if !texty || body.contains(&0) {
-        return None;
-    }
-    Some(String::from_utf8_lossy(body).into_owned())
 }
 
 #[cfg(test)]
@@ -806,5 +789,54 @@ mod tests {
         assert_eq!(code(&e), "http_status");
         assert!(e.to_string().contains("status: 404"), "{e}");
         assert!(e.to_string().contains("no such page"), "{e}");
+    }
+
+    /// One worker only: were a page's conversion run on it, nothing else would run meanwhile.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_deeply_nested_page_ends_with_text_and_the_runtime_goes_on_meanwhile() {
+        let server = MockServer::start().await;
+        let nested = format!("<html><body><h1>Deep</h1>{}bottom", "<div>".repeat(200_000));
+        assert!(nested.len() > 1_000_000);
+        Mock::given(method("GET"))
+            .and(path("/nested"))
+            .respond_with(ResponseTemplate::new(200).set_body_raw(nested, "text/html"))
+            .mount(&server)
+            .await;
+        let tool = WebFetchTool::new()
+            .allow("127.0.0.1")
+            .unwrap()
+            .max_bytes(2 * 1024 * 1024)
+            .timeout(Duration::from_secs(120))
+            .into_tool("web_fetch");
+        let ticks = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let ticker = tokio::spawn({
+            let ticks = ticks.clone();
+            async move {
+                loop {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                    ticks.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+            }
+        });
+        let url = format!("{}/nested", server.uri());
+        let started = Instant::now();
+        // Two at once, as a model's batch would: each on a thread of its own.
+        let (a, b) = tokio::join!(fetch(&tool, &url), fetch(&tool, &url));
+        let took = started.elapsed();
+        ticker.abort();
+        assert!(took < Duration::from_secs(20), "took {took:?}");
+        for result in [a, b] {
+            let (text, details) = result.unwrap();
+            assert!(text.contains("Deep\nbottom"), "{text}");
+            assert!(
+                text.contains("[the page nests its elements deeper than 512"),
+                "{text}"
+            );
+            assert_eq!(details.unwrap()["cut"], false);
+        }
+        // The runtime's one worker ran the ticker all along, conversions included.
+        let ticks = ticks.load(std::sync::atomic::Ordering::Relaxed);
+        let ticked = Duration::from_millis(5) * u32::try_from(ticks).unwrap();
+        assert!(ticked * 10 >= took, "{ticks} ticks in {took:?}");
     }
 }
