@@ -240,6 +240,11 @@ pub(crate) struct ChildHook {
     view: Option<mounts::ReadOnlyView>,
     /// The Landlock ruleset to restrict the child with.
     landlock: Option<OwnedFd>,
+    /// A ruleset of Landlock's signal scope alone (ABI 6), which the program's process takes
+    /// after the supervisor's split: a domain nested in the supervisor's, from which no signal
+    /// reaches the supervisor. `SIGSTOP`, which it cannot block, would otherwise freeze it, and
+    /// a frozen supervisor kills nothing when agentloop dies.
+    signal_scope: Option<OwnedFd>,
     /// The seccomp program to install (compiled once per network setting).
     seccomp: Option<Arc<BpfProgram>>,
     /// When the child's whole tree dies with the agentloop process ([`supervisor`]): that
@@ -257,6 +262,7 @@ impl ChildHook {
             no_new_privs: false,
             view: None,
             landlock: None,
+            signal_scope: None,
             seccomp: None,
             parent: None,
             drop_caps: cap_mask(&DROPPED_CAPS),
@@ -277,6 +283,11 @@ impl ChildHook {
         } else {
             None
         };
+        let signal_scope = if s.landlock_abi >= 6 {
+            Some(signal_scope()?)
+        } else {
+            None
+        };
         // Where Landlock cannot tell the system's sockets from the tool's own, none is reached.
         let refuse_unix = !policy.unix_sockets && s.landlock_abi < UNIX_SOCKET_ABI;
         let seccomp = if s.seccomp {
@@ -293,6 +304,7 @@ impl ChildHook {
             no_new_privs: true,
             view,
             landlock,
+            signal_scope,
             seccomp,
             parent: None,
             drop_caps: cap_mask_up_to(last_cap()) & !cap_mask(&KEPT_CAPS),
@@ -336,14 +348,7 @@ impl ChildHook {
             }
         }
         if let Some(fd) = &self.landlock {
-            // SAFETY: landlock_restrict_self takes a ruleset fd that this hook owns (open until
-            // the command is dropped) and flags 0; it touches no memory of ours.
-            #[allow(unsafe_code)]
-            let rc =
-                unsafe { libc::syscall(libc::SYS_landlock_restrict_self, fd.as_raw_fd(), 0u32) };
-            if rc != 0 {
-                return Err(io::Error::last_os_error());
-            }
+            restrict_self(fd)?;
         }
         if let Some(program) = &self.seccomp {
             // Last, once nothing it denies is needed any more. `apply_filter` makes two system
@@ -358,12 +363,28 @@ impl ChildHook {
         }
         // The seccomp filter refuses nothing the supervisor needs (`clone`, `prctl`, `wait4`,
         // `kill`, `pidfd_open`, `pidfd_send_signal`, `rt_sigtimedwait`, reading `/proc`), and
-        // Landlock lets it signal its own domain, which the program's tree shares or nests in.
+        // Landlock lets it signal its own domain and the program's, nested in it.
         if let Some(supervised) = supervised {
             supervised.split()?;
+            // In the program's process from here: its tree signals only inside its own domain.
+            if let Some(fd) = &self.signal_scope {
+                restrict_self(fd)?;
+            }
         }
         Ok(())
     }
+}
+
+/// Restricts this process with a Landlock ruleset (a new domain, nested in any it is in).
+fn restrict_self(ruleset: &OwnedFd) -> io::Result<()> {
+    // SAFETY: landlock_restrict_self takes a ruleset fd that the hook owns (open until the
+    // command is dropped) and flags 0; it touches no memory of ours.
+    #[allow(unsafe_code)]
+    let rc = unsafe { libc::syscall(libc::SYS_landlock_restrict_self, ruleset.as_raw_fd(), 0u32) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 impl ChildHook {
@@ -546,6 +567,18 @@ fn ruleset(
             .add_rule(PathBeneath::new(fd, under_roots))
             .map_err(landlock)?;
     }
+    let fd: Option<OwnedFd> = created.into();
+    fd.ok_or_else(|| setup("Landlock", "the kernel gave no ruleset"))
+}
+
+/// The ruleset behind [`ChildHook`]'s `signal_scope`: Landlock's signal scope, and no right.
+fn signal_scope() -> Result<OwnedFd, SandboxError> {
+    let landlock = |e: landlock::RulesetError| setup("Landlock", e);
+    let created = Ruleset::default()
+        .scope(Scope::Signal)
+        .map_err(landlock)?
+        .create()
+        .map_err(landlock)?;
     let fd: Option<OwnedFd> = created.into();
     fd.ok_or_else(|| setup("Landlock", "the kernel gave no ruleset"))
 }

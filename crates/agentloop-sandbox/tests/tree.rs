@@ -146,6 +146,29 @@ fn the_supervisor_keeps_the_parent_s_memory_from_the_program() {
 }
 
 #[test]
+fn the_program_cannot_stop_its_supervisor_where_signals_are_scoped() {
+    let dir = tempfile::tempdir().unwrap();
+    // A stopped supervisor is resumed at once, so that no run of this test hangs on one.
+    let probe = "if kill -STOP $PPID 2>/dev/null; then kill -CONT $PPID; echo stopped; \
+                 else echo refused; fi; \
+                 sleep 5 & kill $! && echo child-signalled";
+    // The control: unconfined, the program stops its supervisor.
+    let said = text(&command(SandboxMode::Off, dir.path(), "sh", &["-c", probe]));
+    assert_eq!(said, "stopped\nchild-signalled\n");
+    if !Support::missing(SandboxPolicy::new(SandboxMode::WorkspaceWrite)).is_empty() {
+        eprintln!("workspace-write cannot be enforced here: only the control ran");
+        return;
+    }
+    let said = text(&command(
+        SandboxMode::WorkspaceWrite,
+        dir.path(),
+        "sh",
+        &["-c", probe],
+    ));
+    assert_eq!(said, "refused\nchild-signalled\n");
+}
+
+#[test]
 fn a_call_outlives_the_thread_that_started_it() {
     let dir = tempfile::tempdir().unwrap();
     for mode in modes() {

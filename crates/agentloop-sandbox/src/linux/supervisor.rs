@@ -40,6 +40,10 @@
 //! only, no allocation, no lock.
 //!
 //! What remains:
+//! - Under `off`, and before Landlock ABI 6, the program can `SIGSTOP` the supervisor, which no
+//!   mask blocks; a stopped supervisor kills nothing when agentloop dies. Confined with ABI 6,
+//!   the program's half takes a Landlock domain of its own after the split (the signal scope
+//!   alone), from which no signal reaches the supervisor.
 //! - A process that leaves the group: under `off` (and `best-effort` without seccomp) a `setsid`
 //!   child is out of it, and is killed when agentloop dies as an orphan that came to the
 //!   supervisor, which it is once its parent is killed (in the group, or such an orphan itself):
