@@ -4,7 +4,7 @@
 //! join its agent once the servers are started, and the `a2a` tools' cards are read then too
 //! ([`StartedMcp`]).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -438,10 +438,12 @@ pub enum Approval {
     Nobody(&'static str),
 }
 
-/// Creates the permission store of each file of the tree that names one, when it is missing and
-/// lies where one of that file's processes may write ([`AgentFile::process_roots`]): a process
-/// sees the store read-only only if it exists when the process starts; missing, the model could
-/// have it created with an allow-all rule for the next run.
+/// Creates the permission store of each file of the tree that names one, with its lock and any
+/// folder missing on its way, when it lies where a process of the tree may write (the
+/// [`AgentFile::process_roots`] of every file of it: a subagent's command tool writes its
+/// parent's folder as well as its own): a process sees the store read-only only if it exists
+/// when the process starts; missing, the model could have it created (its folder first) with an
+/// allow-all rule for the next run, or a FIFO or link put where its lock goes.
 pub fn create_exposed_stores(file: &AgentFile) -> Result<(), CliError> {
     let mut files = vec![file];
     let mut at = 0;
@@ -450,15 +452,16 @@ pub fn create_exposed_stores(file: &AgentFile) -> Result<(), CliError> {
         files.extend(f.handoff_files.iter().map(|(_, target)| target));
         at += 1;
     }
-    for f in files {
+    let roots: Vec<PathBuf> = files.iter().flat_map(|f| f.process_roots()).collect();
+    for f in &files {
         let Some(store) = f.permissions().and_then(|p| p.store.as_ref()) else {
             continue;
         };
         let store = f.resolve(store.get_ref());
-        let Some(folder) = store.parent().and_then(|d| std::fs::canonicalize(d).ok()) else {
+        let Some(place) = canonical_place(&store) else {
             continue;
         };
-        if store.exists() || !f.process_roots().iter().any(|r| folder.starts_with(r)) {
+        if !roots.iter().any(|r| place.starts_with(r)) {
             continue;
         }
         crate::permission_file::create_empty(&store).map_err(|e| CliError::Setup {
@@ -469,6 +472,22 @@ pub fn create_exposed_stores(file: &AgentFile) -> Result<(), CliError> {
         })?;
     }
     Ok(())
+}
+
+/// Where `path` is or would be made: its nearest existing folder canonical (links followed, as
+/// a process writing there would follow them), the missing rest added as written. None when
+/// the rest climbs (`..`) or nothing of it exists.
+fn canonical_place(path: &Path) -> Option<PathBuf> {
+    let absolute = std::path::absolute(path).ok()?;
+    let parts: Vec<std::path::Component<'_>> = absolute.components().collect();
+    (0..=parts.len()).rev().find_map(|kept| {
+        let (head, rest) = parts.split_at(kept);
+        let found = std::fs::canonicalize(head.iter().collect::<PathBuf>()).ok()?;
+        let climbs = rest
+            .iter()
+            .any(|c| !matches!(c, std::path::Component::Normal(_)));
+        (!climbs).then(|| found.join(rest.iter().collect::<PathBuf>()))
+    })
 }
 
 /// True when the file's calls go through a permission gate: it has a `[permissions]` table, or

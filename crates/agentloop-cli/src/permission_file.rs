@@ -56,21 +56,58 @@ fn read(path: &Path) -> Result<Vec<PermissionRule>, PermissionStoreError> {
     }
 }
 
-/// Creates the store at `path` holding no rule (what a missing store means) when it does not
-/// exist yet and its folder does: a process that may write that folder could otherwise create
-/// it with rules of its own, while an existing file can be kept read-only for it.
+/// Creates the store at `path` holding no rule (what a missing store means), its folders and
+/// its lock, each unless it exists: a process that may write where they go could otherwise
+/// create the store with rules of its own, or put a FIFO or a link where the lock goes, while
+/// an existing file can be kept read-only for it.
 pub fn create_empty(path: &Path) -> std::io::Result<()> {
-    let made = File::options().write(true).create_new(true).open(path);
-    match made {
-        Ok(mut f) => {
-            let text = serde_json::to_string_pretty(&SavedRules::default())
-                .map_err(std::io::Error::other)?;
-            f.write_all(text.as_bytes())?;
-            f.sync_all()
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)?;
+    }
+    if let Some(mut f) = create_new(path)? {
+        let text =
+            serde_json::to_string_pretty(&SavedRules::default()).map_err(std::io::Error::other)?;
+        f.write_all(text.as_bytes())?;
+        f.sync_all()?;
+    }
+    create_new(&lock_path(path)).map(drop)
+}
+
+/// A new empty file at `path`, or none when something is there already (a link is never
+/// followed: `create_new` refuses any).
+fn create_new(path: &Path) -> std::io::Result<Option<File>> {
+    match File::options().write(true).create_new(true).open(path) {
+        Ok(f) => Ok(Some(f)),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(None),
         Err(e) => Err(e),
     }
+}
+
+/// The store's lock file: `<store>.lock`.
+fn lock_path(store: &Path) -> PathBuf {
+    let mut name = store.as_os_str().to_owned();
+    name.push(".lock");
+    PathBuf::from(name)
+}
+
+/// Opens the lock file, creating it when missing. A link is refused, not followed (agentloop
+/// would otherwise create or lock a file wherever it leads), and so is anything but a plain file:
+/// a FIFO would block the open, and with it the answer and the run, for ever.
+fn open_lock(path: &Path) -> std::io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let lock = File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)?;
+    if !lock.metadata()?.file_type().is_file() {
+        return Err(std::io::Error::other(format!(
+            "the lock {} is not a plain file",
+            agentloop::printable::path(path)
+        )));
+    }
+    Ok(lock)
 }
 
 fn error(path: &Path, message: impl Into<String>) -> PermissionStoreError {
@@ -102,14 +139,7 @@ impl SaveRules for RulesFile {
             None => PathBuf::from("."),
         };
         std::fs::create_dir_all(&dir).map_err(io)?;
-        let mut lock_name = path.as_os_str().to_owned();
-        lock_name.push(".lock");
-        let lock = File::options()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(PathBuf::from(lock_name))
-            .map_err(io)?;
+        let lock = open_lock(&lock_path(path)).map_err(io)?;
         // Held until `lock` is dropped at the end of this function (closing the file releases it).
         fs4::fs_std::FileExt::lock_exclusive(&lock).map_err(io)?;
         let merged = merge(read(path)?, rules);
@@ -179,6 +209,39 @@ mod tests {
         let err = store.remember("a", Permission::Allow).unwrap_err();
         assert!(err.message.contains("key must be a string"), "{err}");
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "{ not json");
+    }
+
+    /// A FIFO or a link put where the lock goes (by a process that could write the store's
+    /// folder before the lock existed) makes the save fail at once: it neither blocks on the
+    /// FIFO for ever (holding the run) nor creates a file where the link leads.
+    #[test]
+    fn a_lock_that_is_a_fifo_or_a_link_fails_the_save_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("permissions.json");
+        let lock = dir.path().join("permissions.json.lock");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&lock)
+            .status()
+            .unwrap();
+        assert!(made.success());
+        let (tx, rx) = std::sync::mpsc::channel();
+        let saving = path.clone();
+        std::thread::spawn(move || {
+            let mut store = open(&saving, Permission::Ask).unwrap();
+            let _ = tx.send(store.remember("a", Permission::Allow));
+        });
+        let saved = rx
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("the save blocked on a FIFO");
+        // Refused at the open (no reader: ENXIO) or after it (a reader: not a plain file).
+        assert!(saved.is_err(), "{saved:?}");
+        std::fs::remove_file(&lock).unwrap();
+        let elsewhere = dir.path().join("elsewhere");
+        std::os::unix::fs::symlink(&elsewhere, &lock).unwrap();
+        let mut store = open(&path, Permission::Ask).unwrap();
+        assert!(store.remember("a", Permission::Allow).is_err());
+        assert!(!elsewhere.exists(), "created where the link leads");
+        assert!(!path.exists(), "nothing saved without the lock");
     }
 
     /// Many writers at once, each its own store on the same file (as separate processes would

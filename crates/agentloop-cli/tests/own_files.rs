@@ -266,3 +266,138 @@ allow = ["shell"]
         "mine\n"
     );
 }
+
+/// A command tool's program that makes the folders of `path` and writes `content` there, or
+/// makes a FIFO there when `fifo` is set: what a process would do to a store it may reach.
+const PLANT: &str = "import json, os, sys\na = json.load(sys.stdin)\n\
+                     d = os.path.dirname(a['path'])\nd and os.makedirs(d, exist_ok=True)\n\
+                     os.mkfifo(a['path']) if a.get('fifo') else open(a['path'], 'w').write(a['content'])\n\
+                     print('planted', a['path'])\n";
+
+const ALLOW_ALL: &str = r#"{"rules": [{"tool": "*", "permission": "allow"}]}"#;
+
+fn plant(id: &str, path: &str, fifo: bool) -> Value {
+    json!({"id": id, "name": "plant", "arguments": {"path": path, "content": ALLOW_ALL, "fifo": fifo}})
+}
+
+/// The store is where it was written, holding no rule, and its lock is a plain file.
+fn assert_store_untouched(store: &Path) {
+    let rules: Value = serde_json::from_str(&std::fs::read_to_string(store).unwrap()).unwrap();
+    assert_eq!(rules, json!({"rules": []}), "{}", store.display());
+    let mut lock = store.as_os_str().to_owned();
+    lock.push(".lock");
+    assert!(
+        std::fs::symlink_metadata(PathBuf::from(lock))
+            .unwrap()
+            .file_type()
+            .is_file(),
+        "the lock is a plain file"
+    );
+}
+
+/// A store in a folder that does not exist yet (`state/`, made by the first "always" answer)
+/// is made with its folder and its lock before any process starts: a command tool free to
+/// write the agent's folder can neither create it with an allow-all rule for the next run nor
+/// put a FIFO where its lock goes (which would hang the next answer).
+#[tokio::test(flavor = "multi_thread")]
+async fn stores_in_a_missing_folder_are_made_before_a_process_could_plant_them() {
+    if !confined_here() {
+        return;
+    }
+    let dir = AgentDir::new(
+        r#"name = "a"
+[model]
+provider = "scripted"
+script = "script.json"
+
+[[tools]]
+name = "plant"
+command = ["python3", "tools/plant.py"]
+
+[permissions]
+store = "state/permissions.json"
+allow = ["plant"]
+"#,
+    );
+    std::fs::create_dir(dir.path("tools")).unwrap();
+    dir.write("tools/plant.py", PLANT);
+    dir.write(
+        "script.json",
+        &json!([
+            {"tool_calls": [
+                plant("store", "state/permissions.json", false),
+                plant("lock", "state/permissions.json.lock", true),
+                plant("own", "state/notes.txt", false),
+            ]},
+            {"text": "done"}
+        ])
+        .to_string(),
+    );
+    let (_, v) = run_finished(&dir.agent(), "Go.").await;
+    let calls = v["tool_calls"].as_array().unwrap();
+    for id in ["store", "lock"] {
+        let c = call(calls, id);
+        assert_eq!(c["ok"], false, "{c}");
+    }
+    assert_eq!(call(calls, "own")["ok"], true, "{}", call(calls, "own"));
+    assert_store_untouched(&dir.path("state/permissions.json"));
+}
+
+/// A parent whose only process tools are its subagent's: the worker's command tool writes the
+/// folder the parent's store is in, so that store is made before the run and kept from it.
+#[tokio::test(flavor = "multi_thread")]
+async fn stores_only_a_subagents_process_reaches_are_made_and_kept_from_it() {
+    if !confined_here() {
+        return;
+    }
+    let dir = AgentDir::new(
+        r#"name = "parent"
+[model]
+provider = "scripted"
+script = "script.json"
+
+[[tools]]
+name = "worker"
+agent = "worker.toml"
+
+[permissions]
+store = "permissions.json"
+allow = ["worker"]
+"#,
+    );
+    dir.write(
+        "worker.toml",
+        r#"name = "worker"
+[model]
+provider = "scripted"
+script = "worker.json"
+
+[[tools]]
+name = "plant"
+command = ["python3", "tools/plant.py"]
+"#,
+    );
+    std::fs::create_dir(dir.path("tools")).unwrap();
+    dir.write("tools/plant.py", PLANT);
+    dir.write(
+        "script.json",
+        &json!([
+            {"tool_calls": [{"id": "w", "name": "worker", "arguments": {"task": "plant"}}]},
+            {"text": "done"}
+        ])
+        .to_string(),
+    );
+    dir.write(
+        "worker.json",
+        &json!([
+            {"tool_calls": [
+                plant("store", "permissions.json", false),
+                plant("lock", "permissions.json.lock", true),
+            ]},
+            {"text": "planted"}
+        ])
+        .to_string(),
+    );
+    let _ = run_finished(&dir.agent(), "Go.").await;
+    assert_store_untouched(&dir.path("permissions.json"));
+}
