@@ -438,6 +438,8 @@ async fn go_on(
     let cancel = agentloop::CancellationToken::new();
     let slot: CancelSlot = Arc::new(std::sync::Mutex::new(Some(cancel.clone())));
     let approval = approval_for(&go.approval, go.json, &progress, &slot);
+    // The trace before the servers, as for `run` (the journal is open already).
+    let trace = go.trace.open()?;
     let mcp = assemble::StartedMcp::start(&file).await?;
     let agent = match assemble::agent(&file, model, &approval, &mcp) {
         Ok(agent) => agent,
@@ -453,7 +455,6 @@ async fn go_on(
             return Err(e);
         }
     };
-    let trace = go.trace.open()?;
     let path = journal.path().to_path_buf();
     let journal: Arc<dyn Journal> = journal;
     let signals = cancel_on_ctrl_c(cancel.clone());

@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use agentloop::{Agent, CancellationToken, EventSink, Model, RunOptions};
 use agentloop_eval::{Dataset, EvalError, EvalOptions, Report, Suite, SuiteCase};
+use agentloop_store::TraceSink;
 use clap::Args;
 
 use crate::agent_file::{AgentFile, Provider};
@@ -118,8 +119,11 @@ pub(crate) async fn eval(args: EvalArgs) -> Result<i32, CliError> {
     };
     let judges = Judges::start(&dataset).await?;
     let suite = suite(&dataset, &judges.agents)?;
+    // The trace before the servers: a server's view keeps only what exists when it starts
+    // read-only.
+    let trace = args.trace.open()?;
     let mcp = StartedMcp::start(&file).await?;
-    let result = run_suite(&args, &file, &dataset, &suite, &approval, &mcp).await;
+    let result = run_suite(&args, &file, &dataset, &suite, &approval, &mcp, trace).await;
     mcp.shutdown().await;
     judges.shutdown().await;
     let mut report = result?;
@@ -184,6 +188,7 @@ async fn run_suite(
     suite: &Suite,
     approval: &Approval,
     mcp: &StartedMcp,
+    trace: Option<Arc<TraceSink>>,
 ) -> Result<Report, CliError> {
     let scripted = *file.model().provider.get_ref() == Provider::Scripted;
     // A live model is shared by every run; a scripted one is read afresh for each, so that each
@@ -198,7 +203,6 @@ async fn run_suite(
             mcp,
         )?)
     };
-    let trace = args.trace.open()?;
     let otel = args.trace.open_otel(file)?;
     let cancel = CancellationToken::new();
     let signals = cancel_on_ctrl_c(cancel.clone());

@@ -242,6 +242,11 @@ async fn run(args: RunArgs) -> Result<i32, CliError> {
     } else {
         approval_for(&args.approval, args.json, &progress, &slot)
     };
+    // The run's stores exist before any server starts: a server's view keeps only what exists
+    // when it starts read-only, and one started first could rewrite them or put a link in their
+    // place.
+    let trace = args.trace.open()?;
+    let session = args.session.open()?;
     let mcp = if args.dry_run {
         assemble::StartedMcp::start_servers(&file).await?
     } else {
@@ -249,7 +254,6 @@ async fn run(args: RunArgs) -> Result<i32, CliError> {
     };
     warn_collisions(&file, &mcp);
     let agent = assemble::agent(&file, model, &approval, &mcp)?;
-    let trace = args.trace.open()?;
     let otel = args.trace.open_otel(&file)?;
     let signals = cancel_on_ctrl_c(cancel.clone());
     let mut sinks = run_sinks(&progress, trace.as_ref(), !args.json && !args.quiet);
@@ -262,7 +266,7 @@ async fn run(args: RunArgs) -> Result<i32, CliError> {
         origin: Some(durable::origin(&file.path)),
         ..RunOptions::default()
     };
-    let ran = match args.session.open()? {
+    let ran = match session {
         Some((store, name)) => agent.run_session_turn(&store, &name, input, options).await,
         None => Ok(SessionTurn {
             outcome: agent
@@ -333,12 +337,14 @@ async fn chat(args: ChatArgs) -> Result<i32, CliError> {
     } else {
         Approval::Nobody(NO_TERMINAL_REASON)
     };
+    // The stores before the servers, as for `run`.
+    let trace = args.trace.open()?;
+    let session = args.session.open()?;
     let mcp = assemble::StartedMcp::start(&file).await?;
     warn_collisions(&file, &mcp);
     // The servers are the agent's tool source: each turn of each run lists again the tools of a
     // server that said they changed, so the agent is built once.
     let agent = assemble::agent(&file, model, &approval, &mcp)?;
-    let trace = args.trace.open()?;
     let otel = args.trace.open_otel(&file)?;
     let mut transcript: Vec<Message> = Vec::new();
     err!(
@@ -346,7 +352,6 @@ async fn chat(args: ChatArgs) -> Result<i32, CliError> {
         file.spec.name.get_ref(),
         file.model().provider.get_ref().as_str()
     );
-    let session = args.session.open()?;
     if let Some((store, name)) = &session {
         use agentloop::session::SessionStore;
         let held = store.load(name)?.map_or(0, |s| s.messages.len());

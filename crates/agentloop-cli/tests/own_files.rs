@@ -38,6 +38,23 @@ fn confined_here() -> bool {
     here
 }
 
+/// `agentloop run AGENT --input go --json` with these flags, which must exit 0: its JSON object.
+async fn run_with(dir: &AgentDir, flags: &[(&str, &Path)]) -> Value {
+    let mut given = args(&[
+        "run",
+        dir.agent().to_str().unwrap(),
+        "--input",
+        "go",
+        "--json",
+    ]);
+    for (flag, value) in flags {
+        given.extend(args(&[flag, value.to_str().unwrap()]));
+    }
+    let out = agentloop(given).await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    stdout_json(&out)
+}
+
 fn call(calls: &[Value], id: &str) -> Value {
     calls
         .iter()
@@ -233,20 +250,7 @@ allow = ["shell"]
         .to_string(),
     );
     let (journal, trace) = (dir.path("work/runs.db"), dir.path("work/trace.ndjson"));
-    let out = agentloop(args(&[
-        "run",
-        dir.agent().to_str().unwrap(),
-        "--input",
-        "go",
-        "--json",
-        "--journal",
-        journal.to_str().unwrap(),
-        "--trace",
-        trace.to_str().unwrap(),
-    ]))
-    .await;
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let v = stdout_json(&out);
+    let v = run_with(&dir, &[("--journal", &journal), ("--trace", &trace)]).await;
     let said = call(v["tool_calls"].as_array().unwrap(), "sh")["output"].to_string();
     assert!(
         said.contains("refused runs.db") && said.contains("refused trace.ndjson"),
@@ -400,4 +404,103 @@ command = ["python3", "tools/plant.py"]
     );
     let _ = run_finished(&dir.agent(), "Go.").await;
     assert_store_untouched(&dir.path("permissions.json"));
+}
+
+/// `run --trace --session` in the agent's folder, where a stdio MCP server writes: the trace
+/// and the session store (with SQLite's rollback journal beside it) exist before the server
+/// starts, so it sees them read-only and can neither empty the trace nor rewrite the history.
+#[tokio::test(flavor = "multi_thread")]
+async fn stores_of_the_run_are_made_before_its_mcp_servers_start() {
+    if !confined_here() {
+        return;
+    }
+    let dir = AgentDir::new(&format!(
+        r#"name = "a"
+[model]
+provider = "scripted"
+script = "script.json"
+
+[[mcp]]
+name = "w"
+command = ["python3", "{}"]
+
+[permissions]
+allow = ["w__write"]
+"#,
+        write_server().display()
+    ));
+    let mcp = |id: &str, path: &str| json!({"id": id, "name": "w__write", "arguments": {"path": path, "content": "junk\n"}});
+    dir.write(
+        "script.json",
+        &json!([
+            {"tool_calls": [
+                mcp("trace", "t.ndjson"),
+                mcp("session", "sessions.db"),
+                mcp("side", "sessions.db-journal"),
+                mcp("own", "notes.txt"),
+            ]},
+            {"text": "done"}
+        ])
+        .to_string(),
+    );
+    let (trace, sessions) = (dir.path("t.ndjson"), dir.path("sessions.db"));
+    let s1 = Path::new("s1");
+    let given = [
+        ("--session", s1),
+        ("--sessions", &sessions),
+        ("--trace", &trace),
+    ];
+    let v = run_with(&dir, &given).await;
+    let calls = v["tool_calls"].as_array().unwrap();
+    for id in ["trace", "session", "side"] {
+        let c = call(calls, id);
+        assert_eq!(c["ok"], false, "{c}");
+        assert!(c.to_string().contains("Read-only file system"), "{c}");
+    }
+    assert_eq!(call(calls, "own")["ok"], true, "{}", call(calls, "own"));
+    assert!(!std::fs::read_to_string(&trace).unwrap().starts_with("junk"));
+    assert!(
+        std::fs::read(&sessions)
+            .unwrap()
+            .starts_with(b"SQLite format 3\0")
+    );
+}
+
+/// A link left where the trace or the session store goes (by a process of an earlier run that
+/// could write the folder) is refused, never followed: nothing is created where it leads.
+#[tokio::test(flavor = "multi_thread")]
+async fn stores_refuse_a_link_in_their_place() {
+    let outside = tempfile::tempdir().unwrap();
+    let dir = AgentDir::new(
+        r#"name = "a"
+[model]
+provider = "scripted"
+script = "script.json"
+"#,
+    );
+    dir.write("script.json", &json!([{"text": "done"}]).to_string());
+    let agent = dir.agent();
+    for (flag, name) in [
+        ("--trace", "t.ndjson"),
+        ("--trace", "t.db"),
+        ("--sessions", "s.db"),
+    ] {
+        let (link, target) = (dir.path(name), outside.path().join(name));
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        let mut given = vec![
+            "run",
+            agent.to_str().unwrap(),
+            "--input",
+            "go",
+            flag,
+            link.to_str().unwrap(),
+        ];
+        if flag == "--sessions" {
+            given.extend(["--session", "s1"]);
+        }
+        let out = agentloop(args(&given)).await;
+        assert_ne!(out.status.code(), Some(0), "{name}: {}", stderr(&out));
+        assert!(stderr(&out).contains("link"), "{name}: {}", stderr(&out));
+        assert!(!target.exists(), "{name} was created where its link leads");
+    }
 }

@@ -412,6 +412,8 @@ pub(crate) fn open_kind(
         )
         .map_err(io)?;
         conn.execute_batch("COMMIT").map_err(io)?;
+        crate::pin_rollback_journal(path)
+            .map_err(|e| io(format!("cannot create {shown}-journal: {e}")))?;
         return Ok(conn);
     }
     if !tables.iter().any(|t| t == "agentloop_meta") {
@@ -455,6 +457,10 @@ pub(crate) fn open_kind(
         .map_err(io)?;
     if version < kind.version {
         migrate(&conn, kind, version)?;
+    }
+    if access == Access::Create {
+        crate::pin_rollback_journal(path)
+            .map_err(|e| io(format!("cannot create {shown}-journal: {e}")))?;
     }
     Ok(conn)
 }

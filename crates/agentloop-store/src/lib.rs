@@ -49,7 +49,9 @@ pub const PRIVATE_MODE: u32 = 0o600;
 
 /// Creates `path` empty with [`PRIVATE_MODE`] unless it exists (then it is left as it is: its
 /// owner chose its mode). SQLite gives its `-wal`, `-shm` and `-journal` files the mode of the
-/// database, so they are private too.
+/// database, so they are private too. A link at `path` is refused, never followed: a process
+/// that may write the folder (a tool's, a stdio MCP server's) could have put one there for the
+/// store to be created, or an empty file it leads to made a database, wherever it leads.
 pub(crate) fn create_private(path: &std::path::Path) -> std::io::Result<()> {
     use std::os::unix::fs::OpenOptionsExt;
     match std::fs::OpenOptions::new()
@@ -59,9 +61,27 @@ pub(crate) fn create_private(path: &std::path::Path) -> std::io::Result<()> {
         .open(path)
     {
         Ok(_) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            if std::fs::symlink_metadata(path)?.file_type().is_symlink() {
+                return Err(std::io::Error::other(
+                    "it is a symbolic link, which a store never follows",
+                ));
+            }
+            Ok(())
+        }
         Err(e) => Err(e),
     }
+}
+
+/// Puts an empty `<path>-journal` beside the SQLite file at `path` (open in WAL mode, which
+/// never writes one) unless something is there: SQLite rolls a non-empty one back into the file
+/// at its next open, so a process that may write the folder could otherwise plant one with
+/// pages of its own. Existing, it is kept read-only for such a process with the file; empty, it
+/// is no hot journal and SQLite leaves it be.
+pub(crate) fn pin_rollback_journal(path: &std::path::Path) -> std::io::Result<()> {
+    let mut journal = path.as_os_str().to_owned();
+    journal.push("-journal");
+    create_private(std::path::Path::new(&journal))
 }
 
 pub use cache::SqliteResponseCache;

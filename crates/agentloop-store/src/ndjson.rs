@@ -76,6 +76,10 @@ impl NdjsonWriter {
             .append(true)
             .read(true)
             .mode(crate::PRIVATE_MODE)
+            // A link put in the trace's place (by a process that may write its folder) is
+            // refused, never appended to where it leads. (A FIFO opened to read and write does
+            // not block, and is refused below.)
+            .custom_flags(libc::O_NOFOLLOW)
             .open(path)
             .map_err(err)?;
         refuse_other_files(&mut file, path)?;

@@ -124,6 +124,7 @@ impl SqliteWriter {
         conn.execute_batch("PRAGMA synchronous = NORMAL")
             .map_err(err)?;
         migrate(&mut conn, path)?;
+        crate::pin_rollback_journal(path).map_err(|e| TraceError::io(path, e))?;
         let mut next_seq = 0i64;
         for table in TABLES {
             let max: Option<i64> = conn
