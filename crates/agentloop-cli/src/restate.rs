@@ -196,13 +196,10 @@ impl Agents for Served {
 
 /// `agentloop serve FILE...`: until Ctrl-C or SIGTERM.
 pub async fn serve(args: ServeArgs) -> Result<i32, CliError> {
-    let mut files = Vec::new();
-    for path in &args.files {
-        let mut file = AgentFileArg { file: path.clone() }.load()?;
-        file.protect(args.trace.as_slice());
-        let mcp = StartedMcp::start(&file).await?;
-        files.push((file, mcp));
-    }
+    let stores: Vec<PathBuf> = args.trace.iter().cloned().collect();
+    let loaded = crate::served::load_together(&args.files, &stores)?;
+    // The trace exists before any server starts, as for `a2a serve`: a server's view keeps only
+    // what exists when it starts read-only.
     let trace = match &args.trace {
         Some(path) => Some(Arc::new(
             agentloop_store::TraceSink::open(path, agentloop_store::TraceOptions::default())
@@ -215,6 +212,11 @@ pub async fn serve(args: ServeArgs) -> Result<i32, CliError> {
         )),
         None => None,
     };
+    let mut files = Vec::new();
+    for file in loaded {
+        let mcp = StartedMcp::start(&file).await?;
+        files.push((file, mcp));
+    }
     let names: Vec<String> = files
         .iter()
         .map(|(f, _)| f.spec.name.get_ref().clone())

@@ -46,60 +46,47 @@ pub(crate) struct ServedFiles {
 }
 
 impl ServedFiles {
-    /// Loads the files and starts their MCP servers (stopping those started when one fails),
-    /// and opens the trace and the journal. One journal holds every file's runs: a power cut
-    /// loses none unless each file says `durability = "process"`.
+    /// Loads the files, opens the trace and the journal, and starts the files' MCP servers
+    /// (stopping those started when one fails). One journal holds every file's runs: a power
+    /// cut loses none unless each file says `durability = "process"`.
+    ///
+    /// The trace and the journal are opened before any server starts, so that each server sees
+    /// them read-only: a store made after would be a plain file in its writable folder.
     pub(crate) async fn load(args: &ServedArgs) -> Result<ServedFiles, CliError> {
         let (paths, trace, journal) = (&args.files, args.trace.as_ref(), args.journal.as_ref());
-        let protected: Vec<PathBuf> = [journal, trace].into_iter().flatten().cloned().collect();
-        let mut served = ServedFiles {
-            files: Vec::new(),
-            trace: None,
-            journal: None,
-        };
-        for path in paths {
-            let arg = crate::args::AgentFileArg { file: path.clone() };
-            let started = match arg.load() {
-                Ok(mut file) => {
-                    file.protect(&protected);
-                    StartedMcp::start(&file).await.map(|mcp| (file, mcp))
-                }
-                Err(e) => Err(e),
-            };
-            match started {
-                Ok(loaded) => served.files.push(Arc::new(loaded)),
-                Err(e) => {
-                    served.shutdown().await;
-                    return Err(e);
-                }
-            }
-        }
-        let opened = crate::args::TraceArgs {
+        let stores: Vec<PathBuf> = [journal, trace].into_iter().flatten().cloned().collect();
+        let files = load_together(paths, &stores)?;
+        let trace = crate::args::TraceArgs {
             trace: trace.cloned(),
             trace_payloads: false,
             otel: false,
             otel_payloads: false,
         }
-        .open()
-        .and_then(|t| {
-            served.trace = t;
-            let level = if served
-                .files
-                .iter()
-                .all(|l| l.0.spec.durability == Some(Durability::Process))
-            {
-                Durability::Process
-            } else {
-                Durability::Power
-            };
-            served.journal = journal
-                .map(|p| crate::durable::open_journal(p, level))
-                .transpose()?;
-            Ok(())
-        });
-        if let Err(e) = opened {
-            served.shutdown().await;
-            return Err(e);
+        .open()?;
+        let level = if files
+            .iter()
+            .all(|f| f.spec.durability == Some(Durability::Process))
+        {
+            Durability::Process
+        } else {
+            Durability::Power
+        };
+        let journal = journal
+            .map(|p| crate::durable::open_journal(p, level))
+            .transpose()?;
+        let mut served = ServedFiles {
+            files: Vec::new(),
+            trace,
+            journal,
+        };
+        for file in files {
+            match StartedMcp::start(&file).await {
+                Ok(mcp) => served.files.push(Arc::new((file, mcp))),
+                Err(e) => {
+                    served.shutdown().await;
+                    return Err(e);
+                }
+            }
         }
         Ok(served)
     }
@@ -142,6 +129,26 @@ impl ServedFiles {
             err!("agentloop: warning: {e}");
         }
     }
+}
+
+/// Loads files one process serves together, each protected ([`AgentFile::protect`]) with the
+/// own files of all and with `stores`, the files the runs write. They are one program, as a
+/// file's tree is: a caller of one agent could otherwise have it rewrite a sibling's file, its
+/// permission store or its scripts, which every later start of the server would run.
+pub(crate) fn load_together(
+    paths: &[PathBuf],
+    stores: &[PathBuf],
+) -> Result<Vec<AgentFile>, CliError> {
+    let mut files = paths
+        .iter()
+        .map(|path| crate::args::AgentFileArg { file: path.clone() }.load())
+        .collect::<Result<Vec<AgentFile>, CliError>>()?;
+    let mut protected = stores.to_vec();
+    protected.extend(files.iter().flat_map(AgentFile::own_files));
+    for file in &mut files {
+        file.protect(&protected);
+    }
+    Ok(files)
 }
 
 /// An address to listen on, as `--http` and `--addr` take it: `HOST:PORT`, or a bare `PORT`,

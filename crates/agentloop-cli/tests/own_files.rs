@@ -29,6 +29,23 @@ fn write_server() -> PathBuf {
 const PUT: &str = "import json, sys\na = json.load(sys.stdin)\n\
                    open(a['path'], 'w').write(a['content'])\nprint('wrote', a['path'])\n";
 
+/// The `put` command tool (`tools/put.py`, [`PUT`]) and the `w` stdio MCP server
+/// ([`write_server`]), as agent-file entries: two processes free to write the agent's folder.
+fn put_and_write_server() -> String {
+    format!(
+        r#"[[tools]]
+name = "put"
+command = ["python3", "tools/put.py"]
+input_schema = {{ type = "object", properties = {{ path = {{ type = "string" }}, content = {{ type = "string" }} }} }}
+
+[[mcp]]
+name = "w"
+command = ["python3", "{}"]
+"#,
+        write_server().display()
+    )
+}
+
 /// True where `workspace-write` runs; said when it does not, as the test then checks nothing.
 fn confined_here() -> bool {
     let here = sandbox_modes_here().contains(&"workspace-write");
@@ -74,20 +91,12 @@ async fn an_mcp_server_and_a_command_tool_write_the_agents_folder_but_never_its_
 provider = "scripted"
 script = "script.json"
 
-[[tools]]
-name = "put"
-command = ["python3", "tools/put.py"]
-input_schema = {{ type = "object", properties = {{ path = {{ type = "string" }}, content = {{ type = "string" }} }} }}
-
-[[mcp]]
-name = "w"
-command = ["python3", "{}"]
-
+{}
 [permissions]
 store = "permissions.json"
 allow = ["put", "w__write"]
 "#,
-        write_server().display()
+        put_and_write_server()
     );
     let dir = AgentDir::new(&agent_toml);
     std::fs::create_dir(dir.path("tools")).unwrap();
@@ -503,4 +512,112 @@ script = "script.json"
         assert!(stderr(&out).contains("link"), "{name}: {}", stderr(&out));
         assert!(!target.exists(), "{name} was created where its link leads");
     }
+}
+
+/// A message as stdio MCP frames it: JSON-RPC on a line of its own.
+fn rpc_line(v: &Value) -> String {
+    format!("{v}\n")
+}
+
+/// Agents served together are one program: a caller of `a` cannot have it rewrite `b.toml`,
+/// served beside it, with its built-in `write_file` or its command tool; and the server's trace
+/// and journal, opened before `a`'s stdio MCP server starts, are read-only to that server.
+#[tokio::test(flavor = "multi_thread")]
+async fn stores_and_files_of_agents_served_together_are_kept_from_each_other() {
+    if !confined_here() {
+        return;
+    }
+    let a_toml = format!(
+        r#"name = "a"
+[model]
+provider = "scripted"
+script = "a.json"
+
+[[tools]]
+builtin = "write_file"
+
+{}
+[permissions]
+allow = ["put", "write_file", "w__write"]
+"#,
+        put_and_write_server()
+    );
+    let b_toml = "name = \"b\"\n[model]\nprovider = \"scripted\"\nscript = \"b.json\"\n";
+    let dir = AgentDir::new(&a_toml);
+    dir.write("b.toml", b_toml);
+    dir.write("b.json", &json!([{"text": "b"}]).to_string());
+    std::fs::create_dir(dir.path("tools")).unwrap();
+    dir.write("tools/put.py", PUT);
+    let evil = "name = \"b\"\n[[mcp]]\nname = \"x\"\ncommand = [\"touch\", \"pwned\"]\nsandbox = \"off\"\n";
+    let put = |path: &str| json!({"id": path, "name": "put", "arguments": {"path": path, "content": evil}});
+    let w = |path: &str| json!({"id": path, "name": "w__write", "arguments": {"path": path, "content": "junk\n"}});
+    dir.write(
+        "a.json",
+        &json!([
+            {"tool_calls": [
+                put("b.toml"),
+                {"id": "wf", "name": "write_file", "arguments": {"path": "b.toml", "content": evil}},
+                w("t.ndjson"),
+                w("runs.db"),
+                put("out.txt"),
+            ]},
+            {"text": "done"}
+        ])
+        .to_string(),
+    );
+    let (trace, journal) = (dir.path("t.ndjson"), dir.path("runs.db"));
+    let given = [
+        "mcp".to_owned(),
+        "serve".into(),
+        dir.agent().display().to_string(),
+        dir.path("b.toml").display().to_string(),
+        "--trace".into(),
+        trace.display().to_string(),
+        "--journal".into(),
+        journal.display().to_string(),
+    ];
+    let answer = tokio::task::spawn_blocking(move || {
+        use std::io::{BufRead, Write};
+        let mut child = std::process::Command::new(bin())
+            .args(&given)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        for message in [
+            json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                "protocolVersion": "2025-06-18", "capabilities": {},
+                "clientInfo": {"name": "test", "version": "1"}}}),
+            json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+            json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                   "params": {"name": "a", "arguments": {"task": "go"}}}),
+        ] {
+            stdin.write_all(rpc_line(&message).as_bytes()).unwrap();
+        }
+        stdin.flush().unwrap();
+        let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+        let answer = lines
+            .find_map(|l| {
+                let v: Value = serde_json::from_str(&l.unwrap()).ok()?;
+                (v["id"] == 2).then_some(v)
+            })
+            .expect("no answer to the call");
+        drop(stdin);
+        let _ = child.wait();
+        answer
+    })
+    .await
+    .unwrap();
+    assert!(answer.to_string().contains("done"), "{answer}");
+    assert!(!std::fs::read_to_string(&trace).unwrap().starts_with("junk"));
+    assert!(
+        std::fs::read(&journal)
+            .unwrap()
+            .starts_with(b"SQLite format 3\0")
+    );
+    assert_eq!(std::fs::read_to_string(dir.path("b.toml")).unwrap(), b_toml);
+    assert_eq!(std::fs::read_to_string(dir.path("out.txt")).unwrap(), evil);
+    assert!(!dir.path("pwned").exists());
 }
