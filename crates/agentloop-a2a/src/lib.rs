@@ -9,7 +9,9 @@ mod wire;
 
 pub use client::{A2aClient, AgentCard};
 pub use server::{A2aServer, serve};
-pub use task::{BuildAgent, ClaimRun, DEFAULT_MAX_RUNS, RunOptionsFor, ServedAgent};
+pub use task::{
+    BuildAgent, ClaimRun, DEFAULT_ANSWER_TIMEOUT, DEFAULT_MAX_RUNS, RunOptionsFor, ServedAgent,
+};
 pub use wire::{PROTOCOL_VERSION, TaskState};
 
 /// Why an A2A request failed, with its JSON-RPC code (A2A's own codes where it has one).
@@ -76,6 +78,13 @@ pub enum A2aError {
         /// The most runs at once.
         most: usize,
     },
+    /// The request speaks a version of the protocol this server does not (`A2A-Version`; none
+    /// is 0.3): it serves 1.x.
+    #[error("A2A version {version} is not served here: send `A2A-Version: 1.0`")]
+    VersionNotSupported {
+        /// The version the request named.
+        version: String,
+    },
     /// The address could not be served.
     #[error("cannot serve A2A: {reason}")]
     Serve {
@@ -98,6 +107,7 @@ impl A2aError {
             A2aError::Serve { .. } => "a2a.serve",
             A2aError::Busy { .. } => "a2a.busy",
             A2aError::Card { .. } => "a2a.card",
+            A2aError::VersionNotSupported { .. } => "a2a.version_not_supported",
         }
     }
 
@@ -110,6 +120,7 @@ impl A2aError {
             A2aError::InvalidParams { .. } => -32602,
             A2aError::TaskNotFound { .. } => -32001,
             A2aError::TaskNotCancelable { .. } => -32002,
+            A2aError::VersionNotSupported { .. } => -32009,
             // JSON-RPC's range for a server's own errors; the protocol names none for this.
             A2aError::Busy { .. } => -32000,
             A2aError::Internal { .. } | A2aError::Serve { .. } | A2aError::Card { .. } => -32603,

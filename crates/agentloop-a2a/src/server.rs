@@ -8,6 +8,7 @@
 use std::convert::Infallible;
 use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use axum::Router;
@@ -20,7 +21,10 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc::{UnboundedSender, unbounded_channel};
 
 use crate::A2aError;
-use crate::task::{DEFAULT_MAX_RUNS, RunSlots, Served, ServedAgent, Work, settled};
+use crate::task::{
+    DEFAULT_ANSWER_TIMEOUT, DEFAULT_MAX_RUNS, MAX_CONTEXT_ID_BYTES, RunSlots, Served, ServedAgent,
+    Work, settled,
+};
 use crate::wire::{
     PROTOCOL_VERSION, SendMessageRequest, StreamResponse, Task, TaskIdRequest, TaskState,
     TaskStatus, with_history,
@@ -31,6 +35,7 @@ use crate::wire::{
 pub struct A2aServer {
     agents: Vec<Arc<Served>>,
     runs: Arc<RunSlots>,
+    answer_within_ms: Arc<AtomicU64>,
 }
 
 impl A2aServer {
@@ -47,19 +52,38 @@ impl A2aServer {
         sessions: Option<Arc<dyn agentloop::session::SessionStore>>,
     ) -> Self {
         let runs = Arc::new(RunSlots::new(DEFAULT_MAX_RUNS));
+        let answer_within_ms = Arc::new(AtomicU64::new(millis(DEFAULT_ANSWER_TIMEOUT)));
         A2aServer {
             agents: agents
                 .into_iter()
-                .map(|agent| Arc::new(Served::new(agent, sessions.clone(), runs.clone())))
+                .map(|agent| {
+                    Arc::new(Served::new(
+                        agent,
+                        sessions.clone(),
+                        runs.clone(),
+                        answer_within_ms.clone(),
+                    ))
+                })
                 .collect(),
             runs,
+            answer_within_ms,
         }
+    }
+
+    /// A task waits at most `within` in `input-required` for its caller's answer
+    /// ([`DEFAULT_ANSWER_TIMEOUT`] unless set): then it fails, its calls not run, and its context
+    /// goes on with the next message. A question nobody answers would otherwise hold its run
+    /// (its agent, the MCP servers it started) and its context for as long as the server runs.
+    pub fn with_answer_timeout(self, within: Duration) -> Self {
+        self.answer_within_ms
+            .store(millis(within).max(1), Ordering::Relaxed);
+        self
     }
 
     /// The server drives at most `most` runs at once, all its agents' together (at least one;
     /// [`DEFAULT_MAX_RUNS`] unless set): a message that would start one more is answered
     /// [`A2aError::Busy`] (HTTP 429), and starts nothing. A task waiting for its caller's
-    /// approval holds its place.
+    /// approval, or behind another task of its context, holds no place.
     pub fn with_max_runs(self, most: usize) -> Self {
         self.runs.set_most(most);
         self
@@ -122,6 +146,28 @@ pub async fn serve(
     )
     .await
     .map_err(failed)
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// The protocol version a request says it speaks (`A2A-Version`), or why this server does not
+/// speak it: 1.x only. A request without the header is one of 0.3, as the protocol has it.
+fn version_spoken(headers: &HeaderMap) -> Result<(), A2aError> {
+    let version = headers
+        .get("A2A-Version")
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim)
+        .filter(|v| !v.is_empty())
+        .unwrap_or("0.3");
+    if version.split('.').next() == Some("1") {
+        Ok(())
+    } else {
+        Err(A2aError::VersionNotSupported {
+            version: version.chars().take(40).collect(),
+        })
+    }
 }
 
 /// The agent card: its interface at the URL the caller reached it by.
@@ -221,6 +267,11 @@ async fn rpc(served: Arc<Served>, headers: HeaderMap, body: Bytes) -> Response {
             return rpc_error(&id, &e);
         }
     };
+    // A 0.3 client (no header, `message/send`) is told which version this is, rather than that
+    // the method does not exist.
+    if let Err(e) = version_spoken(&headers) {
+        return rpc_error(&id, &e);
+    }
     let answer = match method.as_str() {
         "SendMessage" => send(&served, &request)
             .await
@@ -280,6 +331,16 @@ async fn take(
         message.context_id = Some(task.context_id);
         served.answer(&id, message, watcher)?;
         return Ok((id, answering));
+    }
+    if let Some(context) = &message.context_id
+        && context.len() > MAX_CONTEXT_ID_BYTES
+    {
+        return Err(A2aError::InvalidParams {
+            reason: format!(
+                "the contextId is {} bytes long; at most {MAX_CONTEXT_ID_BYTES}",
+                context.len()
+            ),
+        });
     }
     let input = message.input_text();
     if input.trim().is_empty() {

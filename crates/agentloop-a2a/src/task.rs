@@ -4,9 +4,10 @@
 //! ask about puts the task in `input-required` until a message on the task answers it; the
 //! task's events reach every stream that watches it.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use agentloop::driver::replay::{RunLog, replay};
 use agentloop::journal::{Journal, JournaledRun, RunStatus};
@@ -16,7 +17,7 @@ use agentloop::{Agent, CancellationToken, Event, EventKind, EventSink, RunOption
 use futures::future::BoxFuture;
 use serde_json::json;
 use tokio::sync::mpsc::UnboundedSender;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot, watch};
+use tokio::sync::{OwnedMutexGuard, OwnedSemaphorePermit, Semaphore, oneshot, watch};
 
 use crate::A2aError;
 use crate::wire::{Artifact, Message, Part, StreamResponse, Task, TaskState, TaskStatus};
@@ -61,6 +62,18 @@ pub(crate) const SERVED_BY: &str = "a2a";
 /// are always kept.
 pub(crate) const MAX_TASKS: usize = 10_000;
 
+/// The most bytes the ended tasks a served agent keeps may weigh together (each task as its JSON,
+/// with the transcript its run left its context): past it, the oldest are forgotten as past
+/// [`MAX_TASKS`]. A caller's message may be megabytes; ten thousand of them would be gigabytes.
+pub(crate) const MAX_KEPT_BYTES: usize = 256 << 20;
+
+/// The longest `contextId` a message may name: the id is kept as long as its context is.
+pub(crate) const MAX_CONTEXT_ID_BYTES: usize = 256;
+
+/// How long a task waits in `input-required` for its caller's answer unless told otherwise
+/// ([`crate::A2aServer::with_answer_timeout`]): one hour.
+pub const DEFAULT_ANSWER_TIMEOUT: Duration = Duration::from_secs(3600);
+
 /// The most runs a server drives at once unless told otherwise ([`crate::A2aServer::with_max_runs`]).
 pub const DEFAULT_MAX_RUNS: usize = agentloop_serve::DEFAULT_MAX_RUNS;
 
@@ -96,9 +109,21 @@ impl RunSlots {
     pub(crate) fn take(&self) -> Result<OwnedSemaphorePermit, A2aError> {
         Arc::clone(&self.free)
             .try_acquire_owned()
-            .map_err(|_| A2aError::Busy {
-                most: self.most.load(Ordering::Relaxed),
-            })
+            .map_err(|_| self.busy())
+    }
+
+    /// A slot for one run, once one is free.
+    async fn wait(&self) -> Result<OwnedSemaphorePermit, A2aError> {
+        Arc::clone(&self.free)
+            .acquire_owned()
+            .await
+            .map_err(|_| self.busy())
+    }
+
+    fn busy(&self) -> A2aError {
+        A2aError::Busy {
+            most: self.most.load(Ordering::Relaxed),
+        }
     }
 }
 
@@ -115,6 +140,8 @@ pub(crate) struct Served {
     contexts: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Vec<agentloop::Message>>>>>,
     /// The server's bound on runs at once.
     pub(crate) runs: Arc<RunSlots>,
+    /// How long a task waits for its caller's answer, in milliseconds (the server's setting).
+    answer_within_ms: Arc<AtomicU64>,
 }
 
 pub(crate) struct TaskEntry {
@@ -128,8 +155,13 @@ pub(crate) struct TaskEntry {
     /// The order it was created in, for forgetting the oldest ended tasks first.
     created: u64,
     /// Its place among the server's runs at once, held while it works: a task that waits for
-    /// its caller's answer, or ended, holds none.
+    /// its caller's answer, or behind another task of its context, or ended, holds none.
     slot: Option<OwnedSemaphorePermit>,
+    /// What it weighs once ended (its JSON, and the transcript its run left its context), for
+    /// [`MAX_KEPT_BYTES`].
+    bytes: usize,
+    /// Nobody answered its question in time: why it ended.
+    expired: Option<String>,
 }
 
 /// What a task's run does: start on a message, or go on with a journaled run.
@@ -143,20 +175,33 @@ pub(crate) fn settled(state: TaskState) -> bool {
     state.is_terminal() || state == TaskState::InputRequired
 }
 
-/// Forgets the oldest ended tasks past [`MAX_TASKS`].
-pub(crate) fn forget_oldest(tasks: &mut HashMap<String, TaskEntry>) {
-    let Some(excess) = tasks.len().checked_sub(MAX_TASKS).filter(|n| *n > 0) else {
-        return;
-    };
+/// Forgets the oldest ended tasks past [`MAX_TASKS`] or [`MAX_KEPT_BYTES`]; answers the
+/// contexts no task kept names any more.
+pub(crate) fn forget_oldest(tasks: &mut HashMap<String, TaskEntry>) -> Vec<String> {
+    let mut weight: usize = tasks.values().map(|e| e.bytes).sum();
+    if tasks.len() <= MAX_TASKS && weight <= MAX_KEPT_BYTES {
+        return Vec::new();
+    }
     let mut ended: Vec<(u64, String)> = tasks
         .iter()
         .filter(|(_, e)| e.task.status.state.is_terminal())
         .map(|(id, e)| (e.created, id.clone()))
         .collect();
     ended.sort_unstable();
-    for (_, id) in ended.into_iter().take(excess) {
-        tasks.remove(&id);
+    let mut contexts = HashSet::new();
+    for (_, id) in ended {
+        if tasks.len() <= MAX_TASKS && weight <= MAX_KEPT_BYTES {
+            break;
+        }
+        if let Some(e) = tasks.remove(&id) {
+            weight = weight.saturating_sub(e.bytes);
+            contexts.insert(e.task.context_id);
+        }
     }
+    for e in tasks.values() {
+        contexts.remove(&e.task.context_id);
+    }
+    contexts.into_iter().collect()
 }
 
 impl Served {
@@ -164,6 +209,7 @@ impl Served {
         agent: ServedAgent,
         sessions: Option<Arc<dyn SessionStore>>,
         runs: Arc<RunSlots>,
+        answer_within_ms: Arc<AtomicU64>,
     ) -> Served {
         let journal = (agent.options)().journal;
         Served {
@@ -174,6 +220,51 @@ impl Served {
             created: AtomicU64::new(0),
             contexts: Mutex::default(),
             runs,
+            answer_within_ms,
+        }
+    }
+
+    /// How long a task waits for its caller's answer.
+    fn answer_within(&self) -> Duration {
+        Duration::from_millis(self.answer_within_ms.load(Ordering::Relaxed))
+    }
+
+    /// Task `id` gives its place among the runs back (it waits behind another of its context).
+    fn release_slot(&self, id: &str) {
+        if let Some(e) = self.tasks().get_mut(id) {
+            e.slot = None;
+        }
+    }
+
+    /// Task `id` holds `slot` while it works.
+    fn hold_slot(&self, id: &str, slot: OwnedSemaphorePermit) {
+        if let Some(e) = self.tasks().get_mut(id) {
+            e.slot = Some(slot);
+        }
+    }
+
+    /// Nobody answered task `id`'s question within `within`: it takes no answer any more, and
+    /// its run is cancelled, so that it stops holding its context (and its agent's servers).
+    fn expire(&self, id: &str, within: Duration) {
+        if let Some(e) = self.tasks().get_mut(id) {
+            e.asking = None;
+            e.expired = Some(format!(
+                "nobody answered its approval within {} s: the task ended without its calls",
+                within.as_secs()
+            ));
+            e.cancel.cancel();
+        }
+    }
+
+    /// Why task `id` expired, if it did.
+    fn expired(&self, id: &str) -> Option<String> {
+        self.tasks().get(id).and_then(|e| e.expired.clone())
+    }
+
+    /// Records what the transcript task `id`'s run left its context weighs.
+    fn weigh_context(&self, id: &str, bytes: usize) {
+        if let Some(e) = self.tasks().get_mut(id) {
+            e.bytes = e.bytes.saturating_add(bytes);
         }
     }
 
@@ -229,6 +320,11 @@ impl Served {
             let _ = tx.send(StreamResponse::Task(task.clone()));
             watchers.push(tx);
         }
+        let bytes = if task.status.state.is_terminal() {
+            weight(&task)
+        } else {
+            0
+        };
         tasks.insert(
             task.id.clone(),
             TaskEntry {
@@ -239,9 +335,19 @@ impl Served {
                 asking: None,
                 created,
                 slot: None,
+                bytes,
+                expired: None,
             },
         );
-        forget_oldest(&mut tasks);
+        let unused = forget_oldest(&mut tasks);
+        drop(tasks);
+        if !unused.is_empty() {
+            // A context's transcript goes with the last task of it this server remembers.
+            let mut contexts = self.contexts.lock().unwrap_or_else(|p| p.into_inner());
+            for id in unused {
+                contexts.remove(&id);
+            }
+        }
         true
     }
 
@@ -257,6 +363,11 @@ impl Served {
         let entry = tasks
             .get_mut(id)
             .ok_or_else(|| A2aError::TaskNotFound { id: id.to_owned() })?;
+        if let Some(why) = &entry.expired {
+            return Err(A2aError::InvalidParams {
+                reason: format!("the task {id} takes no answer any more: {why}"),
+            });
+        }
         if entry.task.status.state != TaskState::InputRequired {
             return Err(A2aError::InvalidParams {
                 reason: format!(
@@ -332,6 +443,7 @@ impl Served {
         }
         if status.state.is_terminal() {
             e.asking = None;
+            e.bytes = e.bytes.saturating_add(weight(&e.task));
         }
         e.state.send_replace(status.state);
     }
@@ -403,9 +515,11 @@ impl Served {
             };
             task.artifacts.extend(artifact);
             task.history = history;
-            // The context goes on from the run's transcript, unless this server has it already.
+            // The context goes on from the run's transcript, unless this server has it already
+            // (or keeps its contexts as sessions, which hold their transcripts).
             let context = self.context(&task.context_id);
-            if let Ok(mut transcript) = context.try_lock()
+            if self.sessions.is_none()
+                && let Ok(mut transcript) = context.try_lock()
                 && transcript.is_empty()
             {
                 *transcript = outcome.transcript;
@@ -510,9 +624,15 @@ impl ApprovalPrompter for TaskApprover {
                 message: Some(message),
             };
             self.served.set_status(&self.task_id, status, None);
-            let answer = rx
-                .await
-                .map_err(|_| "the task ended before its calls were answered".to_owned())?;
+            let within = self.served.answer_within();
+            let answer = match tokio::time::timeout(within, rx).await {
+                Ok(answer) => answer
+                    .map_err(|_| "the task ended before its calls were answered".to_owned())?,
+                Err(_) => {
+                    self.served.expire(&self.task_id, within);
+                    return Err(format!("nobody answered within {} s", within.as_secs()));
+                }
+            };
             Ok(vec![answer; requests.len()])
         })
     }
@@ -576,7 +696,9 @@ pub(crate) async fn drive(served: Arc<Served>, id: String, work: Work) {
     };
     let context = served.context(&task.context_id);
     // One run of a context at a time, each on the transcript the last one left.
-    let mut transcript = context.lock().await;
+    let Some(mut transcript) = queue_for(&served, &task, context, &cancel).await else {
+        return;
+    };
     let working = TaskStatus {
         state: TaskState::Working,
         message: None,
@@ -626,7 +748,10 @@ pub(crate) async fn drive(served: Arc<Served>, id: String, work: Work) {
             let started_with = before.len();
             match run(&agent, work, before, options).await {
                 Ok(outcome) => {
-                    *transcript = outcome.transcript.clone();
+                    if served.sessions.is_none() {
+                        *transcript = outcome.transcript.clone();
+                        served.weigh_context(&id, weight(&*transcript));
+                    }
                     let (state, mut text, artifact) = ended(&task, &outcome);
                     if let Some(turn) = turn
                         && let Err(e) = turn.end(&served.agent.name, started_with, &outcome).await
@@ -640,11 +765,86 @@ pub(crate) async fn drive(served: Arc<Served>, id: String, work: Work) {
         }
     };
     drop(transcript);
+    // A run cancelled because nobody answered its question ended for that reason.
+    let (state, text) = match served.expired(&id) {
+        Some(why) => (TaskState::Failed, why),
+        None => (state, text),
+    };
     let status = TaskStatus {
         state,
         message: Some(Message::agent(&task, text)),
     };
     served.set_status(&id, status, artifact);
+}
+
+/// Takes `context` for `task`'s run. A task behind another of its context (one that works, or
+/// waits for its caller's answer for as long as that takes) gives its place among the runs back
+/// while it waits: a place held by a task that does nothing could leave that answer no place to
+/// run in, and the server locked. It takes a place again once the context is its own. Cancelled
+/// meanwhile, it ends canceled (`None`).
+async fn queue_for(
+    served: &Arc<Served>,
+    task: &Task,
+    context: Arc<tokio::sync::Mutex<Vec<agentloop::Message>>>,
+    cancel: &CancellationToken,
+) -> Option<OwnedMutexGuard<Vec<agentloop::Message>>> {
+    if let Ok(transcript) = Arc::clone(&context).try_lock_owned() {
+        return Some(transcript);
+    }
+    served.release_slot(&task.id);
+    let canceled = || {
+        let status = TaskStatus {
+            state: TaskState::Canceled,
+            message: Some(Message::agent(
+                task,
+                "the task was cancelled before it started",
+            )),
+        };
+        served.set_status(&task.id, status, None);
+    };
+    let transcript = tokio::select! {
+        transcript = context.lock_owned() => transcript,
+        () = cancel.cancelled() => {
+            canceled();
+            return None;
+        }
+    };
+    let slot = tokio::select! {
+        slot = served.runs.wait() => slot,
+        () = cancel.cancelled() => {
+            canceled();
+            return None;
+        }
+    };
+    match slot {
+        Ok(slot) => served.hold_slot(&task.id, slot),
+        Err(e) => {
+            let status = TaskStatus {
+                state: TaskState::Failed,
+                message: Some(Message::agent(task, e.to_string())),
+            };
+            served.set_status(&task.id, status, None);
+            return None;
+        }
+    }
+    Some(transcript)
+}
+
+/// What `value` weighs as JSON, in bytes (counted, not written).
+fn weight(value: &impl serde::Serialize) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    let _ = serde_json::to_writer(&mut count, value);
+    count.0
 }
 
 /// The key of a session's metadata that makes it an A2A context, naming the served agent that
@@ -786,6 +986,8 @@ mod tests {
             asking: None,
             created,
             slot: None,
+            bytes: 0,
+            expired: None,
         };
         (id, entry)
     }
@@ -803,7 +1005,8 @@ mod tests {
             tasks.extend([entry(n, TaskState::Completed)]);
         }
         assert_eq!(tasks.len(), MAX_TASKS + 2);
-        forget_oldest(&mut tasks);
+        // Every task is of context "c", and some are kept: the context is too.
+        assert!(forget_oldest(&mut tasks).is_empty());
         assert_eq!(tasks.len(), MAX_TASKS);
         assert!(tasks.contains_key("t0"), "a running task is kept");
         assert!(!tasks.contains_key("t1") && !tasks.contains_key("t2"));
@@ -814,6 +1017,34 @@ mod tests {
             MAX_TASKS,
             "nothing past the cap: nothing forgotten"
         );
+    }
+
+    #[test]
+    fn past_the_byte_budget_the_oldest_ended_tasks_go_and_their_contexts_with_the_last() {
+        let mut tasks: HashMap<String, TaskEntry> = HashMap::new();
+        for n in 0..4 {
+            let (id, mut e) = entry(n, TaskState::Completed);
+            e.bytes = MAX_KEPT_BYTES / 2;
+            e.task.context_id = format!("c{}", n / 2);
+            tasks.insert(id, e);
+        }
+        // Heavy, but running: never forgotten, though it counts.
+        let (id, mut e) = entry(4, TaskState::Working);
+        e.bytes = MAX_KEPT_BYTES / 2;
+        tasks.insert(id, e);
+        let mut gone = forget_oldest(&mut tasks);
+        gone.sort();
+        // t0, t1 (all of c0) and t2 went; c1 still has t3.
+        assert_eq!(gone, vec!["c0".to_owned()]);
+        let mut left: Vec<&String> = tasks.keys().collect();
+        left.sort();
+        assert_eq!(left, ["t3", "t4"]);
+    }
+
+    #[test]
+    fn a_task_weighs_its_json() {
+        let (_, e) = entry(0, TaskState::Completed);
+        assert_eq!(weight(&e.task), serde_json::to_vec(&e.task).unwrap().len());
     }
 
     #[test]

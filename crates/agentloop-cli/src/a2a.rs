@@ -37,6 +37,12 @@ pub struct ServeArgs {
     /// on after a restart, and `agentloop sessions` shows it. Without it contexts live in memory.
     #[arg(long, value_name = "PATH")]
     sessions: Option<std::path::PathBuf>,
+    /// How long a task waits in input-required for its caller's answer, in seconds (default
+    /// 3600): then it fails, its asked calls not run, and its context takes the next message.
+    #[arg(long, value_name = "SECS",
+          default_value_t = agentloop_a2a::DEFAULT_ANSWER_TIMEOUT.as_secs(),
+          value_parser = clap::value_parser!(u64).range(1..))]
+    approval_timeout: u64,
 }
 
 /// Runs an `a2a` command.
@@ -108,7 +114,9 @@ async fn serve_files(args: &ServeArgs, served: &ServedFiles) -> Result<i32, CliE
         ),
         None => None,
     };
-    let server = A2aServer::with_sessions(agents, sessions).with_max_runs(args.served.max_runs);
+    let server = A2aServer::with_sessions(agents, sessions)
+        .with_max_runs(args.served.max_runs)
+        .with_answer_timeout(std::time::Duration::from_secs(args.approval_timeout));
     agentloop_a2a::serve(&server, listener, crate::runs::terminated())
         .await
         .map_err(|e| CliError::Setup {

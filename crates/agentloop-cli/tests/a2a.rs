@@ -156,12 +156,13 @@ async fn a_request_by_another_name_or_not_of_json_is_refused_before_any_run() {
         http_status(&card, "GET", &format!("localhost:{port}"), None, ""),
         200
     );
-    assert_eq!(
-        http_status(&server.url, "POST", &own, json_type, &send),
-        200
-    );
+    let (status, _) = http_request(&server.url, "POST", &own, &A2A_JSON, &send);
+    assert_eq!(status, 200);
     assert_eq!(dir.tool_inputs().len(), 1);
 }
+
+/// The headers of a JSON-RPC request of A2A 1.0.
+const A2A_JSON: [(&str, &str); 2] = [("Content-Type", "application/json"), ("A2A-Version", "1.0")];
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_sdk_gets_and_cancels_a_task_whose_tool_is_running() {
@@ -463,14 +464,13 @@ async fn with_sessions_a_context_is_a_stored_session_that_goes_on_after_a_restar
 
 /// A JSON-RPC request to the server at `url` by its own name: its status and its JSON answer.
 fn rpc_call(url: &str, request: Value) -> (u16, Value) {
+    rpc_call_with(url, &A2A_JSON, request)
+}
+
+/// [`rpc_call`] with these headers.
+fn rpc_call_with(url: &str, headers: &[(&str, &str)], request: Value) -> (u16, Value) {
     let host = url.trim_start_matches("http://").split('/').next().unwrap();
-    let (status, body) = http_answer(
-        url,
-        "POST",
-        host,
-        Some("application/json"),
-        &request.to_string(),
-    );
+    let (status, body) = http_request(url, "POST", host, headers, &request.to_string());
     let answer = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{e}: {body:?}"));
     (status, answer)
 }
@@ -491,30 +491,45 @@ fn uuid_like() -> String {
 
 /// The state of task `id`, once it is no longer submitted or working (at most 60 s).
 async fn settled_state(url: &str, id: &str) -> String {
+    let task = task_when(url, id, |state| SETTLED.contains(&state)).await;
+    task["status"]["state"].as_str().unwrap().to_owned()
+}
+
+/// The task a `GetTask` or `CancelTask` of task `id` answers (null for an error).
+fn on_task(url: &str, method: &str, id: &str) -> Value {
+    let (_, answer) = rpc_call(
+        url,
+        json!({"jsonrpc": "2.0", "id": 2, "method": method, "params": {"id": id}}),
+    );
+    answer["result"].clone()
+}
+
+/// Task `id` once its state is one `done` takes (at most 60 s).
+async fn task_when(url: &str, id: &str, done: impl Fn(&str) -> bool) -> Value {
+    let mut task = Value::Null;
     for _ in 0..600 {
-        let (_, answer) = rpc_call(
-            url,
-            json!({"jsonrpc": "2.0", "id": 2, "method": "GetTask", "params": {"id": id}}),
-        );
-        let state = answer["result"]["status"]["state"]
-            .as_str()
-            .unwrap()
-            .to_owned();
-        if SETTLED.contains(&state.as_str()) {
-            return state;
+        task = on_task(url, "GetTask", id);
+        if done(task["status"]["state"].as_str().unwrap_or_default()) {
+            return task;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    panic!("task {id} never settled");
+    panic!("task {id} never settled: {task}");
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn past_its_most_runs_the_server_refuses_a_new_run_and_a_waiting_task_holds_no_place() {
-    // Every run asks about `slow` first, then runs it (8 s).
+/// An agent whose every run asks about `slow` first, then runs it (8 s), served with one place
+/// for runs.
+fn one_place_server() -> (AgentDir, HttpServer) {
     let dir = forecaster("[permissions]\nask = [\"slow\"]\n");
     slow_script(&dir);
     let agent = dir.agent();
     let server = HttpServer::start("a2a", &[agent.to_str().unwrap(), "--max-runs", "1"]);
+    (dir, server)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn past_its_most_runs_the_server_refuses_a_new_run_and_a_waiting_task_holds_no_place() {
+    let (dir, server) = one_place_server();
     let url = &server.url;
 
     // Two tasks wait for their caller's answer at once: waiting costs nothing, so neither holds
@@ -648,4 +663,132 @@ async fn a_run_the_user_started_on_the_shared_journal_is_no_task_of_the_server()
         answer["result"]["status"]["state"], "TASK_STATE_COMPLETED",
         "{answer}"
     );
+}
+
+/// A message of context `context` that starts a task and returns while it works.
+fn message_in(text: &str, context: &str) -> Value {
+    let mut m = message(text, None);
+    m["params"]["message"]["contextId"] = json!(context);
+    m
+}
+
+/// The id of the task a `SendMessage` answered.
+fn task_id(answer: &Value) -> String {
+    answer["result"]["task"]["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no task in {answer}"))
+        .to_owned()
+}
+
+/// Task `id` once its state is `state` (at most 60 s).
+async fn until_state(url: &str, id: &str, state: &str) -> Value {
+    task_when(url, id, |s| s == state).await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_message_behind_a_waiting_task_of_its_context_holds_no_place_and_can_be_cancelled() {
+    let (_dir, server) = one_place_server();
+    let url = &server.url;
+    let (status, first) = rpc_call(url, message_in("Take your time.", "c"));
+    assert_eq!(status, 200, "{first}");
+    let first = task_id(&first);
+    until_state(url, &first, "TASK_STATE_INPUT_REQUIRED").await;
+
+    // Two more messages of the context wait behind the first, which holds the context while it
+    // waits for its answer: neither takes the server's one place.
+    let (status, second) = rpc_call(url, message_in("Then this.", "c"));
+    assert_eq!(status, 200, "{second}");
+    let second = task_id(&second);
+    let (status, third) = rpc_call(url, message_in("And this.", "c"));
+    assert_eq!(status, 200, "{third}");
+    let third = task_id(&third);
+    let queued = on_task(url, "GetTask", &second);
+    assert_eq!(
+        queued["status"]["state"], "TASK_STATE_SUBMITTED",
+        "{queued}"
+    );
+
+    // A waiting message is cancelled at once, never having run.
+    let asked = Instant::now();
+    let cancelled = on_task(url, "CancelTask", &third);
+    assert_eq!(
+        cancelled["status"]["state"], "TASK_STATE_CANCELED",
+        "{cancelled}"
+    );
+    assert!(
+        asked.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        asked.elapsed()
+    );
+
+    // The first's answer finds the place free: its run goes on to its end, and the second runs
+    // after it, on the context it left, asking in its turn.
+    let (status, answer) = rpc_call(url, message("approve", Some(&first)));
+    assert_eq!(status, 200, "{answer}");
+    until_state(url, &first, "TASK_STATE_COMPLETED").await;
+    until_state(url, &second, "TASK_STATE_INPUT_REQUIRED").await;
+    let third = on_task(url, "GetTask", &third);
+    assert_eq!(third["status"]["state"], "TASK_STATE_CANCELED");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_question_nobody_answers_ends_its_task_and_its_context_goes_on() {
+    let dir = forecaster("[permissions]\nask = [\"forecast\"]\n");
+    let agent = dir.agent();
+    let server = HttpServer::start("a2a", &[agent.to_str().unwrap(), "--approval-timeout", "2"]);
+    let url = &server.url;
+    let (_, first) = rpc_call(url, message_in("The weather in Paris?", "c"));
+    let first = task_id(&first);
+    until_state(url, &first, "TASK_STATE_INPUT_REQUIRED").await;
+    let (_, second) = rpc_call(url, message_in("And again?", "c"));
+    let second = task_id(&second);
+
+    // Unanswered for 2 s, the first fails, saying why; its call never ran, and a late answer is
+    // refused.
+    let failed = until_state(url, &first, "TASK_STATE_FAILED").await;
+    let why = failed["status"]["message"]["parts"][0]["text"]
+        .as_str()
+        .unwrap();
+    assert!(
+        why.contains("nobody answered its approval within 2 s"),
+        "{failed}"
+    );
+    let (_, late) = rpc_call(url, message("approve", Some(&first)));
+    assert_eq!(late["error"]["code"], -32602, "{late}");
+    assert!(dir.tool_inputs().is_empty(), "the asked call did not run");
+    // The context is free again: the second message ran, and asks in its turn.
+    until_state(url, &second, "TASK_STATE_INPUT_REQUIRED").await;
+
+    // A context's id is kept as long as the context: one past 256 bytes is refused.
+    let (_, long) = rpc_call(url, message_in("Hi", &"c".repeat(300)));
+    assert_eq!(long["error"]["code"], -32602, "{long}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_request_of_another_a2a_version_is_told_which_one_is_served() {
+    let dir = forecaster("");
+    let agent = dir.agent();
+    let server = HttpServer::start("a2a", &[agent.to_str().unwrap()]);
+    let url = &server.url;
+    let json_only = [("Content-Type", "application/json")];
+    let old = [("Content-Type", "application/json"), ("A2A-Version", "0.3")];
+    // Without the header a request is one of 0.3: its method names are not 1.0's either.
+    let v03 = json!({"jsonrpc": "2.0", "id": 7, "method": "message/send", "params": {
+        "message": {"role": "user", "messageId": "m", "parts": [{"kind": "text", "text": "Hi"}]}}});
+    for (headers, request) in [
+        (&json_only[..], message("The weather?", None)),
+        (&old[..], message("The weather?", None)),
+        (&json_only[..], v03),
+    ] {
+        let (status, answer) = rpc_call_with(url, headers, request);
+        assert_eq!(status, 200, "{answer}");
+        assert_eq!(answer["error"]["code"], -32009, "{answer}");
+        assert_eq!(
+            answer["error"]["data"]["code"], "a2a.version_not_supported",
+            "{answer}"
+        );
+    }
+    assert!(dir.tool_inputs().is_empty(), "nothing ran");
+    let (_, answer) = rpc_call(url, message("The weather?", None));
+    assert!(answer["result"]["task"]["id"].is_string(), "{answer}");
 }

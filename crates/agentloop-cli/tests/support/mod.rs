@@ -478,6 +478,22 @@ pub fn http_answer(
     content_type: Option<&str>,
     body: &str,
 ) -> (u16, String) {
+    let headers: Vec<(&str, &str)> = content_type
+        .map(|t| ("Content-Type", t))
+        .into_iter()
+        .collect();
+    http_request(url, method, host, &headers, body)
+}
+
+/// One HTTP/1.1 request to `url` with its own `Host` and these headers: the answer's status and
+/// body.
+pub fn http_request(
+    url: &str,
+    method: &str,
+    host: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> (u16, String) {
     use std::io::{Read, Write};
     let rest = url.strip_prefix("http://").unwrap();
     let (addr, path) = rest.split_once('/').map_or((rest, ""), |(a, p)| (a, p));
@@ -486,8 +502,8 @@ pub fn http_answer(
         "{method} /{path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\nContent-Length: {}\r\n",
         body.len()
     );
-    if let Some(t) = content_type {
-        request.push_str(&format!("Content-Type: {t}\r\n"));
+    for (name, value) in headers {
+        request.push_str(&format!("{name}: {value}\r\n"));
     }
     request.push_str("\r\n");
     request.push_str(body);
