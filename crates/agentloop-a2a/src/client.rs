@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agentloop::model::{ModelError, ModelErrorKind};
-use agentloop::tool::{Tool, ToolBuilder, ToolContext, ToolError, ToolOutput};
+use agentloop::tool::{Tool, ToolBuilder, ToolContext, ToolError, ToolOutput, bounded_text};
 use agentloop_providers::sse::SseStream;
 use futures::StreamExt;
 use serde::Deserialize;
@@ -26,6 +26,28 @@ const POLL_EVERY: Duration = Duration::from_millis(500);
 
 /// The most bytes of a card, or of one answer or event, read from a remote agent.
 const MAX_BODY_BYTES: usize = 16 << 20;
+
+/// The most bytes of a call's answer the model reads unless the tool says otherwise
+/// ([`A2aClient::with_max_output_bytes`]; the agent file's `max_bytes`): 64 KiB, as an MCP
+/// server's result. Longer text keeps its head and tail, saying what was cut.
+pub const DEFAULT_MAX_OUTPUT_BYTES: usize = 64 * 1024;
+
+/// How long a call may take unless the tool says otherwise (the agent file's `timeout_secs`): ten
+/// minutes. A remote task that works for ever would otherwise hold the call, and the run, for ever.
+pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// The least a call keeps of a task's artifacts as they stream in (twice the output bound when
+/// that is more): the answer is cut to the bound anyway, and a remote agent that appends to an
+/// artifact without end would otherwise fill our memory. Past it parts are dropped, counted, and
+/// the answer says how many bytes went.
+const MIN_KEPT_ARTIFACT_BYTES: usize = 1 << 20;
+
+/// The most bytes of one status message passed on as the call's progress (as an MCP server's).
+const PROGRESS_MESSAGE_BYTES: usize = 1024;
+
+/// How many times in a row a failed `GetTask` is asked again (after 1, 2, 4 s) before the call
+/// fails: a proxy's 502 or a reset connection should not cancel a remote task near its end.
+const POLL_RETRIES: u32 = 3;
 
 /// What a remote agent's card says that a caller needs.
 #[derive(Debug, Clone, PartialEq)]
@@ -122,14 +144,58 @@ enum Event {
 pub struct A2aClient {
     http: reqwest::Client,
     card: Arc<AgentCard>,
+    /// Where the JSON-RPC calls go: the card's interface, with the configured URL's credentials
+    /// where it is on the same origin (never shown: it may carry them).
+    endpoint: Arc<str>,
+    max_output_bytes: usize,
 }
 
 impl std::fmt::Debug for A2aClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("A2aClient")
             .field("card", &self.card)
+            .field("max_output_bytes", &self.max_output_bytes)
             .finish()
     }
+}
+
+/// The card's URL for the agent at `url`: `/.well-known/agent-card.json` below its path, its
+/// query (a token, say) kept where it was.
+fn card_url(url: &reqwest::Url) -> reqwest::Url {
+    let mut card = url.clone();
+    let path = format!(
+        "{}/.well-known/agent-card.json",
+        url.path().trim_end_matches('/')
+    );
+    card.set_path(&path);
+    card
+}
+
+/// Where the calls go: the card's interface URL, and, when it is on the configured URL's origin,
+/// the configured URL's user and password and the query parameters it lacks. A URL that carries
+/// its credentials (`?key=`, `user:pass@`) is one the server wants on every request; a card that
+/// names its own URL cannot know them. Another origin gets none of them.
+fn endpoint(configured: &reqwest::Url, interface: &str) -> String {
+    let Ok(mut url) = reqwest::Url::parse(interface) else {
+        return interface.to_owned();
+    };
+    if url.origin() != configured.origin() {
+        return url.into();
+    }
+    if url.username().is_empty() && !configured.username().is_empty() {
+        let _ = url.set_username(configured.username());
+        let _ = url.set_password(configured.password());
+    }
+    let has: Vec<String> = url.query_pairs().map(|(k, _)| k.into_owned()).collect();
+    let missing: Vec<(String, String)> = configured
+        .query_pairs()
+        .filter(|(k, _)| !has.iter().any(|h| h == k))
+        .map(|(k, v)| (k.into_owned(), v.into_owned()))
+        .collect();
+    if !missing.is_empty() {
+        url.query_pairs_mut().extend_pairs(missing);
+    }
+    url.into()
 }
 
 /// Reads a body of at most [`MAX_BODY_BYTES`] as JSON.
@@ -163,7 +229,6 @@ impl A2aClient {
                 url: agentloop::url_secrets::shown(url),
                 reason: e.without_url().to_string(),
             })?;
-        let card_url = format!("{}/.well-known/agent-card.json", url.trim_end_matches('/'));
         // The URL may carry a token (`?token=`, `user:pass@`): the error names the agent by
         // the rest of it, and whatever the server echoes of the token is cut from the reason.
         let secrets = agentloop::url_secrets::secrets(url);
@@ -171,8 +236,9 @@ impl A2aClient {
             url: agentloop::url_secrets::shown(url),
             reason: agentloop::url_secrets::scrub(&reason, &secrets),
         };
+        let configured = reqwest::Url::parse(url).map_err(|e| failed(format!("not a URL: {e}")))?;
         let response = http
-            .get(&card_url)
+            .get(card_url(&configured))
             .timeout(SHORT_REQUEST)
             .send()
             .await
@@ -187,6 +253,7 @@ impl A2aClient {
         else {
             return Err(failed("the card offers no JSON-RPC interface".into()));
         };
+        let endpoint = endpoint(&configured, &interface.url);
         let card = AgentCard {
             name: raw.name,
             description: raw.description,
@@ -201,12 +268,22 @@ impl A2aClient {
         Ok(A2aClient {
             http,
             card: Arc::new(card),
+            endpoint: endpoint.into(),
+            max_output_bytes: DEFAULT_MAX_OUTPUT_BYTES,
         })
     }
 
     /// The card read at connect.
     pub fn card(&self) -> &AgentCard {
         &self.card
+    }
+
+    /// The most bytes of a call's answer the model reads (at least 1;
+    /// [`DEFAULT_MAX_OUTPUT_BYTES`] unless set).
+    #[must_use]
+    pub fn with_max_output_bytes(mut self, max: usize) -> Self {
+        self.max_output_bytes = max.max(1);
+        self
     }
 
     /// The remote agent as the tool `builder` names (with its mode and timeout): its input a
@@ -225,8 +302,13 @@ impl A2aClient {
 
     /// The agent at `url` as a tool whose card is read at its first call: for where nothing is
     /// reached before a call (a plan, a list of tools). Its description is `description`, or one
-    /// naming the URL.
-    pub fn tool_at(url: &str, builder: ToolBuilder, description: Option<String>) -> Tool {
+    /// naming the URL; its answers are cut at `max_output_bytes`.
+    pub fn tool_at(
+        url: &str,
+        builder: ToolBuilder,
+        description: Option<String>,
+        max_output_bytes: usize,
+    ) -> Tool {
         // The model reads the description: the URL's credentials never go in it.
         let description = description.unwrap_or_else(|| {
             format!(
@@ -242,7 +324,11 @@ impl A2aClient {
                 let (url, client) = (url.clone(), client.clone());
                 async move {
                     let client = client
-                        .get_or_try_init(|| A2aClient::connect(&url))
+                        .get_or_try_init(|| async {
+                            A2aClient::connect(&url)
+                                .await
+                                .map(|c| c.with_max_output_bytes(max_output_bytes))
+                        })
                         .await
                         .map_err(|e| match e {
                             // The model reads it: the reason, never the URL.
@@ -267,7 +353,7 @@ impl A2aClient {
     ) -> Result<Value, ToolError> {
         let body = json!({"jsonrpc": "2.0", "id": uuid::Uuid::now_v7().to_string(),
                           "method": method, "params": params});
-        let mut request = self.http.post(&self.card.url).json(&body);
+        let mut request = self.http.post(&*self.endpoint).json(&body);
         if let Some(t) = timeout {
             request = request.timeout(t);
         }
@@ -293,7 +379,7 @@ impl A2aClient {
             client: self,
             task_id: None,
             ended: false,
-            artifacts: Vec::new(),
+            artifacts: Artifacts::new(self.max_output_bytes),
         };
         let outcome = tokio::select! {
             outcome = follow.run(message, ctx) => outcome,
@@ -330,7 +416,96 @@ struct Follow<'a> {
     client: &'a A2aClient,
     task_id: Option<String>,
     ended: bool,
-    artifacts: Vec<Artifact>,
+    artifacts: Artifacts,
+}
+
+/// A task's artifacts as they come, within a budget of bytes: the parts past it are dropped and
+/// counted.
+struct Artifacts {
+    kept: Vec<Artifact>,
+    bytes: usize,
+    budget: usize,
+    dropped: usize,
+}
+
+/// What a part weighs beside its text and data, so that a flood of empty parts is bounded too.
+const PART_OVERHEAD: usize = 16;
+
+/// What one part weighs: its text and its data's JSON, and [`PART_OVERHEAD`].
+fn part_bytes(part: &Part) -> usize {
+    let data = part.data.as_ref().map_or(0, |d| d.to_string().len());
+    part.text.as_ref().map_or(0, String::len) + data + PART_OVERHEAD
+}
+
+impl Artifacts {
+    fn new(max_output_bytes: usize) -> Artifacts {
+        Artifacts {
+            kept: Vec::new(),
+            bytes: 0,
+            budget: max_output_bytes
+                .saturating_mul(2)
+                .max(MIN_KEPT_ARTIFACT_BYTES),
+            dropped: 0,
+        }
+    }
+
+    /// The task's artifacts as a whole (a `Task` event): those kept before go.
+    fn replace_all(&mut self, artifacts: Vec<Artifact>) {
+        self.kept.clear();
+        self.bytes = 0;
+        for artifact in artifacts {
+            self.fold(artifact, false);
+        }
+    }
+
+    /// One artifact update: new, in place of one, or appended to one.
+    fn fold(&mut self, mut artifact: Artifact, append: bool) {
+        let index = self
+            .kept
+            .iter()
+            .position(|a| a.artifact_id == artifact.artifact_id);
+        if let (Some(i), false) = (index, append) {
+            let old = self.kept.remove(i);
+            let freed: usize = old.parts.iter().map(part_bytes).sum();
+            self.bytes = self.bytes.saturating_sub(freed);
+        }
+        let parts = std::mem::take(&mut artifact.parts);
+        let mut room = Vec::new();
+        for mut part in parts {
+            let size = part_bytes(&part);
+            let left = self.budget.saturating_sub(self.bytes);
+            if size <= left {
+                self.bytes += size;
+                room.push(part);
+                continue;
+            }
+            // A text is kept as far as it fits (its head); anything else is dropped whole.
+            match part
+                .text
+                .as_mut()
+                .filter(|_| part.data.is_none() && left > PART_OVERHEAD)
+            {
+                Some(text) => {
+                    let mut end = left - PART_OVERHEAD;
+                    while !text.is_char_boundary(end) {
+                        end -= 1;
+                    }
+                    self.dropped += text.len() - end;
+                    text.truncate(end);
+                    self.bytes = self.budget;
+                    room.push(part);
+                }
+                None => self.dropped += size - PART_OVERHEAD,
+            }
+        }
+        match index.filter(|_| append).and_then(|i| self.kept.get_mut(i)) {
+            Some(known) => known.parts.extend(room),
+            None => {
+                artifact.parts = room;
+                self.kept.push(artifact);
+            }
+        }
+    }
 }
 
 impl Drop for Follow<'_> {
@@ -372,7 +547,7 @@ impl Follow<'_> {
                           "method": "SendStreamingMessage", "params": message});
         let response = client
             .http
-            .post(&client.card.url)
+            .post(&*client.endpoint)
             .header(reqwest::header::ACCEPT, "text/event-stream")
             .json(&body)
             .send()
@@ -401,7 +576,13 @@ impl Follow<'_> {
         });
         let mut events = SseStream::new(bytes, "a2a", None, MAX_BODY_BYTES);
         while let Some(event) = events.next().await {
-            let event = event.map_err(|e| ToolError::new("a2a.protocol", e.to_string()))?;
+            let event = match event {
+                Ok(event) => event,
+                // A stream cut (an idle proxy, a reset) says nothing of the task: once it is
+                // known it is asked for, as after a stream that ended early.
+                Err(e) if e.kind == ModelErrorKind::Connection && self.task_id.is_some() => break,
+                Err(e) => return Err(ToolError::new("a2a.protocol", e.to_string())),
+            };
             let answer: Value = serde_json::from_str(&event.data).map_err(|e| {
                 ToolError::new("a2a.protocol", format!("an event is not JSON: {e}"))
             })?;
@@ -421,12 +602,25 @@ impl Follow<'_> {
                 "the remote agent answered with neither a task nor a message",
             ));
         };
+        let mut failed = 0;
         loop {
             tokio::time::sleep(POLL_EVERY).await;
-            let task = self
+            let task = match self
                 .client
                 .rpc("GetTask", json!({"id": id}), Some(SHORT_REQUEST))
-                .await?;
+                .await
+            {
+                Ok(task) => {
+                    failed = 0;
+                    task
+                }
+                Err(_) if failed < POLL_RETRIES => {
+                    tokio::time::sleep(Duration::from_secs(1 << failed)).await;
+                    failed += 1;
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
             if let Some(done) = self.take(json!({"task": task}), ctx)? {
                 return Ok(done);
             }
@@ -442,12 +636,13 @@ impl Follow<'_> {
             Event::Message(m) => {
                 // A message is the whole answer: no task was made.
                 self.ended = true;
-                return Ok(Some(ToolOutput::text(m.input_text())));
+                let max = self.client.max_output_bytes;
+                return Ok(Some(ToolOutput::text(bounded_text(m.input_text(), max))));
             }
             Event::Task(task) => {
                 self.task_id = Some(task.id);
                 if !task.artifacts.is_empty() {
-                    self.artifacts = task.artifacts;
+                    self.artifacts.replace_all(task.artifacts);
                 }
                 task.status
             }
@@ -461,15 +656,7 @@ impl Follow<'_> {
                 append,
             } => {
                 self.task_id = Some(task_id);
-                match self
-                    .artifacts
-                    .iter_mut()
-                    .find(|a| a.artifact_id == artifact.artifact_id)
-                {
-                    Some(known) if append => known.parts.extend(artifact.parts),
-                    Some(known) => *known = artifact,
-                    None => self.artifacts.push(artifact),
-                }
+                self.artifacts.fold(artifact, append);
                 return Ok(None);
             }
         };
@@ -477,13 +664,22 @@ impl Follow<'_> {
         if let Some(text) = said.as_ref().filter(|t| !t.is_empty())
             && !status.state.is_terminal()
         {
-            ctx.progress.send(text.clone());
+            ctx.progress
+                .send(bounded_text(text.clone(), PROGRESS_MESSAGE_BYTES));
         }
         let why = || said.clone().unwrap_or_default();
         match status.state {
             TaskState::Completed => {
                 self.ended = true;
-                Ok(Some(ToolOutput::text(answer_text(&self.artifacts, &why()))))
+                let mut text = answer_text(&self.artifacts.kept, &why());
+                if self.artifacts.dropped > 0 {
+                    text.push_str(&format!(
+                        "\n[... {} more bytes of the remote agent's artifacts were not kept ...]",
+                        self.artifacts.dropped
+                    ));
+                }
+                let max = self.client.max_output_bytes;
+                Ok(Some(ToolOutput::text(bounded_text(text, max))))
             }
             TaskState::Failed | TaskState::Rejected | TaskState::Canceled => {
                 self.ended = true;
@@ -625,6 +821,65 @@ mod tests {
         .unwrap();
         assert_eq!(answer_text(&artifacts, "said"), "hi\n\n{\"y\":2}");
         assert_eq!(answer_text(&[], "said"), "said");
+    }
+
+    #[test]
+    fn artifacts_are_kept_within_their_budget_and_what_went_is_counted() {
+        let chunk = |text: &str, append: bool| -> (Artifact, bool) {
+            let artifact =
+                serde_json::from_value(json!({"artifactId": "a", "parts": [{"text": text}]}))
+                    .unwrap();
+            (artifact, append)
+        };
+        let mut kept = Artifacts::new(10);
+        assert_eq!(kept.budget, MIN_KEPT_ARTIFACT_BYTES);
+        let big = "é".repeat(MIN_KEPT_ARTIFACT_BYTES / 3);
+        for _ in 0..3 {
+            let (a, append) = chunk(&big, true);
+            kept.fold(a, append);
+        }
+        let text: usize = kept.kept[0]
+            .parts
+            .iter()
+            .map(|p| p.text.as_ref().unwrap().len())
+            .sum();
+        assert!(kept.bytes <= kept.budget && text > MIN_KEPT_ARTIFACT_BYTES - 100);
+        assert_eq!(text + kept.dropped, big.len() * 3);
+        // An artifact sent again whole takes the place of the one kept.
+        let (a, append) = chunk("short", false);
+        kept.fold(a, append);
+        assert_eq!(kept.kept.len(), 1);
+        assert_eq!(kept.bytes, 5 + 16);
+        // A flood of empty parts weighs too.
+        let mut kept = Artifacts::new(10);
+        for _ in 0..100_000 {
+            let (a, append) = chunk("", true);
+            kept.fold(a, append);
+        }
+        assert!(kept.kept[0].parts.len() <= MIN_KEPT_ARTIFACT_BYTES / 16);
+    }
+
+    #[test]
+    fn a_urls_query_and_credentials_go_to_the_card_and_to_calls_of_its_origin() {
+        let url = reqwest::Url::parse("http://u:p@h:1/agent/?key=s").unwrap();
+        assert_eq!(
+            card_url(&url).as_str(),
+            "http://u:p@h:1/agent/.well-known/agent-card.json?key=s"
+        );
+        assert_eq!(
+            endpoint(&url, "http://h:1/agent"),
+            "http://u:p@h:1/agent?key=s"
+        );
+        assert_eq!(
+            endpoint(&url, "http://h:1/agent?key=own&v=1"),
+            "http://u:p@h:1/agent?key=own&v=1"
+        );
+        // Another origin gets none of them.
+        assert_eq!(
+            endpoint(&url, "http://other:1/agent"),
+            "http://other:1/agent"
+        );
+        assert_eq!(endpoint(&url, "https://h:1/agent"), "https://h:1/agent");
     }
 
     #[test]

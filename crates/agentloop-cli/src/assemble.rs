@@ -127,23 +127,31 @@ fn all_tools(file: &AgentFile, kids: Kids<'_>) -> Result<Vec<Tool>, CliError> {
 }
 
 /// An `a2a` tool: the remote agent whose card was read at start, or (in a plan, where nothing
-/// is reached) one that reads it at its first call. Its timeout and mode are the entry's.
+/// is reached) one that reads it at its first call. Its timeout (ten minutes unless given), mode
+/// and output bound (`max_bytes`, 64 KiB unless given) are the entry's.
 fn a2a_tool(file: &AgentFile, t: &ToolFileSpec, url: &str, kids: Kids<'_>) -> Tool {
-    let mut builder = Tool::builder(t.name()).mode(t.mode.unwrap_or_default());
-    if let Some(timeout) = t
+    let timeout = t
         .timeout_secs
         .as_ref()
         .and_then(|v| Duration::try_from_secs_f64(*v.get_ref()).ok())
-    {
-        builder = builder.timeout(timeout);
-    }
+        .unwrap_or(agentloop_a2a::DEFAULT_CALL_TIMEOUT);
+    let builder = Tool::builder(t.name())
+        .mode(t.mode.unwrap_or_default())
+        .timeout(timeout);
+    let max = t
+        .max_bytes
+        .as_ref()
+        .map_or(agentloop_a2a::DEFAULT_MAX_OUTPUT_BYTES, |b| *b.get_ref());
     let description = t.description.clone();
     match kids {
         Kids::Real(_, started, _) => match started.remote(file, t.name()) {
-            Some(client) => client.tool(builder, description),
-            None => agentloop_a2a::A2aClient::tool_at(url, builder, description),
+            Some(client) => client
+                .clone()
+                .with_max_output_bytes(max)
+                .tool(builder, description),
+            None => agentloop_a2a::A2aClient::tool_at(url, builder, description, max),
         },
-        Kids::StandIn => agentloop_a2a::A2aClient::tool_at(url, builder, description),
+        Kids::StandIn => agentloop_a2a::A2aClient::tool_at(url, builder, description, max),
     }
 }
 
@@ -548,7 +556,20 @@ pub fn definition_parts(file: &AgentFile) -> Vec<(&'static str, serde_json::Valu
         .map(|t| {
             let how = match (&t.command, &t.agent, &t.builtin) {
                 (None, None, None) if t.a2a.is_some() => {
-                    json!({"a2a": t.a2a.as_ref().map(|u| agentloop::url_secrets::shown(u.get_ref()))})
+                    let mut how = serde_json::Map::new();
+                    how.insert(
+                        "a2a".into(),
+                        json!(
+                            t.a2a
+                                .as_ref()
+                                .map(|u| agentloop::url_secrets::shown(u.get_ref()))
+                        ),
+                    );
+                    // Only where given: a file without it keeps the definition it had.
+                    if let Some(max) = &t.max_bytes {
+                        how.insert("max_bytes".into(), json!(max.get_ref()));
+                    }
+                    serde_json::Value::Object(how)
                 }
                 (Some(c), _, _) => json!(c.get_ref()),
                 // A change in the subagent's file changes this agent's definition too.

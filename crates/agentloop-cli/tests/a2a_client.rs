@@ -25,9 +25,15 @@ struct SdkAgent {
 
 impl SdkAgent {
     fn start(dir: &AgentDir, streaming: bool) -> SdkAgent {
+        SdkAgent::start_with(dir, streaming, &[])
+    }
+
+    /// With more of `server.py`'s flags (`--key`, `--cut-stream`, `--flaky-get`).
+    fn start_with(dir: &AgentDir, streaming: bool, flags: &[&str]) -> SdkAgent {
         let mut cmd = std::process::Command::new(a2a_installed().join("venv/bin/python"));
         cmd.arg(repo().join("scripts/a2a/server.py"))
             .arg(dir.path(""))
+            .args(flags)
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::piped());
         if !streaming {
@@ -98,6 +104,30 @@ fn results(run: &Value) -> Vec<(bool, String)> {
         .collect()
 }
 
+/// The status words of a task of our own server whose agent hands `task` to the agent at
+/// `remote`, as the SDK's client streams them.
+async fn relayed(remote: &str, task: &str) -> Vec<String> {
+    let middle = caller(remote, &[task], "");
+    let served = HttpServer::start("a2a", &[middle.agent().to_str().unwrap()]);
+    let seen = python_client_steps(
+        a2a_installed().join("venv/bin/python"),
+        "scripts/a2a/client.py",
+        vec![
+            served.url.clone(),
+            json!([{"do": "send", "text": "go", "streaming": true}]).to_string(),
+        ],
+    )
+    .await;
+    seen[0]["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e.get("statusUpdate"))
+        .filter_map(|u| u["status"]["message"]["parts"][0]["text"].as_str())
+        .map(str::to_owned)
+        .collect()
+}
+
 async fn results_reach_the_model(streaming: bool) {
     let remote_dir = AgentDir::new("");
     let remote = SdkAgent::start(&remote_dir, streaming);
@@ -138,6 +168,9 @@ async fn the_card_is_read_at_start_and_plan_shows_the_entry() {
     assert_eq!(tool["name"], "shout");
     assert_eq!(tool["a2a"], remote.url.as_str());
     assert_eq!(tool["input_schema"]["required"], json!(["task"]));
+    // A remote agent that works for ever would hold the run for ever: a call has ten minutes
+    // unless the entry says otherwise.
+    assert_eq!(tool["timeout_secs"], 600.0, "{tool}");
     // A run reads the card when it starts: its words are the tool's description the model gets.
     let fake = FakeProvider::start(
         "/v1/chat/completions",
@@ -222,23 +255,8 @@ async fn our_client_calls_our_own_server_and_its_progress_reaches_an_sdk_client(
     // task of ours, and reads the remote agent's status among our task's.
     let remote_dir = AgentDir::new("");
     let remote = SdkAgent::start(&remote_dir, true);
-    let middle = caller(&remote.url, &["relay me"], "");
-    let served = HttpServer::start("a2a", &[middle.agent().to_str().unwrap()]);
-    let seen = python_client_steps(
-        a2a_installed().join("venv/bin/python"),
-        "scripts/a2a/client.py",
-        vec![
-            served.url.clone(),
-            json!([{"do": "send", "text": "go", "streaming": true}]).to_string(),
-        ],
-    )
-    .await;
-    let events = seen[0]["events"].as_array().unwrap();
-    let said: Vec<&str> = events
-        .iter()
-        .filter_map(|e| e.get("statusUpdate"))
-        .filter_map(|u| u["status"]["message"]["parts"][0]["text"].as_str())
-        .collect();
+    let said = relayed(&remote.url, "relay me").await;
+    let said: Vec<&str> = said.iter().map(String::as_str).collect();
     assert!(said.contains(&"shout: uppercasing"), "{said:?}");
     assert!(said.contains(&"shout: ok"), "{said:?}");
 
@@ -264,6 +282,7 @@ script = "s.json"
 name = "shout"
 a2a = "ftp://x"
 retries = 2
+max_bytes = 0
 [[tools]]
 name = "two"
 a2a = "http://127.0.0.1:9"
@@ -277,7 +296,77 @@ command = ["echo"]
         "tools[0].a2a: \"ftp://x\" is not an http:// or https:// URL",
         "tools[0].retries: `retries` does not apply to `a2a` tools",
         "tools[1].a2a: give one of",
+        "tools[0].max_bytes: max_bytes must be at least 1",
     ] {
         assert!(said.contains(problem), "{problem} not in {said}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_flooding_remote_agents_answer_and_progress_are_bounded() {
+    // The remote agent says 100,000 bytes of status, then appends 3 MiB to one artifact.
+    let remote_dir = AgentDir::new("");
+    let remote = SdkAgent::start(&remote_dir, true);
+    for (extra, max) in [("", 65_536), ("max_bytes = 4096\n", 4096)] {
+        let dir = caller(&remote.url, &["flood it"], extra);
+        let (_, v) = run_finished(&dir.agent(), "go").await;
+        let seen = results(&v);
+        let (failed, text) = &seen[0];
+        assert!(!failed, "{text}");
+        assert!(text.len() <= max, "{} bytes over {max}", text.len());
+        // Its head and tail, with what was cut and what was never kept said.
+        assert!(text.starts_with("aaaa"), "{}", &text[..40]);
+        assert!(text.contains("bytes cut from the middle"), "{}", text.len());
+        assert!(
+            text.contains("more bytes of the remote agent's artifacts were not kept"),
+            "{}",
+            &text[text.len() - 200..]
+        );
+    }
+
+    // Its status, passed on by our own server as one of its task's, is cut to 1 KiB.
+    let said: Vec<String> = relayed(&remote.url, "flood it")
+        .await
+        .into_iter()
+        .filter(|t| t.starts_with("shout: xxx"))
+        .collect();
+    assert_eq!(said.len(), 1, "{said:?}");
+    assert!(said[0].len() < 1100, "{}", said[0].len());
+    assert!(said[0].contains("bytes cut from the middle"), "{}", said[0]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_agent_url_with_its_key_in_the_query_or_as_a_password_is_called_with_it() {
+    // The SDK's agent answers 401 to any request without the key, its card's included; its
+    // card names its URL without the key.
+    let remote_dir = AgentDir::new("");
+    let remote = SdkAgent::start_with(&remote_dir, true, &["--key", "s3cret"]);
+    let host = remote.url.trim_start_matches("http://");
+    for url in [
+        format!("{}/?key=s3cret", remote.url),
+        format!("http://me:s3cret@{host}"),
+    ] {
+        let dir = caller(&url, &["hello there"], "");
+        let (_, v) = run_finished(&dir.agent(), "go").await;
+        assert_eq!(
+            results(&v),
+            vec![(false, "HELLO THERE".to_owned())],
+            "{url}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cut_stream_and_failed_polls_do_not_end_the_call_nor_cancel_the_remote_task() {
+    // The stream is dropped after its first event, and the first two GetTask answers are a
+    // proxy's 502s; the remote task (3 s of work) goes on all the while.
+    let remote_dir = AgentDir::new("");
+    let remote = SdkAgent::start_with(&remote_dir, true, &["--cut-stream", "--flaky-get", "2"]);
+    let dir = caller(&remote.url, &["pause then"], "");
+    let (_, v) = run_finished(&dir.agent(), "go").await;
+    assert_eq!(results(&v), vec![(false, "PAUSE THEN".to_owned())], "{v}");
+    assert!(
+        !remote_dir.path("cancelled").exists(),
+        "the remote task was cancelled"
+    );
 }

@@ -325,7 +325,9 @@ section! {
         /// file's folder, where they run). Relative to the agent file.
         root: Option<Spanned<String>>,
         /// Built-in tools but `write_file` and `edit_file`: the most bytes a call reads (files:
-        /// text answered; shell: each stream, head and tail; web_fetch: the body).
+        /// text answered; shell: each stream, head and tail; web_fetch: the body); `a2a` tools:
+        /// the most bytes of the remote agent's answer the model reads (default 65536, head and
+        /// tail kept, the cut said).
         max_bytes: Option<Spanned<usize>>,
         /// `list_dir`, `glob`, `grep`: the most entries or matches a call answers.
         max_results: Option<Spanned<usize>>,
@@ -370,7 +372,8 @@ section! {
         input_schema: Option<Spanned<Value>>,
         /// `parallel` (default) or `sequential`.
         mode: Option<ExecutionMode>,
-        /// Per-call timeout in seconds (`shell`: default 120; `web_fetch`: default 30).
+        /// Per-call timeout in seconds (`shell`: default 120; `web_fetch`: default 30; `a2a`:
+        /// default 600).
         timeout_secs: Option<Spanned<f64>>,
         /// How many times a failed call (non-zero exit, timeout) runs again before the model
         /// sees the failure (default 0, at most

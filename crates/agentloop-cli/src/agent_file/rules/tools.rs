@@ -98,7 +98,7 @@ fn check_agent_tool(
 }
 
 /// A remote agent over A2A: an http(s) URL, and only the keys such a tool reads (its name,
-/// description, timeout and mode).
+/// description, timeout, mode and output bound).
 fn check_a2a_tool(tool: &ToolFileSpec, url: &Spanned<String>, path: &str, problems: &mut Problems) {
     let u = url.get_ref();
     let scheme_ok = u.starts_with("http://") || u.starts_with("https://");
@@ -125,6 +125,16 @@ fn check_a2a_tool(tool: &ToolFileSpec, url: &Spanned<String>, path: &str, proble
         "does not apply to `a2a` tools: a remote agent's input is its `task`",
         problems,
     );
+    if let Some(max) = &tool.max_bytes
+        && *max.get_ref() == 0
+    {
+        problems.at(
+            &join(path, "max_bytes"),
+            span_of(max),
+            "max_bytes must be at least 1: it is the most bytes of the remote agent's answer the \
+             model reads",
+        );
+    }
 }
 
 /// A built-in tool: a known one, its root an existing folder, and only the keys it reads.
@@ -355,7 +365,7 @@ fn check_tool(tool: &ToolFileSpec, path: &str, dir: &Path, problems: &mut Proble
         let not_command = tool.command.is_none();
         let builtin_only = [
             ("root", tool.root.is_some() && not_command),
-            ("max_bytes", tool.max_bytes.is_some()),
+            ("max_bytes", tool.max_bytes.is_some() && tool.a2a.is_none()),
             ("max_results", tool.max_results.is_some()),
             ("allow_private", tool.allow_private.is_some()),
             ("env", tool.env.is_some() && not_command),
