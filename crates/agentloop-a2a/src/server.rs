@@ -2,8 +2,9 @@
 //! GET, JSON-RPC on POST. A task is a run of the agent under the task's id, started by a message
 //! and driven on a task of its own (`task.rs`); its events become the task's status updates, its
 //! answer the task's artifact. The tasks are kept in memory while the server runs (the latest
-//! `MAX_TASKS` that ended, and every running one), and found in the journal after a restart where
-//! the agent's runs are journaled; a context's transcript is kept in memory.
+//! that ended, within `MAX_TASKS` and `MAX_KEPT_BYTES`, and every running one), and found in the
+//! journal after a restart where the agent's runs are journaled; a context's transcript is kept in
+//! memory until the last of its tasks is forgotten (with sessions, in the store only).
 
 use std::convert::Infallible;
 use std::future::Future;

@@ -11,7 +11,7 @@ pub const PROTOCOL_VERSION: &str = "1.0";
 /// Where a task is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum TaskState {
-    /// Received, not started.
+    /// Received, not started (behind another task of its context, or about to start).
     #[serde(rename = "TASK_STATE_SUBMITTED")]
     Submitted,
     /// Its run goes on.
