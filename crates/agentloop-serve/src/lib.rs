@@ -9,6 +9,10 @@
 //!   [`Limits::header_timeout`] (30 s), whether it just opened or sat idle between requests, is
 //!   closed: a client that sends a byte a minute cannot hold a connection, and with it a file
 //!   descriptor, for ever.
+//! - **Bodies come in bounded time.** A request's body must arrive whole within
+//!   [`Limits::body_timeout`] (60 s) of its head, or reading it fails, its request is answered
+//!   as an error and its connection closed: a body sent a byte at a time holds no connection
+//!   for longer than that. (hyper's header timeout covers the head alone.)
 //! - **Connections are bounded.** Past [`Limits::max_connections`] open connections the server
 //!   accepts no more until one closes (they wait in the kernel's backlog).
 //! - **A stop is bounded.** Asked to stop, the server accepts nothing more, lets each connection
@@ -29,10 +33,13 @@
 
 use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::Router;
+use axum::body::{Body, Bytes};
 use axum::extract::Request;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::Next;
@@ -125,6 +132,8 @@ pub struct Limits {
     /// How long a connection has to send a whole request head, from when the server starts
     /// waiting for one (the connection opened, or its last response was sent).
     pub header_timeout: Duration,
+    /// How long a request's body has to arrive whole, from when its head did.
+    pub body_timeout: Duration,
     /// The most connections open at once.
     pub max_connections: usize,
     /// How long a stop waits for the connections' requests in progress.
@@ -132,11 +141,13 @@ pub struct Limits {
 }
 
 impl Default for Limits {
-    /// 30 s for a request head (hyper's own default, once it has a clock), 1,024 connections
-    /// (a quarter of the usual 4,096 file descriptors a process may hold), 10 s to stop.
+    /// 30 s for a request head (hyper's own default, once it has a clock), 60 s for its body
+    /// (the servers' bodies are 2 MB at most: 35 KB/s), 1,024 connections (a quarter of the
+    /// usual 4,096 file descriptors a process may hold), 10 s to stop.
     fn default() -> Self {
         Limits {
             header_timeout: Duration::from_secs(30),
+            body_timeout: Duration::from_secs(60),
             max_connections: 1024,
             stop_grace: Duration::from_secs(10),
         }
@@ -152,6 +163,7 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
     limits: Limits,
 ) -> std::io::Result<()> {
+    let router = with_body_deadline(router, limits.body_timeout);
     let connections = Arc::new(Semaphore::new(limits.max_connections.max(1)));
     let graceful = GracefulShutdown::new();
     let mut http = hyper::server::conn::http1::Builder::new();
@@ -198,6 +210,62 @@ pub async fn serve(
         tracing::debug!("connections still open when the server stopped");
     }
     Ok(())
+}
+
+/// `router`, each request's body failing once `timeout` passes from its head before its end.
+fn with_body_deadline(router: Router, timeout: Duration) -> Router {
+    router.layer(axum::middleware::from_fn(
+        move |request: Request, next: Next| async move {
+            let request = request.map(|body| {
+                Body::new(Deadline {
+                    inner: body,
+                    deadline: Box::pin(tokio::time::sleep(timeout)),
+                    timeout,
+                })
+            });
+            next.run(request).await
+        },
+    ))
+}
+
+/// A request body that fails once its deadline passes before its end.
+struct Deadline {
+    inner: Body,
+    deadline: Pin<Box<tokio::time::Sleep>>,
+    timeout: Duration,
+}
+
+/// Why a request's body was not read: it did not arrive within [`Limits::body_timeout`].
+#[derive(Debug, thiserror::Error)]
+#[error("the request's body did not arrive within {0:?} of its head")]
+struct BodyTimedOut(Duration);
+
+impl http_body::Body for Deadline {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, axum::Error>>> {
+        let this = self.get_mut();
+        // What has arrived is read, the deadline passed or not.
+        if let Poll::Ready(frame) = Pin::new(&mut this.inner).poll_frame(cx) {
+            return Poll::Ready(frame);
+        }
+        if this.deadline.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(Some(Err(axum::Error::new(BodyTimedOut(this.timeout)))));
+        }
+        Poll::Pending
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
 }
 
 /// Errors of one connection that the next accept does not share.

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use agentloop_serve::{Limits, allowed_hosts, host_checked, serve};
 use axum::Router;
-use axum::routing::get;
+use axum::routing::{get, post};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::oneshot;
@@ -128,6 +128,57 @@ async fn a_connection_idle_between_requests_is_closed_after_the_timeout() {
             .is_some(),
         "a connection that sent nothing was kept open"
     );
+}
+
+#[tokio::test]
+async fn a_body_sent_a_byte_at_a_time_past_the_timeout_loses_its_connection() {
+    let sized = Router::new().route(
+        "/",
+        post(|body: axum::body::Bytes| async move { format!("got {}", body.len()) }),
+    );
+    let limits = Limits {
+        body_timeout: Duration::from_millis(600),
+        max_connections: 1,
+        ..Limits::default()
+    };
+    let (addr, _stop, _task) = start(sized, limits).await;
+    let head = |len: usize| {
+        format!(
+            "POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {len}\r\nConnection: close\r\n\r\n"
+        )
+    };
+    // A byte every 100 ms: each comes well within any wait between two, the whole never.
+    let mut slow = TcpStream::connect(addr).await.unwrap();
+    slow.write_all(head(1_000_000).as_bytes()).await.unwrap();
+    let drip = async {
+        for _ in 0..200 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            if slow.write_all(b"x").await.is_err() {
+                break;
+            }
+        }
+    };
+    let dripped = tokio::time::timeout(Duration::from_secs(10), drip).await;
+    assert!(
+        dripped.is_ok(),
+        "the server still reads a body past its timeout"
+    );
+    let answer = until_closed(&mut slow, Duration::from_secs(10))
+        .await
+        .expect("the server still holds a connection whose body never ended");
+    assert!(!answer.contains("got"), "{answer}");
+
+    // The one place is free again, and a body sent whole is read.
+    let mut whole = TcpStream::connect(addr).await.unwrap();
+    whole
+        .write_all(format!("{}hello", head(5)).as_bytes())
+        .await
+        .unwrap();
+    let answer = until_closed(&mut whole, Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(answer.ends_with("got 5"), "{answer}");
 }
 
 #[tokio::test]
