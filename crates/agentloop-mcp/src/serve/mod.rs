@@ -5,9 +5,11 @@
 //! approvals nobody at the server can give are in `progress`.
 
 mod progress;
+mod sessions;
 mod transport;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use agentloop::message::{ContentPart, ToolContent};
 use agentloop::model::ModelResponse;
@@ -23,6 +25,7 @@ use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::{Value, json};
 
+pub use sessions::DEFAULT_SESSION_IDLE;
 pub use transport::{serve_http, serve_stdio};
 
 use progress::{CallProgress, Detail, Unattended};
@@ -213,6 +216,9 @@ pub struct AgentServer {
     /// The places of the calls that run at once, shared by every session's handler.
     runs: Arc<tokio::sync::Semaphore>,
     most: usize,
+    session_idle: Option<Duration>,
+    /// The HTTP sessions' activity, once served over HTTP: a call holds its session busy.
+    sessions: Option<Arc<sessions::Activity>>,
 }
 
 impl AgentServer {
@@ -222,7 +228,19 @@ impl AgentServer {
             offer: Arc::new(offer),
             runs: Arc::new(tokio::sync::Semaphore::new(DEFAULT_MAX_RUNS)),
             most: DEFAULT_MAX_RUNS,
+            session_idle: Some(DEFAULT_SESSION_IDLE),
+            sessions: None,
         }
+    }
+
+    /// How long a streamable HTTP session (a client of MCP before 2026-07-28) lives with no
+    /// call of it running and no stream of it open: past it the session is closed, and its
+    /// client's next request is answered 404 (it starts a session again). `None` keeps a
+    /// session until its client ends it or the server stops. A call in progress never ends
+    /// with its session, however long and quiet its run. Default [`DEFAULT_SESSION_IDLE`].
+    pub fn with_session_idle(mut self, idle: Option<Duration>) -> Self {
+        self.session_idle = idle;
+        self
     }
 
     /// The server runs at most `most` calls at once, whichever sessions they come from (at
@@ -284,6 +302,8 @@ impl ServerHandler for AgentServer {
                 None,
             ));
         };
+        // Its session lives while it runs, its stream gone or not.
+        let _session = self.sessions.as_ref().and_then(|a| a.call(&context));
         let Ok(_slot) = Arc::clone(&self.runs).try_acquire_owned() else {
             return Ok(CallToolResponse::Complete(error_result(format!(
                 "the server is running its most calls at once ({}); call again when one ends",

@@ -1,14 +1,14 @@
 //! The transports a served offer speaks: stdio (the client started this process; stdout carries
 //! only protocol messages) and streamable HTTP at `/mcp` (sessions kept in memory; the `Host`
 //! header checked against loopback and the bound address, against DNS rebinding; none on every
-//! address), within `agentloop-serve`'s bounds.
+//! address; an idle session closed as `sessions` says), within `agentloop-serve`'s bounds.
 
 use std::sync::Arc;
 
 use agentloop::CancellationToken;
-use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 
+use super::sessions::{Activity, Sessions};
 use super::{AgentServer, ServeError};
 
 fn transport_error(e: impl std::fmt::Display) -> ServeError {
@@ -29,9 +29,10 @@ pub async fn serve_stdio(
     Ok(())
 }
 
-/// Serves streamable HTTP at `/mcp` on `listener` until `shutdown` fires.
+/// Serves streamable HTTP at `/mcp` on `listener` until `shutdown` fires; an idle session is
+/// closed as [`AgentServer::with_session_idle`] says.
 pub async fn serve_http(
-    server: AgentServer,
+    mut server: AgentServer,
     listener: tokio::net::TcpListener,
     shutdown: CancellationToken,
 ) -> Result<(), ServeError> {
@@ -44,11 +45,14 @@ pub async fn serve_http(
         Some(hosts) => config.with_allowed_hosts(hosts),
         None => config.disable_allowed_hosts(),
     };
-    let service = StreamableHttpService::new(
-        move || Ok(server.clone()),
-        Arc::new(LocalSessionManager::default()),
-        config,
-    );
+    let activity = Activity::new(server.session_idle);
+    server.sessions = Some(Arc::clone(&activity));
+    let sessions = Arc::new(Sessions::new(activity));
+    let reaping = shutdown.child_token();
+    tokio::spawn(Arc::clone(&sessions).reap(reaping.clone()));
+    // The reaper ends with the server, however it returns.
+    let _reaping = reaping.drop_guard();
+    let service = StreamableHttpService::new(move || Ok(server.clone()), sessions, config);
     let router = axum::Router::new().nest_service("/mcp", service);
     agentloop_serve::serve(
         listener,
