@@ -40,6 +40,9 @@ p.add_argument("--stderr-env", metavar="VAR",
                help="write VAR's value on stderr and exit 1 at start")
 p.add_argument("--echo-env", metavar="VAR",
                help="echo writes VAR's value on stderr before it answers")
+p.add_argument("--refuse-env", metavar="VAR",
+               help="two more tools whose calls name VAR's value: `refuse` (a JSON-RPC error) "
+                    "and `fail` (an isError result), as a gateway that echoes a token does")
 args = p.parse_args()
 
 if args.stderr_env:
@@ -78,6 +81,9 @@ if args.huge_schema:
     props = {f"p{i}": {"type": "string"} for i in range(args.huge_schema // 24)}
     tools.append({"name": "huge", "description": "Wide.",
                   "inputSchema": {"type": "object", "properties": props}})
+if args.refuse_env:
+    tools.append({"name": "refuse", "description": "Refused.", "inputSchema": obj})
+    tools.append({"name": "fail", "description": "Fails.", "inputSchema": obj})
 lock = threading.Lock()
 counts = {"tools/call": 0, "tools/list": 0}
 out_lock = threading.Lock()
@@ -158,6 +164,11 @@ def handle(msg, notify):
             return text(id, "strayed")
         if name == "whoami":
             return text(id, str(os.getpid()))
+        if name == "refuse" and args.refuse_env:
+            return {"jsonrpc": "2.0", "id": id, "error": {
+                "code": -32001, "message": f"invalid token: {os.environ.get(args.refuse_env)}"}}
+        if name == "fail" and args.refuse_env:
+            return text(id, f"refused token {os.environ.get(args.refuse_env)}", error=True)
         return text(id, "no such tool", error=True)
     return {"jsonrpc": "2.0", "id": id, "error": {"code": -32601, "message": "method not found"}}
 

@@ -524,13 +524,27 @@ impl McpServer {
             Err(e) => Err(e),
         };
         let max = self.inner.config.max_output_bytes;
+        // An error's text is the client's error, which names no credential of the server's
+        // declaration (a gateway may echo the token it refused); bounded like a result.
+        let error_text =
+            |text: &str| agentloop::tool::bounded_text(scrubbed(&self.inner.config, text), max);
         match result {
-            Ok(result) => tools::output(result, max).map(|out| with_stderr(out, capture.take())),
-            // The server's words too: bounded like its results.
-            Err(ServiceError::McpError(e)) => Err(ToolError::new(
-                "mcp.error",
-                agentloop::tool::bounded_text(e.message.into_owned(), max),
-            )),
+            Ok(result) => match tools::output(result, max) {
+                Ok(out) => Ok(with_stderr(out, capture.take())),
+                Err(ToolError::Recoverable {
+                    code,
+                    message,
+                    permanent,
+                }) => Err(ToolError::Recoverable {
+                    code,
+                    message: error_text(&message),
+                    permanent,
+                }),
+                Err(e) => Err(e),
+            },
+            Err(ServiceError::McpError(e)) => {
+                Err(ToolError::new("mcp.error", error_text(&e.message)))
+            }
             Err(e @ (ServiceError::TransportClosed | ServiceError::TransportSend(_)))
                 if !self.connection_ended(&peer).await =>
             {

@@ -367,4 +367,25 @@ mod mcpfix {
         assert!(!details.contains(&secret), "{details}");
         mcp.shutdown().await;
     }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_servers_error_that_echoes_a_secret_reaches_the_model_redacted() {
+        let secret = std::env::var("CARGO_MANIFEST_DIR").unwrap();
+        let dir = tempdir("refuse");
+        let mut cfg = stdio("g", &dir, &["--refuse-env", "TOKEN"]);
+        if let Transport::Stdio { env, .. } = &mut cfg.transport {
+            env.insert("TOKEN".into(), "${CARGO_MANIFEST_DIR}".into());
+        }
+        let mcp = McpServer::connect(cfg).await.unwrap();
+        let tools = mcp.tools();
+        // A JSON-RPC error, and an `isError` result: both are the client's errors.
+        for (name, want) in [("g__refuse", "mcp.error"), ("g__fail", "mcp.tool_error")] {
+            let (code, message) = code(call(tool(&tools, name), json!({})).await.unwrap_err());
+            assert_eq!(code, want, "{message}");
+            assert!(message.contains("token"), "{message}");
+            assert!(message.contains("[redacted]"), "{message}");
+            assert!(!message.contains(&secret), "{message}");
+        }
+        mcp.shutdown().await;
+    }
 }
