@@ -43,6 +43,12 @@ p.add_argument("--echo-env", metavar="VAR",
 p.add_argument("--refuse-env", metavar="VAR",
                help="two more tools whose calls name VAR's value: `refuse` (a JSON-RPC error) "
                     "and `fail` (an isError result), as a gateway that echoes a token does")
+p.add_argument("--flood", type=int, default=0, metavar="BYTES",
+               help="one more tool, `flood`: its answer is one message of about BYTES bytes; "
+                    "0 with `--flood-endless`")
+p.add_argument("--flood-endless", action="store_true",
+               help="`flood` answers bytes that never end a message (no newline over stdio, a "
+                    "body without end over HTTP)")
 args = p.parse_args()
 
 if args.stderr_env:
@@ -84,6 +90,8 @@ if args.huge_schema:
 if args.refuse_env:
     tools.append({"name": "refuse", "description": "Refused.", "inputSchema": obj})
     tools.append({"name": "fail", "description": "Fails.", "inputSchema": obj})
+if args.flood or args.flood_endless:
+    tools.append({"name": "flood", "description": "Floods.", "inputSchema": obj})
 lock = threading.Lock()
 counts = {"tools/call": 0, "tools/list": 0}
 out_lock = threading.Lock()
@@ -169,8 +177,27 @@ def handle(msg, notify):
                 "code": -32001, "message": f"invalid token: {os.environ.get(args.refuse_env)}"}}
         if name == "fail" and args.refuse_env:
             return text(id, f"refused token {os.environ.get(args.refuse_env)}", error=True)
+        if name == "flood" and args.flood:
+            return text(id, "x" * args.flood)
         return text(id, "no such tool", error=True)
     return {"jsonrpc": "2.0", "id": id, "error": {"code": -32601, "message": "method not found"}}
+
+
+def endless_flood(msg):
+    """True for a call of `flood` that answers without end (`--flood-endless`)."""
+    return (args.flood_endless and msg.get("method") == "tools/call"
+            and (msg.get("params") or {}).get("name") == "flood")
+
+
+def flood_stdout():
+    """Bytes without a newline, until the reader goes away."""
+    with out_lock:
+        try:
+            while True:
+                sys.stdout.write("x" * 65536)
+                sys.stdout.flush()
+        except OSError:
+            os._exit(0)
 
 
 class Http(BaseHTTPRequestHandler):
@@ -200,6 +227,15 @@ class Http(BaseHTTPRequestHandler):
                 n = counts["tools/call"]
             if n == args.fail_call:
                 return self.reply(502, {"error": "bad gateway"})
+        if endless_flood(msg):
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            try:
+                while True:
+                    self.wfile.write(b"x" * 65536)
+            except OSError:
+                return
         answer = handle(msg, lambda m: None)
         if answer is None:
             self.reply(202)
@@ -220,6 +256,8 @@ else:
             continue
         # Each request on a thread of its own: a slow call leaves the others answered.
         def run(msg=msg):
+            if endless_flood(msg):
+                flood_stdout()
             answer = handle(msg, send)
             if answer is not None:
                 send(answer)

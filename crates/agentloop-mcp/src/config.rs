@@ -17,6 +17,10 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 /// tool's stdout bound, since a server's output is as untrusted as a program's.
 pub const DEFAULT_MAX_OUTPUT_BYTES: usize = agentloop_tools::DEFAULT_MAX_OUTPUT_BYTES;
 
+/// The least bound on one message a server sends, in bytes (16 MiB, rmcp's own default for a
+/// stdio line and an HTTP answer): see [`ServerConfig::max_message_bytes`].
+pub const MIN_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
+
 /// How many times a server that died is started again before its tools give up (counted
 /// afresh after a connection that ran healthy for 10 minutes).
 pub const MAX_RESTARTS: u32 = 5;
@@ -145,6 +149,16 @@ impl ServerConfig {
             max_output_bytes: DEFAULT_MAX_OUTPUT_BYTES,
             protocol_version: None,
         }
+    }
+
+    /// The most bytes one message from the server may take (a line over stdio; an HTTP answer,
+    /// or one event of its stream): [`MIN_MESSAGE_BYTES`], or four times `max_output_bytes` when
+    /// that is more (a result's text escaped as JSON, beside its structured content). A message
+    /// is read into memory whole before `max_output_bytes` cuts it, so a server that answers
+    /// without end would otherwise hold this process's memory: past the bound the call fails
+    /// `mcp.message_too_large` (over stdio the connection ends too, as its framing is lost).
+    pub fn max_message_bytes(&self) -> usize {
+        MIN_MESSAGE_BYTES.max(self.max_output_bytes.saturating_mul(4))
     }
 
     /// The name the model calls a server's tool by: its rename, or the prefix and the server's

@@ -8,8 +8,8 @@ mod server;
 mod tools;
 
 pub use config::{
-    DEFAULT_MAX_OUTPUT_BYTES, DEFAULT_TIMEOUT, MAX_RESTARTS, NameCollision, PROTOCOL_VERSIONS,
-    Restart, ServerConfig, Transport, expand_template, template_vars,
+    DEFAULT_MAX_OUTPUT_BYTES, DEFAULT_TIMEOUT, MAX_RESTARTS, MIN_MESSAGE_BYTES, NameCollision,
+    PROTOCOL_VERSIONS, Restart, ServerConfig, Transport, expand_template, template_vars,
 };
 pub use error::McpError;
 pub use server::McpServer;

@@ -6,6 +6,7 @@
 //! `Confinement::dying_with_parent`).
 
 mod spawn;
+mod stdio;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::process::Stdio;
@@ -25,14 +26,15 @@ use rmcp::service::{
     ClientLifecycleMode, ClientServiceExt, NotificationContext, PeerRequestOptions, RoleClient,
     RunningService, ServiceError,
 };
+use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{ClientHandler, Peer};
 use serde_json::Value;
 use tokio_util::codec::{FramedRead, LinesCodec};
 
 use crate::config::{MAX_RESTARTS, Restart, ServerConfig, Transport, expand_template};
 use crate::{McpError, tools};
+use stdio::StdioChild;
 
 /// How many of a child's last stderr lines are kept to explain its death.
 const STDERR_TAIL_LINES: usize = 20;
@@ -66,6 +68,9 @@ struct Inner {
     /// Set when a negotiating start found a stdio server that ends its session at
     /// `server/discover`: its restarts go straight to the `initialize` handshake.
     handshake_only: AtomicBool,
+    /// Set when the stdio server's connection ended at a message past
+    /// [`ServerConfig::max_message_bytes`] (cleared at each start).
+    oversized: Arc<AtomicBool>,
 }
 
 /// What a child wrote on stderr: its last lines (to explain its death), the lines of each call
@@ -291,6 +296,7 @@ impl McpServer {
             stderr: Arc::new(Mutex::new(Stderr::default())),
             confinement: Mutex::new(None),
             handshake_only: AtomicBool::new(false),
+            oversized: Arc::new(AtomicBool::new(false)),
             config,
         });
         let server = McpServer { inner };
@@ -545,6 +551,7 @@ impl McpServer {
             Err(ServiceError::McpError(e)) => {
                 Err(ToolError::new("mcp.error", error_text(&e.message)))
             }
+            Err(e) if is_too_large(&e) => Err(self.too_large(false)),
             Err(e @ (ServiceError::TransportClosed | ServiceError::TransportSend(_)))
                 if !self.connection_ended(&peer).await =>
             {
@@ -560,15 +567,20 @@ impl McpServer {
                 ))
             }
             Err(ServiceError::TransportClosed | ServiceError::TransportSend(_)) => {
-                let then = match self.inner.config.restart {
-                    Restart::OnFailure => "it is started again on the next call",
-                    Restart::Never => "its tools are no longer available",
-                };
-                self.report_exit("during a call");
+                let oversized = self.inner.oversized.load(Ordering::Acquire);
+                if !oversized {
+                    self.report_exit("during a call");
+                }
                 self.forget(generation).await;
+                if oversized {
+                    return Err(self.too_large(true));
+                }
                 Err(ToolError::new(
                     "mcp.server_exited",
-                    format!("the MCP server {name} exited during the call; {then}"),
+                    format!(
+                        "the MCP server {name} exited during the call; {}",
+                        self.then()
+                    ),
                 ))
             }
             Err(ServiceError::Timeout { timeout }) => Err(ToolError::new(
@@ -583,6 +595,33 @@ impl McpServer {
                 scrubbed(&self.inner.config, &e.to_string()),
             )),
         }
+    }
+
+    /// What becomes of the server's tools after its connection ended, by its policy.
+    fn then(&self) -> &'static str {
+        match self.inner.config.restart {
+            Restart::OnFailure => "it is started again on the next call",
+            Restart::Never => "its tools are no longer available",
+        }
+    }
+
+    /// The error of a call that met a message past the bound: the call's own over HTTP, where
+    /// the answer is refused and the session lives; over stdio the connection ended with it.
+    fn too_large(&self, ended: bool) -> ToolError {
+        let config = &self.inner.config;
+        let bound = config.max_message_bytes();
+        let name = &config.name;
+        tracing::warn!(target: "agentloop_mcp", server = %name, bound, ended, "the MCP server sent a message past the bound");
+        let message = if ended {
+            format!(
+                "the MCP server {name} wrote a message of more than {bound} bytes (this call's \
+                 answer, or one beside it), so its connection was closed; {}",
+                self.then()
+            )
+        } else {
+            format!("the MCP server {name} answered with more than {bound} bytes; refused")
+        };
+        ToolError::new("mcp.message_too_large", message)
     }
 
     /// A handle on the running server (its connection's number and progress routes beside
@@ -896,7 +935,9 @@ impl McpServer {
                 let transport = Watched::new(
                     StreamableHttpClientTransport::from_config(
                         StreamableHttpClientTransportConfig::with_uri(url.as_str())
-                            .custom_headers(custom),
+                            .custom_headers(custom)
+                            .max_json_response_size(config.max_message_bytes())
+                            .max_sse_event_size(config.max_message_bytes()),
                     ),
                     self.inner.changed.clone(),
                     opening,
@@ -946,6 +987,20 @@ impl McpServer {
             }),
         }
     }
+}
+
+/// True when `e` is rmcp's refusal of an HTTP answer (or one event of its stream) past the
+/// bound on a message.
+fn is_too_large(e: &ServiceError) -> bool {
+    type HttpError = rmcp::transport::streamable_http_client::StreamableHttpError<reqwest::Error>;
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(error) = source {
+        if let Some(HttpError::ResponseBodyTooLarge { .. }) = error.downcast_ref::<HttpError>() {
+            return true;
+        }
+        source = error.source();
+    }
+    false
 }
 
 /// Marks the tool list stale again when dropped armed: a listing that did not complete.

@@ -368,6 +368,57 @@ mod mcpfix {
         mcp.shutdown().await;
     }
 
+    /// Past the bound on a message (16 MiB by default): a line or a body of 17 MB.
+    const PAST_THE_BOUND: &str = "17000000";
+
+    /// A config whose own timeout is past `call`'s: a call that waited for it would hang.
+    fn patient(mut c: ServerConfig) -> ServerConfig {
+        c.timeout = TIMEOUT * 4;
+        c
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_stdio_answer_past_the_bound_ends_the_connection_not_the_process() {
+        assert!(PAST_THE_BOUND.parse::<usize>().unwrap() > agentloop_mcp::MIN_MESSAGE_BYTES);
+        let dir = tempdir("flood");
+        for flags in [&["--flood", PAST_THE_BOUND][..], &["--flood-endless"][..]] {
+            let mut cfg = patient(stdio("f", &dir, flags));
+            cfg.restart = Restart::OnFailure;
+            let mcp = McpServer::connect(cfg).await.unwrap();
+            let tools = mcp.tools();
+            let (code, message) =
+                code(call(tool(&tools, "f__flood"), json!({})).await.unwrap_err());
+            assert_eq!(code, "mcp.message_too_large", "{flags:?}: {message}");
+            assert!(message.contains("16777216 bytes"), "{message}");
+            // Its connection ended with it; the next call starts the server again.
+            let out = call(tool(&tools, "f__echo"), json!({"message": "again"}))
+                .await
+                .unwrap();
+            assert_eq!(out.content.to_text(), "again");
+            mcp.shutdown().await;
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_http_answer_past_the_bound_fails_its_call_and_the_session_lives() {
+        for flags in [&["--flood", PAST_THE_BOUND][..], &["--flood-endless"][..]] {
+            let server = http(flags).await;
+            let mcp = McpServer::connect(patient(ServerConfig::http("h", server.url.clone())))
+                .await
+                .unwrap();
+            let tools = mcp.tools();
+            let (code, message) =
+                code(call(tool(&tools, "h__flood"), json!({})).await.unwrap_err());
+            assert_eq!(code, "mcp.message_too_large", "{flags:?}: {message}");
+            // Under the default policy (`never`), a server taken for dead would be down for good.
+            let out = call(tool(&tools, "h__echo"), json!({"message": "after"}))
+                .await
+                .unwrap();
+            assert_eq!(out.content.to_text(), "after");
+            mcp.shutdown().await;
+        }
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_servers_error_that_echoes_a_secret_reaches_the_model_redacted() {
         let secret = std::env::var("CARGO_MANIFEST_DIR").unwrap();

@@ -10,8 +10,7 @@ impl McpServer {
     pub(super) fn spawn_stdio(
         &self,
         own_group: bool,
-    ) -> Result<std::io::Result<(TokioChildProcess, Option<tokio::process::ChildStderr>)>, McpError>
-    {
+    ) -> Result<std::io::Result<(StdioChild, Option<tokio::process::ChildStderr>)>, McpError> {
         let config = &self.inner.config;
         let start_error = |reason: String| McpError::Start {
             server: config.name.clone(),
@@ -83,8 +82,18 @@ impl McpServer {
             // or a shell dies whole when it is stopped, leaving no grandchild behind.
             cmd.wrap(process_wrap::tokio::ProcessGroup::leader());
         }
-        Ok(TokioChildProcess::builder(cmd)
-            .stderr(Stdio::piped())
-            .spawn())
+        cmd.command_mut()
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        self.inner.oversized.store(false, Ordering::Release);
+        let over = Arc::clone(&self.inner.oversized);
+        Ok(cmd.spawn().and_then(|mut child| {
+            let stderr = child.inner_mut().stderr().take();
+            Ok((
+                StdioChild::new(child, config.max_message_bytes(), over)?,
+                stderr,
+            ))
+        }))
     }
 }
