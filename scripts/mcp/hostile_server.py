@@ -49,6 +49,9 @@ p.add_argument("--flood", type=int, default=0, metavar="BYTES",
 p.add_argument("--flood-endless", action="store_true",
                help="`flood` answers bytes that never end a message (no newline over stdio, a "
                     "body without end over HTTP)")
+p.add_argument("--flood-sse", action="store_true",
+               help="over HTTP, `flood` answers as an event stream: one event of BYTES bytes, "
+                    "or one without end with `--flood-endless`")
 args = p.parse_args()
 
 if args.stderr_env:
@@ -183,10 +186,14 @@ def handle(msg, notify):
     return {"jsonrpc": "2.0", "id": id, "error": {"code": -32601, "message": "method not found"}}
 
 
+def is_flood(msg):
+    """True for a call of `flood`."""
+    return msg.get("method") == "tools/call" and (msg.get("params") or {}).get("name") == "flood"
+
+
 def endless_flood(msg):
     """True for a call of `flood` that answers without end (`--flood-endless`)."""
-    return (args.flood_endless and msg.get("method") == "tools/call"
-            and (msg.get("params") or {}).get("name") == "flood")
+    return args.flood_endless and is_flood(msg)
 
 
 def flood_stdout():
@@ -227,6 +234,20 @@ class Http(BaseHTTPRequestHandler):
                 n = counts["tools/call"]
             if n == args.fail_call:
                 return self.reply(502, {"error": "bad gateway"})
+        if args.flood_sse and is_flood(msg):
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.end_headers()
+            try:
+                self.wfile.write(b"data: ")
+                sent = 0
+                while args.flood_endless or sent < args.flood:
+                    self.wfile.write(b"x" * 65536)
+                    sent += 65536
+                self.wfile.write(b"\n\n")
+            except OSError:
+                pass
+            return
         if endless_flood(msg):
             self.send_response(200)
             self.send_header("Content-Type", "application/json")

@@ -156,7 +156,9 @@ impl ServerConfig {
     /// that is more (a result's text escaped as JSON, beside its structured content). A message
     /// is read into memory whole before `max_output_bytes` cuts it, so a server that answers
     /// without end would otherwise hold this process's memory: past the bound the call fails
-    /// `mcp.message_too_large` (over stdio the connection ends too, as its framing is lost).
+    /// `mcp.message_too_large` (over stdio the connection ends too, as its framing is lost; an
+    /// event of an HTTP stream ends that stream, which rmcp tells the call only as a failed
+    /// request, `mcp.request`).
     pub fn max_message_bytes(&self) -> usize {
         MIN_MESSAGE_BYTES.max(self.max_output_bytes.saturating_mul(4))
     }

@@ -989,8 +989,8 @@ impl McpServer {
     }
 }
 
-/// True when `e` is rmcp's refusal of an HTTP answer (or one event of its stream) past the
-/// bound on a message.
+/// True when `e` is rmcp's refusal of an HTTP answer past the bound on a message. (An event of
+/// a stream past it reaches the call as the stream's end alone, a failed request.)
 fn is_too_large(e: &ServiceError) -> bool {
     type HttpError = rmcp::transport::streamable_http_client::StreamableHttpError<reqwest::Error>;
     let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);

@@ -401,7 +401,17 @@ mod mcpfix {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn an_http_answer_past_the_bound_fails_its_call_and_the_session_lives() {
-        for flags in [&["--flood", PAST_THE_BOUND][..], &["--flood-endless"][..]] {
+        // A JSON answer's refusal names the bound. An event of a stream past it ends the stream,
+        // which rmcp tells the call only as its end: a failed request.
+        for (flags, want) in [
+            (&["--flood", PAST_THE_BOUND][..], "mcp.message_too_large"),
+            (&["--flood-endless"][..], "mcp.message_too_large"),
+            (
+                &["--flood-sse", "--flood", PAST_THE_BOUND][..],
+                "mcp.request",
+            ),
+            (&["--flood-sse", "--flood-endless"][..], "mcp.request"),
+        ] {
             let server = http(flags).await;
             let mcp = McpServer::connect(patient(ServerConfig::http("h", server.url.clone())))
                 .await
@@ -409,7 +419,7 @@ mod mcpfix {
             let tools = mcp.tools();
             let (code, message) =
                 code(call(tool(&tools, "h__flood"), json!({})).await.unwrap_err());
-            assert_eq!(code, "mcp.message_too_large", "{flags:?}: {message}");
+            assert_eq!(code, want, "{flags:?}: {message}");
             // Under the default policy (`never`), a server taken for dead would be down for good.
             let out = call(tool(&tools, "h__echo"), json!({"message": "after"}))
                 .await
