@@ -9,6 +9,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use agentloop::{Agent, CancellationToken, RunOptions, Tool, ToolContext, ToolOutput};
@@ -19,30 +20,51 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const TIMEOUT: Duration = Duration::from_secs(30);
 
-/// A tool that sleeps `secs` and says nothing meanwhile: a quiet run, as a long model turn is.
-fn nap() -> Tool {
+/// A tool that sleeps `secs` (reporting progress every 100 ms with `chatty`, else silent: a quiet
+/// run, as a long model turn is), then counts its naps in `done`.
+fn nap(done: Arc<AtomicUsize>) -> Tool {
     Tool::dynamic(
         "nap",
         "Sleeps secs seconds.",
-        json!({"type": "object", "properties": {"secs": {"type": "number"}}}),
-        |args: Value, _ctx: ToolContext| async move {
-            let secs = args["secs"].as_f64().unwrap_or(1.0);
-            tokio::time::sleep(Duration::from_secs_f64(secs)).await;
-            Ok(ToolOutput::text("napped"))
+        json!({"type": "object", "properties": {
+            "secs": {"type": "number"}, "chatty": {"type": "boolean"}}}),
+        move |args: Value, ctx: ToolContext| {
+            let done = Arc::clone(&done);
+            async move {
+                let secs = args["secs"].as_f64().unwrap_or(1.0);
+                if args["chatty"].as_bool() == Some(true) {
+                    for step in 0..(secs * 10.0) as u64 {
+                        ctx.progress.send(json!({"progress": step}));
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                } else {
+                    tokio::time::sleep(Duration::from_secs_f64(secs)).await;
+                }
+                done.fetch_add(1, Ordering::SeqCst);
+                Ok(ToolOutput::text("napped"))
+            }
         },
     )
 }
 
 /// `nap` served over HTTP with sessions idle `idle`; the address, and what stops the server.
 async fn serve(idle: Option<Duration>) -> (SocketAddr, CancellationToken) {
+    serve_counting(idle, Arc::default()).await
+}
+
+/// [`serve`], its naps counted in `done`.
+async fn serve_counting(
+    idle: Option<Duration>,
+    done: Arc<AtomicUsize>,
+) -> (SocketAddr, CancellationToken) {
     let mut offer = Offer::new();
     offer
         .tools(ServedTools {
-            specs: vec![nap().spec().clone()],
-            build: Arc::new(|model, _prompter| {
+            specs: vec![nap(Arc::default()).spec().clone()],
+            build: Arc::new(move |model, _prompter| {
                 Agent::builder()
                     .model(model)
-                    .tool(nap())
+                    .tool(nap(Arc::clone(&done)))
                     .build()
                     .map_err(|e| e.to_string())
             }),
@@ -160,5 +182,33 @@ async fn a_session_idle_past_its_bound_is_closed_and_one_in_use_is_not() {
     let session = initialize(addr).await;
     tokio::time::sleep(Duration::from_millis(1000)).await;
     assert_eq!(post(addr, Some(&session), &ping(30)).await.0, 200);
+    stop.cancel();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_whose_client_went_away_keeps_its_session_while_it_runs() {
+    let done = Arc::new(AtomicUsize::new(0));
+    let (addr, stop) = serve_counting(Some(Duration::from_millis(300)), Arc::clone(&done)).await;
+    let session = initialize(addr).await;
+    // The call's answer stream closes with `post`'s connection, after its head: the client has
+    // gone (to resume later, or not). Its progress, written to the closed connection, ends the
+    // stream: no stream of the session is open while the call runs on.
+    let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+        "name": "nap", "arguments": {"secs": 2, "chatty": true}, "_meta": {"progressToken": "p"}}});
+    assert_eq!(post(addr, Some(&session), &call).await.0, 200);
+    // Well past the bound, the call still running: its session is there (to resume it from).
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    assert_eq!(done.load(Ordering::SeqCst), 0);
+    assert_eq!(
+        post(addr, Some(&session), &ping(3)).await.0,
+        200,
+        "the session of a running call was closed"
+    );
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+    assert_eq!(
+        done.load(Ordering::SeqCst),
+        1,
+        "the call did not run to its end"
+    );
     stop.cancel();
 }
