@@ -5,7 +5,7 @@
 //! the difference of two pass rates (each a share of its report's runs), which is wide for a case
 //! of three runs and narrow for a suite of thirty.
 
-use crate::report::{Regression, Report};
+use crate::report::{CheckRate, Regression, Report};
 
 /// How far a pass rate may fall before it counts as worse.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
@@ -80,8 +80,8 @@ pub fn compare(current: &Report, baseline: &Report, tolerance: Tolerance) -> Vec
                 ),
             });
         }
-        for bc in &b.checks {
-            let Some(cc) = c.checks.iter().find(|cc| cc.check == bc.check) else {
+        for (j, bc) in b.checks.iter().enumerate() {
+            let Some(cc) = counterpart(&b.checks, j, &c.checks) else {
                 continue;
             };
             if tolerance.worse(bc.pass_rate, n_was, cc.pass_rate, n_now) {
@@ -102,6 +102,22 @@ pub fn compare(current: &Report, baseline: &Report, tolerance: Tolerance) -> Vec
         }
     }
     out
+}
+
+/// The check of `now` that is the `j`th of `was`: the one with the same key (its label, in a
+/// baseline that kept none), and among checks that share it the one in the same place (the
+/// second such now for the second such before).
+fn counterpart<'a>(was: &[CheckRate], j: usize, now: &'a [CheckRate]) -> Option<&'a CheckRate> {
+    let bc = was.get(j)?;
+    let same = |a: &CheckRate, b: &CheckRate| {
+        if a.key.is_empty() || b.key.is_empty() {
+            a.check == b.check
+        } else {
+            a.key == b.key
+        }
+    };
+    let nth = was.iter().take(j).filter(|x| same(x, bc)).count();
+    now.iter().filter(|x| same(x, bc)).nth(nth)
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::fmt::Write as _;
 
-use agentloop::{Agent, RunOutcome, ToolCallRecord};
+use agentloop::{Agent, CallStatus, RunOutcome, ToolCallRecord};
 use futures::future::BoxFuture;
 use regex::Regex;
 use serde_json::Value;
@@ -116,6 +116,10 @@ struct Builtin {
 impl Check for Builtin {
     fn label(&self) -> String {
         self.label.clone()
+    }
+
+    fn key(&self) -> String {
+        self.spec.key()
     }
 
     fn score<'a>(&'a self, _case: &'a Case, run: &'a RunOutcome) -> BoxFuture<'a, Score> {
@@ -231,15 +235,55 @@ fn structured(run: &RunOutcome) -> Result<Value, String> {
         .map_err(|e| format!("the output is not JSON ({e}): {}", quote(text)))
 }
 
+/// Whether a call's handler was started: it succeeded, failed, timed out, or was cut short
+/// while it ran. A call that was rejected (unknown tool, invalid arguments), denied, refused by a
+/// limit or skipped never ran.
+fn started(c: &ToolCallRecord) -> bool {
+    matches!(
+        c.outcome.status,
+        CallStatus::Ok | CallStatus::Error | CallStatus::Fatal | CallStatus::Cancelled
+    )
+}
+
+/// The word of a call's status (`ok`, `denied`, ...).
+fn status_word(c: &ToolCallRecord) -> String {
+    serde_json::to_value(c.outcome.status)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default()
+}
+
+/// `called` counts the calls that started, unless it names a `status`: then the calls that ended
+/// so, started or not (`status = "denied"` looks for a refused call). A call that never ran
+/// would otherwise pass a check that the tool was used.
 fn called(run: &RunOutcome, m: &ToolMatch, patterns: &[(String, Regex)]) -> Score {
     let of_tool: Vec<_> = run
         .tool_calls
         .iter()
         .filter(|c| *c.tool == m.tool)
         .collect();
-    let matching = of_tool.iter().filter(|c| matches(c, m, patterns)).count();
+    let counted = |c: &&&ToolCallRecord| m.status.is_some() || started(c);
+    let matching = of_tool
+        .iter()
+        .filter(counted)
+        .filter(|c| matches(c, m, patterns))
+        .count();
     let want = m.times.unwrap_or(1) as usize;
-    let mut reason = format!("{} called {} times", m.tool, of_tool.len());
+    let ran = of_tool.iter().filter(counted).count();
+    let mut reason = format!("{} called {ran} times", m.tool);
+    if ran < of_tool.len() {
+        let _ = write!(
+            reason,
+            " ({} more never ran: {})",
+            of_tool.len() - ran,
+            of_tool
+                .iter()
+                .filter(|c| !counted(c))
+                .map(|c| status_word(c))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
     let refined = !m.args.is_empty()
         || !patterns.is_empty()
         || m.status.is_some()
@@ -250,13 +294,10 @@ fn called(run: &RunOutcome, m: &ToolMatch, patterns: &[(String, Regex)]) -> Scor
             let seen: Vec<String> = of_tool
                 .iter()
                 .map(|c| {
-                    let status = serde_json::to_value(c.outcome.status)
-                        .ok()
-                        .and_then(|v| v.as_str().map(str::to_owned))
-                        .unwrap_or_default();
                     format!(
-                        "{} {status} {}",
+                        "{} {} {}",
                         c.arguments,
+                        status_word(c),
                         quote(&c.outcome.content.to_text())
                     )
                 })
@@ -286,8 +327,21 @@ fn matches(c: &ToolCallRecord, m: &ToolMatch, patterns: &[(String, Regex)]) -> b
             .is_none_or(|t| c.outcome.content.to_text().contains(t.as_str()))
 }
 
+/// `trajectory` compares the calls that started: one rejected, denied or refused is not a step
+/// the agent took (the reason names those left out, with how they ended).
 fn trajectory(run: &RunOutcome, t: &Trajectory) -> Score {
-    let calls: Vec<&str> = run.tool_calls.iter().map(|c| &*c.tool).collect();
+    let calls: Vec<&str> = run
+        .tool_calls
+        .iter()
+        .filter(|c| started(c))
+        .map(|c| &*c.tool)
+        .collect();
+    let left_out: Vec<String> = run
+        .tool_calls
+        .iter()
+        .filter(|c| !started(c))
+        .map(|c| format!("{} {}", c.tool, status_word(c)))
+        .collect();
     let passed = match t.order {
         Order::Exact => calls.iter().copied().eq(t.tools.iter().map(String::as_str)),
         Order::InOrder => {
@@ -299,5 +353,9 @@ fn trajectory(run: &RunOutcome, t: &Trajectory) -> Score {
                 && calls.iter().all(|c| t.tools.iter().any(|w| w == c))
         }
     };
-    Score::of(passed, format!("the calls were [{}]", calls.join(", ")))
+    let mut reason = format!("the calls were [{}]", calls.join(", "));
+    if !left_out.is_empty() {
+        let _ = write!(reason, " (never ran: {})", left_out.join(", "));
+    }
+    Score::of(passed, reason)
 }

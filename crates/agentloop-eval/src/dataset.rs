@@ -33,7 +33,8 @@ pub struct Case {
     /// to the dataset's file. Without it the agent file's script is used.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub script: Option<String>,
-    /// What the run must show.
+    /// What the run must show. A case left with none (and no shared `checks` in its dataset)
+    /// gets `{ stop_reason = "finished" }` ([`DEFAULT_STOP_REASON`]) when its dataset is read or built.
     #[serde(default)]
     pub checks: Vec<CheckSpec>,
 }
@@ -88,6 +89,14 @@ pub struct Dataset {
     pub dir: PathBuf,
     /// The cases, in order.
     pub cases: Vec<Case>,
+}
+
+/// The stop reason a case with no checks must show: `{ stop_reason = "finished" }`, so that a
+/// dataset of inputs alone still fails the runs that failed, hit a limit or looped.
+pub const DEFAULT_STOP_REASON: &str = "finished";
+
+fn default_check() -> CheckSpec {
+    CheckSpec::StopReason(DEFAULT_STOP_REASON.into())
 }
 
 /// A TOML dataset as written.
@@ -207,13 +216,20 @@ impl Dataset {
         Ok(d)
     }
 
-    fn checked(name: String, cases: Vec<Case>, path: &str) -> Result<Dataset, EvalError> {
+    /// Checks the cases, and gives a case with no checks (its own or the dataset's shared ones)
+    /// [`DEFAULT_STOP_REASON`]: a case with nothing to check would pass every run, failed ones too.
+    fn checked(name: String, mut cases: Vec<Case>, path: &str) -> Result<Dataset, EvalError> {
         let invalid = |message: String| EvalError::Dataset {
             path: path.into(),
             message,
         };
         if cases.is_empty() {
             return Err(invalid("there are no cases".into()));
+        }
+        for c in &mut cases {
+            if c.checks.is_empty() {
+                c.checks.push(default_check());
+            }
         }
         let mut seen = HashSet::new();
         for c in &cases {

@@ -8,10 +8,11 @@ use serde_json::Value;
 
 use crate::dataset::Case;
 use crate::score::{Check, Score};
-use crate::spec::JudgeSpec;
+use crate::spec::{CheckSpec, JudgeSpec};
 
 /// The verdict a judge's output schema asks for: `{"pass": bool, "score": 0..1, "reason": "..."}`
-/// (`score` optional; `pass` optional when `min_score` decides).
+/// (`score` optional; `pass` optional, for a judge decided by its score: a verdict's `pass`, when
+/// given, decides; else its score against `min_score`, 0.5 by default).
 pub const VERDICT_SCHEMA: &str = r#"{
   "type": "object",
   "properties": {
@@ -19,9 +20,13 @@ pub const VERDICT_SCHEMA: &str = r#"{
     "score": {"type": "number", "minimum": 0, "maximum": 1},
     "reason": {"type": "string"}
   },
-  "required": ["pass", "reason"],
+  "required": ["reason"],
   "additionalProperties": false
 }"#;
+
+/// The lowest score that passes a verdict with a score and no `pass`, when the check gives no
+/// `min_score`.
+pub const DEFAULT_MIN_SCORE: f64 = 0.5;
 
 /// A judge check.
 pub struct Judge {
@@ -49,6 +54,10 @@ impl Judge {
 impl Check for Judge {
     fn label(&self) -> String {
         format!("judge {}", self.spec.agent)
+    }
+
+    fn key(&self) -> String {
+        CheckSpec::Judge(self.spec.clone()).key()
     }
 
     fn score<'a>(&'a self, case: &'a Case, run: &'a RunOutcome) -> BoxFuture<'a, Score> {
@@ -87,11 +96,12 @@ fn verdict(judged: &RunOutcome, min_score: Option<f64>) -> Score {
         .unwrap_or("(no reason given)")
         .to_owned();
     let score = v.get("score").and_then(Value::as_f64);
-    let passed = match (min_score, score, v.get("pass").and_then(Value::as_bool)) {
-        (Some(min), Some(s), _) => s >= min,
-        (_, _, Some(p)) => p,
-        (_, Some(s), None) => s >= 0.5,
-        (_, None, None) => false,
+    // The judge's own `pass` wins: a verdict that says it fails (`{"pass": false, "score":
+    // 0.7, "reason": "wrong city"}`) is not passed by a threshold it never saw.
+    let passed = match (v.get("pass").and_then(Value::as_bool), score) {
+        (Some(p), _) => p,
+        (None, Some(s)) => s >= min_score.unwrap_or(DEFAULT_MIN_SCORE),
+        (None, None) => false,
     };
     Score {
         passed,

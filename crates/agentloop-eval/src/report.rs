@@ -149,8 +149,12 @@ pub struct CaseReport {
 /// A check's pass rate over a case's runs.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CheckRate {
-    /// The check's label.
+    /// The check's label (short: two checks of a case may share it).
     pub check: String,
+    /// The check in full ([`crate::Check::key`]: a built-in check's JSON), what a baseline
+    /// matches it by; empty in a report written before it was kept, matched by label then.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub key: String,
     /// Runs it passed.
     pub passed: usize,
     /// `passed` over the runs.
@@ -326,6 +330,7 @@ impl Report {
                             .count();
                         CheckRate {
                             check: check.label(),
+                            key: check.key(),
                             passed: ok,
                             pass_rate: rate(ok, n),
                         }

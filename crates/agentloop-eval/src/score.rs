@@ -49,9 +49,15 @@ impl Score {
 
 /// A check on one run of a case. Object safe, so a suite holds built-in and users' checks alike.
 pub trait Check: Send + Sync {
-    /// The check's label in the report: short, and the same from run to run (a baseline matches
-    /// checks by it).
+    /// The check's label in the report: short, and the same from run to run.
     fn label(&self) -> String;
+
+    /// What the check is, in full: a baseline matches checks by it. Two checks of a case may
+    /// share a shortened label (two long `contains`, two judges with one agent); their keys
+    /// differ. The label by default.
+    fn key(&self) -> String {
+        self.label()
+    }
 
     /// Scores one run of `case`.
     fn score<'a>(&'a self, case: &'a Case, run: &'a RunOutcome) -> BoxFuture<'a, Score>;

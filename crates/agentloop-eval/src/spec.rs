@@ -26,11 +26,12 @@ pub enum CheckSpec {
     ParsesTo(Value),
     /// The run stopped for this reason (`finished`, `max_turns`, ...).
     StopReason(String),
-    /// A tool was called, with arguments that match.
+    /// A tool was called, with arguments that match: a call that started (not one rejected,
+    /// denied or refused), unless the match names a `status`.
     Called(ToolMatch),
-    /// A tool was never called.
+    /// A tool was never called: not even a call that was rejected, denied or refused.
     NotCalled(String),
-    /// The tools called, in order or as a set.
+    /// The tools called (the calls that started), in order or as a set.
     Trajectory(Trajectory),
     /// At most this many turns.
     MaxTurns(u32),
@@ -59,7 +60,8 @@ pub struct ToolMatch {
     /// expressions.
     #[serde(default, skip_serializing_if = "Map::is_empty")]
     pub args_match: Map<String, Value>,
-    /// How the call ended (`ok`, `error`, `denied`, `rejected`, ...).
+    /// How the call ended (`ok`, `error`, `denied`, `rejected`, ...). Left out, only calls that
+    /// started count (`ok`, `error`, `fatal`, `cancelled`); given, every call that ended so.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<CallStatus>,
     /// Text the call's result (what the model read) contains.
@@ -70,7 +72,8 @@ pub struct ToolMatch {
     pub times: Option<u32>,
 }
 
-/// `trajectory`: the tools the run called.
+/// `trajectory`: the tools the run called, counting the calls that started (a call rejected,
+/// denied, refused or skipped is left out).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Trajectory {
@@ -102,12 +105,20 @@ pub struct JudgeSpec {
     pub agent: String,
     /// What a good answer is.
     pub rubric: String,
-    /// The lowest score that passes, when the verdict carries a score and no `pass`.
+    /// The lowest score that passes, when the verdict carries a score and no `pass` (a verdict's
+    /// own `pass` always decides; to judge by score alone, give the judge an output schema
+    /// without `pass`). Without it, a score alone passes from 0.5.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub min_score: Option<f64>,
 }
 
 impl CheckSpec {
+    /// The check in full, as the dataset wrote it (its JSON): what a baseline matches it by,
+    /// where two labels cut short may be the same.
+    pub fn key(&self) -> String {
+        serde_json::to_string(self).unwrap_or_else(|_| self.label())
+    }
+
     /// The check's label in reports: its kind and what it looks for, short.
     pub fn label(&self) -> String {
         let short = |s: &str| {
