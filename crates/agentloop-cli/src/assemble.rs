@@ -46,11 +46,8 @@ pub fn limits(file: &AgentFile) -> Limits {
     if let Some(on) = l.on_limit {
         limits.on_limit = on;
     }
-    limits.max_cost_usd = l.max_cost_usd.as_ref().map(|v| *v.get_ref());
-    limits.timeout = l
-        .timeout_secs
-        .as_ref()
-        .and_then(|v| Duration::try_from_secs_f64(*v.get_ref()).ok());
+    limits.max_cost_usd = l.cost_bound();
+    limits.timeout = l.deadline();
     if let Some(c) = &l.max_concurrency {
         limits.max_concurrency = *c.get_ref();
     }
@@ -1011,20 +1008,8 @@ fn subagent_tool(file: &AgentFile, t: &ToolFileSpec, kids: Kids<'_>) -> Result<T
                 format!("Hands a task to the agent {}.", child.spec.name.get_ref())
             })
         });
-    let cap = Limits {
-        max_turns: t.max_turns.as_ref().map(|v| *v.get_ref()),
-        max_tool_calls: t.max_tool_calls.as_ref().map(|v| *v.get_ref()),
-        max_model_calls: None,
-        max_tokens: t.max_tokens.as_ref().map(|v| *v.get_ref()),
-        max_cost_usd: t.max_cost_usd.as_ref().map(|v| *v.get_ref()),
-        timeout: t
-            .timeout_secs
-            .as_ref()
-            .and_then(|v| Duration::try_from_secs_f64(*v.get_ref()).ok()),
-        ..Limits::unlimited()
-    };
     Ok(SubagentTool::new(sub, name.to_owned(), description)
-        .cap(cap)
+        .cap(t.cap())
         .fatal(t.fatal.unwrap_or(false))
         .into_tool())
 }

@@ -40,7 +40,11 @@ command = ["python3", "tool.py"]
 }
 
 async fn run_json(dir: &AgentDir) -> (Option<i32>, Value, String) {
-    let agent = dir.agent();
+    run_file_json(&dir.agent()).await
+}
+
+/// `agentloop run --json` of the agent file at `agent` on "hi".
+async fn run_file_json(agent: &std::path::Path) -> (Option<i32>, Value, String) {
     let out = agentloop(args(&[
         "run",
         agent.to_str().unwrap(),
@@ -326,4 +330,46 @@ async fn an_answer_named_otherwise_is_priced_by_the_configured_model() {
     assert_eq!(v["output"], "Sunny in Paris.", "{v}");
     assert!(v["cost_usd"].as_f64().unwrap() > 0.0, "{v}");
     assert!(!said.contains("unknown"), "{said}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn zero_lifts_the_cost_budget_and_the_deadline_as_it_lifts_every_bound() {
+    // `max_cost_usd = 0` is no budget (as in the README, the core's `Limits` and Python's
+    // `Limits(max_cost_usd=0)`), not a budget spent before the first model call; nor does it
+    // need a price. `timeout_secs = 0` is no deadline.
+    for model_extra in ["price = { input = 1.0, output = 2.0 }", ""] {
+        let dir = scripted(model_extra, "max_cost_usd = 0\ntimeout_secs = 0");
+        let (code, v, err) = run_json(&dir).await;
+        assert_eq!(code, Some(0), "{model_extra}: {v} {err}");
+        assert_eq!(v["stop_reason"], "finished", "{v}");
+        assert_eq!(v["model_calls"], 2, "{v}");
+    }
+    // A subagent tool's caps read 0 the same way: the child is not stopped at once.
+    let dir = scripted("price = { input = 1.0, output = 2.0 }", "max_turns = 4");
+    dir.write(
+        "parent.toml",
+        r#"name = "parent"
+[model]
+provider = "scripted"
+script = "parent.json"
+price = { input = 1.0, output = 2.0 }
+[[tools]]
+name = "worker"
+agent = "agent.toml"
+max_cost_usd = 0
+max_turns = 0
+"#,
+    );
+    dir.write(
+        "parent.json",
+        &json!([
+            {"tool_calls": [{"id": "w1", "name": "worker", "arguments": {"task": "weather"}}]},
+            {"text": "all done"}
+        ])
+        .to_string(),
+    );
+    let (code, v, err) = run_file_json(&dir.path("parent.toml")).await;
+    assert_eq!(code, Some(0), "{v} {err}");
+    assert_eq!(v["subagents"][0]["stop_reason"], "finished", "{v}");
+    assert_eq!(v["subagents"][0]["model_calls"], 2, "{v}");
 }

@@ -283,6 +283,18 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for Bound<T> {
     }
 }
 
+/// A bound written as a number, as the core takes it: 0 lifts it, as for every `[limits]` bound
+/// (and as the Python package's `Limits` does), never "none at all" (a budget of $0 would stop a
+/// run before its first model call).
+fn lifted_at_zero<T: Copy + PartialEq + Default>(v: Option<&Spanned<T>>) -> Option<T> {
+    v.map(|v| *v.get_ref()).filter(|v| *v != T::default())
+}
+
+/// Seconds as a deadline: 0 lifts it.
+fn deadline_of(secs: Option<&Spanned<f64>>) -> Option<std::time::Duration> {
+    lifted_at_zero(secs).and_then(|s| std::time::Duration::try_from_secs_f64(s).ok())
+}
+
 section! {
     /// `[limits]`: all optional.
     LimitsSpec {
@@ -294,11 +306,11 @@ section! {
         max_model_calls: Option<Bound<u32>>,
         /// The most tool calls running at once.
         max_concurrency: Option<Spanned<usize>>,
-        /// Wall-clock deadline in seconds.
+        /// Wall-clock deadline in seconds (0: none).
         timeout_secs: Option<Spanned<f64>>,
-        /// The most USD the run may spend.
+        /// The most USD the run may spend (0: no bound).
         max_cost_usd: Option<Spanned<f64>>,
-        /// The most tokens (input plus output) over the run.
+        /// The most tokens (input plus output) over the run (0: no bound).
         max_tokens: Option<Bound<u64>>,
         /// How many times a turn may come back the same before the run stops as stuck (0
         /// disables the rule; 1 is refused).
@@ -308,6 +320,18 @@ section! {
         on_limit: Option<OnLimit>,
         /// How deep the tree of subagents (`agent` tools) may grow (default 3).
         max_depth: Option<Spanned<u32>>,
+    }
+}
+
+impl LimitsSpec {
+    /// The cost budget in force: `max_cost_usd`, `None` when left out or 0.
+    pub fn cost_bound(&self) -> Option<f64> {
+        lifted_at_zero(self.max_cost_usd.as_ref())
+    }
+
+    /// The run's deadline: `timeout_secs`, `None` when left out or 0.
+    pub fn deadline(&self) -> Option<std::time::Duration> {
+        deadline_of(self.timeout_secs.as_ref())
     }
 }
 
@@ -696,6 +720,22 @@ fn sandbox_policy(
 }
 
 impl ToolFileSpec {
+    /// An `agent` tool's caps on what one call may draw from the parent's budget: its
+    /// `max_turns`, `max_tool_calls`, `max_tokens`, `max_cost_usd` and `timeout_secs`, each
+    /// lifted by 0 as in `[limits]` (the call then takes its share of what is left), the rest
+    /// unbounded.
+    pub fn cap(&self) -> agentloop::Limits {
+        agentloop::Limits {
+            max_turns: lifted_at_zero(self.max_turns.as_ref()),
+            max_tool_calls: lifted_at_zero(self.max_tool_calls.as_ref()),
+            max_model_calls: None,
+            max_tokens: lifted_at_zero(self.max_tokens.as_ref()),
+            max_cost_usd: lifted_at_zero(self.max_cost_usd.as_ref()),
+            timeout: deadline_of(self.timeout_secs.as_ref()),
+            ..agentloop::Limits::unlimited()
+        }
+    }
+
     /// The sandbox of a shell's or command tool's processes, over the file's default `sandbox`.
     pub fn sandbox(&self, default: SandboxMode) -> SandboxPolicy {
         sandbox_policy(

@@ -33,13 +33,15 @@ pub(super) fn check_limits(limits: &LimitsSpec, problems: &mut Problems) {
             format!("max_depth is at most {MAX_DEPTH}"),
         );
     }
+    // 0 lifts the deadline, as it lifts every other bound here.
     if let Some(t) = &limits.timeout_secs
+        && *t.get_ref() != 0.0
         && !valid_seconds(*t.get_ref())
     {
         problems.at(
             "limits.timeout_secs",
             span_of(t),
-            "timeout_secs must be a positive number of seconds, at most a year",
+            "timeout_secs must be a positive number of seconds, at most a year (or 0 for no deadline)",
         );
     }
     if let Some(c) = &limits.max_cost_usd
@@ -48,17 +50,21 @@ pub(super) fn check_limits(limits: &LimitsSpec, problems: &mut Problems) {
         problems.at(
             "limits.max_cost_usd",
             span_of(c),
-            "max_cost_usd must be zero or more",
+            "max_cost_usd must be zero (no bound) or more",
         );
     }
 }
 
 /// A cost budget needs a price for the model, or it could never hold: the file's
 /// `[model] price`, or the built-in table's for a live model it knows.
+/// A budget of 0 is none, and needs no price.
 pub(super) fn check_budget_priced(limits: &LimitsSpec, model: &ModelSpec, problems: &mut Problems) {
     let Some(budget) = &limits.max_cost_usd else {
         return;
     };
+    if limits.cost_bound().is_none() {
+        return;
+    }
     if crate::agent_file::model::price(model).is_some() {
         return;
     }
