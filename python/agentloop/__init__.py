@@ -30,7 +30,7 @@ from ._outcome import (
     ToolCallRecord,
     Usage,
 )
-from ._tools import EXCEPTION_CODE, Tool, tool
+from ._tools import EXCEPTION_CODE, OUTPUT_INVALID_CODE, Tool, tool
 from .errors import AgentloopError, FatalToolError, RunStopped, ToolError
 
 __all__ = [
@@ -45,6 +45,7 @@ __all__ = [
     "LimitHit",
     "Limits",
     "ModelRequest",
+    "OUTPUT_INVALID_CODE",
     "Provider",
     "Reply",
     "RunErrorInfo",

@@ -49,6 +49,10 @@ T = TypeVar("T")
 #: The code of a tool call whose function raised an exception other than :class:`ToolError`.
 EXCEPTION_CODE = "tool.exception"
 
+#: The code of a tool call whose answer could not be handed to the runtime (a pydantic model
+#: whose ``model_dump_json`` raises, an exception whose ``str()`` raises, ...).
+OUTPUT_INVALID_CODE = "tool.output_invalid"
+
 
 @dataclasses.dataclass(frozen=True)
 class Tool:
@@ -236,7 +240,11 @@ class _ToolThreads:
                     fn(*args)
                     future.set_result(None)
                 except BaseException as e:  # noqa: BLE001 - the call's own failure is answered by fn
-                    future.set_exception(e)
+                    # Kept without its traceback: the traceback's frames hold the call's reply,
+                    # and the runtime holds this future while it waits for that reply; with them
+                    # a reply never sent would never be dropped either, and the run would wait
+                    # for it forever instead of reading that the call never answered.
+                    future.set_exception(e.with_traceback(None))
             del future, fn, args
             with self._lock:
                 self._idle += 1
@@ -393,16 +401,19 @@ class Dispatcher:
         scope: Optional[RunScope],
     ) -> None:
         try:
-            result = t.fn(**t.convert(arguments))
-            if inspect.isawaitable(result):
-                # A sync callable that returns an awaitable (a wrapper of a coroutine function):
-                # its answer is what the awaitable gives, awaited on the run's loop.
-                run_loop = scope.loop if scope is not None else None
-                result = on_run_loop(_awaited(result), run_loop).result()
-        except BaseException as e:  # noqa: BLE001 - every failure is the model's to read
-            self._failed(t, e, key, reply, scope)
-            return
-        _answer(reply, result)
+            try:
+                result = t.fn(**t.convert(arguments))
+                if inspect.isawaitable(result):
+                    # A sync callable that returns an awaitable (a wrapper of a coroutine
+                    # function): its answer is what the awaitable gives, awaited on the run's loop.
+                    run_loop = scope.loop if scope is not None else None
+                    result = on_run_loop(_awaited(result), run_loop).result()
+            except BaseException as e:  # noqa: BLE001 - every failure is the model's to read
+                self._failed(t, e, key, reply, scope)
+                return
+            _answer(reply, result)
+        except BaseException as e:  # noqa: BLE001 - see _unanswered
+            _unanswered(t, key, reply, e)
 
     async def _run_async(
         self,
@@ -421,15 +432,22 @@ class Dispatcher:
             reply.error("cancelled", "CancelledError: the tool's task was cancelled")
             raise
         except BaseException as e:  # noqa: BLE001
-            self._failed(t, e, key, reply, scope)
+            try:
+                self._failed(t, e, key, reply, scope)
+            except BaseException as failed:  # noqa: BLE001 - see _unanswered
+                _unanswered(t, key, reply, failed)
             return
-        _answer(reply, result)
+        try:
+            _answer(reply, result)
+        except BaseException as e:  # noqa: BLE001 - see _unanswered
+            _unanswered(t, key, reply, e)
 
     def _failed(
         self, t: Tool, e: BaseException, key: Tuple[str, str], reply: Any, scope: Optional[RunScope]
     ) -> None:
         if isinstance(e, ToolError):
-            reply.error(e.code, e.message)
+            # Any code the tool gave (``ToolError(404, ...)``) is its text.
+            reply.error(str(e.code), str(e.message))
         elif isinstance(e, FatalToolError):
             if scope is not None:
                 scope.add(key, traceback.format_exc())
@@ -440,6 +458,27 @@ class Dispatcher:
                 scope.add(key, tb)
             log.warning("tool %s (call %s) raised:\n%s", t.name, key[1], tb)
             reply.error(EXCEPTION_CODE, f"{type(e).__name__}: {e}")
+
+
+def _unanswered(t: Tool, key: Tuple[str, str], reply: Any, e: BaseException) -> None:
+    """A call whose answer (its result, or its failure) could not be handed over: the model reads
+    ``tool.output_invalid``, in text that cannot fail in turn (ASCII), and the operator the
+    traceback. Unanswered, the call would hold its run until its deadline, or forever."""
+    try:
+        log.warning(
+            "tool %s (call %s): its answer could not be handed over:\n%s",
+            t.name,
+            key[1],
+            traceback.format_exc(),
+        )
+    except BaseException:  # noqa: BLE001 - the answer below matters more than the log
+        pass
+    try:
+        what = f"{type(e).__name__}: {e}"
+    except BaseException:  # noqa: BLE001 - an exception whose str() raises
+        what = type(e).__name__
+    text = f"the tool's answer could not be handed over: {what}"
+    reply.error(OUTPUT_INVALID_CODE, text.encode("ascii", "backslashreplace").decode("ascii"))
 
 
 async def _awaited(awaitable: Awaitable[Any]) -> Any:

@@ -572,3 +572,62 @@ def test_annotations_naming_local_classes_are_resolved(use_pydantic: bool, monke
     out = Agent(model=ScriptedModel([calls, "done"]), tools=[move, stop]).run("Go.")
     assert [c.output for c in out.tool_calls] == ["moved", "stopped"], out.tool_calls
     assert sorted(seen, key=len) == [(Mode.FAST,), (Mode.SAFE, 2, None)]
+
+
+def test_a_tool_whose_answer_cannot_be_handed_over_as_is_still_answers_the_model() -> None:
+    # Each of these used to raise while answering, leaving the call unanswered and the run
+    # waiting for it forever (here: until its deadline).
+    @tool
+    def listing() -> str:
+        """A file name with a byte that is not UTF-8, as os.listdir gives it."""
+        return b"caf\xe9.txt".decode("utf-8", "surrogateescape")
+
+    @tool
+    async def listing_async() -> str:
+        """The same, from a coroutine."""
+        return b"caf\xe9.txt".decode("utf-8", "surrogateescape")
+
+    @tool
+    def lookup() -> str:
+        """A code that is not text."""
+        raise ToolError(404, "not found")  # type: ignore[arg-type]
+
+    @tool
+    def opened() -> str:
+        """An exception whose message holds such a byte."""
+        raise ValueError(b"no caf\xe9".decode("utf-8", "surrogateescape"))
+
+    class Unserializable:
+        def model_dump_json(self) -> str:
+            raise RuntimeError("cannot serialize")
+
+    @tool
+    def dumped() -> str:
+        """A pydantic-like model whose JSON dump raises."""
+        return Unserializable()  # type: ignore[return-value]
+
+    @tool
+    async def dumped_async() -> str:
+        """The same, from a coroutine."""
+        return Unserializable()  # type: ignore[return-value]
+
+    names = ["listing", "listing_async", "lookup", "opened", "dumped", "dumped_async"]
+    agent = Agent(
+        model=ScriptedModel([[ToolCall(n, {}) for n in names], "done"]),
+        tools=[listing, listing_async, lookup, opened, dumped, dumped_async],
+        limits=Limits(timeout=20),
+    )
+    out = agent.run("Go.")
+    assert out.stop_reason == "finished", out.raw
+    calls = {c.tool: c for c in out.tool_calls}
+    assert calls["listing"].output == "caf\ufffd.txt"
+    assert calls["listing_async"].output == "caf\ufffd.txt"
+    lookup_error = calls["lookup"].error
+    assert lookup_error is not None and (lookup_error.code, lookup_error.message) == ("404", "not found")
+    opened_error = calls["opened"].error
+    assert opened_error is not None and opened_error.code == EXCEPTION_CODE
+    assert opened_error.message == "ValueError: no caf\ufffd"
+    for name in ["dumped", "dumped_async"]:
+        error = calls[name].error
+        assert error is not None and error.code == "tool.output_invalid", calls[name]
+        assert "RuntimeError: cannot serialize" in error.message

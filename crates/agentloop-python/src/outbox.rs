@@ -291,29 +291,58 @@ impl ToolReply {
     }
 }
 
+/// Python text as Rust's, whatever it holds: a lone surrogate (how Python carries bytes that
+/// are not UTF-8: a file name from `os.listdir`, output decoded with `surrogateescape`) becomes
+/// U+FFFD, as would any other object's `str()`. Taking a `String` instead would raise
+/// `UnicodeEncodeError` in the middle of answering, and the call would never be answered.
+fn lossy(value: &Bound<'_, PyAny>) -> PyResult<String> {
+    let text = value.str()?;
+    if let Ok(text) = text.to_cow() {
+        return Ok(text.into_owned());
+    }
+    // UTF-16 keeps a lone surrogate as one unit, which Rust then replaces with one U+FFFD
+    // (UTF-8's lossy decoding would give one for each of its three bytes).
+    let utf16 = text.call_method1("encode", ("utf-16-le", "surrogatepass"))?;
+    let bytes: &[u8] = utf16.extract()?;
+    let units: Vec<u16> = bytes
+        .chunks_exact(2)
+        .map(|pair| {
+            u16::from_le_bytes([
+                pair.first().copied().unwrap_or(0),
+                pair.last().copied().unwrap_or(0),
+            ])
+        })
+        .collect();
+    Ok(String::from_utf16_lossy(&units))
+}
+
 #[pymethods]
 impl ToolReply {
     /// A text result.
-    fn text(&self, text: String) {
-        self.send(Ok(ToolOutput::text(text)));
+    fn text(&self, text: &Bound<'_, PyAny>) -> PyResult<()> {
+        self.send(Ok(ToolOutput::text(lossy(text)?)));
+        Ok(())
     }
 
     /// A JSON result (the JSON text of any other value the function returned).
-    fn json(&self, json: &str) {
+    fn json(&self, json: &Bound<'_, PyAny>) -> PyResult<()> {
         self.send(
-            serde_json::from_str::<Value>(json)
+            serde_json::from_str::<Value>(&lossy(json)?)
                 .map(ToolOutput::json)
                 .map_err(|e| ToolError::new("tool.output_not_json", e.to_string())),
         );
+        Ok(())
     }
 
-    /// An error the model reads.
-    fn error(&self, code: String, message: String) {
-        self.send(Err(ToolError::new(code, message)));
+    /// An error the model reads (`code` may be any object: its `str()` is the code).
+    fn error(&self, code: &Bound<'_, PyAny>, message: &Bound<'_, PyAny>) -> PyResult<()> {
+        self.send(Err(ToolError::new(lossy(code)?, lossy(message)?)));
+        Ok(())
     }
 
     /// A failure that ends the run.
-    fn fatal(&self, message: String) {
-        self.send(Err(ToolError::fatal(message)));
+    fn fatal(&self, message: &Bound<'_, PyAny>) -> PyResult<()> {
+        self.send(Err(ToolError::fatal(lossy(message)?)));
+        Ok(())
     }
 }
