@@ -277,9 +277,20 @@ class Agent:
     def answer(run_id: str, call_id: str, answer: Union[bool, str], *, journal: PathLike) -> None:
         """Records a person's answer to a call a suspended run waits on (``outcome.
         pending_approvals``): ``True``/``"allow"``, ``False``/``"deny"``, ``"allow_always"``,
-        ``"deny_always"``. Then :meth:`resume` goes on with the run."""
+        ``"deny_always"``. Then :meth:`resume` goes on with the run. A question of the model's
+        (an entry with a ``question``) takes :meth:`reply` instead: answering it is refused
+        (``approval.invalid``)."""
         word = ("allow" if answer else "deny") if isinstance(answer, bool) else answer
         _agentloop.answer(os.fspath(journal), run_id, call_id, word)
+
+    @staticmethod
+    def reply(run_id: str, call_id: str, value: Any, *, journal: PathLike) -> None:
+        """Records the user's reply to a question of the model's (the ``ask_user`` built-in) a
+        suspended run waits on (an entry of ``outcome.pending_approvals`` with a ``question``):
+        ``value`` is any JSON value (text, a number, a dict for a form), checked against the
+        question's schema (``answer.invalid`` when it does not match), as ``agentloop answer``
+        does. Then :meth:`resume` hands it to the model."""
+        _agentloop.reply(os.fspath(journal), run_id, call_id, json.dumps(value))
 
     # --- plumbing ------------------------------------------------------------------------------
 

@@ -16,6 +16,7 @@ _Approve = Callable[[str, Any], Union[List[str], "concurrent.futures.Future[List
 # dispatcher, as its last argument.
 
 def answer(journal: str, run_id: str, call_id: str, word: str) -> None: ...
+def reply(journal: str, run_id: str, call_id: str, json: str) -> None: ...
 def protect_process() -> None:
     """Makes this process non-dumpable (Linux; nothing elsewhere): no process it starts can read
     its environment or memory. Raises ``AgentloopError`` (``sandbox.protect``) if it cannot."""

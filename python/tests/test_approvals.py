@@ -10,7 +10,18 @@ import json
 import pathlib
 from typing import List, Tuple, Union
 
-from agentloop import Agent, ApprovalRequest, Limits, RunOutcome, ScriptedModel, ToolCall, tool
+import pytest
+
+from agentloop import (
+    Agent,
+    AgentloopError,
+    ApprovalRequest,
+    Limits,
+    RunOutcome,
+    ScriptedModel,
+    ToolCall,
+    tool,
+)
 
 
 def deleting_agent(deleted: List[str], approve=None) -> Agent:
@@ -193,3 +204,39 @@ def test_falsy_limits_still_bound_the_run() -> None:
 
     out = Agent(model=script, tools=[look], limits=limits).run("Look.")
     assert out.stop_reason == "max_turns", out
+
+
+def test_a_question_of_the_model_takes_a_reply_not_an_approval(tmp_path: pathlib.Path) -> None:
+    # The `ask_user` built-in: a journaled run suspends on the question. An approval word is no
+    # reply (it used to be recorded, and the resumed run asked again, for ever); a reply is
+    # checked against the question's schema, then the resumed run hands it to the model.
+    (tmp_path / "agent.toml").write_text(
+        'name = "asker"\n[model]\nprovider = "scripted"\nscript = "script.json"\n'
+        '[[tools]]\nbuiltin = "ask_user"\n'
+    )
+    question = {"question": "Which colour?", "schema": {"enum": ["red", "green"]}}
+    script = [{"tool_calls": [{"id": "q1", "name": "ask_user", "arguments": question}]}, {"text": "Painting it."}]
+    (tmp_path / "script.json").write_text(json.dumps(script))
+    journal = tmp_path / "journal.db"
+    agent = Agent.from_file(tmp_path / "agent.toml", approve=lambda requests: [True for _ in requests])
+    try:
+        out = agent.run("Paint it.", journal=journal)
+        assert out.stop_reason == "suspended", out.raw
+        assert out.run_id is not None
+        [pending] = out.pending_approvals
+        assert pending["call_id"] == "q1" and pending["question"]["text"] == "Which colour?", pending
+        with pytest.raises(AgentloopError) as refused:
+            Agent.answer(out.run_id, "q1", True, journal=journal)
+        assert refused.value.code == "approval.invalid"
+        assert "is a question" in refused.value.message
+        with pytest.raises(AgentloopError) as wrong:
+            Agent.reply(out.run_id, "q1", "blue", journal=journal)
+        assert wrong.value.code == "answer.invalid", wrong.value
+        Agent.reply(out.run_id, "q1", "green", journal=journal)
+        resumed = agent.resume(out.run_id, journal=journal)
+    finally:
+        agent.close()
+    assert resumed.stop_reason == "finished", resumed.raw
+    assert resumed.output == "Painting it."
+    [asked] = resumed.tool_calls
+    assert asked.status == "ok" and "green" in str(asked.output), asked

@@ -506,13 +506,69 @@ impl RunHandle {
 }
 
 /// Records a person's answer (`allow`, `allow_always`, `deny`, `deny_always`) to a call a
-/// suspended run waits on; resuming the run then goes on with it.
+/// suspended run waits on; resuming the run then goes on with it. A question of the model's
+/// (`ask_user`) is refused, as `agentloop approve` refuses it: a word is no reply to it, and the
+/// resumed run would only ask it again. Its reply goes through [`reply`].
 #[pyfunction]
 pub(crate) fn answer(journal: PathBuf, run_id: &str, call_id: &str, word: &str) -> PyResult<()> {
     let answer = answer_of(word).map_err(|m| error("approval.invalid", m))?;
-    JournalReader::open(journal)
-        .and_then(|r| r.find(run_id).and_then(|id| r.answer(&id, call_id, answer)))
+    let (reader, run_id, request) = waiting_call(journal, run_id, call_id)?;
+    if request.is_some_and(|r| r.question.is_some()) {
+        return Err(error(
+            "approval.invalid",
+            format!(
+                "call {call_id} of run {run_id} is a question: reply to it with \
+                 Agent.reply(run_id, call_id, value, journal=...)"
+            ),
+        ));
+    }
+    reader
+        .answer(&run_id, call_id, answer)
         .map_err(|e| error(e.code(), e))
+}
+
+/// Records the user's reply (`json`, JSON text) to a question of the model's (`ask_user`) a
+/// suspended run waits on, checked against the question's schema first, as `agentloop answer`
+/// does; resuming the run then hands it to the model.
+#[pyfunction]
+pub(crate) fn reply(journal: PathBuf, run_id: &str, call_id: &str, json: &str) -> PyResult<()> {
+    let value: Value = serde_json::from_str(json).map_err(|e| error("answer.invalid", e))?;
+    let (reader, run_id, request) = waiting_call(journal, run_id, call_id)?;
+    if let Some(request) = request {
+        let Some(question) = &request.question else {
+            return Err(error(
+                "answer.not_a_question",
+                format!(
+                    "call {call_id} of run {run_id} waits for approval, not a reply: answer it \
+                     with Agent.answer(run_id, call_id, True or False, journal=...)"
+                ),
+            ));
+        };
+        agentloop::ask::check_answer(question, &value).map_err(|e| error(e.code(), e))?;
+    }
+    // A call the run does not wait on is refused by the journal, with its reason.
+    reader
+        .reply(&run_id, call_id, &value)
+        .map_err(|e| error(e.code(), e))
+}
+
+/// The journal's reader, the run's full id (from an id or a unique prefix), and what call
+/// `call_id` of the run asked for, if the run asked it.
+fn waiting_call(
+    journal: PathBuf,
+    run_id: &str,
+    call_id: &str,
+) -> PyResult<(JournalReader, String, Option<ApprovalRequest>)> {
+    let journal_error = |e: agentloop::journal::JournalError| error(e.code(), e);
+    let reader = JournalReader::open(journal).map_err(journal_error)?;
+    let run_id = reader.find(run_id).map_err(journal_error)?;
+    let run = reader.load(&run_id).map_err(journal_error)?;
+    let request = run
+        .approvals
+        .into_iter()
+        .map(|a| a.request)
+        .find(|r| r.call_id == call_id);
+    Ok((reader, run_id, request))
 }
 
 fn answer_of(word: &str) -> Result<Answer, String> {
