@@ -97,3 +97,39 @@ def test_the_local_model_calls_the_python_tool_and_answers_with_its_result(llama
     assert out.output is not None and "18" in out.output
     assert out.turns == 2
     assert out.usage.input_tokens > 0 and out.usage.output_tokens > 0
+
+
+def test_serve_refuses_a_port_another_server_answers_on(repo_root: pathlib.Path) -> None:
+    # A server left on the port (a killed test's, a user's) answers /health: the new one, which
+    # cannot bind, must not be reported as started in its place.
+    import http.server
+    import threading
+
+    class Healthy(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b'{"status": "ok"}')
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    stale = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Healthy)
+    threading.Thread(target=stale.serve_forever, daemon=True).start()
+    port = stale.server_address[1]
+    scripts = pathlib.Path(os.environ.get("AGENTLOOP_LOCAL_MODEL_DIR", repo_root / "scripts/local-model"))
+    try:
+        out = subprocess.run(
+            [str(scripts / "serve.sh"), str(port), "-t", "1"], capture_output=True, text=True, timeout=3600
+        )
+    finally:
+        stale.shutdown()
+        stale.server_close()
+    if out.returncode == 0:
+        # Stop what it started before failing (it may have exited already: that is the bug).
+        try:
+            os.kill(int(out.stdout.strip().splitlines()[-1]), 15)
+        except ProcessLookupError:
+            pass
+    assert out.returncode != 0, f"serve.sh reported the other server as its own: {out.stdout}"
+    assert f"port {port} is taken" in out.stderr, out.stderr

@@ -2,13 +2,29 @@
 # Starts llama-server with the local model on 127.0.0.1:PORT and waits until it answers /health.
 # Builds the server and fetches the model first if they are not cached (slow the first time).
 # Usage: serve.sh PORT [extra llama-server args]
-#   Prints the server's PID; stop it with `kill PID`. Logs to $AGENTLOOP_CACHE/llama-server-PORT.log
-#   (the newest five such logs are kept). AGENTLOOP_MODEL=1.5b serves the 1.5B model (fetch-model.sh).
+#   Prints the server's PID; stop it with `kill PID`. Refuses a PORT something already listens on.
+#   Logs to $AGENTLOOP_CACHE/llama-server-PORT.log (the newest five such logs are kept).
+#   AGENTLOOP_MODEL=1.5b serves the 1.5B model (fetch-model.sh).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/common.sh"
 
 PORT=${1:?usage: serve.sh PORT [extra llama-server args]}; shift
+# python3 rather than curl: one tool fewer to need on a fresh machine.
+# Something already listens on PORT: a server left by a killed test, or a user's. Ours would fail
+# to bind, and its health check would reach the other one and report it as ours.
+port_taken() {
+  python3 - "$PORT" <<'PY'
+import socket, sys
+with socket.socket() as s:
+    s.settimeout(2)
+    sys.exit(0 if s.connect_ex(("127.0.0.1", int(sys.argv[1]))) == 0 else 1)
+PY
+}
+if port_taken; then
+  echo "port $PORT is taken: something already listens on 127.0.0.1:$PORT (another llama-server?)" >&2
+  exit 1
+fi
 BIN=$("$here/build-llama-server.sh")
 MODEL=$("$here/fetch-model.sh")
 LOG=$CACHE/llama-server-$PORT.log
@@ -23,7 +39,6 @@ KEEP_LOGS=5
 "$BIN" -m "$MODEL" --host 127.0.0.1 --port "$PORT" -c 4096 -np 1 -t "$(nproc)" --jinja --alias local \
   --chat-template-file "$here/qwen25-agent.jinja" "$@" </dev/null >"$LOG" 2>&1 &
 pid=$!
-# python3 rather than curl: one tool fewer to need on a fresh machine.
 healthy() {
   python3 - "$PORT" <<'PY'
 import sys, urllib.request
@@ -33,9 +48,16 @@ except Exception:
     sys.exit(1)
 PY
 }
+exited() { echo "llama-server exited; see $LOG" >&2; exit 1; }
 for _ in $(seq 1 120); do
-  if healthy; then echo "$pid"; exit 0; fi
-  kill -0 "$pid" 2>/dev/null || { echo "llama-server exited; see $LOG" >&2; exit 1; }
+  kill -0 "$pid" 2>/dev/null || exited
+  # Healthy counts only while ours still runs, and still does a moment later: one that failed to
+  # bind (a server started on the port since the check above) exits at once.
+  if healthy; then
+    sleep 0.2
+    kill -0 "$pid" 2>/dev/null || exited
+    echo "$pid"; exit 0
+  fi
   sleep 1
 done
 kill "$pid"; echo "llama-server did not become healthy in 120 s; see $LOG" >&2; exit 1
