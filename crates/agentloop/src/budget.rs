@@ -170,7 +170,7 @@ impl Pool {
             model_calls: Limits::bound(limits.max_model_calls),
             tool_calls: Limits::bound(limits.max_tool_calls),
             tokens: limits.max_tokens.filter(|&n| n > 0),
-            cost: limits.max_cost_usd,
+            cost: limits.cost_bound(),
             waiting: 0,
         }
     }

@@ -139,6 +139,16 @@ impl Limits {
         Ok(())
     }
 
+    /// The cost bound in force: `None` and `Some(0)` both mean none.
+    pub(crate) fn cost_bound(&self) -> Option<f64> {
+        self.max_cost_usd.filter(|&m| m > 0.0)
+    }
+
+    /// The deadline in force: `None` and `Some(0)` both mean none.
+    pub(crate) fn deadline(&self) -> Option<Duration> {
+        self.timeout.filter(|t| !t.is_zero())
+    }
+
     /// A bound in force: `None` and `Some(0)` both mean none.
     pub(crate) fn bound(v: Option<u32>) -> Option<u32> {
         v.filter(|&n| n > 0)

@@ -60,6 +60,28 @@ async fn a_lone_surrogate_in_a_calls_arguments_runs_the_tool_with_the_replacemen
 }
 
 #[tokio::test]
+async fn a_zero_cost_budget_or_deadline_is_no_bound_as_documented() {
+    // `Some(0)` lifts a bound, as `None` does: a zero cost budget stopped the run before its
+    // first model call, and a zero deadline at once.
+    let log = CallLog::default();
+    let model = ScriptedModel::new([
+        calls(&[("a", "echo", r#"{"tag": "x"}"#)]),
+        ModelResponse::text("done"),
+    ]);
+    let limits = Limits {
+        max_cost_usd: Some(0.0),
+        timeout: Some(Duration::ZERO),
+        ..Limits::default()
+    };
+    let out = agent(model, vec![sleeper("echo", &log)], limits)
+        .run("go")
+        .await;
+    assert_eq!(out.stop_reason, StopReason::Finished, "{:?}", out.error);
+    assert_eq!(out.output.as_deref(), Some("done"));
+    assert_eq!(log.len(), 1);
+}
+
+#[tokio::test]
 async fn invalid_args_in_batch_start_no_handler() {
     let n = Arc::new(AtomicUsize::new(0));
     let model = ScriptedModel::new([

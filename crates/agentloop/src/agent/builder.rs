@@ -382,7 +382,7 @@ pub(super) fn check_priced(
     pricing: Option<&Arc<dyn Pricing>>,
     model: &Arc<dyn Model>,
 ) -> Result<(), RunError> {
-    if limits.max_cost_usd.is_none() {
+    if limits.cost_bound().is_none() {
         return Ok(());
     }
     let priced = pricing.is_some_and(|p| {

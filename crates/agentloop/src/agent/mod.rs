@@ -481,7 +481,7 @@ impl Agent {
         let at = steps.last().map_or(std::time::Duration::ZERO, |s| s.at);
         let at = plumbing.elapsed.map_or(at, |e| e.max(at));
         let limits = header.limits.as_ref().unwrap_or(self.inner.cfg.limits());
-        let past_deadline = limits.timeout.is_some_and(|t| at >= t);
+        let past_deadline = limits.deadline().is_some_and(|t| at >= t);
         if !waiting.is_empty() && !past_deadline {
             return Err(not_resumable(format!(
                 "approvals are unanswered for call {}",

@@ -305,13 +305,13 @@ impl SubagentTool {
         limits.max_model_calls = min_bound(own.max_model_calls, grant.model_calls);
         limits.max_tool_calls = min_bound(own.max_tool_calls, grant.tool_calls);
         limits.max_tokens = min_bound(own.max_tokens.filter(|&n| n > 0), grant.tokens);
-        limits.max_cost_usd = match (own.max_cost_usd, grant.cost) {
+        limits.max_cost_usd = match (own.cost_bound(), grant.cost) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
         let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
         let capped = self.cap.as_ref().and_then(|c| c.timeout);
-        limits.timeout = [own.timeout, left, capped].into_iter().flatten().min();
+        limits.timeout = [own.deadline(), left, capped].into_iter().flatten().min();
         limits.max_depth = own.max_depth.min(max_depth);
         limits
     }

@@ -65,7 +65,7 @@ impl RunMachine {
         // A run that goes on at or past its deadline (it waited that long for approvals, on a
         // driver that counts the wait) stops there: what it waited on is not run, whether or
         // not it was answered. One rule for every driver: the local one and Restate's.
-        if self.limits().timeout.is_some_and(|t| self.now >= t) {
+        if self.limits().deadline().is_some_and(|t| self.now >= t) {
             let phase = std::mem::replace(&mut self.phase, Phase::Done);
             self.on_interrupt(phase, Interrupt::Deadline);
         }
@@ -123,7 +123,7 @@ impl RunMachine {
                 self.fail(RunError::Journal { message });
             }
             Interrupt::Deadline => {
-                let bound = self.limits().timeout.unwrap_or(self.now);
+                let bound = self.limits().deadline().unwrap_or(self.now);
                 self.stop_on_limit(hit(
                     LimitKind::Deadline,
                     bound.as_millis() as f64,

@@ -12,7 +12,7 @@ impl RunMachine {
     pub(super) fn check_before_model_call(&self) -> Option<LimitHit> {
         let l = self.limits();
         let now = self.now;
-        if let Some(t) = l.timeout
+        if let Some(t) = l.deadline()
             && now >= t
         {
             return Some(hit(
@@ -82,7 +82,7 @@ impl RunMachine {
                 .max_tokens
                 .filter(|&n| n > 0)
                 .map(|m| m.saturating_sub(self.counters.usage.total_tokens())),
-            cost: l.max_cost_usd.map(|m| (m - self.counters.cost).max(0.0)),
+            cost: l.cost_bound().map(|m| (m - self.counters.cost).max(0.0)),
             waiting: 0,
         }
     }
@@ -113,7 +113,7 @@ impl RunMachine {
             let used = self.counters.usage.total_tokens() as f64;
             return Some(hit(LimitKind::Tokens, max as f64, used, 0.0));
         }
-        match l.max_cost_usd {
+        match l.cost_bound() {
             // An answer of unknown cost: the budget can no longer be held, so nothing more is
             // spent (see `stop_on_limit`).
             Some(max) if self.counters.cost >= max || self.counters.unpriced.0 > 0 => {

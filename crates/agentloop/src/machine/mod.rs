@@ -414,7 +414,7 @@ impl RunMachine {
 
     /// The run's deadline (time since its start), if it has one.
     pub fn deadline(&self) -> Option<Duration> {
-        self.limits().timeout
+        self.limits().deadline()
     }
 
     /// The transcript so far.
