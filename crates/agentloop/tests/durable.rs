@@ -271,6 +271,49 @@ async fn a_journal_that_cannot_record_the_end_never_leaves_the_run_finished() {
 }
 
 #[tokio::test]
+async fn a_suspension_the_journal_cannot_record_fails_the_run_rather_than_saying_suspended() {
+    // A run whose suspension was not written has nothing waiting to approve: "suspended" (exit 8)
+    // would send its user to `approve`, which finds the run still running.
+    use agentloop::permissions::{Permission, PermissionGate, PermissionStore};
+    for fail_suspend in [false, true] {
+        let journal = Arc::new(Memory {
+            fail_suspend,
+            ..Memory::default()
+        });
+        let counter = Arc::new(AtomicUsize::new(0));
+        let agent = Agent::builder()
+            .model(ScriptedModel::new([
+                calls(&[("a", "count", r#"{"n": 1}"#)]),
+                agentloop::model::ModelResponse::text("done"),
+            ]))
+            .tool(common::counting_tool("count", &counter))
+            .gate(Arc::new(PermissionGate::new(PermissionStore::new(
+                Permission::Ask,
+            ))))
+            .build()
+            .unwrap();
+        let options = RunOptions {
+            journal: Some(journal),
+            ..RunOptions::default()
+        };
+        let out = agent
+            .run_with(Vec::new(), Some(Message::user("go")), options)
+            .await;
+        assert_eq!(
+            counter.load(Ordering::SeqCst),
+            0,
+            "the asked call never ran"
+        );
+        if fail_suspend {
+            assert_eq!(out.stop_reason, StopReason::Failed);
+            assert_eq!(out.error.as_ref().unwrap().code(), "journal.write");
+        } else {
+            assert_eq!(out.stop_reason, StopReason::Suspended, "{:?}", out.error);
+        }
+    }
+}
+
+#[tokio::test]
 async fn a_completed_call_whose_record_failed_is_reported_completed_and_the_run_fails() {
     // Where the first call's result is written.
     let (journal, _) = failing_at(

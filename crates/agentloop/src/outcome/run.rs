@@ -167,7 +167,8 @@ impl RunOutcome {
     /// The journal could not record the run (its last step, or how it ended). A run that would
     /// have ended well then fails with the journal's error: its caller must not take it as done
     /// and recorded (a resume would not find it ended). A run that failed already keeps its own
-    /// error; a cancelled, limited or suspended one keeps its stop reason.
+    /// error; a cancelled or limited one keeps its stop reason. A suspended one fails too: its
+    /// suspension was not recorded, so nothing waits to be approved.
     pub fn journal_failed(&mut self, message: String) {
         journal_failed_at_end(&mut self.stop_reason, &mut self.error, message);
     }
@@ -211,7 +212,12 @@ pub(crate) fn journal_failed_at_end(
     error: &mut Option<RunError>,
     message: String,
 ) {
-    if matches!(stop, StopReason::Finished | StopReason::Terminated) {
+    // A suspension the journal did not record leaves nothing waiting to approve: said
+    // "suspended", its user would be sent to answer approvals the journal never held.
+    if matches!(
+        stop,
+        StopReason::Finished | StopReason::Terminated | StopReason::Suspended
+    ) {
         *stop = StopReason::Failed;
     }
     if error.is_none() {

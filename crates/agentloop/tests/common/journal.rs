@@ -24,6 +24,8 @@ pub struct Memory {
     pub cancel_at_start: Option<agentloop::CancellationToken>,
     /// Fails the write that says how the run ended.
     pub fail_finish: bool,
+    /// Fails the write that suspends the run.
+    pub fail_suspend: bool,
     /// The sizes of the step batches written together.
     pub batches: Mutex<Vec<usize>>,
 }
@@ -70,7 +72,15 @@ impl Journal for Memory {
         _run_id: &'a str,
         _pending: &'a [ApprovalRequest],
     ) -> BoxFuture<'a, Result<(), JournalError>> {
-        Box::pin(async { Ok(()) })
+        let fail = self.fail_suspend;
+        Box::pin(async move {
+            if fail {
+                return Err(JournalError::Io {
+                    message: "disk full at the suspension".into(),
+                });
+            }
+            Ok(())
+        })
     }
     fn finish<'a>(
         &'a self,
