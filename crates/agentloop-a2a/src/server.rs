@@ -349,11 +349,18 @@ async fn take(
             reason: "the message has no text".into(),
         });
     }
-    let slot = served.runs.take()?;
     let context_id = message
         .context_id
         .clone()
         .unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
+    // Behind a task that holds its context, a message waits without a place: one taken here
+    // would be given back only once its task reached the wait, and a message that came meanwhile
+    // would be answered busy though nothing more runs.
+    let slot = if served.context_held(&context_id) {
+        None
+    } else {
+        Some(served.runs.take()?)
+    };
     // The task's id is its run's: a journaled task is found under it after a restart.
     let id = uuid::Uuid::now_v7().to_string();
     message.task_id = Some(id.clone());

@@ -236,6 +236,19 @@ impl Served {
         }
     }
 
+    /// True when task `id` holds a place among the runs.
+    fn holds_slot(&self, id: &str) -> bool {
+        self.tasks().get(id).is_some_and(|e| e.slot.is_some())
+    }
+
+    /// True when a task of context `id` holds it (works, or waits for its caller's answer): a
+    /// new message of it waits behind that task, and takes a place among the runs only once the
+    /// context is its own (see `queue_for`).
+    pub(crate) fn context_held(&self, id: &str) -> bool {
+        let contexts = self.contexts.lock().unwrap_or_else(|p| p.into_inner());
+        contexts.get(id).is_some_and(|c| c.try_lock().is_err())
+    }
+
     /// Task `id` holds `slot` while it works.
     fn hold_slot(&self, id: &str, slot: OwnedSemaphorePermit) {
         if let Some(e) = self.tasks().get_mut(id) {
@@ -269,9 +282,14 @@ impl Served {
     }
 
     /// Drives task `id`'s run on a task of its own, the task holding `slot` while it works.
-    pub(crate) fn start(self: &Arc<Self>, id: String, work: Work, slot: OwnedSemaphorePermit) {
+    pub(crate) fn start(
+        self: &Arc<Self>,
+        id: String,
+        work: Work,
+        slot: Option<OwnedSemaphorePermit>,
+    ) {
         if let Some(e) = self.tasks().get_mut(&id) {
-            e.slot = Some(slot);
+            e.slot = slot;
         }
         let served = Arc::clone(self);
         tokio::spawn(async move {
@@ -537,7 +555,7 @@ impl Served {
         }
         // Another request may have found it meanwhile: one of them resumes it.
         if self.add(task, None) {
-            self.start(id.to_owned(), Work::Resume(Box::new(run)), slot);
+            self.start(id.to_owned(), Work::Resume(Box::new(run)), Some(slot));
         }
         Ok(true)
     }
@@ -788,10 +806,6 @@ async fn queue_for(
     context: Arc<tokio::sync::Mutex<Vec<agentloop::Message>>>,
     cancel: &CancellationToken,
 ) -> Option<OwnedMutexGuard<Vec<agentloop::Message>>> {
-    if let Ok(transcript) = Arc::clone(&context).try_lock_owned() {
-        return Some(transcript);
-    }
-    served.release_slot(&task.id);
     let canceled = || {
         let status = TaskStatus {
             state: TaskState::Canceled,
@@ -802,11 +816,20 @@ async fn queue_for(
         };
         served.set_status(&task.id, status, None);
     };
-    let transcript = tokio::select! {
-        transcript = context.lock_owned() => transcript,
-        () = cancel.cancelled() => {
-            canceled();
-            return None;
+    let transcript = match Arc::clone(&context).try_lock_owned() {
+        Ok(transcript) if served.holds_slot(&task.id) => return Some(transcript),
+        // Its message came while the context was held, so it took no place (see
+        // `Served::context_held`); the context came free since: the place is taken below.
+        Ok(transcript) => transcript,
+        Err(_) => {
+            served.release_slot(&task.id);
+            tokio::select! {
+                transcript = context.lock_owned() => transcript,
+                () = cancel.cancelled() => {
+                    canceled();
+                    return None;
+                }
+            }
         }
     };
     let slot = tokio::select! {
