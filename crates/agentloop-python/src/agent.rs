@@ -37,8 +37,7 @@ type EndedParts = (Option<Py<PyAny>>, Option<String>, Option<String>);
 #[pyclass(module = "agentloop._agentloop", frozen)]
 pub(crate) struct NativeAgent {
     agent: Agent,
-    /// Shared with the task that stops them ([`shut_down`]).
-    mcp: Option<Arc<StartedMcp>>,
+    mcp: Option<StartedMcp>,
     /// Its answers are priced: an unknown price is then an unknown cost (`cost_usd` null).
     priced: bool,
     /// Its runs' OpenTelemetry export, when asked for.
@@ -172,33 +171,34 @@ impl NativeAgent {
             Some(f) => Approval::Prompter(Arc::new(PythonPrompter(Arc::new(f)))),
             None => Approval::Nobody("no approval callback was given"),
         };
-        let exported = otel.unwrap_or(file.spec.otel == Some(true)) || otel_payloads;
-        let priced = assemble::has_pricing(file.model());
-        let built = wait_interruptibly(py, async move {
-            let fail = |e: agentloop_cli::error::CliError| (e.code().to_owned(), e.to_string());
-            let model = crate::model::per_run(assemble::model(&file).map_err(fail)?);
-            let mcp = StartedMcp::start(&file).await.map_err(fail)?;
-            match assemble::agent_with(&file, model, &approval, &mcp, tools) {
-                Ok(agent) => Ok((agent, mcp)),
-                Err(e) => {
-                    mcp.shutdown().await;
-                    Err(fail(e))
+        let rt = runtime()?;
+        let built: Result<(Agent, StartedMcp), (String, String)> = py.detach(|| {
+            rt.block_on(async {
+                let fail = |e: agentloop_cli::error::CliError| (e.code().to_owned(), e.to_string());
+                let model = crate::model::per_run(assemble::model(&file).map_err(fail)?);
+                let mcp = StartedMcp::start(&file).await.map_err(fail)?;
+                match assemble::agent_with(&file, model, &approval, &mcp, tools) {
+                    Ok(agent) => Ok((agent, mcp)),
+                    Err(e) => {
+                        mcp.shutdown().await;
+                        Err(fail(e))
+                    }
                 }
-            }
-        })?;
+            })
+        });
         let (agent, mcp) = built.map_err(|(code, message)| error(&code, message))?;
-        let mcp = Arc::new(mcp);
+        let exported = otel.unwrap_or(file.spec.otel == Some(true)) || otel_payloads;
         let otel = match exported.then(|| Otel::start(otel_payloads)).transpose() {
             Ok(otel) => otel,
             Err(e) => {
-                shut_down(py, &mcp)?;
+                py.detach(|| rt.block_on(mcp.shutdown()));
                 return Err(e);
             }
         };
         Ok(NativeAgent {
             agent,
             mcp: Some(mcp),
-            priced,
+            priced: assemble::has_pricing(file.model()),
             otel,
         })
     }
@@ -337,10 +337,10 @@ impl NativeAgent {
     }
 
     /// Stops the agent file's MCP servers and the OpenTelemetry exporter (sending what waits).
-    /// Ctrl-C stops the wait for the servers (see [`wait_interruptibly`]).
     fn close(&self, py: Python<'_>) -> PyResult<()> {
         if let Some(mcp) = &self.mcp {
-            shut_down(py, mcp)?;
+            let rt = runtime()?;
+            py.detach(|| rt.block_on(mcp.shutdown()));
         }
         if let Some(otel) = &self.otel {
             py.detach(|| otel.shutdown());
@@ -426,45 +426,6 @@ impl NativeAgent {
             objects,
         })
     }
-}
-
-/// How often a wait for the runtime ([`wait_interruptibly`]) lets Python's signal handlers run:
-/// as often as `Agent.run` polls its run's end.
-const SIGNAL_POLL: Duration = Duration::from_millis(100);
-
-/// Runs `work` on the shared runtime and waits for it without the GIL, in slices of
-/// [`SIGNAL_POLL`] between which Python's signal handlers run. A blocked `block_on` would read
-/// Ctrl-C only once it returns: an MCP server that hangs in its handshake would hold
-/// `Agent.from_file` for the server's timeout (60 s by default). Here `KeyboardInterrupt` is
-/// raised at once and `work` is dropped, and with it what it started (a server's process is
-/// killed when its handle drops).
-fn wait_interruptibly<T: Send + 'static>(
-    py: Python<'_>,
-    work: impl std::future::Future<Output = T> + Send + 'static,
-) -> PyResult<T> {
-    let rt = runtime()?;
-    let mut task = rt.spawn(work);
-    loop {
-        // The timer is made inside `block_on`: made outside, it would find no runtime.
-        let slice =
-            py.detach(|| rt.block_on(async { tokio::time::timeout(SIGNAL_POLL, &mut task).await }));
-        match slice {
-            Ok(Ok(done)) => return Ok(done),
-            Ok(Err(e)) => return Err(error("runtime.panicked", e)),
-            Err(_) => {
-                if let Err(interrupted) = py.check_signals() {
-                    task.abort();
-                    return Err(interrupted);
-                }
-            }
-        }
-    }
-}
-
-/// Stops an agent file's MCP servers, Ctrl-C stopping the wait ([`wait_interruptibly`]).
-fn shut_down(py: Python<'_>, mcp: &Arc<StartedMcp>) -> PyResult<()> {
-    let mcp = Arc::clone(mcp);
-    wait_interruptibly(py, async move { mcp.shutdown().await })
 }
 
 /// How a run is started: where its end and events go, where its coroutine tools run, its
