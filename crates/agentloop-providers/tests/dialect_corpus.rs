@@ -137,7 +137,7 @@ fn check(case: &Case, response: &ModelResponse) -> Vec<String> {
         .iter()
         .map(|c| {
             (
-                c.tool.clone(),
+                c.tool.to_string(),
                 serde_json::from_str(&c.arguments).unwrap_or(Value::String(c.arguments.clone())),
             )
         })

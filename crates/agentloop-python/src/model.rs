@@ -317,7 +317,7 @@ impl Answer {
             .into_iter()
             .map(|(call_id, tool, arguments)| ToolCall {
                 call_id: call_id.into(),
-                tool,
+                tool: tool.into(),
                 arguments,
             })
             .collect();

@@ -7,6 +7,9 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+/// A shared text that holds a short one inline (no allocation) and a long one in an `Arc<str>`
+/// (a clone is a count): tools' text answers and the names of the tools a model calls.
+pub use smol_str::SmolStr;
 
 /// One entry of a conversation transcript.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -122,9 +125,10 @@ pub struct ToolCall {
     /// call ids, the call's record and its result hold this one copy.
     #[serde(alias = "id", deserialize_with = "shared_str")]
     pub call_id: Arc<str>,
-    /// The name of the tool the model asked for.
+    /// The name of the tool the model asked for: inline when 23 bytes or fewer, as tools' names
+    /// nearly always are, so a decoder reads it without an allocation.
     #[serde(alias = "name")]
-    pub tool: String,
+    pub tool: SmolStr,
     /// The raw JSON argument string (possibly empty, which means `{}`).
     pub arguments: String,
 }
@@ -164,8 +168,9 @@ pub struct ToolResult {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", content = "value", rename_all = "snake_case")]
 pub enum ToolContent {
-    /// Plain text, shared: the transcript, the call's record and its events hold one copy.
-    Text(Arc<str>),
+    /// Plain text, shared: the transcript, the call's record and its events hold one copy; a
+    /// short text (23 bytes or fewer, a tool's `"ok"`) is held inline and allocates nothing.
+    Text(SmolStr),
     /// A JSON value, rendered as JSON text for providers that take strings.
     Json(Value),
     /// Several parts (text and images).
@@ -217,6 +222,12 @@ impl From<&str> for ToolContent {
 
 impl From<Arc<str>> for ToolContent {
     fn from(s: Arc<str>) -> Self {
+        ToolContent::Text(s.into())
+    }
+}
+
+impl From<SmolStr> for ToolContent {
+    fn from(s: SmolStr) -> Self {
         ToolContent::Text(s)
     }
 }

@@ -97,7 +97,7 @@ impl ScriptFileStep {
             .into_iter()
             .map(|c| ToolCall {
                 call_id: c.id.into(),
-                tool: c.name,
+                tool: c.name.into(),
                 arguments: match c.arguments {
                     Value::String(raw) => raw,
                     Value::Null => String::new(),

@@ -33,16 +33,16 @@ fn a_tool_call_reads_its_id_with_one_allocation_and_writes_it_as_before() {
         written,
         r#"{"call_id":"call_1","tool":"t","arguments":"{}"}"#
     );
-    // One allocation for each of the three texts: the id borrowed from the text, copied out of
-    // serde_json's buffer for an escape (the buffer is the fourth), and under the wire's own key
-    // (`id`).
+    // One allocation for the id and one for the arguments (a short tool name is held inline in
+    // the call): the id borrowed from the text, copied out of serde_json's buffer for an escape
+    // (the buffer is the third), and under the wire's own key (`id`).
     for (json, want) in [
-        (written.as_str(), 3),
+        (written.as_str(), 2),
         (
             r#"{"call_id":"call_\u0031","tool":"t","arguments":"{}"}"#,
-            4,
+            3,
         ),
-        (r#"{"id":"call_1","name":"t","arguments":"{}"}"#, 3),
+        (r#"{"id":"call_1","name":"t","arguments":"{}"}"#, 2),
     ] {
         let (read, allocations) = read(json);
         assert_eq!(read, call, "{json}");

@@ -7,6 +7,7 @@ use std::borrow::Cow;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
+use agentloop::message::SmolStr;
 use agentloop::{
     ModelError, ModelResponse,
     message::Reasoning,
@@ -224,7 +225,7 @@ impl AnthropicStreamParser {
             "tool_use" => {
                 // The id comes whole in this event, read into the `Arc` the call shares.
                 let id = block.id.unwrap_or_default();
-                let name = block.name.map(Cow::into_owned).unwrap_or_default();
+                let name = block.name.as_deref().map(SmolStr::new).unwrap_or_default();
                 out.push_back(ModelEvent::ToolCallStart {
                     index,
                     id: Arc::clone(&id),

@@ -6,6 +6,7 @@ use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 
+use agentloop::message::SmolStr;
 use agentloop::{
     ModelError, ModelResponse,
     model::{FinishReason, ModelErrorKind, ModelEvent, Usage},
@@ -719,7 +720,7 @@ impl ChatStreamParser {
                 out.push_back(ModelEvent::ToolCallStart {
                     index,
                     id: id.unwrap_or_default(),
-                    name: name.map(Cow::into_owned).unwrap_or_default(),
+                    name: name.as_deref().map(SmolStr::new).unwrap_or_default(),
                 });
             }
             if let Some(arguments) = arguments

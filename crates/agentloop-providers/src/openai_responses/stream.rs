@@ -6,6 +6,7 @@ use std::borrow::Cow;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
+use agentloop::message::SmolStr;
 use agentloop::{
     ModelError, ModelResponse,
     message::Reasoning,
@@ -423,7 +424,7 @@ impl ResponsesStreamParser {
             index,
             // The id comes whole in this event, read into the `Arc` the call shares.
             id: item.call_id.clone().unwrap_or_default(),
-            name: item.name.as_deref().unwrap_or_default().to_owned(),
+            name: item.name.as_deref().map(SmolStr::new).unwrap_or_default(),
         });
         self.calls.insert(
             index,

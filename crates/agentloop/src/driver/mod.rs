@@ -1069,7 +1069,7 @@ impl<'a> Driver<'a> {
         }
         let mut stream = model.stream(request);
         let mut acc = ResponseAccumulator::new();
-        let mut names: Vec<(u32, Arc<str>, String)> = Vec::new();
+        let mut names: Vec<(u32, Arc<str>, crate::message::SmolStr)> = Vec::new();
         while let Some(event) = stream.next().await {
             let event = match event {
                 Ok(e) => e,
@@ -1099,7 +1099,7 @@ impl<'a> Driver<'a> {
         &self,
         m: &RunMachine,
         event: &ModelEvent,
-        names: &mut Vec<(u32, Arc<str>, String)>,
+        names: &mut Vec<(u32, Arc<str>, crate::message::SmolStr)>,
     ) {
         match event {
             ModelEvent::TextDelta(t) => self.emit(m, EventKind::TextDelta { text: t.clone() }),
@@ -1116,7 +1116,7 @@ impl<'a> Driver<'a> {
                     EventKind::ToolCallDelta {
                         index: *index,
                         call_id: known.map(|k| k.1.to_string()).filter(|s| !s.is_empty()),
-                        name: known.map(|k| k.2.clone()),
+                        name: known.map(|k| k.2.to_string()),
                         arguments: arguments.clone(),
                     },
                 );

@@ -6,12 +6,12 @@ use std::fmt;
 use std::sync::Arc;
 
 use super::{FinishReason, ModelError, ModelErrorKind, ModelEvent, ModelResponse, Usage};
-use crate::message::{AssistantMessage, Reasoning, ToolCall};
+use crate::message::{AssistantMessage, Reasoning, SmolStr, ToolCall};
 
 struct PartialCall {
     index: u32,
     id: Arc<str>,
-    name: String,
+    name: SmolStr,
     arguments: String,
 }
 
@@ -117,7 +117,7 @@ impl ResponseAccumulator {
                 None => self.open_call(PartialCall {
                     index,
                     id: Arc::default(),
-                    name: String::new(),
+                    name: SmolStr::default(),
                     arguments,
                 }),
             },

@@ -35,8 +35,8 @@ pub enum ModelEvent {
         /// The call id (may be empty; one is generated then). An `Arc`: a decoder makes it from
         /// the wire's text once, and the call, its record and the run's set of ids share it.
         id: Arc<str>,
-        /// The tool's name.
-        name: String,
+        /// The tool's name (inline when short: a decoder reads it without an allocation).
+        name: crate::message::SmolStr,
     },
     /// A piece of a tool call's raw argument string.
     ToolCallDelta {

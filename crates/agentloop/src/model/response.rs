@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::message::{AssistantMessage, ToolCall};
+use crate::message::{AssistantMessage, SmolStr, ToolCall};
 
 /// Why a model stopped generating, mapped from each provider's own words.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -157,7 +157,7 @@ impl ModelResponse {
     where
         I: IntoIterator<Item = (S1, S2, S3)>,
         S1: Into<Arc<str>>,
-        S2: Into<String>,
+        S2: Into<SmolStr>,
         S3: Into<String>,
     {
         let tool_calls = calls

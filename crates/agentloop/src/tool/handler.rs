@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::{Arguments, ToolContext, ToolError};
-use crate::message::ToolContent;
+use crate::message::{SmolStr, ToolContent};
 use crate::outcome::{CallOutcome, CallStatus};
 
 /// What a successful tool call hands back.
@@ -31,7 +31,7 @@ pub struct ToolOutput {
 
 impl ToolOutput {
     /// A text result.
-    pub fn text(text: impl Into<Arc<str>>) -> Self {
+    pub fn text(text: impl Into<SmolStr>) -> Self {
         ToolOutput {
             content: ToolContent::Text(text.into()),
             details: None,
@@ -116,7 +116,8 @@ impl IntoToolOutput for String {
 }
 impl IntoToolOutput for &'static str {
     fn into_tool_output(self) -> ToolOutput {
-        ToolOutput::text(self)
+        // Borrowed for good, never copied: a handler that answers `"ok"` allocates nothing.
+        ToolOutput::text(SmolStr::new_static(self))
     }
 }
 impl IntoToolOutput for Arc<str> {
@@ -260,5 +261,33 @@ where
             Ok(typed) => self.run(Ok(typed), ctx),
             Err(_) => self.run(A::deserialize(args.value()), ctx),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::panic)]
+    use super::*;
+
+    /// A handler's static answer is borrowed whatever its length, and a short owned one is held
+    /// inline: neither allocates the text the transcript, the record and events share.
+    #[test]
+    fn static_and_short_answers_hold_no_heap_text() {
+        let long: &'static str = "the file was written, and its old contents were kept aside";
+        for output in [
+            long.into_tool_output(),
+            "ok".into_tool_output(),
+            String::from("short answer").into_tool_output(),
+        ] {
+            let ToolContent::Text(text) = &output.content else {
+                panic!("a text answer became {:?}", output.content);
+            };
+            assert!(!text.is_heap_allocated(), "{text:?} was copied to the heap");
+        }
+        let ToolContent::Text(text) = ToolOutput::text("x".repeat(100)).content else {
+            panic!("not text");
+        };
+        assert!(text.is_heap_allocated());
+        assert_eq!(&*text, "x".repeat(100));
     }
 }

@@ -382,7 +382,7 @@ impl DialectReader {
         out.push_back(ModelEvent::ToolCall(ToolCall {
             // The machine gives calls without an id one of their own.
             call_id: call.id.map(Arc::from).unwrap_or_default(),
-            tool: call.tool,
+            tool: call.tool.into(),
             arguments,
         }));
     }
