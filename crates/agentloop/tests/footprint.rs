@@ -74,11 +74,13 @@ fn a_running_subagent_calls_future_stays_under_4_kb() {
 
 /// Every call a run makes keeps its record until the run ends (a run of 15 calls holds 16
 /// records' room): what most calls leave empty (`code`, `diagnostic`, `details`) is boxed, so a
-/// record is 160 bytes, not the 200 it was with them inline.
+/// record is 168 bytes, not the 200 it was with them inline. (160 before its arguments became a
+/// span of their batch's one text: 8 bytes more a record, where a batch of K calls makes one
+/// text of its arguments, not K, each with its own 16-byte count and the allocator's header.)
 #[test]
-fn a_calls_record_stays_under_161_bytes() {
+fn a_calls_record_stays_under_169_bytes() {
     let bytes = std::mem::size_of::<agentloop::ToolCallRecord>();
-    assert!(bytes <= 160, "a call's record is {bytes} bytes");
+    assert!(bytes <= 168, "a call's record is {bytes} bytes");
 }
 
 /// A run's calls of a tool share one copy of its name (its records and its results), and no run

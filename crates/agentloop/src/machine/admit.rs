@@ -336,7 +336,7 @@ impl RunMachine {
             slots: Slots::new(),
             batch: Batch {
                 turn: self.counters.turn,
-                calls: Vec::with_capacity(message.tool_calls.len()),
+                calls: super::BatchCalls::new(),
                 sequential: false,
             },
             gate: 0,
@@ -350,20 +350,48 @@ impl RunMachine {
         });
         let p = &mut *pending;
         p.slots.reserve_exact(message.tool_calls.len());
+        p.batch.calls.reserve_exact(message.tool_calls.len());
         let mut fatal: Option<String> = None;
-        for (position, call) in message.tool_calls.iter().enumerate() {
-            let cut_off = position
-                .checked_sub(complete)
-                .map(|i| cut_arguments.get(i).map(String::as_str).unwrap_or_default());
-            match self.admit_one(&self.tools, &mut names, position, call, cut_off) {
-                Admission::Admitted {
-                    call,
-                    slot,
-                    sequential: s,
-                } => {
-                    p.batch.sequential |= s;
-                    p.batch.calls.push(call);
-                    p.slots.push(slot);
+        // Every admitted call's arguments are written in one buffer and shared as one text: a
+        // batch of K calls allocates it once, not K times.
+        let (admissions, text) = CallArguments::with_buffer(|buf| {
+            let admissions: smallvec::SmallVec<[Admission; 4]> = message
+                .tool_calls
+                .iter()
+                .enumerate()
+                .map(|(position, call)| {
+                    let cut_off = position
+                        .checked_sub(complete)
+                        .map(|i| cut_arguments.get(i).map(String::as_str).unwrap_or_default());
+                    self.admit_one(&self.tools, &mut names, position, call, cut_off, buf)
+                })
+                .collect();
+            (admissions, CallArguments::shared(buf))
+        });
+        for admission in admissions {
+            match admission {
+                Admission::Admitted(valid) => {
+                    let arguments = Arguments::from_text(CallArguments::slice(
+                        text.as_ref(),
+                        valid.span.unwrap_or_default(),
+                    ));
+                    p.batch.sequential |= valid.sequential;
+                    p.batch.calls.push(AdmittedCall {
+                        position: valid.position,
+                        call_id: Arc::clone(&valid.call_id),
+                        tool: Arc::clone(&valid.tool),
+                        // Shared: the batch lends them to the handlers, the slot keeps them for
+                        // the record (a gate that rewrites them replaces the batch's copy only).
+                        arguments: arguments.clone(),
+                        index: valid.index,
+                    });
+                    p.slots.push(Slot {
+                        call_id: valid.call_id,
+                        tool: valid.tool,
+                        arguments,
+                        outcome: None,
+                        started: false,
+                    });
                 }
                 Admission::Decided { slot, fails } => {
                     if fatal.is_none() {
@@ -414,6 +442,7 @@ impl RunMachine {
         position: usize,
         call: &ToolCall,
         cut_off: Option<&str>,
+        buf: &mut Vec<u8>,
     ) -> Admission {
         let call_id = Arc::clone(&call.call_id);
         let policy = self.cfg.policy;
@@ -445,33 +474,17 @@ impl RunMachine {
             return Admission::Decided { slot, fails };
         };
         let tool = names.shared(&call.tool);
-        match check_arguments(tools, index, &call.tool, &call.arguments) {
-            Ok(arguments) => {
-                let sequential = tools
+        match check_arguments(tools, index, &call.tool, &call.arguments, buf) {
+            Ok(span) => Admission::Admitted(Valid {
+                position,
+                call_id,
+                tool,
+                index,
+                sequential: tools
                     .spec(index)
-                    .is_some_and(|s| s.mode == ExecutionMode::Sequential);
-                let admitted = AdmittedCall {
-                    position,
-                    call_id: Arc::clone(&call_id),
-                    tool: Arc::clone(&tool),
-                    // Shared: the batch lends them to the handlers, the slot keeps them for the
-                    // record (a gate that rewrites them replaces the batch's copy only).
-                    arguments: arguments.clone(),
-                    index,
-                };
-                let slot = Slot {
-                    call_id,
-                    tool,
-                    arguments,
-                    outcome: None,
-                    started: false,
-                };
-                Admission::Admitted {
-                    call: admitted,
-                    slot,
-                    sequential,
-                }
-            }
+                    .is_some_and(|s| s.mode == ExecutionMode::Sequential),
+                span,
+            }),
             Err((text, value)) => {
                 let fails = (policy.invalid_arguments == OnInvalidCall::Fail).then(|| text.clone());
                 let slot = Slot::decided(
@@ -638,7 +651,7 @@ impl RunMachine {
             if announce {
                 self.emit(|| EventKind::ToolRejected {
                     call_id: call.call_id.to_string(),
-                    tool: call.tool.clone(),
+                    tool: call.tool.to_string(),
                     code: outcome.code.as_deref().unwrap_or_default().to_owned(),
                     reason: outcome.content.to_text(),
                     outcome: outcome.clone(),
@@ -660,14 +673,21 @@ impl RunMachine {
 /// How one call of a decision is admitted ([`RunMachine::admit_one`]).
 enum Admission {
     /// It runs, unless a gate says otherwise.
-    Admitted {
-        call: AdmittedCall,
-        slot: Slot,
-        sequential: bool,
-    },
+    Admitted(Valid),
     /// It is answered without running; `fails` is why the whole decision fails, when the
     /// policy says so.
     Decided { slot: Slot, fails: Option<String> },
+}
+
+/// An admitted call, before its arguments' text is shared with the batch's others.
+struct Valid {
+    position: usize,
+    call_id: Arc<str>,
+    tool: Arc<str>,
+    index: usize,
+    sequential: bool,
+    /// Where its arguments' text is in the batch's buffer.
+    span: Option<std::ops::Range<usize>>,
 }
 
 /// True when a response calls a tool (a call cut off by the output limit counts): otherwise it
@@ -744,9 +764,10 @@ fn check_arguments(
     index: usize,
     name: &str,
     raw: &str,
-) -> Result<Arguments, (String, Value)> {
+    buf: &mut Vec<u8>,
+) -> Result<Option<std::ops::Range<usize>>, (String, Value)> {
     tools
-        .check_arguments(index, raw)
+        .check_arguments_into(index, raw, buf)
         .map_err(|rejected| match rejected {
             Rejected::NotJson(e) => (
                 format!("invalid arguments for {name}: not valid JSON ({e})"),

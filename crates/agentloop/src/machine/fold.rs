@@ -16,7 +16,7 @@ impl RunMachine {
         let turn = pending.turn;
         // The batch lent the arguments to the handlers; dropped first, so that each record takes
         // its call's text rather than a copy.
-        pending.batch.calls = Vec::new();
+        pending.batch.calls = super::BatchCalls::new();
         let mut all_terminate = !pending.slots.is_empty();
         let slots = pending.slots.drain(..);
         let mut terminate_output: Option<String> = None;

@@ -5,7 +5,7 @@
 
 use serde_json::Value;
 
-use super::{AdmittedCall, RunMachine, Slot};
+use super::{BatchCalls, RunMachine, Slot};
 use crate::error::RunError;
 use crate::event::EventKind;
 use crate::message::{Message, ToolContent};
@@ -19,7 +19,7 @@ impl RunMachine {
     /// A hand-off beside other calls of its turn does not run: the others do, and the model
     /// reads that it may hand off again, alone, once it has their results. (Handing the
     /// conversation on while calls of this agent still run would leave their results to no one.)
-    pub(super) fn handoffs_alone(&self, calls: &mut Vec<AdmittedCall>, slots: &mut [Slot]) {
+    pub(super) fn handoffs_alone(&self, calls: &mut BatchCalls, slots: &mut [Slot]) {
         if calls.len() < 2 || !calls.iter().any(|c| self.is_handoff(c.index)) {
             return;
         }

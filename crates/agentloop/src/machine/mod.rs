@@ -49,8 +49,8 @@ use std::time::Duration;
 use serde_json::Value;
 
 pub use step::{
-    Action, AdmittedCall, Batch, HookFailure, HookStage, Input, Interrupt, Seams, Step, Trip,
-    Verdict, model_calls,
+    Action, AdmittedCall, Batch, BatchCalls, HookFailure, HookStage, Input, Interrupt, Seams, Step,
+    Trip, Verdict, model_calls,
 };
 
 use crate::config::AgentConfig;

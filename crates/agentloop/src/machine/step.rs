@@ -49,13 +49,17 @@ impl AdmittedCall {
     }
 }
 
+/// A batch's admitted calls: inline up to four (most responses call a few tools), so that the
+/// batch, its calls and their slots are one allocation a tool turn. It reads as a slice.
+pub type BatchCalls = smallvec::SmallVec<[AdmittedCall; 4]>;
+
 /// A batch of admitted calls. Every call's arguments were validated before the batch was formed.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Batch {
     /// The turn it belongs to.
     pub turn: u32,
     /// The calls still admitted, in decision order.
-    pub calls: Vec<AdmittedCall>,
+    pub calls: BatchCalls,
     /// True when any tool of the batch is sequential: the calls run one at a time.
     pub sequential: bool,
 }

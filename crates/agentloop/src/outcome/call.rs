@@ -410,7 +410,13 @@ pub struct ToolCallRecord {
 /// assert_eq!(arguments, json!({"limit": 10, "path": "src/lib.rs"}));
 /// ```
 #[derive(Clone)]
-pub struct CallArguments(Arc<str>);
+pub struct CallArguments {
+    /// The text, or the text of a whole batch's calls (see [`CallArguments::batch`]), which
+    /// holds this call's at `start..end`.
+    text: Arc<str>,
+    start: u32,
+    end: u32,
+}
 
 /// Texts past this size are written in a buffer of their own, not kept in the thread's.
 const SCRATCH_KEPT: usize = 64 * 1024;
@@ -445,7 +451,79 @@ impl CallArguments {
             .unwrap_or_else(|_| Self::write(&mut Vec::new(), value));
         // A `Value` always serializes (its map keys are strings); were that ever to change,
         // `null` keeps the record readable rather than ending the run.
-        text.map_or_else(Self::null, Self)
+        text.map_or_else(Self::null, Self::whole)
+    }
+
+    /// All of `text`; `null` for a text past 4 GiB, which no call's arguments reach (their
+    /// reading refuses them first).
+    fn whole(text: Arc<str>) -> Self {
+        match u32::try_from(text.len()) {
+            Ok(end) => CallArguments {
+                text,
+                start: 0,
+                end,
+            },
+            Err(_) => Self::null(),
+        }
+    }
+
+    /// Lends the thread's buffer (a new one when it is in use) to `f`, which writes the
+    /// arguments of several calls in it with [`CallArguments::append`] and shares them with
+    /// [`CallArguments::shared`]: a batch of K calls makes one text, not K.
+    pub(crate) fn with_buffer<T>(f: impl FnOnce(&mut Vec<u8>) -> T) -> T {
+        let taken = SCRATCH.try_with(|s| s.try_borrow_mut().map(|mut b| std::mem::take(&mut *b)));
+        let mut buf = match taken {
+            Ok(Ok(buf)) => buf,
+            _ => Vec::new(),
+        };
+        buf.clear();
+        let out = f(&mut buf);
+        if buf.capacity() <= SCRATCH_KEPT {
+            let _ = SCRATCH.try_with(|s| {
+                if let Ok(mut kept) = s.try_borrow_mut()
+                    && kept.capacity() == 0
+                {
+                    *kept = buf;
+                }
+            });
+        }
+        out
+    }
+
+    /// The texts appended to `buf`, as one shared text (`None` when there are none).
+    pub(crate) fn shared(buf: &[u8]) -> Option<Arc<str>> {
+        if buf.is_empty() {
+            return None;
+        }
+        std::str::from_utf8(buf).ok().map(Arc::from)
+    }
+
+    /// The arguments at `span` of a shared text; `null` when the span is not in it (it always
+    /// is: it came from [`CallArguments::append`] on the buffer the text was made of).
+    pub(crate) fn slice(shared: Option<&Arc<str>>, span: std::ops::Range<usize>) -> Self {
+        match (shared, u32::try_from(span.start), u32::try_from(span.end)) {
+            (Some(text), Ok(start), Ok(end)) if text.get(span).is_some() => CallArguments {
+                text: Arc::clone(text),
+                start,
+                end,
+            },
+            _ => Self::null(),
+        }
+    }
+
+    /// Appends the compact JSON text of `value` to a batch's buffer (see
+    /// [`CallArguments::batch`]): the span it takes, or `None` (nothing appended) when it does
+    /// not serialize.
+    pub(crate) fn append<T: Serialize + ?Sized>(
+        buf: &mut Vec<u8>,
+        value: &T,
+    ) -> Option<std::ops::Range<usize>> {
+        let start = buf.len();
+        if serde_json::to_writer(&mut *buf, value).is_err() {
+            buf.truncate(start);
+            return None;
+        }
+        Some(start..buf.len())
     }
 
     fn write<T: Serialize + ?Sized>(buf: &mut Vec<u8>, value: &T) -> Option<Arc<str>> {
@@ -455,17 +533,19 @@ impl CallArguments {
     }
 
     fn null() -> Self {
-        Self(Arc::from("null"))
+        Self::whole(Arc::from("null"))
     }
 
     /// The compact JSON text.
     pub fn as_str(&self) -> &str {
-        &self.0
+        self.text
+            .get(self.start as usize..self.end as usize)
+            .unwrap_or_default()
     }
 
     /// The arguments parsed again into a [`Value`].
     pub fn to_value(&self) -> Value {
-        serde_json::from_str(&self.0).unwrap_or(Value::Null)
+        serde_json::from_str(self.as_str()).unwrap_or(Value::Null)
     }
 
     /// The member `key` when the arguments are an object that has it.
@@ -539,7 +619,7 @@ impl Serialize for CallArguments {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         // Borrowed: checking the text again costs no allocation, and a record is serialized far
         // less often than made (a journaled step, `--json`).
-        match serde_json::from_str::<&RawValue>(&self.0) {
+        match serde_json::from_str::<&RawValue>(self.as_str()) {
             Ok(raw) => raw.serialize(serializer),
             Err(_) => serializer.serialize_unit(),
         }
@@ -585,6 +665,55 @@ mod tests {
         )));
         let short = CallOutcome::from_result(Err(ToolError::new("exit", "short")));
         assert_eq!(short.content.to_text(), "short");
+    }
+
+    #[test]
+    fn a_batchs_arguments_share_one_text_and_each_reads_as_its_own() {
+        let values = [
+            serde_json::json!({"b": 1, "a": "x\"y"}),
+            serde_json::json!([]),
+            serde_json::json!({"path": "é/ü", "n": -3.5}),
+        ];
+        let (spans, text) = CallArguments::with_buffer(|buf| {
+            let spans: Vec<_> = values
+                .iter()
+                .map(|v| CallArguments::append(buf, v).unwrap())
+                .collect();
+            (spans, CallArguments::shared(buf))
+        });
+        let text = text.unwrap();
+        let batch: Vec<CallArguments> = spans
+            .into_iter()
+            .map(|span| CallArguments::slice(Some(&text), span))
+            .collect();
+        for (arguments, value) in batch.iter().zip(&values) {
+            let own = CallArguments::from(value);
+            assert_eq!(arguments.as_str(), own.as_str());
+            assert_eq!(arguments, &own);
+            assert_eq!(arguments, value);
+            assert_eq!(
+                serde_json::to_string(arguments).unwrap(),
+                serde_json::to_string(value).unwrap()
+            );
+            let read: CallArguments =
+                serde_json::from_str(&serde_json::to_string(arguments).unwrap()).unwrap();
+            assert_eq!(read.as_str(), own.as_str());
+            assert_eq!(arguments.clone().as_str(), own.as_str());
+        }
+        // One text for all three, held by each.
+        assert_eq!(Arc::strong_count(&text), 4);
+        // A span that is not in the text is `null`, never a panic.
+        assert_eq!(CallArguments::slice(Some(&text), 5..500).as_str(), "null");
+        assert_eq!(CallArguments::slice(None, 0..0).as_str(), "null");
+        // The thread's buffer is lent again after, and a batch inside a batch gets its own.
+        let nested = CallArguments::with_buffer(|outer| {
+            CallArguments::append(outer, &values[0]).unwrap();
+            CallArguments::with_buffer(|inner| {
+                assert!(inner.is_empty());
+                CallArguments::append(inner, &values[1]).unwrap()
+            })
+        });
+        assert_eq!(nested, 0..2);
     }
 
     #[test]

@@ -210,6 +210,29 @@ impl ToolCatalog {
     /// Reads a call's arguments (`raw` as the model sent it; blank is `{}`) and checks them
     /// against the tool's schema. No `Value` is made unless they fail it.
     pub(crate) fn check_arguments(&self, index: usize, raw: &str) -> Result<Arguments, Rejected> {
+        self.check_with(index, raw, |root| {
+            Arguments::from_text(CallArguments::of(&root))
+        })
+    }
+
+    /// [`ToolCatalog::check_arguments`], the text of valid arguments appended to a batch's
+    /// buffer ([`CallArguments::append`]): the span it takes there.
+    pub(crate) fn check_arguments_into(
+        &self,
+        index: usize,
+        raw: &str,
+        buf: &mut Vec<u8>,
+    ) -> Result<Option<std::ops::Range<usize>>, Rejected> {
+        self.check_with(index, raw, |root| CallArguments::append(buf, &root))
+    }
+
+    /// Reads and checks a call's arguments, then `keep`s them when they are valid.
+    fn check_with<T>(
+        &self,
+        index: usize,
+        raw: &str,
+        keep: impl FnOnce(args::ArgNode<'_>) -> T,
+    ) -> Result<T, Rejected> {
         let Some(compiled) = self.compiled.get(index) else {
             return Err(Rejected::Invalid {
                 violations: vec![SchemaViolation {
@@ -222,7 +245,7 @@ impl ToolCatalog {
         args::with_parsed(raw, |root| {
             let root = root.map_err(Rejected::NotJson)?;
             match validate_with(&compiled.validator, root) {
-                Ok(()) => Ok(Arguments::from_text(CallArguments::of(&root))),
+                Ok(()) => Ok(keep(root)),
                 Err(violations) => Err(Rejected::Invalid {
                     violations,
                     value: root.value(),
