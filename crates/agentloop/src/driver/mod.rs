@@ -372,7 +372,11 @@ impl<'a> Driver<'a> {
             }
             // The tools' cancellation, and the end of their retries: children of the run's token.
             let calls_cancel = self.cancel.child_token();
-            let stop_retries = calls_cancel.child_token();
+            // Not a child of the calls' token: the drain, which every interruption of the run
+            // reaches (its token cancelled, a deadline), cancels both; and a token of its own
+            // is one allocation a run where a child is two (its node and its place in its
+            // parent's list).
+            let stop_retries = CancellationToken::new();
             // The calls run concurrently inside the run's own task: no task per call to spawn,
             // schedule and free on another thread (a tool marked `own_task` gets one).
             let mut running = Running::default();

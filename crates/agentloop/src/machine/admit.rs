@@ -554,8 +554,14 @@ impl RunMachine {
         if threshold < 2 || first >= self.kept.records.len() {
             return None;
         }
-        self.recent_turns.push((first, self.kept.records.len()));
         let keep = 3 * threshold as usize;
+        if self.recent_turns.capacity() == 0 {
+            // Its whole size at once (it never holds more than one past `keep`): grown from
+            // empty, it was three allocations a run.
+            self.recent_turns
+                .reserve_exact(keep.saturating_add(1).min(64));
+        }
+        self.recent_turns.push((first, self.kept.records.len()));
         if self.recent_turns.len() > keep {
             let drop = self.recent_turns.len() - keep;
             self.recent_turns.drain(..drop);

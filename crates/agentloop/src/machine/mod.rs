@@ -321,7 +321,7 @@ impl RunMachine {
             observed,
         } = start;
         let new_from = transcript.len();
-        let input_text = input.as_ref().map(Message::text).unwrap_or_default();
+        let input_text = input.as_ref().map(input_text_of).unwrap_or_default();
         if let Some(m) = input {
             transcript.push(m);
         }
@@ -854,4 +854,15 @@ impl RunMachine {
                 .unwrap_or_else(|| self.cfg.name().to_owned()),
         }
     }
+}
+
+/// The run's input as the input guardrails read it ([`Message::text`]): one text part, as nearly
+/// every input is, copied straight rather than gathered through a vector.
+fn input_text_of(input: &Message) -> String {
+    if let Message::User { content } = input
+        && let [crate::message::ContentPart::Text { text }] = content.as_slice()
+    {
+        return text.clone();
+    }
+    input.text()
 }

@@ -10,6 +10,10 @@ use serde_json::Value;
 /// The tool the answer calls, when the whole answer is a call of one of `tools` written as text.
 pub(super) fn unread_tool_call(text: &str, mut tools: impl FnMut(&str) -> bool) -> Option<String> {
     let body = unwrap(text.trim());
+    // Most answers are prose: not parsed at all (a failed parse allocates its error).
+    if !body.starts_with(['{', '[']) {
+        return None;
+    }
     let value: Value = serde_json::from_str(body).ok()?;
     let calls: Vec<&Value> = match &value {
         Value::Array(items) if !items.is_empty() => items.iter().collect(),
