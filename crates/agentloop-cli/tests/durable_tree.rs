@@ -180,9 +180,55 @@ fn kill_tree_at_every_write(level: Option<&str>) {
     assert!(interrupted > 0, "some kill landed while a write ran");
 }
 
+/// Answers worker A's first question (`p1/a1`) allow, resumes the top run `id` to its second
+/// (`p1/a3`), answers it deny, and resumes it to its end: the finished tree's outcome.
+fn allow_then_deny(dir: &AgentDir, journal: &Path, id: &str, what: &str) -> Value {
+    let j = journal.to_str().unwrap();
+    exited(
+        &cli(
+            dir,
+            &["approve", id, "--call", "p1/a1", "--allow", "--journal", j],
+        ),
+        0,
+        &format!("{what}: approve"),
+    );
+    let out = resume_json(dir, journal, id);
+    // Worker A asks again about its second write.
+    exited(&out, 8, &format!("{what}: the second question"));
+    assert_eq!(json_of(&out)["pending_approvals"][0]["call_id"], "p1/a3");
+    exited(
+        &cli(
+            dir,
+            &["approve", id, "--call", "p1/a3", "--deny", "--journal", j],
+        ),
+        0,
+        &format!("{what}: deny"),
+    );
+    let out = resume_json(dir, journal, id);
+    exited(&out, 0, &format!("{what}: the tree goes on to its end"));
+    let done = json_of(&out);
+    assert_eq!(done["stop_reason"], "finished", "{what}");
+    assert_eq!(done["output"], "Both workers are done.", "{what}");
+    done
+}
+
+/// The harness's tool, but the lead's own write takes 3 s: longer than the 2 s grace period a
+/// stopped batch gives its calls.
+fn slow_lead_write(dir: &AgentDir) {
+    dir.write(
+        "tool.sh",
+        &support::crash::TOOL.replace(
+            "args=\"$(cat)\"\n",
+            "args=\"$(cat)\"\ncase \"$args\" in *lead-1*) sleep 3;; esac\n",
+        ),
+    );
+}
+
 #[test]
 fn a_subagents_question_suspends_the_tree_and_is_answered_on_the_top_run() {
     let dir = tree_dir("[permissions]\nask = [\"write\"]\n");
+    // The lead's write is still running when worker A asks: the suspension lets it finish.
+    slow_lead_write(&dir);
     let journal = dir.path("runs.db");
     let j = journal.to_str().unwrap();
     let out = run_cmd(&dir, &journal).output().unwrap();
@@ -198,6 +244,19 @@ fn a_subagents_question_suspends_the_tree_and_is_answered_on_the_top_run() {
     assert_eq!(pending.len(), 1, "{pending:#?}");
     assert_eq!(pending[0]["call_id"], "p1/a1");
     assert_eq!(pending[0]["tool"], "write");
+    let lead_write = |outcome: &Value| {
+        outcome["tool_calls"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["id"] == "p2")
+            .cloned()
+    };
+    assert_eq!(
+        lead_write(&suspended).map(|c| c["status"].clone()),
+        Some(json!("ok")),
+        "the lead's write beside the question ran to its end: {suspended:#}"
+    );
 
     let listed = json_of(&cli(&dir, &["approvals", "list", "--journal", j, "--json"]));
     let listed = listed.as_array().unwrap();
@@ -215,40 +274,74 @@ fn a_subagents_question_suspends_the_tree_and_is_answered_on_the_top_run() {
         "the asked call did not run"
     );
 
-    exited(
-        &cli(
-            &dir,
-            &["approve", &id, "--call", "p1/a1", "--allow", "--journal", j],
-        ),
-        0,
-        "approve",
-    );
-    let out = cli(&dir, &["resume", &id, "--journal", j, "--json"]);
-    // Worker A asks again about its second write.
-    exited(&out, 8, "the second question");
-    let again = json_of(&out);
-    assert_eq!(again["pending_approvals"][0]["call_id"], "p1/a3");
-    exited(
-        &cli(
-            &dir,
-            &["approve", &id, "--call", "p1/a3", "--deny", "--journal", j],
-        ),
-        0,
-        "deny",
-    );
-    let out = cli(&dir, &["resume", &id, "--journal", j, "--json"]);
-    exited(&out, 0, "the tree goes on to its end");
-    let done = json_of(&out);
-    assert_eq!(done["stop_reason"], "finished");
-    assert_eq!(done["output"], "Both workers are done.");
+    let done = allow_then_deny(&dir, &journal, &id, "");
     let side = side_log(&dir);
     let count = |line: &str| side.iter().filter(|l| l.as_str() == line).count();
     assert_eq!(count(r#"write {"key":"a-1"}"#), 1, "{side:?}");
     assert_eq!(count(r#"write {"key":"a-3"}"#), 0, "denied: {side:?}");
-    // The lead's own write ran beside the question: at most once (a suspension stops the calls
-    // still running, as a kill would).
-    assert!(count(r#"write {"key":"lead-1"}"#) <= 1, "{side:?}");
+    // The lead's own write ran beside the question: once, to its end, and its result was kept
+    // through the suspension (a finished call is never run again and never lost).
+    assert_eq!(count(r#"write {"key":"lead-1"}"#), 1, "{side:?}");
     assert_eq!(count(r#"write {"key":"b-1"}"#), 1, "{side:?}");
+    let transcript = done["transcript"].as_array().unwrap();
+    let result = transcript
+        .iter()
+        .find(|m| m["role"] == "tool" && m["call_id"] == "p2")
+        .unwrap();
+    assert_eq!(
+        result["content"]["value"].as_str().unwrap().trim_end(),
+        r#"write done: {"key":"lead-1"}"#,
+        "{transcript:#?}"
+    );
+}
+
+/// A kill after a subagent's suspension was committed and before its parent's (the parent
+/// still running, with nothing to answer listed): resuming the parent asks the subagent's
+/// question again, on the top run, and the tree goes on from its answers. At both durability
+/// levels.
+#[test]
+fn a_kill_between_a_childs_suspension_and_its_parents_asks_again_on_resume() {
+    for level in [None, Some("process")] {
+        let dir = tree_dir_at(level);
+        dir.write(
+            "worker-a.toml",
+            &support::crash::tree_worker("worker-a", "[permissions]\nask = [\"write\"]\n"),
+        );
+        let journal = dir.path("runs.db");
+        // The journal's first suspension is worker A's: the lead's comes after it.
+        assert!(
+            run_and_kill(&dir, &journal, "after-suspend:0"),
+            "{level:?}: reached"
+        );
+        let written = runs(&dir, &journal);
+        let (id, _) = top_and_running_children(&written);
+        let top = written.iter().find(|r| r["run_id"] == id.as_str()).unwrap();
+        assert_eq!(top["status"], "running", "{level:?}: {written:#?}");
+        assert!(
+            written
+                .iter()
+                .any(|r| r.get("parent").is_some() && r["status"] == "suspended"),
+            "{level:?}: {written:#?}"
+        );
+
+        let out = resume_json(&dir, &journal, &id);
+        exited(&out, 8, &format!("{level:?}: the question, asked again"));
+        let again = json_of(&out);
+        assert_eq!(again["stop_reason"], "suspended", "{level:?}");
+        let pending = again["pending_approvals"].as_array().unwrap();
+        assert_eq!(pending.len(), 1, "{level:?}: {pending:#?}");
+        assert_eq!(pending[0]["call_id"], "p1/a1", "{level:?}");
+        allow_then_deny(&dir, &journal, &id, &format!("{level:?}"));
+        let side = side_log(&dir);
+        let count = |line: &str| side.iter().filter(|l| l.as_str() == line).count();
+        assert_eq!(count(r#"write {"key":"a-1"}"#), 1, "{level:?}: {side:?}");
+        assert_eq!(count(r#"write {"key":"a-3"}"#), 0, "{level:?}: {side:?}");
+        assert!(
+            count(r#"write {"key":"lead-1"}"#) <= 1,
+            "{level:?}: {side:?}"
+        );
+        assert_eq!(count(r#"write {"key":"b-1"}"#), 1, "{level:?}: {side:?}");
+    }
 }
 
 #[test]

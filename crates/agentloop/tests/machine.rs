@@ -14,16 +14,21 @@ use agentloop::{
 };
 use serde_json::{Value, json};
 
+/// A tool that answers with its arguments.
+fn echo() -> Tool {
+    Tool::dynamic(
+        "echo",
+        "Echo.",
+        json!({"type": "object"}),
+        |a: Value, _c| async { Ok(ToolOutput::json(a)) },
+    )
+}
+
 fn agent(limits: Limits) -> Agent {
     Agent::builder()
         .model(ScriptedModel::new([]))
         .instructions("be brief")
-        .tool(Tool::dynamic(
-            "echo",
-            "Echo.",
-            json!({"type": "object"}),
-            |a: Value, _c| async { Ok(ToolOutput::json(a)) },
-        ))
+        .tool(echo())
         .limits(limits)
         .build()
         .unwrap()
@@ -701,6 +706,90 @@ fn an_interrupted_batch_drains_then_cancels_what_still_runs() {
     assert_eq!(out.tool_calls[0].outcome.code.as_deref(), Some("cancelled"));
     assert_eq!(out.tool_calls[1].outcome.status, CallStatus::Ok);
     assert_every_call_answered(&out.transcript);
+}
+
+#[test]
+fn a_suspension_waits_for_the_calls_beside_its_subagents_and_not_for_them() {
+    // A subagent's question suspends its parent while a plain call runs beside it: the plain
+    // call runs to its end (bounded by the deadline, not cut at the grace period), and the batch
+    // is over once only the subagent calls (their children left to resume) still run.
+    let limits = Limits {
+        timeout: Some(Duration::from_secs(60)),
+        grace_period: Duration::from_millis(500),
+        ..Limits::default()
+    };
+    let worker = agent(Limits::default());
+    let lead = Agent::builder()
+        .model(ScriptedModel::new([]))
+        .tool(echo())
+        .tool(worker.as_tool("ask", "A worker."))
+        .limits(limits)
+        .build()
+        .unwrap();
+    let mut m = machine_of(&lead, Seams::default());
+    respond(
+        &mut m,
+        0,
+        ModelResponse::tool_calls([
+            ("a", "ask", r#"{"task":"t"}"#),
+            ("b", "echo", "{}"),
+            ("c", "ask", r#"{"task":"u"}"#),
+        ]),
+    );
+    for position in [0, 1] {
+        feed(&mut m, 0, Input::CallStarted { position });
+    }
+    assert!(!m.suspending());
+    feed(
+        &mut m,
+        100,
+        Input::Interrupted {
+            by: Interrupt::Suspended,
+        },
+    );
+    assert!(m.suspending());
+    let Action::Drain { until } = m.action() else {
+        panic!("expected a drain: {m:?}")
+    };
+    assert_eq!(until, Duration::from_secs(60), "bounded by the deadline");
+    feed(
+        &mut m,
+        2000,
+        Input::CallFinished {
+            position: 1,
+            outcome: CallOutcome::ok(ToolOutput::text("made it")),
+            failures: Vec::new(),
+        },
+    );
+    assert!(
+        matches!(m.action(), Action::Finish),
+        "only the subagent call is left: {m:?}"
+    );
+    let out = m.into_outcome(Duration::from_millis(2000));
+    assert_eq!(out.stop_reason, StopReason::Suspended);
+    assert_eq!(out.tool_calls[1].outcome.status, CallStatus::Ok);
+    assert_every_call_answered(&out.transcript);
+
+    // With only subagent calls running, a suspension ends the batch at once.
+    let mut m = machine_of(&lead, Seams::default());
+    respond(
+        &mut m,
+        0,
+        ModelResponse::tool_calls([("a", "ask", r#"{"task":"t"}"#)]),
+    );
+    feed(&mut m, 0, Input::CallStarted { position: 0 });
+    feed(
+        &mut m,
+        100,
+        Input::Interrupted {
+            by: Interrupt::Suspended,
+        },
+    );
+    assert!(matches!(m.action(), Action::Finish), "{m:?}");
+    assert_eq!(
+        m.into_outcome(Duration::from_millis(100)).stop_reason,
+        StopReason::Suspended
+    );
 }
 
 #[test]

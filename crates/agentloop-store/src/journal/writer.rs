@@ -104,6 +104,9 @@ pub(crate) enum Fault {
     AfterWrite(u64),
     /// Inside the transaction of the `n`th step this writer appends, before its commit.
     InWrite(u64),
+    /// After the `n`th suspension this writer commits (counted from 0 over every run of the
+    /// file): a child's, whose parent has not suspended yet.
+    AfterSuspend(u64),
 }
 
 impl Fault {
@@ -121,7 +124,7 @@ impl Fault {
         }
     }
 
-    /// Reads `after-step:N`, `in-step:N`, `after-write:N` or `in-write:N`.
+    /// Reads `after-step:N`, `in-step:N`, `after-write:N`, `in-write:N` or `after-suspend:N`.
     #[cfg(feature = "test-faults")]
     fn parse(text: &str) -> Option<Fault> {
         let (kind, n) = text.trim().split_once(':')?;
@@ -131,6 +134,7 @@ impl Fault {
             "in-step" => Some(Fault::InStep(n)),
             "after-write" => Some(Fault::AfterWrite(n)),
             "in-write" => Some(Fault::InWrite(n)),
+            "after-suspend" => Some(Fault::AfterSuspend(n)),
             _ => None,
         }
     }
@@ -448,6 +452,7 @@ pub(super) fn writer_for(
             stamped: HashMap::new(),
             fault,
             written: 0,
+            suspensions: 0,
             synchronous: None,
             uncheckpointed: 0,
             checkpoint_asked: false,
@@ -513,6 +518,8 @@ struct Writer {
     fault: Option<Fault>,
     /// How many steps this writer committed, over every run.
     written: u64,
+    /// How many suspensions it committed, over every run (for the crash tests' faults).
+    suspensions: u64,
     /// The `synchronous` level the connection is at.
     synchronous: Option<Durability>,
     /// Commits since the last checkpoint.
@@ -642,12 +649,15 @@ impl Writer {
         let mut replies = Vec::with_capacity(group.len());
         // A write alone in its transaction needs no savepoint: its failure rolls all back.
         let alone = group.len() == 1;
+        let mut suspensions = 0;
         for job in group {
+            let suspension = matches!(job.command, Command::Suspend { .. });
             let result = if alone {
                 self.apply(conn, job.command, &mut state)
             } else {
                 self.apply_undoable(conn, job.command, &mut state)
             };
+            suspensions += u64::from(suspension && result.is_ok());
             results.push(result);
             replies.push(job.reply);
         }
@@ -675,8 +685,13 @@ impl Writer {
             };
         }
         self.written += state.appended.len() as u64;
+        let suspended = self.suspensions..self.suspensions + suspensions;
+        self.suspensions += suspensions;
         self.uncheckpointed = self.uncheckpointed.saturating_add(1);
         match self.fault {
+            Some(Fault::AfterSuspend(n)) if suspended.contains(&n) => {
+                hang(&format!("after suspension {n}"))
+            }
             Some(Fault::AfterStep(n)) if state.appended.iter().any(|a| a.0 == n) => {
                 hang(&format!("after step {n}"))
             }

@@ -348,6 +348,7 @@ impl Agent {
             log,
             log_out: options.log,
             journaling: options.journal.is_some(),
+            suspended: false,
             journal: options.journal,
             seq,
             approvals,
@@ -448,6 +449,30 @@ impl Agent {
         })
     }
 
+    /// The calls a journaled run waits on that have no answer: it cannot go on before they
+    /// have. None past its deadline, where a run goes on only to stop (the machine's rule), and
+    /// what it waits on needs no answer. `elapsed`: the run's time, its wait counted, when the
+    /// driver counts it.
+    pub(crate) fn waiting_on<'r>(
+        &self,
+        header: &crate::journal::JournalHeader,
+        steps: &[crate::machine::Step],
+        approvals: &'r [crate::journal::PendingApproval],
+        elapsed: Option<std::time::Duration>,
+    ) -> Vec<&'r str> {
+        let at = steps.last().map_or(std::time::Duration::ZERO, |s| s.at);
+        let at = elapsed.map_or(at, |e| e.max(at));
+        let limits = header.limits.as_ref().unwrap_or(self.inner.cfg.limits());
+        if limits.deadline().is_some_and(|t| at >= t) {
+            return Vec::new();
+        }
+        approvals
+            .iter()
+            .filter(|a| a.answer.is_none())
+            .map(|a| a.request.call_id.as_str())
+            .collect()
+    }
+
     /// [`Agent::go_on`]'s checks and replay: the journal's steps fed to a fresh machine.
     fn replay_to_go_on(
         &self,
@@ -471,18 +496,8 @@ impl Agent {
                 "it is over (stop reason {stop_reason})"
             )));
         }
-        let waiting: Vec<&str> = approvals
-            .iter()
-            .filter(|a| a.answer.is_none())
-            .map(|a| a.request.call_id.as_str())
-            .collect();
-        // Past its deadline a run goes on only to stop there (the machine's rule): what it
-        // waits on needs no answer.
-        let at = steps.last().map_or(std::time::Duration::ZERO, |s| s.at);
-        let at = plumbing.elapsed.map_or(at, |e| e.max(at));
-        let limits = header.limits.as_ref().unwrap_or(self.inner.cfg.limits());
-        let past_deadline = limits.deadline().is_some_and(|t| at >= t);
-        if !waiting.is_empty() && !past_deadline {
+        let waiting = self.waiting_on(&header, &steps, &approvals, plumbing.elapsed);
+        if !waiting.is_empty() {
             return Err(not_resumable(format!(
                 "approvals are unanswered for call {}",
                 waiting.join(", ")

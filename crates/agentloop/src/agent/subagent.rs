@@ -242,6 +242,19 @@ impl SubagentTool {
             (Some(t), Some(run)) => answer_from_parent(run, &t.approvals, &prefix),
             _ => Vec::new(),
         };
+        // A child that asked before its parent's suspension was written (the process was killed
+        // between the two) holds calls the parent's journal has no answer for: it cannot go on,
+        // so its question is asked again, on the top run, all of it (answers taken above are
+        // asked for again rather than half kept).
+        if let (Some(s), Some(j), Some(run)) = (&scope, &journal, &earlier)
+            && run.status == RunStatus::Suspended
+            && !agent
+                .waiting_on(&run.header, &run.steps, &run.approvals, None)
+                .is_empty()
+            && tree(s).is_some_and(|t| t.approvals.can_suspend())
+        {
+            suspend_tree(s, j.as_ref(), &child_id, &[], &prefix).await;
+        }
         let run = async {
             match earlier {
                 None => {

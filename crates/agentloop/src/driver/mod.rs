@@ -196,8 +196,12 @@ pub(crate) struct Driver<'a> {
     pub(crate) log_out: Option<StepLog>,
     /// A durable run's journal.
     pub(crate) journal: Option<Arc<dyn Journal>>,
-    /// True while steps are journaled: a failed write, or a suspension, ends it.
+    /// True while steps are journaled: a failed write ends it.
     pub(crate) journaling: bool,
+    /// True once the run suspends: from then on only the calls that finish while its batch
+    /// drains are journaled (a finished call is never lost); the suspension itself and what
+    /// follows are not, so that a resume asks again.
+    pub(crate) suspended: bool,
     /// The sequence number of the next step to journal.
     pub(crate) seq: u64,
     /// Recorded answers and the way to suspend (a durable run's); shared with the run's
@@ -377,6 +381,9 @@ impl<'a> Driver<'a> {
             // is one allocation a run where a child is two (its node and its place in its
             // parent's list).
             let stop_retries = CancellationToken::new();
+            // The subagent calls' own, made at the first one (a child of the calls' token): a
+            // suspension stops them (their children are left to resume) and not the other calls.
+            let mut children_cancel: Option<CancellationToken> = None;
             // The calls run concurrently inside the run's own task: no task per call to spawn,
             // schedule and free on another thread (a tool marked `own_task` gets one).
             let mut running = Running::default();
@@ -396,10 +403,10 @@ impl<'a> Driver<'a> {
                             // The calls that start together have their starts committed together;
                             // none runs before that commit (a call's future is first polled while
                             // the batch is awaited), and a call whose start was not kept never runs.
-                            let tokens = (&calls_cancel, &stop_retries);
                             let mut calls = Vec::new();
                             let mut starts = Vec::new();
                             for call in m.starts_ahead() {
+                                let tokens = (&calls_cancel, &stop_retries, &mut children_cancel);
                                 let ctx =
                                     self.call_context(&m, call, deadline, tokens, &mut senders);
                                 calls.push(self.run_call(&m, call, ctx));
@@ -412,7 +419,7 @@ impl<'a> Driver<'a> {
                             continue;
                         }
                         None => {
-                            let tokens = (&calls_cancel, &stop_retries);
+                            let tokens = (&calls_cancel, &stop_retries, &mut children_cancel);
                             let ctx = self.call_context(&m, call, deadline, tokens, &mut senders);
                             running.push(self.run_call(&m, call, ctx));
                             Input::CallStarted {
@@ -440,14 +447,27 @@ impl<'a> Driver<'a> {
                         input
                     }
                     Action::Drain { until } => {
-                        // Running handlers are told, and given the grace period to finish.
-                        calls_cancel.cancel();
-                        stop_retries.cancel();
+                        if m.suspending() {
+                            // The machine waits for the other calls until the deadline.
+                            if let Some(children) = &children_cancel {
+                                children.cancel();
+                            }
+                        } else {
+                            // Running handlers are told, and given the grace period to finish.
+                            calls_cancel.cancel();
+                            stop_retries.cancel();
+                        }
                         self.drain(until, &mut running, &mut senders).await
                     }
                     action => self.answer(&m, action, deadline).await,
                 };
-                if self.journaling {
+                let journaled = self.journaling
+                    && (!self.suspended
+                        || matches!(
+                            input,
+                            Input::CallFinished { .. } | Input::CallUnhandled { .. }
+                        ));
+                if journaled {
                     self.record(&mut m, input).await;
                 } else {
                     self.feed_plain(&mut m, input);
@@ -593,29 +613,44 @@ impl<'a> Driver<'a> {
     }
 
     /// What a starting call's handler knows: its ids, the calls' tokens (`tokens`: their
-    /// cancellation and the end of their retries), its progress channel (kept in `senders` to
-    /// close when it ends) and, for a subagent, the batch's scope.
+    /// cancellation, the end of their retries, and the subagent calls' cancellation, made at the
+    /// first subagent call), its
+    /// progress channel (kept in `senders` to close when it ends) and, for a subagent, the
+    /// batch's scope.
     fn call_context(
         &mut self,
         m: &RunMachine,
         call: &AdmittedCall,
         deadline: Option<Instant>,
-        tokens: (&CancellationToken, &CancellationToken),
+        tokens: (
+            &CancellationToken,
+            &CancellationToken,
+            &mut Option<CancellationToken>,
+        ),
         senders: &mut Vec<(usize, ProgressSender)>,
     ) -> ToolContext {
         let progress = self.progress(m, call);
         if let Some(p) = &progress {
             senders.push((call.position, p.clone()));
         }
+        let scope = self.subagent_scope(m, call, deadline);
+        let subagent = m.tools().spec(call.index).is_some_and(|s| s.subagent);
         ToolContext {
             call_id: Arc::clone(&call.call_id),
             tool: Arc::clone(&call.tool),
             run_id: Arc::clone(m.run_id()),
             turn: m.turn(),
-            cancel: tokens.0.clone(),
+            cancel: if subagent {
+                tokens
+                    .2
+                    .get_or_insert_with(|| tokens.0.child_token())
+                    .clone()
+            } else {
+                tokens.0.clone()
+            },
             progress: progress.unwrap_or_default(),
             stop_retries: tokens.1.clone(),
-            scope: self.subagent_scope(m, call, deadline),
+            scope,
         }
     }
 
@@ -711,9 +746,11 @@ impl<'a> Driver<'a> {
                 return;
             }
             if suspends {
-                // The journal ends before the gate's step, so a resume asks the gate again.
+                // The journal ends before the gate's step, so a resume asks the gate again (or,
+                // in a batch, starts its subagent calls again): only the calls that finish
+                // while the batch drains are journaled after it.
                 self.commit_held(m).await;
-                self.journaling = false;
+                self.suspended = true;
                 self.feed(m, step);
                 return;
             }

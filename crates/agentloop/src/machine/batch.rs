@@ -220,6 +220,8 @@ impl RunMachine {
         }
         if p.running == 0 && (!p.open || (p.next >= p.batch.calls.len() && p.restart.is_empty())) {
             self.end_batch(p);
+        } else if self.only_children_left(&p) {
+            self.on_grace_over(p);
         } else {
             self.phase = Phase::Run(p);
         }

@@ -1,7 +1,9 @@
 //! Interrupts (cancel, deadline, suspension), a restart in a new process, and a journal that
 //! failed.
 
-use super::{Closing, Interrupt, Phase, RunMachine, hit};
+use std::time::Duration;
+
+use super::{Closing, Interrupt, Pending, Phase, RunMachine, hit};
 use crate::error::RunError;
 use crate::event::EventKind;
 use crate::limits::LimitKind;
@@ -12,11 +14,24 @@ impl RunMachine {
         match phase {
             Phase::Run(mut p) => {
                 if p.interrupted.is_none() {
-                    p.interrupted = Some((by, self.now.saturating_add(self.limits().grace_period)));
+                    let grace = self.now.saturating_add(self.limits().grace_period);
+                    // A suspension is planned, not a stop: the calls it does not wait on (its
+                    // subagents' children are left to resume) run to their end, bounded by the
+                    // deadline rather than a grace period, so that none is cut or lost.
+                    let until = match by {
+                        Interrupt::Suspended => self
+                            .limits()
+                            .deadline()
+                            .map_or(Duration::MAX, |d| d.max(grace)),
+                        _ => grace,
+                    };
+                    p.interrupted = Some((by, until));
                 }
                 p.open = false;
                 if p.running == 0 {
                     self.end_batch(p);
+                } else if self.only_children_left(&p) {
+                    self.on_grace_over(p);
                 } else {
                     self.phase = Phase::Run(p);
                 }
@@ -106,6 +121,21 @@ impl RunMachine {
         } else {
             self.phase = Phase::Run(p);
         }
+    }
+
+    /// True when a batch drains for a suspension and the calls still running are all
+    /// subagents': their children stay as they are, to resume with the run, so nothing is left
+    /// to wait for.
+    pub(super) fn only_children_left(&self, p: &Pending) -> bool {
+        matches!(p.interrupted, Some((Interrupt::Suspended, _)))
+            && p.running > 0
+            && p.batch.calls.iter().all(|call| {
+                let running = p
+                    .slots
+                    .get(call.position)
+                    .is_some_and(|s| s.started && s.outcome.is_none());
+                !running || self.tools.spec(call.index).is_some_and(|s| s.subagent)
+            })
     }
 
     pub(super) fn stop_interrupted(&mut self, by: Interrupt) {

@@ -562,6 +562,15 @@ impl RunMachine {
         }
     }
 
+    /// True while the batch drains for a suspension ([`Action::Drain`] after
+    /// [`Interrupt::Suspended`]): the driver tells only the subagent calls to stop (their
+    /// children are left as they are, to resume with the run) and lets the other calls run to
+    /// their end, journaling each as it finishes; the batch ends when only subagent calls are
+    /// left. Other drains tell every call to stop.
+    pub fn suspending(&self) -> bool {
+        matches!(&self.phase, Phase::Run(p) if matches!(p.interrupted, Some((Interrupt::Suspended, _))))
+    }
+
     /// The calls [`RunMachine::action`] asks to start one after another from here, each as soon
     /// as the one before it is reported started, with no other step between them (empty when
     /// the next step is not a start). A journaling driver starts them together and journals
@@ -741,8 +750,9 @@ impl RunMachine {
         self.decide(response, reask);
     }
 
-    /// The batch's grace period ended: the calls still running are cut short, each finishing
-    /// `cancelled` (its `ToolFinished` too: every start has one, whoever ends the call).
+    /// The batch's grace period ended (or, for a suspension, only subagent calls are left): the
+    /// calls still running are cut short, each finishing `cancelled` (its `ToolFinished` too:
+    /// every start has one, whoever ends the call).
     fn on_grace_over(&mut self, mut p: Box<Pending>) {
         for slot in p.slots.iter_mut() {
             if slot.started && slot.outcome.is_none() {

@@ -115,6 +115,8 @@ pub enum Action<'m> {
     },
     /// The run was interrupted: tell the running calls to stop, and wait for them until `until`
     /// (time since the run started); answer [`Input::CallFinished`], or [`Input::GraceOver`].
+    /// For a suspension ([`crate::machine::RunMachine::suspending`]) only the subagent calls
+    /// are told, and `until` is the deadline.
     Drain {
         /// The end of the grace period.
         until: Duration,
