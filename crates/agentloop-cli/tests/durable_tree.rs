@@ -487,3 +487,71 @@ fn subagent_calls_whose_ids_differ_only_in_odd_characters_or_run_long_each_keep_
         assert_eq!(children, wanted, "{level:?}");
     }
 }
+
+/// A dotted call id at one level and a call a level deeper whose ids joined the same way (the
+/// lead's `x.y`, and worker A's `y` under the lead's `x`): each call's child is a run of its
+/// own, and the second is not answered with the first's outcome.
+#[test]
+fn a_dotted_call_id_never_names_the_child_of_a_deeper_call() {
+    let dir = tree_dir("");
+    dir.write(
+        "lead.json",
+        &json!([
+            {"tool_calls": [support::crash::task("x", "ask_a", "alpha")]},
+            {"tool_calls": [support::crash::task("x.y", "ask_b", "beta")]},
+            {"text": "Both workers are done."}
+        ])
+        .to_string(),
+    );
+    dir.write(
+        "worker-a.toml",
+        &format!(
+            "{}[[tools]]\nname = \"ask_c\"\nagent = \"worker-c.toml\"\ndescription = \"Worker C.\"\n",
+            support::crash::tree_worker("worker-a", "")
+        ),
+    );
+    dir.write(
+        "worker-a.json",
+        &json!([
+            {"tool_calls": [support::crash::task("y", "ask_c", "gamma")]},
+            {"text": "A is done."}
+        ])
+        .to_string(),
+    );
+    dir.write(
+        "worker-c.toml",
+        &support::crash::tree_worker("worker-c", ""),
+    );
+    dir.write(
+        "worker-c.json",
+        &json!([
+            {"tool_calls": [support::crash::call("c1", "write", "c-1")]},
+            {"text": "C is done."}
+        ])
+        .to_string(),
+    );
+    let journal = dir.path("runs.db");
+    let out = run_cmd(&dir, &journal).output().unwrap();
+    exited(&out, 0, "the tree");
+    let outcome = json_of(&out);
+    assert_eq!(outcome["output"], "Both workers are done.");
+    let calls = outcome["tool_calls"].as_array().unwrap();
+    let dotted = calls.iter().find(|c| c["id"] == "x.y").unwrap();
+    assert_eq!(dotted["status"], "ok", "{dotted}");
+    assert_eq!(
+        dotted["output"], "B is done.",
+        "worker B answered: {dotted}"
+    );
+    let side = side_log(&dir);
+    assert_eq!(
+        side,
+        [r#"write {"key":"c-1"}"#, r#"write {"key":"b-1"}"#],
+        "each worker ran"
+    );
+    let written = runs(&dir, &journal);
+    assert_eq!(written.len(), 4, "a run for each call: {written:#?}");
+    assert!(
+        written.iter().all(|r| r["status"] == "finished"),
+        "{written:#?}"
+    );
+}

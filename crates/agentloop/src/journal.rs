@@ -21,9 +21,10 @@
 //! parent resumes, a subagent call that was running starts again and finds its child journal: an
 //! unfinished child resumes from its last step, a finished one answers with its outcome. A
 //! child's question to a human suspends the whole tree: its requests are the parent's, their call
-//! ids prefixed with the parent's call (`call_7/call_2`), so they are answered on the top run.
-//! Only a journal that reads its runs back ([`Journal::holds_children`]) keeps children; with
-//! another, subagents run unjournaled inside their parent's call.
+//! ids prefixed with the parent's call ([`child_approval_id`]: `call_7/call_2`), so they are
+//! answered on the top run. Only a journal that reads its runs back
+//! ([`Journal::holds_children`]) keeps children; with another, subagents run unjournaled inside
+//! their parent's call.
 //!
 //! The core does no storage I/O: `agentloop-store` has the SQLite journal.
 //!
@@ -114,9 +115,43 @@ impl ParentCall {
 }
 
 /// The id of the child journal a subagent's call keeps in its parent's journal: one per call, so
-/// that a resumed parent finds the child its call started.
+/// that a resumed parent finds the child its call started. The call id's `.` and `%` are
+/// percent-encoded (`%2E`, `%25`), so that a dotted call id at one level never names the child
+/// of a call a level deeper (`R` + `x.y` and `R.x` + `y` were both `R.x.y`). An id without them
+/// is as it always was.
 pub fn child_run_id(parent_run_id: &str, call_id: &str) -> String {
+    format!("{parent_run_id}.{}", percent_encode(call_id, &['.', '%']))
+}
+
+/// The id [`child_run_id`] gave before it encoded the call id: a parent's journal written then
+/// names its children so, and they are still found (each checked against its header's parent).
+pub fn legacy_child_run_id(parent_run_id: &str, call_id: &str) -> String {
     format!("{parent_run_id}.{call_id}")
+}
+
+/// The id under which a child's waiting call (`child_call_id`, its own id in the child's
+/// journal) is asked on its parent's run: the parent's call id, its `/` and `%`
+/// percent-encoded (`%2F`, `%25`) so that each level of the tree is one segment, then `/`, then
+/// the child's id (`call_7/call_2`).
+pub fn child_approval_id(call_id: &str, child_call_id: &str) -> String {
+    format!("{}/{child_call_id}", percent_encode(call_id, &['/', '%']))
+}
+
+/// `text` with each of `special` as `%XX` (its byte in upper-case hex).
+fn percent_encode(text: &str, special: &[char]) -> String {
+    if !text.contains(special) {
+        return text.to_owned();
+    }
+    use std::fmt::Write;
+    let mut out = String::with_capacity(text.len() + 6);
+    for c in text.chars() {
+        if special.contains(&c) {
+            let _ = write!(out, "%{:02X}", u32::from(c));
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// Where a journaled run stands.

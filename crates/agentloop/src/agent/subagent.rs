@@ -31,7 +31,10 @@ use crate::agent::{Agent, Plumbing, RunOptions};
 use crate::budget::{Pool, Scope};
 use crate::driver::Tree;
 use crate::gate::{ApprovalRequest, Approvals};
-use crate::journal::{JournalError, JournaledRun, ParentCall, RunStatus, child_run_id};
+use crate::journal::{
+    Journal, JournalError, JournaledRun, ParentCall, RunStatus, child_approval_id, child_run_id,
+    legacy_child_run_id,
+};
 use crate::limits::Limits;
 use crate::message::{Message, ToolContent};
 use crate::outcome::{RunOutcome, StopReason, SubagentRun};
@@ -180,15 +183,17 @@ impl SubagentTool {
                 |s| format!("{}/{}", s.path, agent.config().name()),
             ),
         };
-        let child_id = child_run_id(&parent.run_id, &parent.call_id);
         // A resumed parent's call finds the child it started before.
         let earlier = match &journal {
-            Some(j) => j
-                .load(&child_id)
+            Some(j) => earlier_child(j.as_ref(), &parent)
                 .await
                 .map_err(|e| self.journal_error(&e))?,
             None => None,
         };
+        let child_id = earlier.as_ref().map_or_else(
+            || child_run_id(&parent.run_id, &parent.call_id),
+            |run| run.header.run_id.clone(),
+        );
         let grant = match (&scope, &earlier) {
             (Some(s), Some(run)) => {
                 // The child goes on within the grant its journal recorded.
@@ -412,19 +417,61 @@ fn tree(scope: &Scope) -> Option<&Tree> {
     scope.tree::<Tree>()
 }
 
+/// The child a resumed parent's call started before, if any: under its id, or, for a parent
+/// journaled before child ids were encoded, under the id it had then. Each is taken only when
+/// its header names this call as its parent: a run of another call's under the id is no child
+/// of this one (the call fails rather than answer with another agent's outcome).
+async fn earlier_child(
+    journal: &dyn Journal,
+    parent: &ParentCall,
+) -> Result<Option<JournaledRun>, JournalError> {
+    let id = child_run_id(&parent.run_id, &parent.call_id);
+    let legacy = legacy_child_run_id(&parent.run_id, &parent.call_id);
+    if let Some(run) = journal.load(&id).await? {
+        return match &run.header.parent {
+            Some(p) if p.run_id == parent.run_id && p.call_id == parent.call_id => Ok(Some(run)),
+            _ => Err(JournalError::NotResumable {
+                run_id: id,
+                reason: format!(
+                    "the run under the id of call {}'s child is not that call's",
+                    parent.call_id
+                ),
+            }),
+        };
+    }
+    if legacy == id {
+        return Ok(None);
+    }
+    Ok(journal.load(&legacy).await?.filter(|run| {
+        run.header
+            .parent
+            .as_ref()
+            .is_some_and(|p| p.run_id == parent.run_id && p.call_id == parent.call_id)
+    }))
+}
+
 /// Puts the answers the parent's journal recorded for a suspended child's calls (under
-/// `prefix/CALL`) on the child's run, so that it can go on; the calls it answered.
+/// [`child_approval_id`], or the unencoded `prefix/CALL` a journal written before held) on the
+/// child's run, so that it can go on; the calls it answered.
 fn answer_from_parent(run: &mut JournaledRun, approvals: &Approvals, prefix: &str) -> Vec<String> {
     let mut answered = Vec::new();
     for pending in run.approvals.iter_mut().filter(|a| a.answer.is_none()) {
         let r = &pending.request;
-        let id = format!("{prefix}/{}", r.call_id);
-        // A question's answer carries its reply along.
-        pending.reply = approvals.take_reply(&id, &r.tool, &r.arguments);
-        pending.answer = match pending.reply {
-            Some(_) => Some(crate::gate::Answer::AllowOnce),
-            None => approvals.take(&id, &r.tool, &r.arguments),
-        };
+        let mut ids = vec![child_approval_id(prefix, &r.call_id)];
+        if prefix.contains(['/', '%']) {
+            ids.push(format!("{prefix}/{}", r.call_id));
+        }
+        for id in ids {
+            // A question's answer carries its reply along.
+            pending.reply = approvals.take_reply(&id, &r.tool, &r.arguments);
+            pending.answer = match pending.reply {
+                Some(_) => Some(crate::gate::Answer::AllowOnce),
+                None => approvals.take(&id, &r.tool, &r.arguments),
+            };
+            if pending.answer.is_some() {
+                break;
+            }
+        }
         if pending.answer.is_some() {
             answered.push(r.call_id.clone());
         }
@@ -472,7 +519,7 @@ async fn suspend_tree(
         .into_iter()
         .filter(|r| !answered.contains(&r.call_id))
         .map(|mut r| {
-            r.call_id = format!("{prefix}/{}", r.call_id);
+            r.call_id = child_approval_id(prefix, &r.call_id);
             r
         })
         .collect();
@@ -544,6 +591,127 @@ mod tests {
         assert_eq!(pool.turns, Some(6), "a refused grant takes nothing");
         pool.settle(&a, &spent(1, 2));
         assert_eq!((pool.turns, pool.tool_calls), (Some(9), Some(3)));
+    }
+
+    /// The runs of a journal, by id, read back as they were put in.
+    struct Runs(std::collections::HashMap<String, JournaledRun>);
+
+    impl Journal for Runs {
+        fn holds_children(&self) -> bool {
+            true
+        }
+        fn load<'a>(
+            &'a self,
+            run_id: &'a str,
+        ) -> futures::future::BoxFuture<'a, Result<Option<JournaledRun>, JournalError>> {
+            Box::pin(std::future::ready(Ok(self.0.get(run_id).cloned())))
+        }
+        fn begin<'a>(
+            &'a self,
+            _: &'a crate::journal::JournalHeader,
+        ) -> futures::future::BoxFuture<'a, Result<(), JournalError>> {
+            Box::pin(std::future::ready(Ok(())))
+        }
+        fn append<'a>(
+            &'a self,
+            _: &'a str,
+            _: u64,
+            _: &'a crate::machine::Step,
+        ) -> futures::future::BoxFuture<'a, Result<(), JournalError>> {
+            Box::pin(std::future::ready(Ok(())))
+        }
+        fn suspend<'a>(
+            &'a self,
+            _: &'a str,
+            _: &'a [ApprovalRequest],
+        ) -> futures::future::BoxFuture<'a, Result<(), JournalError>> {
+            Box::pin(std::future::ready(Ok(())))
+        }
+        fn finish<'a>(
+            &'a self,
+            _: &'a str,
+            _: &'a RunOutcome,
+        ) -> futures::future::BoxFuture<'a, Result<(), JournalError>> {
+            Box::pin(std::future::ready(Ok(())))
+        }
+    }
+
+    /// A child run under `run_id`, started by call `call` of run `parent`.
+    fn child(run_id: &str, parent: &str, call: &str) -> (String, JournaledRun) {
+        let header = crate::journal::JournalHeader {
+            run_id: run_id.into(),
+            agent: "worker".into(),
+            definition: crate::journal::Definition::default(),
+            fingerprint: String::new(),
+            seams: crate::machine::Seams::default(),
+            limits: None,
+            transcript: Vec::new(),
+            input: None,
+            origin: None,
+            parent: Some(ParentCall {
+                run_id: parent.into(),
+                call_id: call.into(),
+                agent_path: "lead/worker".into(),
+            }),
+            session: None,
+            served_by: None,
+        };
+        let run = JournaledRun {
+            header,
+            steps: Vec::new(),
+            status: RunStatus::Running,
+            approvals: Vec::new(),
+        };
+        (run_id.into(), run)
+    }
+
+    fn call(parent: &str, call_id: &str) -> ParentCall {
+        ParentCall {
+            run_id: parent.into(),
+            call_id: call_id.into(),
+            agent_path: "lead/worker".into(),
+        }
+    }
+
+    fn found(journal: &Runs, parent: &ParentCall) -> Result<Option<String>, JournalError> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        runtime
+            .block_on(earlier_child(journal, parent))
+            .map(|run| run.map(|r| r.header.run_id))
+    }
+
+    #[test]
+    fn a_childs_run_is_found_under_its_encoded_id_or_the_one_a_journal_written_before_gave_it() {
+        assert_eq!(child_run_id("R", "x.y"), "R.x%2Ey");
+        assert_eq!(child_run_id("R.x", "y"), "R.x.y");
+        assert_eq!(
+            child_run_id("R", "w:1"),
+            "R.w:1",
+            "other ids are as they were"
+        );
+        assert_eq!(child_approval_id("a/b", "c"), "a%2Fb/c");
+        assert_eq!(child_approval_id("a%2F", "c"), "a%252F/c");
+        assert_eq!(child_approval_id("p.1", "a1"), "p.1/a1");
+
+        // A parent journaled before ids were encoded named its dotted call's child `R.x.y`.
+        let legacy = Runs([child("R.x.y", "R", "x.y")].into_iter().collect());
+        assert_eq!(
+            found(&legacy, &call("R", "x.y")).unwrap().as_deref(),
+            Some("R.x.y")
+        );
+        // That run is no child of the call `y` of `R.x`, nor is `R.x%2Ey` of `x.y` of another run.
+        let deeper = Runs([child("R.x.y", "R.x", "y")].into_iter().collect());
+        assert_eq!(found(&deeper, &call("R", "x.y")).unwrap(), None);
+        assert_eq!(
+            found(&deeper, &call("R.x", "y")).unwrap().as_deref(),
+            Some("R.x.y")
+        );
+        // A run under the encoded id that another call started is a collision, never an answer.
+        let foreign = Runs([child("R.x%2Ey", "R", "x%2Ey")].into_iter().collect());
+        let e = found(&foreign, &call("R", "x.y")).unwrap_err();
+        assert_eq!(e.code(), "journal.not_resumable");
     }
 
     #[test]
