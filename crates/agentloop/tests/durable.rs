@@ -518,3 +518,85 @@ async fn calls_that_start_or_finish_together_are_journaled_together_and_resume_t
     assert_eq!(replayed.transcript, base.transcript);
     assert_eq!(replayed.usage, base.usage);
 }
+
+#[tokio::test]
+async fn a_call_starting_alone_whose_start_the_journal_lost_never_runs_and_the_run_fails_on_the_journal()
+ {
+    // Two calls may run at once: the third starts alone, once the first is done, while the
+    // second still runs; the journal fails at that start.
+    let ran = Arc::new(AtomicUsize::new(0));
+    let slow_done = Arc::new(AtomicUsize::new(0));
+    let build = |ran: &Arc<AtomicUsize>, slow_done: &Arc<AtomicUsize>| {
+        let done = slow_done.clone();
+        Agent::builder()
+            .model(ScriptedModel::new(vec![
+                calls(&[
+                    ("a", "once", r#"{"k":1}"#),
+                    ("b", "slow", "{}"),
+                    ("c", "once", r#"{"k":3}"#),
+                ]),
+                agentloop::ModelResponse::text("done"),
+            ]))
+            .tool(counter("once", false, ran))
+            .tool(Tool::builder("slow").description("Slow.").dynamic(
+                json!({"type": "object"}),
+                move |_a: Value, _c| {
+                    let done = done.clone();
+                    async move {
+                        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+                        done.fetch_add(1, Ordering::SeqCst);
+                        Ok(ToolOutput::text("slow done"))
+                    }
+                },
+            ))
+            .limits(Limits {
+                max_concurrency: 2,
+                ..Limits::default()
+            })
+            .build()
+            .unwrap()
+    };
+    let whole = Arc::new(Memory::default());
+    let out = journaled(&build(&ran, &slow_done), whole.clone()).await;
+    assert_eq!(out.stop_reason, StopReason::Finished);
+    let starts: Vec<usize> = whole
+        .steps
+        .lock()
+        .unwrap()
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| matches!(s.input, agentloop::machine::Input::CallStarted { .. }))
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(starts.len(), 3);
+
+    let (ran, slow_done) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let journal = Arc::new(Memory {
+        fail_at: Some(starts[2] as u64),
+        ..Memory::default()
+    });
+    let out = journaled(&build(&ran, &slow_done), journal.clone()).await;
+    assert_eq!(out.stop_reason, StopReason::Failed);
+    assert_eq!(
+        out.error.as_ref().unwrap().code(),
+        "journal.write",
+        "{:?}",
+        out.error
+    );
+    assert_eq!(
+        ran.load(Ordering::SeqCst),
+        1,
+        "the call whose start was lost never ran"
+    );
+    assert_eq!(
+        slow_done.load(Ordering::SeqCst),
+        1,
+        "the call still running was given its grace period"
+    );
+    assert_eq!(
+        journal.steps.lock().unwrap().len(),
+        starts[2],
+        "the steps before the lost start are kept"
+    );
+    common::assert_tool_cycle(&out.transcript);
+}

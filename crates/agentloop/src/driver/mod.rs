@@ -418,6 +418,22 @@ impl<'a> Driver<'a> {
                             running.extend(calls.into_iter().take(kept));
                             continue;
                         }
+                        None if self.journaling => {
+                            // A call that starts alone (a restarted one, or one past the
+                            // concurrency cap) is started the same way: its start committed
+                            // first, and its future kept only if it was (one whose start the
+                            // journal lost would answer `cancelled` to a drain for a call the
+                            // machine never saw start).
+                            let tokens = (&calls_cancel, &stop_retries, &children_cancel);
+                            let ctx = self.call_context(&m, call, deadline, tokens, &mut senders);
+                            let position = call.position;
+                            let started = self.run_call(&m, call, ctx);
+                            let start = Input::CallStarted { position };
+                            if self.record_batch(&mut m, vec![start]).await == 1 {
+                                running.push(started);
+                            }
+                            continue;
+                        }
                         None => {
                             let tokens = (&calls_cancel, &stop_retries, &mut children_cancel);
                             let ctx = self.call_context(&m, call, deadline, tokens, &mut senders);
