@@ -630,9 +630,8 @@ impl<'a> Driver<'a> {
 
     /// What a starting call's handler knows: its ids, the calls' tokens (`tokens`: their
     /// cancellation, the end of their retries, and the subagent calls' cancellation, made at the
-    /// first subagent call), its
-    /// progress channel (kept in `senders` to close when it ends) and, for a subagent, the
-    /// batch's scope.
+    /// first subagent call), its progress channel (kept in `senders` to close when it ends) and,
+    /// for a subagent, the batch's scope.
     fn call_context(
         &mut self,
         m: &RunMachine,
