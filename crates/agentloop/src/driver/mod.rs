@@ -424,7 +424,7 @@ impl<'a> Driver<'a> {
                             // first, and its future kept only if it was (one whose start the
                             // journal lost would answer `cancelled` to a drain for a call the
                             // machine never saw start).
-                            let tokens = (&calls_cancel, &stop_retries, &children_cancel);
+                            let tokens = (&calls_cancel, &stop_retries, &mut children_cancel);
                             let ctx = self.call_context(&m, call, deadline, tokens, &mut senders);
                             let position = call.position;
                             let started = self.run_call(&m, call, ctx);
