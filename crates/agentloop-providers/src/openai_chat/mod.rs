@@ -310,10 +310,13 @@ impl Model for OpenAiChat {
 
     fn stream<'a>(&'a self, request: ModelRequest<'a>) -> ModelStream<'a> {
         let body = self.encode_request(&request);
-        let mut decoder = ChatStreamParser::new(&self.provider).with_dialect_tools(
-            self.compat.tool_dialect,
-            request.tools.iter().map(|t| t.name.clone()),
-        );
+        let mut decoder = ChatStreamParser::new(&self.provider)
+            .with_dialect_tools(
+                self.compat.tool_dialect,
+                request.tools.iter().map(|t| t.name.clone()),
+            )
+            // A block held longer than the largest event is no call (and holding it is unbounded).
+            .with_dialect_max_block(self.client.config().max_event_bytes);
         if self.strict {
             decoder = decoder.with_strict_schemas(
                 request

@@ -379,6 +379,14 @@ impl ChatStreamParser {
         self
     }
 
+    /// Holds a block of the dialect's text (a call not whole yet) for at most `bytes`: one that
+    /// does not end within them is no call, and it and the rest of the answer are text, with a
+    /// warning. The default is 16 MiB; set it after the dialect.
+    pub fn with_dialect_max_block(mut self, bytes: usize) -> Self {
+        self.dialect = self.dialect.map(|d| d.with_max_block(bytes));
+        self
+    }
+
     /// The text ended: a character whose second half never came is U+FFFD, the dialect reader
     /// gives up what it held (a call the output limit cut as a cut call), and a response whose
     /// calls were all in its text finishes as tool calls.

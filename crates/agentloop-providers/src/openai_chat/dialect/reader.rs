@@ -1,8 +1,8 @@
 //! Reads tool calls out of a model's streamed text. Text is released as soon as it cannot be the
 //! start of a call; from a place where a call may begin (a `<tool_call>` tag, `[TOOL_CALLS]`,
-//! `<|python_tag|>`, a fence, a `{` or `[` that starts a line) it is held until the block is
-//! whole, then read as calls or released as the text it was. However the text is split into
-//! pieces, the same text and calls come out, and nothing is lost or repeated.
+//! `<|python_tag|>`, a fence, a `{` or `[` that starts a line, a `{"name"` anywhere) it is held
+//! until the block is whole, then read as calls or released as the text it was. However the text
+//! is split into pieces, the same text and calls come out, and nothing is lost or repeated.
 //!
 //! A block is calls only when every call in it names a tool the agent has, except in the shapes
 //! that a named dialect owns (its own marker), which are read whatever they name as before: the
@@ -11,6 +11,11 @@
 //! A block still open when the text ends is closed for the model (the stop token may have eaten
 //! its closers), unless the output limit ended the text: then a call whose brackets had to be
 //! closed is a cut call, as a native call with incomplete arguments is, and it never runs.
+//!
+//! Reading keeps its place in a held block between pieces ([`Progress`]), so each byte is read a
+//! bounded number of times however finely the text is split; and a block is held for at most
+//! `max_block` bytes: one that does not end within them is no call, and it and the rest of the
+//! answer are released as text, with a warning.
 
 use std::collections::{HashSet, VecDeque};
 use std::sync::Arc;
@@ -20,12 +25,23 @@ use agentloop::model::ModelEvent;
 
 use super::ToolDialect;
 use super::shapes::{
-    FENCE, MISTRAL_ARGS, PYTHON_TAG, Quotes, Scan, TOOL_CALL_CLOSE, TOOL_CALL_OPEN,
-    TOOL_CALLS_MARKER, TextCall, calls_in, scan,
+    FENCE, MISTRAL_ARGS, PYTHON_TAG, Quotes, Scan, Scanner, TOOL_CALL_CLOSE, TOOL_CALL_OPEN,
+    TOOL_CALLS_MARKER, TextCall, calls_in,
 };
 
 /// The markers a call may start with, anywhere in the text.
 const MARKERS: [&str; 4] = [TOOL_CALL_OPEN, TOOL_CALLS_MARKER, PYTHON_TAG, FENCE];
+
+/// How a bare call may start after other text on its line (`I'll check: {"name": ...}`).
+const CALL_STARTS: [&str; 4] = ["{\"name\"", "{ \"name\"", "{'name'", "{ 'name'"];
+
+/// The longest tool name (the bound `agentloop` puts on a tool's name): a longer word before a
+/// `(` is no call, and reading a pythonic call's name stops there.
+const MAX_NAME: usize = 128;
+
+/// How long a block is held by default before it is released as text: the largest event the
+/// providers read by default ([`crate::http::HttpConfig::max_event_bytes`]).
+const DEFAULT_MAX_BLOCK: usize = 16 * 1024 * 1024;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Mode {
@@ -34,6 +50,8 @@ enum Mode {
     /// Inside a fence whose body is not a call (code): passed through until it closes, so that
     /// nothing in it starts a call.
     CodeFence,
+    /// A block ran past `max_block`: the rest of the answer is text.
+    PassThrough,
 }
 
 /// What a held block turned out to be.
@@ -47,6 +65,8 @@ enum Block {
     /// A fence of code: its opening line (this many bytes) is text, and its body is passed
     /// through.
     CodeFence(usize),
+    /// Not whole within `max_block` bytes.
+    Overlong,
 }
 
 /// Reads the calls out of a model's streamed text, for one response.
@@ -55,8 +75,14 @@ pub(crate) struct DialectReader {
     dialect: ToolDialect,
     tools: HashSet<String>,
     mode: Mode,
-    /// Text not released yet: it starts where a call may begin.
+    /// Text read; what is before `held` in it is released (and dropped at the next piece), what
+    /// is from `held` on is not released yet: it starts where a call may begin.
     buf: String,
+    held: usize,
+    /// What reading the block at `held` has found so far.
+    progress: Progress,
+    /// The most bytes a block is held.
+    max_block: usize,
     /// The next character starts a line (or the answer, or follows a call).
     line_start: bool,
     /// The answer so far is blanks and calls: a bare call here is the whole answer's start.
@@ -74,11 +100,20 @@ impl DialectReader {
             tools: tools.into_iter().collect(),
             mode: Mode::Text,
             buf: String::new(),
+            held: 0,
+            progress: Progress::default(),
+            max_block: DEFAULT_MAX_BLOCK,
             line_start: true,
             only_calls_so_far: true,
             calls: 0,
             cut_by_the_limit: false,
         }
+    }
+
+    /// Holds a block for at most `bytes` (at least one byte).
+    pub(crate) fn with_max_block(mut self, bytes: usize) -> Self {
+        self.max_block = bytes.max(1);
+        self
     }
 
     /// How many calls were read.
@@ -88,6 +123,11 @@ impl DialectReader {
 
     /// Reads one piece of text.
     pub(crate) fn push(&mut self, text: &str, out: &mut VecDeque<ModelEvent>) {
+        if self.held > 0 {
+            // What is held moves to the front once, not at every release.
+            self.buf.drain(..self.held);
+            self.held = 0;
+        }
         self.buf.push_str(text);
         self.advance(out, false);
     }
@@ -97,56 +137,70 @@ impl DialectReader {
     pub(crate) fn finish(&mut self, out: &mut VecDeque<ModelEvent>, cut_by_the_limit: bool) {
         self.cut_by_the_limit = cut_by_the_limit;
         self.advance(out, true);
-        if !self.buf.is_empty() {
-            let rest = std::mem::take(&mut self.buf);
-            self.release(&rest, out);
-        }
+        let rest = self.held().len();
+        self.release_front(rest, out);
         self.mode = Mode::Text;
+    }
+
+    /// The text not released yet.
+    fn held(&self) -> &str {
+        self.buf.get(self.held..).unwrap_or_default()
     }
 
     fn advance(&mut self, out: &mut VecDeque<ModelEvent>, end: bool) {
         loop {
-            if self.mode == Mode::CodeFence {
-                match closing_fence(&self.buf, self.line_start) {
-                    Some(at) => {
-                        self.release_front(at + FENCE.len(), out);
-                        self.mode = Mode::Text;
-                        continue;
-                    }
-                    None => {
-                        let keep = if end {
-                            0
-                        } else if self.line_start && FENCE.starts_with(self.buf.as_str()) {
-                            self.buf.len()
-                        } else {
-                            partial_suffix(&self.buf, CLOSING_FENCE)
-                        };
-                        self.release_front(self.buf.len() - keep, out);
-                        return;
+            match self.mode {
+                Mode::PassThrough => {
+                    let all = self.held().len();
+                    self.release_front(all, out);
+                    return;
+                }
+                Mode::CodeFence => {
+                    let held = self.held();
+                    match closing_fence(held, self.line_start) {
+                        Some(at) => {
+                            self.release_front(at + FENCE.len(), out);
+                            self.mode = Mode::Text;
+                            continue;
+                        }
+                        None => {
+                            let len = held.len();
+                            let keep = if end {
+                                0
+                            } else if self.line_start && FENCE.starts_with(held) {
+                                len
+                            } else {
+                                partial_suffix(held, CLOSING_FENCE)
+                            };
+                            self.release_front(len - keep, out);
+                            return;
+                        }
                     }
                 }
+                Mode::Text => {}
             }
             let Some(start) = self.next_start(end) else {
                 // Everything up to the held end is text.
                 let keep = if end { 0 } else { self.held_suffix() };
-                self.release_front(self.buf.len() - keep, out);
+                self.release_front(self.held().len() - keep, out);
                 return;
             };
             self.release_front(start, out);
             match self.block(end) {
                 Block::Open => return,
                 Block::Calls(calls, used) => {
-                    self.buf.drain(..used);
+                    self.take_front(used);
                     for call in calls {
                         self.emit_call(call, out);
                     }
                     self.line_start = true;
                 }
                 Block::Text(used) => {
-                    if self.owns(&self.buf)
+                    let held = self.held();
+                    if self.owns(held)
                         && [TOOL_CALL_OPEN, TOOL_CALLS_MARKER, PYTHON_TAG]
                             .iter()
-                            .any(|m| self.buf.starts_with(m))
+                            .any(|m| held.starts_with(m))
                     {
                         out.push_back(ModelEvent::Warning(format!(
                             "a {} tool call that is not a JSON call was kept as text",
@@ -159,23 +213,36 @@ impl DialectReader {
                     self.release_front(used, out);
                     self.mode = Mode::CodeFence;
                 }
+                Block::Overlong => {
+                    out.push_back(ModelEvent::Warning(format!(
+                        "a {} tool call block that did not end within {} bytes was kept as \
+                         text, with the rest of the answer",
+                        self.dialect.as_str(),
+                        self.max_block
+                    )));
+                    self.mode = Mode::PassThrough;
+                }
             }
         }
     }
 
     /// Where in the held text the first block may start (a marker, a bracket that starts a
-    /// line), or `None` when there is none yet.
+    /// line, a bare call after text), or `None` when there is none yet.
     fn next_start(&self, end: bool) -> Option<usize> {
+        let text = self.held();
         let mut line_start = self.line_start;
-        for (i, c) in self.buf.char_indices() {
-            let rest = self.buf.get(i..).unwrap_or_default();
-            if MARKERS.iter().any(|m| rest.starts_with(m)) || (line_start && matches!(c, '{' | '['))
+        for (i, c) in text.char_indices() {
+            let rest = text.get(i..).unwrap_or_default();
+            if MARKERS.iter().any(|m| rest.starts_with(m))
+                || (line_start && matches!(c, '{' | '['))
+                || (c == '{' && CALL_STARTS.iter().any(|s| rest.starts_with(s)))
             {
                 return Some(i);
             }
             if !end
                 && MARKERS
                     .iter()
+                    .chain(&CALL_STARTS)
                     .any(|m| m.len() > rest.len() && m.starts_with(rest))
             {
                 return None;
@@ -191,140 +258,252 @@ impl DialectReader {
 
     /// How much of the end of the held text (with no block in it) may still become a marker.
     fn held_suffix(&self) -> usize {
+        let text = self.held();
         MARKERS
             .iter()
-            .map(|m| partial_suffix(&self.buf, m))
+            .chain(&CALL_STARTS)
+            .map(|m| partial_suffix(text, m))
             .max()
             .unwrap_or(0)
     }
 
-    /// What the block at the start of the held text is.
-    fn block(&self, end: bool) -> Block {
-        let text = self.buf.as_str();
-        if let Some(after) = text.strip_prefix(TOOL_CALL_OPEN) {
-            let used = match after.find(TOOL_CALL_CLOSE) {
-                Some(at) => TOOL_CALL_OPEN.len() + at + TOOL_CALL_CLOSE.len(),
+    /// What the block at the start of the held text is, going on from what the last look at it
+    /// found; one that does not end within `max_block` bytes is overlong.
+    fn block(&mut self, end: bool) -> Block {
+        let mut progress = std::mem::take(&mut self.progress);
+        let held = self.held();
+        // Judged on its first `max_block` bytes alone, so that the answer does not hang on how
+        // the text was split.
+        let overlong = held.len() > self.max_block
+            && matches!(
+                self.block_in(
+                    &mut progress,
+                    held.get(..floor_char_boundary(held, self.max_block))
+                        .unwrap_or_default(),
+                    false
+                ),
+                Block::Open
+            );
+        let block = if overlong {
+            Block::Overlong
+        } else {
+            self.block_in(&mut progress, held, end)
+        };
+        self.progress = progress;
+        block
+    }
+
+    /// What the block that `text` starts with is.
+    fn block_in(&self, p: &mut Progress, text: &str, end: bool) -> Block {
+        if text.starts_with(TOOL_CALL_OPEN) {
+            let used = match p.find(text, TOOL_CALL_OPEN.len(), Target::Text(TOOL_CALL_CLOSE)) {
+                Some(at) => at + TOOL_CALL_CLOSE.len(),
                 None if end => text.len(),
                 None => return Block::Open,
             };
-            return self.calls_or_text(used);
+            return self.calls_or_text(text, used);
         }
         for marker in [TOOL_CALLS_MARKER, PYTHON_TAG] {
-            if let Some(after) = text.strip_prefix(marker) {
-                return self.after_marker(marker.len(), after, end);
+            if text.starts_with(marker) {
+                return self.after_marker(p, text, marker.len(), end);
             }
         }
-        if let Some(after) = text.strip_prefix(FENCE) {
-            return self.fence(after, end);
+        if text.starts_with(FENCE) {
+            return self.fence(p, text, end);
         }
-        self.bracketed(0, end)
+        self.bracketed(p, text, 0, end)
     }
 
     /// `[TOOL_CALLS]` or `<|python_tag|>` (`skip` bytes), then calls.
-    fn after_marker(&self, skip: usize, after: &str, end: bool) -> Block {
-        let body = after.trim_start();
-        let at = skip + after.len() - body.len();
-        match body.chars().next() {
-            None if end => Block::Text(self.buf.len()),
-            None => Block::Open,
-            Some('{' | '[') => match self.bracketed(at, end) {
+    fn after_marker(&self, p: &mut Progress, text: &str, skip: usize, end: bool) -> Block {
+        let Some(at) = p.find(text, skip, Target::NonBlank) else {
+            return if end {
+                Block::Text(text.len())
+            } else {
+                Block::Open
+            };
+        };
+        match text.get(at..).and_then(|body| body.chars().next()) {
+            Some('{' | '[') => match self.bracketed(p, text, at, end) {
                 Block::Text(_) => Block::Text(skip),
                 other => other,
             },
             // Mistral's newer `[TOOL_CALLS]name[ARGS]{...}`: its end is the JSON's.
-            Some(_) if skip == TOOL_CALLS_MARKER.len() => match body.find(MISTRAL_ARGS) {
-                Some(args) => match self
-                    .bracketed(after_blanks(&self.buf, at + args + MISTRAL_ARGS.len()), end)
-                {
-                    Block::Text(_) => Block::Text(skip),
-                    other => other,
-                },
-                None if end => self.calls_or_text(self.buf.len()),
-                None if body.contains(char::is_whitespace) => Block::Text(skip),
-                None => Block::Open,
-            },
-            Some(_) => Block::Text(skip),
+            Some(_) if skip == TOOL_CALLS_MARKER.len() => {
+                match p.find(text, at, Target::Text(MISTRAL_ARGS)) {
+                    Some(args) => {
+                        let value = args + MISTRAL_ARGS.len();
+                        let block = match p.find(text, value, Target::NonBlank) {
+                            Some(value) => self.bracketed(p, text, value, end),
+                            None if end => Block::Text(skip),
+                            None => Block::Open,
+                        };
+                        match block {
+                            Block::Text(_) => Block::Text(skip),
+                            other => other,
+                        }
+                    }
+                    None if end => self.calls_or_text(text, text.len()),
+                    None if p.find(text, at, Target::Blank).is_some() => Block::Text(skip),
+                    None => Block::Open,
+                }
+            }
+            _ => Block::Text(skip),
         }
     }
 
     /// A fence: its body is calls, or code passed through.
-    fn fence(&self, after: &str, end: bool) -> Block {
-        let Some(newline) = after.find('\n') else {
+    fn fence(&self, p: &mut Progress, text: &str, end: bool) -> Block {
+        let Some(newline) = p.find(text, FENCE.len(), Target::Text("\n")) else {
             // ```json {"name": ...}``` on one line.
-            return match after.find(FENCE) {
-                Some(close) => self.calls_or_text(FENCE.len() + close + FENCE.len()),
-                None if end => self.calls_or_text(self.buf.len()),
+            return match p.find(text, FENCE.len(), Target::Text(FENCE)) {
+                Some(close) => self.calls_or_text(text, close + FENCE.len()),
+                None if end => self.calls_or_text(text, text.len()),
                 None => Block::Open,
             };
         };
-        let info = after.get(..newline).unwrap_or_default();
-        let body = after.get(newline + 1..).unwrap_or_default();
-        let first = body.trim_start().chars().next();
+        let info = text.get(FENCE.len()..newline).unwrap_or_default();
+        let body = newline + 1;
+        let first_at = p.find(text, body, Target::NonBlank);
+        let first = first_at.and_then(|at| text.get(at..)?.chars().next());
         match first {
             None if !end => Block::Open,
-            Some('{' | '[' | '<') | None => match closing_fence(body, true) {
-                Some(close) => self.calls_or_text(FENCE.len() + newline + 1 + close + FENCE.len()),
-                None if end => self.calls_or_text(self.buf.len()),
+            Some('{' | '[' | '<') | None => match self.fence_close(p, text, body, first_at, end) {
+                Some(close) => self.calls_or_text(text, close + FENCE.len()),
+                None if end => self.calls_or_text(text, text.len()),
                 None => Block::Open,
             },
             // Code, or a one-line fence that opened and closed around something else.
-            Some(_) if info.contains(FENCE) => Block::Text(FENCE.len() + newline),
-            Some(_) => Block::CodeFence(FENCE.len() + newline + 1),
+            Some(_) if info.contains(FENCE) => Block::Text(newline),
+            Some(_) => Block::CodeFence(body),
         }
     }
 
+    /// Where the fence that closes a fenced block of calls begins: at the start of a line that
+    /// is not inside one of its value's strings (a `content` written with raw line breaks may
+    /// hold a fence of its own), or right after its value on the value's last line
+    /// (`{...}``` `). `None` when it has not come yet.
+    fn fence_close(
+        &self,
+        p: &mut Progress,
+        text: &str,
+        body: usize,
+        value: Option<usize>,
+        end: bool,
+    ) -> Option<usize> {
+        if p.fence.is_none() {
+            let scanner = match value {
+                Some(at) if text.get(at..).is_some_and(|v| v.starts_with(['{', '['])) => {
+                    match self.looks_like_calls(p, text, at) {
+                        Some(Some(quotes)) => Some(Scanner::new(quotes)),
+                        Some(None) if end => Some(Scanner::new(Quotes::Json)),
+                        Some(None) => return None,
+                        None => None,
+                    }
+                }
+                _ => None,
+            };
+            p.fence = Some(FenceSearch {
+                scanner,
+                value: value.unwrap_or(body),
+                at: body,
+                line_start: true,
+                after_value: false,
+            });
+        }
+        let s = p.fence.as_mut()?;
+        let from = s.at;
+        for (i, c) in text.get(from..).unwrap_or_default().char_indices() {
+            let i = from + i;
+            let in_string = s.scanner.as_ref().is_some_and(Scanner::in_string);
+            if (s.line_start && !in_string) || s.after_value {
+                let here = text.get(i..).unwrap_or_default();
+                if here.starts_with(FENCE) {
+                    return Some(i);
+                }
+                if !end && FENCE.starts_with(here) {
+                    // Maybe a fence, when the next piece comes.
+                    s.at = i;
+                    return None;
+                }
+            }
+            s.line_start = c == '\n';
+            if s.after_value && !matches!(c, ' ' | '\t') {
+                s.after_value = false;
+            }
+            if i >= s.value
+                && let Some(scanner) = &mut s.scanner
+                && let Some(ended) = scanner.step(i - s.value, c)
+            {
+                s.after_value = matches!(ended, Scan::Complete(_));
+                s.scanner = None;
+            }
+        }
+        s.at = text.len();
+        None
+    }
+
     /// A `{...}` or `[...]` (JSON, or pythonic calls) at `at`; what is before it is a marker.
-    fn bracketed(&self, at: usize, end: bool) -> Block {
-        let text = self.buf.get(at..).unwrap_or_default();
-        let quotes = match self.looks_like_calls(text) {
+    fn bracketed(&self, p: &mut Progress, text: &str, at: usize, end: bool) -> Block {
+        let quotes = match self.looks_like_calls(p, text, at) {
             Some(Some(quotes)) => quotes,
             Some(None) if end => Quotes::Json,
             Some(None) => return Block::Open,
             // Not a call: only its first character is text, and reading goes on after it.
-            None => return Block::Text(first_char_len(&self.buf)),
+            None => return Block::Text(first_char_len(text)),
         };
-        match scan(text, quotes) {
-            Scan::Complete(len) => self.calls_or_text(at + len),
-            Scan::Open { .. } if end => self.calls_or_text(self.buf.len()),
-            Scan::Open { .. } => Block::Open,
-            Scan::Invalid => Block::Text(first_char_len(&self.buf)),
+        match p.scan(text, at, quotes) {
+            Scan::Complete(len) => self.calls_or_text(text, at + len),
+            Scan::Open if end => self.calls_or_text(text, text.len()),
+            Scan::Open => Block::Open,
+            // Text up to where it broke: a call inside broken JSON is no call, and reading each
+            // bracket in it again would read the text once a bracket.
+            Scan::Invalid(broke) => Block::Text((at + broke).max(first_char_len(text))),
         }
     }
 
-    /// Whether `text` (starting with a bracket) can be calls: `Some(Some(quotes))` when it may be,
+    /// Whether the text at `at` (a bracket) can be calls: `Some(Some(quotes))` when it may be,
     /// `Some(None)` when its start does not tell yet, `None` when it cannot.
-    fn looks_like_calls(&self, text: &str) -> Option<Option<Quotes>> {
-        let mut chars = text.chars();
-        let Some(open) = chars.next() else {
+    fn looks_like_calls(&self, p: &mut Progress, text: &str, at: usize) -> Option<Option<Quotes>> {
+        let Some(open) = text.get(at..).and_then(|t| t.chars().next()) else {
             return Some(None);
         };
-        let rest = chars.as_str().trim_start();
-        let Some(next) = rest.chars().next() else {
+        let Some(next_at) = p.find(text, at + open.len_utf8(), Target::NonBlank) else {
             return Some(None);
         };
+        let rest = text.get(next_at..).unwrap_or_default();
+        let next = rest.chars().next()?;
         match (open, next) {
             ('{', '"' | '}') | ('[', '{') => Some(Some(Quotes::Json)),
             // A Python dict (small models write their calls so).
             ('{', '\'') => Some(Some(Quotes::Python)),
             ('[', c) if c.is_alphabetic() || c == '_' => {
-                let name_len = rest
+                let word = rest
+                    .get(..floor_char_boundary(rest, MAX_NAME + 1))
+                    .unwrap_or_default();
+                let name_len = match word
                     .find(|c: char| !(c.is_alphanumeric() || matches!(c, '_' | '-' | '.')))
-                    .unwrap_or(rest.len());
-                let after = rest.get(name_len..).unwrap_or_default().trim_start();
-                match after.chars().next() {
+                {
+                    Some(len) => len,
+                    None if word.len() > MAX_NAME => return None,
+                    None => return Some(None),
+                };
+                let Some(after) = p.find(text, next_at + name_len, Target::NonBlank) else {
+                    return Some(None);
+                };
+                match text.get(after..).and_then(|t| t.chars().next()) {
                     Some('(') => Some(Some(Quotes::Python)),
-                    None => Some(None),
-                    Some(_) => None,
+                    _ => None,
                 }
             }
             _ => None,
         }
     }
 
-    /// The first `used` bytes are calls (all of tools the agent has, or in the dialect's own
-    /// shape), or text.
-    fn calls_or_text(&self, used: usize) -> Block {
-        let text = self.buf.get(..used).unwrap_or_default();
+    /// The first `used` bytes of `text` are calls (all of tools the agent has, or in the
+    /// dialect's own shape), or text.
+    fn calls_or_text(&self, text: &str, used: usize) -> Block {
+        let text = text.get(..used).unwrap_or_default();
         let own = self.owns(text);
         let accept = |name: &str| own || self.tools.contains(name);
         match calls_in(text, &accept) {
@@ -348,13 +527,25 @@ impl DialectReader {
         }
     }
 
-    fn release_front(&mut self, upto: usize, out: &mut VecDeque<ModelEvent>) {
-        let upto = floor_char_boundary(&self.buf, upto);
-        if upto == 0 {
-            return;
+    /// Drops the first `upto` bytes of the held text (a block read, or text released), and
+    /// gives them back.
+    fn take_front(&mut self, upto: usize) -> String {
+        let held = self.held();
+        let upto = floor_char_boundary(held, upto);
+        let taken = held.get(..upto).unwrap_or_default().to_owned();
+        if upto > 0 {
+            self.held += upto;
+            // A new block starts here: nothing is known of it yet.
+            self.progress = Progress::default();
         }
-        let text: String = self.buf.drain(..upto).collect();
-        self.release(&text, out);
+        taken
+    }
+
+    fn release_front(&mut self, upto: usize, out: &mut VecDeque<ModelEvent>) {
+        let text = self.take_front(upto);
+        if !text.is_empty() {
+            self.release(&text, out);
+        }
     }
 
     fn release(&mut self, text: &str, out: &mut VecDeque<ModelEvent>) {
@@ -388,22 +579,121 @@ impl DialectReader {
     }
 }
 
-/// A fence closes at the start of a line (JSON strings hold no raw line break, so a call's fence
-/// cannot close inside its JSON).
+/// What reading the block at the start of the held text has found so far, so that the next
+/// piece goes on from there rather than reading the block again from its start. Offsets are
+/// from the block's start; all of it is dropped when the block is.
+#[derive(Debug, Default)]
+struct Progress {
+    /// The searches made in the block, each with how far it got.
+    searches: Vec<Search>,
+    /// The scan of the block's bracketed value: where the value starts, and the scanner.
+    scan: Option<(usize, Quotes, Scanner)>,
+    /// The search for the fence that closes the block.
+    fence: Option<FenceSearch>,
+}
+
+/// What a search in a block looks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Target {
+    Text(&'static str),
+    /// A character that is not blank.
+    NonBlank,
+    /// A blank.
+    Blank,
+}
+
+#[derive(Debug)]
+struct Search {
+    target: Target,
+    from: usize,
+    /// Nothing is before this byte (from `from` on), except maybe the start of the target.
+    searched: usize,
+    found: Option<usize>,
+}
+
+/// How far the search for a fenced block's closing fence got.
+#[derive(Debug)]
+struct FenceSearch {
+    /// Reads the body's value while it is open, to tell its strings (none: not a value, or
+    /// past its end).
+    scanner: Option<Scanner>,
+    /// Where the value starts.
+    value: usize,
+    /// Searched up to here.
+    at: usize,
+    /// `at` starts a line.
+    line_start: bool,
+    /// Only spaces or tabs are between the value's end and `at`.
+    after_value: bool,
+}
+
+impl Progress {
+    /// Where `target` first is in `text` from `from` on, searching only the text the last
+    /// search of it (with a shorter `text`) did not.
+    fn find(&mut self, text: &str, from: usize, target: Target) -> Option<usize> {
+        let at = match self
+            .searches
+            .iter()
+            .position(|s| s.target == target && s.from == from)
+        {
+            Some(at) => at,
+            None => {
+                self.searches.push(Search {
+                    target,
+                    from,
+                    searched: from,
+                    found: None,
+                });
+                self.searches.len() - 1
+            }
+        };
+        let search = self.searches.get_mut(at)?;
+        if search.found.is_some() {
+            return search.found;
+        }
+        let start = floor_char_boundary(text, search.searched);
+        let rest = text.get(start..).unwrap_or_default();
+        let found = match target {
+            Target::Text(needle) => rest.find(needle),
+            Target::NonBlank => rest.find(|c: char| !c.is_whitespace()),
+            Target::Blank => rest.find(char::is_whitespace),
+        }
+        .map(|i| start + i);
+        search.found = found;
+        search.searched = match target {
+            // The text's end may be the start of the needle.
+            Target::Text(needle) => text.len().saturating_sub(needle.len() - 1).max(start),
+            Target::NonBlank | Target::Blank => text.len().max(start),
+        };
+        found
+    }
+
+    /// Where the value at `at` of `text` ends, read on from where the last scan of it stopped.
+    fn scan(&mut self, text: &str, at: usize, quotes: Quotes) -> Scan {
+        let value = text.get(at..).unwrap_or_default();
+        match &mut self.scan {
+            Some((from, q, scanner)) if *from == at && *q == quotes => scanner.scan(value),
+            _ => {
+                let mut scanner = Scanner::new(quotes);
+                let scan = scanner.scan(value);
+                self.scan = Some((at, quotes, scanner));
+                scan
+            }
+        }
+    }
+}
+
+/// A fence of code closes at the start of a line (a fence of calls, see
+/// [`DialectReader::fence_close`]).
 const CLOSING_FENCE: &str = "\n```";
 
-/// Where the fence that closes a block begins in `body`, which starts a line when `line_start`.
+/// Where the fence that closes a fence of code begins in `body`, which starts a line when
+/// `line_start`.
 fn closing_fence(body: &str, line_start: bool) -> Option<usize> {
     if line_start && body.starts_with(FENCE) {
         return Some(0);
     }
     body.find(CLOSING_FENCE).map(|at| at + 1)
-}
-
-/// Where the first character that is not blank is in `text` from `at` on.
-fn after_blanks(text: &str, at: usize) -> usize {
-    let rest = text.get(at..).unwrap_or_default();
-    at + rest.len() - rest.trim_start().len()
 }
 
 fn first_char_len(text: &str) -> usize {

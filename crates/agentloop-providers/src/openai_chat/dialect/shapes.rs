@@ -258,17 +258,19 @@ fn first_json_value(text: &str) -> Option<(Value, usize, Option<OpenEnd<'_>>)> {
     if !text.starts_with(['{', '[']) {
         return None;
     }
-    let (end, closers, open) = match scan(text, Quotes::Json) {
+    let mut scanner = Scanner::new(Quotes::Json);
+    let (end, closers, open) = match scanner.scan(text) {
         Scan::Complete(end) => (end, String::new(), None),
-        Scan::Open { closers, last_item } => {
+        Scan::Open => {
+            let closers = scanner.closers();
             let open = OpenEnd {
                 text,
-                last_item: text.get(last_item..).unwrap_or_default(),
+                last_item: text.get(scanner.last_item()..).unwrap_or_default(),
                 depth: closers.chars().count(),
             };
             (text.len(), closers, Some(open))
         }
-        Scan::Invalid => return None,
+        Scan::Invalid(_) => return None,
     };
     // Only this value is repaired: the callers read a text value after value, and repairing all
     // that is left at each one would make a text of many values quadratic.
@@ -283,7 +285,7 @@ fn first_json_value(text: &str) -> Option<(Value, usize, Option<OpenEnd<'_>>)> {
     {
         return Some((value, offset + end, None));
     }
-    let repaired = drop_trailing_commas(value_text) + &closers;
+    let repaired = repaired_json(value_text) + &closers;
     let value = serde_json::from_str::<Value>(&repaired).ok()?;
     Some((value, offset + end, open.filter(|o| o.depth > 0)))
 }
@@ -305,70 +307,136 @@ pub(super) enum Quotes {
 }
 
 /// Where the bracketed value at the start of a text ends.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Scan {
     /// It ends at this byte (exclusive).
     Complete(usize),
-    /// The text ends inside it; these closers (innermost first) would close it, when it is not
-    /// inside a string. Its last item (of the outermost bracket) begins at `last_item`.
-    Open { closers: String, last_item: usize },
-    /// A closer that does not match, or no bracket at the start.
-    Invalid,
+    /// The text ends inside it ([`Scanner::closers`] would close it, [`Scanner::last_item`] is
+    /// where its last item begins).
+    Open,
+    /// It is no value: a closer that does not match, or no bracket at the start, which ends
+    /// at this byte (exclusive).
+    Invalid(usize),
 }
 
-/// Finds the end of the `{...}` or `[...]` that `text` starts with, outside strings.
-pub(super) fn scan(text: &str, quotes: Quotes) -> Scan {
-    let mut stack: Vec<char> = Vec::new();
-    let mut string: Option<char> = None;
-    let mut escaped = false;
-    let mut last_item = 0;
-    for (i, c) in text.char_indices() {
-        if let Some(q) = string {
-            if escaped {
-                escaped = false;
-            } else if c == '\\' {
-                escaped = true;
-            } else if c == q {
-                string = None;
-            }
-            continue;
+/// Reads the bracketed value at the start of a text that may grow between two reads, going on
+/// from where the last read stopped: a value streamed in many pieces is read once, not once a
+/// piece.
+#[derive(Debug, Clone)]
+pub(super) struct Scanner {
+    quotes: Quotes,
+    /// The closers of the brackets open, outermost first.
+    stack: Vec<char>,
+    /// The quote of the string the text is in.
+    string: Option<char>,
+    escaped: bool,
+    last_item: usize,
+    /// How many bytes of the text have been read.
+    read: usize,
+    /// How the value ended, once it has.
+    ended: Option<Scan>,
+}
+
+impl Scanner {
+    /// A scanner at the start of a value whose strings open with these quotes.
+    pub(super) fn new(quotes: Quotes) -> Self {
+        Scanner {
+            quotes,
+            stack: Vec::new(),
+            string: None,
+            escaped: false,
+            last_item: 0,
+            read: 0,
+            ended: None,
         }
+    }
+
+    /// Where the value ends in `text`, which holds at least the text read before.
+    pub(super) fn scan(&mut self, text: &str) -> Scan {
+        if let Some(ended) = self.ended {
+            return ended;
+        }
+        let from = self.read;
+        for (i, c) in text.get(from..).unwrap_or_default().char_indices() {
+            if let Some(ended) = self.step(from + i, c) {
+                return ended;
+            }
+        }
+        if self.stack.is_empty() {
+            return Scan::Invalid(self.read);
+        }
+        Scan::Open
+    }
+
+    /// Reads the character `c` at byte `at`: how the value ended, when it ends here.
+    pub(super) fn step(&mut self, at: usize, c: char) -> Option<Scan> {
+        if let Some(ended) = self.ended {
+            return Some(ended);
+        }
+        self.read = at + c.len_utf8();
+        let ended = self.next(at, c)?;
+        self.ended = Some(ended);
+        Some(ended)
+    }
+
+    fn next(&mut self, at: usize, c: char) -> Option<Scan> {
+        let after = at + c.len_utf8();
+        if let Some(q) = self.string {
+            if self.escaped {
+                self.escaped = false;
+            } else if c == '\\' {
+                self.escaped = true;
+            } else if c == q {
+                self.string = None;
+            }
+            return None;
+        }
+        let python = self.quotes == Quotes::Python;
         match c {
-            '"' => string = Some(c),
-            '\'' if quotes == Quotes::Python => string = Some(c),
-            '{' | '[' | '(' if stack.is_empty() => {
-                if c == '(' && quotes != Quotes::Python {
-                    return Scan::Invalid;
+            '"' => self.string = Some(c),
+            '\'' if python => self.string = Some(c),
+            '{' | '[' | '(' if self.stack.is_empty() => {
+                if c == '(' && !python {
+                    return Some(Scan::Invalid(after));
                 }
-                stack.push(closer_of(c));
-                last_item = i + 1;
+                self.stack.push(closer_of(c));
+                self.last_item = after;
             }
-            ',' if stack.len() == 1 => last_item = i + 1,
-            '{' => stack.push('}'),
-            '[' => stack.push(']'),
-            '(' if quotes == Quotes::Python => stack.push(')'),
+            ',' if self.stack.len() == 1 => self.last_item = after,
+            '{' => self.stack.push('}'),
+            '[' => self.stack.push(']'),
+            '(' if python => self.stack.push(')'),
             '}' | ']' | ')' => {
-                if stack.pop() != Some(c) {
-                    return Scan::Invalid;
+                if self.stack.pop() != Some(c) {
+                    return Some(Scan::Invalid(after));
                 }
-                if stack.is_empty() {
-                    return Scan::Complete(i + c.len_utf8());
+                if self.stack.is_empty() {
+                    return Some(Scan::Complete(after));
                 }
             }
-            _ if stack.is_empty() => return Scan::Invalid,
+            _ if self.stack.is_empty() => return Some(Scan::Invalid(after)),
             _ => {}
         }
+        None
     }
-    if stack.is_empty() {
-        return Scan::Invalid;
+
+    /// Whether the text read so far ends inside a string.
+    pub(super) fn in_string(&self) -> bool {
+        self.ended.is_none() && self.string.is_some()
     }
-    Scan::Open {
-        closers: if string.is_some() {
-            String::new()
-        } else {
-            stack.iter().rev().collect()
-        },
-        last_item,
+
+    /// The closers (innermost first) that would close the value where the text read so far
+    /// ends; none inside a string, where nothing can be closed for the model.
+    fn closers(&self) -> String {
+        if self.string.is_some() {
+            return String::new();
+        }
+        self.stack.iter().rev().collect()
+    }
+
+    /// Where the last item (of the outermost bracket) begins.
+    fn last_item(&self) -> usize {
+        self.last_item
     }
 }
 
@@ -380,8 +448,10 @@ fn closer_of(open: char) -> char {
     }
 }
 
-/// `text` without the commas that stand right before a `}` or `]` (outside strings).
-fn drop_trailing_commas(text: &str) -> String {
+/// `text` without the commas that stand right before a `}` or `]` (outside strings), and with
+/// the raw control characters inside its strings escaped: small models write a multi-line
+/// `content` with its line breaks and tabs as they are, which JSON does not allow.
+fn repaired_json(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut in_string = false;
     let mut escaped = false;
@@ -393,6 +463,14 @@ fn drop_trailing_commas(text: &str) -> String {
                 escaped = true;
             } else if c == '"' {
                 in_string = false;
+            } else if u32::from(c) < 0x20 {
+                match c {
+                    '\n' => out.push_str("\\n"),
+                    '\t' => out.push_str("\\t"),
+                    '\r' => out.push_str("\\r"),
+                    other => out.push_str(&format!("\\u{:04x}", u32::from(other))),
+                }
+                continue;
             }
         } else if c == '"' {
             in_string = true;
@@ -623,6 +701,11 @@ mod tests {
         assert_eq!(
             read(r#"{"name": "f", "arguments": {"x": [1, 2"#)[0].1,
             serde_json::json!({"x": [1, 2]})
+        );
+        // Raw line breaks and tabs in a string (a multi-line `content`), with a lone half.
+        assert_eq!(
+            read("{\"name\": \"f\", \"arguments\": {\"x\": \"a\n\tb\r\u{1}\\ud83d\",}}")[0].1,
+            serde_json::json!({"x": "a\n\tb\r\u{1}\u{fffd}"})
         );
         // Inside a string nothing can be closed for the model.
         assert!(calls_in(r#"{"name": "f", "arguments": {"x": "a"#, &any).is_none());

@@ -325,6 +325,152 @@ fn named_dialects_also_read_a_fenced_call_of_a_known_tool() {
     assert!(rest.starts_with("```json"));
 }
 
+#[test]
+fn a_call_whose_strings_hold_raw_line_breaks_and_tabs_is_read() {
+    // Small models write a multi-line `content` as it is; here it even holds a fence of its
+    // own, which does not close the fence around the call.
+    let content = "# Notes\n\tindented\n```sh\nls\n```\n";
+    let call = format!(
+        "{{\"name\": \"write_file\", \"arguments\": {{\"path\": \"a.md\", \"content\": \"{content}\"}}}}"
+    );
+    let want: serde_json::Value = serde_json::json!({"path": "a.md", "content": content});
+    for (text, rest) in [
+        (
+            format!("Sure:\n```json\n{call}\n```\nDone."),
+            "Sure:\n\nDone.",
+        ),
+        (format!("<tool_call>\n{call}\n</tool_call>"), ""),
+        (call.clone(), ""),
+    ] {
+        let (got_rest, calls) = read_every_split(ToolDialect::Auto, &text);
+        assert_eq!(calls.len(), 1, "{text}");
+        let arguments: serde_json::Value = serde_json::from_str(&calls[0].arguments).unwrap();
+        assert_eq!(arguments, want, "{text}");
+        assert_eq!(got_rest, rest, "{text}");
+    }
+}
+
+#[test]
+fn a_bare_call_after_text_on_its_line_is_read_when_it_names_a_tool() {
+    let text = "I'll check: {\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}} now.";
+    for dialect in [ToolDialect::Auto, ToolDialect::Hermes] {
+        let (rest, calls) = read_every_split(dialect, text);
+        assert_eq!(calls.len(), 1, "{dialect:?}");
+        assert_eq!(calls[0].arguments, r#"{"city":"Paris"}"#);
+        assert_eq!(rest, "I'll check:  now.", "{dialect:?}");
+    }
+    let (rest, calls) = read_every_split(
+        ToolDialect::Auto,
+        "Ok: {'name': 'get_weather', 'arguments': {'city': 'Paris'}}",
+    );
+    assert_eq!((rest.as_str(), calls.len()), ("Ok: ", 1));
+    // A name that is no tool, and JSON that is no call, stay text (in every dialect: after
+    // other text, no dialect owns the shape).
+    for text in [
+        "Write it as {\"name\": \"delete_all\", \"arguments\": {}} please.",
+        "The user is {\"name\": \"Ada\", \"age\": 36}.",
+        "x {\"name\": {\"name\": {\"name\": ] and {\"name\"",
+    ] {
+        for dialect in [
+            ToolDialect::Auto,
+            ToolDialect::Hermes,
+            ToolDialect::Llama3Json,
+        ] {
+            let (rest, calls) = read_every_split(dialect, text);
+            assert!(calls.is_empty(), "{dialect:?} {text}");
+            assert_eq!(rest, text, "{dialect:?}");
+        }
+    }
+}
+
+#[test]
+fn a_fence_closed_right_after_the_call_on_its_line_ends_there() {
+    let (rest, calls) = read_every_split(
+        ToolDialect::Auto,
+        "```json\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}```\nDone.",
+    );
+    assert_eq!(calls.len(), 1);
+    assert_eq!(rest, "\nDone.");
+    let (rest, calls) = read_every_split(
+        ToolDialect::Auto,
+        "```\n[{\"name\": \"get_time\", \"arguments\": {}}] ``` and more",
+    );
+    assert_eq!(calls.len(), 1);
+    assert_eq!(rest, " and more");
+}
+
+/// Reads `pieces` with blocks held for at most `max_block` bytes: the text, the calls and the
+/// warnings.
+fn read_held_at_most(
+    max_block: usize,
+    dialect: ToolDialect,
+    pieces: &[&str],
+) -> (String, usize, Vec<String>) {
+    let mut reader =
+        DialectReader::new(dialect, TOOLS.map(str::to_owned)).with_max_block(max_block);
+    let mut out = VecDeque::new();
+    for piece in pieces {
+        reader.push(piece, &mut out);
+    }
+    reader.finish(&mut out, false);
+    let mut got = (String::new(), 0, Vec::new());
+    for e in out {
+        match e {
+            ModelEvent::TextDelta(t) => got.0.push_str(&t),
+            ModelEvent::ToolCall(_) => got.1 += 1,
+            ModelEvent::Warning(w) => got.2.push(w),
+            _ => {}
+        }
+    }
+    got
+}
+
+#[test]
+fn a_block_that_does_not_end_within_the_bound_is_text_with_the_rest_of_the_answer() {
+    let call = "<tool_call>{\"name\": \"get_time\", \"arguments\": {}}</tool_call>";
+    let long = format!(
+        "Hi\n<tool_call>{{\"name\": \"shell\", \"arguments\": {{\"command\": \"{}\"}}}}</tool_call>\n{call}",
+        "a".repeat(200)
+    );
+    for dialect in [ToolDialect::Hermes, ToolDialect::Auto] {
+        // Whole or in pieces, the same: the block and what follows are text.
+        let whole = read_held_at_most(100, dialect, &[&long]);
+        let pieces: Vec<String> = long.chars().map(String::from).collect();
+        let split = read_held_at_most(
+            100,
+            dialect,
+            &pieces.iter().map(String::as_str).collect::<Vec<_>>(),
+        );
+        assert_eq!(whole, split, "{dialect:?}");
+        assert_eq!(whole.0, long);
+        assert_eq!(whole.1, 0);
+        assert_eq!(whole.2.len(), 1, "{:?}", whole.2);
+        assert!(whole.2[0].contains("within 100 bytes"), "{:?}", whole.2);
+        // Within the bound, both calls are read.
+        let within = read_held_at_most(1000, dialect, &[&long]);
+        assert_eq!((within.0.as_str(), within.1), ("Hi\n\n", 2));
+    }
+    // A call that fits is read however close to the bound it ends.
+    assert_eq!(
+        read_held_at_most(call.len(), ToolDialect::Hermes, &[call]).1,
+        1
+    );
+    assert_eq!(
+        read_held_at_most(call.len() - 1, ToolDialect::Hermes, &[call]).1,
+        0
+    );
+}
+
+#[test]
+fn text_up_to_where_a_bracketed_block_broke_is_text() {
+    // A call inside JSON that breaks is no call; reading each bracket of broken JSON again
+    // would read it once a bracket.
+    let text = "[\n{\"name\": \"get_time\", \"arguments\": {}}\n}\n{\"name\": \"get_time\", \"arguments\": {}}";
+    let (rest, calls) = read_every_split(ToolDialect::Auto, text);
+    assert_eq!(calls.len(), 1);
+    assert_eq!(rest, "[\n{\"name\": \"get_time\", \"arguments\": {}}\n}\n");
+}
+
 /// Text that may look like the start of a call, to make random texts interesting.
 const PIECES: &[&str] = &[
     "<tool_call>",
