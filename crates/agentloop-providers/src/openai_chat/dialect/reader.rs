@@ -419,6 +419,8 @@ impl DialectReader {
             if (s.line_start && !in_string) || s.after_value {
                 let here = text.get(i..).unwrap_or_default();
                 if here.starts_with(FENCE) {
+                    // Found again from here if the block is looked at again.
+                    s.at = i;
                     return Some(i);
                 }
                 if !end && FENCE.starts_with(here) {

@@ -450,6 +450,13 @@ fn a_block_that_does_not_end_within_the_bound_is_text_with_the_rest_of_the_answe
         let within = read_held_at_most(1000, dialect, &[&long]);
         assert_eq!((within.0.as_str(), within.1), ("Hi\n\n", 2));
     }
+    // A fenced call that fits, in text longer than the bound: the fence inside its content
+    // still does not close it.
+    let fenced =
+        "```json\n{\"name\": \"write_file\", \"arguments\": {\"content\": \"a\n```\nb\"}}\n```";
+    let text = format!("{fenced}\n{}", "x".repeat(100));
+    let got = read_held_at_most(fenced.len() + 2, ToolDialect::Auto, &[&text]);
+    assert_eq!((got.1, got.2.len()), (1, 0), "{got:?}");
     // A call that fits is read however close to the bound it ends.
     assert_eq!(
         read_held_at_most(call.len(), ToolDialect::Hermes, &[call]).1,
