@@ -330,7 +330,17 @@ impl DialectReader {
             },
             // Mistral's newer `[TOOL_CALLS]name[ARGS]{...}`: its end is the JSON's.
             Some(_) if skip == TOOL_CALLS_MARKER.len() => {
-                match p.find(text, at, Target::Text(MISTRAL_ARGS)) {
+                // `[ARGS]` ends the name, which holds no blank: looked for only before the
+                // first blank, so that the block is the same however the text is split.
+                let blank = p.find(text, at, Target::Blank);
+                let args = match blank {
+                    Some(blank) => text
+                        .get(at..blank)
+                        .and_then(|name| name.find(MISTRAL_ARGS))
+                        .map(|args| at + args),
+                    None => p.find(text, at, Target::Text(MISTRAL_ARGS)),
+                };
+                match args {
                     Some(args) => {
                         let value = args + MISTRAL_ARGS.len();
                         let block = match p.find(text, value, Target::NonBlank) {
@@ -343,8 +353,8 @@ impl DialectReader {
                             other => other,
                         }
                     }
+                    None if blank.is_some() => Block::Text(skip),
                     None if end => self.calls_or_text(text, text.len()),
-                    None if p.find(text, at, Target::Blank).is_some() => Block::Text(skip),
                     None => Block::Open,
                 }
             }
@@ -354,12 +364,20 @@ impl DialectReader {
 
     /// A fence: its body is calls, or code passed through.
     fn fence(&self, p: &mut Progress, text: &str, end: bool) -> Block {
-        let Some(newline) = p.find(text, FENCE.len(), Target::Text("\n")) else {
-            // ```json {"name": ...}``` on one line.
-            return match p.find(text, FENCE.len(), Target::Text(FENCE)) {
-                Some(close) => self.calls_or_text(text, close + FENCE.len()),
-                None if end => self.calls_or_text(text, text.len()),
-                None => Block::Open,
+        let newline = p.find(text, FENCE.len(), Target::Text("\n"));
+        // ```json {"name": ...}``` on one line: closed before any line break (whether the line
+        // break has come yet or not, so that the block is the same however the text is split).
+        let one_line = p
+            .find(text, FENCE.len(), Target::Text(FENCE))
+            .filter(|close| newline.is_none_or(|newline| close < &newline));
+        if let Some(close) = one_line {
+            return self.calls_or_text(text, close + FENCE.len());
+        }
+        let Some(newline) = newline else {
+            return if end {
+                self.calls_or_text(text, text.len())
+            } else {
+                Block::Open
             };
         };
         let info = text.get(FENCE.len()..newline).unwrap_or_default();

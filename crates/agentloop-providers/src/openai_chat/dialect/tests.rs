@@ -556,6 +556,27 @@ proptest! {
     }
 
     #[test]
+    fn with_a_bound_on_blocks_any_text_split_anywhere_reads_as_it_reads_whole(
+        text in random_text(),
+        cuts in prop::collection::vec(any::<usize>(), 0..8),
+        max_block in 1usize..80,
+    ) {
+        for dialect in [ToolDialect::Auto, ToolDialect::Hermes, ToolDialect::Mistral, ToolDialect::Llama3Json] {
+            let whole = read_held_at_most(max_block, dialect, &[text.as_str()]);
+            let pieces = cut(&text, &cuts);
+            let split = read_held_at_most(
+                max_block,
+                dialect,
+                &pieces.iter().map(String::as_str).collect::<Vec<_>>(),
+            );
+            prop_assert_eq!(&split, &whole, "{:?}", dialect);
+            if whole.1 == 0 {
+                prop_assert_eq!(&whole.0, &text);
+            }
+        }
+    }
+
+    #[test]
     fn auto_gives_back_text_that_names_no_tool_unchanged(
         text in random_text(),
         cuts in prop::collection::vec(any::<usize>(), 0..8),
