@@ -481,22 +481,26 @@ impl Served {
         let Some(journal) = &self.journal else {
             return Ok(false);
         };
-        let run = journal.load(id).await.map_err(|e| A2aError::Internal {
-            reason: format!("{}: {e}", e.code()),
-        })?;
-        // A run suspended for approvals is waiting for whoever ran it (`agentloop approve`),
-        // never this server's runs (their questions go to the task's caller, in the process): a
-        // caller that found its id must not answer them.
-        // Only a run this server's agent started for a caller is a task: the journal may be
-        // shared with the user's own runs (`agentloop run --journal`), which a caller who names
-        // their id must neither read nor, when they were cut short, drive on.
-        let Some(run) = run.filter(|r| {
-            r.header.agent == self.agent.name
-                && r.header.served_by.as_deref() == Some(SERVED_BY)
-                && r.header.parent.is_none()
-                && r.status != RunStatus::Suspended
-        }) else {
-            return Ok(false);
+        let finished = |r: &JournaledRun| matches!(r.status, RunStatus::Finished { .. });
+        let (run, slot) = match self.served_run(journal.as_ref(), id).await? {
+            None => return Ok(false),
+            Some(run) if finished(&run) => (run, None),
+            Some(_) => {
+                // Going on with it is a run like any other: it waits for a slot like a new one.
+                let slot = self.runs.take()?;
+                if let Some(claim) = &self.agent.claim {
+                    claim(id).map_err(|reason| A2aError::Internal {
+                        reason: format!("the task's run cannot go on here: {reason}"),
+                    })?;
+                }
+                // Read again for good once it is this process's (as the CLI's `resume`): its
+                // owner may have moved it on, or finished it, since the first read.
+                match self.served_run(journal.as_ref(), id).await? {
+                    None => return Ok(false),
+                    Some(run) if finished(&run) => (run, None),
+                    Some(run) => (run, Some(slot)),
+                }
+            }
         };
         let context_id = run.header.session.clone().unwrap_or_else(|| id.to_owned());
         let mut history: Vec<Message> = run
@@ -516,8 +520,7 @@ impl Served {
             artifacts: Vec::new(),
             history: Vec::new(),
         };
-        let finished = matches!(run.status, RunStatus::Finished { .. });
-        if finished {
+        let Some(slot) = slot else {
             // Its outcome, from its steps alone: no model is called, no tool runs.
             let agent = (self.agent.build)(Arc::new(Unanswerable)).map_err(|reason| {
                 A2aError::Internal {
@@ -544,20 +547,35 @@ impl Served {
             }
             self.add(task, None);
             return Ok(true);
-        }
+        };
         task.history = history;
-        // Going on with it is a run like any other: it waits for a slot like a new one.
-        let slot = self.runs.take()?;
-        if let Some(claim) = &self.agent.claim {
-            claim(id).map_err(|reason| A2aError::Internal {
-                reason: format!("the task's run cannot go on here: {reason}"),
-            })?;
-        }
         // Another request may have found it meanwhile: one of them resumes it.
         if self.add(task, None) {
             self.start(id.to_owned(), Work::Resume(Box::new(run)), Some(slot));
         }
         Ok(true)
+    }
+
+    /// Run `id` of `journal` when it is a task of this server's: one its agent started for a
+    /// caller, and not suspended. A run suspended for approvals is waiting for whoever ran it
+    /// (`agentloop approve`), never this server's runs (their questions go to the task's
+    /// caller, in the process): a caller that found its id must not answer them. The journal
+    /// may be shared with the user's own runs (`agentloop run --journal`), which a caller who
+    /// names their id must neither read nor, when they were cut short, drive on.
+    async fn served_run(
+        &self,
+        journal: &dyn Journal,
+        id: &str,
+    ) -> Result<Option<JournaledRun>, A2aError> {
+        let run = journal.load(id).await.map_err(|e| A2aError::Internal {
+            reason: format!("{}: {e}", e.code()),
+        })?;
+        Ok(run.filter(|r| {
+            r.header.agent == self.agent.name
+                && r.header.served_by.as_deref() == Some(SERVED_BY)
+                && r.header.parent.is_none()
+                && r.status != RunStatus::Suspended
+        }))
     }
 }
 
@@ -763,18 +781,31 @@ pub(crate) async fn drive(served: Arc<Served>, id: String, work: Work) {
                 (Some(turn), Work::Fresh(_)) => turn.session.messages.clone(),
                 (None, Work::Fresh(_)) => transcript.clone(),
             };
+            // A run resumed after a restart goes on from the transcript it began with. When its
+            // context took turns since (later tasks of it ran first), that transcript is not the
+            // context's any more: the run's end must not replace those turns.
+            let moved_on = matches!(work, Work::Resume(_))
+                && !before.starts_with(match &turn {
+                    Some(turn) => &turn.session.messages,
+                    None => &transcript,
+                });
             let started_with = before.len();
             match run(&agent, work, before, options).await {
                 Ok(outcome) => {
-                    if served.sessions.is_none() {
-                        *transcript = outcome.transcript.clone();
-                        served.weigh_context(&id, weight(&*transcript));
-                    }
                     let (state, mut text, artifact) = ended(&task, &outcome);
-                    if let Some(turn) = turn
-                        && let Err(e) = turn.end(&served.agent.name, started_with, &outcome).await
-                    {
-                        text.push_str(&format!(" (the context was not saved: {e})"));
+                    if moved_on {
+                        text.push_str(MOVED_ON);
+                    } else {
+                        if served.sessions.is_none() {
+                            *transcript = outcome.transcript.clone();
+                            served.weigh_context(&id, weight(&*transcript));
+                        }
+                        if let Some(turn) = turn
+                            && let Err(e) =
+                                turn.end(&served.agent.name, started_with, &outcome).await
+                        {
+                            text.push_str(&format!(" (the context was not saved: {e})"));
+                        }
                     }
                     (state, text, artifact)
                 }
@@ -794,6 +825,11 @@ pub(crate) async fn drive(served: Arc<Served>, id: String, work: Work) {
     };
     served.set_status(&id, status, artifact);
 }
+
+/// Said after the answer of a task resumed after a restart whose context took turns since it
+/// began: its run is not recorded in the context, whose newer turns it would replace.
+const MOVED_ON: &str = " (not added to its context: the context took other turns while this \
+                        task was cut off by the server's restart)";
 
 /// Takes `context` for `task`'s run. A task behind another of its context (one that works, or
 /// waits for its caller's answer for as long as that takes) gives its place among the runs back

@@ -424,16 +424,7 @@ async fn with_sessions_a_context_is_a_stored_session_that_goes_on_after_a_restar
     .await;
     let task = &seen[0]["events"][0]["task"];
     assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED", "{task}");
-    let out = agentloop(args(&[
-        "sessions",
-        "show",
-        &context,
-        "--sessions",
-        sessions.to_str().unwrap(),
-        "--json",
-    ]))
-    .await;
-    let session = stdout_json(&out);
+    let session = shown_session(&sessions, &context).await;
     assert_eq!(session["runs"], 2, "{session}");
     assert_eq!(session["agent"], "forecaster");
     // Both runs' messages: each a question, a call, its result and an answer.
@@ -460,6 +451,20 @@ async fn with_sessions_a_context_is_a_stored_session_that_goes_on_after_a_restar
         "{task}"
     );
     assert_eq!(store.load("work").unwrap().unwrap(), own);
+}
+
+/// Session `id` of the store at `sessions`, as `agentloop sessions show --json` shows it.
+async fn shown_session(sessions: &std::path::Path, id: &str) -> Value {
+    let out = agentloop(args(&[
+        "sessions",
+        "show",
+        id,
+        "--sessions",
+        sessions.to_str().unwrap(),
+        "--json",
+    ]))
+    .await;
+    stdout_json(&out)
 }
 
 /// A JSON-RPC request to the server at `url` by its own name: its status and its JSON answer.
@@ -791,4 +796,56 @@ async fn a_request_of_another_a2a_version_is_told_which_one_is_served() {
     assert!(dir.tool_inputs().is_empty(), "nothing ran");
     let (_, answer) = rpc_call(url, message("The weather?", None));
     assert!(answer["result"]["task"]["id"].is_string(), "{answer}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_task_resumed_after_a_restart_leaves_the_newer_turns_of_its_context_alone() {
+    let dir = forecaster("");
+    slow_script(&dir);
+    // The slow tool's first start takes its time (the server is killed in it); later ones end
+    // at once.
+    dir.write(
+        "slow.py",
+        "import os, time\nfirst = not os.path.exists('started')\nopen('started', 'a').close()\n\
+         if first:\n    time.sleep(30)\n",
+    );
+    let (agent, journal, sessions) = (dir.agent(), dir.path("journal.db"), dir.path("sessions.db"));
+    let serve_args = [
+        agent.to_str().unwrap(),
+        "--journal",
+        journal.to_str().unwrap(),
+        "--sessions",
+        sessions.to_str().unwrap(),
+    ];
+    let server = HttpServer::start("a2a", &serve_args);
+    let (status, answer) = rpc_call(&server.url, message_in("Take your time.", "c"));
+    assert_eq!(status, 200, "{answer}");
+    let first = task_id(&answer);
+    let context = answer["result"]["task"]["contextId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    until_exists(&dir.path("started")).await;
+    drop(server);
+
+    // After the restart the context takes a turn before anyone asks about the first task.
+    let server = HttpServer::start("a2a", &serve_args);
+    let url = &server.url;
+    let (status, answer) = rpc_call(url, message_in("Then this.", &context));
+    assert_eq!(status, 200, "{answer}");
+    let second = task_id(&answer);
+    until_state(url, &second, "TASK_STATE_COMPLETED").await;
+
+    // The first task is found and goes on to its end; its run began on the context as it was
+    // before that turn, so it says it was not added rather than replacing the turn.
+    let done = until_state(url, &first, "TASK_STATE_COMPLETED").await;
+    assert!(
+        text(&done["status"]["message"]).contains("not added to its context"),
+        "{done}"
+    );
+    let session = shown_session(&sessions, &context).await;
+    let messages = session["messages"].to_string();
+    assert!(messages.contains("Then this."), "{session}");
+    assert!(!messages.contains("Take your time."), "{session}");
+    assert_eq!(session["runs"], 1, "{session}");
 }
