@@ -379,25 +379,9 @@ pub async fn resume(args: ResumeArgs) -> Result<i32, CliError> {
     .await
 }
 
-/// A suspended run's clock: the time to its suspension and the wall-clock time it has waited
-/// since, which counts toward its deadline as it does on Restate. `None` for a run that did not
-/// suspend: the time between a crash and its resume is not the run's.
+/// A suspended run's clock ([`JournalReader::waited`]).
 fn waited(path: &Path, run: &JournaledRun) -> Option<std::time::Duration> {
-    if run.status != agentloop::journal::RunStatus::Suspended {
-        return None;
-    }
-    let entry = JournalReader::open(path)
-        .and_then(|r| r.runs())
-        .ok()?
-        .into_iter()
-        .find(|r| r.run_id == run.header.run_id)?;
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .ok()?
-        .as_millis();
-    let since = u64::try_from(now.saturating_sub(u128::try_from(entry.updated_ms).ok()?)).ok()?;
-    let at = run.steps.last().map_or(std::time::Duration::ZERO, |s| s.at);
-    Some(at + std::time::Duration::from_millis(since))
+    JournalReader::open(path).ok()?.waited(run)
 }
 
 /// `agentloop journal fork`.

@@ -1576,6 +1576,28 @@ impl JournalReader {
         }
     }
 
+    /// The clock a suspended run `run` (as [`JournalReader::load`] read it) goes on with: the
+    /// time to its suspension and the wall-clock time it has waited since, which counts toward
+    /// its deadline (give it to [`agentloop::Agent::resume_at`]), as it does on Restate. `None`
+    /// for a run that did not suspend: the time between a crash and its resume is not the
+    /// run's. Read before the resumed run writes its first step, which marks it running.
+    pub fn waited(&self, run: &JournaledRun) -> Option<std::time::Duration> {
+        if run.status != RunStatus::Suspended {
+            return None;
+        }
+        let since: i64 = self
+            .conn
+            .query_row(
+                "SELECT updated_ms FROM runs WHERE run_id = ?1 AND status = 'suspended'",
+                [&run.header.run_id],
+                |r| r.get(0),
+            )
+            .ok()?;
+        let waited = u64::try_from(now_ms().saturating_sub(since)).unwrap_or(0);
+        let at = run.steps.last().map_or(std::time::Duration::ZERO, |s| s.at);
+        Some(at + std::time::Duration::from_millis(waited))
+    }
+
     /// A run's intact part, and the damage that ends it, if any: the steps before a damaged row
     /// are returned, none after it.
     pub fn load_intact(
