@@ -741,7 +741,7 @@ impl SqliteJournal {
         let mut state = lock(&run.log);
         let expected = match state.next {
             Some(next) => next,
-            None => self.writer.next_seq(run_id)?,
+            None => self.writer.take_on(run_id, self.durability)?,
         };
         if seq != expected {
             return Err(io(format!(

@@ -382,3 +382,55 @@ fn a_log_under_the_former_name_of_its_run_is_read_and_taken_by_the_next_owner() 
     drop(next);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_suspended_run_goes_on_at_process_running_from_its_first_step_and_takes_no_more_answers() {
+    use agentloop::journal::RunStatus;
+    use agentloop::permissions::{Answer, ApprovalRequest};
+    let dir = temp_dir("process-goes-on");
+    let path = dir.join("runs.db");
+    let request = ApprovalRequest {
+        call_id: "c1".into(),
+        tool: "shell".into(),
+        arguments: serde_json::json!({ "command": "ls" }),
+        agent: String::new(),
+        question: None,
+    };
+    {
+        let journal = process_journal(&path);
+        begun(&journal, "r1", 1);
+        futures::executor::block_on(journal.suspend("r1", std::slice::from_ref(&request))).unwrap();
+    }
+    let reader = JournalReader::open(&path).unwrap();
+    reader.answer("r1", "c1", Answer::AllowOnce).unwrap();
+    let status = |reader: &JournalReader| {
+        let runs = reader.runs().unwrap();
+        runs.iter()
+            .find(|r| r.run_id == "r1")
+            .unwrap()
+            .status
+            .clone()
+    };
+
+    // Taken for its resume: still waiting until it goes on (a resume may yet be refused).
+    let journal = process_journal(&path);
+    journal.own("r1").unwrap();
+    let run = reader.load("r1").unwrap();
+    assert_eq!(run.status, RunStatus::Suspended);
+    assert!(reader.waited(&run).is_some());
+    assert_eq!(status(&reader), "suspended");
+
+    // Its first step marks it running, as a commit of a step does at `power`: it is no longer
+    // listed as waiting, and its answers are no longer open to change.
+    futures::executor::block_on(journal.append("r1", 1, &step(1))).unwrap();
+    assert_eq!(status(&reader), "running");
+    assert!(reader.pending().unwrap().is_empty());
+    let refused = reader.answer("r1", "c1", Answer::DenyOnce).unwrap_err();
+    assert_eq!(refused.code(), "journal.not_resumable", "{refused}");
+    assert_eq!(
+        reader.load("r1").unwrap().approvals[0].answer,
+        Some(Answer::AllowOnce)
+    );
+    futures::executor::block_on(journal.append("r1", 2, &step(2))).unwrap();
+    assert_eq!(reader.load("r1").unwrap().steps.len(), 3);
+}

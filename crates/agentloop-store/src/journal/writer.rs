@@ -167,6 +167,9 @@ pub(super) enum Command {
     /// The steps of the run's step log that the file does not hold yet go into it (see the
     /// `log` module): after a crash, by the run's next owner.
     Fold { run_id: String, logged: Logged },
+    /// A suspended run goes on: marked running (at `process`, before the first step its new
+    /// owner logs, as a commit of a step marks it at `power`).
+    GoOn { run_id: String },
     /// The run waits for answers: its logged steps, then its approvals' rows and its status.
     Suspend {
         run_id: String,
@@ -199,6 +202,7 @@ impl Command {
             Command::Begin { run_id, .. }
             | Command::Append { run_id, .. }
             | Command::Fold { run_id, .. }
+            | Command::GoOn { run_id }
             | Command::Suspend { run_id, .. }
             | Command::Finish { run_id, .. }
             | Command::Fork { run_id, .. } => run_id,
@@ -375,11 +379,46 @@ impl WriterHandle {
     }
 
     /// The sequence number run `run_id`'s next step takes, by the file (the steps a log holds
-    /// are not counted).
-    pub(super) fn next_seq(&self, run_id: &str) -> Result<u64, JournalError> {
-        let guard = lock(&self.shared);
-        let tail = guard.writer.tail(&guard.conn, &HashMap::new(), run_id)?;
-        Ok(tail.seq.map_or(0, |s| s + 1))
+    /// are not counted), for the first step this process logs for it (at
+    /// `process`, where steps go to the run's step log and no commit marks it running): a run
+    /// this writer neither began nor wrote since it was let go, and that is suspended, is marked
+    /// running first, in a commit of its own. Otherwise a resumed run stayed `suspended` in
+    /// the file while it ran: listed as waiting, its answers open to change under it.
+    pub(super) fn take_on(
+        &self,
+        run_id: &str,
+        durability: Durability,
+    ) -> Result<u64, JournalError> {
+        let mut guard = lock(&self.shared);
+        let Shared { conn, writer } = &mut *guard;
+        if let Some(known) = writer.last.get(run_id) {
+            return Ok(known.seq.map_or(0, |s| s + 1));
+        }
+        let next = tail(conn, run_id)?.seq.map_or(0, |s| s + 1);
+        let suspended: Option<bool> = conn
+            .query_row(
+                "SELECT status = 'suspended' FROM runs WHERE run_id = ?1",
+                [run_id],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(io)?;
+        if suspended == Some(true) {
+            let (reply, mut done) = tokio::sync::oneshot::channel();
+            let job = Job {
+                command: Command::GoOn {
+                    run_id: run_id.to_owned(),
+                },
+                durability,
+                reply,
+            };
+            writer.commit(conn, vec![job]);
+            match done.try_recv() {
+                Ok(result) => result.map(drop)?,
+                Err(_) => return Err(io("the journal's writer answered no write")),
+            }
+        }
+        Ok(next)
     }
 
     /// Forgets what this writer knows of run `run_id` (its last step, when its row was last
@@ -877,6 +916,16 @@ impl Writer {
             }
             Command::Fold { run_id, logged } => {
                 self.fold(conn, run_id, logged, group)?;
+            }
+            Command::GoOn { run_id } => {
+                let now = now_ms();
+                conn.execute(
+                    "UPDATE runs SET status = 'running', updated_ms = ?2 \
+                     WHERE run_id = ?1 AND status = 'suspended'",
+                    params![run_id, now],
+                )
+                .map_err(io)?;
+                group.stamped.insert(run_id, Some(now));
             }
             Command::Suspend {
                 run_id,
