@@ -168,8 +168,9 @@ pub struct ApproveArgs {
     /// Denies the call (the model reads that it was denied).
     #[arg(long)]
     deny: bool,
-    /// Also for every later call of this tool (saved to the agent's permission store, when it
-    /// has one, as the run goes on).
+    /// Also for every later call of this tool: for the rest of the run, across its later
+    /// suspensions and resumes (the journal keeps it), and, when the agent has a permission
+    /// store, for its later runs too (saved to it as the run goes on).
     #[arg(long)]
     always: bool,
     #[command(flatten)]

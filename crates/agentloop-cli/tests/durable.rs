@@ -246,6 +246,52 @@ store = "permissions.json"
 }
 
 #[test]
+fn an_always_answer_holds_for_the_rest_of_the_run_across_its_later_resumes_without_a_store() {
+    // No permission store: the "always" lives in the journal only. The run suspends on the
+    // write (c3), answered always; it goes on and suspends on the commit (c4), answered once;
+    // the process that resumes it then finds the later write (c7) allowed, as the first resume
+    // did, rather than asking again.
+    let dir = crash_dir("[permissions]\nask = [\"write\", \"commit\"]\n");
+    let journal = dir.path("runs.db");
+    let j = journal.to_str().unwrap();
+    let out = run_cmd(&dir, &journal, &[]).output().unwrap();
+    exited(&out, 8, "the run suspends on the write");
+    let id = json_of(&out)["run_id"].as_str().unwrap().to_owned();
+    let answered = cli(
+        &dir,
+        &[
+            "approve",
+            &id,
+            "--call",
+            "c3",
+            "--allow",
+            "--always",
+            "--journal",
+            j,
+        ],
+    );
+    exited(&answered, 0, "the command");
+    let out = cli(&dir, &["resume", &id, "--journal", j, "--json"]);
+    exited(&out, 8, "the run suspends on the commit");
+    let pending = json_of(&out)["pending_approvals"].clone();
+    assert_eq!(pending[0]["call_id"], "c4", "{pending}");
+    let answered = cli(
+        &dir,
+        &["approve", &id, "--call", "c4", "--allow", "--journal", j],
+    );
+    exited(&answered, 0, "the command");
+
+    let out = cli(&dir, &["resume", &id, "--journal", j, "--json"]);
+    exited(&out, 0, "the later write is not asked about");
+    let resumed = json_of(&out);
+    let calls = resumed["tool_calls"].as_array().unwrap();
+    let c7 = calls.iter().find(|c| c["id"] == "c7").unwrap();
+    assert_eq!(c7["status"], "ok", "{resumed}");
+    assert!(side_log(&dir).contains(&r#"write {"key":"y"}"#.to_owned()));
+    assert!(!dir.path("permissions.json").exists());
+}
+
+#[test]
 fn a_changed_agent_is_refused_unless_forced_and_damage_is_reported_with_its_step() {
     let dir = crash_dir("");
     let journal = dir.path("runs.db");

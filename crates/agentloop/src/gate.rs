@@ -98,7 +98,18 @@ pub struct GateContext<'a> {
 #[derive(Debug, Default)]
 pub struct Approvals {
     answers: Mutex<HashMap<String, Recorded>>,
+    /// The "always" answers among them, in the order they were recorded, until a gate takes
+    /// them ([`Approvals::take_always`]).
+    always: Mutex<Vec<RecordedAlways>>,
     suspend: Option<Suspension>,
+}
+
+/// A recorded "always" answer: the call it was given for, its tool, and the answer.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct RecordedAlways {
+    pub(crate) call_id: String,
+    pub(crate) tool: String,
+    pub(crate) answer: Answer,
 }
 
 /// An answer with what it answers, by call id.
@@ -134,9 +145,17 @@ impl Approvals {
     pub fn durable_with_replies(
         answers: impl IntoIterator<Item = (ApprovalRequest, Answer, Option<Value>)>,
     ) -> Self {
+        let mut always = Vec::new();
         let answers = answers
             .into_iter()
             .map(|(request, answer, reply)| {
+                if matches!(answer, Answer::AllowAlways | Answer::DenyAlways) {
+                    always.push(RecordedAlways {
+                        call_id: request.call_id.clone(),
+                        tool: request.tool.clone(),
+                        answer,
+                    });
+                }
                 let recorded = Recorded {
                     arguments: crate::fingerprint::fingerprint(&request.arguments),
                     tool: request.tool,
@@ -148,8 +167,16 @@ impl Approvals {
             .collect();
         Approvals {
             answers: Mutex::new(answers),
+            always: Mutex::new(always),
             suspend: Some(Suspension::default()),
         }
+    }
+
+    /// The recorded "always" answers, in the order they were recorded, handed over once: the
+    /// first gate to see a batch of the run remembers them for the run's later calls, as the
+    /// process that took them did (the journal keeps them; a permission store may not).
+    pub(crate) fn take_always(&self) -> Vec<RecordedAlways> {
+        std::mem::take(&mut *self.always.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
     /// Takes the recorded answer for this call: given for the same call id, tool and

@@ -26,7 +26,7 @@ use serde_json::Value;
 
 use crate::error::RunError;
 pub use crate::gate::{Answer, ApprovalRequest};
-use crate::gate::{Gate, GateContext};
+use crate::gate::{Approvals, Gate, GateContext};
 use crate::machine::{AdmittedCall, Verdict};
 
 /// What the rules say about a call.
@@ -991,6 +991,17 @@ impl PermissionStore {
         self.save()
     }
 
+    /// [`remember`](Self::remember) for this store's life only, never saved: an "always"
+    /// answer the run's journal recorded, taken again by the process that resumes the run.
+    pub(crate) fn recall(&mut self, tool: &str, permission: Permission) {
+        self.rules.retain(|r| !r.is_whole(tool));
+        self.rules.push(PermissionRule {
+            tool: tool.to_owned(),
+            arguments: None,
+            permission,
+        });
+    }
+
     fn save(&self) -> Result<(), PermissionStoreError> {
         match &self.saver {
             Some(saver) => saver.save(&self.learned),
@@ -1068,6 +1079,34 @@ impl PermissionGate {
 }
 
 impl PermissionGate {
+    /// Remembers the "always" answers a resumed run's journal recorded (once a run: the first
+    /// batch the gate sees takes them), without saving them: each process that goes on with
+    /// the run has a new gate, and without a store file the answer lived only in the gate of
+    /// the process that took it. A tool answered for a call of `calls` is left to that call's
+    /// own answer, the newest.
+    fn recall_always(&self, approvals: &Approvals, calls: &[AdmittedCall]) {
+        let recorded = approvals.take_always();
+        if recorded.is_empty() {
+            return;
+        }
+        let answered_here: Vec<&str> = recorded
+            .iter()
+            .filter(|r| calls.iter().any(|c| *c.call_id == *r.call_id))
+            .map(|r| r.tool.as_str())
+            .collect();
+        let mut store = self.store.lock().unwrap_or_else(|p| p.into_inner());
+        for r in &recorded {
+            if answered_here.contains(&r.tool.as_str()) {
+                continue;
+            }
+            let permission = match r.answer {
+                Answer::DenyAlways => Permission::Deny,
+                _ => Permission::Allow,
+            };
+            store.recall(&r.tool, permission);
+        }
+    }
+
     /// The human's answers to the `asked` calls: a denial becomes the call's verdict, and an
     /// "always" is remembered in the store for the tool.
     fn apply_answers(
@@ -1120,6 +1159,7 @@ impl Gate for PermissionGate {
         calls: &'a [AdmittedCall],
     ) -> BoxFuture<'a, Result<Vec<Verdict>, RunError>> {
         Box::pin(async move {
+            self.recall_always(cx.approvals, calls);
             let decisions: Vec<Permission> = {
                 let store = self.store.lock().unwrap_or_else(|p| p.into_inner());
                 calls
