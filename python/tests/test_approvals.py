@@ -8,6 +8,7 @@ import asyncio
 import dataclasses
 import json
 import pathlib
+import time
 from typing import List, Tuple, Union
 
 import pytest
@@ -24,7 +25,7 @@ from agentloop import (
 )
 
 
-def deleting_agent(deleted: List[str], approve=None) -> Agent:
+def deleting_agent(deleted: List[str], approve=None, limits: Union[Limits, None] = None) -> Agent:
     @tool(ask=True)
     def delete(path: str) -> str:
         """Deletes a file."""
@@ -38,7 +39,11 @@ def deleting_agent(deleted: List[str], approve=None) -> Agent:
 
     calls = [ToolCall("look", {"path": "a"}, id="c1"), ToolCall("delete", {"path": "a"}, id="c2")]
     return Agent(
-        name="cleaner", model=ScriptedModel([calls, "done"]), tools=[delete, look], approve=approve
+        name="cleaner",
+        model=ScriptedModel([calls, "done"]),
+        tools=[delete, look],
+        approve=approve,
+        limits=limits,
     )
 
 
@@ -240,3 +245,22 @@ def test_a_question_of_the_model_takes_a_reply_not_an_approval(tmp_path: pathlib
     assert resumed.output == "Painting it."
     [asked] = resumed.tool_calls
     assert asked.status == "ok" and "green" in str(asked.output), asked
+
+
+def test_a_suspended_runs_wait_counts_toward_its_deadline(tmp_path: pathlib.Path) -> None:
+    # As in the CLI: the time a run waited for its answer is the run's. Resumed past its
+    # deadline it stops there, the call it waited on not run (answered or not), rather than
+    # going on (answered) or being refused for the unanswered call.
+    journal = tmp_path / "journal.db"
+    deleted: List[str] = []
+    limits = Limits(timeout=1.0)
+    unanswered = deleting_agent(deleted, limits=limits).run("Clean up.", journal=journal)
+    answered = deleting_agent(deleted, limits=limits).run("Clean up.", journal=journal)
+    assert unanswered.stop_reason == answered.stop_reason == "suspended"
+    assert unanswered.run_id is not None and answered.run_id is not None
+    Agent.answer(answered.run_id, "c2", True, journal=journal)
+    time.sleep(1.2)
+    for run_id in (unanswered.run_id, answered.run_id):
+        resumed = deleting_agent(deleted, limits=limits).resume(run_id, journal=journal)
+        assert resumed.stop_reason == "deadline", resumed.raw
+    assert deleted == []

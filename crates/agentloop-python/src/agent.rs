@@ -300,11 +300,17 @@ impl NativeAgent {
         scope: Option<Py<PyAny>>,
     ) -> PyResult<RunHandle> {
         let writer = open_journal(journal.clone())?;
-        let run = JournalReader::open(&journal)
-            .and_then(|r| r.find(&run_id).and_then(|id| r.load(&id)))
-            .map_err(|e| error(e.code(), e))?;
-        writer
-            .own(&run.header.run_id)
+        // Owned before its steps are read for good (as the CLI's `resume`): a process still
+        // driving it refuses this one (journal.busy) rather than leaving it a stale state.
+        // A suspended run's wait counts toward its deadline, as in the CLI.
+        let (run, waited) = JournalReader::open(&journal)
+            .and_then(|r| {
+                let run_id = r.find(&run_id)?;
+                writer.own(&run_id)?;
+                let run = r.load(&run_id)?;
+                let waited = r.waited(&run);
+                Ok((run, waited))
+            })
             .map_err(|e| error(e.code(), e))?;
         let agent = self.agent.clone();
         let sinks = Sinks {
@@ -322,10 +328,11 @@ impl NativeAgent {
         };
         self.launch(py, launch, move |options| {
             Box::pin(async move {
-                agent
-                    .resume(run, options, force)
-                    .await
-                    .map_err(|e| (e.code().to_owned(), e.to_string()))
+                let resumed = match waited {
+                    Some(waited) => agent.resume_at(run, options, force, waited).await,
+                    None => agent.resume(run, options, force).await,
+                };
+                resumed.map_err(|e| (e.code().to_owned(), e.to_string()))
             })
         })
     }
