@@ -114,8 +114,9 @@ pub struct WaitingArgs {
     #[arg(long)]
     json: bool,
     /// Lists what run `--run ID` (started with `agentloop submit`) waits on, through the
-    /// Restate ingress at this URL, instead of a journal's runs.
-    #[arg(long, value_name = "URL", requires = "run")]
+    /// Restate ingress at this URL (without one: $AGENTLOOP_RESTATE, else
+    /// http://127.0.0.1:8080), instead of a journal's runs.
+    #[arg(long, value_name = "URL", requires = "run", num_args = 0..=1, default_missing_value = "")]
     restate: Option<String>,
     /// The run, with `--restate`.
     #[arg(long, value_name = "ID", requires = "restate")]
@@ -175,9 +176,10 @@ pub struct ApproveArgs {
     always: bool,
     #[command(flatten)]
     journal: JournalArg,
-    /// Answers a run started with `agentloop submit`, through the Restate ingress at this URL,
-    /// instead of one in a journal.
-    #[arg(long, value_name = "URL")]
+    /// Answers a run started with `agentloop submit`, through the Restate ingress at this URL
+    /// (without one: $AGENTLOOP_RESTATE, else http://127.0.0.1:8080), instead of one in a
+    /// journal.
+    #[arg(long, value_name = "URL", num_args = 0..=1, default_missing_value = "")]
     restate: Option<String>,
 }
 

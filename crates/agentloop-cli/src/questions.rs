@@ -41,8 +41,9 @@ pub struct AnswerArgs {
     #[command(flatten)]
     journal: JournalArg,
     /// Answers a run started with `agentloop submit` (its full id), through the Restate ingress
-    /// at this URL, instead of one in a journal.
-    #[arg(long, value_name = "URL")]
+    /// at this URL (without one: $AGENTLOOP_RESTATE, else http://127.0.0.1:8080), instead of one
+    /// in a journal.
+    #[arg(long, value_name = "URL", num_args = 0..=1, default_missing_value = "")]
     restate: Option<String>,
 }
 

@@ -25,20 +25,78 @@ use crate::runs::{finish_trace, print_final_text};
 /// The Restate ingress a command talks to.
 #[derive(Debug, Args)]
 pub struct IngressArg {
-    /// The Restate ingress (default: $AGENTLOOP_RESTATE, else http://127.0.0.1:8080).
+    /// The Restate ingress (default: $AGENTLOOP_RESTATE, else http://127.0.0.1:8080). A URL with
+    /// a user and password belongs in the variable: the command line is readable by every
+    /// process of this user.
     #[arg(
         long = "restate",
         value_name = "URL",
-        env = "AGENTLOOP_RESTATE",
-        default_value = "http://127.0.0.1:8080"
+        env = INGRESS_ENV,
+        default_value = DEFAULT_INGRESS
     )]
     pub url: String,
 }
 
 impl IngressArg {
     fn ingress(&self) -> Result<Ingress, CliError> {
+        warn_argv_credentials("--restate", &self.url, INGRESS_ENV);
         Ingress::new(&self.url).map_err(restate_error)
     }
+}
+
+/// The ingress a `--restate [URL]` of `approve`, `answer` or `approvals list` names: without a
+/// URL, $AGENTLOOP_RESTATE's, else http://127.0.0.1:8080 (those commands read a journal unless
+/// the flag is there, so the variable alone cannot choose Restate for them).
+fn ingress_at(url: &str) -> Result<Ingress, CliError> {
+    let url = if url.is_empty() {
+        std::env::var(INGRESS_ENV).unwrap_or_else(|_| DEFAULT_INGRESS.to_owned())
+    } else {
+        warn_argv_credentials("--restate", url, INGRESS_ENV);
+        url.to_owned()
+    };
+    Ingress::new(&url).map_err(restate_error)
+}
+
+/// The ingress when nothing names one.
+const DEFAULT_INGRESS: &str = "http://127.0.0.1:8080";
+/// The variable `--restate` falls back to.
+const INGRESS_ENV: &str = "AGENTLOOP_RESTATE";
+/// The variable `serve --register` falls back to.
+const ADMIN_ENV: &str = "AGENTLOOP_RESTATE_ADMIN";
+
+/// Warns on stderr when `url`, given as `flag` on the command line, carries credentials (a user
+/// and password, or query values): a process's arguments are readable by every process of its
+/// user (`/proc/<pid>/cmdline`), the agent's own tools included, where its environment is not
+/// (the sandbox keeps `env` from tools, and `AGENTLOOP_RESTATE*` is never passed to one).
+fn warn_argv_credentials(flag: &str, url: &str, env: &str) {
+    let from_env = std::env::var(env).ok();
+    if let Some(warning) = argv_credentials_warning(flag, url, env, from_env.as_deref()) {
+        err!("{warning}");
+    }
+}
+
+/// The warning [`warn_argv_credentials`] prints, if any: none for a URL without credentials, or
+/// one that is the value of `env` (clap took it from there, not from the arguments).
+fn argv_credentials_warning(
+    flag: &str,
+    url: &str,
+    env: &str,
+    from_env: Option<&str>,
+) -> Option<String> {
+    if agentloop::url_secrets::secrets(url).is_empty() || from_env == Some(url) {
+        return None;
+    }
+    // `approve`, `answer` and `approvals list` read the variable only when the flag is given.
+    let hint = if flag == "--restate" {
+        " (`approve`, `answer` and `approvals list` then take --restate without a URL)"
+    } else {
+        ""
+    };
+    Some(format!(
+        "agentloop: warning: {flag} {} carries credentials in the command line, which every \
+         process of this user can read (the agent's tools included); set {env} instead{hint}",
+        agentloop_restate::ingress::shown(url)
+    ))
 }
 
 /// `agentloop serve`.
@@ -63,8 +121,10 @@ pub struct ServeArgs {
         value_delimiter = ','
     )]
     identity_key: Vec<String>,
-    /// Registers the endpoint with the Restate admin API at this URL (http://127.0.0.1:9070).
-    #[arg(long, value_name = "ADMIN_URL")]
+    /// Registers the endpoint with the Restate admin API at this URL (http://127.0.0.1:9070;
+    /// default: $AGENTLOOP_RESTATE_ADMIN, else no registration). A URL with a user and password
+    /// belongs in the variable: the command line is readable by every process of this user.
+    #[arg(long, value_name = "ADMIN_URL", env = ADMIN_ENV)]
     register: Option<String>,
     /// Where runs publish their events and approvals for `attach` and `approve`.
     #[command(flatten)]
@@ -242,6 +302,7 @@ pub async fn serve(args: ServeArgs) -> Result<i32, CliError> {
     // A registration that fails stops the worker: nothing would ever reach it.
     let (refused_tx, refused) = tokio::sync::oneshot::channel::<RestateError>();
     if let Some(admin) = &args.register {
+        warn_argv_credentials("--register", admin, ADMIN_ENV);
         // The listener is bound: Restate's discovery waits in its queue until it is served.
         let (admin, url) = (admin.clone(), url.clone());
         tokio::spawn(async move {
@@ -450,7 +511,7 @@ async fn follow(
 
 /// `agentloop approve ID --call C --allow|--deny --restate URL`.
 pub async fn approve(run: &str, call: &str, answer: Answer, url: &str) -> Result<i32, CliError> {
-    let ingress = Ingress::new(url).map_err(restate_error)?;
+    let ingress = ingress_at(url)?;
     ingress
         .approve(run, call, answer)
         .await
@@ -462,7 +523,7 @@ pub async fn approve(run: &str, call: &str, answer: Answer, url: &str) -> Result
 /// `agentloop answer ID --call C --json JSON --restate URL`: the answer is checked against the
 /// question's schema before the awakeable is resolved; a wrong one resolves nothing.
 pub async fn answer(run: &str, call: &str, reply: &Value, url: &str) -> Result<i32, CliError> {
-    let ingress = Ingress::new(url).map_err(restate_error)?;
+    let ingress = ingress_at(url)?;
     ingress
         .reply(run, call, reply)
         .await
@@ -486,7 +547,7 @@ fn answer_error(e: RestateError) -> CliError {
 
 /// The calls run `run` (started with `submit`) waits on, as `approvals list` shows a journal's.
 pub async fn waiting(url: &str, run: &str) -> Result<Vec<agentloop_store::WaitingCall>, CliError> {
-    let ingress = Ingress::new(url).map_err(restate_error)?;
+    let ingress = ingress_at(url)?;
     let news = ingress.news(run, u64::MAX).await.map_err(restate_error)?;
     Ok(news
         .approvals
@@ -506,4 +567,42 @@ pub async fn waiting(url: &str, run: &str) -> Result<Vec<agentloop_store::Waitin
             reply: None,
         })
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::argv_credentials_warning;
+
+    #[test]
+    fn a_url_with_credentials_on_the_command_line_is_warned_of_without_them() {
+        let url = "http://agent:s3cretpw@127.0.0.1:8080/?key=k3yvalue";
+        let warning = argv_credentials_warning("--restate", url, "AGENTLOOP_RESTATE", None)
+            .unwrap_or_default();
+        assert!(
+            warning.contains("set AGENTLOOP_RESTATE instead"),
+            "{warning}"
+        );
+        assert!(
+            !warning.contains("s3cretpw") && !warning.contains("k3yvalue"),
+            "{warning}"
+        );
+        // Another value in the variable: the flag's URL still came from the command line.
+        let other = Some("http://127.0.0.1:8080");
+        assert!(argv_credentials_warning("--restate", url, "AGENTLOOP_RESTATE", other).is_some());
+    }
+
+    #[test]
+    fn a_url_from_the_variable_or_without_credentials_is_not() {
+        let url = "http://agent:s3cretpw@127.0.0.1:9070";
+        let env = "AGENTLOOP_RESTATE_ADMIN";
+        assert_eq!(
+            argv_credentials_warning("--register", url, env, Some(url)),
+            None
+        );
+        let plain = "http://127.0.0.1:9070/";
+        assert_eq!(
+            argv_credentials_warning("--register", plain, env, None),
+            None
+        );
+    }
 }

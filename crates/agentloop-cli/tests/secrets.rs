@@ -505,6 +505,23 @@ async fn a_restate_ingress_url_token_reaches_no_error_the_cli_prints() {
             err.contains("key=[redacted]"),
             "the ingress is named: {err}"
         );
+        assert!(
+            err.contains("carries credentials in the command line"),
+            "a URL with credentials in the arguments is warned of: {err}"
+        );
+        assert_no_secret("stderr", &err);
+        // The same ingress from the variable, `--restate` given without a URL: no warning, and
+        // that ingress is the one asked.
+        let url: &'static str = Box::leak(url.into_boxed_str());
+        let out = agentloop_env(
+            args(&["approvals", "list", "--restate", "--run", "run-1"]),
+            vec![("AGENTLOOP_RESTATE", url)],
+        )
+        .await;
+        assert_ne!(out.status.code(), Some(0), "{}", stdout(&out));
+        let err = stderr(&out);
+        assert!(err.contains("key=[redacted]"), "{err}");
+        assert!(!err.contains("carries credentials"), "{err}");
         assert_no_secret("stderr", &err);
     }
 }

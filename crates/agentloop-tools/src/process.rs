@@ -22,17 +22,11 @@ use tokio::process::Command;
 /// `PASSWORD` (`DB_PASSWORD`, and libpq's `PGPASSWORD`), `_PASSWD`, `_PWD` (MySQL's
 /// `MYSQL_PWD`), `APIKEY` or `_CONNECTION_STRING` (Azure's, which holds the account key);
 /// OpenTelemetry exporter headers (`OTEL_EXPORTER_OTLP_HEADERS` and the
-/// per-signal ones), which carry collector credentials; and `AGENTLOOP_RESTATE`, whose URL may
-/// hold a user and password.
+/// per-signal ones), which carry collector credentials; and `AGENTLOOP_RESTATE` and every
+/// `AGENTLOOP_RESTATE_*` (`AGENTLOOP_RESTATE_ADMIN`), whose URLs may hold a user and password.
 pub fn is_secret_env(name: &str) -> bool {
     let upper = name.to_ascii_uppercase();
-    const EXACT: [&str; 5] = [
-        "API_KEY",
-        "TOKEN",
-        "SECRET",
-        "PASSWORD",
-        "AGENTLOOP_RESTATE",
-    ];
+    const EXACT: [&str; 4] = ["API_KEY", "TOKEN", "SECRET", "PASSWORD"];
     const SUFFIXES: [&str; 9] = [
         "_KEY",
         "_TOKEN",
@@ -47,6 +41,7 @@ pub fn is_secret_env(name: &str) -> bool {
     EXACT.contains(&upper.as_str())
         || SUFFIXES.iter().any(|s| upper.ends_with(s))
         || (upper.starts_with("OTEL_EXPORTER_OTLP_") && upper.ends_with("HEADERS"))
+        || upper.starts_with("AGENTLOOP_RESTATE")
 }
 
 /// Kills a process group once: when the program exits (its leftovers), or when dropped (the call

@@ -266,6 +266,7 @@ fn secret_rule_covers_keys_tokens_secrets_and_collector_headers() {
         "OTEL_EXPORTER_OTLP_HEADERS",
         "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
         "AGENTLOOP_RESTATE",
+        "AGENTLOOP_RESTATE_ADMIN",
         "token",
         "PGPASSWORD",
         "MYSQL_PWD",
