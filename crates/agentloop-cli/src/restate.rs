@@ -483,7 +483,7 @@ async fn follow(
         progress.end_line();
         if let Some(q) = &p.request.question {
             err!(
-                "? the run asks (call {}): {:?}{}: agentloop answer {id} --call {} --json JSON --restate {}",
+                "? the run asks (call {}): {:?}{}: agentloop answer {id} --call {} --json JSON {}",
                 p.request.call_id,
                 crate::terminal::escape_invisible(&q.text),
                 q.schema
@@ -491,22 +491,33 @@ async fn follow(
                     .map(|s| format!(" (answer matching {s})"))
                     .unwrap_or_default(),
                 p.request.call_id,
-                // Without its user and password: the user has them, a terminal's log need not.
-                agentloop_restate::ingress::shown(ingress.url()).trim_end_matches('/'),
+                restate_flag(ingress.url()),
             );
         } else {
             err!(
-                "? the run waits for approval of call {} ({} {}): agentloop approve {id} --call {} --allow --restate {}",
+                "? the run waits for approval of call {} ({} {}): agentloop approve {id} --call {} --allow {}",
                 p.request.call_id,
                 p.request.tool,
                 p.request.arguments,
                 p.request.call_id,
-                // Without its user and password: the user has them, a terminal's log need not.
-                agentloop_restate::ingress::shown(ingress.url()).trim_end_matches('/'),
+                restate_flag(ingress.url()),
             );
         }
     }
     news.next
+}
+
+/// The `--restate` a printed `approve` or `answer` command takes to reach `url`: the flag alone
+/// when the variable holds it or it carries credentials (which a terminal's log must not show,
+/// and which belong in the variable), else the flag and the URL.
+fn restate_flag(url: &str) -> String {
+    let from_env = std::env::var(INGRESS_ENV)
+        .is_ok_and(|v| v.trim_end_matches('/') == url.trim_end_matches('/'));
+    if from_env || !agentloop::url_secrets::secrets(url).is_empty() {
+        "--restate".to_owned()
+    } else {
+        format!("--restate {}", url.trim_end_matches('/'))
+    }
 }
 
 /// `agentloop approve ID --call C --allow|--deny --restate URL`.
