@@ -927,6 +927,45 @@ path_glob = { field = "path", glob = "ok/**" }
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_link_made_by_another_call_of_the_batch_cannot_walk_around_a_deny_glob() {
+    // The gate judges both calls before either runs, while `notes.txt` is not yet a link; the
+    // shell makes the batch run in order, so the read comes after the link.
+    let dir = scripted_builtins(
+        r#"[[permissions.rules]]
+tool = "shell"
+permission = "allow"
+[[permissions.rules]]
+tool = "read_file"
+permission = "deny"
+path_glob = { field = "path", glob = "secrets/**" }
+[[permissions.rules]]
+tool = "read_file"
+permission = "allow"
+path_glob = { field = "path", glob = "**" }
+"#,
+        &[
+            (
+                "shell",
+                json!({"command": "ln -s secrets/key.txt notes.txt"}),
+            ),
+            ("read_file", json!({"path": "notes.txt"})),
+        ],
+    );
+    std::fs::create_dir_all(dir.path("work/secrets")).unwrap();
+    dir.write("work/secrets/key.txt", "the secret");
+    let (_, v) = run_json(&dir, &[]).await;
+    let calls = v["tool_calls"].as_array().unwrap();
+    assert_eq!(calls[0]["status"], "ok", "the link was made: {v}");
+    assert!(
+        std::fs::symlink_metadata(dir.path("work/notes.txt"))
+            .unwrap()
+            .is_symlink()
+    );
+    assert_eq!(calls[1]["error"]["code"], "path_denied", "{v}");
+    assert!(!v.to_string().contains("the secret"), "{v}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn grep_glob_and_list_dir_on_the_root_never_reveal_a_denied_file() {
     let dir = AgentDir::new(
         r#"name = "walks"

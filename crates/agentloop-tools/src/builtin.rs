@@ -101,6 +101,18 @@ impl Builtin {
         matches!(self, Builtin::ListDir | Builtin::Glob | Builtin::Grep)
     }
 
+    /// True for the tools that judge paths by [`BuiltinOptions::withhold`]'s path rules as they
+    /// run: those that walk ([`Builtin::walks`]), and `read_file`, `write_file` and `edit_file`,
+    /// which refuse a path a `deny` rule matches by then (another call of their batch may have
+    /// made it a link to a denied file after the gate allowed them).
+    pub fn judges_paths(self) -> bool {
+        self.walks()
+            || matches!(
+                self,
+                Builtin::ReadFile | Builtin::WriteFile | Builtin::EditFile
+            )
+    }
+
     /// The tool, under its own name.
     pub fn tool(self, options: &BuiltinOptions) -> Result<Tool, BuiltinError> {
         self.tool_named(self.name(), options)
@@ -191,8 +203,9 @@ pub struct BuiltinOptions {
     /// Shell: the sandbox of its commands (default `workspace-write`, no network).
     pub sandbox: SandboxPolicy,
     /// list_dir, glob, grep: the permission rules whose `deny` and `ask` path rules they apply
-    /// to each entry they walk, leaving out what those match ([`Workspace::withhold`]); give the
-    /// store the gate decides with.
+    /// to each entry they walk, leaving out what those match; read_file, write_file, edit_file:
+    /// the rules whose `deny` path rules they judge their path by again as they run
+    /// ([`Workspace::withhold`], [`Builtin::judges_paths`]). Give the store the gate decides with.
     pub withhold: Option<PermissionStore>,
 }
 

@@ -15,12 +15,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use agentloop::permissions::PathRules;
+use agentloop::permissions::{PathRules, Permission};
 use agentloop::{CancellationToken, Tool, ToolContext, ToolError, ToolOutput, tool::ExecutionMode};
 use schemars::JsonSchema;
 use serde::Deserialize;
 
-use crate::workspace::Workspace;
+use crate::workspace::{PathError, Workspace};
 
 /// The most bytes of text one call hands the model by default (64 KiB).
 pub const DEFAULT_MAX_READ_BYTES: usize = 64 * 1024;
@@ -40,8 +40,23 @@ pub(crate) struct FileLimits {
     pub(crate) max_bytes: usize,
     pub(crate) max_results: usize,
     /// The tool's path rules that `list_dir`, `glob` and `grep` leave out what they match by,
-    /// compiled once when the tool is made ([`file_tool`]).
+    /// and that `read_file`, `write_file` and `edit_file` judge their path by again when they
+    /// run ([`denied_now`]), compiled once when the tool is made ([`file_tool`]).
     pub(crate) withheld: Option<Arc<PathRules>>,
+}
+
+/// Refuses `path` when a `deny` path rule of the tool matches it as the call runs. The gate
+/// judged the call before its batch ran; another call of the batch (a shell's `ln -s
+/// secrets/key.pem notes.txt` beside `read_file notes.txt`) may since have made the path lead to
+/// a file a rule denies, and the link is followed again here as the gate follows it. An `ask`
+/// rule is not judged again: a person may have allowed the call, and nothing here tells.
+fn denied_now(limits: &FileLimits, path: &str) -> Result<(), PathError> {
+    match &limits.withheld {
+        Some(rules) if rules.judge(path) == Some(Permission::Deny) => Err(PathError::Denied {
+            path: path.to_owned(),
+        }),
+        _ => Ok(()),
+    }
 }
 
 /// What a tool that walks folders leaves out: the entries its workspace's path rules deny or ask
@@ -256,6 +271,7 @@ fn read_file_body(
     args: ReadFileArgs,
     _: &Wanted,
 ) -> Result<ToolOutput, ToolError> {
+    denied_now(limits, &args.path)?;
     let path = limits.workspace.resolve(&args.path)?;
     let shown = limits.workspace.display(&path);
     let (file, _) = open_regular(limits.workspace.root(), &path, &shown)?;
@@ -381,6 +397,7 @@ fn write_file_body(
     args: WriteFileArgs,
     _: &Wanted,
 ) -> Result<ToolOutput, ToolError> {
+    denied_now(limits, &args.path)?;
     let path = limits.workspace.resolve_for_write(&args.path)?;
     let shown = limits.workspace.display(&path);
     if path.is_dir() {
@@ -463,6 +480,7 @@ fn edit_file_body(
     args: EditFileArgs,
     _: &Wanted,
 ) -> Result<ToolOutput, ToolError> {
+    denied_now(limits, &args.path)?;
     let path = limits.workspace.resolve_for_write(&args.path)?;
     let shown = limits.workspace.display(&path);
     if args.old_string.is_empty() {
@@ -926,7 +944,7 @@ mod tests {
     )]
     use super::*;
     use crate::testing::{call, code};
-    use agentloop::permissions::{ArgumentMatch, Permission, PermissionRule, PermissionStore};
+    use agentloop::permissions::{ArgumentMatch, PermissionRule, PermissionStore};
     use serde_json::{Value, json};
     use std::os::unix::fs::symlink;
 
@@ -1465,6 +1483,53 @@ mod tests {
             }),
             permission,
         }
+    }
+
+    #[tokio::test]
+    async fn a_path_that_leads_to_a_denied_file_when_the_call_runs_is_refused() {
+        let mut f = Fixture::new();
+        for folder in ["secrets", "drafts"] {
+            std::fs::create_dir_all(f.root().join(folder)).unwrap();
+        }
+        std::fs::write(f.root().join("secrets/key.pem"), "PRIVATE KEY\n").unwrap();
+        std::fs::write(f.root().join("drafts/plan.txt"), "a plan\n").unwrap();
+        let mut store = PermissionStore::new(Permission::Allow);
+        store
+            .resolve_paths("*", Arc::new(Resolver(f.limits.workspace.clone())))
+            .configure(path_rule("*", "secrets/**", Permission::Deny))
+            .configure(path_rule("*", "drafts/**", Permission::Ask));
+        f.limits.workspace = f.limits.workspace.clone().withhold(&store);
+        // The gate allowed `notes.txt` (nothing there yet); then another call of the batch made
+        // it a link to the key.
+        assert_eq!(
+            store.decide("t", &json!({"path": "notes.txt"})),
+            Permission::Allow
+        );
+        symlink("secrets/key.pem", f.root().join("notes.txt")).unwrap();
+        let read = f.call(read_file, json!({"path": "notes.txt"})).await;
+        assert_eq!(code(&read.unwrap_err()), "path_denied");
+        let written = f
+            .call(write_file, json!({"path": "notes.txt", "content": "x"}))
+            .await;
+        assert_eq!(code(&written.unwrap_err()), "path_denied");
+        let edited = f
+            .call(
+                edit_file,
+                json!({"path": "notes.txt", "old_string": "PRIVATE", "new_string": "x"}),
+            )
+            .await;
+        assert_eq!(code(&edited.unwrap_err()), "path_denied");
+        assert_eq!(
+            std::fs::read_to_string(f.root().join("secrets/key.pem")).unwrap(),
+            "PRIVATE KEY\n"
+        );
+        // A path an `ask` rule matches is not judged again (a person may have allowed it), and
+        // a path no rule denies is read as before.
+        symlink("drafts/plan.txt", f.root().join("plan-link.txt")).unwrap();
+        let asked = f.call(read_file, json!({"path": "plan-link.txt"})).await;
+        assert!(asked.unwrap().contains("a plan"));
+        let plain = f.call(read_file, json!({"path": "src/main.rs"})).await;
+        assert!(plain.unwrap().contains("fn main"));
     }
 
     #[tokio::test]

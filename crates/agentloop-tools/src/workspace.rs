@@ -64,6 +64,16 @@ pub enum PathError {
         /// The path as given.
         path: String,
     },
+    /// A `deny` path rule of the tool matches the path now, though the call was allowed: the
+    /// gate judged it before its batch ran, and another call of the batch (a shell's `ln -s`)
+    /// has since made the path lead to a file the rule denies.
+    #[error(
+        "{path:?} now leads to a file the permission rules deny to this tool (it changed after the call was allowed)"
+    )]
+    Denied {
+        /// The path as given.
+        path: String,
+    },
     /// The file system could not answer.
     #[error("{path:?}: {message}")]
     Io {
@@ -83,6 +93,7 @@ impl PathError {
             PathError::Outside { .. } => "path_outside_root",
             PathError::DanglingLink { .. } => "path_dangling_link",
             PathError::Protected { .. } => "workspace.protected",
+            PathError::Denied { .. } => "path_denied",
             PathError::Io { .. } => "path_io",
         }
     }
@@ -172,7 +183,11 @@ impl Workspace {
     }
 
     /// The same workspace, whose tools that walk folders (`list_dir`, `glob`, `grep`) leave out
-    /// every entry a `deny` or `ask` path rule of `rules` matches for them: a rule for the tool's
+    /// every entry a `deny` or `ask` path rule of `rules` matches for them, and whose
+    /// `read_file`, `write_file` and `edit_file` refuse a path a `deny` rule matches when they
+    /// run ([`PathError::Denied`]: the gate judged the call before its batch ran, and another
+    /// call of the batch may have made a link since; an `ask` rule is not judged again, as a
+    /// person may have allowed the call): a rule for the tool's
     /// name or `*`, on its `path` argument, matched as [`PermissionStore::decide`] matches a call
     /// whose `path` is the entry's path relative to the root (with the store's root and the
     /// resolver it has for the tool, so a link to a denied file is left out too). A walk cannot
