@@ -415,9 +415,10 @@ command = ["python3", "tools/plant.py"]
     assert_store_untouched(&dir.path("permissions.json"));
 }
 
-/// `run --trace --session` in the agent's folder, where a stdio MCP server writes: the trace
-/// and the session store (with SQLite's rollback journal beside it) exist before the server
-/// starts, so it sees them read-only and can neither empty the trace nor rewrite the history.
+/// `run --trace --session`, then `run --journal`, in the agent's folder, where a stdio MCP server writes: the
+/// trace, the session store (with SQLite's rollback journal beside it) and the stores' lock
+/// folders exist before the server starts, so it sees them read-only and can neither empty the
+/// trace, rewrite the history, nor plant a lock or a step log.
 #[tokio::test(flavor = "multi_thread")]
 async fn stores_of_the_run_are_made_before_its_mcp_servers_start() {
     if !confined_here() {
@@ -446,6 +447,7 @@ allow = ["w__write"]
                 mcp("trace", "t.ndjson"),
                 mcp("session", "sessions.db"),
                 mcp("side", "sessions.db-journal"),
+                mcp("locks", "sessions.db.locks/planted.lock"),
                 mcp("own", "notes.txt"),
             ]},
             {"text": "done"}
@@ -461,7 +463,8 @@ allow = ["w__write"]
     ];
     let v = run_with(&dir, &given).await;
     let calls = v["tool_calls"].as_array().unwrap();
-    for id in ["trace", "session", "side"] {
+    // The lock folder too: a lock file planted there keeps every writer out.
+    for id in ["trace", "session", "side", "locks"] {
         let c = call(calls, id);
         assert_eq!(c["ok"], false, "{c}");
         assert!(c.to_string().contains("Read-only file system"), "{c}");
@@ -472,6 +475,23 @@ allow = ["w__write"]
         std::fs::read(&sessions)
             .unwrap()
             .starts_with(b"SQLite format 3\0")
+    );
+    // A journaled run: its owners' folder, where a run's lock file is also its step log (steps
+    // planted there would be folded into the journal).
+    dir.write(
+        "script.json",
+        &json!([
+            {"tool_calls": [mcp("owners", "j.db.owners/planted.lock")]},
+            {"text": "done"}
+        ])
+        .to_string(),
+    );
+    let v = run_with(&dir, &[("--journal", &dir.path("j.db"))]).await;
+    let owners = call(v["tool_calls"].as_array().unwrap(), "owners");
+    assert_eq!(owners["ok"], false, "{owners}");
+    assert!(
+        owners.to_string().contains("Read-only file system"),
+        "{owners}"
     );
 }
 

@@ -954,7 +954,7 @@ impl SqliteJournal {
         let path = path.as_ref().to_path_buf();
         let fault = Fault::from_env();
         let writer = writer::writer_for(&path, fault, || open_checked(&path, Access::Create))?;
-        Ok(SqliteJournal {
+        let journal = SqliteJournal {
             path,
             writer,
             durability: Durability::default(),
@@ -962,7 +962,21 @@ impl SqliteJournal {
             folder_made: AtomicBool::new(false),
             pool: Mutex::new(Vec::new()),
             fault,
-        })
+        };
+        journal.make_owners_folder()?;
+        Ok(journal)
+    }
+
+    /// Makes the owners' folder now rather than at the first run owned: the processes a run's
+    /// tools start before that (stdio MCP servers, at the run's start) see only what exists
+    /// then read-only, and a folder made later would be theirs to write, where a lock file
+    /// is also a run's step log (steps planted there would be folded into the journal).
+    fn make_owners_folder(&self) -> Result<(), JournalError> {
+        let folder = log::folder(&self.path);
+        std::fs::create_dir_all(&folder).map_err(io)?;
+        self.folder_made.store(true, Ordering::Relaxed);
+        sweep(&folder);
+        Ok(())
     }
 
     /// What this handle's writes survive (see [`Durability`]). Handles of one file at

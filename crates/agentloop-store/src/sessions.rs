@@ -88,6 +88,13 @@ impl SqliteSessions {
     pub fn open(path: impl AsRef<Path>) -> Result<Self, SessionError> {
         let path = path.as_ref().to_path_buf();
         let conn = open_kind(&path, Access::Create, &KIND).map_err(from_journal)?;
+        // The lock files' folder exists from the start: processes a run's tools start before a
+        // session is first locked (stdio MCP servers) see only what exists then read-only, and
+        // could otherwise plant a lock that keeps every writer out.
+        let folder = lock_folder(&path);
+        std::fs::create_dir_all(&folder).map_err(|e| SessionError::Io {
+            message: format!("{}: {e}", agentloop::printable::path(&folder)),
+        })?;
         Ok(SqliteSessions {
             path,
             conn: Arc::new(Mutex::new(conn)),
@@ -411,9 +418,14 @@ impl SqliteSessions {
 
 /// The lock file of session `id`: in a folder beside the store, named as a journal names a run's.
 fn lock_file(store: &Path, id: &str) -> PathBuf {
+    lock_folder(store).join(crate::journal::lock_name(id))
+}
+
+/// The folder of a store's lock files: `<store>.locks`.
+fn lock_folder(store: &Path) -> PathBuf {
     let mut folder = store.as_os_str().to_owned();
     folder.push(".locks");
-    PathBuf::from(folder).join(crate::journal::lock_name(id))
+    PathBuf::from(folder)
 }
 
 fn open_lock_file(path: &Path) -> std::io::Result<std::fs::File> {
