@@ -2,7 +2,8 @@
 //! for the filesystem, TCP and scopes (signals, abstract UNIX sockets) and, from
 //! ABI 9, pathname UNIX sockets; seccomp for what Landlock does not reach (non-UNIX sockets, UNIX
 //! sockets on older kernels, leaving the process group, tracing, terminal injection, namespaces
-//! and mounts, and what changes the machine: rebooting, the clock, device nodes...);
+//! and mounts, set-user-ID and set-group-ID bits, and what changes the machine: rebooting, the
+//! clock, device nodes...);
 //! capabilities dropped (all but root's power over files, in a confined child) and resource
 //! limits set in every child. The parent builds
 //! the ruleset, opens the paths, compiles the filter and works out the limits; the child only
@@ -768,9 +769,61 @@ fn compile_seccomp(network: bool, refuse_unix: bool) -> Result<BpfProgram, Sandb
             .map(|kind| arg_is(index, SeccompCmpOp::MaskedEq(S_IFMT), kind))
             .collect()
     };
-    rules.insert(libc::SYS_mknodat, device_node(2)?);
+    // A set-user-ID or set-group-ID bit on a file: a program left so in a root would run as
+    // its owner (root, when agentloop runs as root) for whoever runs it later, outside the
+    // sandbox (inside, the roots' copies are `nosuid`). Refused in every mode a call sets
+    // (`chmod u+s`, `install -m 4755`, `cp -p` of such a file), and in the mode of a file a call
+    // creates: `open`/`openat` with `O_CREAT` or `O_TMPFILE` (their mode means nothing
+    // otherwise, and callers pass anything there), `creat`, `mknod` of a regular file.
+    // `mkdir` drops both bits itself; `openat2` takes its mode behind a pointer, and fails
+    // with `ENOSYS` (see `prologue`).
+    let special = |index: u8| -> Result<Vec<SeccompRule>, SandboxError> {
+        [S_ISUID, S_ISGID]
+            .into_iter()
+            .map(|bit| arg_is(index, SeccompCmpOp::MaskedEq(bit), bit))
+            .collect()
+    };
+    let creating_special = |flags: u8, mode: u8| -> Result<Vec<SeccompRule>, SandboxError> {
+        let mut out = Vec::new();
+        for creates in [O_CREAT, O_TMPFILE] {
+            for bit in [S_ISUID, S_ISGID] {
+                let conditions = vec![
+                    SeccompCondition::new(
+                        flags,
+                        SeccompCmpArgLen::Dword,
+                        SeccompCmpOp::MaskedEq(creates),
+                        creates,
+                    )
+                    .map_err(seccomp)?,
+                    SeccompCondition::new(
+                        mode,
+                        SeccompCmpArgLen::Dword,
+                        SeccompCmpOp::MaskedEq(bit),
+                        bit,
+                    )
+                    .map_err(seccomp)?,
+                ];
+                out.push(SeccompRule::new(conditions).map_err(seccomp)?);
+            }
+        }
+        Ok(out)
+    };
+    rules.insert(libc::SYS_fchmod, special(1)?);
+    rules.insert(libc::SYS_fchmodat, special(2)?);
+    rules.insert(SYS_FCHMODAT2, special(2)?);
+    rules.insert(libc::SYS_openat, creating_special(2, 3)?);
+    let mut mknodat = device_node(2)?;
+    mknodat.extend(special(2)?);
+    rules.insert(libc::SYS_mknodat, mknodat);
     #[cfg(target_arch = "x86_64")]
-    rules.insert(libc::SYS_mknod, device_node(1)?);
+    {
+        let mut mknod = device_node(1)?;
+        mknod.extend(special(1)?);
+        rules.insert(libc::SYS_mknod, mknod);
+        rules.insert(libc::SYS_chmod, special(1)?);
+        rules.insert(libc::SYS_creat, special(1)?);
+        rules.insert(libc::SYS_open, creating_special(1, 2)?);
+    }
     // Typing into the terminal's input queue (TIOCSTI) or the console (TIOCLINUX).
     rules.insert(
         libc::SYS_ioctl,
@@ -810,6 +863,18 @@ fn compile_seccomp(network: bool, refuse_unix: bool) -> Result<BpfProgram, Sandb
     Ok(program)
 }
 
+/// The set-user-ID and set-group-ID bits of a mode.
+const S_ISUID: u64 = 0o4000;
+const S_ISGID: u64 = 0o2000;
+
+/// The `open` flags that create a file (`O_TMPFILE` holds `O_DIRECTORY`'s bit too, which a
+/// masked compare on the whole of it leaves to `O_TMPFILE` alone).
+const O_CREAT: u64 = libc::O_CREAT as u64;
+const O_TMPFILE: u64 = libc::O_TMPFILE as u64;
+
+/// `fchmodat2` (Linux 6.6), numbered alike on every architecture.
+const SYS_FCHMODAT2: libc::c_long = 452;
+
 /// A file's type in its mode (`S_IFMT`), and the two types of device node.
 const S_IFMT: u64 = 0o170_000;
 const S_IFBLK: u64 = 0o060_000;
@@ -839,6 +904,9 @@ const NAMESPACE_FLAGS: [u64; 7] = [
 /// - `clone3` fails with `ENOSYS`: its flags (a new namespace among them) are in a structure
 ///   behind a pointer, which a filter cannot read, and on `ENOSYS` the C library starts threads
 ///   and processes with `clone`, whose flags the body checks (on `EPERM` it would give up);
+/// - `openat2` fails with `ENOSYS` too: the mode of a file it creates (a set-user-ID bit) is
+///   behind a pointer as well, and its callers go back to `openat` on `ENOSYS` (kernels before
+///   5.6 lack it), whose mode the body checks;
 /// - on x86-64, every call of the x32 ABI fails with `EPERM`. An x32 call reports the x86-64
 ///   architecture and its number with bit 30 set (`setsid` is `0x40000070`), so it matches none
 ///   of the filter's numbers and would be allowed: on a kernel built with x32, the filter would
@@ -870,9 +938,12 @@ fn prologue(program: &mut BpfProgram) -> Result<(), SandboxError> {
     let errno = |e: i32| libc::SECCOMP_RET_ERRNO | u32::try_from(e).unwrap_or(1);
     let op = |code: u16, jf: u8, k: u32| seccompiler::sock_filter { code, jt: 0, jf, k };
     let clone3 = u32::try_from(libc::SYS_clone3).map_err(|e| setup("seccomp", e))?;
+    let openat2 = u32::try_from(libc::SYS_openat2).map_err(|e| setup("seccomp", e))?;
     let mut block = vec![
         op(LD_W_ABS, 0, 0),
         op(JMP_JEQ_K, 1, clone3),
+        op(RET_K, 0, errno(libc::ENOSYS)),
+        op(JMP_JEQ_K, 1, openat2),
         op(RET_K, 0, errno(libc::ENOSYS)),
     ];
     if cfg!(target_arch = "x86_64") {

@@ -208,6 +208,68 @@ fn namespaces_and_mounts_are_refused_threads_and_processes_still_start() {
     assert!(said.contains("thread ok\n"), "unconfined: {said}");
 }
 
+/// No set-user-ID or set-group-ID bit on a file of a root, by any call that sets a mode: a
+/// program left so would run as its owner for whoever runs it later, outside the sandbox. Other
+/// modes are set as before, and a mode passed to `open` without `O_CREAT` is no matter.
+#[test]
+fn no_set_user_id_or_set_group_id_bit_is_set() {
+    if !supported() {
+        return;
+    }
+    let root = tempfile::tempdir().unwrap();
+    let probe = "import ctypes, os, stat\n\
+        libc = ctypes.CDLL(None, use_errno=True)\n\
+        def attempt(name, f):\n\
+        \x20   try:\n\
+        \x20       f(); print(name, 'ok')\n\
+        \x20   except OSError as e: print(name, 'refused', e.errno)\n\
+        open('f', 'w').close()\n\
+        attempt('chmod-suid', lambda: os.chmod('f', 0o4755))\n\
+        attempt('chmod-sgid', lambda: os.chmod('f', 0o2755))\n\
+        attempt('chmod-plain', lambda: os.chmod('f', 0o755))\n\
+        fd = os.open('f', os.O_RDONLY)\n\
+        attempt('fchmod-suid', lambda: os.fchmod(fd, 0o4755))\n\
+        attempt('fchmodat-suid', lambda: os.chmod('f', 0o4755, dir_fd=os.open('.', os.O_RDONLY)))\n\
+        attempt('create-suid', lambda: os.close(os.open('g', os.O_CREAT | os.O_WRONLY, 0o4755)))\n\
+        attempt('create-plain', lambda: os.close(os.open('h', os.O_CREAT | os.O_WRONLY, 0o755)))\n\
+        attempt('open-any-mode', lambda: os.close(os.open('f', os.O_RDONLY, 0o6777)))\n\
+        attempt('mknod-suid', lambda: os.mknod('m', stat.S_IFREG | 0o4755))\n\
+        r = libc.syscall(437, -100, b'n', bytes(24), 24)\n\
+        print('openat2', r, ctypes.get_errno() if r < 0 else 0)\n\
+        print('mode', oct(os.stat('f').st_mode & 0o7777))\n";
+    std::fs::write(root.path().join("probe.py"), probe).unwrap();
+    let said = text(&sh(&write(root.path()), root.path(), "python3 probe.py"));
+    for name in [
+        "chmod-suid",
+        "chmod-sgid",
+        "fchmod-suid",
+        "fchmodat-suid",
+        "create-suid",
+        "mknod-suid",
+    ] {
+        assert!(
+            said.contains(&format!("{name} refused 1\n")),
+            "{name}: {said}"
+        );
+    }
+    for name in ["chmod-plain", "create-plain", "open-any-mode"] {
+        assert!(said.contains(&format!("{name} ok\n")), "{name}: {said}");
+    }
+    assert!(said.contains("openat2 -1 38\n"), "{said}");
+    assert!(said.contains("mode 0o755\n"), "{said}");
+    assert!(!root.path().join("g").exists() && !root.path().join("m").exists());
+    // Unconfined, the same calls set the bits: the probe tells.
+    let open = text(
+        &Command::new("python3")
+            .arg("probe.py")
+            .current_dir(root.path())
+            .output()
+            .unwrap(),
+    );
+    assert!(open.contains("chmod-suid ok\n"), "unconfined: {open}");
+    assert!(open.contains("create-suid ok\n"), "unconfined: {open}");
+}
+
 /// A daemon's socket outside the tool's roots (as `/var/run/docker.sock` or an SSH agent's) is
 /// out of reach unless `unix_sockets` is set, with or without network; `off` reaches it.
 #[test]
