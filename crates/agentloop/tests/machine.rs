@@ -708,6 +708,18 @@ fn an_interrupted_batch_drains_then_cancels_what_still_runs() {
     assert_every_call_answered(&out.transcript);
 }
 
+/// A lead with `echo` and a subagent tool `ask`, for the suspension drains.
+fn lead_with_a_worker(limits: Limits) -> Agent {
+    let worker = agent(Limits::default());
+    Agent::builder()
+        .model(ScriptedModel::new([]))
+        .tool(echo())
+        .tool(worker.as_tool("ask", "A worker."))
+        .limits(limits)
+        .build()
+        .unwrap()
+}
+
 #[test]
 fn a_suspension_waits_for_the_calls_beside_its_subagents_and_not_for_them() {
     // A subagent's question suspends its parent while a plain call runs beside it: the plain
@@ -718,14 +730,7 @@ fn a_suspension_waits_for_the_calls_beside_its_subagents_and_not_for_them() {
         grace_period: Duration::from_millis(500),
         ..Limits::default()
     };
-    let worker = agent(Limits::default());
-    let lead = Agent::builder()
-        .model(ScriptedModel::new([]))
-        .tool(echo())
-        .tool(worker.as_tool("ask", "A worker."))
-        .limits(limits)
-        .build()
-        .unwrap();
+    let lead = lead_with_a_worker(limits);
     let mut m = machine_of(&lead, Seams::default());
     respond(
         &mut m,
@@ -790,6 +795,79 @@ fn a_suspension_waits_for_the_calls_beside_its_subagents_and_not_for_them() {
         m.into_outcome(Duration::from_millis(100)).stop_reason,
         StopReason::Suspended
     );
+}
+
+#[test]
+fn a_suspensions_drain_that_the_deadline_or_a_cancel_reaches_gives_its_calls_the_grace_period() {
+    // The calls a suspension lets run are stopped by the deadline (or a cancel) as any call is:
+    // told (`suspending()` turns false), given the grace period from then, and each one still
+    // running after it is cut short with its `cancelled` record. The run still ends suspended.
+    let limits = Limits {
+        timeout: Some(Duration::from_secs(1)),
+        grace_period: Duration::from_millis(500),
+        ..Limits::default()
+    };
+    let lead = lead_with_a_worker(limits);
+    for by in [Interrupt::Deadline, Interrupt::Cancelled] {
+        let mut m = machine_of(&lead, Seams::default());
+        respond(
+            &mut m,
+            0,
+            ModelResponse::tool_calls([
+                ("a", "ask", r#"{"task":"t"}"#),
+                ("b", "echo", "{}"),
+                ("c", "echo", r#"{"x":1}"#),
+            ]),
+        );
+        for position in [0, 1, 2] {
+            feed(&mut m, 0, Input::CallStarted { position });
+        }
+        feed(
+            &mut m,
+            100,
+            Input::Interrupted {
+                by: Interrupt::Suspended,
+            },
+        );
+        assert!(m.suspending());
+        let at = if by == Interrupt::Deadline { 1000 } else { 300 };
+        feed(&mut m, at, Input::Interrupted { by });
+        assert!(!m.suspending(), "{by:?}: every call is told now");
+        let Action::Drain { until } = m.action() else {
+            panic!("expected a drain: {m:?}")
+        };
+        assert_eq!(
+            until,
+            Duration::from_millis(at + 500),
+            "{by:?}: the grace period"
+        );
+        feed(
+            &mut m,
+            at + 100,
+            Input::CallFinished {
+                position: 1,
+                outcome: CallOutcome::ok(ToolOutput::text("wrapped up")),
+                failures: Vec::new(),
+            },
+        );
+        // A second interrupt changes nothing: the grace period runs from the first.
+        feed(&mut m, at + 200, Input::Interrupted { by });
+        let Action::Drain { until: still } = m.action() else {
+            panic!("expected a drain: {m:?}")
+        };
+        assert_eq!(still, until, "{by:?}");
+        feed(&mut m, at + 500, Input::GraceOver);
+        assert!(matches!(m.action(), Action::Finish), "{by:?}: {m:?}");
+        let out = m.into_outcome(Duration::from_millis(at + 500));
+        assert_eq!(out.stop_reason, StopReason::Suspended, "{by:?}");
+        assert_eq!(out.tool_calls[1].outcome.status, CallStatus::Ok, "{by:?}");
+        assert_eq!(
+            out.tool_calls[2].outcome.code.as_deref(),
+            Some("cancelled"),
+            "{by:?}: cut short at the end of the grace period"
+        );
+        assert_every_call_answered(&out.transcript);
+    }
 }
 
 #[test]

@@ -82,6 +82,14 @@ fn ended(
     outcome
 }
 
+/// Sleeps until `at`; with no `at` (a time past what the clock holds, or no bound), forever.
+async fn sleep_until_or_never(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
 pin_project_lite::pin_project! {
     /// [`Driver::race`]'s future: `step` polled once, then raced against the run's interrupts,
     /// which are checked first (biased), as `tokio::select!` with `biased` does.
@@ -464,16 +472,19 @@ impl<'a> Driver<'a> {
                     }
                     Action::Drain { until } => {
                         if m.suspending() {
-                            // The machine waits for the other calls until the deadline.
+                            // The machine waits for the other calls until the deadline, or a
+                            // cancel: then they are told to stop as in any drain.
                             if let Some(children) = &children_cancel {
                                 children.cancel();
                             }
+                            let drained = self.drain(until, &mut running, &mut senders);
+                            self.until_stopped(deadline, drained).await
                         } else {
                             // Running handlers are told, and given the grace period to finish.
                             calls_cancel.cancel();
                             stop_retries.cancel();
+                            self.drain(until, &mut running, &mut senders).await
                         }
-                        self.drain(until, &mut running, &mut senders).await
                     }
                     action => self.answer(&m, action, deadline).await,
                 };
@@ -695,13 +706,7 @@ impl<'a> Driver<'a> {
         running: &mut Running<F>,
         senders: &mut Vec<(usize, ProgressSender)>,
     ) -> Input {
-        let grace = self.start.checked_add(until);
-        let sleep = async {
-            match grace {
-                Some(g) => tokio::time::sleep_until(g).await,
-                None => std::future::pending().await,
-            }
-        };
+        let sleep = sleep_until_or_never(self.start.checked_add(until));
         tokio::select! {
             biased;
             done = running.next() => finished(done, senders),
@@ -714,6 +719,25 @@ impl<'a> Driver<'a> {
                 }
                 Input::GraceOver
             }
+        }
+    }
+
+    /// A suspension's drain, `drained`, unless the deadline passes or the run is cancelled
+    /// first, which is answered instead. Not [`Driver::race`]: the run's interrupt token is
+    /// already cancelled by the suspension, which this wait must not answer again.
+    async fn until_stopped(
+        &self,
+        deadline: Option<Instant>,
+        drained: impl Future<Output = Input>,
+    ) -> Input {
+        if let Some(by) = self.interrupted_now(deadline) {
+            return Input::Interrupted { by };
+        }
+        tokio::select! {
+            biased;
+            () = self.cancel.cancelled() => Input::Interrupted { by: Interrupt::Cancelled },
+            () = sleep_until_or_never(deadline) => Input::Interrupted { by: Interrupt::Deadline },
+            input = drained => input,
         }
     }
 

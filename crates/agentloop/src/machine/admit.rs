@@ -345,6 +345,7 @@ impl RunMachine {
             open: true,
             failure: None,
             interrupted: None,
+            stopping: false,
             cut: false,
             restart: Vec::new(),
         });

@@ -26,6 +26,17 @@ impl RunMachine {
                         _ => grace,
                     };
                     p.interrupted = Some((by, until));
+                } else if let Some((Interrupt::Suspended, until)) = &mut p.interrupted
+                    && matches!(by, Interrupt::Deadline | Interrupt::Cancelled)
+                    && !p.stopping
+                {
+                    // The calls a suspension let run are stopped by what stops any other call,
+                    // and given the same grace: their results within it are kept (journaled),
+                    // and those still running after it are cut short. The run still ends
+                    // suspended: its question stands, and a resume past the deadline stops
+                    // there.
+                    p.stopping = true;
+                    *until = self.now.saturating_add(self.limits().grace_period);
                 }
                 p.open = false;
                 if p.running == 0 {

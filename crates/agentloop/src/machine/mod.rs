@@ -85,6 +85,9 @@ struct Pending {
     failure: Option<RunError>,
     /// What interrupted the batch, and the end of its grace period.
     interrupted: Option<(Interrupt, Duration)>,
+    /// True once a suspension's drain was reached by the deadline or a cancel: from then on
+    /// every call still running is told to stop and has the grace period, as in other drains.
+    stopping: bool,
     /// True when the response had calls cut off by the output limit: the model is asked to make
     /// them again, which is not a loop.
     cut: bool,
@@ -566,9 +569,12 @@ impl RunMachine {
     /// [`Interrupt::Suspended`]): the driver tells only the subagent calls to stop (their
     /// children are left as they are, to resume with the run) and lets the other calls run to
     /// their end, journaling each as it finishes; the batch ends when only subagent calls are
-    /// left. Other drains tell every call to stop.
+    /// left. Other drains tell every call to stop. While it is true the driver reports the
+    /// deadline or a cancel ([`Input::Interrupted`]); from then on it is false, and the calls
+    /// still running are told to stop and given the grace period, as in any drain (the run
+    /// still ends suspended).
     pub fn suspending(&self) -> bool {
-        matches!(&self.phase, Phase::Run(p) if matches!(p.interrupted, Some((Interrupt::Suspended, _))))
+        matches!(&self.phase, Phase::Run(p) if !p.stopping && matches!(p.interrupted, Some((Interrupt::Suspended, _))))
     }
 
     /// The calls [`RunMachine::action`] asks to start one after another from here, each as soon

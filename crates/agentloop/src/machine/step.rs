@@ -116,7 +116,9 @@ pub enum Action<'m> {
     /// The run was interrupted: tell the running calls to stop, and wait for them until `until`
     /// (time since the run started); answer [`Input::CallFinished`], or [`Input::GraceOver`].
     /// For a suspension ([`crate::machine::RunMachine::suspending`]) only the subagent calls
-    /// are told, and `until` is the deadline.
+    /// are told, and `until` is the deadline; once the deadline or a cancel reaches that drain
+    /// (the driver answers [`Input::Interrupted`]), every call is told and `until` is the end of
+    /// the grace period that follows.
     Drain {
         /// The end of the grace period.
         until: Duration,
