@@ -255,6 +255,7 @@ fn restates_cancel_reaches_the_run_in_a_long_call_which_is_cancelled_and_drained
         true,
         None,
         &["--heartbeat-secs", "0.2"],
+        &[],
     );
     let id = submit_id(&dir, &server, "cancelled");
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -292,9 +293,8 @@ fn restates_cancel_reaches_the_run_in_a_long_call_which_is_cancelled_and_drained
     assert_eq!(calls[0]["error"]["code"], "cancelled", "{outcome}");
 }
 
-#[test]
-fn an_unanswered_approval_waits_on_a_durable_timer_until_the_runs_deadline() {
-    let server = Server::start();
+/// The crash agent with a 3 s deadline, whose `write` asks for approval.
+fn asking_dir_with_a_deadline() -> AgentDir {
     let agent = AGENT.replace(
         "max_concurrency = 2",
         "max_concurrency = 2\ntimeout_secs = 3",
@@ -304,6 +304,13 @@ fn an_unanswered_approval_waits_on_a_durable_timer_until_the_runs_deadline() {
     ));
     dir.write("tool.sh", TOOL);
     dir.write("script.json", &script());
+    dir
+}
+
+#[test]
+fn an_unanswered_approval_waits_on_a_durable_timer_until_the_runs_deadline() {
+    let server = Server::start();
+    let dir = asking_dir_with_a_deadline();
     let _w = worker(&dir, &server, free_addr(), true, None);
     let id = submit_id(&dir, &server, "late");
     let started = Instant::now();
@@ -312,6 +319,32 @@ fn an_unanswered_approval_waits_on_a_durable_timer_until_the_runs_deadline() {
     let outcome = stdout_json(&out);
     assert_eq!(outcome["stop_reason"], "deadline", "{outcome}");
     assert!(started.elapsed() >= Duration::from_secs(2), "it waited");
+    assert!(!side_log(&dir).iter().any(|l| l.starts_with("write ")));
+}
+
+#[test]
+fn a_timer_that_ends_the_wait_on_a_worker_whose_clock_is_behind_still_stops_at_the_deadline() {
+    // The run begins on a worker with the system's clock and waits for an answer that never
+    // comes; that worker dies, and the timer ends the wait on another whose clock reads a minute
+    // behind. The run has reached its deadline all the same (the timer says so): it stops there,
+    // rather than failing as a run with unanswered calls that cannot go on.
+    let server = Server::start();
+    let dir = asking_dir_with_a_deadline();
+    let addr = free_addr();
+    let a = worker(&dir, &server, addr, true, None);
+    let id = submit_id(&dir, &server, "skewed");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while pending(&dir, &server, &id).is_empty() {
+        assert!(Instant::now() < deadline, "the run never waited");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    drop(a);
+    let behind = [("AGENTLOOP_TEST_RESTATE_CLOCK_BEHIND_MS", "60000")];
+    let _b = worker_with(&dir, &server, addr, false, None, &[], &behind);
+    let out = attach_cmd(&dir, &server, &id).output().unwrap();
+    let outcome = stdout_json(&out);
+    assert_eq!(outcome["stop_reason"], "deadline", "{outcome}");
+    assert_eq!(out.status.code(), Some(5), "attach: {}", stderr(&out));
     assert!(!side_log(&dir).iter().any(|l| l.starts_with("write ")));
 }
 
@@ -348,6 +381,7 @@ input_schema = { type = "object", properties = { secs = { type = "number" } }, r
         true,
         None,
         &["--heartbeat-secs", heartbeat_secs],
+        &[],
     );
     let id = submit_id(&dir, &server, "long");
     attach(&dir, &server, &id)
@@ -389,6 +423,7 @@ fn a_runs_news_is_kept_for_attach_and_forgotten_after_its_retention() {
         true,
         None,
         &["--news-retention-secs", "2"],
+        &[],
     );
     let id = submit_id(&dir, &server, "news");
     let outcome = attach(&dir, &server, &id);

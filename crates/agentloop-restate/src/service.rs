@@ -81,20 +81,31 @@ pub struct EndpointOptions {
     /// for the test to kill the process. Set from `AGENTLOOP_TEST_RESTATE_CRASH_AFTER_STEP` by
     /// [`EndpointOptions::default`], and only in a build with the `test-faults` feature.
     crash_after_step: Option<u64>,
+    /// For the clock tests only: this worker's clock reads this many ms behind the system's
+    /// (another machine's clock). Set from `AGENTLOOP_TEST_RESTATE_CLOCK_BEHIND_MS`, only in a
+    /// build with the `test-faults` feature.
+    clock_behind_ms: u64,
 }
 
-/// The crash tests' fault: none unless this crate is built with the `test-faults` feature, so no
-/// shipped worker can be made to stall by its environment.
-fn crash_after_step_from_env() -> Option<u64> {
+/// A test's fault, a number from the variable `name`: none unless this crate is built with the
+/// `test-faults` feature, so no shipped worker can be made to stall, or to misread its clock, by
+/// its environment.
+fn test_fault(name: &str) -> Option<u64> {
     #[cfg(feature = "test-faults")]
     {
-        std::env::var("AGENTLOOP_TEST_RESTATE_CRASH_AFTER_STEP")
-            .ok()
-            .and_then(|v| v.parse().ok())
+        std::env::var(name).ok().and_then(|v| v.parse().ok())
     }
     #[cfg(not(feature = "test-faults"))]
     {
+        let _ = name;
         None
+    }
+}
+
+impl EndpointOptions {
+    /// Now, on this worker's clock (Unix time, ms).
+    fn now_ms(&self) -> u64 {
+        now_ms().saturating_sub(self.clock_behind_ms)
     }
 }
 
@@ -107,7 +118,8 @@ impl Default for EndpointOptions {
             heartbeat: Duration::from_secs(5),
             news_retention: Duration::from_secs(24 * 60 * 60),
             identity_keys: Vec::new(),
-            crash_after_step: crash_after_step_from_env(),
+            crash_after_step: test_fault("AGENTLOOP_TEST_RESTATE_CRASH_AFTER_STEP"),
+            clock_behind_ms: test_fault("AGENTLOOP_TEST_RESTATE_CLOCK_BEHIND_MS").unwrap_or(0),
         }
     }
 }
@@ -127,6 +139,10 @@ struct Journaled {
     suspended_ms: Option<u64>,
     /// When the wait for answers of the last suspension ends (Unix time, ms).
     wait_until_ms: Option<u64>,
+    /// A time the run has surely reached (Unix time, ms, on the clock that journaled it): the
+    /// end of a wait that ended on its timer. Its elapsed time is never less, whatever the clock
+    /// of the worker that goes on with it says.
+    reached_ms: Option<u64>,
     /// The run's deadline (its agent's `timeout`), once its agent is built.
     deadline: Option<Duration>,
     /// Its subagents' runs, part of this invocation, by run id.
@@ -207,11 +223,21 @@ impl Journaled {
         Some(Duration::from_millis(left))
     }
 
-    /// The wall-clock time since the run started, now.
-    fn elapsed(&self) -> Option<Duration> {
+    /// The wall-clock time since the run started, at `now_ms` on this worker's clock; at least
+    /// to the end of a wait its timer ended (a worker whose clock is behind the one that began
+    /// the run would otherwise go on before the deadline the timer marked, and the run, its
+    /// calls unanswered, could not go on at all).
+    fn elapsed_at(&self, now_ms: u64) -> Option<Duration> {
+        let started = self.started_ms?;
+        let reached = self.reached_ms.map_or(0, |r| r.saturating_sub(started));
         Some(Duration::from_millis(
-            now_ms().saturating_sub(self.started_ms?),
+            now_ms.saturating_sub(started).max(reached),
         ))
+    }
+
+    /// The wait for answers ended on its timer: the run has reached the wait's end.
+    fn timer_ended(&mut self) {
+        self.reached_ms = self.reached_ms.max(self.wait_until_ms);
     }
 
     fn run(&self) -> Option<JournaledRun> {
@@ -294,7 +320,7 @@ impl SessionObject {
             };
             // The deadline is wall-clock time since the run started, whichever worker goes on
             // with it and however long it waited.
-            let elapsed = journaled.elapsed();
+            let elapsed = journaled.elapsed_at(self.options.now_ms());
             let earlier = journaled.run();
             let input = Message::user(request.input.clone());
             let transcript = transcript.clone();
@@ -416,11 +442,11 @@ impl SessionObject {
     ) -> Result<(), JournalError> {
         let mut entry = entry;
         match &mut entry {
-            Entry::Begin { started_ms, .. } => *started_ms = Some(now_ms()),
+            Entry::Begin { started_ms, .. } => *started_ms = Some(self.options.now_ms()),
             Entry::Suspend {
                 at_ms, until_ms, ..
             } => {
-                *at_ms = Some(now_ms());
+                *at_ms = Some(self.options.now_ms());
                 *until_ms = journaled
                     .started_ms
                     .zip(journaled.deadline)
@@ -517,7 +543,11 @@ impl SessionObject {
                     }
                 }
                 Err(e) => return Err(e),
-                Ok(Some((_, Waited::Timer))) | Ok(None) => break,
+                Ok(Some((_, Waited::Timer))) => {
+                    journaled.timer_ended();
+                    break;
+                }
+                Ok(None) => break,
             }
         }
         for (request, resolution) in pending.iter().zip(answers) {
@@ -691,4 +721,46 @@ pub async fn serve(endpoint: Endpoint, listener: tokio::net::TcpListener, stop: 
     restate_sdk::http_server::HttpServer::new(endpoint)
         .serve_with_cancel(listener, stop)
         .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A run begun at 1 000 with a 3 s deadline, suspended at 1 500 until its deadline (4 000).
+    fn suspended() -> Journaled {
+        Journaled {
+            started_ms: Some(1_000),
+            suspended_ms: Some(1_500),
+            wait_until_ms: Some(4_000),
+            ..Journaled::default()
+        }
+    }
+
+    #[test]
+    fn a_wait_ended_by_its_timer_counts_to_its_end_on_a_clock_behind_the_runs() {
+        let mut journaled = suspended();
+        journaled.timer_ended();
+        // This worker's clock says 3 990: 10 ms behind the one that began the run, which the
+        // timer's end (4 000) says the run has reached.
+        assert_eq!(
+            journaled.elapsed_at(3_990),
+            Some(Duration::from_secs(3)),
+            "at the deadline, not 10 ms before it"
+        );
+        // A clock ahead counts as it reads.
+        assert_eq!(
+            journaled.elapsed_at(4_250),
+            Some(Duration::from_millis(3_250))
+        );
+    }
+
+    #[test]
+    fn a_wait_answered_before_its_timer_counts_on_the_workers_clock() {
+        let journaled = suspended();
+        assert_eq!(journaled.elapsed_at(2_000), Some(Duration::from_secs(1)));
+        // A clock behind the run's start counts nothing rather than wrap.
+        assert_eq!(journaled.elapsed_at(500), Some(Duration::ZERO));
+        assert_eq!(Journaled::default().elapsed_at(2_000), None, "not begun");
+    }
 }

@@ -91,10 +91,10 @@ pub fn worker(
     register: bool,
     crash_after: Option<u64>,
 ) -> Worker {
-    worker_with(dir, server, addr, register, crash_after, &[])
+    worker_with(dir, server, addr, register, crash_after, &[], &[])
 }
 
-/// [`worker`] with more arguments for `serve`.
+/// [`worker`] with more arguments for `serve`, and these environment variables (a test fault).
 pub fn worker_with(
     dir: &AgentDir,
     server: &Server,
@@ -102,10 +102,12 @@ pub fn worker_with(
     register: bool,
     crash_after: Option<u64>,
     extra: &[&str],
+    env: &[(&str, &str)],
 ) -> Worker {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_agentloop"));
     cmd.args(["serve", dir.agent().to_str().unwrap()])
         .args(extra)
+        .envs(env.iter().copied())
         .args(["--restate-endpoint", &addr.to_string()])
         .args(["--restate", &server.ingress])
         .current_dir(dir.path("."))
