@@ -10,7 +10,8 @@ mod wire;
 pub use client::{A2aClient, AgentCard, DEFAULT_CALL_TIMEOUT, DEFAULT_MAX_OUTPUT_BYTES};
 pub use server::{A2aServer, serve};
 pub use task::{
-    BuildAgent, ClaimRun, DEFAULT_ANSWER_TIMEOUT, DEFAULT_MAX_RUNS, RunOptionsFor, ServedAgent,
+    BuildAgent, ClaimRun, DEFAULT_ANSWER_TIMEOUT, DEFAULT_MAX_RUNS, ReleaseRun, RunOptionsFor,
+    ServedAgent,
 };
 pub use wire::{PROTOCOL_VERSION, TaskState};
 

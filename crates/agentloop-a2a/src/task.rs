@@ -48,10 +48,17 @@ pub struct ServedAgent {
     /// Takes a journaled run for this process before it is resumed (the SQLite journal's
     /// `own`), so that a run another live process drives is refused rather than driven twice.
     pub claim: Option<ClaimRun>,
+    /// Lets go of a run [`ServedAgent::claim`] took that does not go on here after all (read
+    /// again once claimed, it was finished, suspended or could not be read): another process,
+    /// the CLI's `resume` say, may then take it (the SQLite journal's `release`).
+    pub release: Option<ReleaseRun>,
 }
 
 /// Takes journaled run `run_id` for this process, or says why it cannot.
 pub type ClaimRun = Arc<dyn Fn(&str) -> Result<(), String> + Send + Sync + 'static>;
+
+/// Lets journaled run `run_id` go, after a [`ClaimRun`] took it.
+pub type ReleaseRun = Arc<dyn Fn(&str) + Send + Sync + 'static>;
 
 /// What a task's journaled run names as the service that started it
 /// ([`agentloop::journal::JournalHeader::served_by`]): the server finds only such runs there.
@@ -495,10 +502,19 @@ impl Served {
                 }
                 // Read again for good once it is this process's (as the CLI's `resume`): its
                 // owner may have moved it on, or finished it, since the first read.
-                match self.served_run(journal.as_ref(), id).await? {
-                    None => return Ok(false),
-                    Some(run) if finished(&run) => (run, None),
-                    Some(run) => (run, Some(slot)),
+                match self.served_run(journal.as_ref(), id).await {
+                    Ok(Some(run)) if !finished(&run) => (run, Some(slot)),
+                    again => {
+                        // It does not go on here: were it kept, no other process could resume
+                        // it while this one lives (one it was suspended for, say).
+                        if let Some(release) = &self.agent.release {
+                            release(id);
+                        }
+                        match again? {
+                            None => return Ok(false),
+                            Some(run) => (run, None),
+                        }
+                    }
                 }
             }
         };

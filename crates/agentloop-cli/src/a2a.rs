@@ -85,6 +85,7 @@ async fn serve_files(args: &ServeArgs, served: &ServedFiles) -> Result<i32, CliE
                 .unwrap_or_else(|| env!("CARGO_PKG_VERSION").to_owned()),
             options: served.options(file),
             claim: served.claim(),
+            release: served.release(),
             build: std::sync::Arc::new(move |approver| {
                 let model = assemble::model(&l.0).map_err(|e| e.to_string())?;
                 // Nobody answers at the server: a call the permissions ask about is asked of

@@ -120,6 +120,13 @@ impl ServedFiles {
         }))
     }
 
+    /// Lets go of a run [`ServedFiles::claim`] took that does not go on after all (none without a
+    /// journal), so that another process may resume it.
+    pub(crate) fn release(&self) -> Option<agentloop_a2a::ReleaseRun> {
+        let journal = self.journal.clone()?;
+        Some(Arc::new(move |run_id: &str| journal.release(run_id)))
+    }
+
     /// Stops every file's MCP servers and writes the trace's end.
     pub(crate) async fn shutdown(&self) {
         for l in &self.files {

@@ -11,7 +11,8 @@
 //! each turn and tool call, then the answer's artifact), gets a task, and cancels one whose tool
 //! is running (the run stops, and the tool's process with it); finds a journaled task after the
 //! server was killed mid-run and restarted, and sees its run go on; answers a call the agent's
-//! permissions ask about through `input-required` and a message on the task.
+//! permissions ask about through `input-required` and a message on the task. And, in process, a
+//! run the server claimed to resume and did not go on with, let go for another process.
 
 mod support;
 
@@ -848,4 +849,93 @@ async fn a_task_resumed_after_a_restart_leaves_the_newer_turns_of_its_context_al
     assert!(messages.contains("Then this."), "{session}");
     assert!(!messages.contains("Take your time."), "{session}");
     assert_eq!(session["runs"], 1, "{session}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_claimed_for_a_resume_that_does_not_go_on_is_let_go_for_another_process() {
+    // A journaled task's run, found running after a restart, is claimed; read again, it no longer
+    // goes on here (its previous owner suspended it for an approval in between, and let it go).
+    // The server lets it go too: another process (the CLI's `resume`) can take it.
+    use agentloop::journal::{Definition, Journal, JournalHeader};
+    use agentloop::machine::Seams;
+    use agentloop::permissions::ApprovalRequest;
+    use agentloop_a2a::{A2aServer, ServedAgent};
+    use agentloop_store::SqliteJournal;
+    use std::sync::Arc;
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("journal.db");
+    let id = "0193a7c0-0000-7000-8000-0000000000c3";
+    let header = JournalHeader {
+        run_id: id.into(),
+        agent: "forecaster".into(),
+        definition: Definition::new(),
+        fingerprint: Definition::new().fingerprint(),
+        seams: Seams::default(),
+        limits: None,
+        transcript: Vec::new(),
+        input: Some(agentloop::Message::user("go")),
+        origin: None,
+        parent: None,
+        session: None,
+        served_by: Some("a2a".into()),
+    };
+    // The process that ran it, still alive.
+    let previous = Arc::new(SqliteJournal::open(&path).unwrap());
+    previous.begin(&header).await.unwrap();
+    let served = Arc::new(SqliteJournal::open(&path).unwrap());
+    let claim = {
+        let (previous, served) = (Arc::clone(&previous), Arc::clone(&served));
+        Arc::new(move |run_id: &str| {
+            // Between the server's first read and its claim, the owner suspends the run.
+            let asked = ApprovalRequest {
+                call_id: "c1".into(),
+                tool: "write".into(),
+                arguments: json!({}),
+                agent: String::new(),
+                question: None,
+            };
+            futures::executor::block_on(previous.suspend(run_id, &[asked]))
+                .map_err(|e| e.to_string())?;
+            served.own(run_id).map_err(|e| e.to_string())
+        })
+    };
+    let release = {
+        let served = Arc::clone(&served);
+        Arc::new(move |run_id: &str| served.release(run_id))
+    };
+    let journal = Arc::clone(&served);
+    let server = A2aServer::new(vec![ServedAgent {
+        name: "forecaster".into(),
+        description: "Forecasts.".into(),
+        version: "1".into(),
+        build: Arc::new(|_approver| Err("no run goes on in this test".into())),
+        options: Arc::new(move || agentloop::RunOptions {
+            journal: Some(Arc::clone(&journal) as Arc<dyn Journal>),
+            ..agentloop::RunOptions::default()
+        }),
+        claim: Some(claim),
+        release: Some(release),
+    }]);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/forecaster", listener.local_addr().unwrap());
+    let serving = tokio::spawn(async move {
+        agentloop_a2a::serve(&server, listener, std::future::pending()).await
+    });
+
+    let (_, answer) = tokio::task::spawn_blocking(move || {
+        rpc_call(
+            &url,
+            json!({"jsonrpc": "2.0", "id": 2, "method": "GetTask", "params": {"id": id}}),
+        )
+    })
+    .await
+    .unwrap();
+    // A run suspended for its own approver is no task of the server's.
+    assert!(answer["result"].is_null(), "{answer}");
+    let other = SqliteJournal::open(&path).unwrap();
+    other
+        .own(id)
+        .expect("the run the server did not go on with is free for another process");
+    serving.abort();
 }
