@@ -128,8 +128,9 @@ fn calls_a_suspension_lets_run_are_told_at_the_deadline_and_given_the_grace_peri
         let events = Arc::clone(&events);
         move |e: &Event| events.lock().unwrap().push(e.clone())
     };
-    let deadline = Duration::from_millis(800);
-    let grace = Duration::from_millis(600);
+    // Far enough for the question to come first on a loaded machine (it takes milliseconds).
+    let deadline = Duration::from_secs(2);
+    let grace = Duration::from_secs(1);
     let lead = Agent::builder()
         .name("lead")
         .model(ScriptedModel::new([
