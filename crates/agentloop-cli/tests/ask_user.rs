@@ -11,8 +11,6 @@
 
 mod support;
 
-use std::process::{Command, Stdio};
-
 use serde_json::{Value, json};
 use support::crash::{cli, exited, json_of, side_log};
 use support::questions::*;
@@ -24,55 +22,6 @@ fn run(dir: &AgentDir, flags: &[&str]) -> std::process::Output {
     let mut args = vec!["run", agent.to_str().unwrap(), "--input", "go"];
     args.extend_from_slice(flags);
     cli(dir, &args)
-}
-
-/// Drives a command in a pseudo-terminal: waits for each prompt text, then types its line; reads
-/// the rest to the end; prints everything the terminal showed and exits with the command's code.
-const PTY_DRIVER: &str = r#"
-import os, pty, select, sys
-steps = sys.argv[1].split("\x1f")
-argv = sys.argv[2:]
-pid, fd = pty.fork()
-if pid == 0:
-    os.execvp(argv[0], argv)
-seen = b""
-def more():
-    global seen
-    r, _, _ = select.select([fd], [], [], 120)
-    if not r:
-        raise SystemExit("the terminal went quiet; it showed: %r" % seen)
-    try:
-        chunk = os.read(fd, 4096)
-    except OSError:
-        chunk = b""
-    seen += chunk
-    return bool(chunk)
-at = 0
-for i in range(0, len(steps) - 1, 2):
-    prompt, line = steps[i].encode(), steps[i + 1].encode()
-    while prompt not in seen[at:]:
-        if not more():
-            raise SystemExit("the command ended before %r; it showed: %r" % (prompt, seen))
-    at = seen.index(prompt, at) + len(prompt)
-    os.write(fd, line + b"\n")
-while more():
-    pass
-_, status = os.waitpid(pid, 0)
-sys.stdout.write(seen.decode("utf-8", "replace"))
-sys.exit(os.waitstatus_to_exitcode(status))
-"#;
-
-fn in_terminal(dir: &AgentDir, steps: &[&str], args: &[&str]) -> std::process::Output {
-    dir.write("pty_driver.py", PTY_DRIVER);
-    Command::new("python3")
-        .arg(dir.path("pty_driver.py"))
-        .arg(steps.join("\u{1f}"))
-        .arg(bin())
-        .args(args)
-        .current_dir(dir.path("."))
-        .stdin(Stdio::null())
-        .output()
-        .unwrap()
 }
 
 /// The trace's events of one call.
