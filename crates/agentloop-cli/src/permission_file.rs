@@ -2,23 +2,38 @@
 //! (`{"rules": [...]}`) so that later runs ask nobody again. The core's store decides; this file
 //! only remembers.
 //!
+//! The store is written in place and never replaced: the processes the agent starts (command
+//! tools, the shell, stdio MCP servers) see it through a read-only bind of its file, and a file
+//! renamed over it (or unlinked) in agentloop's view drops that bind in theirs, leaving a plain
+//! file that a server started at the run's start could then fill with an allow-all rule for the
+//! next run. So its inode, and that of its recovery copy `<store>.next`, stay the ones made
+//! before any process started ([`create_empty`]).
+//!
 //! Two processes (two `agentloop` runs of one agent) may answer at once. A save therefore takes an
-//! advisory lock on a file of its own beside the store (`<store>.lock`; the store itself is
-//! replaced on every save, so a lock on it would not hold), reads the store again under the lock,
-//! merges its answers into what it finds (an answer replaces the rule of the same tool and
-//! arguments; every other rule stays), writes a uniquely named temporary file in the same folder,
-//! syncs it to disk and renames it over the store. Neither process loses the other's answer, and a
-//! reader never sees a half-written file.
+//! advisory lock on a file of its own beside the store (`<store>.lock`), reads the store again
+//! under the lock, merges its answers into what it finds (an answer replaces the rule of the same
+//! tool and arguments; every other rule stays), and writes the result, each file opened without
+//! following a link and synced before the next step: first whole into `<store>.next`, then over
+//! the store, then `<store>.next` is emptied again. A crash leaves either the store as it was
+//! (`.next` half-written or empty) or a whole `.next` with the store possibly half-written: a
+//! store that does not read then gives way to a `.next` that does, so no earlier answer is lost,
+//! while a store broken by hand with an empty `.next` is an error naming both files (never
+//! quietly replaced by an older copy). A reader takes the lock shared, so it never sees a save
+//! half done.
 
 use std::fs::File;
 use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use agentloop::permissions::{
     Permission, PermissionRule, PermissionStore, PermissionStoreError, SaveRules,
 };
 use serde::{Deserialize, Serialize};
+
+use crate::text_file::{MAX_AGENT_TEXT_BYTES, TextFileError};
 
 #[derive(Debug, Default, Serialize, Deserialize)]
 struct SavedRules {
@@ -37,7 +52,7 @@ pub fn open(
     fallback: Permission,
 ) -> Result<PermissionStore, PermissionStoreError> {
     let path = path.as_ref().to_path_buf();
-    let rules = read(&path)?;
+    let rules = load(&path)?;
     Ok(PermissionStore::with_saved(
         rules,
         fallback,
@@ -45,21 +60,157 @@ pub fn open(
     ))
 }
 
-/// The rules kept in `path`; none when the file does not exist.
-fn read(path: &Path) -> Result<Vec<PermissionRule>, PermissionStoreError> {
-    match crate::text_file::read_text(path, crate::text_file::MAX_AGENT_TEXT_BYTES) {
-        Ok(text) => serde_json::from_str::<SavedRules>(&text)
-            .map(|s| s.rules)
-            .map_err(|e| error(path, e.to_string())),
-        Err(e) if e.is_not_found() => Ok(Vec::new()),
-        Err(e) => Err(error(path, e.to_string())),
+/// How long a reader waits for the store's lock before it reads without it. A save holds the
+/// lock for milliseconds; a lock held longer is most likely held by something that is no save
+/// (a process of the model's that opened the lock only to hold it), and what no save writes is
+/// whole. Even a save caught in the middle leaves one of the store and its copy whole.
+const READ_WAIT: Duration = Duration::from_secs(2);
+
+/// The rules kept in `path`, read under the store's lock taken shared (for [`READ_WAIT`] at
+/// most) when the lock is there to take: a store never saved has none, and a lock that is no
+/// plain file (a FIFO, a link) lets no save write (each refuses it), so there is nothing to
+/// wait for.
+fn load(path: &Path) -> Result<Vec<PermissionRule>, PermissionStoreError> {
+    let lock = existing_lock(&lock_path(path));
+    let mut locked = false;
+    if let Some(lock) = &lock {
+        let until = Instant::now() + READ_WAIT;
+        loop {
+            match fs4::fs_std::FileExt::try_lock_shared(lock) {
+                Ok(false) if Instant::now() < until => {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                taken => {
+                    locked = matches!(taken, Ok(true));
+                    break;
+                }
+            }
+        }
+    }
+    // The shared lock, if taken, is released when `lock` is dropped, after the read.
+    match read(path) {
+        // Unlocked, the store may have been read half-written and its copy just emptied by the
+        // same save, now over: the store is whole again.
+        Err(_) if !locked => read(path),
+        read => read,
     }
 }
 
-/// Creates the store at `path` holding no rule (what a missing store means), its folders and
-/// its lock, each unless it exists: a process that may write where they go could otherwise
-/// create the store with rules of its own, or put a FIFO or a link where the lock goes, while
-/// an existing file can be kept read-only for it.
+/// The rules kept in `path`; none when the file does not exist. A store whose text does not
+/// read as rules gives way to its recovery copy when that holds a whole save.
+fn read(path: &Path) -> Result<Vec<PermissionRule>, PermissionStoreError> {
+    let broken = match read_rules(path, Links::Followed) {
+        Ok(rules) => return Ok(rules),
+        Err(Unread::Missing) => return Ok(Vec::new()),
+        Err(Unread::Empty) => "it is empty".to_owned(),
+        Err(Unread::Broken(why)) => why,
+        Err(Unread::Failed(why)) => return Err(error(path, why)),
+    };
+    let next = next_path(path);
+    let shown = agentloop::printable::path(&next);
+    match read_rules(&next, Links::Refused) {
+        Ok(rules) => Ok(rules),
+        // No save was cut short: the store was broken some other way (by hand, say).
+        Err(Unread::Missing) => Err(error(path, broken)),
+        Err(Unread::Empty) => Err(error(
+            path,
+            format!("{broken} (its recovery copy {shown} is empty: no save was cut short)"),
+        )),
+        Err(Unread::Broken(why) | Unread::Failed(why)) => Err(error(
+            path,
+            format!("{broken}; its recovery copy {shown} does not read either: {why}"),
+        )),
+    }
+}
+
+/// Why a file of the store gave no rules.
+enum Unread {
+    /// It does not exist.
+    Missing,
+    /// It holds nothing: a recovery copy between saves, or a store a save cut short.
+    Empty,
+    /// Its text is not rules (or not text): what a save cut short may leave.
+    Broken(String),
+    /// It could not be read at all (not a plain file, a link where none may be, too large, ...).
+    Failed(String),
+}
+
+/// Whether a file of the store is read through a link in its place.
+#[derive(Clone, Copy)]
+enum Links {
+    /// The store itself: a person may link it to a store kept elsewhere (saves refuse it).
+    Followed,
+    /// The recovery copy: agentloop makes it and keeps it from the model's processes, so a link
+    /// in its place is not agentloop's.
+    Refused,
+}
+
+/// The rules in the plain file at `path`.
+fn read_rules(path: &Path, links: Links) -> Result<Vec<PermissionRule>, Unread> {
+    let mut options = File::options();
+    options.read(true);
+    let opened = match links {
+        Links::Followed => open_plain_with(path, &mut options, libc::O_NONBLOCK),
+        Links::Refused => open_plain(path, &mut options),
+    };
+    let file = match opened {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(Unread::Missing),
+        Err(e) => return Err(Unread::Failed(e.to_string())),
+    };
+    let text = match crate::text_file::read_bounded(file, MAX_AGENT_TEXT_BYTES) {
+        Ok(text) => text,
+        Err(TextFileError::NotUtf8) => {
+            return Err(Unread::Broken(TextFileError::NotUtf8.to_string()));
+        }
+        Err(e) => return Err(Unread::Failed(e.to_string())),
+    };
+    if text.is_empty() {
+        return Err(Unread::Empty);
+    }
+    serde_json::from_str::<SavedRules>(&text)
+        .map(|s| s.rules)
+        .map_err(|e| Unread::Broken(e.to_string()))
+}
+
+/// Opens `path` with `options`, refusing a link in its place (`O_NOFOLLOW`) and anything but a
+/// plain file (`O_NONBLOCK`: a FIFO would otherwise block the open, and with it the run, for
+/// ever).
+fn open_plain(path: &Path, options: &mut std::fs::OpenOptions) -> std::io::Result<File> {
+    open_plain_with(path, options, libc::O_NOFOLLOW | libc::O_NONBLOCK)
+}
+
+/// Opens `path` with `options` and these open flags, refusing anything but a plain file.
+fn open_plain_with(
+    path: &Path,
+    options: &mut std::fs::OpenOptions,
+    flags: i32,
+) -> std::io::Result<File> {
+    let file = options
+        .custom_flags(flags)
+        .open(path)
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::ELOOP) => std::io::Error::other(format!(
+                "{} is a link: agentloop writes the permission store's files only where they \
+                 are, never where a link leads",
+                agentloop::printable::path(path)
+            )),
+            _ => e,
+        })?;
+    if !file.metadata()?.file_type().is_file() {
+        return Err(std::io::Error::other(format!(
+            "{} is not a plain file",
+            agentloop::printable::path(path)
+        )));
+    }
+    Ok(file)
+}
+
+/// Creates the store at `path` holding no rule (what a missing store means), its folders, its
+/// lock and its empty recovery copy, each unless it exists: a process that may write where
+/// they go could otherwise create the store or its copy with rules of its own, or put a FIFO or
+/// a link where the lock goes, while an existing file can be kept read-only for it. Saves write
+/// these same files in place, so what the processes' views keep stays the store.
 pub fn create_empty(path: &Path) -> std::io::Result<()> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir)?;
@@ -70,6 +221,7 @@ pub fn create_empty(path: &Path) -> std::io::Result<()> {
         f.write_all(text.as_bytes())?;
         f.sync_all()?;
     }
+    create_new(&next_path(path))?;
     create_new(&lock_path(path)).map(drop)
 }
 
@@ -83,31 +235,60 @@ fn create_new(path: &Path) -> std::io::Result<Option<File>> {
     }
 }
 
+/// `<store><suffix>`: the store's lock and recovery copy sit beside it.
+fn beside(store: &Path, suffix: &str) -> PathBuf {
+    let mut name = store.as_os_str().to_owned();
+    name.push(suffix);
+    PathBuf::from(name)
+}
+
 /// The store's lock file: `<store>.lock`.
 fn lock_path(store: &Path) -> PathBuf {
-    let mut name = store.as_os_str().to_owned();
-    name.push(".lock");
-    PathBuf::from(name)
+    beside(store, ".lock")
+}
+
+/// The store's recovery copy: `<store>.next`, whole while a save writes the store, else empty.
+fn next_path(store: &Path) -> PathBuf {
+    beside(store, ".next")
+}
+
+/// The files a store keeps beside it, as much the store as its own file (kept from the
+/// processes alike): its lock (`<store>.lock`) and its recovery copy (`<store>.next`).
+pub fn side_files(store: &Path) -> [PathBuf; 2] {
+    [lock_path(store), next_path(store)]
 }
 
 /// Opens the lock file, creating it when missing. A link is refused, not followed (agentloop
 /// would otherwise create or lock a file wherever it leads), and so is anything but a plain file:
 /// a FIFO would block the open, and with it the answer and the run, for ever.
 fn open_lock(path: &Path) -> std::io::Result<File> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let lock = File::options()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(path)?;
-    if !lock.metadata()?.file_type().is_file() {
-        return Err(std::io::Error::other(format!(
-            "the lock {} is not a plain file",
-            agentloop::printable::path(path)
-        )));
-    }
-    Ok(lock)
+    open_plain(
+        path,
+        File::options().create(true).truncate(false).write(true),
+    )
+}
+
+/// The lock file when it is there as a plain file, opened to be locked shared (as
+/// [`open_lock`], created never).
+fn existing_lock(path: &Path) -> Option<File> {
+    open_plain(path, File::options().read(true)).ok()
+}
+
+/// Replaces the content of the plain file at `path` with `text`, in place (the same inode: the
+/// processes' views bind it), and syncs it; the file is created when missing.
+fn write_in_place(path: &Path, text: &[u8]) -> std::io::Result<()> {
+    let mut file = open_plain(
+        path,
+        File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .mode(0o600),
+    )?;
+    // Truncated only once known to be a plain file (opening with O_TRUNC would not wait).
+    file.set_len(0)?;
+    file.write_all(text)?;
+    file.sync_all()
 }
 
 fn error(path: &Path, message: impl Into<String>) -> PermissionStoreError {
@@ -145,16 +326,14 @@ impl SaveRules for RulesFile {
         let merged = merge(read(path)?, rules);
         let text = serde_json::to_string_pretty(&SavedRules { rules: merged })
             .map_err(|e| error(path, e.to_string()))?;
-        let mut tmp = tempfile::Builder::new()
-            .prefix(".permissions-")
-            .suffix(".tmp")
-            .tempfile_in(&dir)
-            .map_err(io)?;
-        tmp.write_all(text.as_bytes()).map_err(io)?;
-        tmp.as_file().sync_all().map_err(io)?;
-        // On failure the temporary file is removed when `tmp` is dropped.
-        tmp.persist(path).map_err(|e| io(e.error))?;
-        // The rename itself is made durable by syncing the folder that holds it.
+        // The copy whole first: a crash while the store is written leaves it to be read instead.
+        let next = next_path(path);
+        write_in_place(&next, text.as_bytes()).map_err(io)?;
+        write_in_place(path, text.as_bytes()).map_err(io)?;
+        // Emptied once the store is whole, so that a store broken later (by hand) is an error
+        // rather than quietly replaced by this older copy.
+        write_in_place(&next, b"").map_err(io)?;
+        // A file created by this save is made durable by syncing the folder that holds it.
         if let Ok(d) = File::open(&dir) {
             let _ = d.sync_all();
         }
@@ -211,6 +390,138 @@ mod tests {
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "{ not json");
     }
 
+    /// A save writes the store in place: its inode (what a process's read-only bind holds) is
+    /// the one made before the run, and so is its recovery copy's, left empty.
+    #[test]
+    fn a_save_keeps_the_store_and_its_copy_the_files_they_were() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("permissions.json");
+        create_empty(&path).unwrap();
+        let inode = |p: &Path| std::fs::metadata(p).unwrap().ino();
+        let before = (inode(&path), inode(&next_path(&path)));
+        let mut store = open(&path, Permission::Ask).unwrap();
+        store.remember("a", Permission::Allow).unwrap();
+        store.remember("b", Permission::Deny).unwrap();
+        assert_eq!(before, (inode(&path), inode(&next_path(&path))));
+        assert_eq!(std::fs::read(next_path(&path)).unwrap(), b"");
+        assert_eq!(
+            open(&path, Permission::Ask).unwrap().rules(),
+            &[
+                answer("a", Permission::Allow),
+                answer("b", Permission::Deny)
+            ]
+        );
+    }
+
+    /// A save cut short while it wrote the store (the store half-written, the copy whole) loses
+    /// no answer: the copy is read, and the next save mends the store from it. With the copy
+    /// broken too, or empty (no save was cut short: a store broken by hand), the error names
+    /// both files and nothing is overwritten.
+    #[test]
+    fn a_store_a_save_cut_short_is_read_from_its_copy_and_a_broken_pair_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("permissions.json");
+        let next = next_path(&path);
+        create_empty(&path).unwrap();
+        let mut store = open(&path, Permission::Ask).unwrap();
+        store.remember("a", Permission::Allow).unwrap();
+        let whole = serde_json::to_string_pretty(&SavedRules {
+            rules: vec![
+                answer("a", Permission::Allow),
+                answer("b", Permission::Deny),
+            ],
+        })
+        .unwrap();
+        std::fs::write(&next, &whole).unwrap();
+        std::fs::write(&path, &whole[..whole.len() / 2]).unwrap();
+        let mut store = open(&path, Permission::Ask).unwrap();
+        assert_eq!(
+            store.rules(),
+            &[
+                answer("a", Permission::Allow),
+                answer("b", Permission::Deny)
+            ]
+        );
+        store.remember("c", Permission::Allow).unwrap();
+        let mended: SavedRules =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        assert_eq!(mended.rules.len(), 3, "{:?}", mended.rules);
+        assert_eq!(std::fs::read(&next).unwrap(), b"");
+
+        // Both broken: the error names the store and its copy, and neither is written.
+        std::fs::write(&path, "{ not json").unwrap();
+        std::fs::write(&next, "{\"rules\": [").unwrap();
+        let err = open(&path, Permission::Ask).unwrap_err();
+        let shown = err.to_string();
+        assert!(shown.contains("permissions.json"), "{shown}");
+        assert!(shown.contains("permissions.json.next"), "{shown}");
+        assert!(shown.contains("key must be a string"), "{shown}");
+        assert!(store.remember("d", Permission::Allow).is_err());
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "{ not json");
+        assert_eq!(std::fs::read_to_string(&next).unwrap(), "{\"rules\": [");
+
+        // A store broken by hand, its copy empty: an error, not the copy's older rules.
+        std::fs::write(&next, "").unwrap();
+        let err = open(&path, Permission::Ask).unwrap_err().to_string();
+        assert!(err.contains("permissions.json.next is empty"), "{err}");
+    }
+
+    /// A link where the recovery copy goes is never read, nor is any written through: a store
+    /// that is a link is read where it leads (a person may keep it elsewhere) but a save
+    /// refuses it, rather than truncate and write whatever file the link leads to.
+    #[test]
+    fn a_link_in_place_of_the_store_or_its_copy_is_never_written_through() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("permissions.json");
+        let elsewhere = dir.path().join("elsewhere.json");
+        std::fs::write(
+            &elsewhere,
+            r#"{"rules": [{"tool": "*", "permission": "allow"}]}"#,
+        )
+        .unwrap();
+        create_empty(&path).unwrap();
+        std::fs::write(&path, "{ torn").unwrap();
+        std::fs::remove_file(next_path(&path)).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, next_path(&path)).unwrap();
+        let err = open(&path, Permission::Ask).unwrap_err().to_string();
+        assert!(err.contains("is a link"), "{err}");
+        std::fs::remove_file(next_path(&path)).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, &path).unwrap();
+        let mut store = open(&path, Permission::Ask).unwrap();
+        assert_eq!(store.rules(), &[answer("*", Permission::Allow)]);
+        let err = store
+            .remember("a", Permission::Deny)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("is a link"), "{err}");
+        assert!(
+            std::fs::read_to_string(&elsewhere).unwrap().contains("*"),
+            "nothing written where the link leads"
+        );
+    }
+
+    /// A lock held for longer than a save takes (by a process that opened it only to hold it)
+    /// delays a reader a moment, never for ever.
+    #[test]
+    fn a_reader_waits_for_a_held_lock_only_a_moment() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("permissions.json");
+        create_empty(&path).unwrap();
+        open(&path, Permission::Ask)
+            .unwrap()
+            .remember("a", Permission::Allow)
+            .unwrap();
+        let held = File::open(lock_path(&path)).unwrap();
+        fs4::fs_std::FileExt::lock_exclusive(&held).unwrap();
+        let started = Instant::now();
+        let store = open(&path, Permission::Ask).unwrap();
+        assert_eq!(store.rules(), &[answer("a", Permission::Allow)]);
+        let waited = started.elapsed();
+        assert!(waited >= READ_WAIT && waited < READ_WAIT * 5, "{waited:?}");
+    }
+
     /// A FIFO or a link put where the lock goes (by a process that could write the store's
     /// folder before the lock existed) makes the save fail at once: it neither blocks on the
     /// FIFO for ever (holding the run) nor creates a file where the link leads.
@@ -245,8 +556,9 @@ mod tests {
     }
 
     /// Many writers at once, each its own store on the same file (as separate processes would
-    /// be: the lock is taken on a file each opens itself), while a reader keeps reading: every
-    /// answer is kept and the file always parses.
+    /// be: the lock is taken on a file each opens itself), while a reader keeps reading as a
+    /// run's start does (under the lock, shared): every answer is kept and the reader always
+    /// finds whole rules.
     #[test]
     fn concurrent_writers_lose_no_answer_and_the_file_always_parses() {
         let dir = tempfile::tempdir().unwrap();
@@ -257,11 +569,8 @@ mod tests {
             std::thread::spawn(move || {
                 let mut reads = 0;
                 while !done.load(std::sync::atomic::Ordering::Acquire) {
-                    if let Ok(text) = std::fs::read_to_string(&path) {
-                        serde_json::from_str::<SavedRules>(&text)
-                            .unwrap_or_else(|e| panic!("a torn store file: {e}: {text}"));
-                        reads += 1;
-                    }
+                    load(&path).unwrap_or_else(|e| panic!("a torn store file: {e}"));
+                    reads += 1;
                 }
                 reads
             })

@@ -9,8 +9,9 @@
 //! `agent.toml`, the permission store (missing before the run) and a tool's program. Each try
 //! fails and the files stay as they were, while both still write their other files there. And a
 //! root swapped for a link between two calls does not let the next call of a command tool, the
-//! shell or `write_file` write where the link leads. Through `agentloop run --json` with a
-//! scripted model, under `workspace-write`.
+//! shell or `write_file` write where the link leads. A store saved by an "always" answer given
+//! at a terminal during the run stays read-only to a server started before the save. Through
+//! `agentloop run` with a scripted model, under `workspace-write`.
 
 mod support;
 
@@ -44,6 +45,29 @@ command = ["python3", "{}"]
 "#,
         write_server().display()
     )
+}
+
+/// An agent (scripted by `script.json`) with [`put_and_write_server`]'s two processes and a
+/// permission store (`permissions.json`) with these `[permissions]` lines: its folder and its
+/// file's text.
+fn put_and_write_agent(permissions: &str) -> (AgentDir, String) {
+    let agent_toml = format!(
+        r#"name = "a"
+[model]
+provider = "scripted"
+script = "script.json"
+
+{}
+[permissions]
+store = "permissions.json"
+{permissions}
+"#,
+        put_and_write_server()
+    );
+    let dir = AgentDir::new(&agent_toml);
+    std::fs::create_dir(dir.path("tools")).unwrap();
+    dir.write("tools/put.py", PUT);
+    (dir, agent_toml)
 }
 
 /// True where `workspace-write` runs; said when it does not, as the test then checks nothing.
@@ -85,22 +109,7 @@ async fn an_mcp_server_and_a_command_tool_write_the_agents_folder_but_never_its_
     if !confined_here() {
         return;
     }
-    let agent_toml = format!(
-        r#"name = "a"
-[model]
-provider = "scripted"
-script = "script.json"
-
-{}
-[permissions]
-store = "permissions.json"
-allow = ["put", "w__write"]
-"#,
-        put_and_write_server()
-    );
-    let dir = AgentDir::new(&agent_toml);
-    std::fs::create_dir(dir.path("tools")).unwrap();
-    dir.write("tools/put.py", PUT);
+    let (dir, agent_toml) = put_and_write_agent("allow = [\"put\", \"w__write\"]");
     // No store yet: agentloop creates it empty, so that it can be kept from the processes.
     let allow_all = r#"{"rules": [{"tool": "*", "permission": "allow"}]}"#;
     let evil =
@@ -640,4 +649,78 @@ allow = ["put", "write_file", "w__write"]
     assert_eq!(std::fs::read_to_string(dir.path("b.toml")).unwrap(), b_toml);
     assert_eq!(std::fs::read_to_string(dir.path("out.txt")).unwrap(), evil);
     assert!(!dir.path("pwned").exists());
+}
+
+/// What the call `id` answered (its output, or its error's message), as the trace (written with
+/// its payloads) records it.
+fn traced_answer(trace: &Path, id: &str) -> String {
+    let text = std::fs::read_to_string(trace).unwrap();
+    text.lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|e| e["kind"] == "tool_call" && e["call_id"] == id && e.get("ended_at_ms").is_some())
+        .and_then(|e| {
+            let answer = e["output"].as_str().or(e["error"]["message"].as_str());
+            answer.map(str::to_owned)
+        })
+        .unwrap_or_else(|| panic!("no answer of {id} in the trace: {text}"))
+}
+
+/// An "always" answer given during a run saves the store while a stdio MCP server started at
+/// the run's start is still alive. The save must leave the store the file the server's view
+/// binds read-only: a store replaced by a new file (a rename over it detaches that bind) would
+/// be a plain, writable file to the server, which could then save an allow-all rule for the
+/// next run. The person answers at a real terminal; the server writes after the save.
+#[test]
+fn a_store_saved_during_a_run_stays_read_only_to_a_server_started_before() {
+    if !confined_here() {
+        return;
+    }
+    let (dir, _) = put_and_write_agent("allow = [\"w__write\"]\nask = [\"put\"]");
+    let write = |id: &str, path: &str, content: &str| json!({"id": id, "name": "w__write", "arguments": {"path": path, "content": content}});
+    dir.write(
+        "script.json",
+        &json!([
+            {"tool_calls": [{"id": "p", "name": "put", "arguments": {"path": "out.txt", "content": "x"}}]},
+            {"tool_calls": [write("m-store", "permissions.json", ALLOW_ALL)]},
+            {"tool_calls": [write("m-next", "permissions.json.next", ALLOW_ALL)]},
+            {"tool_calls": [write("m-own", "notes.txt", "after the save")]},
+            {"text": "done"}
+        ])
+        .to_string(),
+    );
+    let agent = dir.agent();
+    let out = in_terminal(
+        &dir,
+        &["run it?", "a"],
+        &[
+            "run",
+            agent.to_str().unwrap(),
+            "--input",
+            "go",
+            "--trace",
+            "t.ndjson",
+            "--trace-payloads",
+        ],
+    );
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{shown}");
+    let output = |id: &str| traced_answer(&dir.path("t.ndjson"), id);
+    assert_eq!(output("p").trim(), "wrote out.txt", "{shown}");
+    for id in ["m-store", "m-next"] {
+        assert!(output(id).contains("Read-only file system"), "{shown}");
+    }
+    assert_eq!(output("m-own"), "wrote notes.txt", "{shown}");
+    assert_eq!(
+        std::fs::read_to_string(dir.path("notes.txt")).unwrap(),
+        "after the save",
+        "the server lived past the save and wrote its own file: {shown}"
+    );
+    let store: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path("permissions.json")).unwrap())
+            .unwrap();
+    assert_eq!(
+        store,
+        json!({"rules": [{"tool": "put", "permission": "allow"}]}),
+        "{shown}"
+    );
 }

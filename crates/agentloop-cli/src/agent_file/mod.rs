@@ -122,8 +122,9 @@ impl AgentFile {
     /// The agent's own files, for this file and every subagent file below it: the agent files,
     /// instruction files, scripts, the files its command tools and stdio MCP servers name in
     /// their commands (programs and scripts) and the folders of those that run, the permission
-    /// store and the response cache (SQLite's side files included). What the model must never be
-    /// able to rewrite or add to, since the next call or run would execute it.
+    /// store (its lock and recovery copy included) and the response cache (SQLite's side files
+    /// included). What the model must never be able to rewrite or add to, since the next call or
+    /// run would execute it.
     pub fn own_files(&self) -> Vec<PathBuf> {
         let mut out = vec![self.path.clone()];
         let spec = &self.spec;
@@ -136,10 +137,8 @@ impl AgentFile {
         out.extend(m.script.iter().map(|s| self.resolve(s.get_ref())));
         if let Some(store) = self.permissions().and_then(|p| p.store.as_ref()) {
             let store = self.resolve(store.get_ref());
-            let mut lock = store.as_os_str().to_owned();
-            lock.push(".lock");
+            out.extend(crate::permission_file::side_files(&store));
             out.push(store);
-            out.push(PathBuf::from(lock));
         }
         if m.cache == Some(true) {
             let cache = std::env::var_os("AGENTLOOP_RESPONSE_CACHE")
