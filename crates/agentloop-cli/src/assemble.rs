@@ -445,12 +445,13 @@ pub enum Approval {
     Nobody(&'static str),
 }
 
-/// Creates the permission store of each file of the tree that names one, with its lock and any
-/// folder missing on its way, when it lies where a process of the tree may write (the
-/// [`AgentFile::process_roots`] of every file of it: a subagent's command tool writes its
-/// parent's folder as well as its own): a process sees the store read-only only if it exists
-/// when the process starts; missing, the model could have it created (its folder first) with an
-/// allow-all rule for the next run, or a FIFO or link put where its lock goes.
+/// Creates the permission store of each file of the tree that names one, with its lock, its
+/// recovery copy and any folder missing on its way, when it lies where a process of the tree may
+/// write (the [`AgentFile::process_roots`] of every file of it: a subagent's command tool writes
+/// its parent's folder as well as its own): a process sees the store read-only only if it exists
+/// when the process starts; missing, the model could have it (or the copy a broken store is read
+/// from) created, its folder first, with an allow-all rule for the next run, or a FIFO or link
+/// put where its lock goes.
 pub fn create_exposed_stores(file: &AgentFile) -> Result<(), CliError> {
     let mut files = vec![file];
     let mut at = 0;

@@ -302,10 +302,18 @@ fn plant(id: &str, path: &str, fifo: bool) -> Value {
     json!({"id": id, "name": "plant", "arguments": {"path": path, "content": ALLOW_ALL, "fifo": fifo}})
 }
 
-/// The store is where it was written, holding no rule, and its lock is a plain file.
+/// The store is where it was written, holding no rule, its recovery copy is empty and its lock
+/// is a plain file.
 fn assert_store_untouched(store: &Path) {
     let rules: Value = serde_json::from_str(&std::fs::read_to_string(store).unwrap()).unwrap();
     assert_eq!(rules, json!({"rules": []}), "{}", store.display());
+    let mut next = store.as_os_str().to_owned();
+    next.push(".next");
+    assert_eq!(
+        std::fs::read(PathBuf::from(next)).unwrap(),
+        b"",
+        "the copy is empty"
+    );
     let mut lock = store.as_os_str().to_owned();
     lock.push(".lock");
     assert!(
@@ -348,6 +356,7 @@ allow = ["plant"]
         &json!([
             {"tool_calls": [
                 plant("store", "state/permissions.json", false),
+                plant("next", "state/permissions.json.next", false),
                 plant("lock", "state/permissions.json.lock", true),
                 plant("own", "state/notes.txt", false),
             ]},
@@ -357,7 +366,7 @@ allow = ["plant"]
     );
     let (_, v) = run_finished(&dir.agent(), "Go.").await;
     let calls = v["tool_calls"].as_array().unwrap();
-    for id in ["store", "lock"] {
+    for id in ["store", "next", "lock"] {
         let c = call(calls, id);
         assert_eq!(c["ok"], false, "{c}");
     }
@@ -414,6 +423,7 @@ command = ["python3", "tools/plant.py"]
         &json!([
             {"tool_calls": [
                 plant("store", "permissions.json", false),
+                plant("next", "permissions.json.next", false),
                 plant("lock", "permissions.json.lock", true),
             ]},
             {"text": "planted"}
