@@ -19,14 +19,16 @@
 //! store that does not read then gives way to a `.next` that does, so no earlier answer is lost,
 //! while a store broken by hand with an empty `.next` is an error naming both files (never
 //! quietly replaced by an older copy). A reader takes the lock shared, so it never sees a save
-//! half done.
+//! half done. Neither waits on the lock for ever: the model's processes see it read-only, but
+//! may still hold it (`flock` needs no more), so a save gives up with an error after 5 s, and a
+//! reader reads without it after 2 s.
 
 use std::fs::File;
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use agentloop::permissions::{
     Permission, PermissionRule, PermissionStore, PermissionStoreError, SaveRules,
@@ -62,9 +64,51 @@ pub fn open(
 
 /// How long a reader waits for the store's lock before it reads without it. A save holds the
 /// lock for milliseconds; a lock held longer is most likely held by something that is no save
-/// (a process of the model's that opened the lock only to hold it), and what no save writes is
-/// whole. Even a save caught in the middle leaves one of the store and its copy whole.
+/// (a process of the model's: the lock is read-only in its view, but `flock` needs no more), and
+/// what no save writes is whole. Even a save caught in the middle leaves one of the store and
+/// its copy whole.
 const READ_WAIT: Duration = Duration::from_secs(2);
+
+/// How long a save waits for the store's lock before it fails: a lock held that long is not
+/// held by another save, and waiting on would hang the answer, and the run, for as long as
+/// whatever holds it likes.
+const SAVE_WAIT: Duration = Duration::from_secs(5);
+
+/// Takes `lock` (shared or exclusive), waiting `within` at most: whether it was taken.
+///
+/// The wait is a blocking `flock` on a thread of its own (a clone of the same open file, which
+/// the lock belongs to) rather than tries in a loop, which a run saving answer after answer
+/// would win every time over another one sleeping between its tries. When the wait runs out
+/// the thread is left to wait on, and lets the lock go as soon as it gets it, by closing its
+/// clone once nobody takes its answer.
+fn take(lock: &File, shared: bool, within: Duration) -> std::io::Result<bool> {
+    let try_now = if shared {
+        fs4::fs_std::FileExt::try_lock_shared(lock)?
+    } else {
+        fs4::fs_std::FileExt::try_lock_exclusive(lock)?
+    };
+    if try_now {
+        return Ok(true);
+    }
+    let waiter = lock.try_clone()?;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::Builder::new()
+        .name("permission-store-lock".into())
+        .spawn(move || {
+            let taken = if shared {
+                fs4::fs_std::FileExt::lock_shared(&waiter)
+            } else {
+                fs4::fs_std::FileExt::lock_exclusive(&waiter)
+            };
+            let _ = tx.send(taken);
+            // `waiter` is closed here: the lock stays with `lock` when it was heard, and goes
+            // with the last clone when it was not.
+        })?;
+    match rx.recv_timeout(within) {
+        Ok(taken) => taken.map(|()| true),
+        Err(_) => Ok(false),
+    }
+}
 
 /// The rules kept in `path`, read under the store's lock taken shared (for [`READ_WAIT`] at
 /// most) when the lock is there to take: a store never saved has none, and a lock that is no
@@ -72,21 +116,9 @@ const READ_WAIT: Duration = Duration::from_secs(2);
 /// wait for.
 fn load(path: &Path) -> Result<Vec<PermissionRule>, PermissionStoreError> {
     let lock = existing_lock(&lock_path(path));
-    let mut locked = false;
-    if let Some(lock) = &lock {
-        let until = Instant::now() + READ_WAIT;
-        loop {
-            match fs4::fs_std::FileExt::try_lock_shared(lock) {
-                Ok(false) if Instant::now() < until => {
-                    std::thread::sleep(Duration::from_millis(10));
-                }
-                taken => {
-                    locked = matches!(taken, Ok(true));
-                    break;
-                }
-            }
-        }
-    }
+    let locked = lock
+        .as_ref()
+        .is_some_and(|lock| take(lock, true, READ_WAIT).unwrap_or(false));
     // The shared lock, if taken, is released when `lock` is dropped, after the read.
     match read(path) {
         // Unlocked, the store may have been read half-written and its copy just emptied by the
@@ -320,9 +352,20 @@ impl SaveRules for RulesFile {
             None => PathBuf::from("."),
         };
         std::fs::create_dir_all(&dir).map_err(io)?;
-        let lock = open_lock(&lock_path(path)).map_err(io)?;
+        let lock_file = lock_path(path);
+        let lock = open_lock(&lock_file).map_err(io)?;
         // Held until `lock` is dropped at the end of this function (closing the file releases it).
-        fs4::fs_std::FileExt::lock_exclusive(&lock).map_err(io)?;
+        if !take(&lock, false, SAVE_WAIT).map_err(io)? {
+            return Err(error(
+                path,
+                format!(
+                    "its lock {} has been held by another process for over {} s: the answer is \
+                     not saved",
+                    agentloop::printable::path(&lock_file),
+                    SAVE_WAIT.as_secs()
+                ),
+            ));
+        }
         let merged = merge(read(path)?, rules);
         let text = serde_json::to_string_pretty(&SavedRules { rules: merged })
             .map_err(|e| error(path, e.to_string()))?;
@@ -502,10 +545,12 @@ mod tests {
         );
     }
 
-    /// A lock held for longer than a save takes (by a process that opened it only to hold it)
-    /// delays a reader a moment, never for ever.
+    /// A lock another process holds for longer than a save takes (a process of the model's may
+    /// open the lock, read-only in its view, and `flock` it) delays a reader a moment and fails
+    /// a save after a while: neither hangs, and once it is let go a save goes through.
     #[test]
-    fn a_reader_waits_for_a_held_lock_only_a_moment() {
+    fn a_lock_another_process_holds_delays_a_reader_and_fails_a_save_never_hangs() {
+        use std::io::BufRead;
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("permissions.json");
         create_empty(&path).unwrap();
@@ -513,13 +558,41 @@ mod tests {
             .unwrap()
             .remember("a", Permission::Allow)
             .unwrap();
-        let held = File::open(lock_path(&path)).unwrap();
-        fs4::fs_std::FileExt::lock_exclusive(&held).unwrap();
-        let started = Instant::now();
-        let store = open(&path, Permission::Ask).unwrap();
+        let mut holder = std::process::Command::new("python3")
+            .args(["-c", "import fcntl, sys, time\nf = open(sys.argv[1])\n\
+                          fcntl.flock(f, fcntl.LOCK_EX)\nprint('held', flush=True)\ntime.sleep(120)\n"])
+            .arg(lock_path(&path))
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut said = String::new();
+        std::io::BufReader::new(holder.stdout.take().unwrap())
+            .read_line(&mut said)
+            .unwrap();
+        assert_eq!(said.trim(), "held");
+        let started = std::time::Instant::now();
+        let mut store = open(&path, Permission::Ask).unwrap();
         assert_eq!(store.rules(), &[answer("a", Permission::Allow)]);
         let waited = started.elapsed();
         assert!(waited >= READ_WAIT && waited < READ_WAIT * 5, "{waited:?}");
+        let started = std::time::Instant::now();
+        let err = store
+            .remember("b", Permission::Deny)
+            .unwrap_err()
+            .to_string();
+        let waited = started.elapsed();
+        assert!(err.contains("held by another process"), "{err}");
+        assert!(waited >= SAVE_WAIT && waited < SAVE_WAIT * 3, "{waited:?}");
+        holder.kill().unwrap();
+        holder.wait().unwrap();
+        store.remember("b", Permission::Deny).unwrap();
+        assert_eq!(
+            open(&path, Permission::Ask).unwrap().rules(),
+            &[
+                answer("a", Permission::Allow),
+                answer("b", Permission::Deny)
+            ]
+        );
     }
 
     /// A FIFO or a link put where the lock goes (by a process that could write the store's
