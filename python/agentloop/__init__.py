@@ -31,7 +31,7 @@ from ._outcome import (
     Usage,
 )
 from ._tools import EXCEPTION_CODE, OUTPUT_INVALID_CODE, Tool, tool
-from .errors import AgentloopError, FatalToolError, RunStopped, ToolError
+from .errors import AgentloopError, FatalToolError, RunStopped, SessionNotSaved, ToolError
 
 __all__ = [
     "Agent",
@@ -54,6 +54,7 @@ __all__ = [
     "RunStream",
     "STOP_REASONS",
     "ScriptedModel",
+    "SessionNotSaved",
     "Tool",
     "ToolCall",
     "ToolCallRecord",

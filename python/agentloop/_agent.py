@@ -25,11 +25,12 @@ from . import _agentloop
 from ._models import Model, native_model
 from ._outcome import Event, RunOutcome
 from ._tools import Dispatcher, RunScope, Tool, as_tool, loop_for_blocking_run
-from .errors import AgentloopError
+from .errors import AgentloopError, SessionNotSaved
 
 PathLike = Union[str, "os.PathLike[str]"]
 #: A run's end as the runtime gives it: ``(outcome, None, None)``, the outcome as objects (asked
-#: for with ``objects=True``), or ``(None, code, message)``.
+#: for with ``objects=True``); ``(None, code, message)`` when nothing ran; or ``(outcome, code,
+#: message)`` when the run ran but its session could not be saved after it.
 _End = Tuple[Optional[Any], Optional[str], Optional[str]]
 _OnDone = Callable[[Optional[Any], Optional[str], Optional[str]], None]
 
@@ -198,9 +199,10 @@ class Agent:
         """Runs the agent on ``input`` and waits for the outcome (the GIL is released while it
         waits). ``journal``: a SQLite journal that makes the run durable (resume it with
         :meth:`resume` after a crash). ``session``: go on with the stored conversation of that
-        name in ``sessions`` (created on first use). ``trace``: a trace file of the run, as
-        ``agentloop run --trace`` writes (``.ndjson`` or ``.db``; ``agentloop trace`` reads it).
-        Ctrl-C cancels the run."""
+        name in ``sessions`` (created on first use); a turn that ran but could not be saved
+        raises :class:`SessionNotSaved`, its ``outcome`` the run's. ``trace``: a trace file of
+        the run, as ``agentloop run --trace`` writes (``.ndjson`` or ``.db``; ``agentloop trace``
+        reads it). Ctrl-C cancels the run."""
         loop = loop_for_blocking_run()
         scope = self._dispatcher.run_scope(loop)
         handle = self._start(input, None, journal, session, sessions, trace, loop, scope=scope)
@@ -238,7 +240,8 @@ class Agent:
         """The run's events as they happen: ``async for event in agent.stream(input)``; the
         outcome is ``stream.outcome`` afterwards. Leaving the loop early cancels the run; once
         the iterator is closed (``aclose()``, or when it is collected), ``stream.outcome`` is the
-        cancelled run's."""
+        cancelled run's. A session turn that ran but could not be saved raises
+        :class:`SessionNotSaved` from the loop, ``stream.outcome`` set all the same."""
         return RunStream(self, input, journal, session, sessions, trace)
 
     def resume(self, run_id: str, *, journal: PathLike, force: bool = False) -> RunOutcome:
@@ -354,17 +357,24 @@ class Agent:
         the same: the tracebacks its calls left end with it."""
         try:
             return self._outcome(end, scope)
+        except SessionNotSaved as e:
+            return e.outcome
         except AgentloopError:
             return None
 
     def _outcome(self, end: _End, scope: RunScope) -> RunOutcome:
         """The run's outcome, with the tracebacks of its failed calls; a run that ended in an
-        error drops them (and those of calls that fail later), as a finished one does."""
+        error drops them (and those of calls that fail later), as a finished one does. A run
+        whose session could not be saved after it raises :class:`SessionNotSaved` with its
+        outcome: it ran, but the stored conversation lacks it."""
         tracebacks = scope.take()
         raw, code, message = end
         if raw is None:
             raise AgentloopError(code or "run.failed", message or "")
-        return RunOutcome.from_raw(raw, tracebacks)
+        outcome = RunOutcome.from_raw(raw, tracebacks)
+        if code is not None:
+            raise SessionNotSaved(code, message or "", outcome)
+        return outcome
 
 
 class RunStream:
@@ -407,7 +417,12 @@ class RunStream:
                 is_end, payload = await queue.get()
                 if is_end:
                     ended = True
-                    self.outcome = self._agent._outcome(payload, scope)
+                    try:
+                        self.outcome = self._agent._outcome(payload, scope)
+                    except SessionNotSaved as e:
+                        # The run happened: its outcome is the stream's all the same.
+                        self.outcome = e.outcome
+                        raise
                     return
                 yield Event.from_json(payload)
         finally:

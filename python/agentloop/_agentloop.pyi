@@ -6,7 +6,9 @@ from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 __version__: str
 
-# The outcome is its JSON text, or with ``objects=True`` the object itself.
+# ``(outcome, None, None)``; ``(None, code, message)`` when nothing ran; ``(outcome, code,
+# message)`` when the run ran but its session could not be saved (the save's error). The outcome
+# is its JSON text, or with ``objects=True`` the object itself.
 _End = Tuple[Optional[Any], Optional[str], Optional[str]]
 _OnDone = Callable[[Optional[Any], Optional[str], Optional[str]], None]
 # An approval callback: given the requests' JSON and the run's event loop, the answers' words or

@@ -38,6 +38,21 @@ class RunStopped(AgentloopError):
         return (type(self), (self.code, self.message, self.outcome), self.__dict__)
 
 
+class SessionNotSaved(AgentloopError):
+    """A run of a stored conversation (``run(..., session=...)``) that ran, but whose session
+    could not be written afterwards (a full disk, a store another program holds past its busy
+    timeout). ``code`` is the session error's (``session.io``); ``outcome`` is the run's whole
+    outcome: it happened (its tools ran, its spend is real), only the stored conversation lacks
+    this turn. The CLI shows the same run's outcome with this error and exits 10."""
+
+    def __init__(self, code: str, message: str, outcome: "RunOutcome") -> None:
+        super().__init__(code, message)
+        self.outcome: "RunOutcome" = outcome
+
+    def __reduce__(self) -> Tuple[Any, ...]:
+        return (type(self), (self.code, self.message, self.outcome), self.__dict__)
+
+
 class ToolError(Exception):
     """Raised by a tool: the model reads ``code`` and ``message`` and may recover. Any other
     exception is reported to the model as ``tool.exception`` with its type and message, its

@@ -12,6 +12,7 @@ import logging
 import pathlib
 import pickle
 import signal
+import sqlite3
 import threading
 import time
 from typing import Any, List, Tuple
@@ -29,6 +30,7 @@ from agentloop import (
     RunOutcome,
     RunStopped,
     ScriptedModel,
+    SessionNotSaved,
     ToolCall,
     ToolCallRecord,
     ToolError,
@@ -281,6 +283,68 @@ def test_a_session_carries_the_conversation_by_name(tmp_path: pathlib.Path) -> N
     other = agent.run("Hi.", session="bob", sessions=store)
     assert [first.output, second.output, other.output] == ["answer 1", "answer 2", "answer 3"]
     assert seen == [1, 2, 1]
+
+
+def test_a_session_turn_that_cannot_be_saved_keeps_its_outcome(tmp_path: pathlib.Path) -> None:
+    # The run happened (its tool ran, its spend is real) though its session could not be
+    # written: its outcome is reachable from the error, as the CLI prints it (review D5).
+    ran: List[str] = []
+
+    @tool
+    def get_weather(city: str) -> str:
+        """The temperature of a city."""
+        ran.append(city)
+        return "18"
+
+    agent = Agent(
+        model=ScriptedModel([[ToolCall("get_weather", {"city": "Paris"}, id="w")], "18 degrees in Paris."]),
+        tools=[get_weather],
+    )
+    store = tmp_path / "sessions.db"
+    assert agent.run("Weather?", session="other", sessions=store).stop_reason == "finished"
+    # From now on every write of a session fails, as on a full disk: the real store's own write,
+    # refused by SQLite.
+    db = sqlite3.connect(store)
+    db.execute(
+        "CREATE TRIGGER full BEFORE INSERT ON sessions "
+        "BEGIN SELECT RAISE(ABORT, 'database or disk is full'); END"
+    )
+    db.commit()
+    db.close()
+
+    def check(e: SessionNotSaved) -> None:
+        assert isinstance(e, AgentloopError) and e.code == "session.io", e
+        assert "could not be saved" in e.message and "database or disk is full" in e.message, e
+        out = e.outcome
+        assert out.stop_reason == "finished" and out.error is None, out
+        assert out.output == "18 degrees in Paris."
+        assert out.turns == 2 and out.model_calls == 2
+        assert [(c.tool, c.status) for c in out.tool_calls] == [("get_weather", "ok")]
+        copied = pickle.loads(pickle.dumps(e))
+        assert type(copied) is SessionNotSaved and copied.outcome == out and copied.code == e.code
+
+    with pytest.raises(SessionNotSaved) as blocking:
+        agent.run("Weather in Paris?", session="trip", sessions=store)
+    check(blocking.value)
+
+    async def both() -> Tuple[SessionNotSaved, SessionNotSaved, Any]:
+        with pytest.raises(SessionNotSaved) as awaited:
+            await agent.run_async("Weather in Paris?", session="trip", sessions=store)
+        stream = agent.stream("Weather in Paris?", session="trip", sessions=store)
+        with pytest.raises(SessionNotSaved) as streamed:
+            async for _ in stream:
+                pass
+        return awaited.value, streamed.value, stream.outcome
+
+    awaited, streamed, stream_outcome = asyncio.run(both())
+    check(awaited)
+    check(streamed)
+    assert stream_outcome == streamed.outcome
+    assert ran == ["Paris"] * 4
+    # The stored conversation lacks those turns.
+    db = sqlite3.connect(store)
+    assert [r[0] for r in db.execute("SELECT id FROM sessions")] == ["other"]
+    db.close()
 
 
 def test_an_agent_file_runs_as_the_cli_runs_it(repo_root: pathlib.Path) -> None:

@@ -19,6 +19,7 @@ from agentloop import (
     RunOutcome,
     RunStopped,
     ScriptedModel,
+    SessionNotSaved,
     ToolCall,
     protect_process,
     tool,
@@ -59,6 +60,11 @@ def use() -> Optional[str]:
     except RunStopped as e:
         stopped: RunOutcome = e.outcome
         codes.append(stopped.stop_reason)
+    try:
+        agent.run("Again?", session="alice", sessions="sessions.db")
+    except SessionNotSaved as e:
+        unsaved: RunOutcome = e.outcome
+        codes.append(e.code)
     try:
         Agent(model=Provider("openai", "gpt-4.1-mini", api_key_env="OPENAI_API_KEY"))
     except AgentloopError as e:

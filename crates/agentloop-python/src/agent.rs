@@ -10,6 +10,7 @@ use agentloop::event::Event;
 use agentloop::gate::{Answer, ApprovalRequest};
 use agentloop::journal::Journal;
 use agentloop::permissions::{ApprovalPrompter, Permission, PermissionGate, PermissionStore};
+use agentloop::session::SessionTurn;
 use agentloop::{Agent, CancellationToken, EventSink, Limits, Message, RunOptions, RunOutcome};
 use agentloop_cli::agent_file::AgentFile;
 use agentloop_cli::assemble::{self, Approval, StartedMcp};
@@ -26,11 +27,17 @@ use crate::outbox::Outbox;
 use crate::tool::{EVENT_LOOP, RUN_SCOPE, ToolDef};
 use crate::{error, runtime};
 
-/// How a run ended: the outcome's `--json` object, or an error's code and message.
-type Ended = Result<Value, (String, String)>;
+/// An error's stable code and message, as Python's `AgentloopError` takes them.
+type Failure = (String, String);
 
-/// [`Ended`] as Python reads it: `(outcome, None, None)` or `(None, code, message)`, the outcome
-/// its JSON text or, asked for with `objects`, the object as Python's dicts and lists.
+/// How a run ended: the outcome's `--json` object, with the error of its session's save when the
+/// session could not be written after it ([`SessionTurn::unsaved`]); or, when nothing ran, an
+/// error's code and message.
+type Ended = Result<(Value, Option<Failure>), Failure>;
+
+/// [`Ended`] as Python reads it: `(outcome, None, None)`, `(outcome, code, message)` (the run
+/// ran, its session was not saved) or `(None, code, message)` (nothing ran); the outcome its JSON
+/// text or, asked for with `objects`, the object as Python's dicts and lists.
 type EndedParts = (Option<Py<PyAny>>, Option<String>, Option<String>);
 
 /// An agent: the Rust [`Agent`], and the MCP servers an agent file started for it.
@@ -216,7 +223,8 @@ impl NativeAgent {
     }
 
     /// Starts a run of `input`. With `journal`, the run is durable there; with `sessions` and
-    /// `session`, it goes on with that stored conversation. `on_event` gets each event's JSON;
+    /// `session`, it goes on with that stored conversation, and a turn that ran but could not be
+    /// saved keeps its outcome beside the save's error. `on_event` gets each event's JSON;
     /// `on_done` gets the end (see [`RunHandle::wait`]); `event_loop` is where coroutine tools
     /// run; `scope` (the Python side's `RunScope`) goes with each of the run's tool calls to the
     /// dispatcher.
@@ -264,16 +272,21 @@ impl NativeAgent {
                 objects,
                 scope,
             },
-            move |options| -> BoxFuture<'static, Result<RunOutcome, (String, String)>> {
+            move |options| -> BoxFuture<'static, Result<SessionTurn, Failure>> {
                 Box::pin(async move {
                     match (store, session) {
+                        // An error here means nothing ran (the session was busy, damaged or
+                        // unreadable); a failed save after the run is the turn's `unsaved`.
                         (Some(store), Some(name)) => agent
-                            .run_session(&store, &name, input, options)
+                            .run_session_turn(&store, &name, input, options)
                             .await
                             .map_err(|e| (e.code().to_owned(), e.to_string())),
-                        _ => Ok(agent
-                            .run_with(Vec::new(), Some(Message::user(input)), options)
-                            .await),
+                        _ => Ok(SessionTurn {
+                            outcome: agent
+                                .run_with(Vec::new(), Some(Message::user(input)), options)
+                                .await,
+                            unsaved: None,
+                        }),
                     }
                 })
             },
@@ -332,7 +345,12 @@ impl NativeAgent {
                     Some(waited) => agent.resume_at(run, options, force, waited).await,
                     None => agent.resume(run, options, force).await,
                 };
-                resumed.map_err(|e| (e.code().to_owned(), e.to_string()))
+                resumed
+                    .map(|outcome| SessionTurn {
+                        outcome,
+                        unsaved: None,
+                    })
+                    .map_err(|e| (e.code().to_owned(), e.to_string()))
             })
         })
     }
@@ -363,7 +381,7 @@ impl NativeAgent {
         &self,
         py: Python<'_>,
         launch: Launch,
-        run: impl FnOnce(RunOptions) -> BoxFuture<'static, Result<RunOutcome, (String, String)>>,
+        run: impl FnOnce(RunOptions) -> BoxFuture<'static, Result<SessionTurn, Failure>>,
     ) -> PyResult<RunHandle> {
         let (on_done, sinks, journal, objects) =
             (launch.on_done, launch.sinks, launch.journal, launch.objects);
@@ -389,9 +407,18 @@ impl NativeAgent {
         let (tx, rx) = mpsc::channel();
         let running = run(options);
         let task = async move {
-            let ended: Ended = running
-                .await
-                .map(|outcome| outcome_json(&outcome, priced, journal_path.as_deref()));
+            let ended: Ended = running.await.map(|SessionTurn { outcome, unsaved }| {
+                // The save's error as the CLI gives it, naming the run's own error if any.
+                let unsaved = unsaved.map(|e| {
+                    let said = agentloop_cli::render::unsaved_session_json(&outcome, &e);
+                    let message = said.get("message").and_then(Value::as_str);
+                    (e.code().to_owned(), message.unwrap_or_default().to_owned())
+                });
+                (
+                    outcome_json(&outcome, priced, journal_path.as_deref()),
+                    unsaved,
+                )
+            });
             // As the CLI does: a trace that could not be written is said, never the run's failure.
             if let Some(Err(e)) = trace.as_ref().map(|t| t.finish()) {
                 eprintln!(
@@ -591,17 +618,24 @@ fn answer_of(word: &str) -> Result<Answer, String> {
 }
 
 fn split(py: Python<'_>, ended: &Ended, objects: bool) -> EndedParts {
-    let outcome = match ended {
-        Ok(value) if objects => crate::value::to_python(py, value),
-        Ok(value) => value
+    let (value, unsaved) = match ended {
+        Ok(ran) => ran,
+        Err((code, message)) => return (None, Some(code.clone()), Some(message.clone())),
+    };
+    let outcome = if objects {
+        crate::value::to_python(py, value)
+    } else {
+        value
             .to_string()
             .into_pyobject(py)
             .map(|s| s.into_any().unbind())
-            .map_err(PyErr::from),
-        Err((code, message)) => return (None, Some(code.clone()), Some(message.clone())),
+            .map_err(PyErr::from)
     };
     match outcome {
-        Ok(outcome) => (Some(outcome), None, None),
+        Ok(outcome) => match unsaved {
+            Some((code, message)) => (Some(outcome), Some(code.clone()), Some(message.clone())),
+            None => (Some(outcome), None, None),
+        },
         // Only Python out of memory gets here: the run's end is still said.
         Err(e) => (None, Some("run.failed".into()), Some(e.to_string())),
     }
