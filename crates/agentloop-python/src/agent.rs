@@ -44,7 +44,8 @@ type EndedParts = (Option<Py<PyAny>>, Option<String>, Option<String>);
 #[pyclass(module = "agentloop._agentloop", frozen)]
 pub(crate) struct NativeAgent {
     agent: Agent,
-    mcp: Option<StartedMcp>,
+    /// Shared with the task that stops them ([`shut_down`]).
+    mcp: Option<Arc<StartedMcp>>,
     /// Its answers are priced: an unknown price is then an unknown cost (`cost_usd` null).
     priced: bool,
     /// Its runs' OpenTelemetry export, when asked for.
@@ -178,34 +179,33 @@ impl NativeAgent {
             Some(f) => Approval::Prompter(Arc::new(PythonPrompter(Arc::new(f)))),
             None => Approval::Nobody("no approval callback was given"),
         };
-        let rt = runtime()?;
-        let built: Result<(Agent, StartedMcp), (String, String)> = py.detach(|| {
-            rt.block_on(async {
-                let fail = |e: agentloop_cli::error::CliError| (e.code().to_owned(), e.to_string());
-                let model = crate::model::per_run(assemble::model(&file).map_err(fail)?);
-                let mcp = StartedMcp::start(&file).await.map_err(fail)?;
-                match assemble::agent_with(&file, model, &approval, &mcp, tools) {
-                    Ok(agent) => Ok((agent, mcp)),
-                    Err(e) => {
-                        mcp.shutdown().await;
-                        Err(fail(e))
-                    }
-                }
-            })
-        });
-        let (agent, mcp) = built.map_err(|(code, message)| error(&code, message))?;
         let exported = otel.unwrap_or(file.spec.otel == Some(true)) || otel_payloads;
+        let priced = assemble::has_pricing(file.model());
+        let built = wait_interruptibly(py, OnInterrupt::Drop, async move {
+            let fail = |e: agentloop_cli::error::CliError| (e.code().to_owned(), e.to_string());
+            let model = crate::model::per_run(assemble::model(&file).map_err(fail)?);
+            let mcp = StartedMcp::start(&file).await.map_err(fail)?;
+            match assemble::agent_with(&file, model, &approval, &mcp, tools) {
+                Ok(agent) => Ok((agent, mcp)),
+                Err(e) => {
+                    mcp.shutdown().await;
+                    Err(fail(e))
+                }
+            }
+        })?;
+        let (agent, mcp) = built.map_err(|(code, message)| error(&code, message))?;
+        let mcp = Arc::new(mcp);
         let otel = match exported.then(|| Otel::start(otel_payloads)).transpose() {
             Ok(otel) => otel,
             Err(e) => {
-                py.detach(|| rt.block_on(mcp.shutdown()));
+                shut_down(py, &mcp)?;
                 return Err(e);
             }
         };
         Ok(NativeAgent {
             agent,
             mcp: Some(mcp),
-            priced: assemble::has_pricing(file.model()),
+            priced,
             otel,
         })
     }
@@ -362,10 +362,11 @@ impl NativeAgent {
     }
 
     /// Stops the agent file's MCP servers and the OpenTelemetry exporter (sending what waits).
+    /// Ctrl-C stops the wait for the servers, which go on being stopped on the runtime (see
+    /// [`shut_down`]).
     fn close(&self, py: Python<'_>) -> PyResult<()> {
         if let Some(mcp) = &self.mcp {
-            let rt = runtime()?;
-            py.detach(|| rt.block_on(mcp.shutdown()));
+            shut_down(py, mcp)?;
         }
         if let Some(otel) = &self.otel {
             py.detach(|| otel.shutdown());
@@ -460,6 +461,76 @@ impl NativeAgent {
             objects,
         })
     }
+}
+
+/// How often a wait for the runtime ([`wait_interruptibly`]) lets Python's signal handlers run:
+/// as often as `Agent.run` polls its run's end.
+const SIGNAL_POLL: Duration = Duration::from_millis(100);
+
+/// How long an interrupted wait ([`OnInterrupt::Drop`]) waits for its work to be dropped. The
+/// work is async, so it is dropped at once; the bound only keeps Ctrl-C from ever hanging.
+const DROP_WAIT: Duration = Duration::from_secs(5);
+
+/// What an interrupted [`wait_interruptibly`] does with its work.
+#[derive(Clone, Copy)]
+enum OnInterrupt {
+    /// Drops it before `KeyboardInterrupt` is raised, and with it what it started: a server half
+    /// started is killed as its handle drops (`Agent.from_file`).
+    Drop,
+    /// Lets it finish on the runtime while Python handles the interrupt: servers being stopped
+    /// go on being stopped (stdin closed, then SIGTERM, then SIGKILL), none left running
+    /// (`agent.close()`).
+    Finish,
+}
+
+/// Runs `work` on the shared runtime and waits for it without the GIL, in slices of
+/// [`SIGNAL_POLL`] between which Python's signal handlers run. A blocked `block_on` would read
+/// Ctrl-C only once it returns: an MCP server that hangs in its handshake would hold
+/// `Agent.from_file` for the server's timeout (60 s by default). Here `KeyboardInterrupt` is
+/// raised within a slice, `work` dropped or left to finish as `on_interrupt` says.
+///
+/// Ctrl-C reaches this wait only where Python handles SIGINT: a process started with SIGINT
+/// ignored (a background job of a non-interactive shell, and every process it starts) keeps
+/// ignoring it, as Python leaves an inherited `SIG_IGN` alone.
+fn wait_interruptibly<T: Send + 'static>(
+    py: Python<'_>,
+    on_interrupt: OnInterrupt,
+    work: impl std::future::Future<Output = T> + Send + 'static,
+) -> PyResult<T> {
+    let rt = runtime()?;
+    let mut task = rt.spawn(work);
+    loop {
+        // The timer is made inside `block_on`: made outside, it would find no runtime.
+        let slice =
+            py.detach(|| rt.block_on(async { tokio::time::timeout(SIGNAL_POLL, &mut task).await }));
+        match slice {
+            Ok(Ok(done)) => return Ok(done),
+            Ok(Err(e)) => return Err(error("runtime.panicked", e)),
+            Err(_) => {
+                let Err(interrupted) = py.check_signals() else {
+                    continue;
+                };
+                if let OnInterrupt::Drop = on_interrupt {
+                    task.abort();
+                    // Dropped before Python hears of it, so that what it started is stopped by
+                    // the time the caller handles the interrupt (and not by a later poll).
+                    py.detach(|| {
+                        rt.block_on(async {
+                            let _ = tokio::time::timeout(DROP_WAIT, &mut task).await;
+                        })
+                    });
+                }
+                return Err(interrupted);
+            }
+        }
+    }
+}
+
+/// Stops an agent file's MCP servers; Ctrl-C stops the wait, not the stopping
+/// ([`OnInterrupt::Finish`]).
+fn shut_down(py: Python<'_>, mcp: &Arc<StartedMcp>) -> PyResult<()> {
+    let mcp = Arc::clone(mcp);
+    wait_interruptibly(py, OnInterrupt::Finish, async move { mcp.shutdown().await })
 }
 
 /// How a run is started: where its end and events go, where its coroutine tools run, its
