@@ -11,9 +11,23 @@ use crate::agent_file::{AgentFile, LoadError};
 use crate::error::{CliError, EXIT_CODES_HELP};
 use crate::{a2a, completions, durable, init, mcp, otel, questions, restate, sessions};
 
+/// `agentloop --help`'s text above the commands: the one-line about (the package's description), and the
+/// variable that sets the log on stderr (`logging.rs`).
+const LONG_ABOUT: &str = concat!(
+    env!("CARGO_PKG_DESCRIPTION"),
+    "
+
+What agentloop's crates log (a model call retried, a fallback taken, an MCP server that exited
+or whose tools collide) is shown on stderr, one line each (`agentloop: warning: ...`), never on
+stdout. AGENTLOOP_LOG sets what is shown, as a tracing filter: a level (`off`, `error`, `warn`,
+`info`, `debug`, `trace`) or TARGET=LEVEL pairs, comma-separated (`agentloop_providers=debug`).
+Unset, it is `agentloop=warn`: agentloop's warnings and errors, none of its dependencies'
+(rmcp, hyper, reqwest, h2, restate-sdk). Colour only on a terminal, and not with NO_COLOR set."
+);
+
 /// Runs bounded, tool-using LLM agents described in TOML agent files.
 #[derive(Debug, Parser)]
-#[command(name = "agentloop", version, about, after_help = EXIT_CODES_HELP)]
+#[command(name = "agentloop", version, about, long_about = LONG_ABOUT, after_help = EXIT_CODES_HELP)]
 pub(crate) struct Cli {
     #[command(subcommand)]
     pub(crate) command: Command,
@@ -93,7 +107,7 @@ pub(crate) struct RunArgs {
     /// Prints exactly one JSON object on stdout when the run ends, and nothing else there.
     #[arg(long, conflicts_with = "quiet")]
     pub(crate) json: bool,
-    /// Prints only the final output.
+    /// Prints only the final output (warnings still go to stderr; AGENTLOOP_LOG=off hides them).
     #[arg(long, short)]
     pub(crate) quiet: bool,
     /// Runs nothing with side effects: a scripted agent runs its script with every tool skipped;

@@ -17,7 +17,6 @@ use crate::approval::CancelSlot;
 use crate::args::{AgentFileArg, ApprovalArgs, TraceArgs};
 use crate::assemble;
 use crate::error::{CliError, outcome_exit_code};
-use crate::render::Progress;
 use crate::runs::{Shown, approval_for, cancel_on_ctrl_c, finish_trace, print_outcome, run_sinks};
 
 /// `agentloop resume`.
@@ -44,7 +43,7 @@ pub struct GoOnArgs {
     /// Prints exactly one JSON object on stdout when the run ends, and nothing else there.
     #[arg(long, conflicts_with = "quiet")]
     pub json: bool,
-    /// Prints only the final output.
+    /// Prints only the final output (warnings still go to stderr; AGENTLOOP_LOG=off hides them).
     #[arg(long, short)]
     quiet: bool,
     #[command(flatten)]
@@ -421,7 +420,7 @@ async fn go_on(
 ) -> Result<i32, CliError> {
     // A script goes on where the journal left it: `Agent::resume` asks the model.
     let model = assemble::model(&file)?;
-    let progress = Arc::new(Progress::new());
+    let progress = crate::logging::progress();
     let cancel = agentloop::CancellationToken::new();
     let slot: CancelSlot = Arc::new(std::sync::Mutex::new(Some(cancel.clone())));
     let approval = approval_for(&go.approval, go.json, &progress, &slot);

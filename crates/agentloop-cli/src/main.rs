@@ -45,6 +45,7 @@ mod completions;
 mod durable;
 mod eval;
 mod init;
+mod logging;
 mod mcp;
 mod otel;
 mod plan;
@@ -69,7 +70,6 @@ use crate::approval::{CancelSlot, ChannelLines, DRY_RUN_REASON, NO_TERMINAL_REAS
 use crate::args::{ChatArgs, Cli, Command, PlanArgs, RunArgs, TraceCommand};
 use crate::assemble::Approval;
 use crate::error::{CliError, code, outcome_exit_code};
-use crate::render::Progress;
 use crate::runs::{
     Shown, approval_for, ask_at_the_terminal, can_prompt, cancel_on_ctrl_c, ctrl_c_in_chat,
     finish_trace, print_final, print_outcome, run_sinks,
@@ -83,6 +83,9 @@ fn main() -> ExitCode {
         return ExitCode::from(1);
     }
     let cli = Cli::parse();
+    // After the command line is read (`--help` shows no warning about `AGENTLOOP_LOG`), before
+    // anything logs.
+    logging::install();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -229,7 +232,7 @@ async fn run(args: RunArgs) -> Result<i32, CliError> {
         return Ok(code::OK);
     }
     let model = assemble::model(&file)?;
-    let progress = Arc::new(Progress::new());
+    let progress = logging::progress();
     let cancel = CancellationToken::new();
     let slot: CancelSlot = Arc::new(std::sync::Mutex::new(Some(cancel.clone())));
     let journal = args
@@ -323,7 +326,7 @@ async fn chat(args: ChatArgs) -> Result<i32, CliError> {
             .collect::<Vec<_>>(),
     );
     let model = assemble::model(&file)?;
-    let progress = Arc::new(Progress::new());
+    let progress = logging::progress();
     let interactive = std::io::stdin().is_terminal();
     // Inputs and approval answers are both lines of stdin, read by one thread.
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<String>();

@@ -60,6 +60,26 @@ impl Progress {
             .unwrap_or_default()
     }
 
+    /// Runs `write`, which writes whole lines on stderr (the log's), clear of the progress: the
+    /// line of streamed text ended first, the spinner hidden meanwhile and drawn again after (a
+    /// spinner redraws by erasing the lines it last drew, which would take the log's with it).
+    /// Never waits on the progress: while it is being drawn (by another thread, or by this one,
+    /// which must not deadlock on itself), `write` runs as it is.
+    pub fn interrupt(&self, write: impl FnOnce()) {
+        let Ok(mut s) = self.state.try_lock() else {
+            write();
+            return;
+        };
+        if s.mid_line {
+            let _ = writeln!(std::io::stderr());
+            s.mid_line = false;
+        }
+        match &s.spinner {
+            Some(sp) => sp.suspend(write),
+            None => write(),
+        }
+    }
+
     /// Ends the line of streamed text, if one is open.
     pub fn end_line(&self) {
         if let Ok(mut s) = self.state.lock() {

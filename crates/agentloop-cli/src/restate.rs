@@ -183,7 +183,7 @@ pub struct AttachArgs {
     /// nothing else there.
     #[arg(long, conflicts_with = "quiet")]
     pub json: bool,
-    /// Prints only the final output.
+    /// Prints only the final output (warnings still go to stderr; AGENTLOOP_LOG=off hides them).
     #[arg(long, short)]
     quiet: bool,
 }
@@ -413,7 +413,7 @@ const NEWS_EVERY: Duration = Duration::from_millis(150);
 /// `agentloop attach ID`: the run's events as they come, then its outcome.
 pub async fn attach(args: AttachArgs) -> Result<i32, CliError> {
     let ingress = args.ingress.ingress()?;
-    let progress = Arc::new(Progress::new());
+    let progress = crate::logging::progress();
     let shown = !args.json && !args.quiet;
     let ended = ingress.attach(&args.id);
     tokio::pin!(ended);

@@ -226,7 +226,9 @@ pub async fn agentloop_env(args: Vec<String>, env: Vec<(&'static str, &'static s
         cmd.args(&args)
             .env_remove("OPENAI_API_KEY")
             .env_remove("ANTHROPIC_API_KEY")
-            .env_remove("AGENTLOOP_TEST_KEY");
+            .env_remove("AGENTLOOP_TEST_KEY")
+            // The log's filter is the test's to set: a developer's own does not change stderr.
+            .env_remove("AGENTLOOP_LOG");
         for (k, v) in env {
             cmd.env(k, v);
         }

@@ -1,0 +1,134 @@
+#![allow(
+    clippy::indexing_slicing,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic
+)]
+//! What agentloop's crates log reaches the user of the `agentloop` binary: one line each on
+//! stderr, stdout untouched, the level set by `AGENTLOOP_LOG`. The binary runs against a fake
+//! provider on loopback that fails once with a retryable status, then answers.
+
+mod support;
+
+use support::*;
+
+/// `agentloop run --json` of the weather agent at a provider whose first answer is a 500 (which
+/// the retry layer retries) and whose second is a streamed text, with `env` set.
+async fn run_retried(env: Vec<(&'static str, &'static str)>, json: bool) -> std::process::Output {
+    let fake = FakeProvider::start(
+        "/v1/chat/completions",
+        vec![
+            status(500, "synthetic/oai_chat_err_500_server_error.json"),
+            ok("openai_chat/oai_chat_s_text.sse"),
+        ],
+    )
+    .await;
+    let dir = AgentDir::new(&openai_agent(&fake.uri(), ""));
+    let mut env = env;
+    env.push(("AGENTLOOP_TEST_KEY", TEST_KEY));
+    let mut argv = args(&["run", dir.agent().to_str().unwrap(), "--input", "hi"]);
+    if json {
+        argv.push("--json".into());
+    }
+    let out = agentloop_env(argv, env).await;
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    assert_eq!(fake.requests().await.len(), 2, "one retry");
+    out
+}
+
+/// The lines of stderr that are the log's retry warning.
+fn retry_lines(out: &std::process::Output) -> Vec<String> {
+    stderr(out)
+        .lines()
+        .filter(|l| l.contains("retrying"))
+        .map(str::to_owned)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_retried_model_call_is_a_warning_on_stderr_and_json_stays_one_document() {
+    let out = run_retried(Vec::new(), true).await;
+    let lines = retry_lines(&out);
+    assert_eq!(lines.len(), 1, "stderr: {}", stderr(&out));
+    assert!(
+        lines[0].starts_with(
+            "agentloop: warning: model call failed; retrying (model=gpt-4o, attempt=1, \
+             code=model.server_error, status=500, wait_ms="
+        ),
+        "{}",
+        lines[0]
+    );
+    // stdout is the one JSON document, untouched by the log.
+    let text = stdout(&out);
+    assert_eq!(text.trim_end().lines().count(), 1, "{text}");
+    assert!(!text.contains("agentloop:"), "{text}");
+    let v = stdout_json(&out);
+    assert_eq!(v["stop_reason"], "finished", "{v}");
+    assert!(!stderr(&out).contains(TEST_KEY));
+    // No colour when stderr is not a terminal.
+    assert!(!stderr(&out).contains('\u{1b}'));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn without_json_stdout_holds_the_answer_alone_and_the_warning_goes_to_stderr() {
+    let out = run_retried(Vec::new(), false).await;
+    assert_eq!(retry_lines(&out).len(), 1, "stderr: {}", stderr(&out));
+    assert!(!stdout(&out).contains("retrying"), "{}", stdout(&out));
+    assert!(!stdout(&out).trim().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn agentloop_log_off_silences_the_warning() {
+    let shown = run_retried(vec![("AGENTLOOP_LOG", "warn")], true).await;
+    assert_eq!(retry_lines(&shown).len(), 1, "stderr: {}", stderr(&shown));
+    let out = run_retried(vec![("AGENTLOOP_LOG", "off")], true).await;
+    assert!(retry_lines(&out).is_empty(), "stderr: {}", stderr(&out));
+    assert!(
+        !stderr(&out).contains("agentloop: warning"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(stdout_json(&out)["stop_reason"], "finished");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn agentloop_log_names_a_crate_and_a_level() {
+    // Another crate's warnings only: the providers' retry is not shown.
+    let out = run_retried(vec![("AGENTLOOP_LOG", "agentloop_mcp=warn")], true).await;
+    assert!(retry_lines(&out).is_empty(), "stderr: {}", stderr(&out));
+    // The providers' at debug: the retry is shown.
+    let out = run_retried(vec![("AGENTLOOP_LOG", "agentloop_providers=debug")], true).await;
+    assert_eq!(retry_lines(&out).len(), 1, "stderr: {}", stderr(&out));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_invalid_agentloop_log_is_said_and_the_default_used() {
+    let out = run_retried(vec![("AGENTLOOP_LOG", "agentloop=loud")], true).await;
+    let err = stderr(&out);
+    let first = err.lines().next().unwrap_or_default();
+    assert!(
+        first.starts_with(
+            "agentloop: warning: AGENTLOOP_LOG=\"agentloop=loud\" is not a valid filter"
+        ),
+        "{err}"
+    );
+    assert_eq!(
+        err.lines().filter(|l| l.contains("AGENTLOOP_LOG")).count(),
+        1,
+        "{err}"
+    );
+    assert_eq!(
+        retry_lines(&out).len(),
+        1,
+        "the default still shows warnings: {err}"
+    );
+    assert_eq!(stdout_json(&out)["stop_reason"], "finished");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_help_names_the_log_variable_and_its_default() {
+    let out = agentloop(args(&["--help"])).await;
+    let help = stdout(&out);
+    assert!(help.contains("AGENTLOOP_LOG sets what is shown"), "{help}");
+    assert!(help.contains("`agentloop=warn`"), "{help}");
+}
