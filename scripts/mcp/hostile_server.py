@@ -6,8 +6,8 @@
 # `subscriptions/listen`). Tools: `echo` (answers its `message`), `slow` (sleeps `secs`, then
 # answers), `change` (adds `added` and announces that the list changed), `stray` (sends progress
 # under the tokens 0..N-1 that no call of its holds, then answers), `whoami` (answers this
-# process's pid). Options say how it misbehaves; see `--help`. Used by agentloop-mcp's and
-# agentloop-cli's tests.
+# process's pid), and `crash` with `--crash-call`. Options say how it misbehaves; see `--help`.
+# Used by agentloop-mcp's and agentloop-cli's tests.
 import argparse, json, os, sys, threading, time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -52,6 +52,9 @@ p.add_argument("--flood-endless", action="store_true",
 p.add_argument("--flood-sse", action="store_true",
                help="over HTTP, `flood` answers as an event stream: one event of BYTES bytes, "
                     "or one without end with `--flood-endless`")
+p.add_argument("--crash-call", metavar="TEXT",
+               help="one more tool, `crash`: its call writes TEXT on stderr (`\\n` read as a "
+                    "line break) and exits 1, as a server that dies saying why")
 args = p.parse_args()
 
 if args.stderr_env:
@@ -93,6 +96,8 @@ if args.huge_schema:
 if args.refuse_env:
     tools.append({"name": "refuse", "description": "Refused.", "inputSchema": obj})
     tools.append({"name": "fail", "description": "Fails.", "inputSchema": obj})
+if args.crash_call:
+    tools.append({"name": "crash", "description": "Exits.", "inputSchema": obj})
 if args.flood or args.flood_endless:
     tools.append({"name": "flood", "description": "Floods.", "inputSchema": obj})
 lock = threading.Lock()
@@ -180,6 +185,10 @@ def handle(msg, notify):
                 "code": -32001, "message": f"invalid token: {os.environ.get(args.refuse_env)}"}}
         if name == "fail" and args.refuse_env:
             return text(id, f"refused token {os.environ.get(args.refuse_env)}", error=True)
+        if name == "crash" and args.crash_call:
+            sys.stderr.write(args.crash_call.replace("\\n", "\n") + "\n")
+            sys.stderr.flush()
+            os._exit(1)
         if name == "flood" and args.flood:
             return text(id, "x" * args.flood)
         return text(id, "no such tool", error=True)

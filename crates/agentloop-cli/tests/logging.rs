@@ -132,3 +132,57 @@ async fn the_help_names_the_log_variable_and_its_default() {
     assert!(help.contains("AGENTLOOP_LOG sets what is shown"), "{help}");
     assert!(help.contains("`agentloop=warn`"), "{help}");
 }
+
+/// What the project's misbehaving MCP server (`scripts/mcp/hostile_server.py`) says on stderr
+/// before its `crash` tool exits: two credentials and a terminal escape sequence (TOML's escapes).
+const CRASH_SAYS: &str = r"Authorization: Bearer hunter2-from-the-server\nretrying with OPENAI_API_KEY=sk-live-0123456789abcdef\n\u001b]0;pwned\u0007bye";
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_mcp_servers_exit_is_one_redacted_line_on_stderr() {
+    let server = support::repo().join("scripts/mcp/hostile_server.py");
+    let dir = AgentDir::new(&format!(
+        r#"name = "crashy"
+[model]
+provider = "scripted"
+script = "script.json"
+[[mcp]]
+name = "crashy"
+command = ["python3", "{}", "--crash-call", "{CRASH_SAYS}"]
+"#,
+        server.display()
+    ));
+    dir.write(
+        "script.json",
+        r#"[{"tool_calls": [{"id": "c", "name": "crashy__crash", "arguments": {}}]}, {"text": "done"}]"#,
+    );
+    let out = agentloop(args(&[
+        "run",
+        dir.agent().to_str().unwrap(),
+        "--input",
+        "go",
+        "--json",
+    ]))
+    .await;
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    assert_eq!(stdout_json(&out)["output"], "done");
+    let err = stderr(&out);
+    let exited: Vec<&str> = err
+        .lines()
+        .filter(|l| l.starts_with("agentloop: warning: the MCP server exited"))
+        .collect();
+    assert_eq!(exited.len(), 1, "{err}");
+    // The server's stderr tail is on that one line, its credentials redacted, its escape
+    // sequence shown as escapes.
+    let line = exited[0];
+    assert!(line.contains("server=crashy"), "{line}");
+    assert!(line.contains("Authorization: [redacted]"), "{line}");
+    assert!(line.contains("\\u{1b}]0;pwned\\u{7}bye"), "{line}");
+    for secret in ["hunter2", "sk-live-0123456789abcdef"] {
+        assert!(!err.contains(secret), "{secret} in {err}");
+    }
+    assert!(!err.contains('\u{1b}'), "{err}");
+    assert!(
+        !err.lines().any(|l| l.starts_with("Authorization")),
+        "{err}"
+    );
+}
