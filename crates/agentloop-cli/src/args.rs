@@ -17,12 +17,12 @@ const LONG_ABOUT: &str = concat!(
     env!("CARGO_PKG_DESCRIPTION"),
     "
 
-What agentloop's crates log (a model call retried, a fallback taken, an MCP server that exited
-or whose tools collide) is shown on stderr, one line each (`agentloop: warning: ...`), never on
+What agentloop's crates log (a model call retried, an MCP server that exited or whose tools
+collide) is shown on stderr, one line each (`agentloop: warning: ...`), never on
 stdout. AGENTLOOP_LOG sets what is shown, as a tracing filter: a level (`off`, `error`, `warn`,
 `info`, `debug`, `trace`) or TARGET=LEVEL pairs, comma-separated (`agentloop_providers=debug`).
 Unset, it is `agentloop=warn`: agentloop's warnings and errors, none of its dependencies'
-(rmcp, hyper, reqwest, h2, restate-sdk). Colour only on a terminal, and not with NO_COLOR set."
+(rmcp, hyper, reqwest, h2, restate-sdk). Colour only on a terminal, and not with NO_COLOR set (non-empty)."
 );
 
 /// Runs bounded, tool-using LLM agents described in TOML agent files.

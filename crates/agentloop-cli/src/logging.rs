@@ -1,6 +1,6 @@
 //! The process's `tracing` subscriber. The libraries log what a person at the terminal should
-//! hear of (a model call retried, a fallback taken, an MCP server that exited or whose tools
-//! collide, a run's news not sent); without a subscriber it reaches nobody. Each event becomes
+//! hear of (a model call retried, an MCP server that exited or whose tools collide, a run's
+//! news not sent); without a subscriber it reaches nobody. Each event becomes
 //! one line on stderr, `agentloop: warning: …`, never on stdout, which holds the answer and
 //! `--json`'s one document.
 //!
