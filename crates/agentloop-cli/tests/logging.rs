@@ -186,3 +186,40 @@ command = ["python3", "{}", "--crash-call", "{CRASH_SAYS}"]
         "{err}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tool_that_collides_when_a_servers_list_changes_mid_run_is_said_once() {
+    // `echo` is renamed to the name `change` makes its new tool `added` take.
+    let server = support::repo().join("scripts/mcp/hostile_server.py");
+    let dir = AgentDir::new(&format!(
+        r#"name = "changing"
+[model]
+provider = "scripted"
+script = "script.json"
+[[mcp]]
+name = "h"
+command = ["python3", "{}"]
+rename = {{ echo = "h__added" }}
+"#,
+        server.display()
+    ));
+    dir.write(
+        "script.json",
+        r#"[{"tool_calls": [{"id": "c", "name": "h__change", "arguments": {}}]},
+            {"tool_calls": [{"id": "w", "name": "h__whoami", "arguments": {}}]},
+            {"tool_calls": [{"id": "x", "name": "h__whoami", "arguments": {}}]},
+            {"text": "done"}]"#,
+    );
+    let (out, _) = run_finished(&dir.agent(), "go").await;
+    let err = stderr(&out);
+    let said: Vec<&str> = err
+        .lines()
+        .filter(|l| l.starts_with("agentloop: warning: ") && l.contains("h__added"))
+        .collect();
+    assert_eq!(said.len(), 1, "{err}");
+    assert!(
+        said[0].contains("\"added\" is left out") && said[0].ends_with("(server=h)"),
+        "{}",
+        said[0]
+    );
+}
