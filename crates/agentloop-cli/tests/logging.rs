@@ -133,38 +133,38 @@ async fn the_help_names_the_log_variable_and_its_default() {
     assert!(help.contains("`agentloop=warn`"), "{help}");
 }
 
-/// What the project's misbehaving MCP server (`scripts/mcp/hostile_server.py`) says on stderr
-/// before its `crash` tool exits: two credentials and a terminal escape sequence (TOML's escapes).
-const CRASH_SAYS: &str = r"Authorization: Bearer hunter2-from-the-server\nretrying with OPENAI_API_KEY=sk-live-0123456789abcdef\n\u001b]0;pwned\u0007bye";
-
-#[tokio::test(flavor = "multi_thread")]
-async fn an_mcp_servers_exit_is_one_redacted_line_on_stderr() {
+/// A scripted agent answering `script` whose one MCP server, `h`, is the project's misbehaving
+/// server (`scripts/mcp/hostile_server.py`) with `flags`; `extra` ends its `[[mcp]]` table.
+fn hostile_agent(flags: &str, extra: &str, script: &str) -> AgentDir {
     let server = support::repo().join("scripts/mcp/hostile_server.py");
     let dir = AgentDir::new(&format!(
-        r#"name = "crashy"
+        r#"name = "hostile"
 [model]
 provider = "scripted"
 script = "script.json"
 [[mcp]]
-name = "crashy"
-command = ["python3", "{}", "--crash-call", "{CRASH_SAYS}"]
+name = "h"
+command = ["python3", "{}"{flags}]
+{extra}
 "#,
         server.display()
     ));
-    dir.write(
-        "script.json",
-        r#"[{"tool_calls": [{"id": "c", "name": "crashy__crash", "arguments": {}}]}, {"text": "done"}]"#,
+    dir.write("script.json", script);
+    dir
+}
+
+/// What the hostile server says on stderr before its `crash` tool exits: two credentials and a
+/// terminal escape sequence (TOML's escapes).
+const CRASH_SAYS: &str = r"Authorization: Bearer hunter2-from-the-server\nretrying with OPENAI_API_KEY=sk-live-0123456789abcdef\n\u001b]0;pwned\u0007bye";
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_mcp_servers_exit_is_one_redacted_line_on_stderr() {
+    let dir = hostile_agent(
+        &format!(r#", "--crash-call", "{CRASH_SAYS}""#),
+        "",
+        r#"[{"tool_calls": [{"id": "c", "name": "h__crash", "arguments": {}}]}, {"text": "done"}]"#,
     );
-    let out = agentloop(args(&[
-        "run",
-        dir.agent().to_str().unwrap(),
-        "--input",
-        "go",
-        "--json",
-    ]))
-    .await;
-    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
-    assert_eq!(stdout_json(&out)["output"], "done");
+    let (out, _) = run_finished(&dir.agent(), "go").await;
     let err = stderr(&out);
     let exited: Vec<&str> = err
         .lines()
@@ -174,7 +174,7 @@ command = ["python3", "{}", "--crash-call", "{CRASH_SAYS}"]
     // The server's stderr tail is on that one line, its credentials redacted, its escape
     // sequence shown as escapes.
     let line = exited[0];
-    assert!(line.contains("server=crashy"), "{line}");
+    assert!(line.contains("server=h"), "{line}");
     assert!(line.contains("Authorization: [redacted]"), "{line}");
     assert!(line.contains("\\u{1b}]0;pwned\\u{7}bye"), "{line}");
     for secret in ["hunter2", "sk-live-0123456789abcdef"] {
@@ -190,21 +190,9 @@ command = ["python3", "{}", "--crash-call", "{CRASH_SAYS}"]
 #[tokio::test(flavor = "multi_thread")]
 async fn a_tool_that_collides_when_a_servers_list_changes_mid_run_is_said_once() {
     // `echo` is renamed to the name `change` makes its new tool `added` take.
-    let server = support::repo().join("scripts/mcp/hostile_server.py");
-    let dir = AgentDir::new(&format!(
-        r#"name = "changing"
-[model]
-provider = "scripted"
-script = "script.json"
-[[mcp]]
-name = "h"
-command = ["python3", "{}"]
-rename = {{ echo = "h__added" }}
-"#,
-        server.display()
-    ));
-    dir.write(
-        "script.json",
+    let dir = hostile_agent(
+        "",
+        r#"rename = { echo = "h__added" }"#,
         r#"[{"tool_calls": [{"id": "c", "name": "h__change", "arguments": {}}]},
             {"tool_calls": [{"id": "w", "name": "h__whoami", "arguments": {}}]},
             {"tool_calls": [{"id": "x", "name": "h__whoami", "arguments": {}}]},
