@@ -7,6 +7,7 @@
 //! context is a stored session.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use agentloop_a2a::{A2aServer, ServedAgent};
 use clap::{Args, Subcommand};
@@ -53,13 +54,28 @@ pub async fn a2a(command: A2aCommand) -> Result<i32, CliError> {
 }
 
 async fn serve(args: ServeArgs) -> Result<i32, CliError> {
-    let served = ServedFiles::load(&args.served).await?;
-    let result = serve_files(&args, &served).await;
+    // The session store before the servers start, as the journal and the trace: a server's view
+    // keeps only what exists then read-only, and one started first could rewrite a context's
+    // history. It stays open until they are stopped: closing it deletes SQLite's `-wal` and
+    // `-shm`, which drops a server's read-only binds of them.
+    let sessions = match &args.sessions {
+        Some(path) => Some(Arc::new(agentloop_store::SqliteSessions::open(path)?)
+            as Arc<dyn agentloop::session::SessionStore>),
+        None => None,
+    };
+    let more: Vec<std::path::PathBuf> = args.sessions.iter().cloned().collect();
+    let served = ServedFiles::load(&args.served, &more).await?;
+    let result = serve_files(&args, &served, sessions.clone()).await;
     served.shutdown().await;
+    drop(sessions);
     result
 }
 
-async fn serve_files(args: &ServeArgs, served: &ServedFiles) -> Result<i32, CliError> {
+async fn serve_files(
+    args: &ServeArgs,
+    served: &ServedFiles,
+    sessions: Option<Arc<dyn agentloop::session::SessionStore>>,
+) -> Result<i32, CliError> {
     let mut agents = Vec::new();
     for l in &served.files {
         let file = &l.0;
@@ -108,13 +124,6 @@ async fn serve_files(args: &ServeArgs, served: &ServedFiles) -> Result<i32, CliE
     for name in &names {
         err!("agentloop: serving {name} over A2A at http://{at}/{name}");
     }
-    let sessions = match &args.sessions {
-        Some(path) => Some(
-            std::sync::Arc::new(agentloop_store::SqliteSessions::open(path)?)
-                as std::sync::Arc<dyn agentloop::session::SessionStore>,
-        ),
-        None => None,
-    };
     let server = A2aServer::with_sessions(agents, sessions)
         .with_max_runs(args.served.max_runs)
         .with_answer_timeout(std::time::Duration::from_secs(args.approval_timeout));

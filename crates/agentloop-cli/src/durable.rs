@@ -442,6 +442,9 @@ async fn go_on(
         }
     };
     let path = journal.path().to_path_buf();
+    // Open until the servers are stopped, as for `run`: closing it deletes SQLite's `-wal` and
+    // `-shm`, which drops a server's read-only binds of them.
+    let journal_open = Arc::clone(&journal);
     let journal: Arc<dyn Journal> = journal;
     let signals = cancel_on_ctrl_c(cancel.clone());
     let options = RunOptions {
@@ -455,6 +458,7 @@ async fn go_on(
         None => agent.resume(run, options, force).await,
     };
     mcp.shutdown().await;
+    drop(journal_open);
     signals.abort();
     let outcome = outcome?;
     if let Err(e) = finish_trace(trace.as_ref()) {

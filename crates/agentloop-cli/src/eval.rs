@@ -98,16 +98,16 @@ fn io_error(what: &str, path: &Path, e: impl std::fmt::Display) -> CliError {
 /// Runs the evaluation.
 pub(crate) async fn eval(args: EvalArgs) -> Result<i32, CliError> {
     let mut file = args.agent.load()?;
-    file.protect(
-        &[
-            args.trace.trace.clone(),
-            args.report.clone(),
-            args.junit.clone(),
-        ]
-        .into_iter()
-        .flatten()
-        .collect::<Vec<_>>(),
-    );
+    // What the evaluation writes, which no tool of the agent or of a judge may write.
+    let written = [
+        args.trace.trace.clone(),
+        args.report.clone(),
+        args.junit.clone(),
+    ]
+    .into_iter()
+    .flatten()
+    .collect::<Vec<_>>();
+    file.protect(&written);
     let dataset = Dataset::load(&args.cases).map_err(eval_error)?;
     let baseline = args.baseline.as_deref().map(read_baseline).transpose()?;
     // Nobody is asked during an evaluation: a call the file's permissions would ask about is
@@ -117,15 +117,27 @@ pub(crate) async fn eval(args: EvalArgs) -> Result<i32, CliError> {
     } else {
         Approval::Nobody(NO_TERMINAL_REASON)
     };
-    let judges = Judges::start(&dataset).await?;
-    let suite = suite(&dataset, &judges.agents)?;
-    // The trace before the servers: a server's view keeps only what exists when it starts
-    // read-only.
+    // The trace before the servers (the judges' too): a server's view keeps only what exists
+    // when it starts read-only.
     let trace = args.trace.open()?;
+    let judges = Judges::start(&dataset, &written).await?;
+    let suite = suite(&dataset, &judges.agents)?;
     let mcp = StartedMcp::start(&file).await?;
-    let result = run_suite(&args, &file, &dataset, &suite, &approval, &mcp, trace).await;
+    // The trace stays open until the servers are stopped: closing a SQLite trace deletes its
+    // `-wal` and `-shm`, which drops a server's read-only binds of them.
+    let result = run_suite(
+        &args,
+        &file,
+        &dataset,
+        &suite,
+        &approval,
+        &mcp,
+        trace.clone(),
+    )
+    .await;
     mcp.shutdown().await;
     judges.shutdown().await;
+    drop(trace);
     let mut report = result?;
     if let Some(b) = &baseline {
         report.regressions = agentloop_eval::compare(
@@ -306,7 +318,8 @@ struct Judges {
 }
 
 impl Judges {
-    async fn start(dataset: &Dataset) -> Result<Judges, CliError> {
+    /// Starts the judges the cases name, each protected from writing `written`.
+    async fn start(dataset: &Dataset, written: &[PathBuf]) -> Result<Judges, CliError> {
         let mut judges = Judges {
             agents: HashMap::new(),
             started: Vec::new(),
@@ -323,10 +336,11 @@ impl Judges {
             if judges.agents.contains_key(&name) {
                 continue;
             }
-            let file = AgentFileArg {
+            let mut file = AgentFileArg {
                 file: dataset.dir.join(&name),
             }
             .load()?;
+            file.protect(written);
             let mcp = StartedMcp::start(&file).await?;
             let built = assemble::model(&file).and_then(|m| {
                 assemble::agent(&file, m, &Approval::Nobody(NO_TERMINAL_REASON), &mcp)

@@ -250,6 +250,11 @@ async fn run(args: RunArgs) -> Result<i32, CliError> {
     // place.
     let trace = args.trace.open()?;
     let session = args.session.open()?;
+    // And the journal stays open until the servers are stopped (the run's options drop theirs
+    // when it ends): closing it deletes SQLite's `-wal` and `-shm`, which drops a server's
+    // read-only binds of them, and a `-wal` a server then writes is replayed into the journal at
+    // its next open.
+    let journal_open = journal.clone();
     let mcp = if args.dry_run {
         assemble::StartedMcp::start_servers(&file).await?
     } else {
@@ -279,6 +284,7 @@ async fn run(args: RunArgs) -> Result<i32, CliError> {
         }),
     };
     mcp.shutdown().await;
+    drop(journal_open);
     signals.abort();
     // An error here means nothing ran (the session was busy, damaged or unreadable).
     let SessionTurn { outcome, unsaved } = ran?;

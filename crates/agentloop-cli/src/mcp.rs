@@ -173,7 +173,7 @@ fn serve_error(e: &ServeError) -> CliError {
 }
 
 async fn serve(args: ServeArgs) -> Result<i32, CliError> {
-    let served = ServedFiles::load(&args.served).await?;
+    let served = ServedFiles::load(&args.served, &[]).await?;
     let result = match offer(&args, &served) {
         Ok(offer) => serve_offer(&args, offer).await,
         Err(e) => Err(e),

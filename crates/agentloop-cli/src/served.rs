@@ -52,9 +52,12 @@ impl ServedFiles {
     ///
     /// The trace and the journal are opened before any server starts, so that each server sees
     /// them read-only: a store made after would be a plain file in its writable folder.
-    pub(crate) async fn load(args: &ServedArgs) -> Result<ServedFiles, CliError> {
+    /// `more`: other stores the caller opened already (`a2a serve --sessions`), kept from the
+    /// files' tools as the journal and the trace are.
+    pub(crate) async fn load(args: &ServedArgs, more: &[PathBuf]) -> Result<ServedFiles, CliError> {
         let (paths, trace, journal) = (&args.files, args.trace.as_ref(), args.journal.as_ref());
-        let stores: Vec<PathBuf> = [journal, trace].into_iter().flatten().cloned().collect();
+        let mut stores: Vec<PathBuf> = [journal, trace].into_iter().flatten().cloned().collect();
+        stores.extend_from_slice(more);
         let files = load_together(paths, &stores)?;
         let trace = crate::args::TraceArgs {
             trace: trace.cloned(),

@@ -514,6 +514,57 @@ allow = ["w__write"]
     );
 }
 
+/// A stdio MCP server lives until the run is over: the journal stays open (its SQLite `-wal` and
+/// `-shm` in place, read-only to the server) until the server is stopped. Closed first, SQLite
+/// would delete both, dropping the server's binds of them, and a server that writes a `-wal` then
+/// has it replayed into the journal at its next open.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_journal_stays_open_until_the_mcp_servers_are_stopped() {
+    if !confined_here() {
+        return;
+    }
+    let files = ["j.db-wal", "j.db-shm"];
+    let dir = writing_at_exit(&files);
+    let v = run_with(&dir, &[("--journal", &dir.path("j.db"))]).await;
+    assert_eq!(v["stop_reason"], "finished", "{v}");
+    assert_refused_at_exit(&dir, &files);
+}
+
+/// An agent answering "done", whose stdio MCP server ([`write_server`]) tries to write each of
+/// `files` when it is stopped.
+fn writing_at_exit(files: &[&str]) -> AgentDir {
+    let command = [
+        "python3",
+        &write_server().display().to_string(),
+        "--at-exit",
+    ]
+    .iter()
+    .map(|w| w.to_string())
+    .chain(files.iter().map(|f| f.to_string()))
+    .collect::<Vec<_>>();
+    let dir = AgentDir::new(&format!(
+        "name = \"a\"\n[model]\nprovider = \"scripted\"\nscript = \"script.json\"\n\n\
+         [[mcp]]\nname = \"w\"\ncommand = {}\n",
+        json!(command)
+    ));
+    dir.write("script.json", &json!([{"text": "done"}]).to_string());
+    dir
+}
+
+/// Each of `files` was refused to the server at its stop with `EROFS` (bound read-only), and
+/// none holds what it would have written.
+fn assert_refused_at_exit(dir: &AgentDir, files: &[&str]) {
+    let said = std::fs::read_to_string(dir.path("at-exit.txt")).unwrap();
+    for file in files {
+        assert!(
+            said.contains(&format!("{file} refused 30\n")),
+            "{file}: {said}"
+        );
+        let bytes = std::fs::read(dir.path(file)).unwrap_or_default();
+        assert!(!bytes.starts_with(b"junk"), "{file} was written");
+    }
+}
+
 /// A link left where the trace or the session store goes (by a process of an earlier run that
 /// could write the folder) is refused, never followed: nothing is created where it leads.
 #[tokio::test(flavor = "multi_thread")]
@@ -659,6 +710,57 @@ allow = ["put", "write_file", "w__write"]
     assert_eq!(std::fs::read_to_string(dir.path("b.toml")).unwrap(), b_toml);
     assert_eq!(std::fs::read_to_string(dir.path("out.txt")).unwrap(), evil);
     assert!(!dir.path("pwned").exists());
+}
+
+/// `a2a serve --sessions`: the session store is made before the served agent's stdio MCP server
+/// starts and stays open until the server is stopped, so the server sees it (and SQLite's side
+/// files) read-only to the end and cannot rewrite a context's history.
+#[tokio::test(flavor = "multi_thread")]
+async fn a2a_serves_session_store_is_kept_from_its_mcp_servers() {
+    if !confined_here() {
+        return;
+    }
+    let files = ["s.db", "s.db-wal"];
+    let dir = writing_at_exit(&files);
+    let (agent, sessions) = (dir.agent(), dir.path("s.db"));
+    let said = tokio::task::spawn_blocking(move || {
+        use std::io::BufRead;
+        let mut child = std::process::Command::new(bin())
+            .args([
+                "a2a",
+                "serve",
+                agent.to_str().unwrap(),
+                "--addr",
+                "127.0.0.1:0",
+            ])
+            .arg("--sessions")
+            .arg(&sessions)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut lines = std::io::BufReader::new(child.stderr.take().unwrap()).lines();
+        let serving = lines
+            .find(|l| l.as_ref().is_ok_and(|l| l.contains("serving a over A2A")))
+            .expect("the server never said it serves");
+        assert!(serving.is_ok());
+        let status = std::process::Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let _rest: Vec<_> = lines.collect();
+        let _ = child.wait();
+    })
+    .await;
+    said.unwrap();
+    assert_refused_at_exit(&dir, &files);
+    assert!(
+        std::fs::read(dir.path("s.db"))
+            .unwrap()
+            .starts_with(b"SQLite format 3\0")
+    );
 }
 
 /// What the call `id` answered (its output, or its error's message), as the trace (written with
