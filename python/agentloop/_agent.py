@@ -140,6 +140,10 @@ class Agent:
         tools: Sequence[Union[Tool, Callable[..., Any]]] = (),
         otel: Optional[bool] = None,
         otel_payloads: bool = False,
+        *,
+        journal: Optional[PathLike] = None,
+        sessions: Optional[PathLike] = None,
+        trace: Optional[PathLike] = None,
     ) -> "Agent":
         """The agent of an agent file (``agent.toml``), exactly as ``agentloop run`` builds it:
         its model, command, built-in, MCP and subagent tools, limits and permissions, with
@@ -151,7 +155,15 @@ class Agent:
         overrides the file; see :class:`Agent`). When the file's tools (or its subagents' and
         hand-offs') can start processes (command tools, ``shell``, stdio MCP servers), this
         process is first made non-dumpable, as ``agentloop`` makes itself: see
-        :func:`agentloop.protect_process`."""
+        :func:`agentloop.protect_process`.
+
+        ``journal``, ``sessions`` and ``trace`` name the stores its runs write, as ``agentloop
+        run``'s ``--journal``, ``--sessions`` and ``--trace`` do: its runs write them when they
+        name none, and they are kept from the agent's own tools (its file tools refuse them, the
+        processes its tools start see them read-only), opened before its MCP servers start and
+        held open until :meth:`close` has stopped them. A run given a store the agent's tools
+        may write (in the agent file's folder or a tool's root) that was not named here warns
+        (``UserWarning``): name it here."""
         agent = cls.__new__(cls)
         agent.tools = [as_tool(t) for t in tools]
         agent._dispatcher = Dispatcher(agent.tools)
@@ -162,6 +174,9 @@ class Agent:
             dispatcher=agent._dispatcher,
             otel=otel,
             otel_payloads=otel_payloads,
+            journal=os.fspath(journal) if journal is not None else None,
+            sessions=os.fspath(sessions) if sessions is not None else None,
+            trace=os.fspath(trace) if trace is not None else None,
         )
         return agent
 
@@ -182,7 +197,8 @@ class Agent:
 
     def close(self) -> None:
         """Stops the MCP servers an agent file started and the OpenTelemetry exporter (sending
-        the spans that wait); nothing otherwise."""
+        the spans that wait), then closes the stores named at :meth:`from_file` (a later run
+        opens them for itself); nothing otherwise."""
         self._native.close()
 
     # --- runs ----------------------------------------------------------------------------------
@@ -193,16 +209,18 @@ class Agent:
         *,
         journal: Optional[PathLike] = None,
         session: Optional[str] = None,
-        sessions: PathLike = "sessions.db",
+        sessions: Optional[PathLike] = None,
         trace: Optional[PathLike] = None,
     ) -> RunOutcome:
         """Runs the agent on ``input`` and waits for the outcome (the GIL is released while it
         waits). ``journal``: a SQLite journal that makes the run durable (resume it with
         :meth:`resume` after a crash). ``session``: go on with the stored conversation of that
-        name in ``sessions`` (created on first use); a turn that ran but could not be saved
-        raises :class:`SessionNotSaved`, its ``outcome`` the run's. ``trace``: a trace file of
-        the run, as ``agentloop run --trace`` writes (``.ndjson`` or ``.db``; ``agentloop trace``
-        reads it). Ctrl-C cancels the run."""
+        name in ``sessions`` (created on first use; by default the store named at
+        :meth:`from_file`, else ``sessions.db``); a turn that ran but could not be saved raises
+        :class:`SessionNotSaved`, its ``outcome`` the run's. ``trace``: a trace file of the run,
+        as ``agentloop run --trace`` writes (``.ndjson`` or ``.db``; ``agentloop trace`` reads
+        it). A journal or trace not given is the one named at :meth:`from_file`, if any. Ctrl-C
+        cancels the run."""
         loop = loop_for_blocking_run()
         scope = self._dispatcher.run_scope(loop)
         handle = self._start(input, None, journal, session, sessions, trace, loop, scope=scope)
@@ -214,7 +232,7 @@ class Agent:
         *,
         journal: Optional[PathLike] = None,
         session: Optional[str] = None,
-        sessions: PathLike = "sessions.db",
+        sessions: Optional[PathLike] = None,
         trace: Optional[PathLike] = None,
     ) -> RunOutcome:
         """:meth:`run` for asyncio: your coroutines of the run (an async model, coroutine tools
@@ -234,7 +252,7 @@ class Agent:
         *,
         journal: Optional[PathLike] = None,
         session: Optional[str] = None,
-        sessions: PathLike = "sessions.db",
+        sessions: Optional[PathLike] = None,
         trace: Optional[PathLike] = None,
     ) -> "RunStream":
         """The run's events as they happen: ``async for event in agent.stream(input)``; the
@@ -244,17 +262,17 @@ class Agent:
         :class:`SessionNotSaved` from the loop, ``stream.outcome`` set all the same."""
         return RunStream(self, input, journal, session, sessions, trace)
 
-    def resume(self, run_id: str, *, journal: PathLike, force: bool = False) -> RunOutcome:
+    def resume(self, run_id: str, *, journal: Optional[PathLike] = None, force: bool = False) -> RunOutcome:
         """Goes on with journaled run ``run_id`` (an id or a unique prefix) in this process,
         after its process died or while it was suspended for approval: a finished call never
         runs again; one in flight re-runs only if its tool is idempotent, otherwise the model
         reads that it was interrupted. Refused when the agent's definition changed, unless
-        ``force``."""
+        ``force``. ``journal`` defaults to the one named at :meth:`from_file`."""
         loop = loop_for_blocking_run()
         scope = self._dispatcher.run_scope(loop)
         handle = self._native.resume(
             run_id,
-            os.fspath(journal),
+            os.fspath(journal) if journal is not None else None,
             event_loop=loop,
             force=force,
             objects=True,
@@ -262,12 +280,14 @@ class Agent:
         )
         return self._wait(handle, scope)
 
-    async def resume_async(self, run_id: str, *, journal: PathLike, force: bool = False) -> RunOutcome:
+    async def resume_async(
+        self, run_id: str, *, journal: Optional[PathLike] = None, force: bool = False
+    ) -> RunOutcome:
         """:meth:`resume` for asyncio."""
         return await self._on_this_loop(
             lambda on_done, loop, scope: self._native.resume(
                 run_id,
-                os.fspath(journal),
+                os.fspath(journal) if journal is not None else None,
                 on_done=on_done,
                 event_loop=loop,
                 force=force,
@@ -303,7 +323,7 @@ class Agent:
         on_done: Optional[_OnDone],
         journal: Optional[PathLike],
         session: Optional[str],
-        sessions: PathLike,
+        sessions: Optional[PathLike],
         trace: Optional[PathLike] = None,
         loop: Optional[asyncio.AbstractEventLoop] = None,
         on_event: Optional[Callable[[str], None]] = None,
@@ -315,7 +335,7 @@ class Agent:
             on_event=on_event,
             event_loop=loop,
             journal=os.fspath(journal) if journal is not None else None,
-            sessions=os.fspath(sessions) if session is not None else None,
+            sessions=os.fspath(sessions) if session is not None and sessions is not None else None,
             session=session,
             trace=os.fspath(trace) if trace is not None else None,
             objects=True,
@@ -386,7 +406,7 @@ class RunStream:
         input: str,
         journal: Optional[PathLike],
         session: Optional[str],
-        sessions: PathLike,
+        sessions: Optional[PathLike],
         trace: Optional[PathLike],
     ) -> None:
         self._agent = agent

@@ -59,6 +59,9 @@ class NativeAgent:
         dispatcher: Optional[Callable[..., Any]] = None,
         otel: Optional[bool] = None,
         otel_payloads: bool = False,
+        journal: Optional[str] = None,
+        sessions: Optional[str] = None,
+        trace: Optional[str] = None,
     ) -> NativeAgent: ...
     @property
     def name(self) -> str: ...
@@ -84,7 +87,7 @@ class NativeAgent:
     def resume(
         self,
         run_id: str,
-        journal: str,
+        journal: Optional[str] = None,
         *,
         on_done: Optional[_OnDone] = None,
         on_event: Optional[Callable[[str], None]] = None,

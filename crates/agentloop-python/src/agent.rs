@@ -2,7 +2,7 @@
 //! by the CLI's own assembler, and its runs ([`RunHandle`]), each a task on the shared runtime.
 //! A run ends with the CLI's `--json` object as text, or with an error's code and message.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::Duration;
 
@@ -15,6 +15,7 @@ use agentloop::{Agent, CancellationToken, EventSink, Limits, Message, RunOptions
 use agentloop_cli::agent_file::AgentFile;
 use agentloop_cli::assemble::{self, Approval, StartedMcp};
 use agentloop_store::{JournalReader, SqliteJournal, SqliteSessions, TraceOptions, TraceSink};
+use agentloop_tools::Builtin;
 use futures::future::BoxFuture;
 use pyo3::prelude::*;
 use serde_json::Value;
@@ -50,6 +51,14 @@ pub(crate) struct NativeAgent {
     priced: bool,
     /// Its runs' OpenTelemetry export, when asked for.
     otel: Option<Arc<Otel>>,
+    /// The stores named at `from_file`: what its runs write when they name none.
+    named: NamedStores,
+    /// Those stores, open from before its servers started until [`NativeAgent::close`] stopped
+    /// them (`None` after).
+    held: Mutex<Option<HeldStores>>,
+    /// Where its tools and the processes they start may write (canonical): a store a run names
+    /// there that was not named at `from_file` is warned about ([`NativeAgent::warn_unnamed`]).
+    writable: Vec<PathBuf>,
 }
 
 #[pymethods]
@@ -122,6 +131,9 @@ impl NativeAgent {
             otel: (otel || otel_payloads)
                 .then(|| Otel::start(otel_payloads))
                 .transpose()?,
+            named: NamedStores::default(),
+            held: Mutex::new(None),
+            writable: Vec::new(),
         })
     }
 
@@ -132,8 +144,14 @@ impl NativeAgent {
     /// suspends a journaled run. Its runs are exported as OpenTelemetry spans when the file
     /// says `otel = true`, or as `otel` says when given. When its tools can start processes,
     /// this process is first made non-dumpable ([`crate::protect`]).
+    ///
+    /// `journal`, `sessions` and `trace` name the stores its runs write (a run that names none
+    /// writes these), as `agentloop run`'s flags do: they are kept from its tools (its file
+    /// tools refuse them, its processes see them read-only), opened before its stdio MCP
+    /// servers start, and held open until [`NativeAgent::close`] has stopped them.
     #[staticmethod]
-    #[pyo3(signature = (path, approve=None, tools=Vec::new(), dispatcher=None, otel=None, otel_payloads=false))]
+    #[pyo3(signature = (path, approve=None, tools=Vec::new(), dispatcher=None, otel=None, otel_payloads=false, journal=None, sessions=None, trace=None))]
+    #[allow(clippy::too_many_arguments)]
     fn from_file(
         py: Python<'_>,
         path: PathBuf,
@@ -142,7 +160,15 @@ impl NativeAgent {
         dispatcher: Option<Py<PyAny>>,
         otel: Option<bool>,
         otel_payloads: bool,
+        journal: Option<PathBuf>,
+        sessions: Option<PathBuf>,
+        trace: Option<PathBuf>,
     ) -> PyResult<Self> {
+        let named = NamedStores {
+            journal: journal.map(absolute),
+            sessions: sessions.map(absolute),
+            trace: trace.map(absolute),
+        };
         if let Some(t) = tools.iter().find(|t| t.ask) {
             return Err(error(
                 "agent_file.invalid",
@@ -167,14 +193,21 @@ impl NativeAgent {
             None if tools.is_empty() => Vec::new(),
             None => return Err(error("agent.invalid", "Python tools need their dispatcher")),
         };
-        let file = AgentFile::load_beside(&path, &host).map_err(|e| match e {
+        let mut file = AgentFile::load_beside(&path, &host).map_err(|e| match e {
             agentloop_cli::agent_file::LoadError::Read { .. } => error("agent_file.unreadable", e),
             agentloop_cli::agent_file::LoadError::Invalid(_) => error("agent_file.invalid", e),
         })?;
+        // Before its tools are built: they take what is protected as they are made.
+        file.protect(&named.paths());
         // Before its MCP servers start and before any of its tools can run (what `agentloop`
         // does first thing in `main`), and only for files whose tools start processes: see
         // crate::protect.
         crate::protect::protect_for(&file)?;
+        let writable = writable_roots(&file);
+        // Before any server starts, as `agentloop run` opens them: a server's view binds
+        // read-only only what exists as it starts, so a store made after (or its SQLite side
+        // files, its lock folders) would be a plain file in the server's folder to rewrite.
+        let held = named.open()?;
         let approval = match approve {
             Some(f) => Approval::Prompter(Arc::new(PythonPrompter(Arc::new(f)))),
             None => Approval::Nobody("no approval callback was given"),
@@ -207,6 +240,9 @@ impl NativeAgent {
             mcp: Some(mcp),
             priced,
             otel,
+            named,
+            held: Mutex::new(Some(held)),
+            writable,
         })
     }
 
@@ -222,9 +258,11 @@ impl NativeAgent {
         self.agent.definition().fingerprint()
     }
 
-    /// Starts a run of `input`. With `journal`, the run is durable there; with `sessions` and
-    /// `session`, it goes on with that stored conversation, and a turn that ran but could not be
-    /// saved keeps its outcome beside the save's error. `on_event` gets each event's JSON;
+    /// Starts a run of `input`. With `journal`, the run is durable there; with `session`, it
+    /// goes on with that stored conversation in `sessions`, and a turn that ran but could not be
+    /// saved keeps its outcome beside the save's error. A store it does not name is the one
+    /// named at `from_file`, if any (`sessions.db` for the session store). `on_event` gets each
+    /// event's JSON;
     /// `on_done` gets the end (see [`RunHandle::wait`]); `event_loop` is where coroutine tools
     /// run; `scope` (the Python side's `RunScope`) goes with each of the run's tool calls to the
     /// dispatcher.
@@ -246,10 +284,17 @@ impl NativeAgent {
         objects: bool,
         scope: Option<Py<PyAny>>,
     ) -> PyResult<RunHandle> {
-        let journal = journal.map(open_journal).transpose()?;
-        let store = sessions
-            .map(|p| SqliteSessions::open(p).map_err(|e| error(e.code(), e)))
-            .transpose()?;
+        // A path given is kept as given: the outcome names the journal so.
+        let journal = journal.or_else(|| self.named.journal.clone());
+        let sessions = session.as_ref().map(|_| {
+            sessions
+                .or_else(|| self.named.sessions.clone())
+                .unwrap_or_else(|| PathBuf::from(DEFAULT_SESSIONS))
+        });
+        let trace = trace.or_else(|| self.named.trace.clone());
+        self.warn_unnamed(py, &journal, &sessions, &trace)?;
+        let journal = journal.map(|p| self.journal_at(p)).transpose()?;
+        let store = sessions.map(|p| self.sessions_at(p)).transpose()?;
         let agent = self.agent.clone();
         let sinks = Sinks {
             on_event,
@@ -295,14 +340,14 @@ impl NativeAgent {
 
     /// Goes on with the journaled run `run_id` (an id or a unique prefix) in this process: a
     /// finished call never runs again, one in flight at the crash re-runs only if its tool is
-    /// idempotent.
-    #[pyo3(signature = (run_id, journal, *, on_done=None, on_event=None, event_loop=None, force=false, trace=None, trace_payloads=false, objects=false, scope=None))]
+    /// idempotent. Without `journal`, in the journal named at `from_file`.
+    #[pyo3(signature = (run_id, journal=None, *, on_done=None, on_event=None, event_loop=None, force=false, trace=None, trace_payloads=false, objects=false, scope=None))]
     #[allow(clippy::too_many_arguments)]
     fn resume(
         &self,
         py: Python<'_>,
         run_id: String,
-        journal: PathBuf,
+        journal: Option<PathBuf>,
         on_done: Option<Py<PyAny>>,
         on_event: Option<Py<PyAny>>,
         event_loop: Option<Py<PyAny>>,
@@ -312,7 +357,18 @@ impl NativeAgent {
         objects: bool,
         scope: Option<Py<PyAny>>,
     ) -> PyResult<RunHandle> {
-        let writer = open_journal(journal.clone())?;
+        let journal = journal
+            .or_else(|| self.named.journal.clone())
+            .ok_or_else(|| {
+                error(
+                    "agent.invalid",
+                    "resume needs the run's journal: journal=..., or Agent.from_file(..., \
+                     journal=...)",
+                )
+            })?;
+        let trace = trace.or_else(|| self.named.trace.clone());
+        self.warn_unnamed(py, &Some(journal.clone()), &None, &trace)?;
+        let writer = self.journal_at(journal.clone())?;
         // Owned before its steps are read for good (as the CLI's `resume`): a process still
         // driving it refuses this one (journal.busy) rather than leaving it a stale state.
         // A suspended run's wait counts toward its deadline, as in the CLI.
@@ -361,13 +417,19 @@ impl NativeAgent {
         self.otel.is_some()
     }
 
-    /// Stops the agent file's MCP servers and the OpenTelemetry exporter (sending what waits).
+    /// Stops the agent file's MCP servers and the OpenTelemetry exporter (sending what waits),
+    /// then closes the stores named at `from_file` (later runs open them for themselves).
     /// Ctrl-C stops the wait for the servers, which go on being stopped on the runtime (see
-    /// [`shut_down`]).
+    /// [`shut_down`]), and the stores stay open.
     fn close(&self, py: Python<'_>) -> PyResult<()> {
         if let Some(mcp) = &self.mcp {
             shut_down(py, mcp)?;
         }
+        // Only now: closing a SQLite store deletes its `-wal` and `-shm`, which drops a live
+        // server's read-only binds of them (a `-wal` it then writes is replayed at the next
+        // open). A run still going keeps its own handles.
+        let held = crate::outbox::lock(&self.held).take();
+        py.detach(|| drop(held));
         if let Some(otel) = &self.otel {
             py.detach(|| otel.shutdown());
         }
@@ -376,6 +438,75 @@ impl NativeAgent {
 }
 
 impl NativeAgent {
+    /// The journal at `path`: the one held open since `from_file` when it is that one (one
+    /// handle, as `agentloop run` has: a second handle's close would remove the owners' folder
+    /// the servers' views bind), else opened for the run.
+    fn journal_at(&self, path: PathBuf) -> PyResult<Arc<SqliteJournal>> {
+        let held = crate::outbox::lock(&self.held)
+            .as_ref()
+            .and_then(|h| h.journal.clone())
+            .filter(|j| same_file(j.path(), &path));
+        match held {
+            Some(journal) => Ok(journal),
+            None => open_journal(path),
+        }
+    }
+
+    /// The session store at `path`: the one held open since `from_file` when it is that one,
+    /// else opened for the run.
+    fn sessions_at(&self, path: PathBuf) -> PyResult<SqliteSessions> {
+        let held = crate::outbox::lock(&self.held)
+            .as_ref()
+            .and_then(|h| h.sessions.clone())
+            .filter(|s| same_file(s.path(), &path));
+        match held {
+            Some(store) => Ok(store),
+            None => SqliteSessions::open(path).map_err(|e| error(e.code(), e)),
+        }
+    }
+
+    /// Warns (Python's `UserWarning`) of each store of a run that lies where the agent's tools
+    /// or their processes may write but was not named at `from_file`: nothing keeps them from
+    /// rewriting it. A warning, not an error: code written before `from_file` took the stores
+    /// keeps running.
+    fn warn_unnamed(
+        &self,
+        py: Python<'_>,
+        journal: &Option<PathBuf>,
+        sessions: &Option<PathBuf>,
+        trace: &Option<PathBuf>,
+    ) -> PyResult<()> {
+        let stores = [
+            ("journal", journal, &self.named.journal),
+            ("sessions", sessions, &self.named.sessions),
+            ("trace", trace, &self.named.trace),
+        ];
+        for (key, given, named) in stores {
+            let Some(given) = given else { continue };
+            if named.as_ref().is_some_and(|n| same_file(n, given)) {
+                continue;
+            }
+            let Some(root) = writable_holding(&self.writable, given) else {
+                continue;
+            };
+            let message = format!(
+                "agentloop: the {key} {} lies in {}, where the agent's tools may write, and was \
+                 not named at Agent.from_file: its tools and MCP servers could rewrite it. Name it \
+                 there (Agent.from_file(..., {key}=...)), or keep it outside the agent's folder \
+                 and its tools' roots",
+                given.display(),
+                root.display()
+            );
+            let message = std::ffi::CString::new(message.replace('\0', ""))
+                .map_err(|e| error("agent.invalid", e))?;
+            let category = py.get_type::<pyo3::exceptions::PyUserWarning>();
+            // 3: the caller of `Agent.run` (through `_start`), as a warning points at the line
+            // that asked.
+            PyErr::warn(py, category.as_any(), &message, 3)?;
+        }
+        Ok(())
+    }
+
     /// Starts a run: driven on its event loop's thread when it may be ([`crate::drive`]), else
     /// spawned on the shared runtime; its end reaches `on_done` and the handle.
     fn launch(
@@ -571,6 +702,114 @@ fn open_trace(path: Option<PathBuf>, payloads: bool) -> PyResult<Option<Arc<Trac
             .map_err(|e| error(e.code(), e))
     })
     .transpose()
+}
+
+/// The session store a run of a stored conversation writes when neither it nor `from_file`
+/// names one (in the working folder), as the Python API has always defaulted.
+const DEFAULT_SESSIONS: &str = "sessions.db";
+
+/// The stores named at `Agent.from_file` (absolute paths): protected, and written by its runs
+/// that name none.
+#[derive(Default)]
+struct NamedStores {
+    journal: Option<PathBuf>,
+    sessions: Option<PathBuf>,
+    trace: Option<PathBuf>,
+}
+
+impl NamedStores {
+    fn paths(&self) -> Vec<PathBuf> {
+        [&self.journal, &self.sessions, &self.trace]
+            .into_iter()
+            .flatten()
+            .cloned()
+            .collect()
+    }
+
+    /// Opens each (creating it, its SQLite side files and its lock folder), as the first run
+    /// writing it would.
+    fn open(&self) -> PyResult<HeldStores> {
+        Ok(HeldStores {
+            journal: self.journal.clone().map(open_journal).transpose()?,
+            sessions: self
+                .sessions
+                .as_ref()
+                .map(|p| SqliteSessions::open(p).map_err(|e| error(e.code(), e)))
+                .transpose()?,
+            trace: self
+                .trace
+                .as_ref()
+                .map(|p| {
+                    TraceSink::open(p, TraceOptions { payloads: false })
+                        .map_err(|e| error(e.code(), e))
+                })
+                .transpose()?,
+        })
+    }
+}
+
+/// The stores named at `Agent.from_file`, open. The journal and the session store are the
+/// handles its runs write through; the trace is never written here (each run opens its own, to
+/// finish it at its end): it is held so that the file, and a SQLite trace's side files, stay.
+struct HeldStores {
+    journal: Option<Arc<SqliteJournal>>,
+    sessions: Option<SqliteSessions>,
+    /// Held only to keep its files in place.
+    #[allow(dead_code)]
+    trace: Option<TraceSink>,
+}
+
+/// `path` made absolute against the working folder (never through links: a store's path is
+/// the one it is written at).
+fn absolute(path: PathBuf) -> PathBuf {
+    std::path::absolute(&path).unwrap_or(path)
+}
+
+/// Whether `a` and `b` are one file: the same canonical path, or the same absolute path where
+/// either does not exist yet.
+fn same_file(a: &Path, b: &Path) -> bool {
+    match (std::fs::canonicalize(a), std::fs::canonicalize(b)) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => absolute(a.to_path_buf()) == absolute(b.to_path_buf()),
+    }
+}
+
+/// The folders (canonical) where the tools of `file`, of its subagents and of its hand-offs, and
+/// the processes they start, may write: each file's folder (where its command tools and stdio
+/// MCP servers run by default), the roots of its processes (`/` for a sandbox that is `off`),
+/// and the roots of its built-in tools that write files.
+fn writable_roots(file: &AgentFile) -> Vec<PathBuf> {
+    let mut roots: Vec<PathBuf> = std::fs::canonicalize(&file.dir).into_iter().collect();
+    roots.extend(file.process_roots());
+    for t in file.tools() {
+        let writes = t
+            .builtin
+            .as_ref()
+            .and_then(|b| Builtin::from_name(b.get_ref()))
+            .is_some_and(|b| matches!(b, Builtin::WriteFile | Builtin::EditFile));
+        if writes {
+            let root = assemble::builtin_options(file, t).root;
+            roots.extend(std::fs::canonicalize(root));
+        }
+    }
+    let handed = file.handoff_files.iter().map(|(_, f)| f);
+    for child in file.subagents.iter().map(|(_, f)| f).chain(handed) {
+        roots.extend(writable_roots(child));
+    }
+    roots.sort();
+    roots.dedup();
+    roots
+}
+
+/// The first of `roots` that holds `path` (whose folder is resolved, the file itself may not
+/// exist yet).
+fn writable_holding<'a>(roots: &'a [PathBuf], path: &Path) -> Option<&'a PathBuf> {
+    let path = absolute(path.to_path_buf());
+    let resolved = std::fs::canonicalize(&path).ok().or_else(|| {
+        let folder = std::fs::canonicalize(path.parent()?).ok()?;
+        Some(folder.join(path.file_name()?))
+    })?;
+    roots.iter().find(|r| resolved.starts_with(r))
 }
 
 /// A running (or ended) run.
