@@ -162,3 +162,21 @@ def test_a_run_warns_of_a_store_in_the_agents_folder_not_named_at_from_file(tmp_
         assert out.stop_reason == "finished", out
     finally:
         agent.close()
+
+
+def test_a_suspended_run_resumes_in_the_journal_named_at_from_file(
+    tmp_path: pathlib.Path, no_warnings: None
+) -> None:
+    calls = write_calls("write_file", note="notes.txt")
+    tools = '[[tools]]\nbuiltin = "write_file"\n\n[permissions]\nask = ["write_file"]\n'
+    agent = Agent.from_file(agent_file(tmp_path, tools, calls), journal=tmp_path / "j.db")
+    try:
+        out = agent.run("go")
+        assert out.stop_reason == "suspended", out
+        [waiting] = out.pending_approvals
+        Agent.answer(out.run_id or "", waiting["call_id"], True, journal=tmp_path / "j.db")
+        resumed = agent.resume(out.run_id or "")
+    finally:
+        agent.close()
+    assert resumed.stop_reason == "finished", resumed
+    assert (tmp_path / "notes.txt").read_text() == "junk\n"

@@ -292,7 +292,8 @@ impl NativeAgent {
                 .unwrap_or_else(|| PathBuf::from(DEFAULT_SESSIONS))
         });
         let trace = trace.or_else(|| self.named.trace.clone());
-        self.warn_unnamed(py, &journal, &sessions, &trace)?;
+        // 3: the line that called `Agent.run` (through `Agent._start`).
+        self.warn_unnamed(py, [&journal, &sessions, &trace], 3)?;
         let journal = journal.map(|p| self.journal_at(p)).transpose()?;
         let store = sessions.map(|p| self.sessions_at(p)).transpose()?;
         let agent = self.agent.clone();
@@ -367,7 +368,8 @@ impl NativeAgent {
                 )
             })?;
         let trace = trace.or_else(|| self.named.trace.clone());
-        self.warn_unnamed(py, &Some(journal.clone()), &None, &trace)?;
+        // 2: the line that called `Agent.resume`.
+        self.warn_unnamed(py, [&Some(journal.clone()), &None, &trace], 2)?;
         let writer = self.journal_at(journal.clone())?;
         // Owned before its steps are read for good (as the CLI's `resume`): a process still
         // driving it refuses this one (journal.busy) rather than leaving it a stale state.
@@ -468,14 +470,15 @@ impl NativeAgent {
     /// Warns (Python's `UserWarning`) of each store of a run that lies where the agent's tools
     /// or their processes may write but was not named at `from_file`: nothing keeps them from
     /// rewriting it. A warning, not an error: code written before `from_file` took the stores
-    /// keeps running.
+    /// keeps running. `stores` are the run's journal, session store and trace; `stacklevel` is
+    /// Python's, for the warning to name the caller's line.
     fn warn_unnamed(
         &self,
         py: Python<'_>,
-        journal: &Option<PathBuf>,
-        sessions: &Option<PathBuf>,
-        trace: &Option<PathBuf>,
+        stores: [&Option<PathBuf>; 3],
+        stacklevel: i32,
     ) -> PyResult<()> {
+        let [journal, sessions, trace] = stores;
         let stores = [
             ("journal", journal, &self.named.journal),
             ("sessions", sessions, &self.named.sessions),
@@ -500,9 +503,7 @@ impl NativeAgent {
             let message = std::ffi::CString::new(message.replace('\0', ""))
                 .map_err(|e| error("agent.invalid", e))?;
             let category = py.get_type::<pyo3::exceptions::PyUserWarning>();
-            // 3: the caller of `Agent.run` (through `_start`), as a warning points at the line
-            // that asked.
-            PyErr::warn(py, category.as_any(), &message, 3)?;
+            PyErr::warn(py, category.as_any(), &message, stacklevel)?;
         }
         Ok(())
     }
