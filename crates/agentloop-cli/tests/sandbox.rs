@@ -640,6 +640,39 @@ async fn the_shell_changes_no_file_s_metadata_outside_its_root() {
     );
 }
 
+/// The shell leaves no set-user-ID or set-group-ID program in its root, for someone to run later
+/// outside the sandbox: `chmod u+s`, `chmod g+s` and `install -m 4755` are refused, where a
+/// plain `chmod` works.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_shell_leaves_no_set_user_id_program_in_its_root() {
+    if !sandbox_modes_here().contains(&"workspace-write") {
+        eprintln!("skipped: workspace-write cannot be enforced on this system");
+        return;
+    }
+    let dir = agent(SHELL);
+    shell_script(
+        &dir,
+        "shell",
+        &[
+            "cp /bin/true prog; chmod u+s prog; echo suid $?; chmod g+s prog; echo sgid $?; \
+           install -m 4755 /bin/true prog2; echo install $?; chmod 700 prog; echo plain $?",
+        ],
+    );
+    let calls = run(&dir).await;
+    let said = output(&calls, "c0");
+    for name in ["suid", "sgid", "install"] {
+        assert!(said.contains(&format!("{name} 1")), "{name}: {said}");
+    }
+    assert!(said.contains("plain 0"), "{said}");
+    assert!(said.contains("Operation not permitted"), "{said}");
+    for file in ["prog", "prog2"] {
+        let mode = std::fs::metadata(dir.path("work").join(file))
+            .map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()))
+            .unwrap_or(0);
+        assert_eq!(mode & 0o6000, 0, "{file}: {mode:o}");
+    }
+}
+
 /// The same, run by an ordinary user (the agentloop process without `CAP_SYS_ADMIN`), whose
 /// tools get the view from a user namespace where the kernel allows one; where it does not,
 /// each result says what is not enforced.
