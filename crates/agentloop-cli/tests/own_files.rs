@@ -554,7 +554,15 @@ fn writing_at_exit(files: &[&str]) -> AgentDir {
 /// Each of `files` was refused to the server at its stop with `EROFS` (bound read-only), and
 /// none holds what it would have written.
 fn assert_refused_at_exit(dir: &AgentDir, files: &[&str]) {
-    let said = std::fs::read_to_string(dir.path("at-exit.txt")).unwrap();
+    // The server writes its report as it ends, which may be just after agentloop has.
+    let report = || std::fs::read_to_string(dir.path("at-exit.txt")).unwrap_or_default();
+    for _ in 0..200 {
+        if report().lines().count() >= files.len() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let said = report();
     for file in files {
         assert!(
             said.contains(&format!("{file} refused 30\n")),
@@ -723,38 +731,12 @@ async fn a2a_serves_session_store_is_kept_from_its_mcp_servers() {
     let files = ["s.db", "s.db-wal"];
     let dir = writing_at_exit(&files);
     let (agent, sessions) = (dir.agent(), dir.path("s.db"));
-    let said = tokio::task::spawn_blocking(move || {
-        use std::io::BufRead;
-        let mut child = std::process::Command::new(bin())
-            .args([
-                "a2a",
-                "serve",
-                agent.to_str().unwrap(),
-                "--addr",
-                "127.0.0.1:0",
-            ])
-            .arg("--sessions")
-            .arg(&sessions)
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut lines = std::io::BufReader::new(child.stderr.take().unwrap()).lines();
-        let serving = lines
-            .find(|l| l.as_ref().is_ok_and(|l| l.contains("serving a over A2A")))
-            .expect("the server never said it serves");
-        assert!(serving.is_ok());
-        let status = std::process::Command::new("kill")
-            .args(["-TERM", &child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(status.success());
-        let _rest: Vec<_> = lines.collect();
-        let _ = child.wait();
+    tokio::task::spawn_blocking(move || {
+        let (agent, sessions) = (agent.display().to_string(), sessions.display().to_string());
+        HttpServer::start("a2a", &[&agent, "--sessions", &sessions]).terminate();
     })
-    .await;
-    said.unwrap();
+    .await
+    .unwrap();
     assert_refused_at_exit(&dir, &files);
     assert!(
         std::fs::read(dir.path("s.db"))

@@ -510,6 +510,16 @@ impl HttpServer {
         std::thread::spawn(move || lines.for_each(drop));
         HttpServer { child, url }
     }
+
+    /// Stops it as a service manager would (SIGTERM), and waits for it to end.
+    pub fn terminate(mut self) {
+        let status = std::process::Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let _ = self.child.wait();
+    }
 }
 
 /// The status code of one HTTP/1.1 request to `url` (`http://HOST:PORT/PATH`) sent as a web
