@@ -441,8 +441,7 @@ impl NativeAgent {
 
 impl NativeAgent {
     /// The journal at `path`: the one held open since `from_file` when it is that one (one
-    /// handle, as `agentloop run` has: a second handle's close would remove the owners' folder
-    /// the servers' views bind), else opened for the run.
+    /// handle, as `agentloop run` has), else opened for the run.
     fn journal_at(&self, path: PathBuf) -> PyResult<Arc<SqliteJournal>> {
         let held = crate::outbox::lock(&self.held)
             .as_ref()

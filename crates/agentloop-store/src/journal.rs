@@ -596,7 +596,7 @@ impl SqliteJournal {
                         self.folder_made.store(true, Ordering::Relaxed);
                         sweep(folder);
                     }
-                    // Made and removed again by a releasing owner between two looks.
+                    // Made and removed again between two looks.
                     Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
                     Err(e) => return Err(io(e)),
                 }
@@ -611,7 +611,8 @@ impl SqliteJournal {
                     .open(&path)
                 {
                     Ok(file) => file,
-                    // The folder went with another handle's last file: make it again.
+                    // The folder was deleted under this handle (by a person, or by an older
+                    // agentloop with its last file): make it again.
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                         self.folder_made.store(false, Ordering::Relaxed);
                         continue;
@@ -700,9 +701,8 @@ impl SqliteJournal {
     /// step log holds that the file does not are folded into the file first (when that fails,
     /// they stay in the log, which is unlocked for the next owner); then its lock file is
     /// deleted, then unlocked, so that a journal of many runs leaves no file per run behind.
-    /// The owners' folder stays while this handle lives (the next run's lock goes in it; making
-    /// and removing it with each run was 7% of a journaled run's CPU) and goes, when empty, with
-    /// the handle.
+    /// The owners' folder stays (the next run's lock goes in it; making and removing it with
+    /// each run was 7% of a journaled run's CPU), also after the handle is dropped.
     ///
     /// The file is kept for the next run this handle takes instead when it can be: emptied,
     /// still locked, and renamed out of the run's place (see the `pool` field).
@@ -932,11 +932,10 @@ impl Drop for SqliteJournal {
             let _ = std::fs::remove_file(at);
             drop(file);
         }
-        if let Some(folder) = log::file_of(&self.path, "").parent() {
-            // Fails while another run's file is there (of this process or another): then the
-            // folder stays, and goes with the last handle that finds it empty.
-            let _ = std::fs::remove_dir(folder);
-        }
+        // The owners' folder stays, empty, as the session store's `.locks` does: another
+        // process's handle may have made it at its open and counts on it being there when its
+        // tools' processes start (their view keeps it read-only only if it exists then; one made
+        // again at that handle's first lock would be theirs to write).
     }
 }
 

@@ -1,8 +1,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 //! One owner per run: handles of one journal file (as separate processes would hold them) take a
 //! run in turn, never two at once, while each one that lets it go moves its lock file out of the
-//! run's place (to keep it for its next run); and a journal whose handles are all dropped leaves
-//! no owners' folder behind.
+//! run's place (to keep it for its next run); a journal whose handles are all dropped leaves no
+//! lock file behind, and its owners' folder stays for the handles still open elsewhere.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -44,10 +44,10 @@ fn handles_take_a_run_in_turn_and_leave_no_lock_file_behind() {
     }
     assert!(taken.load(Ordering::SeqCst) > 0);
     let owners = dir.join("runs.db.owners");
-    assert!(
-        !owners.exists(),
-        "{:?}",
-        std::fs::read_dir(&owners).map(|d| d.count())
+    assert_eq!(
+        std::fs::read_dir(&owners).map(|d| d.count()).ok(),
+        Some(0),
+        "the folder stays, empty"
     );
 
     // Owned and not let go: the file is there while the handle lives, gone when it is dropped.
@@ -57,7 +57,7 @@ fn handles_take_a_run_in_turn_and_leave_no_lock_file_behind() {
     let other = SqliteJournal::open(&path).unwrap();
     assert!(matches!(other.own("run-2"), Err(JournalError::Busy { .. })));
     drop(journal);
-    assert!(!owners.exists());
+    assert!(!owners.join("run-2.lock").exists());
     other.own("run-2").unwrap();
     drop(other);
     let _ = std::fs::remove_dir_all(&dir);
@@ -80,7 +80,7 @@ fn listed(owners: &std::path::Path) -> (Vec<String>, usize) {
 }
 
 #[test]
-fn a_run_let_go_leaves_its_lock_file_to_the_handles_next_run_and_the_folder_goes_with_it() {
+fn a_run_let_go_leaves_its_lock_file_to_the_handles_next_run_and_nothing_when_it_is_dropped() {
     let dir = std::env::temp_dir().join(format!("agentloop-owners-keep-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
@@ -110,7 +110,7 @@ fn a_run_let_go_leaves_its_lock_file_to_the_handles_next_run_and_the_folder_goes
     assert!(owners.join("run-b.lock").is_file());
     journal.release("run-b");
     drop(journal);
-    assert!(!owners.exists());
+    assert_eq!(listed(&owners), (Vec::new(), 0));
 
     // A folder taken away under a handle (deleted by hand while a run was owned) is made again
     // by its next run.
@@ -127,7 +127,7 @@ fn a_run_let_go_leaves_its_lock_file_to_the_handles_next_run_and_the_folder_goes
     journal.own("run-e").unwrap();
     assert_eq!(listed(&owners), (vec!["run-e.lock".to_owned()], 0));
     drop(journal);
-    assert!(!owners.exists());
+    assert_eq!(listed(&owners), (Vec::new(), 0));
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -163,5 +163,32 @@ fn a_pooled_name_another_process_took_over_is_never_linked_to_a_run() {
     let other = SqliteJournal::open(&path).unwrap();
     assert!(matches!(other.own("run-c"), Err(JournalError::Busy { .. })));
     drop((other, journal));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A handle's owners' folder is made when it opens, before its process starts any tool, whose
+/// view keeps it read-only only if it is there then: another handle of the file (another
+/// process's) dropped in between must not take it away, or the folder made again at the first
+/// run owned would be the tools' to write (a planted step log is folded into the journal).
+#[test]
+fn a_dropped_handle_leaves_the_folder_another_handle_made() {
+    let dir = std::env::temp_dir().join(format!("agentloop-owners-kept-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("runs.db");
+    let owners = dir.join("runs.db.owners");
+    let ours = SqliteJournal::open(&path).unwrap();
+    assert!(owners.is_dir());
+    let theirs = SqliteJournal::open(&path).unwrap();
+    theirs.own("their-run").unwrap();
+    theirs.release("their-run");
+    drop(theirs);
+    assert!(
+        owners.is_dir(),
+        "the owners' folder went with another handle"
+    );
+    ours.own("our-run").unwrap();
+    assert!(owners.join("our-run.lock").is_file());
+    drop(ours);
     let _ = std::fs::remove_dir_all(&dir);
 }
