@@ -10,6 +10,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use agentloop::CancellationToken;
 use agentloop_mcp::serve::{AgentServer, Offer, ServeError, ServedAgent, ServedTools};
@@ -52,6 +53,34 @@ pub struct ServeArgs {
     /// Such a call's run is one call made for the client, not the agent's: it is not journaled.
     #[arg(long, conflicts_with = "journal")]
     tools: bool,
+    /// How long an HTTP session (a client of MCP before 2026-07-28) lives with no call of it
+    /// running and no stream of it open, in seconds, or `off` to keep it until its client ends
+    /// it: past it the session is closed, and its client's next request is answered 404 (it
+    /// starts a session again). A call in progress never loses its session.
+    #[arg(long, value_name = "SECS|off", requires = "http",
+          default_value = SESSION_IDLE_DEFAULT, value_parser = session_idle)]
+    session_idle: SessionIdle,
+}
+
+/// `--session-idle`'s default: [`agentloop_mcp::serve::DEFAULT_SESSION_IDLE`], in seconds (a
+/// test holds them equal).
+const SESSION_IDLE_DEFAULT: &str = "3600";
+
+/// `--session-idle`: the bound, or none (`off`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct SessionIdle(Option<Duration>);
+
+/// Reads `--session-idle`: a whole number of seconds, at least one, or `off`. Zero is refused
+/// rather than taken as `off`: a session closed as soon as its call ends would read as a
+/// server that forgets its clients.
+fn session_idle(text: &str) -> Result<SessionIdle, String> {
+    if text == "off" {
+        return Ok(SessionIdle(None));
+    }
+    match text.parse::<u64>() {
+        Ok(secs) if secs >= 1 => Ok(SessionIdle(Some(Duration::from_secs(secs)))),
+        _ => Err("a whole number of seconds, at least 1 (3600 is an hour), or `off`".into()),
+    }
 }
 
 /// Runs an `mcp` command.
@@ -242,7 +271,9 @@ fn offer(args: &ServeArgs, served: &ServedFiles) -> Result<Offer, CliError> {
 /// Serves until the client leaves (stdio), or Ctrl-C or SIGTERM.
 async fn serve_offer(args: &ServeArgs, offer: Offer) -> Result<i32, CliError> {
     let names: Vec<String> = offer.names().map(str::to_owned).collect();
-    let server = AgentServer::new(offer).with_max_runs(args.served.max_runs);
+    let server = AgentServer::new(offer)
+        .with_max_runs(args.served.max_runs)
+        .with_session_idle(args.session_idle.0);
     let shutdown = CancellationToken::new();
     let stop = shutdown.clone();
     let signals = tokio::spawn(async move {
@@ -271,4 +302,27 @@ async fn serve_offer(args: &ServeArgs, offer: Offer) -> Result<i32, CliError> {
     signals.abort();
     served.map_err(|e| serve_error(&e))?;
     Ok(code::OK)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn session_idle_takes_whole_seconds_or_off_and_defaults_to_the_librarys_bound() {
+        assert_eq!(
+            session_idle(SESSION_IDLE_DEFAULT).unwrap(),
+            SessionIdle(Some(agentloop_mcp::serve::DEFAULT_SESSION_IDLE))
+        );
+        assert_eq!(
+            session_idle("90").unwrap(),
+            SessionIdle(Some(Duration::from_secs(90)))
+        );
+        assert_eq!(session_idle("off").unwrap(), SessionIdle(None));
+        for bad in ["0", "-1", "1.5", "1h", "", "OFF", "none"] {
+            assert!(session_idle(bad).unwrap_err().contains("`off`"), "{bad}");
+        }
+    }
 }

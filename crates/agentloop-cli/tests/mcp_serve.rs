@@ -602,3 +602,85 @@ async fn agentloops_client_speaks_each_wire_with_mcp_serve_over_stdio() {
 async fn agentloops_client_speaks_each_wire_with_mcp_serve_over_http() {
     agentloops_client_speaks_each_wire(Transport::Http).await;
 }
+
+/// One MCP message posted by hand as a client of MCP before 2026-07-28 (which has a session):
+/// the answer's status, and the session id it names.
+fn post_mcp(url: &str, session: Option<&str>, message: &Value) -> (u16, Option<String>) {
+    let mut headers = vec![
+        ("Content-Type", "application/json"),
+        ("Accept", "application/json, text/event-stream"),
+        ("MCP-Protocol-Version", "2025-11-25"),
+    ];
+    if let Some(id) = session {
+        headers.push(("Mcp-Session-Id", id));
+    }
+    let (status, fields) = http_head(url, "POST", "127.0.0.1", &headers, &message.to_string());
+    let id = fields
+        .into_iter()
+        .find(|(name, _)| name == "mcp-session-id")
+        .map(|(_, value)| value);
+    (status, id)
+}
+
+/// A session started by hand: `initialize`, then `notifications/initialized`.
+fn start_session(url: &str) -> String {
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "by-hand", "version": "1"}}});
+    let (status, id) = post_mcp(url, None, &init);
+    assert_eq!(status, 200);
+    let id = id.expect("no session id");
+    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    assert_eq!(post_mcp(url, Some(&id), &initialized).0, 202);
+    id
+}
+
+fn ping(id: u64) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "method": "ping"})
+}
+
+#[test]
+fn session_idle_closes_an_http_session_left_idle_and_off_keeps_it() {
+    let dir = forecaster("");
+    let agent = dir.agent();
+    let agent = agent.to_str().unwrap();
+
+    let server = HttpServer::start("mcp", &[agent, "--session-idle", "1"]);
+    let session = start_session(&server.url);
+    assert_eq!(post_mcp(&server.url, Some(&session), &ping(2)).0, 200);
+    // Idle past its second (and the reaper's quarter of it): gone, and its client is told so
+    // as MCP says, with a 404, after which it starts a session again.
+    std::thread::sleep(Duration::from_millis(2000));
+    assert_eq!(post_mcp(&server.url, Some(&session), &ping(3)).0, 404);
+    let again = start_session(&server.url);
+    assert_ne!(again, session);
+    assert_eq!(post_mcp(&server.url, Some(&again), &ping(4)).0, 200);
+    server.terminate();
+
+    let server = HttpServer::start("mcp", &[agent, "--session-idle", "off"]);
+    let session = start_session(&server.url);
+    std::thread::sleep(Duration::from_millis(2000));
+    assert_eq!(post_mcp(&server.url, Some(&session), &ping(5)).0, 200);
+    server.terminate();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn session_idle_refuses_a_bad_value_and_stdio_which_has_no_sessions() {
+    let dir = forecaster("");
+    let agent = dir.agent();
+    let agent = agent.to_str().unwrap();
+    for (flags, says) in [
+        (
+            &["--http", "127.0.0.1:0", "--session-idle", "0"][..],
+            "at least 1",
+        ),
+        (&["--http", "127.0.0.1:0", "--session-idle", "1h"], "`off`"),
+        (&["--session-idle", "60"], "--http"),
+    ] {
+        let mut command = vec!["mcp", "serve", agent];
+        command.extend_from_slice(flags);
+        let out = agentloop(args(&command)).await;
+        assert_eq!(out.status.code(), Some(2), "{flags:?}: {}", stderr(&out));
+        assert!(stderr(&out).contains(says), "{flags:?}: {}", stderr(&out));
+    }
+}

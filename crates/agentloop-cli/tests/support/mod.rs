@@ -558,7 +558,36 @@ pub fn http_request(
     headers: &[(&str, &str)],
     body: &str,
 ) -> (u16, String) {
-    use std::io::{Read, Write};
+    use std::io::Read;
+    let mut stream = send_request(url, method, host, headers, body);
+    let mut answer = String::new();
+    let _ = stream.read_to_string(&mut answer);
+    let status = status_of(&answer);
+    let body = answer
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    (status, body)
+}
+
+/// The status code of an HTTP/1.1 answer's status line.
+fn status_of(answer: &str) -> u16 {
+    answer
+        .split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or_else(|| panic!("no status line in {answer:?}"))
+}
+
+/// One HTTP/1.1 request on a fresh connection, written; the connection, to read the answer from.
+fn send_request(
+    url: &str,
+    method: &str,
+    host: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> std::net::TcpStream {
+    use std::io::Write;
     let rest = url.strip_prefix("http://").unwrap();
     let (addr, path) = rest.split_once('/').map_or((rest, ""), |(a, p)| (a, p));
     let mut stream = std::net::TcpStream::connect(addr).unwrap();
@@ -572,18 +601,42 @@ pub fn http_request(
     request.push_str("\r\n");
     request.push_str(body);
     stream.write_all(request.as_bytes()).unwrap();
-    let mut answer = String::new();
-    let _ = stream.read_to_string(&mut answer);
-    let status = answer
-        .split_whitespace()
-        .nth(1)
-        .and_then(|code| code.parse().ok())
-        .unwrap_or_else(|| panic!("no status line in {answer:?}"));
-    let body = answer
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default();
-    (status, body)
+    stream
+}
+
+/// [`http_request`], reading only the answer's head (an event stream may stay open after it):
+/// its status and the value of each header, names in lower case.
+pub fn http_head(
+    url: &str,
+    method: &str,
+    host: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> (u16, Vec<(String, String)>) {
+    use std::io::Read;
+    let mut stream = send_request(url, method, host, headers, body);
+    stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(30)))
+        .unwrap();
+    let mut answer = Vec::new();
+    let mut buf = [0u8; 4096];
+    let head = loop {
+        let n = stream.read(&mut buf).unwrap();
+        answer.extend_from_slice(&buf[..n]);
+        let text = String::from_utf8_lossy(&answer).into_owned();
+        if let Some((head, _)) = text.split_once("\r\n\r\n") {
+            break head.to_owned();
+        }
+        assert!(n > 0, "the answer ended before its head did: {text:?}");
+    };
+    let status = status_of(&head);
+    let fields = head
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split_once(':'))
+        .map(|(name, value)| (name.trim().to_ascii_lowercase(), value.trim().to_owned()))
+        .collect();
+    (status, fields)
 }
 
 impl Drop for HttpServer {
