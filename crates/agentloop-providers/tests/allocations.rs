@@ -23,13 +23,32 @@ fn fixture(rel: &str) -> Vec<u8> {
 /// A wire format's parser of a whole stream body.
 type Parse = fn(&[u8]) -> Result<ModelResponse, ModelError>;
 
-/// The response `parse` makes of `body`, and the allocations it took (the counts are the
-/// process's: this file holds one test).
+/// How many times each stream is decoded and counted: the least count is the decoder's.
+const SAMPLES: usize = 5;
+
+/// The response `parse` makes of `body`, and the allocations it took: the least of [`SAMPLES`]
+/// counts.
+///
+/// stats_alloc counts the process's allocations, every thread's, and this test's thread is not
+/// the only one even in a file of one test: libtest's main thread, having spawned it, records
+/// it (an entry in its map of running tests and in its queue of timeouts, the waiter of its
+/// channel), and on a busy machine that thread can be put off until it lands inside a counted
+/// window (seen: 225 for 221, 98 for 94, 7 runs in 1000 with the cores busy). A thread of our
+/// own would not help (the count is global), and a count of this thread's allocations alone
+/// needs an allocator of our own, which is unsafe code the workspace forbids. Another thread
+/// only ever adds to a count, and the decoder's own count is the same at every decoding of one
+/// body, so the least is the decoder's: a copy that comes back raises every sample, and fails.
 fn decoded(parse: Parse, body: &[u8]) -> (ModelResponse, usize) {
-    let region = Region::new(ALLOCATOR);
-    let response = parse(body).unwrap();
-    let change = region.change();
-    (response, change.allocations + change.reallocations)
+    let mut least = usize::MAX;
+    let mut response = None;
+    for _ in 0..SAMPLES {
+        let region = Region::new(ALLOCATOR);
+        let decoded = parse(body).unwrap();
+        let change = region.change();
+        least = least.min(change.allocations + change.reallocations);
+        response = Some(decoded);
+    }
+    (response.unwrap(), least)
 }
 
 #[test]
