@@ -51,6 +51,7 @@ pub struct ServeArgs {
     /// Serves each file's tools instead of its agent (its command tools, built-in tools and its
     /// MCP servers' tools, as its model sees them), under the file's permissions and sandbox.
     /// Such a call's run is one call made for the client, not the agent's: it is not journaled.
+    /// A server's tool named as an earlier tool or a hand-off is left out, as a run leaves it.
     #[arg(long, conflicts_with = "journal")]
     tools: bool,
     /// How long an HTTP session (a client of MCP before 2026-07-28) lives with no call of it
@@ -212,18 +213,23 @@ async fn serve(args: ServeArgs) -> Result<i32, CliError> {
 }
 
 /// What the files offer: their agents, or with `--tools` their tools.
+///
+/// Two files never share a served name: that is a setup error naming both, as no file comes
+/// before the other. Within one file `--tools` serves what its agent's model sees under each
+/// name, as a run decides it: the file's own tools and hand-offs first, then its servers' tools
+/// in declaration order, a name kept by the first that has it ([`file_tools`]).
 fn offer(args: &ServeArgs, served: &ServedFiles) -> Result<Offer, CliError> {
     let mut offer = Offer::new();
+    let mut names = ServedNames::default();
     for l in &served.files {
         let file = &l.0;
         let options = served.options(file);
+        let shown = crate::terminal::shown_path(&file.path);
         if args.tools {
-            let mut specs: Vec<agentloop::tool::ToolSpec> = assemble::tools(file)?
-                .iter()
-                .map(|t| t.spec().clone())
-                .collect();
-            if let Some(servers) = l.1.servers(file) {
-                specs.extend(servers.tools().iter().map(|t| t.spec().clone()));
+            let mut specs = Vec::new();
+            for (spec, what) in file_tools(file, l.1.servers(file))? {
+                names.claim(&spec.name, format!("{what} of {shown}"))?;
+                specs.push(spec);
             }
             // The client names each tool it calls: nothing is deferred from it.
             let (file, l) = (crate::deferred::undeferred(file), l.clone());
@@ -239,6 +245,7 @@ fn offer(args: &ServeArgs, served: &ServedFiles) -> Result<Offer, CliError> {
                 .map_err(|e| serve_error(&e))?;
         } else {
             let name = file.spec.name.get_ref().clone();
+            names.claim(&name, format!("the agent of {shown}"))?;
             let description = file
                 .spec
                 .description
@@ -266,6 +273,78 @@ fn offer(args: &ServeArgs, served: &ServedFiles) -> Result<Offer, CliError> {
         }
     }
     Ok(offer)
+}
+
+/// The served names so far, each with what it serves, for an error that names both holders of
+/// one name.
+#[derive(Default)]
+struct ServedNames(Vec<(String, String)>);
+
+impl ServedNames {
+    fn claim(&mut self, name: &str, what: String) -> Result<(), CliError> {
+        if let Some((_, first)) = self.0.iter().find(|(n, _)| n == name) {
+            let e = ServeError::DuplicateTool {
+                name: name.to_owned(),
+            };
+            return Err(CliError::Setup {
+                message: format!("{}: {e}: {first} and {what}", e.code()),
+            });
+        }
+        self.0.push((name.to_owned(), what));
+        Ok(())
+    }
+}
+
+/// A file's tools as `--tools` serves them, each with what it is: its own tools, then its
+/// servers' tools, each name served as the tool its agent's runs give it. A run registers the
+/// file's tools and hand-offs first and leaves out a server's tool whose name is taken (the
+/// first listed of a name keeps it), so a server's tool named as one of those, or as an earlier
+/// server's tool, is left out here too, with a warning naming both: listed, it would reach
+/// another tool when called. Hand-offs are not served (each passes a conversation, which a
+/// client's call has none of), but their names are still theirs.
+fn file_tools(
+    file: &crate::agent_file::AgentFile,
+    servers: Option<&agentloop_mcp::McpServers>,
+) -> Result<Vec<(agentloop::tool::ToolSpec, String)>, CliError> {
+    let mut out: Vec<(agentloop::tool::ToolSpec, String)> = assemble::tools(file)?
+        .iter()
+        .map(|t| (t.spec().clone(), format!("the tool {:?}", t.spec().name)))
+        .collect();
+    let mut holders: Vec<(String, String)> = out
+        .iter()
+        .map(|(spec, _)| {
+            (
+                spec.name.clone(),
+                format!("the agent's tool {:?}", spec.name),
+            )
+        })
+        .collect();
+    holders.extend(
+        file.handoffs
+            .iter()
+            .map(|h| (h.tool.clone(), format!("the agent's hand-off {:?}", h.tool))),
+    );
+    for server in servers.map(|s| s.servers()).unwrap_or_default() {
+        for tool in server.tools() {
+            let spec = tool.spec();
+            let what = format!(
+                "the tool {:?} of the MCP server {}",
+                spec.name,
+                server.name()
+            );
+            if let Some((_, holder)) = holders.iter().find(|(n, _)| *n == spec.name) {
+                err!(
+                    "agentloop: warning: {}: {what} is not served: {holder} has its name, listed \
+                     before it, and a run of the agent calls that one by it",
+                    crate::terminal::shown_path(&file.path)
+                );
+                continue;
+            }
+            holders.push((spec.name.clone(), what.clone()));
+            out.push((spec.clone(), what));
+        }
+    }
+    Ok(out)
 }
 
 /// Serves until the client leaves (stdio), or Ctrl-C or SIGTERM.

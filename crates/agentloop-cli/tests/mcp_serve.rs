@@ -356,6 +356,16 @@ fn forecaster_with_time_server() -> AgentDir {
     dir
 }
 
+/// A call of the time server's `get_current_time` for `Etc/UTC`, answered by it: its structured
+/// answer names the zone.
+fn time_server_answered(call: &Value) {
+    assert_eq!(call["result"]["isError"], false, "{call}");
+    assert_eq!(
+        call["result"]["structuredContent"]["timezone"], "Etc/UTC",
+        "{call}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn with_tools_the_files_own_tools_are_served_under_its_permissions() {
     let dir = forecaster_with_time_server();
@@ -401,12 +411,7 @@ async fn with_tools_the_files_own_tools_are_served_under_its_permissions() {
     assert!(text_of(&denied["result"]).contains("denied"), "{denied}");
     assert!(!dir.path("started").exists());
     // An [[mcp]] server's tool, through agentloop: the time server's structured answer.
-    let time = &seen[4];
-    assert_eq!(time["result"]["isError"], false, "{time}");
-    assert_eq!(
-        time["result"]["structuredContent"]["timezone"], "Etc/UTC",
-        "{time}"
-    );
+    time_server_answered(&seen[4]);
 }
 
 /// `examples/served`, started as its `mcp.json` tells an MCP client to start it.
@@ -682,5 +687,141 @@ async fn session_idle_refuses_a_bad_value_and_stdio_which_has_no_sessions() {
         let out = agentloop(args(&command)).await;
         assert_eq!(out.status.code(), Some(2), "{flags:?}: {}", stderr(&out));
         assert!(stderr(&out).contains(says), "{flags:?}: {}", stderr(&out));
+    }
+}
+
+/// An agent whose names meet: its own tool `get_current_time` and its hand-off `convert_time`
+/// have the names of the time server `t1`'s two tools (kept as the server names them); `t2`'s
+/// tools are `t_*`, and `t3` renames its `get_current_time` to `t2`'s name of it.
+fn clock_with_names_that_meet() -> AgentDir {
+    let time = mcp_installed().join("venv/bin/mcp-server-time");
+    let server = |name: &str, naming: &str| {
+        format!(
+            "\n[[mcp]]\nname = \"{name}\"\ncommand = [\"{}\"]\ntimeout_secs = 60\n{naming}\n",
+            time.display()
+        )
+    };
+    let dir = AgentDir::new(&format!(
+        "name = \"clock\"\n[model]\nprovider = \"scripted\"\nscript = \"script.json\"\n\n\
+         [[tools]]\nname = \"get_current_time\"\ndescription = \"The agent's own clock.\"\n\
+         command = [\"python3\", \"tool.py\"]\n\n\
+         [[handoffs]]\nagent = \"helper.toml\"\nname = \"convert_time\"\n{}{}{}",
+        server("t1", "prefix = \"\""),
+        server("t2", "prefix = \"t_\""),
+        server(
+            "t3",
+            "prefix = \"x_\"\nrename = { get_current_time = \"t_get_current_time\" }"
+        ),
+    ));
+    dir.write(
+        "helper.toml",
+        "name = \"helper\"\ndescription = \"Helps.\"\n[model]\nprovider = \"scripted\"\nscript = \"script.json\"\n",
+    );
+    dir.write("script.json", "[]");
+    dir
+}
+
+/// With `--tools` a name is served as the tool a run of the agent gives it (its own tools and
+/// hand-offs first, then its servers' in order): a server's tool whose name is taken is left out,
+/// with a warning naming both, where it was listed and a call of it reached the hand-off, or the
+/// server refused to start.
+#[tokio::test(flavor = "multi_thread")]
+async fn with_tools_a_name_taken_before_a_servers_tool_is_served_as_a_run_calls_it() {
+    let dir = clock_with_names_that_meet();
+    let agent = dir.agent();
+    let agent = agent.to_str().unwrap();
+    // Its stdin closed at once, it says what it serves and ends.
+    let out = agentloop(args(&["mcp", "serve", agent, "--tools"])).await;
+    let err = stderr(&out);
+    assert!(
+        err.contains(
+            "serving get_current_time, t_get_current_time, t_convert_time, x_convert_time on stdio"
+        ),
+        "{err}"
+    );
+    for (left_out, holder) in [
+        (
+            "the tool \"get_current_time\" of the MCP server t1",
+            "the agent's tool \"get_current_time\"",
+        ),
+        (
+            "the tool \"convert_time\" of the MCP server t1",
+            "the agent's hand-off \"convert_time\"",
+        ),
+        (
+            "the tool \"t_get_current_time\" of the MCP server t3",
+            "the tool \"t_get_current_time\" of the MCP server t2",
+        ),
+    ] {
+        assert!(
+            err.contains(&format!("{left_out} is not served: {holder} has its name")),
+            "{left_out}: {err}"
+        );
+    }
+
+    let seen = python_client(
+        &Transport::Stdio,
+        &[agent, "--tools"],
+        json!([
+            {"do": "list"},
+            {"do": "call", "tool": "get_current_time", "arguments": {}},
+            {"do": "call", "tool": "t_get_current_time", "arguments": {"timezone": "Etc/UTC"}}
+        ]),
+    )
+    .await;
+    let tools = seen[0]["tools"].as_array().unwrap();
+    let names: Vec<&str> = tools.iter().map(|t| t["name"].as_str().unwrap()).collect();
+    assert_eq!(
+        names,
+        [
+            "get_current_time",
+            "t_get_current_time",
+            "t_convert_time",
+            "x_convert_time"
+        ]
+    );
+    assert_eq!(tools[0]["description"], "The agent's own clock.");
+    // The listed tool is the one called: the agent's own...
+    let own = &seen[1];
+    assert_eq!(own["result"]["isError"], false, "{own}");
+    assert_eq!(text_of(&own["result"]), "18 degrees and sunny\n", "{own}");
+    assert_eq!(dir.tool_inputs(), vec![json!({})]);
+    // ...and t2's, with its structured answer.
+    time_server_answered(&seen[2]);
+}
+
+/// Two files never share a served name, as neither comes first: the server does not start, and
+/// says which two have it.
+#[tokio::test(flavor = "multi_thread")]
+async fn two_files_serving_one_name_is_a_setup_error_naming_both() {
+    let (one, two) = (forecaster(""), forecaster(""));
+    let (one, two) = (one.agent(), two.agent());
+    let (one, two) = (one.to_str().unwrap(), two.to_str().unwrap());
+    for (tools, first, second) in [
+        (
+            true,
+            format!("the tool \"forecast\" of {one}"),
+            format!("the tool \"forecast\" of {two}"),
+        ),
+        (
+            false,
+            format!("the agent of {one}"),
+            format!("the agent of {two}"),
+        ),
+    ] {
+        let mut command = vec!["mcp", "serve", one, two];
+        if tools {
+            command.push("--tools");
+        }
+        let out = agentloop(args(&command)).await;
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(3), "{err}");
+        let name = if tools { "forecast" } else { "forecaster" };
+        assert!(
+            err.contains(&format!(
+                "mcp.duplicate_tool: two served MCP tools are named \"{name}\": {first} and {second}"
+            )),
+            "{err}"
+        );
     }
 }
