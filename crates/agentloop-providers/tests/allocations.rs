@@ -30,14 +30,14 @@ const SAMPLES: usize = 5;
 /// counts.
 ///
 /// stats_alloc counts the process's allocations, every thread's, and this test's thread is not
-/// the only one even in a file of one test: libtest's main thread, having spawned it, records
-/// it (an entry in its map of running tests and in its queue of timeouts, the waiter of its
-/// channel), and on a busy machine that thread can be put off until it lands inside a counted
-/// window (seen: 225 for 221, 98 for 94, 7 runs in 1000 with the cores busy). A thread of our
-/// own would not help (the count is global), and a count of this thread's allocations alone
-/// needs an allocator of our own, which is unsafe code the workspace forbids. Another thread
-/// only ever adds to a count, and the decoder's own count is the same at every decoding of one
-/// body, so the least is the decoder's: a copy that comes back raises every sample, and fails.
+/// the only one even in a file of one test: another (libtest's main thread, which records the
+/// test it has just spawned) makes four allocations at once, a few milliseconds into the test
+/// and later on a busy machine, where they can land inside a counted window (seen: 225 for 221,
+/// 98 for 94, in 7 and 13 runs of 1000 with both cores busy). A thread of our own would not help
+/// (the count is global), and a count of this thread's allocations alone needs an allocator of
+/// our own, which is unsafe code the workspace forbids. Another thread only ever adds to a count,
+/// and the decoder's own count is the same at every decoding of one body, so the least is the
+/// decoder's: a copy that comes back raises every sample, and fails.
 fn decoded(parse: Parse, body: &[u8]) -> (ModelResponse, usize) {
     let mut least = usize::MAX;
     let mut response = None;
