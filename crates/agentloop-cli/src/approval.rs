@@ -479,7 +479,8 @@ mod tests {
             CancelSlot::default(),
         ));
         let got = check(&gate, &batch(&[("c1", "get_weather"), ("c2", "other")])).await;
-        assert_eq!(got, [Verdict::Allow, Verdict::Allow]);
+        // The asked call ran as the person approved it; the other on the rules alone.
+        assert_eq!(got, [Verdict::Approved, Verdict::Allow]);
         assert!(screen.text().contains("[1/1] get_weather [c1]"));
         let saved: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
         assert_eq!(
@@ -494,6 +495,7 @@ mod tests {
         let gate =
             PermissionGate::new(store).with_prompter(prompter("", &screen, CancelSlot::default()));
         let got = check(&gate, &batch(&[("c3", "get_weather")])).await;
+        // An "always" approves the call it answered, not the later ones it lets run unasked.
         assert_eq!(got, [Verdict::Allow]);
         assert_eq!(screen.text(), "", "nobody was asked");
     }

@@ -926,23 +926,32 @@ path_glob = { field = "path", glob = "ok/**" }
     assert!(!v.to_string().contains("the secret"), "{v}");
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_link_made_by_another_call_of_the_batch_cannot_walk_around_a_deny_glob() {
-    // The gate judges both calls before either runs, while `notes.txt` is not yet a link; the
-    // shell makes the batch run in order, so the read comes after the link.
+/// One batch: the shell (allowed) makes `notes.txt` a link to `secrets/key.txt`, and then
+/// `read_file notes.txt` reads it. The gate judges both calls before either runs, while
+/// `notes.txt` is not yet a link; the shell makes the batch run in order, so the read comes
+/// after the link. `read_file` has a `secrets_rule` (`deny` or `ask`) on `secrets/**`, is asked
+/// about `notes.txt` itself when `ask_notes`, and is allowed every other path.
+fn link_then_read(secrets_rule: &str, ask_notes: bool) -> AgentDir {
+    let notes = if ask_notes {
+        "[[permissions.rules]]\ntool = \"read_file\"\npermission = \"ask\"\npath_glob = { field = \"path\", glob = \"notes.txt\" }\n"
+    } else {
+        ""
+    };
     let dir = scripted_builtins(
-        r#"[[permissions.rules]]
+        &format!(
+            r#"[[permissions.rules]]
 tool = "shell"
 permission = "allow"
 [[permissions.rules]]
 tool = "read_file"
-permission = "deny"
-path_glob = { field = "path", glob = "secrets/**" }
-[[permissions.rules]]
+permission = "{secrets_rule}"
+path_glob = {{ field = "path", glob = "secrets/**" }}
+{notes}[[permissions.rules]]
 tool = "read_file"
 permission = "allow"
-path_glob = { field = "path", glob = "**" }
-"#,
+path_glob = {{ field = "path", glob = "**" }}
+"#
+        ),
         &[
             (
                 "shell",
@@ -953,7 +962,17 @@ path_glob = { field = "path", glob = "**" }
     );
     std::fs::create_dir_all(dir.path("work/secrets")).unwrap();
     dir.write("work/secrets/key.txt", "the secret");
-    let (_, v) = run_json(&dir, &[]).await;
+    dir
+}
+
+/// Runs [`link_then_read`]'s batch with `extra`: the link was made, and the read was refused
+/// with `code` without showing the secret. The run's `--json` outcome.
+async fn assert_read_through_the_new_link_refused(
+    dir: &AgentDir,
+    extra: &[&str],
+    code: &str,
+) -> Value {
+    let (_, v) = run_json(dir, extra).await;
     let calls = v["tool_calls"].as_array().unwrap();
     assert_eq!(calls[0]["status"], "ok", "the link was made: {v}");
     assert!(
@@ -961,8 +980,88 @@ path_glob = { field = "path", glob = "**" }
             .unwrap()
             .is_symlink()
     );
-    assert_eq!(calls[1]["error"]["code"], "path_denied", "{v}");
+    assert_eq!(calls[1]["error"]["code"], code, "{v}");
     assert!(!v.to_string().contains("the secret"), "{v}");
+    v
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_link_made_by_another_call_of_the_batch_cannot_walk_around_a_deny_glob() {
+    let dir = link_then_read("deny", false);
+    assert_read_through_the_new_link_refused(&dir, &[], "path_denied").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_link_made_by_another_call_of_the_batch_cannot_walk_around_an_ask_glob_unasked() {
+    // The gate let `read_file notes.txt` run without asking (no link yet, and `**` allows it);
+    // when it runs, the path leads to a file an `ask` rule covers, and nobody approved it.
+    let dir = link_then_read("ask", false);
+    let v = assert_read_through_the_new_link_refused(&dir, &[], "path_not_approved").await;
+    let message = v["tool_calls"][1]["error"]["message"].as_str().unwrap();
+    assert!(message.contains("call again to be asked"), "{v}");
+    // Called again, the call is judged with the link in place: asked about (and, with nobody
+    // to ask, denied).
+    let v = run_json(&dir, &[]).await.1;
+    assert_eq!(v["tool_calls"][1]["status"], "denied", "{v}");
+    assert!(!v.to_string().contains("the secret"), "{v}");
+    // `--yes` approves the calls the gate asks about; this one it was not asked about.
+    let dir = link_then_read("ask", false);
+    assert_read_through_the_new_link_refused(&dir, &["--yes"], "path_not_approved").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_call_a_person_approved_reads_what_its_path_leads_to_when_it_runs() {
+    // `read_file notes.txt` is asked about: approved with `--yes`, it reads the file its path
+    // leads to once the shell made it a link.
+    let read_the_secret = |v: &Value| {
+        assert_eq!(call_statuses(v), ["ok", "ok"], "{v}");
+        let read = v["tool_calls"][1]["output"].as_str().unwrap();
+        assert!(read.contains("the secret"), "{v}");
+    };
+    read_the_secret(&run_json(&link_then_read("ask", true), &["--yes"]).await.1);
+
+    // A durable run suspends on it; the answer recorded with `approve` is the approval of
+    // this very call when the run resumes.
+    let dir = link_then_read("ask", true);
+    let journal = dir.path("runs.db");
+    let j = journal.to_str().unwrap();
+    let suspended = run_until_suspended(&dir, j).await;
+    let id = suspended["run_id"].as_str().unwrap().to_owned();
+    assert_eq!(
+        suspended["pending_approvals"][0]["call_id"], "c1",
+        "{suspended}"
+    );
+    assert!(
+        !dir.path("work/notes.txt").exists(),
+        "nothing of the batch ran before the answer"
+    );
+    let out = allow_and_resume(&id, "c1", j).await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    read_the_secret(&stdout_json(&out));
+}
+
+/// `agentloop run --journal j --json`, which must suspend: its `--json` outcome.
+async fn run_until_suspended(dir: &AgentDir, j: &str) -> Value {
+    let out = run_any(dir, &["--journal", j]).await;
+    assert_eq!(out.status.code(), Some(8), "suspended: {}", stderr(&out));
+    stdout_json(&out)
+}
+
+/// `agentloop approve RUN --call CALL --allow` on journal `j` (which must succeed), then
+/// `agentloop resume RUN --json`: the resumed run's output.
+async fn allow_and_resume(run_id: &str, call: &str, j: &str) -> std::process::Output {
+    let ok = agentloop(args(&[
+        "approve",
+        run_id,
+        "--call",
+        call,
+        "--allow",
+        "--journal",
+        j,
+    ]))
+    .await;
+    assert_eq!(ok.status.code(), Some(0), "{}", stderr(&ok));
+    agentloop(args(&["resume", run_id, "--journal", j, "--json"])).await
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -1055,24 +1154,11 @@ async fn an_approval_answers_only_its_own_call_never_a_later_one_reusing_its_id(
     dir.write("script.json", &script.to_string());
     let journal = dir.path("runs.db");
     let j = journal.to_str().unwrap();
-    let out = run_any(&dir, &["--journal", j]).await;
-    assert_eq!(out.status.code(), Some(8), "suspended: {}", stderr(&out));
-    let suspended = stdout_json(&out);
+    let suspended = run_until_suspended(&dir, j).await;
     let id = suspended["run_id"].as_str().unwrap().to_owned();
     assert_eq!(suspended["pending_approvals"][0]["call_id"], "c0");
 
-    let ok = agentloop(args(&[
-        "approve",
-        &id,
-        "--call",
-        "c0",
-        "--allow",
-        "--journal",
-        j,
-    ]))
-    .await;
-    assert_eq!(ok.status.code(), Some(0), "{}", stderr(&ok));
-    let out = agentloop(args(&["resume", &id, "--journal", j, "--json"])).await;
+    let out = allow_and_resume(&id, "c0", j).await;
     assert_eq!(
         out.status.code(),
         Some(8),

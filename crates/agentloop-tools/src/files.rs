@@ -41,18 +41,26 @@ pub(crate) struct FileLimits {
     pub(crate) max_results: usize,
     /// The tool's path rules that `list_dir`, `glob` and `grep` leave out what they match by,
     /// and that `read_file`, `write_file` and `edit_file` judge their path by again when they
-    /// run ([`denied_now`]), compiled once when the tool is made ([`file_tool`]).
+    /// run ([`refused_now`]), compiled once when the tool is made ([`file_tool`]).
     pub(crate) withheld: Option<Arc<PathRules>>,
 }
 
-/// Refuses `path` when a `deny` path rule of the tool matches it as the call runs. The gate
-/// judged the call before its batch ran; another call of the batch (a shell's `ln -s
-/// secrets/key.pem notes.txt` beside `read_file notes.txt`) may since have made the path lead to
-/// a file a rule denies, and the link is followed again here as the gate follows it. An `ask`
-/// rule is not judged again: a person may have allowed the call, and nothing here tells.
-fn denied_now(limits: &FileLimits, path: &str) -> Result<(), PathError> {
-    match &limits.withheld {
-        Some(rules) if rules.judge(path) == Some(Permission::Deny) => Err(PathError::Denied {
+/// Refuses `path` when a path rule of the tool that the gate would not have let pass matches it
+/// as the call runs: a `deny` rule always, an `ask` rule unless a person approved this very
+/// call (`approved`, [`ToolContext::approved`]). The gate judged the call before its batch ran;
+/// another call of the batch (a shell's `ln -s secrets/key.pem notes.txt` beside `read_file
+/// notes.txt`) may since have made the path lead to a file a rule covers, and the link is
+/// followed again here as the gate follows it. Calling again gets the call judged with the
+/// link in place, so an `ask` rule is then asked about.
+fn refused_now(limits: &FileLimits, path: &str, approved: bool) -> Result<(), PathError> {
+    let Some(rules) = &limits.withheld else {
+        return Ok(());
+    };
+    match rules.judge(path) {
+        Some(Permission::Deny) => Err(PathError::Denied {
+            path: path.to_owned(),
+        }),
+        Some(Permission::Ask) if !approved => Err(PathError::Unapproved {
             path: path.to_owned(),
         }),
         _ => Ok(()),
@@ -99,14 +107,15 @@ impl<'a> Withheld<'a> {
     }
 }
 
-/// Runs file-system work on a blocking task.
+/// Runs file-system work on a blocking task, for the call `ctx` serves.
 async fn blocking<T: Send + 'static>(
-    cancel: CancellationToken,
+    ctx: ToolContext,
     f: impl FnOnce(&Wanted) -> Result<T, ToolError> + Send + 'static,
 ) -> Result<T, ToolError> {
     let wanted = Wanted {
         dropped: Arc::new(AtomicBool::new(false)),
-        cancel,
+        approved: ctx.approved(),
+        cancel: ctx.cancel,
     };
     let _dropped = DropFlag(wanted.dropped.clone());
     tokio::task::spawn_blocking(move || f(&wanted))
@@ -116,10 +125,12 @@ async fn blocking<T: Send + 'static>(
 
 /// Whether the call a blocking body serves is still wanted: its run goes on, and its future was
 /// not dropped (a call's timeout drops it). A blocking thread cannot be stopped from outside, so
-/// a walk of a large tree asks between entries rather than go on for nobody.
+/// a walk of a large tree asks between entries rather than go on for nobody. It also carries
+/// whether a person approved the call ([`ToolContext::approved`]), which [`refused_now`] weighs.
 struct Wanted {
     dropped: Arc<AtomicBool>,
     cancel: CancellationToken,
+    approved: bool,
 }
 
 impl Wanted {
@@ -231,7 +242,7 @@ where
     });
     shape(Tool::builder(name).description(description)).handler(move |args: A, ctx: ToolContext| {
         let limits = limits.clone();
-        blocking(ctx.cancel, move |wanted| body(&limits, args, wanted))
+        blocking(ctx, move |wanted| body(&limits, args, wanted))
     })
 }
 
@@ -269,9 +280,9 @@ pub(crate) fn read_file(name: &str, limits: &FileLimits) -> Tool {
 fn read_file_body(
     limits: &FileLimits,
     args: ReadFileArgs,
-    _: &Wanted,
+    call: &Wanted,
 ) -> Result<ToolOutput, ToolError> {
-    denied_now(limits, &args.path)?;
+    refused_now(limits, &args.path, call.approved)?;
     let path = limits.workspace.resolve(&args.path)?;
     let shown = limits.workspace.display(&path);
     let (file, _) = open_regular(limits.workspace.root(), &path, &shown)?;
@@ -395,9 +406,9 @@ pub(crate) fn write_file(name: &str, limits: &FileLimits) -> Tool {
 fn write_file_body(
     limits: &FileLimits,
     args: WriteFileArgs,
-    _: &Wanted,
+    call: &Wanted,
 ) -> Result<ToolOutput, ToolError> {
-    denied_now(limits, &args.path)?;
+    refused_now(limits, &args.path, call.approved)?;
     let path = limits.workspace.resolve_for_write(&args.path)?;
     let shown = limits.workspace.display(&path);
     if path.is_dir() {
@@ -478,9 +489,9 @@ pub(crate) fn edit_file(name: &str, limits: &FileLimits) -> Tool {
 fn edit_file_body(
     limits: &FileLimits,
     args: EditFileArgs,
-    _: &Wanted,
+    call: &Wanted,
 ) -> Result<ToolOutput, ToolError> {
-    denied_now(limits, &args.path)?;
+    refused_now(limits, &args.path, call.approved)?;
     let path = limits.workspace.resolve_for_write(&args.path)?;
     let shown = limits.workspace.display(&path);
     if args.old_string.is_empty() {
@@ -1394,7 +1405,7 @@ mod tests {
     async fn a_body_whose_call_was_dropped_is_told_to_stop() {
         // A timeout drops the call's future; the blocking thread is told, and stops.
         let (tx, rx) = std::sync::mpsc::channel();
-        let call = blocking(CancellationToken::new(), move |wanted| {
+        let call = blocking(ToolContext::detached("c", "t"), move |wanted| {
             let start = std::time::Instant::now();
             while wanted.check().is_ok() {
                 if start.elapsed() > std::time::Duration::from_secs(20) {
@@ -1523,13 +1534,73 @@ mod tests {
             std::fs::read_to_string(f.root().join("secrets/key.pem")).unwrap(),
             "PRIVATE KEY\n"
         );
-        // A path an `ask` rule matches is not judged again (a person may have allowed it), and
-        // a path no rule denies is read as before.
-        symlink("drafts/plan.txt", f.root().join("plan-link.txt")).unwrap();
-        let asked = f.call(read_file, json!({"path": "plan-link.txt"})).await;
-        assert!(asked.unwrap().contains("a plan"));
+        // A path no rule matches is read as before.
         let plain = f.call(read_file, json!({"path": "src/main.rs"})).await;
         assert!(plain.unwrap().contains("fn main"));
+    }
+
+    #[tokio::test]
+    async fn a_path_that_leads_to_an_asked_file_when_the_call_runs_needs_a_person_s_approval() {
+        let mut f = Fixture::new();
+        std::fs::create_dir_all(f.root().join("drafts")).unwrap();
+        std::fs::write(f.root().join("drafts/plan.txt"), "a plan\n").unwrap();
+        let mut store = PermissionStore::new(Permission::Allow);
+        store
+            .resolve_paths("*", Arc::new(Resolver(f.limits.workspace.clone())))
+            .configure(path_rule("*", "drafts/**", Permission::Ask));
+        f.limits.workspace = f.limits.workspace.clone().withhold(&store);
+        // The gate let `notes.txt` run unasked; then a sibling call made it a link to the draft.
+        assert_eq!(
+            store.decide("t", &json!({"path": "notes.txt"})),
+            Permission::Allow
+        );
+        symlink("drafts/plan.txt", f.root().join("notes.txt")).unwrap();
+        let unasked = ToolContext::detached("c", "t");
+        let approved = ToolContext::detached("c", "t").approved_by_a_person();
+        let with = |make: fn(&str, &FileLimits) -> Tool, args: Value, ctx: &ToolContext| {
+            make("t", &f.limits).call(args, ctx.clone())
+        };
+        let edit = json!({"path": "notes.txt", "old_string": "a plan", "new_string": "b plan"});
+        let write = json!({"path": "notes.txt", "content": "overwritten\n"});
+        for (make, args) in [
+            (
+                read_file as fn(&str, &FileLimits) -> Tool,
+                json!({"path": "notes.txt"}),
+            ),
+            (edit_file, edit.clone()),
+            (write_file, write.clone()),
+        ] {
+            let e = with(make, args, &unasked).await.unwrap_err();
+            assert_eq!(code(&e), "path_not_approved");
+            assert!(e.to_string().contains("call again to be asked"), "{e:?}");
+            assert!(
+                matches!(
+                    e,
+                    ToolError::Recoverable {
+                        permanent: true,
+                        ..
+                    }
+                ),
+                "no retry of the same call gets it asked: {e:?}"
+            );
+        }
+        assert_eq!(
+            std::fs::read_to_string(f.root().join("drafts/plan.txt")).unwrap(),
+            "a plan\n"
+        );
+        // A person allowed this very call: what it finds now is theirs to have allowed.
+        let read = with(read_file, json!({"path": "notes.txt"}), &approved).await;
+        assert!(format!("{:?}", read.unwrap()).contains("a plan"));
+        with(edit_file, edit, &approved).await.unwrap();
+        assert_eq!(
+            std::fs::read_to_string(f.root().join("drafts/plan.txt")).unwrap(),
+            "b plan\n"
+        );
+        with(write_file, write, &approved).await.unwrap();
+        assert_eq!(
+            std::fs::read_to_string(f.root().join("drafts/plan.txt")).unwrap(),
+            "overwritten\n"
+        );
     }
 
     #[tokio::test]

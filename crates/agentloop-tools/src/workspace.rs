@@ -74,6 +74,17 @@ pub enum PathError {
         /// The path as given.
         path: String,
     },
+    /// An `ask` path rule of the tool matches the path now, though the call was allowed without
+    /// asking anyone: the gate judged it before its batch ran, and another call of the batch
+    /// (a shell's `ln -s`) has since made the path lead to a file the rule asks about. Calling
+    /// again gets the call judged with the link in place, and so asked about.
+    #[error(
+        "{path:?} now leads to a file the permission rules ask about for this tool, and nobody approved this call (it changed after the call was allowed): call again to be asked"
+    )]
+    Unapproved {
+        /// The path as given.
+        path: String,
+    },
     /// The file system could not answer.
     #[error("{path:?}: {message}")]
     Io {
@@ -94,6 +105,7 @@ impl PathError {
             PathError::DanglingLink { .. } => "path_dangling_link",
             PathError::Protected { .. } => "workspace.protected",
             PathError::Denied { .. } => "path_denied",
+            PathError::Unapproved { .. } => "path_not_approved",
             PathError::Io { .. } => "path_io",
         }
     }

@@ -1,6 +1,7 @@
 //! The admission seam. After a decision is validated and before any of its calls starts, each
-//! gate sees the calls still admitted and answers each: allow, deny (the model reads why), or run
-//! with rewritten arguments (validated again). Gates compose in the order they were added, after
+//! gate sees the calls still admitted and answers each: allow, allow as a person approved it
+//! ([`crate::Verdict::Approved`], which the call's handler sees), deny (the model reads why), or
+//! run with rewritten arguments (validated again). Gates compose in the order they were added, after
 //! the hooks' `before_tool_call`; a call denied by one is never put to the next. Permission rules
 //! with human approval ([`crate::permissions::PermissionGate`]) are one gate; an application adds its own.
 //!

@@ -1202,3 +1202,86 @@ async fn a_replaced_outcome_keeps_the_calls_timing_and_retries() {
         outcome.duration
     );
 }
+
+/// A gate that rewrites the calls tagged `rewrite` (to the tag `rewritten`) and allows the rest.
+struct RewritingGate;
+
+impl Gate for RewritingGate {
+    fn check<'a>(
+        &'a self,
+        _cx: GateContext<'a>,
+        calls: &'a [agentloop::machine::AdmittedCall],
+    ) -> BoxFuture<'a, Result<Vec<Verdict>, RunError>> {
+        let verdicts = calls
+            .iter()
+            .map(
+                |c| match c.arguments.to_value().get("tag").and_then(Value::as_str) {
+                    Some("rewrite") => Verdict::Rewrite(json!({"tag": "rewritten"})),
+                    _ => Verdict::Allow,
+                },
+            )
+            .collect();
+        Box::pin(async move { Ok(verdicts) })
+    }
+}
+
+#[tokio::test]
+async fn a_handler_knows_whether_a_person_approved_its_very_call() {
+    // `free` runs on the rules alone; `asked` is asked about and approved; a call approved and
+    // then rewritten by a later gate is no longer the call the person saw.
+    let seen: Arc<Mutex<Vec<(String, bool)>>> = Arc::default();
+    let probe = |name: &str| {
+        let seen = seen.clone();
+        agentloop::Tool::dynamic(
+            name,
+            "Records whether its call was approved.",
+            json!({"type": "object", "properties": {"tag": {"type": "string"}}}),
+            move |args: Value, ctx: agentloop::ToolContext| {
+                let seen = seen.clone();
+                async move {
+                    let tag = args
+                        .get("tag")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default()
+                        .to_owned();
+                    seen.lock().unwrap().push((tag, ctx.approved()));
+                    Ok(ToolOutput::text("ok"))
+                }
+            },
+        )
+    };
+    let mut store = PermissionStore::new(Permission::Allow);
+    store.set("asked", Permission::Ask);
+    let model = ScriptedModel::new([
+        calls(&[
+            ("a", "free", r#"{"tag": "free"}"#),
+            ("b", "asked", r#"{"tag": "approved"}"#),
+            ("c", "asked", r#"{"tag": "rewrite"}"#),
+        ]),
+        ModelResponse::text("done"),
+    ]);
+    let out = Agent::builder()
+        .model(model)
+        .tool(probe("free"))
+        .tool(probe("asked"))
+        .gate(Arc::new(
+            PermissionGate::new(store).with_prompter(Arc::new(FixedAnswer(Answer::AllowOnce))),
+        ))
+        .gate(Arc::new(RewritingGate))
+        .build()
+        .unwrap()
+        .run("go")
+        .await;
+    assert_eq!(out.stop_reason, StopReason::Finished, "{:?}", out.error);
+    let mut seen = seen.lock().unwrap().clone();
+    seen.sort();
+    assert_eq!(
+        seen,
+        [
+            ("approved".to_owned(), true),
+            ("free".to_owned(), false),
+            ("rewritten".to_owned(), false),
+        ]
+    );
+    assert!(!agentloop::ToolContext::detached("c", "t").approved());
+}

@@ -1107,8 +1107,9 @@ impl PermissionGate {
         }
     }
 
-    /// The human's answers to the `asked` calls: a denial becomes the call's verdict, and an
-    /// "always" is remembered in the store for the tool.
+    /// The human's answers to the `asked` calls: a denial becomes the call's verdict, an allow
+    /// [`Verdict::Approved`] (a person allowed this very call), and an "always" is remembered
+    /// in the store for the tool.
     fn apply_answers(
         &self,
         calls: &[AdmittedCall],
@@ -1125,8 +1126,9 @@ impl PermissionGate {
             };
             let tool = &call.tool;
             match answer {
-                Answer::AllowOnce => {}
+                Answer::AllowOnce => *verdict = Verdict::Approved,
                 Answer::AllowAlways => {
+                    *verdict = Verdict::Approved;
                     store
                         .remember(tool, Permission::Allow)
                         .map_err(|e| RunError::Other {

@@ -677,6 +677,7 @@ impl<'a> Driver<'a> {
             progress: progress.unwrap_or_default(),
             stop_retries: tokens.1.clone(),
             scope,
+            approved: call.approved,
         }
     }
 

@@ -385,6 +385,7 @@ impl RunMachine {
                         // the record (a gate that rewrites them replaces the batch's copy only).
                         arguments: arguments.clone(),
                         index: valid.index,
+                        approved: false,
                     });
                     p.slots.push(Slot {
                         call_id: valid.call_id,

@@ -39,11 +39,16 @@ impl RunMachine {
         for (call, verdict) in p.batch.calls.iter_mut().zip(verdicts) {
             match verdict {
                 Verdict::Allow => {}
+                Verdict::Approved => call.approved = true,
                 Verdict::Deny(reason) => denied.push((call.position, reason)),
                 Verdict::Answer(value) => answered.push((call.position, value)),
                 Verdict::Rewrite(arguments) => {
                     match self.tools.validate(call.index, &arguments) {
-                        Ok(()) => call.arguments = crate::tool::Arguments::new(arguments),
+                        Ok(()) => {
+                            call.arguments = crate::tool::Arguments::new(arguments);
+                            // What a person approved was the call before this rewrite.
+                            call.approved = false;
+                        }
                         Err(v) => {
                             // A rewrite is validated again; one that breaks the schema is a bug in
                             // the program's hook or gate, not something the model can fix.

@@ -28,6 +28,9 @@ pub struct AdmittedCall {
     pub arguments: crate::tool::Arguments,
     /// The tool's index in the run's current [`crate::tool::ToolCatalog`].
     pub(crate) index: usize,
+    /// A gate answered [`Verdict::Approved`] for it and no later gate rewrote it: a person
+    /// allowed this very call ([`AdmittedCall::approved`]).
+    pub(crate) approved: bool,
 }
 
 impl AdmittedCall {
@@ -45,7 +48,16 @@ impl AdmittedCall {
             tool: tool.into(),
             arguments: crate::tool::Arguments::new(arguments),
             index: usize::MAX,
+            approved: false,
         }
+    }
+
+    /// True when a person allowed this very call: a gate answered it [`Verdict::Approved`]
+    /// (asked now, or an answer recorded for it), and no gate after it rewrote its arguments.
+    /// False when rules allowed it without asking. Its handler reads it as
+    /// [`crate::ToolContext::approved`].
+    pub fn approved(&self) -> bool {
+        self.approved
     }
 }
 
@@ -244,6 +256,12 @@ pub struct Trip {
 pub enum Verdict {
     /// The call may run.
     Allow,
+    /// The call may run, and a person allowed this very call: asked now, or an answer recorded
+    /// for it (a durable run's). A tool that judges what the call touches again as it runs (a
+    /// path that a sibling call turned into a link) lets a person's approval stand where rules
+    /// that only allowed it would not ([`crate::ToolContext::approved`]). A later gate that
+    /// rewrites the call's arguments takes the approval away: the person saw other arguments.
+    Approved,
     /// The call is denied; the model reads why.
     Deny(String),
     /// The call runs with these arguments instead (validated again against the tool's schema).

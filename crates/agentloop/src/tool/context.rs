@@ -122,6 +122,8 @@ pub struct ToolContext {
     pub(crate) stop_retries: CancellationToken,
     /// For a subagent's call: the run's budget and place in the tree.
     pub(crate) scope: Option<Arc<crate::budget::Scope>>,
+    /// A person allowed this very call ([`ToolContext::approved`]).
+    pub(crate) approved: bool,
 }
 
 impl ToolContext {
@@ -136,6 +138,27 @@ impl ToolContext {
             progress: ProgressSender::default(),
             stop_retries: CancellationToken::new(),
             scope: None,
+            approved: false,
         }
+    }
+
+    /// True when a person allowed this very call at admission: asked about it then, or an
+    /// answer recorded for it (a durable run's, replayed on resume); false when rules let it
+    /// run without asking, and for a [`ToolContext::detached`] one. A handler that judges what
+    /// the call touches again as it runs (the file tools, on a path a sibling call has since
+    /// made a link) refuses what would have been asked about unless this holds. An "always"
+    /// answer approves the call it was given for, not the later calls it lets run unasked; a
+    /// subagent's calls carry their own run's approvals, never the parent call's.
+    pub fn approved(&self) -> bool {
+        self.approved
+    }
+
+    /// This context, marked as one of a call a person approved ([`ToolContext::approved`]):
+    /// for calling a handler outside a run on behalf of a person who allowed the call, and for
+    /// tests. Inside a run, the gates' verdicts decide it.
+    #[must_use]
+    pub fn approved_by_a_person(mut self) -> Self {
+        self.approved = true;
+        self
     }
 }
