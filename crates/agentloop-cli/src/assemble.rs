@@ -453,13 +453,7 @@ pub enum Approval {
 /// from) created, its folder first, with an allow-all rule for the next run, or a FIFO or link
 /// put where its lock goes.
 pub fn create_exposed_stores(file: &AgentFile) -> Result<(), CliError> {
-    let mut files = vec![file];
-    let mut at = 0;
-    while let Some(f) = files.get(at).copied() {
-        files.extend(f.subagents.iter().map(|(_, child)| child));
-        files.extend(f.handoff_files.iter().map(|(_, target)| target));
-        at += 1;
-    }
+    let files = tree_files(file);
     let roots: Vec<PathBuf> = files.iter().flat_map(|f| f.process_roots()).collect();
     for f in &files {
         let Some(store) = f.permissions().and_then(|p| p.store.as_ref()) else {
@@ -480,6 +474,83 @@ pub fn create_exposed_stores(file: &AgentFile) -> Result<(), CliError> {
         })?;
     }
     Ok(())
+}
+
+/// The file and every file of its tree: its subagents' files, all the way down, and the files
+/// its hand-offs reach. A file named twice is listed twice.
+fn tree_files(file: &AgentFile) -> Vec<&AgentFile> {
+    let mut files = vec![file];
+    let mut at = 0;
+    while let Some(f) = files.get(at).copied() {
+        files.extend(f.subagents.iter().map(|(_, child)| child));
+        files.extend(f.handoff_files.iter().map(|(_, target)| target));
+        at += 1;
+    }
+    files
+}
+
+/// Refuses an agent file of the tree that is reached through a symbolic link (the file itself,
+/// or a folder on its path) lying in a folder a process of the tree may write
+/// (`roots`: [`AgentFile::process_roots`] for a run, [`AgentFile::server_roots`] for a dry run,
+/// which starts no tool). What protects the agent's own files from its processes holds
+/// the file the link leads to, read-only, not the link: a process could put another link, or a
+/// file of its own, in the link's place, and the next run would load an agent the model wrote.
+/// A root of `/` (the sandbox `off`) is passed over: such a process writes the agent's files
+/// themselves, and a link adds nothing to what it can do.
+pub fn refuse_swappable_agent_files(
+    file: &AgentFile,
+    roots: fn(&AgentFile) -> Vec<PathBuf>,
+) -> Result<(), CliError> {
+    let files = tree_files(file);
+    let roots: Vec<PathBuf> = files
+        .iter()
+        .flat_map(|f| roots(f))
+        .filter(|r| r.parent().is_some())
+        .collect();
+    if roots.is_empty() {
+        return Ok(());
+    }
+    for f in files {
+        let Some((link, root)) = link_on_the_way(&f.path, &roots) else {
+            continue;
+        };
+        let target = std::fs::canonicalize(&f.path).unwrap_or_else(|_| f.path.clone());
+        return Err(CliError::Setup {
+            message: format!(
+                "the agent file {} is reached through the symbolic link {}, which lies in {}, a \
+                 folder the agent's processes may write: one could put another file in its place \
+                 for the next run. Run the file it leads to ({}) instead, or keep the link \
+                 outside the folders the agent's tools write",
+                crate::terminal::shown_path(&f.path),
+                crate::terminal::shown_path(&link),
+                crate::terminal::shown_path(root),
+                crate::terminal::shown_path(&target),
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// The first symbolic link on the way to `path` (the file itself, or a folder of its path as
+/// given) whose own entry lies under one of `roots` (canonical), with that root.
+fn link_on_the_way<'r>(path: &Path, roots: &'r [PathBuf]) -> Option<(PathBuf, &'r PathBuf)> {
+    let absolute = std::path::absolute(path).ok()?;
+    let mut at = PathBuf::new();
+    for part in absolute.components() {
+        at.push(part);
+        let is_link = std::fs::symlink_metadata(&at).is_ok_and(|m| m.file_type().is_symlink());
+        if !is_link {
+            continue;
+        }
+        // The folder that holds the link's entry, as a process writing there reaches it.
+        let Some(folder) = at.parent().and_then(|p| std::fs::canonicalize(p).ok()) else {
+            continue;
+        };
+        if let Some(root) = roots.iter().find(|r| folder.starts_with(r)) {
+            return Some((at, root));
+        }
+    }
+    None
 }
 
 /// Where `path` is or would be made: its nearest existing folder canonical (links followed, as
@@ -729,23 +800,26 @@ impl StartedMcp {
     /// Reads the cards of the `a2a` tools of `file` and of every subagent's file below it (a card
     /// that cannot be read stops the start), then starts their MCP servers (a file named twice in
     /// the tree starts its servers once). The first that fails stops those already started.
-    /// Before that, it creates the permission stores its processes could otherwise create
-    /// ([`create_exposed_stores`]).
+    /// Before that, it refuses an agent file of the tree reached through a link its processes
+    /// could replace ([`refuse_swappable_agent_files`]) and creates the permission stores they
+    /// could otherwise create ([`create_exposed_stores`]).
     pub async fn start(file: &AgentFile) -> Result<StartedMcp, CliError> {
+        refuse_swappable_agent_files(file, AgentFile::process_roots)?;
         create_exposed_stores(file)?;
-        Self::start_servers(file).await
+        Self::connect(file).await
     }
 
     /// [`StartedMcp::start`] without creating the stores: for a dry run, where no tool runs and
-    /// nothing is written.
+    /// nothing is written. Only its servers are processes, so only a link they could replace
+    /// refuses it.
     pub async fn start_servers(file: &AgentFile) -> Result<StartedMcp, CliError> {
-        let mut files = vec![file];
-        let mut at = 0;
-        while let Some(f) = files.get(at).copied() {
-            files.extend(f.subagents.iter().map(|(_, child)| child));
-            files.extend(f.handoff_files.iter().map(|(_, target)| target));
-            at += 1;
-        }
+        refuse_swappable_agent_files(file, AgentFile::server_roots)?;
+        Self::connect(file).await
+    }
+
+    /// Reads the cards and starts the servers of [`StartedMcp::start`], checks done.
+    async fn connect(file: &AgentFile) -> Result<StartedMcp, CliError> {
+        let files = tree_files(file);
         let mut started = StartedMcp::default();
         for f in &files {
             for t in f.tools() {

@@ -818,3 +818,119 @@ fn a_store_saved_during_a_run_stays_read_only_to_a_server_started_before() {
         "{shown}"
     );
 }
+
+/// An agent in `real/` whose shell (asked about by default: `--yes` here) may write `work/`,
+/// a folder apart from the agent's own files, and runs `touch ran` there once. Its paths lead
+/// there from a folder beside `real/` too (`work/`, `links/`), where a link to it may be.
+fn linked_agent() -> AgentDir {
+    let dir = AgentDir::new("");
+    for folder in ["real", "work", "links"] {
+        std::fs::create_dir_all(dir.path(folder)).unwrap();
+    }
+    dir.write(
+        "real/agent.toml",
+        r#"name = "linked"
+[model]
+provider = "scripted"
+script = "../real/script.json"
+[[tools]]
+builtin = "shell"
+root = "../work"
+"#,
+    );
+    let script = json!([
+        {"tool_calls": [{"id": "c0", "name": "shell", "arguments": {"command": "touch ran"}}]},
+        {"text": "done"}
+    ]);
+    dir.write("real/script.json", &script.to_string());
+    dir
+}
+
+/// `agentloop ARGS --json`: its exit code and JSON document.
+async fn exit_and_json(given: &[&str]) -> (Option<i32>, Value) {
+    let mut given = given.to_vec();
+    given.push("--json");
+    let out = agentloop(args(&given)).await;
+    (out.status.code(), stdout_json(&out))
+}
+
+/// Asserts that `agentloop run AGENT` is refused before anything starts, naming the file the
+/// link leads to.
+async fn assert_refused_for_its_link(dir: &AgentDir, agent: &Path) {
+    let agent = agent.to_str().unwrap();
+    let (code, v) = exit_and_json(&["run", agent, "--input", "go", "--yes"]).await;
+    assert_eq!(code, Some(3), "{v}");
+    assert_eq!(v["error"]["code"], "agent.setup", "{v}");
+    let message = v["error"]["message"].as_str().unwrap();
+    let target = std::fs::canonicalize(dir.path("real/agent.toml")).unwrap();
+    assert!(message.contains(target.to_str().unwrap()), "{message}");
+    assert!(message.contains("symbolic link"), "{message}");
+    assert!(message.contains("Run the file it leads to"), "{message}");
+    assert!(!dir.path("work/ran").exists(), "a tool ran");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_agent_file_reached_through_a_link_its_processes_could_replace_is_refused() {
+    // `work/linked.toml` leads to `real/agent.toml`. The shell may write `work/`: it could put
+    // a file of its own in the link's place (the read-only bind holds the target, not the
+    // link), and the next run would load it. So nothing starts.
+    let dir = linked_agent();
+    std::os::unix::fs::symlink("../real/agent.toml", dir.path("work/linked.toml")).unwrap();
+    let linked = dir.path("work/linked.toml");
+    assert_refused_for_its_link(&dir, &linked).await;
+
+    // `plan` and a dry run start no process: they still read it.
+    let linked = linked.to_str().unwrap();
+    let (code, v) = exit_and_json(&["plan", linked]).await;
+    assert_eq!(code, Some(0), "{v}");
+    let (code, v) = exit_and_json(&["run", linked, "--input", "go", "--dry-run"]).await;
+    assert_eq!(code, Some(0), "{v}");
+
+    // The file it leads to runs.
+    let real = dir.path("real/agent.toml");
+    let (code, v) = exit_and_json(&["run", real.to_str().unwrap(), "--input", "go", "--yes"]).await;
+    assert_eq!(code, Some(0), "{v}");
+    assert!(dir.path("work/ran").exists(), "{v}");
+    std::fs::remove_file(dir.path("work/ran")).unwrap();
+
+    // So does a link where no process of the agent may write.
+    std::os::unix::fs::symlink("../real/agent.toml", dir.path("links/linked.toml")).unwrap();
+    let apart = dir.path("links/linked.toml");
+    let (code, v) =
+        exit_and_json(&["run", apart.to_str().unwrap(), "--input", "go", "--yes"]).await;
+    assert_eq!(code, Some(0), "{v}");
+    assert!(dir.path("work/ran").exists(), "{v}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_agent_file_under_a_linked_folder_its_processes_could_replace_is_refused() {
+    // `work/agents` is a link to `real`: the agent file is not a link, a folder on its way is.
+    let dir = linked_agent();
+    std::os::unix::fs::symlink("../real", dir.path("work/agents")).unwrap();
+    assert_refused_for_its_link(&dir, &dir.path("work/agents/agent.toml")).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_dry_run_refuses_a_linked_agent_file_its_mcp_servers_could_replace() {
+    // A stdio MCP server writes the agent file's folder as given: the one that holds the
+    // link. A dry run starts it, so it is refused as a run is; `plan` starts nothing.
+    let dir = linked_agent();
+    let agent = std::fs::read_to_string(dir.path("real/agent.toml")).unwrap();
+    let server = format!(
+        "[[mcp]]\nname = \"w\"\ncommand = [\"python3\", \"{}\"]\n",
+        write_server().display()
+    );
+    dir.write("real/agent.toml", &format!("{agent}{server}"));
+    std::os::unix::fs::symlink("../real/agent.toml", dir.path("links/linked.toml")).unwrap();
+    let linked = dir.path("links/linked.toml");
+    let linked = linked.to_str().unwrap();
+    let (code, v) = exit_and_json(&["run", linked, "--input", "go", "--dry-run"]).await;
+    assert_eq!(code, Some(3), "{v}");
+    assert_eq!(v["error"]["code"], "agent.setup", "{v}");
+    assert!(
+        v["error"]["message"].to_string().contains("symbolic link"),
+        "{v}"
+    );
+    let (code, v) = exit_and_json(&["plan", linked]).await;
+    assert_eq!(code, Some(0), "{v}");
+}

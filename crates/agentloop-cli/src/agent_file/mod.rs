@@ -50,6 +50,20 @@ pub struct HandoffTo {
     pub history: agentloop::handoff::HandoffHistory,
 }
 
+/// The folder (canonical) a process under `policy` whose root is `root` may write: none for a
+/// read-only one, `/` with the sandbox off.
+fn writable_root(policy: SandboxPolicy, root: PathBuf) -> Option<PathBuf> {
+    if policy.mode == SandboxMode::ReadOnly {
+        return None;
+    }
+    let root = std::fs::canonicalize(root).ok()?;
+    Some(if policy.mode == SandboxMode::Off {
+        PathBuf::from("/")
+    } else {
+        root
+    })
+}
+
 /// The most `[limits] max_depth` may be. Each level of subagents or hand-offs runs inside its
 /// parent's call, on the same thread's stack: agents handing off to each other under
 /// `max_depth = 1000` overflowed it (an abort, not an error) after about a hundred hand-offs in a
@@ -446,29 +460,29 @@ impl AgentFile {
     /// and the folders of its stdio MCP servers, under a sandbox that writes its root
     /// (`workspace-write`, `best-effort`) or none (`off`: everywhere, so every folder is one).
     pub fn process_roots(&self) -> Vec<PathBuf> {
-        let mut roots = Vec::new();
-        let mut add = |policy: SandboxPolicy, root: PathBuf| {
-            if policy.mode != SandboxMode::ReadOnly
-                && let Ok(root) = std::fs::canonicalize(root)
-            {
-                roots.push(if policy.mode == SandboxMode::Off {
-                    PathBuf::from("/")
-                } else {
-                    root
-                });
-            }
-        };
-        for t in self.tools() {
-            let is_shell = t.builtin.as_ref().is_some_and(|b| b.get_ref() == "shell");
-            if t.command.is_some() || is_shell {
+        let mut roots: Vec<PathBuf> = self
+            .tools()
+            .iter()
+            .filter(|t| {
+                t.command.is_some() || t.builtin.as_ref().is_some_and(|b| b.get_ref() == "shell")
+            })
+            .filter_map(|t| {
                 let given = t.root.as_ref().map_or(".", |r| r.get_ref().as_str());
-                add(t.sandbox(self.sandbox()), self.resolve(given));
-            }
-        }
-        for m in self.mcp().iter().filter(|m| m.command.is_some()) {
-            add(m.sandbox(self.sandbox()), self.dir.clone());
-        }
+                writable_root(t.sandbox(self.sandbox()), self.resolve(given))
+            })
+            .collect();
+        roots.extend(self.server_roots());
         roots
+    }
+
+    /// The folders (canonical) its stdio MCP servers may write: of [`AgentFile::process_roots`],
+    /// those of the processes a dry run starts too.
+    pub fn server_roots(&self) -> Vec<PathBuf> {
+        self.mcp()
+            .iter()
+            .filter(|m| m.command.is_some())
+            .filter_map(|m| writable_root(m.sandbox(self.sandbox()), self.dir.clone()))
+            .collect()
     }
 
     /// Reads each `[[handoffs]]` target's name and description (the file checked, not its tree:
