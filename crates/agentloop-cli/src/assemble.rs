@@ -510,18 +510,29 @@ pub fn refuse_swappable_agent_files(
     if roots.is_empty() {
         return Ok(());
     }
-    for f in files {
-        let Some((link, root)) = link_on_the_way(&f.path, &roots) else {
+    // The files as the agent files name them: a hand-off's target is loaded by its canonical
+    // path, so the path its `[[handoffs]]` entry gives is the one a link may be on.
+    let named = files.iter().flat_map(|f| {
+        let handoffs = f.spec.handoffs.iter().flatten();
+        std::iter::once(f.path.clone()).chain(handoffs.map(|h| f.resolve(h.agent.get_ref())))
+    });
+    for path in named {
+        let Some((link, root)) = link_on_the_way(&path, &roots) else {
             continue;
         };
-        let target = std::fs::canonicalize(&f.path).unwrap_or_else(|_| f.path.clone());
+        let target = std::fs::canonicalize(&path).unwrap_or_else(|_| path.clone());
+        let instead = if path == file.path {
+            "Run the file it leads to"
+        } else {
+            "Name the file it leads to"
+        };
         return Err(CliError::Setup {
             message: format!(
                 "the agent file {} is reached through the symbolic link {}, which lies in {}, a \
                  folder the agent's processes may write: one could put another file in its place \
-                 for the next run. Run the file it leads to ({}) instead, or keep the link \
-                 outside the folders the agent's tools write",
-                crate::terminal::shown_path(&f.path),
+                 for the next run. {instead} ({}) instead, or keep the link outside the folders \
+                 the agent's processes write",
+                crate::terminal::shown_path(&path),
                 crate::terminal::shown_path(&link),
                 crate::terminal::shown_path(root),
                 crate::terminal::shown_path(&target),

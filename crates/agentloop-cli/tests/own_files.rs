@@ -934,3 +934,30 @@ async fn a_dry_run_refuses_a_linked_agent_file_its_mcp_servers_could_replace() {
     let (code, v) = exit_and_json(&["plan", linked]).await;
     assert_eq!(code, Some(0), "{v}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_subagent_s_or_hand_off_s_file_reached_through_such_a_link_is_refused() {
+    // The agent names `work/child.toml`, a link to `real/child.toml`, as a subagent's file,
+    // then as a hand-off's.
+    let dir = linked_agent();
+    dir.write(
+        "real/child.toml",
+        "name = \"child\"\n[model]\nprovider = \"scripted\"\nscript = \"../real/child.json\"\n",
+    );
+    dir.write("real/child.json", "[{\"text\": \"done\"}]");
+    std::os::unix::fs::symlink("../real/child.toml", dir.path("work/child.toml")).unwrap();
+    let agent = std::fs::read_to_string(dir.path("real/agent.toml")).unwrap();
+    let real = dir.path("real/agent.toml");
+    for entry in [
+        "[[tools]]\nname = \"helper\"\nagent = \"../work/child.toml\"\n",
+        "[[handoffs]]\nagent = \"../work/child.toml\"\n",
+    ] {
+        dir.write("real/agent.toml", &format!("{agent}{entry}"));
+        let (code, v) = exit_and_json(&["run", real.to_str().unwrap(), "--input", "go"]).await;
+        assert_eq!(code, Some(3), "{entry}: {v}");
+        let message = v["error"]["message"].as_str().unwrap();
+        assert!(message.contains("work/child.toml"), "{message}");
+        assert!(message.contains("Name the file it leads to"), "{message}");
+        assert!(!dir.path("work/ran").exists(), "a tool ran");
+    }
+}
