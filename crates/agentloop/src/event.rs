@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::limits::LimitHit;
-use crate::model::{FinishReason, Usage};
+use crate::model::{Discarded, FinishReason, Usage};
 use crate::outcome::CallOutcome;
 use crate::outcome::StopReason;
 
@@ -110,6 +110,30 @@ pub enum EventKind {
         /// The answer came from a response cache, not from the model this time.
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         cached: bool,
+    },
+    /// The model call's attempt failed part-way or before its first byte and the call starts
+    /// over (the provider's retry layer, or a fallback to the next model): the text, reasoning
+    /// and tool-call deltas since the call's `model_request_started` (or its last
+    /// `model_retrying`) are discarded, and the response is the one the deltas after this
+    /// event make. A UI that printed them takes them back. No tool of the discarded attempt ran.
+    ModelRetrying {
+        /// The retry about to run (1 for the first).
+        retry: u32,
+        /// The model the next attempt asks.
+        model: String,
+        /// The failed attempt's error code (`model.overloaded`).
+        code: String,
+        /// The failed attempt's message.
+        message: String,
+        /// The wait before the next attempt.
+        #[serde(with = "crate::serde_duration")]
+        delay: Duration,
+        /// How much of the failed attempt had streamed and is now discarded.
+        discarded: Discarded,
+        /// The tokens the provider reported for the failed attempt, if any: they are part of
+        /// the call's usage in its `model_response`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        usage: Option<Usage>,
     },
     /// Older messages were compacted to keep the conversation inside the context budget.
     Compacted {

@@ -1154,15 +1154,21 @@ impl<'a> Driver<'a> {
         while let Some(event) = stream.next().await {
             let event = match event {
                 Ok(e) => e,
-                Err(error) => return Input::ModelFailed { error },
+                Err(error) => return self.failed(error, &acc),
             };
             if observed {
-                self.stream_event(m, &event, &mut names);
+                if let ModelEvent::Retrying(retry) = &event {
+                    names.clear();
+                    self.emit(m, retrying(retry, acc.streamed()));
+                } else {
+                    self.stream_event(m, &event, &mut names);
+                }
             }
             if let Err(error) = acc.push(event) {
-                return Input::ModelFailed { error };
+                return self.failed(error, &acc);
             }
         }
+        let spent = acc.spent();
         match acc.finish_boxed() {
             Ok(response) => {
                 let (cost, failures) = self.price(&response);
@@ -1172,8 +1178,26 @@ impl<'a> Driver<'a> {
                     failures,
                 }
             }
-            Err(error) => Input::ModelFailed { error },
+            Err(error) => self.failed_spending(error, spent),
         }
+    }
+
+    /// A failed call, with what its attempts reported spending.
+    fn failed(&self, error: crate::model::ModelError, acc: &ResponseAccumulator) -> Input {
+        self.failed_spending(error, acc.spent())
+    }
+
+    fn failed_spending(
+        &self,
+        error: crate::model::ModelError,
+        spent: crate::model::Usage,
+    ) -> Input {
+        let cost = if spent.is_zero() {
+            None
+        } else {
+            self.price_usage(&spent)
+        };
+        Input::ModelFailed { error, spent, cost }
     }
 
     fn stream_event(
@@ -1204,6 +1228,19 @@ impl<'a> Driver<'a> {
             }
             _ => {}
         }
+    }
+}
+
+/// The event of an abandoned attempt: what it streamed is discarded.
+fn retrying(retry: &crate::model::ModelRetry, discarded: crate::model::Discarded) -> EventKind {
+    EventKind::ModelRetrying {
+        retry: retry.retry,
+        model: retry.model.clone(),
+        code: retry.error.code().to_owned(),
+        message: retry.error.message.clone(),
+        delay: retry.delay,
+        discarded,
+        usage: retry.usage,
     }
 }
 

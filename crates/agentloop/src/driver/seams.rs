@@ -243,6 +243,18 @@ impl Driver<'_> {
     /// The price of a response: by the name of the model that answered, else by the configured
     /// one (a gateway answers `openai/gpt-4o` for `gpt-4o`, a server its own alias). A pricing
     /// function that panics is reported and prices nothing.
+    /// The price of tokens a failed call's attempts reported, at the run's model's rate (a
+    /// pricing that panics prices nothing: the spend counts unpriced).
+    pub(super) fn price_usage(&self, usage: &crate::model::Usage) -> Option<f64> {
+        let pricing = self.inner.pricing.as_ref()?;
+        let model = &self.inner.model;
+        std::panic::catch_unwind(AssertUnwindSafe(|| {
+            pricing.cost(model.provider(), model.id(), usage)
+        }))
+        .ok()
+        .flatten()
+    }
+
     pub(super) fn price(&self, response: &ModelResponse) -> (Option<f64>, Vec<HookFailure>) {
         let Some(pricing) = &self.inner.pricing else {
             return (None, Vec::new());

@@ -647,11 +647,15 @@ impl RunMachine {
                 self.observe_failures(failures);
                 self.on_summary(*job, Ok((*response, cost)));
             }
-            (Phase::Summarize(job), Input::ModelFailed { error }) => {
+            (Phase::Summarize(job), Input::ModelFailed { error, spent, cost }) => {
+                self.count_failed_spend(&spent, cost);
                 // Not the run's failure: the compaction's record says why it fell back.
                 self.on_summary(*job, Err(format!("{} ({})", error.message, error.code())));
             }
-            (Phase::CallModel, Input::ModelFailed { error }) => self.on_model_failed(error),
+            (Phase::CallModel, Input::ModelFailed { error, spent, cost }) => {
+                self.count_failed_spend(&spent, cost);
+                self.on_model_failed(error)
+            }
             (Phase::Review(r), Input::Reviewed { failures, reask }) => {
                 self.on_reviewed(*r, failures, reask)
             }
@@ -724,6 +728,17 @@ impl RunMachine {
         self.changes = (!changes.is_empty()).then(|| Box::new(changes));
         self.called_at = self.now;
         self.enter_call_model();
+    }
+
+    /// What a failed call's attempts spent, as their providers reported it, counts in the run's
+    /// usage and cost like an answer's (a call that reported nothing adds nothing, not even an
+    /// unpriced answer).
+    fn count_failed_spend(&mut self, spent: &crate::model::Usage, cost: Option<f64>) {
+        if spent.is_zero() {
+            return;
+        }
+        self.counters.usage.add(spent);
+        self.count_cost(cost, None);
     }
 
     fn on_model_failed(&mut self, error: crate::model::ModelError) {

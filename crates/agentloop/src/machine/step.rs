@@ -11,7 +11,7 @@ use serde_json::Value;
 use super::{Closing, Phase};
 use crate::hooks::{HookRole, RequestChanges};
 use crate::message::Message;
-use crate::model::{ModelError, ModelRequest, ModelResponse};
+use crate::model::{ModelError, ModelRequest, ModelResponse, Usage};
 use crate::outcome::CallOutcome;
 
 /// One admitted call, ready to run.
@@ -314,6 +314,13 @@ pub enum Input {
     ModelFailed {
         /// Why.
         error: ModelError,
+        /// The tokens its attempts' providers reported before it failed (the failed attempts a
+        /// retry layer abandoned, and the last): they count in the run's usage.
+        #[serde(default, skip_serializing_if = "Usage::is_zero")]
+        spent: Usage,
+        /// Their price in USD, when known.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cost: Option<f64>,
     },
     /// The after-model hooks ran.
     Reviewed {

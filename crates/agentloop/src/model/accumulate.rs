@@ -5,6 +5,8 @@ use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 
+use serde::{Deserialize, Serialize};
+
 use super::{FinishReason, ModelError, ModelErrorKind, ModelEvent, ModelResponse, Usage};
 use crate::message::{AssistantMessage, Reasoning, SmolStr, ToolCall};
 
@@ -27,6 +29,28 @@ pub fn cut_by_the_limit(finish: FinishReason, arguments: &str) -> bool {
             || serde_json::from_str::<serde::de::IgnoredAny>(arguments).is_err())
 }
 
+/// How much of an abandoned attempt had streamed when it was discarded
+/// ([`ModelEvent::Retrying`]): what a UI that showed it has to take back.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Discarded {
+    /// Characters of visible text.
+    #[serde(default)]
+    pub text_chars: usize,
+    /// Characters of reasoning text.
+    #[serde(default)]
+    pub reasoning_chars: usize,
+    /// Tool calls begun (none of them ran: calls run only after a response is complete).
+    #[serde(default)]
+    pub tool_calls: usize,
+}
+
+impl Discarded {
+    /// True when nothing had streamed.
+    pub fn is_empty(&self) -> bool {
+        *self == Discarded::default()
+    }
+}
+
 /// Turns a model's events into one [`ModelResponse`]. Every provider uses this one accumulator.
 #[derive(Default)]
 pub struct ResponseAccumulator {
@@ -47,6 +71,9 @@ pub struct ResponseAccumulator {
     /// inline it would double the accumulator, which is in every waiting run's future.
     whole: Option<Box<ModelResponse>>,
     cached: bool,
+    /// What abandoned attempts of the call spent, as their retries reported it: added to the
+    /// answer's own usage, which each attempt's usage events replace.
+    abandoned: Usage,
 }
 
 impl fmt::Debug for ResponseAccumulator {
@@ -68,6 +95,37 @@ impl ResponseAccumulator {
     /// The text received so far.
     pub fn text(&self) -> &str {
         &self.text
+    }
+
+    /// How much the attempt under way has streamed: what a [`ModelEvent::Retrying`] now would
+    /// discard.
+    pub fn streamed(&self) -> Discarded {
+        let reasoning = self
+            .reasoning
+            .iter()
+            .map(|r| r.text.chars().count())
+            .sum::<usize>()
+            .saturating_add(self.pending_reasoning.chars().count());
+        let whole_text = self
+            .whole
+            .as_ref()
+            .map_or(0, |w| w.message.text.chars().count());
+        Discarded {
+            text_chars: self.text.chars().count().saturating_add(whole_text),
+            reasoning_chars: reasoning,
+            tool_calls: self.calls.len() + self.whole_calls.len(),
+        }
+    }
+
+    /// The tokens the call's providers reported so far: each abandoned attempt's, and the last
+    /// report of the attempt under way (what a failed call spent).
+    pub fn spent(&self) -> Usage {
+        let mut spent = self.abandoned;
+        match &self.whole {
+            Some(whole) => spent.add(&whole.usage),
+            None => spent.add(&self.usage),
+        }
+        spent
     }
 
     /// True once the response is complete.
@@ -130,6 +188,17 @@ impl ResponseAccumulator {
             ModelEvent::Cached => self.cached = true,
             ModelEvent::Finish { reason, raw } => self.finish = Some((reason, raw)),
             ModelEvent::Response(r) => self.whole = Some(Box::new(r)),
+            ModelEvent::Retrying(retry) => {
+                // The attempt so far is void; only what its provider reported spending stays.
+                let mut abandoned = std::mem::take(&mut self.abandoned);
+                if let Some(spent) = &retry.usage {
+                    abandoned.add(spent);
+                }
+                *self = ResponseAccumulator {
+                    abandoned,
+                    ..ResponseAccumulator::default()
+                };
+            }
         }
         Ok(())
     }
@@ -164,6 +233,7 @@ impl ResponseAccumulator {
     fn take_whole(&mut self) -> Option<Box<ModelResponse>> {
         let mut whole = self.whole.take()?;
         whole.cached |= self.cached;
+        whole.usage.add(&self.abandoned);
         Some(whole)
     }
 
@@ -237,6 +307,7 @@ impl ResponseAccumulator {
             tool_calls.push(call);
         }
         tool_calls.extend(streamed);
+        self.usage.add(&self.abandoned);
         Ok(ModelResponse {
             message: AssistantMessage {
                 reasoning: self.reasoning,
@@ -499,5 +570,69 @@ mod tests {
         .unwrap();
         acc.push(finish(FinishReason::ToolCalls)).unwrap();
         assert!(acc.finish().is_err());
+    }
+
+    fn retrying(usage: Option<Usage>) -> ModelEvent {
+        ModelEvent::Retrying(Box::new(super::super::ModelRetry {
+            retry: 1,
+            model: "m".into(),
+            error: ModelError::new(ModelErrorKind::Overloaded, "busy"),
+            delay: std::time::Duration::ZERO,
+            usage,
+        }))
+    }
+
+    fn tokens(input: u64, output: u64) -> Usage {
+        Usage {
+            input_tokens: input,
+            output_tokens: output,
+            ..Usage::default()
+        }
+    }
+
+    #[test]
+    fn a_retry_voids_what_streamed_and_keeps_only_the_tokens_it_reported() {
+        let mut acc = ResponseAccumulator::new();
+        acc.push(ModelEvent::Usage(tokens(10, 1))).unwrap();
+        acc.push(ModelEvent::TextDelta("Half é".into())).unwrap();
+        acc.push(ModelEvent::ReasoningDelta("hmm".into())).unwrap();
+        acc.push(ModelEvent::ToolCallStart {
+            index: 0,
+            id: "c1".into(),
+            name: "t".into(),
+        })
+        .unwrap();
+        assert_eq!(
+            acc.streamed(),
+            Discarded {
+                text_chars: 6,
+                reasoning_chars: 3,
+                tool_calls: 1
+            }
+        );
+        acc.push(retrying(Some(tokens(10, 1)))).unwrap();
+        assert!(acc.streamed().is_empty());
+        // A retry before the first byte reports nothing.
+        acc.push(retrying(None)).unwrap();
+        acc.push(ModelEvent::Usage(tokens(12, 1))).unwrap();
+        acc.push(ModelEvent::TextDelta("Whole".into())).unwrap();
+        acc.push(ModelEvent::Usage(tokens(12, 5))).unwrap();
+        acc.push(finish(FinishReason::Stop)).unwrap();
+        let r = acc.finish().unwrap();
+        assert_eq!(r.message.text, "Whole");
+        assert!(r.message.reasoning.is_empty() && r.message.tool_calls.is_empty());
+        assert_eq!(r.usage, tokens(22, 6), "each attempt's last report, once");
+    }
+
+    #[test]
+    fn a_whole_response_after_a_retry_carries_the_abandoned_tokens() {
+        let mut acc = ResponseAccumulator::new();
+        acc.push(ModelEvent::TextDelta("Half".into())).unwrap();
+        acc.push(retrying(Some(tokens(3, 2)))).unwrap();
+        let mut whole = ModelResponse::text("Whole");
+        whole.usage = tokens(5, 5);
+        acc.push(ModelEvent::Response(whole)).unwrap();
+        let r = acc.finish().unwrap();
+        assert_eq!((r.message.text.as_str(), r.usage), ("Whole", tokens(8, 7)));
     }
 }

@@ -111,7 +111,8 @@ pub struct ModelError {
     /// How long the provider asked us to wait.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_after: Option<Duration>,
-    /// True once part of the response reached the caller: such a call is never retried.
+    /// True once part of the response reached the caller and the layer that returned the error
+    /// gave up on it: the caller holds a half response that no later event takes back.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub partial: bool,
     /// The server's own word on whether a retry can succeed (OpenAI's and Anthropic's
@@ -147,9 +148,14 @@ impl ModelError {
     /// whatever the server said with `x-should-retry`), provided nothing of the response reached
     /// the caller yet.
     pub fn is_retryable(&self) -> bool {
-        if self.partial {
-            return false;
-        }
+        !self.partial && self.is_transient()
+    }
+
+    /// A new attempt can succeed: rate limits, overload, server errors, timeouts and dropped
+    /// connections, or whatever the server said with `x-should-retry`, whether or not part of
+    /// the response reached the caller. A retry layer that can tell the caller to discard what
+    /// it received ([`crate::model::ModelEvent::Retrying`]) retries on this.
+    pub fn is_transient(&self) -> bool {
         if let Some(said) = self.should_retry {
             return said;
         }

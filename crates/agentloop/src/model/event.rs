@@ -2,6 +2,7 @@
 
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures::Stream;
 
@@ -63,4 +64,25 @@ pub enum ModelEvent {
     },
     /// A whole response at once (the non-streaming path, and scripted models).
     Response(ModelResponse),
+    /// The attempt streamed so far failed and the call starts over (a retry or a fallback
+    /// layer): everything of the attempt before this event is void, and the response is the
+    /// one the events after it make. Boxed: it is rare, and inline its error would grow every
+    /// event of every stream.
+    Retrying(Box<ModelRetry>),
+}
+
+/// An abandoned attempt of a model call, as [`ModelEvent::Retrying`] reports it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelRetry {
+    /// The retry about to run (1 for the first).
+    pub retry: u32,
+    /// The model the next attempt asks (a fallback's next model, else the same one).
+    pub model: String,
+    /// Why the attempt was abandoned.
+    pub error: ModelError,
+    /// The wait before the next attempt.
+    pub delay: Duration,
+    /// The tokens the provider reported for the abandoned attempt, if it reported any: they
+    /// count toward the call's usage beside the answer's own.
+    pub usage: Option<Usage>,
 }

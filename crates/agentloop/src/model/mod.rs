@@ -24,9 +24,9 @@ use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-pub use accumulate::{ResponseAccumulator, cut_by_the_limit};
+pub use accumulate::{Discarded, ResponseAccumulator, cut_by_the_limit};
 pub use error::{ModelError, ModelErrorKind};
-pub use event::{ModelEvent, ModelStream};
+pub use event::{ModelEvent, ModelRetry, ModelStream};
 pub use response::{FinishReason, ModelResponse, Usage};
 
 use crate::message::Message;
