@@ -64,6 +64,16 @@ pub(crate) fn stream_error(provider: &str, message: impl Into<String>) -> ModelE
     ModelError::new(ModelErrorKind::Stream, message).with_provider(provider)
 }
 
+/// An event stream that ended before the response was complete ([`ModelErrorKind::Stream`]):
+/// the connection closed in the middle of an answer (a proxy's or the server's timeout, a
+/// restart), which a new attempt can outlast, so it is transient (`should_retry`), unlike a
+/// malformed stream.
+pub(crate) fn stream_cut(provider: &str, message: impl Into<String>) -> ModelError {
+    let mut error = stream_error(provider, message);
+    error.should_retry = Some(true);
+    error
+}
+
 /// A body or event that is not the JSON the API documents ([`ModelErrorKind::Decode`]); `what`
 /// names it (`response body`, `stream event`).
 pub(crate) fn decode_error(provider: &str, what: &str, e: &serde_json::Error) -> ModelError {

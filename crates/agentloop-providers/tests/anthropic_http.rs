@@ -1,13 +1,12 @@
 //! The Anthropic adapter's failure paths over real loopback HTTP: an idle stream, a dropped
 //! connection, overload answered by one retry layer (as an HTTP 529 and as an in-stream `error`
-//! event before any content), and an in-stream error after content that is never retried.
+//! event, before any content and after some, whose text is then discarded).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod anthropic_responses_common;
 
 use std::time::Duration;
 
-use agentloop::model::ModelErrorKind;
 use agentloop_providers::Retry;
 use agentloop_providers::anthropic::Anthropic;
 use anthropic_responses_common::{ask, check_stall_and_drop, fast_retry, fixture, serve_replies};
@@ -75,20 +74,38 @@ async fn overloaded_event_before_any_content_is_retried() {
         .unwrap();
     assert_eq!(response.message.text, "Hello there!");
     assert_eq!(
-        response.usage.input_tokens, 11,
-        "the usage of the answer that succeeded"
+        response.usage.input_tokens,
+        11 + 10,
+        "the answer's tokens, and those the overloaded attempt's message_start reported"
     );
 }
 
 #[tokio::test]
-async fn overloaded_event_after_content_is_not_retried() {
+async fn overloaded_event_after_content_is_retried_and_its_text_discarded() {
     let mut body = STARTED.to_vec();
     body.extend_from_slice(b"event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n");
-    let server = serve_replies("/v1/messages", vec![(200, body, "text/event-stream")]).await;
-    let err = ask(&Retry::with_policy(model(server.uri()), fast_retry()))
+    let server = serve_replies(
+        "/v1/messages",
+        vec![
+            (200, body, "text/event-stream"),
+            (
+                200,
+                fixture("anthropic/anth_s_text.sse"),
+                "text/event-stream",
+            ),
+        ],
+    )
+    .await;
+    let response = ask(&Retry::with_policy(model(server.uri()), fast_retry()))
         .await
-        .unwrap_err();
-    assert_eq!(err.kind, ModelErrorKind::Overloaded);
-    assert!(err.partial, "text had reached the caller");
-    assert!(!err.message.contains("sk-ant-secret"));
+        .unwrap();
+    assert_eq!(
+        response.message.text, "Hello there!",
+        "the retry's answer alone, without the \"Hel\" of the overloaded attempt"
+    );
+    assert_eq!(
+        (response.usage.input_tokens, response.usage.output_tokens),
+        (11 + 3, 6 + 1),
+        "both attempts' reported tokens, each once"
+    );
 }

@@ -9,6 +9,8 @@
 )]
 
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use agentloop::model::complete;
@@ -582,13 +584,10 @@ fn http_chunk(data: &[u8]) -> Vec<u8> {
 const FIRST_EVENT: &[u8] =
     b"data: {\"id\":\"c1\",\"model\":\"gpt-4.1-mini\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"Hel\"}}]}\n\n";
 
-/// A server that answers one request with the stream head and one event, then does `then`.
-async fn one_event_server(then: &'static str) -> String {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        let (mut socket, _) = listener.accept().await.unwrap();
-        read_request(&mut socket).await;
+/// A server that answers each request with the stream head and one event, then does `then`;
+/// the count says how many requests it read.
+async fn one_event_server_counted(then: &'static str) -> (String, Arc<AtomicUsize>) {
+    raw_http::serve_each(move |mut socket, _| async move {
         socket.write_all(SSE_HEAD).await.unwrap();
         socket.write_all(&http_chunk(FIRST_EVENT)).await.unwrap();
         socket.flush().await.unwrap();
@@ -601,8 +600,13 @@ async fn one_event_server(then: &'static str) -> String {
             }
             _ => unreachable!(),
         }
-    });
-    format!("http://{addr}")
+    })
+    .await
+}
+
+/// [`one_event_server_counted`], uncounted.
+async fn one_event_server(then: &'static str) -> String {
+    one_event_server_counted(then).await.0
 }
 
 #[tokio::test]
@@ -625,8 +629,8 @@ async fn a_stalled_stream_fails_with_a_timeout_after_the_idle_limit() {
 }
 
 #[tokio::test]
-async fn a_stall_after_content_is_not_retried_and_is_marked_partial() {
-    let uri = one_event_server("stall").await;
+async fn a_stall_after_content_is_retried_and_the_last_one_is_marked_partial() {
+    let (uri, requests) = one_event_server_counted("stall").await;
     let model = OpenAiChat::builder("gpt-4.1-mini")
         .base_url(uri)
         .api_key(API_KEY)
@@ -638,10 +642,16 @@ async fn a_stall_after_content_is_not_retried_and_is_marked_partial() {
         .await
         .expect("the call hung")
         .unwrap_err();
+    assert_eq!(
+        requests.load(Ordering::SeqCst),
+        3,
+        "a stall part-way is retried like one before the first byte"
+    );
     assert_eq!(err.kind, ModelErrorKind::Timeout);
     assert!(
         err.partial,
-        "text had reached the caller: the error must say so"
+        "the last attempt's text had reached the caller and no retry took it back: the error \
+         must say so"
     );
     assert!(!err.is_retryable());
 }

@@ -18,7 +18,9 @@ use serde_json::Value;
 
 use super::PROVIDER;
 use crate::decode::{StreamDecoder, accumulate_sse, accumulate_whole};
-use crate::error::{decode_error, error_envelope, in_body_error, reported_error, stream_error};
+use crate::error::{
+    decode_error, error_envelope, in_body_error, reported_error, stream_cut, stream_error,
+};
 use crate::surrogates;
 use crate::wire_text::{Channel, Pairs, WireText};
 
@@ -557,10 +559,7 @@ impl AnthropicStreamParser {
             return Ok(());
         }
         self.failed = true;
-        Err(stream_error(
-            PROVIDER,
-            "the stream ended before message_stop",
-        ))
+        Err(stream_cut(PROVIDER, "the stream ended before message_stop"))
     }
 }
 

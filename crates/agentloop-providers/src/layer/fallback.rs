@@ -1,5 +1,6 @@
-//! Fallback over an ordered list of models: when one fails with a retryable or context-length
-//! error before any event of its response reached the caller, the next one is tried.
+//! Fallback over an ordered list of models: when one fails with a transient or context-length
+//! error, the next one is tried, whether or not events of the failed response had reached the
+//! caller (they are then discarded, as a [`agentloop::model::ModelEvent::Retrying`] says).
 //!
 //! Put each model's own [`Retry`](crate::Retry) inside the fallback (`Fallback::new(vec![
 //! Box::new(Retry::new(primary)), Box::new(Retry::new(backup))])`), so a model is abandoned only
@@ -10,7 +11,7 @@ use agentloop::{
     model::{ModelRequest, ModelStream},
 };
 
-use super::retry::with_attempts;
+use super::retry::{NextAttempt, with_attempts};
 
 /// Tries models in order until one answers.
 pub struct Fallback {
@@ -44,9 +45,10 @@ impl Fallback {
         &self.models
     }
 
-    /// True when an error of one model should send the call to the next.
+    /// True when an error of one model should send the call to the next: a transient or
+    /// context-length one, even part-way through the response (what streamed is discarded).
     pub fn falls_through(error: &ModelError) -> bool {
-        !error.partial && (error.is_retryable() || error.is_context_length())
+        error.is_transient() || error.is_context_length()
     }
 }
 
@@ -81,7 +83,12 @@ impl Model for Fallback {
                 "model failed; falling back"
             );
             index += 1;
-            Some((std::time::Duration::ZERO, next.stream(request)))
+            Some(NextAttempt {
+                wait: std::time::Duration::ZERO,
+                stream: next.stream(request),
+                retry: u32::try_from(index).unwrap_or(u32::MAX),
+                model: next.id(),
+            })
         })
     }
 }

@@ -1,21 +1,25 @@
 //! Retry with exponential backoff and jitter, as a model that wraps a model.
 //!
 //! This is the one retry layer: providers never retry internally, so wrapping a provider in one
-//! [`Retry`] gives exactly `max_attempts` calls at most. A call is retried only when its error
-//! [`is_retryable`](agentloop::ModelError::is_retryable) and nothing of its response has reached
-//! the caller yet; once an event has been yielded, a later error is passed through with
-//! `partial = true`.
+//! [`Retry`] gives exactly `max_attempts` calls at most. A call is retried when its error is
+//! [`transient`](agentloop::ModelError::is_transient), before its first byte or part-way
+//! through its stream: the events of an attempt that already reached the caller are then void,
+//! and the layer says so with a [`ModelEvent::Retrying`] before the next attempt's events (the
+//! run's driver reports it as a `model_retrying` event; the one accumulator starts the response
+//! over). An error the layer gives up on after events of its attempt reached the caller is
+//! passed through with `partial = true`.
 //!
 //! Metadata events (the response's start, usage, warnings) are held back until the first event
 //! with content, so that a stream which fails right after announcing itself (Anthropic's
-//! mid-stream `overloaded_error` after `message_start`) can still be retried.
+//! mid-stream `overloaded_error` after `message_start`) is retried without a word of it reaching
+//! the caller; the usage it reported still goes on in the `Retrying` event.
 
 use std::collections::VecDeque;
 use std::time::Duration;
 
 use agentloop::{
     Model, ModelError,
-    model::{ModelEvent, ModelRequest, ModelStream},
+    model::{ModelEvent, ModelRequest, ModelRetry, ModelStream, Usage},
 };
 use futures::StreamExt;
 use rand::Rng;
@@ -75,30 +79,52 @@ fn is_metadata(event: &ModelEvent) -> bool {
     )
 }
 
-/// What to do after a failed attempt: wait, then read this stream instead; `None` gives up.
-pub(crate) type NextAttempt<'a> = Option<(Duration, ModelStream<'a>)>;
+/// The next attempt after a failed one: the stream to read after `wait`, and what the
+/// [`ModelEvent::Retrying`] that announces it says.
+pub(crate) struct NextAttempt<'a> {
+    /// The wait before it.
+    pub(crate) wait: Duration,
+    /// Its stream.
+    pub(crate) stream: ModelStream<'a>,
+    /// The retry it is (1 for the first).
+    pub(crate) retry: u32,
+    /// The model it asks.
+    pub(crate) model: &'a str,
+}
 
 struct AttemptState<'a, F> {
     current: ModelStream<'a>,
     on_error: F,
     held: Vec<ModelEvent>,
     out: VecDeque<ModelEvent>,
+    /// The usage the attempt under way reported last (usage events replace each other), not yet
+    /// told in a `Retrying` event.
+    spent: Option<Usage>,
+    /// The wait before the next attempt is read, after its `Retrying` event went out.
+    wait: Duration,
+    /// The error given up on, returned once the events before it are out.
+    failed: Option<ModelError>,
     delivered: bool,
     done: bool,
 }
 
-/// Reads `first`, and on an error before any event reached the caller asks `on_error` for the
-/// next attempt. Metadata events are held back until content arrives; an error after content is
-/// passed through with `partial = true`. Retry and fallback share this one loop.
+/// Reads `first`, and on an error asks `on_error` for the next attempt, whether or not events of
+/// the failed one reached the caller: a [`ModelEvent::Retrying`] goes out before the next
+/// attempt's events (and before its wait, so a UI can say so at once). Metadata events are held
+/// back until content arrives; an error given up on after content is passed through with
+/// `partial = true`. Retry and fallback share this one loop.
 pub(crate) fn with_attempts<'a, F>(first: ModelStream<'a>, on_error: F) -> ModelStream<'a>
 where
-    F: FnMut(&mut ModelError) -> NextAttempt<'a> + Send + 'a,
+    F: FnMut(&mut ModelError) -> Option<NextAttempt<'a>> + Send + 'a,
 {
     let state = AttemptState {
         current: first,
         on_error,
         held: Vec::new(),
         out: VecDeque::new(),
+        spent: None,
+        wait: Duration::ZERO,
+        failed: None,
         delivered: false,
         done: false,
     };
@@ -108,10 +134,19 @@ where
                 return Some((Ok(event), st));
             }
             if st.done {
-                return None;
+                return st.failed.take().map(|error| (Err(error), st));
+            }
+            if !st.wait.is_zero() {
+                tokio::time::sleep(std::mem::take(&mut st.wait)).await;
             }
             match st.current.next().await {
                 Some(Ok(event)) => {
+                    match &event {
+                        ModelEvent::Usage(u) => st.spent = Some(*u),
+                        // An inner layer's retry: what it abandoned is told, with its usage.
+                        ModelEvent::Retrying(_) => st.spent = None,
+                        _ => {}
+                    }
                     if !st.delivered && is_metadata(&event) {
                         st.held.push(event);
                     } else {
@@ -125,20 +160,28 @@ where
                     st.out.extend(st.held.drain(..));
                 }
                 Some(Err(mut error)) => {
-                    if st.delivered {
-                        error.partial = true;
+                    let Some(next) = (st.on_error)(&mut error) else {
                         st.done = true;
-                        return Some((Err(error), st));
-                    }
-                    let Some((wait, next)) = (st.on_error)(&mut error) else {
-                        st.done = true;
-                        return Some((Err(error), st));
+                        if st.delivered {
+                            error.partial = true;
+                        }
+                        // What the last attempt announced (its usage among it) goes out before
+                        // the error: the caller counts the tokens a failed call spent.
+                        st.out.extend(st.held.drain(..));
+                        st.failed = Some(error);
+                        continue;
                     };
                     st.held.clear();
-                    st.current = next;
-                    if !wait.is_zero() {
-                        tokio::time::sleep(wait).await;
-                    }
+                    st.delivered = false;
+                    st.current = next.stream;
+                    st.wait = next.wait;
+                    st.out.push_back(ModelEvent::Retrying(Box::new(ModelRetry {
+                        retry: next.retry,
+                        model: next.model.to_owned(),
+                        error,
+                        delay: next.wait,
+                        usage: st.spent.take(),
+                    })));
                 }
             }
         }
@@ -157,7 +200,7 @@ impl<M: Model> Model for Retry<M> {
     fn stream<'a>(&'a self, request: ModelRequest<'a>) -> ModelStream<'a> {
         let mut attempt = 1u32;
         with_attempts(self.inner.stream(request), move |error| {
-            if !error.is_retryable() || attempt >= self.policy.max_attempts.max(1) {
+            if !error.is_transient() || attempt >= self.policy.max_attempts.max(1) {
                 return None;
             }
             if let Some(asked) = error.retry_after
@@ -182,8 +225,14 @@ impl<M: Model> Model for Retry<M> {
                 wait_ms = wait.as_millis() as u64,
                 "model call failed; retrying"
             );
+            let retry = attempt;
             attempt += 1;
-            Some((wait, self.inner.stream(request)))
+            Some(NextAttempt {
+                wait,
+                stream: self.inner.stream(request),
+                retry,
+                model: self.inner.id(),
+            })
         })
     }
 }

@@ -18,7 +18,9 @@ use serde_json::value::RawValue;
 use super::dialect::{DialectReader, ToolDialect};
 use super::strict::drop_strict_nulls;
 use crate::decode::{StreamDecoder, accumulate_sse, accumulate_whole};
-use crate::error::{decode_error, in_body_error, is_unparsed_tool_output, stream_error};
+use crate::error::{
+    decode_error, in_body_error, is_unparsed_tool_output, stream_cut, stream_error,
+};
 use crate::surrogates;
 use crate::wire_text::{Channel, Pairs, WireText, wire_text_of};
 
@@ -793,7 +795,7 @@ impl ChatStreamParser {
                 });
                 Ok(())
             }
-            None => Err(stream_error(
+            None => Err(stream_cut(
                 &self.provider,
                 "the stream ended before a finish_reason or [DONE]",
             )),

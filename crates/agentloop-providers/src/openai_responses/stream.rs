@@ -18,7 +18,8 @@ use serde_json::Value;
 use super::PROVIDER;
 use crate::decode::{StreamDecoder, accumulate_sse, accumulate_whole};
 use crate::error::{
-    ProviderError, decode_error, error_envelope, in_body_error, reported_error, stream_error,
+    ProviderError, decode_error, error_envelope, in_body_error, reported_error, stream_cut,
+    stream_error,
 };
 use crate::surrogates;
 use crate::wire_text::{Channel, Pairs, WireText};
@@ -646,7 +647,7 @@ impl ResponsesStreamParser {
             return Ok(());
         }
         self.failed = true;
-        Err(stream_error(
+        Err(stream_cut(
             PROVIDER,
             "the stream ended before response.completed",
         ))

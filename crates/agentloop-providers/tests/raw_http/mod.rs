@@ -1,8 +1,42 @@
 //! A raw HTTP server's one shared step, for the tests that must control every byte a server
 //! sends (stalls, drops, drips) and so cannot use wiremock.
 
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 use tokio::io::AsyncReadExt;
-use tokio::net::TcpStream;
+use tokio::net::{TcpListener, TcpStream};
+
+/// A loopback server that reads each request and hands its connection to `answer` with the
+/// request's number (0 for the first), each on a task of its own: its address, and how many
+/// requests it has read.
+#[allow(dead_code)] // Not every test that shares this module serves this way.
+pub async fn serve_each<F, Fut>(answer: F) -> (String, Arc<AtomicUsize>)
+where
+    F: Fn(TcpStream, usize) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let listener = TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("a loopback port");
+    let addr = listener.local_addr().expect("the port's address");
+    let count = Arc::new(AtomicUsize::new(0));
+    let seen = count.clone();
+    let answer = Arc::new(answer);
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            let (seen, answer) = (seen.clone(), answer.clone());
+            tokio::spawn(async move {
+                if read_request(&mut socket).await.is_some() {
+                    let n = seen.fetch_add(1, Ordering::SeqCst);
+                    answer(socket, n).await;
+                }
+            });
+        }
+    });
+    (format!("http://{addr}"), count)
+}
 
 /// Reads one request (its head and a `content-length` body) from a raw socket and returns its
 /// body; `None` when the client closed or failed before a whole head.
