@@ -457,6 +457,32 @@ impl Render for Records {
                         .push(format!("{code}: {}", redact_text(message)));
                 }
             }
+            EventKind::ModelRetrying {
+                retry,
+                model,
+                code,
+                message,
+                discarded,
+                ..
+            } => {
+                // The reasoning of the abandoned attempt is not the answer's. The retry is a
+                // run warning: a column of its own would be a schema version that older
+                // readers refuse.
+                run.data.reasoning.clear();
+                let mut warning = format!(
+                    "model call in turn {} failed and was retried ({retry}, {model}): {code}: {}",
+                    event.turn,
+                    redact_text(message)
+                );
+                if !discarded.is_empty() {
+                    warning.push_str(&format!(
+                        "; discarded what it streamed: {} characters of text, {} of reasoning, {} \
+                         tool calls",
+                        discarded.text_chars, discarded.reasoning_chars, discarded.tool_calls
+                    ));
+                }
+                run.data.warnings.push(warning);
+            }
             EventKind::LimitReached { limit } => run.data.limit = Some(*limit),
             EventKind::HandedOff {
                 call_id,

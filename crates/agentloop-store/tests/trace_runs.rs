@@ -1132,30 +1132,36 @@ fn a_version_1_sqlite_trace_is_migrated_and_keeps_its_runs() {
     assert_eq!(read_trace(&path).unwrap().records, before.records);
 }
 
+/// Hands `sink` an event of run `r1`.
+fn emit_to(sink: &TraceSink, turn: u32, kind: agentloop::EventKind) {
+    use agentloop::EventSink;
+    sink.emit(&agentloop::Event {
+        run_id: "r1".into(),
+        turn,
+        kind,
+    });
+}
+
+/// Run `r1` of agent `a` begins.
+fn run_started() -> agentloop::EventKind {
+    agentloop::EventKind::RunStarted {
+        agent: "a".into(),
+        model: "m".into(),
+        parent_run_id: None,
+        parent_call_id: None,
+        input: String::new(),
+    }
+}
+
 #[test]
 fn a_tool_error_quoting_a_secret_is_redacted_in_the_trace_and_its_retries() {
-    use agentloop::{Event, EventKind, EventSink};
+    use agentloop::EventKind;
     use std::time::Duration;
     for name in ["secret.ndjson", "secret.sqlite"] {
         let path = scratch("secret-error").join(name);
         let sink = TraceSink::open(&path, TraceOptions::default()).unwrap();
-        let emit = |turn: u32, kind: EventKind| {
-            sink.emit(&Event {
-                run_id: "r1".into(),
-                turn,
-                kind,
-            })
-        };
-        emit(
-            0,
-            EventKind::RunStarted {
-                agent: "a".into(),
-                model: "m".into(),
-                parent_run_id: None,
-                parent_call_id: None,
-                input: String::new(),
-            },
-        );
+        let emit = |turn: u32, kind: EventKind| emit_to(&sink, turn, kind);
+        emit(0, run_started());
         emit(
             1,
             EventKind::ToolStarted {
@@ -1355,4 +1361,101 @@ async fn a_line_too_long_to_be_a_record_is_skipped_not_held() {
         "{:?}",
         read.warnings
     );
+}
+
+/// A model call retried part-way: the trace keeps the retry (a run warning, its secret
+/// redacted), and the call's reasoning is the answer's alone, not the discarded attempt's.
+#[test]
+fn a_model_call_retried_part_way_keeps_the_retry_and_only_the_answers_reasoning() {
+    use agentloop::model::{Discarded, FinishReason};
+    use agentloop::{EventKind, StopReason};
+    use std::time::Duration;
+    for name in ["retry.ndjson", "retry.sqlite"] {
+        let path = scratch("model-retry").join(name);
+        let sink = TraceSink::open(&path, TraceOptions { payloads: true }).unwrap();
+        let emit = |turn: u32, kind: EventKind| emit_to(&sink, turn, kind);
+        emit(0, run_started());
+        emit(1, EventKind::TurnStarted);
+        emit(
+            1,
+            EventKind::ModelRequestStarted {
+                model: "m".into(),
+                provider: "p".into(),
+                messages: 1,
+            },
+        );
+        emit(
+            1,
+            EventKind::ReasoningDelta {
+                text: "first thought".into(),
+            },
+        );
+        emit(
+            1,
+            EventKind::TextDelta {
+                text: "Half".into(),
+            },
+        );
+        emit(
+            1,
+            EventKind::ModelRetrying {
+                retry: 1,
+                model: "m".into(),
+                code: "model.overloaded".into(),
+                message: "busy, key sk-abcdefghijklmnopqrstuvwx".into(),
+                delay: Duration::from_millis(500),
+                discarded: Discarded {
+                    text_chars: 4,
+                    reasoning_chars: 13,
+                    tool_calls: 0,
+                },
+                usage: Some(usage(10, 1)),
+            },
+        );
+        emit(
+            1,
+            EventKind::ReasoningDelta {
+                text: "second thought".into(),
+            },
+        );
+        emit(
+            1,
+            EventKind::ModelResponse {
+                usage: usage(22, 6),
+                cost_usd: None,
+                finish_reason: FinishReason::Stop,
+                tool_calls: 0,
+                text: "Whole".into(),
+                duration: Duration::from_millis(900),
+                cached: false,
+            },
+        );
+        emit(
+            1,
+            EventKind::RunFinished {
+                stop_reason: StopReason::Finished,
+                usage: usage(22, 6),
+                cost_usd: 0.0,
+                turns: 1,
+                error: None,
+            },
+        );
+        sink.finish().unwrap();
+        drop(sink);
+        let trace = read_trace(&path).unwrap();
+        let call = model_calls(&trace)[0];
+        assert_eq!(call.reasoning.as_deref(), Some("second thought"), "{name}");
+        assert_eq!(call.text.as_deref(), Some("Whole"), "{name}");
+        let run = runs(&trace)[0];
+        assert_eq!(
+            run.warnings,
+            vec![
+                "model call in turn 1 failed and was retried (1, m): model.overloaded: busy, key \
+                 [redacted]; discarded what it streamed: 4 characters of text, 13 of reasoning, \
+                 0 tool calls"
+                    .to_owned()
+            ],
+            "{name}"
+        );
+    }
 }
