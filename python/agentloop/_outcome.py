@@ -191,8 +191,10 @@ class RunOutcome:
 @dataclasses.dataclass(frozen=True)
 class Event:
     """An event of a run: ``type`` is the runtime's event name (``run_started``,
-    ``turn_started``, ``text_delta``, ``tool_started``, ``tool_finished``, ``limit_reached``,
-    ``run_finished``, ...); ``data`` holds its fields."""
+    ``turn_started``, ``text_delta``, ``model_retrying``, ``tool_started``, ``tool_finished``,
+    ``limit_reached``, ``run_finished``, ...); ``data`` holds its fields. A ``model_retrying``
+    event voids the ``text_delta`` events of the model call since its start (or its last
+    retry): ``data["discarded"]`` says how much, and the answer is what streams after it."""
 
     type: str
     run_id: str

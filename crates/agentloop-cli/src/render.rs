@@ -209,6 +209,33 @@ impl Progress {
                 }
             }
             EventKind::ToolCallDelta { .. } => stop_spinner(s),
+            EventKind::ModelRetrying {
+                retry,
+                model,
+                code,
+                message,
+                delay,
+                discarded,
+                ..
+            } => {
+                // The text shown of the failed attempt stays on the terminal, so the line says
+                // plainly that it does not count; the answer is what streams after it.
+                s.streamed.clear();
+                s.filter = crate::terminal::EscapeFilter::default();
+                let taken_back = if discarded.is_empty() {
+                    String::new()
+                } else {
+                    format!("; {} discarded", discarded_words(discarded))
+                };
+                line(
+                    s,
+                    &format!(
+                        "↻ model failed {code}: {}{taken_back}; retry {retry} ({model}) in {}",
+                        summary(message),
+                        human_duration(*delay)
+                    ),
+                );
+            }
             EventKind::ModelResponse { text, .. } => {
                 stop_spinner(s);
                 // A model that did not stream its text shows it whole.
@@ -287,6 +314,25 @@ impl Progress {
             _ => {}
         }
     }
+}
+
+/// What a failed model attempt had streamed, in words: `the 42 characters of text streamed so
+/// far`.
+fn discarded_words(d: &agentloop::model::Discarded) -> String {
+    let mut parts = Vec::new();
+    if d.text_chars > 0 {
+        parts.push(format!(
+            "the {} characters of text streamed so far",
+            d.text_chars
+        ));
+    }
+    if d.reasoning_chars > 0 {
+        parts.push(format!("{} characters of reasoning", d.reasoning_chars));
+    }
+    if d.tool_calls > 0 {
+        parts.push(format!("{} tool call(s) begun (none ran)", d.tool_calls));
+    }
+    parts.join(", ")
 }
 
 /// A finished call's line, and the plan the model keeps when the call changed it.

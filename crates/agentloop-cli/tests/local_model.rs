@@ -946,7 +946,7 @@ fn a_non_streamed_parse_error_http_500_is_not_retried_and_names_the_tool_dialect
 /// a parse error that comes before any of the answer is retried by the `[model]` retry policy,
 /// the same request sent again, and the draw that parses runs its tool and the run finishes.
 /// (One that comes after streamed text or call pieces, as the real server's usually does, is
-/// not: part of the answer reached the run.)
+/// retried the same way, what streamed of it discarded.)
 #[test]
 fn a_streamed_parse_error_of_a_sampled_request_is_drawn_again_and_the_run_finishes() {
     let fake = LoopbackLlama::start(vec![

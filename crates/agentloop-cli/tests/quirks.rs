@@ -346,7 +346,7 @@ fn assert_finished(
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn an_error_chunk_after_text_fails_the_run_never_finishes_with_the_partial_text() {
+async fn an_error_chunk_after_text_on_every_attempt_fails_the_run_never_with_the_partial_text() {
     let (server, _dir, exit, v) = served("chat-openrouter-error-chunk-mid-stream", false, |uri| {
         agent(uri, "openai/gpt-4o-mini", "")
     })
@@ -354,9 +354,61 @@ async fn an_error_chunk_after_text_fails_the_run_never_finishes_with_the_partial
     assert_model_failure(exit, &v, "model.server_error");
     assert_eq!(
         server.requests().len(),
-        1,
-        "text had reached the caller: no retry"
+        3,
+        "a transient error part-way is retried, up to the policy's three attempts"
     );
+}
+
+/// The error chunk after text, then a whole answer: the call is retried, the run's answer is the
+/// second attempt's alone, the terminal that showed the first attempt's text says it was
+/// discarded, and the trace keeps the retry.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_error_chunk_after_text_is_retried_and_the_text_shown_is_said_discarded() {
+    let server = QuirkServer::start(replies("chat-openrouter-error-chunk-mid-stream", true)).await;
+    let dir = agent(&server.uri, "openai/gpt-4o-mini", "");
+    let trace = dir.path("trace.ndjson");
+    let out = agentloop(args(&[
+        "run",
+        dir.agent().to_str().unwrap(),
+        "--input",
+        "Weather in Paris?",
+        "--trace",
+        trace.to_str().unwrap(),
+    ]))
+    .await;
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "stderr: {err}");
+    assert_eq!(server.requests().len(), 2);
+    assert_eq!(stdout(&out).trim(), "Both sunny.", "stderr: {err}");
+    // The partial text streamed, then the line that takes it back, then the answer.
+    let partial = err.find("The weather in Paris").expect(&err);
+    let retry = err
+        .find(
+            "↻ model failed model.server_error: Provider disconnected unexpectedly; the 20 \
+               characters of text streamed so far discarded; retry 1 (openai/gpt-4o-mini) in ",
+        )
+        .expect(&err);
+    let answer = err.rfind("Both sunny.").expect(&err);
+    assert!(partial < retry && retry < answer, "{err}");
+    let records: Vec<Value> = std::fs::read_to_string(&trace)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let run = records
+        .iter()
+        .rfind(|r| r["kind"] == "run")
+        .expect("a run record");
+    let warnings = run["warnings"].to_string();
+    assert!(
+        warnings.contains(
+            "model call in turn 1 failed and was retried (1, openai/gpt-4o-mini): \
+                           model.server_error: Provider disconnected unexpectedly; discarded what \
+                           it streamed: 20 characters of text, 0 of reasoning, 0 tool calls"
+        ),
+        "{run}"
+    );
+    assert_eq!(run["stop_reason"], "finished", "{run}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
