@@ -17,11 +17,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use agentloop::model::{Discarded, Usage};
-use agentloop::{Agent, Event, EventKind, Message, Model, RetryPolicy, RunOutcome, StopReason};
-use agentloop_providers::Retry;
+use agentloop::{
+    Agent, Event, EventKind, Limits, Message, Model, RetryPolicy, RunOutcome, StopReason, Tool,
+    ToolOutput,
+};
 use agentloop_providers::anthropic::Anthropic;
 use agentloop_providers::openai_chat::OpenAiChat;
 use agentloop_providers::openai_responses::OpenAiResponses;
+use agentloop_providers::{Fallback, Retry};
 use tokio::io::AsyncWriteExt;
 
 #[allow(dead_code)] // The readers of requests are for the servers that answer by them.
@@ -278,13 +281,35 @@ fn apis() -> [Api; 3] {
 /// its events, and how many requests the server read.
 async fn run(api: &Api, replies: Vec<Reply>) -> (RunOutcome, Vec<Event>, usize) {
     let (uri, count) = serve(replies).await;
-    let policy = RetryPolicy::attempts(3)
+    let model = Retry::with_policy((api.model)(&uri), fast(3));
+    let (outcome, events) = run_model(model, Limits::default()).await;
+    (outcome, events, count.load(Ordering::SeqCst))
+}
+
+/// A policy of `attempts` with a short backoff and no jitter.
+fn fast(attempts: u32) -> RetryPolicy {
+    RetryPolicy::attempts(attempts)
         .with_base_delay(Duration::from_millis(10))
-        .with_jitter(0.0);
+        .with_jitter(0.0)
+}
+
+/// A run of `model` within `limits`: its outcome and its events.
+async fn run_model(model: impl Model + 'static, limits: Limits) -> (RunOutcome, Vec<Event>) {
+    run_with_tools(model, limits, Vec::new()).await
+}
+
+/// [`run_model`] with `tools`.
+async fn run_with_tools(
+    model: impl Model + 'static,
+    limits: Limits,
+    tools: Vec<Tool>,
+) -> (RunOutcome, Vec<Event>) {
     let events = Arc::new(Mutex::new(Vec::new()));
     let seen = events.clone();
     let agent = Agent::builder()
-        .model(Retry::with_policy((api.model)(&uri), policy))
+        .model(model)
+        .limits(limits)
+        .tools(tools)
         .sink(move |e: &Event| seen.lock().unwrap().push(e.clone()))
         .build()
         .unwrap();
@@ -292,7 +317,7 @@ async fn run(api: &Api, replies: Vec<Reply>) -> (RunOutcome, Vec<Event>, usize) 
         .await
         .expect("the run hung");
     let events = events.lock().unwrap().clone();
-    (outcome, events, count.load(Ordering::SeqCst))
+    (outcome, events)
 }
 
 /// The partial answer followed by `tail`.
@@ -493,5 +518,139 @@ async fn an_in_stream_error_no_retry_mends_is_not_retried() {
             "{name}"
         );
         assert!(retries(&events).is_empty(), "{name}");
+    }
+}
+
+#[tokio::test]
+async fn a_fallback_moves_on_after_the_primary_fails_part_way_and_its_text_is_discarded() {
+    for api in apis() {
+        let name = api.name;
+        let (primary, tried) = serve(vec![Reply::Dropped(partial_then(&api, &[]))]).await;
+        let (backup, _) = serve(vec![Reply::Whole(sse(&api.whole))]).await;
+        let model = Fallback::new(vec![
+            Box::new(Retry::with_policy((api.model)(&primary), fast(2))),
+            Box::new((api.model)(&backup)),
+        ]);
+        let (outcome, events) = run_model(model, Limits::default()).await;
+        assert_eq!(
+            tried.load(Ordering::SeqCst),
+            2,
+            "{name}: the primary's two attempts"
+        );
+        assert_eq!(outcome.stop_reason, StopReason::Finished, "{name}");
+        assert_eq!(assistant_texts(&outcome), vec![ANSWER.to_owned()], "{name}");
+        assert_eq!(
+            texts_between_retries(&events),
+            vec![PARTIAL.to_owned(), PARTIAL.to_owned(), ANSWER.to_owned()],
+            "{name}: the primary's retry, then the fall to the backup"
+        );
+        let codes: Vec<(u32, String)> = retries(&events).into_iter().map(|r| (r.0, r.1)).collect();
+        assert_eq!(
+            codes,
+            vec![
+                (1, "model.connection".into()),
+                (1, "model.connection".into())
+            ],
+            "{name}"
+        );
+        let mut expected = api.whole_usage;
+        expected.add(&api.partial_usage);
+        expected.add(&api.partial_usage);
+        assert_eq!(outcome.usage, expected, "{name}");
+    }
+}
+
+#[tokio::test]
+async fn the_runs_deadline_ends_the_wait_before_a_retry() {
+    let api = anthropic();
+    let (uri, count) = serve(vec![Reply::Dropped(partial_then(&api, &[]))]).await;
+    let slow = RetryPolicy::attempts(3)
+        .with_base_delay(Duration::from_secs(30))
+        .with_jitter(0.0);
+    let limits = Limits {
+        timeout: Some(Duration::from_millis(500)),
+        ..Limits::default()
+    };
+    let started = std::time::Instant::now();
+    let (outcome, events) = run_model(Retry::with_policy((api.model)(&uri), slow), limits).await;
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(
+        outcome.stop_reason,
+        StopReason::Deadline,
+        "{:?}",
+        outcome.error
+    );
+    assert_eq!(
+        count.load(Ordering::SeqCst),
+        1,
+        "no retry after the deadline"
+    );
+    assert_eq!(
+        retries(&events).len(),
+        1,
+        "the retry was announced, with its 30 s wait"
+    );
+}
+
+#[tokio::test]
+async fn the_tokens_an_abandoned_attempt_reported_count_toward_the_token_budget() {
+    // The retried answer calls a tool. Its own tokens (12 + 5) are inside a budget of 25; with
+    // the abandoned attempt's (10 + 1) they cross it, so its tool does not run. Within 30 it runs.
+    let api = anthropic();
+    let call = sse(&[
+        (
+            Some("message_start"),
+            r#"{"type":"message_start","message":{"id":"msg_2","type":"message","role":"assistant","content":[],"model":"claude-3-opus-latest","stop_reason":null,"usage":{"input_tokens":12,"output_tokens":1}}}"#.to_owned(),
+        ),
+        (
+            Some("content_block_start"),
+            r#"{"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"toolu_1","name":"noop","input":{}}}"#.to_owned(),
+        ),
+        (
+            Some("content_block_delta"),
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"{}"}}"#.to_owned(),
+        ),
+        (
+            Some("content_block_stop"),
+            r#"{"type":"content_block_stop","index":0}"#.to_owned(),
+        ),
+        (
+            Some("message_delta"),
+            r#"{"type":"message_delta","delta":{"stop_reason":"tool_use","stop_sequence":null},"usage":{"output_tokens":5}}"#.to_owned(),
+        ),
+        (Some("message_stop"), r#"{"type":"message_stop"}"#.to_owned()),
+    ]);
+    for (budget, ran) in [(25, 0), (30, 1)] {
+        let (uri, _) = serve(vec![
+            Reply::Dropped(partial_then(&api, &[])),
+            Reply::Whole(call.clone()),
+            Reply::Whole(sse(&api.whole)),
+        ])
+        .await;
+        let limits = Limits {
+            max_tokens: Some(budget),
+            ..Limits::default()
+        };
+        let noop = Tool::dynamic(
+            "noop",
+            "Does nothing.",
+            serde_json::json!({"type": "object"}),
+            |_args: serde_json::Value, _ctx| async move { Ok(ToolOutput::text("done")) },
+        );
+        let model = Retry::with_policy((api.model)(&uri), fast(3));
+        let (outcome, _) = run_with_tools(model, limits, vec![noop]).await;
+        assert_eq!(
+            outcome.tool_calls_run, ran,
+            "budget {budget}: {:?}",
+            outcome.error
+        );
+        if ran == 0 {
+            assert_eq!(outcome.stop_reason, StopReason::Budget, "budget {budget}");
+            assert_eq!(outcome.usage, usage(22, 6), "budget {budget}");
+        }
     }
 }
