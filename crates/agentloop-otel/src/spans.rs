@@ -342,6 +342,42 @@ impl Render for Otel {
     fn on_event(&mut self, run: &mut Run, event: &Event) {
         let now = self.now;
         match &event.kind {
+            // A model call started over: the code, not the message (which can quote what the
+            // provider read), and how much of the abandoned attempt was discarded.
+            EventKind::ModelRetrying {
+                retry,
+                model,
+                code,
+                delay,
+                discarded,
+                ..
+            } => {
+                let count = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+                run.data.events.push(opentelemetry::trace::Event::new(
+                    "agentloop.model_retrying",
+                    now,
+                    vec![
+                        KeyValue::new("agentloop.turn", i64::from(event.turn)),
+                        KeyValue::new("agentloop.retry", i64::from(*retry)),
+                        KeyValue::new("gen_ai.request.model", model.clone()),
+                        KeyValue::new("error.type", code.clone()),
+                        KeyValue::new("agentloop.retry.delay_ms", delay.as_secs_f64() * 1000.0),
+                        KeyValue::new(
+                            "agentloop.discarded.text_chars",
+                            count(discarded.text_chars),
+                        ),
+                        KeyValue::new(
+                            "agentloop.discarded.reasoning_chars",
+                            count(discarded.reasoning_chars),
+                        ),
+                        KeyValue::new(
+                            "agentloop.discarded.tool_calls",
+                            count(discarded.tool_calls),
+                        ),
+                    ],
+                    0,
+                ));
+            }
             EventKind::Compacted { .. } => {
                 let span = self.compaction(run, event);
                 self.out.extend(span);
@@ -741,6 +777,49 @@ mod tests {
             assert!(matches!(&added.value, Value::Array(_)));
             assert!(added.value.as_str().contains("notes__grow"));
         }
+    }
+
+    #[test]
+    fn a_retried_model_call_is_an_event_of_the_agent_span_without_its_message() {
+        let mut events = run_events();
+        events.insert(
+            1,
+            event(
+                1,
+                EventKind::ModelRetrying {
+                    retry: 1,
+                    model: "m".into(),
+                    code: "model.overloaded".into(),
+                    message: "busy: OPENAI_API_KEY=sk-test-secret-4711".into(),
+                    delay: std::time::Duration::from_millis(500),
+                    discarded: agentloop::model::Discarded {
+                        text_chars: 11,
+                        ..Default::default()
+                    },
+                    usage: None,
+                },
+            ),
+        );
+        let mut spans = Spans::new(true);
+        let ended: Vec<_> = events.iter().flat_map(|e| spans.on_event(e)).collect();
+        let agent = &ended[0];
+        let retry = agent
+            .events
+            .iter()
+            .find(|e| e.name == "agentloop.model_retrying")
+            .unwrap();
+        let attr = |key: &str| {
+            retry
+                .attributes
+                .iter()
+                .find(|kv| kv.key.as_str() == key)
+                .map(|kv| kv.value.clone())
+        };
+        assert_eq!(attr("error.type"), Some(Value::from("model.overloaded")));
+        assert_eq!(attr("agentloop.discarded.text_chars"), Some(Value::I64(11)));
+        assert_eq!(attr("agentloop.retry"), Some(Value::I64(1)));
+        let all = format!("{:?}", agent.events);
+        assert!(!all.contains("sk-test-secret-4711"), "{all}");
     }
 
     fn event_of(run: &str, turn: u32, kind: EventKind) -> Event {
