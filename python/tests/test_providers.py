@@ -4,6 +4,7 @@ and answers with a tool call, then the text."""
 
 from __future__ import annotations
 
+import asyncio
 import http.server
 import json
 import threading
@@ -150,3 +151,76 @@ def test_a_forced_choice_of_a_tool_the_agent_lacks_is_refused(monkeypatch: pytes
     with pytest.raises(AgentloopError) as e:
         Agent(model=model, tools=[add])
     assert "nope" in str(e.value)
+
+
+def _chunk(delta: Dict[str, Any], finish: Any = None, **extra: Any) -> bytes:
+    body = {
+        "id": "c1",
+        "object": "chat.completion.chunk",
+        "model": "test-model",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+        **extra,
+    }
+    return b"data: " + json.dumps(body).encode() + b"\n\n"
+
+
+# Part of an answer, then OpenRouter's error chunk once the response is committed; then a whole one.
+STREAMS: List[bytes] = [
+    _chunk({"role": "assistant", "content": "Half "})
+    + _chunk({"content": "an ans"})
+    + _chunk({"content": ""}, "error", error={"code": "server_error", "message": "Provider disconnected"}),
+    _chunk({"role": "assistant", "content": "The whole "})
+    + _chunk({"content": "answer."})
+    + _chunk({}, "stop")
+    + b'data: {"id":"c1","object":"chat.completion.chunk","model":"test-model","choices":[],'
+    + b'"usage":{"prompt_tokens":12,"completion_tokens":5,"total_tokens":17}}\n\n'
+    + b"data: [DONE]\n\n",
+]
+
+
+def test_a_stream_that_fails_part_way_is_retried_and_the_events_say_its_text_was_discarded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    served: List[int] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 - the http.server's name
+            self.rfile.read(int(self.headers["Content-Length"]))
+            body = STREAMS[min(len(served), len(STREAMS) - 1)]
+            served.append(len(body))
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setenv("TEST_SERVER_KEY", "sk-test-123")
+    url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+    agent = Agent(model=Provider("openai", "test-model", base_url=url, api_key_env="TEST_SERVER_KEY"))
+
+    async def main() -> Any:
+        stream = agent.stream("Go.")
+        events = [e async for e in stream]
+        return events, stream.outcome
+
+    try:
+        events, outcome = asyncio.run(main())
+    finally:
+        server.shutdown()
+    assert len(served) == 2
+    assert outcome is not None and outcome.stop_reason == "finished", outcome
+    assert outcome.output == "The whole answer."
+    types = [e.type for e in events]
+    retry = types.index("model_retrying")
+    before = "".join(e.text or "" for e in events[:retry] if e.type == "text_delta")
+    after = "".join(e.text or "" for e in events[retry:] if e.type == "text_delta")
+    assert (before, after) == ("Half an ans", "The whole answer.")
+    data = events[retry].data
+    assert data["code"] == "model.server_error" and data["retry"] == 1
+    assert data["discarded"] == {"text_chars": 11, "reasoning_chars": 0, "tool_calls": 0}
+    assert outcome.usage.input_tokens == 12 and outcome.usage.output_tokens == 5
