@@ -240,9 +240,6 @@ impl Driver<'_> {
         }
     }
 
-    /// The price of a response: by the name of the model that answered, else by the configured
-    /// one (a gateway answers `openai/gpt-4o` for `gpt-4o`, a server its own alias). A pricing
-    /// function that panics is reported and prices nothing.
     /// The price of tokens a failed call's attempts reported, at the run's model's rate (a
     /// pricing that panics prices nothing: the spend counts unpriced).
     pub(super) fn price_usage(&self, usage: &crate::model::Usage) -> Option<f64> {
@@ -255,6 +252,9 @@ impl Driver<'_> {
         .flatten()
     }
 
+    /// The price of a response: by the name of the model that answered, else by the configured
+    /// one (a gateway answers `openai/gpt-4o` for `gpt-4o`, a server its own alias). A pricing
+    /// function that panics is reported and prices nothing.
     pub(super) fn price(&self, response: &ModelResponse) -> (Option<f64>, Vec<HookFailure>) {
         let Some(pricing) = &self.inner.pricing else {
             return (None, Vec::new());
