@@ -819,6 +819,7 @@ fn a_store_saved_during_a_run_stays_read_only_to_a_server_started_before() {
     );
 }
 
+// outside-paths: off (the agents below lie in folders of a temporary one, beside each other)
 /// An agent in `real/` whose shell (asked about by default: `--yes` here) may write `work/`,
 /// a folder apart from the agent's own files, and runs `touch ran` there once. Its paths lead
 /// there from a folder beside `real/` too (`work/`, `links/`), where a link to it may be.
