@@ -79,6 +79,7 @@ async fn serve_files(
     let mut agents = Vec::new();
     for l in &served.files {
         let file = &l.0;
+        served.warn_collisions(file, &l.1);
         let name = file.spec.name.get_ref().clone();
         if agents.iter().any(|a: &ServedAgent| a.name == name) {
             return Err(CliError::Usage {

@@ -244,6 +244,7 @@ fn offer(args: &ServeArgs, served: &ServedFiles) -> Result<Offer, CliError> {
                 })
                 .map_err(|e| serve_error(&e))?;
         } else {
+            served.warn_collisions(file, &l.1);
             let name = file.spec.name.get_ref().clone();
             names.claim(&name, format!("the agent of {shown}"))?;
             let description = file

@@ -94,6 +94,16 @@ impl ServedFiles {
         Ok(served)
     }
 
+    /// Says, for each file whose agent is served, which tools of its started servers its runs
+    /// leave out (their names taken by tools listed before them), as `agentloop run` says it:
+    /// a client of the served agent meets the same tools a run does.
+    pub(crate) fn warn_collisions(&self, file: &AgentFile, mcp: &StartedMcp) {
+        let shown = crate::terminal::shown_path(&file.path);
+        for w in mcp.collision_warnings(file) {
+            err!("agentloop: warning: {shown}: {w}");
+        }
+    }
+
     /// The options of each run of `file`: the trace, the journal, and where it is resumed from.
     pub(crate) fn options(&self, file: &AgentFile) -> Arc<dyn Fn() -> RunOptions + Send + Sync> {
         let trace = self.trace.clone();

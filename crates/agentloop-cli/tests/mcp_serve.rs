@@ -790,6 +790,23 @@ async fn with_tools_a_name_taken_before_a_servers_tool_is_served_as_a_run_calls_
     time_server_answered(&seen[2]);
 }
 
+/// Serving the agent itself, the server says which of its servers' tools the agent's runs leave
+/// out (two servers' tools named alike), as `agentloop run` says it.
+#[tokio::test(flavor = "multi_thread")]
+async fn serving_the_agent_says_which_servers_tools_its_runs_leave_out() {
+    let dir = clock_with_names_that_meet();
+    let agent = dir.agent();
+    let out = agentloop(args(&["mcp", "serve", agent.to_str().unwrap()])).await;
+    let err = stderr(&out);
+    assert!(err.contains("serving clock on stdio"), "{err}");
+    let said = "of t3 and \"get_current_time\" of t2 would both be named t_get_current_time";
+    assert!(
+        err.lines()
+            .any(|l| l.starts_with("agentloop: warning: ") && l.contains(said)),
+        "{err}"
+    );
+}
+
 /// Two files never share a served name, as neither comes first: the server does not start, and
 /// says which two have it.
 #[tokio::test(flavor = "multi_thread")]
