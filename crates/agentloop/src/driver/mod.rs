@@ -1192,12 +1192,13 @@ impl<'a> Driver<'a> {
         error: crate::model::ModelError,
         spent: crate::model::Usage,
     ) -> Input {
-        let cost = if spent.is_zero() {
-            None
-        } else {
-            self.price_usage(&spent)
-        };
-        Input::ModelFailed { error, spent, cost }
+        let spent = (!spent.is_zero()).then(|| {
+            Box::new(crate::machine::Spent {
+                usage: spent,
+                cost: self.price_usage(&spent),
+            })
+        });
+        Input::ModelFailed { error, spent }
     }
 
     fn stream_event(

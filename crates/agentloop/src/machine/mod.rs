@@ -49,8 +49,8 @@ use std::time::Duration;
 use serde_json::Value;
 
 pub use step::{
-    Action, AdmittedCall, Batch, BatchCalls, HookFailure, HookStage, Input, Interrupt, Seams, Step,
-    Trip, Verdict, model_calls,
+    Action, AdmittedCall, Batch, BatchCalls, HookFailure, HookStage, Input, Interrupt, Seams,
+    Spent, Step, Trip, Verdict, model_calls,
 };
 
 use crate::config::AgentConfig;
@@ -647,13 +647,13 @@ impl RunMachine {
                 self.observe_failures(failures);
                 self.on_summary(*job, Ok((*response, cost)));
             }
-            (Phase::Summarize(job), Input::ModelFailed { error, spent, cost }) => {
-                self.count_failed_spend(&spent, cost);
+            (Phase::Summarize(job), Input::ModelFailed { error, spent }) => {
+                self.count_failed_spend(spent.as_deref());
                 // Not the run's failure: the compaction's record says why it fell back.
                 self.on_summary(*job, Err(format!("{} ({})", error.message, error.code())));
             }
-            (Phase::CallModel, Input::ModelFailed { error, spent, cost }) => {
-                self.count_failed_spend(&spent, cost);
+            (Phase::CallModel, Input::ModelFailed { error, spent }) => {
+                self.count_failed_spend(spent.as_deref());
                 self.on_model_failed(error)
             }
             (Phase::Review(r), Input::Reviewed { failures, reask }) => {
@@ -733,12 +733,12 @@ impl RunMachine {
     /// What a failed call's attempts spent, as their providers reported it, counts in the run's
     /// usage and cost like an answer's (a call that reported nothing adds nothing, not even an
     /// unpriced answer).
-    fn count_failed_spend(&mut self, spent: &crate::model::Usage, cost: Option<f64>) {
-        if spent.is_zero() {
+    fn count_failed_spend(&mut self, spent: Option<&Spent>) {
+        let Some(spent) = spent.filter(|s| !s.usage.is_zero()) else {
             return;
-        }
-        self.counters.usage.add(spent);
-        self.count_cost(cost, None);
+        };
+        self.counters.usage.add(&spent.usage);
+        self.count_cost(spent.cost, None);
     }
 
     fn on_model_failed(&mut self, error: crate::model::ModelError) {

@@ -271,6 +271,16 @@ pub enum Verdict {
     Answer(Value),
 }
 
+/// What a failed model call's attempts spent ([`Input::ModelFailed`]).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Spent {
+    /// The tokens their providers reported.
+    pub usage: Usage,
+    /// Their price in USD, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost: Option<f64>,
+}
+
 /// The result of a step, as the driver reports it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "input", rename_all = "snake_case")]
@@ -314,13 +324,11 @@ pub enum Input {
     ModelFailed {
         /// Why.
         error: ModelError,
-        /// The tokens its attempts' providers reported before it failed (the failed attempts a
-        /// retry layer abandoned, and the last): they count in the run's usage.
-        #[serde(default, skip_serializing_if = "Usage::is_zero")]
-        spent: Usage,
-        /// Their price in USD, when known.
+        /// What its attempts spent before it failed, when their providers reported any tokens
+        /// (the failed attempts a retry layer abandoned, and the last): it counts in the run's
+        /// usage and cost. Boxed: most failures report none, and every input is moved.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        cost: Option<f64>,
+        spent: Option<Box<Spent>>,
     },
     /// The after-model hooks ran.
     Reviewed {

@@ -72,8 +72,9 @@ pub struct ResponseAccumulator {
     whole: Option<Box<ModelResponse>>,
     cached: bool,
     /// What abandoned attempts of the call spent, as their retries reported it: added to the
-    /// answer's own usage, which each attempt's usage events replace.
-    abandoned: Usage,
+    /// answer's own usage, which each attempt's usage events replace. Boxed: only a retried
+    /// call has any, and the accumulator is in every waiting run's future.
+    abandoned: Option<Box<Usage>>,
 }
 
 impl fmt::Debug for ResponseAccumulator {
@@ -120,7 +121,7 @@ impl ResponseAccumulator {
     /// The tokens the call's providers reported so far: each abandoned attempt's, and the last
     /// report of the attempt under way (what a failed call spent).
     pub fn spent(&self) -> Usage {
-        let mut spent = self.abandoned;
+        let mut spent = self.abandoned.as_deref().copied().unwrap_or_default();
         match &self.whole {
             Some(whole) => spent.add(&whole.usage),
             None => spent.add(&self.usage),
@@ -190,9 +191,9 @@ impl ResponseAccumulator {
             ModelEvent::Response(r) => self.whole = Some(Box::new(r)),
             ModelEvent::Retrying(retry) => {
                 // The attempt so far is void; only what its provider reported spending stays.
-                let mut abandoned = std::mem::take(&mut self.abandoned);
+                let mut abandoned = self.abandoned.take();
                 if let Some(spent) = &retry.usage {
-                    abandoned.add(spent);
+                    abandoned.get_or_insert_default().add(spent);
                 }
                 *self = ResponseAccumulator {
                     abandoned,
@@ -233,7 +234,9 @@ impl ResponseAccumulator {
     fn take_whole(&mut self) -> Option<Box<ModelResponse>> {
         let mut whole = self.whole.take()?;
         whole.cached |= self.cached;
-        whole.usage.add(&self.abandoned);
+        if let Some(abandoned) = &self.abandoned {
+            whole.usage.add(abandoned);
+        }
         Some(whole)
     }
 
@@ -307,7 +310,9 @@ impl ResponseAccumulator {
             tool_calls.push(call);
         }
         tool_calls.extend(streamed);
-        self.usage.add(&self.abandoned);
+        if let Some(abandoned) = &self.abandoned {
+            self.usage.add(abandoned);
+        }
         Ok(ModelResponse {
             message: AssistantMessage {
                 reasoning: self.reasoning,
