@@ -820,12 +820,12 @@ fn a_store_saved_during_a_run_stays_read_only_to_a_server_started_before() {
 }
 
 // outside-paths: off (the agents below lie in folders of a temporary one, beside each other)
-/// An agent in `real/` whose shell (asked about by default: `--yes` here) may write `work/`,
+/// An agent in `real/` whose shell (asked about by default: `--yes` here) may write `scratch/`,
 /// a folder apart from the agent's own files, and runs `touch ran` there once. Its paths lead
-/// there from a folder beside `real/` too (`work/`, `links/`), where a link to it may be.
+/// there from a folder beside `real/` too (`scratch/`, `links/`), where a link to it may be.
 fn linked_agent() -> AgentDir {
     let dir = AgentDir::new("");
-    for folder in ["real", "work", "links"] {
+    for folder in ["real", "scratch", "links"] {
         std::fs::create_dir_all(dir.path(folder)).unwrap();
     }
     dir.write(
@@ -836,7 +836,7 @@ provider = "scripted"
 script = "../real/script.json"
 [[tools]]
 builtin = "shell"
-root = "../work"
+root = "../scratch"
 "#,
     );
     let script = json!([
@@ -867,17 +867,17 @@ async fn assert_refused_for_its_link(dir: &AgentDir, agent: &Path) {
     assert!(message.contains(target.to_str().unwrap()), "{message}");
     assert!(message.contains("symbolic link"), "{message}");
     assert!(message.contains("Run the file it leads to"), "{message}");
-    assert!(!dir.path("work/ran").exists(), "a tool ran");
+    assert!(!dir.path("scratch/ran").exists(), "a tool ran");
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_agent_file_reached_through_a_link_its_processes_could_replace_is_refused() {
-    // `work/linked.toml` leads to `real/agent.toml`. The shell may write `work/`: it could put
-    // a file of its own in the link's place (the read-only bind holds the target, not the
-    // link), and the next run would load it. So nothing starts.
+    // `scratch/linked.toml` leads to `real/agent.toml`. The shell may write `scratch/`: it
+    // could put a file of its own in the link's place (the read-only bind holds the target, not
+    // the link), and the next run would load it. So nothing starts.
     let dir = linked_agent();
-    std::os::unix::fs::symlink("../real/agent.toml", dir.path("work/linked.toml")).unwrap();
-    let linked = dir.path("work/linked.toml");
+    std::os::unix::fs::symlink("../real/agent.toml", dir.path("scratch/linked.toml")).unwrap();
+    let linked = dir.path("scratch/linked.toml");
     assert_refused_for_its_link(&dir, &linked).await;
 
     // `plan` and a dry run start no process: they still read it.
@@ -891,8 +891,8 @@ async fn an_agent_file_reached_through_a_link_its_processes_could_replace_is_ref
     let real = dir.path("real/agent.toml");
     let (code, v) = exit_and_json(&["run", real.to_str().unwrap(), "--input", "go", "--yes"]).await;
     assert_eq!(code, Some(0), "{v}");
-    assert!(dir.path("work/ran").exists(), "{v}");
-    std::fs::remove_file(dir.path("work/ran")).unwrap();
+    assert!(dir.path("scratch/ran").exists(), "{v}");
+    std::fs::remove_file(dir.path("scratch/ran")).unwrap();
 
     // So does a link where no process of the agent may write.
     std::os::unix::fs::symlink("../real/agent.toml", dir.path("links/linked.toml")).unwrap();
@@ -900,15 +900,15 @@ async fn an_agent_file_reached_through_a_link_its_processes_could_replace_is_ref
     let (code, v) =
         exit_and_json(&["run", apart.to_str().unwrap(), "--input", "go", "--yes"]).await;
     assert_eq!(code, Some(0), "{v}");
-    assert!(dir.path("work/ran").exists(), "{v}");
+    assert!(dir.path("scratch/ran").exists(), "{v}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_agent_file_under_a_linked_folder_its_processes_could_replace_is_refused() {
-    // `work/agents` is a link to `real`: the agent file is not a link, a folder on its way is.
+    // `scratch/agents` is a link to `real`: the agent file is not a link, a folder on its way is.
     let dir = linked_agent();
-    std::os::unix::fs::symlink("../real", dir.path("work/agents")).unwrap();
-    assert_refused_for_its_link(&dir, &dir.path("work/agents/agent.toml")).await;
+    std::os::unix::fs::symlink("../real", dir.path("scratch/agents")).unwrap();
+    assert_refused_for_its_link(&dir, &dir.path("scratch/agents/agent.toml")).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -938,7 +938,7 @@ async fn a_dry_run_refuses_a_linked_agent_file_its_mcp_servers_could_replace() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_subagent_s_or_hand_off_s_file_reached_through_such_a_link_is_refused() {
-    // The agent names `work/child.toml`, a link to `real/child.toml`, as a subagent's file,
+    // The agent names `scratch/child.toml`, a link to `real/child.toml`, as a subagent's file,
     // then as a hand-off's.
     let dir = linked_agent();
     dir.write(
@@ -946,19 +946,19 @@ async fn a_subagent_s_or_hand_off_s_file_reached_through_such_a_link_is_refused(
         "name = \"child\"\n[model]\nprovider = \"scripted\"\nscript = \"../real/child.json\"\n",
     );
     dir.write("real/child.json", "[{\"text\": \"done\"}]");
-    std::os::unix::fs::symlink("../real/child.toml", dir.path("work/child.toml")).unwrap();
+    std::os::unix::fs::symlink("../real/child.toml", dir.path("scratch/child.toml")).unwrap();
     let agent = std::fs::read_to_string(dir.path("real/agent.toml")).unwrap();
     let real = dir.path("real/agent.toml");
     for entry in [
-        "[[tools]]\nname = \"helper\"\nagent = \"../work/child.toml\"\n",
-        "[[handoffs]]\nagent = \"../work/child.toml\"\n",
+        "[[tools]]\nname = \"helper\"\nagent = \"../scratch/child.toml\"\n",
+        "[[handoffs]]\nagent = \"../scratch/child.toml\"\n",
     ] {
         dir.write("real/agent.toml", &format!("{agent}{entry}"));
         let (code, v) = exit_and_json(&["run", real.to_str().unwrap(), "--input", "go"]).await;
         assert_eq!(code, Some(3), "{entry}: {v}");
         let message = v["error"]["message"].as_str().unwrap();
-        assert!(message.contains("work/child.toml"), "{message}");
+        assert!(message.contains("scratch/child.toml"), "{message}");
         assert!(message.contains("Name the file it leads to"), "{message}");
-        assert!(!dir.path("work/ran").exists(), "a tool ran");
+        assert!(!dir.path("scratch/ran").exists(), "a tool ran");
     }
 }
