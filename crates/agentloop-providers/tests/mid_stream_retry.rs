@@ -18,8 +18,8 @@ use std::time::Duration;
 
 use agentloop::model::{Discarded, Usage};
 use agentloop::{
-    Agent, Event, EventKind, Limits, Message, Model, RetryPolicy, RunOutcome, StopReason, Tool,
-    ToolOutput,
+    Agent, Event, EventKind, Limits, Message, Model, Price, PriceTable, RetryPolicy, RunOutcome,
+    StopReason, Tool, ToolOutput,
 };
 use agentloop_providers::anthropic::Anthropic;
 use agentloop_providers::openai_chat::OpenAiChat;
@@ -558,6 +558,88 @@ async fn a_fallback_moves_on_after_the_primary_fails_part_way_and_its_text_is_di
         expected.add(&api.partial_usage);
         assert_eq!(outcome.usage, expected, "{name}");
     }
+}
+
+/// The prices of the two models the fallback tests answer as: far apart, so a token priced at
+/// the wrong one shows.
+fn two_prices() -> PriceTable {
+    PriceTable::new()
+        .with("claude-3-opus-latest", Price::new(15.0, 75.0))
+        .with("gpt-4.1-mini", Price::new(0.4, 1.6))
+}
+
+/// What `input` and `output` tokens cost at `price`.
+fn at(price: (f64, f64), tokens: Usage) -> f64 {
+    (tokens.input_tokens as f64 * price.0 + tokens.output_tokens as f64 * price.1) / 1e6
+}
+
+/// A run of `model` priced by `prices`.
+async fn run_priced(model: impl Model + 'static, prices: PriceTable) -> RunOutcome {
+    let agent = Agent::builder()
+        .model(model)
+        .pricing(prices)
+        .build()
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(60), agent.run("hello"))
+        .await
+        .expect("the run hung")
+}
+
+#[tokio::test]
+async fn after_a_fallback_each_attempts_tokens_are_priced_at_its_own_models_rate() {
+    // The primary (Claude) streams part of an answer, reports 10 + 1 tokens and drops; the
+    // backup (gpt-4.1-mini) answers with 12 + 5. Claude's tokens cost Claude's rate, not the
+    // backup's, which would price them 30 times lower.
+    let (anthropic, chat) = (anthropic(), chat());
+    let (primary, _) = serve(vec![Reply::Dropped(partial_then(&anthropic, &[]))]).await;
+    let (backup, _) = serve(vec![Reply::Whole(sse(&chat.whole))]).await;
+    let fallback = || Fallback::new(vec![(anthropic.model)(&primary), (chat.model)(&backup)]);
+    let outcome = run_priced(fallback(), two_prices()).await;
+    assert_eq!(
+        outcome.stop_reason,
+        StopReason::Finished,
+        "{:?}",
+        outcome.error
+    );
+    assert_eq!(outcome.usage, usage(22, 6));
+    let expected = at((15.0, 75.0), usage(10, 1)) + at((0.4, 1.6), usage(12, 5));
+    assert!(
+        (outcome.cost_usd - expected).abs() < 1e-12,
+        "{} against {expected}",
+        outcome.cost_usd
+    );
+    assert_eq!(outcome.unpriced_model_calls, 0);
+
+    // With no price for Claude, the call's cost is unknown, as an unpriced answer's would be:
+    // never the backup's part alone, as if Claude's tokens were free.
+    let backup_only = PriceTable::new().with("gpt-4.1-mini", Price::new(0.4, 1.6));
+    let outcome = run_priced(fallback(), backup_only).await;
+    assert_eq!(outcome.stop_reason, StopReason::Finished);
+    assert_eq!(outcome.unpriced_model_calls, 1);
+    assert_eq!(outcome.cost_usd, 0.0);
+}
+
+#[tokio::test]
+async fn a_call_that_fails_after_a_fallback_is_priced_by_the_model_that_spent_the_tokens() {
+    // The primary (gpt-4.1-mini, the fallback's own id) drops before it reports any tokens; the
+    // backup (Claude) reports 10 + 1 and drops too. The run fails having spent Claude's tokens,
+    // at Claude's rate.
+    let (anthropic, chat) = (anthropic(), chat());
+    let (primary, _) = serve(vec![Reply::Dropped(partial_then(&chat, &[]))]).await;
+    let (backup, _) = serve(vec![Reply::Dropped(partial_then(&anthropic, &[]))]).await;
+    let outcome = run_priced(
+        Fallback::new(vec![(chat.model)(&primary), (anthropic.model)(&backup)]),
+        two_prices(),
+    )
+    .await;
+    assert_eq!(outcome.stop_reason, StopReason::Failed);
+    assert_eq!(outcome.usage, usage(10, 1));
+    let expected = at((15.0, 75.0), usage(10, 1));
+    assert!(
+        (outcome.cost_usd - expected).abs() < 1e-12,
+        "{} against {expected}",
+        outcome.cost_usd
+    );
 }
 
 #[tokio::test]

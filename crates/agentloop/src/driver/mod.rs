@@ -1168,34 +1168,44 @@ impl<'a> Driver<'a> {
                 return self.failed(error, &acc);
             }
         }
-        let spent = acc.spent();
-        match acc.finish_boxed() {
+        // After a retry, each abandoned attempt is priced at its own model's rate (a fallback's
+        // primary is not the model that answers), before finishing sums their tokens.
+        let retried = acc.retried().map(|(abandoned, own)| {
+            let priced = abandoned
+                .iter()
+                .map(|(model, usage)| self.price_quietly(model.as_deref(), usage));
+            (priced.fold(Some(0.0), seams::add_cost), own)
+        });
+        match acc.finish_or_keep() {
             Ok(response) => {
-                let (cost, failures) = self.price(&response);
+                let (cost, failures) = match retried {
+                    None => self.price(response.model.as_deref(), &response.usage),
+                    Some((abandoned, own)) => {
+                        let (cost, failures) = self.price(response.model.as_deref(), &own);
+                        (seams::add_cost(cost, abandoned), failures)
+                    }
+                };
                 Input::ModelResponded {
                     response,
                     cost,
                     failures,
                 }
             }
-            Err(error) => self.failed_spending(error, spent),
+            Err((error, acc)) => self.failed(error, &acc),
         }
     }
 
-    /// A failed call, with what its attempts reported spending.
+    /// A failed call, with what its attempts reported spending, each priced at the rate of the
+    /// model that spent it.
     fn failed(&self, error: crate::model::ModelError, acc: &ResponseAccumulator) -> Input {
-        self.failed_spending(error, acc.spent())
-    }
-
-    fn failed_spending(
-        &self,
-        error: crate::model::ModelError,
-        spent: crate::model::Usage,
-    ) -> Input {
+        let spent = acc.spent();
         let spent = (!spent.is_zero()).then(|| {
+            let priced = acc
+                .spent_by_model()
+                .map(|(model, usage)| self.price_quietly(model, usage));
             Box::new(crate::machine::Spent {
                 usage: spent,
-                cost: self.price_usage(&spent),
+                cost: priced.fold(Some(0.0), seams::add_cost),
             })
         });
         Input::ModelFailed { error, spent }

@@ -240,33 +240,21 @@ impl Driver<'_> {
         }
     }
 
-    /// The price of tokens a failed call's attempts reported, at the run's model's rate (a
-    /// pricing that panics prices nothing: the spend counts unpriced).
-    pub(super) fn price_usage(&self, usage: &crate::model::Usage) -> Option<f64> {
-        let pricing = self.inner.pricing.as_ref()?;
-        let model = &self.inner.model;
-        std::panic::catch_unwind(AssertUnwindSafe(|| {
-            pricing.cost(model.provider(), model.id(), usage)
-        }))
-        .ok()
-        .flatten()
-    }
-
-    /// The price of a response: by the name of the model that answered, else by the configured
-    /// one (a gateway answers `openai/gpt-4o` for `gpt-4o`, a server its own alias). A pricing
-    /// function that panics is reported and prices nothing.
-    pub(super) fn price(&self, response: &ModelResponse) -> (Option<f64>, Vec<HookFailure>) {
+    /// The price of tokens a model spent: by the name it gave, else by the configured one (a
+    /// gateway answers `openai/gpt-4o` for `gpt-4o`, a server its own alias). A pricing function
+    /// that panics is reported and prices nothing.
+    pub(super) fn price(
+        &self,
+        model: Option<&str>,
+        usage: &crate::model::Usage,
+    ) -> (Option<f64>, Vec<HookFailure>) {
         let Some(pricing) = &self.inner.pricing else {
             return (None, Vec::new());
         };
-        let model = &self.inner.model;
+        let configured = &self.inner.model;
         let priced = std::panic::catch_unwind(AssertUnwindSafe(|| {
-            let by = |name: &str| pricing.cost(model.provider(), name, &response.usage);
-            response
-                .model
-                .as_deref()
-                .and_then(by)
-                .or_else(|| by(model.id()))
+            let by = |name: &str| pricing.cost(configured.provider(), name, usage);
+            model.and_then(by).or_else(|| by(configured.id()))
         }));
         match priced {
             Ok(cost) => (cost, Vec::new()),
@@ -280,6 +268,19 @@ impl Driver<'_> {
                 }],
             ),
         }
+    }
+
+    /// [`Self::price`] where a panic has no place to be reported (an abandoned attempt, a
+    /// failed call): the tokens count unpriced. No tokens cost nothing, priced or not.
+    pub(super) fn price_quietly(
+        &self,
+        model: Option<&str>,
+        usage: &crate::model::Usage,
+    ) -> Option<f64> {
+        if usage.is_zero() {
+            return Some(0.0);
+        }
+        self.price(model, usage).0
     }
 
     /// The hooks' `on_error` and `on_finish`, on the run's outcome.
@@ -361,4 +362,11 @@ impl AfterTool {
         }
         (outcome, chain.into_failures())
     }
+}
+
+/// Two prices of one call's parts: their sum, unknown when either is (an attempt the pricing
+/// has no price for makes its call's cost unknown, as an unpriced answer's is: reported, and a
+/// stop under a cost budget, never a silent part of a known cost).
+pub(super) fn add_cost(a: Option<f64>, b: Option<f64>) -> Option<f64> {
+    Some(a? + b?)
 }

@@ -71,10 +71,33 @@ pub struct ResponseAccumulator {
     /// inline it would double the accumulator, which is in every waiting run's future.
     whole: Option<Box<ModelResponse>>,
     cached: bool,
-    /// What abandoned attempts of the call spent, as their retries reported it: added to the
-    /// answer's own usage, which each attempt's usage events replace. Boxed: only a retried
-    /// call has any, and the accumulator is in every waiting run's future.
-    abandoned: Option<Box<Usage>>,
+    /// What abandoned attempts of the call spent, and which model the attempt under way asks.
+    /// Boxed: only a retried call has any, and the accumulator is in every waiting run's future.
+    retries: Option<Box<Retries>>,
+}
+
+/// An abandoned attempt's tokens, with the model that spent them (`None`: the call's own).
+pub(crate) type AttemptSpend = (Option<String>, Usage);
+
+/// What a retried call's abandoned attempts spent: added to the answer's own usage (which each
+/// attempt's usage events replace), and priced each at its own model's rate.
+#[derive(Debug, Default)]
+struct Retries {
+    /// Each abandoned attempt's tokens, as its retry reported them, with the model that spent
+    /// them: the name its provider gave, else the one its retry asked (`None`: the call's own).
+    spent: Vec<AttemptSpend>,
+    /// The model the attempt under way asks, as the last retry named it (a fallback's next).
+    asking: Option<String>,
+}
+
+impl Retries {
+    fn usage(&self) -> Usage {
+        let mut sum = Usage::default();
+        for (_, usage) in &self.spent {
+            sum.add(usage);
+        }
+        sum
+    }
 }
 
 impl fmt::Debug for ResponseAccumulator {
@@ -121,12 +144,49 @@ impl ResponseAccumulator {
     /// The tokens the call's providers reported so far: each abandoned attempt's, and the last
     /// report of the attempt under way (what a failed call spent).
     pub fn spent(&self) -> Usage {
-        let mut spent = self.abandoned.as_deref().copied().unwrap_or_default();
-        match &self.whole {
-            Some(whole) => spent.add(&whole.usage),
-            None => spent.add(&self.usage),
-        }
+        let mut spent = self
+            .retries
+            .as_deref()
+            .map(Retries::usage)
+            .unwrap_or_default();
+        spent.add(self.attempt_usage());
         spent
+    }
+
+    /// The last usage report of the attempt under way.
+    fn attempt_usage(&self) -> &Usage {
+        self.whole.as_ref().map_or(&self.usage, |w| &w.usage)
+    }
+
+    /// The model the attempt under way is from: the name its provider gave, else the one the
+    /// last retry asked; `None` for the call's own model.
+    fn attempt_model(&self) -> Option<&str> {
+        self.whole
+            .as_ref()
+            .and_then(|w| w.model.as_deref())
+            .or(self.model.as_deref())
+            .or_else(|| self.retries.as_ref()?.asking.as_deref())
+    }
+
+    /// What each attempt of the call spent so far, by the model that spent it (`None`: the
+    /// call's own): the abandoned attempts', then the one under way's. What a failed call is
+    /// priced by.
+    pub(crate) fn spent_by_model(&self) -> impl Iterator<Item = (Option<&str>, &Usage)> {
+        let abandoned = self.retries.iter().flat_map(|r| r.spent.iter());
+        abandoned
+            .map(|(model, usage)| (model.as_deref(), usage))
+            .chain(std::iter::once((
+                self.attempt_model(),
+                self.attempt_usage(),
+            )))
+    }
+
+    /// What the call's abandoned attempts spent, each by the model that spent it, and the last
+    /// usage report of the attempt under way: `None` when no attempt was abandoned. What an
+    /// answer after a retry is priced by, taken before [`Self::finish`] sums them.
+    pub(crate) fn retried(&self) -> Option<(&[AttemptSpend], Usage)> {
+        let retries = self.retries.as_deref()?;
+        Some((&retries.spent, *self.attempt_usage()))
     }
 
     /// True once the response is complete.
@@ -190,13 +250,16 @@ impl ResponseAccumulator {
             ModelEvent::Finish { reason, raw } => self.finish = Some((reason, raw)),
             ModelEvent::Response(r) => self.whole = Some(Box::new(r)),
             ModelEvent::Retrying(retry) => {
-                // The attempt so far is void; only what its provider reported spending stays.
-                let mut abandoned = self.abandoned.take();
-                if let Some(spent) = &retry.usage {
-                    abandoned.get_or_insert_default().add(spent);
-                }
+                // The attempt so far is void; only what its provider reported spending stays,
+                // with the model that spent it (after a fallback, not the one that answers).
+                let spent = retry
+                    .usage
+                    .map(|usage| (self.attempt_model().map(str::to_owned), usage));
+                let mut retries = self.retries.take().unwrap_or_default();
+                retries.spent.extend(spent);
+                retries.asking = Some(retry.model);
                 *self = ResponseAccumulator {
-                    abandoned,
+                    retries: Some(retries),
                     ..ResponseAccumulator::default()
                 };
             }
@@ -217,37 +280,68 @@ impl ResponseAccumulator {
     /// Finishes the response. A stream that never said it was complete is an error, never a
     /// half-applied response.
     pub fn finish(mut self) -> Result<ModelResponse, ModelError> {
-        match self.take_whole() {
-            Some(whole) => Ok(*whole),
-            None => self.assemble(),
+        if let Some(whole) = self.take_whole() {
+            return Ok(*whole);
         }
+        let (reason, raw) = self.ending()?;
+        Ok(self.assemble(reason, raw))
     }
 
     /// [`Self::finish`], boxed: a whole response comes in the box it was kept in.
-    pub fn finish_boxed(mut self) -> Result<Box<ModelResponse>, ModelError> {
-        match self.take_whole() {
-            Some(whole) => Ok(whole),
-            None => self.assemble().map(Box::new),
+    pub fn finish_boxed(self) -> Result<Box<ModelResponse>, ModelError> {
+        self.finish_or_keep().map_err(|(error, _)| error)
+    }
+
+    /// [`Self::finish_boxed`], giving the accumulator back with the error: what the attempts
+    /// spent is read only when the call failed.
+    pub(crate) fn finish_or_keep(mut self) -> Result<Box<ModelResponse>, (ModelError, Self)> {
+        if let Some(whole) = self.take_whole() {
+            return Ok(whole);
+        }
+        match self.ending() {
+            Ok((reason, raw)) => Ok(Box::new(self.assemble(reason, raw))),
+            Err(error) => Err((error, self)),
         }
     }
 
+    /// A whole response, with what retries abandoned before it.
     fn take_whole(&mut self) -> Option<Box<ModelResponse>> {
         let mut whole = self.whole.take()?;
         whole.cached |= self.cached;
-        if let Some(abandoned) = &self.abandoned {
-            whole.usage.add(abandoned);
+        if let Some(retries) = &self.retries {
+            whole.usage.add(&retries.usage());
+            if whole.model.is_none() {
+                whole.model.clone_from(&retries.asking);
+            }
         }
         Some(whole)
     }
 
-    /// The response the stream's pieces make.
-    fn assemble(mut self) -> Result<ModelResponse, ModelError> {
-        let Some((finish_reason, raw_finish_reason)) = self.finish.take() else {
+    /// How the stream's pieces end, when they make a response.
+    fn ending(&mut self) -> Result<(FinishReason, Option<String>), ModelError> {
+        let Some(ending) = self.finish.take() else {
             return Err(ModelError::new(
                 ModelErrorKind::Stream,
                 "the model's stream ended before the response was complete",
             ));
         };
+        let nameless = self.calls.iter().filter(|c| c.name.is_empty());
+        if let Some(index) = nameless.map(|c| c.index).min() {
+            self.finish = Some(ending);
+            return Err(ModelError::new(
+                ModelErrorKind::Stream,
+                format!("tool call at index {index} has no name"),
+            ));
+        }
+        Ok(ending)
+    }
+
+    /// The response the stream's pieces make, once [`Self::ending`] found it whole.
+    fn assemble(
+        mut self,
+        finish_reason: FinishReason,
+        raw_finish_reason: Option<String>,
+    ) -> ModelResponse {
         if !self.pending_reasoning.is_empty() {
             self.reasoning.push(Reasoning {
                 text: std::mem::take(&mut self.pending_reasoning),
@@ -260,12 +354,6 @@ impl ResponseAccumulator {
         let mut truncated = false;
         let mut cut_calls = Vec::new();
         for call in self.calls {
-            if call.name.is_empty() {
-                return Err(ModelError::new(
-                    ModelErrorKind::Stream,
-                    format!("tool call at index {} has no name", call.index),
-                ));
-            }
             if cut_by_the_limit(finish_reason, &call.arguments) {
                 truncated = true;
                 self.warnings.push(format!(
@@ -310,10 +398,14 @@ impl ResponseAccumulator {
             tool_calls.push(call);
         }
         tool_calls.extend(streamed);
-        if let Some(abandoned) = &self.abandoned {
-            self.usage.add(abandoned);
+        let mut model = self.model;
+        if let Some(retries) = &self.retries {
+            self.usage.add(&retries.usage());
+            if model.is_none() {
+                model.clone_from(&retries.asking);
+            }
         }
-        Ok(ModelResponse {
+        ModelResponse {
             message: AssistantMessage {
                 reasoning: self.reasoning,
                 text: self.text,
@@ -323,12 +415,12 @@ impl ResponseAccumulator {
             finish_reason,
             raw_finish_reason,
             id: self.id,
-            model: self.model,
+            model,
             truncated,
             cut_calls,
             warnings: self.warnings,
             cached: self.cached,
-        })
+        }
     }
 }
 
@@ -639,5 +731,77 @@ mod tests {
         acc.push(ModelEvent::Response(whole)).unwrap();
         let r = acc.finish().unwrap();
         assert_eq!((r.message.text.as_str(), r.usage), ("Whole", tokens(8, 7)));
+    }
+
+    #[test]
+    fn each_abandoned_attempt_keeps_the_model_that_spent_it() {
+        let mut acc = ResponseAccumulator::new();
+        // The first attempt names its model; the second, asked of "m" by the retry, names none.
+        acc.push(ModelEvent::Start {
+            id: None,
+            model: Some("primary-2025-01-01".into()),
+        })
+        .unwrap();
+        acc.push(ModelEvent::Usage(tokens(3, 2))).unwrap();
+        acc.push(retrying(Some(tokens(3, 2)))).unwrap();
+        acc.push(ModelEvent::Usage(tokens(4, 1))).unwrap();
+        let spent: Vec<_> = acc.spent_by_model().map(|(m, u)| (m, *u)).collect();
+        assert_eq!(
+            spent,
+            vec![
+                (Some("primary-2025-01-01"), tokens(3, 2)),
+                (Some("m"), tokens(4, 1))
+            ]
+        );
+        acc.push(retrying(Some(tokens(4, 1)))).unwrap();
+        let (abandoned, _) = acc.retried().unwrap();
+        assert_eq!(
+            abandoned,
+            &[
+                (Some("primary-2025-01-01".to_owned()), tokens(3, 2)),
+                (Some("m".to_owned()), tokens(4, 1))
+            ]
+        );
+        acc.push(ModelEvent::TextDelta("Whole".into())).unwrap();
+        acc.push(ModelEvent::Usage(tokens(5, 5))).unwrap();
+        assert_eq!(acc.retried().unwrap().1, tokens(5, 5), "the answer's own");
+        acc.push(finish(FinishReason::Stop)).unwrap();
+        let r = acc.finish().unwrap();
+        assert_eq!(r.usage, tokens(12, 8));
+        assert_eq!(
+            r.model.as_deref(),
+            Some("m"),
+            "the model the retry asked answered"
+        );
+    }
+
+    #[test]
+    fn a_call_with_no_retry_is_its_own_models_alone() {
+        let mut acc = ResponseAccumulator::new();
+        acc.push(ModelEvent::Usage(tokens(3, 2))).unwrap();
+        assert!(acc.retried().is_none());
+        let spent: Vec<_> = acc.spent_by_model().map(|(m, u)| (m, *u)).collect();
+        assert_eq!(spent, vec![(None, tokens(3, 2))]);
+        acc.push(finish(FinishReason::Stop)).unwrap();
+        assert_eq!(acc.finish().unwrap().model, None);
+    }
+
+    #[test]
+    fn a_failed_finish_gives_the_accumulator_back_with_what_it_spent() {
+        let mut acc = ResponseAccumulator::new();
+        acc.push(ModelEvent::Usage(tokens(3, 2))).unwrap();
+        acc.push(ModelEvent::ToolCallDelta {
+            index: 1,
+            arguments: "{}".into(),
+        })
+        .unwrap();
+        let (error, acc) = acc.finish_or_keep().err().unwrap();
+        assert!(error.message.contains("ended before"), "{}", error.message);
+        assert_eq!(acc.spent(), tokens(3, 2));
+        let mut acc = acc;
+        acc.push(finish(FinishReason::ToolCalls)).unwrap();
+        let (error, acc) = acc.finish_or_keep().err().unwrap();
+        assert_eq!(error.message, "tool call at index 1 has no name");
+        assert_eq!(acc.spent(), tokens(3, 2));
     }
 }
