@@ -250,9 +250,11 @@ pub struct Trip {
     pub message: String,
 }
 
-/// A gate's answer for one call.
+/// A gate's answer for one call. New answers are added as gates learn them (`Approved` was), so
+/// a match on a verdict needs a wildcard arm.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "verdict", content = "value", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Verdict {
     /// The call may run.
     Allow,

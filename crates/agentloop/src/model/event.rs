@@ -12,8 +12,10 @@ use crate::message::{Reasoning, ToolCall};
 /// The stream a model call yields.
 pub type ModelStream<'a> = Pin<Box<dyn Stream<Item = Result<ModelEvent, ModelError>> + Send + 'a>>;
 
-/// One event of a model's stream.
+/// One event of a model's stream. New events are added as the APIs gain them (`Retrying` was),
+/// so a consumer of a stream matches them with a wildcard arm.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub enum ModelEvent {
     /// The provider's response id and the model that answered, when known.
     Start {
