@@ -1009,6 +1009,53 @@ async fn a_link_made_by_another_call_of_the_batch_cannot_walk_around_an_ask_glob
     assert_read_through_the_new_link_refused(&dir, &["--yes"], "path_not_approved").await;
 }
 
+/// One batch: the shell (allowed) makes `notes.txt` a link to `secrets/key.txt` and `notes` a
+/// link to `secrets`, then `grep` searches the file and `list_dir` and `glob` the folder by those
+/// names. The gate judges every call before any runs, when neither name is a link yet. `grep`
+/// has a `deny` rule on `secrets/**`; `list_dir` and `glob` one on the folder `secrets` itself,
+/// which a walk from the root honours by not entering it, but which the folder's entries
+/// (`secrets/key.txt`) do not match.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_link_made_by_another_call_of_the_batch_cannot_walk_a_search_or_listing_around_a_deny_glob()
+ {
+    let mut rules =
+        String::from("[[permissions.rules]]\ntool = \"shell\"\npermission = \"allow\"\n");
+    for (tool, glob) in [
+        ("grep", "secrets/**"),
+        ("list_dir", "secrets"),
+        ("glob", "secrets"),
+    ] {
+        rules.push_str(&format!(
+            "[[permissions.rules]]\ntool = \"{tool}\"\npermission = \"deny\"\npath_glob = {{ field = \"path\", glob = \"{glob}\" }}\n[[permissions.rules]]\ntool = \"{tool}\"\npermission = \"allow\"\n"
+        ));
+    }
+    let dir = scripted_builtins(
+        &format!(
+            "[[tools]]\nbuiltin = \"grep\"\nroot = \"work\"\n[[tools]]\nbuiltin = \"list_dir\"\nroot = \"work\"\n[[tools]]\nbuiltin = \"glob\"\nroot = \"work\"\n{rules}"
+        ),
+        &[
+            (
+                "shell",
+                json!({"command": "ln -s secrets/key.txt notes.txt && ln -s secrets notes"}),
+            ),
+            ("grep", json!({"pattern": ".", "path": "notes.txt"})),
+            ("list_dir", json!({"path": "notes"})),
+            ("glob", json!({"pattern": "**", "path": "notes"})),
+        ],
+    );
+    std::fs::create_dir_all(dir.path("work/secrets")).unwrap();
+    dir.write("work/secrets/key.txt", "the secret");
+    dir.write("work/secrets/passwords.txt", "");
+    let (_, v) = run_json(&dir, &[]).await;
+    let calls = v["tool_calls"].as_array().unwrap();
+    assert_eq!(calls[0]["status"], "ok", "the links were made: {v}");
+    for (i, call) in calls.iter().enumerate().skip(1) {
+        assert_eq!(call["error"]["code"], "path_denied", "call {i}: {v}");
+    }
+    assert!(!v.to_string().contains("the secret"), "{v}");
+    assert!(!v.to_string().contains("passwords"), "{v}");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_call_a_person_approved_reads_what_its_path_leads_to_when_it_runs() {
     // `read_file notes.txt` is asked about: approved with `--yes`, it reads the file its path

@@ -40,8 +40,8 @@ pub(crate) struct FileLimits {
     pub(crate) max_bytes: usize,
     pub(crate) max_results: usize,
     /// The tool's path rules that `list_dir`, `glob` and `grep` leave out what they match by,
-    /// and that `read_file`, `write_file` and `edit_file` judge their path by again when they
-    /// run ([`refused_now`]), compiled once when the tool is made ([`file_tool`]).
+    /// and that every file tool judges the path it is given by again when it runs
+    /// ([`refused_now`], [`refused_base_now`]), compiled once when the tool is made ([`file_tool`]).
     pub(crate) withheld: Option<Arc<PathRules>>,
 }
 
@@ -65,6 +65,18 @@ fn refused_now(limits: &FileLimits, path: &str, approved: bool) -> Result<(), Pa
         }),
         _ => Ok(()),
     }
+}
+
+/// [`refused_now`] for the folder (or file) a tool that walks is given, when it is given one: the
+/// walk judges each entry it meets below it, never the path it starts from, which a link made by
+/// another call of the batch may have turned into a folder (or a file, for `grep`) a rule covers
+/// whole. Without a path the call names no path the gate could have judged: nothing is judged.
+fn refused_base_now(
+    limits: &FileLimits,
+    path: Option<&str>,
+    approved: bool,
+) -> Result<(), PathError> {
+    path.map_or(Ok(()), |path| refused_now(limits, path, approved))
 }
 
 /// What a tool that walks folders leaves out: the entries its workspace's path rules deny or ask
@@ -651,8 +663,9 @@ pub(crate) fn list_dir(name: &str, limits: &FileLimits) -> Tool {
 fn list_dir_body(
     limits: &FileLimits,
     args: ListDirArgs,
-    _: &Wanted,
+    call: &Wanted,
 ) -> Result<ToolOutput, ToolError> {
+    refused_base_now(limits, args.path.as_deref(), call.approved)?;
     let path = limits
         .workspace
         .resolve(args.path.as_deref().unwrap_or("."))?;
@@ -760,6 +773,7 @@ fn glob_body(
     wanted: &Wanted,
 ) -> Result<ToolOutput, ToolError> {
     let matcher = compile_glob(&args.pattern)?;
+    refused_base_now(limits, args.path.as_deref(), wanted.approved)?;
     let base = limits
         .workspace
         .resolve(args.path.as_deref().unwrap_or("."))?;
@@ -857,6 +871,7 @@ fn grep_body(
             .permanent()
         })?;
     let filter = args.glob.as_deref().map(compile_glob).transpose()?;
+    refused_base_now(limits, args.path.as_deref(), wanted.approved)?;
     let base = limits
         .workspace
         .resolve(args.path.as_deref().unwrap_or("."))?;
@@ -865,7 +880,8 @@ fn grep_body(
     let mut stopped = None;
     let withheld = Withheld::new(limits.withheld.as_deref(), &limits.workspace);
     let skip = |path: &Path| withheld.skips(path);
-    // A single file was judged with the call itself, by the gate: only a walk leaves out.
+    // A single file was judged with the call itself (by the gate, and again above): only a
+    // walk leaves out.
     let files: Box<dyn Iterator<Item = PathBuf> + '_> = if base.is_dir() {
         Box::new(
             walk(limits, &base, &limits.workspace.display(&base), &skip)?
@@ -1530,6 +1546,12 @@ mod tests {
             )
             .await;
         assert_eq!(code(&edited.unwrap_err()), "path_denied");
+        // A search of the file by that name too: a walk judges what it meets below its path,
+        // and the path itself is judged as the other tools judge theirs.
+        let searched = f
+            .call(grep, json!({"pattern": ".", "path": "notes.txt"}))
+            .await;
+        assert_eq!(code(&searched.unwrap_err()), "path_denied");
         assert_eq!(
             std::fs::read_to_string(f.root().join("secrets/key.pem")).unwrap(),
             "PRIVATE KEY\n"

@@ -195,11 +195,11 @@ impl Workspace {
     }
 
     /// The same workspace, whose tools that walk folders (`list_dir`, `glob`, `grep`) leave out
-    /// every entry a `deny` or `ask` path rule of `rules` matches for them, and whose
-    /// `read_file`, `write_file` and `edit_file` refuse a path a `deny` rule matches when they
-    /// run ([`PathError::Denied`]: the gate judged the call before its batch ran, and another
-    /// call of the batch may have made a link since; an `ask` rule is not judged again, as a
-    /// person may have allowed the call): a rule for the tool's
+    /// every entry a `deny` or `ask` path rule of `rules` matches for them, and whose file tools
+    /// all refuse the path they are given when a `deny` rule matches it as they run
+    /// ([`PathError::Denied`]: the gate judged the call before its batch ran, and another call
+    /// of the batch may have made a link since), or an `ask` rule does and no person approved
+    /// the call ([`PathError::Unapproved`]): a rule for the tool's
     /// name or `*`, on its `path` argument, matched as [`PermissionStore::decide`] matches a call
     /// whose `path` is the entry's path relative to the root (with the store's root and the
     /// resolver it has for the tool, so a link to a denied file is left out too). A walk cannot
