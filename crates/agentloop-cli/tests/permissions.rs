@@ -768,36 +768,55 @@ command_prefix = { field = "command", prefix = "echo" }
     assert!(dir.path("work/listed").exists());
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_backtick_substitution_in_the_program_s_place_is_denied_and_one_in_an_argument_runs() {
-    let dir = scripted_builtins(
-        DENY_RM_ALLOW_THE_REST,
-        &[
-            ("shell", json!({"command": "`echo rm` -f keep.txt"})),
-            ("shell", json!({"command": "r`printf m` -f keep.txt"})),
-            ("shell", json!({"command": "\"`echo rm`\" -f keep.txt"})),
-            (
-                "shell",
-                json!({"command": "echo '`' ; `echo rm` -f keep.txt"}),
-            ),
-            ("shell", json!({"command": "touch `echo made`"})),
-        ],
-    );
+/// Runs `commands` through the shell under [`DENY_RM_ALLOW_THE_REST`], each of which would
+/// remove `keep.txt` but the last, which makes `made`: all but the last are denied, `keep.txt`
+/// stays (`why` says how an `rm` would have got past), and the last runs.
+async fn assert_every_rm_denied_and_the_last_runs(commands: &[&str], why: &str) {
+    let calls: Vec<(&str, Value)> = commands
+        .iter()
+        .map(|c| ("shell", json!({ "command": c })))
+        .collect();
+    let dir = scripted_builtins(DENY_RM_ALLOW_THE_REST, &calls);
     std::fs::write(dir.path("work/keep.txt"), "kept").unwrap();
     let (_, v) = run_json(&dir, &[]).await;
-    assert_eq!(
-        call_statuses(&v),
-        ["denied", "denied", "denied", "denied", "ok"],
-        "{v}"
-    );
-    assert!(
-        dir.path("work/keep.txt").exists(),
-        "an rm behind backticks ran"
-    );
-    assert!(
-        dir.path("work/made").exists(),
-        "a substitution in an argument is not a program: it runs"
-    );
+    let mut want = vec!["denied"; commands.len() - 1];
+    want.push("ok");
+    assert_eq!(call_statuses(&v), want, "{v}");
+    assert!(dir.path("work/keep.txt").exists(), "{why}");
+    assert!(dir.path("work/made").exists(), "the last command runs: {v}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_backtick_substitution_in_the_program_s_place_is_denied_and_one_in_an_argument_runs() {
+    // The last: a substitution in an argument is not a program.
+    assert_every_rm_denied_and_the_last_runs(
+        &[
+            "`echo rm` -f keep.txt",
+            "r`printf m` -f keep.txt",
+            "\"`echo rm`\" -f keep.txt",
+            "echo '`' ; `echo rm` -f keep.txt",
+            "touch `echo made`",
+        ],
+        "an rm behind backticks ran",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_file_of_commands_the_shell_reads_with_dot_or_source_is_denied_as_one_piped_to_sh() {
+    // Each writes the `rm` into a file, or hands it over on a descriptor, and has the shell
+    // itself run it: no part of the chain starts with `rm`. The last: a file of commands no
+    // rule matches runs.
+    assert_every_rm_denied_and_the_last_runs(
+        &[
+            "echo 'rm -f keep.txt' > f; . ./f",
+            "echo 'rm -f keep.txt' > g && source ./g",
+            ". /dev/stdin <<< 'rm -f keep.txt'",
+            "echo 'touch made' > h; . ./h",
+        ],
+        "an rm the shell read from a file ran",
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -484,12 +484,16 @@ fn may_expand(word: &str) -> bool {
 
 /// Programs and shell words that run the program that comes after them (with their options, see
 /// [`starts_another`]): launchers, tracers, privilege and namespace changers, shells, the shell's
-/// keywords, and `trap` and `coproc`, whose words the shell runs.
+/// keywords, `trap` and `coproc`, whose words the shell runs, and `.` and `source`, which have
+/// the shell run the commands of a file (one another part of the chain may write: `echo 'rm
+/// -rf .' > f; . ./f` is `… | sh` by another name).
 const LAUNCHERS: &[&str] = &[
     "command",
     "builtin",
     "exec",
     "eval",
+    ".",
+    "source",
     "env",
     "nohup",
     "sudo",
@@ -1622,6 +1626,12 @@ mod tests {
                 "echo 'rm -rf .' | sh",
                 "printf 'rm -rf .\\n' | bash -s",
                 "echo rm -rf . | xargs env",
+                // A file of commands the same command writes, then has the shell itself read:
+                // `.` and `source` run it as `sh` would.
+                "echo 'rm -rf .' > f; . ./f",
+                "echo 'rm -rf .' > f && source f",
+                "source <(echo rm -rf .)",
+                ". /dev/stdin <<< 'rm -rf .'",
             ],
             Permission::Deny,
         );
@@ -1635,6 +1645,8 @@ mod tests {
                 "git -c x=y rm x",
                 "ls | grep rm",
                 "echo done\\\n",
+                ". venv/bin/activate && pytest",
+                "cd . && ls",
             ],
             Permission::Allow,
         );
