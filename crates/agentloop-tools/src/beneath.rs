@@ -215,13 +215,24 @@ pub(crate) struct WalkEntry {
     pub(crate) kind: FileType,
 }
 
+/// How many levels of folders a walk holds open at once, the folder walked included: a folder
+/// deeper than that is met but not entered. Each level holds its folder open (the next is
+/// opened from it, refusing links), so a tree nested thousands deep (`mkdir d && cd d` in a
+/// loop, from the model's shell) would otherwise hold as many descriptors at once and run the
+/// whole process out of them while the walk goes on: every other open of the run (a file tool,
+/// the journal, the provider's connection), and of the other runs of `a2a serve`, would fail.
+pub(crate) const MAX_WALK_DEPTH: usize = 64;
+
 /// The entries under a folder, depth first in name order, folders named `.git` skipped: each
 /// folder is opened from the one above it without following a link, so a folder swapped for a
 /// link while the walk goes on is not entered (nor anything outside the root reached by it).
+/// Folders more than [`MAX_WALK_DEPTH`] levels down are not entered.
 pub(crate) struct Walk<'a> {
     levels: Vec<Level>,
     /// Entries left out: neither met nor, for a folder, entered.
     skip: Option<&'a dyn Fn(&Path) -> bool>,
+    /// Counts the folders met but not entered for being too deep.
+    too_deep: Option<&'a std::cell::Cell<usize>>,
 }
 
 /// A folder being walked: the open folder, its path, and its entries not yet met.
@@ -243,7 +254,15 @@ impl<'a> Walk<'a> {
                 rest,
             }],
             skip: None,
+            too_deep: None,
         })
+    }
+
+    /// The same walk, counting in `too_deep` each folder it does not enter for lying more than
+    /// [`MAX_WALK_DEPTH`] levels down, so that its caller can say the answer is not whole.
+    pub(crate) fn counting_too_deep(mut self, too_deep: &'a std::cell::Cell<usize>) -> Self {
+        self.too_deep = Some(too_deep);
+        self
     }
 
     /// The same walk, leaving out the entries (by path) for which `skip` is true: a folder left
@@ -259,6 +278,7 @@ impl Iterator for Walk<'_> {
 
     fn next(&mut self) -> Option<WalkEntry> {
         loop {
+            let depth = self.levels.len();
             let level = self.levels.last_mut()?;
             let Some((name, kind)) = level.rest.next() else {
                 self.levels.pop();
@@ -271,7 +291,11 @@ impl Iterator for Walk<'_> {
             if self.skip.is_some_and(|skip| skip(&path)) {
                 continue;
             }
-            if kind == FileType::Directory {
+            if kind == FileType::Directory && depth >= MAX_WALK_DEPTH {
+                if let Some(count) = self.too_deep {
+                    count.set(count.get() + 1);
+                }
+            } else if kind == FileType::Directory {
                 // A folder that cannot be opened (gone, swapped for a link, no permission) is
                 // met but not entered.
                 let below = open_dir(&level.dir, &name).and_then(|dir| Ok((entries(&dir)?, dir)));
@@ -332,6 +356,48 @@ mod tests {
         );
         let e = open_read(ws.root(), &checked).unwrap_err();
         assert!(is_link_on_the_way(&e), "{e}");
+    }
+
+    /// The descriptors this process has open now.
+    fn open_descriptors() -> usize {
+        std::fs::read_dir("/proc/self/fd").unwrap().count()
+    }
+
+    #[test]
+    fn a_walk_holds_at_most_its_depth_cap_of_folders_open_however_deep_the_tree() {
+        // A tree 300 folders deep, as a shell's `mkdir d && cd d` loop makes one: each
+        // walk level held its folder open, 300 descriptors at the bottom (a process's soft
+        // limit is often 1,024, shared by everything it does).
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("root");
+        let mut deepest = root.clone();
+        for _ in 0..300 {
+            deepest.push("d");
+        }
+        std::fs::create_dir_all(&deepest).unwrap();
+        let ws = Workspace::new(&root).unwrap();
+        let before = open_descriptors();
+        let too_deep = std::cell::Cell::new(0);
+        let mut most = 0;
+        let mut met = 0;
+        for _ in Walk::new(ws.root(), ws.root())
+            .unwrap()
+            .counting_too_deep(&too_deep)
+        {
+            met += 1;
+            most = most.max(open_descriptors().saturating_sub(before));
+        }
+        // Some slack for the other tests of this process, which open files meanwhile.
+        assert!(
+            most <= MAX_WALK_DEPTH + 32,
+            "{most} descriptors open at once during the walk"
+        );
+        assert_eq!(met, MAX_WALK_DEPTH, "the folders down to the cap are met");
+        assert_eq!(
+            too_deep.get(),
+            1,
+            "the first folder below the cap is counted"
+        );
     }
 
     #[test]

@@ -755,16 +755,32 @@ fn compile_glob(pattern: &str) -> Result<globset::GlobMatcher, ToolError> {
 
 /// The entries under `base` (a folder the workspace resolved), links not followed, `.git` folders
 /// and the entries `skip` is true for left out, in name order; every folder opened from the root
-/// down, links refused.
+/// down, links refused; the folders too deep to enter counted in `too_deep`
+/// ([`too_deep_note`]).
 fn walk<'a>(
     limits: &FileLimits,
     base: &Path,
     shown: &str,
     skip: &'a dyn Fn(&Path) -> bool,
+    too_deep: &'a std::cell::Cell<usize>,
 ) -> Result<crate::beneath::Walk<'a>, ToolError> {
     crate::beneath::Walk::new(limits.workspace.root(), base)
-        .map(|w| w.skipping(skip))
+        .map(|w| w.skipping(skip).counting_too_deep(too_deep))
         .map_err(|e| io_error(shown, &e))
+}
+
+/// The note that ends a walk's answer when it left folders unentered for their depth.
+fn too_deep_note(too_deep: &std::cell::Cell<usize>) -> Option<String> {
+    let depth = crate::beneath::MAX_WALK_DEPTH;
+    match too_deep.get() {
+        0 => None,
+        1 => Some(format!(
+            "[1 folder more than {depth} levels down was not entered: search from a deeper path]"
+        )),
+        n => Some(format!(
+            "[{n} folders more than {depth} levels down were not entered: search from a deeper path]"
+        )),
+    }
 }
 
 fn glob_body(
@@ -785,9 +801,10 @@ fn glob_body(
     }
     let withheld = Withheld::new(limits.withheld.as_deref(), &limits.workspace);
     let skip = |path: &Path| withheld.skips(path);
+    let too_deep = std::cell::Cell::new(0);
     let mut found = Vec::new();
     let mut more = 0usize;
-    for entry in walk(limits, &base, &shown_base, &skip)? {
+    for entry in walk(limits, &base, &shown_base, &skip, &too_deep)? {
         wanted.check()?;
         if entry.kind == rustix::fs::FileType::Directory {
             continue;
@@ -814,7 +831,7 @@ fn glob_body(
             "\n[{more} more matches not shown: narrow the pattern]"
         );
     }
-    if let Some(note) = withheld.note() {
+    for note in too_deep_note(&too_deep).into_iter().chain(withheld.note()) {
         let _ = write!(text, "\n{note}");
     }
     Ok(ToolOutput::text(text))
@@ -880,13 +897,20 @@ fn grep_body(
     let mut stopped = None;
     let withheld = Withheld::new(limits.withheld.as_deref(), &limits.workspace);
     let skip = |path: &Path| withheld.skips(path);
+    let too_deep = std::cell::Cell::new(0);
     // A single file was judged with the call itself (by the gate, and again above): only a
     // walk leaves out.
     let files: Box<dyn Iterator<Item = PathBuf> + '_> = if base.is_dir() {
         Box::new(
-            walk(limits, &base, &limits.workspace.display(&base), &skip)?
-                .filter(|e| e.kind == rustix::fs::FileType::RegularFile)
-                .map(|e| e.path),
+            walk(
+                limits,
+                &base,
+                &limits.workspace.display(&base),
+                &skip,
+                &too_deep,
+            )?
+            .filter(|e| e.kind == rustix::fs::FileType::RegularFile)
+            .map(|e| e.path),
         )
     } else {
         Box::new(std::iter::once(base.clone()))
@@ -954,8 +978,9 @@ fn grep_body(
         out.push_str(&note);
         out.push('\n');
     }
-    if let Some(note) = withheld.note() {
+    for note in too_deep_note(&too_deep).into_iter().chain(withheld.note()) {
         out.push_str(&note);
+        out.push('\n');
     }
     Ok(ToolOutput::text(out.trim_end().to_owned()))
 }
@@ -1510,6 +1535,44 @@ mod tests {
             }),
             permission,
         }
+    }
+
+    #[tokio::test]
+    async fn a_search_says_which_folders_were_too_deep_to_enter() {
+        // `a.txt` holding "needle" at each of 100 levels: the walk from `deep` holds at most
+        // MAX_WALK_DEPTH folders open, `deep` and those below it down to the cap, whose `a.txt`
+        // are found (one line each, and the note), and says that it left the rest.
+        let f = Fixture::new();
+        let mut folder = f.root().join("deep");
+        for _ in 0..100 {
+            std::fs::create_dir_all(&folder).unwrap();
+            std::fs::write(folder.join("a.txt"), "needle\n").unwrap();
+            folder.push("d");
+        }
+        let note = "[1 folder more than 64 levels down was not entered: search from a deeper path]";
+        for (make, args) in [
+            (
+                glob as fn(&str, &FileLimits) -> Tool,
+                json!({"pattern": "**/a.txt", "path": "deep"}),
+            ),
+            (grep, json!({"pattern": "needle", "path": "deep"})),
+        ] {
+            let answer = f.call(make, args).await.unwrap();
+            let lines = answer.lines().count();
+            assert_eq!(lines, crate::beneath::MAX_WALK_DEPTH + 1, "{answer}");
+            assert!(answer.ends_with(note), "{answer}");
+        }
+        // Searched from a deeper folder, the rest is found.
+        let deeper = ["deep"]
+            .into_iter()
+            .chain(["d"; 60])
+            .collect::<Vec<_>>()
+            .join("/");
+        let found = f
+            .call(glob, json!({"pattern": "**/a.txt", "path": deeper}))
+            .await
+            .unwrap();
+        assert_eq!(found.lines().count(), 40, "{found}");
     }
 
     #[tokio::test]
