@@ -150,7 +150,7 @@ impl Wanted {
         if self.dropped.load(Ordering::Relaxed) || self.cancel.is_cancelled() {
             return Err(ToolError::new(
                 "cancelled",
-                "the call was cancelled or timed out before the search ended",
+                "the call was cancelled or timed out before it ended",
             ));
         }
         Ok(())
@@ -315,8 +315,7 @@ fn read_file_body(
     let cap = limits.max_bytes.saturating_add(1) as u64;
     loop {
         if line_no + 1 < first {
-            let n = reader.skip_until(b'\n').map_err(|e| io_error(&shown, &e))?;
-            if n == 0 {
+            if !skip_line(&mut reader, call).map_err(|e| e.on(&shown))? {
                 break;
             }
             line_no += 1;
@@ -387,6 +386,47 @@ fn read_file_body(
         out.push_str(&note);
     }
     Ok(ToolOutput::text(out))
+}
+
+/// Why [`skip_line`] stopped short: the file could not be read, or the call is no longer wanted.
+enum SkipError {
+    Io(std::io::Error),
+    Unwanted(ToolError),
+}
+
+impl SkipError {
+    /// As the model reads it, for the file shown as `shown`.
+    fn on(self, shown: &str) -> ToolError {
+        match self {
+            SkipError::Io(e) => io_error(shown, &e),
+            SkipError::Unwanted(e) => e,
+        }
+    }
+}
+
+/// Reads past the next line break, one buffer at a time, asking between buffers whether the
+/// call is still wanted; false when the file ended first. A line has no bound on its length: a
+/// sparse file of terabytes of zeros (`truncate -s 16T`, from the model's shell) past a first
+/// line of text would otherwise be read to its end on a blocking thread, at full speed, long
+/// after the call's timeout or cancellation answered it.
+fn skip_line(reader: &mut impl BufRead, call: &Wanted) -> Result<bool, SkipError> {
+    let mut read_any = false;
+    loop {
+        call.check().map_err(SkipError::Unwanted)?;
+        let buf = reader.fill_buf().map_err(SkipError::Io)?;
+        if buf.is_empty() {
+            return Ok(read_any);
+        }
+        read_any = true;
+        let (used, ended) = match buf.iter().position(|b| *b == b'\n') {
+            Some(at) => (at + 1, true),
+            None => (buf.len(), false),
+        };
+        reader.consume(used);
+        if ended {
+            return Ok(true);
+        }
+    }
 }
 
 // `write_file`'s arguments (a plain comment: a doc comment would become the schema's description).
@@ -1535,6 +1575,36 @@ mod tests {
             }),
             permission,
         }
+    }
+
+    #[test]
+    fn reading_past_an_endless_line_stops_when_the_call_is_cancelled() {
+        // A line of text, then a terabyte of zeros with no line break (sparse: no disk used):
+        // reading from line 3 skips line 2, which would take the blocking thread the whole
+        // terabyte, long past any timeout.
+        let f = Fixture::new();
+        let path = f.root().join("sparse.txt");
+        let file = std::fs::File::create(&path).unwrap();
+        std::io::Write::write_all(&mut &file, &[b'x'; SNIFF_BYTES]).unwrap();
+        std::io::Write::write_all(&mut &file, b"\n").unwrap();
+        file.set_len(1 << 40).unwrap();
+        let ctx = ToolContext::detached("c", "t");
+        let cancel = ctx.cancel.clone();
+        let call = read_file("t", &f.limits).call(json!({"path": "sparse.txt", "offset": 3}), ctx);
+        // A runtime of its own, left without waiting for its blocking threads: a read that
+        // goes on fails the test rather than hold it until the terabyte is read.
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        let answered = runtime.block_on(async {
+            let call = tokio::spawn(call);
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            cancel.cancel();
+            tokio::time::timeout(std::time::Duration::from_secs(20), call).await
+        });
+        runtime.shutdown_background();
+        let answered = answered
+            .expect("the read stops within seconds of its cancellation")
+            .unwrap();
+        assert_eq!(code(&answered.unwrap_err()), "cancelled");
     }
 
     #[tokio::test]
