@@ -30,7 +30,8 @@ pub const DEFAULT_MAX_RESULTS: usize = 200;
 const MAX_WHOLE_FILE_BYTES: u64 = 16 * 1024 * 1024;
 /// How much of a file's start is looked at for a NUL byte, the mark of a binary file.
 const SNIFF_BYTES: usize = 8192;
-/// The longest matching line `grep` shows, in characters.
+/// The longest line `grep` (a matching line) and `edit_file` (a line of its diff) show, in
+/// characters.
 const MAX_GREP_LINE_CHARS: usize = 300;
 
 /// What the file tools share: the workspace and the caps.
@@ -595,6 +596,22 @@ fn edit_file_body(
         }
         _ => {}
     }
+    // Sized before it is built: every one of up to 16 Mi one-byte matches replaced by a long
+    // `new_string` would ask for terabytes, and a failed allocation aborts the whole process.
+    let grown = (args.new_string.len() as u64)
+        .saturating_mul(positions.len() as u64)
+        .saturating_add(text.len() as u64)
+        .saturating_sub(args.old_string.len() as u64 * positions.len() as u64);
+    if grown > MAX_WHOLE_FILE_BYTES {
+        return Err(ToolError::new(
+            "file_too_large",
+            format!(
+                "the edit would make {shown} {grown} bytes, more than the \
+                 {MAX_WHOLE_FILE_BYTES} this tool writes: replace fewer occurrences at a time"
+            ),
+        )
+        .permanent());
+    }
     let new_text = text.replace(args.old_string.as_str(), &args.new_string);
     crate::beneath::replace(limits.workspace.root(), &path, new_text.as_bytes())
         .map_err(|e| io_error(&shown, &e))?;
@@ -606,6 +623,15 @@ fn edit_file_body(
     )))
 }
 
+/// A line as a search or a diff shows it: its first [`MAX_GREP_LINE_CHARS`] characters, and `…`
+/// when it goes on.
+fn cut_line(line: &str) -> std::borrow::Cow<'_, str> {
+    match line.char_indices().nth(MAX_GREP_LINE_CHARS) {
+        Some((at, _)) => format!("{}…", line.get(..at).unwrap_or_default()).into(),
+        None => line.into(),
+    }
+}
+
 /// The 1-based line of a byte offset.
 fn line_of(text: &str, at: usize) -> usize {
     text.get(..at).map_or(0, |t| t.matches('\n').count()) + 1
@@ -615,35 +641,59 @@ fn line_of(text: &str, at: usize) -> usize {
 const MAX_DIFF_LINES: usize = 200;
 
 /// A small unified diff of replacing `old` by `new` at `positions` (ascending, not
-/// overlapping) in `text`: one hunk per run of touching lines, no context lines.
+/// overlapping) in `text`: one hunk per run of touching lines, no context lines, each line cut
+/// at [`MAX_GREP_LINE_CHARS`]. Linear in the text: the hunks are found in one pass, each
+/// holding the number of its first line, as a file of one long line with millions of matches
+/// would make a search from each match (back to its line's start, forward to its end, or from
+/// the file's start for its number) take hours of a blocking thread no cancellation stops.
 fn edit_diff(text: &str, positions: &[usize], old: &str, new: &str) -> String {
-    // Each hunk: the byte range of whole old lines it covers, and the matches inside it.
-    let mut hunks: Vec<(usize, usize, Vec<usize>)> = Vec::new();
+    let bytes = text.as_bytes();
+    // Each hunk: the byte range of whole old lines it covers, the number of its first line,
+    // and the matches inside it.
+    let mut hunks: Vec<(usize, usize, usize, Vec<usize>)> = Vec::new();
+    // The text before `scanned` has been read: it holds `breaks` line breaks, and the line
+    // holding `scanned` starts at `line_start`.
+    let (mut scanned, mut breaks, mut line_start) = (0usize, 0usize, 0usize);
+    // The first line break at or after some offset (or the text's end), kept while the matches
+    // still end before it.
+    let mut next_break: Option<usize> = None;
     for &at in positions {
-        let start = text
-            .get(..at)
-            .and_then(|t| t.rfind('\n'))
-            .map_or(0, |i| i + 1);
+        let seen = bytes.get(scanned..at).unwrap_or_default();
+        breaks += seen.iter().filter(|b| **b == b'\n').count();
+        if let Some(i) = seen.iter().rposition(|b| *b == b'\n') {
+            line_start = scanned + i + 1;
+        }
+        scanned = at.max(scanned);
         let end = at + old.len();
         let line_end = if old.ends_with('\n') {
             end
         } else {
-            text.get(end..)
-                .and_then(|t| t.find('\n'))
-                .map_or(text.len(), |i| end + i + 1)
+            let at_break = match next_break {
+                Some(b) if b >= end => b,
+                _ => {
+                    let rest = bytes.get(end..).unwrap_or_default();
+                    let b = rest
+                        .iter()
+                        .position(|c| *c == b'\n')
+                        .map_or(text.len(), |i| end + i);
+                    next_break = Some(b);
+                    b
+                }
+            };
+            (at_break + 1).min(text.len())
         };
         match hunks.last_mut() {
-            Some((_, last_end, matches)) if start <= *last_end => {
+            Some((_, last_end, _, matches)) if line_start <= *last_end => {
                 *last_end = line_end.max(*last_end);
                 matches.push(at);
             }
-            _ => hunks.push((start, line_end, vec![at])),
+            _ => hunks.push((line_start, line_end, breaks + 1, vec![at])),
         }
     }
     let mut out = String::new();
     let mut shown = 0usize;
     let mut line_shift: isize = 0;
-    for (i, (start, end, matches)) in hunks.iter().enumerate() {
+    for (i, (start, end, old_first, matches)) in hunks.iter().enumerate() {
         let old_region = text.get(*start..*end).unwrap_or_default();
         let mut new_region = String::new();
         let mut cursor = *start;
@@ -653,7 +703,7 @@ fn edit_diff(text: &str, positions: &[usize], old: &str, new: &str) -> String {
             cursor = at + old.len();
         }
         new_region.push_str(text.get(cursor..*end).unwrap_or_default());
-        let old_first = line_of(text, *start);
+        let old_first = *old_first;
         let old_count = old_region.lines().count();
         let new_count = new_region.lines().count();
         let new_first = old_first.saturating_add_signed(line_shift);
@@ -671,7 +721,7 @@ fn edit_diff(text: &str, positions: &[usize], old: &str, new: &str) -> String {
                     );
                     return out;
                 }
-                let _ = writeln!(out, "{sign}{l}");
+                let _ = writeln!(out, "{sign}{}", cut_line(l));
                 shown += 1;
             }
         }
@@ -991,15 +1041,7 @@ fn grep_body(
                 ));
                 break 'files;
             }
-            let line: String = if line.chars().count() > MAX_GREP_LINE_CHARS {
-                line.chars()
-                    .take(MAX_GREP_LINE_CHARS)
-                    .chain("…".chars())
-                    .collect()
-            } else {
-                line.to_owned()
-            };
-            let entry = format!("{shown}:{}: {line}\n", i + 1);
+            let entry = format!("{shown}:{}: {}\n", i + 1, cut_line(line));
             if out.len() + entry.len() > limits.max_bytes {
                 stopped = Some(format!(
                     "[stopped at the {} byte cap after {count} matches: narrow the search]",
@@ -1577,6 +1619,38 @@ mod tests {
         }
     }
 
+    #[tokio::test]
+    async fn an_edit_that_would_grow_the_file_past_the_cap_is_refused_before_it_is_built() {
+        // A megabyte of one letter, each replaced by 32 bytes: 32 MiB, past the 16 MiB an edit
+        // takes (a longer `new_string` would ask for terabytes).
+        let f = Fixture::new();
+        let path = f.root().join("x.txt");
+        std::fs::write(&path, "x".repeat(1 << 20)).unwrap();
+        let args = json!({
+            "path": "x.txt",
+            "old_string": "x",
+            "new_string": "y".repeat(32),
+            "replace_all": true,
+        });
+        let e = f.call(edit_file, args).await.unwrap_err();
+        assert_eq!(code(&e), "file_too_large");
+        assert!(e.to_string().contains("33554432 bytes"), "{e:?}");
+        assert_eq!(
+            std::fs::metadata(&path).unwrap().len(),
+            1 << 20,
+            "left as it was"
+        );
+        // Up to the cap, the edit is made.
+        let args = json!({
+            "path": "x.txt",
+            "old_string": "x",
+            "new_string": "y".repeat(16),
+            "replace_all": true,
+        });
+        f.call(edit_file, args).await.unwrap();
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), 16 << 20);
+    }
+
     #[test]
     fn reading_past_an_endless_line_stops_when_the_call_is_cancelled() {
         // A line of text, then a terabyte of zeros with no line break (sparse: no disk used):
@@ -1591,20 +1665,53 @@ mod tests {
         let ctx = ToolContext::detached("c", "t");
         let cancel = ctx.cancel.clone();
         let call = read_file("t", &f.limits).call(json!({"path": "sparse.txt", "offset": 3}), ctx);
-        // A runtime of its own, left without waiting for its blocking threads: a read that
-        // goes on fails the test rather than hold it until the terabyte is read.
-        let runtime = tokio::runtime::Runtime::new().unwrap();
-        let answered = runtime.block_on(async {
+        let answered = within_seconds(20, async {
             let call = tokio::spawn(call);
             tokio::time::sleep(std::time::Duration::from_millis(100)).await;
             cancel.cancel();
-            tokio::time::timeout(std::time::Duration::from_secs(20), call).await
+            call.await.unwrap()
+        })
+        .expect("the read stops within seconds of its cancellation");
+        assert_eq!(code(&answered.unwrap_err()), "cancelled");
+    }
+
+    /// What `work` gives, on a runtime of its own, if it ends within `secs`. The runtime is left
+    /// without waiting for its blocking threads: a blocking body that goes on fails the test
+    /// rather than hold it for as long as the body would run.
+    fn within_seconds<T>(secs: u64, work: impl std::future::Future<Output = T>) -> Option<T> {
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        let done = runtime.block_on(async {
+            tokio::time::timeout(std::time::Duration::from_secs(secs), work).await
         });
         runtime.shutdown_background();
-        let answered = answered
-            .expect("the read stops within seconds of its cancellation")
+        done.ok()
+    }
+
+    #[test]
+    fn an_edit_of_millions_of_matches_on_one_line_answers_in_time_with_its_lines_cut() {
+        // 4 MiB of one letter, no line break, each replaced: a diff that looked for each
+        // match's line (back to its start, forward to its end) read the text millions of times.
+        let f = Fixture::new();
+        std::fs::write(f.root().join("x.txt"), "x".repeat(4 << 20)).unwrap();
+        let args =
+            json!({"path": "x.txt", "old_string": "x", "new_string": "y", "replace_all": true});
+        let edit = edit_file("t", &f.limits).call(args, ToolContext::detached("c", "t"));
+        let answer = within_seconds(20, edit)
+            .expect("the edit answers within seconds")
             .unwrap();
-        assert_eq!(code(&answered.unwrap_err()), "cancelled");
+        let agentloop::message::ToolContent::Text(text) = answer.content else {
+            panic!("not text: {answer:?}");
+        };
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.first(), Some(&"edited x.txt: 4194304 replacements"));
+        assert_eq!(lines.get(1), Some(&"@@ -1,1 +1,1 @@"));
+        let cut = |sign: &str, letter: &str| format!("{sign}{}…", letter.repeat(300));
+        let (removed, added) = (cut("-", "x"), cut("+", "y"));
+        assert_eq!(lines[2..], [removed.as_str(), added.as_str()]);
+        assert_eq!(
+            std::fs::read_to_string(f.root().join("x.txt")).unwrap(),
+            "y".repeat(4 << 20)
+        );
     }
 
     #[tokio::test]
