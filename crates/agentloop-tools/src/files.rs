@@ -53,19 +53,33 @@ pub(crate) struct FileLimits {
 /// notes.txt`) may since have made the path lead to a file a rule covers, and the link is
 /// followed again here as the gate follows it. Calling again gets the call judged with the
 /// link in place, so an `ask` rule is then asked about.
-fn refused_now(limits: &FileLimits, path: &str, approved: bool) -> Result<(), PathError> {
+///
+/// `resolved` is the file the call goes on to open, as the workspace resolved it: judged too,
+/// by its own name, so that what is judged is what is opened. A process running beside the
+/// call (a subagent's shell) could otherwise swap a link between the judging and the resolving
+/// (the open then refuses any link put on the resolved path since).
+fn refused_now(
+    limits: &FileLimits,
+    path: &str,
+    resolved: &Path,
+    approved: bool,
+) -> Result<(), PathError> {
     let Some(rules) = &limits.withheld else {
         return Ok(());
     };
-    match rules.judge(path) {
-        Some(Permission::Deny) => Err(PathError::Denied {
+    let opened = limits.workspace.display(resolved);
+    let verdicts = [rules.judge(path), rules.judge(&opened)];
+    if verdicts.contains(&Some(Permission::Deny)) {
+        return Err(PathError::Denied {
             path: path.to_owned(),
-        }),
-        Some(Permission::Ask) if !approved => Err(PathError::Unapproved {
-            path: path.to_owned(),
-        }),
-        _ => Ok(()),
+        });
     }
+    if verdicts.contains(&Some(Permission::Ask)) && !approved {
+        return Err(PathError::Unapproved {
+            path: path.to_owned(),
+        });
+    }
+    Ok(())
 }
 
 /// [`refused_now`] for the folder (or file) a tool that walks is given, when it is given one: the
@@ -75,9 +89,10 @@ fn refused_now(limits: &FileLimits, path: &str, approved: bool) -> Result<(), Pa
 fn refused_base_now(
     limits: &FileLimits,
     path: Option<&str>,
+    resolved: &Path,
     approved: bool,
 ) -> Result<(), PathError> {
-    path.map_or(Ok(()), |path| refused_now(limits, path, approved))
+    path.map_or(Ok(()), |path| refused_now(limits, path, resolved, approved))
 }
 
 /// What a tool that walks folders leaves out: the entries its workspace's path rules deny or ask
@@ -295,8 +310,8 @@ fn read_file_body(
     args: ReadFileArgs,
     call: &Wanted,
 ) -> Result<ToolOutput, ToolError> {
-    refused_now(limits, &args.path, call.approved)?;
     let path = limits.workspace.resolve(&args.path)?;
+    refused_now(limits, &args.path, &path, call.approved)?;
     let shown = limits.workspace.display(&path);
     let (file, _) = open_regular(limits.workspace.root(), &path, &shown)?;
     let mut reader = std::io::BufReader::new(file);
@@ -461,8 +476,8 @@ fn write_file_body(
     args: WriteFileArgs,
     call: &Wanted,
 ) -> Result<ToolOutput, ToolError> {
-    refused_now(limits, &args.path, call.approved)?;
     let path = limits.workspace.resolve_for_write(&args.path)?;
+    refused_now(limits, &args.path, &path, call.approved)?;
     let shown = limits.workspace.display(&path);
     if path.is_dir() {
         return Err(
@@ -544,8 +559,8 @@ fn edit_file_body(
     args: EditFileArgs,
     call: &Wanted,
 ) -> Result<ToolOutput, ToolError> {
-    refused_now(limits, &args.path, call.approved)?;
     let path = limits.workspace.resolve_for_write(&args.path)?;
+    refused_now(limits, &args.path, &path, call.approved)?;
     let shown = limits.workspace.display(&path);
     if args.old_string.is_empty() {
         return Err(ToolError::new(
@@ -755,10 +770,10 @@ fn list_dir_body(
     args: ListDirArgs,
     call: &Wanted,
 ) -> Result<ToolOutput, ToolError> {
-    refused_base_now(limits, args.path.as_deref(), call.approved)?;
     let path = limits
         .workspace
         .resolve(args.path.as_deref().unwrap_or("."))?;
+    refused_base_now(limits, args.path.as_deref(), &path, call.approved)?;
     let shown = limits.workspace.display(&path);
     // Opened from the root one folder at a time, links refused: a folder swapped for a link
     // since the check is not listed.
@@ -879,10 +894,10 @@ fn glob_body(
     wanted: &Wanted,
 ) -> Result<ToolOutput, ToolError> {
     let matcher = compile_glob(&args.pattern)?;
-    refused_base_now(limits, args.path.as_deref(), wanted.approved)?;
     let base = limits
         .workspace
         .resolve(args.path.as_deref().unwrap_or("."))?;
+    refused_base_now(limits, args.path.as_deref(), &base, wanted.approved)?;
     let shown_base = limits.workspace.display(&base);
     if !base.is_dir() {
         return Err(
@@ -978,10 +993,10 @@ fn grep_body(
             .permanent()
         })?;
     let filter = args.glob.as_deref().map(compile_glob).transpose()?;
-    refused_base_now(limits, args.path.as_deref(), wanted.approved)?;
     let base = limits
         .workspace
         .resolve(args.path.as_deref().unwrap_or("."))?;
+    refused_base_now(limits, args.path.as_deref(), &base, wanted.approved)?;
     let mut out = String::new();
     let mut count = 0usize;
     let mut stopped = None;
@@ -1608,6 +1623,20 @@ mod tests {
         }
     }
 
+    impl Fixture {
+        /// Has the tools leave out and refuse what these path rules (for every tool) cover,
+        /// resolved as the tools resolve; the store the gate would decide with.
+        fn withhold(&mut self, rules: &[(&str, Permission)]) -> PermissionStore {
+            let mut store = PermissionStore::new(Permission::Allow);
+            store.resolve_paths("*", Arc::new(Resolver(self.limits.workspace.clone())));
+            for (glob, permission) in rules {
+                store.configure(path_rule("*", glob, *permission));
+            }
+            self.limits.workspace = self.limits.workspace.clone().withhold(&store);
+            store
+        }
+    }
+
     fn path_rule(tool: &str, glob: &str, permission: Permission) -> PermissionRule {
         PermissionRule {
             tool: tool.into(),
@@ -1760,12 +1789,10 @@ mod tests {
         }
         std::fs::write(f.root().join("secrets/key.pem"), "PRIVATE KEY\n").unwrap();
         std::fs::write(f.root().join("drafts/plan.txt"), "a plan\n").unwrap();
-        let mut store = PermissionStore::new(Permission::Allow);
-        store
-            .resolve_paths("*", Arc::new(Resolver(f.limits.workspace.clone())))
-            .configure(path_rule("*", "secrets/**", Permission::Deny))
-            .configure(path_rule("*", "drafts/**", Permission::Ask));
-        f.limits.workspace = f.limits.workspace.clone().withhold(&store);
+        let store = f.withhold(&[
+            ("secrets/**", Permission::Deny),
+            ("drafts/**", Permission::Ask),
+        ]);
         // The gate allowed `notes.txt` (nothing there yet); then another call of the batch made
         // it a link to the key.
         assert_eq!(
@@ -1801,16 +1828,62 @@ mod tests {
         assert!(plain.unwrap().contains("fn main"));
     }
 
+    #[test]
+    fn a_link_swapped_while_the_call_runs_never_lets_a_denied_file_be_read() {
+        // Another process (a subagent's shell, run beside this call) swaps `notes.txt` between
+        // a link to a plain file and a link to the key, as fast as it can: whenever the call
+        // reads, what it read was judged, never a file that changed between judging and
+        // opening.
+        let mut f = Fixture::new();
+        std::fs::create_dir_all(f.root().join("secrets")).unwrap();
+        std::fs::write(f.root().join("secrets/key.pem"), "PRIVATE KEY\n").unwrap();
+        std::fs::write(f.root().join("plain.txt"), "plain\n").unwrap();
+        f.withhold(&[("secrets/**", Permission::Deny)]);
+        let root = f.root();
+        symlink("secrets/key.pem", root.join("to-key")).unwrap();
+        symlink("plain.txt", root.join("to-plain")).unwrap();
+        symlink("plain.txt", root.join("notes.txt")).unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let swapper = {
+            let (root, stop) = (root.clone(), stop.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    for target in ["to-key", "to-plain"] {
+                        // A copy of the prepared link, renamed over the name: always a link.
+                        let _ = std::fs::remove_file(root.join("next"));
+                        if let Ok(to) = std::fs::read_link(root.join(target)) {
+                            let _ = symlink(to, root.join("next"));
+                            let _ = std::fs::rename(root.join("next"), root.join("notes.txt"));
+                        }
+                    }
+                }
+            })
+        };
+        let tool = read_file("t", &f.limits);
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        let mut read = 0;
+        for _ in 0..3000 {
+            let got = runtime.block_on(tool.call(
+                json!({"path": "notes.txt"}),
+                ToolContext::detached("c", "t"),
+            ));
+            if let Ok(out) = got {
+                let text = format!("{:?}", out.content);
+                assert!(!text.contains("PRIVATE"), "the key was read: {text}");
+                read += 1;
+            }
+        }
+        stop.store(true, Ordering::Relaxed);
+        swapper.join().unwrap();
+        assert!(read > 0, "some reads found the plain file");
+    }
+
     #[tokio::test]
     async fn a_path_that_leads_to_an_asked_file_when_the_call_runs_needs_a_person_s_approval() {
         let mut f = Fixture::new();
         std::fs::create_dir_all(f.root().join("drafts")).unwrap();
         std::fs::write(f.root().join("drafts/plan.txt"), "a plan\n").unwrap();
-        let mut store = PermissionStore::new(Permission::Allow);
-        store
-            .resolve_paths("*", Arc::new(Resolver(f.limits.workspace.clone())))
-            .configure(path_rule("*", "drafts/**", Permission::Ask));
-        f.limits.workspace = f.limits.workspace.clone().withhold(&store);
+        let store = f.withhold(&[("drafts/**", Permission::Ask)]);
         // The gate let `notes.txt` run unasked; then a sibling call made it a link to the draft.
         assert_eq!(
             store.decide("t", &json!({"path": "notes.txt"})),
