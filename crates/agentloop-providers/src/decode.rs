@@ -40,6 +40,9 @@ pub(crate) trait StreamDecoder: Send {
     }
     /// The byte stream ended: an error unless the response was complete (or already failed).
     fn end(&mut self, out: &mut VecDeque<ModelEvent>) -> Result<(), ModelError>;
+    /// The stream's own last event came (`[DONE]`, `message_stop`, a final `response.*`): the
+    /// response is whole, and nothing after it counts.
+    fn over(&self) -> bool;
     /// Applies a whole (non-streamed) response body: the events its stream would have carried,
     /// through its `Finish`.
     fn whole(&mut self, body: &[u8], out: &mut VecDeque<ModelEvent>) -> Result<(), ModelError>;
@@ -85,7 +88,17 @@ pub(crate) fn decoded_events<'a, D: StreamDecoder + 'a>(
                 return None;
             }
             let step = match st.sse.next().await {
-                Some(Ok(event)) => apply_event(&mut st.decoder, &event, &mut st.queue),
+                Some(Ok(event)) => {
+                    let applied = apply_event(&mut st.decoder, &event, &mut st.queue);
+                    // The answer ends at its last event, not when the server closes the body:
+                    // a server or proxy that keeps the connection open after it would hold the
+                    // whole answer until the idle timeout, then fail it (and a retry would throw
+                    // it away and ask again).
+                    if applied.is_ok() && st.decoder.over() {
+                        st.done = true;
+                    }
+                    applied
+                }
                 Some(Err(e)) => Err(e),
                 None => {
                     st.done = true;
@@ -312,6 +325,10 @@ pub(crate) fn accumulate_sse<D: StreamDecoder>(
         while let Some(event) = sse.next().await {
             apply_event(&mut decoder, &event?, &mut queue)?;
             push_all(&mut acc, &mut queue)?;
+            // As live: what follows the stream's last event is not read.
+            if decoder.over() {
+                break;
+            }
         }
         decoder.end(&mut queue)?;
         push_all(&mut acc, &mut queue)

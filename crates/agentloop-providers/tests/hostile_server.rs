@@ -48,11 +48,14 @@ fn http_chunk(data: &[u8]) -> Vec<u8> {
 }
 
 /// What the server sends after the request: a status 200 with this content type (none when
-/// empty), then `body` whole, then (when `endless`) chunks of `filler` until the client leaves.
+/// empty), then `body` whole, then (when `endless`) chunks of `filler` until the client leaves,
+/// or (when `hold_open`) nothing more, the body never ended nor the connection closed.
+#[derive(Default)]
 struct Reply {
     content_type: &'static str,
     body: Vec<u8>,
     endless: Option<&'static [u8]>,
+    hold_open: bool,
 }
 
 impl Reply {
@@ -60,7 +63,7 @@ impl Reply {
         Reply {
             content_type,
             body: body.to_vec(),
-            endless: None,
+            ..Reply::default()
         }
     }
 }
@@ -92,6 +95,13 @@ async fn serve(replies: Vec<Reply>) -> String {
                 if let Some(filler) = reply.endless {
                     let block = http_chunk(&filler.repeat(64 * 1024 / filler.len().max(1)));
                     while socket.write_all(&block).await.is_ok() {}
+                    return;
+                }
+                if reply.hold_open {
+                    let _ = socket.flush().await;
+                    // Until the client leaves: a read returns at its close.
+                    let mut byte = [0u8; 1];
+                    let _ = tokio::io::AsyncReadExt::read(&mut socket, &mut byte).await;
                     return;
                 }
                 let _ = socket.write_all(b"0\r\n\r\n").await;
@@ -144,6 +154,7 @@ async fn a_whole_body_that_never_ends_fails_at_the_response_budget() {
         content_type: "application/json",
         body: br#"{"id":"x","choices":[{"index":0,"message":{"content":""#.to_vec(),
         endless: Some(b"aaaaaaaa"),
+        ..Reply::default()
     };
     let mut models: Vec<Box<dyn Model>> = Vec::new();
     for stream in [false, true] {
@@ -168,6 +179,7 @@ async fn an_event_stream_that_never_ends_fails_at_the_stream_budget() {
         body: b"data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\"}}]}\n\n"
             .to_vec(),
         endless: Some(b"data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"aaaa\"}}]}\n\n"),
+        ..Reply::default()
     };
     let anthropic_events = Reply {
         content_type: "text/event-stream",
@@ -183,6 +195,7 @@ async fn an_event_stream_that_never_ends_fails_at_the_stream_budget() {
         endless: Some(
             b"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"aaaa\"}}\n\n",
         ),
+        ..Reply::default()
     };
     let responses_events = Reply {
         content_type: "text/event-stream",
@@ -198,6 +211,7 @@ async fn an_event_stream_that_never_ends_fails_at_the_stream_budget() {
         endless: Some(
             b"event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"item_id\":\"m\",\"output_index\":0,\"content_index\":0,\"delta\":\"aaaa\"}\n\n",
         ),
+        ..Reply::default()
     };
     let models: Vec<Box<dyn Model>> = vec![
         Box::new(chat(&serve(vec![chat_events]).await, true)),
@@ -243,6 +257,46 @@ async fn an_error_object_under_a_200_labelled_neither_json_nor_events_keeps_its_
         let response = ask(&chat(&uri, true)).await.unwrap();
         assert_eq!(response.message.text, "hi");
         assert!(response.warnings.is_empty(), "{:?}", response.warnings);
+    }
+}
+
+#[tokio::test]
+async fn an_answer_ends_at_its_last_event_though_the_server_keeps_the_body_open() {
+    // A server or proxy that sends the stream's last event (`[DONE]`, `message_stop`,
+    // `response.completed`) and then neither ends the body nor closes the connection
+    // (agentscope-ai/agentscope-java#2073, earendil-works/pi#7954): the answer is whole at that
+    // event. Read to the body's end, the call waited out the idle timeout and then failed with
+    // it, the whole answer lost (and, under `Retry`, asked for again).
+    // A recorded stream, its last event closed by its blank line as a live server sends it.
+    let fixture = |file: &str| {
+        let text = std::fs::read_to_string(format!(
+            "{}/tests/fixtures/{file}",
+            env!("CARGO_MANIFEST_DIR")
+        ))
+        .unwrap();
+        format!("{}\n\n", text.trim_end()).into_bytes()
+    };
+    let held = |body: Vec<u8>| Reply {
+        content_type: "text/event-stream",
+        body,
+        hold_open: true,
+        ..Reply::default()
+    };
+    let chat_uri = serve(vec![held(fixture("openai_chat/oai_chat_s_text.sse"))]).await;
+    let anthropic_uri = serve(vec![held(fixture("anthropic/anth_s_text.sse"))]).await;
+    let responses_uri = serve(vec![held(fixture("openai_responses/resp_s_text.sse"))]).await;
+    let models: Vec<Box<dyn Model>> = vec![
+        Box::new(chat(&chat_uri, true)),
+        Box::new(anthropic(&anthropic_uri, true)),
+        Box::new(responses(&responses_uri, true)),
+    ];
+    for model in &models {
+        // Well inside the idle timeout (5 s): the answer does not wait on the open body.
+        let answer = tokio::time::timeout(Duration::from_secs(3), ask(model.as_ref()))
+            .await
+            .unwrap_or_else(|_| panic!("{}: the answer waited on the open body", model.id()));
+        let response = answer.unwrap_or_else(|e| panic!("{}: {e}", model.id()));
+        assert!(!response.message.text.is_empty(), "{}", model.id());
     }
 }
 

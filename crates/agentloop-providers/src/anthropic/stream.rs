@@ -572,6 +572,10 @@ impl StreamDecoder for AnthropicStreamParser {
         AnthropicStreamParser::end(self, out)
     }
 
+    fn over(&self) -> bool {
+        self.stopped
+    }
+
     /// A whole message is read as the stream of it: `message_start`, each block started and
     /// stopped, the stop reason, `message_stop`.
     fn whole(&mut self, body: &[u8], out: &mut VecDeque<ModelEvent>) -> Result<(), ModelError> {

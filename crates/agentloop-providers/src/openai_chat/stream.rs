@@ -831,6 +831,10 @@ impl StreamDecoder for ChatStreamParser {
         ChatStreamParser::end(self, out)
     }
 
+    fn over(&self) -> bool {
+        self.done
+    }
+
     /// A whole response is one chunk whose choices carry `message`; without a `finish_reason` it
     /// ends as the calls it made say.
     fn whole(&mut self, body: &[u8], out: &mut VecDeque<ModelEvent>) -> Result<(), ModelError> {

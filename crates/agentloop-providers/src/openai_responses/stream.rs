@@ -670,6 +670,10 @@ impl StreamDecoder for ResponsesStreamParser {
         ResponsesStreamParser::end(self, out)
     }
 
+    fn over(&self) -> bool {
+        self.finished
+    }
+
     /// A whole response is read as the stream of it: its head, each output item done, then its
     /// final status.
     fn whole(&mut self, body: &[u8], out: &mut VecDeque<ModelEvent>) -> Result<(), ModelError> {
