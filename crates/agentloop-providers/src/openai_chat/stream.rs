@@ -317,6 +317,8 @@ struct CallSlot {
     /// The wire `index` that last opened or continued this call.
     wire_index: Option<u32>,
     extra_content: Option<Value>,
+    /// The id its first fragment carried is another call's: it has none of its own.
+    reused_id: bool,
 }
 
 /// Where the provider data of tool calls (Gemini's thought signatures) is kept on the
@@ -479,24 +481,33 @@ impl ChatStreamParser {
         let found = if whole {
             None
         } else if let Some(id) = id {
-            self.by_id.get(&**id).copied().or_else(|| {
-                // An id first seen on a fragment that names no tool continues a call, since a new
-                // call would open with its name: at its index, the call there, whatever id it
-                // has (Poolside and mlx-openai-server give the arguments an id of their own);
-                // without one, the newest call, when it was opened without an id (its id,
-                // arriving late).
-                if named {
-                    return None;
+            match self.by_id.get(&**id).copied() {
+                // A named fragment at another index than the call its id names is another call
+                // that reuses the id: DeepSeek and GLM give parallel calls one id.
+                // Its later fragments go by their index where the id and the index disagree.
+                Some(at) if self.at_another_index(at, wire) => {
+                    if named {
+                        None
+                    } else {
+                        known_wire.or(Some(at))
+                    }
                 }
-                match wire {
+                Some(at) => Some(at),
+                // An id first seen on a fragment that names no tool continues a call, since a
+                // new call would open with its name: at its index, the call there, whatever id
+                // it has (Poolside and mlx-openai-server give the arguments an id of their
+                // own); without one, the newest call, when it was opened without an id (its
+                // id, arriving late).
+                None if named => None,
+                None => match wire {
                     Some(_) => known_wire,
                     None => self
                         .slots
                         .len()
                         .checked_sub(1)
                         .filter(|&at| self.slots.get(at).is_some_and(|s| s.id.is_empty())),
-                }
-            })
+                },
+            }
         } else if wire.is_some() {
             known_wire
         } else if named {
@@ -504,6 +515,10 @@ impl ChatStreamParser {
         } else {
             self.slots.len().checked_sub(1)
         };
+        // A new call with an id another call already has: results are paired with calls by
+        // id, so it takes none of its own (the run gives it one), and the id's later fragments
+        // continue it, the newest.
+        let reused = found.is_none() && id.is_some_and(|id| self.by_id.contains_key(&**id));
         let at = match found {
             Some(at) => at,
             None => {
@@ -513,6 +528,7 @@ impl ChatStreamParser {
                     name: String::new(),
                     wire_index: None,
                     extra_content: None,
+                    reused_id: reused,
                 });
                 self.slots.len().saturating_sub(1)
             }
@@ -533,6 +549,10 @@ impl ChatStreamParser {
             // The call keeps its first id; a later one is another name for it, so that the
             // fragments that carry it land here too.
             if let Some(id) = id
+                && slot.reused_id
+            {
+                self.by_id.insert(Arc::clone(id), at);
+            } else if let Some(id) = id
                 && (slot.id.is_empty() || slot.id != *id)
             {
                 if slot.id.is_empty() {
@@ -543,6 +563,13 @@ impl ChatStreamParser {
             }
         }
         at
+    }
+
+    /// True when the call at `at` was opened or last continued at a wire index other than
+    /// `wire` (both known).
+    fn at_another_index(&self, at: usize, wire: Option<u32>) -> bool {
+        let slot_wire = self.slots.get(at).and_then(|s| s.wire_index);
+        wire.is_some() && slot_wire.is_some() && slot_wire != wire
     }
 
     /// The calls' provider data, as a reasoning block the next request sends back.
@@ -1123,6 +1150,26 @@ mod tests {
     #[test]
     fn data_after_done_is_an_error() {
         assert!(run(&["[DONE]", r#"{"choices":[]}"#]).is_err());
+    }
+
+    #[test]
+    fn a_whole_response_whose_calls_share_an_id_leaves_the_later_ones_to_the_run() {
+        // DeepSeek and GLM give parallel calls one id: each call is kept, and only the first
+        // keeps the id (two results under one id could not be told apart).
+        let body = br#"{"id":"r","model":"deepseek-chat","choices":[{"index":0,"message":{"role":"assistant","content":null,
+            "tool_calls":[{"id":"call_0","type":"function","function":{"name":"f","arguments":"{\"a\":1}"}},
+                          {"id":"call_0","type":"function","function":{"name":"g","arguments":"{\"b\":2}"}}]},"finish_reason":"tool_calls"}]}"#;
+        let response = parse_completion(body).unwrap();
+        let calls: Vec<(&str, &str, &str)> = response
+            .message
+            .tool_calls
+            .iter()
+            .map(|c| (&*c.call_id, c.tool.as_str(), c.arguments.as_str()))
+            .collect();
+        assert_eq!(
+            calls,
+            [("call_0", "f", r#"{"a":1}"#), ("", "g", r#"{"b":2}"#)]
+        );
     }
 
     #[test]
