@@ -313,7 +313,7 @@ struct CallSlot {
     /// The call's id, the one its events carry (empty until one comes).
     id: Arc<str>,
     /// The tool's name (empty until it comes).
-    name: String,
+    name: SmolStr,
     /// The wire `index` that last opened or continued this call.
     wire_index: Option<u32>,
     extra_content: Option<Value>,
@@ -455,7 +455,7 @@ impl ChatStreamParser {
             let schema = usize::try_from(index)
                 .ok()
                 .and_then(|at| self.slots.get(at))
-                .and_then(|slot| strict.tools.get(&slot.name));
+                .and_then(|slot| strict.tools.get(slot.name.as_str()));
             out.push_back(ModelEvent::ToolCallDelta {
                 index,
                 arguments: without_strict_nulls(arguments, schema),
@@ -525,7 +525,7 @@ impl ChatStreamParser {
                 // The id and the wire index are set below, with their maps.
                 self.slots.push(CallSlot {
                     id: Arc::default(),
-                    name: String::new(),
+                    name: SmolStr::default(),
                     wire_index: None,
                     extra_content: None,
                     reused_id: reused,
@@ -739,12 +739,20 @@ impl ChatStreamParser {
             let opened = self.slots.len();
             let at = self.slot(call.index, id.as_ref(), name.is_some(), whole);
             let first = at >= opened;
-            if self.strict.is_some()
-                && let Some(name) = &name
-                && let Some(slot) = self.slots.get_mut(at)
-            {
-                slot.name = name.to_string();
-            }
+            // A name that comes again goes on from the call's: the same text restated (MiniMax
+            // through NVIDIA NIM sends it with every fragment) is the name, other text is the
+            // rest of it (servers that split a name as they split the arguments).
+            let name = match (name, self.slots.get_mut(at)) {
+                (Some(piece), Some(slot)) => {
+                    if slot.name.is_empty() || slot.name == *piece {
+                        slot.name = SmolStr::new(&*piece);
+                    } else {
+                        slot.name = SmolStr::from(format!("{}{piece}", slot.name));
+                    }
+                    Some(slot.name.clone())
+                }
+                (name, _) => name.map(|n| SmolStr::new(&*n)),
+            };
             if let Some(extra) = call.extra_content
                 && let Some(slot) = self.slots.get_mut(at)
             {
@@ -757,7 +765,7 @@ impl ChatStreamParser {
                 out.push_back(ModelEvent::ToolCallStart {
                     index,
                     id: id.unwrap_or_default(),
-                    name: name.as_deref().map(SmolStr::new).unwrap_or_default(),
+                    name: name.unwrap_or_default(),
                 });
             }
             if let Some(arguments) = arguments
