@@ -84,8 +84,10 @@ pub struct HttpConfig {
     /// answer streams for as long as it keeps talking, within the run's deadline).
     pub request_timeout: Option<Duration>,
     /// Longest silence allowed while waiting for the answer's head and between two chunks of its
-    /// body. Reasoning models can think for minutes without a byte (DeepSeek, o-series behind
-    /// gateways), so the default is generous.
+    /// body, and inside a stream between two events: comment lines that keep a connection open
+    /// (`: OPENROUTER PROCESSING`, `: keepalive`) are no event, so a relay whose upstream stalled
+    /// cannot hold the call for ever with them. Reasoning models can think for minutes without a
+    /// byte (DeepSeek, o-series behind gateways), so the default is generous.
     pub idle_timeout: Duration,
     /// The largest encoded request body sent; a larger one fails before it is sent.
     pub max_request_bytes: usize,

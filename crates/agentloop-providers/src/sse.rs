@@ -66,7 +66,8 @@ pub struct SseEvent {
 type ByteStream = Pin<Box<dyn Stream<Item = Result<Bytes, ModelError>> + Send>>;
 
 /// Server-sent events read from a byte stream. A silence longer than the idle timeout fails with
-/// [`ModelErrorKind::Timeout`]; a transport failure with its own kind; a malformed stream (bad
+/// [`ModelErrorKind::Timeout`] (a silence is a time without an event: comment and blank lines,
+/// sent to keep a connection open, do not end one); a transport failure with its own kind; a malformed stream (bad
 /// UTF-8, an over-long line) with [`ModelErrorKind::Stream`]. After an error the stream ends.
 pub struct SseStream {
     bytes: ByteStream,
@@ -144,13 +145,18 @@ impl Stream for SseStream {
         loop {
             // Events already received go out before the next chunk is read.
             match self.framer.next_event() {
-                Ok(Some(event)) => return Poll::Ready(Some(Ok(event))),
+                Ok(Some(event)) => {
+                    // Only an event ends a silence: comment lines and blank lines keep a
+                    // connection open without saying anything, and a relay whose upstream
+                    // stalled sends them for ever (earendil-works/pi#5558).
+                    self.sleep = None;
+                    return Poll::Ready(Some(Ok(event)));
+                }
                 Ok(None) => {}
                 Err(message) => return self.fail(message),
             }
             match self.bytes.as_mut().poll_next(cx) {
                 Poll::Ready(Some(Ok(chunk))) => {
-                    self.sleep = None;
                     let Some(left) = self.budget.checked_sub(chunk.len()) else {
                         self.done = true;
                         return Poll::Ready(Some(Err(ModelError::new(
@@ -190,7 +196,11 @@ impl Stream for SseStream {
                             self.sleep = None;
                             Poll::Ready(Some(Err(ModelError::new(
                                 ModelErrorKind::Timeout,
-                                format!("the stream was idle for {} s", idle.as_secs_f64()),
+                                format!(
+                                    "the stream was idle for {} s: no event came (comment \
+                                     lines that keep the connection open are none)",
+                                    idle.as_secs_f64()
+                                ),
                             )
                             .with_provider(self.provider.clone()))))
                         }

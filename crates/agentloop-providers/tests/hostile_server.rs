@@ -49,12 +49,14 @@ fn http_chunk(data: &[u8]) -> Vec<u8> {
 
 /// What the server sends after the request: a status 200 with this content type (none when
 /// empty), then `body` whole, then (when `endless`) chunks of `filler` until the client leaves,
-/// or (when `hold_open`) nothing more, the body never ended nor the connection closed.
+/// or (when `hold_open`) nothing more, the body never ended nor the connection closed. With
+/// `every`, the filler goes once each time that passes rather than as fast as the client reads.
 #[derive(Default)]
 struct Reply {
     content_type: &'static str,
     body: Vec<u8>,
     endless: Option<&'static [u8]>,
+    every: Option<Duration>,
     hold_open: bool,
 }
 
@@ -90,6 +92,15 @@ async fn serve(replies: Vec<Reply>) -> String {
                 if !reply.body.is_empty()
                     && socket.write_all(&http_chunk(&reply.body)).await.is_err()
                 {
+                    return;
+                }
+                if let Some(filler) = reply.endless
+                    && let Some(every) = reply.every
+                {
+                    let block = http_chunk(filler);
+                    while socket.write_all(&block).await.is_ok() {
+                        tokio::time::sleep(every).await;
+                    }
                     return;
                 }
                 if let Some(filler) = reply.endless {
@@ -297,6 +308,52 @@ async fn an_answer_ends_at_its_last_event_though_the_server_keeps_the_body_open(
             .unwrap_or_else(|_| panic!("{}: the answer waited on the open body", model.id()));
         let response = answer.unwrap_or_else(|e| panic!("{}: {e}", model.id()));
         assert!(!response.message.text.is_empty(), "{}", model.id());
+    }
+}
+
+#[tokio::test]
+async fn keep_alive_comments_without_an_event_end_at_the_idle_timeout() {
+    // A relay whose upstream stalled holds the stream open with comment lines, one well inside
+    // the idle timeout each (earendil-works/pi#5558, anomalyco/opencode#43519): they say
+    // nothing, so the call fails once the idle timeout passes without an event, as a silent
+    // stream does, before its first event or after it, on every provider.
+    let starts: [&[u8]; 3] = [
+        b"data: {\"id\":\"c\",\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"}}]}\n\n",
+        b"event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"m\",\"type\":\"message\",\"role\":\"assistant\",\"content\":[],\"model\":\"c\",\"usage\":{\"input_tokens\":1,\"output_tokens\":1}}}\n\n",
+        b"event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\"id\":\"r\",\"status\":\"in_progress\",\"output\":[]}}\n\n",
+    ];
+    let kept_alive = |start: &[u8]| Reply {
+        content_type: "text/event-stream",
+        body: start.to_vec(),
+        endless: Some(b": keepalive\n\n"),
+        every: Some(Duration::from_millis(50)),
+        ..Reply::default()
+    };
+    let with_idle = |uri: &str| {
+        let mut config = small_config(uri);
+        config.idle_timeout = Duration::from_millis(500);
+        config
+    };
+    let mut models: Vec<Box<dyn Model>> = Vec::new();
+    for start in [b"".as_slice(), starts[0]] {
+        let uri = serve(vec![kept_alive(start)]).await;
+        let model = OpenAiChat::compatible("local", &uri, "m").http_config(with_idle(&uri));
+        models.push(Box::new(model.build().unwrap()));
+    }
+    let uri = serve(vec![kept_alive(starts[1])]).await;
+    let model = Anthropic::builder("claude-test").http_config(with_idle(&uri));
+    models.push(Box::new(model.build().unwrap()));
+    let uri = serve(vec![kept_alive(starts[2])]).await;
+    let model = OpenAiResponses::builder("gpt-test").http_config(with_idle(&uri));
+    models.push(Box::new(model.build().unwrap()));
+    for model in &models {
+        let err = tokio::time::timeout(Duration::from_secs(5), ask(model.as_ref()))
+            .await
+            .unwrap_or_else(|_| panic!("{}: the keep-alives held the call", model.id()))
+            .unwrap_err();
+        assert_eq!(err.kind, ModelErrorKind::Timeout, "{}: {err}", model.id());
+        assert!(err.message.contains("idle"), "{err}");
+        assert!(err.is_retryable(), "{err}");
     }
 }
 
