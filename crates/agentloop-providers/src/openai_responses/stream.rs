@@ -265,6 +265,22 @@ struct InEvent<'a> {
     item: Option<InItem<'a>>,
     #[serde(default, borrow)]
     response: Option<ResponseHead<'a>>,
+    /// The whole text of `response.output_text.done` (of another shape, none).
+    #[serde(default, deserialize_with = "crate::decode::lenient")]
+    text: Option<String>,
+}
+
+/// The output a final event's response carries, read only when the stream carried none of it.
+#[derive(Deserialize)]
+struct FinalOutput<'a> {
+    #[serde(borrow)]
+    response: FinalItems<'a>,
+}
+
+#[derive(Deserialize)]
+struct FinalItems<'a> {
+    #[serde(default, borrow)]
+    output: Vec<InItem<'a>>,
 }
 
 #[derive(Deserialize)]
@@ -280,6 +296,7 @@ const HANDLED: &[&str] = &[
     "response.output_item.added",
     "response.output_item.done",
     "response.output_text.delta",
+    "response.output_text.done",
     "response.refusal.delta",
     "response.function_call_arguments.delta",
     "response.function_call_arguments.done",
@@ -373,6 +390,9 @@ pub struct ResponsesStreamParser {
     reasoning_streamed: bool,
     refused: bool,
     started: bool,
+    /// Some of the output came (an item, a delta, a call): a final event's own copy of the
+    /// output is then not read.
+    any_output: bool,
     finished: bool,
     failed: bool,
     /// Characters split between two deltas' escapes, half received.
@@ -421,6 +441,7 @@ impl ResponsesStreamParser {
     }
 
     fn start_call(&mut self, index: u32, item: &InItem<'_>, out: &mut VecDeque<ModelEvent>) {
+        self.any_output = true;
         out.push_back(ModelEvent::ToolCallStart {
             index,
             // The id comes whole in this event, read into the `Arc` the call shares.
@@ -483,6 +504,13 @@ impl ResponsesStreamParser {
                     self.delta(Channel::Text, d, out);
                 }
             }
+            // A text that came whole, without deltas (servers that send no others).
+            "response.output_text.done" if !self.streamed_text.contains(&index) => {
+                self.streamed_text.insert(index);
+                if let Some(text) = event.text.filter(|t| !t.is_empty()) {
+                    self.delta(Channel::Text, WireText::plain(text), out);
+                }
+            }
             "response.function_call_arguments.delta" => {
                 if let Some(d) = event.delta.filter(|d| !d.is_empty()) {
                     self.arguments(index, d, out)?;
@@ -528,6 +556,17 @@ impl ResponsesStreamParser {
                 {
                     return Err(error);
                 }
+                if !self.any_output {
+                    // A stream of lifecycle events only, the answer in the final response's
+                    // output (minimal servers and bridges): read as a whole response's items,
+                    // rather than an empty answer.
+                    let mut repaired = None;
+                    let last: FinalOutput<'_> = surrogates::from_str(data, &mut repaired)
+                        .map_err(|e| decode_error(PROVIDER, "stream event", &e))?;
+                    for (index, item) in (0u32..).zip(&last.response.output) {
+                        self.item_done(index, item, out)?;
+                    }
+                }
                 self.finish(&status, &head, out);
             }
             "response.failed" => {
@@ -566,6 +605,7 @@ impl ResponsesStreamParser {
     /// Adds a delta's text to its channel (what it completes of a character split with the last
     /// one, without the half it leaves for the next).
     fn delta(&mut self, channel: Channel, delta: WireText<'_>, out: &mut VecDeque<ModelEvent>) {
+        self.any_output = true;
         let text = self.pairs.join(channel, delta);
         if !text.is_empty() {
             out.push_back(channel.event(text));
@@ -590,6 +630,7 @@ impl ResponsesStreamParser {
         item: &InItem<'_>,
         out: &mut VecDeque<ModelEvent>,
     ) -> Result<(), ModelError> {
+        self.any_output = true;
         // A character the item's deltas left half of ends with the item: in its text, in the
         // reasoning its block is about to take, in its call's arguments.
         for channel in [Channel::Text, Channel::Reasoning, Channel::Arguments(index)] {
@@ -744,6 +785,37 @@ mod tests {
 
     fn events(lines: &[&str]) -> Result<Vec<ModelEvent>, ModelError> {
         crate::decode::decode_all(ResponsesStreamParser::new(), lines)
+    }
+
+    #[test]
+    fn a_stream_of_lifecycle_events_only_is_read_from_its_final_response() {
+        // No item or delta event: the answer is in the final response's output, and is read
+        // there (a call and its text), rather than ending as an empty answer.
+        let sse = concat!(
+            "event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\"id\":\"r\",\"status\":\"in_progress\",\"output\":[]}}\n\n",
+            "event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"id\":\"r\",\"status\":\"completed\",\"output\":[",
+            "{\"type\":\"message\",\"role\":\"assistant\",\"content\":[{\"type\":\"output_text\",\"text\":\"Looking.\"}]},",
+            "{\"type\":\"function_call\",\"call_id\":\"c1\",\"name\":\"f\",\"arguments\":\"{\\\"a\\\":1}\"}]}}\n\n",
+        );
+        let r = parse_stream_bytes(sse.as_bytes()).unwrap();
+        assert_eq!(r.message.text, "Looking.");
+        assert_eq!(r.finish_reason, FinishReason::ToolCalls);
+        let call = &r.message.tool_calls[0];
+        assert_eq!((&*call.call_id, call.tool.as_str()), ("c1", "f"));
+        assert_eq!(call.arguments, r#"{"a":1}"#);
+        // Once the stream carried the output, the final response's copy is not read again.
+        let streamed = concat!(
+            "event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"output_index\":0,\"delta\":\"Hi.\"}\n\n",
+            "event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"status\":\"completed\",\"output\":[",
+            "{\"type\":\"message\",\"role\":\"assistant\",\"content\":[{\"type\":\"output_text\",\"text\":\"Hi.\"}]}]}}\n\n",
+        );
+        assert_eq!(
+            parse_stream_bytes(streamed.as_bytes())
+                .unwrap()
+                .message
+                .text,
+            "Hi."
+        );
     }
 
     #[test]
