@@ -723,6 +723,47 @@ async fn a_call_whose_arguments_hold_a_lone_surrogate_still_runs_on_every_api() 
     }
 }
 
+/// How many times [`clock`] ran.
+static TICKS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Says the time.
+#[agentloop::tool]
+async fn clock() -> String {
+    TICKS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    "noon".to_owned()
+}
+
+#[tokio::test]
+async fn a_call_of_a_tool_without_parameters_whose_arguments_are_null_runs() {
+    // Cohere's compatible API and some local servers write `"null"` as the arguments of a tool
+    // that takes none (vercel/ai#4755, Kilo-Org/kilocode#4815): no object schema takes null,
+    // so every call of such a tool was refused as invalid. Null arguments are no arguments.
+    let call = |arguments: &str| {
+        format!(
+            r#"{{"id":"c","model":"m","choices":[{{"index":0,"message":{{"role":"assistant","content":null,"tool_calls":[{{"id":"call_1","type":"function","function":{{"name":"clock","arguments":{arguments}}}}}]}},"finish_reason":"tool_calls"}}]}}"#
+        )
+    };
+    let done = r#"{"id":"c2","model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"done"},"finish_reason":"stop"}]}"#;
+    for arguments in [r#""null""#, r#"" null ""#] {
+        let uri = serve_json(&[call(arguments).as_str(), done]).await;
+        let agent = agentloop::Agent::builder()
+            .model(chat(&uri, false))
+            .tool(clock_tool())
+            .build()
+            .unwrap();
+        let before = TICKS.load(std::sync::atomic::Ordering::SeqCst);
+        let outcome = agent.run("what time is it").await;
+        assert!(outcome.error.is_none(), "{arguments}: {:?}", outcome.error);
+        assert_eq!(outcome.tool_calls_run, 1, "{arguments}");
+        assert_eq!(outcome.output.as_deref(), Some("done"), "{arguments}");
+        assert_eq!(
+            TICKS.load(std::sync::atomic::Ordering::SeqCst),
+            before + 1,
+            "{arguments}: the tool ran"
+        );
+    }
+}
+
 #[tokio::test]
 async fn an_error_whose_message_holds_a_lone_surrogate_keeps_its_kind_and_message() {
     // An error object under a 200 (a gateway's envelope, an error event mid-stream) whose

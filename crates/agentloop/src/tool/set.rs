@@ -207,7 +207,7 @@ impl ToolCatalog {
         }
     }
 
-    /// Reads a call's arguments (`raw` as the model sent it; blank is `{}`) and checks them
+    /// Reads a call's arguments (`raw` as the model sent it; blank or `null` is `{}`) and checks them
     /// against the tool's schema. No `Value` is made unless they fail it.
     pub(crate) fn check_arguments(&self, index: usize, raw: &str) -> Result<Arguments, Rejected> {
         self.check_with(index, raw, |root| {
@@ -242,6 +242,10 @@ impl ToolCatalog {
                 value: Value::Null,
             });
         };
+        // `null` for no arguments (Cohere's compatible API and some local servers send it for a
+        // tool without parameters): a tool's object schema never takes null, so it reads as none
+        // (`{}`), as an empty text does, rather than failing every call of the tool.
+        let raw = if raw.trim() == "null" { "" } else { raw };
         args::with_parsed(raw, |root| {
             let root = root.map_err(Rejected::NotJson)?;
             match validate_with(&compiled.validator, root) {
