@@ -148,8 +148,12 @@ impl Stream for SseStream {
                 Ok(Some(event)) => {
                     // Only an event ends a silence: comment lines and blank lines keep a
                     // connection open without saying anything, and a relay whose upstream
-                    // stalled sends them for ever (earendil-works/pi#5558).
-                    self.sleep = None;
+                    // stalled sends them for ever (earendil-works/pi#5558). So does a comment
+                    // sent as data (`data: : keepalive`, Vertex's partner models): no API's
+                    // event data begins with a colon.
+                    if !event.data.starts_with(':') {
+                        self.sleep = None;
+                    }
                     return Poll::Ready(Some(Ok(event)));
                 }
                 Ok(None) => {}

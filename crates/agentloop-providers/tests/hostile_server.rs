@@ -334,9 +334,18 @@ async fn keep_alive_comments_without_an_event_end_at_the_idle_timeout() {
         config.idle_timeout = Duration::from_millis(500);
         config
     };
+    // Vertex's partner models send their keep-alive as data (anomalyco/opencode#50871).
+    let kept_alive_as_data = |start: &[u8]| Reply {
+        endless: Some(b"data: : keepalive\n\n"),
+        ..kept_alive(start)
+    };
     let mut models: Vec<Box<dyn Model>> = Vec::new();
-    for start in [b"".as_slice(), starts[0]] {
-        let uri = serve(vec![kept_alive(start)]).await;
+    for reply in [
+        kept_alive(b""),
+        kept_alive(starts[0]),
+        kept_alive_as_data(starts[0]),
+    ] {
+        let uri = serve(vec![reply]).await;
         let model = OpenAiChat::compatible("local", &uri, "m").http_config(with_idle(&uri));
         models.push(Box::new(model.build().unwrap()));
     }
