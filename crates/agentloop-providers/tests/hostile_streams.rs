@@ -723,6 +723,40 @@ async fn a_call_whose_arguments_hold_a_lone_surrogate_still_runs_on_every_api() 
     }
 }
 
+#[tokio::test]
+async fn an_answer_that_finishes_for_tool_calls_without_any_is_an_error_on_every_api() {
+    // A gateway that relays a server whose parser read no call (vLLM's finish_reason
+    // "tool_calls" beside `"tool_calls": []`) in Anthropic's shape says `stop_reason: tool_use`
+    // with no tool_use block, after thinking alone. No call and no text: read as it is, it was an
+    // empty final answer that ended the run as a success.
+    let anthropic_events = [
+        r#"{"type":"message_start","message":{"id":"m","type":"message","role":"assistant","content":[],"model":"c","usage":{"input_tokens":5,"output_tokens":1}}}"#,
+        r#"{"type":"content_block_start","index":0,"content_block":{"type":"thinking","thinking":""}}"#,
+        r#"{"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":"I should call get_weather."}}"#,
+        r#"{"type":"content_block_stop","index":0}"#,
+        r#"{"type":"message_delta","delta":{"stop_reason":"tool_use"},"usage":{"output_tokens":9}}"#,
+        r#"{"type":"message_stop"}"#,
+    ];
+    let chat_events = [
+        r#"{"id":"c","model":"m","choices":[{"index":0,"delta":{"reasoning_content":"I should call get_weather."}}]}"#,
+        r#"{"id":"c","model":"m","choices":[{"index":0,"delta":{"content":"\n\n","tool_calls":[]},"finish_reason":"tool_calls"}]}"#,
+        "[DONE]",
+    ];
+    let models: [(&str, Box<dyn Model>); 2] = [
+        (
+            "anthropic",
+            Box::new(anthropic(&serve_sse(&anthropic_events).await, true)),
+        ),
+        ("chat", Box::new(chat(&serve_sse(&chat_events).await, true))),
+    ];
+    for (what, model) in models {
+        let err = ask(model.as_ref()).await.unwrap_err();
+        assert_eq!(err.kind, ModelErrorKind::Stream, "{what}: {err}");
+        assert!(err.message.contains("no tool call"), "{what}: {err}");
+        assert!(!err.is_retryable(), "{what}: {err}");
+    }
+}
+
 /// How many times [`clock`] ran.
 static TICKS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 

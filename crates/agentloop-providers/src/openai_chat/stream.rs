@@ -284,8 +284,6 @@ pub struct ChatStreamParser {
     /// Some text, reasoning, refusal or call came: a stream that ends without a finish reason
     /// is still an answer.
     saw_answer: bool,
-    /// Some text came (a finish for tool calls without any call is then a text answer).
-    saw_text: bool,
     finish: Option<(FinishReason, String)>,
     done: bool,
     /// Reads tool calls out of the text, for a model that writes them in a plain-text dialect.
@@ -339,7 +337,6 @@ impl ChatStreamParser {
             saw_tool_call: false,
             saw_refusal: false,
             saw_answer: false,
-            saw_text: false,
             finish: None,
             done: false,
             dialect: None,
@@ -718,7 +715,6 @@ impl ChatStreamParser {
         }
         if let Some(text) = content.filter(|t| !t.is_empty()) {
             self.saw_answer = true;
-            self.saw_text = true;
             let text = self.pairs.join(Channel::Text, text);
             if !text.is_empty() {
                 self.emit(ModelEvent::TextDelta(text), out);
@@ -787,13 +783,10 @@ impl ChatStreamParser {
         self.close_dialect(out);
         self.flush_extras(out);
         match self.finish.take() {
-            Some((reason, raw)) => {
-                self.calls_came(reason, &raw)?;
-                out.push_back(ModelEvent::Finish {
-                    reason,
-                    raw: Some(raw),
-                });
-            }
+            Some((reason, raw)) => out.push_back(ModelEvent::Finish {
+                reason,
+                raw: Some(raw),
+            }),
             // Nothing but `[DONE]`: no answer came, whatever failed before it (an error the
             // server sent in a shape not read here, a relay that lost its upstream). Read as an
             // empty answer, it would finish a run with no output.
@@ -820,23 +813,6 @@ impl ChatStreamParser {
         Ok(())
     }
 
-    /// Fails an answer whose finish says it is tool calls when none came, nor any text: the
-    /// calls were lost before they reached the client (a server that could not parse the
-    /// model's calls yet said `tool_calls`, vLLM's required tool choice among them), and read as
-    /// it is the answer would be an empty one that finishes the run.
-    fn calls_came(&self, reason: FinishReason, raw: &str) -> Result<(), ModelError> {
-        if reason == FinishReason::ToolCalls && !self.saw_tool_call && !self.saw_text {
-            return Err(stream_error(
-                &self.provider,
-                format!(
-                    "the answer finished for tool calls (finish_reason {raw:?}) but carried \
-                     no tool call and no text"
-                ),
-            ));
-        }
-        Ok(())
-    }
-
     /// The byte stream ended: finishes the response if the stream said it was complete, else
     /// fails.
     pub fn end(&mut self, out: &mut VecDeque<ModelEvent>) -> Result<(), ModelError> {
@@ -848,7 +824,6 @@ impl ChatStreamParser {
         self.flush_extras(out);
         match self.finish.take() {
             Some((reason, raw)) => {
-                self.calls_came(reason, &raw)?;
                 out.push_back(ModelEvent::Finish {
                     reason,
                     raw: Some(raw),
@@ -918,10 +893,7 @@ impl StreamDecoder for ChatStreamParser {
         self.close_dialect(out);
         self.flush_extras(out);
         let (reason, raw) = match self.finish.take() {
-            Some((reason, raw)) => {
-                self.calls_came(reason, &raw)?;
-                (reason, Some(raw))
-            }
+            Some((reason, raw)) => (reason, Some(raw)),
             None if self.saw_tool_call => (FinishReason::ToolCalls, None),
             None if self.saw_refusal => (FinishReason::Refusal, None),
             None => (FinishReason::Stop, None),

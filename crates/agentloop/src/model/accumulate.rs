@@ -333,6 +333,22 @@ impl ResponseAccumulator {
                 format!("tool call at index {index} has no name"),
             ));
         }
+        // An answer that says it is tool calls, with no call and no text: the calls were lost
+        // before they reached the client (a server whose parser read none yet said so, vLLM's
+        // required tool choice among them, or a gateway relaying it). Taken as it is, it would
+        // be an empty final answer that ends the run as a success.
+        let no_calls = self.calls.is_empty() && self.whole_calls.is_empty();
+        if ending.0 == FinishReason::ToolCalls && no_calls && self.text.trim().is_empty() {
+            let raw = ending.1.as_deref().unwrap_or("none").to_owned();
+            self.finish = Some(ending);
+            return Err(ModelError::new(
+                ModelErrorKind::Stream,
+                format!(
+                    "the answer finished for tool calls (finish reason {raw:?}) but carried no \
+                     tool call and no text"
+                ),
+            ));
+        }
         Ok(ending)
     }
 
@@ -431,6 +447,23 @@ mod tests {
 
     fn finish(reason: FinishReason) -> ModelEvent {
         ModelEvent::Finish { reason, raw: None }
+    }
+
+    #[test]
+    fn a_finish_for_tool_calls_without_a_call_or_text_is_an_error() {
+        let mut acc = ResponseAccumulator::new();
+        acc.push(ModelEvent::ReasoningDelta("thinking".into()))
+            .unwrap();
+        acc.push(ModelEvent::TextDelta(" \n".into())).unwrap();
+        acc.push(finish(FinishReason::ToolCalls)).unwrap();
+        let err = acc.finish().unwrap_err();
+        assert_eq!(err.kind, ModelErrorKind::Stream);
+        assert!(err.message.contains("no tool call"), "{err}");
+        // With text, the text is the answer, whatever the finish says.
+        let mut acc = ResponseAccumulator::new();
+        acc.push(ModelEvent::TextDelta("Sunny.".into())).unwrap();
+        acc.push(finish(FinishReason::ToolCalls)).unwrap();
+        assert_eq!(acc.finish().unwrap().message.text, "Sunny.");
     }
 
     #[test]
