@@ -13,7 +13,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::dialect::ToolDialect;
-use super::stream::TOOL_CALL_EXTRA_KEY;
+use super::stream::{REASONING_DETAILS_KEY, TOOL_CALL_EXTRA_KEY};
 use super::strict::strict_schema;
 use super::{MaxTokensField, OpenAiChat, OpenAiCompat, PromptCacheKey};
 use crate::http::json_body;
@@ -152,6 +152,10 @@ enum WireMessage<'a> {
         content: Option<Cow<'a, str>>,
         #[serde(skip_serializing_if = "Option::is_none")]
         reasoning_content: Option<String>,
+        /// OpenRouter's reasoning details, as the server sent them: only a server that sent them
+        /// gets them back.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        reasoning_details: Option<&'a Value>,
         #[serde(skip_serializing_if = "Vec::is_empty")]
         tool_calls: Vec<WireToolCall<'a>>,
     },
@@ -249,9 +253,14 @@ fn wire_messages<'a>(request: &ModelRequest<'a>, compat: &OpenAiCompat) -> Vec<W
                 } else {
                     Vec::new()
                 };
+                let reasoning_details = a
+                    .reasoning
+                    .iter()
+                    .find_map(|r| r.provider_data.as_ref()?.get(REASONING_DETAILS_KEY));
                 out.push(WireMessage::Assistant {
                     content: (!a.text.is_empty()).then_some(Cow::Borrowed(a.text.as_str())),
                     reasoning_content,
+                    reasoning_details,
                     tool_calls: a
                         .tool_calls
                         .iter()
@@ -308,6 +317,7 @@ fn dialect_messages<'a>(request: &ModelRequest<'a>, dialect: ToolDialect) -> Vec
             Message::Assistant(a) => out.push(WireMessage::Assistant {
                 content: Some(Cow::Owned(dialect.render_calls(&a.text, &a.tool_calls))),
                 reasoning_content: None,
+                reasoning_details: None,
                 tool_calls: Vec::new(),
             }),
             Message::Tool(result) => {

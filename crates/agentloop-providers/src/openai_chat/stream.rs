@@ -73,6 +73,10 @@ struct WireDelta<'a> {
     refusal: Option<WireText<'a>>,
     #[serde(default, borrow)]
     tool_calls: Option<Vec<WireToolCallIn<'a>>>,
+    /// OpenRouter's structured reasoning (text with its signature, encrypted or summarized
+    /// blocks), which must go back with the calls it led to (Claude's thinking with tools).
+    #[serde(default)]
+    reasoning_details: Option<Value>,
 }
 
 #[derive(Deserialize)]
@@ -288,6 +292,8 @@ pub struct ChatStreamParser {
     done: bool,
     /// Reads tool calls out of the text, for a model that writes them in a plain-text dialect.
     dialect: Option<DialectReader>,
+    /// OpenRouter's reasoning details so far, each streamed piece joined to its block.
+    reasoning_details: Vec<Value>,
     /// Characters split between two chunks' escapes, half received.
     pairs: Pairs,
     /// The original schemas of a strict request, to read its answer back in their terms.
@@ -325,6 +331,41 @@ struct CallSlot {
 /// assistant message: a reasoning block whose `provider_data` holds this key.
 pub(crate) const TOOL_CALL_EXTRA_KEY: &str = "openai_chat_tool_call_extra";
 
+/// Where OpenRouter's `reasoning_details` are kept on the assistant message: a reasoning block
+/// whose `provider_data` holds this key.
+pub(crate) const REASONING_DETAILS_KEY: &str = "openai_chat_reasoning_details";
+
+/// Adds one streamed piece of reasoning details to those so far: a piece with the `index` and
+/// type of a block goes on from it (its text, summary or data joined, its other fields, such as
+/// the signature that comes last, set), any other is a block of its own.
+fn add_reasoning_detail(details: &mut Vec<Value>, piece: Value) {
+    let Value::Object(piece) = piece else {
+        return;
+    };
+    let same = |d: &&mut Value| {
+        piece.get("index").is_some_and(|i| !i.is_null())
+            && d.get("index") == piece.get("index")
+            && d.get("type") == piece.get("type")
+    };
+    let Some(Value::Object(block)) = details.iter_mut().find(same) else {
+        details.push(Value::Object(piece));
+        return;
+    };
+    for (key, value) in piece {
+        match (block.get_mut(&key), value) {
+            (Some(Value::String(so_far)), Value::String(more))
+                if matches!(key.as_str(), "text" | "summary" | "data") =>
+            {
+                so_far.push_str(&more);
+            }
+            (_, Value::Null) => {}
+            (_, value) => {
+                block.insert(key, value);
+            }
+        }
+    }
+}
+
 impl ChatStreamParser {
     /// A parser for a stream from `provider` (named in errors).
     pub fn new(provider: &str) -> Self {
@@ -340,6 +381,7 @@ impl ChatStreamParser {
             finish: None,
             done: false,
             dialect: None,
+            reasoning_details: Vec::new(),
             pairs: Pairs::default(),
             strict: None,
         }
@@ -572,8 +614,17 @@ impl ChatStreamParser {
         wire.is_some() && slot_wire.is_some() && slot_wire != wire
     }
 
-    /// The calls' provider data, as a reasoning block the next request sends back.
+    /// The calls' provider data, as a reasoning block the next request sends back; OpenRouter's
+    /// reasoning details before it, as one of their own.
     fn flush_extras(&mut self, out: &mut VecDeque<ModelEvent>) {
+        if !self.reasoning_details.is_empty() {
+            let details = std::mem::take(&mut self.reasoning_details);
+            out.push_back(ModelEvent::Reasoning(agentloop::message::Reasoning {
+                text: String::new(),
+                signature: None,
+                provider_data: Some(serde_json::json!({ REASONING_DETAILS_KEY: details })),
+            }));
+        }
         let extras: Vec<Value> = self
             .slots
             .iter_mut()
@@ -707,6 +758,11 @@ impl ChatStreamParser {
                 if !text.is_empty() {
                     out.push_back(ModelEvent::ReasoningDelta(text));
                 }
+            }
+        }
+        if let Some(Value::Array(pieces)) = delta.reasoning_details {
+            for piece in pieces {
+                add_reasoning_detail(&mut self.reasoning_details, piece);
             }
         }
         if delta.refusal.as_ref().is_some_and(|r| !r.is_empty()) {
