@@ -255,7 +255,8 @@ impl WireUsage {
 pub fn map_finish_reason(raw: &str) -> FinishReason {
     match raw {
         "stop" | "end_turn" | "stop_sequence" | "eos" => FinishReason::Stop,
-        "tool_calls" | "function_call" | "tool_use" => FinishReason::ToolCalls,
+        // `tool_call`: mlx-lm's server before ml-explore/mlx-lm#782.
+        "tool_calls" | "tool_call" | "function_call" | "tool_use" => FinishReason::ToolCalls,
         "length" | "max_tokens" | "model_length" => FinishReason::Length,
         "content_filter" | "safety" => FinishReason::ContentFilter,
         "refusal" => FinishReason::Refusal,
@@ -1001,6 +1002,7 @@ mod tests {
         assert_eq!(map_finish_reason("stop"), FinishReason::Stop);
         assert_eq!(map_finish_reason("tool_calls"), FinishReason::ToolCalls);
         assert_eq!(map_finish_reason("function_call"), FinishReason::ToolCalls);
+        assert_eq!(map_finish_reason("tool_call"), FinishReason::ToolCalls);
         assert_eq!(map_finish_reason("length"), FinishReason::Length);
         assert_eq!(
             map_finish_reason("content_filter"),
