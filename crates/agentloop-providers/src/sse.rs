@@ -259,7 +259,8 @@ struct EventFields {
 const NOT_UTF8: &str = "the event stream is not valid UTF-8";
 /// The non-standard field of llama.cpp's failures, and the name of the event it makes.
 pub(crate) const ERROR_FIELD: &str = "error";
-const EVENT_TOO_LARGE: &str = "an event of the stream is larger than the event budget";
+const EVENT_TOO_LARGE: &str =
+    "an event of the stream is larger than the event budget (max_event_bytes)";
 
 impl SseFramer {
     fn new(max_line: usize) -> Self {

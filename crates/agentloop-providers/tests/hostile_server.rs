@@ -366,6 +366,20 @@ async fn keep_alive_comments_without_an_event_end_at_the_idle_timeout() {
     }
 }
 
+#[tokio::test]
+async fn one_line_past_the_event_budget_fails_naming_the_budget() {
+    // A server that sends one gigantic line (a runaway delta, a proxy's dump): it fails once the
+    // line passes the event budget, held no longer than that, with an error that names the
+    // setting to raise, and is not retried (the same request would send the same line).
+    let mut line = br#"data: {"id":"c","choices":[{"index":0,"delta":{"content":""#.to_vec();
+    line.extend(std::iter::repeat_n(b'a', 1536 * 1024));
+    let uri = serve(vec![Reply::whole("text/event-stream", &line)]).await;
+    let err = ask(&chat(&uri, true)).await.unwrap_err();
+    assert_eq!(err.kind, ModelErrorKind::Stream, "{err}");
+    assert!(err.message.contains("max_event_bytes"), "{err}");
+    assert!(!err.is_retryable(), "{err}");
+}
+
 #[test]
 fn a_token_count_of_the_wrong_shape_never_costs_the_answer() {
     // The usage rides on the chunk or body that ends the answer: a count that is negative, a
