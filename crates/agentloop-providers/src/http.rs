@@ -85,8 +85,9 @@ pub struct HttpConfig {
     pub request_timeout: Option<Duration>,
     /// Longest silence allowed while waiting for the answer's head and between two chunks of its
     /// body, and inside a stream between two events: comment lines that keep a connection open
-    /// (`: OPENROUTER PROCESSING`, `: keepalive`) are no event, so a relay whose upstream stalled
-    /// cannot hold the call for ever with them. Reasoning models can think for minutes without a
+    /// (`: OPENROUTER PROCESSING`, `: keepalive`) are no event, and spaces before a whole JSON
+    /// body no content, so a server whose upstream stalled cannot hold the call for ever with
+    /// them. Reasoning models can think for minutes without a
     /// byte (DeepSeek, o-series behind gateways), so the default is generous.
     pub idle_timeout: Duration,
     /// The largest encoded request body sent; a larger one fails before it is sent.
@@ -480,8 +481,9 @@ impl HttpClient {
             .map(move |r| r.map_err(|e| transport_error(&provider, &e)))
     }
 
-    /// Collects body chunks within the response budget; `declared` is the body's
-    /// `content-length`, if it has one (a length over the budget fails before a byte is read).
+    /// Collects body chunks within the response budget and the idle timeout (whitespace, a
+    /// keep-alive, does not end a silence); `declared` is the body's `content-length`, if it has
+    /// one (a length over the budget fails before a byte is read).
     pub(crate) async fn collect_body<S>(
         &self,
         mut chunks: S,
@@ -500,11 +502,36 @@ impl HttpClient {
         if declared.is_some_and(|n| n > u64::try_from(max).unwrap_or(u64::MAX)) {
             return Err(too_large());
         }
+        // Whitespace is no content: servers send spaces or blank lines before the document to
+        // keep a slow answer's connection open (omlx's JSON keep-alive during a long prefill), and
+        // a stalled one sends them for ever. The idle timeout counts from the last other byte.
+        let idle = self.config.idle_timeout;
+        let mut content_at = tokio::time::Instant::now();
         let mut body = Vec::new();
-        while let Some(chunk) = chunks.next().await {
+        loop {
+            let next = match content_at.checked_add(idle) {
+                Some(deadline) => tokio::time::timeout_at(deadline, chunks.next())
+                    .await
+                    .map_err(|_| {
+                        self.error(
+                            ModelErrorKind::Timeout,
+                            format!(
+                                "the response was idle for {} s: nothing but whitespace came",
+                                idle.as_secs_f64()
+                            ),
+                        )
+                    })?,
+                None => chunks.next().await,
+            };
+            let Some(chunk) = next else {
+                break;
+            };
             let chunk = chunk?;
             if chunk.len() > max.saturating_sub(body.len()) {
                 return Err(too_large());
+            }
+            if !chunk.iter().all(u8::is_ascii_whitespace) {
+                content_at = tokio::time::Instant::now();
             }
             body.extend_from_slice(&chunk);
         }

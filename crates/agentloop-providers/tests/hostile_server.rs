@@ -132,6 +132,26 @@ fn small_config(uri: &str) -> HttpConfig {
     config
 }
 
+/// [`small_config`] with an idle timeout of half a second, for the keep-alive tests.
+fn quick_idle(uri: &str) -> HttpConfig {
+    let mut config = small_config(uri);
+    config.idle_timeout = Duration::from_millis(500);
+    config
+}
+
+/// Asserts that each model's call fails with the idle timeout, well before the test's guard.
+async fn assert_each_times_out(models: &[Box<dyn Model>], what: &str) {
+    for model in models {
+        let err = tokio::time::timeout(Duration::from_secs(5), ask(model.as_ref()))
+            .await
+            .unwrap_or_else(|_| panic!("{}: {what} held the call", model.id()))
+            .unwrap_err();
+        assert_eq!(err.kind, ModelErrorKind::Timeout, "{}: {err}", model.id());
+        assert!(err.message.contains("idle"), "{err}");
+        assert!(err.is_retryable(), "{err}");
+    }
+}
+
 fn chat(uri: &str, stream: bool) -> OpenAiChat {
     OpenAiChat::compatible("local", uri, "m")
         .http_config(small_config(uri))
@@ -329,11 +349,6 @@ async fn keep_alive_comments_without_an_event_end_at_the_idle_timeout() {
         every: Some(Duration::from_millis(50)),
         ..Reply::default()
     };
-    let with_idle = |uri: &str| {
-        let mut config = small_config(uri);
-        config.idle_timeout = Duration::from_millis(500);
-        config
-    };
     // Vertex's partner models send their keep-alive as data (anomalyco/opencode#50871).
     let kept_alive_as_data = |start: &[u8]| Reply {
         endless: Some(b"data: : keepalive\n\n"),
@@ -346,24 +361,63 @@ async fn keep_alive_comments_without_an_event_end_at_the_idle_timeout() {
         kept_alive_as_data(starts[0]),
     ] {
         let uri = serve(vec![reply]).await;
-        let model = OpenAiChat::compatible("local", &uri, "m").http_config(with_idle(&uri));
+        let model = OpenAiChat::compatible("local", &uri, "m").http_config(quick_idle(&uri));
         models.push(Box::new(model.build().unwrap()));
     }
     let uri = serve(vec![kept_alive(starts[1])]).await;
-    let model = Anthropic::builder("claude-test").http_config(with_idle(&uri));
+    let model = Anthropic::builder("claude-test").http_config(quick_idle(&uri));
     models.push(Box::new(model.build().unwrap()));
     let uri = serve(vec![kept_alive(starts[2])]).await;
-    let model = OpenAiResponses::builder("gpt-test").http_config(with_idle(&uri));
+    let model = OpenAiResponses::builder("gpt-test").http_config(quick_idle(&uri));
     models.push(Box::new(model.build().unwrap()));
-    for model in &models {
-        let err = tokio::time::timeout(Duration::from_secs(5), ask(model.as_ref()))
-            .await
-            .unwrap_or_else(|_| panic!("{}: the keep-alives held the call", model.id()))
-            .unwrap_err();
-        assert_eq!(err.kind, ModelErrorKind::Timeout, "{}: {err}", model.id());
-        assert!(err.message.contains("idle"), "{err}");
-        assert!(err.is_retryable(), "{err}");
+    assert_each_times_out(&models, "the keep-alives").await;
+}
+
+#[tokio::test]
+async fn whitespace_kept_alive_before_a_whole_body_ends_at_the_idle_timeout() {
+    // A server that keeps a slow JSON answer's connection open with spaces before the document
+    // (omlx's keep-alive during a long prefill, jundot/omlx#2066) and then stalls: the spaces
+    // say nothing, so the call fails once the idle timeout passes without anything else,
+    // asked for a stream or not, on every provider.
+    let spaces = || Reply {
+        content_type: "application/json",
+        body: b" ".to_vec(),
+        endless: Some(b" "),
+        every: Some(Duration::from_millis(50)),
+        ..Reply::default()
+    };
+    let mut models: Vec<Box<dyn Model>> = Vec::new();
+    for stream in [false, true] {
+        let uri = serve(vec![spaces()]).await;
+        let model = OpenAiChat::compatible("local", &uri, "m")
+            .http_config(quick_idle(&uri))
+            .stream(stream);
+        models.push(Box::new(model.build().unwrap()));
     }
+    let uri = serve(vec![spaces()]).await;
+    let model = Anthropic::builder("claude-test")
+        .http_config(quick_idle(&uri))
+        .stream(false);
+    models.push(Box::new(model.build().unwrap()));
+    let uri = serve(vec![spaces()]).await;
+    let model = OpenAiResponses::builder("gpt-test")
+        .http_config(quick_idle(&uri))
+        .stream(false);
+    models.push(Box::new(model.build().unwrap()));
+    assert_each_times_out(&models, "the spaces").await;
+    // A body that does come after its spaces is read whole.
+    let uri = serve(vec![Reply::whole(
+        "application/json",
+        b"  \n {\"id\":\"c\",\"model\":\"m\",\"choices\":[{\"index\":0,\"message\":{\"content\":\"hi\"},\"finish_reason\":\"stop\"}]}",
+    )])
+    .await;
+    let model = OpenAiChat::compatible("local", &uri, "m")
+        .http_config(quick_idle(&uri))
+        .stream(false);
+    assert_eq!(
+        ask(&model.build().unwrap()).await.unwrap().message.text,
+        "hi"
+    );
 }
 
 #[tokio::test]
