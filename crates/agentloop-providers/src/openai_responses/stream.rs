@@ -280,7 +280,7 @@ struct FinalOutput<'a> {
 #[derive(Deserialize)]
 struct FinalItems<'a> {
     #[serde(default, borrow)]
-    output: Vec<InItem<'a>>,
+    output: Option<Vec<InItem<'a>>>,
 }
 
 #[derive(Deserialize)]
@@ -563,7 +563,7 @@ impl ResponsesStreamParser {
                     let mut repaired = None;
                     let last: FinalOutput<'_> = surrogates::from_str(data, &mut repaired)
                         .map_err(|e| decode_error(PROVIDER, "stream event", &e))?;
-                    for (index, item) in (0u32..).zip(&last.response.output) {
+                    for (index, item) in (0u32..).zip(last.response.output.iter().flatten()) {
                         self.item_done(index, item, out)?;
                     }
                 }
@@ -815,6 +815,12 @@ mod tests {
                 .message
                 .text,
             "Hi."
+        );
+        // An output of null is none, not a malformed event.
+        let null = "event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"status\":\"completed\",\"output\":null}}\n\n";
+        assert_eq!(
+            parse_stream_bytes(null.as_bytes()).unwrap().message.text,
+            ""
         );
     }
 
