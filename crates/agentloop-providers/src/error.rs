@@ -151,6 +151,16 @@ struct RawErrorEnvelope {
     request_id: Option<Value>,
 }
 
+/// An error body: one envelope, or a list of them (the first is read). The list is tried first:
+/// a struct also reads from a list, field by field, which would take the envelope for its
+/// `error`.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum OneOrList {
+    List(Vec<RawErrorEnvelope>),
+    One(RawErrorEnvelope),
+}
+
 fn value_text(v: Option<Value>) -> Option<String> {
     match v? {
         Value::String(s) if !s.is_empty() => Some(s),
@@ -168,7 +178,17 @@ impl ProviderError {
     pub fn parse(body: &[u8]) -> Option<ProviderError> {
         // A lone half of a character in the message costs that character, not the error's kind.
         let mut repaired = None;
-        let envelope: RawErrorEnvelope = crate::surrogates::from_slice(body, &mut repaired).ok()?;
+        let envelope = match crate::surrogates::from_slice::<OneOrList>(body, &mut repaired).ok()? {
+            OneOrList::One(envelope) => envelope,
+            // Google's APIs (Gemini's OpenAI-compatible endpoint among them) send the envelope
+            // in a list of one: `[{"error": {...}}]`.
+            OneOrList::List(mut list) => {
+                if list.is_empty() {
+                    return None;
+                }
+                list.swap_remove(0)
+            }
+        };
         Self::from_envelope(envelope)
     }
 
@@ -235,6 +255,8 @@ impl ProviderError {
             || m.contains("context window")
             || m.contains("maximum context")
             || m.contains("prompt is too long")
+            // Gemini: "The input token count (N) exceeds the maximum number of tokens allowed (M)."
+            || m.contains("exceeds the maximum number of tokens")
     }
 
     /// The error code, when it is an HTTP status (`"code": 502`): gateways such as OpenRouter
