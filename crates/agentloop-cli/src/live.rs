@@ -88,6 +88,11 @@ fn build(file: &AgentFile, provider: Provider, key: Key) -> Result<Live, CliErro
         .as_ref()
         .map(|t| std::time::Duration::from_secs_f64(*t.get_ref()))
         .unwrap_or(agentloop_providers::http::DEFAULT_IDLE_TIMEOUT);
+    let keepalive = m
+        .keepalive_timeout_secs
+        .as_ref()
+        .map(|t| std::time::Duration::from_secs_f64(*t.get_ref()))
+        .unwrap_or(agentloop_providers::http::DEFAULT_KEEPALIVE_TIMEOUT);
     let var = key_var(file, provider);
     let send_key = match (&var, key) {
         (Some(v), Key::Required) if !key_is_set(v) => {
@@ -106,7 +111,10 @@ fn build(file: &AgentFile, provider: Provider, key: Key) -> Result<Live, CliErro
     };
     match provider {
         Provider::OpenAi => {
-            let mut b = OpenAiChat::builder(name).stream(stream).idle_timeout(idle);
+            let mut b = OpenAiChat::builder(name)
+                .stream(stream)
+                .idle_timeout(idle)
+                .keepalive_timeout(keepalive);
             if let Some(url) = base_url {
                 if !is_openai_host(&url) {
                     b = b.max_tokens_field(MaxTokensField::MaxTokens);
@@ -142,7 +150,8 @@ fn build(file: &AgentFile, provider: Provider, key: Key) -> Result<Live, CliErro
         Provider::OpenAiResponses => {
             let mut b = OpenAiResponses::builder(name)
                 .stream(stream)
-                .idle_timeout(idle);
+                .idle_timeout(idle)
+                .keepalive_timeout(keepalive);
             if let Some(url) = base_url {
                 b = b.base_url(url);
             }
@@ -158,6 +167,7 @@ fn build(file: &AgentFile, provider: Provider, key: Key) -> Result<Live, CliErro
             let mut b = Anthropic::builder(name)
                 .stream(stream)
                 .idle_timeout(idle)
+                .keepalive_timeout(keepalive)
                 .prompt_caching(m.prompt_caching.as_ref().is_none_or(|on| *on.get_ref()));
             if let Some(url) = base_url {
                 b = b.base_url(url);

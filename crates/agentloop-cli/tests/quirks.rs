@@ -205,6 +205,60 @@ async fn idle_timeout_secs_bounds_a_silent_server() {
     assert_eq!(v["error"]["code"], "model.timeout", "{v}");
 }
 
+/// A server whose every answer is a stream of keep-alive comments and nothing else, until the
+/// client leaves (a relay whose upstream stalled): its address.
+async fn kept_alive_for_ever() -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let uri = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                // The request is not read whole: nothing in it changes the answer.
+                let mut buf = [0u8; 4096];
+                let _ = socket.read(&mut buf).await;
+                let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n";
+                if socket.write_all(head.as_bytes()).await.is_err() {
+                    return;
+                }
+                let chunk = b"d\r\n: keepalive\n\n\r\n";
+                while socket.write_all(chunk).await.is_ok() {
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                }
+            });
+        }
+    });
+    uri
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn keepalive_timeout_secs_bounds_a_stream_of_keep_alives_alone() {
+    let uri = kept_alive_for_ever().await;
+    let dir = agent(&uri, "gpt-4o-mini", "keepalive_timeout_secs = 0.3");
+    let out = tokio::time::timeout(std::time::Duration::from_secs(60), run(&dir))
+        .await
+        .expect("the keep-alives held the run");
+    assert_eq!(out.status.code(), Some(4), "stderr: {}", stderr(&out));
+    let v = stdout_json(&out);
+    assert_eq!(v["error"]["code"], "model.timeout", "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("keepalive_timeout"),
+        "{v}"
+    );
+
+    let dir = agent(&uri, "gpt-4o-mini", "keepalive_timeout_secs = -1");
+    let out = run(&dir).await;
+    assert_eq!(out.status.code(), Some(3), "stderr: {}", stderr(&out));
+    let v = stdout_json(&out);
+    assert_eq!(
+        v["error"]["problems"][0]["path"], "model.keepalive_timeout_secs",
+        "{v}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn hermes_calls_in_plain_text_run_as_tools_with_tool_dialect() {
     let server = QuirkServer::start(replies("chat-hermes-calls-in-plain-text", false)).await;

@@ -24,6 +24,9 @@ pub const ANTHROPIC_API_KEY_ENV: &str = "ANTHROPIC_API_KEY";
 /// The default longest silence from a server: 5 minutes.
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
 
+/// How long keep-alives alone may hold a call by default ([`HttpConfig::keepalive_timeout`]).
+pub const DEFAULT_KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(30 * 60);
+
 /// How a provider sends its API key.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AuthStyle {
@@ -84,12 +87,16 @@ pub struct HttpConfig {
     /// answer streams for as long as it keeps talking, within the run's deadline).
     pub request_timeout: Option<Duration>,
     /// Longest silence allowed while waiting for the answer's head and between two chunks of its
-    /// body, and inside a stream between two events: comment lines that keep a connection open
-    /// (`: OPENROUTER PROCESSING`, `: keepalive`) are no event, and spaces before a whole JSON
-    /// body no content, so a server whose upstream stalled cannot hold the call for ever with
-    /// them. Reasoning models can think for minutes without a
-    /// byte (DeepSeek, o-series behind gateways), so the default is generous.
+    /// body. Reasoning models can think for minutes without a byte (DeepSeek, o-series behind
+    /// gateways), so the default is generous.
     pub idle_timeout: Duration,
+    /// Longest time keep-alives alone may hold a call: comment lines in a stream
+    /// (`: OPENROUTER PROCESSING`, `: keepalive`, `data: : keepalive`) are no event, and spaces
+    /// before a whole JSON body no content, so a server whose upstream stalled cannot hold the
+    /// call for ever with them. Longer than the idle timeout: a gateway sends them while a model
+    /// thinks for many minutes without a token (o-series behind OpenRouter), or while a request
+    /// waits in its queue (DeepSeek, which gives up on a request after 30 minutes).
+    pub keepalive_timeout: Duration,
     /// The largest encoded request body sent; a larger one fails before it is sent.
     pub max_request_bytes: usize,
     /// The largest error body read to classify a failed request.
@@ -118,6 +125,7 @@ impl Default for HttpConfig {
             connect_timeout: Duration::from_secs(10),
             request_timeout: None,
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
+            keepalive_timeout: DEFAULT_KEEPALIVE_TIMEOUT,
             max_request_bytes: 8 * 1024 * 1024,
             max_error_body_bytes: 64 * 1024,
             max_event_bytes: 16 * 1024 * 1024,
@@ -207,6 +215,13 @@ macro_rules! http_builder_methods {
         /// Sets the longest silence allowed inside a stream.
         pub fn idle_timeout(mut self, timeout: std::time::Duration) -> Self {
             self.config.idle_timeout = timeout;
+            self
+        }
+
+        /// Sets the longest time keep-alives alone may hold a call
+        /// ([`HttpConfig::keepalive_timeout`]).
+        pub fn keepalive_timeout(mut self, timeout: std::time::Duration) -> Self {
+            self.config.keepalive_timeout = timeout;
             self
         }
 
@@ -504,8 +519,9 @@ impl HttpClient {
         }
         // Whitespace is no content: servers send spaces or blank lines before the document to
         // keep a slow answer's connection open (omlx's JSON keep-alive during a long prefill), and
-        // a stalled one sends them for ever. The idle timeout counts from the last other byte.
-        let idle = self.config.idle_timeout;
+        // a stalled one sends them for ever. They hold the call for the keep-alive timeout at
+        // most, counted from the last other byte (a silence is the client's read timeout).
+        let idle = self.config.keepalive_timeout;
         let mut content_at = tokio::time::Instant::now();
         let mut body = Vec::new();
         loop {
@@ -516,7 +532,7 @@ impl HttpClient {
                         self.error(
                             ModelErrorKind::Timeout,
                             format!(
-                                "the response was idle for {} s: nothing but whitespace came",
+                                "nothing but whitespace came for {} s (keepalive_timeout)",
                                 idle.as_secs_f64()
                             ),
                         )

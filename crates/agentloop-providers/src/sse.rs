@@ -41,6 +41,7 @@ where
         config.max_event_bytes,
     )
     .with_max_bytes(config.max_stream_bytes)
+    .with_keepalive_limit(config.keepalive_timeout)
 }
 
 /// Reads a whole event-stream body held in memory, without a runtime, with the same final blank
@@ -66,14 +67,19 @@ pub struct SseEvent {
 type ByteStream = Pin<Box<dyn Stream<Item = Result<Bytes, ModelError>> + Send>>;
 
 /// Server-sent events read from a byte stream. A silence longer than the idle timeout fails with
-/// [`ModelErrorKind::Timeout`] (a silence is a time without an event: comment and blank lines,
-/// sent to keep a connection open, do not end one); a transport failure with its own kind; a malformed stream (bad
-/// UTF-8, an over-long line) with [`ModelErrorKind::Stream`]. After an error the stream ends.
+/// [`ModelErrorKind::Timeout`], and so does a time longer than the keep-alive limit without an
+/// event (comment and blank lines, sent to keep a connection open, are none); a transport
+/// failure with its own kind; a malformed stream (bad UTF-8, an over-long line) with
+/// [`ModelErrorKind::Stream`]. After an error the stream ends.
 pub struct SseStream {
     bytes: ByteStream,
     framer: SseFramer,
     idle: Option<Duration>,
     sleep: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// How long keep-alives alone may hold the stream (see [`SseStream::with_keepalive_limit`]).
+    keepalive: Option<Duration>,
+    /// Since the last event: the keep-alive limit's timer.
+    quiet: Option<Pin<Box<tokio::time::Sleep>>>,
     provider: String,
     done: bool,
     /// The bytes the body may still carry (see [`SseStream::with_max_bytes`]).
@@ -101,6 +107,8 @@ impl SseStream {
             framer: SseFramer::new(max_event_bytes),
             idle,
             sleep: None,
+            keepalive: None,
+            quiet: None,
             provider: provider.to_owned(),
             done: false,
             budget: usize::MAX,
@@ -116,6 +124,15 @@ impl SseStream {
         self
     }
 
+    /// Fails the stream (with [`ModelErrorKind::Timeout`]) once `limit` passes without an event,
+    /// however many keep-alive lines come: a relay whose upstream stalled sends them for ever.
+    /// Needs a tokio runtime with time enabled.
+    #[must_use]
+    pub fn with_keepalive_limit(mut self, limit: Duration) -> Self {
+        self.keepalive = Some(limit);
+        self
+    }
+
     /// Reads events from bytes already in memory, without a runtime: the parsing path that
     /// streamed responses take, for fuzzing and benchmarks.
     pub fn from_bytes(bytes: Bytes, provider: &str) -> Self {
@@ -125,6 +142,15 @@ impl SseStream {
             None,
             usize::MAX,
         )
+    }
+
+    fn time_out(&mut self, message: String) -> Poll<Option<Result<SseEvent, ModelError>>> {
+        self.done = true;
+        self.sleep = None;
+        self.quiet = None;
+        Poll::Ready(Some(Err(
+            ModelError::new(ModelErrorKind::Timeout, message).with_provider(self.provider.clone())
+        )))
     }
 
     fn fail(&mut self, message: &str) -> Poll<Option<Result<SseEvent, ModelError>>> {
@@ -146,13 +172,13 @@ impl Stream for SseStream {
             // Events already received go out before the next chunk is read.
             match self.framer.next_event() {
                 Ok(Some(event)) => {
-                    // Only an event ends a silence: comment lines and blank lines keep a
-                    // connection open without saying anything, and a relay whose upstream
+                    // Only an event restarts the keep-alive limit: comment lines and blank lines
+                    // keep a connection open without saying anything, and a relay whose upstream
                     // stalled sends them for ever (earendil-works/pi#5558). So does a comment
                     // sent as data (`data: : keepalive`, Vertex's partner models): no API's
                     // event data begins with a colon.
                     if !event.data.starts_with(':') {
-                        self.sleep = None;
+                        self.quiet = None;
                     }
                     return Poll::Ready(Some(Ok(event)));
                 }
@@ -161,6 +187,7 @@ impl Stream for SseStream {
             }
             match self.bytes.as_mut().poll_next(cx) {
                 Poll::Ready(Some(Ok(chunk))) => {
+                    self.sleep = None;
                     let Some(left) = self.budget.checked_sub(chunk.len()) else {
                         self.done = true;
                         return Poll::Ready(Some(Err(ModelError::new(
@@ -188,28 +215,28 @@ impl Stream for SseStream {
                     return Poll::Ready(None);
                 }
                 Poll::Pending => {
+                    if let Some(limit) = self.keepalive {
+                        let quiet = self
+                            .quiet
+                            .get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
+                        if quiet.as_mut().poll(cx).is_ready() {
+                            return self.time_out(format!(
+                                "no event came for {} s, only keep-alives (keepalive_timeout)",
+                                limit.as_secs_f64()
+                            ));
+                        }
+                    }
                     let Some(idle) = self.idle else {
                         return Poll::Pending;
                     };
                     let sleep = self
                         .sleep
                         .get_or_insert_with(|| Box::pin(tokio::time::sleep(idle)));
-                    return match sleep.as_mut().poll(cx) {
-                        Poll::Ready(()) => {
-                            self.done = true;
-                            self.sleep = None;
-                            Poll::Ready(Some(Err(ModelError::new(
-                                ModelErrorKind::Timeout,
-                                format!(
-                                    "the stream was idle for {} s: no event came (comment \
-                                     lines that keep the connection open are none)",
-                                    idle.as_secs_f64()
-                                ),
-                            )
-                            .with_provider(self.provider.clone()))))
-                        }
-                        Poll::Pending => Poll::Pending,
-                    };
+                    if sleep.as_mut().poll(cx).is_ready() {
+                        return self
+                            .time_out(format!("the stream was idle for {} s", idle.as_secs_f64()));
+                    }
+                    return Poll::Pending;
                 }
             }
         }

@@ -58,6 +58,10 @@ struct Reply {
     endless: Option<&'static [u8]>,
     every: Option<Duration>,
     hold_open: bool,
+    /// With `endless` and `every`: the filler stops after this long, and `then` is sent and the
+    /// body ended.
+    until: Option<Duration>,
+    then: Vec<u8>,
 }
 
 impl Reply {
@@ -98,8 +102,15 @@ async fn serve(replies: Vec<Reply>) -> String {
                     && let Some(every) = reply.every
                 {
                     let block = http_chunk(filler);
+                    let started = tokio::time::Instant::now();
                     while socket.write_all(&block).await.is_ok() {
                         tokio::time::sleep(every).await;
+                        if reply.until.is_some_and(|d| started.elapsed() >= d) {
+                            let _ = socket.write_all(&http_chunk(&reply.then)).await;
+                            let _ = socket.write_all(b"0\r\n\r\n").await;
+                            let _ = socket.flush().await;
+                            return;
+                        }
                     }
                     return;
                 }
@@ -132,10 +143,11 @@ fn small_config(uri: &str) -> HttpConfig {
     config
 }
 
-/// [`small_config`] with an idle timeout of half a second, for the keep-alive tests.
-fn quick_idle(uri: &str) -> HttpConfig {
+/// [`small_config`] where keep-alives alone hold a call for half a second, for the keep-alive
+/// tests (the idle timeout stays 5 s: the keep-alives come well inside it).
+fn quick_keepalive(uri: &str) -> HttpConfig {
     let mut config = small_config(uri);
-    config.idle_timeout = Duration::from_millis(500);
+    config.keepalive_timeout = Duration::from_millis(500);
     config
 }
 
@@ -147,7 +159,7 @@ async fn assert_each_times_out(models: &[Box<dyn Model>], what: &str) {
             .unwrap_or_else(|_| panic!("{}: {what} held the call", model.id()))
             .unwrap_err();
         assert_eq!(err.kind, ModelErrorKind::Timeout, "{}: {err}", model.id());
-        assert!(err.message.contains("idle"), "{err}");
+        assert!(err.message.contains("keepalive_timeout"), "{err}");
         assert!(err.is_retryable(), "{err}");
     }
 }
@@ -332,11 +344,11 @@ async fn an_answer_ends_at_its_last_event_though_the_server_keeps_the_body_open(
 }
 
 #[tokio::test]
-async fn keep_alive_comments_without_an_event_end_at_the_idle_timeout() {
+async fn keep_alive_comments_without_an_event_end_at_the_keepalive_timeout() {
     // A relay whose upstream stalled holds the stream open with comment lines, one well inside
     // the idle timeout each (earendil-works/pi#5558, anomalyco/opencode#43519): they say
-    // nothing, so the call fails once the idle timeout passes without an event, as a silent
-    // stream does, before its first event or after it, on every provider.
+    // nothing, so the call fails once the keep-alive timeout passes without an event, before
+    // its first event or after it, on every provider.
     let starts: [&[u8]; 3] = [
         b"data: {\"id\":\"c\",\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"}}]}\n\n",
         b"event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"m\",\"type\":\"message\",\"role\":\"assistant\",\"content\":[],\"model\":\"c\",\"usage\":{\"input_tokens\":1,\"output_tokens\":1}}}\n\n",
@@ -361,23 +373,56 @@ async fn keep_alive_comments_without_an_event_end_at_the_idle_timeout() {
         kept_alive_as_data(starts[0]),
     ] {
         let uri = serve(vec![reply]).await;
-        let model = OpenAiChat::compatible("local", &uri, "m").http_config(quick_idle(&uri));
+        let model = OpenAiChat::compatible("local", &uri, "m").http_config(quick_keepalive(&uri));
         models.push(Box::new(model.build().unwrap()));
     }
     let uri = serve(vec![kept_alive(starts[1])]).await;
-    let model = Anthropic::builder("claude-test").http_config(quick_idle(&uri));
+    let model = Anthropic::builder("claude-test").http_config(quick_keepalive(&uri));
     models.push(Box::new(model.build().unwrap()));
     let uri = serve(vec![kept_alive(starts[2])]).await;
-    let model = OpenAiResponses::builder("gpt-test").http_config(quick_idle(&uri));
+    let model = OpenAiResponses::builder("gpt-test").http_config(quick_keepalive(&uri));
     models.push(Box::new(model.build().unwrap()));
     assert_each_times_out(&models, "the keep-alives").await;
 }
 
 #[tokio::test]
-async fn whitespace_kept_alive_before_a_whole_body_ends_at_the_idle_timeout() {
+async fn keep_alives_hold_a_call_past_the_idle_timeout_until_the_answer_comes() {
+    // A gateway sends keep-alives while its model thinks without a token for longer than the
+    // idle timeout (o-series behind OpenRouter: `: OPENROUTER PROCESSING`), then the answer: the
+    // connection is alive, and the call waits for it within the keep-alive timeout rather than
+    // failing (and being paid again by a retry).
+    let answer = b"data: {\"id\":\"c\",\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"thought\"}}]}\n\ndata: {\"id\":\"c\",\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n";
+    let thinking = |body: &[u8]| Reply {
+        content_type: "text/event-stream",
+        body: body.to_vec(),
+        endless: Some(b": OPENROUTER PROCESSING\n\n"),
+        every: Some(Duration::from_millis(50)),
+        until: Some(Duration::from_millis(1200)),
+        then: answer.to_vec(),
+        ..Reply::default()
+    };
+    let mut config = small_config("");
+    config.idle_timeout = Duration::from_millis(400);
+    config.keepalive_timeout = Duration::from_secs(10);
+    for body in [&b""[..], b": OPENROUTER PROCESSING\n\n"] {
+        let uri = serve(vec![thinking(body)]).await;
+        let model = OpenAiChat::compatible("local", &uri, "m")
+            .http_config(HttpConfig {
+                base_url: uri.clone(),
+                ..config.clone()
+            })
+            .build()
+            .unwrap();
+        let response = ask(&model).await.unwrap();
+        assert_eq!(response.message.text, "thought");
+    }
+}
+
+#[tokio::test]
+async fn whitespace_kept_alive_before_a_whole_body_ends_at_the_keepalive_timeout() {
     // A server that keeps a slow JSON answer's connection open with spaces before the document
     // (omlx's keep-alive during a long prefill, jundot/omlx#2066) and then stalls: the spaces
-    // say nothing, so the call fails once the idle timeout passes without anything else,
+    // say nothing, so the call fails once the keep-alive timeout passes without anything else,
     // asked for a stream or not, on every provider.
     let spaces = || Reply {
         content_type: "application/json",
@@ -390,18 +435,18 @@ async fn whitespace_kept_alive_before_a_whole_body_ends_at_the_idle_timeout() {
     for stream in [false, true] {
         let uri = serve(vec![spaces()]).await;
         let model = OpenAiChat::compatible("local", &uri, "m")
-            .http_config(quick_idle(&uri))
+            .http_config(quick_keepalive(&uri))
             .stream(stream);
         models.push(Box::new(model.build().unwrap()));
     }
     let uri = serve(vec![spaces()]).await;
     let model = Anthropic::builder("claude-test")
-        .http_config(quick_idle(&uri))
+        .http_config(quick_keepalive(&uri))
         .stream(false);
     models.push(Box::new(model.build().unwrap()));
     let uri = serve(vec![spaces()]).await;
     let model = OpenAiResponses::builder("gpt-test")
-        .http_config(quick_idle(&uri))
+        .http_config(quick_keepalive(&uri))
         .stream(false);
     models.push(Box::new(model.build().unwrap()));
     assert_each_times_out(&models, "the spaces").await;
@@ -412,7 +457,7 @@ async fn whitespace_kept_alive_before_a_whole_body_ends_at_the_idle_timeout() {
     )])
     .await;
     let model = OpenAiChat::compatible("local", &uri, "m")
-        .http_config(quick_idle(&uri))
+        .http_config(quick_keepalive(&uri))
         .stream(false);
     assert_eq!(
         ask(&model.build().unwrap()).await.unwrap().message.text,

@@ -159,6 +159,10 @@ section! {
         /// inside a streamed one (default 300: reasoning models can think for minutes without a
         /// byte).
         idle_timeout_secs: Option<Spanned<f64>>,
+        /// The longest time, in seconds, keep-alives alone may hold a call: comment lines in a
+        /// stream, spaces before a whole body (default 1800: a gateway sends them while a model
+        /// thinks for many minutes, or while a request waits in a queue).
+        keepalive_timeout_secs: Option<Spanned<f64>>,
         /// `openai` only: send earlier reasoning back as `reasoning_content` (DeepSeek's thinking
         /// mode needs it; by default on for DeepSeek models and hosts, off elsewhere).
         reasoning_content: Option<Spanned<bool>>,

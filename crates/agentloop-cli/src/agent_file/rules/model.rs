@@ -42,14 +42,19 @@ pub(super) fn check_model(model: &ModelSpec, dir: &Path, problems: &mut Problems
             "cache_ttl_secs must be a positive number of seconds, at most a year",
         );
     }
-    if let Some(t) = &model.idle_timeout_secs
-        && !valid_seconds(*t.get_ref())
-    {
-        problems.at(
-            "model.idle_timeout_secs",
-            span_of(t),
-            "idle_timeout_secs must be a positive number of seconds, at most a year",
-        );
+    for (key, t) in [
+        ("idle_timeout_secs", &model.idle_timeout_secs),
+        ("keepalive_timeout_secs", &model.keepalive_timeout_secs),
+    ] {
+        if let Some(t) = t
+            && !valid_seconds(*t.get_ref())
+        {
+            problems.at(
+                &format!("model.{key}"),
+                span_of(t),
+                format!("{key} must be a positive number of seconds, at most a year"),
+            );
+        }
     }
     if let (Some(choice), Some(_)) = (&model.tool_choice, &model.tool_dialect)
         && choice.get_ref() != "auto"
@@ -204,6 +209,9 @@ fn check_scripted_model(model: &ModelSpec, dir: &Path, problems: &mut Problems) 
     }
     if let Some(v) = &model.idle_timeout_secs {
         live_only(problems, "idle_timeout_secs", span_of(v));
+    }
+    if let Some(v) = &model.keepalive_timeout_secs {
+        live_only(problems, "keepalive_timeout_secs", span_of(v));
     }
 }
 
