@@ -368,6 +368,100 @@ fn a_changed_agent_is_refused_unless_forced_and_damage_is_reported_with_its_step
     exited(&out, 9, "the command");
 }
 
+/// The one step log in a journal's owners' folder.
+fn the_step_log(journal: &Path) -> std::path::PathBuf {
+    let mut owners = journal.as_os_str().to_owned();
+    owners.push(".owners");
+    let logs: Vec<_> = std::fs::read_dir(std::path::PathBuf::from(owners))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| std::fs::metadata(p).unwrap().len() > 0)
+        .collect();
+    assert_eq!(logs.len(), 1, "{logs:?}");
+    logs[0].clone()
+}
+
+#[test]
+fn a_step_log_changed_after_it_was_written_is_refused_as_damaged_and_left_as_it_was() {
+    // Killed at `process` with its steps in its step log, several frames of them.
+    let dir = crash_dir_at(Some("process"));
+    let journal = dir.path("runs.db");
+    let j = journal.to_str().unwrap();
+    assert!(run_and_kill(&dir, &journal, "after-step:9"));
+    let id = run_ids(&dir, &journal)[0]["run_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let ran = side_log(&dir);
+    assert!(ran.iter().any(|l| l.starts_with("write ")), "{ran:?}");
+    let log = the_step_log(&journal);
+    let whole = std::fs::read(&log).unwrap();
+    // One byte changed in the first frame (the header is the magic line, the id's length and
+    // the id; a frame's head is its length and check): frames follow it, so this is no write
+    // cut short.
+    let first_payload = "agentloop-steps 1\n".len() + 4 + id.len() + 20;
+    let damages: [(&str, Vec<u8>); 2] = [
+        ("a changed frame", damages_first(&whole, first_payload)),
+        (
+            "bytes that are no step log",
+            b"my notes, saved over the lock".to_vec(),
+        ),
+    ];
+    for (what, bytes) in damages {
+        std::fs::write(&log, &bytes).unwrap();
+        let out = resume_json(&dir, &journal, &id);
+        exited(&out, 9, what);
+        let error = &json_of(&out)["error"];
+        assert_eq!(error["code"], "journal.damaged", "{what}: {error}");
+        let message = error["message"].as_str().unwrap();
+        assert!(
+            message.contains(&id) && message.contains("step log"),
+            "{what}: {message}"
+        );
+        assert_eq!(side_log(&dir), ran, "{what}: no tool call ran again");
+        assert_eq!(
+            std::fs::read(&log).unwrap(),
+            bytes,
+            "{what}: the log is kept"
+        );
+    }
+    // A reader reports the damage where the intact frames end.
+    std::fs::write(&log, damages_first(&whole, first_payload)).unwrap();
+    let show = cli(&dir, &["journal", "show", &id, "--journal", j, "--json"]);
+    exited(&show, 9, "journal show");
+    let shown = json_of(&show);
+    assert_eq!(shown["damage"]["code"], "journal.damaged", "{shown}");
+    assert!(
+        shown["damage"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("step log"),
+        "{shown}"
+    );
+    // The log as it was written: the run goes on, and no call runs twice.
+    std::fs::write(&log, &whole).unwrap();
+    let out = resume_json(&dir, &journal, &id);
+    exited(&out, 0, "the resume of the whole log");
+    let base = json_of(
+        &run_cmd(&crash_dir(""), &dir.path("base.db"), &[])
+            .output()
+            .unwrap(),
+    );
+    check_against(
+        base["transcript"].as_array().unwrap(),
+        json_of(&out)["transcript"].as_array().unwrap(),
+        &side_log(&dir),
+        "the whole log",
+    );
+}
+
+/// `log` with one byte of its first frame's payload (at `payload`) changed.
+fn damages_first(log: &[u8], payload: usize) -> Vec<u8> {
+    let mut changed = log.to_vec();
+    changed[payload + 2] ^= 1;
+    changed
+}
+
 #[test]
 fn a_run_another_live_process_drives_is_refused_and_a_dead_owner_blocks_nothing() {
     let dir = crash_dir("");

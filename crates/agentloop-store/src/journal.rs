@@ -622,7 +622,7 @@ impl SqliteJournal {
             };
             match fs4::fs_std::FileExt::try_lock_exclusive(&file) {
                 Ok(true) if is_at(&file, &path) => {
-                    self.take_over(&file)?;
+                    self.take_over(&file, run_id)?;
                     if let Err(e) = self.take_over_former(run_id) {
                         // Not this handle's run after all: its file goes, as on release.
                         let _ = std::fs::remove_file(&path);
@@ -656,13 +656,47 @@ impl SqliteJournal {
     /// Folds what a dead owner's step log holds (the run it names may be another whose id
     /// shares the file's name) into the file, then empties the log for this owner. Waits for
     /// the file as the writer thread does: this only happens to a run taken after a crash.
-    fn take_over(&self, file: &std::fs::File) -> Result<(), JournalError> {
+    ///
+    /// A log damaged after it was written (a frame that fails its check with more after it, or
+    /// bytes that are no log) is refused as [`JournalError::Damaged`] and left as it is: taking
+    /// its intact part as the whole would run the lost steps' tool calls again.
+    fn take_over(&self, file: &std::fs::File, run_id: &str) -> Result<(), JournalError> {
         let bytes = read_log(file, None)?;
         if bytes.is_empty() {
             return Ok(());
         }
-        if let Some(read) = log::parse(&bytes) {
-            self.fold(read.run_id, read.steps)?;
+        let shown = || agentloop::printable::path(&log::file_of(&self.path, run_id));
+        match log::parse(&bytes) {
+            Some(log::Read {
+                run_id: logged_run,
+                steps,
+                damage: Some(damage),
+            }) => {
+                let stored = self.writer.stored(&logged_run)?;
+                return Err(JournalError::Damaged {
+                    step: Some(log::count(stored, &steps)),
+                    run_id: logged_run,
+                    reason: format!(
+                        "its step log {} is damaged ({damage}): the steps from there on cannot \
+                         be read; the log is left as it was",
+                        shown()
+                    ),
+                });
+            }
+            Some(read) => self.fold(read.run_id, read.steps)?,
+            None if log::is_foreign(&bytes) => {
+                return Err(JournalError::Damaged {
+                    run_id: run_id.to_owned(),
+                    step: None,
+                    reason: format!(
+                        "its lock file {} holds {} bytes that are no step log; it is left as \
+                         it was",
+                        shown(),
+                        bytes.len()
+                    ),
+                });
+            }
+            None => {}
         }
         file.set_len(0).map_err(io)
     }
@@ -684,7 +718,7 @@ impl SqliteJournal {
         };
         match fs4::fs_std::FileExt::try_lock_exclusive(&file) {
             Ok(true) if is_at(&file, &former) => {
-                self.take_over(&file)?;
+                self.take_over(&file, run_id)?;
                 let _ = std::fs::remove_file(&former);
                 Ok(())
             }
@@ -1085,7 +1119,8 @@ impl SqliteJournal {
     ) -> Result<JournaledRun, JournalError> {
         self.own(run_id)?;
         // The log first, then the file: a fold between the two reads loses no step.
-        let logged = log::read_run(&self.path, from);
+        // Steps past damage in the log are missing, and a fork from them is refused as such.
+        let (logged, _) = log::read_run(&self.path, from);
         match self
             .write(Command::Fork {
                 from: from.to_owned(),
@@ -1623,7 +1658,7 @@ impl JournalReader {
             reason,
         };
         // The log first, then the file: a fold between the two reads loses no step.
-        let logged = log::read_run(&self.path, run_id);
+        let (logged, log_damage) = log::read_run(&self.path, run_id);
         type Row = (i64, String, String, String, Option<String>);
         let row: Option<Row> = self
             .conn
@@ -1670,6 +1705,9 @@ impl JournalReader {
             &mut Vec::new(),
             damaged,
         )?;
+        // The log's damage ends the run where its intact frames do.
+        let damage = damage
+            .or_else(|| log_damage.map(|reason| damaged(Some(run.steps.len() as u64), reason)));
         Ok((run, damage))
     }
 

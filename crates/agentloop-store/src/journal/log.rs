@@ -129,12 +129,18 @@ pub(crate) fn frame<'a>(
     Ok(())
 }
 
-/// What a log's bytes hold: whose steps, and the steps of its whole frames (what follows them
-/// is a write cut short).
+/// What a log's bytes hold: whose steps, the steps of its whole frames, and whether what
+/// follows them is a write cut short (nothing to keep) or damage.
 #[derive(Debug, Default)]
 pub(crate) struct Read {
     pub(crate) run_id: String,
     pub(crate) steps: Logged,
+    /// Why the frames stop before the log's end other than at a write cut short: a frame that
+    /// fails its check with more bytes after it. Only the last write can be cut short (a kill
+    /// stops the log's one writer, and the next owner empties the log before it writes), so
+    /// such a frame was changed after it was written, and the steps after it are lost: the log
+    /// is not to be taken as if it ended there.
+    pub(crate) damage: Option<String>,
 }
 
 /// Reads a log's bytes: `None` when they are not a step log (or hold no header yet).
@@ -144,20 +150,52 @@ pub(crate) fn parse(bytes: &[u8]) -> Option<Read> {
     let run_id = std::str::from_utf8(rest.get(4..4 + len)?).ok()?.to_owned();
     let mut at = MAGIC.len() + 4 + len;
     let mut steps = Vec::new();
+    let mut damage = None;
     while let Some(head) = bytes.get(at..at + FRAME_HEAD) {
         let (len, check) = head.split_at(4);
         let len = u32::from_le_bytes(len.try_into().ok()?) as usize;
-        let Some(payload) = bytes.get(at + FRAME_HEAD..at + FRAME_HEAD + len) else {
+        let end = at + FRAME_HEAD + len;
+        let Some(payload) = bytes.get(at + FRAME_HEAD..end) else {
             break;
         };
-        if Sha256::digest(payload).get(..16) != Some(check) {
+        let frame = (Sha256::digest(payload).get(..16) == Some(check))
+            .then(|| records(payload))
+            .flatten();
+        let Some(frame) = frame else {
+            // The last frame, whole in length but not in content, is a write a power cut tore.
+            if end < bytes.len() {
+                damage = Some(format!(
+                    "the frame at byte {at} fails its check and {} bytes follow it",
+                    bytes.len() - end
+                ));
+            }
             break;
-        }
-        let Some(frame) = records(payload) else { break };
+        };
         steps.extend(frame);
-        at += FRAME_HEAD + len;
+        at = end;
     }
-    Some(Read { run_id, steps })
+    Some(Read {
+        run_id,
+        steps,
+        damage,
+    })
+}
+
+/// True when `bytes` (a lock file's, not empty) are no step log and not the start of one
+/// either: not a first write cut short, so a log changed after it was written.
+pub(crate) fn is_foreign(bytes: &[u8]) -> bool {
+    if bytes.len() < MAGIC.len() {
+        return !MAGIC.starts_with(bytes);
+    }
+    let Some(rest) = bytes.strip_prefix(MAGIC) else {
+        return true;
+    };
+    // A header whose id is whole but not text.
+    rest.get(..4)
+        .and_then(|l| l.try_into().ok())
+        .map(|l| u32::from_le_bytes(l) as usize)
+        .and_then(|len| rest.get(4..4 + len))
+        .is_some_and(|id| std::str::from_utf8(id).is_err())
 }
 
 /// The steps of a frame's payload (whose check held): `None` when it does not divide into
@@ -175,13 +213,16 @@ fn records(mut payload: &[u8]) -> Option<Logged> {
 }
 
 /// The steps run `run_id`'s log holds (none when it has no log, or the file at its place is
-/// another run's).
-pub(crate) fn read_run(journal: &Path, run_id: &str) -> Logged {
+/// another run's), and the damage that ends them early, if any ([`Read::damage`]).
+pub(crate) fn read_run(journal: &Path, run_id: &str) -> (Logged, Option<String>) {
     let read = |path: PathBuf| {
-        let bytes = std::fs::read(path).ok()?;
-        parse(&bytes)
-            .filter(|r| r.run_id == run_id)
-            .map(|r| r.steps)
+        let bytes = std::fs::read(&path).ok()?;
+        parse(&bytes).filter(|r| r.run_id == run_id).map(|r| {
+            let damage = r
+                .damage
+                .map(|d| format!("its step log {}: {d}", agentloop::printable::path(&path)));
+            (r.steps, damage)
+        })
     };
     read(file_of(journal, run_id))
         .or_else(|| former_file_of(journal, run_id).and_then(read))
@@ -270,10 +311,23 @@ mod tests {
         let mut changed = bytes.clone();
         let at = changed.len() - 1;
         changed[at] ^= 1;
-        assert_eq!(parse(&changed).unwrap().steps.len(), 3);
-        // Not a log at all.
+        let read = parse(&changed).unwrap();
+        assert_eq!(read.steps.len(), 3);
+        assert!(read.damage.is_none(), "the last frame may be torn");
+        // A changed frame with frames after it was not cut short: it is damage.
+        let mut changed = bytes.clone();
+        let at = last - 1;
+        changed[at] ^= 1;
+        let read = parse(&changed).unwrap();
+        assert_eq!(read.steps.len(), 2);
+        assert!(read.damage.is_some_and(|d| d.contains("bytes follow")));
+        // Not a log at all; the start of one is a first write cut short.
         assert!(parse(b"something else").is_none());
         assert!(parse(b"").is_none());
+        assert!(is_foreign(b"something else"));
+        for cut in 1..MAGIC.len() + 8 {
+            assert!(!is_foreign(&bytes[..cut]), "cut at {cut}");
+        }
     }
 
     #[test]

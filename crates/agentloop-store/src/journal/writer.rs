@@ -378,6 +378,12 @@ impl WriterHandle {
         }
     }
 
+    /// How many steps the file holds of run `run_id`, read on the writer's connection.
+    pub(super) fn stored(&self, run_id: &str) -> Result<u64, JournalError> {
+        let guard = lock(&self.shared);
+        Ok(tail(&guard.conn, run_id)?.seq.map_or(0, |s| s + 1))
+    }
+
     /// The sequence number run `run_id`'s next step takes, by the file (the steps a log holds
     /// are not counted), for the first step this process logs for it (at
     /// `process`, where steps go to the run's step log and no commit marks it running): a run
