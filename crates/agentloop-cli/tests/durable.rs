@@ -463,6 +463,59 @@ fn damages_first(log: &[u8], payload: usize) -> Vec<u8> {
 }
 
 #[test]
+fn a_journal_or_session_store_whose_creation_ran_out_of_room_is_made_anew_once_there_is_room() {
+    let dir = crash_dir("");
+    let agent = dir.agent().to_str().unwrap().to_owned();
+    // A limit on the size of files the command writes stands for a full disk: a write past it
+    // fails (EFBIG; its signal ignored, so that it does not kill the process), after the first
+    // few KiB of a new file.
+    let out_of_room = |args: &[&str]| {
+        Command::new("sh")
+            .arg("-c")
+            .arg("trap '' XFSZ; ulimit -f 8; exec \"$0\" \"$@\"")
+            .arg(env!("CARGO_BIN_EXE_agentloop"))
+            .args(args)
+            .current_dir(dir.path("."))
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let journal = [
+        "run",
+        &agent,
+        "--input",
+        "go",
+        "--json",
+        "--journal",
+        "runs.db",
+    ];
+    let sessions = [
+        "run",
+        &agent,
+        "--input",
+        "go",
+        "--json",
+        "--session",
+        "s1",
+        "--sessions",
+        "sess.db",
+    ];
+    for (args, code, what) in [(&journal[..], 9, "journal"), (&sessions[..], 10, "session")] {
+        let out = out_of_room(args);
+        exited(&out, code, what);
+        let error = json_of(&out)["error"].clone();
+        assert_eq!(error["code"], format!("{what}.io"), "{error}");
+        assert!(side_log(&dir).is_empty(), "{what}: nothing ran");
+        // With room again, the file the cut-short creation left is made anew, not refused as
+        // another program's database.
+        let out = cli(&dir, args);
+        exited(&out, 0, what);
+        assert_eq!(json_of(&out)["stop_reason"], "finished", "{what}");
+        std::fs::remove_file(dir.path("side.log")).unwrap();
+    }
+}
+
+#[test]
 fn a_run_another_live_process_drives_is_refused_and_a_dead_owner_blocks_nothing() {
     let dir = crash_dir("");
     let journal = dir.path("runs.db");

@@ -10,7 +10,8 @@
 //! cut: each commit fsync'd, the default). Each step row carries a SHA-256 chained over the run's header and every step
 //! before it: a changed, missing or reordered row is reported with its run and step, and the
 //! steps before it stay readable ([`JournalReader::load_intact`]). A file that is not a journal
-//! is refused before anything is written to it.
+//! is refused before anything is written to it; a new one is made in one transaction, so that a
+//! making cut short (a full disk, a kill) leaves it empty, for the next writer to make anew.
 //!
 //! The tables (format version [`JOURNAL_VERSION`]): `runs` (a row a run: its number `run_no`,
 //! id, header and the header's sum as hex text, status), `step_log` (a row a step, appended in
@@ -398,20 +399,28 @@ pub(crate) fn open_kind(
             return Err(foreign("it is empty".into()));
         }
         if let Some(size) = kind.page_size {
-            // Before WAL mode, which fixes the page size of a new file.
+            // Before the first write, which fixes the page size of a new file.
             conn.pragma_update(None, "page_size", size).map_err(io)?;
         }
-        conn.execute_batch(
-            "PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; BEGIN IMMEDIATE;",
-        )
-        .map_err(io)?;
-        conn.execute_batch(kind.schema).map_err(io)?;
-        conn.execute(
-            "INSERT INTO agentloop_meta (key, value) VALUES ('format', ?1), ('version', ?2)",
-            params![kind.format, kind.version.to_string()],
-        )
-        .map_err(io)?;
-        conn.execute_batch("COMMIT").map_err(io)?;
+        // The tables are made in one rollback-journal transaction, and WAL mode is set after
+        // it: switching to WAL first writes the file's first page at once, and a creation cut
+        // short after it (a full disk, a kill) left a database without the tables of one,
+        // refused as another program's from then on. Rolled back, the file is empty again.
+        let made = (|| {
+            conn.execute_batch("PRAGMA synchronous = FULL; BEGIN IMMEDIATE;")?;
+            conn.execute_batch(kind.schema)?;
+            conn.execute(
+                "INSERT INTO agentloop_meta (key, value) VALUES ('format', ?1), ('version', ?2)",
+                params![kind.format, kind.version.to_string()],
+            )?;
+            conn.execute_batch("COMMIT")
+        })();
+        if let Err(e) = made {
+            let _ = conn.execute_batch("ROLLBACK");
+            return Err(io(format!("cannot create {shown}: {e}")));
+        }
+        conn.execute_batch("PRAGMA journal_mode = WAL")
+            .map_err(io)?;
         crate::pin_rollback_journal(path)
             .map_err(|e| io(format!("cannot create {shown}-journal: {e}")))?;
         return Ok(conn);
