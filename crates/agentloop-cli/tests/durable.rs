@@ -400,12 +400,16 @@ fn a_step_log_changed_after_it_was_written_is_refused_as_damaged_and_left_as_it_
     // the id; a frame's head is its length and check): frames follow it, so this is no write
     // cut short.
     let first_payload = "agentloop-steps 1\n".len() + 4 + id.len() + 20;
-    let damages: [(&str, Vec<u8>); 2] = [
+    // "agentloop-steps 1\n": its version is the 17th byte.
+    let mut newer = whole.clone();
+    newer[16] = b'2';
+    let damages: [(&str, Vec<u8>); 3] = [
         ("a changed frame", damages_first(&whole, first_payload)),
         (
             "bytes that are no step log",
             b"my notes, saved over the lock".to_vec(),
         ),
+        ("a newer format", newer),
     ];
     for (what, bytes) in damages {
         std::fs::write(&log, &bytes).unwrap();

@@ -694,14 +694,18 @@ impl SqliteJournal {
             }
             Some(read) => self.fold(read.run_id, read.steps)?,
             None if log::is_foreign(&bytes) => {
+                let what = if log::is_other_version(&bytes) {
+                    "a step log in a format this version does not read (a newer agentloop's)"
+                        .to_owned()
+                } else {
+                    format!("{} bytes that are no step log", bytes.len())
+                };
                 return Err(JournalError::Damaged {
                     run_id: run_id.to_owned(),
                     step: None,
                     reason: format!(
-                        "its lock file {} holds {} bytes that are no step log; it is left as \
-                         it was",
-                        shown(),
-                        bytes.len()
+                        "its lock file {} holds {what}; it is left as it was",
+                        shown()
                     ),
                 });
             }

@@ -181,6 +181,12 @@ pub(crate) fn parse(bytes: &[u8]) -> Option<Read> {
     })
 }
 
+/// True when `bytes` open as a step log of another format version than this one's.
+pub(crate) fn is_other_version(bytes: &[u8]) -> bool {
+    let family = MAGIC.strip_suffix(b"1\n").unwrap_or(MAGIC);
+    bytes.starts_with(family) && !bytes.starts_with(MAGIC)
+}
+
 /// True when `bytes` (a lock file's, not empty) are no step log and not the start of one
 /// either: not a first write cut short, so a log changed after it was written.
 pub(crate) fn is_foreign(bytes: &[u8]) -> bool {
@@ -325,6 +331,8 @@ mod tests {
         assert!(parse(b"something else").is_none());
         assert!(parse(b"").is_none());
         assert!(is_foreign(b"something else"));
+        assert!(is_foreign(b"agentloop-steps 2\n") && is_other_version(b"agentloop-steps 2\n"));
+        assert!(!is_other_version(&bytes));
         for cut in 1..MAGIC.len() + 8 {
             assert!(!is_foreign(&bytes[..cut]), "cut at {cut}");
         }
