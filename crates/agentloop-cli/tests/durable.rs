@@ -368,6 +368,62 @@ fn a_changed_agent_is_refused_unless_forced_and_damage_is_reported_with_its_step
     exited(&out, 9, "the command");
 }
 
+#[test]
+fn a_forced_resume_whose_journal_the_changed_agent_cannot_replay_is_refused_and_changes_nothing() {
+    let dir = crash_dir("");
+    let journal = dir.path("runs.db");
+    let j = journal.to_str().unwrap();
+    // Killed inside the first batch: its calls started, the write among them done.
+    assert!(run_and_kill(&dir, &journal, "after-step:6"));
+    let before = run_ids(&dir, &journal);
+    let id = before[0]["run_id"].as_str().unwrap().to_owned();
+    let ran = side_log(&dir);
+    assert!(ran.contains(&r#"write {"key":"x"}"#.to_owned()), "{ran:?}");
+    // Each change stops the replay inside the journal: a limit the first answer already passes,
+    // and a tool gone that a journaled call ran.
+    let changes = [
+        AGENT.replace("max_concurrency = 2", "max_concurrency = 2\nmax_turns = 1"),
+        AGENT.replace("name = \"write\"", "name = \"write_v2\""),
+    ];
+    for changed in &changes {
+        dir.write("agent.toml", changed);
+        let out = cli(&dir, &["resume", &id, "--journal", j, "--json", "--force"]);
+        exited(&out, 9, changed);
+        let error = &json_of(&out)["error"];
+        assert_eq!(error["code"], "journal.not_resumable", "{error}");
+        assert!(
+            error["message"]
+                .as_str()
+                .unwrap()
+                .contains("does not replay with the agent as it is now"),
+            "{error}"
+        );
+        // Nothing written, nothing run: the run is still there to go on.
+        assert_eq!(run_ids(&dir, &journal), before, "{changed}");
+        assert_eq!(side_log(&dir), ran, "{changed}");
+    }
+    // With the agent it started with, it goes on as if never interrupted.
+    dir.write("agent.toml", AGENT);
+    resumes_as_if_never_stopped(&dir, &journal, &id, "after the refused resumes");
+}
+
+/// Resumes run `id` of the crash agent, and checks it ends as an uninterrupted run does.
+fn resumes_as_if_never_stopped(dir: &AgentDir, journal: &Path, id: &str, what: &str) {
+    let out = resume_json(dir, journal, id);
+    exited(&out, 0, what);
+    let base = json_of(
+        &run_cmd(&crash_dir(""), &dir.path("base.db"), &[])
+            .output()
+            .unwrap(),
+    );
+    check_against(
+        base["transcript"].as_array().unwrap(),
+        json_of(&out)["transcript"].as_array().unwrap(),
+        &side_log(dir),
+        what,
+    );
+}
+
 /// The one step log in a journal's owners' folder.
 fn the_step_log(journal: &Path) -> std::path::PathBuf {
     let mut owners = journal.as_os_str().to_owned();
@@ -444,19 +500,7 @@ fn a_step_log_changed_after_it_was_written_is_refused_as_damaged_and_left_as_it_
     );
     // The log as it was written: the run goes on, and no call runs twice.
     std::fs::write(&log, &whole).unwrap();
-    let out = resume_json(&dir, &journal, &id);
-    exited(&out, 0, "the resume of the whole log");
-    let base = json_of(
-        &run_cmd(&crash_dir(""), &dir.path("base.db"), &[])
-            .output()
-            .unwrap(),
-    );
-    check_against(
-        base["transcript"].as_array().unwrap(),
-        json_of(&out)["transcript"].as_array().unwrap(),
-        &side_log(&dir),
-        "the whole log",
-    );
+    resumes_as_if_never_stopped(&dir, &journal, &id, "the whole log");
 }
 
 /// `log` with one byte of its first frame's payload (at `payload`) changed.

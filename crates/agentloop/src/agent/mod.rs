@@ -372,7 +372,9 @@ impl Agent {
     ///
     /// Refused when the run is over, when a suspended run has unanswered approvals, and, unless
     /// `force`, when the agent's [`Agent::definition`] changed since the run started (the error
-    /// lists what changed).
+    /// lists what changed); with `force`, when the changed agent stops the replay before the
+    /// journal's last step ([`JournalError::NotResumable`]), as a tool gone that a journaled
+    /// call ran, or a limit the journaled steps pass, would: nothing is written then.
     ///
     /// Not an `async fn`: that kept `run` and `options` (784 bytes) beside the resumed run's own
     /// future, which holds them too, for the whole run.
@@ -539,7 +541,28 @@ impl Agent {
             });
         let mut at = std::time::Duration::ZERO;
         let seq = steps.len() as u64;
-        for step in steps {
+        for (n, step) in (0u64..).zip(steps) {
+            // A journal the machine stops short of (an agent changed under `force`: a tool gone,
+            // a tighter limit) would have the steps after it dropped, calls that ran among them
+            // then reported as never run, and the run closed for good: it is refused, and left
+            // as it was for the agent it started with.
+            if machine.is_done() {
+                return Err(JournalError::NotResumable {
+                    run_id: machine.run_id().to_string(),
+                    reason: format!(
+                        "its journal does not replay with the agent as it is now: the run \
+                         stops before step {n} of {seq} ({}); resume it with the agent it \
+                         started with",
+                        machine.error().map_or_else(
+                            || machine
+                                .stop_reason()
+                                .map(ToString::to_string)
+                                .unwrap_or_default(),
+                            ToString::to_string
+                        )
+                    ),
+                });
+            }
             at = step.at;
             if let Some(log) = &mut log {
                 log.steps.push(step.clone());
