@@ -564,6 +564,46 @@ fn a_journal_or_session_store_whose_creation_ran_out_of_room_is_made_anew_once_t
 }
 
 #[test]
+fn runs_started_at_once_on_a_new_journal_or_session_store_all_use_the_one_made_first() {
+    for round in 0..5 {
+        let dir = crash_dir("");
+        let agent = dir.agent().to_str().unwrap().to_owned();
+        let started: Vec<(String, std::process::Child)> = (0..4)
+            .flat_map(|i| {
+                let session = format!("s{i}");
+                [
+                    vec!["--journal", "runs.db"],
+                    vec!["--session", &session, "--sessions", "sess.db"],
+                ]
+                .map(|store| {
+                    let what = format!("round {round}, run {i} with {}", store[0]);
+                    let child = Command::new(env!("CARGO_BIN_EXE_agentloop"))
+                        .args(["run", &agent, "--input", "go", "--json"])
+                        .args(&store)
+                        .current_dir(dir.path("."))
+                        .stdin(Stdio::null())
+                        .stdout(Stdio::piped())
+                        .stderr(Stdio::piped())
+                        .spawn()
+                        .unwrap();
+                    (what, child)
+                })
+            })
+            .collect();
+        for (what, child) in started {
+            let out = child.wait_with_output().unwrap();
+            exited(&out, 0, &what);
+            assert_eq!(json_of(&out)["stop_reason"], "finished", "{what}");
+        }
+        assert_eq!(
+            run_ids(&dir, &dir.path("runs.db")).len(),
+            4,
+            "round {round}"
+        );
+    }
+}
+
+#[test]
 fn a_run_another_live_process_drives_is_refused_and_a_dead_owner_blocks_nothing() {
     let dir = crash_dir("");
     let journal = dir.path("runs.db");

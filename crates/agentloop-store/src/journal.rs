@@ -391,6 +391,15 @@ pub(crate) fn open_kind(
             .query_row("PRAGMA page_count", [], |r| r.get(0))
             .map_err(|e| foreign(format!("it cannot be read as SQLite ({e})")))?;
         if pages > 0 {
+            // Made by another process between the two reads (a journal's first use by two
+            // runs at once): opened as the one it made.
+            let now: i64 = conn
+                .query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0))
+                .map_err(|e| foreign(format!("it cannot be read as SQLite ({e})")))?;
+            if now > 0 {
+                drop(conn);
+                return open_kind(path, access, kind);
+            }
             return Err(foreign(
                 "it is an SQLite database without the tables of one".into(),
             ));
@@ -408,19 +417,34 @@ pub(crate) fn open_kind(
         // refused as another program's from then on. Rolled back, the file is empty again.
         let made = (|| {
             conn.execute_batch("PRAGMA synchronous = FULL; BEGIN IMMEDIATE;")?;
+            // Another process that found the file empty too (two runs on a journal's first
+            // use) may have made it while this one waited for the lock: then it is opened as
+            // the one that process made.
+            let entries: i64 =
+                conn.query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0))?;
+            if entries > 0 {
+                conn.execute_batch("ROLLBACK")?;
+                return Ok(false);
+            }
             conn.execute_batch(kind.schema)?;
             conn.execute(
                 "INSERT INTO agentloop_meta (key, value) VALUES ('format', ?1), ('version', ?2)",
                 params![kind.format, kind.version.to_string()],
             )?;
-            conn.execute_batch("COMMIT")
+            conn.execute_batch("COMMIT").map(|()| true)
         })();
-        if let Err(e) = made {
-            let _ = conn.execute_batch("ROLLBACK");
-            return Err(io(format!("cannot create {shown}: {e}")));
+        match made {
+            Ok(true) => {}
+            Ok(false) => {
+                drop(conn);
+                return open_kind(path, access, kind);
+            }
+            Err(e) => {
+                let _ = conn.execute_batch("ROLLBACK");
+                return Err(io(format!("cannot create {shown}: {e}")));
+            }
         }
-        conn.execute_batch("PRAGMA journal_mode = WAL")
-            .map_err(io)?;
+        wal_mode(&conn).map_err(io)?;
         crate::pin_rollback_journal(path)
             .map_err(|e| io(format!("cannot create {shown}-journal: {e}")))?;
         return Ok(conn);
@@ -462,7 +486,8 @@ pub(crate) fn open_kind(
         }
         return Ok(conn);
     }
-    conn.execute_batch("PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL;")
+    wal_mode(&conn).map_err(io)?;
+    conn.execute_batch("PRAGMA synchronous = FULL;")
         .map_err(io)?;
     if version < kind.version {
         migrate(&conn, kind, version)?;
@@ -472,6 +497,25 @@ pub(crate) fn open_kind(
             .map_err(|e| io(format!("cannot create {shown}-journal: {e}")))?;
     }
     Ok(conn)
+}
+
+/// Puts the file in WAL mode (a no-op once it is). Switching needs the file to itself, and SQLite
+/// answers "busy" at once, without waiting as for a write, while other connections read it: as
+/// the processes that waited for a new file to be made do when its maker switches it. So it is
+/// tried again for as long as a write would wait.
+fn wal_mode(conn: &Connection) -> rusqlite::Result<()> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        match conn.execute_batch("PRAGMA journal_mode = WAL") {
+            Err(rusqlite::Error::SqliteFailure(e, _))
+                if e.code == rusqlite::ErrorCode::DatabaseBusy
+                    && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            other => return other,
+        }
+    }
 }
 
 /// Brings a file of an older version up to `kind`'s, in one transaction.
