@@ -604,6 +604,27 @@ fn runs_started_at_once_on_a_new_journal_or_session_store_all_use_the_one_made_f
 }
 
 #[test]
+fn a_file_where_the_journals_lock_folder_goes_is_named_in_the_error_and_left_as_it_was() {
+    let dir = crash_dir("");
+    let journal = dir.path("runs.db");
+    let owners = dir.path("runs.db.owners");
+    std::fs::write(&owners, "my notes").unwrap();
+    let out = run_cmd(&dir, &journal, &[]).output().unwrap();
+    exited(&out, 9, "the run");
+    let error = &json_of(&out)["error"];
+    assert_eq!(error["code"], "journal.io", "{error}");
+    assert!(
+        error["message"]
+            .as_str()
+            .unwrap()
+            .contains("runs.db.owners"),
+        "{error}"
+    );
+    assert!(side_log(&dir).is_empty(), "nothing ran");
+    assert_eq!(std::fs::read_to_string(&owners).unwrap(), "my notes");
+}
+
+#[test]
 fn a_run_another_live_process_drives_is_refused_and_a_dead_owner_blocks_nothing() {
     let dir = crash_dir("");
     let journal = dir.path("runs.db");

@@ -649,9 +649,19 @@ impl SqliteJournal {
                         self.folder_made.store(true, Ordering::Relaxed);
                         sweep(folder);
                     }
-                    // Made and removed again between two looks.
-                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-                    Err(e) => return Err(io(e)),
+                    // Made and removed again between two looks (a file there is another
+                    // matter: said with its name).
+                    Err(e)
+                        if e.kind() == std::io::ErrorKind::AlreadyExists && !folder.is_file() =>
+                    {
+                        continue;
+                    }
+                    Err(e) => {
+                        return Err(io(format!(
+                            "cannot make the folder of the journal's run locks {}: {e}",
+                            agentloop::printable::path(folder)
+                        )));
+                    }
                 }
             }
             let file = {
@@ -1063,7 +1073,13 @@ impl SqliteJournal {
     /// is also a run's step log (steps planted there would be folded into the journal).
     fn make_owners_folder(&self) -> Result<(), JournalError> {
         let folder = log::folder(&self.path);
-        std::fs::create_dir_all(&folder).map_err(io)?;
+        std::fs::create_dir_all(&folder).map_err(|e| {
+            // Named: "File exists" alone does not say that a file is where the folder goes.
+            io(format!(
+                "cannot make the folder of the journal's run locks {}: {e}",
+                agentloop::printable::path(&folder)
+            ))
+        })?;
         self.folder_made.store(true, Ordering::Relaxed);
         sweep(&folder);
         Ok(())
