@@ -370,41 +370,63 @@ fn a_changed_agent_is_refused_unless_forced_and_damage_is_reported_with_its_step
 
 #[test]
 fn a_forced_resume_whose_journal_the_changed_agent_cannot_replay_is_refused_and_changes_nothing() {
-    let dir = crash_dir("");
-    let journal = dir.path("runs.db");
-    let j = journal.to_str().unwrap();
-    // Killed inside the first batch: its calls started, the write among them done.
-    assert!(run_and_kill(&dir, &journal, "after-step:6"));
-    let before = run_ids(&dir, &journal);
-    let id = before[0]["run_id"].as_str().unwrap().to_owned();
-    let ran = side_log(&dir);
-    assert!(ran.contains(&r#"write {"key":"x"}"#.to_owned()), "{ran:?}");
-    // Each change stops the replay inside the journal: a limit the first answer already passes,
-    // and a tool gone that a journaled call ran.
-    let changes = [
-        AGENT.replace("max_concurrency = 2", "max_concurrency = 2\nmax_turns = 1"),
-        AGENT.replace("name = \"write\"", "name = \"write_v2\""),
-    ];
-    for changed in &changes {
+    let tighter = AGENT.replace("max_concurrency = 2", "max_concurrency = 2\nmax_turns = 1");
+    let renamed = AGENT.replace("name = \"write\"", "name = \"write_v2\"");
+    // A run of one write, killed once the write started: its start is the journal's last step.
+    let one_write = json!([
+        {"tool_calls": [call("w1", "write", "solo")]},
+        {"text": "Written."}
+    ])
+    .to_string();
+    // Killed inside the first batch, its write done: a limit the first answer already passes,
+    // or a tool gone that a journaled call ran, stops the replay inside the journal; in the run
+    // of one write, at its last step.
+    for (fault, changed, script) in [
+        ("after-step:6", &tighter, None),
+        ("after-step:6", &renamed, None),
+        ("after-step:1", &renamed, Some(&one_write)),
+    ] {
+        let what = format!("{fault}, {changed}");
+        let dir = crash_dir("");
+        if let Some(script) = script {
+            dir.write("script.json", script);
+        }
+        let journal = dir.path("runs.db");
+        let j = journal.to_str().unwrap();
+        assert!(run_and_kill(&dir, &journal, fault), "{what}");
+        let before = run_ids(&dir, &journal);
+        let id = before[0]["run_id"].as_str().unwrap().to_owned();
+        let ran = side_log(&dir);
         dir.write("agent.toml", changed);
         let out = cli(&dir, &["resume", &id, "--journal", j, "--json", "--force"]);
-        exited(&out, 9, changed);
+        exited(&out, 9, &what);
         let error = &json_of(&out)["error"];
-        assert_eq!(error["code"], "journal.not_resumable", "{error}");
+        assert_eq!(error["code"], "journal.not_resumable", "{what}: {error}");
         assert!(
             error["message"]
                 .as_str()
                 .unwrap()
                 .contains("does not replay with the agent as it is now"),
-            "{error}"
+            "{what}: {error}"
         );
-        // Nothing written, nothing run: the run is still there to go on.
-        assert_eq!(run_ids(&dir, &journal), before, "{changed}");
-        assert_eq!(side_log(&dir), ran, "{changed}");
+        // Nothing written, nothing run: the run is still there to go on with the agent it
+        // started with.
+        assert_eq!(run_ids(&dir, &journal), before, "{what}");
+        assert_eq!(side_log(&dir), ran, "{what}");
+        dir.write("agent.toml", AGENT);
+        if script.is_none() {
+            resumes_as_if_never_stopped(&dir, &journal, &id, &what);
+            continue;
+        }
+        let out = resume_json(&dir, &journal, &id);
+        exited(&out, 0, &what);
+        let resumed = json_of(&out);
+        assert_eq!(resumed["output"], "Written.", "{what}");
+        assert!(
+            side_log(&dir).len() <= 1,
+            "{what}: the write ran at most once"
+        );
     }
-    // With the agent it started with, it goes on as if never interrupted.
-    dir.write("agent.toml", AGENT);
-    resumes_as_if_never_stopped(&dir, &journal, &id, "after the refused resumes");
 }
 
 /// Resumes run `id` of the crash agent, and checks it ends as an uninterrupted run does.

@@ -372,9 +372,10 @@ impl Agent {
     ///
     /// Refused when the run is over, when a suspended run has unanswered approvals, and, unless
     /// `force`, when the agent's [`Agent::definition`] changed since the run started (the error
-    /// lists what changed); with `force`, when the changed agent stops the replay before the
-    /// journal's last step ([`JournalError::NotResumable`]), as a tool gone that a journaled
-    /// call ran, or a limit the journaled steps pass, would: nothing is written then.
+    /// lists what changed); with `force`, when the changed agent cannot replay the journal (the
+    /// machine stops before its last step, or fails on it: [`JournalError::NotResumable`]), as
+    /// a tool gone that a journaled call ran, or a limit the journaled steps pass, would:
+    /// nothing is written then.
     ///
     /// Not an `async fn`: that kept `run` and `options` (784 bytes) beside the resumed run's own
     /// future, which holds them too, for the whole run.
@@ -543,31 +544,27 @@ impl Agent {
         let seq = steps.len() as u64;
         for (n, step) in (0u64..).zip(steps) {
             // A journal the machine stops short of (an agent changed under `force`: a tool gone,
-            // a tighter limit) would have the steps after it dropped, calls that ran among them
-            // then reported as never run, and the run closed for good: it is refused, and left
-            // as it was for the agent it started with.
+            // a tighter limit) is refused ([`does_not_replay`]).
             if machine.is_done() {
-                return Err(JournalError::NotResumable {
-                    run_id: machine.run_id().to_string(),
-                    reason: format!(
-                        "its journal does not replay with the agent as it is now: the run \
-                         stops before step {n} of {seq} ({}); resume it with the agent it \
-                         started with",
-                        machine.error().map_or_else(
-                            || machine
-                                .stop_reason()
-                                .map(ToString::to_string)
-                                .unwrap_or_default(),
-                            ToString::to_string
-                        )
-                    ),
-                });
+                return Err(does_not_replay(
+                    &machine,
+                    format!("before step {n} of {seq}"),
+                ));
             }
             at = step.at;
             if let Some(log) = &mut log {
                 log.steps.push(step.clone());
             }
             machine.feed(step);
+        }
+        // The last step may be the one the changed agent cannot take: the machine fails on it
+        // (a call it never asked for, say), where a journal that fits never makes it fail so.
+        if machine.is_done() && matches!(machine.error(), Some(RunError::Other { .. })) {
+            let last = seq.saturating_sub(1);
+            return Err(does_not_replay(
+                &machine,
+                format!("at step {last}, its last"),
+            ));
         }
         // What happened before this process was told then: its events are not sent again.
         machine.drain_events().for_each(drop);
@@ -723,6 +720,29 @@ struct GoOn {
 
 /// The step log a run keeps when its caller asked for one (or, in the crate's tests, to check
 /// its replay): how it started, and then each step.
+/// The refusal of a journal that a changed agent (resumed with `force`) stops replaying `at` a
+/// step: going on would drop the steps after it, calls that ran among them then reported as
+/// never run, and close the run for good; refused, it is left as it was for the agent it
+/// started with.
+fn does_not_replay(machine: &RunMachine, at: String) -> JournalError {
+    let why = machine.error().map_or_else(
+        || {
+            machine
+                .stop_reason()
+                .map(ToString::to_string)
+                .unwrap_or_default()
+        },
+        ToString::to_string,
+    );
+    JournalError::NotResumable {
+        run_id: machine.run_id().to_string(),
+        reason: format!(
+            "its journal does not replay with the agent as it is now: the run stops {at} \
+             ({why}); resume it with the agent it started with"
+        ),
+    }
+}
+
 fn run_log(
     options: &RunOptions,
     run_id: &str,
