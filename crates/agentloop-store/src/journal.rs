@@ -735,7 +735,8 @@ impl SqliteJournal {
                 steps,
                 damage: Some(damage),
             }) => {
-                let stored = self.writer.stored(&logged_run)?;
+                // Only to number the first lost step: a file that cannot say counts none.
+                let stored = self.writer.stored(&logged_run).unwrap_or(0);
                 return Err(JournalError::Damaged {
                     step: Some(log::count(stored, &steps)),
                     run_id: logged_run,
