@@ -445,6 +445,13 @@ pub(crate) fn open_kind(
             }
         }
         wal_mode(&conn).map_err(io)?;
+        // The switch alone makes no `-wal` and `-shm`; a read does. They exist from the start,
+        // as when the tables were made in WAL mode: the processes a run's tools start see what
+        // exists then read-only, and could otherwise write a `-wal` the next open replays.
+        conn.query_row("SELECT count(*) FROM sqlite_master", [], |r| {
+            r.get::<_, i64>(0)
+        })
+        .map_err(io)?;
         crate::pin_rollback_journal(path)
             .map_err(|e| io(format!("cannot create {shown}-journal: {e}")))?;
         return Ok(conn);
