@@ -549,6 +549,25 @@ const LAUNCHERS: &[&str] = &[
     "numactl",
     "catchsegv",
     "caffeinate",
+    "toybox",
+    "valgrind",
+    "torsocks",
+    "torify",
+    "proxychains",
+    "proxychains4",
+    "tsocks",
+    "eatmydata",
+    "nocache",
+    "chronic",
+    "ifne",
+    "rlwrap",
+    "xvfb-run",
+    "dbus-run-session",
+    "prlimit",
+    "cpulimit",
+    "sem",
+    "sg",
+    "newgrp",
 ];
 
 /// Launchers that take words of their own before the program they run, and how many: `chroot
@@ -559,6 +578,7 @@ const LAUNCHER_POSITIONALS: &[(&str, usize)] = &[
     ("taskset", 1),
     ("chrt", 1),
     ("su", 1),
+    ("sg", 1),
 ];
 
 /// The tests of `find` after which come a program and its arguments.
@@ -1619,6 +1639,17 @@ mod tests {
                 "strace -f -o log rm x",
                 "unshare -r rm x",
                 "setpriv --reuid 0 rm x",
+                "toybox rm x",
+                "valgrind --tool=none rm x",
+                "torsocks rm x",
+                "proxychains4 -q rm x",
+                "eatmydata rm x",
+                "chronic rm x",
+                "xvfb-run -a rm x",
+                "prlimit --nofile=64 rm x",
+                "cpulimit -l 50 rm x",
+                "sg wheel -c 'rm -rf .'",
+                "sg wheel rm x",
                 // A backslash before a line break joins the lines.
                 "r\\\nm -rf .",
                 "git pu\\\nsh origin",
