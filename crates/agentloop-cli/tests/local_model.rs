@@ -29,19 +29,44 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-/// One real server at a time: each uses every core it is given.
-static SERIAL: Mutex<()> = Mutex::new(());
+/// As many real servers at once as the machine has cores: each is started with one thread
+/// (`-t 1`), so that a test's answers are what they are on any machine (llama.cpp's sums come out
+/// differently with another thread count, and greedy decoding then picks other words), and the
+/// cores are used by servers side by side rather than by one server's spinning threads.
+static SERVERS: Mutex<usize> = Mutex::new(0);
+static SERVER_FREED: Condvar = Condvar::new();
 
-fn serial() -> MutexGuard<'static, ()> {
-    SERIAL
+/// A place among the servers that may run at once, given back when dropped.
+struct ServerTurn;
+
+fn serial() -> ServerTurn {
+    let cores = thread::available_parallelism().map_or(1, usize::from);
+    let mut running = SERVERS
         .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    while *running >= cores {
+        running = SERVER_FREED
+            .wait(running)
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+    }
+    *running += 1;
+    ServerTurn
+}
+
+impl Drop for ServerTurn {
+    fn drop(&mut self) {
+        let mut running = SERVERS
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        *running = running.saturating_sub(1);
+        SERVER_FREED.notify_one();
+    }
 }
 
 fn repo_root() -> PathBuf {
