@@ -11,8 +11,10 @@ VENV=$CACHE/python-venv
 install_pinned() { pinned_venv "$VENV" "$here/requirements.txt" "$here/constraints.txt"; }
 once "$VENV/.installed" "$CACHE/python-venv.lock" install_pinned "$here/requirements.txt" "$here/constraints.txt"
 wheels=$(mktemp -d)
+# A debug wheel: the tests check behaviour, not speed (bench/run.sh builds its own in release), and
+# after a change to the workspace's crates their release build was most of this step's time.
 trap 'rm -rf "$wheels"' EXIT
-(cd "$here" && "$VENV/bin/maturin" build --release --quiet --out "$wheels" >&2)
+(cd "$here" && "$VENV/bin/maturin" build --quiet --out "$wheels" >&2)
 "$VENV/bin/pip" install --quiet --disable-pip-version-check --force-reinstall --no-deps "$wheels"/agentloop-*.whl
 (cd "$here" && "$VENV/bin/mypy")
 (cd "$here" && "$VENV/bin/pytest" -q "$@")
