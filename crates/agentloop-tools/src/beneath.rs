@@ -180,15 +180,44 @@ pub(crate) fn open_folder(root: &Path, path: &Path) -> io::Result<OwnedFd> {
     }
 }
 
-/// The entries of an open folder, in name order, `.` and `..` left out: each name with its type,
-/// a link being a link (never followed).
-pub(crate) fn entries(dir: &OwnedFd) -> io::Result<Vec<(OsString, FileType)>> {
-    let mut out = Vec::new();
-    for entry in rustix::fs::Dir::read_from(dir)? {
+/// The most entries of folders a listing or a walk reads and holds at once by default: a folder
+/// of millions of entries (or one a process keeps filling while it is read) would otherwise
+/// cost memory and time without bound, the whole folder read before a word of the answer.
+pub(crate) const MAX_ENTRIES_READ: usize = 50_000;
+
+/// How many entries are read between two asks whether the call is still wanted.
+const ENTRIES_BETWEEN_ASKS: usize = 1024;
+
+/// What was read of a folder: at most the number asked for, in name order.
+pub(crate) struct Entries {
+    /// The names read, each with its type.
+    pub(crate) names: Vec<(OsString, FileType)>,
+    /// True when the folder held more than were read: the names are those the file system gave
+    /// first, not the first by name.
+    pub(crate) cut: bool,
+}
+
+/// The entries of an open folder, `.` and `..` left out, at most `most` of them, in name order:
+/// each name with its type, a link being a link (never followed). Read as a stream, asking
+/// `stop` every so often: an `Interrupted` error when it says the call is no longer wanted.
+pub(crate) fn entries(dir: &OwnedFd, most: usize, stop: &dyn Fn() -> bool) -> io::Result<Entries> {
+    let mut names = Vec::new();
+    let mut cut = false;
+    for (seen, entry) in rustix::fs::Dir::read_from(dir)?.enumerate() {
+        if seen % ENTRIES_BETWEEN_ASKS == ENTRIES_BETWEEN_ASKS - 1 && stop() {
+            return Err(io::Error::new(
+                io::ErrorKind::Interrupted,
+                "the call was cancelled while the folder was read",
+            ));
+        }
         let entry = entry?;
         let name = OsStr::from_bytes(entry.file_name().to_bytes());
         if name == "." || name == ".." {
             continue;
+        }
+        if names.len() == most {
+            cut = true;
+            break;
         }
         let kind = match entry.file_type() {
             // Some file systems do not say: asked of the entry itself.
@@ -196,10 +225,10 @@ pub(crate) fn entries(dir: &OwnedFd) -> io::Result<Vec<(OsString, FileType)>> {
                 .map_or(FileType::Unknown, |st| FileType::from_raw_mode(st.st_mode)),
             kind => kind,
         };
-        out.push((name.to_owned(), kind));
+        names.push((name.to_owned(), kind));
     }
-    out.sort_by(|a, b| a.0.cmp(&b.0));
-    Ok(out)
+    names.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(Entries { names, cut })
 }
 
 /// The size of the entry `name` of an open folder, a link's own (never followed).
@@ -226,35 +255,59 @@ pub(crate) const MAX_WALK_DEPTH: usize = 64;
 /// The entries under a folder, depth first in name order, folders named `.git` skipped: each
 /// folder is opened from the one above it without following a link, so a folder swapped for a
 /// link while the walk goes on is not entered (nor anything outside the root reached by it).
-/// Folders more than [`MAX_WALK_DEPTH`] levels down are not entered.
+/// Folders more than [`MAX_WALK_DEPTH`] levels down are not entered. The folders being walked
+/// hold at most the walk's bound of entries read between them (a folder entered gets what the
+/// ones above it left), so that neither a huge folder nor a deep tree of large ones costs
+/// memory without bound: a folder of more is walked in part, and counted ([`Walk::counting_cut`]).
 pub(crate) struct Walk<'a> {
     levels: Vec<Level>,
+    /// The most entries the levels hold between them.
+    most: usize,
+    /// True when the folder walked held more entries than were read of it.
+    base_cut: bool,
     /// Entries left out: neither met nor, for a folder, entered.
     skip: Option<&'a dyn Fn(&Path) -> bool>,
     /// Counts the folders met but not entered for being too deep.
     too_deep: Option<&'a std::cell::Cell<usize>>,
+    /// Counts the folders walked in part for holding more entries than there was room for.
+    cut: Option<&'a std::cell::Cell<usize>>,
+    /// Asked between entries as a folder is read: true when the call is no longer wanted.
+    stop: &'a dyn Fn() -> bool,
 }
 
-/// A folder being walked: the open folder, its path, and its entries not yet met.
+/// A folder being walked: the open folder, its path, how many entries were read of it, and
+/// those not yet met.
 struct Level {
     dir: OwnedFd,
     path: PathBuf,
+    read: usize,
     rest: std::vec::IntoIter<(OsString, FileType)>,
 }
 
 impl<'a> Walk<'a> {
-    /// A walk of the folder `base` (under `root`), which is opened as [`open_folder`] opens it.
-    pub(crate) fn new(root: &Path, base: &Path) -> io::Result<Walk<'a>> {
+    /// A walk of the folder `base` (under `root`), which is opened as [`open_folder`] opens it,
+    /// holding at most `most` entries at once, and asking `stop` as it reads a folder.
+    pub(crate) fn new(
+        root: &Path,
+        base: &Path,
+        most: usize,
+        stop: &'a dyn Fn() -> bool,
+    ) -> io::Result<Walk<'a>> {
         let dir = open_folder(root, base)?;
-        let rest = entries(&dir)?.into_iter();
+        let read = entries(&dir, most, stop)?;
         Ok(Walk {
             levels: vec![Level {
                 dir,
                 path: base.to_path_buf(),
-                rest,
+                read: read.names.len(),
+                rest: read.names.into_iter(),
             }],
+            most,
+            base_cut: read.cut,
             skip: None,
             too_deep: None,
+            cut: None,
+            stop,
         })
     }
 
@@ -262,6 +315,17 @@ impl<'a> Walk<'a> {
     /// [`MAX_WALK_DEPTH`] levels down, so that its caller can say the answer is not whole.
     pub(crate) fn counting_too_deep(mut self, too_deep: &'a std::cell::Cell<usize>) -> Self {
         self.too_deep = Some(too_deep);
+        self
+    }
+
+    /// The same walk, counting in `cut` each folder it walks in part for holding more entries
+    /// than its bound left room for (the folder walked included), so that its caller can say
+    /// the answer is not whole.
+    pub(crate) fn counting_cut(mut self, cut: &'a std::cell::Cell<usize>) -> Self {
+        if self.base_cut {
+            cut.set(cut.get() + 1);
+        }
+        self.cut = Some(cut);
         self
     }
 
@@ -296,14 +360,26 @@ impl Iterator for Walk<'_> {
                     count.set(count.get() + 1);
                 }
             } else if kind == FileType::Directory {
-                // A folder that cannot be opened (gone, swapped for a link, no permission) is
-                // met but not entered.
-                let below = open_dir(&level.dir, &name).and_then(|dir| Ok((entries(&dir)?, dir)));
-                if let Ok((rest, dir)) = below {
+                let held: usize = self.levels.iter().map(|l| l.read).sum();
+                let room = self.most.saturating_sub(held);
+                // A folder that cannot be opened (gone, swapped for a link, no permission) or
+                // whose reading was stopped is met but not entered.
+                let Some(level) = self.levels.last() else {
+                    continue;
+                };
+                let below = open_dir(&level.dir, &name)
+                    .and_then(|dir| Ok((entries(&dir, room, self.stop)?, dir)));
+                if let Ok((read, dir)) = below {
+                    if read.cut
+                        && let Some(count) = self.cut
+                    {
+                        count.set(count.get() + 1);
+                    }
                     self.levels.push(Level {
                         dir,
                         path: path.clone(),
-                        rest: rest.into_iter(),
+                        read: read.names.len(),
+                        rest: read.names.into_iter(),
                     });
                 }
             }
@@ -380,7 +456,7 @@ mod tests {
         let too_deep = std::cell::Cell::new(0);
         let mut most = 0;
         let mut met = 0;
-        for _ in Walk::new(ws.root(), ws.root())
+        for _ in Walk::new(ws.root(), ws.root(), MAX_ENTRIES_READ, &|| false)
             .unwrap()
             .counting_too_deep(&too_deep)
         {

@@ -160,6 +160,7 @@ impl Builtin {
             workspace,
             max_bytes: options.max_bytes.unwrap_or(DEFAULT_MAX_READ_BYTES),
             max_results: options.max_results.unwrap_or(DEFAULT_MAX_RESULTS),
+            max_entries_read: crate::beneath::MAX_ENTRIES_READ,
             withheld: None,
         };
         let make = match self {

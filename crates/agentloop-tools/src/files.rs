@@ -40,6 +40,9 @@ pub(crate) struct FileLimits {
     pub(crate) workspace: Workspace,
     pub(crate) max_bytes: usize,
     pub(crate) max_results: usize,
+    /// The most entries of folders `list_dir` reads, and a walk holds at once
+    /// ([`crate::beneath::MAX_ENTRIES_READ`]).
+    pub(crate) max_entries_read: usize,
     /// The tool's path rules that `list_dir`, `glob` and `grep` leave out what they match by,
     /// and that every file tool judges the path it is given by again when it runs
     /// ([`refused_now`], [`refused_base_now`]), compiled once when the tool is made ([`file_tool`]).
@@ -780,8 +783,13 @@ fn list_dir_body(
     let dir = crate::beneath::open_folder(limits.workspace.root(), &path)
         .map_err(|e| io_error(&shown, &e))?;
     let withheld = Withheld::new(limits.withheld.as_deref(), &limits.workspace);
-    let entries: Vec<(String, String)> = crate::beneath::entries(&dir)
-        .map_err(|e| io_error(&shown, &e))?
+    // Read as a stream up to the bound, asking between entries whether the call is still
+    // wanted: a folder of millions of entries, or one a process keeps filling, is not read
+    // whole before the answer.
+    let read = crate::beneath::entries(&dir, limits.max_entries_read, &|| call.check().is_err())
+        .map_err(|e| call.check().err().unwrap_or_else(|| io_error(&shown, &e)))?;
+    let entries: Vec<(String, String)> = read
+        .names
         .into_iter()
         .filter(|(name, _)| !withheld.skips(&path.join(name)))
         .map(|(name, kind)| {
@@ -798,8 +806,21 @@ fn list_dir_body(
         })
         .collect();
     let total = entries.len();
+    let cut = read.cut.then(|| {
+        format!(
+            "[{shown} holds more than {} entries: only that many were read, as the file system \
+             gave them, so this list is not whole and not the first by name: list a folder \
+             below it, or find files with glob]",
+            limits.max_entries_read
+        )
+    });
     if total == 0 {
-        let text = match withheld.note() {
+        let text = match withheld
+            .note()
+            .into_iter()
+            .chain(cut)
+            .reduce(|a, b| a + "\n" + &b)
+        {
             Some(note) => format!("(nothing in {shown} to show)\n{note}"),
             None => format!("({shown} is empty)"),
         };
@@ -811,11 +832,13 @@ fn list_dir_body(
         .map(|(_, line)| line)
         .collect();
     if total > limits.max_results {
+        let in_all = if cut.is_some() { "read" } else { "in all" };
         out.push(format!(
-            "[{} more entries not shown: {total} in all]",
+            "[{} more entries not shown: {total} {in_all}]",
             total - limits.max_results
         ));
     }
+    out.extend(cut);
     out.extend(withheld.note());
     Ok(ToolOutput::text(out.join("\n")))
 }
@@ -858,26 +881,40 @@ fn compile_glob(pattern: &str) -> Result<globset::GlobMatcher, ToolError> {
         })
 }
 
+/// What a walk says when its answer is not whole: the folders it did not enter for their depth,
+/// and those it walked in part for their size.
+#[derive(Default)]
+struct Unwalked {
+    too_deep: std::cell::Cell<usize>,
+    cut: std::cell::Cell<usize>,
+}
+
 /// The entries under `base` (a folder the workspace resolved), links not followed, `.git` folders
 /// and the entries `skip` is true for left out, in name order; every folder opened from the root
-/// down, links refused; the folders too deep to enter counted in `too_deep`
-/// ([`too_deep_note`]).
+/// down, links refused; the folders too deep to enter, or walked in part, counted in `unwalked`
+/// ([`unwalked_notes`]); stopped when the call is no longer `wanted`.
 fn walk<'a>(
     limits: &FileLimits,
     base: &Path,
     shown: &str,
     skip: &'a dyn Fn(&Path) -> bool,
-    too_deep: &'a std::cell::Cell<usize>,
+    unwalked: &'a Unwalked,
+    stop: &'a dyn Fn() -> bool,
 ) -> Result<crate::beneath::Walk<'a>, ToolError> {
-    crate::beneath::Walk::new(limits.workspace.root(), base)
-        .map(|w| w.skipping(skip).counting_too_deep(too_deep))
+    crate::beneath::Walk::new(limits.workspace.root(), base, limits.max_entries_read, stop)
+        .map(|w| {
+            w.skipping(skip)
+                .counting_too_deep(&unwalked.too_deep)
+                .counting_cut(&unwalked.cut)
+        })
         .map_err(|e| io_error(shown, &e))
 }
 
-/// The note that ends a walk's answer when it left folders unentered for their depth.
-fn too_deep_note(too_deep: &std::cell::Cell<usize>) -> Option<String> {
+/// The notes that end a walk's answer when it left folders unentered for their depth, or
+/// walked some in part for their size.
+fn unwalked_notes(unwalked: &Unwalked, most: usize) -> Vec<String> {
     let depth = crate::beneath::MAX_WALK_DEPTH;
-    match too_deep.get() {
+    let deep = match unwalked.too_deep.get() {
         0 => None,
         1 => Some(format!(
             "[1 folder more than {depth} levels down was not entered: search from a deeper path]"
@@ -885,7 +922,17 @@ fn too_deep_note(too_deep: &std::cell::Cell<usize>) -> Option<String> {
         n => Some(format!(
             "[{n} folders more than {depth} levels down were not entered: search from a deeper path]"
         )),
-    }
+    };
+    let cut = match unwalked.cut.get() {
+        0 => None,
+        n => Some(format!(
+            "[{n} folder{} held more entries than the {most} a search holds at once: only part \
+             of {} was searched, so the answer is not whole: search from a narrower path]",
+            if n == 1 { "" } else { "s" },
+            if n == 1 { "it" } else { "each" },
+        )),
+    };
+    deep.into_iter().chain(cut).collect()
 }
 
 fn glob_body(
@@ -906,10 +953,11 @@ fn glob_body(
     }
     let withheld = Withheld::new(limits.withheld.as_deref(), &limits.workspace);
     let skip = |path: &Path| withheld.skips(path);
-    let too_deep = std::cell::Cell::new(0);
+    let unwalked = Unwalked::default();
+    let stop = || wanted.check().is_err();
     let mut found = Vec::new();
     let mut more = 0usize;
-    for entry in walk(limits, &base, &shown_base, &skip, &too_deep)? {
+    for entry in walk(limits, &base, &shown_base, &skip, &unwalked, &stop)? {
         wanted.check()?;
         if entry.kind == rustix::fs::FileType::Directory {
             continue;
@@ -936,7 +984,8 @@ fn glob_body(
             "\n[{more} more matches not shown: narrow the pattern]"
         );
     }
-    for note in too_deep_note(&too_deep).into_iter().chain(withheld.note()) {
+    let notes = unwalked_notes(&unwalked, limits.max_entries_read);
+    for note in notes.into_iter().chain(withheld.note()) {
         let _ = write!(text, "\n{note}");
     }
     Ok(ToolOutput::text(text))
@@ -1002,7 +1051,8 @@ fn grep_body(
     let mut stopped = None;
     let withheld = Withheld::new(limits.withheld.as_deref(), &limits.workspace);
     let skip = |path: &Path| withheld.skips(path);
-    let too_deep = std::cell::Cell::new(0);
+    let unwalked = Unwalked::default();
+    let stop = || wanted.check().is_err();
     // A single file was judged with the call itself (by the gate, and again above): only a
     // walk leaves out.
     let files: Box<dyn Iterator<Item = PathBuf> + '_> = if base.is_dir() {
@@ -1012,7 +1062,8 @@ fn grep_body(
                 &base,
                 &limits.workspace.display(&base),
                 &skip,
-                &too_deep,
+                &unwalked,
+                &stop,
             )?
             .filter(|e| e.kind == rustix::fs::FileType::RegularFile)
             .map(|e| e.path),
@@ -1075,7 +1126,8 @@ fn grep_body(
         out.push_str(&note);
         out.push('\n');
     }
-    for note in too_deep_note(&too_deep).into_iter().chain(withheld.note()) {
+    let notes = unwalked_notes(&unwalked, limits.max_entries_read);
+    for note in notes.into_iter().chain(withheld.note()) {
         out.push_str(&note);
         out.push('\n');
     }
@@ -1117,6 +1169,7 @@ mod tests {
                 workspace: Workspace::new(dir.path().join("root")).unwrap(),
                 max_bytes: DEFAULT_MAX_READ_BYTES,
                 max_results: DEFAULT_MAX_RESULTS,
+                max_entries_read: crate::beneath::MAX_ENTRIES_READ,
                 withheld: None,
             };
             Fixture { dir, limits }
@@ -1606,6 +1659,73 @@ mod tests {
         let listed = f.call(list_dir, json!({})).await.unwrap();
         assert!(
             listed.ends_with("[2 more entries not shown: 3 in all]"),
+            "{listed}"
+        );
+    }
+
+    /// A folder `big` of `n` empty files, `f00000` on.
+    fn big_folder(f: &Fixture, n: usize) -> PathBuf {
+        let big = f.root().join("big");
+        std::fs::create_dir_all(&big).unwrap();
+        for i in 0..n {
+            std::fs::File::create(big.join(format!("f{i:05}"))).unwrap();
+        }
+        big
+    }
+
+    #[tokio::test]
+    async fn a_folder_of_more_entries_than_the_bound_is_read_in_part_and_says_so() {
+        let mut f = Fixture::new();
+        big_folder(&f, 250);
+        f.limits.max_entries_read = 100;
+        f.limits.max_results = 10;
+        let listed = f.call(list_dir, json!({"path": "big"})).await.unwrap();
+        let lines: Vec<&str> = listed.lines().collect();
+        assert_eq!(lines.len(), 12, "{listed}");
+        assert_eq!(
+            lines[10], "[90 more entries not shown: 100 read]",
+            "{listed}"
+        );
+        assert!(
+            lines[11].starts_with("[big holds more than 100 entries: only that many were read"),
+            "{listed}"
+        );
+        // A walk holds no more either: a search finds what it read, and says it is not whole.
+        f.limits.max_results = 1000;
+        let found = f.call(glob, json!({"pattern": "**/f*"})).await.unwrap();
+        let (files, notes): (Vec<&str>, Vec<&str>) =
+            found.lines().partition(|l| !l.starts_with('['));
+        assert!(files.len() < 100, "{} files found", files.len());
+        assert_eq!(notes.len(), 1, "{found}");
+        assert!(
+            notes[0].starts_with("[1 folder held more entries than the 100 a search holds"),
+            "{found}"
+        );
+        let hits = f.call(grep, json!({"pattern": "x"})).await.unwrap();
+        assert!(hits.contains("[1 folder held more entries"), "{hits}");
+        // Within the bound, nothing is said.
+        (f.limits.max_entries_read, f.limits.max_results) = (1000, 10);
+        let listed = f.call(list_dir, json!({"path": "big"})).await.unwrap();
+        assert!(
+            listed.ends_with("[240 more entries not shown: 250 in all]"),
+            "{listed}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_listing_of_a_large_folder_stops_when_its_call_is_cancelled() {
+        let f = Fixture::new();
+        big_folder(&f, 3000);
+        let ctx = ToolContext::detached("c", "t");
+        ctx.cancel.cancel();
+        let e = list_dir("t", &f.limits)
+            .call(json!({"path": "big"}), ctx)
+            .await
+            .unwrap_err();
+        assert_eq!(code(&e), "cancelled", "{e}");
+        let listed = f.call(list_dir, json!({"path": "big"})).await.unwrap();
+        assert!(
+            listed.ends_with("[2800 more entries not shown: 3000 in all]"),
             "{listed}"
         );
     }
