@@ -1663,6 +1663,42 @@ mod tests {
         );
     }
 
+    #[tokio::test]
+    async fn a_write_to_a_hard_link_of_a_file_outside_the_root_leaves_that_file_as_it_was() {
+        // `notes.txt` in the root and `outside/secret.txt` are one file by two names (as `ln`
+        // makes). A write replaces the name in the root with a new file (rename), so the other
+        // name keeps the old one: writing through it would change a file outside the root.
+        let f = Fixture::new();
+        let outside = f.outside().join("secret.txt");
+        std::fs::hard_link(&outside, f.root().join("notes.txt")).unwrap();
+        f.call(
+            write_file,
+            json!({"path": "notes.txt", "content": "overwritten\n"}),
+        )
+        .await
+        .unwrap();
+        assert_eq!(std::fs::read_to_string(&outside).unwrap(), "top secret\n");
+        assert_eq!(
+            std::fs::read_to_string(f.root().join("notes.txt")).unwrap(),
+            "overwritten\n"
+        );
+        std::fs::remove_file(f.root().join("notes.txt")).unwrap();
+        std::fs::hard_link(&outside, f.root().join("notes.txt")).unwrap();
+        f.call(
+            edit_file,
+            json!({"path": "notes.txt", "old_string": "top", "new_string": "no"}),
+        )
+        .await
+        .unwrap();
+        assert_eq!(std::fs::read_to_string(&outside).unwrap(), "top secret\n");
+        assert_eq!(
+            std::fs::read_to_string(f.root().join("notes.txt")).unwrap(),
+            "no secret\n"
+        );
+        use std::os::unix::fs::MetadataExt as _;
+        assert_eq!(std::fs::metadata(&outside).unwrap().nlink(), 1);
+    }
+
     /// A folder `big` of `n` empty files, `f00000` on.
     fn big_folder(f: &Fixture, n: usize) -> PathBuf {
         let big = f.root().join("big");
