@@ -492,11 +492,14 @@ fn tree_files(file: &AgentFile) -> Vec<&AgentFile> {
 /// Refuses an agent file of the tree that is reached through a symbolic link (the file itself,
 /// or a folder on its path) lying in a folder a process of the tree may write
 /// (`roots`: [`AgentFile::process_roots`] for a run, [`AgentFile::server_roots`] for a dry run,
-/// which starts no tool). What protects the agent's own files from its processes holds
-/// the file the link leads to, read-only, not the link: a process could put another link, or a
-/// file of its own, in the link's place, and the next run would load an agent the model wrote.
-/// A root of `/` (the sandbox `off`) is passed over: such a process writes the agent's files
-/// themselves, and a link adds nothing to what it can do.
+/// which starts no tool), and likewise a file an agent file names that agentloop reads or a
+/// command runs ([`AgentFile::named_files`]: instructions, a model's script, a command's
+/// script). What protects the agent's own files from its processes holds the file the link
+/// leads to, read-only, not the link: a process could put another link, or a file of its own,
+/// in the link's place, and the next run would load an agent (or instructions) the model wrote,
+/// or the next call run its program under the command's sandbox. A root of `/` (the sandbox
+/// `off`) is passed over: such a process writes the agent's files themselves, and a link adds
+/// nothing to what it can do.
 pub fn refuse_swappable_agent_files(
     file: &AgentFile,
     roots: fn(&AgentFile) -> Vec<PathBuf>,
@@ -514,9 +517,12 @@ pub fn refuse_swappable_agent_files(
     // path, so the path its `[[handoffs]]` entry gives is the one a link may be on.
     let named = files.iter().flat_map(|f| {
         let handoffs = f.spec.handoffs.iter().flatten();
-        std::iter::once(f.path.clone()).chain(handoffs.map(|h| f.resolve(h.agent.get_ref())))
+        std::iter::once(f.path.clone())
+            .chain(handoffs.map(|h| f.resolve(h.agent.get_ref())))
+            .map(|p| (p, "agent file"))
+            .chain(f.named_files())
     });
-    for path in named {
+    for (path, kind) in named {
         let Some((link, root)) = link_on_the_way(&path, &roots) else {
             continue;
         };
@@ -528,7 +534,7 @@ pub fn refuse_swappable_agent_files(
         };
         return Err(CliError::Setup {
             message: format!(
-                "the agent file {} is reached through the symbolic link {}, which lies in {}, a \
+                "the {kind} {} is reached through the symbolic link {}, which lies in {}, a \
                  folder the agent's processes may write: one could put another file in its place \
                  for the next run. {instead} ({}) instead, or keep the link outside the folders \
                  the agent's processes write",

@@ -962,3 +962,58 @@ async fn a_subagent_s_or_hand_off_s_file_reached_through_such_a_link_is_refused(
         assert!(!dir.path("scratch/ran").exists(), "a tool ran");
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn instructions_or_a_script_reached_through_a_link_its_processes_could_replace_are_refused() {
+    // A command tool writes its root, the agent's folder `real/` (its own files there are bound
+    // read-only in its view). A link there to the agent's instructions or to a command's script
+    // is not kept from it (the bind holds the file it leads to, in `links/`): it could put a
+    // file of its own in the link's place, which the next run would read as its instructions,
+    // or the next call run as the command. So nothing starts; named by the file it leads to,
+    // the agent runs.
+    let dir = AgentDir::new("");
+    for folder in ["real", "links"] {
+        std::fs::create_dir_all(dir.path(folder)).unwrap();
+    }
+    dir.write("links/prompt.md", "Be brief.");
+    dir.write("links/count.sh", "echo 3\n");
+    dir.write("real/script.json", "[{\"text\": \"done\"}]");
+    std::os::unix::fs::symlink("../links/prompt.md", dir.path("real/prompt.md")).unwrap();
+    std::os::unix::fs::symlink("../links/count.sh", dir.path("real/count.sh")).unwrap();
+    let real = dir.path("real/agent.toml");
+    let real = real.to_str().unwrap();
+    let agent = |instructions: &str, script: &str| {
+        format!(
+            "name = \"linked\"\ninstructions_file = \"{instructions}\"\n[model]\n\
+             provider = \"scripted\"\nscript = \"script.json\"\n[[tools]]\nname = \"count\"\n\
+             description = \"counts\"\ncommand = [\"sh\", \"{script}\"]\n"
+        )
+    };
+    for (text, kind, named) in [
+        (
+            agent("prompt.md", "../links/count.sh"),
+            "instructions file",
+            "real/prompt.md",
+        ),
+        (
+            agent("../links/prompt.md", "count.sh"),
+            "script",
+            "real/count.sh",
+        ),
+    ] {
+        dir.write("real/agent.toml", &text);
+        let (code, v) = exit_and_json(&["run", real, "--input", "go"]).await;
+        assert_eq!(code, Some(3), "{text}: {v}");
+        assert_eq!(v["error"]["code"], "agent.setup", "{v}");
+        let message = v["error"]["message"].as_str().unwrap();
+        assert!(message.contains(&format!("the {kind} ")), "{message}");
+        assert!(message.contains(named), "{message}");
+        assert!(message.contains("Name the file it leads to"), "{message}");
+    }
+    dir.write(
+        "real/agent.toml",
+        &agent("../links/prompt.md", "../links/count.sh"),
+    );
+    let (code, v) = exit_and_json(&["run", real, "--input", "go"]).await;
+    assert_eq!(code, Some(0), "{v}");
+}

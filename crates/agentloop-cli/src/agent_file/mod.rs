@@ -189,6 +189,39 @@ impl AgentFile {
         out
     }
 
+    /// The files this file (not its tree) names that agentloop reads or its commands run, each
+    /// with what it is: its instructions file, its model's script, and the scripts its command
+    /// tools and stdio MCP servers name after their program (`python3 tools/count.py`). The
+    /// program itself is left out: a virtual environment's `bin/python` is a link by design, and
+    /// the folder it lies in is not kept from processes anyway (see
+    /// [`AgentFile::kept_from_processes`]).
+    pub fn named_files(&self) -> Vec<(PathBuf, &'static str)> {
+        let mut out: Vec<(PathBuf, &'static str)> = Vec::new();
+        let spec = &self.spec;
+        out.extend(
+            spec.instructions_file
+                .iter()
+                .map(|f| (self.resolve(f.get_ref()), "instructions file")),
+        );
+        out.extend(
+            self.model()
+                .script
+                .iter()
+                .map(|s| (self.resolve(s.get_ref()), "model script")),
+        );
+        for command in self.commands() {
+            out.extend(
+                command
+                    .iter()
+                    .skip(1)
+                    .map(|word| self.resolve(word))
+                    .filter(|p| p.is_file())
+                    .map(|p| (p, "script")),
+            );
+        }
+        out
+    }
+
     /// What the processes its tools start (command tools, stdio MCP servers, the shell) may not
     /// write where their root holds it, bound read-only in their view of the file system:
     /// [`AgentFile::protected`] but the folders of the programs its commands name. A process
