@@ -110,7 +110,10 @@ pub(crate) fn open_read(root: &Path, path: &Path) -> io::Result<std::fs::File> {
 
 /// Replaces `path` (under `root`) with `bytes` atomically: a new file beside it, synced, renamed
 /// over it (a link at its name is replaced, never followed), and the folder synced so that the
-/// rename lasts. An existing file keeps its permissions; missing folders are made.
+/// rename lasts. An existing file keeps its permissions but its set-user-ID and set-group-ID
+/// bits, which the new content does not inherit (the kernel clears them on any write to a file,
+/// so that a setuid program rewritten by someone else runs with no one's rights but theirs);
+/// missing folders are made.
 pub(crate) fn replace(root: &Path, path: &Path, bytes: &[u8]) -> io::Result<()> {
     static NEXT: AtomicU64 = AtomicU64::new(0);
     let parent = parent_of(root, path, true)?.ok_or_else(|| {
@@ -128,7 +131,7 @@ pub(crate) fn replace(root: &Path, path: &Path, bytes: &[u8]) -> io::Result<()> 
             if rustix::fs::FileType::from_raw_mode(st.st_mode)
                 == rustix::fs::FileType::RegularFile =>
         {
-            Some(Mode::from_raw_mode(st.st_mode & 0o7777))
+            Some(Mode::from_raw_mode(st.st_mode & 0o1777))
         }
         _ => None,
     };
@@ -474,6 +477,24 @@ mod tests {
             1,
             "the first folder below the cap is counted"
         );
+    }
+
+    #[test]
+    fn a_replaced_file_keeps_its_permissions_but_not_its_setuid_or_setgid_bits() {
+        // A write to a setuid program (which the model's content would then be, run with its
+        // owner's rights by whoever runs it) loses the bits, as the kernel clears them when any
+        // process writes to such a file; its other permissions stay.
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let ws = Workspace::new(dir.path()).unwrap();
+        let path = ws.resolve_for_write("tool").unwrap();
+        std::fs::write(&path, "#!/bin/sh\necho old\n").unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o6751)).unwrap();
+        let before = std::fs::metadata(&path).unwrap().permissions().mode() & 0o7777;
+        assert_eq!(before, 0o6751, "this system kept the bits on the original");
+        replace(ws.root(), &path, b"#!/bin/sh\necho new\n").unwrap();
+        let after = std::fs::metadata(&path).unwrap().permissions().mode() & 0o7777;
+        assert_eq!(after, 0o751, "{after:o}");
     }
 
     #[test]
