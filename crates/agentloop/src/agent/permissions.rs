@@ -112,16 +112,25 @@ impl ArgumentMatch {
                 let Some(path) = string_arg(args, field) else {
                     return false;
                 };
-                path_matches(compile_path_glob(glob).as_ref(), &path, permission, paths)
+                let compiled = compile_path_glob(glob, permission);
+                path_matches(compiled.as_ref(), &path, permission, paths)
             }
         }
     }
 }
 
-/// A path rule's glob, compiled; `None` when it cannot be. `Glob::compile_matcher` panics when
-/// the glob's regex is too large to compile (a glob of megabytes); a set returns the error.
-fn compile_path_glob(glob: &str) -> Option<globset::GlobSet> {
+/// A path rule's glob, compiled for a rule of `permission`; `None` when it cannot be.
+/// `Glob::compile_matcher` panics when the glob's regex is too large to compile (a glob of
+/// megabytes); a set returns the error.
+///
+/// A `deny` or `ask` glob ignores case: on a file system that does (macOS's by default, a
+/// Windows drive under WSL, a FAT or SMB mount) `SECRETS/key.pem` is the file `secrets/**`
+/// covers, and a path argument keeps the case it was given in (as does its resolution on Linux).
+/// Matching a name that differs only in case on a file system that tells them apart errs towards
+/// asking, as a deny or ask rule must. An `allow` glob keeps to the case it was written in.
+fn compile_path_glob(glob: &str, permission: Permission) -> Option<globset::GlobSet> {
     globset::GlobBuilder::new(glob)
+        .case_insensitive(permission != Permission::Allow)
         .literal_separator(true)
         .build()
         .ok()
@@ -967,7 +976,7 @@ impl PermissionStore {
             .filter(|r| r.permission != Permission::Allow && (r.tool == "*" || r.tool == tool))
             .filter_map(|r| match &r.arguments {
                 Some(ArgumentMatch::PathGlob { field: f, glob }) if f == field => {
-                    Some((r.permission, compile_path_glob(glob)))
+                    Some((r.permission, compile_path_glob(glob, r.permission)))
                 }
                 _ => None,
             })
@@ -2134,6 +2143,34 @@ mod tests {
         wild.resolve_paths("*", Arc::new(Linked(PathBuf::from("/agent"))));
         wild.configure(rule("other", glob("secrets/**"), Permission::Deny));
         assert_eq!(wild.decide("other", &path("link/key")), Permission::Deny);
+    }
+
+    #[test]
+    fn deny_and_ask_path_globs_ignore_case_and_allow_globs_do_not() {
+        // On a file system that ignores case (macOS's, a Windows drive under WSL, FAT, SMB),
+        // `SECRETS/key.pem` opens the file `secrets/**` covers.
+        let mut store = PermissionStore::new(Permission::Ask);
+        store.root("/agent");
+        store
+            .resolve_paths("read", Arc::new(Linked(PathBuf::from("/ws"))))
+            .configure(rule("read", glob("secrets/**"), Permission::Deny))
+            .configure(rule("read", glob("drafts/*.md"), Permission::Ask))
+            .configure(rule("read", glob("src/**"), Permission::Allow));
+        for p in ["SECRETS/key.pem", "Secrets/key.pem", "secrets/KEY.PEM"] {
+            assert_eq!(store.decide("read", &path(p)), Permission::Deny, "{p}");
+            assert_eq!(
+                store.path_rules("read", "path").judge(p),
+                Some(Permission::Deny),
+                "{p}"
+            );
+        }
+        assert_eq!(store.decide("read", &path("DRAFTS/a.MD")), Permission::Ask);
+        assert_eq!(
+            store.decide("read", &path("src/main.rs")),
+            Permission::Allow
+        );
+        // An allow admits only what it names, in its case: the rest is asked about.
+        assert_eq!(store.decide("read", &path("SRC/main.rs")), Permission::Ask);
     }
 
     #[test]
