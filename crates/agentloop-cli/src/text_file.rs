@@ -63,14 +63,32 @@ impl TextFileError {
 
 /// Reads the regular file at `path` (links followed) as UTF-8 text of at most `max` bytes.
 ///
-/// The kind is checked before the file is opened, since opening a FIFO blocks until a writer
-/// comes; and again on the open file, in case the path was replaced meanwhile. The read itself
+/// The kind is checked before the file is opened, so that a device is not even opened; then the
+/// file is opened without waiting and checked again by the open handle: the path may have been
+/// replaced by a FIFO between the two (a process sharing the folder), whose open would
+/// otherwise wait for a writer forever. What is read is the file checked last. The read itself
 /// stops one byte past `max` whatever the file's size claims (a file in `/proc` says 0).
 pub fn read_text(path: &Path, max: u64) -> Result<String, TextFileError> {
     regular(&std::fs::metadata(path)?)?;
-    let file = std::fs::File::open(path)?;
+    let file = open_without_waiting(path)?;
     regular(&file.metadata()?)?;
     read_bounded(file, max)
+}
+
+/// Opens `path` to read without waiting for a writer (`O_NONBLOCK`, which changes nothing for
+/// a regular file's reads).
+#[cfg(unix)]
+fn open_without_waiting(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+}
+
+#[cfg(not(unix))]
+fn open_without_waiting(path: &Path) -> std::io::Result<std::fs::File> {
+    std::fs::File::open(path)
 }
 
 /// Reads the file at `path` as UTF-8 text of at most `max` bytes, whatever kind of file it is
@@ -133,6 +151,7 @@ fn kind_of_special(_meta: &std::fs::Metadata) -> &'static str {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
+    use std::path::PathBuf;
 
     #[test]
     fn a_regular_file_within_the_bound_reads() {
@@ -166,6 +185,67 @@ mod tests {
                 assert!(e.to_string().contains("FIFO"), "{e}");
             }
         }
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_file_swapped_for_a_fifo_between_the_check_and_the_open_is_refused_not_waited_on() {
+        // A thread swaps the path between a regular file and a FIFO as fast as it can, as a
+        // process sharing the folder could while an agent file or its instructions are read:
+        // every read answers at once (the text, or "not a regular file"), none waits for a
+        // writer of the FIFO.
+        use std::sync::atomic::{AtomicBool, Ordering};
+        const FIFOS: usize = 4000;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("prompt.md");
+        std::fs::write(&path, "Be brief.").unwrap();
+        let fifos: Vec<PathBuf> = (0..FIFOS)
+            .map(|i| dir.path().join(format!("f{i}")))
+            .collect();
+        let made = std::process::Command::new("mkfifo")
+            .args(&fifos)
+            .status()
+            .is_ok_and(|s| s.success());
+        if !made {
+            return;
+        }
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let swapper = {
+            let (file, path, stop) = (dir.path().join("file"), path.clone(), stop.clone());
+            std::thread::spawn(move || {
+                for fifo in &fifos {
+                    if stop.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    let _ = std::fs::rename(fifo, &path);
+                    let _ = std::fs::write(&file, "Be brief.");
+                    let _ = std::fs::rename(&file, &path);
+                }
+            })
+        };
+        let (tx, rx) = std::sync::mpsc::channel();
+        {
+            let path = path.clone();
+            std::thread::spawn(move || {
+                let started = std::time::Instant::now();
+                while started.elapsed() < std::time::Duration::from_secs(3) {
+                    match read_text(&path, 1024) {
+                        Ok(text) => assert_eq!(text, "Be brief."),
+                        Err(e) => {
+                            assert!(matches!(e.code(), "file.not_regular" | "file.io"), "{e}")
+                        }
+                    }
+                }
+                let _ = tx.send(());
+            });
+        }
+        let answered = rx.recv_timeout(std::time::Duration::from_secs(20));
+        stop.store(true, Ordering::Relaxed);
+        swapper.join().unwrap();
+        assert!(
+            answered.is_ok(),
+            "a read waited on a FIFO put in the file's place after its check"
+        );
     }
 
     #[test]
