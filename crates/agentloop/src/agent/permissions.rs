@@ -354,7 +354,8 @@ fn program_name(word: &str) -> &str {
     word.rsplit('/').next().unwrap_or(word)
 }
 
-/// True when the word at `i` (or the value of its `--option=`) runs the prefix's words.
+/// True when the word at `i` (or the value of its `--option=`, or of its `NAME=` after an
+/// `alias`) runs the prefix's words.
 fn word_runs(words: &[String], i: usize, wanted: &[&str]) -> bool {
     let Some(word) = words.get(i) else {
         return false;
@@ -365,7 +366,14 @@ fn word_runs(words: &[String], i: usize, wanted: &[&str]) -> bool {
             && rest_runs_with(wanted.get(1..).unwrap_or_default(), rest)
     };
     // `env --split-string=rm …`: a launcher's option whose value is the program.
-    runs(word) || (word.starts_with('-') && word.split_once('=').is_some_and(|(_, v)| runs(v)))
+    let option_runs = word.starts_with('-') && word.split_once('=').is_some_and(|(_, v)| runs(v));
+    // `alias x=rm`: the name runs the value's words from the next line on (dash expands aliases
+    // in `sh -c` too); read as if the value ran where it is defined.
+    let alias_runs = words
+        .get(..i)
+        .is_some_and(|before| before.iter().any(|w| w == "alias"))
+        && word.split_once('=').is_some_and(|(_, v)| runs(v));
+    runs(word) || option_runs || alias_runs
 }
 
 /// True when the command a shell would run for `part` starts with the prefix's words, seen the
@@ -618,6 +626,12 @@ const LAUNCHERS: &[&str] = &[
     "s6-softlimit",
     "s6-setsid",
     "s6-fghack",
+    // Words that make a name run a program: an alias, a hashed path (`hash -p /bin/rm x`), a
+    // function (`function x { rm …; }`). The name is then run in another part of the chain,
+    // which only a reading of every word of the chain sees.
+    "alias",
+    "hash",
+    "function",
     // Runners of a project's or environment's commands (`uv run rm`, `npm exec -- rm`,
     // `nix develop -c rm`), of a command on another host or outside a container (`ssh localhost
     // rm`, `flatpak-spawn --host rm`), as another user (`run0`, `gosu`, `su-exec`), in a
@@ -671,6 +685,7 @@ const LAUNCHERS: &[&str] = &[
 /// name, and one more, which only makes a deny rule match more often).
 const LAUNCHER_POSITIONALS: &[(&str, usize)] = &[
     ("setarch", 1),
+    ("function", 1),
     ("uv", 1),
     ("poetry", 1),
     ("pipenv", 1),
@@ -1852,6 +1867,14 @@ mod tests {
                 "screen -dm rm x",
                 "echo 'rm -rf .' | at now",
                 "echo 'rm -rf .' | batch",
+                // A name the shell is told runs the program: an alias (dash expands one from
+                // the next line on), a hashed path (bash's `hash -p`), a function.
+                "alias x=rm\nx -rf .",
+                "alias x='rm -rf'\nx .",
+                "alias ls=rm; ls x",
+                "hash -p /bin/rm x; x -rf .",
+                "function x { rm -rf .; }; x",
+                "function x {\nrm -rf .\n}\nx",
                 // A backslash before a line break joins the lines.
                 "r\\\nm -rf .",
                 "git pu\\\nsh origin",
@@ -1888,6 +1911,8 @@ mod tests {
                 "npm test",
                 "ssh host ls",
                 "nix build",
+                "alias ll='ls -l'\nll",
+                "hash -r; ls",
             ],
             Permission::Allow,
         );
