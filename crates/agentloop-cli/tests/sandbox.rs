@@ -673,6 +673,42 @@ async fn the_shell_leaves_no_set_user_id_program_in_its_root() {
     }
 }
 
+/// The shell cannot give a file outside its root a second name inside it (a hard link, which
+/// the file tools would then read and path rules judge by that name, `docs/security.md`): the
+/// link is refused across the folders it may not write (`EXDEV`), a file beside the agent or
+/// anywhere else alike, while a link within its root works.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_shell_cannot_hard_link_a_file_outside_its_root_into_it() {
+    if !sandbox_modes_here().contains(&"workspace-write") {
+        eprintln!("skipped: workspace-write cannot be enforced on this system");
+        return;
+    }
+    let dir = agent(SHELL);
+    dir.write("beside.txt", "secret\n");
+    let outside = tempfile::tempdir().unwrap();
+    let far = outside.path().join("far.txt");
+    std::fs::write(&far, "secret\n").unwrap();
+    let command = format!(
+        "ln ../beside.txt a; echo beside $?; ln {} b; echo far $?; echo x > own; ln own c; \
+         echo inside $?",
+        far.display()
+    );
+    shell_script(&dir, "shell", &[&command]);
+    let calls = run(&dir).await;
+    let said = output(&calls, "c0");
+    for name in ["beside", "far"] {
+        assert!(said.contains(&format!("{name} 1")), "{name}: {said}");
+    }
+    assert!(said.contains("cross-device link"), "{said}");
+    assert!(said.contains("inside 0"), "{said}");
+    assert!(
+        !dir.path("work/a").exists() && !dir.path("work/b").exists(),
+        "{said}"
+    );
+    use std::os::unix::fs::MetadataExt as _;
+    assert_eq!(std::fs::metadata(&far).unwrap().nlink(), 1);
+}
+
 /// The same, run by an ordinary user (the agentloop process without `CAP_SYS_ADMIN`), whose
 /// tools get the view from a user namespace where the kernel allows one; where it does not,
 /// each result says what is not enforced.
