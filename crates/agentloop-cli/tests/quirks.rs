@@ -119,6 +119,34 @@ async fn parallel_calls_all_at_index_0_each_run_as_their_own_call() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_legacy_function_call_runs_as_a_tool_under_an_id_the_run_gives_it() {
+    let server = QuirkServer::start(replies("chat-legacy-function-call-streamed", true)).await;
+    let dir = agent(&server.uri, "functionary-small-v2.5", "");
+    let out = run(&dir).await;
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    let v = stdout_json(&out);
+    assert_eq!(v["stop_reason"], "finished");
+    assert_eq!(v["output"], "Both sunny.");
+    assert_eq!(dir.tool_inputs(), [json!({"city": "Paris"})]);
+    let calls = v["tool_calls"].as_array().unwrap();
+    assert_eq!(calls.len(), 1, "{v}");
+    let id = calls[0]["id"].as_str().unwrap();
+    assert!(!id.is_empty(), "{v}");
+    // The call goes back under that id, with its result under the same one.
+    let requests = server.requests();
+    assert_eq!(requests.len(), 2);
+    let messages = requests[1]["messages"].as_array().unwrap();
+    let call = messages
+        .iter()
+        .find_map(|m| m["tool_calls"].get(0))
+        .unwrap();
+    assert_eq!(call["id"], id);
+    assert_eq!(call["function"]["name"], "get_weather");
+    let result = messages.iter().find(|m| m["role"] == "tool").unwrap();
+    assert_eq!(result["tool_call_id"], id);
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn deepseek_reasoning_goes_back_unless_the_agent_file_turns_it_off() {
     let id = "chat-deepseek-reasoning-content-goes-back";
     let server = QuirkServer::start(replies(id, false)).await;

@@ -73,6 +73,10 @@ struct WireDelta<'a> {
     refusal: Option<WireText<'a>>,
     #[serde(default, borrow)]
     tool_calls: Option<Vec<WireToolCallIn<'a>>>,
+    /// The pre-tools API's one call (`functions` in the request): servers and proxies that
+    /// still speak it answer a `tools` request with it and `finish_reason: "function_call"`.
+    #[serde(default, borrow)]
+    function_call: Option<WireFunctionIn<'a>>,
     /// OpenRouter's structured reasoning (text with its signature, encrypted or summarized
     /// blocks), which must go back with the calls it led to (Claude's thinking with tools).
     #[serde(default)]
@@ -299,6 +303,9 @@ pub struct ChatStreamParser {
     pairs: Pairs,
     /// The original schemas of a strict request, to read its answer back in their terms.
     strict: Option<StrictSchemas>,
+    /// The slot of the legacy `function_call`: the old API has one call per answer, with no id
+    /// or index, so every fragment of it continues that call (the run gives it an id).
+    legacy_call: Option<usize>,
 }
 
 /// A strict request's original schemas, and what of the answer is held until it ends: strict
@@ -385,6 +392,7 @@ impl ChatStreamParser {
             reasoning_details: Vec::new(),
             pairs: Pairs::default(),
             strict: None,
+            legacy_call: None,
         }
     }
 
@@ -783,7 +791,14 @@ impl ChatStreamParser {
                 out.push_back(ModelEvent::TextDelta(text));
             }
         }
-        for call in delta.tool_calls.into_iter().flatten() {
+        let legacy = delta.function_call.map(|function| WireToolCallIn {
+            index: None,
+            id: None,
+            function: Some(function),
+            extra_content: None,
+        });
+        let calls = delta.tool_calls.into_iter().flatten().map(|c| (c, false));
+        for (call, is_legacy) in calls.chain(legacy.map(|c| (c, true))) {
             self.saw_tool_call = true;
             self.saw_answer = true;
             let (name, arguments) = match call.function {
@@ -794,7 +809,15 @@ impl ChatStreamParser {
             let id = call.id.filter(|s| !s.is_empty());
             let name = name.filter(|s| !s.is_empty());
             let opened = self.slots.len();
-            let at = self.slot(call.index, id.as_ref(), name.is_some(), whole);
+            let at = match (is_legacy, self.legacy_call) {
+                (true, Some(at)) => at,
+                // Its first fragment opens a call of its own, named yet or not.
+                (true, None) => self.slot(None, None, true, whole),
+                (false, _) => self.slot(call.index, id.as_ref(), name.is_some(), whole),
+            };
+            if is_legacy {
+                self.legacy_call = Some(at);
+            }
             let first = at >= opened;
             // A name that comes again goes on from the call's: the same text restated (MiniMax
             // through NVIDIA NIM sends it with every fragment) is the name, other text is the
