@@ -121,8 +121,8 @@ pub(crate) fn decoded_events<'a, D: StreamDecoder + 'a>(
 /// ignore `stream: true` answer one JSON body, and some answer a non-streamed request with an
 /// event stream; either is read whole, with a warning, rather than failed. A streamed answer is
 /// told by its first bytes as much as by its label: one that opens as a JSON document is read
-/// whole whatever its label (so an error object keeps its kind), and one labelled neither JSON
-/// nor events streams only when it opens as events do.
+/// whole whatever its label (so an error object keeps its kind), and one labelled JSON or
+/// neither JSON nor events streams only when it opens as events do.
 ///
 /// `sampled` says the request samples (see [`crate::error::samples`]): then a local server's
 /// refusal of the model's tool call, whether as an HTTP error or inside the answer, is retryable,
@@ -170,29 +170,23 @@ async fn read_answer<'a, D: StreamDecoder + 'a>(
     let declared = response.content_length();
     let mut chunks = client.body_chunks(response);
     let mut head = Bytes::new();
-    if stream && media != Media::Json {
+    if stream {
         // The label is a claim; the first bytes say what the body is. An event stream opens
         // with a field or a comment, never with `{`, `[` or `<`: a body that does is a JSON
         // document (a gateway's error object under a 200, which read as events would carry
         // none and end as a bare "stream ended early", its kind and message lost) or an HTML
-        // page. Unlabelled (text/plain, no label), a body is events only when it opens as
-        // they do; labelled as events, one byte decides, so no event waits on the peek.
+        // page. Labelled JSON or unlabelled (text/plain, no label), a body is events only when
+        // it opens as they do: a server that labels its event stream JSON has it read as it
+        // arrives, within the stream's limits, not held whole until the body ends (which a
+        // server that keeps the connection open after the last event never does). Labelled as
+        // events, one byte decides, so no event waits on the peek.
         let labelled = media == Media::EventStream;
         let enough = if labelled { 1 } else { SSE_PREFIX_BYTES };
-        // The peek is the stream's first read: the same idle timeout bounds it.
-        let idle = client.config().idle_timeout;
-        let peek = first_bytes(&mut chunks, enough, client.config().max_event_bytes);
-        head = tokio::time::timeout(idle, peek).await.map_err(|_| {
-            ModelError::new(
-                ModelErrorKind::Timeout,
-                format!("the stream was idle for {} s", idle.as_secs_f64()),
-            )
-            .with_provider(client.provider())
-        })??;
-        let events = if labelled {
-            !opens_as_document(&head)
-        } else {
-            starts_like_sse(&head) || head.iter().all(u8::is_ascii_whitespace)
+        head = first_bytes(&mut chunks, enough, client).await?;
+        let events = match media {
+            Media::EventStream => !opens_as_document(&head),
+            Media::Json => starts_like_sse(&head),
+            Media::Other => starts_like_sse(&head) || head.iter().all(u8::is_ascii_whitespace),
         };
         if events {
             let events = stream::iter([Ok(head)]).chain(chunks);
@@ -274,18 +268,66 @@ fn opens_as_document(bytes: &[u8]) -> bool {
 }
 
 /// The body's first chunks, joined: read until they hold `enough` bytes other than leading
-/// whitespace, the body ends, or `max` bytes are read.
-async fn first_bytes<S>(chunks: &mut S, enough: usize, max: usize) -> Result<Bytes, ModelError>
+/// whitespace, open as a document does (see [`opens_as_document`]), the body ends, or
+/// `max_event_bytes` are read. As the stream's first read, a silence is bounded by the idle
+/// timeout; whitespace alone (a keep-alive before a slow JSON answer) by the keep-alive timeout,
+/// as [`HttpClient::collect_body`] bounds it in a whole body.
+async fn first_bytes<S>(
+    chunks: &mut S,
+    enough: usize,
+    client: &HttpClient,
+) -> Result<Bytes, ModelError>
 where
     S: futures::Stream<Item = Result<Bytes, ModelError>> + Unpin,
 {
-    let mut head = Vec::new();
-    while let Some(chunk) = chunks.next().await {
-        head.extend_from_slice(&chunk?);
-        let seen = head.iter().skip_while(|b| b.is_ascii_whitespace()).count();
-        if seen >= enough || head.len() >= max {
+    let config = client.config();
+    let timeout = |what: String| {
+        ModelError::new(ModelErrorKind::Timeout, what).with_provider(client.provider())
+    };
+    let keepalive_ends = tokio::time::Instant::now().checked_add(config.keepalive_timeout);
+    let mut head: Vec<u8> = Vec::new();
+    loop {
+        let content = head.iter().skip_while(|b| b.is_ascii_whitespace());
+        let seen = content.clone().count();
+        let document = opens_as_document(&head);
+        if seen >= enough || document || head.len() >= config.max_event_bytes {
             break;
         }
+        let silence_ends = tokio::time::Instant::now().checked_add(config.idle_timeout);
+        // Once something other than whitespace came, only a silence ends the wait.
+        let keepalive_ends = keepalive_ends.filter(|_| seen == 0);
+        let by_keepalive = match (silence_ends, keepalive_ends) {
+            (Some(silence), Some(keepalive)) => keepalive < silence,
+            (None, Some(_)) => true,
+            _ => false,
+        };
+        let deadline = if by_keepalive {
+            keepalive_ends
+        } else {
+            silence_ends
+        };
+        let next = match deadline {
+            Some(deadline) => tokio::time::timeout_at(deadline, chunks.next())
+                .await
+                .map_err(|_| {
+                    timeout(if by_keepalive {
+                        format!(
+                            "nothing but whitespace came for {} s (keepalive_timeout)",
+                            config.keepalive_timeout.as_secs_f64()
+                        )
+                    } else {
+                        format!(
+                            "the stream was idle for {} s",
+                            config.idle_timeout.as_secs_f64()
+                        )
+                    })
+                })?,
+            None => chunks.next().await,
+        };
+        let Some(chunk) = next else {
+            break;
+        };
+        head.extend_from_slice(&chunk?);
     }
     Ok(Bytes::from(head))
 }

@@ -303,13 +303,9 @@ async fn an_error_object_under_a_200_labelled_neither_json_nor_events_keeps_its_
     }
 }
 
-#[tokio::test]
-async fn an_answer_ends_at_its_last_event_though_the_server_keeps_the_body_open() {
-    // A server or proxy that sends the stream's last event (`[DONE]`, `message_stop`,
-    // `response.completed`) and then neither ends the body nor closes the connection
-    // (agentscope-ai/agentscope-java#2073, earendil-works/pi#7954): the answer is whole at that
-    // event. Read to the body's end, the call waited out the idle timeout and then failed with
-    // it, the whole answer lost (and, under `Retry`, asked for again).
+/// Asserts that a recorded stream of each API, labelled `content_type`, whose server keeps the
+/// body open after its last event, is answered well inside the idle timeout.
+async fn assert_answered_at_the_last_event(content_type: &'static str) {
     // A recorded stream, its last event closed by its blank line as a live server sends it.
     let fixture = |file: &str| {
         let text = std::fs::read_to_string(format!(
@@ -320,7 +316,7 @@ async fn an_answer_ends_at_its_last_event_though_the_server_keeps_the_body_open(
         format!("{}\n\n", text.trim_end()).into_bytes()
     };
     let held = |body: Vec<u8>| Reply {
-        content_type: "text/event-stream",
+        content_type,
         body,
         hold_open: true,
         ..Reply::default()
@@ -340,6 +336,90 @@ async fn an_answer_ends_at_its_last_event_though_the_server_keeps_the_body_open(
             .unwrap_or_else(|_| panic!("{}: the answer waited on the open body", model.id()));
         let response = answer.unwrap_or_else(|e| panic!("{}: {e}", model.id()));
         assert!(!response.message.text.is_empty(), "{}", model.id());
+    }
+}
+
+#[tokio::test]
+async fn an_answer_ends_at_its_last_event_though_the_server_keeps_the_body_open() {
+    // A server or proxy that sends the stream's last event (`[DONE]`, `message_stop`,
+    // `response.completed`) and then neither ends the body nor closes the connection
+    // (agentscope-ai/agentscope-java#2073, earendil-works/pi#7954): the answer is whole at that
+    // event. Read to the body's end, the call waited out the idle timeout and then failed with
+    // it, the whole answer lost (and, under `Retry`, asked for again).
+    assert_answered_at_the_last_event("text/event-stream").await;
+}
+
+#[tokio::test]
+async fn an_event_stream_labelled_json_is_read_as_it_arrives_on_every_provider() {
+    // A server that labels its event stream `application/json` (SEMOSS/Monolith#245 fixed one):
+    // read whole before it was parsed, an answer whose server keeps the body open after its
+    // last event waited out the idle timeout and failed, and one longer than the whole-body
+    // budget failed though the stream's budget holds it. Read as events, as they arrive, it
+    // ends at its last event within the stream's limits.
+    assert_answered_at_the_last_event("application/json; charset=utf-8").await;
+    // Past the whole-body budget (1 MiB), within the stream's (2 MiB).
+    let piece = "a".repeat(1024);
+    let mut body = Vec::new();
+    for _ in 0..1536 {
+        body.extend_from_slice(
+            format!(
+                "data: {{\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"{piece}\"}}}}]}}\n\n"
+            )
+            .as_bytes(),
+        );
+    }
+    body.extend_from_slice(
+        b"data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n",
+    );
+    let uri = serve(vec![Reply::whole("application/json", &body)]).await;
+    let response = ask(&chat(&uri, true)).await.unwrap();
+    assert_eq!(response.message.text.len(), 1536 * 1024);
+}
+
+#[tokio::test]
+async fn a_json_body_to_a_streamed_request_is_the_answer_or_the_error_it_holds_on_every_provider() {
+    // Servers that ignore `stream: true` answer one JSON body: a whole answer is the answer
+    // (with a warning), an error object the classified error, on every API.
+    let fixture = |file: &str| {
+        std::fs::read(format!(
+            "{}/tests/fixtures/{file}",
+            env!("CARGO_MANIFEST_DIR")
+        ))
+        .unwrap()
+    };
+    let whole = [
+        "openai_chat/oai_chat_ns_final_text.json",
+        "anthropic/anth_ns_final_text.json",
+        "openai_responses/resp_ns_final_text.json",
+    ];
+    let errors = [
+        r#"{"error":{"message":"Rate limit reached","type":"rate_limit_exceeded","code":"rate_limit_exceeded"}}"#,
+        r#"{"type":"error","error":{"type":"rate_limit_error","message":"Rate limit reached"}}"#,
+        r#"{"type":"error","error":{"type":"rate_limit_error","code":"rate_limit_exceeded","message":"Rate limit reached"}}"#,
+    ];
+    for (n, (file, error)) in whole.iter().zip(errors).enumerate() {
+        let model = |uri: &str| -> Box<dyn Model> {
+            match n {
+                0 => Box::new(chat(uri, true)),
+                1 => Box::new(anthropic(uri, true)),
+                _ => Box::new(responses(uri, true)),
+            }
+        };
+        let uri = serve(vec![Reply::whole("application/json", &fixture(file))]).await;
+        let response = ask(model(&uri).as_ref()).await.unwrap();
+        assert!(!response.message.text.is_empty(), "{file}");
+        assert!(
+            response
+                .warnings
+                .iter()
+                .any(|w| w.contains("asked for a stream")),
+            "{file}: {:?}",
+            response.warnings
+        );
+        let uri = serve(vec![Reply::whole("application/json", error.as_bytes())]).await;
+        let err = ask(model(&uri).as_ref()).await.unwrap_err();
+        assert_eq!(err.kind, ModelErrorKind::RateLimited, "{error}: {err}");
+        assert!(err.message.contains("Rate limit reached"), "{err}");
     }
 }
 
