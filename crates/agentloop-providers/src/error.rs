@@ -312,7 +312,7 @@ impl ProviderError {
             Some(s) => format!("HTTP {s}{}", reason_suffix(s)),
             None => "the provider reported an error".to_owned(),
         });
-        let unparsed = is_unparsed_tool_output(&message);
+        let unparsed = is_unparsed_tool_output(&message) || self.is(TOOL_USE_FAILED);
         let message = if unparsed {
             format!("{message}{UNPARSED_HINT}")
         } else {
@@ -345,6 +345,13 @@ pub fn is_unparsed_tool_output(message: &str) -> bool {
         || m.contains("error parsing tool call")
 }
 
+/// Groq's code for a model's tool call its server could not parse or check against the tool's
+/// schema (a 400 to a whole-body request, an `error` event in a stream), whatever its message
+/// says ("Failed to call a function...", "Tool call validation failed..."): the same refusal of
+/// the model's output as [`is_unparsed_tool_output`] reads from a local server's message, and
+/// as intermittent (pydantic/pydantic-ai#2774, pipecat-ai/pipecat#1168).
+const TOOL_USE_FAILED: &str = "tool_use_failed";
+
 /// Whether a request with this temperature and seed (as sent: `None` when the request carries
 /// none) samples: no seed and a temperature other than 0. No temperature leaves the server's
 /// default, which samples (llama-server's is 0.8, OpenAI's 1).
@@ -357,7 +364,9 @@ pub(crate) fn samples(temperature: Option<f64>, seed: Option<i64>) -> bool {
 /// where a greedy or seeded request would get the same output again. The server's own word
 /// (`x-should-retry`) is applied after this, so it still wins.
 pub(crate) fn redraw_unparsed(error: &mut ModelError) {
-    if error.should_retry == Some(false) && is_unparsed_tool_output(&error.message) {
+    let refused = is_unparsed_tool_output(&error.message)
+        || error.provider_code.as_deref() == Some(TOOL_USE_FAILED);
+    if error.should_retry == Some(false) && refused {
         error.should_retry = Some(true);
     }
 }

@@ -951,6 +951,33 @@ fn llama_parse_error(stream: bool) -> ResponseTemplate {
     }
 }
 
+/// Groq's refusal of the model's tool call: an HTTP 400 (recorded) to a whole-body request; a
+/// 200, the role chunk, then the error as an `error` event to a streamed one.
+fn groq_tool_use_failed(stream: bool) -> ResponseTemplate {
+    if stream {
+        let body = concat!(
+            "data: {\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"model\":\"llama-3.3-70b-versatile\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"finish_reason\":null}]}\n\n",
+            "event: error\n",
+            "data: {\"error\":{\"message\":\"Failed to call a function. Please adjust your prompt. See 'failed_generation' for more details.\",\"type\":\"invalid_request_error\",\"code\":\"tool_use_failed\",\"failed_generation\":\"<function=get_weather{\\\"city\\\": \\\"Paris\\\"}</function>\"}}\n\n",
+        );
+        ResponseTemplate::new(200).set_body_raw(body, "text/event-stream")
+    } else {
+        ResponseTemplate::new(400).set_body_raw(
+            fixture("openai_compatible/compat_groq_err_400_tool_use_failed.json"),
+            "application/json",
+        )
+    }
+}
+
+/// A server's refusal of a tool call, streamed or not.
+type Refusal = fn(bool) -> ResponseTemplate;
+
+/// How each server refuses a tool call, and the kind of error its refusal is.
+const REFUSALS: [(&str, Refusal, ModelErrorKind); 2] = [
+    ("llama-server", llama_parse_error, ModelErrorKind::Server),
+    ("groq", groq_tool_use_failed, ModelErrorKind::InvalidRequest),
+];
+
 fn tool_call_answer(stream: bool) -> ResponseTemplate {
     if stream {
         ResponseTemplate::new(200).set_body_raw(
@@ -965,11 +992,15 @@ fn tool_call_answer(stream: bool) -> ResponseTemplate {
     }
 }
 
-/// A server that refuses the first request's tool call, then answers with one.
-async fn refuses_once_then_calls(stream: bool) -> MockServer {
+/// A server that refuses the first request's tool call (as `refusal` makes it), then answers
+/// with one.
+async fn refuses_once_then_calls(
+    stream: bool,
+    refusal: fn(bool) -> ResponseTemplate,
+) -> MockServer {
     let server = MockServer::start().await;
     Mock::given(method("POST"))
-        .respond_with(llama_parse_error(stream))
+        .respond_with(refusal(stream))
         .up_to_n_times(1)
         .mount(&server)
         .await;
@@ -1063,10 +1094,14 @@ fn settings(temperature: Option<f64>, seed: Option<i64>) -> ModelSettings {
 async fn a_refused_tool_call_of_a_sampled_request_is_drawn_again_and_the_retry_is_logged() {
     // No seed, and a temperature above 0 or none (llama-server's default is 0.8): each
     // attempt is a new draw.
-    for stream in [true, false] {
+    for ((server_name, refusal, kind), stream) in
+        REFUSALS.into_iter().flat_map(|r| [(r, true), (r, false)])
+    {
         for (temperature, seed) in [(Some(0.7), None), (None, None)] {
-            let case = format!("stream {stream}, temperature {temperature:?}, seed {seed:?}");
-            let server = refuses_once_then_calls(stream).await;
+            let case = format!(
+                "{server_name}, stream {stream}, temperature {temperature:?}, seed {seed:?}"
+            );
+            let server = refuses_once_then_calls(stream, refusal).await;
             let (result, retries) = ask_logged(&server, stream, &settings(temperature, seed)).await;
             let response = result.unwrap_or_else(|e| panic!("{case}: {e:?}"));
             assert_eq!(response.message.tool_calls.len(), 1, "{case}");
@@ -1076,9 +1111,9 @@ async fn a_refused_tool_call_of_a_sampled_request_is_drawn_again_and_the_retry_i
             assert_eq!(sent.get("seed"), None, "{case}");
             assert_eq!(sent.get("temperature").and_then(Value::as_f64), temperature);
             assert_eq!(retries.len(), 1, "{case}: {retries:?}");
+            let code = format!("code=\"{}\"", agentloop::ModelError::new(kind, "").code());
             assert!(
-                retries[0].contains("attempt=1 ")
-                    && retries[0].contains("code=\"model.server_error\""),
+                retries[0].contains("attempt=1 ") && retries[0].contains(&code),
                 "{case}: {retries:?}"
             );
         }
@@ -1088,17 +1123,21 @@ async fn a_refused_tool_call_of_a_sampled_request_is_drawn_again_and_the_retry_i
 #[tokio::test]
 async fn a_refused_tool_call_of_a_greedy_or_seeded_request_fails_at_once_naming_the_way_out() {
     // At temperature 0, or with a seed, a retry gets the same output and the same refusal.
-    for stream in [true, false] {
+    for ((server_name, refusal, kind), stream) in
+        REFUSALS.into_iter().flat_map(|r| [(r, true), (r, false)])
+    {
         for (temperature, seed) in [
             (Some(0.0), Some(42)),
             (Some(0.0), None),
             (Some(0.7), Some(42)),
         ] {
-            let case = format!("stream {stream}, temperature {temperature:?}, seed {seed:?}");
-            let server = refuses_once_then_calls(stream).await;
+            let case = format!(
+                "{server_name}, stream {stream}, temperature {temperature:?}, seed {seed:?}"
+            );
+            let server = refuses_once_then_calls(stream, refusal).await;
             let (result, retries) = ask_logged(&server, stream, &settings(temperature, seed)).await;
             let err = result.err().unwrap_or_else(|| panic!("{case}: answered"));
-            assert_eq!(err.kind, ModelErrorKind::Server, "{case}");
+            assert_eq!(err.kind, kind, "{case}");
             assert!(!err.is_retryable(), "{case}");
             assert!(
                 err.message.contains("tool_dialect = \"auto\""),
