@@ -312,7 +312,7 @@ impl ProviderError {
             Some(s) => format!("HTTP {s}{}", reason_suffix(s)),
             None => "the provider reported an error".to_owned(),
         });
-        let unparsed = is_unparsed_tool_output(&message) || self.is(TOOL_USE_FAILED);
+        let unparsed = is_unparsed_tool_output(&message);
         let message = if unparsed {
             format!("{message}{UNPARSED_HINT}")
         } else {
@@ -347,9 +347,11 @@ pub fn is_unparsed_tool_output(message: &str) -> bool {
 
 /// Groq's code for a model's tool call its server could not parse or check against the tool's
 /// schema (a 400 to a whole-body request, an `error` event in a stream), whatever its message
-/// says ("Failed to call a function...", "Tool call validation failed..."): the same refusal of
-/// the model's output as [`is_unparsed_tool_output`] reads from a local server's message, and
-/// as intermittent (pydantic/pydantic-ai#2774, pipecat-ai/pipecat#1168).
+/// says ("Failed to call a function...", "Tool call validation failed..."): a refusal of the
+/// model's output, as [`is_unparsed_tool_output`] reads from a local server's message, and as
+/// intermittent (pydantic/pydantic-ai#2774, pipecat-ai/pipecat#1168), so a sampled request
+/// draws again. Its message stays as sent: the call may have parsed and failed the schema,
+/// which no tool dialect mends.
 const TOOL_USE_FAILED: &str = "tool_use_failed";
 
 /// Whether a request with this temperature and seed (as sent: `None` when the request carries
@@ -364,9 +366,8 @@ pub(crate) fn samples(temperature: Option<f64>, seed: Option<i64>) -> bool {
 /// where a greedy or seeded request would get the same output again. The server's own word
 /// (`x-should-retry`) is applied after this, so it still wins.
 pub(crate) fn redraw_unparsed(error: &mut ModelError) {
-    let refused = is_unparsed_tool_output(&error.message)
-        || error.provider_code.as_deref() == Some(TOOL_USE_FAILED);
-    if error.should_retry == Some(false) && refused {
+    let unparsed = error.should_retry == Some(false) && is_unparsed_tool_output(&error.message);
+    if unparsed || error.provider_code.as_deref() == Some(TOOL_USE_FAILED) {
         error.should_retry = Some(true);
     }
 }

@@ -972,10 +972,22 @@ fn groq_tool_use_failed(stream: bool) -> ResponseTemplate {
 /// A server's refusal of a tool call, streamed or not.
 type Refusal = fn(bool) -> ResponseTemplate;
 
-/// How each server refuses a tool call, and the kind of error its refusal is.
-const REFUSALS: [(&str, Refusal, ModelErrorKind); 2] = [
-    ("llama-server", llama_parse_error, ModelErrorKind::Server),
-    ("groq", groq_tool_use_failed, ModelErrorKind::InvalidRequest),
+/// How each server refuses a tool call, the kind of error its refusal is, and whether its
+/// message names `tool_dialect` (a parse error does; Groq's may be a schema check, which no
+/// dialect mends).
+const REFUSALS: [(&str, Refusal, ModelErrorKind, bool); 2] = [
+    (
+        "llama-server",
+        llama_parse_error,
+        ModelErrorKind::Server,
+        true,
+    ),
+    (
+        "groq",
+        groq_tool_use_failed,
+        ModelErrorKind::InvalidRequest,
+        false,
+    ),
 ];
 
 fn tool_call_answer(stream: bool) -> ResponseTemplate {
@@ -1094,7 +1106,7 @@ fn settings(temperature: Option<f64>, seed: Option<i64>) -> ModelSettings {
 async fn a_refused_tool_call_of_a_sampled_request_is_drawn_again_and_the_retry_is_logged() {
     // No seed, and a temperature above 0 or none (llama-server's default is 0.8): each
     // attempt is a new draw.
-    for ((server_name, refusal, kind), stream) in
+    for ((server_name, refusal, kind, _), stream) in
         REFUSALS.into_iter().flat_map(|r| [(r, true), (r, false)])
     {
         for (temperature, seed) in [(Some(0.7), None), (None, None)] {
@@ -1123,7 +1135,7 @@ async fn a_refused_tool_call_of_a_sampled_request_is_drawn_again_and_the_retry_i
 #[tokio::test]
 async fn a_refused_tool_call_of_a_greedy_or_seeded_request_fails_at_once_naming_the_way_out() {
     // At temperature 0, or with a seed, a retry gets the same output and the same refusal.
-    for ((server_name, refusal, kind), stream) in
+    for ((server_name, refusal, kind, hint), stream) in
         REFUSALS.into_iter().flat_map(|r| [(r, true), (r, false)])
     {
         for (temperature, seed) in [
@@ -1139,8 +1151,9 @@ async fn a_refused_tool_call_of_a_greedy_or_seeded_request_fails_at_once_naming_
             let err = result.err().unwrap_or_else(|| panic!("{case}: answered"));
             assert_eq!(err.kind, kind, "{case}");
             assert!(!err.is_retryable(), "{case}");
-            assert!(
+            assert_eq!(
                 err.message.contains("tool_dialect = \"auto\""),
+                hint,
                 "{case}: {}",
                 err.message
             );
