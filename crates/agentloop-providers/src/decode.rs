@@ -118,11 +118,12 @@ pub(crate) fn decoded_events<'a, D: StreamDecoder + 'a>(
 /// `stream` is set, else as one whole body turned into one [`ModelEvent::Response`].
 ///
 /// The answer is read as what the server sent, not as what was asked: servers and gateways that
-/// ignore `stream: true` answer one JSON body, and some answer a non-streamed request with an
-/// event stream; either is read whole, with a warning, rather than failed. A streamed answer is
-/// told by its first bytes as much as by its label: one that opens as a JSON document is read
-/// whole whatever its label (so an error object keeps its kind), and one labelled JSON or
-/// neither JSON nor events streams only when it opens as events do.
+/// ignore `stream: true` answer one JSON body, read whole, and some answer a non-streamed request
+/// with an event stream, read as events to its last one and given as one response; either with
+/// a warning, rather than failed. An answer is told by its first bytes as much as by its label:
+/// one that opens as a JSON document is read whole whatever its label (so an error object keeps
+/// its kind), and one labelled JSON or neither JSON nor events is events only when it opens as
+/// they do.
 ///
 /// `sampled` says the request samples (see [`crate::error::samples`]): then a local server's
 /// refusal of the model's tool call, whether as an HTTP error or inside the answer, is retryable,
@@ -169,47 +170,49 @@ async fn read_answer<'a, D: StreamDecoder + 'a>(
     let media = media_type(&response);
     let declared = response.content_length();
     let mut chunks = client.body_chunks(response);
-    let mut head = Bytes::new();
-    if stream {
-        // The label is a claim; the first bytes say what the body is. An event stream opens
-        // with a field or a comment, never with `{`, `[` or `<`: a body that does is a JSON
-        // document (a gateway's error object under a 200, which read as events would carry
-        // none and end as a bare "stream ended early", its kind and message lost) or an HTML
-        // page. Labelled JSON or unlabelled (text/plain, no label), a body is events only when
-        // it opens as they do: a server that labels its event stream JSON has it read as it
-        // arrives, within the stream's limits, not held whole until the body ends (which a
-        // server that keeps the connection open after the last event never does). Labelled as
-        // events, one byte decides, so no event waits on the peek.
-        let labelled = media == Media::EventStream;
-        let enough = if labelled { 1 } else { SSE_PREFIX_BYTES };
-        head = first_bytes(&mut chunks, enough, client).await?;
-        let events = match media {
-            Media::EventStream => !opens_as_document(&head),
-            Media::Json => starts_like_sse(&head),
-            Media::Other => starts_like_sse(&head) || head.iter().all(u8::is_ascii_whitespace),
-        };
-        if events {
-            let events = stream::iter([Ok(head)]).chain(chunks);
-            return Ok(decoded_events(sse(client, events), decoder));
+    // The label is a claim; the first bytes say what the body is. An event stream opens with
+    // a field or a comment, never with `{`, `[` or `<`: a body that does is a JSON document (a
+    // gateway's error object under a 200, which read as events would carry none and end as a
+    // bare "stream ended early", its kind and message lost) or an HTML page. Labelled JSON or
+    // unlabelled (text/plain, no label), a body is events only when it opens as they do. Events
+    // are read as they arrive, within the stream's limits, whatever was asked and however they
+    // are labelled: held whole until the body ends, an answer whose server keeps the connection
+    // open after its last event would wait out the idle timeout and fail. Labelled as events,
+    // one byte decides, so no event waits on the peek.
+    let labelled = media == Media::EventStream;
+    let enough = if labelled { 1 } else { SSE_PREFIX_BYTES };
+    let head = first_bytes(&mut chunks, enough, client).await?;
+    let events = match media {
+        Media::EventStream => !opens_as_document(&head),
+        Media::Json => starts_like_sse(&head),
+        // Asked for a stream, an unlabelled body of nothing but whitespace ends as a stream
+        // that ended early would.
+        Media::Other => {
+            starts_like_sse(&head) || (stream && head.iter().all(u8::is_ascii_whitespace))
         }
-    }
-    let rest = stream::iter([Ok(head)]).chain(chunks);
-    let bytes = client.collect_body(rest, declared).await?;
-    let looks_like_sse =
-        !opens_as_document(&bytes) && (media == Media::EventStream || starts_like_sse(&bytes));
-    let mut response = if looks_like_sse {
-        accumulate_sse(&bytes, client.provider(), decoder)?
-    } else {
-        accumulate_whole(&bytes, decoder)?
     };
+    let chunks = stream::iter([Ok(head)]).chain(chunks);
+    if events {
+        let mut events = decoded_events(sse(client, chunks), decoder);
+        if stream {
+            return Ok(events);
+        }
+        let mut acc = ResponseAccumulator::new();
+        while let Some(event) = events.next().await {
+            acc.push(event?)?;
+        }
+        let mut response = acc.finish()?;
+        response
+            .warnings
+            .push("asked for one JSON body, the server answered with an event stream".to_owned());
+        return Ok(one_event(ModelEvent::Response(response)));
+    }
+    let bytes = client.collect_body(chunks, declared).await?;
+    let mut response = accumulate_whole(&bytes, decoder)?;
     if stream {
         response
             .warnings
             .push("asked for a stream, the server answered with one JSON body".to_owned());
-    } else if looks_like_sse {
-        response
-            .warnings
-            .push("asked for one JSON body, the server answered with an event stream".to_owned());
     }
     Ok(one_event(ModelEvent::Response(response)))
 }

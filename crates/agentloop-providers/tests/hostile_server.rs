@@ -304,8 +304,9 @@ async fn an_error_object_under_a_200_labelled_neither_json_nor_events_keeps_its_
 }
 
 /// Asserts that a recorded stream of each API, labelled `content_type`, whose server keeps the
-/// body open after its last event, is answered well inside the idle timeout.
-async fn assert_answered_at_the_last_event(content_type: &'static str) {
+/// body open after its last event, is answered well inside the idle timeout, to a request that
+/// asked for a stream or (`stream` false) for one JSON body.
+async fn assert_answered_at_the_last_event(content_type: &'static str, stream: bool) {
     // A recorded stream, its last event closed by its blank line as a live server sends it.
     let fixture = |file: &str| {
         let text = std::fs::read_to_string(format!(
@@ -325,9 +326,9 @@ async fn assert_answered_at_the_last_event(content_type: &'static str) {
     let anthropic_uri = serve(vec![held(fixture("anthropic/anth_s_text.sse"))]).await;
     let responses_uri = serve(vec![held(fixture("openai_responses/resp_s_text.sse"))]).await;
     let models: Vec<Box<dyn Model>> = vec![
-        Box::new(chat(&chat_uri, true)),
-        Box::new(anthropic(&anthropic_uri, true)),
-        Box::new(responses(&responses_uri, true)),
+        Box::new(chat(&chat_uri, stream)),
+        Box::new(anthropic(&anthropic_uri, stream)),
+        Box::new(responses(&responses_uri, stream)),
     ];
     for model in &models {
         // Well inside the idle timeout (5 s): the answer does not wait on the open body.
@@ -336,6 +337,17 @@ async fn assert_answered_at_the_last_event(content_type: &'static str) {
             .unwrap_or_else(|_| panic!("{}: the answer waited on the open body", model.id()));
         let response = answer.unwrap_or_else(|e| panic!("{}: {e}", model.id()));
         assert!(!response.message.text.is_empty(), "{}", model.id());
+        if !stream {
+            assert!(
+                response
+                    .warnings
+                    .iter()
+                    .any(|w| w.contains("answered with an event stream")),
+                "{}: {:?}",
+                model.id(),
+                response.warnings
+            );
+        }
     }
 }
 
@@ -346,7 +358,7 @@ async fn an_answer_ends_at_its_last_event_though_the_server_keeps_the_body_open(
     // (agentscope-ai/agentscope-java#2073, earendil-works/pi#7954): the answer is whole at that
     // event. Read to the body's end, the call waited out the idle timeout and then failed with
     // it, the whole answer lost (and, under `Retry`, asked for again).
-    assert_answered_at_the_last_event("text/event-stream").await;
+    assert_answered_at_the_last_event("text/event-stream", true).await;
 }
 
 #[tokio::test]
@@ -356,7 +368,7 @@ async fn an_event_stream_labelled_json_is_read_as_it_arrives_on_every_provider()
     // last event waited out the idle timeout and failed, and one longer than the whole-body
     // budget failed though the stream's budget holds it. Read as events, as they arrive, it
     // ends at its last event within the stream's limits.
-    assert_answered_at_the_last_event("application/json; charset=utf-8").await;
+    assert_answered_at_the_last_event("application/json; charset=utf-8", true).await;
     // Past the whole-body budget (1 MiB), within the stream's (2 MiB).
     let piece = "a".repeat(1024);
     let mut body = Vec::new();
@@ -374,6 +386,15 @@ async fn an_event_stream_labelled_json_is_read_as_it_arrives_on_every_provider()
     let uri = serve(vec![Reply::whole("application/json", &body)]).await;
     let response = ask(&chat(&uri, true)).await.unwrap();
     assert_eq!(response.message.text.len(), 1536 * 1024);
+}
+
+#[tokio::test]
+async fn an_event_stream_to_a_request_for_one_body_ends_at_its_last_event_on_every_provider() {
+    // Gateways that stream whatever was asked (decolua/9router#3492, QuantumNous/new-api#5230)
+    // keep the connection open after the last event as they do when a stream was asked for:
+    // read whole, the answer waited out the idle timeout and failed. Whatever its label.
+    assert_answered_at_the_last_event("text/event-stream", false).await;
+    assert_answered_at_the_last_event("application/json", false).await;
 }
 
 #[tokio::test]
