@@ -59,8 +59,9 @@ pub enum MaxTokensField {
 /// 200 answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OpenAiCompat {
-    /// Send earlier reasoning back as `reasoning_content` on assistant messages: DeepSeek's
-    /// thinking mode answers 400 without it once tools are in play; OpenAI does not accept it.
+    /// Send earlier reasoning back as `reasoning_content` on assistant messages (on every one,
+    /// empty when the turn had none): DeepSeek's thinking mode answers 400 without it once tools
+    /// are in play, and V4 for any assistant message that lacks it; OpenAI does not accept it.
     pub reasoning_content: bool,
     /// Send a tool call's `extra_content` back on it (Gemini's thought signatures, without which
     /// its endpoint answers 400). Only a server that sent one gets it back.
@@ -219,8 +220,9 @@ impl OpenAiChatBuilder {
         self
     }
 
-    /// Sends earlier reasoning back as `reasoning_content` on assistant messages (DeepSeek's
-    /// thinking mode with tools asks for it; OpenAI does not accept it). By default on for
+    /// Sends earlier reasoning back as `reasoning_content` on assistant messages, an empty one
+    /// where a turn had none (DeepSeek's thinking mode with tools asks for it on every assistant
+    /// message; OpenAI does not accept it). By default on for
     /// DeepSeek models and hosts ([`OpenAiCompat::for_model`]), off for the rest.
     pub fn reasoning_in_history(mut self, send: bool) -> Self {
         self.reasoning_in_history = Some(send);

@@ -241,8 +241,9 @@ fn wire_messages<'a>(request: &ModelRequest<'a>, compat: &OpenAiCompat) -> Vec<W
                     .map(|r| r.text.as_str())
                     .filter(|t| !t.is_empty())
                     .collect();
-                let reasoning_content = (compat.reasoning_content && !reasoning.is_empty())
-                    .then(|| reasoning.join("\n"));
+                // On every assistant message, empty when the turn had no reasoning: DeepSeek V4
+                // answers 400 for a message of the history that lacks it, thought or not.
+                let reasoning_content = compat.reasoning_content.then(|| reasoning.join("\n"));
                 let extras: Vec<&Value> = if compat.tool_call_extra {
                     a.reasoning
                         .iter()
@@ -547,5 +548,20 @@ mod tests {
         );
         assert_eq!(with["messages"][1]["reasoning_content"], "think");
         assert_eq!(with["messages"][1]["content"], Value::Null);
+        // A turn without reasoning still carries the field, empty.
+        let mut thoughtless = transcript.clone();
+        if let Message::Assistant(a) = &mut thoughtless[1] {
+            a.reasoning.clear();
+        }
+        let request = ModelRequest {
+            messages: &thoughtless,
+            ..request
+        };
+        let deepseek = OpenAiChat::compatible("deepseek", "http://x", "deepseek-v4-flash")
+            .build()
+            .unwrap();
+        let body: Value =
+            serde_json::from_slice(&deepseek.encode_request(&request).unwrap()).unwrap();
+        assert_eq!(body["messages"][1]["reasoning_content"], "");
     }
 }
