@@ -229,6 +229,123 @@ async fn request_after_tool_results_carries_the_calls_and_one_tool_message_per_r
     );
 }
 
+/// A server that checks call ids as Mistral's API does (nine letters or digits, on each call
+/// and each result) and answers with text, or with Mistral's 400 for the first id it refuses.
+struct MistralIds;
+
+impl wiremock::Respond for MistralIds {
+    fn respond(&self, request: &wiremock::Request) -> ResponseTemplate {
+        let body: Value = serde_json::from_slice(&request.body).unwrap();
+        let mut ids = Vec::new();
+        for m in body["messages"].as_array().unwrap() {
+            for c in m["tool_calls"].as_array().into_iter().flatten() {
+                ids.push(c["id"].as_str().unwrap().to_owned());
+            }
+            if let Some(id) = m["tool_call_id"].as_str() {
+                ids.push(id.to_owned());
+            }
+        }
+        let bad = ids
+            .iter()
+            .find(|id| id.len() != 9 || !id.bytes().all(|b| b.is_ascii_alphanumeric()));
+        match bad {
+            Some(id) => ResponseTemplate::new(400).set_body_json(json!({
+                "object": "error",
+                "message": format!("Tool call id was {id} but must be a-z, A-Z, 0-9, with a length of 9."),
+                "type": "invalid_function_call", "param": null, "code": "3280"})),
+            None => text_sse(),
+        }
+    }
+}
+
+#[tokio::test]
+async fn call_ids_of_another_shape_go_to_mistral_as_nine_letters_or_digits_the_same_on_call_and_result()
+ {
+    // A conversation whose calls another provider made (`call_...`), or the run named (a call
+    // that came without an id: a UUID), sent on to a Mistral model: its API, and the chat
+    // templates of its models on other servers, refuse any id but nine letters or digits
+    // (anomalyco/opencode#1680, nearai/ironclaw#1241, ml-explore/mlx-lm#1375).
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(MistralIds)
+        .mount(&server)
+        .await;
+    let call = |id: &str| ToolCall {
+        call_id: id.into(),
+        tool: "get_weather".into(),
+        arguments: r#"{"city":"Paris"}"#.into(),
+    };
+    let result = |id: &str| {
+        Message::Tool(ToolResult {
+            call_id: id.into(),
+            tool: "get_weather".into(),
+            content: ToolContent::Text("sunny".into()),
+            is_error: false,
+        })
+    };
+    let ids = [
+        "call_PTLP8xhu3uwZk4l3nlnrrJha",
+        "0193a1b2-7c4d-7e8f-9a0b-1c2d3e4f5a6b",
+        "D681PevKs",
+    ];
+    let transcript = vec![
+        Message::user("weather?"),
+        Message::Assistant(AssistantMessage {
+            tool_calls: ids.iter().map(|id| call(id)).collect(),
+            ..Default::default()
+        }),
+        result(ids[0]),
+        result(ids[1]),
+        result(ids[2]),
+    ];
+    let settings = ModelSettings::default();
+    let request = ModelRequest {
+        instructions: None,
+        messages: &transcript,
+        tools: &[],
+        output_schema: None,
+        settings: &settings,
+    };
+    for (name, base) in [
+        ("mistral-large-latest", server.uri()),
+        ("devstral-small-2507", server.uri()),
+    ] {
+        let mistral = OpenAiChat::compatible("local", &base, name)
+            .build()
+            .unwrap();
+        let response = complete(&mistral, request).await;
+        assert!(response.is_ok(), "{name}: {response:?}");
+    }
+    let requests = server.received_requests().await.unwrap();
+    let sent: Value = serde_json::from_slice(&requests[0].body).unwrap();
+    let calls: Vec<&str> = sent["messages"][1]["tool_calls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["id"].as_str().unwrap())
+        .collect();
+    let results: Vec<&str> = (2..5)
+        .map(|i| sent["messages"][i]["tool_call_id"].as_str().unwrap())
+        .collect();
+    // Each result pairs with its call; an id of the right shape goes as it is; the digests of
+    // the others differ.
+    assert_eq!(calls, results);
+    assert_eq!(calls[2], "D681PevKs");
+    assert_ne!(calls[0], calls[1]);
+    // The same on the next request (a prompt cache's prefix stays the same).
+    let again: Value = serde_json::from_slice(&requests[1].body).unwrap();
+    assert_eq!(again["messages"], sent["messages"]);
+    // Any other model's server gets the ids as they are.
+    let other = OpenAiChat::compatible("local", server.uri(), "qwen3")
+        .build()
+        .unwrap();
+    let err = complete(&other, request).await.unwrap_err();
+    assert!(
+        err.message.contains("call_PTLP8xhu3uwZk4l3nlnrrJha"),
+        "{err}"
+    );
+}
+
 #[tokio::test]
 async fn streaming_request_asks_for_usage_and_compatible_servers_get_max_tokens() {
     let server = MockServer::start().await;

@@ -71,6 +71,12 @@ pub struct OpenAiCompat {
     /// Tool calls in plain text, for a model served without a tool-call parser: the tools go in
     /// the prompt, the calls are read out of the text. Off unless set.
     pub tool_dialect: Option<ToolDialect>,
+    /// Send each call id as Mistral's API and its models' chat templates take one, nine letters
+    /// or digits: an id of another shape (another provider's `call_...`, one the run gave a call
+    /// that came without) goes as a digest of it, the same on the call and on its result. Without
+    /// it they answer 400 "Tool call id was ... but must be a-z, A-Z, 0-9, with a length of 9".
+    /// On for Mistral's host and its models' names.
+    pub mistral_call_ids: bool,
 }
 
 /// What `prompt_cache_key` carries.
@@ -91,6 +97,14 @@ impl OpenAiCompat {
         let host = host_of(base_url);
         let deepseek = model.to_ascii_lowercase().contains("deepseek") || host.contains("deepseek");
         let openai = host == "api.openai.com" || (provider == "openai" && host.is_empty());
+        let family = model
+            .rsplit('/')
+            .next()
+            .unwrap_or(model)
+            .to_ascii_lowercase();
+        let mistral = host.ends_with("mistral.ai")
+            || provider.eq_ignore_ascii_case("mistral")
+            || MISTRAL_MODELS.iter().any(|m| family.contains(m));
         OpenAiCompat {
             reasoning_content: deepseek,
             tool_call_extra: true,
@@ -100,9 +114,24 @@ impl OpenAiCompat {
                 PromptCacheKey::Off
             },
             tool_dialect: None,
+            mistral_call_ids: mistral,
         }
     }
 }
+
+/// What the names of Mistral's models hold (`mistral-large-latest`, `devstral-small-2507`,
+/// `Ministral-8B-Instruct`, `open-mixtral-8x22b`), served by Mistral or by another server with
+/// their chat template, which checks the ids as the API does.
+const MISTRAL_MODELS: [&str; 8] = [
+    "mistral",
+    "mixtral",
+    "devstral",
+    "magistral",
+    "ministral",
+    "codestral",
+    "pixtral",
+    "voxtral",
+];
 
 /// The host of a URL (`api.openai.com`), lowercased; empty when there is none.
 fn host_of(url: &str) -> String {

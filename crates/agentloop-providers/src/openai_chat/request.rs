@@ -160,7 +160,7 @@ enum WireMessage<'a> {
         tool_calls: Vec<WireToolCall<'a>>,
     },
     Tool {
-        tool_call_id: &'a str,
+        tool_call_id: Cow<'a, str>,
         content: Cow<'a, str>,
     },
 }
@@ -186,7 +186,7 @@ struct ImageUrl<'a> {
 
 #[derive(Serialize)]
 struct WireToolCall<'a> {
-    id: &'a str,
+    id: Cow<'a, str>,
     #[serde(rename = "type")]
     kind: &'static str,
     function: WireFunctionCall<'a>,
@@ -267,7 +267,7 @@ fn wire_messages<'a>(request: &ModelRequest<'a>, compat: &OpenAiCompat) -> Vec<W
                         .iter()
                         .enumerate()
                         .map(|(position, c)| WireToolCall {
-                            id: &c.call_id,
+                            id: wire_call_id(&c.call_id, compat.mistral_call_ids),
                             kind: "function",
                             function: WireFunctionCall {
                                 name: &c.tool,
@@ -284,7 +284,7 @@ fn wire_messages<'a>(request: &ModelRequest<'a>, compat: &OpenAiCompat) -> Vec<W
             }
             Message::Tool(result) => {
                 out.push(WireMessage::Tool {
-                    tool_call_id: &result.call_id,
+                    tool_call_id: wire_call_id(&result.call_id, compat.mistral_call_ids),
                     content: result.content.as_text(),
                 });
             }
@@ -399,24 +399,59 @@ fn extra_for<'a>(extras: &[&'a Value], call_id: &str, position: usize) -> Option
         .and_then(|e| e.get("extra_content"))
 }
 
-/// A `prompt_cache_key` that requests with the same model, instructions and tools share: an
-/// FNV-1a hash, stable across processes and releases (unlike the standard library's hasher).
-fn derived_cache_key(model: &str, request: &ModelRequest<'_>) -> String {
+/// A call id as it goes on the wire: as it is, or (for Mistral, see
+/// [`OpenAiCompat::mistral_call_ids`]) nine letters or digits, a digest of an id of any other
+/// shape. The digest is stable across requests and processes, so a call and its result carry the
+/// same one on every request and a cached prompt prefix stays the same.
+fn wire_call_id(id: &str, mistral: bool) -> Cow<'_, str> {
+    const LEN: usize = 9;
+    const DIGITS: &[u8; 62] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+    if !mistral || (id.len() == LEN && id.bytes().all(|b| b.is_ascii_alphanumeric())) {
+        return Cow::Borrowed(id);
+    }
+    let mut hash = fnv1a([id.as_bytes()]);
+    let mut out = String::with_capacity(LEN);
+    for _ in 0..LEN {
+        let digit = usize::try_from(hash % 62).unwrap_or_default();
+        out.push(char::from(DIGITS.get(digit).copied().unwrap_or(b'0')));
+        hash /= 62;
+    }
+    Cow::Owned(out)
+}
+
+/// The FNV-1a hash of these byte strings, each closed by a byte no UTF-8 text holds: stable
+/// across processes and releases (unlike the standard library's hasher).
+fn fnv1a<'b>(parts: impl IntoIterator<Item = &'b [u8]>) -> u64 {
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    let mut feed = |bytes: &[u8]| {
+    for bytes in parts {
         for b in bytes.iter().chain([0xffu8].iter()) {
             hash ^= u64::from(*b);
             hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
         }
-    };
-    feed(model.as_bytes());
-    feed(request.instructions.unwrap_or_default().as_bytes());
-    for tool in request.tools {
-        feed(tool.name.as_bytes());
-        feed(tool.description.as_bytes());
-        feed(tool.input_schema.to_string().as_bytes());
     }
-    format!("agentloop-{hash:016x}")
+    hash
+}
+
+/// A `prompt_cache_key` that requests with the same model, instructions and tools share: an
+/// FNV-1a hash, stable across processes and releases (unlike the standard library's hasher).
+fn derived_cache_key(model: &str, request: &ModelRequest<'_>) -> String {
+    let schemas: Vec<String> = request
+        .tools
+        .iter()
+        .map(|t| t.input_schema.to_string())
+        .collect();
+    let mut parts: Vec<&[u8]> = vec![
+        model.as_bytes(),
+        request.instructions.unwrap_or_default().as_bytes(),
+    ];
+    for (tool, schema) in request.tools.iter().zip(&schemas) {
+        parts.extend([
+            tool.name.as_bytes(),
+            tool.description.as_bytes(),
+            schema.as_bytes(),
+        ]);
+    }
+    format!("agentloop-{:016x}", fnv1a(parts))
 }
 
 fn user_content(parts: &[ContentPart]) -> UserContent<'_> {
