@@ -1237,6 +1237,40 @@ mod tests {
     }
 
     #[test]
+    fn a_legacy_function_call_is_one_call_however_its_fragments_come_and_cut_it_never_runs() {
+        let chunk = |call: &str, finish: &str| {
+            format!(
+                "data: {{\"choices\":[{{\"index\":0,\"delta\":{{\"function_call\":{call}}}{finish}}}]}}\n\n"
+            )
+        };
+        // The name restated with every fragment, as some servers send it: one call.
+        let body = [
+            chunk(r#"{"name":"f","arguments":"{\"a\":"}"#, ""),
+            chunk(r#"{"name":"f","arguments":"1}"}"#, ""),
+            chunk("{}", r#","finish_reason":"function_call""#),
+        ]
+        .concat();
+        let r = parse_stream_bytes(body.as_bytes()).unwrap();
+        let calls: Vec<(&str, &str, &str)> = r
+            .message
+            .tool_calls
+            .iter()
+            .map(|c| (&*c.call_id, c.tool.as_str(), c.arguments.as_str()))
+            .collect();
+        assert_eq!(calls, [("", "f", r#"{"a":1}"#)]);
+        assert_eq!(r.finish_reason, FinishReason::ToolCalls);
+        // Cut by the output limit: dropped, the response truncated.
+        let body = [
+            chunk(r#"{"name":"f","arguments":"{\"a\":"}"#, ""),
+            chunk("{}", r#","finish_reason":"length""#),
+        ]
+        .concat();
+        let r = parse_stream_bytes(body.as_bytes()).unwrap();
+        assert!(r.message.tool_calls.is_empty());
+        assert!(r.truncated);
+    }
+
+    #[test]
     fn data_after_done_is_an_error() {
         assert!(run(&["[DONE]", r#"{"choices":[]}"#]).is_err());
     }
