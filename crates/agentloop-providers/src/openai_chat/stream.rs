@@ -255,6 +255,11 @@ impl WireUsage {
     }
 }
 
+/// DeepSeek's finish reason for an answer its servers cut for want of resources: no end of the
+/// answer but a transient failure (an overloaded server's), so that it is asked again rather
+/// than taken, cut, for the whole answer.
+const INSUFFICIENT_SYSTEM_RESOURCE: &str = "insufficient_system_resource";
+
 /// Maps a Chat Completions `finish_reason` to a [`FinishReason`].
 pub fn map_finish_reason(raw: &str) -> FinishReason {
     match raw {
@@ -731,6 +736,16 @@ impl ChatStreamParser {
             if let Some(reason) = choice.finish_reason
                 && !reason.is_empty()
             {
+                if reason == INSUFFICIENT_SYSTEM_RESOURCE {
+                    let mut error = ModelError::new(
+                        ModelErrorKind::Overloaded,
+                        "the server stopped the answer for want of resources \
+                         (finish_reason \"insufficient_system_resource\")",
+                    )
+                    .with_provider(self.provider.as_str());
+                    error.provider_code = Some(reason.into_owned());
+                    return Err(error);
+                }
                 let mapped = match map_finish_reason(&reason) {
                     FinishReason::Stop if self.saw_refusal => FinishReason::Refusal,
                     // vLLM (a named tool_choice) and Ollama say `stop` after calling tools; the
