@@ -255,10 +255,21 @@ impl WireUsage {
     }
 }
 
-/// DeepSeek's finish reason for an answer its servers cut for want of resources: no end of the
-/// answer but a transient failure (an overloaded server's), so that it is asked again rather
-/// than taken, cut, for the whole answer.
-const INSUFFICIENT_SYSTEM_RESOURCE: &str = "insufficient_system_resource";
+/// The finish reasons that end no answer but say the server cut it, and the transient failure
+/// each is: asked again (under `Retry`) rather than taken, cut, for the whole answer. DeepSeek's
+/// `insufficient_system_resource` (its servers ran out of resources); vLLM's and SGLang's
+/// `abort` (the engine dropped the request: a shutdown, a scale-down, a pause), which vLLM sends
+/// as a last chunk followed by `[DONE]`, as though the answer were whole (vllm-project/vllm#57082).
+fn interruption(reason: &str) -> Option<(ModelErrorKind, &'static str)> {
+    match reason {
+        "insufficient_system_resource" => Some((
+            ModelErrorKind::Overloaded,
+            "stopped the answer for want of resources",
+        )),
+        "abort" => Some((ModelErrorKind::Server, "aborted the answer")),
+        _ => None,
+    }
+}
 
 /// Maps a Chat Completions `finish_reason` to a [`FinishReason`].
 pub fn map_finish_reason(raw: &str) -> FinishReason {
@@ -736,11 +747,10 @@ impl ChatStreamParser {
             if let Some(reason) = choice.finish_reason
                 && !reason.is_empty()
             {
-                if reason == INSUFFICIENT_SYSTEM_RESOURCE {
+                if let Some((kind, why)) = interruption(&reason) {
                     let mut error = ModelError::new(
-                        ModelErrorKind::Overloaded,
-                        "the server stopped the answer for want of resources \
-                         (finish_reason \"insufficient_system_resource\")",
+                        kind,
+                        format!("the server {why} (finish_reason {reason:?})"),
                     )
                     .with_provider(self.provider.as_str());
                     error.provider_code = Some(reason.into_owned());
