@@ -261,7 +261,7 @@ impl WireUsage {
 /// `abort` (the engine dropped the request: a shutdown, a scale-down, a pause), which vLLM sends
 /// as a last chunk followed by `[DONE]`, as though the answer were whole (vllm-project/vllm#57082).
 fn interruption(reason: &str) -> Option<(ModelErrorKind, &'static str)> {
-    match reason {
+    match reason.to_ascii_lowercase().as_str() {
         "insufficient_system_resource" => Some((
             ModelErrorKind::Overloaded,
             "stopped the answer for want of resources",
@@ -271,14 +271,18 @@ fn interruption(reason: &str) -> Option<(ModelErrorKind, &'static str)> {
     }
 }
 
-/// Maps a Chat Completions `finish_reason` to a [`FinishReason`].
+/// Maps a Chat Completions `finish_reason` to a [`FinishReason`], whatever its case: gateways in
+/// front of Gemini pass its own words through (`STOP`, `MAX_TOKENS`, `SAFETY`), and read as
+/// unknown, an answer the limit cut would pass for a whole one (QwenLM/qwen-code#9882).
 pub fn map_finish_reason(raw: &str) -> FinishReason {
-    match raw {
+    match raw.to_ascii_lowercase().as_str() {
         "stop" | "end_turn" | "stop_sequence" | "eos" => FinishReason::Stop,
         // `tool_call`: mlx-lm's server before ml-explore/mlx-lm#782.
         "tool_calls" | "tool_call" | "function_call" | "tool_use" => FinishReason::ToolCalls,
         "length" | "max_tokens" | "model_length" => FinishReason::Length,
-        "content_filter" | "safety" => FinishReason::ContentFilter,
+        // Gemini's words for the filters that stop it.
+        "content_filter" | "safety" | "recitation" | "blocklist" | "prohibited_content"
+        | "spii" | "image_safety" => FinishReason::ContentFilter,
         "refusal" => FinishReason::Refusal,
         "error" => FinishReason::Error,
         _ => FinishReason::Other,
@@ -1057,6 +1061,11 @@ mod tests {
             FinishReason::ContentFilter
         );
         assert_eq!(map_finish_reason("weird"), FinishReason::Other);
+        // Gemini's own words, passed through by gateways.
+        assert_eq!(map_finish_reason("MAX_TOKENS"), FinishReason::Length);
+        assert_eq!(map_finish_reason("STOP"), FinishReason::Stop);
+        assert_eq!(map_finish_reason("SAFETY"), FinishReason::ContentFilter);
+        assert_eq!(map_finish_reason("RECITATION"), FinishReason::ContentFilter);
     }
 
     fn run(chunks: &[&str]) -> Result<Vec<ModelEvent>, ModelError> {
