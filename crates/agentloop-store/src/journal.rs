@@ -362,8 +362,7 @@ pub(crate) fn open_kind(
     }
     let conn = Connection::open_with_flags(path, flags)
         .map_err(|e| io(format!("cannot open {shown}: {e}")))?;
-    conn.busy_timeout(std::time::Duration::from_secs(5))
-        .map_err(io)?;
+    conn.busy_timeout(crate::BUSY_WAIT).map_err(io)?;
     if access == Access::Read {
         conn.pragma_update(None, "query_only", true).map_err(io)?;
     }
@@ -444,7 +443,7 @@ pub(crate) fn open_kind(
                 return Err(io(format!("cannot create {shown}: {e}")));
             }
         }
-        wal_mode(&conn).map_err(io)?;
+        crate::wal_mode(&conn).map_err(io)?;
         // The switch alone makes no `-wal` and `-shm`; a read does. They exist from the start,
         // as when the tables were made in WAL mode: the processes a run's tools start see what
         // exists then read-only, and could otherwise write a `-wal` the next open replays.
@@ -493,7 +492,7 @@ pub(crate) fn open_kind(
         }
         return Ok(conn);
     }
-    wal_mode(&conn).map_err(io)?;
+    crate::wal_mode(&conn).map_err(io)?;
     conn.execute_batch("PRAGMA synchronous = FULL;")
         .map_err(io)?;
     if version < kind.version {
@@ -504,25 +503,6 @@ pub(crate) fn open_kind(
             .map_err(|e| io(format!("cannot create {shown}-journal: {e}")))?;
     }
     Ok(conn)
-}
-
-/// Puts the file in WAL mode (a no-op once it is). Switching needs the file to itself, and SQLite
-/// answers "busy" at once, without waiting as for a write, while other connections read it: as
-/// the processes that waited for a new file to be made do when its maker switches it. So it is
-/// tried again for as long as a write would wait.
-fn wal_mode(conn: &Connection) -> rusqlite::Result<()> {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-    loop {
-        match conn.execute_batch("PRAGMA journal_mode = WAL") {
-            Err(rusqlite::Error::SqliteFailure(e, _))
-                if e.code == rusqlite::ErrorCode::DatabaseBusy
-                    && std::time::Instant::now() < deadline =>
-            {
-                std::thread::sleep(std::time::Duration::from_millis(5));
-            }
-            other => return other,
-        }
-    }
 }
 
 /// Brings a file of an older version up to `kind`'s, in one transaction.

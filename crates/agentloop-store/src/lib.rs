@@ -73,6 +73,29 @@ pub(crate) fn create_private(path: &std::path::Path) -> std::io::Result<()> {
     }
 }
 
+/// Puts the SQLite file `conn` has open in WAL mode (a no-op once it is). Switching needs the
+/// file to itself, and SQLite answers "busy" at once, without calling the busy handler as for a
+/// write, while another connection reads it: as processes that open one new file at once do
+/// (two runs on a new journal, trace or session store). So it is tried again for as long as a
+/// write would wait.
+pub(crate) fn wal_mode(conn: &rusqlite::Connection) -> rusqlite::Result<()> {
+    let deadline = std::time::Instant::now() + BUSY_WAIT;
+    loop {
+        match conn.execute_batch("PRAGMA journal_mode = WAL") {
+            Err(rusqlite::Error::SqliteFailure(e, _))
+                if e.code == rusqlite::ErrorCode::DatabaseBusy
+                    && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            other => return other,
+        }
+    }
+}
+
+/// How long a store's connection waits for another process's lock before it answers "busy".
+pub(crate) const BUSY_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Puts an empty `<path>-journal` beside the SQLite file at `path` (open in WAL mode, which
 /// never writes one) unless something is there: SQLite rolls a non-empty one back into the file
 /// at its next open, so a process that may write the folder could otherwise plant one with

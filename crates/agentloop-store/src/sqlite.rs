@@ -114,13 +114,13 @@ impl SqliteWriter {
         let err = |e| TraceError::sqlite(path, e);
         crate::create_private(path).map_err(|e| TraceError::io(path, e))?;
         let mut conn = Connection::open(path).map_err(err)?;
-        conn.busy_timeout(std::time::Duration::from_secs(5))
-            .map_err(err)?;
+        conn.busy_timeout(crate::BUSY_WAIT).map_err(err)?;
         refuse_other_databases(&conn, path)?;
         // WAL with NORMAL sync: a commit per record is cheap, and a crash of the process loses
-        // nothing committed.
-        conn.query_row("PRAGMA journal_mode = WAL", [], |_| Ok(()))
-            .map_err(err)?;
+        // nothing committed. The switch is tried again while another process opening the file
+        // reads it (runs started at once with one new `--trace`): SQLite answered that one
+        // "database is locked" at once.
+        crate::wal_mode(&conn).map_err(err)?;
         conn.execute_batch("PRAGMA synchronous = NORMAL")
             .map_err(err)?;
         migrate(&mut conn, path)?;
@@ -578,8 +578,7 @@ pub(crate) fn read(path: &Path) -> Result<(Vec<TraceRecord>, Vec<String>), Trace
     let conn = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_WRITE)
         .or_else(|_| Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY))
         .map_err(err)?;
-    conn.busy_timeout(std::time::Duration::from_secs(5))
-        .map_err(err)?;
+    conn.busy_timeout(crate::BUSY_WAIT).map_err(err)?;
     schema_version(&conn, path)?;
     let has_runs: Option<String> = conn
         .query_row(

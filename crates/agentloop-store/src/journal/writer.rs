@@ -579,7 +579,7 @@ const CHECKPOINT_EVERY: u32 = 512;
 
 /// How long the writer thread waits for another process's write lock, as every connection of
 /// this crate does; an appender committing itself never waits (it queues its write instead).
-const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+const BUSY_TIMEOUT: Duration = crate::BUSY_WAIT;
 
 fn serve(shared: &Mutex<Shared>, rx: &mpsc::Receiver<Queued>) {
     let take = |group: &mut Vec<Job>, forgotten: &mut Vec<String>, queued: Queued| match queued {

@@ -4,6 +4,7 @@ use agentloop::journal::{Definition, JournalHeader};
 use agentloop::machine::{Input, Seams, Step};
 
 /// The header of a run of an empty agent.
+#[allow(dead_code)] // not every test file uses every helper
 pub fn header(run_id: &str) -> JournalHeader {
     JournalHeader {
         run_id: run_id.into(),
