@@ -117,8 +117,13 @@ pub fn sessions(cmd: SessionsCommand) -> Result<i32, CliError> {
                 out!("no sessions");
             } else {
                 for s in &list {
+                    let damage = s
+                        .damage
+                        .as_ref()
+                        .map(|d| format!("  damaged: {d}"))
+                        .unwrap_or_default();
                     out!(
-                        "{}  {}  {} messages  {} runs  {} in / {} out tokens  ${:.4}",
+                        "{}  {}  {} messages  {} runs  {} in / {} out tokens  ${:.4}{damage}",
                         s.id,
                         s.agent,
                         s.messages,

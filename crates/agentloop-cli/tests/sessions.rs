@@ -234,6 +234,101 @@ async fn a_damaged_transcript_is_reported_and_never_sent() {
     assert!(fake.bodies().await.is_empty(), "nothing was sent");
 }
 
+/// A row whose transcript or usage is not JSON any more (a disk error, a hand edit) is listed
+/// beside the others, marked with what is wrong, and can be deleted; `list` failed as a whole
+/// ("malformed JSON"), and so hid the sessions that were sound, and the damaged one's name.
+#[test]
+fn sessions_list_shows_a_damaged_row_beside_the_sound_ones_and_it_can_be_deleted() {
+    use agentloop::session::SessionStore;
+    let dir = AgentDir::new("name = \"unused\"\n");
+    let db = dir.path("sessions.db");
+    let store = agentloop_store::SqliteSessions::open(&db).unwrap();
+    for id in ["sound", "torn", "odd-usage"] {
+        let mut s = agentloop::session::StoredSession::new(id, "weather");
+        s.messages = vec![agentloop::Message::user("hi")];
+        store.save(&s).unwrap();
+    }
+    drop(store);
+    let conn = rusqlite::Connection::open(&db).unwrap();
+    conn.execute(
+        "UPDATE sessions SET messages = '[{\"role\": \"us' WHERE id = 'torn'",
+        [],
+    )
+    .unwrap();
+    conn.execute(
+        "UPDATE sessions SET usage = 'not json' WHERE id = 'odd-usage'",
+        [],
+    )
+    .unwrap();
+    drop(conn);
+
+    let out = sessions(&dir, &["list", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let listed: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let by_id = |id: &str| -> Value {
+        listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["id"] == id)
+            .cloned()
+            .unwrap_or_else(|| panic!("{id} is not listed: {listed:#}"))
+    };
+    assert!(by_id("sound").get("damage").is_none(), "{listed:#}");
+    assert_eq!(by_id("sound")["messages"], 1);
+    let torn = by_id("torn")["damage"].as_str().unwrap().to_owned();
+    assert!(torn.contains("transcript"), "{torn}");
+    let odd = by_id("odd-usage")["damage"].as_str().unwrap().to_owned();
+    assert!(odd.contains("usage"), "{odd}");
+    assert_eq!(by_id("odd-usage")["messages"], 1);
+
+    let out = sessions(&dir, &["list"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("sound  weather  1 messages"), "{text}");
+    assert!(
+        text.contains("torn  weather") && text.contains("damaged: "),
+        "{text}"
+    );
+
+    // Loading it is still refused, as damaged; deleting it leaves the sound one.
+    let out = sessions(&dir, &["show", "torn"]);
+    assert_eq!(out.status.code(), Some(10), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("session torn is damaged"),
+        "{}",
+        stderr(&out)
+    );
+    for id in ["torn", "odd-usage"] {
+        let out = sessions(&dir, &["delete", id]);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    }
+    let out = sessions(&dir, &["list", "--json"]);
+    let listed: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(listed.as_array().unwrap().len(), 1, "{listed:#}");
+    assert_eq!(listed[0]["id"], "sound");
+
+    // A store a newer agentloop wrote is refused whole, by every command, and left as it was.
+    let conn = rusqlite::Connection::open(&db).unwrap();
+    conn.execute(
+        "UPDATE agentloop_meta SET value = '99' WHERE key = 'version'",
+        [],
+    )
+    .unwrap();
+    drop(conn);
+    let before = std::fs::read(&db).unwrap();
+    for command in [vec!["list"], vec!["show", "sound"], vec!["delete", "sound"]] {
+        let out = sessions(&dir, &command);
+        assert_eq!(out.status.code(), Some(10), "{command:?}");
+        assert!(
+            stderr(&out).contains("its format version 99 is newer than this program's"),
+            "{command:?}: {}",
+            stderr(&out)
+        );
+    }
+    assert_eq!(std::fs::read(&db).unwrap(), before);
+}
+
 #[tokio::test]
 async fn a_call_id_the_provider_repeats_in_a_later_run_never_damages_the_session() {
     // The scripted provider starts its script over in every process: each run of the session

@@ -132,6 +132,61 @@ impl SqliteSessions {
     }
 }
 
+/// A listed session, as far as its row can be read: a column that cannot be read is named in
+/// its `damage` and left at its default, so that a damaged row is listed (and can be deleted)
+/// beside the others rather than failing the list.
+fn summary_of(r: &rusqlite::Row<'_>) -> SessionSummary {
+    let mut damage: Vec<String> = Vec::new();
+    let mut column = |what: &str, value: rusqlite::Result<Option<String>>| match value {
+        Ok(v) => v,
+        Err(e) => {
+            damage.push(format!("its {what} cannot be read ({e})"));
+            None
+        }
+    };
+    let id = column("id", r.get(0)).unwrap_or_default();
+    let agent = column("agent", r.get(1)).unwrap_or_default();
+    let usage = column("usage", r.get(4));
+    let mut summary = SessionSummary {
+        id,
+        agent,
+        messages: 0,
+        runs: 0,
+        usage: Default::default(),
+        cost_usd: 0.0,
+        updated_ms: 0,
+        damage: None,
+    };
+    match r.get::<_, Option<i64>>(2) {
+        Ok(Some(n)) => summary.messages = usize::try_from(n).unwrap_or(0),
+        _ => damage.push("its transcript cannot be read".into()),
+    }
+    match usage.map(|u| serde_json::from_str(&u)) {
+        Some(Ok(usage)) => summary.usage = usage,
+        Some(Err(e)) => damage.push(format!("its usage cannot be read ({e})")),
+        None => {}
+    }
+    let mut number = |what: &str, e: rusqlite::Error| {
+        damage.push(format!("its {what} cannot be read ({e})"));
+    };
+    match r.get(3) {
+        Ok(runs) => summary.runs = runs,
+        Err(e) => number("run count", e),
+    }
+    match r.get(5) {
+        Ok(cost) => summary.cost_usd = cost,
+        Err(e) => number("cost", e),
+    }
+    match r.get(6) {
+        Ok(at) => summary.updated_ms = at,
+        Err(e) => number("time", e),
+    }
+    if !damage.is_empty() {
+        summary.damage = Some(damage.join("; "));
+    }
+    summary
+}
+
 fn damaged(id: &str, reason: String) -> SessionError {
     SessionError::Damaged {
         id: id.to_owned(),
@@ -250,40 +305,17 @@ impl SessionStore for SqliteSessions {
 
     fn list(&self) -> Result<Vec<SessionSummary>, SessionError> {
         self.with(|c| {
+            // `json_valid` first: `json_array_length` of a damaged transcript failed the whole
+            // query ("malformed JSON"), so one damaged row hid every session.
             let mut stmt = c
                 .prepare(
-                    "SELECT id, agent, json_array_length(messages), runs, usage, cost_usd, \
-                     updated_ms FROM sessions ORDER BY updated_ms DESC, id",
+                    "SELECT id, agent, CASE WHEN json_valid(messages) \
+                     THEN json_array_length(messages) END, runs, usage, cost_usd, updated_ms \
+                     FROM sessions ORDER BY updated_ms DESC, id",
                 )
                 .map_err(io)?;
-            let rows = stmt
-                .query_map([], |r| {
-                    Ok((
-                        r.get::<_, String>(0)?,
-                        r.get::<_, String>(1)?,
-                        r.get::<_, Option<i64>>(2)?,
-                        r.get::<_, u32>(3)?,
-                        r.get::<_, String>(4)?,
-                        r.get::<_, f64>(5)?,
-                        r.get::<_, i64>(6)?,
-                    ))
-                })
-                .map_err(io)?;
-            let mut out = Vec::new();
-            for row in rows {
-                let (id, agent, messages, runs, usage, cost_usd, updated_ms) = row.map_err(io)?;
-                out.push(SessionSummary {
-                    usage: serde_json::from_str(&usage)
-                        .map_err(|e| damaged(&id, format!("its usage cannot be read ({e})")))?,
-                    id,
-                    agent,
-                    messages: messages.and_then(|n| usize::try_from(n).ok()).unwrap_or(0),
-                    runs,
-                    cost_usd,
-                    updated_ms,
-                });
-            }
-            Ok(out)
+            let rows = stmt.query_map([], |r| Ok(summary_of(r))).map_err(io)?;
+            rows.collect::<Result<_, _>>().map_err(io)
         })
     }
 

@@ -116,6 +116,10 @@ pub struct SessionSummary {
     pub cost_usd: f64,
     /// When it was last written (ms since the Unix epoch).
     pub updated_ms: i64,
+    /// Why the stored session cannot be used, when the list can tell (loading it is refused as
+    /// [`SessionError::Damaged`]); the fields above are then what could be read of it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub damage: Option<String>,
 }
 
 /// Why a session could not be used.
