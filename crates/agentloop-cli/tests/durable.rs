@@ -1141,6 +1141,91 @@ sandbox = "off"
     assert!(!alive, "still alive: {stat}");
 }
 
+/// Every status in a `trace show --json` tree, with where it is.
+fn statuses(v: &Value, at: &str, out: &mut Vec<(String, String)>) {
+    match v {
+        Value::Object(map) => {
+            for (k, v) in map {
+                if k == "status"
+                    && let Some(s) = v.as_str()
+                {
+                    out.push((at.to_owned(), s.to_owned()));
+                }
+                statuses(v, &format!("{at}/{k}"), out);
+            }
+        }
+        Value::Array(items) => {
+            for (i, v) in items.iter().enumerate() {
+                statuses(v, &format!("{at}/{i}"), out);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// A run killed while it writes a trace, resumed into the same trace: the trace reads as one
+/// finished run with the whole run's counts, and what the killed process never ended is
+/// `interrupted`; the counts were the resuming process's alone, and a model call the killed
+/// process had made (its answer journaled) stayed `running` under the finished run for good.
+#[test]
+fn a_run_resumed_into_the_trace_it_was_killed_writing_reads_there_as_one_finished_run() {
+    for trace in ["t.db", "t.ndjson"] {
+        // After the first batch, inside the second, and in the last turn.
+        for fault in [
+            "after-step:4",
+            "after-step:6",
+            "after-step:9",
+            "after-step:14",
+        ] {
+            let what = format!("{trace}, {fault}");
+            let dir = crash_dir("");
+            let journal = dir.path("runs.db");
+            let j = journal.to_str().unwrap();
+            assert!(
+                run_and_kill_with(&dir, &journal, fault, &["--trace", trace]),
+                "{what}"
+            );
+            let id = run_ids(&dir, &journal)[0]["run_id"]
+                .as_str()
+                .unwrap()
+                .to_owned();
+            let out = cli(
+                &dir,
+                &["resume", &id, "--journal", j, "--json", "--trace", trace],
+            );
+            exited(&out, 0, &what);
+            let resumed = json_of(&out);
+            let calls = resumed["tool_calls"].as_array().unwrap().len();
+
+            let out = cli(&dir, &["trace", "show", trace, "--json"]);
+            exited(&out, 0, &what);
+            let shown = json_of(&out);
+            let run = &shown["run"];
+            assert_eq!(run["run_id"], id.as_str(), "{what}");
+            assert_eq!(run["status"], "ok", "{what}");
+            assert_eq!(run["stop_reason"], "finished", "{what}");
+            assert_eq!(run["turns"], resumed["turns"], "{what}");
+            assert_eq!(
+                run["usage"]["input_tokens"],
+                resumed["usage"]["input_tokens"]
+            );
+            assert_eq!(
+                run["model_calls"], resumed["model_calls"],
+                "{what}: {run:#}"
+            );
+            assert_eq!(run["tool_calls"], calls, "{what}: {run:#}");
+            let mut all = Vec::new();
+            statuses(&shown, "", &mut all);
+            let running: Vec<_> = all.iter().filter(|(_, s)| s == "running").collect();
+            assert!(running.is_empty(), "{what}: {running:?}");
+            let out = cli(&dir, &["trace", "list", trace, "--json"]);
+            let listed = json_of(&out);
+            assert_eq!(listed.as_array().unwrap().len(), 1, "{what}: {listed:#}");
+            assert_eq!(listed[0]["tool_calls"], calls, "{what}");
+        }
+    }
+}
+
 #[test]
 fn a_finished_journaled_run_leaves_its_journal_whole_in_one_file() {
     // The journal's writer thread closes its connection (which moves the WAL back into the file

@@ -44,6 +44,17 @@ impl TraceRecord {
         }
     }
 
+    /// The fields every span has, to change.
+    pub fn span_mut(&mut self) -> &mut Span {
+        match self {
+            TraceRecord::Run(r) => &mut r.span,
+            TraceRecord::Turn(t) => &mut t.span,
+            TraceRecord::ModelCall(m) => &mut m.span,
+            TraceRecord::ToolCall(t) => &mut t.span,
+            TraceRecord::Compaction(c) => &mut c.span,
+        }
+    }
+
     /// The span's kind: `run`, `turn`, `model_call`, `tool_call` or `compaction`.
     pub fn kind(&self) -> &'static str {
         match self {

@@ -1,6 +1,6 @@
 //! Opening trace writers, reading whole traces in either format, and converting between formats.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
 use serde::Serialize;
@@ -8,7 +8,7 @@ use serde::Serialize;
 use crate::error::TraceError;
 use crate::format::{TraceFormat, TraceWriter};
 use crate::ndjson::{self, NdjsonWriter};
-use crate::record::TraceRecord;
+use crate::record::{ErrorInfo, Status, TraceRecord};
 use crate::sqlite::{self, SqliteWriter};
 
 /// Opens a writer for a path, creating the file or appending to it; the extension picks the
@@ -36,10 +36,58 @@ pub fn read_trace(path: impl AsRef<Path>) -> Result<Trace, TraceError> {
         TraceFormat::Ndjson => ndjson::read(path)?,
         TraceFormat::Sqlite => sqlite::read(path)?,
     };
-    Ok(Trace {
-        records: latest_versions(records),
-        warnings,
-    })
+    let mut records = latest_versions(records);
+    settle_resumed_runs(&mut records);
+    Ok(Trace { records, warnings })
+}
+
+/// What a run resumed from its journal leaves in a trace it shares with the process that died:
+/// that process's spans whose end it never wrote (`running`) under a run another process ended,
+/// and a run record counting only the calls of the process that ended it. Such a span reads as
+/// `interrupted` (`trace.unfinished`), and the run's counts are at least the calls the file
+/// holds for it: spans of both processes, their ids the same where they met.
+fn settle_resumed_runs(records: &mut [TraceRecord]) {
+    let mut calls: HashMap<String, (u32, u32)> = HashMap::new();
+    for r in records.iter() {
+        let n = calls.entry(r.span().run_id.clone()).or_default();
+        match r {
+            TraceRecord::ModelCall(_) => n.0 = n.0.saturating_add(1),
+            TraceRecord::ToolCall(_) => n.1 = n.1.saturating_add(1),
+            _ => {}
+        }
+    }
+    let ended: HashSet<String> = records
+        .iter()
+        .filter_map(|r| match r {
+            TraceRecord::Run(run) if run.span.status != Status::Running => {
+                Some(run.span.run_id.clone())
+            }
+            _ => None,
+        })
+        .collect();
+    for r in records.iter_mut() {
+        if let TraceRecord::Run(run) = r {
+            let counted = ended
+                .contains(&run.span.run_id)
+                .then(|| calls.get(&run.span.run_id))
+                .flatten();
+            if let Some(&(model, tool)) = counted {
+                run.model_calls = run.model_calls.map(|n| n.max(model));
+                run.tool_calls = run.tool_calls.map(|n| n.max(tool));
+            }
+            continue;
+        }
+        let span = r.span_mut();
+        if span.status == Status::Running && ended.contains(&span.run_id) {
+            span.status = Status::Interrupted;
+            span.error = Some(ErrorInfo {
+                code: "trace.unfinished".into(),
+                message: "its end was never written: the process that recorded it stopped, \
+                          and the run ended in another (resumed from its journal)"
+                    .into(),
+            });
+        }
+    }
 }
 
 /// Keeps the last version of each span, at the position of its first.
