@@ -429,6 +429,83 @@ fn a_forced_resume_whose_journal_the_changed_agent_cannot_replay_is_refused_and_
     }
 }
 
+/// A forced resume (the agent file changed, its limits not) of a run whose limit trips on the
+/// journal's last step, killed at every step: it stops as the uninterrupted run stopped, with
+/// its stop reason, exit code, usage, cost and counts, and no call run twice or left out.
+#[test]
+fn a_forced_resume_whose_limit_trips_on_the_last_journaled_step_ends_as_the_run_would_have() {
+    let priced = AGENT.replace(
+        "script = \"script.json\"\n",
+        "script = \"script.json\"\nprice = { input = 1.0, output = 2.0 }\n",
+    );
+    let usage = json!({"input_tokens": 100_000, "output_tokens": 50_000});
+    let mut script: Vec<Value> = serde_json::from_str(&script()).unwrap();
+    for answer in &mut script {
+        answer["usage"] = usage.clone();
+    }
+    let script = Value::from(script).to_string();
+    // The turn limit trips when the second batch ends; the cost budget ($0.20 a call) when the
+    // third answer comes: each on the last step its run journals.
+    for (limit, stop) in [
+        ("max_turns = 2", "max_turns"),
+        ("max_cost_usd = 0.5", "budget"),
+    ] {
+        let agent = priced.replace(
+            "max_concurrency = 2\n",
+            &format!("max_concurrency = 2\n{limit}\n"),
+        );
+        let changed = agent.replace("version = \"1\"", "version = \"2\"");
+        let dir_with = |text: &str| {
+            let dir = crash_dir("");
+            dir.write("agent.toml", text);
+            dir.write("script.json", &script);
+            dir
+        };
+        let base_dir = dir_with(&agent);
+        let out = run_cmd(&base_dir, &base_dir.path("runs.db"), &[])
+            .output()
+            .unwrap();
+        exited(&out, 5, limit);
+        let base = json_of(&out);
+        assert_eq!(base["stop_reason"], stop, "{limit}");
+        let steps = run_ids(&base_dir, &base_dir.path("runs.db"))[0]["steps"]
+            .as_u64()
+            .unwrap();
+        for n in 0..steps {
+            for fault in [format!("after-step:{n}"), format!("in-step:{n}")] {
+                let what = format!("{limit}, {fault}");
+                let dir = dir_with(&agent);
+                let journal = dir.path("runs.db");
+                assert!(run_and_kill(&dir, &journal, &fault), "{what}");
+                let run = &run_ids(&dir, &journal)[0];
+                if run["status"] == "finished" {
+                    continue;
+                }
+                let id = run["run_id"].as_str().unwrap().to_owned();
+                dir.write("agent.toml", &changed);
+                let j = journal.to_str().unwrap();
+                let out = cli(&dir, &["resume", &id, "--journal", j, "--json", "--force"]);
+                exited(&out, 5, &what);
+                let resumed = json_of(&out);
+                for key in ["stop_reason", "usage", "cost_usd", "turns", "model_calls"] {
+                    assert_eq!(resumed[key], base[key], "{what}: {key}");
+                }
+                assert_eq!(
+                    resumed["tool_calls"].as_array().unwrap().len(),
+                    base["tool_calls"].as_array().unwrap().len(),
+                    "{what}"
+                );
+                check_against(
+                    base["transcript"].as_array().unwrap(),
+                    resumed["transcript"].as_array().unwrap(),
+                    &side_log(&dir),
+                    &what,
+                );
+            }
+        }
+    }
+}
+
 /// Resumes run `id` of the crash agent, and checks it ends as an uninterrupted run does.
 fn resumes_as_if_never_stopped(dir: &AgentDir, journal: &Path, id: &str, what: &str) {
     let out = resume_json(dir, journal, id);
