@@ -6,13 +6,15 @@
 )]
 //! Compaction through the command: an agent file with a small `context_tokens` compacts its
 //! conversation by summary, `--json` reports it, the trace records it with what was replaced, and
-//! the session store keeps the full history beside the compacted transcript.
+//! the session store keeps the full history beside the compacted transcript; a journaled run
+//! killed at any step, a summary's among them, resumes to the same summaries.
 
 mod support;
 
 use std::process::{Command, Stdio};
 
 use serde_json::Value;
+use support::crash;
 use support::*;
 
 const AGENT: &str = r#"name = "reader"
@@ -161,4 +163,81 @@ fn compaction_off_and_bad_budgets_are_read_from_the_file() {
     let out = command(&bad, &["plan", bad.agent().to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
     assert!(stderr(&out).contains("context_tokens"), "{}", stderr(&out));
+}
+
+/// A journaled run that compacts by summary, killed after any step or inside any write (a
+/// summary's answer among them) and resumed: it ends as the uninterrupted run did, the same
+/// summaries in the same places, the same answer and counts. The page tool is idempotent here,
+/// so a page read at the kill is read again and the conversation is the same size.
+#[test]
+fn a_compacting_run_killed_at_any_step_resumes_to_the_same_summaries_and_answer() {
+    let agent = AGENT.replace(
+        "input_schema = { type = \"object\", properties = { n = { type = \"integer\" } } }\n",
+        "input_schema = { type = \"object\", properties = { n = { type = \"integer\" } } }\n\
+         idempotent = true\n",
+    );
+    assert_ne!(agent, AGENT);
+    let fresh = || {
+        let dir = AgentDir::new(&agent);
+        dir.write("s.json", SCRIPT);
+        dir
+    };
+    let run = |dir: &AgentDir| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_agentloop"));
+        cmd.args(["run", "agent.toml", "--input", "read three pages", "--json"])
+            .args(["--journal", "runs.db"])
+            .current_dir(dir.path("."))
+            .env_remove("AGENTLOOP_SESSIONS")
+            .stdin(Stdio::null());
+        cmd
+    };
+    let base_dir = fresh();
+    let base: Value = serde_json::from_slice(&run(&base_dir).output().unwrap().stdout).unwrap();
+    assert_eq!(base["compactions"].as_array().unwrap().len(), 2, "{base:#}");
+    let steps = crash::journal_runs(&base_dir, &base_dir.path("runs.db"))[0]["steps"]
+        .as_u64()
+        .unwrap();
+    let mut summaries_cut = 0;
+    for n in 0..steps {
+        for fault in [format!("after-step:{n}"), format!("in-step:{n}")] {
+            let dir = fresh();
+            let mut cmd = run(&dir);
+            cmd.env("AGENTLOOP_TEST_JOURNAL_FAULT", &fault);
+            assert!(crash::killed_at_fault(cmd), "{fault}");
+            let journal = dir.path("runs.db");
+            let listed = &crash::journal_runs(&dir, &journal)[0];
+            if listed["status"] == "finished" {
+                continue;
+            }
+            let id = listed["run_id"].as_str().unwrap();
+            let shown = command(
+                &dir,
+                &["journal", "show", id, "--journal", "runs.db", "--json"],
+            );
+            let shown: Value = serde_json::from_slice(&shown.stdout).unwrap();
+            // A kill whose journal ends with a summary's answer, or inside the write of one.
+            let answers = shown["steps"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|s| s["input"] == "model_responded")
+                .count();
+            summaries_cut += usize::from(answers == 3 || answers == 5);
+            let out = crash::resume_json(&dir, &journal, id);
+            crash::exited(&out, 0, &fault);
+            let resumed = crash::json_of(&out);
+            for key in [
+                "stop_reason",
+                "output",
+                "usage",
+                "turns",
+                "model_calls",
+                "transcript",
+                "compactions",
+            ] {
+                assert_eq!(resumed[key], base[key], "{fault}: {key}");
+            }
+        }
+    }
+    assert!(summaries_cut > 0, "some kill landed on a summary's step");
 }
