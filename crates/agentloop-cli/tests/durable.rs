@@ -1218,6 +1218,130 @@ sandbox = "off"
     assert!(!alive, "still alive: {stat}");
 }
 
+/// A stdio MCP server for the kill below: it logs its start and each call (`side.log`), and a
+/// call whose key starts with `slow` waits until the file `go` exists. `peek` says it is
+/// read-only.
+const SLOW_SERVER: &str = r#"import json, os, sys, time
+with open("server.log", "a") as f: f.write(f"{os.getpid()}\n")
+TOOLS = [
+    {"name": "slow_write", "description": "w", "inputSchema": {"type": "object", "properties": {"key": {"type": "string"}}}},
+    {"name": "peek", "description": "p", "inputSchema": {"type": "object", "properties": {"key": {"type": "string"}}},
+     "annotations": {"readOnlyHint": True}},
+]
+def send(m):
+    sys.stdout.write(json.dumps(m) + "\n"); sys.stdout.flush()
+for line in sys.stdin:
+    m = json.loads(line); method = m.get("method"); rid = m.get("id")
+    if rid is None: continue
+    p = m.get("params") or {}
+    if method == "initialize":
+        send({"jsonrpc": "2.0", "id": rid, "result": {"protocolVersion": "2025-06-18",
+              "capabilities": {"tools": {}}, "serverInfo": {"name": "s", "version": "1"}}})
+    elif method == "tools/list":
+        send({"jsonrpc": "2.0", "id": rid, "result": {"tools": TOOLS}})
+    elif method == "tools/call":
+        name = p.get("name"); key = (p.get("arguments") or {}).get("key", "")
+        with open("side.log", "a") as f: f.write(f"{name} {key}\n")
+        while key.startswith("slow") and not os.path.exists("go"): time.sleep(0.05)
+        send({"jsonrpc": "2.0", "id": rid, "result": {"content": [{"type": "text", "text": f"{name} done {key}"}]}})
+    else:
+        send({"jsonrpc": "2.0", "id": rid, "result": {}})
+"#;
+
+/// A journaled run killed while its MCP server runs a call: the server dies with it, and the
+/// resume starts it anew; the call in flight is answered interrupted (the server's tool is not
+/// idempotent) and not made again, a trusted read-only call waiting behind it is made, and the
+/// run goes on to its answer.
+#[test]
+fn a_run_killed_with_an_mcp_call_in_flight_resumes_with_its_server_started_anew() {
+    let dir = AgentDir::new(
+        r#"name = "mcp-crash"
+[model]
+provider = "scripted"
+script = "script.json"
+[limits]
+max_concurrency = 2
+[[mcp]]
+name = "s"
+command = ["python3", "server.py"]
+trust_hints = true
+"#,
+    );
+    dir.write("server.py", SLOW_SERVER);
+    let call = |id: &str, tool: &str, key: &str| json!({"id": id, "name": tool, "arguments": {"key": key}});
+    dir.write(
+        "script.json",
+        &json!([
+            {"tool_calls": [call("p1", "s__peek", "first")]},
+            {"tool_calls": [call("w1", "s__slow_write", "slow-1"), call("p2", "s__peek", "behind")]},
+            {"tool_calls": [call("w2", "s__slow_write", "after")]},
+            {"text": "Over."}
+        ])
+        .to_string(),
+    );
+    let journal = dir.path("runs.db");
+    let mut run = run_cmd(&dir, &journal, &[])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let in_flight = (0..400).any(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        side_log(&dir).iter().any(|l| l == "slow_write slow-1")
+    });
+    assert!(in_flight, "the slow call started: {:?}", side_log(&dir));
+    run.kill().unwrap();
+    run.wait().unwrap();
+    let first = std::fs::read_to_string(dir.path("server.log")).unwrap();
+    let first = first.trim().to_owned();
+    let gone = (0..100).any(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        !Path::new(&format!("/proc/{first}")).exists()
+    });
+    assert!(gone, "the server died with the run");
+
+    dir.write("go", "");
+    let id = run_ids(&dir, &journal)[0]["run_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let out = resume_json(&dir, &journal, &id);
+    exited(&out, 0, "resume");
+    let resumed = json_of(&out);
+    assert_eq!(resumed["output"], "Over.");
+    let results: Vec<(String, String)> = resumed["transcript"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| {
+            (
+                m["call_id"].as_str().unwrap().to_owned(),
+                m["content"]["value"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
+            )
+        })
+        .collect();
+    let result = |id: &str| &results.iter().find(|(c, _)| c == id).unwrap().1;
+    assert_eq!(result("p1"), "peek done first");
+    assert!(result("w1").starts_with("interrupted:"), "{results:?}");
+    assert_eq!(result("p2"), "peek done behind");
+    assert_eq!(result("w2"), "slow_write done after");
+    let servers = std::fs::read_to_string(dir.path("server.log")).unwrap();
+    assert_eq!(
+        servers.lines().count(),
+        2,
+        "a server started anew: {servers}"
+    );
+    let side = side_log(&dir);
+    let count = |line: &str| side.iter().filter(|l| *l == line).count();
+    assert_eq!(count("slow_write slow-1"), 1, "{side:?}");
+    assert_eq!(count("slow_write after"), 1, "{side:?}");
+    assert_eq!(count("peek first"), 1, "{side:?}");
+}
+
 /// Every status in a `trace show --json` tree, with where it is.
 fn statuses(v: &Value, at: &str, out: &mut Vec<(String, String)>) {
     match v {
