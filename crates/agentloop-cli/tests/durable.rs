@@ -702,6 +702,56 @@ fn runs_started_at_once_on_a_new_journal_or_session_store_all_use_the_one_made_f
     }
 }
 
+/// Three `resume`s of one killed run started at once, at kills through the run: one drives it to
+/// the end, each other is refused (`journal.busy` while it runs, or `journal.not_resumable` once
+/// it is over), and no call runs twice.
+#[test]
+fn resumes_of_one_killed_run_started_at_once_drive_it_once() {
+    for n in [1, 4, 6, 9, 13] {
+        let fault = format!("after-step:{n}");
+        let dir = crash_dir("");
+        let journal = dir.path("runs.db");
+        assert!(run_and_kill(&dir, &journal, &fault), "{fault}");
+        let id = run_ids(&dir, &journal)[0]["run_id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let started: Vec<std::process::Child> = (0..3)
+            .map(|_| {
+                Command::new(env!("CARGO_BIN_EXE_agentloop"))
+                    .args(["resume", &id, "--journal", "runs.db", "--json"])
+                    .current_dir(dir.path("."))
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        let mut drove = 0;
+        for child in started {
+            let out = child.wait_with_output().unwrap();
+            let body = json_of(&out);
+            match out.status.code() {
+                Some(0) => {
+                    drove += 1;
+                    assert_eq!(body["stop_reason"], "finished", "{fault}");
+                }
+                Some(10) => assert_eq!(body["error"]["code"], "journal.busy", "{fault}"),
+                Some(9) => assert_eq!(body["error"]["code"], "journal.not_resumable", "{fault}"),
+                other => panic!("{fault}: exit {other:?}: {body}"),
+            }
+        }
+        assert_eq!(drove, 1, "{fault}");
+        assert_eq!(run_ids(&dir, &journal)[0]["status"], "finished", "{fault}");
+        let side = side_log(&dir);
+        for line in side.iter().filter(|l| !l.starts_with("read ")) {
+            let times = side.iter().filter(|l| *l == line).count();
+            assert_eq!(times, 1, "{fault}: {line} ran {times} times");
+        }
+    }
+}
+
 #[test]
 fn a_file_where_the_journals_lock_folder_goes_is_named_in_the_error_and_left_as_it_was() {
     let dir = crash_dir("");
