@@ -180,6 +180,86 @@ fn kill_tree_at_every_write(level: Option<&str>) {
     assert!(interrupted > 0, "some kill landed while a write ran");
 }
 
+/// The statuses anywhere in a `trace show --json` tree.
+fn statuses_in(v: &Value, out: &mut Vec<String>) {
+    match v {
+        Value::Object(map) => {
+            for (k, v) in map {
+                if let (true, Some(s)) = (k == "status", v.as_str()) {
+                    out.push(s.to_owned());
+                }
+                statuses_in(v, out);
+            }
+        }
+        Value::Array(items) => items.iter().for_each(|v| statuses_in(v, out)),
+        _ => {}
+    }
+}
+
+/// A tree killed after any write while it writes a trace, resumed into the same trace: every
+/// run there has ended and nothing in it reads `running`; a child the killed process finished
+/// (its answer then read from its journal, nothing of it run again) stayed `running` in the
+/// trace for good, under a finished parent.
+#[test]
+fn a_tree_resumed_into_the_trace_it_was_killed_writing_leaves_no_run_open_there() {
+    let base_dir = tree_dir("");
+    let out = run_cmd(&base_dir, &base_dir.path("runs.db"))
+        .output()
+        .unwrap();
+    exited(&out, 0, "the uninterrupted tree");
+    let total: u64 = runs(&base_dir, &base_dir.path("runs.db"))
+        .iter()
+        .map(|r| r["steps"].as_u64().unwrap())
+        .sum();
+    let mut open_children = 0;
+    for n in 0..total {
+        let fault = format!("after-write:{n}");
+        let dir = tree_dir("");
+        let journal = dir.path("runs.db");
+        let mut cmd = run_cmd(&dir, &journal);
+        cmd.args(["--trace", "t.db"])
+            .env("AGENTLOOP_TEST_JOURNAL_FAULT", &fault);
+        assert!(killed_at_fault(cmd), "{fault}: reached");
+        let (id, _) = top_and_running_children(&runs(&dir, &journal));
+        let listed = json_of(&cli(&dir, &["trace", "list", "t.db", "--json"]));
+        open_children += listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["parent_id"].is_string() && r["status"] == "running")
+            .count();
+        let j = journal.to_str().unwrap();
+        let out = cli(
+            &dir,
+            &["resume", &id, "--journal", j, "--json", "--trace", "t.db"],
+        );
+        if out.status.code() == Some(9) {
+            // The tree was over at the kill.
+            continue;
+        }
+        exited(&out, 0, &fault);
+        let listed = json_of(&cli(&dir, &["trace", "list", "t.db", "--json"]));
+        let listed = listed.as_array().unwrap();
+        assert_eq!(listed.len(), 3, "{fault}: {listed:#?}");
+        for run in listed {
+            let run_id = run["id"].as_str().unwrap();
+            assert_ne!(run["status"], "running", "{fault}: {run:#}");
+            let shown = cli(&dir, &["trace", "show", "t.db", "--run", run_id, "--json"]);
+            exited(&shown, 0, &fault);
+            let mut all = Vec::new();
+            statuses_in(&json_of(&shown), &mut all);
+            assert!(
+                !all.iter().any(|s| s == "running"),
+                "{fault}: run {run_id}: {all:?}"
+            );
+        }
+    }
+    assert!(
+        open_children > 0,
+        "some kill left a child's run open in the trace"
+    );
+}
+
 /// Answers worker A's first question (`p1/a1`) allow, resumes the top run `id` to its second
 /// (`p1/a3`), answers it deny, and resumes it to its end: the finished tree's outcome.
 fn allow_then_deny(dir: &AgentDir, journal: &Path, id: &str, what: &str) -> Value {

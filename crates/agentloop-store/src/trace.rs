@@ -42,10 +42,11 @@ pub fn read_trace(path: impl AsRef<Path>) -> Result<Trace, TraceError> {
 }
 
 /// What a run resumed from its journal leaves in a trace it shares with the process that died:
-/// that process's spans whose end it never wrote (`running`) under a run another process ended,
-/// and a run record counting only the calls of the process that ended it. Such a span reads as
-/// `interrupted` (`trace.unfinished`), and the run's counts are at least the calls the file
-/// holds for it: spans of both processes, their ids the same where they met.
+/// that process's spans whose end it never wrote (`running`) under a run another process ended
+/// (a subagent's run under an ended parent included), and a run record counting only the calls
+/// of the process that ended it. Such a span reads as `interrupted` (`trace.unfinished`), and
+/// the run's counts are at least the calls the file holds for it: spans of both processes,
+/// their ids the same where they met.
 fn settle_resumed_runs(records: &mut [TraceRecord]) {
     let mut calls: HashMap<String, (u32, u32)> = HashMap::new();
     for r in records.iter() {
@@ -56,7 +57,7 @@ fn settle_resumed_runs(records: &mut [TraceRecord]) {
             _ => {}
         }
     }
-    let ended: HashSet<String> = records
+    let mut ended: HashSet<String> = records
         .iter()
         .filter_map(|r| match r {
             TraceRecord::Run(run) if run.span.status != Status::Running => {
@@ -65,6 +66,31 @@ fn settle_resumed_runs(records: &mut [TraceRecord]) {
             _ => None,
         })
         .collect();
+    // A subagent's run the killed process never ended, under a parent that has: its end came
+    // in the killed process (the resumed parent read the child's answer from the journal and
+    // ran nothing of it), or never will.
+    loop {
+        let orphans: Vec<String> = records
+            .iter()
+            .filter_map(|r| match r {
+                TraceRecord::Run(run)
+                    if !ended.contains(&run.span.run_id)
+                        && run
+                            .span
+                            .parent_id
+                            .as_ref()
+                            .is_some_and(|p| ended.contains(p)) =>
+                {
+                    Some(run.span.run_id.clone())
+                }
+                _ => None,
+            })
+            .collect();
+        if orphans.is_empty() {
+            break;
+        }
+        ended.extend(orphans);
+    }
     for r in records.iter_mut() {
         if let TraceRecord::Run(run) = r {
             let counted = ended
@@ -75,7 +101,6 @@ fn settle_resumed_runs(records: &mut [TraceRecord]) {
                 run.model_calls = run.model_calls.map(|n| n.max(model));
                 run.tool_calls = run.tool_calls.map(|n| n.max(tool));
             }
-            continue;
         }
         let span = r.span_mut();
         if span.status == Status::Running && ended.contains(&span.run_id) {
@@ -83,7 +108,7 @@ fn settle_resumed_runs(records: &mut [TraceRecord]) {
             span.error = Some(ErrorInfo {
                 code: "trace.unfinished".into(),
                 message: "its end was never written: the process that recorded it stopped, \
-                          and the run ended in another (resumed from its journal)"
+                          and the run went on in another (resumed from its journal)"
                     .into(),
             });
         }
