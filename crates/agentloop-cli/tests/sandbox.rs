@@ -13,6 +13,7 @@
 mod support;
 
 use std::io::Read;
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -688,9 +689,11 @@ async fn the_shell_cannot_hard_link_a_file_outside_its_root_into_it() {
     let outside = tempfile::tempdir().unwrap();
     let far = outside.path().join("far.txt");
     std::fs::write(&far, "secret\n").unwrap();
+    // The agent's folder is the shell's root; the file beside it is one level up.
+    let beside = Path::new("..").join("beside.txt");
     let command = format!(
-        "ln ../beside.txt a; echo beside $?; ln {} b; echo far $?; echo x > own; ln own c; \
-         echo inside $?",
+        "ln {} a; echo beside $?; ln {} b; echo far $?; echo x > own; ln own c; echo inside $?",
+        beside.display(),
         far.display()
     );
     shell_script(&dir, "shell", &[&command]);
