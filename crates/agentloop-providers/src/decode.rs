@@ -289,13 +289,11 @@ where
     };
     let keepalive_ends = tokio::time::Instant::now().checked_add(config.keepalive_timeout);
     let mut head: Vec<u8> = Vec::new();
-    loop {
-        let content = head.iter().skip_while(|b| b.is_ascii_whitespace());
-        let seen = content.clone().count();
-        let document = opens_as_document(&head);
-        if seen >= enough || document || head.len() >= config.max_event_bytes {
-            break;
-        }
+    // Counted as the chunks come, each read once: a server that sends its whitespace a byte a
+    // chunk must not make each chunk cost a scan of all before it.
+    let mut seen = 0;
+    let mut document = false;
+    while seen < enough && !document && head.len() < config.max_event_bytes {
         let silence_ends = tokio::time::Instant::now().checked_add(config.idle_timeout);
         // Once something other than whitespace came, only a silence ends the wait.
         let keepalive_ends = keepalive_ends.filter(|_| seen == 0);
@@ -330,7 +328,19 @@ where
         let Some(chunk) = next else {
             break;
         };
-        head.extend_from_slice(&chunk?);
+        let chunk = chunk?;
+        if seen == 0 {
+            let content = chunk
+                .iter()
+                .position(|b| !b.is_ascii_whitespace())
+                .and_then(|at| chunk.get(at..))
+                .unwrap_or_default();
+            document = opens_as_document(content);
+            seen = content.len();
+        } else {
+            seen = seen.saturating_add(chunk.len());
+        }
+        head.extend_from_slice(&chunk);
     }
     Ok(Bytes::from(head))
 }

@@ -445,6 +445,42 @@ async fn a_json_body_to_a_streamed_request_is_the_answer_or_the_error_it_holds_o
 }
 
 #[tokio::test]
+async fn whitespace_sent_a_byte_a_chunk_before_the_body_ends_costs_no_more_than_its_length() {
+    // A server that sends its keep-alive whitespace one byte to an HTTP chunk, fast: reading
+    // what the body is, each chunk was weighed with all the bytes before it, so the time grew
+    // with the square of their number (30 000 took seconds, a million would hold the call for
+    // hours of CPU). Each chunk is read once now; the body (only whitespace) then fails at
+    // once, labelled JSON or not labelled.
+    const CHUNKS: usize = 30_000;
+    for content_type in ["content-type: application/json\r\n", ""] {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let uri = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            read_request(&mut socket).await;
+            let mut answer = format!(
+                "HTTP/1.1 200 OK\r\n{content_type}connection: close\r\ntransfer-encoding: chunked\r\n\r\n"
+            )
+            .into_bytes();
+            answer.extend(b"1\r\n \r\n".repeat(CHUNKS));
+            answer.extend_from_slice(b"0\r\n\r\n");
+            let _ = socket.write_all(&answer).await;
+            let _ = socket.flush().await;
+        });
+        // Well over ten times what reading 30 000 chunks once takes here; weighed each with
+        // all before it, they took seconds.
+        let err = tokio::time::timeout(Duration::from_secs(4), ask(&chat(&uri, true)))
+            .await
+            .unwrap_or_else(|_| panic!("{content_type:?}: the whitespace held the call"))
+            .unwrap_err();
+        assert!(
+            matches!(err.kind, ModelErrorKind::Stream | ModelErrorKind::Decode),
+            "{content_type:?}: {err}"
+        );
+    }
+}
+
+#[tokio::test]
 async fn keep_alive_comments_without_an_event_end_at_the_keepalive_timeout() {
     // A relay whose upstream stalled holds the stream open with comment lines, one well inside
     // the idle timeout each (earendil-works/pi#5558, anomalyco/opencode#43519): they say
