@@ -261,13 +261,15 @@ impl WireUsage {
 /// `abort` (the engine dropped the request: a shutdown, a scale-down, a pause), which vLLM sends
 /// as a last chunk followed by `[DONE]`, as though the answer were whole (vllm-project/vllm#57082).
 fn interruption(reason: &str) -> Option<(ModelErrorKind, &'static str)> {
-    match reason.to_ascii_lowercase().as_str() {
-        "insufficient_system_resource" => Some((
+    if reason.eq_ignore_ascii_case("insufficient_system_resource") {
+        Some((
             ModelErrorKind::Overloaded,
             "stopped the answer for want of resources",
-        )),
-        "abort" => Some((ModelErrorKind::Server, "aborted the answer")),
-        _ => None,
+        ))
+    } else if reason.eq_ignore_ascii_case("abort") {
+        Some((ModelErrorKind::Server, "aborted the answer"))
+    } else {
+        None
     }
 }
 
@@ -275,7 +277,15 @@ fn interruption(reason: &str) -> Option<(ModelErrorKind, &'static str)> {
 /// front of Gemini pass its own words through (`STOP`, `MAX_TOKENS`, `SAFETY`), and read as
 /// unknown, an answer the limit cut would pass for a whole one (QwenLM/qwen-code#9882).
 pub fn map_finish_reason(raw: &str) -> FinishReason {
-    match raw.to_ascii_lowercase().as_str() {
+    // Lowered only when it has capitals: the usual word costs no allocation.
+    let lowered;
+    let word = if raw.bytes().any(|b| b.is_ascii_uppercase()) {
+        lowered = raw.to_ascii_lowercase();
+        lowered.as_str()
+    } else {
+        raw
+    };
+    match word {
         "stop" | "end_turn" | "stop_sequence" | "eos" => FinishReason::Stop,
         // `tool_call`: mlx-lm's server before ml-explore/mlx-lm#782.
         "tool_calls" | "tool_call" | "function_call" | "tool_use" => FinishReason::ToolCalls,
