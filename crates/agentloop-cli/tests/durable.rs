@@ -752,6 +752,98 @@ fn resumes_of_one_killed_run_started_at_once_drive_it_once() {
     }
 }
 
+/// Makes a file read-only for this process until dropped: its mode where that holds (not for
+/// root), else the immutable attribute (`chattr +i`, for root on file systems that have it).
+struct ReadOnly(std::path::PathBuf);
+
+impl ReadOnly {
+    fn make(path: &Path) -> Option<ReadOnly> {
+        use std::os::unix::fs::PermissionsExt;
+        let writable = || std::fs::OpenOptions::new().append(true).open(path).is_ok();
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o400)).unwrap();
+        let guard = ReadOnly(path.to_owned());
+        if !writable() {
+            return Some(guard);
+        }
+        let _ = Command::new("chattr").arg("+i").arg(path).status();
+        (!writable()).then_some(guard)
+    }
+}
+
+impl Drop for ReadOnly {
+    fn drop(&mut self) {
+        use std::os::unix::fs::PermissionsExt;
+        let _ = Command::new("chattr")
+            .arg("-i")
+            .arg(&self.0)
+            .stderr(Stdio::null())
+            .status();
+        let _ = std::fs::set_permissions(&self.0, std::fs::Permissions::from_mode(0o600));
+    }
+}
+
+/// A journal, session store or SQLite trace the run may not write is refused before the run,
+/// naming the file, and nothing is left beside it; SQLite opened such a file read-only without a
+/// word, so a journaled run failed at its first step (`journal.write`, exit 7) and each left a
+/// `-wal` and `-shm` behind.
+#[test]
+fn a_read_only_journal_session_store_or_trace_is_refused_before_the_run_and_left_as_it_was() {
+    let dir = crash_dir("");
+    let agent = dir.agent().to_str().unwrap().to_owned();
+    let run = |store: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_agentloop"))
+            .args(["run", &agent, "--input", "go", "--json"])
+            .args(store)
+            .current_dir(dir.path("."))
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let stores: [(&str, &[&str], i32, &str); 3] = [
+        ("runs.db", &["--journal", "runs.db"], 9, "journal.io"),
+        (
+            "s.db",
+            &["--session", "s", "--sessions", "s.db"],
+            10,
+            "session.io",
+        ),
+        ("t.db", &["--trace", "t.db"], 1, "cli.io"),
+    ];
+    for (file, args, _, _) in &stores {
+        exited(&run(args), 0, file);
+    }
+    std::fs::remove_file(dir.path("side.log")).unwrap();
+    let listing = || {
+        let mut names: Vec<String> = std::fs::read_dir(dir.path("."))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    };
+    let before = listing();
+    for (file, args, code, error) in stores {
+        let Some(_read_only) = ReadOnly::make(&dir.path(file)) else {
+            eprintln!("skipped: {file} cannot be made read-only here");
+            return;
+        };
+        let bytes = std::fs::read(dir.path(file)).unwrap();
+        let out = run(args);
+        exited(&out, code, file);
+        let body = json_of(&out);
+        assert_eq!(body["error"]["code"], error, "{body}");
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains(file) && message.contains("read-only"),
+            "{file}: {message}"
+        );
+        assert_eq!(body["model_calls"], 0, "{file}: the run never started");
+        assert!(!dir.path("side.log").exists(), "{file}: nothing ran");
+        assert_eq!(std::fs::read(dir.path(file)).unwrap(), bytes, "{file}");
+        assert_eq!(listing(), before, "{file}: nothing left beside it");
+    }
+}
+
 #[test]
 fn a_file_where_the_journals_lock_folder_goes_is_named_in_the_error_and_left_as_it_was() {
     let dir = crash_dir("");

@@ -29,6 +29,7 @@ const KIND: FileKind = FileKind {
     schema: SCHEMA,
     migrations: &[],
     page_size: None,
+    must_write: false,
 };
 
 /// Model answers in a SQLite file, each until its time to live runs out.

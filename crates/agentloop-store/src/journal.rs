@@ -278,6 +278,10 @@ pub(crate) struct FileKind {
     /// The page size a new file gets (SQLite's own, 4096, when `None`); a file keeps the one it
     /// was made with.
     pub(crate) page_size: Option<u32>,
+    /// Whether a writer ([`Access::Create`]) that may not write the file is refused at once:
+    /// a run must not start on a journal or session store it cannot keep, while a response
+    /// cache that cannot keep answers still gives the ones it has.
+    pub(crate) must_write: bool,
 }
 
 const JOURNAL: FileKind = FileKind {
@@ -291,6 +295,7 @@ const JOURNAL: FileKind = FileKind {
     // `process` step's CPU with steps of 150 bytes (median) and 9% with 2 KB tool results, and
     // was within noise at 8 KB (agentloop-bench journal, BENCHMARKS.md); 1024 was no better.
     page_size: Some(2048),
+    must_write: true,
 };
 
 /// How a file of this crate is opened.
@@ -362,6 +367,11 @@ pub(crate) fn open_kind(
     }
     let conn = Connection::open_with_flags(path, flags)
         .map_err(|e| io(format!("cannot open {shown}: {e}")))?;
+    // A writer's (a run's) only: one that reads or answers a read-only file (`sessions list`)
+    // still may.
+    if access == Access::Create && kind.must_write && crate::opened_read_only(&conn) {
+        return Err(io(format!("cannot write {shown}: it is read-only")));
+    }
     conn.busy_timeout(crate::BUSY_WAIT).map_err(io)?;
     if access == Access::Read {
         conn.pragma_update(None, "query_only", true).map_err(io)?;

@@ -93,6 +93,14 @@ pub(crate) fn wal_mode(conn: &rusqlite::Connection) -> rusqlite::Result<()> {
     }
 }
 
+/// True when SQLite opened the file read-only although it was asked for writing, as it does,
+/// without an error, with a file it may not write. Asked before the first read: that read makes
+/// the `-wal` and `-shm` of a file in WAL mode, which a read-only connection leaves behind, and
+/// the first write would fail only later (a journal's run then failed at its first step).
+pub(crate) fn opened_read_only(conn: &rusqlite::Connection) -> bool {
+    conn.is_readonly(rusqlite::MAIN_DB).unwrap_or(false)
+}
+
 /// How long a store's connection waits for another process's lock before it answers "busy".
 pub(crate) const BUSY_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 

@@ -49,6 +49,7 @@ const KIND: FileKind = FileKind {
     // 2: the full history beside the (compacted) transcript; NULL when they are the same.
     migrations: &["ALTER TABLE sessions ADD COLUMN history TEXT;"],
     page_size: None,
+    must_write: true,
 };
 
 fn io(e: impl std::fmt::Display) -> SessionError {

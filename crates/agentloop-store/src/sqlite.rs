@@ -114,6 +114,12 @@ impl SqliteWriter {
         let err = |e| TraceError::sqlite(path, e);
         crate::create_private(path).map_err(|e| TraceError::io(path, e))?;
         let mut conn = Connection::open(path).map_err(err)?;
+        if crate::opened_read_only(&conn) {
+            return Err(TraceError::io(
+                path,
+                std::io::Error::new(std::io::ErrorKind::PermissionDenied, "it is read-only"),
+            ));
+        }
         conn.busy_timeout(crate::BUSY_WAIT).map_err(err)?;
         refuse_other_databases(&conn, path)?;
         // WAL with NORMAL sync: a commit per record is cheap, and a crash of the process loses
