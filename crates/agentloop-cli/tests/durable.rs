@@ -813,14 +813,7 @@ fn a_read_only_journal_session_store_or_trace_is_refused_before_the_run_and_left
         exited(&run(args), 0, file);
     }
     std::fs::remove_file(dir.path("side.log")).unwrap();
-    let listing = || {
-        let mut names: Vec<String> = std::fs::read_dir(dir.path("."))
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .collect();
-        names.sort();
-        names
-    };
+    let listing = || dir.file_names();
     let before = listing();
     for (file, args, code, error) in stores {
         let Some(_read_only) = ReadOnly::make(&dir.path(file)) else {

@@ -375,14 +375,7 @@ fn a_sessions_command_on_a_missing_or_empty_store_says_so_and_makes_nothing() {
     // A mistyped `--sessions` path (or the default `sessions.db` where there is none) is an
     // error: an empty file given is left empty, not made a store, and nothing else appears.
     let dir = AgentDir::new("name = \"unused\"\n");
-    let files = || -> Vec<String> {
-        let mut names: Vec<String> = std::fs::read_dir(dir.path("."))
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .collect();
-        names.sort();
-        names
-    };
+    let files = || dir.file_names();
     dir.write("empty.db", "");
     let before = files();
     for store in ["typo.db", "empty.db"] {

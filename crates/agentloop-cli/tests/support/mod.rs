@@ -166,6 +166,16 @@ impl AgentDir {
         self.dir.path().join(name)
     }
 
+    /// The names in the folder, sorted.
+    pub fn file_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(self.path("."))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    }
+
     pub fn write(&self, name: &str, text: &str) {
         std::fs::write(self.path(name), text).unwrap();
     }
