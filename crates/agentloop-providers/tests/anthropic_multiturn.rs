@@ -9,16 +9,9 @@ use agentloop_providers::anthropic::Anthropic;
 use anthropic_responses_common::{fixture, json_tool, request_bodies, serve_in_order};
 use serde_json::{Value, json};
 
-/// Prompt caching is off here: these tests pin the bodies' other parts exactly (the breakpoints
-/// have tests of their own, `prompt_caching.rs`).
+/// Prompt caching is off here: these tests pin the bodies' other parts exactly.
 fn model(uri: String, stream: bool) -> Anthropic {
-    Anthropic::builder("claude-test")
-        .base_url(uri)
-        .api_key("sk-ant-test-key")
-        .stream(stream)
-        .prompt_caching(false)
-        .build()
-        .unwrap()
+    anthropic_responses_common::anthropic_model(uri, stream)
 }
 
 fn ab_schema() -> Value {

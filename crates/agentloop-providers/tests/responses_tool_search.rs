@@ -37,14 +37,7 @@ fn function_call() -> Value {
 }
 
 fn sse(events: &[Value]) -> Vec<u8> {
-    let mut out = String::new();
-    for e in events {
-        out.push_str(&format!(
-            "event: {}\ndata: {e}\n\n",
-            e["type"].as_str().unwrap()
-        ));
-    }
-    out.into_bytes()
+    anthropic_responses_common::sse_of(events)
 }
 
 fn completed(id: &str) -> Value {

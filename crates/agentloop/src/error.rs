@@ -7,7 +7,7 @@
 //! | `config.unpriced_model` | `max_cost_usd` is set for a model the pricing cannot price: refused before any model call |
 //! | `limit.reached` | a limit stopped the run (which limit, bound, consumed, requested) |
 //! | `limit.cost_unknown` | `max_cost_usd` is set and an answer's cost is unknown (the pricing has no price for the model that answered): the run stopped before spending more |
-//! | `model.*` | a model call failed: see [`crate::model::ModelErrorKind::code`]; also an answer cut off (`model.truncated`), refused (`model.refused`) or filtered (`model.content_filter`) |
+//! | `model.*` | a model call failed: see [`crate::model::ModelErrorKind::code`]; also an answer cut off (`model.truncated`), refused (`model.refused`) or filtered (`model.content_filter`), or a turn the provider kept paused (`model.paused`) |
 //! | `tool.fatal` | a tool failed fatally |
 //! | `tool.panicked` | a tool handler panicked |
 //! | `run.cancelled` | the run was cancelled |

@@ -14,9 +14,14 @@
 //! are kept in the answer's reasoning and sent back on later turns, where they load the tools
 //! found.
 //!
+//! A turn the server paused (`stop_reason: "pause_turn"`, its loop of server tools run long) is
+//! continued: its blocks go back unchanged as the last assistant message, up to
+//! [`MAX_PAUSE_CONTINUATIONS`] times, and the call answers with the whole turn.
+//!
 //! The module's files: `request.rs` encodes the request, `stream.rs` reads answers (streamed or
-//! whole) into events.
+//! whole) into events, `pause.rs` continues a paused turn.
 
+mod pause;
 mod request;
 mod stream;
 
@@ -25,10 +30,9 @@ use agentloop::{
     model::{ModelRequest, ModelStream},
 };
 
-use crate::decode::post_and_decode;
-use crate::error::samples;
 use crate::http::{ANTHROPIC_API_KEY_ENV, AuthStyle, HttpClient, HttpConfig, KeySource};
 
+pub use pause::MAX_PAUSE_CONTINUATIONS;
 pub use stream::{AnthropicStreamParser, map_stop_reason, parse_message, parse_stream_bytes};
 
 const PROVIDER: &str = "anthropic";
@@ -231,15 +235,6 @@ impl Model for Anthropic {
     }
 
     fn stream<'a>(&'a self, request: ModelRequest<'a>) -> ModelStream<'a> {
-        let body = self.encode_request(&request);
-        let decoder = AnthropicStreamParser::new();
-        let client = if request::uses_tool_search(&request) {
-            &self.search_client
-        } else {
-            &self.client
-        };
-        // The Messages API takes no seed: the server draws its own.
-        let sampled = samples(request.settings.temperature, None);
-        post_and_decode(client, "/v1/messages", body, decoder, self.stream, sampled)
+        self.continued_turn(request)
     }
 }

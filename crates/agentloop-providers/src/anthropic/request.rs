@@ -18,7 +18,18 @@ use crate::http::json_body;
 impl Anthropic {
     /// Encodes the request body this model sends for `request` (exposed for inspection and tests).
     pub fn encode_request(&self, request: &ModelRequest<'_>) -> Result<Vec<u8>, ModelError> {
-        let body = build_request(
+        self.encode_continuation(request, &[])
+    }
+
+    /// The request that continues a paused turn: `request`, then the turn's blocks so far as
+    /// the server sent them (`server_tool_use` and results included) as the last assistant
+    /// message, which the API continues.
+    pub(super) fn encode_continuation(
+        &self,
+        request: &ModelRequest<'_>,
+        paused: &[Value],
+    ) -> Result<Vec<u8>, ModelError> {
+        let mut body = build_request(
             &self.model,
             request,
             self.stream,
@@ -27,6 +38,14 @@ impl Anthropic {
             self.cache,
             self.tool_search,
         );
+        if !paused.is_empty() {
+            // Sent back unchanged, with no breakpoint of ours among them.
+            body.messages.push(WireMessage {
+                role: Role::Assistant,
+                content: paused.iter().map(OutBlock::Server).collect(),
+                cache_last: false,
+            });
+        }
         json_body(PROVIDER, &body)
     }
 }

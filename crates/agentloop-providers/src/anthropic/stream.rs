@@ -5,7 +5,7 @@
 
 use std::borrow::Cow;
 use std::collections::{HashMap, VecDeque};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use agentloop::message::SmolStr;
 use agentloop::{
@@ -120,6 +120,9 @@ struct InDelta<'a> {
     signature: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
     stop_reason: Option<Cow<'a, str>>,
+    /// A `citations_delta`'s citation, kept only in a paused turn's blocks.
+    #[serde(default)]
+    citation: Option<Value>,
 }
 
 /// One stream event, every kind in one borrowed shape (a single pass, no intermediate tree).
@@ -181,6 +184,46 @@ enum BlockState {
     Ignored,
 }
 
+/// The raw stop reason of a turn the server paused: its blocks go back to continue it.
+pub(crate) const PAUSE_TURN: &str = "pause_turn";
+
+/// Where a parser that keeps its blocks puts the content of a paused turn (`stop_reason:
+/// "pause_turn"`), as the server sent it, for the request that continues the turn. Shared: a
+/// whole body's parser is consumed where the body is read.
+pub(crate) type PausedContent = Arc<Mutex<Option<Vec<Value>>>>;
+
+/// Takes what a parser left in `paused`.
+pub(crate) fn take_paused(paused: &PausedContent) -> Option<Vec<Value>> {
+    paused.lock().unwrap_or_else(PoisonError::into_inner).take()
+}
+
+/// The blocks of a stream rebuilt as the server sent them: each block's start, with the text,
+/// thinking, signature, citations and input its deltas streamed.
+#[derive(Debug, Default)]
+struct KeptContent {
+    /// In the order the blocks started (the order of the parser's own blocks), with the input
+    /// JSON streamed to each.
+    blocks: Vec<(Value, String)>,
+    sink: PausedContent,
+}
+
+impl KeptContent {
+    /// Appends `piece` to the string field `field` of the block at `at`.
+    fn append(&mut self, at: Option<usize>, field: &str, piece: &str) {
+        let Some(Value::Object(block)) =
+            at.and_then(|at| self.blocks.get_mut(at)).map(|b| &mut b.0)
+        else {
+            return;
+        };
+        match block.get_mut(field) {
+            Some(Value::String(s)) => s.push_str(piece),
+            _ => {
+                block.insert(field.to_owned(), Value::String(piece.to_owned()));
+            }
+        }
+    }
+}
+
 /// Turns Anthropic's stream events into [`ModelEvent`]s. Pure: no I/O, no clock. Feed it each
 /// event's `data` in order, then call [`AnthropicStreamParser::end`] when the stream ends.
 #[derive(Debug, Default)]
@@ -197,12 +240,27 @@ pub struct AnthropicStreamParser {
     failed: bool,
     /// Characters split between two deltas' escapes, half received.
     pairs: Pairs,
+    /// The blocks as sent, when a paused turn is to be continued (`None`: the usual parse, which
+    /// keeps no second copy). Boxed: most parsers keep none.
+    kept: Option<Box<KeptContent>>,
 }
 
 impl AnthropicStreamParser {
     /// A parser at the start of a stream.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A parser that also rebuilds the blocks as the server sent them and, if the answer is a
+    /// paused turn, leaves them in `sink`.
+    pub(crate) fn keeping_content(sink: PausedContent) -> Self {
+        AnthropicStreamParser {
+            kept: Some(Box::new(KeptContent {
+                blocks: Vec::new(),
+                sink,
+            })),
+            ..Self::default()
+        }
     }
 
     fn start_block(
@@ -292,10 +350,15 @@ impl AnthropicStreamParser {
     ) -> Result<(), ModelError> {
         let block = find_block(&mut self.blocks, &self.block_at, index)?;
         let pairs = &mut self.pairs;
+        let at = self.block_at.get(&index).copied();
+        let mut kept = self.kept.as_deref_mut();
         match delta.kind.as_deref() {
             Some("text_delta") => {
                 if let Some(t) = delta.text.filter(|t| !t.is_empty()) {
                     let text = pairs.join(Channel::Text, t);
+                    if let Some(kept) = kept {
+                        kept.append(at, "text", &text);
+                    }
                     if !text.is_empty() {
                         out.push_back(ModelEvent::TextDelta(text));
                     }
@@ -304,13 +367,22 @@ impl AnthropicStreamParser {
             Some("input_json_delta") => {
                 if let BlockState::SearchUse { json, .. } = block {
                     if let Some(part) = delta.partial_json {
-                        json.push_str(&pairs.join(Channel::Arguments(index), part));
+                        let part = pairs.join(Channel::Arguments(index), part);
+                        if let Some(kept) = kept {
+                            kept_json(kept, at, &part);
+                        }
+                        json.push_str(&part);
                     }
                     return Ok(());
                 }
                 // The input of a block ignored at its start (a server tool other than tool
-                // search, an MCP call a gateway added) is ignored with it.
+                // search, an MCP call a gateway added) is ignored with it, but for a paused
+                // turn's continuation, which sends the block back as it came.
                 if matches!(block, BlockState::Ignored) {
+                    if let (Some(kept), Some(part)) = (kept, delta.partial_json) {
+                        let part = pairs.join(Channel::Arguments(index), part);
+                        kept_json(kept, at, &part);
+                    }
                     return Ok(());
                 }
                 let BlockState::ToolUse { got_args, .. } = block else {
@@ -324,6 +396,9 @@ impl AnthropicStreamParser {
                 if let Some(json) = delta.partial_json.filter(|j| !j.is_empty()) {
                     *got_args = true;
                     let arguments = pairs.join(Channel::Arguments(index), json);
+                    if let Some(kept) = kept.as_deref_mut() {
+                        kept_json(kept, at, &arguments);
+                    }
                     if !arguments.is_empty() {
                         out.push_back(ModelEvent::ToolCallDelta { index, arguments });
                     }
@@ -332,34 +407,76 @@ impl AnthropicStreamParser {
             Some("thinking_delta") => {
                 if let Some(t) = delta.thinking.filter(|t| !t.is_empty()) {
                     let text = pairs.join(Channel::Reasoning, t);
+                    if let Some(kept) = kept {
+                        kept.append(at, "thinking", &text);
+                    }
                     if !text.is_empty() {
                         out.push_back(ModelEvent::ReasoningDelta(text));
                     }
                 }
             }
             Some("signature_delta") => {
+                if let Some(kept) = kept
+                    && let Some(s) = &delta.signature
+                {
+                    kept.append(at, "signature", s);
+                }
                 if let (BlockState::Thinking { signature }, Some(s)) = (block, delta.signature) {
                     signature.get_or_insert_with(String::new).push_str(&s);
                 }
             }
-            _ => {} // citations and future delta kinds carry nothing we keep
+            Some("citations_delta") => {
+                // Nothing of the answer's own: a paused turn's text block goes back with them.
+                if let Some(kept) = kept
+                    && let Some(citation) = delta.citation
+                    && let Some(Value::Object(block)) =
+                        at.and_then(|at| kept.blocks.get_mut(at)).map(|b| &mut b.0)
+                {
+                    match block.get_mut("citations") {
+                        Some(Value::Array(list)) => list.push(citation),
+                        _ => {
+                            block.insert("citations".to_owned(), Value::Array(vec![citation]));
+                        }
+                    }
+                }
+            }
+            _ => {} // future delta kinds carry nothing we keep
         }
         Ok(())
     }
 
     fn stop_block(&mut self, index: u32, out: &mut VecDeque<ModelEvent>) -> Result<(), ModelError> {
         let block = find_block(&mut self.blocks, &self.block_at, index)?;
+        let at = self.block_at.get(&index).copied();
         // A character the block's deltas left half of ends with the block: in its text, in the
         // reasoning its block is about to take, in its call's arguments (or its search's input).
         for channel in [Channel::Text, Channel::Reasoning, Channel::Arguments(index)] {
-            match (self.pairs.flush(channel), &mut *block) {
-                (Some(half), BlockState::SearchUse { json, .. })
-                    if channel == Channel::Arguments(index) =>
-                {
+            let Some(half) = self.pairs.flush(channel) else {
+                continue;
+            };
+            if let Some(kept) = self.kept.as_deref_mut() {
+                match channel {
+                    Channel::Text => kept.append(at, "text", &half),
+                    Channel::Reasoning => kept.append(at, "thinking", &half),
+                    Channel::Arguments(_) => kept_json(kept, at, &half),
+                }
+            }
+            match &mut *block {
+                BlockState::SearchUse { json, .. } if channel == Channel::Arguments(index) => {
                     json.push_str(&half);
                 }
-                (Some(half), _) => out.push_back(channel.event(half)),
-                (None, _) => {}
+                BlockState::Ignored if channel == Channel::Arguments(index) => {}
+                _ => out.push_back(channel.event(half)),
+            }
+        }
+        if let Some(kept) = self.kept.as_deref_mut()
+            && let Some((Value::Object(raw), json)) = at.and_then(|at| kept.blocks.get_mut(at))
+            && !json.trim().is_empty()
+        {
+            // Input that is no JSON stays as the block's start gave it: the server's own
+            // check of the continuation then says what is wrong, not a guess of ours.
+            if let Ok(input) = serde_json::from_str::<Value>(json) {
+                raw.insert("input".to_owned(), input);
             }
         }
         match block {
@@ -460,6 +577,12 @@ impl AnthropicStreamParser {
             }
         }
         let raw = self.stop_reason.take();
+        if raw.as_deref() == Some(PAUSE_TURN)
+            && let Some(kept) = self.kept.take()
+        {
+            let blocks = kept.blocks.into_iter().map(|(raw, _)| raw).collect();
+            *kept.sink.lock().unwrap_or_else(PoisonError::into_inner) = Some(blocks);
+        }
         let mut reason = match raw.as_deref() {
             Some(r) => map_stop_reason(r),
             None => {
@@ -529,6 +652,14 @@ impl AnthropicStreamParser {
                     .content_block
                     .ok_or_else(|| stream_error(PROVIDER, "content_block_start without a block"))?;
                 self.start_block(index, block, out)?;
+                if let Some(kept) = self.kept.as_deref_mut() {
+                    // The block as sent, every field of it (the borrowed one keeps only those
+                    // the answer reads): one more parse of the event, only when keeping.
+                    let raw = serde_json::from_str::<RawStart>(data)
+                        .map(|e| e.content_block)
+                        .unwrap_or(Value::Null);
+                    kept.blocks.push((raw, String::new()));
+                }
             }
             "content_block_delta" => {
                 let delta = event
@@ -604,7 +735,37 @@ impl StreamDecoder for AnthropicStreamParser {
                 .with_provider(PROVIDER));
             }
         };
-        self.whole_blocks(message.head, content, message.stop_reason, out)
+        let paused = message.stop_reason.as_deref() == Some(PAUSE_TURN);
+        // The body's own blocks go back, not ones rebuilt from what was read of them.
+        let kept = self.kept.take();
+        self.whole_blocks(message.head, content, message.stop_reason, out)?;
+        if paused && let Some(kept) = kept {
+            let whole: WholeContent = serde_json::from_slice(body)
+                .map_err(|e| decode_error(PROVIDER, "a paused turn's content", &e))?;
+            *kept.sink.lock().unwrap_or_else(PoisonError::into_inner) = Some(whole.content);
+        }
+        Ok(())
+    }
+}
+
+/// The block of a `content_block_start`, whole.
+#[derive(Deserialize)]
+struct RawStart {
+    #[serde(default)]
+    content_block: Value,
+}
+
+/// A whole message's blocks, whole.
+#[derive(Deserialize)]
+struct WholeContent {
+    #[serde(default)]
+    content: Vec<Value>,
+}
+
+/// Adds a piece of a kept block's streamed input.
+fn kept_json(kept: &mut KeptContent, at: Option<usize>, piece: &str) {
+    if let Some((_, json)) = at.and_then(|at| kept.blocks.get_mut(at)) {
+        json.push_str(piece);
     }
 }
 
@@ -860,6 +1021,52 @@ mod tests {
         let r = parse_message(br#"{"type":"message","stop_reason":"end_turn"}"#).unwrap();
         assert_eq!(r.finish_reason, FinishReason::Stop);
         parse_message(br#"{"content":[],"stop_reason":"end_turn"}"#).unwrap();
+    }
+
+    #[test]
+    fn a_paused_stream_leaves_its_blocks_as_sent_and_an_unpaused_one_none() {
+        let sink = PausedContent::default();
+        let paused = [
+            r#"{"type":"message_start","message":{"id":"m"}}"#,
+            r#"{"type":"content_block_start","index":0,"content_block":{"type":"thinking","thinking":"","signature":""}}"#,
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":"Search "}}"#,
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":"first."}}"#,
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"signature_delta","signature":"SIG"}}"#,
+            r#"{"type":"content_block_stop","index":0}"#,
+            r#"{"type":"content_block_start","index":1,"content_block":{"type":"text","text":""}}"#,
+            r#"{"type":"content_block_delta","index":1,"delta":{"type":"text_delta","text":"Paris is sunny"}}"#,
+            r#"{"type":"content_block_delta","index":1,"delta":{"type":"citations_delta","citation":{"type":"web_search_result_location","url":"https://x","cited_text":"sunny"}}}"#,
+            r#"{"type":"content_block_stop","index":1}"#,
+            r#"{"type":"content_block_start","index":2,"content_block":{"type":"server_tool_use","id":"s1","name":"web_fetch","input":{}}}"#,
+            r#"{"type":"content_block_delta","index":2,"delta":{"type":"input_json_delta","partial_json":"{\"url\": \"https://x\"}"}}"#,
+            r#"{"type":"content_block_stop","index":2}"#,
+            r#"{"type":"message_delta","delta":{"stop_reason":"pause_turn"}}"#,
+            r#"{"type":"message_stop"}"#,
+        ];
+        let ev = crate::decode::decode_all(
+            AnthropicStreamParser::keeping_content(Arc::clone(&sink)),
+            &paused,
+        )
+        .unwrap();
+        // The answer's own events are those of the usual parse.
+        assert_eq!(ev, events(&paused).unwrap());
+        assert_eq!(
+            take_paused(&sink).unwrap(),
+            vec![
+                serde_json::json!({"type": "thinking", "thinking": "Search first.", "signature": "SIG"}),
+                serde_json::json!({"type": "text", "text": "Paris is sunny", "citations": [
+                    {"type": "web_search_result_location", "url": "https://x", "cited_text": "sunny"}]}),
+                serde_json::json!({"type": "server_tool_use", "id": "s1", "name": "web_fetch", "input": {"url": "https://x"}}),
+            ]
+        );
+        let finished = paused.map(|e| e.replace("pause_turn", "end_turn"));
+        let finished: Vec<&str> = finished.iter().map(String::as_str).collect();
+        crate::decode::decode_all(
+            AnthropicStreamParser::keeping_content(Arc::clone(&sink)),
+            &finished,
+        )
+        .unwrap();
+        assert_eq!(take_paused(&sink), None);
     }
 
     #[test]

@@ -61,8 +61,8 @@ pub struct Outcome {
     pub last_usage: Option<Usage>,
 }
 
-/// Calls the model once with a one-message transcript and collects its stream.
-pub async fn call(model: &dyn Model) -> Outcome {
+/// Calls the model once with a one-message transcript: its stream's items, as they came.
+pub async fn events(model: &dyn Model) -> Vec<Result<ModelEvent, ModelError>> {
     let messages = vec![agentloop::Message::user("hello")];
     let settings = ModelSettings::default();
     let request = ModelRequest {
@@ -72,10 +72,14 @@ pub async fn call(model: &dyn Model) -> Outcome {
         output_schema: None,
         settings: &settings,
     };
-    let mut stream = model.stream(request);
+    model.stream(request).collect().await
+}
+
+/// Calls the model once with a one-message transcript and collects its stream.
+pub async fn call(model: &dyn Model) -> Outcome {
     let mut acc = ResponseAccumulator::new();
     let mut last_usage = None;
-    while let Some(item) = stream.next().await {
+    for item in events(model).await {
         match item {
             Ok(event) => {
                 if let ModelEvent::Usage(u) = &event {
@@ -248,6 +252,31 @@ pub fn check(case: &Value, outcome: &Outcome) {
 /// A fixture file's bytes, by its path under the corpus.
 pub fn fixture(file: &str) -> Vec<u8> {
     std::fs::read(format!("{FIXTURES}/{file}")).expect("fixture file is readable")
+}
+
+/// Server-sent events of these JSON events, each named by its `type`, as the Messages and
+/// Responses APIs send them.
+pub fn sse_of(events: &[Value]) -> Vec<u8> {
+    let mut out = String::new();
+    for e in events {
+        out.push_str(&format!(
+            "event: {}\ndata: {e}\n\n",
+            e["type"].as_str().unwrap()
+        ));
+    }
+    out.into_bytes()
+}
+
+/// An Anthropic model at `uri`, prompt caching off: a test then pins the bodies' other parts
+/// exactly (the breakpoints have tests of their own, `prompt_caching.rs`).
+pub fn anthropic_model(uri: String, stream: bool) -> agentloop_providers::anthropic::Anthropic {
+    agentloop_providers::anthropic::Anthropic::builder("claude-test")
+        .base_url(uri)
+        .api_key("sk-ant-test-key")
+        .stream(stream)
+        .prompt_caching(false)
+        .build()
+        .unwrap()
 }
 
 /// A loopback server answering successive POSTs to `route` with these `(body, content type)`

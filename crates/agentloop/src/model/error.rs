@@ -44,6 +44,9 @@ pub enum ModelErrorKind {
     ContentFiltered,
     /// The model (or a test model) has nothing more to say: a script ran out.
     Exhausted,
+    /// The provider paused the turn (Anthropic's `pause_turn`) more often than the adapter
+    /// continues one: no answer came, and the turn's start is not one.
+    Paused,
     /// Anything else.
     Other,
 }
@@ -69,6 +72,7 @@ impl ModelErrorKind {
             ModelErrorKind::Refused => "model.refused",
             ModelErrorKind::ContentFiltered => "model.content_filter",
             ModelErrorKind::Exhausted => "model.exhausted",
+            ModelErrorKind::Paused => "model.paused",
             ModelErrorKind::Other => "model.other",
         }
     }
