@@ -49,6 +49,36 @@ defer = true
     ))
 }
 
+/// A loopback server answering POSTs to `route` with these JSON bodies in order (a 500 past
+/// the last).
+async fn serve_in_order(route: &str, bodies: Vec<Value>) -> MockServer {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path(route))
+        .respond_with(Replies {
+            bodies,
+            next: Arc::new(AtomicUsize::new(0)),
+        })
+        .mount(&server)
+        .await;
+    server
+}
+
+/// `agentloop run` of the agent in `dir` on `input`, with `--json` and the test key.
+async fn run_json(dir: &AgentDir, input: &str) -> std::process::Output {
+    agentloop_env(
+        args(&[
+            "run",
+            dir.agent().to_str().unwrap(),
+            "--input",
+            input,
+            "--json",
+        ]),
+        vec![("AGENTLOOP_TEST_KEY", TEST_KEY)],
+    )
+    .await
+}
+
 fn scripted(script: Value, extra: &str) -> AgentDir {
     let dir = agent("provider = \"scripted\"\nscript = \"script.json\"", extra);
     dir.write("script.json", &script.to_string());
@@ -253,32 +283,28 @@ fn tool_names(body: &Value) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread")]
 async fn an_openai_request_carries_the_found_tools_from_the_turn_after_the_search_after_the_others()
 {
-    let server = MockServer::start().await;
-    Mock::given(method("POST"))
-        .and(path("/v1/chat/completions"))
-        .respond_with(Replies {
-            bodies: vec![
-                calling(
-                    "s1",
-                    "search_tools",
-                    json!({"query": "convert currency", "limit": 2}),
-                ),
-                calling(
-                    "s2",
-                    "search_tools",
-                    json!({"query": "roll a die", "limit": 1}),
-                ),
-                calling(
-                    "c",
-                    "biz__convert_currency",
-                    json!({"amount": 10, "from": "EUR", "to": "GBP"}),
-                ),
-                completion(json!({"role": "assistant", "content": "8.50 GBP"})),
-            ],
-            next: Arc::new(AtomicUsize::new(0)),
-        })
-        .mount(&server)
-        .await;
+    let server = serve_in_order(
+        "/v1/chat/completions",
+        vec![
+            calling(
+                "s1",
+                "search_tools",
+                json!({"query": "convert currency", "limit": 2}),
+            ),
+            calling(
+                "s2",
+                "search_tools",
+                json!({"query": "roll a die", "limit": 1}),
+            ),
+            calling(
+                "c",
+                "biz__convert_currency",
+                json!({"amount": 10, "from": "EUR", "to": "GBP"}),
+            ),
+            completion(json!({"role": "assistant", "content": "8.50 GBP"})),
+        ],
+    )
+    .await;
     let dir = agent(
         &format!(
             "provider = \"openai\"\nname = \"gpt-4o\"\nbase_url = \"{}/v1\"\napi_key_env = \"AGENTLOOP_TEST_KEY\"\nstream = false",
@@ -286,17 +312,7 @@ async fn an_openai_request_carries_the_found_tools_from_the_turn_after_the_searc
         ),
         "",
     );
-    let out = agentloop_env(
-        args(&[
-            "run",
-            dir.agent().to_str().unwrap(),
-            "--input",
-            "10 EUR in GBP?",
-            "--json",
-        ]),
-        vec![("AGENTLOOP_TEST_KEY", TEST_KEY)],
-    )
-    .await;
+    let out = run_json(&dir, "10 EUR in GBP?").await;
     assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
     let bodies: Vec<Value> = server
         .received_requests()
@@ -360,13 +376,9 @@ fn anthropic_agent(server: &MockServer, tool_search: &str) -> AgentDir {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_anthropic_agent_finds_the_tool_with_the_server_search_and_calls_it() {
-    let server = MockServer::start().await;
     let search_use = json!({"type": "server_tool_use", "id": "srvtoolu_1", "name": "tool_search_tool_bm25", "input": {"query": "convert money between currencies"}});
     let search_result = json!({"type": "tool_search_tool_result", "tool_use_id": "srvtoolu_1", "content": {"type": "tool_search_tool_search_result", "tool_references": [{"type": "tool_reference", "tool_name": "biz__convert_currency"}]}});
-    Mock::given(method("POST"))
-        .and(path("/v1/messages"))
-        .respond_with(Replies {
-            bodies: vec![
+    let server = serve_in_order("/v1/messages", vec![
                 anthropic_message(
                     json!([
                         search_use.clone(),
@@ -376,24 +388,10 @@ async fn an_anthropic_agent_finds_the_tool_with_the_server_search_and_calls_it()
                     "tool_use",
                 ),
                 anthropic_message(json!([{"type": "text", "text": "108 USD."}]), "end_turn"),
-            ],
-            next: Arc::new(AtomicUsize::new(0)),
-        })
-        .mount(&server)
-        .await;
+            ]).await;
     // `auto`, the default, is the server's search on Anthropic.
     let dir = anthropic_agent(&server, "");
-    let out = agentloop_env(
-        args(&[
-            "run",
-            dir.agent().to_str().unwrap(),
-            "--input",
-            "How much is 100 EUR in USD?",
-            "--json",
-        ]),
-        vec![("AGENTLOOP_TEST_KEY", TEST_KEY)],
-    )
-    .await;
+    let out = run_json(&dir, "How much is 100 EUR in USD?").await;
     assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
     let run = stdout_json(&out);
     let c = call(&run, "c");
@@ -446,31 +444,101 @@ async fn an_anthropic_agent_finds_the_tool_with_the_server_search_and_calls_it()
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn tool_search_local_keeps_search_tools_on_anthropic_and_native_is_refused_elsewhere() {
-    let server = MockServer::start().await;
-    Mock::given(method("POST"))
-        .and(path("/v1/messages"))
-        .respond_with(Replies {
-            bodies: vec![anthropic_message(
-                json!([{"type": "text", "text": "hi"}]),
-                "end_turn",
-            )],
-            next: Arc::new(AtomicUsize::new(0)),
-        })
-        .mount(&server)
-        .await;
-    let dir = anthropic_agent(&server, "tool_search = \"local\"");
-    let out = agentloop_env(
-        args(&[
-            "run",
-            dir.agent().to_str().unwrap(),
-            "--input",
-            "hi",
-            "--json",
-        ]),
-        vec![("AGENTLOOP_TEST_KEY", TEST_KEY)],
+async fn an_anthropic_turn_the_server_paused_in_its_search_is_continued_not_taken_as_the_answer() {
+    let opening = json!({"type": "text", "text": "Let me find a converter. "});
+    let search_use = json!({"type": "server_tool_use", "id": "srvtoolu_1", "name": "tool_search_tool_bm25", "input": {"query": "convert money between currencies"}});
+    let search_result = json!({"type": "tool_search_tool_result", "tool_use_id": "srvtoolu_1", "content": {"type": "tool_search_tool_search_result", "tool_references": [{"type": "tool_reference", "tool_name": "biz__convert_currency"}]}});
+    let call_it = json!({"type": "tool_use", "id": "c", "name": "biz__convert_currency", "input": {"amount": 100, "from": "EUR", "to": "USD"}});
+    let server = serve_in_order(
+        "/v1/messages",
+        vec![
+            // The server's own loop paused after its search: no answer yet.
+            anthropic_message(
+                json!([opening.clone(), search_use.clone(), search_result.clone()]),
+                "pause_turn",
+            ),
+            anthropic_message(json!([call_it.clone()]), "tool_use"),
+            anthropic_message(json!([{"type": "text", "text": "108 USD."}]), "end_turn"),
+        ],
     )
     .await;
+    let dir = anthropic_agent(&server, "");
+    let out = run_json(&dir, "How much is 100 EUR in USD?").await;
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    let run = stdout_json(&out);
+    assert_eq!(run["output"], "108 USD.", "{run}");
+    assert_eq!(
+        call(&run, "c")["ok"],
+        true,
+        "the call the continued turn made ran"
+    );
+    assert_eq!(
+        run["usage"]["input_tokens"], 300,
+        "all three requests' tokens"
+    );
+    let requests = server.received_requests().await.unwrap();
+    assert_eq!(requests.len(), 3);
+    let bodies: Vec<Value> = requests
+        .iter()
+        .map(|r| serde_json::from_slice(&r.body).unwrap())
+        .collect();
+    assert_eq!(
+        bodies[1]["messages"].as_array().unwrap().last().unwrap(),
+        &json!({"role": "assistant", "content": [opening, search_use, search_result]}),
+        "the paused turn goes back as it came, to be continued"
+    );
+    let turn = &bodies[2]["messages"].as_array().unwrap()[1];
+    assert_eq!(turn["role"], "assistant");
+    let kinds: Vec<&str> = turn["content"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "server_tool_use",
+            "tool_search_tool_result",
+            "text",
+            "tool_use"
+        ],
+        "the whole turn, its search kept: {turn}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_anthropic_turn_that_stays_paused_fails_the_run_with_model_paused() {
+    let paused = anthropic_message(
+        json!([{"type": "text", "text": "Still searching. "}]),
+        "pause_turn",
+    );
+    // The first answer and the 8 continuations the bound allows.
+    let server = serve_in_order("/v1/messages", vec![paused; 9]).await;
+    let dir = anthropic_agent(&server, "");
+    let out = run_json(&dir, "How much is 100 EUR in USD?").await;
+    assert_eq!(out.status.code(), Some(4), "stdout: {}", stdout(&out));
+    let run = stdout_json(&out);
+    assert_eq!(run["error"]["code"], "model.paused", "{run}");
+    assert!(
+        run["output"].is_null(),
+        "the opening words are no answer: {run}"
+    );
+    assert_eq!(server.received_requests().await.unwrap().len(), 9);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn tool_search_local_keeps_search_tools_on_anthropic_and_native_is_refused_elsewhere() {
+    let server = serve_in_order(
+        "/v1/messages",
+        vec![anthropic_message(
+            json!([{"type": "text", "text": "hi"}]),
+            "end_turn",
+        )],
+    )
+    .await;
+    let dir = anthropic_agent(&server, "tool_search = \"local\"");
+    let out = run_json(&dir, "hi").await;
     assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
     let requests = server.received_requests().await.unwrap();
     assert!(requests[0].headers.get("anthropic-beta").is_none());
