@@ -230,15 +230,38 @@ impl Workspace {
     }
 
     /// As [`Self::resolve`], for a path about to be written: also refused when it is, or lies
-    /// below, a protected path ([`PathError::Protected`]).
+    /// below, a protected path ([`PathError::Protected`]), by its name or by what it is: the
+    /// file, or a folder on its way, being a protected file or folder under another name.
     pub fn resolve_for_write(&self, path: &str) -> Result<PathBuf, PathError> {
         let resolved = self.resolve(path)?;
-        if self.protected.iter().any(|p| resolved.starts_with(p)) {
+        if self.protected.iter().any(|p| resolved.starts_with(p)) || self.is_protected_as(&resolved)
+        {
             return Err(PathError::Protected {
                 path: path.to_owned(),
             });
         }
         Ok(resolved)
+    }
+
+    /// True when `resolved`, or a folder on its way down from the root, is a protected file or
+    /// folder under another name: on a file system that ignores case (a Windows drive under
+    /// WSL, FAT, SMB, a case-folding ext4 folder) `AGENT.TOML` is `agent.toml`, and
+    /// `TOOLS/json.py` lies in `tools/`, though no name matches; a hard link is such another
+    /// name too (whose replacing would be harmless, but is refused alike). Judged by the
+    /// identity (device and inode) of what exists now.
+    fn is_protected_as(&self, resolved: &Path) -> bool {
+        use std::os::unix::fs::MetadataExt as _;
+        let identity = |p: &Path| std::fs::metadata(p).ok().map(|m| (m.dev(), m.ino()));
+        let protected: Vec<(u64, u64)> =
+            self.protected.iter().filter_map(|p| identity(p)).collect();
+        if protected.is_empty() {
+            return false;
+        }
+        resolved
+            .ancestors()
+            .take_while(|a| a.starts_with(&self.root))
+            .filter_map(identity)
+            .any(|id| protected.contains(&id))
     }
 
     /// The canonical root.
@@ -376,6 +399,24 @@ mod tests {
         assert!(ws.resolve_for_write("src/main.rs").is_ok());
         assert!(ws.resolve_for_write("agent.toml.bak").is_ok());
         assert!(ws.resolve_for_write("journal.db2").is_ok());
+    }
+
+    #[test]
+    fn a_protected_file_or_folder_under_another_name_is_refused_for_writing() {
+        // Another name of the same file: what a file system that ignores case makes of
+        // `AGENT.TOML` (none can be made here without privileges, so a hard link stands for
+        // it: the refusal is by what the file is, not by its name; a folder such as `TOOLS/`
+        // is judged the same way, as each folder on the way is).
+        let (dir, ws) = setup();
+        let root = dir.path().join("root");
+        std::fs::write(root.join("agent.toml"), "name = 'x'").unwrap();
+        std::fs::create_dir_all(root.join("tools")).unwrap();
+        std::fs::hard_link(root.join("agent.toml"), root.join("AGENT.TOML")).unwrap();
+        let ws = ws.protect([root.join("agent.toml"), root.join("tools")]);
+        let e = ws.resolve_for_write("AGENT.TOML").unwrap_err();
+        assert_eq!(e.code(), "workspace.protected");
+        assert!(ws.resolve_for_write("notes.txt").is_ok());
+        assert!(ws.resolve_for_write("src/new.rs").is_ok());
     }
 
     #[test]
