@@ -283,7 +283,7 @@ fn chain_runs_with_words(command: &str, prefix: &str) -> bool {
     let launches = |part: &&str| {
         shell_words(part)
             .first()
-            .is_some_and(|w| LAUNCHERS.contains(&program_name(w)))
+            .is_some_and(|w| is_launcher(program_name(w)))
     };
     if parts.len() < 2 || !parts.iter().any(launches) {
         return false;
@@ -349,7 +349,13 @@ fn shell_words(part: &str) -> Vec<String> {
         .collect()
 }
 
-/// A program's file name: `rm` of `/bin/rm`.
+/// True when `program` is one of the [`LAUNCHERS`], in any case.
+fn is_launcher(program: &str) -> bool {
+    LAUNCHERS.iter().any(|l| l.eq_ignore_ascii_case(program))
+}
+
+/// A program's file name: `rm` of `/bin/rm`. Compared with a rule's program in any case: on a
+/// file system that ignores case (macOS's by default), `RM` and `/BIN/RM` run `/bin/rm`.
 fn program_name(word: &str) -> &str {
     word.rsplit('/').next().unwrap_or(word)
 }
@@ -362,7 +368,9 @@ fn word_runs(words: &[String], i: usize, wanted: &[&str]) -> bool {
     };
     let rest = words.get(i + 1..).unwrap_or_default();
     let runs = |candidate: &str| {
-        wanted.first() == Some(&program_name(candidate))
+        wanted
+            .first()
+            .is_some_and(|w| w.eq_ignore_ascii_case(program_name(candidate)))
             && rest_runs_with(wanted.get(1..).unwrap_or_default(), rest)
     };
     // `env --split-string=rm …`: a launcher's option whose value is the program.
@@ -389,7 +397,10 @@ fn runs_with_words(part: &str, prefix: &str) -> bool {
 
 /// [`runs_with_words`] on the words of a part.
 fn words_run(words: &[String], wanted: &[&str]) -> bool {
-    if words.first().is_some_and(|w| program_name(w) == "find") {
+    if words
+        .first()
+        .is_some_and(|w| program_name(w).eq_ignore_ascii_case("find"))
+    {
         // `find . -name x -exec rm {} ;`: its paths and tests come first, and only what follows
         // an `-exec` is a program.
         return words.iter().enumerate().any(|(i, w)| {
@@ -413,7 +424,7 @@ fn words_run(words: &[String], wanted: &[&str]) -> bool {
         let program = program_name(word);
         if let Some(takes) = LAUNCHER_POSITIONALS
             .iter()
-            .find_map(|(name, n)| (*name == program).then_some(*n))
+            .find_map(|(name, n)| name.eq_ignore_ascii_case(program).then_some(*n))
         {
             (positional, after_option) = (takes, false);
         } else if starts_another(program) {
@@ -736,7 +747,7 @@ const FIND_RUNS: &[&str] = &["-exec", "-execdir", "-ok", "-okdir"];
 /// environment assignment (`X=1`). Reading past one of them can only make a deny or ask rule
 /// match more often.
 fn starts_another(word: &str) -> bool {
-    LAUNCHERS.contains(&word)
+    is_launcher(word)
         || word.starts_with('-')
         || word.contains('=')
         || (word.starts_with(|c: char| c.is_ascii_digit())
@@ -1869,6 +1880,11 @@ mod tests {
                 "echo 'rm -rf .' | batch",
                 // A name the shell is told runs the program: an alias (dash expands one from
                 // the next line on), a hashed path (bash's `hash -p`), a function.
+                // A program looked up on a file system that ignores case (macOS's).
+                "RM -rf .",
+                "/BIN/RM -rf .",
+                "SUDO Rm -rf .",
+                "Git push origin",
                 "alias x=rm\nx -rf .",
                 "alias x='rm -rf'\nx .",
                 "alias ls=rm; ls x",
