@@ -397,16 +397,12 @@ fn runs_with_words(part: &str, prefix: &str) -> bool {
 
 /// [`runs_with_words`] on the words of a part.
 fn words_run(words: &[String], wanted: &[&str]) -> bool {
-    if words
-        .first()
-        .is_some_and(|w| program_name(w).eq_ignore_ascii_case("find"))
-    {
+    if let Some(options) = words.first().and_then(|w| runs_after(program_name(w))) {
         // `find . -name x -exec rm {} ;`: its paths and tests come first, and only what follows
-        // an `-exec` is a program.
-        return words.iter().enumerate().any(|(i, w)| {
-            FIND_RUNS.contains(&w.as_str())
-                && words_run(words.get(i + 1..).unwrap_or_default(), wanted)
-        });
+        // an `-exec` is a program; the program itself may be the one wanted (`find . -delete`
+        // under a deny on `find`).
+        return word_runs(words, 0, wanted)
+            || (1..words.len()).any(|i| option_runs(words, i, options, wanted));
     }
     // After a launcher's option, its value (`sudo -u root`, `timeout -s KILL`, `env -C /`).
     let mut after_option = false;
@@ -422,6 +418,10 @@ fn words_run(words: &[String], wanted: &[&str]) -> bool {
             return true;
         }
         let program = program_name(word);
+        if runs_after(program).is_some() {
+            // `sudo find . -exec rm {} +`: read from that program on, as its own options say.
+            return words_run(words.get(i..).unwrap_or_default(), wanted);
+        }
         if let Some(takes) = LAUNCHER_POSITIONALS
             .iter()
             .find_map(|(name, n)| name.eq_ignore_ascii_case(program).then_some(*n))
@@ -554,6 +554,8 @@ const LAUNCHERS: &[&str] = &[
     "trap",
     "coproc",
     "watch",
+    "entr",
+    "watchexec",
     "flock",
     "strace",
     "ltrace",
@@ -739,8 +741,55 @@ const LAUNCHER_POSITIONALS: &[(&str, usize)] = &[
     ("sg", 1),
 ];
 
-/// The tests of `find` after which come a program and its arguments.
-const FIND_RUNS: &[&str] = &["-exec", "-execdir", "-ok", "-okdir"];
+/// Programs that run a program given as the value of one of their options, with those options:
+/// `find -exec`, `fd -x` (`fdfind` on Debian), `rg --pre`, `tar -I` (and its other scripts),
+/// `rsync -e`. What follows such an option, or its `=` value and what follows, is a program and
+/// its arguments; the program's other words are its own (paths, tests, patterns).
+const RUNS_AFTER_OPTION: &[(&str, &[&str])] = &[
+    ("find", &["-exec", "-execdir", "-ok", "-okdir"]),
+    ("fd", &["-x", "--exec", "-X", "--exec-batch"]),
+    ("fdfind", &["-x", "--exec", "-X", "--exec-batch"]),
+    ("rg", &["--pre"]),
+    (
+        "tar",
+        &[
+            "-I",
+            "--use-compress-program",
+            "--to-command",
+            "-F",
+            "--info-script",
+            "--new-volume-script",
+        ],
+    ),
+    ("rsync", &["-e", "--rsh", "--rsync-path"]),
+];
+
+/// The options of `program` after which a program comes ([`RUNS_AFTER_OPTION`]), in any case.
+fn runs_after(program: &str) -> Option<&'static [&'static str]> {
+    RUNS_AFTER_OPTION
+        .iter()
+        .find_map(|(name, options)| name.eq_ignore_ascii_case(program).then_some(*options))
+}
+
+/// True when the word at `i` is one of `options` and what follows it runs the prefix's words
+/// (`-exec rm …`), or is `OPTION=VALUE` and the value with what follows does (`--pre=rm`).
+fn option_runs(words: &[String], i: usize, options: &[&str], wanted: &[&str]) -> bool {
+    let Some(word) = words.get(i) else {
+        return false;
+    };
+    let rest = words.get(i + 1..).unwrap_or_default();
+    if options.contains(&word.as_str()) {
+        return words_run(rest, wanted);
+    }
+    word.split_once('=')
+        .filter(|(option, _)| options.contains(option))
+        .is_some_and(|(_, value)| {
+            let run: Vec<String> = std::iter::once(value.to_owned())
+                .chain(rest.iter().cloned())
+                .collect();
+            words_run(&run, wanted)
+        })
+}
 
 /// A word a shell command can begin with that runs what comes after it rather than being the
 /// program itself: a launcher, a shell keyword, an option or argument of one (`-n`, `5s`), or an
@@ -1764,6 +1813,28 @@ mod tests {
     }
 
     #[test]
+    fn a_deny_prefix_on_a_program_that_runs_others_matches_that_program_itself() {
+        // `find`'s own words were read only for the program after an `-exec`, so a deny on
+        // `find` itself never matched a `find` command.
+        let mut store = PermissionStore::new(Permission::Allow);
+        store
+            .configure(rule("shell", prefix("find"), Permission::Deny))
+            .configure(rule("shell", prefix("tar -x"), Permission::Ask))
+            .set("shell", Permission::Allow);
+        decides(
+            &store,
+            &["find . -delete", "/usr/bin/find / -name x", "sudo find ."],
+            Permission::Deny,
+        );
+        decides(
+            &store,
+            &["tar -xf a.tar", "tar -C d -xzf a.tgz"],
+            Permission::Ask,
+        );
+        decides(&store, &["fd -e rs", "tar -cf a.tar b"], Permission::Allow);
+    }
+
+    #[test]
     fn a_deny_prefix_sees_past_launcher_options_their_values_and_joined_lines() {
         let mut store = PermissionStore::new(Permission::Allow);
         store
@@ -1880,6 +1951,17 @@ mod tests {
                 "echo 'rm -rf .' | batch",
                 // A name the shell is told runs the program: an alias (dash expands one from
                 // the next line on), a hashed path (bash's `hash -p`), a function.
+                // Programs that run the value of one of their options.
+                "sudo find . -exec rm {} +",
+                "fd . -x rm",
+                "fdfind -e o --exec-batch rm",
+                "rg --pre rm x",
+                "rg --pre=rm x",
+                "tar -I 'rm -rf .' -cf a.tar b",
+                "tar --to-command=rm -xf a.tar",
+                "rsync -e 'rm -rf .' a b:",
+                "ls | entr rm x",
+                "watchexec -e rs -- rm x",
                 // A program looked up on a file system that ignores case (macOS's).
                 "RM -rf .",
                 "/BIN/RM -rf .",
@@ -1928,6 +2010,9 @@ mod tests {
                 "ssh host ls",
                 "nix build",
                 "alias ll='ls -l'\nll",
+                "rg rm src",
+                "fd rm",
+                "tar -xf rm.tar",
                 "hash -r; ls",
             ],
             Permission::Allow,
