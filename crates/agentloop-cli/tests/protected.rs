@@ -192,4 +192,23 @@ async fn a_shell_that_may_write_the_agents_own_files_is_refused_at_load() {
     std::os::unix::fs::symlink(dir.path("."), dir.path("work/up")).unwrap();
     dir.write("agent.toml", &file("root = \"work/up\""));
     assert_eq!(plan(&dir).await.status.code(), Some(3));
+    // A root that is a script's folder is the agent's whole, and said so (it was named as an
+    // own file with an empty name).
+    std::fs::create_dir(dir.path("tools")).unwrap();
+    dir.write("tools/count.sh", "echo 3\n");
+    dir.write(
+        "agent.toml",
+        &format!(
+            "{}[[tools]]\nname = \"count\"\ndescription = \"counts\"\n\
+             command = [\"sh\", \"tools/count.sh\"]\n",
+            file("root = \"tools\"")
+        ),
+    );
+    let out = plan(&dir).await;
+    assert_eq!(out.status.code(), Some(3), "{}", stdout(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("\"tools\", which is the folder of one of the agent's scripts"),
+        "{err}"
+    );
 }

@@ -387,7 +387,13 @@ impl AgentFile {
             let Some(inside) = own.iter().find(|f| f.starts_with(&root)) else {
                 continue;
             };
-            let shown = inside.strip_prefix(&root).unwrap_or(inside).display();
+            // The root itself is the agent's when a script lies in it (its whole folder is).
+            let holds = if *inside == root {
+                "is the folder of one of the agent's scripts, the agent's own".to_owned()
+            } else {
+                let shown = inside.strip_prefix(&root).unwrap_or(inside).display();
+                format!("holds the agent's own file {shown}")
+            };
             problems.at(
                 &format!("tools[{i}].root"),
                 t.root
@@ -395,9 +401,9 @@ impl AgentFile {
                     .map(toml::Spanned::span)
                     .or_else(|| t.name_span()),
                 format!(
-                    "the shell may write everything under its root {given:?}, which holds the \
-                     agent's own file {shown}: give the shell a folder of its own \
-                     (root = \"workspace\"), or sandbox = \"read-only\""
+                    "the shell may write everything under its root {given:?}, which {holds}: \
+                     give the shell a folder of its own (root = \"workspace\"), or \
+                     sandbox = \"read-only\""
                 ),
             );
         }
