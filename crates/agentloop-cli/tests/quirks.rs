@@ -638,3 +638,33 @@ async fn an_anthropic_text_of_whitespace_only_is_never_sent_back() {
     );
     assert_eq!(blocks[0]["type"], "tool_use", "{assistant}");
 }
+
+/// An answer whose finish reason no adapter knows is not `finished`: the run fails with
+/// `model.other` (exit 4) naming the word, its text kept as the output for a caller who judges
+/// it whole.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unknown_finish_reason_fails_the_run_naming_it_its_text_kept_as_the_output() {
+    let body = concat!(
+        "data: {\"id\":\"c1\",\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"Paris is sun\"},\"finish_reason\":null}]}\n\n",
+        "data: {\"id\":\"c1\",\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"a_word_of_tomorrow\"}]}\n\n",
+        "data: [DONE]\n\n"
+    );
+    let server = QuirkServer::start(vec![Reply {
+        status: 200,
+        headers: vec![("content-type".into(), "text/event-stream".into())],
+        body: None,
+        pause: None,
+        bytes: body.as_bytes().to_vec(),
+    }])
+    .await;
+    let dir = agent(&server.uri, "gpt-4o-mini", "");
+    let out = run(&dir).await;
+    assert_eq!(out.status.code(), Some(4), "stderr: {}", stderr(&out));
+    let v = stdout_json(&out);
+    assert_eq!(v["stop_reason"], "failed", "{v}");
+    assert_eq!(v["error"]["code"], "model.other", "{v}");
+    let message = v["error"]["message"].as_str().unwrap();
+    assert!(message.contains("a_word_of_tomorrow"), "{message}");
+    assert_eq!(v["output"], "Paris is sun", "{v}");
+    assert_eq!(server.requests().len(), 1, "not asked again");
+}

@@ -259,7 +259,9 @@ impl WireUsage {
 /// each is: asked again (under `Retry`) rather than taken, cut, for the whole answer. DeepSeek's
 /// `insufficient_system_resource` (its servers ran out of resources); vLLM's and SGLang's
 /// `abort` (the engine dropped the request: a shutdown, a scale-down, a pause), which vLLM sends
-/// as a last chunk followed by `[DONE]`, as though the answer were whole (vllm-project/vllm#57082).
+/// as a last chunk followed by `[DONE]`, as though the answer were whole (vllm-project/vllm#57082);
+/// vLLM's `repetition` (its engine stopped an answer caught repeating itself, a loop a new sample
+/// may not fall into), also one of the words its `FINISH_REASON_STRINGS` names.
 fn interruption(reason: &str) -> Option<(ModelErrorKind, &'static str)> {
     if reason.eq_ignore_ascii_case("insufficient_system_resource") {
         Some((
@@ -268,6 +270,11 @@ fn interruption(reason: &str) -> Option<(ModelErrorKind, &'static str)> {
         ))
     } else if reason.eq_ignore_ascii_case("abort") {
         Some((ModelErrorKind::Server, "aborted the answer"))
+    } else if reason.eq_ignore_ascii_case("repetition") {
+        Some((
+            ModelErrorKind::Server,
+            "stopped the answer as it repeated itself",
+        ))
     } else {
         None
     }
@@ -286,15 +293,40 @@ pub fn map_finish_reason(raw: &str) -> FinishReason {
         raw
     };
     match word {
-        "stop" | "end_turn" | "stop_sequence" | "eos" => FinishReason::Stop,
-        // `tool_call`: mlx-lm's server before ml-explore/mlx-lm#782.
+        // `eos`: Together; `eos_token`: TGI's end of sequence; `normal`: Baidu Qianfan's and
+        // UCloud's whole answer; `complete`: Cohere's own word.
+        "stop" | "end_turn" | "stop_sequence" | "eos" | "eos_token" | "normal" | "complete" => {
+            FinishReason::Stop
+        }
+        // `tool_call`: mlx-lm's server before ml-explore/mlx-lm#782, and Cohere's own word.
         "tool_calls" | "tool_call" | "function_call" | "tool_use" => FinishReason::ToolCalls,
-        "length" | "max_tokens" | "model_length" => FinishReason::Length,
-        // Gemini's words for the filters that stop it.
-        "content_filter" | "safety" | "recitation" | "blocklist" | "prohibited_content"
-        | "spii" | "image_safety" => FinishReason::ContentFilter,
+        // `model_length`: Mistral's context window filled; `model_context_window_exceeded`: the
+        // same from Z.ai (GLM) and Anthropic-shaped gateways.
+        "length" | "max_tokens" | "model_length" | "model_context_window_exceeded" => {
+            FinishReason::Length
+        }
+        // Gemini's words for the filters that stop it, and Bedrock's, which gateways pass on.
+        "content_filter"
+        | "safety"
+        | "recitation"
+        | "blocklist"
+        | "prohibited_content"
+        | "spii"
+        | "image_safety"
+        | "image_prohibited_content"
+        | "image_recitation"
+        | "model_armor"
+        | "content_filtered"
+        | "guardrail_intervened" => FinishReason::ContentFilter,
         "refusal" => FinishReason::Refusal,
-        "error" => FinishReason::Error,
+        // Gemini's words for a turn whose tool call it could not make (gateways pass them on,
+        // OpenRouter as `error` with its own in `native_finish_reason`): a failed answer.
+        "error"
+        | "malformed_function_call"
+        | "unexpected_tool_call"
+        | "too_many_tool_calls"
+        | "malformed_response" => FinishReason::Error,
+        // A word this client does not know: the run does not take its answer for a whole one.
         _ => FinishReason::Other,
     }
 }
@@ -1076,6 +1108,37 @@ mod tests {
         assert_eq!(map_finish_reason("STOP"), FinishReason::Stop);
         assert_eq!(map_finish_reason("SAFETY"), FinishReason::ContentFilter);
         assert_eq!(map_finish_reason("RECITATION"), FinishReason::ContentFilter);
+    }
+
+    #[test]
+    fn the_words_other_servers_end_with_map_to_what_they_mean() {
+        for whole in ["eos", "eos_token", "normal", "COMPLETE", "end_turn"] {
+            assert_eq!(map_finish_reason(whole), FinishReason::Stop, "{whole}");
+        }
+        for cut in [
+            "model_length",
+            "model_context_window_exceeded",
+            "MAX_TOKENS",
+        ] {
+            assert_eq!(map_finish_reason(cut), FinishReason::Length, "{cut}");
+        }
+        for filtered in [
+            "MODEL_ARMOR",
+            "IMAGE_PROHIBITED_CONTENT",
+            "guardrail_intervened",
+        ] {
+            assert_eq!(
+                map_finish_reason(filtered),
+                FinishReason::ContentFilter,
+                "{filtered}"
+            );
+        }
+        for failed in ["error", "MALFORMED_FUNCTION_CALL", "TOO_MANY_TOOL_CALLS"] {
+            assert_eq!(map_finish_reason(failed), FinishReason::Error, "{failed}");
+        }
+        for unknown in ["OTHER", "FINISH_REASON_UNSPECIFIED", "a_word_of_tomorrow"] {
+            assert_eq!(map_finish_reason(unknown), FinishReason::Other, "{unknown}");
+        }
     }
 
     fn run(chunks: &[&str]) -> Result<Vec<ModelEvent>, ModelError> {

@@ -105,6 +105,8 @@ impl RunMachine {
             // cut and dropped without a trace.
             if response.finish_reason == FinishReason::Length || response.truncated {
                 self.on_cut_answer(response.message);
+            } else if response.finish_reason == FinishReason::Other {
+                self.unknown_ending(response);
             } else {
                 self.on_final_answer(response.message, reask);
             }
@@ -159,6 +161,39 @@ impl RunMachine {
         );
         error.provider_code = Some(raw);
         self.keep_with_calls_not_run(response.message, "ended in an error");
+        self.ending.error = Some(Box::new(RunError::Model(error)));
+        self.finish(StopReason::Failed);
+    }
+
+    /// An answer that ended for a reason no adapter knows ([`FinishReason::Other`]: a word the
+    /// provider's API does not name, or a server's own): it may be whole, or cut by something
+    /// the word would have said, so the run does not finish on it. It fails with
+    /// `model.other`, the provider's word as the error's provider code; the text stays in the
+    /// transcript and is the output, for a caller who judges it whole. (An answer with tool
+    /// calls goes on: the calls, checked against their schemas, are what it is.)
+    fn unknown_ending(&mut self, response: ModelResponse) {
+        let raw = response
+            .raw_finish_reason
+            .clone()
+            .unwrap_or_else(|| FinishReason::Other.as_str().to_owned());
+        let text = response.message.text.clone();
+        let kept = if text.trim().is_empty() {
+            ""
+        } else {
+            "; its text is kept as the output"
+        };
+        let mut error = ModelError::new(
+            ModelErrorKind::Other,
+            format!(
+                "the model's answer ended for a reason this client does not know (finish reason \
+                 {raw:?}), so it is not taken for a whole answer{kept}"
+            ),
+        );
+        error.provider_code = Some(raw);
+        self.kept
+            .transcript
+            .push(Message::Assistant(response.message));
+        self.ending.output = (!text.trim().is_empty()).then_some(text);
         self.ending.error = Some(Box::new(RunError::Model(error)));
         self.finish(StopReason::Failed);
     }

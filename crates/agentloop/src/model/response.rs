@@ -22,7 +22,8 @@ pub enum FinishReason {
     Refusal,
     /// The provider reported a failure inside a successful HTTP response.
     Error,
-    /// Anything else.
+    /// A word no adapter knows: the run does not take such an answer for a whole one (it fails
+    /// with `model.other`, its text kept as the output); the word is in `raw_finish_reason`.
     Other,
 }
 
