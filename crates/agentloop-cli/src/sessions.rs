@@ -101,13 +101,19 @@ impl StoreArg {
     fn open(&self) -> Result<SqliteSessions, CliError> {
         Ok(SqliteSessions::open_existing(&self.sessions)?)
     }
+
+    /// The store, to read only (`list`, `show`): nothing of it changes and nothing is left
+    /// beside it, and one in a read-only folder is read all the same.
+    fn read_only(&self) -> Result<SqliteSessions, CliError> {
+        Ok(SqliteSessions::open_read_only(&self.sessions)?)
+    }
 }
 
 /// `agentloop sessions ...`.
 pub fn sessions(cmd: SessionsCommand) -> Result<i32, CliError> {
     match cmd {
         SessionsCommand::List { store, json } => {
-            let list = store.open()?.list()?;
+            let list = store.read_only()?.list()?;
             if json {
                 out!(
                     "{}",
@@ -136,7 +142,7 @@ pub fn sessions(cmd: SessionsCommand) -> Result<i32, CliError> {
             }
         }
         SessionsCommand::Show { name, store, json } => {
-            let Some(s) = store.open()?.load(&name)? else {
+            let Some(s) = store.read_only()?.load(&name)? else {
                 return Err(SessionError::NotFound { id: name }.into());
             };
             if json {

@@ -752,16 +752,33 @@ fn resumes_of_one_killed_run_started_at_once_drive_it_once() {
     }
 }
 
-/// Makes a file read-only for this process until dropped: its mode where that holds (not for
-/// root), else the immutable attribute (`chattr +i`, for root on file systems that have it).
-struct ReadOnly(std::path::PathBuf);
+/// Makes a file or folder read-only for this process until dropped: its mode where that holds
+/// (not for root), else the immutable attribute (`chattr +i`, for root on file systems that
+/// have it).
+struct ReadOnly {
+    path: std::path::PathBuf,
+    folder: bool,
+}
 
 impl ReadOnly {
     fn make(path: &Path) -> Option<ReadOnly> {
         use std::os::unix::fs::PermissionsExt;
-        let writable = || std::fs::OpenOptions::new().append(true).open(path).is_ok();
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o400)).unwrap();
-        let guard = ReadOnly(path.to_owned());
+        let folder = path.is_dir();
+        let probe = path.join(".probe");
+        let writable = || {
+            if !folder {
+                return std::fs::OpenOptions::new().append(true).open(path).is_ok();
+            }
+            let made = std::fs::write(&probe, b"").is_ok();
+            let _ = std::fs::remove_file(&probe);
+            made
+        };
+        let mode = if folder { 0o555 } else { 0o400 };
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+        let guard = ReadOnly {
+            path: path.to_owned(),
+            folder,
+        };
         if !writable() {
             return Some(guard);
         }
@@ -775,10 +792,11 @@ impl Drop for ReadOnly {
         use std::os::unix::fs::PermissionsExt;
         let _ = Command::new("chattr")
             .arg("-i")
-            .arg(&self.0)
+            .arg(&self.path)
             .stderr(Stdio::null())
             .status();
-        let _ = std::fs::set_permissions(&self.0, std::fs::Permissions::from_mode(0o600));
+        let mode = if self.folder { 0o755 } else { 0o600 };
+        let _ = std::fs::set_permissions(&self.path, std::fs::Permissions::from_mode(mode));
     }
 }
 
@@ -835,6 +853,99 @@ fn a_read_only_journal_session_store_or_trace_is_refused_before_the_run_and_left
         assert_eq!(std::fs::read(dir.path(file)).unwrap(), bytes, "{file}");
         assert_eq!(listing(), before, "{file}: nothing left beside it");
     }
+}
+
+/// The commands that only read a store (`journal list` and `show`, `approvals list`,
+/// `questions list`, `sessions list` and `show`, `trace list` and `show`) leave nothing beside
+/// it, and read it where they may not write: a read-only file (a session store was opened for
+/// writing and a trace read-write, and SQLite, opening either read-only without a word, left a
+/// `-wal` and `-shm` beside it; so did a journal), and a read-only folder (where none of them
+/// could read at all: "attempt to write a readonly database").
+#[test]
+fn read_only_commands_leave_nothing_beside_the_stores_and_read_them_where_they_may_not_write() {
+    let dir = crash_dir("");
+    let agent = dir.agent().to_str().unwrap().to_owned();
+    let command = |args: &[&str]| cli(&dir, args);
+    let mut ran = Vec::new();
+    for store in [
+        &["--journal", "runs.db"][..],
+        &["--session", "s", "--sessions", "s.db"],
+        &["--trace", "t.db"],
+    ] {
+        let mut args = vec!["run", agent.as_str(), "--input", "go", "--json"];
+        args.extend_from_slice(store);
+        let out = command(&args);
+        exited(&out, 0, store[1]);
+        ran.push(json_of(&out)["run_id"].as_str().unwrap().to_owned());
+    }
+    let (journaled, traced) = (ran[0].as_str(), ran[2].as_str());
+    let reads: [(&[&str], &str); 8] = [
+        (
+            &["journal", "list", "--journal", "runs.db", "--json"],
+            journaled,
+        ),
+        (
+            &[
+                "journal",
+                "show",
+                journaled,
+                "--journal",
+                "runs.db",
+                "--json",
+            ],
+            journaled,
+        ),
+        (
+            &["approvals", "list", "--journal", "runs.db", "--json"],
+            "[]",
+        ),
+        (
+            &["questions", "list", "--journal", "runs.db", "--json"],
+            "[]",
+        ),
+        (
+            &["sessions", "list", "--sessions", "s.db", "--json"],
+            "\"s\"",
+        ),
+        (
+            &["sessions", "show", "s", "--sessions", "s.db", "--json"],
+            "\"go\"",
+        ),
+        (&["trace", "list", "t.db", "--json"], traced),
+        (&["trace", "show", "t.db", "--json"], traced),
+    ];
+    let before = dir.file_names();
+    let read_all = |case: &str| {
+        for (args, shows) in reads {
+            let out = command(args);
+            let what = format!("{case}: {}", args[..2].join(" "));
+            exited(&out, 0, &what);
+            let printed = String::from_utf8_lossy(&out.stdout);
+            assert!(printed.contains(shows), "{what}: {printed}");
+            assert_eq!(
+                dir.file_names(),
+                before,
+                "{what}: nothing left beside the store"
+            );
+        }
+    };
+    read_all("writable");
+    {
+        let mut guards = Vec::new();
+        for file in ["runs.db", "s.db", "t.db"] {
+            let Some(guard) = ReadOnly::make(&dir.path(file)) else {
+                eprintln!("skipped: {file} cannot be made read-only here");
+                return;
+            };
+            guards.push(guard);
+        }
+        read_all("read-only files");
+    }
+    let Some(_folder) = ReadOnly::make(&dir.path(".")) else {
+        eprintln!("skipped: the folder cannot be made read-only here");
+        return;
+    };
+    read_all("a read-only folder");
 }
 
 #[test]

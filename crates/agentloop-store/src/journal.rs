@@ -311,14 +311,6 @@ pub(crate) enum Access {
     Read,
 }
 
-/// True when the write-ahead log of the SQLite file at `path` is there: a connection has it
-/// open, or the last one ended without moving it into the file.
-fn wal_beside(path: &Path) -> bool {
-    let mut wal = path.as_os_str().to_owned();
-    wal.push("-wal");
-    Path::new(&wal).exists()
-}
-
 /// Opens a journal file (see [`open_kind`]).
 fn open_checked(path: &Path, access: Access) -> Result<Connection, JournalError> {
     open_kind(path, access, &JOURNAL)
@@ -347,17 +339,10 @@ pub(crate) fn open_kind(
                 | OpenFlags::SQLITE_OPEN_CREATE
                 | OpenFlags::SQLITE_OPEN_NO_MUTEX
         }
-        Access::Write => OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-        // SQLite makes a WAL file's `-wal` and `-shm` beside it for every connection, a
-        // read-only one too, and only a connection that may write removes them when it closes
-        // last: a reader opened read-only left both behind. Where there is no `-wal` (no
-        // connection is open, every step is in the file), the reader opens the file read-write
-        // and refuses to write (`query_only`), so that it removes what its opening made; where
-        // there is one, read-only, so that it leaves what it found.
-        Access::Read if wal_beside(path) => {
-            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX
+        // A reader's is opened by `open_for_reading`, so that it leaves nothing beside the file.
+        Access::Write | Access::Read => {
+            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX
         }
-        Access::Read => OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
     };
     if access != Access::Create && !path.exists() {
         return Err(io(format!("no journal at {shown}")));
@@ -365,17 +350,18 @@ pub(crate) fn open_kind(
     if access == Access::Create {
         crate::create_private(path).map_err(|e| io(format!("cannot create {shown}: {e}")))?;
     }
-    let conn = Connection::open_with_flags(path, flags)
-        .map_err(|e| io(format!("cannot open {shown}: {e}")))?;
+    let conn = if access == Access::Read {
+        crate::open_for_reading(path)
+    } else {
+        Connection::open_with_flags(path, flags)
+    }
+    .map_err(|e| io(format!("cannot open {shown}: {e}")))?;
     // A writer's (a run's) only: one that reads or answers a read-only file (`sessions list`)
     // still may.
     if access == Access::Create && kind.must_write && crate::opened_read_only(&conn) {
         return Err(io(format!("cannot write {shown}: it is read-only")));
     }
     conn.busy_timeout(crate::BUSY_WAIT).map_err(io)?;
-    if access == Access::Read {
-        conn.pragma_update(None, "query_only", true).map_err(io)?;
-    }
     // Reading the schema is the first thing that touches the file: a file that is not SQLite
     // fails here. Every entry counts (a view, a trigger): a database of anything is no new file.
     let (tables, entries): (Vec<String>, usize) = conn

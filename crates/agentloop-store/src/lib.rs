@@ -101,6 +101,92 @@ pub(crate) fn opened_read_only(conn: &rusqlite::Connection) -> bool {
     conn.is_readonly(rusqlite::MAIN_DB).unwrap_or(false)
 }
 
+/// Opens the SQLite file of a store at `path` to read it only (`journal list`, `sessions list`,
+/// `trace show`): it sees what a running writer has committed, writes nothing, and leaves the
+/// folder as it found it, whether this process may write there or not.
+///
+/// - A `-wal` beside the file means a connection has it open (a writer runs) or the last one
+///   ended without folding it into the file: the file is opened read-only, on the `-wal` and
+///   `-shm` that are there, which it leaves as they are.
+/// - Without one, every commit is in the file and no connection has it open. Where this process
+///   may write the file and its folder, the file is opened read-write with writes refused
+///   (`query_only`): closing last, the connection removes the `-wal` and `-shm` its reading
+///   made, which a read-only one leaves behind. Where it may not (a read-only file, folder or
+///   mount), SQLite opens it read-only without a word and leaves both, or cannot make them and
+///   fails to read at all: the file is read `immutable` then, as it is, without a log or locks.
+///   No writer has it open; one that started in the moment of the read, which takes another
+///   user's access to the folder, could fold its log into the file under the reader, whose
+///   read then fails rather than shows what was never committed.
+pub(crate) fn open_for_reading(path: &std::path::Path) -> rusqlite::Result<rusqlite::Connection> {
+    use rusqlite::{Connection, OpenFlags};
+    let conn = if wal_beside(path) {
+        Connection::open_with_flags(
+            path,
+            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )?
+    } else {
+        let conn = Connection::open_with_flags(
+            path,
+            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )?;
+        conn.busy_timeout(BUSY_WAIT)?;
+        if opened_read_only(&conn) || cannot_make_its_log(&conn) {
+            drop(conn);
+            open_immutable(path)?
+        } else {
+            conn
+        }
+    };
+    conn.busy_timeout(BUSY_WAIT)?;
+    conn.pragma_update(None, "query_only", true)?;
+    Ok(conn)
+}
+
+/// True when the write-ahead log of the SQLite file at `path` is there: a connection has it
+/// open, or the last one ended without moving it into the file.
+pub(crate) fn wal_beside(path: &std::path::Path) -> bool {
+    let mut wal = path.as_os_str().to_owned();
+    wal.push("-wal");
+    std::path::Path::new(&wal).exists()
+}
+
+/// True when the first read of `conn` fails because SQLite may not make the `-wal` and `-shm`
+/// of a file in WAL mode (its folder is read-only). Any other failure is left to the caller's
+/// own first read, which reports it.
+fn cannot_make_its_log(conn: &rusqlite::Connection) -> bool {
+    match conn.query_row("SELECT count(*) FROM sqlite_master", [], |r| {
+        r.get::<_, i64>(0)
+    }) {
+        Err(rusqlite::Error::SqliteFailure(e, _)) => matches!(
+            e.code,
+            rusqlite::ErrorCode::ReadOnly | rusqlite::ErrorCode::CannotOpen
+        ),
+        _ => false,
+    }
+}
+
+/// Opens the SQLite file at `path` read-only as `immutable` (see [`open_for_reading`]): its
+/// path as a URI, each byte that is not plain percent-encoded, so no name is read as a query.
+fn open_immutable(path: &std::path::Path) -> rusqlite::Result<rusqlite::Connection> {
+    use rusqlite::OpenFlags;
+    use std::fmt::Write as _;
+    let mut uri = String::from("file:");
+    for &b in path.as_os_str().as_encoded_bytes() {
+        if b.is_ascii_alphanumeric() || b"/-._~".contains(&b) {
+            uri.push(char::from(b));
+        } else {
+            let _ = write!(uri, "%{b:02X}");
+        }
+    }
+    uri.push_str("?immutable=1");
+    rusqlite::Connection::open_with_flags(
+        uri,
+        OpenFlags::SQLITE_OPEN_READ_ONLY
+            | OpenFlags::SQLITE_OPEN_URI
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+}
+
 /// How long a store's connection waits for another process's lock before it answers "busy".
 pub(crate) const BUSY_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 

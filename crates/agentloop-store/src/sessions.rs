@@ -106,15 +106,27 @@ impl SqliteSessions {
     /// an empty file, is refused and left as it is (a mistyped path to `agentloop sessions`
     /// must not become a new store).
     pub fn open_existing(path: impl AsRef<Path>) -> Result<Self, SessionError> {
-        let path = path.as_ref().to_path_buf();
+        Self::open_there(path.as_ref(), Access::Write)
+    }
+
+    /// Opens the store at `path` to read it only (`sessions list`, `sessions show`): as
+    /// [`SqliteSessions::open_existing`], but nothing of it is changed, nothing is left beside
+    /// it, and a store in a read-only file or folder is read all the same. Saving or deleting a
+    /// session through it fails.
+    pub fn open_read_only(path: impl AsRef<Path>) -> Result<Self, SessionError> {
+        Self::open_there(path.as_ref(), Access::Read)
+    }
+
+    /// Opens the store at `path` for `access` only if it is one already.
+    fn open_there(path: &Path, access: Access) -> Result<Self, SessionError> {
         if !path.exists() {
             return Err(SessionError::Io {
-                message: format!("no session store at {}", agentloop::printable::path(&path)),
+                message: format!("no session store at {}", agentloop::printable::path(path)),
             });
         }
-        let conn = open_kind(&path, Access::Write, &KIND).map_err(from_journal)?;
+        let conn = open_kind(path, access, &KIND).map_err(from_journal)?;
         Ok(SqliteSessions {
-            path,
+            path: path.to_path_buf(),
             conn: Arc::new(Mutex::new(conn)),
         })
     }

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use agentloop::model::Usage;
 use rusqlite::types::{Type, Value as Sql};
-use rusqlite::{Connection, OpenFlags, OptionalExtension, Row};
+use rusqlite::{Connection, OptionalExtension, Row};
 use serde_json::Value;
 
 use crate::error::TraceError;
@@ -581,10 +581,8 @@ pub(crate) fn read(path: &Path) -> Result<(Vec<TraceRecord>, Vec<String>), Trace
             std::io::Error::new(std::io::ErrorKind::NotFound, "no such file"),
         ));
     }
-    let conn = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_WRITE)
-        .or_else(|_| Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY))
-        .map_err(err)?;
-    conn.busy_timeout(crate::BUSY_WAIT).map_err(err)?;
+    // Read only, leaving nothing beside the file (`trace list` of a read-only folder).
+    let conn = crate::open_for_reading(path).map_err(err)?;
     schema_version(&conn, path)?;
     let has_runs: Option<String> = conn
         .query_row(
