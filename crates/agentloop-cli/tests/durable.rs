@@ -948,6 +948,47 @@ fn read_only_commands_leave_nothing_beside_the_stores_and_read_them_where_they_m
     read_all("a read-only folder");
 }
 
+/// A journal a run still writes is read as it stands: `journal list` and `journal show` see the
+/// steps the run has committed so far, through the run's own `-wal` and `-shm`, which they leave
+/// as they found them (a reader that read the file alone, as an immutable one does, would miss
+/// every step still in the log).
+#[test]
+fn reading_a_journal_a_run_still_writes_shows_its_committed_steps_and_leaves_its_files() {
+    use std::io::{BufRead, BufReader};
+    let dir = crash_dir("");
+    let journal = dir.path("runs.db");
+    let mut cmd = run_cmd(&dir, &journal, &[]);
+    cmd.env("AGENTLOOP_TEST_JOURNAL_FAULT", "after-step:5");
+    let mut writer = cmd
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(writer.stderr.take().unwrap()).lines();
+    let paused = stderr
+        .by_ref()
+        .map_while(Result::ok)
+        .any(|l| l.starts_with("agentloop: fault: paused"));
+    assert!(paused, "the run reached its fault");
+    let before = dir.file_names();
+    assert!(before.contains(&"runs.db-wal".to_owned()), "{before:?}");
+    let runs = run_ids(&dir, &journal);
+    let (run_id, steps) = (
+        runs[0]["run_id"].as_str().unwrap().to_owned(),
+        runs[0]["steps"].as_u64().unwrap(),
+    );
+    assert!(steps >= 5, "the committed steps are seen: {runs:?}");
+    let out = cli(&dir, &["journal", "show", &run_id, "--json"]);
+    exited(&out, 0, "journal show");
+    assert_eq!(
+        dir.file_names(),
+        before,
+        "the writer's files are left as they were"
+    );
+    writer.kill().unwrap();
+    writer.wait().unwrap();
+}
+
 #[test]
 fn a_file_where_the_journals_lock_folder_goes_is_named_in_the_error_and_left_as_it_was() {
     let dir = crash_dir("");
