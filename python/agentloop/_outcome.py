@@ -117,6 +117,10 @@ class RunOutcome:
     #: The journal of a durable run, and the calls a suspended run waits on.
     journal: Optional[str] = None
     pending_approvals: List[Dict[str, Any]] = dataclasses.field(default_factory=list)
+    #: What the run noticed without stopping for it: its model answers' warnings (a tool call
+    #: cut by the output limit and dropped, a stream that ended without a finish reason), each
+    #: naming its turn.
+    warnings: List[str] = dataclasses.field(default_factory=list)
     raw: Dict[str, Any] = dataclasses.field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -184,6 +188,7 @@ class RunOutcome:
             answered_by=raw.get("answered_by"),
             journal=raw.get("journal"),
             pending_approvals=raw.get("pending_approvals", []),
+            warnings=list(raw.get("warnings") or []),
             raw=raw,
         )
 

@@ -178,15 +178,17 @@ STREAMS: List[bytes] = [
 ]
 
 
-def test_a_stream_that_fails_part_way_is_retried_and_the_events_say_its_text_was_discarded(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    served: List[int] = []
+def streaming_agent(
+    streams: List[bytes], served: List[int], monkeypatch: pytest.MonkeyPatch
+) -> Any:
+    """A server on loopback answering each request with the next of `streams` (the last again
+    once they run out) as an event stream, noting each answer's size in `served`; and an agent
+    of it."""
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_POST(self) -> None:  # noqa: N802 - the http.server's name
             self.rfile.read(int(self.headers["Content-Length"]))
-            body = STREAMS[min(len(served), len(STREAMS) - 1)]
+            body = streams[min(len(served), len(streams) - 1)]
             served.append(len(body))
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
@@ -201,7 +203,14 @@ def test_a_stream_that_fails_part_way_is_retried_and_the_events_say_its_text_was
     threading.Thread(target=server.serve_forever, daemon=True).start()
     monkeypatch.setenv("TEST_SERVER_KEY", "sk-test-123")
     url = f"http://127.0.0.1:{server.server_address[1]}/v1"
-    agent = Agent(model=Provider("openai", "test-model", base_url=url, api_key_env="TEST_SERVER_KEY"))
+    return server, Agent(model=Provider("openai", "test-model", base_url=url, api_key_env="TEST_SERVER_KEY"))
+
+
+def test_a_stream_that_fails_part_way_is_retried_and_the_events_say_its_text_was_discarded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    served: List[int] = []
+    server, agent = streaming_agent(STREAMS, served, monkeypatch)
 
     async def main() -> Any:
         stream = agent.stream("Go.")
@@ -224,3 +233,30 @@ def test_a_stream_that_fails_part_way_is_retried_and_the_events_say_its_text_was
     assert data["code"] == "model.server_error" and data["retry"] == 1
     assert data["discarded"] == {"text_chars": 11, "reasoning_chars": 0, "tool_calls": 0}
     assert outcome.usage.input_tokens == 12 and outcome.usage.output_tokens == 5
+
+
+def test_an_answers_warning_is_in_the_outcome_and_its_event(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stream that ends with [DONE] and no finish reason still answers, and says so."""
+    body = (
+        b'data: {"id":"c1","object":"chat.completion.chunk","model":"test-model","choices":'
+        + b'[{"index":0,"delta":{"role":"assistant","content":"Done."},"finish_reason":null}]}\n\n'
+        + b"data: [DONE]\n\n"
+    )
+    server, agent = streaming_agent([body], [], monkeypatch)
+
+    async def main() -> Any:
+        stream = agent.stream("Go.")
+        events = [e async for e in stream]
+        return events, stream.outcome
+
+    try:
+        events, outcome = asyncio.run(main())
+    finally:
+        server.shutdown()
+    assert outcome is not None and outcome.stop_reason == "finished", outcome
+    assert outcome.output == "Done."
+    assert len(outcome.warnings) == 1, outcome.warnings
+    assert outcome.warnings[0].startswith("model answer in turn 1: "), outcome.warnings
+    assert "no finish_reason" in outcome.warnings[0]
+    responses = [e for e in events if e.type == "model_response"]
+    assert [r.data.get("warnings") for r in responses] == [["the stream ended with [DONE] but no finish_reason"]]

@@ -221,6 +221,7 @@ mod tests {
             subagents: Vec::new(),
             compactions: Vec::new(),
             answered_by: "a".into(),
+            warnings: Vec::new(),
         }
     }
 

@@ -236,12 +236,15 @@ impl Progress {
                     ),
                 );
             }
-            EventKind::ModelResponse { text, .. } => {
+            EventKind::ModelResponse { text, warnings, .. } => {
                 stop_spinner(s);
                 // A model that did not stream its text shows it whole.
                 if s.streamed.is_empty() && !text.is_empty() {
                     s.streamed = text.clone();
                     line(s, text);
+                }
+                for w in warnings {
+                    line(s, &format!("⚠ {}", summary(w)));
                 }
             }
             EventKind::ModelError { code, message } => {
@@ -561,6 +564,8 @@ pub fn outcome_json(outcome: &RunOutcome, dry_run: bool) -> Value {
             "usage": {"input_tokens": c.usage.input_tokens, "output_tokens": c.usage.output_tokens},
             "cost_usd": c.cost_usd,
         })).collect::<Vec<_>>(),
+        // What the run noticed without stopping for it: its model answers' warnings.
+        "warnings": outcome.warnings,
     })
 }
 
@@ -626,6 +631,7 @@ pub fn error_json(code: &str, message: &str, problems: Option<Value>) -> Value {
         "subagents": [],
         "todos": null,
         "compactions": [],
+        "warnings": [],
     })
 }
 

@@ -649,14 +649,7 @@ async fn an_unknown_finish_reason_fails_the_run_naming_it_its_text_kept_as_the_o
         "data: {\"id\":\"c1\",\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"a_word_of_tomorrow\"}]}\n\n",
         "data: [DONE]\n\n"
     );
-    let server = QuirkServer::start(vec![Reply {
-        status: 200,
-        headers: vec![("content-type".into(), "text/event-stream".into())],
-        body: None,
-        pause: None,
-        bytes: body.as_bytes().to_vec(),
-    }])
-    .await;
+    let server = QuirkServer::start(vec![event_stream(body)]).await;
     let dir = agent(&server.uri, "gpt-4o-mini", "");
     let out = run(&dir).await;
     assert_eq!(out.status.code(), Some(4), "stderr: {}", stderr(&out));
@@ -667,4 +660,63 @@ async fn an_unknown_finish_reason_fails_the_run_naming_it_its_text_kept_as_the_o
     assert!(message.contains("a_word_of_tomorrow"), "{message}");
     assert_eq!(v["output"], "Paris is sun", "{v}");
     assert_eq!(server.requests().len(), 1, "not asked again");
+}
+
+/// What a provider's adapter noticed about an answer without failing it (here a stream that
+/// ended with `[DONE]` and no finish reason) is said: in `--json`'s `warnings`, naming the turn,
+/// and in the trace's run warnings; the run still finishes with the answer.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_answers_warning_reaches_the_json_and_the_trace() {
+    let body = concat!(
+        "data: {\"id\":\"c1\",\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"Sunny in Paris.\"},\"finish_reason\":null}]}\n\n",
+        "data: [DONE]\n\n"
+    );
+    let server = QuirkServer::start(vec![event_stream(body)]).await;
+    let dir = agent(&server.uri, "gpt-4o-mini", "");
+    let trace = dir.path("trace.ndjson");
+    let out = agentloop(args(&[
+        "run",
+        dir.agent().to_str().unwrap(),
+        "--input",
+        "Weather in Paris?",
+        "--json",
+        "--trace",
+        trace.to_str().unwrap(),
+    ]))
+    .await;
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    let v = stdout_json(&out);
+    assert_eq!(v["stop_reason"], "finished", "{v}");
+    assert_eq!(v["output"], "Sunny in Paris.", "{v}");
+    let warnings = v["warnings"].as_array().unwrap();
+    assert_eq!(warnings.len(), 1, "{v}");
+    let warning = warnings[0].as_str().unwrap();
+    assert!(
+        warning.starts_with("model answer in turn 1: ") && warning.contains("no finish_reason"),
+        "{warning}"
+    );
+    let text = std::fs::read_to_string(&trace).unwrap();
+    let run = text
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .rfind(|r| r["kind"] == "run")
+        .unwrap();
+    let traced: Vec<&str> = run["warnings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert_eq!(traced, [warning], "{run}");
+}
+
+/// A 200 answer of `body` as a server-sent event stream.
+fn event_stream(body: &str) -> Reply {
+    Reply {
+        status: 200,
+        headers: vec![("content-type".into(), "text/event-stream".into())],
+        body: None,
+        pause: None,
+        bytes: body.as_bytes().to_vec(),
+    }
 }

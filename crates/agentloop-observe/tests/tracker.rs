@@ -187,6 +187,7 @@ fn response(run: &str, turn: u32, text: &str) -> Event {
             text: text.into(),
             duration: Duration::from_millis(40),
             cached: false,
+            warnings: Vec::new(),
         },
     )
 }

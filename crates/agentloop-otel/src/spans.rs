@@ -186,6 +186,7 @@ impl Render for Otel {
                     finish_reason,
                     text,
                     cached,
+                    warnings,
                     ..
                 } = &event.kind
                 else {
@@ -203,6 +204,16 @@ impl Render for Otel {
                 if *cached {
                     open.attributes
                         .push(KeyValue::new("agentloop.cached", true));
+                }
+                if !warnings.is_empty() {
+                    let said = warnings
+                        .iter()
+                        .map(|w| StringValue::from(error_text(w, self.payloads)))
+                        .collect();
+                    open.attributes.push(KeyValue::new(
+                        "agentloop.warnings",
+                        Value::Array(Array::String(said)),
+                    ));
                 }
                 if self.payloads {
                     open.attributes.push(KeyValue::new(

@@ -278,11 +278,20 @@ impl Render for Records {
                     text,
                     duration,
                     cached,
+                    warnings,
                 } = &event.kind
                 else {
                     return;
                 };
                 let state = &mut run.data;
+                // Where a reader of the run looks for what went wrong without stopping it.
+                state.warnings.extend(warnings.iter().map(|w| {
+                    format!(
+                        "model answer in turn {}: {}",
+                        event.turn,
+                        error_text(w, self.payloads)
+                    )
+                }));
                 call.cached = *cached;
                 state.end_span(&mut call.span, now, Some(*duration), Status::Ok, None);
                 call.usage = Some(*usage);

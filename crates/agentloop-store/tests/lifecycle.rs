@@ -85,6 +85,7 @@ fn a_run_joined_mid_way_records_its_orphan_ends_as_spans_that_took_what_they_say
             text: "calling".into(),
             duration: Duration::from_millis(40),
             cached: false,
+            warnings: Vec::new(),
         },
     );
     send(&sink, "r", 1, finished("c1", 7));

@@ -1428,6 +1428,7 @@ fn a_model_call_retried_part_way_keeps_the_retry_and_only_the_answers_reasoning(
                 text: "Whole".into(),
                 duration: Duration::from_millis(900),
                 cached: false,
+                warnings: Vec::new(),
             },
         );
         emit(

@@ -110,6 +110,11 @@ pub enum EventKind {
         /// The answer came from a response cache, not from the model this time.
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         cached: bool,
+        /// What the provider's adapter noticed about the answer without failing it (a block of
+        /// a type it does not support ignored, a tool call cut by the output limit dropped, a
+        /// stream that ended without a finish reason); absent when there was nothing.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        warnings: Vec<String>,
     },
     /// The model call's attempt failed part-way or before its first byte and the call starts
     /// over (the provider's retry layer, or a fallback to the next model): the text, reasoning

@@ -795,5 +795,6 @@ fn refused(
         subagents: Vec::new(),
         compactions: Vec::new(),
         answered_by: agent.to_owned(),
+        warnings: Vec::new(),
     }
 }

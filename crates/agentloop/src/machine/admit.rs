@@ -53,7 +53,17 @@ impl RunMachine {
             text: response.message.text.clone(),
             duration,
             cached: response.cached,
+            warnings: response.warnings.clone(),
         });
+        if !response.warnings.is_empty() {
+            let turn = self.counters.turn;
+            self.kept.warnings.extend(
+                response
+                    .warnings
+                    .iter()
+                    .map(|w| format!("model answer in turn {turn}: {w}")),
+            );
+        }
         if self.seams.hooks {
             self.phase = Phase::Review(response);
         } else {

@@ -196,6 +196,8 @@ struct Kept {
     /// The subagents the run's calls ran.
     subagents: Vec<crate::outcome::SubagentRun>,
     compactions: Vec<crate::compaction::CompactionRecord>,
+    /// The model's answers' warnings, each with its turn.
+    warnings: Vec<String>,
 }
 
 /// Asking again after a cut answer or one that failed the output schema.
@@ -880,6 +882,7 @@ impl RunMachine {
             duration: elapsed,
             subagents: kept.subagents,
             compactions: kept.compactions,
+            warnings: kept.warnings,
             answered_by: ending
                 .answered_by
                 .unwrap_or_else(|| self.cfg.name().to_owned()),

@@ -161,6 +161,11 @@ pub struct RunOutcome {
     /// The name of the agent whose answer ended the run: the run's own agent, or the one a
     /// hand-off passed the conversation to ([`crate::handoff::Handoff`]), at the end of the chain.
     pub answered_by: String,
+    /// What the run noticed without stopping for it: the warnings of its model's answers (a
+    /// block of a type the provider's adapter does not support ignored, a tool call cut by the
+    /// output limit dropped, a stream that ended without a finish reason), each naming its turn.
+    /// A subagent's are in its own outcome.
+    pub warnings: Vec<String>,
 }
 
 impl RunOutcome {
