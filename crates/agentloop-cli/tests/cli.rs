@@ -1094,6 +1094,7 @@ script = "script.json"
 name = "get_weather"
 command = ["sh", "-c", "if [ -e failed-once ]; then printf '7 degrees'; else touch failed-once; echo 'station busy' >&2; exit 1; fi"]
 retries = 1
+idempotent = true
 "#,
         );
         dir.write(
@@ -1136,6 +1137,64 @@ retries = 1
             "{trace}: {tree}"
         );
     }
+}
+
+/// `retries` on a command tool not marked `idempotent`: a failed run of it (a timeout, a
+/// non-zero exit) may already have done its work (`git push` then times out), so the file is
+/// refused before anything runs, naming the fix, and the command never runs.
+#[tokio::test(flavor = "multi_thread")]
+async fn retries_on_a_command_tool_not_marked_idempotent_are_refused_before_it_runs() {
+    let dir = AgentDir::new(
+        r#"name = "pusher"
+[model]
+provider = "scripted"
+script = "script.json"
+[[tools]]
+name = "push"
+command = ["sh", "-c", "echo ran >> runs; exit 1"]
+retries = 2
+"#,
+    );
+    dir.write(
+        "script.json",
+        r#"[{"tool_calls": [{"id": "c1", "name": "push", "arguments": {}}]}, {"text": "Pushed."}]"#,
+    );
+    let agent = dir.agent();
+    let push = || {
+        agentloop(args(&[
+            "run",
+            agent.to_str().unwrap(),
+            "--input",
+            "Push it.",
+            "--json",
+        ]))
+    };
+    let out = push().await;
+    assert_eq!(out.status.code(), Some(3), "stderr: {}", stderr(&out));
+    let error = &stdout_json(&out)["error"];
+    assert_eq!(error["code"], "agent_file.invalid", "{error}");
+    assert_eq!(error["problems"][0]["path"], "tools[0].retries", "{error}");
+    assert!(
+        error["problems"][0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("add `idempotent = true`"),
+        "{error}"
+    );
+    assert!(!dir.path("runs").exists(), "the command ran");
+
+    // Marked idempotent, the same file runs, and the failed command runs three times.
+    let text = std::fs::read_to_string(&agent).unwrap();
+    std::fs::write(
+        &agent,
+        text.replace("retries = 2", "retries = 2\nidempotent = true"),
+    )
+    .unwrap();
+    let out = push().await;
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    assert_eq!(stdout_json(&out)["tool_calls"][0]["retries"], 2);
+    let runs = std::fs::read_to_string(dir.path("runs")).unwrap();
+    assert_eq!(runs.lines().count(), 3, "{runs}");
 }
 
 #[test]

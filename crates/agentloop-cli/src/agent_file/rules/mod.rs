@@ -408,12 +408,12 @@ allow = ["read_file", "grep2"]
     fn a_tool_may_have_up_to_ten_retries() {
         let file = |n: u32| {
             format!(
-                "[model]\nprovider = \"scripted\"\nscript = \"s.json\"\n\n[[tools]]\nname = \"t\"\ncommand = [\"true\"]\nretries = {n}\n"
+                "[model]\nprovider = \"scripted\"\nscript = \"s.json\"\n\n[[tools]]\nname = \"t\"\ncommand = [\"true\"]\nidempotent = true\nretries = {n}\n"
             )
         };
         let found = located(&file(11));
         assert!(
-            found.contains(&("tools[0].retries".to_owned(), 8)),
+            found.contains(&("tools[0].retries".to_owned(), 9)),
             "{found:?}"
         );
         let too_many = problems(&file(11));
@@ -432,6 +432,31 @@ allow = ["read_file", "grep2"]
                 .iter()
                 .all(|p| !p.path.ends_with("retries"))
         );
+    }
+
+    #[test]
+    fn retries_on_a_command_tool_need_it_idempotent() {
+        let file = |more: &str| {
+            format!(
+                "[model]\nprovider = \"scripted\"\nscript = \"s.json\"\n\n[[tools]]\nname = \"push\"\ncommand = [\"true\"]\n{more}"
+            )
+        };
+        for more in ["retries = 2\n", "retries = 2\nidempotent = false\n"] {
+            let found = problems(&file(more));
+            let p = found
+                .iter()
+                .find(|p| p.path == "tools[0].retries")
+                .expect("a retries problem");
+            assert!(p.message.contains("idempotent = true"), "{}", p.message);
+        }
+        for fine in ["retries = 0\n", "retries = 2\nidempotent = true\n", ""] {
+            assert!(
+                problems(&file(fine))
+                    .iter()
+                    .all(|p| !p.path.ends_with("retries")),
+                "{fine:?}"
+            );
+        }
     }
 
     #[test]
