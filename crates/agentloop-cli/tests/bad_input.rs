@@ -153,16 +153,39 @@ fn an_input_that_never_ends_stops_at_the_bound() {
 }
 
 /// Writes `n` agent files, `d0.toml` … `d{n-1}.toml`, each running the next as a subagent.
+/// `plan d0.toml` and `run d0.toml` in `dir` both end with exit 3, saying `says`.
+fn refused_by_plan_and_run(dir: &Path, says: &str) {
+    ends_with(dir, &["plan", "d0.toml"], None, 3, says);
+    ends_with(dir, &["run", "d0.toml", "--input", "hi"], None, 3, says);
+}
+
+/// `plan d0.toml` in `dir` succeeds, within a generous bound.
+fn plans_within_30_s(dir: &Path) {
+    let out = bounded(dir, &["plan", "d0.toml"], None, Duration::from_secs(30))
+        .expect("plan did not end within 30 s");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 fn chain_of_subagents(dir: &Path, n: usize) {
+    tree_of_subagents(dir, n, 1);
+}
+
+/// `n` files, each but the last naming the next from `width` tools.
+fn tree_of_subagents(dir: &Path, n: usize, width: usize) {
     std::fs::write(dir.join("s.json"), r#"[{"text": "hi"}]"#).unwrap();
     for i in 0..n {
         let mut text = format!(
             "name = \"d{i}\"\n[model]\nprovider = \"scripted\"\nscript = \"s.json\"\n\
              [limits]\nmax_depth = 32\n"
         );
-        if i + 1 < n {
+        for t in (0..width).filter(|_| i + 1 < n) {
             text.push_str(&format!(
-                "[[tools]]\nname = \"sub\"\nagent = \"d{}.toml\"\n",
+                "[[tools]]\nname = \"sub{t}\"\nagent = \"d{}.toml\"\n",
                 i + 1
             ));
         }
@@ -176,33 +199,31 @@ fn a_deep_chain_of_subagent_files_is_planned_promptly_and_a_deeper_one_refused()
     // file's fingerprint holds its subagent's, and was computed twice per level (2^32 builds).
     let deep = tempfile::tempdir().unwrap();
     chain_of_subagents(deep.path(), 33);
-    let out = bounded(
-        deep.path(),
-        &["plan", "d0.toml"],
-        None,
-        Duration::from_secs(30),
-    )
-    .expect("plan of 33 nested files did not end within 30 s");
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    plans_within_30_s(deep.path());
     // 3000 files overflowed the stack while loading them (an abort): now refused at the line
     // that goes past the bound.
     let deeper = tempfile::tempdir().unwrap();
     chain_of_subagents(deeper.path(), 3000);
-    for command in ["plan", "run"] {
-        let err = ends_with(
-            deeper.path(),
-            &[command, "d0.toml", "--input", "hi"][..if command == "plan" { 2 } else { 4 }],
-            None,
-            3,
-            "subagent files nest more than 32 deep",
-        );
-        assert!(err.contains("tools[0].agent"), "{err}");
-    }
+    refused_by_plan_and_run(
+        deeper.path(),
+        "tools[0].agent: subagent files nest more than 32 deep",
+    );
+}
+
+#[test]
+fn a_diamond_of_subagent_files_is_refused_promptly_not_loaded_once_a_path() {
+    // Each of 21 files names the next twice: 2^20 paths, each loaded (a hang), and a tree of a
+    // million agents to assemble. Each file is read once; the tree is refused where it passes
+    // 256 agents. A small diamond plans.
+    let wide = tempfile::tempdir().unwrap();
+    tree_of_subagents(wide.path(), 21, 2);
+    refused_by_plan_and_run(
+        wide.path(),
+        "tools[1].agent: the tree of subagents grows past 256 agents here",
+    );
+    let small = tempfile::tempdir().unwrap();
+    tree_of_subagents(small.path(), 4, 2);
+    plans_within_30_s(small.path());
 }
 
 #[test]

@@ -75,6 +75,12 @@ pub const MAX_DEPTH: u32 = 32;
 /// tree by recursion (loading it, assembling it, planning it) never overflows the stack.
 pub const MAX_AGENT_FILE_NESTING: usize = 32;
 
+/// How many agents a tree of subagent files may hold, counted as the tree is run (a file that
+/// two tools name counts twice). Each file is read once, but the tree is assembled, planned and
+/// checked agent by agent: files that each name the same two subagent files, 20 levels deep,
+/// are a million agents. Far past any real tree.
+pub const MAX_AGENT_FILE_TREE: usize = 256;
+
 /// A checked agent file, with the directory its paths are relative to.
 #[derive(Debug, Clone)]
 pub struct AgentFile {
@@ -112,7 +118,16 @@ impl AgentFile {
     /// `tool_choice` may name them as they name the tools it declares. Its subagents' and
     /// hand-offs' files do not get them.
     pub fn load_beside(path: &Path, host: &[HostTool]) -> Result<AgentFile, LoadError> {
-        let mut file = Self::load_in(path, &mut Vec::new(), host)?;
+        Self::load_counting(path, host, &mut Loading::default())
+    }
+
+    /// [`AgentFile::load_beside`] with the files already loaded, and a count of reads.
+    fn load_counting(
+        path: &Path,
+        host: &[HostTool],
+        loading: &mut Loading,
+    ) -> Result<AgentFile, LoadError> {
+        let mut file = Self::load_in(path, loading, host)?.file;
         // Hand-offs may name each other in a cycle (billing hands back to triage): each file is
         // loaded once, by its canonical path, so the walk ends.
         let root = canonical(path);
@@ -122,7 +137,7 @@ impl AgentFile {
             if key == root || loaded.iter().any(|(k, _)| *k == key) {
                 continue;
             }
-            let target = Self::load_in(&key, &mut Vec::new(), &[])?;
+            let target = Self::load_tree(&key, loading)?;
             queue.extend(target.handoff_keys());
             loaded.push((key, target));
         }
@@ -288,43 +303,58 @@ impl AgentFile {
         }
     }
 
-    fn load_in(
-        path: &Path,
-        chain: &mut Vec<PathBuf>,
-        host: &[HostTool],
-    ) -> Result<AgentFile, LoadError> {
+    /// A file of the tree (no host tools) with its subagents: loaded once per canonical path,
+    /// then copied from [`Loading::done`] wherever another file names it.
+    fn load_tree(key: &Path, loading: &mut Loading) -> Result<AgentFile, LoadError> {
+        if let Some(done) = loading.done.get(key) {
+            return Ok(done.file.clone());
+        }
+        let chain = std::mem::take(&mut loading.chain);
+        let loaded = Self::load_in(key, loading, &[]);
+        loading.chain = chain;
+        let loaded = loaded?;
+        let file = loaded.file.clone();
+        loading.done.insert(key.to_path_buf(), loaded);
+        Ok(file)
+    }
+
+    fn load_in(path: &Path, loading: &mut Loading, host: &[HostTool]) -> Result<Loaded, LoadError> {
+        loading.reads += 1;
         let text = crate::text_file::read_text(path, crate::text_file::MAX_AGENT_TEXT_BYTES)
             .map_err(|e| LoadError::Read {
                 path: crate::terminal::shown_path(path),
                 message: e.to_string(),
             })?;
         let mut file = Self::parse_beside(path, &text, host).map_err(LoadError::Invalid)?;
-        let key = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
-        chain.push(key(path));
+        loading.chain.push(canonical(path));
         let agents: Vec<(usize, String, toml::Spanned<String>)> = file
             .tools()
             .iter()
             .enumerate()
             .filter_map(|(i, t)| Some((i, t.name().to_owned(), t.agent.clone()?)))
             .collect();
+        let mut agents_in_tree = 1usize;
+        let mut nesting = 0usize;
         for (i, name, agent) in agents {
             let child_path = file.resolve(agent.get_ref());
-            let child_key = key(&child_path);
+            let child_key = canonical(&child_path);
+            let chain = &loading.chain;
+            let refuse = |message: String| {
+                let mut problems = Problems::new(path, &text);
+                problems.at(&format!("tools[{i}].agent"), Some(agent.span()), message);
+                Err(LoadError::Invalid(problems.sorted()))
+            };
             // A chain of files each naming the next (no cycle) is walked by recursion here, and
             // again wherever the tree is assembled: bounded, so that a long chain is a problem
-            // at its line, never a stack overflow.
-            if chain.len() > MAX_AGENT_FILE_NESTING {
-                let mut problems = Problems::new(path, &text);
-                problems.at(
-                    &format!("tools[{i}].agent"),
-                    Some(agent.span()),
-                    format!(
-                        "subagent files nest more than {MAX_AGENT_FILE_NESTING} deep: this \
-                         file's subagent would be at depth {} of the tree",
-                        chain.len()
-                    ),
-                );
-                return Err(LoadError::Invalid(problems.sorted()));
+            // at its line, never a stack overflow. A file loaded before (higher up another
+            // branch) is judged by the depth its own subagents reach below it here.
+            let below = loading.done.get(&child_key).map_or(0, |l| l.nesting);
+            if chain.len() + below > MAX_AGENT_FILE_NESTING {
+                return refuse(format!(
+                    "subagent files nest more than {MAX_AGENT_FILE_NESTING} deep: this file's \
+                     subagent would be at depth {} of the tree",
+                    chain.len() + below
+                ));
             }
             if let Some(at) = chain.iter().position(|p| *p == child_key) {
                 let cycle: Vec<String> = chain
@@ -334,21 +364,33 @@ impl AgentFile {
                     .chain(std::iter::once(&child_key))
                     .map(|p| p.display().to_string())
                     .collect();
-                let mut problems = Problems::new(path, &text);
-                problems.at(
-                    &format!("tools[{i}].agent"),
-                    Some(agent.span()),
-                    format!(
-                        "agent files name each other in a cycle: {}",
-                        cycle.join(" -> ")
-                    ),
-                );
-                return Err(LoadError::Invalid(problems.sorted()));
+                return refuse(format!(
+                    "agent files name each other in a cycle: {}",
+                    cycle.join(" -> ")
+                ));
             }
-            let child = Self::load_in(&child_path, chain, &[])?;
-            file.subagents.push((name, child));
+            // A file loaded before had no cycle through it, nor through any file below it: one
+            // would have been refused then.
+            let child = match loading.done.get(&child_key) {
+                Some(done) => done.clone(),
+                None => {
+                    let child = Self::load_in(&child_path, loading, &[])?;
+                    loading.done.insert(child_key, child.clone());
+                    child
+                }
+            };
+            agents_in_tree = agents_in_tree.saturating_add(child.agents_in_tree);
+            nesting = nesting.max(child.nesting + 1);
+            if agents_in_tree > MAX_AGENT_FILE_TREE {
+                return refuse(format!(
+                    "the tree of subagents grows past {MAX_AGENT_FILE_TREE} agents here (a file \
+                     counts once for each tool that names it, so files that name the same \
+                     subagent files level after level multiply)"
+                ));
+            }
+            file.subagents.push((name, child.file));
         }
-        chain.pop();
+        loading.chain.pop();
         let mut problems = Problems::new(path, &text);
         file.read_handoffs(&mut problems);
         file.check_shell_roots(&mut problems);
@@ -356,7 +398,11 @@ impl AgentFile {
         if !problems.is_empty() {
             return Err(LoadError::Invalid(problems.sorted()));
         }
-        Ok(file)
+        Ok(Loaded {
+            file,
+            agents_in_tree,
+            nesting,
+        })
     }
 
     /// A shell whose sandbox lets it write its root must not have the agent's own files under
@@ -717,6 +763,28 @@ fn no_view() -> &'static str {
      ordinary user, and Linux 5.12"
 }
 
+/// The state of one [`AgentFile::load`]: the files being loaded, and those done.
+#[derive(Default)]
+struct Loading {
+    /// The canonical paths of the files being loaded, each naming the next: a cycle's witness.
+    chain: Vec<PathBuf>,
+    /// The subagent files loaded, by canonical path: a file that several tools name, at one
+    /// level or many, is read and checked once.
+    done: std::collections::HashMap<PathBuf, Loaded>,
+    /// How many times a file was read (what keeps a diamond of files linear, in tests).
+    reads: usize,
+}
+
+/// A loaded file with the size and depth of its tree.
+#[derive(Clone)]
+struct Loaded {
+    file: AgentFile,
+    /// The agents its tree holds, itself included ([`MAX_AGENT_FILE_TREE`]).
+    agents_in_tree: usize,
+    /// How many levels of subagent files lie below it (0 for a file without `agent` tools).
+    nesting: usize,
+}
+
 /// A file's canonical path, or the path as given when it cannot be resolved.
 fn canonical(path: &Path) -> PathBuf {
     std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf())
@@ -815,6 +883,101 @@ command = ["sh"]
 name = "write"
 command = ["sh"]
 "#;
+
+    /// Writes `d0.toml` .. `d{levels}.toml`, each naming the next level's file from `width`
+    /// tools (the last names none): a diamond of `width^levels` paths over `levels + 1` files.
+    fn diamond(dir: &Path, levels: usize, width: usize) {
+        std::fs::write(dir.join("s.json"), "[]").unwrap();
+        for k in 0..=levels {
+            let mut text =
+                format!("name = \"d{k}\"\n[model]\nprovider = \"scripted\"\nscript = \"s.json\"\n");
+            for t in (0..width).filter(|_| k < levels) {
+                text.push_str(&format!(
+                    "[[tools]]\nname = \"t{t}\"\nagent = \"d{}.toml\"\n",
+                    k + 1
+                ));
+            }
+            std::fs::write(dir.join(format!("d{k}.toml")), text).unwrap();
+        }
+    }
+
+    fn load_counted(path: &Path) -> (Result<AgentFile, LoadError>, usize) {
+        let mut loading = Loading::default();
+        let file = AgentFile::load_counting(path, &[], &mut loading);
+        (file, loading.reads)
+    }
+
+    /// Files that each name the same two files 20 levels deep were loaded once per path (2^20
+    /// loads, a hang): each is read once, and the tree of a million agents is refused at the
+    /// line where it passes the bound.
+    #[test]
+    fn a_diamond_of_subagent_files_reads_each_file_once_and_a_huge_one_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        diamond(dir.path(), 4, 2);
+        let (file, reads) = load_counted(&dir.path().join("d0.toml"));
+        let file = file.unwrap();
+        assert_eq!(reads, 5);
+        let mut leaves = 0;
+        let mut stack = vec![&file];
+        while let Some(f) = stack.pop() {
+            leaves += usize::from(f.subagents.is_empty());
+            stack.extend(f.subagents.iter().map(|(_, c)| c));
+        }
+        assert_eq!(leaves, 16);
+
+        let dir = tempfile::tempdir().unwrap();
+        diamond(dir.path(), 20, 2);
+        let (file, reads) = load_counted(&dir.path().join("d0.toml"));
+        assert!(reads <= 21, "{reads} reads");
+        let said = file.expect_err("a tree of 2^20 agents loaded").to_string();
+        assert!(
+            said.contains("tools[1].agent: the tree of subagents grows past 256 agents"),
+            "{said}"
+        );
+    }
+
+    /// A file loaded once near the top and named again at the bottom of a long chain is held to
+    /// the nesting bound where it is named again, as if it were read there.
+    #[test]
+    fn a_file_loaded_before_is_held_to_the_nesting_bound_where_it_is_named_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let head = "[model]\nprovider = \"scripted\"\nscript = \"s.json\"\n";
+        let agent =
+            |name: &str, file: &str| format!("[[tools]]\nname = \"{name}\"\nagent = \"{file}\"\n");
+        std::fs::write(d.join("s.json"), "[]").unwrap();
+        std::fs::write(d.join("leaf.toml"), format!("name = \"leaf\"\n{head}")).unwrap();
+        std::fs::write(
+            d.join("c.toml"),
+            format!("name = \"c\"\n{head}{}", agent("leaf", "leaf.toml")),
+        )
+        .unwrap();
+        let chain = |links: usize| {
+            for k in 1..=links {
+                let next = if k == links {
+                    "c.toml".to_owned()
+                } else {
+                    format!("l{}.toml", k + 1)
+                };
+                let text = format!("name = \"l{k}\"\n{head}{}", agent("next", &next));
+                std::fs::write(d.join(format!("l{k}.toml")), text).unwrap();
+            }
+            let top = format!(
+                "name = \"top\"\n{head}{}{}",
+                agent("c", "c.toml"),
+                agent("l", "l1.toml")
+            );
+            std::fs::write(d.join("top.toml"), top).unwrap();
+            load_counted(&d.join("top.toml"))
+        };
+        // top, 30 links, c and leaf: 33 files, 32 levels below the top.
+        let (file, reads) = chain(30);
+        assert!(file.is_ok(), "{file:?}");
+        assert_eq!(reads, 33);
+        let (file, _) = chain(31);
+        let said = file.expect_err("a tree 33 levels deep loaded").to_string();
+        assert!(said.contains("nest more than 32 deep"), "{said}");
+    }
 
     /// Where no read-only view keeps the agent's own files from a process that may write the
     /// folder holding them, the file is refused at the entry's line; with a view, or with the
