@@ -341,6 +341,86 @@ impl From<&crate::RunError> for ErrorSummary {
 pub trait EventSink: Send + Sync {
     /// Handles one event.
     fn emit(&self, event: &Event);
+
+    /// The events this sink holds for a reader that has not taken them yet, when it keeps
+    /// them for one ([`Backlog`]): a run waits for room in it before its next step, and
+    /// between the deltas of a model's answer. None by default.
+    fn backlog(&self) -> Option<&Backlog> {
+        None
+    }
+}
+
+/// How many events a sink holds for a reader that has not taken them yet, and how many it may
+/// hold. A run that finds it full waits (its cancellation and deadline still apply) until the
+/// reader takes some or the sink is closed: a slow reader slows the run instead of letting its
+/// events pile up without bound. The run waits only between its steps and between a model's
+/// deltas, so what one step emits at once (a tool's progress while it runs, the records of a
+/// batch) may go past `capacity`; the excess is bounded by that step.
+#[derive(Debug)]
+pub struct Backlog {
+    queued: std::sync::atomic::AtomicUsize,
+    capacity: usize,
+    closed: std::sync::atomic::AtomicBool,
+    room: tokio::sync::Notify,
+}
+
+impl Backlog {
+    /// A backlog that holds up to `capacity` events (at least one).
+    pub fn new(capacity: usize) -> Backlog {
+        Backlog {
+            queued: std::sync::atomic::AtomicUsize::new(0),
+            capacity: capacity.max(1),
+            closed: std::sync::atomic::AtomicBool::new(false),
+            room: tokio::sync::Notify::new(),
+        }
+    }
+
+    /// The sink kept one more event.
+    pub fn pushed(&self) {
+        self.queued
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+    }
+
+    /// The reader took one event.
+    pub fn taken(&self) {
+        let before = self.queued.fetch_update(
+            std::sync::atomic::Ordering::AcqRel,
+            std::sync::atomic::Ordering::Acquire,
+            |n| n.checked_sub(1),
+        );
+        if before.is_ok_and(|n| n <= self.capacity) {
+            self.room.notify_waiters();
+        }
+    }
+
+    /// The reader is gone: nothing waits for room any more.
+    pub fn close(&self) {
+        self.closed
+            .store(true, std::sync::atomic::Ordering::Release);
+        self.room.notify_waiters();
+    }
+
+    /// The events held now.
+    pub fn queued(&self) -> usize {
+        self.queued.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Waits until the backlog has room, or is closed.
+    pub(crate) async fn room(&self) {
+        loop {
+            let notified = self.room.notified();
+            let mut notified = std::pin::pin!(notified);
+            // Registered before the check, so that a `taken` between the check and the wait
+            // is not missed.
+            notified.as_mut().enable();
+            if self.closed.load(std::sync::atomic::Ordering::Acquire)
+                || self.queued() < self.capacity
+            {
+                return;
+            }
+            notified.await;
+        }
+    }
 }
 
 impl<F: Fn(&Event) + Send + Sync> EventSink for F {
@@ -356,6 +436,21 @@ pub(crate) struct Sinks(pub(crate) Vec<Arc<dyn EventSink>>);
 impl Sinks {
     pub(crate) fn is_empty(&self) -> bool {
         self.0.is_empty()
+    }
+
+    /// True when a sink that keeps events for a reader is full ([`Backlog`]).
+    pub(crate) fn full(&self) -> bool {
+        self.0
+            .iter()
+            .filter_map(|s| s.backlog())
+            .any(|b| b.queued() >= b.capacity)
+    }
+
+    /// Waits until every sink that keeps events for a reader has room ([`Backlog`]).
+    pub(crate) async fn room(&self) {
+        for backlog in self.0.iter().filter_map(|s| s.backlog()) {
+            backlog.room().await;
+        }
     }
 }
 

@@ -32,10 +32,10 @@ pub mod tool;
 pub mod url_secrets;
 
 // What an application uses; everything else is at its module's path.
-pub use agent::{Agent, AgentBuilder, RunOptions, RunStream, Session, StreamItem};
+pub use agent::{Agent, AgentBuilder, RunOptions, RunStream, STREAM_BACKLOG, Session, StreamItem};
 pub use agent::{ask, handoff, permissions, session, subagent};
 pub use error::{ErrorKind, RunError};
-pub use event::{Event, EventKind, EventSink};
+pub use event::{Backlog, Event, EventKind, EventSink};
 pub use gate::Gate;
 pub use hooks::Hook;
 pub use limits::{Limits, OnLimit, Price, PriceTable};

@@ -636,10 +636,11 @@ impl Agent {
         mut options: RunOptions,
     ) -> RunStream {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<Event>();
-        let sink = move |e: &Event| {
-            let _ = tx.send(e.clone());
-        };
-        options.sinks.push(Arc::new(sink));
+        let backlog = Arc::new(crate::event::Backlog::new(STREAM_BACKLOG));
+        options.sinks.push(Arc::new(StreamSink {
+            tx,
+            backlog: Arc::clone(&backlog),
+        }));
         let cancel = options
             .cancel
             .get_or_insert_with(CancellationToken::new)
@@ -648,6 +649,7 @@ impl Agent {
         let handle = tokio::spawn(async move { agent.run_with(transcript, input, options).await });
         RunStream {
             events: rx,
+            backlog,
             handle: Some(handle),
             outcome: None,
             _cancel_on_drop: cancel.drop_guard(),
@@ -665,10 +667,36 @@ pub enum StreamItem {
     Outcome(RunOutcome),
 }
 
+/// How many events a [`RunStream`] holds that its reader has not taken before the run waits for
+/// it ([`crate::Backlog`]): a reader slower than the model slows the run, and memory stays
+/// bounded.
+pub const STREAM_BACKLOG: usize = 1024;
+
+/// The sink of a [`RunStream`]: each event goes to the stream's channel, counted in its backlog.
+struct StreamSink {
+    tx: tokio::sync::mpsc::UnboundedSender<Event>,
+    backlog: Arc<crate::event::Backlog>,
+}
+
+impl EventSink for StreamSink {
+    fn emit(&self, event: &Event) {
+        if self.tx.send(event.clone()).is_ok() {
+            self.backlog.pushed();
+        }
+    }
+
+    fn backlog(&self) -> Option<&crate::event::Backlog> {
+        Some(&self.backlog)
+    }
+}
+
 /// The stream of a running agent's events, ending with its outcome. Dropping it cancels the run.
+/// It holds up to [`STREAM_BACKLOG`] events the reader has not taken; then the run waits for
+/// the reader, between its steps and between a model's deltas.
 #[derive(Debug)]
 pub struct RunStream {
     events: tokio::sync::mpsc::UnboundedReceiver<Event>,
+    backlog: Arc<crate::event::Backlog>,
     handle: Option<tokio::task::JoinHandle<RunOutcome>>,
     outcome: Option<RunOutcome>,
     _cancel_on_drop: DropGuard,
@@ -693,14 +721,27 @@ impl Stream for RunStream {
             // The run is over: what it emitted is delivered, then the outcome, even while an
             // abandoned handler still holds a sender (its later progress is dropped).
             return match self.events.try_recv() {
-                Ok(e) => Poll::Ready(Some(StreamItem::Event(e))),
+                Ok(e) => {
+                    self.backlog.taken();
+                    Poll::Ready(Some(StreamItem::Event(e)))
+                }
                 Err(_) => Poll::Ready(self.outcome.take().map(StreamItem::Outcome)),
             };
         }
         match self.events.poll_recv(cx) {
-            Poll::Ready(Some(e)) => Poll::Ready(Some(StreamItem::Event(e))),
+            Poll::Ready(Some(e)) => {
+                self.backlog.taken();
+                Poll::Ready(Some(StreamItem::Event(e)))
+            }
             Poll::Ready(None) | Poll::Pending => Poll::Pending,
         }
+    }
+}
+
+impl Drop for RunStream {
+    fn drop(&mut self) {
+        // The run is cancelled (`_cancel_on_drop`); nothing of it may wait for this reader.
+        self.backlog.close();
     }
 }
 

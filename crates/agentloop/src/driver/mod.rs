@@ -401,6 +401,12 @@ impl<'a> Driver<'a> {
                     // A held response's events wait for its commit.
                     self.flush(&mut m);
                 }
+                if self.sinks.full() {
+                    // A reader that lags holds the run here. Boxed: only a run whose reader lags
+                    // waits, and inline the wait grew every running run's future. An interrupt
+                    // ends the wait, and the step after sees it.
+                    let _ = Box::pin(self.race(deadline, self.sinks.room())).await;
+                }
                 let input = match m.action() {
                     Action::Finish => break,
                     Action::StartCall(call) => match self.interrupted_now(deadline) {
@@ -1151,7 +1157,16 @@ impl<'a> Driver<'a> {
         let mut stream = model.stream(request);
         let mut acc = ResponseAccumulator::new();
         let mut names: Vec<(u32, Arc<str>, crate::message::SmolStr)> = Vec::new();
-        while let Some(event) = stream.next().await {
+        loop {
+            if observed && self.sinks.full() {
+                // The model's stream is not read while its reader lags (the call is raced with
+                // the run's interrupts). Here, where no event is held: waiting with one held
+                // made every running run's future larger.
+                Box::pin(self.sinks.room()).await;
+            }
+            let Some(event) = stream.next().await else {
+                break;
+            };
             let event = match event {
                 Ok(e) => e,
                 Err(error) => return self.failed(error, &acc),
