@@ -209,6 +209,7 @@ mod tests {
             transcript: Vec::new(),
             new_messages_from: 0,
             usage: Usage::default(),
+            cached_tokens: 0,
             cost_usd: 0.0,
             unpriced_model_calls: 0,
             turns: 1,

@@ -128,7 +128,7 @@ impl Pool {
             wide(grant.tool_calls),
             spent.tool_calls.into(),
         );
-        give_back(&mut self.tokens, grant.tokens, spent.usage.total_tokens());
+        give_back(&mut self.tokens, grant.tokens, spent.spent_tokens());
         self.turns = narrow(turns);
         self.model_calls = narrow(model_calls);
         self.tool_calls = narrow(tool_calls);

@@ -57,8 +57,10 @@ pub struct Limits {
     /// after it, and otherwise the compaction drops old tool results instead).
     pub max_model_calls: Option<u32>,
     /// The most tokens over the run: input plus output, counted the same on every provider (input
-    /// includes cached input and cache writes; see [`Usage`]). The response that crosses it does
-    /// not run its tools.
+    /// includes cached input and cache writes; see [`Usage`]). An answer a response cache served
+    /// ([`crate::model::cache`]) spent none: it counts in the run's usage, not here
+    /// ([`crate::RunOutcome::cached_tokens`]). The response that crosses it does not run its
+    /// tools.
     pub max_tokens: Option<u64>,
     /// The most USD the run may spend.
     pub max_cost_usd: Option<f64>,

@@ -165,3 +165,84 @@ async fn ten_concurrent_identical_requests_reach_the_model_once() {
         .count();
     assert_eq!(shared, 9, "one asked the model, nine shared its answer");
 }
+
+/// A run served wholly from the cache spends no tokens: its usage reports the answers as they
+/// came (and `cached_tokens` says which), and `max_tokens` does not stop it, where the same
+/// answers fresh from the model would.
+#[tokio::test]
+async fn cached_answers_count_toward_no_token_budget() {
+    let fresh = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&fresh);
+    // Two tool turns, then an answer: 100 tokens each.
+    let model = agentloop::testing::FunctionModel::new(move |req: &ModelRequest<'_>| {
+        counted.fetch_add(1, Ordering::SeqCst);
+        let results = req
+            .messages
+            .iter()
+            .filter(|m| matches!(m, Message::Tool(_)))
+            .count();
+        let response = if results < 2 {
+            ModelResponse::tool_calls([(format!("c{results}"), "t".to_owned(), "{}".to_owned())])
+        } else {
+            ModelResponse::text("done")
+        };
+        Ok(response.with_usage(Usage {
+            input_tokens: 90,
+            output_tokens: 10,
+            ..Usage::default()
+        }))
+    });
+    let model = Arc::new(CachedModel::new(
+        Arc::new(model),
+        Arc::new(Memory::default()),
+        Duration::from_secs(60),
+    ));
+    let tool = agentloop::Tool::dynamic(
+        "t",
+        "A tool.",
+        serde_json::json!({"type": "object"}),
+        |_a: serde_json::Value, _c| async { Ok(agentloop::ToolOutput::text("ok")) },
+    );
+    let agent = |max_tokens: u64| {
+        Agent::builder()
+            .model(Arc::clone(&model) as Arc<dyn Model>)
+            .tool(tool.clone())
+            .limits(agentloop::Limits {
+                max_tokens: Some(max_tokens),
+                ..agentloop::Limits::default()
+            })
+            .build()
+            .unwrap()
+    };
+    // Fresh, 150 tokens stop it at its second answer.
+    let first = agent(150).run("go").await;
+    assert_eq!(
+        first.stop_reason,
+        agentloop::StopReason::Budget,
+        "{first:?}"
+    );
+    assert_eq!(fresh.load(Ordering::SeqCst), 2);
+    let warm = agent(1_000).run("go").await;
+    assert_eq!(warm.stop_reason, agentloop::StopReason::Finished);
+    assert_eq!(
+        fresh.load(Ordering::SeqCst),
+        3,
+        "the third answer was fresh"
+    );
+    assert_eq!(warm.cached_tokens, 200);
+    // All three answers cached: nothing spent, so 150 tokens hold.
+    let cached = agent(150).run("go").await;
+    assert_eq!(
+        fresh.load(Ordering::SeqCst),
+        3,
+        "every answer came from the cache"
+    );
+    assert_eq!(
+        cached.stop_reason,
+        agentloop::StopReason::Finished,
+        "{cached:?}"
+    );
+    assert_eq!(cached.usage.total_tokens(), 300);
+    assert_eq!(cached.cached_tokens, 300);
+    assert_eq!(cached.cost_usd, 0.0);
+}

@@ -824,6 +824,7 @@ fn refused(
         transcript,
         new_messages_from,
         usage: crate::model::Usage::default(),
+        cached_tokens: 0,
         cost_usd: 0.0,
         unpriced_model_calls: 0,
         turns: 0,

@@ -400,6 +400,7 @@ impl SubagentTool {
                 .as_ref()
                 .map(|e| format!("{}: {}", e.code(), e.message())),
             usage: outcome.usage,
+            cached_tokens: outcome.cached_tokens,
             cost_usd: outcome.cost_usd,
             unpriced_model_calls: outcome.unpriced_model_calls,
             turns: outcome.turns + outcome.subagents.iter().map(|s| s.turns).sum::<u32>(),
@@ -559,6 +560,7 @@ mod tests {
             stop_reason: "finished".into(),
             error: None,
             usage: crate::model::Usage::default(),
+            cached_tokens: 0,
             cost_usd: 0.0,
             unpriced_model_calls: 0,
             turns,

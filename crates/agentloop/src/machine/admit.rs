@@ -41,7 +41,7 @@ impl RunMachine {
         } else {
             known_cost(cost)
         };
-        self.counters.usage.add(&response.usage);
+        self.count_usage(&response);
         self.count_cost(cost, response.model.as_deref());
         self.note_context(&response);
         let duration = self.now.saturating_sub(self.called_at);

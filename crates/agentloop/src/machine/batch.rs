@@ -258,6 +258,10 @@ impl RunMachine {
             return outcome;
         };
         self.counters.usage.add(&sub.usage);
+        self.counters.cached_tokens = self
+            .counters
+            .cached_tokens
+            .saturating_add(sub.cached_tokens);
         self.count_cost(Some(sub.cost_usd), None);
         // The subtree's answers of unknown cost leave the run's cost unknown too (and stop a
         // budgeted run at its next check).

@@ -104,7 +104,7 @@ impl RunMachine {
         let (usage, cost, summary) = match answer {
             Ok((response, cost)) => {
                 let cost = if response.cached { Some(0.0) } else { cost };
-                self.counters.usage.add(&response.usage);
+                self.count_usage(&response);
                 self.count_cost(cost, response.model.as_deref());
                 let text = response.message.text.trim().to_owned();
                 let replaced: u64 = self

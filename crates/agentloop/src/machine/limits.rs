@@ -81,7 +81,7 @@ impl RunMachine {
             tokens: l
                 .max_tokens
                 .filter(|&n| n > 0)
-                .map(|m| m.saturating_sub(self.counters.usage.total_tokens())),
+                .map(|m| m.saturating_sub(self.spent_tokens())),
             cost: l.cost_bound().map(|m| (m - self.counters.cost).max(0.0)),
             waiting: 0,
         }
@@ -104,13 +104,34 @@ impl RunMachine {
         (calls >= max).then(|| hit(LimitKind::ModelCalls, max.into(), calls.into(), 1.0))
     }
 
+    /// The tokens the run's models read and wrote, its subagents' included: its usage less
+    /// what a response cache served (no model spent those).
+    pub(super) fn spent_tokens(&self) -> u64 {
+        self.counters
+            .usage
+            .total_tokens()
+            .saturating_sub(self.counters.cached_tokens)
+    }
+
+    /// Counts an answer's usage: a cached answer's in the run's usage as it reports it, and
+    /// apart, so that `max_tokens` leaves it out.
+    pub(super) fn count_usage(&mut self, response: &crate::model::ModelResponse) {
+        self.counters.usage.add(&response.usage);
+        if response.cached {
+            self.counters.cached_tokens = self
+                .counters
+                .cached_tokens
+                .saturating_add(response.usage.total_tokens());
+        }
+    }
+
     /// The token or cost budget, when it is spent.
     pub(super) fn spent_hit(&self) -> Option<LimitHit> {
         let l = self.limits();
         if let Some(max) = l.max_tokens.filter(|&n| n > 0)
-            && self.counters.usage.total_tokens() >= max
+            && self.spent_tokens() >= max
         {
-            let used = self.counters.usage.total_tokens() as f64;
+            let used = self.spent_tokens() as f64;
             return Some(hit(LimitKind::Tokens, max as f64, used, 0.0));
         }
         match l.cost_bound() {

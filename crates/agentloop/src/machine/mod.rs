@@ -165,6 +165,9 @@ struct Counters {
     tool_calls_used: u32,
     tool_calls_run: u32,
     usage: Usage,
+    /// Of `usage`, the tokens of answers a response cache served (the run's and its
+    /// subagents'): spent by no model, so `max_tokens` leaves them out.
+    cached_tokens: u64,
     cost: f64,
     /// Answers whose cost is unknown (the pricing had no price for their model), and the name
     /// of the first one's model: `cost` leaves them out.
@@ -871,6 +874,7 @@ impl RunMachine {
             transcript: kept.transcript,
             new_messages_from: self.new_from,
             usage: c.usage,
+            cached_tokens: c.cached_tokens,
             cost_usd: c.cost,
             unpriced_model_calls: c.unpriced.0,
             turns: c.turn,

@@ -98,6 +98,10 @@ pub struct SubagentRun {
     pub error: Option<String>,
     /// Tokens, its subtree's.
     pub usage: Usage,
+    /// Of `usage`, the tokens of answers a response cache served, its subtree's: they count
+    /// toward no token budget. Absent when none.
+    #[serde(default, skip_serializing_if = "is_zero_tokens")]
+    pub cached_tokens: u64,
     /// USD, its subtree's.
     pub cost_usd: f64,
     /// Model answers of unknown cost (no price for their model), its subtree's: `cost_usd`
@@ -127,6 +131,16 @@ impl SubagentRun {
     pub fn is_success(&self) -> bool {
         matches!(self.stop_reason.as_str(), "finished" | "terminated")
     }
+
+    /// The tokens its subtree's models read and wrote: its `usage` less what a response cache
+    /// served. What a token budget counts.
+    pub fn spent_tokens(&self) -> u64 {
+        self.usage.total_tokens().saturating_sub(self.cached_tokens)
+    }
+}
+
+fn is_zero_tokens(n: &u64) -> bool {
+    *n == 0
 }
 
 fn is_zero(n: &u32) -> bool {

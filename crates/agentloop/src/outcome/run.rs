@@ -131,6 +131,10 @@ pub struct RunOutcome {
     pub new_messages_from: usize,
     /// Tokens over all model calls.
     pub usage: Usage,
+    /// Of `usage`, the tokens of answers a response cache served ([`crate::model::cache`]),
+    /// this run's and its subagents': no model read or wrote them, so they count toward no
+    /// `max_tokens`.
+    pub cached_tokens: u64,
     /// USD over all model calls that were priced.
     pub cost_usd: f64,
     /// Model answers whose cost is unknown: the pricing had no price for their model (or the
