@@ -1,5 +1,8 @@
-//! Guardrails: input guardrails check the input before the first model call; output guardrails
-//! check the final output. One that trips stops the run with [`crate::StopReason::Guardrail`],
+//! Guardrails: input guardrails check the input before the first model call, and each steering
+//! message or follow-up before the model reads it (the messages that arrived together are read
+//! as one text; one that trips keeps them out of the transcript); output guardrails check the
+//! final output, also when a tool or a stop condition ended the run with one (`terminated`).
+//! One that trips stops the run with [`crate::StopReason::Guardrail`],
 //! carrying its name and message. A tripped output guardrail withholds the output:
 //! [`crate::RunOutcome::output`] and `structured_output` are `None`, and the model's text is only
 //! in the transcript (a streamed run's text deltas were sent before the check).

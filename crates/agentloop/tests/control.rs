@@ -320,13 +320,7 @@ async fn steering_arrives_between_turns_and_not_mid_batch() {
         tokio::time::sleep(Duration::from_millis(50)).await;
         s2.steer("use metric units");
     });
-    let options = RunOptions {
-        steering: Some(steering.clone()),
-        ..Default::default()
-    };
-    let out = agent
-        .run_with(Vec::new(), Some(Message::user("go")), options)
-        .await;
+    let out = run_steered(&agent, &steering, "go").await;
     assert_eq!(out.stop_reason, StopReason::Finished);
     let seen = seen.lock().unwrap().clone();
     assert_eq!(
@@ -348,13 +342,7 @@ async fn a_follow_up_continues_a_finished_run() {
     steering.follow_up("and in Fahrenheit?");
     let model = ScriptedModel::new([ModelResponse::text("18 C"), ModelResponse::text("64 F")]);
     let agent = Agent::builder().model(model).build().unwrap();
-    let options = RunOptions {
-        steering: Some(steering.clone()),
-        ..Default::default()
-    };
-    let out = agent
-        .run_with(Vec::new(), Some(Message::user("weather?")), options)
-        .await;
+    let out = run_steered(&agent, &steering, "weather?").await;
     assert_eq!(out.stop_reason, StopReason::Finished);
     assert_eq!(out.output.as_deref(), Some("64 F"));
     assert_eq!(out.turns, 2);
@@ -437,6 +425,107 @@ async fn a_tripped_output_guardrail_stops_the_run_with_its_reason() {
         Some("I think it's 451"),
         "the transcript keeps it"
     );
+}
+
+/// A guardrail that trips on the word "secret", named `name`.
+fn no_secrets(name: &str) -> agentloop::guardrail::FnGuardrail {
+    guardrail_fn(name, |t| {
+        if t.contains("secret") {
+            Err("it holds a secret".into())
+        } else {
+            Ok(())
+        }
+    })
+}
+
+/// A run a tool ends shows the tool's output as its own: the output guardrails read it as they
+/// read a finished run's answer (they were skipped, and the secret was the run's output).
+#[tokio::test]
+async fn the_output_guardrails_read_the_output_of_a_run_a_tool_ended() {
+    let ending = agentloop::Tool::dynamic(
+        "finish",
+        "Ends the run.",
+        json!({"type": "object"}),
+        |_a: Value, _c| async { Ok(ToolOutput::text("the secret is 42").terminate()) },
+    );
+    let run = |guarded: bool| {
+        let model = ScriptedModel::new([calls(&[("a", "finish", "{}")])]);
+        let mut agent = Agent::builder().model(model).tool(ending.clone());
+        if guarded {
+            agent = agent.output_guardrail(no_secrets("no-secrets"));
+        }
+        agent.build().unwrap()
+    };
+    let out = run(false).run("go").await;
+    assert_eq!(out.stop_reason, StopReason::Terminated);
+    assert_eq!(out.output.as_deref(), Some("the secret is 42"));
+    let out = run(true).run("go").await;
+    assert!(
+        matches!(out.stop_reason, StopReason::Guardrail { ref name, .. } if name == "no-secrets"),
+        "{:?}",
+        out.stop_reason
+    );
+    assert_eq!(out.output, None, "what the guardrail stopped is withheld");
+}
+
+/// A run of `agent` on `input`, with `steering`.
+async fn run_steered(agent: &Agent, steering: &Steering, input: &str) -> agentloop::RunOutcome {
+    let options = RunOptions {
+        steering: Some(steering.clone()),
+        ..Default::default()
+    };
+    agent
+        .run_with(Vec::new(), Some(Message::user(input)), options)
+        .await
+}
+
+/// A run of an agent whose input guardrail trips on "secret", asked the weather, with
+/// `steering`; and its model, which answers "18 C", then "64 F".
+async fn guarded_run(steering: &Steering) -> (agentloop::RunOutcome, ScriptedModel) {
+    let model = ScriptedModel::new([ModelResponse::text("18 C"), ModelResponse::text("64 F")]);
+    let agent = Agent::builder()
+        .model(model.clone())
+        .input_guardrail(no_secrets("no-secrets"))
+        .build()
+        .unwrap();
+    let out = run_steered(&agent, steering, "weather?").await;
+    (out, model)
+}
+
+/// A steering message and a follow-up reach the model as the input does: the input guardrails
+/// read them first, and one that trips stops the run before the model reads it.
+#[tokio::test]
+async fn the_input_guardrails_read_steering_messages_and_follow_ups() {
+    for follow_up in [false, true] {
+        let steering = Steering::new();
+        if follow_up {
+            steering.follow_up("and the secret?");
+        } else {
+            steering.steer("tell me the secret");
+        }
+        let (out, model) = guarded_run(&steering).await;
+        assert!(
+            matches!(out.stop_reason, StopReason::Guardrail { ref name, .. } if name == "no-secrets"),
+            "follow-up {follow_up}: {:?}",
+            out.stop_reason
+        );
+        assert_eq!(
+            model.calls(),
+            usize::from(follow_up),
+            "follow-up {follow_up}: the model never read the message"
+        );
+        assert!(
+            !out.transcript.iter().any(|m| m.text().contains("secret")),
+            "follow-up {follow_up}: {:?}",
+            out.transcript
+        );
+    }
+    // A message that passes steers the run as before.
+    let steering = Steering::new();
+    steering.follow_up("and in Fahrenheit?");
+    let (out, _) = guarded_run(&steering).await;
+    assert_eq!(out.stop_reason, StopReason::Finished);
+    assert_eq!(out.output.as_deref(), Some("64 F"));
 }
 
 struct Recorder {

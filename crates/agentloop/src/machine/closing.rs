@@ -59,6 +59,40 @@ impl RunMachine {
         self.emit(|| EventKind::MessagesDelivered { count, follow_up });
     }
 
+    /// Messages that arrived: read by the input guardrails first, when the agent has any.
+    /// `reopens` as [`super::Arriving::reopens`].
+    pub(super) fn arrived(&mut self, messages: Vec<Message>, reopens: Option<bool>) {
+        if self.seams.input_guardrails && !messages.is_empty() {
+            let text = messages
+                .iter()
+                .map(Message::text)
+                .collect::<Vec<_>>()
+                .join("\n");
+            self.phase = Phase::CheckMessages(Box::new(super::Arriving {
+                messages,
+                text,
+                reopens,
+            }));
+        } else {
+            self.take_arrived(super::Arriving {
+                messages,
+                text: String::new(),
+                reopens,
+            });
+        }
+    }
+
+    /// Arrived messages that passed: they steer the run, or reopen it.
+    pub(super) fn take_arrived(&mut self, arriving: super::Arriving) {
+        match arriving.reopens {
+            None => {
+                self.deliver(arriving.messages, false);
+                self.begin_model_call();
+            }
+            Some(follow_up) => self.reopen(arriving.messages, follow_up),
+        }
+    }
+
     /// Waiting messages continue a run that would otherwise finish; the limits still apply.
     pub(super) fn reopen(&mut self, messages: Vec<Message>, follow_up: bool) {
         self.deliver(messages, follow_up);

@@ -138,10 +138,25 @@ enum Closing {
     Finalize,
 }
 
+/// Messages that arrived while the run went on (steering) or as it was finishing (steering or
+/// follow-ups), held while the input guardrails read them: what reaches the model is checked as
+/// the run's input was.
+#[derive(Debug)]
+struct Arriving {
+    messages: Vec<Message>,
+    /// Their text, as the guardrails read it.
+    text: String,
+    /// `None` for messages that steer a running run; `Some(follow_up)` for those that reopen a
+    /// finishing one.
+    reopens: Option<bool>,
+}
+
 #[derive(Debug)]
 enum Phase {
     CheckInput,
     Steering,
+    /// Arrived messages, before the input guardrails ([`Arriving`]).
+    CheckMessages(Box<Arriving>),
     /// A turn begins: the tool source's answer first.
     ListTools,
     Prepare,
@@ -506,6 +521,7 @@ impl RunMachine {
         match &self.phase {
             Phase::CheckInput => Action::CheckInput(&self.input_text),
             Phase::Steering => Action::TakeMessages { follow_up: false },
+            Phase::CheckMessages(arriving) => Action::CheckInput(&arriving.text),
             Phase::ListTools => Action::ListTools,
             Phase::Prepare => Action::PrepareRequest,
             Phase::CallModel => Action::CallModel(self.request()),
@@ -617,9 +633,12 @@ impl RunMachine {
                 None => self.need_model(),
             },
             (Phase::Steering, Input::Messages { messages, .. }) => {
-                self.deliver(messages, false);
-                self.begin_model_call();
+                self.arrived(messages, None);
             }
+            (Phase::CheckMessages(arriving), Input::Checked { tripped }) => match tripped {
+                Some(trip) => self.trip(trip),
+                None => self.take_arrived(*arriving),
+            },
             (Phase::ListTools, Input::ToolsListed { tools }) => {
                 if let Some(specs) = tools {
                     self.switch_tools(specs);
@@ -689,14 +708,14 @@ impl RunMachine {
                 if messages.is_empty() {
                     self.phase = Phase::Closing(Closing::FollowUps);
                 } else {
-                    self.reopen(messages, false);
+                    self.arrived(messages, Some(false));
                 }
             }
             (Phase::Closing(Closing::FollowUps), Input::Messages { messages, .. }) => {
                 if messages.is_empty() {
                     self.after_follow_ups();
                 } else {
-                    self.reopen(messages, true);
+                    self.arrived(messages, Some(true));
                 }
             }
             (Phase::Closing(Closing::CheckOutput), Input::Checked { tripped }) => match tripped {
@@ -807,10 +826,13 @@ impl RunMachine {
             _ => {}
         }
         let finished = reason == StopReason::Finished;
+        // A run a tool or a stop condition ended (or a limit, after a last answer) shows its
+        // output as a finished one does: the output guardrails read it the same.
+        let shown = reason != StopReason::Failed && self.ending.output.is_some();
         self.ending.stop = Some(reason);
         if finished && self.seams.steering {
             self.phase = Phase::Closing(Closing::Steering);
-        } else if finished {
+        } else if finished || (shown && self.seams.output_guardrails) {
             self.after_follow_ups();
         } else {
             self.conclude_hooks();

@@ -442,6 +442,7 @@ pub(super) fn phase_name(phase: &Phase) -> &'static str {
     match phase {
         Phase::CheckInput => "an input check",
         Phase::Steering => "steering messages",
+        Phase::CheckMessages(_) => "an input check of arrived messages",
         Phase::ListTools => "the tool source's tools",
         Phase::Prepare => "the before-model hooks",
         Phase::CallModel => "a model call",
