@@ -246,3 +246,63 @@ async fn cached_answers_count_toward_no_token_budget() {
     assert_eq!(cached.cached_tokens, 300);
     assert_eq!(cached.cost_usd, 0.0);
 }
+
+/// A subagent's cached answers spend nothing of its parent's token budget either: the tree's
+/// usage reports them, each record says how many were cached, and the parent finishes under a
+/// budget the same answers fresh would pass.
+#[tokio::test]
+async fn a_subagents_cached_answers_count_toward_no_budget_of_its_parent() {
+    let (model, calls) = cached(Duration::from_secs(60));
+    let worker = Agent::builder()
+        .name("worker")
+        .model(Arc::clone(&model) as Arc<dyn Model>)
+        .build()
+        .unwrap();
+    for task in ["a", "b", "c"] {
+        assert_eq!(
+            worker.run(task).await.output.unwrap(),
+            format!("echo: {task}")
+        );
+    }
+    assert_eq!(calls.load(Ordering::SeqCst), 3);
+    let delegate = |id: &str, task: &str| {
+        ModelResponse::tool_calls([(
+            id.to_owned(),
+            "delegate".to_owned(),
+            format!(r#"{{"task": "{task}"}}"#),
+        )])
+    };
+    let parent = Agent::builder()
+        .model(agentloop::testing::ScriptedModel::new([
+            delegate("s1", "a"),
+            delegate("s2", "b"),
+            delegate("s3", "c"),
+            ModelResponse::text("done"),
+        ]))
+        .tool(worker.as_tool("delegate", "Delegates."))
+        .limits(agentloop::Limits {
+            max_tokens: Some(250),
+            ..agentloop::Limits::default()
+        })
+        .build()
+        .unwrap();
+    let out = parent.run("go").await;
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        3,
+        "every answer came from the cache"
+    );
+    assert_eq!(
+        out.stop_reason,
+        agentloop::StopReason::Finished,
+        "{:?}",
+        out.error
+    );
+    assert_eq!(out.usage.total_tokens(), 330);
+    assert_eq!(out.cached_tokens, 330);
+    assert!(
+        out.subagents
+            .iter()
+            .all(|s| s.cached_tokens == 110 && s.spent_tokens() == 0)
+    );
+}
