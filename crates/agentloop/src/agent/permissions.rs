@@ -105,7 +105,7 @@ impl ArgumentMatch {
                 } else {
                     // Whatever an allow rule would refuse to look behind, a deny or ask rule
                     // looks at: each part of the chain, and the command each part really runs.
-                    chain_runs_with_words(&command, prefix)
+                    chain_runs_with_words(&command, prefix, paths.resolver)
                 }
             }
             ArgumentMatch::PathGlob { field, glob } => {
@@ -209,18 +209,55 @@ impl PathRules {
             root: self.root.as_deref(),
             resolver: self.resolver.as_deref(),
         };
-        let matched = |wanted: Permission| {
+        deny_or_ask(|wanted| {
             self.rules
                 .iter()
                 .any(|(p, glob)| *p == wanted && path_matches(glob.as_ref(), path, *p, paths))
-        };
-        if matched(Permission::Deny) {
-            Some(Permission::Deny)
-        } else if matched(Permission::Ask) {
-            Some(Permission::Ask)
-        } else {
-            None
-        }
+        })
+    }
+}
+
+/// The `deny` and `ask` command prefix rules of a store on one argument of one tool: what a
+/// tool that runs commands (the built-in shell) judges its command by again as it runs, with
+/// the programs its words name looked up from the folder it runs in. The gate judged the call
+/// before its batch ran; another call of the batch (`ln -s /bin/rm tidy` beside `./tidy -rf
+/// x`) may have made a program word lead to a program a rule covers since, and the call may
+/// run in a folder (the shell's `cwd`) other than the one the gate looked in. Made by
+/// [`PermissionStore::command_rules`]; a command is judged as the rules judge a call whose
+/// argument is that command ([`PermissionStore::decide`]).
+#[derive(Debug, Clone)]
+pub struct CommandRules {
+    /// Each rule's permission (deny or ask) and prefix.
+    rules: Vec<(Permission, String)>,
+}
+
+impl CommandRules {
+    /// True when no rule is there to match: nothing is ever refused.
+    pub fn is_empty(&self) -> bool {
+        self.rules.is_empty()
+    }
+
+    /// What the rules say about running `command` where `programs` finds its programs:
+    /// [`Permission::Deny`] when a deny rule matches it, else [`Permission::Ask`] when an ask
+    /// rule does, else `None`.
+    pub fn judge(&self, command: &str, programs: Option<&dyn ResolvePaths>) -> Option<Permission> {
+        deny_or_ask(|wanted| {
+            self.rules
+                .iter()
+                .any(|(p, prefix)| *p == wanted && chain_runs_with_words(command, prefix, programs))
+        })
+    }
+}
+
+/// [`Permission::Deny`] when a deny rule matches (`matched(Deny)`), else [`Permission::Ask`]
+/// when an ask rule does, else `None`.
+fn deny_or_ask(matched: impl Fn(Permission) -> bool) -> Option<Permission> {
+    if matched(Permission::Deny) {
+        Some(Permission::Deny)
+    } else if matched(Permission::Ask) {
+        Some(Permission::Ask)
+    } else {
+        None
     }
 }
 
@@ -242,6 +279,16 @@ pub trait ResolvePaths: Send + Sync + std::fmt::Debug {
     /// The file a path argument names for this tool: absolute, with every link that exists
     /// followed; `None` when the tool would refuse the path.
     fn resolve(&self, path: &str) -> Option<PathBuf>;
+
+    /// The files a command's first word may run for this tool, every link followed: a word
+    /// with a `/` resolved against [`root`](Self::root), a bare name looked up on the tool's
+    /// `PATH` (and in the root, as a `PATH=.:…` in the command would). A deny or ask command
+    /// prefix also matches a word whose file is named like its program (`./tidy`, a link to
+    /// `/bin/rm`, under a deny on `rm`). None by default.
+    fn programs(&self, word: &str) -> Vec<PathBuf> {
+        let _ = word;
+        Vec::new()
+    }
 }
 
 /// True when the command's first words are the prefix's words (whitespace between them does not
@@ -262,7 +309,7 @@ const CHAIN_SPLIT: &str = ";&|`()<>\n\r";
 /// chain and a part of it runs a launcher (`… | sh`, `… | xargs env`), what that launcher runs
 /// comes from another part, which no reading of one part sees: then any word of the whole
 /// command that runs the prefix's words matches.
-fn chain_runs_with_words(command: &str, prefix: &str) -> bool {
+fn chain_runs_with_words(command: &str, prefix: &str, programs: Programs<'_>) -> bool {
     if runs_hidden_code(command) {
         // What such an expansion runs is built when the shell runs it (`${x@P}` of a value
         // made of `\x24\x28rm…`): no reading of the text sees it, so a deny or ask rule fails
@@ -275,8 +322,16 @@ fn chain_runs_with_words(command: &str, prefix: &str) -> bool {
         return true;
     };
     let joined = command.replace("\\\r\n", "").replace("\\\n", "");
+    if runs_unread_commands(&joined) {
+        // A program whose command is in a language no prefix reads (an awk program that calls
+        // `system`, sed's `e`, a vim command line): whatever it runs may be the denied one.
+        return true;
+    }
     let parts: Vec<&str> = joined.split(|c: char| CHAIN_SPLIT.contains(c)).collect();
-    if parts.iter().any(|part| runs_with_words(part, prefix)) {
+    if parts
+        .iter()
+        .any(|part| runs_with_words(part, prefix, programs))
+    {
         return true;
     }
     let wanted: Vec<&str> = prefix.split_whitespace().collect();
@@ -289,7 +344,7 @@ fn chain_runs_with_words(command: &str, prefix: &str) -> bool {
         return false;
     }
     let words: Vec<String> = parts.iter().flat_map(|part| shell_words(part)).collect();
-    (0..words.len()).any(|i| word_runs(&words, i, &wanted))
+    (0..words.len()).any(|i| word_runs(&words, i, &wanted, programs))
 }
 
 /// `command` with each backtick substitution spelled `$(…)`, so that it is read as that one is:
@@ -360,9 +415,38 @@ fn program_name(word: &str) -> &str {
     word.rsplit('/').next().unwrap_or(word)
 }
 
-/// True when the word at `i` (or the value of its `--option=`, or of its `NAME=` after an
-/// `alias`) runs the prefix's words.
-fn word_runs(words: &[String], i: usize, wanted: &[&str]) -> bool {
+/// How a deny or ask rule finds the file a program word runs: the tool's own [`ResolvePaths`]
+/// ([`ResolvePaths::programs`]), when it has one.
+type Programs<'a> = Option<&'a dyn ResolvePaths>;
+
+/// True when `word`, in a program's place, runs the program `wanted`: by its file name in any
+/// case (`/BIN/RM`), or by the file name of what it resolves to for the tool (`./tidy`, a link
+/// to `/bin/rm`).
+fn names_program(wanted: &str, word: &str, programs: Programs<'_>) -> bool {
+    if wanted.eq_ignore_ascii_case(program_name(word)) {
+        return true;
+    }
+    if word.is_empty() || word.starts_with('-') || word.contains('=') {
+        return false;
+    }
+    programs.is_some_and(|p| {
+        p.programs(word).iter().any(|file| {
+            file.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| wanted.eq_ignore_ascii_case(n))
+        })
+    })
+}
+
+/// True when `name` is a shell variable's name (`LESSOPEN`, `_x1`).
+fn is_variable_name(name: &str) -> bool {
+    name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// True when the word at `i` (or the value of its `--option=`, of its `NAME=`, or of its
+/// `NAME=` after an `alias`) runs the prefix's words.
+fn word_runs(words: &[String], i: usize, wanted: &[&str], programs: Programs<'_>) -> bool {
     let Some(word) = words.get(i) else {
         return false;
     };
@@ -370,72 +454,304 @@ fn word_runs(words: &[String], i: usize, wanted: &[&str]) -> bool {
     let runs = |candidate: &str| {
         wanted
             .first()
-            .is_some_and(|w| w.eq_ignore_ascii_case(program_name(candidate)))
+            .is_some_and(|w| names_program(w, candidate, programs))
             && rest_runs_with(wanted.get(1..).unwrap_or_default(), rest)
     };
     // `env --split-string=rm …`: a launcher's option whose value is the program.
     let option_runs = word.starts_with('-') && word.split_once('=').is_some_and(|(_, v)| runs(v));
+    // `LESSOPEN='|rm %s' less f`, `PAGER=rm git log`, `GIT_EXTERNAL_DIFF=rm git diff`: programs
+    // run the commands their environment names, and which variable a program reads is its own
+    // to say, so any variable's value is read as a program.
+    let variable_runs = word
+        .split_once('=')
+        .is_some_and(|(name, v)| is_variable_name(name) && runs(v));
     // `alias x=rm`: the name runs the value's words from the next line on (dash expands aliases
     // in `sh -c` too); read as if the value ran where it is defined.
     let alias_runs = words
         .get(..i)
         .is_some_and(|before| before.iter().any(|w| w == "alias"))
         && word.split_once('=').is_some_and(|(_, v)| runs(v));
-    runs(word) || option_runs || alias_runs
+    runs(word) || option_runs || variable_runs || alias_runs
 }
 
 /// True when the command a shell would run for `part` starts with the prefix's words, seen the
 /// way a deny or ask rule must see them: quotes and backslashes gone (`\\rm`, `'rm'`), the
-/// program by its file name (`/bin/rm`), and behind what only starts another program or sets
-/// its environment (`command rm`, `env X=1 rm`, `sudo -n rm`, `sh -c 'rm …'`, `xargs rm`,
-/// `timeout 5 rm`, `then rm`). An allow rule never gets this reading: it admits by the first
-/// words as written, and anything else falls through.
-fn runs_with_words(part: &str, prefix: &str) -> bool {
+/// program by its file name (`/bin/rm`) and by the file it resolves to, behind what only starts
+/// another program or sets its environment (`command rm`, `env X=1 rm`, `sudo -n rm`, `sh -c
+/// 'rm …'`, `xargs rm`, `timeout 5 rm`, `then rm`), and in what the program runs by its own
+/// means ([`runs_by_own_means`]: `git -c alias.x='!rm' x`, `find -exec rm`). An allow rule
+/// never gets this reading: it admits by the first words as written, and anything else falls
+/// through.
+fn runs_with_words(part: &str, prefix: &str, programs: Programs<'_>) -> bool {
     let wanted: Vec<&str> = prefix.split_whitespace().collect();
-    !wanted.is_empty() && words_run(&shell_words(part), &wanted)
+    !wanted.is_empty() && words_run(&shell_words(part), &wanted, programs)
 }
 
 /// [`runs_with_words`] on the words of a part.
-fn words_run(words: &[String], wanted: &[&str]) -> bool {
-    if let Some(options) = words.first().and_then(|w| runs_after(program_name(w))) {
-        // `find . -name x -exec rm {} ;`: its paths and tests come first, and only what follows
-        // an `-exec` is a program; the program itself may be the one wanted (`find . -delete`
-        // under a deny on `find`).
-        return word_runs(words, 0, wanted)
-            || (1..words.len()).any(|i| option_runs(words, i, options, wanted));
-    }
-    // After a launcher's option, its value (`sudo -u root`, `timeout -s KILL`, `env -C /`).
-    let mut after_option = false;
-    // What a launcher takes before the program it runs (`chroot DIR`, `flock FILE`).
-    let mut positional = 0usize;
+fn words_run(words: &[String], wanted: &[&str], programs: Programs<'_>) -> bool {
+    let mut walk = LauncherWalk::default();
     for (i, word) in words.iter().enumerate() {
         if may_expand(word) {
             // `$x`, `/bin/r[m]`, `{rm,ls}`: the shell makes the program (and maybe more words)
             // of it, which no reading of the text can know. A deny or ask rule fails closed.
             return true;
         }
-        if word_runs(words, i, wanted) {
+        if word_runs(words, i, wanted, programs) {
             return true;
         }
-        let program = program_name(word);
-        if runs_after(program).is_some() {
-            // `sudo find . -exec rm {} +`: read from that program on, as its own options say.
-            return words_run(words.get(i..).unwrap_or_default(), wanted);
+        let from_here = words.get(i..).unwrap_or_default();
+        match walk.step(word) {
+            Place::Past => {
+                // `env -S'rm -rf .'`, `env -iSrm`: an option's value written onto it.
+                let rest = words.get(i + 1..).unwrap_or_default();
+                if attached_value_runs(word, rest, wanted, programs) {
+                    return true;
+                }
+            }
+            // Taken as a launcher's value (`env -i git …` reads `git` so); were it the program,
+            // what it runs by its own means must still be seen.
+            Place::Value => {
+                if runs_by_own_means(from_here, wanted, programs) {
+                    return true;
+                }
+            }
+            // The program: what it runs by its own means (`find -exec`, `git -c alias.x=!…`).
+            Place::Program => return runs_by_own_means(from_here, wanted, programs),
         }
+    }
+    false
+}
+
+/// Where a word of a command stands, read from its start: see [`LauncherWalk`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Place {
+    /// A launcher, an option, an assignment: read past it.
+    Past,
+    /// A launcher's option value or own word (`sudo -u root`, `chroot DIR`), which may also
+    /// be the program when the launcher takes none there.
+    Value,
+    /// The program the command runs.
+    Program,
+}
+
+/// A walk over a command's words from its start to its program, past launchers, their
+/// options, the values those take (`sudo -u root`, `timeout -s KILL`, `env -C /`) and their
+/// own words (`chroot DIR`, `flock FILE`).
+#[derive(Debug, Default)]
+struct LauncherWalk {
+    after_option: bool,
+    positional: usize,
+}
+
+impl LauncherWalk {
+    /// Where the next word stands.
+    fn step(&mut self, word: &str) -> Place {
+        let program = program_name(word);
         if let Some(takes) = LAUNCHER_POSITIONALS
             .iter()
             .find_map(|(name, n)| name.eq_ignore_ascii_case(program).then_some(*n))
         {
-            (positional, after_option) = (takes, false);
+            (self.positional, self.after_option) = (takes, false);
+            Place::Past
         } else if starts_another(program) {
-            after_option = program.starts_with('-') && !program.contains('=');
-        } else if after_option {
-            after_option = false;
-        } else if positional > 0 {
-            positional -= 1;
+            self.after_option = program.starts_with('-') && !program.contains('=');
+            Place::Past
+        } else if self.after_option {
+            self.after_option = false;
+            Place::Value
+        } else if self.positional > 0 {
+            self.positional -= 1;
+            Place::Value
         } else {
-            return false;
+            Place::Program
         }
+    }
+}
+
+/// True when the one-letter option cluster `word` (`-S'rm x'`, `-iSrm`) carries, from its
+/// second letter on, a value that runs the prefix's words: which letter takes a value is the
+/// launcher's to say, so every tail of the cluster is read as one.
+fn attached_value_runs(
+    word: &str,
+    rest: &[String],
+    wanted: &[&str],
+    programs: Programs<'_>,
+) -> bool {
+    let Some(cluster) = word.strip_prefix('-').filter(|c| !c.starts_with('-')) else {
+        return false;
+    };
+    if cluster.contains('=') {
+        return false;
+    }
+    cluster.char_indices().skip(1).any(|(at, _)| {
+        cluster.get(at..).is_some_and(|value| {
+            let run: Vec<String> = std::iter::once(value.to_owned())
+                .chain(rest.iter().cloned())
+                .collect();
+            word_runs(&run, 0, wanted, programs)
+        })
+    })
+}
+
+/// True when the program `words[0]`, given the words after it, runs the prefix's words by its
+/// own means: a program it is given in an option's value ([`RUNS_AFTER_OPTION`]: `find -exec`,
+/// `tar --checkpoint-action=exec=`, `man -P`), git's (see [`git_runs`]), a variable a shell
+/// builtin sets (`export PAGER=rm`), a variable or `--eval` given to make.
+fn runs_by_own_means(words: &[String], wanted: &[&str], programs: Programs<'_>) -> bool {
+    let Some(first) = words.first() else {
+        return false;
+    };
+    let program = program_name(first).to_ascii_lowercase();
+    if let Some(options) = runs_after(&program) {
+        // `find . -name x -exec rm {} ;`: its paths and tests come first, and only what follows
+        // an `-exec` is a program.
+        return (1..words.len()).any(|i| option_runs(words, i, options, wanted, programs));
+    }
+    let rest = words.get(1..).unwrap_or_default();
+    match program.as_str() {
+        "git" => git_runs(rest, wanted, programs),
+        // `export PAGER=rm; git log`: each value is read as a program (see `word_runs`).
+        "export" | "declare" | "typeset" | "local" | "readonly" | "make" | "gmake" => {
+            (1..words.len()).any(|i| word_runs(words, i, wanted, programs))
+        }
+        _ => false,
+    }
+}
+
+/// git's options before its subcommand that take the next word as their value.
+const GIT_VALUED_OPTIONS: &[&str] = &[
+    "-C",
+    "--git-dir",
+    "--work-tree",
+    "--namespace",
+    "--super-prefix",
+    "--attr-source",
+    "--list-cmds",
+];
+
+/// git's subcommands and their options whose value (and, for `bisect run` and `submodule
+/// foreach`, the words after them) git hands to a shell or runs as a program.
+const GIT_RUNS_AFTER_OPTION: &[(&str, &[&str])] = &[
+    ("rebase", &["-x", "--exec"]),
+    ("bisect", &["run"]),
+    ("submodule", &["foreach"]),
+    ("difftool", &["-x", "--extcmd"]),
+    ("clone", &["-u", "--upload-pack"]),
+    ("fetch", &["--upload-pack"]),
+    ("pull", &["--upload-pack"]),
+    ("ls-remote", &["--upload-pack"]),
+    ("fetch-pack", &["--upload-pack", "--exec"]),
+    ("archive", &["--exec"]),
+    ("push", &["--receive-pack", "--exec"]),
+    ("send-pack", &["--receive-pack", "--exec"]),
+    (
+        "filter-branch",
+        &[
+            "--setup",
+            "--env-filter",
+            "--tree-filter",
+            "--index-filter",
+            "--parent-filter",
+            "--msg-filter",
+            "--commit-filter",
+            "--tag-name-filter",
+        ],
+    ),
+    (
+        "send-email",
+        &[
+            "--to-cmd",
+            "--cc-cmd",
+            "--header-cmd",
+            "--sendmail-cmd",
+            "--smtp-server",
+        ],
+    ),
+];
+
+/// True when the git command whose words after `git` are `words` runs the prefix's words by
+/// git's own means: the value of a `-c KEY=VALUE` (an alias's `!…`, `core.pager`,
+/// `core.sshCommand`, `diff.external`, `filter.*.clean`, … : git runs many keys' values, and
+/// which it runs is git's to say, so every value is read as a program), a value `git config`
+/// is given to keep for later, or a subcommand's option ([`GIT_RUNS_AFTER_OPTION`]). What
+/// cannot be read matches whatever is wanted: a key that names a file or folder git reads
+/// commands from (`core.hooksPath`, `include.path`, `includeIf.….path`), a value git takes
+/// from the environment (`--config-env`), a folder of git's own programs (`--exec-path=`).
+fn git_runs(words: &[String], wanted: &[&str], programs: Programs<'_>) -> bool {
+    let names_a_file = |key: &str| {
+        let key = key.to_ascii_lowercase();
+        key.ends_with("path") || key.starts_with("include")
+    };
+    // `-c KEY=VALUE`: VALUE (an alias's `!` taken off) and the words after it, as a program.
+    let config_runs = |pair: &str, after: &[String]| {
+        let Some((key, value)) = pair.split_once('=') else {
+            return false;
+        };
+        if names_a_file(key) {
+            return true;
+        }
+        let run: Vec<String> = std::iter::once(value.trim_start_matches('!').to_owned())
+            .chain(after.iter().cloned())
+            .collect();
+        words_run(&run, wanted, programs)
+    };
+    let mut i = 0;
+    while let Some(word) = words.get(i) {
+        let lower = word.to_ascii_lowercase();
+        if lower == "--config-env" || lower.starts_with("--config-env=") {
+            return true;
+        }
+        if lower.starts_with("--exec-path=") {
+            return true;
+        }
+        if word == "-c" {
+            let after = words.get(i + 2..).unwrap_or_default();
+            if words
+                .get(i + 1)
+                .is_some_and(|pair| config_runs(pair, after))
+            {
+                return true;
+            }
+            i += 2;
+            continue;
+        }
+        if let Some(pair) = word.strip_prefix("-c").filter(|p| p.contains('=')) {
+            if config_runs(pair, words.get(i + 1..).unwrap_or_default()) {
+                return true;
+            }
+            i += 1;
+            continue;
+        }
+        if word.starts_with('-') {
+            let takes_value = GIT_VALUED_OPTIONS.iter().any(|o| o == word);
+            i += if takes_value { 2 } else { 1 };
+            continue;
+        }
+        // The subcommand.
+        let rest = words.get(i..).unwrap_or_default();
+        if lower == "config" {
+            // `git config alias.x '!rm -rf .'`, `git config core.hooksPath hooks`: what it
+            // keeps, a later `git` runs.
+            return rest
+                .iter()
+                .skip(1)
+                .any(|w| !w.starts_with('-') && names_a_file(w))
+                || (1..rest.len()).any(|k| {
+                    let value: Vec<String> = rest
+                        .get(k..)
+                        .unwrap_or_default()
+                        .iter()
+                        .map(|w| w.trim_start_matches('!').to_owned())
+                        .collect();
+                    word_runs(&value, 0, wanted, programs)
+                });
+        }
+        return GIT_RUNS_AFTER_OPTION
+            .iter()
+            .find(|(sub, _)| *sub == lower)
+            .is_some_and(|(_, options)| {
+                (1..rest.len()).any(|k| option_runs(rest, k, options, wanted, programs))
+            });
     }
     false
 }
@@ -508,6 +824,272 @@ fn short_option(word: &str) -> Option<char> {
 /// glob (`*`, `?`, `[…]`) or braces (`{a,b}`; a lone `{` opens a group).
 fn may_expand(word: &str) -> bool {
     word.contains(['$', '*', '?', '[']) || (word.contains('{') && word != "{")
+}
+
+/// True when `command` runs a program whose own language can run a command that no prefix
+/// reads, so that a deny or ask rule on any program must match it (the sandbox stays the
+/// boundary): an awk program that calls `system`, prints to or reads from a command (`|`),
+/// calls a function by name (`@f()`) or comes from a file or extension (`-f`, `-i`, `-l`,
+/// `-E`, `-W exec`); a sed script with the `e` command or the `s///e` flag, or from a file
+/// (`-f`), unless `--sandbox`; vi, vim, ex, ed and emacs (their command lines and the commands
+/// they read run programs: `vim -c '!rm x'`, `ed <<< '!rm x'`); less or more with an initial
+/// command that runs one (`+!…`, `+|…`) or a lesskey file (`-k`); make with `--eval` or a
+/// makefile on its standard input; and inline code of an interpreter (python's `-c`, perl's,
+/// ruby's and node's `-e`, php's `-r`, code fed on standard input) that names a way to start a
+/// process (`system`, `subprocess`, `popen`, `exec`, `spawn`, …). That last one is a tripwire:
+/// code can build such a name at run time, and a script file is not read at all.
+///
+/// Each program is judged where a command of `command` starts (a shell's quoting taken into
+/// account) or behind a launcher there.
+fn runs_unread_commands(command: &str) -> bool {
+    let commands = quoted_commands(command);
+    commands.iter().any(|words| {
+        program_positions(words).into_iter().any(|at| {
+            let (Some(program), Some(args)) = (words.get(at), words.get(at + 1..)) else {
+                return false;
+            };
+            let name = program_name(program).to_ascii_lowercase();
+            match name.as_str() {
+                "awk" | "gawk" | "mawk" | "nawk" | "goawk" | "original-awk" => awk_runs(args),
+                "sed" | "gsed" => sed_runs(args),
+                "vi" | "vim" | "nvim" | "gvim" | "vimx" | "view" | "gview" | "vimdiff" | "nvi"
+                | "rvim" | "rview" | "evim" | "ex" | "ed" | "emacs" | "emacsclient" => true,
+                "less" | "more" => args.iter().any(|a| {
+                    (a.starts_with('+') && a.contains(['!', '|']))
+                        || a.starts_with("-k")
+                        || a.starts_with("--lesskey")
+                }),
+                "make" | "gmake" => args
+                    .iter()
+                    .any(|a| a == "-E" || a.starts_with("--eval") || a == "-" || a == "/dev/stdin"),
+                _ if is_interpreter(&name) => interpreter_runs(args, command),
+                _ => false,
+            }
+        })
+    })
+}
+
+/// True when the awk call with `args` runs a command its program builds (see
+/// [`runs_unread_commands`]).
+fn awk_runs(args: &[String]) -> bool {
+    let mut after_value_option = false;
+    args.iter().any(|a| {
+        if std::mem::take(&mut after_value_option) {
+            return false;
+        }
+        if let Some(option) = a.strip_prefix('-').filter(|o| !o.is_empty()) {
+            // `-F SEP` and `-v NAME=VALUE` take a value that is not code.
+            after_value_option = option == "F" || option == "v";
+            let long = option.strip_prefix('-').unwrap_or_default();
+            return option.starts_with(['f', 'i', 'l', 'E', 'W'])
+                || ["file", "include", "load", "exec"]
+                    .iter()
+                    .any(|o| long.starts_with(o));
+        }
+        // `||` is a logical or; a lone `|` a pipe to or from a command.
+        a.contains("system") || a.replace("||", "").contains('|') || a.contains('@')
+    })
+}
+
+/// True when the sed call with `args` may run a command (see [`runs_unread_commands`]).
+fn sed_runs(args: &[String]) -> bool {
+    if args.iter().any(|a| a == "--sandbox") {
+        return false;
+    }
+    args.iter().any(|a| {
+        if let Some(long) = a.strip_prefix("--") {
+            return long.starts_with("file")
+                || long
+                    .strip_prefix("expression=")
+                    .is_some_and(sed_script_runs);
+        }
+        match a.strip_prefix('-').filter(|o| !o.is_empty()) {
+            Some(cluster) => {
+                // `-n`, `-E` and the like stand alone; `-i` and `-l` take the rest of the word;
+                // `-e` takes it as a script, `-f` as a file of one.
+                for (at, letter) in cluster.char_indices() {
+                    match letter {
+                        'f' => return true,
+                        'e' => {
+                            return cluster.get(at + 1..).is_some_and(sed_script_runs);
+                        }
+                        'i' | 'l' => return false,
+                        _ => {}
+                    }
+                }
+                false
+            }
+            None => sed_script_runs(a),
+        }
+    })
+}
+
+/// True when a sed script may hold the `e` command (`1e rm x`, `$e`, `/x/e`) or an `s` command
+/// with the `e` flag (`s/x/rm/e`, `s/x/y/ge`): an `e` with nothing but blanks, `s` flags and
+/// numbers between it and the script's start or a character that is not a letter or a digit.
+/// Errs towards matching (`s/ e/x/` too).
+fn sed_script_runs(script: &str) -> bool {
+    let chars: Vec<char> = script.chars().collect();
+    chars.iter().enumerate().any(|(at, &c)| {
+        if c != 'e' {
+            return false;
+        }
+        let before = chars.get(..at).unwrap_or_default();
+        let mut back = before
+            .iter()
+            .rev()
+            .skip_while(|c| c.is_whitespace())
+            .skip_while(|c| "gpiImMw0123456789".contains(**c));
+        back.next().is_none_or(|c| !c.is_ascii_alphanumeric())
+    })
+}
+
+/// True when `name` (lower case) is an interpreter whose inline code [`interpreter_runs`]
+/// reads.
+fn is_interpreter(name: &str) -> bool {
+    name.starts_with("python")
+        || name.starts_with("pypy")
+        || name.starts_with("perl")
+        || name.starts_with("ruby")
+        || name.starts_with("php")
+        || name.starts_with("lua")
+        || matches!(
+            name,
+            "node" | "nodejs" | "deno" | "bun" | "rscript" | "tclsh" | "jruby"
+        )
+}
+
+/// What inline code that starts a process is called in the interpreters' languages.
+const STARTS_A_PROCESS: &[&str] = &[
+    "system",
+    "exec",
+    "spawn",
+    "popen",
+    "subprocess",
+    "child_process",
+    "fork",
+    "pty",
+    "ctypes",
+    "os.",
+    "posix",
+    "readpipe",
+    "qx",
+    "%x",
+    "`",
+    "Open3",
+    "IO.",
+    "Process",
+    "shell",
+    "passthru",
+    "proc_open",
+    "pcntl",
+    "eval",
+    "__import__",
+    "importlib",
+    "getattr",
+    "Command",
+];
+
+/// True when an interpreter called with `args` is given inline code (an option's value, or
+/// its standard input: no script named, or `-`) that names a way to start a process
+/// ([`STARTS_A_PROCESS`]). Code on standard input comes from elsewhere in the `command` (a
+/// pipe, a here-document), so the whole command is read then.
+fn interpreter_runs(args: &[String], command: &str) -> bool {
+    let names_a_process = |code: &str| STARTS_A_PROCESS.iter().any(|n| code.contains(n));
+    if args.iter().all(|a| a.starts_with('-')) {
+        return names_a_process(command);
+    }
+    // `-c` (python), `-e`, `-E` (perl, ruby, node, lua, Rscript), `-p` (node), `-r` (php), in
+    // a cluster too (`-Ic`, `-ne`); `--eval`, `--print`, deno's `eval`.
+    let carries_code = |a: &String| match a.strip_prefix('-') {
+        Some(long) if long.starts_with('-') => ["-eval", "-print", "-command"]
+            .iter()
+            .any(|o| long.starts_with(o)),
+        Some(cluster) => cluster.contains(['c', 'e', 'E', 'p', 'r']),
+        None => a == "eval",
+    };
+    args.iter()
+        .position(carries_code)
+        .is_some_and(|at| args.iter().skip(at).any(|a| names_a_process(a)))
+}
+
+/// Where in `words` (one command) a program may stand: the first word, and past launchers,
+/// their options and values, assignments and the like (as [`words_run`] walks them), each word
+/// that may be the program run.
+fn program_positions(words: &[String]) -> Vec<usize> {
+    let mut walk = LauncherWalk::default();
+    let mut at = Vec::new();
+    for (i, word) in words.iter().enumerate() {
+        match walk.step(word) {
+            Place::Past => {}
+            Place::Value => at.push(i),
+            Place::Program => {
+                at.push(i);
+                break;
+            }
+        }
+    }
+    at
+}
+
+/// The simple commands of `command` as a shell splits them (at `;`, `&`, `|`, parentheses,
+/// backticks, redirections and line breaks outside quotes), each as its words with quotes and
+/// backslashes taken out and what they held kept in one word (`awk '{print | "sh"}'` is two
+/// words). An unclosed quote runs to the end.
+fn quoted_commands(command: &str) -> Vec<Vec<String>> {
+    let mut commands = Vec::new();
+    let mut words: Vec<String> = Vec::new();
+    let mut word = String::new();
+    let mut in_word = false;
+    let mut quote: Option<char> = None;
+    let mut chars = command.chars();
+    let end_word = |words: &mut Vec<String>, word: &mut String, in_word: &mut bool| {
+        if std::mem::take(in_word) {
+            words.push(std::mem::take(word));
+        }
+    };
+    while let Some(c) = chars.next() {
+        match (quote, c) {
+            (Some('\''), '\'') | (Some(_), '"') => quote = None,
+            (Some('"'), '\\') => {
+                if let Some(next) = chars.next() {
+                    if !matches!(next, '"' | '\\' | '$' | '`' | '\n') {
+                        word.push('\\');
+                    }
+                    if next != '\n' {
+                        word.push(next);
+                    }
+                }
+            }
+            (Some(_), c) => word.push(c),
+            (None, '\'' | '"') => {
+                quote = Some(c);
+                in_word = true;
+            }
+            (None, '\\') => {
+                if let Some(next) = chars.next().filter(|n| *n != '\n') {
+                    word.push(next);
+                    in_word = true;
+                }
+            }
+            (None, ';' | '&' | '|' | '(' | ')' | '`' | '<' | '>' | '\n' | '\r') => {
+                end_word(&mut words, &mut word, &mut in_word);
+                if !words.is_empty() {
+                    commands.push(std::mem::take(&mut words));
+                }
+            }
+            (None, c) if c.is_whitespace() => end_word(&mut words, &mut word, &mut in_word),
+            (None, c) => {
+                word.push(c);
+                in_word = true;
+            }
+        }
+    }
+    end_word(&mut words, &mut word, &mut in_word);
+    if !words.is_empty() {
+        commands.push(words);
+    }
+    commands
 }
 
 /// Programs and shell words that run the program that comes after them (with their options, see
@@ -743,8 +1325,9 @@ const LAUNCHER_POSITIONALS: &[(&str, usize)] = &[
 
 /// Programs that run a program given as the value of one of their options, with those options:
 /// `find -exec`, `fd -x` (`fdfind` on Debian), `rg --pre`, `tar -I` (and its other scripts),
-/// `rsync -e`. What follows such an option, or its `=` value and what follows, is a program and
-/// its arguments; the program's other words are its own (paths, tests, patterns).
+/// `rsync -e`, `tar --checkpoint-action=exec=…`, `man -P`. What follows such an option, or its
+/// `=` value and what follows, is a program and its arguments; the program's other words are
+/// its own (paths, tests, patterns).
 const RUNS_AFTER_OPTION: &[(&str, &[&str])] = &[
     ("find", &["-exec", "-execdir", "-ok", "-okdir"]),
     ("fd", &["-x", "--exec", "-X", "--exec-batch"]),
@@ -759,9 +1342,13 @@ const RUNS_AFTER_OPTION: &[(&str, &[&str])] = &[
             "-F",
             "--info-script",
             "--new-volume-script",
+            "--checkpoint-action",
+            "--rsh-command",
+            "--rmt-command",
         ],
     ),
     ("rsync", &["-e", "--rsh", "--rsync-path"]),
+    ("man", &["-P", "--pager", "--html"]),
 ];
 
 /// The options of `program` after which a program comes ([`RUNS_AFTER_OPTION`]), in any case.
@@ -772,23 +1359,35 @@ fn runs_after(program: &str) -> Option<&'static [&'static str]> {
 }
 
 /// True when the word at `i` is one of `options` and what follows it runs the prefix's words
-/// (`-exec rm …`), or is `OPTION=VALUE` and the value with what follows does (`--pre=rm`).
-fn option_runs(words: &[String], i: usize, options: &[&str], wanted: &[&str]) -> bool {
+/// (`-exec rm …`), or is `OPTION=VALUE` and the value with what follows does (`--pre=rm`). A
+/// value `exec=COMMAND` (tar's `--checkpoint-action`) runs COMMAND.
+fn option_runs(
+    words: &[String],
+    i: usize,
+    options: &[&str],
+    wanted: &[&str],
+    programs: Programs<'_>,
+) -> bool {
     let Some(word) = words.get(i) else {
         return false;
     };
     let rest = words.get(i + 1..).unwrap_or_default();
+    let value_runs = |value: &str, rest: &[String]| {
+        let value = value.strip_prefix("exec=").unwrap_or(value);
+        let run: Vec<String> = std::iter::once(value.to_owned())
+            .chain(rest.iter().cloned())
+            .collect();
+        words_run(&run, wanted, programs)
+    };
     if options.contains(&word.as_str()) {
-        return words_run(rest, wanted);
+        return match rest.split_first() {
+            Some((value, after)) => value_runs(value, after),
+            None => false,
+        };
     }
     word.split_once('=')
         .filter(|(option, _)| options.contains(option))
-        .is_some_and(|(_, value)| {
-            let run: Vec<String> = std::iter::once(value.to_owned())
-                .chain(rest.iter().cloned())
-                .collect();
-            words_run(&run, wanted)
-        })
+        .is_some_and(|(_, value)| value_runs(value, rest))
 }
 
 /// A word a shell command can begin with that runs what comes after it rather than being the
@@ -1104,16 +1703,12 @@ impl PermissionStore {
     /// are not in it: a walk judges nothing it could be allowed to see.
     pub fn path_rules(&self, tool: &str, field: &str) -> PathRules {
         let rules = self
-            .rules
-            .iter()
-            .chain(&self.configured)
-            .filter(|r| r.permission != Permission::Allow && (r.tool == "*" || r.tool == tool))
-            .filter_map(|r| match &r.arguments {
-                Some(ArgumentMatch::PathGlob { field: f, glob }) if f == field => {
-                    Some((r.permission, compile_path_glob(glob, r.permission)))
-                }
+            .deny_and_ask(tool, |m| match m {
+                ArgumentMatch::PathGlob { field: f, glob } if f == field => Some(glob),
                 _ => None,
             })
+            .into_iter()
+            .map(|(p, glob)| (p, compile_path_glob(&glob, p)))
             .collect();
         PathRules {
             rules,
@@ -1124,6 +1719,38 @@ impl PermissionStore {
                 .or_else(|| self.resolvers.get("*"))
                 .cloned(),
         }
+    }
+
+    /// The `deny` and `ask` command prefix rules, saved or configured, that apply to the argument
+    /// `field` of `tool` (rules for `tool` or `*`): what a tool that runs commands judges its
+    /// command by again as it runs ([`CommandRules`]). Allow rules are not in it: the gate
+    /// already let the call through.
+    pub fn command_rules(&self, tool: &str, field: &str) -> CommandRules {
+        let rules = self.deny_and_ask(tool, |m| match m {
+            ArgumentMatch::CommandPrefix {
+                field: f, prefix, ..
+            } if f == field => Some(prefix),
+            _ => None,
+        });
+        CommandRules { rules }
+    }
+
+    /// The `deny` and `ask` rules, saved or configured, for `tool` or `*`, each with what `pick`
+    /// takes of its argument match (rules it takes nothing of are left out).
+    fn deny_and_ask<'s>(
+        &'s self,
+        tool: &str,
+        pick: impl Fn(&'s ArgumentMatch) -> Option<&'s String>,
+    ) -> Vec<(Permission, String)> {
+        self.rules
+            .iter()
+            .chain(&self.configured)
+            .filter(|r| r.permission != Permission::Allow && (r.tool == "*" || r.tool == tool))
+            .filter_map(|r| {
+                let taken = r.arguments.as_ref().and_then(&pick)?;
+                Some((r.permission, taken.clone()))
+            })
+            .collect()
     }
 
     /// What the rules say about a call, in this order:
@@ -2017,6 +2644,293 @@ mod tests {
             ],
             Permission::Allow,
         );
+    }
+
+    /// A shell allowed every command but those a deny on `rm` matches.
+    fn denying_rm() -> PermissionStore {
+        let mut store = PermissionStore::new(Permission::Allow);
+        store
+            .configure(rule("shell", prefix("rm"), Permission::Deny))
+            .set("shell", Permission::Allow);
+        store
+    }
+
+    #[test]
+    fn a_deny_prefix_sees_what_a_program_runs_by_its_own_means() {
+        // Each runs `rm` through a way of the program's own (its configuration, an option's
+        // value, its environment), which no prefix rule read.
+        let mut store = denying_rm();
+        store.configure(rule("shell", prefix("curl"), Permission::Ask));
+        decides(
+            &store,
+            &[
+                "git -c alias.x='!rm -rf y' x",
+                "git -c alias.x=!rm x",
+                "git -calias.x='!rm -rf y' x",
+                "git -c core.pager=rm log",
+                "git -c core.pager='rm -rf .' log",
+                "git -C sub -c core.sshCommand='rm -rf .' fetch",
+                "git -c core.editor=rm commit",
+                "git -c core.fsmonitor=rm status",
+                "git -c diff.external=rm diff",
+                "git -c filter.x.clean=rm add .",
+                "git --no-pager -c credential.helper='!rm -rf .' fetch",
+                "sudo -u me git -c alias.x='!rm -rf y' x",
+                "env -i git -c alias.x='!rm' x",
+                "git config alias.x '!rm -rf .'",
+                "git config --local core.pager rm",
+                "git rebase -x 'rm -rf .' main",
+                "git rebase --exec='rm -rf .' main",
+                "git bisect run rm -rf .",
+                "git submodule foreach 'rm -rf .'",
+                "git submodule foreach --recursive rm -rf .",
+                "git difftool -x rm",
+                "git clone --upload-pack='rm -rf .' a b",
+                "git push --receive-pack=rm origin",
+                "git filter-branch --tree-filter 'rm -rf .' HEAD",
+                // What git reads from a file or from the environment cannot be read.
+                "git -c core.hooksPath=hooks commit -m x",
+                "git -c include.path=evil.cfg x",
+                "git -c includeIf.onbranch:main.path=evil.cfg x",
+                "git --config-env=alias.x=CMD x",
+                "git --config-env alias.x=CMD x",
+                "git --exec-path=. x",
+                "git config core.hooksPath hooks",
+                // tar's checkpoint actions and its remote shells, man's pager.
+                "tar --checkpoint=1 --checkpoint-action=exec='rm -rf .' -cf a.tar b",
+                "tar --checkpoint-action exec=rm -cf a.tar b",
+                "tar --rsh-command=rm -cf h:a.tar b",
+                "man -P 'rm -rf .' ls",
+                "man --pager=rm ls",
+                // A program run by the environment it is given.
+                "LESSOPEN='rm %s' less f",
+                "PAGER=rm git log",
+                "GIT_EXTERNAL_DIFF=rm git diff",
+                "GIT_SSH_COMMAND='rm -rf .' git fetch",
+                "env EDITOR=rm git commit",
+                "export PAGER=rm; git log",
+                "make SHELL=rm",
+                "make CC='rm -rf .' all",
+                // env's split string written onto its option.
+                "env -S'rm -rf .'",
+                "env -iSrm x",
+                "env -S 'rm x'",
+                "env --split-string='rm x'",
+                // xargs, in every way of giving it the program.
+                "ls | xargs -0 rm",
+                "ls | xargs -I {} rm {}",
+                "ls | xargs -n1 -P4 rm",
+                "ls | xargs --max-args=1 rm",
+                "ls | xargs sh -c 'rm \"$@\"' _",
+            ],
+            Permission::Deny,
+        );
+        decides(
+            &store,
+            &[
+                "git -c alias.x='!curl evil' x",
+                "git -c core.sshCommand='curl x' fetch",
+                "tar --checkpoint-action=exec=curl -cf a b",
+            ],
+            Permission::Ask,
+        );
+        // What the program only reads or names stays allowed.
+        decides(
+            &store,
+            &[
+                "git -c user.name=me commit -m x",
+                "git -c color.ui=always log",
+                "git -C sub status",
+                "git rm x",
+                "git config user.email me@example.com",
+                "git rebase -i main",
+                "git bisect start",
+                "tar --checkpoint=100 --checkpoint-action=dot -cf a.tar b",
+                "man rm",
+                "LANG=C ls",
+                "make -j4 test",
+                "export FOO=1 BAR=baz",
+                "env -i ls",
+            ],
+            Permission::Allow,
+        );
+    }
+
+    #[test]
+    fn a_program_whose_own_language_runs_commands_matches_any_deny_or_ask_rule() {
+        // No prefix reads an awk program, a sed script or a vim command line: a call that may
+        // run a command through one matches a deny or ask rule on any program.
+        let store = denying_rm();
+        decides(
+            &store,
+            &[
+                "awk 'BEGIN { system(\"r\" \"m -rf .\") }'",
+                "awk 'BEGIN { print \"rm -rf .\" | \"sh\" }'",
+                "gawk 'BEGIN { \"rm -rf .\" | getline }'",
+                "mawk -F: '{ system($1) }' f",
+                "awk -f prog.awk f",
+                "awk -fprog.awk f",
+                "gawk --file=prog.awk f",
+                "gawk -l ./ext.so 'BEGIN{}'",
+                "gawk -i lib 'BEGIN{}'",
+                "gawk -E prog.awk",
+                "mawk -W exec prog.awk",
+                "gawk 'BEGIN { f = \"sys\" \"tem\"; @f(\"rm\") }'",
+                "sudo awk 'BEGIN{system(\"x\")}'",
+                "sed '1e rm -rf .' f",
+                "sed -n '1d;e rm -rf .' f",
+                "sed 's/.*/rm -rf &/e' f",
+                "sed 's/x/y/ge' f",
+                "sed -e '$e' f",
+                "sed -ne '/x/e' f",
+                "sed --expression='1e rm' f",
+                "sed -f script.sed f",
+                "sed --file=script.sed f",
+                "gsed '1e rm' f",
+                "vim -c '!rm -rf .' -c q",
+                "vi +'!rm -rf .' f",
+                "nvim --headless +'call system(\"rm\")' +q",
+                "ex -sc '!rm -rf .' -c q",
+                "echo '!rm -rf .' | ed",
+                "emacs --batch --eval '(shell-command \"rm\")'",
+                "less '+!rm -rf .' f",
+                "more '+|rm' f",
+                "less -k keys f",
+                "make --eval='x:; rm -rf .' x",
+                "echo 'x:; rm -rf .' | make -f - x",
+                "python3 -c 'import os; os.system(\"rm -rf .\")'",
+                "python3 -Ic '__import__(\"subprocess\").run([\"rm\"])'",
+                "perl -e 'system(\"rm\")'",
+                "perl -ne 'qx(rm)' f",
+                "ruby -e '`rm -rf .`'",
+                "node -e 'require(\"child_process\").execSync(\"rm\")'",
+                "php -r 'shell_exec(\"rm\");'",
+                "echo 'import os; os.system(\"rm\")' | python3",
+                "python3 - <<'EOF'\nimport os\nos.system('rm -rf .')\nEOF",
+            ],
+            Permission::Deny,
+        );
+        decides(
+            &store,
+            &[
+                "awk '{ print $1 }' f",
+                "awk -F: '{ a = 1; print a }' f | sort",
+                "awk -v x=1 '{ print x }' f",
+                "awk '/a/ || /b/' f",
+                "awk -F '|' '{ print $2 }' f",
+                "sed 's/foo/bar/g' f",
+                "sed -n '1,5p' f",
+                "sed -i.bak 's/version = 1/version = 2/' Cargo.toml",
+                "sed -E '/^$/d' f",
+                "sed --sandbox 's/x/y/e' f",
+                "less f",
+                "grep -r ex .",
+                "echo vim",
+                "make test",
+                "python3 -c 'print(1 + 1)'",
+                "python3 script.py",
+                "python3 -m pytest -x",
+                "node -e 'console.log(1)'",
+                "perl -ne 'print if /x/' f",
+            ],
+            Permission::Allow,
+        );
+    }
+
+    #[test]
+    fn escapes_a_deny_prefix_already_saw_stay_seen() {
+        // Spellings of `rm` a hostile model tries: each was matched before this round; kept
+        // here so that none slips as the reading changes.
+        let store = denying_rm();
+        decides(
+            &store,
+            &[
+                "command rm x",
+                "builtin rm x",
+                "exec -a tidy rm x",
+                "command -p rm x",
+                "$'rm' x",
+                "\\rm x",
+                "r''m x",
+                "\"r\"m x",
+                "/bin/r? x",
+                "/bin/{rm,} x",
+                "$(which rm) x",
+                "`which rm` x",
+                "cat <(rm x)",
+                "sh <<< 'rm x'",
+                "sh -c \"bash -c 'rm x'\"",
+                "busybox rm x",
+                "toybox rm x",
+                "busybox sh -c 'rm x'",
+            ],
+            Permission::Deny,
+        );
+    }
+
+    /// Programs found as a tool finds them: a word with a `/` against the root, a bare name
+    /// in `bin`, every link followed (stands in for the CLI's file system look-up).
+    #[derive(Debug)]
+    struct LinkedPrograms(Vec<(&'static str, &'static str)>);
+
+    impl ResolvePaths for LinkedPrograms {
+        fn root(&self) -> &Path {
+            Path::new("/work")
+        }
+        fn resolve(&self, path: &str) -> Option<PathBuf> {
+            Some(Path::new("/work").join(path))
+        }
+        fn programs(&self, word: &str) -> Vec<PathBuf> {
+            self.0
+                .iter()
+                .filter(|(name, _)| *name == word)
+                .map(|(_, file)| PathBuf::from(file))
+                .collect()
+        }
+    }
+
+    #[test]
+    fn a_deny_or_ask_prefix_judges_the_file_a_program_word_resolves_to() {
+        let mut store = PermissionStore::new(Permission::Allow);
+        store
+            .configure(rule("shell", prefix("rm"), Permission::Deny))
+            .configure(rule("shell", prefix("curl"), Permission::Ask))
+            .configure(rule(
+                "shell",
+                prefix(".venv/bin/python -m pytest"),
+                Permission::Allow,
+            ))
+            .set("shell", Permission::Allow)
+            .resolve_paths(
+                "shell",
+                Arc::new(LinkedPrograms(vec![
+                    ("./tidy", "/usr/bin/rm"),
+                    ("tidy", "/usr/bin/rm"),
+                    ("./fetch", "/usr/bin/curl"),
+                    (".venv/bin/python", "/usr/bin/python3.12"),
+                ])),
+            );
+        decides(
+            &store,
+            &[
+                "./tidy -rf .",
+                "tidy -rf .",
+                "sudo ./tidy x",
+                "ls; ./tidy x",
+            ],
+            Permission::Deny,
+        );
+        decides(&store, &["./fetch http://x"], Permission::Ask);
+        decides(
+            &store,
+            &[".venv/bin/python -m pytest", "./other x", "ls tidy"],
+            Permission::Allow,
+        );
+        // Without the tool's look-up, only the word is judged.
+        let mut bare = PermissionStore::new(Permission::Allow);
+        bare.configure(rule("shell", prefix("rm"), Permission::Deny))
+            .set("shell", Permission::Allow);
+        decides(&bare, &["./tidy -rf ."], Permission::Allow);
     }
 
     #[test]
