@@ -596,7 +596,8 @@ fn attached_value_runs(
 /// True when the program `words[0]`, given the words after it, runs the prefix's words by its
 /// own means: a program it is given in an option's value ([`RUNS_AFTER_OPTION`]: `find -exec`,
 /// `tar --checkpoint-action=exec=`, `man -P`), git's (see [`git_runs`]), a variable a shell
-/// builtin sets (`export PAGER=rm`), a variable or `--eval` given to make.
+/// builtin sets (`export PAGER=rm`) or make is given (`CC=rm`); or another name it makes for the
+/// program (`ln -s /bin/rm tidy`, `cp`, `install`, `dd if=`).
 fn runs_by_own_means(words: &[String], wanted: &[&str], programs: Programs<'_>) -> bool {
     let Some(first) = words.first() else {
         return false;
@@ -614,6 +615,21 @@ fn runs_by_own_means(words: &[String], wanted: &[&str], programs: Programs<'_>) 
         "export" | "declare" | "typeset" | "local" | "readonly" | "make" | "gmake" => {
             (1..words.len()).any(|i| word_runs(words, i, wanted, programs))
         }
+        // `ln -s /bin/rm tidy`, `cp /bin/rm tidy`: another name for the program, which a later
+        // part of the chain (`&& ./tidy`) runs before any look-up could see it: made, it is as
+        // the program is. A file named like the program (`cp rm rm.bak`) errs towards matching.
+        "ln" | "link" | "cp" | "mv" | "install" | "rsync" | "gln" | "gcp" | "gmv" | "ginstall" => {
+            wanted.first().is_some_and(|w| {
+                rest.iter()
+                    .any(|word| !word.starts_with('-') && names_program(w, word, programs))
+            })
+        }
+        "dd" => wanted.first().is_some_and(|w| {
+            rest.iter().any(|word| {
+                word.strip_prefix("if=")
+                    .is_some_and(|file| names_program(w, file, programs))
+            })
+        }),
         _ => false,
     }
 }
@@ -2919,6 +2935,24 @@ mod tests {
                 "ls; ./tidy x",
             ],
             Permission::Deny,
+        );
+        // Another name made for the program, which the same command may run before any look-up.
+        decides(
+            &store,
+            &[
+                "ln -s /bin/rm t && ./t -rf .",
+                "ln -sf ../../usr/bin/rm t",
+                "cp /usr/bin/rm t",
+                "install -m 755 /bin/rm t",
+                "dd if=/bin/rm of=t",
+                "cp ./tidy t",
+            ],
+            Permission::Deny,
+        );
+        decides(
+            &store,
+            &["cp a.txt b.txt", "ln -s src/lib.rs lib.rs"],
+            Permission::Allow,
         );
         decides(&store, &["./fetch http://x"], Permission::Ask);
         decides(
