@@ -198,8 +198,9 @@ fn builtin_tool(file: &AgentFile, t: &ToolFileSpec, builtin: &str) -> Result<Too
     let mut options = builtin_options(file, t);
     // A walk meets files no call named: it leaves out those the gate would deny or ask about.
     // A file tool judges its path again as it runs: a call of its batch may have made it a link
-    // to a denied file after the gate allowed it.
-    if kind.judges_paths() && file.permissions().is_some() {
+    // to a denied file after the gate allowed it; the shell judges its command again (a call
+    // of its batch may have made `./tidy` a link to a denied program).
+    if (kind.judges_paths() || kind.judges_commands()) && file.permissions().is_some() {
         options.withhold = Some(permission_store(file)?);
     }
     kind.tool_named(t.name(), &options)

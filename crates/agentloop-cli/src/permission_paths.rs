@@ -3,12 +3,14 @@
 //! [`Workspace::resolve`] (links followed, escapes refused); any other tool (a command tool, an
 //! agent, an MCP tool) runs in the agent file's folder, where a path is what the operating
 //! system would open: the part that exists canonicalized (links followed), the rest appended
-//! as written. So a link inside the workspace cannot walk around a `deny` glob.
+//! as written. So a link inside the workspace cannot walk around a `deny` glob. Likewise a
+//! command's first word is looked up as the shell would run it (against the root, or on
+//! `PATH`), so that a link `./tidy` to `/bin/rm` is judged as `rm` by a `deny` or `ask` prefix.
 
 use std::path::{Path, PathBuf};
 
 use agentloop::permissions::ResolvePaths;
-use agentloop_tools::workspace::{Workspace, follow_links};
+use agentloop_tools::workspace::{Workspace, follow_links, program_files};
 
 /// Paths as a built-in tool resolves them: inside its workspace; a path it refuses is `None`.
 #[derive(Debug)]
@@ -21,6 +23,10 @@ impl ResolvePaths for WorkspacePaths {
 
     fn resolve(&self, path: &str) -> Option<PathBuf> {
         self.0.resolve(path).ok()
+    }
+
+    fn programs(&self, word: &str) -> Vec<PathBuf> {
+        program_files(self.0.root(), word)
     }
 }
 
@@ -47,6 +53,10 @@ impl ResolvePaths for FolderPaths {
 
     fn resolve(&self, path: &str) -> Option<PathBuf> {
         Some(follow_links(&self.root.join(path)))
+    }
+
+    fn programs(&self, word: &str) -> Vec<PathBuf> {
+        program_files(&self.root, word)
     }
 }
 
@@ -96,5 +106,32 @@ mod tests {
         );
         assert_eq!(ws.resolve("out/x"), None, "the tool refuses a link out");
         assert_eq!(ws.resolve("../x"), None);
+    }
+
+    #[test]
+    fn a_program_word_is_followed_to_the_file_it_runs_wherever_that_is() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = std::fs::canonicalize(dir.path()).unwrap();
+        std::fs::create_dir_all(base.join("work/bin")).unwrap();
+        std::fs::create_dir_all(base.join("elsewhere")).unwrap();
+        std::fs::write(base.join("elsewhere/rm"), "").unwrap();
+        symlink(base.join("elsewhere/rm"), base.join("work/tidy")).unwrap();
+        symlink("../tidy", base.join("work/bin/sweep")).unwrap();
+        let rm = vec![base.join("elsewhere/rm")];
+        for paths in [
+            Box::new(FolderPaths::new(&base.join("work"))) as Box<dyn ResolvePaths>,
+            Box::new(WorkspacePaths(Workspace::new(base.join("work")).unwrap())),
+        ] {
+            assert_eq!(
+                paths.programs("./tidy"),
+                rm,
+                "out of the root: it is what runs"
+            );
+            assert_eq!(paths.programs("bin/sweep"), rm, "a link to a link");
+            assert_eq!(paths.programs("tidy"), rm, "a bare name found in the root");
+            assert_eq!(paths.programs(base.join("work/tidy").to_str().unwrap()), rm);
+            assert!(paths.programs("./missing").is_empty());
+            assert!(paths.programs("bin").is_empty(), "a folder runs nothing");
+        }
     }
 }

@@ -1307,3 +1307,86 @@ async fn streamed_model_text_reaches_the_terminal_without_escape_sequences() {
         "{shown:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn what_a_program_runs_by_its_own_means_is_denied_as_the_program_would_be() {
+    // Each would remove `keep.txt` (tried by hand with git 2.39, GNU tar 1.34, less 590 and
+    // coreutils' env): the command is in git's configuration, tar's checkpoint action, the
+    // input filter less runs, a string env splits. The last: git's other configuration runs.
+    assert_every_rm_denied_and_the_last_runs(
+        &[
+            "git -c alias.x='!rm -f keep.txt' x",
+            "git init -q . && git -c core.fsmonitor='rm -f keep.txt' status",
+            "tar --checkpoint=1 --checkpoint-action=exec='rm -f keep.txt' -cf /dev/null keep.txt",
+            "LESSOPEN='rm -f keep.txt %s' less keep.txt",
+            "env -S'rm -f keep.txt'",
+            "git -c user.name=me -c alias.x='!touch made' x",
+        ],
+        "an rm run by a program's own means ran",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_program_whose_own_language_runs_a_command_is_denied_under_a_deny_on_any_program() {
+    // An awk program, a sed script, a vim command line, inline python and a make rule given on
+    // the command line: no prefix reads them, so a deny on `rm` matches each call that may run
+    // a command through one (each would remove `keep.txt`: mawk 1.3.4, GNU sed 4.9, vim 9.0,
+    // GNU make 4.3). The last: an awk program that runs nothing is not judged so.
+    assert_every_rm_denied_and_the_last_runs(
+        &[
+            "awk 'BEGIN { system(\"r\" \"m -f keep.txt\") }'",
+            "awk 'BEGIN { print \"rm -f keep.txt\" | \"sh\" }'",
+            "sed -n '1e rm -f keep.txt' keep.txt",
+            "sed 's/.*/rm -f keep.txt/e' keep.txt",
+            "vim -es -c '!rm -f keep.txt' -c q",
+            "python3 -c 'import os; os.system(\"r\" + \"m -f keep.txt\")'",
+            "make --eval='x: ; rm -f keep.txt' x",
+            "awk '{ print $1 }' keep.txt > made",
+        ],
+        "an rm run by an awk, sed, vim, python or make program ran",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_link_to_a_denied_program_is_judged_as_that_program_before_and_as_the_command_runs() {
+    // `tidy` is a link to `rm` (made before the run): the gate sees it lead to `rm`. `sweep` is
+    // one in `sub`, where its call runs (`cwd`): the gate looked in the root and let it
+    // through, the shell, looking where it runs, refuses it. `wipe` is made by a call of the
+    // same batch in a way no prefix reads (perl's `symlink`), after the gate judged `./wipe`:
+    // refused as it runs. `ln` making another name for `rm` is itself denied. The last: a link
+    // to a program no rule denies runs.
+    let calls: Vec<(&str, Value)> = [
+        json!({"command": "./tidy -f keep.txt"}),
+        json!({"command": "./sweep -f ../keep.txt", "cwd": "sub"}),
+        json!({"command": "perl -e 'symlink \"/bin/rm\", \"wipe\"'"}),
+        json!({"command": "./wipe -f keep.txt"}),
+        json!({"command": "ln -s /bin/rm t && ./t -f keep.txt"}),
+        json!({"command": "ln -s /usr/bin/touch make-it && ./make-it made"}),
+    ]
+    .into_iter()
+    .map(|a| ("shell", a))
+    .collect();
+    let dir = scripted_builtins(DENY_RM_ALLOW_THE_REST, &calls);
+    std::fs::create_dir_all(dir.path("work/sub")).unwrap();
+    std::os::unix::fs::symlink("/bin/rm", dir.path("work/tidy")).unwrap();
+    std::os::unix::fs::symlink("/bin/rm", dir.path("work/sub/sweep")).unwrap();
+    std::fs::write(dir.path("work/keep.txt"), "kept").unwrap();
+    let (_, v) = run_json(&dir, &[]).await;
+    let calls = v["tool_calls"].as_array().unwrap();
+    assert_eq!(
+        call_statuses(&v),
+        ["denied", "error", "ok", "error", "denied", "ok"],
+        "{v}"
+    );
+    for refused in [1, 3] {
+        assert_eq!(calls[refused]["error"]["code"], "command_denied", "{v}");
+    }
+    assert!(dir.path("work/wipe").is_symlink(), "the link was made: {v}");
+    assert!(
+        dir.path("work/keep.txt").exists(),
+        "an rm behind a link ran"
+    );
+    assert!(dir.path("work/made").exists(), "the last command runs: {v}");
+}

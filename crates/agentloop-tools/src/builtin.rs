@@ -113,6 +113,14 @@ impl Builtin {
             )
     }
 
+    /// True for the tools that judge their command by [`BuiltinOptions::withhold`]'s `deny` and
+    /// `ask` command prefix rules as they run (the shell: another call of its batch may have
+    /// made a word of its command a link to a denied program after the gate allowed it, and its
+    /// `cwd` is where its programs are looked up).
+    pub fn judges_commands(self) -> bool {
+        self == Builtin::Shell
+    }
+
     /// The tool, under its own name.
     pub fn tool(self, options: &BuiltinOptions) -> Result<Tool, BuiltinError> {
         self.tool_named(self.name(), options)
@@ -206,7 +214,9 @@ pub struct BuiltinOptions {
     /// list_dir, glob, grep: the permission rules whose `deny` and `ask` path rules they apply
     /// to each entry they walk, leaving out what those match; read_file, write_file, edit_file:
     /// the rules whose `deny` path rules they judge their path by again as they run
-    /// ([`Workspace::withhold`], [`Builtin::judges_paths`]). Give the store the gate decides with.
+    /// ([`Workspace::withhold`], [`Builtin::judges_paths`]); shell: the rules whose `deny` and
+    /// `ask` command prefix rules it judges its command by again as it runs
+    /// ([`Builtin::judges_commands`]). Give the store the gate decides with.
     pub withhold: Option<PermissionStore>,
 }
 

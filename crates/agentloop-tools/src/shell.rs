@@ -12,12 +12,18 @@
 //! Commands run in a sandbox ([`ShellTool::sandbox`]), `workspace-write` without network by
 //! default: they write only under the workspace root and a private `TMPDIR`, and no command or
 //! child of it can leave the call's process group, so a timeout kills them all.
+//!
+//! Given the permission rules ([`Workspace::withhold`]), it judges its command by their `deny`
+//! and `ask` command prefixes again as it runs, with the programs its words name looked up in
+//! its `cwd` ([`CommandRefused`]): the gate judged the call before its batch ran, and another
+//! call of the batch may since have made `./tidy` a link to a denied program.
 
 use std::ffi::OsString;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use agentloop::permissions::{CommandRules, Permission, ResolvePaths};
 use agentloop::{Tool, ToolContext, ToolError, ToolOutput, tool::ExecutionMode};
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -29,7 +35,7 @@ use crate::process::{
     GroupCommand, HeadTail, Stopped, describe_status, env_pairs, not_cancelled, run_until,
     scrubbed_env,
 };
-use crate::workspace::Workspace;
+use crate::workspace::{Workspace, program_files};
 
 /// The variables a shell command sees by default, when this process has them.
 pub const DEFAULT_SHELL_ENV: &[&str] =
@@ -101,6 +107,7 @@ impl ShellTool {
 
     /// The tool, named `name`.
     pub fn into_tool(self, name: impl Into<String>) -> Tool {
+        let name = name.into();
         let description = format!(
             "Runs a shell command (`sh -c`) in the workspace and answers its exit status, stdout \
              and stderr. `cwd` is a folder relative to the workspace root (default: the root). \
@@ -116,8 +123,10 @@ impl ShellTool {
         let sandbox = Sandbox::new(self.sandbox)
             .writable_resolved(self.workspace.root())
             .read_only(self.workspace.protected().iter().cloned());
+        let commands = self.workspace.withheld_commands(&name, "command");
         let runner = Arc::new(ShellRunner {
             sandbox,
+            commands,
             workspace: self.workspace,
             timeout: self.timeout,
             max_output_bytes: self.max_output_bytes,
@@ -147,6 +156,8 @@ pub(crate) struct ShellArgs {
 
 struct ShellRunner {
     sandbox: Sandbox,
+    /// The `deny` and `ask` command prefix rules the command is judged by again as it runs.
+    commands: Option<CommandRules>,
     workspace: Workspace,
     timeout: Duration,
     max_output_bytes: usize,
@@ -162,6 +173,9 @@ impl ShellRunner {
                 format!("cwd {} is not a folder", self.workspace.display(&cwd)),
             )
             .permanent());
+        }
+        if let Some(rules) = &self.commands {
+            refused_now(rules, &args.command, &cwd, ctx.approved())?;
         }
         not_cancelled(&ctx.cancel, "the command")?;
         let argv = ["-c".to_owned(), args.command];
@@ -217,6 +231,76 @@ impl ShellRunner {
             "stderr_bytes": err_bytes,
             "sandbox_note": note,
         })))
+    }
+}
+
+/// Why the shell refused a command the gate had let through: a command prefix rule matches it
+/// as it runs, with its programs looked up where it runs.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CommandRefused {
+    /// A `deny` command prefix rule matches the command now: one of its words leads to a
+    /// program the rule denies (a link another call of the batch made after the gate judged
+    /// the call, or one in the call's `cwd`, where the gate did not look).
+    #[error(
+        "the command runs a program the permission rules deny to this tool (one of its words now leads to it, where the command runs)"
+    )]
+    Denied,
+    /// An `ask` command prefix rule matches the command now, and nobody approved this call.
+    /// Calling again gets the call judged with the link in place, and so asked about.
+    #[error(
+        "the command runs a program the permission rules ask about for this tool (one of its words now leads to it, where the command runs), and nobody approved this call: call again to be asked"
+    )]
+    Unapproved,
+}
+
+impl CommandRefused {
+    /// The stable code, also the code of the tool error the model reads.
+    pub fn code(&self) -> &'static str {
+        match self {
+            CommandRefused::Denied => "command_denied",
+            CommandRefused::Unapproved => "command_not_approved",
+        }
+    }
+}
+
+impl From<CommandRefused> for ToolError {
+    fn from(e: CommandRefused) -> Self {
+        // No retry turns a refused command into an accepted one.
+        ToolError::new(e.code(), e.to_string()).permanent()
+    }
+}
+
+/// Programs as a command started in `folder` finds them ([`program_files`]).
+#[derive(Debug)]
+struct ProgramsIn<'a>(&'a Path);
+
+impl ResolvePaths for ProgramsIn<'_> {
+    fn root(&self) -> &Path {
+        self.0
+    }
+
+    fn resolve(&self, path: &str) -> Option<PathBuf> {
+        Some(self.0.join(path))
+    }
+
+    fn programs(&self, word: &str) -> Vec<PathBuf> {
+        program_files(self.0, word)
+    }
+}
+
+/// Refuses `command`, about to run in `cwd`, when a command prefix rule the gate would not
+/// have let pass matches it now: a `deny` rule always, an `ask` rule unless a person approved
+/// this very call (`approved`, [`ToolContext::approved`]).
+fn refused_now(
+    rules: &CommandRules,
+    command: &str,
+    cwd: &Path,
+    approved: bool,
+) -> Result<(), CommandRefused> {
+    match rules.judge(command, Some(&ProgramsIn(cwd))) {
+        Some(Permission::Deny) => Err(CommandRefused::Denied),
+        Some(Permission::Ask) if !approved => Err(CommandRefused::Unapproved),
+        _ => Ok(()),
     }
 }
 
@@ -283,6 +367,51 @@ mod tests {
         );
         let got = run(&tool, json!({"command": "true"})).await.unwrap();
         assert_eq!(got, "exit status 0 (no output)");
+    }
+
+    #[tokio::test]
+    async fn a_command_is_judged_again_as_it_runs_with_its_programs_found_where_it_runs() {
+        use agentloop::permissions::{ArgumentMatch, PermissionRule, PermissionStore};
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        std::fs::create_dir(root.join("sub")).unwrap();
+        std::fs::write(root.join("keep.txt"), "kept").unwrap();
+        let rm = program_files(&root, "rm");
+        let rm = rm.first().expect("rm on PATH");
+        std::os::unix::fs::symlink(rm, root.join("sub/tidy")).unwrap();
+        let rule = |prefix: &str, permission| PermissionRule {
+            tool: "shell".into(),
+            arguments: Some(ArgumentMatch::CommandPrefix {
+                field: "command".into(),
+                prefix: prefix.into(),
+                allow_chaining: false,
+            }),
+            permission,
+        };
+        let mut store = PermissionStore::new(Permission::Allow);
+        store
+            .configure(rule("rm", Permission::Deny))
+            .configure(rule("rmdir", Permission::Ask));
+        let workspace = Workspace::new(&root).unwrap().withhold(&store);
+        let tool = ShellTool::new(workspace).into_tool("shell");
+        // `./tidy` leads to `rm` in `sub`, where the command runs.
+        let tidy = json!({"command": "./tidy -f ../keep.txt", "cwd": "sub"});
+        let refused = run(&tool, tidy.clone()).await.unwrap_err();
+        assert_eq!(code(&refused), "command_denied");
+        assert!(root.join("keep.txt").exists());
+        // An ask rule: refused unless a person approved this very call.
+        std::fs::create_dir(root.join("gone")).unwrap();
+        let rmdir = json!({"command": "rmdir gone"});
+        let unasked = run(&tool, rmdir.clone()).await.unwrap_err();
+        assert_eq!(code(&unasked), "command_not_approved");
+        assert!(root.join("gone").exists());
+        let approved = ToolContext::detached("c", "shell").approved_by_a_person();
+        tool.call(rmdir, approved).await.unwrap();
+        assert!(!root.join("gone").exists(), "an approved call runs");
+        // A command no rule matches runs, wherever it runs.
+        run(&tool, json!({"command": "ls", "cwd": "sub"}))
+            .await
+            .unwrap();
     }
 
     #[tokio::test]

@@ -21,7 +21,7 @@
 use std::ffi::OsString;
 use std::path::{Component, Path, PathBuf};
 
-use agentloop::permissions::{PathRules, PermissionStore};
+use agentloop::permissions::{CommandRules, PathRules, PermissionStore};
 
 /// Why a path was refused. The message is what the model reads: it names the path as the model
 /// gave it, never the absolute root.
@@ -224,6 +224,16 @@ impl Workspace {
             .filter(|rules| !rules.is_empty())
     }
 
+    /// The `deny` and `ask` command prefix rules of the tool `tool` on its argument `field`: what
+    /// the shell judges its command by again as it runs ([`Self::withhold`]); `None` when none
+    /// apply.
+    pub fn withheld_commands(&self, tool: &str, field: &str) -> Option<CommandRules> {
+        self.withheld
+            .as_ref()
+            .map(|store| store.command_rules(tool, field))
+            .filter(|rules| !rules.is_empty())
+    }
+
     /// The protected paths, canonical.
     pub fn protected(&self) -> &[PathBuf] {
         &self.protected
@@ -353,6 +363,28 @@ pub fn follow_links(path: &Path) -> PathBuf {
         }
     }
     out
+}
+
+/// The files a command's first word may run in a process started in `folder`, every link
+/// followed: a word with a `/` from `folder` (or as it is, when absolute); a bare name in each
+/// folder of agentloop's `PATH` (which a process of the agent is given), and in `folder`
+/// itself, as a command that puts `.` on its `PATH` would find it. Unlike a path argument, a
+/// program is followed out of the root: where it leads is what runs. A copy of a program is
+/// another file under another name, which no look-up can tell (the sandbox is the boundary).
+pub fn program_files(folder: &Path, word: &str) -> Vec<PathBuf> {
+    let found = |candidate: PathBuf| {
+        std::fs::canonicalize(candidate)
+            .ok()
+            .filter(|file| file.is_file())
+    };
+    if word.contains('/') {
+        return found(folder.join(word)).into_iter().collect();
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain(std::iter::once(PathBuf::new()))
+        .filter_map(|dir| found(folder.join(dir).join(word)))
+        .collect()
 }
 
 // outside-paths: off (the tests below try hostile paths on purpose)
