@@ -1353,13 +1353,15 @@ async fn a_program_whose_own_language_runs_a_command_is_denied_under_a_deny_on_a
 async fn a_link_to_a_denied_program_is_judged_as_that_program_before_and_as_the_command_runs() {
     // `tidy` is a link to `rm` (made before the run): the gate sees it lead to `rm`. `sweep` is
     // one in `sub`, where its call runs (`cwd`): the gate looked in the root and let it
-    // through, the shell, looking where it runs, refuses it. `wipe` is made by a call of the
-    // same batch in a way no prefix reads (perl's `symlink`), after the gate judged `./wipe`:
-    // refused as it runs. `ln` making another name for `rm` is itself denied. The last: a link
-    // to a program no rule denies runs.
+    // through, the shell, looking where it runs, refuses it; a `cd sub` in the command is
+    // followed by the gate. `wipe` is made by a call of the same batch in a way no prefix
+    // reads (perl's `symlink`), after the gate judged `./wipe`: refused as it runs. `ln`
+    // making another name for `rm` is itself denied. The last: a link to a program no rule
+    // denies runs.
     let calls: Vec<(&str, Value)> = [
         json!({"command": "./tidy -f keep.txt"}),
         json!({"command": "./sweep -f ../keep.txt", "cwd": "sub"}),
+        json!({"command": "cd sub && ./sweep -f ../keep.txt"}),
         json!({"command": "perl -e 'symlink \"/bin/rm\", \"wipe\"'"}),
         json!({"command": "./wipe -f keep.txt"}),
         json!({"command": "ln -s /bin/rm t && ./t -f keep.txt"}),
@@ -1377,10 +1379,10 @@ async fn a_link_to_a_denied_program_is_judged_as_that_program_before_and_as_the_
     let calls = v["tool_calls"].as_array().unwrap();
     assert_eq!(
         call_statuses(&v),
-        ["denied", "error", "ok", "error", "denied", "ok"],
+        ["denied", "error", "denied", "ok", "error", "denied", "ok"],
         "{v}"
     );
-    for refused in [1, 3] {
+    for refused in [1, 4] {
         assert_eq!(calls[refused]["error"]["code"], "command_denied", "{v}");
     }
     assert!(dir.path("work/wipe").is_symlink(), "the link was made: {v}");

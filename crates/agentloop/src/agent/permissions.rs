@@ -309,7 +309,7 @@ const CHAIN_SPLIT: &str = ";&|`()<>\n\r";
 /// chain and a part of it runs a launcher (`… | sh`, `… | xargs env`), what that launcher runs
 /// comes from another part, which no reading of one part sees: then any word of the whole
 /// command that runs the prefix's words matches.
-fn chain_runs_with_words(command: &str, prefix: &str, programs: Programs<'_>) -> bool {
+fn chain_runs_with_words(command: &str, prefix: &str, resolver: Option<&dyn ResolvePaths>) -> bool {
     if runs_hidden_code(command) {
         // What such an expansion runs is built when the shell runs it (`${x@P}` of a value
         // made of `\x24\x28rm…`): no reading of the text sees it, so a deny or ask rule fails
@@ -328,6 +328,21 @@ fn chain_runs_with_words(command: &str, prefix: &str, programs: Programs<'_>) ->
         return true;
     }
     let parts: Vec<&str> = joined.split(|c: char| CHAIN_SPLIT.contains(c)).collect();
+    // `cd sub && ./tidy`: a program word may be looked up in a folder the chain moves to.
+    let folders: Vec<String> = parts
+        .iter()
+        .filter_map(|part| {
+            let words = shell_words(part);
+            let (first, rest) = words.split_first()?;
+            matches!(first.as_str(), "cd" | "pushd")
+                .then(|| rest.iter().find(|w| !w.starts_with('-')).cloned())
+                .flatten()
+        })
+        .collect();
+    let programs = Programs {
+        resolver,
+        folders: &folders,
+    };
     if parts
         .iter()
         .any(|part| runs_with_words(part, prefix, programs))
@@ -416,8 +431,14 @@ fn program_name(word: &str) -> &str {
 }
 
 /// How a deny or ask rule finds the file a program word runs: the tool's own [`ResolvePaths`]
-/// ([`ResolvePaths::programs`]), when it has one.
-type Programs<'a> = Option<&'a dyn ResolvePaths>;
+/// ([`ResolvePaths::programs`]), when it has one, from its folder and from each folder the
+/// command moves to (`cd sub && ./tidy`).
+#[derive(Clone, Copy)]
+struct Programs<'a> {
+    resolver: Option<&'a dyn ResolvePaths>,
+    /// The folders the command's `cd` and `pushd` name, as written.
+    folders: &'a [String],
+}
 
 /// True when `word`, in a program's place, runs the program `wanted`: by its file name in any
 /// case (`/BIN/RM`), or by the file name of what it resolves to for the tool (`./tidy`, a link
@@ -429,13 +450,25 @@ fn names_program(wanted: &str, word: &str, programs: Programs<'_>) -> bool {
     if word.is_empty() || word.starts_with('-') || word.contains('=') {
         return false;
     }
-    programs.is_some_and(|p| {
-        p.programs(word).iter().any(|file| {
+    let Some(resolver) = programs.resolver else {
+        return false;
+    };
+    let named = |candidate: &str| {
+        resolver.programs(candidate).iter().any(|file| {
             file.file_name()
                 .and_then(|n| n.to_str())
                 .is_some_and(|n| wanted.eq_ignore_ascii_case(n))
         })
-    })
+    };
+    // A relative path is also looked up from each folder the command moves to; a bare name
+    // is looked up on `PATH`, wherever the command is.
+    let relative = word.contains('/') && !word.starts_with('/');
+    named(word)
+        || (relative
+            && programs
+                .folders
+                .iter()
+                .any(|folder| named(&format!("{folder}/{word}"))))
 }
 
 /// True when `name` is a shell variable's name (`LESSOPEN`, `_x1`).
@@ -2923,6 +2956,7 @@ mod tests {
                     ("./tidy", "/usr/bin/rm"),
                     ("tidy", "/usr/bin/rm"),
                     ("./fetch", "/usr/bin/curl"),
+                    ("sub/./sweep", "/usr/bin/rm"),
                     (".venv/bin/python", "/usr/bin/python3.12"),
                 ])),
             );
@@ -2955,9 +2989,21 @@ mod tests {
             Permission::Allow,
         );
         decides(&store, &["./fetch http://x"], Permission::Ask);
+        // A folder the command moves to first.
         decides(
             &store,
-            &[".venv/bin/python -m pytest", "./other x", "ls tidy"],
+            &["cd sub && ./sweep x", "pushd sub; ./sweep x"],
+            Permission::Deny,
+        );
+        decides(
+            &store,
+            &[
+                ".venv/bin/python -m pytest",
+                "./other x",
+                "ls tidy",
+                "./sweep x",
+                "cd other && ./sweep x",
+            ],
             Permission::Allow,
         );
         // Without the tool's look-up, only the word is judged.
