@@ -375,7 +375,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let root = std::fs::canonicalize(dir.path()).unwrap();
         std::fs::create_dir(root.join("sub")).unwrap();
-        std::fs::write(root.join("keep.txt"), "kept").unwrap();
+        std::fs::write(root.join("sub/keep.txt"), "kept").unwrap();
         let rm = program_files(&root, "rm");
         let rm = rm.first().expect("rm on PATH");
         std::os::unix::fs::symlink(rm, root.join("sub/tidy")).unwrap();
@@ -395,10 +395,10 @@ mod tests {
         let workspace = Workspace::new(&root).unwrap().withhold(&store);
         let tool = ShellTool::new(workspace).into_tool("shell");
         // `./tidy` leads to `rm` in `sub`, where the command runs.
-        let tidy = json!({"command": "./tidy -f ../keep.txt", "cwd": "sub"});
-        let refused = run(&tool, tidy.clone()).await.unwrap_err();
+        let tidy = json!({"command": "./tidy -f keep.txt", "cwd": "sub"});
+        let refused = run(&tool, tidy).await.unwrap_err();
         assert_eq!(code(&refused), "command_denied");
-        assert!(root.join("keep.txt").exists());
+        assert!(root.join("sub/keep.txt").exists());
         // An ask rule: refused unless a person approved this very call.
         std::fs::create_dir(root.join("gone")).unwrap();
         let rmdir = json!({"command": "rmdir gone"});
