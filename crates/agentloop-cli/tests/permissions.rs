@@ -1310,9 +1310,11 @@ async fn streamed_model_text_reaches_the_terminal_without_escape_sequences() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn what_a_program_runs_by_its_own_means_is_denied_as_the_program_would_be() {
-    // Each would remove `keep.txt` (tried by hand with git 2.39, GNU tar 1.34, less 590 and
-    // coreutils' env): the command is in git's configuration, tar's checkpoint action, the
-    // input filter less runs, a string env splits. The last: git's other configuration runs.
+    // Each would remove `keep.txt` (tried by hand with git 2.39, GNU tar 1.34, less 590,
+    // coreutils' env, zip 3.0 and glibc's loader): the command is in git's configuration,
+    // tar's checkpoint action, the input filter less runs, a string env splits, git's ext
+    // transport, zip's test command, the program the dynamic loader is given. The last: git's
+    // other configuration runs.
     assert_every_rm_denied_and_the_last_runs(
         &[
             "git -c alias.x='!rm -f keep.txt' x",
@@ -1320,6 +1322,9 @@ async fn what_a_program_runs_by_its_own_means_is_denied_as_the_program_would_be(
             "tar --checkpoint=1 --checkpoint-action=exec='rm -f keep.txt' -cf /dev/null keep.txt",
             "LESSOPEN='rm -f keep.txt %s' less keep.txt",
             "env -S'rm -f keep.txt'",
+            "git -c protocol.ext.allow=always clone 'ext::rm -f keep.txt' x",
+            "zip -T -TT 'rm -f keep.txt' a.zip keep.txt",
+            "/lib64/ld-linux-x86-64.so.2 /bin/rm -f keep.txt",
             "git -c user.name=me -c alias.x='!touch made' x",
         ],
         "an rm run by a program's own means ran",
@@ -1329,10 +1334,11 @@ async fn what_a_program_runs_by_its_own_means_is_denied_as_the_program_would_be(
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_program_whose_own_language_runs_a_command_is_denied_under_a_deny_on_any_program() {
-    // An awk program, a sed script, a vim command line, inline python and a make rule given on
-    // the command line: no prefix reads them, so a deny on `rm` matches each call that may run
-    // a command through one (each would remove `keep.txt`: mawk 1.3.4, GNU sed 4.9, vim 9.0,
-    // GNU make 4.3). The last: an awk program that runs nothing is not judged so.
+    // An awk program, a sed script, a vim command line, inline python, a make rule given on
+    // the command line and gdb's commands: no prefix reads them, so a deny on `rm` matches each
+    // call that may run a command through one (each would remove `keep.txt`: mawk 1.3.4, GNU
+    // sed 4.9, vim 9.0, GNU make 4.3, gdb 13). The last: an awk program that runs nothing is not
+    // judged so.
     assert_every_rm_denied_and_the_last_runs(
         &[
             "awk 'BEGIN { system(\"r\" \"m -f keep.txt\") }'",
@@ -1342,6 +1348,7 @@ async fn a_program_whose_own_language_runs_a_command_is_denied_under_a_deny_on_a
             "vim -es -c '!rm -f keep.txt' -c q",
             "python3 -c 'import os; os.system(\"r\" + \"m -f keep.txt\")'",
             "make --eval='x: ; rm -f keep.txt' x",
+            "gdb -batch -ex '!rm -f keep.txt'",
             "awk '{ print $1 }' keep.txt > made",
         ],
         "an rm run by an awk, sed, vim, python or make program ran",

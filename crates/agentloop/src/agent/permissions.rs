@@ -419,9 +419,16 @@ fn shell_words(part: &str) -> Vec<String> {
         .collect()
 }
 
-/// True when `program` is one of the [`LAUNCHERS`], in any case.
+/// True when `program` is one of the [`LAUNCHERS`], in any case, or the dynamic loader
+/// (`/lib64/ld-linux-x86-64.so.2 /bin/rm`) or a user-mode emulator (`qemu-x86_64 /bin/rm`),
+/// which run the program they are given.
 fn is_launcher(program: &str) -> bool {
+    let lower = program.to_ascii_lowercase();
     LAUNCHERS.iter().any(|l| l.eq_ignore_ascii_case(program))
+        || ["ld-linux", "ld-musl", "qemu-"]
+            .iter()
+            .any(|p| lower.starts_with(p))
+        || lower == "ld.so"
 }
 
 /// A program's file name: `rm` of `/bin/rm`. Compared with a rule's program in any case: on a
@@ -657,6 +664,25 @@ fn runs_by_own_means(words: &[String], wanted: &[&str], programs: Programs<'_>) 
                     .any(|word| !word.starts_with('-') && names_program(w, word, programs))
             })
         }
+        // `socat - EXEC:'rm x',pty`: an address that runs a program.
+        "socat" => (1..words.len()).any(|i| {
+            let Some(word) = words.get(i) else {
+                return false;
+            };
+            let lower = word.to_ascii_lowercase();
+            let Some(value) = ["exec:", "system:"]
+                .iter()
+                .find_map(|p| lower.starts_with(p).then(|| word.get(p.len()..)))
+                .flatten()
+            else {
+                return false;
+            };
+            let value = value.split(',').next().unwrap_or_default();
+            let run: Vec<String> = std::iter::once(value.to_owned())
+                .chain(words.get(i + 1..).unwrap_or_default().iter().cloned())
+                .collect();
+            words_run(&run, wanted, programs)
+        }),
         "dd" => wanted.first().is_some_and(|w| {
             rest.iter().any(|word| {
                 word.strip_prefix("if=")
@@ -744,6 +770,25 @@ fn git_runs(words: &[String], wanted: &[&str], programs: Programs<'_>) -> bool {
             .collect();
         words_run(&run, wanted, programs)
     };
+    // `git clone 'ext::rm -rf .'`: the ext transport runs its URL as a command.
+    let ext_runs = (0..words.len()).any(|i| {
+        words
+            .get(i)
+            .and_then(|w| {
+                w.get(..5)
+                    .filter(|p| p.eq_ignore_ascii_case("ext::"))
+                    .and(w.get(5..))
+            })
+            .is_some_and(|command| {
+                let run: Vec<String> = std::iter::once(command.to_owned())
+                    .chain(words.get(i + 1..).unwrap_or_default().iter().cloned())
+                    .collect();
+                words_run(&run, wanted, programs)
+            })
+    });
+    if ext_runs {
+        return true;
+    }
     let mut i = 0;
     while let Some(word) = words.get(i) {
         let lower = word.to_ascii_lowercase();
@@ -881,7 +926,8 @@ fn may_expand(word: &str) -> bool {
 /// calls a function by name (`@f()`) or comes from a file or extension (`-f`, `-i`, `-l`,
 /// `-E`, `-W exec`); a sed script with the `e` command or the `s///e` flag, or from a file
 /// (`-f`), unless `--sandbox`; vi, vim, ex, ed and emacs (their command lines and the commands
-/// they read run programs: `vim -c '!rm x'`, `ed <<< '!rm x'`); less or more with an initial
+/// they read run programs: `vim -c '!rm x'`, `ed <<< '!rm x'`); gdb and lldb given commands
+/// (`-ex '!rm x'`); less or more with an initial
 /// command that runs one (`+!…`, `+|…`) or a lesskey file (`-k`); make with `--eval` or a
 /// makefile on its standard input; and inline code of an interpreter (python's `-c`, perl's,
 /// ruby's and node's `-e`, php's `-r`, code fed on standard input) that names a way to start a
@@ -907,6 +953,16 @@ fn runs_unread_commands(command: &str) -> bool {
                     (a.starts_with('+') && a.contains(['!', '|']))
                         || a.starts_with("-k")
                         || a.starts_with("--lesskey")
+                }),
+                // gdb's and lldb's command lines run shells (`!`, `shell`, `python`).
+                "gdb" | "cgdb" | "lldb" => args.iter().any(|a| {
+                    let option = a.trim_start_matches('-');
+                    a.starts_with('-')
+                        && (["ex", "iex", "x", "ix", "o", "O", "s", "S", "k", "K"]
+                            .contains(&option)
+                            || ["command", "eval-command", "init-", "one-line", "source"]
+                                .iter()
+                                .any(|o| option.starts_with(o)))
                 }),
                 "make" | "gmake" => args
                     .iter()
@@ -1004,7 +1060,7 @@ fn is_interpreter(name: &str) -> bool {
         || name.starts_with("lua")
         || matches!(
             name,
-            "node" | "nodejs" | "deno" | "bun" | "rscript" | "tclsh" | "jruby"
+            "node" | "nodejs" | "deno" | "bun" | "rscript" | "tclsh" | "wish" | "expect" | "jruby"
         )
 }
 
@@ -1070,6 +1126,8 @@ fn program_positions(words: &[String]) -> Vec<usize> {
     let mut at = Vec::new();
     for (i, word) in words.iter().enumerate() {
         match walk.step(word) {
+            // A launcher may run commands of its own (gdb's `-ex`).
+            Place::Past if is_launcher(program_name(word)) => at.push(i),
             Place::Past => {}
             Place::Value => at.push(i),
             Place::Program => {
@@ -1172,6 +1230,25 @@ const LAUNCHERS: &[&str] = &[
     "zsh",
     "ksh",
     "fish",
+    "ash",
+    "hush",
+    "mksh",
+    "lksh",
+    "pdksh",
+    "oksh",
+    "loksh",
+    "rbash",
+    "yash",
+    "posh",
+    "csh",
+    "tcsh",
+    "osh",
+    "ysh",
+    "rc",
+    "nu",
+    "pwsh",
+    "elvish",
+    "xonsh",
     "then",
     "else",
     "elif",
@@ -1374,7 +1451,8 @@ const LAUNCHER_POSITIONALS: &[(&str, usize)] = &[
 
 /// Programs that run a program given as the value of one of their options, with those options:
 /// `find -exec`, `fd -x` (`fdfind` on Debian), `rg --pre`, `tar -I` (and its other scripts),
-/// `rsync -e`, `tar --checkpoint-action=exec=…`, `man -P`. What follows such an option, or its
+/// `rsync -e`, `tar --checkpoint-action=exec=…`, `man -P`, `nc -e`, `zip -TT`, `sort
+/// --compress-program`, `scp -S`. What follows such an option, or its
 /// `=` value and what follows, is a program and its arguments; the program's other words are
 /// its own (paths, tests, patterns).
 const RUNS_AFTER_OPTION: &[(&str, &[&str])] = &[
@@ -1398,6 +1476,13 @@ const RUNS_AFTER_OPTION: &[(&str, &[&str])] = &[
     ),
     ("rsync", &["-e", "--rsh", "--rsync-path"]),
     ("man", &["-P", "--pager", "--html"]),
+    ("nc", &["-e", "-c"]),
+    ("netcat", &["-e", "-c"]),
+    ("ncat", &["-e", "--exec", "-c", "--sh-exec", "--lua-exec"]),
+    ("zip", &["-TT", "--unzip-command"]),
+    ("sort", &["--compress-program"]),
+    ("scp", &["-S", "-o"]),
+    ("sftp", &["-S", "-o"]),
 ];
 
 /// The options of `program` after which a program comes ([`RUNS_AFTER_OPTION`]), in any case.
@@ -1446,6 +1531,8 @@ fn option_runs(
 fn starts_another(word: &str) -> bool {
     is_launcher(word)
         || word.starts_with('-')
+        // GNU parallel's `:::` (and `::::`): the commands or arguments that follow.
+        || word.starts_with(":::")
         || word.contains('=')
         || (word.starts_with(|c: char| c.is_ascii_digit())
             && word
@@ -2702,6 +2789,53 @@ mod tests {
             .configure(rule("shell", prefix("rm"), Permission::Deny))
             .set("shell", Permission::Allow);
         store
+    }
+
+    #[test]
+    fn a_deny_prefix_sees_more_shells_loaders_and_programs_that_run_a_command_they_are_given() {
+        let store = denying_rm();
+        decides(
+            &store,
+            &[
+                "ash -c 'rm x'",
+                "busybox ash -c 'rm x'",
+                "mksh -c 'rm x'",
+                "tcsh -c 'rm x'",
+                "pwsh -c 'rm x'",
+                "/lib64/ld-linux-x86-64.so.2 /bin/rm x",
+                "ld.so --library-path /lib rm x",
+                "qemu-x86_64 /bin/rm x",
+                "expect -c 'spawn rm x'",
+                "socat - EXEC:'rm x'",
+                "socat - system:'rm x',pty",
+                "ncat -e /bin/rm 127.0.0.1 1",
+                "nc -c 'rm x' h 1",
+                "zip -T -TT 'rm x' a.zip f",
+                "sort --compress-program=rm f",
+                "scp -S rm a b:",
+                "scp -o ProxyCommand='rm x' a b:",
+                "git -c protocol.ext.allow=always clone 'ext::rm -rf .' x",
+                "parallel ::: 'rm x'",
+                "gdb -batch -ex '!rm x'",
+                "lldb -o 'platform shell rm x'",
+                "find . -exec sh -c 'rm \"$1\"' _ {} ;",
+                "ssh -o ProxyCommand='rm x' h",
+            ],
+            Permission::Deny,
+        );
+        decides(
+            &store,
+            &[
+                "sort -u f",
+                "zip -r a.zip src",
+                "nc -z localhost 80",
+                "scp a host:b",
+                "socat - TCP:localhost:80",
+                "git clone https://example.com/x.git",
+                "gdb ./prog core",
+            ],
+            Permission::Allow,
+        );
     }
 
     #[test]
