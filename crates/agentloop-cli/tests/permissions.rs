@@ -1313,8 +1313,9 @@ async fn what_a_program_runs_by_its_own_means_is_denied_as_the_program_would_be(
     // Each would remove `keep.txt` (tried by hand with git 2.39, GNU tar 1.34, less 590,
     // coreutils' env, zip 3.0 and glibc's loader): the command is in git's configuration,
     // tar's checkpoint action, the input filter less runs, a string env splits, git's ext
-    // transport, zip's test command, the program the dynamic loader is given. The last: git's
-    // other configuration runs.
+    // transport, zip's test command, the program the dynamic loader is given, git's
+    // configuration in its environment, the pager `git grep -O` opens the matches in. The last:
+    // git's other configuration runs.
     assert_every_rm_denied_and_the_last_runs(
         &[
             "git -c alias.x='!rm -f keep.txt' x",
@@ -1325,6 +1326,9 @@ async fn what_a_program_runs_by_its_own_means_is_denied_as_the_program_would_be(
             "git -c protocol.ext.allow=always clone 'ext::rm -f keep.txt' x",
             "zip -T -TT 'rm -f keep.txt' a.zip keep.txt",
             "/lib64/ld-linux-x86-64.so.2 /bin/rm -f keep.txt",
+            "GIT_CONFIG_PARAMETERS=\"'alias.x=!rm -f keep.txt'\" git x",
+            "GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=alias.x GIT_CONFIG_VALUE_0='!rm -f keep.txt' git x",
+            "git grep -O'rm -f' kept",
             "git -c user.name=me -c alias.x='!touch made' x",
         ],
         "an rm run by a program's own means ran",
@@ -1335,10 +1339,10 @@ async fn what_a_program_runs_by_its_own_means_is_denied_as_the_program_would_be(
 #[tokio::test(flavor = "multi_thread")]
 async fn a_program_whose_own_language_runs_a_command_is_denied_under_a_deny_on_any_program() {
     // An awk program, a sed script, a vim command line, inline python, a make rule given on
-    // the command line and gdb's commands: no prefix reads them, so a deny on `rm` matches each
-    // call that may run a command through one (each would remove `keep.txt`: mawk 1.3.4, GNU
-    // sed 4.9, vim 9.0, GNU make 4.3, gdb 13). The last: an awk program that runs nothing is not
-    // judged so.
+    // the command line, gdb's commands and sqlite3's dot-commands: no prefix reads them, so a
+    // deny on `rm` matches each call that may run a command through one (each would remove
+    // `keep.txt`: mawk 1.3.4, GNU sed 4.9, vim 9.0, GNU make 4.3, gdb 13, sqlite3 3.40). The
+    // last: an awk program that runs nothing is not judged so.
     assert_every_rm_denied_and_the_last_runs(
         &[
             "awk 'BEGIN { system(\"r\" \"m -f keep.txt\") }'",
@@ -1349,6 +1353,7 @@ async fn a_program_whose_own_language_runs_a_command_is_denied_under_a_deny_on_a
             "python3 -c 'import os; os.system(\"r\" + \"m -f keep.txt\")'",
             "make --eval='x: ; rm -f keep.txt' x",
             "gdb -batch -ex '!rm -f keep.txt'",
+            "sqlite3 :memory: '.shell rm -f keep.txt'",
             "awk '{ print $1 }' keep.txt > made",
         ],
         "an rm run by an awk, sed, vim, python or make program ran",

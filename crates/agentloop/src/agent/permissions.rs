@@ -478,6 +478,16 @@ fn names_program(wanted: &str, word: &str, programs: Programs<'_>) -> bool {
                 .any(|folder| named(&format!("{folder}/{word}"))))
 }
 
+/// True when the variable `name` has git read its configuration or its programs from
+/// elsewhere (a file, a folder, more variables), which no prefix reads: `GIT_CONFIG_GLOBAL`,
+/// `GIT_CONFIG_PARAMETERS`, `GIT_CONFIG_KEY_0`, `GIT_EXEC_PATH`, `GIT_TEMPLATE_DIR` (hooks).
+fn git_reads_elsewhere(name: &str) -> bool {
+    let name = name.to_ascii_uppercase();
+    (name.starts_with("GIT_CONFIG") && name != "GIT_CONFIG_NOSYSTEM" && name != "GIT_CONFIG_COUNT")
+        || name == "GIT_EXEC_PATH"
+        || name == "GIT_TEMPLATE_DIR"
+}
+
 /// True when `name` is a shell variable's name (`LESSOPEN`, `_x1`).
 fn is_variable_name(name: &str) -> bool {
     name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
@@ -502,9 +512,15 @@ fn word_runs(words: &[String], i: usize, wanted: &[&str], programs: Programs<'_>
     // `LESSOPEN='|rm %s' less f`, `PAGER=rm git log`, `GIT_EXTERNAL_DIFF=rm git diff`: programs
     // run the commands their environment names, and which variable a program reads is its own
     // to say, so any variable's value is read as a program.
-    let variable_runs = word
-        .split_once('=')
-        .is_some_and(|(name, v)| is_variable_name(name) && runs(v));
+    // A value may itself be git's `KEY=!COMMAND` (`GIT_CONFIG_PARAMETERS`, `GIT_CONFIG_VALUE_0`).
+    let variable_runs = word.split_once('=').is_some_and(|(name, v)| {
+        is_variable_name(name)
+            && (git_reads_elsewhere(name)
+                || runs(v)
+                || runs(v.trim_start_matches('!'))
+                || v.rsplit_once('=')
+                    .is_some_and(|(_, last)| runs(last.trim_start_matches('!'))))
+    });
     // `alias x=rm`: the name runs the value's words from the next line on (dash expands aliases
     // in `sh -c` too); read as if the value ran where it is defined.
     let alias_runs = words
@@ -751,7 +767,8 @@ const GIT_RUNS_AFTER_OPTION: &[(&str, &[&str])] = &[
 /// is given to keep for later, or a subcommand's option ([`GIT_RUNS_AFTER_OPTION`]). What
 /// cannot be read matches whatever is wanted: a key that names a file or folder git reads
 /// commands from (`core.hooksPath`, `include.path`, `includeIf.….path`), a value git takes
-/// from the environment (`--config-env`), a folder of git's own programs (`--exec-path=`).
+/// from the environment (`--config-env`), a folder of git's own programs (`--exec-path=`) or
+/// of hooks (`--template`). An `ext::` URL is a command; so is `git grep -O`'s pager.
 fn git_runs(words: &[String], wanted: &[&str], programs: Programs<'_>) -> bool {
     let names_a_file = |key: &str| {
         let key = key.to_ascii_lowercase();
@@ -786,7 +803,8 @@ fn git_runs(words: &[String], wanted: &[&str], programs: Programs<'_>) -> bool {
                 words_run(&run, wanted, programs)
             })
     });
-    if ext_runs {
+    // `git init --template=dir`, `git clone --template dir`: hooks from a folder.
+    if ext_runs || words.iter().any(|w| w.starts_with("--template")) {
         return true;
     }
     let mut i = 0;
@@ -839,6 +857,23 @@ fn git_runs(words: &[String], wanted: &[&str], programs: Programs<'_>) -> bool {
                         .collect();
                     word_runs(&value, 0, wanted, programs)
                 });
+        }
+        if lower == "grep" {
+            // `git grep -Orm x`, `--open-files-in-pager=rm`: its value is run on the matches.
+            let pager = rest.iter().skip(1).enumerate().find_map(|(k, w)| {
+                let value = w
+                    .strip_prefix("--open-files-in-pager=")
+                    .or_else(|| w.strip_prefix("-O").filter(|v| !v.is_empty()))?;
+                Some((k + 2, value))
+            });
+            if let Some((after, value)) = pager {
+                let run: Vec<String> = std::iter::once(value.to_owned())
+                    .chain(rest.get(after..).unwrap_or_default().iter().cloned())
+                    .collect();
+                if words_run(&run, wanted, programs) {
+                    return true;
+                }
+            }
         }
         return GIT_RUNS_AFTER_OPTION
             .iter()
@@ -927,7 +962,8 @@ fn may_expand(word: &str) -> bool {
 /// `-E`, `-W exec`); a sed script with the `e` command or the `s///e` flag, or from a file
 /// (`-f`), unless `--sandbox`; vi, vim, ex, ed and emacs (their command lines and the commands
 /// they read run programs: `vim -c '!rm x'`, `ed <<< '!rm x'`); gdb and lldb given commands
-/// (`-ex '!rm x'`); less or more with an initial
+/// (`-ex '!rm x'`); perl's `rename`, m4's `syscmd`, dc's `!`, sqlite3's `.shell` and
+/// `.system`, psql's and mysql's `\\!` and `system`; less or more with an initial
 /// command that runs one (`+!…`, `+|…`) or a lesskey file (`-k`); make with `--eval` or a
 /// makefile on its standard input; and inline code of an interpreter (python's `-c`, perl's,
 /// ruby's and node's `-e`, php's `-r`, code fed on standard input) that names a way to start a
@@ -955,6 +991,31 @@ fn runs_unread_commands(command: &str) -> bool {
                         || a.starts_with("--lesskey")
                 }),
                 // gdb's and lldb's command lines run shells (`!`, `shell`, `python`).
+                // Perl's rename runs its first argument as Perl.
+                "rename" | "prename" | "file-rename" | "perl-rename" => {
+                    args.iter().any(|a| names_a_process(a))
+                }
+                // m4's `syscmd`, dc's `!`, the database shells' `.shell`, `\!` and `system`.
+                "m4" | "gm4" => command.contains("syscmd"),
+                "dc" => {
+                    args.iter().any(|a| a.contains('!') || a == "-f")
+                        || (args.is_empty() && command.contains('!'))
+                }
+                "sqlite3" => {
+                    args.iter()
+                        .any(|a| a == "-cmd" || a == "-init" || a.trim_start().starts_with('.'))
+                        || (args.iter().filter(|a| !a.starts_with('-')).count() < 2
+                            && [".sh", ".sy", ".once", ".output", ".read", ".import"]
+                                .iter()
+                                .any(|c| command.contains(c)))
+                }
+                "psql" | "mysql" | "mariadb" => {
+                    let lower = command.to_ascii_lowercase();
+                    lower.contains("\\!")
+                        || lower.contains("system")
+                        || lower.contains("program")
+                        || args.iter().any(|a| a == "-f" || a.starts_with("--file"))
+                }
                 "gdb" | "cgdb" | "lldb" => args.iter().any(|a| {
                     let option = a.trim_start_matches('-');
                     a.starts_with('-')
@@ -1095,12 +1156,16 @@ const STARTS_A_PROCESS: &[&str] = &[
     "Command",
 ];
 
+/// True when `code` names a way to start a process ([`STARTS_A_PROCESS`]).
+fn names_a_process(code: &str) -> bool {
+    STARTS_A_PROCESS.iter().any(|n| code.contains(n))
+}
+
 /// True when an interpreter called with `args` is given inline code (an option's value, or
 /// its standard input: no script named, or `-`) that names a way to start a process
 /// ([`STARTS_A_PROCESS`]). Code on standard input comes from elsewhere in the `command` (a
 /// pipe, a here-document), so the whole command is read then.
 fn interpreter_runs(args: &[String], command: &str) -> bool {
-    let names_a_process = |code: &str| STARTS_A_PROCESS.iter().any(|n| code.contains(n));
     if args.iter().all(|a| a.starts_with('-')) {
         return names_a_process(command);
     }
@@ -1483,6 +1548,8 @@ const RUNS_AFTER_OPTION: &[(&str, &[&str])] = &[
     ("sort", &["--compress-program"]),
     ("scp", &["-S", "-o"]),
     ("sftp", &["-S", "-o"]),
+    ("mapfile", &["-C"]),
+    ("readarray", &["-C"]),
 ];
 
 /// The options of `program` after which a program comes ([`RUNS_AFTER_OPTION`]), in any case.
@@ -2820,6 +2887,22 @@ mod tests {
                 "lldb -o 'platform shell rm x'",
                 "find . -exec sh -c 'rm \"$1\"' _ {} ;",
                 "ssh -o ProxyCommand='rm x' h",
+                "mapfile -C 'rm x' -c 1 < f",
+                "readarray -C rm -c 1 arr < f",
+                "rename 'system(\"rm x\")' f",
+                "m4 <<< 'syscmd(rm x)'",
+                "dc -e '!rm x'",
+                "sqlite3 :memory: '.shell rm x'",
+                "echo '.system rm x' | sqlite3",
+                "psql -c '\\! rm x'",
+                "mysql -e 'system rm x'",
+                "GIT_CONFIG_PARAMETERS=\"'alias.x=!rm -rf y'\" git x",
+                "GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=alias.x GIT_CONFIG_VALUE_0='!rm -rf y' git x",
+                "GIT_CONFIG_GLOBAL=./evil.cfg git x",
+                "GIT_TEMPLATE_DIR=./t git init",
+                "git init --template=./t",
+                "git grep -Orm x",
+                "git grep --open-files-in-pager=rm x",
             ],
             Permission::Deny,
         );
@@ -2833,6 +2916,12 @@ mod tests {
                 "socat - TCP:localhost:80",
                 "git clone https://example.com/x.git",
                 "gdb ./prog core",
+                "mapfile -t lines < f",
+                "rename 's/a/b/' f",
+                "dc -e '2 3 + p'",
+                "sqlite3 db 'select 1'",
+                "GIT_CONFIG_NOSYSTEM=1 git status",
+                "git grep -n x",
             ],
             Permission::Allow,
         );
