@@ -775,17 +775,23 @@ fn git_runs(words: &[String], wanted: &[&str], programs: Programs<'_>) -> bool {
         key.ends_with("path") || key.starts_with("include")
     };
     // `-c KEY=VALUE`: VALUE (an alias's `!` taken off) and the words after it, as a program.
+    // An alias's value without `!` is a git command of its own (`alias.p=push`: `git p` is
+    // `git push`), so it is read after `git` too.
+    let value_runs = |key: &str, value: &str, after: &[String]| {
+        let alias = key.to_ascii_lowercase().starts_with("alias.") && !value.starts_with('!');
+        let run: Vec<String> = alias
+            .then(|| "git".to_owned())
+            .into_iter()
+            .chain(std::iter::once(value.trim_start_matches('!').to_owned()))
+            .chain(after.iter().cloned())
+            .collect();
+        words_run(&run, wanted, programs)
+    };
     let config_runs = |pair: &str, after: &[String]| {
         let Some((key, value)) = pair.split_once('=') else {
             return false;
         };
-        if names_a_file(key) {
-            return true;
-        }
-        let run: Vec<String> = std::iter::once(value.trim_start_matches('!').to_owned())
-            .chain(after.iter().cloned())
-            .collect();
-        words_run(&run, wanted, programs)
+        names_a_file(key) || value_runs(key, value, after)
     };
     // `git clone 'ext::rm -rf .'`: the ext transport runs its URL as a command.
     let ext_runs = (0..words.len()).any(|i| {
@@ -848,6 +854,14 @@ fn git_runs(words: &[String], wanted: &[&str], programs: Programs<'_>) -> bool {
                 .iter()
                 .skip(1)
                 .any(|w| !w.starts_with('-') && names_a_file(w))
+                || (1..rest.len()).any(|k| {
+                    let (Some(key), Some(after)) = (rest.get(k), rest.get(k + 1..)) else {
+                        return false;
+                    };
+                    after
+                        .split_first()
+                        .is_some_and(|(value, after)| value_runs(key, value, after))
+                })
                 || (1..rest.len()).any(|k| {
                     let value: Vec<String> = rest
                         .get(k..)
@@ -2994,6 +3008,17 @@ mod tests {
                 "ls | xargs -n1 -P4 rm",
                 "ls | xargs --max-args=1 rm",
                 "ls | xargs sh -c 'rm \"$@\"' _",
+            ],
+            Permission::Deny,
+        );
+        store.configure(rule("shell", prefix("git push"), Permission::Deny));
+        decides(
+            &store,
+            &[
+                "git -c alias.p=push p origin",
+                "git -c alias.p='!git push' p origin",
+                "git config alias.p push && git p origin",
+                "git config --local alias.p 'push --force'",
             ],
             Permission::Deny,
         );
