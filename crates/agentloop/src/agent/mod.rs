@@ -5,7 +5,9 @@
 //! - `mod.rs`: [`Agent`], its runs, resumes and streams.
 //! - `builder.rs`: [`AgentBuilder`].
 //! - `ask.rs`: the model's questions to the user (`ask_user`) and the gate that answers them.
-//! - `permissions.rs`: permission rules with human approval, one [`crate::Gate`].
+//! - `permissions/`: permission rules with human approval, one [`crate::Gate`] (`mod.rs`: the
+//!   rules, their store and the gate; `command.rs`: what a shell command runs, as deny and ask
+//!   command prefixes read it; `resolve.rs`: the seam a tool resolves its paths through).
 //! - `session.rs`: conversations kept from run to run.
 //! - `subagent.rs`: an agent as a tool of another.
 

@@ -1,0 +1,1348 @@
+//! What a shell command runs, as deny and ask command prefixes read it: its chained parts, the
+//! programs behind launchers, the commands programs run by their own means (`find -exec`,
+//! `git -c alias.x='!…'`, `tar --checkpoint-action`), the programs whose language runs
+//! commands, and the files program words lead to. Reading errs towards matching: a word that may
+//! run a program is read as running it.
+
+use std::borrow::Cow;
+
+use super::resolve::ResolvePaths;
+
+/// True when the command's first words are the prefix's words (whitespace between them does not
+/// count). An empty prefix matches nothing.
+pub(super) fn starts_with_words(command: &str, prefix: &str) -> bool {
+    let mut words = command.split_whitespace();
+    let mut wanted = prefix.split_whitespace().peekable();
+    wanted.peek().is_some() && wanted.all(|w| words.next() == Some(w))
+}
+
+/// What splits a command into the parts of a chain (see [`CHAINING`]), and a subshell's or a
+/// substitution's parentheses.
+pub(super) const CHAIN_SPLIT: &str = ";&|`()<>\n\r";
+
+/// True when some part of `command` runs the prefix's words, read as a deny or ask rule must
+/// (see [`runs_with_words`]). A backslash before a line break joins the lines (`r\` then `m`
+/// is `rm` to a shell), so it is taken out before the command is split. When the command is a
+/// chain and a part of it runs a launcher (`… | sh`, `… | xargs env`), what that launcher runs
+/// comes from another part, which no reading of one part sees: then any word of the whole
+/// command that runs the prefix's words matches.
+pub(super) fn chain_runs_with_words(
+    command: &str,
+    prefix: &str,
+    resolver: Option<&dyn ResolvePaths>,
+) -> bool {
+    if runs_hidden_code(command) {
+        // What such an expansion runs is built when the shell runs it (`${x@P}` of a value
+        // made of `\x24\x28rm…`): no reading of the text sees it, so a deny or ask rule fails
+        // closed, as it does for a program the shell expands.
+        return true;
+    }
+    let Some(command) = backticks_as_dollar_parens(command) else {
+        // Which backtick opens a substitution and which closes it then hangs on reading the
+        // shell's quoting exactly; a reading one backtick off sees `` `echo rm` `` as text.
+        return true;
+    };
+    let joined = command.replace("\\\r\n", "").replace("\\\n", "");
+    if runs_unread_commands(&joined) {
+        // A program whose command is in a language no prefix reads (an awk program that calls
+        // `system`, sed's `e`, a vim command line): whatever it runs may be the denied one.
+        return true;
+    }
+    let parts: Vec<&str> = joined.split(|c: char| CHAIN_SPLIT.contains(c)).collect();
+    // `cd sub && ./tidy`: a program word may be looked up in a folder the chain moves to.
+    let folders: Vec<String> = parts
+        .iter()
+        .filter_map(|part| {
+            let words = shell_words(part);
+            let (first, rest) = words.split_first()?;
+            matches!(first.as_str(), "cd" | "pushd")
+                .then(|| rest.iter().find(|w| !w.starts_with('-')).cloned())
+                .flatten()
+        })
+        .collect();
+    let programs = Programs {
+        resolver,
+        folders: &folders,
+    };
+    if parts
+        .iter()
+        .any(|part| runs_with_words(part, prefix, programs))
+    {
+        return true;
+    }
+    let wanted: Vec<&str> = prefix.split_whitespace().collect();
+    let launches = |part: &&str| {
+        shell_words(part)
+            .first()
+            .is_some_and(|w| is_launcher(program_name(w)))
+    };
+    if parts.len() < 2 || !parts.iter().any(launches) {
+        return false;
+    }
+    let words: Vec<String> = parts.iter().flat_map(|part| shell_words(part)).collect();
+    (0..words.len()).any(|i| word_runs(&words, i, &wanted, programs))
+}
+
+/// `command` with each backtick substitution spelled `$(…)`, so that it is read as that one is:
+/// split at its parentheses, with the `$` left beside the text before it (`` `echo rm` -rf . ``
+/// is `$(echo rm) -rf .`, whose program `$` may expand to anything). `None` when a backtick in
+/// it may be literal, where a backslash (`` \` ``), a single quote, a comment (`#`) or a
+/// here-document (`<<`) could put it: the backticks cannot then be paired by counting. Outside
+/// those, the shell opens and closes substitutions at alternate backticks, in double quotes too.
+pub(super) fn backticks_as_dollar_parens(command: &str) -> Option<Cow<'_, str>> {
+    if !command.contains('`') {
+        return Some(Cow::Borrowed(command));
+    }
+    if command.contains(['\\', '\'', '#']) || command.contains("<<") {
+        return None;
+    }
+    let mut opens = true;
+    let mut spelled = String::with_capacity(command.len() + command.len() / 4);
+    for c in command.chars() {
+        if c == '`' {
+            spelled.push_str(if opens { "$(" } else { ")" });
+            opens = !opens;
+        } else {
+            spelled.push(c);
+        }
+    }
+    Some(Cow::Owned(spelled))
+}
+
+/// True when `command` holds an expansion that can run code in bash (the `sh` of some systems),
+/// though no `$(` or backtick appears in it: a `${…}` that is more than a plain name (`${x@P}`
+/// expands a prompt, which runs the command substitutions in `x`'s value; `${!x}` and `${a[…]}`
+/// evaluate subscripts; `${x:=…}` assigns what a later word expands), arithmetic (`$((…))`,
+/// `$[…]`: a variable named in it is evaluated as an expression, subscripts included). `$x` and
+/// `${x}` only substitute a value and run nothing.
+pub(super) fn runs_hidden_code(command: &str) -> bool {
+    if command.contains("$((") || command.contains("$[") {
+        return true;
+    }
+    command.match_indices("${").any(|(at, _)| {
+        let rest = command.get(at + 2..).unwrap_or_default();
+        let name = rest
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .unwrap_or(rest.len());
+        !(name > 0 && rest.get(name..name + 1) == Some("}"))
+    })
+}
+
+/// The words of a part of a command, quotes and backslashes taken out.
+pub(super) fn shell_words(part: &str) -> Vec<String> {
+    part.split_whitespace()
+        .map(|w| {
+            w.chars()
+                .filter(|c| !matches!(c, '\\' | '\'' | '"'))
+                .collect()
+        })
+        .filter(|w: &String| !w.is_empty())
+        .collect()
+}
+
+/// True when `program` is one of the [`LAUNCHERS`], in any case, or the dynamic loader
+/// (`/lib64/ld-linux-x86-64.so.2 /bin/rm`) or a user-mode emulator (`qemu-x86_64 /bin/rm`),
+/// which run the program they are given.
+pub(super) fn is_launcher(program: &str) -> bool {
+    let lower = program.to_ascii_lowercase();
+    LAUNCHERS.iter().any(|l| l.eq_ignore_ascii_case(program))
+        || ["ld-linux", "ld-musl", "qemu-"]
+            .iter()
+            .any(|p| lower.starts_with(p))
+        || lower == "ld.so"
+}
+
+/// A program's file name: `rm` of `/bin/rm`. Compared with a rule's program in any case: on a
+/// file system that ignores case (macOS's by default), `RM` and `/BIN/RM` run `/bin/rm`.
+pub(super) fn program_name(word: &str) -> &str {
+    word.rsplit('/').next().unwrap_or(word)
+}
+
+/// How a deny or ask rule finds the file a program word runs: the tool's own [`ResolvePaths`]
+/// ([`ResolvePaths::programs`]), when it has one, from its folder and from each folder the
+/// command moves to (`cd sub && ./tidy`).
+#[derive(Clone, Copy)]
+pub(super) struct Programs<'a> {
+    resolver: Option<&'a dyn ResolvePaths>,
+    /// The folders the command's `cd` and `pushd` name, as written.
+    folders: &'a [String],
+}
+
+/// True when `word`, in a program's place, runs the program `wanted`: by its file name in any
+/// case (`/BIN/RM`), or by the file name of what it resolves to for the tool (`./tidy`, a link
+/// to `/bin/rm`).
+pub(super) fn names_program(wanted: &str, word: &str, programs: Programs<'_>) -> bool {
+    if wanted.eq_ignore_ascii_case(program_name(word)) {
+        return true;
+    }
+    if word.is_empty() || word.starts_with('-') || word.contains('=') {
+        return false;
+    }
+    let Some(resolver) = programs.resolver else {
+        return false;
+    };
+    let named = |candidate: &str| {
+        resolver.programs(candidate).iter().any(|file| {
+            file.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| wanted.eq_ignore_ascii_case(n))
+        })
+    };
+    // A relative path is also looked up from each folder the command moves to; a bare name
+    // is looked up on `PATH`, wherever the command is.
+    let relative = word.contains('/') && !word.starts_with('/');
+    named(word)
+        || (relative
+            && programs
+                .folders
+                .iter()
+                .any(|folder| named(&format!("{folder}/{word}"))))
+}
+
+/// True when the variable `name` has git read its configuration or its programs from
+/// elsewhere (a file, a folder, more variables), which no prefix reads: `GIT_CONFIG_GLOBAL`,
+/// `GIT_CONFIG_PARAMETERS`, `GIT_CONFIG_KEY_0`, `GIT_EXEC_PATH`, `GIT_TEMPLATE_DIR` (hooks).
+pub(super) fn git_reads_elsewhere(name: &str) -> bool {
+    let name = name.to_ascii_uppercase();
+    (name.starts_with("GIT_CONFIG") && name != "GIT_CONFIG_NOSYSTEM" && name != "GIT_CONFIG_COUNT")
+        || name == "GIT_EXEC_PATH"
+        || name == "GIT_TEMPLATE_DIR"
+}
+
+/// True when `name` is a shell variable's name (`LESSOPEN`, `_x1`).
+pub(super) fn is_variable_name(name: &str) -> bool {
+    name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// True when the word at `i` (or the value of its `--option=`, of its `NAME=`, or of its
+/// `NAME=` after an `alias`) runs the prefix's words.
+pub(super) fn word_runs(
+    words: &[String],
+    i: usize,
+    wanted: &[&str],
+    programs: Programs<'_>,
+) -> bool {
+    let Some(word) = words.get(i) else {
+        return false;
+    };
+    let rest = words.get(i + 1..).unwrap_or_default();
+    let runs = |candidate: &str| {
+        wanted
+            .first()
+            .is_some_and(|w| names_program(w, candidate, programs))
+            && rest_runs_with(wanted.get(1..).unwrap_or_default(), rest)
+    };
+    // `env --split-string=rm …`: a launcher's option whose value is the program.
+    let option_runs = word.starts_with('-') && word.split_once('=').is_some_and(|(_, v)| runs(v));
+    // `LESSOPEN='|rm %s' less f`, `PAGER=rm git log`, `GIT_EXTERNAL_DIFF=rm git diff`: programs
+    // run the commands their environment names, and which variable a program reads is its own
+    // to say, so any variable's value is read as a program.
+    // A value may itself be git's `KEY=!COMMAND` (`GIT_CONFIG_PARAMETERS`, `GIT_CONFIG_VALUE_0`).
+    let variable_runs = word.split_once('=').is_some_and(|(name, v)| {
+        is_variable_name(name)
+            && (git_reads_elsewhere(name)
+                || runs(v)
+                || runs(v.trim_start_matches('!'))
+                || v.rsplit_once('=')
+                    .is_some_and(|(_, last)| runs(last.trim_start_matches('!'))))
+    });
+    // `alias x=rm`: the name runs the value's words from the next line on (dash expands aliases
+    // in `sh -c` too); read as if the value ran where it is defined.
+    let alias_runs = words
+        .get(..i)
+        .is_some_and(|before| before.iter().any(|w| w == "alias"))
+        && word.split_once('=').is_some_and(|(_, v)| runs(v));
+    runs(word) || option_runs || variable_runs || alias_runs
+}
+
+/// True when the command a shell would run for `part` starts with the prefix's words, seen the
+/// way a deny or ask rule must see them: quotes and backslashes gone (`\\rm`, `'rm'`), the
+/// program by its file name (`/bin/rm`) and by the file it resolves to, behind what only starts
+/// another program or sets its environment (`command rm`, `env X=1 rm`, `sudo -n rm`, `sh -c
+/// 'rm …'`, `xargs rm`, `timeout 5 rm`, `then rm`), and in what the program runs by its own
+/// means ([`runs_by_own_means`]: `git -c alias.x='!rm' x`, `find -exec rm`). An allow rule
+/// never gets this reading: it admits by the first words as written, and anything else falls
+/// through.
+pub(super) fn runs_with_words(part: &str, prefix: &str, programs: Programs<'_>) -> bool {
+    let wanted: Vec<&str> = prefix.split_whitespace().collect();
+    !wanted.is_empty() && words_run(&shell_words(part), &wanted, programs)
+}
+
+/// [`runs_with_words`] on the words of a part.
+pub(super) fn words_run(words: &[String], wanted: &[&str], programs: Programs<'_>) -> bool {
+    let mut walk = LauncherWalk::default();
+    for (i, word) in words.iter().enumerate() {
+        if may_expand(word) {
+            // `$x`, `/bin/r[m]`, `{rm,ls}`: the shell makes the program (and maybe more words)
+            // of it, which no reading of the text can know. A deny or ask rule fails closed.
+            return true;
+        }
+        if word_runs(words, i, wanted, programs) {
+            return true;
+        }
+        let from_here = words.get(i..).unwrap_or_default();
+        match walk.step(word) {
+            Place::Past => {
+                // `env -S'rm -rf .'`, `env -iSrm`: an option's value written onto it.
+                let rest = words.get(i + 1..).unwrap_or_default();
+                if attached_value_runs(word, rest, wanted, programs) {
+                    return true;
+                }
+            }
+            // Taken as a launcher's value (`env -i git …` reads `git` so); were it the program,
+            // what it runs by its own means must still be seen.
+            Place::Value => {
+                if runs_by_own_means(from_here, wanted, programs) {
+                    return true;
+                }
+            }
+            // The program: what it runs by its own means (`find -exec`, `git -c alias.x=!…`).
+            Place::Program => return runs_by_own_means(from_here, wanted, programs),
+        }
+    }
+    false
+}
+
+/// Where a word of a command stands, read from its start: see [`LauncherWalk`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Place {
+    /// A launcher, an option, an assignment: read past it.
+    Past,
+    /// A launcher's option value or own word (`sudo -u root`, `chroot DIR`), which may also
+    /// be the program when the launcher takes none there.
+    Value,
+    /// The program the command runs.
+    Program,
+}
+
+/// A walk over a command's words from its start to its program, past launchers, their
+/// options, the values those take (`sudo -u root`, `timeout -s KILL`, `env -C /`) and their
+/// own words (`chroot DIR`, `flock FILE`).
+#[derive(Debug, Default)]
+pub(super) struct LauncherWalk {
+    after_option: bool,
+    positional: usize,
+}
+
+impl LauncherWalk {
+    /// Where the next word stands.
+    fn step(&mut self, word: &str) -> Place {
+        let program = program_name(word);
+        if let Some(takes) = LAUNCHER_POSITIONALS
+            .iter()
+            .find_map(|(name, n)| name.eq_ignore_ascii_case(program).then_some(*n))
+        {
+            (self.positional, self.after_option) = (takes, false);
+            Place::Past
+        } else if starts_another(program) {
+            self.after_option = program.starts_with('-') && !program.contains('=');
+            Place::Past
+        } else if self.after_option {
+            self.after_option = false;
+            Place::Value
+        } else if self.positional > 0 {
+            self.positional -= 1;
+            Place::Value
+        } else {
+            Place::Program
+        }
+    }
+}
+
+/// True when the one-letter option cluster `word` (`-S'rm x'`, `-iSrm`) carries, from its
+/// second letter on, a value that runs the prefix's words: which letter takes a value is the
+/// launcher's to say, so every tail of the cluster is read as one.
+pub(super) fn attached_value_runs(
+    word: &str,
+    rest: &[String],
+    wanted: &[&str],
+    programs: Programs<'_>,
+) -> bool {
+    let Some(cluster) = word.strip_prefix('-').filter(|c| !c.starts_with('-')) else {
+        return false;
+    };
+    if cluster.contains('=') {
+        return false;
+    }
+    cluster.char_indices().skip(1).any(|(at, _)| {
+        cluster.get(at..).is_some_and(|value| {
+            let run: Vec<String> = std::iter::once(value.to_owned())
+                .chain(rest.iter().cloned())
+                .collect();
+            word_runs(&run, 0, wanted, programs)
+        })
+    })
+}
+
+/// True when the program `words[0]`, given the words after it, runs the prefix's words by its
+/// own means: a program it is given in an option's value ([`RUNS_AFTER_OPTION`]: `find -exec`,
+/// `tar --checkpoint-action=exec=`, `man -P`), git's (see [`git_runs`]), a variable a shell
+/// builtin sets (`export PAGER=rm`) or make is given (`CC=rm`); or another name it makes for the
+/// program (`ln -s /bin/rm tidy`, `cp`, `install`, `dd if=`).
+pub(super) fn runs_by_own_means(words: &[String], wanted: &[&str], programs: Programs<'_>) -> bool {
+    let Some(first) = words.first() else {
+        return false;
+    };
+    let program = program_name(first).to_ascii_lowercase();
+    if let Some(options) = runs_after(&program) {
+        // `find . -name x -exec rm {} ;`: its paths and tests come first, and only what follows
+        // an `-exec` is a program.
+        return (1..words.len()).any(|i| option_runs(words, i, options, wanted, programs));
+    }
+    let rest = words.get(1..).unwrap_or_default();
+    match program.as_str() {
+        "git" => git_runs(rest, wanted, programs),
+        // `export PAGER=rm; git log`: each value is read as a program (see `word_runs`).
+        "export" | "declare" | "typeset" | "local" | "readonly" | "make" | "gmake" => {
+            (1..words.len()).any(|i| word_runs(words, i, wanted, programs))
+        }
+        // `ln -s /bin/rm tidy`, `cp /bin/rm tidy`: another name for the program, which a later
+        // part of the chain (`&& ./tidy`) runs before any look-up could see it: made, it is as
+        // the program is. A file named like the program (`cp rm rm.bak`) errs towards matching.
+        "ln" | "link" | "cp" | "mv" | "install" | "rsync" | "gln" | "gcp" | "gmv" | "ginstall" => {
+            wanted.first().is_some_and(|w| {
+                rest.iter()
+                    .any(|word| !word.starts_with('-') && names_program(w, word, programs))
+            })
+        }
+        // `socat - EXEC:'rm x',pty`: an address that runs a program.
+        "socat" => (1..words.len()).any(|i| {
+            let Some(word) = words.get(i) else {
+                return false;
+            };
+            let lower = word.to_ascii_lowercase();
+            let Some(value) = ["exec:", "system:"]
+                .iter()
+                .find_map(|p| lower.starts_with(p).then(|| word.get(p.len()..)))
+                .flatten()
+            else {
+                return false;
+            };
+            let value = value.split(',').next().unwrap_or_default();
+            let run: Vec<String> = std::iter::once(value.to_owned())
+                .chain(words.get(i + 1..).unwrap_or_default().iter().cloned())
+                .collect();
+            words_run(&run, wanted, programs)
+        }),
+        "dd" => wanted.first().is_some_and(|w| {
+            rest.iter().any(|word| {
+                word.strip_prefix("if=")
+                    .is_some_and(|file| names_program(w, file, programs))
+            })
+        }),
+        _ => false,
+    }
+}
+
+/// git's options before its subcommand that take the next word as their value.
+pub(super) const GIT_VALUED_OPTIONS: &[&str] = &[
+    "-C",
+    "--git-dir",
+    "--work-tree",
+    "--namespace",
+    "--super-prefix",
+    "--attr-source",
+    "--list-cmds",
+];
+
+/// git's subcommands and their options whose value (and, for `bisect run` and `submodule
+/// foreach`, the words after them) git hands to a shell or runs as a program.
+pub(super) const GIT_RUNS_AFTER_OPTION: &[(&str, &[&str])] = &[
+    ("rebase", &["-x", "--exec"]),
+    ("bisect", &["run"]),
+    ("submodule", &["foreach"]),
+    ("difftool", &["-x", "--extcmd"]),
+    ("clone", &["-u", "--upload-pack"]),
+    ("fetch", &["--upload-pack"]),
+    ("pull", &["--upload-pack"]),
+    ("ls-remote", &["--upload-pack"]),
+    ("fetch-pack", &["--upload-pack", "--exec"]),
+    ("archive", &["--exec"]),
+    ("push", &["--receive-pack", "--exec"]),
+    ("send-pack", &["--receive-pack", "--exec"]),
+    (
+        "filter-branch",
+        &[
+            "--setup",
+            "--env-filter",
+            "--tree-filter",
+            "--index-filter",
+            "--parent-filter",
+            "--msg-filter",
+            "--commit-filter",
+            "--tag-name-filter",
+        ],
+    ),
+    (
+        "send-email",
+        &[
+            "--to-cmd",
+            "--cc-cmd",
+            "--header-cmd",
+            "--sendmail-cmd",
+            "--smtp-server",
+        ],
+    ),
+];
+
+/// True when the git command whose words after `git` are `words` runs the prefix's words by
+/// git's own means: the value of a `-c KEY=VALUE` (an alias's `!…`, `core.pager`,
+/// `core.sshCommand`, `diff.external`, `filter.*.clean`, … : git runs many keys' values, and
+/// which it runs is git's to say, so every value is read as a program), a value `git config`
+/// is given to keep for later, or a subcommand's option ([`GIT_RUNS_AFTER_OPTION`]). What
+/// cannot be read matches whatever is wanted: a key that names a file or folder git reads
+/// commands from (`core.hooksPath`, `include.path`, `includeIf.….path`), a value git takes
+/// from the environment (`--config-env`), a folder of git's own programs (`--exec-path=`) or
+/// of hooks (`--template`). An `ext::` URL is a command; so is `git grep -O`'s pager.
+pub(super) fn git_runs(words: &[String], wanted: &[&str], programs: Programs<'_>) -> bool {
+    let names_a_file = |key: &str| {
+        let key = key.to_ascii_lowercase();
+        key.ends_with("path") || key.starts_with("include")
+    };
+    // `-c KEY=VALUE`: VALUE (an alias's `!` taken off) and the words after it, as a program.
+    // An alias's value without `!` is a git command of its own (`alias.p=push`: `git p` is
+    // `git push`), so it is read after `git` too.
+    let value_runs = |key: &str, value: &str, after: &[String]| {
+        let alias = key.to_ascii_lowercase().starts_with("alias.") && !value.starts_with('!');
+        let run: Vec<String> = alias
+            .then(|| "git".to_owned())
+            .into_iter()
+            .chain(std::iter::once(value.trim_start_matches('!').to_owned()))
+            .chain(after.iter().cloned())
+            .collect();
+        words_run(&run, wanted, programs)
+    };
+    let config_runs = |pair: &str, after: &[String]| {
+        let Some((key, value)) = pair.split_once('=') else {
+            return false;
+        };
+        names_a_file(key) || value_runs(key, value, after)
+    };
+    // `git clone 'ext::rm -rf .'`: the ext transport runs its URL as a command.
+    let ext_runs = (0..words.len()).any(|i| {
+        words
+            .get(i)
+            .and_then(|w| {
+                w.get(..5)
+                    .filter(|p| p.eq_ignore_ascii_case("ext::"))
+                    .and(w.get(5..))
+            })
+            .is_some_and(|command| {
+                let run: Vec<String> = std::iter::once(command.to_owned())
+                    .chain(words.get(i + 1..).unwrap_or_default().iter().cloned())
+                    .collect();
+                words_run(&run, wanted, programs)
+            })
+    });
+    // `git init --template=dir`, `git clone --template dir`: hooks from a folder.
+    if ext_runs || words.iter().any(|w| w.starts_with("--template")) {
+        return true;
+    }
+    let mut i = 0;
+    while let Some(word) = words.get(i) {
+        let lower = word.to_ascii_lowercase();
+        if lower == "--config-env" || lower.starts_with("--config-env=") {
+            return true;
+        }
+        if lower.starts_with("--exec-path=") {
+            return true;
+        }
+        if word == "-c" {
+            let after = words.get(i + 2..).unwrap_or_default();
+            if words
+                .get(i + 1)
+                .is_some_and(|pair| config_runs(pair, after))
+            {
+                return true;
+            }
+            i += 2;
+            continue;
+        }
+        if let Some(pair) = word.strip_prefix("-c").filter(|p| p.contains('=')) {
+            if config_runs(pair, words.get(i + 1..).unwrap_or_default()) {
+                return true;
+            }
+            i += 1;
+            continue;
+        }
+        if word.starts_with('-') {
+            let takes_value = GIT_VALUED_OPTIONS.iter().any(|o| o == word);
+            i += if takes_value { 2 } else { 1 };
+            continue;
+        }
+        // The subcommand.
+        let rest = words.get(i..).unwrap_or_default();
+        if lower == "config" {
+            // `git config alias.x '!rm -rf .'`, `git config core.hooksPath hooks`: what it
+            // keeps, a later `git` runs.
+            return rest
+                .iter()
+                .skip(1)
+                .any(|w| !w.starts_with('-') && names_a_file(w))
+                || (1..rest.len()).any(|k| {
+                    let (Some(key), Some(after)) = (rest.get(k), rest.get(k + 1..)) else {
+                        return false;
+                    };
+                    after
+                        .split_first()
+                        .is_some_and(|(value, after)| value_runs(key, value, after))
+                })
+                || (1..rest.len()).any(|k| {
+                    let value: Vec<String> = rest
+                        .get(k..)
+                        .unwrap_or_default()
+                        .iter()
+                        .map(|w| w.trim_start_matches('!').to_owned())
+                        .collect();
+                    word_runs(&value, 0, wanted, programs)
+                });
+        }
+        if lower == "grep" {
+            // `git grep -Orm x`, `--open-files-in-pager=rm`: its value is run on the matches.
+            let pager = rest.iter().skip(1).enumerate().find_map(|(k, w)| {
+                let value = w
+                    .strip_prefix("--open-files-in-pager=")
+                    .or_else(|| w.strip_prefix("-O").filter(|v| !v.is_empty()))?;
+                Some((k + 2, value))
+            });
+            if let Some((after, value)) = pager {
+                let run: Vec<String> = std::iter::once(value.to_owned())
+                    .chain(rest.get(after..).unwrap_or_default().iter().cloned())
+                    .collect();
+                if words_run(&run, wanted, programs) {
+                    return true;
+                }
+            }
+        }
+        return GIT_RUNS_AFTER_OPTION
+            .iter()
+            .find(|(sub, _)| *sub == lower)
+            .is_some_and(|(_, options)| {
+                (1..rest.len()).any(|k| option_runs(rest, k, options, wanted, programs))
+            });
+    }
+    false
+}
+
+/// True when the words after a program (`rest`) begin as the prefix's words after it
+/// (`wanted`) do, read as a deny or ask rule must: a word the shell expands matches whatever is
+/// left, and a one-letter option (`-c`) matches it inside a cluster (`-Ic`), with its value
+/// attached (`-cprint(1)`) or after other options and their values (`-I -W ignore -c`). Which
+/// option takes a value is the program's to say: any may here, so a deny rule errs towards
+/// matching (`python3 -I script.py -c x` is denied by `python3 -c`). A word that is not an
+/// option (a subcommand: `push` of `git push`) is found after the program's own options and
+/// their values too (`git -C . push`, `git -c a=b push`, `git --no-pager push`).
+pub(super) fn rest_runs_with(wanted: &[&str], rest: &[String]) -> bool {
+    let mut words = rest.iter();
+    for w in wanted {
+        let letter = short_option(w);
+        let subcommand = !w.starts_with('-');
+        // True right after another option, whose value the next word may be (`-W ignore`).
+        let mut after_option = false;
+        loop {
+            let Some(word) = words.next() else {
+                return false;
+            };
+            if may_expand(word) {
+                return true;
+            }
+            if word == w {
+                break;
+            }
+            if subcommand {
+                match word.strip_prefix('-') {
+                    // `-C`, `--git-dir`: an option, whose value the next word may be.
+                    Some(o) if !o.is_empty() && !o.contains('=') => after_option = true,
+                    // `--git-dir=x`, `-cx=y`: an option with its value.
+                    Some(o) if !o.is_empty() => after_option = false,
+                    _ if after_option => after_option = false,
+                    _ => return false,
+                }
+                continue;
+            }
+            let Some(letter) = letter else {
+                return false;
+            };
+            let cluster = word
+                .strip_prefix('-')
+                .filter(|c| !c.is_empty() && !c.starts_with('-'));
+            match cluster {
+                Some(c) if c.contains(letter) => break,
+                // Another option before the one wanted: read on.
+                Some(_) => after_option = true,
+                None if word.starts_with("--") => after_option = true,
+                None if after_option => after_option = false,
+                None => return false,
+            }
+        }
+    }
+    true
+}
+
+/// The letter of a one-letter option (`-c`), which a shell command may write in a cluster.
+pub(super) fn short_option(word: &str) -> Option<char> {
+    let mut chars = word.strip_prefix('-')?.chars();
+    match (chars.next(), chars.next()) {
+        (Some(c), None) if c.is_ascii_alphanumeric() => Some(c),
+        _ => None,
+    }
+}
+
+/// True when a shell would expand the word into something else: a parameter (`$x`, `${x}`), a
+/// glob (`*`, `?`, `[…]`) or braces (`{a,b}`; a lone `{` opens a group).
+pub(super) fn may_expand(word: &str) -> bool {
+    word.contains(['$', '*', '?', '[']) || (word.contains('{') && word != "{")
+}
+
+/// True when `command` runs a program whose own language can run a command that no prefix
+/// reads, so that a deny or ask rule on any program must match it (the sandbox stays the
+/// boundary): an awk program that calls `system`, prints to or reads from a command (`|`),
+/// calls a function by name (`@f()`) or comes from a file or extension (`-f`, `-i`, `-l`,
+/// `-E`, `-W exec`); a sed script with the `e` command or the `s///e` flag, or from a file
+/// (`-f`), unless `--sandbox`; vi, vim, ex, ed and emacs (their command lines and the commands
+/// they read run programs: `vim -c '!rm x'`, `ed <<< '!rm x'`); gdb and lldb given commands
+/// (`-ex '!rm x'`); perl's `rename`, m4's `syscmd`, dc's `!`, sqlite3's `.shell` and
+/// `.system`, psql's and mysql's `\\!` and `system`; less or more with an initial
+/// command that runs one (`+!…`, `+|…`) or a lesskey file (`-k`); make with `--eval` or a
+/// makefile on its standard input; and inline code of an interpreter (python's `-c`, perl's,
+/// ruby's and node's `-e`, php's `-r`, code fed on standard input) that names a way to start a
+/// process (`system`, `subprocess`, `popen`, `exec`, `spawn`, …). That last one is a tripwire:
+/// code can build such a name at run time, and a script file is not read at all.
+///
+/// Each program is judged where a command of `command` starts (a shell's quoting taken into
+/// account) or behind a launcher there.
+pub(super) fn runs_unread_commands(command: &str) -> bool {
+    let commands = quoted_commands(command);
+    commands.iter().any(|words| {
+        program_positions(words).into_iter().any(|at| {
+            let (Some(program), Some(args)) = (words.get(at), words.get(at + 1..)) else {
+                return false;
+            };
+            let name = program_name(program).to_ascii_lowercase();
+            match name.as_str() {
+                "awk" | "gawk" | "mawk" | "nawk" | "goawk" | "original-awk" => awk_runs(args),
+                "sed" | "gsed" => sed_runs(args),
+                "vi" | "vim" | "nvim" | "gvim" | "vimx" | "view" | "gview" | "vimdiff" | "nvi"
+                | "rvim" | "rview" | "evim" | "ex" | "ed" | "emacs" | "emacsclient" => true,
+                "less" | "more" => args.iter().any(|a| {
+                    (a.starts_with('+') && a.contains(['!', '|']))
+                        || a.starts_with("-k")
+                        || a.starts_with("--lesskey")
+                }),
+                // gdb's and lldb's command lines run shells (`!`, `shell`, `python`).
+                // Perl's rename runs its first argument as Perl.
+                "rename" | "prename" | "file-rename" | "perl-rename" => {
+                    args.iter().any(|a| names_a_process(a))
+                }
+                // m4's `syscmd`, dc's `!`, the database shells' `.shell`, `\!` and `system`.
+                "m4" | "gm4" => command.contains("syscmd"),
+                "dc" => {
+                    args.iter().any(|a| a.contains('!') || a == "-f")
+                        || (args.is_empty() && command.contains('!'))
+                }
+                "sqlite3" => {
+                    args.iter()
+                        .any(|a| a == "-cmd" || a == "-init" || a.trim_start().starts_with('.'))
+                        || (args.iter().filter(|a| !a.starts_with('-')).count() < 2
+                            && [".sh", ".sy", ".once", ".output", ".read", ".import"]
+                                .iter()
+                                .any(|c| command.contains(c)))
+                }
+                "psql" | "mysql" | "mariadb" => {
+                    let lower = command.to_ascii_lowercase();
+                    lower.contains("\\!")
+                        || lower.contains("system")
+                        || lower.contains("program")
+                        || args.iter().any(|a| a == "-f" || a.starts_with("--file"))
+                }
+                "gdb" | "cgdb" | "lldb" => args.iter().any(|a| {
+                    let option = a.trim_start_matches('-');
+                    a.starts_with('-')
+                        && (["ex", "iex", "x", "ix", "o", "O", "s", "S", "k", "K"]
+                            .contains(&option)
+                            || ["command", "eval-command", "init-", "one-line", "source"]
+                                .iter()
+                                .any(|o| option.starts_with(o)))
+                }),
+                "make" | "gmake" => args
+                    .iter()
+                    .any(|a| a == "-E" || a.starts_with("--eval") || a == "-" || a == "/dev/stdin"),
+                _ if is_interpreter(&name) => interpreter_runs(args, command),
+                _ => false,
+            }
+        })
+    })
+}
+
+/// True when the awk call with `args` runs a command its program builds (see
+/// [`runs_unread_commands`]).
+pub(super) fn awk_runs(args: &[String]) -> bool {
+    let mut after_value_option = false;
+    args.iter().any(|a| {
+        if std::mem::take(&mut after_value_option) {
+            return false;
+        }
+        if let Some(option) = a.strip_prefix('-').filter(|o| !o.is_empty()) {
+            // `-F SEP` and `-v NAME=VALUE` take a value that is not code.
+            after_value_option = option == "F" || option == "v";
+            let long = option.strip_prefix('-').unwrap_or_default();
+            return option.starts_with(['f', 'i', 'l', 'E', 'W'])
+                || ["file", "include", "load", "exec"]
+                    .iter()
+                    .any(|o| long.starts_with(o));
+        }
+        // `||` is a logical or; a lone `|` a pipe to or from a command.
+        a.contains("system") || a.replace("||", "").contains('|') || a.contains('@')
+    })
+}
+
+/// True when the sed call with `args` may run a command (see [`runs_unread_commands`]).
+pub(super) fn sed_runs(args: &[String]) -> bool {
+    if args.iter().any(|a| a == "--sandbox") {
+        return false;
+    }
+    args.iter().any(|a| {
+        if let Some(long) = a.strip_prefix("--") {
+            return long.starts_with("file")
+                || long
+                    .strip_prefix("expression=")
+                    .is_some_and(sed_script_runs);
+        }
+        match a.strip_prefix('-').filter(|o| !o.is_empty()) {
+            Some(cluster) => {
+                // `-n`, `-E` and the like stand alone; `-i` and `-l` take the rest of the word;
+                // `-e` takes it as a script, `-f` as a file of one.
+                for (at, letter) in cluster.char_indices() {
+                    match letter {
+                        'f' => return true,
+                        'e' => {
+                            return cluster.get(at + 1..).is_some_and(sed_script_runs);
+                        }
+                        'i' | 'l' => return false,
+                        _ => {}
+                    }
+                }
+                false
+            }
+            None => sed_script_runs(a),
+        }
+    })
+}
+
+/// True when a sed script may hold the `e` command (`1e rm x`, `$e`, `/x/e`) or an `s` command
+/// with the `e` flag (`s/x/rm/e`, `s/x/y/ge`): an `e` with nothing but blanks, `s` flags and
+/// numbers between it and the script's start or a character that is not a letter or a digit.
+/// Errs towards matching (`s/ e/x/` too).
+pub(super) fn sed_script_runs(script: &str) -> bool {
+    let chars: Vec<char> = script.chars().collect();
+    chars.iter().enumerate().any(|(at, &c)| {
+        if c != 'e' {
+            return false;
+        }
+        let before = chars.get(..at).unwrap_or_default();
+        let mut back = before
+            .iter()
+            .rev()
+            .skip_while(|c| c.is_whitespace())
+            .skip_while(|c| "gpiImMw0123456789".contains(**c));
+        back.next().is_none_or(|c| !c.is_ascii_alphanumeric())
+    })
+}
+
+/// True when `name` (lower case) is an interpreter whose inline code [`interpreter_runs`]
+/// reads.
+pub(super) fn is_interpreter(name: &str) -> bool {
+    name.starts_with("python")
+        || name.starts_with("pypy")
+        || name.starts_with("perl")
+        || name.starts_with("ruby")
+        || name.starts_with("php")
+        || name.starts_with("lua")
+        || matches!(
+            name,
+            "node" | "nodejs" | "deno" | "bun" | "rscript" | "tclsh" | "wish" | "expect" | "jruby"
+        )
+}
+
+/// What inline code that starts a process is called in the interpreters' languages.
+pub(super) const STARTS_A_PROCESS: &[&str] = &[
+    "system",
+    "exec",
+    "spawn",
+    "popen",
+    "subprocess",
+    "child_process",
+    "fork",
+    "pty",
+    "ctypes",
+    "os.",
+    "posix",
+    "readpipe",
+    "qx",
+    "%x",
+    "`",
+    "Open3",
+    "IO.",
+    "Process",
+    "shell",
+    "passthru",
+    "proc_open",
+    "pcntl",
+    "eval",
+    "__import__",
+    "importlib",
+    "getattr",
+    "Command",
+];
+
+/// True when `code` names a way to start a process ([`STARTS_A_PROCESS`]).
+pub(super) fn names_a_process(code: &str) -> bool {
+    STARTS_A_PROCESS.iter().any(|n| code.contains(n))
+}
+
+/// True when an interpreter called with `args` is given inline code (an option's value, or
+/// its standard input: no script named, or `-`) that names a way to start a process
+/// ([`STARTS_A_PROCESS`]). Code on standard input comes from elsewhere in the `command` (a
+/// pipe, a here-document), so the whole command is read then.
+pub(super) fn interpreter_runs(args: &[String], command: &str) -> bool {
+    if args.iter().all(|a| a.starts_with('-')) {
+        return names_a_process(command);
+    }
+    // `-c` (python), `-e`, `-E` (perl, ruby, node, lua, Rscript), `-p` (node), `-r` (php), in
+    // a cluster too (`-Ic`, `-ne`); `--eval`, `--print`, deno's `eval`.
+    let carries_code = |a: &String| match a.strip_prefix('-') {
+        Some(long) if long.starts_with('-') => ["-eval", "-print", "-command"]
+            .iter()
+            .any(|o| long.starts_with(o)),
+        Some(cluster) => cluster.contains(['c', 'e', 'E', 'p', 'r']),
+        None => a == "eval",
+    };
+    args.iter()
+        .position(carries_code)
+        .is_some_and(|at| args.iter().skip(at).any(|a| names_a_process(a)))
+}
+
+/// Where in `words` (one command) a program may stand: the first word, and past launchers,
+/// their options and values, assignments and the like (as [`words_run`] walks them), each word
+/// that may be the program run.
+pub(super) fn program_positions(words: &[String]) -> Vec<usize> {
+    let mut walk = LauncherWalk::default();
+    let mut at = Vec::new();
+    for (i, word) in words.iter().enumerate() {
+        match walk.step(word) {
+            // A launcher may run commands of its own (gdb's `-ex`).
+            Place::Past if is_launcher(program_name(word)) => at.push(i),
+            Place::Past => {}
+            Place::Value => at.push(i),
+            Place::Program => {
+                at.push(i);
+                break;
+            }
+        }
+    }
+    at
+}
+
+/// The simple commands of `command` as a shell splits them (at `;`, `&`, `|`, parentheses,
+/// backticks, redirections and line breaks outside quotes), each as its words with quotes and
+/// backslashes taken out and what they held kept in one word (`awk '{print | "sh"}'` is two
+/// words). An unclosed quote runs to the end.
+pub(super) fn quoted_commands(command: &str) -> Vec<Vec<String>> {
+    let mut commands = Vec::new();
+    let mut words: Vec<String> = Vec::new();
+    let mut word = String::new();
+    let mut in_word = false;
+    let mut quote: Option<char> = None;
+    let mut chars = command.chars();
+    let end_word = |words: &mut Vec<String>, word: &mut String, in_word: &mut bool| {
+        if std::mem::take(in_word) {
+            words.push(std::mem::take(word));
+        }
+    };
+    while let Some(c) = chars.next() {
+        match (quote, c) {
+            (Some('\''), '\'') | (Some(_), '"') => quote = None,
+            (Some('"'), '\\') => {
+                if let Some(next) = chars.next() {
+                    if !matches!(next, '"' | '\\' | '$' | '`' | '\n') {
+                        word.push('\\');
+                    }
+                    if next != '\n' {
+                        word.push(next);
+                    }
+                }
+            }
+            (Some(_), c) => word.push(c),
+            (None, '\'' | '"') => {
+                quote = Some(c);
+                in_word = true;
+            }
+            (None, '\\') => {
+                if let Some(next) = chars.next().filter(|n| *n != '\n') {
+                    word.push(next);
+                    in_word = true;
+                }
+            }
+            (None, ';' | '&' | '|' | '(' | ')' | '`' | '<' | '>' | '\n' | '\r') => {
+                end_word(&mut words, &mut word, &mut in_word);
+                if !words.is_empty() {
+                    commands.push(std::mem::take(&mut words));
+                }
+            }
+            (None, c) if c.is_whitespace() => end_word(&mut words, &mut word, &mut in_word),
+            (None, c) => {
+                word.push(c);
+                in_word = true;
+            }
+        }
+    }
+    end_word(&mut words, &mut word, &mut in_word);
+    if !words.is_empty() {
+        commands.push(words);
+    }
+    commands
+}
+
+/// Programs and shell words that run the program that comes after them (with their options, see
+/// [`starts_another`]): launchers, tracers, privilege and namespace changers, shells, the shell's
+/// keywords, `trap` and `coproc`, whose words the shell runs, and `.` and `source`, which have
+/// the shell run the commands of a file (one another part of the chain may write: `echo 'rm
+/// -rf .' > f; . ./f` is `… | sh` by another name).
+pub(super) const LAUNCHERS: &[&str] = &[
+    "command",
+    "builtin",
+    "exec",
+    "eval",
+    ".",
+    "source",
+    "env",
+    "nohup",
+    "sudo",
+    "doas",
+    "time",
+    "nice",
+    "ionice",
+    "timeout",
+    "xargs",
+    "stdbuf",
+    "setsid",
+    "chroot",
+    "busybox",
+    "sh",
+    "bash",
+    "dash",
+    "zsh",
+    "ksh",
+    "fish",
+    "ash",
+    "hush",
+    "mksh",
+    "lksh",
+    "pdksh",
+    "oksh",
+    "loksh",
+    "rbash",
+    "yash",
+    "posh",
+    "csh",
+    "tcsh",
+    "osh",
+    "ysh",
+    "rc",
+    "nu",
+    "pwsh",
+    "elvish",
+    "xonsh",
+    "then",
+    "else",
+    "elif",
+    "do",
+    "if",
+    "while",
+    "until",
+    "!",
+    "{",
+    "}",
+    "trap",
+    "coproc",
+    "watch",
+    "entr",
+    "watchexec",
+    "flock",
+    "strace",
+    "ltrace",
+    "unshare",
+    "nsenter",
+    "setpriv",
+    "runuser",
+    "su",
+    "script",
+    "taskset",
+    "chrt",
+    "fakeroot",
+    "parallel",
+    "unbuffer",
+    "pkexec",
+    "systemd-run",
+    "firejail",
+    "bwrap",
+    "proot",
+    "faketime",
+    "numactl",
+    "catchsegv",
+    "caffeinate",
+    "toybox",
+    "valgrind",
+    "torsocks",
+    "torify",
+    "proxychains",
+    "proxychains4",
+    "tsocks",
+    "eatmydata",
+    "nocache",
+    "chronic",
+    "ifne",
+    "rlwrap",
+    "xvfb-run",
+    "dbus-run-session",
+    "prlimit",
+    "cpulimit",
+    "sem",
+    "sg",
+    "newgrp",
+    // Changers of the personality, the control group, the network namespace, the security
+    // context, the capabilities and the limits a program runs with.
+    "setarch",
+    "linux32",
+    "linux64",
+    "i386",
+    "x86_64",
+    "cgexec",
+    "ip",
+    "runcon",
+    "aa-exec",
+    "capsh",
+    "sandbox-exec",
+    "systemd-inhibit",
+    // Programs that start a program under themselves: a daemon, a session bus, an agent, a
+    // debugger, a profiler, an init.
+    "daemonize",
+    "dbus-launch",
+    "ssh-agent",
+    "gdb",
+    "perf",
+    "tini",
+    "dumb-init",
+    "sshpass",
+    // daemontools, runit and s6, whose tools each set one thing and run the rest of their words.
+    "chpst",
+    "softlimit",
+    "envdir",
+    "envuidgid",
+    "setuidgid",
+    "setlock",
+    "pgrphack",
+    "fghack",
+    "s6-envdir",
+    "s6-envuidgid",
+    "s6-setuidgid",
+    "s6-applyuidgid",
+    "s6-setlock",
+    "s6-softlimit",
+    "s6-setsid",
+    "s6-fghack",
+    // Words that make a name run a program: an alias, a hashed path (`hash -p /bin/rm x`), a
+    // function (`function x { rm …; }`). The name is then run in another part of the chain,
+    // which only a reading of every word of the chain sees.
+    "alias",
+    "hash",
+    "function",
+    // Runners of a project's or environment's commands (`uv run rm`, `npm exec -- rm`,
+    // `nix develop -c rm`), of a command on another host or outside a container (`ssh localhost
+    // rm`, `flatpak-spawn --host rm`), as another user (`run0`, `gosu`, `su-exec`), in a
+    // terminal multiplexer, or later (`at`, `batch`, fed by another part of the chain).
+    "uv",
+    "uvx",
+    "poetry",
+    "pipenv",
+    "bundle",
+    "npm",
+    "npx",
+    "pnpm",
+    "yarn",
+    "conda",
+    "mamba",
+    "micromamba",
+    "pixi",
+    "direnv",
+    "mise",
+    "asdf",
+    "rbenv",
+    "pyenv",
+    "nix",
+    "nix-shell",
+    "ssh",
+    "flatpak-spawn",
+    "host-spawn",
+    "distrobox-host-exec",
+    "toolbox",
+    "schroot",
+    "run0",
+    "gosu",
+    "su-exec",
+    "tmux",
+    "screen",
+    "at",
+    "batch",
+    // GNU coreutils under their `g` names (Homebrew's).
+    "gstdbuf",
+    "gtimeout",
+    "genv",
+    "gnice",
+    "gnohup",
+    "gchroot",
+];
+
+/// Launchers that take words of their own before the program they run, and how many: `chroot
+/// DIR rm`, `flock FILE rm`, `taskset MASK rm`, `chrt PRIORITY rm`, `su USER -c rm`,
+/// `setarch ARCH rm`, `runcon CONTEXT rm`, `perf stat rm`, `envdir DIR rm`, `ip netns exec NAME
+/// rm` (its `exec` is a launcher word of its own, so three words are read past: `netns`, the
+/// name, and one more, which only makes a deny rule match more often).
+pub(super) const LAUNCHER_POSITIONALS: &[(&str, usize)] = &[
+    ("setarch", 1),
+    ("function", 1),
+    ("uv", 1),
+    ("poetry", 1),
+    ("pipenv", 1),
+    ("bundle", 1),
+    ("npm", 1),
+    ("pnpm", 1),
+    ("yarn", 1),
+    ("conda", 1),
+    ("mamba", 1),
+    ("micromamba", 1),
+    ("pixi", 1),
+    ("direnv", 2),
+    ("mise", 1),
+    ("asdf", 1),
+    ("rbenv", 1),
+    ("pyenv", 1),
+    ("nix", 2),
+    ("ssh", 1),
+    ("toolbox", 1),
+    ("gosu", 1),
+    ("su-exec", 1),
+    ("tmux", 1),
+    ("runcon", 1),
+    ("perf", 1),
+    ("ip", 3),
+    ("envdir", 1),
+    ("envuidgid", 1),
+    ("setuidgid", 1),
+    ("setlock", 1),
+    ("s6-envdir", 1),
+    ("s6-envuidgid", 1),
+    ("s6-setuidgid", 1),
+    ("s6-setlock", 1),
+    ("gchroot", 1),
+    ("chroot", 1),
+    ("flock", 1),
+    ("taskset", 1),
+    ("chrt", 1),
+    ("su", 1),
+    ("sg", 1),
+];
+
+/// Programs that run a program given as the value of one of their options, with those options:
+/// `find -exec`, `fd -x` (`fdfind` on Debian), `rg --pre`, `tar -I` (and its other scripts),
+/// `rsync -e`, `tar --checkpoint-action=exec=…`, `man -P`, `nc -e`, `zip -TT`, `sort
+/// --compress-program`, `scp -S`. What follows such an option, or its
+/// `=` value and what follows, is a program and its arguments; the program's other words are
+/// its own (paths, tests, patterns).
+pub(super) const RUNS_AFTER_OPTION: &[(&str, &[&str])] = &[
+    ("find", &["-exec", "-execdir", "-ok", "-okdir"]),
+    ("fd", &["-x", "--exec", "-X", "--exec-batch"]),
+    ("fdfind", &["-x", "--exec", "-X", "--exec-batch"]),
+    ("rg", &["--pre"]),
+    (
+        "tar",
+        &[
+            "-I",
+            "--use-compress-program",
+            "--to-command",
+            "-F",
+            "--info-script",
+            "--new-volume-script",
+            "--checkpoint-action",
+            "--rsh-command",
+            "--rmt-command",
+        ],
+    ),
+    ("rsync", &["-e", "--rsh", "--rsync-path"]),
+    ("man", &["-P", "--pager", "--html"]),
+    ("nc", &["-e", "-c"]),
+    ("netcat", &["-e", "-c"]),
+    ("ncat", &["-e", "--exec", "-c", "--sh-exec", "--lua-exec"]),
+    ("zip", &["-TT", "--unzip-command"]),
+    ("sort", &["--compress-program"]),
+    ("scp", &["-S", "-o"]),
+    ("sftp", &["-S", "-o"]),
+    ("mapfile", &["-C"]),
+    ("readarray", &["-C"]),
+];
+
+/// The options of `program` after which a program comes ([`RUNS_AFTER_OPTION`]), in any case.
+pub(super) fn runs_after(program: &str) -> Option<&'static [&'static str]> {
+    RUNS_AFTER_OPTION
+        .iter()
+        .find_map(|(name, options)| name.eq_ignore_ascii_case(program).then_some(*options))
+}
+
+/// True when the word at `i` is one of `options` and what follows it runs the prefix's words
+/// (`-exec rm …`), or is `OPTION=VALUE` and the value with what follows does (`--pre=rm`). A
+/// value `exec=COMMAND` (tar's `--checkpoint-action`) runs COMMAND.
+pub(super) fn option_runs(
+    words: &[String],
+    i: usize,
+    options: &[&str],
+    wanted: &[&str],
+    programs: Programs<'_>,
+) -> bool {
+    let Some(word) = words.get(i) else {
+        return false;
+    };
+    let rest = words.get(i + 1..).unwrap_or_default();
+    let value_runs = |value: &str, rest: &[String]| {
+        let value = value.strip_prefix("exec=").unwrap_or(value);
+        let run: Vec<String> = std::iter::once(value.to_owned())
+            .chain(rest.iter().cloned())
+            .collect();
+        words_run(&run, wanted, programs)
+    };
+    if options.contains(&word.as_str()) {
+        return match rest.split_first() {
+            Some((value, after)) => value_runs(value, after),
+            None => false,
+        };
+    }
+    word.split_once('=')
+        .filter(|(option, _)| options.contains(option))
+        .is_some_and(|(_, value)| value_runs(value, rest))
+}
+
+/// A word a shell command can begin with that runs what comes after it rather than being the
+/// program itself: a launcher, a shell keyword, an option or argument of one (`-n`, `5s`), or an
+/// environment assignment (`X=1`). Reading past one of them can only make a deny or ask rule
+/// match more often.
+pub(super) fn starts_another(word: &str) -> bool {
+    is_launcher(word)
+        || word.starts_with('-')
+        // GNU parallel's `:::` (and `::::`): the commands or arguments that follow.
+        || word.starts_with(":::")
+        || word.contains('=')
+        || (word.starts_with(|c: char| c.is_ascii_digit())
+            && word
+                .chars()
+                .all(|c| c.is_ascii_digit() || ".smhd".contains(c)))
+}
