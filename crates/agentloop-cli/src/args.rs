@@ -177,12 +177,16 @@ pub(crate) struct AgentFileArg {
 impl AgentFileArg {
     /// Reads and checks the agent file.
     pub(crate) fn load(&self) -> Result<AgentFile, CliError> {
-        AgentFile::load(&self.file).map_err(|e| match e {
+        let file = AgentFile::load(&self.file).map_err(|e| match e {
             LoadError::Read { .. } => CliError::AgentFileUnreadable {
                 message: e.to_string(),
             },
             LoadError::Invalid(p) => CliError::AgentFile(p),
-        })
+        })?;
+        for w in file.warnings() {
+            eprintln!("agentloop: warning: {}: {w}", self.file.display());
+        }
+        Ok(file)
     }
 }
 

@@ -1094,7 +1094,6 @@ script = "script.json"
 name = "get_weather"
 command = ["sh", "-c", "if [ -e failed-once ]; then printf '7 degrees'; else touch failed-once; echo 'station busy' >&2; exit 1; fi"]
 retries = 1
-idempotent = true
 "#,
         );
         dir.write(
@@ -1140,10 +1139,11 @@ idempotent = true
 }
 
 /// `retries` on a command tool not marked `idempotent`: a failed run of it (a timeout, a
-/// non-zero exit) may already have done its work (`git push` then times out), so the file is
-/// refused before anything runs, naming the fix, and the command never runs.
+/// non-zero exit) may already have done its work (`git push` then times out). The file still
+/// runs as written (`retries` is the author's to give), and every command that loads it says so
+/// on stderr, naming the fix; marked idempotent, it says nothing.
 #[tokio::test(flavor = "multi_thread")]
-async fn retries_on_a_command_tool_not_marked_idempotent_are_refused_before_it_runs() {
+async fn retries_on_a_command_tool_not_marked_idempotent_are_warned_of_and_run_as_written() {
     let dir = AgentDir::new(
         r#"name = "pusher"
 [model]
@@ -1160,41 +1160,39 @@ retries = 2
         r#"[{"tool_calls": [{"id": "c1", "name": "push", "arguments": {}}]}, {"text": "Pushed."}]"#,
     );
     let agent = dir.agent();
-    let push = || {
-        agentloop(args(&[
-            "run",
-            agent.to_str().unwrap(),
-            "--input",
-            "Push it.",
-            "--json",
-        ]))
+    let command = |verb: &'static str| {
+        let mut words = vec![verb, agent.to_str().unwrap()];
+        if verb == "run" {
+            words.extend(["--input", "Push it.", "--json"]);
+        }
+        agentloop(args(&words))
     };
-    let out = push().await;
-    assert_eq!(out.status.code(), Some(3), "stderr: {}", stderr(&out));
-    let error = &stdout_json(&out)["error"];
-    assert_eq!(error["code"], "agent_file.invalid", "{error}");
-    assert_eq!(error["problems"][0]["path"], "tools[0].retries", "{error}");
-    assert!(
-        error["problems"][0]["message"]
-            .as_str()
-            .unwrap()
-            .contains("add `idempotent = true`"),
-        "{error}"
-    );
-    assert!(!dir.path("runs").exists(), "the command ran");
+    let warned = |out: &std::process::Output| {
+        let err = stderr(out);
+        err.contains("agentloop: warning:")
+            && err.contains("tools[0].retries")
+            && err.contains("add `idempotent = true`")
+    };
+    let plan = command("plan").await;
+    assert_eq!(plan.status.code(), Some(0), "stderr: {}", stderr(&plan));
+    assert!(warned(&plan), "stderr: {}", stderr(&plan));
+    let out = command("run").await;
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    assert!(warned(&out), "stderr: {}", stderr(&out));
+    assert_eq!(stdout_json(&out)["tool_calls"][0]["retries"], 2);
+    let runs = std::fs::read_to_string(dir.path("runs")).unwrap();
+    assert_eq!(runs.lines().count(), 3, "{runs}");
 
-    // Marked idempotent, the same file runs, and the failed command runs three times.
+    // Marked idempotent: nothing to say.
     let text = std::fs::read_to_string(&agent).unwrap();
     std::fs::write(
         &agent,
         text.replace("retries = 2", "retries = 2\nidempotent = true"),
     )
     .unwrap();
-    let out = push().await;
-    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
-    assert_eq!(stdout_json(&out)["tool_calls"][0]["retries"], 2);
-    let runs = std::fs::read_to_string(dir.path("runs")).unwrap();
-    assert_eq!(runs.lines().count(), 3, "{runs}");
+    let plan = command("plan").await;
+    assert_eq!(plan.status.code(), Some(0), "stderr: {}", stderr(&plan));
+    assert!(!warned(&plan), "stderr: {}", stderr(&plan));
 }
 
 #[test]

@@ -113,6 +113,35 @@ impl AgentFile {
         Self::load_beside(path, &[])
     }
 
+    /// What the file asks for that it may not mean, said when it is loaded but never refused
+    /// (a file that loaded before keeps loading): a command tool given `retries` without
+    /// `idempotent = true`, which a timeout or a non-zero exit runs again though its effect may
+    /// already have happened (`git push` timing out after it pushed). Its subagents' files
+    /// are named with their tool's path.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        self.warnings_into("", &mut out);
+        out
+    }
+
+    fn warnings_into(&self, prefix: &str, out: &mut Vec<String>) {
+        for (i, tool) in self.tools().iter().enumerate() {
+            let retries = tool.retries.as_ref().map_or(0, |r| *r.get_ref());
+            if retries > 0 && tool.command.is_some() && tool.idempotent != Some(true) {
+                out.push(format!(
+                    "{prefix}tools[{i}].retries: the command tool {:?} runs again after a \
+                     non-zero exit or a timeout, when its effect may already have happened; \
+                     add `idempotent = true` if running it twice does no more harm than once, \
+                     or remove `retries`",
+                    tool.name()
+                ));
+            }
+            if let Some(child) = self.subagent(tool.name()) {
+                child.warnings_into(&format!("{prefix}tools[{i}] (agent): "), out);
+            }
+        }
+    }
+
     /// [`AgentFile::load`] for an agent whose program adds `host` tools beside the file's own
     /// (the Python package's `Agent.from_file(tools=...)`): the file's `[permissions]` and
     /// `tool_choice` may name them as they name the tools it declares. Its subagents' and

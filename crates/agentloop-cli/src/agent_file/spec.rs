@@ -405,8 +405,9 @@ section! {
         timeout_secs: Option<Spanned<f64>>,
         /// How many times a failed call (non-zero exit, timeout) runs again before the model
         /// sees the failure (default 0, at most
-        /// [`MAX_TOOL_RETRIES`](super::rules::MAX_TOOL_RETRIES)); more than 0 needs
-        /// `idempotent = true`, since a failed command may have done its work already.
+        /// [`MAX_TOOL_RETRIES`](super::rules::MAX_TOOL_RETRIES)); more than 0 without
+        /// `idempotent = true` is warned of at load, since a failed command may have done its
+        /// work already.
         retries: Option<Spanned<u32>>,
         /// The tool polls something that changes on its own: the stuck-loop rule judges its
         /// repeated calls by their results alone.

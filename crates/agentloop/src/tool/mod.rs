@@ -221,7 +221,7 @@ impl ToolBuilder {
     /// Runs a failed call up to `retries` more times ([`ToolPolicy::retry`]), with the waits the
     /// retry policy already has. A timeout or an error does not say the call did nothing: give
     /// retries to a tool that is safe to repeat ([`ToolBuilder::idempotent`]), or have it mark the
-    /// errors that must not be retried permanent. (The CLI refuses `retries` on a command tool
+    /// errors that must not be retried permanent. (The CLI warns of `retries` on a command tool
     /// not marked `idempotent`.)
     pub fn retries(mut self, retries: u32) -> Self {
         self.policy.retry.max_attempts = retries.saturating_add(1);

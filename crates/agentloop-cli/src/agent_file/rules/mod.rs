@@ -435,27 +435,39 @@ allow = ["read_file", "grep2"]
     }
 
     #[test]
-    fn retries_on_a_command_tool_need_it_idempotent() {
-        let file = |more: &str| {
+    fn retries_on_a_command_tool_not_marked_idempotent_are_warned_of_not_refused() {
+        let text = |more: &str| {
             format!(
-                "[model]\nprovider = \"scripted\"\nscript = \"s.json\"\n\n[[tools]]\nname = \"push\"\ncommand = [\"true\"]\n{more}"
+                "name = \"p\"\n[model]\nprovider = \"scripted\"\nscript = \"s.json\"\n\n[[tools]]\nname = \"push\"\ncommand = [\"true\"]\n{more}"
             )
         };
         for more in ["retries = 2\n", "retries = 2\nidempotent = false\n"] {
-            let found = problems(&file(more));
-            let p = found
-                .iter()
-                .find(|p| p.path == "tools[0].retries")
-                .expect("a retries problem");
-            assert!(p.message.contains("idempotent = true"), "{}", p.message);
-        }
-        for fine in ["retries = 0\n", "retries = 2\nidempotent = true\n", ""] {
             assert!(
-                problems(&file(fine))
+                problems(&text(more))
                     .iter()
                     .all(|p| !p.path.ends_with("retries")),
-                "{fine:?}"
+                "{more:?}"
             );
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("agent.toml");
+            std::fs::write(&path, text(more)).unwrap();
+            std::fs::write(dir.path().join("s.json"), "[]").unwrap();
+            let file = crate::agent_file::AgentFile::load(&path).unwrap();
+            let warnings = file.warnings();
+            assert_eq!(warnings.len(), 1, "{warnings:?}");
+            assert!(
+                warnings[0].starts_with("tools[0].retries: ")
+                    && warnings[0].contains("idempotent = true"),
+                "{warnings:?}"
+            );
+        }
+        for fine in ["retries = 0\n", "retries = 2\nidempotent = true\n", ""] {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("agent.toml");
+            std::fs::write(&path, text(fine)).unwrap();
+            std::fs::write(dir.path().join("s.json"), "[]").unwrap();
+            let file = crate::agent_file::AgentFile::load(&path).unwrap();
+            assert!(file.warnings().is_empty(), "{fine:?}");
         }
     }
 

@@ -437,21 +437,6 @@ fn check_tool(tool: &ToolFileSpec, path: &str, dir: &Path, problems: &mut Proble
             format!("retries is at most {MAX_TOOL_RETRIES}"),
         );
     }
-    // A timeout or a non-zero exit does not say the command did nothing: `git push` may have
-    // pushed before it timed out. Running it again is the author's promise to make, not ours.
-    if let Some(r) = &tool.retries
-        && *r.get_ref() > 0
-        && tool.command.is_some()
-        && tool.idempotent != Some(true)
-    {
-        problems.at(
-            &join(path, "retries"),
-            span_of(r),
-            "retries runs a failed command again (after a non-zero exit or a timeout, when its \
-             effect may already have happened): add `idempotent = true` if running it twice does \
-             no more harm than once, or remove `retries`",
-        );
-    }
 }
 
 /// Exactly one of `command`, `agent`, `builtin` and `a2a`, and that kind's own checks.
