@@ -206,11 +206,9 @@ def streaming_agent(
     return server, Agent(model=Provider("openai", "test-model", base_url=url, api_key_env="TEST_SERVER_KEY"))
 
 
-def test_a_stream_that_fails_part_way_is_retried_and_the_events_say_its_text_was_discarded(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    served: List[int] = []
-    server, agent = streaming_agent(STREAMS, served, monkeypatch)
+def streamed(server: http.server.ThreadingHTTPServer, agent: Agent) -> Any:
+    """The events of a run of `agent` streamed to its end, and its outcome; `server` shut down
+    after."""
 
     async def main() -> Any:
         stream = agent.stream("Go.")
@@ -218,9 +216,17 @@ def test_a_stream_that_fails_part_way_is_retried_and_the_events_say_its_text_was
         return events, stream.outcome
 
     try:
-        events, outcome = asyncio.run(main())
+        return asyncio.run(main())
     finally:
         server.shutdown()
+
+
+def test_a_stream_that_fails_part_way_is_retried_and_the_events_say_its_text_was_discarded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    served: List[int] = []
+    server, agent = streaming_agent(STREAMS, served, monkeypatch)
+    events, outcome = streamed(server, agent)
     assert len(served) == 2
     assert outcome is not None and outcome.stop_reason == "finished", outcome
     assert outcome.output == "The whole answer."
@@ -243,16 +249,7 @@ def test_an_answers_warning_is_in_the_outcome_and_its_event(monkeypatch: pytest.
         + b"data: [DONE]\n\n"
     )
     server, agent = streaming_agent([body], [], monkeypatch)
-
-    async def main() -> Any:
-        stream = agent.stream("Go.")
-        events = [e async for e in stream]
-        return events, stream.outcome
-
-    try:
-        events, outcome = asyncio.run(main())
-    finally:
-        server.shutdown()
+    events, outcome = streamed(server, agent)
     assert outcome is not None and outcome.stop_reason == "finished", outcome
     assert outcome.output == "Done."
     assert len(outcome.warnings) == 1, outcome.warnings
