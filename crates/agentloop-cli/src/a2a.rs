@@ -54,6 +54,8 @@ pub async fn a2a(command: A2aCommand) -> Result<i32, CliError> {
 }
 
 async fn serve(args: ServeArgs) -> Result<i32, CliError> {
+    // From here a stop signal waits for the start to finish, then stops it in order.
+    let stop = crate::runs::terminated();
     // The session store before the servers start, as the journal and the trace: a server's view
     // keeps only what exists then read-only, and one started first could rewrite a context's
     // history. It stays open until they are stopped: closing it deletes SQLite's `-wal` and
@@ -65,7 +67,7 @@ async fn serve(args: ServeArgs) -> Result<i32, CliError> {
     };
     let more: Vec<std::path::PathBuf> = args.sessions.iter().cloned().collect();
     let served = ServedFiles::load(&args.served, &more).await?;
-    let result = serve_files(&args, &served, sessions.clone()).await;
+    let result = serve_files(&args, &served, sessions.clone(), stop).await;
     served.shutdown().await;
     drop(sessions);
     result
@@ -75,6 +77,7 @@ async fn serve_files(
     args: &ServeArgs,
     served: &ServedFiles,
     sessions: Option<Arc<dyn agentloop::session::SessionStore>>,
+    stop: impl Future<Output = ()> + Send + 'static,
 ) -> Result<i32, CliError> {
     let mut agents = Vec::new();
     for l in &served.files {
@@ -128,7 +131,7 @@ async fn serve_files(
     let server = A2aServer::with_sessions(agents, sessions)
         .with_max_runs(args.served.max_runs)
         .with_answer_timeout(std::time::Duration::from_secs(args.approval_timeout));
-    agentloop_a2a::serve(&server, listener, crate::runs::terminated())
+    agentloop_a2a::serve(&server, listener, stop)
         .await
         .map_err(|e| CliError::Setup {
             message: format!("{}: {e}", e.code()),

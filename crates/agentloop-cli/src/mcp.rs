@@ -203,9 +203,11 @@ fn serve_error(e: &ServeError) -> CliError {
 }
 
 async fn serve(args: ServeArgs) -> Result<i32, CliError> {
+    // From here a stop signal waits for the start to finish, then stops it in order.
+    let stop = crate::runs::terminated();
     let served = ServedFiles::load(&args.served, &[]).await?;
     let result = match offer(&args, &served) {
-        Ok(offer) => serve_offer(&args, offer).await,
+        Ok(offer) => serve_offer(&args, offer, stop).await,
         Err(e) => Err(e),
     };
     served.shutdown().await;
@@ -349,7 +351,11 @@ fn file_tools(
 }
 
 /// Serves until the client leaves (stdio), or Ctrl-C or SIGTERM.
-async fn serve_offer(args: &ServeArgs, offer: Offer) -> Result<i32, CliError> {
+async fn serve_offer(
+    args: &ServeArgs,
+    offer: Offer,
+    stop_signal: impl Future<Output = ()> + Send + 'static,
+) -> Result<i32, CliError> {
     let names: Vec<String> = offer.names().map(str::to_owned).collect();
     let server = AgentServer::new(offer)
         .with_max_runs(args.served.max_runs)
@@ -357,7 +363,7 @@ async fn serve_offer(args: &ServeArgs, offer: Offer) -> Result<i32, CliError> {
     let shutdown = CancellationToken::new();
     let stop = shutdown.clone();
     let signals = tokio::spawn(async move {
-        crate::runs::terminated().await;
+        stop_signal.await;
         stop.cancel();
     });
     let served = match args.http {

@@ -256,6 +256,8 @@ impl Agents for Served {
 
 /// `agentloop serve FILE...`: until Ctrl-C or SIGTERM.
 pub async fn serve(args: ServeArgs) -> Result<i32, CliError> {
+    // From here a stop signal waits for the start to finish, then stops it in order.
+    let signal = crate::runs::terminated();
     let stores: Vec<PathBuf> = args.trace.iter().cloned().collect();
     let loaded = crate::served::load_together(&args.files, &stores)?;
     // The trace exists before any server starts, as for `a2a serve`: a server's view keeps only
@@ -319,19 +321,6 @@ pub async fn serve(args: ServeArgs) -> Result<i32, CliError> {
     }
     let refusal = std::sync::Mutex::new(None);
     let stop = async {
-        let signal = async {
-            #[cfg(unix)]
-            {
-                let mut term =
-                    tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => {}
-                    _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending().await } } => {}
-                }
-            }
-            #[cfg(not(unix))]
-            let _ = tokio::signal::ctrl_c().await;
-        };
         let refused = async {
             match refused.await {
                 Ok(e) => e,

@@ -246,27 +246,39 @@ pub(crate) fn print_outcome(outcome: &RunOutcome, args: &Shown<'_>, progress: &P
     }
 }
 
-/// Waits for Ctrl-C, or SIGTERM where there is one: what stops a long-running server.
-pub(crate) async fn terminated() {
+/// Ctrl-C, or SIGTERM where there is one: what stops a long-running server. The handlers are in
+/// place from this call on, not from the future's first poll: a server takes it before it starts
+/// its MCP servers and says its address, so a signal sent as soon as it does (a service manager
+/// stopping it at once) stops it as any stop does, its servers ended, rather than killing the
+/// process by the signal's default action half-way through its start.
+pub(crate) fn terminated() -> impl Future<Output = ()> + Send + 'static {
     #[cfg(unix)]
     {
-        let mut term =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-        let term = async {
-            match term.as_mut() {
-                Some(t) => {
-                    t.recv().await;
-                }
-                None => std::future::pending().await,
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut term = signal(SignalKind::terminate()).ok();
+        let mut interrupt = signal(SignalKind::interrupt()).ok();
+        async move {
+            tokio::select! {
+                () = received(term.as_mut()) => {}
+                () = received(interrupt.as_mut()) => {}
             }
-        };
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            () = term => {}
         }
     }
     #[cfg(not(unix))]
-    let _ = tokio::signal::ctrl_c().await;
+    async {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+/// The next delivery of a signal whose handler is in place; never, without one.
+#[cfg(unix)]
+async fn received(signal: Option<&mut tokio::signal::unix::Signal>) {
+    match signal {
+        Some(s) => {
+            s.recv().await;
+        }
+        None => std::future::pending().await,
+    }
 }
 
 #[cfg(test)]

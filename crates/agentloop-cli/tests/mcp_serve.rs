@@ -842,3 +842,60 @@ async fn two_files_serving_one_name_is_a_setup_error_naming_both() {
         );
     }
 }
+
+/// A stop signal sent while a server is still starting (its agent's stdio MCP server slow to
+/// start) waits for the start, then stops it in order: the process exits 0 rather than dying by
+/// the signal, and its MCP server is told to stop (its input closed), which it answers by writing
+/// its report. Both `mcp serve` and `a2a serve`.
+#[test]
+fn a_stop_signal_during_the_start_stops_the_server_in_order() {
+    let write_server =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/mcp/write_server.py");
+    // Says it has started, then takes a second before it is the write server.
+    let slow = format!(
+        "import os, time\nopen('started', 'w').close()\ntime.sleep(1)\n\
+         os.execvp('python3', ['python3', {:?}, '--at-exit', 'marker.txt'])\n",
+        write_server.display().to_string()
+    );
+    for (protocol, addr) in [("mcp", "--http"), ("a2a", "--addr")] {
+        let dir = AgentDir::new(
+            "name = \"a\"\n[model]\nprovider = \"scripted\"\nscript = \"script.json\"\n\n\
+             [[mcp]]\nname = \"w\"\ncommand = [\"python3\", \"slow.py\"]\n",
+        );
+        dir.write("script.json", &json!([{"text": "done"}]).to_string());
+        dir.write("slow.py", &slow);
+        let mut child = Command::new(bin())
+            .args([protocol, "serve", addr, "127.0.0.1:0"])
+            .arg(dir.agent())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let said = std::thread::spawn(move || std::io::read_to_string(stderr).unwrap_or_default());
+        let waited = Instant::now();
+        while !dir.path("started").exists() {
+            assert!(
+                waited.elapsed() < Duration::from_secs(60),
+                "{protocol}: the server never started"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let kill = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(kill.success());
+        let ended = child.wait().unwrap();
+        let said = said.join().unwrap();
+        assert_eq!(ended.code(), Some(0), "{protocol}: {ended}: {said}");
+        // The server writes its report as it ends, which may be just after agentloop has.
+        let report = || std::fs::read_to_string(dir.path("at-exit.txt")).unwrap_or_default();
+        let waited = Instant::now();
+        while report().is_empty() && waited.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert_eq!(report(), "marker.txt ok\n", "{protocol}: {said}");
+    }
+}

@@ -521,14 +521,21 @@ impl HttpServer {
         HttpServer { child, url }
     }
 
-    /// Stops it as a service manager would (SIGTERM), and waits for it to end.
+    /// Stops it as a service manager would (SIGTERM), and waits for it to end: it must end as
+    /// a stop ends it, exit 0, however soon after its start the signal came (never killed by
+    /// the signal itself, which would leave what it started unstopped).
     pub fn terminate(mut self) {
         let status = std::process::Command::new("kill")
             .args(["-TERM", &self.child.id().to_string()])
             .status()
             .unwrap();
         assert!(status.success());
-        let _ = self.child.wait();
+        let ended = self.child.wait().unwrap();
+        assert_eq!(
+            ended.code(),
+            Some(0),
+            "the server did not stop as a stop ends it: {ended}"
+        );
     }
 }
 
