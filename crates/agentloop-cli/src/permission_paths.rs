@@ -9,8 +9,8 @@
 
 use std::path::{Path, PathBuf};
 
-use agentloop::permissions::ResolvePaths;
-use agentloop_tools::workspace::{Workspace, follow_links, program_files};
+use agentloop::permissions::{FileText, ResolvePaths};
+use agentloop_tools::workspace::{Workspace, follow_links, program_files, read_text_bounded};
 
 /// Paths as a built-in tool resolves them: inside its workspace; a path it refuses is `None`.
 #[derive(Debug)]
@@ -27,6 +27,12 @@ impl ResolvePaths for WorkspacePaths {
 
     fn programs(&self, word: &str) -> Vec<PathBuf> {
         program_files(self.0.root(), word)
+    }
+
+    fn read_text(&self, path: &str) -> FileText {
+        // The shell reads a script wherever it is, so a path the file tools refuse (out of the
+        // root) is read as the process would open it.
+        read_text_bounded(&self.0.root().join(path))
     }
 }
 
@@ -57,6 +63,10 @@ impl ResolvePaths for FolderPaths {
 
     fn programs(&self, word: &str) -> Vec<PathBuf> {
         program_files(&self.root, word)
+    }
+
+    fn read_text(&self, path: &str) -> FileText {
+        read_text_bounded(&self.root.join(path))
     }
 }
 

@@ -1404,3 +1404,158 @@ async fn a_link_to_a_denied_program_is_judged_as_that_program_before_and_as_the_
     );
     assert!(dir.path("work/made").exists(), "the last command runs: {v}");
 }
+
+/// Each of `args` as a call of the shell.
+fn shell_calls(args: Vec<Value>) -> Vec<(&'static str, Value)> {
+    args.into_iter().map(|a| ("shell", a)).collect()
+}
+
+/// Writes `text` to `path`, as a program anyone may run.
+fn write_program(path: &std::path::Path, text: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::write(path, text).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_command_run_in_a_container_or_pod_is_judged_as_that_command() {
+    // docker's and kubectl's own clients (no daemon, no cluster here: what counts is that the
+    // gate never lets them start the `rm`). Their subcommands that run nothing of the
+    // caller's are not judged so: the last runs.
+    assert_every_rm_denied_and_the_last_runs(
+        &[
+            "docker exec -it ctr rm -f keep.txt",
+            "docker run --rm -v .:/w -w /w alpine rm -f keep.txt",
+            "docker compose exec web rm -f keep.txt",
+            "podman run --rm alpine sh -c 'rm -f keep.txt'",
+            "kubectl exec -it pod -c app -- rm -f keep.txt",
+            "docker rm ctr 2>/dev/null; touch made",
+        ],
+        "an rm run through a container launcher ran",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_script_the_shell_reads_is_judged_by_its_commands_before_and_as_it_runs() {
+    // `clean.sh` (there before the run) removes `keep.txt`: every way of having a shell run
+    // it is denied by the gate. `later.sh` is written by a call of the same batch, after the
+    // gate judged `sh later.sh` (then missing): the shell, reading it as it runs, refuses it.
+    // The last: a script that runs nothing denied runs.
+    let calls = shell_calls(vec![
+        json!({"command": "sh clean.sh"}),
+        json!({"command": ". ./clean.sh"}),
+        json!({"command": "./clean.sh"}),
+        json!({"command": "BASH_ENV=clean.sh bash -c true"}),
+        json!({"command": "bash --rcfile clean.sh -c true"}),
+        json!({"command": "printf 'rm -f keep.txt\\n' > later.sh"}),
+        json!({"command": "sh later.sh"}),
+        json!({"command": "sh ok.sh"}),
+    ]);
+    let dir = scripted_builtins(DENY_RM_ALLOW_THE_REST, &calls);
+    std::fs::write(dir.path("work/keep.txt"), "kept").unwrap();
+    write_program(&dir.path("work/clean.sh"), "#!/bin/sh\nrm -f keep.txt\n");
+    std::fs::write(dir.path("work/ok.sh"), "#!/bin/sh\ntouch made\n").unwrap();
+    let (_, v) = run_json(&dir, &[]).await;
+    assert_eq!(
+        call_statuses(&v),
+        [
+            "denied", "denied", "denied", "denied", "denied", "ok", "error", "ok"
+        ],
+        "{v}"
+    );
+    assert_eq!(v["tool_calls"][6]["error"]["code"], "command_denied", "{v}");
+    assert!(
+        dir.path("work/later.sh").exists(),
+        "the script was written: {v}"
+    );
+    assert!(
+        dir.path("work/keep.txt").exists(),
+        "an rm in a script a shell read ran"
+    );
+    assert!(dir.path("work/made").exists(), "the last command runs: {v}");
+}
+
+/// `[permissions]` under which the shell runs anything but `rm`, and asks about `git push`.
+const DENY_RM_ASK_PUSH: &str = r#"[permissions]
+default = "allow"
+[[permissions.rules]]
+tool = "shell"
+permission = "deny"
+command_prefix = { field = "command", prefix = "rm" }
+[[permissions.rules]]
+tool = "shell"
+permission = "ask"
+command_prefix = { field = "command", prefix = "git push" }
+[[permissions.rules]]
+tool = "shell"
+permission = "allow"
+"#;
+
+/// Runs git with `args` in `folder`, asserting that it succeeds.
+fn git(folder: &std::path::Path, args: &[&str]) {
+    let out = std::process::Command::new("git")
+        .args([
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "-c",
+            "init.defaultBranch=main",
+        ])
+        .args(args)
+        .current_dir(folder)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "git {args:?}: {out:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_repository_s_git_configuration_and_hooks_are_judged_as_the_commands_they_run() {
+    // The repository in the agent's folder pushes to a bare one beside it. Its configuration
+    // (made before the run) has `p` run `git push` and `nuke` run `rm`; its `pre-commit` hook
+    // runs `rm`. A command that writes an alias into `.git/config` and runs it is asked about
+    // (no terminal: denied). Nothing is pushed and `keep.txt` stays; the last, which runs no
+    // hook nor alias, runs.
+    let calls = shell_calls(vec![
+        json!({"command": "git p origin main"}),
+        json!({"command": "git nuke"}),
+        json!({"command": "git commit --allow-empty -m x"}),
+        json!({"command": "printf '[alias]\\n\\tq = push\\n' >> .git/config && git q origin main"}),
+        json!({"command": "git log --oneline > made"}),
+    ]);
+    let dir = scripted_builtins(DENY_RM_ASK_PUSH, &calls);
+    let work = dir.path("work");
+    let remote = dir.path("remote.git");
+    std::fs::create_dir_all(&remote).unwrap();
+    git(&remote, &["init", "--bare", "-q"]);
+    git(&work, &["init", "-q"]);
+    git(&work, &["commit", "-q", "--allow-empty", "-m", "first"]);
+    git(
+        &work,
+        &["remote", "add", "origin", remote.to_str().unwrap()],
+    );
+    git(&work, &["config", "alias.p", "push"]);
+    git(&work, &["config", "alias.nuke", "!rm -f keep.txt"]);
+    std::fs::write(work.join("keep.txt"), "kept").unwrap();
+    git(&work, &["add", "keep.txt"]);
+    git(&work, &["commit", "-q", "-m", "keep"]);
+    write_program(
+        &work.join(".git/hooks/pre-commit"),
+        "#!/bin/sh\nrm -f keep.txt\n",
+    );
+    let (_, v) = run_json(&dir, &[]).await;
+    assert_eq!(
+        call_statuses(&v),
+        ["denied", "denied", "denied", "denied", "ok"],
+        "{v}"
+    );
+    assert!(work.join("keep.txt").exists(), "an rm git ran got past");
+    let pushed = std::process::Command::new("git")
+        .args(["for-each-ref"])
+        .current_dir(&remote)
+        .output()
+        .unwrap();
+    assert!(pushed.stdout.is_empty(), "nothing was pushed: {pushed:?}");
+    assert!(work.join("made").exists(), "the last command runs: {v}");
+}

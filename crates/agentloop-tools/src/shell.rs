@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use agentloop::permissions::{CommandRules, Permission, ResolvePaths};
+use agentloop::permissions::{CommandRules, FileText, Permission, ResolvePaths};
 use agentloop::{Tool, ToolContext, ToolError, ToolOutput, tool::ExecutionMode};
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -35,7 +35,7 @@ use crate::process::{
     GroupCommand, HeadTail, Stopped, describe_status, env_pairs, not_cancelled, run_until,
     scrubbed_env,
 };
-use crate::workspace::{Workspace, program_files};
+use crate::workspace::{Workspace, program_files, read_text_bounded};
 
 /// The variables a shell command sees by default, when this process has them.
 pub const DEFAULT_SHELL_ENV: &[&str] =
@@ -285,6 +285,10 @@ impl ResolvePaths for ProgramsIn<'_> {
 
     fn programs(&self, word: &str) -> Vec<PathBuf> {
         program_files(self.0, word)
+    }
+
+    fn read_text(&self, path: &str) -> FileText {
+        read_text_bounded(&self.0.join(path))
     }
 }
 

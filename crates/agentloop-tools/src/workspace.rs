@@ -21,7 +21,7 @@
 use std::ffi::OsString;
 use std::path::{Component, Path, PathBuf};
 
-use agentloop::permissions::{CommandRules, PathRules, PermissionStore};
+use agentloop::permissions::{CommandRules, FileText, PathRules, PermissionStore, READ_LIMIT};
 
 /// Why a path was refused. The message is what the model reads: it names the path as the model
 /// gave it, never the absolute root.
@@ -385,6 +385,52 @@ pub fn program_files(folder: &Path, word: &str) -> Vec<PathBuf> {
         .chain(std::iter::once(PathBuf::new()))
         .filter_map(|dir| found(folder.join(dir).join(word)))
         .collect()
+}
+
+/// The text of `file` as a deny or ask command prefix reads it ([`ResolvePaths::read_text`]):
+/// at most [`READ_LIMIT`] bytes of UTF-8; a longer file, a folder, a file not text or one that
+/// cannot be opened is [`FileText::Unreadable`], so that the rule judges it as one whose
+/// commands cannot be seen.
+///
+/// [`ResolvePaths::read_text`]: agentloop::permissions::ResolvePaths::read_text
+pub fn read_text_bounded(file: &Path) -> FileText {
+    use std::io::Read;
+    // A FIFO (or a device) would hold the gate until something writes to it: only a regular
+    // file is read, and it is opened without waiting, should it be swapped for a FIFO between.
+    match std::fs::metadata(file) {
+        Ok(meta) if meta.is_file() => {}
+        Ok(_) => return FileText::Unreadable,
+        Err(e) => return not_read(&e),
+    }
+    let mut options = std::fs::OpenOptions::new();
+    options.read(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::custom_flags(&mut options, libc::O_NONBLOCK);
+    let opened = match options.open(file) {
+        Ok(f) if f.metadata().is_ok_and(|m| m.is_file()) => f,
+        Ok(_) => return FileText::Unreadable,
+        Err(e) => return not_read(&e),
+    };
+    let mut bytes = Vec::new();
+    // One byte past the limit tells a file of exactly the limit from a longer one.
+    let limit = u64::try_from(READ_LIMIT)
+        .unwrap_or(u64::MAX)
+        .saturating_add(1);
+    match opened.take(limit).read_to_end(&mut bytes) {
+        Ok(n) if n <= READ_LIMIT => String::from_utf8(bytes)
+            .map(FileText::Text)
+            .unwrap_or(FileText::Unreadable),
+        _ => FileText::Unreadable,
+    }
+}
+
+/// What a file that could not be opened is to [`read_text_bounded`]: missing when nothing is
+/// there, else unreadable.
+fn not_read(e: &std::io::Error) -> FileText {
+    match e.kind() {
+        std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory => FileText::Missing,
+        _ => FileText::Unreadable,
+    }
 }
 
 // outside-paths: off (the tests below try hostile paths on purpose)

@@ -1,10 +1,13 @@
 //! What a shell command runs, as deny and ask command prefixes read it: its chained parts, the
-//! programs behind launchers, the commands programs run by their own means (`find -exec`,
-//! `git -c alias.x='!…'`, `tar --checkpoint-action`), the programs whose language runs
-//! commands, and the files program words lead to. Reading errs towards matching: a word that may
-//! run a program is read as running it.
+//! programs behind launchers (a container's and a pod's too: `docker exec`, `kubectl exec`),
+//! the commands programs run by their own means (`find -exec`, `git -c alias.x='!…'`, `tar
+//! --checkpoint-action`), the programs whose language runs commands, the files program words
+//! lead to, and the files programs read their commands from (see [`super::reads`]). Reading
+//! errs towards matching: a word that may run a program is read as running it, and a command
+//! too deep to read whole ([`MAX_STEPS`]) matches.
 
 use std::borrow::Cow;
+use std::cell::Cell;
 
 use super::resolve::ResolvePaths;
 
@@ -20,18 +23,70 @@ pub(super) fn starts_with_words(command: &str, prefix: &str) -> bool {
 /// substitution's parentheses.
 pub(super) const CHAIN_SPLIT: &str = ";&|`()<>\n\r";
 
-/// True when some part of `command` runs the prefix's words, read as a deny or ask rule must
-/// (see [`runs_with_words`]). A backslash before a line break joins the lines (`r\` then `m`
-/// is `rm` to a shell), so it is taken out before the command is split. When the command is a
-/// chain and a part of it runs a launcher (`… | sh`, `… | xargs env`), what that launcher runs
-/// comes from another part, which no reading of one part sees: then any word of the whole
-/// command that runs the prefix's words matches.
-pub(super) fn chain_runs_with_words(
+/// How a command is being read: the count of files read so far in judging it (a script read
+/// may name another: past [`MAX_READS`] a file is taken as one that cannot be read, so that a
+/// script that reads itself ends, as it does past [`MAX_DEPTH`] files deep), whether git's configuration is read (not while what one
+/// says is judged, so that judging it reads it no more), and whether the command is a
+/// script's text.
+#[derive(Clone, Copy)]
+pub(super) struct Reading<'a> {
+    /// What reads the files a command has programs read.
+    pub(super) files: &'a dyn ReadsFiles,
+    pub(super) reads: &'a Cell<u32>,
+    /// How many runs of words judging the command has read ([`words_run_from`]): past
+    /// [`MAX_STEPS`] the command matches, so that commands nested in commands (`find -exec
+    /// find -exec …`, each read from each of its options) cannot hold the gate for hours.
+    pub(super) steps: &'a Cell<u32>,
+    pub(super) git_config: bool,
+    pub(super) script: bool,
+    /// How many files deep the reading is (a script that a script runs): past
+    /// [`MAX_DEPTH`] a file is taken as one that cannot be read.
+    pub(super) depth: u32,
+}
+
+/// The reading of the files a command has programs read and run ([`super::reads`]): a seam, so
+/// that the reading of files (which reads the commands in them) and the reading of commands
+/// (which finds the files) keep to a file each.
+pub(super) trait ReadsFiles {
+    /// True when the shell script at `path` runs the prefix's words; with `shebang`, a program
+    /// run by its path, read only when its `#!` names a shell.
+    fn script_runs(
+        &self,
+        path: &str,
+        wanted: &[&str],
+        programs: Programs<'_>,
+        shebang: bool,
+    ) -> bool;
+    /// True when `words`, from a shell or `.`/`source` on, have it read a file of commands that
+    /// runs the prefix's words.
+    fn shell_reads_run(&self, words: &[String], wanted: &[&str], programs: Programs<'_>) -> bool;
+    /// True when the git command whose words after `git` are `words` runs the prefix's words by
+    /// what its repository's files say.
+    fn repository_runs(&self, words: &[String], wanted: &[&str], programs: Programs<'_>) -> bool;
+    /// True when the command names a git folder's own files and the prefix's program is git.
+    fn writes_git_own_files(&self, command: &str, prefix: &str) -> bool;
+}
+
+/// The most runs of words one command's judging reads ([`Reading::steps`]).
+pub(super) const MAX_STEPS: u32 = 100_000;
+
+/// The most files deep one command's judging reads.
+pub(super) const MAX_DEPTH: u32 = 8;
+
+/// True when some part of `command` runs the prefix's words, read as `reading` says (see
+/// [`super::reads::chain_runs_with_words`]).
+pub(super) fn chain_runs(
     command: &str,
     prefix: &str,
     resolver: Option<&dyn ResolvePaths>,
+    reading: Reading<'_>,
 ) -> bool {
-    if runs_hidden_code(command) {
+    let hidden = if reading.script {
+        script_runs_hidden_code(command)
+    } else {
+        runs_hidden_code(command)
+    };
+    if hidden {
         // What such an expansion runs is built when the shell runs it (`${x@P}` of a value
         // made of `\x24\x28rm…`): no reading of the text sees it, so a deny or ask rule fails
         // closed, as it does for a program the shell expands.
@@ -60,10 +115,17 @@ pub(super) fn chain_runs_with_words(
                 .flatten()
         })
         .collect();
+    let chained = parts.iter().filter(|p| !p.trim().is_empty()).count() > 1;
+    let words: Vec<String> = parts.iter().flat_map(|part| shell_words(part)).collect();
     let programs = Programs {
         resolver,
         folders: &folders,
+        chain: if chained { &words } else { &[] },
+        reading,
     };
+    if reading.files.writes_git_own_files(&joined, prefix) {
+        return true;
+    }
     if parts
         .iter()
         .any(|part| runs_with_words(part, prefix, programs))
@@ -79,7 +141,6 @@ pub(super) fn chain_runs_with_words(
     if parts.len() < 2 || !parts.iter().any(launches) {
         return false;
     }
-    let words: Vec<String> = parts.iter().flat_map(|part| shell_words(part)).collect();
     (0..words.len()).any(|i| word_runs(&words, i, &wanted, programs))
 }
 
@@ -128,6 +189,30 @@ pub(super) fn runs_hidden_code(command: &str) -> bool {
     })
 }
 
+/// [`runs_hidden_code`] for a script's text, which a deny or ask rule reads only to see more
+/// (an allow rule never reads one): a `${NAME…}` that only substitutes, tests or trims a
+/// value (`${x:-y}`, `${x:+y}`, `${x-y}`, `${#x}`, `${x%y}`, `${x#y}`, `${x/y/z}`) runs
+/// nothing of its own, and scripts are full of them. A substring's `${x:offset}` evaluates
+/// its offset, an indirection (`${!x}`), a subscript or a transformation (`${x@P}`) may run
+/// code: those still fail closed.
+pub(super) fn script_runs_hidden_code(text: &str) -> bool {
+    if text.contains("$((") || text.contains("$[") {
+        return true;
+    }
+    text.match_indices("${").any(|(at, _)| {
+        let rest = text.get(at + 2..).unwrap_or_default();
+        let rest = rest.strip_prefix('#').unwrap_or(rest);
+        let name = rest
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .unwrap_or(rest.len());
+        let after = rest.get(name..).unwrap_or_default();
+        let plain = ["}", ":-", ":+", ":?", "-", "+", "?", "%", "#", "/"]
+            .iter()
+            .any(|op| after.starts_with(op));
+        !(name > 0 && plain)
+    })
+}
+
 /// The words of a part of a command, quotes and backslashes taken out.
 pub(super) fn shell_words(part: &str) -> Vec<String> {
     part.split_whitespace()
@@ -163,10 +248,19 @@ pub(super) fn program_name(word: &str) -> &str {
 /// command moves to (`cd sub && ./tidy`).
 #[derive(Clone, Copy)]
 pub(super) struct Programs<'a> {
-    resolver: Option<&'a dyn ResolvePaths>,
+    pub(super) resolver: Option<&'a dyn ResolvePaths>,
     /// The folders the command's `cd` and `pushd` name, as written.
-    folders: &'a [String],
+    pub(super) folders: &'a [String],
+    /// The words of the whole command when it is a chain of more than one part (else none): a
+    /// file one part reads may be one another part makes of a file it names (`cp x.sh y.sh &&
+    /// sh y.sh`).
+    pub(super) chain: &'a [String],
+    /// How the command is being read.
+    pub(super) reading: Reading<'a>,
 }
+
+/// The most files one command's judging reads (scripts, git configurations and hooks).
+pub(super) const MAX_READS: u32 = 1024;
 
 /// True when `word`, in a program's place, runs the program `wanted`: by its file name in any
 /// case (`/BIN/RM`), or by the file name of what it resolves to for the tool (`./tidy`, a link
@@ -201,12 +295,16 @@ pub(super) fn names_program(wanted: &str, word: &str, programs: Programs<'_>) ->
 
 /// True when the variable `name` has git read its configuration or its programs from
 /// elsewhere (a file, a folder, more variables), which no prefix reads: `GIT_CONFIG_GLOBAL`,
-/// `GIT_CONFIG_PARAMETERS`, `GIT_CONFIG_KEY_0`, `GIT_EXEC_PATH`, `GIT_TEMPLATE_DIR` (hooks).
+/// `GIT_CONFIG_PARAMETERS`, `GIT_CONFIG_KEY_0`, `GIT_EXEC_PATH`, `GIT_TEMPLATE_DIR` (hooks),
+/// `GIT_DIR` and `GIT_COMMON_DIR` (another repository's configuration and hooks).
 pub(super) fn git_reads_elsewhere(name: &str) -> bool {
     let name = name.to_ascii_uppercase();
     (name.starts_with("GIT_CONFIG") && name != "GIT_CONFIG_NOSYSTEM" && name != "GIT_CONFIG_COUNT")
         || name == "GIT_EXEC_PATH"
         || name == "GIT_TEMPLATE_DIR"
+        // Another repository's configuration and hooks, wherever they are.
+        || name == "GIT_DIR"
+        || name == "GIT_COMMON_DIR"
 }
 
 /// True when `name` is a shell variable's name (`LESSOPEN`, `_x1`).
@@ -242,6 +340,8 @@ pub(super) fn word_runs(
     let variable_runs = word.split_once('=').is_some_and(|(name, v)| {
         is_variable_name(name)
             && (git_reads_elsewhere(name)
+                // `BASH_ENV=f bash -c …`, `ENV=f sh -i`: the shell first runs the file's commands.
+                || (matches!(name, "BASH_ENV" | "ENV") && programs.reading.files.script_runs(v, wanted, programs, false))
                 || runs(v)
                 || runs(v.trim_start_matches('!'))
                 || v.rsplit_once('=')
@@ -271,9 +371,30 @@ pub(super) fn runs_with_words(part: &str, prefix: &str, programs: Programs<'_>) 
 
 /// [`runs_with_words`] on the words of a part.
 pub(super) fn words_run(words: &[String], wanted: &[&str], programs: Programs<'_>) -> bool {
-    let mut walk = LauncherWalk::default();
+    words_run_from(LauncherWalk::default(), words, wanted, programs)
+}
+
+/// [`words_run`] with the walk begun as `walk` says: after a launcher's own words (`docker
+/// exec`'s container) are still to come.
+pub(super) fn words_run_from(
+    mut walk: LauncherWalk,
+    words: &[String],
+    wanted: &[&str],
+    programs: Programs<'_>,
+) -> bool {
+    let steps = programs.reading.steps.get().saturating_add(1);
+    programs.reading.steps.set(steps);
+    if steps > MAX_STEPS {
+        return true;
+    }
     for (i, word) in words.iter().enumerate() {
-        if may_expand(word) {
+        // In a script's text, `PATH="$X/bin:$PATH"` only sets a variable: its value is not
+        // split into words, and a substitution in it is a part of the chain of its own.
+        let assigns = programs.reading.script
+            && word
+                .split_once('=')
+                .is_some_and(|(name, _)| is_variable_name(name));
+        if may_expand(word) && !assigns {
             // `$x`, `/bin/r[m]`, `{rm,ls}`: the shell makes the program (and maybe more words)
             // of it, which no reading of the text can know. A deny or ask rule fails closed.
             return true;
@@ -282,6 +403,14 @@ pub(super) fn words_run(words: &[String], wanted: &[&str], programs: Programs<'_
             return true;
         }
         let from_here = words.get(i..).unwrap_or_default();
+        // `sh x.sh`, `. ./env`, `bash --rcfile f`: the commands of a file the shell reads.
+        if programs
+            .reading
+            .files
+            .shell_reads_run(from_here, wanted, programs)
+        {
+            return true;
+        }
         match walk.step(word) {
             Place::Past => {
                 // `env -S'rm -rf .'`, `env -iSrm`: an option's value written onto it.
@@ -297,8 +426,16 @@ pub(super) fn words_run(words: &[String], wanted: &[&str], programs: Programs<'_
                     return true;
                 }
             }
-            // The program: what it runs by its own means (`find -exec`, `git -c alias.x=!…`).
-            Place::Program => return runs_by_own_means(from_here, wanted, programs),
+            // The program: what it runs by its own means (`find -exec`, `git -c alias.x=!…`),
+            // and, when it is a shell script named by its path (`./x.sh`), its commands.
+            Place::Program => {
+                return runs_by_own_means(from_here, wanted, programs)
+                    || (word.contains('/')
+                        && programs
+                            .reading
+                            .files
+                            .script_runs(word, wanted, programs, true));
+            }
         }
     }
     false
@@ -326,6 +463,15 @@ pub(super) struct LauncherWalk {
 }
 
 impl LauncherWalk {
+    /// A walk that reads `positional` words of a launcher's own (`docker exec`'s container)
+    /// before the program.
+    pub(super) fn taking(positional: usize) -> Self {
+        LauncherWalk {
+            after_option: false,
+            positional,
+        }
+    }
+
     /// Where the next word stands.
     fn step(&mut self, word: &str) -> Place {
         let program = program_name(word);
@@ -391,6 +537,12 @@ pub(super) fn runs_by_own_means(words: &[String], wanted: &[&str], programs: Pro
         return (1..words.len()).any(|i| option_runs(words, i, options, wanted, programs));
     }
     let rest = words.get(1..).unwrap_or_default();
+    if let Some((_, subcommands, positional)) = CONTAINER_LAUNCHERS
+        .iter()
+        .find(|(name, _, _)| *name == program)
+    {
+        return launched_runs(rest, subcommands, *positional, wanted, programs);
+    }
     match program.as_str() {
         "git" => git_runs(rest, wanted, programs),
         // `export PAGER=rm; git log`: each value is read as a program (see `word_runs`).
@@ -433,6 +585,49 @@ pub(super) fn runs_by_own_means(words: &[String], wanted: &[&str], programs: Pro
         }),
         _ => false,
     }
+}
+
+/// Programs that run a command inside a container, a pod or another machine when given one
+/// of their subcommands (`docker exec CONTAINER rm`, `kubectl exec POD -- rm`), and how many
+/// words of their own (the container, the image) come before that command. Their other
+/// subcommands (`docker rm CONTAINER`) run nothing of the caller's.
+pub(super) const CONTAINER_LAUNCHERS: &[(&str, &[&str], usize)] = &[
+    ("docker", &["exec", "run", "create"], 1),
+    ("podman", &["exec", "run", "create"], 1),
+    ("podman-remote", &["exec", "run", "create"], 1),
+    ("nerdctl", &["exec", "run", "create"], 1),
+    ("docker-compose", &["exec", "run"], 1),
+    ("kubectl", &["exec", "run", "debug"], 1),
+    ("oc", &["exec", "run", "debug", "rsh"], 1),
+    ("lxc", &["exec"], 1),
+    ("incus", &["exec"], 1),
+    ("distrobox", &["enter", "ephemeral"], 1),
+    ("machinectl", &["shell"], 1),
+    ("vagrant", &["ssh"], 1),
+];
+
+/// True when the words after a [`CONTAINER_LAUNCHERS`] program run the prefix's words: from
+/// the first of its `subcommands` on (`docker compose exec` and `docker container run` come to
+/// one), read as a launcher's words are ([`LauncherWalk`]: options, their values, `positional`
+/// words of its own, then the program; a word that may be an option's value or the program is
+/// read as both). Every word after the subcommand is also read as the program, so that an
+/// option of theirs read wrongly as taking no value (or one) hides nothing.
+pub(super) fn launched_runs(
+    rest: &[String],
+    subcommands: &[&str],
+    positional: usize,
+    wanted: &[&str],
+    programs: Programs<'_>,
+) -> bool {
+    let Some(at) = rest
+        .iter()
+        .position(|w| subcommands.iter().any(|s| s.eq_ignore_ascii_case(w)))
+    else {
+        return false;
+    };
+    let after = rest.get(at + 1..).unwrap_or_default();
+    words_run_from(LauncherWalk::taking(positional), after, wanted, programs)
+        || (0..after.len()).any(|i| word_runs(after, i, wanted, programs))
 }
 
 /// git's options before its subcommand that take the next word as their value.
@@ -496,6 +691,14 @@ pub(super) const GIT_RUNS_AFTER_OPTION: &[(&str, &[&str])] = &[
 /// from the environment (`--config-env`), a folder of git's own programs (`--exec-path=`) or
 /// of hooks (`--template`). An `ext::` URL is a command; so is `git grep -O`'s pager.
 pub(super) fn git_runs(words: &[String], wanted: &[&str], programs: Programs<'_>) -> bool {
+    if programs.reading.git_config
+        && programs
+            .reading
+            .files
+            .repository_runs(words, wanted, programs)
+    {
+        return true;
+    }
     let names_a_file = |key: &str| {
         let key = key.to_ascii_lowercase();
         key.ends_with("path") || key.starts_with("include")
@@ -692,7 +895,9 @@ pub(super) fn short_option(word: &str) -> Option<char> {
 /// True when a shell would expand the word into something else: a parameter (`$x`, `${x}`), a
 /// glob (`*`, `?`, `[…]`) or braces (`{a,b}`; a lone `{` opens a group).
 pub(super) fn may_expand(word: &str) -> bool {
-    word.contains(['$', '*', '?', '[']) || (word.contains('{') && word != "{")
+    // A lone `[` (or `[[`) is the test command: with no `]` in it, no glob.
+    let test = word == "[" || word == "[[";
+    (word.contains(['$', '*', '?', '[']) && !test) || (word.contains('{') && word != "{")
 }
 
 /// True when `command` runs a program whose own language can run a command that no prefix

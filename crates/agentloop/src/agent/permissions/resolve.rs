@@ -2,6 +2,24 @@
 
 use std::path::{Path, PathBuf};
 
+/// The most of a file a deny or ask rule reads to see what it has a program run (a script a
+/// shell is given, a git configuration): a longer one is judged as one that cannot be read.
+pub const READ_LIMIT: usize = 64 * 1024;
+
+/// What [`ResolvePaths::read_text`] found at a path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FileText {
+    /// Nothing is there (or a folder on the way is not one).
+    Missing,
+    /// The file's text, at most [`READ_LIMIT`] bytes.
+    Text(String),
+    /// Something is there that could not be read as text within [`READ_LIMIT`] bytes (a
+    /// folder, a longer file, one not UTF-8, one the process may not read).
+    Unreadable,
+    /// This resolver reads no files (the default).
+    NotRead,
+}
+
 /// How a tool turns a path argument into the file it touches, so that a path rule judges that
 /// file: the CLI's built-in file tools resolve against their own root and follow links, and a
 /// command runs in the agent file's folder. A link inside the root that points elsewhere then
@@ -21,5 +39,15 @@ pub trait ResolvePaths: Send + Sync + std::fmt::Debug {
     fn programs(&self, word: &str) -> Vec<PathBuf> {
         let _ = word;
         Vec::new()
+    }
+
+    /// The text of the file a path (relative to [`root`](Self::root), or absolute) names, as
+    /// the command would open it: what a deny or ask command prefix reads of a script a shell
+    /// is given (`sh x.sh`, `. ./env`, `BASH_ENV=x`) and of a repository's git configuration
+    /// and hooks. [`FileText::NotRead`] by default: a script is then judged as one that cannot
+    /// be read (it matches every deny and ask rule), and no git configuration is read.
+    fn read_text(&self, path: &str) -> FileText {
+        let _ = path;
+        FileText::NotRead
     }
 }

@@ -1,0 +1,1104 @@
+//! What a command has a program read from files and then run, as deny and ask command prefixes
+//! read it: the script a shell is given (`sh x.sh`, `. ./env`, `BASH_ENV=f`, `--rcfile f`, a
+//! `./x.sh` with a shell's `#!`), and a repository's git configuration (its aliases, pager,
+//! hooks folder, included files) and hooks. The files are read through the tool's own
+//! [`ResolvePaths::read_text`], bounded; one that cannot be read matches whatever is wanted.
+//! A command that names a git folder's own files (`echo … >> .git/config`) matches any rule
+//! on git: what it writes there, a later `git` runs.
+
+use std::cell::Cell;
+use std::path::{Component, Path, PathBuf};
+
+use super::command::{
+    MAX_DEPTH, MAX_READS, Programs, Reading, ReadsFiles, chain_runs, program_name, shell_words,
+    words_run,
+};
+use super::resolve::{FileText, ResolvePaths};
+
+/// True when some part of `command` runs the prefix's words, read as a deny or ask rule must
+/// (see [`super::command::runs_with_words`]), with the files its programs read (this module).
+/// A backslash before a line break joins the lines (`r\` then `m` is `rm` to a shell), so it
+/// is taken out before the command is split. When the command is a chain and a part of it runs
+/// a launcher (`… | sh`, `… | xargs env`), what that launcher runs comes from another part,
+/// which no reading of one part sees: then any word of the whole command that runs the
+/// prefix's words matches.
+pub(super) fn chain_runs_with_words(
+    command: &str,
+    prefix: &str,
+    resolver: Option<&dyn ResolvePaths>,
+) -> bool {
+    let (reads, steps) = (Cell::new(0), Cell::new(0));
+    let reading = Reading {
+        files: &Reads,
+        reads: &reads,
+        steps: &steps,
+        git_config: true,
+        script: false,
+        depth: 0,
+    };
+    chain_runs(command, prefix, resolver, reading)
+}
+
+/// The reading of files this module does, for [`super::command`].
+struct Reads;
+
+impl ReadsFiles for Reads {
+    fn script_runs(
+        &self,
+        path: &str,
+        wanted: &[&str],
+        programs: Programs<'_>,
+        shebang: bool,
+    ) -> bool {
+        script_runs(path, wanted, programs, shebang)
+    }
+
+    fn shell_reads_run(&self, words: &[String], wanted: &[&str], programs: Programs<'_>) -> bool {
+        shell_reads_run(words, wanted, programs)
+    }
+
+    fn repository_runs(&self, words: &[String], wanted: &[&str], programs: Programs<'_>) -> bool {
+        repository_runs(words, wanted, programs)
+    }
+
+    fn writes_git_own_files(&self, command: &str, prefix: &str) -> bool {
+        writes_git_own_files(command, prefix)
+    }
+}
+
+/// What reading a file named in a command found, in every folder it may be read from.
+enum Found {
+    /// Nowhere.
+    Missing,
+    /// The texts found.
+    Texts(Vec<String>),
+    /// Somewhere, a file that cannot be read (or no way to read one, or too many read).
+    Unreadable,
+}
+
+/// Reads `path` as the command would open it: from the tool's folder and from each folder
+/// the command moves to (`cd sub && sh x.sh`), through the tool's [`ResolvePaths`].
+///
+/// [`ResolvePaths`]: super::ResolvePaths
+fn read(programs: Programs<'_>, path: &str) -> Found {
+    let Some(resolver) = programs.resolver else {
+        return Found::Unreadable;
+    };
+    // A path from the home folder: which one that is, is the process's to say.
+    if path.starts_with('~') {
+        return Found::Unreadable;
+    }
+    let relative = !path.starts_with('/');
+    let candidates = std::iter::once(path.to_owned()).chain(
+        programs
+            .folders
+            .iter()
+            .filter(|_| relative)
+            .map(|folder| format!("{folder}/{path}")),
+    );
+    let mut texts = Vec::new();
+    for candidate in candidates {
+        let count = programs.reading.reads.get() + 1;
+        programs.reading.reads.set(count);
+        if count > MAX_READS || programs.reading.depth > MAX_DEPTH {
+            return Found::Unreadable;
+        }
+        match resolver.read_text(&candidate) {
+            FileText::Missing => {}
+            FileText::Text(text) => texts.push(text),
+            FileText::Unreadable | FileText::NotRead => return Found::Unreadable,
+        }
+    }
+    if texts.is_empty() {
+        Found::Missing
+    } else {
+        Found::Texts(texts)
+    }
+}
+
+/// True when a shell's script `text` runs the prefix's words: each of its lines that is not a
+/// comment, read as one command line (a chain of the script's lines).
+fn text_runs(text: &str, wanted: &[&str], programs: Programs<'_>) -> bool {
+    let commands: String = text
+        .lines()
+        .filter(|line| !line.trim_start().starts_with('#'))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let prefix = wanted.join(" ");
+    let reading = Reading {
+        script: true,
+        depth: programs.reading.depth + 1,
+        ..programs.reading
+    };
+    chain_runs(&commands, &prefix, programs.resolver, reading)
+}
+
+/// True when the shell script at `path` runs the prefix's words. A script that cannot be read
+/// matches. A missing one runs nothing (the shell fails to open it), unless another part of the
+/// chain makes it: then it is judged by each file the chain names, any of which it may be made
+/// of (`cp x.sh y.sh && sh y.sh`); what the chain writes into it itself (`echo … > y.sh; sh
+/// y.sh`) is read with the chain's words, as a launcher's input is. With `shebang`, the file is
+/// a program run by its path (`./x.sh`), judged only when its `#!` names a shell: another
+/// interpreter's script is not read, and a program that is no text is what it is.
+fn script_runs(path: &str, wanted: &[&str], programs: Programs<'_>, shebang: bool) -> bool {
+    match read(programs, path) {
+        Found::Missing => {
+            !shebang
+                && programs.chain.iter().any(|word| {
+                    word != path
+                        && !word.starts_with('-')
+                        && matches!(read(programs, word), Found::Texts(texts)
+                            if texts.iter().any(|text| text_runs(text, wanted, programs)))
+                })
+        }
+        Found::Unreadable => !shebang,
+        Found::Texts(texts) => texts.iter().any(|text| {
+            (!shebang || starts_with_shell_shebang(text)) && text_runs(text, wanted, programs)
+        }),
+    }
+}
+
+/// True when `text` begins with a `#!` line that runs a shell (`#!/bin/sh`, `#!/usr/bin/env
+/// bash`).
+fn starts_with_shell_shebang(text: &str) -> bool {
+    let Some(line) = text.lines().next().and_then(|l| l.strip_prefix("#!")) else {
+        return false;
+    };
+    let mut words = line.split_whitespace();
+    let first = words.next().map(program_name).unwrap_or_default();
+    let interpreter = if first == "env" {
+        words.find(|w| !w.starts_with('-') && !w.contains('='))
+    } else {
+        Some(first)
+    };
+    interpreter.is_some_and(is_shell)
+}
+
+/// True when `name` is a shell that reads a script file given after its options.
+fn is_shell(name: &str) -> bool {
+    let name = program_name(name).to_ascii_lowercase();
+    matches!(
+        name.as_str(),
+        "sh" | "bash"
+            | "dash"
+            | "zsh"
+            | "ksh"
+            | "ash"
+            | "hush"
+            | "mksh"
+            | "lksh"
+            | "pdksh"
+            | "oksh"
+            | "loksh"
+            | "rbash"
+            | "yash"
+            | "posh"
+            | "csh"
+            | "tcsh"
+            | "fish"
+    )
+}
+
+/// True when `words`, from a shell or `.`/`source` on, have it read a file of commands that
+/// runs the prefix's words: the script after its options (`bash -x x.sh`), the file of a `.`
+/// or `source`, an `--rcfile`/`--init-file`. An interactive or login shell (`-i`, `-l`,
+/// `--login`) reads its start-up files from the home folder, which the command does not say:
+/// it matches. A shell given its commands (`-c`, `-s`) reads no script.
+fn shell_reads_run(words: &[String], wanted: &[&str], programs: Programs<'_>) -> bool {
+    let Some(first) = words.first() else {
+        return false;
+    };
+    let sources = matches!(first.as_str(), "." | "source");
+    if !sources && !is_shell(first) {
+        return false;
+    }
+    let mut k = 1;
+    while let Some(word) = words.get(k).filter(|_| !sources) {
+        if word == "--" {
+            k += 1;
+            break;
+        }
+        if let Some(long) = word.strip_prefix("--") {
+            let (name, value) = long.split_once('=').unwrap_or((long, ""));
+            match name {
+                "login" | "interactive" => return true,
+                "rcfile" | "init-file" => {
+                    let file = if value.is_empty() {
+                        k += 1;
+                        words.get(k).map(String::as_str).unwrap_or_default()
+                    } else {
+                        value
+                    };
+                    if script_runs(file, wanted, programs, false) {
+                        return true;
+                    }
+                }
+                _ => {}
+            }
+            k += 1;
+            continue;
+        }
+        let Some(cluster) = word
+            .strip_prefix('-')
+            .or_else(|| word.strip_prefix('+'))
+            .filter(|c| !c.is_empty())
+        else {
+            break;
+        };
+        if word.starts_with('-') && cluster.contains(['i', 'l']) {
+            return true;
+        }
+        if cluster.contains(['c', 's']) {
+            return false;
+        }
+        // `-o pipefail`, `+O extglob`: an option's name.
+        k += if cluster.contains(['o', 'O']) { 2 } else { 1 };
+    }
+    words
+        .get(k)
+        .is_some_and(|script| script_runs(script, wanted, programs, false))
+}
+
+/// The hooks git runs, by their names in a hooks folder (githooks(5)): between them, nearly
+/// every command runs one (`reference-transaction`, `post-index-change`, `pre-auto-gc`).
+const HOOKS: &[&str] = &[
+    "applypatch-msg",
+    "pre-applypatch",
+    "post-applypatch",
+    "pre-commit",
+    "pre-merge-commit",
+    "prepare-commit-msg",
+    "commit-msg",
+    "post-commit",
+    "pre-rebase",
+    "post-checkout",
+    "post-merge",
+    "pre-push",
+    "pre-receive",
+    "update",
+    "proc-receive",
+    "post-receive",
+    "post-update",
+    "reference-transaction",
+    "push-to-checkout",
+    "pre-auto-gc",
+    "post-rewrite",
+    "sendemail-validate",
+    "fsmonitor-watchman",
+    "p4-changelist",
+    "p4-prepare-changelist",
+    "p4-post-changelist",
+    "p4-pre-submit",
+    "post-index-change",
+];
+
+/// git's subcommands that only read, and run no hook of the repository they read.
+const RUNS_NO_HOOK: &[&str] = &[
+    "log",
+    "show",
+    "diff",
+    "blame",
+    "grep",
+    "ls-files",
+    "ls-tree",
+    "rev-parse",
+    "rev-list",
+    "cat-file",
+    "describe",
+    "shortlog",
+    "for-each-ref",
+    "show-ref",
+    "config",
+    "help",
+    "version",
+    "var",
+    "whatchanged",
+    "name-rev",
+    "cherry",
+    "count-objects",
+    "check-ignore",
+    "check-attr",
+    "format-patch",
+];
+
+/// The hooks a git subcommand (in lower case) may run: none for one that only reads
+/// ([`RUNS_NO_HOOK`]), the index's for `status` (which may write the index), and every one for
+/// any other (which hook a command runs is git's to say, and a command that updates a
+/// reference runs `reference-transaction`).
+fn hooks_of(subcommand: Option<&str>) -> &'static [&'static str] {
+    match subcommand {
+        None => &[],
+        Some(sub) if RUNS_NO_HOOK.contains(&sub) => &[],
+        Some("status") => &["post-index-change"],
+        Some(_) => HOOKS,
+    }
+}
+
+/// A lexical join: `path` from `base` (as it is when absolute), `.` and `..` taken out.
+fn join(base: &Path, path: &str) -> PathBuf {
+    let mut out = PathBuf::new();
+    for component in base.join(path).components() {
+        match component {
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::CurDir => {}
+            other => out.push(other),
+        }
+    }
+    out
+}
+
+/// The folder a git command runs in and the repository folder it names, from the options
+/// before its subcommand (`-C DIR`, repeated, each from the last; `--git-dir DIR`), and the
+/// subcommand.
+struct GitPlace {
+    /// `-C` folders, in order.
+    moves: Vec<String>,
+    git_dir: Option<String>,
+    subcommand: Option<usize>,
+}
+
+/// Reads the options of a git command (its words after `git`) up to its subcommand.
+fn git_place(words: &[String]) -> GitPlace {
+    let mut place = GitPlace {
+        moves: Vec::new(),
+        git_dir: None,
+        subcommand: None,
+    };
+    let mut i = 0;
+    while let Some(word) = words.get(i) {
+        let next = words.get(i + 1).cloned();
+        match word.as_str() {
+            "-C" => place.moves.extend(next),
+            "--git-dir" => place.git_dir = next,
+            w if w.starts_with("--git-dir=") => {
+                place.git_dir = w.strip_prefix("--git-dir=").map(str::to_owned);
+            }
+            w if w.starts_with('-') => {}
+            _ => {
+                place.subcommand = Some(i);
+                break;
+            }
+        }
+        let valued = super::command::GIT_VALUED_OPTIONS.contains(&word.as_str()) || word == "-c";
+        i += if valued { 2 } else { 1 };
+    }
+    place
+}
+
+/// True when the git command whose words after `git` are `words` runs the prefix's words by
+/// what its repository's own files say, found as git finds them from where it runs (the tool's
+/// folder, a `cd` of the chain, `-C`, `--git-dir`; a `.git` file's `gitdir:`): its
+/// configuration (`config`, `config.worktree`, the main repository's for a worktree, the files
+/// they include), each key read as a `-c KEY=VALUE` of the command is (see
+/// [`super::command::git_runs`]), but an alias only when the command runs it; and its hooks
+/// (the hooks folder, or `core.hooksPath`), each read as a shell script. A file that cannot be
+/// read matches; a missing one says nothing. Folders above the tool's count too: a repository
+/// the agent's folder lies in is the one git uses.
+fn repository_runs(words: &[String], wanted: &[&str], programs: Programs<'_>) -> bool {
+    let Some(resolver) = programs.resolver else {
+        return false;
+    };
+    let place = git_place(words);
+    let (subcommand, after) = match place.subcommand {
+        Some(at) => (
+            words.get(at).map(|w| w.to_ascii_lowercase()),
+            words.get(at + 1..).unwrap_or_default(),
+        ),
+        None => (None, &[][..]),
+    };
+    let root = resolver.root();
+    let bases = std::iter::once(root.to_path_buf())
+        .chain(programs.folders.iter().map(|folder| join(root, folder)));
+    let judged = Judged {
+        wanted,
+        programs,
+        subcommand: subcommand.as_deref(),
+        after,
+    };
+    for base in bases {
+        let here = place.moves.iter().fold(base, |at, dir| join(&at, dir));
+        let repository = match &place.git_dir {
+            Some(dir) => Some(Ok(Repository::at(join(&here, dir), here.clone()))),
+            None => discover(&here, programs),
+        };
+        let repository = match repository {
+            Some(Ok(repository)) => repository,
+            Some(Err(Unreadable)) => return true,
+            None => continue,
+        };
+        if judged.repository(&repository) {
+            return true;
+        }
+    }
+    false
+}
+
+/// A file of a repository could not be read.
+struct Unreadable;
+
+/// A repository git would use: its folder (`.git`), the main one's for a worktree, and the
+/// top of its working tree (where a relative `core.hooksPath` starts).
+struct Repository {
+    git_dir: PathBuf,
+    common_dir: PathBuf,
+    top: PathBuf,
+}
+
+impl Repository {
+    /// The repository whose folder is `git_dir`, worked on at `top`.
+    fn at(git_dir: PathBuf, top: PathBuf) -> Repository {
+        Repository {
+            common_dir: git_dir.clone(),
+            git_dir,
+            top,
+        }
+    }
+}
+
+/// The text of one file of a repository: `None` when there is none.
+fn read_one(programs: Programs<'_>, path: &Path) -> Result<Option<String>, Unreadable> {
+    let Some(path) = path.to_str() else {
+        return Err(Unreadable);
+    };
+    match read(
+        Programs {
+            folders: &[],
+            ..programs
+        },
+        path,
+    ) {
+        Found::Missing => Ok(None),
+        Found::Texts(texts) => Ok(texts.into_iter().next()),
+        Found::Unreadable => Err(Unreadable),
+    }
+}
+
+/// The repository git finds from `here`: the first folder, from `here` up, that holds a
+/// `.git` folder with a `config`, or a `.git` file naming one (`gitdir: …`, and its
+/// `commondir`).
+fn discover(here: &Path, programs: Programs<'_>) -> Option<Result<Repository, Unreadable>> {
+    for folder in here.ancestors() {
+        let dot_git = folder.join(".git");
+        match read_one(programs, &dot_git.join("config")) {
+            Ok(Some(_)) => return Some(Ok(Repository::at(dot_git, folder.to_path_buf()))),
+            Err(e) => return Some(Err(e)),
+            Ok(None) => {}
+        }
+        // A `.git` that is a folder without a config is not read as text: read past it.
+        let Ok(Some(file)) = read_one(programs, &dot_git) else {
+            continue;
+        };
+        let Some(git_dir) = file.lines().next().and_then(|l| l.strip_prefix("gitdir:")) else {
+            continue;
+        };
+        let git_dir = join(folder, git_dir.trim());
+        let common_dir = match read_one(programs, &git_dir.join("commondir")) {
+            Ok(Some(common)) => join(&git_dir, common.trim()),
+            Ok(None) => git_dir.clone(),
+            Err(e) => return Some(Err(e)),
+        };
+        return Some(Ok(Repository {
+            git_dir,
+            common_dir,
+            top: folder.to_path_buf(),
+        }));
+    }
+    None
+}
+
+/// One git command, as its repository's files are judged for it.
+struct Judged<'a, 'p> {
+    wanted: &'a [&'a str],
+    programs: Programs<'p>,
+    /// The subcommand, in lower case: an alias of that name is what runs.
+    subcommand: Option<&'a str>,
+    /// The words after the subcommand.
+    after: &'a [String],
+}
+
+impl Judged<'_, '_> {
+    /// True when the repository's configuration or hooks run the prefix's words.
+    fn repository(&self, repository: &Repository) -> bool {
+        let mut entries = Vec::new();
+        for file in [
+            repository.common_dir.join("config"),
+            repository.git_dir.join("config.worktree"),
+        ] {
+            if self.config_file(&file, &mut entries, 0).is_err() {
+                return true;
+            }
+        }
+        let hooks_path = entries
+            .iter()
+            .rev()
+            .find(|(key, _)| key == "core.hookspath")
+            .map(|(_, value)| value.clone());
+        let hooks = match hooks_path {
+            Some(path) if path.starts_with('~') => return true,
+            Some(path) => join(&repository.top, &path),
+            None => repository.common_dir.join("hooks"),
+        };
+        entries
+            .iter()
+            .any(|(key, value)| self.entry_runs(key, value))
+            || hooks_of(self.subcommand)
+                .iter()
+                .any(|hook| self.hook_runs(&hooks.join(hook)))
+    }
+
+    /// Adds the entries of the configuration file `file` (and of the files it includes, up to
+    /// a depth git itself stops at) to `entries`.
+    fn config_file(
+        &self,
+        file: &Path,
+        entries: &mut Vec<(String, String)>,
+        depth: usize,
+    ) -> Result<(), Unreadable> {
+        if depth > 10 {
+            return Err(Unreadable);
+        }
+        let Some(text) = read_one(self.programs, file)? else {
+            return Ok(());
+        };
+        for (key, value) in config_entries(&text) {
+            let includes =
+                key == "include.path" || (key.starts_with("includeif.") && key.ends_with(".path"));
+            if includes {
+                if value.starts_with('~') {
+                    return Err(Unreadable);
+                }
+                let folder = file.parent().unwrap_or(Path::new("/"));
+                self.config_file(&join(folder, &value), entries, depth + 1)?;
+            }
+            entries.push((key, value));
+        }
+        Ok(())
+    }
+
+    /// True when the hook at `path` runs the prefix's words: a shell script (or one with no
+    /// `#!`, which git runs with `sh`) by its commands; any other program matches.
+    fn hook_runs(&self, path: &Path) -> bool {
+        match read_one(self.programs, path) {
+            Ok(None) => false,
+            Ok(Some(text)) => {
+                let shell = !text.starts_with("#!") || starts_with_shell_shebang(&text);
+                !shell || text_runs(&text, self.wanted, self.programs)
+            }
+            Err(Unreadable) => true,
+        }
+    }
+
+    /// True when one configuration entry runs the prefix's words, read as the value of a
+    /// `-c KEY=VALUE` is: an alias (when it is the one run) as its shell command (`!…`) or its
+    /// git command, the value of a key git runs ([`runs_value`]) as a shell command line with
+    /// the command's words after it, and a remote's `ext::` URL as its command.
+    fn entry_runs(&self, key: &str, value: &str) -> bool {
+        let quiet = Reading {
+            git_config: false,
+            ..self.programs.reading
+        };
+        let line = |command: &str| {
+            let text = std::iter::once(command.to_owned())
+                .chain(self.after.iter().cloned())
+                .collect::<Vec<_>>()
+                .join(" ");
+            chain_runs(&text, &self.wanted.join(" "), self.programs.resolver, quiet)
+        };
+        if let Some(alias) = key.strip_prefix("alias.") {
+            if self.subcommand != Some(alias) {
+                return false;
+            }
+            if let Some(command) = value.strip_prefix('!') {
+                return line(command);
+            }
+            // An alias of a git command may name another alias: read with the configuration
+            // still on.
+            let run: Vec<String> = std::iter::once("git".to_owned())
+                .chain(shell_words(value))
+                .chain(self.after.iter().cloned())
+                .collect();
+            let deeper = Programs {
+                reading: Reading {
+                    depth: self.programs.reading.depth + 1,
+                    ..self.programs.reading
+                },
+                ..self.programs
+            };
+            return words_run(&run, self.wanted, deeper);
+        }
+        if let Some(command) = value
+            .get(..5)
+            .filter(|p| p.eq_ignore_ascii_case("ext::"))
+            .and(value.get(5..))
+        {
+            return line(command);
+        }
+        runs_value(key) && line(value.trim_start_matches('!'))
+    }
+}
+
+/// True when git runs the value of the configuration key `key` (lower case) as a command or a
+/// program (git-config(1)): a pager, an editor, a helper, a driver, a filter, a tool's command
+/// or path, a hook command, and the like, by the ending of the key's name, and every key of
+/// `pager.*`. The other keys' values (a remote's refspec, a user's name) are data.
+fn runs_value(key: &str) -> bool {
+    const RUN: &[&str] = &[
+        "command",
+        "cmd",
+        "pager",
+        "editor",
+        "program",
+        "helper",
+        "driver",
+        "textconv",
+        "clean",
+        "smudge",
+        "process",
+        "external",
+        "askpass",
+        "proxy",
+        "fsmonitor",
+        "receivepack",
+        "uploadpack",
+        "browser",
+        "filter",
+        "update",
+        "path",
+        "hook",
+        "smtpserver",
+        "vcs",
+    ];
+    let name = key.rsplit('.').next().unwrap_or(key);
+    key.starts_with("pager.") || RUN.iter().any(|ending| name.ends_with(ending))
+}
+
+/// The entries of a git configuration file, as `section.subsection.key` (section and key in
+/// lower case, as git compares them) and value: quotes and escapes taken out, comments (`#`,
+/// `;` outside quotes) dropped, a line ending in `\` joined to the next. A key without `=` is
+/// `true`.
+fn config_entries(text: &str) -> Vec<(String, String)> {
+    let joined = text.replace("\\\r\n", "").replace("\\\n", "");
+    let mut section = String::new();
+    let mut entries = Vec::new();
+    for line in joined.lines() {
+        let mut line = line.trim();
+        if let Some(header) = line.strip_prefix('[') {
+            let Some((inside, rest)) = header.split_once(']') else {
+                continue;
+            };
+            section = match inside.split_once(char::is_whitespace) {
+                Some((name, sub)) => format!(
+                    "{}.{}",
+                    name.to_ascii_lowercase(),
+                    sub.trim().trim_matches('"').replace("\\\"", "\"")
+                ),
+                None => inside.to_ascii_lowercase(),
+            };
+            line = rest.trim();
+        }
+        if line.is_empty() || line.starts_with(['#', ';']) {
+            continue;
+        }
+        let (name, value) = line.split_once('=').unwrap_or((line, "true"));
+        entries.push((
+            format!("{section}.{}", name.trim().to_ascii_lowercase()),
+            config_value(value),
+        ));
+    }
+    entries
+}
+
+/// A configuration value as git reads it: quotes taken out, `\"`, `\\`, `\n`, `\t` undone, a
+/// comment outside quotes dropped, blanks around it trimmed.
+fn config_value(raw: &str) -> String {
+    let mut value = String::new();
+    let mut quoted = false;
+    let mut chars = raw.trim().chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '"' => quoted = !quoted,
+            '\\' => match chars.next() {
+                Some('n') => value.push('\n'),
+                Some('t') => value.push('\t'),
+                Some(other) => value.push(other),
+                None => {}
+            },
+            '#' | ';' if !quoted => break,
+            c => value.push(c),
+        }
+    }
+    value.trim().to_owned()
+}
+
+/// True when the command names a git folder's own files, which git reads its commands from
+/// (`.git/config`, `.git/hooks/…`, a submodule's or a worktree's under `.git/modules` and
+/// `.git/worktrees`, `.git/commondir`), or moves into a `.git` folder (`cd .git && echo … >>
+/// config`), and the prefix's program is git: what such a command writes there, a later `git`
+/// runs (in the same chain, or in a call of the same batch the gate judged before this one
+/// ran), so it is judged as running anything a rule on git names. Reading those files (`cat
+/// .git/config`) is judged alike.
+fn writes_git_own_files(command: &str, prefix: &str) -> bool {
+    let Some(program) = prefix.split_whitespace().next() else {
+        return false;
+    };
+    if !program_name(program).eq_ignore_ascii_case("git") {
+        return false;
+    }
+    let words = shell_words(&command.replace(|c: char| ";&|()<>`\n\r".contains(c), " "));
+    let own = ["config", "hooks", "modules", "worktrees", "commondir"];
+    words.iter().enumerate().any(|(i, word)| {
+        let lower = word.to_ascii_lowercase();
+        let into_git = lower.split('/').collect::<Vec<_>>();
+        let names_own = into_git
+            .windows(2)
+            .any(|pair| matches!(pair, [dot, part] if *dot == ".git" && own.iter().any(|o| part.starts_with(o))));
+        let moves_in = into_git.last().is_some_and(|last| *last == ".git")
+            && i.checked_sub(1)
+                .and_then(|b| words.get(b))
+                .is_some_and(|before| matches!(before.as_str(), "cd" | "pushd"));
+        names_own || moves_in
+    })
+}
+
+// outside-paths: off (the tests below name the files of a made-up root, `/work`)
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
+
+    use std::sync::Arc;
+
+    use super::super::tests::{decides, denying_rm, prefix, rule};
+    use super::super::{Permission, PermissionStore, ResolvePaths};
+    use super::*;
+
+    /// Files as a tool reads them under the root `/work` (stands in for the CLI's file system
+    /// reads): each a path and its text; `None`, one that cannot be read.
+    #[derive(Debug)]
+    struct Files(Vec<(&'static str, Option<&'static str>)>);
+
+    impl ResolvePaths for Files {
+        fn root(&self) -> &Path {
+            Path::new("/work")
+        }
+        fn resolve(&self, path: &str) -> Option<PathBuf> {
+            Some(join(Path::new("/work"), path))
+        }
+        fn read_text(&self, path: &str) -> FileText {
+            let wanted = join(Path::new("/work"), path);
+            match self.0.iter().find(|(p, _)| Path::new(p) == wanted) {
+                Some((_, Some(text))) => FileText::Text((*text).to_owned()),
+                Some((_, None)) => FileText::Unreadable,
+                None => FileText::Missing,
+            }
+        }
+    }
+
+    /// [`denying_rm`], plus an ask on `git push`, reading `files`.
+    fn store_reading(files: Files) -> PermissionStore {
+        let mut store = denying_rm();
+        store
+            .configure(rule("shell", prefix("git push"), Permission::Ask))
+            .resolve_paths("shell", Arc::new(files));
+        store
+    }
+
+    /// What a Python venv's `activate` is made of: tests, defaults, functions, exports.
+    const ACTIVATE: &str = r#"# This file must be used with "source bin/activate" *from bash*
+deactivate () {
+    if [ -n "${_OLD_VIRTUAL_PATH:-}" ] ; then
+        PATH="${_OLD_VIRTUAL_PATH:-}"
+        export PATH
+        unset _OLD_VIRTUAL_PATH
+    fi
+    hash -r 2> /dev/null
+    if [ ! "${1:-}" = "nondestructive" ] ; then
+        unset -f deactivate
+    fi
+}
+deactivate nondestructive
+VIRTUAL_ENV="/work/venv"
+export VIRTUAL_ENV
+_OLD_VIRTUAL_PATH="$PATH"
+PATH="$VIRTUAL_ENV/bin:$PATH"
+export PATH
+"#;
+
+    #[test]
+    fn a_deny_prefix_reads_the_script_a_shell_is_given() {
+        let store = store_reading(Files(vec![
+            (
+                "/work/clean.sh",
+                Some("#!/bin/sh\n# tidy up\nrm -rf build\n"),
+            ),
+            ("/work/ok.sh", Some("#!/bin/sh\necho hi\n")),
+            ("/work/env.sh", Some("export X=1\nrm -f x\n")),
+            ("/work/nested.sh", Some("sh ./clean.sh\n")),
+            ("/work/self.sh", Some(". ./self.sh\n")),
+            ("/work/venv/bin/activate", Some(ACTIVATE)),
+            ("/work/blob.sh", None),
+            ("/work/tool.py", Some("#!/usr/bin/env python3\nrm = 1\n")),
+            ("/work/sub/in.sh", Some("rm x\n")),
+        ]));
+        decides(
+            &store,
+            &[
+                "sh clean.sh",
+                "bash -x clean.sh",
+                "bash -o pipefail ./clean.sh arg",
+                "sudo bash clean.sh",
+                "env -i sh clean.sh",
+                ". ./clean.sh",
+                "source clean.sh",
+                "./clean.sh",
+                "sh nested.sh",
+                "cd sub && sh in.sh",
+                "BASH_ENV=env.sh bash -c ls",
+                "ENV=env.sh sh -c ls",
+                "export BASH_ENV=env.sh; bash -c ls",
+                "bash --rcfile env.sh",
+                "bash --init-file=env.sh",
+                // Start-up files in the home folder, which the command does not name.
+                "bash -i",
+                "bash -lc 'make test'",
+                "sh --login",
+                // A file that cannot be read, one that reads itself, one the chain may make.
+                "sh blob.sh",
+                "sh self.sh",
+                "cp clean.sh new.sh && sh new.sh",
+                "PROMPT_COMMAND='rm -f x' bash -i",
+            ],
+            Permission::Deny,
+        );
+        decides(
+            &store,
+            &[
+                "sh ok.sh",
+                "./ok.sh",
+                ". venv/bin/activate && pytest",
+                "source venv/bin/activate",
+                "sh missing.sh",
+                "cp ok.sh new.sh && sh new.sh",
+                "echo 'touch made' > h; . ./h",
+                "bash -c 'echo hi'",
+                "./tool.py",
+                "python3 tool.py",
+            ],
+            Permission::Allow,
+        );
+        // With no way to read the script, it is judged as one that may run anything.
+        // (Until this reading, `. venv/bin/activate && pytest` was let through unread here.)
+        decides(
+            &denying_rm(),
+            &["sh ok.sh", ". ./ok.sh", ". venv/bin/activate && pytest"],
+            Permission::Deny,
+        );
+    }
+
+    /// A repository at `/work` with aliases, a submodule and a remote; one in `sub` whose pager
+    /// is `rm`; one named by `--git-dir`; one with a hook, one with `core.hooksPath`, one that
+    /// includes a file, and a worktree of `main`.
+    fn repositories() -> Files {
+        Files(vec![
+            (
+                "/work/.git/config",
+                Some(
+                    "[core]\n\trepositoryformatversion = 0\n\tbare = false\n\
+                     [remote \"origin\"]\n\turl = https://example.com/x.git\n\
+                     \tfetch = +refs/heads/*:refs/remotes/origin/*\n\
+                     [submodule \"v\"]\n\tpath = vendor/v\n\
+                     [alias]\n\tp = push\n\tst = status\n\tpp = p\n\
+                     \tnuke = \"!f() { rm -rf \\\"$1\\\"; }; f\"\n",
+                ),
+            ),
+            ("/work/sub/.git/config", Some("[core]\n\tpager = rm -f\n")),
+            (
+                "/work/other.git/config",
+                Some("[core]\nsshCommand = rm x\n"),
+            ),
+            ("/work/h/.git/config", Some("[core]\n")),
+            (
+                "/work/h/.git/hooks/pre-commit",
+                Some("#!/bin/sh\nrm -rf x\n"),
+            ),
+            ("/work/py/.git/config", Some("[core]\n")),
+            (
+                "/work/py/.git/hooks/pre-commit",
+                Some("#!/usr/bin/env python3\nprint(1)\n"),
+            ),
+            (
+                "/work/hp/.git/config",
+                Some("[core]\n\thooksPath = .husky\n"),
+            ),
+            ("/work/hp/.husky/pre-push", Some("rm -f x\n")),
+            ("/work/inc/.git/config", Some("[include]\n\tpath = extra\n")),
+            ("/work/inc/.git/extra", Some("[alias]\n\tx = !rm y\n")),
+            ("/work/wt/.git", Some("gitdir: ../main/.git/worktrees/wt\n")),
+            ("/work/main/.git/worktrees/wt/commondir", Some("../..\n")),
+            (
+                "/work/main/.git/config",
+                Some("[alias]\n\tgo = !rm -rf .\n"),
+            ),
+            ("/work/bad/.git/config", None),
+        ])
+    }
+
+    #[test]
+    fn a_deny_or_ask_prefix_reads_the_repository_s_git_configuration_and_hooks() {
+        let store = store_reading(repositories());
+        decides(
+            &store,
+            &[
+                "git nuke x",
+                "git -C sub log",
+                "cd sub && git log",
+                "git --git-dir=other.git fetch",
+                "git --git-dir other.git fetch",
+                "git -C h commit -m x",
+                "git -C py commit",
+                "git -C hp push",
+                "git -C inc x",
+                "git -C wt go",
+                "git -C bad status",
+                "GIT_DIR=elsewhere git status",
+            ],
+            Permission::Deny,
+        );
+        decides(
+            &store,
+            &["git p origin main", "git pp", "git push"],
+            Permission::Ask,
+        );
+        decides(
+            &store,
+            &[
+                "git st",
+                "git status",
+                "git log --oneline",
+                "git -C sub/deeper/../.. status",
+                "git fetch origin",
+                // A command that runs no hook the repository has.
+                "git -C h log",
+                "git -C h status",
+            ],
+            Permission::Allow,
+        );
+    }
+
+    #[test]
+    fn a_command_naming_a_git_folder_s_own_files_matches_a_rule_on_git() {
+        let store = store_reading(Files(Vec::new()));
+        decides(
+            &store,
+            &[
+                "printf '[alias]\\n\\tp = push\\n' >> .git/config && git p",
+                "echo '[alias] p = push' | tee -a .git/config",
+                "cp pre-push .git/hooks/pre-push",
+                "cd .git && echo x >> config",
+                "git config alias.p push && git p",
+                "mv x sub/.git/modules/v/config",
+            ],
+            Permission::Ask,
+        );
+        // Under a rule on another program, a git folder's files are only files.
+        decides(&denying_rm(), &["echo x >> .git/config"], Permission::Allow);
+        decides(&store, &["cat .gitignore", "ls .github"], Permission::Allow);
+    }
+
+    #[test]
+    fn a_deny_prefix_sees_the_command_a_container_pod_or_host_launcher_runs() {
+        let store = denying_rm();
+        decides(
+            &store,
+            &[
+                "docker exec -it ctr rm -rf /",
+                "docker exec --user root -w /app ctr rm x",
+                "docker run --rm -v /x:/x -e A=1 alpine rm -rf /x",
+                "docker run --entrypoint rm alpine -rf /x",
+                "docker run --entrypoint=rm alpine x",
+                "docker container exec ctr rm x",
+                "docker compose exec web rm x",
+                "docker --context remote exec ctr rm x",
+                "docker exec ctr git -c alias.x='!rm x' x",
+                "docker exec ctr sh -c 'rm x'",
+                "podman run --rm img rm x",
+                "nerdctl exec ctr rm x",
+                "kubectl exec -it pod -c app -- rm -rf /data",
+                "kubectl -n ns exec pod -- rm x",
+                "kubectl run tmp --image=busybox -- rm x",
+                "lxc exec box -- rm x",
+                "nsenter -t 1 -m -u -i -n -p rm x",
+                "nsenter --target 1 --mount rm x",
+                "chroot /srv rm x",
+                "chroot --userspec=u:g /srv rm x",
+                "unshare -r rm x",
+                "unshare --map-root-user --mount rm x",
+                "systemd-run --user --scope rm x",
+                "systemd-run -p MemoryMax=1G --unit tidy rm x",
+                "flatpak-spawn --host rm x",
+                "ssh host rm x",
+                "ssh -p 2222 -i key user@host rm x",
+                "ssh host 'rm -rf /tmp/x'",
+                "sudo -u root rm x",
+                "doas -u root rm x",
+                "su -c 'rm x' root",
+                "su root -c 'rm x'",
+                "setsid -f rm x",
+                "nohup rm x",
+                "timeout -k 5 10 rm x",
+                "timeout --signal=KILL 10 rm x",
+                "nice -n 10 rm x",
+                "ionice -c 2 -n 7 rm x",
+                "stdbuf -oL rm x",
+                "stdbuf -o L rm x",
+                "ls | xargs -n 1 rm",
+                "xargs -a list rm",
+                "find . -name '*.o' -exec rm {} +",
+                "find . -execdir rm {} ;",
+                "find . -ok rm {} ;",
+                "watch -n 1 rm x",
+                "watch rm x",
+            ],
+            Permission::Deny,
+        );
+        decides(
+            &store,
+            &[
+                "docker rm ctr",
+                "docker ps -a",
+                "docker run --rm alpine ls",
+                "kubectl get pods",
+                "kubectl exec pod -- ls",
+                "podman image rm img",
+            ],
+            Permission::Allow,
+        );
+    }
+
+    #[test]
+    fn commands_nested_in_commands_are_judged_in_bounded_time_and_fail_closed() {
+        // Each `-exec` (each `-c`) is read with all that follows it: 24 deep took a minute,
+        // 40 deep hours, holding the gate.
+        let store = denying_rm();
+        for unit in ["find . -exec ", "git -c alias.x=!", "docker run img "] {
+            let command = format!("{}ls", unit.repeat(24));
+            let started = std::time::Instant::now();
+            let decided = store.decide("shell", &serde_json::json!({ "command": command }));
+            assert!(
+                started.elapsed() < std::time::Duration::from_secs(5),
+                "{unit:?}: {:?}",
+                started.elapsed()
+            );
+            if unit.starts_with("docker") {
+                assert_eq!(decided, Permission::Allow, "read through, nothing denied");
+            } else {
+                assert_eq!(
+                    decided,
+                    Permission::Deny,
+                    "{unit:?}: too deep to read whole"
+                );
+            }
+        }
+    }
+}
