@@ -4,7 +4,8 @@
 //! (a tool's text output, strings inside JSON) has header-like lines (`Authorization: ...`,
 //! `OPENAI_API_KEY=...`) cut after the key, and text that is itself JSON is redacted as JSON.
 //! Inside a line (a command string, a log line), an assignment to a credential-like name
-//! (`GITHUB_TOKEN=... gh pr list`), a bearer credential, and tokens of the well-known shapes
+//! (`GITHUB_TOKEN=... gh pr list`), a credential-like long option's value (`--token ...`), a
+//! client's `-u user:password`, a bearer credential, and tokens of the well-known shapes
 //! (`sk-...`, `ghp_...`, `github_pat_...`, `xoxb-...`, AWS access key ids) go wherever they stand.
 
 use std::sync::LazyLock;
@@ -159,36 +160,64 @@ static ASSIGNMENT: LazyLock<Option<Regex>> = LazyLock::new(|| {
     .ok()
 });
 
+/// A long option and the word after it (`--token abc`, `--api-key "x y"`): the option's name
+/// is checked with [`is_secret_key`]. The `--name=value` form is an [`ASSIGNMENT`].
+static OPTION_VALUE: LazyLock<Option<Regex>> = LazyLock::new(|| {
+    Regex::new(r#"(--[A-Za-z][A-Za-z0-9_-]*)(\s+)("[^"]*"|'[^']*'|[^\s"'&;|=-][^\s"'&;|]*)"#).ok()
+});
+
+/// A user and password given to a client (`curl -u user:secret`, `--user user:secret`,
+/// `--proxy-user`): the password goes.
+static USER_PASSWORD: LazyLock<Option<Regex>> = LazyLock::new(|| {
+    Regex::new(r#"((?:^|\s)(?:-u|-U|--user|--proxy-user)\s*["']?[^\s:"']+:)([^\s"'&;|]+)"#).ok()
+});
+
+/// Replaces in `out` what `re` matches with what `with` makes of it.
+fn replace_in(
+    out: &mut std::borrow::Cow<'_, str>,
+    re: Option<&Regex>,
+    with: impl FnMut(&regex::Captures<'_>) -> String,
+) {
+    let Some(re) = re else {
+        return;
+    };
+    let replaced = match re.replace_all(out, with) {
+        std::borrow::Cow::Owned(s) => Some(s),
+        std::borrow::Cow::Borrowed(_) => None,
+    };
+    if let Some(s) = replaced {
+        *out = std::borrow::Cow::Owned(s);
+    }
+}
+
 /// The text with inline credentials replaced, or `None` when it has none.
 fn redact_inline(text: &str) -> Option<String> {
     let mut out = std::borrow::Cow::Borrowed(text);
-    if let Some(re) = ASSIGNMENT.as_ref() {
-        let replaced = re.replace_all(&out, |c: &regex::Captures<'_>| {
-            let (name, sep, value) = (&c[1], &c[2], &c[3]);
-            if is_secret_key(name) && value.trim_matches(['"', '\'']) != REDACTED {
-                format!("{name}{sep}{REDACTED}")
-            } else {
-                c[0].to_owned()
-            }
-        });
-        if let std::borrow::Cow::Owned(s) = replaced {
-            out = std::borrow::Cow::Owned(s);
+    replace_in(&mut out, OPTION_VALUE.as_ref(), |c| {
+        let (option, gap, value) = (&c[1], &c[2], &c[3]);
+        if is_secret_key(option.trim_start_matches('-'))
+            && value.trim_matches(['"', '\'']) != REDACTED
+        {
+            format!("{option}{gap}{REDACTED}")
+        } else {
+            c[0].to_owned()
         }
-    }
-    if let Some(re) = BEARER.as_ref() {
-        let replaced = re.replace_all(&out, |c: &regex::Captures<'_>| {
-            format!("{} {REDACTED}", &c[1])
-        });
-        if let std::borrow::Cow::Owned(s) = replaced {
-            out = std::borrow::Cow::Owned(s);
+    });
+    replace_in(&mut out, USER_PASSWORD.as_ref(), |c| {
+        format!("{}{REDACTED}", &c[1])
+    });
+    replace_in(&mut out, ASSIGNMENT.as_ref(), |c| {
+        let (name, sep, value) = (&c[1], &c[2], &c[3]);
+        if is_secret_key(name) && value.trim_matches(['"', '\'']) != REDACTED {
+            format!("{name}{sep}{REDACTED}")
+        } else {
+            c[0].to_owned()
         }
-    }
-    if let Some(re) = TOKEN_SHAPES.as_ref() {
-        let replaced = re.replace_all(&out, REDACTED);
-        if let std::borrow::Cow::Owned(s) = replaced {
-            out = std::borrow::Cow::Owned(s);
-        }
-    }
+    });
+    replace_in(&mut out, BEARER.as_ref(), |c| {
+        format!("{} {REDACTED}", &c[1])
+    });
+    replace_in(&mut out, TOKEN_SHAPES.as_ref(), |_| REDACTED.to_owned());
     match out {
         std::borrow::Cow::Owned(s) if s != text => Some(s),
         _ => None,
@@ -408,6 +437,19 @@ mod tests {
             ("x-api-key: k1 and more", "x-api-key: [redacted]"),
             ("slack xoxb-1234-5678-abcdef ok", "slack [redacted] ok"),
             ("id AKIAIOSFODNN7EXAMPLE used", "id [redacted] used"),
+            // A secret option's value after a space, and a client's user:password.
+            (
+                "gh pr list --token abc123 -R x",
+                "gh pr list --token [redacted] -R x",
+            ),
+            (
+                r#"tool --api-key "k 1" --password hunter2; ls"#,
+                "tool --api-key [redacted] --password [redacted]; ls",
+            ),
+            (
+                "curl -u alice:s3cret https://x && curl --user bob:pw2 y",
+                "curl -u alice:[redacted] https://x && curl --user bob:[redacted] y",
+            ),
         ];
         for (text, want) in cases {
             assert_eq!(redact_text(text), want, "{text}");
@@ -416,6 +458,8 @@ mod tests {
             "max_tokens=5 temperature: 0.2 ratio: 3=4",
             "a Bearer token is needed; sk-short",
             "the task-list has 3 items",
+            "llm --max-tokens 5 --sort key --token-file t.txt -u 3",
+            "git log --author alice --since 2.weeks",
         ] {
             assert_eq!(redact_text(plain), plain);
         }
