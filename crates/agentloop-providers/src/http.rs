@@ -9,7 +9,10 @@
 use std::fmt;
 use std::time::Duration;
 
-use agentloop::{ModelError, model::ModelErrorKind};
+use agentloop::{
+    ModelError,
+    model::{CacheIdentity, ModelErrorKind},
+};
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
@@ -319,6 +322,18 @@ impl HttpClient {
                 .push((name.to_owned(), value.to_owned())),
         }
         out
+    }
+
+    /// What a request to `path` with `body` is on the wire, for a response cache's key
+    /// ([`agentloop::Model::cache_identity`]): the URL it goes to, the headers added to every
+    /// request and the body, as a digest (a key in the URL or a header is never kept in clear).
+    /// The API key is left out: two keys of one account's server get the same answers.
+    pub fn cache_identity(&self, path: &str, body: &[u8]) -> CacheIdentity {
+        CacheIdentity::of(&serde_json::json!({
+            "url": endpoint(&self.config.base_url, path),
+            "headers": self.config.extra_headers,
+            "body": String::from_utf8_lossy(body),
+        }))
     }
 
     /// The provider name used in errors.

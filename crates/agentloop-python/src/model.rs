@@ -160,6 +160,13 @@ impl Model for PerRun {
     fn resumed(&self, model_calls: usize) -> Option<Arc<dyn Model>> {
         self.model.resumed(model_calls)
     }
+
+    fn cache_identity(
+        &self,
+        request: &ModelRequest<'_>,
+    ) -> Option<agentloop::model::CacheIdentity> {
+        self.model.cache_identity(request)
+    }
 }
 
 /// A Python callable as a model. It gets the request as JSON (instructions, transcript, tool

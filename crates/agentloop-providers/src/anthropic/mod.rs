@@ -27,7 +27,7 @@ mod stream;
 
 use agentloop::{
     Model, ModelError,
-    model::{ModelRequest, ModelStream},
+    model::{CacheIdentity, ModelRequest, ModelStream},
 };
 
 use crate::http::{ANTHROPIC_API_KEY_ENV, AuthStyle, HttpClient, HttpConfig, KeySource};
@@ -236,5 +236,17 @@ impl Model for Anthropic {
 
     fn stream<'a>(&'a self, request: ModelRequest<'a>) -> ModelStream<'a> {
         self.continued_turn(request)
+    }
+    /// The server's URL and headers (the tool search's beta among them, when the request
+    /// offers deferred tools) and the body this request encodes to (thinking, cache breakpoints
+    /// and `max_tokens` are all in it).
+    fn cache_identity(&self, request: &ModelRequest<'_>) -> Option<CacheIdentity> {
+        let body = self.encode_request(request).ok()?;
+        let client = if request::uses_tool_search(request) {
+            &self.search_client
+        } else {
+            &self.client
+        };
+        Some(client.cache_identity("/v1/messages", &body))
     }
 }

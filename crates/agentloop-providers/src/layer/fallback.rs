@@ -8,7 +8,7 @@
 
 use agentloop::{
     Model, ModelError,
-    model::{ModelRequest, ModelStream},
+    model::{CacheIdentity, ModelRequest, ModelStream},
 };
 
 use super::retry::{NextAttempt, with_attempts};
@@ -60,6 +60,11 @@ impl Model for Fallback {
 
     fn provider(&self) -> &str {
         self.models.first().map_or("fallback", |m| m.provider())
+    }
+
+    /// Every model's in order (any of them may answer); `None` when one cannot say.
+    fn cache_identity(&self, request: &ModelRequest<'_>) -> Option<CacheIdentity> {
+        CacheIdentity::all(self.models.iter().map(|m| m.cache_identity(request)))
     }
 
     fn stream<'a>(&'a self, request: ModelRequest<'a>) -> ModelStream<'a> {

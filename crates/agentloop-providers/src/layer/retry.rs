@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use agentloop::{
     Model, ModelError,
-    model::{ModelEvent, ModelRequest, ModelRetry, ModelStream, Usage},
+    model::{CacheIdentity, ModelEvent, ModelRequest, ModelRetry, ModelStream, Usage},
 };
 use futures::StreamExt;
 use rand::Rng;
@@ -195,6 +195,10 @@ impl<M: Model> Model for Retry<M> {
 
     fn provider(&self) -> &str {
         self.inner.provider()
+    }
+
+    fn cache_identity(&self, request: &ModelRequest<'_>) -> Option<CacheIdentity> {
+        self.inner.cache_identity(request)
     }
 
     fn stream<'a>(&'a self, request: ModelRequest<'a>) -> ModelStream<'a> {

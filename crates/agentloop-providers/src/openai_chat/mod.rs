@@ -25,7 +25,7 @@ mod strict;
 
 use agentloop::{
     Model, ModelError,
-    model::{ModelRequest, ModelStream},
+    model::{CacheIdentity, ModelRequest, ModelStream},
 };
 
 use crate::decode::post_and_decode;
@@ -367,5 +367,11 @@ impl Model for OpenAiChat {
             self.stream,
             sampled,
         )
+    }
+    /// The server's URL and headers and the body this request encodes to (its tool dialect,
+    /// reasoning sent back, strict schemas, prompt cache key are all in it).
+    fn cache_identity(&self, request: &ModelRequest<'_>) -> Option<CacheIdentity> {
+        let body = self.encode_request(request).ok()?;
+        Some(self.client.cache_identity("/chat/completions", &body))
     }
 }

@@ -16,7 +16,7 @@ mod stream;
 
 use agentloop::{
     Model, ModelError,
-    model::{ModelRequest, ModelStream},
+    model::{CacheIdentity, ModelRequest, ModelStream},
 };
 
 use crate::decode::post_and_decode;
@@ -145,5 +145,11 @@ impl Model for OpenAiResponses {
             self.options.stream,
             sampled,
         )
+    }
+    /// The server's URL and headers and the body this request encodes to (reasoning options,
+    /// `store`, encrypted reasoning are all in it).
+    fn cache_identity(&self, request: &ModelRequest<'_>) -> Option<CacheIdentity> {
+        let body = self.encode_request(request).ok()?;
+        Some(self.client.cache_identity("/responses", &body))
     }
 }

@@ -1,10 +1,14 @@
 //! A response cache: [`CachedModel`] wraps a model and answers a request it has answered before
 //! from a [`ResponseCache`], keyed by the exact request (the provider and model, instructions,
-//! messages, tools, output schema and settings) and, where the builder of the model tells it
-//! ([`CachedModel::keyed_by_wire`]), by what the request is on the wire: the server it goes to
-//! and the body it encodes to, so that two servers answering to one model name, or two
-//! encodings of one request (a tool dialect, reasoning sent back or not, a prompt cache key),
-//! never share answers. Concurrent identical requests are sent once and
+//! messages, tools, output schema and settings) and by what the request is on the wire: the
+//! server it goes to and the body it encodes to, so that two servers answering to one model
+//! name, or two encodings of one request (a tool dialect, reasoning sent back or not, a prompt
+//! cache key), never share answers. The wrapped model says what that is
+//! ([`Model::cache_identity`]: every provider of `agentloop-providers` does, and retry and
+//! fallback pass theirs on); a builder that knows better gives it instead
+//! ([`CachedModel::keyed_by_wire`]). A model that can say neither is keyed by its names alone,
+//! and the cache warns of it once. Only digests go into a key: a key in a URL or a header is
+//! never kept in clear. Concurrent identical requests are sent once and
 //! share the answer (single flight). An answer that did not come from the model this time is
 //! marked: [`ModelResponse::cached`] (priced at zero, its input tokens reported as cached), and
 //! it streams as deltas like a fresh one. Failed, refused, filtered and cut-off answers are
@@ -22,8 +26,8 @@ use futures::stream;
 use tokio::sync::OnceCell;
 
 use super::{
-    FinishReason, Model, ModelError, ModelEvent, ModelRequest, ModelResponse, ModelStream,
-    ResponseAccumulator,
+    CacheIdentity, FinishReason, Model, ModelError, ModelEvent, ModelRequest, ModelResponse,
+    ModelStream, ResponseAccumulator,
 };
 
 /// Where cached answers are kept. A failing store never fails a model call: the call goes to
@@ -49,6 +53,8 @@ pub struct CachedModel {
     ttl: Duration,
     flights: Mutex<HashMap<String, Flight>>,
     wire: Option<WireKey>,
+    /// Whether keying by names alone was warned of (once a cache).
+    warned: AtomicBool,
 }
 
 impl std::fmt::Debug for CachedModel {
@@ -69,31 +75,50 @@ impl CachedModel {
             ttl,
             flights: Mutex::new(HashMap::new()),
             wire: None,
+            warned: AtomicBool::new(false),
         }
     }
 
-    /// Keys answers by what each request is on the wire as well: `wire` gives the server a
-    /// request goes to and the body it encodes to. Options that change the request on the wire
-    /// without changing the [`ModelRequest`] (a base URL, a tool dialect, reasoning fields, a
-    /// prompt cache key) then keep their answers apart.
+    /// Keys answers by what each request is on the wire as `wire` tells it (the server a
+    /// request goes to and the body it encodes to), instead of the model's own
+    /// [`Model::cache_identity`]. Options that change the request on the wire without changing
+    /// the [`ModelRequest`] (a base URL, a tool dialect, reasoning fields, a prompt cache key)
+    /// then keep their answers apart. `wire`'s value is hashed into the key, never kept.
     #[must_use]
     pub fn keyed_by_wire(mut self, wire: WireKey) -> Self {
         self.wire = Some(wire);
         self
     }
 
-    /// The key of `request`: the request's own, and what it is on the wire when known.
+    /// The key of `request`: the request's own, and what it is on the wire: as the builder's
+    /// `wire` tells it, else as the model does. Keyed by names alone, the cache says so once.
     fn key(&self, request: &ModelRequest<'_>) -> String {
         let key = request_key(self.inner.provider(), self.inner.id(), request);
-        match self.wire.as_ref().and_then(|wire| wire(request)) {
-            Some(wire) => {
-                let mut d = crate::fingerprint::Definition::new();
-                d.set("request", serde_json::Value::String(key));
-                d.set("wire", wire);
-                d.fingerprint()
+        let (part, value) = match &self.wire {
+            Some(wire) => ("wire", wire(request)),
+            None => (
+                "identity",
+                self.inner
+                    .cache_identity(request)
+                    .map(|i| serde_json::Value::String(i.as_str().to_owned())),
+            ),
+        };
+        let Some(value) = value else {
+            if self.wire.is_none() && !self.warned.swap(true, Ordering::Relaxed) {
+                tracing::warn!(
+                    model = self.inner.id(),
+                    provider = self.inner.provider(),
+                    "the response cache keys this model by its name alone: it does not say \
+                     which server it asks, so another model of that name sharing the store \
+                     could be given its answers"
+                );
             }
-            None => key,
-        }
+            return key;
+        };
+        let mut d = crate::fingerprint::Definition::new();
+        d.set("request", serde_json::Value::String(key));
+        d.set(part, value);
+        d.fingerprint()
     }
 
     async fn answer(&self, request: ModelRequest<'_>) -> Vec<Result<ModelEvent, ModelError>> {
@@ -156,7 +181,13 @@ impl Model for CachedModel {
             ttl: self.ttl,
             flights: Mutex::default(),
             wire: self.wire.clone(),
+            warned: AtomicBool::new(self.warned.load(Ordering::Relaxed)),
         }))
+    }
+
+    /// The wrapped model's: a cache over a cache asks what the inner one asks.
+    fn cache_identity(&self, request: &ModelRequest<'_>) -> Option<CacheIdentity> {
+        self.inner.cache_identity(request)
     }
 
     fn provider(&self) -> &str {

@@ -11,11 +11,13 @@
 //! - `accumulate.rs`: events into a response, the one accumulator.
 //! - `error.rs`: how a call failed.
 //! - `cache.rs`: the response cache, a model that wraps a model.
+//! - `identity.rs`: what a model's answers depend on beyond the request, for the cache's key.
 
 mod accumulate;
 pub mod cache;
 mod error;
 mod event;
+mod identity;
 mod response;
 
 use std::sync::Arc;
@@ -27,6 +29,7 @@ use serde_json::Value;
 pub use accumulate::{Discarded, ResponseAccumulator, cut_by_the_limit};
 pub use error::{ModelError, ModelErrorKind};
 pub use event::{ModelEvent, ModelRetry, ModelStream};
+pub use identity::CacheIdentity;
 pub use response::{FinishReason, ModelResponse, Usage};
 
 use crate::message::Message;
@@ -56,6 +59,16 @@ pub trait Model: Send + Sync {
         let _ = model_calls;
         None
     }
+
+    /// What this model's answer to `request` depends on beyond the request: the server it
+    /// goes to and what it sends there (see [`CacheIdentity`]). A response cache keys by it, so
+    /// that two models of one name at two servers never share answers. `None` (the default)
+    /// when it cannot be told; a cache then keys by the provider's and model's names alone, and
+    /// says so. A model that wraps models gives theirs.
+    fn cache_identity(&self, request: &ModelRequest<'_>) -> Option<CacheIdentity> {
+        let _ = request;
+        None
+    }
 }
 
 impl<M: Model + ?Sized> Model for Arc<M> {
@@ -71,6 +84,9 @@ impl<M: Model + ?Sized> Model for Arc<M> {
     fn resumed(&self, model_calls: usize) -> Option<Arc<dyn Model>> {
         (**self).resumed(model_calls)
     }
+    fn cache_identity(&self, request: &ModelRequest<'_>) -> Option<CacheIdentity> {
+        (**self).cache_identity(request)
+    }
 }
 
 impl<M: Model + ?Sized> Model for Box<M> {
@@ -85,6 +101,9 @@ impl<M: Model + ?Sized> Model for Box<M> {
     }
     fn resumed(&self, model_calls: usize) -> Option<Arc<dyn Model>> {
         (**self).resumed(model_calls)
+    }
+    fn cache_identity(&self, request: &ModelRequest<'_>) -> Option<CacheIdentity> {
+        (**self).cache_identity(request)
     }
 }
 
