@@ -1,7 +1,9 @@
 //! What a served call tells its client while it runs, and what it cannot ask it. A run's events
 //! become MCP progress notifications (one per turn, tool start, progress and end, and the run's
 //! end, never a model's deltas), sent in order from a task of their own so that the loop never
-//! waits on the client. A call the agent's permissions `ask` about has nobody to answer it at the server:
+//! waits on one write to the client. The notifications not yet sent are a [`Backlog`] of at
+//! most [`STREAM_BACKLOG`]: a client that does not read holds the run between its steps rather
+//! than letting them pile up in memory, and loses none. A call the agent's permissions `ask` about has nobody to answer it at the server:
 //! a client that declared elicitation (form mode) is asked (approve, or not; a declined question
 //! denies the call, a cancelled one stops the run), and with any other client the run is stopped
 //! and the client reads an error result naming the tool.
@@ -10,7 +12,7 @@ use std::sync::{Arc, Mutex};
 
 use agentloop::gate::ApprovalRequest;
 use agentloop::permissions::{Answer, ApprovalPrompter};
-use agentloop::{CancellationToken, Event, EventKind, EventSink};
+use agentloop::{Backlog, CancellationToken, Event, EventKind, EventSink, STREAM_BACKLOG};
 use futures::future::BoxFuture;
 use rmcp::model::{
     ElicitRequestParams, ElicitationAction, ElicitationSchema, ProgressNotificationParam,
@@ -34,6 +36,8 @@ pub(super) struct CallProgress {
     sender: Arc<Mutex<Option<UnboundedSender<String>>>>,
     forwarder: Option<JoinHandle<()>>,
     detail: Detail,
+    /// The notifications taken and not yet sent.
+    backlog: Arc<Backlog>,
 }
 
 impl CallProgress {
@@ -48,25 +52,33 @@ impl CallProgress {
                 sender: Arc::default(),
                 forwarder: None,
                 detail,
+                backlog: Arc::new(Backlog::new(STREAM_BACKLOG)),
             };
         };
         let (tx, mut rx) = unbounded_channel::<String>();
+        let backlog = Arc::new(Backlog::new(STREAM_BACKLOG));
+        let sent = Arc::clone(&backlog);
         let forwarder = tokio::spawn(async move {
             let mut step = 0.0;
             while let Some(message) = rx.recv().await {
                 step += 1.0;
                 let note =
                     ProgressNotificationParam::new(token.clone(), step).with_message(message);
-                if peer.notify_progress(note).await.is_err() {
+                let written = peer.notify_progress(note).await;
+                sent.taken();
+                if written.is_err() {
                     // The client went away: the call's cancellation ends the run.
                     break;
                 }
             }
+            // Nobody sends what is left: the run waits for room no more.
+            sent.close();
         });
         CallProgress {
             sender: Arc::new(Mutex::new(Some(tx))),
             forwarder: Some(forwarder),
             detail,
+            backlog,
         }
     }
 
@@ -75,6 +87,7 @@ impl CallProgress {
         Arc::new(ProgressSink {
             sender: self.sender.clone(),
             detail: self.detail,
+            backlog: Arc::clone(&self.backlog),
         })
     }
 
@@ -82,6 +95,8 @@ impl CallProgress {
     /// notification before the call's result.
     pub(super) async fn finish(mut self) {
         self.sender.lock().unwrap_or_else(|p| p.into_inner()).take();
+        // A run still going (its call cut short) never waits on a reader that is done.
+        self.backlog.close();
         if let Some(f) = self.forwarder.take() {
             let _ = f.await;
         }
@@ -91,6 +106,7 @@ impl CallProgress {
 struct ProgressSink {
     sender: Arc<Mutex<Option<UnboundedSender<String>>>>,
     detail: Detail,
+    backlog: Arc<Backlog>,
 }
 
 impl EventSink for ProgressSink {
@@ -104,8 +120,16 @@ impl EventSink for ProgressSink {
             .unwrap_or_else(|p| p.into_inner())
             .as_ref()
         {
-            let _ = tx.send(message);
+            // Counted before it is sent, so that the forwarder's `taken` never comes first.
+            self.backlog.pushed();
+            if tx.send(message).is_err() {
+                self.backlog.taken();
+            }
         }
+    }
+
+    fn backlog(&self) -> Option<&Backlog> {
+        Some(&self.backlog)
     }
 }
 
