@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use agentloop::{Backlog, STREAM_BACKLOG};
 use axum::Router;
 use axum::body::Bytes;
 use axum::http::HeaderMap;
@@ -19,7 +20,7 @@ use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Json, Response};
 use axum::routing::{get, post};
 use serde_json::{Value, json};
-use tokio::sync::mpsc::{UnboundedSender, unbounded_channel};
+use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
 use crate::A2aError;
 use crate::task::{
@@ -391,18 +392,39 @@ async fn send(served: &Arc<Served>, request: &Value) -> Result<Task, A2aError> {
 
 async fn stream(served: &Arc<Served>, request: &Value, id: Value) -> Result<Response, A2aError> {
     let (tx, rx) = unbounded_channel::<StreamResponse>();
-    take(served, request, Some(tx)).await?;
-    let events = futures::stream::unfold((rx, id), |(mut rx, id)| async move {
-        let item = rx.recv().await?;
+    let (task, _) = take(served, request, Some(tx)).await?;
+    let following = Following {
+        rx,
+        backlog: served
+            .backlog(&task)
+            .unwrap_or_else(|| Arc::new(Backlog::new(STREAM_BACKLOG))),
+    };
+    let events = futures::stream::unfold((following, id), |(mut f, id)| async move {
+        let item = f.rx.recv().await?;
+        f.backlog.taken();
         let data = rpc_result(&id, item).to_string();
-        Some((
-            Ok::<_, Infallible>(SseEvent::default().data(data)),
-            (rx, id),
-        ))
+        Some((Ok::<_, Infallible>(SseEvent::default().data(data)), (f, id)))
     });
     Ok(Sse::new(events)
         .keep_alive(KeepAlive::default())
         .into_response())
+}
+
+/// A stream's end of its task's updates. What it has not read when it goes (its caller gone)
+/// leaves the task's backlog with it, so that the run never waits on a stream nobody reads.
+struct Following {
+    rx: UnboundedReceiver<StreamResponse>,
+    backlog: Arc<Backlog>,
+}
+
+impl Drop for Following {
+    fn drop(&mut self) {
+        // Closed first: nothing more is counted in after the last is taken out.
+        self.rx.close();
+        while self.rx.try_recv().is_ok() {
+            self.backlog.taken();
+        }
+    }
 }
 
 async fn cancel(served: &Arc<Served>, id: &str) -> Result<Task, A2aError> {

@@ -2,7 +2,9 @@
 //! the server runs and, where the agent's runs are journaled, found again in the journal after a
 //! restart (a finished run read back, an interrupted one resumed). A call the agent's permissions
 //! ask about puts the task in `input-required` until a message on the task answers it; the
-//! task's events reach every stream that watches it.
+//! task's events reach every stream that watches it: at most [`STREAM_BACKLOG`] of them wait
+//! unread among its streams (the task's [`Backlog`]), past which its run waits for a stream
+//! that lags, so a caller that does not read slows the run and loses nothing.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -13,7 +15,10 @@ use agentloop::driver::replay::{RunLog, replay};
 use agentloop::journal::{Journal, JournaledRun, RunStatus};
 use agentloop::permissions::{Answer, ApprovalPrompter, ApprovalRequest};
 use agentloop::session::{SessionLock, SessionStore, StoredSession};
-use agentloop::{Agent, CancellationToken, Event, EventKind, EventSink, RunOptions, StopReason};
+use agentloop::{
+    Agent, Backlog, CancellationToken, Event, EventKind, EventSink, RunOptions, STREAM_BACKLOG,
+    StopReason,
+};
 use futures::future::BoxFuture;
 use serde_json::json;
 use tokio::sync::mpsc::UnboundedSender;
@@ -157,6 +162,8 @@ pub(crate) struct TaskEntry {
     state: watch::Sender<TaskState>,
     /// The streams that follow the task until it ends or asks.
     watchers: Vec<UnboundedSender<StreamResponse>>,
+    /// The items sent to its streams that they have not read yet (see the module's docs).
+    backlog: Arc<Backlog>,
     /// The calls the task waits on an answer for, and where the answer goes.
     asking: Option<oneshot::Sender<Answer>>,
     /// The order it was created in, for forgetting the oldest ended tasks first.
@@ -341,8 +348,10 @@ impl Served {
         let created = self.created.fetch_add(1, Ordering::Relaxed);
         let (state, _) = watch::channel(task.status.state);
         let mut watchers = Vec::new();
-        if let Some(tx) = watcher {
-            let _ = tx.send(StreamResponse::Task(task.clone()));
+        let backlog = Arc::new(Backlog::new(STREAM_BACKLOG));
+        if let Some(tx) = watcher
+            && tell(&backlog, &tx, StreamResponse::Task(task.clone()))
+        {
             watchers.push(tx);
         }
         let bytes = if task.status.state.is_terminal() {
@@ -357,6 +366,7 @@ impl Served {
                 cancel: CancellationToken::new(),
                 state,
                 watchers,
+                backlog,
                 asking: None,
                 created,
                 slot: None,
@@ -422,8 +432,13 @@ impl Served {
             message: None,
         };
         entry.state.send_replace(TaskState::Working);
-        if let Some(tx) = watcher {
-            let _ = tx.send(StreamResponse::Task(entry.task.clone()));
+        if let Some(tx) = watcher
+            && tell(
+                &entry.backlog,
+                &tx,
+                StreamResponse::Task(entry.task.clone()),
+            )
+        {
             entry.watchers.push(tx);
         }
         Ok(())
@@ -432,8 +447,14 @@ impl Served {
     /// Sends `item` to the task's watchers (those gone are dropped).
     fn publish(&self, id: &str, item: &StreamResponse) {
         if let Some(e) = self.tasks().get_mut(id) {
-            e.watchers.retain(|tx| tx.send(item.clone()).is_ok());
+            let backlog = &e.backlog;
+            e.watchers.retain(|tx| tell(backlog, tx, item.clone()));
         }
+    }
+
+    /// What task `id`'s streams have not read yet.
+    pub(crate) fn backlog(&self, id: &str) -> Option<Arc<Backlog>> {
+        self.tasks().get(id).map(|e| Arc::clone(&e.backlog))
     }
 
     /// Sets the task's status (its message kept in the history) and tells its watchers; a
@@ -458,9 +479,11 @@ impl Served {
                 artifact,
                 last_chunk: true,
             };
-            e.watchers.retain(|tx| tx.send(item.clone()).is_ok());
+            let backlog = &e.backlog;
+            e.watchers.retain(|tx| tell(backlog, tx, item.clone()));
         }
-        e.watchers.retain(|tx| tx.send(update.clone()).is_ok());
+        let backlog = &e.backlog;
+        e.watchers.retain(|tx| tell(backlog, tx, update.clone()));
         if settled(status.state) {
             e.watchers.clear();
             // Waiting for its caller, or ended, it costs nothing: another run may take its place.
@@ -702,10 +725,23 @@ impl ApprovalPrompter for Unanswerable {
     }
 }
 
+/// Sends `item` to a stream, counted in its task's `backlog` (before it is sent, so that the
+/// stream's `taken` never comes first); false when the stream is gone.
+fn tell(backlog: &Backlog, tx: &UnboundedSender<StreamResponse>, item: StreamResponse) -> bool {
+    backlog.pushed();
+    let sent = tx.send(item).is_ok();
+    if !sent {
+        backlog.taken();
+    }
+    sent
+}
+
 /// The run's events as the task's status updates.
 struct StatusSink {
     served: Arc<Served>,
     task: Task,
+    /// The task's: the run waits for its streams when they lag.
+    backlog: Arc<Backlog>,
 }
 
 impl EventSink for StatusSink {
@@ -734,6 +770,10 @@ impl EventSink for StatusSink {
             },
         };
         self.served.publish(&self.task.id, &update);
+    }
+
+    fn backlog(&self) -> Option<&Backlog> {
+        Some(&self.backlog)
     }
 }
 
@@ -775,6 +815,9 @@ pub(crate) async fn drive(served: Arc<Served>, id: String, work: Work) {
             options.sinks.push(Arc::new(StatusSink {
                 served: served.clone(),
                 task: task.clone(),
+                backlog: served
+                    .backlog(&id)
+                    .unwrap_or_else(|| Arc::new(Backlog::new(STREAM_BACKLOG))),
             }));
             let turn = match &served.sessions {
                 Some(store) => {
@@ -1058,6 +1101,7 @@ mod tests {
             cancel: CancellationToken::new(),
             state: watch::channel(state).0,
             watchers: Vec::new(),
+            backlog: Arc::new(Backlog::new(STREAM_BACKLOG)),
             asking: None,
             created,
             slot: None,

@@ -13,52 +13,16 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use agentloop::testing::ScriptedModel;
-use agentloop::{Agent, Limits, ModelResponse, RunOptions, Tool, ToolContext, ToolOutput};
+use agentloop::RunOptions;
 use agentloop_mcp::serve::{AgentServer, Offer, ServedAgent};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
+mod chatty;
+use chatty::chatty;
+
 /// The turns of the run, each one tool call: far more notifications than the backlog holds.
 const TURNS: usize = 2000;
-
-/// A tool that counts its calls in `done` and answers its arguments.
-fn count(done: Arc<AtomicUsize>) -> Tool {
-    Tool::dynamic(
-        "count",
-        "Counts.",
-        json!({"type": "object", "properties": {"n": {"type": "integer"}}}),
-        move |args: Value, _ctx: ToolContext| {
-            let done = Arc::clone(&done);
-            async move {
-                done.fetch_add(1, Ordering::SeqCst);
-                Ok(ToolOutput::json(args))
-            }
-        },
-    )
-}
-
-/// An agent that calls `count` once a turn for `TURNS` turns (each call its own arguments, so
-/// no turn repeats another), then answers.
-fn chatty(done: Arc<AtomicUsize>) -> Result<Agent, String> {
-    let script = (0..TURNS)
-        .map(|n| {
-            ModelResponse::tool_calls([(format!("c{n}"), "count", format!(r#"{{"n": {n}}}"#))])
-        })
-        .chain([ModelResponse::text("done")]);
-    let most = Some(u32::try_from(TURNS).unwrap() + 10);
-    Agent::builder()
-        .model(ScriptedModel::new(script))
-        .tool(count(done))
-        .limits(Limits {
-            max_turns: most,
-            max_tool_calls: most,
-            max_model_calls: most,
-            ..Limits::default()
-        })
-        .build()
-        .map_err(|e| e.to_string())
-}
 
 async fn send(to: &mut (impl AsyncWriteExt + Unpin), message: Value) {
     let mut line = message.to_string();
@@ -76,7 +40,7 @@ async fn honest5_a_client_that_does_not_read_holds_the_run_and_loses_no_notifica
             name: "worker".into(),
             description: "Counts a lot.".into(),
             output_schema: None,
-            build: Arc::new(move |_prompter| chatty(Arc::clone(&counted))),
+            build: Arc::new(move |_prompter| chatty(TURNS, Arc::clone(&counted))),
             options: Arc::new(RunOptions::default),
         })
         .unwrap();
