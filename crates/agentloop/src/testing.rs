@@ -11,8 +11,8 @@ use serde_json::Value;
 
 use crate::message::{AssistantMessage, Reasoning, ToolCall};
 use crate::model::{
-    FinishReason, Model, ModelError, ModelErrorKind, ModelEvent, ModelRequest, ModelResponse,
-    ModelStream, Usage,
+    CacheIdentity, FinishReason, Model, ModelError, ModelErrorKind, ModelEvent, ModelRequest,
+    ModelResponse, ModelStream, Usage,
 };
 
 /// One step of a script: a response, or an error the model call fails with.
@@ -252,6 +252,21 @@ impl Model for ScriptedModel {
 
     fn provider(&self) -> &str {
         "scripted"
+    }
+
+    /// Its script: what it answers depends on nothing else, so two scripts never share a
+    /// cache's answers.
+    fn cache_identity(&self, _request: &ModelRequest<'_>) -> Option<CacheIdentity> {
+        let steps: Vec<serde_json::Value> = self
+            .inner
+            .steps
+            .iter()
+            .map(|(step, _)| match step {
+                ScriptStep::Respond(r) => serde_json::json!({ "respond": r }),
+                ScriptStep::Fail(e) => serde_json::json!({ "fail": e }),
+            })
+            .collect();
+        Some(CacheIdentity::of(&serde_json::Value::Array(steps)))
     }
 
     fn stream<'a>(&'a self, _request: ModelRequest<'a>) -> ModelStream<'a> {

@@ -306,3 +306,36 @@ async fn a_subagents_cached_answers_count_toward_no_budget_of_its_parent() {
             .all(|s| s.cached_tokens == 110 && s.spent_tokens() == 0)
     );
 }
+
+/// [`ask`]'s events as one response.
+async fn answer(model: &CachedModel, text: &str) -> ModelResponse {
+    let mut acc = agentloop::model::ResponseAccumulator::new();
+    for event in ask(model, text).await {
+        acc.push(event).unwrap();
+    }
+    acc.finish().unwrap()
+}
+
+#[tokio::test]
+async fn honest5_two_scripts_of_one_name_sharing_a_store_each_get_their_own_answer() {
+    // Both are `scripted` models named `scripted`: only what they say of themselves
+    // (`Model::cache_identity`, their scripts) keeps their answers apart.
+    use agentloop::testing::ScriptedModel;
+    let store: Arc<dyn ResponseCache> = Arc::new(Memory::default());
+    let ttl = Duration::from_secs(60);
+    let a = CachedModel::new(
+        Arc::new(ScriptedModel::new([ModelResponse::text("from A")])),
+        Arc::clone(&store),
+        ttl,
+    );
+    let b = CachedModel::new(
+        Arc::new(ScriptedModel::new([ModelResponse::text("from B")])),
+        Arc::clone(&store),
+        ttl,
+    );
+    let from_a = answer(&a, "Who are you?").await;
+    let from_b = answer(&b, "Who are you?").await;
+    assert_eq!(from_a.message.text, "from A");
+    assert_eq!(from_b.message.text, "from B", "B was given A's answer");
+    assert!(!from_b.cached);
+}
