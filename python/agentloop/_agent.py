@@ -328,11 +328,13 @@ class Agent:
         loop: Optional[asyncio.AbstractEventLoop] = None,
         on_event: Optional[Callable[[str], None]] = None,
         scope: Optional[RunScope] = None,
+        stream_backlog: bool = False,
     ) -> Any:
         return self._native.start(
             input,
             on_done=on_done,
             on_event=on_event,
+            stream_backlog=stream_backlog,
             event_loop=loop,
             journal=os.fspath(journal) if journal is not None else None,
             sessions=os.fspath(sessions) if session is not None and sessions is not None else None,
@@ -428,8 +430,11 @@ class RunStream:
 
         input, journal, session, sessions, trace = self._args
         scope = self._agent._dispatcher.run_scope(loop)
+        # The run waits while 1024 events wait here untaken: a slow reader slows it, and
+        # nothing piles up or is lost.
         handle = self._agent._start(
-            input, on_done, journal, session, sessions, trace, loop, on_event, scope
+            input, on_done, journal, session, sessions, trace, loop, on_event, scope,
+            stream_backlog=True,
         )
         ended = False
         try:
@@ -444,6 +449,7 @@ class RunStream:
                         self.outcome = e.outcome
                         raise
                     return
+                handle.taken()
                 yield Event.from_json(payload)
         finally:
             if not ended:

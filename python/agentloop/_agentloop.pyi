@@ -32,6 +32,7 @@ class ToolReply:
 
 class RunHandle:
     def cancel(self) -> None: ...
+    def taken(self) -> None: ...
     def wait(self, timeout: float) -> Optional[_End]: ...
 
 class NativeAgent:
@@ -83,6 +84,7 @@ class NativeAgent:
         trace_payloads: bool = False,
         objects: bool = False,
         scope: Optional[Any] = None,
+        stream_backlog: bool = False,
     ) -> RunHandle: ...
     def resume(
         self,

@@ -253,6 +253,45 @@ def test_streaming_yields_the_runs_events_in_order_then_the_outcome() -> None:
     assert outcome is not None and outcome.stop_reason == "finished"
 
 
+def test_honest5_a_stream_read_slowly_holds_its_run_and_loses_no_event() -> None:
+    # A reader that takes nothing for a while: the run waits once 1024 events wait for it
+    # (its tool calls stop well before its end), instead of queueing every event; once read,
+    # every call's events are there.
+    turns = 1000
+    counted: List[int] = []
+
+    @tool
+    def count(n: int) -> str:
+        """Counts."""
+        counted.append(n)
+        return "ok"
+
+    script: List[Any] = [[ToolCall("count", {"n": n}, id=f"c{n}")] for n in range(turns)]
+    agent = Agent(
+        model=ScriptedModel(script + ["done"]),
+        tools=[count],
+        limits=Limits(max_turns=turns + 5, max_tool_calls=turns + 5, max_model_calls=turns + 5),
+    )
+
+    async def main() -> Tuple[int, List[Event], Any]:
+        stream = agent.stream("Go.")
+        events = stream.__aiter__()
+        first = await events.__anext__()
+        await asyncio.sleep(2)
+        held = len(counted)
+        await asyncio.sleep(0.5)
+        assert len(counted) == held, "the run went on"
+        rest = [e async for e in events]
+        return held, [first] + rest, stream.outcome
+
+    held, events, outcome = asyncio.run(main())
+    assert held < turns // 2, f"{held} of {turns} calls ran while nobody read their events"
+    assert outcome is not None and outcome.stop_reason == "finished"
+    assert len(counted) == turns
+    assert len([e for e in events if e.type == "tool_finished"]) == turns
+    assert events[0].type == "run_started" and events[-1].type == "run_finished"
+
+
 def test_leaving_a_stream_early_cancels_the_run() -> None:
     agent, started, cancelled = hanging_agent()
 

@@ -11,7 +11,9 @@ use agentloop::gate::{Answer, ApprovalRequest};
 use agentloop::journal::Journal;
 use agentloop::permissions::{ApprovalPrompter, Permission, PermissionGate, PermissionStore};
 use agentloop::session::SessionTurn;
-use agentloop::{Agent, CancellationToken, EventSink, Limits, Message, RunOptions, RunOutcome};
+use agentloop::{
+    Agent, Backlog, CancellationToken, EventSink, Limits, Message, RunOptions, RunOutcome,
+};
 use agentloop_cli::agent_file::AgentFile;
 use agentloop_cli::assemble::{self, Approval, StartedMcp};
 use agentloop_store::{JournalReader, SqliteJournal, SqliteSessions, TraceOptions, TraceSink};
@@ -267,7 +269,9 @@ impl NativeAgent {
     /// run; `scope` (the Python side's `RunScope`) goes with each of the run's tool calls to the
     /// dispatcher.
     /// With `objects`, the outcome reaches Python as its objects (dicts and lists), not JSON text.
-    #[pyo3(signature = (input, *, on_done=None, on_event=None, event_loop=None, journal=None, sessions=None, session=None, trace=None, trace_payloads=false, objects=false, scope=None))]
+    /// With `stream_backlog`, `on_event` queues the events for a reader that tells the handle
+    /// of each it took ([`RunHandle::taken`]): past `STREAM_BACKLOG` untaken the run waits.
+    #[pyo3(signature = (input, *, on_done=None, on_event=None, event_loop=None, journal=None, sessions=None, session=None, trace=None, trace_payloads=false, objects=false, scope=None, stream_backlog=false))]
     #[allow(clippy::too_many_arguments)]
     fn start(
         &self,
@@ -283,6 +287,7 @@ impl NativeAgent {
         trace_payloads: bool,
         objects: bool,
         scope: Option<Py<PyAny>>,
+        stream_backlog: bool,
     ) -> PyResult<RunHandle> {
         // A path given is kept as given: the outcome names the journal so.
         let journal = journal.or_else(|| self.named.journal.clone());
@@ -297,9 +302,12 @@ impl NativeAgent {
         let journal = journal.map(|p| self.journal_at(p)).transpose()?;
         let store = sessions.map(|p| self.sessions_at(p)).transpose()?;
         let agent = self.agent.clone();
+        let backlog = (stream_backlog && on_event.is_some())
+            .then(|| Arc::new(Backlog::new(agentloop::STREAM_BACKLOG)));
         let sinks = Sinks {
             on_event,
             trace: open_trace(trace, trace_payloads)?,
+            backlog,
         };
         // Nothing of such a run blocks: it can be driven on its loop's thread.
         let drive = journal.is_none()
@@ -387,6 +395,7 @@ impl NativeAgent {
         let sinks = Sinks {
             on_event,
             trace: open_trace(trace, trace_payloads)?,
+            backlog: None,
         };
         let launch = Launch {
             on_done,
@@ -517,6 +526,7 @@ impl NativeAgent {
     ) -> PyResult<RunHandle> {
         let (on_done, sinks, journal, objects) =
             (launch.on_done, launch.sinks, launch.journal, launch.objects);
+        let backlog = sinks.backlog.clone();
         let cancel = CancellationToken::new();
         let mut options = RunOptions {
             cancel: Some(cancel.clone()),
@@ -524,9 +534,10 @@ impl NativeAgent {
             ..RunOptions::default()
         };
         if let Some(f) = sinks.on_event {
-            options
-                .sinks
-                .push(Arc::new(PythonSink(f)) as Arc<dyn EventSink>);
+            options.sinks.push(Arc::new(PythonSink {
+                f,
+                backlog: sinks.backlog,
+            }) as Arc<dyn EventSink>);
         }
         let trace = sinks.trace;
         if let Some(t) = &trace {
@@ -590,6 +601,7 @@ impl NativeAgent {
             cancel,
             ended: Mutex::new(rx),
             objects,
+            backlog,
         })
     }
 }
@@ -692,6 +704,8 @@ fn running_here(py: Python<'_>, event_loop: &Py<PyAny>) -> PyResult<bool> {
 struct Sinks {
     on_event: Option<Py<PyAny>>,
     trace: Option<Arc<TraceSink>>,
+    /// What `on_event` queued for a reader that has not taken it (`start`'s `stream_backlog`).
+    backlog: Option<Arc<Backlog>>,
 }
 
 /// The trace file of a run (NDJSON or SQLite by its extension), as `--trace` opens it.
@@ -819,14 +833,27 @@ pub(crate) struct RunHandle {
     ended: Mutex<mpsc::Receiver<Ended>>,
     /// The outcome is given as objects, not JSON text.
     objects: bool,
+    /// The events its reader has not taken, when it was started with `stream_backlog`.
+    backlog: Option<Arc<Backlog>>,
 }
 
 #[pymethods]
 impl RunHandle {
     /// Cancels the run: nothing new starts, running calls are cancelled, and it ends
-    /// `cancelled` with what it did so far.
+    /// `cancelled` with what it did so far. It waits for its reader no more.
     fn cancel(&self) {
         self.cancel.cancel();
+        if let Some(b) = &self.backlog {
+            b.close();
+        }
+    }
+
+    /// The reader took one event (a run started with `stream_backlog`): the run, held while
+    /// `STREAM_BACKLOG` wait, goes on once there is room.
+    fn taken(&self) {
+        if let Some(b) = &self.backlog {
+            b.taken();
+        }
     }
 
     /// Waits up to `timeout` seconds (without the GIL) for the end: `None` while it runs, else
@@ -986,19 +1013,30 @@ fn limits_over_defaults(json: &str) -> PyResult<Limits> {
     serde_json::from_value(merged).map_err(bad)
 }
 
-/// Each event, as JSON, to a Python callable.
-struct PythonSink(Py<PyAny>);
+/// Each event, as JSON, to a Python callable; counted in `backlog` when the callable queues
+/// it for a reader (a stream).
+struct PythonSink {
+    f: Py<PyAny>,
+    backlog: Option<Arc<Backlog>>,
+}
 
 impl EventSink for PythonSink {
     fn emit(&self, event: &Event) {
         let Ok(json) = serde_json::to_string(event) else {
             return;
         };
+        if let Some(b) = &self.backlog {
+            b.pushed();
+        }
         Python::attach(|py| {
-            if let Err(e) = self.0.call1(py, (json,)) {
+            if let Err(e) = self.f.call1(py, (json,)) {
                 e.write_unraisable(py, None);
             }
         });
+    }
+
+    fn backlog(&self) -> Option<&Backlog> {
+        self.backlog.as_deref()
     }
 }
 
