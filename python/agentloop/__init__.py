@@ -17,8 +17,10 @@ functions.
     print(agent.run("Weather in Paris?").output)
 """
 
+import atexit as _atexit
+
 from ._agent import Agent, ApprovalRequest, Limits, RunStream
-from ._agentloop import __version__, protect_process
+from ._agentloop import __version__, _before_exit, protect_process
 from ._models import FunctionModel, ModelRequest, Provider, Reply, ScriptedModel, ToolCall
 from ._outcome import (
     STOP_REASONS,
@@ -32,6 +34,10 @@ from ._outcome import (
 )
 from ._tools import EXCEPTION_CODE, OUTPUT_INVALID_CODE, Tool, tool
 from .errors import AgentloopError, FatalToolError, RunStopped, SessionNotSaved, ToolError
+
+# Before the interpreter finalizes: a tool's thread still waking a finished run out of the
+# runtime's code must be done with Python first, or the process aborts as it exits.
+_atexit.register(_before_exit)
 
 __all__ = [
     "Agent",

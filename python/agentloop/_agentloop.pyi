@@ -19,6 +19,9 @@ _Approve = Callable[[str, Any], Union[List[str], "concurrent.futures.Future[List
 
 def answer(journal: str, run_id: str, call_id: str, word: str) -> None: ...
 def reply(journal: str, run_id: str, call_id: str, json: str) -> None: ...
+def _before_exit() -> None:
+    """The package's exit hook: wakes of runs from other threads stop, and those under way finish."""
+
 def protect_process() -> None:
     """Makes this process non-dumpable (Linux; nothing elsewhere): no process it starts can read
     its environment or memory. Raises ``AgentloopError`` (``sandbox.protect``) if it cannot."""

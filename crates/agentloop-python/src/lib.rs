@@ -65,6 +65,7 @@ fn _agentloop(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(agent::answer, m)?)?;
     m.add_function(wrap_pyfunction!(agent::reply, m)?)?;
     m.add_function(wrap_pyfunction!(protect::protect_process, m)?)?;
+    m.add_function(wrap_pyfunction!(drive::before_exit, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }
