@@ -65,6 +65,9 @@ pub(super) trait ReadsFiles {
     fn repository_runs(&self, words: &[String], wanted: &[&str], programs: Programs<'_>) -> bool;
     /// True when the command names a git folder's own files and the prefix's program is git.
     fn writes_git_own_files(&self, command: &str, prefix: &str) -> bool;
+    /// True when a program of `command` takes commands from its input (`… | sh`, `sh < x.sh`)
+    /// and they run the prefix's words, or are text no prefix can read.
+    fn fed_commands_run(&self, command: &str, wanted: &[&str], programs: Programs<'_>) -> bool;
 }
 
 /// The most runs of words one command's judging reads ([`Reading::steps`]).
@@ -126,13 +129,17 @@ pub(super) fn chain_runs(
     if reading.files.writes_git_own_files(&joined, prefix) {
         return true;
     }
+    let wanted: Vec<&str> = prefix.split_whitespace().collect();
+    // `printf 'r\x6d x' | sh`, `sh < x.sh`, `. <(…)`: commands a program takes from its input.
+    if reading.files.fed_commands_run(&joined, &wanted, programs) {
+        return true;
+    }
     if parts
         .iter()
         .any(|part| runs_with_words(part, prefix, programs))
     {
         return true;
     }
-    let wanted: Vec<&str> = prefix.split_whitespace().collect();
     let launches = |part: &&str| {
         shell_words(part)
             .first()
@@ -266,7 +273,7 @@ pub(super) const MAX_READS: u32 = 1024;
 /// case (`/BIN/RM`), or by the file name of what it resolves to for the tool (`./tidy`, a link
 /// to `/bin/rm`).
 pub(super) fn names_program(wanted: &str, word: &str, programs: Programs<'_>) -> bool {
-    if wanted.eq_ignore_ascii_case(program_name(word)) {
+    if same_program(wanted, program_name(word)) {
         return true;
     }
     if word.is_empty() || word.starts_with('-') || word.contains('=') {
@@ -279,7 +286,7 @@ pub(super) fn names_program(wanted: &str, word: &str, programs: Programs<'_>) ->
         resolver.programs(candidate).iter().any(|file| {
             file.file_name()
                 .and_then(|n| n.to_str())
-                .is_some_and(|n| wanted.eq_ignore_ascii_case(n))
+                .is_some_and(|n| same_program(wanted, n))
         })
     };
     // A relative path is also looked up from each folder the command moves to; a bare name
@@ -291,6 +298,60 @@ pub(super) fn names_program(wanted: &str, word: &str, programs: Programs<'_>) ->
                 .folders
                 .iter()
                 .any(|folder| named(&format!("{folder}/{word}"))))
+}
+
+/// True when the file name `name` is the program `wanted`, in any case, or a version of it
+/// (`python3.12`, `python3-12` and `python312` of `python3`; `gcc-13` of `gcc`): the same
+/// program under the name its package gives each version.
+pub(super) fn same_program(wanted: &str, name: &str) -> bool {
+    if wanted.eq_ignore_ascii_case(name) {
+        return true;
+    }
+    let (Some(head), Some(version)) = (name.get(..wanted.len()), name.get(wanted.len()..)) else {
+        return false;
+    };
+    let version = version.strip_prefix(['.', '-']).unwrap_or(version);
+    !wanted.is_empty()
+        && head.eq_ignore_ascii_case(wanted)
+        && version.starts_with(|c: char| c.is_ascii_digit())
+        && version.chars().all(|c| c.is_ascii_digit() || c == '.')
+}
+
+/// The words after `git` as git runs them: `send-pack` and `http-push` are what `push` runs
+/// (a deny or ask on `git push` matches them), `fetch-pack` what `fetch` runs.
+fn git_plumbing_as_porcelain(rest: &[String]) -> Vec<String> {
+    rest.iter()
+        .map(|w| match w.to_ascii_lowercase().as_str() {
+            "send-pack" | "http-push" => "push".to_owned(),
+            "fetch-pack" => "fetch".to_owned(),
+            _ => w.clone(),
+        })
+        .collect()
+}
+
+/// True when the program word `candidate` is git, or one of git's own programs by its file
+/// name (`/usr/lib/git-core/git-push`, which is `git push`), and with the words after it
+/// (`rest`) runs the prefix's words.
+fn git_runs_as(candidate: &str, rest: &[String], wanted: &[&str], programs: Programs<'_>) -> bool {
+    let (Some(first), after) = (wanted.first(), wanted.get(1..).unwrap_or_default()) else {
+        return false;
+    };
+    if !first.eq_ignore_ascii_case("git") {
+        return false;
+    }
+    let name = program_name(candidate).to_ascii_lowercase();
+    match name.strip_prefix("git-") {
+        Some(subcommand) => {
+            let run: Vec<String> = std::iter::once(subcommand.to_owned())
+                .chain(rest.iter().cloned())
+                .collect();
+            rest_runs_with(after, &git_plumbing_as_porcelain(&run))
+        }
+        None => {
+            names_program(first, candidate, programs)
+                && rest_runs_with(after, &git_plumbing_as_porcelain(rest))
+        }
+    }
 }
 
 /// True when the variable `name` has git read its configuration or its programs from
@@ -326,10 +387,11 @@ pub(super) fn word_runs(
     };
     let rest = words.get(i + 1..).unwrap_or_default();
     let runs = |candidate: &str| {
-        wanted
+        (wanted
             .first()
             .is_some_and(|w| names_program(w, candidate, programs))
-            && rest_runs_with(wanted.get(1..).unwrap_or_default(), rest)
+            && rest_runs_with(wanted.get(1..).unwrap_or_default(), rest))
+            || git_runs_as(candidate, rest, wanted, programs)
     };
     // `env --split-string=rm …`: a launcher's option whose value is the program.
     let option_runs = word.starts_with('-') && word.split_once('=').is_some_and(|(_, v)| runs(v));
@@ -1154,22 +1216,56 @@ pub(super) fn program_positions(words: &[String]) -> Vec<usize> {
 /// backslashes taken out and what they held kept in one word (`awk '{print | "sh"}'` is two
 /// words). An unclosed quote runs to the end.
 pub(super) fn quoted_commands(command: &str) -> Vec<Vec<String>> {
-    let mut commands = Vec::new();
-    let mut words: Vec<String> = Vec::new();
+    segments(command)
+        .into_iter()
+        .map(|s| s.words)
+        .filter(|words| !words.is_empty())
+        .collect()
+}
+
+/// A stretch of a command between two of the shell's operators (see [`segments`]).
+#[derive(Debug, Default)]
+pub(super) struct Segment {
+    /// The operator characters before it, outside quotes (`|`, `<(`, `<<`, `;`), blanks
+    /// between them dropped; empty at the start.
+    pub(super) before: String,
+    /// Its words, quotes and backslashes taken out.
+    pub(super) words: Vec<String>,
+    /// Its text as written.
+    pub(super) raw: String,
+}
+
+/// `command` cut at each run of the shell's operators outside quotes (`;`, `&`, `|`,
+/// parentheses, backticks, redirections, line breaks), each stretch with the operators before
+/// it: `. <(printf x)` is `.`, then `printf x` after `<(`. An unclosed quote runs to the end.
+pub(super) fn segments(command: &str) -> Vec<Segment> {
+    let mut done = Vec::new();
+    let mut current = Segment::default();
     let mut word = String::new();
     let mut in_word = false;
     let mut quote: Option<char> = None;
     let mut chars = command.chars();
-    let end_word = |words: &mut Vec<String>, word: &mut String, in_word: &mut bool| {
+    let end_word = |current: &mut Segment, word: &mut String, in_word: &mut bool| {
         if std::mem::take(in_word) {
-            words.push(std::mem::take(word));
+            current.words.push(std::mem::take(word));
         }
     };
     while let Some(c) = chars.next() {
+        let operator = quote.is_none() && ";&|()`<>\n\r".contains(c);
+        if operator {
+            end_word(&mut current, &mut word, &mut in_word);
+            if !current.words.is_empty() || !current.raw.trim().is_empty() {
+                done.push(std::mem::take(&mut current));
+            }
+            current.before.push(c);
+            continue;
+        }
+        current.raw.push(c);
         match (quote, c) {
             (Some('\''), '\'') | (Some(_), '"') => quote = None,
             (Some('"'), '\\') => {
                 if let Some(next) = chars.next() {
+                    current.raw.push(next);
                     if !matches!(next, '"' | '\\' | '$' | '`' | '\n') {
                         word.push('\\');
                     }
@@ -1184,29 +1280,57 @@ pub(super) fn quoted_commands(command: &str) -> Vec<Vec<String>> {
                 in_word = true;
             }
             (None, '\\') => {
-                if let Some(next) = chars.next().filter(|n| *n != '\n') {
-                    word.push(next);
-                    in_word = true;
+                if let Some(next) = chars.next() {
+                    current.raw.push(next);
+                    if next != '\n' {
+                        word.push(next);
+                        in_word = true;
+                    }
                 }
             }
-            (None, ';' | '&' | '|' | '(' | ')' | '`' | '<' | '>' | '\n' | '\r') => {
-                end_word(&mut words, &mut word, &mut in_word);
-                if !words.is_empty() {
-                    commands.push(std::mem::take(&mut words));
-                }
-            }
-            (None, c) if c.is_whitespace() => end_word(&mut words, &mut word, &mut in_word),
+            (None, c) if c.is_whitespace() => end_word(&mut current, &mut word, &mut in_word),
             (None, c) => {
                 word.push(c);
                 in_word = true;
             }
         }
     }
-    end_word(&mut words, &mut word, &mut in_word);
-    if !words.is_empty() {
-        commands.push(words);
-    }
-    commands
+    end_word(&mut current, &mut word, &mut in_word);
+    done.push(current);
+    done
+}
+
+/// True when `name` is a shell that reads a script file given after its options.
+pub(super) fn is_shell(name: &str) -> bool {
+    let name = program_name(name).to_ascii_lowercase();
+    matches!(
+        name.as_str(),
+        "sh" | "bash"
+            | "dash"
+            | "zsh"
+            | "ksh"
+            | "ash"
+            | "hush"
+            | "mksh"
+            | "lksh"
+            | "pdksh"
+            | "oksh"
+            | "loksh"
+            | "rbash"
+            | "yash"
+            | "posh"
+            | "csh"
+            | "tcsh"
+            | "fish"
+    )
+}
+
+/// The letters of a shell's one-letter option word (`-xe`, `+o`), or `None` for a word that
+/// is no such option (a script, a command).
+pub(super) fn shell_option_letters(word: &str) -> Option<&str> {
+    word.strip_prefix('-')
+        .or_else(|| word.strip_prefix('+'))
+        .filter(|c| !c.is_empty())
 }
 
 /// Programs and shell words that run the program that comes after them (with their options, see
@@ -1363,6 +1487,8 @@ pub(super) const LAUNCHERS: &[&str] = &[
     "alias",
     "hash",
     "function",
+    // `history -s 'rm x'; fc -s`: the shell runs again what its history holds.
+    "fc",
     // Runners of a project's or environment's commands (`uv run rm`, `npm exec -- rm`,
     // `nix develop -c rm`), of a command on another host or outside a container (`ssh localhost
     // rm`, `flatpak-spawn --host rm`), as another user (`run0`, `gosu`, `su-exec`), in a

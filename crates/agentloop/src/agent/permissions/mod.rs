@@ -29,6 +29,9 @@ use crate::gate::{Approvals, Gate, GateContext};
 use crate::machine::{AdmittedCall, Verdict};
 
 mod command;
+#[cfg(test)]
+mod escapes;
+mod input;
 mod reads;
 mod resolve;
 use command::*;

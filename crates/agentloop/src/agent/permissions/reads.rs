@@ -10,9 +10,10 @@ use std::cell::Cell;
 use std::path::{Component, Path, PathBuf};
 
 use super::command::{
-    MAX_DEPTH, MAX_READS, Programs, Reading, ReadsFiles, chain_runs, program_name, shell_words,
-    words_run,
+    MAX_DEPTH, MAX_READS, Programs, Reading, ReadsFiles, chain_runs, is_shell, program_name,
+    shell_option_letters, shell_words, words_run,
 };
+use super::input::fed_commands_run;
 use super::resolve::{FileText, ResolvePaths};
 
 /// True when some part of `command` runs the prefix's words, read as a deny or ask rule must
@@ -63,6 +64,10 @@ impl ReadsFiles for Reads {
 
     fn writes_git_own_files(&self, command: &str, prefix: &str) -> bool {
         writes_git_own_files(command, prefix)
+    }
+
+    fn fed_commands_run(&self, command: &str, wanted: &[&str], programs: Programs<'_>) -> bool {
+        fed_commands_run(command, wanted, programs)
     }
 }
 
@@ -174,31 +179,6 @@ fn starts_with_shell_shebang(text: &str) -> bool {
     interpreter.is_some_and(is_shell)
 }
 
-/// True when `name` is a shell that reads a script file given after its options.
-fn is_shell(name: &str) -> bool {
-    let name = program_name(name).to_ascii_lowercase();
-    matches!(
-        name.as_str(),
-        "sh" | "bash"
-            | "dash"
-            | "zsh"
-            | "ksh"
-            | "ash"
-            | "hush"
-            | "mksh"
-            | "lksh"
-            | "pdksh"
-            | "oksh"
-            | "loksh"
-            | "rbash"
-            | "yash"
-            | "posh"
-            | "csh"
-            | "tcsh"
-            | "fish"
-    )
-}
-
 /// True when `words`, from a shell or `.`/`source` on, have it read a file of commands that
 /// runs the prefix's words: the script after its options (`bash -x x.sh`), the file of a `.`
 /// or `source`, an `--rcfile`/`--init-file`. An interactive or login shell (`-i`, `-l`,
@@ -238,11 +218,7 @@ fn shell_reads_run(words: &[String], wanted: &[&str], programs: Programs<'_>) ->
             k += 1;
             continue;
         }
-        let Some(cluster) = word
-            .strip_prefix('-')
-            .or_else(|| word.strip_prefix('+'))
-            .filter(|c| !c.is_empty())
-        else {
+        let Some(cluster) = shell_option_letters(word) else {
             break;
         };
         if word.starts_with('-') && cluster.contains(['i', 'l']) {

@@ -1,0 +1,290 @@
+//! Escape attempts against deny and ask command prefixes, as an attacker who knows bash would
+//! write them, and ordinary developer commands those prefixes must leave alone.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
+
+use std::path::{Path, PathBuf};
+
+use serde_json::json;
+
+use super::tests::{prefix, rule};
+use super::{FileText, Permission, PermissionStore, ResolvePaths};
+
+// outside-paths: off (the tests below try hostile paths on purpose)
+
+/// A shell allowed every command but `rm`, `curl` and `python` (denied: `python3`, or only
+/// `python3 -c`) and `git push` (asked about).
+fn guarded_shell(python: &str) -> PermissionStore {
+    let mut store = PermissionStore::new(Permission::Allow);
+    store
+        .configure(rule("shell", prefix("rm"), Permission::Deny))
+        .configure(rule("shell", prefix("curl"), Permission::Deny))
+        .configure(rule("shell", prefix(python), Permission::Deny))
+        .configure(rule("shell", prefix("git push"), Permission::Ask))
+        .set("shell", Permission::Allow);
+    store
+}
+
+/// The commands of `table` the store judges otherwise than their expected permission, each
+/// with what it got.
+fn misjudged(store: &PermissionStore, table: &[(&str, Permission)]) -> Vec<String> {
+    table
+        .iter()
+        .filter_map(|(c, want)| {
+            let got = store.decide("shell", &json!({ "command": c }));
+            (got != *want).then(|| format!("{c:?}: {got:?}, want {want:?}"))
+        })
+        .collect()
+}
+
+const D: Permission = Permission::Deny;
+const A: Permission = Permission::Ask;
+
+/// Ways to run `rm`, `curl`, `python3` or `git push` that a reading of the first words misses.
+const ESCAPES: &[(&str, Permission)] = &[
+    // Quoting and escapes.
+    ("r\\m f", D),
+    ("'r'm f", D),
+    ("$'\\x72m' f", D),
+    ("\"${x}rm\" f", D),
+    ("c\"u\"rl x", D),
+    ("\"\"rm f", D),
+    ("r\\\nm f", D),
+    ("git 'pu'sh", A),
+    ("git pu\\sh", A),
+    // Expansions.
+    ("$(echo rm) f", D),
+    ("`echo rm` f", D),
+    ("rm${IFS}f", D),
+    ("{rm,f}", D),
+    ("/bin/r? f", D),
+    ("/???/rm f", D),
+    ("/usr/bin/c*l x", D),
+    ("$((0))rm f", D),
+    ("x=rm; ${x:0:2} f", D),
+    ("x=rm; y=x; ${!y} f", D),
+    ("x=rm; $x f", D),
+    ("IFS=m; r$IFS f", D),
+    ("set -- rm f; \"$@\"", D),
+    ("$0 -c 'rm f'", D),
+    ("$SHELL -c 'rm f'", D),
+    // Aliases, functions, the shell's own ways to run a word.
+    ("alias x=rm; x f", D),
+    ("f(){ rm \"$@\"; }; f a", D),
+    ("f() ( rm f ); f", D),
+    ("command_not_found_handle() { rm f; }; nope", D),
+    ("eval rm f", D),
+    ("eval 'r''m f'", D),
+    ("exec rm f", D),
+    ("exec -a tidy rm f", D),
+    ("command rm f", D),
+    ("builtin eval rm f", D),
+    ("hash -p /bin/rm x; x f", D),
+    ("trap 'rm f' EXIT", D),
+    ("PROMPT_COMMAND='rm f' bash -i", D),
+    ("coproc rm f", D),
+    ("time rm f", D),
+    ("! rm f", D),
+    ("{ rm f; }", D),
+    ("(rm f)", D),
+    ("if rm f; then :; fi", D),
+    ("while rm f; do break; done", D),
+    ("case x in x) rm f;; esac", D),
+    ("true && rm f", D),
+    ("false || rm f", D),
+    ("true | rm f", D),
+    ("rm f &", D),
+    ("echo ok\nrm f", D),
+    ("echo ok # x\nrm f", D),
+    ("echo ok;curl x", D),
+    // Text fed to a shell or an interpreter.
+    ("bash <<EOF\nrm f\nEOF", D),
+    ("sh <<< 'rm f'", D),
+    ("echo 'rm f' | sh", D),
+    ("bash <(echo rm f)", D),
+    ("python3 <<< 'print(1)'", D),
+    ("printf 'r\\155 f' | sh", D),
+    ("printf 'r\\x6d f' | bash", D),
+    ("printf '%s%s f' r m | sh", D),
+    ("echo -e 'r\\x6d f' | sh", D),
+    ("echo 'mr f' | rev | sh", D),
+    ("echo 'cm f' | tr c r | sh", D),
+    ("echo cm0gZgo= | base64 -d | sh", D),
+    ("printf 'r\\x6d' | xargs -I@ @ f", D),
+    ("printf 'r\\x6d f' | xargs -0 sh -c", D),
+    (". <(printf 'r\\x6d f')", D),
+    ("source <(printf 'r\\x6d f')", D),
+    ("printf 'r\\x6d f' > t.sh; sh t.sh", D),
+    ("printf 'r\\x6d f' > t.sh; . ./t.sh", D),
+    ("set -o history; history -s 'rm f'; fc -s", D),
+    // Launchers.
+    ("echo f | xargs rm", D),
+    ("find . -exec rm {} +", D),
+    ("env rm f", D),
+    ("env -i PATH=/bin rm f", D),
+    ("nice -n 5 rm f", D),
+    ("busybox rm f", D),
+    ("toybox rm f", D),
+    ("script -qc 'rm f' /dev/null", D),
+    ("expect -c 'spawn rm f'", D),
+    ("flock /tmp/l rm f", D),
+    ("chronic rm f", D),
+    ("unbuffer rm f", D),
+    ("stdbuf -o0 rm f", D),
+    ("timeout 5 curl x", D),
+    ("watch -n1 curl x", D),
+    ("ssh localhost rm f", D),
+    // Paths and other names for the program.
+    ("/proc/self/root/bin/rm f", D),
+    ("./../../bin/rm f", D),
+    ("/usr/bin/curl x", D),
+    ("RM f", D),
+    ("ln -s /bin/rm x; ./x f", D),
+    ("cp /bin/rm x; ./x f", D),
+    ("install /bin/rm x && ./x f", D),
+    ("PATH=.:$PATH x f", D),
+    ("python3.12 -c 'print(1)'", D),
+    ("/usr/bin/python3.11 x.py", D),
+    ("/usr/bin/env python3 x.py", D),
+    ("uv run python3 x.py", D),
+    // git push and its other spellings.
+    ("git push", A),
+    ("git    push origin main", A),
+    ("/usr/bin/git push", A),
+    ("git -C . push", A),
+    ("git -C. push", A),
+    ("git --git-dir=.git push", A),
+    ("git -c user.name=x push", A),
+    ("git --no-pager push", A),
+    ("git -c alias.p=push p", A),
+    ("git -c alias.p='!git push' p", A),
+    ("git config alias.p push && git p", A),
+    ("git rebase -x 'git push' HEAD~1", A),
+    ("git submodule foreach git push", A),
+    ("git send-pack ../remote.git main", A),
+    ("/usr/lib/git-core/git-push origin main", A),
+    ("/usr/lib/git-core/git-send-pack ../remote.git main", A),
+    // Another repository's configuration and hooks: every deny or ask prefix matches.
+    ("GIT_DIR=.git git push", D),
+    ("GIT_SSH_COMMAND='rm f' git fetch", D),
+    ("git -c core.sshCommand='rm f' fetch", D),
+    ("git -c core.pager='rm f' log", D),
+    ("git -c alias.x='!rm f' x", D),
+    ("PAGER='rm f' git log", D),
+    ("git status && git push", A),
+];
+
+#[test]
+fn escapes_from_deny_and_ask_prefixes_are_matched() {
+    let wrong = misjudged(&guarded_shell("python3"), ESCAPES);
+    assert!(
+        wrong.is_empty(),
+        "{} misjudged:\n{}",
+        wrong.len(),
+        wrong.join("\n")
+    );
+}
+
+/// Ordinary developer commands, which a deny on `rm`, `curl` and `python3 -c` and an ask on
+/// `git push` must leave allowed.
+const ORDINARY: &[&str] = &[
+    "ls -la",
+    "cargo test",
+    "cargo build --release",
+    "cargo clippy --all-targets -- -D warnings",
+    "git status",
+    "git log --oneline",
+    "git diff HEAD~1",
+    "git add -A && git commit -m 'rm the old parser'",
+    "git stash push -m wip",
+    "git fetch origin",
+    "git pull --rebase",
+    "git branch -d old",
+    "grep -rn rm src",
+    "rg -n 'curl' docs",
+    "echo \"rm\"",
+    "echo rm is denied",
+    "npm test",
+    "npm run build",
+    "python3 -m pytest",
+    "make -j2",
+    "cat README.md | head -20",
+    "find . -name '*.rs' -newer Cargo.toml",
+    "wc -l src/main.rs",
+    "sed -n 1,20p src/lib.rs",
+    "mkdir -p build && cd build && cmake ..",
+    "docker rm old-container",
+    "go test ./...",
+    "pytest -q tests/test_rm.py",
+    "ls | sort | uniq -c",
+    "tar czf out.tgz src",
+    "diff -u a.txt b.txt",
+    "head -n 5 notes.md",
+    "git remote -v",
+    "git show --stat HEAD",
+    "cargo fmt --all && cargo test -p core",
+];
+
+#[test]
+fn ordinary_commands_stay_allowed_under_deny_and_ask_prefixes() {
+    let store = guarded_shell("python3 -c");
+    let table: Vec<(&str, Permission)> = ORDINARY.iter().map(|c| (*c, Permission::Allow)).collect();
+    let wrong = misjudged(&store, &table);
+    assert!(
+        wrong.is_empty(),
+        "{} misjudged:\n{}",
+        wrong.len(),
+        wrong.join("\n")
+    );
+}
+
+/// A tool whose files are all missing: a script the command names is one its chain must make.
+#[derive(Debug)]
+struct NoFiles;
+
+impl ResolvePaths for NoFiles {
+    fn root(&self) -> &Path {
+        Path::new("/work")
+    }
+    fn resolve(&self, path: &str) -> Option<PathBuf> {
+        Some(Path::new("/work").join(path))
+    }
+    fn read_text(&self, _: &str) -> FileText {
+        FileText::Missing
+    }
+}
+
+/// Files a chain writes with text a program builds, then runs, or feeds a shell through a
+/// descriptor: the rules read no such file (it is missing when they look).
+const BUILT_FILES: &[&str] = &[
+    "printf 'r\\x6d f' > t.sh; sh t.sh",
+    "printf 'r\\x6d f' > t.sh; . ./t.sh",
+    "printf 'r\\x6d f' > t.sh && chmod +x t.sh && ./t.sh",
+    "printf 'r\\x6d f' | tee t.sh > /dev/null; bash t.sh",
+    "printf 'r\\x6d\\n' > l; xargs -a l -I@ @ f",
+    "printf 'r\\x6d f' > t; sh 0< t",
+    "printf 'r\\x6d f' > t; sh < t",
+    "exec 3< <(printf 'r\\x6d f'); sh <&3",
+    "sh < /dev/tcp/127.0.0.1/9",
+    "echo 'r\\0155 f' > t.sh; sh t.sh",
+];
+
+#[test]
+fn escapes_through_files_the_chain_builds_are_matched() {
+    let rules = guarded_shell("python3").command_rules("shell", "command");
+    for c in BUILT_FILES {
+        assert_eq!(
+            rules.judge(c, Some(&NoFiles)),
+            Some(Permission::Deny),
+            "{c:?}"
+        );
+    }
+    // A file the chain writes with plain words, or only reads, is judged by those words.
+    for c in [
+        "echo 'ls -l' > t.sh; sh t.sh",
+        "cargo build > build.log 2>&1; cat build.log",
+        "make 2>&1 | tee build.log; ./target/app",
+    ] {
+        assert_eq!(rules.judge(c, Some(&NoFiles)), None, "{c:?}");
+    }
+}
