@@ -558,6 +558,15 @@ impl LauncherWalk {
     }
 }
 
+/// True when `words` start with a launcher and name no program for it to run (`ssh host`,
+/// `su`, `unshare -r`, `chroot /x`): such a launcher runs a shell, which reads its commands
+/// from its input.
+pub(super) fn launches_nothing(words: &[String]) -> bool {
+    let mut walk = LauncherWalk::default();
+    words.first().is_some_and(|w| is_launcher(program_name(w)))
+        && words.iter().all(|w| walk.step(w) != Place::Program)
+}
+
 /// True when the one-letter option cluster `word` (`-S'rm x'`, `-iSrm`) carries, from its
 /// second letter on, a value that runs the prefix's words: which letter takes a value is the
 /// launcher's to say, so every tail of the cluster is read as one.

@@ -7,8 +7,8 @@
 //! matches every deny or ask prefix.
 
 use super::command::{
-    Programs, Segment, is_launcher, is_shell, program_name, program_positions, segments,
-    shell_option_letters,
+    CONTAINER_LAUNCHERS, Programs, Segment, is_launcher, is_shell, launches_nothing, program_name,
+    program_positions, segments, shell_option_letters,
 };
 
 /// True when a program of `command` takes commands from its input and that input runs the
@@ -149,20 +149,36 @@ fn builds_or_reads_commands(segment: &Segment, wanted: &[&str], programs: Progra
 
 /// True when the command `words` runs a program that takes its commands from its input: a
 /// shell given no script and no command (`sh`, `bash -s`, `sh -c` whose command `xargs`
-/// appends), `.` or `source` of nothing named (`. <(…)`) or of a device (`/dev/stdin`), or
-/// `xargs` whose program is its replace-string (`xargs -I@ @ x`).
+/// appends; in a container too: `docker exec -i c sh`), `.` or `source` of nothing named
+/// (`. <(…)`) or of a device (`/dev/stdin`), `xargs` whose program is its replace-string
+/// (`xargs -I@ @ x`), a launcher given no program (`ssh host`, `su`, `unshare -r`, `script`:
+/// each runs a shell), a scheduler (`at now`, `batch`, `crontab -`) or GNU `parallel` given
+/// no command.
 fn takes_commands_from_input(words: &[String]) -> bool {
-    if xargs_program_from_input(words) {
+    if xargs_program_from_input(words) || launches_nothing(words) {
         return true;
     }
-    program_positions(words).into_iter().any(|at| {
+    let first = words.first().map(|w| program_name(w)).unwrap_or_default();
+    let contained = CONTAINER_LAUNCHERS
+        .iter()
+        .any(|(name, _, _)| *name == first);
+    let positions: Vec<usize> = if contained {
+        (1..words.len()).collect()
+    } else {
+        program_positions(words)
+    };
+    positions.into_iter().any(|at| {
         let (Some(program), Some(args)) = (words.get(at), words.get(at + 1..)) else {
             return false;
         };
+        let operands = || args.iter().filter(|a| !a.starts_with('-')).count();
         match program_name(program) {
             "." | "source" => args
                 .first()
                 .is_none_or(|f| f.starts_with("/dev/") || f.starts_with("/proc/")),
+            "at" | "batch" => !args.iter().any(|a| a.starts_with("-f")),
+            "crontab" => operands() == 0 || args.iter().any(|a| a == "-"),
+            "parallel" | "sem" => operands() == 0,
             name => is_shell(name) && shell_reads_input(args),
         }
     })
