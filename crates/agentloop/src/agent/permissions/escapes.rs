@@ -127,6 +127,10 @@ const ESCAPES: &[(&str, Permission)] = &[
     ("printf 'r\\x6d f' | kubectl exec -i pod -- bash -s", D),
     ("printf 'r\\x6d f' | script -q /dev/null", D),
     ("git -c alias.p=send-pack p ../remote.git main", A),
+    ("sh -c \"printf 'r\\155 f' | sh\"", D),
+    ("bash -c \". <(printf 'r\\x6d f')\"", D),
+    ("ssh localhost \"printf 'r\\x6d f' | sh\"", D),
+    ("eval \"echo 'mr f' | rev | sh\"", D),
     // Launchers.
     ("echo f | xargs rm", D),
     ("find . -exec rm {} +", D),
@@ -296,5 +300,26 @@ fn escapes_through_files_the_chain_builds_are_matched() {
         "make 2>&1 | tee build.log; ./target/app",
     ] {
         assert_eq!(rules.judge(c, Some(&NoFiles)), None, "{c:?}");
+    }
+}
+
+/// A long chain once took 18 s (debug) to judge, one long quoted line 37 s; now about 2 s.
+#[test]
+fn long_and_deeply_quoted_commands_are_judged_in_bounded_time() {
+    let store = guarded_shell("python3");
+    let long = "echo a | ".repeat(20_000) + "sh";
+    let nested = (0..14).fold("printf x | sh".to_owned(), |inner, _| {
+        format!("sh -c {inner:?} | cat")
+    });
+    let quoted = format!("sh -c '{}'", "echo a | cat | ".repeat(20_000));
+    for c in [long, nested, quoted] {
+        let started = std::time::Instant::now();
+        store.decide("shell", &json!({ "command": c }));
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(10),
+            "{} bytes took {:?}",
+            c.len(),
+            started.elapsed()
+        );
     }
 }

@@ -7,14 +7,25 @@
 //! matches every deny or ask prefix.
 
 use super::command::{
-    CONTAINER_LAUNCHERS, Programs, Segment, is_launcher, is_shell, launches_nothing, program_name,
-    program_positions, segments, shell_option_letters,
+    CONTAINER_LAUNCHERS, MAX_STEPS, Programs, Segment, is_launcher, is_shell, launches_nothing,
+    program_name, program_positions, segments, shell_option_letters,
 };
 
 /// True when a program of `command` takes commands from its input and that input runs the
 /// prefix's words, or is text no prefix can read.
 pub(super) fn fed_commands_run(command: &str, wanted: &[&str], programs: Programs<'_>) -> bool {
+    let steps = programs.reading.steps.get().saturating_add(1);
+    programs.reading.steps.set(steps);
+    if steps > MAX_STEPS {
+        return true;
+    }
     let segments = segments(command);
+    // `sh -c "printf 'r\155 x' | sh"`: a quoted word a launcher runs as a command line.
+    let quoted_line =
+        |w: &String| w.contains(['|', '<', '>']) && fed_commands_run(w, wanted, programs);
+    if segments.iter().any(|s| s.words.iter().any(quoted_line)) {
+        return true;
+    }
     let built = built_files(&segments, wanted, programs);
     if runs_a_file_of(&segments, &built) {
         return true;
