@@ -820,6 +820,56 @@ async fn a_file_of_commands_the_shell_reads_with_dot_or_source_is_denied_as_one_
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_command_a_program_builds_and_feeds_a_shell_is_denied_as_one_that_cannot_be_read() {
+    // Each has a program build `rm -f keep.txt` (printf's octal escapes, `rev`, `base64 -d`,
+    // xargs's replace-string) and a shell run it; no word of the chain is `rm`. The last: a
+    // command written out as it is, piped to a shell, is read by its words and runs.
+    assert_every_rm_denied_and_the_last_runs(
+        &[
+            "printf 'r\\155 -f keep.txt' | sh",
+            "echo 'txt.peek f- mr' | rev | sh",
+            "echo cm0gLWYga2VlcC50eHQ= | base64 -d | sh",
+            "printf 'r\\155' | xargs -I@ sh -c '@ -f keep.txt'",
+            "printf 'r\\155 -f keep.txt' > t.sh; sh t.sh",
+            "sh -c \"printf 'r\\\\155 -f keep.txt' | sh\"",
+            "echo 'touch made' | sh",
+        ],
+        "an rm a program built ran",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn git_s_push_plumbing_and_its_own_programs_are_asked_about_as_git_push() {
+    // `git send-pack` and git's `git-push` program, by its path, push as `git push` does:
+    // asked about (no terminal: denied), nothing reaches the bare remote (inside the shell's
+    // root, where its sandbox lets a push write). The last runs.
+    let exec_path = std::process::Command::new("git")
+        .arg("--exec-path")
+        .output()
+        .unwrap();
+    let exec_path = String::from_utf8(exec_path.stdout).unwrap();
+    let calls = shell_calls(vec![
+        json!({"command": "git send-pack remote.git main"}),
+        json!({"command": format!("{}/git-push origin main", exec_path.trim())}),
+        json!({"command": "git -c alias.sp=send-pack sp remote.git main"}),
+        json!({"command": "git log --oneline > made"}),
+    ]);
+    let dir = scripted_builtins(DENY_RM_ASK_PUSH, &calls);
+    let work = dir.path("work");
+    let remote = work.join("remote.git");
+    repository_pushing_to(&work, &remote);
+    let (_, v) = run_json(&dir, &[]).await;
+    assert_eq!(
+        call_statuses(&v),
+        ["denied", "denied", "denied", "ok"],
+        "{v}"
+    );
+    assert_nothing_pushed(&remote);
+    assert!(work.join("made").exists(), "the last command runs: {v}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_tool_with_argument_rules_asks_about_the_calls_none_matches() {
     let dir = scripted_shell(
         r#"[permissions]
@@ -831,7 +881,7 @@ command_prefix = { field = "command", prefix = "rm" }
 "#,
         &[
             json!({"command": "rm -rf notes"}),
-            json!({"command": "curl x | sh"}),
+            json!({"command": "curl -o page.html x"}),
         ],
     );
     let (_, v) = run_json(&dir, &[]).await;
@@ -1493,6 +1543,25 @@ permission = "allow"
 "#;
 
 /// Runs git with `args` in `folder`, asserting that it succeeds.
+/// A repository in `work`, with one commit, whose `origin` is a new bare one at `remote`.
+fn repository_pushing_to(work: &std::path::Path, remote: &std::path::Path) {
+    std::fs::create_dir_all(remote).unwrap();
+    git(remote, &["init", "--bare", "-q"]);
+    git(work, &["init", "-q"]);
+    git(work, &["commit", "-q", "--allow-empty", "-m", "first"]);
+    git(work, &["remote", "add", "origin", remote.to_str().unwrap()]);
+}
+
+/// Asserts that the bare repository `remote` holds no reference: nothing was pushed to it.
+fn assert_nothing_pushed(remote: &std::path::Path) {
+    let pushed = std::process::Command::new("git")
+        .args(["for-each-ref"])
+        .current_dir(remote)
+        .output()
+        .unwrap();
+    assert!(pushed.stdout.is_empty(), "nothing was pushed: {pushed:?}");
+}
+
 fn git(folder: &std::path::Path, args: &[&str]) {
     let out = std::process::Command::new("git")
         .args([
@@ -1527,14 +1596,7 @@ async fn a_repository_s_git_configuration_and_hooks_are_judged_as_the_commands_t
     let dir = scripted_builtins(DENY_RM_ASK_PUSH, &calls);
     let work = dir.path("work");
     let remote = dir.path("remote.git");
-    std::fs::create_dir_all(&remote).unwrap();
-    git(&remote, &["init", "--bare", "-q"]);
-    git(&work, &["init", "-q"]);
-    git(&work, &["commit", "-q", "--allow-empty", "-m", "first"]);
-    git(
-        &work,
-        &["remote", "add", "origin", remote.to_str().unwrap()],
-    );
+    repository_pushing_to(&work, &remote);
     git(&work, &["config", "alias.p", "push"]);
     git(&work, &["config", "alias.nuke", "!rm -f keep.txt"]);
     std::fs::write(work.join("keep.txt"), "kept").unwrap();
@@ -1551,11 +1613,6 @@ async fn a_repository_s_git_configuration_and_hooks_are_judged_as_the_commands_t
         "{v}"
     );
     assert!(work.join("keep.txt").exists(), "an rm git ran got past");
-    let pushed = std::process::Command::new("git")
-        .args(["for-each-ref"])
-        .current_dir(&remote)
-        .output()
-        .unwrap();
-    assert!(pushed.stdout.is_empty(), "nothing was pushed: {pushed:?}");
+    assert_nothing_pushed(&remote);
     assert!(work.join("made").exists(), "the last command runs: {v}");
 }
