@@ -318,9 +318,11 @@ pub(super) fn same_program(wanted: &str, name: &str) -> bool {
 }
 
 /// The words after `git` as git runs them: `send-pack` and `http-push` are what `push` runs
-/// (a deny or ask on `git push` matches them), `fetch-pack` what `fetch` runs.
+/// (a deny or ask on `git push` matches them), `fetch-pack` what `fetch` runs, and `subtree
+/// push` pushes as `push` does.
 fn git_plumbing_as_porcelain(rest: &[String]) -> Vec<String> {
     rest.iter()
+        .filter(|w| !w.eq_ignore_ascii_case("subtree"))
         .map(|w| match w.to_ascii_lowercase().as_str() {
             "send-pack" | "http-push" => "push".to_owned(),
             "fetch-pack" => "fetch".to_owned(),
@@ -1273,7 +1275,7 @@ pub(super) fn segments(command: &str) -> Vec<Segment> {
         }
         current.raw.push(c);
         match (quote, c) {
-            (Some('\''), '\'') | (Some(_), '"') => quote = None,
+            (Some('\''), '\'') | (Some('"'), '"') => quote = None,
             (Some('"'), '\\') => {
                 if let Some(next) = chars.next() {
                     current.raw.push(next);

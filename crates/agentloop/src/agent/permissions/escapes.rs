@@ -186,6 +186,15 @@ const ESCAPES: &[(&str, Permission)] = &[
     ("git -c alias.x='!rm f' x", D),
     ("PAGER='rm f' git log", D),
     ("git status && git push", A),
+    ("git subtree push --prefix=lib origin main", A),
+    (
+        "find . -maxdepth 0 -exec sh -c 'printf \"r\\155 f\" | sh' \\;",
+        D,
+    ),
+    ("perl -e 'print \"r\\x6d f\"' | sh", D),
+    ("exec 3<<<'rm f'; sh <&3", D),
+    ("a=r; b=m; $a$b f", D),
+    ("printf -v c 'r\\x6d'; $c f", D),
 ];
 
 #[test]
@@ -235,6 +244,7 @@ const ORDINARY: &[&str] = &[
     "diff -u a.txt b.txt",
     "head -n 5 notes.md",
     "git remote -v",
+    "git subtree split --prefix=lib",
     "git show --stat HEAD",
     "cargo fmt --all && cargo test -p core",
 ];
