@@ -1601,7 +1601,7 @@ pub(super) const LAUNCHER_POSITIONALS: &[(&str, usize)] = &[
 /// Programs that run a program given as the value of one of their options, with those options:
 /// `find -exec`, `fd -x` (`fdfind` on Debian), `rg --pre`, `tar -I` (and its other scripts),
 /// `rsync -e`, `tar --checkpoint-action=exec=…`, `man -P`, `nc -e`, `zip -TT`, `sort
-/// --compress-program`, `scp -S`. What follows such an option, or its
+/// --compress-program`, `scp -S`, a terminal emulator's `-e`. What follows such an option, or its
 /// `=` value and what follows, is a program and its arguments; the program's other words are
 /// its own (paths, tests, patterns).
 pub(super) const RUNS_AFTER_OPTION: &[(&str, &[&str])] = &[
@@ -1634,6 +1634,15 @@ pub(super) const RUNS_AFTER_OPTION: &[(&str, &[&str])] = &[
     ("sftp", &["-S", "-o"]),
     ("mapfile", &["-C"]),
     ("readarray", &["-C"]),
+    // Terminal emulators run the program after their option (on a display, where there is one).
+    ("xterm", &["-e"]),
+    ("uxterm", &["-e"]),
+    ("urxvt", &["-e"]),
+    ("konsole", &["-e"]),
+    ("alacritty", &["-e", "--command"]),
+    ("xfce4-terminal", &["-e", "-x", "--execute"]),
+    ("gnome-terminal", &["--", "-e", "-x"]),
+    ("kitty", &["--"]),
 ];
 
 /// The options of `program` after which a program comes ([`RUNS_AFTER_OPTION`]), in any case.

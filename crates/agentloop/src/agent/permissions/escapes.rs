@@ -148,6 +148,9 @@ const ESCAPES: &[(&str, Permission)] = &[
     ("timeout 5 curl x", D),
     ("watch -n1 curl x", D),
     ("ssh localhost rm f", D),
+    ("xterm -e rm f", D),
+    ("gnome-terminal -- rm f", D),
+    ("alacritty --command curl x", D),
     // Paths and other names for the program.
     ("/proc/self/root/bin/rm f", D),
     ("./../../bin/rm f", D),
