@@ -30,6 +30,11 @@ pub(super) fn fed_commands_run(command: &str, wanted: &[&str], programs: Program
     if runs_a_file_of(&segments, &built) {
         return true;
     }
+    // `exec < <(printf …); sh`: the shell's own input, which every later command reads.
+    let input_replaced = segments.windows(2).any(|pair| {
+        matches!(pair, [exec, next] if exec.words.iter().map(String::as_str).eq(["exec"])
+            && next.before.starts_with('<'))
+    });
     segments.iter().enumerate().any(|(i, segment)| {
         let next = segments.get(i + 1);
         let redirected = next.map(|n| n.before.as_str()).unwrap_or_default();
@@ -47,10 +52,11 @@ pub(super) fn fed_commands_run(command: &str, wanted: &[&str], programs: Program
             return false;
         }
         // A here-document's or here-string's text: its lines are parts of the chain, read so.
-        let fed = if redirected.starts_with("<<") {
-            false
-        } else if redirected.ends_with("<(") {
+        let fed = if redirected.ends_with("<(") {
+            // `sh < <(printf …)` too, whose operators run together as `<<(`.
             next.is_some_and(|n| builds_or_reads_commands(n, wanted, programs))
+        } else if redirected.starts_with("<<") {
+            false
         } else if redirected.starts_with('<') && redirected.contains('&') {
             // `sh <&3`: another descriptor, opened on what no word here says.
             true
@@ -63,7 +69,10 @@ pub(super) fn fed_commands_run(command: &str, wanted: &[&str], programs: Program
         };
         let piped = segment.before.ends_with('|') && !segment.before.ends_with("||");
         let previous = i.checked_sub(1).and_then(|k| segments.get(k));
-        fed || (piped && previous.is_some_and(|p| builds_or_reads_commands(p, wanted, programs)))
+        // `… | tee >(sh)`: fed what a program writes into the substitution.
+        fed || input_replaced
+            || segment.before.ends_with(">(")
+            || (piped && previous.is_some_and(|p| builds_or_reads_commands(p, wanted, programs)))
     })
 }
 
@@ -136,7 +145,7 @@ fn file_runs(file: &str, wanted: &[&str], programs: Programs<'_>) -> bool {
 /// reads (anything but `echo` or `printf` of plain words, or a here-document's or here-string's
 /// text, which the chain's words hold), or `cat`s a file that runs the prefix's words.
 fn builds_or_reads_commands(segment: &Segment, wanted: &[&str], programs: Programs<'_>) -> bool {
-    if segment.before.starts_with("<<") {
+    if segment.before.starts_with("<<") && !segment.before.ends_with('(') {
         return false;
     }
     let Some((first, args)) = segment.words.split_first() else {
@@ -196,10 +205,14 @@ fn takes_commands_from_input(words: &[String]) -> bool {
 }
 
 /// True when a shell given `args` reads its commands from its input: no script named, `-s`,
-/// or `-c` with no command after it (`xargs sh -c` hands it one from its input).
+/// `-c` with no command after it (`xargs sh -c` hands it one from its input), or a script
+/// that is its input (`sh -`, `bash /dev/stdin`).
 fn shell_reads_input(args: &[String]) -> bool {
     let mut k = 0;
     while let Some(word) = args.get(k) {
+        if word == "-" || word.starts_with("/dev/") || word.starts_with("/proc/") {
+            return true;
+        }
         if word == "--" {
             return args.get(k + 1).is_none();
         }
