@@ -45,6 +45,14 @@ pub fn transport_error(provider: &str, e: &reqwest::Error) -> ModelError {
         )
     } else if e.is_builder() {
         (ModelErrorKind::Other, "the request could not be built")
+    } else if e.is_redirect() {
+        // A loop of redirects (or a chain past the most followed) answers the same to every
+        // attempt: a retry only walks it again. It is the base URL's fault, not the network's.
+        (
+            ModelErrorKind::Other,
+            "the server's redirects went round in a loop or past the most followed (is base_url \
+             right?)",
+        )
     } else {
         (
             ModelErrorKind::Connection,
