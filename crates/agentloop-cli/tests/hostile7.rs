@@ -157,3 +157,32 @@ async fn hostile7_a_redirect_loop_fails_the_run_at_once_without_a_retry() {
         count.load(Ordering::SeqCst)
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn hostile7_a_token_count_past_any_number_keeps_the_answer() {
+    // A server whose usage holds a count past f64's range (`1e400`): read as a number, the
+    // chunk that ends the answer failed to parse and the run failed `model.stream`. The answer
+    // is whole and kept, the count saturated, and its cost (priced by the table) finite.
+    let (uri, _) = serve(|mut socket, _| async move {
+        let body = concat!(
+            "data: {\"id\":\"c\",\"model\":\"gpt-4o\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"the answer\"},\"finish_reason\":\"stop\"}],",
+            "\"usage\":{\"prompt_tokens\":1e400,\"completion_tokens\":3,\"completion_tokens_details\":{\"reasoning_tokens\":1e400}}}\n\n",
+            "data: [DONE]\n\n"
+        );
+        let answer = format!(
+            "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        let _ = socket.write_all(answer.as_bytes()).await;
+        let _ = socket.flush().await;
+    })
+    .await;
+    let dir = agent(&uri, "");
+    let (code, v, _) = run_json(&dir).await;
+    assert_eq!(v["stop_reason"], "finished", "{v}");
+    assert_eq!(code, Some(0), "{v}");
+    assert_eq!(v["output"], "the answer", "{v}");
+    assert_eq!(v["usage"]["input_tokens"], u64::MAX, "{v}");
+    let cost = v["cost_usd"].as_f64().unwrap();
+    assert!(cost.is_finite() && cost >= 0.0, "{v}");
+}

@@ -416,24 +416,39 @@ fn push_all(
 
 /// A token count as a server sends it, read leniently: usage is accounting beside the answer, and
 /// it rides on the same chunk or body as the answer's end, so a count that is no non-negative
-/// integer (`-1`, `12.0`, `1e30`, a number past `u64`, `"12"`) must not cost the answer. A
-/// negative or non-numeric count reads as absent, a fraction is cut to its integer, a count past
-/// `u64::MAX` saturates there (the core's sums saturate too).
+/// integer (`-1`, `12.0`, `1e30`, `1e400`, a number past `u64`, `"12"`) must not cost the answer.
+/// A negative or non-numeric count reads as absent, a fraction is cut to its integer, a count
+/// past `u64::MAX` saturates there (the core's sums saturate too).
 pub(crate) fn lenient_count<'de, D>(deserializer: D) -> Result<Option<u64>, D::Error>
 where
     D: serde::Deserializer<'de>,
 {
     use serde::Deserialize as _;
-    Ok(match serde_json::Value::deserialize(deserializer)? {
-        serde_json::Value::Number(n) => match (n.as_u64(), n.as_f64()) {
+    // Read as its text: a number past f64's range (`1e400`) fails to parse as a number at all,
+    // and would fail the whole chunk with it.
+    let raw = <&serde_json::value::RawValue>::deserialize(deserializer)?;
+    Ok(count_of(raw.get()))
+}
+
+/// The count a JSON value's text holds (see [`lenient_count`]).
+fn count_of(text: &str) -> Option<u64> {
+    match serde_json::from_str::<serde_json::Value>(text) {
+        Ok(serde_json::Value::Number(n)) => match (n.as_u64(), n.as_f64()) {
             (Some(count), _) => Some(count),
             // `as` saturates at u64::MAX; a negative or non-finite number is no count.
             (None, Some(f)) if f.is_finite() && f >= 0.0 => Some(f as u64),
             _ => None,
         },
-        serde_json::Value::String(s) => s.trim().parse().ok(),
-        _ => None,
-    })
+        Ok(serde_json::Value::String(s)) => s.trim().parse().ok(),
+        Ok(_) => None,
+        // Valid JSON that is no value here is a number past f64's range: huge, or a tiny
+        // fraction (`1e-400`, no count), or negative (none).
+        Err(_) => {
+            let text = text.trim();
+            let huge = !text.starts_with('-') && !text.contains("e-") && !text.contains("E-");
+            huge.then_some(u64::MAX)
+        }
+    }
 }
 
 /// A call id read straight into the `Arc<str>` the call, its record and the run's set of ids
@@ -468,6 +483,21 @@ where
 /// A usage object (or its details) read leniently: one of the wrong shape (`"usage": "n/a"`,
 /// a list) reads as absent rather than failing the chunk or body that carries the answer.
 pub(crate) fn lenient<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: serde::de::DeserializeOwned,
+{
+    use serde::Deserialize as _;
+    // Read as its text, then as `T`: a `Value` would fail on a number past f64's range
+    // (`1e400`), which `T`'s own lenient counts read. (Not for text: a lone surrogate's error
+    // must reach the repair, see [`lenient_value`].)
+    let raw = <&serde_json::value::RawValue>::deserialize(deserializer)?;
+    Ok(serde_json::from_str(raw.get()).ok())
+}
+
+/// A field of text read leniently: one of another shape reads as absent. Read through a
+/// `Value`, so that a lone surrogate in it fails the event where it stands and is repaired.
+pub(crate) fn lenient_value<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>
 where
     D: serde::Deserializer<'de>,
     T: serde::de::DeserializeOwned,

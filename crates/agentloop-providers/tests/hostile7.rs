@@ -535,6 +535,77 @@ async fn hostile7_a_redirect_loop_ends_at_once_in_a_clear_error() {
     assert!(asked <= 7, "{asked} requests");
 }
 
+/// What each API sends for an answer "hi" whose usage counts `count` tokens: as one event
+/// stream and as one whole body.
+fn counted(api: Api, count: &str) -> (String, String) {
+    match api {
+        Api::Chat => (
+            format!(
+                "data: {{\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"hi\"}},\"finish_reason\":\"stop\"}}],\"usage\":{{\"prompt_tokens\":{count},\"completion_tokens\":3,\"completion_tokens_details\":{{\"reasoning_tokens\":{count}}}}}}}\n\ndata: [DONE]\n\n"
+            ),
+            format!(
+                "{{\"choices\":[{{\"index\":0,\"message\":{{\"role\":\"assistant\",\"content\":\"hi\"}},\"finish_reason\":\"stop\"}}],\"usage\":{{\"prompt_tokens\":{count},\"completion_tokens\":3}}}}"
+            ),
+        ),
+        Api::Anthropic => (
+            format!(
+                "data: {{\"type\":\"message_start\",\"message\":{{\"id\":\"m\",\"usage\":{{\"input_tokens\":{count},\"output_tokens\":1}}}}}}\n\n\
+                 data: {{\"type\":\"content_block_start\",\"index\":0,\"content_block\":{{\"type\":\"text\",\"text\":\"hi\"}}}}\n\n\
+                 data: {{\"type\":\"content_block_stop\",\"index\":0}}\n\n\
+                 data: {{\"type\":\"message_delta\",\"delta\":{{\"stop_reason\":\"end_turn\"}},\"usage\":{{\"output_tokens\":3}}}}\n\n\
+                 data: {{\"type\":\"message_stop\"}}\n\n"
+            ),
+            format!(
+                "{{\"id\":\"m\",\"type\":\"message\",\"role\":\"assistant\",\"content\":[{{\"type\":\"text\",\"text\":\"hi\"}}],\"stop_reason\":\"end_turn\",\"usage\":{{\"input_tokens\":{count},\"output_tokens\":3}}}}"
+            ),
+        ),
+        Api::Responses => (
+            format!(
+                "data: {{\"type\":\"response.output_text.delta\",\"output_index\":0,\"delta\":\"hi\"}}\n\n\
+                 data: {{\"type\":\"response.completed\",\"response\":{{\"status\":\"completed\",\"usage\":{{\"input_tokens\":{count},\"output_tokens\":3,\"output_tokens_details\":{{\"reasoning_tokens\":{count}}}}}}}}}\n\n"
+            ),
+            format!(
+                "{{\"id\":\"r\",\"status\":\"completed\",\"output\":[{{\"type\":\"message\",\"id\":\"m\",\"role\":\"assistant\",\"content\":[{{\"type\":\"output_text\",\"text\":\"hi\"}}]}}],\"usage\":{{\"input_tokens\":{count},\"output_tokens\":3}}}}"
+            ),
+        ),
+    }
+}
+
+#[tokio::test]
+async fn hostile7_a_token_count_past_any_number_keeps_the_answer_on_every_api() {
+    // A count past f64's range (`1e400`, or 400 digits) is no number serde_json reads: read as
+    // one, it failed the chunk or body that ends the answer, and the answer with it
+    // (`model.stream`, `model.decode`). It saturates, as a count past u64 does; a negative one
+    // is none.
+    let digits = "9".repeat(400);
+    for (count, read) in [
+        ("1e400", u64::MAX),
+        (digits.as_str(), u64::MAX),
+        ("-1e400", 0),
+        ("1e-400", 0),
+    ] {
+        for api in APIS {
+            let (stream, whole) = counted(api, count);
+            for (streamed, body, content_type) in [
+                (true, stream, "text/event-stream"),
+                (false, whole, "application/json"),
+            ] {
+                let (uri, _) = serve(vec![
+                    Step::Write(head(content_type)),
+                    Step::Write(body.into_bytes()),
+                ])
+                .await;
+                let got = ask(model(api, &uri, streamed).as_ref())
+                    .await
+                    .unwrap_or_else(|e| panic!("{api:?} {streamed} {count}: {e}"));
+                assert_eq!(got.message.text, "hi", "{api:?} {streamed} {count}");
+                assert_eq!(got.usage.input_tokens, read, "{api:?} {streamed} {count}");
+                assert_eq!(got.usage.output_tokens, 3, "{api:?} {streamed} {count}");
+            }
+        }
+    }
+}
+
 fn sse_of(events: &[&str]) -> Vec<u8> {
     events
         .iter()

@@ -95,15 +95,31 @@ struct InBlock<'a> {
     content: Option<Value>,
 }
 
+/// A message as `message_start` carries it (its content skipped: `C` ignores it), or a whole
+/// message with its content (`C` reads it). One struct rather than a head flattened into the
+/// whole message: flattening buffers the body's values first, where a usage count past f64's
+/// range (`1e400`) fails the whole body, and where its lenient reading cannot reach.
 #[derive(Deserialize)]
-struct MessageHead<'a> {
+#[serde(bound(deserialize = "C: Deserialize<'de> + Default"))]
+struct MessageHead<'a, C = serde::de::IgnoredAny> {
+    #[serde(default, rename = "type", borrow)]
+    kind: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
     id: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
     model: Option<Cow<'a, str>>,
     #[serde(default, deserialize_with = "crate::decode::lenient")]
     usage: Option<WireUsage>,
+    #[serde(default)]
+    content: C,
+    #[serde(default, borrow)]
+    stop_reason: Option<Cow<'a, str>>,
+    #[serde(default)]
+    error: Option<Value>,
 }
+
+/// A whole message: its head with its content.
+type WholeMessage<'a> = MessageHead<'a, Option<Vec<InBlock<'a>>>>;
 
 /// The `delta` of `content_block_delta` and of `message_delta`, in one shape.
 #[derive(Deserialize)]
@@ -550,7 +566,7 @@ impl AnthropicStreamParser {
         out.push_back(ModelEvent::Usage(self.usage.to_usage()));
     }
 
-    fn message_start(&mut self, head: MessageHead<'_>, out: &mut VecDeque<ModelEvent>) {
+    fn message_start<C>(&mut self, head: MessageHead<'_, C>, out: &mut VecDeque<ModelEvent>) {
         out.push_back(ModelEvent::Start {
             id: head.id.map(Cow::into_owned),
             model: head.model.map(Cow::into_owned),
@@ -713,7 +729,7 @@ impl StreamDecoder for AnthropicStreamParser {
         // A lone half of a character anywhere in the body (text, thinking, a tool_use's input,
         // an id) is U+FFFD: one damaged character does not cost the answer.
         let mut repaired = None;
-        let message: WholeMessage<'_> = surrogates::from_slice(body, &mut repaired)
+        let mut message: WholeMessage<'_> = surrogates::from_slice(body, &mut repaired)
             .map_err(|e| decode_error(PROVIDER, "response body", &e))?;
         let is_message = message.kind.as_deref() == Some("message");
         // An error body (`"type": "error"`), or a gateway's bare envelope answered with HTTP 200
@@ -724,7 +740,7 @@ impl StreamDecoder for AnthropicStreamParser {
             return Err(reported_error(PROVIDER, body));
         }
         // Any other JSON that is no message (`{}`, a proxy's `{"detail": ...}`) is no answer.
-        let content = match message.content {
+        let content = match message.content.take() {
             Some(content) => content,
             None if is_message => Vec::new(),
             None => {
@@ -738,7 +754,8 @@ impl StreamDecoder for AnthropicStreamParser {
         let paused = message.stop_reason.as_deref() == Some(PAUSE_TURN);
         // The body's own blocks go back, not ones rebuilt from what was read of them.
         let kept = self.kept.take();
-        self.whole_blocks(message.head, content, message.stop_reason, out)?;
+        let stop_reason = message.stop_reason.take();
+        self.whole_blocks(message, content, stop_reason, out)?;
         if paused && let Some(kept) = kept {
             let whole: WholeContent = serde_json::from_slice(body)
                 .map_err(|e| decode_error(PROVIDER, "a paused turn's content", &e))?;
@@ -771,9 +788,9 @@ fn kept_json(kept: &mut KeptContent, at: Option<usize>, piece: &str) {
 
 impl AnthropicStreamParser {
     /// A whole message's head, blocks and stop reason, as the events of its stream.
-    fn whole_blocks(
+    fn whole_blocks<C>(
         &mut self,
-        head: MessageHead<'_>,
+        head: MessageHead<'_, C>,
         content: Vec<InBlock<'_>>,
         stop_reason: Option<Cow<'_, str>>,
         out: &mut VecDeque<ModelEvent>,
@@ -861,21 +878,6 @@ fn redacted(data: String) -> Reasoning {
         signature: None,
         provider_data: Some(Value::Object(map)),
     }
-}
-
-/// A whole message: the head that `message_start` carries, with its content and stop reason.
-#[derive(Deserialize)]
-struct WholeMessage<'a> {
-    #[serde(default, rename = "type", borrow)]
-    kind: Option<Cow<'a, str>>,
-    #[serde(flatten, borrow)]
-    head: MessageHead<'a>,
-    #[serde(default, borrow)]
-    content: Option<Vec<InBlock<'a>>>,
-    #[serde(default, borrow)]
-    stop_reason: Option<Cow<'a, str>>,
-    #[serde(default)]
-    error: Option<Value>,
 }
 
 /// Parses a whole (non-streamed) Messages response body, through the stream parser and the

@@ -229,9 +229,11 @@ struct IncompleteDetails<'a> {
     reason: Option<Cow<'a, str>>,
 }
 
-/// The `response` object of lifecycle events, without its output (the stream already carried it).
+/// The `response` object of lifecycle events, without its output (the stream already carried
+/// it: `O` skips it), or of a whole body, with it (`O` reads it).
 #[derive(Deserialize)]
-struct ResponseHead<'a> {
+#[serde(bound(deserialize = "O: Deserialize<'de> + Default"))]
+struct ResponseHead<'a, O = serde::de::IgnoredAny> {
     #[serde(default, borrow)]
     id: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
@@ -246,6 +248,8 @@ struct ResponseHead<'a> {
     /// that carries it is called.
     #[serde(default, borrow)]
     status: Option<Cow<'a, str>>,
+    #[serde(default)]
+    output: O,
 }
 
 /// One stream event, every kind in one borrowed shape.
@@ -266,7 +270,7 @@ struct InEvent<'a> {
     #[serde(default, borrow)]
     response: Option<ResponseHead<'a>>,
     /// The whole text of `response.output_text.done` (of another shape, none).
-    #[serde(default, deserialize_with = "crate::decode::lenient")]
+    #[serde(default, deserialize_with = "crate::decode::lenient_value")]
     text: Option<String>,
 }
 
@@ -581,7 +585,12 @@ impl ResponsesStreamParser {
     }
 
     /// The response ended with this status: its usage, then its finish.
-    fn finish(&mut self, status: &str, head: &ResponseHead<'_>, out: &mut VecDeque<ModelEvent>) {
+    fn finish<O>(
+        &mut self,
+        status: &str,
+        head: &ResponseHead<'_, O>,
+        out: &mut VecDeque<ModelEvent>,
+    ) {
         // A character whose second half never came ends the text it was in.
         out.extend(self.pairs.flush_all());
         if let Some(u) = head.usage {
@@ -721,18 +730,17 @@ impl StreamDecoder for ResponsesStreamParser {
         // A lone half of a character anywhere in the body (text, arguments, a summary, an id)
         // is U+FFFD: one damaged character does not cost the answer.
         let mut repaired = None;
-        let response: WholeResponse<'_> = surrogates::from_slice(body, &mut repaired)
+        let mut head: WholeResponse<'_> = surrogates::from_slice(body, &mut repaired)
             .map_err(|e| decode_error(PROVIDER, "response body", &e))?;
-        let status = response.head.status.as_deref().unwrap_or("completed");
+        let output = std::mem::take(&mut head.output);
+        let status = head.status.as_deref().unwrap_or("completed");
         // A failed response, or a gateway's error envelope answered with HTTP 200 (no status,
         // no output: read as a response it would be an empty success).
-        let envelope = response.head.status.is_none() && response.output.is_empty();
-        if envelope && response.head.error.is_some() {
-            return Err(failure(response.head.error.as_ref()));
+        let envelope = head.status.is_none() && output.is_empty();
+        if envelope && head.error.is_some() {
+            return Err(failure(head.error.as_ref()));
         }
-        if let Some(error) =
-            unfinished(status, response.head.error.as_ref(), ModelErrorKind::Decode)
-        {
+        if let Some(error) = unfinished(status, head.error.as_ref(), ModelErrorKind::Decode) {
             return Err(error);
         }
         // Neither a status nor an output (`{}`, a proxy's `{"detail": ...}`): no response at all,
@@ -746,25 +754,21 @@ impl StreamDecoder for ResponsesStreamParser {
         }
         self.started = true;
         out.push_back(ModelEvent::Start {
-            id: response.head.id.as_deref().map(str::to_owned),
-            model: response.head.model.as_deref().map(str::to_owned),
+            id: head.id.as_deref().map(str::to_owned),
+            model: head.model.as_deref().map(str::to_owned),
         });
-        for (index, item) in (0u32..).zip(&response.output) {
+        for (index, item) in (0u32..).zip(&output) {
             self.item_done(index, item, out)?;
         }
-        self.finish(status, &response.head, out);
+        self.finish(status, &head, out);
         Ok(())
     }
 }
 
-/// A whole response: the head that lifecycle events carry, with its status and output.
-#[derive(Deserialize)]
-struct WholeResponse<'a> {
-    #[serde(flatten, borrow)]
-    head: ResponseHead<'a>,
-    #[serde(default, borrow)]
-    output: Vec<InItem<'a>>,
-}
+/// A whole response: the head that lifecycle events carry, with its output. (Not a flattened
+/// head beside the output: flattening buffers the body's values first, where a usage count past
+/// f64's range, `1e400`, fails the whole body, and where its lenient reading cannot reach.)
+type WholeResponse<'a> = ResponseHead<'a, Vec<InItem<'a>>>;
 
 /// Parses a whole (non-streamed) Responses body, through the stream parser and the accumulator:
 /// a response cut off inside a function call's arguments drops that call and is marked truncated.
