@@ -275,10 +275,10 @@ struct NoFiles;
 
 impl ResolvePaths for NoFiles {
     fn root(&self) -> &Path {
-        Path::new("/work")
+        Path::new("/project")
     }
     fn resolve(&self, path: &str) -> Option<PathBuf> {
-        Some(Path::new("/work").join(path))
+        Some(Path::new("/project").join(path))
     }
     fn read_text(&self, _: &str) -> FileText {
         FileText::Missing

@@ -1828,10 +1828,10 @@ mod tests {
 
     impl ResolvePaths for LinkedPrograms {
         fn root(&self) -> &Path {
-            Path::new("/work")
+            Path::new("/project")
         }
         fn resolve(&self, path: &str) -> Option<PathBuf> {
-            Some(Path::new("/work").join(path))
+            Some(Path::new("/project").join(path))
         }
         fn programs(&self, word: &str) -> Vec<PathBuf> {
             self.0

@@ -738,7 +738,7 @@ fn writes_git_own_files(command: &str, prefix: &str) -> bool {
     })
 }
 
-// outside-paths: off (the tests below name the files of a made-up root, `/work`)
+// outside-paths: off (the tests below name the files of a made-up root, `/project`)
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
@@ -749,20 +749,20 @@ mod tests {
     use super::super::{Permission, PermissionStore, ResolvePaths};
     use super::*;
 
-    /// Files as a tool reads them under the root `/work` (stands in for the CLI's file system
+    /// Files as a tool reads them under the root `/project` (stands in for the CLI's file system
     /// reads): each a path and its text; `None`, one that cannot be read.
     #[derive(Debug)]
     struct Files(Vec<(&'static str, Option<&'static str>)>);
 
     impl ResolvePaths for Files {
         fn root(&self) -> &Path {
-            Path::new("/work")
+            Path::new("/project")
         }
         fn resolve(&self, path: &str) -> Option<PathBuf> {
-            Some(join(Path::new("/work"), path))
+            Some(join(Path::new("/project"), path))
         }
         fn read_text(&self, path: &str) -> FileText {
-            let wanted = join(Path::new("/work"), path);
+            let wanted = join(Path::new("/project"), path);
             match self.0.iter().find(|(p, _)| Path::new(p) == wanted) {
                 Some((_, Some(text))) => FileText::Text((*text).to_owned()),
                 Some((_, None)) => FileText::Unreadable,
@@ -794,7 +794,7 @@ deactivate () {
     fi
 }
 deactivate nondestructive
-VIRTUAL_ENV="/work/venv"
+VIRTUAL_ENV="/project/venv"
 export VIRTUAL_ENV
 _OLD_VIRTUAL_PATH="$PATH"
 PATH="$VIRTUAL_ENV/bin:$PATH"
@@ -805,17 +805,17 @@ export PATH
     fn a_deny_prefix_reads_the_script_a_shell_is_given() {
         let store = store_reading(Files(vec![
             (
-                "/work/clean.sh",
+                "/project/clean.sh",
                 Some("#!/bin/sh\n# tidy up\nrm -rf build\n"),
             ),
-            ("/work/ok.sh", Some("#!/bin/sh\necho hi\n")),
-            ("/work/env.sh", Some("export X=1\nrm -f x\n")),
-            ("/work/nested.sh", Some("sh ./clean.sh\n")),
-            ("/work/self.sh", Some(". ./self.sh\n")),
-            ("/work/venv/bin/activate", Some(ACTIVATE)),
-            ("/work/blob.sh", None),
-            ("/work/tool.py", Some("#!/usr/bin/env python3\nrm = 1\n")),
-            ("/work/sub/in.sh", Some("rm x\n")),
+            ("/project/ok.sh", Some("#!/bin/sh\necho hi\n")),
+            ("/project/env.sh", Some("export X=1\nrm -f x\n")),
+            ("/project/nested.sh", Some("sh ./clean.sh\n")),
+            ("/project/self.sh", Some(". ./self.sh\n")),
+            ("/project/venv/bin/activate", Some(ACTIVATE)),
+            ("/project/blob.sh", None),
+            ("/project/tool.py", Some("#!/usr/bin/env python3\nrm = 1\n")),
+            ("/project/sub/in.sh", Some("rm x\n")),
         ]));
         decides(
             &store,
@@ -872,13 +872,13 @@ export PATH
         );
     }
 
-    /// A repository at `/work` with aliases, a submodule and a remote; one in `sub` whose pager
+    /// A repository at `/project` with aliases, a submodule and a remote; one in `sub` whose pager
     /// is `rm`; one named by `--git-dir`; one with a hook, one with `core.hooksPath`, one that
     /// includes a file, and a worktree of `main`.
     fn repositories() -> Files {
         Files(vec![
             (
-                "/work/.git/config",
+                "/project/.git/config",
                 Some(
                     "[core]\n\trepositoryformatversion = 0\n\tbare = false\n\
                      [remote \"origin\"]\n\turl = https://example.com/x.git\n\
@@ -888,35 +888,44 @@ export PATH
                      \tnuke = \"!f() { rm -rf \\\"$1\\\"; }; f\"\n",
                 ),
             ),
-            ("/work/sub/.git/config", Some("[core]\n\tpager = rm -f\n")),
             (
-                "/work/other.git/config",
+                "/project/sub/.git/config",
+                Some("[core]\n\tpager = rm -f\n"),
+            ),
+            (
+                "/project/other.git/config",
                 Some("[core]\nsshCommand = rm x\n"),
             ),
-            ("/work/h/.git/config", Some("[core]\n")),
+            ("/project/h/.git/config", Some("[core]\n")),
             (
-                "/work/h/.git/hooks/pre-commit",
+                "/project/h/.git/hooks/pre-commit",
                 Some("#!/bin/sh\nrm -rf x\n"),
             ),
-            ("/work/py/.git/config", Some("[core]\n")),
+            ("/project/py/.git/config", Some("[core]\n")),
             (
-                "/work/py/.git/hooks/pre-commit",
+                "/project/py/.git/hooks/pre-commit",
                 Some("#!/usr/bin/env python3\nprint(1)\n"),
             ),
             (
-                "/work/hp/.git/config",
+                "/project/hp/.git/config",
                 Some("[core]\n\thooksPath = .husky\n"),
             ),
-            ("/work/hp/.husky/pre-push", Some("rm -f x\n")),
-            ("/work/inc/.git/config", Some("[include]\n\tpath = extra\n")),
-            ("/work/inc/.git/extra", Some("[alias]\n\tx = !rm y\n")),
-            ("/work/wt/.git", Some("gitdir: ../main/.git/worktrees/wt\n")),
-            ("/work/main/.git/worktrees/wt/commondir", Some("../..\n")),
+            ("/project/hp/.husky/pre-push", Some("rm -f x\n")),
             (
-                "/work/main/.git/config",
+                "/project/inc/.git/config",
+                Some("[include]\n\tpath = extra\n"),
+            ),
+            ("/project/inc/.git/extra", Some("[alias]\n\tx = !rm y\n")),
+            (
+                "/project/wt/.git",
+                Some("gitdir: ../main/.git/worktrees/wt\n"),
+            ),
+            ("/project/main/.git/worktrees/wt/commondir", Some("../..\n")),
+            (
+                "/project/main/.git/config",
                 Some("[alias]\n\tgo = !rm -rf .\n"),
             ),
-            ("/work/bad/.git/config", None),
+            ("/project/bad/.git/config", None),
         ])
     }
 
