@@ -1374,3 +1374,115 @@ async fn a_handler_knows_whether_a_person_approved_its_very_call() {
     );
     assert!(!agentloop::ToolContext::detached("c", "t").approved());
 }
+
+/// A person who never answers: the prompt waits until it is given up. Counts the prompts.
+#[derive(Default)]
+struct Silent(std::sync::atomic::AtomicUsize);
+
+impl ApprovalPrompter for Silent {
+    fn ask<'a>(
+        &'a self,
+        _requests: &'a [ApprovalRequest],
+    ) -> BoxFuture<'a, Result<Vec<Answer>, String>> {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Box::pin(futures::future::pending())
+    }
+}
+
+/// A gate whose `asked` tool needs asking, its prompter silent, and the rules it saves.
+fn silently_asking_gate() -> (PermissionGate, Arc<Silent>, Arc<MemorySaver>) {
+    let saver = Arc::new(MemorySaver::default());
+    let mut store = reopen(&saver, Permission::Allow);
+    store.configure(PermissionRule {
+        tool: "asked".into(),
+        arguments: None,
+        permission: Permission::Ask,
+    });
+    let silent = Arc::new(Silent::default());
+    let gate = PermissionGate::new(store).with_prompter(silent.clone());
+    (gate, silent, saver)
+}
+
+fn cancel_in(token: &agentloop::CancellationToken, ms: u64) {
+    let token = token.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+        token.cancel();
+    });
+}
+
+#[tokio::test]
+async fn a_prompt_nobody_answers_ends_with_the_gates_cancellation_and_denies_the_asked_calls() {
+    let (gate, silent, saver) = silently_asking_gate();
+    let batch = [
+        agentloop::machine::AdmittedCall::new(0, "a", "free", json!({})),
+        agentloop::machine::AdmittedCall::new(1, "b", "asked", json!({})),
+    ];
+    let approvals = agentloop::gate::Approvals::none();
+    let cancel = agentloop::CancellationToken::new();
+    let cx = GateContext {
+        run_id: "run",
+        agent: "agent",
+        turn: 1,
+        cancel: &cancel,
+        approvals: &approvals,
+    };
+    cancel_in(&cancel, 50);
+    let verdicts = tokio::time::timeout(Duration::from_secs(10), gate.check(cx, &batch))
+        .await
+        .expect("the prompt outlived the run's cancellation")
+        .unwrap();
+    assert_eq!(
+        verdicts,
+        [
+            Verdict::Allow,
+            Verdict::Deny(agentloop::permissions::CANCELLED_REASON.to_owned())
+        ]
+    );
+    assert_eq!(silent.0.load(std::sync::atomic::Ordering::SeqCst), 1);
+    assert!(saver.0.lock().unwrap().is_empty(), "nothing remembered");
+
+    // Once the run is cancelled, nobody is asked at all.
+    let verdicts = gate.check(cx, &batch).await.unwrap();
+    assert_eq!(
+        verdicts[1],
+        Verdict::Deny(agentloop::permissions::CANCELLED_REASON.to_owned())
+    );
+    assert_eq!(silent.0.load(std::sync::atomic::Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn a_run_cancelled_at_an_approval_prompt_ends_cancelled_promptly_and_runs_nothing() {
+    let log = CallLog::default();
+    let (gate, silent, saver) = silently_asking_gate();
+    let model = ScriptedModel::new([
+        calls(&[("a", "free", "{}"), ("b", "asked", "{}")]),
+        ModelResponse::text("never"),
+    ]);
+    let agent = Agent::builder()
+        .model(model)
+        .tool(sleeper("free", &log))
+        .tool(sleeper("asked", &log))
+        .gate(Arc::new(gate))
+        .build()
+        .unwrap();
+    let cancel = agentloop::CancellationToken::new();
+    cancel_in(&cancel, 50);
+    let options = RunOptions {
+        cancel: Some(cancel),
+        ..Default::default()
+    };
+    let run = agent.run_with(Vec::new(), Some(Message::user("go")), options);
+    let out = tokio::time::timeout(Duration::from_secs(10), run)
+        .await
+        .expect("the run outlived its cancellation at the prompt");
+    assert_eq!(out.stop_reason, StopReason::Cancelled);
+    assert_eq!(out.error.unwrap().code(), "run.cancelled");
+    assert_eq!(silent.0.load(std::sync::atomic::Ordering::SeqCst), 1);
+    assert_eq!(log.len(), 0, "no call of the batch ran");
+    for call in &out.tool_calls {
+        assert_eq!(call.outcome.status, CallStatus::Cancelled, "{call:?}");
+        assert_eq!(call.outcome.code.as_deref(), Some("not_run"), "{call:?}");
+    }
+    assert!(saver.0.lock().unwrap().is_empty(), "nothing remembered");
+}

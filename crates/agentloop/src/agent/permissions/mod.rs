@@ -5,7 +5,8 @@
 //! arguments (a command prefix, a path glob), with a fallback. "Always" answers are saved to the
 //! store, and through its [`SaveRules`] (a file, in the CLI) across runs; the core does no file
 //! I/O. An [`ApprovalPrompter`] is asked about all the calls of a batch that need asking at once,
-//! so a prompt never races a running tool.
+//! so a prompt never races a running tool, and with the run's cancellation, so a prompt nobody
+//! answers ends with the run ([`ApprovalPrompter::ask_until`]).
 //!
 //! A model chooses the arguments, so the rules are written not to be talked around: a deny rule
 //! always wins, an "always" answer never settles an argument rule that asks, a rule about some
@@ -22,6 +23,7 @@ use std::sync::{Arc, Mutex};
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use tokio_util::sync::CancellationToken;
 
 use crate::error::RunError;
 pub use crate::gate::{Answer, ApprovalRequest};
@@ -742,13 +744,48 @@ impl PermissionStore {
     }
 }
 
+/// The reason the asked calls of a batch are denied when the run is cancelled (or its deadline
+/// passes) while the person is being asked.
+pub const CANCELLED_REASON: &str = "the run was cancelled before this call started";
+
 /// Asks a human about calls, all of a batch at once.
+///
+/// The [`PermissionGate`] asks through [`ask_until`](Self::ask_until), with the run's
+/// cancellation ([`GateContext::cancel`]): a prompt nobody answers ends when the run is
+/// cancelled or its deadline passes. A cancelled prompt answers `Err` with [`CANCELLED_REASON`]:
+/// the gate denies the asked calls with it and remembers nothing (no "always" answer is saved).
+/// In a run the driver stops at the same cancellation, so the run ends `cancelled` and its
+/// calls are reported as not run. A prompter implements [`ask`](Self::ask) only, and is
+/// cancellable as it is; one with something to tidy when it is given up (a half-written
+/// prompt line) overrides `ask_until` as well.
 pub trait ApprovalPrompter: Send + Sync {
     /// One answer per request, in order; `Err` denies them all with that reason.
     fn ask<'a>(
         &'a self,
         requests: &'a [ApprovalRequest],
     ) -> BoxFuture<'a, Result<Vec<Answer>, String>>;
+
+    /// [`ask`](Self::ask), given up when `cancel` fires: then `Err` with [`CANCELLED_REASON`].
+    /// A token already cancelled asks nobody.
+    fn ask_until<'a>(
+        &'a self,
+        requests: &'a [ApprovalRequest],
+        cancel: &'a CancellationToken,
+    ) -> BoxFuture<'a, Result<Vec<Answer>, String>> {
+        // Checked before `ask` is called: a prompter may act as it is called, before its
+        // future is polled (record the requests, tell a client).
+        if cancel.is_cancelled() {
+            return Box::pin(async { Err(CANCELLED_REASON.to_owned()) });
+        }
+        let asked = self.ask(requests);
+        Box::pin(async move {
+            tokio::select! {
+                biased;
+                () = cancel.cancelled() => Err(CANCELLED_REASON.to_owned()),
+                got = asked => got,
+            }
+        })
+    }
 }
 
 /// A prompter that answers the same for every request (`--yes`, tests).
@@ -948,7 +985,7 @@ impl Gate for PermissionGate {
                     }
                     return Ok(answers);
                 };
-                match prompter.ask(&requests).await {
+                match prompter.ask_until(&requests, cx.cancel).await {
                     Ok(r) if r.len() == requests.len() => {
                         for (&k, answer) in open.iter().zip(r) {
                             if let Some(slot) = replies.get_mut(k) {
