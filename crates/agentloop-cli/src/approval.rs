@@ -11,13 +11,13 @@
 //! [`BufRead`] text in tests.
 
 use std::io::{BufRead, Write};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use agentloop::{
     CancellationToken,
     ask::Answerer,
     gate::GateContext,
-    permissions::{Answer, ApprovalPrompter, ApprovalRequest},
+    permissions::{Answer, ApprovalPrompter, ApprovalRequest, CANCELLED_REASON},
 };
 use futures::future::BoxFuture;
 use serde_json::Value;
@@ -31,17 +31,11 @@ pub const NO_TERMINAL_REASON: &str = "approval required but no terminal to ask (
 /// The reason an asked call is denied in a dry run (nothing is asked there, nothing saved).
 pub const DRY_RUN_REASON: &str = "approval required (dry run: nobody is asked)";
 
-/// The reason the calls of a batch are denied when the run is cancelled before they start.
-pub const CANCELLED_REASON: &str = "the run was cancelled before this call started";
-
 /// The most characters of one shown line of arguments: a longer line goes on, wrapped, on the
 /// next ones.
 const WRAP_CHARS: usize = 160;
 /// What starts a line that goes on from the one above it.
 const WRAPPED: &str = "    ⤷ ";
-
-/// The cancellation token of the run in progress, if any (a chat has one per input).
-pub type CancelSlot = Arc<Mutex<Option<CancellationToken>>>;
 
 /// Where answers come from, one line at a time.
 pub trait AnswerLines: Send {
@@ -197,47 +191,53 @@ pub struct Console {
     pub out: Box<dyn Write + Send>,
 }
 
-/// Asks a person at the terminal. The spinner stops while it asks; cancelling the run (Ctrl-C)
-/// gives up the prompt and denies the asked calls.
+/// Asks a person at the terminal. The spinner stops while it asks; cancelling the run (Ctrl-C),
+/// which the gate hands to the prompt, gives up the prompt and denies the asked calls.
 pub struct TerminalPrompter {
     console: tokio::sync::Mutex<Console>,
     progress: Option<Arc<Progress>>,
-    cancel: CancelSlot,
 }
 
 impl TerminalPrompter {
-    /// A prompter over a console; `progress` is paused while it asks; `cancel` holds the running
-    /// run's token.
-    pub fn new(console: Console, progress: Option<Arc<Progress>>, cancel: CancelSlot) -> Self {
+    /// A prompter over a console; `progress` is paused while it asks.
+    pub fn new(console: Console, progress: Option<Arc<Progress>>) -> Self {
         TerminalPrompter {
             console: tokio::sync::Mutex::new(console),
             progress,
-            cancel,
         }
     }
-}
 
-fn current_token(slot: &CancelSlot) -> Option<CancellationToken> {
-    slot.lock().ok().and_then(|s| s.clone())
-}
-
-impl TerminalPrompter {
-    /// The console, once the spinner has stopped, and the token of the run it asks for.
-    async fn console(&self) -> (CancellationToken, tokio::sync::MutexGuard<'_, Console>) {
+    /// The console, once the spinner has stopped.
+    async fn console(&self) -> tokio::sync::MutexGuard<'_, Console> {
         if let Some(p) = &self.progress {
             p.end_line();
         }
-        let token = current_token(&self.cancel).unwrap_or_default();
-        (token, self.console.lock().await)
+        self.console.lock().await
+    }
+
+    /// Asks about `requests`, given up when `cancel` (the run's, from its gate) fires.
+    async fn approve(
+        &self,
+        requests: &[ApprovalRequest],
+        cancel: Option<&CancellationToken>,
+    ) -> Result<Vec<Answer>, String> {
+        let mut console = self.console().await;
+        let Console { lines, out } = &mut *console;
+        let got = unless_cancelled(cancel, ask_batch(lines.as_mut(), out.as_mut(), requests));
+        let got = got.await;
+        given_up(&mut console, got)
     }
 }
 
 /// What `asked` gives, unless the run is cancelled first: then the prompt is given up, and the
 /// asked calls are refused with [`CANCELLED_REASON`] (the caller ends the prompt's line).
 async fn unless_cancelled<T>(
-    token: &CancellationToken,
+    token: Option<&CancellationToken>,
     asked: impl Future<Output = T>,
 ) -> Result<T, String> {
+    let Some(token) = token else {
+        return Ok(asked.await);
+    };
     tokio::select! {
         _ = token.cancelled() => Err(CANCELLED_REASON.to_owned()),
         got = asked => Ok(got),
@@ -257,27 +257,30 @@ impl ApprovalPrompter for TerminalPrompter {
         &'a self,
         requests: &'a [ApprovalRequest],
     ) -> BoxFuture<'a, Result<Vec<Answer>, String>> {
-        Box::pin(async move {
-            let (token, mut console) = self.console().await;
-            let Console { lines, out } = &mut *console;
-            let got = unless_cancelled(&token, ask_batch(lines.as_mut(), out.as_mut(), requests));
-            let got = got.await;
-            given_up(&mut console, got)
-        })
+        Box::pin(self.approve(requests, None))
+    }
+
+    // Overridden to end the prompt's line when it is given up.
+    fn ask_until<'a>(
+        &'a self,
+        requests: &'a [ApprovalRequest],
+        cancel: &'a CancellationToken,
+    ) -> BoxFuture<'a, Result<Vec<Answer>, String>> {
+        Box::pin(self.approve(requests, Some(cancel)))
     }
 }
 
 impl Answerer for TerminalPrompter {
     fn answer<'a>(
         &'a self,
-        _cx: GateContext<'a>,
+        cx: GateContext<'a>,
         questions: &'a [ApprovalRequest],
     ) -> BoxFuture<'a, Result<Vec<Value>, String>> {
         Box::pin(async move {
-            let (token, mut console) = self.console().await;
+            let mut console = self.console().await;
             let Console { lines, out } = &mut *console;
             let asked = crate::questions::ask_questions(lines.as_mut(), out.as_mut(), questions);
-            let got = unless_cancelled(&token, asked).await;
+            let got = unless_cancelled(Some(cx.cancel), asked).await;
             given_up(&mut console, got)?
                 .ok_or_else(|| crate::questions::END_OF_INPUT_REASON.to_owned())
         })
@@ -289,7 +292,7 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
 
     use std::io::Cursor;
-    use std::sync::Arc;
+    use std::sync::{Arc, Mutex};
 
     use agentloop::machine::AdmittedCall;
     use agentloop::{
@@ -437,25 +440,32 @@ mod tests {
     }
 
     async fn check(gate: &PermissionGate, calls: &[AdmittedCall]) -> Vec<Verdict> {
-        let cancel = CancellationToken::new();
+        check_until(gate, calls, &CancellationToken::new()).await
+    }
+
+    /// The gate's verdicts on `calls` in a run that `cancel` cancels.
+    async fn check_until(
+        gate: &PermissionGate,
+        calls: &[AdmittedCall],
+        cancel: &CancellationToken,
+    ) -> Vec<Verdict> {
         let cx = GateContext {
             run_id: "run",
             agent: "agent",
             turn: 1,
-            cancel: &cancel,
+            cancel,
             approvals: &agentloop::gate::Approvals::none(),
         };
         gate.check(cx, calls).await.unwrap()
     }
 
-    fn prompter(input: &str, screen: &Screen, cancel: CancelSlot) -> Arc<TerminalPrompter> {
+    fn prompter(input: &str, screen: &Screen) -> Arc<TerminalPrompter> {
         Arc::new(TerminalPrompter::new(
             Console {
                 lines: Box::new(ReaderLines(Cursor::new(input.to_owned()))),
                 out: Box::new(screen.clone()),
             },
             None,
-            cancel,
         ))
     }
 
@@ -473,11 +483,7 @@ mod tests {
         let mut store = crate::permission_file::open(&path, Permission::Allow).unwrap();
         ask(&mut store);
         let screen = Screen::default();
-        let gate = PermissionGate::new(store).with_prompter(prompter(
-            "a\n",
-            &screen,
-            CancelSlot::default(),
-        ));
+        let gate = PermissionGate::new(store).with_prompter(prompter("a\n", &screen));
         let got = check(&gate, &batch(&[("c1", "get_weather"), ("c2", "other")])).await;
         // The asked call ran as the person approved it; the other on the rules alone.
         assert_eq!(got, [Verdict::Approved, Verdict::Allow]);
@@ -492,8 +498,7 @@ mod tests {
         // The next run reads the answer back: with nothing to read from, nobody is asked.
         let store = crate::permission_file::open(&path, Permission::Ask).unwrap();
         let screen = Screen::default();
-        let gate =
-            PermissionGate::new(store).with_prompter(prompter("", &screen, CancelSlot::default()));
+        let gate = PermissionGate::new(store).with_prompter(prompter("", &screen));
         let got = check(&gate, &batch(&[("c3", "get_weather")])).await;
         // An "always" approves the call it answered, not the later ones it lets run unasked.
         assert_eq!(got, [Verdict::Allow]);
@@ -503,7 +508,7 @@ mod tests {
     #[tokio::test]
     async fn a_cancel_during_the_prompt_ends_it_and_denies_the_asked_calls() {
         let token = CancellationToken::new();
-        let slot: CancelSlot = Arc::new(Mutex::new(Some(token.clone())));
+        let screen = Screen::default();
         /// Lines that never come, as from a person who does not answer.
         struct Silent;
         impl AnswerLines for Silent {
@@ -514,10 +519,9 @@ mod tests {
         let prompter = Arc::new(TerminalPrompter::new(
             Console {
                 lines: Box::new(Silent),
-                out: Box::new(Screen::default()),
+                out: Box::new(screen.clone()),
             },
             None,
-            slot.clone(),
         ));
         let mut store = PermissionStore::new(Permission::Allow);
         store.configure(PermissionRule {
@@ -526,18 +530,29 @@ mod tests {
             permission: Permission::Ask,
         });
         let gate = PermissionGate::new(store).with_prompter(prompter);
-        let canceller = tokio::spawn(async move {
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-            token.cancel();
-        });
-        let got = check(&gate, &batch(&[("c1", "allowed"), ("c2", "asked")])).await;
+        let canceller = {
+            let token = token.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                token.cancel();
+            })
+        };
+        // The run's token reaches the prompt through the gate.
+        let calls = batch(&[("c1", "allowed"), ("c2", "asked")]);
+        let got = tokio::time::timeout(
+            std::time::Duration::from_secs(10),
+            check_until(&gate, &calls, &token),
+        )
+        .await
+        .expect("the prompt outlived the run's cancellation");
         canceller.await.unwrap();
         // The run's driver races the gate against the cancel too, so no call of the batch
-        // starts; the prompt itself ends at once, its question denied.
+        // starts; the prompt itself ends at once, its question denied, its line ended.
         assert_eq!(
             got,
             vec![Verdict::Allow, Verdict::Deny(CANCELLED_REASON.to_owned())]
         );
+        assert!(screen.text().ends_with("> \n"), "{:?}", screen.text());
     }
 
     #[test]

@@ -13,7 +13,6 @@ use agentloop_store::{Durability, JournalReader, SqliteJournal, WaitingCall};
 use clap::{Args, Subcommand};
 
 use crate::agent_file::AgentFile;
-use crate::approval::CancelSlot;
 use crate::args::{AgentFileArg, ApprovalArgs, TraceArgs};
 use crate::assemble;
 use crate::error::{CliError, outcome_exit_code};
@@ -422,8 +421,7 @@ async fn go_on(
     let model = assemble::model(&file)?;
     let progress = crate::logging::progress();
     let cancel = agentloop::CancellationToken::new();
-    let slot: CancelSlot = Arc::new(std::sync::Mutex::new(Some(cancel.clone())));
-    let approval = approval_for(&go.approval, go.json, &progress, &slot);
+    let approval = approval_for(&go.approval, go.json, &progress);
     // The trace before the servers, as for `run` (the journal is open already).
     let trace = go.trace.open()?;
     let mcp = assemble::StartedMcp::start(&file).await?;

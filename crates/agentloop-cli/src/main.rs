@@ -66,13 +66,13 @@ use agentloop::{CancellationToken, EventSink, Message, RunOptions};
 use clap::{CommandFactory, Parser};
 
 use crate::agent_file::Provider;
-use crate::approval::{CancelSlot, ChannelLines, DRY_RUN_REASON, NO_TERMINAL_REASON};
+use crate::approval::{ChannelLines, DRY_RUN_REASON, NO_TERMINAL_REASON};
 use crate::args::{ChatArgs, Cli, Command, PlanArgs, RunArgs, TraceCommand};
 use crate::assemble::Approval;
 use crate::error::{CliError, code, outcome_exit_code};
 use crate::runs::{
-    Shown, approval_for, ask_at_the_terminal, can_prompt, cancel_on_ctrl_c, ctrl_c_in_chat,
-    finish_trace, print_final, print_outcome, run_sinks,
+    CurrentRun, Shown, approval_for, ask_at_the_terminal, can_prompt, cancel_on_ctrl_c,
+    ctrl_c_in_chat, finish_trace, print_final, print_outcome, run_sinks,
 };
 
 fn main() -> ExitCode {
@@ -234,7 +234,6 @@ async fn run(args: RunArgs) -> Result<i32, CliError> {
     let model = assemble::model(&file)?;
     let progress = logging::progress();
     let cancel = CancellationToken::new();
-    let slot: CancelSlot = Arc::new(std::sync::Mutex::new(Some(cancel.clone())));
     let journal = args
         .journal
         .as_deref()
@@ -243,7 +242,7 @@ async fn run(args: RunArgs) -> Result<i32, CliError> {
     let approval = if args.dry_run {
         Approval::Nobody(DRY_RUN_REASON)
     } else {
-        approval_for(&args.approval, args.json, &progress, &slot)
+        approval_for(&args.approval, args.json, &progress)
     };
     // The run's stores exist before any server starts: a server's view keeps only what exists
     // when it starts read-only, and one started first could rewrite them or put a link in their
@@ -337,10 +336,10 @@ async fn chat(args: ChatArgs) -> Result<i32, CliError> {
     // Inputs and approval answers are both lines of stdin, read by one thread.
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<String>();
     let lines = Arc::new(tokio::sync::Mutex::new(rx));
-    let current: CancelSlot = Arc::default();
+    let current: CurrentRun = Arc::default();
     let approval = if can_prompt() {
         let lines = Box::new(ChannelLines(lines.clone()));
-        ask_at_the_terminal(lines, &progress, &current, args.approval.yes)
+        ask_at_the_terminal(lines, &progress, args.approval.yes)
     } else if args.approval.yes {
         Approval::Yes
     } else {

@@ -4,15 +4,13 @@
 
 use std::io::{IsTerminal, Write};
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use agentloop::session::SessionError;
 use agentloop::{CancellationToken, EventSink, RunOutcome};
 use agentloop_store::TraceSink;
 
-use crate::approval::{
-    AnswerLines, CancelSlot, Console, NO_TERMINAL_REASON, StdinLines, TerminalPrompter,
-};
+use crate::approval::{AnswerLines, Console, NO_TERMINAL_REASON, StdinLines, TerminalPrompter};
 use crate::args::ApprovalArgs;
 use crate::assemble::Approval;
 use crate::error::{CliError, code};
@@ -41,9 +39,14 @@ pub(crate) fn cancel_on_ctrl_c(token: CancellationToken) -> tokio::task::JoinHan
     })
 }
 
+/// The token of a chat's run in progress, if any (one run per input). Only the chat's Ctrl-C
+/// handler needs it, to tell a run to cancel from no run at all; an approval prompt gets the
+/// run's token through its gate.
+pub(crate) type CurrentRun = Arc<Mutex<Option<CancellationToken>>>;
+
 /// In a chat, Ctrl-C cancels the run in progress; between runs it quits with the cancellation
 /// code.
-pub(crate) fn ctrl_c_in_chat(current: CancelSlot) -> tokio::task::JoinHandle<()> {
+pub(crate) fn ctrl_c_in_chat(current: CurrentRun) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         while tokio::signal::ctrl_c().await.is_ok() {
             let running = current
@@ -80,14 +83,9 @@ pub(crate) fn run_sinks(
 
 /// Who answers a call that needs approval: `--yes`, the person at the terminal, or nobody (the
 /// call is denied, or a journaled run suspends on it).
-pub(crate) fn approval_for(
-    args: &ApprovalArgs,
-    json: bool,
-    progress: &Arc<Progress>,
-    slot: &CancelSlot,
-) -> Approval {
+pub(crate) fn approval_for(args: &ApprovalArgs, json: bool, progress: &Arc<Progress>) -> Approval {
     if !json && can_prompt() {
-        ask_at_the_terminal(Box::new(StdinLines), progress, slot, args.yes)
+        ask_at_the_terminal(Box::new(StdinLines), progress, args.yes)
     } else if args.yes {
         Approval::Yes
     } else {
@@ -114,7 +112,6 @@ pub(crate) struct Shown<'a> {
 pub(crate) fn ask_at_the_terminal(
     lines: Box<dyn AnswerLines>,
     progress: &Arc<Progress>,
-    cancel: &CancelSlot,
     yes: bool,
 ) -> Approval {
     let person = Arc::new(TerminalPrompter::new(
@@ -123,7 +120,6 @@ pub(crate) fn ask_at_the_terminal(
             out: Box::new(std::io::stderr()),
         },
         Some(progress.clone()),
-        cancel.clone(),
     ));
     if yes {
         let all = agentloop::permissions::FixedAnswer(agentloop::permissions::Answer::AllowOnce);

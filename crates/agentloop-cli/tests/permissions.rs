@@ -1616,3 +1616,55 @@ async fn a_repository_s_git_configuration_and_hooks_are_judged_as_the_commands_t
     assert_nothing_pushed(&remote);
     assert!(work.join("made").exists(), "the last command runs: {v}");
 }
+
+/// An agent whose one call (`shell`, asked about by default) would leave `work/ran`, then a
+/// final answer; and the screen of `agentloop ARGS` in a terminal where the person types
+/// `before`, presses Ctrl-C (the terminal's interrupt character) at the approval prompt, then
+/// types `after` (each a pair of what to wait for and the line to type).
+fn ctrl_c_at_the_prompt(
+    args: &[&str],
+    before: &[&str],
+    after: &[&str],
+) -> (AgentDir, std::process::Output) {
+    let dir = scripted_builtins("", &[("shell", json!({"command": "touch ran"}))]);
+    let agent = dir.agent();
+    let mut full = vec![args[0], agent.to_str().unwrap()];
+    full.extend_from_slice(&args[1..]);
+    let mut steps = before.to_vec();
+    steps.extend_from_slice(&["run it?", "\u{3}"]);
+    steps.extend_from_slice(after);
+    let began = std::time::Instant::now();
+    let out = in_terminal(&dir, &steps, &full);
+    assert!(
+        began.elapsed() < std::time::Duration::from_secs(30),
+        "the prompt outlived Ctrl-C"
+    );
+    (dir, out)
+}
+
+#[test]
+fn ctrl_c_at_an_approval_prompt_of_run_cancels_the_run_runs_nothing_and_exits_130() {
+    let (dir, out) = ctrl_c_at_the_prompt(&["run", "--input", "hi"], &[], &[]);
+    let screen = String::from_utf8_lossy(&out.stdout).replace("\r\n", "\n");
+    assert_eq!(out.status.code(), Some(130), "{screen}");
+    assert!(screen.contains("agentloop: cancelling"), "{screen}");
+    assert!(screen.contains("■ cancelled"), "{screen}");
+    assert!(!dir.path("work/ran").exists(), "the asked call never ran");
+}
+
+#[test]
+fn ctrl_c_at_an_approval_prompt_of_chat_cancels_that_turn_and_the_chat_goes_on() {
+    let (dir, out) = ctrl_c_at_the_prompt(
+        &["chat"],
+        &["one input per line", "hi"],
+        &["■ cancelled", "and now?", "■ finished", "/exit"],
+    );
+    let screen = String::from_utf8_lossy(&out.stdout).replace("\r\n", "\n");
+    assert_eq!(out.status.code(), Some(0), "{screen}");
+    assert!(screen.contains("cancelling this turn"), "{screen}");
+    assert!(
+        screen.contains("done"),
+        "the next input was answered: {screen}"
+    );
+    assert!(!dir.path("work/ran").exists(), "the asked call never ran");
+}
