@@ -230,7 +230,8 @@ impl TerminalPrompter {
 }
 
 /// What `asked` gives, unless the run is cancelled first: then the prompt is given up, and the
-/// asked calls are refused with [`CANCELLED_REASON`] (the caller ends the prompt's line).
+/// asked calls are refused with [`CANCELLED_REASON`] (the caller ends the prompt's line). A run
+/// cancelled already is never asked about.
 async fn unless_cancelled<T>(
     token: Option<&CancellationToken>,
     asked: impl Future<Output = T>,
@@ -239,6 +240,7 @@ async fn unless_cancelled<T>(
         return Ok(asked.await);
     };
     tokio::select! {
+        biased;
         _ = token.cancelled() => Err(CANCELLED_REASON.to_owned()),
         got = asked => Ok(got),
     }
@@ -553,6 +555,10 @@ mod tests {
             vec![Verdict::Allow, Verdict::Deny(CANCELLED_REASON.to_owned())]
         );
         assert!(screen.text().ends_with("> \n"), "{:?}", screen.text());
+        // A run cancelled already asks nobody.
+        let got = check_until(&gate, &calls, &token).await;
+        assert_eq!(got[1], Verdict::Deny(CANCELLED_REASON.to_owned()));
+        assert_eq!(screen.text().matches("your approval").count(), 1);
     }
 
     #[test]
