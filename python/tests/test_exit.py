@@ -1,23 +1,42 @@
-"""A script may end while a sync tool's thread is still waking the run it answered: the run
-finished by another wake-up, the interpreter finalizing. The process must still exit cleanly,
-never abort ("FATAL: exception not rethrown") or crash from that thread."""
+"""A script may end while the runtime still works for it: a sync tool's thread still waking the
+run it answered (the run finished by another wake-up), or a run on the runtime's threads still
+going, the interpreter finalizing. The process must still exit cleanly, with the script's own
+status, never abort ("FATAL: exception not rethrown") or crash from such a thread, and no such
+thread may run Python any more."""
 
 from __future__ import annotations
 
+import json
 import pathlib
 import subprocess
 import sys
 import textwrap
+import time
+
+# Garbage the interpreter collects as it finalizes (the collector is off till then), slow to go:
+# the threads the scripts hold come back meanwhile.
+SLOW_TO_FINALIZE = textwrap.dedent(
+    """
+    import asyncio, gc, sys, threading, time
+    from agentloop import Agent, FunctionModel, ScriptedModel, ToolCall, tool
+
+    class SlowToCollect:
+        def __del__(self, sleep=time.sleep):
+            sleep(2.0)
+
+    gc.disable()
+    garbage = SlowToCollect()
+    garbage.cycle = garbage
+    del garbage
+    """
+)
 
 # The tool's thread queues the run's next poll, then is held inside the loop's
 # `call_soon_threadsafe` with the GIL let go (as a thread the system descheduled there would
 # be): the run finishes on the main thread and the script ends before that thread is back,
 # which it is while the interpreter finalizes (held there by garbage slow to go).
-SCRIPT = textwrap.dedent(
+SCRIPT = SLOW_TO_FINALIZE + textwrap.dedent(
     """
-    import asyncio, gc, threading, time
-    from agentloop import Agent, ScriptedModel, ToolCall, tool
-
     @tool
     def echo(x: int) -> int:
         \"\"\"Gives x back, after the loop has gone idle waiting for it.\"\"\"
@@ -30,17 +49,6 @@ SCRIPT = textwrap.dedent(
             if threading.current_thread() is not threading.main_thread():
                 time.sleep(1.0)
             return handle
-
-    # Garbage the interpreter collects as it finalizes (the collector is off till then), slow
-    # to go: the tool's thread comes back to Python meanwhile.
-    class SlowToCollect:
-        def __del__(self, sleep=time.sleep):
-            sleep(2.0)
-
-    gc.disable()
-    garbage = SlowToCollect()
-    garbage.cycle = garbage
-    del garbage
 
     agent = Agent(
         model=ScriptedModel([[ToolCall("echo", {"x": 1})], "done"]),
@@ -65,3 +73,137 @@ def test_a_script_ending_while_a_tool_thread_wakes_its_run_exits_cleanly(tmp_pat
     assert out.returncode == 0, (out.returncode, out.stderr)
     assert out.stdout.splitlines() == ["finished done"], out.stdout
     assert "FATAL" not in out.stderr, out.stderr
+
+
+# A run on the runtime's threads (a trace file keeps it off the loop's thread) is still going
+# when the script ends, and goes on while the interpreter finalizes (held there by garbage slow
+# to go): a call into Python it has under way is given time to end, and from then on it runs
+# no Python but ends all the same, as its trace shows. The process exits with the script's own
+# status.
+RUNTIME_RUN = SLOW_TO_FINALIZE + textwrap.dedent(
+    """
+    TRACE = sys.argv[1]
+    pending = []
+
+    def end_once(started, run, loop):
+        async def main():
+            pending.append(asyncio.ensure_future(run()))
+            while not started.is_set():
+                await asyncio.sleep(0.01)
+            print("ending", flush=True)
+
+        # The loop is left as it is, the run's task pending: nothing awaits the run any more.
+        loop.run_until_complete(main())
+    """
+)
+
+# Events to a Python callback (a stream's, which hands each to the loop): the first is under
+# way when the script ends, held in the loop's `call_soon_threadsafe` with the GIL let go.
+SINK_SCRIPT = RUNTIME_RUN + textwrap.dedent(
+    """
+    started = threading.Event()
+
+    class SlowWakeLoop(asyncio.SelectorEventLoop):
+        def call_soon_threadsafe(self, callback, *args, context=None):
+            handle = super().call_soon_threadsafe(callback, *args, context=context)
+            if threading.current_thread() is not threading.main_thread() and not started.is_set():
+                started.set()
+                time.sleep(1.0)
+            return handle
+
+    agent = Agent(model=ScriptedModel(["done"]), instructions="Answer.")
+
+    async def consume():
+        async for event in agent.stream("go", trace=TRACE):
+            pass
+
+    end_once(started, consume, SlowWakeLoop())
+    """
+)
+
+# A function model, on the runtime's threads. `slow`: its first answer is under way when the
+# script ends. `quick`: its second call comes while the interpreter finalizes, after the tool's
+# attempt timed out on the runtime's clock.
+MODEL_SCRIPT = RUNTIME_RUN + textwrap.dedent(
+    """
+    slow_answer = sys.argv[2] == "slow"
+    started = threading.Event()
+    calls = []
+
+    @tool(timeout=0.5)
+    def wait() -> str:
+        \"\"\"Outlasts its timeout.\"\"\"
+        started.set()
+        time.sleep(30)
+        return "late"
+
+    def answer(request):
+        calls.append(1)
+        if len(calls) == 1:
+            if slow_answer:
+                started.set()
+                time.sleep(1.0)
+            return [ToolCall("wait", {})]
+        return "done"
+
+    agent = Agent(model=FunctionModel(answer), instructions="Wait.", tools=[wait])
+    end_once(started, lambda: agent.run_async("go", trace=TRACE), asyncio.new_event_loop())
+    sys.exit(3)
+    """
+)
+
+
+def run_script(script: str, tmp_path: pathlib.Path, *args: str) -> "tuple[subprocess.CompletedProcess[str], list[dict]]":
+    """The script's run, and the records of its run's trace."""
+    trace = tmp_path / "trace.ndjson"
+    started = time.monotonic()
+    out = subprocess.run(
+        [sys.executable, "-c", script, str(trace), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    # The slow garbage holds the exit 2 s; a call under way, 5 s more at most.
+    assert time.monotonic() - started < 20, out.stderr
+    assert out.stdout.splitlines() == ["ending"], (out.stdout, out.stderr)
+    assert "FATAL" not in out.stderr and "Fatal" not in out.stderr, out.stderr
+    return out, [json.loads(line) for line in trace.read_text().splitlines()]
+
+
+def ended(trace: "list[dict]") -> dict:
+    """The run's last record: its end, when it ended."""
+    last = trace[-1]
+    assert last["kind"] == "run" and last["status"] != "running", trace
+    return last
+
+
+def test_an_event_under_way_when_the_script_ends_is_finished_and_the_run_ends_without_python(
+    tmp_path: pathlib.Path,
+) -> None:
+    out, trace = run_script(SINK_SCRIPT, tmp_path)
+    assert out.returncode == 0, (out.returncode, out.stderr)
+    # Its later events were dropped; the run went on to its answer.
+    assert ended(trace)["stop_reason"] == "finished", trace
+
+
+def test_a_function_model_answering_when_the_script_ends_finishes_its_answer_first(
+    tmp_path: pathlib.Path,
+) -> None:
+    out, trace = run_script(MODEL_SCRIPT, tmp_path, "slow")
+    assert out.returncode == 3, (out.returncode, out.stderr)
+    # The answer came (a call of the tool), which could no longer start.
+    call = [r for r in trace if r["kind"] == "tool_call" and r["status"] != "running"]
+    assert [(c["status"], c["error"]["code"]) for c in call] == [("fatal", "tool.fatal")], trace
+    assert call[0]["error"]["message"].startswith("python.exiting: "), call
+    assert ended(trace)["stop_reason"] == "failed", trace
+
+
+def test_a_function_model_asked_as_the_interpreter_finalizes_is_not_called(tmp_path: pathlib.Path) -> None:
+    out, trace = run_script(MODEL_SCRIPT, tmp_path, "quick")
+    assert out.returncode == 3, (out.returncode, out.stderr)
+    # Without the guard the runtime's thread is made to exit as it asks: the run never ends.
+    end = ended(trace)
+    assert end["stop_reason"] == "failed", trace
+    assert end["error"]["code"] == "model.other", end
+    assert "python.exiting: " in end["error"]["message"], end

@@ -24,6 +24,7 @@ use serde_json::Value;
 use tokio::sync::oneshot;
 
 use crate::drive::Driven;
+use crate::exit::{EXITING_MESSAGE, attach_unless_exiting};
 use crate::model::{CancelPending, RUN_MODELS, RunModels};
 use crate::otel::Otel;
 use crate::outbox::Outbox;
@@ -573,8 +574,9 @@ impl NativeAgent {
             if let Some(o) = otel {
                 let _ = tokio::task::spawn_blocking(move || o.flush()).await;
             }
+            // At the interpreter's exit nobody is told: the process ends with the run.
             if let Some(f) = on_done {
-                Python::attach(|py| {
+                attach_unless_exiting(|py| {
                     if let Err(e) = f.call1(py, split(py, &ended, objects)) {
                         e.write_unraisable(py, None);
                     }
@@ -1025,10 +1027,11 @@ impl EventSink for PythonSink {
         let Ok(json) = serde_json::to_string(event) else {
             return;
         };
-        if let Some(b) = &self.backlog {
-            b.pushed();
-        }
-        Python::attach(|py| {
+        // At the interpreter's exit the event is dropped, uncounted: nobody reads it any more.
+        attach_unless_exiting(|py| {
+            if let Some(b) = &self.backlog {
+                b.pushed();
+            }
             if let Err(e) = self.f.call1(py, (json,)) {
                 e.write_unraisable(py, None);
             }
@@ -1062,7 +1065,8 @@ impl ApprovalPrompter for PythonPrompter {
         Box::pin(async move {
             // The callable may block (a person at a prompt): off the runtime's workers.
             let asked = tokio::task::spawn_blocking(move || {
-                Python::attach(|py| -> Result<Asked, String> {
+                // At the interpreter's exit nobody can answer: the calls are denied.
+                attach_unless_exiting(|py| -> Result<Asked, String> {
                     let asked = outbox
                         .event_loop(py)
                         .and_then(|event_loop| f.call1(py, (json, event_loop.clone_ref(py))))
@@ -1077,6 +1081,7 @@ impl ApprovalPrompter for PythonPrompter {
                         .map_err(|e| crate::model::python_error_text(py, &e))?;
                     Ok(Asked::Later(rx, CancelPending(Some(asked))))
                 })
+                .unwrap_or_else(|| Err(EXITING_MESSAGE.to_owned()))
             })
             .await
             .map_err(|e| e.to_string())??;

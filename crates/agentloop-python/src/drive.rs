@@ -10,10 +10,11 @@
 //! A wake from another thread runs Python (`call_soon_threadsafe`) inside Rust frames. Were the
 //! interpreter to finalize meanwhile (the run finished by another wake-up, the script at its
 //! end), that thread would be made to exit as it next took the GIL, unwinding through those
-//! frames: the process aborts ("FATAL: exception not rethrown") or crashes. So the package's
-//! exit hook ([`before_exit`]) stops such wakes and waits for those under way.
+//! frames: the process aborts ("FATAL: exception not rethrown") or crashes. So such a wake goes
+//! through [`attach_unless_exiting`]: once the package's exit hook has run it queues nothing
+//! (nothing will poll the run again), and those under way are waited for.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Wake, Waker};
 use std::thread::{self, ThreadId};
@@ -21,53 +22,12 @@ use std::thread::{self, ThreadId};
 use futures::future::BoxFuture;
 use pyo3::prelude::*;
 
+use crate::exit::attach_unless_exiting;
 use crate::outbox::{Outbox, lock};
 
 /// Polls in one loop callback at most, when the run keeps waking itself on the loop's thread
 /// (a batch of eager tasks that answered at once): then the loop gets its turn.
 const POLLS_PER_CALLBACK: usize = 8;
-
-/// Wakes from other threads running Python right now.
-static WAKES_UNDER_WAY: AtomicUsize = AtomicUsize::new(0);
-/// The interpreter is about to finalize: a wake from another thread queues nothing.
-static EXITING: AtomicBool = AtomicBool::new(false);
-/// How long the exit hook waits for the wakes under way.
-const EXIT_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
-
-/// One wake under way, counted until it is dropped (unwinding included).
-struct WakeUnderWay;
-
-impl WakeUnderWay {
-    /// Counts a wake from another thread, unless the interpreter is exiting.
-    fn begin() -> Option<WakeUnderWay> {
-        // Counted before the check, as the hook sets the flag before it reads the count: one of
-        // the two always sees the other.
-        WAKES_UNDER_WAY.fetch_add(1, Ordering::SeqCst);
-        let wake = WakeUnderWay;
-        (!EXITING.load(Ordering::SeqCst)).then_some(wake)
-    }
-}
-
-impl Drop for WakeUnderWay {
-    fn drop(&mut self) {
-        WAKES_UNDER_WAY.fetch_sub(1, Ordering::SeqCst);
-    }
-}
-
-/// The package's `atexit` hook, which runs before the interpreter finalizes: from now on a wake
-/// from another thread runs no Python (nothing will poll a run again), and those under way are
-/// given the GIL and up to [`EXIT_WAIT`] to finish.
-#[pyfunction]
-#[pyo3(name = "_before_exit")]
-pub(crate) fn before_exit(py: Python<'_>) {
-    EXITING.store(true, Ordering::SeqCst);
-    py.detach(|| {
-        let started = std::time::Instant::now();
-        while WAKES_UNDER_WAY.load(Ordering::SeqCst) > 0 && started.elapsed() < EXIT_WAIT {
-            thread::sleep(std::time::Duration::from_millis(1));
-        }
-    });
-}
 
 /// A run whose future the loop's thread polls.
 pub(crate) struct Driven {
@@ -149,15 +109,14 @@ impl Wake for Driven {
         if self.scheduled.load(Ordering::Acquire) {
             return;
         }
-        let _under_way = if self.on_loop_thread() {
-            None
+        let queued = if self.on_loop_thread() {
+            Python::attach(|py| self.schedule(py))
         } else {
-            match WakeUnderWay::begin() {
-                Some(wake) => Some(wake),
+            match attach_unless_exiting(|py| self.schedule(py)) {
+                Some(queued) => queued,
                 None => return,
             }
         };
-        let queued = Python::attach(|py| self.schedule(py));
         if queued.is_err() {
             self.orphaned();
         }

@@ -10,6 +10,7 @@
 
 mod agent;
 mod drive;
+mod exit;
 mod model;
 mod otel;
 mod outbox;
@@ -41,6 +42,8 @@ fn runtime() -> PyResult<&'static tokio::runtime::Runtime> {
 /// An `agentloop.AgentloopError` with a stable code, as the Python package defines it.
 pub(crate) fn error(code: &str, message: impl std::fmt::Display) -> PyErr {
     let message = message.to_string();
+    // Made only on a thread of Python's that holds the GIL (a method called from Python): a
+    // failure on the runtime's threads travels as a code and a message until it reaches one.
     Python::attach(|py| {
         let made = py
             .import("agentloop.errors")
@@ -65,7 +68,7 @@ fn _agentloop(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(agent::answer, m)?)?;
     m.add_function(wrap_pyfunction!(agent::reply, m)?)?;
     m.add_function(wrap_pyfunction!(protect::protect_process, m)?)?;
-    m.add_function(wrap_pyfunction!(drive::before_exit, m)?)?;
+    m.add_function(wrap_pyfunction!(exit::before_exit, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

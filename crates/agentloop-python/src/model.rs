@@ -27,6 +27,7 @@ use serde::Serialize;
 use tokio::sync::oneshot;
 
 use crate::error;
+use crate::exit::{EXITING_MESSAGE, attach_unless_exiting};
 
 /// The model a Python `Agent` names. `kind` is `"provider"` (`spec` is the TOML of an agent
 /// file whose `[model]` is the one wanted, `base` the folder its paths are relative to),
@@ -217,7 +218,7 @@ impl PythonModel {
         })
         .map_err(|e| ModelError::new(ModelErrorKind::Other, format!("function model: {e}")))?;
         let tail = serde_json::to_string(tail).unwrap_or_else(|_| "[]".into());
-        let later = Python::attach(|py| {
+        let later = attach_unless_exiting(|py| {
             let run_loop = RUN_MODELS
                 .try_with(|run| run.event_loop.as_ref().map(|l| l.clone_ref(py)))
                 .ok()
@@ -237,6 +238,9 @@ impl PythonModel {
                 .call_method1(py, "add_done_callback", (settled,))
                 .map_err(|e| failed(py, &e))?;
             Ok(Asked::Later(rx, CancelPending(Some(answer))))
+        })
+        .unwrap_or_else(|| {
+            Err(ModelError::new(ModelErrorKind::Other, EXITING_MESSAGE).with_provider("function"))
         })?;
         match later {
             Asked::Now(now) => Ok(now),
@@ -269,8 +273,9 @@ pub(crate) struct CancelPending(pub(crate) Option<Py<PyAny>>);
 
 impl Drop for CancelPending {
     fn drop(&mut self) {
+        // At the interpreter's exit it is left: its loop runs no more.
         if let Some(future) = self.0.take() {
-            Python::attach(|py| {
+            attach_unless_exiting(|py| {
                 if let Err(e) = future.call_method0(py, "cancel") {
                     e.write_unraisable(py, None);
                 }

@@ -16,6 +16,8 @@ use pyo3::prelude::*;
 use serde_json::Value;
 use tokio::sync::oneshot;
 
+use crate::exit::{EXITING_MESSAGE, attach_unless_exiting};
+
 /// What a tool call's Python side answers with.
 pub(crate) type Reply = Result<ToolOutput, ToolError>;
 
@@ -86,19 +88,22 @@ impl Outbox {
         if !first || self.driven_on == Some(thread::current().id()) {
             return;
         }
-        let woken = Python::attach(|py| {
-            let event_loop = self.event_loop(py)?;
-            let drain = Py::new(py, Drain(Arc::clone(self)))?;
-            event_loop.call_method1(py, "call_soon_threadsafe", (drain,))
+        let woken = attach_unless_exiting(|py| {
+            let wake = || -> PyResult<Py<PyAny>> {
+                let event_loop = self.event_loop(py)?;
+                let drain = Py::new(py, Drain(Arc::clone(self)))?;
+                event_loop.call_method1(py, "call_soon_threadsafe", (drain,))
+            };
+            wake().map_err(|e| crate::model::python_error_text(py, &e))
         });
-        if let Err(e) = woken {
+        let failed = match woken {
+            Some(Ok(_)) => return,
             // The loop is closed (or never was): no call of the batch can start.
-            let text = Python::attach(|py| crate::model::python_error_text(py, &e));
-            for call in std::mem::take(&mut *self.waiting()) {
-                let _ = call.tx.send(Err(ToolError::fatal(format!(
-                    "the tool dispatcher failed: {text}"
-                ))));
-            }
+            Some(Err(text)) => format!("the tool dispatcher failed: {text}"),
+            None => EXITING_MESSAGE.to_owned(),
+        };
+        for call in std::mem::take(&mut *self.waiting()) {
+            let _ = call.tx.send(Err(ToolError::fatal(failed.clone())));
         }
     }
 
@@ -253,7 +258,8 @@ impl CallState {
         let Run::Started(task) = was else {
             return;
         };
-        Python::attach(|py| {
+        // At the interpreter's exit the task is left: its loop runs no more.
+        attach_unless_exiting(|py| {
             let cancelled = task.call_method0(py, "get_loop").and_then(|l| {
                 l.call_method1(py, "call_soon_threadsafe", (task.getattr(py, "cancel")?,))
             });

@@ -13,6 +13,7 @@ use pyo3::prelude::*;
 use serde_json::Value;
 use tokio::sync::oneshot;
 
+use crate::exit::{EXITING_MESSAGE, attach_unless_exiting};
 use crate::outbox::{CallState, Outbox, Reply, ToolReply, Waiting};
 
 /// A tool as the Python side describes it.
@@ -107,11 +108,14 @@ impl CancelOnDrop {
     /// never starts (one running keeps its thread: Python cannot stop it).
     fn cancel(&mut self) {
         match self.0.take() {
-            Some(InFlight::Sync(handle)) => Python::attach(|py| {
-                if let Err(e) = handle.call_method0(py, "cancel") {
-                    e.write_unraisable(py, None);
-                }
-            }),
+            // At the interpreter's exit the call is left: its thread ends with the process.
+            Some(InFlight::Sync(handle)) => {
+                attach_unless_exiting(|py| {
+                    if let Err(e) = handle.call_method0(py, "cancel") {
+                        e.write_unraisable(py, None);
+                    }
+                });
+            }
             Some(InFlight::Async(state)) => state.cancel(),
             None => {}
         }
@@ -215,34 +219,30 @@ async fn call_async(
 async fn call(dispatcher: &Py<PyAny>, index: usize, args: &Value, ctx: &ToolContext) -> Reply {
     let (tx, mut rx) = oneshot::channel();
     let scope = run_scope();
-    let started = Python::attach(|py| {
-        let reply = Py::new(
-            py,
-            ToolReply {
-                tx: Mutex::new(Some(tx)),
-                outbox: None,
-            },
-        )?;
-        dispatcher.call1(
-            py,
-            (
-                index,
-                crate::value::to_python(py, args)?,
-                &*ctx.run_id,
-                &*ctx.call_id,
-                reply,
-                scope.as_deref(),
-            ),
-        )
+    let started = attach_unless_exiting(|py| {
+        let reply = ToolReply {
+            tx: Mutex::new(Some(tx)),
+            outbox: None,
+        };
+        Py::new(py, reply)
+            .and_then(|reply| {
+                let arguments = crate::value::to_python(py, args)?;
+                let (run_id, call_id) = (&*ctx.run_id, &*ctx.call_id);
+                dispatcher.call1(
+                    py,
+                    (index, arguments, run_id, call_id, reply, scope.as_deref()),
+                )
+            })
+            .map_err(|e| crate::model::python_error_text(py, &e))
     });
     let handle = match started {
-        Ok(handle) => handle,
-        Err(e) => {
-            let text = Python::attach(|py| crate::model::python_error_text(py, &e));
+        Some(Ok(handle)) => handle,
+        Some(Err(text)) => {
             return Err(ToolError::fatal(format!(
                 "the tool dispatcher failed: {text}"
             )));
         }
+        None => return Err(ToolError::fatal(EXITING_MESSAGE)),
     };
     let mut guard = CancelOnDrop(Some(InFlight::Sync(handle)));
     reply_of(&mut rx, &mut guard, ctx).await
