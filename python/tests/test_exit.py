@@ -78,14 +78,23 @@ def test_a_script_ending_while_a_tool_thread_wakes_its_run_exits_cleanly(tmp_pat
 # A run on the runtime's threads (a trace file keeps it off the loop's thread) is still going
 # when the script ends, and goes on while the interpreter finalizes (held there by garbage slow
 # to go): a call into Python it has under way is given time to end, and from then on it runs
-# no Python but ends all the same, as its trace shows. The process exits with the script's own
+# no Python but ends all the same, as its trace shows (`wait` holds a run: its attempt times
+# out on the runtime's clock, its thread asleep). The process exits with the script's own
 # status.
 RUNTIME_RUN = SLOW_TO_FINALIZE + textwrap.dedent(
     """
     TRACE = sys.argv[1]
     pending = []
+    started = threading.Event()
 
-    def end_once(started, run, loop):
+    @tool(timeout=0.5)
+    def wait() -> str:
+        \"\"\"Outlasts its timeout.\"\"\"
+        started.set()
+        time.sleep(30)
+        return "late"
+
+    def end_once(run, loop):
         async def main():
             pending.append(asyncio.ensure_future(run()))
             while not started.is_set():
@@ -101,8 +110,6 @@ RUNTIME_RUN = SLOW_TO_FINALIZE + textwrap.dedent(
 # way when the script ends, held in the loop's `call_soon_threadsafe` with the GIL let go.
 SINK_SCRIPT = RUNTIME_RUN + textwrap.dedent(
     """
-    started = threading.Event()
-
     class SlowWakeLoop(asyncio.SelectorEventLoop):
         def call_soon_threadsafe(self, callback, *args, context=None):
             handle = super().call_soon_threadsafe(callback, *args, context=context)
@@ -117,7 +124,7 @@ SINK_SCRIPT = RUNTIME_RUN + textwrap.dedent(
         async for event in agent.stream("go", trace=TRACE):
             pass
 
-    end_once(started, consume, SlowWakeLoop())
+    end_once(consume, SlowWakeLoop())
     """
 )
 
@@ -127,15 +134,7 @@ SINK_SCRIPT = RUNTIME_RUN + textwrap.dedent(
 MODEL_SCRIPT = RUNTIME_RUN + textwrap.dedent(
     """
     slow_answer = sys.argv[2] == "slow"
-    started = threading.Event()
     calls = []
-
-    @tool(timeout=0.5)
-    def wait() -> str:
-        \"\"\"Outlasts its timeout.\"\"\"
-        started.set()
-        time.sleep(30)
-        return "late"
 
     def answer(request):
         calls.append(1)
@@ -147,7 +146,7 @@ MODEL_SCRIPT = RUNTIME_RUN + textwrap.dedent(
         return "done"
 
     agent = Agent(model=FunctionModel(answer), instructions="Wait.", tools=[wait])
-    end_once(started, lambda: agent.run_async("go", trace=TRACE), asyncio.new_event_loop())
+    end_once(lambda: agent.run_async("go", trace=TRACE), asyncio.new_event_loop())
     sys.exit(3)
     """
 )
@@ -207,3 +206,26 @@ def test_a_function_model_asked_as_the_interpreter_finalizes_is_not_called(tmp_p
     assert end["stop_reason"] == "failed", trace
     assert end["error"]["code"] == "model.other", end
     assert "python.exiting: " in end["error"]["message"], end
+
+
+# A blocking run waited for on a daemon thread (the thread waits in the runtime's code without
+# the GIL, a slice at a time, and is back for the next slice while the interpreter finalizes:
+# made to exit there, it goes quietly). Its run goes on past its tool's timeout to its answer.
+DAEMON_SCRIPT = RUNTIME_RUN + textwrap.dedent(
+    """
+    agent = Agent(
+        model=ScriptedModel([[ToolCall("wait", {})], "done"]), instructions="Wait.", tools=[wait]
+    )
+    threading.Thread(target=lambda: agent.run("go", trace=TRACE), daemon=True).start()
+    started.wait()
+    print("ending", flush=True)
+    """
+)
+
+
+def test_a_run_waited_for_on_a_daemon_thread_when_the_script_ends_exits_cleanly(
+    tmp_path: pathlib.Path,
+) -> None:
+    out, trace = run_script(DAEMON_SCRIPT, tmp_path)
+    assert out.returncode == 0, (out.returncode, out.stderr)
+    assert ended(trace)["stop_reason"] == "finished", trace
