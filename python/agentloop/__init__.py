@@ -35,8 +35,9 @@ from ._outcome import (
 from ._tools import EXCEPTION_CODE, OUTPUT_INVALID_CODE, Tool, tool
 from .errors import AgentloopError, FatalToolError, RunStopped, SessionNotSaved, ToolError
 
-# Before the interpreter finalizes: a tool's thread still waking a finished run out of the
-# runtime's code must be done with Python first, or the process aborts as it exits.
+# Before the interpreter finalizes: from then on no thread of the runtime (nor a tool's thread
+# waking a run) calls into Python, and those doing so are let finish first; a thread made to
+# exit inside such a call as the interpreter finalizes would abort the process.
 _atexit.register(_before_exit)
 
 __all__ = [
