@@ -130,10 +130,11 @@ SINK_SCRIPT = RUNTIME_RUN + textwrap.dedent(
 
 # A function model, on the runtime's threads. `slow`: its first answer is under way when the
 # script ends. `quick`: its second call comes while the interpreter finalizes, after the tool's
-# attempt timed out on the runtime's clock.
+# attempt timed out on the runtime's clock. A third argument: the run's journal.
 MODEL_SCRIPT = RUNTIME_RUN + textwrap.dedent(
     """
     slow_answer = sys.argv[2] == "slow"
+    journal = sys.argv[3] if len(sys.argv) > 3 else None
     calls = []
 
     def answer(request):
@@ -142,11 +143,11 @@ MODEL_SCRIPT = RUNTIME_RUN + textwrap.dedent(
             if slow_answer:
                 started.set()
                 time.sleep(1.0)
-            return [ToolCall("wait", {})]
+            return [ToolCall("wait", {}, id="w1")]
         return "done"
 
     agent = Agent(model=FunctionModel(answer), instructions="Wait.", tools=[wait])
-    end_once(lambda: agent.run_async("go", trace=TRACE), asyncio.new_event_loop())
+    end_once(lambda: agent.run_async("go", trace=TRACE, journal=journal), asyncio.new_event_loop())
     sys.exit(3)
     """
 )
@@ -186,26 +187,61 @@ def test_an_event_under_way_when_the_script_ends_is_finished_and_the_run_ends_wi
     assert ended(trace)["stop_reason"] == "finished", trace
 
 
+def not_ended(trace: "list[dict]") -> None:
+    """The run never ended: the exit left it as a killed process leaves it."""
+    assert not [r for r in trace if r["kind"] == "run" and r["status"] != "running"], trace
+
+
 def test_a_function_model_answering_when_the_script_ends_finishes_its_answer_first(
     tmp_path: pathlib.Path,
 ) -> None:
     out, trace = run_script(MODEL_SCRIPT, tmp_path, "slow")
     assert out.returncode == 3, (out.returncode, out.stderr)
-    # The answer came (a call of the tool), which could no longer start.
-    call = [r for r in trace if r["kind"] == "tool_call" and r["status"] != "running"]
-    assert [(c["status"], c["error"]["code"]) for c in call] == [("fatal", "tool.fatal")], trace
-    assert call[0]["error"]["message"].startswith("python.exiting: "), call
-    assert ended(trace)["stop_reason"] == "failed", trace
+    # The answer came (a call of the tool). The tool's Python never ran, as no Python runs once
+    # the exit began: the call waited until its timeout, and the model was never asked again.
+    models = [r for r in trace if r["kind"] == "model_call" and r["status"] != "running"]
+    assert [m["status"] for m in models] == ["ok"], trace
+    calls = [r for r in trace if r["kind"] == "tool_call" and r["status"] != "running"]
+    assert [(c["status"], c["error"]["code"]) for c in calls] == [("error", "timeout")], trace
+    not_ended(trace)
 
 
-def test_a_function_model_asked_as_the_interpreter_finalizes_is_not_called(tmp_path: pathlib.Path) -> None:
-    out, trace = run_script(MODEL_SCRIPT, tmp_path, "quick")
+def test_a_journaled_run_whose_model_is_asked_as_the_interpreter_finalizes_resumes_from_there(
+    tmp_path: pathlib.Path,
+) -> None:
+    journal = tmp_path / "journal.db"
+    out, trace = run_script(MODEL_SCRIPT, tmp_path, "quick", str(journal))
     assert out.returncode == 3, (out.returncode, out.stderr)
-    # Without the guard the runtime's thread is made to exit as it asks: the run never ends.
-    end = ended(trace)
-    assert end["stop_reason"] == "failed", trace
-    assert end["error"]["code"] == "model.other", end
-    assert "python.exiting: " in end["error"]["message"], end
+    # The tool's attempt timed out, and the next model call was never made: the run did not
+    # end, so its journal holds it in flight (a failure recorded at the exit would have ended it,
+    # and a resume would refuse it as finished).
+    [call] = [r for r in trace if r["kind"] == "tool_call" and r["status"] != "running"]
+    assert (call["status"], call["error"]["code"]) == ("error", "timeout"), call
+    not_ended(trace)
+    run_id = trace[0]["run_id"]
+
+    # The same agent, in this process: the run goes on from its journal to its answer.
+    from agentloop import Agent, FunctionModel, tool
+
+    @tool(timeout=0.5)
+    def wait() -> str:
+        """Outlasts its timeout."""
+        raise AssertionError("a finished call never runs again")
+
+    asked = []
+
+    def answer(request):
+        asked.append(1)
+        return "done"
+
+    resumed = Agent(model=FunctionModel(answer), instructions="Wait.", tools=[wait]).resume(
+        run_id, journal=journal
+    )
+    assert resumed.stop_reason == "finished", resumed
+    assert resumed.output == "done"
+    assert len(asked) == 1
+    [record] = resumed.tool_calls
+    assert (record.status, record.error.code) == ("error", "timeout"), record
 
 
 # A blocking run waited for on a daemon thread (the thread waits in the runtime's code without

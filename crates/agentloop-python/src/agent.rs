@@ -24,7 +24,7 @@ use serde_json::Value;
 use tokio::sync::oneshot;
 
 use crate::drive::Driven;
-use crate::exit::{EXITING_MESSAGE, attach_unless_exiting};
+use crate::exit::attach_unless_exiting;
 use crate::model::{CancelPending, RUN_MODELS, RunModels};
 use crate::otel::Otel;
 use crate::outbox::Outbox;
@@ -1065,7 +1065,6 @@ impl ApprovalPrompter for PythonPrompter {
         Box::pin(async move {
             // The callable may block (a person at a prompt): off the runtime's workers.
             let asked = tokio::task::spawn_blocking(move || {
-                // At the interpreter's exit nobody can answer: the calls are denied.
                 attach_unless_exiting(|py| -> Result<Asked, String> {
                     let asked = outbox
                         .event_loop(py)
@@ -1081,10 +1080,16 @@ impl ApprovalPrompter for PythonPrompter {
                         .map_err(|e| crate::model::python_error_text(py, &e))?;
                     Ok(Asked::Later(rx, CancelPending(Some(asked))))
                 })
-                .unwrap_or_else(|| Err(EXITING_MESSAGE.to_owned()))
             })
             .await
-            .map_err(|e| e.to_string())??;
+            .map_err(|e| e.to_string())?;
+            // At the interpreter's exit nobody can answer, and a denial would be remembered:
+            // the calls are left waiting, as a killed process leaves them (a journaled run asks
+            // again when it resumes).
+            let Some(asked) = asked else {
+                return std::future::pending().await;
+            };
+            let asked = asked?;
             let words = match asked {
                 Asked::Now(words) => words,
                 Asked::Later(rx, mut pending) => {

@@ -24,11 +24,6 @@ static EXIT_THREAD: OnceLock<ThreadId> = OnceLock::new();
 /// How long the exit hook waits for the calls under way.
 const EXIT_WAIT: Duration = Duration::from_secs(5);
 
-/// What a call into Python refused at the exit says, in the error a run records for it (a
-/// tool call's fatal error, a function model's `model.other`, an approval's denial).
-pub(crate) const EXITING_MESSAGE: &str =
-    "python.exiting: the Python interpreter is exiting, so no Python code runs any more";
-
 /// One call under way, counted until it is dropped (unwinding included).
 struct UnderWay;
 
@@ -52,8 +47,9 @@ impl Drop for UnderWay {
 }
 
 /// Runs `f` with the GIL, unless the interpreter is exiting: then `None`, and no Python runs.
-/// The caller resolves the call without Python (fails it, drops it): the run is ending with
-/// the process.
+/// The caller then runs nothing in Python's place: a call (a tool's, a function model's, an
+/// approval) is left unanswered, as a process killed at that moment leaves it, so a journaled
+/// run resumes it rather than record a failure the exit made; an event or a cancel is dropped.
 pub(crate) fn attach_unless_exiting<F, R>(f: F) -> Option<R>
 where
     F: for<'py> FnOnce(Python<'py>) -> R,

@@ -27,7 +27,7 @@ use serde::Serialize;
 use tokio::sync::oneshot;
 
 use crate::error;
-use crate::exit::{EXITING_MESSAGE, attach_unless_exiting};
+use crate::exit::attach_unless_exiting;
 
 /// The model a Python `Agent` names. `kind` is `"provider"` (`spec` is the TOML of an agent
 /// file whose `[model]` is the one wanted, `base` the folder its paths are relative to),
@@ -218,7 +218,7 @@ impl PythonModel {
         })
         .map_err(|e| ModelError::new(ModelErrorKind::Other, format!("function model: {e}")))?;
         let tail = serde_json::to_string(tail).unwrap_or_else(|_| "[]".into());
-        let later = attach_unless_exiting(|py| {
+        let Some(later) = attach_unless_exiting(|py| {
             let run_loop = RUN_MODELS
                 .try_with(|run| run.event_loop.as_ref().map(|l| l.clone_ref(py)))
                 .ok()
@@ -238,11 +238,12 @@ impl PythonModel {
                 .call_method1(py, "add_done_callback", (settled,))
                 .map_err(|e| failed(py, &e))?;
             Ok(Asked::Later(rx, CancelPending(Some(answer))))
-        })
-        .unwrap_or_else(|| {
-            Err(ModelError::new(ModelErrorKind::Other, EXITING_MESSAGE).with_provider("function"))
-        })?;
-        match later {
+        }) else {
+            // At the interpreter's exit no Python runs: the call is left unanswered, as a killed
+            // process leaves it, and a journaled run resumes from here.
+            return std::future::pending().await;
+        };
+        match later? {
             Asked::Now(now) => Ok(now),
             Asked::Later(rx, mut pending) => {
                 let answer = rx.await.unwrap_or_else(|_| {

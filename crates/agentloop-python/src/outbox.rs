@@ -16,7 +16,7 @@ use pyo3::prelude::*;
 use serde_json::Value;
 use tokio::sync::oneshot;
 
-use crate::exit::{EXITING_MESSAGE, attach_unless_exiting};
+use crate::exit::attach_unless_exiting;
 
 /// What a tool call's Python side answers with.
 pub(crate) type Reply = Result<ToolOutput, ToolError>;
@@ -100,7 +100,9 @@ impl Outbox {
             Some(Ok(_)) => return,
             // The loop is closed (or never was): no call of the batch can start.
             Some(Err(text)) => format!("the tool dispatcher failed: {text}"),
-            None => EXITING_MESSAGE.to_owned(),
+            // At the interpreter's exit no Python runs: the calls stay waiting, never started,
+            // as a killed process leaves them (a journaled run resumes them).
+            None => return,
         };
         for call in std::mem::take(&mut *self.waiting()) {
             let _ = call.tx.send(Err(ToolError::fatal(failed.clone())));

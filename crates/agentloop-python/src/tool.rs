@@ -13,7 +13,7 @@ use pyo3::prelude::*;
 use serde_json::Value;
 use tokio::sync::oneshot;
 
-use crate::exit::{EXITING_MESSAGE, attach_unless_exiting};
+use crate::exit::attach_unless_exiting;
 use crate::outbox::{CallState, Outbox, Reply, ToolReply, Waiting};
 
 /// A tool as the Python side describes it.
@@ -242,7 +242,9 @@ async fn call(dispatcher: &Py<PyAny>, index: usize, args: &Value, ctx: &ToolCont
                 "the tool dispatcher failed: {text}"
             )));
         }
-        None => return Err(ToolError::fatal(EXITING_MESSAGE)),
+        // At the interpreter's exit no Python runs: the call never starts and is left as a
+        // killed process leaves it (a journaled run resumes it).
+        None => return std::future::pending().await,
     };
     let mut guard = CancelOnDrop(Some(InFlight::Sync(handle)));
     reply_of(&mut rx, &mut guard, ctx).await
