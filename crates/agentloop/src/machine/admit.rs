@@ -9,7 +9,7 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use super::call_ids::ToolNames;
-use super::{Pending, Phase, RunMachine, Slot, hit};
+use super::{Batch, Pending, Phase, RunMachine, Slot, Slots, hit};
 use crate::config::OnInvalidCall;
 use crate::error::RunError;
 use crate::event::EventKind;
@@ -376,7 +376,24 @@ impl RunMachine {
         let mut names = std::mem::take(&mut self.tool_names);
         // The batch's box is made first and its slots written in it: inline, they would be
         // copied with every move of the batch.
-        let mut pending = Pending::boxed(self.spare.take(), self.counters.turn);
+        let mut pending = Box::new(Pending {
+            turn: self.counters.turn,
+            slots: Slots::new(),
+            batch: Batch {
+                turn: self.counters.turn,
+                calls: super::BatchCalls::new(),
+                sequential: false,
+            },
+            gate: 0,
+            next: 0,
+            running: 0,
+            open: true,
+            failure: None,
+            interrupted: None,
+            stopping: false,
+            cut: false,
+            restart: Vec::new(),
+        });
         let p = &mut *pending;
         p.slots.reserve_exact(message.tool_calls.len());
         p.batch.calls.reserve_exact(message.tool_calls.len());

@@ -16,7 +16,7 @@ impl RunMachine {
         let turn = pending.turn;
         // The batch lent the arguments to the handlers; dropped first, so that each record takes
         // its call's text rather than a copy.
-        pending.batch.calls.clear();
+        pending.batch.calls = super::BatchCalls::new();
         let mut all_terminate = !pending.slots.is_empty();
         let slots = pending.slots.drain(..);
         let mut terminate_output: Option<String> = None;
@@ -87,10 +87,6 @@ impl RunMachine {
                 turn,
                 outcome,
             });
-        }
-        // Kept only when the run may go on to another batch: an ending run frees it now.
-        if fatal.is_none() && handoff.is_none() && !all_terminate {
-            self.spare = pending.spare();
         }
         if let Some(e) = fatal {
             self.fail(e);

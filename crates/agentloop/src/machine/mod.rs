@@ -96,58 +96,6 @@ struct Pending {
     restart: Vec<usize>,
 }
 
-impl Pending {
-    /// An empty batch of `turn`, in a box: the run's spare one when it has it. Its fields are
-    /// set one by one there, never as a whole value: a whole value is written in full, its
-    /// inline slots too (1.4 KB, most of them unused at a few calls), and at many runs at once
-    /// those are lines that no cache holds any more.
-    fn boxed(spare: Option<Box<Pending>>, turn: u32) -> Box<Pending> {
-        let Some(mut p) = spare else {
-            return Box::new(Pending {
-                turn,
-                slots: Slots::new(),
-                batch: Batch {
-                    turn,
-                    calls: BatchCalls::new(),
-                    sequential: false,
-                },
-                gate: 0,
-                next: 0,
-                running: 0,
-                open: true,
-                failure: None,
-                interrupted: None,
-                stopping: false,
-                cut: false,
-                restart: Vec::new(),
-            });
-        };
-        p.turn = turn;
-        p.slots.clear();
-        p.batch.turn = turn;
-        p.batch.calls.clear();
-        p.batch.sequential = false;
-        p.gate = 0;
-        p.next = 0;
-        p.running = 0;
-        p.open = true;
-        p.failure = None;
-        p.interrupted = None;
-        p.stopping = false;
-        p.cut = false;
-        p.restart.clear();
-        p
-    }
-
-    /// The folded box, to keep for the run's next batch ([`Pending::boxed`] empties it then);
-    /// `None` when it grew past its inline slots (a batch of many calls) or restarted calls,
-    /// whose buffers a run should not hold between turns.
-    fn spare(self: Box<Self>) -> Option<Box<Pending>> {
-        let grew = self.slots.spilled() || self.batch.calls.spilled();
-        (!grew && self.restart.capacity() == 0).then_some(self)
-    }
-}
-
 /// A batch's slots, one a call, inline in its box up to four calls (most responses call a few
 /// tools): one allocation a tool turn fewer, and nothing kept once the batch is folded.
 type Slots = smallvec::SmallVec<[Slot; 4]>;
@@ -343,9 +291,6 @@ pub struct RunMachine {
     /// their results and records share them, where sharing the agent's one copy with every run
     /// would count on one cache line from every core of a multi-threaded runtime at every call.
     tool_names: call_ids::ToolNames,
-    /// The last batch's box, emptied, for the next one (see [`Pending::boxed`]): one
-    /// allocation a tool turn fewer.
-    spare: Option<Box<Pending>>,
 }
 
 impl std::fmt::Debug for RunMachine {
@@ -437,7 +382,6 @@ impl RunMachine {
             context: ContextEstimate::default(),
             call_ids,
             tool_names: call_ids::ToolNames::default(),
-            spare: None,
         };
         if let Err(message) = m.limits().check() {
             m.fail(RunError::Other {
