@@ -2165,3 +2165,67 @@ async fn a_dry_run_that_polls_the_same_call_is_not_a_stuck_loop() {
     );
     assert_tool_cycle(&out.transcript);
 }
+
+#[tokio::test]
+async fn batches_of_many_and_few_calls_one_after_another_keep_each_turns_results_in_order() {
+    // A batch's slots are inline in its box up to four calls and spill past that: batches of
+    // 6, 2, 5, 1 and 3 calls (with a refused call among them) must each fold their own calls,
+    // in decision order, with nothing left from the batch before.
+    let sizes = [6usize, 2, 5, 1, 3];
+    let mut script: Vec<ModelResponse> = sizes
+        .iter()
+        .enumerate()
+        .map(|(t, &n)| {
+            ModelResponse::tool_calls((0..n).map(|k| {
+                // The second call of the third turn names no tool of the agent.
+                let tool = if t == 2 && k == 1 { "missing" } else { "echo" };
+                (
+                    format!("t{t}_{k}"),
+                    tool.to_owned(),
+                    format!(r#"{{"tag": "t{t}_{k}", "ms": {}}}"#, (n - k) * 2),
+                )
+            }))
+        })
+        .collect();
+    script.push(ModelResponse::text("done"));
+    let log = CallLog::default();
+    let out = agent(
+        ScriptedModel::new(script),
+        vec![sleeper("echo", &log)],
+        Limits::default(),
+    )
+    .run("go")
+    .await;
+    assert_eq!(out.stop_reason, StopReason::Finished, "{:?}", out.error);
+    let expected: Vec<(u32, String)> = sizes
+        .iter()
+        .enumerate()
+        .flat_map(|(t, &n)| (0..n).map(move |k| (t as u32 + 1, format!("t{t}_{k}"))))
+        .collect();
+    let records: Vec<(u32, String)> = out
+        .tool_calls
+        .iter()
+        .map(|r| (r.turn, r.call_id.to_string()))
+        .collect();
+    assert_eq!(records, expected);
+    for r in &out.tool_calls {
+        if &*r.call_id == "t2_1" {
+            assert_eq!(r.outcome.status, CallStatus::Rejected, "{r:?}");
+        } else {
+            assert!(r.ok(), "{r:?}");
+            assert_eq!(r.arguments.to_value()["tag"], json!(&*r.call_id));
+        }
+    }
+    // The transcript: each turn's assistant message, then its results in the same order.
+    let results: Vec<String> = out
+        .transcript
+        .iter()
+        .filter_map(|m| match m {
+            Message::Tool(r) => Some(r.call_id.to_string()),
+            _ => None,
+        })
+        .collect();
+    let ids: Vec<String> = expected.into_iter().map(|(_, id)| id).collect();
+    assert_eq!(results, ids);
+    assert_eq!(log.len(), ids.len() - 1);
+}
