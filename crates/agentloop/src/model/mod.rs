@@ -71,41 +71,31 @@ pub trait Model: Send + Sync {
     }
 }
 
-impl<M: Model + ?Sized> Model for Arc<M> {
-    fn id(&self) -> &str {
-        (**self).id()
-    }
-    fn provider(&self) -> &str {
-        (**self).provider()
-    }
-    fn stream<'a>(&'a self, request: ModelRequest<'a>) -> ModelStream<'a> {
-        (**self).stream(request)
-    }
-    fn resumed(&self, model_calls: usize) -> Option<Arc<dyn Model>> {
-        (**self).resumed(model_calls)
-    }
-    fn cache_identity(&self, request: &ModelRequest<'_>) -> Option<CacheIdentity> {
-        (**self).cache_identity(request)
-    }
+/// A model behind a pointer (`Arc`, `Box`) is that model: every method forwards, default or not,
+/// so a wrapper never loses what the model overrides.
+macro_rules! forward_model {
+    ($($pointer:ident),+) => {$(
+        impl<M: Model + ?Sized> Model for $pointer<M> {
+            fn id(&self) -> &str {
+                (**self).id()
+            }
+            fn provider(&self) -> &str {
+                (**self).provider()
+            }
+            fn stream<'a>(&'a self, request: ModelRequest<'a>) -> ModelStream<'a> {
+                (**self).stream(request)
+            }
+            fn resumed(&self, model_calls: usize) -> Option<Arc<dyn Model>> {
+                (**self).resumed(model_calls)
+            }
+            fn cache_identity(&self, request: &ModelRequest<'_>) -> Option<CacheIdentity> {
+                (**self).cache_identity(request)
+            }
+        }
+    )+};
 }
 
-impl<M: Model + ?Sized> Model for Box<M> {
-    fn id(&self) -> &str {
-        (**self).id()
-    }
-    fn provider(&self) -> &str {
-        (**self).provider()
-    }
-    fn stream<'a>(&'a self, request: ModelRequest<'a>) -> ModelStream<'a> {
-        (**self).stream(request)
-    }
-    fn resumed(&self, model_calls: usize) -> Option<Arc<dyn Model>> {
-        (**self).resumed(model_calls)
-    }
-    fn cache_identity(&self, request: &ModelRequest<'_>) -> Option<CacheIdentity> {
-        (**self).cache_identity(request)
-    }
-}
+forward_model!(Arc, Box);
 
 /// Calls a model and collects its stream into one response, without emitting deltas anywhere.
 pub async fn complete(
