@@ -232,15 +232,12 @@ impl Approvals {
     /// `approvals.suspend(requests); std::future::pending().await`. Without suspension
     /// (see [`Approvals::can_suspend`]) it does nothing and returns false.
     pub fn suspend(&self, requests: Vec<ApprovalRequest>) -> bool {
-        let Some(s) = &self.suspend else {
-            return false;
-        };
-        s.pending
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .extend(requests);
-        s.fired.cancel();
-        true
+        // Held as `hold` holds them, then fired: one way into the pending list.
+        let held = self.hold(requests);
+        if let Some(s) = &self.suspend {
+            s.fired.cancel();
+        }
+        held
     }
 
     /// True once the run suspended (its subagents' children are then left to resume, not
