@@ -918,6 +918,29 @@ impl SqliteJournal {
         })
     }
 
+    /// Ends run `run_id` with `outcome` in one write: its logged steps, `last` (the step that
+    /// ended it, when one did) and the end are committed all or none; then the run is let go.
+    fn end_run<'a>(
+        &'a self,
+        run_id: &'a str,
+        outcome: &'a RunOutcome,
+        last: Option<(u64, String)>,
+    ) -> BoxFuture<'a, Result<(), JournalError>> {
+        let logged = match self.logged(run_id) {
+            Ok(logged) => logged,
+            Err(e) => return Box::pin(async move { Err(e) }),
+        };
+        self.then_release(
+            run_id,
+            self.send(Command::Finish {
+                run_id: run_id.to_owned(),
+                stop_reason: outcome.stop_reason.as_str().to_owned(),
+                logged,
+                last,
+            }),
+        )
+    }
+
     /// Folds the steps of run `run_id`'s step log into the file now, on this thread (waiting
     /// for the file as the writer thread does): for a run let go unfinished.
     fn fold_now(&self, run_id: &str) -> Result<(), JournalError> {
@@ -1316,24 +1339,10 @@ impl Journal for SqliteJournal {
         step: &'a Step,
         outcome: &'a RunOutcome,
     ) -> BoxFuture<'a, Result<(), JournalError>> {
-        let text = match to_json(step) {
-            Ok(text) => text,
-            Err(e) => return Box::pin(async move { Err(e) }),
-        };
-        let logged = match self.logged(run_id) {
-            Ok(logged) => logged,
-            Err(e) => return Box::pin(async move { Err(e) }),
-        };
-        // One write: the logged steps, the last one and the end are committed all or none.
-        self.then_release(
-            run_id,
-            self.send(Command::Finish {
-                run_id: run_id.to_owned(),
-                stop_reason: outcome.stop_reason.as_str().to_owned(),
-                logged,
-                last: Some((seq, text)),
-            }),
-        )
+        match to_json(step) {
+            Ok(text) => self.end_run(run_id, outcome, Some((seq, text))),
+            Err(e) => Box::pin(async move { Err(e) }),
+        }
     }
 
     fn suspend<'a>(
@@ -1363,19 +1372,7 @@ impl Journal for SqliteJournal {
         run_id: &'a str,
         outcome: &'a RunOutcome,
     ) -> BoxFuture<'a, Result<(), JournalError>> {
-        let logged = match self.logged(run_id) {
-            Ok(logged) => logged,
-            Err(e) => return Box::pin(async move { Err(e) }),
-        };
-        self.then_release(
-            run_id,
-            self.send(Command::Finish {
-                run_id: run_id.to_owned(),
-                stop_reason: outcome.stop_reason.as_str().to_owned(),
-                logged,
-                last: None,
-            }),
-        )
+        self.end_run(run_id, outcome, None)
     }
 }
 
