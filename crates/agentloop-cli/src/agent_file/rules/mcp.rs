@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use super::tools::{check_command, check_network, check_network_key, check_resources};
+use super::tools::{check_command, check_process_sandbox};
 use super::{MAX_TIMEOUT_SECS, span_of, valid_seconds};
 use crate::agent_file::check::{Problems, join};
 use crate::agent_file::spec::McpFileSpec;
@@ -183,15 +183,14 @@ fn check_sandbox(server: &McpFileSpec, path: &str, problems: &mut Problems) {
             }
         }
     }
-    check_network(server.sandbox, server.network.as_ref(), path, problems);
-    check_network_key(
-        "unix_sockets",
+    check_process_sandbox(
         server.sandbox,
+        server.network.as_ref(),
         server.unix_sockets.as_ref(),
+        server.resources.as_ref(),
         path,
         problems,
     );
-    check_resources(server.resources.as_ref(), path, problems);
 }
 
 /// `headers` for an HTTP server only, and the shapes of the `env` and `headers` templates (their

@@ -21,7 +21,7 @@ use toml::Spanned;
 use toml::de::{DeTable, DeValue, ValueDeserializer};
 
 use super::HostTool;
-use super::check::Problems;
+use super::check::{self, Problems};
 use super::spec::{AgentFileSpec, LimitsSpec, ModelSpec, PermissionsSpec, ToolFileSpec};
 use limits::{check_budget_priced, check_limits};
 use mcp::{check_mcp, check_mcp_collisions};
@@ -302,6 +302,19 @@ pub const MAX_TIMEOUT_SECS: f64 = 365.0 * 24.0 * 3600.0;
 /// A timeout an agent file may set: positive and at most [`MAX_TIMEOUT_SECS`].
 fn valid_seconds(secs: f64) -> bool {
     secs.is_finite() && secs > 0.0 && secs <= MAX_TIMEOUT_SECS
+}
+
+/// A key of seconds (`path.key`: a timeout, a time to live) that is not [`valid_seconds`].
+fn check_seconds(path: &str, key: &str, secs: Option<&Spanned<f64>>, problems: &mut Problems) {
+    if let Some(t) = secs
+        && !valid_seconds(*t.get_ref())
+    {
+        problems.at(
+            &check::join(path, key),
+            span_of(t),
+            format!("{key} must be a positive number of seconds, at most a year"),
+        );
+    }
 }
 
 /// The most retries an agent file may give a tool: beyond that a failing tool would only keep a

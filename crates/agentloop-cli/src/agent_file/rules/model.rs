@@ -4,7 +4,7 @@
 use std::ops::Range;
 use std::path::Path;
 
-use super::{span_of, valid_seconds};
+use super::{check_seconds, span_of};
 use crate::agent_file::check::{Problems, join};
 use crate::agent_file::spec::{ModelSpec, PriceSpec, Provider, ToolSearchSpec};
 
@@ -33,28 +33,12 @@ pub(super) fn check_model(model: &ModelSpec, dir: &Path, problems: &mut Problems
             "compaction_keep_turns must be at least 1: the latest turn always stays whole",
         );
     }
-    if let Some(t) = &model.cache_ttl_secs
-        && !valid_seconds(*t.get_ref())
-    {
-        problems.at(
-            "model.cache_ttl_secs",
-            span_of(t),
-            "cache_ttl_secs must be a positive number of seconds, at most a year",
-        );
-    }
     for (key, t) in [
+        ("cache_ttl_secs", &model.cache_ttl_secs),
         ("idle_timeout_secs", &model.idle_timeout_secs),
         ("keepalive_timeout_secs", &model.keepalive_timeout_secs),
     ] {
-        if let Some(t) = t
-            && !valid_seconds(*t.get_ref())
-        {
-            problems.at(
-                &format!("model.{key}"),
-                span_of(t),
-                format!("{key} must be a positive number of seconds, at most a year"),
-            );
-        }
+        check_seconds("model", key, t.as_ref(), problems);
     }
     if let (Some(choice), Some(_)) = (&model.tool_choice, &model.tool_dialect)
         && choice.get_ref() != "auto"

@@ -7,7 +7,7 @@ use agentloop_tools::Builtin;
 use serde_json::Value;
 use toml::Spanned;
 
-use super::{MAX_TOOL_RETRIES, span_of, valid_seconds};
+use super::{MAX_TOOL_RETRIES, check_seconds, span_of};
 use crate::agent_file::check::{Problems, join};
 use crate::agent_file::spec::{ResourcesSpec, ToolFileSpec};
 
@@ -287,18 +287,24 @@ fn check_command_tool(tool: &ToolFileSpec, path: &str, dir: &Path, problems: &mu
     check_env_names(tool, path, problems);
 }
 
-/// `network` under an entry's own `sandbox = "off"`: nothing is confined, so it says nothing.
-pub(super) fn check_network(
+/// The sandbox keys of an entry whose processes may be sandboxed (a tool, an MCP server): its flags
+/// under its own `sandbox = "off"`, and its resource limits.
+pub(super) fn check_process_sandbox(
     sandbox: Option<agentloop_tools::SandboxMode>,
     network: Option<&Spanned<bool>>,
+    unix_sockets: Option<&Spanned<bool>>,
+    resources: Option<&Spanned<ResourcesSpec>>,
     path: &str,
     problems: &mut Problems,
 ) {
     check_network_key("network", sandbox, network, path, problems);
+    check_network_key("unix_sockets", sandbox, unix_sockets, path, problems);
+    check_resources(resources, path, problems);
 }
 
-/// A sandbox flag (`network`, `unix_sockets`) under an entry's own `sandbox = "off"`.
-pub(super) fn check_network_key(
+/// A sandbox flag (`network`, `unix_sockets`) under an entry's own `sandbox = "off"`: nothing is
+/// confined, so it says nothing.
+fn check_network_key(
     key: &str,
     sandbox: Option<agentloop_tools::SandboxMode>,
     flag: Option<&Spanned<bool>>,
@@ -316,7 +322,7 @@ pub(super) fn check_network_key(
 
 /// `resources`: a limit of 0 would keep the process from starting (or from opening its own
 /// program), so each must be at least 1.
-pub(super) fn check_resources(
+fn check_resources(
     resources: Option<&Spanned<ResourcesSpec>>,
     path: &str,
     problems: &mut Problems,
@@ -391,27 +397,18 @@ fn check_tool(tool: &ToolFileSpec, path: &str, dir: &Path, problems: &mut Proble
             problems,
         );
     }
-    check_network(tool.sandbox, tool.network.as_ref(), path, problems);
-    check_network_key(
-        "unix_sockets",
+    check_process_sandbox(
         tool.sandbox,
+        tool.network.as_ref(),
         tool.unix_sockets.as_ref(),
+        tool.resources.as_ref(),
         path,
         problems,
     );
-    check_resources(tool.resources.as_ref(), path, problems);
     if let Some(schema) = &tool.input_schema {
         check_input_schema(schema, path, problems);
     }
-    if let Some(t) = &tool.timeout_secs
-        && !valid_seconds(*t.get_ref())
-    {
-        problems.at(
-            &join(path, "timeout_secs"),
-            span_of(t),
-            "timeout_secs must be a positive number of seconds, at most a year",
-        );
-    }
+    check_seconds(path, "timeout_secs", tool.timeout_secs.as_ref(), problems);
     if tool.agent.is_none() {
         let agent_only = [
             ("fatal", tool.fatal.is_some()),
