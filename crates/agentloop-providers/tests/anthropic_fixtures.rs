@@ -2,11 +2,11 @@
 //! real [`Anthropic`] adapter (streamed and whole), compared with the case's `expected`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod anthropic_responses_common;
+mod support;
 
 use agentloop::model::ModelErrorKind;
 use agentloop_providers::anthropic::Anthropic;
-use anthropic_responses_common::{call, cases, check, serve};
+use support::{call, cases, check, serve};
 
 #[tokio::test]
 async fn every_anthropic_fixture_case_matches_expected() {
@@ -52,7 +52,7 @@ async fn fixture_errors_are_classified_by_kind() {
 
 #[test]
 fn fixture_streams_parse_the_same_in_memory() {
-    anthropic_responses_common::check_in_memory(
+    support::check_in_memory(
         "anthropic_messages",
         agentloop_providers::anthropic::parse_stream_bytes,
     );
@@ -60,7 +60,7 @@ fn fixture_streams_parse_the_same_in_memory() {
 
 #[test]
 fn every_cut_of_a_recorded_stream_before_message_stop_is_an_error() {
-    anthropic_responses_common::check_every_cut(
+    support::check_every_cut(
         "anthropic_messages",
         agentloop_providers::anthropic::parse_stream_bytes,
         b"message_stop",

@@ -3,13 +3,13 @@
 //! event, before any content and after some, whose text is then discarded).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod anthropic_responses_common;
+mod support;
 
 use std::time::Duration;
 
 use agentloop_providers::Retry;
 use agentloop_providers::anthropic::Anthropic;
-use anthropic_responses_common::{ask, check_stall_and_drop, fast_retry, fixture, serve_replies};
+use support::{ask, check_stall_and_drop, fast_retry, fixture, serve_replies};
 
 const STARTED: &[u8] = b"event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"m\",\"model\":\"c\",\"usage\":{\"input_tokens\":3,\"output_tokens\":1}}}\n\nevent: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\nevent: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"Hel\"}}\n\n";
 

@@ -2,16 +2,16 @@
 //! sent after the tool results is checked field by field against the Messages protocol.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod anthropic_responses_common;
+mod support;
 
 use agentloop::{Agent, StopReason};
 use agentloop_providers::anthropic::Anthropic;
-use anthropic_responses_common::{fixture, json_tool, request_bodies, serve_in_order};
 use serde_json::{Value, json};
+use support::{fixture, json_tool, request_bodies, serve_in_order};
 
 /// Prompt caching is off here: these tests pin the bodies' other parts exactly.
 fn model(uri: String, stream: bool) -> Anthropic {
-    anthropic_responses_common::anthropic_model(uri, stream)
+    support::anthropic_model(uri, stream)
 }
 
 fn ab_schema() -> Value {

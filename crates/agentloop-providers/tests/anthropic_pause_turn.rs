@@ -4,16 +4,16 @@
 //! with `model.paused`, never ending the run on its opening words.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
-mod anthropic_responses_common;
+mod support;
 
 use agentloop::model::{FinishReason, ModelErrorKind, Usage};
 use agentloop::{Agent, StopReason};
 use agentloop_providers::anthropic::{Anthropic, MAX_PAUSE_CONTINUATIONS};
-use anthropic_responses_common::{call, request_bodies, serve_in_order};
 use serde_json::{Value, json};
+use support::{call, request_bodies, serve_in_order};
 
 fn model(uri: String, stream: bool) -> Anthropic {
-    anthropic_responses_common::anthropic_model(uri, stream)
+    support::anthropic_model(uri, stream)
 }
 
 /// The server's web search and its result, as a paused turn carries them: sent back, each must
@@ -39,7 +39,7 @@ fn paused_blocks() -> Value {
 }
 
 fn sse(events: &[Value]) -> Vec<u8> {
-    anthropic_responses_common::sse_of(events)
+    support::sse_of(events)
 }
 
 /// The first part, streamed: text, the search (its input in two pieces), its result, paused.
@@ -237,7 +237,7 @@ async fn a_run_whose_turn_stays_paused_fails_with_model_paused_and_no_answer() {
 async fn a_continued_stream_is_one_response_one_start_one_finish_its_usage_summed() {
     use agentloop::model::ModelEvent;
     let server = serve_in_order("/v1/messages", replies(true, 1)).await;
-    let events: Vec<ModelEvent> = anthropic_responses_common::events(&model(server.uri(), true))
+    let events: Vec<ModelEvent> = support::events(&model(server.uri(), true))
         .await
         .into_iter()
         .map(Result::unwrap)

@@ -4,9 +4,9 @@
 //! `anthropic_stream` drives the same function for longer.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod anthropic_responses_common;
+mod support;
 
-use anthropic_responses_common::props::{StreamProps, nothing_more};
+use support::props::{StreamProps, nothing_more};
 
 /// Pieces that real streams are made of.
 const PIECES: &[&str] = &[

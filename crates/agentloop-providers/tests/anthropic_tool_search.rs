@@ -5,14 +5,12 @@
 //! blocks back unchanged, the tool list byte for byte the same.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
-mod anthropic_responses_common;
+mod support;
 
 use agentloop::{Agent, StopReason};
 use agentloop_providers::anthropic::{Anthropic, TOOL_SEARCH_BETA, ToolSearchVariant};
-use anthropic_responses_common::{
-    city_schema, json_tool, request_bodies, search_tools, serve_in_order,
-};
 use serde_json::{Value, json};
+use support::{city_schema, json_tool, request_bodies, search_tools, serve_in_order};
 
 fn model(uri: String, stream: bool, caching: bool) -> Anthropic {
     Anthropic::builder("claude-test")

@@ -20,8 +20,8 @@ use serde_json::json;
 use wiremock::matchers::{method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
 
-mod anthropic_responses_common;
-use anthropic_responses_common::ask;
+mod support;
+use support::ask;
 
 const SECRET: &str = "sk-cache-secret-0123456789";
 

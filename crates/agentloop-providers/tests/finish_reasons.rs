@@ -21,9 +21,8 @@ use agentloop_providers::openai_chat::OpenAiChat;
 use agentloop_providers::openai_responses::OpenAiResponses;
 use tokio::io::AsyncWriteExt;
 
-#[allow(dead_code)] // The readers of requests are for the servers that answer by them.
-mod raw_http;
-use raw_http::serve_each;
+mod support;
+use support::raw_http::serve_each;
 
 /// The text every answer here streams before its end.
 const TEXT: &str = "Half an ans";

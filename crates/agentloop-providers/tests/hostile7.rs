@@ -11,11 +11,8 @@
 
 use std::time::{Duration, Instant};
 
-use agentloop::model::complete;
-use agentloop::{
-    Message, Model, ModelError, ModelResponse,
-    model::{FinishReason, ModelErrorKind, ModelRequest, ModelSettings},
-};
+use agentloop::model::{FinishReason, ModelErrorKind};
+use agentloop::{Model, ModelError, ModelResponse};
 use agentloop_providers::anthropic::Anthropic;
 use agentloop_providers::http::HttpConfig;
 use agentloop_providers::openai_responses::OpenAiResponses;
@@ -23,9 +20,9 @@ use agentloop_providers::{OpenAiChat, Retry, RetryPolicy};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
-#[allow(dead_code)] // Not every reader of the module is used here.
-mod raw_http;
-use raw_http::serve_each;
+mod support;
+use support::ask_within;
+use support::raw_http::serve_each;
 
 /// What a server does, step by step, after it has read the request.
 #[derive(Clone)]
@@ -149,21 +146,6 @@ fn model_of(api: Api, config: HttpConfig, stream: bool) -> Box<dyn Model> {
 
 async fn ask(model: &dyn Model) -> Result<ModelResponse, ModelError> {
     ask_within(model, Duration::from_secs(30)).await
-}
-
-async fn ask_within(model: &dyn Model, within: Duration) -> Result<ModelResponse, ModelError> {
-    let messages = [Message::user("hello")];
-    let settings = ModelSettings::default();
-    let request = ModelRequest {
-        instructions: None,
-        messages: &messages,
-        tools: &[],
-        output_schema: None,
-        settings: &settings,
-    };
-    tokio::time::timeout(within, complete(model, request))
-        .await
-        .unwrap_or_else(|_| panic!("{}: the call hung past {within:?}", model.provider()))
 }
 
 fn fixture(file: &str) -> String {

@@ -10,11 +10,8 @@
 
 use std::time::Duration;
 
-use agentloop::model::complete;
-use agentloop::{
-    Message, Model, ModelError, ModelResponse,
-    model::{ModelErrorKind, ModelRequest, ModelSettings},
-};
+use agentloop::model::ModelErrorKind;
+use agentloop::{Model, ModelError, ModelResponse};
 use agentloop_providers::OpenAiChat;
 use agentloop_providers::anthropic::Anthropic;
 use agentloop_providers::http::HttpConfig;
@@ -22,29 +19,12 @@ use agentloop_providers::openai_responses::OpenAiResponses;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
 
-mod raw_http;
-use raw_http::read_request;
+mod support;
+use support::http_chunk;
+use support::raw_http::read_request;
 
 async fn ask(model: &dyn Model) -> Result<ModelResponse, ModelError> {
-    let messages = [Message::user("hello")];
-    let settings = ModelSettings::default();
-    let request = ModelRequest {
-        instructions: None,
-        messages: &messages,
-        tools: &[],
-        output_schema: None,
-        settings: &settings,
-    };
-    tokio::time::timeout(Duration::from_secs(20), complete(model, request))
-        .await
-        .expect("the call hung")
-}
-
-fn http_chunk(data: &[u8]) -> Vec<u8> {
-    let mut out = format!("{:x}\r\n", data.len()).into_bytes();
-    out.extend_from_slice(data);
-    out.extend_from_slice(b"\r\n");
-    out
+    support::ask_within(model, Duration::from_secs(20)).await
 }
 
 /// What the server sends after the request: a status 200 with this content type (none when

@@ -12,11 +12,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use agentloop::model::complete;
-use agentloop::{
-    Message, Model, ModelError, ModelResponse,
-    model::{FinishReason, ModelErrorKind, ModelRequest, ModelSettings},
-};
+use agentloop::model::{FinishReason, ModelErrorKind};
+use agentloop::{Model, ModelError, ModelResponse};
 use agentloop_providers::OpenAiChat;
 use agentloop_providers::anthropic::Anthropic;
 use agentloop_providers::http::HttpConfig;
@@ -26,26 +23,14 @@ use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
 
-#[allow(dead_code)] // The reader of the body alone is for the servers that ignore the request.
-mod raw_http;
-use raw_http::read_request_with_head;
+mod support;
+use support::raw_http::read_request_with_head;
 
 /// The key every model here sends (lowercase: the server reads the request's head lowercased).
 const KEY: &str = "sk-stream-leak-0123456789abcdef";
 
 async fn ask(model: &dyn Model) -> Result<ModelResponse, ModelError> {
-    let messages = [Message::user("hello")];
-    let settings = ModelSettings::default();
-    let request = ModelRequest {
-        instructions: None,
-        messages: &messages,
-        tools: &[],
-        output_schema: None,
-        settings: &settings,
-    };
-    tokio::time::timeout(Duration::from_secs(60), complete(model, request))
-        .await
-        .expect("the call hung")
+    support::ask_within(model, Duration::from_secs(60)).await
 }
 
 /// A server answering each of `count` requests (one a connection) with a 200 whose content type

@@ -27,9 +27,8 @@ use agentloop_providers::openai_responses::OpenAiResponses;
 use agentloop_providers::{Fallback, Retry};
 use tokio::io::AsyncWriteExt;
 
-#[allow(dead_code)] // The readers of requests are for the servers that answer by them.
-mod raw_http;
-use raw_http::serve_each;
+mod support;
+use support::raw_http::serve_each;
 
 /// What the failed attempt streamed before it failed.
 const PARTIAL: &str = "Half an ans";

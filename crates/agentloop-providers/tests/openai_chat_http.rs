@@ -8,7 +8,6 @@
     clippy::panic
 )]
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -27,15 +26,11 @@ use tokio::net::TcpListener;
 use wiremock::matchers::{method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
 
-mod raw_http;
-use raw_http::read_request;
+mod support;
+use support::raw_http::read_request;
+use support::{fixture, http_chunk};
 
 const API_KEY: &str = "sk-test-secret-abcdefghijklmnop";
-
-fn fixture(rel: &str) -> Vec<u8> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
-    std::fs::read(dir.join(rel)).unwrap()
-}
 
 fn model(uri: &str) -> OpenAiChat {
     OpenAiChat::builder("gpt-4.1-mini")
@@ -52,16 +47,7 @@ fn fast_retry(attempts: u32) -> RetryPolicy {
 }
 
 async fn ask(model: &dyn Model) -> Result<ModelResponse, ModelError> {
-    let messages = [Message::user("hello")];
-    let settings = ModelSettings::default();
-    let request = ModelRequest {
-        instructions: None,
-        messages: &messages,
-        tools: &[],
-        output_schema: None,
-        settings: &settings,
-    };
-    complete(model, request).await
+    support::ask_unbounded(model).await
 }
 
 fn text_sse() -> ResponseTemplate {
@@ -691,20 +677,13 @@ async fn fallback_does_not_move_on_for_a_bad_request() {
 const SSE_HEAD: &[u8] =
     b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n";
 
-fn http_chunk(data: &[u8]) -> Vec<u8> {
-    let mut out = format!("{:x}\r\n", data.len()).into_bytes();
-    out.extend_from_slice(data);
-    out.extend_from_slice(b"\r\n");
-    out
-}
-
 const FIRST_EVENT: &[u8] =
     b"data: {\"id\":\"c1\",\"model\":\"gpt-4.1-mini\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"Hel\"}}]}\n\n";
 
 /// A server that answers each request with the stream head and one event, then does `then`;
 /// the count says how many requests it read.
 async fn one_event_server_counted(then: &'static str) -> (String, Arc<AtomicUsize>) {
-    raw_http::serve_each(move |mut socket, _| async move {
+    support::raw_http::serve_each(move |mut socket, _| async move {
         socket.write_all(SSE_HEAD).await.unwrap();
         socket.write_all(&http_chunk(FIRST_EVENT)).await.unwrap();
         socket.flush().await.unwrap();

@@ -4,9 +4,9 @@
 //! same function for longer.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod anthropic_responses_common;
+mod support;
 
-use anthropic_responses_common::props::{StreamProps, nothing_more};
+use support::props::{StreamProps, nothing_more};
 
 /// Pieces that real streams are made of, so random streams often get past the framing.
 const PIECES: &[&str] = &[

@@ -6,11 +6,11 @@
 //! to send the call back (`store: false`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod anthropic_responses_common;
+mod support;
 
 use agentloop::model::ModelErrorKind;
 use agentloop_providers::openai_responses::OpenAiResponses;
-use anthropic_responses_common::{call, cases, check, serve};
+use support::{call, cases, check, serve};
 
 fn model(uri: String, stream: bool) -> OpenAiResponses {
     OpenAiResponses::builder("gpt-test")
@@ -93,7 +93,7 @@ async fn reasoning_items_are_kept_whole_for_the_next_request() {
 
 #[test]
 fn fixture_streams_parse_the_same_in_memory() {
-    anthropic_responses_common::check_in_memory(
+    support::check_in_memory(
         "openai_responses",
         agentloop_providers::openai_responses::parse_stream_bytes,
     );
@@ -101,7 +101,7 @@ fn fixture_streams_parse_the_same_in_memory() {
 
 #[test]
 fn every_cut_of_a_recorded_stream_before_completion_is_an_error() {
-    anthropic_responses_common::check_every_cut(
+    support::check_every_cut(
         "openai_responses",
         agentloop_providers::openai_responses::parse_stream_bytes,
         b"response.completed",

@@ -3,14 +3,14 @@
 //! are never retried.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod anthropic_responses_common;
+mod support;
 
 use std::time::Duration;
 
 use agentloop::model::ModelErrorKind;
 use agentloop_providers::Retry;
 use agentloop_providers::openai_responses::OpenAiResponses;
-use anthropic_responses_common::{ask, check_stall_and_drop, fast_retry, fixture, serve_replies};
+use support::{ask, check_stall_and_drop, fast_retry, fixture, serve_replies};
 
 const STARTED: &[u8] = b"data: {\"type\":\"response.created\",\"response\":{\"id\":\"r\",\"model\":\"m\",\"status\":\"in_progress\"}}\n\ndata: {\"type\":\"response.output_text.delta\",\"output_index\":0,\"delta\":\"Hel\"}\n\n";
 

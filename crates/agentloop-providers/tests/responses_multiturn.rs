@@ -2,12 +2,12 @@
 //! request sent after the tool results is checked field by field against the Responses protocol.
 #![allow(clippy::indexing_slicing, clippy::unwrap_used, clippy::expect_used)]
 
-mod anthropic_responses_common;
+mod support;
 
 use agentloop::{Agent, StopReason};
 use agentloop_providers::openai_responses::OpenAiResponses;
-use anthropic_responses_common::{fixture, json_tool, request_bodies, serve_in_order};
 use serde_json::{Value, json};
+use support::{fixture, json_tool, request_bodies, serve_in_order};
 
 fn model(name: &str, uri: String, stream: bool) -> OpenAiResponses {
     OpenAiResponses::builder(name)
@@ -259,7 +259,7 @@ async fn encrypted_reasoning_is_asked_of_reasoning_models_and_not_of_their_chat_
     ];
     for name in names {
         // Only the request matters here: the empty server's 404 ends each call.
-        let _ = anthropic_responses_common::ask(&model(name, server.uri(), true)).await;
+        let _ = support::ask(&model(name, server.uri(), true)).await;
     }
     let bodies = request_bodies(&server).await;
     let include: Vec<Option<&Value>> = bodies.iter().map(|b| b.get("include")).collect();

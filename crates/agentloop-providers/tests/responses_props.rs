@@ -4,11 +4,11 @@
 //! `openai_responses_stream` drives the same function for longer.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod anthropic_responses_common;
+mod support;
 
-use anthropic_responses_common::props::StreamProps;
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
+use support::props::StreamProps;
 
 /// Pieces that real streams are made of.
 const PIECES: &[&str] = &[

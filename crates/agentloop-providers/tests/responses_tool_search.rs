@@ -5,12 +5,12 @@
 //! back before the call, the tool list unchanged.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
-mod anthropic_responses_common;
+mod support;
 
 use agentloop::{Agent, StopReason};
 use agentloop_providers::openai_responses::OpenAiResponses;
-use anthropic_responses_common::{city_schema, request_bodies, search_tools, serve_in_order};
 use serde_json::{Value, json};
+use support::{city_schema, request_bodies, search_tools, serve_in_order};
 
 fn model(uri: String, stream: bool) -> OpenAiResponses {
     OpenAiResponses::builder("gpt-5.4")
@@ -37,7 +37,7 @@ fn function_call() -> Value {
 }
 
 fn sse(events: &[Value]) -> Vec<u8> {
-    anthropic_responses_common::sse_of(events)
+    support::sse_of(events)
 }
 
 fn completed(id: &str) -> Value {

@@ -3,13 +3,13 @@
 //! line) is decoded whole over loopback HTTP, the same on all three APIs.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod anthropic_responses_common;
+mod support;
 
 use agentloop::Model;
 use agentloop_providers::OpenAiChat;
 use agentloop_providers::anthropic::Anthropic;
 use agentloop_providers::openai_responses::OpenAiResponses;
-use anthropic_responses_common::{ask, fixture, serve_replies};
+use support::{ask, fixture, serve_replies};
 
 /// A recorded stream cut right after its last event's data line, without `[DONE]` for Chat.
 fn without_final_blank_line(file: &str) -> Vec<u8> {

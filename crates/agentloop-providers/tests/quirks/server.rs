@@ -22,7 +22,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 
 // Every test crate that includes this file gets the reader with it.
-#[path = "../raw_http/mod.rs"]
+#[path = "../support/raw_http.rs"]
 mod raw_http;
 use raw_http::read_request;
 

@@ -1,7 +1,9 @@
-//! Shared by the providers' tests: reads `cases.json` from the recorded fixture corpus (`tests/fixtures/`) at run time,
-//! serves a case's recorded body over loopback HTTP, drives the real adapter, and compares what it
-//! extracted with the case's `expected`; the failure paths every streamed adapter must meet; and
-//! (in `props`) the property harness of the in-memory stream paths.
+//! Shared by the providers' tests (each test file takes it with `mod support;`): reads
+//! `cases.json` from the recorded fixture corpus (`tests/fixtures/`) at run time, serves a case's
+//! recorded body over loopback HTTP, drives the real adapter, and compares what it extracted with
+//! the case's `expected`; the one-message "hello" call every test asks; the failure paths every
+//! streamed adapter must meet; (in `raw_http`) a raw loopback server for the tests that control
+//! every byte; and (in `props`) the property harness of the in-memory stream paths.
 #![allow(
     clippy::indexing_slicing,
     dead_code,
@@ -11,6 +13,7 @@
 )]
 
 pub mod props;
+pub mod raw_http;
 
 use agentloop::{
     Model, ModelError, ModelResponse,
@@ -63,16 +66,8 @@ pub struct Outcome {
 
 /// Calls the model once with a one-message transcript: its stream's items, as they came.
 pub async fn events(model: &dyn Model) -> Vec<Result<ModelEvent, ModelError>> {
-    let messages = vec![agentloop::Message::user("hello")];
-    let settings = ModelSettings::default();
-    let request = ModelRequest {
-        instructions: None,
-        messages: &messages,
-        tools: &[],
-        output_schema: None,
-        settings: &settings,
-    };
-    model.stream(request).collect().await
+    let hello = Hello::default();
+    model.stream(hello.request()).collect().await
 }
 
 /// Calls the model once with a one-message transcript and collects its stream.
@@ -445,23 +440,62 @@ pub fn fast_retry() -> agentloop_providers::RetryPolicy {
         .with_jitter(0.0)
 }
 
+/// The transcript of one user message, "hello", with default settings: what a test asks when
+/// only the server's answer matters.
+pub struct Hello {
+    messages: [agentloop::Message; 1],
+    settings: ModelSettings,
+}
+
+impl Default for Hello {
+    fn default() -> Self {
+        Hello {
+            messages: [agentloop::Message::user("hello")],
+            settings: ModelSettings::default(),
+        }
+    }
+}
+
+impl Hello {
+    /// The request: no instructions, no tools, no output schema.
+    pub fn request(&self) -> ModelRequest<'_> {
+        ModelRequest {
+            instructions: None,
+            messages: &self.messages,
+            tools: &[],
+            output_schema: None,
+            settings: &self.settings,
+        }
+    }
+}
+
+/// One "hello" call collected into a response, however long it takes.
+pub async fn ask_unbounded(model: &dyn Model) -> Result<ModelResponse, ModelError> {
+    let hello = Hello::default();
+    agentloop::model::complete(model, hello.request()).await
+}
+
+/// One "hello" call collected into a response; a hang fails the test after `within`.
+pub async fn ask_within(
+    model: &dyn Model,
+    within: std::time::Duration,
+) -> Result<ModelResponse, ModelError> {
+    tokio::time::timeout(within, ask_unbounded(model))
+        .await
+        .unwrap_or_else(|_| panic!("{}: the call hung past {within:?}", model.provider()))
+}
+
 /// One "hello" call collected into a response; a hang fails the test after 10 s.
-pub async fn ask(model: &dyn Model) -> Result<agentloop::ModelResponse, agentloop::ModelError> {
-    let messages = [agentloop::Message::user("hello")];
-    let settings = agentloop::model::ModelSettings::default();
-    let request = agentloop::model::ModelRequest {
-        instructions: None,
-        messages: &messages,
-        tools: &[],
-        output_schema: None,
-        settings: &settings,
-    };
-    tokio::time::timeout(
-        std::time::Duration::from_secs(10),
-        agentloop::model::complete(model, request),
-    )
-    .await
-    .expect("the call hung")
+pub async fn ask(model: &dyn Model) -> Result<ModelResponse, ModelError> {
+    ask_within(model, std::time::Duration::from_secs(10)).await
+}
+
+/// `data` as one chunk of a chunked HTTP body.
+pub fn http_chunk(data: &[u8]) -> Vec<u8> {
+    let mut out = format!("{:x}\r\n", data.len()).into_bytes();
+    out.extend_from_slice(data);
+    out.extend_from_slice(b"\r\n");
+    out
 }
 
 /// The schema of a tool over one city.

@@ -11,7 +11,6 @@ use tokio::net::{TcpListener, TcpStream};
 /// A loopback server that reads each request and hands its connection to `answer` with the
 /// request's number (0 for the first), each on a task of its own: its address, and how many
 /// requests it has read.
-#[allow(dead_code)] // Not every test that shares this module serves this way.
 pub async fn serve_each<F, Fut>(answer: F) -> (String, Arc<AtomicUsize>)
 where
     F: Fn(TcpStream, usize) -> Fut + Send + Sync + 'static,
