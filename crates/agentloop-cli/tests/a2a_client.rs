@@ -231,14 +231,7 @@ async fn the_deadline_of_our_run_cancels_the_remote_task() {
         &["slow down"],
         "\n[limits]\ntimeout_secs = 3\n",
     );
-    let out = agentloop(args(&[
-        "run",
-        dir.agent().to_str().unwrap(),
-        "--input",
-        "go",
-        "--json",
-    ]))
-    .await;
+    let out = run_agent_json(&dir.agent(), "go").await;
     let v = stdout_json(&out);
     assert_eq!(v["stop_reason"], "deadline", "{v}");
     assert_eq!(v["tool_calls"][0]["error"]["code"], "a2a.cancelled", "{v}");

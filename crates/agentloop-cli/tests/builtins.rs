@@ -202,14 +202,7 @@ root = "work"
         })
         .mount(&server)
         .await;
-    let out = agentloop(args(&[
-        "run",
-        dir.agent().to_str().unwrap(),
-        "--input",
-        "Read the secret.",
-        "--json",
-    ]))
-    .await;
+    let out = run_agent_json(&dir.agent(), "Read the secret.").await;
     assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
     let v = stdout_json(&out);
     assert_eq!(v["stop_reason"], "finished", "{v}");

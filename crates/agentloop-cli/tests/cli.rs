@@ -174,14 +174,7 @@ async fn a_failing_command_tool_sends_its_status_stdout_and_stderr_back_to_the_m
         r#"command = ["sh", "-c", "cat > stdin.log; echo 'station: closed'; echo '  no weather for you  ' >&2; exit 4"]"#,
     );
     let dir = AgentDir::new(&toml);
-    let out = agentloop(args(&[
-        "run",
-        dir.agent().to_str().unwrap(),
-        "--input",
-        "hi",
-        "--json",
-    ]))
-    .await;
+    let out = run_agent_json(&dir.agent(), "hi").await;
     assert_eq!(
         out.status.code(),
         Some(0),
@@ -224,14 +217,7 @@ async fn anthropic_run_sends_tool_results_back_as_tool_result_blocks() {
     )
     .await;
     let dir = AgentDir::new(&anthropic_agent(&fake.uri(), "get_weather"));
-    let out = agentloop(args(&[
-        "run",
-        dir.agent().to_str().unwrap(),
-        "--input",
-        "Paris?",
-        "--json",
-    ]))
-    .await;
+    let out = run_agent_json(&dir.agent(), "Paris?").await;
     assert_eq!(out.status.code(), Some(0), "stdout: {}", stdout(&out));
     let v = stdout_json(&out);
     assert_eq!(v["output"], "Hello there!");
@@ -285,14 +271,7 @@ command = ["python3", "tool.py"]
         fake.uri()
     );
     let dir = AgentDir::new(&toml);
-    let out = agentloop(args(&[
-        "run",
-        dir.agent().to_str().unwrap(),
-        "--input",
-        "Capital of France?",
-        "--json",
-    ]))
-    .await;
+    let out = run_agent_json(&dir.agent(), "Capital of France?").await;
     assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
     let v = stdout_json(&out);
     assert_eq!(v["output"], "The capital of France is Paris.");
@@ -314,14 +293,7 @@ async fn a_provider_error_exits_with_the_model_code() {
     )
     .await;
     let dir = AgentDir::new(&openai_agent(&fake.uri(), ""));
-    let out = agentloop(args(&[
-        "run",
-        dir.agent().to_str().unwrap(),
-        "--input",
-        "hi",
-        "--json",
-    ]))
-    .await;
+    let out = run_agent_json(&dir.agent(), "hi").await;
     assert_eq!(out.status.code(), Some(4), "stderr: {}", stderr(&out));
     let v = stdout_json(&out);
     assert_eq!(v["stop_reason"], "failed");
@@ -368,14 +340,7 @@ async fn a_turn_limit_stops_the_run_with_the_limit_code() {
     )
     .await;
     let dir = AgentDir::new(&openai_agent(&fake.uri(), "[limits]\nmax_turns = 1\n"));
-    let out = agentloop(args(&[
-        "run",
-        dir.agent().to_str().unwrap(),
-        "--input",
-        "hi",
-        "--json",
-    ]))
-    .await;
+    let out = run_agent_json(&dir.agent(), "hi").await;
     assert_eq!(out.status.code(), Some(5), "stderr: {}", stderr(&out));
     let v = stdout_json(&out);
     assert_eq!(v["stop_reason"], "max_turns");
@@ -493,14 +458,7 @@ async fn a_lone_surrogate_in_a_calls_arguments_reaches_the_tool_as_the_replaceme
         "s",
         r#"[{"tool_calls": [{"id": "c1", "name": "get_weather", "arguments": "{\"city\": \"Oslo\\ud83d\", \"icon\": \"\\ud83d\\ude00\"}"}]}, {"text": "done"}]"#,
     );
-    let out = agentloop(args(&[
-        "run",
-        dir.agent().to_str().unwrap(),
-        "--input",
-        "x",
-        "--json",
-    ]))
-    .await;
+    let out = run_agent_json(&dir.agent(), "x").await;
     assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
     let v = stdout_json(&out);
     let call = &v["tool_calls"][0];
@@ -544,14 +502,7 @@ comand = ["echo"]
         err.contains("tools[1].command: missing required key `command`"),
         "{err}"
     );
-    let json = agentloop(args(&[
-        "run",
-        dir.agent().to_str().unwrap(),
-        "--input",
-        "x",
-        "--json",
-    ]))
-    .await;
+    let json = run_agent_json(&dir.agent(), "x").await;
     assert_eq!(json.status.code(), Some(3));
     let v = stdout_json(&json);
     assert_eq!(v["error"]["code"], "agent_file.invalid");
@@ -1241,14 +1192,7 @@ async fn a_named_tool_choice_forces_the_first_call_and_then_lets_the_model_answe
 async fn a_tool_choice_naming_no_tool_is_refused_at_load() {
     let fake = FakeProvider::start("/v1/chat/completions", vec![]).await;
     let dir = AgentDir::new(&openai_agent(&fake.uri(), r#"tool_choice = "get_wether""#));
-    let out = agentloop(args(&[
-        "run",
-        dir.agent().to_str().unwrap(),
-        "--input",
-        "x",
-        "--json",
-    ]))
-    .await;
+    let out = run_agent_json(&dir.agent(), "x").await;
     assert_eq!(out.status.code(), Some(3), "stderr: {}", stderr(&out));
     let v = stdout_json(&out);
     assert_eq!(v["error"]["code"], "agent_file.invalid");

@@ -91,14 +91,7 @@ api_key_env = "AGENTLOOP_TEST_KEY"
 
 async fn run_json(dir: &AgentDir) -> (Option<i32>, serde_json::Value, Duration) {
     let started = Instant::now();
-    let out = agentloop(args(&[
-        "run",
-        dir.agent().to_str().unwrap(),
-        "--input",
-        "hi",
-        "--json",
-    ]))
-    .await;
+    let out = run_agent_json(&dir.agent(), "hi").await;
     let v = stdout_json(&out);
     (out.status.code(), v, started.elapsed())
 }

@@ -32,14 +32,7 @@ input_schema = {{ type = "object", properties = {{ n = {{ type = "integer" }} }}
 }
 
 async fn run_json(dir: &AgentDir) -> (Option<i32>, Value) {
-    let out = agentloop(args(&[
-        "run",
-        dir.agent().to_str().unwrap(),
-        "--input",
-        "go",
-        "--json",
-    ]))
-    .await;
+    let out = run_agent_json(&dir.agent(), "go").await;
     (out.status.code(), stdout_json(&out))
 }
 
@@ -193,14 +186,7 @@ async fn a_cut_answer_over_http_is_asked_again_with_a_larger_limit_then_stops_tr
         &fake.uri(),
         "max_tokens = 50\nstream = false\n",
     ));
-    let out = agentloop(args(&[
-        "run",
-        dir.agent().to_str().unwrap(),
-        "--input",
-        "hi",
-        "--json",
-    ]))
-    .await;
+    let out = run_agent_json(&dir.agent(), "hi").await;
     assert_eq!(out.status.code(), Some(4), "stderr: {}", stderr(&out));
     let v = stdout_json(&out);
     assert_eq!(v["stop_reason"], "truncated", "{v}");
@@ -228,14 +214,7 @@ async fn a_tool_call_cut_over_http_is_fed_back_and_the_run_goes_on() {
     )
     .await;
     let dir = AgentDir::new(&anthropic_agent(&fake.uri(), "make_file"));
-    let out = agentloop(args(&[
-        "run",
-        dir.agent().to_str().unwrap(),
-        "--input",
-        "taxes",
-        "--json",
-    ]))
-    .await;
+    let out = run_agent_json(&dir.agent(), "taxes").await;
     assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
     let v = stdout_json(&out);
     assert_eq!(v["stop_reason"], "finished");

@@ -31,10 +31,7 @@ async fn one_call_then_text() -> FakeProvider {
 
 /// `agentloop run AGENT --input hi --json` and `extra`, whatever its exit code.
 async fn run_any(dir: &AgentDir, extra: &[&str]) -> std::process::Output {
-    let agent = dir.agent();
-    let mut a = vec!["run", agent.to_str().unwrap(), "--input", "hi", "--json"];
-    a.extend_from_slice(extra);
-    agentloop(args(&a)).await
+    run_agent_json_with(&dir.agent(), "hi", extra).await
 }
 
 async fn run_json(dir: &AgentDir, extra: &[&str]) -> (std::process::Output, Value) {

@@ -45,14 +45,7 @@ async fn run_json(dir: &AgentDir) -> (Option<i32>, Value, String) {
 
 /// `agentloop run --json` of the agent file at `agent` on "hi".
 async fn run_file_json(agent: &std::path::Path) -> (Option<i32>, Value, String) {
-    let out = agentloop(args(&[
-        "run",
-        agent.to_str().unwrap(),
-        "--input",
-        "hi",
-        "--json",
-    ]))
-    .await;
+    let out = run_agent_json(agent, "hi").await;
     (out.status.code(), stdout_json(&out), stderr(&out))
 }
 

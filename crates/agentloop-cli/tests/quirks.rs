@@ -18,7 +18,7 @@ use std::path::PathBuf;
 
 use serde_json::{Value, json};
 use server::{QuirkServer, Reply};
-use support::{AgentDir, TEST_KEY, agentloop, args, stderr, stdout, stdout_json};
+use support::{AgentDir, TEST_KEY, agentloop, args, run_agent_json, stderr, stdout, stdout_json};
 
 fn case_dir(id: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -89,14 +89,7 @@ fn assert_paris_and_tokyo(dir: &AgentDir) {
 }
 
 async fn run(dir: &AgentDir) -> std::process::Output {
-    agentloop(args(&[
-        "run",
-        dir.agent().to_str().unwrap(),
-        "--input",
-        "Weather in Paris and Tokyo?",
-        "--json",
-    ]))
-    .await
+    run_agent_json(&dir.agent(), "Weather in Paris and Tokyo?").await
 }
 
 #[tokio::test(flavor = "multi_thread")]

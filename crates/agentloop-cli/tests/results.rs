@@ -139,14 +139,7 @@ root = "work"
     let call = "```json\n{\"name\": \"write_file\", \"arguments\": {\"path\": \"calc.py\", \
                 \"content\": \"print(2 + 3)\"}}\n```";
     dir.write("script.json", &json!([{"text": call}]).to_string());
-    let out = agentloop(args(&[
-        "run",
-        dir.agent().to_str().unwrap(),
-        "--input",
-        "Write calc.py",
-        "--json",
-    ]))
-    .await;
+    let out = run_agent_json(&dir.agent(), "Write calc.py").await;
     assert_eq!(out.status.code(), Some(7), "{}", stderr(&out));
     let v = stdout_json(&out);
     assert_eq!(v["stop_reason"], "failed", "{v}");

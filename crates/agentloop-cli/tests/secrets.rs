@@ -39,14 +39,7 @@ async fn a_providers_key_is_never_sent_to_another_host_on_a_redirect() {
         openai_agent(&provider.uri(), ""),
     ] {
         let dir = AgentDir::new(&agent);
-        let out = agentloop(args(&[
-            "run",
-            dir.agent().to_str().unwrap(),
-            "--input",
-            "hi",
-            "--json",
-        ]))
-        .await;
+        let out = run_agent_json(&dir.agent(), "hi").await;
         assert_ne!(out.status.code(), Some(0), "{}", stdout(&out));
         let v = stdout_json(&out);
         assert_eq!(v["stop_reason"], "failed", "{v}");

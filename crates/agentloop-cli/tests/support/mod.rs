@@ -253,17 +253,23 @@ pub fn args(items: &[&str]) -> Vec<String> {
     items.iter().map(|s| (*s).to_owned()).collect()
 }
 
+/// `agentloop run AGENT --input INPUT --json` (with the test key), whatever its exit code.
+pub async fn run_agent_json(agent: &Path, input: &str) -> Output {
+    run_agent_json_with(agent, input, &[]).await
+}
+
+/// `agentloop run AGENT --input INPUT --json` and `extra` (with the test key), whatever its exit
+/// code.
+pub async fn run_agent_json_with(agent: &Path, input: &str, extra: &[&str]) -> Output {
+    let mut a = vec!["run", agent.to_str().unwrap(), "--input", input, "--json"];
+    a.extend_from_slice(extra);
+    agentloop(args(&a)).await
+}
+
 /// `agentloop run AGENT --input INPUT --json`, which must exit 0 and finish: the output and its
 /// JSON object.
 pub async fn run_finished(agent: &Path, input: &str) -> (Output, Value) {
-    let out = agentloop(args(&[
-        "run",
-        agent.to_str().unwrap(),
-        "--input",
-        input,
-        "--json",
-    ]))
-    .await;
+    let out = run_agent_json(agent, input).await;
     assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
     let v = stdout_json(&out);
     assert_eq!(v["stop_reason"], "finished", "{v}");
