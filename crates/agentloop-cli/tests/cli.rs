@@ -15,14 +15,7 @@ use support::*;
 /// The weather agent (`extra` at the end of its `[model]`) run with `flag` against a fake
 /// provider that calls `get_weather` once and then answers.
 async fn weather_run(extra: &str, flag: &str) -> (FakeProvider, AgentDir, std::process::Output) {
-    let fake = FakeProvider::start(
-        "/v1/chat/completions",
-        vec![
-            ok("openai_chat/oai_chat_s_single_tool_usage.sse"),
-            ok("openai_chat/oai_chat_s_text.sse"),
-        ],
-    )
-    .await;
+    let fake = one_call_then_text().await;
     let dir = AgentDir::new(&openai_agent(&fake.uri(), extra));
     let out = agentloop(args(&[
         "run",
@@ -106,14 +99,7 @@ async fn the_request_after_a_tool_call_carries_its_result_and_the_settings() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_command_tool_gets_its_arguments_on_stdin_and_no_api_key() {
-    let fake = FakeProvider::start(
-        "/v1/chat/completions",
-        vec![
-            ok("openai_chat/oai_chat_s_single_tool_usage.sse"),
-            ok("openai_chat/oai_chat_s_text.sse"),
-        ],
-    )
-    .await;
+    let fake = one_call_then_text().await;
     // A command tool sees the shell's allow list and what its `env` names, never a secret.
     let toml = openai_agent(&fake.uri(), "").replace(
         r#"command = ["python3", "tool.py"]"#,
@@ -159,14 +145,7 @@ env = ["VISIBLE_VAR"]"#,
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_failing_command_tool_sends_its_status_stdout_and_stderr_back_to_the_model() {
-    let fake = FakeProvider::start(
-        "/v1/chat/completions",
-        vec![
-            ok("openai_chat/oai_chat_s_single_tool_usage.sse"),
-            ok("openai_chat/oai_chat_s_text.sse"),
-        ],
-    )
-    .await;
+    let fake = one_call_then_text().await;
     // The tool fails when its input has `fail`: make it fail by schema-free arguments from a script
     // is not possible with a recording, so point the tool at a failing program instead.
     let toml = openai_agent(&fake.uri(), "").replace(
@@ -331,14 +310,7 @@ async fn a_missing_api_key_names_the_variable_and_sends_nothing() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_turn_limit_stops_the_run_with_the_limit_code() {
-    let fake = FakeProvider::start(
-        "/v1/chat/completions",
-        vec![
-            ok("openai_chat/oai_chat_s_single_tool_usage.sse"),
-            ok("openai_chat/oai_chat_s_text.sse"),
-        ],
-    )
-    .await;
+    let fake = one_call_then_text().await;
     let dir = AgentDir::new(&openai_agent(&fake.uri(), "[limits]\nmax_turns = 1\n"));
     let out = run_agent_json(&dir.agent(), "hi").await;
     assert_eq!(out.status.code(), Some(5), "stderr: {}", stderr(&out));
@@ -811,14 +783,7 @@ async fn traces_hold_payloads_only_when_asked() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_live_trace_never_holds_the_api_key() {
-    let fake = FakeProvider::start(
-        "/v1/chat/completions",
-        vec![
-            ok("openai_chat/oai_chat_s_single_tool_usage.sse"),
-            ok("openai_chat/oai_chat_s_text.sse"),
-        ],
-    )
-    .await;
+    let fake = one_call_then_text().await;
     let dir = AgentDir::new(&openai_agent(&fake.uri(), ""));
     let trace = dir.path("live.ndjson");
     let out = agentloop(args(&[

@@ -17,18 +17,6 @@ use support::*;
 
 const NO_TERMINAL: &str = "approval required but no terminal to ask (use --yes)";
 
-/// One call of `get_weather`, then a final answer.
-async fn one_call_then_text() -> FakeProvider {
-    FakeProvider::start(
-        "/v1/chat/completions",
-        vec![
-            ok("openai_chat/oai_chat_s_single_tool_usage.sse"),
-            ok("openai_chat/oai_chat_s_text.sse"),
-        ],
-    )
-    .await
-}
-
 /// `agentloop run AGENT --input hi --json` and `extra`, whatever its exit code.
 async fn run_any(dir: &AgentDir, extra: &[&str]) -> std::process::Output {
     run_agent_json_with(&dir.agent(), "hi", extra).await

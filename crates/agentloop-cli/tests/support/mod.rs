@@ -216,6 +216,18 @@ command = ["python3", "tool.py"]
     dir
 }
 
+/// A Chat Completions fake that calls `get_weather` once (Mexico City), then answers.
+pub async fn one_call_then_text() -> FakeProvider {
+    FakeProvider::start(
+        "/v1/chat/completions",
+        vec![
+            ok("openai_chat/oai_chat_s_single_tool_usage.sse"),
+            ok("openai_chat/oai_chat_s_text.sse"),
+        ],
+    )
+    .await
+}
+
 /// Runs `agentloop` with args, the test key set in `AGENTLOOP_TEST_KEY` and `OPENAI_API_KEY`,
 /// off the async runtime.
 pub async fn agentloop(args: Vec<String>) -> Output {
