@@ -606,27 +606,18 @@ impl AgentFile {
         for (i, h) in entries.iter().enumerate() {
             let at = format!("handoffs[{i}].agent");
             let target = self.resolve(h.agent.get_ref());
-            let text = match crate::text_file::read_text(
-                &target,
-                crate::text_file::MAX_AGENT_TEXT_BYTES,
-            ) {
-                Ok(t) => t,
-                Err(e) => {
-                    let msg = format!(
-                        "cannot read the agent file {}: {e}",
-                        crate::terminal::shown_path(&target)
-                    );
-                    problems.at(&at, Some(h.agent.span()), msg);
-                    continue;
-                }
-            };
-            let parsed = match Self::parse(&target, &text) {
+            // A target that cannot be read and one that is invalid are the same problem at the
+            // same key: only the message differs.
+            let shown = || crate::terminal::shown_path(&target);
+            let read = crate::text_file::read_text(&target, crate::text_file::MAX_AGENT_TEXT_BYTES)
+                .map_err(|e| format!("cannot read the agent file {}: {e}", shown()))
+                .and_then(|text| {
+                    Self::parse(&target, &text)
+                        .map_err(|p| format!("the agent file {} is invalid:\n{p}", shown()))
+                });
+            let parsed = match read {
                 Ok(f) => f,
-                Err(p) => {
-                    let msg = format!(
-                        "the agent file {} is invalid:\n{p}",
-                        crate::terminal::shown_path(&target)
-                    );
+                Err(msg) => {
                     problems.at(&at, Some(h.agent.span()), msg);
                     continue;
                 }
@@ -1050,6 +1041,30 @@ command = ["sh"]
         assert_eq!(found(&text("", ""), |_| true), []);
         let apart = text("root = \"work\"", "sandbox = \"read-only\"");
         assert_eq!(found(&apart, |_| false), []);
+    }
+
+    #[test]
+    fn a_hand_off_target_that_is_missing_or_invalid_is_a_problem_at_its_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let agent = dir.path().join("agent.toml");
+        std::fs::write(
+            &agent,
+            "name = \"a\"\n[model]\nprovider = \"scripted\"\nscript = \"s.json\"\n\
+             [[handoffs]]\nagent = \"other.toml\"\n",
+        )
+        .unwrap();
+        std::fs::write(dir.path().join("s.json"), "[]").unwrap();
+        let said = |what: &str| {
+            let err = AgentFile::load(&agent).expect_err(what).to_string();
+            assert!(err.contains("handoffs[0].agent"), "{what}: {err}");
+            err
+        };
+        let missing = said("a missing target");
+        assert!(missing.contains("cannot read the agent file"), "{missing}");
+        std::fs::write(dir.path().join("other.toml"), "name = 5\n").unwrap();
+        let invalid = said("an invalid target");
+        assert!(invalid.contains("is invalid"), "{invalid}");
+        assert!(invalid.contains("other.toml"), "{invalid}");
     }
 
     #[test]
