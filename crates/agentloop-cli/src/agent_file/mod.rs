@@ -891,6 +891,15 @@ pub(crate) mod tests {
             .collect()
     }
 
+    /// Loads `text` as `agent.toml` in a folder of its own, beside an empty script `s.json`.
+    pub(super) fn load_beside_script(text: &str) -> Result<AgentFile, LoadError> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("agent.toml");
+        std::fs::write(&path, text).unwrap();
+        std::fs::write(dir.path().join("s.json"), "[]").unwrap();
+        AgentFile::load(&path)
+    }
+
     /// An agent file with two tools, `shell` and `write`, and no permissions.
     pub(crate) const TWO_TOOLS: &str = r#"name = "x"
 [model]

@@ -324,7 +324,7 @@ pub const MAX_TOOL_RETRIES: u32 = 10;
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
-    use super::super::tests::{TWO_TOOLS, located, problems};
+    use super::super::tests::{TWO_TOOLS, load_beside_script, located, problems};
     use super::super::{AgentFile, HostTool};
     use std::path::Path;
 
@@ -461,11 +461,7 @@ allow = ["read_file", "grep2"]
                     .all(|p| !p.path.ends_with("retries")),
                 "{more:?}"
             );
-            let dir = tempfile::tempdir().unwrap();
-            let path = dir.path().join("agent.toml");
-            std::fs::write(&path, text(more)).unwrap();
-            std::fs::write(dir.path().join("s.json"), "[]").unwrap();
-            let file = crate::agent_file::AgentFile::load(&path).unwrap();
+            let file = load_beside_script(&text(more)).unwrap();
             let warnings = file.warnings();
             assert_eq!(warnings.len(), 1, "{warnings:?}");
             assert!(
@@ -475,11 +471,7 @@ allow = ["read_file", "grep2"]
             );
         }
         for fine in ["retries = 0\n", "retries = 2\nidempotent = true\n", ""] {
-            let dir = tempfile::tempdir().unwrap();
-            let path = dir.path().join("agent.toml");
-            std::fs::write(&path, text(fine)).unwrap();
-            std::fs::write(dir.path().join("s.json"), "[]").unwrap();
-            let file = crate::agent_file::AgentFile::load(&path).unwrap();
+            let file = load_beside_script(&text(fine)).unwrap();
             assert!(file.warnings().is_empty(), "{fine:?}");
         }
     }
