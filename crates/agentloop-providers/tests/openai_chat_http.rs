@@ -28,7 +28,7 @@ use wiremock::{Mock, MockServer, ResponseTemplate};
 
 mod support;
 use support::raw_http::read_request;
-use support::{fixture, http_chunk};
+use support::{answering, fixture, http_chunk};
 
 const API_KEY: &str = "sk-test-secret-abcdefghijklmnop";
 
@@ -251,11 +251,7 @@ async fn call_ids_of_another_shape_go_to_mistral_as_nine_letters_or_digits_the_s
     // that came without an id: a UUID), sent on to a Mistral model: its API, and the chat
     // templates of its models on other servers, refuse any id but nine letters or digits
     // (anomalyco/opencode#1680, nearai/ironclaw#1241, ml-explore/mlx-lm#1375).
-    let server = MockServer::start().await;
-    Mock::given(method("POST"))
-        .respond_with(MistralIds)
-        .mount(&server)
-        .await;
+    let server = answering(MistralIds).await;
     let call = |id: &str| ToolCall {
         call_id: id.into(),
         tool: "get_weather".into(),
@@ -496,14 +492,11 @@ async fn rate_limited_call_waits_for_retry_after_then_succeeds() {
 
 #[tokio::test]
 async fn retry_after_ms_is_read_and_classified_on_the_error() {
-    let server = MockServer::start().await;
-    Mock::given(method("POST"))
-        .respond_with(
-            error_json(429, "synthetic/oai_chat_err_429_rate_limit.json")
-                .insert_header("retry-after-ms", "1500"),
-        )
-        .mount(&server)
-        .await;
+    let server = answering(
+        error_json(429, "synthetic/oai_chat_err_429_rate_limit.json")
+            .insert_header("retry-after-ms", "1500"),
+    )
+    .await;
     let err = ask(&model(&server.uri())).await.unwrap_err();
     assert!(err.is_rate_limited() && err.is_retryable());
     assert_eq!(err.retry_after, Some(Duration::from_millis(1500)));
@@ -533,14 +526,11 @@ async fn server_error_twice_then_success() {
 
 #[tokio::test]
 async fn retries_stop_after_max_attempts_with_the_last_error() {
-    let server = MockServer::start().await;
-    Mock::given(method("POST"))
-        .respond_with(error_json(
-            500,
-            "synthetic/oai_chat_err_500_server_error.json",
-        ))
-        .mount(&server)
-        .await;
+    let server = answering(error_json(
+        500,
+        "synthetic/oai_chat_err_500_server_error.json",
+    ))
+    .await;
     let retry = Retry::with_policy(model(&server.uri()), fast_retry(2));
     let err = ask(&retry).await.unwrap_err();
     assert_eq!(err.kind, ModelErrorKind::Server);
@@ -549,11 +539,7 @@ async fn retries_stop_after_max_attempts_with_the_last_error() {
 
 #[tokio::test]
 async fn bad_request_fails_at_once_without_retry() {
-    let server = MockServer::start().await;
-    Mock::given(method("POST"))
-        .respond_with(error_json(400, "openai_chat/oai_chat_err_400.json"))
-        .mount(&server)
-        .await;
+    let server = answering(error_json(400, "openai_chat/oai_chat_err_400.json")).await;
     let retry = Retry::with_policy(model(&server.uri()), fast_retry(5));
     let err = ask(&retry).await.unwrap_err();
     assert_eq!(err.kind, ModelErrorKind::InvalidRequest);
@@ -564,19 +550,12 @@ async fn bad_request_fails_at_once_without_retry() {
 
 #[tokio::test]
 async fn overloaded_primary_falls_back_to_the_next_model_after_its_retries() {
-    let primary = MockServer::start().await;
-    Mock::given(method("POST"))
-        .respond_with(ResponseTemplate::new(529).set_body_raw(
-            fixture("synthetic/anth_err_529_overloaded.json"),
-            "application/json",
-        ))
-        .mount(&primary)
-        .await;
-    let backup = MockServer::start().await;
-    Mock::given(method("POST"))
-        .respond_with(text_sse())
-        .mount(&backup)
-        .await;
+    let primary = answering(ResponseTemplate::new(529).set_body_raw(
+        fixture("synthetic/anth_err_529_overloaded.json"),
+        "application/json",
+    ))
+    .await;
+    let backup = answering(text_sse()).await;
     let fallback = Fallback::new(vec![
         Box::new(Retry::with_policy(model(&primary.uri()), fast_retry(2))),
         Box::new(Retry::with_policy(
@@ -598,14 +577,11 @@ async fn overloaded_primary_falls_back_to_the_next_model_after_its_retries() {
 
 #[tokio::test]
 async fn a_fallback_to_another_provider_is_priced_by_the_model_that_answered() {
-    let primary = MockServer::start().await;
-    Mock::given(method("POST"))
-        .respond_with(error_json(
-            500,
-            "synthetic/oai_chat_err_500_server_error.json",
-        ))
-        .mount(&primary)
-        .await;
+    let primary = answering(error_json(
+        500,
+        "synthetic/oai_chat_err_500_server_error.json",
+    ))
+    .await;
     let backup = MockServer::start().await;
     Mock::given(method("POST"))
         .and(path("/v1/messages"))
@@ -653,16 +629,8 @@ async fn a_fallback_to_another_provider_is_priced_by_the_model_that_answered() {
 
 #[tokio::test]
 async fn fallback_does_not_move_on_for_a_bad_request() {
-    let primary = MockServer::start().await;
-    Mock::given(method("POST"))
-        .respond_with(error_json(400, "openai_chat/oai_chat_err_400.json"))
-        .mount(&primary)
-        .await;
-    let backup = MockServer::start().await;
-    Mock::given(method("POST"))
-        .respond_with(text_sse())
-        .mount(&backup)
-        .await;
+    let primary = answering(error_json(400, "openai_chat/oai_chat_err_400.json")).await;
+    let backup = answering(text_sse()).await;
     let fallback = Fallback::new(vec![
         Box::new(model(&primary.uri())),
         Box::new(model(&backup.uri())),
@@ -802,11 +770,7 @@ async fn a_fixture_delivered_in_tiny_pieces_parses_like_one_piece() {
 
 #[tokio::test]
 async fn an_oversized_request_fails_before_anything_is_sent() {
-    let server = MockServer::start().await;
-    Mock::given(method("POST"))
-        .respond_with(text_sse())
-        .mount(&server)
-        .await;
+    let server = answering(text_sse()).await;
     let model = OpenAiChat::builder("gpt-4.1-mini")
         .base_url(server.uri())
         .api_key(API_KEY)

@@ -22,7 +22,7 @@ use agentloop::{
 use futures::StreamExt;
 use serde_json::Value;
 use wiremock::matchers::{method, path};
-use wiremock::{Mock, MockServer, ResponseTemplate};
+use wiremock::{Mock, MockServer, Respond, ResponseTemplate};
 
 /// The recorded fixture corpus.
 pub const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
@@ -53,6 +53,17 @@ pub async fn serve(case: &Value, route: &str) -> MockServer {
     Mock::given(method("POST"))
         .and(path(route))
         .respond_with(ResponseTemplate::new(status).set_body_raw(body(case), content_type))
+        .mount(&server)
+        .await;
+    server
+}
+
+/// A loopback server answering every POST, whatever its path, with `reply` (a template, or a
+/// responder that answers by the request).
+pub async fn answering(reply: impl Respond + 'static) -> MockServer {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(reply)
         .mount(&server)
         .await;
     server
