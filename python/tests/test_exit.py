@@ -265,3 +265,52 @@ def test_a_run_waited_for_on_a_daemon_thread_when_the_script_ends_exits_cleanly(
     out, trace = run_script(DAEMON_SCRIPT, tmp_path)
     assert out.returncode == 0, (out.returncode, out.stderr)
     assert ended(trace)["stop_reason"] == "finished", trace
+
+
+# An exit handler registered before the package was imported runs after the package's own: a run
+# it starts could never call its Python tool, and must be refused rather than wait for ever.
+LATE_HANDLER_SCRIPT = textwrap.dedent(
+    """
+    import atexit, sys
+
+    def late():
+        from agentloop import Agent, ScriptedModel, ToolCall, tool
+        from agentloop.errors import AgentloopError
+
+        @tool
+        def echo(x: int) -> int:
+            \"\"\"Gives x back.\"\"\"
+            return x
+
+        agent = Agent(
+            model=ScriptedModel([[ToolCall("echo", {"x": 1})], "done"]),
+            instructions="Echo.",
+            tools=[echo],
+        )
+        try:
+            out = agent.run("go")
+            print("ran", out.stop_reason, flush=True)
+        except AgentloopError as e:
+            print("refused", e.code, flush=True)
+
+    atexit.register(late)
+    import agentloop  # its exit hook runs before `late`
+    print("ending", flush=True)
+    """
+)
+
+
+def test_a_run_started_by_an_exit_handler_after_the_packages_own_is_refused_not_hung(
+    tmp_path: pathlib.Path,
+) -> None:
+    started = time.monotonic()
+    out = subprocess.run(
+        [sys.executable, "-c", LATE_HANDLER_SCRIPT],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert time.monotonic() - started < 20, out.stderr
+    assert out.returncode == 0, (out.returncode, out.stderr)
+    assert out.stdout.splitlines() == ["ending", "refused python.exiting"], (out.stdout, out.stderr)

@@ -525,6 +525,13 @@ impl NativeAgent {
         launch: Launch,
         run: impl FnOnce(RunOptions) -> BoxFuture<'static, Result<SessionTurn, Failure>>,
     ) -> PyResult<RunHandle> {
+        // Its Python calls would wait for ever, the exit guard refusing them.
+        if crate::exit::exiting() {
+            return Err(error(
+                "python.exiting",
+                "the Python interpreter is exiting: a run cannot start any more",
+            ));
+        }
         let (on_done, sinks, journal, objects) =
             (launch.on_done, launch.sinks, launch.journal, launch.objects);
         let backlog = sinks.backlog.clone();

@@ -58,6 +58,12 @@ where
     Some(Python::attach(f))
 }
 
+/// True once the package's `atexit` hook has run: a run started from then on (by a later exit
+/// handler) could never call its Python tools or model, so it is refused at its start.
+pub(crate) fn exiting() -> bool {
+    EXITING.load(Ordering::SeqCst)
+}
+
 /// The package's `atexit` hook, which runs before the interpreter finalizes: from now on
 /// [`attach_unless_exiting`] runs no Python on any other thread, and the calls under way are
 /// given the GIL and up to [`EXIT_WAIT`] to finish.
