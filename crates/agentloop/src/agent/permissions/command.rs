@@ -370,6 +370,23 @@ pub(super) fn git_reads_elsewhere(name: &str) -> bool {
         || name == "GIT_COMMON_DIR"
 }
 
+/// True when the variable `name` moves where git finds its global configuration (`HOME`,
+/// `XDG_CONFIG_HOME`): set for a `git`, it is judged as `GIT_CONFIG_GLOBAL` is (see
+/// [`git_reads_elsewhere`]), since no prefix reads the file it leads to.
+pub(super) fn moves_git_home(name: &str) -> bool {
+    matches!(name, "HOME" | "XDG_CONFIG_HOME")
+}
+
+/// True when one of `words` may run git: a word, or a word of its text (`sh -c 'git x'`), that
+/// names `git` or one of its programs (`/usr/bin/git`, `git-upload-pack`).
+pub(super) fn may_run_git(words: &[String]) -> bool {
+    words.iter().any(|word| {
+        word.split(|c: char| c.is_whitespace() || ";&|()`'\"".contains(c))
+            .map(|piece| program_name(piece).to_ascii_lowercase())
+            .any(|name| name == "git" || name.starts_with("git-"))
+    })
+}
+
 /// True when `name` is a shell variable's name (`LESSOPEN`, `_x1`).
 pub(super) fn is_variable_name(name: &str) -> bool {
     name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
@@ -404,6 +421,9 @@ pub(super) fn word_runs(
     let variable_runs = word.split_once('=').is_some_and(|(name, v)| {
         is_variable_name(name)
             && (git_reads_elsewhere(name)
+                // `HOME=/tmp/h git x`, `export HOME=…; git x`: git reads a global configuration
+                // the command chose.
+                || (moves_git_home(name) && (may_run_git(rest) || may_run_git(programs.chain)))
                 // `BASH_ENV=f bash -c …`, `ENV=f sh -i`: the shell first runs the file's commands.
                 || (matches!(name, "BASH_ENV" | "ENV") && programs.reading.files.script_runs(v, wanted, programs, false))
                 || runs(v)

@@ -202,6 +202,47 @@ const ESCAPES: &[(&str, Permission)] = &[
     ("exec < <(printf 'r\\155 f'); sh", D),
     ("a=r; b=m; $a$b f", D),
     ("printf -v c 'r\\x6d'; $c f", D),
+    // git's global and system configuration, which every later `git` reads: a command that
+    // names it matches every rule on git (here the ask on `git push`), as one naming
+    // `.git/config` does; the alias it writes then runs `rm` where nothing reads it.
+    ("printf '[alias]\\n x = !rm f\\n' >> ~/.gitconfig", A),
+    (
+        "printf '[alias]\\n x = !rm f\\n' >> ~/.gitconfig && git x",
+        A,
+    ),
+    ("echo '[alias] x = !rm f' | tee -a $HOME/.gitconfig", A),
+    ("echo '[alias] x = !rm f' | tee -a ${HOME}/.gitconfig", A),
+    ("echo '[alias] x = !rm f' >> ~/.config/git/config", A),
+    (
+        "echo '[alias] x = !rm f' | tee -a $XDG_CONFIG_HOME/git/config",
+        A,
+    ),
+    (
+        "echo '[alias] x = !rm f' | tee -a ${XDG_CONFIG_HOME}/git/config",
+        A,
+    ),
+    ("echo '[alias] x = !rm f' >> /etc/gitconfig", A),
+    ("echo '[alias] x = !rm f' >> /root/.gitconfig", A),
+    ("echo '[alias] x = !rm f' | tee -a ~/.gitconfig", A),
+    ("cp evil ~/.gitconfig", A),
+    ("mv evil $HOME/.gitconfig", A),
+    ("ln -s $PWD/evil ~/.gitconfig", A),
+    ("sed -i 's/^/[alias] x = !rm f/' ~/.gitconfig", A),
+    ("perl -pi -e 's/a/b/' ~/.config/git/config", A),
+    ("cd ~/.config/git && echo x >> config", A),
+    ("cd ~ && echo x >> .gitconfig", A),
+    // A home folder the command chooses, whose global configuration no prefix reads: judged as
+    // `GIT_CONFIG_GLOBAL=` is.
+    ("HOME=/tmp/h git st", D),
+    ("XDG_CONFIG_HOME=/tmp/x git st", D),
+    ("env HOME=/tmp/h git st", D),
+    ("env -i HOME=/tmp/h /usr/bin/git st", D),
+    ("export HOME=/tmp/h; git st", D),
+    ("export XDG_CONFIG_HOME=/tmp/x && git st", D),
+    ("HOME=/tmp/h; git st", D),
+    ("HOME=/tmp/h sh -c 'git st'", D),
+    // Even where git runs nothing it is given (a false positive kept: rare, and simpler).
+    ("HOME=/tmp git --version", D),
 ];
 
 #[test]
@@ -254,6 +295,13 @@ const ORDINARY: &[&str] = &[
     "git subtree split --prefix=lib",
     "git show --stat HEAD",
     "cargo fmt --all && cargo test -p core",
+    // The home folder, where no git runs under another one.
+    "echo $HOME",
+    "ls ~/.config",
+    "cat ~/.bashrc",
+    "HOME=/tmp/h npm test",
+    "export HOME=/tmp/h; cargo build",
+    "git config --get user.name",
 ];
 
 #[test]

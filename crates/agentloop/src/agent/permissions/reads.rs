@@ -371,7 +371,8 @@ fn git_place(words: &[String]) -> GitPlace {
 /// [`super::command::git_runs`]), but an alias only when the command runs it; and its hooks
 /// (the hooks folder, or `core.hooksPath`), each read as a shell script. A file that cannot be
 /// read matches; a missing one says nothing. Folders above the tool's count too: a repository
-/// the agent's folder lies in is the one git uses.
+/// the agent's folder lies in is the one git uses. git's system and global configuration
+/// ([`global_config_files`]) is read alike, in a repository or out of one.
 fn repository_runs(words: &[String], wanted: &[&str], programs: Programs<'_>) -> bool {
     let Some(resolver) = programs.resolver else {
         return false;
@@ -393,6 +394,20 @@ fn repository_runs(words: &[String], wanted: &[&str], programs: Programs<'_>) ->
         subcommand: subcommand.as_deref(),
         after,
     };
+    // `git x` runs a global alias `x` wherever it runs; a global `core.hooksPath` is the
+    // hooks folder of every repository.
+    let mut global = Vec::new();
+    for file in global_config_files(resolver) {
+        if judged.config_file(&file, &mut global, 0).is_err() {
+            return true;
+        }
+    }
+    if global
+        .iter()
+        .any(|(key, value)| judged.entry_runs(key, value))
+    {
+        return true;
+    }
     for base in bases {
         let here = place.moves.iter().fold(base, |at, dir| join(&at, dir));
         let repository = match &place.git_dir {
@@ -404,7 +419,7 @@ fn repository_runs(words: &[String], wanted: &[&str], programs: Programs<'_>) ->
             Some(Err(Unreadable)) => return true,
             None => continue,
         };
-        if judged.repository(&repository) {
+        if judged.repository(&repository, &global) {
             return true;
         }
     }
@@ -495,9 +510,10 @@ struct Judged<'a, 'p> {
 }
 
 impl Judged<'_, '_> {
-    /// True when the repository's configuration or hooks run the prefix's words.
-    fn repository(&self, repository: &Repository) -> bool {
-        let mut entries = Vec::new();
+    /// True when the repository's configuration or hooks run the prefix's words, with `global`
+    /// the entries of git's system and global configuration, read before the repository's.
+    fn repository(&self, repository: &Repository, global: &[(String, String)]) -> bool {
+        let mut entries = global.to_vec();
         for file in [
             repository.common_dir.join("config"),
             repository.git_dir.join("config.worktree"),
@@ -511,9 +527,9 @@ impl Judged<'_, '_> {
             .rev()
             .find(|(key, _)| key == "core.hookspath")
             .map(|(_, value)| value.clone());
-        let hooks = match hooks_path {
-            Some(path) if path.starts_with('~') => return true,
-            Some(path) => join(&repository.top, &path),
+        let hooks = match hooks_path.map(|path| self.in_home(&path)) {
+            Some(Err(Unreadable)) => return true,
+            Some(Ok(path)) => join(&repository.top, &path),
             None => repository.common_dir.join("hooks"),
         };
         entries
@@ -539,23 +555,40 @@ impl Judged<'_, '_> {
             return Ok(());
         };
         for (key, value) in config_entries(&text) {
-            let includes =
-                key == "include.path" || (key.starts_with("includeif.") && key.ends_with(".path"));
-            if includes {
-                if value.starts_with('~') {
-                    return Err(Unreadable);
-                }
+            if includes(&key) {
+                let path = self.in_home(&value)?;
                 let folder = file.parent().unwrap_or(Path::new("/"));
-                self.config_file(&join(folder, &value), entries, depth + 1)?;
+                self.config_file(&join(folder, &path), entries, depth + 1)?;
             }
             entries.push((key, value));
         }
         Ok(())
     }
 
+    // outside-paths: off (git's global configuration is in the home folder: this names it)
+    /// A path of a configuration value as git opens it: `~/…` in the tool's home folder (see
+    /// [`ResolvePaths::home`]). Another user's (`~bob/…`), or any with no home known, cannot
+    /// be read.
+    fn in_home(&self, path: &str) -> Result<String, Unreadable> {
+        if !path.starts_with('~') {
+            return Ok(path.to_owned());
+        }
+        let home = self.programs.resolver.and_then(ResolvePaths::home);
+        let rest = path.strip_prefix("~/").or((path == "~").then_some(""));
+        match (home, rest) {
+            (Some(home), Some(rest)) => home
+                .join(rest)
+                .to_str()
+                .map(str::to_owned)
+                .ok_or(Unreadable),
+            _ => Err(Unreadable),
+        }
+    }
+
     /// True when the hook at `path` runs the prefix's words: a shell script (or one with no
     /// `#!`, which git runs with `sh`) by its commands; any other program matches.
     fn hook_runs(&self, path: &Path) -> bool {
+        // outside-paths: on
         match read_one(self.programs, path) {
             Ok(None) => false,
             Ok(Some(text)) => {
@@ -571,6 +604,13 @@ impl Judged<'_, '_> {
     /// git command, the value of a key git runs ([`runs_value`]) as a shell command line with
     /// the command's words after it, and a remote's `ext::` URL as its command.
     fn entry_runs(&self, key: &str, value: &str) -> bool {
+        // outside-paths: off (git's global configuration is in the home folder: this names it)
+        // Files git reads, not programs: followed where they are read (`~/.gitconfig.local`
+        // read as a command would name git's global configuration, and match).
+        if includes(key) || key == "core.hookspath" {
+            return false;
+            // outside-paths: on
+        }
         let quiet = Reading {
             git_config: false,
             ..self.programs.reading
@@ -613,6 +653,29 @@ impl Judged<'_, '_> {
         }
         runs_value(key) && line(value.trim_start_matches('!'))
     }
+}
+
+/// True when the configuration key `key` (lower case) includes another file.
+fn includes(key: &str) -> bool {
+    key == "include.path" || (key.starts_with("includeif.") && key.ends_with(".path"))
+}
+
+/// git's configuration files outside any repository, as the tool's processes find them
+/// (git-config(1)): the system's (`/etc/gitconfig`), and in the tool's home folder
+/// `.config/git/config` (or `$XDG_CONFIG_HOME/git/config`) and `.gitconfig`. Both of the XDG
+/// ones are read when both may be the one git reads: more reading only matches more.
+fn global_config_files(resolver: &dyn ResolvePaths) -> Vec<PathBuf> {
+    let mut files = vec![PathBuf::from("/etc/gitconfig")];
+    files.extend(
+        resolver
+            .config_home()
+            .map(|config| config.join("git/config")),
+    );
+    if let Some(home) = resolver.home() {
+        files.push(home.join(".config/git/config"));
+        files.push(home.join(".gitconfig"));
+    }
+    files
 }
 
 /// True when git runs the value of the configuration key `key` (lower case) as a command or a
@@ -708,14 +771,19 @@ fn config_value(raw: &str) -> String {
     value.trim().to_owned()
 }
 
+// outside-paths: off (git's global configuration is in the home folder: this names it)
 /// True when the command names a git folder's own files, which git reads its commands from
 /// (`.git/config`, `.git/hooks/…`, a submodule's or a worktree's under `.git/modules` and
 /// `.git/worktrees`, `.git/commondir`), or moves into a `.git` folder (`cd .git && echo … >>
 /// config`), and the prefix's program is git: what such a command writes there, a later `git`
 /// runs (in the same chain, or in a call of the same batch the gate judged before this one
-/// ran), so it is judged as running anything a rule on git names. Reading those files (`cat
-/// .git/config`) is judged alike.
+/// ran), so it is judged as running anything a rule on git names. So is a command that names
+/// git's global or system configuration ([`names_global_config`]: `printf … >> ~/.gitconfig`),
+/// which every later `git` reads. Reading those files (`cat .git/config`, `cat ~/.gitconfig`)
+/// is judged alike: which of a command's programs only reads a file and which writes it
+/// (`sed -i`, `tee`, `cp`, a redirection) no reading of its words can tell for sure.
 fn writes_git_own_files(command: &str, prefix: &str) -> bool {
+    // outside-paths: on
     let Some(program) = prefix.split_whitespace().next() else {
         return false;
     };
@@ -734,8 +802,27 @@ fn writes_git_own_files(command: &str, prefix: &str) -> bool {
             && i.checked_sub(1)
                 .and_then(|b| words.get(b))
                 .is_some_and(|before| matches!(before.as_str(), "cd" | "pushd"));
-        names_own || moves_in
+        names_own || moves_in || names_global_config(&lower)
     })
+}
+
+// outside-paths: off (git's global configuration is in the home folder: this names it)
+/// True when the word (in lower case) names git's global or system configuration, or the
+/// folder of the XDG one, however the home folder is spelled (`~`, `$HOME`, `${HOME}`,
+/// `/home/me`): a file named `.gitconfig…` (`~/.gitconfig`, the `~/.gitconfig.local` one may
+/// include), `gitconfig` (`/etc/gitconfig`), or a `git` folder in `.config` or in
+/// `$XDG_CONFIG_HOME` (`~/.config/git/config`).
+fn names_global_config(word: &str) -> bool {
+    // outside-paths: on
+    let parts: Vec<&str> = word.split('/').collect();
+    let named = parts
+        .last()
+        .is_some_and(|last| last.starts_with(".gitconfig") || *last == "gitconfig");
+    named
+        || parts.windows(2).any(|pair| {
+            matches!(pair, [folder, git] if *git == "git"
+                && (*folder == ".config" || folder.trim_end_matches('}').ends_with("xdg_config_home")))
+        })
 }
 
 // outside-paths: off (the tests below name the files of a made-up root, `/project`)
@@ -969,6 +1056,97 @@ export PATH
             ],
             Permission::Allow,
         );
+    }
+
+    /// [`Files`] read by a tool whose processes' home folder is `/home/me` and whose
+    /// `XDG_CONFIG_HOME` is `/xdg`.
+    #[derive(Debug)]
+    struct AtHome(Files);
+
+    impl ResolvePaths for AtHome {
+        fn root(&self) -> &Path {
+            self.0.root()
+        }
+        fn resolve(&self, path: &str) -> Option<PathBuf> {
+            self.0.resolve(path)
+        }
+        fn read_text(&self, path: &str) -> FileText {
+            self.0.read_text(path)
+        }
+        fn home(&self) -> Option<&Path> {
+            Some(Path::new("/home/me"))
+        }
+        fn config_home(&self) -> Option<&Path> {
+            Some(Path::new("/xdg"))
+        }
+    }
+
+    /// A global configuration with aliases (one in a file it includes from `~`), an XDG one, a
+    /// system one, and a repository at the root; with `hooks`, a hooks folder in the home.
+    fn global_configuration(hooks: bool) -> Files {
+        let hooks_path = if hooks {
+            "[core]\n\thooksPath = ~/hooks\n"
+        } else {
+            ""
+        };
+        Files(vec![
+            (
+                "/home/me/.gitconfig",
+                Some(
+                    "[alias]\n\tst = !rm f\n\tlg = log --oneline\n\tpu = push\n\
+                     [include]\n\tpath = ~/.gitconfig.local\n",
+                ),
+            ),
+            (
+                "/home/me/.gitconfig.local",
+                Some("[alias]\n\tgone = !rm -rf .\n"),
+            ),
+            ("/home/me/.config/git/config", Some(hooks_path)),
+            ("/home/me/hooks/pre-commit", Some("rm -f x\n")),
+            ("/xdg/git/config", Some("[alias]\n\txd = !rm f\n")),
+            ("/etc/gitconfig", Some("[alias]\n\tsys = !rm f\n")),
+            ("/project/.git/config", Some("[core]\n")),
+        ])
+    }
+
+    #[test]
+    fn a_deny_or_ask_prefix_reads_git_s_global_configuration() {
+        let mut store = denying_rm();
+        store
+            .configure(rule("shell", prefix("git push"), Permission::Ask))
+            .resolve_paths("shell", Arc::new(AtHome(global_configuration(false))));
+        decides(
+            &store,
+            &[
+                "git st",
+                "git st --short",
+                "git gone",
+                "git xd",
+                "git sys",
+                // Out of any repository, a global alias still runs.
+                "git -C /elsewhere st",
+            ],
+            Permission::Deny,
+        );
+        decides(&store, &["git pu", "git push"], Permission::Ask);
+        decides(
+            &store,
+            &["git lg", "git log", "git status", "git -C /elsewhere lg"],
+            Permission::Allow,
+        );
+        // A global hooks folder is every repository's.
+        let mut hooked = denying_rm();
+        hooked.resolve_paths("shell", Arc::new(AtHome(global_configuration(true))));
+        decides(&hooked, &["git commit -m x"], Permission::Deny);
+        decides(
+            &hooked,
+            &["git log", "git -C /elsewhere commit"],
+            Permission::Allow,
+        );
+        // A tool that says no home folder reads only the system's.
+        let no_home = store_reading(global_configuration(false));
+        decides(&no_home, &["git sys"], Permission::Deny);
+        decides(&no_home, &["git st", "git gone"], Permission::Allow);
     }
 
     #[test]

@@ -50,4 +50,20 @@ pub trait ResolvePaths: Send + Sync + std::fmt::Debug {
         let _ = path;
         FileText::NotRead
     }
+
+    // outside-paths: off (git's global configuration is in the home folder: this names it)
+    /// The home folder the tool's processes see (their `HOME`): where git finds its global
+    /// configuration (`~/.gitconfig`, `~/.config/git/config`), which a deny or ask rule reads
+    /// as it reads a repository's. `None` by default: no global configuration is read (the
+    /// system's, `/etc/gitconfig`, still is).
+    fn home(&self) -> Option<&Path> {
+        // outside-paths: on
+        None
+    }
+
+    /// The tool's processes' `XDG_CONFIG_HOME`, when they have one: git then reads
+    /// `git/config` in it too. `None` by default.
+    fn config_home(&self) -> Option<&Path> {
+        None
+    }
 }
