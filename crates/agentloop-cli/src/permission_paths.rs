@@ -6,11 +6,15 @@
 //! as written. So a link inside the workspace cannot walk around a `deny` glob. Likewise a
 //! command's first word is looked up as the shell would run it (against the root, or on
 //! `PATH`), so that a link `./tidy` to `/bin/rm` is judged as `rm` by a `deny` or `ask` prefix.
+//! The home folder a tool's commands see is this process's (their environment is picked from
+//! it), so git's global configuration is read there.
 
 use std::path::{Path, PathBuf};
 
 use agentloop::permissions::{FileText, ResolvePaths};
-use agentloop_tools::workspace::{Workspace, follow_links, program_files, read_text_bounded};
+use agentloop_tools::workspace::{
+    Workspace, follow_links, process_config_home, process_home, program_files, read_text_bounded,
+};
 
 /// Paths as a built-in tool resolves them: inside its workspace; a path it refuses is `None`.
 #[derive(Debug)]
@@ -33,6 +37,14 @@ impl ResolvePaths for WorkspacePaths {
         // The shell reads a script wherever it is, so a path the file tools refuse (out of the
         // root) is read as the process would open it.
         read_text_bounded(&self.0.root().join(path))
+    }
+
+    fn home(&self) -> Option<&Path> {
+        process_home()
+    }
+
+    fn config_home(&self) -> Option<&Path> {
+        process_config_home()
     }
 }
 
@@ -67,6 +79,14 @@ impl ResolvePaths for FolderPaths {
 
     fn read_text(&self, path: &str) -> FileText {
         read_text_bounded(&self.root.join(path))
+    }
+
+    fn home(&self) -> Option<&Path> {
+        process_home()
+    }
+
+    fn config_home(&self) -> Option<&Path> {
+        process_config_home()
     }
 }
 

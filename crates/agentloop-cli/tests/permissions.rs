@@ -1547,6 +1547,13 @@ fn assert_nothing_pushed(remote: &std::path::Path) {
     assert!(pushed.stdout.is_empty(), "nothing was pushed: {pushed:?}");
 }
 
+/// Commits a file `keep.txt` in the repository at `work`, which a denied `rm` must leave.
+fn commit_keep(work: &std::path::Path) {
+    std::fs::write(work.join("keep.txt"), "kept").unwrap();
+    git(work, &["add", "keep.txt"]);
+    git(work, &["commit", "-q", "-m", "keep"]);
+}
+
 fn git(folder: &std::path::Path, args: &[&str]) {
     let out = std::process::Command::new("git")
         .args([
@@ -1584,9 +1591,7 @@ async fn a_repository_s_git_configuration_and_hooks_are_judged_as_the_commands_t
     repository_pushing_to(&work, &remote);
     git(&work, &["config", "alias.p", "push"]);
     git(&work, &["config", "alias.nuke", "!rm -f keep.txt"]);
-    std::fs::write(work.join("keep.txt"), "kept").unwrap();
-    git(&work, &["add", "keep.txt"]);
-    git(&work, &["commit", "-q", "-m", "keep"]);
+    commit_keep(&work);
     write_program(
         &work.join(".git/hooks/pre-commit"),
         "#!/bin/sh\nrm -f keep.txt\n",
@@ -1600,6 +1605,54 @@ async fn a_repository_s_git_configuration_and_hooks_are_judged_as_the_commands_t
     assert!(work.join("keep.txt").exists(), "an rm git ran got past");
     assert_nothing_pushed(&remote);
     assert!(work.join("made").exists(), "the last command runs: {v}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn git_s_global_configuration_and_a_home_a_command_chooses_are_judged_as_what_git_runs() {
+    // agentloop runs with a home folder of its own, whose `.gitconfig` (made before the run)
+    // has `st` run `rm` and `lg` run `git log`. A command that writes an alias into the global
+    // configuration and runs it is asked about (no terminal: denied), and so is a `git` under a
+    // home the command chooses, whose configuration nobody read. `keep.txt` stays; the last,
+    // a global alias that runs only `git log`, runs.
+    let calls = shell_calls(vec![
+        json!({"command": "git st"}),
+        json!({"command": "printf '[alias]\\n\\tx = !rm -f keep.txt\\n' >> ~/.gitconfig && git x"}),
+        json!({"command": "HOME=/tmp git log"}),
+        json!({"command": "git lg > made"}),
+    ]);
+    let dir = scripted_builtins(DENY_RM_ASK_PUSH, &calls);
+    let work = dir.path("work");
+    git(&work, &["init", "-q"]);
+    commit_keep(&work);
+    let home = dir.path("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let global = "[alias]\n\tst = !rm -f keep.txt\n\tlg = log --oneline\n";
+    std::fs::write(home.join(".gitconfig"), global).unwrap();
+    let home: &'static str = Box::leak(home.to_str().unwrap().to_owned().into_boxed_str());
+    let agent = dir.agent();
+    let out = agentloop_env(
+        args(&["run", agent.to_str().unwrap(), "--input", "hi", "--json"]),
+        vec![("HOME", home)],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    let v = stdout_json(&out);
+    assert_eq!(
+        call_statuses(&v),
+        ["denied", "denied", "denied", "ok"],
+        "{v}"
+    );
+    assert!(work.join("keep.txt").exists(), "an rm git ran got past");
+    assert_eq!(
+        std::fs::read_to_string(dir.path("home/.gitconfig")).unwrap(),
+        global,
+        "nothing was written into the global configuration"
+    );
+    let made = std::fs::read_to_string(work.join("made")).unwrap_or_default();
+    assert!(
+        made.contains("keep"),
+        "the last command runs `git log`: {v}"
+    );
 }
 
 /// An agent whose one call (`shell`, asked about by default) would leave `work/ran`, then a

@@ -175,7 +175,12 @@ impl ShellRunner {
             .permanent());
         }
         if let Some(rules) = &self.commands {
-            refused_now(rules, &args.command, &cwd, ctx.approved())?;
+            let programs = ProgramsIn {
+                folder: &cwd,
+                home: variable(&self.env, "HOME"),
+                config_home: variable(&self.env, "XDG_CONFIG_HOME"),
+            };
+            refused_now(rules, &args.command, &programs, ctx.approved())?;
         }
         not_cancelled(&ctx.cancel, "the command")?;
         let argv = ["-c".to_owned(), args.command];
@@ -270,26 +275,46 @@ impl From<CommandRefused> for ToolError {
     }
 }
 
-/// Programs as a command started in `folder` finds them ([`program_files`]).
+/// Programs and files as a command started in `folder` with the tool's environment finds them
+/// ([`program_files`]; git's global configuration in its `HOME`).
 #[derive(Debug)]
-struct ProgramsIn<'a>(&'a Path);
+struct ProgramsIn<'a> {
+    folder: &'a Path,
+    home: Option<&'a Path>,
+    config_home: Option<&'a Path>,
+}
 
 impl ResolvePaths for ProgramsIn<'_> {
     fn root(&self) -> &Path {
-        self.0
+        self.folder
     }
 
     fn resolve(&self, path: &str) -> Option<PathBuf> {
-        Some(self.0.join(path))
+        Some(self.folder.join(path))
     }
 
     fn programs(&self, word: &str) -> Vec<PathBuf> {
-        program_files(self.0, word)
+        program_files(self.folder, word)
     }
 
     fn read_text(&self, path: &str) -> FileText {
-        read_text_bounded(&self.0.join(path))
+        read_text_bounded(&self.folder.join(path))
     }
+
+    fn home(&self) -> Option<&Path> {
+        self.home
+    }
+
+    fn config_home(&self) -> Option<&Path> {
+        self.config_home
+    }
+}
+
+/// The folder the variable `name` of `env` holds, when it holds one.
+fn variable<'a>(env: &'a [(OsString, OsString)], name: &str) -> Option<&'a Path> {
+    env.iter()
+        .find(|(k, v)| k == name && !v.is_empty())
+        .map(|(_, v)| Path::new(v))
 }
 
 /// Refuses `command`, about to run in `cwd`, when a command prefix rule the gate would not
@@ -298,10 +323,10 @@ impl ResolvePaths for ProgramsIn<'_> {
 fn refused_now(
     rules: &CommandRules,
     command: &str,
-    cwd: &Path,
+    programs: &ProgramsIn<'_>,
     approved: bool,
 ) -> Result<(), CommandRefused> {
-    match rules.judge(command, Some(&ProgramsIn(cwd))) {
+    match rules.judge(command, Some(programs)) {
         Some(Permission::Deny) => Err(CommandRefused::Denied),
         Some(Permission::Ask) if !approved => Err(CommandRefused::Unapproved),
         _ => Ok(()),
@@ -416,6 +441,43 @@ mod tests {
         run(&tool, json!({"command": "ls", "cwd": "sub"}))
             .await
             .unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_global_git_alias_in_the_tool_s_home_is_judged_as_the_command_runs() {
+        use agentloop::permissions::{ArgumentMatch, PermissionRule, PermissionStore};
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        std::fs::create_dir_all(root.join("work")).unwrap();
+        std::fs::create_dir_all(root.join("home")).unwrap();
+        std::fs::write(root.join("work/keep.txt"), "kept").unwrap();
+        std::fs::write(
+            root.join("home/.gitconfig"),
+            "[alias]\n\tst = !rm -f keep.txt\n",
+        )
+        .unwrap();
+        let mut store = PermissionStore::new(Permission::Allow);
+        store.configure(PermissionRule {
+            tool: "shell".into(),
+            arguments: Some(ArgumentMatch::CommandPrefix {
+                field: "command".into(),
+                prefix: "rm".into(),
+                allow_chaining: false,
+            }),
+            permission: Permission::Deny,
+        });
+        let workspace = Workspace::new(root.join("work")).unwrap().withhold(&store);
+        let home = root.join("home");
+        let tool = ShellTool::new(workspace)
+            .base_env([
+                ("PATH", std::env::var("PATH").unwrap_or_default()),
+                ("HOME", home.to_string_lossy().into_owned()),
+            ])
+            .into_tool("shell");
+        // The tool's `HOME`, not this process's, is where its git finds `st`.
+        let refused = run(&tool, json!({"command": "git st"})).await.unwrap_err();
+        assert_eq!(code(&refused), "command_denied");
+        assert!(root.join("work/keep.txt").exists());
     }
 
     #[tokio::test]

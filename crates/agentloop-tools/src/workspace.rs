@@ -387,6 +387,34 @@ pub fn program_files(folder: &Path, word: &str) -> Vec<PathBuf> {
         .collect()
 }
 
+/// This process's home folder (`HOME`), read once: where the commands a tool starts find git's
+/// global configuration, since their environment is picked from this process's
+/// ([`ResolvePaths::home`]). `None` when unset or empty.
+///
+/// [`ResolvePaths::home`]: agentloop::permissions::ResolvePaths::home
+pub fn process_home() -> Option<&'static Path> {
+    static HOME: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
+    HOME.get_or_init(|| folder_from_env("HOME")).as_deref()
+}
+
+/// This process's `XDG_CONFIG_HOME`, read once ([`ResolvePaths::config_home`]): read by the
+/// rules even when a tool does not pass it on, as more reading only matches more.
+///
+/// [`ResolvePaths::config_home`]: agentloop::permissions::ResolvePaths::config_home
+pub fn process_config_home() -> Option<&'static Path> {
+    static CONFIG: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
+    CONFIG
+        .get_or_init(|| folder_from_env("XDG_CONFIG_HOME"))
+        .as_deref()
+}
+
+/// The folder the variable `name` holds, when it holds one.
+fn folder_from_env(name: &str) -> Option<PathBuf> {
+    std::env::var_os(name)
+        .filter(|value| !value.is_empty())
+        .map(PathBuf::from)
+}
+
 /// The text of `file` as a deny or ask command prefix reads it ([`ResolvePaths::read_text`]):
 /// at most [`READ_LIMIT`] bytes of UTF-8; a longer file, a folder, a file not text or one that
 /// cannot be opened is [`FileText::Unreadable`], so that the rule judges it as one whose
