@@ -995,6 +995,27 @@ pub(super) fn may_expand(word: &str) -> bool {
     (word.contains(['$', '*', '?', '[']) && !test) || (word.contains('{') && word != "{")
 }
 
+/// The editors whose command lines and the commands they read run programs (`vim -c '!rm x'`,
+/// `ed <<< '!rm x'`): [`runs_unread_commands`] matches each wherever it runs.
+pub(super) const EDITORS: &[&str] = &[
+    "vi",
+    "vim",
+    "nvim",
+    "gvim",
+    "vimx",
+    "view",
+    "gview",
+    "vimdiff",
+    "nvi",
+    "rvim",
+    "rview",
+    "evim",
+    "ex",
+    "ed",
+    "emacs",
+    "emacsclient",
+];
+
 /// True when `command` runs a program whose own language can run a command that no prefix
 /// reads, so that a deny or ask rule on any program must match it (the sandbox stays the
 /// boundary): an awk program that calls `system`, prints to or reads from a command (`|`),
@@ -1023,8 +1044,7 @@ pub(super) fn runs_unread_commands(command: &str) -> bool {
             match name.as_str() {
                 "awk" | "gawk" | "mawk" | "nawk" | "goawk" | "original-awk" => awk_runs(args),
                 "sed" | "gsed" => sed_runs(args),
-                "vi" | "vim" | "nvim" | "gvim" | "vimx" | "view" | "gview" | "vimdiff" | "nvi"
-                | "rvim" | "rview" | "evim" | "ex" | "ed" | "emacs" | "emacsclient" => true,
+                editor if EDITORS.contains(&editor) => true,
                 "less" | "more" => args.iter().any(|a| {
                     (a.starts_with('+') && a.contains(['!', '|']))
                         || a.starts_with("-k")

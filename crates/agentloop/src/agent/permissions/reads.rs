@@ -10,8 +10,8 @@ use std::cell::Cell;
 use std::path::{Component, Path, PathBuf};
 
 use super::command::{
-    MAX_DEPTH, MAX_READS, Programs, Reading, ReadsFiles, chain_runs, is_shell, program_name,
-    shell_option_letters, shell_words, words_run,
+    EDITORS, MAX_DEPTH, MAX_READS, Programs, Reading, ReadsFiles, chain_runs, is_shell,
+    program_name, shell_option_letters, shell_words, words_run,
 };
 use super::input::fed_commands_run;
 use super::resolve::{FileText, ResolvePaths};
@@ -651,8 +651,32 @@ impl Judged<'_, '_> {
         {
             return line(command);
         }
+        if key.ends_with("editor") && plain_editor(value) {
+            return false;
+        }
         runs_value(key) && line(value.trim_start_matches('!'))
     }
+}
+
+/// True when an editor git is told to run (`core.editor = vim`) is one of [`EDITORS`] with no
+/// words of its own but a few that give it no commands (`-f`, `-nw`, `--wait`): git gives it a
+/// file to edit and nothing else, so it runs no command that its words do not name (nobody
+/// types into it from a tool). Read as a command line, it would match every rule (see
+/// [`super::command::runs_unread_commands`]), and every git command of a vim user with it.
+fn plain_editor(value: &str) -> bool {
+    const QUIET: &[&str] = &[
+        "-f",
+        "--nofork",
+        "-nw",
+        "--no-window-system",
+        "-w",
+        "--wait",
+    ];
+    let words = shell_words(value);
+    words.split_first().is_some_and(|(first, rest)| {
+        EDITORS.contains(&program_name(first).to_ascii_lowercase().as_str())
+            && rest.iter().all(|w| QUIET.contains(&w.as_str()))
+    })
 }
 
 /// True when the configuration key `key` (lower case) includes another file.
@@ -1109,6 +1133,19 @@ export PATH
         ])
     }
 
+    /// A global configuration as developers keep one: an editor, a pager, helpers, LFS's
+    /// filter, tools, an include from the home folder that is not there, aliases.
+    const USUAL_GLOBAL: &str = "[user]\n\tname = Me\n\temail = me@example.com\n\
+        [core]\n\teditor = vim\n\tpager = less -R\n\texcludesfile = ~/.gitignore_global\n\
+        [credential]\n\thelper = store\n\
+        [credential \"https://github.com\"]\n\thelper = !gh auth git-credential\n\
+        [filter \"lfs\"]\n\tclean = git-lfs clean -- %f\n\tsmudge = git-lfs smudge -- %f\n\
+        \tprocess = git-lfs filter-process\n\trequired = true\n\
+        [diff]\n\ttool = vimdiff\n[merge]\n\ttool = vimdiff\n[init]\n\tdefaultBranch = main\n\
+        [pull]\n\trebase = true\n[gpg]\n\tprogram = gpg\n[commit]\n\tgpgsign = true\n\
+        [include]\n\tpath = ~/.gitconfig.local\n\
+        [alias]\n\tco = checkout\n\tlg = log --graph --oneline\n";
+
     #[test]
     fn a_deny_or_ask_prefix_reads_git_s_global_configuration() {
         let mut store = denying_rm();
@@ -1134,6 +1171,38 @@ export PATH
             &["git lg", "git log", "git status", "git -C /elsewhere lg"],
             Permission::Allow,
         );
+        // A developer's usual global configuration runs nothing a rule names.
+        let usual = Files(vec![
+            ("/home/me/.gitconfig", Some(USUAL_GLOBAL)),
+            ("/project/.git/config", Some("[core]\n")),
+        ]);
+        let mut usual_store = denying_rm();
+        usual_store
+            .configure(rule("shell", prefix("git push"), Permission::Ask))
+            .resolve_paths("shell", Arc::new(AtHome(usual)));
+        decides(
+            &usual_store,
+            &[
+                "git status",
+                "git commit -m x",
+                "git log --oneline",
+                "git fetch origin",
+                "git co main",
+                "git diff HEAD~1",
+            ],
+            Permission::Allow,
+        );
+        decides(&usual_store, &["git push"], Permission::Ask);
+        // An editor given commands of its own is read as any command line is.
+        let mut commanding = denying_rm();
+        commanding.resolve_paths(
+            "shell",
+            Arc::new(AtHome(Files(vec![(
+                "/home/me/.gitconfig",
+                Some("[core]\n\teditor = vim -c '!rm f'\n"),
+            )]))),
+        );
+        decides(&commanding, &["git commit"], Permission::Deny);
         // A global hooks folder is every repository's.
         let mut hooked = denying_rm();
         hooked.resolve_paths("shell", Arc::new(AtHome(global_configuration(true))));
