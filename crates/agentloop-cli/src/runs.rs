@@ -28,15 +28,50 @@ pub(crate) fn finish_trace(trace: Option<&Arc<TraceSink>>) -> Result<(), CliErro
 
 /// Cancels `token` on Ctrl-C; a second Ctrl-C exits at once with the cancellation code.
 pub(crate) fn cancel_on_ctrl_c(token: CancellationToken) -> tokio::task::JoinHandle<()> {
+    let mut ctrl_c = CtrlC::new();
     tokio::spawn(async move {
-        if tokio::signal::ctrl_c().await.is_ok() {
+        if ctrl_c.next().await {
             err!("\nagentloop: cancelling (Ctrl-C again to quit at once)");
             token.cancel();
-            if tokio::signal::ctrl_c().await.is_ok() {
+            if ctrl_c.next().await {
                 std::process::exit(code::CANCELLED);
             }
         }
     })
+}
+
+/// The process's Ctrl-C deliveries, with the handler in place from this call on rather than from
+/// the first poll of the task that waits for them. A loaded machine can leave a spawned task
+/// unpolled past a quick Ctrl-C (a chat's at its first approval prompt): the signal's default
+/// action then killed the process, where the run should have been cancelled.
+pub(crate) struct CtrlC {
+    #[cfg(unix)]
+    signal: Option<tokio::signal::unix::Signal>,
+}
+
+impl CtrlC {
+    /// Installs the handler (on a runtime's thread).
+    pub(crate) fn new() -> Self {
+        CtrlC {
+            #[cfg(unix)]
+            signal: tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt()).ok(),
+        }
+    }
+
+    /// The next Ctrl-C; `false` when none can be heard.
+    pub(crate) async fn next(&mut self) -> bool {
+        #[cfg(unix)]
+        {
+            match &mut self.signal {
+                Some(s) => s.recv().await.is_some(),
+                None => tokio::signal::ctrl_c().await.is_ok(),
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            tokio::signal::ctrl_c().await.is_ok()
+        }
+    }
 }
 
 /// The token of a chat's run in progress, if any (one run per input). Only the chat's Ctrl-C
@@ -47,8 +82,9 @@ pub(crate) type CurrentRun = Arc<Mutex<Option<CancellationToken>>>;
 /// In a chat, Ctrl-C cancels the run in progress; between runs it quits with the cancellation
 /// code.
 pub(crate) fn ctrl_c_in_chat(current: CurrentRun) -> tokio::task::JoinHandle<()> {
+    let mut ctrl_c = CtrlC::new();
     tokio::spawn(async move {
-        while tokio::signal::ctrl_c().await.is_ok() {
+        while ctrl_c.next().await {
             let running = current
                 .lock()
                 .ok()
