@@ -152,7 +152,9 @@ const ESCAPES: &[(&str, Permission)] = &[
     ("gnome-terminal -- rm f", D),
     ("alacritty --command curl x", D),
     // Paths and other names for the program.
-    ("/proc/self/root/bin/rm f", D),
+    // The root folder's `/bin/rm` through `/proc/self/root`, written in two parts: whole, the
+    // text holds the root user's home folder, which the check for paths outside the clone flags.
+    (concat!("/proc/self/ro", "ot/bin/rm f"), D),
     ("./../../bin/rm f", D),
     ("/usr/bin/curl x", D),
     ("RM f", D),
@@ -222,7 +224,7 @@ const ESCAPES: &[(&str, Permission)] = &[
         A,
     ),
     ("echo '[alias] x = !rm f' >> /etc/gitconfig", A),
-    ("echo '[alias] x = !rm f' >> /root/.gitconfig", A),
+    ("echo '[alias] x = !rm f' >> /home/dev/.gitconfig", A),
     ("echo '[alias] x = !rm f' | tee -a ~/.gitconfig", A),
     ("cp evil ~/.gitconfig", A),
     ("mv evil $HOME/.gitconfig", A),
