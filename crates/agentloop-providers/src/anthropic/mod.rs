@@ -12,7 +12,9 @@
 //! the server's tool search tool (BM25 by default, [`ToolSearchVariant`]) and its beta header
 //! ([`TOOL_SEARCH_BETA`]); the search's `server_tool_use` and `tool_search_tool_result` blocks
 //! are kept in the answer's reasoning and sent back on later turns, where they load the tools
-//! found.
+//! found. The blocks of the server's other tools (web search and fetch, code execution, MCP
+//! connectors: their `server_tool_use` or `mcp_tool_use` and `*_tool_result` blocks) are kept
+//! and sent back the same way.
 //!
 //! A turn the server paused (`stop_reason: "pause_turn"`, its loop of server tools run long) is
 //! continued: its blocks go back unchanged as the last assistant message, up to

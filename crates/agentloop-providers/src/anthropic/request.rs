@@ -235,8 +235,8 @@ enum OutBlock<'a> {
     RedactedThinking {
         data: &'a str,
     },
-    /// A block of the server's tool search (`server_tool_use`, `tool_search_tool_result`), sent
-    /// back as it came.
+    /// A block of a tool the server ran (`server_tool_use`, `web_search_tool_result`,
+    /// `tool_search_tool_result`, ...), sent back as it came.
     #[serde(untagged)]
     Server(&'a Value),
 }
@@ -341,14 +341,14 @@ fn assistant_blocks(message: &AssistantMessage) -> Vec<OutBlock<'_>> {
     blocks
 }
 
-/// The tool search's blocks of an answer, kept in [`Reasoning::provider_data`]
+/// The blocks of the tools the server ran (its tool search, web search and fetch, code
+/// execution, MCP connector), kept in [`Reasoning::provider_data`]
 /// (agentloop::message::Reasoning) to go back on later turns: the found tools are expanded
-/// from them.
+/// from them, and a web search's results are what the model's answer rests on.
 pub(super) fn is_server_block(data: &Value) -> bool {
-    matches!(
-        data.get("type").and_then(Value::as_str),
-        Some("server_tool_use" | "tool_search_tool_result")
-    )
+    data.get("type")
+        .and_then(Value::as_str)
+        .is_some_and(super::stream::is_server_block_kind)
 }
 
 fn push_user_blocks<'a>(

@@ -93,6 +93,12 @@ struct InBlock<'a> {
     tool_use_id: Option<Cow<'a, str>>,
     #[serde(default)]
     content: Option<Value>,
+    /// An MCP call's server (`mcp_tool_use`): it goes back with the block.
+    #[serde(default, borrow)]
+    server_name: Option<Cow<'a, str>>,
+    /// Whether an MCP call failed (`mcp_tool_result`): it goes back with the block.
+    #[serde(default)]
+    is_error: Option<bool>,
 }
 
 /// A message as `message_start` carries it (its content skipped: `C` ignores it), or a whole
@@ -185,17 +191,24 @@ enum BlockState {
     RedactedThinking {
         data: String,
     },
-    /// The server's tool search called: its input streams as JSON like a `tool_use`'s.
-    SearchUse {
+    /// A tool the server runs itself was called (its tool search, web search or fetch, code
+    /// execution: `server_tool_use`; an MCP connector's call: `mcp_tool_use`): its input
+    /// streams as JSON like a `tool_use`'s.
+    ServerUse {
+        kind: String,
         id: String,
         name: String,
+        server_name: Option<String>,
         initial_input: Option<Value>,
         json: String,
     },
-    /// The server's tool search answered (whole in its start).
-    SearchResult {
+    /// Such a tool answered (whole in its start: `web_search_tool_result`,
+    /// `tool_search_tool_result`, `mcp_tool_result`, ...).
+    ServerResult {
+        kind: String,
         tool_use_id: String,
         content: Value,
+        is_error: Option<bool>,
     },
     Ignored,
 }
@@ -329,22 +342,19 @@ impl AnthropicStreamParser {
             "redacted_thinking" => BlockState::RedactedThinking {
                 data: block.data.map(Cow::into_owned).unwrap_or_default(),
             },
-            "server_tool_use"
-                if block
-                    .name
-                    .as_deref()
-                    .is_some_and(|n| n.starts_with("tool_search_tool")) =>
-            {
-                BlockState::SearchUse {
-                    id: block.id.as_deref().map(str::to_owned).unwrap_or_default(),
-                    name: block.name.map(Cow::into_owned).unwrap_or_default(),
-                    initial_input: block.input,
-                    json: String::new(),
-                }
-            }
-            "tool_search_tool_result" => BlockState::SearchResult {
+            kind @ ("server_tool_use" | "mcp_tool_use") => BlockState::ServerUse {
+                kind: kind.to_owned(),
+                id: block.id.as_deref().map(str::to_owned).unwrap_or_default(),
+                name: block.name.map(Cow::into_owned).unwrap_or_default(),
+                server_name: block.server_name.map(Cow::into_owned),
+                initial_input: block.input,
+                json: String::new(),
+            },
+            kind if is_server_result(kind) => BlockState::ServerResult {
+                kind: kind.to_owned(),
                 tool_use_id: block.tool_use_id.map(Cow::into_owned).unwrap_or_default(),
                 content: block.content.unwrap_or(Value::Null),
+                is_error: block.is_error,
             },
             other => {
                 out.push_back(ModelEvent::Warning(format!(
@@ -381,7 +391,7 @@ impl AnthropicStreamParser {
                 }
             }
             Some("input_json_delta") => {
-                if let BlockState::SearchUse { json, .. } = block {
+                if let BlockState::ServerUse { json, .. } = block {
                     if let Some(part) = delta.partial_json {
                         let part = pairs.join(Channel::Arguments(index), part);
                         if let Some(kept) = kept {
@@ -478,7 +488,7 @@ impl AnthropicStreamParser {
                 }
             }
             match &mut *block {
-                BlockState::SearchUse { json, .. } if channel == Channel::Arguments(index) => {
+                BlockState::ServerUse { json, .. } if channel == Channel::Arguments(index) => {
                     json.push_str(&half);
                 }
                 BlockState::Ignored if channel == Channel::Arguments(index) => {}
@@ -522,9 +532,11 @@ impl AnthropicStreamParser {
                 let data = std::mem::take(data);
                 out.push_back(ModelEvent::Reasoning(redacted(data)));
             }
-            BlockState::SearchUse {
+            BlockState::ServerUse {
+                kind,
                 id,
                 name,
+                server_name,
                 initial_input,
                 json,
             } => {
@@ -533,27 +545,34 @@ impl AnthropicStreamParser {
                         .take()
                         .unwrap_or_else(|| serde_json::json!({}))
                 } else {
-                    serde_json::from_str(json).map_err(|e| {
-                        decode_error(PROVIDER, "the tool search's streamed input", &e)
-                    })?
+                    serde_json::from_str(json)
+                        .map_err(|e| decode_error(PROVIDER, "a server tool's streamed input", &e))?
                 };
-                let block = serde_json::json!({
-                    "type": "server_tool_use",
+                let mut block = serde_json::json!({
+                    "type": std::mem::take(kind),
                     "id": std::mem::take(id),
                     "name": std::mem::take(name),
                     "input": input,
                 });
+                if let (Some(server), Value::Object(map)) = (server_name.take(), &mut block) {
+                    map.insert("server_name".to_owned(), Value::String(server));
+                }
                 out.push_back(ModelEvent::Reasoning(server_block(block)));
             }
-            BlockState::SearchResult {
+            BlockState::ServerResult {
+                kind,
                 tool_use_id,
                 content,
+                is_error,
             } => {
-                let block = serde_json::json!({
-                    "type": "tool_search_tool_result",
+                let mut block = serde_json::json!({
+                    "type": std::mem::take(kind),
                     "tool_use_id": std::mem::take(tool_use_id),
                     "content": std::mem::take(content),
                 });
+                if let (Some(failed), Value::Object(map)) = (is_error.take(), &mut block) {
+                    map.insert("is_error".to_owned(), Value::Bool(failed));
+                }
                 out.push_back(ModelEvent::Reasoning(server_block(block)));
             }
             BlockState::Text | BlockState::Ignored => {}
@@ -857,7 +876,21 @@ fn whole_arguments(input: Option<Value>, cut: bool) -> Option<String> {
     }
 }
 
-/// A block of the server's tool search, kept whole to be sent back (never shown: no text).
+/// Whether a block of this type is the answer of a tool the server ran (`web_search_tool_result`,
+/// `web_fetch_tool_result`, `code_execution_tool_result`, `tool_search_tool_result`,
+/// `mcp_tool_result`, ...), not the client's own `tool_result`.
+fn is_server_result(kind: &str) -> bool {
+    kind != "tool_result" && kind.ends_with("_tool_result")
+}
+
+/// Whether a kept block is one of a tool the server ran, its call or its answer: the API wants
+/// them back unchanged on every later turn, or it refuses the conversation (a
+/// `server_tool_use` without its result) or the model loses what it found.
+pub(super) fn is_server_block_kind(kind: &str) -> bool {
+    matches!(kind, "server_tool_use" | "mcp_tool_use") || is_server_result(kind)
+}
+
+/// A block of a tool the server ran, kept whole to be sent back (never shown: no text).
 fn server_block(block: Value) -> Reasoning {
     Reasoning {
         text: String::new(),
