@@ -395,6 +395,13 @@ struct CallSlot {
     extra_content: Option<Value>,
     /// The id its first fragment carried is another call's: it has none of its own.
     reused_id: bool,
+    /// The arguments passed on so far, as their length and digest (no copy of them): enough to
+    /// know a fragment that begins with them.
+    arguments: Digest,
+    /// A fragment held back because it is a whole JSON object that begins with the arguments
+    /// so far: the server restated them (see [`ChatStreamParser::release_restated`]), unless a
+    /// later fragment of the call shows it was only their next piece.
+    restated: Option<String>,
 }
 
 /// Where the provider data of tool calls (Gemini's thought signatures) is kept on the
@@ -642,6 +649,8 @@ impl ChatStreamParser {
                     wire_index: None,
                     extra_content: None,
                     reused_id: reused,
+                    arguments: Digest::default(),
+                    restated: None,
                 });
                 self.slots.len().saturating_sub(1)
             }
@@ -924,13 +933,95 @@ impl ChatStreamParser {
             {
                 let arguments = self.pairs.join(Channel::Arguments(index), arguments);
                 if !arguments.is_empty() {
-                    self.emit(ModelEvent::ToolCallDelta { index, arguments }, out);
+                    self.call_arguments(at, arguments, whole, out);
                 }
             }
         }
     }
 
+    /// Passes on a fragment of the arguments of the call at `at`, or holds it when it may
+    /// restate them: vLLM's end-of-stream flush (GLM, xLAM parsers) and some gateways send the
+    /// whole arguments again as the last fragment after streaming them, and read on, the call's
+    /// arguments would be the object twice (`{..}{..}`), or a piece and then the object.
+    fn call_arguments(
+        &mut self,
+        at: usize,
+        arguments: String,
+        whole: bool,
+        out: &mut VecDeque<ModelEvent>,
+    ) {
+        let index = u32::try_from(at).unwrap_or(u32::MAX);
+        let Some(slot) = self.slots.get_mut(at).filter(|_| !whole) else {
+            self.emit(ModelEvent::ToolCallDelta { index, arguments }, out);
+            return;
+        };
+        // A fragment came after the held one: that one was the arguments' next piece.
+        let held = slot.restated.take();
+        if let Some(held) = &held {
+            slot.arguments.add(held.as_bytes());
+        }
+        let restates = slot.arguments.len > 0
+            && arguments
+                .as_bytes()
+                .get(..slot.arguments.len)
+                .is_some_and(|head| Digest::of(head) == slot.arguments)
+            && is_json_object(&arguments);
+        let pass = if restates {
+            slot.restated = Some(arguments);
+            None
+        } else {
+            slot.arguments.add(arguments.as_bytes());
+            Some(arguments)
+        };
+        for arguments in held.into_iter().chain(pass) {
+            self.emit(ModelEvent::ToolCallDelta { index, arguments }, out);
+        }
+    }
+
+    /// The response ended: a held fragment that began with a call's arguments so far and is a
+    /// whole object restated them when the two joined are no JSON (a stream whose joined
+    /// arguments parse is passed on as it came): only the rest of it goes on, with a warning.
+    fn release_restated(&mut self, out: &mut VecDeque<ModelEvent>) {
+        let mut events = Vec::new();
+        for (at, slot) in self.slots.iter_mut().enumerate() {
+            let Some(held) = slot.restated.take() else {
+                continue;
+            };
+            let index = u32::try_from(at).unwrap_or(u32::MAX);
+            // The held fragment begins with the arguments so far: the two joined are its head
+            // and then it.
+            let head = held.get(..slot.arguments.len).unwrap_or_default();
+            let joined = format!("{head}{held}");
+            if serde_json::from_str::<serde::de::IgnoredAny>(&joined).is_ok() {
+                events.push(ModelEvent::ToolCallDelta {
+                    index,
+                    arguments: held,
+                });
+                continue;
+            }
+            let rest = held
+                .get(slot.arguments.len..)
+                .unwrap_or_default()
+                .to_owned();
+            events.push(ModelEvent::Warning(format!(
+                "the server sent the arguments of tool call {index} ({}) again whole after \
+                 streaming them: they are read once",
+                slot.name
+            )));
+            if !rest.is_empty() {
+                events.push(ModelEvent::ToolCallDelta {
+                    index,
+                    arguments: rest,
+                });
+            }
+        }
+        for event in events {
+            self.emit(event, out);
+        }
+    }
+
     fn emit_finish(&mut self, out: &mut VecDeque<ModelEvent>) -> Result<(), ModelError> {
+        self.release_restated(out);
         self.close_dialect(out);
         self.flush_extras(out);
         match self.finish.take() {
@@ -971,6 +1062,7 @@ impl ChatStreamParser {
             return Ok(());
         }
         self.done = true;
+        self.release_restated(out);
         self.close_dialect(out);
         self.flush_extras(out);
         match self.finish.take() {
@@ -1056,6 +1148,43 @@ impl StreamDecoder for ChatStreamParser {
 
 /// `json` without the nulls strict mode added for what `schema` leaves optional; as it came when
 /// there is no schema, it is not JSON (a call the output limit cut), or nothing was taken out.
+/// The length and FNV-1a digest of a call's arguments so far.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Digest {
+    len: usize,
+    hash: u64,
+}
+
+impl Default for Digest {
+    fn default() -> Self {
+        Digest {
+            len: 0,
+            hash: 0xcbf2_9ce4_8422_2325,
+        }
+    }
+}
+
+impl Digest {
+    fn add(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.hash = (self.hash ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        self.len = self.len.saturating_add(bytes.len());
+    }
+
+    fn of(bytes: &[u8]) -> Self {
+        let mut digest = Digest::default();
+        digest.add(bytes);
+        digest
+    }
+}
+
+/// Whether `text` is one whole JSON object.
+fn is_json_object(text: &str) -> bool {
+    text.trim_start().starts_with('{')
+        && serde_json::from_str::<serde::de::IgnoredAny>(text).is_ok()
+}
+
 fn without_strict_nulls(json: String, schema: Option<&Value>) -> String {
     let Some(schema) = schema else {
         return json;
@@ -1375,6 +1504,29 @@ mod tests {
         let r = parse_stream_bytes(body.as_bytes()).unwrap();
         assert!(r.message.tool_calls.is_empty());
         assert!(r.truncated);
+    }
+
+    #[test]
+    fn a_fragment_that_begins_with_the_arguments_so_far_is_their_next_piece_when_more_follow() {
+        // `{"k":` then `{"k":"x"}` (a whole object that begins with what came before) then `}`:
+        // the arguments are the nested object, passed on as they came, with no warning.
+        let call = |args: &str| {
+            format!(
+                r#"{{"choices":[{{"index":0,"delta":{{"tool_calls":[{{"index":0,"function":{{"arguments":{}}}}}]}}}}]}}"#,
+                serde_json::Value::String(args.to_owned())
+            )
+        };
+        let first = r#"{"id":"c","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"t1","type":"function","function":{"name":"f","arguments":""}}]}}]}"#;
+        let pieces = [call(r#"{"k":"#), call(r#"{"k":"x"}"#), call("}")];
+        let end = r#"{"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}"#;
+        let mut body = format!("data: {first}\n\n");
+        for piece in &pieces {
+            body.push_str(&format!("data: {piece}\n\n"));
+        }
+        body.push_str(&format!("data: {end}\n\ndata: [DONE]\n\n"));
+        let r = parse_stream_bytes(body.as_bytes()).unwrap();
+        assert_eq!(r.message.tool_calls[0].arguments, r#"{"k":{"k":"x"}}"#);
+        assert!(r.warnings.is_empty(), "{:?}", r.warnings);
     }
 
     #[test]
