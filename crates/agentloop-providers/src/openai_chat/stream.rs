@@ -368,7 +368,29 @@ pub struct ChatStreamParser {
     /// The slot of the legacy `function_call`: the old API has one call per answer, with no id
     /// or index, so every fragment of it continues that call (the run gives it an id).
     legacy_call: Option<usize>,
+    /// Where the answer's text is in a `<think>` block it opened with.
+    think: ThinkTags,
 }
+
+/// A `<think>` block at the start of the text: models whose server has no reasoning parser
+/// (DeepSeek R1 and QwQ on Ollama before its `thinking` field, on llama.cpp with
+/// `--reasoning-format none`, on cloud hosts that pass the text through) write their reasoning
+/// there. Read as text, it would be the answer's opening, and the dialect reader would take a
+/// call the model only thought about for one it made.
+#[derive(Debug)]
+enum ThinkTags {
+    /// The text so far (blank, or the start of `<think>`) does not tell yet.
+    Undecided(String),
+    /// Inside the block: held, what may be the start of `</think>`.
+    Inside(String),
+    /// The block closed: the blank text right after it is dropped.
+    Closed,
+    /// The text is all text.
+    Text,
+}
+
+const THINK_OPEN: &str = "<think>";
+const THINK_CLOSE: &str = "</think>";
 
 /// A strict request's original schemas, and what of the answer is held until it ends: strict
 /// mode makes the model write `null` for each optional property it leaves out, which the run's
@@ -462,6 +484,7 @@ impl ChatStreamParser {
             pairs: Pairs::default(),
             strict: None,
             legacy_call: None,
+            think: ThinkTags::Undecided(String::new()),
         }
     }
 
@@ -584,6 +607,92 @@ impl ChatStreamParser {
         if let Some(text) = text.filter(|t| !t.is_empty()) {
             let text = without_strict_nulls(text, strict.output.as_ref());
             self.emit(ModelEvent::TextDelta(text), out);
+        }
+    }
+
+    /// Passes on a piece of the answer's text, what a `<think>` block it opened with holds as
+    /// reasoning.
+    fn content_text(&mut self, text: String, out: &mut VecDeque<ModelEvent>) {
+        let mut text = match &mut self.think {
+            ThinkTags::Text => return self.emit(ModelEvent::TextDelta(text), out),
+            ThinkTags::Undecided(held) => {
+                let joined = if held.is_empty() {
+                    text
+                } else {
+                    held.push_str(&text);
+                    std::mem::take(held)
+                };
+                let start = joined.trim_start();
+                if let Some(rest) = start.strip_prefix(THINK_OPEN) {
+                    let rest = rest.to_owned();
+                    self.think = ThinkTags::Inside(String::new());
+                    rest
+                } else if THINK_OPEN.starts_with(start) {
+                    self.think = ThinkTags::Undecided(joined);
+                    return;
+                } else {
+                    self.think = ThinkTags::Text;
+                    return self.emit(ModelEvent::TextDelta(joined), out);
+                }
+            }
+            ThinkTags::Inside(_) => text,
+            ThinkTags::Closed => {
+                let rest = text.trim_start();
+                if rest.is_empty() {
+                    return;
+                }
+                self.think = ThinkTags::Text;
+                return self.emit(ModelEvent::TextDelta(rest.to_owned()), out);
+            }
+        };
+        let ThinkTags::Inside(held) = &mut self.think else {
+            return;
+        };
+        held.push_str(&text);
+        text = std::mem::take(held);
+        if let Some(at) = text.find(THINK_CLOSE) {
+            let after = text.split_off(at);
+            if !text.is_empty() {
+                out.push_back(ModelEvent::ReasoningDelta(text));
+            }
+            self.think = ThinkTags::Closed;
+            let after = after
+                .get(THINK_CLOSE.len()..)
+                .unwrap_or_default()
+                .to_owned();
+            if !after.is_empty() {
+                self.content_text(after, out);
+            }
+            return;
+        }
+        // What may be the start of the closing tag waits for the next piece.
+        let keep = (1..THINK_CLOSE.len())
+            .rev()
+            .find(|&n| {
+                text.len()
+                    .checked_sub(n)
+                    .and_then(|from| text.get(from..))
+                    .is_some_and(|end| THINK_CLOSE.starts_with(end))
+            })
+            .unwrap_or(0);
+        let tail = text.split_off(text.len().saturating_sub(keep));
+        if !text.is_empty() {
+            out.push_back(ModelEvent::ReasoningDelta(text));
+        }
+        *held = tail;
+    }
+
+    /// The text ended: what a `<think>` block left held goes on (the text that only began like
+    /// the tag as text, a block never closed as reasoning).
+    fn release_think(&mut self, out: &mut VecDeque<ModelEvent>) {
+        match std::mem::replace(&mut self.think, ThinkTags::Text) {
+            ThinkTags::Undecided(held) if !held.is_empty() => {
+                self.emit(ModelEvent::TextDelta(held), out);
+            }
+            ThinkTags::Inside(held) if !held.is_empty() => {
+                out.push_back(ModelEvent::ReasoningDelta(held));
+            }
+            _ => {}
         }
     }
 
@@ -862,7 +971,7 @@ impl ChatStreamParser {
             self.saw_answer = true;
             let text = self.pairs.join(Channel::Text, text);
             if !text.is_empty() {
-                self.emit(ModelEvent::TextDelta(text), out);
+                self.content_text(text, out);
             }
         }
         if let Some(refusal) = delta.refusal.filter(|t| !t.is_empty()) {
@@ -1021,6 +1130,7 @@ impl ChatStreamParser {
     }
 
     fn emit_finish(&mut self, out: &mut VecDeque<ModelEvent>) -> Result<(), ModelError> {
+        self.release_think(out);
         self.release_restated(out);
         self.close_dialect(out);
         self.flush_extras(out);
@@ -1062,6 +1172,7 @@ impl ChatStreamParser {
             return Ok(());
         }
         self.done = true;
+        self.release_think(out);
         self.release_restated(out);
         self.close_dialect(out);
         self.flush_extras(out);
@@ -1527,6 +1638,47 @@ mod tests {
         let r = parse_stream_bytes(body.as_bytes()).unwrap();
         assert_eq!(r.message.tool_calls[0].arguments, r#"{"k":{"k":"x"}}"#);
         assert!(r.warnings.is_empty(), "{:?}", r.warnings);
+    }
+
+    #[test]
+    fn only_a_think_block_that_opens_the_text_is_reasoning() {
+        let read = |pieces: &[&str], finish: &str| {
+            let mut body = String::new();
+            for piece in pieces {
+                let chunk = serde_json::json!({"id": "c", "choices": [{"index": 0, "delta": {"content": piece}}]});
+                body.push_str(&format!("data: {chunk}\n\n"));
+            }
+            let end = serde_json::json!({"choices": [{"index": 0, "delta": {}, "finish_reason": finish}]});
+            body.push_str(&format!("data: {end}\n\ndata: [DONE]\n\n"));
+            let r = parse_stream_bytes(body.as_bytes()).unwrap();
+            let reasoning: String = r
+                .message
+                .reasoning
+                .iter()
+                .map(|x| x.text.as_str())
+                .collect();
+            (r.message.text, reasoning)
+        };
+        // Text that begins like the tag, or names it later, is text.
+        assert_eq!(
+            read(&["<th", "ought>x"], "stop"),
+            ("<thought>x".into(), String::new())
+        );
+        assert_eq!(
+            read(&["Use <think>", " tags"], "stop"),
+            ("Use <think> tags".into(), String::new())
+        );
+        assert_eq!(read(&[" ", "<t"], "stop"), (" <t".into(), String::new()));
+        // A block cut by the output limit is all reasoning; one closed in the same piece as the
+        // answer leaves the answer.
+        assert_eq!(
+            read(&["<think>a </", "thin"], "length"),
+            (String::new(), "a </thin".into())
+        );
+        assert_eq!(
+            read(&["\n<think>a</think> b"], "stop"),
+            ("b".into(), "a".into())
+        );
     }
 
     #[test]
