@@ -44,6 +44,19 @@ allow = ["shell"]
     dir
 }
 
+/// `agentloop run AGENT --input go --json`, to be given more and started.
+fn agentloop_run(dir: &AgentDir) -> std::process::Command {
+    let mut command = std::process::Command::new(bin());
+    command.args([
+        "run",
+        dir.agent().to_str().unwrap(),
+        "--input",
+        "go",
+        "--json",
+    ]);
+    command
+}
+
 /// The output of each call of a finished `--json` run, in order.
 fn outputs(out: &std::process::Output) -> Vec<String> {
     assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(out));
@@ -148,7 +161,8 @@ allow = ["shell", "read_file", "grep", "list_dir"]
         "cwd/env",
         "fds/0",
         "/proc/self/environ",
-        "../../../../../../../proc/self/environ",
+        // Climbing: as many `..` as it takes to reach `/`, and more.
+        &format!("{}proc/self/environ", "../".repeat(12)),
     ]
     .iter()
     .enumerate()
@@ -162,14 +176,7 @@ allow = ["shell", "read_file", "grep", "list_dir"]
     steps.push(json!({"text": "done"}));
     dir.write("script.json", &Value::Array(steps).to_string());
     let trace = dir.path("trace.ndjson");
-    let out = std::process::Command::new(bin())
-        .args([
-            "run",
-            dir.agent().to_str().unwrap(),
-            "--input",
-            "go",
-            "--json",
-        ])
+    let out = agentloop_run(&dir)
         .arg("--trace")
         .arg(&trace)
         .arg("--trace-payloads")
@@ -201,4 +208,98 @@ allow = ["shell", "read_file", "grep", "list_dir"]
             "the key is in {what}: {text}"
         );
     }
+}
+
+/// System V IPC from Python (`ctypes`): `make KEY` makes a 4 KiB shared memory segment and
+/// prints its id; `write ID TEXT` writes TEXT at its start ("attach failed" when it cannot);
+/// `read ID` prints its first bytes; `remove ID` removes it; `queue KEY` makes a message queue,
+/// `unqueue KEY` removes it.
+const SYSV: &str = r#"
+import ctypes, sys
+libc = ctypes.CDLL(None, use_errno=True)
+libc.shmat.restype = ctypes.c_void_p
+what = sys.argv[1]
+if what == "make":
+    print(libc.shmget(int(sys.argv[2]), 4096, 0o1600))
+elif what == "queue":
+    print("queue", libc.msgget(int(sys.argv[2]), 0o1600))
+elif what == "remove":
+    libc.shmctl(int(sys.argv[2]), 0, None)
+elif what == "unqueue":
+    libc.msgctl(libc.msgget(int(sys.argv[2]), 0), 0, None)
+else:
+    addr = libc.shmat(int(sys.argv[2]), None, 0)
+    if addr in (None, ctypes.c_void_p(-1).value):
+        print("attach failed")
+    elif what == "write":
+        ctypes.memmove(addr, sys.argv[3].encode(), len(sys.argv[3]))
+        print("attached and wrote")
+    else:
+        print(ctypes.string_at(addr, 32).split(b"\0")[0].decode())
+"#;
+
+#[test]
+fn host8_a_confined_process_reaches_no_system_v_ipc_object_of_the_host() {
+    // Shared memory segments and message queues are reached by number, not path: neither
+    // Landlock nor the read-only view stood in the way, so a confined tool wrote another
+    // process's shared memory and left a queue behind that outlived the run. The call's own IPC
+    // namespace (made with the view) keeps both from it.
+    if agentloop_sandbox::Support::current()
+        .read_only_mounts
+        .is_none()
+    {
+        eprintln!("skipped: no read-only view (no mount namespace) on this system");
+        return;
+    }
+    let helper = tempfile::tempdir().unwrap();
+    let sysv = helper.path().join("sysv.py");
+    std::fs::write(&sysv, SYSV).unwrap();
+    let py = |args: &[&str]| {
+        let out = std::process::Command::new("python3")
+            .arg(&sysv)
+            .args(args)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    };
+    // Keys of this test's own (the pid keeps two runs apart): the queue's is looked for below.
+    let key = 0x4838_0000 + i64::from(std::process::id() % 0xffff);
+    let segment = py(&["make", &key.to_string()]);
+    assert!(segment.parse::<i64>().is_ok_and(|id| id >= 0), "{segment}");
+    py(&["write", &segment, "host's own"]);
+    let queue_key = (key + 0x1_0000).to_string();
+    let mut wrong = Vec::new();
+    for mode in ["workspace-write", "read-only"] {
+        let sysv = sysv.display();
+        let dir = shell_agent(
+            mode,
+            &[&format!(
+                "python3 {sysv} write {segment} model-was-here; python3 {sysv} queue {queue_key}"
+            )],
+        );
+        let out = agentloop_run(&dir)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        let calls = outputs(&out);
+        if !calls[0].contains("attach failed") || calls[0].contains("queue -1") {
+            wrong.push(format!("{mode}: {}", calls[0]));
+        }
+        let queues = std::fs::read_to_string("/proc/sysvipc/msg").unwrap();
+        if queues
+            .lines()
+            .skip(1)
+            .any(|l| l.split_whitespace().next() == Some(queue_key.as_str()))
+        {
+            wrong.push(format!(
+                "{mode}: the tool's queue outlived the run:\n{queues}"
+            ));
+        }
+    }
+    // The host's segment is removed before anything is asserted, so that a failure leaves none.
+    let seen = py(&["read", &segment]);
+    py(&["remove", &segment]);
+    py(&["unqueue", &queue_key]);
+    assert!(wrong.is_empty(), "{wrong:#?}");
+    assert_eq!(seen, "host's own");
 }
