@@ -303,3 +303,97 @@ fn host8_a_confined_process_reaches_no_system_v_ipc_object_of_the_host() {
     assert!(wrong.is_empty(), "{wrong:#?}");
     assert_eq!(seen, "host's own");
 }
+
+/// A loopback HTTP server on `ip` that counts the connections it accepts and answers each with
+/// `answer` (its port given), for ever: its port and the count.
+fn counting_server(
+    ip: &str,
+    answer: impl Fn(u16) -> String + Send + 'static,
+) -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind((ip, 0)).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let count = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let seen = count.clone();
+    std::thread::spawn(move || {
+        for mut socket in listener.incoming().flatten() {
+            seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let mut head = [0u8; 4096];
+            let _ = socket.read(&mut head);
+            let _ = socket.write_all(answer(port).as_bytes());
+        }
+    });
+    (port, count)
+}
+
+#[test]
+fn host8_web_fetch_reaches_no_loopback_address_however_it_is_spelled_or_redirected() {
+    // A server that listens on 127.0.0.1, so that a fetch let through would connect and count.
+    let (port, reached) = counting_server("127.0.0.1", |_| {
+        "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: 7\r\n\r\nreached".into()
+    });
+    // An allowed server (127.0.0.2, by `allow_private`) whose answer redirects to it.
+    let (allowed, _) = counting_server("127.0.0.2", move |_| {
+        format!(
+            "HTTP/1.1 302 Found\r\nlocation: http://127.1:{port}/from-redirect\r\n\
+             content-length: 0\r\n\r\n"
+        )
+    });
+    let urls: Vec<String> = [
+        "127.1",
+        "2130706433",
+        "0x7f000001",
+        "0177.0.0.1",
+        "0.0.0.0",
+        "0",
+        "[::1]",
+        "[::ffff:127.0.0.1]",
+        "[::ffff:7f00:1]",
+        "[::127.0.0.1]",
+        "localhost",
+        "localhost.",
+        "%31%32%37.0.0.1",
+    ]
+    .iter()
+    .map(|host| format!("http://{host}:{port}/"))
+    .chain([format!("http://127.0.0.2:{allowed}/redirect")])
+    .collect();
+    let dir = AgentDir::new(
+        r#"name = "host8"
+[model]
+provider = "scripted"
+script = "script.json"
+
+[[tools]]
+builtin = "web_fetch"
+allow_private = ["127.0.0.2"]
+timeout_secs = 10
+"#,
+    );
+    let mut steps: Vec<Value> = urls
+        .iter()
+        .enumerate()
+        .map(|(i, url)| {
+            json!({"tool_calls": [{"id": format!("w{i}"), "name": "web_fetch", "arguments": {"url": url}}]})
+        })
+        .collect();
+    steps.push(json!({"text": "done"}));
+    dir.write("script.json", &Value::Array(steps).to_string());
+    let out = agentloop_run(&dir)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let v = stdout_json(&out);
+    assert_eq!(v["stop_reason"], "finished", "{v}");
+    for (call, url) in v["tool_calls"].as_array().unwrap().iter().zip(&urls) {
+        assert_eq!(call["ok"], false, "{url}: {call}");
+        // `localhost.` does not resolve on every system; where it does, it is refused.
+        let code = call["error"]["code"].as_str().unwrap_or_default();
+        assert!(
+            code == "address_refused" || (url.contains("localhost.") && code == "dns_failed"),
+            "{url}: {call}"
+        );
+    }
+    assert_eq!(v["tool_calls"].as_array().unwrap().len(), urls.len(), "{v}");
+    assert_eq!(reached.load(std::sync::atomic::Ordering::SeqCst), 0);
+}
