@@ -32,16 +32,25 @@ allow = ["shell"]
 "#
     ));
     std::fs::create_dir(dir.path("work")).unwrap();
-    let mut steps: Vec<Value> = commands
-        .iter()
+    one_call_a_turn(
+        &dir,
+        "shell",
+        commands.iter().map(|c| json!({"command": c})),
+    );
+    dir
+}
+
+/// Writes the scripted model's `script.json`: a call of `tool` a turn, with each of
+/// `arguments` in order (ids `c0`, `c1`, ...), then a final answer.
+fn one_call_a_turn(dir: &AgentDir, tool: &str, arguments: impl Iterator<Item = Value>) {
+    let mut steps: Vec<Value> = arguments
         .enumerate()
-        .map(|(i, c)| {
-            json!({"tool_calls": [{"id": format!("c{i}"), "name": "shell", "arguments": {"command": c}}]})
-        })
+        .map(
+            |(i, a)| json!({"tool_calls": [{"id": format!("c{i}"), "name": tool, "arguments": a}]}),
+        )
         .collect();
     steps.push(json!({"text": "done"}));
     dir.write("script.json", &Value::Array(steps).to_string());
-    dir
 }
 
 /// `agentloop run AGENT --input go --json`, to be given more and started.
@@ -370,15 +379,11 @@ allow_private = ["127.0.0.2"]
 timeout_secs = 10
 "#,
     );
-    let mut steps: Vec<Value> = urls
-        .iter()
-        .enumerate()
-        .map(|(i, url)| {
-            json!({"tool_calls": [{"id": format!("w{i}"), "name": "web_fetch", "arguments": {"url": url}}]})
-        })
-        .collect();
-    steps.push(json!({"text": "done"}));
-    dir.write("script.json", &Value::Array(steps).to_string());
+    one_call_a_turn(
+        &dir,
+        "web_fetch",
+        urls.iter().map(|url| json!({"url": url})),
+    );
     let out = agentloop_run(&dir)
         .stdin(std::process::Stdio::null())
         .output()
