@@ -253,6 +253,9 @@ pub(crate) struct ChildHook {
     parent: Option<(libc::pid_t, libc::c_int)>,
     /// The capabilities it drops, bit N for capability N, up to [`last_cap`].
     drop_caps: u64,
+    /// The bound of this process's file descriptors, read in the parent: where `close_range`
+    /// is missing, the child marks them close-on-exec one by one up to it.
+    fd_bound: libc::c_int,
 }
 
 impl ChildHook {
@@ -267,6 +270,7 @@ impl ChildHook {
             seccomp: None,
             parent: None,
             drop_caps: cap_mask(&DROPPED_CAPS),
+            fd_bound: fd_bound(),
         }
     }
 
@@ -309,13 +313,17 @@ impl ChildHook {
             seccomp,
             parent: None,
             drop_caps: cap_mask_up_to(last_cap()) & !cap_mask(&KEPT_CAPS),
+            fd_bound: fd_bound(),
         })
     }
 
     /// Runs in the child: only async-signal-safe system calls, no allocation (an error is a raw
     /// OS error).
     fn enter(&mut self) -> io::Result<()> {
-        // Before all: it needs CAP_SYS_ADMIN (dropped below) and the mount calls seccomp
+        // In every mode, `off` included: a descriptor is reached without a path, so neither
+        // Landlock nor the read-only view stands between the program and one it inherits.
+        close_inherited_on_exec(self.fd_bound)?;
+        // Before all else: it needs CAP_SYS_ADMIN (dropped below) and the mount calls seccomp
         // refuses, and it may enter a user namespace, a change of credentials that the
         // parent-death signal asked for next must come after.
         if let Some(view) = &mut self.view {
@@ -392,22 +400,62 @@ impl ChildHook {
     /// The child and all it starts will die with this process ([`supervisor`]).
     pub(crate) fn die_with_parent(&mut self) {
         let parent = libc::pid_t::try_from(std::process::id()).unwrap_or(0);
-        let mut own = libc::rlimit {
-            rlim_cur: 0,
-            rlim_max: 0,
-        };
-        // SAFETY: getrlimit writes one rlimit through a pointer to our stack variable.
-        #[allow(unsafe_code)]
-        let rc = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut own) };
-        // Only where `close_range` is missing does the supervisor close descriptors one by one,
-        // up to this: no descriptor of this process is above its soft limit.
-        let fd_bound = if rc == 0 {
-            libc::c_int::try_from(own.rlim_cur.min(1 << 20)).unwrap_or(1 << 20)
-        } else {
-            1 << 16
-        };
-        self.parent = Some((parent, fd_bound));
+        self.parent = Some((parent, self.fd_bound));
     }
+}
+
+/// The bound of this process's file descriptors: none is above its soft `RLIMIT_NOFILE`.
+fn fd_bound() -> libc::c_int {
+    let mut own = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes one rlimit through a pointer to our stack variable.
+    #[allow(unsafe_code)]
+    let rc = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut own) };
+    if rc == 0 {
+        libc::c_int::try_from(own.rlim_cur.min(1 << 20)).unwrap_or(1 << 20)
+    } else {
+        1 << 16
+    }
+}
+
+/// Marks every descriptor above the standard three close-on-exec, in the child before `exec`.
+/// The agentloop process may hold descriptors it inherited without that flag from whoever
+/// started it (a script's `exec 9>lock` for `flock`, `exec 7>>log`, a service manager's socket,
+/// a jobserver's pipe), which it never uses; the program would get them, and a file open for
+/// writing outside the roots would stay writable through one. The program's own standard
+/// input, output and error are in place by then; std's error pipe is close-on-exec already.
+fn close_inherited_on_exec(fd_bound: libc::c_int) -> io::Result<()> {
+    // SAFETY: close_range takes three integers.
+    #[allow(unsafe_code)]
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_close_range,
+            3u32,
+            u32::MAX,
+            libc::CLOSE_RANGE_CLOEXEC,
+        )
+    };
+    if rc == 0 {
+        return Ok(());
+    }
+    // Before Linux 5.11 (no `CLOSE_RANGE_CLOEXEC`): one descriptor at a time.
+    for fd in 3..fd_bound {
+        // SAFETY: fcntl takes integers; EBADF for a descriptor not open is fine.
+        #[allow(unsafe_code)]
+        let flags = unsafe { libc::fcntl(fd, libc::F_GETFD) };
+        if flags < 0 || flags & libc::FD_CLOEXEC != 0 {
+            continue;
+        }
+        // SAFETY: as above.
+        #[allow(unsafe_code)]
+        let rc = unsafe { libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC) };
+        if rc < 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
 }
 
 pub(crate) fn install(mut hook: ChildHook, command: &mut std::process::Command) {

@@ -39,11 +39,34 @@ use libc::{c_int, c_uint};
 use super::supervisor;
 use crate::{ReadOnlyMounts, SandboxError};
 
-/// The `unshare` flags of each way.
-fn unshare_flags(how: ReadOnlyMounts) -> c_int {
+/// The `unshare` flags of each way, for the mounts alone.
+fn view_flags(how: ReadOnlyMounts) -> c_int {
     match how {
         ReadOnlyMounts::MountNamespace => libc::CLONE_NEWNS,
         ReadOnlyMounts::UserNamespace => libc::CLONE_NEWUSER | libc::CLONE_NEWNS,
+    }
+}
+
+/// The `unshare` flags of each way: the mounts' and, where the kernel has them, a System V IPC
+/// namespace of the call's own (`CLONE_NEWIPC`). Shared memory segments, message queues and
+/// semaphore sets are reached by a number, not a path, so neither Landlock nor the view stands
+/// in the way: without it a confined process could write another process's shared memory
+/// (`shmat`), read or fill its message queues, and leave objects that outlive the call and the
+/// run. POSIX message queues (`mq_open`) are the IPC namespace's too. Inside, the call's
+/// processes share such objects among themselves as before; they go with the namespace.
+fn unshare_flags(how: ReadOnlyMounts) -> c_int {
+    static AS_ROOT: OnceLock<bool> = OnceLock::new();
+    static AS_USER: OnceLock<bool> = OnceLock::new();
+    let slot = match how {
+        ReadOnlyMounts::MountNamespace => &AS_ROOT,
+        ReadOnlyMounts::UserNamespace => &AS_USER,
+    };
+    let with_ipc = view_flags(how) | libc::CLONE_NEWIPC;
+    // A kernel built without IPC namespaces refuses the flag: the view goes on without it.
+    if *slot.get_or_init(|| works(with_ipc)) {
+        with_ipc
+    } else {
+        view_flags(how)
     }
 }
 
@@ -55,13 +78,14 @@ fn unshare_flags(how: ReadOnlyMounts) -> c_int {
 pub(super) fn available() -> Option<ReadOnlyMounts> {
     static AVAILABLE: OnceLock<Option<ReadOnlyMounts>> = OnceLock::new();
     *AVAILABLE.get_or_init(|| {
-        if works(ReadOnlyMounts::MountNamespace) {
+        if works(view_flags(ReadOnlyMounts::MountNamespace)) {
             return Some(ReadOnlyMounts::MountNamespace);
         }
         // SAFETY: geteuid takes nothing and cannot fail.
         #[allow(unsafe_code)]
         let root = unsafe { libc::geteuid() } == 0;
-        (!root && works(ReadOnlyMounts::UserNamespace)).then_some(ReadOnlyMounts::UserNamespace)
+        (!root && works(view_flags(ReadOnlyMounts::UserNamespace)))
+            .then_some(ReadOnlyMounts::UserNamespace)
     })
 }
 
@@ -70,12 +94,13 @@ pub(super) fn available() -> Option<ReadOnlyMounts> {
 pub(super) fn unavailable() -> String {
     "read-only mounts outside the writable roots (they need CAP_SYS_ADMIN, or user namespaces \
      for an ordinary user, and Linux 5.12): the mode, owner and times of files outside the \
-     roots can still be changed"
+     roots can still be changed, and the System V IPC objects of other processes reached"
         .to_owned()
 }
 
-/// Tries the whole view in a forked child, which says so through a pipe before it exits.
-fn works(how: ReadOnlyMounts) -> bool {
+/// Tries the whole view, entered with `flags`, in a forked child, which says so through a pipe
+/// before it exits.
+fn works(flags: c_int) -> bool {
     let mut ends = [-1 as c_int; 2];
     // SAFETY: pipe2 writes two descriptors into our stack array.
     #[allow(unsafe_code)]
@@ -88,7 +113,7 @@ fn works(how: ReadOnlyMounts) -> bool {
         return false;
     };
     let mut view = ReadOnlyView {
-        flags: unshare_flags(how),
+        flags,
         roots: vec![slash],
         trees: vec![-1],
         pins: Vec::new(),
