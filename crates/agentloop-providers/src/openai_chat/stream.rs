@@ -1257,8 +1257,6 @@ impl StreamDecoder for ChatStreamParser {
     }
 }
 
-/// `json` without the nulls strict mode added for what `schema` leaves optional; as it came when
-/// there is no schema, it is not JSON (a call the output limit cut), or nothing was taken out.
 /// The length and FNV-1a digest of a call's arguments so far.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Digest {
@@ -1296,6 +1294,8 @@ fn is_json_object(text: &str) -> bool {
         && serde_json::from_str::<serde::de::IgnoredAny>(text).is_ok()
 }
 
+/// `json` without the nulls strict mode added for what `schema` leaves optional; as it came when
+/// there is no schema, it is not JSON (a call the output limit cut), or nothing was taken out.
 fn without_strict_nulls(json: String, schema: Option<&Value>) -> String {
     let Some(schema) = schema else {
         return json;
