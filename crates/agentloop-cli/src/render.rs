@@ -7,7 +7,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use agentloop::{
-    CallOutcome, CallStatus, Event, EventKind, EventSink, RunOutcome, ToolCallRecord,
+    CallOutcome, CallStatus, Event, EventKind, EventSink, RunOutcome, SubagentRun, ToolCallRecord,
     message::ToolContent, outcome::codes,
 };
 use agentloop_observe::Tracker;
@@ -525,6 +525,24 @@ fn call_json(c: &ToolCallRecord) -> Value {
     v
 }
 
+/// The tree of subagent runs for `--json`. Every node carries every documented field: the library's
+/// form leaves out an `error` that is none and `subagents` that are empty, which a reader of the
+/// documented tree would find missing.
+fn subagent_nodes_json(nodes: &[SubagentRun]) -> Value {
+    let nodes = nodes
+        .iter()
+        .map(|node| {
+            let mut value = serde_json::to_value(node).unwrap_or(Value::Null);
+            if let Some(map) = value.as_object_mut() {
+                map.insert("error".into(), json!(node.error));
+                map.insert("subagents".into(), subagent_nodes_json(&node.subagents));
+            }
+            value
+        })
+        .collect();
+    Value::Array(nodes)
+}
+
 /// The `--json` object of a run.
 pub fn outcome_json(outcome: &RunOutcome, dry_run: bool) -> Value {
     json!({
@@ -549,7 +567,7 @@ pub fn outcome_json(outcome: &RunOutcome, dry_run: bool) -> Value {
         "duration_ms": outcome.duration.as_millis() as u64,
         "dry_run": dry_run,
         "transcript": outcome.transcript,
-        "subagents": outcome.subagents,
+        "subagents": subagent_nodes_json(&outcome.subagents),
         // The plan a `todo` tool kept, as the run left it.
         "todos": agentloop_tools::todo::todos_of(outcome),
         // What was replaced stays out: it is in the trace (with payloads) and the session store.

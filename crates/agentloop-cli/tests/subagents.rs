@@ -15,16 +15,21 @@ fn example(name: &str) -> String {
     format!("{}/../../examples/team/{name}", env!("CARGO_MANIFEST_DIR"))
 }
 
-#[tokio::test]
-async fn the_example_team_runs_its_workers_in_parallel_under_one_budget() {
-    let out = agentloop(args(&[
+/// `run --json` of the example coordinator and its two workers.
+async fn run_team_json() -> std::process::Output {
+    agentloop(args(&[
         "run",
         &example("coordinator.toml"),
         "--input",
         "Is it warmer in Paris or Lisbon, in Fahrenheit?",
         "--json",
     ]))
-    .await;
+    .await
+}
+
+#[tokio::test]
+async fn the_example_team_runs_its_workers_in_parallel_under_one_budget() {
+    let out = run_team_json().await;
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let v = stdout_json(&out);
     assert_eq!(v["stop_reason"], "finished");
@@ -157,5 +162,37 @@ async fn a_tree_trace_round_trips_through_ndjson_and_sqlite() {
             .filter(|r| !r["parent_id"].is_null() || !r["parent_run_id"].is_null())
             .count();
         assert_eq!(children, 2, "{name}: {listed}");
+    }
+}
+
+/// The README lists each node of `run --json`'s `subagents` tree with `error` and `subagents`:
+/// a worker that finished and started no subagent of its own still has both (`null`, `[]`).
+#[tokio::test]
+async fn docs10_every_subagent_node_has_every_documented_field() {
+    let out = run_team_json().await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let v = stdout_json(&out);
+    let subs = v["subagents"].as_array().unwrap();
+    assert_eq!(subs.len(), 2);
+    for node in subs {
+        let node = node.as_object().unwrap();
+        for key in [
+            "run_id",
+            "agent",
+            "call_id",
+            "tool",
+            "stop_reason",
+            "error",
+            "usage",
+            "cost_usd",
+            "turns",
+            "model_calls",
+            "tool_calls",
+            "subagents",
+        ] {
+            assert!(node.contains_key(key), "no `{key}` in {node:?}");
+        }
+        assert!(node["error"].is_null(), "{node:?}");
+        assert_eq!(node["subagents"], serde_json::json!([]), "{node:?}");
     }
 }
