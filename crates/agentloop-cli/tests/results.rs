@@ -67,6 +67,28 @@ sys.exit(1)
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn the_runs_usage_has_every_count_a_subagents_node_has() {
+    // Tokens written to a provider's prompt cache are priced apart (`cache_write`): the run's
+    // own usage shows them as each subagent's node does.
+    let script = json!([
+        {"text": "done", "usage": {"input_tokens": 900, "output_tokens": 5,
+            "cached_input_tokens": 300, "cache_write_tokens": 500, "reasoning_tokens": 2}}
+    ]);
+    let dir = scripted_weather("usage", &script.to_string());
+    let (_, v) = run_finished(&dir.agent(), "go").await;
+    let usage = &v["usage"];
+    for (key, count) in [
+        ("input_tokens", 900),
+        ("output_tokens", 5),
+        ("cached_input_tokens", 300),
+        ("cache_write_tokens", 500),
+        ("reasoning_tokens", 2),
+    ] {
+        assert_eq!(usage[key], count, "{key} in {usage}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn the_trace_records_the_status_the_core_gives_a_call_that_never_started() {
     // Two calls of one response share an id: the whole decision is refused
     // (`decision.invalid`), and no call starts.
