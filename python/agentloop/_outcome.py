@@ -1,5 +1,6 @@
 """A run's outcome and events as typed Python objects. The outcome is the CLI's ``--json`` object
-(``agentloop run --json``), field for field; :attr:`RunOutcome.raw` keeps the object whole."""
+(``agentloop run --json``), field for field but for ``subagents``, ``compactions``, ``todos`` and
+``dry_run``, which only :attr:`RunOutcome.raw` holds; it keeps the object whole."""
 
 from __future__ import annotations
 
@@ -31,12 +32,14 @@ STOP_REASONS = (
 
 @dataclasses.dataclass(frozen=True)
 class Usage:
-    """Tokens a run spent."""
+    """Tokens a run spent: the CLI's ``usage``, field for field."""
 
     input_tokens: int = 0
     output_tokens: int = 0
     cached_input_tokens: int = 0
     reasoning_tokens: int = 0
+    #: Tokens written to the provider's prompt cache (Anthropic's cache writes, priced apart).
+    cache_write_tokens: int = 0
 
 
 @dataclasses.dataclass(frozen=True)

@@ -178,20 +178,17 @@ STREAMS: List[bytes] = [
 ]
 
 
-def streaming_agent(
-    streams: List[bytes], served: List[int], monkeypatch: pytest.MonkeyPatch
-) -> Any:
-    """A server on loopback answering each request with the next of `streams` (the last again
-    once they run out) as an event stream, noting each answer's size in `served`; and an agent
-    of it."""
+def serve_in_turn(bodies: List[bytes], served: List[int], content_type: str) -> http.server.ThreadingHTTPServer:
+    """A server on loopback answering each request with the next of `bodies` (the last again
+    once they run out), noting each answer's size in `served`; shut it down when done."""
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_POST(self) -> None:  # noqa: N802 - the http.server's name
             self.rfile.read(int(self.headers["Content-Length"]))
-            body = streams[min(len(served), len(streams) - 1)]
+            body = bodies[min(len(served), len(bodies) - 1)]
             served.append(len(body))
             self.send_response(200)
-            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)
@@ -201,6 +198,15 @@ def streaming_agent(
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def streaming_agent(
+    streams: List[bytes], served: List[int], monkeypatch: pytest.MonkeyPatch
+) -> Any:
+    """A server answering each request with the next of `streams` as an event stream (see
+    `serve_in_turn`), and an agent of it."""
+    server = serve_in_turn(streams, served, "text/event-stream")
     monkeypatch.setenv("TEST_SERVER_KEY", "sk-test-123")
     url = f"http://127.0.0.1:{server.server_address[1]}/v1"
     return server, Agent(model=Provider("openai", "test-model", base_url=url, api_key_env="TEST_SERVER_KEY"))
@@ -257,3 +263,37 @@ def test_an_answers_warning_is_in_the_outcome_and_its_event(monkeypatch: pytest.
     assert "no finish_reason" in outcome.warnings[0]
     responses = [e for e in events if e.type == "model_response"]
     assert [r.data.get("warnings") for r in responses] == [["the stream ended with [DONE] but no finish_reason"]]
+
+
+def test_anthropics_prompt_cache_writes_are_in_the_usage_as_the_clis(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``outcome.usage`` is the CLI's ``usage`` field for field: the tokens written to the prompt
+    cache (Anthropic's ``cache_creation_input_tokens``) are ``cache_write_tokens``."""
+    reply = json.dumps(
+        {
+            "id": "msg_1",
+            "type": "message",
+            "role": "assistant",
+            "model": "claude-sonnet-4-5",
+            "content": [{"type": "text", "text": "Cached."}],
+            "stop_reason": "end_turn",
+            "stop_sequence": None,
+            "usage": {
+                "input_tokens": 12,
+                "cache_creation_input_tokens": 300,
+                "cache_read_input_tokens": 40,
+                "output_tokens": 3,
+            },
+        }
+    ).encode()
+    server = serve_in_turn([reply], [], "application/json")
+    monkeypatch.setenv("TEST_SERVER_KEY", "sk-test-123")
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        model = Provider("anthropic", "claude-sonnet-4-5", base_url=url, api_key_env="TEST_SERVER_KEY", stream=False)
+        outcome = Agent(model=model).run("hi")
+    finally:
+        server.shutdown()
+    assert outcome.stop_reason == "finished", outcome
+    assert outcome.raw["usage"]["cache_write_tokens"] == 300, outcome.raw["usage"]
+    assert outcome.usage.cache_write_tokens == 300
+    assert outcome.usage.cached_input_tokens == 40
