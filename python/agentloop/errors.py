@@ -27,8 +27,9 @@ class AgentloopError(Exception):
 
 class RunStopped(AgentloopError):
     """A run that did not finish, raised by :meth:`RunOutcome.raise_for_stop`. ``code`` is the
-    run error's code when it failed (``model.authentication``, ...), else ``stop.<reason>``
-    (``stop.max_turns``); ``outcome`` is the whole outcome."""
+    run error's code (``model.authentication``, ``model.refused``, ``limit.reached`` for a limit,
+    ``run.deadline``, ``run.cancelled``, ...), else ``stop.<reason>`` for a stop that has no
+    error (``stop.suspended``); ``outcome`` is the whole outcome."""
 
     def __init__(self, code: str, message: str, outcome: "RunOutcome") -> None:
         super().__init__(code, message)
