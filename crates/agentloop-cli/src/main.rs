@@ -208,28 +208,7 @@ async fn run(args: RunArgs) -> Result<i32, CliError> {
     let provider = *file.model().provider.get_ref();
     let input = read_input(&args)?;
     if args.dry_run && provider != Provider::Scripted {
-        // The servers' tools are part of the request: they are started (their variables are
-        // needed, as for a run; the model's key is not) and stopped again.
-        let mcp = assemble::StartedMcp::start_servers(&file).await?;
-        warn_collisions(&file, &mcp);
-        // A deferred server's tools are not in it (the model finds them with `search_tools`),
-        // or are, marked, where the provider searches them itself.
-        let tools = mcp
-            .servers(&file)
-            .map(|s| deferred::server_tools(&file, s))
-            .unwrap_or_default();
-        mcp.shutdown().await;
-        let view = plan::first_request_view(&file, &input, tools)?;
-        if args.json {
-            out!("{}", serde_json::json!({"dry_run": true, "request": view}));
-        } else {
-            let text = serde_json::to_string_pretty(&view).unwrap_or_default();
-            out!("{text}");
-            if !args.quiet {
-                err!("■ dry run: nothing was sent");
-            }
-        }
-        return Ok(code::OK);
+        return live_dry_run(&file, &args, &input).await;
     }
     let model = assemble::model(&file)?;
     let progress = logging::progress();
@@ -248,7 +227,12 @@ async fn run(args: RunArgs) -> Result<i32, CliError> {
     // when it starts read-only, and one started first could rewrite them or put a link in their
     // place.
     let trace = args.trace.open()?;
-    let session = args.session.open()?;
+    // A dry run goes on from the session but stores nothing: no side effects.
+    let (session, history) = if args.dry_run {
+        (None, args.session.transcript_read_only()?)
+    } else {
+        (args.session.open()?, Vec::new())
+    };
     // And the journal stays open until the servers are stopped (the run's options drop theirs
     // when it ends): closing it deletes SQLite's `-wal` and `-shm`, which drops a server's
     // read-only binds of them, and a `-wal` a server then writes is replayed into the journal at
@@ -277,7 +261,7 @@ async fn run(args: RunArgs) -> Result<i32, CliError> {
         Some((store, name)) => agent.run_session_turn(&store, &name, input, options).await,
         None => Ok(SessionTurn {
             outcome: agent
-                .run_with(Vec::new(), Some(Message::user(input)), options)
+                .run_with(history, Some(Message::user(input)), options)
                 .await,
             unsaved: None,
         }),
@@ -310,6 +294,38 @@ async fn run(args: RunArgs) -> Result<i32, CliError> {
         Some(e) => CliError::from(e).exit_code(),
         None => outcome_exit_code(&outcome),
     })
+}
+
+/// `run --dry-run` of a live agent: prints the first request it would send (after the
+/// session's conversation, with `--session`) and sends nothing.
+async fn live_dry_run(
+    file: &agentloop_cli::agent_file::AgentFile,
+    args: &RunArgs,
+    input: &str,
+) -> Result<i32, CliError> {
+    // The servers' tools are part of the request: they are started (their variables are
+    // needed, as for a run; the model's key is not) and stopped again.
+    let mcp = assemble::StartedMcp::start_servers(file).await?;
+    warn_collisions(file, &mcp);
+    // A deferred server's tools are not in it (the model finds them with `search_tools`),
+    // or are, marked, where the provider searches them itself.
+    let tools = mcp
+        .servers(file)
+        .map(|s| deferred::server_tools(file, s))
+        .unwrap_or_default();
+    mcp.shutdown().await;
+    let history = args.session.transcript_read_only()?;
+    let view = plan::first_request_view(file, history, input, tools)?;
+    if args.json {
+        out!("{}", serde_json::json!({"dry_run": true, "request": view}));
+    } else {
+        let text = serde_json::to_string_pretty(&view).unwrap_or_default();
+        out!("{text}");
+        if !args.quiet {
+            err!("■ dry run: nothing was sent");
+        }
+    }
+    Ok(code::OK)
 }
 
 /// Says which tools of the started servers their runs leave out, their names taken by tools

@@ -135,19 +135,21 @@ fn tool_set(tools: Vec<Tool>) -> Result<ToolSet, CliError> {
     Ok(set)
 }
 
-/// The first request the agent would send for `input`: a live provider's real body (key
-/// redacted), or the neutral request of a scripted agent. `mcp` is the tools of its started
-/// `[[mcp]]` servers (`run --dry-run` starts them; `plan` starts nothing, so its request shows
-/// the file's own tools).
+/// The first request the agent would send for `input` after `history` (a session's transcript,
+/// for a dry run of one): a live provider's real body (key redacted), or the neutral request of
+/// a scripted agent. `mcp` is the tools of its started `[[mcp]]` servers (`run --dry-run` starts
+/// them; `plan` starts nothing, so its request shows the file's own tools).
 pub fn first_request_view(
     file: &AgentFile,
+    history: Vec<Message>,
     input: &str,
     mcp: Vec<Tool>,
 ) -> Result<Value, CliError> {
     let own = crate::assemble::tools(file)?;
     let tools = tool_set(crate::deferred::request_tools(file, own, mcp))?;
     let settings = assemble::settings(file);
-    let messages = [Message::user(input)];
+    let mut messages = history;
+    messages.push(Message::user(input));
     let output_schema = file
         .spec
         .output_schema
@@ -324,7 +326,7 @@ pub fn plan(file: &AgentFile) -> Result<Plan, CliError> {
             .output_schema
             .as_ref()
             .map(|s| s.get_ref().clone()),
-        first_request: first_request_view(file, INPUT_PLACEHOLDER, Vec::new())?,
+        first_request: first_request_view(file, Vec::new(), INPUT_PLACEHOLDER, Vec::new())?,
         version: file.spec.version.clone(),
         fingerprint: assemble::fingerprint(file)?,
         subagents: subagent_tree(file),

@@ -4,6 +4,7 @@
 
 use std::path::PathBuf;
 
+use agentloop::Message;
 use agentloop::session::{SessionError, SessionStore};
 use agentloop_store::SqliteSessions;
 use clap::{Args, Subcommand};
@@ -26,20 +27,39 @@ impl SessionArgs {
         self.session.as_ref().map(|_| self.store.sessions.clone())
     }
 
+    /// The session's name, when one was asked for.
+    fn name(&self) -> Result<Option<&str>, CliError> {
+        match self.session.as_deref() {
+            Some(name) if name.trim().is_empty() => Err(CliError::Usage {
+                message: "--session needs a name".into(),
+            }),
+            name => Ok(name),
+        }
+    }
+
     /// The store and the session's name, when a session was asked for.
     pub fn open(&self) -> Result<Option<(SqliteSessions, String)>, CliError> {
-        let Some(name) = &self.session else {
+        let Some(name) = self.name()? else {
             return Ok(None);
         };
-        if name.trim().is_empty() {
-            return Err(CliError::Usage {
-                message: "--session needs a name".into(),
-            });
-        }
         Ok(Some((
             SqliteSessions::open(&self.store.sessions)?,
-            name.clone(),
+            name.to_owned(),
         )))
+    }
+
+    /// The conversation a dry run goes on from: the session's transcript, read only (empty
+    /// when there is no such session or store yet). A dry run has no side effects, so it neither
+    /// makes the store nor adds its turn to the conversation.
+    pub fn transcript_read_only(&self) -> Result<Vec<Message>, CliError> {
+        let Some(name) = self.name()? else {
+            return Ok(Vec::new());
+        };
+        if !self.store.sessions.exists() {
+            return Ok(Vec::new());
+        }
+        let store = SqliteSessions::open_read_only(&self.store.sessions)?;
+        Ok(store.load(name)?.map(|s| s.messages).unwrap_or_default())
     }
 }
 

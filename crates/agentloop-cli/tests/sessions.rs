@@ -16,6 +16,10 @@ use serde_json::Value;
 use support::*;
 
 fn run_in(dir: &AgentDir, session: &str, input: &str) -> std::process::Output {
+    run_in_with(dir, session, input, &[])
+}
+
+fn run_in_with(dir: &AgentDir, session: &str, input: &str, extra: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_agentloop"))
         .args([
             "run",
@@ -25,6 +29,7 @@ fn run_in(dir: &AgentDir, session: &str, input: &str) -> std::process::Output {
             "--json",
         ])
         .args(["--session", session])
+        .args(extra)
         .current_dir(dir.path("."))
         .env("AGENTLOOP_TEST_KEY", TEST_KEY)
         .env_remove("AGENTLOOP_SESSIONS")
@@ -123,6 +128,59 @@ async fn a_conversation_goes_on_in_a_second_process_and_forks() {
     );
     assert_eq!(sessions(&dir, &["delete", "trip2"]).status.code(), Some(0));
     assert_eq!(sessions(&dir, &["show", "trip2"]).status.code(), Some(10));
+}
+
+/// `--dry-run` runs nothing with side effects, so it adds no turn to a stored conversation: a
+/// live one shows the session's transcript in the request it would send, a scripted one runs its
+/// script on it, and the session is as the last real run left it.
+#[tokio::test]
+async fn a_dry_run_goes_on_from_the_session_and_stores_no_turn() {
+    let fake = FakeProvider::start(
+        "/v1/chat/completions",
+        vec![ok("openai_chat/oai_chat_s_text.sse")],
+    )
+    .await;
+    let dir = AgentDir::new(&openai_agent(&fake.uri(), ""));
+    assert_eq!(
+        run_in(&dir, "trip", "Plan a trip to Lisbon.").status.code(),
+        Some(0)
+    );
+    let live = run_in_with(&dir, "trip", "And the weather there?", &["--dry-run"]);
+    assert_eq!(live.status.code(), Some(0), "{}", stderr(&live));
+    let shown = stdout_json(&live);
+    let users = user_texts(&shown["request"]["body"]);
+    assert_eq!(
+        users.len(),
+        2,
+        "the request goes on from the session: {users:?}"
+    );
+    assert!(users[0].contains("Plan a trip to Lisbon."), "{users:?}");
+    assert_eq!(fake.bodies().await.len(), 1, "a dry run sent a request");
+
+    let scripted = scripted_weather(
+        "s",
+        r#"[{"tool_calls": [{"id": "c1", "name": "get_weather", "arguments": {"city": "Oslo"}}]}, {"text": "done"}]"#,
+    );
+    assert_eq!(run_in(&scripted, "trip", "first").status.code(), Some(0));
+    let dry = run_in_with(&scripted, "trip", "second", &["--dry-run"]);
+    assert_eq!(dry.status.code(), Some(0), "{}", stderr(&dry));
+    let v = stdout_json(&dry);
+    assert_eq!(v["dry_run"], true);
+    assert_eq!(v["tool_calls"][0]["status"], "skipped", "{v}");
+    let said = v["transcript"].to_string();
+    assert!(said.contains("first") && said.contains("second"), "{said}");
+
+    for (dir, name) in [(&dir, "trip"), (&scripted, "trip")] {
+        let listed: Value =
+            serde_json::from_slice(&sessions(dir, &["list", "--json"]).stdout).unwrap();
+        assert_eq!(listed[0]["id"], name);
+        assert_eq!(listed[0]["runs"], 1, "a dry run stored its turn: {listed}");
+    }
+    assert_eq!(
+        scripted.tool_inputs().len(),
+        1,
+        "only the real run ran its tool"
+    );
 }
 
 #[tokio::test]
