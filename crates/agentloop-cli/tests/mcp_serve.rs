@@ -408,7 +408,11 @@ async fn with_tools_the_files_own_tools_are_served_under_its_permissions() {
     // The file's `deny` holds for the client's calls too.
     let denied = &seen[3];
     assert_eq!(denied["result"]["isError"], true, "{denied}");
-    assert!(text_of(&denied["result"]).contains("denied"), "{denied}");
+    assert!(
+        text_of(&denied["result"]).starts_with("denied: ")
+            && !text_of(&denied["result"]).contains("denied: denied"),
+        "{denied}"
+    );
     assert!(!dir.path("started").exists());
     // An [[mcp]] server's tool, through agentloop: the time server's structured answer.
     time_server_answered(&seen[4]);

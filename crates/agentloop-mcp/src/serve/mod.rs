@@ -456,7 +456,15 @@ async fn run_tool(
     let call = &record.outcome;
     if call.status != CallStatus::Ok {
         let code = call.code.as_deref().unwrap_or("tool.error");
-        return error_result(format!("{code}: {}", call.content.to_text()));
+        let text = call.content.to_text();
+        // A denial's text already opens with its code (`denied: the user denied this call`).
+        if text
+            .strip_prefix(code)
+            .is_some_and(|rest| rest.starts_with(':'))
+        {
+            return error_result(text);
+        }
+        return error_result(format!("{code}: {text}"));
     }
     match &call.content {
         ToolContent::Json(v) => {
