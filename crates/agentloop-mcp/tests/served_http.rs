@@ -107,12 +107,22 @@ async fn a_call_longer_than_the_session_idle_bound_is_answered() {
     stop.cancel();
 }
 
-/// One HTTP exchange on a fresh connection: the status and the session id the answer names.
+/// One POST on a fresh connection: the status and the session id the answer names.
 async fn post(addr: SocketAddr, session: Option<&str>, body: &Value) -> (u16, Option<String>) {
+    exchange(addr, "POST", session, body).await
+}
+
+/// One HTTP exchange on a fresh connection: the status and the session id the answer names.
+async fn exchange(
+    addr: SocketAddr,
+    method: &str,
+    session: Option<&str>,
+    body: &Value,
+) -> (u16, Option<String>) {
     let body = body.to_string();
     let session = session.map_or_else(String::new, |s| format!("Mcp-Session-Id: {s}\r\n"));
     let request = format!(
-        "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
+        "{method} /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
          Accept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2025-11-25\r\n\
          {session}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
@@ -161,6 +171,18 @@ async fn initialize(addr: SocketAddr) -> String {
 
 fn ping(id: u64) -> Value {
     json!({"jsonrpc": "2.0", "id": id, "method": "ping"})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_the_client_ends_is_gone_and_the_answer_says_so_as_the_sdks_read_it() {
+    let (addr, stop) = serve(None).await;
+    let session = initialize(addr).await;
+    assert_eq!(post(addr, Some(&session), &ping(40)).await.0, 200);
+    // `DELETE` ends it: 204, as MCP's SDKs take it (rmcp answers 202 on its own).
+    let (status, _) = exchange(addr, "DELETE", Some(&session), &json!(null)).await;
+    assert_eq!(status, 204);
+    assert_eq!(post(addr, Some(&session), &ping(41)).await.0, 404);
+    stop.cancel();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

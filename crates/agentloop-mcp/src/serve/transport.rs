@@ -53,7 +53,9 @@ pub async fn serve_http(
     // The reaper ends with the server, however it returns.
     let _reaping = reaping.drop_guard();
     let service = StreamableHttpService::new(move || Ok(server.clone()), sessions, config);
-    let router = axum::Router::new().nest_service("/mcp", service);
+    let router = axum::Router::new()
+        .nest_service("/mcp", service)
+        .layer(axum::middleware::from_fn(ended_session_answer));
     agentloop_serve::serve(
         listener,
         router,
@@ -62,4 +64,21 @@ pub async fn serve_http(
     )
     .await
     .map_err(transport_error)
+}
+
+/// A session a client ends (`DELETE /mcp`) is answered `204 No Content`, not rmcp's `202
+/// Accepted`: the session is gone when the answer leaves, and MCP's own SDKs take only 200 and
+/// 204 for a session ended (the Python SDK logs "Session termination failed: 202" otherwise);
+/// the specification names no status for it.
+async fn ended_session_answer(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let ending = request.method() == axum::http::Method::DELETE;
+    let mut response = next.run(request).await;
+    if ending && response.status() == axum::http::StatusCode::ACCEPTED {
+        *response.status_mut() = axum::http::StatusCode::NO_CONTENT;
+        *response.body_mut() = axum::body::Body::empty();
+    }
+    response
 }
