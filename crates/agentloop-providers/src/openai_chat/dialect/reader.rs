@@ -158,20 +158,14 @@ impl DialectReader {
                 Mode::CodeFence => {
                     let held = self.held();
                     match closing_fence(held, self.line_start) {
-                        Some(at) => {
+                        FenceEnd::At(at) => {
                             self.release_front(at + FENCE.len(), out);
                             self.mode = Mode::Text;
                             continue;
                         }
-                        None => {
+                        FenceEnd::MaybeFrom(from) => {
                             let len = held.len();
-                            let keep = if end {
-                                0
-                            } else if self.line_start && FENCE.starts_with(held) {
-                                len
-                            } else {
-                                partial_suffix(held, CLOSING_FENCE)
-                            };
+                            let keep = if end { 0 } else { len - from };
                             self.release_front(len - keep, out);
                             return;
                         }
@@ -703,17 +697,38 @@ impl Progress {
     }
 }
 
-/// A fence of code closes at the start of a line (a fence of calls, see
-/// [`DialectReader::fence_close`]).
-const CLOSING_FENCE: &str = "\n```";
+/// Where a fence of code closes in its body, or does not yet.
+enum FenceEnd {
+    /// The closing fence begins here.
+    At(usize),
+    /// Not closed; the text from here (the end, when none of it) may still become the closing
+    /// fence when the next piece comes.
+    MaybeFrom(usize),
+}
 
 /// Where the fence that closes a fence of code begins in `body`, which starts a line when
-/// `line_start`.
-fn closing_fence(body: &str, line_start: bool) -> Option<usize> {
-    if line_start && body.starts_with(FENCE) {
-        return Some(0);
+/// `line_start`: at the start of a line, after blanks if any (an indented fence, as in a list,
+/// closes too). A line starts as [`DialectReader::release`] says it does, so that a fence reads
+/// the same whether the blanks before it came in the same piece or in an earlier one.
+fn closing_fence(body: &str, line_start: bool) -> FenceEnd {
+    let mut at_line_start = line_start;
+    for (i, c) in body.char_indices() {
+        if at_line_start {
+            let here = body.get(i..).unwrap_or_default();
+            if here.starts_with(FENCE) {
+                return FenceEnd::At(i);
+            }
+            if FENCE.starts_with(here) {
+                return FenceEnd::MaybeFrom(i);
+            }
+        }
+        if c == '\n' {
+            at_line_start = true;
+        } else if !c.is_whitespace() {
+            at_line_start = false;
+        }
     }
-    body.find(CLOSING_FENCE).map(|at| at + 1)
+    FenceEnd::MaybeFrom(body.len())
 }
 
 fn first_char_len(text: &str) -> usize {

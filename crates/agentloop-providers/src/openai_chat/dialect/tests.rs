@@ -287,6 +287,36 @@ fn auto_reads_several_calls_and_code_fences_stay_text() {
     assert_eq!(rest, code);
 }
 
+/// Found by the `openai_chat_dialect` fuzz target: a fence indented after a line break closed a
+/// fence of code when the blanks before it came in an earlier piece, and not when the text came
+/// whole, so a call after it ran or not by how the text was cut.
+#[test]
+fn an_indented_fence_closes_a_fence_of_code_however_the_text_is_split() {
+    for (dialect, text) in [
+        (
+            ToolDialect::Mistral,
+            "```\nto\n ```[TOOL_CALLS][{\"name\": \"get_time\", \"arguments\": {}}]",
+        ),
+        (
+            ToolDialect::Hermes,
+            "1. List them:\n   ```sh\n   ls\n   ```\n<tool_call>{\"name\": \"get_time\", \"arguments\": {}}</tool_call>",
+        ),
+        (
+            ToolDialect::Auto,
+            "```\ncode\n\t```\n{\"name\": \"get_time\", \"arguments\": {}}",
+        ),
+    ] {
+        let (_, calls) = read_every_split(dialect, text);
+        assert_eq!(calls.len(), 1, "{text:?}");
+        assert_eq!(calls[0].tool, "get_time");
+    }
+    // A fence after other text on its line still closes nothing.
+    let code = "```\ncode\n x ```\n{\"name\": \"get_time\", \"arguments\": {}}\n";
+    let (rest, calls) = read_every_split(ToolDialect::Auto, code);
+    assert!(calls.is_empty());
+    assert_eq!(rest, code);
+}
+
 #[test]
 fn auto_leaves_json_that_names_no_tool_as_text() {
     for text in [
