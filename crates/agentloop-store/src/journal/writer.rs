@@ -25,10 +25,9 @@ use rusqlite::{Connection, OptionalExtension, params};
 use serde_json::Value;
 
 use super::log::Logged;
-use super::{
-    ForkOrigin, Sum, checked_header, header_sum, hex_text, io, now_ms, parse_sum, read_steps,
-    step_sum,
-};
+use super::reader::read_steps;
+use super::sum::{Sum, checked_header, header_sum, hex_text, parse_sum, step_sum};
+use super::{ForkOrigin, io, now_ms};
 
 /// What a journal's commits survive. Either way a commit is whole or absent after a crash (a
 /// torn write rolls back), and a step is committed before the run is told so.
