@@ -26,11 +26,18 @@ use agentloop::model::ModelEvent;
 use super::ToolDialect;
 use super::shapes::{
     FENCE, MISTRAL_ARGS, PYTHON_TAG, Quotes, Scan, Scanner, TOOL_CALL_CLOSE, TOOL_CALL_OPEN,
-    TOOL_CALLS_MARKER, TextCall, calls_in,
+    TOOL_CALLS_MARKER, TOOL_RESPONSE_CLOSE, TOOL_RESPONSE_OPEN, TextCall, calls_in,
 };
 
-/// The markers a call may start with, anywhere in the text.
-const MARKERS: [&str; 4] = [TOOL_CALL_OPEN, TOOL_CALLS_MARKER, PYTHON_TAG, FENCE];
+/// The markers a call (or a made-up result, whose text is passed through) may start with,
+/// anywhere in the text.
+const MARKERS: [&str; 5] = [
+    TOOL_CALL_OPEN,
+    TOOL_CALLS_MARKER,
+    PYTHON_TAG,
+    FENCE,
+    TOOL_RESPONSE_OPEN,
+];
 
 /// How a bare call may start after other text on its line (`I'll check: {"name": ...}`).
 const CALL_STARTS: [&str; 4] = ["{\"name\"", "{ \"name\"", "{'name'", "{ 'name'"];
@@ -50,6 +57,10 @@ enum Mode {
     /// Inside a fence whose body is not a call (code): passed through until it closes, so that
     /// nothing in it starts a call.
     CodeFence,
+    /// Inside a `<tool_response>` the model wrote itself: a result it made up, not a call, so
+    /// passed through until it closes (a call-shaped object in it is what the model imagines it
+    /// called, and running it would run what nobody asked for).
+    MadeUpResult,
     /// A block ran past `max_block`: the rest of the answer is text.
     PassThrough,
 }
@@ -65,6 +76,9 @@ enum Block {
     /// A fence of code: its opening line (this many bytes) is text, and its body is passed
     /// through.
     CodeFence(usize),
+    /// A `<tool_response>` tag (this many bytes) the model wrote: it and what follows up to its
+    /// closing tag are text.
+    MadeUpResult(usize),
     /// Not whole within `max_block` bytes.
     Overlong,
 }
@@ -155,27 +169,12 @@ impl DialectReader {
                     self.release_front(all, out);
                     return;
                 }
-                Mode::CodeFence => {
-                    let held = self.held();
-                    match closing_fence(held, self.line_start) {
-                        Some(at) => {
-                            self.release_front(at + FENCE.len(), out);
-                            self.mode = Mode::Text;
-                            continue;
-                        }
-                        None => {
-                            let len = held.len();
-                            let keep = if end {
-                                0
-                            } else if self.line_start && FENCE.starts_with(held) {
-                                len
-                            } else {
-                                partial_suffix(held, CLOSING_FENCE)
-                            };
-                            self.release_front(len - keep, out);
-                            return;
-                        }
+                Mode::CodeFence | Mode::MadeUpResult => {
+                    if !self.pass_through_to_close(out, end) {
+                        return;
                     }
+                    self.mode = Mode::Text;
+                    continue;
                 }
                 Mode::Text => {}
             }
@@ -213,6 +212,10 @@ impl DialectReader {
                     self.release_front(used, out);
                     self.mode = Mode::CodeFence;
                 }
+                Block::MadeUpResult(used) => {
+                    self.release_front(used, out);
+                    self.mode = Mode::MadeUpResult;
+                }
                 Block::Overlong => {
                     out.push_back(ModelEvent::Warning(format!(
                         "a {} tool call block that did not end within {} bytes was kept as \
@@ -224,6 +227,33 @@ impl DialectReader {
                 }
             }
         }
+    }
+
+    /// Passes the held text of a code fence or a made-up result through, up to and with its
+    /// closer: whether the closer came (otherwise all that cannot be the closer's start is
+    /// released, and the rest waits for the next piece).
+    fn pass_through_to_close(&mut self, out: &mut VecDeque<ModelEvent>, end: bool) -> bool {
+        let held = self.held();
+        let (close, closer, partial) = if self.mode == Mode::CodeFence {
+            (closing_fence(held, self.line_start), FENCE, CLOSING_FENCE)
+        } else {
+            let close = held.find(TOOL_RESPONSE_CLOSE);
+            (close, TOOL_RESPONSE_CLOSE, TOOL_RESPONSE_CLOSE)
+        };
+        if let Some(at) = close {
+            self.release_front(at + closer.len(), out);
+            return true;
+        }
+        let len = held.len();
+        let keep = if end {
+            0
+        } else if self.mode == Mode::CodeFence && self.line_start && FENCE.starts_with(held) {
+            len
+        } else {
+            partial_suffix(held, partial)
+        };
+        self.release_front(len - keep, out);
+        false
     }
 
     /// Where in the held text the first block may start (a marker, a bracket that starts a
@@ -295,6 +325,9 @@ impl DialectReader {
 
     /// What the block that `text` starts with is.
     fn block_in(&self, p: &mut Progress, text: &str, end: bool) -> Block {
+        if text.starts_with(TOOL_RESPONSE_OPEN) {
+            return Block::MadeUpResult(TOOL_RESPONSE_OPEN.len());
+        }
         if text.starts_with(TOOL_CALL_OPEN) {
             let used = match p.find(text, TOOL_CALL_OPEN.len(), Target::Text(TOOL_CALL_CLOSE)) {
                 Some(at) => at + TOOL_CALL_CLOSE.len(),

@@ -28,6 +28,10 @@ pub(super) struct TextCall {
 
 pub(super) const TOOL_CALL_OPEN: &str = "<tool_call>";
 pub(super) const TOOL_CALL_CLOSE: &str = "</tool_call>";
+/// A tool's result as the Hermes format writes it. Small models write one of their own (a made-up
+/// result, often holding the call they think was made): what is in it is never a call.
+pub(super) const TOOL_RESPONSE_OPEN: &str = "<tool_response>";
+pub(super) const TOOL_RESPONSE_CLOSE: &str = "</tool_response>";
 pub(super) const TOOL_CALLS_MARKER: &str = "[TOOL_CALLS]";
 pub(super) const PYTHON_TAG: &str = "<|python_tag|>";
 pub(super) const FENCE: &str = "```";

@@ -305,6 +305,31 @@ fn auto_leaves_json_that_names_no_tool_as_text() {
 }
 
 #[test]
+fn a_made_up_tool_response_is_text_and_a_call_after_it_is_read() {
+    // What is in a result the model wrote itself is never a call (it is the call it imagines
+    // it made), in every dialect; a call after the result is read as any other.
+    let made_up = "<tool_response>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_response>\nIt is 18 C.\n";
+    let text =
+        format!("{made_up}<tool_call>{{\"name\": \"get_time\", \"arguments\": {{}}}}</tool_call>");
+    for dialect in [
+        ToolDialect::Auto,
+        ToolDialect::Hermes,
+        ToolDialect::Llama3Json,
+    ] {
+        let (rest, calls) = read_every_split(dialect, &text);
+        assert_eq!(rest, made_up, "{dialect:?}");
+        assert_eq!(calls.len(), 1, "{dialect:?}");
+        assert_eq!(calls[0].tool, "get_time", "{dialect:?}");
+    }
+    // Never closed: the rest of the answer is text.
+    let open = "<tool_response>\n{\"name\": \"get_weather\", \"arguments\": {}}";
+    assert_eq!(
+        read_every_split(ToolDialect::Auto, open),
+        (open.to_owned(), Vec::new())
+    );
+}
+
+#[test]
 fn named_dialects_also_read_a_fenced_call_of_a_known_tool() {
     let text = "```json\n{\"name\": \"write_file\", \"arguments\": {\"path\": \"calc.py\", \"content\": \"x\"}}\n```";
     for dialect in [
