@@ -560,8 +560,14 @@ impl DialectReader {
         let own = self.owns(text);
         let accept = |name: &str| own || self.tools.contains(name);
         match calls_in(text, &accept) {
-            Some(calls) => Block::Calls(calls, used),
-            None => Block::Text(used),
+            Some(calls)
+                if calls
+                    .iter()
+                    .all(|c| !c.name_only || self.tools.contains(&c.tool)) =>
+            {
+                Block::Calls(calls, used)
+            }
+            _ => Block::Text(used),
         }
     }
 

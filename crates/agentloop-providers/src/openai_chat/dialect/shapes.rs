@@ -24,6 +24,9 @@ pub(super) struct TextCall {
     /// The text ended inside this call, and its brackets were closed for it: the call as the
     /// model wrote it, up to that end (never complete JSON).
     pub(super) cut: Option<String>,
+    /// Written as its name alone (`<tool_call>name</tool_call>`): a call only where the name is
+    /// one of the agent's tools, whatever the dialect, as nothing else says it is one.
+    pub(super) name_only: bool,
 }
 
 pub(super) const TOOL_CALL_OPEN: &str = "<tool_call>";
@@ -71,8 +74,16 @@ fn calls_in_any(text: &str, depth: usize) -> Option<Vec<TextCall>> {
         let mut calls = Vec::new();
         let mut rest = text;
         while let Some(after) = rest.trim_start().strip_prefix(TOOL_CALL_OPEN) {
-            let (body, next) = after.split_once(TOOL_CALL_CLOSE).unwrap_or((after, ""));
-            calls.extend(calls_in_any(body, depth + 1)?);
+            let (body, next, closed) = match after.split_once(TOOL_CALL_CLOSE) {
+                Some((body, next)) => (body, next, true),
+                None => (after, "", false),
+            };
+            match calls_in_any(body, depth + 1) {
+                Some(found) => calls.extend(found),
+                // Only a closed tag is the whole name: an open one may have been cut.
+                None if closed => calls.push(name_only_call(body)?),
+                None => return None,
+            }
             rest = next;
         }
         return rest.trim().is_empty().then_some(calls);
@@ -111,6 +122,19 @@ fn calls_in_any(text: &str, depth: usize) -> Option<Vec<TextCall>> {
         }
     }
     Some(calls)
+}
+
+/// `<tool_call>name</tool_call>`, the name alone: small models write a call to a tool so when
+/// they give it no arguments (or forget them), and the tool's schema answers the second case.
+fn name_only_call(body: &str) -> Option<TextCall> {
+    let tool = body.trim();
+    is_tool_name(tool).then(|| TextCall {
+        tool: tool.to_owned(),
+        arguments: "{}".to_owned(),
+        id: None,
+        cut: None,
+        name_only: true,
+    })
 }
 
 /// The body of a fenced block (its info string, `json` or none, dropped); the closing fence may
@@ -165,6 +189,7 @@ fn mistral_named_calls(mut text: &str) -> Option<Vec<TextCall>> {
             arguments: value.to_string(),
             id: None,
             cut: open.map(|o| o.text.to_owned()),
+            name_only: false,
         });
         text = rest.get(used..)?;
     }
@@ -221,6 +246,7 @@ fn call_of(v: &Value) -> Option<TextCall> {
         arguments,
         id,
         cut: None,
+        name_only: false,
     })
 }
 
@@ -510,6 +536,7 @@ fn pythonic_calls(text: &str) -> Option<(Vec<TextCall>, usize)> {
             arguments: Value::Object(arguments.into_iter().collect()).to_string(),
             id: None,
             cut: None,
+            name_only: false,
         })
     })?;
     (!calls.is_empty()).then_some((calls, p.at))

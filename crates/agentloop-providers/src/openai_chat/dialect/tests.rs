@@ -330,6 +330,30 @@ fn a_made_up_tool_response_is_text_and_a_call_after_it_is_read() {
 }
 
 #[test]
+fn a_tool_call_tag_holding_only_a_tool_name_is_a_call_without_arguments() {
+    let text = "<tool_call>get_time</tool_call>\nIt is late.";
+    for dialect in [ToolDialect::Auto, ToolDialect::Hermes] {
+        let (rest, calls) = read_every_split(dialect, text);
+        assert_eq!(rest, "\nIt is late.", "{dialect:?}");
+        assert_eq!(calls.len(), 1, "{dialect:?}");
+        assert_eq!((&*calls[0].tool, &*calls[0].arguments), ("get_time", "{}"));
+    }
+    // A name that is no tool is no call, even in Hermes' own tag; nor is a tag left open (the
+    // name may have been cut), nor a call written with positional arguments.
+    for text in [
+        "<tool_call>nope</tool_call>",
+        "<tool_call>get_time",
+        "<tool_call>get_time(1, 2)</tool_call>",
+    ] {
+        for dialect in [ToolDialect::Auto, ToolDialect::Hermes] {
+            let (rest, calls) = read_every_split(dialect, text);
+            assert!(calls.is_empty(), "{dialect:?} {text}");
+            assert_eq!(rest, text, "{dialect:?}");
+        }
+    }
+}
+
+#[test]
 fn named_dialects_also_read_a_fenced_call_of_a_known_tool() {
     let text = "```json\n{\"name\": \"write_file\", \"arguments\": {\"path\": \"calc.py\", \"content\": \"x\"}}\n```";
     for dialect in [
