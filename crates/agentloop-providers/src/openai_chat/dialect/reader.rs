@@ -25,14 +25,16 @@ use agentloop::model::ModelEvent;
 
 use super::ToolDialect;
 use super::shapes::{
-    FENCE, MISTRAL_ARGS, PYTHON_TAG, Quotes, Scan, Scanner, TOOL_CALL_CLOSE, TOOL_CALL_OPEN,
-    TOOL_CALLS_MARKER, TOOL_RESPONSE_CLOSE, TOOL_RESPONSE_OPEN, TextCall, calls_in,
+    FENCE, InString, MISTRAL_ARGS, PYTHON_TAG, Quotes, Scan, Scanner, TAG_ATTRIBUTES,
+    TOOL_CALL_CLOSE, TOOL_CALL_OPEN, TOOL_CALL_TAG, TOOL_CALLS_MARKER, TOOL_RESPONSE_CLOSE,
+    TOOL_RESPONSE_OPEN, TextCall, calls_in,
 };
 
 /// The markers a call (or a made-up result, whose text is passed through) may start with,
 /// anywhere in the text.
-const MARKERS: [&str; 5] = [
+const MARKERS: [&str; 6] = [
     TOOL_CALL_OPEN,
+    TOOL_CALL_TAG,
     TOOL_CALLS_MARKER,
     PYTHON_TAG,
     FENCE,
@@ -336,6 +338,9 @@ impl DialectReader {
             };
             return self.calls_or_text(text, used);
         }
+        if text.starts_with(TOOL_CALL_TAG) {
+            return self.attribute_tag(p, text, end);
+        }
         for marker in [TOOL_CALLS_MARKER, PYTHON_TAG] {
             if text.starts_with(marker) {
                 return self.after_marker(p, text, marker.len(), end);
@@ -393,6 +398,56 @@ impl DialectReader {
             }
             _ => Block::Text(skip),
         }
+    }
+
+    /// `<tool_call name=... arguments=... />`: held until the tag ends (a `>` outside its values'
+    /// strings and brackets, and the `</tool_call>` after it if one follows), then read.
+    fn attribute_tag(&self, p: &mut Progress, text: &str, end: bool) -> Block {
+        // Only a tag whose first attribute is a call's is held: `<tool_call ` in prose is text.
+        let Some(at) = p.find(text, TOOL_CALL_TAG.len(), Target::NonBlank) else {
+            return if end {
+                Block::Text(TOOL_CALL_TAG.len())
+            } else {
+                Block::Open
+            };
+        };
+        let first = text.get(at..).unwrap_or_default();
+        if !TAG_ATTRIBUTES.iter().any(|a| first.starts_with(a)) {
+            let may_be = !end && TAG_ATTRIBUTES.iter().any(|a| a.starts_with(first));
+            return if may_be {
+                Block::Open
+            } else {
+                Block::Text(TOOL_CALL_TAG.len())
+            };
+        }
+        let tag = p.tag.get_or_insert_with(|| TagScan::new(at));
+        let Some(close) = tag.find_end(text) else {
+            return if end {
+                self.calls_or_text(text, text.len())
+            } else {
+                Block::Open
+            };
+        };
+        let after = close + 1;
+        if text.get(..close).is_some_and(|t| t.ends_with('/')) {
+            return self.calls_or_text(text, after);
+        }
+        // `>`: a `</tool_call>` may follow, after blanks.
+        let used = match p.find(text, after, Target::NonBlank) {
+            Some(next) => {
+                let rest = text.get(next..).unwrap_or_default();
+                if rest.starts_with(TOOL_CALL_CLOSE) {
+                    next + TOOL_CALL_CLOSE.len()
+                } else if !end && TOOL_CALL_CLOSE.starts_with(rest) {
+                    return Block::Open;
+                } else {
+                    after
+                }
+            }
+            None if end => after,
+            None => return Block::Open,
+        };
+        self.calls_or_text(text, used)
     }
 
     /// A fence: its body is calls, or code passed through.
@@ -649,6 +704,8 @@ struct Progress {
     scan: Option<(usize, Quotes, Scanner)>,
     /// The search for the fence that closes the block.
     fence: Option<FenceSearch>,
+    /// The search for the end of a call written as a tag.
+    tag: Option<TagScan>,
 }
 
 /// What a search in a block looks for.
@@ -684,6 +741,53 @@ struct FenceSearch {
     line_start: bool,
     /// Only spaces or tabs are between the value's end and `at`.
     after_value: bool,
+}
+
+/// How far the search for the `>` that ends a call written as a tag got: a `>` inside a value's
+/// string or brackets does not end it.
+#[derive(Debug)]
+struct TagScan {
+    /// Searched up to here.
+    at: usize,
+    string: InString,
+    /// How many brackets are open.
+    depth: usize,
+}
+
+impl TagScan {
+    fn new(at: usize) -> Self {
+        TagScan {
+            at,
+            string: InString::default(),
+            depth: 0,
+        }
+    }
+
+    /// Where the `>` that ends the tag is in `text`, searching on from where the last search
+    /// stopped.
+    fn find_end(&mut self, text: &str) -> Option<usize> {
+        let from = self.at;
+        for (i, c) in text.get(from..).unwrap_or_default().char_indices() {
+            self.at = from + i + c.len_utf8();
+            if self.string.inside(c) {
+                continue;
+            }
+            match c {
+                '"' => self.string.open(c),
+                // An attribute's quote; inside the JSON of the arguments, an apostrophe.
+                '\'' if self.depth == 0 => self.string.open(c),
+                '{' | '[' => self.depth += 1,
+                '}' | ']' => self.depth = self.depth.saturating_sub(1),
+                '>' if self.depth == 0 => {
+                    // Found again if the block is looked at again.
+                    self.at = from + i;
+                    return Some(from + i);
+                }
+                _ => {}
+            }
+        }
+        None
+    }
 }
 
 impl Progress {

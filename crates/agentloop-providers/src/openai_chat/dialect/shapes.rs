@@ -31,6 +31,10 @@ pub(super) struct TextCall {
 
 pub(super) const TOOL_CALL_OPEN: &str = "<tool_call>";
 pub(super) const TOOL_CALL_CLOSE: &str = "</tool_call>";
+/// A call written as the attributes of a tag: `<tool_call name="f" arguments={...} />`.
+pub(super) const TOOL_CALL_TAG: &str = "<tool_call ";
+/// The attributes such a tag may have, each with its `=`.
+pub(super) const TAG_ATTRIBUTES: [&str; 3] = ["name=", "arguments=", "parameters="];
 /// A tool's result as the Hermes format writes it. Small models write one of their own (a made-up
 /// result, often holding the call they think was made): what is in it is never a call.
 pub(super) const TOOL_RESPONSE_OPEN: &str = "<tool_response>";
@@ -69,6 +73,16 @@ fn calls_in_any(text: &str, depth: usize) -> Option<Vec<TextCall>> {
     }
     if text.starts_with(FENCE) {
         return calls_in_any(fence_body(text)?, depth + 1);
+    }
+    if text.starts_with(TOOL_CALL_TAG) {
+        let mut calls = Vec::new();
+        let mut rest = text;
+        while rest.starts_with(TOOL_CALL_TAG) {
+            let (call, used) = attribute_call(rest)?;
+            calls.push(call);
+            rest = rest.get(used..)?.trim_start();
+        }
+        return rest.is_empty().then_some(calls);
     }
     if text.starts_with(TOOL_CALL_OPEN) {
         let mut calls = Vec::new();
@@ -122,6 +136,62 @@ fn calls_in_any(text: &str, depth: usize) -> Option<Vec<TextCall>> {
         }
     }
     Some(calls)
+}
+
+/// `<tool_call name="f" arguments={...} />` at the start of `text` (or closed by `>` and maybe
+/// `</tool_call>`, or not at all where the text ends: the stop token may eat it), as small models
+/// write a call when asked for `<tool_call>` tags: the call and the bytes it took. A value is a
+/// quoted string (the arguments' JSON text, or the name) or a JSON object.
+fn attribute_call(text: &str) -> Option<(TextCall, usize)> {
+    let mut rest = text.strip_prefix(TOOL_CALL_TAG)?;
+    let mut attributes = serde_json::Map::new();
+    let mut cut = None;
+    loop {
+        rest = rest.trim_start();
+        if let Some(after) = rest.strip_prefix("/>") {
+            rest = after;
+            break;
+        }
+        if let Some(after) = rest.strip_prefix('>') {
+            rest = after;
+            let closed = rest.trim_start().strip_prefix(TOOL_CALL_CLOSE);
+            rest = closed.unwrap_or(rest);
+            break;
+        }
+        if rest.is_empty() {
+            break;
+        }
+        let (key, value) = rest.split_once('=')?;
+        let key = key.trim_end();
+        if !TAG_ATTRIBUTES
+            .iter()
+            .any(|a| a.strip_suffix('=') == Some(key))
+            || attributes.contains_key(key)
+        {
+            return None;
+        }
+        let value = value.trim_start();
+        let (parsed, used) = match value.chars().next()? {
+            q @ ('"' | '\'') => {
+                let body = value.get(1..)?;
+                let close = body.find(q)?;
+                (Value::String(body.get(..close)?.to_owned()), close + 2)
+            }
+            '{' => {
+                let (parsed, used, open) = first_json_value(value)?;
+                if open.is_some() {
+                    cut = Some(text.to_owned());
+                }
+                (parsed, used)
+            }
+            _ => return None,
+        };
+        attributes.insert(key.to_owned(), parsed);
+        rest = value.get(used..)?;
+    }
+    let mut call = call_of(&Value::Object(attributes))?;
+    call.cut = cut;
+    Some((call, text.len() - rest.len()))
 }
 
 /// `<tool_call>name</tool_call>`, the name alone: small models write a call to a tool so when
@@ -357,9 +427,7 @@ pub(super) struct Scanner {
     quotes: Quotes,
     /// The closers of the brackets open, outermost first.
     stack: Vec<char>,
-    /// The quote of the string the text is in.
-    string: Option<char>,
-    escaped: bool,
+    string: InString,
     last_item: usize,
     /// How many bytes of the text have been read.
     read: usize,
@@ -373,8 +441,7 @@ impl Scanner {
         Scanner {
             quotes,
             stack: Vec::new(),
-            string: None,
-            escaped: false,
+            string: InString::default(),
             last_item: 0,
             read: 0,
             ended: None,
@@ -411,20 +478,13 @@ impl Scanner {
 
     fn next(&mut self, at: usize, c: char) -> Option<Scan> {
         let after = at + c.len_utf8();
-        if let Some(q) = self.string {
-            if self.escaped {
-                self.escaped = false;
-            } else if c == '\\' {
-                self.escaped = true;
-            } else if c == q {
-                self.string = None;
-            }
+        if self.string.inside(c) {
             return None;
         }
         let python = self.quotes == Quotes::Python;
         match c {
-            '"' => self.string = Some(c),
-            '\'' if python => self.string = Some(c),
+            '"' => self.string.open(c),
+            '\'' if python => self.string.open(c),
             '{' | '[' | '(' if self.stack.is_empty() => {
                 if c == '(' && !python {
                     return Some(Scan::Invalid(after));
@@ -452,13 +512,13 @@ impl Scanner {
 
     /// Whether the text read so far ends inside a string.
     pub(super) fn in_string(&self) -> bool {
-        self.ended.is_none() && self.string.is_some()
+        self.ended.is_none() && self.string.quote.is_some()
     }
 
     /// The closers (innermost first) that would close the value where the text read so far
     /// ends; none inside a string, where nothing can be closed for the model.
     fn closers(&self) -> String {
-        if self.string.is_some() {
+        if self.string.quote.is_some() {
             return String::new();
         }
         self.stack.iter().rev().collect()
@@ -467,6 +527,36 @@ impl Scanner {
     /// Where the last item (of the outermost bracket) begins.
     fn last_item(&self) -> usize {
         self.last_item
+    }
+}
+
+/// Whether a scan is inside a string, and how it ends.
+#[derive(Debug, Clone, Default)]
+pub(super) struct InString {
+    /// The quote of the string the text is in.
+    pub(super) quote: Option<char>,
+    escaped: bool,
+}
+
+impl InString {
+    /// A string opens with the quote `c`.
+    pub(super) fn open(&mut self, c: char) {
+        self.quote = Some(c);
+    }
+
+    /// Reads `c` if it is inside a string (its closing quote included): whether it was.
+    pub(super) fn inside(&mut self, c: char) -> bool {
+        let Some(q) = self.quote else {
+            return false;
+        };
+        if self.escaped {
+            self.escaped = false;
+        } else if c == '\\' {
+            self.escaped = true;
+        } else if c == q {
+            self.quote = None;
+        }
+        true
     }
 }
 

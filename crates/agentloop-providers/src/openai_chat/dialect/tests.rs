@@ -354,6 +354,58 @@ fn a_tool_call_tag_holding_only_a_tool_name_is_a_call_without_arguments() {
 }
 
 #[test]
+fn a_call_written_as_a_tool_call_tags_attributes_is_read() {
+    for (text, rest) in [
+        (
+            "<tool_call name=\"get_weather\" arguments={\"city\": \"a>b'c\"} />",
+            "",
+        ),
+        (
+            "Sure. <tool_call name='get_weather' arguments='{\"city\": \"a>b\"}'></tool_call>\nDone.",
+            "Sure. \nDone.",
+        ),
+        // The stop token ate the tag's end.
+        (
+            "<tool_call name=\"get_weather\" arguments={\"city\": \"a>b'c\"}",
+            "",
+        ),
+    ] {
+        for dialect in [ToolDialect::Auto, ToolDialect::Hermes] {
+            let (got, calls) = read_every_split(dialect, text);
+            assert_eq!(got, rest, "{dialect:?} {text}");
+            assert_eq!(calls.len(), 1, "{dialect:?} {text}");
+            assert_eq!(calls[0].tool, "get_weather");
+            let arguments: serde_json::Value = serde_json::from_str(&calls[0].arguments).unwrap();
+            let city = if text.starts_with("Sure") {
+                "a>b"
+            } else {
+                "a>b'c"
+            };
+            assert_eq!(arguments, serde_json::json!({"city": city}), "{text}");
+        }
+    }
+    for text in [
+        "<tool_call name=\"nope\" arguments={} />",
+        "Write <tool_call name tags> around it.",
+        "<tool_call name=\"get_weather\" arguments={\"city\": \"Paris\"}} and more",
+        "<tool_call name=\"get_weather\" colour=\"red\" />",
+    ] {
+        for dialect in [ToolDialect::Auto, ToolDialect::Hermes] {
+            let (got, calls) = read_every_split(dialect, text);
+            assert!(calls.is_empty(), "{dialect:?} {text}");
+            assert_eq!(got, text, "{dialect:?}");
+        }
+    }
+    // Cut by the output limit inside its arguments: a cut call, never run.
+    let (whole, cut) = read_to_the_limit(
+        ToolDialect::Auto,
+        "<tool_call name=\"get_weather\" arguments={\"city\": \"Pa\"",
+    );
+    assert!(whole.is_empty());
+    assert_eq!(cut.len(), 1);
+}
+
+#[test]
 fn named_dialects_also_read_a_fenced_call_of_a_known_tool() {
     let text = "```json\n{\"name\": \"write_file\", \"arguments\": {\"path\": \"calc.py\", \"content\": \"x\"}}\n```";
     for dialect in [
