@@ -400,8 +400,9 @@ impl DialectReader {
         }
     }
 
-    /// `<tool_call name=... arguments=... />`: held until the tag ends (a `>` outside its values'
-    /// strings and brackets, and the `</tool_call>` after it if one follows), then read.
+    /// `<tool_call name=... arguments=... />`: held until the tag ends (a `>` or a stray `}`
+    /// outside its values' strings and brackets, and the `</tool_call>` after a `>` if one
+    /// follows), then read.
     fn attribute_tag(&self, p: &mut Progress, text: &str, end: bool) -> Block {
         // Only a tag whose first attribute is a call's is held: `<tool_call ` in prose is text.
         let Some(at) = p.find(text, TOOL_CALL_TAG.len(), Target::NonBlank) else {
@@ -429,7 +430,9 @@ impl DialectReader {
             };
         };
         let after = close + 1;
-        if text.get(..close).is_some_and(|t| t.ends_with('/')) {
+        if text.get(close..).is_some_and(|t| t.starts_with('}'))
+            || text.get(..close).is_some_and(|t| t.ends_with('/'))
+        {
             return self.calls_or_text(text, after);
         }
         // `>`: a `</tool_call>` may follow, after blanks.
@@ -743,8 +746,8 @@ struct FenceSearch {
     after_value: bool,
 }
 
-/// How far the search for the `>` that ends a call written as a tag got: a `>` inside a value's
-/// string or brackets does not end it.
+/// How far the search for the `>` (or stray `}`) that ends a call written as a tag got: one
+/// inside a value's string or brackets does not end it.
 #[derive(Debug)]
 struct TagScan {
     /// Searched up to here.
@@ -763,8 +766,8 @@ impl TagScan {
         }
     }
 
-    /// Where the `>` that ends the tag is in `text`, searching on from where the last search
-    /// stopped.
+    /// Where the `>` or stray `}` that ends the tag is in `text`, searching on from where the
+    /// last search stopped.
     fn find_end(&mut self, text: &str) -> Option<usize> {
         let from = self.at;
         for (i, c) in text.get(from..).unwrap_or_default().char_indices() {
@@ -777,12 +780,13 @@ impl TagScan {
                 // An attribute's quote; inside the JSON of the arguments, an apostrophe.
                 '\'' if self.depth == 0 => self.string.open(c),
                 '{' | '[' => self.depth += 1,
-                '}' | ']' => self.depth = self.depth.saturating_sub(1),
-                '>' if self.depth == 0 => {
+                // A `}` with no bracket open: the tag closed as if it were an object.
+                '>' | '}' if self.depth == 0 => {
                     // Found again if the block is looked at again.
                     self.at = from + i;
                     return Some(from + i);
                 }
+                '}' | ']' => self.depth = self.depth.saturating_sub(1),
                 _ => {}
             }
         }

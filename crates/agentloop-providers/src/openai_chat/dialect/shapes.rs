@@ -139,7 +139,8 @@ fn calls_in_any(text: &str, depth: usize) -> Option<Vec<TextCall>> {
 }
 
 /// `<tool_call name="f" arguments={...} />` at the start of `text` (or closed by `>` and maybe
-/// `</tool_call>`, or not at all where the text ends: the stop token may eat it), as small models
+/// `</tool_call>`, by a stray `}`, or not at all where the text ends: the stop token may eat it),
+/// as small models
 /// write a call when asked for `<tool_call>` tags: the call and the bytes it took. A value is a
 /// quoted string (the arguments' JSON text, or the name) or a JSON object.
 fn attribute_call(text: &str) -> Option<(TextCall, usize)> {
@@ -148,7 +149,9 @@ fn attribute_call(text: &str) -> Option<(TextCall, usize)> {
     let mut cut = None;
     loop {
         rest = rest.trim_start();
-        if let Some(after) = rest.strip_prefix("/>") {
+        // `}`: the model closed the tag as if it were the object `{"name": ..., "arguments":
+        // {...}}` (recorded from the 1.5B model, twice in four tags).
+        if let Some(after) = rest.strip_prefix("/>").or_else(|| rest.strip_prefix('}')) {
             rest = after;
             break;
         }

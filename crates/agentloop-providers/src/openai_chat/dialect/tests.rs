@@ -364,6 +364,11 @@ fn a_call_written_as_a_tool_call_tags_attributes_is_read() {
             "Sure. <tool_call name='get_weather' arguments='{\"city\": \"a>b\"}'></tool_call>\nDone.",
             "Sure. \nDone.",
         ),
+        // Closed as if it were an object.
+        (
+            "<tool_call name=\"get_weather\" arguments={\"city\": \"a>b'c\"}} and more",
+            " and more",
+        ),
         // The stop token ate the tag's end.
         (
             "<tool_call name=\"get_weather\" arguments={\"city\": \"a>b'c\"}",
@@ -387,7 +392,6 @@ fn a_call_written_as_a_tool_call_tags_attributes_is_read() {
     for text in [
         "<tool_call name=\"nope\" arguments={} />",
         "Write <tool_call name tags> around it.",
-        "<tool_call name=\"get_weather\" arguments={\"city\": \"Paris\"}} and more",
         "<tool_call name=\"get_weather\" colour=\"red\" />",
     ] {
         for dialect in [ToolDialect::Auto, ToolDialect::Hermes] {
