@@ -106,6 +106,8 @@ pub(crate) struct DialectReader {
     calls: usize,
     /// The output limit ended the text: a call it cut is not repaired into one that runs.
     cut_by_the_limit: bool,
+    /// A made-up `<tool_response>` was met (and warned of).
+    made_up_result: bool,
 }
 
 impl DialectReader {
@@ -123,6 +125,7 @@ impl DialectReader {
             only_calls_so_far: true,
             calls: 0,
             cut_by_the_limit: false,
+            made_up_result: false,
         }
     }
 
@@ -215,6 +218,15 @@ impl DialectReader {
                     self.mode = Mode::CodeFence;
                 }
                 Block::MadeUpResult(used) => {
+                    if !self.made_up_result {
+                        // The answer around it may report what never ran: say so once.
+                        self.made_up_result = true;
+                        out.push_back(ModelEvent::Warning(
+                            "the model wrote a <tool_response> of its own (a made-up result); \
+                             no call in it was run, and the answer may report what never ran"
+                                .to_owned(),
+                        ));
+                    }
                     self.release_front(used, out);
                     self.mode = Mode::MadeUpResult;
                 }

@@ -321,6 +321,16 @@ fn a_made_up_tool_response_is_text_and_a_call_after_it_is_read() {
         assert_eq!(calls.len(), 1, "{dialect:?}");
         assert_eq!(calls[0].tool, "get_time", "{dialect:?}");
     }
+    // Said once, as a warning.
+    let mut reader = DialectReader::new(ToolDialect::Auto, TOOLS.map(str::to_owned));
+    let mut out = VecDeque::new();
+    reader.push(&format!("{made_up}{made_up}"), &mut out);
+    reader.finish(&mut out, false);
+    let warnings = out
+        .iter()
+        .filter(|e| matches!(e, ModelEvent::Warning(w) if w.contains("made-up result")))
+        .count();
+    assert_eq!(warnings, 1);
     // Never closed: the rest of the answer is text.
     let open = "<tool_response>\n{\"name\": \"get_weather\", \"arguments\": {}}";
     assert_eq!(
