@@ -9,8 +9,9 @@
 //!   `<|python_tag|>` (Llama 3.1 and later, JSON tool calling).
 //! - `auto`: every shape small models write (the three above, fenced blocks, bare JSON objects
 //!   and lists, a bare call after text on its line, `name` with `arguments` or `parameters`, the
-//!   pythonic `[name(arg=value)]`, a Python dict), read only where it names a tool the agent
-//!   has; the tools are described as for `hermes`.
+//!   pythonic `[name(arg=value)]`, a Python dict, a tool's name alone in `<tool_call>` tags, a
+//!   call as a tag's attributes `<tool_call name="f" arguments={...} />`),
+//!   read only where it names a tool the agent has; the tools are described as for `hermes`.
 //!
 //! Every dialect reads every shape when it names one of the agent's tools (a Hermes model that
 //! writes its call in a fence still gets it run); in its own shape (its marker, or a bare call as

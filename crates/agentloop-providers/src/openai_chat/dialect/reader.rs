@@ -25,12 +25,21 @@ use agentloop::model::ModelEvent;
 
 use super::ToolDialect;
 use super::shapes::{
-    FENCE, MISTRAL_ARGS, PYTHON_TAG, Quotes, Scan, Scanner, TOOL_CALL_CLOSE, TOOL_CALL_OPEN,
-    TOOL_CALLS_MARKER, TextCall, calls_in,
+    FENCE, InString, MISTRAL_ARGS, PYTHON_TAG, Quotes, Scan, Scanner, TAG_ATTRIBUTES,
+    TOOL_CALL_CLOSE, TOOL_CALL_OPEN, TOOL_CALL_TAG, TOOL_CALLS_MARKER, TOOL_RESPONSE_CLOSE,
+    TOOL_RESPONSE_OPEN, TextCall, calls_in,
 };
 
-/// The markers a call may start with, anywhere in the text.
-const MARKERS: [&str; 4] = [TOOL_CALL_OPEN, TOOL_CALLS_MARKER, PYTHON_TAG, FENCE];
+/// The markers a call (or a made-up result, whose text is passed through) may start with,
+/// anywhere in the text.
+const MARKERS: [&str; 6] = [
+    TOOL_CALL_OPEN,
+    TOOL_CALL_TAG,
+    TOOL_CALLS_MARKER,
+    PYTHON_TAG,
+    FENCE,
+    TOOL_RESPONSE_OPEN,
+];
 
 /// How a bare call may start after other text on its line (`I'll check: {"name": ...}`).
 const CALL_STARTS: [&str; 4] = ["{\"name\"", "{ \"name\"", "{'name'", "{ 'name'"];
@@ -50,6 +59,10 @@ enum Mode {
     /// Inside a fence whose body is not a call (code): passed through until it closes, so that
     /// nothing in it starts a call.
     CodeFence,
+    /// Inside a `<tool_response>` the model wrote itself: a result it made up, not a call, so
+    /// passed through until it closes (a call-shaped object in it is what the model imagines it
+    /// called, and running it would run what nobody asked for).
+    MadeUpResult,
     /// A block ran past `max_block`: the rest of the answer is text.
     PassThrough,
 }
@@ -65,6 +78,9 @@ enum Block {
     /// A fence of code: its opening line (this many bytes) is text, and its body is passed
     /// through.
     CodeFence(usize),
+    /// A `<tool_response>` tag (this many bytes) the model wrote: it and what follows up to its
+    /// closing tag are text.
+    MadeUpResult(usize),
     /// Not whole within `max_block` bytes.
     Overlong,
 }
@@ -90,6 +106,8 @@ pub(crate) struct DialectReader {
     calls: usize,
     /// The output limit ended the text: a call it cut is not repaired into one that runs.
     cut_by_the_limit: bool,
+    /// A made-up `<tool_response>` was met (and warned of).
+    made_up_result: bool,
 }
 
 impl DialectReader {
@@ -107,6 +125,7 @@ impl DialectReader {
             only_calls_so_far: true,
             calls: 0,
             cut_by_the_limit: false,
+            made_up_result: false,
         }
     }
 
@@ -155,21 +174,12 @@ impl DialectReader {
                     self.release_front(all, out);
                     return;
                 }
-                Mode::CodeFence => {
-                    let held = self.held();
-                    match closing_fence(held, self.line_start) {
-                        FenceEnd::At(at) => {
-                            self.release_front(at + FENCE.len(), out);
-                            self.mode = Mode::Text;
-                            continue;
-                        }
-                        FenceEnd::MaybeFrom(from) => {
-                            let len = held.len();
-                            let keep = if end { 0 } else { len - from };
-                            self.release_front(len - keep, out);
-                            return;
-                        }
+                Mode::CodeFence | Mode::MadeUpResult => {
+                    if !self.pass_through_to_close(out, end) {
+                        return;
                     }
+                    self.mode = Mode::Text;
+                    continue;
                 }
                 Mode::Text => {}
             }
@@ -207,6 +217,19 @@ impl DialectReader {
                     self.release_front(used, out);
                     self.mode = Mode::CodeFence;
                 }
+                Block::MadeUpResult(used) => {
+                    if !self.made_up_result {
+                        // The answer around it may report what never ran: say so once.
+                        self.made_up_result = true;
+                        out.push_back(ModelEvent::Warning(
+                            "the model wrote a <tool_response> of its own (a made-up result); \
+                             no call in it was run, and the answer may report what never ran"
+                                .to_owned(),
+                        ));
+                    }
+                    self.release_front(used, out);
+                    self.mode = Mode::MadeUpResult;
+                }
                 Block::Overlong => {
                     out.push_back(ModelEvent::Warning(format!(
                         "a {} tool call block that did not end within {} bytes was kept as \
@@ -218,6 +241,32 @@ impl DialectReader {
                 }
             }
         }
+    }
+
+    /// Passes the held text of a code fence or a made-up result through, up to and with its
+    /// closer: whether the closer came (otherwise all that cannot be the closer's start is
+    /// released, and the rest waits for the next piece).
+    fn pass_through_to_close(&mut self, out: &mut VecDeque<ModelEvent>, end: bool) -> bool {
+        let held = self.held();
+        let len = held.len();
+        let keep = if self.mode == Mode::CodeFence {
+            match closing_fence(held, self.line_start) {
+                FenceEnd::At(at) => {
+                    self.release_front(at + FENCE.len(), out);
+                    return true;
+                }
+                // A fence's start (after blanks, at a line's start) waits for the next piece.
+                FenceEnd::MaybeFrom(from) => len - from,
+            }
+        } else {
+            if let Some(at) = held.find(TOOL_RESPONSE_CLOSE) {
+                self.release_front(at + TOOL_RESPONSE_CLOSE.len(), out);
+                return true;
+            }
+            partial_suffix(held, TOOL_RESPONSE_CLOSE)
+        };
+        self.release_front(if end { len } else { len - keep }, out);
+        false
     }
 
     /// Where in the held text the first block may start (a marker, a bracket that starts a
@@ -289,6 +338,9 @@ impl DialectReader {
 
     /// What the block that `text` starts with is.
     fn block_in(&self, p: &mut Progress, text: &str, end: bool) -> Block {
+        if text.starts_with(TOOL_RESPONSE_OPEN) {
+            return Block::MadeUpResult(TOOL_RESPONSE_OPEN.len());
+        }
         if text.starts_with(TOOL_CALL_OPEN) {
             let used = match p.find(text, TOOL_CALL_OPEN.len(), Target::Text(TOOL_CALL_CLOSE)) {
                 Some(at) => at + TOOL_CALL_CLOSE.len(),
@@ -296,6 +348,9 @@ impl DialectReader {
                 None => return Block::Open,
             };
             return self.calls_or_text(text, used);
+        }
+        if text.starts_with(TOOL_CALL_TAG) {
+            return self.attribute_tag(p, text, end);
         }
         for marker in [TOOL_CALLS_MARKER, PYTHON_TAG] {
             if text.starts_with(marker) {
@@ -354,6 +409,59 @@ impl DialectReader {
             }
             _ => Block::Text(skip),
         }
+    }
+
+    /// `<tool_call name=... arguments=... />`: held until the tag ends (a `>` or a stray `}`
+    /// outside its values' strings and brackets, and the `</tool_call>` after a `>` if one
+    /// follows), then read.
+    fn attribute_tag(&self, p: &mut Progress, text: &str, end: bool) -> Block {
+        // Only a tag whose first attribute is a call's is held: `<tool_call ` in prose is text.
+        let Some(at) = p.find(text, TOOL_CALL_TAG.len(), Target::NonBlank) else {
+            return if end {
+                Block::Text(TOOL_CALL_TAG.len())
+            } else {
+                Block::Open
+            };
+        };
+        let first = text.get(at..).unwrap_or_default();
+        if !TAG_ATTRIBUTES.iter().any(|a| first.starts_with(a)) {
+            let may_be = !end && TAG_ATTRIBUTES.iter().any(|a| a.starts_with(first));
+            return if may_be {
+                Block::Open
+            } else {
+                Block::Text(TOOL_CALL_TAG.len())
+            };
+        }
+        let tag = p.tag.get_or_insert_with(|| TagScan::new(at));
+        let Some(close) = tag.find_end(text) else {
+            return if end {
+                self.calls_or_text(text, text.len())
+            } else {
+                Block::Open
+            };
+        };
+        let after = close + 1;
+        if text.get(close..).is_some_and(|t| t.starts_with('}'))
+            || text.get(..close).is_some_and(|t| t.ends_with('/'))
+        {
+            return self.calls_or_text(text, after);
+        }
+        // `>`: a `</tool_call>` may follow, after blanks.
+        let used = match p.find(text, after, Target::NonBlank) {
+            Some(next) => {
+                let rest = text.get(next..).unwrap_or_default();
+                if rest.starts_with(TOOL_CALL_CLOSE) {
+                    next + TOOL_CALL_CLOSE.len()
+                } else if !end && TOOL_CALL_CLOSE.starts_with(rest) {
+                    return Block::Open;
+                } else {
+                    after
+                }
+            }
+            None if end => after,
+            None => return Block::Open,
+        };
+        self.calls_or_text(text, used)
     }
 
     /// A fence: its body is calls, or code passed through.
@@ -521,8 +629,14 @@ impl DialectReader {
         let own = self.owns(text);
         let accept = |name: &str| own || self.tools.contains(name);
         match calls_in(text, &accept) {
-            Some(calls) => Block::Calls(calls, used),
-            None => Block::Text(used),
+            Some(calls)
+                if calls
+                    .iter()
+                    .all(|c| !c.name_only || self.tools.contains(&c.tool)) =>
+            {
+                Block::Calls(calls, used)
+            }
+            _ => Block::Text(used),
         }
     }
 
@@ -604,6 +718,8 @@ struct Progress {
     scan: Option<(usize, Quotes, Scanner)>,
     /// The search for the fence that closes the block.
     fence: Option<FenceSearch>,
+    /// The search for the end of a call written as a tag.
+    tag: Option<TagScan>,
 }
 
 /// What a search in a block looks for.
@@ -639,6 +755,54 @@ struct FenceSearch {
     line_start: bool,
     /// Only spaces or tabs are between the value's end and `at`.
     after_value: bool,
+}
+
+/// How far the search for the `>` (or stray `}`) that ends a call written as a tag got: one
+/// inside a value's string or brackets does not end it.
+#[derive(Debug)]
+struct TagScan {
+    /// Searched up to here.
+    at: usize,
+    string: InString,
+    /// How many brackets are open.
+    depth: usize,
+}
+
+impl TagScan {
+    fn new(at: usize) -> Self {
+        TagScan {
+            at,
+            string: InString::default(),
+            depth: 0,
+        }
+    }
+
+    /// Where the `>` or stray `}` that ends the tag is in `text`, searching on from where the
+    /// last search stopped.
+    fn find_end(&mut self, text: &str) -> Option<usize> {
+        let from = self.at;
+        for (i, c) in text.get(from..).unwrap_or_default().char_indices() {
+            self.at = from + i + c.len_utf8();
+            if self.string.inside(c) {
+                continue;
+            }
+            match c {
+                '"' => self.string.open(c),
+                // An attribute's quote; inside the JSON of the arguments, an apostrophe.
+                '\'' if self.depth == 0 => self.string.open(c),
+                '{' | '[' => self.depth += 1,
+                // A `}` with no bracket open: the tag closed as if it were an object.
+                '>' | '}' if self.depth == 0 => {
+                    // Found again if the block is looked at again.
+                    self.at = from + i;
+                    return Some(from + i);
+                }
+                '}' | ']' => self.depth = self.depth.saturating_sub(1),
+                _ => {}
+            }
+        }
+        None
+    }
 }
 
 impl Progress {

@@ -24,10 +24,21 @@ pub(super) struct TextCall {
     /// The text ended inside this call, and its brackets were closed for it: the call as the
     /// model wrote it, up to that end (never complete JSON).
     pub(super) cut: Option<String>,
+    /// Written as its name alone (`<tool_call>name</tool_call>`): a call only where the name is
+    /// one of the agent's tools, whatever the dialect, as nothing else says it is one.
+    pub(super) name_only: bool,
 }
 
 pub(super) const TOOL_CALL_OPEN: &str = "<tool_call>";
 pub(super) const TOOL_CALL_CLOSE: &str = "</tool_call>";
+/// A call written as the attributes of a tag: `<tool_call name="f" arguments={...} />`.
+pub(super) const TOOL_CALL_TAG: &str = "<tool_call ";
+/// The attributes such a tag may have, each with its `=`.
+pub(super) const TAG_ATTRIBUTES: [&str; 3] = ["name=", "arguments=", "parameters="];
+/// A tool's result as the Hermes format writes it. Small models write one of their own (a made-up
+/// result, often holding the call they think was made): what is in it is never a call.
+pub(super) const TOOL_RESPONSE_OPEN: &str = "<tool_response>";
+pub(super) const TOOL_RESPONSE_CLOSE: &str = "</tool_response>";
 pub(super) const TOOL_CALLS_MARKER: &str = "[TOOL_CALLS]";
 pub(super) const PYTHON_TAG: &str = "<|python_tag|>";
 pub(super) const FENCE: &str = "```";
@@ -63,12 +74,30 @@ fn calls_in_any(text: &str, depth: usize) -> Option<Vec<TextCall>> {
     if text.starts_with(FENCE) {
         return calls_in_any(fence_body(text)?, depth + 1);
     }
+    if text.starts_with(TOOL_CALL_TAG) {
+        let mut calls = Vec::new();
+        let mut rest = text;
+        while rest.starts_with(TOOL_CALL_TAG) {
+            let (call, used) = attribute_call(rest)?;
+            calls.push(call);
+            rest = rest.get(used..)?.trim_start();
+        }
+        return rest.is_empty().then_some(calls);
+    }
     if text.starts_with(TOOL_CALL_OPEN) {
         let mut calls = Vec::new();
         let mut rest = text;
         while let Some(after) = rest.trim_start().strip_prefix(TOOL_CALL_OPEN) {
-            let (body, next) = after.split_once(TOOL_CALL_CLOSE).unwrap_or((after, ""));
-            calls.extend(calls_in_any(body, depth + 1)?);
+            let (body, next, closed) = match after.split_once(TOOL_CALL_CLOSE) {
+                Some((body, next)) => (body, next, true),
+                None => (after, "", false),
+            };
+            match calls_in_any(body, depth + 1) {
+                Some(found) => calls.extend(found),
+                // Only a closed tag is the whole name: an open one may have been cut.
+                None if closed => calls.push(name_only_call(body)?),
+                None => return None,
+            }
             rest = next;
         }
         return rest.trim().is_empty().then_some(calls);
@@ -107,6 +136,78 @@ fn calls_in_any(text: &str, depth: usize) -> Option<Vec<TextCall>> {
         }
     }
     Some(calls)
+}
+
+/// `<tool_call name="f" arguments={...} />` at the start of `text` (or closed by `>` and maybe
+/// `</tool_call>`, by a stray `}`, or not at all where the text ends: the stop token may eat it),
+/// as small models
+/// write a call when asked for `<tool_call>` tags: the call and the bytes it took. A value is a
+/// quoted string (the arguments' JSON text, or the name) or a JSON object.
+fn attribute_call(text: &str) -> Option<(TextCall, usize)> {
+    let mut rest = text.strip_prefix(TOOL_CALL_TAG)?;
+    let mut attributes = serde_json::Map::new();
+    let mut cut = None;
+    loop {
+        rest = rest.trim_start();
+        // `}`: the model closed the tag as if it were the object `{"name": ..., "arguments":
+        // {...}}` (recorded from the 1.5B model, twice in four tags).
+        if let Some(after) = rest.strip_prefix("/>").or_else(|| rest.strip_prefix('}')) {
+            rest = after;
+            break;
+        }
+        if let Some(after) = rest.strip_prefix('>') {
+            rest = after;
+            let closed = rest.trim_start().strip_prefix(TOOL_CALL_CLOSE);
+            rest = closed.unwrap_or(rest);
+            break;
+        }
+        if rest.is_empty() {
+            break;
+        }
+        let (key, value) = rest.split_once('=')?;
+        let key = key.trim_end();
+        if !TAG_ATTRIBUTES
+            .iter()
+            .any(|a| a.strip_suffix('=') == Some(key))
+            || attributes.contains_key(key)
+        {
+            return None;
+        }
+        let value = value.trim_start();
+        let (parsed, used) = match value.chars().next()? {
+            q @ ('"' | '\'') => {
+                let body = value.get(1..)?;
+                let close = body.find(q)?;
+                (Value::String(body.get(..close)?.to_owned()), close + 2)
+            }
+            '{' => {
+                let (parsed, used, open) = first_json_value(value)?;
+                if open.is_some() {
+                    cut = Some(text.to_owned());
+                }
+                (parsed, used)
+            }
+            _ => return None,
+        };
+        attributes.insert(key.to_owned(), parsed);
+        rest = value.get(used..)?;
+    }
+    let mut call = call_of(&Value::Object(attributes))?;
+    call.cut = cut;
+    Some((call, text.len() - rest.len()))
+}
+
+/// `<tool_call>name</tool_call>`, the name alone: small models write a call to a tool so when
+/// they give it no arguments (or forget them), and the tool's schema answers the second case.
+fn name_only_call(body: &str) -> Option<TextCall> {
+    let tool = body.trim();
+    is_tool_name(tool).then(|| TextCall {
+        tool: tool.to_owned(),
+        arguments: "{}".to_owned(),
+        id: None,
+        cut: None,
+        name_only: true,
+    })
 }
 
 /// The body of a fenced block (its info string, `json` or none, dropped); the closing fence may
@@ -161,6 +262,7 @@ fn mistral_named_calls(mut text: &str) -> Option<Vec<TextCall>> {
             arguments: value.to_string(),
             id: None,
             cut: open.map(|o| o.text.to_owned()),
+            name_only: false,
         });
         text = rest.get(used..)?;
     }
@@ -217,6 +319,7 @@ fn call_of(v: &Value) -> Option<TextCall> {
         arguments,
         id,
         cut: None,
+        name_only: false,
     })
 }
 
@@ -327,9 +430,7 @@ pub(super) struct Scanner {
     quotes: Quotes,
     /// The closers of the brackets open, outermost first.
     stack: Vec<char>,
-    /// The quote of the string the text is in.
-    string: Option<char>,
-    escaped: bool,
+    string: InString,
     last_item: usize,
     /// How many bytes of the text have been read.
     read: usize,
@@ -343,8 +444,7 @@ impl Scanner {
         Scanner {
             quotes,
             stack: Vec::new(),
-            string: None,
-            escaped: false,
+            string: InString::default(),
             last_item: 0,
             read: 0,
             ended: None,
@@ -381,20 +481,13 @@ impl Scanner {
 
     fn next(&mut self, at: usize, c: char) -> Option<Scan> {
         let after = at + c.len_utf8();
-        if let Some(q) = self.string {
-            if self.escaped {
-                self.escaped = false;
-            } else if c == '\\' {
-                self.escaped = true;
-            } else if c == q {
-                self.string = None;
-            }
+        if self.string.inside(c) {
             return None;
         }
         let python = self.quotes == Quotes::Python;
         match c {
-            '"' => self.string = Some(c),
-            '\'' if python => self.string = Some(c),
+            '"' => self.string.open(c),
+            '\'' if python => self.string.open(c),
             '{' | '[' | '(' if self.stack.is_empty() => {
                 if c == '(' && !python {
                     return Some(Scan::Invalid(after));
@@ -422,13 +515,13 @@ impl Scanner {
 
     /// Whether the text read so far ends inside a string.
     pub(super) fn in_string(&self) -> bool {
-        self.ended.is_none() && self.string.is_some()
+        self.ended.is_none() && self.string.quote.is_some()
     }
 
     /// The closers (innermost first) that would close the value where the text read so far
     /// ends; none inside a string, where nothing can be closed for the model.
     fn closers(&self) -> String {
-        if self.string.is_some() {
+        if self.string.quote.is_some() {
             return String::new();
         }
         self.stack.iter().rev().collect()
@@ -437,6 +530,36 @@ impl Scanner {
     /// Where the last item (of the outermost bracket) begins.
     fn last_item(&self) -> usize {
         self.last_item
+    }
+}
+
+/// Whether a scan is inside a string, and how it ends.
+#[derive(Debug, Clone, Default)]
+pub(super) struct InString {
+    /// The quote of the string the text is in.
+    pub(super) quote: Option<char>,
+    escaped: bool,
+}
+
+impl InString {
+    /// A string opens with the quote `c`.
+    pub(super) fn open(&mut self, c: char) {
+        self.quote = Some(c);
+    }
+
+    /// Reads `c` if it is inside a string (its closing quote included): whether it was.
+    pub(super) fn inside(&mut self, c: char) -> bool {
+        let Some(q) = self.quote else {
+            return false;
+        };
+        if self.escaped {
+            self.escaped = false;
+        } else if c == '\\' {
+            self.escaped = true;
+        } else if c == q {
+            self.quote = None;
+        }
+        true
     }
 }
 
@@ -506,6 +629,7 @@ fn pythonic_calls(text: &str) -> Option<(Vec<TextCall>, usize)> {
             arguments: Value::Object(arguments.into_iter().collect()).to_string(),
             id: None,
             cut: None,
+            name_only: false,
         })
     })?;
     (!calls.is_empty()).then_some((calls, p.at))

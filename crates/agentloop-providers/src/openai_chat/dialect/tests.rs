@@ -335,6 +335,121 @@ fn auto_leaves_json_that_names_no_tool_as_text() {
 }
 
 #[test]
+fn a_made_up_tool_response_is_text_and_a_call_after_it_is_read() {
+    // What is in a result the model wrote itself is never a call (it is the call it imagines
+    // it made), in every dialect; a call after the result is read as any other.
+    let made_up = "<tool_response>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_response>\nIt is 18 C.\n";
+    let text =
+        format!("{made_up}<tool_call>{{\"name\": \"get_time\", \"arguments\": {{}}}}</tool_call>");
+    for dialect in [
+        ToolDialect::Auto,
+        ToolDialect::Hermes,
+        ToolDialect::Llama3Json,
+    ] {
+        let (rest, calls) = read_every_split(dialect, &text);
+        assert_eq!(rest, made_up, "{dialect:?}");
+        assert_eq!(calls.len(), 1, "{dialect:?}");
+        assert_eq!(calls[0].tool, "get_time", "{dialect:?}");
+    }
+    // Said once, as a warning.
+    let mut reader = DialectReader::new(ToolDialect::Auto, TOOLS.map(str::to_owned));
+    let mut out = VecDeque::new();
+    reader.push(&format!("{made_up}{made_up}"), &mut out);
+    reader.finish(&mut out, false);
+    let warnings = out
+        .iter()
+        .filter(|e| matches!(e, ModelEvent::Warning(w) if w.contains("made-up result")))
+        .count();
+    assert_eq!(warnings, 1);
+    // Never closed: the rest of the answer is text.
+    let open = "<tool_response>\n{\"name\": \"get_weather\", \"arguments\": {}}";
+    assert_eq!(
+        read_every_split(ToolDialect::Auto, open),
+        (open.to_owned(), Vec::new())
+    );
+}
+
+#[test]
+fn a_tool_call_tag_holding_only_a_tool_name_is_a_call_without_arguments() {
+    let text = "<tool_call>get_time</tool_call>\nIt is late.";
+    for dialect in [ToolDialect::Auto, ToolDialect::Hermes] {
+        let (rest, calls) = read_every_split(dialect, text);
+        assert_eq!(rest, "\nIt is late.", "{dialect:?}");
+        assert_eq!(calls.len(), 1, "{dialect:?}");
+        assert_eq!((&*calls[0].tool, &*calls[0].arguments), ("get_time", "{}"));
+    }
+    // A name that is no tool is no call, even in Hermes' own tag; nor is a tag left open (the
+    // name may have been cut), nor a call written with positional arguments.
+    for text in [
+        "<tool_call>nope</tool_call>",
+        "<tool_call>get_time",
+        "<tool_call>get_time(1, 2)</tool_call>",
+    ] {
+        for dialect in [ToolDialect::Auto, ToolDialect::Hermes] {
+            let (rest, calls) = read_every_split(dialect, text);
+            assert!(calls.is_empty(), "{dialect:?} {text}");
+            assert_eq!(rest, text, "{dialect:?}");
+        }
+    }
+}
+
+#[test]
+fn a_call_written_as_a_tool_call_tags_attributes_is_read() {
+    for (text, rest) in [
+        (
+            "<tool_call name=\"get_weather\" arguments={\"city\": \"a>b'c\"} />",
+            "",
+        ),
+        (
+            "Sure. <tool_call name='get_weather' arguments='{\"city\": \"a>b\"}'></tool_call>\nDone.",
+            "Sure. \nDone.",
+        ),
+        // Closed as if it were an object.
+        (
+            "<tool_call name=\"get_weather\" arguments={\"city\": \"a>b'c\"}} and more",
+            " and more",
+        ),
+        // The stop token ate the tag's end.
+        (
+            "<tool_call name=\"get_weather\" arguments={\"city\": \"a>b'c\"}",
+            "",
+        ),
+    ] {
+        for dialect in [ToolDialect::Auto, ToolDialect::Hermes] {
+            let (got, calls) = read_every_split(dialect, text);
+            assert_eq!(got, rest, "{dialect:?} {text}");
+            assert_eq!(calls.len(), 1, "{dialect:?} {text}");
+            assert_eq!(calls[0].tool, "get_weather");
+            let arguments: serde_json::Value = serde_json::from_str(&calls[0].arguments).unwrap();
+            let city = if text.starts_with("Sure") {
+                "a>b"
+            } else {
+                "a>b'c"
+            };
+            assert_eq!(arguments, serde_json::json!({"city": city}), "{text}");
+        }
+    }
+    for text in [
+        "<tool_call name=\"nope\" arguments={} />",
+        "Write <tool_call name tags> around it.",
+        "<tool_call name=\"get_weather\" colour=\"red\" />",
+    ] {
+        for dialect in [ToolDialect::Auto, ToolDialect::Hermes] {
+            let (got, calls) = read_every_split(dialect, text);
+            assert!(calls.is_empty(), "{dialect:?} {text}");
+            assert_eq!(got, text, "{dialect:?}");
+        }
+    }
+    // Cut by the output limit inside its arguments: a cut call, never run.
+    let (whole, cut) = read_to_the_limit(
+        ToolDialect::Auto,
+        "<tool_call name=\"get_weather\" arguments={\"city\": \"Pa\"",
+    );
+    assert!(whole.is_empty());
+    assert_eq!(cut.len(), 1);
+}
+
+#[test]
 fn named_dialects_also_read_a_fenced_call_of_a_known_tool() {
     let text = "```json\n{\"name\": \"write_file\", \"arguments\": {\"path\": \"calc.py\", \"content\": \"x\"}}\n```";
     for dialect in [
