@@ -520,3 +520,17 @@ pub(crate) fn decode_all<D: StreamDecoder>(
     decoder.end(&mut out)?;
     Ok(out.into_iter().collect())
 }
+
+/// A tool call's arguments as a request sends them back to the server: as the model wrote them
+/// when they are JSON, else `{}` (empty, cut by the output limit or a server's refusal, or
+/// malformed). Servers that lay the conversation out through a chat template parse them, and
+/// llama-server answers `500 Failed to parse tool call arguments as JSON` to every later request
+/// of the run otherwise; the run rejected such a call, and its result says why to the model.
+#[cfg(any(feature = "openai", feature = "openai-responses"))]
+pub(crate) fn sent_arguments(arguments: &str) -> &str {
+    if serde_json::from_str::<serde::de::IgnoredAny>(arguments).is_ok() {
+        arguments
+    } else {
+        "{}"
+    }
+}

@@ -215,6 +215,116 @@ async fn request_after_tool_results_carries_the_calls_and_one_tool_message_per_r
     );
 }
 
+/// A `get_weather` call with these arguments, as a transcript holds it.
+fn weather_call(id: &str, arguments: &str) -> ToolCall {
+    ToolCall {
+        call_id: id.into(),
+        tool: "get_weather".into(),
+        arguments: arguments.into(),
+    }
+}
+
+/// The result of the `get_weather` call `id`.
+fn weather_result(id: &str, text: &str, is_error: bool) -> Message {
+    Message::Tool(ToolResult {
+        call_id: id.into(),
+        tool: "get_weather".into(),
+        content: ToolContent::Text(text.into()),
+        is_error,
+    })
+}
+
+/// A request of `transcript` alone: no instructions, tools or schema.
+fn bare_request<'a>(transcript: &'a [Message], settings: &'a ModelSettings) -> ModelRequest<'a> {
+    ModelRequest {
+        instructions: None,
+        messages: transcript,
+        tools: &[],
+        output_schema: None,
+        settings,
+    }
+}
+
+/// The field `key` of each call the `n`th message of a sent body holds (`id`, or a field of
+/// `function`).
+fn sent_calls(sent: &Value, n: usize, key: &str) -> Vec<String> {
+    sent["messages"][n]["tool_calls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            let field = if key == "id" {
+                &c["id"]
+            } else {
+                &c["function"][key]
+            };
+            field.as_str().unwrap().to_owned()
+        })
+        .collect()
+}
+
+/// A server that parses each call's arguments as llama-server does when it lays the conversation
+/// out through its chat template, and answers its 500 for arguments that are no JSON.
+struct ParsesArguments;
+
+impl wiremock::Respond for ParsesArguments {
+    fn respond(&self, request: &wiremock::Request) -> ResponseTemplate {
+        let body: Value = serde_json::from_slice(&request.body).unwrap();
+        for m in body["messages"].as_array().unwrap() {
+            for c in m["tool_calls"].as_array().into_iter().flatten() {
+                let arguments = c["function"]["arguments"].as_str().unwrap();
+                if serde_json::from_str::<Value>(arguments).is_err() {
+                    return ResponseTemplate::new(500).set_body_json(json!({"error": {
+                        "code": 500, "type": "server_error",
+                        "message": "Failed to parse tool call arguments as JSON: [json.exception.parse_error.101] parse error"}}));
+                }
+            }
+        }
+        text_sse()
+    }
+}
+
+#[tokio::test]
+async fn a_call_whose_arguments_are_no_json_goes_back_with_none_and_the_run_goes_on() {
+    // A small local model's call cut mid-arguments (the server refused the rest of its output),
+    // which the run rejected: sent back as the model wrote it, llama-server refuses every later
+    // request of the run.
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(ParsesArguments)
+        .mount(&server)
+        .await;
+    let cut = r#"{"city": "Tokyo", "unit": "celsius"#;
+    let transcript = vec![
+        Message::user("weather?"),
+        Message::Assistant(AssistantMessage {
+            tool_calls: vec![
+                weather_call("c1", cut),
+                weather_call("c2", r#"{"city":"Oslo"}"#),
+                weather_call("c3", ""),
+            ],
+            ..Default::default()
+        }),
+        weather_result(
+            "c1",
+            "invalid arguments for get_weather: not valid JSON",
+            true,
+        ),
+        weather_result("c2", "sunny", false),
+        weather_result("c3", "invalid arguments for get_weather", true),
+    ];
+    let settings = ModelSettings::default();
+    let local = OpenAiChat::compatible("local", server.uri(), "qwen2.5-coder")
+        .build()
+        .unwrap();
+    let response = complete(&local, bare_request(&transcript, &settings)).await;
+    assert!(response.is_ok(), "{response:?}");
+    let requests = server.received_requests().await.unwrap();
+    let sent: Value = serde_json::from_slice(&requests[0].body).unwrap();
+    let arguments = sent_calls(&sent, 1, "arguments");
+    assert_eq!(arguments, ["{}", r#"{"city":"Oslo"}"#, "{}"]);
+}
+
 /// A server that checks call ids as Mistral's API does (nine letters or digits, on each call
 /// and each result) and answers with text, or with Mistral's 400 for the first id it refuses.
 struct MistralIds;
@@ -252,19 +362,8 @@ async fn call_ids_of_another_shape_go_to_mistral_as_nine_letters_or_digits_the_s
     // templates of its models on other servers, refuse any id but nine letters or digits
     // (anomalyco/opencode#1680, nearai/ironclaw#1241, ml-explore/mlx-lm#1375).
     let server = answering(MistralIds).await;
-    let call = |id: &str| ToolCall {
-        call_id: id.into(),
-        tool: "get_weather".into(),
-        arguments: r#"{"city":"Paris"}"#.into(),
-    };
-    let result = |id: &str| {
-        Message::Tool(ToolResult {
-            call_id: id.into(),
-            tool: "get_weather".into(),
-            content: ToolContent::Text("sunny".into()),
-            is_error: false,
-        })
-    };
+    let call = |id: &str| weather_call(id, r#"{"city":"Paris"}"#);
+    let result = |id: &str| weather_result(id, "sunny", false);
     let ids = [
         "call_PTLP8xhu3uwZk4l3nlnrrJha",
         "0193a1b2-7c4d-7e8f-9a0b-1c2d3e4f5a6b",
@@ -281,13 +380,7 @@ async fn call_ids_of_another_shape_go_to_mistral_as_nine_letters_or_digits_the_s
         result(ids[2]),
     ];
     let settings = ModelSettings::default();
-    let request = ModelRequest {
-        instructions: None,
-        messages: &transcript,
-        tools: &[],
-        output_schema: None,
-        settings: &settings,
-    };
+    let request = bare_request(&transcript, &settings);
     for (name, base) in [
         ("mistral-large-latest", server.uri()),
         ("devstral-small-2507", server.uri()),
@@ -300,14 +393,14 @@ async fn call_ids_of_another_shape_go_to_mistral_as_nine_letters_or_digits_the_s
     }
     let requests = server.received_requests().await.unwrap();
     let sent: Value = serde_json::from_slice(&requests[0].body).unwrap();
-    let calls: Vec<&str> = sent["messages"][1]["tool_calls"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| c["id"].as_str().unwrap())
-        .collect();
-    let results: Vec<&str> = (2..5)
-        .map(|i| sent["messages"][i]["tool_call_id"].as_str().unwrap())
+    let calls = sent_calls(&sent, 1, "id");
+    let results: Vec<String> = (2..5)
+        .map(|i| {
+            sent["messages"][i]["tool_call_id"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
         .collect();
     // Each result pairs with its call; an id of the right shape goes as it is; the digests of
     // the others differ.

@@ -271,11 +271,7 @@ fn wire_messages<'a>(request: &ModelRequest<'a>, compat: &OpenAiCompat) -> Vec<W
                             kind: "function",
                             function: WireFunctionCall {
                                 name: &c.tool,
-                                arguments: if c.arguments.trim().is_empty() {
-                                    "{}"
-                                } else {
-                                    &c.arguments
-                                },
+                                arguments: crate::decode::sent_arguments(&c.arguments),
                             },
                             extra_content: extra_for(&extras, &c.call_id, position),
                         })

@@ -225,7 +225,7 @@ fn input_items<'a>(messages: &'a [Message], store: bool) -> Vec<InputItem<'a>> {
                     input.push(InputItem::FunctionCall {
                         call_id: &call.call_id,
                         name: &call.tool,
-                        arguments: &call.arguments,
+                        arguments: crate::decode::sent_arguments(&call.arguments),
                     });
                 }
             }
