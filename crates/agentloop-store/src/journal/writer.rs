@@ -32,7 +32,6 @@ use rusqlite::{Connection, OptionalExtension};
 
 use super::io;
 use super::log::Logged;
-use super::owner::lock;
 
 use commit::{Writer, serve};
 use rows::tail;
@@ -293,6 +292,10 @@ impl Drop for WriterHandle {
 
 /// How often a write that would commit alone still waits a pass of the scheduler for others.
 const PROBE_EVERY: usize = 16;
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
 
 impl WriterHandle {
     pub(super) fn send(&self, job: Job) -> Result<(), JournalError> {
