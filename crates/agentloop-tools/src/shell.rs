@@ -400,7 +400,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_command_is_judged_again_as_it_runs_with_its_programs_found_where_it_runs() {
-        use agentloop::permissions::{ArgumentMatch, PermissionRule, PermissionStore};
+        use agentloop::permissions::{PermissionRule, PermissionStore};
         let dir = tempfile::tempdir().unwrap();
         let root = std::fs::canonicalize(dir.path()).unwrap();
         std::fs::create_dir(root.join("sub")).unwrap();
@@ -408,15 +408,8 @@ mod tests {
         let rm = program_files(&root, "rm");
         let rm = rm.first().expect("rm on PATH");
         std::os::unix::fs::symlink(rm, root.join("sub/tidy")).unwrap();
-        let rule = |prefix: &str, permission| PermissionRule {
-            tool: "shell".into(),
-            arguments: Some(ArgumentMatch::CommandPrefix {
-                field: "command".into(),
-                prefix: prefix.into(),
-                allow_chaining: false,
-            }),
-            permission,
-        };
+        let rule =
+            |prefix: &str, permission| PermissionRule::command_prefix("shell", prefix, permission);
         let mut store = PermissionStore::new(Permission::Allow);
         store
             .configure(rule("rm", Permission::Deny))
@@ -445,7 +438,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_global_git_alias_in_the_tool_s_home_is_judged_as_the_command_runs() {
-        use agentloop::permissions::{ArgumentMatch, PermissionRule, PermissionStore};
+        use agentloop::permissions::{PermissionRule, PermissionStore};
         let dir = tempfile::tempdir().unwrap();
         let root = std::fs::canonicalize(dir.path()).unwrap();
         std::fs::create_dir_all(root.join("work")).unwrap();
@@ -457,15 +450,11 @@ mod tests {
         )
         .unwrap();
         let mut store = PermissionStore::new(Permission::Allow);
-        store.configure(PermissionRule {
-            tool: "shell".into(),
-            arguments: Some(ArgumentMatch::CommandPrefix {
-                field: "command".into(),
-                prefix: "rm".into(),
-                allow_chaining: false,
-            }),
-            permission: Permission::Deny,
-        });
+        store.configure(PermissionRule::command_prefix(
+            "shell",
+            "rm",
+            Permission::Deny,
+        ));
         let workspace = Workspace::new(root.join("work")).unwrap().withhold(&store);
         let home = root.join("home");
         let tool = ShellTool::new(workspace)

@@ -224,15 +224,11 @@ async fn an_ask_with_nobody_to_ask_is_a_denial_with_that_reason() {
 fn rules_match_command_prefixes_and_path_globs_with_deny_first() {
     let mut store = PermissionStore::new(Permission::Ask);
     store
-        .add(PermissionRule {
-            tool: "shell".into(),
-            arguments: Some(ArgumentMatch::CommandPrefix {
-                field: "command".into(),
-                prefix: "git status".into(),
-                allow_chaining: false,
-            }),
-            permission: Permission::Allow,
-        })
+        .add(PermissionRule::command_prefix(
+            "shell",
+            "git status",
+            Permission::Allow,
+        ))
         .add(PermissionRule {
             tool: "write".into(),
             arguments: Some(ArgumentMatch::PathGlob {
@@ -770,15 +766,7 @@ fn configured_rules_count_but_only_saved_answers_reach_the_store_file() {
         arguments: None,
         permission,
     };
-    let ask_on_args = PermissionRule {
-        tool: "alpha".into(),
-        arguments: Some(ArgumentMatch::CommandPrefix {
-            field: "command".into(),
-            prefix: "rm".into(),
-            allow_chaining: false,
-        }),
-        permission: Permission::Ask,
-    };
+    let ask_on_args = PermissionRule::command_prefix("alpha", "rm", Permission::Ask);
     store
         .configure(rule("alpha", Permission::Ask))
         .configure(ask_on_args)

@@ -8,8 +8,7 @@ use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 
 use agentloop::permissions::{
-    ArgumentMatch, CommandRules, FileText, Permission, PermissionRule, PermissionStore,
-    ResolvePaths,
+    CommandRules, FileText, Permission, PermissionRule, PermissionStore, ResolvePaths,
 };
 use serde_json::json;
 
@@ -57,15 +56,7 @@ fn join(path: &str) -> PathBuf {
 }
 
 fn prefix(prefix: &str, permission: Permission) -> PermissionRule {
-    PermissionRule {
-        tool: "shell".into(),
-        arguments: Some(ArgumentMatch::CommandPrefix {
-            field: "command".into(),
-            prefix: prefix.into(),
-            allow_chaining: false,
-        }),
-        permission,
-    }
+    PermissionRule::command_prefix("shell", prefix, permission)
 }
 
 /// A shell asked about by default, with commands allowed, asked about and denied, as the CLI

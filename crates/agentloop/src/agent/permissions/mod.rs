@@ -418,6 +418,24 @@ pub struct PermissionRule {
 }
 
 impl PermissionRule {
+    /// A rule on the calls of `tool` whose `command` argument runs `prefix` (whole words, any
+    /// command of a chain): the shape of `deny = ["rm"]` in an agent file's shell rules.
+    pub fn command_prefix(
+        tool: impl Into<String>,
+        prefix: impl Into<String>,
+        permission: Permission,
+    ) -> Self {
+        PermissionRule {
+            tool: tool.into(),
+            arguments: Some(ArgumentMatch::CommandPrefix {
+                field: "command".into(),
+                prefix: prefix.into(),
+                allow_chaining: false,
+            }),
+            permission,
+        }
+    }
+
     fn applies(&self, tool: &str, args: &Value, paths: Paths<'_>) -> bool {
         (self.tool == "*" || self.tool == tool)
             && self
