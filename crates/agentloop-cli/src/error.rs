@@ -39,7 +39,7 @@ pub mod code {
     pub const EVAL_FAILED: i32 = 12;
     /// `eval --baseline`: a pass rate fell below the baseline's by more than `--tolerance`.
     pub const EVAL_REGRESSED: i32 = 13;
-    /// The run was cancelled (Ctrl-C).
+    /// The run was cancelled (Ctrl-C, or Restate's cancel of a submitted run).
     pub const CANCELLED: i32 = 130;
 }
 
@@ -62,11 +62,12 @@ Exit codes:
   10   the session cannot be used (another process holds it; a damaged transcript;
        no such session; not saved after the run, whose outcome is still shown), or
        another live process drives the journaled run (journal.busy)
-  11   Restate could not be reached or refused a request (serve, submit, attach)
+  11   Restate could not be reached or refused a request (serve, submit, attach,
+       approve --restate)
   12   eval: the suite failed (fewer runs passed than --min-pass-rate; each failed
        check is named with its reason)
   13   eval: worse than the --baseline (each pass rate that fell is named)
-  130  cancelled (Ctrl-C)";
+  130  cancelled (Ctrl-C, or Restate's cancel of a submitted run)";
 
 /// Why the command failed before or outside a run.
 #[derive(Debug, thiserror::Error)]
