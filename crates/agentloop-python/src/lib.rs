@@ -62,9 +62,8 @@ fn _agentloop(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<agent::NativeAgent>()?;
     m.add_class::<agent::RunHandle>()?;
     m.add_class::<outbox::ToolReply>()?;
-    m.add_class::<outbox::Drain>()?;
-    m.add_class::<drive::Poll>()?;
-    m.add_class::<model::Settled>()?;
+    // `outbox::Drain`, `drive::Poll` and `model::Settled` are callbacks the module hands the event
+    // loop, made with `Py::new`: not part of the package's surface, so not exported (nor stubbed).
     m.add_function(wrap_pyfunction!(agent::answer, m)?)?;
     m.add_function(wrap_pyfunction!(agent::reply, m)?)?;
     m.add_function(wrap_pyfunction!(protect::protect_process, m)?)?;
