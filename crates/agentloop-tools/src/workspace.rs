@@ -85,6 +85,14 @@ pub enum PathError {
         /// The path as given.
         path: String,
     },
+    /// A NUL byte in the path: no file name can hold one, so the path names no file.
+    #[error(
+        "{path:?} contains a NUL byte (\\0), which no file or folder name can hold: give the path without it"
+    )]
+    Nul {
+        /// The path as given.
+        path: String,
+    },
     /// The file system could not answer.
     #[error("{path:?}: {message}")]
     Io {
@@ -106,6 +114,7 @@ impl PathError {
             PathError::Protected { .. } => "workspace.protected",
             PathError::Denied { .. } => "path_denied",
             PathError::Unapproved { .. } => "path_not_approved",
+            PathError::Nul { .. } => "path_nul",
             PathError::Io { .. } => "path_io",
         }
     }
@@ -283,6 +292,11 @@ impl Workspace {
     /// workspace, with every link resolved, or why it is refused. The file need not exist.
     pub fn resolve(&self, path: &str) -> Result<PathBuf, PathError> {
         let given = || path.to_owned();
+        // Before any lookup: the system would refuse it only when the file is opened, as an
+        // error of the file system the model could not tell from a missing disk.
+        if path.contains('\0') {
+            return Err(PathError::Nul { path: given() });
+        }
         let mut names: Vec<OsString> = Vec::new();
         for component in Path::new(path).components() {
             match component {
@@ -543,6 +557,16 @@ mod tests {
             "src/main.rs"
         );
         assert_eq!(ws.display(ws.root()), ".");
+    }
+
+    #[test]
+    fn a_nul_byte_is_refused_as_written_with_its_own_code() {
+        let (_d, ws) = setup();
+        for path in ["src/main.rs\0", "\0", "src\0/main.rs", "new\0file.txt"] {
+            let e = ws.resolve(path).unwrap_err();
+            assert_eq!(e.code(), "path_nul", "{path:?}");
+            assert!(e.to_string().contains("NUL byte"), "{e}");
+        }
     }
 
     #[test]
