@@ -113,3 +113,56 @@ fn seccomp14_a_nul_byte_in_a_path_is_a_path_error_every_file_tool_names() {
         "fn main() {}\n"
     );
 }
+
+#[test]
+fn seccomp14_a_very_long_path_is_echoed_cut_short_in_every_file_tool_s_error() {
+    // A path the model made 5,000 characters long came back whole in each error (the file
+    // system's "File name too long", `..` refused), to the model, the trace and the terminal.
+    let long = "a".repeat(5000);
+    let mut calls = every_tool_at(&long);
+    calls.push((
+        "read_file",
+        json!({"path": format!("{long}/../src/main.rs")}),
+    ));
+    calls.push((
+        "write_file",
+        json!({"path": format!("/{long}"), "content": "x"}),
+    ));
+    let dir = file_agent(&calls);
+    let (v, stderr, trace) = run(&dir);
+    let calls = v["tool_calls"].as_array().unwrap();
+    assert_eq!(calls.len(), 8, "{v}");
+    let head = &long[..190];
+    let mut failed = 0;
+    for call in calls {
+        let read = call["error"]["message"]
+            .as_str()
+            .or(call["output"].as_str())
+            .unwrap();
+        assert!(read.len() < 400, "{}: {read}", call["tool"]);
+        if call["ok"] == false {
+            assert!(
+                read.contains(head) && read.contains('…') && read.contains(" characters)"),
+                "{}: {read}",
+                call["tool"]
+            );
+            failed += 1;
+        }
+    }
+    // grep takes a path that is no folder as one file, and a file it cannot open as one with
+    // no match: every other call fails.
+    assert_eq!(failed, 7, "{v}");
+    assert!(!stderr.contains(&long), "{stderr}");
+    // The trace records each call's arguments (the path whole, as the model gave it) and its
+    // error cut short as the model read it: no line holds the path twice.
+    let mut errors = 0;
+    for line in trace.lines() {
+        assert!(line.matches(&long).count() <= 1, "{line}");
+        let event: Value = serde_json::from_str(line).unwrap();
+        if let Some(message) = event["error"]["message"].as_str() {
+            assert!(message.len() < 400, "{message}");
+            errors += 1;
+        }
+    }
+    assert!(errors >= 7, "{trace}");
+}
