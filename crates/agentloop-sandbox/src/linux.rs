@@ -2,7 +2,8 @@
 //! for the filesystem, TCP and scopes (signals, abstract UNIX sockets) and, from
 //! ABI 9, pathname UNIX sockets; seccomp for what Landlock does not reach (non-UNIX sockets, UNIX
 //! sockets on older kernels, leaving the process group, tracing, terminal injection, namespaces
-//! and mounts, set-user-ID and set-group-ID bits, and what changes the machine: rebooting, the
+//! and mounts, set-user-ID and set-group-ID bits, System V IPC and POSIX message queues where
+//! the child has no IPC namespace of its own, and what changes the machine: rebooting, the
 //! clock, device nodes...);
 //! capabilities dropped (all but root's power over files, in a confined child) and resource
 //! limits set in every child. The parent builds
@@ -185,7 +186,7 @@ pub(crate) fn missing() -> Vec<String> {
 /// `CAP_SYS_ADMIN` or user namespaces.
 pub(crate) fn partial(mode: SandboxMode) -> Vec<String> {
     if mode.confines() && support().read_only_mounts.is_none() {
-        vec![mounts::unavailable()]
+        vec![mounts::unavailable(support().seccomp)]
     } else {
         Vec::new()
     }
@@ -246,7 +247,7 @@ pub(crate) struct ChildHook {
     /// reaches the supervisor. `SIGSTOP`, which it cannot block, would otherwise freeze it, and
     /// a frozen supervisor kills nothing when agentloop dies.
     signal_scope: Option<OwnedFd>,
-    /// The seccomp program to install (compiled once per network setting).
+    /// The seccomp program to install (compiled once per [`Filter`]).
     seccomp: Option<Arc<BpfProgram>>,
     /// When the child's whole tree dies with the agentloop process ([`supervisor`]): that
     /// process's id and the bound of its file descriptors, read in the parent.
@@ -295,14 +296,21 @@ impl ChildHook {
         };
         // Where Landlock cannot tell the system's sockets from the tool's own, none is reached.
         let refuse_unix = !policy.unix_sockets && s.landlock_abi < UNIX_SOCKET_ABI;
-        let seccomp = if s.seccomp {
-            Some(seccomp_program(policy.network, refuse_unix)?)
-        } else {
-            None
-        };
         let view = match s.read_only_mounts {
             Some(how) => mounts::ReadOnlyView::new(how, writable, read_only)?,
             None => None,
+        };
+        // Without an IPC namespace of the call's own, System V IPC and POSIX message queues
+        // would reach the host's objects by number or name: refused whole.
+        let refuse_ipc = !view.as_ref().is_some_and(mounts::ReadOnlyView::own_ipc);
+        let seccomp = if s.seccomp {
+            Some(seccomp_program(Filter {
+                network: policy.network,
+                refuse_unix,
+                refuse_ipc,
+            })?)
+        } else {
+            None
         };
         Ok(ChildHook {
             limits: limits(policy.resources),
@@ -709,21 +717,76 @@ fn readable_paths() -> &'static [PathBuf] {
     })
 }
 
-/// The seccomp program of a confined mode, for each setting of network and UNIX sockets,
-/// compiled once.
-fn seccomp_program(network: bool, refuse_unix: bool) -> Result<Arc<BpfProgram>, SandboxError> {
+/// What a confined mode's seccomp program refuses beside what it always does.
+#[derive(Debug, Clone, Copy)]
+struct Filter {
+    /// Sockets of other families than `AF_UNIX` are allowed.
+    network: bool,
+    /// `socket(AF_UNIX)` is refused (Landlock cannot tell the system's sockets apart).
+    refuse_unix: bool,
+    /// System V IPC and POSIX message queues are refused: the child gets no IPC namespace of
+    /// its own, so they would reach the host's objects.
+    refuse_ipc: bool,
+}
+
+/// The seccomp program of a confined mode, for each [`Filter`], compiled once.
+fn seccomp_program(filter: Filter) -> Result<Arc<BpfProgram>, SandboxError> {
     type Compiled = OnceLock<Result<Arc<BpfProgram>, SandboxError>>;
-    static PROGRAMS: [Compiled; 4] = [const { OnceLock::new() }; 4];
-    let index = usize::from(network) * 2 + usize::from(refuse_unix);
+    static PROGRAMS: [Compiled; 8] = [const { OnceLock::new() }; 8];
+    let index = usize::from(filter.network) * 4
+        + usize::from(filter.refuse_unix) * 2
+        + usize::from(filter.refuse_ipc);
     let Some(cell) = PROGRAMS.get(index) else {
         return Err(setup("seccomp", "no such program"));
     };
-    cell.get_or_init(|| compile_seccomp(network, refuse_unix).map(Arc::new))
+    cell.get_or_init(|| compile_seccomp(filter).map(Arc::new))
         .clone()
 }
 
+/// System V IPC (shared memory, message queues, semaphore sets) and POSIX message queues,
+/// refused where the child has no IPC namespace of its own: one call each on the architectures
+/// `seccompiler` builds filters for, none of which has the `ipc(2)` multiplexer.
+#[cfg(any(
+    target_arch = "x86_64",
+    target_arch = "aarch64",
+    target_arch = "riscv64"
+))]
+const IPC_CALLS: [libc::c_long; 18] = [
+    libc::SYS_shmget,
+    libc::SYS_shmat,
+    libc::SYS_shmctl,
+    libc::SYS_shmdt,
+    libc::SYS_msgget,
+    libc::SYS_msgsnd,
+    libc::SYS_msgrcv,
+    libc::SYS_msgctl,
+    libc::SYS_semget,
+    libc::SYS_semop,
+    libc::SYS_semtimedop,
+    libc::SYS_semctl,
+    libc::SYS_mq_open,
+    libc::SYS_mq_unlink,
+    libc::SYS_mq_timedsend,
+    libc::SYS_mq_timedreceive,
+    libc::SYS_mq_notify,
+    libc::SYS_mq_getsetattr,
+];
+/// Elsewhere (x86, where `ipc(2)` multiplexes them, s390x, PowerPC...) no filter is built at
+/// all ([`seccomp_available`] is false): there is nothing to list.
+#[cfg(not(any(
+    target_arch = "x86_64",
+    target_arch = "aarch64",
+    target_arch = "riscv64"
+)))]
+const IPC_CALLS: [libc::c_long; 0] = [];
+
 /// The seccomp program of a confined mode: each listed call fails with `EPERM`.
-fn compile_seccomp(network: bool, refuse_unix: bool) -> Result<BpfProgram, SandboxError> {
+fn compile_seccomp(filter: Filter) -> Result<BpfProgram, SandboxError> {
+    let Filter {
+        network,
+        refuse_unix,
+        refuse_ipc,
+    } = filter;
     let seccomp = |e: seccompiler::BackendError| setup("seccomp", e);
     // Unconditionally refused: leaving the call's process group (so that the group kill reaches
     // every descendant), tracing or reading other processes, io_uring (its operations bypass
@@ -792,8 +855,12 @@ fn compile_seccomp(network: bool, refuse_unix: bool) -> Result<BpfProgram, Sandb
         #[cfg(target_arch = "x86_64")]
         libc::SYS_ioperm,
     ];
-    let mut rules: std::collections::BTreeMap<i64, Vec<SeccompRule>> =
-        denied.into_iter().map(|nr| (nr, Vec::new())).collect();
+    let ipc: &[libc::c_long] = if refuse_ipc { &IPC_CALLS } else { &[] };
+    let mut rules: std::collections::BTreeMap<i64, Vec<SeccompRule>> = denied
+        .into_iter()
+        .chain(ipc.iter().copied())
+        .map(|nr| (nr, Vec::new()))
+        .collect();
     let arg_is = |index: u8, op: SeccompCmpOp, value: u64| -> Result<SeccompRule, SandboxError> {
         let condition =
             SeccompCondition::new(index, SeccompCmpArgLen::Dword, op, value).map_err(seccomp)?;

@@ -572,3 +572,80 @@ fn a_confined_root_keeps_only_its_power_over_files() {
         assert!(text(&sh(&off, root.path(), raise)).contains("raised"));
     }
 }
+
+/// A System V shared memory segment of this test process's (the host's), removed when dropped.
+struct HostSegment(libc::c_int);
+
+impl HostSegment {
+    fn new() -> Self {
+        // SAFETY: shmget takes integers only.
+        #[allow(unsafe_code)]
+        let id = unsafe { libc::shmget(libc::IPC_PRIVATE, 4096, libc::IPC_CREAT | 0o600) };
+        assert!(id >= 0, "shmget: {}", std::io::Error::last_os_error());
+        HostSegment(id)
+    }
+}
+
+impl Drop for HostSegment {
+    fn drop(&mut self) {
+        // SAFETY: shmctl(IPC_RMID) takes the id and no buffer.
+        #[allow(unsafe_code)]
+        unsafe {
+            libc::shmctl(self.0, libc::IPC_RMID, std::ptr::null_mut());
+        }
+    }
+}
+
+/// `python3 ipc.py HOST_ID`: makes a segment of its own, which a forked child writes and the
+/// process reads back (`own from-child`, or `own refused ERRNO`), then attaches the segment
+/// `HOST_ID` (`host attached`, or `host refused ERRNO`).
+const IPC_PROBE: &str = "import ctypes, os, sys\n\
+    libc = ctypes.CDLL(None, use_errno=True)\n\
+    libc.shmat.restype = ctypes.c_void_p\n\
+    libc.shmat.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int]\n\
+    def attach(id):\n\
+    \x20   addr = libc.shmat(id, None, 0)\n\
+    \x20   return None if addr in (None, ctypes.c_void_p(-1).value) else addr\n\
+    own = libc.shmget(0, 4096, 0o1600)\n\
+    if own < 0: print('own refused', ctypes.get_errno())\n\
+    else:\n\
+    \x20   pid = os.fork()\n\
+    \x20   if pid == 0:\n\
+    \x20       ctypes.memmove(attach(own), b'from-child', 10); os._exit(0)\n\
+    \x20   os.waitpid(pid, 0)\n\
+    \x20   print('own', ctypes.string_at(attach(own), 10).decode()); libc.shmctl(own, 0, None)\n\
+    host = attach(int(sys.argv[1]))\n\
+    print('host attached' if host else 'host refused %d' % ctypes.get_errno())\n";
+
+/// System V IPC reached by number, not path: a confined call never attaches a segment of the
+/// host's, whose id it was given. With the call's own IPC namespace (the read-only view) the
+/// id names nothing there (`EINVAL`), and the call's processes still share a segment of their
+/// own; without one (a writable root of `/` takes no view, as a system without mount
+/// namespaces gives none) seccomp refuses System V IPC whole (`EPERM`).
+#[test]
+fn seccomp14_a_call_shares_its_own_ipc_and_never_reaches_the_host_s() {
+    if !supported() {
+        return;
+    }
+    let root = tempfile::tempdir().unwrap();
+    std::fs::write(root.path().join("ipc.py"), IPC_PROBE).unwrap();
+    let host = HostSegment::new();
+    let script = format!("python3 ipc.py {}", host.0);
+    let said = text(&sh(&write(root.path()), root.path(), &script));
+    if Support::current().read_only_mounts.is_some() {
+        assert!(said.contains("own from-child"), "{said}");
+        assert!(said.contains("host refused 22"), "{said}");
+    } else {
+        assert!(said.contains("own refused 1"), "{said}");
+        assert!(said.contains("host refused 1"), "{said}");
+    }
+    let no_view = Sandbox::new(SandboxPolicy::new(SandboxMode::WorkspaceWrite)).writable("/");
+    let said = text(&sh(&no_view, root.path(), &script));
+    assert!(said.contains("own refused 1"), "{said}");
+    assert!(said.contains("host refused 1"), "{said}");
+    // The control: unconfined, the same process attaches the host's segment.
+    let open = Sandbox::new(SandboxPolicy::new(SandboxMode::Off));
+    let said = text(&sh(&open, root.path(), &script));
+    assert!(said.contains("own from-child"), "{said}");
+    assert!(said.contains("host attached"), "{said}");
+}

@@ -315,7 +315,7 @@ fn read_file_body(
 ) -> Result<ToolOutput, ToolError> {
     let path = limits.workspace.resolve(&args.path)?;
     refused_now(limits, &args.path, &path, call.approved)?;
-    let shown = limits.workspace.display(&path);
+    let shown = limits.workspace.shown(&path);
     let (file, _) = open_regular(limits.workspace.root(), &path, &shown)?;
     let mut reader = std::io::BufReader::new(file);
     if looks_binary(reader.fill_buf().map_err(|e| io_error(&shown, &e))?) {
@@ -481,7 +481,7 @@ fn write_file_body(
 ) -> Result<ToolOutput, ToolError> {
     let path = limits.workspace.resolve_for_write(&args.path)?;
     refused_now(limits, &args.path, &path, call.approved)?;
-    let shown = limits.workspace.display(&path);
+    let shown = limits.workspace.shown(&path);
     if path.is_dir() {
         return Err(
             ToolError::new("is_a_folder", format!("{shown} is a folder, not a file")).permanent(),
@@ -564,7 +564,7 @@ fn edit_file_body(
 ) -> Result<ToolOutput, ToolError> {
     let path = limits.workspace.resolve_for_write(&args.path)?;
     refused_now(limits, &args.path, &path, call.approved)?;
-    let shown = limits.workspace.display(&path);
+    let shown = limits.workspace.shown(&path);
     if args.old_string.is_empty() {
         return Err(ToolError::new(
             "invalid_arguments",
@@ -777,7 +777,7 @@ fn list_dir_body(
         .workspace
         .resolve(args.path.as_deref().unwrap_or("."))?;
     refused_base_now(limits, args.path.as_deref(), &path, call.approved)?;
-    let shown = limits.workspace.display(&path);
+    let shown = limits.workspace.shown(&path);
     // Opened from the root one folder at a time, links refused: a folder swapped for a link
     // since the check is not listed.
     let dir = crate::beneath::open_folder(limits.workspace.root(), &path)
@@ -945,7 +945,7 @@ fn glob_body(
         .workspace
         .resolve(args.path.as_deref().unwrap_or("."))?;
     refused_base_now(limits, args.path.as_deref(), &base, wanted.approved)?;
-    let shown_base = limits.workspace.display(&base);
+    let shown_base = limits.workspace.shown(&base);
     if !base.is_dir() {
         return Err(
             ToolError::new("not_a_folder", format!("{shown_base} is not a folder")).permanent(),
@@ -1060,7 +1060,7 @@ fn grep_body(
             walk(
                 limits,
                 &base,
-                &limits.workspace.display(&base),
+                &limits.workspace.shown(&base),
                 &skip,
                 &unwalked,
                 &stop,

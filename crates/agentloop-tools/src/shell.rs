@@ -170,7 +170,7 @@ impl ShellRunner {
         if !cwd.is_dir() {
             return Err(ToolError::new(
                 "not_a_folder",
-                format!("cwd {} is not a folder", self.workspace.display(&cwd)),
+                format!("cwd {} is not a folder", self.workspace.shown(&cwd)),
             )
             .permanent());
         }

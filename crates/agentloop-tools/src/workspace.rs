@@ -23,33 +23,73 @@ use std::path::{Component, Path, PathBuf};
 
 use agentloop::permissions::{CommandRules, FileText, PathRules, PermissionStore, READ_LIMIT};
 
+/// The most characters of a path that a message echoes whole ([`EchoedPath`]).
+pub(crate) const MAX_ECHOED_PATH_CHARS: usize = 200;
+
+/// A path as a message echoes it, to the model and to the operator alike: whole up to
+/// [`MAX_ECHOED_PATH_CHARS`] characters, and past that its first ones, `…` and how many it
+/// has. A model can give a path of any length (a megabyte of `a/`): echoed whole in each error,
+/// it would fill the context it is read in, the trace and the terminal, for nothing a reader
+/// needs. Every message of the file tools that names a path names it through this.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct EchoedPath<'a>(pub(crate) &'a str);
+
+impl<'a> EchoedPath<'a> {
+    /// The first characters and the whole count, when the path is too long to echo whole.
+    fn cut(&self) -> Option<(&'a str, usize)> {
+        let (end, _) = self.0.char_indices().nth(MAX_ECHOED_PATH_CHARS)?;
+        let head = self.0.get(..end)?;
+        Some((head, self.0.chars().count()))
+    }
+
+    /// In double quotes, escaped as `{:?}` writes a string (a NUL byte as `\0`), the count
+    /// after the quotes.
+    pub(crate) fn quoted(&self) -> String {
+        match self.cut() {
+            None => format!("{:?}", self.0),
+            Some((head, count)) => format!("{:?} ({count} characters)", format!("{head}…")),
+        }
+    }
+}
+
+impl std::fmt::Display for EchoedPath<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.cut() {
+            None => f.write_str(self.0),
+            Some((head, count)) => write!(f, "{head}… ({count} characters)"),
+        }
+    }
+}
+
 /// Why a path was refused. The message is what the model reads: it names the path as the model
-/// gave it, never the absolute root.
+/// gave it (its first 200 characters, `…` and its length, when it is longer), never the
+/// absolute root.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum PathError {
     /// An absolute path (or a Windows prefix).
     #[error(
-        "{path:?} is an absolute path: give a path relative to the workspace root (such as \"src/main.rs\")"
+        "{shown} is an absolute path: give a path relative to the workspace root (such as \"src/main.rs\")",
+        shown = EchoedPath(.path).quoted()
     )]
     Absolute {
         /// The path as given.
         path: String,
     },
     /// A `..` component.
-    #[error("{path:?} contains `..`: paths may not climb out of the workspace")]
+    #[error("{shown} contains `..`: paths may not climb out of the workspace", shown = EchoedPath(.path).quoted())]
     ParentDir {
         /// The path as given.
         path: String,
     },
     /// The path leads out of the root through a symbolic link.
-    #[error("{path:?} leads outside the workspace (through a symbolic link)")]
+    #[error("{shown} leads outside the workspace (through a symbolic link)", shown = EchoedPath(.path).quoted())]
     Outside {
         /// The path as given.
         path: String,
     },
     /// A link on the path points at nothing, so where it leads cannot be checked.
-    #[error("{path:?} goes through a symbolic link whose target does not exist")]
+    #[error("{shown} goes through a symbolic link whose target does not exist", shown = EchoedPath(.path).quoted())]
     DanglingLink {
         /// The path as given.
         path: String,
@@ -58,7 +98,8 @@ pub enum PathError {
     /// or lies in a folder of its scripts: tools may read it but never write it, so the model
     /// cannot rewrite the program it runs in, nor add a module that program would load.
     #[error(
-        "{path:?} is one of the agent's own files (its definition, scripts or stores), or in the folder of one of its scripts: it can be read but not written"
+        "{shown} is one of the agent's own files (its definition, scripts or stores), or in the folder of one of its scripts: it can be read but not written",
+        shown = EchoedPath(.path).quoted()
     )]
     Protected {
         /// The path as given.
@@ -68,7 +109,8 @@ pub enum PathError {
     /// gate judged it before its batch ran, and another call of the batch (a shell's `ln -s`)
     /// has since made the path lead to a file the rule denies.
     #[error(
-        "{path:?} now leads to a file the permission rules deny to this tool (it changed after the call was allowed)"
+        "{shown} now leads to a file the permission rules deny to this tool (it changed after the call was allowed)",
+        shown = EchoedPath(.path).quoted()
     )]
     Denied {
         /// The path as given.
@@ -79,14 +121,24 @@ pub enum PathError {
     /// (a shell's `ln -s`) has since made the path lead to a file the rule asks about. Calling
     /// again gets the call judged with the link in place, and so asked about.
     #[error(
-        "{path:?} now leads to a file the permission rules ask about for this tool, and nobody approved this call (it changed after the call was allowed): call again to be asked"
+        "{shown} now leads to a file the permission rules ask about for this tool, and nobody approved this call (it changed after the call was allowed): call again to be asked",
+        shown = EchoedPath(.path).quoted()
     )]
     Unapproved {
         /// The path as given.
         path: String,
     },
+    /// A NUL byte in the path: no file name can hold one, so the path names no file.
+    #[error(
+        "{shown} contains a NUL byte (\\0), which no file or folder name can hold: give the path without it",
+        shown = EchoedPath(.path).quoted()
+    )]
+    Nul {
+        /// The path as given.
+        path: String,
+    },
     /// The file system could not answer.
-    #[error("{path:?}: {message}")]
+    #[error("{shown}: {message}", shown = EchoedPath(.path).quoted())]
     Io {
         /// The path as given.
         path: String,
@@ -106,6 +158,7 @@ impl PathError {
             PathError::Protected { .. } => "workspace.protected",
             PathError::Denied { .. } => "path_denied",
             PathError::Unapproved { .. } => "path_not_approved",
+            PathError::Nul { .. } => "path_nul",
             PathError::Io { .. } => "path_io",
         }
     }
@@ -283,6 +336,11 @@ impl Workspace {
     /// workspace, with every link resolved, or why it is refused. The file need not exist.
     pub fn resolve(&self, path: &str) -> Result<PathBuf, PathError> {
         let given = || path.to_owned();
+        // Before any lookup: the system would refuse it only when the file is opened, as an
+        // error of the file system the model could not tell from a missing disk.
+        if path.contains('\0') {
+            return Err(PathError::Nul { path: given() });
+        }
         let mut names: Vec<OsString> = Vec::new();
         for component in Path::new(path).components() {
             match component {
@@ -318,6 +376,11 @@ impl Workspace {
         }
         let rest = names.get(existing..).unwrap_or_default();
         Ok(rest.iter().fold(canonical, |p, name| p.join(name)))
+    }
+
+    /// [`Self::display`] as a message echoes it: cut short when it is long ([`EchoedPath`]).
+    pub(crate) fn shown(&self, resolved: &Path) -> String {
+        EchoedPath(&self.display(resolved)).to_string()
     }
 
     /// A resolved path as the model should read it: relative to the root, `/`-separated, `.` for
@@ -543,6 +606,44 @@ mod tests {
             "src/main.rs"
         );
         assert_eq!(ws.display(ws.root()), ".");
+    }
+
+    #[test]
+    fn a_long_path_is_echoed_by_its_first_characters_and_its_length() {
+        let short = "é".repeat(MAX_ECHOED_PATH_CHARS);
+        assert_eq!(EchoedPath(&short).to_string(), short);
+        assert_eq!(EchoedPath(&short).quoted(), format!("{short:?}"));
+        let long = format!("{short}x\0y");
+        let head = &short;
+        assert_eq!(
+            EchoedPath(&long).to_string(),
+            format!("{head}… (203 characters)")
+        );
+        assert_eq!(
+            EchoedPath(&long).quoted(),
+            format!("\"{head}…\" (203 characters)")
+        );
+        let (_d, ws) = setup();
+        let climbing = format!("{}/../x", "a".repeat(100_000));
+        let message = ws.resolve(&climbing).unwrap_err().to_string();
+        assert!(message.len() < 400, "{message}");
+        assert!(
+            message.starts_with(&format!(
+                "\"{}…\" (100005 characters) contains `..`",
+                &climbing[..200]
+            )),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn a_nul_byte_is_refused_as_written_with_its_own_code() {
+        let (_d, ws) = setup();
+        for path in ["src/main.rs\0", "\0", "src\0/main.rs", "new\0file.txt"] {
+            let e = ws.resolve(path).unwrap_err();
+            assert_eq!(e.code(), "path_nul", "{path:?}");
+            assert!(e.to_string().contains("NUL byte"), "{e}");
+        }
     }
 
     #[test]

@@ -62,7 +62,8 @@ fn unshare_flags(how: ReadOnlyMounts) -> c_int {
         ReadOnlyMounts::UserNamespace => &AS_USER,
     };
     let with_ipc = view_flags(how) | libc::CLONE_NEWIPC;
-    // A kernel built without IPC namespaces refuses the flag: the view goes on without it.
+    // A kernel built without IPC namespaces refuses the flag: the view goes on without it, and
+    // seccomp refuses the IPC calls instead (`ReadOnlyView::own_ipc`).
     if *slot.get_or_init(|| works(with_ipc)) {
         with_ipc
     } else {
@@ -90,12 +91,20 @@ pub(super) fn available() -> Option<ReadOnlyMounts> {
 }
 
 /// What a confined process may still do here for want of the read-only view, for the sandbox's
-/// note.
-pub(super) fn unavailable() -> String {
-    "read-only mounts outside the writable roots (they need CAP_SYS_ADMIN, or user namespaces \
-     for an ordinary user, and Linux 5.12): the mode, owner and times of files outside the \
-     roots can still be changed, and the System V IPC objects of other processes reached"
-        .to_owned()
+/// note. With `seccomp`, its filter refuses System V IPC and POSIX message queues instead of the
+/// IPC namespace the view would have brought.
+pub(super) fn unavailable(seccomp: bool) -> String {
+    let ipc = if seccomp {
+        "; System V IPC and POSIX message queues are refused instead (seccomp), so that no \
+         object of another process is reached"
+    } else {
+        ", and the System V IPC objects and POSIX message queues of other processes reached"
+    };
+    format!(
+        "read-only mounts outside the writable roots (they need CAP_SYS_ADMIN, or user \
+         namespaces for an ordinary user, and Linux 5.12): the mode, owner and times of files \
+         outside the roots can still be changed{ipc}"
+    )
 }
 
 /// Tries the whole view, entered with `flags`, in a forked child, which says so through a pipe
@@ -243,6 +252,12 @@ impl ReadOnlyView {
             roots,
             pins,
         }))
+    }
+
+    /// Whether the child takes an IPC namespace of its own with the view (where the kernel has
+    /// them): where it does not, seccomp refuses System V IPC and POSIX message queues instead.
+    pub(super) fn own_ipc(&self) -> bool {
+        self.flags & libc::CLONE_NEWIPC != 0
     }
 
     /// Runs in the child: only system calls on what the parent prepared. On an error the

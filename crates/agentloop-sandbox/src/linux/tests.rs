@@ -162,7 +162,12 @@ fn seccomp_alone_refuses_what_changes_the_machine_and_device_nodes() {
     }
     let dir = tempfile::tempdir().unwrap();
     let probe = machine_probe();
-    let program = seccomp_program(false, false).unwrap();
+    let program = seccomp_program(Filter {
+        network: false,
+        refuse_unix: false,
+        refuse_ipc: false,
+    })
+    .unwrap();
     let filtered = python(
         dir.path(),
         &probe,
@@ -252,4 +257,124 @@ fn landlock_alone_refuses_device_nodes_under_the_roots() {
     for line in ["block ok", "char ok", "fifo ok", "file ok"] {
         assert!(said.lines().any(|l| l == line), "unconfined {line}: {said}");
     }
+}
+
+/// A System V shared memory segment of this test process's, as another process of the host
+/// would have: made with `text` at its start, removed when dropped.
+struct HostSegment(libc::c_int);
+
+impl HostSegment {
+    fn new(text: &[u8]) -> Self {
+        // SAFETY: shmget takes integers; shmat maps the new segment (4 KiB) or answers -1;
+        // the copy writes `text` (shorter than the segment) into it, then shmdt unmaps it.
+        #[allow(unsafe_code)]
+        unsafe {
+            let id = libc::shmget(libc::IPC_PRIVATE, 4096, libc::IPC_CREAT | 0o600);
+            assert!(id >= 0, "shmget: {}", io::Error::last_os_error());
+            let segment = HostSegment(id);
+            let addr = libc::shmat(id, std::ptr::null(), 0);
+            assert_ne!(addr as isize, -1, "shmat: {}", io::Error::last_os_error());
+            std::ptr::copy_nonoverlapping(text.as_ptr(), addr.cast::<u8>(), text.len().min(64));
+            libc::shmdt(addr);
+            segment
+        }
+    }
+
+    /// The text at its start, up to the first NUL.
+    fn text(&self) -> String {
+        let mut bytes = [0u8; 64];
+        // SAFETY: shmat maps the segment read-only (4 KiB, more than is copied out of it);
+        // shmdt unmaps it.
+        #[allow(unsafe_code)]
+        unsafe {
+            let addr = libc::shmat(self.0, std::ptr::null(), libc::SHM_RDONLY);
+            assert_ne!(addr as isize, -1, "shmat: {}", io::Error::last_os_error());
+            std::ptr::copy_nonoverlapping(addr.cast::<u8>(), bytes.as_mut_ptr(), bytes.len());
+            libc::shmdt(addr);
+        }
+        let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+        String::from_utf8_lossy(&bytes[..end]).into_owned()
+    }
+}
+
+impl Drop for HostSegment {
+    fn drop(&mut self) {
+        // SAFETY: shmctl(IPC_RMID) takes the id and no buffer.
+        #[allow(unsafe_code)]
+        unsafe {
+            libc::shmctl(self.0, libc::IPC_RMID, std::ptr::null_mut());
+        }
+    }
+}
+
+/// `python3` attaching the segment `id` and writing into it, then making a message queue, a
+/// semaphore set and a POSIX message queue (each removed again), each printed as `name rc
+/// errno`.
+fn ipc_probe(id: libc::c_int) -> String {
+    format!(
+        "import ctypes\n\
+         libc = ctypes.CDLL(None, use_errno=True)\n\
+         libc.shmat.restype = ctypes.c_void_p\n\
+         libc.shmat.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int]\n\
+         def say(name, r): print(name, r, ctypes.get_errno() if r < 0 else 0)\n\
+         addr = libc.shmat({id}, None, 0)\n\
+         if addr in (None, ctypes.c_void_p(-1).value): say('shmat', -1)\n\
+         else:\n\
+         \x20   ctypes.memmove(addr, b'model-was-here\\0', 15); say('shmat', 0)\n\
+         q = libc.msgget(0, 0o1600); say('msgget', q)\n\
+         if q >= 0: libc.msgctl(q, 0, None)\n\
+         s = libc.semget(0, 1, 0o1600); say('semget', s)\n\
+         if s >= 0: libc.semctl(s, 0, 0)\n\
+         name = b'seccomp14-%d' % __import__('os').getpid()\n\
+         m = libc.syscall(ctypes.c_long({mq_open}), name, 0o102, 0o600, None); say('mq_open', m)\n\
+         if m >= 0: libc.syscall(ctypes.c_long({mq_unlink}), name)\n",
+        mq_open = libc::SYS_mq_open,
+        mq_unlink = libc::SYS_mq_unlink,
+    )
+}
+
+/// Where the child gets no IPC namespace of its own (no read-only view), the filter refuses
+/// System V IPC and POSIX message queues: a segment of the host's, whose id the child was
+/// given, is neither attached nor written, and no queue or semaphore set is made. The same
+/// child under the filter of a call that has the namespace (where these calls reach only its
+/// own objects) attaches and writes the host's segment: the refusal is the filter's.
+#[test]
+fn seccomp14_without_an_ipc_namespace_no_host_ipc_object_is_reached() {
+    if !support().seccomp {
+        eprintln!("skipped: no seccomp here");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let segment = HostSegment::new(b"host's own\0");
+    let run = |refuse_ipc: bool| {
+        let program = seccomp_program(Filter {
+            network: false,
+            refuse_unix: false,
+            refuse_ipc,
+        })
+        .unwrap();
+        python(
+            dir.path(),
+            &ipc_probe(segment.0),
+            Some(Box::new(move || {
+                seccompiler::apply_filter(program.as_slice())
+                    .map_err(|_| io::Error::last_os_error())
+            })),
+        )
+    };
+    let refused = run(true);
+    for name in ["shmat", "msgget", "semget", "mq_open"] {
+        let line = format!("{name} -1 1");
+        assert!(refused.lines().any(|l| l == line), "{line}: {refused}");
+    }
+    assert_eq!(segment.text(), "host's own", "{refused}");
+    let allowed = run(false);
+    for name in ["shmat", "msgget", "semget", "mq_open"] {
+        let ok = allowed
+            .lines()
+            .filter_map(|l| l.strip_prefix(name))
+            .any(|rest| rest.ends_with(" 0") && !rest.starts_with(" -1"));
+        assert!(ok, "{name} refused without the IPC rule: {allowed}");
+    }
+    assert_eq!(segment.text(), "model-was-here", "{allowed}");
 }
