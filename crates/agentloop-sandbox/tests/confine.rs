@@ -623,7 +623,7 @@ const IPC_PROBE: &str = "import ctypes, os, sys\n\
 /// own; without one (a writable root of `/` takes no view, as a system without mount
 /// namespaces gives none) seccomp refuses System V IPC whole (`EPERM`).
 #[test]
-fn seccomp14_a_call_shares_its_own_ipc_and_never_reaches_the_host_s() {
+fn a_call_shares_its_own_ipc_and_never_reaches_the_host_s() {
     if !supported() {
         return;
     }

@@ -325,7 +325,7 @@ fn ipc_probe(id: libc::c_int) -> String {
          if q >= 0: libc.msgctl(q, 0, None)\n\
          s = libc.semget(0, 1, 0o1600); say('semget', s)\n\
          if s >= 0: libc.semctl(s, 0, 0)\n\
-         name = b'seccomp14-%d' % __import__('os').getpid()\n\
+         name = b'agentloop-ipc-%d' % __import__('os').getpid()\n\
          m = libc.syscall(ctypes.c_long({mq_open}), name, 0o102, 0o600, None); say('mq_open', m)\n\
          if m >= 0: libc.syscall(ctypes.c_long({mq_unlink}), name)\n",
         mq_open = libc::SYS_mq_open,
@@ -339,7 +339,7 @@ fn ipc_probe(id: libc::c_int) -> String {
 /// child under the filter of a call that has the namespace (where these calls reach only its
 /// own objects) attaches and writes the host's segment: the refusal is the filter's.
 #[test]
-fn seccomp14_without_an_ipc_namespace_no_host_ipc_object_is_reached() {
+fn without_an_ipc_namespace_no_host_ipc_object_is_reached() {
     if !support().seccomp {
         eprintln!("skipped: no seccomp here");
         return;

@@ -30,7 +30,7 @@ fn file_agent(calls: &[(&str, Value)]) -> AgentDir {
         .map(|tool| format!("[[tools]]\nbuiltin = \"{tool}\"\nroot = \"work\"\n"))
         .collect();
     let dir = AgentDir::new(&format!(
-        "name = \"seccomp14\"\n[model]\nprovider = \"scripted\"\nscript = \"script.json\"\n\n\
+        "name = \"tool-paths\"\n[model]\nprovider = \"scripted\"\nscript = \"script.json\"\n\n\
          {tools}\n[permissions]\nallow = {FILE_TOOLS:?}\n"
     ));
     std::fs::create_dir_all(dir.path("work/src")).unwrap();
@@ -87,7 +87,7 @@ fn every_tool_at(path: &str) -> Vec<(&'static str, Value)> {
 }
 
 #[test]
-fn seccomp14_a_nul_byte_in_a_path_is_a_path_error_every_file_tool_names() {
+fn a_nul_byte_in_a_path_is_a_path_error_every_file_tool_names() {
     // A NUL byte cannot be in a file name: the system refused the path only when the file was
     // opened, and every tool answered a generic `io_error` ("file name contained an unexpected
     // NUL byte"), which the model could not tell from a failing disk.
@@ -115,7 +115,7 @@ fn seccomp14_a_nul_byte_in_a_path_is_a_path_error_every_file_tool_names() {
 }
 
 #[test]
-fn seccomp14_a_very_long_path_is_echoed_cut_short_in_every_file_tool_s_error() {
+fn a_very_long_path_is_echoed_cut_short_in_every_file_tool_s_error() {
     // A path the model made 5,000 characters long came back whole in each error (the file
     // system's "File name too long", `..` refused), to the model, the trace and the terminal.
     let long = "a".repeat(5000);
