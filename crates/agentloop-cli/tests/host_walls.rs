@@ -16,7 +16,7 @@ use support::*;
 /// An agent whose shell is rooted in `work/` under `sandbox`, running `commands` one per call.
 fn shell_agent(sandbox: &str, commands: &[&str]) -> AgentDir {
     let dir = AgentDir::new(&format!(
-        r#"name = "host8"
+        r#"name = "host-walls"
 [model]
 provider = "scripted"
 script = "script.json"
@@ -84,7 +84,7 @@ fn outputs(out: &std::process::Output) -> Vec<String> {
 }
 
 #[test]
-fn host8_a_descriptor_agentloop_inherited_open_on_an_outside_file_does_not_reach_the_shell() {
+fn a_descriptor_agentloop_inherited_open_on_an_outside_file_does_not_reach_the_shell() {
     // A script that holds a file open without close-on-exec (`exec 9>lock` for `flock`, a log)
     // and then runs agentloop: the descriptor is open in agentloop, and was passed on to every
     // tool process, where neither Landlock nor the read-only view refuses a write through a
@@ -125,13 +125,13 @@ fn host8_a_descriptor_agentloop_inherited_open_on_an_outside_file_does_not_reach
 }
 
 #[test]
-fn host8_the_file_tools_never_read_the_agentloop_process_s_own_proc_files() {
+fn the_file_tools_never_read_the_agentloop_process_s_own_proc_files() {
     // The file tools run inside the agentloop process, where being non-dumpable does not help:
     // its own `/proc/self/environ` holds the provider's key. Links the model's shell made in the
     // root lead there by every road; the key reaches no result, output or trace.
-    let key = "sk-host8-never-shown-0042";
+    let key = "sk-walls-never-shown-0042";
     let dir = AgentDir::new(
-        r#"name = "host8"
+        r#"name = "host-walls"
 [model]
 provider = "scripted"
 script = "script.json"
@@ -213,7 +213,7 @@ allow = ["shell", "read_file", "grep", "list_dir"]
     ] {
         assert!(!text.contains(key), "the key is in {what}: {text}");
         assert!(
-            !text.contains("host8-never"),
+            !text.contains("walls-never"),
             "the key is in {what}: {text}"
         );
     }
@@ -248,7 +248,7 @@ else:
 "#;
 
 #[test]
-fn host8_a_confined_process_reaches_no_system_v_ipc_object_of_the_host() {
+fn a_confined_process_reaches_no_system_v_ipc_object_of_the_host() {
     // Shared memory segments and message queues are reached by number, not path: neither
     // Landlock nor the read-only view stood in the way, so a confined tool wrote another
     // process's shared memory and left a queue behind that outlived the run. The call's own IPC
@@ -336,7 +336,7 @@ fn counting_server(
 }
 
 #[test]
-fn host8_web_fetch_reaches_no_loopback_address_however_it_is_spelled_or_redirected() {
+fn web_fetch_reaches_no_loopback_address_however_it_is_spelled_or_redirected() {
     // A server that listens on 127.0.0.1, so that a fetch let through would connect and count.
     let (port, reached) = counting_server("127.0.0.1", |_| {
         "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: 7\r\n\r\nreached".into()
@@ -368,7 +368,7 @@ fn host8_web_fetch_reaches_no_loopback_address_however_it_is_spelled_or_redirect
     .chain([format!("http://127.0.0.2:{allowed}/redirect")])
     .collect();
     let dir = AgentDir::new(
-        r#"name = "host8"
+        r#"name = "host-walls"
 [model]
 provider = "scripted"
 script = "script.json"
