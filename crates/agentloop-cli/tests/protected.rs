@@ -54,8 +54,8 @@ fn write(id: &str, path: &str) -> Value {
     json!({"id": id, "name": "write_file", "arguments": {"path": path, "content": "import os\n"}})
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn the_write_tools_refuse_the_agents_own_files_wherever_the_root_is() {
+/// The self-editing agent's folder: its files, a subagent's, a script and its data file.
+fn self_editor() -> AgentDir {
     let dir = AgentDir::new(SELF_EDITING_AGENT);
     std::fs::create_dir_all(dir.path("tools")).unwrap();
     std::fs::create_dir_all(dir.path("helpers")).unwrap();
@@ -66,6 +66,32 @@ async fn the_write_tools_refuse_the_agents_own_files_wherever_the_root_is() {
     dir.write("helpers/child.toml", CHILD);
     dir.write("helpers/child.json", "[]");
     dir.write("permissions.json", "{\"rules\": []}");
+    dir
+}
+
+/// Runs the self-editing agent with its journal (`run.db`) and trace (`trace.ndjson`) in its
+/// folder, and answers the records of its calls, the run having finished.
+async fn run_self_editor(dir: &AgentDir) -> Vec<Value> {
+    let out = agentloop(args(&[
+        "run",
+        dir.agent().to_str().unwrap(),
+        "--input",
+        "go",
+        "--json",
+        "--journal",
+        dir.path("run.db").to_str().unwrap(),
+        "--trace",
+        dir.path("trace.ndjson").to_str().unwrap(),
+    ]))
+    .await;
+    let v = stdout_json(&out);
+    assert_eq!(v["stop_reason"], "finished", "{v}\n{}", stderr(&out));
+    v["tool_calls"].as_array().unwrap().clone()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_write_tools_refuse_the_agents_own_files_wherever_the_root_is() {
+    let dir = self_editor();
     let protected = [
         ("p1", "agent.toml"),
         ("p2", "./tools/count.py"),
@@ -107,21 +133,7 @@ async fn the_write_tools_refuse_the_agents_own_files_wherever_the_root_is() {
     .collect();
     let journal = dir.path("run.db");
     let trace = dir.path("trace.ndjson");
-    let out = agentloop(args(&[
-        "run",
-        dir.agent().to_str().unwrap(),
-        "--input",
-        "go",
-        "--json",
-        "--journal",
-        journal.to_str().unwrap(),
-        "--trace",
-        trace.to_str().unwrap(),
-    ]))
-    .await;
-    let v = stdout_json(&out);
-    assert_eq!(v["stop_reason"], "finished", "{v}\n{}", stderr(&out));
-    let records = v["tool_calls"].as_array().unwrap();
+    let records = run_self_editor(&dir).await;
     let record = |id: &str| records.iter().find(|c| c["id"] == id).unwrap().clone();
     for id in protected.iter().map(|(id, _)| *id).chain(["e1"]) {
         let r = record(id);
@@ -210,5 +222,46 @@ async fn a_shell_that_may_write_the_agents_own_files_is_refused_at_load() {
     assert!(
         err.contains("\"tools\", which is the folder of one of the agent's scripts"),
         "{err}"
+    );
+}
+
+/// The write tools refuse the agent's own files under any case and Unicode normalization: on a
+/// file system that ignores them (macOS's, Windows', FAT) `AGENT.TOML` is `agent.toml` and
+/// `RUN.DB` the journal the run opens. Here, where case tells names apart, the variants are
+/// refused all the same (refusing more), and none is created. `tests/case_insensitive.rs`
+/// runs the same on a real case-insensitive file system.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_write_tools_refuse_the_agents_own_files_in_any_case() {
+    let dir = self_editor();
+    let variants = [
+        ("c1", "AGENT.TOML"),
+        ("c2", "Instructions.MD"),
+        ("c3", "TOOLS/count.py"),
+        ("c4", "Tools/json.py"),
+        ("c5", "Permissions.JSON"),
+        ("c6", "HELPERS/Child.toml"),
+        ("c7", "RUN.DB"),
+        ("c8", "Script.Json"),
+    ];
+    let mut calls: Vec<Value> = variants.iter().map(|(id, p)| write(id, p)).collect();
+    calls.push(json!({"id": "e1", "name": "edit_file", "arguments": {
+        "path": "Agent.Toml", "old_string": "self-editor", "new_string": "owned"}}));
+    calls.push(write("ok", "Notes.md"));
+    dir.write(
+        "script.json",
+        &json!([{"tool_calls": calls}, {"text": "done"}]).to_string(),
+    );
+    let records = run_self_editor(&dir).await;
+    for (id, path) in variants.iter().copied().chain([("e1", "Agent.Toml")]) {
+        let r = records.iter().find(|c| c["id"] == id).unwrap();
+        assert_eq!(r["error"]["code"], "workspace.protected", "{path}: {r}");
+        assert!(!dir.path(path).exists(), "{path} was created");
+    }
+    let ok = records.iter().find(|c| c["id"] == "ok").unwrap();
+    assert_eq!(ok["ok"], true, "{ok}");
+    assert!(
+        !std::fs::read_to_string(dir.agent())
+            .unwrap()
+            .contains("owned")
     );
 }
