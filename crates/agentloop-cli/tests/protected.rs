@@ -14,7 +14,10 @@
 
 mod support;
 
+use std::path::Path;
+
 use serde_json::{Value, json};
+use support::fat::FatMount;
 use support::*;
 
 const SELF_EDITING_AGENT: &str = r#"name = "self-editor"
@@ -56,7 +59,11 @@ fn write(id: &str, path: &str) -> Value {
 
 /// The self-editing agent's folder: its files, a subagent's, a script and its data file.
 fn self_editor() -> AgentDir {
-    let dir = AgentDir::new(SELF_EDITING_AGENT);
+    self_editor_in(AgentDir::new(SELF_EDITING_AGENT))
+}
+
+/// `dir`, holding an agent file, with the self-editing agent's other files.
+fn self_editor_in(dir: AgentDir) -> AgentDir {
     std::fs::create_dir_all(dir.path("tools")).unwrap();
     std::fs::create_dir_all(dir.path("helpers")).unwrap();
     dir.write("tools/count.py", "import json\nprint(3)\n");
@@ -69,9 +76,9 @@ fn self_editor() -> AgentDir {
     dir
 }
 
-/// Runs the self-editing agent with its journal (`run.db`) and trace (`trace.ndjson`) in its
-/// folder, and answers the records of its calls, the run having finished.
-async fn run_self_editor(dir: &AgentDir) -> Vec<Value> {
+/// Runs the self-editing agent with its journal (`run.db`) and trace (`trace.ndjson`) in
+/// `stores`, and answers the records of its calls, the run having finished.
+async fn run_self_editor(dir: &AgentDir, stores: &Path) -> Vec<Value> {
     let out = agentloop(args(&[
         "run",
         dir.agent().to_str().unwrap(),
@@ -79,9 +86,9 @@ async fn run_self_editor(dir: &AgentDir) -> Vec<Value> {
         "go",
         "--json",
         "--journal",
-        dir.path("run.db").to_str().unwrap(),
+        stores.join("run.db").to_str().unwrap(),
         "--trace",
-        dir.path("trace.ndjson").to_str().unwrap(),
+        stores.join("trace.ndjson").to_str().unwrap(),
     ]))
     .await;
     let v = stdout_json(&out);
@@ -133,7 +140,7 @@ async fn the_write_tools_refuse_the_agents_own_files_wherever_the_root_is() {
     .collect();
     let journal = dir.path("run.db");
     let trace = dir.path("trace.ndjson");
-    let records = run_self_editor(&dir).await;
+    let records = run_self_editor(&dir, &dir.path(".")).await;
     let record = |id: &str| records.iter().find(|c| c["id"] == id).unwrap().clone();
     for id in protected.iter().map(|(id, _)| *id).chain(["e1"]) {
         let r = record(id);
@@ -228,8 +235,7 @@ async fn a_shell_that_may_write_the_agents_own_files_is_refused_at_load() {
 /// The write tools refuse the agent's own files under any case and Unicode normalization: on a
 /// file system that ignores them (macOS's, Windows', FAT) `AGENT.TOML` is `agent.toml` and
 /// `RUN.DB` the journal the run opens. Here, where case tells names apart, the variants are
-/// refused all the same (refusing more), and none is created. `tests/case_insensitive.rs`
-/// runs the same on a real case-insensitive file system.
+/// refused all the same (refusing more), and none is created.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_write_tools_refuse_the_agents_own_files_in_any_case() {
     let dir = self_editor();
@@ -251,7 +257,7 @@ async fn the_write_tools_refuse_the_agents_own_files_in_any_case() {
         "script.json",
         &json!([{"tool_calls": calls}, {"text": "done"}]).to_string(),
     );
-    let records = run_self_editor(&dir).await;
+    let records = run_self_editor(&dir, &dir.path(".")).await;
     for (id, path) in variants.iter().copied().chain([("e1", "Agent.Toml")]) {
         let r = records.iter().find(|c| c["id"] == id).unwrap();
         assert_eq!(r["error"]["code"], "workspace.protected", "{path}: {r}");
@@ -264,4 +270,77 @@ async fn the_write_tools_refuse_the_agents_own_files_in_any_case() {
             .unwrap()
             .contains("owned")
     );
+}
+
+/// As above on a real file system that ignores case ([`FatMount`]), where the other spelling
+/// opens the agent's file: the write tools refuse it, though that file system gives it an inode
+/// number of its own, which no check by identity could tell; a `deny` path rule holds for a
+/// path in another case. (The journal and trace are kept off it: SQLite cannot lock there.) Skipped, saying why, where FUSE, root or fusefat is missing.
+#[tokio::test(flavor = "multi_thread")]
+async fn on_a_file_system_that_ignores_case_no_spelling_of_an_own_or_denied_file_gets_through() {
+    let mount = match FatMount::new() {
+        Ok(mount) => mount,
+        Err(why) => {
+            eprintln!("skipped: no file system that ignores case here: {why}");
+            return;
+        }
+    };
+    let agent = format!(
+        "{SELF_EDITING_AGENT}default = \"allow\"\n[[permissions.rules]]\ntool = \"read_file\"\n\
+         permission = \"deny\"\npath_glob = {{ field = \"path\", glob = \"secrets/**\" }}\n"
+    );
+    let dir = self_editor_in(AgentDir::new_in(&mount.path(), &agent));
+    std::fs::create_dir(dir.path("secrets")).unwrap();
+    dir.write("secrets/key.pem", "PRIVATE KEY\n");
+    dir.write("notes.md", "draft\n");
+    assert_eq!(
+        std::fs::read_to_string(dir.path("AGENT.TOML")).unwrap(),
+        agent,
+        "the file system ignores case"
+    );
+    let refused = [
+        ("w1", "AGENT.TOML"),
+        ("w2", "Instructions.MD"),
+        ("w3", "SCRIPT.JSON"),
+        ("w4", "Tools/Count.py"),
+    ];
+    let mut calls: Vec<Value> = refused.iter().map(|(id, p)| write(id, p)).collect();
+    calls.push(json!({"id": "e1", "name": "edit_file", "arguments": {
+        "path": "Agent.Toml", "old_string": "self-editor", "new_string": "owned"}}));
+    for (id, path) in [("r1", "SECRETS/key.pem"), ("r2", "Secrets/KEY.PEM")] {
+        calls.push(json!({"id": id, "name": "read_file", "arguments": {"path": path}}));
+    }
+    // An ordinary file, replaced under another spelling (FAT keeps no permissions to carry
+    // over to the new file).
+    calls.push(write("ok", "Notes.md"));
+    let script = json!([{"tool_calls": calls}, {"text": "done"}]).to_string();
+    dir.write("script.json", &script);
+    let records = run_self_editor(&dir, &mount.stores()).await;
+    let record = |id: &str| records.iter().find(|c| c["id"] == id).unwrap().clone();
+    for id in refused.iter().map(|(id, _)| *id).chain(["e1"]) {
+        assert_eq!(
+            record(id)["error"]["code"],
+            "workspace.protected",
+            "{}",
+            record(id)
+        );
+    }
+    for id in ["r1", "r2"] {
+        assert_eq!(record(id)["status"], "denied", "{}", record(id));
+    }
+    assert_eq!(record("ok")["ok"], true, "{}", record("ok"));
+    assert_eq!(std::fs::read_to_string(dir.agent()).unwrap(), agent);
+    assert_eq!(
+        std::fs::read_to_string(dir.path("instructions.md")).unwrap(),
+        "Count words.\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.path("script.json")).unwrap(),
+        script
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.path("notes.md")).unwrap(),
+        "import os\n"
+    );
+    assert!(!format!("{records:?}").contains("PRIVATE KEY"));
 }
