@@ -285,11 +285,18 @@ async fn on_a_file_system_that_ignores_case_no_spelling_of_an_own_or_denied_file
             return;
         }
     };
+    // Its command tool gets a root of its own: one that may write the agent's folder is
+    // refused on such a file system (the next test).
     let agent = format!(
-        "{SELF_EDITING_AGENT}default = \"allow\"\n[[permissions.rules]]\ntool = \"read_file\"\n\
-         permission = \"deny\"\npath_glob = {{ field = \"path\", glob = \"secrets/**\" }}\n"
+        "{}default = \"allow\"\n[[permissions.rules]]\ntool = \"read_file\"\n\
+         permission = \"deny\"\npath_glob = {{ field = \"path\", glob = \"secrets/**\" }}\n",
+        SELF_EDITING_AGENT.replace(
+            "name = \"count_words\"",
+            "name = \"count_words\"\nroot = \"work\""
+        )
     );
     let dir = self_editor_in(AgentDir::new_in(&mount.path(), &agent));
+    std::fs::create_dir(dir.path("work")).unwrap();
     std::fs::create_dir(dir.path("secrets")).unwrap();
     dir.write("secrets/key.pem", "PRIVATE KEY\n");
     dir.write("notes.md", "draft\n");
@@ -343,4 +350,63 @@ async fn on_a_file_system_that_ignores_case_no_spelling_of_an_own_or_denied_file
         "import os\n"
     );
     assert!(!format!("{records:?}").contains("PRIVATE KEY"));
+}
+
+/// A process of the agent sees its own files read-only by a bind of their names, which a FUSE
+/// file system that ignores case does not hold for another spelling: a command tool whose root
+/// is the agent's folder there renamed a file of its own over `AGENT.TOML`. Such an agent is
+/// refused before anything starts (exit 3, `agent.setup`); with a root of its own the tool
+/// runs. Skipped, saying why, where FUSE, root or fusefat is missing.
+#[tokio::test(flavor = "multi_thread")]
+async fn on_a_file_system_that_ignores_case_a_process_that_may_write_the_agents_folder_is_refused()
+{
+    let mount = match FatMount::new() {
+        Ok(mount) => mount,
+        Err(why) => {
+            eprintln!("skipped: no file system that ignores case here: {why}");
+            return;
+        }
+    };
+    let agent = |root: &str| {
+        format!(
+            "name = \"swapper\"\n[model]\nprovider = \"scripted\"\nscript = \"script.json\"\n\
+             [[tools]]\nname = \"swap\"\nroot = \"{root}\"\ncommand = [\"sh\", \"-c\", \
+             \"echo owned > new.toml && mv new.toml AGENT.TOML && echo ran\"]\n"
+        )
+    };
+    let dir = AgentDir::new_in(&mount.path(), &agent("."));
+    std::fs::create_dir(dir.path("work")).unwrap();
+    let script = json!([
+        {"tool_calls": [{"id": "s", "name": "swap", "arguments": {}}]},
+        {"text": "done"}
+    ]);
+    dir.write("script.json", &script.to_string());
+    let run = || async {
+        agentloop(args(&[
+            "run",
+            dir.agent().to_str().unwrap(),
+            "--input",
+            "go",
+            "--json",
+        ]))
+        .await
+    };
+    let out = run().await;
+    assert_eq!(out.status.code(), Some(3), "{}", stdout(&out));
+    let error = &stdout_json(&out)["error"];
+    assert_eq!(error["code"], "agent.setup", "{error}");
+    let message = error["message"].as_str().unwrap();
+    assert!(
+        message.contains("agent.toml") && message.contains("ignores case"),
+        "{message}"
+    );
+    assert_eq!(std::fs::read_to_string(dir.agent()).unwrap(), agent("."));
+    // A root of its own holds none of the agent's files: the run starts and calls the tool
+    // (whatever its sandbox then lets it do in that folder).
+    dir.write("agent.toml", &agent("work"));
+    let out = run().await;
+    let v = stdout_json(&out);
+    assert_eq!(v["stop_reason"], "finished", "{v}\n{}", stderr(&out));
+    assert_eq!(v["tool_calls"][0]["id"], "s", "{v}");
+    assert_eq!(std::fs::read_to_string(dir.agent()).unwrap(), agent("work"));
 }
