@@ -34,10 +34,18 @@ impl FatMount {
             .unwrap();
         std::fs::create_dir(dir.path().join("mnt")).unwrap();
         run(Command::new(mkfs).arg(&image));
-        run(Command::new(fusefat)
+        let mount = dir.path().join("mnt");
+        let out = Command::new(fusefat)
             .args(["-o", "rw+"])
             .arg(&image)
-            .arg(dir.path().join("mnt")));
+            .arg(&mount)
+            .output()
+            .map_err(|e| format!("fusefat: {e}"))?;
+        let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+        if !mounts.contains(&format!(" {} ", mount.display())) {
+            // No FUSE mount allowed here (a container without the capability, say).
+            return Err(format!("fusefat could not mount: {out:?}"));
+        }
         Ok(FatMount { dir })
     }
 
@@ -54,7 +62,15 @@ impl FatMount {
 
 impl Drop for FatMount {
     fn drop(&mut self) {
-        let _ = Command::new("umount").arg(self.path()).status();
+        let unmounted = Command::new("umount")
+            .arg(self.path())
+            .status()
+            .is_ok_and(|s| s.success());
+        if !unmounted {
+            // Still busy (a process of the test's agent not yet gone): detached now, unmounted
+            // when it lets go.
+            let _ = Command::new("umount").arg("-l").arg(self.path()).status();
+        }
     }
 }
 
