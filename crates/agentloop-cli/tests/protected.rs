@@ -14,7 +14,7 @@
 
 mod support;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
 use support::fat::FatMount;
@@ -391,22 +391,72 @@ async fn on_a_file_system_that_ignores_case_a_process_that_may_write_the_agents_
         ]))
         .await
     };
-    let out = run().await;
-    assert_eq!(out.status.code(), Some(3), "{}", stdout(&out));
-    let error = &stdout_json(&out)["error"];
-    assert_eq!(error["code"], "agent.setup", "{error}");
-    let message = error["message"].as_str().unwrap();
-    assert!(
-        message.contains("agent.toml") && message.contains("ignores case"),
-        "{message}"
-    );
-    assert_eq!(std::fs::read_to_string(dir.agent()).unwrap(), agent("."));
+    // outside-paths: off (the agent's own folder, named from inside it)
+    // The agent's folder, and the same folder named in another case (`../.TMPaBc`), which a
+    // canonical path on Linux keeps as given.
+    let folder = dir.dir.path().file_name().unwrap().to_str().unwrap();
+    let swapped: String = folder
+        .chars()
+        .map(|c| match c {
+            'a'..='z' => c.to_ascii_uppercase(),
+            _ => c.to_ascii_lowercase(),
+        })
+        .collect();
+    // fusefat does not truncate a file opened to be written over: each is written anew.
+    let rewrite = |text: &str| {
+        std::fs::remove_file(dir.agent()).unwrap();
+        dir.write("agent.toml", text);
+    };
+    for root in [".".to_owned(), format!("../{swapped}")] {
+        // outside-paths: on
+        rewrite(&agent(&root));
+        let out = run().await;
+        assert_eq!(out.status.code(), Some(3), "{root}: {}", stdout(&out));
+        let error = &stdout_json(&out)["error"];
+        assert_eq!(error["code"], "agent.setup", "{error}");
+        let message = error["message"].as_str().unwrap();
+        assert!(
+            message.contains("agent.toml") && message.contains("ignores case"),
+            "{message}"
+        );
+        assert_eq!(std::fs::read_to_string(dir.agent()).unwrap(), agent(&root));
+    }
     // A root of its own holds none of the agent's files: the run starts and calls the tool
     // (whatever its sandbox then lets it do in that folder).
-    dir.write("agent.toml", &agent("work"));
+    rewrite(&agent("work"));
     let out = run().await;
     let v = stdout_json(&out);
     assert_eq!(v["stop_reason"], "finished", "{v}\n{}", stderr(&out));
     assert_eq!(v["tool_calls"][0]["id"], "s", "{v}");
     assert_eq!(std::fs::read_to_string(dir.agent()).unwrap(), agent("work"));
+}
+
+/// A shell whose root is a folder of the agent's own named in another case (`TOOLS` for the
+/// folder of `tools/count.sh`) is refused at load: where case is ignored it is that folder, and
+/// a canonical path on Linux keeps the case it was given in. Here, where case tells them apart,
+/// `TOOLS` is another folder, refused all the same (refusing more); on a FAT mount too, where
+/// fusefat is there.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_shell_root_that_is_an_own_folder_in_another_case_is_refused_at_load() {
+    let fat = FatMount::new()
+        .map_err(|why| eprintln!("on this machine's file system only: {why}"))
+        .ok();
+    let local = tempfile::tempdir().unwrap();
+    let places: Vec<PathBuf> = std::iter::once(local.path().to_path_buf())
+        .chain(fat.as_ref().map(FatMount::path))
+        .collect();
+    let agent = "name = \"s\"\n[model]\nprovider = \"scripted\"\nscript = \"script.json\"\n\
+                 [[tools]]\nname = \"count\"\ncommand = [\"sh\", \"tools/count.sh\"]\n\
+                 [[tools]]\nbuiltin = \"shell\"\nroot = \"TOOLS\"\n";
+    for place in places {
+        let dir = AgentDir::new_in(&place, agent);
+        dir.write("script.json", "[]");
+        std::fs::create_dir(dir.path("tools")).unwrap();
+        dir.write("tools/count.sh", "echo 3\n");
+        std::fs::create_dir_all(dir.path("TOOLS")).unwrap();
+        let out = agentloop(args(&["plan", dir.agent().to_str().unwrap()])).await;
+        assert_eq!(out.status.code(), Some(3), "{place:?}: {}", stdout(&out));
+        let err = stderr(&out);
+        assert!(err.contains("tools[1].root"), "{err}");
+    }
 }

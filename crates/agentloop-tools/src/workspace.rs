@@ -13,7 +13,7 @@
 //!
 //! Canonical forms are compared, so on a case-insensitive file system a path spelled in another
 //! case resolves to the same canonical root and is accepted, and nothing else is. Protected
-//! paths are compared ignoring case and Unicode normalization ([`fold_name`]), so that no
+//! paths are compared ignoring case and Unicode normalization ([`fold_path`]), so that no
 //! spelling of one of the agent's own files is written, on any file system.
 //!
 //! A folder swapped for a link between the check and the use (by the model's own shell, in a
@@ -24,7 +24,7 @@ use std::ffi::OsString;
 use std::path::{Component, Path, PathBuf};
 
 use agentloop::permissions::{
-    CommandRules, FileText, PathRules, PermissionStore, READ_LIMIT, fold_name,
+    CommandRules, FileText, PathRules, PermissionStore, READ_LIMIT, fold_path,
 };
 
 /// Why a path was refused. The message is what the model reads: it names the path as the model
@@ -193,7 +193,7 @@ impl Workspace {
     /// yet, nor be inside the root): the agent's own files. Each is resolved as [`Self::resolve`]
     /// resolves, links followed as far as the path exists, so another spelling of the same file
     /// (through a link, with `./`) is refused too; and compared in any case and Unicode
-    /// normalization ([`fold_name`]), so `AGENT.TOML` is refused beside `agent.toml`.
+    /// normalization ([`fold_path`]), so `AGENT.TOML` is refused beside `agent.toml`.
     pub fn protect(mut self, paths: impl IntoIterator<Item = impl AsRef<Path>>) -> Self {
         let mut all: Vec<PathBuf> = self.protected.to_vec();
         all.extend(paths.into_iter().map(|p| follow_links(p.as_ref())));
@@ -356,17 +356,6 @@ impl Workspace {
             Err(_) => resolved.display().to_string(),
         }
     }
-}
-
-/// `path` with each name as a file system that ignores case and Unicode normalization compares
-/// it ([`fold_name`]); a name that is not UTF-8 is kept as it is.
-fn fold_path(path: &Path) -> PathBuf {
-    path.components()
-        .map(|c| match c.as_os_str().to_str() {
-            Some(name) => OsString::from(fold_name(name).into_owned()),
-            None => c.as_os_str().to_owned(),
-        })
-        .collect()
 }
 
 /// `path` made absolute, with the links of its existing part followed one component at a time

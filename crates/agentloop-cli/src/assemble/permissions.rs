@@ -10,7 +10,7 @@ use agentloop::{
     ask::{Answerer, AskGate},
     permissions::{
         Answer, ApprovalPrompter, ArgumentMatch, FixedAnswer, Permission, PermissionGate,
-        PermissionRule, PermissionStore,
+        PermissionRule, PermissionStore, fold_path,
     },
 };
 use agentloop_tools::Builtin;
@@ -177,7 +177,7 @@ pub fn create_exposed_stores(file: &AgentFile) -> Result<(), CliError> {
         let Some(place) = canonical_place(&store) else {
             continue;
         };
-        if !roots.iter().any(|r| place.starts_with(r)) {
+        if !roots.iter().any(|r| lies_under(&place, r)) {
             continue;
         }
         crate::permission_file::create_empty(&store).map_err(|e| CliError::Setup {
@@ -283,7 +283,7 @@ pub fn refuse_case_folded_own_files(
         let Some(place) = canonical_place(&kept) else {
             continue;
         };
-        let Some(root) = roots.iter().find(|r| place.starts_with(r)) else {
+        let Some(root) = roots.iter().find(|r| lies_under(&place, r)) else {
             continue;
         };
         let Some(other) = ignores_case(&place, root) else {
@@ -323,7 +323,7 @@ fn confined_roots(files: &[&AgentFile], roots: fn(&AgentFile) -> Vec<PathBuf>) -
 fn ignores_case(path: &Path, root: &Path) -> Option<(PathBuf, String)> {
     let probe = path
         .ancestors()
-        .take_while(|p| p.starts_with(root))
+        .take_while(|p| lies_under(p, root))
         .filter(|p| std::fs::symlink_metadata(p).is_ok())
         .find(|p| {
             p.file_name()
@@ -350,6 +350,14 @@ fn ignores_case(path: &Path, root: &Path) -> Option<(PathBuf, String)> {
     (found && !listed()).then(|| (probe.to_path_buf(), swapped))
 }
 
+/// True when `path` is `folder` or lies under it, whatever the case of their names
+/// ([`fold_path`]): on a file system that ignores case, `Work/agent.toml` lies in `work`, and
+/// a path (canonical on Linux) keeps the case it was given in. Over-matching only refuses, or
+/// prepares, more.
+pub(crate) fn lies_under(path: &Path, folder: &Path) -> bool {
+    path.starts_with(folder) || fold_path(path).starts_with(fold_path(folder))
+}
+
 /// The first symbolic link on the way to `path` (the file itself, or a folder of its path as
 /// given) whose own entry lies under one of `roots` (canonical), with that root.
 fn link_on_the_way<'r>(path: &Path, roots: &'r [PathBuf]) -> Option<(PathBuf, &'r PathBuf)> {
@@ -365,7 +373,7 @@ fn link_on_the_way<'r>(path: &Path, roots: &'r [PathBuf]) -> Option<(PathBuf, &'
         let Some(folder) = at.parent().and_then(|p| std::fs::canonicalize(p).ok()) else {
             continue;
         };
-        if let Some(root) = roots.iter().find(|r| folder.starts_with(r)) {
+        if let Some(root) = roots.iter().find(|r| lies_under(&folder, r)) {
             return Some((at, root));
         }
     }

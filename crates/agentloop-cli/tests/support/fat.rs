@@ -1,7 +1,9 @@
 //! A file system that ignores case, as macOS's and Windows' do, of a test's own: a FAT image
 //! mounted with Debian's `fusefat` (FUSE, from a file in a temporary folder; no loop device),
 //! which `scripts/fat/install.sh` installs with `mkfs.vfat`. There `AGENT.TOML` opens
-//! `agent.toml`, with an inode number of its own; FAT keeps no permissions.
+//! `agent.toml`, with an inode number of its own; FAT keeps no permissions. fusefat does not
+//! truncate a file opened to be written over (`std::fs::write` of a shorter text leaves the old
+//! tail): a test removes a file before writing it anew.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

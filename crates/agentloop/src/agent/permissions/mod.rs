@@ -231,6 +231,18 @@ pub fn fold_name(name: &str) -> Cow<'_, str> {
     Cow::Owned(name.to_lowercase().nfc().collect())
 }
 
+/// `path` with each name folded as [`fold_name`] folds it (a name that is not UTF-8 is kept as
+/// it is): what a protected path, or a folder that may hold one, is compared in, so that
+/// whether one lies under another does not turn on case.
+pub fn fold_path(path: &Path) -> PathBuf {
+    path.components()
+        .map(|c| match c.as_os_str().to_str() {
+            Some(name) => std::ffi::OsString::from(fold_name(name).into_owned()),
+            None => c.as_os_str().to_owned(),
+        })
+        .collect()
+}
+
 /// The `deny` and `ask` path rules of a store on one argument of one tool, compiled once: what a
 /// tool that walks a folder (a search, a listing) judges each path it meets by, since it cannot
 /// stop to ask about each one. Made by [`PermissionStore::path_rules`]; a path is judged as the
@@ -2447,6 +2459,10 @@ mod tests {
         assert_eq!(fold_name("AGENT.TOML"), "agent.toml");
         assert_eq!(fold_name("E\u{301}TÉ"), "été");
         assert!(matches!(fold_name("plain/name"), Cow::Borrowed(_)));
+        assert_eq!(
+            fold_path(Path::new("/Work/E\u{301}TÉ/Agent.TOML")),
+            Path::new("/work/été/agent.toml")
+        );
     }
 
     #[test]
