@@ -152,7 +152,12 @@ pub(crate) fn replace(root: &Path, path: &Path, bytes: &[u8]) -> io::Result<()> 
     };
     let written = (|| -> io::Result<()> {
         if let Some(mode) = mode {
-            rustix::fs::fchmod(&fd, mode)?;
+            match rustix::fs::fchmod(&fd, mode) {
+                // A file system without permissions (FAT or exFAT in FUSE) cannot keep them:
+                // the new file has the default ones, and no set-user-ID bit either way.
+                Err(rustix::io::Errno::NOSYS | rustix::io::Errno::OPNOTSUPP) | Ok(()) => {}
+                Err(e) => return Err(e.into()),
+            }
         }
         let mut file = std::fs::File::from(fd);
         file.write_all(bytes)?;

@@ -12,7 +12,9 @@
 //! - the parts that do not exist yet are plain names appended to that canonical folder.
 //!
 //! Canonical forms are compared, so on a case-insensitive file system a path spelled in another
-//! case resolves to the same canonical root and is accepted, and nothing else is.
+//! case resolves to the same canonical root and is accepted, and nothing else is. Protected
+//! paths are compared ignoring case and Unicode normalization ([`fold_path`]), so that no
+//! spelling of one of the agent's own files is written, on any file system.
 //!
 //! A folder swapped for a link between the check and the use (by the model's own shell, in a
 //! sibling call) is caught where the file tools open, replace, list and walk: they open the
@@ -21,7 +23,9 @@
 use std::ffi::OsString;
 use std::path::{Component, Path, PathBuf};
 
-use agentloop::permissions::{CommandRules, FileText, PathRules, PermissionStore, READ_LIMIT};
+use agentloop::permissions::{
+    CommandRules, FileText, PathRules, PermissionStore, READ_LIMIT, fold_path,
+};
 
 /// The most characters of a path that a message echoes whole ([`EchoedPath`]).
 pub(crate) const MAX_ECHOED_PATH_CHARS: usize = 200;
@@ -196,6 +200,9 @@ pub struct Workspace {
     /// Canonical paths (links followed as far as they exist) that writes refuse, with everything
     /// below them.
     protected: std::sync::Arc<[PathBuf]>,
+    /// The protected paths as a file system that ignores case and normalization compares them
+    /// ([`fold_path`]).
+    protected_folded: std::sync::Arc<[PathBuf]>,
     /// The rules whose `deny` and `ask` path rules `list_dir`, `glob` and `grep` apply to each
     /// entry they meet ([`Workspace::withhold`]).
     withheld: Option<std::sync::Arc<PermissionStore>>,
@@ -230,6 +237,7 @@ impl Workspace {
         Ok(Workspace {
             root,
             protected: std::sync::Arc::from(Vec::new()),
+            protected_folded: std::sync::Arc::from(Vec::new()),
             withheld: None,
         })
     }
@@ -237,13 +245,18 @@ impl Workspace {
     /// The same workspace, refusing writes to `paths` (files or folders, which need not exist
     /// yet, nor be inside the root): the agent's own files. Each is resolved as [`Self::resolve`]
     /// resolves, links followed as far as the path exists, so another spelling of the same file
-    /// (through a link, with `./`) is refused too.
+    /// (through a link, with `./`) is refused too; and compared in any case and Unicode
+    /// normalization ([`fold_path`]), so `AGENT.TOML` is refused beside `agent.toml`.
     pub fn protect(mut self, paths: impl IntoIterator<Item = impl AsRef<Path>>) -> Self {
         let mut all: Vec<PathBuf> = self.protected.to_vec();
         all.extend(paths.into_iter().map(|p| follow_links(p.as_ref())));
         all.sort();
         all.dedup();
+        let mut folded: Vec<PathBuf> = all.iter().map(|p| fold_path(p)).collect();
+        folded.sort();
+        folded.dedup();
         self.protected = std::sync::Arc::from(all);
+        self.protected_folded = std::sync::Arc::from(folded);
         self
     }
 
@@ -293,11 +306,21 @@ impl Workspace {
     }
 
     /// As [`Self::resolve`], for a path about to be written: also refused when it is, or lies
-    /// below, a protected path ([`PathError::Protected`]), by its name or by what it is: the
-    /// file, or a folder on its way, being a protected file or folder under another name.
+    /// below, a protected path ([`PathError::Protected`]), by its name in any case and Unicode
+    /// normalization, or by what it is: the file, or a folder on its way, being a protected
+    /// file or folder under another name.
+    ///
+    /// The name is compared folded because what a file is cannot be told on every file system
+    /// that ignores case: a FUSE one (FAT, exFAT) may give `AGENT.TOML` an inode number of its
+    /// own, and a protected file not made yet (a store) has none, while writing `JOURNAL.DB`
+    /// there makes the file the store opens later. On a file system that tells them apart, a
+    /// file named as a protected one but in another case is refused too: refusing more.
     pub fn resolve_for_write(&self, path: &str) -> Result<PathBuf, PathError> {
         let resolved = self.resolve(path)?;
-        if self.protected.iter().any(|p| resolved.starts_with(p)) || self.is_protected_as(&resolved)
+        let folded = fold_path(&resolved);
+        if self.protected.iter().any(|p| resolved.starts_with(p))
+            || self.protected_folded.iter().any(|p| folded.starts_with(p))
+            || self.is_protected_as(&resolved)
         {
             return Err(PathError::Protected {
                 path: path.to_owned(),
@@ -586,6 +609,41 @@ mod tests {
         assert_eq!(e.code(), "workspace.protected");
         assert!(ws.resolve_for_write("notes.txt").is_ok());
         assert!(ws.resolve_for_write("src/new.rs").is_ok());
+    }
+
+    #[test]
+    fn case_and_normalization_variants_of_protected_paths_are_refused_for_writing() {
+        // What a file system that ignores case and normalization (macOS's, Windows', FAT)
+        // makes of these names is the protected file; the store `journal.db` does not exist
+        // yet, so no identity can tell, and `Été.md` is written decomposed, as macOS does.
+        let (dir, ws) = setup();
+        let root = dir.path().join("root");
+        std::fs::write(root.join("agent.toml"), "name = 'x'").unwrap();
+        std::fs::create_dir_all(root.join("tools")).unwrap();
+        std::fs::write(root.join("Été.md"), "notes").unwrap();
+        let ws = ws.protect([
+            root.join("agent.toml"),
+            root.join("tools"),
+            root.join("journal.db"),
+            root.join("Été.md"),
+        ]);
+        for path in [
+            "AGENT.TOML",
+            "./Agent.Toml",
+            "TOOLS/json.py",
+            "Tools/json/__init__.py",
+            "JOURNAL.DB",
+            "Journal.db",
+            "ÉTÉ.MD",
+            "E\u{301}te\u{301}.md",
+        ] {
+            assert!(ws.resolve(path).is_ok(), "{path} resolves for reading");
+            let e = ws.resolve_for_write(path).unwrap_err();
+            assert_eq!(e.code(), "workspace.protected", "{path}");
+        }
+        assert!(ws.resolve_for_write("agent.toml.bak").is_ok());
+        assert!(ws.resolve_for_write("TOOLS2/x.py").is_ok());
+        assert!(ws.resolve_for_write("src/Agent.rs").is_ok());
     }
 
     #[test]

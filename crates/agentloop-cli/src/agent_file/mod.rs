@@ -13,6 +13,7 @@ mod spec;
 
 use std::path::{Path, PathBuf};
 
+use agentloop::permissions::fold_path;
 use agentloop_tools::{SandboxMode, SandboxPolicy};
 use toml::de::DeTable;
 
@@ -459,7 +460,11 @@ impl AgentFile {
             let Ok(root) = std::fs::canonicalize(self.resolve(given)) else {
                 continue;
             };
-            let Some(inside) = own.iter().find(|f| f.starts_with(&root)) else {
+            // In any case: where case is ignored, `Tools` is the folder `tools` (a canonical
+            // path keeps the case it was given in); elsewhere this refuses more.
+            let under =
+                |f: &PathBuf| f.starts_with(&root) || fold_path(f).starts_with(fold_path(&root));
+            let Some(inside) = own.iter().find(|f| under(f)) else {
                 continue;
             };
             // The root itself is the agent's when a script lies in it (its whole folder is).
@@ -503,9 +508,15 @@ impl AgentFile {
             .collect();
         let inside = |root: &Path| -> Option<String> {
             let root = std::fs::canonicalize(root).ok()?;
-            let f = own
-                .iter()
-                .find(|f| f.starts_with(&root) || root.starts_with(f))?;
+            // In any case, as in `check_shell_roots`.
+            let folded_root = fold_path(&root);
+            let f = own.iter().find(|f| {
+                let folded = fold_path(f);
+                f.starts_with(&root)
+                    || root.starts_with(f)
+                    || folded.starts_with(&folded_root)
+                    || folded_root.starts_with(&folded)
+            })?;
             Some(f.strip_prefix(&root).unwrap_or(f).display().to_string())
         };
         let writes_root = |policy: SandboxPolicy| {
@@ -1050,6 +1061,29 @@ command = ["sh"]
         assert_eq!(found(&text("", ""), |_| true), []);
         let apart = text("root = \"work\"", "sandbox = \"read-only\"");
         assert_eq!(found(&apart, |_| false), []);
+    }
+
+    /// A root that names the agent's folder in another case is that folder where case is
+    /// ignored (a canonical path on Linux keeps the case it was given in): refused there as the
+    /// folder is; here, where `AGENT/` is another folder, refused all the same.
+    #[test]
+    fn a_process_root_naming_the_agents_folder_in_another_case_is_refused_where_nothing_keeps_its_files()
+     {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("Agent")).unwrap();
+        std::fs::create_dir(dir.path().join("AGENT")).unwrap();
+        std::fs::write(dir.path().join("Agent/s.json"), "[]").unwrap();
+        let path = dir.path().join("Agent/agent.toml");
+        // outside-paths: off (a sibling folder of the test's own temporary one)
+        let text = "name = \"x\"\n[model]\nprovider = \"scripted\"\nscript = \"s.json\"\n\
+                    [[tools]]\nname = \"t\"\ncommand = [\"true\"]\nroot = \"../AGENT\"\n";
+        // outside-paths: on
+        std::fs::write(&path, text).unwrap();
+        let file = AgentFile::parse(&path, text).unwrap();
+        let mut problems = Problems::new(&path, text);
+        file.check_process_roots(&mut problems, |_| false);
+        let at: Vec<String> = problems.list().iter().map(|p| p.path.clone()).collect();
+        assert_eq!(at, ["tools[0].root"]);
     }
 
     #[test]

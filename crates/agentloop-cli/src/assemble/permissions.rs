@@ -10,7 +10,7 @@ use agentloop::{
     ask::{Answerer, AskGate},
     permissions::{
         Answer, ApprovalPrompter, ArgumentMatch, FixedAnswer, Permission, PermissionGate,
-        PermissionRule, PermissionStore,
+        PermissionRule, PermissionStore, fold_path,
     },
 };
 use agentloop_tools::Builtin;
@@ -177,7 +177,7 @@ pub fn create_exposed_stores(file: &AgentFile) -> Result<(), CliError> {
         let Some(place) = canonical_place(&store) else {
             continue;
         };
-        if !roots.iter().any(|r| place.starts_with(r)) {
+        if !roots.iter().any(|r| lies_under(&place, r)) {
             continue;
         }
         crate::permission_file::create_empty(&store).map_err(|e| CliError::Setup {
@@ -219,11 +219,7 @@ pub fn refuse_swappable_agent_files(
     roots: fn(&AgentFile) -> Vec<PathBuf>,
 ) -> Result<(), CliError> {
     let files = tree_files(file);
-    let roots: Vec<PathBuf> = files
-        .iter()
-        .flat_map(|f| roots(f))
-        .filter(|r| r.parent().is_some())
-        .collect();
+    let roots = confined_roots(&files, roots);
     if roots.is_empty() {
         return Ok(());
     }
@@ -262,6 +258,106 @@ pub fn refuse_swappable_agent_files(
     Ok(())
 }
 
+/// Refuses an agent's own file that its processes are kept from
+/// ([`AgentFile::kept_from_processes`]) when it lies in a folder a process of the tree may write
+/// (`roots`, as for [`refuse_swappable_agent_files`]) on a file system that ignores case there
+/// ([`ignores_case`]: FAT or exFAT in FUSE, a folder a container shares from macOS, a Linux
+/// case-folding folder). What keeps such a file from a process is a read-only bind of its name,
+/// and another spelling of the name (`AGENT.TOML`) reaches the same file by a path of its own
+/// where the kernel does not fold case itself (FUSE): a process writes through it, or renames
+/// a file of its own over it. Refused wherever case is ignored, as which kernels fold case
+/// cannot be seen from here. Linux only: elsewhere no bind is made (the sandbox says so).
+pub fn refuse_case_folded_own_files(
+    file: &AgentFile,
+    roots: fn(&AgentFile) -> Vec<PathBuf>,
+) -> Result<(), CliError> {
+    if !cfg!(target_os = "linux") {
+        return Ok(());
+    }
+    let files = tree_files(file);
+    let roots = confined_roots(&files, roots);
+    if roots.is_empty() {
+        return Ok(());
+    }
+    for kept in files.iter().flat_map(|f| f.kept_from_processes()) {
+        let Some(place) = canonical_place(&kept) else {
+            continue;
+        };
+        let Some(root) = roots.iter().find(|r| lies_under(&place, r)) else {
+            continue;
+        };
+        let Some(other) = ignores_case(&place, root) else {
+            continue;
+        };
+        return Err(CliError::Setup {
+            message: format!(
+                "the agent's own file {} lies in {}, a folder the agent's processes may write, on \
+                 a file system that ignores case ({} is found under the name {}): there the \
+                 sandbox cannot keep the file read-only under every spelling of its name. Give \
+                 the processes a root that holds none of the agent's files (`root = \"work\"`), \
+                 or keep the agent on a file system that tells case apart",
+                crate::terminal::shown_path(&kept),
+                crate::terminal::shown_path(root),
+                crate::terminal::shown_path(&other.0),
+                other.1,
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// The folders `roots` says the processes of `files` may write, but `/`: a process with the
+/// sandbox `off` writes the agent's files themselves, whatever their names.
+fn confined_roots(files: &[&AgentFile], roots: fn(&AgentFile) -> Vec<PathBuf>) -> Vec<PathBuf> {
+    files
+        .iter()
+        .flat_map(|f| roots(f))
+        .filter(|r| r.parent().is_some())
+        .collect()
+}
+
+/// When the file system ignores case at `path` (canonical, under `root`): the nearest existing
+/// part of it, from `path` up to `root`, whose name has an ASCII letter, and that name with its
+/// ASCII case swapped, which finds it though its folder lists no such name. `None` when it does
+/// not, or no name there can tell.
+fn ignores_case(path: &Path, root: &Path) -> Option<(PathBuf, String)> {
+    let probe = path
+        .ancestors()
+        .take_while(|p| lies_under(p, root))
+        .filter(|p| std::fs::symlink_metadata(p).is_ok())
+        .find(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.bytes().any(|b| b.is_ascii_alphabetic()))
+        })?;
+    let (folder, name) = (probe.parent()?, probe.file_name()?.to_str()?);
+    let swapped: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_lowercase() {
+                c.to_ascii_uppercase()
+            } else {
+                c.to_ascii_lowercase()
+            }
+        })
+        .collect();
+    let found = std::fs::symlink_metadata(folder.join(&swapped)).is_ok();
+    let listed = || {
+        std::fs::read_dir(folder)
+            .map(|entries| entries.flatten().any(|e| e.file_name() == swapped.as_str()))
+            .unwrap_or(true)
+    };
+    (found && !listed()).then(|| (probe.to_path_buf(), swapped))
+}
+
+/// True when `path` is `folder` or lies under it, whatever the case of their names
+/// ([`fold_path`]): on a file system that ignores case, `Work/agent.toml` lies in `work`, and
+/// a path (canonical on Linux) keeps the case it was given in. Over-matching only refuses, or
+/// prepares, more.
+pub(crate) fn lies_under(path: &Path, folder: &Path) -> bool {
+    path.starts_with(folder) || fold_path(path).starts_with(fold_path(folder))
+}
+
 /// The first symbolic link on the way to `path` (the file itself, or a folder of its path as
 /// given) whose own entry lies under one of `roots` (canonical), with that root.
 fn link_on_the_way<'r>(path: &Path, roots: &'r [PathBuf]) -> Option<(PathBuf, &'r PathBuf)> {
@@ -277,7 +373,7 @@ fn link_on_the_way<'r>(path: &Path, roots: &'r [PathBuf]) -> Option<(PathBuf, &'
         let Some(folder) = at.parent().and_then(|p| std::fs::canonicalize(p).ok()) else {
             continue;
         };
-        if let Some(root) = roots.iter().find(|r| folder.starts_with(r)) {
+        if let Some(root) = roots.iter().find(|r| lies_under(&folder, r)) {
             return Some((at, root));
         }
     }
@@ -296,7 +392,8 @@ fn canonical_place(path: &Path) -> Option<PathBuf> {
         let climbs = rest
             .iter()
             .any(|c| !matches!(c, std::path::Component::Normal(_)));
-        (!climbs).then(|| found.join(rest.iter().collect::<PathBuf>()))
+        // Joining nothing would add a trailing `/`, which a look-up reads as a folder.
+        (!climbs).then(|| rest.iter().fold(found, |p, part| p.join(part)))
     })
 }
 

@@ -7,7 +7,9 @@ use crate::agent_file::AgentFile;
 
 use crate::error::CliError;
 
-use super::permissions::{create_exposed_stores, refuse_swappable_agent_files, tree_files};
+use super::permissions::{
+    create_exposed_stores, refuse_case_folded_own_files, refuse_swappable_agent_files, tree_files,
+};
 
 /// The started `[[mcp]]` servers of an agent file and of its subagents' files, by file: each
 /// agent of the tree gets the tools of its own file's servers. It also holds the remote agents of
@@ -24,10 +26,12 @@ impl StartedMcp {
     /// that cannot be read stops the start), then starts their MCP servers (a file named twice in
     /// the tree starts its servers once). The first that fails stops those already started.
     /// Before that, it refuses an agent file of the tree reached through a link its processes
-    /// could replace ([`refuse_swappable_agent_files`]) and creates the permission stores they
-    /// could otherwise create ([`create_exposed_stores`]).
+    /// could replace ([`refuse_swappable_agent_files`]) or an own file they could reach under
+    /// another spelling ([`refuse_case_folded_own_files`]), and creates the permission stores
+    /// they could otherwise create ([`create_exposed_stores`]).
     pub async fn start(file: &AgentFile) -> Result<StartedMcp, CliError> {
         refuse_swappable_agent_files(file, AgentFile::process_roots)?;
+        refuse_case_folded_own_files(file, AgentFile::process_roots)?;
         create_exposed_stores(file)?;
         Self::connect(file).await
     }
@@ -37,6 +41,7 @@ impl StartedMcp {
     /// refuses it.
     pub async fn start_servers(file: &AgentFile) -> Result<StartedMcp, CliError> {
         refuse_swappable_agent_files(file, AgentFile::server_roots)?;
+        refuse_case_folded_own_files(file, AgentFile::server_roots)?;
         Self::connect(file).await
     }
 

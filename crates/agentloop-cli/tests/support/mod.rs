@@ -3,6 +3,7 @@
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 pub mod crash;
+pub mod fat;
 pub mod questions;
 pub mod restate;
 
@@ -157,6 +158,14 @@ print("18 degrees and sunny")
 impl AgentDir {
     pub fn new(agent_toml: &str) -> AgentDir {
         let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("agent.toml"), agent_toml).unwrap();
+        std::fs::write(dir.path().join("tool.py"), LOGGING_TOOL).unwrap();
+        AgentDir { dir }
+    }
+
+    /// As [`AgentDir::new`], in a folder made inside `parent` (a file system of a test's own).
+    pub fn new_in(parent: &Path, agent_toml: &str) -> AgentDir {
+        let dir = tempfile::tempdir_in(parent).unwrap();
         std::fs::write(dir.path().join("agent.toml"), agent_toml).unwrap();
         std::fs::write(dir.path().join("tool.py"), LOGGING_TOOL).unwrap();
         AgentDir { dir }

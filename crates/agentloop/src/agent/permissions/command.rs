@@ -945,7 +945,10 @@ pub(super) fn rest_runs_with(wanted: &[&str], rest: &[String]) -> bool {
             if may_expand(word) {
                 return true;
             }
-            if word == w {
+            // A word that is no option may name a file (`cat .env`): on a file system that
+            // ignores case, `cat .ENV` reads the same one. Options keep their case (`-r` and
+            // `-R` are different options to many programs).
+            if word == w || (subcommand && super::fold_name(word) == super::fold_name(w)) {
                 break;
             }
             if subcommand {

@@ -17,6 +17,7 @@
 //! [`PermissionStore::decide`] says the order. A recorded answer is for the call it was given
 //! for (its id, tool and arguments) and is used once ([`crate::gate::Approvals`]).
 
+use std::borrow::Cow;
 use std::path::{Component, Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -134,14 +135,23 @@ impl ArgumentMatch {
 /// `Glob::compile_matcher` panics when the glob's regex is too large to compile (a glob of
 /// megabytes); a set returns the error.
 ///
-/// A `deny` or `ask` glob ignores case: on a file system that does (macOS's by default, a
-/// Windows drive under WSL, a FAT or SMB mount) `SECRETS/key.pem` is the file `secrets/**`
-/// covers, and a path argument keeps the case it was given in (as does its resolution on Linux).
-/// Matching a name that differs only in case on a file system that tells them apart errs towards
-/// asking, as a deny or ask rule must. An `allow` glob keeps to the case it was written in.
+/// A `deny` or `ask` glob ignores case and Unicode normalization: on a file system that does
+/// (macOS's by default, a Windows drive under WSL, a FAT or SMB mount) `SECRETS/key.pem` is the
+/// file `secrets/**` covers, and `Été/x` (composed or not) the file `été/**` covers, and a path
+/// argument keeps the spelling it was given in (as does its resolution on Linux). Such a glob is
+/// compiled from its [`fold_name`] form, and matched against the folded forms of a path
+/// ([`path_matches`]); globset's own case folding covers ASCII only. Matching a name that differs
+/// only in case on a file system that tells them apart errs towards asking, as a deny or ask rule
+/// must. An `allow` glob keeps to the spelling it was written in.
 fn compile_path_glob(glob: &str, permission: Permission) -> Option<globset::GlobSet> {
-    globset::GlobBuilder::new(glob)
-        .case_insensitive(permission != Permission::Allow)
+    let caseless = permission != Permission::Allow;
+    let glob = if caseless {
+        fold_name(glob)
+    } else {
+        Cow::Borrowed(glob)
+    };
+    globset::GlobBuilder::new(&glob)
+        .case_insensitive(caseless)
         .literal_separator(true)
         .build()
         .ok()
@@ -161,7 +171,15 @@ fn path_matches(
     let Some(glob) = glob else {
         return permission != Permission::Allow;
     };
-    let hit = |forms: &[String]| forms.iter().any(|form| glob.is_match(form));
+    let hit = |forms: &[String]| {
+        forms.iter().any(|form| {
+            if permission == Permission::Allow {
+                glob.is_match(form)
+            } else {
+                glob.is_match(fold_name(form).as_ref())
+            }
+        })
+    };
     let Some(resolver) = paths.resolver else {
         let resolved = ResolvedPath::new(path, paths.root);
         if resolved.outside && permission == Permission::Allow {
@@ -191,6 +209,38 @@ fn path_matches(
     }
     forms.extend(ResolvedPath::new(path, paths.root).forms);
     hit(&forms)
+}
+
+/// `name` (a file name, a path or a glob) as a file system that ignores case and Unicode
+/// normalization compares it (macOS's APFS by default, Windows', a Linux case-folding folder, FAT,
+/// exFAT, SMB): lower case (Unicode's, not only ASCII's), in the composed form (NFC), so that
+/// `AGENT.TOML`, `Agent.toml` and `agent.toml`, or `É` written composed or decomposed (as macOS
+/// writes names), are one. What `deny` and `ask` path rules and a workspace's protected paths
+/// compare, so that a case variant of a denied or protected file is denied or protected too:
+/// over-matching there only refuses or asks more. `allow` rules never fold. Lower case is not
+/// full case folding: the few letters whose folds differ from their lower case (`ſ`, `ß`
+/// against `SS`) are compared as written.
+pub fn fold_name(name: &str) -> Cow<'_, str> {
+    use unicode_normalization::UnicodeNormalization as _;
+    if name.is_ascii() {
+        if name.bytes().any(|b| b.is_ascii_uppercase()) {
+            return Cow::Owned(name.to_ascii_lowercase());
+        }
+        return Cow::Borrowed(name);
+    }
+    Cow::Owned(name.to_lowercase().nfc().collect())
+}
+
+/// `path` with each name folded as [`fold_name`] folds it (a name that is not UTF-8 is kept as
+/// it is): what a protected path, or a folder that may hold one, is compared in, so that
+/// whether one lies under another does not turn on case.
+pub fn fold_path(path: &Path) -> PathBuf {
+    path.components()
+        .map(|c| match c.as_os_str().to_str() {
+            Some(name) => std::ffi::OsString::from(fold_name(name).into_owned()),
+            None => c.as_os_str().to_owned(),
+        })
+        .collect()
 }
 
 /// The `deny` and `ask` path rules of a store on one argument of one tool, compiled once: what a
@@ -1259,6 +1309,29 @@ mod tests {
             store.decide("shell", &json!({"command": ["git", "status"]})),
             Permission::Allow
         );
+    }
+
+    #[test]
+    fn a_deny_or_ask_prefix_s_words_that_are_no_options_ignore_case() {
+        // On a file system that ignores case, `cat .ENV` reads the file `cat .env` names.
+        let mut store = PermissionStore::new(Permission::Allow);
+        store
+            .configure(rule("shell", prefix("cat .env"), Permission::Deny))
+            .configure(rule("shell", prefix("python3 Été.py"), Permission::Ask))
+            .configure(rule("shell", prefix("rm -r"), Permission::Deny))
+            .set("shell", Permission::Allow);
+        decides(
+            &store,
+            &["cat .ENV", "CAT .Env", "ls && cat .eNv"],
+            Permission::Deny,
+        );
+        decides(
+            &store,
+            &["python3 ÉTÉ.PY", "python3 e\u{301}te\u{301}.py"],
+            Permission::Ask,
+        );
+        // Options keep their case: `-R` is another option to many programs.
+        decides(&store, &["cat .envrc", "rm -R x"], Permission::Allow);
     }
 
     /// Asserts that the store decides `want` for each shell command.
@@ -2347,6 +2420,49 @@ mod tests {
         );
         // An allow admits only what it names, in its case: the rest is asked about.
         assert_eq!(store.decide("read", &path("SRC/main.rs")), Permission::Ask);
+    }
+
+    #[test]
+    fn deny_and_ask_path_globs_ignore_unicode_case_and_normalization_and_allow_globs_do_not() {
+        // macOS's file system ignores case beyond ASCII and Unicode normalization too:
+        // `ÉTÉ/plan.md`, and `été` written decomposed (`e` and U+0301, as macOS writes names),
+        // open the file `été/**` covers; globset's own case folding is ASCII's only.
+        let mut store = PermissionStore::new(Permission::Ask);
+        store.root("/agent");
+        store
+            .resolve_paths("read", Arc::new(Linked(PathBuf::from("/ws"))))
+            .configure(rule("read", glob("été/**"), Permission::Deny))
+            .configure(rule("read", glob("Brouillons/*.md"), Permission::Ask))
+            .configure(rule("read", glob("café/**"), Permission::Allow));
+        for p in [
+            "ÉTÉ/plan.md",
+            "Été/plan.md",
+            "e\u{301}te\u{301}/plan.md",
+            "E\u{301}TE\u{301}/x",
+        ] {
+            assert_eq!(store.decide("read", &path(p)), Permission::Deny, "{p}");
+            assert_eq!(
+                store.path_rules("read", "path").judge(p),
+                Some(Permission::Deny),
+                "{p}"
+            );
+        }
+        assert_eq!(
+            store.decide("read", &path("BROUILLONS/Ä.MD")),
+            Permission::Ask
+        );
+        assert_eq!(store.decide("read", &path("café/menu")), Permission::Allow);
+        // An allow keeps to its spelling: the rest is asked about.
+        for p in ["CAFÉ/menu", "cafe\u{301}/menu"] {
+            assert_eq!(store.decide("read", &path(p)), Permission::Ask, "{p}");
+        }
+        assert_eq!(fold_name("AGENT.TOML"), "agent.toml");
+        assert_eq!(fold_name("E\u{301}TÉ"), "été");
+        assert!(matches!(fold_name("plain/name"), Cow::Borrowed(_)));
+        assert_eq!(
+            fold_path(Path::new("/Work/E\u{301}TÉ/Agent.TOML")),
+            Path::new("/work/été/agent.toml")
+        );
     }
 
     #[test]
