@@ -7,12 +7,13 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use futures::future::Either;
 use futures::{Future, FutureExt, StreamExt};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::event::EventKind;
-use crate::machine::{AdmittedCall, Input, Interrupt, RunMachine};
+use crate::machine::{Action, AdmittedCall, Input, Interrupt, RunMachine};
 use crate::model::Model;
 use crate::outcome::CallOutcome;
 use crate::tool::{Layered, ProgressSender, Tool, ToolContext};
@@ -25,6 +26,35 @@ use super::{Driver, Parts, Tree};
 /// A running call: its position, its outcome (none when the driver has no handler for it: the
 /// machine answers it), and its after-tool hooks' failures.
 type CallDone = (usize, Option<CallOutcome>, Vec<crate::machine::HookFailure>);
+
+/// What the run holds of its tool calls beside their futures: the tokens that stop them and
+/// the progress senders to close as each ends. Made once a run, and shared by starting,
+/// awaiting and draining its calls.
+pub(super) struct CallControls {
+    /// The tools' cancellation, and the end of their retries: a child of the run's token.
+    cancel: CancellationToken,
+    /// Not a child of `cancel`: the drain, which every interruption of the run reaches (its
+    /// token cancelled, a deadline), cancels both; and a token of its own is one allocation a
+    /// run where a child is two (its node and its place in its parent's list).
+    pub(super) stop_retries: CancellationToken,
+    /// The subagent calls' own, made at the first one (a child of `cancel`): a suspension
+    /// stops them (their children are left to resume) and not the other calls.
+    children: Option<CancellationToken>,
+    /// The running calls' progress senders, by position.
+    pub(super) progress: Vec<(usize, ProgressSender)>,
+}
+
+impl CallControls {
+    /// The controls of a run whose token is `run`: its calls' cancellation is a child of it.
+    pub(super) fn new(run: &CancellationToken) -> Self {
+        CallControls {
+            cancel: run.child_token(),
+            stop_retries: CancellationToken::new(),
+            children: None,
+            progress: Vec::new(),
+        }
+    }
+}
 
 /// A call's outcome as it ended: timed, with the subagent run it left in its batch's scope.
 fn ended(
@@ -40,25 +70,19 @@ fn ended(
 }
 
 impl<'a> Driver<'a> {
-    /// What a starting call's handler knows: its ids, the calls' tokens (`tokens`: their
-    /// cancellation, the end of their retries, and the subagent calls' cancellation, made at the
-    /// first subagent call), its progress channel (kept in `senders` to close when it ends) and,
-    /// for a subagent, the batch's scope.
-    pub(super) fn call_context(
+    /// What a starting call's handler knows: its ids, the calls' tokens (the subagent calls'
+    /// cancellation made at the first subagent call), its progress channel (kept in `calls` to
+    /// close when it ends) and, for a subagent, the batch's scope.
+    fn call_context(
         &mut self,
         m: &RunMachine,
         call: &AdmittedCall,
         deadline: Option<Instant>,
-        tokens: (
-            &CancellationToken,
-            &CancellationToken,
-            &mut Option<CancellationToken>,
-        ),
-        senders: &mut Vec<(usize, ProgressSender)>,
+        calls: &mut CallControls,
     ) -> ToolContext {
         let progress = self.progress(m, call);
         if let Some(p) = &progress {
-            senders.push((call.position, p.clone()));
+            calls.progress.push((call.position, p.clone()));
         }
         let scope = self.subagent_scope(m, call, deadline);
         let subagent = m.tools().spec(call.index).is_some_and(|s| s.subagent);
@@ -68,17 +92,105 @@ impl<'a> Driver<'a> {
             run_id: Arc::clone(m.run_id()),
             turn: m.turn(),
             cancel: if subagent {
-                tokens
-                    .2
-                    .get_or_insert_with(|| tokens.0.child_token())
+                calls
+                    .children
+                    .get_or_insert_with(|| calls.cancel.child_token())
                     .clone()
             } else {
-                tokens.0.clone()
+                calls.cancel.clone()
             },
             progress: progress.unwrap_or_default(),
-            stop_retries: tokens.1.clone(),
+            stop_retries: calls.stop_retries.clone(),
             scope,
             approved: call.approved,
+        }
+    }
+
+    /// A call as [`Action::StartCall`] asks for it, with its context: a future not yet polled
+    /// (the running set polls it), so nothing of the call has run.
+    pub(super) fn start_call(
+        &mut self,
+        m: &RunMachine,
+        call: &AdmittedCall,
+        deadline: Option<Instant>,
+        calls: &mut CallControls,
+    ) -> impl Future<Output = CallDone> + Send + use<'a> {
+        let ctx = self.call_context(m, call, deadline, calls);
+        self.run_call(m, call, ctx)
+    }
+
+    /// A journaled run's answer to [`Action::StartCall`]: the calls that start together have
+    /// their starts committed together, and a call that starts alone (a restarted one, or one
+    /// past the concurrency cap) has its start committed first as well. None runs before that
+    /// commit (a call's future is first polled while the batch is awaited), and a call whose
+    /// start was not kept never runs: one whose start the journal lost would answer
+    /// `cancelled` to a drain for a call the machine never saw start. The machine is fed here,
+    /// so the loop only asks it again.
+    ///
+    /// `start` is [`Driver::start_call`], passed in because the type of the futures it makes,
+    /// which `running` holds, has no name to write here.
+    pub(super) async fn start_journaled<F, S>(
+        &mut self,
+        m: &mut RunMachine,
+        deadline: Option<Instant>,
+        calls: &mut CallControls,
+        running: &mut Running<F>,
+        start: S,
+    ) where
+        F: Future<Output = CallDone>,
+        S: Fn(&mut Self, &RunMachine, &AdmittedCall, Option<Instant>, &mut CallControls) -> F,
+    {
+        if m.starts_ahead().len() > 1 || self.held.is_some() {
+            let mut futures = Vec::new();
+            let mut starts = Vec::new();
+            for call in m.starts_ahead() {
+                futures.push(start(self, m, call, deadline, calls));
+                starts.push(Input::CallStarted {
+                    position: call.position,
+                });
+            }
+            let kept = self.record_batch(m, starts).await;
+            running.extend(futures.into_iter().take(kept));
+            return;
+        }
+        // Alone: the call the machine asks for (the loop comes here only then), asked again, as
+        // the loop's borrow of it cannot come beside the machine the journal's write feeds.
+        let Action::StartCall(call) = m.action() else {
+            return;
+        };
+        let position = call.position;
+        let started = start(self, m, call, deadline, calls);
+        let start = Input::CallStarted { position };
+        if self.record_batch(m, vec![start]).await == 1 {
+            running.push(started);
+        }
+    }
+
+    /// The answer to [`Action::Drain`]. A suspension's drain tells only the subagent calls to
+    /// stop and waits for the others until the deadline or a cancel (after which the machine
+    /// drains them as in any drain); any other drain tells every running handler, and gives
+    /// it the grace period (`until`) to finish.
+    ///
+    /// Not an `async fn`: its future would keep its arguments beside the drain's, which made
+    /// every running run's future 64 bytes larger (the drain is its largest wait).
+    pub(super) fn drain_calls<'s, F: Future<Output = CallDone>>(
+        &'s self,
+        m: &RunMachine,
+        until: std::time::Duration,
+        deadline: Option<Instant>,
+        calls: &'s mut CallControls,
+        running: &'s mut Running<F>,
+    ) -> impl Future<Output = Input> + 's {
+        if m.suspending() {
+            if let Some(children) = &calls.children {
+                children.cancel();
+            }
+            let drained = self.drain(until, running, &mut calls.progress);
+            Either::Left(self.until_stopped(deadline, drained))
+        } else {
+            calls.cancel.cancel();
+            calls.stop_retries.cancel();
+            Either::Right(self.drain(until, running, &mut calls.progress))
         }
     }
 
@@ -273,12 +385,12 @@ impl<'a> Driver<'a> {
     }
 
     /// One call: the tool under its layers, then the after-tool hooks, timed.
-    pub(super) fn run_call(
+    fn run_call(
         &self,
         m: &RunMachine,
         call: &AdmittedCall,
         ctx: ToolContext,
-    ) -> impl Future<Output = CallDone> + Send + 'a {
+    ) -> impl Future<Output = CallDone> + Send + use<'a> {
         let service = self.handler(m, call);
         let arguments = call.arguments.clone();
         let position = call.position;

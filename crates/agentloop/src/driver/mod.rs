@@ -48,8 +48,8 @@ use crate::machine::{Action, Input, RunMachine, Step};
 use crate::model::Model;
 use crate::outcome::RunOutcome;
 use crate::steering::Steering;
-use crate::tool::{Layered, ProgressSender, ToolSource};
-use calls::{finished, finished_now, handlers};
+use crate::tool::{Layered, ToolSource};
+use calls::{CallControls, finished, finished_now, handlers};
 use interrupts::Interrupts;
 use running::Running;
 
@@ -187,20 +187,10 @@ impl<'a> Driver<'a> {
                 // A resumed run may call the source's tools before its first turn here.
                 self.source_tools = Some(Box::new(handlers(source.tools_for(m.transcript()))));
             }
-            // The tools' cancellation, and the end of their retries: children of the run's token.
-            let calls_cancel = self.cancel.child_token();
-            // Not a child of the calls' token: the drain, which every interruption of the run
-            // reaches (its token cancelled, a deadline), cancels both; and a token of its own
-            // is one allocation a run where a child is two (its node and its place in its
-            // parent's list).
-            let stop_retries = CancellationToken::new();
-            // The subagent calls' own, made at the first one (a child of the calls' token): a
-            // suspension stops them (their children are left to resume) and not the other calls.
-            let mut children_cancel: Option<CancellationToken> = None;
+            let mut calls = CallControls::new(&self.cancel);
             // The calls run concurrently inside the run's own task: no task per call to spawn,
             // schedule and free on another thread (a tool marked `own_task` gets one).
             let mut running = Running::default();
-            let mut senders: Vec<(usize, ProgressSender)> = Vec::new();
             loop {
                 if self.held.is_none() {
                     // A held response's events wait for its commit.
@@ -216,47 +206,14 @@ impl<'a> Driver<'a> {
                     Action::Finish => break,
                     Action::StartCall(call) => match self.interrupted_now(deadline) {
                         Some(by) => Input::Interrupted { by },
-                        None if self.journaling
-                            && (m.starts_ahead().len() > 1 || self.held.is_some()) =>
-                        {
-                            // The calls that start together have their starts committed together;
-                            // none runs before that commit (a call's future is first polled while
-                            // the batch is awaited), and a call whose start was not kept never runs.
-                            let mut calls = Vec::new();
-                            let mut starts = Vec::new();
-                            for call in m.starts_ahead() {
-                                let tokens = (&calls_cancel, &stop_retries, &mut children_cancel);
-                                let ctx =
-                                    self.call_context(&m, call, deadline, tokens, &mut senders);
-                                calls.push(self.run_call(&m, call, ctx));
-                                starts.push(Input::CallStarted {
-                                    position: call.position,
-                                });
-                            }
-                            let kept = self.record_batch(&mut m, starts).await;
-                            running.extend(calls.into_iter().take(kept));
-                            continue;
-                        }
                         None if self.journaling => {
-                            // A call that starts alone (a restarted one, or one past the
-                            // concurrency cap) is started the same way: its start committed
-                            // first, and its future kept only if it was (one whose start the
-                            // journal lost would answer `cancelled` to a drain for a call the
-                            // machine never saw start).
-                            let tokens = (&calls_cancel, &stop_retries, &mut children_cancel);
-                            let ctx = self.call_context(&m, call, deadline, tokens, &mut senders);
-                            let position = call.position;
-                            let started = self.run_call(&m, call, ctx);
-                            let start = Input::CallStarted { position };
-                            if self.record_batch(&mut m, vec![start]).await == 1 {
-                                running.push(started);
-                            }
+                            let start = Self::start_call;
+                            self.start_journaled(&mut m, deadline, &mut calls, &mut running, start)
+                                .await;
                             continue;
                         }
                         None => {
-                            let tokens = (&calls_cancel, &stop_retries, &mut children_cancel);
-                            let ctx = self.call_context(&m, call, deadline, tokens, &mut senders);
-                            running.push(self.run_call(&m, call, ctx));
+                            running.push(self.start_call(&m, call, deadline, &mut calls));
                             Input::CallStarted {
                                 position: call.position,
                             }
@@ -264,15 +221,15 @@ impl<'a> Driver<'a> {
                     },
                     Action::AwaitCalls { retries } => {
                         if !retries {
-                            stop_retries.cancel();
+                            calls.stop_retries.cancel();
                         }
                         let input = match self.race(deadline, running.next()).await {
-                            Ok(done) => finished(done, &mut senders),
+                            Ok(done) => finished(done, &mut calls.progress),
                             Err(by) => Input::Interrupted { by },
                         };
                         if self.journaling && matches!(input, Input::CallFinished { .. }) {
                             // The calls that finished together are committed together.
-                            let mut ready = finished_now(&mut running, &mut senders);
+                            let mut ready = finished_now(&mut running, &mut calls.progress);
                             if !ready.is_empty() {
                                 ready.insert(0, input);
                                 self.record_batch(&mut m, ready).await;
@@ -282,20 +239,8 @@ impl<'a> Driver<'a> {
                         input
                     }
                     Action::Drain { until } => {
-                        if m.suspending() {
-                            // The machine waits for the other calls until the deadline, or a
-                            // cancel: then they are told to stop as in any drain.
-                            if let Some(children) = &children_cancel {
-                                children.cancel();
-                            }
-                            let drained = self.drain(until, &mut running, &mut senders);
-                            self.until_stopped(deadline, drained).await
-                        } else {
-                            // Running handlers are told, and given the grace period to finish.
-                            calls_cancel.cancel();
-                            stop_retries.cancel();
-                            self.drain(until, &mut running, &mut senders).await
-                        }
+                        self.drain_calls(&m, until, deadline, &mut calls, &mut running)
+                            .await
                     }
                     action => self.answer(&m, action, deadline).await,
                 };
@@ -316,7 +261,7 @@ impl<'a> Driver<'a> {
             }
             self.source_output(&m);
             drop(running);
-            for (_, s) in senders.drain(..) {
+            for (_, s) in calls.progress.drain(..) {
                 s.close();
             }
             let elapsed = self.start.elapsed();
