@@ -80,13 +80,22 @@ async fn serve_files(
     stop: impl Future<Output = ()> + Send + 'static,
 ) -> Result<i32, CliError> {
     let mut agents = Vec::new();
-    for l in &served.files {
+    for (i, l) in served.files.iter().enumerate() {
         let file = &l.0;
         served.warn_collisions(file, &l.1);
         let name = file.spec.name.get_ref().clone();
-        if agents.iter().any(|a: &ServedAgent| a.name == name) {
-            return Err(CliError::Usage {
-                message: format!("two of the agent files are named {name:?}"),
+        // Each agent is served at its name's path: two of one name is a setup error naming both
+        // files, as `mcp serve` reports two served tools of one name.
+        let earlier = served.files.get(..i).unwrap_or_default();
+        if let Some(first) = earlier.iter().find(|f| f.0.spec.name.get_ref() == &name) {
+            let (first, second) = (&first.0.path, &file.path);
+            return Err(CliError::Setup {
+                message: format!(
+                    "a2a.duplicate_agent: two served agents are named {name:?}: the agent of {} and \
+                     the agent of {}",
+                    crate::terminal::shown_path(first),
+                    crate::terminal::shown_path(second)
+                ),
             });
         }
         let description = file

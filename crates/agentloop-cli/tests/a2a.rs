@@ -120,6 +120,25 @@ async fn the_sdk_reads_the_card_sends_and_streams_in_one_context() {
     assert!(model_calls[2] > model_calls[1], "{model_calls:?}");
 }
 
+/// Two files of one agent name would be served at one path: the server does not start, and says
+/// which two, with the same exit and wording as `mcp serve`'s two tools of one name.
+#[tokio::test(flavor = "multi_thread")]
+async fn two_files_of_one_agent_name_are_a_setup_error_naming_both() {
+    let (one, two) = (forecaster(""), forecaster(""));
+    let (one, two) = (one.agent(), two.agent());
+    let (one, two) = (one.to_str().unwrap(), two.to_str().unwrap());
+    let out = agentloop(args(&["a2a", "serve", one, two, "--addr", "127.0.0.1:0"])).await;
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert!(
+        err.contains(&format!(
+            "a2a.duplicate_agent: two served agents are named \"forecaster\": the agent of {one} \
+             and the agent of {two}"
+        )),
+        "{err}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_request_by_another_name_or_not_of_json_is_refused_before_any_run() {
     // What a web page can send: a `text/plain` POST (no preflight), or any request once its own
