@@ -1119,3 +1119,63 @@ async fn as_root_a_sandboxed_shell_cannot_make_devices_reboot_or_set_the_clock()
         assert!(output(&calls, "raise_off").contains("raised"), "{calls:?}");
     }
 }
+
+/// On a file system that ignores case through FUSE (FAT in `fusefat`, as sshfs or rclone over
+/// such a disk), each spelling of a name is a path of its own to the kernel. A command tool
+/// whose root is written `work` for a folder that lists itself as `Work` writes in both
+/// spellings: as its agent file names it and as a listing shows it (`ls`, a program that walks
+/// its folder). It still writes nowhere else: not beside its root, not through another
+/// spelling of the agent's folder. Skipped, saying why, where FUSE, root or fusefat is missing.
+#[tokio::test(flavor = "multi_thread")]
+async fn on_a_fuse_file_system_that_ignores_case_a_root_is_writable_as_written_and_as_listed() {
+    let mount = match support::fat::FatMount::new() {
+        Ok(mount) => mount,
+        Err(why) => {
+            eprintln!("skipped: no FUSE file system that ignores case here: {why}");
+            return;
+        }
+    };
+    let command = "exec 2>&1; cat > /dev/null; ls; \
+        echo a > work/given.txt; echo given $?; \
+        echo b > Work/listed.txt; echo listed $?; \
+        mkdir Work/sub && echo c > Work/sub/deeper.txt; echo deeper $?; \
+        echo d > beside.txt; echo beside $?; \
+        echo e > WORK/third.txt; echo third $?";
+    let agent = format!(
+        "name = \"w\"\n[model]\nprovider = \"scripted\"\nscript = \"script.json\"\n\
+         [[tools]]\nname = \"write\"\nroot = \"work\"\ncommand = [\"sh\", \"-c\", {}]\n",
+        json!(command)
+    );
+    let dir = AgentDir::new_in(&mount.path(), &agent);
+    std::fs::create_dir(dir.path("Work")).unwrap();
+    dir.write(
+        "script.json",
+        &json!([
+            {"tool_calls": [{"id": "w", "name": "write", "arguments": {}}]},
+            {"text": "done"}
+        ])
+        .to_string(),
+    );
+    let calls = run(&dir).await;
+    let out = output(&calls, "w");
+    assert!(
+        out.starts_with("Work\n"),
+        "the folder lists itself as Work: {out}"
+    );
+    for wrote in ["given 0", "listed 0", "deeper 0"] {
+        assert!(out.contains(wrote), "{wrote}: {out}");
+    }
+    for (file, text) in [
+        ("Work/given.txt", "a\n"),
+        ("Work/listed.txt", "b\n"),
+        ("Work/sub/deeper.txt", "c\n"),
+    ] {
+        assert_eq!(std::fs::read_to_string(dir.path(file)).unwrap(), text);
+    }
+    // Outside the root, and a spelling neither written nor listed: refused, as before.
+    for refused in ["beside 2", "third 2"] {
+        assert!(out.contains(refused), "{refused}: {out}");
+    }
+    assert!(!dir.path("beside.txt").exists());
+    assert!(!dir.path("Work/third.txt").exists());
+}

@@ -38,6 +38,7 @@ use linux as platform;
 mod other;
 #[cfg(not(target_os = "linux"))]
 use other as platform;
+mod spelling;
 
 use std::path::{Path, PathBuf};
 
@@ -358,6 +359,7 @@ impl Sandbox {
                 });
             }
         }
+        let kept = with_other_spellings(&mut writable, kept);
         writable.push(tmp.path().to_path_buf());
         let hook = platform::ChildHook::confined(self.policy, &writable, &kept)?;
         // What a strict mode runs without rather than refuse: said, as best-effort says all it
@@ -421,6 +423,35 @@ fn kept_read_only(read_only: &[PathBuf], roots: &[PathBuf]) -> Vec<PathBuf> {
         }
     }
     kept.sort();
+    kept
+}
+
+/// Adds to `roots` (canonical) each root's other spellings on a file system that ignores case
+/// through FUSE (`spelling`), where the view's copy and Landlock's rule cover one spelling each:
+/// a process finds its root under the name its folder lists, which would otherwise be
+/// read-only to it. Answers `kept` with each kept path under a root kept under every spelling
+/// of that root too, so that no spelling opens what the root's own keeps read-only.
+fn with_other_spellings(roots: &mut Vec<PathBuf>, mut kept: Vec<PathBuf>) -> Vec<PathBuf> {
+    for root in roots.clone() {
+        for other in spelling::other_spellings(&root) {
+            if roots.contains(&other) {
+                continue;
+            }
+            let under: Vec<PathBuf> = kept
+                .iter()
+                .filter_map(|path| path.strip_prefix(&root).ok())
+                .map(|rest| {
+                    if rest.as_os_str().is_empty() {
+                        other.clone()
+                    } else {
+                        other.join(rest)
+                    }
+                })
+                .collect();
+            kept.extend(under);
+            roots.push(other);
+        }
+    }
     kept
 }
 
