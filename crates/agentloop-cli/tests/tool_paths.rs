@@ -149,9 +149,9 @@ fn a_very_long_path_is_echoed_cut_short_in_every_file_tool_s_error() {
             failed += 1;
         }
     }
-    // grep takes a path that is no folder as one file, and a file it cannot open as one with
-    // no match: every other call fails.
-    assert_eq!(failed, 7, "{v}");
+    // Every call fails, grep's too: a file named alone that it cannot open is an error, not
+    // a search with no match.
+    assert_eq!(failed, 8, "{v}");
     assert!(!stderr.contains(&long), "{stderr}");
     // The trace records each call's arguments (the path whole, as the model gave it) and its
     // error cut short as the model read it: no line holds the path twice.

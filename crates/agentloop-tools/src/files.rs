@@ -1025,6 +1025,37 @@ pub(crate) fn grep(name: &str, limits: &FileLimits) -> Tool {
     )
 }
 
+/// A file's text as `grep` searches it (invalid UTF-8 read lossily), or why it cannot be: not
+/// a regular file, unreadable, too large, or binary.
+fn searched_text(limits: &FileLimits, file: &Path) -> Result<String, ToolError> {
+    let shown = limits.workspace.shown(file);
+    let (opened, meta) = open_regular(limits.workspace.root(), file, &shown)?;
+    let too_large = || {
+        ToolError::new(
+            "file_too_large",
+            format!("{shown} has more than the {MAX_WHOLE_FILE_BYTES} bytes this tool searches"),
+        )
+        .permanent()
+    };
+    if meta.len() > MAX_WHOLE_FILE_BYTES {
+        return Err(too_large());
+    }
+    let mut bytes = Vec::new();
+    // Bounded again as it is read: the file may have grown since its size was taken.
+    opened
+        .take(MAX_WHOLE_FILE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| io_error(&shown, &e))?;
+    if bytes.len() as u64 > MAX_WHOLE_FILE_BYTES {
+        return Err(too_large());
+    }
+    if looks_binary(&bytes) {
+        return Err(binary_error(&shown));
+    }
+    Ok(String::from_utf8(bytes)
+        .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()))
+}
+
 fn grep_body(
     limits: &FileLimits,
     args: GrepArgs,
@@ -1055,7 +1086,8 @@ fn grep_body(
     let stop = || wanted.check().is_err();
     // A single file was judged with the call itself (by the gate, and again above): only a
     // walk leaves out.
-    let files: Box<dyn Iterator<Item = PathBuf> + '_> = if base.is_dir() {
+    let single = !base.is_dir();
+    let files: Box<dyn Iterator<Item = PathBuf> + '_> = if !single {
         Box::new(
             walk(
                 limits,
@@ -1078,24 +1110,13 @@ fn grep_body(
         {
             continue;
         }
-        let Ok((opened, meta)) = open_regular(limits.workspace.root(), &file, "") else {
-            continue;
+        let text = match searched_text(limits, &file) {
+            Ok(text) => text,
+            // A walk passes over what it cannot search; a file named alone is the whole
+            // search, and "no lines match" would say it was searched.
+            Err(e) if single => return Err(e),
+            Err(_) => continue,
         };
-        if meta.len() > MAX_WHOLE_FILE_BYTES {
-            continue;
-        }
-        let mut bytes = Vec::new();
-        if opened
-            .take(MAX_WHOLE_FILE_BYTES)
-            .read_to_end(&mut bytes)
-            .is_err()
-        {
-            continue;
-        }
-        if looks_binary(&bytes) {
-            continue;
-        }
-        let text = String::from_utf8_lossy(&bytes);
         let shown = limits.workspace.display(&file);
         for (i, line) in text.lines().enumerate() {
             if !regex.is_match(line) {
@@ -1284,8 +1305,8 @@ mod tests {
         let grep = f
             .call(grep, json!({"pattern": "x", "path": "pipe"}))
             .await
-            .unwrap();
-        assert!(!grep.contains("pipe:"), "{grep}");
+            .unwrap_err();
+        assert_eq!(code(&grep), "not_a_file", "{grep}");
         let edit = f
             .call(
                 edit_file,
@@ -1661,6 +1682,35 @@ mod tests {
             listed.ends_with("[2 more entries not shown: 3 in all]"),
             "{listed}"
         );
+    }
+
+    #[tokio::test]
+    async fn grep_on_one_file_says_why_it_could_not_search_it_where_a_walk_passes_over_it() {
+        let f = Fixture::new();
+        std::fs::write(f.root().join("image.bin"), b"fn\0\x01binary").unwrap();
+        let big = usize::try_from(MAX_WHOLE_FILE_BYTES).unwrap() + 1;
+        std::fs::write(f.root().join("big.txt"), "fn x\n".repeat(big / 5 + 1)).unwrap();
+        for (path, want) in [
+            ("missing.rs", "not_found"),
+            ("image.bin", "binary_file"),
+            ("big.txt", "file_too_large"),
+        ] {
+            let e = f
+                .call(grep, json!({"pattern": "fn", "path": path}))
+                .await
+                .unwrap_err();
+            assert_eq!(code(&e), want, "grep {path}");
+        }
+        // Walked, they are passed over: the folder's text files are searched.
+        let hits = f.call(grep, json!({"pattern": "fn"})).await.unwrap();
+        assert_eq!(hits, "src/main.rs:1: fn main() {");
+        // One file of text that is not UTF-8 is still searched, read lossily.
+        std::fs::write(f.root().join("latin1.txt"), b"caf\xe9 fn\n").unwrap();
+        let hits = f
+            .call(grep, json!({"pattern": "fn", "path": "latin1.txt"}))
+            .await
+            .unwrap();
+        assert_eq!(hits, "latin1.txt:1: caf\u{fffd} fn");
     }
 
     #[tokio::test]
