@@ -2460,8 +2460,8 @@ mod tests {
         assert_eq!(fold_name("E\u{301}TÉ"), "été");
         assert!(matches!(fold_name("plain/name"), Cow::Borrowed(_)));
         assert_eq!(
-            fold_path(Path::new("/Work/E\u{301}TÉ/Agent.TOML")),
-            Path::new("/work/été/agent.toml")
+            fold_path(Path::new("/Project/E\u{301}TÉ/Agent.TOML")),
+            Path::new("/project/été/agent.toml")
         );
     }
 
