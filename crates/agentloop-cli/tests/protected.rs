@@ -431,6 +431,92 @@ async fn on_a_file_system_that_ignores_case_a_process_that_may_write_the_agents_
     assert_eq!(std::fs::read_to_string(dir.agent()).unwrap(), agent("work"));
 }
 
+/// The same hole for a program that uses the sandbox as a library, with no agent file and no
+/// check at load: a root holding an own file on a FUSE file system that ignores case is
+/// refused when the process is prepared (`sandbox.unsupported`) in a strict mode, where a
+/// process would have written `AGENT.TOML` past the bind of `agent.toml`; `best-effort` starts
+/// it and says what it could not keep. Skipped, saying why, where FUSE, root or fusefat is
+/// missing.
+#[test]
+fn on_a_file_system_that_ignores_case_the_sandbox_refuses_to_keep_an_own_file_by_one_spelling() {
+    use agentloop_sandbox::{Sandbox, SandboxMode, SandboxPolicy};
+    let mount = match FatMount::new() {
+        Ok(mount) => mount,
+        Err(why) => {
+            eprintln!("skipped: no file system that ignores case here: {why}");
+            return;
+        }
+    };
+    let root = mount.path().join("work");
+    std::fs::create_dir(&root).unwrap();
+    let own = root.join("agent.toml");
+    std::fs::write(&own, "name = \"kept\"\n").unwrap();
+    let sandbox = |mode| {
+        Sandbox::new(SandboxPolicy::new(mode))
+            .writable(&root)
+            .read_only([&own])
+    };
+    let overwrite = |confinement: &mut agentloop_sandbox::Confinement| {
+        let mut command = std::process::Command::new("sh");
+        command
+            .args(["-c", "echo owned > new.toml && mv new.toml AGENT.TOML"])
+            .current_dir(&root);
+        confinement.install(&mut command);
+        command.status().unwrap()
+    };
+    match sandbox(SandboxMode::WorkspaceWrite).prepare() {
+        Err(e) => {
+            assert_eq!(e.code(), "sandbox.unsupported", "{e}");
+            let message = e.to_string();
+            assert!(
+                message.contains("agent.toml")
+                    && message.contains("AGENT.TOML")
+                    && message.contains("ignores case"),
+                "{message}"
+            );
+        }
+        Ok(mut confinement) => {
+            let status = overwrite(&mut confinement);
+            panic!(
+                "prepared; a process then exited {status} and left the own file {:?}",
+                std::fs::read_to_string(&own)
+            );
+        }
+    }
+    assert_eq!(std::fs::read_to_string(&own).unwrap(), "name = \"kept\"\n");
+    let confinement = sandbox(SandboxMode::BestEffort).prepare().unwrap();
+    let note = confinement.note().unwrap_or_default();
+    assert!(
+        note.contains("agent.toml") && note.contains("ignores case"),
+        "{note}"
+    );
+    // Where case is told apart (the machine's own file system beside the mount), nothing is
+    // said and the process is kept from the file.
+    let plain = mount.stores().join("plain");
+    std::fs::create_dir(&plain).unwrap();
+    let own = plain.join("agent.toml");
+    std::fs::write(&own, "name = \"kept\"\n").unwrap();
+    let mut confinement = Sandbox::new(SandboxPolicy::new(SandboxMode::WorkspaceWrite))
+        .writable(&plain)
+        .read_only([&own])
+        .prepare()
+        .unwrap();
+    assert!(
+        !confinement
+            .note()
+            .is_some_and(|n| n.contains("ignores case")),
+        "{:?}",
+        confinement.note()
+    );
+    let mut command = std::process::Command::new("sh");
+    command
+        .args(["-c", "echo owned > agent.toml"])
+        .current_dir(&plain);
+    confinement.install(&mut command);
+    assert!(!command.status().unwrap().success());
+    assert_eq!(std::fs::read_to_string(&own).unwrap(), "name = \"kept\"\n");
+}
+
 /// A shell whose root is a folder of the agent's own named in another case (`TOOLS` for the
 /// folder of `tools/count.sh`) is refused at load: where case is ignored it is that folder, and
 /// a canonical path on Linux keeps the case it was given in. Here, where case tells them apart,

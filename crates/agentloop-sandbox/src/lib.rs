@@ -39,6 +39,7 @@ mod other;
 #[cfg(not(target_os = "linux"))]
 use other as platform;
 mod spelling;
+pub use spelling::case_ignored_at;
 
 use std::path::{Path, PathBuf};
 
@@ -359,6 +360,21 @@ impl Sandbox {
                 });
             }
         }
+        let folded = case_ignored_keeps(&kept, &writable);
+        if !folded.is_empty() {
+            missing.push(format!(
+                "keeping the agent's own files under the writable root read-only under every \
+                 spelling of their names ({folded}): the file system there ignores case, and a \
+                 read-only bind covers the spelling it is made on; give the processes a root \
+                 that holds none of the agent's files"
+            ));
+            if self.policy.mode != SandboxMode::BestEffort {
+                return Err(SandboxError::Unsupported {
+                    mode: self.policy.mode,
+                    missing: missing.join(", "),
+                });
+            }
+        }
         let kept = with_other_spellings(&mut writable, kept);
         writable.push(tmp.path().to_path_buf());
         let hook = platform::ChildHook::confined(self.policy, &writable, &kept)?;
@@ -424,6 +440,34 @@ fn kept_read_only(read_only: &[PathBuf], roots: &[PathBuf]) -> Vec<PathBuf> {
     }
     kept.sort();
     kept
+}
+
+/// The paths of `kept` (canonical) inside a root of `roots` on a file system that ignores case
+/// there ([`case_ignored_at`], from the path up to its root), each with the spelling found,
+/// joined for a message; empty where every such path's file system tells case apart. Such a
+/// path is kept by a read-only bind of its name, and where the kernel does not fold case itself
+/// (FUSE) another spelling (`AGENT.TOML`) is a path of its own to the same file: a process
+/// writes through it, or renames a file of its own over it.
+fn case_ignored_keeps(kept: &[PathBuf], roots: &[PathBuf]) -> String {
+    let mut found = Vec::new();
+    for path in kept {
+        let Some(root) = roots.iter().find(|r| path.starts_with(r) && path != *r) else {
+            continue;
+        };
+        let spelled = path
+            .ancestors()
+            .take_while(|p| p.starts_with(root))
+            .find_map(|p| Some((p, case_ignored_at(p)?)));
+        if let Some((part, other)) = spelled {
+            found.push(format!(
+                "{}, where {} is found as {}",
+                path.display(),
+                part.display(),
+                other.to_string_lossy()
+            ));
+        }
+    }
+    found.join("; ")
 }
 
 /// Adds to `roots` (canonical) each root's other spellings on a file system that ignores case

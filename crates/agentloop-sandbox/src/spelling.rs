@@ -73,17 +73,8 @@ pub(crate) fn other_spellings(root: &Path) -> Vec<PathBuf> {
 /// listing read), and where two entries would fit (then the file system tells them apart).
 fn listed_name(parent: &Path, name: &OsStr) -> Option<OsString> {
     let given = name.to_str()?;
-    let swapped: String = given
-        .chars()
-        .map(|c| {
-            if c.is_uppercase() {
-                c.to_lowercase().to_string()
-            } else {
-                c.to_uppercase().to_string()
-            }
-        })
-        .collect();
-    if swapped == given || std::fs::symlink_metadata(parent.join(&swapped)).is_err() {
+    let swapped = swapped_case(given)?;
+    if std::fs::symlink_metadata(parent.join(&swapped)).is_err() {
         return None;
     }
     let folded = given.to_lowercase();
@@ -101,6 +92,49 @@ fn listed_name(parent: &Path, name: &OsStr) -> Option<OsString> {
         }
     }
     found
+}
+
+/// The other spelling that shows the file system ignores case at `path`: `path`'s name with
+/// each letter's case swapped (`AGENT.TOML` for `agent.toml`), when a look-up finds it though
+/// the folder lists no entry of that name. `None` where the file system tells case apart (the
+/// look-up fails, or finds another file the folder lists), where the name has no letter with
+/// another case, and where the folder cannot be read (nothing can be told there).
+///
+/// A kernel that folds case itself (ext4's and tmpfs's `casefold`) answers as FUSE does: which
+/// of them binds every spelling at once cannot be seen from here, so a caller that needs every
+/// spelling kept refuses both.
+///
+/// ```
+/// let dir = tempfile::tempdir()?;
+/// std::fs::write(dir.path().join("agent.toml"), "")?;
+/// // The temporary folder's file system tells case apart on Linux.
+/// # #[cfg(target_os = "linux")]
+/// assert_eq!(agentloop_sandbox::case_ignored_at(&dir.path().join("agent.toml")), None);
+/// # Ok::<(), std::io::Error>(())
+/// ```
+pub fn case_ignored_at(path: &Path) -> Option<OsString> {
+    let (folder, name) = (path.parent()?, path.file_name()?.to_str()?);
+    let swapped = swapped_case(name)?;
+    std::fs::symlink_metadata(folder.join(&swapped)).ok()?;
+    let mut entries = std::fs::read_dir(folder).ok()?;
+    let listed = entries.any(|e| e.is_ok_and(|e| e.file_name() == swapped.as_str()));
+    (!listed).then(|| swapped.into())
+}
+
+/// `name` with each letter's case swapped, or `None` when that changes nothing (no letter with
+/// another case).
+fn swapped_case(name: &str) -> Option<String> {
+    let swapped: String = name
+        .chars()
+        .map(|c| {
+            if c.is_uppercase() {
+                c.to_lowercase().to_string()
+            } else {
+                c.to_uppercase().to_string()
+            }
+        })
+        .collect();
+    (swapped != name).then_some(swapped)
 }
 
 #[cfg(test)]

@@ -316,38 +316,17 @@ fn confined_roots(files: &[&AgentFile], roots: fn(&AgentFile) -> Vec<PathBuf>) -
         .collect()
 }
 
-/// When the file system ignores case at `path` (canonical, under `root`): the nearest existing
-/// part of it, from `path` up to `root`, whose name has an ASCII letter, and that name with its
-/// ASCII case swapped, which finds it though its folder lists no such name. `None` when it does
-/// not, or no name there can tell.
+/// When the file system ignores case at `path` (canonical, under `root`): the first existing
+/// part of it, from `path` up to `root`, that the file system finds under another spelling its
+/// folder does not list ([`agentloop_sandbox::case_ignored_at`]), and that spelling. `None`
+/// when it tells case apart there, or no name there can tell.
 fn ignores_case(path: &Path, root: &Path) -> Option<(PathBuf, String)> {
-    let probe = path
-        .ancestors()
+    path.ancestors()
         .take_while(|p| lies_under(p, root))
-        .filter(|p| std::fs::symlink_metadata(p).is_ok())
-        .find(|p| {
-            p.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.bytes().any(|b| b.is_ascii_alphabetic()))
-        })?;
-    let (folder, name) = (probe.parent()?, probe.file_name()?.to_str()?);
-    let swapped: String = name
-        .chars()
-        .map(|c| {
-            if c.is_ascii_lowercase() {
-                c.to_ascii_uppercase()
-            } else {
-                c.to_ascii_lowercase()
-            }
+        .find_map(|p| {
+            let other = agentloop_sandbox::case_ignored_at(p)?;
+            Some((p.to_path_buf(), other.to_string_lossy().into_owned()))
         })
-        .collect();
-    let found = std::fs::symlink_metadata(folder.join(&swapped)).is_ok();
-    let listed = || {
-        std::fs::read_dir(folder)
-            .map(|entries| entries.flatten().any(|e| e.file_name() == swapped.as_str()))
-            .unwrap_or(true)
-    };
-    (found && !listed()).then(|| (probe.to_path_buf(), swapped))
 }
 
 /// True when `path` is `folder` or lies under it, whatever the case of their names
