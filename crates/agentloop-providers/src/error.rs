@@ -14,13 +14,18 @@ use serde_json::Value;
 
 /// Turns a transport failure into a [`ModelError`] (timeout or connection), without the URL.
 /// A body that broke off mid-way (reqwest reports it as a body or decode error) is a connection
-/// failure; only a body that arrived whole but could not be decoded is [`ModelErrorKind::Decode`].
+/// failure; a body that arrived whole but could not be decoded, and a response head that is not
+/// HTTP this client reads (hyper's parse errors), are [`ModelErrorKind::Decode`].
 pub fn transport_error(provider: &str, e: &reqwest::Error) -> ModelError {
     // The source chain names the cause (reset, closed before complete...) and holds no secret.
     let mut causes = Vec::new();
+    let mut unparsed = false;
     let mut source = std::error::Error::source(e);
     while let Some(s) = source {
         causes.push(s.to_string());
+        unparsed |= s
+            .downcast_ref::<hyper::Error>()
+            .is_some_and(hyper::Error::is_parse);
         source = s.source();
     }
     let cause = causes.join(": ");
@@ -38,6 +43,15 @@ pub fn transport_error(provider: &str, e: &reqwest::Error) -> ModelError {
         )
     } else if e.is_connect() {
         (ModelErrorKind::Connection, "could not connect")
+    } else if unparsed {
+        // What the server put on the wire is not an HTTP head this client reads: another kind of
+        // server at base_url, a status that is no number, more headers than a head may hold. It
+        // answers every attempt alike, so it is not worth a retry as a dropped connection is.
+        (
+            ModelErrorKind::Decode,
+            "the server's answer is not an HTTP response head this client can read (is base_url \
+             a model server's?)",
+        )
     } else if (e.is_decode() || e.is_body()) && !broken {
         (
             ModelErrorKind::Decode,

@@ -12,10 +12,10 @@ use std::time::Duration;
 
 use agentloop::model::ModelErrorKind;
 use agentloop::{Model, ModelError, ModelResponse};
-use agentloop_providers::OpenAiChat;
 use agentloop_providers::anthropic::Anthropic;
 use agentloop_providers::http::HttpConfig;
 use agentloop_providers::openai_responses::OpenAiResponses;
+use agentloop_providers::{OpenAiChat, Retry, RetryPolicy};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
 
@@ -740,4 +740,69 @@ async fn silence_before_the_first_byte_of_a_stream_is_the_idle_timeout() {
     let err = ask(&model).await.unwrap_err();
     assert_eq!(err.kind, ModelErrorKind::Timeout, "{err}");
     assert!(err.message.contains("idle"), "{err}");
+}
+
+/// A server answering each connection's request with `raw`, as sent, then closing: what a
+/// server that does not speak HTTP, or speaks it wrongly, puts on the wire. Answers the URL and
+/// how many requests came.
+async fn serve_raw(raw: Vec<u8>) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let seen = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = seen.clone();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut socket, _)) = listener.accept().await else {
+                return;
+            };
+            counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let raw = raw.clone();
+            tokio::spawn(async move {
+                read_request(&mut socket).await;
+                let _ = socket.write_all(&raw).await;
+                let _ = socket.shutdown().await;
+            });
+        }
+    });
+    (format!("http://{addr}"), seen)
+}
+
+/// A server that does not speak HTTP at base_url (another service's banner), or answers with a
+/// head no client reads (a status that is no number, more headers than a head may hold), gets
+/// the same answer on every attempt: each provider, streamed or not, fails with
+/// `model.decode` saying so, not a transient `model.connection`, and a retrying model asks once
+/// rather than waiting out its attempts.
+#[tokio::test]
+async fn a_response_head_that_is_not_http_is_not_retried_as_a_dropped_connection() {
+    let many: String = (0..200).map(|i| format!("x-h{i}: v\r\n")).collect();
+    for raw in [
+        "SSH-2.0-OpenSSH_9.6\r\n".to_owned(),
+        "HTTP/1.1 9x9 OK\r\ncontent-length: 0\r\n\r\n".to_owned(),
+        format!("HTTP/1.1 200 OK\r\n{many}content-length: 2\r\n\r\n{{}}"),
+    ] {
+        let (uri, seen) = serve_raw(raw.clone().into_bytes()).await;
+        let models: Vec<Box<dyn Model>> = vec![
+            Box::new(chat(&uri, false)),
+            Box::new(chat(&uri, true)),
+            Box::new(anthropic(&uri, false)),
+            Box::new(anthropic(&uri, true)),
+            Box::new(responses(&uri, false)),
+            Box::new(responses(&uri, true)),
+        ];
+        for model in &models {
+            let e = ask(model.as_ref()).await.unwrap_err();
+            assert_eq!(e.kind, ModelErrorKind::Decode, "{raw:?}: {e}");
+            assert!(!e.is_transient(), "{raw:?}: {e}");
+            assert!(e.to_string().contains("not an HTTP response head"), "{e}");
+        }
+        let before = seen.load(std::sync::atomic::Ordering::SeqCst);
+        let retrying = Retry::with_policy(chat(&uri, true), RetryPolicy::attempts(3));
+        let e = ask(&retrying).await.unwrap_err();
+        assert_eq!(e.kind, ModelErrorKind::Decode, "{raw:?}: {e}");
+        assert_eq!(
+            seen.load(std::sync::atomic::Ordering::SeqCst) - before,
+            1,
+            "{raw:?}: asked again"
+        );
+    }
 }
