@@ -20,7 +20,7 @@ use agentloop::{CancellationToken, Tool, ToolContext, ToolError, ToolOutput, too
 use schemars::JsonSchema;
 use serde::Deserialize;
 
-use crate::workspace::{PathError, Workspace};
+use crate::workspace::{Echoed, PathError, Workspace};
 
 /// The most bytes of text one call hands the model by default (64 KiB).
 pub const DEFAULT_MAX_READ_BYTES: usize = 64 * 1024;
@@ -875,7 +875,11 @@ fn compile_glob(pattern: &str) -> Result<globset::GlobMatcher, ToolError> {
         .map_err(|e| {
             ToolError::new(
                 "invalid_pattern",
-                format!("{pattern:?} is not a valid glob: {}", e.kind()),
+                format!(
+                    "{} is not a valid glob: {}",
+                    Echoed(pattern).quoted(),
+                    e.kind()
+                ),
             )
             .permanent()
         })
@@ -974,7 +978,10 @@ fn glob_body(
         }
     }
     let mut text = if found.is_empty() {
-        format!("no files match {:?} under {shown_base}", args.pattern)
+        format!(
+            "no files match {} under {shown_base}",
+            Echoed(&args.pattern).quoted()
+        )
     } else {
         found.join("\n")
     };
@@ -1056,6 +1063,46 @@ fn searched_text(limits: &FileLimits, file: &Path) -> Result<String, ToolError> 
         .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()))
 }
 
+/// Why `grep` refuses a regular expression. A short one reads as the `regex` crate writes it,
+/// drawn whole under a caret; a long one is named by its first characters and its length
+/// ([`Echoed`]), and the reason is taken from the parser itself, since the `regex` crate's
+/// message would draw it whole (twice its length, with the caret's line).
+fn invalid_regex(pattern: &str, case_insensitive: bool, e: &regex::Error) -> ToolError {
+    let echoed = Echoed(pattern);
+    let message = if echoed.is_whole() {
+        format!("not a valid regular expression: {e}")
+    } else {
+        let why = match e {
+            regex::Error::Syntax(_) => regex_syntax::ParserBuilder::new()
+                .case_insensitive(case_insensitive)
+                .build()
+                .parse(pattern)
+                .err()
+                .and_then(|syntax| regex_syntax_reason(pattern, &syntax)),
+            // Its size past the limit, which does not name the pattern.
+            other => Some(other.to_string()),
+        };
+        let quoted = echoed.quoted();
+        match why {
+            Some(why) => format!("not a valid regular expression: {quoted}: {why}"),
+            None => format!("not a valid regular expression: {quoted}"),
+        }
+    };
+    ToolError::new("invalid_pattern", message).permanent()
+}
+
+/// A syntax error's kind and where it starts, counted in characters from 1 (none for a kind of
+/// error this version does not know, whose message would draw the pattern whole).
+fn regex_syntax_reason(pattern: &str, error: &regex_syntax::Error) -> Option<String> {
+    let (kind, offset) = match error {
+        regex_syntax::Error::Parse(e) => (e.kind().to_string(), e.span().start.offset),
+        regex_syntax::Error::Translate(e) => (e.kind().to_string(), e.span().start.offset),
+        _ => return None,
+    };
+    let at = pattern.get(..offset).map_or(0, |s| s.chars().count()) + 1;
+    Some(format!("{kind} at character {at}"))
+}
+
 fn grep_body(
     limits: &FileLimits,
     args: GrepArgs,
@@ -1065,13 +1112,7 @@ fn grep_body(
         .case_insensitive(args.case_insensitive)
         .size_limit(1 << 20)
         .build()
-        .map_err(|e| {
-            ToolError::new(
-                "invalid_pattern",
-                format!("not a valid regular expression: {e}"),
-            )
-            .permanent()
-        })?;
+        .map_err(|e| invalid_regex(&args.pattern, args.case_insensitive, &e))?;
     let filter = args.glob.as_deref().map(compile_glob).transpose()?;
     let base = limits
         .workspace
@@ -1141,7 +1182,7 @@ fn grep_body(
         }
     }
     if count == 0 && stopped.is_none() {
-        let _ = writeln!(out, "no lines match {:?}", args.pattern);
+        let _ = writeln!(out, "no lines match {}", Echoed(&args.pattern).quoted());
     }
     if let Some(note) = stopped {
         out.push_str(&note);

@@ -27,23 +27,29 @@ use agentloop::permissions::{
     CommandRules, FileText, PathRules, PermissionStore, READ_LIMIT, fold_path,
 };
 
-/// The most characters of a path that a message echoes whole ([`EchoedPath`]).
-pub(crate) const MAX_ECHOED_PATH_CHARS: usize = 200;
+/// The most characters of a path or a pattern that a message echoes whole ([`Echoed`]).
+pub(crate) const MAX_ECHOED_CHARS: usize = 200;
 
-/// A path as a message echoes it, to the model and to the operator alike: whole up to
-/// [`MAX_ECHOED_PATH_CHARS`] characters, and past that its first ones, `…` and how many it
-/// has. A model can give a path of any length (a megabyte of `a/`): echoed whole in each error,
-/// it would fill the context it is read in, the trace and the terminal, for nothing a reader
-/// needs. Every message of the file tools that names a path names it through this.
+/// A path, or a pattern of `glob` or `grep`, as a message echoes it, to the model and to the
+/// operator alike: whole up to [`MAX_ECHOED_CHARS`] characters, and past that its first ones,
+/// `…` and how many it has. A model can give a path or a pattern of any length (a megabyte of
+/// `a/`): echoed whole in each answer or error, it would fill the context it is read in, the
+/// trace and the terminal, for nothing a reader needs, and carry back whatever text it holds.
+/// Every message of the file tools that names a path or a pattern names it through this.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct EchoedPath<'a>(pub(crate) &'a str);
+pub(crate) struct Echoed<'a>(pub(crate) &'a str);
 
-impl<'a> EchoedPath<'a> {
-    /// The first characters and the whole count, when the path is too long to echo whole.
+impl<'a> Echoed<'a> {
+    /// The first characters and the whole count, when the text is too long to echo whole.
     fn cut(&self) -> Option<(&'a str, usize)> {
-        let (end, _) = self.0.char_indices().nth(MAX_ECHOED_PATH_CHARS)?;
+        let (end, _) = self.0.char_indices().nth(MAX_ECHOED_CHARS)?;
         let head = self.0.get(..end)?;
         Some((head, self.0.chars().count()))
+    }
+
+    /// Whether the text is short enough to be echoed whole.
+    pub(crate) fn is_whole(&self) -> bool {
+        self.cut().is_none()
     }
 
     /// In double quotes, escaped as `{:?}` writes a string (a NUL byte as `\0`), the count
@@ -56,7 +62,7 @@ impl<'a> EchoedPath<'a> {
     }
 }
 
-impl std::fmt::Display for EchoedPath<'_> {
+impl std::fmt::Display for Echoed<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self.cut() {
             None => f.write_str(self.0),
@@ -74,26 +80,26 @@ pub enum PathError {
     /// An absolute path (or a Windows prefix).
     #[error(
         "{shown} is an absolute path: give a path relative to the workspace root (such as \"src/main.rs\")",
-        shown = EchoedPath(.path).quoted()
+        shown = Echoed(.path).quoted()
     )]
     Absolute {
         /// The path as given.
         path: String,
     },
     /// A `..` component.
-    #[error("{shown} contains `..`: paths may not climb out of the workspace", shown = EchoedPath(.path).quoted())]
+    #[error("{shown} contains `..`: paths may not climb out of the workspace", shown = Echoed(.path).quoted())]
     ParentDir {
         /// The path as given.
         path: String,
     },
     /// The path leads out of the root through a symbolic link.
-    #[error("{shown} leads outside the workspace (through a symbolic link)", shown = EchoedPath(.path).quoted())]
+    #[error("{shown} leads outside the workspace (through a symbolic link)", shown = Echoed(.path).quoted())]
     Outside {
         /// The path as given.
         path: String,
     },
     /// A link on the path points at nothing, so where it leads cannot be checked.
-    #[error("{shown} goes through a symbolic link whose target does not exist", shown = EchoedPath(.path).quoted())]
+    #[error("{shown} goes through a symbolic link whose target does not exist", shown = Echoed(.path).quoted())]
     DanglingLink {
         /// The path as given.
         path: String,
@@ -103,7 +109,7 @@ pub enum PathError {
     /// cannot rewrite the program it runs in, nor add a module that program would load.
     #[error(
         "{shown} is one of the agent's own files (its definition, scripts or stores), or in the folder of one of its scripts: it can be read but not written",
-        shown = EchoedPath(.path).quoted()
+        shown = Echoed(.path).quoted()
     )]
     Protected {
         /// The path as given.
@@ -114,7 +120,7 @@ pub enum PathError {
     /// has since made the path lead to a file the rule denies.
     #[error(
         "{shown} now leads to a file the permission rules deny to this tool (it changed after the call was allowed)",
-        shown = EchoedPath(.path).quoted()
+        shown = Echoed(.path).quoted()
     )]
     Denied {
         /// The path as given.
@@ -126,7 +132,7 @@ pub enum PathError {
     /// again gets the call judged with the link in place, and so asked about.
     #[error(
         "{shown} now leads to a file the permission rules ask about for this tool, and nobody approved this call (it changed after the call was allowed): call again to be asked",
-        shown = EchoedPath(.path).quoted()
+        shown = Echoed(.path).quoted()
     )]
     Unapproved {
         /// The path as given.
@@ -135,14 +141,14 @@ pub enum PathError {
     /// A NUL byte in the path: no file name can hold one, so the path names no file.
     #[error(
         "{shown} contains a NUL byte (\\0), which no file or folder name can hold: give the path without it",
-        shown = EchoedPath(.path).quoted()
+        shown = Echoed(.path).quoted()
     )]
     Nul {
         /// The path as given.
         path: String,
     },
     /// The file system could not answer.
-    #[error("{shown}: {message}", shown = EchoedPath(.path).quoted())]
+    #[error("{shown}: {message}", shown = Echoed(.path).quoted())]
     Io {
         /// The path as given.
         path: String,
@@ -401,9 +407,9 @@ impl Workspace {
         Ok(rest.iter().fold(canonical, |p, name| p.join(name)))
     }
 
-    /// [`Self::display`] as a message echoes it: cut short when it is long ([`EchoedPath`]).
+    /// [`Self::display`] as a message echoes it: cut short when it is long ([`Echoed`]).
     pub(crate) fn shown(&self, resolved: &Path) -> String {
-        EchoedPath(&self.display(resolved)).to_string()
+        Echoed(&self.display(resolved)).to_string()
     }
 
     /// A resolved path as the model should read it: relative to the root, `/`-separated, `.` for
@@ -668,17 +674,17 @@ mod tests {
 
     #[test]
     fn a_long_path_is_echoed_by_its_first_characters_and_its_length() {
-        let short = "é".repeat(MAX_ECHOED_PATH_CHARS);
-        assert_eq!(EchoedPath(&short).to_string(), short);
-        assert_eq!(EchoedPath(&short).quoted(), format!("{short:?}"));
+        let short = "é".repeat(MAX_ECHOED_CHARS);
+        assert_eq!(Echoed(&short).to_string(), short);
+        assert_eq!(Echoed(&short).quoted(), format!("{short:?}"));
         let long = format!("{short}x\0y");
         let head = &short;
         assert_eq!(
-            EchoedPath(&long).to_string(),
+            Echoed(&long).to_string(),
             format!("{head}… (203 characters)")
         );
         assert_eq!(
-            EchoedPath(&long).quoted(),
+            Echoed(&long).quoted(),
             format!("\"{head}…\" (203 characters)")
         );
         let (_d, ws) = setup();

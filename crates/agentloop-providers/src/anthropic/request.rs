@@ -342,9 +342,10 @@ fn assistant_blocks(message: &AssistantMessage) -> Vec<OutBlock<'_>> {
 }
 
 /// The blocks of the tools the server ran (its tool search, web search and fetch, code
-/// execution, MCP connector), kept in [`Reasoning::provider_data`]
-/// (agentloop::message::Reasoning) to go back on later turns: the found tools are expanded
-/// from them, and a web search's results are what the model's answer rests on.
+/// execution, MCP connector), kept in
+/// [`Reasoning::provider_data`](agentloop::message::Reasoning::provider_data) to go back on
+/// later turns: the found tools are expanded from them, and a web search's results are what the
+/// model's answer rests on.
 pub(super) fn is_server_block(data: &Value) -> bool {
     data.get("type")
         .and_then(Value::as_str)

@@ -348,7 +348,8 @@ impl SqliteJournal {
 
     /// The steps run `run_id`'s step log holds that the file may not, for the write that folds
     /// them in.
-    /// The run is taken first when it is not this journal's yet (see [`Journal::append`]).
+    /// The run is taken first ([`SqliteJournal::own`]) when it is not this journal's yet, as
+    /// `append` takes it.
     pub(super) fn logged(&self, run_id: &str) -> Result<log::Logged, JournalError> {
         let run = self.owned_run(run_id)?;
         let state = lock(&run.log);

@@ -151,7 +151,7 @@ impl<'a> Driver<'a> {
     }
 
     /// The interrupt that has already happened, suspension included, without waiting: what
-    /// [`Driver::interrupted`] would answer at once.
+    /// [`Driver::poll_interrupts`] would answer at once.
     fn interrupted_already(&self, deadline: Option<Instant>) -> Option<Interrupt> {
         // Cancelling the run cancels the interrupt token too (it is the same token or a child).
         if self.interrupt.is_cancelled() {

@@ -425,8 +425,8 @@ pub struct ToolCallRecord {
 /// ```
 #[derive(Clone)]
 pub struct CallArguments {
-    /// The text, or the text of a whole batch's calls (see [`CallArguments::batch`]), which
-    /// holds this call's at `start..end`.
+    /// The text, or the text of a whole batch's calls (see [`CallArguments::with_buffer`]),
+    /// which holds this call's at `start..end`.
     text: Arc<str>,
     start: u32,
     end: u32,
@@ -526,8 +526,8 @@ impl CallArguments {
     }
 
     /// Appends the compact JSON text of `value` to a batch's buffer (see
-    /// [`CallArguments::batch`]): the span it takes, or `None` (nothing appended) when it does
-    /// not serialize.
+    /// [`CallArguments::with_buffer`]): the span it takes, or `None` (nothing appended) when it
+    /// does not serialize.
     pub(crate) fn append<T: Serialize + ?Sized>(
         buf: &mut Vec<u8>,
         value: &T,

@@ -19,8 +19,8 @@ pub(super) fn starts_with_words(command: &str, prefix: &str) -> bool {
     wanted.peek().is_some() && wanted.all(|w| words.next() == Some(w))
 }
 
-/// What splits a command into the parts of a chain (see [`CHAINING`]), and a subshell's or a
-/// substitution's parentheses.
+/// What splits a command into the parts of a chain (see [`CHAINING`](super::CHAINING)), and a
+/// subshell's or a substitution's parentheses.
 pub(super) const CHAIN_SPLIT: &str = ";&|`()<>\n\r";
 
 /// How a command is being read: the count of files read so far in judging it (a script read
