@@ -27,7 +27,7 @@ use serde::Deserialize;
 
 /// The arguments of the no-op tool; every call's differ, so the stuck-loop rule never fires.
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
-pub struct NoopArgs {
+pub(crate) struct NoopArgs {
     /// The turn that asked for the call.
     pub turn: u32,
     /// The call's position in its batch.
@@ -38,7 +38,7 @@ pub struct NoopArgs {
 
 /// A scripted model: T answers of K tool calls, then a final text answer, each after `delay`.
 #[derive(Debug, Clone)]
-pub struct WorkloadModel {
+pub(crate) struct WorkloadModel {
     /// Tool turns per run.
     pub turns: u32,
     /// Parallel calls per tool turn.
@@ -51,7 +51,7 @@ pub struct WorkloadModel {
 
 impl WorkloadModel {
     /// A model for `turns` tool turns of `calls` calls each.
-    pub fn new(turns: u32, calls: u32, delay: Option<Duration>) -> Self {
+    pub(crate) fn new(turns: u32, calls: u32, delay: Option<Duration>) -> Self {
         WorkloadModel {
             turns,
             calls,
@@ -61,7 +61,7 @@ impl WorkloadModel {
     }
 
     /// The answer for the run whose transcript is `messages`.
-    pub fn answer(&self, messages: &[Message]) -> ModelResponse {
+    pub(crate) fn answer(&self, messages: &[Message]) -> ModelResponse {
         let turn = match messages.last() {
             Some(Message::Tool(result)) => result
                 .call_id
@@ -112,7 +112,7 @@ impl Model for WorkloadModel {
 }
 
 /// The no-op tool: it counts its executions and, with a delay, waits on a tokio timer.
-pub fn noop_tool(executed: Arc<AtomicU64>, delay: Option<Duration>) -> Tool {
+pub(crate) fn noop_tool(executed: Arc<AtomicU64>, delay: Option<Duration>) -> Tool {
     Tool::builder("noop")
         .description("Does nothing and says ok.")
         .handler(move |args: NoopArgs, _ctx| {
@@ -130,7 +130,7 @@ pub fn noop_tool(executed: Arc<AtomicU64>, delay: Option<Duration>) -> Tool {
 
 /// The workload's agent and its counters.
 #[derive(Debug, Clone)]
-pub struct Workload {
+pub(crate) struct Workload {
     /// The agent (one for all runs).
     pub agent: Agent,
     /// The model's answer counter.
@@ -141,7 +141,7 @@ pub struct Workload {
 
 impl Workload {
     /// An agent for `turns` × `calls`, with optional model and tool latencies.
-    pub fn new(
+    pub(crate) fn new(
         turns: u32,
         calls: u32,
         model_delay: Option<Duration>,
@@ -152,7 +152,7 @@ impl Workload {
 
     /// The same agent with an event sink that counts its events in `events` (the cost of
     /// building and delivering them, to a sink that does nothing else).
-    pub fn observed(turns: u32, calls: u32, events: Arc<AtomicU64>) -> Result<Self, String> {
+    pub(crate) fn observed(turns: u32, calls: u32, events: Arc<AtomicU64>) -> Result<Self, String> {
         Self::build(turns, calls, None, None, Some(events))
     }
 
@@ -187,14 +187,14 @@ impl Workload {
     }
 
     /// Runs once and checks that the run did all its work.
-    pub async fn run_once(&self, turns: u32, calls: u32) -> Result<RunOutcome, String> {
+    pub(crate) async fn run_once(&self, turns: u32, calls: u32) -> Result<RunOutcome, String> {
         let outcome = self.agent.run("Call the no-op tool as told.").await;
         check(&outcome, turns, calls)?;
         Ok(outcome)
     }
 
     /// Runs once with these options (a journal) and checks that the run did all its work.
-    pub async fn run_once_with(
+    pub(crate) async fn run_once_with(
         &self,
         turns: u32,
         calls: u32,
@@ -207,14 +207,14 @@ impl Workload {
     }
 
     /// Resets both counters.
-    pub fn reset(&self) {
+    pub(crate) fn reset(&self) {
         self.model_calls.store(0, Ordering::Relaxed);
         self.tool_executions.store(0, Ordering::Relaxed);
     }
 }
 
 /// Checks a run: finished, with `turns + 1` model calls and `turns × calls` tool calls.
-pub fn check(outcome: &RunOutcome, turns: u32, calls: u32) -> Result<(), String> {
+pub(crate) fn check(outcome: &RunOutcome, turns: u32, calls: u32) -> Result<(), String> {
     if outcome.stop_reason != StopReason::Finished {
         return Err(format!(
             "the run stopped with {:?}: {:?}",

@@ -18,7 +18,7 @@ use crate::served::{ServedArgs, ServedFiles};
 
 /// `agentloop a2a ...`.
 #[derive(Debug, Subcommand)]
-pub enum A2aCommand {
+pub(crate) enum A2aCommand {
     /// Serves the agents over A2A: each one's card at http://ADDR/NAME/.well-known/agent-card.json
     /// (the first's also at the root), messages and tasks by JSON-RPC at http://ADDR/NAME.
     Serve(ServeArgs),
@@ -26,7 +26,7 @@ pub enum A2aCommand {
 
 /// `agentloop a2a serve`.
 #[derive(Debug, Args)]
-pub struct ServeArgs {
+pub(crate) struct ServeArgs {
     /// The files (each agent is served at its name), the journal and the trace.
     #[command(flatten)]
     served: ServedArgs,
@@ -47,7 +47,7 @@ pub struct ServeArgs {
 }
 
 /// Runs an `a2a` command.
-pub async fn a2a(command: A2aCommand) -> Result<i32, CliError> {
+pub(crate) async fn a2a(command: A2aCommand) -> Result<i32, CliError> {
     match command {
         A2aCommand::Serve(args) => serve(args).await,
     }

@@ -26,10 +26,10 @@ use tokio::sync::mpsc::UnboundedReceiver;
 use crate::render::Progress;
 
 /// The reason an asked call is denied when nobody can be asked.
-pub const NO_TERMINAL_REASON: &str = "approval required but no terminal to ask (use --yes)";
+pub(crate) const NO_TERMINAL_REASON: &str = "approval required but no terminal to ask (use --yes)";
 
 /// The reason an asked call is denied in a dry run (nothing is asked there, nothing saved).
-pub const DRY_RUN_REASON: &str = "approval required (dry run: nobody is asked)";
+pub(crate) const DRY_RUN_REASON: &str = "approval required (dry run: nobody is asked)";
 
 /// The most characters of one shown line of arguments: a longer line goes on, wrapped, on the
 /// next ones.
@@ -38,18 +38,18 @@ const WRAP_CHARS: usize = 160;
 const WRAPPED: &str = "    ⤷ ";
 
 /// Where answers come from, one line at a time.
-pub trait AnswerLines: Send {
+pub(crate) trait AnswerLines: Send {
     /// The next line; `None` at the end of input.
     fn next_line(&mut self) -> BoxFuture<'_, Option<String>>;
 }
 
 /// Lines read from any [`BufRead`]. As [`AnswerLines`] it reads on the calling task, which suits
 /// text in memory; the process's stdin is read through [`StdinLines`].
-pub struct ReaderLines<R>(pub R);
+pub(crate) struct ReaderLines<R>(pub R);
 
 impl<R: BufRead> ReaderLines<R> {
     /// The next line, blocking until it comes; `None` at the end of input (or a read error).
-    pub fn read(&mut self) -> Option<String> {
+    pub(crate) fn read(&mut self) -> Option<String> {
         let mut line = String::new();
         match self.0.read_line(&mut line) {
             Ok(0) | Err(_) => None,
@@ -66,7 +66,7 @@ impl<R: BufRead + Send> AnswerLines for ReaderLines<R> {
 }
 
 /// Lines of the process's stdin, each read in a blocking task so the runtime is never blocked.
-pub struct StdinLines;
+pub(crate) struct StdinLines;
 
 impl AnswerLines for StdinLines {
     fn next_line(&mut self) -> BoxFuture<'_, Option<String>> {
@@ -81,7 +81,7 @@ impl AnswerLines for StdinLines {
 
 /// Lines from a channel that a chat session also reads its inputs from. Waiting on it is
 /// cancel-safe: a prompt given up on never takes the next input.
-pub struct ChannelLines(pub Arc<tokio::sync::Mutex<UnboundedReceiver<String>>>);
+pub(crate) struct ChannelLines(pub Arc<tokio::sync::Mutex<UnboundedReceiver<String>>>);
 
 impl AnswerLines for ChannelLines {
     fn next_line(&mut self) -> BoxFuture<'_, Option<String>> {
@@ -90,7 +90,7 @@ impl AnswerLines for ChannelLines {
 }
 
 /// An answer typed at the prompt, or `None` for anything else.
-pub fn parse_answer(line: &str) -> Option<Answer> {
+pub(crate) fn parse_answer(line: &str) -> Option<Answer> {
     match line.trim().to_ascii_lowercase().as_str() {
         "y" | "yes" => Some(Answer::AllowOnce),
         "a" | "always" => Some(Answer::AllowAlways),
@@ -110,7 +110,7 @@ fn printable(text: &str) -> String {
 /// [`WRAP_CHARS`] wrapped onto lines that start with [`WRAPPED`]. JSON escapes the C0 controls;
 /// the other invisible characters (C1 controls, bidi overrides and isolates, zero-width ones) are
 /// escaped as `\u{…}`, so that the text cannot reorder or hide part of itself.
-pub fn show_arguments(arguments: &Value) -> String {
+pub(crate) fn show_arguments(arguments: &Value) -> String {
     let pretty = serde_json::to_string_pretty(arguments).unwrap_or_else(|_| arguments.to_string());
     let mut out = String::new();
     // The only raw line breaks are the pretty printer's: JSON escapes those inside strings.
@@ -127,7 +127,7 @@ pub fn show_arguments(arguments: &Value) -> String {
 
 /// Asks about every request, in order, and returns one answer each. A line that is not an answer
 /// asks again; the end of input answers no to this request and the rest.
-pub async fn ask_batch(
+pub(crate) async fn ask_batch(
     lines: &mut dyn AnswerLines,
     out: &mut (dyn Write + Send),
     requests: &[ApprovalRequest],
@@ -184,7 +184,7 @@ pub async fn ask_batch(
 }
 
 /// The question side of a terminal: where answers are read and questions written.
-pub struct Console {
+pub(crate) struct Console {
     /// The answers.
     pub lines: Box<dyn AnswerLines>,
     /// The questions.
@@ -193,14 +193,14 @@ pub struct Console {
 
 /// Asks a person at the terminal. The spinner stops while it asks; cancelling the run (Ctrl-C),
 /// which the gate hands to the prompt, gives up the prompt and denies the asked calls.
-pub struct TerminalPrompter {
+pub(crate) struct TerminalPrompter {
     console: tokio::sync::Mutex<Console>,
     progress: Option<Arc<Progress>>,
 }
 
 impl TerminalPrompter {
     /// A prompter over a console; `progress` is paused while it asks.
-    pub fn new(console: Console, progress: Option<Arc<Progress>>) -> Self {
+    pub(crate) fn new(console: Console, progress: Option<Arc<Progress>>) -> Self {
         TerminalPrompter {
             console: tokio::sync::Mutex::new(console),
             progress,

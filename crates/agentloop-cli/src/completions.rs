@@ -16,13 +16,16 @@ use crate::error::{CliError, code};
   zsh (.zshrc):          source <(agentloop completions zsh)
   fish (config.fish):    agentloop completions fish | source"
 )]
-pub struct CompletionsArgs {
+pub(crate) struct CompletionsArgs {
     /// The shell.
     shell: Shell,
 }
 
 /// Prints the completion script for `command` (the whole `agentloop` command line) on stdout.
-pub fn completions(args: &CompletionsArgs, mut command: clap::Command) -> Result<i32, CliError> {
+pub(crate) fn completions(
+    args: &CompletionsArgs,
+    mut command: clap::Command,
+) -> Result<i32, CliError> {
     let name = command.get_name().to_owned();
     // Generated into memory first: clap_complete panics when its writer fails, and stdout can
     // (a closed pipe, `| head`); a write to a Vec cannot.

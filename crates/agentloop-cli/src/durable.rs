@@ -20,7 +20,7 @@ use crate::runs::{Shown, approval_for, cancel_on_ctrl_c, finish_trace, print_out
 
 /// `agentloop resume`.
 #[derive(Debug, Args)]
-pub struct ResumeArgs {
+pub(crate) struct ResumeArgs {
     /// The run's id (or a unique prefix of it).
     run_id: String,
     #[command(flatten)]
@@ -35,7 +35,7 @@ pub struct ResumeArgs {
 /// What `resume` and `journal fork` share: the agent, the output, the trace, approvals and the
 /// journal's durability.
 #[derive(Debug, Args)]
-pub struct GoOnArgs {
+pub(crate) struct GoOnArgs {
     /// The agent file (the one the run was started with, by default).
     #[arg(long, value_name = "FILE")]
     agent: Option<PathBuf>,
@@ -55,7 +55,7 @@ pub struct GoOnArgs {
 
 /// `--durability`, as the commands that write a journal take it.
 #[derive(Debug, Args)]
-pub struct DurabilityArg {
+pub(crate) struct DurabilityArg {
     /// What each journaled step survives before the run moves on: `process` (any kill of the
     /// process) or `power` (a power cut too: fsync'd, and the steps of runs that are ready
     /// together share one fsync). Default: the agent file's `durability`, else `power`.
@@ -65,14 +65,14 @@ pub struct DurabilityArg {
 
 impl DurabilityArg {
     /// The level a journal of `file`'s runs is written at.
-    pub fn level(&self, file: &AgentFile) -> Durability {
+    pub(crate) fn level(&self, file: &AgentFile) -> Durability {
         self.durability.or(file.spec.durability).unwrap_or_default()
     }
 }
 
 /// `--journal`, as every durable command but `run` takes it.
 #[derive(Debug, Args)]
-pub struct JournalArg {
+pub(crate) struct JournalArg {
     /// The journal (default: $AGENTLOOP_JOURNAL, else runs.db).
     #[arg(
         long = "journal",
@@ -97,7 +97,7 @@ impl JournalArg {
 
 /// `agentloop approvals`.
 #[derive(Debug, Subcommand)]
-pub enum ApprovalsCommand {
+pub(crate) enum ApprovalsCommand {
     /// Lists the calls suspended runs wait on, with the answers recorded so far.
     List(#[command(flatten)] WaitingArgs),
 }
@@ -105,7 +105,7 @@ pub enum ApprovalsCommand {
 /// Where `approvals list` and `questions list` find the calls runs wait on, and how they print
 /// them.
 #[derive(Debug, Args)]
-pub struct WaitingArgs {
+pub(crate) struct WaitingArgs {
     #[command(flatten)]
     journal: JournalArg,
     /// Prints JSON.
@@ -155,7 +155,7 @@ impl WaitingArgs {
 /// `agentloop approve`.
 #[derive(Debug, Args)]
 #[command(group(clap::ArgGroup::new("verdict").required(true).args(["allow", "deny"])))]
-pub struct ApproveArgs {
+pub(crate) struct ApproveArgs {
     /// The run's id (or a unique prefix of it).
     run_id: String,
     /// The call to answer.
@@ -193,7 +193,7 @@ impl ApproveArgs {
 }
 
 /// For `approve --restate URL`: the run, the call, the answer and the ingress.
-pub fn restate_answer(args: &ApproveArgs) -> Option<(String, String, Answer, String)> {
+pub(crate) fn restate_answer(args: &ApproveArgs) -> Option<(String, String, Answer, String)> {
     let url = args.restate.clone()?;
     Some((
         args.run_id.clone(),
@@ -205,7 +205,7 @@ pub fn restate_answer(args: &ApproveArgs) -> Option<(String, String, Answer, Str
 
 /// `agentloop journal`.
 #[derive(Debug, Subcommand)]
-pub enum JournalCommand {
+pub(crate) enum JournalCommand {
     /// Lists the runs of a journal.
     List {
         #[command(flatten)]
@@ -233,7 +233,7 @@ pub enum JournalCommand {
 
 /// `agentloop journal fork`.
 #[derive(Debug, Args)]
-pub struct ForkArgs {
+pub(crate) struct ForkArgs {
     /// The run's id (or a unique prefix of it).
     run_id: String,
     /// The last step the new run shares with it (as `journal show` numbers them).
@@ -246,14 +246,17 @@ pub struct ForkArgs {
 }
 
 /// Opens (or creates) a journal for writing, at `durability`.
-pub fn open_journal(path: &Path, durability: Durability) -> Result<Arc<SqliteJournal>, CliError> {
+pub(crate) fn open_journal(
+    path: &Path,
+    durability: Durability,
+) -> Result<Arc<SqliteJournal>, CliError> {
     Ok(Arc::new(
         SqliteJournal::open(path)?.with_durability(durability),
     ))
 }
 
 /// The agent file's path as the journal keeps it: absolute, so `resume` finds it from anywhere.
-pub fn origin(path: &Path) -> String {
+pub(crate) fn origin(path: &Path) -> String {
     std::path::absolute(path)
         .unwrap_or_else(|_| path.to_path_buf())
         .display()
@@ -261,7 +264,7 @@ pub fn origin(path: &Path) -> String {
 }
 
 /// The calls a suspended run still waits on (none when the journal cannot be read).
-pub fn waiting(journal: &Path, run_id: &str) -> Vec<ApprovalRequest> {
+pub(crate) fn waiting(journal: &Path, run_id: &str) -> Vec<ApprovalRequest> {
     JournalReader::open(journal)
         .and_then(|r| r.load(run_id))
         .map(|run| run.unanswered().cloned().collect())
@@ -269,7 +272,7 @@ pub fn waiting(journal: &Path, run_id: &str) -> Vec<ApprovalRequest> {
 }
 
 /// After a journaled run, on stderr: its id, and how to go on when it waits for approvals.
-pub fn how_to_go_on(
+pub(crate) fn how_to_go_on(
     outcome: &RunOutcome,
     journal: &Path,
     waiting: &[ApprovalRequest],
@@ -359,7 +362,7 @@ fn agent_file(go: &GoOnArgs, run: &JournaledRun, journal: &Path) -> Result<Agent
 }
 
 /// `agentloop resume`.
-pub async fn resume(args: ResumeArgs) -> Result<i32, CliError> {
+pub(crate) async fn resume(args: ResumeArgs) -> Result<i32, CliError> {
     let path = &args.journal.path;
     // The agent file (and so the journal's durability) is the run's: read it first. The run is
     // owned before its steps are read for good, so a process still driving it refuses this one
@@ -475,7 +478,7 @@ async fn go_on(
 }
 
 /// `agentloop approvals list`.
-pub async fn approvals(cmd: ApprovalsCommand) -> Result<i32, CliError> {
+pub(crate) async fn approvals(cmd: ApprovalsCommand) -> Result<i32, CliError> {
     let ApprovalsCommand::List(list) = cmd;
     list.print(|_| true, "no run waits for approval", approval_line)
         .await
@@ -505,7 +508,7 @@ fn approval_line(w: &WaitingCall) -> String {
 }
 
 /// `agentloop approve`.
-pub fn approve(args: &ApproveArgs) -> Result<i32, CliError> {
+pub(crate) fn approve(args: &ApproveArgs) -> Result<i32, CliError> {
     let reader = args.journal.reader()?;
     let run_id = reader.find(&args.run_id)?;
     let asked = reader.load(&run_id)?;
@@ -544,7 +547,7 @@ pub(crate) fn what_is_left(
 }
 
 /// `agentloop journal list|show|fork`.
-pub async fn journal(cmd: JournalCommand) -> Result<i32, CliError> {
+pub(crate) async fn journal(cmd: JournalCommand) -> Result<i32, CliError> {
     match cmd {
         JournalCommand::Fork(args) => fork(args).await,
         JournalCommand::List { journal, json } => {

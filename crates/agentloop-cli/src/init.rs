@@ -9,7 +9,7 @@ use crate::error::{CliError, code};
 
 /// Where `init` writes, and whether it may replace files already there.
 #[derive(Debug, Args)]
-pub struct InitArgs {
+pub(crate) struct InitArgs {
     /// The folder to write the agent into (created if missing).
     #[arg(default_value = ".")]
     dir: PathBuf,
@@ -102,7 +102,7 @@ const FILES: [(&str, &str); 3] = [
 ];
 
 /// Writes the starter agent and prints what it wrote and the command that runs it.
-pub fn init(args: &InitArgs) -> Result<i32, CliError> {
+pub(crate) fn init(args: &InitArgs) -> Result<i32, CliError> {
     let existing: Vec<&str> = FILES
         .iter()
         .map(|(rel, _)| *rel)

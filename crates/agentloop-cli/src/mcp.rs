@@ -23,7 +23,7 @@ use crate::served::{ServedArgs, ServedFiles};
 
 /// `agentloop mcp ...`.
 #[derive(Debug, Subcommand)]
-pub enum McpCommand {
+pub(crate) enum McpCommand {
     /// Starts each declared MCP server and prints its tools with their schemas (no model needed).
     List {
         /// The agent file.
@@ -39,7 +39,7 @@ pub enum McpCommand {
 
 /// `agentloop mcp serve`.
 #[derive(Debug, Args)]
-pub struct ServeArgs {
+pub(crate) struct ServeArgs {
     /// The files (each agent is one MCP tool, named as the agent), the journal and the trace.
     #[command(flatten)]
     served: ServedArgs,
@@ -85,7 +85,7 @@ fn session_idle(text: &str) -> Result<SessionIdle, String> {
 }
 
 /// Runs an `mcp` command.
-pub async fn mcp(command: McpCommand) -> Result<i32, CliError> {
+pub(crate) async fn mcp(command: McpCommand) -> Result<i32, CliError> {
     match command {
         McpCommand::List { file, json } => list(file, json).await,
         McpCommand::Serve(args) => serve(args).await,

@@ -12,7 +12,7 @@ use crate::error::CliError;
 const FLUSH: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// The exporter of one command.
-pub struct Otel {
+pub(crate) struct Otel {
     #[cfg(feature = "otel")]
     sink: Arc<agentloop_otel::OtelSink>,
 }
@@ -20,7 +20,7 @@ pub struct Otel {
 impl Otel {
     /// Starts the exporter from the standard environment variables.
     #[cfg(feature = "otel")]
-    pub fn start(payloads: bool) -> Result<Otel, CliError> {
+    pub(crate) fn start(payloads: bool) -> Result<Otel, CliError> {
         let mut config = agentloop_otel::OtelConfig::from_env().map_err(usage)?;
         config.payloads |= payloads;
         let sink = agentloop_otel::OtelSink::start(config).map_err(usage)?;
@@ -38,7 +38,7 @@ impl Otel {
     }
 
     /// The sink to add to a run.
-    pub fn sink(&self) -> Arc<dyn EventSink> {
+    pub(crate) fn sink(&self) -> Arc<dyn EventSink> {
         #[cfg(feature = "otel")]
         {
             self.sink.clone()
@@ -52,7 +52,7 @@ impl Otel {
     /// Sends what waits (for [`FLUSH`] at most) and says on stderr what could not be sent. The
     /// run's outcome is shown before: this wait holds only the exit. Ctrl-C ends the wait, and
     /// the command, at once (exit 130).
-    pub fn finish(self) {
+    pub(crate) fn finish(self) {
         #[cfg(feature = "otel")]
         {
             // The run's Ctrl-C handler is gone, and tokio's handler, once installed, keeps the

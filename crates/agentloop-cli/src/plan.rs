@@ -13,11 +13,11 @@ use crate::assemble;
 use crate::error::CliError;
 
 /// The placeholder input `plan` shows in the first request.
-pub const INPUT_PLACEHOLDER: &str = "<input>";
+pub(crate) const INPUT_PLACEHOLDER: &str = "<input>";
 
 /// What `plan` shows.
 #[derive(Debug, Serialize)]
-pub struct Plan {
+pub(crate) struct Plan {
     /// The agent's name.
     pub agent: String,
     /// Its description.
@@ -139,7 +139,7 @@ fn tool_set(tools: Vec<Tool>) -> Result<ToolSet, CliError> {
 /// for a dry run of one): a live provider's real body (key redacted), or the neutral request of
 /// a scripted agent. `mcp` is the tools of its started `[[mcp]]` servers (`run --dry-run` starts
 /// them; `plan` starts nothing, so its request shows the file's own tools).
-pub fn first_request_view(
+pub(crate) fn first_request_view(
     file: &AgentFile,
     history: Vec<Message>,
     input: &str,
@@ -239,7 +239,7 @@ fn tool_sandbox(file: &AgentFile, t: &crate::agent_file::ToolFileSpec) -> Value 
 }
 
 /// The plan of an agent file.
-pub fn plan(file: &AgentFile) -> Result<Plan, CliError> {
+pub(crate) fn plan(file: &AgentFile) -> Result<Plan, CliError> {
     let m = file.model();
     let provider = *m.provider.get_ref();
     let tools = tool_set(assemble::tools(file)?)?;
@@ -560,7 +560,7 @@ fn tool_calls_words(file: &AgentFile) -> Option<String> {
 }
 
 /// The plan for a terminal.
-pub fn render_plan(plan: &Plan) -> String {
+pub(crate) fn render_plan(plan: &Plan) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "agent   {}  ({})", plan.agent, plan.file);
     if let Some(d) = &plan.description {

@@ -17,18 +17,18 @@ use crate::durable::{JournalArg, WaitingArgs};
 use crate::error::CliError;
 
 /// The reason a question is refused when the person at the terminal ends the input.
-pub const END_OF_INPUT_REASON: &str = "the user gave no answer (end of input)";
+pub(crate) const END_OF_INPUT_REASON: &str = "the user gave no answer (end of input)";
 
 /// `agentloop questions`.
 #[derive(Debug, Subcommand)]
-pub enum QuestionsCommand {
+pub(crate) enum QuestionsCommand {
     /// Lists the questions suspended runs wait on, with the answers recorded so far.
     List(#[command(flatten)] WaitingArgs),
 }
 
 /// `agentloop answer`.
 #[derive(Debug, Args)]
-pub struct AnswerArgs {
+pub(crate) struct AnswerArgs {
     /// The run's id (or a unique prefix of it).
     run_id: String,
     /// The question's call.
@@ -78,7 +78,7 @@ fn hint(question: &Question) -> String {
 /// A typed line as the answer to `question`: the line as JSON when it parses and matches the
 /// schema, else the line as text when that matches (so `red` answers a choice of strings); the
 /// schema's complaint otherwise. Without a schema the answer is the line, as text.
-pub fn parse_reply(question: &Question, line: &str) -> Result<Value, String> {
+pub(crate) fn parse_reply(question: &Question, line: &str) -> Result<Value, String> {
     let line = line.trim_end_matches(['\n', '\r']);
     let text = Value::String(line.trim().to_owned());
     if question.schema.is_none() {
@@ -100,7 +100,7 @@ pub fn parse_reply(question: &Question, line: &str) -> Result<Value, String> {
 /// Asks every question, in order, and returns one answer each; an answer that does not match
 /// its schema asks again. A form (an object schema with properties) is asked field by field.
 /// `None` when the input ends first.
-pub async fn ask_questions(
+pub(crate) async fn ask_questions(
     lines: &mut dyn AnswerLines,
     out: &mut (dyn Write + Send),
     requests: &[ApprovalRequest],
@@ -236,7 +236,7 @@ async fn ask_value(
 }
 
 /// `agentloop questions list`.
-pub async fn list(cmd: QuestionsCommand) -> Result<i32, CliError> {
+pub(crate) async fn list(cmd: QuestionsCommand) -> Result<i32, CliError> {
     let QuestionsCommand::List(list) = cmd;
     list.print(
         |w| w.request.question.is_some(),
@@ -247,7 +247,7 @@ pub async fn list(cmd: QuestionsCommand) -> Result<i32, CliError> {
 }
 
 /// One question as `questions list` and `approvals list` show it.
-pub fn shown(w: &WaitingCall) -> String {
+pub(crate) fn shown(w: &WaitingCall) -> String {
     let request = &w.request;
     let text = request.question.as_ref().map_or("", |q| q.text.as_str());
     let schema = request
@@ -270,7 +270,7 @@ pub fn shown(w: &WaitingCall) -> String {
 }
 
 /// A subagent's call names its place in the tree (`  (lead/worker)`); the top agent's, nothing.
-pub fn place(w: &WaitingCall) -> String {
+pub(crate) fn place(w: &WaitingCall) -> String {
     Some(&w.request.agent)
         .filter(|a| !a.is_empty() && **a != w.agent)
         .map(|a| format!("  ({a})"))
@@ -279,7 +279,7 @@ pub fn place(w: &WaitingCall) -> String {
 
 /// `agentloop answer`: the answer is checked against the question's schema; a wrong one is an
 /// error and records nothing.
-pub async fn answer(args: &AnswerArgs) -> Result<i32, CliError> {
+pub(crate) async fn answer(args: &AnswerArgs) -> Result<i32, CliError> {
     let usage = |message: String| CliError::Usage { message };
     let value: Value = serde_json::from_str(&args.answer).map_err(|e| {
         usage(format!(

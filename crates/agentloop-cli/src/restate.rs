@@ -24,7 +24,7 @@ use crate::runs::{finish_trace, print_final_text};
 
 /// The Restate ingress a command talks to.
 #[derive(Debug, Args)]
-pub struct IngressArg {
+pub(crate) struct IngressArg {
     /// The Restate ingress (default: $AGENTLOOP_RESTATE, else http://127.0.0.1:8080). A URL with
     /// a user and password belongs in the variable: the command line is readable by every
     /// process of this user.
@@ -101,7 +101,7 @@ fn argv_credentials_warning(
 
 /// `agentloop serve`.
 #[derive(Debug, Args)]
-pub struct ServeArgs {
+pub(crate) struct ServeArgs {
     /// The agent files to serve (runs name the agent by its `name`).
     #[arg(required = true)]
     files: Vec<PathBuf>,
@@ -151,7 +151,7 @@ fn heartbeat_secs(text: &str) -> Result<f64, String> {
 
 /// `agentloop submit`.
 #[derive(Debug, Args)]
-pub struct SubmitArgs {
+pub(crate) struct SubmitArgs {
     #[command(flatten)]
     agent: AgentFileArg,
     /// The input text.
@@ -174,7 +174,7 @@ pub struct SubmitArgs {
 
 /// `agentloop attach`.
 #[derive(Debug, Args)]
-pub struct AttachArgs {
+pub(crate) struct AttachArgs {
     /// The run's id, as `submit` printed it.
     id: String,
     #[command(flatten)]
@@ -255,7 +255,7 @@ impl Agents for Served {
 }
 
 /// `agentloop serve FILE...`: until Ctrl-C or SIGTERM.
-pub async fn serve(args: ServeArgs) -> Result<i32, CliError> {
+pub(crate) async fn serve(args: ServeArgs) -> Result<i32, CliError> {
     // From here a stop signal waits for the start to finish, then stops it in order.
     let signal = crate::runs::terminated();
     let stores: Vec<PathBuf> = args.trace.iter().cloned().collect();
@@ -351,7 +351,7 @@ pub async fn serve(args: ServeArgs) -> Result<i32, CliError> {
 }
 
 /// `agentloop submit FILE --input TEXT`.
-pub async fn submit(args: SubmitArgs) -> Result<i32, CliError> {
+pub(crate) async fn submit(args: SubmitArgs) -> Result<i32, CliError> {
     let file = args.agent.load()?;
     let ingress = args.ingress.ingress()?;
     // Restate keeps an idempotency key per session (the run handler's object key): a submit
@@ -400,7 +400,7 @@ fn session_for_key(key: &str) -> String {
 const NEWS_EVERY: Duration = Duration::from_millis(150);
 
 /// `agentloop attach ID`: the run's events as they come, then its outcome.
-pub async fn attach(args: AttachArgs) -> Result<i32, CliError> {
+pub(crate) async fn attach(args: AttachArgs) -> Result<i32, CliError> {
     let ingress = args.ingress.ingress()?;
     let progress = crate::logging::progress();
     let shown = !args.json && !args.quiet;
@@ -510,7 +510,12 @@ fn restate_flag(url: &str) -> String {
 }
 
 /// `agentloop approve ID --call C --allow|--deny --restate URL`.
-pub async fn approve(run: &str, call: &str, answer: Answer, url: &str) -> Result<i32, CliError> {
+pub(crate) async fn approve(
+    run: &str,
+    call: &str,
+    answer: Answer,
+    url: &str,
+) -> Result<i32, CliError> {
     let ingress = ingress_at(url)?;
     ingress
         .approve(run, call, answer)
@@ -522,7 +527,12 @@ pub async fn approve(run: &str, call: &str, answer: Answer, url: &str) -> Result
 
 /// `agentloop answer ID --call C --json JSON --restate URL`: the answer is checked against the
 /// question's schema before the awakeable is resolved; a wrong one resolves nothing.
-pub async fn answer(run: &str, call: &str, reply: &Value, url: &str) -> Result<i32, CliError> {
+pub(crate) async fn answer(
+    run: &str,
+    call: &str,
+    reply: &Value,
+    url: &str,
+) -> Result<i32, CliError> {
     let ingress = ingress_at(url)?;
     ingress
         .reply(run, call, reply)
@@ -546,7 +556,10 @@ fn answer_error(e: RestateError) -> CliError {
 }
 
 /// The calls run `run` (started with `submit`) waits on, as `approvals list` shows a journal's.
-pub async fn waiting(url: &str, run: &str) -> Result<Vec<agentloop_store::WaitingCall>, CliError> {
+pub(crate) async fn waiting(
+    url: &str,
+    run: &str,
+) -> Result<Vec<agentloop_store::WaitingCall>, CliError> {
     let ingress = ingress_at(url)?;
     let news = ingress.news(run, u64::MAX).await.map_err(restate_error)?;
     Ok(news

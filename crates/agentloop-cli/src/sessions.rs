@@ -13,7 +13,7 @@ use crate::error::{CliError, code};
 
 /// `--session` and `--sessions`, as `run` and `chat` take them.
 #[derive(Debug, Args)]
-pub struct SessionArgs {
+pub(crate) struct SessionArgs {
     /// Continues the stored conversation NAME (created on first use) and stores this turn in it.
     #[arg(long, value_name = "NAME")]
     pub session: Option<String>,
@@ -23,7 +23,7 @@ pub struct SessionArgs {
 
 impl SessionArgs {
     /// The store's path, when a session was asked for.
-    pub fn store_path(&self) -> Option<PathBuf> {
+    pub(crate) fn store_path(&self) -> Option<PathBuf> {
         self.session.as_ref().map(|_| self.store.sessions.clone())
     }
 
@@ -38,7 +38,7 @@ impl SessionArgs {
     }
 
     /// The store and the session's name, when a session was asked for.
-    pub fn open(&self) -> Result<Option<(SqliteSessions, String)>, CliError> {
+    pub(crate) fn open(&self) -> Result<Option<(SqliteSessions, String)>, CliError> {
         let Some(name) = self.name()? else {
             return Ok(None);
         };
@@ -51,7 +51,7 @@ impl SessionArgs {
     /// The conversation a dry run goes on from: the session's transcript, read only (empty
     /// when there is no such session or store yet). A dry run has no side effects, so it neither
     /// makes the store nor adds its turn to the conversation.
-    pub fn transcript_read_only(&self) -> Result<Vec<Message>, CliError> {
+    pub(crate) fn transcript_read_only(&self) -> Result<Vec<Message>, CliError> {
         let Some(name) = self.name()? else {
             return Ok(Vec::new());
         };
@@ -65,7 +65,7 @@ impl SessionArgs {
 
 /// `agentloop sessions`.
 #[derive(Debug, Subcommand)]
-pub enum SessionsCommand {
+pub(crate) enum SessionsCommand {
     /// Lists the stored conversations, most recent first.
     List {
         #[command(flatten)]
@@ -104,7 +104,7 @@ pub enum SessionsCommand {
 
 /// `--sessions`, for the `sessions` commands.
 #[derive(Debug, Args)]
-pub struct StoreArg {
+pub(crate) struct StoreArg {
     /// The session store (default: $AGENTLOOP_SESSIONS, else sessions.db).
     #[arg(
         long,
@@ -130,7 +130,7 @@ impl StoreArg {
 }
 
 /// `agentloop sessions ...`.
-pub fn sessions(cmd: SessionsCommand) -> Result<i32, CliError> {
+pub(crate) fn sessions(cmd: SessionsCommand) -> Result<i32, CliError> {
     match cmd {
         SessionsCommand::List { store, json } => {
             let list = store.read_only()?.list()?;

@@ -35,7 +35,11 @@ struct Served {
 }
 
 /// Serves the viewer until Ctrl-C.
-pub async fn serve(path: PathBuf, port: u16, eval: Option<PathBuf>) -> Result<i32, CliError> {
+pub(crate) async fn serve(
+    path: PathBuf,
+    port: u16,
+    eval: Option<PathBuf>,
+) -> Result<i32, CliError> {
     // A trace that cannot be read at all is refused now rather than shown as an error page.
     agentloop_store::read_trace(&path).map_err(|e| CliError::Io {
         message: format!(

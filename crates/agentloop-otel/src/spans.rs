@@ -18,25 +18,25 @@ use opentelemetry_sdk::trace::{IdGenerator, RandomIdGenerator, SpanData, SpanEve
 
 /// The attribute names of the conventions (semantic-conventions 1.41.0, `docs/gen-ai`).
 mod attr {
-    pub const OPERATION: &str = "gen_ai.operation.name";
-    pub const PROVIDER: &str = "gen_ai.provider.name";
-    pub const REQUEST_MODEL: &str = "gen_ai.request.model";
-    pub const AGENT_NAME: &str = "gen_ai.agent.name";
-    pub const AGENT_ID: &str = "gen_ai.agent.id";
-    pub const FINISH_REASONS: &str = "gen_ai.response.finish_reasons";
-    pub const INPUT_TOKENS: &str = "gen_ai.usage.input_tokens";
-    pub const OUTPUT_TOKENS: &str = "gen_ai.usage.output_tokens";
-    pub const CACHE_READ: &str = "gen_ai.usage.cache_read.input_tokens";
-    pub const CACHE_CREATION: &str = "gen_ai.usage.cache_creation.input_tokens";
-    pub const REASONING: &str = "gen_ai.usage.reasoning.output_tokens";
-    pub const TOOL_NAME: &str = "gen_ai.tool.name";
-    pub const TOOL_CALL_ID: &str = "gen_ai.tool.call.id";
-    pub const TOOL_TYPE: &str = "gen_ai.tool.type";
-    pub const TOOL_ARGUMENTS: &str = "gen_ai.tool.call.arguments";
-    pub const TOOL_RESULT: &str = "gen_ai.tool.call.result";
-    pub const INPUT_MESSAGES: &str = "gen_ai.input.messages";
-    pub const OUTPUT_MESSAGES: &str = "gen_ai.output.messages";
-    pub const ERROR_TYPE: &str = "error.type";
+    pub(crate) const OPERATION: &str = "gen_ai.operation.name";
+    pub(crate) const PROVIDER: &str = "gen_ai.provider.name";
+    pub(crate) const REQUEST_MODEL: &str = "gen_ai.request.model";
+    pub(crate) const AGENT_NAME: &str = "gen_ai.agent.name";
+    pub(crate) const AGENT_ID: &str = "gen_ai.agent.id";
+    pub(crate) const FINISH_REASONS: &str = "gen_ai.response.finish_reasons";
+    pub(crate) const INPUT_TOKENS: &str = "gen_ai.usage.input_tokens";
+    pub(crate) const OUTPUT_TOKENS: &str = "gen_ai.usage.output_tokens";
+    pub(crate) const CACHE_READ: &str = "gen_ai.usage.cache_read.input_tokens";
+    pub(crate) const CACHE_CREATION: &str = "gen_ai.usage.cache_creation.input_tokens";
+    pub(crate) const REASONING: &str = "gen_ai.usage.reasoning.output_tokens";
+    pub(crate) const TOOL_NAME: &str = "gen_ai.tool.name";
+    pub(crate) const TOOL_CALL_ID: &str = "gen_ai.tool.call.id";
+    pub(crate) const TOOL_TYPE: &str = "gen_ai.tool.type";
+    pub(crate) const TOOL_ARGUMENTS: &str = "gen_ai.tool.call.arguments";
+    pub(crate) const TOOL_RESULT: &str = "gen_ai.tool.call.result";
+    pub(crate) const INPUT_MESSAGES: &str = "gen_ai.input.messages";
+    pub(crate) const OUTPUT_MESSAGES: &str = "gen_ai.output.messages";
+    pub(crate) const ERROR_TYPE: &str = "error.type";
 }
 
 /// A span under way.

@@ -297,10 +297,10 @@ mod bytes_of {
     use crate::error::RestateError;
 
     /// A response body.
-    pub struct Body(pub Vec<u8>);
+    pub(crate) struct Body(pub Vec<u8>);
 
     impl Body {
-        pub fn json<T: serde::de::DeserializeOwned>(&self) -> Result<T, RestateError> {
+        pub(crate) fn json<T: serde::de::DeserializeOwned>(&self) -> Result<T, RestateError> {
             serde_json::from_slice(&self.0).map_err(|e| RestateError::Response {
                 message: format!("{e}: {}", String::from_utf8_lossy(&self.0)),
             })

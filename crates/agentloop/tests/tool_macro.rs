@@ -531,14 +531,14 @@ mod weather {
     use agentloop::tool;
 
     /// A path under which agentloop is re-exported, as a facade crate would.
-    pub mod facade {
-        pub use agentloop::*;
+    pub(crate) mod facade {
+        pub(crate) use agentloop::*;
     }
 
     #[doc = concat!("Converts ", "degrees.")]
     #[doc = "  Celsius to Fahrenheit.  "]
     #[tool(crate = crate::weather::facade)]
-    pub async fn to_fahrenheit(celsius: f64) -> f64 {
+    pub(crate) async fn to_fahrenheit(celsius: f64) -> f64 {
         celsius * 9.0 / 5.0 + 32.0
     }
 }

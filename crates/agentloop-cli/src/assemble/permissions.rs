@@ -267,7 +267,7 @@ pub fn refuse_swappable_agent_files(
 /// where the kernel does not fold case itself (FUSE): a process writes through it, or renames
 /// a file of its own over it. Refused wherever case is ignored, as which kernels fold case
 /// cannot be seen from here. Linux only: elsewhere no bind is made (the sandbox says so).
-pub fn refuse_case_folded_own_files(
+pub(crate) fn refuse_case_folded_own_files(
     file: &AgentFile,
     roots: fn(&AgentFile) -> Vec<PathBuf>,
 ) -> Result<(), CliError> {

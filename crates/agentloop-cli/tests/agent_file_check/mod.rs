@@ -10,7 +10,7 @@ use agentloop_cli::agent_file::AgentFile;
 
 /// Checks `text` as an agent file in a folder that does not exist (a relative path it names
 /// reads nothing); says what failed to hold, if anything did.
-pub fn check(text: &str) -> Result<(), String> {
+pub(crate) fn check(text: &str) -> Result<(), String> {
     let path = Path::new("/nonexistent-agentloop-check/agent.toml");
     let problems = match AgentFile::parse(path, text) {
         Ok(file) => {

@@ -13,7 +13,7 @@ use super::AgentDir;
 
 /// Every tool appends `NAME ARGUMENTS` to `side.log`, then answers from its arguments; `broken`
 /// fails. `read` is idempotent; `write` and `commit` change the world (`commit` is sequential).
-pub const TOOL: &str = r#"name="$1"
+pub(crate) const TOOL: &str = r#"name="$1"
 args="$(cat)"
 printf '%s %s\n' "$name" "$args" >> side.log
 if [ "$name" = broken ]; then echo "broken: it always fails" >&2; exit 3; fi
@@ -36,7 +36,7 @@ input_schema = { type = "object", properties = { key = { type = "string" } }, re
     };
 }
 
-pub const AGENT: &str = concat!(
+pub(crate) const AGENT: &str = concat!(
     r#"name = "crash"
 version = "1"
 [model]
@@ -58,7 +58,7 @@ input_schema = { type = "object", properties = { key = { type = "string" } } }
 "#
 );
 
-pub const TREE: &str = concat!(
+pub(crate) const TREE: &str = concat!(
     r#"name = "lead"
 version = "1"
 [model]
@@ -80,7 +80,7 @@ description = "Worker B."
 "#
 );
 
-pub fn tree_worker(name: &str, permissions: &str) -> String {
+pub(crate) fn tree_worker(name: &str, permissions: &str) -> String {
     format!(
         "name = \"{name}\"\nversion = \"1\"\n[model]\nprovider = \"scripted\"\n\
          script = \"{name}.json\"\n[limits]\nmax_concurrency = 2\n{}{permissions}",
@@ -88,14 +88,14 @@ pub fn tree_worker(name: &str, permissions: &str) -> String {
     )
 }
 
-pub fn task(id: &str, tool: &str, task: &str) -> Value {
+pub(crate) fn task(id: &str, tool: &str, task: &str) -> Value {
     json!({"id": id, "name": tool, "arguments": {"task": task}})
 }
 
 /// The tree: `lead` hands a task to worker A while it writes itself, then one to worker B, then
 /// answers. Worker A writes and reads at once, then writes again; worker B writes once.
 /// `permissions` goes into worker A's file.
-pub fn tree_dir(permissions: &str) -> AgentDir {
+pub(crate) fn tree_dir(permissions: &str) -> AgentDir {
     let dir = AgentDir::new(TREE);
     dir.write("tool.sh", TOOL);
     dir.write("worker-a.toml", &tree_worker("worker-a", permissions));
@@ -130,11 +130,11 @@ pub fn tree_dir(permissions: &str) -> AgentDir {
     dir
 }
 
-pub fn call(id: &str, tool: &str, key: &str) -> Value {
+pub(crate) fn call(id: &str, tool: &str, key: &str) -> Value {
     json!({"id": id, "name": tool, "arguments": {"key": key}})
 }
 
-pub fn script() -> String {
+pub(crate) fn script() -> String {
     json!([
         {"text": "Reading and writing at once.", "tool_calls": [
             call("c1", "read", "a"), call("c2", "read", "b"), call("c3", "write", "x")]},
@@ -145,14 +145,14 @@ pub fn script() -> String {
     .to_string()
 }
 
-pub fn crash_dir(permissions: &str) -> AgentDir {
+pub(crate) fn crash_dir(permissions: &str) -> AgentDir {
     let dir = AgentDir::new(&format!("{AGENT}{permissions}"));
     dir.write("tool.sh", TOOL);
     dir.write("script.json", &script());
     dir
 }
 
-pub fn side_log(dir: &AgentDir) -> Vec<String> {
+pub(crate) fn side_log(dir: &AgentDir) -> Vec<String> {
     std::fs::read_to_string(dir.path("side.log"))
         .unwrap_or_default()
         .lines()
@@ -161,7 +161,7 @@ pub fn side_log(dir: &AgentDir) -> Vec<String> {
 }
 
 /// The tool of each call id in a transcript.
-pub fn tools_by_call(transcript: &[Value]) -> HashMap<String, String> {
+pub(crate) fn tools_by_call(transcript: &[Value]) -> HashMap<String, String> {
     transcript
         .iter()
         .filter(|m| m["role"] == "assistant")
@@ -175,7 +175,7 @@ pub fn tools_by_call(transcript: &[Value]) -> HashMap<String, String> {
         .collect()
 }
 
-pub fn is_interrupted(message: &Value) -> bool {
+pub(crate) fn is_interrupted(message: &Value) -> bool {
     message["role"] == "tool"
         && message["content"]["value"]
             .as_str()
@@ -185,7 +185,7 @@ pub fn is_interrupted(message: &Value) -> bool {
 /// The resumed run's transcript is the uninterrupted one's, but for results of non-idempotent
 /// calls that were running at the kill (their effect is unknown, and the model reads so); no
 /// non-idempotent call ran twice, and each call the transcript reports as done ran.
-pub fn check_against(base: &[Value], resumed: &[Value], side: &[String], what: &str) {
+pub(crate) fn check_against(base: &[Value], resumed: &[Value], side: &[String], what: &str) {
     assert_eq!(
         base.len(),
         resumed.len(),
@@ -234,7 +234,7 @@ pub fn check_against(base: &[Value], resumed: &[Value], side: &[String], what: &
 }
 
 /// The `agentloop` command with these arguments, run in the agent's folder.
-pub fn cli(dir: &AgentDir, args: &[&str]) -> std::process::Output {
+pub(crate) fn cli(dir: &AgentDir, args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_agentloop"))
         .args(args)
         .current_dir(dir.path("."))
@@ -244,7 +244,7 @@ pub fn cli(dir: &AgentDir, args: &[&str]) -> std::process::Output {
 }
 
 /// Asserts the command exited with `code`, showing its stderr otherwise.
-pub fn exited(out: &std::process::Output, code: i32, what: &str) {
+pub(crate) fn exited(out: &std::process::Output, code: i32, what: &str) {
     assert_eq!(
         out.status.code(),
         Some(code),
@@ -254,7 +254,7 @@ pub fn exited(out: &std::process::Output, code: i32, what: &str) {
 }
 
 /// The command's stdout as JSON.
-pub fn json_of(out: &std::process::Output) -> Value {
+pub(crate) fn json_of(out: &std::process::Output) -> Value {
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
         panic!(
             "not JSON ({e}): {}\nstderr: {}",
@@ -266,7 +266,7 @@ pub fn json_of(out: &std::process::Output) -> Value {
 
 /// Runs `cmd` (its journal fault set), and kills the process with SIGKILL once it stops at the
 /// fault. Returns false when the run ended before reaching it.
-pub fn killed_at_fault(mut cmd: Command) -> bool {
+pub(crate) fn killed_at_fault(mut cmd: Command) -> bool {
     use std::io::{BufRead, BufReader};
     let mut child = cmd
         .stdout(Stdio::null())
@@ -287,7 +287,7 @@ pub fn killed_at_fault(mut cmd: Command) -> bool {
 
 /// The top run of a journal's runs (the one no other run started), and how many of the runs it
 /// started were still running: a kill that landed inside a child.
-pub fn top_and_running_children(runs: &[Value]) -> (String, usize) {
+pub(crate) fn top_and_running_children(runs: &[Value]) -> (String, usize) {
     let tops: Vec<&Value> = runs.iter().filter(|r| r.get("parent").is_none()).collect();
     assert_eq!(tops.len(), 1, "{runs:#?}");
     let running = runs
@@ -298,7 +298,7 @@ pub fn top_and_running_children(runs: &[Value]) -> (String, usize) {
 }
 
 /// `resume RUN --journal JOURNAL --json`.
-pub fn resume_json(
+pub(crate) fn resume_json(
     dir: &AgentDir,
     journal: &std::path::Path,
     run_id: &str,
@@ -316,7 +316,7 @@ pub fn resume_json(
 }
 
 /// `journal list --json` of a journal.
-pub fn journal_runs(dir: &AgentDir, journal: &std::path::Path) -> Vec<Value> {
+pub(crate) fn journal_runs(dir: &AgentDir, journal: &std::path::Path) -> Vec<Value> {
     let out = cli(
         dir,
         &[

@@ -9,13 +9,13 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// A FAT image mounted with `fusefat` in a temporary folder, unmounted when dropped.
-pub struct FatMount {
+pub(crate) struct FatMount {
     dir: tempfile::TempDir,
 }
 
 impl FatMount {
     /// The mount, or why this machine cannot make one (the test is then skipped).
-    pub fn new() -> Result<FatMount, String> {
+    pub(crate) fn new() -> Result<FatMount, String> {
         let uid = Command::new("id")
             .arg("-u")
             .output()
@@ -52,12 +52,12 @@ impl FatMount {
     }
 
     /// A folder beside the mount, on the machine's own file system.
-    pub fn stores(&self) -> PathBuf {
+    pub(crate) fn stores(&self) -> PathBuf {
         self.dir.path().to_path_buf()
     }
 
     /// The mounted folder.
-    pub fn path(&self) -> PathBuf {
+    pub(crate) fn path(&self) -> PathBuf {
         self.dir.path().join("mnt")
     }
 }

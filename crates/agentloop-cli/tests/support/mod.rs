@@ -2,10 +2,10 @@
 //! request, and helpers to write agent files and run the `agentloop` binary.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-pub mod crash;
-pub mod fat;
-pub mod questions;
-pub mod restate;
+pub(crate) mod crash;
+pub(crate) mod fat;
+pub(crate) mod questions;
+pub(crate) mod restate;
 
 use std::io::BufRead as _;
 use std::path::{Path, PathBuf};
@@ -18,13 +18,13 @@ use wiremock::matchers::{method, path};
 use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
 
 /// The recorded provider responses (the providers crate's fixture corpus).
-pub const FIXTURES: &str = concat!(
+pub(crate) const FIXTURES: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/../agentloop-providers/tests/fixtures"
 );
 
 /// The repository's root.
-pub fn repo() -> PathBuf {
+pub(crate) fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../..")
         .canonicalize()
@@ -32,7 +32,7 @@ pub fn repo() -> PathBuf {
 }
 
 /// Copies a folder whole (an example, so that its runs write nothing in the repository).
-pub fn copy_dir(from: &Path, to: &Path) {
+pub(crate) fn copy_dir(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).unwrap();
     for entry in std::fs::read_dir(from).unwrap() {
         let entry = entry.unwrap();
@@ -46,19 +46,19 @@ pub fn copy_dir(from: &Path, to: &Path) {
 }
 
 /// The API key the tests put in the environment.
-pub const TEST_KEY: &str = "sk-test-secret-4711";
+pub(crate) const TEST_KEY: &str = "sk-test-secret-4711";
 
 /// One recorded response: its HTTP status and fixture file.
-pub struct Turn {
+pub(crate) struct Turn {
     pub status: u16,
     pub file: &'static str,
 }
 
-pub fn ok(file: &'static str) -> Turn {
+pub(crate) fn ok(file: &'static str) -> Turn {
     Turn { status: 200, file }
 }
 
-pub fn status(status: u16, file: &'static str) -> Turn {
+pub(crate) fn status(status: u16, file: &'static str) -> Turn {
     Turn { status, file }
 }
 
@@ -83,13 +83,13 @@ impl Respond for Sequence {
 }
 
 /// A fake provider at `uri()`.
-pub struct FakeProvider {
+pub(crate) struct FakeProvider {
     pub server: MockServer,
 }
 
 impl FakeProvider {
     /// Serves `turns` at `route` (`/v1/chat/completions`, `/v1/messages`, `/v1/responses`).
-    pub async fn start(route: &str, turns: Vec<Turn>) -> FakeProvider {
+    pub(crate) async fn start(route: &str, turns: Vec<Turn>) -> FakeProvider {
         let server = MockServer::start().await;
         let turns = turns
             .into_iter()
@@ -115,17 +115,17 @@ impl FakeProvider {
         FakeProvider { server }
     }
 
-    pub fn uri(&self) -> String {
+    pub(crate) fn uri(&self) -> String {
         self.server.uri()
     }
 
     /// Every request received, in order.
-    pub async fn requests(&self) -> Vec<Request> {
+    pub(crate) async fn requests(&self) -> Vec<Request> {
         self.server.received_requests().await.unwrap_or_default()
     }
 
     /// The JSON bodies received, in order.
-    pub async fn bodies(&self) -> Vec<Value> {
+    pub(crate) async fn bodies(&self) -> Vec<Value> {
         self.requests()
             .await
             .iter()
@@ -135,13 +135,13 @@ impl FakeProvider {
 }
 
 /// A directory holding an agent file and its tools.
-pub struct AgentDir {
+pub(crate) struct AgentDir {
     pub dir: tempfile::TempDir,
 }
 
 /// A python tool that logs its stdin (one JSON document per line) and its environment's variable
 /// names, then prints a fixed answer or fails with a message on stderr.
-pub const LOGGING_TOOL: &str = r#"
+pub(crate) const LOGGING_TOOL: &str = r#"
 import json, os, sys
 data = sys.stdin.read()
 with open("stdin.log", "a") as f:
@@ -156,7 +156,7 @@ print("18 degrees and sunny")
 "#;
 
 impl AgentDir {
-    pub fn new(agent_toml: &str) -> AgentDir {
+    pub(crate) fn new(agent_toml: &str) -> AgentDir {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("agent.toml"), agent_toml).unwrap();
         std::fs::write(dir.path().join("tool.py"), LOGGING_TOOL).unwrap();
@@ -164,19 +164,19 @@ impl AgentDir {
     }
 
     /// As [`AgentDir::new`], in a folder made inside `parent` (a file system of a test's own).
-    pub fn new_in(parent: &Path, agent_toml: &str) -> AgentDir {
+    pub(crate) fn new_in(parent: &Path, agent_toml: &str) -> AgentDir {
         let dir = tempfile::tempdir_in(parent).unwrap();
         std::fs::write(dir.path().join("agent.toml"), agent_toml).unwrap();
         std::fs::write(dir.path().join("tool.py"), LOGGING_TOOL).unwrap();
         AgentDir { dir }
     }
 
-    pub fn path(&self, name: &str) -> PathBuf {
+    pub(crate) fn path(&self, name: &str) -> PathBuf {
         self.dir.path().join(name)
     }
 
     /// The names in the folder, sorted.
-    pub fn file_names(&self) -> Vec<String> {
+    pub(crate) fn file_names(&self) -> Vec<String> {
         let mut names: Vec<String> = std::fs::read_dir(self.path("."))
             .unwrap()
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
@@ -185,16 +185,16 @@ impl AgentDir {
         names
     }
 
-    pub fn write(&self, name: &str, text: &str) {
+    pub(crate) fn write(&self, name: &str, text: &str) {
         std::fs::write(self.path(name), text).unwrap();
     }
 
-    pub fn agent(&self) -> PathBuf {
+    pub(crate) fn agent(&self) -> PathBuf {
         self.path("agent.toml")
     }
 
     /// The JSON documents the tool read on stdin, in order.
-    pub fn tool_inputs(&self) -> Vec<Value> {
+    pub(crate) fn tool_inputs(&self) -> Vec<Value> {
         std::fs::read_to_string(self.path("stdin.log"))
             .unwrap_or_default()
             .lines()
@@ -203,14 +203,14 @@ impl AgentDir {
             .collect()
     }
 
-    pub fn tool_env(&self) -> String {
+    pub(crate) fn tool_env(&self) -> String {
         std::fs::read_to_string(self.path("env.log")).unwrap_or_default()
     }
 }
 
 /// A scripted agent named `name` whose one tool, `get_weather`, is the logging tool
 /// ([`LOGGING_TOOL`]), and whose model answers `script` (the text of its `script.json`).
-pub fn scripted_weather(name: &str, script: &str) -> AgentDir {
+pub(crate) fn scripted_weather(name: &str, script: &str) -> AgentDir {
     let dir = AgentDir::new(&format!(
         r#"name = "{name}"
 [model]
@@ -226,7 +226,7 @@ command = ["python3", "tool.py"]
 }
 
 /// A Chat Completions fake that calls `get_weather` once (Mexico City), then answers.
-pub async fn one_call_then_text() -> FakeProvider {
+pub(crate) async fn one_call_then_text() -> FakeProvider {
     FakeProvider::start(
         "/v1/chat/completions",
         vec![
@@ -239,7 +239,7 @@ pub async fn one_call_then_text() -> FakeProvider {
 
 /// Runs `agentloop` with args, the test key set in `AGENTLOOP_TEST_KEY` and `OPENAI_API_KEY`,
 /// off the async runtime.
-pub async fn agentloop(args: Vec<String>) -> Output {
+pub(crate) async fn agentloop(args: Vec<String>) -> Output {
     agentloop_env(
         args,
         vec![
@@ -251,7 +251,10 @@ pub async fn agentloop(args: Vec<String>) -> Output {
 }
 
 /// Runs `agentloop` with args and these environment variables.
-pub async fn agentloop_env(args: Vec<String>, env: Vec<(&'static str, &'static str)>) -> Output {
+pub(crate) async fn agentloop_env(
+    args: Vec<String>,
+    env: Vec<(&'static str, &'static str)>,
+) -> Output {
     tokio::task::spawn_blocking(move || {
         let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_agentloop"));
         cmd.args(&args)
@@ -270,18 +273,18 @@ pub async fn agentloop_env(args: Vec<String>, env: Vec<(&'static str, &'static s
     .unwrap()
 }
 
-pub fn args(items: &[&str]) -> Vec<String> {
+pub(crate) fn args(items: &[&str]) -> Vec<String> {
     items.iter().map(|s| (*s).to_owned()).collect()
 }
 
 /// `agentloop run AGENT --input INPUT --json` (with the test key), whatever its exit code.
-pub async fn run_agent_json(agent: &Path, input: &str) -> Output {
+pub(crate) async fn run_agent_json(agent: &Path, input: &str) -> Output {
     run_agent_json_with(agent, input, &[]).await
 }
 
 /// `agentloop run AGENT --input INPUT --json` and `extra` (with the test key), whatever its exit
 /// code.
-pub async fn run_agent_json_with(agent: &Path, input: &str, extra: &[&str]) -> Output {
+pub(crate) async fn run_agent_json_with(agent: &Path, input: &str, extra: &[&str]) -> Output {
     let mut a = vec!["run", agent.to_str().unwrap(), "--input", input, "--json"];
     a.extend_from_slice(extra);
     agentloop(args(&a)).await
@@ -289,7 +292,7 @@ pub async fn run_agent_json_with(agent: &Path, input: &str, extra: &[&str]) -> O
 
 /// `agentloop run AGENT --input INPUT --json`, which must exit 0 and finish: the output and its
 /// JSON object.
-pub async fn run_finished(agent: &Path, input: &str) -> (Output, Value) {
+pub(crate) async fn run_finished(agent: &Path, input: &str) -> (Output, Value) {
     let out = run_agent_json(agent, input).await;
     assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
     let v = stdout_json(&out);
@@ -297,7 +300,7 @@ pub async fn run_finished(agent: &Path, input: &str) -> (Output, Value) {
     (out, v)
 }
 
-pub fn stdout_json(out: &Output) -> Value {
+pub(crate) fn stdout_json(out: &Output) -> Value {
     let text = String::from_utf8_lossy(&out.stdout);
     serde_json::from_str(text.trim()).unwrap_or_else(|e| {
         panic!(
@@ -307,17 +310,17 @@ pub fn stdout_json(out: &Output) -> Value {
     })
 }
 
-pub fn stderr(out: &Output) -> String {
+pub(crate) fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
-pub fn stdout(out: &Output) -> String {
+pub(crate) fn stdout(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// An OpenAI agent at the fake provider with one logging tool, `get_weather`; `extra` goes at the
 /// end of `[model]` (and may open tables of its own).
-pub fn openai_agent(uri: &str, extra: &str) -> String {
+pub(crate) fn openai_agent(uri: &str, extra: &str) -> String {
     format!(
         r#"name = "weather"
 instructions = "You answer weather questions."
@@ -340,7 +343,7 @@ input_schema = {{ type = "object", properties = {{ city = {{ type = "string" }},
 }
 
 /// An Anthropic agent at the fake provider with one logging tool named `tool`.
-pub fn anthropic_agent(uri: &str, tool: &str) -> String {
+pub(crate) fn anthropic_agent(uri: &str, tool: &str) -> String {
     format!(
         r#"name = "a"
 [model]
@@ -357,7 +360,7 @@ command = ["python3", "tool.py"]
 }
 
 /// Runs `agentloop chat AGENT` with `input` on stdin and the test key set, off the async runtime.
-pub async fn chat(agent: PathBuf, input: &'static str) -> Output {
+pub(crate) async fn chat(agent: PathBuf, input: &'static str) -> Output {
     tokio::task::spawn_blocking(move || {
         assert_cmd::Command::new(env!("CARGO_BIN_EXE_agentloop"))
             .args(["chat", agent.to_str().unwrap()])
@@ -372,7 +375,7 @@ pub async fn chat(agent: PathBuf, input: &'static str) -> Output {
 
 /// The folder the MCP test servers and clients are installed in by `scripts/mcp/install.sh`
 /// (once per test process): `node_modules/.bin/` and `venv/bin/` hold their commands.
-pub fn mcp_installed() -> &'static Path {
+pub(crate) fn mcp_installed() -> &'static Path {
     static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     DIR.get_or_init(|| {
         let out = std::process::Command::new(repo().join("scripts/mcp/install.sh"))
@@ -390,7 +393,7 @@ pub fn mcp_installed() -> &'static Path {
 
 /// The folder `scripts/a2a/install.sh` installed the official A2A SDK in (once per test
 /// process): `venv/bin/python` has it.
-pub fn a2a_installed() -> &'static Path {
+pub(crate) fn a2a_installed() -> &'static Path {
     static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     DIR.get_or_init(|| {
         let out = std::process::Command::new(repo().join("scripts/a2a/install.sh"))
@@ -404,7 +407,7 @@ pub fn a2a_installed() -> &'static Path {
 
 /// Drives a command in a pseudo-terminal: waits for each prompt text, then types its line; reads
 /// the rest to the end; prints everything the terminal showed and exits with the command's code.
-pub const PTY_DRIVER: &str = r#"
+pub(crate) const PTY_DRIVER: &str = r#"
 import os, pty, select, sys
 steps = sys.argv[1].split("\x1f")
 argv = sys.argv[2:]
@@ -441,7 +444,7 @@ sys.exit(os.waitstatus_to_exitcode(status))
 /// Runs `agentloop ARGS` in the agent's folder in a pseudo-terminal (python's `pty`, stdin and
 /// stderr a terminal, so approvals are asked there): types each `steps` pair's line once its
 /// prompt text shows ([`PTY_DRIVER`]). Its stdout is all the terminal showed.
-pub fn in_terminal(dir: &AgentDir, steps: &[&str], args: &[&str]) -> std::process::Output {
+pub(crate) fn in_terminal(dir: &AgentDir, steps: &[&str], args: &[&str]) -> std::process::Output {
     dir.write("pty_driver.py", PTY_DRIVER);
     std::process::Command::new("python3")
         .arg(dir.path("pty_driver.py"))
@@ -455,13 +458,13 @@ pub fn in_terminal(dir: &AgentDir, steps: &[&str], args: &[&str]) -> std::proces
 }
 
 /// The `agentloop` binary.
-pub fn bin() -> &'static str {
+pub(crate) fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_agentloop")
 }
 
 /// A forecaster: it calls its `forecast` command tool for Paris and answers JSON that its output
 /// schema describes. `slow` starts, writes `started`, and would write `finished` after 8 s.
-pub fn forecaster(permissions: &str) -> AgentDir {
+pub(crate) fn forecaster(permissions: &str) -> AgentDir {
     let dir = AgentDir::new(&format!(
         r#"name = "forecaster"
 description = "Forecasts the weather of a city."
@@ -500,7 +503,7 @@ timeout_secs = 60
 }
 
 /// A scripted agent whose one step calls `slow`.
-pub fn slow_script(dir: &AgentDir) {
+pub(crate) fn slow_script(dir: &AgentDir) {
     dir.write(
         "script.json",
         &serde_json::json!([
@@ -513,13 +516,13 @@ pub fn slow_script(dir: &AgentDir) {
 
 /// `agentloop mcp serve ... --http 127.0.0.1:0` or `agentloop a2a serve ... --addr 127.0.0.1:0`,
 /// its URL read from its stderr, stopped when dropped.
-pub struct HttpServer {
+pub(crate) struct HttpServer {
     child: std::process::Child,
     pub url: String,
 }
 
 impl HttpServer {
-    pub fn start(protocol: &str, args: &[&str]) -> HttpServer {
+    pub(crate) fn start(protocol: &str, args: &[&str]) -> HttpServer {
         let addr = if protocol == "mcp" {
             "--http"
         } else {
@@ -551,7 +554,7 @@ impl HttpServer {
     /// Stops it as a service manager would (SIGTERM), and waits for it to end: it must end as
     /// a stop ends it, exit 0, however soon after its start the signal came (never killed by
     /// the signal itself, which would leave what it started unstopped).
-    pub fn terminate(mut self) {
+    pub(crate) fn terminate(mut self) {
         let status = std::process::Command::new("kill")
             .args(["-TERM", &self.child.id().to_string()])
             .status()
@@ -568,7 +571,7 @@ impl HttpServer {
 
 /// The status code of one HTTP/1.1 request to `url` (`http://HOST:PORT/PATH`) sent as a web
 /// page or a rebound name would send it: its own `Host`, and the `Content-Type` given.
-pub fn http_status(
+pub(crate) fn http_status(
     url: &str,
     method: &str,
     host: &str,
@@ -579,7 +582,7 @@ pub fn http_status(
 }
 
 /// [`http_status`], with the answer's body.
-pub fn http_answer(
+pub(crate) fn http_answer(
     url: &str,
     method: &str,
     host: &str,
@@ -595,7 +598,7 @@ pub fn http_answer(
 
 /// One HTTP/1.1 request to `url` with its own `Host` and these headers: the answer's status and
 /// body.
-pub fn http_request(
+pub(crate) fn http_request(
     url: &str,
     method: &str,
     host: &str,
@@ -650,7 +653,7 @@ fn send_request(
 
 /// [`http_request`], reading only the answer's head (an event stream may stay open after it):
 /// its status and the value of each header, names in lower case.
-pub fn http_head(
+pub(crate) fn http_head(
     url: &str,
     method: &str,
     host: &str,
@@ -692,7 +695,11 @@ impl Drop for HttpServer {
 
 /// Runs a Python client script of the project (`scripts/...`) with `python` and `args`, off the
 /// async runtime; it must succeed and print a JSON list: what each of its steps saw.
-pub async fn python_client_steps(python: PathBuf, script: &str, args: Vec<String>) -> Vec<Value> {
+pub(crate) async fn python_client_steps(
+    python: PathBuf,
+    script: &str,
+    args: Vec<String>,
+) -> Vec<Value> {
     let script = repo().join(script);
     let out = tokio::task::spawn_blocking(move || {
         std::process::Command::new(python)
@@ -718,7 +725,7 @@ pub async fn python_client_steps(python: PathBuf, script: &str, args: Vec<String
 
 /// Serves OpenAI chat completions (not streamed), the JSON bodies in order; a request past the
 /// last gets a 500.
-pub struct Replies {
+pub(crate) struct Replies {
     pub bodies: Vec<Value>,
     pub next: Arc<AtomicUsize>,
 }
@@ -734,7 +741,7 @@ impl Respond for Replies {
 }
 
 /// A chat completion answering with `message`.
-pub fn completion(message: Value) -> Value {
+pub(crate) fn completion(message: Value) -> Value {
     let finish = if message.get("tool_calls").is_some() {
         "tool_calls"
     } else {
@@ -751,13 +758,13 @@ pub fn completion(message: Value) -> Value {
 }
 
 /// One tool call of a chat completion's message.
-pub fn chat_call(id: &str, name: &str, arguments: Value) -> Value {
+pub(crate) fn chat_call(id: &str, name: &str, arguments: Value) -> Value {
     serde_json::json!({"id": id, "type": "function", "function": {"name": name, "arguments": arguments.to_string()}})
 }
 
 /// The agent file's `sandbox` values this machine runs a tool under: `off`, and
 /// `workspace-write` where the sandbox has all it needs.
-pub fn sandbox_modes_here() -> Vec<&'static str> {
+pub(crate) fn sandbox_modes_here() -> Vec<&'static str> {
     let mut modes = vec!["off"];
     if agentloop_sandbox::Support::missing(agentloop_sandbox::SandboxPolicy::new(
         agentloop_sandbox::SandboxMode::WorkspaceWrite,
@@ -770,7 +777,7 @@ pub fn sandbox_modes_here() -> Vec<&'static str> {
 }
 
 /// Every live process (not a zombie) whose process group is one of `groups`, as `pid (name)`.
-pub fn live_in_groups(groups: &[&str]) -> Vec<String> {
+pub(crate) fn live_in_groups(groups: &[&str]) -> Vec<String> {
     let mut live = Vec::new();
     for entry in std::fs::read_dir("/proc").unwrap().flatten() {
         let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {

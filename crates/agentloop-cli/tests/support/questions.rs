@@ -7,7 +7,7 @@ use super::AgentDir;
 use super::crash::TOOL;
 
 /// One question (a choice), then the answer.
-pub const ONE_QUESTION: &str = r#"name = "asker"
+pub(crate) const ONE_QUESTION: &str = r#"name = "asker"
 version = "1"
 [model]
 provider = "scripted"
@@ -17,7 +17,7 @@ builtin = "ask_user"
 "#;
 
 /// Two questions and an approval in one batch.
-pub const BATCH: &str = r#"name = "asker"
+pub(crate) const BATCH: &str = r#"name = "asker"
 version = "1"
 [model]
 provider = "scripted"
@@ -34,11 +34,11 @@ input_schema = { type = "object", properties = { key = { type = "string" } }, re
 ask = ["write"]
 "#;
 
-pub fn question(id: &str, text: &str, schema: Value) -> Value {
+pub(crate) fn question(id: &str, text: &str, schema: Value) -> Value {
     json!({"id": id, "name": "ask_user", "arguments": {"question": text, "schema": schema}})
 }
 
-pub fn one_question_dir() -> AgentDir {
+pub(crate) fn one_question_dir() -> AgentDir {
     let dir = AgentDir::new(ONE_QUESTION);
     dir.write(
         "script.json",
@@ -51,7 +51,7 @@ pub fn one_question_dir() -> AgentDir {
     dir
 }
 
-pub fn batch_dir() -> AgentDir {
+pub(crate) fn batch_dir() -> AgentDir {
     let dir = AgentDir::new(BATCH);
     dir.write("tool.sh", TOOL);
     dir.write(
@@ -71,7 +71,7 @@ pub fn batch_dir() -> AgentDir {
 
 /// A parent whose subagent asks: `lead` hands a task to `helper` (call `p1`), whose model asks
 /// which colour (call `a1`), then answers with it; `lead` then answers.
-pub fn tree_dir() -> AgentDir {
+pub(crate) fn tree_dir() -> AgentDir {
     let dir = AgentDir::new(
         r#"name = "lead"
 version = "1"
@@ -115,7 +115,7 @@ builtin = "ask_user"
 }
 
 /// The call's record in a `--json` outcome.
-pub fn call<'a>(outcome: &'a Value, id: &str) -> &'a Value {
+pub(crate) fn call<'a>(outcome: &'a Value, id: &str) -> &'a Value {
     outcome["tool_calls"]
         .as_array()
         .unwrap()

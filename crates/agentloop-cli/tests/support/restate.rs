@@ -13,23 +13,23 @@ use super::crash::cli;
 use super::{AgentDir, repo, stderr, stdout_json};
 
 /// A Restate server of the test's own, stopped (by PID) when dropped.
-pub struct Server {
+pub(crate) struct Server {
     dir: tempfile::TempDir,
     pub ingress: String,
     pub admin: String,
 }
 
-pub fn restate_script(name: &str) -> PathBuf {
+pub(crate) fn restate_script(name: &str) -> PathBuf {
     repo().join("scripts/restate").join(name)
 }
 
 impl Server {
-    pub fn start() -> Server {
+    pub(crate) fn start() -> Server {
         Server::start_with(&[])
     }
 
     /// A server with these variables for `start.sh`.
-    pub fn start_with(env: &[(&str, &str)]) -> Server {
+    pub(crate) fn start_with(env: &[(&str, &str)]) -> Server {
         let dir = tempfile::tempdir().unwrap();
         let out = Command::new(restate_script("start.sh"))
             .arg(dir.path())
@@ -68,7 +68,7 @@ impl Drop for Server {
 
 /// A worker process (`agentloop serve`), killed with SIGKILL when dropped, and what it writes on
 /// stderr after it started.
-pub struct Worker(pub Child, pub std::sync::mpsc::Receiver<String>);
+pub(crate) struct Worker(pub Child, pub std::sync::mpsc::Receiver<String>);
 
 impl Drop for Worker {
     fn drop(&mut self) {
@@ -77,14 +77,14 @@ impl Drop for Worker {
     }
 }
 
-pub fn free_addr() -> SocketAddr {
+pub(crate) fn free_addr() -> SocketAddr {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     l.local_addr().unwrap()
 }
 
 /// Starts a worker at `addr`, registered with the server when `register`; `crash_after` makes it
 /// stop a run right after that step is journaled (it says so on stderr) for the test to kill it.
-pub fn worker(
+pub(crate) fn worker(
     dir: &AgentDir,
     server: &Server,
     addr: SocketAddr,
@@ -95,7 +95,7 @@ pub fn worker(
 }
 
 /// [`worker`] with more arguments for `serve`, and these environment variables (a test fault).
-pub fn worker_with(
+pub(crate) fn worker_with(
     dir: &AgentDir,
     server: &Server,
     addr: SocketAddr,
@@ -149,7 +149,7 @@ pub fn worker_with(
     Worker(child, rx)
 }
 
-pub fn submit(dir: &AgentDir, server: &Server, session: &str, extra: &[&str]) -> Value {
+pub(crate) fn submit(dir: &AgentDir, server: &Server, session: &str, extra: &[&str]) -> Value {
     let agent = dir.agent();
     let mut args = vec![
         "submit",
@@ -169,14 +169,14 @@ pub fn submit(dir: &AgentDir, server: &Server, session: &str, extra: &[&str]) ->
 }
 
 /// Submits a run on session `session`; its id.
-pub fn submit_id(dir: &AgentDir, server: &Server, session: &str) -> String {
+pub(crate) fn submit_id(dir: &AgentDir, server: &Server, session: &str) -> String {
     submit(dir, server, session, &[])["id"]
         .as_str()
         .unwrap()
         .to_owned()
 }
 
-pub fn attach_cmd(dir: &AgentDir, server: &Server, id: &str) -> Command {
+pub(crate) fn attach_cmd(dir: &AgentDir, server: &Server, id: &str) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_agentloop"));
     cmd.args(["attach", id, "--restate", &server.ingress, "--json"])
         .current_dir(dir.path("."))
@@ -185,7 +185,7 @@ pub fn attach_cmd(dir: &AgentDir, server: &Server, id: &str) -> Command {
 }
 
 /// `attach --json` of run `id`, running, its output piped.
-pub fn watch(dir: &AgentDir, server: &Server, id: &str) -> Child {
+pub(crate) fn watch(dir: &AgentDir, server: &Server, id: &str) -> Child {
     attach_cmd(dir, server, id)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -193,14 +193,14 @@ pub fn watch(dir: &AgentDir, server: &Server, id: &str) -> Child {
         .unwrap()
 }
 
-pub fn attach(dir: &AgentDir, server: &Server, id: &str) -> Value {
+pub(crate) fn attach(dir: &AgentDir, server: &Server, id: &str) -> Value {
     let out = attach_cmd(dir, server, id).output().unwrap();
     assert_eq!(out.status.code(), Some(0), "attach: {}", stderr(&out));
     stdout_json(&out)
 }
 
 /// Run `id`'s news from the start, as `attach` reads it (`{"events", "next", "approvals"}`).
-pub fn news(server: &Server, id: &str) -> Value {
+pub(crate) fn news(server: &Server, id: &str) -> Value {
     let code = format!(
         "import json, urllib.request\n\
          r = urllib.request.Request('{}/AgentRuns/{id}/read', data=b'0', headers={{'content-type': 'application/json'}})\n\
@@ -218,7 +218,7 @@ pub fn news(server: &Server, id: &str) -> Value {
 }
 
 /// Rejects an awakeable through Restate's own API (as an operator would, not through agentloop).
-pub fn reject(server: &Server, awakeable: &str) {
+pub(crate) fn reject(server: &Server, awakeable: &str) {
     let code = format!(
         "import urllib.request\n\
          urllib.request.urlopen(urllib.request.Request('{}/restate/awakeables/{awakeable}/reject', data=b'no', method='POST'))",
@@ -232,7 +232,7 @@ pub fn reject(server: &Server, awakeable: &str) {
 }
 
 /// What run `id` waits on, through `agentloop questions|approvals list --restate URL --run ID`.
-pub fn listed(dir: &AgentDir, server: &Server, what: &str, id: &str) -> Vec<Value> {
+pub(crate) fn listed(dir: &AgentDir, server: &Server, what: &str, id: &str) -> Vec<Value> {
     let out = cli(
         dir,
         &[

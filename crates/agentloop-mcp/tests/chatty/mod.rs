@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 
 /// An agent that calls `count` once a turn for `turns` turns, then answers "done"; `done`
 /// counts the calls.
-pub fn chatty(turns: usize, done: Arc<AtomicUsize>) -> Result<Agent, String> {
+pub(crate) fn chatty(turns: usize, done: Arc<AtomicUsize>) -> Result<Agent, String> {
     let count = Tool::dynamic(
         "count",
         "Counts.",

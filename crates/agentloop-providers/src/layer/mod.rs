@@ -3,5 +3,5 @@
 //! attempt loop, which starts over before the first byte or part-way through a stream, and then
 //! tells the caller to discard what it received ([`agentloop::model::ModelEvent::Retrying`]).
 
-pub mod fallback;
-pub mod retry;
+pub(crate) mod fallback;
+pub(crate) mod retry;

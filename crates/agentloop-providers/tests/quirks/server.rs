@@ -28,7 +28,7 @@ use raw_http::read_request;
 
 /// One reply of a case, as `case.json` describes it.
 #[derive(Debug, Clone, Deserialize)]
-pub struct Reply {
+pub(crate) struct Reply {
     /// The HTTP status.
     pub status: u16,
     /// Headers, in order (a `content-type` among them, or none at all).
@@ -47,7 +47,7 @@ pub struct Reply {
 
 /// A silent gap inside a body.
 #[derive(Debug, Clone, Copy, Deserialize)]
-pub struct Pause {
+pub(crate) struct Pause {
     /// Bytes sent before the gap.
     pub after_bytes: usize,
     /// The gap.
@@ -56,7 +56,7 @@ pub struct Pause {
 
 impl Reply {
     /// Reads the body file from `dir`.
-    pub fn load(mut self, dir: &Path) -> Reply {
+    pub(crate) fn load(mut self, dir: &Path) -> Reply {
         if let Some(file) = &self.body {
             self.bytes = std::fs::read(dir.join(file))
                 .unwrap_or_else(|e| panic!("{}: {e}", dir.join(file).display()));
@@ -68,7 +68,7 @@ impl Reply {
 impl Reply {
     /// A Chat Completions event stream whose content is `text`, cut into pieces of `size` chars,
     /// finished with `stop`: a model's answer as a server without a tool-call parser streams it.
-    pub fn content_stream(text: &str, size: usize) -> Reply {
+    pub(crate) fn content_stream(text: &str, size: usize) -> Reply {
         let chars: Vec<char> = text.chars().collect();
         let chunk = |delta: Value, finish: Value| {
             format!(
@@ -98,7 +98,7 @@ impl Reply {
 }
 
 /// A running server.
-pub struct QuirkServer {
+pub(crate) struct QuirkServer {
     /// `http://127.0.0.1:port`.
     pub uri: String,
     bodies: Arc<Mutex<Vec<Vec<u8>>>>,
@@ -106,7 +106,7 @@ pub struct QuirkServer {
 
 impl QuirkServer {
     /// Serves `replies` in order (the last one again for any further request).
-    pub async fn start(replies: Vec<Reply>) -> QuirkServer {
+    pub(crate) async fn start(replies: Vec<Reply>) -> QuirkServer {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let uri = format!("http://{}", listener.local_addr().unwrap());
         let bodies = Arc::new(Mutex::new(Vec::new()));
@@ -131,7 +131,7 @@ impl QuirkServer {
     }
 
     /// The request bodies received so far, as JSON.
-    pub fn requests(&self) -> Vec<Value> {
+    pub(crate) fn requests(&self) -> Vec<Value> {
         self.bodies
             .lock()
             .unwrap()

@@ -12,8 +12,8 @@
     clippy::panic
 )]
 
-pub mod props;
-pub mod raw_http;
+pub(crate) mod props;
+pub(crate) mod raw_http;
 
 use agentloop::{
     Model, ModelError, ModelResponse,
@@ -25,10 +25,10 @@ use wiremock::matchers::{method, path};
 use wiremock::{Mock, MockServer, Respond, ResponseTemplate};
 
 /// The recorded fixture corpus.
-pub const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
+pub(crate) const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
 
 /// The cases of `cases.json` whose `api` is this one.
-pub fn cases(api: &str) -> Vec<Value> {
+pub(crate) fn cases(api: &str) -> Vec<Value> {
     let text =
         std::fs::read_to_string(format!("{FIXTURES}/cases.json")).expect("cases.json is readable");
     let all: Vec<Value> = serde_json::from_str(&text).expect("cases.json is JSON");
@@ -36,13 +36,13 @@ pub fn cases(api: &str) -> Vec<Value> {
 }
 
 /// The recorded body of a case.
-pub fn body(case: &Value) -> Vec<u8> {
+pub(crate) fn body(case: &Value) -> Vec<u8> {
     let file = case["file"].as_str().expect("case has a file");
     std::fs::read(format!("{FIXTURES}/{file}")).expect("fixture file is readable")
 }
 
 /// A loopback server answering POST `route` with the case's status and body.
-pub async fn serve(case: &Value, route: &str) -> MockServer {
+pub(crate) async fn serve(case: &Value, route: &str) -> MockServer {
     let server = MockServer::start().await;
     let status = u16::try_from(case["http_status"].as_u64().expect("status")).expect("status fits");
     let content_type = if case["stream"].as_bool() == Some(true) {
@@ -60,7 +60,7 @@ pub async fn serve(case: &Value, route: &str) -> MockServer {
 
 /// A loopback server answering every POST, whatever its path, with `reply` (a template, or a
 /// responder that answers by the request).
-pub async fn answering(reply: impl Respond + 'static) -> MockServer {
+pub(crate) async fn answering(reply: impl Respond + 'static) -> MockServer {
     let server = MockServer::start().await;
     Mock::given(method("POST"))
         .respond_with(reply)
@@ -70,19 +70,19 @@ pub async fn answering(reply: impl Respond + 'static) -> MockServer {
 }
 
 /// What one call produced: the response (or error) and the last usage event seen on the way.
-pub struct Outcome {
+pub(crate) struct Outcome {
     pub result: Result<ModelResponse, ModelError>,
     pub last_usage: Option<Usage>,
 }
 
 /// Calls the model once with a one-message transcript: its stream's items, as they came.
-pub async fn events(model: &dyn Model) -> Vec<Result<ModelEvent, ModelError>> {
+pub(crate) async fn events(model: &dyn Model) -> Vec<Result<ModelEvent, ModelError>> {
     let hello = Hello::default();
     model.stream(hello.request()).collect().await
 }
 
 /// Calls the model once with a one-message transcript and collects its stream.
-pub async fn call(model: &dyn Model) -> Outcome {
+pub(crate) async fn call(model: &dyn Model) -> Outcome {
     let mut acc = ResponseAccumulator::new();
     let mut last_usage = None;
     for item in events(model).await {
@@ -120,7 +120,7 @@ fn parsed_args(raw: &str) -> Value {
 
 /// Compares an outcome with the case's `expected`; panics with the case id on a difference.
 /// `stop_reason` is compared with our raw finish word.
-pub fn check(case: &Value, outcome: &Outcome) {
+pub(crate) fn check(case: &Value, outcome: &Outcome) {
     let id = case["id"].as_str().unwrap();
     let expected = &case["expected"];
     if let Some(usage) = expected["usage"].as_object() {
@@ -256,13 +256,13 @@ pub fn check(case: &Value, outcome: &Outcome) {
 }
 
 /// A fixture file's bytes, by its path under the corpus.
-pub fn fixture(file: &str) -> Vec<u8> {
+pub(crate) fn fixture(file: &str) -> Vec<u8> {
     std::fs::read(format!("{FIXTURES}/{file}")).expect("fixture file is readable")
 }
 
 /// Server-sent events of these JSON events, each named by its `type`, as the Messages and
 /// Responses APIs send them.
-pub fn sse_of(events: &[Value]) -> Vec<u8> {
+pub(crate) fn sse_of(events: &[Value]) -> Vec<u8> {
     let mut out = String::new();
     for e in events {
         out.push_str(&format!(
@@ -275,7 +275,10 @@ pub fn sse_of(events: &[Value]) -> Vec<u8> {
 
 /// An Anthropic model at `uri`, prompt caching off: a test then pins the bodies' other parts
 /// exactly (the breakpoints have tests of their own, `prompt_caching.rs`).
-pub fn anthropic_model(uri: String, stream: bool) -> agentloop_providers::anthropic::Anthropic {
+pub(crate) fn anthropic_model(
+    uri: String,
+    stream: bool,
+) -> agentloop_providers::anthropic::Anthropic {
     agentloop_providers::anthropic::Anthropic::builder("claude-test")
         .base_url(uri)
         .api_key("sk-ant-test-key")
@@ -287,7 +290,7 @@ pub fn anthropic_model(uri: String, stream: bool) -> agentloop_providers::anthro
 
 /// A loopback server answering successive POSTs to `route` with these `(body, content type)`
 /// replies, in order, each once, all with status 200.
-pub async fn serve_in_order(route: &str, replies: Vec<(Vec<u8>, &str)>) -> MockServer {
+pub(crate) async fn serve_in_order(route: &str, replies: Vec<(Vec<u8>, &str)>) -> MockServer {
     serve_replies(
         route,
         replies.into_iter().map(|(b, t)| (200, b, t)).collect(),
@@ -297,7 +300,7 @@ pub async fn serve_in_order(route: &str, replies: Vec<(Vec<u8>, &str)>) -> MockS
 
 /// A loopback server answering successive POSTs to `route` with these `(status, body, content
 /// type)` replies, in order, each exactly once.
-pub async fn serve_replies(route: &str, replies: Vec<(u16, Vec<u8>, &str)>) -> MockServer {
+pub(crate) async fn serve_replies(route: &str, replies: Vec<(u16, Vec<u8>, &str)>) -> MockServer {
     let server = MockServer::start().await;
     let n = replies.len();
     for (i, (status, body, content_type)) in replies.into_iter().enumerate() {
@@ -316,7 +319,7 @@ pub async fn serve_replies(route: &str, replies: Vec<(u16, Vec<u8>, &str)>) -> M
 
 /// A raw loopback server that answers one request with a 200 event-stream head and `first`
 /// (one HTTP chunk), then stalls (`drop_after: false`) or drops the connection.
-pub async fn stalling_server(first: &'static [u8], drop_after: bool) -> String {
+pub(crate) async fn stalling_server(first: &'static [u8], drop_after: bool) -> String {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -353,7 +356,10 @@ pub async fn stalling_server(first: &'static [u8], drop_after: bool) -> String {
 /// A stream that stalls after `started` fails with a timeout, and one whose connection drops after
 /// it is an error, never a half response: checked on the model `build` makes for a server's URL
 /// (with a short idle timeout).
-pub async fn check_stall_and_drop<M: Model>(started: &'static [u8], build: impl Fn(String) -> M) {
+pub(crate) async fn check_stall_and_drop<M: Model>(
+    started: &'static [u8],
+    build: impl Fn(String) -> M,
+) {
     let err = ask(&build(stalling_server(started, false).await))
         .await
         .unwrap_err();
@@ -371,7 +377,7 @@ pub async fn check_stall_and_drop<M: Model>(started: &'static [u8], build: impl 
 }
 
 /// The JSON bodies the server received, in order.
-pub async fn request_bodies(server: &MockServer) -> Vec<Value> {
+pub(crate) async fn request_bodies(server: &MockServer) -> Vec<Value> {
     server
         .received_requests()
         .await
@@ -383,7 +389,7 @@ pub async fn request_bodies(server: &MockServer) -> Vec<Value> {
 
 /// A tool over JSON arguments that answers with `answer(args)`, or with a recoverable error
 /// when `answer` gives `Err`.
-pub fn json_tool(
+pub(crate) fn json_tool(
     name: &str,
     schema: Value,
     answer: fn(&Value) -> Result<String, String>,
@@ -404,10 +410,10 @@ pub fn json_tool(
 }
 
 /// A stream parser's in-memory entry point (`parse_stream_bytes`).
-pub type ParseStream = fn(&[u8]) -> Result<ModelResponse, ModelError>;
+pub(crate) type ParseStream = fn(&[u8]) -> Result<ModelResponse, ModelError>;
 
 /// The in-memory path (fuzzing, benchmarks) must agree with the HTTP path on every streamed case.
-pub fn check_in_memory(api: &str, parse: ParseStream) {
+pub(crate) fn check_in_memory(api: &str, parse: ParseStream) {
     for case in cases(api).iter().filter(|c| c["stream"] == true) {
         let outcome = Outcome {
             result: parse(&body(case)),
@@ -423,7 +429,7 @@ pub fn check_in_memory(api: &str, parse: ParseStream) {
 
 /// Every cut of a successful recorded stream before the first mention of `end_marker` (the event
 /// that completes it) is an error, never a half response; the whole stream is a response.
-pub fn check_every_cut(api: &str, parse: ParseStream, end_marker: &[u8]) {
+pub(crate) fn check_every_cut(api: &str, parse: ParseStream, end_marker: &[u8]) {
     for case in cases(api)
         .iter()
         .filter(|c| c["stream"] == true && c["expected"]["error"].is_null())
@@ -445,7 +451,7 @@ pub fn check_every_cut(api: &str, parse: ParseStream, end_marker: &[u8]) {
 }
 
 /// A retry policy without real waiting, for failure-path tests.
-pub fn fast_retry() -> agentloop_providers::RetryPolicy {
+pub(crate) fn fast_retry() -> agentloop_providers::RetryPolicy {
     agentloop_providers::RetryPolicy::attempts(3)
         .with_base_delay(std::time::Duration::from_millis(5))
         .with_jitter(0.0)
@@ -453,7 +459,7 @@ pub fn fast_retry() -> agentloop_providers::RetryPolicy {
 
 /// The transcript of one user message, "hello", with default settings: what a test asks when
 /// only the server's answer matters.
-pub struct Hello {
+pub(crate) struct Hello {
     messages: [agentloop::Message; 1],
     settings: ModelSettings,
 }
@@ -469,7 +475,7 @@ impl Default for Hello {
 
 impl Hello {
     /// The request: no instructions, no tools, no output schema.
-    pub fn request(&self) -> ModelRequest<'_> {
+    pub(crate) fn request(&self) -> ModelRequest<'_> {
         ModelRequest {
             instructions: None,
             messages: &self.messages,
@@ -481,13 +487,13 @@ impl Hello {
 }
 
 /// One "hello" call collected into a response, however long it takes.
-pub async fn ask_unbounded(model: &dyn Model) -> Result<ModelResponse, ModelError> {
+pub(crate) async fn ask_unbounded(model: &dyn Model) -> Result<ModelResponse, ModelError> {
     let hello = Hello::default();
     agentloop::model::complete(model, hello.request()).await
 }
 
 /// One "hello" call collected into a response; a hang fails the test after `within`.
-pub async fn ask_within(
+pub(crate) async fn ask_within(
     model: &dyn Model,
     within: std::time::Duration,
 ) -> Result<ModelResponse, ModelError> {
@@ -497,12 +503,12 @@ pub async fn ask_within(
 }
 
 /// One "hello" call collected into a response; a hang fails the test after 10 s.
-pub async fn ask(model: &dyn Model) -> Result<ModelResponse, ModelError> {
+pub(crate) async fn ask(model: &dyn Model) -> Result<ModelResponse, ModelError> {
     ask_within(model, std::time::Duration::from_secs(10)).await
 }
 
 /// `data` as one chunk of a chunked HTTP body.
-pub fn http_chunk(data: &[u8]) -> Vec<u8> {
+pub(crate) fn http_chunk(data: &[u8]) -> Vec<u8> {
     let mut out = format!("{:x}\r\n", data.len()).into_bytes();
     out.extend_from_slice(data);
     out.extend_from_slice(b"\r\n");
@@ -510,13 +516,13 @@ pub fn http_chunk(data: &[u8]) -> Vec<u8> {
 }
 
 /// The schema of a tool over one city.
-pub fn city_schema() -> Value {
+pub(crate) fn city_schema() -> Value {
     serde_json::json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]})
 }
 
 /// The tools of the tool-search tests: `get_weather` (deferred; answers "Sunny in CITY"),
 /// `echo`, and `get_time` (deferred).
-pub fn search_tools() -> Vec<agentloop::Tool> {
+pub(crate) fn search_tools() -> Vec<agentloop::Tool> {
     vec![
         json_tool("get_weather", city_schema(), |a| {
             Ok(format!(

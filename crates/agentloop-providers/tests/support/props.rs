@@ -10,7 +10,7 @@ use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use super::ParseStream;
 
 /// What a provider's stream properties are checked with.
-pub struct StreamProps {
+pub(crate) struct StreamProps {
     /// The in-memory entry point (`parse_stream_bytes`).
     pub parse: ParseStream,
     /// Pieces real streams are made of, so random streams get past the framing.
@@ -24,13 +24,13 @@ pub struct StreamProps {
 }
 
 /// No check beyond the shared ones.
-pub fn nothing_more(_: &ModelResponse) -> Result<(), TestCaseError> {
+pub(crate) fn nothing_more(_: &ModelResponse) -> Result<(), TestCaseError> {
     Ok(())
 }
 
 impl StreamProps {
     /// Runs both properties, 512 cases each.
-    pub fn check(&self) {
+    pub(crate) fn check(&self) {
         let runner = || {
             TestRunner::new(Config {
                 cases: 512,

@@ -11,7 +11,7 @@ use tokio::net::{TcpListener, TcpStream};
 /// A loopback server that reads each request and hands its connection to `answer` with the
 /// request's number (0 for the first), each on a task of its own: its address, and how many
 /// requests it has read.
-pub async fn serve_each<F, Fut>(answer: F) -> (String, Arc<AtomicUsize>)
+pub(crate) async fn serve_each<F, Fut>(answer: F) -> (String, Arc<AtomicUsize>)
 where
     F: Fn(TcpStream, usize) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = ()> + Send + 'static,
@@ -39,13 +39,13 @@ where
 
 /// Reads one request (its head and a `content-length` body) from a raw socket and returns its
 /// body; `None` when the client closed or failed before a whole head.
-pub async fn read_request(socket: &mut TcpStream) -> Option<Vec<u8>> {
+pub(crate) async fn read_request(socket: &mut TcpStream) -> Option<Vec<u8>> {
     read_request_with_head(socket).await.map(|(_, body)| body)
 }
 
 /// Like [`read_request`], with the request's head (its request line and headers, lowercased)
 /// beside its body: for a server that answers by what the request carried.
-pub async fn read_request_with_head(socket: &mut TcpStream) -> Option<(String, Vec<u8>)> {
+pub(crate) async fn read_request_with_head(socket: &mut TcpStream) -> Option<(String, Vec<u8>)> {
     let mut buf = Vec::new();
     let mut chunk = [0u8; 8192];
     let head_end = loop {

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 /// A plain file and a copy of a shell, outside the roots, owned by whoever runs the test (who
 /// could change them all, unconfined).
-pub struct Outside {
+pub(crate) struct Outside {
     pub file: PathBuf,
     pub shell: PathBuf,
     before: Vec<Snapshot>,
@@ -51,7 +51,7 @@ fn snapshot(path: &Path) -> Snapshot {
 }
 
 impl Outside {
-    pub fn new(dir: &Path) -> Self {
+    pub(crate) fn new(dir: &Path) -> Self {
         let file = dir.join("precious.txt");
         std::fs::write(&file, "precious\n").unwrap();
         std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
@@ -75,7 +75,7 @@ impl Outside {
 
     /// Gives the folder and both files to `uid` (an ordinary user the test runs agentloop as),
     /// who could then change them all, unconfined.
-    pub fn owned_by(mut self, uid: u32) -> Self {
+    pub(crate) fn owned_by(mut self, uid: u32) -> Self {
         for path in [self.file.parent().unwrap(), &self.file, &self.shell] {
             std::os::unix::fs::chown(path, Some(uid), Some(uid)).unwrap();
         }
@@ -84,7 +84,7 @@ impl Outside {
     }
 
     /// Nothing about either file changed.
-    pub fn assert_unchanged(&self) {
+    pub(crate) fn assert_unchanged(&self) {
         let after = vec![snapshot(&self.file), snapshot(&self.shell)];
         assert_eq!(after, self.before, "a file outside the roots changed");
     }
@@ -94,7 +94,7 @@ impl Outside {
 /// writable root). `chown_to`: a user to give the file to (root only; an ordinary user may
 /// give a file away to nobody); `chown :` (a change to nothing, which an owner may make) is tried
 /// whoever runs it.
-pub fn script(files: &Outside, chown_to: Option<u32>) -> String {
+pub(crate) fn script(files: &Outside, chown_to: Option<u32>) -> String {
     let file = files.file.display();
     let shell = files.shell.display();
     let chown = chown_to.map_or(String::new(), |uid| {
@@ -112,7 +112,7 @@ pub fn script(files: &Outside, chown_to: Option<u32>) -> String {
 }
 
 /// Every attempt failed, with `EROFS`; the files are as they were; the controls worked.
-pub fn assert_refused_outside_and_done_inside(said: &str, files: &Outside, root: &Path) {
+pub(crate) fn assert_refused_outside_and_done_inside(said: &str, files: &Outside, root: &Path) {
     // (A set-user-ID bit is refused everywhere, by seccomp: `confine.rs`.)
     let mut names = vec!["chmod", "chown-same", "touch", "chmod-program", "xattr"];
     if said.contains("\nchown ") || said.starts_with("chown ") {

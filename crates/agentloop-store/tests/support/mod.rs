@@ -5,7 +5,7 @@ use agentloop::machine::{Input, Seams, Step};
 
 /// The header of a run of an empty agent.
 #[allow(dead_code)] // not every test file uses every helper
-pub fn header(run_id: &str) -> JournalHeader {
+pub(crate) fn header(run_id: &str) -> JournalHeader {
     JournalHeader {
         run_id: run_id.into(),
         agent: "a".into(),
@@ -24,7 +24,7 @@ pub fn header(run_id: &str) -> JournalHeader {
 
 /// A fresh folder for test `name` of this process.
 #[allow(dead_code)] // not every test file uses every helper
-pub fn temp_dir(name: &str) -> std::path::PathBuf {
+pub(crate) fn temp_dir(name: &str) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("agentloop-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
@@ -33,7 +33,7 @@ pub fn temp_dir(name: &str) -> std::path::PathBuf {
 
 /// A step that says nothing, at `n` ms.
 #[allow(dead_code)] // not every test file uses every helper
-pub fn step(n: u64) -> Step {
+pub(crate) fn step(n: u64) -> Step {
     Step {
         at: std::time::Duration::from_millis(n),
         input: Input::ToolsListed { tools: None },

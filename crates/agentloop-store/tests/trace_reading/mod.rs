@@ -11,7 +11,7 @@ use agentloop_store::{read_trace, view};
 
 /// Writes `bytes` to the NDJSON trace at `path`, reads it and renders every view of it; says
 /// what failed to hold, if anything did.
-pub fn read_and_render(path: &Path, bytes: &[u8]) -> Result<(), String> {
+pub(crate) fn read_and_render(path: &Path, bytes: &[u8]) -> Result<(), String> {
     std::fs::write(path, bytes).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     let trace = read_trace(path).map_err(|e| format!("a regular NDJSON file was refused: {e}"))?;
     let lines = bytes.split(|b| *b == b'\n').count();

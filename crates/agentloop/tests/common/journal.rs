@@ -17,7 +17,7 @@ use futures::future::BoxFuture;
 /// Keeps everything in memory; fails every write from `fail_at` on; cancels `cancel_at_start`
 /// while it writes the first `CallStarted` step (a Ctrl-C that lands during that write).
 #[derive(Default)]
-pub struct Memory {
+pub(crate) struct Memory {
     pub header: Mutex<Option<JournalHeader>>,
     pub steps: Mutex<Vec<Step>>,
     pub fail_at: Option<u64>,
@@ -101,7 +101,7 @@ impl Journal for Memory {
 
 impl Memory {
     /// The run as a crash after `n` written steps leaves it.
-    pub fn cut(&self, n: usize) -> JournaledRun {
+    pub(crate) fn cut(&self, n: usize) -> JournaledRun {
         JournaledRun {
             header: self.header.lock().unwrap().clone().unwrap(),
             steps: self.steps.lock().unwrap()[..n].to_vec(),

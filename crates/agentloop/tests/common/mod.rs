@@ -8,7 +8,7 @@
     clippy::indexing_slicing
 )]
 
-pub mod journal;
+pub(crate) mod journal;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -24,19 +24,19 @@ use tokio::time::Instant;
 
 /// A log of what handlers did: (tool, call id, start, end).
 #[derive(Clone, Default)]
-pub struct CallLog(pub Arc<Mutex<Vec<(String, String, Instant, Instant)>>>);
+pub(crate) struct CallLog(pub Arc<Mutex<Vec<(String, String, Instant, Instant)>>>);
 
 impl CallLog {
-    pub fn names(&self) -> Vec<String> {
+    pub(crate) fn names(&self) -> Vec<String> {
         self.0.lock().unwrap().iter().map(|e| e.0.clone()).collect()
     }
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.0.lock().unwrap().len()
     }
 }
 
 /// A tool that sleeps `ms` from its arguments (default 0) and echoes them, logging its times.
-pub fn sleeper(name: &str, log: &CallLog) -> Tool {
+pub(crate) fn sleeper(name: &str, log: &CallLog) -> Tool {
     let log = log.clone();
     let tool_name = name.to_owned();
     Tool::dynamic(
@@ -66,7 +66,7 @@ pub fn sleeper(name: &str, log: &CallLog) -> Tool {
 }
 
 /// A scripted tool-call response: (id, name, raw args) each.
-pub fn calls(list: &[(&str, &str, &str)]) -> ModelResponse {
+pub(crate) fn calls(list: &[(&str, &str, &str)]) -> ModelResponse {
     ModelResponse::tool_calls(
         list.iter()
             .map(|(a, b, c)| (a.to_string(), b.to_string(), c.to_string())),
@@ -75,19 +75,19 @@ pub fn calls(list: &[(&str, &str, &str)]) -> ModelResponse {
 
 /// Collects events.
 #[derive(Clone, Default)]
-pub struct Events(pub Arc<Mutex<Vec<Event>>>);
+pub(crate) struct Events(pub Arc<Mutex<Vec<Event>>>);
 
 impl Events {
-    pub fn sink(&self) -> impl Fn(&Event) + Send + Sync + 'static {
+    pub(crate) fn sink(&self) -> impl Fn(&Event) + Send + Sync + 'static {
         let inner = self.0.clone();
         move |e: &Event| inner.lock().unwrap().push(e.clone())
     }
-    pub fn all(&self) -> Vec<Event> {
+    pub(crate) fn all(&self) -> Vec<Event> {
         self.0.lock().unwrap().clone()
     }
 }
 
-pub fn counting_tool(name: &str, counter: &Arc<AtomicUsize>) -> Tool {
+pub(crate) fn counting_tool(name: &str, counter: &Arc<AtomicUsize>) -> Tool {
     let counter = counter.clone();
     Tool::dynamic(
         name,
@@ -103,7 +103,7 @@ pub fn counting_tool(name: &str, counter: &Arc<AtomicUsize>) -> Tool {
     )
 }
 
-pub fn agent(model: ScriptedModel, tools: Vec<Tool>, limits: Limits) -> Agent {
+pub(crate) fn agent(model: ScriptedModel, tools: Vec<Tool>, limits: Limits) -> Agent {
     Agent::builder()
         .model(model)
         .tools(tools)
@@ -113,7 +113,7 @@ pub fn agent(model: ScriptedModel, tools: Vec<Tool>, limits: Limits) -> Agent {
 }
 
 /// Every assistant tool call is answered exactly once, right after its message, ids matching.
-pub fn assert_tool_cycle(transcript: &[Message]) {
+pub(crate) fn assert_tool_cycle(transcript: &[Message]) {
     let mut i = 0;
     while i < transcript.len() {
         if let Message::Assistant(a) = &transcript[i] {

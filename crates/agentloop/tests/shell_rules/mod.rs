@@ -86,7 +86,7 @@ fn rank(p: Permission) -> u8 {
 
 /// Judges `command` with no resolver, one that serves no file, and one whose every file holds
 /// `files`; says what failed to hold, if anything did.
-pub fn judge_every_way(command: &str, files: &str) -> Result<(), String> {
+pub(crate) fn judge_every_way(command: &str, files: &str) -> Result<(), String> {
     let resolvers: [Option<Arc<dyn ResolvePaths>>; 3] = [
         None,
         Some(Arc::new(Project { text: None })),

@@ -297,7 +297,7 @@ pub(super) fn check_clean_sections(
 }
 
 /// The longest timeout an agent file may set: a year, in seconds.
-pub const MAX_TIMEOUT_SECS: f64 = 365.0 * 24.0 * 3600.0;
+pub(crate) const MAX_TIMEOUT_SECS: f64 = 365.0 * 24.0 * 3600.0;
 
 /// A timeout an agent file may set: positive and at most [`MAX_TIMEOUT_SECS`].
 fn valid_seconds(secs: f64) -> bool {
@@ -319,7 +319,7 @@ fn check_seconds(path: &str, key: &str, secs: Option<&Spanned<f64>>, problems: &
 
 /// The most retries an agent file may give a tool: beyond that a failing tool would only keep a
 /// run waiting.
-pub const MAX_TOOL_RETRIES: u32 = 10;
+pub(crate) const MAX_TOOL_RETRIES: u32 = 10;
 
 #[cfg(test)]
 mod tests {
