@@ -23,6 +23,10 @@ impl<'a> Driver<'a> {
         request: ModelRequest<'_>,
         stream: bool,
     ) -> Input {
+        if !self.inner.model.keeps_answers() {
+            // A model that keeps no answer needs no name for the call: no allocation for it.
+            return self.make_model_call(m, request, stream).await;
+        }
         let call: Arc<str> = format!("{}#{}", m.run_id(), m.model_calls_asked()).into();
         // Boxed: the call's scope kept inline made every running run's future 300 bytes larger,
         // where one allocation a model call costs nothing beside the call.

@@ -245,6 +245,10 @@ impl Model for CachedModel {
         self.inner.provider()
     }
 
+    fn keeps_answers(&self) -> bool {
+        true
+    }
+
     fn stream<'a>(&'a self, request: ModelRequest<'a>) -> ModelStream<'a> {
         Box::pin(stream::once(self.answer(request)).flat_map(stream::iter))
     }
