@@ -5,7 +5,9 @@
     clippy::panic
 )]
 //! `[model] cache = true`: the second identical run is answered from the response cache (the
-//! provider sees one request), priced at zero, and its trace marks the model call cached.
+//! provider sees one request), priced at zero, and its trace marks the model call cached; a
+//! journaled run killed before its journal kept an answer counts that answer's spend when it
+//! resumes and the cache gives it back.
 
 mod support;
 
@@ -120,4 +122,79 @@ async fn an_option_that_changes_the_request_on_the_wire_changes_the_cache_key() 
         assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     }
     assert_eq!(fake.bodies().await.len(), 2, "each encoding was sent");
+}
+
+/// `run --journal runs.db --json` of the weather agent at `uri`, its cache in its folder.
+fn journaled_cached_run(dir: &AgentDir) -> std::process::Command {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_agentloop"));
+    cmd.args(["run", "agent.toml", "--input", "Weather?", "--json"])
+        .args(["--journal", "runs.db"])
+        .current_dir(dir.path("."))
+        .env("AGENTLOOP_TEST_KEY", TEST_KEY)
+        .env("AGENTLOOP_RESPONSE_CACHE", dir.path("responses.db"))
+        .stdin(std::process::Stdio::null());
+    cmd
+}
+
+fn priced_cached_weather(uri: &str) -> AgentDir {
+    let dir = AgentDir::new(&openai_agent(
+        uri,
+        "cache = true\nprice = { input = 1.0, output = 2.0 }",
+    ));
+    dir.write("tool.py", LOGGING_TOOL);
+    dir
+}
+
+#[tokio::test]
+async fn a_run_killed_before_its_journal_kept_a_paid_answer_counts_it_when_the_cache_gives_it_back()
+{
+    use support::crash::{journal_runs, json_of, killed_at_fault};
+    let fake = one_call_then_text().await;
+    let base_dir = priced_cached_weather(&fake.uri());
+    let base = json_of(&journaled_cached_run(&base_dir).output().unwrap());
+    assert_eq!(base["stop_reason"], "finished", "{base}");
+    assert!(base["cost_usd"].as_f64().unwrap() > 0.0);
+    assert_eq!(base["usage"]["cached_input_tokens"], 0);
+
+    // Step 0 is the tool call's answer, committed with the call's start; step 3 the last
+    // answer, committed with the run's end. Killed inside either commit, the run has paid for
+    // an answer its journal does not hold, and the cache holds it.
+    for fault in ["in-step:0", "in-step:3"] {
+        let fake = one_call_then_text().await;
+        let dir = priced_cached_weather(&fake.uri());
+        let mut cmd = journaled_cached_run(&dir);
+        cmd.env("AGENTLOOP_TEST_JOURNAL_FAULT", fault);
+        assert!(killed_at_fault(cmd), "{fault}: reached");
+        let runs = journal_runs(&dir, &dir.path("runs.db"));
+        assert_eq!(runs[0]["status"], "running", "{fault}");
+        let id = runs[0]["run_id"].as_str().unwrap();
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_agentloop"))
+            .args(["resume", id, "--journal", "runs.db", "--json"])
+            .current_dir(dir.path("."))
+            .env("AGENTLOOP_TEST_KEY", TEST_KEY)
+            .env("AGENTLOOP_RESPONSE_CACHE", dir.path("responses.db"))
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        let resumed = json_of(&out);
+        assert_eq!(resumed["stop_reason"], "finished", "{fault}: {resumed}");
+        assert_eq!(
+            fake.bodies().await.len(),
+            2,
+            "{fault}: the answer the killed run paid for came from the cache"
+        );
+        // What was paid is counted once, as in the run that was never killed.
+        assert_eq!(resumed["usage"], base["usage"], "{fault}");
+        assert_eq!(resumed["cost_usd"], base["cost_usd"], "{fault}");
+
+        // Another run's identical request is still answered free.
+        let again = json_of(&journaled_cached_run(&dir).output().unwrap());
+        assert_eq!(again["stop_reason"], "finished", "{fault}: {again}");
+        assert_eq!(
+            fake.bodies().await.len(),
+            2,
+            "{fault}: answered from the cache"
+        );
+        assert_eq!(again["cost_usd"], 0.0, "{fault}");
+    }
 }

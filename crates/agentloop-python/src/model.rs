@@ -168,6 +168,10 @@ impl Model for PerRun {
     ) -> Option<agentloop::model::CacheIdentity> {
         self.model.cache_identity(request)
     }
+
+    fn keeps_answers(&self) -> bool {
+        self.model.keeps_answers()
+    }
 }
 
 /// A Python callable as a model. It gets the request as JSON (instructions, transcript, tool

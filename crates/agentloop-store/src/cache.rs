@@ -70,6 +70,17 @@ impl SqliteResponseCache {
 
 impl ResponseCache for SqliteResponseCache {
     fn get(&self, key: &str) -> Result<Option<ModelResponse>, String> {
+        Ok(self.get_paid(key)?.map(|(response, _)| response))
+    }
+
+    fn put(&self, key: &str, response: &ModelResponse, ttl: Duration) -> Result<(), String> {
+        self.put_paid(key, response, None, ttl)
+    }
+
+    /// The model call that paid for the answer is a `paid_by` key beside the response's own in
+    /// the row's JSON: a row written before it was kept has none, and a reader that does not
+    /// know it reads the response alone.
+    fn get_paid(&self, key: &str) -> Result<Option<(ModelResponse, Option<String>)>, String> {
         let conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
         let row: Option<String> = conn
             .query_row(
@@ -80,11 +91,28 @@ impl ResponseCache for SqliteResponseCache {
             .optional()
             .map_err(|e| e.to_string())?;
         // A row that cannot be read is a miss: the model answers again and the row is replaced.
-        Ok(row.and_then(|text| serde_json::from_str(&text).ok()))
+        Ok(row.and_then(|text| {
+            let mut value: serde_json::Value = serde_json::from_str(&text).ok()?;
+            let paid_by = value
+                .as_object_mut()
+                .and_then(|o| o.remove(PAID_BY))
+                .and_then(|p| p.as_str().map(str::to_owned));
+            Some((serde_json::from_value(value).ok()?, paid_by))
+        }))
     }
 
-    fn put(&self, key: &str, response: &ModelResponse, ttl: Duration) -> Result<(), String> {
-        let text = serde_json::to_string(response).map_err(|e| e.to_string())?;
+    fn put_paid(
+        &self,
+        key: &str,
+        response: &ModelResponse,
+        paid_by: Option<&str>,
+        ttl: Duration,
+    ) -> Result<(), String> {
+        let mut value = serde_json::to_value(response).map_err(|e| e.to_string())?;
+        if let (Some(paid_by), Some(o)) = (paid_by, value.as_object_mut()) {
+            o.insert(PAID_BY.to_owned(), paid_by.into());
+        }
+        let text = value.to_string();
         let ttl_ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
         let now = now_ms();
         let conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
@@ -101,3 +129,6 @@ impl ResponseCache for SqliteResponseCache {
         Ok(())
     }
 }
+
+/// The key of a row's JSON that names the model call that paid for its answer.
+const PAID_BY: &str = "paid_by";

@@ -67,6 +67,11 @@ impl Model for Fallback {
         CacheIdentity::all(self.models.iter().map(|m| m.cache_identity(request)))
     }
 
+    /// Whether any of its models keeps answers (any of them may answer).
+    fn keeps_answers(&self) -> bool {
+        self.models.iter().any(|m| m.keeps_answers())
+    }
+
     fn stream<'a>(&'a self, request: ModelRequest<'a>) -> ModelStream<'a> {
         let Some(first) = self.models.first() else {
             let error = ModelError::new(

@@ -201,6 +201,10 @@ impl<M: Model> Model for Retry<M> {
         self.inner.cache_identity(request)
     }
 
+    fn keeps_answers(&self) -> bool {
+        self.inner.keeps_answers()
+    }
+
     fn stream<'a>(&'a self, request: ModelRequest<'a>) -> ModelStream<'a> {
         let mut attempt = 1u32;
         with_attempts(self.inner.stream(request), move |error| {

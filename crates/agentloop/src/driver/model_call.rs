@@ -15,8 +15,29 @@ use super::seams;
 
 impl<'a> Driver<'a> {
     /// One model call. `stream` sends its deltas to the sinks (a summary call's are not the
-    /// run's output).
+    /// run's output). The call is made as the run's numbered call, so that a response cache
+    /// knows the answer it keeps for it again when a resumed run makes it again.
     pub(super) async fn call_model(
+        &self,
+        m: &RunMachine,
+        request: ModelRequest<'_>,
+        stream: bool,
+    ) -> Input {
+        if !self.inner.model.keeps_answers() {
+            // A model that keeps no answer needs no name for the call: no allocation for it.
+            return self.make_model_call(m, request, stream).await;
+        }
+        let call: Arc<str> = format!("{}#{}", m.run_id(), m.model_calls_asked()).into();
+        // Boxed: the call's scope kept inline made every running run's future 300 bytes larger,
+        // where one allocation a model call costs nothing beside the call.
+        Box::pin(crate::model::cache::as_call(
+            call,
+            self.make_model_call(m, request, stream),
+        ))
+        .await
+    }
+
+    async fn make_model_call(
         &self,
         m: &RunMachine,
         request: ModelRequest<'_>,

@@ -411,6 +411,12 @@ impl RunMachine {
         &self.run_id
     }
 
+    /// How many model calls were asked for so far, the one being made included: a call's
+    /// number in its run, the same when a resumed run makes it again.
+    pub(crate) fn model_calls_asked(&self) -> u32 {
+        self.counters.model_calls
+    }
+
     /// The current turn (1-based; 0 before the first).
     pub fn turn(&self) -> u32 {
         self.counters.turn

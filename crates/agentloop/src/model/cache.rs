@@ -14,6 +14,14 @@
 //! it streams as deltas like a fresh one. Failed, refused, filtered and cut-off answers are
 //! never kept.
 //!
+//! An answer is kept with the model call that paid for it (its run's id and the call's number
+//! in the run, when a driver says so: [`as_call`]). A durable run killed after the model
+//! answered and before its journal kept the answer asks that call again when it resumes; the
+//! cache holds the answer the killed process paid for, whose spend no journal counted. Served
+//! to that same call, it is that call's own answer, not a free one: it is not marked cached, and
+//! its tokens and cost count as they would have, as in the run that was never killed. Served to
+//! any other call, it is free.
+//!
 //! `agentloop-store` has a SQLite cache with a time to live.
 
 use std::collections::HashMap;
@@ -37,6 +45,43 @@ pub trait ResponseCache: Send + Sync {
     fn get(&self, key: &str) -> Result<Option<ModelResponse>, String>;
     /// Keeps `response` under `key` for `ttl`.
     fn put(&self, key: &str, response: &ModelResponse, ttl: Duration) -> Result<(), String>;
+
+    /// [`ResponseCache::get`], with the model call that paid for the answer when the store
+    /// keeps it ([`ResponseCache::put_paid`]). By default none is kept.
+    fn get_paid(&self, key: &str) -> Result<Option<(ModelResponse, Option<String>)>, String> {
+        Ok(self.get(key)?.map(|response| (response, None)))
+    }
+
+    /// [`ResponseCache::put`], with the model call that paid for the answer (see the module's
+    /// docs): a store that keeps it gives it back with [`ResponseCache::get_paid`]. By default
+    /// it is not kept.
+    fn put_paid(
+        &self,
+        key: &str,
+        response: &ModelResponse,
+        paid_by: Option<&str>,
+        ttl: Duration,
+    ) -> Result<(), String> {
+        let _ = paid_by;
+        self.put(key, response, ttl)
+    }
+}
+
+tokio::task_local! {
+    /// The model call being made on this task ([`as_call`]).
+    static CALL: Arc<str>;
+}
+
+/// Runs `call_future` as model call `call` (a run's id and the call's number in it, the same
+/// when a resumed run makes that call again): an answer the cache keeps for it says so, so
+/// that the call made again counts the spend its first making paid (see the module's docs).
+pub async fn as_call<F: std::future::Future>(call: Arc<str>, call_future: F) -> F::Output {
+    CALL.scope(call, call_future).await
+}
+
+/// The model call being made on this task, when its driver said so.
+fn current_call() -> Option<Arc<str>> {
+    CALL.try_with(Arc::clone).ok()
 }
 
 type Flight = Arc<OnceCell<Result<ModelResponse, ModelError>>>;
@@ -123,8 +168,12 @@ impl CachedModel {
 
     async fn answer(&self, request: ModelRequest<'_>) -> Vec<Result<ModelEvent, ModelError>> {
         let key = self.key(&request);
-        if let Ok(Some(response)) = self.cache.get(&key) {
-            return replay(response, true);
+        let call = current_call();
+        if let Ok(Some((response, paid_by))) = self.cache.get_paid(&key) {
+            // This very call's answer, paid for by a process that died before its journal
+            // counted it: its spend is this call's own.
+            let own = call.is_some() && paid_by.as_deref() == call.as_deref();
+            return replay(response, !own);
         }
         let flight: Flight = {
             let mut flights = self.flights.lock().unwrap_or_else(|p| p.into_inner());
@@ -148,7 +197,9 @@ impl CachedModel {
                 && keepable(response)
             {
                 // A cache that cannot keep it costs a later call, never this one.
-                let _ = self.cache.put(&key, response, self.ttl);
+                let _ = self
+                    .cache
+                    .put_paid(&key, response, call.as_deref(), self.ttl);
             }
         }
         match result {
@@ -192,6 +243,10 @@ impl Model for CachedModel {
 
     fn provider(&self) -> &str {
         self.inner.provider()
+    }
+
+    fn keeps_answers(&self) -> bool {
+        true
     }
 
     fn stream<'a>(&'a self, request: ModelRequest<'a>) -> ModelStream<'a> {

@@ -69,6 +69,14 @@ pub trait Model: Send + Sync {
         let _ = request;
         None
     }
+
+    /// True when this model, or one it wraps, keeps answers by the call that paid for them (a
+    /// response cache, [`cache::CachedModel`]): the driver then makes each call as the run's
+    /// numbered call ([`cache::as_call`]), which a model that keeps nothing does not pay for.
+    /// `false` by default; a model that wraps models gives theirs.
+    fn keeps_answers(&self) -> bool {
+        false
+    }
 }
 
 /// A model behind a pointer (`Arc`, `Box`) is that model: every method forwards, default or not,
@@ -90,6 +98,9 @@ macro_rules! forward_model {
             }
             fn cache_identity(&self, request: &ModelRequest<'_>) -> Option<CacheIdentity> {
                 (**self).cache_identity(request)
+            }
+            fn keeps_answers(&self) -> bool {
+                (**self).keeps_answers()
             }
         }
     )+};
