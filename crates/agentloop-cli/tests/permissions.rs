@@ -772,6 +772,29 @@ async fn assert_every_rm_denied_and_the_last_runs(commands: &[&str], why: &str) 
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn red19_an_rm_after_a_redirection_or_a_quoted_operator_is_denied() {
+    // Each runs `rm` as its program, though a redirection's file, or the quoted tail of an
+    // assignment or a file name, comes first in the text. The last: a command that starts with
+    // a redirection and runs no `rm` runs.
+    assert_every_rm_denied_and_the_last_runs(
+        &[
+            ">/dev/null rm -f keep.txt",
+            "2>/dev/null rm -f keep.txt",
+            "</dev/null rm -f keep.txt",
+            ">|out rm -f keep.txt",
+            "<<EOF rm -f keep.txt\nx\nEOF",
+            ">'a;b' rm -f keep.txt",
+            ">\"a b\" rm -f keep.txt",
+            "x='a;b' rm -f keep.txt",
+            "x=1 >out env rm -f keep.txt",
+            ">made echo rm",
+        ],
+        "an rm behind a redirection or a quoted operator ran",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_backtick_substitution_in_the_program_s_place_is_denied_and_one_in_an_argument_runs() {
     // The last: a substitution in an argument is not a program.
     assert_every_rm_denied_and_the_last_runs(

@@ -140,6 +140,14 @@ pub(super) fn chain_runs(
     {
         return true;
     }
+    // `>/dev/null rm x`, `x='a;b' rm x`: the parts above are cut at every operator, in quotes
+    // too, and take a redirection's file, or the quoted tail of a word, for the program.
+    if redirected_commands(&joined)
+        .iter()
+        .any(|text| runs_with_words(text, prefix, programs))
+    {
+        return true;
+    }
     let launches = |part: &&str| {
         shell_words(part)
             .first()
@@ -1277,6 +1285,51 @@ pub(super) fn quoted_commands(command: &str) -> Vec<Vec<String>> {
         .map(|s| s.words)
         .filter(|words| !words.is_empty())
         .collect()
+}
+
+/// The simple commands of `command` as the shell runs them, as text: cut at its operators
+/// outside quotes ([`segments`]), each redirection's file (the word after `>`, `2>`, `<`, `<<`,
+/// `>&`, `>|`) taken out, so that the program is the first word left (`>out rm x` and
+/// `2>/dev/null rm x` run `rm`; `x='a;b' rm x` too, its `;` quoted). The text after such a file
+/// is also a command of its own, as the operators before the redirection may have ended the
+/// one before (`a & >out rm x`): this errs towards matching.
+pub(super) fn redirected_commands(command: &str) -> Vec<String> {
+    let mut commands: Vec<String> = Vec::new();
+    let mut current = String::new();
+    for segment in segments(command) {
+        // `<(…)` and `>(…)` open a command, not a file.
+        let redirects = segment.before.contains(['<', '>']) && !segment.before.ends_with('(');
+        if redirects {
+            let rest = after_first_word(&segment.raw);
+            current.push(' ');
+            current.push_str(rest);
+            commands.push(rest.to_owned());
+        } else {
+            commands.push(std::mem::replace(&mut current, segment.raw));
+        }
+    }
+    commands.push(current);
+    commands.retain(|text| !text.trim().is_empty());
+    commands
+}
+
+/// `raw` after its first word, read as the shell reads it: quotes and backslashes keep blanks
+/// in the word (`"a b" rm` is `rm` after `a b`).
+fn after_first_word(raw: &str) -> &str {
+    let text = raw.trim_start();
+    let mut quote: Option<char> = None;
+    let mut escaped = false;
+    for (at, c) in text.char_indices() {
+        match (quote, c) {
+            _ if escaped => escaped = false,
+            (Some('\''), '\'') | (Some('"'), '"') => quote = None,
+            (Some('"') | None, '\\') => escaped = true,
+            (None, '\'' | '"') => quote = Some(c),
+            (None, c) if c.is_whitespace() => return text.get(at..).unwrap_or_default(),
+            _ => {}
+        }
+    }
+    ""
 }
 
 /// A stretch of a command between two of the shell's operators (see [`segments`]).
