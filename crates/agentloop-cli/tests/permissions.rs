@@ -795,6 +795,45 @@ async fn red19_an_rm_after_a_redirection_or_a_quoted_operator_is_denied() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn red19_a_script_s_line_after_a_quote_or_a_continued_line_is_read_though_it_starts_with_a_hash()
+ {
+    // Scripts an earlier call could have written: in each, a line that starts with `#` is no
+    // comment to the shell (it is inside a quoted string, or joined to the line before by a
+    // backslash, where the `#` comments out the rest of that line only), and `rm` runs after
+    // it. The last mentions `rm` in real comments only, and runs.
+    let scripts = [
+        ("a.sh", "echo hi \\\n# x\nrm -f keep.txt\n"),
+        ("b.sh", "x='\n# '; rm -f keep.txt\n"),
+        ("c.sh", "x=\"\n# \"; rm -f keep.txt\n"),
+        ("d.sh", "x=\"$(echo \"\n# \")\"; rm -f keep.txt\n"),
+        (
+            "e.sh",
+            "# rm; rm -rf / is what not to do\necho 'a' \\\n  \"b\"\n  # rm; then\ntouch made\n",
+        ),
+    ];
+    let calls: Vec<(&str, Value)> = scripts
+        .iter()
+        .map(|(name, _)| ("shell", json!({ "command": format!("sh {name}") })))
+        .collect();
+    let dir = scripted_builtins(DENY_RM_ALLOW_THE_REST, &calls);
+    for (name, text) in scripts {
+        std::fs::write(dir.path(&format!("work/{name}")), text).unwrap();
+    }
+    std::fs::write(dir.path("work/keep.txt"), "kept").unwrap();
+    let (_, v) = run_json(&dir, &[]).await;
+    assert_eq!(
+        call_statuses(&v),
+        ["denied", "denied", "denied", "denied", "ok"],
+        "{v}"
+    );
+    assert!(
+        dir.path("work/keep.txt").exists(),
+        "an rm after a line read as a comment ran"
+    );
+    assert!(dir.path("work/made").exists(), "the last script runs: {v}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_backtick_substitution_in_the_program_s_place_is_denied_and_one_in_an_argument_runs() {
     // The last: a substitution in an argument is not a program.
     assert_every_rm_denied_and_the_last_runs(
