@@ -834,6 +834,26 @@ async fn red19_a_script_s_line_after_a_quote_or_a_continued_line_is_read_though_
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn red19_a_backslash_before_a_carriage_return_joins_no_lines() {
+    // The shell joins lines at a backslash before a line feed only: before a carriage return
+    // the backslash keeps it in `echo`'s words, and the next line is a command of its own. The
+    // second is a script with such line ends; the last runs.
+    let dir = scripted_builtins(
+        DENY_RM_ALLOW_THE_REST,
+        &[
+            ("shell", json!({"command": "echo a \\\r\nrm -f keep.txt"})),
+            ("shell", json!({"command": "sh crlf.sh"})),
+            ("shell", json!({"command": "echo a \\\ntouch made"})),
+        ],
+    );
+    std::fs::write(dir.path("work/crlf.sh"), "echo a \\\r\nrm -f keep.txt;\r\n").unwrap();
+    std::fs::write(dir.path("work/keep.txt"), "kept").unwrap();
+    let (_, v) = run_json(&dir, &[]).await;
+    assert_eq!(call_statuses(&v), ["denied", "denied", "ok"], "{v}");
+    assert!(dir.path("work/keep.txt").exists(), "an rm after \\<CR> ran");
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_backtick_substitution_in_the_program_s_place_is_denied_and_one_in_an_argument_runs() {
     // The last: a substitution in an argument is not a program.
     assert_every_rm_denied_and_the_last_runs(

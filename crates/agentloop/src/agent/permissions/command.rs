@@ -100,7 +100,9 @@ pub(super) fn chain_runs(
         // shell's quoting exactly; a reading one backtick off sees `` `echo rm` `` as text.
         return true;
     };
-    let joined = command.replace("\\\r\n", "").replace("\\\n", "");
+    // Only a backslash before a line feed joins lines: before a carriage return it keeps that
+    // in the word (`echo a \<CR><LF>rm x` runs `rm`, in bash and dash alike).
+    let joined = command.replace("\\\n", "");
     if runs_unread_commands(&joined) {
         // A program whose command is in a language no prefix reads (an awk program that calls
         // `system`, sed's `e`, a vim command line): whatever it runs may be the denied one.

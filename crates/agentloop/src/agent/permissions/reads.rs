@@ -134,7 +134,9 @@ fn without_comment_lines(text: &str) -> String {
     let mut continued = false;
     let mut unsure = false;
     let mut kept: Vec<&str> = Vec::new();
-    for line in text.lines() {
+    // Cut at line feeds alone: a carriage return stays in its line, as it does for the shell,
+    // where a backslash before it continues nothing.
+    for line in text.split('\n') {
         // Only a blank or a tab comes before the word (`\u{a0}#;rm x` runs `rm`).
         let first = line.trim_start_matches([' ', '\t']);
         if open.is_none() && !continued && !unsure && first.starts_with('#') {
@@ -914,9 +916,12 @@ mod tests {
             "echo 'a'\n  # x\nrm",
             "echo \"it's\" # it's\n# x\nrm",
             "x=$'\\''\n# x\nrm",
+            // A backslash before a carriage return continues nothing; the line keeps it.
+            "echo a \\\r\n# x\r\nrm",
         ] {
             assert!(dropped(comment), "{comment:?}");
         }
+        assert!(without_comment_lines("echo a \\\r\n# x\r\nrm").contains("\\\r\nrm"));
         for code in [
             "echo hi \\\n# x\nrm",
             "x='\n# x'; rm",
