@@ -795,6 +795,23 @@ async fn red19_an_rm_after_a_redirection_or_a_quoted_operator_is_denied() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn red19_a_redirection_before_the_program_in_a_quoted_substitution_or_a_piped_shell_is_read_past()
+ {
+    // In double quotes, a substitution's operators are quoted to a reading that follows
+    // quotes; a shell fed by a pipe may have its redirection first. The last runs.
+    assert_every_rm_denied_and_the_last_runs(
+        &[
+            "echo \"$(2>/dev/null rm -f keep.txt)\"",
+            "echo 'rm -f keep.txt' | >/dev/null sh",
+            "printf 'r\\155 -f keep.txt' | >/dev/null sh",
+            "echo 'touch made' | >/dev/null sh",
+        ],
+        "an rm behind a redirection ran",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn red19_a_script_s_line_after_a_quote_or_a_continued_line_is_read_though_it_starts_with_a_hash()
  {
     // Scripts an earlier call could have written: in each, a line that starts with `#` is no

@@ -144,18 +144,21 @@ pub(super) fn chain_runs(
     }
     // `>/dev/null rm x`, `x='a;b' rm x`: the parts above are cut at every operator, in quotes
     // too, and take a redirection's file, or the quoted tail of a word, for the program.
-    if redirected_commands(&joined)
+    let redirected = redirected_commands(&joined);
+    if redirected
         .iter()
         .any(|text| runs_with_words(text, prefix, programs))
     {
         return true;
     }
-    let launches = |part: &&str| {
+    let launches = |part: &str| {
         shell_words(part)
             .first()
             .is_some_and(|w| is_launcher(program_name(w)))
     };
-    if parts.len() < 2 || !parts.iter().any(launches) {
+    // `echo 'rm x' | >/dev/null sh`: a launcher behind a redirection launches as well.
+    let any_launches = parts.iter().any(|p| launches(p)) || redirected.iter().any(|t| launches(t));
+    if parts.len() < 2 || !any_launches {
         return false;
     }
     (0..words.len()).any(|i| word_runs(&words, i, &wanted, programs))
@@ -1299,9 +1302,7 @@ pub(super) fn redirected_commands(command: &str) -> Vec<String> {
     let mut commands: Vec<String> = Vec::new();
     let mut current = String::new();
     for segment in segments(command) {
-        // `<(…)` and `>(…)` open a command, not a file.
-        let redirects = segment.before.contains(['<', '>']) && !segment.before.ends_with('(');
-        if redirects {
+        if led_by_redirection(&segment) {
             let rest = after_first_word(&segment.raw);
             current.push(' ');
             current.push_str(rest);
@@ -1311,8 +1312,34 @@ pub(super) fn redirected_commands(command: &str) -> Vec<String> {
         }
     }
     commands.push(current);
+    // In double quotes a substitution's operators are quoted to `segments` (`"$(2>/dev/null rm
+    // x)"`): cut at every operator, as the parts of a chain are, the text after a redirection's
+    // file there too.
+    let mut operators = String::new();
+    let mut rest = command;
+    while !rest.is_empty() {
+        let end = rest
+            .find(|c: char| CHAIN_SPLIT.contains(c))
+            .unwrap_or(rest.len());
+        let (part, tail) = rest.split_at(end);
+        if !part.trim().is_empty() {
+            if operators.contains(['<', '>']) && !operators.ends_with('(') {
+                commands.push(after_first_word(part).to_owned());
+            }
+            operators.clear();
+        }
+        let mut tail = tail.chars();
+        operators.extend(tail.next());
+        rest = tail.as_str();
+    }
     commands.retain(|text| !text.trim().is_empty());
     commands
+}
+
+/// True when `segment` follows a redirection (`>`, `2>`, `<<`, `>&`, `|>` after a pipe): its
+/// first word is the redirection's file, not a program. `<(…)` and `>(…)` open a command.
+pub(super) fn led_by_redirection(segment: &Segment) -> bool {
+    segment.before.contains(['<', '>']) && !segment.before.ends_with('(')
 }
 
 /// `raw` after its first word, read as the shell reads it: quotes and backslashes keep blanks

@@ -1470,6 +1470,9 @@ mod tests {
                 "true & >out rm -rf .",
                 "2>/dev/null git push",
                 "git >/dev/null push",
+                "echo \"$(2>/dev/null rm -rf .)\"",
+                "echo 'rm -rf .' | >/dev/null sh",
+                "echo 'rm -rf .' | 2>/dev/null bash -s",
             ],
             Permission::Deny,
         );
