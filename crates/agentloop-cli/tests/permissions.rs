@@ -812,6 +812,36 @@ async fn red19_a_redirection_before_the_program_in_a_quoted_substitution_or_a_pi
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn red19_a_cd_behind_a_launcher_an_assignment_or_a_redirection_moves_the_look_up() {
+    // `sub/x.sh` removes `keep.txt`, the root's `x.sh` does not: the script the rule reads is
+    // the one in the folder the `cd` moves to, wherever the `cd` stands. The last runs.
+    let commands = [
+        "command cd sub && sh x.sh",
+        "X=1 cd sub && sh x.sh",
+        "2>/dev/null cd sub && sh x.sh",
+        "command cd sub && sh ok.sh",
+    ];
+    let calls: Vec<(&str, Value)> = commands
+        .iter()
+        .map(|c| ("shell", json!({ "command": c })))
+        .collect();
+    let dir = scripted_builtins(DENY_RM_ALLOW_THE_REST, &calls);
+    std::fs::create_dir(dir.path("work/sub")).unwrap();
+    std::fs::write(dir.path("work/x.sh"), "echo fine\n").unwrap();
+    std::fs::write(dir.path("work/sub/x.sh"), "rm -f ../keep.txt\n").unwrap();
+    std::fs::write(dir.path("work/sub/ok.sh"), "touch ../made\n").unwrap();
+    std::fs::write(dir.path("work/keep.txt"), "kept").unwrap();
+    let (_, v) = run_json(&dir, &[]).await;
+    assert_eq!(
+        call_statuses(&v),
+        ["denied", "denied", "denied", "ok"],
+        "{v}"
+    );
+    assert!(dir.path("work/keep.txt").exists(), "sub/x.sh's rm ran");
+    assert!(dir.path("work/made").exists(), "the last runs: {v}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn red19_a_script_s_line_after_a_quote_or_a_continued_line_is_read_though_it_starts_with_a_hash()
  {
     // Scripts an earlier call could have written: in each, a line that starts with `#` is no

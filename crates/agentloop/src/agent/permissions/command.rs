@@ -109,16 +109,14 @@ pub(super) fn chain_runs(
         return true;
     }
     let parts: Vec<&str> = joined.split(|c: char| CHAIN_SPLIT.contains(c)).collect();
-    // `cd sub && ./tidy`: a program word may be looked up in a folder the chain moves to.
+    let redirected = redirected_commands(&joined);
+    // `cd sub && ./tidy`: a program word may be looked up in a folder the chain moves to, by a
+    // `cd` wherever a program may stand (`command cd sub`, `X=1 cd sub`, `2>/dev/null cd sub`).
     let folders: Vec<String> = parts
         .iter()
-        .filter_map(|part| {
-            let words = shell_words(part);
-            let (first, rest) = words.split_first()?;
-            matches!(first.as_str(), "cd" | "pushd")
-                .then(|| rest.iter().find(|w| !w.starts_with('-')).cloned())
-                .flatten()
-        })
+        .copied()
+        .chain(redirected.iter().map(String::as_str))
+        .flat_map(|part| folders_moved_to(&shell_words(part)))
         .collect();
     let chained = parts.iter().filter(|p| !p.trim().is_empty()).count() > 1;
     let words: Vec<String> = parts.iter().flat_map(|part| shell_words(part)).collect();
@@ -144,7 +142,6 @@ pub(super) fn chain_runs(
     }
     // `>/dev/null rm x`, `x='a;b' rm x`: the parts above are cut at every operator, in quotes
     // too, and take a redirection's file, or the quoted tail of a word, for the program.
-    let redirected = redirected_commands(&joined);
     if redirected
         .iter()
         .any(|text| runs_with_words(text, prefix, programs))
@@ -1257,6 +1254,23 @@ pub(super) fn interpreter_runs(args: &[String], command: &str) -> bool {
     args.iter()
         .position(carries_code)
         .is_some_and(|at| args.iter().skip(at).any(|a| names_a_process(a)))
+}
+
+/// The folders a `cd` or `pushd` in `words` (one command) names, wherever a program may stand
+/// ([`program_positions`]): the first word after it that is no option.
+fn folders_moved_to(words: &[String]) -> Vec<String> {
+    program_positions(words)
+        .into_iter()
+        .filter(|&at| {
+            words
+                .get(at)
+                .is_some_and(|w| matches!(program_name(w), "cd" | "pushd"))
+        })
+        .filter_map(|at| {
+            let rest = words.get(at + 1..)?;
+            rest.iter().find(|w| !w.starts_with('-')).cloned()
+        })
+        .collect()
 }
 
 /// Where in `words` (one command) a program may stand: the first word, and past launchers,
