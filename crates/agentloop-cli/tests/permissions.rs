@@ -772,6 +772,135 @@ async fn assert_every_rm_denied_and_the_last_runs(commands: &[&str], why: &str) 
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn red19_an_rm_after_a_redirection_or_a_quoted_operator_is_denied() {
+    // Each runs `rm` as its program, though a redirection's file, or the quoted tail of an
+    // assignment or a file name, comes first in the text. The last: a command that starts with
+    // a redirection and runs no `rm` runs.
+    assert_every_rm_denied_and_the_last_runs(
+        &[
+            ">/dev/null rm -f keep.txt",
+            "2>/dev/null rm -f keep.txt",
+            "</dev/null rm -f keep.txt",
+            ">|out rm -f keep.txt",
+            "<<EOF rm -f keep.txt\nx\nEOF",
+            ">'a;b' rm -f keep.txt",
+            ">\"a b\" rm -f keep.txt",
+            "x='a;b' rm -f keep.txt",
+            "x=1 >out env rm -f keep.txt",
+            ">made echo rm",
+        ],
+        "an rm behind a redirection or a quoted operator ran",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn red19_a_redirection_before_the_program_in_a_quoted_substitution_or_a_piped_shell_is_read_past()
+ {
+    // In double quotes, a substitution's operators are quoted to a reading that follows
+    // quotes; a shell fed by a pipe may have its redirection first. The last runs.
+    assert_every_rm_denied_and_the_last_runs(
+        &[
+            "echo \"$(2>/dev/null rm -f keep.txt)\"",
+            "echo 'rm -f keep.txt' | >/dev/null sh",
+            "printf 'r\\155 -f keep.txt' | >/dev/null sh",
+            "echo 'touch made' | >/dev/null sh",
+        ],
+        "an rm behind a redirection ran",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn red19_a_cd_behind_a_launcher_an_assignment_or_a_redirection_moves_the_look_up() {
+    // `sub/x.sh` removes `keep.txt`, the root's `x.sh` does not: the script the rule reads is
+    // the one in the folder the `cd` moves to, wherever the `cd` stands. The last runs.
+    let commands = [
+        "command cd sub && sh x.sh",
+        "X=1 cd sub && sh x.sh",
+        "2>/dev/null cd sub && sh x.sh",
+        "command cd sub && sh ok.sh",
+    ];
+    let calls: Vec<(&str, Value)> = commands
+        .iter()
+        .map(|c| ("shell", json!({ "command": c })))
+        .collect();
+    let dir = scripted_builtins(DENY_RM_ALLOW_THE_REST, &calls);
+    std::fs::create_dir(dir.path("work/sub")).unwrap();
+    std::fs::write(dir.path("work/x.sh"), "echo fine\n").unwrap();
+    std::fs::write(dir.path("work/sub/x.sh"), "rm -f ../keep.txt\n").unwrap();
+    std::fs::write(dir.path("work/sub/ok.sh"), "touch ../made\n").unwrap();
+    std::fs::write(dir.path("work/keep.txt"), "kept").unwrap();
+    let (_, v) = run_json(&dir, &[]).await;
+    assert_eq!(
+        call_statuses(&v),
+        ["denied", "denied", "denied", "ok"],
+        "{v}"
+    );
+    assert!(dir.path("work/keep.txt").exists(), "sub/x.sh's rm ran");
+    assert!(dir.path("work/made").exists(), "the last runs: {v}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn red19_a_script_s_line_after_a_quote_or_a_continued_line_is_read_though_it_starts_with_a_hash()
+ {
+    // Scripts an earlier call could have written: in each, a line that starts with `#` is no
+    // comment to the shell (it is inside a quoted string, or joined to the line before by a
+    // backslash, where the `#` comments out the rest of that line only), and `rm` runs after
+    // it. The last mentions `rm` in real comments only, and runs.
+    let scripts = [
+        ("a.sh", "echo hi \\\n# x\nrm -f keep.txt\n"),
+        ("b.sh", "x='\n# '; rm -f keep.txt\n"),
+        ("c.sh", "x=\"\n# \"; rm -f keep.txt\n"),
+        ("d.sh", "x=\"$(echo \"\n# \")\"; rm -f keep.txt\n"),
+        (
+            "e.sh",
+            "# rm; rm -rf / is what not to do\necho 'a' \\\n  \"b\"\n  # rm; then\ntouch made\n",
+        ),
+    ];
+    let calls: Vec<(&str, Value)> = scripts
+        .iter()
+        .map(|(name, _)| ("shell", json!({ "command": format!("sh {name}") })))
+        .collect();
+    let dir = scripted_builtins(DENY_RM_ALLOW_THE_REST, &calls);
+    for (name, text) in scripts {
+        std::fs::write(dir.path(&format!("work/{name}")), text).unwrap();
+    }
+    std::fs::write(dir.path("work/keep.txt"), "kept").unwrap();
+    let (_, v) = run_json(&dir, &[]).await;
+    assert_eq!(
+        call_statuses(&v),
+        ["denied", "denied", "denied", "denied", "ok"],
+        "{v}"
+    );
+    assert!(
+        dir.path("work/keep.txt").exists(),
+        "an rm after a line read as a comment ran"
+    );
+    assert!(dir.path("work/made").exists(), "the last script runs: {v}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn red19_a_backslash_before_a_carriage_return_joins_no_lines() {
+    // The shell joins lines at a backslash before a line feed only: before a carriage return
+    // the backslash keeps it in `echo`'s words, and the next line is a command of its own. The
+    // second is a script with such line ends; the last runs.
+    let dir = scripted_builtins(
+        DENY_RM_ALLOW_THE_REST,
+        &[
+            ("shell", json!({"command": "echo a \\\r\nrm -f keep.txt"})),
+            ("shell", json!({"command": "sh crlf.sh"})),
+            ("shell", json!({"command": "echo a \\\ntouch made"})),
+        ],
+    );
+    std::fs::write(dir.path("work/crlf.sh"), "echo a \\\r\nrm -f keep.txt;\r\n").unwrap();
+    std::fs::write(dir.path("work/keep.txt"), "kept").unwrap();
+    let (_, v) = run_json(&dir, &[]).await;
+    assert_eq!(call_statuses(&v), ["denied", "denied", "ok"], "{v}");
+    assert!(dir.path("work/keep.txt").exists(), "an rm after \\<CR> ran");
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_backtick_substitution_in_the_program_s_place_is_denied_and_one_in_an_argument_runs() {
     // The last: a substitution in an argument is not a program.
     assert_every_rm_denied_and_the_last_runs(

@@ -100,23 +100,23 @@ pub(super) fn chain_runs(
         // shell's quoting exactly; a reading one backtick off sees `` `echo rm` `` as text.
         return true;
     };
-    let joined = command.replace("\\\r\n", "").replace("\\\n", "");
+    // Only a backslash before a line feed joins lines: before a carriage return it keeps that
+    // in the word (`echo a \<CR><LF>rm x` runs `rm`, in bash and dash alike).
+    let joined = command.replace("\\\n", "");
     if runs_unread_commands(&joined) {
         // A program whose command is in a language no prefix reads (an awk program that calls
         // `system`, sed's `e`, a vim command line): whatever it runs may be the denied one.
         return true;
     }
     let parts: Vec<&str> = joined.split(|c: char| CHAIN_SPLIT.contains(c)).collect();
-    // `cd sub && ./tidy`: a program word may be looked up in a folder the chain moves to.
+    let redirected = redirected_commands(&joined);
+    // `cd sub && ./tidy`: a program word may be looked up in a folder the chain moves to, by a
+    // `cd` wherever a program may stand (`command cd sub`, `X=1 cd sub`, `2>/dev/null cd sub`).
     let folders: Vec<String> = parts
         .iter()
-        .filter_map(|part| {
-            let words = shell_words(part);
-            let (first, rest) = words.split_first()?;
-            matches!(first.as_str(), "cd" | "pushd")
-                .then(|| rest.iter().find(|w| !w.starts_with('-')).cloned())
-                .flatten()
-        })
+        .copied()
+        .chain(redirected.iter().map(String::as_str))
+        .flat_map(|part| folders_moved_to(&shell_words(part)))
         .collect();
     let chained = parts.iter().filter(|p| !p.trim().is_empty()).count() > 1;
     let words: Vec<String> = parts.iter().flat_map(|part| shell_words(part)).collect();
@@ -140,12 +140,22 @@ pub(super) fn chain_runs(
     {
         return true;
     }
-    let launches = |part: &&str| {
+    // `>/dev/null rm x`, `x='a;b' rm x`: the parts above are cut at every operator, in quotes
+    // too, and take a redirection's file, or the quoted tail of a word, for the program.
+    if redirected
+        .iter()
+        .any(|text| runs_with_words(text, prefix, programs))
+    {
+        return true;
+    }
+    let launches = |part: &str| {
         shell_words(part)
             .first()
             .is_some_and(|w| is_launcher(program_name(w)))
     };
-    if parts.len() < 2 || !parts.iter().any(launches) {
+    // `echo 'rm x' | >/dev/null sh`: a launcher behind a redirection launches as well.
+    let any_launches = parts.iter().any(|p| launches(p)) || redirected.iter().any(|t| launches(t));
+    if parts.len() < 2 || !any_launches {
         return false;
     }
     (0..words.len()).any(|i| word_runs(&words, i, &wanted, programs))
@@ -1246,6 +1256,23 @@ pub(super) fn interpreter_runs(args: &[String], command: &str) -> bool {
         .is_some_and(|at| args.iter().skip(at).any(|a| names_a_process(a)))
 }
 
+/// The folders a `cd` or `pushd` in `words` (one command) names, wherever a program may stand
+/// ([`program_positions`]): the first word after it that is no option.
+fn folders_moved_to(words: &[String]) -> Vec<String> {
+    program_positions(words)
+        .into_iter()
+        .filter(|&at| {
+            words
+                .get(at)
+                .is_some_and(|w| matches!(program_name(w), "cd" | "pushd"))
+        })
+        .filter_map(|at| {
+            let rest = words.get(at + 1..)?;
+            rest.iter().find(|w| !w.starts_with('-')).cloned()
+        })
+        .collect()
+}
+
 /// Where in `words` (one command) a program may stand: the first word, and past launchers,
 /// their options and values, assignments and the like (as [`words_run`] walks them), each word
 /// that may be the program run.
@@ -1277,6 +1304,75 @@ pub(super) fn quoted_commands(command: &str) -> Vec<Vec<String>> {
         .map(|s| s.words)
         .filter(|words| !words.is_empty())
         .collect()
+}
+
+/// The simple commands of `command` as the shell runs them, as text: cut at its operators
+/// outside quotes ([`segments`]), each redirection's file (the word after `>`, `2>`, `<`, `<<`,
+/// `>&`, `>|`) taken out, so that the program is the first word left (`>out rm x` and
+/// `2>/dev/null rm x` run `rm`; `x='a;b' rm x` too, its `;` quoted). The text after such a file
+/// is also a command of its own, as the operators before the redirection may have ended the
+/// one before (`a & >out rm x`): this errs towards matching.
+pub(super) fn redirected_commands(command: &str) -> Vec<String> {
+    let mut commands: Vec<String> = Vec::new();
+    let mut current = String::new();
+    for segment in segments(command) {
+        if led_by_redirection(&segment) {
+            let rest = after_first_word(&segment.raw);
+            current.push(' ');
+            current.push_str(rest);
+            commands.push(rest.to_owned());
+        } else {
+            commands.push(std::mem::replace(&mut current, segment.raw));
+        }
+    }
+    commands.push(current);
+    // In double quotes a substitution's operators are quoted to `segments` (`"$(2>/dev/null rm
+    // x)"`): cut at every operator, as the parts of a chain are, the text after a redirection's
+    // file there too.
+    let mut operators = String::new();
+    let mut rest = command;
+    while !rest.is_empty() {
+        let end = rest
+            .find(|c: char| CHAIN_SPLIT.contains(c))
+            .unwrap_or(rest.len());
+        let (part, tail) = rest.split_at(end);
+        if !part.trim().is_empty() {
+            if operators.contains(['<', '>']) && !operators.ends_with('(') {
+                commands.push(after_first_word(part).to_owned());
+            }
+            operators.clear();
+        }
+        let mut tail = tail.chars();
+        operators.extend(tail.next());
+        rest = tail.as_str();
+    }
+    commands.retain(|text| !text.trim().is_empty());
+    commands
+}
+
+/// True when `segment` follows a redirection (`>`, `2>`, `<<`, `>&`, `|>` after a pipe): its
+/// first word is the redirection's file, not a program. `<(…)` and `>(…)` open a command.
+pub(super) fn led_by_redirection(segment: &Segment) -> bool {
+    segment.before.contains(['<', '>']) && !segment.before.ends_with('(')
+}
+
+/// `raw` after its first word, read as the shell reads it: quotes and backslashes keep blanks
+/// in the word (`"a b" rm` is `rm` after `a b`).
+fn after_first_word(raw: &str) -> &str {
+    let text = raw.trim_start();
+    let mut quote: Option<char> = None;
+    let mut escaped = false;
+    for (at, c) in text.char_indices() {
+        match (quote, c) {
+            _ if escaped => escaped = false,
+            (Some('\''), '\'') | (Some('"'), '"') => quote = None,
+            (Some('"') | None, '\\') => escaped = true,
+            (None, '\'' | '"') => quote = Some(c),
+            (None, c) if c.is_whitespace() => return text.get(at..).unwrap_or_default(),
+            _ => {}
+        }
+    }
+    ""
 }
 
 /// A stretch of a command between two of the shell's operators (see [`segments`]).

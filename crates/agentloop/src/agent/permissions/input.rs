@@ -8,7 +8,7 @@
 
 use super::command::{
     CONTAINER_LAUNCHERS, MAX_STEPS, Programs, Segment, is_launcher, is_shell, launches_nothing,
-    program_name, program_positions, segments, shell_option_letters,
+    led_by_redirection, program_name, program_positions, segments, shell_option_letters,
 };
 
 /// True when a program of `command` takes commands from its input and that input runs the
@@ -38,15 +38,18 @@ pub(super) fn fed_commands_run(command: &str, wanted: &[&str], programs: Program
     segments.iter().enumerate().any(|(i, segment)| {
         let next = segments.get(i + 1);
         let redirected = next.map(|n| n.before.as_str()).unwrap_or_default();
+        // `| >/dev/null sh`: a redirection before the program, whose file is no word of it.
+        let led = led_by_redirection(segment);
+        let own = segment.words.get(usize::from(led)..).unwrap_or_default();
         // `sh 0< x.sh`: the descriptor a redirection names is no word of the command.
-        let words = match segment.words.split_last() {
+        let words = match own.split_last() {
             Some((last, words))
                 if redirected.starts_with(['<', '>'])
                     && last.chars().all(|c| c.is_ascii_digit()) =>
             {
                 words
             }
-            _ => &segment.words,
+            _ => own,
         };
         if !takes_commands_from_input(words) {
             return false;
@@ -67,7 +70,13 @@ pub(super) fn fed_commands_run(command: &str, wanted: &[&str], programs: Program
         } else {
             false
         };
-        let piped = segment.before.ends_with('|') && !segment.before.ends_with("||");
+        // The operators before a redirection that leads the command (`|>`) say how it began.
+        let began = if led {
+            segment.before.trim_end_matches(['<', '>', '&'])
+        } else {
+            segment.before.as_str()
+        };
+        let piped = began.ends_with('|') && !began.ends_with("||");
         let previous = i.checked_sub(1).and_then(|k| segments.get(k));
         // `… | tee >(sh)`: fed what a program writes into the substitution.
         fed || input_replaced

@@ -1442,6 +1442,55 @@ mod tests {
     }
 
     #[test]
+    fn a_deny_prefix_sees_the_program_after_a_redirection_and_past_quoted_operators() {
+        let mut store = PermissionStore::new(Permission::Allow);
+        for denied in ["rm", "git push"] {
+            store.configure(rule("shell", prefix(denied), Permission::Deny));
+        }
+        decides(
+            &store,
+            &[
+                ">/dev/null rm -rf .",
+                "2>/dev/null rm -rf .",
+                "</dev/null rm -rf .",
+                "> out rm -rf .",
+                ">>out rm -rf .",
+                ">|out rm -rf .",
+                ">&out rm -rf .",
+                "&>out rm -rf .",
+                "<<<x rm -rf .",
+                "<<EOF rm -rf .\nx\nEOF",
+                ">\"a b\" rm -rf .",
+                ">'a;b' rm -rf .",
+                "x='a;b' rm -rf .",
+                "x=\"a|b\" rm -rf .",
+                "x=1 >out rm -rf .",
+                ">out env rm -rf .",
+                ">out sh -c 'rm -rf .'",
+                "true & >out rm -rf .",
+                "2>/dev/null git push",
+                "git >/dev/null push",
+                "echo \"$(2>/dev/null rm -rf .)\"",
+                "echo 'rm -rf .' | >/dev/null sh",
+                "echo 'rm -rf .' | 2>/dev/null bash -s",
+            ],
+            Permission::Deny,
+        );
+        // Matched by no rule: asked, as unmatched calls of a tool with argument rules are.
+        decides(
+            &store,
+            &[
+                ">out echo rm",
+                "ls > out.txt",
+                "sort < in.txt > out.txt",
+                "git log 2>/dev/null",
+                "echo 'a;b' rm",
+            ],
+            Permission::Ask,
+        );
+    }
+
+    #[test]
     fn a_deny_prefix_on_a_program_that_runs_others_matches_that_program_itself() {
         // `find`'s own words were read only for the program after an `-exec`, so a deny on
         // `find` itself never matched a `find` command.

@@ -121,14 +121,62 @@ fn read(programs: Programs<'_>, path: &str) -> Found {
     }
 }
 
+/// The lines of a shell script but its comment lines: those whose first word starts with `#`
+/// where the shell reads a new command. A line that starts so inside a quoted string (`x='` on
+/// the line before) or after a line continued by a backslash (`echo \`, whose next line the
+/// shell joins to it, the `#` then ending that line) is kept: the shell may run what follows
+/// its `#`, or join the next line to the one before, which dropping the line would hide. So is
+/// every such line after what this reading does not follow: a here-document or here-string
+/// (`<<`), a backtick, a substitution inside double quotes (`"$(echo "`), whose quotes nest.
+fn without_comment_lines(text: &str) -> String {
+    // The quote the text so far leaves open: `'`, `"`, or `$` for `$'…'`.
+    let mut open: Option<char> = None;
+    let mut continued = false;
+    let mut unsure = false;
+    let mut kept: Vec<&str> = Vec::new();
+    // Cut at line feeds alone: a carriage return stays in its line, as it does for the shell,
+    // where a backslash before it continues nothing.
+    for line in text.split('\n') {
+        // Only a blank or a tab comes before the word (`\u{a0}#;rm x` runs `rm`).
+        let first = line.trim_start_matches([' ', '\t']);
+        if open.is_none() && !continued && !unsure && first.starts_with('#') {
+            continue;
+        }
+        kept.push(line);
+        let mut chars = line.chars().peekable();
+        // A line joined to the one before goes on with its last word.
+        let mut word_start = !continued;
+        while let Some(c) = chars.next() {
+            match (open, c) {
+                (Some('\''), '\'') | (Some('"'), '"') | (Some('$'), '\'') => open = None,
+                (Some('"' | '$') | None, '\\') => {
+                    chars.next();
+                }
+                (Some('"'), '$') if matches!(chars.peek(), Some('(' | '{')) => unsure = true,
+                (Some('"') | None, '`') => unsure = true,
+                (None, '<') if chars.peek() == Some(&'<') => unsure = true,
+                (Some(_), _) => {}
+                (None, '\'') => open = Some('\''),
+                (None, '"') => open = Some('"'),
+                (None, '$') if chars.peek() == Some(&'\'') => {
+                    chars.next();
+                    open = Some('$');
+                }
+                // A comment to the end of the line: no quote in it opens anything.
+                (None, '#') if word_start => break,
+                _ => {}
+            }
+            word_start = open.is_none() && " \t;&|()<>".contains(c);
+        }
+        continued = line.ends_with('\\');
+    }
+    kept.join("\n")
+}
+
 /// True when a shell's script `text` runs the prefix's words: each of its lines that is not a
-/// comment, read as one command line (a chain of the script's lines).
+/// comment ([`without_comment_lines`]), read as one command line (a chain of the script's lines).
 fn text_runs(text: &str, wanted: &[&str], programs: Programs<'_>) -> bool {
-    let commands: String = text
-        .lines()
-        .filter(|line| !line.trim_start().starts_with('#'))
-        .collect::<Vec<_>>()
-        .join("\n");
+    let commands = without_comment_lines(text);
     let prefix = wanted.join(" ");
     let reading = Reading {
         script: true,
@@ -859,6 +907,35 @@ mod tests {
     use super::super::tests::{decides, denying_rm, prefix, rule};
     use super::super::{Permission, PermissionStore, ResolvePaths};
     use super::*;
+
+    #[test]
+    fn a_script_line_starting_with_a_hash_is_dropped_only_where_the_shell_reads_a_comment() {
+        let dropped = |text: &str| !without_comment_lines(text).contains("# x");
+        for comment in [
+            "# x\nrm",
+            "echo 'a'\n  # x\nrm",
+            "echo \"it's\" # it's\n# x\nrm",
+            "x=$'\\''\n# x\nrm",
+            // A backslash before a carriage return continues nothing; the line keeps it.
+            "echo a \\\r\n# x\r\nrm",
+        ] {
+            assert!(dropped(comment), "{comment:?}");
+        }
+        assert!(without_comment_lines("echo a \\\r\n# x\r\nrm").contains("\\\r\nrm"));
+        for code in [
+            "echo hi \\\n# x\nrm",
+            "x='\n# x'; rm",
+            "x=\"\n# x\"; rm",
+            "x=$'\\'\n# x'; rm",
+            "x=\"$(echo \"\n# x\")\"; rm",
+            "a=`'`\nb='\n# x'; rm",
+            "cat <<EOF\n'\nEOF\nx='\n# x'; rm",
+            "echo a\\\n#'\n# x'; rm",
+            "\u{a0}# x;rm",
+        ] {
+            assert!(!dropped(code), "{code:?}");
+        }
+    }
 
     /// Files as a tool reads them under the root `/project` (stands in for the CLI's file system
     /// reads): each a path and its text; `None`, one that cannot be read.
