@@ -772,7 +772,7 @@ async fn assert_every_rm_denied_and_the_last_runs(commands: &[&str], why: &str) 
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn red19_an_rm_after_a_redirection_or_a_quoted_operator_is_denied() {
+async fn an_rm_after_a_redirection_or_a_quoted_operator_is_denied() {
     // Each runs `rm` as its program, though a redirection's file, or the quoted tail of an
     // assignment or a file name, comes first in the text. The last: a command that starts with
     // a redirection and runs no `rm` runs.
@@ -795,8 +795,7 @@ async fn red19_an_rm_after_a_redirection_or_a_quoted_operator_is_denied() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn red19_a_redirection_before_the_program_in_a_quoted_substitution_or_a_piped_shell_is_read_past()
- {
+async fn a_redirection_before_the_program_in_a_quoted_substitution_or_a_piped_shell_is_read_past() {
     // In double quotes, a substitution's operators are quoted to a reading that follows
     // quotes; a shell fed by a pipe may have its redirection first. The last runs.
     assert_every_rm_denied_and_the_last_runs(
@@ -812,7 +811,7 @@ async fn red19_a_redirection_before_the_program_in_a_quoted_substitution_or_a_pi
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn red19_a_cd_behind_a_launcher_an_assignment_or_a_redirection_moves_the_look_up() {
+async fn a_cd_behind_a_launcher_an_assignment_or_a_redirection_moves_the_look_up() {
     // `sub/x.sh` removes `keep.txt`, the root's `x.sh` does not: the script the rule reads is
     // the one in the folder the `cd` moves to, wherever the `cd` stands. The last runs.
     let commands = [
@@ -842,8 +841,7 @@ async fn red19_a_cd_behind_a_launcher_an_assignment_or_a_redirection_moves_the_l
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn red19_a_script_s_line_after_a_quote_or_a_continued_line_is_read_though_it_starts_with_a_hash()
- {
+async fn a_script_s_line_after_a_quote_or_a_continued_line_is_read_though_it_starts_with_a_hash() {
     // Scripts an earlier call could have written: in each, a line that starts with `#` is no
     // comment to the shell (it is inside a quoted string, or joined to the line before by a
     // backslash, where the `#` comments out the rest of that line only), and `rm` runs after
@@ -881,7 +879,7 @@ async fn red19_a_script_s_line_after_a_quote_or_a_continued_line_is_read_though_
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn red19_a_backslash_before_a_carriage_return_joins_no_lines() {
+async fn a_backslash_before_a_carriage_return_joins_no_lines() {
     // The shell joins lines at a backslash before a line feed only: before a carriage return
     // the backslash keeps it in `echo`'s words, and the next line is a command of its own. The
     // second is a script with such line ends; the last runs.
