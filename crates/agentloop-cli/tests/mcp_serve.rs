@@ -12,7 +12,8 @@
 //! with it), and read the error results of a bad call and of a call the agent's permissions ask
 //! about; a client that takes elicitation is asked about that call instead, and its answer holds.
 //! With `--tools` the agent file's own tools (a command tool, an `[[mcp]]` server's tool) are
-//! served under its permissions.
+//! served under its permissions. And, with JSON-RPC lines on stdio, a stop during a journaled
+//! call, which leaves its run to resume.
 
 mod support;
 
