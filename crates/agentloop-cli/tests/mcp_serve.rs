@@ -12,7 +12,8 @@
 //! with it), and read the error results of a bad call and of a call the agent's permissions ask
 //! about; a client that takes elicitation is asked about that call instead, and its answer holds.
 //! With `--tools` the agent file's own tools (a command tool, an `[[mcp]]` server's tool) are
-//! served under its permissions.
+//! served under its permissions. And, with JSON-RPC lines on stdio, a stop during a journaled
+//! call, which leaves its run to resume.
 
 mod support;
 
@@ -902,4 +903,111 @@ fn a_stop_signal_during_the_start_stops_the_server_in_order() {
         }
         assert_eq!(report(), "marker.txt ok\n", "{protocol}: {said}");
     }
+}
+
+/// One JSON-RPC message as a line on a stdio server's stdin.
+fn send_line(stdin: &mut impl std::io::Write, message: &Value) {
+    writeln!(stdin, "{message}").unwrap();
+    stdin.flush().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stop_during_a_journaled_call_answers_it_and_leaves_the_run_to_resume() {
+    use std::io::BufRead;
+    let dir = forecaster("");
+    slow_script(&dir);
+    // The tool starts a process of its own and says both ids: neither may outlive the stop.
+    dir.write(
+        "slow.py",
+        "import os, subprocess, time\np = subprocess.Popen(['sleep', '60'])\n\
+         open('pids', 'w').write(f'{os.getpid()} {p.pid}')\nos.rename('pids', 'started')\n\
+         time.sleep(30)\nopen('finished', 'w').close()\n",
+    );
+    let (agent, journal) = (dir.agent(), dir.path("journal.db"));
+    let (agent, journal) = (agent.to_str().unwrap(), journal.to_str().unwrap());
+    let mut server = Command::new(bin())
+        .args(["mcp", "serve", agent, "--journal", journal])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = server.stdin.take().unwrap();
+    let mut stdout = std::io::BufReader::new(server.stdout.take().unwrap());
+    send_line(
+        &mut stdin,
+        &json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "test", "version": "1"}}}),
+    );
+    let mut line = String::new();
+    stdout.read_line(&mut line).unwrap();
+    assert!(line.contains("\"id\":1"), "{line}");
+    send_line(
+        &mut stdin,
+        &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    );
+    send_line(
+        &mut stdin,
+        &json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+            "name": "forecaster", "arguments": {"task": "Take your time."}}}),
+    );
+    let started = dir.path("started");
+    for _ in 0..300 {
+        if started.exists() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let pids = std::fs::read_to_string(&started).unwrap();
+
+    // Stopped as a service manager stops it, while the run is in its tool call.
+    let stop = Instant::now();
+    let status = Command::new("kill")
+        .args(["-TERM", &server.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut stdout, &mut rest).unwrap();
+    let ended = server.wait().unwrap();
+    assert_eq!(ended.code(), Some(0), "{ended}");
+    assert!(
+        stop.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        stop.elapsed()
+    );
+
+    // The call is answered, in whole lines: an error result that names the run to resume.
+    let answers: Vec<Value> = rest
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l:?}")))
+        .collect();
+    let answer = answers.iter().find(|a| a["id"] == 2).expect("no answer");
+    assert_eq!(answer["result"]["isError"], true, "{answer}");
+    let text = answer["result"]["content"][0]["text"].as_str().unwrap();
+    assert!(text.contains("the server stopped"), "{text}");
+
+    // Neither the tool nor what it started runs on.
+    std::thread::sleep(Duration::from_millis(500));
+    for pid in pids.split_whitespace() {
+        let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        assert!(
+            state.is_empty() || state.contains(") Z "),
+            "process {pid} outlived the stop: {state}"
+        );
+    }
+
+    // The run is not over in the journal, and resumes to its answer.
+    let list = agentloop(args(&["journal", "list", "--journal", journal, "--json"])).await;
+    let runs: Value = serde_json::from_slice(&list.stdout).unwrap();
+    let run = &runs.as_array().unwrap()[0];
+    let id = run["run_id"].as_str().unwrap();
+    assert!(text.contains(&format!("agentloop resume {id}")), "{text}");
+    assert_ne!(run["status"], "finished", "{run}");
+    let resumed = agentloop(args(&["resume", id, "--journal", journal, "--json"])).await;
+    assert_eq!(resumed.status.code(), Some(0), "{}", stderr(&resumed));
+    let outcome: Value = serde_json::from_slice(&resumed.stdout).unwrap();
+    assert_eq!(outcome["stop_reason"], "finished", "{outcome}");
+    assert!(!dir.path("finished").exists(), "the slow tool ran on");
 }

@@ -1833,3 +1833,35 @@ fn ctrl_c_at_an_approval_prompt_of_chat_cancels_that_turn_and_the_chat_goes_on()
     );
     assert!(!dir.path("work/ran").exists(), "the asked call never ran");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_rm_behind_a_container_recorder_session_lock_or_project_runner_is_denied() {
+    // Most of these are not installed here: what counts is that the gate never lets them start
+    // the `rm`. A harmless command through one of them is not judged so: the last runs.
+    assert_every_rm_denied_and_the_last_runs(
+        &[
+            "bwrap --ro-bind / / --dev /dev --bind . . rm -f keep.txt",
+            "bwrap --bind / / --setenv A b rm -f keep.txt",
+            "apptainer exec --bind /x:/y img.sif rm -f keep.txt",
+            "singularity exec img.sif rm -f keep.txt",
+            "rr record rm -f keep.txt",
+            "dtach -c /tmp/s rm -f keep.txt",
+            "abduco -c s rm -f keep.txt",
+            "start-stop-daemon --start --exec /bin/rm -- -f keep.txt",
+            "lckdo -w lock rm -f keep.txt",
+            "with-lock-ex lock rm -f keep.txt",
+            "fakechroot rm -f keep.txt",
+            "box64 rm -f keep.txt",
+            "pipx run rm -f keep.txt",
+            "pdm run rm -f keep.txt",
+            "hatch -e test run rm -f keep.txt",
+            "stack exec -- rm -f keep.txt",
+            "cabal exec rm -f keep.txt",
+            "opam exec -- rm -f keep.txt",
+            "devbox run rm -f keep.txt",
+            "hatch run test 2>/dev/null; touch made",
+        ],
+        "an rm run through a launcher ran",
+    )
+    .await;
+}

@@ -219,6 +219,8 @@ pub struct AgentServer {
     session_idle: Option<Duration>,
     /// The HTTP sessions' activity, once served over HTTP: a call holds its session busy.
     sessions: Option<Arc<sessions::Activity>>,
+    /// Cancelled when the server stops: a journaled run is then left to resume, not cancelled.
+    stopping: agentloop::CancellationToken,
 }
 
 impl AgentServer {
@@ -230,6 +232,7 @@ impl AgentServer {
             most: DEFAULT_MAX_RUNS,
             session_idle: Some(DEFAULT_SESSION_IDLE),
             sessions: None,
+            stopping: agentloop::CancellationToken::new(),
         }
     }
 
@@ -316,7 +319,8 @@ impl ServerHandler for AgentServer {
             .as_ref()
             .and_then(|m| m.get_progress_token())
             .or_else(|| context.meta.get_progress_token());
-        // `notifications/cancelled` for this request cancels this token: the run's.
+        // `notifications/cancelled` for this request cancels this token: a tool's run's, and
+        // what an elicitation waits on (an agent's run takes its own, `CallStop`).
         let cancel = context.ct.child_token();
         // A tool's call reports the call alone: its run is only the way the call is admitted.
         let detail = match &entry.backing {
@@ -327,15 +331,11 @@ impl ServerHandler for AgentServer {
         let unattended = Arc::new(Unattended::new(cancel.clone(), &context.peer));
         let result = match &entry.backing {
             Backing::Agent(served) => {
-                run_agent(
-                    served,
-                    arguments,
-                    &entry.tool,
-                    &progress,
-                    &unattended,
-                    cancel,
-                )
-                .await
+                let stop = CallStop {
+                    client: context.ct.clone(),
+                    server: self.stopping.clone(),
+                };
+                run_agent(served, arguments, &entry.tool, &progress, &unattended, stop).await
             }
             Backing::Tool(tools) => {
                 run_tool(
@@ -370,13 +370,50 @@ fn call_options(
     o
 }
 
+/// What stops a call's run: its client's cancel (`notifications/cancelled`), and the server's
+/// stop, which the client's token also sees.
+struct CallStop {
+    client: agentloop::CancellationToken,
+    server: agentloop::CancellationToken,
+}
+
+impl CallStop {
+    /// `run`'s outcome, `cancel` (the run's) cancelled when the client cancels the call. The
+    /// server's stop cancels it too, unless the run is `journaled`: a stop is not the client's
+    /// cancel, and a journaled run it ended would be journaled over (`cancelled`), never to go
+    /// on. Such a run is dropped where its journal has it (its tools' processes killed with
+    /// their groups), resumable, and the answer is `None`.
+    async fn until_stopped(
+        &self,
+        run: impl Future<Output = agentloop::RunOutcome>,
+        cancel: &agentloop::CancellationToken,
+        journaled: bool,
+    ) -> Option<agentloop::RunOutcome> {
+        use std::task::Poll;
+        let mut run = std::pin::pin!(run);
+        let mut stopped = std::pin::pin!(self.server.cancelled());
+        let mut cancelled = std::pin::pin!(self.client.cancelled());
+        std::future::poll_fn(|cx| {
+            // The stop first: the client's token is cancelled with it.
+            if journaled && stopped.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(None);
+            }
+            if !cancel.is_cancelled() && cancelled.as_mut().poll(cx).is_ready() {
+                cancel.cancel();
+            }
+            run.as_mut().poll(cx).map(Some)
+        })
+        .await
+    }
+}
+
 async fn run_agent(
     served: &ServedAgent,
     arguments: Value,
     tool: &rmcp::model::Tool,
     progress: &CallProgress,
     unattended: &Arc<Unattended>,
-    cancel: agentloop::CancellationToken,
+    stop: CallStop,
 ) -> CallToolResult {
     let Some(task) = arguments.get("task").and_then(Value::as_str) else {
         return error_result("the call needs a `task`: a string");
@@ -385,10 +422,19 @@ async fn run_agent(
         Ok(a) => a,
         Err(e) => return error_result(format!("the agent could not be built: {e}")),
     };
-    let options = call_options(&served.options, progress, cancel);
-    let outcome = agent
-        .run_with(Vec::new(), Some(Message::user(task)), options)
-        .await;
+    let cancel = agentloop::CancellationToken::new();
+    let mut options = call_options(&served.options, progress, cancel.clone());
+    // A journaled run is named here, so that the answer to a stop can say which run to resume.
+    let journaled = options.journal.is_some().then(agentloop::ids::run_id);
+    options.run_id.clone_from(&journaled);
+    let run = agent.run_with(Vec::new(), Some(Message::user(task)), options);
+    let Some(outcome) = stop.until_stopped(run, &cancel, journaled.is_some()).await else {
+        let id = journaled.unwrap_or_default();
+        return error_result(format!(
+            "the server stopped during the agent's run: the run is left unfinished in the \
+             server's journal, and `agentloop resume {id}` goes on with it"
+        ));
+    };
     if let Some(text) = unattended.report() {
         return error_result(text);
     }

@@ -19,9 +19,10 @@ fn transport_error(e: impl std::fmt::Display) -> ServeError {
 
 /// Serves on this process's stdin and stdout until the client closes them or `shutdown` fires.
 pub async fn serve_stdio(
-    server: AgentServer,
+    mut server: AgentServer,
     shutdown: CancellationToken,
 ) -> Result<(), ServeError> {
+    server.stopping = shutdown.clone();
     let running = rmcp::service::serve_server_with_ct(server, rmcp::transport::stdio(), shutdown)
         .await
         .map_err(transport_error)?;
@@ -37,6 +38,7 @@ pub async fn serve_http(
     shutdown: CancellationToken,
 ) -> Result<(), ServeError> {
     let addr = listener.local_addr().map_err(transport_error)?;
+    server.stopping = shutdown.clone();
     // One list of names for every agentloop server (`agentloop-serve`); rmcp checks it here, as
     // it answers a wrong `Host` in MCP's own terms. A server on every address checks none.
     let config =

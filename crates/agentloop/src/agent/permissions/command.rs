@@ -554,7 +554,8 @@ pub(super) enum Place {
 /// own words (`chroot DIR`, `flock FILE`).
 #[derive(Debug, Default)]
 pub(super) struct LauncherWalk {
-    after_option: bool,
+    /// The values the last option takes that are still to come.
+    values: usize,
     positional: usize,
 }
 
@@ -563,7 +564,7 @@ impl LauncherWalk {
     /// before the program.
     pub(super) fn taking(positional: usize) -> Self {
         LauncherWalk {
-            after_option: false,
+            values: 0,
             positional,
         }
     }
@@ -575,13 +576,17 @@ impl LauncherWalk {
             .iter()
             .find_map(|(name, n)| name.eq_ignore_ascii_case(program).then_some(*n))
         {
-            (self.positional, self.after_option) = (takes, false);
+            (self.positional, self.values) = (takes, 0);
             Place::Past
         } else if starts_another(program) {
-            self.after_option = program.starts_with('-') && !program.contains('=');
+            self.values = if program.starts_with('-') && !program.contains('=') {
+                option_values(program)
+            } else {
+                0
+            };
             Place::Past
-        } else if self.after_option {
-            self.after_option = false;
+        } else if self.values > 0 {
+            self.values -= 1;
             Place::Value
         } else if self.positional > 0 {
             self.positional -= 1;
@@ -590,6 +595,38 @@ impl LauncherWalk {
             Place::Program
         }
     }
+}
+
+/// Launchers' options that take more than one value: bwrap's (`--bind SRC DEST`, `--setenv
+/// VAR VALUE`, `--overlay RWSRC WORKDIR DEST`). Read after any launcher: a word taken for a
+/// value is still read as the program too, so counting too many only makes a rule match more.
+pub(super) const MULTI_VALUED_OPTIONS: &[(&str, usize)] = &[
+    ("--bind", 2),
+    ("--bind-try", 2),
+    ("--dev-bind", 2),
+    ("--dev-bind-try", 2),
+    ("--ro-bind", 2),
+    ("--ro-bind-try", 2),
+    ("--bind-fd", 2),
+    ("--ro-bind-fd", 2),
+    ("--symlink", 2),
+    ("--setenv", 2),
+    ("--chmod", 2),
+    ("--file", 2),
+    ("--bind-data", 2),
+    ("--ro-bind-data", 2),
+    ("--overlay", 3),
+    ("--tmp-overlay", 1),
+    ("--ro-overlay", 1),
+];
+
+/// How many of the next words the option `word` takes as its values: one unless
+/// [`MULTI_VALUED_OPTIONS`] says more.
+fn option_values(word: &str) -> usize {
+    MULTI_VALUED_OPTIONS
+        .iter()
+        .find_map(|(option, n)| (*option == word).then_some(*n))
+        .unwrap_or(1)
 }
 
 /// True when `words` start with a launcher and name no program for it to run (`ssh host`,
@@ -1678,6 +1715,30 @@ pub(super) const LAUNCHERS: &[&str] = &[
     "screen",
     "at",
     "batch",
+    // Containers of HPC (`apptainer exec IMAGE rm`), a recorder (`rr record rm`), detached
+    // sessions (`dtach -c SOCKET rm`, `abduco -c NAME rm`), a daemon starter
+    // (`start-stop-daemon --exec /bin/rm`), lock holders (`lckdo LOCK rm`, `with-lock-ex LOCK
+    // rm`), a fake chroot, emulators of another architecture (`box64 rm`), and runners of a
+    // project's or a package's commands (`pipx run`, `pdm run`, `hatch run`, `stack exec`,
+    // `cabal exec`, `opam exec --`, `devbox run`).
+    "apptainer",
+    "singularity",
+    "rr",
+    "dtach",
+    "abduco",
+    "start-stop-daemon",
+    "lckdo",
+    "with-lock-ex",
+    "fakechroot",
+    "box64",
+    "box86",
+    "pipx",
+    "pdm",
+    "hatch",
+    "stack",
+    "cabal",
+    "opam",
+    "devbox",
     // GNU coreutils under their `g` names (Homebrew's).
     "gstdbuf",
     "gtimeout",
@@ -1735,6 +1796,19 @@ pub(super) const LAUNCHER_POSITIONALS: &[(&str, usize)] = &[
     ("chrt", 1),
     ("su", 1),
     ("sg", 1),
+    // `exec IMAGE`, `record`, the lock file, the subcommand (hatch's may be `env run`).
+    ("apptainer", 2),
+    ("singularity", 2),
+    ("rr", 1),
+    ("lckdo", 1),
+    ("with-lock-ex", 1),
+    ("pipx", 1),
+    ("pdm", 1),
+    ("hatch", 2),
+    ("stack", 1),
+    ("cabal", 1),
+    ("opam", 1),
+    ("devbox", 1),
 ];
 
 /// Programs that run a program given as the value of one of their options, with those options:

@@ -249,7 +249,12 @@ const ESCAPES: &[(&str, Permission)] = &[
 
 #[test]
 fn escapes_from_deny_and_ask_prefixes_are_matched() {
-    let wrong = misjudged(&guarded_shell("python3"), ESCAPES);
+    assert_none_misjudged(ESCAPES);
+}
+
+/// Asserts that [`guarded_shell`] judges every command of `table` as it expects.
+fn assert_none_misjudged(table: &[(&str, Permission)]) {
+    let wrong = misjudged(&guarded_shell("python3"), table);
     assert!(
         wrong.is_empty(),
         "{} misjudged:\n{}",
@@ -391,4 +396,70 @@ fn long_and_deeply_quoted_commands_are_judged_in_bounded_time() {
             started.elapsed()
         );
     }
+}
+
+/// Launchers a red team found a deny prefix did not see through, and the same launchers
+/// running harmless commands (or none), which stay allowed.
+#[test]
+fn containers_recorders_sessions_locks_and_project_runners_are_read_through() {
+    let table: &[(&str, Permission)] = &[
+        ("bwrap --bind / / rm f", D),
+        (
+            "bwrap --ro-bind / / --dev /dev --proc /proc --unshare-all rm f",
+            D,
+        ),
+        ("bwrap --dev-bind / / --chdir /tmp --setenv A b rm f", D),
+        ("apptainer exec img.sif rm f", D),
+        ("apptainer exec --bind /x:/y img.sif rm f", D),
+        ("singularity exec img.sif rm f", D),
+        ("rr record rm f", D),
+        ("rr rm f", D),
+        ("dtach -c /tmp/s rm f", D),
+        ("dtach -n /tmp/s -E rm f", D),
+        ("abduco -c s rm f", D),
+        ("abduco -n s rm f", D),
+        ("start-stop-daemon --start --exec /bin/rm -- f", D),
+        ("start-stop-daemon -S -x /bin/rm -- f", D),
+        ("start-stop-daemon --start --startas /bin/rm -- f", D),
+        ("lckdo /tmp/l rm f", D),
+        ("lckdo -w /tmp/l rm f", D),
+        ("with-lock-ex /tmp/l rm f", D),
+        ("with-lock-ex -w /tmp/l rm f", D),
+        ("fakechroot rm f", D),
+        ("fakechroot chroot /x rm f", D),
+        ("box64 rm f", D),
+        ("box86 rm f", D),
+        ("pipx run rm f", D),
+        ("pdm run rm f", D),
+        ("hatch run rm f", D),
+        ("hatch -e test run rm f", D),
+        ("stack exec rm f", D),
+        ("stack exec -- rm f", D),
+        ("cabal exec rm f", D),
+        ("cabal exec -- rm f", D),
+        ("opam exec -- rm f", D),
+        ("opam exec rm f", D),
+        ("devbox run rm f", D),
+        ("pipx run black .", Permission::Allow),
+        ("hatch run test", Permission::Allow),
+        ("stack exec ghc -- -v", Permission::Allow),
+        ("cabal exec -- ghc --version", Permission::Allow),
+        ("opam exec -- dune build", Permission::Allow),
+        ("devbox run build", Permission::Allow),
+        ("bwrap --ro-bind / / --dev /dev ls -l", Permission::Allow),
+        ("apptainer exec img.sif ls", Permission::Allow),
+        ("rr record ./app", Permission::Allow),
+        ("dtach -c /tmp/s top", Permission::Allow),
+        ("lckdo /tmp/l make", Permission::Allow),
+        (
+            "start-stop-daemon --start --exec /usr/bin/app",
+            Permission::Allow,
+        ),
+        ("rr replay", Permission::Allow),
+        (
+            "start-stop-daemon --stop --pidfile /run/app.pid",
+            Permission::Allow,
+        ),
+    ];
+    assert_none_misjudged(table);
 }
