@@ -79,3 +79,108 @@ async fn wire22_an_overloaded_responses_model_is_overloaded_and_retried() {
         assert_eq!(got.message.text, "back", "{name}");
     }
 }
+
+/// A function call streamed as these argument deltas, then closed by these events.
+fn call_stream(deltas: &[&str], closing: &[(&str, &str)]) -> Vec<u8> {
+    let added = r#"{"type":"response.output_item.added","output_index":0,"item":{"type":"function_call","id":"fc","call_id":"c1","name":"weather","arguments":""}}"#;
+    let deltas: Vec<String> = deltas
+        .iter()
+        .map(|d| {
+            let d = serde_json::to_string(d).unwrap();
+            format!(
+                r#"{{"type":"response.function_call_arguments.delta","item_id":"fc","output_index":0,"delta":{d}}}"#
+            )
+        })
+        .collect();
+    let mut all = vec![CREATED, ("response.output_item.added", added)];
+    all.extend(
+        deltas
+            .iter()
+            .map(|d| ("response.function_call_arguments.delta", d.as_str())),
+    );
+    all.extend_from_slice(closing);
+    all.push((
+        "response.completed",
+        r#"{"type":"response.completed","response":{"id":"r","status":"completed","output":[],"usage":{"input_tokens":3,"output_tokens":4}}}"#,
+    ));
+    events(&all)
+}
+
+const ARGS_DONE: (&str, &str) = (
+    "response.function_call_arguments.done",
+    r#"{"type":"response.function_call_arguments.done","item_id":"fc","output_index":0,"arguments":"{\"city\":\"Paris\"}"}"#,
+);
+const ITEM_DONE: (&str, &str) = (
+    "response.output_item.done",
+    r#"{"type":"response.output_item.done","output_index":0,"item":{"type":"function_call","id":"fc","call_id":"c1","name":"weather","arguments":"{\"city\":\"Paris\"}","status":"completed"}}"#,
+);
+
+#[tokio::test]
+async fn wire22_a_call_whose_deltas_stop_short_of_its_done_event_takes_the_whole_arguments() {
+    // A gateway that loses the last argument delta still sends the whole arguments in the
+    // call's `done` events: the call runs with them, not with the broken head the deltas
+    // carried (which the run rejects as no JSON, a lost call).
+    for closing in [vec![ARGS_DONE, ITEM_DONE], vec![ARGS_DONE], vec![ITEM_DONE]] {
+        let server = serve_in_order(
+            "/responses",
+            vec![(
+                call_stream(&["{\"city\"", ":\"Par"], &closing),
+                "text/event-stream",
+            )],
+        )
+        .await;
+        let got = ask(&responses(server.uri())).await.unwrap();
+        let calls: Vec<_> = got
+            .message
+            .tool_calls
+            .iter()
+            .map(|c| (&*c.call_id, c.arguments.as_str()))
+            .collect();
+        assert_eq!(calls, [("c1", r#"{"city":"Paris"}"#)], "{closing:?}");
+        assert!(
+            got.warnings.iter().any(|w| w.contains("c1")),
+            "{closing:?}: {:?}",
+            got.warnings
+        );
+    }
+}
+
+#[tokio::test]
+async fn wire22_a_call_whose_deltas_match_its_done_event_is_read_once_without_a_warning() {
+    let server = serve_in_order(
+        "/responses",
+        vec![(
+            call_stream(&["{\"city\"", ":\"Paris\"}"], &[ARGS_DONE, ITEM_DONE]),
+            "text/event-stream",
+        )],
+    )
+    .await;
+    let got = ask(&responses(server.uri())).await.unwrap();
+    assert_eq!(got.message.tool_calls[0].arguments, r#"{"city":"Paris"}"#);
+    assert!(got.warnings.is_empty(), "{:?}", got.warnings);
+}
+
+#[tokio::test]
+async fn wire22_a_call_whose_done_event_contradicts_its_deltas_says_so() {
+    // What streamed has reached the caller and cannot be taken back: the call keeps it, and
+    // the response says the server's last word differed.
+    let server = serve_in_order(
+        "/responses",
+        vec![(
+            call_stream(&["{\"city\":\"Rome\"}"], &[ARGS_DONE, ITEM_DONE]),
+            "text/event-stream",
+        )],
+    )
+    .await;
+    let got = ask(&responses(server.uri())).await.unwrap();
+    assert_eq!(got.message.tool_calls[0].arguments, r#"{"city":"Rome"}"#);
+    assert_eq!(
+        got.warnings
+            .iter()
+            .filter(|w| w.contains("c1") && w.contains("differ"))
+            .count(),
+        1,
+        "{:?}",
+        got.warnings
+    );
+}

@@ -18,6 +18,7 @@ use serde_json::value::RawValue;
 use super::dialect::{DialectReader, ToolDialect};
 use super::strict::drop_strict_nulls;
 use crate::decode::{StreamDecoder, accumulate_sse, accumulate_whole};
+use crate::digest::Digest;
 use crate::error::{
     decode_error, in_body_error, is_unparsed_tool_output, stream_cut, stream_error,
 };
@@ -1254,37 +1255,6 @@ impl StreamDecoder for ChatStreamParser {
         };
         out.push_back(ModelEvent::Finish { reason, raw });
         Ok(())
-    }
-}
-
-/// The length and FNV-1a digest of a call's arguments so far.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Digest {
-    len: usize,
-    hash: u64,
-}
-
-impl Default for Digest {
-    fn default() -> Self {
-        Digest {
-            len: 0,
-            hash: 0xcbf2_9ce4_8422_2325,
-        }
-    }
-}
-
-impl Digest {
-    fn add(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.hash = (self.hash ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
-        }
-        self.len = self.len.saturating_add(bytes.len());
-    }
-
-    fn of(bytes: &[u8]) -> Self {
-        let mut digest = Digest::default();
-        digest.add(bytes);
-        digest
     }
 }
 
