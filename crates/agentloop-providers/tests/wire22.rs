@@ -10,10 +10,15 @@
 
 mod support;
 
-use agentloop::model::ModelErrorKind;
-use agentloop_providers::Retry;
+use std::time::{Duration, Instant};
+
+use agentloop::model::{FinishReason, ModelErrorKind};
+use agentloop_providers::http::HttpConfig;
 use agentloop_providers::openai_responses::OpenAiResponses;
-use support::{ask, fast_retry, serve_in_order};
+use agentloop_providers::{OpenAiChat, Retry};
+use support::raw_http::serve_each;
+use support::{ask, fast_retry, http_chunk, serve_in_order};
+use tokio::io::AsyncWriteExt;
 
 fn responses(uri: String) -> OpenAiResponses {
     OpenAiResponses::builder("gpt-test")
@@ -183,4 +188,61 @@ async fn wire22_a_call_whose_done_event_contradicts_its_deltas_says_so() {
         "{:?}",
         got.warnings
     );
+}
+
+/// A server that sends this event stream as one chunk, then holds the connection open, silent.
+async fn holding(body: &'static str) -> String {
+    let (uri, _) = serve_each(move |mut socket, _| async move {
+        let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\
+                    transfer-encoding: chunked\r\n\r\n";
+        if socket.write_all(head.as_bytes()).await.is_err()
+            || socket
+                .write_all(&http_chunk(body.as_bytes()))
+                .await
+                .is_err()
+        {
+            return;
+        }
+        tokio::time::sleep(Duration::from_secs(30)).await;
+    })
+    .await;
+    uri
+}
+
+/// A compatible server's chat model that waits 300 ms of silence.
+fn quick_chat(uri: &str) -> OpenAiChat {
+    let mut config = HttpConfig::new(uri);
+    config.idle_timeout = Duration::from_millis(300);
+    OpenAiChat::compatible("local", uri, "m")
+        .http_config(config)
+        .build()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn wire22_a_chat_answer_whose_server_holds_the_stream_open_without_done_is_the_answer() {
+    // A finish_reason came (and the usage chunk after it), then no `[DONE]` and no end of the
+    // body: the answer is whole, as it is when the server closes the body there. It was a
+    // timeout after the idle timeout, the answer lost, and a retry layer paid for it again.
+    let finished = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Paris\"},\
+                    \"finish_reason\":\"stop\"}]}\n\n\
+                    data: {\"choices\":[],\"usage\":{\"prompt_tokens\":7,\"completion_tokens\":2}}\n\n";
+    let chat = quick_chat(&holding(finished).await);
+    let started = Instant::now();
+    let got = ask(&chat).await.unwrap();
+    assert_eq!(got.message.text, "Paris");
+    assert_eq!(got.finish_reason, FinishReason::Stop);
+    assert_eq!((got.usage.input_tokens, got.usage.output_tokens), (7, 2));
+    assert!(
+        got.warnings.iter().any(|w| w.contains("[DONE]")),
+        "{:?}",
+        got.warnings
+    );
+    assert!(started.elapsed() < Duration::from_secs(5));
+
+    // Without a finish_reason the answer is not whole: still the timeout.
+    let unfinished = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Par\"}}]}\n\n";
+    let chat = quick_chat(&holding(unfinished).await);
+    let err = ask(&chat).await.unwrap_err();
+    assert_eq!(err.kind, ModelErrorKind::Timeout, "{err}");
 }

@@ -1225,6 +1225,12 @@ impl StreamDecoder for ChatStreamParser {
         self.done
     }
 
+    /// A `finish_reason` came: a server that sends no `[DONE]` after it (nor, with usage asked
+    /// for, anything after the usage chunk) has said all it will.
+    fn whole_before_last_event(&self) -> Option<&'static str> {
+        (!self.done && self.finish.is_some()).then_some("[DONE]")
+    }
+
     /// A whole response is one chunk whose choices carry `message`; without a `finish_reason` it
     /// ends as the calls it made say.
     fn whole(&mut self, body: &[u8], out: &mut VecDeque<ModelEvent>) -> Result<(), ModelError> {
