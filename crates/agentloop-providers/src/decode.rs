@@ -43,6 +43,12 @@ pub(crate) trait StreamDecoder: Send {
     /// The stream's own last event came (`[DONE]`, `message_stop`, a final `response.*`): the
     /// response is whole, and nothing after it counts.
     fn over(&self) -> bool;
+    /// The last event the stream still lacks, when the answer is whole without it (Chat
+    /// Completions: a `finish_reason` came, `[DONE]` has not): a silence then ends the stream as
+    /// its end would, rather than failing an answer that is all there.
+    fn whole_before_last_event(&self) -> Option<&'static str> {
+        None
+    }
     /// Applies a whole (non-streamed) response body: the events its stream would have carried,
     /// through its `Finish`.
     fn whole(&mut self, body: &[u8], out: &mut VecDeque<ModelEvent>) -> Result<(), ModelError>;
@@ -98,6 +104,23 @@ pub(crate) fn decoded_events<'a, D: StreamDecoder + 'a>(
                         st.done = true;
                     }
                     applied
+                }
+                // The server went quiet after a whole answer, without its last event and without
+                // ending the body: the answer is read as if it had ended there. Failed, it was
+                // lost, and a retry layer paid for it again.
+                Some(Err(e)) if e.kind == ModelErrorKind::Timeout => {
+                    match st.decoder.whole_before_last_event() {
+                        Some(last) => {
+                            st.done = true;
+                            st.queue.push_back(ModelEvent::Warning(format!(
+                                "the answer was whole, but {last} never came and the server \
+                                 held the stream open ({}): read as ended there",
+                                e.message
+                            )));
+                            st.decoder.end(&mut st.queue)
+                        }
+                        None => Err(e),
+                    }
                 }
                 Some(Err(e)) => Err(e),
                 None => {

@@ -309,7 +309,13 @@ impl ProviderError {
         {
             return ModelErrorKind::Authentication;
         }
-        if status == Some(529) || self.is("overloaded_error") {
+        // OpenAI's Responses API says a model is at capacity with these codes, inside a 200
+        // stream (a failed response, an `error` event): transient, as Anthropic's overload is.
+        if status == Some(529)
+            || self.is("overloaded_error")
+            || self.is("server_is_overloaded")
+            || self.is("slow_down")
+        {
             return ModelErrorKind::Overloaded;
         }
         if status == Some(429) || self.is("rate_limit_error") || self.is("rate_limit_exceeded") {

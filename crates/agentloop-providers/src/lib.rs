@@ -36,6 +36,8 @@
     feature = "openai-responses"
 ))]
 mod decode;
+#[cfg(any(feature = "openai", feature = "openai-responses"))]
+mod digest;
 pub mod error;
 pub mod http;
 mod layer;

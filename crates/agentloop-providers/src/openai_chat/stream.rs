@@ -18,6 +18,7 @@ use serde_json::value::RawValue;
 use super::dialect::{DialectReader, ToolDialect};
 use super::strict::drop_strict_nulls;
 use crate::decode::{StreamDecoder, accumulate_sse, accumulate_whole};
+use crate::digest::Digest;
 use crate::error::{
     decode_error, in_body_error, is_unparsed_tool_output, stream_cut, stream_error,
 };
@@ -1224,6 +1225,12 @@ impl StreamDecoder for ChatStreamParser {
         self.done
     }
 
+    /// A `finish_reason` came: a server that sends no `[DONE]` after it (nor, with usage asked
+    /// for, anything after the usage chunk) has said all it will.
+    fn whole_before_last_event(&self) -> Option<&'static str> {
+        (!self.done && self.finish.is_some()).then_some("[DONE]")
+    }
+
     /// A whole response is one chunk whose choices carry `message`; without a `finish_reason` it
     /// ends as the calls it made say.
     fn whole(&mut self, body: &[u8], out: &mut VecDeque<ModelEvent>) -> Result<(), ModelError> {
@@ -1254,37 +1261,6 @@ impl StreamDecoder for ChatStreamParser {
         };
         out.push_back(ModelEvent::Finish { reason, raw });
         Ok(())
-    }
-}
-
-/// The length and FNV-1a digest of a call's arguments so far.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Digest {
-    len: usize,
-    hash: u64,
-}
-
-impl Default for Digest {
-    fn default() -> Self {
-        Digest {
-            len: 0,
-            hash: 0xcbf2_9ce4_8422_2325,
-        }
-    }
-}
-
-impl Digest {
-    fn add(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.hash = (self.hash ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
-        }
-        self.len = self.len.saturating_add(bytes.len());
-    }
-
-    fn of(bytes: &[u8]) -> Self {
-        let mut digest = Digest::default();
-        digest.add(bytes);
-        digest
     }
 }
 

@@ -17,6 +17,7 @@ use serde_json::Value;
 
 use super::PROVIDER;
 use crate::decode::{StreamDecoder, accumulate_sse, accumulate_whole};
+use crate::digest::Digest;
 use crate::error::{
     ProviderError, decode_error, error_envelope, in_body_error, reported_error, stream_cut,
     stream_error,
@@ -380,6 +381,14 @@ fn unfinished(
 #[derive(Debug)]
 struct CallState {
     got_arguments: bool,
+    /// The id and name, for the warnings about its arguments.
+    id: Arc<str>,
+    name: SmolStr,
+    /// What the call's deltas passed on: its `done` events' whole arguments are checked
+    /// against it.
+    streamed: Digest,
+    /// A `done` event's arguments differed from the deltas' (said once, for both events).
+    contradicted: bool,
 }
 
 /// Turns the Responses API's stream events into [`ModelEvent`]s. Pure: no I/O, no clock. Feed it
@@ -446,16 +455,22 @@ impl ResponsesStreamParser {
 
     fn start_call(&mut self, index: u32, item: &InItem<'_>, out: &mut VecDeque<ModelEvent>) {
         self.any_output = true;
+        let name = item.name.as_deref().map(SmolStr::new).unwrap_or_default();
+        // The id comes whole in this event, read into the `Arc` the call shares.
+        let id: Arc<str> = item.call_id.clone().unwrap_or_default();
         out.push_back(ModelEvent::ToolCallStart {
             index,
-            // The id comes whole in this event, read into the `Arc` the call shares.
-            id: item.call_id.clone().unwrap_or_default(),
-            name: item.name.as_deref().map(SmolStr::new).unwrap_or_default(),
+            id: Arc::clone(&id),
+            name: name.clone(),
         });
         self.calls.insert(
             index,
             CallState {
                 got_arguments: false,
+                id,
+                name,
+                streamed: Digest::default(),
+                contradicted: false,
             },
         );
     }
@@ -521,11 +536,9 @@ impl ResponsesStreamParser {
                 }
             }
             "response.function_call_arguments.done" => {
-                let call = self.call_mut(index).ok_or_else(|| unknown_call(index))?;
-                if !call.got_arguments
-                    && let Some(args) = event.arguments.filter(|a| !a.is_empty())
-                {
-                    self.arguments(index, WireText::plain(args), out)?;
+                self.call_mut(index).ok_or_else(|| unknown_call(index))?;
+                if let Some(args) = event.arguments.filter(|a| !a.is_empty()) {
+                    self.whole_arguments(index, &args, out)?;
                 }
             }
             "response.reasoning_summary_part.added" if event.summary_index.unwrap_or(0) > 0 => {
@@ -627,10 +640,68 @@ impl ResponsesStreamParser {
         args: WireText<'_>,
         out: &mut VecDeque<ModelEvent>,
     ) -> Result<(), ModelError> {
+        self.any_output = true;
+        let text = self.pairs.join(Channel::Arguments(index), args);
+        self.pass_arguments(index, text, out)
+    }
+
+    /// Passes on text of a call's arguments, counted in what its deltas carried.
+    fn pass_arguments(
+        &mut self,
+        index: u32,
+        text: String,
+        out: &mut VecDeque<ModelEvent>,
+    ) -> Result<(), ModelError> {
         let call = self.call_mut(index).ok_or_else(|| unknown_call(index))?;
         call.got_arguments = true;
-        self.delta(Channel::Arguments(index), args, out);
+        call.streamed.add(text.as_bytes());
+        if !text.is_empty() {
+            out.push_back(Channel::Arguments(index).event(text));
+        }
         Ok(())
+    }
+
+    /// A call's whole arguments, as its `done` events restate them: the arguments when no delta
+    /// carried any; the rest of them when the deltas carried only their head (a gateway that
+    /// lost the last delta: read as it came, the call would be broken JSON, and rejected); a
+    /// warning when they differ from what streamed, which has reached the caller and stays.
+    fn whole_arguments(
+        &mut self,
+        index: u32,
+        whole: &str,
+        out: &mut VecDeque<ModelEvent>,
+    ) -> Result<(), ModelError> {
+        // A half character the deltas ended on never gets its partner now.
+        if let Some(half) = self.pairs.flush(Channel::Arguments(index)) {
+            self.pass_arguments(index, half, out)?;
+        }
+        let call = self.call_mut(index).ok_or_else(|| unknown_call(index))?;
+        let streamed = call.streamed;
+        if !call.got_arguments || streamed.len == 0 {
+            return self.pass_arguments(index, whole.to_owned(), out);
+        }
+        if streamed == Digest::of(whole.as_bytes()) {
+            return Ok(());
+        }
+        let id = format!("{} ({})", call.id, call.name);
+        match whole.get(..streamed.len).zip(whole.get(streamed.len..)) {
+            Some((head, rest)) if Digest::of(head.as_bytes()) == streamed => {
+                out.push_back(ModelEvent::Warning(format!(
+                    "the argument deltas of tool call {id} stopped short of the whole arguments \
+                     its done event sent: the rest is read from it"
+                )));
+                self.pass_arguments(index, rest.to_owned(), out)
+            }
+            _ if call.contradicted => Ok(()),
+            _ => {
+                call.contradicted = true;
+                out.push_back(ModelEvent::Warning(format!(
+                    "the whole arguments of tool call {id} in its done event differ from what \
+                     its deltas streamed: the streamed arguments are kept"
+                )));
+                Ok(())
+            }
+        }
     }
 
     fn item_done(
@@ -642,9 +713,15 @@ impl ResponsesStreamParser {
         self.any_output = true;
         // A character the item's deltas left half of ends with the item: in its text, in the
         // reasoning its block is about to take, in its call's arguments.
-        for channel in [Channel::Text, Channel::Reasoning, Channel::Arguments(index)] {
+        for channel in [Channel::Text, Channel::Reasoning] {
             if let Some(half) = self.pairs.flush(channel) {
                 out.push_back(channel.event(half));
+            }
+        }
+        if let Some(half) = self.pairs.flush(Channel::Arguments(index)) {
+            match self.call_mut(index) {
+                Some(_) => self.pass_arguments(index, half, out)?,
+                None => out.push_back(Channel::Arguments(index).event(half)),
             }
         }
         match &*item.kind {
@@ -652,9 +729,8 @@ impl ResponsesStreamParser {
                 if self.call_mut(index).is_none() {
                     self.start_call(index, item, out);
                 }
-                let got = self.call_mut(index).is_some_and(|c| c.got_arguments);
-                if !got && let Some(args) = item.arguments_text().filter(|a| !a.is_empty()) {
-                    self.arguments(index, WireText::plain(args), out)?;
+                if let Some(args) = item.arguments_text().filter(|a| !a.is_empty()) {
+                    self.whole_arguments(index, args, out)?;
                 }
             }
             "reasoning" => {

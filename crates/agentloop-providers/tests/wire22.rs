@@ -1,0 +1,248 @@
+//! A red team of in-the-wild provider traffic, over loopback HTTP: what real servers and
+//! gateways send that the recorded corpus and the other hostile tests do not, each case read
+//! through the real adapter (and, where retrying is the point, its retry layer).
+#![allow(
+    clippy::indexing_slicing,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic
+)]
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use agentloop::model::{FinishReason, ModelErrorKind};
+use agentloop_providers::http::HttpConfig;
+use agentloop_providers::openai_responses::OpenAiResponses;
+use agentloop_providers::{OpenAiChat, Retry};
+use support::raw_http::serve_each;
+use support::{ask, fast_retry, http_chunk, serve_in_order};
+use tokio::io::AsyncWriteExt;
+
+fn responses(uri: String) -> OpenAiResponses {
+    OpenAiResponses::builder("gpt-test")
+        .base_url(uri)
+        .api_key("sk-wire22-secret")
+        .build()
+        .unwrap()
+}
+
+/// An event stream of these `(event name, data)` pairs.
+fn events(events: &[(&str, &str)]) -> Vec<u8> {
+    events
+        .iter()
+        .map(|(name, data)| format!("event: {name}\ndata: {data}\n\n"))
+        .collect::<String>()
+        .into_bytes()
+}
+
+const CREATED: (&str, &str) = (
+    "response.created",
+    r#"{"type":"response.created","response":{"id":"r","status":"in_progress","output":[]}}"#,
+);
+
+fn answer(text: &str) -> Vec<u8> {
+    let delta = format!(
+        r#"{{"type":"response.output_text.delta","item_id":"m","output_index":0,"content_index":0,"delta":"{text}"}}"#
+    );
+    events(&[
+        CREATED,
+        ("response.output_text.delta", &delta),
+        (
+            "response.completed",
+            r#"{"type":"response.completed","response":{"id":"r","status":"completed","output":[],"usage":{"input_tokens":3,"output_tokens":4}}}"#,
+        ),
+    ])
+}
+
+#[tokio::test]
+async fn wire22_an_overloaded_responses_model_is_overloaded_and_retried() {
+    // OpenAI's Responses API reports a model at capacity inside a 200 stream, as a failed
+    // response or an `error` event, with the codes `server_is_overloaded` and `slow_down`: a
+    // transient failure, to be retried, never an error of no kind that ends the run.
+    let failed = r#"{"type":"response.failed","response":{"id":"r","status":"failed","error":{"code":"server_is_overloaded","message":"Selected model is at capacity. Please try a different model."},"output":[]}}"#;
+    let slow = r#"{"type":"error","code":"slow_down","message":"Please slow down.","param":null}"#;
+    for (name, data) in [("response.failed", failed), ("error", slow)] {
+        let stream = || events(&[CREATED, (name, data)]);
+        let server = serve_in_order("/responses", vec![(stream(), "text/event-stream")]).await;
+        let err = ask(&responses(server.uri())).await.unwrap_err();
+        assert_eq!(err.kind, ModelErrorKind::Overloaded, "{name}: {err}");
+        assert!(err.is_retryable(), "{name}");
+
+        let server = serve_in_order(
+            "/responses",
+            vec![
+                (stream(), "text/event-stream"),
+                (answer("back"), "text/event-stream"),
+            ],
+        )
+        .await;
+        let got = ask(&Retry::with_policy(responses(server.uri()), fast_retry()))
+            .await
+            .unwrap_or_else(|e| panic!("{name}: not retried: {e}"));
+        assert_eq!(got.message.text, "back", "{name}");
+    }
+}
+
+/// A function call streamed as these argument deltas, then closed by these events.
+fn call_stream(deltas: &[&str], closing: &[(&str, &str)]) -> Vec<u8> {
+    let added = r#"{"type":"response.output_item.added","output_index":0,"item":{"type":"function_call","id":"fc","call_id":"c1","name":"weather","arguments":""}}"#;
+    let deltas: Vec<String> = deltas
+        .iter()
+        .map(|d| {
+            let d = serde_json::to_string(d).unwrap();
+            format!(
+                r#"{{"type":"response.function_call_arguments.delta","item_id":"fc","output_index":0,"delta":{d}}}"#
+            )
+        })
+        .collect();
+    let mut all = vec![CREATED, ("response.output_item.added", added)];
+    all.extend(
+        deltas
+            .iter()
+            .map(|d| ("response.function_call_arguments.delta", d.as_str())),
+    );
+    all.extend_from_slice(closing);
+    all.push((
+        "response.completed",
+        r#"{"type":"response.completed","response":{"id":"r","status":"completed","output":[],"usage":{"input_tokens":3,"output_tokens":4}}}"#,
+    ));
+    events(&all)
+}
+
+const ARGS_DONE: (&str, &str) = (
+    "response.function_call_arguments.done",
+    r#"{"type":"response.function_call_arguments.done","item_id":"fc","output_index":0,"arguments":"{\"city\":\"Paris\"}"}"#,
+);
+const ITEM_DONE: (&str, &str) = (
+    "response.output_item.done",
+    r#"{"type":"response.output_item.done","output_index":0,"item":{"type":"function_call","id":"fc","call_id":"c1","name":"weather","arguments":"{\"city\":\"Paris\"}","status":"completed"}}"#,
+);
+
+#[tokio::test]
+async fn wire22_a_call_whose_deltas_stop_short_of_its_done_event_takes_the_whole_arguments() {
+    // A gateway that loses the last argument delta still sends the whole arguments in the
+    // call's `done` events: the call runs with them, not with the broken head the deltas
+    // carried (which the run rejects as no JSON, a lost call).
+    for closing in [vec![ARGS_DONE, ITEM_DONE], vec![ARGS_DONE], vec![ITEM_DONE]] {
+        let server = serve_in_order(
+            "/responses",
+            vec![(
+                call_stream(&["{\"city\"", ":\"Par"], &closing),
+                "text/event-stream",
+            )],
+        )
+        .await;
+        let got = ask(&responses(server.uri())).await.unwrap();
+        let calls: Vec<_> = got
+            .message
+            .tool_calls
+            .iter()
+            .map(|c| (&*c.call_id, c.arguments.as_str()))
+            .collect();
+        assert_eq!(calls, [("c1", r#"{"city":"Paris"}"#)], "{closing:?}");
+        assert!(
+            got.warnings.iter().any(|w| w.contains("c1")),
+            "{closing:?}: {:?}",
+            got.warnings
+        );
+    }
+}
+
+#[tokio::test]
+async fn wire22_a_call_whose_deltas_match_its_done_event_is_read_once_without_a_warning() {
+    let server = serve_in_order(
+        "/responses",
+        vec![(
+            call_stream(&["{\"city\"", ":\"Paris\"}"], &[ARGS_DONE, ITEM_DONE]),
+            "text/event-stream",
+        )],
+    )
+    .await;
+    let got = ask(&responses(server.uri())).await.unwrap();
+    assert_eq!(got.message.tool_calls[0].arguments, r#"{"city":"Paris"}"#);
+    assert!(got.warnings.is_empty(), "{:?}", got.warnings);
+}
+
+#[tokio::test]
+async fn wire22_a_call_whose_done_event_contradicts_its_deltas_says_so() {
+    // What streamed has reached the caller and cannot be taken back: the call keeps it, and
+    // the response says the server's last word differed.
+    let server = serve_in_order(
+        "/responses",
+        vec![(
+            call_stream(&["{\"city\":\"Rome\"}"], &[ARGS_DONE, ITEM_DONE]),
+            "text/event-stream",
+        )],
+    )
+    .await;
+    let got = ask(&responses(server.uri())).await.unwrap();
+    assert_eq!(got.message.tool_calls[0].arguments, r#"{"city":"Rome"}"#);
+    assert_eq!(
+        got.warnings
+            .iter()
+            .filter(|w| w.contains("c1") && w.contains("differ"))
+            .count(),
+        1,
+        "{:?}",
+        got.warnings
+    );
+}
+
+/// A server that sends this event stream as one chunk, then holds the connection open, silent.
+async fn holding(body: &'static str) -> String {
+    let (uri, _) = serve_each(move |mut socket, _| async move {
+        let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\
+                    transfer-encoding: chunked\r\n\r\n";
+        if socket.write_all(head.as_bytes()).await.is_err()
+            || socket
+                .write_all(&http_chunk(body.as_bytes()))
+                .await
+                .is_err()
+        {
+            return;
+        }
+        tokio::time::sleep(Duration::from_secs(30)).await;
+    })
+    .await;
+    uri
+}
+
+/// A compatible server's chat model that waits 300 ms of silence.
+fn quick_chat(uri: &str) -> OpenAiChat {
+    let mut config = HttpConfig::new(uri);
+    config.idle_timeout = Duration::from_millis(300);
+    OpenAiChat::compatible("local", uri, "m")
+        .http_config(config)
+        .build()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn wire22_a_chat_answer_whose_server_holds_the_stream_open_without_done_is_the_answer() {
+    // A finish_reason came (and the usage chunk after it), then no `[DONE]` and no end of the
+    // body: the answer is whole, as it is when the server closes the body there. It was a
+    // timeout after the idle timeout, the answer lost, and a retry layer paid for it again.
+    let finished = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Paris\"},\
+                    \"finish_reason\":\"stop\"}]}\n\n\
+                    data: {\"choices\":[],\"usage\":{\"prompt_tokens\":7,\"completion_tokens\":2}}\n\n";
+    let chat = quick_chat(&holding(finished).await);
+    let started = Instant::now();
+    let got = ask(&chat).await.unwrap();
+    assert_eq!(got.message.text, "Paris");
+    assert_eq!(got.finish_reason, FinishReason::Stop);
+    assert_eq!((got.usage.input_tokens, got.usage.output_tokens), (7, 2));
+    assert!(
+        got.warnings.iter().any(|w| w.contains("[DONE]")),
+        "{:?}",
+        got.warnings
+    );
+    assert!(started.elapsed() < Duration::from_secs(5));
+
+    // Without a finish_reason the answer is not whole: still the timeout.
+    let unfinished = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Par\"}}]}\n\n";
+    let chat = quick_chat(&holding(unfinished).await);
+    let err = ask(&chat).await.unwrap_err();
+    assert_eq!(err.kind, ModelErrorKind::Timeout, "{err}");
+}
