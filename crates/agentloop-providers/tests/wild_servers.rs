@@ -23,7 +23,7 @@ use tokio::io::AsyncWriteExt;
 fn responses(uri: String) -> OpenAiResponses {
     OpenAiResponses::builder("gpt-test")
         .base_url(uri)
-        .api_key("sk-wire22-secret")
+        .api_key("sk-wild-secret")
         .build()
         .unwrap()
 }
@@ -57,7 +57,7 @@ fn answer(text: &str) -> Vec<u8> {
 }
 
 #[tokio::test]
-async fn wire22_an_overloaded_responses_model_is_overloaded_and_retried() {
+async fn an_overloaded_responses_model_is_overloaded_and_retried() {
     // OpenAI's Responses API reports a model at capacity inside a 200 stream, as a failed
     // response or an `error` event, with the codes `server_is_overloaded` and `slow_down`: a
     // transient failure, to be retried, never an error of no kind that ends the run.
@@ -121,7 +121,7 @@ const ITEM_DONE: (&str, &str) = (
 );
 
 #[tokio::test]
-async fn wire22_a_call_whose_deltas_stop_short_of_its_done_event_takes_the_whole_arguments() {
+async fn a_call_whose_deltas_stop_short_of_its_done_event_takes_the_whole_arguments() {
     // A gateway that loses the last argument delta still sends the whole arguments in the
     // call's `done` events: the call runs with them, not with the broken head the deltas
     // carried (which the run rejects as no JSON, a lost call).
@@ -151,7 +151,7 @@ async fn wire22_a_call_whose_deltas_stop_short_of_its_done_event_takes_the_whole
 }
 
 #[tokio::test]
-async fn wire22_a_call_whose_deltas_match_its_done_event_is_read_once_without_a_warning() {
+async fn a_call_whose_deltas_match_its_done_event_is_read_once_without_a_warning() {
     let server = serve_in_order(
         "/responses",
         vec![(
@@ -166,7 +166,7 @@ async fn wire22_a_call_whose_deltas_match_its_done_event_is_read_once_without_a_
 }
 
 #[tokio::test]
-async fn wire22_a_call_whose_done_event_contradicts_its_deltas_says_so() {
+async fn a_call_whose_done_event_contradicts_its_deltas_says_so() {
     // What streamed has reached the caller and cannot be taken back: the call keeps it, and
     // the response says the server's last word differed.
     let server = serve_in_order(
@@ -220,7 +220,7 @@ fn quick_chat(uri: &str) -> OpenAiChat {
 }
 
 #[tokio::test]
-async fn wire22_a_chat_answer_whose_server_holds_the_stream_open_without_done_is_the_answer() {
+async fn a_chat_answer_whose_server_holds_the_stream_open_without_done_is_the_answer() {
     // A finish_reason came (and the usage chunk after it), then no `[DONE]` and no end of the
     // body: the answer is whole, as it is when the server closes the body there. It was a
     // timeout after the idle timeout, the answer lost, and a retry layer paid for it again.
