@@ -446,6 +446,10 @@ pub fn closing_line(outcome: &RunOutcome, cost_unknown: bool) -> String {
     if let Some(e) = &outcome.error {
         text.push_str(&format!("\n  error {}: {e}", e.code()));
     }
+    // No event carried these (the model answers' warnings were shown as they came).
+    for w in outcome.budget_warnings() {
+        text.push_str(&format!("\n  ⚠ {}", summary(w)));
+    }
     text
 }
 
