@@ -330,3 +330,35 @@ async fn loop23_a_final_answer_that_crosses_a_budget_finishes_and_says_it_went_p
     assert_eq!(code, Some(0), "{v}");
     assert_eq!(v["warnings"], serde_json::json!([]), "{v}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn loop23_spent_output_retries_fail_saying_what_was_wrong_and_that_the_retries_are_spent() {
+    let dir = AgentDir::new(
+        r#"name = "structured"
+output_schema = { type = "object", properties = { answer = { type = "string" } }, required = ["answer"] }
+[model]
+provider = "scripted"
+script = "script.json"
+"#,
+    );
+    dir.write(
+        "script.json",
+        r#"[{"text": "not json"}, {"text": "{\"answer\": 5}"}, {"text": "{\"x\": 1}"}]"#,
+    );
+    let (code, v) = run_json(&dir).await;
+    assert_eq!(code, Some(7), "{v}");
+    assert_eq!(v["stop_reason"], "failed", "{v}");
+    assert_eq!(v["model_calls"], 3, "{v}");
+    assert_eq!(v["error"]["code"], "output.invalid", "{v}");
+    let message = v["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains(r#""answer" is a required property"#),
+        "{message}"
+    );
+    assert!(
+        message.contains("the last of 3 answers, its 2 retries spent"),
+        "{message}"
+    );
+    // What asked the model again is the model's, not the operator's.
+    assert!(!message.contains("Answer again"), "{message}");
+}
