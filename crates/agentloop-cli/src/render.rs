@@ -298,6 +298,11 @@ impl Progress {
                 );
             }
             EventKind::LimitReached { limit } => line(s, &format!("■ {limit}")),
+            // The answer streamed above is not the answer: the next one streams after this.
+            EventKind::AnswerRetried { reason } => {
+                stop_spinner(s);
+                line(s, &format!("↻ answer sent back: {}", summary(reason)));
+            }
             EventKind::HandedOff {
                 from,
                 to,

@@ -310,13 +310,7 @@ async fn loop23_a_final_answer_that_crosses_a_budget_finishes_and_says_it_went_p
             .contains("over budget: max_tokens went past its bound (bound 1000, spent 1200)"),
         "{v}"
     );
-    let out = agentloop(args(&[
-        "run",
-        dir.agent().to_str().unwrap(),
-        "--input",
-        "go",
-    ]))
-    .await;
+    let out = run_agent_with(&dir.agent(), "go", &[]).await;
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let said = stderr(&out);
     assert!(
@@ -361,4 +355,16 @@ script = "script.json"
     );
     // What asked the model again is the model's, not the operator's.
     assert!(!message.contains("Answer again"), "{message}");
+
+    // Each answer sent back is said as it happens, on the terminal and in the trace (where,
+    // without payloads, the values the schema's problem quotes are cut).
+    let trace = dir.path("trace.ndjson");
+    let out = run_agent_with(&dir.agent(), "go", &["--trace", trace.to_str().unwrap()]).await;
+    assert_eq!(out.status.code(), Some(7), "{}", stderr(&out));
+    let said = stderr(&out);
+    let sent_back = "answer sent back: the final answer does not match the output schema";
+    assert_eq!(said.matches(&format!("↻ {sent_back}")).count(), 2, "{said}");
+    let recorded = std::fs::read_to_string(&trace).unwrap();
+    assert_eq!(recorded.matches(sent_back).count(), 2, "{recorded}");
+    assert!(!recorded.contains("5 is not of type"), "{recorded}");
 }

@@ -341,6 +341,13 @@ impl RunMachine {
         if self.retry.output_retries_used < retries {
             self.retry.output_retries_used += 1;
             self.retry.retrying_output = true;
+            // The event's reason starts as the run's error would, so that a trace without
+            // payloads cuts the answer's values it quotes; a hook's words are its own.
+            let reason = match &problem {
+                Some(p) => format!("the final answer does not match the output schema: {p}"),
+                None => "a hook rejected the final answer".to_owned(),
+            };
+            self.emit(|| EventKind::AnswerRetried { reason });
             self.kept.transcript.push(Message::User {
                 content: vec![ContentPart::Text { text: again }],
             });
