@@ -343,11 +343,12 @@ impl RunMachine {
             self.retry.retrying_output = true;
             // The event's reason starts as the run's error would, so that a trace without
             // payloads cuts the answer's values it quotes; a hook's words are its own.
-            let reason = match &problem {
-                Some(p) => format!("the final answer does not match the output schema: {p}"),
-                None => "a hook rejected the final answer".to_owned(),
-            };
-            self.emit(|| EventKind::AnswerRetried { reason });
+            self.emit(|| EventKind::AnswerRetried {
+                reason: match &problem {
+                    Some(p) => format!("the final answer does not match the output schema: {p}"),
+                    None => "a hook rejected the final answer".to_owned(),
+                },
+            });
             self.kept.transcript.push(Message::User {
                 content: vec![ContentPart::Text { text: again }],
             });
@@ -358,15 +359,15 @@ impl RunMachine {
             // that asked the model again.
             let why = problem.or(reask).unwrap_or(again);
             let spent = match retries {
-                0 => "no retries allowed".to_owned(),
-                1 => "its 1 retry spent".to_owned(),
-                n => format!("its {n} retries spent"),
+                0 => "its only answer: no retries allowed".to_owned(),
+                1 => "the last of 2 answers, its 1 retry spent".to_owned(),
+                n => format!(
+                    "the last of {} answers, its {n} retries spent",
+                    n.saturating_add(1)
+                ),
             };
             self.fail(RunError::OutputInvalid {
-                message: format!(
-                    "{why} (the last of {} answers, {spent})",
-                    retries.saturating_add(1)
-                ),
+                message: format!("{why} ({spent})"),
             });
         }
     }
