@@ -298,6 +298,11 @@ impl Progress {
                 );
             }
             EventKind::LimitReached { limit } => line(s, &format!("■ {limit}")),
+            // The answer streamed above is not the answer: the next one streams after this.
+            EventKind::AnswerRetried { reason } => {
+                stop_spinner(s);
+                line(s, &format!("↻ answer sent back: {}", summary(reason)));
+            }
             EventKind::HandedOff {
                 from,
                 to,
@@ -445,6 +450,10 @@ pub fn closing_line(outcome: &RunOutcome, cost_unknown: bool) -> String {
     );
     if let Some(e) = &outcome.error {
         text.push_str(&format!("\n  error {}: {e}", e.code()));
+    }
+    // No event carried these (the model answers' warnings were shown as they came).
+    for w in outcome.budget_warnings() {
+        text.push_str(&format!("\n  ⚠ {}", summary(w)));
     }
     text
 }

@@ -262,3 +262,109 @@ async fn arguments_reach_the_tool_and_the_record_as_the_json_value_of_the_text_t
     let why = records[1]["error"]["message"].as_str().unwrap();
     assert!(why.contains("/n"), "{why}");
 }
+
+/// A scripted agent whose tool turn and final answer spend `first` and `last` input tokens, at
+/// $1 a million.
+fn spending(first: u64, last: u64, limits: &str) -> AgentDir {
+    let script = serde_json::json!([
+        {"tool_calls": [{"id": "c1", "name": "probe", "arguments": {"n": 1}}],
+         "usage": {"input_tokens": first, "output_tokens": 0}},
+        {"text": "the answer", "usage": {"input_tokens": last, "output_tokens": 0}}
+    ]);
+    scripted(
+        &script.to_string(),
+        &format!("price = {{ input = 1.0, output = 1.0 }}\n[limits]\n{limits}\n"),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn loop23_a_final_answer_that_crosses_a_budget_finishes_and_says_it_went_past() {
+    // $0.25, then a final answer of $0.5: over the $0.5 budget, with nothing left to refuse.
+    let dir = spending(250_000, 500_000, "max_cost_usd = 0.5");
+    let (code, v) = run_json(&dir).await;
+    assert_eq!(code, Some(0), "{v}");
+    assert_eq!(v["stop_reason"], "finished", "{v}");
+    assert_eq!(v["output"], "the answer", "{v}");
+    assert_eq!(v["cost_usd"], 0.75, "{v}");
+    assert_eq!(v["limit"], Value::Null, "{v}");
+    let warnings = v["warnings"].as_array().unwrap();
+    assert!(
+        warnings.iter().any(|w| w
+            .as_str()
+            .unwrap()
+            .contains("over budget: max_cost_usd went past its bound (bound 0.5, spent 0.75)")),
+        "{v}"
+    );
+
+    // The same for tokens; and the closing line on the terminal says it.
+    let dir = spending(600, 600, "max_tokens = 1000");
+    let (code, v) = run_json(&dir).await;
+    assert_eq!(
+        (code, &v["stop_reason"]),
+        (Some(0), &"finished".into()),
+        "{v}"
+    );
+    assert!(
+        v["warnings"]
+            .to_string()
+            .contains("over budget: max_tokens went past its bound (bound 1000, spent 1200)"),
+        "{v}"
+    );
+    let out = run_agent_with(&dir.agent(), "go", &[]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let said = stderr(&out);
+    assert!(
+        said.contains("⚠ over budget: max_tokens went past"),
+        "{said}"
+    );
+
+    // Spent to the bound exactly is not past it: no warning.
+    let dir = spending(250_000, 250_000, "max_cost_usd = 0.5");
+    let (code, v) = run_json(&dir).await;
+    assert_eq!(code, Some(0), "{v}");
+    assert_eq!(v["warnings"], serde_json::json!([]), "{v}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn loop23_spent_output_retries_fail_saying_what_was_wrong_and_that_the_retries_are_spent() {
+    let dir = AgentDir::new(
+        r#"name = "structured"
+output_schema = { type = "object", properties = { answer = { type = "string" } }, required = ["answer"] }
+[model]
+provider = "scripted"
+script = "script.json"
+"#,
+    );
+    dir.write(
+        "script.json",
+        r#"[{"text": "not json"}, {"text": "{\"answer\": 5}"}, {"text": "{\"x\": 1}"}]"#,
+    );
+    let (code, v) = run_json(&dir).await;
+    assert_eq!(code, Some(7), "{v}");
+    assert_eq!(v["stop_reason"], "failed", "{v}");
+    assert_eq!(v["model_calls"], 3, "{v}");
+    assert_eq!(v["error"]["code"], "output.invalid", "{v}");
+    let message = v["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains(r#""answer" is a required property"#),
+        "{message}"
+    );
+    assert!(
+        message.contains("the last of 3 answers, its 2 retries spent"),
+        "{message}"
+    );
+    // What asked the model again is the model's, not the operator's.
+    assert!(!message.contains("Answer again"), "{message}");
+
+    // Each answer sent back is said as it happens, on the terminal and in the trace (where,
+    // without payloads, the values the schema's problem quotes are cut).
+    let trace = dir.path("trace.ndjson");
+    let out = run_agent_with(&dir.agent(), "go", &["--trace", trace.to_str().unwrap()]).await;
+    assert_eq!(out.status.code(), Some(7), "{}", stderr(&out));
+    let said = stderr(&out);
+    let sent_back = "answer sent back: the final answer does not match the output schema";
+    assert_eq!(said.matches(&format!("↻ {sent_back}")).count(), 2, "{said}");
+    let recorded = std::fs::read_to_string(&trace).unwrap();
+    assert_eq!(recorded.matches(sent_back).count(), 2, "{recorded}");
+    assert!(!recorded.contains("5 is not of type"), "{recorded}");
+}

@@ -285,7 +285,15 @@ pub(crate) async fn run_agent_json(agent: &Path, input: &str) -> Output {
 /// `agentloop run AGENT --input INPUT --json` and `extra` (with the test key), whatever its exit
 /// code.
 pub(crate) async fn run_agent_json_with(agent: &Path, input: &str, extra: &[&str]) -> Output {
-    let mut a = vec!["run", agent.to_str().unwrap(), "--input", input, "--json"];
+    let mut a = vec!["--json"];
+    a.extend_from_slice(extra);
+    run_agent_with(agent, input, &a).await
+}
+
+/// `agentloop run AGENT --input INPUT` and `extra` (with the test key), whatever its exit code:
+/// without `--json`, what a person sees on stderr.
+pub(crate) async fn run_agent_with(agent: &Path, input: &str, extra: &[&str]) -> Output {
+    let mut a = vec!["run", agent.to_str().unwrap(), "--input", input];
     a.extend_from_slice(extra);
     agentloop(args(&a)).await
 }

@@ -311,7 +311,8 @@ impl RunMachine {
             });
             return;
         }
-        let problems = match &self.cfg.output_schema {
+        // What is wrong, for the operator; the model reads it with how to answer again.
+        let problem = match &self.cfg.output_schema {
             None => None,
             Some(schema) => match parse_json_answer(&text) {
                 Ok(value) => match schema.check(&value) {
@@ -319,32 +320,55 @@ impl RunMachine {
                         self.ending.structured = Some(value);
                         None
                     }
-                    Err(p) => Some(format!(
-                        "Your final answer does not match the required JSON schema: {p}. Answer again with only a JSON value that matches the schema."
-                    )),
+                    Err(p) => Some(p.to_string()),
                 },
-                Err(e) => Some(format!(
-                    "Your final answer does not match the required JSON schema: the answer is not JSON: {e}. Answer again with only a JSON value that matches the schema."
-                )),
+                Err(e) => Some(format!("the answer is not JSON: {e}")),
             },
         };
+        let problems = problem.as_ref().map(|p| {
+            format!(
+                "Your final answer does not match the required JSON schema: {p}. Answer again with only a JSON value that matches the schema."
+            )
+        });
         // The schema first, then the hooks' verdict: either sends the model back.
-        let Some(again) = problems.or(reask) else {
+        let Some(again) = problems.or_else(|| reask.clone()) else {
             self.ending.output = Some(text);
             self.finish(StopReason::Finished);
             return;
         };
         self.ending.structured = None;
-        if self.retry.output_retries_used < self.limits().output_retries {
+        let retries = self.limits().output_retries;
+        if self.retry.output_retries_used < retries {
             self.retry.output_retries_used += 1;
             self.retry.retrying_output = true;
+            // The event's reason starts as the run's error would, so that a trace without
+            // payloads cuts the answer's values it quotes; a hook's words are its own.
+            self.emit(|| EventKind::AnswerRetried {
+                reason: match &problem {
+                    Some(p) => format!("the final answer does not match the output schema: {p}"),
+                    None => "a hook rejected the final answer".to_owned(),
+                },
+            });
             self.kept.transcript.push(Message::User {
                 content: vec![ContentPart::Text { text: again }],
             });
             self.need_model();
         } else {
             self.ending.output = Some(text);
-            self.fail(RunError::OutputInvalid { message: again });
+            // The operator reads what was wrong and that the retries are spent, not the words
+            // that asked the model again.
+            let why = problem.or(reask).unwrap_or(again);
+            let spent = match retries {
+                0 => "its only answer: no retries allowed".to_owned(),
+                1 => "the last of 2 answers, its 1 retry spent".to_owned(),
+                n => format!(
+                    "the last of {} answers, its {n} retries spent",
+                    n.saturating_add(1)
+                ),
+            };
+            self.fail(RunError::OutputInvalid {
+                message: format!("{why} ({spent})"),
+            });
         }
     }
 

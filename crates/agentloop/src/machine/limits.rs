@@ -125,6 +125,37 @@ impl RunMachine {
         }
     }
 
+    /// The warning for a run that ends past its token or cost budget with no limit stopping it:
+    /// the last model call crossed the bound and asked for no more work (a final answer), so
+    /// there was nothing left to refuse, but the spend is over and the outcome must say so.
+    pub(super) fn over_budget_warning(&self) -> Option<String> {
+        use crate::outcome::OVER_BUDGET;
+        let l = self.limits();
+        let ended = "with the run's last model call, which asked for no more work, so no limit \
+                     stopped the run";
+        if let Some(max) = l.max_tokens.filter(|&n| n > 0)
+            && self.spent_tokens() > max
+        {
+            let spent = self.spent_tokens();
+            return Some(format!(
+                "{OVER_BUDGET}max_tokens went past its bound (bound {max}, spent {spent}) {ended}"
+            ));
+        }
+        let max = l.cost_bound()?;
+        let cost = self.counters.cost;
+        match self.counters.unpriced.0 {
+            0 if cost > max => Some(format!(
+                "{OVER_BUDGET}max_cost_usd went past its bound (bound {max}, spent {cost}) {ended}"
+            )),
+            0 => None,
+            n => Some(format!(
+                "{OVER_BUDGET}max_cost_usd could not be held: the cost of {n} model answer{} is \
+                 unknown (bound {max}, priced spend {cost}) {ended}",
+                if n == 1 { "" } else { "s" }
+            )),
+        }
+    }
+
     /// The token or cost budget, when it is spent.
     pub(super) fn spent_hit(&self) -> Option<LimitHit> {
         let l = self.limits();

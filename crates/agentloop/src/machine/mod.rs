@@ -892,7 +892,14 @@ impl RunMachine {
         self.outcome_of(ending, kept, elapsed)
     }
 
-    fn outcome_of(&self, ending: Ending, kept: Kept, elapsed: Duration) -> RunOutcome {
+    fn outcome_of(&self, ending: Ending, mut kept: Kept, elapsed: Duration) -> RunOutcome {
+        // A limit that stopped the run says itself what was spent; otherwise an overspend
+        // would go unsaid.
+        if ending.limit.is_none()
+            && let Some(w) = self.over_budget_warning()
+        {
+            kept.warnings.push(w);
+        }
         let c = &self.counters;
         RunOutcome {
             run_id: self.run_id.to_string(),

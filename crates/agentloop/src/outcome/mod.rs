@@ -9,5 +9,5 @@ mod call;
 mod run;
 
 pub use call::{CallArguments, CallOutcome, CallStatus, SubagentRun, ToolCallRecord, codes};
-pub(crate) use run::journal_failed_at_end;
+pub(crate) use run::{OVER_BUDGET, journal_failed_at_end};
 pub use run::{RunOutcome, StopReason};

@@ -168,9 +168,14 @@ pub struct RunOutcome {
     /// What the run noticed without stopping for it: the warnings of its model's answers (a
     /// block of a type the provider's adapter does not support ignored, a tool call cut by the
     /// output limit dropped, a stream that ended without a finish reason), each naming its turn.
-    /// A subagent's are in its own outcome.
+    /// A subagent's are in its own outcome. A run that spent past its token or cost budget
+    /// without a limit stopping it (its last model call, which asked for no more work, went
+    /// past the bound) says so here too ([`RunOutcome::budget_warnings`]).
     pub warnings: Vec<String>,
 }
+
+/// How a warning of the run's spend past a budget starts: told apart from the model answers'.
+pub(crate) const OVER_BUDGET: &str = "over budget: ";
 
 impl RunOutcome {
     /// The journal could not record the run (its last step, or how it ended). A run that would
@@ -180,6 +185,15 @@ impl RunOutcome {
     /// suspension was not recorded, so nothing waits to be approved.
     pub fn journal_failed(&mut self, message: String) {
         journal_failed_at_end(&mut self.stop_reason, &mut self.error, message);
+    }
+
+    /// The warnings that the run spent past its token or cost budget although no limit stopped
+    /// it: the run's own, which no model answer's event carried.
+    pub fn budget_warnings(&self) -> impl Iterator<Item = &str> {
+        self.warnings
+            .iter()
+            .map(String::as_str)
+            .filter(|w| w.starts_with(OVER_BUDGET))
     }
 
     /// The messages this run added.
