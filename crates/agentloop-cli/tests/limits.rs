@@ -278,7 +278,7 @@ fn spending(first: u64, last: u64, limits: &str) -> AgentDir {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn loop23_a_final_answer_that_crosses_a_budget_finishes_and_says_it_went_past() {
+async fn a_final_answer_that_crosses_a_budget_finishes_and_says_it_went_past() {
     // $0.25, then a final answer of $0.5: over the $0.5 budget, with nothing left to refuse.
     let dir = spending(250_000, 500_000, "max_cost_usd = 0.5");
     let (code, v) = run_json(&dir).await;
@@ -326,7 +326,7 @@ async fn loop23_a_final_answer_that_crosses_a_budget_finishes_and_says_it_went_p
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn loop23_spent_output_retries_fail_saying_what_was_wrong_and_that_the_retries_are_spent() {
+async fn spent_output_retries_fail_saying_what_was_wrong_and_that_the_retries_are_spent() {
     let dir = AgentDir::new(
         r#"name = "structured"
 output_schema = { type = "object", properties = { answer = { type = "string" } }, required = ["answer"] }
