@@ -520,6 +520,7 @@ where
 
 /// A field of text read leniently: one of another shape reads as absent. Read through a
 /// `Value`, so that a lone surrogate in it fails the event where it stands and is repaired.
+#[cfg(feature = "openai-responses")]
 pub(crate) fn lenient_value<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>
 where
     D: serde::Deserializer<'de>,

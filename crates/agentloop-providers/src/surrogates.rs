@@ -14,7 +14,13 @@
 use serde::Deserialize;
 use serde_json::error::Category;
 
-pub(crate) use agentloop::surrogates::{from_slice, from_str, replace_lone_str};
+pub(crate) use agentloop::surrogates::from_slice;
+// Each reader is kept where a provider built in reads with it (a feature of one provider alone
+// would otherwise build with dead code).
+#[cfg(any(feature = "openai", feature = "openai-responses"))]
+pub(crate) use agentloop::surrogates::from_str;
+#[cfg(feature = "openai")]
+pub(crate) use agentloop::surrogates::replace_lone_str;
 use agentloop::surrogates::{lone_escapes, replace_escape_at};
 
 /// How many halves are repaired one by one, each with a parse of the event to find the next,

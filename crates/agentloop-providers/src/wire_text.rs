@@ -19,7 +19,6 @@ use std::collections::BTreeMap;
 
 use agentloop::model::ModelEvent;
 use serde::Deserialize;
-use serde_json::value::RawValue;
 
 /// The text a lone surrogate stands for.
 const REPLACEMENT: char = char::REPLACEMENT_CHARACTER;
@@ -182,7 +181,10 @@ fn not_text<E: serde::de::Error>() -> E {
 }
 
 /// Reads a JSON string (the raw JSON of one, quotes included) as a [`WireText`].
-pub(crate) fn wire_text_of(raw: &RawValue) -> Result<WireText<'_>, serde_json::Error> {
+#[cfg(feature = "openai")]
+pub(crate) fn wire_text_of(
+    raw: &serde_json::value::RawValue,
+) -> Result<WireText<'_>, serde_json::Error> {
     WireText::deserialize(&mut serde_json::Deserializer::from_str(raw.get()))
 }
 
@@ -247,6 +249,7 @@ impl Pairs {
     }
 
     /// The channel ended: what it still waits for will never come, so its half is U+FFFD.
+    #[cfg(any(feature = "anthropic", feature = "openai-responses"))]
     pub(crate) fn flush(&mut self, channel: Channel) -> Option<String> {
         self.waiting
             .remove(&channel)
