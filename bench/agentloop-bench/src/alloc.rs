@@ -14,6 +14,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 /// The system allocator (or mimalloc, with the `mimalloc` feature), counted.
 pub struct Counting;
 
+/// Which allocator this build counts: the runner reports each figure with it.
+#[cfg(not(feature = "mimalloc"))]
+pub const NAME: &str = "system";
+/// Which allocator this build counts: the runner reports each figure with it.
+#[cfg(feature = "mimalloc")]
+pub const NAME: &str = "mimalloc";
+
 #[cfg(not(feature = "mimalloc"))]
 const INNER: std::alloc::System = std::alloc::System;
 #[cfg(feature = "mimalloc")]

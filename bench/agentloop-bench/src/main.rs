@@ -450,6 +450,7 @@ fn bench_scale(opts: &Opts) -> Result<(), String> {
         "bench": "scale",
         "runs": runs, "turns": turns, "calls": calls,
         "model_ms": model_ms, "tool_ms": tool_ms, "runtime": runtime, "runtimes": runtimes.len(), "rounds": rounds,
+        "allocator": alloc::NAME,
         "model_calls": work.model_calls.load(Ordering::Relaxed),
         "tool_executions": work.tool_executions.load(Ordering::Relaxed),
         "wall_s": wall.as_secs_f64(),
