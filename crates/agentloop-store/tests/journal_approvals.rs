@@ -57,6 +57,41 @@ fn a_new_request_under_an_answered_call_id_is_asked_afresh() {
     );
 }
 
+#[test]
+fn an_answer_to_a_call_the_run_does_not_wait_on_names_the_calls_it_waits_on() {
+    let dir = std::env::temp_dir().join(format!("agentloop-approvals-ids-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("runs.db");
+    let journal = SqliteJournal::open(&path).unwrap();
+    futures::executor::block_on(async {
+        journal.begin(&header("r1")).await.unwrap();
+        journal
+            .suspend("r1", &[request("c1", "ls"), request("c2", "pwd")])
+            .await
+            .unwrap();
+    });
+    let reader = JournalReader::open(&path).unwrap();
+    let refused = reader.answer("r1", "c9", Answer::AllowOnce).unwrap_err();
+    assert_eq!(refused.code(), "journal.not_resumable");
+    assert!(
+        refused
+            .to_string()
+            .ends_with("it does not wait on a call c9; it waits on c1, c2"),
+        "{refused}"
+    );
+    reader.answer("r1", "c1", Answer::AllowOnce).unwrap();
+    let refused = reader.answer("r1", "c1x", Answer::AllowOnce).unwrap_err();
+    assert!(refused.to_string().ends_with("it waits on c2"), "{refused}");
+    let approvals = reader.load("r1").unwrap().approvals;
+    assert_eq!(approvals[0].answer, Some(Answer::AllowOnce));
+    assert_eq!(
+        approvals[1].answer, None,
+        "a refused answer changes nothing"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// A lead whose subagent's question suspends it while two plain calls of its batch still run,
 /// and whose deadline passes while the suspension waits for them: one call stops when told,
 /// the other ignores it.

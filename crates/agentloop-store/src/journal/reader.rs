@@ -510,7 +510,20 @@ impl JournalReader {
             )
             .map_err(io)?;
         if changed == 0 {
-            return Err(not(format!("it does not wait on a call {call_id}")));
+            // The calls it does wait on, so that a mistyped id is mended from the message.
+            let waiting: Vec<String> = self
+                .approvals(run_id)?
+                .into_iter()
+                .filter(|a| a.answer.is_none())
+                .map(|a| a.request.call_id)
+                .collect();
+            return Err(not(match waiting.as_slice() {
+                [] => format!("it does not wait on a call {call_id}, nor on any other"),
+                _ => format!(
+                    "it does not wait on a call {call_id}; it waits on {}",
+                    waiting.join(", ")
+                ),
+            }));
         }
         Ok(())
     }
