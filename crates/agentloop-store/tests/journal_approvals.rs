@@ -24,9 +24,7 @@ fn request(call_id: &str, command: &str) -> ApprovalRequest {
 
 #[test]
 fn a_new_request_under_an_answered_call_id_is_asked_afresh() {
-    let dir = std::env::temp_dir().join(format!("agentloop-approvals-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = support::temp_dir("approvals");
     let path = dir.join("runs.db");
     let journal = SqliteJournal::open(&path).unwrap();
     let header = header("r1");
@@ -59,9 +57,7 @@ fn a_new_request_under_an_answered_call_id_is_asked_afresh() {
 
 #[test]
 fn an_answer_to_a_call_the_run_does_not_wait_on_names_the_calls_it_waits_on() {
-    let dir = std::env::temp_dir().join(format!("agentloop-approvals-ids-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = support::temp_dir("approvals-ids");
     let path = dir.join("runs.db");
     let journal = SqliteJournal::open(&path).unwrap();
     futures::executor::block_on(async {
