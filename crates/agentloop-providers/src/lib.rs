@@ -8,6 +8,7 @@
 //! Where things are:
 //! - `http.rs`: client settings, the API key, the JSON POST with its byte budget;
 //!   `error.rs`: how a failed call becomes a classified [`agentloop::ModelError`];
+//!   `content_coding.rs`: a body compressed though the request asked for none, decoded;
 //!   `sse.rs`: the event-stream reader and the one `sse()` every streamed call goes through.
 //! - `decode.rs`: the `StreamDecoder` each provider implements, and the one path from an HTTP
 //!   answer (streamed or whole) through the decoder and the core's accumulator;
@@ -30,6 +31,7 @@
     allow(dead_code, unused_macros)
 )]
 
+mod content_coding;
 #[cfg(any(
     feature = "openai",
     feature = "anthropic",

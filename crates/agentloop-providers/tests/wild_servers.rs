@@ -246,3 +246,126 @@ async fn a_chat_answer_whose_server_holds_the_stream_open_without_done_is_the_an
     let err = ask(&chat).await.unwrap_err();
     assert_eq!(err.kind, ModelErrorKind::Timeout, "{err}");
 }
+
+/// `body` compressed as gzip (`zlib: false`) or as zlib-wrapped deflate.
+fn compressed(body: &[u8], zlib: bool) -> Vec<u8> {
+    use std::io::Write;
+    if zlib {
+        let mut e = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::default());
+        e.write_all(body).unwrap();
+        e.finish().unwrap()
+    } else {
+        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        e.write_all(body).unwrap();
+        e.finish().unwrap()
+    }
+}
+
+/// A server answering every POST with this status and body, labelled with this content type
+/// and `content-encoding`.
+async fn encoded_server(
+    status: u16,
+    body: Vec<u8>,
+    content_type: &str,
+    coding: &str,
+) -> wiremock::MockServer {
+    support::answering(
+        wiremock::ResponseTemplate::new(status)
+            .insert_header("content-encoding", coding)
+            .set_body_raw(body, content_type),
+    )
+    .await
+}
+
+const CHAT_WHOLE: &str = r#"{"id":"c","object":"chat.completion","model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"Paris"},"finish_reason":"stop"}],"usage":{"prompt_tokens":5,"completion_tokens":1}}"#;
+const CHAT_STREAM: &str = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Par\"}}]}\n\n\
+                           data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"is\"},\"finish_reason\":\"stop\"}]}\n\n\
+                           data: [DONE]\n\n";
+
+fn chat_at(uri: &str, stream: bool) -> OpenAiChat {
+    OpenAiChat::compatible("local", uri, "m")
+        .stream(stream)
+        .build()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_body_compressed_though_not_asked_is_decoded_and_the_request_asks_for_none() {
+    // A proxy that compresses whatever the client says (aiohttp's forced compression, a
+    // gateway's blanket gzip): every call failed `model.decode` on the compressed bytes.
+    for (coding, zlib) in [("gzip", false), ("x-gzip", false), ("deflate", true)] {
+        for (stream, body, content_type) in [
+            (false, CHAT_WHOLE, "application/json"),
+            (true, CHAT_STREAM, "text/event-stream"),
+        ] {
+            let server =
+                encoded_server(200, compressed(body.as_bytes(), zlib), content_type, coding).await;
+            let got = ask(&chat_at(&server.uri(), stream))
+                .await
+                .unwrap_or_else(|e| panic!("{coding} stream={stream}: {e}"));
+            assert_eq!(got.message.text, "Paris", "{coding} stream={stream}");
+            let asked = &server.received_requests().await.unwrap()[0];
+            assert_eq!(
+                asked.headers.get("accept-encoding").unwrap(),
+                "identity",
+                "the request says it takes no coding"
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_compressed_error_body_keeps_its_message() {
+    let body = br#"{"error":{"message":"Rate limit reached for m","type":"requests","code":"rate_limit_exceeded"}}"#;
+    let server = encoded_server(429, compressed(body, false), "application/json", "gzip").await;
+    let err = ask(&chat_at(&server.uri(), true)).await.unwrap_err();
+    assert_eq!(err.kind, ModelErrorKind::RateLimited, "{err}");
+    assert!(err.message.contains("Rate limit reached"), "{err}");
+}
+
+#[tokio::test]
+async fn a_compressed_body_that_inflates_past_the_budget_fails_at_it() {
+    // 64 MiB of blanks inside a 64 KiB gzip body: the budget counts what it inflates to, and the
+    // call fails as the budget is passed, not after holding the whole.
+    let bomb = compressed(&vec![b' '; 64 << 20], false);
+    assert!(bomb.len() < 256 << 10);
+    let server = encoded_server(200, bomb, "application/json", "gzip").await;
+    let mut config = HttpConfig::new(server.uri());
+    config.max_response_bytes = 1 << 20;
+    let chat = OpenAiChat::compatible("local", server.uri(), "m")
+        .http_config(config)
+        .stream(false)
+        .build()
+        .unwrap();
+    let err = ask(&chat).await.unwrap_err();
+    assert_eq!(err.kind, ModelErrorKind::Decode, "{err}");
+    assert!(err.message.contains("budget"), "{err}");
+}
+
+#[tokio::test]
+async fn a_compressed_body_cut_short_or_corrupt_is_a_decode_error() {
+    let whole = compressed(CHAT_WHOLE.as_bytes(), false);
+    let cut = whole[..whole.len() - 12].to_vec();
+    let mut corrupt = whole.clone();
+    corrupt[12] ^= 0xff;
+    for body in [cut, corrupt] {
+        let server = encoded_server(200, body, "application/json", "gzip").await;
+        let err = ask(&chat_at(&server.uri(), false)).await.unwrap_err();
+        assert_eq!(err.kind, ModelErrorKind::Decode, "{err}");
+        assert!(!err.is_retryable(), "{err}");
+    }
+}
+
+#[tokio::test]
+async fn a_body_in_a_coding_not_decoded_is_named_unless_it_is_plain() {
+    // zstd's magic number, then anything: the error names the coding, not serde's first column.
+    let zstd = [0x28, 0xb5, 0x2f, 0xfd, 0x00, 0x58, 0x01, 0x00].to_vec();
+    let server = encoded_server(200, zstd, "application/json", "zstd").await;
+    let err = ask(&chat_at(&server.uri(), false)).await.unwrap_err();
+    assert_eq!(err.kind, ModelErrorKind::Decode, "{err}");
+    assert!(err.message.contains("`zstd`"), "{err}");
+    // A plain body under the label (a proxy that decoded it and kept the header) is read.
+    let server = encoded_server(200, CHAT_WHOLE.into(), "application/json", "br").await;
+    let got = ask(&chat_at(&server.uri(), false)).await.unwrap();
+    assert_eq!(got.message.text, "Paris");
+}
