@@ -231,7 +231,9 @@ async fn read_answer<'a, D: StreamDecoder + 'a>(
         return Ok(one_event(ModelEvent::Response(response)));
     }
     let bytes = client.collect_body(chunks, declared).await?;
-    let mut response = accumulate_whole(&bytes, decoder)?;
+    // A byte order mark is no JSON, but says nothing against the document after it.
+    let body = bytes.strip_prefix(BOM).unwrap_or(&bytes);
+    let mut response = accumulate_whole(body, decoder).map_err(|e| not_json(e, body))?;
     if stream {
         response
             .warnings
@@ -269,13 +271,22 @@ fn media_type(response: &reqwest::Response) -> Media {
     }
 }
 
-/// True when a body mislabelled (or unlabelled) starts as an event stream does.
-fn starts_like_sse(bytes: &[u8]) -> bool {
-    let start = bytes
+/// UTF-8's byte order mark, which some proxies and Windows-hosted gateways put before a body.
+const BOM: &[u8] = b"\xef\xbb\xbf";
+
+/// `bytes` from their first byte of content: after a byte order mark and blanks.
+fn content_start(bytes: &[u8]) -> &[u8] {
+    let bytes = bytes.strip_prefix(BOM).unwrap_or(bytes);
+    bytes
         .iter()
         .position(|b| !b.is_ascii_whitespace())
         .and_then(|i| bytes.get(i..))
-        .unwrap_or_default();
+        .unwrap_or_default()
+}
+
+/// True when a body mislabelled (or unlabelled) starts as an event stream does.
+fn starts_like_sse(bytes: &[u8]) -> bool {
+    let start = content_start(bytes);
     [b"data:".as_slice(), b"event:", b":", b"id:", b"retry:"]
         .iter()
         .any(|p| start.starts_with(p))
@@ -287,10 +298,66 @@ const SSE_PREFIX_BYTES: usize = 6;
 /// True when a body opens (after whitespace) as a JSON document or an HTML page does, which an
 /// event stream never does.
 fn opens_as_document(bytes: &[u8]) -> bool {
-    matches!(
-        bytes.iter().find(|b| !b.is_ascii_whitespace()),
-        Some(b'{' | b'[' | b'<')
-    )
+    matches!(content_start(bytes).first(), Some(b'{' | b'[' | b'<'))
+}
+
+/// The most characters of a body quoted in an error that says it is no JSON.
+const QUOTED_CHARS: usize = 120;
+
+/// A whole body that failed to decode and is no JSON at all (a captive portal's page, a proxy's
+/// login page, a wrong base_url's site or plain-text 404): the error says what came, by an HTML
+/// page's title or the body's first words, rather than the parser's "expected value at line 1
+/// column 1". Still [`ModelErrorKind::Decode`], and so not retried: every attempt gets the page.
+fn not_json(mut error: ModelError, body: &[u8]) -> ModelError {
+    let start = content_start(body);
+    if error.kind != ModelErrorKind::Decode || matches!(start.first(), None | Some(b'{' | b'[')) {
+        return error;
+    }
+    let head = String::from_utf8_lossy(start.get(..64 * 1024).unwrap_or(start));
+    let lower = head.to_ascii_lowercase();
+    let html = ["<!doctype html", "<html", "<head", "<title", "<body"]
+        .iter()
+        .any(|tag| lower.contains(tag));
+    error.message = if html {
+        let title = html_title(&head, &lower).filter(|t| !t.is_empty());
+        format!(
+            "the server answered with an HTML page, not JSON: {} (a captive portal, a proxy's \
+             login page, or a base_url that is not the API's?)",
+            title.unwrap_or_else(|| quoted(&head))
+        )
+    } else {
+        format!(
+            "the server answered with a body that is not JSON: {}",
+            quoted(&head)
+        )
+    };
+    error
+}
+
+/// The text of a page's `<title>`, blanks folded and cut; `lower` is `page` lowercased.
+fn html_title(page: &str, lower: &str) -> Option<String> {
+    let open = lower.find("<title")?;
+    let text_at = open + lower.get(open..)?.find('>')? + 1;
+    let text_len = lower.get(text_at..)?.find("</title")?;
+    Some(quoted(page.get(text_at..text_at + text_len)?))
+}
+
+/// `text` with its blanks and control characters folded to single spaces, cut to
+/// [`QUOTED_CHARS`] characters (an ellipsis says it was cut).
+fn quoted(text: &str) -> String {
+    let words = text.split(|c: char| c.is_whitespace() || c.is_control());
+    let mut out = String::new();
+    for word in words.filter(|w| !w.is_empty()) {
+        if !out.is_empty() {
+            out.push(' ');
+        }
+        out.push_str(word);
+        if out.chars().count() > QUOTED_CHARS {
+            let cut: String = out.chars().take(QUOTED_CHARS).collect();
+            return cut + "…";
+        }
+    }
+    out
 }
 
 /// The body's first chunks, joined: read until they hold `enough` bytes other than leading
@@ -353,11 +420,7 @@ where
         };
         let chunk = chunk?;
         if seen == 0 {
-            let content = chunk
-                .iter()
-                .position(|b| !b.is_ascii_whitespace())
-                .and_then(|at| chunk.get(at..))
-                .unwrap_or_default();
+            let content = content_start(&chunk);
             document = opens_as_document(content);
             seen = content.len();
         } else {

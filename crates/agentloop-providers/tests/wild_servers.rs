@@ -369,3 +369,76 @@ async fn a_body_in_a_coding_not_decoded_is_named_unless_it_is_plain() {
     let got = ask(&chat_at(&server.uri(), false)).await.unwrap();
     assert_eq!(got.message.text, "Paris");
 }
+
+const PORTAL: &str = "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\">\n<title>\n  Guest Wi-Fi:\n  sign in to continue\n</title></head><body><form>...</form></body></html>";
+
+#[tokio::test]
+async fn a_200_carrying_an_html_page_says_so_and_is_not_retried() {
+    // A captive portal, a proxy's login page or a wrong base_url answers 200 with a page: the
+    // error says what came, by its title, not serde's "expected value at line 1 column 1".
+    for content_type in [
+        "text/html; charset=utf-8",
+        "application/json",
+        "text/event-stream",
+    ] {
+        for stream in [false, true] {
+            let server = support::answering(
+                wiremock::ResponseTemplate::new(200).set_body_raw(PORTAL, content_type),
+            )
+            .await;
+            let model = Retry::with_policy(chat_at(&server.uri(), stream), fast_retry());
+            let err = ask(&model).await.unwrap_err();
+            let case = format!("{content_type} stream={stream}: {err}");
+            assert_eq!(err.kind, ModelErrorKind::Decode, "{case}");
+            assert!(
+                err.message
+                    .contains("an HTML page, not JSON: Guest Wi-Fi: sign in to continue"),
+                "{case}"
+            );
+            assert!(!err.is_retryable(), "{case}");
+            assert_eq!(server.received_requests().await.unwrap().len(), 1, "{case}");
+        }
+    }
+    // Without a title, its first bytes; a long page is cut.
+    let page = format!("<html><body>{}</body></html>", "x".repeat(5000));
+    let server =
+        support::answering(wiremock::ResponseTemplate::new(200).set_body_raw(page, "text/html"))
+            .await;
+    let err = ask(&chat_at(&server.uri(), false)).await.unwrap_err();
+    assert!(
+        err.message
+            .contains("an HTML page, not JSON: <html><body>xxx"),
+        "{err}"
+    );
+    assert!(err.message.len() < 400, "{err}");
+}
+
+#[tokio::test]
+async fn a_200_of_plain_text_quotes_its_first_bytes() {
+    let server = support::answering(
+        wiremock::ResponseTemplate::new(200).set_body_raw("404 page not found\n", "text/plain"),
+    )
+    .await;
+    let err = ask(&chat_at(&server.uri(), false)).await.unwrap_err();
+    assert_eq!(err.kind, ModelErrorKind::Decode, "{err}");
+    assert!(
+        err.message.contains("not JSON: 404 page not found"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn a_json_body_opened_by_a_byte_order_mark_is_read() {
+    // Some proxies and Windows-hosted gateways put a UTF-8 BOM before the document.
+    let body = format!("\u{feff}{CHAT_WHOLE}");
+    for stream in [false, true] {
+        let server = support::answering(
+            wiremock::ResponseTemplate::new(200).set_body_raw(body.clone(), "application/json"),
+        )
+        .await;
+        let got = ask(&chat_at(&server.uri(), stream))
+            .await
+            .unwrap_or_else(|e| panic!("stream={stream}: {e}"));
+        assert_eq!(got.message.text, "Paris");
+    }
+}
