@@ -442,3 +442,78 @@ async fn a_json_body_opened_by_a_byte_order_mark_is_read() {
         assert_eq!(got.message.text, "Paris");
     }
 }
+
+/// A chat stream of one call to `weather` whose arguments come in these fragments, then
+/// `[DONE]`, with no `finish_reason` anywhere (a relay that lost its upstream's last chunks and
+/// closed the stream itself).
+fn call_then_done(fragments: &[&str]) -> Vec<u8> {
+    let mut out = String::from(
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"c1\",\
+         \"type\":\"function\",\"function\":{\"name\":\"weather\",\"arguments\":\"\"}}]}}]}\n\n",
+    );
+    for fragment in fragments {
+        let fragment = serde_json::to_string(fragment).unwrap();
+        out.push_str(&format!(
+            "data: {{\"choices\":[{{\"index\":0,\"delta\":{{\"tool_calls\":[{{\"index\":0,\
+             \"function\":{{\"arguments\":{fragment}}}}}]}}}}]}}\n\n"
+        ));
+    }
+    out.push_str("data: [DONE]\n\n");
+    out.into_bytes()
+}
+
+#[tokio::test]
+async fn done_without_a_finish_reason_inside_a_calls_arguments_is_a_cut_stream_and_retried() {
+    // Nobody said the answer was whole (no finish_reason), and the call's JSON never closed:
+    // it was cut, as a stream that ends mid-arguments without `[DONE]` is. Kept as a call, it
+    // failed its validation and the model was told it wrote broken arguments it never wrote.
+    for fragments in [
+        &["{\"city\"", ":\"Par"][..],
+        &["{\"city\":{\"name\":\"Paris\"}"][..],
+        &["{\"city\":\"Paris\\"][..],
+    ] {
+        let cut = || (call_then_done(fragments), "text/event-stream");
+        let server = serve_in_order("/chat/completions", vec![cut()]).await;
+        let err = ask(&chat_at(&server.uri(), true)).await.unwrap_err();
+        assert_eq!(err.kind, ModelErrorKind::Stream, "{fragments:?}: {err}");
+        assert!(err.is_retryable(), "{fragments:?}: {err}");
+
+        let whole = call_then_done(&["{\"city\":\"Paris\"}"]);
+        let server = serve_in_order(
+            "/chat/completions",
+            vec![cut(), (whole, "text/event-stream")],
+        )
+        .await;
+        let got = ask(&Retry::with_policy(
+            chat_at(&server.uri(), true),
+            fast_retry(),
+        ))
+        .await
+        .unwrap_or_else(|e| panic!("{fragments:?}: not retried: {e}"));
+        assert_eq!(got.message.tool_calls[0].arguments, r#"{"city":"Paris"}"#);
+    }
+}
+
+#[tokio::test]
+async fn done_without_a_finish_reason_after_closed_but_malformed_arguments_keeps_the_call() {
+    // Closed JSON that does not parse is what the model wrote: the call is the answer, and the
+    // run's validation tells the model. So is a call with no arguments at all.
+    for (fragments, kept) in [
+        (&["{\"city\":\"Paris\",}"][..], r#"{"city":"Paris",}"#),
+        (&[][..], ""),
+    ] {
+        let server = serve_in_order(
+            "/chat/completions",
+            vec![(call_then_done(fragments), "text/event-stream")],
+        )
+        .await;
+        let got = ask(&chat_at(&server.uri(), true)).await.unwrap();
+        assert_eq!(got.finish_reason, FinishReason::ToolCalls);
+        assert_eq!(got.message.tool_calls[0].arguments, kept);
+        assert!(
+            got.warnings.iter().any(|w| w.contains("no finish_reason")),
+            "{:?}",
+            got.warnings
+        );
+    }
+}
