@@ -64,25 +64,31 @@ async fn an_overloaded_responses_model_is_overloaded_and_retried() {
     let failed = r#"{"type":"response.failed","response":{"id":"r","status":"failed","error":{"code":"server_is_overloaded","message":"Selected model is at capacity. Please try a different model."},"output":[]}}"#;
     let slow = r#"{"type":"error","code":"slow_down","message":"Please slow down.","param":null}"#;
     for (name, data) in [("response.failed", failed), ("error", slow)] {
-        let stream = || events(&[CREATED, (name, data)]);
-        let server = serve_in_order("/responses", vec![(stream(), "text/event-stream")]).await;
-        let err = ask(&responses(server.uri())).await.unwrap_err();
-        assert_eq!(err.kind, ModelErrorKind::Overloaded, "{name}: {err}");
-        assert!(err.is_retryable(), "{name}");
-
-        let server = serve_in_order(
-            "/responses",
-            vec![
-                (stream(), "text/event-stream"),
-                (answer("back"), "text/event-stream"),
-            ],
-        )
-        .await;
-        let got = ask(&Retry::with_policy(responses(server.uri()), fast_retry()))
-            .await
-            .unwrap_or_else(|e| panic!("{name}: not retried: {e}"));
-        assert_eq!(got.message.text, "back", "{name}");
+        let stream = events(&[CREATED, (name, data)]);
+        fails_as_then_retried(stream, ModelErrorKind::Overloaded, name).await;
     }
+}
+
+/// A Responses server whose answer is `stream` fails the call with an error of `kind`, and a
+/// retry layer over it asks again and gets the next answer.
+async fn fails_as_then_retried(stream: Vec<u8>, kind: ModelErrorKind, case: &str) {
+    let server = serve_in_order("/responses", vec![(stream.clone(), "text/event-stream")]).await;
+    let err = ask(&responses(server.uri())).await.unwrap_err();
+    assert_eq!(err.kind, kind, "{case}: {err}");
+    assert!(err.is_retryable(), "{case}");
+
+    let server = serve_in_order(
+        "/responses",
+        vec![
+            (stream, "text/event-stream"),
+            (answer("back"), "text/event-stream"),
+        ],
+    )
+    .await;
+    let got = ask(&Retry::with_policy(responses(server.uri()), fast_retry()))
+        .await
+        .unwrap_or_else(|e| panic!("{case}: not retried: {e}"));
+    assert_eq!(got.message.text, "back", "{case}");
 }
 
 /// A function call streamed as these argument deltas, then closed by these events.
@@ -516,4 +522,45 @@ async fn done_without_a_finish_reason_after_closed_but_malformed_arguments_keeps
             got.warnings
         );
     }
+}
+
+#[tokio::test]
+async fn a_failed_response_that_names_no_error_is_a_server_error_and_retried() {
+    // `failed` with `error: null` (or none): the server failed the response and named nothing
+    // about the request. Failures caused by the request carry a code (`invalid_prompt`,
+    // `invalid_image`...); what comes without one is the server's own, as bridges and gateways
+    // send when their upstream drops mid-generation: a 5xx without a body, retried as one.
+    let failed = |error: &str| {
+        format!(
+            r#"{{"type":"response.failed","response":{{"id":"r","status":"failed","output":[]{error}}}}}"#
+        )
+    };
+    for error in [r#","error":null"#, "", r#","error":{}"#] {
+        let stream = events(&[CREATED, ("response.failed", &failed(error))]);
+        fails_as_then_retried(stream, ModelErrorKind::Server, error).await;
+    }
+    // A whole body says the same.
+    let body = r#"{"id":"r","status":"failed","error":null,"output":[]}"#;
+    let server = serve_in_order("/responses", vec![(body.into(), "application/json")]).await;
+    let model = OpenAiResponses::builder("gpt-test")
+        .base_url(server.uri())
+        .api_key("sk-wild-secret")
+        .stream(false)
+        .build()
+        .unwrap();
+    let err = ask(&model).await.unwrap_err();
+    assert_eq!(err.kind, ModelErrorKind::Server, "{err}");
+    // A failure that names its error keeps its kind: not retried when the request caused it.
+    let named = failed(r#","error":{"code":"invalid_prompt","message":"flagged"}"#);
+    let server = serve_in_order(
+        "/responses",
+        vec![(
+            events(&[CREATED, ("response.failed", &named)]),
+            "text/event-stream",
+        )],
+    )
+    .await;
+    let err = ask(&responses(server.uri())).await.unwrap_err();
+    assert!(!err.is_retryable(), "{err}");
+    assert_eq!(err.provider_code.as_deref(), Some("invalid_prompt"));
 }
