@@ -61,10 +61,41 @@ fn apply_event<D: StreamDecoder + ?Sized>(
     out: &mut VecDeque<ModelEvent>,
 ) -> Result<(), ModelError> {
     if event.event == ERROR_FIELD {
-        decoder.error_event(&event.data, out)
-    } else {
-        decoder.event(&event.data, out)
+        return decoder.error_event(&event.data, out);
     }
+    // Data of one line, every event of a server that keeps to the format, goes straight on.
+    if memchr::memchr(b'\n', event.data.as_bytes()).is_some()
+        && let Some(lines) = run_together(&event.data)
+    {
+        for line in lines {
+            decoder.event(line, out)?;
+            if decoder.over() {
+                break;
+            }
+        }
+        return Ok(());
+    }
+    decoder.event(&event.data, out)
+}
+
+/// The events in one event's data, when a server ended each `data:` line with one line end
+/// rather than a blank line (servers and proxies written against line-by-line readers): the
+/// format joins such lines into one event, whose data is then no JSON, and every call failed.
+/// Each line is its own event when the joined data is no JSON and each line is JSON (or
+/// `[DONE]`); data split over lines as the format allows (a JSON document laid over several
+/// `data:` lines) joins into JSON and is read as one.
+fn run_together(data: &str) -> Option<Vec<&str>> {
+    let is_json = |text: &str| serde_json::from_str::<serde::de::IgnoredAny>(text).is_ok();
+    if is_json(data) {
+        return None;
+    }
+    let lines: Vec<&str> = data
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    let each = lines.len() > 1 && lines.iter().all(|l| *l == "[DONE]" || is_json(l));
+    each.then_some(lines)
 }
 
 struct Decoding<D> {

@@ -564,3 +564,50 @@ async fn a_failed_response_that_names_no_error_is_a_server_error_and_retried() {
     assert!(!err.is_retryable(), "{err}");
     assert_eq!(err.provider_code.as_deref(), Some("invalid_prompt"));
 }
+
+#[tokio::test]
+async fn events_sent_without_blank_lines_between_them_are_each_read() {
+    // Each `data:` line ended by one line end, no blank line (servers written against
+    // line-by-line readers): the format joins them into one event of no JSON, and every call
+    // failed `model.stream`. A document laid over several `data:` lines still joins (the
+    // second case).
+    let chat = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Par\"}}]}\n\
+                data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"is\"},\"finish_reason\":\"stop\"}]}\n\
+                data: [DONE]\n";
+    let split = "data: {\"choices\":[{\"index\":0,\n\
+                 data: \"delta\":{\"content\":\"Paris\"},\"finish_reason\":\"stop\"}]}\n\n\
+                 data: [DONE]\n\n";
+    for body in [chat, split] {
+        let server = serve_in_order(
+            "/chat/completions",
+            vec![(body.as_bytes().to_vec(), "text/event-stream")],
+        )
+        .await;
+        let got = ask(&chat_at(&server.uri(), true))
+            .await
+            .unwrap_or_else(|e| panic!("{body:?}: {e}"));
+        assert_eq!(got.message.text, "Paris");
+    }
+    // Anthropic's named events the same way.
+    let messages = "event: message_start\n\
+        data: {\"type\":\"message_start\",\"message\":{\"id\":\"m\",\"role\":\"assistant\",\"content\":[],\"usage\":{\"input_tokens\":3,\"output_tokens\":1}}}\n\
+        event: content_block_start\n\
+        data: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\
+        event: content_block_delta\n\
+        data: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"Paris\"}}\n\
+        event: content_block_stop\n\
+        data: {\"type\":\"content_block_stop\",\"index\":0}\n\
+        event: message_delta\n\
+        data: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"output_tokens\":2}}\n\
+        event: message_stop\n\
+        data: {\"type\":\"message_stop\"}\n";
+    let server = serve_in_order(
+        "/v1/messages",
+        vec![(messages.as_bytes().to_vec(), "text/event-stream")],
+    )
+    .await;
+    let got = ask(&support::anthropic_model(server.uri(), true))
+        .await
+        .unwrap();
+    assert_eq!(got.message.text, "Paris");
+}
