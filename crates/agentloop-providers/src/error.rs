@@ -171,6 +171,10 @@ struct RawErrorEnvelope {
     param: Option<Value>,
     #[serde(default)]
     request_id: Option<Value>,
+    /// FastAPI's error body (`{"detail": "..."}`, or a list of `{"loc", "msg"}` for a request
+    /// that failed validation), which servers built on it answer (Xinference among them).
+    #[serde(default)]
+    detail: Option<Value>,
 }
 
 /// An error body: one envelope, or a list of them (the first is read). The list is tried first:
@@ -192,10 +196,39 @@ fn value_text(v: Option<Value>) -> Option<String> {
     }
 }
 
+/// The message of FastAPI's `detail`: its text, or a validation error's first complaint with
+/// where it was (`body.messages: Field required`); never the `input` it quotes.
+fn detail_text(detail: Option<Value>) -> Option<String> {
+    let first = match detail? {
+        Value::String(s) => return Some(s).filter(|s| !s.is_empty()),
+        Value::Array(items) => items.into_iter().next()?,
+        other => other,
+    };
+    let msg = first
+        .get("msg")
+        .or_else(|| first.get("message"))?
+        .as_str()?;
+    let at: Vec<String> = first
+        .get("loc")
+        .and_then(Value::as_array)
+        .map(|loc| {
+            loc.iter()
+                .filter_map(|l| value_text(Some(l.clone())))
+                .collect()
+        })
+        .unwrap_or_default();
+    Some(if at.is_empty() {
+        msg.to_owned()
+    } else {
+        format!("{}: {msg}", at.join("."))
+    })
+}
+
 impl ProviderError {
     /// Reads an error envelope: `{"error": {...}}` (OpenAI and compatible servers),
-    /// `{"type": "error", "error": {...}}` (Anthropic), `{"error": "text"}` (Ollama and others) or a
-    /// bare `{"type", "code", "message"}` object (the Responses `error` event). `None` when the
+    /// `{"type": "error", "error": {...}}` (Anthropic), `{"error": "text"}` (Ollama and others), a
+    /// bare `{"type", "code", "message"}` object (the Responses `error` event) or FastAPI's
+    /// `{"detail": ...}`. `None` when the
     /// bytes hold none of these.
     pub fn parse(body: &[u8]) -> Option<ProviderError> {
         // A lone half of a character in the message costs that character, not the error's kind.
@@ -241,7 +274,7 @@ impl ProviderError {
             _ => {
                 let error_type = value_text(envelope.error_type).filter(|t| t != "error");
                 let code = value_text(envelope.code);
-                let message = value_text(envelope.message);
+                let message = value_text(envelope.message).or_else(|| detail_text(envelope.detail));
                 if error_type.is_none() && code.is_none() && message.is_none() {
                     return None;
                 }

@@ -611,3 +611,39 @@ async fn events_sent_without_blank_lines_between_them_are_each_read() {
         .unwrap();
     assert_eq!(got.message.text, "Paris");
 }
+
+#[tokio::test]
+async fn a_fastapi_error_body_keeps_its_detail() {
+    // Servers built on FastAPI (Xinference among them) answer `{"detail": ...}`: the message was
+    // lost ("HTTP 400 Bad Request"), and with it the kind its words say.
+    for (status, body, kind, said) in [
+        (
+            400,
+            r#"{"detail":"Model not found in the model list, uid: m"}"#,
+            ModelErrorKind::InvalidRequest,
+            "Model not found in the model list, uid: m",
+        ),
+        (
+            422,
+            r#"{"detail":[{"type":"missing","loc":["body","messages"],"msg":"Field required","input":{"model":"m"}}]}"#,
+            ModelErrorKind::InvalidRequest,
+            "body.messages: Field required",
+        ),
+        (
+            400,
+            r#"{"detail":"This model's maximum context length is 4096 tokens."}"#,
+            ModelErrorKind::ContextLength,
+            "maximum context length",
+        ),
+    ] {
+        let server = support::serve_replies(
+            "/chat/completions",
+            vec![(status, body.as_bytes().to_vec(), "application/json")],
+        )
+        .await;
+        let err = ask(&chat_at(&server.uri(), true)).await.unwrap_err();
+        assert_eq!(err.kind, kind, "{body}: {err}");
+        assert!(err.message.contains(said), "{body}: {err}");
+        assert!(!err.message.contains("input"), "{body}: {err}");
+    }
+}
