@@ -21,6 +21,7 @@ use bytes::Bytes;
 use futures::{StreamExt, stream};
 
 use crate::error::redraw_unparsed;
+use crate::gist::{BOM, Gist, content_start, gist};
 use crate::http::HttpClient;
 use crate::sse::{ERROR_FIELD, SseEvent, SseStream, sse, sse_of_body};
 
@@ -302,19 +303,6 @@ fn media_type(response: &reqwest::Response) -> Media {
     }
 }
 
-/// UTF-8's byte order mark, which some proxies and Windows-hosted gateways put before a body.
-const BOM: &[u8] = b"\xef\xbb\xbf";
-
-/// `bytes` from their first byte of content: after a byte order mark and blanks.
-fn content_start(bytes: &[u8]) -> &[u8] {
-    let bytes = bytes.strip_prefix(BOM).unwrap_or(bytes);
-    bytes
-        .iter()
-        .position(|b| !b.is_ascii_whitespace())
-        .and_then(|i| bytes.get(i..))
-        .unwrap_or_default()
-}
-
 /// True when a body mislabelled (or unlabelled) starts as an event stream does.
 fn starts_like_sse(bytes: &[u8]) -> bool {
     let start = content_start(bytes);
@@ -332,63 +320,28 @@ fn opens_as_document(bytes: &[u8]) -> bool {
     matches!(content_start(bytes).first(), Some(b'{' | b'[' | b'<'))
 }
 
-/// The most characters of a body quoted in an error that says it is no JSON.
-const QUOTED_CHARS: usize = 120;
-
 /// A whole body that failed to decode and is no JSON at all (a captive portal's page, a proxy's
 /// login page, a wrong base_url's site or plain-text 404): the error says what came, by an HTML
 /// page's title or the body's first words, rather than the parser's "expected value at line 1
 /// column 1". Still [`ModelErrorKind::Decode`], and so not retried: every attempt gets the page.
 fn not_json(mut error: ModelError, body: &[u8]) -> ModelError {
-    let start = content_start(body);
-    if error.kind != ModelErrorKind::Decode || matches!(start.first(), None | Some(b'{' | b'[')) {
+    if error.kind != ModelErrorKind::Decode {
         return error;
     }
-    let head = String::from_utf8_lossy(start.get(..64 * 1024).unwrap_or(start));
-    let lower = head.to_ascii_lowercase();
-    let html = ["<!doctype html", "<html", "<head", "<title", "<body"]
-        .iter()
-        .any(|tag| lower.contains(tag));
-    error.message = if html {
-        let title = html_title(&head, &lower).filter(|t| !t.is_empty());
-        format!(
-            "the server answered with an HTML page, not JSON: {} (a captive portal, a proxy's \
-             login page, or a base_url that is not the API's?)",
-            title.unwrap_or_else(|| quoted(&head))
-        )
-    } else {
-        format!(
-            "the server answered with a body that is not JSON: {}",
-            quoted(&head)
-        )
-    };
-    error
-}
-
-/// The text of a page's `<title>`, blanks folded and cut; `lower` is `page` lowercased.
-fn html_title(page: &str, lower: &str) -> Option<String> {
-    let open = lower.find("<title")?;
-    let text_at = open + lower.get(open..)?.find('>')? + 1;
-    let text_len = lower.get(text_at..)?.find("</title")?;
-    Some(quoted(page.get(text_at..text_at + text_len)?))
-}
-
-/// `text` with its blanks and control characters folded to single spaces, cut to
-/// [`QUOTED_CHARS`] characters (an ellipsis says it was cut).
-fn quoted(text: &str) -> String {
-    let words = text.split(|c: char| c.is_whitespace() || c.is_control());
-    let mut out = String::new();
-    for word in words.filter(|w| !w.is_empty()) {
-        if !out.is_empty() {
-            out.push(' ');
+    match gist(body) {
+        Some(Gist::Html { title, start }) => {
+            let title = title.unwrap_or(start);
+            error.message = format!(
+                "the server answered with an HTML page, not JSON: {title} (a captive portal, a \
+                 proxy's login page, or a base_url that is not the API's?)"
+            );
         }
-        out.push_str(word);
-        if out.chars().count() > QUOTED_CHARS {
-            let cut: String = out.chars().take(QUOTED_CHARS).collect();
-            return cut + "…";
+        Some(Gist::Text(words)) => {
+            error.message = format!("the server answered with a body that is not JSON: {words}");
         }
+        None => {}
     }
-    out
+    error
 }
 
 /// The body's first chunks, joined: read until they hold `enough` bytes other than leading

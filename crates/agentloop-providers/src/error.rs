@@ -3,7 +3,8 @@
 //! server's `Retry-After` advice ([`retry_after`]).
 //!
 //! Nothing here reads a credential or keeps a raw body: only the provider's own error type, code,
-//! message and parameter, the status, the request id and the retry headers.
+//! message and parameter, the status, the request id and the retry headers (and, of a body that
+//! is an HTML page, its title).
 
 use std::time::Duration;
 
@@ -11,6 +12,8 @@ use agentloop::{ModelError, model::ModelErrorKind};
 use reqwest::header::HeaderMap;
 use serde::Deserialize;
 use serde_json::Value;
+
+use crate::gist::{Gist, gist};
 
 /// Turns a transport failure into a [`ModelError`] (timeout or connection), without the URL.
 /// A body that broke off mid-way (reqwest reports it as a body or decode error) is a connection
@@ -466,8 +469,20 @@ pub(crate) fn classify_http_error_of(
     body: &[u8],
     sampled: bool,
 ) -> ModelError {
-    let parsed = ProviderError::parse(body).unwrap_or_default();
-    let mut error = parsed.into_model_error(provider, Some(status));
+    let parsed = ProviderError::parse(body);
+    // A page that is no error envelope is named by its title, its public label (a WAF's "Access
+    // Denied" under a 403 is no bad key; a CDN's "522: Connection timed out"); the rest of the
+    // body, which may hold anything, never reaches the message. The kind stays the status's.
+    let title = match parsed.is_none().then(|| gist(body)).flatten() {
+        Some(Gist::Html { title, .. }) => title,
+        _ => None,
+    };
+    let mut error = parsed
+        .unwrap_or_default()
+        .into_model_error(provider, Some(status));
+    if let Some(title) = title {
+        error.message = format!("{}: an HTML page titled {title:?}", error.message);
+    }
     if sampled {
         redraw_unparsed(&mut error);
     }

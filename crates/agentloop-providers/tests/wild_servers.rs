@@ -636,14 +636,45 @@ async fn a_fastapi_error_body_keeps_its_detail() {
             "maximum context length",
         ),
     ] {
-        let server = support::serve_replies(
-            "/chat/completions",
-            vec![(status, body.as_bytes().to_vec(), "application/json")],
-        )
-        .await;
-        let err = ask(&chat_at(&server.uri(), true)).await.unwrap_err();
+        let err = error_answering(status, body, "application/json").await;
         assert_eq!(err.kind, kind, "{body}: {err}");
         assert!(err.message.contains(said), "{body}: {err}");
         assert!(!err.message.contains("input"), "{body}: {err}");
     }
+}
+
+#[tokio::test]
+async fn an_error_status_with_a_page_names_it_by_its_title() {
+    // A WAF's block page under 403 read "HTTP 403 Forbidden", an authentication error: the user
+    // checks a key that is fine. A page is now named by its title; the kind stays the status's,
+    // and the rest of the body still never reaches the message.
+    for (status, body, kind, said) in [
+        (
+            403,
+            "<html><head><title>Access Denied</title></head><body>blocked by WAF</body></html>",
+            ModelErrorKind::Authentication,
+            r#"HTTP 403 Forbidden: an HTML page titled "Access Denied""#,
+        ),
+        (
+            522,
+            "<!DOCTYPE html><html><head><title>api.example.com | 522: Connection timed out</title></head></html>",
+            ModelErrorKind::Server,
+            "522: Connection timed out",
+        ),
+    ] {
+        let err = error_answering(status, body, "text/html").await;
+        assert_eq!(err.kind, kind, "{body}: {err}");
+        assert!(err.message.contains(said), "{body}: {err}");
+        assert!(!err.message.contains("WAF"), "{body}: {err}");
+    }
+}
+
+/// The error of a chat call whose server answers this status and body.
+async fn error_answering(status: u16, body: &str, content_type: &str) -> agentloop::ModelError {
+    let server = support::serve_replies(
+        "/chat/completions",
+        vec![(status, body.as_bytes().to_vec(), content_type)],
+    )
+    .await;
+    ask(&chat_at(&server.uri(), true)).await.unwrap_err()
 }
