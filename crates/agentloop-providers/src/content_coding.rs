@@ -18,7 +18,7 @@ use flate2::write::{MultiGzDecoder, ZlibDecoder};
 use futures::{Stream, StreamExt, stream};
 
 /// The most compressed bytes fed to the decoder at once: with deflate's ratio of about 1,000 to
-/// one at most, a piece inflates to a few hundred KiB at most before a budget sees it.
+/// one at most, a piece inflates to about a MiB at most before a budget sees it.
 const PIECE: usize = 1024;
 
 /// What the `content-encoding` header says the body is, as far as reading it goes.
@@ -65,15 +65,20 @@ enum Inflater {
 }
 
 impl Inflater {
-    /// Feeds `input`, returning how much was taken and the output so far.
+    /// Feeds `input`, returning how much was taken and all it decodes to. The decoder keeps the
+    /// output of a write until the next one: flushed, the event a compressing proxy flushed
+    /// comes now, not with the next bytes (which a server that holds the stream open after
+    /// its answer never sends). The flush drains only what the input taken holds.
     fn feed(&mut self, input: &[u8]) -> std::io::Result<(usize, Vec<u8>)> {
         match self {
             Inflater::Gzip(d) => {
                 let n = d.write(input)?;
+                d.flush()?;
                 Ok((n, std::mem::take(d.get_mut())))
             }
             Inflater::Zlib(d) => {
                 let n = d.write(input)?;
+                d.flush()?;
                 Ok((n, std::mem::take(d.get_mut())))
             }
         }

@@ -198,18 +198,25 @@ async fn a_call_whose_done_event_contradicts_its_deltas_says_so() {
 
 /// A server that sends this event stream as one chunk, then holds the connection open, silent.
 async fn holding(body: &'static str) -> String {
-    let (uri, _) = serve_each(move |mut socket, _| async move {
-        let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\
-                    transfer-encoding: chunked\r\n\r\n";
-        if socket.write_all(head.as_bytes()).await.is_err()
-            || socket
-                .write_all(&http_chunk(body.as_bytes()))
-                .await
-                .is_err()
-        {
-            return;
+    holding_bytes("", body.as_bytes().to_vec()).await
+}
+
+/// [`holding`] with these bytes, and these header lines added to the head.
+async fn holding_bytes(extra_head: &'static str, body: Vec<u8>) -> String {
+    let (uri, _) = serve_each(move |mut socket, _| {
+        let body = body.clone();
+        async move {
+            let head = format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n{extra_head}\
+                 transfer-encoding: chunked\r\n\r\n"
+            );
+            if socket.write_all(head.as_bytes()).await.is_err()
+                || socket.write_all(&http_chunk(&body)).await.is_err()
+            {
+                return;
+            }
+            tokio::time::sleep(Duration::from_secs(30)).await;
         }
-        tokio::time::sleep(Duration::from_secs(30)).await;
     })
     .await;
     uri
@@ -677,4 +684,22 @@ async fn error_answering(status: u16, body: &str, content_type: &str) -> agentlo
     )
     .await;
     ask(&chat_at(&server.uri(), true)).await.unwrap_err()
+}
+
+#[tokio::test]
+async fn a_compressed_stream_gives_each_event_as_its_bytes_arrive() {
+    // A compressing proxy flushes its compressor at each event: what has arrived decodes whole.
+    // The decoder's last output waited for the next bytes, so a finished answer whose server
+    // then held the stream open was never seen finished, and timed out.
+    use std::io::Write;
+    let finished = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Paris\"},\
+                    \"finish_reason\":\"stop\"}]}\n\n";
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    gz.write_all(finished.as_bytes()).unwrap();
+    gz.flush().unwrap();
+    let sent = gz.get_ref().clone();
+    let chat = quick_chat(&holding_bytes("content-encoding: gzip\r\n", sent).await);
+    let got = ask(&chat).await.unwrap();
+    assert_eq!(got.message.text, "Paris");
+    assert_eq!(got.finish_reason, FinishReason::Stop);
 }
