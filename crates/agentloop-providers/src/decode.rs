@@ -21,6 +21,7 @@ use bytes::Bytes;
 use futures::{StreamExt, stream};
 
 use crate::error::redraw_unparsed;
+use crate::gist::{BOM, Gist, content_start, gist};
 use crate::http::HttpClient;
 use crate::sse::{ERROR_FIELD, SseEvent, SseStream, sse, sse_of_body};
 
@@ -61,10 +62,41 @@ fn apply_event<D: StreamDecoder + ?Sized>(
     out: &mut VecDeque<ModelEvent>,
 ) -> Result<(), ModelError> {
     if event.event == ERROR_FIELD {
-        decoder.error_event(&event.data, out)
-    } else {
-        decoder.event(&event.data, out)
+        return decoder.error_event(&event.data, out);
     }
+    // Data of one line, every event of a server that keeps to the format, goes straight on.
+    if memchr::memchr(b'\n', event.data.as_bytes()).is_some()
+        && let Some(lines) = run_together(&event.data)
+    {
+        for line in lines {
+            decoder.event(line, out)?;
+            if decoder.over() {
+                break;
+            }
+        }
+        return Ok(());
+    }
+    decoder.event(&event.data, out)
+}
+
+/// The events in one event's data, when a server ended each `data:` line with one line end
+/// rather than a blank line (servers and proxies written against line-by-line readers): the
+/// format joins such lines into one event, whose data is then no JSON, and every call failed.
+/// Each line is its own event when the joined data is no JSON and each line is JSON (or
+/// `[DONE]`); data split over lines as the format allows (a JSON document laid over several
+/// `data:` lines) joins into JSON and is read as one.
+fn run_together(data: &str) -> Option<Vec<&str>> {
+    let is_json = |text: &str| serde_json::from_str::<serde::de::IgnoredAny>(text).is_ok();
+    if is_json(data) {
+        return None;
+    }
+    let lines: Vec<&str> = data
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    let each = lines.len() > 1 && lines.iter().all(|l| *l == "[DONE]" || is_json(l));
+    each.then_some(lines)
 }
 
 struct Decoding<D> {
@@ -231,7 +263,9 @@ async fn read_answer<'a, D: StreamDecoder + 'a>(
         return Ok(one_event(ModelEvent::Response(response)));
     }
     let bytes = client.collect_body(chunks, declared).await?;
-    let mut response = accumulate_whole(&bytes, decoder)?;
+    // A byte order mark is no JSON, but says nothing against the document after it.
+    let body = bytes.strip_prefix(BOM).unwrap_or(&bytes);
+    let mut response = accumulate_whole(body, decoder).map_err(|e| not_json(e, body))?;
     if stream {
         response
             .warnings
@@ -271,11 +305,7 @@ fn media_type(response: &reqwest::Response) -> Media {
 
 /// True when a body mislabelled (or unlabelled) starts as an event stream does.
 fn starts_like_sse(bytes: &[u8]) -> bool {
-    let start = bytes
-        .iter()
-        .position(|b| !b.is_ascii_whitespace())
-        .and_then(|i| bytes.get(i..))
-        .unwrap_or_default();
+    let start = content_start(bytes);
     [b"data:".as_slice(), b"event:", b":", b"id:", b"retry:"]
         .iter()
         .any(|p| start.starts_with(p))
@@ -287,10 +317,31 @@ const SSE_PREFIX_BYTES: usize = 6;
 /// True when a body opens (after whitespace) as a JSON document or an HTML page does, which an
 /// event stream never does.
 fn opens_as_document(bytes: &[u8]) -> bool {
-    matches!(
-        bytes.iter().find(|b| !b.is_ascii_whitespace()),
-        Some(b'{' | b'[' | b'<')
-    )
+    matches!(content_start(bytes).first(), Some(b'{' | b'[' | b'<'))
+}
+
+/// A whole body that failed to decode and is no JSON at all (a captive portal's page, a proxy's
+/// login page, a wrong base_url's site or plain-text 404): the error says what came, by an HTML
+/// page's title or the body's first words, rather than the parser's "expected value at line 1
+/// column 1". Still [`ModelErrorKind::Decode`], and so not retried: every attempt gets the page.
+fn not_json(mut error: ModelError, body: &[u8]) -> ModelError {
+    if error.kind != ModelErrorKind::Decode {
+        return error;
+    }
+    match gist(body) {
+        Some(Gist::Html { title, start }) => {
+            let title = title.unwrap_or(start);
+            error.message = format!(
+                "the server answered with an HTML page, not JSON: {title} (a captive portal, a \
+                 proxy's login page, or a base_url that is not the API's?)"
+            );
+        }
+        Some(Gist::Text(words)) => {
+            error.message = format!("the server answered with a body that is not JSON: {words}");
+        }
+        None => {}
+    }
+    error
 }
 
 /// The body's first chunks, joined: read until they hold `enough` bytes other than leading
@@ -353,11 +404,7 @@ where
         };
         let chunk = chunk?;
         if seen == 0 {
-            let content = chunk
-                .iter()
-                .position(|b| !b.is_ascii_whitespace())
-                .and_then(|at| chunk.get(at..))
-                .unwrap_or_default();
+            let content = content_start(&chunk);
             document = opens_as_document(content);
             seen = content.len();
         } else {

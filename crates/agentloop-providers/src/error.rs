@@ -3,7 +3,8 @@
 //! server's `Retry-After` advice ([`retry_after`]).
 //!
 //! Nothing here reads a credential or keeps a raw body: only the provider's own error type, code,
-//! message and parameter, the status, the request id and the retry headers.
+//! message and parameter, the status, the request id and the retry headers (and, of a body that
+//! is an HTML page, its title).
 
 use std::time::Duration;
 
@@ -11,6 +12,8 @@ use agentloop::{ModelError, model::ModelErrorKind};
 use reqwest::header::HeaderMap;
 use serde::Deserialize;
 use serde_json::Value;
+
+use crate::gist::{Gist, gist};
 
 /// Turns a transport failure into a [`ModelError`] (timeout or connection), without the URL.
 /// A body that broke off mid-way (reqwest reports it as a body or decode error) is a connection
@@ -171,6 +174,10 @@ struct RawErrorEnvelope {
     param: Option<Value>,
     #[serde(default)]
     request_id: Option<Value>,
+    /// FastAPI's error body (`{"detail": "..."}`, or a list of `{"loc", "msg"}` for a request
+    /// that failed validation), which servers built on it answer (Xinference among them).
+    #[serde(default)]
+    detail: Option<Value>,
 }
 
 /// An error body: one envelope, or a list of them (the first is read). The list is tried first:
@@ -192,10 +199,39 @@ fn value_text(v: Option<Value>) -> Option<String> {
     }
 }
 
+/// The message of FastAPI's `detail`: its text, or a validation error's first complaint with
+/// where it was (`body.messages: Field required`); never the `input` it quotes.
+fn detail_text(detail: Option<Value>) -> Option<String> {
+    let first = match detail? {
+        Value::String(s) => return Some(s).filter(|s| !s.is_empty()),
+        Value::Array(items) => items.into_iter().next()?,
+        other => other,
+    };
+    let msg = first
+        .get("msg")
+        .or_else(|| first.get("message"))?
+        .as_str()?;
+    let at: Vec<String> = first
+        .get("loc")
+        .and_then(Value::as_array)
+        .map(|loc| {
+            loc.iter()
+                .filter_map(|l| value_text(Some(l.clone())))
+                .collect()
+        })
+        .unwrap_or_default();
+    Some(if at.is_empty() {
+        msg.to_owned()
+    } else {
+        format!("{}: {msg}", at.join("."))
+    })
+}
+
 impl ProviderError {
     /// Reads an error envelope: `{"error": {...}}` (OpenAI and compatible servers),
-    /// `{"type": "error", "error": {...}}` (Anthropic), `{"error": "text"}` (Ollama and others) or a
-    /// bare `{"type", "code", "message"}` object (the Responses `error` event). `None` when the
+    /// `{"type": "error", "error": {...}}` (Anthropic), `{"error": "text"}` (Ollama and others), a
+    /// bare `{"type", "code", "message"}` object (the Responses `error` event) or FastAPI's
+    /// `{"detail": ...}`. `None` when the
     /// bytes hold none of these.
     pub fn parse(body: &[u8]) -> Option<ProviderError> {
         // A lone half of a character in the message costs that character, not the error's kind.
@@ -241,7 +277,7 @@ impl ProviderError {
             _ => {
                 let error_type = value_text(envelope.error_type).filter(|t| t != "error");
                 let code = value_text(envelope.code);
-                let message = value_text(envelope.message);
+                let message = value_text(envelope.message).or_else(|| detail_text(envelope.detail));
                 if error_type.is_none() && code.is_none() && message.is_none() {
                     return None;
                 }
@@ -433,8 +469,20 @@ pub(crate) fn classify_http_error_of(
     body: &[u8],
     sampled: bool,
 ) -> ModelError {
-    let parsed = ProviderError::parse(body).unwrap_or_default();
-    let mut error = parsed.into_model_error(provider, Some(status));
+    let parsed = ProviderError::parse(body);
+    // A page that is no error envelope is named by its title, its public label (a WAF's "Access
+    // Denied" under a 403 is no bad key; a CDN's "522: Connection timed out"); the rest of the
+    // body, which may hold anything, never reaches the message. The kind stays the status's.
+    let title = match parsed.is_none().then(|| gist(body)).flatten() {
+        Some(Gist::Html { title, .. }) => title,
+        _ => None,
+    };
+    let mut error = parsed
+        .unwrap_or_default()
+        .into_model_error(provider, Some(status));
+    if let Some(title) = title {
+        error.message = format!("{}: an HTML page titled {title:?}", error.message);
+    }
     if sampled {
         redraw_unparsed(&mut error);
     }

@@ -14,9 +14,11 @@ use agentloop::{
     model::{CacheIdentity, ModelErrorKind},
 };
 use bytes::Bytes;
+use futures::future::Either;
 use futures::{Stream, StreamExt};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 
+use crate::content_coding::{self, Coding};
 use crate::error::{classify_http_error_of, transport_error};
 
 /// The environment variable OpenAI's key is read from by default (Chat Completions and Responses).
@@ -414,6 +416,13 @@ impl HttpClient {
             reqwest::header::CONTENT_TYPE,
             HeaderValue::from_static("application/json"),
         );
+        // Said outright: a request without the header takes any coding (RFC 9110), and a
+        // compressed event stream can sit in a compressor's buffer rather than reach the caller
+        // event by event. A body compressed anyway is still decoded (`body_chunks`).
+        headers.insert(
+            reqwest::header::ACCEPT_ENCODING,
+            HeaderValue::from_static("identity"),
+        );
         for (name, value) in &self.config.extra_headers {
             let name = HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
                 self.error(
@@ -447,7 +456,7 @@ impl HttpClient {
         }
         let headers = response.headers().clone();
         let body = read_limited(
-            response,
+            self.body_chunks(response),
             self.config.max_error_body_bytes,
             self.config.idle_timeout,
         )
@@ -500,15 +509,25 @@ impl HttpClient {
             .await
     }
 
-    /// The chunks of a response body as they arrive, a transport failure classified.
+    /// The chunks of a response body as they arrive, a transport failure classified, and a body
+    /// compressed though asked for none decoded (see [`crate::content_coding`]).
     pub(crate) fn body_chunks(
         &self,
         response: reqwest::Response,
     ) -> impl Stream<Item = Result<Bytes, ModelError>> + Send + Unpin + 'static {
+        let coding = content_coding::coding_of(response.headers());
         let provider = self.provider.clone();
-        response
+        let raw = response
             .bytes_stream()
-            .map(move |r| r.map_err(|e| transport_error(&provider, &e)))
+            .map(move |r| r.map_err(|e| transport_error(&provider, &e)));
+        if coding == Coding::Identity {
+            return Either::Left(raw);
+        }
+        Either::Right(Box::pin(content_coding::decoded(
+            raw,
+            coding,
+            self.provider.clone(),
+        )))
     }
 
     /// Collects body chunks within the response budget and the idle timeout (whitespace, a
@@ -601,10 +620,13 @@ pub fn check_budget(provider: &str, len: usize, max: usize) -> Result<(), ModelE
 /// error, so a server that drips it (each byte inside the idle timeout, never ending) must not
 /// hold the call, and its retry, for ever. What arrived by then (or before the body broke off)
 /// is classified.
-async fn read_limited(mut response: reqwest::Response, max: usize, within: Duration) -> Vec<u8> {
+async fn read_limited<S>(mut chunks: S, max: usize, within: Duration) -> Vec<u8>
+where
+    S: Stream<Item = Result<Bytes, ModelError>> + Unpin,
+{
     let mut out = Vec::new();
     let read = async {
-        while let Ok(Some(chunk)) = response.chunk().await {
+        while let Some(Ok(chunk)) = chunks.next().await {
             let room = max.saturating_sub(out.len());
             out.extend_from_slice(chunk.get(..room.min(chunk.len())).unwrap_or_default());
             if out.len() >= max {

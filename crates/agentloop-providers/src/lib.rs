@@ -8,6 +8,8 @@
 //! Where things are:
 //! - `http.rs`: client settings, the API key, the JSON POST with its byte budget;
 //!   `error.rs`: how a failed call becomes a classified [`agentloop::ModelError`];
+//!   `gist.rs`: what a body that is not the API's JSON is, in a few words, for its error;
+//!   `content_coding.rs`: a body compressed though the request asked for none, decoded;
 //!   `sse.rs`: the event-stream reader and the one `sse()` every streamed call goes through.
 //! - `decode.rs`: the `StreamDecoder` each provider implements, and the one path from an HTTP
 //!   answer (streamed or whole) through the decoder and the core's accumulator;
@@ -30,6 +32,7 @@
     allow(dead_code, unused_macros)
 )]
 
+mod content_coding;
 #[cfg(any(
     feature = "openai",
     feature = "anthropic",
@@ -39,6 +42,7 @@ mod decode;
 #[cfg(any(feature = "openai", feature = "openai-responses"))]
 mod digest;
 pub mod error;
+mod gist;
 pub mod http;
 mod layer;
 pub mod pricing;

@@ -19,6 +19,7 @@
 //! mode, `stream.rs` reads answers (streamed or whole) into events.
 
 mod dialect;
+mod open_json;
 mod request;
 mod stream;
 mod strict;

@@ -16,6 +16,7 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 
 use super::dialect::{DialectReader, ToolDialect};
+use super::open_json::OpenJson;
 use super::strict::drop_strict_nulls;
 use crate::decode::{StreamDecoder, accumulate_sse, accumulate_whole};
 use crate::digest::Digest;
@@ -421,6 +422,9 @@ struct CallSlot {
     /// The arguments passed on so far, as their length and digest (no copy of them): enough to
     /// know a fragment that begins with them.
     arguments: Digest,
+    /// Whether the arguments passed on so far stop inside a string or a bracket: at a `[DONE]`
+    /// without a `finish_reason`, the stream was cut there.
+    open: OpenJson,
     /// A fragment held back because it is a whole JSON object that begins with the arguments
     /// so far: the server restated them (see [`ChatStreamParser::release_restated`]), unless a
     /// later fragment of the call shows it was only their next piece.
@@ -760,6 +764,7 @@ impl ChatStreamParser {
                     extra_content: None,
                     reused_id: reused,
                     arguments: Digest::default(),
+                    open: OpenJson::default(),
                     restated: None,
                 });
                 self.slots.len().saturating_sub(1)
@@ -1069,6 +1074,7 @@ impl ChatStreamParser {
         let held = slot.restated.take();
         if let Some(held) = &held {
             slot.arguments.add(held.as_bytes());
+            slot.open.add(held.as_bytes());
         }
         let restates = slot.arguments.len > 0
             && arguments
@@ -1081,6 +1087,7 @@ impl ChatStreamParser {
             None
         } else {
             slot.arguments.add(arguments.as_bytes());
+            slot.open.add(arguments.as_bytes());
             Some(arguments)
         };
         for arguments in held.into_iter().chain(pass) {
@@ -1103,6 +1110,7 @@ impl ChatStreamParser {
             let head = held.get(..slot.arguments.len).unwrap_or_default();
             let joined = format!("{head}{held}");
             if serde_json::from_str::<serde::de::IgnoredAny>(&joined).is_ok() {
+                slot.open.add(held.as_bytes());
                 events.push(ModelEvent::ToolCallDelta {
                     index,
                     arguments: held,
@@ -1119,6 +1127,7 @@ impl ChatStreamParser {
                 slot.name
             )));
             if !rest.is_empty() {
+                slot.open.add(rest.as_bytes());
                 events.push(ModelEvent::ToolCallDelta {
                     index,
                     arguments: rest,
@@ -1147,6 +1156,25 @@ impl ChatStreamParser {
                 return Err(stream_error(
                     &self.provider,
                     "the stream carried no answer: [DONE] came without text, a tool call or a finish_reason",
+                ));
+            }
+            // No one said the answer was whole, and a call's JSON stops inside a value: the
+            // stream was cut there (a relay that lost its upstream and ended the stream itself),
+            // as one that ends there without `[DONE]` is, and is retried as that one is. Kept,
+            // the call would fail its validation, and the model be told it wrote what it never
+            // did. Closed JSON that does not parse is the model's own, and stays its call.
+            None if self.slots.iter().any(|s| s.open.is_open()) => {
+                let cut = self.slots.iter().position(|s| s.open.is_open());
+                let name = cut
+                    .and_then(|at| self.slots.get(at))
+                    .map_or("", |s| s.name.as_str());
+                return Err(stream_cut(
+                    &self.provider,
+                    format!(
+                        "the stream ended with [DONE] but no finish_reason, inside the arguments \
+                         of tool call {} ({name}): cut short",
+                        cut.unwrap_or_default()
+                    ),
                 ));
             }
             None => {

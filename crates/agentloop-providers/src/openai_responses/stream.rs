@@ -345,6 +345,24 @@ fn failure(error: Option<&Value>) -> ModelError {
     error
 }
 
+/// The error of a `failed` response. One whose `error` names nothing (null, absent, `{}`) is a
+/// failure on the server's side, [`ModelErrorKind::Server`], retried: the API gives a failure the
+/// request caused a code (`invalid_prompt`, `invalid_image`, ...), and the failures seen without
+/// one are a bridge's or gateway's whose upstream dropped mid-generation, a 5xx in all but name.
+/// It was `model.other`, never retried, and one such blip ended the run.
+fn failed(error: Option<&Value>) -> ModelError {
+    let named = error.filter(|e| e.as_object().is_none_or(|fields| !fields.is_empty()));
+    if named.is_some() {
+        return failure(named);
+    }
+    ModelError::new(
+        ModelErrorKind::Server,
+        "the response failed and the server said not why (its `error` is null): a failure on \
+         its side",
+    )
+    .with_provider(PROVIDER)
+}
+
 /// The error a response that says it is over carries when its status is no answer: `failed`
 /// (the provider's error), `cancelled` (cancelled on the server's side: an error, never an
 /// empty answer), or a status that is not an end at all (`queued`, `in_progress`: a server that
@@ -356,7 +374,7 @@ fn unfinished(
     malformed: ModelErrorKind,
 ) -> Option<ModelError> {
     match status {
-        "failed" => Some(failure(error)),
+        "failed" => Some(failed(error)),
         "cancelled" => {
             let mut error = failure(error);
             if error.message == "the response failed" {
@@ -587,7 +605,7 @@ impl ResponsesStreamParser {
                 self.finish(&status, &head, out);
             }
             "response.failed" => {
-                return Err(failure(
+                return Err(failed(
                     event.response.as_ref().and_then(|r| r.error.as_ref()),
                 ));
             }
