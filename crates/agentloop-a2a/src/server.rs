@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use agentloop::{Backlog, STREAM_BACKLOG};
+use agentloop::{Backlog, CancellationToken, STREAM_BACKLOG};
 use axum::Router;
 use axum::body::Bytes;
 use axum::http::HeaderMap;
@@ -38,6 +38,8 @@ pub struct A2aServer {
     agents: Vec<Arc<Served>>,
     runs: Arc<RunSlots>,
     answer_within_ms: Arc<AtomicU64>,
+    /// Cancelled when [`serve`]'s shutdown completes.
+    stopping: CancellationToken,
 }
 
 impl A2aServer {
@@ -55,6 +57,7 @@ impl A2aServer {
     ) -> Self {
         let runs = Arc::new(RunSlots::new(DEFAULT_MAX_RUNS));
         let answer_within_ms = Arc::new(AtomicU64::new(millis(DEFAULT_ANSWER_TIMEOUT)));
+        let stopping = CancellationToken::new();
         A2aServer {
             agents: agents
                 .into_iter()
@@ -64,11 +67,13 @@ impl A2aServer {
                         sessions.clone(),
                         runs.clone(),
                         answer_within_ms.clone(),
+                        stopping.clone(),
                     ))
                 })
                 .collect(),
             runs,
             answer_within_ms,
+            stopping,
         }
     }
 
@@ -140,6 +145,13 @@ pub async fn serve(
         .map(agentloop_serve::allowed_hosts)
         .map_err(failed)?;
     let router = agentloop_serve::host_checked(server.router(), allowed);
+    // A caller waiting for its task to settle is answered at the stop, before its connection
+    // is closed: with no answer it read an empty reply.
+    let stopping = server.stopping.clone();
+    let shutdown = async move {
+        shutdown.await;
+        stopping.cancel();
+    };
     agentloop_serve::serve(
         listener,
         router,
@@ -385,7 +397,16 @@ async fn send(served: &Arc<Served>, request: &Value) -> Result<Task, A2aError> {
     let (id, answering) = take(served, request, None).await?;
     let (mut state, _) = served.watch(&id)?;
     if !answering.immediately {
-        let _ = state.wait_for(|s| settled(*s)).await;
+        tokio::select! {
+            biased;
+            _ = state.wait_for(|s| settled(*s)) => {}
+            () = served.stopping.cancelled() => {
+                return Err(A2aError::Stopped {
+                    id,
+                    journaled: served.journaled(),
+                });
+            }
+        }
     }
     Ok(with_history(served.task(&id)?, answering.history_length))
 }

@@ -958,3 +958,72 @@ async fn a_run_claimed_for_a_resume_that_does_not_go_on_is_let_go_for_another_pr
         .expect("the run the server did not go on with is free for another process");
     serving.abort();
 }
+
+/// A caller that waits for its task to settle (`SendMessage`, not `returnImmediately`), while
+/// the task's run is in its slow tool, when the server is stopped (SIGTERM): the answer.
+fn answer_to_a_stop(journaled: bool) -> (u16, Value, AgentDir) {
+    let dir = forecaster("");
+    slow_script(&dir);
+    // Longer than the stop's 10 s grace for requests in progress.
+    dir.write(
+        "slow.py",
+        "import time\nopen('started', 'w').close()\ntime.sleep(30)\n",
+    );
+    let (agent, journal) = (dir.agent(), dir.path("journal.db"));
+    let (agent, journal) = (agent.to_str().unwrap(), journal.to_str().unwrap());
+    let server = if journaled {
+        HttpServer::start("a2a", &[agent, "--journal", journal])
+    } else {
+        HttpServer::start("a2a", &[agent])
+    };
+    let url = server.url.clone();
+    let waiting = std::thread::spawn(move || {
+        rpc_call(
+            &url,
+            json!({"jsonrpc": "2.0", "id": 7, "method": "SendMessage", "params": {
+                "message": {"role": "ROLE_USER", "messageId": uuid_like(),
+                            "parts": [{"text": "Take your time."}]}}}),
+        )
+    });
+    server.terminate_once_exists(&dir.path("started"));
+    let (status, answer) = waiting.join().unwrap();
+    (status, answer, dir)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_caller_waiting_on_its_task_at_a_stop_is_answered_with_an_error_naming_it() {
+    for journaled in [true, false] {
+        let (status, answer, dir) = answer_to_a_stop(journaled);
+        assert_eq!(status, 200, "{answer}");
+        assert_eq!(answer["id"], 7, "{answer}");
+        let error = &answer["error"];
+        assert_eq!(error["code"], -32603, "{answer}");
+        assert_eq!(error["data"]["code"], "a2a.stopped", "{answer}");
+        let text = error["message"].as_str().unwrap();
+        assert!(text.contains("the server stopped while task "), "{text}");
+        assert_eq!(
+            text.contains("goes on when the server starts again"),
+            journaled,
+            "{text}"
+        );
+        if journaled {
+            // As it says: the server started again finds the task, which goes on to its end.
+            let id = text
+                .split("task ")
+                .nth(1)
+                .and_then(|rest| rest.split(' ').next())
+                .unwrap();
+            dir.write("slow.py", "print('quick')\n");
+            let (agent, journal) = (dir.agent(), dir.path("journal.db"));
+            let server = HttpServer::start(
+                "a2a",
+                &[
+                    agent.to_str().unwrap(),
+                    "--journal",
+                    journal.to_str().unwrap(),
+                ],
+            );
+            assert_eq!(settled_state(&server.url, id).await, "TASK_STATE_COMPLETED");
+        }
+    }
+}

@@ -1047,21 +1047,7 @@ fn answer_to_a_stop_over_http(journaled: bool) -> String {
             &call.to_string(),
         )
     });
-    let started = dir.path("started");
-    for _ in 0..300 {
-        if started.exists() {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    assert!(started.exists(), "the tool did not start");
-    let stop = Instant::now();
-    server.terminate();
-    assert!(
-        stop.elapsed() < Duration::from_secs(10),
-        "{:?}",
-        stop.elapsed()
-    );
+    server.terminate_once_exists(&dir.path("started"));
     let (status, body) = answer.join().unwrap();
     assert_eq!(status, 200, "{body}");
     let answered: Vec<Value> = body

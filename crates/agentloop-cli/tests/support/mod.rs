@@ -559,6 +559,22 @@ impl HttpServer {
         HttpServer { child, url }
     }
 
+    /// [`HttpServer::terminate`] once `path` exists (at most 30 s): a stop while a run is at a
+    /// point that says so. The stop takes less than its 10 s grace.
+    pub(crate) fn terminate_once_exists(self, path: &Path) {
+        for _ in 0..300 {
+            if path.exists() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        assert!(path.exists(), "{} never appeared", path.display());
+        let stop = std::time::Instant::now();
+        self.terminate();
+        let took = stop.elapsed();
+        assert!(took < std::time::Duration::from_secs(10), "{took:?}");
+    }
+
     /// Stops it as a service manager would (SIGTERM), and waits for it to end: it must end as
     /// a stop ends it, exit 0, however soon after its start the signal came (never killed by
     /// the signal itself, which would leave what it started unstopped).
