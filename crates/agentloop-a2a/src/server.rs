@@ -221,12 +221,7 @@ fn is_json(headers: &HeaderMap) -> bool {
 }
 
 fn rpc_error(id: &Value, e: &A2aError) -> Response {
-    let mut response = Json(json!({
-        "jsonrpc": "2.0",
-        "id": id,
-        "error": {"code": e.rpc_code(), "message": e.to_string(), "data": {"code": e.code()}},
-    }))
-    .into_response();
+    let mut response = Json(rpc_error_value(id, e)).into_response();
     if matches!(e, A2aError::Busy { .. }) {
         // What HTTP says of a client that asks too much at once, so that a client or proxy that
         // knows nothing of JSON-RPC waits before it asks again.
@@ -237,6 +232,15 @@ fn rpc_error(id: &Value, e: &A2aError) -> Response {
         );
     }
     response
+}
+
+/// The JSON-RPC error answer to request `id`: its code, message and stable code.
+fn rpc_error_value(id: &Value, e: &A2aError) -> Value {
+    json!({
+        "jsonrpc": "2.0",
+        "id": id,
+        "error": {"code": e.rpc_code(), "message": e.to_string(), "data": {"code": e.code()}},
+    })
 }
 
 fn rpc_result(id: &Value, result: impl serde::Serialize) -> Value {
@@ -420,11 +424,29 @@ async fn stream(served: &Arc<Served>, request: &Value, id: Value) -> Result<Resp
             .backlog(&task)
             .unwrap_or_else(|| Arc::new(Backlog::new(STREAM_BACKLOG))),
     };
-    let events = futures::stream::unfold((following, id), |(mut f, id)| async move {
-        let item = f.rx.recv().await?;
-        f.backlog.taken();
-        let data = rpc_result(&id, item).to_string();
-        Some((Ok::<_, Infallible>(SseEvent::default().data(data)), (f, id)))
+    // At the server's stop the stream ends with the error that says so (`a2a.stopped`), once,
+    // after the updates sent before it: cut by the stop's grace instead, it ended with none.
+    let stopped = A2aError::Stopped {
+        id: task,
+        journaled: served.journaled(),
+    };
+    let stopping = served.stopping.clone();
+    let state = (following, id, Some(stopped));
+    let events = futures::stream::unfold(state, move |(mut f, id, mut stopped)| {
+        let stopping = stopping.clone();
+        async move {
+            let data = tokio::select! {
+                biased;
+                item = f.rx.recv() => {
+                    let item = item?;
+                    f.backlog.taken();
+                    rpc_result(&id, item)
+                }
+                () = stopping.cancelled() => rpc_error_value(&id, &stopped.take()?),
+            };
+            let event = SseEvent::default().data(data.to_string());
+            Some((Ok::<_, Infallible>(event), (f, id, stopped)))
+        }
     });
     Ok(Sse::new(events)
         .keep_alive(KeepAlive::default())

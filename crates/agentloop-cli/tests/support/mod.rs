@@ -531,13 +531,19 @@ pub(crate) struct HttpServer {
 
 impl HttpServer {
     pub(crate) fn start(protocol: &str, args: &[&str]) -> HttpServer {
+        HttpServer::start_at(protocol, "127.0.0.1:0", args)
+    }
+
+    /// [`HttpServer::start`] at `at` (`127.0.0.1:PORT`): a server started again where its
+    /// clients know it.
+    pub(crate) fn start_at(protocol: &str, at: &str, args: &[&str]) -> HttpServer {
         let addr = if protocol == "mcp" {
             "--http"
         } else {
             "--addr"
         };
         let mut child = std::process::Command::new(bin())
-            .args([protocol, "serve", addr, "127.0.0.1:0"])
+            .args([protocol, "serve", addr, at])
             .args(args)
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
