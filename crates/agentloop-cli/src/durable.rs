@@ -451,7 +451,7 @@ async fn go_on(
     let journal_open = Arc::clone(&journal);
     let journal: Arc<dyn Journal> = journal;
     let run_id = run.header.run_id.clone();
-    let (signals, stopped) = stop_on_signals(cancel.clone(), true);
+    let stopped = stop_on_signals(cancel.clone(), true);
     let options = RunOptions {
         cancel: Some(cancel),
         sinks: run_sinks(&progress, trace.as_ref(), !go.json && !go.quiet),
@@ -472,7 +472,6 @@ async fn go_on(
     };
     mcp.shutdown().await;
     drop(journal_open);
-    signals.abort();
     let Some(outcome) = outcome else {
         return Err(left_unfinished(
             &stopped,
@@ -495,6 +494,7 @@ async fn go_on(
         unsaved: None,
     };
     print_outcome(&outcome, &shown, &progress);
+    stopped.shown();
     Ok(exit_code(&outcome, &stopped))
 }
 

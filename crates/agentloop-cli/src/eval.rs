@@ -221,7 +221,7 @@ async fn run_suite(
     };
     let otel = args.trace.open_otel(file)?;
     let cancel = CancellationToken::new();
-    let (signals, stopped) = stop_on_signals(cancel.clone(), false);
+    let stopped = stop_on_signals(cancel.clone(), false);
     let origin = durable::origin(&file.path);
     if !args.json {
         err!(
@@ -277,10 +277,12 @@ async fn run_suite(
         }
     })
     .await;
-    signals.abort();
     if let Err(e) = finish_trace(trace.as_ref()) {
         err!("agentloop: warning: {e}");
     }
+    // The report is not shown yet, but the runs are over: a stop signal does not wait for
+    // the spans' export.
+    stopped.shown();
     if let Some(o) = otel {
         o.finish();
     }

@@ -254,7 +254,7 @@ async fn run(args: RunArgs) -> Result<i32, CliError> {
     // A journaled run is named here, so that a stop that leaves it unfinished can say which run
     // to resume.
     let run_id = journal.is_some().then(agentloop::ids::run_id);
-    let (signals, stopped) = stop_on_signals(cancel.clone(), run_id.is_some());
+    let stopped = stop_on_signals(cancel.clone(), run_id.is_some());
     let mut sinks = run_sinks(&progress, trace.as_ref(), !args.json && !args.quiet);
     sinks.extend(otel.as_ref().map(otel::Otel::sink));
     let options = RunOptions {
@@ -286,7 +286,6 @@ async fn run(args: RunArgs) -> Result<i32, CliError> {
     };
     mcp.shutdown().await;
     drop(journal_open);
-    signals.abort();
     let Some(ran) = ran else {
         return Err(runs::left_unfinished(
             &stopped,
@@ -313,6 +312,7 @@ async fn run(args: RunArgs) -> Result<i32, CliError> {
     };
     // The outcome first: the spans' export may wait on a slow collector.
     print_outcome(&outcome, &shown, &progress);
+    stopped.shown();
     if let Some(o) = otel {
         o.finish();
     }
@@ -409,7 +409,7 @@ async fn chat(args: ChatArgs) -> Result<i32, CliError> {
         err!("session {name}: {held} messages so far");
     }
     read_stdin_lines(tx);
-    let (signals, stopped) = chat_signals(current.clone());
+    let stopped = chat_signals(current.clone());
     let mut last = code::OK;
     loop {
         if interactive {
@@ -495,11 +495,13 @@ async fn chat(args: ChatArgs) -> Result<i32, CliError> {
         }
     }
     mcp.shutdown().await;
-    signals.abort();
+    // The trace before the spans' export, which a stop signal does not wait for.
+    let traced = finish_trace(trace.as_ref());
+    stopped.shown();
     if let Some(o) = otel {
         o.finish();
     }
-    finish_trace(trace.as_ref())?;
+    traced?;
     Ok(stopped.by_environment().map_or(last, runs::Stop::exit_code))
 }
 

@@ -113,6 +113,9 @@ pub(crate) struct Stopped {
     /// Cancelled at the environment's stop where the command ends without waiting for its run
     /// to end (a journaled run, left unfinished), or ends after it (a chat).
     left: CancellationToken,
+    /// Set once the outcome is shown: what is left (the spans' export) is not waited for at a
+    /// stop signal.
+    shown: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Stopped {
@@ -124,6 +127,19 @@ impl Stopped {
     /// The environment's stop, if it stopped the command (Ctrl-C is a cancel, not a stop).
     pub(crate) fn by_environment(&self) -> Option<Stop> {
         self.signal().filter(|s| s.is_environment())
+    }
+
+    /// The outcome is shown: from now on a stop signal quits at once, with its code.
+    pub(crate) fn shown(&self) {
+        self.shown.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Quits at once, with the code of `stop`, if the outcome is shown.
+    fn quit_once_shown(&self, stop: Stop) {
+        if self.shown.load(std::sync::atomic::Ordering::SeqCst) {
+            err!("\nagentloop: {}: quitting", stop.name());
+            std::process::exit(stop.exit_code());
+        }
     }
 
     /// Resolves when a journaled run is to be left unfinished where its journal has it, or a
@@ -138,17 +154,15 @@ impl Stopped {
 /// it is `journaled`: a stop is not a cancel, and a journaled run it cancelled would be
 /// journaled `cancelled`, never to go on; such a run is left where its journal has it
 /// ([`Stopped::left_unfinished`]), for `agentloop resume`.
-pub(crate) fn stop_on_signals(
-    token: CancellationToken,
-    journaled: bool,
-) -> (tokio::task::JoinHandle<()>, Stopped) {
+pub(crate) fn stop_on_signals(token: CancellationToken, journaled: bool) -> Stopped {
     let mut signals = StopSignals::new();
     let stopped = Stopped::default();
     let shared = stopped.clone();
-    let task = tokio::spawn(async move {
+    tokio::spawn(async move {
         let Some(stop) = signals.next().await else {
             return;
         };
+        shared.quit_once_shown(stop);
         let _ = shared.first.set(stop);
         match stop {
             Stop::Interrupt => {
@@ -173,12 +187,13 @@ pub(crate) fn stop_on_signals(
         // A closing terminal may hang up twice (the kernel's SIGHUP and the shell's): only
         // another signal quits.
         while let Some(again) = signals.next().await {
+            shared.quit_once_shown(again);
             if again != Stop::Hangup {
                 std::process::exit(again.exit_code());
             }
         }
     });
-    (task, stopped)
+    stopped
 }
 
 /// The exit code of a run that `stopped` may have stopped: a run the environment's stop
@@ -204,6 +219,7 @@ pub(crate) fn left_unfinished(
         err!("agentloop: warning: {e}");
     }
     if let Some(o) = otel {
+        stopped.shown();
         o.finish();
     }
     let stop = stopped.signal().unwrap_or(Stop::Terminate);
@@ -258,12 +274,13 @@ pub(crate) type CurrentRun = Arc<Mutex<Option<CancellationToken>>>;
 /// code. The environment's stop (SIGTERM, SIGHUP) cancels the run in progress, if any, and ends
 /// the chat ([`Stopped::left_unfinished`]) as its end of input does, the trace closed, with the
 /// signal's code; a second stop signal (but SIGHUP) quits at once.
-pub(crate) fn chat_signals(current: CurrentRun) -> (tokio::task::JoinHandle<()>, Stopped) {
+pub(crate) fn chat_signals(current: CurrentRun) -> Stopped {
     let mut signals = StopSignals::new();
     let stopped = Stopped::default();
     let shared = stopped.clone();
-    let task = tokio::spawn(async move {
+    tokio::spawn(async move {
         while let Some(stop) = signals.next().await {
+            shared.quit_once_shown(stop);
             let running = current
                 .lock()
                 .ok()
@@ -292,7 +309,7 @@ pub(crate) fn chat_signals(current: CurrentRun) -> (tokio::task::JoinHandle<()>,
             }
         }
     });
-    (task, stopped)
+    stopped
 }
 
 /// A run's sinks: the progress lines when `shown`, and the trace.
