@@ -76,6 +76,7 @@ use crate::runs::{
 };
 
 fn main() -> ExitCode {
+    runs::note_ignored_signals();
     // Before anything reads a credential: no process this one starts (tools, MCP servers) may
     // read its environment or memory through /proc or ptrace, root's included.
     if let Err(e) = agentloop_sandbox::protect_process() {

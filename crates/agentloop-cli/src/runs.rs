@@ -65,8 +65,43 @@ impl Stop {
     }
 }
 
+/// The signals this process was started with ignored (`nohup` ignores SIGHUP), as a bit set of
+/// signal numbers; read before any handler replaces the dispositions.
+static IGNORED_AT_START: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+
+/// Notes which signals were ignored when the process started: a stop signal ignored then is
+/// never heard (`nohup agentloop run ...` goes on when its terminal closes, as it did before
+/// agentloop heard SIGHUP). Call it first thing, before any signal handler is installed.
+pub(crate) fn note_ignored_signals() {
+    let _ = IGNORED_AT_START.set(ignored_now());
+}
+
+/// The ignored signals' mask, from `/proc/self/status` (`SigIgn`, hexadecimal); none where it
+/// cannot be read.
+fn ignored_now() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix("SigIgn:"))
+                .and_then(|mask| u64::from_str_radix(mask.trim(), 16).ok())
+        })
+        .unwrap_or(0)
+}
+
+/// True when signal `number` was ignored when the process started.
+#[cfg(unix)]
+fn ignored_at_start(number: i32) -> bool {
+    let mask = *IGNORED_AT_START.get_or_init(ignored_now);
+    u32::try_from(number - 1)
+        .ok()
+        .and_then(|bit| mask.checked_shr(bit))
+        .is_some_and(|m| m & 1 == 1)
+}
+
 /// The stop signals' deliveries, with the handlers in place from this call on ([`CtrlC`] says
-/// why).
+/// why). A stop signal ignored when the process started is left ignored.
 pub(crate) struct StopSignals {
     interrupt: CtrlC,
     #[cfg(unix)]
@@ -80,12 +115,20 @@ impl StopSignals {
     pub(crate) fn new() -> Self {
         #[cfg(unix)]
         use tokio::signal::unix::{SignalKind, signal};
+        #[cfg(unix)]
+        let heard = |kind: SignalKind| {
+            if ignored_at_start(kind.as_raw_value()) {
+                None
+            } else {
+                signal(kind).ok()
+            }
+        };
         StopSignals {
             interrupt: CtrlC::new(),
             #[cfg(unix)]
-            terminate: signal(SignalKind::terminate()).ok(),
+            terminate: heard(SignalKind::terminate()),
             #[cfg(unix)]
-            hangup: signal(SignalKind::hangup()).ok(),
+            hangup: heard(SignalKind::hangup()),
         }
     }
 

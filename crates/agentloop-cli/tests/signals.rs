@@ -87,7 +87,17 @@ fn one_tree_call() -> Value {
 
 /// Starts `agentloop ARGS` in the agent's folder, its output captured.
 fn start(dir: &AgentDir, args: &[&str], stdin: Stdio) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_agentloop"))
+    start_via(None, dir, args, stdin)
+}
+
+/// [`start`], through `via` (`nohup`), which runs the command in its own process.
+fn start_via(via: Option<&str>, dir: &AgentDir, args: &[&str], stdin: Stdio) -> Child {
+    let bin = env!("CARGO_BIN_EXE_agentloop");
+    let mut command = Command::new(via.unwrap_or(bin));
+    if via.is_some() {
+        command.arg(bin);
+    }
+    command
         .args(args)
         .current_dir(dir.path("."))
         .env_remove("OPENAI_API_KEY")
@@ -163,10 +173,16 @@ fn assert_no_tool_left(dir: &AgentDir, work: &str, what: &str) {
         live = live_in_groups(&[group.as_str()]);
     }
     let orphan = alive(&background);
-    for pid in live.iter().filter_map(|p| p.split(' ').next()) {
-        let _ = Command::new("kill").args(["-9", pid]).status();
-    }
-    let _ = Command::new("kill").args(["-9", &background]).status();
+    let kill = |pid: &str| {
+        let _ = Command::new("kill")
+            .args(["-9", pid])
+            .stderr(Stdio::null())
+            .status();
+    };
+    live.iter()
+        .filter_map(|p| p.split(' ').next())
+        .for_each(kill);
+    kill(&background);
     assert!(
         live.is_empty(),
         "{what}: the tool's group lives on: {live:?}"
@@ -384,4 +400,26 @@ checks = [{ stop_reason = "finished" }]
         runs.iter().all(|r| r["stop_reason"] == "cancelled"),
         "{report:#}"
     );
+}
+
+#[test]
+fn a_run_under_nohup_goes_on_through_a_hangup() {
+    // `nohup` leaves SIGHUP ignored for the command it starts, so that a closed terminal does
+    // not stop it: the run must go on as it did before agentloop heard SIGHUP at all.
+    let dir = command_agent(&json!([
+        {"tool_calls": [{"id": "t1", "name": "quick", "arguments": {}}]},
+        {"tool_calls": [{"id": "t2", "name": "tree", "arguments": {}}]},
+        {"text": "Over."}
+    ]));
+    dir.write("tree.sh", "echo start >> side.log\nsleep 1\necho done\n");
+    let run = start_via(
+        Some("nohup"),
+        &dir,
+        &["run", "agent.toml", "--input", "go", "--json"],
+        Stdio::null(),
+    );
+    wait_started(&dir, ".", 1);
+    let out = stop(run, "HUP");
+    exited(&out, 0, "the run under nohup");
+    assert_eq!(json_of(&out)["stop_reason"], "finished");
 }
