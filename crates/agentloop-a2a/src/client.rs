@@ -586,6 +586,12 @@ impl Follow<'_> {
             let answer: Value = serde_json::from_str(&event.data).map_err(|e| {
                 ToolError::new("a2a.protocol", format!("an event is not JSON: {e}"))
             })?;
+            // A server that stops ends the stream saying so; the task may go on after its
+            // restart (a journaled one does): it is asked for, as after a cut.
+            let code = answer.pointer("/error/data/code").and_then(Value::as_str);
+            if code == Some("a2a.stopped") && self.task_id.is_some() {
+                break;
+            }
             if let Some(done) = self.take(rpc_result(answer)?, ctx)? {
                 return Ok(done);
             }

@@ -86,6 +86,22 @@ pub enum A2aError {
         /// The version the request named.
         version: String,
     },
+    /// The server stopped while a caller waited for its task to settle (`SendMessage` without
+    /// `returnImmediately`).
+    #[error(
+        "the server stopped while task {id} was working: {}",
+        if *journaled {
+            "its run is journaled and goes on when the server starts again (GetTask)"
+        } else {
+            "its run ended with the server"
+        }
+    )]
+    Stopped {
+        /// The task.
+        id: String,
+        /// Its run is journaled: it goes on after a restart.
+        journaled: bool,
+    },
     /// The address could not be served.
     #[error("cannot serve A2A: {reason}")]
     Serve {
@@ -109,6 +125,7 @@ impl A2aError {
             A2aError::Busy { .. } => "a2a.busy",
             A2aError::Card { .. } => "a2a.card",
             A2aError::VersionNotSupported { .. } => "a2a.version_not_supported",
+            A2aError::Stopped { .. } => "a2a.stopped",
         }
     }
 
@@ -124,7 +141,11 @@ impl A2aError {
             A2aError::VersionNotSupported { .. } => -32009,
             // JSON-RPC's range for a server's own errors; the protocol names none for this.
             A2aError::Busy { .. } => -32000,
-            A2aError::Internal { .. } | A2aError::Serve { .. } | A2aError::Card { .. } => -32603,
+            // Not -32000 (busy), which a client may answer by sending the message again.
+            A2aError::Internal { .. }
+            | A2aError::Serve { .. }
+            | A2aError::Card { .. }
+            | A2aError::Stopped { .. } => -32603,
         }
     }
 }

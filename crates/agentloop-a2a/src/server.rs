@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use agentloop::{Backlog, STREAM_BACKLOG};
+use agentloop::{Backlog, CancellationToken, STREAM_BACKLOG};
 use axum::Router;
 use axum::body::Bytes;
 use axum::http::HeaderMap;
@@ -38,6 +38,8 @@ pub struct A2aServer {
     agents: Vec<Arc<Served>>,
     runs: Arc<RunSlots>,
     answer_within_ms: Arc<AtomicU64>,
+    /// Cancelled when [`serve`]'s shutdown completes.
+    stopping: CancellationToken,
 }
 
 impl A2aServer {
@@ -55,6 +57,7 @@ impl A2aServer {
     ) -> Self {
         let runs = Arc::new(RunSlots::new(DEFAULT_MAX_RUNS));
         let answer_within_ms = Arc::new(AtomicU64::new(millis(DEFAULT_ANSWER_TIMEOUT)));
+        let stopping = CancellationToken::new();
         A2aServer {
             agents: agents
                 .into_iter()
@@ -64,11 +67,13 @@ impl A2aServer {
                         sessions.clone(),
                         runs.clone(),
                         answer_within_ms.clone(),
+                        stopping.clone(),
                     ))
                 })
                 .collect(),
             runs,
             answer_within_ms,
+            stopping,
         }
     }
 
@@ -140,6 +145,13 @@ pub async fn serve(
         .map(agentloop_serve::allowed_hosts)
         .map_err(failed)?;
     let router = agentloop_serve::host_checked(server.router(), allowed);
+    // A caller waiting for its task to settle is answered at the stop, before its connection
+    // is closed: with no answer it read an empty reply.
+    let stopping = server.stopping.clone();
+    let shutdown = async move {
+        shutdown.await;
+        stopping.cancel();
+    };
     agentloop_serve::serve(
         listener,
         router,
@@ -209,12 +221,7 @@ fn is_json(headers: &HeaderMap) -> bool {
 }
 
 fn rpc_error(id: &Value, e: &A2aError) -> Response {
-    let mut response = Json(json!({
-        "jsonrpc": "2.0",
-        "id": id,
-        "error": {"code": e.rpc_code(), "message": e.to_string(), "data": {"code": e.code()}},
-    }))
-    .into_response();
+    let mut response = Json(rpc_error_value(id, e)).into_response();
     if matches!(e, A2aError::Busy { .. }) {
         // What HTTP says of a client that asks too much at once, so that a client or proxy that
         // knows nothing of JSON-RPC waits before it asks again.
@@ -225,6 +232,15 @@ fn rpc_error(id: &Value, e: &A2aError) -> Response {
         );
     }
     response
+}
+
+/// The JSON-RPC error answer to request `id`: its code, message and stable code.
+fn rpc_error_value(id: &Value, e: &A2aError) -> Value {
+    json!({
+        "jsonrpc": "2.0",
+        "id": id,
+        "error": {"code": e.rpc_code(), "message": e.to_string(), "data": {"code": e.code()}},
+    })
 }
 
 fn rpc_result(id: &Value, result: impl serde::Serialize) -> Value {
@@ -385,7 +401,16 @@ async fn send(served: &Arc<Served>, request: &Value) -> Result<Task, A2aError> {
     let (id, answering) = take(served, request, None).await?;
     let (mut state, _) = served.watch(&id)?;
     if !answering.immediately {
-        let _ = state.wait_for(|s| settled(*s)).await;
+        tokio::select! {
+            biased;
+            _ = state.wait_for(|s| settled(*s)) => {}
+            () = served.stopping.cancelled() => {
+                return Err(A2aError::Stopped {
+                    id,
+                    journaled: served.journaled(),
+                });
+            }
+        }
     }
     Ok(with_history(served.task(&id)?, answering.history_length))
 }
@@ -399,11 +424,29 @@ async fn stream(served: &Arc<Served>, request: &Value, id: Value) -> Result<Resp
             .backlog(&task)
             .unwrap_or_else(|| Arc::new(Backlog::new(STREAM_BACKLOG))),
     };
-    let events = futures::stream::unfold((following, id), |(mut f, id)| async move {
-        let item = f.rx.recv().await?;
-        f.backlog.taken();
-        let data = rpc_result(&id, item).to_string();
-        Some((Ok::<_, Infallible>(SseEvent::default().data(data)), (f, id)))
+    // At the server's stop the stream ends with the error that says so (`a2a.stopped`), once,
+    // after the updates sent before it: cut by the stop's grace instead, it ended with none.
+    let stopped = A2aError::Stopped {
+        id: task,
+        journaled: served.journaled(),
+    };
+    let stopping = served.stopping.clone();
+    let state = (following, id, Some(stopped));
+    let events = futures::stream::unfold(state, move |(mut f, id, mut stopped)| {
+        let stopping = stopping.clone();
+        async move {
+            let data = tokio::select! {
+                biased;
+                item = f.rx.recv() => {
+                    let item = item?;
+                    f.backlog.taken();
+                    rpc_result(&id, item)
+                }
+                () = stopping.cancelled() => rpc_error_value(&id, &stopped.take()?),
+            };
+            let event = SseEvent::default().data(data.to_string());
+            Some((Ok::<_, Infallible>(event), (f, id, stopped)))
+        }
     });
     Ok(Sse::new(events)
         .keep_alive(KeepAlive::default())

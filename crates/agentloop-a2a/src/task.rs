@@ -154,6 +154,8 @@ pub(crate) struct Served {
     pub(crate) runs: Arc<RunSlots>,
     /// How long a task waits for its caller's answer, in milliseconds (the server's setting).
     answer_within_ms: Arc<AtomicU64>,
+    /// Cancelled when the server stops: a caller waiting for a task to settle is answered then.
+    pub(crate) stopping: CancellationToken,
 }
 
 pub(crate) struct TaskEntry {
@@ -224,6 +226,7 @@ impl Served {
         sessions: Option<Arc<dyn SessionStore>>,
         runs: Arc<RunSlots>,
         answer_within_ms: Arc<AtomicU64>,
+        stopping: CancellationToken,
     ) -> Served {
         let journal = (agent.options)().journal;
         Served {
@@ -235,7 +238,13 @@ impl Served {
             contexts: Mutex::default(),
             runs,
             answer_within_ms,
+            stopping,
         }
+    }
+
+    /// True when its runs are journaled, so that its tasks go on after a restart.
+    pub(crate) fn journaled(&self) -> bool {
+        self.journal.is_some()
     }
 
     /// How long a task waits for its caller's answer.

@@ -15,8 +15,11 @@ use clap::{Args, Subcommand};
 use crate::agent_file::AgentFile;
 use crate::args::{AgentFileArg, ApprovalArgs, TraceArgs};
 use crate::assemble;
-use crate::error::{CliError, outcome_exit_code};
-use crate::runs::{Shown, approval_for, cancel_on_ctrl_c, finish_trace, print_outcome, run_sinks};
+use crate::error::CliError;
+use crate::runs::{
+    Shown, approval_for, exit_code, finish_trace, left_unfinished, print_outcome, run_sinks,
+    stop_on_signals,
+};
 
 /// `agentloop resume`.
 #[derive(Debug, Args)]
@@ -447,20 +450,37 @@ async fn go_on(
     // `-shm`, which drops a server's read-only binds of them.
     let journal_open = Arc::clone(&journal);
     let journal: Arc<dyn Journal> = journal;
-    let signals = cancel_on_ctrl_c(cancel.clone());
+    let run_id = run.header.run_id.clone();
+    let stopped = stop_on_signals(cancel.clone(), true);
     let options = RunOptions {
         cancel: Some(cancel),
         sinks: run_sinks(&progress, trace.as_ref(), !go.json && !go.quiet),
         journal: Some(journal),
         ..RunOptions::default()
     };
-    let outcome = match elapsed {
-        Some(elapsed) => agent.resume_at(run, options, force, elapsed).await,
-        None => agent.resume(run, options, force).await,
+    let running = async {
+        match elapsed {
+            Some(elapsed) => agent.resume_at(run, options, force, elapsed).await,
+            None => agent.resume(run, options, force).await,
+        }
+    };
+    // Dropped at the environment's stop, as `run --journal` does.
+    let outcome = tokio::select! {
+        biased;
+        () = stopped.left_unfinished() => None,
+        outcome = running => Some(outcome),
     };
     mcp.shutdown().await;
     drop(journal_open);
-    signals.abort();
+    let Some(outcome) = outcome else {
+        return Err(left_unfinished(
+            &stopped,
+            run_id,
+            Some(&path),
+            trace.as_ref(),
+            None,
+        ));
+    };
     let outcome = outcome?;
     if let Err(e) = finish_trace(trace.as_ref()) {
         err!("agentloop: warning: {e}");
@@ -474,7 +494,8 @@ async fn go_on(
         unsaved: None,
     };
     print_outcome(&outcome, &shown, &progress);
-    Ok(outcome_exit_code(&outcome))
+    stopped.shown();
+    Ok(exit_code(&outcome, &stopped))
 }
 
 /// `agentloop approvals list`.

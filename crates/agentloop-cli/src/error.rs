@@ -39,8 +39,14 @@ pub mod code {
     pub const EVAL_FAILED: i32 = 12;
     /// `eval --baseline`: a pass rate fell below the baseline's by more than `--tolerance`.
     pub const EVAL_REGRESSED: i32 = 13;
+    /// The command was stopped by SIGHUP (a closed terminal or SSH session): its run cancelled,
+    /// or a journaled one left unfinished for `agentloop resume`.
+    pub const HUNG_UP: i32 = 129;
     /// The run was cancelled (Ctrl-C, or Restate's cancel of a submitted run).
     pub const CANCELLED: i32 = 130;
+    /// The command was stopped by SIGTERM (`kill`, `docker stop`, systemd, a CI timeout): its
+    /// run cancelled, or a journaled one left unfinished for `agentloop resume`.
+    pub const TERMINATED: i32 = 143;
 }
 
 /// The text `--help` shows about exit codes.
@@ -67,7 +73,11 @@ Exit codes:
   12   eval: the suite failed (fewer runs passed than --min-pass-rate; each failed
        check is named with its reason)
   13   eval: worse than the --baseline (each pass rate that fell is named)
-  130  cancelled (Ctrl-C, or Restate's cancel of a submitted run)";
+  129  stopped by SIGHUP (a closed terminal): the run cancelled, or a journaled
+       run left unfinished for agentloop resume
+  130  cancelled (Ctrl-C, or Restate's cancel of a submitted run)
+  143  stopped by SIGTERM: the run cancelled, or a journaled run left unfinished
+       for agentloop resume";
 
 /// Why the command failed before or outside a run.
 #[derive(Debug, thiserror::Error)]
@@ -127,6 +137,22 @@ pub enum CliError {
         /// What is wrong.
         message: String,
     },
+    /// The environment's stop (SIGTERM, SIGHUP) left a journaled run unfinished in its journal:
+    /// its tools' processes were killed, and `agentloop resume` goes on with it.
+    #[error(
+        "stopped by {signal}: the run {run_id} is left unfinished in the journal {journal}; \
+         `agentloop resume {run_id} --journal {journal}` goes on with it"
+    )]
+    Stopped {
+        /// The signal's name (`SIGTERM`).
+        signal: &'static str,
+        /// 128 + the signal's number.
+        exit_code: i32,
+        /// The run.
+        run_id: String,
+        /// The journal, as shown.
+        journal: String,
+    },
     /// Restate could not be reached or refused a request.
     #[error("{message}")]
     Restate {
@@ -151,6 +177,7 @@ impl CliError {
             CliError::Journal(e) => e.code(),
             CliError::Session(e) => e.code(),
             CliError::Restate { code, .. } | CliError::Eval { code, .. } => code,
+            CliError::Stopped { .. } => "cli.stopped",
         }
     }
 
@@ -169,6 +196,7 @@ impl CliError {
             CliError::Journal(_) => code::JOURNAL,
             CliError::Session(_) => code::SESSION,
             CliError::Restate { .. } => code::RESTATE,
+            CliError::Stopped { exit_code, .. } => *exit_code,
         }
     }
 }

@@ -18,7 +18,7 @@ use crate::approval::NO_TERMINAL_REASON;
 use crate::args::{AgentFileArg, ApprovalArgs, TraceArgs};
 use crate::assemble::{self, Approval, StartedMcp};
 use crate::error::{CliError, code};
-use crate::runs::{cancel_on_ctrl_c, finish_trace};
+use crate::runs::{Stop, finish_trace, stop_on_signals};
 use crate::{durable, otel};
 
 #[derive(Debug, Args)]
@@ -138,7 +138,7 @@ pub(crate) async fn eval(args: EvalArgs) -> Result<i32, CliError> {
     mcp.shutdown().await;
     judges.shutdown().await;
     drop(trace);
-    let mut report = result?;
+    let (mut report, stopped) = result?;
     if let Some(b) = &baseline {
         report.regressions = agentloop_eval::compare(
             &report,
@@ -155,7 +155,11 @@ pub(crate) async fn eval(args: EvalArgs) -> Result<i32, CliError> {
     } else {
         print!("{}", report.render_table());
     }
-    Ok(if !report.regressions.is_empty() {
+    // A suite the environment stopped (its runs cancelled, the report of what ran written) exits
+    // with the signal's code, as it did when the signal killed the process.
+    Ok(if let Some(stop) = stopped {
+        stop.exit_code()
+    } else if !report.regressions.is_empty() {
         code::EVAL_REGRESSED
     } else if report.summary.pass_rate + 1e-9 < args.min_pass_rate {
         code::EVAL_FAILED
@@ -201,7 +205,7 @@ async fn run_suite(
     approval: &Approval,
     mcp: &StartedMcp,
     trace: Option<Arc<TraceSink>>,
-) -> Result<Report, CliError> {
+) -> Result<(Report, Option<Stop>), CliError> {
     let scripted = *file.model().provider.get_ref() == Provider::Scripted;
     // A live model is shared by every run; a scripted one is read afresh for each, so that each
     // run plays its script from the start (the case's own script, where it names one).
@@ -217,7 +221,7 @@ async fn run_suite(
     };
     let otel = args.trace.open_otel(file)?;
     let cancel = CancellationToken::new();
-    let signals = cancel_on_ctrl_c(cancel.clone());
+    let stopped = stop_on_signals(cancel.clone(), false);
     let origin = durable::origin(&file.path);
     if !args.json {
         err!(
@@ -273,14 +277,16 @@ async fn run_suite(
         }
     })
     .await;
-    signals.abort();
     if let Err(e) = finish_trace(trace.as_ref()) {
         err!("agentloop: warning: {e}");
     }
+    // The report is not shown yet, but the runs are over: a stop signal does not wait for
+    // the spans' export.
+    stopped.shown();
     if let Some(o) = otel {
         o.finish();
     }
-    Ok(report)
+    Ok((report, stopped.by_environment()))
 }
 
 /// The scripted model of one run: the case's script (relative to the dataset), or the file's.

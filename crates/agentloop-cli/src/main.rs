@@ -71,11 +71,12 @@ use crate::args::{ChatArgs, Cli, Command, PlanArgs, RunArgs, TraceCommand};
 use crate::assemble::Approval;
 use crate::error::{CliError, code, outcome_exit_code};
 use crate::runs::{
-    CurrentRun, Shown, approval_for, ask_at_the_terminal, can_prompt, cancel_on_ctrl_c,
-    ctrl_c_in_chat, finish_trace, print_final, print_outcome, run_sinks,
+    CurrentRun, Shown, approval_for, ask_at_the_terminal, can_prompt, chat_signals, finish_trace,
+    print_final, print_outcome, run_sinks, stop_on_signals,
 };
 
 fn main() -> ExitCode {
+    runs::note_ignored_signals();
     // Before anything reads a credential: no process this one starts (tools, MCP servers) may
     // read its environment or memory through /proc or ptrace, root's included.
     if let Err(e) = agentloop_sandbox::protect_process() {
@@ -155,7 +156,12 @@ fn report_error(e: &CliError, json: bool) {
             CliError::AgentFile(p) => serde_json::to_value(p.list()).ok(),
             _ => None,
         };
-        out!("{}", render::error_json(e.code(), &e.to_string(), problems));
+        let mut value = render::error_json(e.code(), &e.to_string(), problems);
+        // A run left unfinished is named, for the `resume` that goes on with it.
+        if let (CliError::Stopped { run_id, .. }, Some(map)) = (e, value.as_object_mut()) {
+            map.insert("run_id".into(), run_id.clone().into());
+        }
+        out!("{value}");
     } else {
         let text = e.to_string();
         err!("agentloop: {}", text.trim_end());
@@ -246,7 +252,10 @@ async fn run(args: RunArgs) -> Result<i32, CliError> {
     warn_collisions(&file, &mcp);
     let agent = assemble::agent(&file, model, &approval, &mcp)?;
     let otel = args.trace.open_otel(&file)?;
-    let signals = cancel_on_ctrl_c(cancel.clone());
+    // A journaled run is named here, so that a stop that leaves it unfinished can say which run
+    // to resume.
+    let run_id = journal.is_some().then(agentloop::ids::run_id);
+    let stopped = stop_on_signals(cancel.clone(), run_id.is_some());
     let mut sinks = run_sinks(&progress, trace.as_ref(), !args.json && !args.quiet);
     sinks.extend(otel.as_ref().map(otel::Otel::sink));
     let options = RunOptions {
@@ -255,20 +264,38 @@ async fn run(args: RunArgs) -> Result<i32, CliError> {
         skip_tools: args.dry_run,
         journal: journal.map(|j| j as Arc<dyn agentloop::journal::Journal>),
         origin: Some(durable::origin(&file.path)),
+        run_id: run_id.clone(),
         ..RunOptions::default()
     };
-    let ran = match session {
-        Some((store, name)) => agent.run_session_turn(&store, &name, input, options).await,
-        None => Ok(SessionTurn {
-            outcome: agent
-                .run_with(history, Some(Message::user(input)), options)
-                .await,
-            unsaved: None,
-        }),
+    let running = async {
+        match session {
+            Some((store, name)) => agent.run_session_turn(&store, &name, input, options).await,
+            None => Ok(SessionTurn {
+                outcome: agent
+                    .run_with(history, Some(Message::user(input)), options)
+                    .await,
+                unsaved: None,
+            }),
+        }
+    };
+    // Dropped at the environment's stop of a journaled run: its tools' process groups are
+    // killed with their calls, and the journal keeps what it had, as after a crash.
+    let ran = tokio::select! {
+        biased;
+        () = stopped.left_unfinished() => None,
+        ran = running => Some(ran),
     };
     mcp.shutdown().await;
     drop(journal_open);
-    signals.abort();
+    let Some(ran) = ran else {
+        return Err(runs::left_unfinished(
+            &stopped,
+            run_id.unwrap_or_default(),
+            args.journal.as_deref(),
+            trace.as_ref(),
+            otel,
+        ));
+    };
     // An error here means nothing ran (the session was busy, damaged or unreadable).
     let SessionTurn { outcome, unsaved } = ran?;
     // A trace that could not be written is reported on stderr; the run's outcome still decides the
@@ -286,13 +313,14 @@ async fn run(args: RunArgs) -> Result<i32, CliError> {
     };
     // The outcome first: the spans' export may wait on a slow collector.
     print_outcome(&outcome, &shown, &progress);
+    stopped.shown();
     if let Some(o) = otel {
         o.finish();
     }
     // The run happened, but the conversation lacks it: the session's code, not the run's.
     Ok(match unsaved {
         Some(e) => CliError::from(e).exit_code(),
-        None => outcome_exit_code(&outcome),
+        None => runs::exit_code(&outcome, &stopped),
     })
 }
 
@@ -382,14 +410,20 @@ async fn chat(args: ChatArgs) -> Result<i32, CliError> {
         err!("session {name}: {held} messages so far");
     }
     read_stdin_lines(tx);
-    let signals = ctrl_c_in_chat(current.clone());
+    let stopped = chat_signals(current.clone());
     let mut last = code::OK;
     loop {
         if interactive {
             eprint!("> ");
             let _ = std::io::stderr().flush();
         }
-        let Some(line) = lines.lock().await.recv().await else {
+        let next = async { lines.lock().await.recv().await };
+        let line = tokio::select! {
+            biased;
+            () = stopped.left_unfinished() => None,
+            line = next => line,
+        };
+        let Some(line) = line else {
             break;
         };
         let input = line.trim();
@@ -457,14 +491,19 @@ async fn chat(args: ChatArgs) -> Result<i32, CliError> {
             last = CliError::from(e).exit_code();
         }
         transcript = outcome.transcript;
+        if stopped.by_environment().is_some() {
+            break;
+        }
     }
     mcp.shutdown().await;
-    signals.abort();
+    // The trace before the spans' export, which a stop signal does not wait for.
+    let traced = finish_trace(trace.as_ref());
+    stopped.shown();
     if let Some(o) = otel {
         o.finish();
     }
-    finish_trace(trace.as_ref())?;
-    Ok(last)
+    traced?;
+    Ok(stopped.by_environment().map_or(last, runs::Stop::exit_code))
 }
 
 /// Sends each line of stdin to `tx`, from a thread of its own, until the end of input.

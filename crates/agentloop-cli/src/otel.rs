@@ -50,25 +50,16 @@ impl Otel {
     }
 
     /// Sends what waits (for [`FLUSH`] at most) and says on stderr what could not be sent. The
-    /// run's outcome is shown before: this wait holds only the exit. Ctrl-C ends the wait, and
-    /// the command, at once (exit 130).
+    /// run's outcome is shown before: this wait holds only the exit. A stop signal ends the
+    /// wait, and the command, at once, with its code (Ctrl-C 130, SIGTERM 143, SIGHUP 129):
+    /// the command's handler of them, told the outcome is shown ([`crate::runs::Stopped::shown`]),
+    /// quits at the next. Its handler it must be: once tokio's is installed, the signals'
+    /// default actions are gone for good, and a handler installed only here would miss a signal
+    /// sent as the outcome was printed.
     pub(crate) fn finish(self) {
         #[cfg(feature = "otel")]
         {
-            // The run's Ctrl-C handler is gone, and tokio's handler, once installed, keeps the
-            // default action away: without this one, Ctrl-C would do nothing here.
-            let quit = tokio::runtime::Handle::try_current().ok().map(|rt| {
-                rt.spawn(async {
-                    if tokio::signal::ctrl_c().await.is_ok() {
-                        err!("\nagentloop: not waiting for the OpenTelemetry export");
-                        std::process::exit(crate::error::code::CANCELLED);
-                    }
-                })
-            });
             let report = self.sink.shutdown(FLUSH);
-            if let Some(q) = quit {
-                q.abort();
-            }
             if report.dropped > 0 {
                 err!(
                     "agentloop: warning: OpenTelemetry: {} spans dropped (the export queue was full)",

@@ -13,7 +13,7 @@ use agentloop_store::TraceSink;
 use crate::approval::{AnswerLines, Console, NO_TERMINAL_REASON, StdinLines, TerminalPrompter};
 use crate::args::ApprovalArgs;
 use crate::assemble::Approval;
-use crate::error::{CliError, code};
+use crate::error::{CliError, code, outcome_exit_code};
 use crate::render::{self, Progress};
 use crate::{durable, terminal};
 
@@ -26,18 +26,252 @@ pub(crate) fn finish_trace(trace: Option<&Arc<TraceSink>>) -> Result<(), CliErro
     }
 }
 
-/// Cancels `token` on Ctrl-C; a second Ctrl-C exits at once with the cancellation code.
-pub(crate) fn cancel_on_ctrl_c(token: CancellationToken) -> tokio::task::JoinHandle<()> {
-    let mut ctrl_c = CtrlC::new();
-    tokio::spawn(async move {
-        if ctrl_c.next().await {
-            err!("\nagentloop: cancelling (Ctrl-C again to quit at once)");
-            token.cancel();
-            if ctrl_c.next().await {
-                std::process::exit(code::CANCELLED);
+/// A signal that stops a command that runs agents: Ctrl-C, or the environment's stop (SIGTERM:
+/// `kill`, `docker stop`, systemd, a CI timeout; SIGHUP: a closed terminal or SSH session).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Stop {
+    /// SIGINT: the person cancels the run.
+    Interrupt,
+    /// SIGTERM.
+    Terminate,
+    /// SIGHUP.
+    Hangup,
+}
+
+impl Stop {
+    /// The signal's name, as `kill -l` spells it.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Stop::Interrupt => "SIGINT",
+            Stop::Terminate => "SIGTERM",
+            Stop::Hangup => "SIGHUP",
+        }
+    }
+
+    /// 128 + the signal's number, the shell's code for a death by it: a command a signal stopped
+    /// exits as its callers saw it end when it had no handler (SIGINT's is the cancellation
+    /// code).
+    pub(crate) fn exit_code(self) -> i32 {
+        match self {
+            Stop::Interrupt => code::CANCELLED,
+            Stop::Terminate => code::TERMINATED,
+            Stop::Hangup => code::HUNG_UP,
+        }
+    }
+
+    /// True for the environment's stop rather than the person's Ctrl-C.
+    pub(crate) fn is_environment(self) -> bool {
+        self != Stop::Interrupt
+    }
+}
+
+/// The signals this process was started with ignored (`nohup` ignores SIGHUP), as a bit set of
+/// signal numbers; read before any handler replaces the dispositions.
+static IGNORED_AT_START: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+
+/// Notes which signals were ignored when the process started: a stop signal ignored then is
+/// never heard (`nohup agentloop run ...` goes on when its terminal closes, as it did before
+/// agentloop heard SIGHUP). Call it first thing, before any signal handler is installed.
+pub(crate) fn note_ignored_signals() {
+    let _ = IGNORED_AT_START.set(ignored_now());
+}
+
+/// The ignored signals' mask, from `/proc/self/status` (`SigIgn`, hexadecimal); none where it
+/// cannot be read.
+fn ignored_now() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix("SigIgn:"))
+                .and_then(|mask| u64::from_str_radix(mask.trim(), 16).ok())
+        })
+        .unwrap_or(0)
+}
+
+/// True when signal `number` was ignored when the process started.
+#[cfg(unix)]
+fn ignored_at_start(number: i32) -> bool {
+    let mask = *IGNORED_AT_START.get_or_init(ignored_now);
+    u32::try_from(number - 1)
+        .ok()
+        .and_then(|bit| mask.checked_shr(bit))
+        .is_some_and(|m| m & 1 == 1)
+}
+
+/// The stop signals' deliveries, with the handlers in place from this call on ([`CtrlC`] says
+/// why). A stop signal ignored when the process started is left ignored.
+pub(crate) struct StopSignals {
+    interrupt: CtrlC,
+    #[cfg(unix)]
+    terminate: Option<tokio::signal::unix::Signal>,
+    #[cfg(unix)]
+    hangup: Option<tokio::signal::unix::Signal>,
+}
+
+impl StopSignals {
+    /// Installs the handlers (on a runtime's thread).
+    pub(crate) fn new() -> Self {
+        #[cfg(unix)]
+        use tokio::signal::unix::{SignalKind, signal};
+        #[cfg(unix)]
+        let heard = |kind: SignalKind| {
+            if ignored_at_start(kind.as_raw_value()) {
+                None
+            } else {
+                signal(kind).ok()
+            }
+        };
+        StopSignals {
+            interrupt: CtrlC::new(),
+            #[cfg(unix)]
+            terminate: heard(SignalKind::terminate()),
+            #[cfg(unix)]
+            hangup: heard(SignalKind::hangup()),
+        }
+    }
+
+    /// The next stop signal; `None` when none can be heard.
+    pub(crate) async fn next(&mut self) -> Option<Stop> {
+        #[cfg(unix)]
+        {
+            tokio::select! {
+                heard = self.interrupt.next() => heard.then_some(Stop::Interrupt),
+                () = received(self.terminate.as_mut()) => Some(Stop::Terminate),
+                () = received(self.hangup.as_mut()) => Some(Stop::Hangup),
             }
         }
-    })
+        #[cfg(not(unix))]
+        {
+            self.interrupt.next().await.then_some(Stop::Interrupt)
+        }
+    }
+}
+
+/// What stopped a command's runs, once a stop signal came; shared with the task that hears them.
+#[derive(Clone, Default)]
+pub(crate) struct Stopped {
+    first: Arc<std::sync::OnceLock<Stop>>,
+    /// Cancelled at the environment's stop where the command ends without waiting for its run
+    /// to end (a journaled run, left unfinished), or ends after it (a chat).
+    left: CancellationToken,
+    /// Set once the outcome is shown: what is left (the spans' export) is not waited for at a
+    /// stop signal.
+    shown: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Stopped {
+    /// The first stop signal, if one came (in a chat, the first of the environment).
+    pub(crate) fn signal(&self) -> Option<Stop> {
+        self.first.get().copied()
+    }
+
+    /// The environment's stop, if it stopped the command (Ctrl-C is a cancel, not a stop).
+    pub(crate) fn by_environment(&self) -> Option<Stop> {
+        self.signal().filter(|s| s.is_environment())
+    }
+
+    /// The outcome is shown: from now on a stop signal quits at once, with its code.
+    pub(crate) fn shown(&self) {
+        self.shown.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Quits at once, with the code of `stop`, if the outcome is shown.
+    fn quit_once_shown(&self, stop: Stop) {
+        if self.shown.load(std::sync::atomic::Ordering::SeqCst) {
+            err!("\nagentloop: {}: quitting", stop.name());
+            std::process::exit(stop.exit_code());
+        }
+    }
+
+    /// Resolves when a journaled run is to be left unfinished where its journal has it, or a
+    /// chat is to end.
+    pub(crate) async fn left_unfinished(&self) {
+        self.left.cancelled().await;
+    }
+}
+
+/// Stops a run at a stop signal, and exits at once, with the code of the signal, at a second
+/// (but SIGHUP). Ctrl-C cancels it (`token`). The environment's stop (SIGTERM, SIGHUP) cancels it too, unless
+/// it is `journaled`: a stop is not a cancel, and a journaled run it cancelled would be
+/// journaled `cancelled`, never to go on; such a run is left where its journal has it
+/// ([`Stopped::left_unfinished`]), for `agentloop resume`.
+pub(crate) fn stop_on_signals(token: CancellationToken, journaled: bool) -> Stopped {
+    let mut signals = StopSignals::new();
+    let stopped = Stopped::default();
+    let shared = stopped.clone();
+    tokio::spawn(async move {
+        let Some(stop) = signals.next().await else {
+            return;
+        };
+        shared.quit_once_shown(stop);
+        let _ = shared.first.set(stop);
+        match stop {
+            Stop::Interrupt => {
+                err!("\nagentloop: cancelling (Ctrl-C again to quit at once)");
+                token.cancel();
+            }
+            _ if journaled => {
+                err!(
+                    "\nagentloop: {}: stopping; the run is left unfinished in its journal",
+                    stop.name()
+                );
+                shared.left.cancel();
+            }
+            _ => {
+                err!(
+                    "\nagentloop: {}: cancelling (another signal quits at once)",
+                    stop.name()
+                );
+                token.cancel();
+            }
+        }
+        // A closing terminal may hang up twice (the kernel's SIGHUP and the shell's): only
+        // another signal quits.
+        while let Some(again) = signals.next().await {
+            shared.quit_once_shown(again);
+            if again != Stop::Hangup {
+                std::process::exit(again.exit_code());
+            }
+        }
+    });
+    stopped
+}
+
+/// The exit code of a run that `stopped` may have stopped: a run the environment's stop
+/// cancelled exits with the signal's code, as it did when the signal killed the process.
+pub(crate) fn exit_code(outcome: &RunOutcome, stopped: &Stopped) -> i32 {
+    match stopped.by_environment() {
+        Some(stop) if outcome.stop_reason == agentloop::StopReason::Cancelled => stop.exit_code(),
+        _ => outcome_exit_code(outcome),
+    }
+}
+
+/// The end of a journaled run the environment's stop left unfinished (its future dropped, its
+/// tools' processes killed): the trace and the spans closed with the run open in them recorded
+/// as interrupted, and the error that names the run for `agentloop resume`.
+pub(crate) fn left_unfinished(
+    stopped: &Stopped,
+    run_id: String,
+    journal: Option<&Path>,
+    trace: Option<&Arc<TraceSink>>,
+    otel: Option<crate::otel::Otel>,
+) -> CliError {
+    if let Err(e) = finish_trace(trace) {
+        err!("agentloop: warning: {e}");
+    }
+    if let Some(o) = otel {
+        stopped.shown();
+        o.finish();
+    }
+    let stop = stopped.signal().unwrap_or(Stop::Terminate);
+    CliError::Stopped {
+        signal: stop.name(),
+        exit_code: stop.exit_code(),
+        run_id,
+        journal: journal.map(terminal::shown_path).unwrap_or_default(),
+    }
 }
 
 /// The process's Ctrl-C deliveries, with the handler in place from this call on rather than from
@@ -80,16 +314,35 @@ impl CtrlC {
 pub(crate) type CurrentRun = Arc<Mutex<Option<CancellationToken>>>;
 
 /// In a chat, Ctrl-C cancels the run in progress; between runs it quits with the cancellation
-/// code.
-pub(crate) fn ctrl_c_in_chat(current: CurrentRun) -> tokio::task::JoinHandle<()> {
-    let mut ctrl_c = CtrlC::new();
+/// code. The environment's stop (SIGTERM, SIGHUP) cancels the run in progress, if any, and ends
+/// the chat ([`Stopped::left_unfinished`]) as its end of input does, the trace closed, with the
+/// signal's code; a second stop signal (but SIGHUP) quits at once.
+pub(crate) fn chat_signals(current: CurrentRun) -> Stopped {
+    let mut signals = StopSignals::new();
+    let stopped = Stopped::default();
+    let shared = stopped.clone();
     tokio::spawn(async move {
-        while ctrl_c.next().await {
+        while let Some(stop) = signals.next().await {
+            shared.quit_once_shown(stop);
             let running = current
                 .lock()
                 .ok()
                 .and_then(|slot| slot.clone())
                 .filter(|t| !t.is_cancelled());
+            if stop.is_environment() {
+                if shared.first.set(stop).is_err() {
+                    if stop == Stop::Hangup {
+                        continue;
+                    }
+                    std::process::exit(stop.exit_code());
+                }
+                err!("\nagentloop: {}: ending the chat", stop.name());
+                if let Some(token) = running {
+                    token.cancel();
+                }
+                shared.left.cancel();
+                continue;
+            }
             match running {
                 Some(token) => {
                     err!("\nagentloop: cancelling this turn (Ctrl-C again between turns quits)");
@@ -98,7 +351,8 @@ pub(crate) fn ctrl_c_in_chat(current: CurrentRun) -> tokio::task::JoinHandle<()>
                 None => std::process::exit(code::CANCELLED),
             }
         }
-    })
+    });
+    stopped
 }
 
 /// A run's sinks: the progress lines when `shown`, and the trace.

@@ -958,3 +958,104 @@ async fn a_run_claimed_for_a_resume_that_does_not_go_on_is_let_go_for_another_pr
         .expect("the run the server did not go on with is free for another process");
     serving.abort();
 }
+
+/// A caller that waits on its task (`SendMessage` without `returnImmediately`, or
+/// `SendStreamingMessage` when `streaming`), while the task's run is in its slow tool, when the
+/// server is stopped (SIGTERM): the answer's status and body, as the caller read them.
+fn answer_to_a_stop(journaled: bool, streaming: bool) -> (u16, String, AgentDir) {
+    let dir = forecaster("");
+    slow_script(&dir);
+    // Longer than the stop's 10 s grace for requests in progress.
+    dir.write(
+        "slow.py",
+        "import time\nopen('started', 'w').close()\ntime.sleep(30)\n",
+    );
+    let (agent, journal) = (dir.agent(), dir.path("journal.db"));
+    let (agent, journal) = (agent.to_str().unwrap(), journal.to_str().unwrap());
+    let server = if journaled {
+        HttpServer::start("a2a", &[agent, "--journal", journal])
+    } else {
+        HttpServer::start("a2a", &[agent])
+    };
+    let url = server.url.clone();
+    let method = if streaming {
+        "SendStreamingMessage"
+    } else {
+        "SendMessage"
+    };
+    let request = json!({"jsonrpc": "2.0", "id": 7, "method": method, "params": {
+        "message": {"role": "ROLE_USER", "messageId": uuid_like(),
+                    "parts": [{"text": "Take your time."}]}}});
+    let waiting = std::thread::spawn(move || {
+        let host = url.trim_start_matches("http://").split('/').next().unwrap();
+        http_request(&url, "POST", host, &A2A_JSON, &request.to_string())
+    });
+    server.terminate_once_exists(&dir.path("started"));
+    let (status, body) = waiting.join().unwrap();
+    (status, body, dir)
+}
+
+/// Asserts `answer` is the error of a stop that names the task, and returns its id.
+fn stopped_error(answer: &Value, journaled: bool) -> String {
+    assert_eq!(answer["id"], 7, "{answer}");
+    let error = &answer["error"];
+    assert_eq!(error["code"], -32603, "{answer}");
+    assert_eq!(error["data"]["code"], "a2a.stopped", "{answer}");
+    let text = error["message"].as_str().unwrap();
+    assert!(text.contains("the server stopped while task "), "{text}");
+    assert_eq!(
+        text.contains("goes on when the server starts again"),
+        journaled,
+        "{text}"
+    );
+    text.split("task ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .unwrap()
+        .to_owned()
+}
+
+#[test]
+fn a_stream_at_a_stop_ends_with_the_error_that_says_so() {
+    for journaled in [true, false] {
+        let (status, body, _dir) = answer_to_a_stop(journaled, true);
+        assert_eq!(status, 200, "{body}");
+        let events: Vec<Value> = body
+            .lines()
+            .filter_map(|l| l.strip_prefix("data:"))
+            .filter_map(|d| serde_json::from_str(d.trim()).ok())
+            .collect();
+        let last = events
+            .last()
+            .unwrap_or_else(|| panic!("no event: {body:?}"));
+        let id = stopped_error(last, journaled);
+        assert_eq!(events[0]["result"]["task"]["id"], id.as_str(), "{body}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_caller_waiting_on_its_task_at_a_stop_is_answered_with_an_error_naming_it() {
+    for journaled in [true, false] {
+        let (status, body, dir) = answer_to_a_stop(journaled, false);
+        assert_eq!(status, 200, "{body}");
+        let answer: Value = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{e}: {body:?}"));
+        let id = stopped_error(&answer, journaled);
+        if journaled {
+            // As it says: the server started again finds the task, which goes on to its end.
+            dir.write("slow.py", "print('quick')\n");
+            let (agent, journal) = (dir.agent(), dir.path("journal.db"));
+            let server = HttpServer::start(
+                "a2a",
+                &[
+                    agent.to_str().unwrap(),
+                    "--journal",
+                    journal.to_str().unwrap(),
+                ],
+            );
+            assert_eq!(
+                settled_state(&server.url, &id).await,
+                "TASK_STATE_COMPLETED"
+            );
+        }
+    }
+}

@@ -363,3 +363,40 @@ async fn a_cut_stream_and_failed_polls_do_not_end_the_call_nor_cancel_the_remote
         "the remote task was cancelled"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stream_our_own_server_ends_at_its_stop_is_followed_by_polling_into_its_restart() {
+    // Our server, journaled, is stopped (SIGTERM) while our client streams its task, whose
+    // run is in its slow tool, and started again on the same address: the stream ends with
+    // `a2a.stopped`, and the client asks for the task until the restarted server, which
+    // found the run in its journal and went on with it, has its answer.
+    let remote = forecaster("");
+    slow_script(&remote);
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let (agent, journal) = (remote.agent(), remote.path("journal.db"));
+    let args = [
+        agent.to_str().unwrap(),
+        "--journal",
+        journal.to_str().unwrap(),
+    ];
+    let at = format!("127.0.0.1:{port}");
+    let first = HttpServer::start_at("a2a", &at, &args);
+    let dir = caller(&first.url, &["Weather?"], "");
+    let call = tokio::spawn(async move {
+        let out = run_agent_json(&dir.agent(), "go").await;
+        (stdout_json(&out), stderr(&out))
+    });
+    first.terminate_once_exists(&remote.path("started"));
+    let second = HttpServer::start_at("a2a", &at, &args);
+    let (v, err) = call.await.unwrap();
+    drop(second);
+    assert_eq!(v["stop_reason"], "finished", "{v}\n{err}");
+    let seen = results(&v);
+    assert_eq!(seen.len(), 1, "{v}");
+    assert!(!seen[0].0, "the call failed: {seen:?}");
+    assert!(seen[0].1.contains("late"), "{seen:?}");
+}

@@ -1011,3 +1011,70 @@ async fn a_stop_during_a_journaled_call_answers_it_and_leaves_the_run_to_resume(
     assert_eq!(outcome["stop_reason"], "finished", "{outcome}");
     assert!(!dir.path("finished").exists(), "the slow tool ran on");
 }
+
+/// A stop over HTTP while a call's run is in its slow tool: the call's answer to it, on the
+/// call's own event stream, ahead of the end of its session (rmcp ended the sessions first).
+fn answer_to_a_stop_over_http(journaled: bool) -> String {
+    let dir = forecaster("");
+    slow_script(&dir);
+    dir.write(
+        "slow.py",
+        "import os, time\nopen('started', 'w').close()\ntime.sleep(30)\n\
+         open('finished', 'w').close()\n",
+    );
+    let (agent, journal) = (dir.agent(), dir.path("journal.db"));
+    let (agent, journal) = (agent.to_str().unwrap(), journal.to_str().unwrap());
+    let server = if journaled {
+        HttpServer::start("mcp", &[agent, "--journal", journal])
+    } else {
+        HttpServer::start("mcp", &[agent])
+    };
+    let session = start_session(&server.url);
+    let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+        "name": "forecaster", "arguments": {"task": "Take your time."}}});
+    let url = server.url.clone();
+    let answer = std::thread::spawn(move || {
+        http_request(
+            &url,
+            "POST",
+            "127.0.0.1",
+            &[
+                ("Content-Type", "application/json"),
+                ("Accept", "application/json, text/event-stream"),
+                ("MCP-Protocol-Version", "2025-11-25"),
+                ("Mcp-Session-Id", &session),
+            ],
+            &call.to_string(),
+        )
+    });
+    server.terminate_once_exists(&dir.path("started"));
+    let (status, body) = answer.join().unwrap();
+    assert_eq!(status, 200, "{body}");
+    let answered: Vec<Value> = body
+        .lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .filter_map(|d| serde_json::from_str(d.trim()).ok())
+        .filter(|m: &Value| m["id"] == 2)
+        .collect();
+    let answer = answered
+        .first()
+        .unwrap_or_else(|| panic!("no answer: {body:?}"));
+    assert_eq!(answer["result"]["isError"], true, "{answer}");
+    assert!(!dir.path("finished").exists(), "the slow tool ran on");
+    answer["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+#[test]
+fn a_stop_during_a_call_over_http_answers_it_before_its_session_ends() {
+    let text = answer_to_a_stop_over_http(true);
+    assert!(text.contains("the server stopped"), "{text}");
+    assert!(text.contains("agentloop resume "), "{text}");
+    let text = answer_to_a_stop_over_http(false);
+    assert!(
+        text.contains("the agent's run stopped: cancelled"),
+        "{text}"
+    );
+}

@@ -363,11 +363,10 @@ fn a_handoff_is_an_event_on_the_run_and_the_second_agent_nests_under_it() {
     );
 }
 
-/// A collector that accepts the connection and never answers (a hung proxy, a firewall that
-/// drops) holds each export for the exporter's timeout: the command still ends within its flush
-/// bound, its outcome printed, what was not exported said on stderr.
-#[test]
-fn a_collector_that_never_answers_holds_the_command_only_for_the_flush_bound() {
+/// `agentloop run` of the quickstart with `--json --otel`, exporting to a collector that
+/// accepts the connection and never answers (a hung proxy, a firewall that drops), each export
+/// allowed a minute.
+fn run_exporting_to_a_silent_collector() -> std::process::Command {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     // Accepts, keeps every connection open, reads nothing and answers nothing.
@@ -377,9 +376,8 @@ fn a_collector_that_never_answers_holds_the_command_only_for_the_flush_bound() {
             held.push(conn);
         }
     });
-    let started = std::time::Instant::now();
-    let out = assert_cmd::Command::new(env!("CARGO_BIN_EXE_agentloop"))
-        .args(["run", QUICKSTART, "--input", QUESTION, "--json", "--otel"])
+    let mut run = std::process::Command::new(env!("CARGO_BIN_EXE_agentloop"));
+    run.args(["run", QUICKSTART, "--input", QUESTION, "--json", "--otel"])
         .current_dir(repo())
         .env("OTEL_SERVICE_NAME", "agentloop-test")
         .env(
@@ -390,6 +388,17 @@ fn a_collector_that_never_answers_holds_the_command_only_for_the_flush_bound() {
         .env("OTEL_EXPORTER_OTLP_TIMEOUT", "60000")
         .env_remove("OTEL_EXPORTER_OTLP_PROTOCOL")
         .env_remove("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT")
+        .stdin(std::process::Stdio::null());
+    run
+}
+
+/// A collector that never answers holds each export for the exporter's timeout: the command
+/// still ends within its flush bound, its outcome printed, what was not exported said on
+/// stderr.
+#[test]
+fn a_collector_that_never_answers_holds_the_command_only_for_the_flush_bound() {
+    let started = std::time::Instant::now();
+    let out = assert_cmd::Command::from_std(run_exporting_to_a_silent_collector())
         .timeout(std::time::Duration::from_secs(90))
         .output()
         .unwrap();
@@ -403,4 +412,36 @@ fn a_collector_that_never_answers_holds_the_command_only_for_the_flush_bound() {
     let body: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(body["stop_reason"], "finished");
     assert!(stderr.contains("spans not exported"), "{stderr}");
+}
+
+/// The wait for a collector that never answers ends at a stop signal, as at Ctrl-C: a service
+/// manager's SIGTERM is not held for the flush bound, and the command exits with its code.
+#[test]
+fn sigterm_ends_the_wait_for_a_collector_that_never_answers_at_once() {
+    let mut run = run_exporting_to_a_silent_collector()
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The outcome is printed before the wait: its line says the wait has begun.
+    let mut stdout = std::io::BufReader::new(run.stdout.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut stdout, &mut line).unwrap();
+    let body: Value = serde_json::from_str(&line).unwrap();
+    assert_eq!(body["stop_reason"], "finished");
+    let stop = std::time::Instant::now();
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &run.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let out = run.wait_with_output().unwrap();
+    let took = stop.elapsed();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        took < std::time::Duration::from_secs(3),
+        "{took:?}: {stderr}"
+    );
+    assert_eq!(out.status.code(), Some(143), "{stderr}");
+    assert!(stderr.contains("SIGTERM: quitting"), "{stderr}");
 }

@@ -531,13 +531,19 @@ pub(crate) struct HttpServer {
 
 impl HttpServer {
     pub(crate) fn start(protocol: &str, args: &[&str]) -> HttpServer {
+        HttpServer::start_at(protocol, "127.0.0.1:0", args)
+    }
+
+    /// [`HttpServer::start`] at `at` (`127.0.0.1:PORT`): a server started again where its
+    /// clients know it.
+    pub(crate) fn start_at(protocol: &str, at: &str, args: &[&str]) -> HttpServer {
         let addr = if protocol == "mcp" {
             "--http"
         } else {
             "--addr"
         };
         let mut child = std::process::Command::new(bin())
-            .args([protocol, "serve", addr, "127.0.0.1:0"])
+            .args([protocol, "serve", addr, at])
             .args(args)
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
@@ -557,6 +563,22 @@ impl HttpServer {
         // Keep reading its stderr so that it never blocks on a full pipe.
         std::thread::spawn(move || lines.for_each(drop));
         HttpServer { child, url }
+    }
+
+    /// [`HttpServer::terminate`] once `path` exists (at most 30 s): a stop while a run is at a
+    /// point that says so. The stop takes less than its 10 s grace.
+    pub(crate) fn terminate_once_exists(self, path: &Path) {
+        for _ in 0..300 {
+            if path.exists() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        assert!(path.exists(), "{} never appeared", path.display());
+        let stop = std::time::Instant::now();
+        self.terminate();
+        let took = stop.elapsed();
+        assert!(took < std::time::Duration::from_secs(10), "{took:?}");
     }
 
     /// Stops it as a service manager would (SIGTERM), and waits for it to end: it must end as

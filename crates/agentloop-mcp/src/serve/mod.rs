@@ -320,8 +320,11 @@ impl ServerHandler for AgentServer {
             .and_then(|m| m.get_progress_token())
             .or_else(|| context.meta.get_progress_token());
         // `notifications/cancelled` for this request cancels this token: a tool's run's, and
-        // what an elicitation waits on (an agent's run takes its own, `CallStop`).
+        // what an elicitation waits on (an agent's run takes its own, `CallStop`). The server's
+        // stop does too: over HTTP the sessions, and with them the requests' tokens, end only
+        // once the calls have answered.
         let cancel = context.ct.child_token();
+        let _stop = cancel_at_stop(&self.stopping, &cancel);
         // A tool's call reports the call alone: its run is only the way the call is admitted.
         let detail = match &entry.backing {
             Backing::Agent(_) => Detail::Run,
@@ -352,6 +355,26 @@ impl ServerHandler for AgentServer {
         progress.finish().await;
         Ok(CallToolResponse::Complete(result))
     }
+}
+
+/// Cancels `cancel` when `stopping` is, until the guard it gives back is dropped.
+fn cancel_at_stop(
+    stopping: &agentloop::CancellationToken,
+    cancel: &agentloop::CancellationToken,
+) -> tokio_util::sync::DropGuard {
+    let (stopping, cancel, done) = (
+        stopping.clone(),
+        cancel.clone(),
+        agentloop::CancellationToken::new(),
+    );
+    let ended = done.clone();
+    tokio::spawn(async move {
+        tokio::select! {
+            () = stopping.cancelled() => cancel.cancel(),
+            () = ended.cancelled() => {}
+        }
+    });
+    done.drop_guard()
 }
 
 fn error_result(text: impl Into<String>) -> CallToolResult {
@@ -394,9 +417,15 @@ impl CallStop {
         let mut stopped = std::pin::pin!(self.server.cancelled());
         let mut cancelled = std::pin::pin!(self.client.cancelled());
         std::future::poll_fn(|cx| {
-            // The stop first: the client's token is cancelled with it.
-            if journaled && stopped.as_mut().poll(cx).is_ready() {
-                return Poll::Ready(None);
+            // The stop first: over stdio the client's token is cancelled with it (over HTTP it
+            // is not until the calls have answered, so the stop cancels the run itself).
+            if stopped.as_mut().poll(cx).is_ready() {
+                if journaled {
+                    return Poll::Ready(None);
+                }
+                if !cancel.is_cancelled() {
+                    cancel.cancel();
+                }
             }
             if !cancel.is_cancelled() && cancelled.as_mut().poll(cx).is_ready() {
                 cancel.cancel();
