@@ -238,6 +238,64 @@ fn scrubbed(config: &ServerConfig, text: &str) -> String {
     agentloop::url_secrets::scrub(text, &secrets(config))
 }
 
+/// A tool's result without the credentials of a server's declaration (see [`secrets`]) in any
+/// of its text: a gateway that answers with the request it was sent, or a server that prints
+/// its environment (`env`), would otherwise hand the model, the journal and the trace the token
+/// the declaration gave it. An error result's text is scrubbed as the error is.
+fn scrubbed_result(
+    config: &ServerConfig,
+    result: rmcp::model::CallToolResult,
+) -> rmcp::model::CallToolResult {
+    let secrets = secrets(config);
+    if secrets.is_empty() {
+        return result;
+    }
+    let Ok(mut value) = serde_json::to_value(&result) else {
+        return result;
+    };
+    if !scrub_strings(&mut value, &secrets) {
+        return result;
+    }
+    serde_json::from_value(value).unwrap_or_else(|_| {
+        rmcp::model::CallToolResult::error(vec![rmcp::model::ContentBlock::text(
+            "the result held a credential of the server's declaration and could not be shown \
+             without it",
+        )])
+    })
+}
+
+/// Replaces each of `secrets` in every string of `value` (keys too); true when one was found.
+fn scrub_strings(value: &mut Value, secrets: &[String]) -> bool {
+    let scrub = |s: &mut String| {
+        let clean = agentloop::url_secrets::scrub(s, secrets);
+        let found = clean != *s;
+        *s = clean;
+        found
+    };
+    match value {
+        Value::String(s) => scrub(s),
+        Value::Array(items) => {
+            // Every item, not only up to the first that held one.
+            let mut found = false;
+            for v in items {
+                found |= scrub_strings(v, secrets);
+            }
+            found
+        }
+        Value::Object(map) => {
+            let mut found = false;
+            let entries = std::mem::take(map);
+            for (mut key, mut v) in entries {
+                found |= scrub_strings(&mut v, secrets);
+                found |= scrub(&mut key);
+                map.insert(key, v);
+            }
+            found
+        }
+        _ => false,
+    }
+}
+
 /// The credentials of a server's declaration, longest first (so that a secret holding another
 /// is replaced whole): for HTTP its URL's user info and query values (the transport's reqwest
 /// errors print the URL whole: `error sending request for url (https://host/mcp?token=...)`)
