@@ -1568,14 +1568,15 @@ async fn a_link_to_a_denied_program_is_judged_as_that_program_before_and_as_the_
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn an_rm_after_an_assignment_whose_value_holds_a_slash_is_denied() {
-    // The reader took `D=a/b` for a program (its file name `b`) and looked no further. The
-    // last runs.
+async fn an_rm_after_an_assignment_or_option_whose_value_holds_a_slash_is_denied() {
+    // The reader took `D=a/b` and `--chdir=../work` for programs (their file names `b`, `work`) and
+    // looked no further. The last runs.
     assert_every_rm_denied_and_the_last_runs(
         &[
             "D=a/b rm -f keep.txt",
             "D=a/b; E=/c rm -f keep.txt",
             "P=./bin env rm -f keep.txt",
+            "env --chdir=../work rm -f keep.txt",
             "D=a/b touch made",
         ],
         "an rm behind an assignment of a path ran",

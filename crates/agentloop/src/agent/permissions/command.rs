@@ -582,10 +582,14 @@ impl LauncherWalk {
 
     /// Where the next word stands.
     fn step(&mut self, word: &str) -> Place {
-        let program = program_name(word);
+        // An option or an assignment is read whole, though its value has a `/`: the file name
+        // of `--chdir=/tmp` or `D=sub/dir` (`tmp`, `dir`) is no program's.
+        let program = if word.starts_with('-') || is_assignment(word) {
+            word
+        } else {
+            program_name(word)
+        };
         if is_assignment(word) {
-            // `D=sub/dir cd -`: the assignment is read past whole, though its value has a `/`
-            // (its file name, `dir`, is no program's).
             Place::Past
         } else if let Some(takes) = LAUNCHER_POSITIONALS
             .iter()

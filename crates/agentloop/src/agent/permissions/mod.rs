@@ -2095,8 +2095,9 @@ mod tests {
     }
 
     #[test]
-    fn an_assignment_whose_value_holds_a_slash_is_read_past_to_the_program() {
-        // The file name of `D=/tmp/x` is `x`: an assignment is no program, whatever its value.
+    fn an_assignment_or_option_whose_value_holds_a_slash_is_read_past_to_the_program() {
+        // The file name of `D=/tmp/x` is `x`, of `--chdir=/tmp` `tmp`: an assignment or an
+        // option is no program, whatever its value.
         let mut store = PermissionStore::new(Permission::Allow);
         store
             .configure(rule("shell", prefix("rm"), Permission::Deny))
@@ -2108,6 +2109,12 @@ mod tests {
                 "D=/tmp/x sudo rm x",
                 "P=./bin env rm x",
                 "D=a/b; E=c/d rm x",
+                "env --chdir=/tmp rm x",
+                "sudo --chdir=/tmp rm x",
+                "env -C/tmp rm x",
+                "nohup env --chdir=a/b rm x",
+                "xargs --arg-file=/dev/null rm x",
+                "flock --conflict-exit-code=1 /tmp/l rm x",
             ],
             Permission::Deny,
         );
