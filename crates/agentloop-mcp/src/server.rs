@@ -253,7 +253,7 @@ fn scrubbed_result(
     let Ok(mut value) = serde_json::to_value(&result) else {
         return result;
     };
-    if !scrub_strings(&mut value, &secrets) {
+    if !agentloop::url_secrets::scrub_json(&mut value, &secrets) {
         return result;
     }
     serde_json::from_value(value).unwrap_or_else(|_| {
@@ -262,38 +262,6 @@ fn scrubbed_result(
              without it",
         )])
     })
-}
-
-/// Replaces each of `secrets` in every string of `value` (keys too); true when one was found.
-fn scrub_strings(value: &mut Value, secrets: &[String]) -> bool {
-    let scrub = |s: &mut String| {
-        let clean = agentloop::url_secrets::scrub(s, secrets);
-        let found = clean != *s;
-        *s = clean;
-        found
-    };
-    match value {
-        Value::String(s) => scrub(s),
-        Value::Array(items) => {
-            // Every item, not only up to the first that held one.
-            let mut found = false;
-            for v in items {
-                found |= scrub_strings(v, secrets);
-            }
-            found
-        }
-        Value::Object(map) => {
-            let mut found = false;
-            let entries = std::mem::take(map);
-            for (mut key, mut v) in entries {
-                found |= scrub_strings(&mut v, secrets);
-                found |= scrub(&mut key);
-                map.insert(key, v);
-            }
-            found
-        }
-        _ => false,
-    }
 }
 
 /// The credentials of a server's declaration, longest first (so that a secret holding another
