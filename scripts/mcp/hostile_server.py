@@ -41,8 +41,10 @@ p.add_argument("--stderr-env", metavar="VAR",
 p.add_argument("--echo-env", metavar="VAR",
                help="echo writes VAR's value on stderr before it answers")
 p.add_argument("--refuse-env", metavar="VAR",
-               help="two more tools whose calls name VAR's value: `refuse` (a JSON-RPC error) "
-                    "and `fail` (an isError result), as a gateway that echoes a token does")
+               help="three more tools whose calls name VAR's value: `refuse` (a JSON-RPC error) "
+                    "and `fail` (an isError result), as a gateway that echoes a token does, "
+                    "and `reveal`, whose result names it (its text; with `structured` in its "
+                    "arguments, its structured content too)")
 p.add_argument("--flood", type=int, default=0, metavar="BYTES",
                help="one more tool, `flood`: its answer is one message of about BYTES bytes; "
                     "0 with `--flood-endless`")
@@ -96,6 +98,7 @@ if args.huge_schema:
 if args.refuse_env:
     tools.append({"name": "refuse", "description": "Refused.", "inputSchema": obj})
     tools.append({"name": "fail", "description": "Fails.", "inputSchema": obj})
+    tools.append({"name": "reveal", "description": "Reveals.", "inputSchema": obj})
 if args.crash_call:
     tools.append({"name": "crash", "description": "Exits.", "inputSchema": obj})
 if args.flood or args.flood_endless:
@@ -185,6 +188,13 @@ def handle(msg, notify):
                 "code": -32001, "message": f"invalid token: {os.environ.get(args.refuse_env)}"}}
         if name == "fail" and args.refuse_env:
             return text(id, f"refused token {os.environ.get(args.refuse_env)}", error=True)
+        if name == "reveal" and args.refuse_env:
+            token = os.environ.get(args.refuse_env)
+            if not a.get("structured"):
+                return text(id, f"your token is {token}")
+            return {"jsonrpc": "2.0", "id": id, "result": {
+                "content": [{"type": "text", "text": f"your token is {token}"}],
+                "structuredContent": {"token": token, token: "as a key"}}}
         if name == "crash" and args.crash_call:
             sys.stderr.write(args.crash_call.replace("\\n", "\n") + "\n")
             sys.stderr.flush()

@@ -147,6 +147,9 @@ pub struct A2aClient {
     /// Where the JSON-RPC calls go: the card's interface, with the configured URL's credentials
     /// where it is on the same origin (never shown: it may carry them).
     endpoint: Arc<str>,
+    /// The configured URL's credentials (user info, query values, their Basic form): what the
+    /// remote agent quotes of them is cut from every answer and error the model reads.
+    secrets: Arc<[String]>,
     max_output_bytes: usize,
 }
 
@@ -269,6 +272,7 @@ impl A2aClient {
             http,
             card: Arc::new(card),
             endpoint: endpoint.into(),
+            secrets: secrets.into(),
             max_output_bytes: DEFAULT_MAX_OUTPUT_BYTES,
         })
     }
@@ -391,7 +395,42 @@ impl A2aClient {
         if outcome.is_err() || !follow.ended {
             follow.cancel_remote().await;
         }
-        outcome
+        self.scrubbed(outcome)
+    }
+
+    /// `outcome` without the URL's credentials: a remote agent (or a gateway before it) may
+    /// quote the request it was sent, its URL and its `Authorization`, in its error or its
+    /// answer.
+    fn scrubbed(&self, outcome: Result<ToolOutput, ToolError>) -> Result<ToolOutput, ToolError> {
+        use agentloop::message::{ContentPart, ToolContent};
+        use agentloop::url_secrets::{scrub, scrub_json};
+        let secrets = &self.secrets[..];
+        if secrets.is_empty() {
+            return outcome;
+        }
+        match outcome {
+            Ok(mut out) => {
+                match &mut out.content {
+                    ToolContent::Text(text) => *text = scrub(text, secrets).into(),
+                    ToolContent::Json(value) => {
+                        scrub_json(value, secrets);
+                    }
+                    ToolContent::Parts(parts) => {
+                        for part in parts {
+                            match part {
+                                ContentPart::Text { text } => *text = scrub(text, secrets),
+                                ContentPart::Image { url, .. } => *url = scrub(url, secrets),
+                            }
+                        }
+                    }
+                }
+                if let Some(details) = &mut out.details {
+                    scrub_json(details, secrets);
+                }
+                Ok(out)
+            }
+            Err(e) => Err(e.map_message(|message| scrub(&message, secrets))),
+        }
     }
 }
 
@@ -670,8 +709,10 @@ impl Follow<'_> {
         if let Some(text) = said.as_ref().filter(|t| !t.is_empty())
             && !status.state.is_terminal()
         {
+            // The events and the trace read it: without the URL's credentials, as the answer.
+            let text = agentloop::url_secrets::scrub(text, &self.client.secrets);
             ctx.progress
-                .send(bounded_text(text.clone(), PROGRESS_MESSAGE_BYTES));
+                .send(bounded_text(text, PROGRESS_MESSAGE_BYTES));
         }
         let why = || said.clone().unwrap_or_default();
         match status.state {

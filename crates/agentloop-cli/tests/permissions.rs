@@ -1567,6 +1567,59 @@ async fn a_link_to_a_denied_program_is_judged_as_that_program_before_and_as_the_
     assert!(dir.path("work/made").exists(), "the last command runs: {v}");
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn an_rm_after_an_assignment_or_option_whose_value_holds_a_slash_is_denied() {
+    // The reader took `D=a/b` and `--chdir=../work` for programs (their file names `b`, `work`) and
+    // looked no further. The last runs.
+    assert_every_rm_denied_and_the_last_runs(
+        &[
+            "D=a/b rm -f keep.txt",
+            "D=a/b; E=/c rm -f keep.txt",
+            "P=./bin env rm -f keep.txt",
+            "env --chdir=../work rm -f keep.txt",
+            "D=a/b touch made",
+        ],
+        "an rm behind an assignment of a path ran",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_link_to_a_denied_program_in_a_folder_the_command_moves_to_unnamed_is_denied() {
+    // `sub/inner/tidy` is a link to `rm`. Each command enters `sub/inner` in a way its words
+    // do not name as a folder (the folder `CDPATH` finds, `~+` for the working folder, the
+    // last folder of `cd -`, a variable; two moves taken together), where `./tidy` runs `rm`:
+    // the gate does not follow those, so a deny on `rm` matches (`~+` is bash's: `sh` is dash
+    // here). The last moves as unnamed and runs a program by its bare name, which the move
+    // does not change: it runs.
+    let tidy = "./tidy -f ../../keep.txt";
+    let commands = [
+        format!("CDPATH=sub cd inner >/dev/null && {tidy}"),
+        format!("bash -c 'cd ~+/sub/inner && {tidy}'"),
+        format!("OLDPWD=sub/inner cd - >/dev/null && {tidy}"),
+        format!("D=sub/inner; cd \"$D\" && {tidy}"),
+        format!("cd sub; cd inner && {tidy}"),
+        "cd - 2>/dev/null; touch made".to_owned(),
+    ];
+    let calls: Vec<(&str, Value)> = commands
+        .iter()
+        .map(|c| ("shell", json!({ "command": c })))
+        .collect();
+    let dir = scripted_builtins(DENY_RM_ALLOW_THE_REST, &calls);
+    std::fs::create_dir_all(dir.path("work/sub/inner")).unwrap();
+    std::os::unix::fs::symlink("/bin/rm", dir.path("work/sub/inner/tidy")).unwrap();
+    std::fs::write(dir.path("work/keep.txt"), "kept").unwrap();
+    let (_, v) = run_json(&dir, &[]).await;
+    let mut want = vec!["denied"; commands.len() - 1];
+    want.push("ok");
+    assert_eq!(call_statuses(&v), want, "{v}");
+    assert!(
+        dir.path("work/keep.txt").exists(),
+        "an rm behind a link in a folder entered unnamed ran"
+    );
+    assert!(dir.path("work/made").exists(), "the last command runs: {v}");
+}
+
 /// Each of `args` as a call of the shell.
 fn shell_calls(args: Vec<Value>) -> Vec<(&'static str, Value)> {
     args.into_iter().map(|a| ("shell", a)).collect()

@@ -406,14 +406,10 @@ fn closed_port() -> u16 {
         .port()
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_remote_a2a_agents_url_token_reaches_neither_its_error_nor_the_models_tools() {
-    let remote = MockServer::start().await;
-    Mock::given(method("GET"))
-        .respond_with(Echo401)
-        .mount(&remote)
-        .await;
-    let dir = AgentDir::new(&format!(
+/// An agent whose tool `remote` is the A2A agent at `uri`'s `/a2a`, by a URL with credentials;
+/// its model's script is to be written.
+fn a2a_caller(uri: &str) -> AgentDir {
+    AgentDir::new(&format!(
         r#"name = "caller"
 [model]
 provider = "scripted"
@@ -422,8 +418,18 @@ script = "script.json"
 name = "remote"
 a2a = "{}"
 "#,
-        credentialed(&remote.uri(), "/a2a")
-    ));
+        credentialed(uri, "/a2a")
+    ))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_remote_a2a_agents_url_token_reaches_neither_its_error_nor_the_models_tools() {
+    let remote = MockServer::start().await;
+    Mock::given(method("GET"))
+        .respond_with(Echo401)
+        .mount(&remote)
+        .await;
+    let dir = a2a_caller(&remote.uri());
     dir.write("script.json", r#"[{"text": "done"}]"#);
     let agent = dir.agent();
     let agent = agent.to_str().unwrap();
@@ -440,6 +446,77 @@ a2a = "{}"
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert!(stdout(&out).contains("key=[redacted]"), "{}", stdout(&out));
     assert_no_secret("plan", &stdout(&out));
+}
+
+/// A remote A2A agent whose card is good and whose every JSON-RPC answer quotes the request's
+/// URL, with the key in its query, and its `Authorization` (the URL's user info): the first as
+/// an error, the next as the agent's answer, as a gateway or a careless agent may.
+struct EchoingA2a {
+    /// The mock server's own address (a request's URL names `localhost`, without the port).
+    uri: String,
+    answers: std::sync::atomic::AtomicUsize,
+}
+
+impl wiremock::Respond for EchoingA2a {
+    fn respond(&self, request: &wiremock::Request) -> ResponseTemplate {
+        if request.method == wiremock::http::Method::GET {
+            return ResponseTemplate::new(200).set_body_json(json!({
+                "name": "remote",
+                "supportedInterfaces": [{"url": format!("{}/a2a", self.uri), "protocolBinding": "JSONRPC"}],
+            }));
+        }
+        let auth = request
+            .headers
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("(none)");
+        let quoted = format!("{} with Authorization: {auth}", request.url);
+        let n = self
+            .answers
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        ResponseTemplate::new(200).set_body_json(if n == 0 {
+            json!({"jsonrpc": "2.0", "id": "1", "error": {"code": -32001,
+                "message": format!("refused {quoted}")}})
+        } else {
+            json!({"jsonrpc": "2.0", "id": "2", "result": {"message": {"messageId": "m",
+                "role": "ROLE_AGENT", "parts": [{"text": format!("you called {quoted}")}]}}})
+        })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_remote_a2a_agent_that_echoes_its_urls_credentials_shows_them_to_nobody() {
+    let remote = MockServer::start().await;
+    Mock::given(wiremock::matchers::any())
+        .respond_with(EchoingA2a {
+            uri: remote.uri(),
+            answers: Default::default(),
+        })
+        .mount(&remote)
+        .await;
+    let dir = a2a_caller(&remote.uri());
+    let call = |id: &str| json!({"tool_calls": [{"id": id, "name": "remote", "arguments": {"task": "hi"}}]});
+    dir.write(
+        "script.json",
+        &json!([call("c1"), call("c2"), {"text": "done"}]).to_string(),
+    );
+    let (out, journal, trace) = recorded_run(&dir, dir.agent().to_str().unwrap(), "hi").await;
+    let v = stdout_json(&out);
+    assert_eq!(v["stop_reason"], "finished", "{v}");
+    // The remote did quote them (the calls reached it with the credentials, and it answered).
+    let calls = v["tool_calls"].as_array().unwrap();
+    assert_eq!(calls[0]["error"]["code"], "a2a.remote_error", "{v}");
+    assert!(
+        calls[1]["output"]
+            .as_str()
+            .unwrap()
+            .contains("key=[redacted]"),
+        "{v}"
+    );
+    assert_no_secret("stdout", &stdout(&out));
+    assert_no_secret("stderr", &stderr(&out));
+    assert_no_secret("the trace", &std::fs::read_to_string(&trace).unwrap());
+    assert_no_secret("the journal", &journal_text(&journal));
 }
 
 #[tokio::test(flavor = "multi_thread")]

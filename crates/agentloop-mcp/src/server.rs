@@ -238,6 +238,32 @@ fn scrubbed(config: &ServerConfig, text: &str) -> String {
     agentloop::url_secrets::scrub(text, &secrets(config))
 }
 
+/// A tool's result without the credentials of a server's declaration (see [`secrets`]) in any
+/// of its text: a gateway that answers with the request it was sent, or a server that prints
+/// its environment (`env`), would otherwise hand the model, the journal and the trace the token
+/// the declaration gave it. An error result's text is scrubbed as the error is.
+fn scrubbed_result(
+    config: &ServerConfig,
+    result: rmcp::model::CallToolResult,
+) -> rmcp::model::CallToolResult {
+    let secrets = secrets(config);
+    if secrets.is_empty() {
+        return result;
+    }
+    let Ok(mut value) = serde_json::to_value(&result) else {
+        return result;
+    };
+    if !agentloop::url_secrets::scrub_json(&mut value, &secrets) {
+        return result;
+    }
+    serde_json::from_value(value).unwrap_or_else(|_| {
+        rmcp::model::CallToolResult::error(vec![rmcp::model::ContentBlock::text(
+            "the result held a credential of the server's declaration and could not be shown \
+             without it",
+        )])
+    })
+}
+
 /// The credentials of a server's declaration, longest first (so that a secret holding another
 /// is replaced whole): for HTTP its URL's user info and query values (the transport's reqwest
 /// errors print the URL whole: `error sending request for url (https://host/mcp?token=...)`)

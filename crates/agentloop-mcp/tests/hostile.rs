@@ -430,6 +430,34 @@ mod mcpfix {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_servers_result_that_names_a_secret_of_its_declaration_reaches_the_model_redacted() {
+        // The token the entry's `env` hands the server, named in a result that is no error: in
+        // its text, and as a value and a key of its structured content.
+        let secret = std::env::var("CARGO_MANIFEST_DIR").unwrap();
+        let dir = tempdir("reveal");
+        let mut cfg = stdio("g", &dir, &["--refuse-env", "TOKEN"]);
+        if let Transport::Stdio { env, .. } = &mut cfg.transport {
+            env.insert("TOKEN".into(), "${CARGO_MANIFEST_DIR}".into());
+        }
+        let mcp = McpServer::connect(cfg).await.unwrap();
+        let tools = mcp.tools();
+        let out = call(tool(&tools, "g__reveal"), json!({})).await.unwrap();
+        assert_eq!(out.content.to_text(), "your token is [redacted]");
+        let out = call(tool(&tools, "g__reveal"), json!({"structured": true}))
+            .await
+            .unwrap();
+        assert_eq!(
+            out.content,
+            agentloop::message::ToolContent::Json(json!({
+                "token": "[redacted]",
+                "[redacted]": "as a key",
+            })),
+        );
+        assert!(!format!("{out:?}").contains(&secret));
+        mcp.shutdown().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_servers_error_that_echoes_a_secret_reaches_the_model_redacted() {
         let secret = std::env::var("CARGO_MANIFEST_DIR").unwrap();
         let dir = tempdir("refuse");

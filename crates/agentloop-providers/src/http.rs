@@ -467,7 +467,8 @@ impl HttpClient {
         Err(error)
     }
 
-    /// Removes the API key, and the credentials the base URL carries (its user info, its query
+    /// Removes the API key, the values of the custom headers that carry a credential (a
+    /// gateway's `x-portkey-api-key`, a proxy's `Proxy-Authorization`), and the credentials the base URL carries (its user info, its query
     /// values: some gateways take the key as `?key=`), from an error's text fields, should a
     /// server echo them back (a 401 body that quotes the key, or the URL it was sent to, or an
     /// error event in a stream that quotes the request's headers).
@@ -480,9 +481,16 @@ impl HttpClient {
         let mut secrets = agentloop::url_secrets::secrets(&self.config.base_url);
         if key.len() >= 4 {
             secrets.push(key);
-            // Longest first, so that a secret holding another is replaced whole.
-            secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
         }
+        secrets.extend(
+            self.config
+                .extra_headers
+                .iter()
+                .filter(|(name, _)| is_credential_header(name))
+                .flat_map(|(_, value)| credential_parts(value)),
+        );
+        // Longest first, so that a secret holding another is replaced whole.
+        secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
         if secrets.is_empty() {
             return;
         }
@@ -638,6 +646,44 @@ where
     let _ = tokio::time::timeout(within, read).await;
     out
 }
+/// True when a word of a custom header's name says that it carries a credential
+/// (`Authorization`, `Proxy-Authorization`, `Cookie`, `x-api-key`, `x-portkey-api-key`,
+/// `X-Auth-Token`, `Ocp-Apim-Subscription-Key`): its value is then taken out of errors as the
+/// key is. Others (`anthropic-version`, `x-portkey-provider`) are not, so that an error that
+/// names them stays whole.
+fn is_credential_header(name: &str) -> bool {
+    const WORDS: &[&str] = &[
+        "authorization",
+        "auth",
+        "key",
+        "apikey",
+        "token",
+        "secret",
+        "password",
+        "cookie",
+        "credential",
+        "credentials",
+        "signature",
+    ];
+    name.to_ascii_lowercase()
+        .split(['-', '_'])
+        .any(|word| WORDS.contains(&word))
+}
+
+/// What of a credential header's value a server may echo: the whole value, and its last word
+/// alone (the token of `Bearer TOKEN`), each of at least 4 characters.
+fn credential_parts(value: &str) -> Vec<String> {
+    let value = value.trim();
+    let mut parts = vec![value.to_owned()];
+    if let Some(last) = value.split_whitespace().last()
+        && last != value
+    {
+        parts.push(last.to_owned());
+    }
+    parts.retain(|p| p.len() >= 4);
+    parts
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]

@@ -944,6 +944,48 @@ async fn the_api_key_never_appears_in_an_error() {
     }
 }
 
+#[tokio::test]
+async fn a_custom_headers_credential_never_appears_in_an_error() {
+    // A gateway's own key in a header of its name, and a proxy's credentials: the server
+    // quotes both back, with the header that carries none.
+    const GATEWAY_KEY: &str = "pk-gateway-7421-qwertyuiop";
+    const PROXY_TOKEN: &str = "proxy-token-9087-asdfghjkl";
+    let server = MockServer::start().await;
+    // It refuses with 401, quoting the headers, as a gateway's "bad credentials" answer may.
+    let quoting = |request: &wiremock::Request| {
+        let quoted = [
+            "x-portkey-api-key",
+            "proxy-authorization",
+            "x-portkey-provider",
+        ]
+        .map(|h| {
+            let value = request.headers.get(h).and_then(|v| v.to_str().ok());
+            format!("{h}: {}", value.unwrap_or("(none)"))
+        });
+        let message = format!("refused: {}", quoted.join("; "));
+        ResponseTemplate::new(401)
+            .set_body_json(json!({"error": {"message": message, "type": "invalid_request_error"}}))
+    };
+    Mock::given(method("POST"))
+        .respond_with(quoting)
+        .mount(&server)
+        .await;
+    let model = OpenAiChat::compatible("gateway", server.uri(), "m")
+        .header("x-portkey-api-key", GATEWAY_KEY)
+        .header("Proxy-Authorization", format!("Bearer {PROXY_TOKEN}"))
+        .header("x-portkey-provider", "openai")
+        .build()
+        .unwrap();
+    let err = ask(&model).await.unwrap_err();
+    assert!(err.is_authentication(), "{err}");
+    let shown = format!("{err} {err:?}");
+    assert!(shown.contains("x-portkey-provider: openai"), "{shown}");
+    assert!(shown.contains("x-portkey-api-key: [redacted]"), "{shown}");
+    for secret in [GATEWAY_KEY, PROXY_TOKEN] {
+        assert!(!shown.contains(secret), "{secret} leaked: {shown}");
+    }
+}
+
 /// Gets the weather for a city.
 #[agentloop::tool]
 async fn get_weather(

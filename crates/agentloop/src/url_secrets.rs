@@ -161,6 +161,40 @@ pub fn scrub(text: &str, secrets: &[String]) -> String {
     out
 }
 
+/// Replaces each of `secrets` (as [`scrub`] does) in every string of `value`, and in every
+/// object key; true when one was found. For what a server answers as JSON (a tool's structured
+/// result, a remote agent's data), which may quote the request it was sent.
+pub fn scrub_json(value: &mut serde_json::Value, secrets: &[String]) -> bool {
+    use serde_json::Value;
+    let scrub_string = |s: &mut String| {
+        let clean = scrub(s, secrets);
+        let found = clean != *s;
+        *s = clean;
+        found
+    };
+    match value {
+        Value::String(s) => scrub_string(s),
+        Value::Array(items) => {
+            // Every item, not only up to the first that held one.
+            let mut found = false;
+            for v in items {
+                found |= scrub_json(v, secrets);
+            }
+            found
+        }
+        Value::Object(map) => {
+            let mut found = false;
+            for (mut key, mut v) in std::mem::take(map) {
+                found |= scrub_json(&mut v, secrets);
+                found |= scrub_string(&mut key);
+                map.insert(key, v);
+            }
+            found
+        }
+        _ => false,
+    }
+}
+
 /// `%XX` sequences decoded; an invalid sequence is kept as written, and a result that is not
 /// UTF-8 is the string as written.
 fn percent_decoded(s: &str) -> String {

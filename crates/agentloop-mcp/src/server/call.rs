@@ -17,7 +17,7 @@ use crate::{McpError, tools};
 
 use super::progress::ProgressRoute;
 use super::stderr::{Capture, with_stderr};
-use super::{McpServer, scrubbed};
+use super::{McpServer, scrubbed, scrubbed_result};
 
 impl McpServer {
     /// Calls a tool by the server's name for it: the result as the model reads it, a server's
@@ -105,7 +105,7 @@ impl McpServer {
         let error_text =
             |text: &str| agentloop::tool::bounded_text(scrubbed(&self.inner.config, text), max);
         match result {
-            Ok(result) => match tools::output(result, max) {
+            Ok(result) => match tools::output(scrubbed_result(&self.inner.config, result), max) {
                 Ok(out) => Ok(with_stderr(out, capture.take())),
                 Err(ToolError::Recoverable {
                     code,

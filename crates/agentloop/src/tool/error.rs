@@ -48,6 +48,27 @@ impl ToolError {
         self
     }
 
+    /// The same error with its message rewritten by `f` (its code and kind kept): for a tool
+    /// that must take what it cannot show out of any error it passes on (a credential a server
+    /// echoed).
+    #[must_use]
+    pub fn map_message(self, f: impl FnOnce(String) -> String) -> Self {
+        match self {
+            ToolError::Recoverable {
+                code,
+                message,
+                permanent,
+            } => ToolError::Recoverable {
+                code,
+                message: f(message),
+                permanent,
+            },
+            ToolError::Fatal { message } => ToolError::Fatal {
+                message: f(message),
+            },
+        }
+    }
+
     /// A fatal failure that ends the run.
     pub fn fatal(message: impl Into<String>) -> Self {
         ToolError::Fatal {

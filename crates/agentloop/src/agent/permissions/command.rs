@@ -112,17 +112,20 @@ pub(super) fn chain_runs(
     let redirected = redirected_commands(&joined);
     // `cd sub && ./tidy`: a program word may be looked up in a folder the chain moves to, by a
     // `cd` wherever a program may stand (`command cd sub`, `X=1 cd sub`, `2>/dev/null cd sub`).
-    let folders: Vec<String> = parts
+    let mut folders: Vec<String> = parts
         .iter()
         .copied()
         .chain(redirected.iter().map(String::as_str))
         .flat_map(|part| folders_moved_to(&shell_words(part)))
         .collect();
+    folders.extend(folders_taken_together(&folders));
+    let unnamed_folder = moves_to_an_unnamed_folder(&joined, &parts, &redirected);
     let chained = parts.iter().filter(|p| !p.trim().is_empty()).count() > 1;
     let words: Vec<String> = parts.iter().flat_map(|part| shell_words(part)).collect();
     let programs = Programs {
         resolver,
         folders: &folders,
+        unnamed_folder,
         chain: if chained { &words } else { &[] },
         reading,
     };
@@ -268,6 +271,10 @@ pub(super) struct Programs<'a> {
     pub(super) resolver: Option<&'a dyn ResolvePaths>,
     /// The folders the command's `cd` and `pushd` name, as written.
     pub(super) folders: &'a [String],
+    /// True when the command may move to a folder no reading of its words names (`cd -`,
+    /// `popd`, `cd "$D"`, a `cd` under `CDPATH`): a file it then names by a relative path may
+    /// be any file of that folder.
+    pub(super) unnamed_folder: bool,
     /// The words of the whole command when it is a chain of more than one part (else none): a
     /// file one part reads may be one another part makes of a file it names (`cp x.sh y.sh &&
     /// sh y.sh`).
@@ -302,6 +309,10 @@ pub(super) fn names_program(wanted: &str, word: &str, programs: Programs<'_>) ->
     // A relative path is also looked up from each folder the command moves to; a bare name
     // is looked up on `PATH`, wherever the command is.
     let relative = word.contains('/') && !word.starts_with('/');
+    if relative && programs.unnamed_folder {
+        // `cd - && ./tidy`: the file it runs is in a folder this reading cannot name.
+        return true;
+    }
     named(word)
         || (relative
             && programs
@@ -571,8 +582,16 @@ impl LauncherWalk {
 
     /// Where the next word stands.
     fn step(&mut self, word: &str) -> Place {
-        let program = program_name(word);
-        if let Some(takes) = LAUNCHER_POSITIONALS
+        // An option or an assignment is read whole, though its value has a `/`: the file name
+        // of `--chdir=/tmp` or `D=sub/dir` (`tmp`, `dir`) is no program's.
+        let program = if word.starts_with('-') || is_assignment(word) {
+            word
+        } else {
+            program_name(word)
+        };
+        if is_assignment(word) {
+            Place::Past
+        } else if let Some(takes) = LAUNCHER_POSITIONALS
             .iter()
             .find_map(|(name, n)| name.eq_ignore_ascii_case(program).then_some(*n))
         {
@@ -1310,6 +1329,58 @@ fn folders_moved_to(words: &[String]) -> Vec<String> {
         .collect()
 }
 
+/// The folders consecutive moves reach together (`cd a; cd b` is in `a/b`): each relative
+/// folder joined to the ones before it, back to the last absolute one.
+fn folders_taken_together(folders: &[String]) -> Vec<String> {
+    let mut reached = String::new();
+    let mut together = Vec::new();
+    for folder in folders {
+        if folder.starts_with('/') || reached.is_empty() {
+            reached.clone_from(folder);
+        } else {
+            reached = format!("{reached}/{folder}");
+            together.push(reached.clone());
+        }
+    }
+    together
+}
+
+/// True when a `cd`, `pushd` or `popd` of `command` (its `parts` and `redirected` commands)
+/// moves to a folder its words do not name: `cd` alone or `cd -` (the home folder, the last
+/// one), `popd` and `pushd` alone or `pushd +1` (the folder stack), a folder an expansion names
+/// (`cd "$D"`, `cd ~+/sub`, `cd s*`), or any move when the command sets `CDPATH` (`CDPATH=sub
+/// cd inner` enters `sub/inner`).
+fn moves_to_an_unnamed_folder(command: &str, parts: &[&str], redirected: &[String]) -> bool {
+    let moves = |words: &[String]| -> Vec<(String, Option<String>)> {
+        program_positions(words)
+            .into_iter()
+            .filter_map(|at| {
+                let name = program_name(words.get(at)?);
+                matches!(name, "cd" | "pushd" | "popd").then(|| {
+                    let rest = words.get(at + 1..).unwrap_or_default();
+                    let target = rest.iter().find(|w| *w == "-" || !w.starts_with('-'));
+                    (name.to_owned(), target.cloned())
+                })
+            })
+            .collect()
+    };
+    let all: Vec<(String, Option<String>)> = parts
+        .iter()
+        .copied()
+        .chain(redirected.iter().map(String::as_str))
+        .flat_map(|part| moves(&shell_words(part)))
+        .collect();
+    if !all.is_empty() && command.contains("CDPATH") {
+        return true;
+    }
+    all.iter().any(|(name, target)| match target.as_deref() {
+        _ if name == "popd" => true,
+        None | Some("-") => true,
+        Some(t) if name == "pushd" && t.starts_with('+') => true,
+        Some(t) => t.starts_with('~') || t.contains(['$', '*', '?', '[', '{']),
+    })
+}
+
 /// Where in `words` (one command) a program may stand: the first word, and past launchers,
 /// their options and values, assignments and the like (as [`words_run`] walks them), each word
 /// that may be the program run.
@@ -1585,6 +1656,9 @@ pub(super) const LAUNCHERS: &[&str] = &[
     "trap",
     "coproc",
     "watch",
+    "hyperfine",
+    "lockf",
+    "winpty",
     "entr",
     "watchexec",
     "flock",
@@ -1792,6 +1866,7 @@ pub(super) const LAUNCHER_POSITIONALS: &[(&str, usize)] = &[
     ("gchroot", 1),
     ("chroot", 1),
     ("flock", 1),
+    ("lockf", 1),
     ("taskset", 1),
     ("chrt", 1),
     ("su", 1),
@@ -1895,6 +1970,15 @@ pub(super) fn option_runs(
     word.split_once('=')
         .filter(|(option, _)| options.contains(option))
         .is_some_and(|(_, value)| value_runs(value, rest))
+}
+
+/// True when `word` is a shell variable assignment (`NAME=value`, `NAME+=value`).
+fn is_assignment(word: &str) -> bool {
+    word.split_once('=').is_some_and(|(name, _)| {
+        let name = name.strip_suffix('+').unwrap_or(name);
+        name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+    })
 }
 
 /// A word a shell command can begin with that runs what comes after it rather than being the

@@ -1543,6 +1543,10 @@ mod tests {
                 "trap 'rm -rf .' EXIT",
                 "bash -c 'coproc rm -rf .'",
                 "watch rm x",
+                "hyperfine 'rm x'",
+                "hyperfine --prepare 'rm x' true",
+                "lockf /tmp/l rm x",
+                "winpty rm x",
                 "strace -f -o log rm x",
                 "unshare -r rm x",
                 "setpriv --reuid 0 rm x",
@@ -2092,6 +2096,81 @@ mod tests {
         bare.configure(rule("shell", prefix("rm"), Permission::Deny))
             .set("shell", Permission::Allow);
         decides(&bare, &["./tidy -rf ."], Permission::Allow);
+    }
+
+    #[test]
+    fn an_assignment_or_option_whose_value_holds_a_slash_is_read_past_to_the_program() {
+        // The file name of `D=/tmp/x` is `x`, of `--chdir=/tmp` `tmp`: an assignment or an
+        // option is no program, whatever its value.
+        let mut store = PermissionStore::new(Permission::Allow);
+        store
+            .configure(rule("shell", prefix("rm"), Permission::Deny))
+            .set("shell", Permission::Allow);
+        decides(
+            &store,
+            &[
+                "D=a/b rm x",
+                "D=/tmp/x sudo rm x",
+                "P=./bin env rm x",
+                "D=a/b; E=c/d rm x",
+                "env --chdir=/tmp rm x",
+                "sudo --chdir=/tmp rm x",
+                "env -C/tmp rm x",
+                "nohup env --chdir=a/b rm x",
+                "xargs --arg-file=/dev/null rm x",
+                "flock --conflict-exit-code=1 /tmp/l rm x",
+            ],
+            Permission::Deny,
+        );
+        decides(&store, &["D=a/b ls", "./D=a/b x"], Permission::Allow);
+    }
+
+    #[test]
+    fn a_program_or_script_after_a_move_to_an_unnamed_folder_matches_deny_and_ask() {
+        // `sub/inner/./tidy` is `rm`, `a/b/./wipe` too; `CDPATH=sub cd inner` enters
+        // `sub/inner`, and the other moves go where the shell's state or an expansion says,
+        // which no reading of the words names: a relative program, a script, a repository
+        // there may be any. A bare name is looked up on `PATH` wherever the command is.
+        let mut store = PermissionStore::new(Permission::Allow);
+        store
+            .configure(rule("shell", prefix("rm"), Permission::Deny))
+            .set("shell", Permission::Allow)
+            .resolve_paths(
+                "shell",
+                Arc::new(LinkedPrograms(vec![
+                    ("sub/inner/./tidy", "/usr/bin/rm"),
+                    ("a/b/./wipe", "/usr/bin/rm"),
+                ])),
+            );
+        decides(
+            &store,
+            &[
+                "CDPATH=sub cd inner && ./tidy x",
+                "export CDPATH=sub; cd inner && ./tidy x",
+                "cd ~+/sub/inner && ./tidy x",
+                "cd sub/inner; cd ..; cd - && ./tidy x",
+                "OLDPWD=sub/inner cd - >/dev/null && ./tidy x",
+                "OLDPWD=sub/inner cd - && ./tidy x",
+                "cd; ./tidy x",
+                "pushd sub/inner; pushd /; pushd +1; ./tidy x",
+                "pushd sub/inner; pushd /tmp; popd; ./tidy x",
+                "D=sub/inner; cd \"$D\" && ./tidy x",
+                "cd s* && sh x.sh",
+                "cd - && git status",
+                "cd a; cd b && ./wipe x",
+            ],
+            Permission::Deny,
+        );
+        decides(
+            &store,
+            &[
+                "cd sub && ./tidy x",
+                "cd - && ls",
+                "popd; touch made",
+                "cd a && ./wipe x",
+            ],
+            Permission::Allow,
+        );
     }
 
     #[test]

@@ -94,6 +94,10 @@ fn read(programs: Programs<'_>, path: &str) -> Found {
         return Found::Unreadable;
     }
     let relative = !path.starts_with('/');
+    if relative && programs.unnamed_folder {
+        // `cd - && sh x.sh`: which `x.sh` that is, the folder the command moved to says.
+        return Found::Unreadable;
+    }
     let candidates = std::iter::once(path.to_owned()).chain(
         programs
             .folders
@@ -425,6 +429,11 @@ fn repository_runs(words: &[String], wanted: &[&str], programs: Programs<'_>) ->
     let Some(resolver) = programs.resolver else {
         return false;
     };
+    if programs.unnamed_folder {
+        // `cd - && git push`: the repository, so its configuration and hooks, is the one of a
+        // folder this reading cannot name.
+        return true;
+    }
     let place = git_place(words);
     let (subcommand, after) = match place.subcommand {
         Some(at) => (
