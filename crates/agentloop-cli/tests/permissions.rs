@@ -2018,3 +2018,49 @@ async fn ask27_a_subagent_s_always_never_answers_its_parent_s_tool_of_the_same_n
         "{resumed}"
     );
 }
+
+/// An agent whose only tool is the `write` of a small MCP server (`scripts/mcp/write_server.py`),
+/// renamed `save`, under `permissions`; its model overwrites `victim.txt` with it.
+fn renamed_mcp_writer(permissions: &str) -> AgentDir {
+    let server =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/mcp/write_server.py");
+    let dir = AgentDir::new(&format!(
+        r#"name = "writer"
+[model]
+provider = "scripted"
+script = "script.json"
+[[mcp]]
+name = "w"
+command = ["python3", "{}"]
+rename = {{ write = "save" }}
+{permissions}"#,
+        server.display()
+    ));
+    dir.write(
+        "script.json",
+        &json!([
+            {"tool_calls": [{"id": "c0", "name": "save", "arguments": {"path": "victim.txt", "content": "gone"}}]},
+            {"text": "done"}
+        ])
+        .to_string(),
+    );
+    dir.write("victim.txt", "keep me\n");
+    dir
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn ask27_an_ask_on_an_mcp_tool_s_server_name_holds_for_its_renamed_tool() {
+    for permissions in [
+        "[permissions]\nask = [\"w__write\"]\n",
+        "[[permissions.rules]]\ntool = \"w__write\"\npermission = \"ask\"\n",
+    ] {
+        let dir = renamed_mcp_writer(permissions);
+        let (_, v) = run_json(&dir, &[]).await;
+        assert_eq!(
+            std::fs::read_to_string(dir.path("victim.txt")).unwrap(),
+            "keep me\n",
+            "the renamed tool ran unasked under {permissions}: {v}"
+        );
+        assert_eq!(call_statuses(&v), ["denied"], "{v}");
+    }
+}
