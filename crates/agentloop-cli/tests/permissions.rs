@@ -1981,7 +1981,7 @@ ask = ["shell"]
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn ask27_a_subagent_s_always_never_answers_its_parent_s_tool_of_the_same_name() {
+async fn a_subagent_s_always_never_answers_its_parent_s_tool_of_the_same_name() {
     let dir = lead_and_worker_sharing_a_tool_name();
     let journal = dir.path("runs.db");
     let j = journal.to_str().unwrap();
@@ -2049,7 +2049,7 @@ rename = {{ write = "save" }}
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn ask27_an_ask_on_an_mcp_tool_s_server_name_holds_for_its_renamed_tool() {
+async fn an_ask_on_an_mcp_tool_s_server_name_holds_for_its_renamed_tool() {
     for permissions in [
         "[permissions]\nask = [\"w__write\"]\n",
         "[[permissions.rules]]\ntool = \"w__write\"\npermission = \"ask\"\n",
