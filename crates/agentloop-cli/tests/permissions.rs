@@ -1918,3 +1918,149 @@ async fn an_rm_behind_a_container_recorder_session_lock_or_project_runner_is_den
     )
     .await;
 }
+
+/// A lead whose `shell` runs its command (`sh -c`) and is asked about, with a worker (another
+/// agent file) that has a harmless tool of the same name, also asked about. The worker's model
+/// calls its `shell` once; the lead's model then calls its own to delete `victim.txt`.
+fn lead_and_worker_sharing_a_tool_name() -> AgentDir {
+    let dir = AgentDir::new(
+        r#"name = "lead"
+[model]
+provider = "scripted"
+script = "lead.json"
+[[tools]]
+name = "shell"
+command = ["python3", "run.py"]
+input_schema = { type = "object", properties = { command = { type = "string" } } }
+[[tools]]
+name = "worker"
+agent = "worker.toml"
+description = "The worker."
+[permissions]
+ask = ["shell"]
+"#,
+    );
+    dir.write(
+        "worker.toml",
+        r#"name = "worker"
+[model]
+provider = "scripted"
+script = "worker.json"
+[[tools]]
+name = "shell"
+command = ["python3", "tool.py"]
+input_schema = { type = "object", properties = { command = { type = "string" } } }
+[permissions]
+ask = ["shell"]
+"#,
+    );
+    dir.write(
+        "lead.json",
+        &json!([
+            {"tool_calls": [{"id": "p1", "name": "worker", "arguments": {"task": "look"}}]},
+            {"tool_calls": [{"id": "p2", "name": "shell", "arguments": {"command": "rm victim.txt"}}]},
+            {"text": "done"}
+        ])
+        .to_string(),
+    );
+    dir.write(
+        "worker.json",
+        &json!([
+            {"tool_calls": [{"id": "a1", "name": "shell", "arguments": {"command": "echo hi"}}]},
+            {"text": "looked"}
+        ])
+        .to_string(),
+    );
+    dir.write(
+        "run.py",
+        "import json, subprocess, sys\n\
+         sys.exit(subprocess.call([\"sh\", \"-c\", json.load(sys.stdin)[\"command\"]]))\n",
+    );
+    dir.write("victim.txt", "keep me\n");
+    dir
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_subagent_s_always_never_answers_its_parent_s_tool_of_the_same_name() {
+    let dir = lead_and_worker_sharing_a_tool_name();
+    let journal = dir.path("runs.db");
+    let j = journal.to_str().unwrap();
+    let suspended = run_until_suspended(&dir, j).await;
+    let id = suspended["run_id"].as_str().unwrap().to_owned();
+    assert_eq!(suspended["pending_approvals"][0]["call_id"], "p1/a1");
+    let ok = agentloop(args(&[
+        "approve",
+        &id,
+        "--call",
+        "p1/a1",
+        "--allow",
+        "--always",
+        "--journal",
+        j,
+    ]))
+    .await;
+    assert_eq!(ok.status.code(), Some(0), "{}", stderr(&ok));
+    let out = agentloop(args(&["resume", &id, "--journal", j, "--json"])).await;
+    assert_eq!(
+        dir.tool_inputs(),
+        [json!({"command": "echo hi"})],
+        "the worker's call ran"
+    );
+    assert!(
+        dir.path("victim.txt").exists(),
+        "the lead's shell ran unasked on the worker's answer: {}",
+        stdout(&out)
+    );
+    assert_eq!(out.status.code(), Some(8), "{}", stdout(&out));
+    let resumed = stdout_json(&out);
+    assert_eq!(
+        resumed["pending_approvals"][0]["call_id"], "p2",
+        "{resumed}"
+    );
+}
+
+/// An agent whose only tool is the `write` of a small MCP server (`scripts/mcp/write_server.py`),
+/// renamed `save`, under `permissions`; its model overwrites `victim.txt` with it.
+fn renamed_mcp_writer(permissions: &str) -> AgentDir {
+    let server =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/mcp/write_server.py");
+    let dir = AgentDir::new(&format!(
+        r#"name = "writer"
+[model]
+provider = "scripted"
+script = "script.json"
+[[mcp]]
+name = "w"
+command = ["python3", "{}"]
+rename = {{ write = "save" }}
+{permissions}"#,
+        server.display()
+    ));
+    dir.write(
+        "script.json",
+        &json!([
+            {"tool_calls": [{"id": "c0", "name": "save", "arguments": {"path": "victim.txt", "content": "gone"}}]},
+            {"text": "done"}
+        ])
+        .to_string(),
+    );
+    dir.write("victim.txt", "keep me\n");
+    dir
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_ask_on_an_mcp_tool_s_server_name_holds_for_its_renamed_tool() {
+    for permissions in [
+        "[permissions]\nask = [\"w__write\"]\n",
+        "[[permissions.rules]]\ntool = \"w__write\"\npermission = \"ask\"\n",
+    ] {
+        let dir = renamed_mcp_writer(permissions);
+        let (_, v) = run_json(&dir, &[]).await;
+        assert_eq!(
+            std::fs::read_to_string(dir.path("victim.txt")).unwrap(),
+            "keep me\n",
+            "the renamed tool ran unasked under {permissions}: {v}"
+        );
+        assert_eq!(call_statuses(&v), ["denied"], "{v}");
+    }
+}

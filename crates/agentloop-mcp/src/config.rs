@@ -169,11 +169,7 @@ impl ServerConfig {
         if let Some(name) = self.rename.get(remote) {
             return name.clone();
         }
-        let prefix = match &self.prefix {
-            Some(p) => p.clone(),
-            None => format!("{}__", self.name),
-        };
-        let mut out = prefix;
+        let mut out = self.tool_prefix();
         out.extend(remote.chars().map(|c| {
             if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
                 c
@@ -182,6 +178,25 @@ impl ServerConfig {
             }
         }));
         out
+    }
+}
+
+impl ServerConfig {
+    /// What goes before the server's name of a tool: `prefix`, else `NAME__`.
+    fn tool_prefix(&self) -> String {
+        match &self.prefix {
+            Some(p) => p.clone(),
+            None => format!("{}__", self.name),
+        }
+    }
+
+    /// The name the model calls a tool by that `name` gives as the server's own name under the
+    /// prefix (`fs__list_directory` for a tool renamed `ls`, `fs__get.user` for `fs__get_user`),
+    /// when that differs from `name`: a permission written so is meant for that tool.
+    pub fn tool_named_by_server_name(&self, name: &str) -> Option<String> {
+        let remote = name.strip_prefix(self.tool_prefix().as_str())?;
+        let ours = (!remote.is_empty()).then(|| self.tool_name(remote))?;
+        (ours != name).then_some(ours)
     }
 }
 
@@ -341,6 +356,18 @@ mod tests {
         assert_eq!(c.tool_name("read_file"), "read_file");
         c.rename.insert("read_file".into(), "read".into());
         assert_eq!(c.tool_name("read_file"), "read");
+    }
+
+    #[test]
+    fn a_tool_named_by_the_server_s_name_is_found_under_the_model_s_name() {
+        let mut c = ServerConfig::stdio("fs", vec!["x".into()]);
+        c.rename.insert("list_directory".into(), "ls".into());
+        let named = |n: &str| c.tool_named_by_server_name(n);
+        assert_eq!(named("fs__list_directory").as_deref(), Some("ls"));
+        assert_eq!(named("fs__get.user").as_deref(), Some("fs__get_user"));
+        assert_eq!(named("fs__read_file"), None, "already the model's name");
+        assert_eq!(named("fs__"), None);
+        assert_eq!(named("shell"), None, "not under the prefix");
     }
 
     #[test]

@@ -105,12 +105,29 @@ pub struct Approvals {
     suspend: Option<Suspension>,
 }
 
-/// A recorded "always" answer: the call it was given for, its tool, and the answer.
+/// A recorded "always" answer: the call it was given for, its tool, the agent whose call it
+/// was, and the answer.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct RecordedAlways {
     pub(crate) call_id: String,
     pub(crate) tool: String,
+    pub(crate) agent: String,
     pub(crate) answer: Answer,
+}
+
+impl RecordedAlways {
+    /// True when it answered a call of `agent` itself, not one of its subagents' (which the
+    /// top run's journal also holds, for the tree, under [`crate::journal::child_approval_id`]).
+    /// A subagent's tool is another agent's, however it is named: its "always" is the
+    /// subagent's own, which it recalls from its own journal. A record without an agent (a
+    /// journal written before requests named theirs) counts as the top run's when its id is
+    /// no subagent's.
+    fn answers_agent(&self, agent: &str) -> bool {
+        if self.agent.is_empty() {
+            return !self.call_id.contains('/');
+        }
+        self.agent == agent
+    }
 }
 
 /// An answer with what it answers, by call id.
@@ -154,6 +171,7 @@ impl Approvals {
                     always.push(RecordedAlways {
                         call_id: request.call_id.clone(),
                         tool: request.tool.clone(),
+                        agent: request.agent.clone(),
                         answer,
                     });
                 }
@@ -173,11 +191,14 @@ impl Approvals {
         }
     }
 
-    /// The recorded "always" answers, in the order they were recorded, handed over once: the
-    /// first gate to see a batch of the run remembers them for the run's later calls, as the
-    /// process that took them did (the journal keeps them; a permission store may not).
-    pub(crate) fn take_always(&self) -> Vec<RecordedAlways> {
-        std::mem::take(&mut *self.always.lock().unwrap_or_else(|p| p.into_inner()))
+    /// The recorded "always" answers to `agent`'s own calls, in the order they were recorded,
+    /// handed over once: the first gate to see a batch of the run remembers them for the run's
+    /// later calls, as the process that took them did (the journal keeps them; a permission
+    /// store may not). Those its subagents were given are left out: each is a tool of another
+    /// agent, which a tool of the same name here must not take as its own answer.
+    pub(crate) fn take_always(&self, agent: &str) -> Vec<RecordedAlways> {
+        let all = std::mem::take(&mut *self.always.lock().unwrap_or_else(|p| p.into_inner()));
+        all.into_iter().filter(|r| r.answers_agent(agent)).collect()
     }
 
     /// Takes the recorded answer for this call: given for the same call id, tool and

@@ -137,13 +137,41 @@ pub fn permission_store(file: &AgentFile) -> Result<PermissionStore, CliError> {
             );
         }
     }
-    for rule in permission_rules(file) {
+    for rule in with_server_names_resolved(file, permission_rules(file)) {
         store.configure(rule);
     }
     for rule in builtin_permission_rules(file) {
         store.tool_default(rule.tool, rule.permission);
     }
     Ok(store)
+}
+
+/// `rules`, and beside each that names an MCP tool by the server's own name for it (before a
+/// `rename`, or with characters a tool name may not hold: `fs__list_directory` for the tool
+/// renamed `ls`) the same rule for the name the model calls that tool by. The load check takes
+/// any name under a server's prefix, as its tools are known only once it runs; without this an
+/// `ask` or `deny` so written would hold for no tool, and the call would run unasked.
+fn with_server_names_resolved(file: &AgentFile, rules: Vec<PermissionRule>) -> Vec<PermissionRule> {
+    // Only how each server names its tools is read here, not how it is started.
+    let servers: Vec<_> = file
+        .mcp()
+        .iter()
+        .map(|m| m.server_config(&file.dir, file.sandbox()))
+        .collect();
+    let mut out = Vec::with_capacity(rules.len());
+    for rule in rules {
+        for named in servers
+            .iter()
+            .filter_map(|s| s.tool_named_by_server_name(&rule.tool))
+        {
+            out.push(PermissionRule {
+                tool: named,
+                ..rule.clone()
+            });
+        }
+        out.push(rule);
+    }
+    out
 }
 
 /// Who answers a call that needs approval (the same for an agent and its subagents).

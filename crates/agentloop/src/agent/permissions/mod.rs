@@ -921,8 +921,8 @@ impl PermissionGate {
     /// the run has a new gate, and without a store file the answer lived only in the gate of
     /// the process that took it. A tool answered for a call of `calls` is left to that call's
     /// own answer, the newest.
-    fn recall_always(&self, approvals: &Approvals, calls: &[AdmittedCall]) {
-        let recorded = approvals.take_always();
+    fn recall_always(&self, approvals: &Approvals, calls: &[AdmittedCall], agent: &str) {
+        let recorded = approvals.take_always(agent);
         if recorded.is_empty() {
             return;
         }
@@ -998,7 +998,7 @@ impl Gate for PermissionGate {
         calls: &'a [AdmittedCall],
     ) -> BoxFuture<'a, Result<Vec<Verdict>, RunError>> {
         Box::pin(async move {
-            self.recall_always(cx.approvals, calls);
+            self.recall_always(cx.approvals, calls, cx.agent);
             let decisions: Vec<Permission> = {
                 let store = self.store.lock().unwrap_or_else(|p| p.into_inner());
                 calls
