@@ -8,6 +8,8 @@
 
 use std::borrow::Cow;
 use std::cell::Cell;
+use std::collections::BTreeSet;
+use std::path::Path;
 
 use super::resolve::ResolvePaths;
 
@@ -39,6 +41,10 @@ pub(super) struct Reading<'a> {
     pub(super) steps: &'a Cell<u32>,
     pub(super) git_config: bool,
     pub(super) script: bool,
+    /// Whether a `~` may be read as the tool's home folder ([`ResolvePaths::home`]): not once
+    /// a command read on the way may change `HOME` (`HOME=x sh go.sh`, whose `cd ~` goes to
+    /// `x`), see [`may_change_home`].
+    pub(super) home: bool,
     /// How many files deep the reading is (a script that a script runs): past
     /// [`MAX_DEPTH`] a file is taken as one that cannot be read.
     pub(super) depth: u32,
@@ -110,22 +116,30 @@ pub(super) fn chain_runs(
     }
     let parts: Vec<&str> = joined.split(|c: char| CHAIN_SPLIT.contains(c)).collect();
     let redirected = redirected_commands(&joined);
+    // Only a tool that knows its home folder has one to keep.
+    let known = resolver.and_then(|r| r.home());
+    let reading = Reading {
+        home: reading.home && known.is_some() && !may_change_home(&joined, &parts, &redirected),
+        ..reading
+    };
+    let home = known.filter(|_| reading.home);
     // `cd sub && ./tidy`: a program word may be looked up in a folder the chain moves to, by a
     // `cd` wherever a program may stand (`command cd sub`, `X=1 cd sub`, `2>/dev/null cd sub`).
-    let mut folders: Vec<String> = parts
+    let written: Vec<String> = parts
         .iter()
         .copied()
         .chain(redirected.iter().map(String::as_str))
         .flat_map(|part| folders_moved_to(&shell_words(part)))
         .collect();
-    folders.extend(folders_taken_together(&folders));
-    let unnamed_folder = moves_to_an_unnamed_folder(&joined, &parts, &redirected);
+    let folders = folders_reached(&written, home);
+    let unnamed_folder = moves_to_an_unnamed_folder(&joined, &parts, &redirected, home.is_some());
     let chained = parts.iter().filter(|p| !p.trim().is_empty()).count() > 1;
     let words: Vec<String> = parts.iter().flat_map(|part| shell_words(part)).collect();
     let programs = Programs {
         resolver,
         folders: &folders,
         unnamed_folder,
+        home,
         chain: if chained { &words } else { &[] },
         reading,
     };
@@ -245,12 +259,15 @@ pub(super) fn shell_words(part: &str) -> Vec<String> {
         .collect()
 }
 
-/// True when `program` is one of the [`LAUNCHERS`], in any case, or the dynamic loader
+/// True when `program` is one of the [`LAUNCHERS`] or [`SHELL_KEYWORDS`], in any case, or the dynamic loader
 /// (`/lib64/ld-linux-x86-64.so.2 /bin/rm`) or a user-mode emulator (`qemu-x86_64 /bin/rm`),
 /// which run the program they are given.
 pub(super) fn is_launcher(program: &str) -> bool {
     let lower = program.to_ascii_lowercase();
-    LAUNCHERS.iter().any(|l| l.eq_ignore_ascii_case(program))
+    LAUNCHERS
+        .iter()
+        .chain(SHELL_KEYWORDS)
+        .any(|l| l.eq_ignore_ascii_case(program))
         || ["ld-linux", "ld-musl", "qemu-"]
             .iter()
             .any(|p| lower.starts_with(p))
@@ -275,6 +292,11 @@ pub(super) struct Programs<'a> {
     /// `popd`, `cd "$D"`, a `cd` under `CDPATH`): a file it then names by a relative path may
     /// be any file of that folder.
     pub(super) unnamed_folder: bool,
+    // outside-paths: off (`~` is the tool's home folder: this reads it)
+    /// The tool's home folder, when it is known and the command cannot change `HOME` (see
+    /// [`Reading::home`]): where `~` and `~/…` lead.
+    pub(super) home: Option<&'a Path>,
+    // outside-paths: on
     /// The words of the whole command when it is a chain of more than one part (else none): a
     /// file one part reads may be one another part makes of a file it names (`cp x.sh y.sh &&
     /// sh y.sh`).
@@ -306,6 +328,18 @@ pub(super) fn names_program(wanted: &str, word: &str, programs: Programs<'_>) ->
                 .is_some_and(|n| same_program(wanted, n))
         })
     };
+    // outside-paths: off (`~` is the tool's home folder: this reads it)
+    // `~/bin/tidy`: a file of the home folder. Quoted, `~` is a folder of that name: both
+    // are looked at. Another's home (`~bob/x`), the working folder (`~+/x`), the last one
+    // (`~-/x`) or a home folder not known lead where this reading cannot say.
+    if word.starts_with('~') {
+        match from_home(word, programs.home) {
+            Some(file) if named(&file) => return true,
+            Some(_) => {}
+            None => return true,
+        }
+    }
+    // outside-paths: on
     // A relative path is also looked up from each folder the command moves to; a bare name
     // is looked up on `PATH`, wherever the command is.
     let relative = word.contains('/') && !word.starts_with('/');
@@ -1329,6 +1363,139 @@ fn folders_moved_to(words: &[String]) -> Vec<String> {
         .collect()
 }
 
+// outside-paths: off (`~` is the tool's home folder: this reads it)
+/// The folders a command's moves may reach, from the folders its `cd`s and `pushd`s name as
+/// written (`written`): those, the ones consecutive moves reach together, and, with the tool's
+/// home folder known, the same with `~` and `~/…` read as the home folder's (`cd ~/repo`).
+/// A quoted `~` is a folder of that name, so both readings are kept: more folders read only
+/// match more.
+fn folders_reached(written: &[String], home: Option<&Path>) -> Vec<String> {
+    let mut folders = written.to_vec();
+    folders.extend(folders_taken_together(written));
+    let homed: Vec<String> = written
+        .iter()
+        .map(|folder| from_home(folder, home).unwrap_or_else(|| folder.clone()))
+        .collect();
+    if homed != written {
+        folders.extend(folders_taken_together(&homed));
+        folders.extend(homed);
+    }
+    folders
+}
+
+/// The path `word` names when it is `~` or starts with `~/`, from the tool's home folder
+/// `home`; `None` for any other word (`~bob`, `~+`, `~-`, `x`) or with no home known.
+pub(super) fn from_home(word: &str, home: Option<&Path>) -> Option<String> {
+    let rest = if word == "~" {
+        ""
+    } else {
+        word.strip_prefix("~/")?
+    };
+    let home = home?.to_str()?;
+    Some(if rest.is_empty() {
+        home.to_owned()
+    } else {
+        format!("{}/{rest}", home.trim_end_matches('/'))
+    })
+}
+// outside-paths: on
+
+/// Launchers ([`LAUNCHERS`]) that run their program with the caller's own `HOME`: any other
+/// may run it as another user, in another root or environment (`sudo -u bob sh -c 'cd ~ &&
+/// …'`, `env -i`, `direnv exec`, `nix develop`), where `~` is another folder.
+const KEEP_HOME: &[&str] = &[
+    "command",
+    "builtin",
+    "time",
+    "nice",
+    "ionice",
+    "nohup",
+    "timeout",
+    "stdbuf",
+    "setsid",
+    "xargs",
+    "watch",
+    "flock",
+    "hyperfine",
+    "taskset",
+    "chrt",
+    "strace",
+    "ltrace",
+    "valgrind",
+    "eatmydata",
+    "nocache",
+    "chronic",
+    "ifne",
+    "unbuffer",
+    "parallel",
+    "numactl",
+    "entr",
+    "watchexec",
+    "env",
+    "npm",
+    "npx",
+    "pnpm",
+    "yarn",
+    "uv",
+    "uvx",
+    "poetry",
+    "pipenv",
+    "bundle",
+];
+
+/// True when the command may set `HOME`, so that a `~` in it, or in a file it has read, may
+/// not be the tool's home folder: it names `HOME` however quoted (`HO\ME=x`); it builds words
+/// no reading sees (a `$`, a backtick: `declare "${n}ME=x"`); it has the shell run commands
+/// from elsewhere (`eval`, `.`, `source`, `trap`, `alias`); or it runs a launcher that may
+/// start its program with another `HOME` ([`KEEP_HOME`]; `env -i`).
+fn may_change_home(command: &str, parts: &[&str], redirected: &[String]) -> bool {
+    let bare: String = command
+        .chars()
+        .filter(|c| !matches!(c, '\\' | '\'' | '"'))
+        .collect();
+    if bare.contains("HOME") || command.contains(['$', '`']) {
+        return true;
+    }
+    // Each program once: a long chain names few (`echo a | echo a | … | sh`).
+    let mut programs: BTreeSet<String> = BTreeSet::new();
+    for part in parts
+        .iter()
+        .copied()
+        .chain(redirected.iter().map(String::as_str))
+    {
+        let words = shell_words(part);
+        if words
+            .iter()
+            .any(|w| matches!(w.as_str(), "eval" | "source" | "trap" | "alias"))
+        {
+            return true;
+        }
+        let named: Vec<&str> = program_positions(&words)
+            .into_iter()
+            .filter_map(|at| words.get(at))
+            .map(|word| program_name(word))
+            .collect();
+        // `env -i`, `env -`: a program started with no `HOME` finds another home folder.
+        let emptied = named.contains(&"env")
+            && words.iter().any(|w| {
+                w == "-"
+                    || w == "--ignore-environment"
+                    || shell_option_letters(w).is_some_and(|letters| letters.contains('i'))
+            });
+        if emptied {
+            return true;
+        }
+        programs.extend(named.into_iter().map(str::to_owned));
+    }
+    programs.iter().any(|name| {
+        name == "."
+            || (is_launcher(name)
+                && !KEEP_HOME.contains(&name.as_str())
+                && !SHELL_KEYWORDS.contains(&name.as_str())
+                && !is_shell(name))
+    })
+}
+
 /// The folders consecutive moves reach together (`cd a; cd b` is in `a/b`): each relative
 /// folder joined to the ones before it, back to the last absolute one.
 fn folders_taken_together(folders: &[String]) -> Vec<String> {
@@ -1350,7 +1517,12 @@ fn folders_taken_together(folders: &[String]) -> Vec<String> {
 /// one), `popd` and `pushd` alone or `pushd +1` (the folder stack), a folder an expansion names
 /// (`cd "$D"`, `cd ~+/sub`, `cd s*`), or any move when the command sets `CDPATH` (`CDPATH=sub
 /// cd inner` enters `sub/inner`).
-fn moves_to_an_unnamed_folder(command: &str, parts: &[&str], redirected: &[String]) -> bool {
+fn moves_to_an_unnamed_folder(
+    command: &str,
+    parts: &[&str],
+    redirected: &[String],
+    home: bool,
+) -> bool {
     let moves = |words: &[String]| -> Vec<(String, Option<String>)> {
         program_positions(words)
             .into_iter()
@@ -1377,7 +1549,12 @@ fn moves_to_an_unnamed_folder(command: &str, parts: &[&str], redirected: &[Strin
         _ if name == "popd" => true,
         None | Some("-") => true,
         Some(t) if name == "pushd" && t.starts_with('+') => true,
-        Some(t) => t.starts_with('~') || t.contains(['$', '*', '?', '[', '{']),
+        // outside-paths: off (`~` is the tool's home folder: this reads it)
+        // `~` and `~/x` are the home folder's when it is known ([`folders_reached`]).
+        Some(t) => {
+            (t.starts_with('~') && !(home && (t == "~" || t.starts_with("~/"))))
+                || t.contains(['$', '*', '?', '[', '{'])
+        } // outside-paths: on
     })
 }
 
@@ -1593,11 +1770,17 @@ pub(super) fn shell_option_letters(word: &str) -> Option<&str> {
         .filter(|c| !c.is_empty())
 }
 
+/// The shell's keywords after which a program comes (`then rm x`, `! rm x`): launchers
+/// ([`is_launcher`]) that keep the caller's `HOME`.
+const SHELL_KEYWORDS: &[&str] = &[
+    "then", "else", "elif", "do", "if", "while", "until", "!", "{", "}",
+];
+
 /// Programs and shell words that run the program that comes after them (with their options, see
-/// [`starts_another`]): launchers, tracers, privilege and namespace changers, shells, the shell's
-/// keywords, `trap` and `coproc`, whose words the shell runs, and `.` and `source`, which have
-/// the shell run the commands of a file (one another part of the chain may write: `echo 'rm
-/// -rf .' > f; . ./f` is `… | sh` by another name).
+/// [`starts_another`]): launchers, tracers, privilege and namespace changers, shells (the
+/// shell's keywords are [`SHELL_KEYWORDS`]), `trap` and `coproc`, whose words the shell runs,
+/// and `.` and `source`, which have the shell run the commands of a file (one another part of
+/// the chain may write: `echo 'rm -rf .' > f; . ./f` is `… | sh` by another name).
 pub(super) const LAUNCHERS: &[&str] = &[
     "command",
     "builtin",
@@ -1643,16 +1826,6 @@ pub(super) const LAUNCHERS: &[&str] = &[
     "pwsh",
     "elvish",
     "xonsh",
-    "then",
-    "else",
-    "elif",
-    "do",
-    "if",
-    "while",
-    "until",
-    "!",
-    "{",
-    "}",
     "trap",
     "coproc",
     "watch",

@@ -2173,6 +2173,143 @@ mod tests {
         );
     }
 
+    /// A tool at `/project` whose processes' home folder is `home` (`None`: not known):
+    /// `links` are the programs the words a command names resolve to, `files` the texts it
+    /// reads (by absolute path).
+    #[derive(Debug)]
+    struct AtHome {
+        home: Option<&'static str>,
+        links: Vec<(&'static str, &'static str)>,
+        files: Vec<(&'static str, &'static str)>,
+    }
+
+    impl ResolvePaths for AtHome {
+        fn root(&self) -> &Path {
+            Path::new("/project")
+        }
+        fn resolve(&self, path: &str) -> Option<PathBuf> {
+            Some(Path::new("/project").join(path))
+        }
+        fn programs(&self, word: &str) -> Vec<PathBuf> {
+            self.links
+                .iter()
+                .filter(|(name, _)| {
+                    Path::new(name)
+                        .components()
+                        .eq(Path::new(word).components())
+                })
+                .map(|(_, file)| PathBuf::from(file))
+                .collect()
+        }
+        fn read_text(&self, path: &str) -> FileText {
+            let wanted = Path::new("/project").join(path);
+            let wanted: Vec<_> = wanted.components().collect();
+            match self
+                .files
+                .iter()
+                .find(|(p, _)| Path::new(p).components().eq(wanted.iter().copied()))
+            {
+                Some((_, text)) => FileText::Text((*text).to_owned()),
+                None => FileText::Missing,
+            }
+        }
+        fn home(&self) -> Option<&Path> {
+            self.home.map(Path::new)
+        }
+    }
+
+    /// A deny on `rm` and an ask on `git push`, for a tool whose home folder is `home`: in it
+    /// a repository `repo` holding a link `tidy` to `rm` and two scripts, and one `hooked`
+    /// whose pre-commit hook runs `rm`.
+    fn denying_rm_at_home(home: Option<&'static str>) -> PermissionStore {
+        let mut store = denying_rm();
+        store
+            .configure(rule("shell", prefix("git push"), Permission::Ask))
+            .resolve_paths(
+                "shell",
+                Arc::new(AtHome {
+                    home,
+                    links: vec![
+                        ("/home/me/repo/./tidy", "/usr/bin/rm"),
+                        ("/home/me/tidy", "/usr/bin/rm"),
+                        ("~/repo/./tidy", "/usr/bin/rm"),
+                        ("./tidy", "/usr/bin/touch"),
+                    ],
+                    files: vec![
+                        ("/home/me/build.sh", "#!/bin/sh\nmake\n"),
+                        ("/home/me/repo/.git/config", "[core]\n"),
+                        ("/home/me/repo/check.sh", "cargo test\n"),
+                        ("/home/me/repo/wipe.sh", "rm -rf x\n"),
+                        ("/home/me/hooked/.git/config", "[core]\n"),
+                        ("/home/me/hooked/.git/hooks/pre-commit", "rm -rf x\n"),
+                        ("/project/go.sh", "cd ~ && ./tidy x\n"),
+                    ],
+                }),
+            );
+        store
+    }
+
+    #[test]
+    fn a_move_to_the_home_folder_is_followed_when_the_tool_s_home_is_known() {
+        // `cd ~/repo` enters the tool's home folder's `repo`, as `cd /home/me/repo` does:
+        // what runs there is read there, neither refused unread nor let through.
+        let store = denying_rm_at_home(Some("/home/me"));
+        decides(
+            &store,
+            &[
+                "cd ~/repo && git status",
+                "cd ~ && ./build.sh",
+                "cd ~/repo && sh check.sh",
+                "pushd ~/repo && git log --oneline",
+                "cd ~/hooked && git status",
+                "cd -- ~/repo && ls",
+                "timeout 60 sh -c 'cd ~/repo && sh check.sh'",
+            ],
+            Permission::Allow,
+        );
+        decides(
+            &store,
+            &[
+                "cd ~/repo && ./tidy x",
+                "cd ~/repo/ && ./tidy x",
+                "pushd ~/repo; ./tidy x",
+                "cd ~; cd repo && ./tidy x",
+                "cd ~/repo && sh wipe.sh",
+                "cd ~/hooked && git commit -m x",
+                "~/tidy x",
+                // Unread until now: the working folder's, another's home folder's.
+                "~+/tidy x",
+                "~me/tidy x",
+                // Quoted, `~` is a folder of that name: both are read.
+                "cd \"~/repo\" && ./tidy x",
+                // A home folder the command may change, another's, the working folder, the
+                // last one, a glob: not followed.
+                "HOME=/home/me/repo; cd ~ && ./tidy x",
+                "export HO\\ME=/home/me/repo; cd ~ && ./tidy x",
+                "eval HO\\\\ME=/home/me/repo; cd ~ && ./tidy x",
+                "n=HO; declare \"${n}ME=/home/me/repo\"; cd ~ && ./tidy x",
+                "HOME=/home/me/repo sh go.sh",
+                "sudo -u bob sh -c 'cd ~/repo && sh check.sh'",
+                "env -i sh -c 'cd ~/repo && sh check.sh'",
+                "direnv exec . sh -c 'cd ~/repo && sh check.sh'",
+                "cd ~me/repo && ./tidy x",
+                "cd ~+/repo && ./tidy x",
+                "cd ~-/repo && ./tidy x",
+                "cd ~/re* && ./tidy x",
+                "CDPATH=/tmp cd ~/repo && ./tidy x",
+                "cd ~ && ~+/tidy x",
+                "cd && ./tidy x",
+            ],
+            Permission::Deny,
+        );
+        // Unknown, the home folder is not followed.
+        decides(
+            &denying_rm_at_home(None),
+            &["cd ~/repo && git status", "cd ~ && ./build.sh", "~/tidy x"],
+            Permission::Deny,
+        );
+    }
+
     #[test]
     fn an_allow_prefix_admits_only_the_words_as_written() {
         let mut store = PermissionStore::new(Permission::Ask);
