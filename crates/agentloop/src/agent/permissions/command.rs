@@ -1256,9 +1256,16 @@ pub(super) fn sed_runs(args: &[String]) -> bool {
 /// True when a sed script may hold the `e` command (`1e rm x`, `$e`, `/x/e`) or an `s` command
 /// with the `e` flag (`s/x/rm/e`, `s/x/y/ge`): an `e` with nothing but blanks, `s` flags and
 /// numbers between it and the script's start or a character that is not a letter or a digit.
-/// Errs towards matching (`s/ e/x/` too).
+/// Errs towards matching (`s/ e/x/` too). The text of a regular expression an address gives
+/// (`/start/,/end/p`) is no command, and is left out first ([`without_addresses`]) when no
+/// `s` or `y` command is left, whose own slashes that reading would take for an address's.
 pub(super) fn sed_script_runs(script: &str) -> bool {
-    let chars: Vec<char> = script.chars().collect();
+    let stripped = without_addresses(script);
+    let chars: Vec<char> = if stripped.iter().any(|c| matches!(c, 's' | 'y')) {
+        script.chars().collect()
+    } else {
+        stripped
+    };
     chars.iter().enumerate().any(|(at, &c)| {
         if c != 'e' {
             return false;
@@ -1271,6 +1278,48 @@ pub(super) fn sed_script_runs(script: &str) -> bool {
             .skip_while(|c| "gpiImMw0123456789".contains(**c));
         back.next().is_none_or(|c| !c.is_ascii_alphanumeric())
     })
+}
+
+/// The characters of a sed script without the text of its regular-expression addresses: a
+/// `/…/` where a command or its second address starts (at the start, after `;`, a line break,
+/// `{`, `!`, or a `,` after an address), closed by a `/` no backslash escapes. The slashes stay,
+/// so that what follows reads as it did (`/x/e` keeps its `e` command). One left open is kept.
+fn without_addresses(script: &str) -> Vec<char> {
+    let chars: Vec<char> = script.chars().collect();
+    let mut out = Vec::with_capacity(chars.len());
+    let mut at = 0;
+    while let Some(&c) = chars.get(at) {
+        let before = out.iter().rev().find(|c: &&char| !c.is_whitespace());
+        let starts = match before {
+            None => true,
+            Some(';' | '\n' | '{' | '!') => true,
+            Some(',') => out
+                .iter()
+                .rev()
+                .filter(|c: &&char| !c.is_whitespace())
+                .nth(1)
+                .is_some_and(|c| c.is_ascii_digit() || *c == '$' || *c == '/'),
+            Some(_) => false,
+        };
+        if c == '/' && starts {
+            let mut end = at + 1;
+            while let Some(&d) = chars.get(end) {
+                match d {
+                    '\\' => end += 2,
+                    '/' => break,
+                    _ => end += 1,
+                }
+            }
+            if chars.get(end) == Some(&'/') {
+                out.extend(['/', '/']);
+                at = end + 1;
+                continue;
+            }
+        }
+        out.push(c);
+        at += 1;
+    }
+    out
 }
 
 /// True when `name` (lower case) is an interpreter whose inline code [`interpreter_runs`]
@@ -1444,16 +1493,22 @@ const KEEP_HOME: &[&str] = &[
 ];
 
 /// True when the command may set `HOME`, so that a `~` in it, or in a file it has read, may
-/// not be the tool's home folder: it names `HOME` however quoted (`HO\ME=x`); it builds words
-/// no reading sees (a `$`, a backtick: `declare "${n}ME=x"`); it has the shell run commands
-/// from elsewhere (`eval`, `.`, `source`, `trap`, `alias`); or it runs a launcher that may
-/// start its program with another `HOME` ([`KEEP_HOME`]; `env -i`).
+/// not be the tool's home folder: it names `HOME` however quoted (`HO\ME=x`); it builds a
+/// variable's name from an expansion where a name is set (`declare "${n}ME=x"`, `read "$n"`,
+/// `(( $n = 1 ))`, a program in a `$`); it has the shell run commands from elsewhere (`eval`,
+/// `.`, `source`, `trap`, `alias`); or it runs a launcher that may start its program with
+/// another `HOME` ([`KEEP_HOME`]; `env -i`). A `$` elsewhere (`echo $PATH`, `export
+/// PATH=$PATH:x`, `$(git rev-parse HEAD)`) sets no variable whose name no reading sees.
 fn may_change_home(command: &str, parts: &[&str], redirected: &[String]) -> bool {
     let bare: String = command
         .chars()
         .filter(|c| !matches!(c, '\\' | '\'' | '"'))
         .collect();
-    if bare.contains("HOME") || command.contains(['$', '`']) {
+    let expands = command.contains(['$', '`']);
+    // `${!n}`, `${a[$n=1]}`, `$(( $n = 1 ))`, `[[ $n -eq 1 ]]`: arithmetic and indirection,
+    // where an expanded name may be assigned.
+    if bare.contains("HOME") || (expands && ["${", "((", "[["].iter().any(|s| command.contains(s)))
+    {
         return true;
     }
     // Each program once: a long chain names few (`echo a | echo a | … | sh`).
@@ -1482,7 +1537,7 @@ fn may_change_home(command: &str, parts: &[&str], redirected: &[String]) -> bool
                     || w == "--ignore-environment"
                     || shell_option_letters(w).is_some_and(|letters| letters.contains('i'))
             });
-        if emptied {
+        if emptied || (expands && sets_an_expanded_name(&words, &named)) {
             return true;
         }
         programs.extend(named.into_iter().map(str::to_owned));
@@ -1493,6 +1548,32 @@ fn may_change_home(command: &str, parts: &[&str], redirected: &[String]) -> bool
                 && !KEEP_HOME.contains(&name.as_str())
                 && !SHELL_KEYWORDS.contains(&name.as_str())
                 && !is_shell(name))
+    })
+}
+
+/// True when one command (its `words`, the programs `named` at its program places) may set a
+/// variable whose name an expansion makes: a program that is itself an expansion (`$p`, which
+/// may be `eval`), a builtin that sets the variables its words name (`read "$n"`, `printf -v
+/// "$n"`, `unset "$n"`) with any `$` in its words, a declaring one (`export`, `declare`) with
+/// a `$` in a name it sets (`declare "${n}ME=x"`, not `export PATH=$PATH:x`).
+fn sets_an_expanded_name(words: &[String], named: &[&str]) -> bool {
+    const SETS_NAMED: &[&str] = &[
+        "read",
+        "mapfile",
+        "readarray",
+        "getopts",
+        "printf",
+        "unset",
+        "let",
+    ];
+    const DECLARES: &[&str] = &["declare", "typeset", "export", "local", "readonly"];
+    named.iter().any(|name| {
+        name.starts_with('$')
+            || (SETS_NAMED.contains(name) && words.iter().any(|w| w.contains('$')))
+            || (DECLARES.contains(name)
+                && words
+                    .iter()
+                    .any(|w| w.split('=').next().is_some_and(|n| n.contains('$'))))
     })
 }
 
